@@ -1,0 +1,56 @@
+// Package bustest starts real in-process nats-servers with JetStream for
+// tests, and offers bounded polling in place of sleeps.
+package bustest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// RunServer starts nats-server with JetStream on a random loopback port and a
+// store in t.TempDir, and shuts it down when the test ends.
+func RunServer(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start nats-server: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// Connect opens a client connection to s, closed when the test ends.
+func Connect(t testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL(), opts...)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// CheckFor calls fn every poll until it returns nil or total elapses, then
+// fails the test with fn's last error.
+func CheckFor(t testing.TB, total, poll time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met after %v: %v", total, err)
+		}
+		time.Sleep(poll)
+	}
+}

@@ -1,0 +1,97 @@
+package bus
+
+// CloudEvent types of protocol version 1.
+const (
+	TypeCallBatch     = "io.toolbus.call.batch"
+	TypeCallReply     = "io.toolbus.call.reply"
+	TypeToolsQuery    = "io.toolbus.tools.query"
+	TypeToolsList     = "io.toolbus.tools.list"
+	TypeCallCancel    = "io.toolbus.call.cancel"
+	TypeCallResult    = "io.toolbus.call.result"
+	TypeCallProgress  = "io.toolbus.call.progress"
+	TypeCallParked    = "io.toolbus.call.parked"
+	TypeBatchDone     = "io.toolbus.batch.done"
+	TypeExec          = "io.toolbus.exec"
+	TypeExecResult    = "io.toolbus.exec.result"
+	TypeExternalReq   = "io.toolbus.external.request"
+	TypeConfirmReq    = "io.toolbus.confirm.request"
+	TypeAnswer        = "io.toolbus.answer"
+	TypeAnswerAck     = "io.toolbus.answer.ack"
+	TypeRegister      = "io.toolbus.register"
+	TypeRegisterAck   = "io.toolbus.register.ack"
+	TypeAdmin         = "io.toolbus.admin"
+	TypeAdminReply    = "io.toolbus.admin.reply"
+	TypeError         = "io.toolbus.error"
+	SpecVersion       = "1.0"
+	ContentTypeEvent  = "application/cloudevents+json"
+	ContentTypeJSON   = "application/json"
+	HeaderContentType = "content-type"
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+)
+
+// Error codes, as carried in io.toolbus.error data and in result.error.code.
+const (
+	CodeBadEvent        = "bad_event"
+	CodeBadRequest      = "bad_request"
+	CodeUnknownTool     = "unknown_tool"
+	CodeInactiveTool    = "inactive_tool"
+	CodeInvalidInput    = "invalid_input"
+	CodeDenied          = "denied"
+	CodeUnavailable     = "unavailable"
+	CodeTimeout         = "timeout"
+	CodeToolError       = "tool_error"
+	CodeUnknownOutcome  = "unknown_outcome"
+	CodeInterrupted     = "interrupted"
+	CodeNotParked       = "not_parked"
+	CodeAlreadyAnswered = "already_answered"
+	CodeInternal        = "internal"
+)
+
+// Result states.
+const (
+	StateSuccess     = "success"
+	StateError       = "error"
+	StateInterrupted = "interrupted"
+	StateDenied      = "denied"
+)
+
+// Parked kinds.
+const (
+	KindExternal = "external"
+	KindConfirm  = "confirm"
+	KindQueued   = "queued"
+)
+
+// Merge modes of a request-scoped tool configuration.
+const (
+	MergeExternalPriority = "merge_external_priority"
+	MergeExternalOnly     = "external_only"
+	MergeAgentOnly        = "agent_only"
+)
+
+// Listing formats of io.toolbus.tools.query.
+const (
+	FormatToolbus         = "toolbus"
+	FormatOpenAI          = "openai"
+	FormatOpenAIResponses = "openai-responses"
+	FormatAnthropic       = "anthropic"
+	FormatGemini          = "gemini"
+	FormatMCP             = "mcp"
+)
+
+// Group scopes.
+const (
+	GroupBasic    = "basic"
+	ScopeMeta     = "meta"
+	ScopeExternal = "external"
+	ScopeBasic    = "basic"
+)
+
+// Limits of protocol version 1.
+const (
+	MaxCalls = 64
+)
+
+// InterruptedText is the fixed text of a call ended by io.toolbus.call.cancel.
+const InterruptedText = "<system-reminder>The tool call has been interrupted by the user.</system-reminder>"

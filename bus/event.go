@@ -1,0 +1,289 @@
+package bus
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// Event is one CloudEvent 1.0 with the extension attributes toolbus uses.
+// Data holds the JSON data as it is on the wire.
+type Event struct {
+	SpecVersion     string          `json:"specversion"`
+	ID              string          `json:"id"`
+	Source          string          `json:"source"`
+	Type            string          `json:"type"`
+	Subject         string          `json:"subject,omitempty"`
+	DataContentType string          `json:"datacontenttype,omitempty"`
+	Time            string          `json:"time,omitempty"`
+	SessionID       string          `json:"sessionid,omitempty"`
+	ReplyID         string          `json:"replyid,omitempty"`
+	ToolCallID      string          `json:"toolcallid,omitempty"`
+	TraceParent     string          `json:"traceparent,omitempty"`
+	TraceState      string          `json:"tracestate,omitempty"`
+	ExpiryTime      string          `json:"expirytime,omitempty"`
+	Data            json.RawMessage `json:"data,omitempty"`
+	DataBase64      string          `json:"data_base64,omitempty"`
+}
+
+// NewEvent returns an event of type typ from source with a fresh id, the
+// current time and data marshalled as JSON (data may be a json.RawMessage).
+func NewEvent(typ, source string, data any) (*Event, error) {
+	e := &Event{SpecVersion: SpecVersion, ID: nuid.Next(), Source: source, Type: typ,
+		DataContentType: ContentTypeJSON, Time: time.Now().UTC().Format(time.RFC3339Nano)}
+	if err := e.SetData(data); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// SetData marshals v as the event's data.
+func (e *Event) SetData(v any) error {
+	switch d := v.(type) {
+	case nil:
+		e.Data = nil
+	case json.RawMessage:
+		e.Data = d
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("bus: marshal %s data: %w", e.Type, err)
+		}
+		e.Data = b
+	}
+	return nil
+}
+
+// DataAs decodes the event's data into v. A decoding error is a bad_event
+// *Error naming the event type.
+func (e *Event) DataAs(v any) error {
+	if len(e.Data) == 0 {
+		return Errorf(CodeBadEvent, "%s: data is missing", e.Type)
+	}
+	if err := json.Unmarshal(e.Data, v); err != nil {
+		return Errorf(CodeBadEvent, "%s: data: %v", e.Type, err)
+	}
+	return nil
+}
+
+// Expiry returns the parsed expirytime, or the zero time when absent.
+func (e *Event) Expiry() (time.Time, error) {
+	if e.ExpiryTime == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, e.ExpiryTime)
+	if err != nil {
+		return time.Time{}, Errorf(CodeBadEvent, "expirytime %q is not RFC 3339", e.ExpiryTime)
+	}
+	return t, nil
+}
+
+// Validate checks the required context attributes and the identifier
+// extensions that are present. It returns a bad_event *Error.
+func (e *Event) Validate() error {
+	switch {
+	case e.SpecVersion != SpecVersion:
+		return Errorf(CodeBadEvent, "specversion must be %q, got %q", SpecVersion, e.SpecVersion)
+	case e.ID == "":
+		return Errorf(CodeBadEvent, "id is empty")
+	case e.Source == "":
+		return Errorf(CodeBadEvent, "source is empty")
+	case e.Type == "":
+		return Errorf(CodeBadEvent, "type is empty")
+	case e.DataContentType != "" && !isJSONContentType(e.DataContentType):
+		return Errorf(CodeBadEvent, "datacontenttype must be application/json, got %q", e.DataContentType)
+	}
+	for _, a := range [...]struct{ name, v string }{{"sessionid", e.SessionID}, {"replyid", e.ReplyID}, {"toolcallid", e.ToolCallID}} {
+		if a.v != "" && !ValidID(a.v) {
+			return Errorf(CodeBadEvent, "%s %q must match ^[A-Za-z0-9_-]{1,128}$", a.name, a.v)
+		}
+	}
+	if e.Time != "" {
+		if _, err := time.Parse(time.RFC3339Nano, e.Time); err != nil {
+			return Errorf(CodeBadEvent, "time %q is not RFC 3339", e.Time)
+		}
+	}
+	_, err := e.Expiry()
+	return err
+}
+
+func isJSONContentType(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.TrimSpace(strings.ToLower(mt))
+	return mt == ContentTypeJSON || strings.HasSuffix(mt, "+json") || mt == "text/json"
+}
+
+// Encode returns the event in structured JSON mode.
+func (e *Event) Encode() ([]byte, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("bus: encode %s: %w", e.Type, err)
+	}
+	return b, nil
+}
+
+// Msg returns a NATS message to subject carrying the event in structured
+// mode, with the content-type header and the trace headers set.
+func (e *Event) Msg(subject string) (*nats.Msg, error) {
+	b, err := e.Encode()
+	if err != nil {
+		return nil, err
+	}
+	m := &nats.Msg{Subject: subject, Data: b, Header: nats.Header{}}
+	m.Header[HeaderContentType] = []string{ContentTypeEvent}
+	if e.TraceParent != "" {
+		m.Header[HeaderTraceParent] = []string{e.TraceParent}
+		if e.TraceState != "" {
+			m.Header[HeaderTraceState] = []string{e.TraceState}
+		}
+	}
+	return m, nil
+}
+
+// Decode reads the event of a NATS message in structured or binary mode and
+// validates it. Errors are bad_event *Errors with a readable message.
+func Decode(m *nats.Msg) (*Event, error) {
+	if ce := headerValue(m.Header, "ce-specversion"); ce != "" || headerValue(m.Header, "ce-id") != "" {
+		return decodeBinary(m.Header, m.Data)
+	}
+	return DecodeStructured(m.Data)
+}
+
+// DecodeStructured reads and validates an event in structured JSON mode.
+func DecodeStructured(b []byte) (*Event, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return nil, Errorf(CodeBadEvent, "message is not a JSON CloudEvent")
+	}
+	e := new(Event)
+	if err := json.Unmarshal(b, e); err != nil {
+		return nil, Errorf(CodeBadEvent, "message is not a CloudEvent: %v", err)
+	}
+	if e.DataBase64 != "" {
+		if len(e.Data) > 0 {
+			return nil, Errorf(CodeBadEvent, "data and data_base64 are both set")
+		}
+		d, err := base64.StdEncoding.DecodeString(e.DataBase64)
+		if err != nil {
+			return nil, Errorf(CodeBadEvent, "data_base64: %v", err)
+		}
+		e.Data, e.DataBase64 = d, ""
+	}
+	if isNull(e.Data) {
+		e.Data = nil
+	}
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" }
+
+// decodeBinary reads an event whose attributes are ce- headers (names
+// case-insensitive, values percent-encoded) and whose body is the data.
+func decodeBinary(h nats.Header, body []byte) (*Event, error) {
+	e := &Event{Data: body}
+	for k, vs := range h {
+		lk := strings.ToLower(k)
+		if lk == HeaderContentType && len(vs) > 0 {
+			e.DataContentType = vs[0]
+			continue
+		}
+		name, ok := strings.CutPrefix(lk, "ce-")
+		if !ok || len(vs) == 0 {
+			continue
+		}
+		v, err := url.PathUnescape(vs[0])
+		if err != nil {
+			return nil, Errorf(CodeBadEvent, "header %s: %v", k, err)
+		}
+		switch name {
+		case "specversion":
+			e.SpecVersion = v
+		case "id":
+			e.ID = v
+		case "source":
+			e.Source = v
+		case "type":
+			e.Type = v
+		case "subject":
+			e.Subject = v
+		case "time":
+			e.Time = v
+		case "datacontenttype":
+			e.DataContentType = v
+		case "sessionid":
+			e.SessionID = v
+		case "replyid":
+			e.ReplyID = v
+		case "toolcallid":
+			e.ToolCallID = v
+		case "traceparent":
+			e.TraceParent = v
+		case "tracestate":
+			e.TraceState = v
+		case "expirytime":
+			e.ExpiryTime = v
+		}
+	}
+	if len(bytes.TrimSpace(e.Data)) == 0 {
+		e.Data = nil
+	} else if !json.Valid(e.Data) {
+		return nil, Errorf(CodeBadEvent, "binary-mode data is not JSON")
+	}
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// headerValue reads a header case-insensitively.
+func headerValue(h nats.Header, name string) string {
+	if h == nil {
+		return ""
+	}
+	if v, ok := h[name]; ok && len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, name) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// EncodeBinary returns the headers and body of e in binary mode; it is the
+// inverse of Decode for such messages and serves clients and tests.
+func EncodeBinary(e *Event) (nats.Header, []byte) {
+	h := nats.Header{}
+	set := func(k, v string) {
+		if v != "" {
+			h["ce-"+k] = []string{url.PathEscape(v)}
+		}
+	}
+	set("specversion", e.SpecVersion)
+	set("id", e.ID)
+	set("source", e.Source)
+	set("type", e.Type)
+	set("subject", e.Subject)
+	set("time", e.Time)
+	set("sessionid", e.SessionID)
+	set("replyid", e.ReplyID)
+	set("toolcallid", e.ToolCallID)
+	set("traceparent", e.TraceParent)
+	set("tracestate", e.TraceState)
+	set("expirytime", e.ExpiryTime)
+	if e.DataContentType != "" {
+		h[HeaderContentType] = []string{e.DataContentType}
+	}
+	return h, e.Data
+}

@@ -1,0 +1,46 @@
+package bus
+
+import (
+	"github.com/nats-io/nats.go"
+)
+
+// Publisher is the part of *nats.Conn that sending events needs.
+type Publisher interface {
+	PublishMsg(m *nats.Msg) error
+}
+
+var _ Publisher = (*nats.Conn)(nil)
+
+// Publish sends e on subject in structured mode.
+func Publish(p Publisher, subject string, e *Event) error {
+	m, err := e.Msg(subject)
+	if err != nil {
+		return err
+	}
+	return p.PublishMsg(m)
+}
+
+// RespondError answers m, when it has a reply subject, with an io.toolbus.error
+// event from source. It is a no-op without a reply subject.
+func RespondError(p Publisher, m *nats.Msg, source string, err *Error) error {
+	if m.Reply == "" {
+		return nil
+	}
+	e, merr := NewEvent(TypeError, source, err)
+	if merr != nil {
+		return merr
+	}
+	return Publish(p, m.Reply, e)
+}
+
+// Respond answers m, when it has a reply subject, with an event of type typ.
+func Respond(p Publisher, m *nats.Msg, source, typ string, data any) error {
+	if m.Reply == "" {
+		return nil
+	}
+	e, err := NewEvent(typ, source, data)
+	if err != nil {
+		return err
+	}
+	return Publish(p, m.Reply, e)
+}

@@ -1,0 +1,158 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of the JetStream resources.
+const (
+	DefaultHeartbeat    = 5 * time.Second
+	DefaultDedupeWindow = 10 * time.Minute
+	DefaultSessionTTL   = 24 * time.Hour
+	DefaultEventsMaxAge = 24 * time.Hour
+	DefaultHandoffTTL   = 7 * 24 * time.Hour
+)
+
+// StoreConfig sizes the JetStream buckets and streams of one deployment.
+type StoreConfig struct {
+	// Replicas of every bucket and stream; zero means 1 (3 on a cluster).
+	Replicas int
+	// Heartbeat of workers; liveness entries expire after three missed
+	// beats. Zero means DefaultHeartbeat.
+	Heartbeat time.Duration
+	// DedupeWindow is how long recorded results stay in the ledger; zero
+	// means DefaultDedupeWindow.
+	DedupeWindow time.Duration
+	// SessionTTL is the idle time after which a session is forgotten; zero
+	// means DefaultSessionTTL.
+	SessionTTL time.Duration
+	// EventsMaxAge bounds how long session events are kept; zero means
+	// DefaultEventsMaxAge.
+	EventsMaxAge time.Duration
+	// HandoffMaxAge bounds how long external and confirm requests are kept;
+	// zero means DefaultHandoffTTL.
+	HandoffMaxAge time.Duration
+	// Memory, when true, keeps everything in memory instead of files.
+	Memory bool
+}
+
+func (c *StoreConfig) defaults() {
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.DedupeWindow <= 0 {
+		c.DedupeWindow = DefaultDedupeWindow
+	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.EventsMaxAge <= 0 {
+		c.EventsMaxAge = DefaultEventsMaxAge
+	}
+	if c.HandoffMaxAge <= 0 {
+		c.HandoffMaxAge = DefaultHandoffTTL
+	}
+}
+
+// Bucket and stream names, before the prefix.
+const (
+	BucketTools    = "tools"
+	BucketWorkers  = "workers"
+	BucketGroups   = "groups"
+	BucketSessions = "sessions"
+	BucketParked   = "parked"
+	BucketLedger   = "ledger"
+	StreamEvents   = "EVENTS"
+	StreamHandoff  = "HANDOFF"
+	ObjectSkills   = "skills"
+)
+
+// Store holds the JetStream resources of one deployment.
+type Store struct {
+	JS       jetstream.JetStream
+	Tools    jetstream.KeyValue
+	Workers  jetstream.KeyValue
+	Groups   jetstream.KeyValue
+	Sessions jetstream.KeyValue
+	Parked   jetstream.KeyValue
+	Ledger   jetstream.KeyValue
+	Events   jetstream.Stream
+	Handoff  jetstream.Stream
+}
+
+// Setup creates or updates the buckets and streams of PROTOCOL.md section 8
+// for the deployment named by s. It is idempotent and safe to run from every
+// router at once.
+func Setup(ctx context.Context, js jetstream.JetStream, s Subjects, cfg StoreConfig) (*Store, error) {
+	cfg.defaults()
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	st := &Store{JS: js}
+	kvs := []struct {
+		dst *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
+	}{
+		{&st.Tools, jetstream.KeyValueConfig{Description: "toolbus tool definitions"}},
+		{&st.Workers, jetstream.KeyValueConfig{Description: "toolbus worker liveness", TTL: 3 * cfg.Heartbeat}},
+		{&st.Groups, jetstream.KeyValueConfig{Description: "toolbus tool groups"}},
+		{&st.Sessions, jetstream.KeyValueConfig{Description: "toolbus sessions", TTL: cfg.SessionTTL}},
+		{&st.Parked, jetstream.KeyValueConfig{Description: "toolbus parked calls", History: 4}},
+		{&st.Ledger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}},
+	}
+	names := []string{BucketTools, BucketWorkers, BucketGroups, BucketSessions, BucketParked, BucketLedger}
+	for i, kv := range kvs {
+		kv.cfg.Bucket = s.Bucket(names[i])
+		kv.cfg.Replicas = cfg.Replicas
+		kv.cfg.Storage = storage
+		h, err := js.CreateOrUpdateKeyValue(ctx, kv.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("bus: bucket %s: %w", kv.cfg.Bucket, err)
+		}
+		*kv.dst = h
+	}
+	var err error
+	st.Events, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: s.Stream(StreamEvents), Description: "toolbus session events",
+		Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, Storage: storage,
+		Replicas: cfg.Replicas, Discard: jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: stream %s: %w", s.Stream(StreamEvents), err)
+	}
+	st.Handoff, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: s.Stream(StreamHandoff), Description: "toolbus requests for external handlers and approvers",
+		Subjects: []string{s.All("external"), s.All("confirm")}, MaxAge: cfg.HandoffMaxAge,
+		Storage: storage, Replicas: cfg.Replicas, AllowDirect: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: stream %s: %w", s.Stream(StreamHandoff), err)
+	}
+	return st, nil
+}
+
+// SkillsStore creates or opens the skills object store.
+func SkillsStore(ctx context.Context, js jetstream.JetStream, s Subjects, replicas int) (jetstream.ObjectStore, error) {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(ObjectSkills), Replicas: replicas})
+	if err != nil {
+		return nil, fmt.Errorf("bus: object store %s: %w", s.ObjectStore(ObjectSkills), err)
+	}
+	return os, nil
+}
+
+// IsNotFound reports whether err says a KV key is absent or deleted.
+func IsNotFound(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
+}

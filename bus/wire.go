@@ -1,0 +1,317 @@
+package bus
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Call is one tool call of a model turn. Input is a JSON object, or a JSON
+// string that holds one (as OpenAI returns arguments).
+type Call struct {
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// Batch is the data of io.toolbus.call.batch.
+type Batch struct {
+	Calls   []Call          `json:"calls"`
+	User    json.RawMessage `json:"user,omitempty"`
+	Context json.RawMessage `json:"context,omitempty"`
+	Request *Request        `json:"request,omitempty"`
+}
+
+// Request is the request-scoped tool configuration of a batch or a query.
+type Request struct {
+	MergeMode     string         `json:"merge_mode,omitempty"`
+	ExternalTools []ExternalTool `json:"external_tools,omitempty"`
+}
+
+// ExternalTool is a schema-only tool that the caller executes itself.
+type ExternalTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+// Reply is the data of io.toolbus.call.reply.
+type Reply struct {
+	Results []Result `json:"results"`
+	Parked  []Parked `json:"parked"`
+}
+
+// Parked describes a call that waits for an answer on Subject.
+type Parked struct {
+	ID             string          `json:"id"`
+	Name           string          `json:"name"`
+	Input          json.RawMessage `json:"input,omitempty"`
+	Kind           string          `json:"kind"`
+	Subject        string          `json:"subject"`
+	SuggestedRules []Rule          `json:"suggested_rules,omitempty"`
+}
+
+// Rule is a permission rule: Tool alone, or Tool with a command or path
+// pattern matched by the tool's rule matcher.
+type Rule struct {
+	Tool     string `json:"tool"`
+	Pattern  string `json:"pattern,omitempty"`
+	Behavior string `json:"behavior,omitempty"` // allow, deny or ask
+}
+
+// Result is the outcome of one call.
+type Result struct {
+	ID       string          `json:"id"`
+	Name     string          `json:"name"`
+	State    string          `json:"state"`
+	Output   []Block         `json:"output"`
+	Error    *ResultError    `json:"error,omitempty"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// ResultError is the machine-readable part of an error result.
+type ResultError struct {
+	Code    string   `json:"code"`
+	Message string   `json:"message"`
+	Details []Detail `json:"details,omitempty"`
+}
+
+// Detail is one problem found in a call's input.
+type Detail struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// Block is one piece of output the model reads: a text block, or a data block
+// that holds exactly one of Data (base64) and URL.
+type Block struct {
+	Type      string `json:"type"`
+	Text      string `json:"text,omitempty"`
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
+}
+
+// Block types.
+const (
+	BlockText = "text"
+	BlockData = "data"
+)
+
+// MarshalJSON always writes "text" for a text block, even when empty.
+func (b Block) MarshalJSON() ([]byte, error) {
+	type plain Block
+	if b.Type == BlockText && b.Text == "" {
+		return []byte(`{"type":"text","text":""}`), nil
+	}
+	return json.Marshal(plain(b))
+}
+
+// Text returns a single text block.
+func Text(s string) []Block { return []Block{{Type: BlockText, Text: s}} }
+
+// ErrorResult returns an error result whose text is msg and whose code is code.
+func ErrorResult(c Call, code, msg string, details ...Detail) Result {
+	state := StateError
+	switch code {
+	case CodeDenied:
+		state = StateDenied
+	case CodeInterrupted:
+		state = StateInterrupted
+	}
+	return Result{ID: c.ID, Name: c.Name, State: state, Output: Text(msg),
+		Error: &ResultError{Code: code, Message: msg, Details: details}}
+}
+
+// ExecRequest is the data of io.toolbus.exec.
+type ExecRequest struct {
+	Call    Call            `json:"call"`
+	User    json.RawMessage `json:"user,omitempty"`
+	Context json.RawMessage `json:"context,omitempty"`
+	Attempt int             `json:"attempt"`
+	State   json.RawMessage `json:"state,omitempty"`
+}
+
+// ExecResult is the data of io.toolbus.exec.result.
+type ExecResult struct {
+	State      string          `json:"state"`
+	Output     []Block         `json:"output"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	StatePatch json.RawMessage `json:"state_patch,omitempty"`
+}
+
+// Progress is the data of io.toolbus.call.progress.
+type Progress struct {
+	Seq    int     `json:"seq"`
+	Output []Block `json:"output"`
+}
+
+// ParkedEvent is the data of io.toolbus.call.parked.
+type ParkedEvent struct {
+	Calls []Parked `json:"calls"`
+}
+
+// BatchDone is the data of io.toolbus.batch.done.
+type BatchDone struct {
+	Results []Result `json:"results"`
+}
+
+// Cancel is the data of io.toolbus.call.cancel; no Calls means every call of
+// the reply id.
+type Cancel struct {
+	Calls []string `json:"calls,omitempty"`
+}
+
+// ToolsQuery is the data of io.toolbus.tools.query.
+type ToolsQuery struct {
+	Request *Request `json:"request,omitempty"`
+	Format  string   `json:"format,omitempty"`
+}
+
+// ToolsList is the data of io.toolbus.tools.list.
+type ToolsList struct {
+	Tools        []json.RawMessage `json:"tools"`
+	Groups       []GroupInfo       `json:"groups"`
+	SkillsPrompt string            `json:"skills_prompt"`
+}
+
+// GroupInfo is a group as listed for a session.
+type GroupInfo struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Scope       string `json:"scope"`
+	Active      bool   `json:"active"`
+}
+
+// Register is the data of io.toolbus.register.
+type Register struct {
+	Worker  string    `json:"worker"`
+	Groups  []Group   `json:"groups,omitempty"`
+	Tools   []ToolDef `json:"tools,omitempty"`
+	Leaving bool      `json:"leaving,omitempty"`
+}
+
+// RegisterAck is the data of io.toolbus.register.ack.
+type RegisterAck struct {
+	Accepted []string    `json:"accepted"`
+	Rejected []Rejection `json:"rejected"`
+}
+
+// Rejection names a definition that was not accepted, and why.
+type Rejection struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// Group is a tool group definition.
+type Group struct {
+	Name            string `json:"name"`
+	Description     string `json:"description"`
+	Instructions    string `json:"instructions,omitempty"`
+	Scope           string `json:"scope"`
+	ActiveByDefault bool   `json:"active_by_default"`
+	ActivateOnSkill string `json:"activate_on_skill,omitempty"`
+}
+
+// Permission checks of a tool definition.
+const (
+	PermissionPassthrough = "passthrough"
+	PermissionAllow       = "allow"
+	PermissionAsk         = "ask"
+)
+
+// Rule matchers of a tool definition.
+const (
+	MatcherNone    = "none"
+	MatcherCommand = "command"
+	MatcherPath    = "path"
+)
+
+// DefaultTimeoutMS is a tool's timeout unless its definition sets one.
+const DefaultTimeoutMS = 300000
+
+// ToolDef is a tool definition. Unmarshalling fills the defaults of fields
+// that are absent: concurrency_safe true, timeout_ms 300000, max_attempts 1,
+// permission "passthrough", rule_matcher "none".
+type ToolDef struct {
+	Name            string          `json:"name"`
+	Description     string          `json:"description"`
+	InputSchema     json.RawMessage `json:"input_schema"`
+	OutputSchema    json.RawMessage `json:"output_schema,omitempty"`
+	Groups          []string        `json:"groups,omitempty"`
+	ReadOnly        bool            `json:"read_only"`
+	ConcurrencySafe bool            `json:"concurrency_safe"`
+	Idempotent      bool            `json:"idempotent"`
+	External        bool            `json:"external"`
+	StateInjected   bool            `json:"state_injected"`
+	TimeoutMS       int64           `json:"timeout_ms"`
+	MaxAttempts     int             `json:"max_attempts"`
+	Permission      string          `json:"permission"`
+	RuleMatcher     string          `json:"rule_matcher"`
+	RuleField       string          `json:"rule_field,omitempty"`
+	MCP             *MCPRef         `json:"mcp,omitempty"`
+}
+
+// MCPRef names the MCP server tool a bridged tool stands for.
+type MCPRef struct {
+	Server string `json:"server"`
+	Tool   string `json:"tool"`
+}
+
+// Defaults fills the zero fields that have a non-zero default.
+func (d *ToolDef) Defaults() {
+	if d.TimeoutMS <= 0 {
+		d.TimeoutMS = DefaultTimeoutMS
+	}
+	if d.MaxAttempts <= 0 {
+		d.MaxAttempts = 1
+	}
+	if d.Permission == "" {
+		d.Permission = PermissionPassthrough
+	}
+	if d.RuleMatcher == "" {
+		d.RuleMatcher = MatcherNone
+	}
+}
+
+// UnmarshalJSON decodes a definition, with concurrency_safe true when absent.
+func (d *ToolDef) UnmarshalJSON(b []byte) error {
+	type plain ToolDef
+	p := plain{ConcurrencySafe: true}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*d = ToolDef(p)
+	d.Defaults()
+	return nil
+}
+
+// Equal reports whether two definitions are the same, comparing schemas by
+// their compact JSON.
+func (d *ToolDef) Equal(o *ToolDef) bool {
+	a, err1 := json.Marshal(d)
+	b, err2 := json.Marshal(o)
+	return err1 == nil && err2 == nil && bytes.Equal(compact(a), compact(b))
+}
+
+func compact(b []byte) []byte {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return b
+	}
+	return buf.Bytes()
+}
+
+// Answer is the data of io.toolbus.answer: State and Output for an external
+// call, Confirmed (with optional Input and Rules) for a confirmation.
+type Answer struct {
+	State     string          `json:"state,omitempty"`
+	Output    []Block         `json:"output,omitempty"`
+	Confirmed *bool           `json:"confirmed,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	Rules     []Rule          `json:"rules,omitempty"`
+}
+
+// AnswerAck is the data of io.toolbus.answer.ack.
+type AnswerAck struct {
+	Accepted bool `json:"accepted"`
+}
