@@ -1,6 +1,9 @@
 package bus
 
 import (
+	"context"
+	"time"
+
 	"github.com/nats-io/nats.go"
 )
 
@@ -43,4 +46,15 @@ func Respond(p Publisher, m *nats.Msg, source, typ string, data any) error {
 		return err
 	}
 	return Publish(p, m.Reply, e)
+}
+
+// Flush waits until the server has processed everything nc sent, bounded by
+// ctx or, when ctx has no deadline, by 10 seconds.
+func Flush(ctx context.Context, nc *nats.Conn) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	return nc.FlushWithContext(ctx)
 }

@@ -1,0 +1,311 @@
+// Package client is the agent's side of toolbus: call a batch of tools,
+// list the tools a session's model may see, stream a session's events,
+// cancel calls, answer parked calls and run admin verbs.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Prefix is the deployment's subject prefix; "" means bus.DefaultPrefix.
+	Prefix string
+	// Source is the CloudEvents source of the agent; "" means
+	// "toolbus/client".
+	Source string
+	// Timeout bounds requests whose context has no deadline; zero means
+	// 10 minutes for calls and 10 seconds for everything else.
+	Timeout time.Duration
+}
+
+// Client talks to the routers of one deployment. It is safe for concurrent use.
+type Client struct {
+	nc   *nats.Conn
+	subj bus.Subjects
+	cfg  Config
+}
+
+// New returns a Client on nc.
+func New(nc *nats.Conn, cfg Config) *Client {
+	if cfg.Source == "" {
+		cfg.Source = "toolbus/client"
+	}
+	return &Client{nc: nc, subj: bus.NewSubjects(cfg.Prefix), cfg: cfg}
+}
+
+// Subjects returns the deployment's subject names.
+func (c *Client) Subjects() bus.Subjects { return c.subj }
+
+// CallOption sets a per-call knob.
+type CallOption func(*bus.Event)
+
+// WithReplyID sets the batch's reply id (the event id); by default a fresh
+// one is chosen. Re-sending with the same reply id is deduplicated.
+func WithReplyID(id string) CallOption { return func(e *bus.Event) { e.ID = id } }
+
+// WithExpiry sets the batch's expirytime, shortening every tool's timeout.
+func WithExpiry(t time.Time) CallOption {
+	return func(e *bus.Event) { e.ExpiryTime = t.UTC().Format(time.RFC3339Nano) }
+}
+
+// WithTraceParent sets the W3C traceparent of the batch.
+func WithTraceParent(tp string) CallOption { return func(e *bus.Event) { e.TraceParent = tp } }
+
+// Call sends one model turn's calls and waits for the reply: finished
+// results and parked calls. A rejected batch returns a *bus.Error
+// (errors.Is(err, bus.ErrBadRequest) etc).
+func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
+	e, err := c.batchEvent(session, b, opts)
+	if err != nil {
+		return nil, err
+	}
+	var reply bus.Reply
+	if err := c.request(ctx, c.subj.Call(session), e, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// Publish sends a batch without waiting; results arrive as events on the
+// session's events subject. It returns the reply id.
+func (c *Client) Publish(session string, b bus.Batch, opts ...CallOption) (string, error) {
+	e, err := c.batchEvent(session, b, opts)
+	if err != nil {
+		return "", err
+	}
+	return e.ID, bus.Publish(c.nc, c.subj.Call(session), e)
+}
+
+func (c *Client) batchEvent(session string, b bus.Batch, opts []CallOption) (*bus.Event, error) {
+	e, err := c.event(bus.TypeCallBatch, session, b)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	return e, nil
+}
+
+func (c *Client) event(typ, session string, data any) (*bus.Event, error) {
+	if session != "" && !bus.ValidID(session) {
+		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q must match ^[A-Za-z0-9_-]{1,128}$", session)
+	}
+	e, err := bus.NewEvent(typ, c.cfg.Source, data)
+	if err != nil {
+		return nil, err
+	}
+	e.SessionID = session
+	return e, nil
+}
+
+// request sends e to subject and decodes a reply of type want into out; an
+// io.toolbus.error reply becomes a *bus.Error.
+func (c *Client) request(ctx context.Context, subject string, e *bus.Event, want string, out any, def time.Duration) error {
+	if _, ok := ctx.Deadline(); !ok {
+		if c.cfg.Timeout > 0 {
+			def = c.cfg.Timeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, def)
+		defer cancel()
+	}
+	m, err := e.Msg(subject)
+	if err != nil {
+		return err
+	}
+	resp, err := c.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("client: no router serves %s: %w", subject, err)
+		}
+		return fmt.Errorf("client: %s: %w", subject, err)
+	}
+	re, err := bus.Decode(resp)
+	if err != nil {
+		return fmt.Errorf("client: reply: %w", err)
+	}
+	if re.Type == bus.TypeError {
+		be := new(bus.Error)
+		if err := re.DataAs(be); err != nil {
+			return err
+		}
+		return be
+	}
+	if re.Type != want {
+		return fmt.Errorf("client: expected %s, got %s", want, re.Type)
+	}
+	if out == nil {
+		return nil
+	}
+	return re.DataAs(out)
+}
+
+// Tools asks which tools the session's model sees, in format (bus.Format*;
+// "" means toolbus), with an optional request-scoped configuration.
+func (c *Client) Tools(ctx context.Context, session, format string, req *bus.Request) (*bus.ToolsList, error) {
+	e, err := c.event(bus.TypeToolsQuery, session, bus.ToolsQuery{Request: req, Format: format})
+	if err != nil {
+		return nil, err
+	}
+	var list bus.ToolsList
+	if err := c.request(ctx, c.subj.Tools(session), e, bus.TypeToolsList, &list, 10*time.Second); err != nil {
+		return nil, err
+	}
+	return &list, nil
+}
+
+// Cancel interrupts the calls of reply id (all of them when calls is empty).
+func (c *Client) Cancel(ctx context.Context, session, replyID string, calls ...string) error {
+	e, err := c.event(bus.TypeCallCancel, session, bus.Cancel{Calls: calls})
+	if err != nil {
+		return err
+	}
+	e.ReplyID = replyID
+	if err := bus.Publish(c.nc, c.subj.Cancel(session), e); err != nil {
+		return err
+	}
+	return bus.Flush(ctx, c.nc)
+}
+
+// Answer answers a parked call of tool: an external call's result, or a
+// confirmation. It returns nil when the answer was accepted, else a
+// *bus.Error (bus.ErrNotParked, bus.ErrAlreadyAnswered, ...).
+func (c *Client) Answer(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
+	e, err := c.event(bus.TypeAnswer, session, a)
+	if err != nil {
+		return err
+	}
+	e.ReplyID, e.ToolCallID = replyID, callID
+	var ack bus.AnswerAck
+	if err := c.request(ctx, c.subj.Answer(tool), e, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
+		return err
+	}
+	if !ack.Accepted {
+		return bus.Errorf(bus.CodeInternal, "answer not accepted")
+	}
+	return nil
+}
+
+// Admin runs an admin verb (PROTOCOL.md section 9) and decodes the reply's
+// data into out (which may be nil). session is "" for deployment verbs.
+func (c *Client) Admin(ctx context.Context, verb, session string, data, out any) error {
+	if data == nil {
+		data = struct{}{}
+	}
+	e, err := c.event(bus.TypeAdmin, session, data)
+	if err != nil {
+		return err
+	}
+	return c.request(ctx, c.subj.Admin(verb), e, bus.TypeAdminReply, out, 10*time.Second)
+}
+
+// Events is a stream of a session's events.
+type Events struct {
+	C    <-chan *bus.Event
+	stop func()
+}
+
+// Stop ends the stream and closes C.
+func (s *Events) Stop() { s.stop() }
+
+// Watch streams the session's events as they are published (session "*"
+// streams every session's). The stream is live from the moment Watch
+// returns; use Replay to read what was published before.
+func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
+	if session != "*" && !bus.ValidID(session) {
+		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q is not valid", session)
+	}
+	ch := make(chan *bus.Event, 1024)
+	msgs := make(chan *nats.Msg, 1024)
+	sub, err := c.nc.ChanSubscribe(c.subj.Events(session), msgs)
+	if err != nil {
+		return nil, fmt.Errorf("client: watch: %w", err)
+	}
+	if err := bus.Flush(ctx, c.nc); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("client: watch: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer close(ch)
+		defer func() { _ = sub.Unsubscribe() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-msgs:
+				e, err := bus.Decode(m)
+				if err != nil {
+					continue
+				}
+				select {
+				case ch <- e:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return &Events{C: ch, stop: cancel}, nil
+}
+
+// Replay streams the session's events kept by the events stream, from the
+// first one still kept, then live ones, through an ordered consumer.
+func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.OrderedConsumer(ctx, c.subj.Stream(bus.StreamEvents), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.subj.Events(session)}})
+	if err != nil {
+		return nil, fmt.Errorf("client: replay: %w", err)
+	}
+	ch := make(chan *bus.Event, 1024)
+	ctx, cancel := context.WithCancel(ctx)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		if err != nil {
+			return
+		}
+		select {
+		case ch <- e:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("client: replay: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		cc.Stop()
+		<-cc.Closed()
+		close(ch)
+	}()
+	return &Events{C: ch, stop: cancel}, nil
+}
+
+// NewReplyID returns a fresh reply id.
+func NewReplyID() string { return nuid.Next() }
+
+// Input marshals v as a call input.
+func Input(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("client: input: %v", err))
+	}
+	return b
+}

@@ -1,0 +1,112 @@
+// Command router runs a toolbus router. With no --nats URL it starts an
+// embedded nats-server with JetStream, so one command gives a working bus.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/builtin"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/worker"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "router:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("router", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsURL := fs.String("nats", "", "NATS server URL to join; empty starts an embedded nats-server with JetStream")
+	listen := fs.String("listen", "127.0.0.1:4222", "host:port of the embedded nats-server")
+	data := fs.String("data", "", "JetStream store directory of the embedded server (default: a directory under the system temp dir)")
+	natsConfig := fs.String("nats-config", "", "nats-server configuration file for the embedded server (users, permissions, TLS)")
+	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
+	withBuiltin := fs.Bool("builtin", true, "serve the built-in tools in-process")
+	replicas := fs.Int("replicas", 1, "JetStream replicas of buckets and streams")
+	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
+	id := fs.String("id", "", "router instance id (default: random)")
+	verbose := fs.Bool("v", false, "log debug messages")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	url := *natsURL
+	if url == "" {
+		dir := *data
+		if dir == "" {
+			dir = os.TempDir() + "/toolbus-data"
+		}
+		s, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: *listen, StoreDir: dir, ConfigFile: *natsConfig})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}()
+		url = s.ClientURL()
+		fmt.Fprintf(stdout, "toolbus: embedded NATS listening on %s (JetStream store %s)\n", url, dir)
+	}
+	nc, err := nats.Connect(url, nats.Name("toolbus-router"), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", url, err)
+	}
+	defer nc.Close()
+
+	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
+		Store: bus.StoreConfig{Replicas: *replicas, Heartbeat: *heartbeat}})
+	if err != nil {
+		return err
+	}
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	var w *worker.Worker
+	if *withBuiltin {
+		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log})
+		if err == nil {
+			err = builtin.Register(w)
+		}
+		if err == nil {
+			err = w.Start(ctx)
+		}
+		if err != nil {
+			r.Stop()
+			return fmt.Errorf("built-in tools: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "toolbus: router %s serving prefix %q on %s\n", r.ID(), *prefix, url)
+	<-ctx.Done()
+	log.Info("shutting down")
+	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if w != nil {
+		_ = w.Stop(dctx)
+	}
+	return r.Drain(dctx)
+}

@@ -1,0 +1,413 @@
+// Package registry keeps tool definitions (P_tools) and worker liveness
+// (P_workers) in JetStream KV and serves them from a watch-fed cache, so the
+// router's hot path never reads KV. It also decides on registrations: a
+// definition is accepted when its name is valid, its schema compiles as an
+// object schema with no external $ref, and it does not conflict with a
+// different definition that live workers still serve.
+package registry
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schemas"
+)
+
+// Tool is a registered definition with its compiled input schema.
+type Tool struct {
+	Def    bus.ToolDef
+	Schema *schemas.Schema
+	order  uint64 // revision at which the tool was first seen
+	rev    uint64
+}
+
+// Config configures a Registry.
+type Config struct {
+	// Heartbeat is the workers' heartbeat; a worker is live while its last
+	// beat is younger than three of them. Zero means bus.DefaultHeartbeat.
+	Heartbeat time.Duration
+	// Logger receives warnings about bad entries; nil discards.
+	Logger *slog.Logger
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Registry is the cache of tools and workers of one deployment. It is safe
+// for concurrent use.
+type Registry struct {
+	tools   jetstream.KeyValue
+	workers jetstream.KeyValue
+	cfg     Config
+
+	mu       sync.RWMutex
+	byName   map[string]*Tool
+	liveness map[string]map[string]time.Time // tool → worker → last beat
+	version  uint64                          // bumped on every change
+
+	watches []*bus.Watch
+	ready   chan struct{}
+}
+
+// New returns a Registry over the store's tools and workers buckets. Call
+// Start before use.
+func New(st *bus.Store, cfg Config) *Registry {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = bus.DefaultHeartbeat
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Registry{tools: st.Tools, workers: st.Workers, cfg: cfg,
+		byName: map[string]*Tool{}, liveness: map[string]map[string]time.Time{}, ready: make(chan struct{})}
+}
+
+// Start begins watching both buckets and returns once the initial values are
+// loaded or ctx ends. The watches run until ctx ends or Stop is called.
+func (r *Registry) Start(ctx context.Context) error {
+	tw, err := bus.WatchKV(ctx, r.tools, ">", r.applyTool)
+	if err != nil {
+		return err
+	}
+	ww, err := bus.WatchKV(ctx, r.workers, ">", r.applyWorker)
+	if err != nil {
+		tw.Stop()
+		return err
+	}
+	r.watches = []*bus.Watch{tw, ww}
+	for _, w := range r.watches {
+		select {
+		case <-w.Ready():
+		case <-ctx.Done():
+			r.Stop()
+			return ctx.Err()
+		}
+	}
+	close(r.ready)
+	return nil
+}
+
+// Ready is closed once the cache holds the initial values.
+func (r *Registry) Ready() <-chan struct{} { return r.ready }
+
+// Stop ends the watches. It is safe to call twice.
+func (r *Registry) Stop() {
+	for _, w := range r.watches {
+		w.Stop()
+	}
+}
+
+func (r *Registry) applyTool(e jetstream.KeyValueEntry) {
+	name := e.Key()
+	if e.Operation() != jetstream.KeyValuePut {
+		r.mu.Lock()
+		delete(r.byName, name)
+		r.version++
+		r.mu.Unlock()
+		return
+	}
+	t, err := parseTool(e.Value())
+	if err != nil {
+		r.cfg.Logger.Warn("registry: ignoring bad tool entry", "tool", name, "err", err)
+		return
+	}
+	t.rev = e.Revision()
+	r.put(t)
+}
+
+func (r *Registry) put(t *Tool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.byName[t.Def.Name]; ok {
+		if old.rev > t.rev {
+			return
+		}
+		t.order = old.order
+	} else {
+		t.order = t.rev
+	}
+	r.byName[t.Def.Name] = t
+	r.version++
+}
+
+func parseTool(b []byte) (*Tool, error) {
+	var d bus.ToolDef
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, err
+	}
+	s, err := schemas.Compile(d.InputSchema)
+	if err != nil {
+		return nil, err
+	}
+	return &Tool{Def: d, Schema: s}, nil
+}
+
+func (r *Registry) applyWorker(e jetstream.KeyValueEntry) {
+	tool, worker, ok := strings.Cut(e.Key(), ".")
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.version++
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(r.liveness[tool], worker)
+		if len(r.liveness[tool]) == 0 {
+			delete(r.liveness, tool)
+		}
+		return
+	}
+	m := r.liveness[tool]
+	if m == nil {
+		m = map[string]time.Time{}
+		r.liveness[tool] = m
+	}
+	m[worker] = e.Created()
+}
+
+// Lookup returns the tool named name, live or not.
+func (r *Registry) Lookup(name string) (*Tool, bool) {
+	r.mu.RLock()
+	t, ok := r.byName[name]
+	r.mu.RUnlock()
+	return t, ok
+}
+
+// Live reports whether a call to the tool can be served: it is external, or
+// at least one worker has beaten within three heartbeats.
+func (r *Registry) Live(t *Tool) bool {
+	if t.Def.External {
+		return true
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.liveLocked(t.Def.Name, "")
+}
+
+func (r *Registry) liveLocked(tool, except string) bool {
+	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
+	for w, at := range r.liveness[tool] {
+		if w != except && at.After(cutoff) {
+			return true
+		}
+	}
+	return false
+}
+
+// Workers returns the number of live workers per tool.
+func (r *Registry) Workers() map[string]int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
+	out := map[string]int{}
+	for tool, ws := range r.liveness {
+		for _, at := range ws {
+			if at.After(cutoff) {
+				out[tool]++
+			}
+		}
+	}
+	return out
+}
+
+// Tools returns every registered tool in the order it was first registered.
+func (r *Registry) Tools() []*Tool {
+	r.mu.RLock()
+	out := make([]*Tool, 0, len(r.byName))
+	for _, t := range r.byName {
+		out = append(out, t)
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *Tool) int { return cmp.Compare(a.order, b.order) })
+	return out
+}
+
+// Version changes whenever the cache changes; callers use it to invalidate
+// what they derived from the cache.
+func (r *Registry) Version() uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.version
+}
+
+// Register applies one registration or heartbeat: each definition is checked
+// and stored (only when it changed, with compare-and-set), then the worker's
+// liveness is refreshed for the accepted tools. A leaving worker's liveness is
+// removed at once. Errors reaching KV are returned; rejections are in the ack.
+func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.RegisterAck, error) {
+	ack := bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
+	if !bus.ValidID(reg.Worker) {
+		return ack, bus.Errorf(bus.CodeBadRequest, "worker id %q must match ^[A-Za-z0-9_-]{1,128}$", reg.Worker)
+	}
+	if reg.Leaving {
+		return ack, r.leave(ctx, reg.Worker)
+	}
+	seen := map[string]bool{}
+	for _, d := range reg.Tools {
+		d.Defaults()
+		if seen[d.Name] {
+			ack.Rejected = append(ack.Rejected, bus.Rejection{Name: d.Name, Reason: "defined twice in one registration"})
+			continue
+		}
+		seen[d.Name] = true
+		reason, err := r.store(ctx, reg.Worker, d)
+		if err != nil {
+			return ack, err
+		}
+		if reason != "" {
+			ack.Rejected = append(ack.Rejected, bus.Rejection{Name: d.Name, Reason: reason})
+			continue
+		}
+		ack.Accepted = append(ack.Accepted, d.Name)
+	}
+	for _, name := range ack.Accepted {
+		if d, _ := r.Lookup(name); d != nil && d.Def.External {
+			continue
+		}
+		key := name + "." + reg.Worker
+		if _, err := r.workers.Put(ctx, key, []byte(`{}`)); err != nil {
+			return ack, fmt.Errorf("registry: liveness %s: %w", key, err)
+		}
+		r.mu.Lock()
+		if r.liveness[name] == nil {
+			r.liveness[name] = map[string]time.Time{}
+		}
+		r.liveness[name][reg.Worker] = r.cfg.Now()
+		r.version++
+		r.mu.Unlock()
+	}
+	return ack, nil
+}
+
+// Check returns why d cannot be registered, or "" when it can. It compiles
+// the schema; it does not look at conflicts.
+func Check(d *bus.ToolDef) (string, *schemas.Schema) {
+	if !bus.ValidName(d.Name) {
+		return fmt.Sprintf("name %q must match ^[A-Za-z0-9_-]{1,64}$", d.Name), nil
+	}
+	for _, g := range d.Groups {
+		if !bus.ValidName(g) {
+			return fmt.Sprintf("group name %q must match ^[A-Za-z0-9_-]{1,64}$", g), nil
+		}
+	}
+	switch d.Permission {
+	case bus.PermissionPassthrough, bus.PermissionAllow, bus.PermissionAsk:
+	default:
+		return fmt.Sprintf("permission %q must be passthrough, allow or ask", d.Permission), nil
+	}
+	switch d.RuleMatcher {
+	case bus.MatcherNone, bus.MatcherCommand, bus.MatcherPath:
+	default:
+		return fmt.Sprintf("rule_matcher %q must be none, command or path", d.RuleMatcher), nil
+	}
+	if d.RuleMatcher != bus.MatcherNone && d.RuleField == "" {
+		return "rule_field is required with rule_matcher " + d.RuleMatcher, nil
+	}
+	s, err := schemas.Compile(d.InputSchema)
+	if err != nil {
+		return "input_schema: " + strings.TrimPrefix(err.Error(), "schemas: "), nil
+	}
+	if len(d.OutputSchema) > 0 && string(d.OutputSchema) != "null" {
+		if _, err := schemas.Compile(d.OutputSchema); err != nil {
+			return "output_schema: " + strings.TrimPrefix(err.Error(), "schemas: "), nil
+		}
+	}
+	return "", s
+}
+
+// store writes d unless it is invalid or conflicts; it returns the rejection
+// reason, or an error when KV fails.
+func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (string, error) {
+	reason, s := Check(&d)
+	if reason != "" {
+		return reason, nil
+	}
+	if t, ok := r.Lookup(d.Name); ok && t.Def.Equal(&d) {
+		return "", nil // a heartbeat: nothing changed
+	}
+	val, err := json.Marshal(d)
+	if err != nil {
+		return "", fmt.Errorf("registry: encode %s: %w", d.Name, err)
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		entry, err := r.tools.Get(ctx, d.Name)
+		var rev uint64
+		switch {
+		case err == nil:
+			rev = entry.Revision()
+			var cur bus.ToolDef
+			if json.Unmarshal(entry.Value(), &cur) == nil {
+				if cur.Equal(&d) {
+					r.put(&Tool{Def: d, Schema: s, rev: rev})
+					return "", nil
+				}
+				r.mu.RLock()
+				conflict := !cur.External && r.liveLocked(d.Name, worker)
+				r.mu.RUnlock()
+				if conflict {
+					return fmt.Sprintf("conflicts with a different live definition of %q", d.Name), nil
+				}
+			}
+			rev, err = r.tools.Update(ctx, d.Name, val, rev)
+		case bus.IsNotFound(err):
+			rev, err = r.tools.Create(ctx, d.Name, val)
+		}
+		if err == nil {
+			r.put(&Tool{Def: d, Schema: s, rev: rev})
+			return "", nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+			return "", fmt.Errorf("registry: put %s: %w", d.Name, err)
+		}
+	}
+	return "", fmt.Errorf("registry: put %s: too much contention", d.Name)
+}
+
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+func (r *Registry) leave(ctx context.Context, worker string) error {
+	r.mu.Lock()
+	var keys []string
+	for tool, ws := range r.liveness {
+		if _, ok := ws[worker]; ok {
+			keys = append(keys, tool+"."+worker)
+			delete(ws, worker)
+		}
+	}
+	r.version++
+	r.mu.Unlock()
+	for _, k := range keys {
+		if err := r.workers.Delete(ctx, k); err != nil && !bus.IsNotFound(err) {
+			return fmt.Errorf("registry: leave %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// Delete removes a tool definition (the admin verb tools.delete).
+func (r *Registry) Delete(ctx context.Context, name string) error {
+	if err := r.tools.Delete(ctx, name); err != nil && !bus.IsNotFound(err) {
+		return fmt.Errorf("registry: delete %s: %w", name, err)
+	}
+	r.mu.Lock()
+	delete(r.byName, name)
+	r.version++
+	r.mu.Unlock()
+	return nil
+}

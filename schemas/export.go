@@ -1,0 +1,126 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// emptySchema stands for an empty or absent input schema.
+var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
+
+// The listing formats of PROTOCOL.md 4.1, as structs so that keys keep their
+// order.
+type (
+	openAITool struct {
+		Type     string         `json:"type"`
+		Function openAIFunction `json:"function"`
+	}
+	openAIFunction struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	}
+	openAIResponsesTool struct {
+		Type        string          `json:"type"`
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Strict      bool            `json:"strict"`
+	}
+	anthropicTool struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		InputSchema json.RawMessage `json:"input_schema"`
+	}
+	geminiFunction struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	}
+	mcpTool struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		InputSchema json.RawMessage `json:"inputSchema"`
+		Annotations mcpAnnotations  `json:"annotations"`
+	}
+	mcpAnnotations struct {
+		ReadOnlyHint    bool `json:"readOnlyHint"`
+		DestructiveHint bool `json:"destructiveHint"`
+		IdempotentHint  bool `json:"idempotentHint"`
+	}
+)
+
+// Export renders tool definitions in a listing format of PROTOCOL.md 4.1, one
+// element per definition, in order:
+//
+//	"toolbus" (or ""): the bus.ToolDef itself
+//	"openai": {"type":"function","function":{"name","description","parameters"}}
+//	"openai-responses": {"type":"function","name","description","parameters","strict":false}
+//	"anthropic": {"name","description","input_schema"}
+//	"gemini": {"name","description","parameters"}
+//	"mcp": {"name","description","inputSchema","annotations":{"readOnlyHint","destructiveHint","idempotentHint"}}
+//
+// with destructiveHint = !read_only. The input schema is passed through
+// unchanged (compacted, without HTML escaping); an empty, absent or null one becomes
+// {"type":"object","properties":{}}, in every format. An unknown format is an
+// error; so is a definition whose schema is not valid JSON. The result is
+// never nil.
+func Export(format string, defs []bus.ToolDef) ([]json.RawMessage, error) {
+	render, err := exporter(format)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]json.RawMessage, 0, len(defs))
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "a < b" stays as written
+	for i := range defs {
+		d := &defs[i]
+		schema := d.InputSchema
+		if t := bytes.TrimSpace(schema); len(t) == 0 || string(t) == "null" {
+			schema = emptySchema
+		}
+		buf.Reset()
+		if err := enc.Encode(render(d, schema)); err != nil {
+			return nil, fmt.Errorf("schemas: export %q as %s: %w", d.Name, format, err)
+		}
+		out = append(out, bytes.Clone(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))))
+	}
+	return out, nil
+}
+
+func exporter(format string) (func(d *bus.ToolDef, schema json.RawMessage) any, error) {
+	switch format {
+	case bus.FormatToolbus, "":
+		return func(d *bus.ToolDef, schema json.RawMessage) any {
+			c := *d
+			c.InputSchema = schema
+			return &c
+		}, nil
+	case bus.FormatOpenAI:
+		return func(d *bus.ToolDef, schema json.RawMessage) any {
+			return openAITool{Type: "function", Function: openAIFunction{Name: d.Name, Description: d.Description, Parameters: schema}}
+		}, nil
+	case bus.FormatOpenAIResponses:
+		return func(d *bus.ToolDef, schema json.RawMessage) any {
+			return openAIResponsesTool{Type: "function", Name: d.Name, Description: d.Description, Parameters: schema}
+		}, nil
+	case bus.FormatAnthropic:
+		return func(d *bus.ToolDef, schema json.RawMessage) any {
+			return anthropicTool{Name: d.Name, Description: d.Description, InputSchema: schema}
+		}, nil
+	case bus.FormatGemini:
+		return func(d *bus.ToolDef, schema json.RawMessage) any {
+			return geminiFunction{Name: d.Name, Description: d.Description, Parameters: schema}
+		}, nil
+	case bus.FormatMCP:
+		return func(d *bus.ToolDef, schema json.RawMessage) any {
+			return mcpTool{Name: d.Name, Description: d.Description, InputSchema: schema,
+				Annotations: mcpAnnotations{ReadOnlyHint: d.ReadOnly, DestructiveHint: !d.ReadOnly, IdempotentHint: d.Idempotent}}
+		}, nil
+	}
+	return nil, fmt.Errorf("schemas: unknown format %q (want toolbus, openai, openai-responses, anthropic, gemini or mcp)", format)
+}

@@ -1,0 +1,439 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// MaxSchemaBytes bounds a schema's size.
+const MaxSchemaBytes = 64 << 10
+
+// schemaURL is the location the compiler gives a schema; it is never fetched.
+const schemaURL = "toolbus:///input_schema.json"
+
+// Schema is a compiled object schema; safe for concurrent use.
+type Schema struct {
+	raw  json.RawMessage
+	doc  any    // the decoded schema (UseNumber), read only
+	base string // Location of the root schema without its fragment
+	sch  *jsonschema.Schema
+}
+
+// refusedError is the error of the loader that refuses every URL.
+type refusedError struct{ url string }
+
+func (e *refusedError) Error() string { return "schemas: refusing to load " + e.url }
+
+func refuse(url string) (io.ReadCloser, error) { return nil, &refusedError{url: url} }
+
+// Compile compiles raw as a tool input schema. Fail closed: returns an error
+// (message readable, prefixed "schemas: ") when raw is not valid JSON, not a
+// JSON object, does not compile (draft 2020-12 default; draft-07 etc. allowed
+// when $schema says so; meta-schemas come from the library's built-ins, never
+// the network), is not an object schema (top-level "type" must be "object"),
+// refers to any external $ref (anything other than a same-document "#..."
+// fragment; a loader that refuses every URL is installed so nothing is ever
+// fetched), or is larger than MaxSchemaBytes (64 KiB, counted on the compact
+// form).
+//
+// The returned Schema is safe for concurrent use.
+func Compile(raw json.RawMessage) (s *Schema, err error) {
+	defer func() {
+		if r := recover(); r != nil { // fail closed on a validator bug
+			s, err = nil, fmt.Errorf("schemas: schema does not compile: %v", r)
+		}
+	}()
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, errors.New("schemas: schema is empty")
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(raw))
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, fmt.Errorf("schemas: schema is not valid JSON: %v", err)
+	}
+	if buf.Len() > MaxSchemaBytes {
+		return nil, fmt.Errorf("schemas: schema is %d bytes, more than the limit of %d", buf.Len(), MaxSchemaBytes)
+	}
+	compact := buf.Bytes()
+	doc, err := decode(compact)
+	if err != nil {
+		return nil, fmt.Errorf("schemas: schema is not valid JSON: %v", err)
+	}
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("schemas: schema must be a JSON object, got %s", jsonType(doc))
+	}
+	if t, ok := m["type"].(string); !ok || t != "object" {
+		got := "none"
+		if v, ok := m["type"]; ok {
+			got = render(v)
+		}
+		return nil, fmt.Errorf(`schemas: schema must have "type": "object" at the top level, got %s`, got)
+	}
+	if err := checkRefs(m); err != nil {
+		return nil, err
+	}
+
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.LoadURL = refuse
+	if err := c.AddResource(schemaURL, bytes.NewReader(compact)); err != nil {
+		return nil, fmt.Errorf("schemas: schema is not valid JSON: %v", err)
+	}
+	sch, err := c.Compile(schemaURL)
+	if err != nil {
+		return nil, compileError(m, err)
+	}
+	base, _, _ := strings.Cut(sch.Location, "#")
+	return &Schema{raw: compact, doc: doc, base: base, sch: sch}, nil
+}
+
+// Raw returns the schema as given, in compact JSON. The caller must not modify it.
+func (s *Schema) Raw() json.RawMessage { return s.raw }
+
+// Validate validates an already-decoded instance (decoded with
+// json.Decoder.UseNumber, as ParseInput does) and returns the problems, nil
+// when valid. Each Detail has Path = the JSON pointer of the instance location
+// ("/city", "/items/0/name"; "/" for the root) and a short Message:
+//
+//	expected string, but got number
+//	missing property 'city'                  (Path: the object that lacks it)
+//	additional property 'x' is not allowed   (Path: the object that has it)
+//	value must be one of "a", "b"
+//
+// and the validator's own texts for the other keywords ("length must be >= 3,
+// but got 1", "does not match pattern '^a'", ...). Causes of allOf, anyOf,
+// oneOf and $ref are flattened to their leaves; details are sorted by path
+// then message, without duplicates. Validate is safe for concurrent use.
+func (s *Schema) Validate(v any) (details []bus.Detail) {
+	defer func() {
+		if r := recover(); r != nil { // fail closed on a validator bug
+			details = []bus.Detail{{Path: "/", Message: fmt.Sprintf("input could not be validated: %v", r)}}
+		}
+	}()
+	err := s.sch.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return []bus.Detail{{Path: "/", Message: "input could not be validated: " + strings.TrimPrefix(err.Error(), "jsonschema: ")}}
+	}
+	details = s.leaves(ve, nil)
+	if len(details) == 0 { // never seen; an error must not read as valid
+		details = append(details, bus.Detail{Path: pointer(ve.InstanceLocation), Message: ve.Message})
+	}
+	return sortDetails(details)
+}
+
+func sortDetails(d []bus.Detail) []bus.Detail {
+	slices.SortFunc(d, func(a, b bus.Detail) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Message, b.Message)
+	})
+	return slices.Compact(d)
+}
+
+// leaves appends the leaf errors of ve to out, one Detail per problem.
+func (s *Schema) leaves(ve *jsonschema.ValidationError, out []bus.Detail) []bus.Detail {
+	if len(ve.Causes) > 0 {
+		for _, c := range ve.Causes {
+			out = s.leaves(c, out)
+		}
+		return out
+	}
+	path := pointer(ve.InstanceLocation)
+	kw := ve.KeywordLocation[strings.LastIndexByte(ve.KeywordLocation, '/')+1:]
+	switch {
+	case kw == "required" && strings.HasPrefix(ve.Message, "missing properties: "):
+		for _, name := range quotedNames(strings.TrimPrefix(ve.Message, "missing properties: ")) {
+			out = append(out, bus.Detail{Path: path, Message: "missing property " + name})
+		}
+		return out
+	case kw == "additionalProperties" && strings.HasPrefix(ve.Message, "additionalProperties "):
+		list := strings.TrimSuffix(strings.TrimPrefix(ve.Message, "additionalProperties "), " not allowed")
+		for _, name := range quotedNames(list) {
+			out = append(out, bus.Detail{Path: path, Message: "additional property " + name + " is not allowed"})
+		}
+		return out
+	case (kw == "additionalProperties" || kw == "unevaluatedProperties") && ve.Message == "not allowed":
+		i := strings.LastIndexByte(ve.InstanceLocation, '/')
+		if i >= 0 {
+			name := unescape(ve.InstanceLocation[i+1:])
+			return append(out, bus.Detail{Path: pointer(ve.InstanceLocation[:i]),
+				Message: "additional property " + quote(name) + " is not allowed"})
+		}
+	case kw == "enum":
+		v, _ := s.lookup(ve.AbsoluteKeywordLocation)
+		if vals, ok := v.([]any); ok && len(vals) > 0 {
+			return append(out, bus.Detail{Path: path, Message: oneOf(vals)})
+		}
+	case kw == "const":
+		if v, ok := s.lookup(ve.AbsoluteKeywordLocation); ok {
+			return append(out, bus.Detail{Path: path, Message: "value must be " + clip(render(v))})
+		}
+	}
+	return append(out, bus.Detail{Path: path, Message: ve.Message})
+}
+
+// pointer returns the validator's instance location as a JSON pointer, "/"
+// for the root.
+func pointer(loc string) string {
+	if loc == "" {
+		return "/"
+	}
+	return loc
+}
+
+// lookup returns the value at the absolute keyword location loc of the
+// schema; false when loc is not in this document (a subschema with its own
+// $id, or the meta-schema).
+func (s *Schema) lookup(loc string) (any, bool) {
+	url, frag, ok := strings.Cut(loc, "#")
+	if !ok || url != s.base {
+		return nil, false
+	}
+	v := s.doc
+	if frag == "" {
+		return v, true
+	}
+	if frag[0] != '/' {
+		return nil, false
+	}
+	for _, tok := range strings.Split(frag[1:], "/") {
+		tok = unescape(tok)
+		switch x := v.(type) {
+		case map[string]any:
+			if v, ok = x[tok]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// unescape decodes one JSON pointer token.
+func unescape(tok string) string {
+	if strings.IndexByte(tok, '~') < 0 {
+		return tok
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+}
+
+// maxListed bounds the length of an enum message.
+const maxListed = 300
+
+// oneOf renders an enum failure: value must be "a", or value must be one of
+// "a", "b".
+func oneOf(vals []any) string {
+	if len(vals) == 1 {
+		return "value must be " + clip(render(vals[0]))
+	}
+	var b strings.Builder
+	b.WriteString("value must be one of ")
+	for i, v := range vals {
+		if i > 0 {
+			if b.Len() > maxListed {
+				fmt.Fprintf(&b, ", ... (%d more)", len(vals)-i)
+				break
+			}
+			b.WriteString(", ")
+		}
+		b.WriteString(clip(render(v)))
+	}
+	return b.String()
+}
+
+func clip(s string) string {
+	if len(s) > maxListed {
+		return s[:maxListed] + "..."
+	}
+	return s
+}
+
+// render returns v as compact JSON, without HTML escaping.
+func render(v any) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Sprint(v)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// quotedNames splits the validator's list of single-quoted names ('a', 'b\'c')
+// into its items, each still quoted.
+func quotedNames(list string) []string {
+	var names []string
+	for i := 0; i < len(list); i++ {
+		if list[i] != '\'' {
+			continue
+		}
+		j := i + 1
+		for j < len(list) && list[j] != '\'' {
+			if list[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		if j >= len(list) {
+			break
+		}
+		names = append(names, list[i:j+1])
+		i = j
+	}
+	if len(names) == 0 {
+		return []string{list}
+	}
+	return names
+}
+
+// quote single-quotes a property name the way the validator does.
+func quote(s string) string {
+	q := strconv.Quote(s)
+	q = strings.ReplaceAll(q, `\"`, `"`)
+	q = strings.ReplaceAll(q, `'`, `\'`)
+	return "'" + q[1:len(q)-1] + "'"
+}
+
+// jsonType names the JSON type of a decoded value.
+func jsonType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case json.Number, float64:
+		return "number"
+	case string:
+		return "string"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// decode decodes one JSON value with UseNumber; trailing data is an error.
+func decode(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("unexpected data after the top-level value")
+	}
+	return v, nil
+}
+
+// Keywords whose value is a schema, a map of schemas or a list of schemas, in
+// the drafts the validator knows. checkRefs walks only these, so a "$ref" key
+// inside "default", "enum" or "const" data is not mistaken for a reference.
+var (
+	refKeywords = []string{"$ref", "$dynamicRef", "$recursiveRef"}
+	subKeywords = []string{
+		"additionalItems", "additionalProperties", "allOf", "anyOf", "contains",
+		"contentSchema", "else", "if", "items", "not", "oneOf", "prefixItems",
+		"propertyNames", "then", "unevaluatedItems", "unevaluatedProperties",
+	}
+	mapKeywords = []string{"$defs", "definitions", "dependencies", "dependentSchemas", "patternProperties", "properties"}
+)
+
+// checkRefs returns an error for the first reference, in a fixed walk order,
+// that is not a same-document fragment ("#", "#/$defs/x", "#anchor").
+func checkRefs(v any) error {
+	switch x := v.(type) {
+	case []any:
+		for _, e := range x {
+			if err := checkRefs(e); err != nil {
+				return err
+			}
+		}
+	case map[string]any:
+		for _, kw := range refKeywords {
+			if ref, ok := x[kw].(string); ok && !strings.HasPrefix(ref, "#") {
+				return fmt.Errorf("schemas: external %s %q is not allowed (only same-document references such as \"#/$defs/name\")", kw, ref)
+			}
+		}
+		for _, kw := range subKeywords {
+			if err := checkRefs(x[kw]); err != nil {
+				return err
+			}
+		}
+		for _, kw := range mapKeywords {
+			m, ok := x[kw].(map[string]any)
+			if !ok {
+				continue
+			}
+			keys := make([]string, 0, len(m))
+			for k := range m {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				if err := checkRefs(m[k]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// compileError turns a compiler error into a readable one.
+func compileError(doc map[string]any, err error) error {
+	var refused *refusedError
+	if errors.As(err, &refused) {
+		if sch, _ := doc["$schema"].(string); sch != "" && strings.HasPrefix(refused.url, strings.TrimSuffix(sch, "#")) {
+			return fmt.Errorf("schemas: unsupported $schema %q (known: draft-04, -06, -07, 2019-09, 2020-12)", sch)
+		}
+		return fmt.Errorf("schemas: external reference %q is not allowed (nothing is fetched)", refused.url)
+	}
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &ve) { // the schema does not validate against its meta-schema
+		var s Schema
+		details := sortDetails(s.leaves(ve, nil))
+		msgs := make([]string, 0, len(details))
+		for i, d := range details {
+			if i == 5 {
+				msgs = append(msgs, fmt.Sprintf("and %d more", len(details)-i))
+				break
+			}
+			msgs = append(msgs, d.Path+": "+d.Message)
+		}
+		return fmt.Errorf("schemas: invalid schema: %s", strings.Join(msgs, "; "))
+	}
+	msg := err.Error()
+	var se *jsonschema.SchemaError
+	if errors.As(err, &se) && se.Err != nil {
+		msg = se.Err.Error()
+	}
+	msg = strings.ReplaceAll(msg, "jsonschema: ", "")
+	msg = strings.ReplaceAll(msg, schemaURL, "")
+	return fmt.Errorf("schemas: invalid schema: %s", msg)
+}

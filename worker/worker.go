@@ -1,0 +1,423 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Config configures a Worker.
+type Config struct {
+	// ID is the worker's instance id, a valid identifier; "" means a random one.
+	ID string
+	// Prefix is the deployment's subject prefix; "" means bus.DefaultPrefix.
+	Prefix string
+	// Heartbeat is how often the worker registers again; zero means
+	// bus.DefaultHeartbeat. Routers forget a worker after three missed beats.
+	Heartbeat time.Duration
+	// MaxConcurrent bounds the calls this worker runs at once, across all its
+	// tools; zero means 64. When every slot is busy, further requests wait in
+	// the subscription's buffer.
+	MaxConcurrent int
+	// Groups are group definitions sent with every registration.
+	Groups []bus.Group
+	// Logger receives the worker's logs; nil discards.
+	Logger *slog.Logger
+}
+
+// Handler runs one call of a raw tool. Returning an error gives an error
+// result whose text is the error's; returning a result passes it through.
+type Handler func(ctx context.Context, c *Call) (*bus.ExecResult, error)
+
+type tool struct {
+	def bus.ToolDef
+	h   Handler
+	sub *nats.Subscription
+}
+
+// Worker serves tools. It is safe for concurrent use; tools must be
+// registered before Start.
+type Worker struct {
+	nc     *nats.Conn
+	cfg    Config
+	subj   bus.Subjects
+	source string
+	sem    chan struct{}
+	log    *slog.Logger
+
+	mu        sync.Mutex
+	tools     []*tool
+	inflight  map[string]*Call // sessionid/replyid/callid → call
+	started   bool
+	cancelSub *nats.Subscription
+
+	registered chan struct{}
+	regOnce    sync.Once
+	calls      sync.WaitGroup // running calls
+	loops      sync.WaitGroup // heartbeat loop
+	stopLoop   context.CancelFunc
+	stopOnce   sync.Once
+	stopErr    error
+}
+
+// ErrStarted is returned when tools are added after Start.
+var ErrStarted = errors.New("worker: already started")
+
+// New returns a Worker on nc.
+func New(nc *nats.Conn, cfg Config) (*Worker, error) {
+	if cfg.ID == "" {
+		cfg.ID = nuid.Next()
+	}
+	if !bus.ValidID(cfg.ID) {
+		return nil, fmt.Errorf("worker: id %q must match ^[A-Za-z0-9_-]{1,128}$", cfg.ID)
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = bus.DefaultHeartbeat
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
+		sem: make(chan struct{}, cfg.MaxConcurrent), log: cfg.Logger.With("worker", cfg.ID),
+		inflight: map[string]*Call{}, registered: make(chan struct{})}, nil
+}
+
+// ID returns the worker's instance id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Handle adds a raw tool: def is sent as is (its InputSchema must be set) and
+// h receives the input as JSON. It returns ErrStarted after Start.
+func (w *Worker) Handle(def bus.ToolDef, h Handler) error {
+	def.Defaults()
+	if !bus.ValidName(def.Name) {
+		return fmt.Errorf("worker: tool name %q must match ^[A-Za-z0-9_-]{1,64}$", def.Name)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return ErrStarted
+	}
+	for _, t := range w.tools {
+		if t.def.Name == def.Name {
+			return fmt.Errorf("worker: tool %q added twice", def.Name)
+		}
+	}
+	w.tools = append(w.tools, &tool{def: def, h: h})
+	return nil
+}
+
+// Registered is closed once a router has acknowledged the first registration.
+func (w *Worker) Registered() <-chan struct{} { return w.registered }
+
+// Start subscribes every tool in its queue group and the cancel subject,
+// registers with the routers, and keeps registering every heartbeat until
+// Stop. A registration that no router answers is retried at the next beat.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return ErrStarted
+	}
+	w.started = true
+	tools := w.tools
+	w.mu.Unlock()
+
+	var err error
+	w.cancelSub, err = w.nc.Subscribe(w.subj.All("cancel"), w.onCancel)
+	if err != nil {
+		return fmt.Errorf("worker: subscribe cancel: %w", err)
+	}
+	for _, t := range tools {
+		t := t
+		t.sub, err = w.nc.QueueSubscribe(w.subj.Exec(t.def.Name), w.subj.ExecQueue(t.def.Name), func(m *nats.Msg) { w.onExec(t, m) })
+		if err != nil {
+			return fmt.Errorf("worker: subscribe %s: %w", t.def.Name, err)
+		}
+		_ = t.sub.SetPendingLimits(-1, -1)
+	}
+	if err := bus.Flush(ctx, w.nc); err != nil {
+		return fmt.Errorf("worker: flush: %w", err)
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	w.stopLoop = cancel
+	w.register(ctx)
+	w.loops.Add(1)
+	go w.heartbeat(loopCtx)
+	return nil
+}
+
+func (w *Worker) heartbeat(ctx context.Context) {
+	defer w.loops.Done()
+	t := time.NewTicker(w.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.register(ctx)
+		}
+	}
+}
+
+func (w *Worker) registration() bus.Register {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups}
+	for _, t := range w.tools {
+		reg.Tools = append(reg.Tools, t.def)
+	}
+	return reg
+}
+
+// register sends one registration and logs its outcome.
+func (w *Worker) register(ctx context.Context) {
+	ack, err := w.send(ctx, w.registration())
+	if err != nil {
+		w.log.Warn("worker: registration not acknowledged", "err", err)
+		return
+	}
+	for _, r := range ack.Rejected {
+		w.log.Error("worker: tool rejected", "tool", r.Name, "reason", r.Reason)
+	}
+	w.regOnce.Do(func() { close(w.registered) })
+}
+
+func (w *Worker) send(ctx context.Context, reg bus.Register) (*bus.RegisterAck, error) {
+	e, err := bus.NewEvent(bus.TypeRegister, w.source, reg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := e.Msg(w.subj.Register())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Heartbeat)
+	defer cancel()
+	resp, err := w.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	re, err := bus.Decode(resp)
+	if err != nil {
+		return nil, err
+	}
+	if re.Type == bus.TypeError {
+		var be bus.Error
+		_ = re.DataAs(&be)
+		return nil, &be
+	}
+	var ack bus.RegisterAck
+	if err := re.DataAs(&ack); err != nil {
+		return nil, err
+	}
+	return &ack, nil
+}
+
+// LastAck registers once more and returns the routers' answer; it serves
+// tests and tools that want to see rejections.
+func (w *Worker) LastAck(ctx context.Context) (*bus.RegisterAck, error) {
+	return w.send(ctx, w.registration())
+}
+
+func inflightKey(session, reply, call string) string { return session + "/" + reply + "/" + call }
+
+func (w *Worker) onExec(t *tool, m *nats.Msg) {
+	w.calls.Add(1)
+	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
+	go func() {
+		defer func() { <-w.sem; w.calls.Done() }()
+		w.serve(t, m)
+	}()
+}
+
+func (w *Worker) serve(t *tool, m *nats.Msg) {
+	e, err := bus.Decode(m)
+	if err == nil && e.Type != bus.TypeExec {
+		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
+	}
+	var req bus.ExecRequest
+	if err == nil {
+		err = e.DataAs(&req)
+	}
+	if err == nil && req.Call.Name != t.def.Name {
+		err = bus.Errorf(bus.CodeBadEvent, "call names tool %q on the subject of %q", req.Call.Name, t.def.Name)
+	}
+	if err != nil {
+		var be *bus.Error
+		if !errors.As(err, &be) {
+			be = bus.Errorf(bus.CodeBadEvent, "%v", err)
+		}
+		_ = bus.RespondError(w.nc, m, w.source, be)
+		return
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	if exp, _ := e.Expiry(); !exp.IsZero() {
+		var c2 context.CancelFunc
+		ctx, c2 = context.WithDeadline(ctx, exp)
+		defer c2()
+	}
+	c := &Call{ID: req.Call.ID, Name: req.Call.Name, SessionID: e.SessionID, ReplyID: e.ReplyID,
+		Input: req.Call.Input, User: req.User, Context: req.Context, Attempt: req.Attempt, State: req.State,
+		w: w, cancel: cancel, traceParent: e.TraceParent}
+	key := inflightKey(e.SessionID, e.ReplyID, req.Call.ID)
+	w.mu.Lock()
+	w.inflight[key] = c
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		if w.inflight[key] == c {
+			delete(w.inflight, key)
+		}
+		w.mu.Unlock()
+	}()
+
+	res := w.run(ctx, t, c)
+	if context.Cause(ctx) == errCancelled {
+		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
+	}
+	out, err := bus.NewEvent(bus.TypeExecResult, w.source, res)
+	if err != nil {
+		out, _ = bus.NewEvent(bus.TypeExecResult, w.source, bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())})
+	}
+	out.SessionID, out.ReplyID, out.ToolCallID = e.SessionID, e.ReplyID, req.Call.ID
+	if m.Reply != "" {
+		if err := bus.Publish(w.nc, m.Reply, out); err != nil {
+			w.log.Warn("worker: reply failed", "tool", t.def.Name, "call", c.ID, "err", err)
+		}
+	}
+}
+
+var errCancelled = errors.New("cancelled by the agent")
+
+// run calls the handler, turning panics and errors into error results.
+func (w *Worker) run(ctx context.Context, t *tool, c *Call) (res *bus.ExecResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Error("worker: tool panicked", "tool", t.def.Name, "panic", p)
+			res = &bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf("Error: tool %s failed: %v", t.def.Name, p))}
+		}
+	}()
+	res, err := t.h(ctx, c)
+	if err != nil {
+		return &bus.ExecResult{State: bus.StateError, Output: bus.Text("Error: " + err.Error())}
+	}
+	if res == nil {
+		res = &bus.ExecResult{State: bus.StateSuccess}
+	}
+	if res.State == "" {
+		res.State = bus.StateSuccess
+	}
+	if res.Output == nil {
+		res.Output = []bus.Block{}
+	}
+	if c.patch != nil {
+		if !t.def.StateInjected {
+			return &bus.ExecResult{State: bus.StateError, Output: bus.Text("Error: tool " + t.def.Name + " set a state patch but is not state_injected")}
+		}
+		res.StatePatch = c.patch
+	}
+	return res
+}
+
+func (w *Worker) onCancel(m *nats.Msg) {
+	session, ok := w.subj.Token(m.Subject, "cancel")
+	if !ok {
+		return
+	}
+	e, err := bus.Decode(m)
+	if err != nil || e.Type != bus.TypeCallCancel || e.ReplyID == "" {
+		return
+	}
+	var c bus.Cancel
+	if len(e.Data) > 0 {
+		_ = json.Unmarshal(e.Data, &c)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(c.Calls) == 0 {
+		prefix := session + "/" + e.ReplyID + "/"
+		for k, call := range w.inflight {
+			if len(k) > len(prefix) && k[:len(prefix)] == prefix {
+				call.cancel(errCancelled)
+			}
+		}
+		return
+	}
+	for _, id := range c.Calls {
+		if call, ok := w.inflight[inflightKey(session, e.ReplyID, id)]; ok {
+			call.cancel(errCancelled)
+		}
+	}
+}
+
+// Stop drains the worker: it tells the routers it is leaving, stops taking
+// calls, and waits for running calls to finish or ctx to end. It is safe to
+// call twice; later calls return the first call's result.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.stopOnce.Do(func() { w.stopErr = w.stop(ctx) })
+	return w.stopErr
+}
+
+func (w *Worker) stop(ctx context.Context) error {
+	w.mu.Lock()
+	started := w.started
+	tools := w.tools
+	w.mu.Unlock()
+	if !started {
+		return nil
+	}
+	w.stopLoop()
+	w.loops.Wait()
+	if w.nc.IsConnected() {
+		// Routers stop choosing this worker before its subscriptions go.
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		if _, err := w.send(sctx, bus.Register{Worker: w.cfg.ID, Leaving: true}); err != nil {
+			w.log.Debug("worker: leaving not acknowledged", "err", err)
+		}
+		cancel()
+	}
+	// Drain: requests already delivered to this worker are still served.
+	var closed []<-chan nats.SubStatus
+	for _, t := range tools {
+		if t.sub == nil {
+			continue
+		}
+		ch := t.sub.StatusChanged(nats.SubscriptionClosed)
+		if t.sub.Drain() == nil {
+			closed = append(closed, ch)
+		}
+	}
+	var err error
+	for _, ch := range closed {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			err = fmt.Errorf("worker: drain: %w", ctx.Err())
+		}
+	}
+	done := make(chan struct{})
+	go func() { w.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("worker: drain: %w", ctx.Err())
+	}
+	if w.cancelSub != nil {
+		_ = w.cancelSub.Unsubscribe()
+	}
+	return err
+}
