@@ -156,3 +156,11 @@ func SkillsStore(ctx context.Context, js jetstream.JetStream, s Subjects, replic
 func IsNotFound(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
 }
+
+// IsConflict reports whether err says a compare-and-set write lost: the key
+// exists already, or its revision moved on.
+func IsConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}

@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -369,16 +368,11 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 			r.put(&Tool{Def: d, Schema: s, rev: rev})
 			return "", nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+		if !bus.IsConflict(err) {
 			return "", fmt.Errorf("registry: put %s: %w", d.Name, err)
 		}
 	}
 	return "", fmt.Errorf("registry: put %s: too much contention", d.Name)
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 func (r *Registry) leave(ctx context.Context, worker string) error {

@@ -1,0 +1,367 @@
+// Package groups owns tool groups and per-session state: group definitions
+// in P_groups, sessions in P_sessions (activated groups, permission context,
+// todos, agent state), both served from watch-fed caches and updated only
+// by compare-and-set; the built-in reset_tools; and the view of the tools a
+// session's model sees, composed per request from the registry, the
+// session's activation and the request-scoped tools, never by mutating
+// the registry.
+package groups
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Config configures a Store.
+type Config struct {
+	// DefaultMode is the permission mode of a new session; "" means "default".
+	DefaultMode string
+	// Logger receives warnings about bad entries; nil discards.
+	Logger *slog.Logger
+}
+
+// Session is the state of one agent session, as stored in P_sessions.
+type Session struct {
+	// Active lists the activated groups other than basic.
+	Active []string `json:"active"`
+	// Mode is the permission mode.
+	Mode string `json:"mode,omitempty"`
+	// Rules are the session's permission rules.
+	Rules []bus.Rule `json:"rules,omitempty"`
+	// WorkDirs are the working directories path rules are relative to.
+	WorkDirs []string `json:"work_dirs,omitempty"`
+	// Todos is the todo list of todo_write.
+	Todos json.RawMessage `json:"todos,omitempty"`
+	// State is the agent state given to state_injected tools.
+	State json.RawMessage `json:"state,omitempty"`
+	// Updated is when the session was last written.
+	Updated time.Time `json:"updated"`
+
+	rev uint64
+}
+
+// Revision is the KV revision the session was read at; 0 for a session that
+// is not stored yet.
+func (s *Session) Revision() uint64 { return s.rev }
+
+// IsActive reports whether group g is active in the session (basic always is).
+func (s *Session) IsActive(g string) bool {
+	return g == bus.GroupBasic || slices.Contains(s.Active, g)
+}
+
+func (s *Session) clone() *Session {
+	c := *s
+	c.Active = slices.Clone(s.Active)
+	c.Rules = slices.Clone(s.Rules)
+	c.WorkDirs = slices.Clone(s.WorkDirs)
+	return &c
+}
+
+type group struct {
+	def   bus.Group
+	order uint64
+	rev   uint64
+}
+
+// Store is the cache and writer of groups and sessions. It is safe for
+// concurrent use.
+type Store struct {
+	groupsKV   jetstream.KeyValue
+	sessionsKV jetstream.KeyValue
+	cfg        Config
+
+	mu       sync.RWMutex
+	groups   map[string]*group
+	ordered  []bus.Group // meta and external groups in registration order; rebuilt on change
+	sessions map[string]*Session
+
+	watches []*bus.Watch
+}
+
+// New returns a Store over the store's groups and sessions buckets. Call
+// Start before use.
+func New(st *bus.Store, cfg Config) *Store {
+	if cfg.DefaultMode == "" {
+		cfg.DefaultMode = "default"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Store{groupsKV: st.Groups, sessionsKV: st.Sessions, cfg: cfg,
+		groups: map[string]*group{}, sessions: map[string]*Session{}}
+}
+
+// Start loads both caches and keeps them fed until ctx ends or Stop.
+func (s *Store) Start(ctx context.Context) error {
+	gw, err := bus.WatchKV(ctx, s.groupsKV, ">", s.applyGroup)
+	if err != nil {
+		return err
+	}
+	sw, err := bus.WatchKV(ctx, s.sessionsKV, ">", s.applySession)
+	if err != nil {
+		gw.Stop()
+		return err
+	}
+	s.watches = []*bus.Watch{gw, sw}
+	for _, w := range s.watches {
+		select {
+		case <-w.Ready():
+		case <-ctx.Done():
+			s.Stop()
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Stop ends the watches; safe to call twice.
+func (s *Store) Stop() {
+	for _, w := range s.watches {
+		w.Stop()
+	}
+}
+
+func (s *Store) applyGroup(e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		s.mu.Lock()
+		delete(s.groups, e.Key())
+		s.reorder()
+		s.mu.Unlock()
+		return
+	}
+	var g bus.Group
+	if err := json.Unmarshal(e.Value(), &g); err != nil || CheckGroup(&g) != nil {
+		s.cfg.Logger.Warn("groups: ignoring bad group entry", "group", e.Key())
+		return
+	}
+	s.putGroup(g, e.Revision())
+}
+
+func (s *Store) putGroup(g bus.Group, rev uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.groups[g.Name]
+	if ok && old.rev > rev {
+		return
+	}
+	order := rev
+	if ok {
+		order = old.order
+	}
+	s.groups[g.Name] = &group{def: g, order: order, rev: rev}
+	s.reorder()
+}
+
+func (s *Store) reorder() {
+	gs := make([]*group, 0, len(s.groups))
+	for _, g := range s.groups {
+		gs = append(gs, g)
+	}
+	slices.SortFunc(gs, func(a, b *group) int { return cmp.Compare(a.order, b.order) })
+	s.ordered = make([]bus.Group, len(gs))
+	for i, g := range gs {
+		s.ordered[i] = g.def
+	}
+}
+
+func (s *Store) applySession(e jetstream.KeyValueEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(s.sessions, e.Key())
+		return
+	}
+	if old, ok := s.sessions[e.Key()]; ok && old.rev >= e.Revision() {
+		return
+	}
+	var sess Session
+	if err := json.Unmarshal(e.Value(), &sess); err != nil {
+		s.cfg.Logger.Warn("groups: ignoring bad session entry", "session", e.Key())
+		return
+	}
+	sess.rev = e.Revision()
+	s.sessions[e.Key()] = &sess
+}
+
+// CheckGroup validates a group definition.
+func CheckGroup(g *bus.Group) error {
+	switch {
+	case !bus.ValidName(g.Name):
+		return bus.Errorf(bus.CodeBadRequest, "group name %q must match ^[A-Za-z0-9_-]{1,64}$", g.Name)
+	case g.Name == bus.GroupBasic:
+		return bus.Errorf(bus.CodeBadRequest, "group basic is built in and cannot be defined")
+	case g.Scope != bus.ScopeMeta && g.Scope != bus.ScopeExternal:
+		return bus.Errorf(bus.CodeBadRequest, "group %s: scope must be meta or external, got %q", g.Name, g.Scope)
+	}
+	return nil
+}
+
+// Put stores a group definition when it is new or changed.
+func (s *Store) Put(ctx context.Context, g bus.Group) error {
+	if g.Scope == "" {
+		g.Scope = bus.ScopeMeta
+	}
+	if err := CheckGroup(&g); err != nil {
+		return err
+	}
+	if cur, ok := s.Group(g.Name); ok && cur == g {
+		return nil
+	}
+	b, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	rev, err := s.groupsKV.Put(ctx, g.Name, b)
+	if err != nil {
+		return fmt.Errorf("groups: put %s: %w", g.Name, err)
+	}
+	s.putGroup(g, rev)
+	return nil
+}
+
+// Delete removes a group definition; sessions keep nothing of it that
+// matters, since an undefined group is never active.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	if err := s.groupsKV.Delete(ctx, name); err != nil && !bus.IsNotFound(err) {
+		return fmt.Errorf("groups: delete %s: %w", name, err)
+	}
+	s.mu.Lock()
+	delete(s.groups, name)
+	s.reorder()
+	s.mu.Unlock()
+	return nil
+}
+
+// Group returns the definition of a group.
+func (s *Store) Group(name string) (bus.Group, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.groups[name]
+	if !ok {
+		return bus.Group{}, false
+	}
+	return g.def, true
+}
+
+// Groups returns the defined groups (basic excluded) in registration order.
+// The slice must not be modified.
+func (s *Store) Groups() []bus.Group {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ordered
+}
+
+// Session returns the session's state from the cache; a session that was
+// never stored starts from each group's active_by_default and the default
+// mode. The returned value must not be modified.
+func (s *Store) Session(id string) *Session {
+	s.mu.RLock()
+	sess, ok := s.sessions[id]
+	s.mu.RUnlock()
+	if ok {
+		return sess
+	}
+	return s.fresh()
+}
+
+func (s *Store) fresh() *Session {
+	sess := &Session{Active: []string{}, Mode: s.cfg.DefaultMode}
+	for _, g := range s.Groups() {
+		if g.ActiveByDefault {
+			sess.Active = append(sess.Active, g.Name)
+		}
+	}
+	return sess
+}
+
+// Stored reports whether the session exists in KV (per the cache).
+func (s *Store) Stored(id string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.sessions[id]
+	return ok
+}
+
+// ErrAbort may be returned by an Update function to leave the session as it is.
+var ErrAbort = errors.New("groups: update aborted")
+
+// Update changes a session with compare-and-set: fn gets a private copy of
+// the latest stored state (or a fresh session) and edits it; the write is
+// retried with fresh state when another router wrote in between, so no
+// update is ever lost. fn may run more than once. When fn returns an error
+// nothing is written and the error is returned.
+func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) (*Session, error) {
+	for attempt := 0; attempt < 50; attempt++ {
+		var cur *Session
+		entry, err := s.sessionsKV.Get(ctx, id)
+		switch {
+		case err == nil:
+			cur = new(Session)
+			if err := json.Unmarshal(entry.Value(), cur); err != nil {
+				cur = s.fresh() // a corrupt record is replaced, not propagated
+			}
+			cur.rev = entry.Revision()
+		case bus.IsNotFound(err):
+			cur = s.fresh()
+		default:
+			return nil, fmt.Errorf("groups: read session %s: %w", id, err)
+		}
+		next := cur.clone()
+		if err := fn(next); err != nil {
+			return nil, err
+		}
+		next.Updated = time.Now().UTC()
+		b, err := json.Marshal(next)
+		if err != nil {
+			return nil, fmt.Errorf("groups: encode session %s: %w", id, err)
+		}
+		var rev uint64
+		if cur.rev == 0 {
+			rev, err = s.sessionsKV.Create(ctx, id, b)
+		} else {
+			rev, err = s.sessionsKV.Update(ctx, id, b, cur.rev)
+		}
+		if err == nil {
+			next.rev = rev
+			s.mu.Lock()
+			if old, ok := s.sessions[id]; !ok || old.rev < rev {
+				s.sessions[id] = next
+			}
+			s.mu.Unlock()
+			return next, nil
+		}
+		if !bus.IsConflict(err) {
+			return nil, fmt.Errorf("groups: write session %s: %w", id, err)
+		}
+	}
+	return nil, fmt.Errorf("groups: write session %s: too much contention", id)
+}
+
+// DeleteSession forgets a session.
+func (s *Store) DeleteSession(ctx context.Context, id string) error {
+	if err := s.sessionsKV.Delete(ctx, id); err != nil && !bus.IsNotFound(err) {
+		return fmt.Errorf("groups: delete session %s: %w", id, err)
+	}
+	s.mu.Lock()
+	delete(s.sessions, id)
+	s.mu.Unlock()
+	return nil
+}
+
+// Sessions returns how many sessions the cache holds.
+func (s *Store) Sessions() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.sessions)
+}

@@ -1,0 +1,168 @@
+package groups
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+const resetDescription = "Activate or deactivate tool groups. Pass the final set: every group set to true is active " +
+	"afterwards and every other group is inactive. Deactivate groups you no longer need."
+
+func (s *Store) hasMeta() bool {
+	for _, g := range s.Groups() {
+		if g.Scope == bus.ScopeMeta {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Store) metaGroups() []bus.Group {
+	var out []bus.Group
+	for _, g := range s.Groups() {
+		if g.Scope == bus.ScopeMeta {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// resetDef returns the definition of reset_tools: one boolean property per
+// meta group in registration order, "default": false, the group's
+// description, and no "required". It reports false without meta groups.
+func (s *Store) resetDef() (bus.ToolDef, bool) {
+	meta := s.metaGroups()
+	if len(meta) == 0 {
+		return bus.ToolDef{}, false
+	}
+	// Properties are written by hand so that their order is registration order.
+	var b bytes.Buffer
+	b.WriteString(`{"type":"object","properties":{`)
+	for i, g := range meta {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(g.Name)
+		desc, _ := json.Marshal(g.Description)
+		fmt.Fprintf(&b, `%s:{"type":"boolean","default":false,"description":%s}`, name, desc)
+	}
+	b.WriteString(`}}`)
+	d := bus.ToolDef{Name: ResetTools, Description: resetDescription, InputSchema: b.Bytes(), ConcurrencySafe: false}
+	d.Defaults()
+	return d, true
+}
+
+// Reset runs reset_tools for a session: input is the final set of meta
+// groups. Validation comes first and changes nothing on failure. It
+// returns the result text, or an invalid_input *bus.Error whose message is
+// the text the model reads.
+func (s *Store) Reset(ctx context.Context, session string, input json.RawMessage) (string, error) {
+	keys, vals, err := orderedObject(input)
+	if err != nil {
+		return "", bus.Errorf(bus.CodeInvalidInput, "Invalid arguments: %v", err)
+	}
+	meta := s.metaGroups()
+	isMeta := func(n string) bool {
+		return slices.ContainsFunc(meta, func(g bus.Group) bool { return g.Name == n })
+	}
+	var bad []string
+	for _, k := range keys {
+		if !isMeta(k) {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) > 0 {
+		names := make([]string, len(meta))
+		for i, g := range meta {
+			names[i] = g.Name
+		}
+		return "", bus.Errorf(bus.CodeInvalidInput, "Invalid group name(s): %s. The current available groups are: %s",
+			strings.Join(bad, ", "), strings.Join(names, ", "))
+	}
+	var on []string
+	for i, k := range keys {
+		var v bool
+		if err := json.Unmarshal(vals[i], &v); err != nil {
+			return "", bus.Errorf(bus.CodeInvalidInput, "Invalid arguments: the argument '%s' should be a bool value, but got %s.", k, jsonType(vals[i]))
+		}
+		if v && !slices.Contains(on, k) {
+			on = append(on, k)
+		}
+	}
+	_, err = s.Update(ctx, session, func(sess *Session) error {
+		sess.Active = slices.DeleteFunc(sess.Active, isMeta)
+		sess.Active = append(sess.Active, on...)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	var names, instr []string
+	for _, g := range meta {
+		if slices.Contains(on, g.Name) {
+			names = append(names, g.Name)
+			if g.Instructions != "" {
+				instr = append(instr, fmt.Sprintf(`<group name="%s">%s</group>`, g.Name, g.Instructions))
+			}
+		}
+	}
+	if len(names) == 0 {
+		return "All tool groups are currently deactivated.", nil
+	}
+	text := "The currently activated tool group(s): " + strings.Join(names, ", ") + "."
+	if len(instr) > 0 {
+		text += "\n<tool-instructions>\nThe tool instructions are a collection of suggestions, rules and notifications about how to use the tools in the activated groups.\n" +
+			strings.Join(instr, "\n") + "\n</tool-instructions>"
+	}
+	return text, nil
+}
+
+// orderedObject splits a JSON object into its keys and raw values in input order.
+func orderedObject(b json.RawMessage) ([]string, []json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return nil, nil, fmt.Errorf("input must be a JSON object")
+	}
+	var keys []string
+	var vals []json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, err
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, err
+		}
+		keys = append(keys, tok.(string))
+		vals = append(vals, v)
+	}
+	return keys, vals, nil
+}
+
+func jsonType(v json.RawMessage) string {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 {
+		return "null"
+	}
+	switch v[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "boolean"
+	}
+	return "number"
+}

@@ -1,0 +1,190 @@
+package groups
+
+import (
+	"fmt"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/schemas"
+)
+
+// ResetTools is the name of the built-in group switch.
+const ResetTools = "reset_tools"
+
+// Request is a checked request-scoped tool configuration.
+type Request struct {
+	Mode     string
+	External []*RequestTool
+}
+
+// RequestTool is a schema-only tool the caller executes itself.
+type RequestTool struct {
+	Def    bus.ToolDef
+	Schema *schemas.Schema
+}
+
+// CheckRequest validates a request-scoped configuration (nil means the
+// default) and compiles its tools' schemas. Errors are bad_request.
+func CheckRequest(r *bus.Request) (*Request, error) {
+	out := &Request{Mode: bus.MergeExternalPriority}
+	if r == nil {
+		return out, nil
+	}
+	switch r.MergeMode {
+	case "", bus.MergeExternalPriority:
+	case bus.MergeExternalOnly, bus.MergeAgentOnly:
+		out.Mode = r.MergeMode
+	default:
+		return nil, bus.Errorf(bus.CodeBadRequest, "merge_mode %q must be merge_external_priority, external_only or agent_only", r.MergeMode)
+	}
+	if out.Mode == bus.MergeAgentOnly && len(r.ExternalTools) > 0 {
+		return nil, bus.Errorf(bus.CodeBadRequest, "agent_only cannot include external tools")
+	}
+	seen := map[string]bool{}
+	for _, t := range r.ExternalTools {
+		if !bus.ValidName(t.Name) {
+			return nil, bus.Errorf(bus.CodeBadRequest, "external tool name %q must match ^[A-Za-z0-9_-]{1,64}$", t.Name)
+		}
+		if seen[t.Name] {
+			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %q is listed twice", t.Name)
+		}
+		seen[t.Name] = true
+		s, err := schemas.Compile(t.InputSchema)
+		if err != nil {
+			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %s: %v", t.Name, err)
+		}
+		def := bus.ToolDef{Name: t.Name, Description: t.Description, InputSchema: s.Raw(), External: true, ConcurrencySafe: true}
+		def.Defaults()
+		out.External = append(out.External, &RequestTool{Def: def, Schema: s})
+	}
+	return out, nil
+}
+
+func (r *Request) external(name string) *RequestTool {
+	for _, t := range r.External {
+		if t.Def.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// View is the tool set one session sees under one request. It is cheap to
+// build (no KV reads) and never changes the registry.
+type View struct {
+	store *Store
+	reg   *registry.Registry
+	sess  *Session
+	req   *Request
+}
+
+// View composes the session's view under req (nil means the default).
+func (s *Store) View(reg *registry.Registry, sess *Session, req *Request) *View {
+	if req == nil {
+		req = &Request{Mode: bus.MergeExternalPriority}
+	}
+	return &View{store: s, reg: reg, sess: sess, req: req}
+}
+
+// Session returns the session the view was built for.
+func (v *View) Session() *Session { return v.sess }
+
+// Resolved is the outcome of resolving a call's name.
+type Resolved struct {
+	// Exactly one of Tool, External and Reset is set when Code is "".
+	Tool     *registry.Tool
+	External *RequestTool
+	Reset    bool
+	// Code and Message describe why the name cannot be called.
+	Code    string
+	Message string
+}
+
+// Resolve finds what a call named name runs, in the order of DESIGN.md:
+// request-scoped external tools first, then reset_tools, then the registry
+// filtered by active groups and live workers.
+func (v *View) Resolve(name string) Resolved {
+	if t := v.req.external(name); t != nil {
+		return Resolved{External: t}
+	}
+	notFound := Resolved{Code: bus.CodeUnknownTool, Message: fmt.Sprintf("ToolNotFoundError: The tool named '%s' doesn't exist.", name)}
+	if v.req.Mode == bus.MergeExternalOnly {
+		return notFound
+	}
+	if name == ResetTools && v.store.hasMeta() {
+		return Resolved{Reset: true}
+	}
+	t, ok := v.reg.Lookup(name)
+	if !ok {
+		return notFound
+	}
+	if g, ok := v.inactiveGroup(t); !ok {
+		return Resolved{Code: bus.CodeInactiveTool, Message: fmt.Sprintf(
+			"ToolGroupInactiveError: The tool '%s' in group '%s' is currently inactive. You should first activate the group by calling the 'reset_tools' tool.", name, g)}
+	}
+	if !v.reg.Live(t) {
+		return Resolved{Code: bus.CodeUnavailable, Message: fmt.Sprintf("ToolUnavailableError: No live worker serves the tool '%s' right now.", name)}
+	}
+	return Resolved{Tool: t}
+}
+
+// inactiveGroup reports whether t is visible; when it is not, it returns
+// the tool's first group in registration order.
+func (v *View) inactiveGroup(t *registry.Tool) (string, bool) {
+	if len(t.Def.Groups) == 0 {
+		return "", true
+	}
+	for _, g := range t.Def.Groups {
+		if g == bus.GroupBasic {
+			return "", true
+		}
+		if v.sess.IsActive(g) {
+			if _, defined := v.store.Group(g); defined {
+				return "", true
+			}
+		}
+	}
+	first := t.Def.Groups[0]
+	for _, g := range v.store.Groups() {
+		for _, tg := range t.Def.Groups {
+			if g.Name == tg {
+				return g.Name, false
+			}
+		}
+	}
+	return first, false
+}
+
+// Tools returns the definitions the model sees, in order: tools of basic
+// and of the active groups with a live worker (external tools need none),
+// then reset_tools when a meta group exists, then the request's external
+// tools; a request-scoped tool replaces a backend tool of the same name.
+func (v *View) Tools() []bus.ToolDef {
+	var out []bus.ToolDef
+	if v.req.Mode != bus.MergeExternalOnly {
+		for _, t := range v.reg.Tools() {
+			if v.req.external(t.Def.Name) != nil {
+				continue
+			}
+			if _, ok := v.inactiveGroup(t); ok && v.reg.Live(t) {
+				out = append(out, t.Def)
+			}
+		}
+		if d, ok := v.store.resetDef(); ok && v.req.external(ResetTools) == nil {
+			out = append(out, d)
+		}
+	}
+	for _, t := range v.req.External {
+		out = append(out, t.Def)
+	}
+	return out
+}
+
+// Groups returns basic and every defined group with its activation.
+func (v *View) Groups() []bus.GroupInfo {
+	out := []bus.GroupInfo{{Name: bus.GroupBasic, Description: "Tools that are always available.", Scope: bus.ScopeBasic, Active: true}}
+	for _, g := range v.store.Groups() {
+		out = append(out, bus.GroupInfo{Name: g.Name, Description: g.Description, Scope: g.Scope, Active: v.sess.IsActive(g.Name)})
+	}
+	return out
+}

@@ -1,0 +1,99 @@
+package router
+
+import (
+	"context"
+	"slices"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+)
+
+// sessionView is the reply of session.get.
+type sessionView struct {
+	Session string          `json:"session"`
+	Stored  bool            `json:"stored"`
+	Groups  []bus.GroupInfo `json:"groups"`
+	State   *groups.Session `json:"state"`
+}
+
+// adminGroups runs the group and session verbs.
+func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (any, error) {
+	needSession := func() error {
+		if e.SessionID == "" {
+			return bus.Errorf(bus.CodeBadRequest, "%s needs the sessionid attribute", verb)
+		}
+		return nil
+	}
+	switch verb {
+	case "groups.put":
+		var g bus.Group
+		if err := e.DataAs(&g); err != nil {
+			return nil, bus.Errorf(bus.CodeBadRequest, "groups.put wants a group definition: %v", err)
+		}
+		if err := r.groups.Put(ctx, g); err != nil {
+			return nil, err
+		}
+		return map[string]any{"group": g.Name}, nil
+	case "groups.delete":
+		var d struct {
+			Name string `json:"name"`
+		}
+		if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
+			return nil, bus.Errorf(bus.CodeBadRequest, "groups.delete wants {\"name\": <group name>}")
+		}
+		if err := r.groups.Delete(ctx, d.Name); err != nil {
+			return nil, err
+		}
+		return map[string]any{"deleted": d.Name}, nil
+	case "session.get":
+		if err := needSession(); err != nil {
+			return nil, err
+		}
+		return r.sessionView(e.SessionID), nil
+	case "session.delete":
+		if err := needSession(); err != nil {
+			return nil, err
+		}
+		if err := r.groups.DeleteSession(ctx, e.SessionID); err != nil {
+			return nil, err
+		}
+		return map[string]any{"deleted": e.SessionID}, nil
+	case "session.activate":
+		if err := needSession(); err != nil {
+			return nil, err
+		}
+		var d struct {
+			Groups []string `json:"groups"`
+			Active *bool    `json:"active"`
+		}
+		if err := e.DataAs(&d); err != nil || d.Active == nil || len(d.Groups) == 0 {
+			return nil, bus.Errorf(bus.CodeBadRequest, "session.activate wants {\"groups\": [names], \"active\": true|false}")
+		}
+		for _, name := range d.Groups {
+			g, ok := r.groups.Group(name)
+			if !ok {
+				return nil, bus.Errorf(bus.CodeBadRequest, "group %q does not exist", name)
+			}
+			if g.Scope != bus.ScopeExternal {
+				return nil, bus.Errorf(bus.CodeBadRequest, "group %q has scope %s; only external-scope groups are switched by operators (meta groups by reset_tools)", name, g.Scope)
+			}
+		}
+		_, err := r.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
+			s.Active = slices.DeleteFunc(s.Active, func(g string) bool { return slices.Contains(d.Groups, g) })
+			if *d.Active {
+				s.Active = append(s.Active, d.Groups...)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return r.sessionView(e.SessionID), nil
+	}
+	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
+}
+
+func (r *Router) sessionView(id string) sessionView {
+	sess := r.groups.Session(id)
+	return sessionView{Session: id, Stored: r.groups.Stored(id), Groups: r.groups.View(r.reg, sess, nil).Groups(), State: sess}
+}

@@ -1,0 +1,49 @@
+package router
+
+import (
+	"encoding/json"
+	"slices"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// onCancel ends the named calls of a batch running on this router: running
+// calls have their exec request abandoned (the worker cancels their context
+// from the same event), and calls not yet started never start. Every router
+// receives the cancel; those without the batch ignore it.
+func (r *Router) onCancel(m *nats.Msg) {
+	e, err := r.decode(m, "cancel", bus.TypeCallCancel)
+	if err != nil || e.ReplyID == "" {
+		return
+	}
+	var c bus.Cancel
+	if len(e.Data) > 0 {
+		_ = json.Unmarshal(e.Data, &c)
+	}
+	r.mu.Lock()
+	b := r.batches[e.SessionID+"/"+e.ReplyID]
+	r.mu.Unlock()
+	if b != nil {
+		b.interrupt(c.Calls)
+	}
+}
+
+// interrupt ends the calls named by ids (all when empty) that have no result.
+func (b *batch) interrupt(ids []string) {
+	var hit []*callState
+	b.mu.Lock()
+	for _, c := range b.calls {
+		if c.result == nil && (len(ids) == 0 || slices.Contains(ids, c.call.ID)) {
+			if c.cancel != nil {
+				c.cancel()
+			}
+			hit = append(hit, c)
+		}
+	}
+	b.mu.Unlock()
+	for _, c := range hit {
+		b.finish(c, interrupted(c.call))
+	}
+}

@@ -1,0 +1,176 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// execute runs c on a worker (through the dedupe ledger for tools that are
+// not read-only) and finishes it.
+func (b *batch) execute(c *callState) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	b.mu.Lock()
+	if c.result != nil { // interrupted before it started
+		b.mu.Unlock()
+		return
+	}
+	c.cancel = cancel
+	b.mu.Unlock()
+
+	var res bus.Result
+	switch t := c.target; {
+	case t.Reset:
+		res = b.reset(ctx, c)
+	case t.External != nil:
+		res = b.park(ctx, c) // TODO(issue 4)
+	case t.Tool.Def.ReadOnly:
+		res = b.call(ctx, c)
+	default:
+		res = b.r.runOnce(ctx, b, c)
+	}
+	b.finish(c, res)
+}
+
+// reset runs the built-in reset_tools.
+func (b *batch) reset(ctx context.Context, c *callState) bus.Result {
+	text, err := b.r.groups.Reset(ctx, b.session, c.input)
+	if err != nil {
+		var be *bus.Error
+		if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
+			return bus.ErrorResult(c.call, bus.CodeInvalidInput, be.Message)
+		}
+		return internal(c.call, err)
+	}
+	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
+}
+
+// call sends io.toolbus.exec to the tool's queue group, retrying read-only
+// or idempotent tools on unavailable and timeout when max_attempts allows.
+func (b *batch) call(ctx context.Context, c *callState) bus.Result {
+	def := &c.target.Tool.Def
+	attempts := 1
+	if def.ReadOnly || def.Idempotent {
+		attempts = max(def.MaxAttempts, 1)
+	}
+	var res bus.Result
+	for attempt := 1; attempt <= attempts; attempt++ {
+		var retry bool
+		res, retry = b.attempt(ctx, c, attempt)
+		if !retry || ctx.Err() != nil {
+			break
+		}
+	}
+	return res
+}
+
+// attempt makes one exec request; retry reports an unavailable or timeout
+// outcome.
+func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Result, bool) {
+	r := b.r
+	timeout := time.Duration(c.target.Tool.Def.TimeoutMS) * time.Millisecond
+	deadline := time.Now().Add(timeout)
+	if !b.deadline.IsZero() && b.deadline.Before(deadline) {
+		deadline = b.deadline
+		timeout = time.Until(deadline).Round(time.Millisecond)
+	}
+	if timeout <= 0 {
+		return timeoutResult(c, 0), false
+	}
+	req := bus.ExecRequest{Call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input},
+		User: b.data.User, Context: b.data.Context, Attempt: attempt}
+	e, err := r.event(b, bus.TypeExec, c.call.ID, req)
+	if err != nil {
+		return internal(c.call, err), false
+	}
+	e.Subject = ""
+	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
+	m, err := e.Msg(r.subj.Exec(c.call.Name))
+	if err != nil {
+		return internal(c.call, err), false
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	resp, err := r.nc.RequestMsgWithContext(rctx, m)
+	switch {
+	case err == nil:
+	case errors.Is(err, nats.ErrNoResponders):
+		return unavailable(c.call), true
+	case ctx.Err() != nil:
+		return interrupted(c.call), false
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return timeoutResult(c, timeout), true
+	default:
+		return internal(c.call, err), false
+	}
+	return r.execResult(c, resp), false
+}
+
+func timeoutResult(c *callState, d time.Duration) bus.Result {
+	return bus.ErrorResult(c.call, bus.CodeTimeout, "Tool execution timeout after "+d.String())
+}
+
+func interrupted(c bus.Call) bus.Result {
+	return bus.ErrorResult(c, bus.CodeInterrupted, bus.InterruptedText)
+}
+
+func internal(c bus.Call, err error) bus.Result {
+	return bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf("InternalError: %v", err))
+}
+
+// execResult turns a worker's reply into the call's result.
+func (r *Router) execResult(c *callState, resp *nats.Msg) bus.Result {
+	e, err := bus.Decode(resp)
+	if err != nil {
+		return internal(c.call, fmt.Errorf("worker reply: %w", err))
+	}
+	if e.Type == bus.TypeError {
+		var be bus.Error
+		_ = e.DataAs(&be)
+		return internal(c.call, fmt.Errorf("worker refused the call: %s", be.Error()))
+	}
+	var xr bus.ExecResult
+	if e.Type != bus.TypeExecResult {
+		return internal(c.call, fmt.Errorf("worker replied with %q", e.Type))
+	}
+	if err := e.DataAs(&xr); err != nil {
+		return internal(c.call, err)
+	}
+	if xr.Output == nil {
+		xr.Output = []bus.Block{}
+	}
+	res := bus.Result{ID: c.call.ID, Name: c.call.Name, State: xr.State, Output: xr.Output, Metadata: xr.Metadata}
+	switch xr.State {
+	case bus.StateSuccess:
+	case bus.StateError:
+		res.Error = &bus.ResultError{Code: bus.CodeToolError, Message: textOf(xr.Output)}
+		if len(res.Output) == 0 {
+			res.Output = bus.Text("Error: the tool failed")
+		}
+	case bus.StateInterrupted:
+		res.Error = &bus.ResultError{Code: bus.CodeInterrupted, Message: textOf(xr.Output)}
+	default:
+		return internal(c.call, fmt.Errorf("worker returned state %q", xr.State))
+	}
+	return res
+}
+
+func textOf(blocks []bus.Block) string {
+	var sb strings.Builder
+	for _, bl := range blocks {
+		if bl.Type == bus.BlockText {
+			if sb.Len() > 0 {
+				sb.WriteByte('\n')
+			}
+			sb.WriteString(bl.Text)
+		}
+	}
+	return sb.String()
+}

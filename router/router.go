@@ -1,0 +1,356 @@
+// Package router is the stateless router of toolbus: it receives batches of
+// tool calls, checks them, resolves and validates each call, fans the calls
+// out to worker queue groups in the order PROTOCOL.md 5.2 prescribes, and
+// reports results, events and the batch reply. Every piece of shared state
+// lives in JetStream, read on the hot path from watch-fed caches, so any
+// number of routers serve one deployment interchangeably.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/registry"
+)
+
+// Config configures a Router. Every zero value has a working default.
+type Config struct {
+	// ID is the router's instance id; "" means a random one.
+	ID string
+	// Prefix is the deployment's subject prefix; "" means bus.DefaultPrefix.
+	Prefix string
+	// Store sizes the JetStream resources the router creates at start.
+	Store bus.StoreConfig
+	// MaxInflight bounds the messages the router handles at once; zero
+	// means 4096. Beyond it, messages wait in the subscription buffers.
+	MaxInflight int
+	// Groups are group definitions stored at start (from the config file).
+	Groups []bus.Group
+	// DefaultMode is the permission mode of new sessions; "" means "default".
+	DefaultMode string
+	// Logger receives the router's logs; nil discards.
+	Logger *slog.Logger
+}
+
+// Router serves the router subjects of one deployment.
+type Router struct {
+	nc     *nats.Conn
+	cfg    Config
+	subj   bus.Subjects
+	source string
+	log    *slog.Logger
+	sem    chan struct{}
+
+	store  *bus.Store
+	reg    *registry.Registry
+	groups *groups.Store
+
+	mu      sync.Mutex
+	subs    []*nats.Subscription
+	batches map[string]*batch // sessionid/replyid → running batch
+	closed  bool
+	work    sync.WaitGroup
+	stop    context.CancelFunc
+	once    sync.Once
+	stopErr error
+}
+
+// New returns a Router on nc. Call Start to serve.
+func New(nc *nats.Conn, cfg Config) (*Router, error) {
+	if cfg.ID == "" {
+		cfg.ID = nuid.Next()
+	}
+	if !bus.ValidID(cfg.ID) {
+		return nil, fmt.Errorf("router: id %q must match ^[A-Za-z0-9_-]{1,128}$", cfg.ID)
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = 4096
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Store.Heartbeat <= 0 {
+		cfg.Store.Heartbeat = bus.DefaultHeartbeat
+	}
+	return &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
+		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight),
+		batches: map[string]*batch{}}, nil
+}
+
+// ID returns the router's instance id.
+func (r *Router) ID() string { return r.cfg.ID }
+
+// Registry returns the router's tool cache.
+func (r *Router) Registry() *registry.Registry { return r.reg }
+
+// Groups returns the router's group and session cache.
+func (r *Router) Groups() *groups.Store { return r.groups }
+
+// Start creates the JetStream resources, loads the caches and subscribes.
+// It returns once the router serves, or with the first error.
+func (r *Router) Start(ctx context.Context) error {
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		return fmt.Errorf("router: jetstream: %w", err)
+	}
+	r.store, err = bus.Setup(ctx, js, r.subj, r.cfg.Store)
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	r.stop = cancel
+	r.reg = registry.New(r.store, registry.Config{Heartbeat: r.cfg.Store.Heartbeat, Logger: r.log})
+	if err := r.reg.Start(runCtx); err != nil {
+		cancel()
+		return fmt.Errorf("router: registry: %w", err)
+	}
+	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode, Logger: r.log})
+	if err := r.groups.Start(runCtx); err != nil {
+		cancel()
+		r.reg.Stop()
+		return fmt.Errorf("router: groups: %w", err)
+	}
+	for _, g := range r.cfg.Groups {
+		if err := r.groups.Put(ctx, g); err != nil {
+			r.Stop()
+			return fmt.Errorf("router: config group %s: %w", g.Name, err)
+		}
+	}
+	q := r.subj.RouterQueue()
+	for _, s := range []struct {
+		subject, queue string
+		h              func(*nats.Msg)
+	}{
+		{r.subj.All("call"), q, r.onBatch},
+		{r.subj.All("tools"), q, r.onTools},
+		{r.subj.Register(), q, r.onRegister},
+		{r.subj.All("admin"), q, r.onAdmin},
+		{r.subj.All("cancel"), "", r.onCancel},
+	} {
+		h := s.h
+		sub, err := r.nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { r.dispatch(h, m) })
+		if err != nil {
+			r.Stop()
+			return fmt.Errorf("router: subscribe %s: %w", s.subject, err)
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		r.mu.Lock()
+		r.subs = append(r.subs, sub)
+		r.mu.Unlock()
+	}
+	if err := bus.Flush(ctx, r.nc); err != nil {
+		r.Stop()
+		return fmt.Errorf("router: flush: %w", err)
+	}
+	r.log.Info("router serving", "prefix", r.subj.Prefix)
+	return nil
+}
+
+// dispatch runs h in its own goroutine, bounded by MaxInflight; when every
+// slot is busy it blocks this subscription's delivery (back-pressure).
+func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.work.Add(1)
+	r.mu.Unlock()
+	r.sem <- struct{}{}
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				r.log.Error("router: handler panicked", "subject", m.Subject, "panic", p)
+				_ = bus.RespondError(r.nc, m, r.source, bus.Errorf(bus.CodeInternal, "router failed on this message"))
+			}
+			<-r.sem
+			r.work.Done()
+		}()
+		h(m)
+	}()
+}
+
+// Stop drains the router: it stops taking messages, waits for the batches
+// in flight, then stops its caches. It is safe to call twice.
+func (r *Router) Stop() { _ = r.Drain(context.Background()) }
+
+// Drain is Stop bounded by ctx; it returns ctx's error when in-flight work
+// did not finish in time.
+func (r *Router) Drain(ctx context.Context) error {
+	r.once.Do(func() {
+		r.mu.Lock()
+		subs := r.subs
+		r.mu.Unlock()
+		for _, s := range subs {
+			_ = s.Drain()
+		}
+		for _, s := range subs {
+			waitClosed(ctx, s)
+		}
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		done := make(chan struct{})
+		go func() { r.work.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			r.stopErr = fmt.Errorf("router: drain: %w", ctx.Err())
+		}
+		if r.stop != nil {
+			r.stop()
+		}
+		if r.reg != nil {
+			r.reg.Stop()
+		}
+		if r.groups != nil {
+			r.groups.Stop()
+		}
+	})
+	return r.stopErr
+}
+
+func waitClosed(ctx context.Context, s *nats.Subscription) {
+	ch := s.StatusChanged(nats.SubscriptionClosed)
+	if !s.IsValid() {
+		return
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// reject answers m with an io.toolbus.error.
+func (r *Router) reject(m *nats.Msg, err error) {
+	var be *bus.Error
+	if !errors.As(err, &be) {
+		be = bus.Errorf(bus.CodeInternal, "%v", err)
+	}
+	if be.Code == bus.CodeInternal {
+		r.log.Error("router: internal error", "subject", m.Subject, "err", err)
+	} else {
+		r.log.Debug("router: rejected", "subject", m.Subject, "code", be.Code, "msg", be.Message)
+	}
+	if err := bus.RespondError(r.nc, m, r.source, be); err != nil {
+		r.log.Warn("router: error reply failed", "err", err)
+	}
+}
+
+// decode reads m's event, checks its type, and checks that its sessionid
+// matches the subject token of kind (the token becomes the session id when
+// the attribute is absent).
+func (r *Router) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
+	e, err := bus.Decode(m)
+	if err != nil {
+		return nil, err
+	}
+	if e.Type != typ {
+		return nil, bus.Errorf(bus.CodeBadEvent, "expected an event of type %s on %s, got %q", typ, m.Subject, e.Type)
+	}
+	if kind == "" {
+		return e, nil
+	}
+	token, ok := r.subj.Token(m.Subject, kind)
+	if !ok || !bus.ValidID(token) {
+		return nil, bus.Errorf(bus.CodeBadEvent, "subject %q does not end in a valid session id", m.Subject)
+	}
+	switch e.SessionID {
+	case "":
+		e.SessionID = token
+	case token:
+	default:
+		return nil, bus.Errorf(bus.CodeBadEvent, "sessionid %q differs from the subject's session %q", e.SessionID, token)
+	}
+	return e, nil
+}
+
+func (r *Router) onRegister(m *nats.Msg) {
+	e, err := r.decode(m, "", bus.TypeRegister)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	var reg bus.Register
+	if err := e.DataAs(&reg); err != nil {
+		r.reject(m, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var groupRejects []bus.Rejection
+	if !reg.Leaving {
+		for _, g := range reg.Groups {
+			if err := r.groups.Put(ctx, g); err != nil {
+				var be *bus.Error
+				if !errors.As(err, &be) {
+					r.reject(m, err)
+					return
+				}
+				groupRejects = append(groupRejects, bus.Rejection{Name: g.Name, Reason: be.Message})
+			}
+		}
+	}
+	ack, err := r.reg.Register(ctx, reg)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	ack.Rejected = append(ack.Rejected, groupRejects...)
+	if err := bus.Respond(r.nc, m, r.source, bus.TypeRegisterAck, ack); err != nil {
+		r.log.Warn("router: register ack failed", "err", err)
+	}
+}
+
+func (r *Router) onAdmin(m *nats.Msg) {
+	verb, _ := strings.CutPrefix(m.Subject, r.subj.Prefix+".admin.")
+	e, err := r.decode(m, "", bus.TypeAdmin)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	if e.SessionID != "" && !bus.ValidID(e.SessionID) {
+		r.reject(m, bus.Errorf(bus.CodeBadEvent, "sessionid %q is not valid", e.SessionID))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := r.admin(ctx, verb, e)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	if err := bus.Respond(r.nc, m, r.source, bus.TypeAdminReply, out); err != nil {
+		r.log.Warn("router: admin reply failed", "err", err)
+	}
+}
+
+// admin runs one verb of PROTOCOL.md section 9.
+func (r *Router) admin(ctx context.Context, verb string, e *bus.Event) (any, error) {
+	switch verb {
+	case "tools.delete":
+		var d struct {
+			Name string `json:"name"`
+		}
+		if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
+			return nil, bus.Errorf(bus.CodeBadRequest, "tools.delete wants {\"name\": <tool name>}")
+		}
+		if err := r.reg.Delete(ctx, d.Name); err != nil {
+			return nil, err
+		}
+		return map[string]any{"deleted": d.Name}, nil
+	}
+	return r.adminGroups(ctx, verb, e)
+}

@@ -1,0 +1,46 @@
+package router
+
+import (
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/schemas"
+)
+
+func (r *Router) onTools(m *nats.Msg) {
+	e, err := r.decode(m, "tools", bus.TypeToolsQuery)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	var q bus.ToolsQuery
+	if len(e.Data) > 0 {
+		if err := e.DataAs(&q); err != nil {
+			r.reject(m, err)
+			return
+		}
+	}
+	list, err := r.list(e.SessionID, q)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	if err := bus.Respond(r.nc, m, r.source, bus.TypeToolsList, list); err != nil {
+		r.log.Warn("router: tools reply failed", "err", err)
+	}
+}
+
+// list builds the tool list a session's model sees.
+func (r *Router) list(session string, q bus.ToolsQuery) (*bus.ToolsList, error) {
+	req, err := groups.CheckRequest(q.Request)
+	if err != nil {
+		return nil, err
+	}
+	view := r.groups.View(r.reg, r.groups.Session(session), req)
+	tools, err := schemas.Export(q.Format, view.Tools())
+	if err != nil {
+		return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)
+	}
+	return &bus.ToolsList{Tools: tools, Groups: view.Groups()}, nil
+}
