@@ -315,6 +315,9 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	if d.RuleMatcher != bus.MatcherNone && d.RuleField == "" {
 		return "rule_field is required with rule_matcher " + d.RuleMatcher, nil
 	}
+	if len(d.InputSchema) == 0 || string(d.InputSchema) == "null" {
+		d.InputSchema = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
 	s, err := schemas.Compile(d.InputSchema)
 	if err != nil {
 		return "input_schema: " + strings.TrimPrefix(err.Error(), "schemas: "), nil

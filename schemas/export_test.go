@@ -20,7 +20,7 @@ func exportDefs() []bus.ToolDef {
 	return []bus.ToolDef{
 		{Name: "get_weather", Description: "Weather for a city.", ReadOnly: true, ConcurrencySafe: true,
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}}}`),
-			TimeoutMS: 1000, MaxAttempts: 2, Permission: bus.PermissionAllow, RuleMatcher: bus.MatcherNone},
+			TimeoutMS:   1000, MaxAttempts: 2, Permission: bus.PermissionAllow, RuleMatcher: bus.MatcherNone},
 		deploy,
 		{Name: "ping", Description: ""}, // no schema
 	}

@@ -434,6 +434,7 @@ func compileError(doc map[string]any, err error) error {
 		msg = se.Err.Error()
 	}
 	msg = strings.ReplaceAll(msg, "jsonschema: ", "")
+	msg = strings.ReplaceAll(msg, " in "+schemaURL, "")
 	msg = strings.ReplaceAll(msg, schemaURL, "")
 	return fmt.Errorf("schemas: invalid schema: %s", msg)
 }
