@@ -106,7 +106,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s Subjects, cfg StoreCon
 		{&st.Workers, jetstream.KeyValueConfig{Description: "toolbus worker liveness", TTL: 3 * cfg.Heartbeat}},
 		{&st.Groups, jetstream.KeyValueConfig{Description: "toolbus tool groups"}},
 		{&st.Sessions, jetstream.KeyValueConfig{Description: "toolbus sessions", TTL: cfg.SessionTTL}},
-		{&st.Parked, jetstream.KeyValueConfig{Description: "toolbus parked calls", History: 4}},
+		{&st.Parked, jetstream.KeyValueConfig{Description: "toolbus parked calls", TTL: cfg.HandoffMaxAge}},
 		{&st.Ledger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}},
 	}
 	names := []string{BucketTools, BucketWorkers, BucketGroups, BucketSessions, BucketParked, BucketLedger}

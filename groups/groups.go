@@ -27,6 +27,9 @@ import (
 type Config struct {
 	// DefaultMode is the permission mode of a new session; "" means "default".
 	DefaultMode string
+	// DefaultRules and DefaultWorkDirs seed a new session's permission context.
+	DefaultRules    []bus.Rule
+	DefaultWorkDirs []string
 	// Logger receives warnings about bad entries; nil discards.
 	Logger *slog.Logger
 }
@@ -276,7 +279,8 @@ func (s *Store) Session(id string) *Session {
 }
 
 func (s *Store) fresh() *Session {
-	sess := &Session{Active: []string{}, Mode: s.cfg.DefaultMode}
+	sess := &Session{Active: []string{}, Mode: s.cfg.DefaultMode,
+		Rules: slices.Clone(s.cfg.DefaultRules), WorkDirs: slices.Clone(s.cfg.DefaultWorkDirs)}
 	for _, g := range s.Groups() {
 		if g.ActiveByDefault {
 			sess.Active = append(sess.Active, g.Name)

@@ -87,11 +87,10 @@ func (s *Store) Reset(ctx context.Context, session string, input json.RawMessage
 	}
 	var on []string
 	for i, k := range keys {
-		var v bool
-		if err := json.Unmarshal(vals[i], &v); err != nil {
-			return "", bus.Errorf(bus.CodeInvalidInput, "Invalid arguments: the argument '%s' should be a bool value, but got %s.", k, jsonType(vals[i]))
+		if typ := jsonType(vals[i]); typ != "boolean" {
+			return "", bus.Errorf(bus.CodeInvalidInput, "Invalid arguments: the argument '%s' should be a bool value, but got %s.", k, typ)
 		}
-		if v && !slices.Contains(on, k) {
+		if string(bytes.TrimSpace(vals[i])) == "true" && !slices.Contains(on, k) {
 			on = append(on, k)
 		}
 	}

@@ -2,10 +2,13 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/permission"
 )
 
 // sessionView is the reply of session.get.
@@ -89,8 +92,49 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 			return nil, err
 		}
 		return r.sessionView(e.SessionID), nil
+	case "session.mode":
+		if err := needSession(); err != nil {
+			return nil, err
+		}
+		var d struct {
+			Mode string `json:"mode"`
+		}
+		if err := e.DataAs(&d); err != nil || !permission.ValidMode(d.Mode) {
+			return nil, bus.Errorf(bus.CodeBadRequest, "session.mode wants {\"mode\": \"default|accept_edits|explore|bypass|dont_ask\"}")
+		}
+		if _, err := r.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
+			s.Mode = d.Mode
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		return r.sessionView(e.SessionID), nil
+	case "parked.list":
+		recs := r.parked.Parked(e.SessionID, "")
+		out := make([]parkedView, len(recs))
+		for i, rec := range recs {
+			out[i] = parkedView{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,
+				Input: rec.Call.Input, Kind: rec.Kind, Subject: rec.Subject, SuggestedRules: rec.SuggestedRules,
+				Reason: rec.Reason, Created: rec.Created, Expires: rec.Expires}
+		}
+		return map[string]any{"parked": out}, nil
 	}
 	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
+}
+
+// parkedView is one entry of parked.list.
+type parkedView struct {
+	Session        string          `json:"session"`
+	ReplyID        string          `json:"reply_id"`
+	ID             string          `json:"id"`
+	Name           string          `json:"name"`
+	Input          json.RawMessage `json:"input,omitempty"`
+	Kind           string          `json:"kind"`
+	Subject        string          `json:"subject"`
+	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	Created        time.Time       `json:"created"`
+	Expires        time.Time       `json:"expires"`
 }
 
 func (r *Router) sessionView(id string) sessionView {

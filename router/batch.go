@@ -10,24 +10,31 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/schemas"
 )
 
-// batch is one model turn in flight on this router.
+// batch is one model turn in flight on this router: a new batch, or the
+// continuation of one whose parked calls have all been answered.
 type batch struct {
 	r        *Router
-	ev       *bus.Event
 	session  string
 	replyID  string
+	trace    [2]string // traceparent, tracestate
+	expiry   string
+	deadline time.Time // from expirytime; zero when absent
 	data     bus.Batch
 	req      *groups.Request
-	deadline time.Time // from expirytime; zero when absent
 	calls    []*callState
 	ctx      context.Context
 	cancel   context.CancelFunc
 
-	mu sync.Mutex // guards callState.result/cancel/interrupted of calls
+	cont    *external.Batch // the continuation record once the batch parked
+	parked  []bus.Parked    // what this router parked (and queued) last
+	resumed bool            // a continuation: its reply was sent long ago
+
+	mu sync.Mutex // guards callState.result and callState.cancel
 }
 
 // callState is one call of a batch.
@@ -41,10 +48,10 @@ type callState struct {
 }
 
 // safe reports whether the call may run beside others: unknown and failed
-// calls count as safe, reset_tools never is.
+// calls and request-scoped external tools count as safe, reset_tools never.
 func (c *callState) safe() bool {
 	switch {
-	case c.early != nil, c.target.External != nil:
+	case c.result != nil, c.early != nil, c.target.External != nil:
 		return true
 	case c.target.Reset:
 		return false
@@ -58,24 +65,18 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	key := b.session + "/" + b.replyID
-	r.mu.Lock()
-	r.batches[key] = b
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		if r.batches[key] == b {
-			delete(r.batches, key)
-		}
-		r.mu.Unlock()
-		b.cancel()
-	}()
-	b.run()
-	reply := bus.Reply{Results: make([]bus.Result, 0, len(b.calls)), Parked: []bus.Parked{}}
+	r.track(b)
+	defer r.untrack(b)
+	b.run(0)
+	reply := bus.Reply{Results: make([]bus.Result, 0, len(b.calls)), Parked: b.parked}
 	for _, c := range b.calls {
-		reply.Results = append(reply.Results, *c.result)
+		if c.result != nil {
+			reply.Results = append(reply.Results, *c.result)
+		}
 	}
-	r.publishEvent(b, bus.TypeBatchDone, "", bus.BatchDone{Results: reply.Results})
+	if reply.Parked == nil {
+		reply.Parked = []bus.Parked{}
+	}
 	if m.Reply != "" {
 		e, err := r.event(b, bus.TypeCallReply, "", reply)
 		if err == nil {
@@ -87,6 +88,23 @@ func (r *Router) onBatch(m *nats.Msg) {
 	}
 }
 
+// track makes a batch reachable by cancels; untrack forgets it.
+func (r *Router) track(b *batch) {
+	r.mu.Lock()
+	r.batches[b.session+"/"+b.replyID] = b
+	r.mu.Unlock()
+}
+
+func (r *Router) untrack(b *batch) {
+	key := b.session + "/" + b.replyID
+	r.mu.Lock()
+	if r.batches[key] == b {
+		delete(r.batches, key)
+	}
+	r.mu.Unlock()
+	b.cancel()
+}
+
 // newBatch decodes and checks a batch; errors are bad_event or bad_request.
 func (r *Router) newBatch(m *nats.Msg) (*batch, error) {
 	e, err := r.decode(m, "call", bus.TypeCallBatch)
@@ -96,17 +114,11 @@ func (r *Router) newBatch(m *nats.Msg) (*batch, error) {
 	if !bus.ValidID(e.ID) {
 		return nil, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
 	}
-	b := &batch{r: r, ev: e, session: e.SessionID, replyID: e.ID}
-	if b.deadline, err = e.Expiry(); err != nil {
+	var data bus.Batch
+	if err := e.DataAs(&data); err != nil {
 		return nil, err
 	}
-	if err := e.DataAs(&b.data); err != nil {
-		return nil, err
-	}
-	if b.req, err = groups.CheckRequest(b.data.Request); err != nil {
-		return nil, err
-	}
-	n := len(b.data.Calls)
+	n := len(data.Calls)
 	if n == 0 {
 		return nil, bus.Errorf(bus.CodeBadRequest, "the batch has no calls")
 	}
@@ -114,8 +126,7 @@ func (r *Router) newBatch(m *nats.Msg) (*batch, error) {
 		return nil, bus.Errorf(bus.CodeBadRequest, "the batch has %d calls; at most %d are allowed", n, bus.MaxCalls)
 	}
 	seen := make(map[string]struct{}, n)
-	b.calls = make([]*callState, n)
-	for i, c := range b.data.Calls {
+	for _, c := range data.Calls {
 		if !bus.ValidID(c.ID) {
 			return nil, bus.Errorf(bus.CodeBadEvent, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", c.ID)
 		}
@@ -123,61 +134,131 @@ func (r *Router) newBatch(m *nats.Msg) (*batch, error) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "call id %q appears twice in the batch", c.ID)
 		}
 		seen[c.ID] = struct{}{}
+	}
+	return r.makeBatch(e.SessionID, e.ID, e.TraceParent, e.TraceState, e.ExpiryTime, data)
+}
+
+// makeBatch builds a batch from checked parts; it serves new batches and
+// continuations alike.
+func (r *Router) makeBatch(session, replyID, traceParent, traceState, expiry string, data bus.Batch) (*batch, error) {
+	b := &batch{r: r, session: session, replyID: replyID, trace: [2]string{traceParent, traceState}, expiry: expiry, data: data}
+	if expiry != "" {
+		t, err := time.Parse(time.RFC3339Nano, expiry)
+		if err != nil {
+			return nil, bus.Errorf(bus.CodeBadEvent, "expirytime %q is not RFC 3339", expiry)
+		}
+		b.deadline = t
+	}
+	var err error
+	if b.req, err = groups.CheckRequest(data.Request); err != nil {
+		return nil, err
+	}
+	b.calls = make([]*callState, len(data.Calls))
+	for i, c := range data.Calls {
 		b.calls[i] = &callState{call: c}
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
 
-// run executes the batch: calls are resolved and validated, then split into
-// maximal runs of concurrency-safe calls and single unsafe calls; runs go
-// one after another, the calls of a safe run in parallel.
+// run executes the batch from call index start: calls are resolved and
+// validated, then split into maximal runs of concurrency-safe calls and
+// single unsafe calls; runs go one after another, the calls of a safe run
+// in parallel. A run that parks calls holds back the rest of the batch:
+// run returns, and whichever router records the last answer resumes it.
+// When every call has its result, batch.done is published.
 //
-// A reset_tools call changes what later calls of the batch resolve to, so
-// they are resolved again after it.
-func (b *batch) run() {
-	b.resolveFrom(0)
-	for i := 0; i < len(b.calls); {
+// A reset_tools call changes what later calls resolve to, so they are
+// resolved again after it.
+func (b *batch) run(start int) {
+	b.resolveFrom(start)
+	for i := start; i < len(b.calls); {
 		j := i + 1
 		if b.calls[i].safe() {
 			for j < len(b.calls) && b.calls[j].safe() {
 				j++
 			}
 		}
-		b.runCalls(b.calls[i:j])
+		if !b.runCalls(b.calls[i:j], j) {
+			return // parked: the continuation takes it from here
+		}
 		if b.calls[i].target.Reset && b.calls[i].early == nil {
 			b.resolveFrom(j)
 		}
 		i = j
+	}
+	b.done()
+}
+
+// done publishes batch.done with every result in call order.
+func (b *batch) done() {
+	results := make([]bus.Result, len(b.calls))
+	for i, c := range b.calls {
+		results[i] = *c.result
+	}
+	b.r.publishEvent(b, bus.TypeBatchDone, "", bus.BatchDone{Results: results})
+	if b.cont != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.r.parked.DeleteBatch(ctx, b.cont); err != nil {
+			b.r.log.Warn("router: continuation not removed", "session", b.session, "reply", b.replyID, "err", err)
+		}
 	}
 }
 
 func (b *batch) resolveFrom(i int) {
 	view := b.r.groups.View(b.r.reg, b.r.groups.Session(b.session), b.req)
 	for _, c := range b.calls[i:] {
-		b.resolve(view, c)
+		if c.result == nil {
+			b.resolve(view, c)
+		}
 	}
 }
 
-func (b *batch) runCalls(run []*callState) {
-	pending := run[:0:0]
+// runCalls runs one run (next is the index after it). Calls that cannot run
+// finish at once; the others are decided by the permission engine, then
+// parked or executed, those of a safe run in parallel. It reports false when
+// calls parked and the batch must wait.
+func (b *batch) runCalls(run []*callState, next int) bool {
+	sess := b.r.groups.Session(b.session)
+	var execs, parks []*callState
+	var kinds []parkSpec
 	for _, c := range run {
-		if c.early != nil {
+		switch {
+		case c.result != nil:
+		case b.cancelled(c.call.ID):
+			b.finish(c, interrupted(c.call))
+		case c.early != nil:
 			b.finish(c, *c.early)
-		} else {
-			pending = append(pending, c)
+		default:
+			spec, res := b.decide(sess, c)
+			switch {
+			case res != nil:
+				b.finish(c, *res)
+			case spec.kind != "":
+				parks, kinds = append(parks, c), append(kinds, spec)
+			default:
+				execs = append(execs, c)
+			}
 		}
 	}
-	if len(pending) == 1 {
-		b.execute(pending[0])
-		return
+	if len(parks) > 0 && !b.park(parks, kinds, next) {
+		return false // a re-sent batch found the first one parked
 	}
-	var wg sync.WaitGroup
-	for _, c := range pending {
-		wg.Add(1)
-		go func() { defer wg.Done(); b.execute(c) }()
+	if len(execs) == 1 {
+		b.execute(execs[0])
+	} else {
+		var wg sync.WaitGroup
+		for _, c := range execs {
+			wg.Add(1)
+			go func() { defer wg.Done(); b.execute(c) }()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+	if len(parks) == 0 {
+		return true
+	}
+	return b.settleRun(next)
 }
 
 // resolve finds what the call runs and validates its input; a call that
@@ -237,7 +318,7 @@ func (r *Router) event(b *batch, typ, callID string, data any) (*bus.Event, erro
 	if err != nil {
 		return nil, err
 	}
-	e.SessionID, e.ReplyID, e.TraceParent, e.TraceState = b.session, b.replyID, b.ev.TraceParent, b.ev.TraceState
+	e.SessionID, e.ReplyID, e.TraceParent, e.TraceState = b.session, b.replyID, b.trace[0], b.trace[1]
 	if callID != "" {
 		e.Subject, e.ToolCallID = callID, callID
 	}

@@ -28,6 +28,7 @@ func (r *Router) onCancel(m *nats.Msg) {
 	if b != nil {
 		b.interrupt(c.Calls)
 	}
+	r.cancelParked(e.SessionID, e.ReplyID, c.Calls)
 }
 
 // interrupt ends the calls named by ids (all when empty) that have no result.

@@ -29,8 +29,6 @@ func (b *batch) execute(c *callState) {
 	switch t := c.target; {
 	case t.Reset:
 		res = b.reset(ctx, c)
-	case t.External != nil:
-		res = b.park(ctx, c) // TODO(issue 4)
 	case t.Tool.Def.ReadOnly:
 		res = b.call(ctx, c)
 	default:

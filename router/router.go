@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/registry"
 )
@@ -39,6 +40,12 @@ type Config struct {
 	Groups []bus.Group
 	// DefaultMode is the permission mode of new sessions; "" means "default".
 	DefaultMode string
+	// DefaultRules and DefaultWorkDirs seed new sessions' permission context.
+	DefaultRules    []bus.Rule
+	DefaultWorkDirs []string
+	// ParkTTL is how long a call waits for an answer before it expires with
+	// a timeout result; zero means 24 hours.
+	ParkTTL time.Duration
 	// Logger receives the router's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -55,12 +62,14 @@ type Router struct {
 	store  *bus.Store
 	reg    *registry.Registry
 	groups *groups.Store
+	parked *external.Store
 
 	mu      sync.Mutex
 	subs    []*nats.Subscription
 	batches map[string]*batch // sessionid/replyid → running batch
 	closed  bool
 	work    sync.WaitGroup
+	bg      sync.WaitGroup // background loops
 	stop    context.CancelFunc
 	once    sync.Once
 	stopErr error
@@ -115,11 +124,17 @@ func (r *Router) Start(ctx context.Context) error {
 		cancel()
 		return fmt.Errorf("router: registry: %w", err)
 	}
-	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode, Logger: r.log})
+	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode,
+		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, Logger: r.log})
 	if err := r.groups.Start(runCtx); err != nil {
 		cancel()
 		r.reg.Stop()
 		return fmt.Errorf("router: groups: %w", err)
+	}
+	r.parked = external.New(r.store, r.subj, external.Config{TTL: r.cfg.ParkTTL, Logger: r.log})
+	if err := r.parked.Start(runCtx); err != nil {
+		r.Stop()
+		return fmt.Errorf("router: parked calls: %w", err)
 	}
 	for _, g := range r.cfg.Groups {
 		if err := r.groups.Put(ctx, g); err != nil {
@@ -136,6 +151,7 @@ func (r *Router) Start(ctx context.Context) error {
 		{r.subj.All("tools"), q, r.onTools},
 		{r.subj.Register(), q, r.onRegister},
 		{r.subj.All("admin"), q, r.onAdmin},
+		{r.subj.All("answer"), q, r.onAnswer},
 		{r.subj.All("cancel"), "", r.onCancel},
 	} {
 		h := s.h
@@ -153,6 +169,9 @@ func (r *Router) Start(ctx context.Context) error {
 		r.Stop()
 		return fmt.Errorf("router: flush: %w", err)
 	}
+	interval := min(max(r.parked.TTL()/10, 10*time.Millisecond), time.Second)
+	r.bg.Add(1)
+	go func() { defer r.bg.Done(); r.sweep(runCtx, interval) }()
 	r.log.Info("router serving", "prefix", r.subj.Prefix)
 	return nil
 }
@@ -210,6 +229,10 @@ func (r *Router) Drain(ctx context.Context) error {
 		}
 		if r.stop != nil {
 			r.stop()
+		}
+		r.bg.Wait()
+		if r.parked != nil {
+			r.parked.Stop()
 		}
 		if r.reg != nil {
 			r.reg.Stop()

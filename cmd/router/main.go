@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	replicas := fs.Int("replicas", 1, "JetStream replicas of buckets and streams")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
 	id := fs.String("id", "", "router instance id (default: random)")
+	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
 	verbose := fs.Bool("v", false, "log debug messages")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -54,6 +55,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	fileCfg, err := loadConfig(*configPath)
+	if err != nil {
+		return err
+	}
 
 	url := *natsURL
 	if url == "" {
@@ -79,7 +84,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
-		Store: bus.StoreConfig{Replicas: *replicas, Heartbeat: *heartbeat}})
+		Store:  bus.StoreConfig{Replicas: *replicas, Heartbeat: *heartbeat},
+		Groups: fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
+		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL})
 	if err != nil {
 		return err
 	}

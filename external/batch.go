@@ -1,0 +1,110 @@
+package external
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Batch phases.
+const (
+	PhaseRunning = "running" // the router that parked is still finishing the run
+	PhaseParked  = "parked"  // waiting for answers; whoever records the last one resumes
+	PhaseResumed = "resumed" // a router is running the rest
+	PhaseDone    = "done"
+)
+
+// Batch is the continuation of a batch that parked calls.
+type Batch struct {
+	Session     string                `json:"session"`
+	ReplyID     string                `json:"reply_id"`
+	TraceParent string                `json:"traceparent,omitempty"`
+	TraceState  string                `json:"tracestate,omitempty"`
+	Expiry      string                `json:"expirytime,omitempty"`
+	Data        bus.Batch             `json:"data"`
+	Results     map[string]bus.Result `json:"results"`
+	Waiting     []string              `json:"waiting"`
+	Next        int                   `json:"next"`
+	Phase       string                `json:"phase"`
+	Cancelled   []string              `json:"cancelled,omitempty"`  // call ids to interrupt before they run; "*" for all
+	ResumedBy   string                `json:"resumed_by,omitempty"` // the call whose result made it ready, or "run"
+
+	rev uint64
+}
+
+// Ready reports whether every awaited call has its result.
+func (b *Batch) Ready() bool {
+	for _, id := range b.Waiting {
+		if _, ok := b.Results[id]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// GetBatch reads a continuation.
+func (s *Store) GetBatch(ctx context.Context, session, replyID string) (*Batch, error) {
+	e, err := s.kv.Get(ctx, BatchKey(session, replyID))
+	if err != nil {
+		return nil, err
+	}
+	var b Batch
+	if err := json.Unmarshal(e.Value(), &b); err != nil {
+		return nil, fmt.Errorf("external: batch %s is corrupt: %w", BatchKey(session, replyID), err)
+	}
+	b.rev = e.Revision()
+	return &b, nil
+}
+
+// PutBatch writes a continuation: created when new (rev 0), else with
+// compare-and-set against the revision it was read at.
+func (s *Store) PutBatch(ctx context.Context, b *Batch) error {
+	v, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	key := BatchKey(b.Session, b.ReplyID)
+	var rev uint64
+	if b.rev == 0 {
+		rev, err = s.kv.Create(ctx, key, v)
+	} else {
+		rev, err = s.kv.Update(ctx, key, v, b.rev)
+	}
+	if err != nil {
+		return fmt.Errorf("external: batch %s: %w", key, err)
+	}
+	b.rev = rev
+	return nil
+}
+
+// UpdateBatch applies fn to the latest continuation with compare-and-set,
+// retrying on conflicts; fn may run more than once.
+func (s *Store) UpdateBatch(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
+	for attempt := 0; attempt < 50; attempt++ {
+		b, err := s.GetBatch(ctx, session, replyID)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(b); err != nil {
+			return nil, err
+		}
+		err = s.PutBatch(ctx, b)
+		if err == nil {
+			return b, nil
+		}
+		if !bus.IsConflict(err) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("external: batch %s: too much contention", BatchKey(session, replyID))
+}
+
+// DeleteBatch removes a finished batch's continuation.
+func (s *Store) DeleteBatch(ctx context.Context, b *Batch) error {
+	if err := s.kv.Delete(ctx, BatchKey(b.Session, b.ReplyID)); err != nil && !bus.IsNotFound(err) {
+		return fmt.Errorf("external: delete batch %s: %w", BatchKey(b.Session, b.ReplyID), err)
+	}
+	return nil
+}

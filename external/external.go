@@ -1,0 +1,341 @@
+// Package external keeps calls that wait for someone outside the bus: a
+// person's confirmation, or an external tool that a person or another system
+// executes. A parked call is a record in P_parked, its request a message in
+// the P_HANDOFF stream (so a handler that was offline still gets it), and its
+// answer a compare-and-set on the record, so the first valid answer wins and
+// every other one is refused without touching anything else.
+//
+// A batch that parks calls also leaves a continuation record under
+// <session>.<replyid> (two tokens, never a call key): what has finished and
+// which calls still wait. Whichever router records the last awaited result
+// resumes the batch, so answers may reach any router, hours later, after
+// restarts.
+package external
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Statuses of a parked record.
+const (
+	StatusParked    = "parked"    // waiting for an answer
+	StatusAnswered  = "answered"  // an answer won; the result is being made
+	StatusDone      = "done"      // the result is recorded
+	StatusExpired   = "expired"   // nobody answered in time
+	StatusCancelled = "cancelled" // the agent cancelled the call
+)
+
+// Record is a parked call.
+type Record struct {
+	Session        string          `json:"session"`
+	ReplyID        string          `json:"reply_id"`
+	Call           bus.Call        `json:"call"`
+	Kind           string          `json:"kind"`
+	Subject        string          `json:"subject"`
+	User           json.RawMessage `json:"user,omitempty"`
+	Context        json.RawMessage `json:"context,omitempty"`
+	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	RequestScoped  bool            `json:"request_scoped,omitempty"`
+	Status         string          `json:"status"`
+	Answer         *bus.Answer     `json:"answer,omitempty"`
+	Result         *bus.Result     `json:"result,omitempty"`
+	HandoffSeq     uint64          `json:"handoff_seq,omitempty"`
+	Created        time.Time       `json:"created"`
+	Expires        time.Time       `json:"expires"`
+
+	rev uint64
+}
+
+// Key returns the record's KV key.
+func (r *Record) Key() string { return Key(r.Session, r.ReplyID, r.Call.ID) }
+
+// Key is the P_parked key of a call: <session>.<replyid>.<callid>.
+func Key(session, replyID, callID string) string { return session + "." + replyID + "." + callID }
+
+// BatchKey is the P_parked key of a batch's continuation: <session>.<replyid>.
+func BatchKey(session, replyID string) string { return session + "." + replyID }
+
+// Config configures a Store.
+type Config struct {
+	// TTL is how long a call stays parked before it expires with a timeout
+	// result; zero means 24 hours.
+	TTL time.Duration
+	// Logger receives warnings; nil discards.
+	Logger *slog.Logger
+}
+
+// Store holds parked calls and batch continuations. It is safe for
+// concurrent use.
+type Store struct {
+	kv      jetstream.KeyValue
+	js      jetstream.JetStream
+	handoff jetstream.Stream
+	subj    bus.Subjects
+	cfg     Config
+
+	mu     sync.RWMutex
+	parked map[string]*Record // key → record, only records in StatusParked
+	watch  *bus.Watch
+}
+
+// New returns a Store; call Start before use.
+func New(st *bus.Store, subj bus.Subjects, cfg Config) *Store {
+	if cfg.TTL <= 0 {
+		cfg.TTL = 24 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}}
+}
+
+// TTL returns how long calls stay parked.
+func (s *Store) TTL() time.Duration { return s.cfg.TTL }
+
+// Start loads the cache of parked records and keeps it fed.
+func (s *Store) Start(ctx context.Context) error {
+	w, err := bus.WatchKV(ctx, s.kv, "*.*.*", s.apply)
+	if err != nil {
+		return err
+	}
+	s.watch = w
+	select {
+	case <-w.Ready():
+		return nil
+	case <-ctx.Done():
+		w.Stop()
+		return ctx.Err()
+	}
+}
+
+// Stop ends the watch; safe to call twice.
+func (s *Store) Stop() {
+	if s.watch != nil {
+		s.watch.Stop()
+	}
+}
+
+func (s *Store) apply(e jetstream.KeyValueEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(s.parked, e.Key())
+		return
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		s.cfg.Logger.Warn("external: ignoring bad parked record", "key", e.Key())
+		return
+	}
+	r.rev = e.Revision()
+	if old, ok := s.parked[e.Key()]; ok && old.rev > r.rev {
+		return
+	}
+	if r.Status == StatusParked {
+		s.parked[e.Key()] = &r
+	} else {
+		delete(s.parked, e.Key())
+	}
+}
+
+// Park stores a new parked record and, unless the caller executes the tool
+// itself, publishes its request on P.external.<tool> or P.confirm.<tool>
+// through JetStream so the P_HANDOFF stream keeps it. source is the
+// CloudEvents source of the router.
+func (s *Store) Park(ctx context.Context, r *Record, source string) error {
+	now := time.Now().UTC()
+	r.Status, r.Created, r.Expires = StatusParked, now, now.Add(s.cfg.TTL)
+	r.Subject = s.subj.Answer(r.Call.Name)
+	if !r.RequestScoped {
+		seq, err := s.publishHandoff(ctx, r, source)
+		if err != nil {
+			return err
+		}
+		r.HandoffSeq = seq
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	rev, err := s.kv.Create(ctx, r.Key(), b)
+	if err != nil {
+		s.dropHandoff(r)
+		return fmt.Errorf("external: park %s: %w", r.Key(), err)
+	}
+	r.rev = rev
+	s.mu.Lock()
+	s.parked[r.Key()] = r
+	s.mu.Unlock()
+	return nil
+}
+
+// Request is the data of io.toolbus.external.request and
+// io.toolbus.confirm.request.
+type Request struct {
+	Call           bus.Call        `json:"call"`
+	User           json.RawMessage `json:"user,omitempty"`
+	Context        json.RawMessage `json:"context,omitempty"`
+	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	Subject        string          `json:"subject"`
+	Expires        time.Time       `json:"expires"`
+}
+
+func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (uint64, error) {
+	typ, subject := bus.TypeExternalReq, s.subj.External(r.Call.Name)
+	if r.Kind == bus.KindConfirm {
+		typ, subject = bus.TypeConfirmReq, s.subj.Confirm(r.Call.Name)
+	}
+	req := Request{Call: r.Call, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
+	if r.Kind == bus.KindConfirm {
+		req.SuggestedRules, req.Reason = r.SuggestedRules, r.Reason
+		if req.SuggestedRules == nil {
+			req.SuggestedRules = []bus.Rule{}
+		}
+	}
+	e, err := bus.NewEvent(typ, source, req)
+	if err != nil {
+		return 0, err
+	}
+	e.SessionID, e.ReplyID, e.ToolCallID, e.Subject = r.Session, r.ReplyID, r.Call.ID, r.Call.ID
+	e.ExpiryTime = r.Expires.Format(time.RFC3339Nano)
+	m, err := e.Msg(subject)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgID(typ+"/"+r.Key()))
+	if err != nil {
+		return 0, fmt.Errorf("external: handoff %s: %w", subject, err)
+	}
+	return ack.Sequence, nil
+}
+
+// dropHandoff removes a record's request from the handoff stream: it is
+// answered, expired or cancelled, so no handler should see it any more.
+func (s *Store) dropHandoff(r *Record) {
+	if r.HandoffSeq == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.handoff.DeleteMsg(ctx, r.HandoffSeq); err != nil && !strings.Contains(err.Error(), "not found") {
+		s.cfg.Logger.Debug("external: handoff delete", "key", r.Key(), "err", err)
+	}
+}
+
+// Get reads a record from KV.
+func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
+	e, err := s.kv.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, fmt.Errorf("external: record %s is corrupt: %w", key, err)
+	}
+	r.rev = e.Revision()
+	return &r, nil
+}
+
+// Transition moves a record from status from to the state fn leaves it in,
+// with compare-and-set. It returns bus.ErrNotParked when the record is
+// missing or in another status, bus.ErrAlreadyAnswered when from is parked
+// and an answer already won.
+func (s *Store) Transition(ctx context.Context, key, from string, fn func(*Record) error) (*Record, error) {
+	for attempt := 0; attempt < 20; attempt++ {
+		r, err := s.Get(ctx, key)
+		if bus.IsNotFound(err) {
+			return nil, bus.Errorf(bus.CodeNotParked, "no parked call %s", key)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.Status != from {
+			if from == StatusParked && (r.Status == StatusAnswered || r.Status == StatusDone && r.Answer != nil) {
+				return nil, bus.Errorf(bus.CodeAlreadyAnswered, "call %s was already answered", r.Call.ID)
+			}
+			return nil, bus.Errorf(bus.CodeNotParked, "call %s is %s, not %s", r.Call.ID, r.Status, from)
+		}
+		if err := fn(r); err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		rev, err := s.kv.Update(ctx, key, b, r.rev)
+		if err == nil {
+			r.rev = rev
+			if r.Status != StatusParked {
+				s.mu.Lock()
+				delete(s.parked, key)
+				s.mu.Unlock()
+				s.dropHandoff(r)
+			}
+			return r, nil
+		}
+		if !bus.IsConflict(err) {
+			return nil, fmt.Errorf("external: update %s: %w", key, err)
+		}
+	}
+	return nil, fmt.Errorf("external: update %s: too much contention", key)
+}
+
+// Repark turns an answered record into a parked one of another kind (a
+// confirmed call of an external tool now waits for its execution).
+func (s *Store) Repark(ctx context.Context, key, kind, source string) (*Record, error) {
+	r, err := s.Transition(ctx, key, StatusAnswered, func(r *Record) error {
+		r.Kind, r.Status, r.Answer, r.SuggestedRules, r.Reason = kind, StatusParked, nil, nil, ""
+		r.Expires = time.Now().UTC().Add(s.cfg.TTL)
+		seq, err := s.publishHandoff(ctx, r, source)
+		r.HandoffSeq = seq
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.parked[key] = r
+	s.mu.Unlock()
+	return r, nil
+}
+
+// Parked returns the parked records of a session ("" for all), optionally of
+// one reply id, oldest first, from the cache.
+func (s *Store) Parked(session, replyID string) []*Record {
+	s.mu.RLock()
+	var out []*Record
+	for _, r := range s.parked {
+		if (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID) {
+			out = append(out, r)
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *Record) int { return a.Created.Compare(b.Created) })
+	return out
+}
+
+// Expired returns the parked records whose time is up.
+func (s *Store) Expired(now time.Time) []*Record {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*Record
+	for _, r := range s.parked {
+		if now.After(r.Expires) {
+			out = append(out, r)
+		}
+	}
+	return out
+}

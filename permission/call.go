@@ -1,0 +1,258 @@
+package permission
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// call is one call prepared for matching: the rule field read once, the
+// command split once, the path resolved once.
+type call struct {
+	def   *bus.ToolDef
+	value string // the rule field
+	ok    bool   // the rule field is present and a string
+
+	// command matcher
+	parts []string // the command split into simple commands, for allow rules
+	split bool     // parts can be trusted: no substitution, quotes closed
+	loose []string // candidates for deny and ask rules: the whole command, then pieces
+
+	// path matcher
+	paths    []string          // the cleaned absolute path, then its resolved form when it differs
+	bases    []string          // absolute bases of relative patterns
+	resolved map[string]string // resolve cache
+}
+
+func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
+	c := &call{def: def}
+	if def.RuleMatcher != bus.MatcherCommand && def.RuleMatcher != bus.MatcherPath {
+		return c
+	}
+	c.value, c.ok = field(input, def.RuleField)
+	if !c.ok {
+		return c
+	}
+	switch def.RuleMatcher {
+	case bus.MatcherCommand:
+		c.parts, c.split = splitCommand(c.value)
+		c.loose = looseParts(c.value)
+	case bus.MatcherPath:
+		c.resolved = map[string]string{}
+		c.bases = bases(workDirs)
+		raw := c.value
+		if !filepath.IsAbs(raw) {
+			// Not filepath.Join: "link/.." must be resolved, not cleaned away.
+			raw = c.bases[0] + string(filepath.Separator) + raw
+		}
+		clean := filepath.Clean(raw)
+		c.paths = []string{clean}
+		if r := c.resolve(raw); r != clean {
+			c.paths = append(c.paths, r)
+		}
+	}
+	return c
+}
+
+// field returns the string at name in input: a top-level key, or a JSON
+// pointer when name starts with "/".
+func field(input json.RawMessage, name string) (string, bool) {
+	if name == "" {
+		return "", false
+	}
+	var v any
+	if json.Unmarshal(input, &v) != nil {
+		return "", false
+	}
+	if s, ok := v.(string); ok { // an object encoded as a string (OpenAI arguments)
+		if json.Unmarshal([]byte(s), &v) != nil {
+			return "", false
+		}
+	}
+	if !strings.HasPrefix(name, "/") {
+		m, _ := v.(map[string]any)
+		s, ok := m[name].(string)
+		return s, ok
+	}
+	for _, tok := range strings.Split(name[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[tok]; !ok {
+				return "", false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) || tok != strconv.Itoa(i) {
+				return "", false
+			}
+			v = x[i]
+		default:
+			return "", false
+		}
+	}
+	s, ok := v.(string)
+	return s, ok
+}
+
+// matches reports whether the pattern rule r (tool already checked or not)
+// matches the call.
+func (c *call) matches(r bus.Rule) bool {
+	if !toolMatches(r, c.def) {
+		return false
+	}
+	if r.Pattern == "" {
+		return true
+	}
+	if !c.ok {
+		return false
+	}
+	whole := behavior(r) == Allow
+	switch c.def.RuleMatcher {
+	case bus.MatcherCommand:
+		if whole {
+			if !c.split || len(c.parts) == 0 {
+				return false
+			}
+			for _, p := range c.parts {
+				if !matchCommand(r.Pattern, p, true) {
+					return false
+				}
+			}
+			return true
+		}
+		return slices.ContainsFunc(c.loose, func(s string) bool { return matchCommand(r.Pattern, s, false) })
+	case bus.MatcherPath:
+		forms := c.patternForms(r.Pattern)
+		match := func(p string) bool {
+			return slices.ContainsFunc(forms, func(f string) bool { return matchPath(f, p) })
+		}
+		if whole {
+			return len(c.paths) > 0 && !slices.ContainsFunc(c.paths, func(p string) bool { return !match(p) })
+		}
+		return slices.ContainsFunc(c.paths, match)
+	}
+	return false
+}
+
+// allowed reports whether the allow rules cover the call: a tool-only rule,
+// or for each part of the command (each form of the path) some pattern rule.
+func (c *call) allowed(rules []bus.Rule) (string, bool) {
+	var targets []string
+	switch {
+	case !c.ok:
+	case c.def.RuleMatcher == bus.MatcherCommand && c.split:
+		targets = c.parts
+	case c.def.RuleMatcher == bus.MatcherPath:
+		targets = c.paths
+	}
+	by := make([]string, len(targets))
+	for _, r := range rules {
+		if behavior(r) != Allow || !toolMatches(r, c.def) {
+			continue
+		}
+		if r.Pattern == "" {
+			return fmt.Sprintf("rule %s allows it", ruleString(r)), true
+		}
+		for i, t := range targets {
+			if by[i] == "" && c.covers(r.Pattern, t) {
+				by[i] = ruleString(r)
+			}
+		}
+	}
+	if len(targets) == 0 || slices.Contains(by, "") {
+		return "", false
+	}
+	slices.Sort(by)
+	by = slices.Compact(by)
+	if len(by) == 1 {
+		return fmt.Sprintf("rule %s allows it", by[0]), true
+	}
+	return fmt.Sprintf("rules %s allow it", strings.Join(by, ", ")), true
+}
+
+// covers reports whether an allow pattern matches one part of the command
+// or one form of the path.
+func (c *call) covers(pattern, target string) bool {
+	if c.def.RuleMatcher == bus.MatcherCommand {
+		return matchCommand(pattern, target, true)
+	}
+	return slices.ContainsFunc(c.patternForms(pattern), func(f string) bool { return matchPath(f, target) })
+}
+
+// suggest returns allow rules that would allow the call next time.
+func (c *call) suggest(rules []bus.Rule) []bus.Rule {
+	tool := bus.Rule{Tool: c.def.Name, Behavior: Allow}
+	if !c.ok || (c.def.RuleMatcher != bus.MatcherCommand && c.def.RuleMatcher != bus.MatcherPath) {
+		return []bus.Rule{tool}
+	}
+	var targets []string
+	if c.def.RuleMatcher == bus.MatcherCommand {
+		if !c.split {
+			return nil // no pattern can allow it; a tool-wide rule is too broad to suggest
+		}
+		targets = c.parts
+	} else {
+		targets = c.paths
+	}
+	var out []bus.Rule
+	for _, t := range targets {
+		if slices.ContainsFunc(rules, func(r bus.Rule) bool {
+			return behavior(r) == Allow && toolMatches(r, c.def) && r.Pattern != "" && c.covers(r.Pattern, t)
+		}) {
+			continue
+		}
+		var pattern string
+		if c.def.RuleMatcher == bus.MatcherCommand {
+			pattern = strings.Fields(t)[0] + ":*"
+		} else {
+			dir := escapeGlob(filepath.ToSlash(filepath.Dir(t)))
+			pattern = strings.TrimSuffix(dir, "/") + "/**"
+		}
+		r := bus.Rule{Tool: c.def.Name, Pattern: pattern, Behavior: Allow}
+		if CheckRule(r) == nil && !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// bases returns the absolute, cleaned work dirs, or the process working
+// directory when there are none.
+func bases(workDirs []string) []string {
+	var out []string
+	for _, d := range workDirs {
+		if d == "" {
+			continue
+		}
+		if a, err := filepath.Abs(d); err == nil {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		wd, err := os.Getwd()
+		if err != nil {
+			wd = string(filepath.Separator)
+		}
+		out = append(out, wd)
+	}
+	return out
+}

@@ -1,0 +1,234 @@
+package permission
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Modes.
+const (
+	Default     = "default"      // ask unless a rule or the tool allows it
+	AcceptEdits = "accept_edits" // as Default, and allow path tools inside the working directories
+	Explore     = "explore"      // deny every tool that is not read-only
+	Bypass      = "bypass"       // allow everything but deny rules, ask rules and safety asks
+	DontAsk     = "dont_ask"     // as Default, with every ask turned into a deny
+)
+
+// ValidMode reports whether m is one of the modes.
+func ValidMode(m string) bool {
+	switch m {
+	case Default, AcceptEdits, Explore, Bypass, DontAsk:
+		return true
+	}
+	return false
+}
+
+// Context is a session's permission context.
+type Context struct {
+	// Mode is one of the modes; "" means Default. Decide denies every call
+	// in an unknown mode.
+	Mode string
+	// Rules are checked by behavior (deny, then ask, then allow), not in
+	// order; a rule's Behavior "" means allow. Rules should pass CheckRule:
+	// a pattern that does not parse matches nothing.
+	Rules []bus.Rule
+	// WorkDirs are the session's working directories. The first one is the
+	// base of relative input paths (the process working directory when there
+	// is none); relative path patterns are tried against each of them;
+	// accept_edits allows path tools inside any of them.
+	WorkDirs []string
+}
+
+// Behaviors.
+const (
+	Allow = "allow"
+	Deny  = "deny"
+	Ask   = "ask"
+)
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	// Behavior is Allow, Deny or Ask.
+	Behavior string
+	// Reason says why, e.g. "rule Bash(git:*) allows it".
+	Reason string
+	// Safety reports that the decision comes from the dangerous-path check,
+	// which allow rules, the tool's own check and bypass cannot override.
+	Safety bool
+	// SuggestedRules are, with Ask, allow rules that would allow this call
+	// next time. There are none when no allow rule could (safety asks, ask
+	// rules, tools that ask themselves).
+	SuggestedRules []bus.Rule
+}
+
+// Decide decides one call of def with input, the call's validated input
+// object (a JSON string holding an object is accepted too). A nil def is
+// denied. Order: deny rules, ask rules, read-only tools, explore mode, the
+// dangerous-path safety ask, then the mode; dont_ask turns every ask into a
+// deny at the end.
+func Decide(pc Context, def *bus.ToolDef, input json.RawMessage) Decision {
+	if def == nil {
+		return Decision{Behavior: Deny, Reason: "the tool has no definition"}
+	}
+	mode := pc.Mode
+	if mode == "" {
+		mode = Default
+	}
+	if !ValidMode(mode) {
+		return Decision{Behavior: Deny, Reason: fmt.Sprintf("unknown permission mode %q", pc.Mode)}
+	}
+	c := newCall(def, input, pc.WorkDirs)
+	d := c.decide(pc, mode)
+	if mode == DontAsk && d.Behavior == Ask {
+		d = Decision{Behavior: Deny, Reason: "dont_ask mode denies what would ask: " + d.Reason, Safety: d.Safety}
+	}
+	return d
+}
+
+func (c *call) decide(pc Context, mode string) Decision {
+	for _, r := range pc.Rules {
+		if behavior(r) == Deny && c.matches(r) {
+			return Decision{Behavior: Deny, Reason: fmt.Sprintf("rule %s denies it", ruleString(r))}
+		}
+	}
+	for _, r := range pc.Rules {
+		if behavior(r) == Ask && c.matches(r) {
+			return Decision{Behavior: Ask, Reason: fmt.Sprintf("rule %s asks for confirmation", ruleString(r))}
+		}
+	}
+	if c.def.ReadOnly {
+		return Decision{Behavior: Allow, Reason: fmt.Sprintf("tool %s is read-only", c.def.Name)}
+	}
+	if mode == Explore {
+		return Decision{Behavior: Deny, Reason: "explore mode denies tools that are not read-only"}
+	}
+	if reason, ok := c.dangerous(); ok {
+		return Decision{Behavior: Ask, Reason: reason, Safety: true}
+	}
+	if mode == Bypass {
+		if c.def.Permission == bus.PermissionAllow {
+			return Decision{Behavior: Allow, Reason: fmt.Sprintf("tool %s allows it", c.def.Name)}
+		}
+		if reason, ok := c.allowed(pc.Rules); ok {
+			return Decision{Behavior: Allow, Reason: reason}
+		}
+		return Decision{Behavior: Allow, Reason: "bypass mode allows it"}
+	}
+	// Default, AcceptEdits and DontAsk.
+	switch c.def.Permission {
+	case bus.PermissionAllow:
+		return Decision{Behavior: Allow, Reason: fmt.Sprintf("tool %s allows it", c.def.Name)}
+	case bus.PermissionAsk:
+		return Decision{Behavior: Ask, Reason: fmt.Sprintf("tool %s asks for confirmation", c.def.Name)}
+	case bus.PermissionPassthrough, "":
+	default:
+		return Decision{Behavior: Ask, Reason: fmt.Sprintf("tool %s has an unknown permission check %q", c.def.Name, c.def.Permission)}
+	}
+	if reason, ok := c.allowed(pc.Rules); ok {
+		return Decision{Behavior: Allow, Reason: reason}
+	}
+	if mode == AcceptEdits && c.inside(pc.WorkDirs) {
+		return Decision{Behavior: Allow, Reason: "accept_edits mode allows edits inside the working directories"}
+	}
+	return Decision{Behavior: Ask, Reason: fmt.Sprintf("no rule allows this call of %s", c.def.Name),
+		SuggestedRules: c.suggest(pc.Rules)}
+}
+
+// Matches reports whether rule applies to a call of def with input. An allow
+// rule's pattern must cover the whole call: every part of a compound command
+// and both the written and the symlink-resolved path. Relative paths and
+// patterns are taken against the process working directory; Decide, which
+// knows the session's working directories, should be preferred.
+func Matches(rule bus.Rule, def *bus.ToolDef, input json.RawMessage) bool {
+	if def == nil || !toolMatches(rule, def) {
+		return false
+	}
+	if rule.Pattern == "" {
+		return true
+	}
+	return newCall(def, input, nil).matches(rule)
+}
+
+// maxPattern bounds a rule pattern.
+const maxPattern = 4096
+
+// CheckRule reports why r is not a valid rule: its tool must be "*" or a
+// tool name (bus.ValidName), its behavior allow, deny, ask or "" (allow), and
+// its pattern either empty, a prefix rule "<command>:*" whose command has no
+// "*", or a pattern whose "/"-separated segments are valid path.Match globs
+// (a command pattern is checked that way too, since the tool's matcher is not
+// known here).
+func CheckRule(r bus.Rule) error {
+	if r.Tool != "*" && !bus.ValidName(r.Tool) {
+		return fmt.Errorf("permission: rule tool %q must be \"*\" or a tool name matching ^[A-Za-z0-9_-]{1,64}$", r.Tool)
+	}
+	switch r.Behavior {
+	case "", Allow, Deny, Ask:
+	default:
+		return fmt.Errorf("permission: rule %s: behavior %q must be allow, deny or ask", ruleString(r), r.Behavior)
+	}
+	if err := checkPattern(r.Pattern); err != nil {
+		return fmt.Errorf("permission: rule %s: %w", ruleString(r), err)
+	}
+	return nil
+}
+
+func checkPattern(p string) error {
+	if p == "" {
+		return nil
+	}
+	if len(p) > maxPattern {
+		return fmt.Errorf("pattern is longer than %d bytes", maxPattern)
+	}
+	if !utf8.ValidString(p) {
+		return errors.New("pattern is not valid UTF-8")
+	}
+	if strings.TrimSpace(p) == "" {
+		return errors.New("pattern is blank")
+	}
+	if strings.IndexFunc(p, unicode.IsControl) >= 0 {
+		return errors.New("pattern contains a control character")
+	}
+	if prefix, ok := strings.CutSuffix(p, ":*"); ok {
+		switch {
+		case strings.TrimSpace(prefix) == "":
+			return errors.New(`prefix rule needs a command before ":*"`)
+		case strings.Contains(prefix, "*"):
+			return fmt.Errorf(`prefix rule command %q cannot contain "*"`, prefix)
+		}
+		return nil
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if _, err := path.Match(seg, ""); err != nil {
+			return fmt.Errorf("pattern segment %q is not a valid glob", seg)
+		}
+	}
+	return nil
+}
+
+// behavior returns a rule's behavior, "" meaning allow.
+func behavior(r bus.Rule) string {
+	if r.Behavior == "" {
+		return Allow
+	}
+	return r.Behavior
+}
+
+func toolMatches(r bus.Rule, def *bus.ToolDef) bool {
+	return r.Tool == "*" || r.Tool == def.Name
+}
+
+// ruleString renders a rule as Tool or Tool(pattern).
+func ruleString(r bus.Rule) string {
+	if r.Pattern == "" {
+		return r.Tool
+	}
+	return r.Tool + "(" + r.Pattern + ")"
+}
