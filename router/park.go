@@ -498,11 +498,12 @@ func (r *Router) cancelParked(session, replyID string, ids []string) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	marks := ids
+	if len(marks) == 0 {
+		marks = []string{"*"}
+	}
 	_, err := r.parked.UpdateBatch(ctx, session, replyID, func(b *external.Batch) error {
-		if len(ids) == 0 {
-			ids = []string{"*"}
-		}
-		for _, id := range ids {
+		for _, id := range marks {
 			if !slices.Contains(b.Cancelled, id) {
 				b.Cancelled = append(b.Cancelled, id)
 			}

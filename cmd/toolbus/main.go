@@ -1,0 +1,176 @@
+// Command toolbus is the command line for people: call tools, list what a
+// session's model sees, watch a session's events and cancel calls.
+//
+//	toolbus call get_current_time '{"timezone":"UTC"}'
+//	toolbus tools --format openai --json
+//	toolbus watch --session '*'
+//	toolbus cancel <reply-id>
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "toolbus:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	args    string // synopsis of the positional arguments
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"call", "<tool> ['<json input>']", "call one tool and print its result", runCall},
+		{"tools", "", "list the tools and groups a session's model sees", runTools},
+		{"watch", "", "print a session's events as they happen", runWatch},
+		{"cancel", "<reply-id> [call-id...]", "interrupt the running and parked calls of a reply", runCancel},
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		usage(stderr)
+		return errors.New("no command given")
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(rest) > 0 {
+			if c, ok := lookup(rest[0]); ok {
+				return c.run(ctx, []string{"-h"}, stdout, stderr)
+			}
+		}
+		usage(stderr)
+		return flag.ErrHelp
+	}
+	c, ok := lookup(name)
+	if !ok {
+		usage(stderr)
+		return fmt.Errorf("unknown command %q", name)
+	}
+	return c.run(ctx, rest, stdout, stderr)
+}
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: toolbus <command> [arguments] [flags]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-7s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "  help    show this text, or 'toolbus help <command>' for a command's flags")
+	fmt.Fprintln(w, "\nEvery command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default \"cli\").")
+}
+
+// conn holds the flags every subcommand shares and connects with them.
+type conn struct {
+	url     string
+	prefix  string
+	session string
+}
+
+// defaultSession is the session of the command line unless --session says.
+const defaultSession = "cli"
+
+// newFlagSet returns the flag set of subcommand name with the shared flags.
+func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
+	c, _ := lookup(name)
+	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cn := &conn{}
+	fs.StringVar(&cn.url, "nats", defaultNATS(), "NATS server URL; $NATS_URL when set, else nats://127.0.0.1:4222")
+	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
+	fs.StringVar(&cn.session, "session", defaultSession, "session id")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: toolbus %s %s [flags]\n\n%s.\n\nflags:\n", c.name, c.args, c.summary)
+		fs.PrintDefaults()
+	}
+	return fs, cn
+}
+
+// defaultNATS returns $NATS_URL, else the local default server.
+func defaultNATS() string {
+	if u := os.Getenv("NATS_URL"); u != "" {
+		return u
+	}
+	return nats.DefaultURL
+}
+
+// dial connects to NATS and returns a client of the deployment; close ends
+// the connection.
+func (cn *conn) dial() (cl *client.Client, close func(), err error) {
+	nc, err := nats.Connect(cn.url, nats.Name("toolbus-cli"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", cn.url, err)
+	}
+	return client.New(nc, client.Config{Prefix: cn.prefix, Source: "toolbus/cli"}), nc.Close, nil
+}
+
+// parse parses args with fs, allowing flags after positional arguments
+// ("call echo '{}' --json"); everything after "--" is positional. It
+// returns the positional arguments.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError prints fs's usage and returns an error saying what is wrong.
+func usageError(fs *flag.FlagSet, format string, args ...any) error {
+	fs.Usage()
+	return fmt.Errorf(format, args...)
+}
+
+// checkSession rejects a session id that cannot be a subject token.
+func checkSession(fs *flag.FlagSet, s string) error {
+	if !bus.ValidID(s) {
+		return usageError(fs, "--session %q must match ^[A-Za-z0-9_-]{1,128}$", s)
+	}
+	return nil
+}

@@ -1,0 +1,419 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/builtin"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/worker"
+)
+
+const testHeartbeat = 500 * time.Millisecond
+
+// syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// deployment is a nats-server, one router and a worker serving the built-in
+// tools plus "block", which runs until its call is cancelled and reports on
+// started when it begins.
+type deployment struct {
+	url     string
+	client  *client.Client
+	started chan string
+}
+
+func newDeployment(t *testing.T) *deployment {
+	t.Helper()
+	s := bustest.RunServer(t)
+	r, err := router.New(bustest.Connect(t, s), router.Config{Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	d := &deployment{url: s.ClientURL(), client: client.New(bustest.Connect(t, s), client.Config{}),
+		started: make(chan string, 1)}
+	w, err := worker.New(bustest.Connect(t, s), worker.Config{Heartbeat: testHeartbeat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := builtin.Register(w); err != nil {
+		t.Fatal(err)
+	}
+	err = worker.Register(w, bus.ToolDef{Name: "block", Description: "Run until cancelled.", ReadOnly: true},
+		func(ctx context.Context, c *worker.Call, _ struct{}) (string, error) {
+			d.started <- c.ReplyID
+			<-ctx.Done()
+			return "", ctx.Err()
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		for _, n := range []string{"get_current_time", "echo", "block"} {
+			tool, ok := r.Registry().Lookup(n)
+			if !ok || !r.Registry().Live(tool) {
+				return fmt.Errorf("tool %s is not live", n)
+			}
+		}
+		return nil
+	})
+	return d
+}
+
+// exec runs the command line and returns its stdout, stderr and error.
+func exec(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	var o, e bytes.Buffer
+	err = run(ctx, args, &o, &e)
+	return o.String(), e.String(), err
+}
+
+func TestCallTime(t *testing.T) {
+	d := newDeployment(t)
+	out, errOut, err := exec(t.Context(), "call", "get_current_time", `{"timezone":"UTC"}`, "--nats", d.url)
+	if err != nil {
+		t.Fatalf("run: %v\nstdout: %s\nstderr: %s", err, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || lines[0] != "get_current_time: success" {
+		t.Fatalf("output:\n%s", out)
+	}
+	at, err := time.Parse(time.RFC3339, lines[1])
+	if err != nil {
+		t.Fatalf("not a time: %q: %v", lines[1], err)
+	}
+	if _, off := at.Zone(); off != 0 || time.Since(at).Abs() > time.Minute {
+		t.Fatalf("time %v is not the current UTC time", at)
+	}
+}
+
+func TestCallUnknownTool(t *testing.T) {
+	d := newDeployment(t)
+	out, _, err := exec(t.Context(), "call", "nope", "{}", "--nats", d.url)
+	if err == nil {
+		t.Fatal("want an error for an unknown tool")
+	}
+	if !strings.Contains(err.Error(), bus.CodeUnknownTool) {
+		t.Errorf("error %q does not name %s", err, bus.CodeUnknownTool)
+	}
+	if !strings.Contains(out, "ToolNotFoundError: The tool named 'nope' doesn't exist.") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+func TestCallJSON(t *testing.T) {
+	d := newDeployment(t)
+	out, _, err := exec(t.Context(), "call", "--json", "echo", `{"text":"hi"}`, "--reply-id", "r-json", "--session", "s1", "--nats", d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply bus.Reply
+	if err := json.Unmarshal([]byte(out), &reply); err != nil {
+		t.Fatalf("output is not a reply: %v\n%s", err, out)
+	}
+	if len(reply.Results) != 1 || reply.Results[0].ID != callID || reply.Results[0].Output[0].Text != "hi" {
+		t.Fatalf("reply: %+v", reply)
+	}
+}
+
+func TestCallInvalidInput(t *testing.T) {
+	d := newDeployment(t)
+	out, _, err := exec(t.Context(), "call", "echo", `{"text":5}`, "--nats", d.url)
+	if err == nil || !strings.Contains(err.Error(), bus.CodeInvalidInput) {
+		t.Fatalf("error: %v", err)
+	}
+	if !strings.HasPrefix(out, "echo: error (invalid_input)\nInput validation failed for tool 'echo':\n/text: ") {
+		t.Fatalf("output:\n%s", out)
+	}
+}
+
+func TestCallNoRouter(t *testing.T) {
+	s := bustest.RunServer(t)
+	_, _, err := exec(t.Context(), "call", "echo", `{"text":"hi"}`, "--nats", s.ClientURL())
+	if err == nil || !strings.Contains(err.Error(), "no router") {
+		t.Fatalf("error: %v", err)
+	}
+}
+
+func TestCallRejected(t *testing.T) {
+	var out bytes.Buffer
+	err := callError(t.Context(), nil, "cli", "r1", bus.Errorf(bus.CodeBadRequest, "agent_only cannot include external tools"), true, &out)
+	if err == nil || err.Error() != "batch rejected: bad_request: agent_only cannot include external tools" {
+		t.Fatalf("error: %v", err)
+	}
+	var be bus.Error
+	if json.Unmarshal(out.Bytes(), &be) != nil || be.Code != bus.CodeBadRequest {
+		t.Fatalf("json output: %s", out.String())
+	}
+}
+
+// TestCancel checks that `cancel` ends a running call.
+func TestCancel(t *testing.T) {
+	d := newDeployment(t)
+	type outcome struct {
+		err error
+		out string
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		out, _, err := exec(t.Context(), "call", "block", "--reply-id", "r-cancel", "--nats", d.url)
+		done <- outcome{err, out}
+	}()
+	select {
+	case id := <-d.started:
+		if id != "r-cancel" {
+			t.Fatalf("reply id %q", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("block never started")
+	}
+	out, _, err := exec(t.Context(), "cancel", "r-cancel", callID, "--nats", d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "cancel sent: calls call_1 of reply r-cancel in session cli\n" {
+		t.Fatalf("cancel output %q", out)
+	}
+	select {
+	case o := <-done:
+		if o.err == nil || !strings.Contains(o.out, "block: interrupted") || !strings.Contains(o.out, bus.InterruptedText) {
+			t.Fatalf("call: %v\n%s", o.err, o.out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("call did not end after cancel")
+	}
+}
+
+// TestCallInterrupted checks that an interrupted `call` cancels its reply
+// on the bus.
+func TestCallInterrupted(t *testing.T) {
+	d := newDeployment(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	events, err := d.client.Watch(t.Context(), defaultSession)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Stop()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := exec(ctx, "call", "block", "--reply-id", "r-int", "--nats", d.url)
+		done <- err
+	}()
+	select {
+	case <-d.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("block never started")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "interrupted") {
+			t.Fatalf("error: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("call did not return")
+	}
+	// The cancel the command sent ends the call on the bus.
+	for {
+		select {
+		case e := <-events.C:
+			var r bus.Result
+			if e.Type == bus.TypeCallResult && e.ReplyID == "r-int" && e.DataAs(&r) == nil {
+				if r.State != bus.StateInterrupted {
+					t.Fatalf("state %s", r.State)
+				}
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no result event for the interrupted call")
+		}
+	}
+}
+
+func TestTools(t *testing.T) {
+	d := newDeployment(t)
+	out, _, err := exec(t.Context(), "tools", "--format", "openai", "--json", "--nats", d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Tools []struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("output does not parse: %v\n%s", err, out)
+	}
+	var names []string
+	for _, tool := range list.Tools {
+		names = append(names, tool.Function.Name)
+		if tool.Type != "function" {
+			t.Errorf("type %q", tool.Type)
+		}
+	}
+	if !strings.Contains(strings.Join(names, ","), "echo") {
+		t.Fatalf("echo is not listed: %v", names)
+	}
+
+	out, _, err = exec(t.Context(), "tools", "--nats", d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"echo — Send the given text back unchanged.\n", "get_current_time — ", "groups:\n", "  [x] basic"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("readable output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestWatch(t *testing.T) {
+	d := newDeployment(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"watch", "--session", "w1", "--nats", d.url}, &stdout, &stderr) }()
+	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if !strings.Contains(stderr.String(), "watching toolbus.events.w1") {
+			return errors.New("watch has not started")
+		}
+		return nil
+	})
+	if _, err := d.client.Call(t.Context(), "w1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: client.Input(map[string]string{"text": "hello watcher"})}}}); err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if !strings.Contains(stdout.String(), " io.toolbus.call.result c1 echo success: hello watcher\n") {
+			return fmt.Errorf("no result line in:\n%s", stdout.String())
+		}
+		return nil
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not return after cancel")
+	}
+}
+
+func TestWatchReplay(t *testing.T) {
+	d := newDeployment(t)
+	if _, err := d.client.Call(t.Context(), "w2", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: client.Input(map[string]string{"text": "earlier"})}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"watch", "--replay", "--session", "*", "--nats", d.url}, &stdout, &stderr)
+	}()
+	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if !strings.Contains(stdout.String(), " w2 io.toolbus.call.result c1 echo success: earlier\n") {
+			return fmt.Errorf("no replayed result line in:\n%s", stdout.String())
+		}
+		return nil
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not return after cancel")
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in the error
+	}{
+		{"none", nil, "no command"},
+		{"unknown", []string{"bogus"}, `unknown command "bogus"`},
+		{"call without tool", []string{"call"}, "got 0 arguments"},
+		{"call too many", []string{"call", "echo", "{}", "extra"}, "got 3 arguments"},
+		{"call bad json", []string{"call", "echo", "{text"}, "is not JSON"},
+		{"call bad tool name", []string{"call", "no.dots", "{}"}, "tool name"},
+		{"call bad reply id", []string{"call", "echo", "--reply-id", "a b"}, "--reply-id"},
+		{"call bad session", []string{"call", "echo", "--session", "a.b"}, "--session"},
+		{"call unknown flag", []string{"call", "echo", "--bogus"}, "flag provided but not defined"},
+		{"tools bad format", []string{"tools", "--format", "xml"}, `unknown --format "xml"`},
+		{"tools argument", []string{"tools", "x"}, "no arguments"},
+		{"watch argument", []string{"watch", "x"}, "no arguments"},
+		{"cancel without id", []string{"cancel"}, "needs a reply id"},
+		{"cancel bad id", []string{"cancel", "r1", "c.1"}, `id "c.1"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errOut, err := exec(t.Context(), tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if !strings.Contains(errOut, "usage: toolbus") {
+				t.Fatalf("no usage on stderr:\n%s", errOut)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"help", "call"}, {"watch", "-h"}} {
+		out, errOut, err := exec(t.Context(), args...)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%v: error %v, want flag.ErrHelp", args, err)
+		}
+		if out != "" || !strings.Contains(errOut, "usage: toolbus") {
+			t.Errorf("%v: stdout %q, stderr %q", args, out, errOut)
+		}
+	}
+	_, errOut, _ := exec(t.Context(), "help", "call")
+	if !strings.Contains(errOut, "-reply-id") {
+		t.Errorf("help call does not show the call flags:\n%s", errOut)
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("watch", stderr)
+	fs.Lookup("session").Usage = `session id, or "*" for every session`
+	replay := fs.Bool("replay", false, "print the events the events stream still keeps first, then live ones")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError(fs, "watch takes no arguments, got %q", pos[0])
+	}
+	all := cn.session == "*"
+	if !all {
+		if err := checkSession(fs, cn.session); err != nil {
+			return err
+		}
+	}
+	cl, closeConn, err := cn.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	var events *client.Events
+	if *replay {
+		events, err = cl.Replay(ctx, cn.session)
+	} else {
+		events, err = cl.Watch(ctx, cn.session)
+	}
+	if err != nil {
+		return err
+	}
+	defer events.Stop()
+	fmt.Fprintf(stderr, "watching %s (Ctrl-C to stop)\n", cl.Subjects().Events(cn.session))
+	return printEvents(ctx, stdout, events.C, all)
+}
+
+// printEvents prints one line per event until ctx ends (nil) or the stream
+// closes on its own (an error).
+func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, withSession bool) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-events:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("the event stream ended")
+			}
+			if _, err := fmt.Fprintln(w, eventLine(e, withSession)); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/worker"
+)
+
+const testHeartbeat = 500 * time.Millisecond
+
+// syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// live reports an error until every tool is registered and live (want) or
+// none of them is live (!want).
+func live(reg *registry.Registry, want bool, names ...string) error {
+	for _, n := range names {
+		t, ok := reg.Lookup(n)
+		if got := ok && reg.Live(t); got != want {
+			return fmt.Errorf("tool %s live = %v, want %v", n, got, want)
+		}
+	}
+	return nil
+}
+
+func TestRunServesTools(t *testing.T) {
+	s := bustest.RunServer(t)
+	r, err := router.New(bustest.Connect(t, s), router.Config{Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	cl := client.New(bustest.Connect(t, s), client.Config{})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--nats", s.ClientURL(), "--id", "tw1", "--heartbeat", testHeartbeat.String(), "--max-concurrent", "4"}, &stdout, &stderr)
+	}()
+	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		return live(r.Registry(), true, toolNames...)
+	})
+	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if want := "toolworker: worker tw1 serving word_count, slow_echo, append_note on " + s.ClientURL(); !strings.Contains(stdout.String(), want) {
+			return fmt.Errorf("stdout %q lacks %q", stdout.String(), want)
+		}
+		return nil
+	})
+
+	call := func(replyID, name string, input any) bus.Result {
+		t.Helper()
+		reply, err := cl.Call(t.Context(), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: name, Input: client.Input(input)}}},
+			client.WithReplyID(replyID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(reply.Results) != 1 || len(reply.Results[0].Output) == 0 {
+			t.Fatalf("reply %+v", reply)
+		}
+		return reply.Results[0]
+	}
+	if res := call("r1", "word_count", map[string]string{"text": " one two\tthree\n"}); res.State != bus.StateSuccess || res.Output[0].Text != `{"words":3}` {
+		t.Errorf("word_count: %+v", res)
+	}
+
+	// append_note is not read-only: re-sending reply r2 does not run it twice.
+	for range 2 {
+		if res := call("r2", "append_note", map[string]string{"note": "a"}); res.Output[0].Text != `{"count":1}` {
+			t.Errorf("append_note r2: %+v", res)
+		}
+	}
+	if res := call("r3", "append_note", map[string]string{"note": "b"}); res.Output[0].Text != `{"count":2}` {
+		t.Errorf("append_note r3: %+v", res)
+	}
+
+	events, err := cl.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Stop()
+	if res := call("r4", "slow_echo", map[string]any{"text": "late", "ms": 250}); res.Output[0].Text != "late" {
+		t.Errorf("slow_echo: %+v", res)
+	}
+	var progress []int
+	for len(progress) < 2 {
+		select {
+		case e := <-events.C:
+			var p bus.Progress
+			if e.Type == bus.TypeCallProgress && e.ReplyID == "r4" && e.DataAs(&p) == nil {
+				progress = append(progress, p.Seq)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("progress events of slow_echo: %v", progress)
+		}
+	}
+	if progress[0] != 1 || progress[1] != 2 {
+		t.Errorf("progress seq %v", progress)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v\nstderr: %s", err, stderr.String())
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	// The worker said it was leaving: its tools are no longer live.
+	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		return live(r.Registry(), false, toolNames...)
+	})
+}
+
+func TestSlowEchoStopsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := slowEcho(ctx, &worker.Call{}, SlowEchoIn{Text: "x", MS: 60000})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	out, err := slowEcho(t.Context(), &worker.Call{}, SlowEchoIn{Text: "now"})
+	if err != nil || out != "now" {
+		t.Fatalf("ms 0: %q %v", out, err)
+	}
+}
+
+func TestNotes(t *testing.T) {
+	var ns notes
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() { ns.add("n") })
+	}
+	wg.Wait()
+	if n := ns.add("last"); n != 11 {
+		t.Fatalf("count %d", n)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--max-concurrent", "0"}, "--max-concurrent"},
+		{[]string{"--heartbeat", "0s"}, "--heartbeat"},
+		{[]string{"--bogus"}, "flag provided but not defined"},
+		{[]string{"--id", "a.b"}, `--id "a.b"`},
+		{[]string{"--nats", "nats://127.0.0.1:1"}, "connect nats://127.0.0.1:1"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), tc.args, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	var stderr bytes.Buffer
+	if err := run(t.Context(), []string{"-h"}, &bytes.Buffer{}, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "usage: toolworker") || !strings.Contains(stderr.String(), "-max-concurrent") {
+		t.Errorf("-h output:\n%s", stderr.String())
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// toolNames lists the example tools in registration order.
+var toolNames = []string{"word_count", "slow_echo", "append_note"}
+
+// WordCountIn is the input of word_count.
+type WordCountIn struct {
+	Text string `json:"text" jsonschema:"description=The text whose words are counted"`
+}
+
+// WordCountOut is the output of word_count.
+type WordCountOut struct {
+	Words int `json:"words"`
+}
+
+// SlowEchoIn is the input of slow_echo.
+type SlowEchoIn struct {
+	Text string `json:"text" jsonschema:"description=The text to send back"`
+	MS   int    `json:"ms" jsonschema:"minimum=0,maximum=120000,description=How long to wait in milliseconds before answering"`
+}
+
+// AppendNoteIn is the input of append_note.
+type AppendNoteIn struct {
+	Note string `json:"note" jsonschema:"description=The note to store"`
+}
+
+// AppendNoteOut is the output of append_note.
+type AppendNoteOut struct {
+	Count int `json:"count"`
+}
+
+// progressEvery is how often slow_echo reports progress.
+const progressEvery = 100 * time.Millisecond
+
+// notes is the in-memory note list of one worker process.
+type notes struct {
+	mu   sync.Mutex
+	list []string
+}
+
+// add appends n and returns how many notes there are.
+func (ns *notes) add(n string) int {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	ns.list = append(ns.list, n)
+	return len(ns.list)
+}
+
+// register adds the example tools to w; append_note stores into ns.
+func register(w *worker.Worker, ns *notes) error {
+	err := worker.Register(w, bus.ToolDef{Name: "word_count",
+		Description: "Count the words of a text (runs of characters separated by white space).",
+		ReadOnly:    true, ConcurrencySafe: true, Idempotent: true, MaxAttempts: 2, TimeoutMS: 5000},
+		func(_ context.Context, _ *worker.Call, in WordCountIn) (WordCountOut, error) {
+			return WordCountOut{Words: len(strings.Fields(in.Text))}, nil
+		})
+	if err != nil {
+		return err
+	}
+	err = worker.Register(w, bus.ToolDef{Name: "slow_echo",
+		Description: "Wait the given number of milliseconds, reporting progress every 100 ms, then send the text back.",
+		ReadOnly:    true, ConcurrencySafe: true, Idempotent: true},
+		slowEcho)
+	if err != nil {
+		return err
+	}
+	// append_note writes, so a re-sent batch must not run it twice; its own
+	// permission check allows it (the note list is harmless), so that it runs
+	// without a confirmation in the default permission mode.
+	return worker.Register(w, bus.ToolDef{Name: "append_note",
+		Description: "Append a note to this worker's in-memory list and return how many notes it holds.",
+		ReadOnly:    false, ConcurrencySafe: false, Idempotent: false, Permission: bus.PermissionAllow},
+		func(_ context.Context, _ *worker.Call, in AppendNoteIn) (AppendNoteOut, error) {
+			return AppendNoteOut{Count: ns.add(in.Note)}, nil
+		})
+}
+
+// slowEcho sleeps in.MS milliseconds, emitting a progress event every
+// progressEvery, and returns in.Text; it stops early with ctx's error.
+func slowEcho(ctx context.Context, c *worker.Call, in SlowEchoIn) (string, error) {
+	total := time.Duration(in.MS) * time.Millisecond
+	done := time.NewTimer(total)
+	defer done.Stop()
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("slow_echo stopped after %v: %w", time.Since(start).Round(time.Millisecond), context.Cause(ctx))
+		case <-done.C:
+			return in.Text, nil
+		case <-tick.C:
+			elapsed := min(time.Since(start), total).Round(time.Millisecond)
+			_ = c.Progress(bus.Text(fmt.Sprintf("waited %v of %v", elapsed, total))...)
+		}
+	}
+}

@@ -1,0 +1,504 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// registerDefs registers definitions the way a worker would, from a
+// registrar that serves none of them (external tools need no worker).
+func (e *env) registerDefs(t *testing.T, defs ...bus.ToolDef) {
+	t.Helper()
+	for i := range defs {
+		// External tools go through permissions like any other; these tests
+		// are about parking, so they allow themselves, and they are
+		// concurrency-safe as on the wire by default.
+		if defs[i].Permission == "" {
+			defs[i].Permission = bus.PermissionAllow
+		}
+		defs[i].ConcurrencySafe = true
+		if len(defs[i].InputSchema) == 0 {
+			defs[i].InputSchema = json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)
+		}
+	}
+	ev := e.request(t, eventMsg(t, "toolbus.register", newEvent(t, bus.TypeRegister, bus.Register{Worker: "registrar", Tools: defs})))
+	var ack bus.RegisterAck
+	if err := ev.DataAs(&ack); err != nil || len(ack.Rejected) > 0 {
+		t.Fatalf("register: %s %v", ev.Data, err)
+	}
+	names := make([]string, len(defs))
+	for i, d := range defs {
+		names[i] = d.Name
+	}
+	e.waitLive(names...)
+}
+
+// writeTools adds a non-read-only tool "write" counting its runs and
+// remembering its last input, a command tool "shell", and a path tool
+// "save".
+type writeTools struct {
+	runs      atomic.Int32
+	lastInput atomic.Value
+}
+
+func (e *env) addWriteTools(t *testing.T) *writeTools {
+	wt := &writeTools{}
+	h := func(_ context.Context, c *worker.Call) (*bus.ExecResult, error) {
+		wt.runs.Add(1)
+		wt.lastInput.Store(string(c.Input))
+		return textResult(c.Name + " ran " + string(c.Input)), nil
+	}
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "write", Permission: bus.PermissionPassthrough, ConcurrencySafe: true,
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"v":{"type":"integer"}}}`)}, h)
+		handle(t, w, bus.ToolDef{Name: "shell", Permission: bus.PermissionPassthrough, RuleMatcher: bus.MatcherCommand, RuleField: "command", ConcurrencySafe: true,
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}`)}, h)
+		handle(t, w, bus.ToolDef{Name: "save", Permission: bus.PermissionPassthrough, RuleMatcher: bus.MatcherPath, RuleField: "path", ConcurrencySafe: true,
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`)}, h)
+		handle(t, w, bus.ToolDef{Name: "peek", ReadOnly: true}, h)
+	})
+	e.waitLive("write", "shell", "save", "peek")
+	return wt
+}
+
+func (e *env) setMode(t *testing.T, session, mode string) {
+	t.Helper()
+	if err := e.client.Admin(t.Context(), "session.mode", session, map[string]string{"mode": mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// handoff reads the next request kept by the handoff stream on subject,
+// through a consumer created now (the handler was offline until now).
+func (e *env) handoff(t *testing.T, subject string) *bus.Event {
+	t.Helper()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.OrderedConsumer(t.Context(), "TOOLBUS_HANDOFF", jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(bound))
+	if err != nil {
+		t.Fatalf("no handoff request on %s: %v", subject, err)
+	}
+	ev, err := bus.DecodeStructured(m.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func (e *env) answer(t *testing.T, tool, session, reply, call string, a bus.Answer) error {
+	t.Helper()
+	return e.client.Answer(testCtx(t), tool, session, reply, call, a)
+}
+
+func wantCode(t *testing.T, err error, code string) {
+	t.Helper()
+	var be *bus.Error
+	if !errors.As(err, &be) || be.Code != code {
+		t.Fatalf("err = %v, want code %s", err, code)
+	}
+}
+
+func TestExternalToolParkAndAnswer(t *testing.T) {
+	e := newEnv(t, 1)
+	e.registerDefs(t, bus.ToolDef{Name: "approve_po", Description: "A person approves a purchase order.", External: true})
+	ev, err := e.client.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	reply := e.client
+	r, err := reply.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "approve_po", Input: json.RawMessage(`{"q":"PO-7"}`)}},
+		User: json.RawMessage(`"alice"`), Context: json.RawMessage(`{"tenant":"acme"}`)}, client.WithReplyID("r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Results) != 0 || len(r.Parked) != 1 || r.Parked[0].Kind != bus.KindExternal || r.Parked[0].Subject != "toolbus.answer.approve_po" {
+		t.Fatalf("reply = %s", jsonOf(r))
+	}
+	parked := nextEvent(t, ev, bus.TypeCallParked)
+	var pe bus.ParkedEvent
+	if err := parked.DataAs(&pe); err != nil || len(pe.Calls) != 1 || string(pe.Calls[0].Input) != `{"q":"PO-7"}` {
+		t.Fatalf("parked event %s", parked.Data)
+	}
+	// A handler that starts only now still gets the request.
+	req := e.handoff(t, "toolbus.external.approve_po")
+	if req.Type != bus.TypeExternalReq || req.SessionID != "s1" || req.ReplyID != "r1" || req.ToolCallID != "c1" {
+		t.Fatalf("handoff event %+v", req)
+	}
+	var data external.Request
+	if err := req.DataAs(&data); err != nil || data.Call.ID != "c1" || string(data.User) != `"alice"` || string(data.Context) != `{"tenant":"acme"}` {
+		t.Fatalf("handoff data %s", req.Data)
+	}
+	// Listed for operators.
+	var list struct {
+		Parked []struct {
+			ID, Kind string
+		} `json:"parked"`
+	}
+	if err := e.client.Admin(t.Context(), "parked.list", "", nil, &list); err != nil || len(list.Parked) != 1 || list.Parked[0].ID != "c1" {
+		t.Fatalf("parked.list = %+v %v", list, err)
+	}
+	// Bad answers change nothing.
+	wantCode(t, e.answer(t, "approve_po", "s1", "r1", "c1", bus.Answer{State: "maybe"}), bus.CodeBadRequest)
+	wantCode(t, e.answer(t, "approve_po", "s1", "r1", "c1", bus.Answer{State: "success", Output: []bus.Block{{Type: "data", MediaType: "image/png"}}}), bus.CodeBadRequest)
+	wantCode(t, e.answer(t, "approve_po", "s1", "r1", "nope", bus.Answer{State: "success"}), bus.CodeNotParked)
+	wantCode(t, e.answer(t, "other_tool", "s1", "r1", "c1", bus.Answer{State: "success"}), bus.CodeNotParked)
+	wantCode(t, e.answer(t, "approve_po", "s2", "r1", "c1", bus.Answer{State: "success"}), bus.CodeNotParked)
+	yes := true
+	wantCode(t, e.answer(t, "approve_po", "s1", "r1", "c1", bus.Answer{Confirmed: &yes}), bus.CodeBadRequest)
+
+	if err := e.answer(t, "approve_po", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("approved")}); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, e.answer(t, "approve_po", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("again")}), bus.CodeAlreadyAnswered)
+	res := nextEvent(t, ev, bus.TypeCallResult)
+	if res.ToolCallID != "c1" || res.ReplyID != "r1" {
+		t.Fatalf("result event %+v", res)
+	}
+	done := nextEvent(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	if err := done.DataAs(&bd); err != nil || len(bd.Results) != 1 || textOf(bd.Results[0]) != "approved" || bd.Results[0].State != "success" {
+		t.Fatalf("batch.done %s", done.Data)
+	}
+	wantCode(t, e.answer(t, "approve_po", "s1", "r1", "c1", bus.Answer{State: "success"}), bus.CodeAlreadyAnswered)
+	// The request left the handoff stream once answered.
+	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+		js, _ := jetstream.New(e.nc)
+		st, err := js.Stream(t.Context(), "TOOLBUS_HANDOFF")
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(t.Context())
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 0 {
+			return fmt.Errorf("%d handoff messages left", info.State.Msgs)
+		}
+		return nil
+	})
+}
+
+func (e *env) callParked(t *testing.T, session, replyID string, calls ...bus.Call) *bus.Reply {
+	t.Helper()
+	r, err := e.client.Call(testCtx(t), session, bus.Batch{Calls: calls}, client.WithReplyID(replyID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestRacingAnswersOneWins(t *testing.T) {
+	e := newEnv(t, 2)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	ev, err := e.client.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "ext"})
+	const handlers = 6
+	var accepted, already atomic.Int32
+	var wg sync.WaitGroup
+	for i := range handlers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc := bustest.Connect(t, e.srv)
+			c := client.New(nc, client.Config{Source: fmt.Sprintf("handler/%d", i)})
+			err := c.Answer(t.Context(), "ext", "s1", "r1", "c1", bus.Answer{State: "error", Output: bus.Text(fmt.Sprintf("no from %d", i))})
+			switch {
+			case err == nil:
+				accepted.Add(1)
+			case errors.Is(err, bus.ErrAlreadyAnswered), errors.Is(err, bus.ErrNotParked):
+				already.Add(1)
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if accepted.Load() != 1 || already.Load() != handlers-1 {
+		t.Fatalf("accepted %d, refused %d", accepted.Load(), already.Load())
+	}
+	done := nextEvent(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	_ = done.DataAs(&bd)
+	if r := bd.Results[0]; r.State != "error" || r.Error == nil || r.Error.Code != bus.CodeToolError {
+		t.Fatalf("result %s", jsonOf(r))
+	}
+}
+
+func TestQueuedCallsRunAfterAnswer(t *testing.T) {
+	e := newEnv(t, 1)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	wt := e.addWriteTools(t)
+	e.setMode(t, "s1", "bypass")
+	ev, err := e.client.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	calls := []bus.Call{
+		{ID: "c1", Name: "peek"},
+		{ID: "c2", Name: "ext"},
+		{ID: "c3", Name: "reset_tools"}, // unknown here (no meta groups): safe, reported when its run comes
+		{ID: "c4", Name: "write", Input: json.RawMessage(`{"v":1}`)},
+	}
+	r := e.callParked(t, "s1", "r1", calls...)
+	if len(r.Results) != 3 || r.Results[0].ID != "c1" || r.Results[1].ID != "c3" || r.Results[2].ID != "c4" {
+		t.Fatalf("results = %s", jsonOf(r.Results))
+	}
+	var kinds []string
+	for _, p := range r.Parked {
+		kinds = append(kinds, p.ID+":"+p.Kind)
+	}
+	// c3 and c4 are in the same safe run as c1 and c2 (all concurrency-safe),
+	// so they ran; nothing is queued.
+	if !slices.Equal(kinds, []string{"c2:external"}) {
+		t.Fatalf("parked = %v", kinds)
+	}
+	_ = wt
+	if err := e.answer(t, "ext", "s1", "r1", "c2", bus.Answer{State: "success", Output: bus.Text("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	done := nextEvent(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	_ = done.DataAs(&bd)
+	checkCallOrder(t, calls, bd.Results)
+}
+
+func TestQueuedBehindParkedRun(t *testing.T) {
+	e := newEnv(t, 1)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	var runs atomic.Int32
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "solo", ConcurrencySafe: false, ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			runs.Add(1)
+			return textResult("solo done"), nil
+		})
+	})
+	e.waitLive("solo")
+	ev, err := e.client.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	calls := []bus.Call{{ID: "c1", Name: "ext"}, {ID: "c2", Name: "solo"}, {ID: "c3", Name: "ext"}}
+	r := e.callParked(t, "s1", "r1", calls...)
+	var kinds []string
+	for _, p := range r.Parked {
+		kinds = append(kinds, p.ID+":"+p.Kind+":"+p.Subject)
+	}
+	want := []string{"c1:external:toolbus.answer.ext", "c2:queued:toolbus.answer.solo", "c3:queued:toolbus.answer.ext"}
+	if len(r.Results) != 0 || !slices.Equal(kinds, want) {
+		t.Fatalf("reply results %s parked %v", jsonOf(r.Results), kinds)
+	}
+	if runs.Load() != 0 {
+		t.Fatal("a queued call ran before the parked run was answered")
+	}
+	if err := e.answer(t, "ext", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("one")}); err != nil {
+		t.Fatal(err)
+	}
+	// solo runs, then c3 parks in its turn.
+	parked := nextEvent(t, ev, bus.TypeCallParked)
+	parked = nextEvent(t, ev, bus.TypeCallParked)
+	var pe bus.ParkedEvent
+	_ = parked.DataAs(&pe)
+	if len(pe.Calls) != 1 || pe.Calls[0].ID != "c3" {
+		t.Fatalf("second parked event %s", parked.Data)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("solo ran %d times", runs.Load())
+	}
+	if err := e.answer(t, "ext", "s1", "r1", "c3", bus.Answer{State: "success", Output: bus.Text("three")}); err != nil {
+		t.Fatal(err)
+	}
+	done := nextEvent(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	_ = done.DataAs(&bd)
+	checkCallOrder(t, calls, bd.Results)
+	if textOf(bd.Results[1]) != "solo done" || textOf(bd.Results[2]) != "three" {
+		t.Fatalf("results %s", jsonOf(bd.Results))
+	}
+}
+
+func TestParkedExpiryAndCancel(t *testing.T) {
+	s := bustest.RunServer(t)
+	nc := bustest.Connect(t, s)
+	r, err := router.New(nc, router.Config{ParkTTL: 300 * time.Millisecond, Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	e := &env{t: t, srv: s, routers: []*router.Router{r}, nc: nc, client: client.New(nc, client.Config{})}
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	ev, err := e.client.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "ext"})
+	done := nextEvent(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	_ = done.DataAs(&bd)
+	wantFailure(t, bd.Results[0], "error", bus.CodeTimeout, "Tool execution timeout after 300ms")
+	wantCode(t, e.answer(t, "ext", "s1", "r1", "c1", bus.Answer{State: "success"}), bus.CodeNotParked)
+}
+
+func TestCancelParkedCall(t *testing.T) {
+	e := newEnv(t, 2)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	ev, err := e.client.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "ext"}, bus.Call{ID: "c2", Name: "ext"})
+	if err := e.client.Cancel(t.Context(), "s1", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	done := nextEvent(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	_ = done.DataAs(&bd)
+	for _, res := range bd.Results {
+		wantFailure(t, res, "interrupted", bus.CodeInterrupted, bus.InterruptedText)
+	}
+	wantCode(t, e.answer(t, "ext", "s1", "r1", "c1", bus.Answer{State: "success"}), bus.CodeNotParked)
+	// Cancelling an unknown reply id is a no-op.
+	if err := e.client.Cancel(t.Context(), "s1", "nope"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPermissionModes(t *testing.T) {
+	e := newEnv(t, 1)
+	wt := e.addWriteTools(t)
+	// default: a write asks, on P.confirm.write, with a suggested rule.
+	r := e.callParked(t, "def", "r1", bus.Call{ID: "c1", Name: "write", Input: json.RawMessage(`{"v":1}`)})
+	if len(r.Parked) != 1 || r.Parked[0].Kind != bus.KindConfirm || r.Parked[0].Subject != "toolbus.answer.write" || len(r.Parked[0].SuggestedRules) == 0 {
+		t.Fatalf("default mode reply %s", jsonOf(r))
+	}
+	req := e.handoff(t, "toolbus.confirm.write")
+	var data external.Request
+	if err := req.DataAs(&data); err != nil || req.Type != bus.TypeConfirmReq || len(data.SuggestedRules) == 0 || data.Reason == "" {
+		t.Fatalf("confirm request %s", req.Data)
+	}
+	// Read-only tools never ask.
+	wantSuccess(t, e.call(t, "def", []bus.Call{{ID: "p", Name: "peek"}}).Results[0], `peek ran {}`)
+	// explore denies writes.
+	e.setMode(t, "exp", "explore")
+	res := e.call(t, "exp", []bus.Call{{ID: "c1", Name: "write", Input: json.RawMessage(`{"v":1}`)}}).Results[0]
+	if res.State != "denied" || res.Error.Code != bus.CodeDenied {
+		t.Fatalf("explore: %s", jsonOf(res))
+	}
+	wantSuccess(t, e.call(t, "exp", []bus.Call{{ID: "p", Name: "peek"}}).Results[0], `peek ran {}`)
+	// bypass runs it.
+	e.setMode(t, "byp", "bypass")
+	before := wt.runs.Load()
+	wantSuccess(t, e.call(t, "byp", []bus.Call{{ID: "c1", Name: "write", Input: json.RawMessage(`{"v":2}`)}}).Results[0], `write ran {"v":2}`)
+	if wt.runs.Load() != before+1 {
+		t.Fatal("bypass did not run the tool")
+	}
+	// dont_ask turns the ask into a deny.
+	e.setMode(t, "dont", "dont_ask")
+	if res := e.call(t, "dont", []bus.Call{{ID: "c1", Name: "write"}}).Results[0]; res.State != "denied" {
+		t.Fatalf("dont_ask: %s", jsonOf(res))
+	}
+	// A dangerous path asks even in bypass.
+	r = e.callParked(t, "byp", "r2", bus.Call{ID: "c1", Name: "save", Input: json.RawMessage(`{"path":"/srv/app/.env"}`)})
+	if len(r.Parked) != 1 || r.Parked[0].Kind != bus.KindConfirm {
+		t.Fatalf("dangerous path in bypass: %s", jsonOf(r))
+	}
+	if err := e.client.Admin(t.Context(), "session.mode", "x", map[string]string{"mode": "yolo"}, nil); !errors.Is(err, bus.ErrBadRequest) {
+		t.Fatalf("bad mode: %v", err)
+	}
+}
+
+func TestConfirmationFlow(t *testing.T) {
+	e := newEnv(t, 2)
+	wt := e.addWriteTools(t)
+	ev, err := e.client.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	yes, no := true, false
+
+	// Edited input is validated again; a bad edit changes nothing.
+	e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "write", Input: json.RawMessage(`{"v":1}`)})
+	wantCode(t, e.answer(t, "write", "s1", "r1", "c1", bus.Answer{Confirmed: &yes, Input: json.RawMessage(`{"v":"x"}`)}), bus.CodeBadRequest)
+	wantCode(t, e.answer(t, "write", "s1", "r1", "c1", bus.Answer{State: "success"}), bus.CodeBadRequest)
+	if err := e.answer(t, "write", "s1", "r1", "c1", bus.Answer{Confirmed: &yes, Input: json.RawMessage(`{"v":42}`)}); err != nil {
+		t.Fatal(err)
+	}
+	done := nextEvent(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	_ = done.DataAs(&bd)
+	wantSuccess(t, bd.Results[0], `write ran {"v":42}`)
+	if wt.lastInput.Load() != `{"v":42}` {
+		t.Fatalf("worker saw %v", wt.lastInput.Load())
+	}
+
+	// Refused: denied with the exact text.
+	e.callParked(t, "s1", "r2", bus.Call{ID: "c1", Name: "write"})
+	if err := e.answer(t, "write", "s1", "r2", "c1", bus.Answer{Confirmed: &no}); err != nil {
+		t.Fatal(err)
+	}
+	done = nextEvent(t, ev, bus.TypeBatchDone)
+	bd = bus.BatchDone{}
+	_ = done.DataAs(&bd)
+	wantFailure(t, bd.Results[0], "denied", bus.CodeDenied, `<system-reminder>The execution of tool "write" is denied by user!</system-reminder>`)
+
+	// Two calls covered by one rule: answering the first with the rule
+	// confirms the second too.
+	r := e.callParked(t, "s1", "r3", bus.Call{ID: "c1", Name: "shell", Input: json.RawMessage(`{"command":"git status"}`)},
+		bus.Call{ID: "c2", Name: "shell", Input: json.RawMessage(`{"command":"git log"}`)})
+	if len(r.Parked) != 2 {
+		t.Fatalf("reply %s", jsonOf(r))
+	}
+	rule := r.Parked[0].SuggestedRules[0]
+	if rule.Pattern != "git:*" {
+		t.Fatalf("suggested rule %+v", rule)
+	}
+	if err := e.answer(t, "shell", "s1", "r3", "c1", bus.Answer{Confirmed: &yes, Rules: []bus.Rule{rule}}); err != nil {
+		t.Fatal(err)
+	}
+	done = nextEvent(t, ev, bus.TypeBatchDone)
+	bd = bus.BatchDone{}
+	_ = done.DataAs(&bd)
+	wantSuccess(t, bd.Results[0], `shell ran {"command":"git status"}`)
+	wantSuccess(t, bd.Results[1], `shell ran {"command":"git log"}`)
+
+	// Remembered: git runs without asking; gitk still asks.
+	wantSuccess(t, e.call(t, "s1", []bus.Call{{ID: "c1", Name: "shell", Input: json.RawMessage(`{"command":"git"}`)}}).Results[0], `shell ran {"command":"git"}`)
+	r = e.callParked(t, "s1", "r5", bus.Call{ID: "c1", Name: "shell", Input: json.RawMessage(`{"command":"gitk"}`)})
+	if len(r.Parked) != 1 || r.Parked[0].Kind != bus.KindConfirm {
+		t.Fatalf("gitk: %s", jsonOf(r))
+	}
+}
