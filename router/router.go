@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
 )
 
@@ -88,6 +89,22 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DefaultMode != "" && !permission.ValidMode(cfg.DefaultMode) {
+		return nil, fmt.Errorf("router: default mode %q must be default, accept_edits, explore, bypass or dont_ask", cfg.DefaultMode)
+	}
+	for _, rule := range cfg.DefaultRules {
+		if err := permission.CheckRule(rule); err != nil {
+			return nil, fmt.Errorf("router: default rule %+v: %w", rule, err)
+		}
+	}
+	for _, g := range cfg.Groups {
+		if g.Scope == "" {
+			g.Scope = bus.ScopeMeta
+		}
+		if err := groups.CheckGroup(&g); err != nil {
+			return nil, fmt.Errorf("router: config group: %w", err)
+		}
 	}
 	if cfg.Store.Heartbeat <= 0 {
 		cfg.Store.Heartbeat = bus.DefaultHeartbeat
