@@ -1,0 +1,155 @@
+package embedded
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+)
+
+// routerProcess is cmd/router running as a separate process.
+type routerProcess struct {
+	cmd *exec.Cmd
+}
+
+func buildRouter(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "router")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/toolbus/toolbus/cmd/router").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startRouter starts the binary against url and waits for its "serving" line.
+func startRouter(t *testing.T, bin, url, id string) *routerProcess {
+	t.Helper()
+	cmd := exec.Command(bin, "--nats", url, "--builtin=false", "--id", id, "--heartbeat", testHeartbeat.String())
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &routerProcess{cmd: cmd}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		signalled := false
+		for sc.Scan() {
+			if !signalled && strings.Contains(sc.Text(), "serving") {
+				close(ready)
+				signalled = true
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("router process did not start")
+	}
+	return p
+}
+
+func TestParkedCallSurvivesRouterKill(t *testing.T) {
+	bin := buildRouter(t)
+	s := bustest.RunServer(t)
+	nc := bustest.Connect(t, s)
+	c := client.New(nc, client.Config{Source: "test/agent"})
+	a := startRouter(t, bin, s.ClientURL(), "A")
+
+	reg, _ := bus.NewEvent(bus.TypeRegister, "test/registrar", bus.Register{Worker: "registrar", Tools: []bus.ToolDef{{
+		Name: "sign_off", Description: "A person signs off.", External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow,
+		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}}})
+	m, _ := reg.Msg("toolbus.register")
+	if _, err := nc.RequestMsg(m, bound); err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		list, err := c.Tools(t.Context(), "s1", "", nil)
+		if err != nil {
+			return err
+		}
+		if len(list.Tools) == 0 {
+			return fmt.Errorf("sign_off not listed yet")
+		}
+		return nil
+	})
+	reply, err := c.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "sign_off"}}}, client.WithReplyID("r1"))
+	if err != nil || len(reply.Parked) != 1 {
+		t.Fatalf("call: %v %s", err, jsonOf(reply))
+	}
+
+	if err := a.cmd.Process.Kill(); err != nil { // SIGKILL: no drain, no goodbye
+		t.Fatal(err)
+	}
+	_ = a.cmd.Wait()
+	startRouter(t, bin, s.ClientURL(), "B")
+
+	ev, err := c.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	if err := c.Answer(ctx, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")}); err != nil {
+		t.Fatal(err)
+	}
+	done := nextEvent(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	if err := done.DataAs(&bd); err != nil || len(bd.Results) != 1 || textOf(bd.Results[0]) != "signed" {
+		t.Fatalf("batch.done %s", done.Data)
+	}
+	// Exactly one result event for the call in the session's stream.
+	js, _ := jetstream.New(nc)
+	cons, err := js.OrderedConsumer(t.Context(), "TOOLBUS_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"toolbus.events.s1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
+		if err != nil {
+			break
+		}
+		e, err := bus.DecodeStructured(msg.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, e.Type)
+	}
+	if n := countOf(types, bus.TypeCallResult); n != 1 || countOf(types, bus.TypeBatchDone) != 1 {
+		t.Fatalf("events in stream: %v", types)
+	}
+}
+
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, v := range xs {
+		if v == x {
+			n++
+		}
+	}
+	return n
+}
+
