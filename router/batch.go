@@ -12,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/schemas"
 )
 
@@ -29,6 +30,7 @@ type batch struct {
 	calls    []*callState
 	ctx      context.Context
 	cancel   context.CancelFunc
+	start    time.Time
 
 	cont    *external.Batch // the continuation record once the batch parked
 	parked  []bus.Parked    // what this router parked (and queued) last
@@ -65,6 +67,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
+	r.m.Batches.Inc()
 	r.track(b)
 	defer r.untrack(b)
 	b.run(0)
@@ -141,7 +144,8 @@ func (r *Router) newBatch(m *nats.Msg) (*batch, error) {
 // makeBatch builds a batch from checked parts; it serves new batches and
 // continuations alike.
 func (r *Router) makeBatch(session, replyID, traceParent, traceState, expiry string, data bus.Batch) (*batch, error) {
-	b := &batch{r: r, session: session, replyID: replyID, trace: [2]string{traceParent, traceState}, expiry: expiry, data: data}
+	b := &batch{r: r, session: session, replyID: replyID, trace: [2]string{traceParent, traceState}, expiry: expiry, data: data,
+		start: time.Now()}
 	if expiry != "" {
 		t, err := time.Parse(time.RFC3339Nano, expiry)
 		if err != nil {
@@ -309,6 +313,14 @@ func (b *batch) finish(c *callState, res bus.Result) bool {
 	c.result = &res
 	b.mu.Unlock()
 	b.r.publishEvent(b, bus.TypeCallResult, c.call.ID, res)
+	tool := metrics.UnknownTool
+	if c.target.Code == "" || c.target.Code == bus.CodeInactiveTool || c.target.Code == bus.CodeUnavailable {
+		tool = c.call.Name
+	}
+	b.r.m.Calls.WithLabelValues(tool, res.State).Inc()
+	if !b.resumed {
+		b.r.m.Latency.WithLabelValues(tool).Observe(metrics.Since(b.start))
+	}
 	return true
 }
 

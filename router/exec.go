@@ -8,15 +8,20 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/tracing"
 )
 
 // execute runs c on a worker (through the dedupe ledger for tools that are
 // not read-only) and finishes it.
 func (b *batch) execute(c *callState) {
-	ctx, cancel := context.WithCancel(b.ctx)
+	ctx, cancel := context.WithCancel(tracing.Extract(b.ctx, b.trace[0], b.trace[1]))
 	defer cancel()
+	ctx, span := tracing.StartTool(ctx, trace.SpanKindClient, c.call.Name, c.call.ID, b.session)
+	defer span.End()
 	b.mu.Lock()
 	if c.result != nil { // interrupted before it started
 		b.mu.Unlock()
@@ -33,6 +38,9 @@ func (b *batch) execute(c *callState) {
 		res = b.call(ctx, c)
 	default:
 		res = b.r.runOnce(ctx, b, c)
+	}
+	if res.State != bus.StateSuccess {
+		span.SetStatus(codes.Error, res.State)
 	}
 	b.finish(c, res)
 }
@@ -90,6 +98,7 @@ func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Res
 	}
 	e.Subject = ""
 	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
+	e.TraceParent, e.TraceState = tracing.Inject(ctx, e.TraceParent, e.TraceState)
 	m, err := e.Msg(r.subj.Exec(c.call.Name))
 	if err != nil {
 		return internal(c.call, err), false

@@ -82,6 +82,7 @@ func (r *Router) awaitRecorded(ctx context.Context, key string, c *callState) bu
 				return internal(c.call, fmt.Errorf("ledger entry %s is corrupt", key))
 			}
 			if le.State == ledgerDone && le.Result != nil {
+				r.m.DedupeHits.Inc()
 				return *le.Result
 			}
 			if d := time.Until(le.Deadline.Add(ledgerGrace)); d > 0 {

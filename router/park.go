@@ -96,6 +96,7 @@ func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 			b.finish(c, internal(c.call, err))
 			continue
 		}
+		r.m.Parked.WithLabelValues(rec.Kind).Inc()
 		b.parked = append(b.parked, bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.input, Kind: rec.Kind,
 			Subject: rec.Subject, SuggestedRules: rec.SuggestedRules})
 	}
@@ -231,6 +232,7 @@ func (r *Router) onAnswer(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
+	r.m.Answers.WithLabelValues("accepted").Inc()
 	if err := bus.Respond(r.nc, m, r.source, bus.TypeAnswerAck, bus.AnswerAck{Accepted: true}); err != nil {
 		r.log.Warn("router: answer ack failed", "err", err)
 	}

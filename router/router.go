@@ -18,10 +18,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
 )
@@ -49,6 +51,9 @@ type Config struct {
 	ParkTTL time.Duration
 	// Logger receives the router's logs; nil discards.
 	Logger *slog.Logger
+	// Metrics is where the router's Prometheus metrics are registered; nil
+	// keeps them private.
+	Metrics prometheus.Registerer
 }
 
 // Router serves the router subjects of one deployment.
@@ -64,6 +69,7 @@ type Router struct {
 	reg    *registry.Registry
 	groups *groups.Store
 	parked *external.Store
+	m      *metrics.Router
 
 	mu      sync.Mutex
 	subs    []*nats.Subscription
@@ -159,6 +165,8 @@ func (r *Router) Start(ctx context.Context) error {
 			return fmt.Errorf("router: config group %s: %w", g.Name, err)
 		}
 	}
+	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
+		ParkedNow: func() int { return len(r.parked.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
 	q := r.subj.RouterQueue()
 	for _, s := range []struct {
 		subject, queue string
@@ -204,8 +212,10 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg) {
 	r.work.Add(1)
 	r.mu.Unlock()
 	r.sem <- struct{}{}
+	r.m.Inflight.Inc()
 	go func() {
 		defer func() {
+			r.m.Inflight.Dec()
 			if p := recover(); p != nil {
 				r.log.Error("router: handler panicked", "subject", m.Subject, "panic", p)
 				_ = bus.RespondError(r.nc, m, r.source, bus.Errorf(bus.CodeInternal, "router failed on this message"))
@@ -279,6 +289,7 @@ func (r *Router) reject(m *nats.Msg, err error) {
 	if !errors.As(err, &be) {
 		be = bus.Errorf(bus.CodeInternal, "%v", err)
 	}
+	r.m.Rejected.WithLabelValues(be.Code).Inc()
 	if be.Code == bus.CodeInternal {
 		r.log.Error("router: internal error", "subject", m.Subject, "err", err)
 	} else {

@@ -29,6 +29,7 @@ type Call struct {
 	w           *Worker
 	cancel      func(error)
 	traceParent string
+	traceState  string
 
 	mu    sync.Mutex
 	seq   int
@@ -75,7 +76,7 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	if err != nil {
 		return err
 	}
-	e.Subject, e.SessionID, e.ReplyID, e.ToolCallID, e.TraceParent = c.ID, c.SessionID, c.ReplyID, c.ID, c.traceParent
+	e.Subject, e.SessionID, e.ReplyID, e.ToolCallID, e.TraceParent, e.TraceState = c.ID, c.SessionID, c.ReplyID, c.ID, c.traceParent, c.traceState
 	return bus.Publish(c.w.nc, c.w.subj.Events(c.SessionID), e)
 }
 

@@ -7,12 +7,19 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/metrics"
+	"github.com/toolbus/toolbus/tracing"
 )
 
 // Config configures a Worker.
@@ -32,6 +39,11 @@ type Config struct {
 	Groups []bus.Group
 	// Logger receives the worker's logs; nil discards.
 	Logger *slog.Logger
+	// Metrics is where the worker's Prometheus metrics are registered; nil
+	// keeps them private.
+	Metrics prometheus.Registerer
+	// Version is reported by NATS micro discovery; "" means "1.0.0".
+	Version string
 }
 
 // Handler runs one call of a raw tool. Returning an error gives an error
@@ -41,7 +53,16 @@ type Handler func(ctx context.Context, c *Call) (*bus.ExecResult, error)
 type tool struct {
 	def bus.ToolDef
 	h   Handler
-	sub *nats.Subscription
+
+	calls, errors, nanos atomic.Int64 // for micro stats
+}
+
+// toolStats is the data of a tool endpoint in `nats micro stats`: the
+// micro library times only the hand-off, so the run times are ours.
+type toolStats struct {
+	Calls        int64   `json:"calls"`
+	Errors       int64   `json:"errors"`
+	AverageRunMS float64 `json:"average_run_ms"`
 }
 
 // Worker serves tools. It is safe for concurrent use; tools must be
@@ -59,10 +80,14 @@ type Worker struct {
 	inflight  map[string]*Call // sessionid/replyid/callid → call
 	started   bool
 	cancelSub *nats.Subscription
+	svc       micro.Service
+	running   int           // calls accepted and not yet answered
+	idle      chan struct{} // closed when running drops to zero after Stop began
+	stopping  bool
+	m         *metrics.Worker
 
 	registered chan struct{}
 	regOnce    sync.Once
-	calls      sync.WaitGroup // running calls
 	loops      sync.WaitGroup // heartbeat loop
 	stopLoop   context.CancelFunc
 	stopOnce   sync.Once
@@ -89,9 +114,13 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Version == "" {
+		cfg.Version = "1.0.0"
+	}
 	return &Worker{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), log: cfg.Logger.With("worker", cfg.ID),
-		inflight: map[string]*Call{}, registered: make(chan struct{})}, nil
+		inflight: map[string]*Call{}, registered: make(chan struct{}),
+		m: metrics.NewWorker(cfg.Metrics, cfg.MaxConcurrent)}, nil
 }
 
 // ID returns the worker's instance id.
@@ -139,13 +168,39 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
+	// Every tool is an endpoint of this worker's NATS micro service, so
+	// `nats micro ls/info/stats` show the workers and their tools.
+	byName := map[string]*tool{}
 	for _, t := range tools {
-		t := t
-		t.sub, err = w.nc.QueueSubscribe(w.subj.Exec(t.def.Name), w.subj.ExecQueue(t.def.Name), func(m *nats.Msg) { w.onExec(t, m) })
+		byName[t.def.Name] = t
+	}
+	w.svc, err = micro.AddService(w.nc, micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
+		Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
+		StatsHandler: func(e *micro.Endpoint) any {
+			t := byName[e.Name]
+			if t == nil {
+				return nil
+			}
+			st := toolStats{Calls: t.calls.Load(), Errors: t.errors.Load()}
+			if st.Calls > 0 {
+				st.AverageRunMS = float64(t.nanos.Load()) / float64(st.Calls) / 1e6
+			}
+			return st
+		}})
+	if err != nil {
+		return fmt.Errorf("worker: micro service: %w", err)
+	}
+	for _, t := range tools {
+		h := micro.HandlerFunc(func(req micro.Request) {
+			w.onExec(t, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()})
+		})
+		err = w.svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(w.subj.Exec(t.def.Name)),
+			micro.WithEndpointQueueGroup(w.subj.ExecQueue(t.def.Name)),
+			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
+			micro.WithEndpointPendingLimits(-1, -1))
 		if err != nil {
-			return fmt.Errorf("worker: subscribe %s: %w", t.def.Name, err)
+			return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
 		}
-		_ = t.sub.SetPendingLimits(-1, -1)
 	}
 	if err := bus.Flush(ctx, w.nc); err != nil {
 		return fmt.Errorf("worker: flush: %w", err)
@@ -235,10 +290,23 @@ func (w *Worker) LastAck(ctx context.Context) (*bus.RegisterAck, error) {
 func inflightKey(session, reply, call string) string { return session + "/" + reply + "/" + call }
 
 func (w *Worker) onExec(t *tool, m *nats.Msg) {
-	w.calls.Add(1)
+	w.mu.Lock()
+	w.running++
+	w.mu.Unlock()
+	w.m.Waiting.Inc()
 	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
+	w.m.Waiting.Dec()
 	go func() {
-		defer func() { <-w.sem; w.calls.Done() }()
+		defer func() {
+			<-w.sem
+			w.mu.Lock()
+			w.running--
+			if w.running == 0 && w.stopping && w.idle != nil {
+				close(w.idle)
+				w.idle = nil
+			}
+			w.mu.Unlock()
+		}()
 		w.serve(t, m)
 	}()
 }
@@ -263,8 +331,14 @@ func (w *Worker) serve(t *tool, m *nats.Msg) {
 		_ = bus.RespondError(w.nc, m, w.source, be)
 		return
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
+	start := time.Now()
+	w.m.Inflight.Inc()
+	defer w.m.Inflight.Dec()
+	ctx, cancel := context.WithCancelCause(tracing.Extract(context.Background(), e.TraceParent, e.TraceState))
 	defer cancel(nil)
+	ctx, span := tracing.StartTool(ctx, trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
+	defer span.End()
+	tp, ts := tracing.Inject(ctx, e.TraceParent, e.TraceState)
 	if exp, _ := e.Expiry(); !exp.IsZero() {
 		var c2 context.CancelFunc
 		ctx, c2 = context.WithDeadline(ctx, exp)
@@ -272,7 +346,7 @@ func (w *Worker) serve(t *tool, m *nats.Msg) {
 	}
 	c := &Call{ID: req.Call.ID, Name: req.Call.Name, SessionID: e.SessionID, ReplyID: e.ReplyID,
 		Input: req.Call.Input, User: req.User, Context: req.Context, Attempt: req.Attempt, State: req.State,
-		w: w, cancel: cancel, traceParent: e.TraceParent}
+		w: w, cancel: cancel, traceParent: tp, traceState: ts}
 	key := inflightKey(e.SessionID, e.ReplyID, req.Call.ID)
 	w.mu.Lock()
 	w.inflight[key] = c
@@ -289,11 +363,21 @@ func (w *Worker) serve(t *tool, m *nats.Msg) {
 	if context.Cause(ctx) == errCancelled {
 		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
 	}
+	t.calls.Add(1)
+	t.nanos.Add(int64(time.Since(start)))
+	if res.State != bus.StateSuccess {
+		t.errors.Add(1)
+	}
+	w.m.Calls.WithLabelValues(t.def.Name, res.State).Inc()
+	w.m.Latency.WithLabelValues(t.def.Name).Observe(metrics.Since(start))
+	if res.State != bus.StateSuccess {
+		span.SetStatus(codes.Error, res.State)
+	}
 	out, err := bus.NewEvent(bus.TypeExecResult, w.source, res)
 	if err != nil {
 		out, _ = bus.NewEvent(bus.TypeExecResult, w.source, bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())})
 	}
-	out.SessionID, out.ReplyID, out.ToolCallID = e.SessionID, e.ReplyID, req.Call.ID
+	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
 	if m.Reply != "" {
 		if err := bus.Publish(w.nc, m.Reply, out); err != nil {
 			w.log.Warn("worker: reply failed", "tool", t.def.Name, "call", c.ID, "err", err)
@@ -375,7 +459,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 func (w *Worker) stop(ctx context.Context) error {
 	w.mu.Lock()
 	started := w.started
-	tools := w.tools
 	w.mu.Unlock()
 	if !started {
 		return nil
@@ -390,31 +473,31 @@ func (w *Worker) stop(ctx context.Context) error {
 		}
 		cancel()
 	}
-	// Drain: requests already delivered to this worker are still served.
-	var closed []<-chan nats.SubStatus
-	for _, t := range tools {
-		if t.sub == nil {
-			continue
-		}
-		ch := t.sub.StatusChanged(nats.SubscriptionClosed)
-		if t.sub.Drain() == nil {
-			closed = append(closed, ch)
+	// Drain: the micro service drains its endpoint subscriptions, so
+	// requests already delivered to this worker are still served; a flush
+	// makes sure the server has seen the unsubscribes, then we wait for the
+	// calls accepted so far.
+	var err error
+	if w.svc != nil {
+		if serr := w.svc.Stop(); serr != nil {
+			w.log.Warn("worker: micro service stop", "err", serr)
 		}
 	}
-	var err error
-	for _, ch := range closed {
+	_ = bus.Flush(ctx, w.nc)
+	w.mu.Lock()
+	w.stopping = true
+	var idle chan struct{}
+	if w.running > 0 {
+		idle = make(chan struct{})
+		w.idle = idle
+	}
+	w.mu.Unlock()
+	if idle != nil {
 		select {
-		case <-ch:
+		case <-idle:
 		case <-ctx.Done():
 			err = fmt.Errorf("worker: drain: %w", ctx.Err())
 		}
-	}
-	done := make(chan struct{})
-	go func() { w.calls.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("worker: drain: %w", ctx.Err())
 	}
 	if w.cancelSub != nil {
 		_ = w.cancelSub.Unsubscribe()

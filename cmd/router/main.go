@@ -18,7 +18,9 @@ import (
 
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/tracing"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -46,6 +48,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
 	id := fs.String("id", "", "router instance id (default: random)")
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
+	otlp := fs.String("otlp", "", "export OpenTelemetry traces over OTLP/HTTP to host:port (off when empty)")
+	otlpInsecure := fs.Bool("otlp-insecure", true, "use plain HTTP for --otlp")
 	verbose := fs.Bool("v", false, "log debug messages")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -55,6 +60,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	reg, err := metrics.Expose(ctx, *metricsAddr, "toolbus", stdout)
+	if err != nil {
+		return err
+	}
+	shutdownTracing, err := tracing.Setup(ctx, tracing.Config{Endpoint: *otlp, Insecure: *otlpInsecure, ServiceName: "toolbus-router"})
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer func() { _ = shutdownTracing(context.Background()) }()
 	fileCfg, err := loadConfig(*configPath)
 	if err != nil {
 		return err
@@ -86,7 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
 		Store:  bus.StoreConfig{Replicas: *replicas, Heartbeat: *heartbeat},
 		Groups: fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
-		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL})
+		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg})
 	if err != nil {
 		return err
 	}
@@ -95,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var w *worker.Worker
 	if *withBuiltin {
-		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log})
+		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Metrics: reg})
 		if err == nil {
 			err = builtin.Register(w)
 		}

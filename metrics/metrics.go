@@ -1,0 +1,174 @@
+// Package metrics defines the Prometheus metrics of routers and workers and
+// serves them over HTTP. Labels stay bounded: tools are labelled by name only
+// once resolved (unknown names count under "unknown"), states by the fixed
+// result states.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// UnknownTool is the tool label of calls that named no registered tool.
+const UnknownTool = "unknown"
+
+var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// Router holds a router's metrics.
+type Router struct {
+	Calls      *prometheus.CounterVec   // tool, state
+	Latency    *prometheus.HistogramVec // tool
+	Batches    prometheus.Counter
+	Rejected   *prometheus.CounterVec // code
+	DedupeHits prometheus.Counter
+	Parked     *prometheus.CounterVec // kind
+	Answers    *prometheus.CounterVec // outcome
+	Inflight   prometheus.Gauge
+}
+
+// RouterSources are read at scrape time.
+type RouterSources struct {
+	LiveWorkers func() map[string]int // per tool
+	ParkedNow   func() int
+	Sessions    func() int
+	Capacity    int // MaxInflight
+}
+
+// NewRouter registers a router's metrics on reg (a fresh registry when nil).
+func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Router{
+		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_router_calls_total",
+			Help: "Finished tool calls by tool and result state."}, []string{"tool", "state"}),
+		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "toolbus_router_call_duration_seconds",
+			Help: "Time from a call's batch arriving to its result, by tool (parked calls excluded).", Buckets: latencyBuckets}, []string{"tool"}),
+		Batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_batches_total", Help: "Batches accepted."}),
+		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_router_rejected_total",
+			Help: "Messages answered with io.toolbus.error, by code."}, []string{"code"}),
+		DedupeHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_dedupe_hits_total",
+			Help: "Calls answered from the dedupe ledger instead of running again."}),
+		Parked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_router_parked_total",
+			Help: "Calls parked, by kind."}, []string{"kind"}),
+		Answers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_router_answers_total",
+			Help: "Answers to parked calls, by outcome (accepted or an error code)."}, []string{"outcome"}),
+		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_router_inflight",
+			Help: "Messages being handled now."}),
+	}
+	cs := []prometheus.Collector{m.Calls, m.Latency, m.Batches, m.Rejected, m.DedupeHits, m.Parked, m.Answers, m.Inflight,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_router_capacity", Help: "MaxInflight: messages the router handles at once before back-pressure."},
+			func() float64 { return float64(src.Capacity) }),
+	}
+	if src.ParkedNow != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_parked_calls", Help: "Calls parked now."},
+			func() float64 { return float64(src.ParkedNow()) }))
+	}
+	if src.Sessions != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_sessions", Help: "Sessions in the router's cache."},
+			func() float64 { return float64(src.Sessions()) }))
+	}
+	if src.LiveWorkers != nil {
+		cs = append(cs, &liveWorkers{f: src.LiveWorkers, desc: prometheus.NewDesc("toolbus_live_workers",
+			"Live workers per tool.", []string{"tool"}, nil)})
+	}
+	for _, c := range cs {
+		_ = reg.Register(c)
+	}
+	return m
+}
+
+type liveWorkers struct {
+	f    func() map[string]int
+	desc *prometheus.Desc
+}
+
+func (l *liveWorkers) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
+func (l *liveWorkers) Collect(ch chan<- prometheus.Metric) {
+	for tool, n := range l.f() {
+		ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, float64(n), tool)
+	}
+}
+
+// Worker holds a worker's metrics.
+type Worker struct {
+	Calls    *prometheus.CounterVec   // tool, state
+	Latency  *prometheus.HistogramVec // tool
+	Inflight prometheus.Gauge
+	Waiting  prometheus.Gauge // requests waiting for a free slot
+}
+
+// NewWorker registers a worker's metrics on reg (a fresh registry when nil).
+func NewWorker(reg prometheus.Registerer, slots int) *Worker {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Worker{
+		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_worker_calls_total",
+			Help: "Calls run by this worker, by tool and result state."}, []string{"tool", "state"}),
+		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "toolbus_worker_call_duration_seconds",
+			Help: "Run time of calls on this worker, by tool.", Buckets: latencyBuckets}, []string{"tool"}),
+		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_inflight", Help: "Calls running now."}),
+		Waiting:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_waiting", Help: "Requests waiting for a free slot."}),
+	}
+	for _, c := range []prometheus.Collector{m.Calls, m.Latency, m.Inflight, m.Waiting,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_worker_slots", Help: "MaxConcurrent: calls this worker runs at once."},
+			func() float64 { return float64(slots) })} {
+		_ = reg.Register(c)
+	}
+	return m
+}
+
+// Since returns the seconds elapsed since t, for histograms.
+func Since(t time.Time) float64 { return time.Since(t).Seconds() }
+
+// Serve exposes reg (with Go and process collectors added) on addr at
+// /metrics until ctx ends. It returns the address listened on.
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry) (string, error) {
+	_ = reg.Register(collectors.NewGoCollector())
+	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err
+		}
+	}()
+	return ln.Addr().String(), nil
+}
+
+// Expose returns the registry a process registers its metrics on and, when
+// addr is not empty, serves it on addr until ctx ends, printing where to
+// stdout. With an empty addr it returns nil (metrics stay private).
+func Expose(ctx context.Context, addr, who string, stdout io.Writer) (prometheus.Registerer, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	reg := prometheus.NewRegistry()
+	at, err := Serve(ctx, addr, reg)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, at)
+	return reg, nil
+}

@@ -1,0 +1,141 @@
+// Package tracing carries OpenTelemetry spans across the bus: the W3C
+// traceparent/tracestate travel as CloudEvent extension attributes (and NATS
+// headers), and each hop that does work (the router executing a call, the
+// worker running it) starts a span named after the OpenTelemetry GenAI
+// conventions, "execute_tool <name>". Tracing is off unless Setup installs
+// an exporter; until then the global no-op provider makes spans free.
+package tracing
+
+import (
+	"context"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+const instrumentation = "github.com/toolbus/toolbus"
+
+var propagator = propagation.TraceContext{}
+
+// carrier is a two-field TextMapCarrier over the CloudEvent attributes.
+type carrier struct{ parent, state string }
+
+func (c *carrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.parent
+	case "tracestate":
+		return c.state
+	}
+	return ""
+}
+
+func (c *carrier) Set(key, value string) {
+	switch key {
+	case "traceparent":
+		c.parent = value
+	case "tracestate":
+		c.state = value
+	}
+}
+
+func (c *carrier) Keys() []string { return []string{"traceparent", "tracestate"} }
+
+// Extract returns ctx carrying the remote span context of traceparent.
+func Extract(ctx context.Context, traceparent, tracestate string) context.Context {
+	if traceparent == "" || !enabled.Load() {
+		return ctx
+	}
+	return propagator.Extract(ctx, &carrier{parent: traceparent, state: tracestate})
+}
+
+// Inject returns the traceparent and tracestate of ctx's span, or the given
+// fallbacks when ctx has no valid span (tracing off: pass through what came in).
+func Inject(ctx context.Context, fallbackParent, fallbackState string) (string, string) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return fallbackParent, fallbackState
+	}
+	c := &carrier{}
+	propagator.Inject(ctx, c)
+	return c.parent, c.state
+}
+
+// Span attributes of the GenAI conventions.
+var (
+	opExecuteTool = attribute.String("gen_ai.operation.name", "execute_tool")
+)
+
+// enabled is set once a provider is installed; until then StartTool costs
+// nothing and traceparent passes through unchanged.
+var enabled atomic.Bool
+
+// Enable installs tp as the global tracer provider (Setup calls it; tests
+// call it with an in-memory exporter).
+func Enable(tp trace.TracerProvider) {
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagator)
+	enabled.Store(true)
+}
+
+// StartTool starts the span of one tool execution on this hop. With tracing
+// off it returns ctx and its (non-recording) span.
+func StartTool(ctx context.Context, kind trace.SpanKind, tool, callID, session string) (context.Context, trace.Span) {
+	if !enabled.Load() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	tr := otel.GetTracerProvider().Tracer(instrumentation)
+	return tr.Start(ctx, "execute_tool "+tool, trace.WithSpanKind(kind), trace.WithAttributes(
+		opExecuteTool,
+		attribute.String("gen_ai.tool.name", tool),
+		attribute.String("gen_ai.tool.call.id", callID),
+		attribute.String("gen_ai.conversation.id", session),
+	))
+}
+
+// Config configures Setup.
+type Config struct {
+	// Endpoint is the OTLP/HTTP endpoint (host:port); "" leaves tracing off.
+	Endpoint string
+	// Insecure uses plain HTTP.
+	Insecure bool
+	// ServiceName names this process; "" means "toolbus".
+	ServiceName string
+}
+
+// Setup installs a global tracer provider exporting to cfg.Endpoint over
+// OTLP/HTTP. It returns a shutdown function that flushes pending spans.
+// With an empty endpoint it does nothing.
+func Setup(ctx context.Context, cfg Config) (func(context.Context) error, error) {
+	if cfg.Endpoint == "" {
+		return func(context.Context) error { return nil }, nil
+	}
+	opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(cfg.Endpoint)}
+	if cfg.Insecure {
+		opts = append(opts, otlptracehttp.WithInsecure())
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	name := cfg.ServiceName
+	if name == "" {
+		name = "toolbus"
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", name))))
+	Enable(tp)
+	return tp.Shutdown, nil
+}
+
+// Disable goes back to the no-op provider (for tests).
+func Disable() {
+	enabled.Store(false)
+	otel.SetTracerProvider(noop.NewTracerProvider())
+}
