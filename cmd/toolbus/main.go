@@ -1,10 +1,17 @@
 // Command toolbus is the command line for people: call tools, list what a
-// session's model sees, watch a session's events and cancel calls.
+// session's model sees, watch a session's events, cancel calls, switch a
+// session's groups and permission mode, and see and answer parked calls.
 //
 //	toolbus call get_current_time '{"timezone":"UTC"}'
 //	toolbus tools --format openai --json
 //	toolbus watch --session '*'
 //	toolbus cancel <reply-id>
+//	toolbus reset ops web
+//	toolbus session mode explore
+//	toolbus parked --all
+//	toolbus watch-handoff approve_po
+//	toolbus answer <call-id> 'approved'
+//	toolbus confirm <call-id> --remember
 package main
 
 import (
@@ -50,6 +57,14 @@ func init() {
 		{"tools", "", "list the tools and groups a session's model sees", runTools},
 		{"watch", "", "print a session's events as they happen", runWatch},
 		{"cancel", "<reply-id> [call-id...]", "interrupt the running and parked calls of a reply", runCancel},
+		{"groups", "", "list a session's tool groups, active ones marked [x]", runGroups},
+		{"reset", "[group...]", "activate exactly these meta groups with reset_tools (none given: all off)", runReset},
+		{"session", "show | mode <mode>", "show a session's groups, mode and rules, or set its permission mode", runSession},
+		{"activate", "<group...>", "activate (or with --off deactivate) external-scope groups for a session", runActivate},
+		{"parked", "", "list the calls parked for an answer or a confirmation", runParked},
+		{"answer", "<call-id> '<json blocks or text>'", "answer a parked external call with its output", runAnswer},
+		{"confirm", "<call-id>", "allow (or with --deny refuse) a call parked for a confirmation", runConfirm},
+		{"watch-handoff", "<tool|*>", "print the requests waiting for a tool's handlers (or approvers), oldest first", runWatchHandoff},
 	}
 }
 
@@ -90,9 +105,9 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: toolbus <command> [arguments] [flags]")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-7s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "  help    show this text, or 'toolbus help <command>' for a command's flags")
+	fmt.Fprintf(w, "  %-13s %s\n", "help", "show this text, or 'toolbus help <command>' for a command's flags")
 	fmt.Fprintln(w, "\nEvery command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default \"cli\").")
 }
 

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/groups"
+)
+
+func runGroups(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("groups", stderr)
+	asJSON := fs.Bool("json", false, "print the groups as JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError(fs, "groups takes no arguments, got %q", pos[0])
+	}
+	if err := checkSession(fs, cn.session); err != nil {
+		return err
+	}
+	cl, closeConn, err := cn.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	list, err := cl.Tools(ctx, cn.session, bus.FormatToolbus, nil)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if list.Groups == nil {
+			list.Groups = []bus.GroupInfo{}
+		}
+		return writeJSON(stdout, list.Groups)
+	}
+	for _, g := range list.Groups {
+		fmt.Fprintln(stdout, groupLine(g))
+	}
+	return nil
+}
+
+func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("reset", stderr)
+	asJSON := fs.Bool("json", false, "print the result of reset_tools as JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := checkSession(fs, cn.session); err != nil {
+		return err
+	}
+	cl, closeConn, err := cn.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	replyID := client.NewReplyID()
+	batch := bus.Batch{Calls: []bus.Call{{ID: callID, Name: groups.ResetTools, Input: resetInput(pos)}}}
+	reply, err := cl.Call(ctx, cn.session, batch, client.WithReplyID(replyID))
+	if err != nil {
+		return callError(ctx, cl, cn.session, replyID, err, *asJSON, stdout)
+	}
+	if len(reply.Results) != 1 {
+		// reset_tools runs in the router and never parks; say so if it did.
+		renderReply(stdout, reply)
+		return fmt.Errorf("%s did not finish in reply %s", groups.ResetTools, replyID)
+	}
+	res := reply.Results[0]
+	if *asJSON {
+		if err := writeJSON(stdout, res); err != nil {
+			return err
+		}
+	} else {
+		for _, b := range res.Output {
+			fmt.Fprintln(stdout, blockText(b))
+		}
+	}
+	return replyError(reply)
+}
+
+// resetInput is the input of reset_tools that activates exactly names, in
+// their order: {"g1": true, ...}, or {} to deactivate every meta group.
+func resetInput(names []string) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, n := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(n) // a string always marshals
+		b.Write(k)
+		b.WriteString(":true")
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}

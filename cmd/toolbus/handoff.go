@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
+)
+
+// allSessions is the --session of watch-handoff that shows every session.
+const allSessions = "*"
+
+func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("watch-handoff", stderr)
+	sf := fs.Lookup("session")
+	sf.Usage = `only the requests of this session; "*" for every session`
+	sf.DefValue, cn.session = allSessions, allSessions
+	confirm := fs.Bool("confirm", false, "follow the confirmation requests (P.confirm.<tool>) instead of the external ones (P.external.<tool>)")
+	asJSON := fs.Bool("json", false, "print each request as one line of CloudEvent JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError(fs, "watch-handoff takes a tool name (or \"*\" for every tool), got %d arguments", len(pos))
+	}
+	tool := pos[0]
+	if tool != "*" && !bus.ValidName(tool) {
+		return usageError(fs, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$ (or be \"*\")", tool)
+	}
+	if cn.session != allSessions {
+		if err := checkSession(fs, cn.session); err != nil {
+			return err
+		}
+	}
+	nc, err := nats.Connect(cn.url, nats.Name("toolbus-cli"))
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", cn.url, err)
+	}
+	defer nc.Close()
+	subj := bus.NewSubjects(cn.prefix)
+	subject := subj.External(tool)
+	if *confirm {
+		subject = subj.Confirm(tool)
+	}
+	stream := subj.Stream(bus.StreamHandoff)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	// An ordered consumer delivers everything the stream keeps, oldest
+	// first, then what arrives: requests stay in the stream until they are
+	// answered or expire, so this shows what was asked while nobody watched.
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return fmt.Errorf("follow %s in stream %s: %w", subject, stream, err)
+	}
+	msgs := make(chan jetstream.Msg, 64)
+	cctx, cancel := context.WithCancel(ctx)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-cctx.Done():
+		}
+	})
+	if err != nil {
+		cancel()
+		return fmt.Errorf("follow %s in stream %s: %w", subject, stream, err)
+	}
+	defer func() {
+		cancel()
+		cc.Stop()
+		<-cc.Closed()
+	}()
+	fmt.Fprintf(stderr, "following %s in stream %s from its oldest request (Ctrl-C to stop)\n", subject, stream)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+			if err != nil {
+				fmt.Fprintf(stderr, "skipping a malformed request on %s: %v\n", m.Subject(), err)
+				continue
+			}
+			if cn.session != allSessions && e.SessionID != cn.session {
+				continue
+			}
+			if err := printRequest(stdout, e, *asJSON); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// printRequest prints a handoff request as one line: readable, or the
+// CloudEvent as compact JSON.
+func printRequest(w io.Writer, e *bus.Event, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	_, err := fmt.Fprintln(w, requestLine(e))
+	return err
+}
+
+// requestLine is one line of watch-handoff: time, session, reply id, call
+// id, tool and input; for a confirmation also the reason it asks and the
+// rules --remember would add.
+func requestLine(e *bus.Event) string {
+	at := e.Time
+	if t, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
+		at = t.Local().Format("2006-01-02 15:04:05.000")
+	}
+	var req external.Request
+	if err := e.DataAs(&req); err != nil {
+		return strings.Join([]string{at, orDash(e.SessionID), orDash(e.ReplyID), orDash(e.ToolCallID), e.Type, short(string(e.Data))}, " ")
+	}
+	line := strings.Join([]string{at, orDash(e.SessionID), orDash(e.ReplyID), orDash(e.ToolCallID),
+		orDash(req.Call.Name), inputText(req.Call.Input)}, " ")
+	if e.Type != bus.TypeConfirmReq {
+		return line
+	}
+	line += " — asks: " + orDash(req.Reason)
+	if len(req.SuggestedRules) > 0 {
+		rules := make([]string, len(req.SuggestedRules))
+		for i, r := range req.SuggestedRules {
+			rules[i] = ruleText(r)
+		}
+		line += "; --remember adds: " + strings.Join(rules, ", ")
+	}
+	return line
+}

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+// parkedCall is one entry of the admin verb parked.list.
+type parkedCall struct {
+	Session        string          `json:"session"`
+	ReplyID        string          `json:"reply_id"`
+	ID             string          `json:"id"`
+	Name           string          `json:"name"`
+	Input          json.RawMessage `json:"input,omitempty"`
+	Kind           string          `json:"kind"`
+	Subject        string          `json:"subject"`
+	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	Created        time.Time       `json:"created"`
+	Expires        time.Time       `json:"expires"`
+}
+
+// listParked returns the parked calls of session ("" for every session) as
+// raw reply data and decoded.
+func listParked(ctx context.Context, cl *client.Client, session string) (json.RawMessage, []parkedCall, error) {
+	var raw json.RawMessage
+	if err := admin(ctx, cl, "parked.list", session, nil, &raw); err != nil {
+		return nil, nil, err
+	}
+	var list struct {
+		Parked []parkedCall `json:"parked"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, nil, fmt.Errorf("admin parked.list: the reply is not a list: %w", err)
+	}
+	return raw, list.Parked, nil
+}
+
+func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("parked", stderr)
+	all := fs.Bool("all", false, "list the parked calls of every session, not only of --session")
+	asJSON := fs.Bool("json", false, "print the reply data as JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError(fs, "parked takes no arguments, got %q", pos[0])
+	}
+	session, where := "", "any session"
+	if !*all {
+		if err := checkSession(fs, cn.session); err != nil {
+			return err
+		}
+		session, where = cn.session, "session "+cn.session
+	}
+	cl, closeConn, err := cn.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	raw, calls, err := listParked(ctx, cl, session)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, raw)
+	}
+	if len(calls) == 0 {
+		fmt.Fprintf(stderr, "no parked calls in %s\n", where)
+		return nil
+	}
+	renderParked(stdout, calls, time.Now())
+	return nil
+}
+
+// renderParked prints a table of parked calls: session, reply id, call id,
+// tool, kind, age at now, and the input.
+func renderParked(w io.Writer, calls []parkedCall, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tREPLY\tCALL\tTOOL\tKIND\tAGE\tINPUT")
+	for _, p := range calls {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Session, p.ReplyID, p.ID, p.Name, p.Kind, age(now.Sub(p.Created)), inputText(p.Input))
+	}
+	_ = tw.Flush()
+}
+
+// age is d, rounded down, in at most two units: 42s, 5m07s, 3h02m, 2d04h.
+func age(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	s := int64(d / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	case s < 86400:
+		return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
+	}
+	return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
+}
+
+// inputText is a call's input as compact JSON on one line; "{}" when absent.
+func inputText(in json.RawMessage) string {
+	if len(in) == 0 {
+		return "{}"
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, in) != nil {
+		return strings.Join(strings.Fields(string(in)), " ")
+	}
+	return b.String()
+}
+
+// findParked finds call id in the parked calls of session, narrowed to
+// replyID and tool when they are not "". Finding none is a not_parked
+// *bus.Error; finding several asks for --reply.
+func findParked(ctx context.Context, cl *client.Client, session, id, replyID, tool string) (parkedCall, error) {
+	_, calls, err := listParked(ctx, cl, session)
+	if err != nil {
+		return parkedCall{}, err
+	}
+	var found []parkedCall
+	for _, p := range calls {
+		if p.ID == id && (replyID == "" || p.ReplyID == replyID) && (tool == "" || p.Name == tool) {
+			found = append(found, p)
+		}
+	}
+	switch len(found) {
+	case 0:
+		what := ""
+		if replyID != "" {
+			what += " of reply " + replyID
+		}
+		if tool != "" {
+			what += " of tool " + tool
+		}
+		return parkedCall{}, bus.Errorf(bus.CodeNotParked, "no call %s%s is parked in session %s", id, what, session)
+	case 1:
+		return found[0], nil
+	}
+	places := make([]string, len(found))
+	for i, p := range found {
+		places[i] = p.ReplyID + " (" + p.Name + ")"
+	}
+	return parkedCall{}, fmt.Errorf("call %s is parked in several replies of session %s: %s; pick one with --reply",
+		id, session, strings.Join(places, ", "))
+}
+
+// answerTarget says which parked call an answer goes to.
+type answerTarget struct {
+	replyID, tool *string
+}
+
+// addFlags adds --reply and --tool to fs.
+func (a *answerTarget) addFlags(fs *flag.FlagSet) {
+	a.replyID = fs.String("reply", "", "reply id of the call's batch (default: looked up with parked.list)")
+	a.tool = fs.String("tool", "", "tool of the call (default: looked up with parked.list)")
+}
+
+// check validates the call id and the flags.
+func (a *answerTarget) check(fs *flag.FlagSet, id string) error {
+	if !bus.ValidID(id) {
+		return usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
+	}
+	if *a.replyID != "" && !bus.ValidID(*a.replyID) {
+		return usageError(fs, "--reply %q must match ^[A-Za-z0-9_-]{1,128}$", *a.replyID)
+	}
+	if *a.tool != "" && !bus.ValidName(*a.tool) {
+		return usageError(fs, "--tool %q must match ^[A-Za-z0-9_-]{1,64}$", *a.tool)
+	}
+	return nil
+}
+
+// resolve returns the parked call to answer: from the flags when both are
+// given and lookup is false, else found with parked.list. A call found
+// there must be of kind.
+func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, session, id, kind string, lookup bool) (parkedCall, error) {
+	if !lookup && *a.replyID != "" && *a.tool != "" {
+		return parkedCall{Session: session, ReplyID: *a.replyID, ID: id, Name: *a.tool, Kind: kind}, nil
+	}
+	p, err := findParked(ctx, cl, session, id, *a.replyID, *a.tool)
+	if err != nil {
+		return p, err
+	}
+	if p.Kind != kind {
+		how := "toolbus answer"
+		if p.Kind == bus.KindConfirm {
+			how = "toolbus confirm"
+		}
+		return p, fmt.Errorf("call %s of %s is parked for %s, not %s: use %s", id, p.Name, kindText(p.Kind), kindText(kind), how)
+	}
+	return p, nil
+}
+
+func kindText(kind string) string {
+	if kind == bus.KindConfirm {
+		return "a confirmation"
+	}
+	return "its external result"
+}
+
+// answerError explains an answer that was not accepted; a refusal names
+// its code (not_parked, already_answered, bad_request ...).
+func answerError(id string, err error) error {
+	var be *bus.Error
+	if errors.As(err, &be) {
+		return fmt.Errorf("answer to call %s refused: %w", id, err)
+	}
+	return fmt.Errorf("answer to call %s: %w", id, err)
+}
+
+func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("answer", stderr)
+	var target answerTarget
+	target.addFlags(fs)
+	failed := fs.Bool("error", false, "answer with state error: the output says why the tool failed")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usageError(fs, "answer takes a call id and the output, got %d arguments", len(pos))
+	}
+	id := pos[0]
+	if err := target.check(fs, id); err != nil {
+		return err
+	}
+	if err := checkSession(fs, cn.session); err != nil {
+		return err
+	}
+	cl, closeConn, err := cn.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	p, err := target.resolve(ctx, cl, cn.session, id, bus.KindExternal, false)
+	if err != nil {
+		return answerError(id, err)
+	}
+	a := bus.Answer{State: bus.StateSuccess, Output: parseOutput(pos[1])}
+	if *failed {
+		a.State = bus.StateError
+	}
+	if err := cl.Answer(ctx, p.Name, cn.session, p.ReplyID, id, a); err != nil {
+		return answerError(id, err)
+	}
+	fmt.Fprintf(stdout, "answered call %s of %s (reply %s, session %s): %s\n", id, p.Name, p.ReplyID, cn.session, a.State)
+	return nil
+}
+
+// parseOutput reads the output of an answer: a JSON array of blocks (each
+// an object with a "type" and only block fields), else one text block
+// holding s as it is.
+func parseOutput(s string) []bus.Block {
+	if t := strings.TrimSpace(s); !strings.HasPrefix(t, "[") {
+		return bus.Text(s)
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	var blocks []bus.Block
+	if dec.Decode(&blocks) != nil || dec.Decode(&struct{}{}) != io.EOF {
+		return bus.Text(s)
+	}
+	for _, b := range blocks {
+		if b.Type == "" {
+			return bus.Text(s)
+		}
+	}
+	if blocks == nil {
+		blocks = []bus.Block{}
+	}
+	return blocks
+}
+
+func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("confirm", stderr)
+	var target answerTarget
+	target.addFlags(fs)
+	deny := fs.Bool("deny", false, "refuse the call: it ends denied")
+	remember := fs.Bool("remember", false, "add the call's suggested rules to the session, so such calls run without asking")
+	input := fs.String("input", "", "run the call with this JSON input instead (validated again)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError(fs, "confirm takes a call id, got %d arguments", len(pos))
+	}
+	id := pos[0]
+	if err := target.check(fs, id); err != nil {
+		return err
+	}
+	if *deny && *input != "" {
+		return usageError(fs, "--input edits a call that runs; it cannot go with --deny")
+	}
+	if *deny && *remember {
+		return usageError(fs, "--remember adds rules that allow such calls; it cannot go with --deny")
+	}
+	if *input != "" && !json.Valid([]byte(*input)) {
+		return usageError(fs, "--input %q is not JSON", *input)
+	}
+	if err := checkSession(fs, cn.session); err != nil {
+		return err
+	}
+	cl, closeConn, err := cn.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	p, err := target.resolve(ctx, cl, cn.session, id, bus.KindConfirm, *remember)
+	if err != nil {
+		return answerError(id, err)
+	}
+	confirmed := !*deny
+	a := bus.Answer{Confirmed: &confirmed}
+	if *input != "" {
+		a.Input = json.RawMessage(*input)
+	}
+	if *remember {
+		if len(p.SuggestedRules) == 0 {
+			return fmt.Errorf("call %s of %s has no suggested rules to remember (no rule can allow it); confirm it without --remember", id, p.Name)
+		}
+		a.Rules = p.SuggestedRules
+	}
+	if err := cl.Answer(ctx, p.Name, cn.session, p.ReplyID, id, a); err != nil {
+		return answerError(id, err)
+	}
+	verb := "confirmed"
+	if *deny {
+		verb = "denied"
+	}
+	line := fmt.Sprintf("%s call %s of %s (reply %s, session %s)", verb, id, p.Name, p.ReplyID, cn.session)
+	if len(a.Rules) > 0 {
+		rules := make([]string, len(a.Rules))
+		for i, r := range a.Rules {
+			rules[i] = ruleText(r)
+		}
+		line += "; remembered: " + strings.Join(rules, ", ")
+	}
+	fmt.Fprintln(stdout, line)
+	return nil
+}
