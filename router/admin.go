@@ -109,6 +109,8 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 			return nil, err
 		}
 		return r.sessionView(e.SessionID), nil
+	case "status":
+		return r.status(), nil
 	case "parked.list":
 		recs := r.parked.Parked(e.SessionID, "")
 		out := make([]parkedView, len(recs))
@@ -140,4 +142,30 @@ type parkedView struct {
 func (r *Router) sessionView(id string) sessionView {
 	sess := r.groups.Session(id)
 	return sessionView{Session: id, Stored: r.groups.Stored(id), Groups: r.groups.View(r.reg, sess, nil).Groups(), State: sess}
+}
+
+// statusView is the reply of the status verb.
+type statusView struct {
+	Router   string       `json:"router"`
+	Tools    []toolStatus `json:"tools"`
+	Groups   int          `json:"groups"`
+	Sessions int          `json:"sessions"`
+	Parked   int          `json:"parked"`
+}
+
+type toolStatus struct {
+	Name        string   `json:"name"`
+	LiveWorkers int      `json:"live_workers"`
+	External    bool     `json:"external"`
+	Groups      []string `json:"groups,omitempty"`
+}
+
+func (r *Router) status() statusView {
+	live := r.reg.Workers()
+	st := statusView{Router: r.cfg.ID, Tools: []toolStatus{}, Groups: len(r.groups.Groups()),
+		Sessions: r.groups.Sessions(), Parked: len(r.parked.Parked("", ""))}
+	for _, t := range r.reg.Tools() {
+		st.Tools = append(st.Tools, toolStatus{Name: t.Def.Name, LiveWorkers: live[t.Def.Name], External: t.Def.External, Groups: t.Def.Groups})
+	}
+	return st
 }

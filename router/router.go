@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -73,6 +74,7 @@ type Router struct {
 
 	mu      sync.Mutex
 	subs    []*nats.Subscription
+	svc     micro.Service
 	batches map[string]*batch // sessionid/replyid → running batch
 	closed  bool
 	work    sync.WaitGroup
@@ -190,6 +192,16 @@ func (r *Router) Start(ctx context.Context) error {
 		r.subs = append(r.subs, sub)
 		r.mu.Unlock()
 	}
+	// Routers show up in NATS micro discovery (`nats micro ls`, `toolbus status`).
+	svc, err := micro.AddService(r.nc, micro.Config{Name: "toolbus-router", Version: "1.0.0",
+		Description: "toolbus router " + r.cfg.ID, Metadata: map[string]string{"router": r.cfg.ID, "prefix": r.subj.Prefix}})
+	if err != nil {
+		r.Stop()
+		return fmt.Errorf("router: micro service: %w", err)
+	}
+	r.mu.Lock()
+	r.svc = svc
+	r.mu.Unlock()
 	if err := bus.Flush(ctx, r.nc); err != nil {
 		r.Stop()
 		return fmt.Errorf("router: flush: %w", err)
@@ -236,8 +248,11 @@ func (r *Router) Stop() { _ = r.Drain(context.Background()) }
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
 		r.mu.Lock()
-		subs := r.subs
+		subs, svc := r.subs, r.svc
 		r.mu.Unlock()
+		if svc != nil {
+			_ = svc.Stop()
+		}
 		for _, s := range subs {
 			_ = s.Drain()
 		}

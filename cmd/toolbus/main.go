@@ -12,6 +12,7 @@
 //	toolbus watch-handoff approve_po
 //	toolbus answer <call-id> 'approved'
 //	toolbus confirm <call-id> --remember
+//	toolbus status
 package main
 
 import (
@@ -65,6 +66,7 @@ func init() {
 		{"answer", "<call-id> '<json blocks or text>'", "answer a parked external call with its output", runAnswer},
 		{"confirm", "<call-id>", "allow (or with --deny refuse) a call parked for a confirmation", runConfirm},
 		{"watch-handoff", "<tool|*>", "print the requests waiting for a tool's handlers (or approvers), oldest first", runWatchHandoff},
+		{"status", "", "show routers, workers per tool, sessions and parked calls", runStatus},
 	}
 }
 

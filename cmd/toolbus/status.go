@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// statusReply is the data of the status admin verb.
+type statusReply struct {
+	Router string `json:"router"`
+	Tools  []struct {
+		Name        string   `json:"name"`
+		LiveWorkers int      `json:"live_workers"`
+		External    bool     `json:"external"`
+		Groups      []string `json:"groups"`
+	} `json:"tools"`
+	Groups   int `json:"groups"`
+	Sessions int `json:"sessions"`
+	Parked   int `json:"parked"`
+}
+
+// instance is one router or worker found by NATS micro discovery.
+type instance struct {
+	Kind  string            `json:"kind"`
+	ID    string            `json:"id"`
+	Meta  map[string]string `json:"metadata"`
+	Tools []string          `json:"tools,omitempty"`
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("status", stderr)
+	asJSON := fs.Bool("json", false, "print the status as JSON")
+	wait := fs.Duration("wait", 300*time.Millisecond, "how long to collect discovery answers from routers and workers")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError(fs, "status takes no arguments")
+	}
+	nc, err := nats.Connect(cn.url, nats.Name("toolbus-cli"))
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", cn.url, err)
+	}
+	defer nc.Close()
+	cl, closeConn, err := cn.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	var st statusReply
+	if err := cl.Admin(ctx, "status", "", nil, &st); err != nil {
+		return fmt.Errorf("admin status: %w", err)
+	}
+	var found []instance
+	for _, kind := range []string{"toolbus-router", "toolbus-worker"} {
+		infos, err := discover(ctx, nc, kind, *wait)
+		if err != nil {
+			return err
+		}
+		for _, in := range infos {
+			if in.Metadata["prefix"] != "" && in.Metadata["prefix"] != cn.prefix {
+				continue
+			}
+			it := instance{Kind: kind[len("toolbus-"):], ID: in.ID, Meta: in.Metadata}
+			if id := in.Metadata[it.Kind]; id != "" {
+				it.ID = id // the instance id toolbus uses, not micro's own
+			}
+			for _, ep := range in.Endpoints {
+				it.Tools = append(it.Tools, ep.Name)
+			}
+			found = append(found, it)
+		}
+	}
+	slices.SortFunc(found, func(a, b instance) int {
+		if a.Kind != b.Kind {
+			return compareStrings(a.Kind, b.Kind)
+		}
+		return compareStrings(a.ID, b.ID)
+	})
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{"status": st, "instances": found})
+	}
+	fmt.Fprintf(stdout, "sessions: %d   parked calls: %d   groups: %d   (answered by router %s)\n", st.Sessions, st.Parked, st.Groups, st.Router)
+	fmt.Fprintln(stdout, "tools:")
+	for _, t := range st.Tools {
+		live := fmt.Sprintf("%d live workers", t.LiveWorkers)
+		if t.External {
+			live = "external"
+		}
+		fmt.Fprintf(stdout, "  %-24s %s %v\n", t.Name, live, t.Groups)
+	}
+	fmt.Fprintln(stdout, "instances:")
+	for _, it := range found {
+		fmt.Fprintf(stdout, "  %-6s %s %v\n", it.Kind, it.ID, it.Tools)
+	}
+	return nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// discover collects the micro INFO answers of every instance of service
+// name that answers within wait.
+func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duration) ([]micro.Info, error) {
+	subject, err := micro.ControlSubject(micro.InfoVerb, name, "")
+	if err != nil {
+		return nil, err
+	}
+	inbox := nats.NewInbox()
+	ch := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var out []micro.Info
+	for {
+		select {
+		case <-ctx.Done():
+			return out, nil
+		case <-timer.C:
+			return out, nil
+		case m := <-ch:
+			var in micro.Info
+			if json.Unmarshal(m.Data, &in) == nil {
+				out = append(out, in)
+			}
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestStatus(t *testing.T) {
+	d := newDeployment(t)
+	out, _, err := exec(t.Context(), "status", "--nats", d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"get_current_time", "1 live workers", "router ", "worker "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = exec(t.Context(), "status", "--json", "--nats", d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Status    statusReply `json:"status"`
+		Instances []instance  `json:"instances"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(v.Status.Tools) == 0 || len(v.Instances) < 2 {
+		t.Fatalf("status %+v", v)
+	}
+	if _, _, err := exec(t.Context(), "status", "extra", "--nats", d.url); err == nil {
+		t.Fatal("status with an argument succeeded")
+	}
+}
