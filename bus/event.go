@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
@@ -120,13 +121,80 @@ func isJSONContentType(ct string) bool {
 	return mt == ContentTypeJSON || strings.HasSuffix(mt, "+json") || mt == "text/json"
 }
 
-// Encode returns the event in structured JSON mode.
+// Encode returns the event in structured JSON mode. It writes the JSON by
+// hand (the router encodes several events per call, and reflection with a
+// re-compacted data payload dominated that cost); Data must hold valid JSON.
 func (e *Event) Encode() ([]byte, error) {
-	b, err := json.Marshal(e)
-	if err != nil {
-		return nil, fmt.Errorf("bus: encode %s: %w", e.Type, err)
+	if len(e.Data) > 0 && !json.Valid(e.Data) {
+		return nil, fmt.Errorf("bus: encode %s: data is not valid JSON", e.Type)
 	}
-	return b, nil
+	b := make([]byte, 0, 256+len(e.Data))
+	b = append(b, `{"specversion":`...)
+	b = appendString(b, e.SpecVersion)
+	for _, f := range [...]struct {
+		key string
+		v   string
+	}{
+		{`,"id":`, e.ID}, {`,"source":`, e.Source}, {`,"type":`, e.Type}, {`,"subject":`, e.Subject},
+		{`,"datacontenttype":`, e.DataContentType}, {`,"time":`, e.Time}, {`,"sessionid":`, e.SessionID},
+		{`,"replyid":`, e.ReplyID}, {`,"toolcallid":`, e.ToolCallID}, {`,"traceparent":`, e.TraceParent},
+		{`,"tracestate":`, e.TraceState}, {`,"expirytime":`, e.ExpiryTime}, {`,"data_base64":`, e.DataBase64},
+	} {
+		if f.v != "" || f.key == `,"id":` || f.key == `,"source":` || f.key == `,"type":` {
+			b = append(b, f.key...)
+			b = appendString(b, f.v)
+		}
+	}
+	if len(e.Data) > 0 {
+		b = append(b, `,"data":`...)
+		b = append(b, e.Data...)
+	}
+	return append(b, '}'), nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string: quotes, backslashes and control
+// characters escaped, invalid UTF-8 replaced by U+FFFD.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // Msg returns a NATS message to subject carrying the event in structured
@@ -162,8 +230,11 @@ func DecodeStructured(b []byte) (*Event, error) {
 	if len(b) == 0 || b[0] != '{' {
 		return nil, Errorf(CodeBadEvent, "message is not a JSON CloudEvent")
 	}
+	if !json.Valid(b) {
+		return nil, Errorf(CodeBadEvent, "message is not valid JSON")
+	}
 	e := new(Event)
-	if err := json.Unmarshal(b, e); err != nil {
+	if err := parseStructured(b, e); err != nil {
 		return nil, Errorf(CodeBadEvent, "message is not a CloudEvent: %v", err)
 	}
 	if e.DataBase64 != "" {

@@ -174,3 +174,78 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestEncodeMatchesEncodingJSON(t *testing.T) {
+	for _, e := range []*bus.Event{
+		{SpecVersion: "1.0", ID: "x", Source: "s", Type: "t"},
+		{SpecVersion: "1.0", ID: "a\"b\\c\n\t\r\x01é\u2028", Source: "toolbus/router/1", Type: "t", Subject: "c1",
+			DataContentType: "application/json", Time: "2026-01-01T00:00:00Z", SessionID: "s", ReplyID: "r", ToolCallID: "c",
+			TraceParent: "00-1-2-01", TraceState: "k=v", ExpiryTime: "2026-01-01T00:00:00Z", Data: json.RawMessage(`{"a":[1,2,{"b":null}]}`)},
+		{SpecVersion: "1.0", ID: "bad\xffutf8", Source: "s", Type: "t", Data: json.RawMessage(`"str"`)},
+	} {
+		got, err := e.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a, b map[string]any
+		if err := json.Unmarshal(got, &a); err != nil {
+			t.Fatalf("%s: %v", got, err)
+		}
+		want, _ := json.Marshal(e)
+		_ = json.Unmarshal(want, &b)
+		if diff := cmp.Diff(b, a); diff != "" {
+			t.Errorf("hand encoding differs from encoding/json: %s", diff)
+		}
+	}
+	if _, err := (&bus.Event{SpecVersion: "1.0", ID: "x", Source: "s", Type: "t", Data: json.RawMessage(`{bad`)}).Encode(); err == nil {
+		t.Error("invalid data encoded")
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	e, _ := bus.NewEvent(bus.TypeCallResult, "toolbus/router/abc", bus.Result{ID: "c1", Name: "echo", State: "success", Output: bus.Text("hello")})
+	e.SessionID, e.ReplyID, e.ToolCallID = "s1", "r1", "c1"
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Encode(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	e, _ := bus.NewEvent(bus.TypeCallBatch, "agent", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hi"}`)}}})
+	e.SessionID = "s1"
+	data, _ := e.Encode()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := bus.DecodeStructured(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// FuzzDecodeMatchesEncodingJSON checks the hand-written structured decoder
+// against encoding/json on the same input.
+func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
+	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"a","type":"t","data":{"calls":[{"id":"c","name":"n","input":"{\"a\":1}"}]}}`))
+	f.Add([]byte(` { "id" : "a\u00e9\"" , "x" : [1,{"y":"}"}], "data" : "s" , "id":"b"} `))
+	f.Add([]byte(`{"sessionid":null,"data":null}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var want bus.Event
+		wantErr := json.Unmarshal(body, &want)
+		got, err := bus.DecodeStructured(body)
+		if err != nil {
+			return // rejected; encoding/json may accept what Validate refuses
+		}
+		if wantErr != nil {
+			t.Fatalf("accepted what encoding/json rejects (%v): %q", wantErr, body)
+		}
+		if got.ID != want.ID || got.Type != want.Type || got.SessionID != want.SessionID || got.Source != want.Source {
+			t.Fatalf("attributes differ: %+v vs %+v", got, want)
+		}
+		if len(got.Data) > 0 && !json.Valid(got.Data) {
+			t.Fatalf("data is not JSON: %q", got.Data)
+		}
+	})
+}
