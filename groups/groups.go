@@ -289,6 +289,24 @@ func (s *Store) fresh() *Session {
 	return sess
 }
 
+// Load reads a session from KV rather than the cache: for the rare reads
+// that must see every write already acknowledged (agent state).
+func (s *Store) Load(ctx context.Context, id string) (*Session, error) {
+	entry, err := s.sessionsKV.Get(ctx, id)
+	if bus.IsNotFound(err) {
+		return s.fresh(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("groups: read session %s: %w", id, err)
+	}
+	sess := new(Session)
+	if err := json.Unmarshal(entry.Value(), sess); err != nil {
+		return nil, fmt.Errorf("groups: session %s is corrupt: %w", id, err)
+	}
+	sess.rev = entry.Revision()
+	return sess, nil
+}
+
 // Stored reports whether the session exists in KV (per the cache).
 func (s *Store) Stored(id string) bool {
 	s.mu.RLock()

@@ -2,16 +2,19 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/tracing"
 )
 
@@ -92,6 +95,16 @@ func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Res
 	}
 	req := bus.ExecRequest{Call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input},
 		User: b.data.User, Context: b.data.Context, Attempt: attempt}
+	if c.target.Tool.Def.StateInjected {
+		sess, err := r.groups.Load(ctx, b.session)
+		if err != nil {
+			return internal(c.call, err), false
+		}
+		req.State = sess.State
+		if len(req.State) == 0 {
+			req.State = json.RawMessage(`{}`)
+		}
+	}
 	e, err := r.event(b, bus.TypeExec, c.call.ID, req)
 	if err != nil {
 		return internal(c.call, err), false
@@ -117,7 +130,8 @@ func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Res
 	default:
 		return internal(c.call, err), false
 	}
-	return r.execResult(c, resp), false
+	res := r.execResult(c, resp)
+	return res, false
 }
 
 func timeoutResult(c *callState, d time.Duration) bus.Result {
@@ -154,6 +168,11 @@ func (r *Router) execResult(c *callState, resp *nats.Msg) bus.Result {
 		xr.Output = []bus.Block{}
 	}
 	res := bus.Result{ID: c.call.ID, Name: c.call.Name, State: xr.State, Output: xr.Output, Metadata: xr.Metadata}
+	if len(xr.StatePatch) > 0 && string(xr.StatePatch) != "null" {
+		if err := r.patchState(e.SessionID, &c.target.Tool.Def, xr.StatePatch); err != nil {
+			return internal(c.call, err)
+		}
+	}
 	switch xr.State {
 	case bus.StateSuccess:
 	case bus.StateError:
@@ -180,4 +199,28 @@ func textOf(blocks []bus.Block) string {
 		}
 	}
 	return sb.String()
+}
+
+// patchState applies a worker's JSON merge patch (RFC 7386) to the
+// session's agent state, with compare-and-set so that concurrent patches
+// from two calls both land.
+func (r *Router) patchState(session string, def *bus.ToolDef, patch json.RawMessage) error {
+	if !def.StateInjected {
+		return fmt.Errorf("tool %s returned a state_patch but is not state_injected", def.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := r.groups.Update(ctx, session, func(s *groups.Session) error {
+		cur := s.State
+		if len(cur) == 0 {
+			cur = json.RawMessage(`{}`)
+		}
+		next, err := jsonpatch.MergePatch(cur, patch)
+		if err != nil {
+			return fmt.Errorf("state_patch: %w", err)
+		}
+		s.State = next
+		return nil
+	})
+	return err
 }
