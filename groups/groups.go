@@ -307,6 +307,27 @@ func (s *Store) Load(ctx context.Context, id string) (*Session, error) {
 	return sess, nil
 }
 
+// Refresh reads a session from KV, updates the cache with it, and returns
+// it; on a KV error it falls back to the cache. Routers use it where a stale
+// cache would give a wrong answer that a user sees (a tool just activated
+// through another router reported inactive, a listing).
+func (s *Store) Refresh(ctx context.Context, id string) *Session {
+	sess, err := s.Load(ctx, id)
+	if err != nil {
+		return s.Session(id)
+	}
+	if sess.rev == 0 {
+		return sess
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.sessions[id]; ok && old.rev >= sess.rev {
+		return old
+	}
+	s.sessions[id] = sess
+	return sess
+}
+
 // Stored reports whether the session exists in KV (per the cache).
 func (s *Store) Stored(id string) bool {
 	s.mu.RLock()

@@ -210,10 +210,26 @@ func (b *batch) done() {
 	}
 }
 
+// The session comes from the watch-fed cache; when a call resolves to an
+// inactive tool, the session is read again from KV once, so an activation
+// made through another router a moment ago is never missed.
 func (b *batch) resolveFrom(i int) {
 	view := b.r.groups.View(b.r.reg, b.r.groups.Session(b.session), b.req)
+	stale := false
 	for _, c := range b.calls[i:] {
 		if c.result == nil {
+			b.resolve(view, c)
+			stale = stale || c.target.Code == bus.CodeInactiveTool
+		}
+	}
+	if !stale {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	view = b.r.groups.View(b.r.reg, b.r.groups.Refresh(ctx, b.session), b.req)
+	for _, c := range b.calls[i:] {
+		if c.result == nil && c.target.Code == bus.CodeInactiveTool {
 			b.resolve(view, c)
 		}
 	}

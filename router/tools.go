@@ -1,6 +1,9 @@
 package router
 
 import (
+	"context"
+	"time"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
@@ -37,7 +40,11 @@ func (r *Router) list(session string, q bus.ToolsQuery) (*bus.ToolsList, error) 
 	if err != nil {
 		return nil, err
 	}
-	view := r.groups.View(r.reg, r.groups.Session(session), req)
+	// A listing reads the session from KV: it is once per model turn, and
+	// it must reflect an activation made through any router.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	view := r.groups.View(r.reg, r.groups.Refresh(ctx, session), req)
 	tools, err := schemas.Export(q.Format, view.Tools())
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)
