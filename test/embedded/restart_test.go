@@ -152,4 +152,3 @@ func countOf(xs []string, x string) int {
 	}
 	return n
 }
-

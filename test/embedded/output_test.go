@@ -1,0 +1,59 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// TestOutputPassThrough: what a tool returns (text and data blocks,
+// metadata) reaches the agent unchanged, in the reply and in the events.
+func TestOutputPassThrough(t *testing.T) {
+	e := newEnv(t, 1)
+	outputs := map[string]*bus.ExecResult{
+		"text_and_image": {Output: []bus.Block{
+			{Type: bus.BlockText, Text: "4°C, rain <cold> & \"wet\"\nsecond line"},
+			{Type: bus.BlockData, MediaType: "image/png", Data: "iVBORw0KGgo="},
+		}, Metadata: json.RawMessage(`{"source":"met.no","took_ms":12}`)},
+		"url_data":   {Output: []bus.Block{{Type: bus.BlockData, MediaType: "application/pdf", URL: "https://example.com/r.pdf"}}},
+		"empty_text": {Output: []bus.Block{{Type: bus.BlockText, Text: ""}}},
+		"no_output":  {},
+	}
+	e.addWorker(func(w *worker.Worker) {
+		for name, out := range outputs {
+			handle(t, w, bus.ToolDef{Name: name, ConcurrencySafe: true},
+				func(context.Context, *worker.Call) (*bus.ExecResult, error) { return out, nil })
+		}
+	})
+	e.waitLive("text_and_image", "url_data", "empty_text", "no_output")
+	for name, out := range outputs {
+		t.Run(name, func(t *testing.T) {
+			ev := e.watch(t, "out-"+name)
+			reply := e.call(t, "out-"+name, []bus.Call{{ID: "c1", Name: name}})
+			r := reply.Results[0]
+			want := bus.Result{ID: "c1", Name: name, State: bus.StateSuccess, Output: out.Output, Metadata: out.Metadata}
+			if want.Output == nil {
+				want.Output = []bus.Block{}
+			}
+			if diff := cmp.Diff(want, r); diff != "" {
+				t.Errorf("result differs (-tool +reply):\n%s", diff)
+			}
+			var fromEvent bus.Result
+			for _, x := range collect(t, ev, func(x *bus.Event) bool { return x.Type == bus.TypeCallResult }) {
+				if x.Type == bus.TypeCallResult {
+					if err := json.Unmarshal(x.Data, &fromEvent); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if diff := cmp.Diff(r, fromEvent); diff != "" {
+				t.Errorf("call.result event differs from the reply (-reply +event):\n%s", diff)
+			}
+		})
+	}
+}

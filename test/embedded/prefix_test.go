@@ -1,0 +1,123 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// TestPrefixIsolation: two deployments with different prefixes share one
+// NATS server without seeing each other's tools, calls or events, and name
+// their buckets and streams after their prefix (PROTOCOL.md 2 and 8).
+func TestPrefixIsolation(t *testing.T) {
+	s := bustest.RunServer(t)
+	type deployment struct {
+		r      *router.Router
+		client *client.Client
+	}
+	deploy := func(prefix, tool string) deployment {
+		r, err := router.New(bustest.Connect(t, s), router.Config{Prefix: prefix, Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Stop)
+		w, err := worker.New(bustest.Connect(t, s), worker.Config{Prefix: prefix, Heartbeat: testHeartbeat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handle(t, w, bus.ToolDef{Name: tool, ConcurrencySafe: true},
+			func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+				return textResult(prefix + " " + tool), nil
+			})
+		if err := w.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = w.Stop(ctx)
+		})
+		waitClosed(t, w.Registered(), prefix+" worker registration")
+		bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+			if tl, ok := r.Registry().Lookup(tool); !ok || !r.Registry().Live(tl) {
+				return &bus.Error{Code: "not_live", Message: tool}
+			}
+			return nil
+		})
+		return deployment{r, client.New(bustest.Connect(t, s), client.Config{Prefix: prefix, Source: "test/" + prefix})}
+	}
+	alpha := deploy("alpha", "alpha_tool")
+	beta := deploy("beta", "beta_tool")
+
+	ev, err := beta.client.Watch(t.Context(), "shared-session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ev.Stop)
+	for _, d := range []struct {
+		name       string
+		c          *client.Client
+		own, other string
+	}{{"alpha", alpha.client, "alpha_tool", "beta_tool"}, {"beta", beta.client, "beta_tool", "alpha_tool"}} {
+		t.Run(d.name, func(t *testing.T) {
+			list, err := d.c.Tools(testCtx(t), "shared-session", bus.FormatAnthropic, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, raw := range list.Tools {
+				var x struct{ Name string }
+				_ = json.Unmarshal(raw, &x)
+				names = append(names, x.Name)
+			}
+			if !slices.Equal(names, []string{d.own}) {
+				t.Fatalf("listed %q, want only %s", names, d.own)
+			}
+			reply, err := d.c.Call(testCtx(t), "shared-session", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: d.own}, {ID: "c2", Name: d.other}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantSuccess(t, reply.Results[0], d.name+" "+d.own)
+			wantFailure(t, reply.Results[1], bus.StateError, bus.CodeUnknownTool, "")
+		})
+	}
+	// beta's watcher sees beta's batch only.
+	events := collect(t, ev, func(x *bus.Event) bool { return x.Type == bus.TypeBatchDone })
+	for _, x := range events {
+		if x.Source != "toolbus/router/"+beta.r.ID() {
+			t.Errorf("beta's watcher got %s from %s", x.Type, x.Source)
+		}
+	}
+
+	js, err := jetstream.New(bustest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"alpha", "beta"} {
+		for _, b := range []string{bus.BucketTools, bus.BucketWorkers, bus.BucketLedger} {
+			if _, err := js.KeyValue(t.Context(), p+"_"+b); err != nil {
+				t.Errorf("bucket %s_%s: %v", p, b, err)
+			}
+		}
+		for _, st := range []string{bus.StreamEvents, bus.StreamHandoff} {
+			name := strings.ToUpper(p) + "_" + st
+			if _, err := js.Stream(t.Context(), name); err != nil {
+				t.Errorf("stream %s: %v", name, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// register sends one raw io.toolbus.register with data and returns the ack.
+func (e *env) register(t *testing.T, data string) bus.RegisterAck {
+	t.Helper()
+	ev := newEvent(t, bus.TypeRegister, json.RawMessage(data))
+	reply := e.request(t, eventMsg(t, e.client.Subjects().Register(), ev))
+	if reply.Type != bus.TypeRegisterAck {
+		t.Fatalf("reply %s: %s", reply.Type, reply.Data)
+	}
+	var ack bus.RegisterAck
+	if err := json.Unmarshal(reply.Data, &ack); err != nil {
+		t.Fatal(err)
+	}
+	return ack
+}
+
+// checkAck fails unless each name in want is accepted (true) or rejected
+// with a reason (false), and nothing else is in the ack.
+func checkAck(t *testing.T, ack bus.RegisterAck, want map[string]bool) {
+	t.Helper()
+	if len(ack.Accepted)+len(ack.Rejected) != len(want) {
+		t.Errorf("ack has %d entries for %d definitions: %s", len(ack.Accepted)+len(ack.Rejected), len(want), jsonOf(ack))
+	}
+	for name, accepted := range want {
+		t.Run(name, func(t *testing.T) {
+			var inAccepted bool
+			for _, a := range ack.Accepted {
+				inAccepted = inAccepted || a == name
+			}
+			var rej *bus.Rejection
+			for i, r := range ack.Rejected {
+				if r.Name == name {
+					rej = &ack.Rejected[i]
+				}
+			}
+			switch {
+			case accepted && (!inAccepted || rej != nil):
+				t.Fatalf("%q not accepted: %s", name, jsonOf(ack))
+			case !accepted && (inAccepted || rej == nil):
+				t.Fatalf("%q not rejected: %s", name, jsonOf(ack))
+			case !accepted && strings.TrimSpace(rej.Reason) == "":
+				t.Fatalf("%q rejected without a reason", name)
+			case !accepted:
+				t.Logf("%s rejected: %s", name, rej.Reason)
+			}
+		})
+	}
+}
+
+// TestRegisterRejections: definitions that cannot be served safely are
+// rejected with a reason, one by one; the valid ones of the same
+// registration are accepted.
+func TestRegisterRejections(t *testing.T) {
+	e := newEnv(t, 1)
+	def := func(name, schema string) string {
+		return `{"name":` + jsonOf(name) + `,"description":"d","input_schema":` + schema + `}`
+	}
+	obj := `{"type":"object","properties":{"q":{"type":"string"}}}`
+	tests := []struct {
+		name, def string
+		accepted  bool
+	}{
+		{"good_tool", def("good_tool", obj), true},
+		{"good_defs_ref", def("good_defs_ref", `{"type":"object","properties":{"a":{"$ref":"#/$defs/s"}},"$defs":{"s":{"type":"string"}}}`), true},
+		{"bad_type_keyword", def("bad_type_keyword", `{"type":"object","properties":{"a":{"type":"nope"}}}`), false},
+		{"bad_min_length", def("bad_min_length", `{"type":"object","properties":{"a":{"type":"string","minLength":"three"}}}`), false},
+		{"bad_pattern", def("bad_pattern", `{"type":"object","properties":{"a":{"type":"string","pattern":"("}}}`), false},
+		{"string_schema", def("string_schema", `{"type":"string"}`), false},
+		{"array_schema", def("array_schema", `{"type":"array","items":{}}`), false},
+		{"untyped_schema", def("untyped_schema", `{"properties":{}}`), false},
+		{"schema_not_object", def("schema_not_object", `[1,2]`), false},
+		// An absent schema stands for an object without properties (registry.Check).
+		{"no_schema", `{"name":"no_schema","description":"d"}`, true},
+		{"external_ref", def("external_ref", `{"type":"object","properties":{"a":{"$ref":"https://example.com/s.json"}}}`), false},
+		{"external_ref_root", def("external_ref_root", `{"type":"object","$ref":"other.json#/x"}`), false},
+		{"bad.name", def("bad.name", obj), false},
+		{"bad name", def("bad name", obj), false},
+		{strings.Repeat("n", 65), def(strings.Repeat("n", 65), obj), false},
+	}
+	var defs []string
+	want := map[string]bool{}
+	for _, tt := range tests {
+		defs = append(defs, tt.def)
+		want[tt.name] = tt.accepted
+	}
+	ack := e.register(t, `{"worker":"raw-worker","tools":[`+strings.Join(defs, ",")+`]}`)
+	checkAck(t, ack, want)
+	for _, r := range e.routers {
+		for name, accepted := range want {
+			if _, ok := r.Registry().Lookup(name); ok != accepted {
+				t.Errorf("router registry has %q: %v, want %v", name, ok, accepted)
+			}
+		}
+	}
+}
+
+// TestRegisterConflict: a different definition of a tool that another
+// worker still serves is rejected; the same definition is accepted (the
+// workers share the load); once the first worker has left, the new
+// definition replaces the old one.
+func TestRegisterConflict(t *testing.T) {
+	e := newEnv(t, 2)
+	live := bus.ToolDef{Name: "shared", Description: "The original.", InputSchema: objectSchema(`{"q":{"type":"string"}}`),
+		ConcurrencySafe: true, Permission: bus.PermissionAllow}
+	w := e.addWorker(func(w *worker.Worker) {
+		handle(t, w, live, func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult("original"), nil })
+	})
+	e.waitLive("shared")
+
+	same := live
+	same.Defaults()
+	changed := same
+	changed.Description = "A different tool under the same name."
+	reg := func(worker string, d bus.ToolDef) string {
+		return `{"worker":"` + worker + `","tools":[` + jsonOf(d) + `]}`
+	}
+	t.Run("different definition", func(t *testing.T) {
+		checkAck(t, e.register(t, reg("other-worker", changed)), map[string]bool{"shared": false})
+	})
+	t.Run("same definition", func(t *testing.T) {
+		checkAck(t, e.register(t, reg("twin-worker", same)), map[string]bool{"shared": true})
+	})
+	t.Run("listed definition unchanged", func(t *testing.T) {
+		for _, r := range e.routers {
+			if tool, _ := r.Registry().Lookup("shared"); tool == nil || tool.Def.Description != live.Description {
+				t.Fatalf("router %s holds %+v", r.ID(), tool)
+			}
+		}
+		wantSuccess(t, e.call(t, "conflict", []bus.Call{{ID: "c1", Name: "shared"}}).Results[0], "original")
+	})
+
+	t.Run("after the live workers left", func(t *testing.T) {
+		if err := w.Stop(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		// twin-worker is the raw registration above; it leaves too.
+		if ack := e.register(t, `{"worker":"twin-worker","leaving":true}`); len(ack.Rejected) != 0 {
+			t.Fatalf("leaving: %s", jsonOf(ack))
+		}
+		e.waitGone(t, "shared")
+		checkAck(t, e.register(t, reg("other-worker", changed)), map[string]bool{"shared": true})
+		e.waitLive("shared")
+		bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+			for _, r := range e.routers {
+				if tool, _ := r.Registry().Lookup("shared"); tool == nil || tool.Def.Description != changed.Description {
+					return fmt.Errorf("router %s holds %+v, want the new definition", r.ID(), tool)
+				}
+			}
+			return nil
+		})
+	})
+}

@@ -1,0 +1,130 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// listed returns the names of the tools the session's model sees.
+func (e *env) listed(t *testing.T, session string) []string {
+	t.Helper()
+	list, err := e.client.Tools(testCtx(t), session, bus.FormatToolbus, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, raw := range list.Tools {
+		var d struct{ Name string }
+		if err := json.Unmarshal(raw, &d); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, d.Name)
+	}
+	return names
+}
+
+// waitUnlisted polls until no router lists any of names to session.
+func (e *env) waitUnlisted(t *testing.T, session string, names ...string) {
+	t.Helper()
+	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+		// Every router answers in turn, as the queue group picks them.
+		for range 2 * len(e.routers) {
+			got := e.listed(t, session)
+			for _, n := range names {
+				if slices.Contains(got, n) {
+					return fmt.Errorf("%s still listed: %q", n, got)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// pingTool adds a concurrency-safe tool answering "pong".
+func pingTool(t *testing.T, w *worker.Worker, name string) {
+	t.Helper()
+	handle(t, w, bus.ToolDef{Name: name, ConcurrencySafe: true},
+		func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult("pong"), nil })
+}
+
+// TestUnavailableAfterLeaving: once its only worker has stopped (and said it
+// is leaving) a tool is no longer listed and calls to it are unavailable.
+func TestUnavailableAfterLeaving(t *testing.T) {
+	e := newEnv(t, 2)
+	w := e.addWorker(func(w *worker.Worker) { pingTool(t, w, "flaky") })
+	e.addWorker(func(w *worker.Worker) { pingTool(t, w, "steady") })
+	e.waitLive("flaky", "steady")
+	wantSuccess(t, e.call(t, "gone-1", []bus.Call{{ID: "c1", Name: "flaky"}}).Results[0], "pong")
+	if got := e.listed(t, "gone-1"); !slices.Contains(got, "flaky") {
+		t.Fatalf("flaky not listed while live: %q", got)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// At once: the leaving worker no longer takes calls.
+	reply := e.call(t, "gone-2", []bus.Call{{ID: "c1", Name: "flaky"}, {ID: "c2", Name: "steady"}})
+	wantFailure(t, reply.Results[0], bus.StateError, bus.CodeUnavailable, "")
+	wantSuccess(t, reply.Results[1], "pong")
+
+	e.waitGone(t, "flaky")
+	e.waitUnlisted(t, "gone-3", "flaky")
+	if got := e.listed(t, "gone-3"); !slices.Contains(got, "steady") {
+		t.Fatalf("steady not listed: %q", got)
+	}
+	for i := range 4 { // both routers, whichever the queue group picks
+		reply := e.call(t, fmt.Sprintf("gone-4-%d", i), []bus.Call{{ID: "c1", Name: "flaky"}})
+		wantFailure(t, reply.Results[0], bus.StateError, bus.CodeUnavailable, "")
+	}
+}
+
+// TestUnavailableAfterCrash: a worker that vanishes without leaving (its
+// connection closed) stops being live after three missed heartbeats; its
+// tool is then unlisted and calls to it are unavailable.
+func TestUnavailableAfterCrash(t *testing.T) {
+	e := newEnv(t, 2)
+	nc := bustest.Connect(t, e.srv)
+	e.addWorkerOn(nc, func(w *worker.Worker) { pingTool(t, w, "crashy") })
+	e.waitLive("crashy")
+	wantSuccess(t, e.call(t, "crash-1", []bus.Call{{ID: "c1", Name: "crashy"}}).Results[0], "pong")
+
+	nc.Close()
+	e.waitGone(t, "crashy")
+	e.waitUnlisted(t, "crash-3", "crashy")
+	reply := e.call(t, "crash-4", []bus.Call{{ID: "c1", Name: "crashy"}})
+	wantFailure(t, reply.Results[0], bus.StateError, bus.CodeUnavailable, "")
+}
+
+// TestLivenessKeptByHeartbeats: a worker that keeps beating stays live on
+// every router well past the three-beat expiry of a single registration.
+func TestLivenessKeptByHeartbeats(t *testing.T) {
+	e := newEnv(t, 2)
+	e.addWorker(func(w *worker.Worker) { pingTool(t, w, "steady") })
+	e.waitLive("steady")
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	over := time.After(6 * testHeartbeat) // twice the expiry
+	for watching := true; watching; {
+		for _, r := range e.routers {
+			if tool, ok := r.Registry().Lookup("steady"); !ok || !r.Registry().Live(tool) {
+				t.Fatalf("router %s lost the live tool between heartbeats", r.ID())
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-over:
+			watching = false
+		}
+	}
+	wantSuccess(t, e.call(t, "beats", []bus.Call{{ID: "c1", Name: "steady"}}).Results[0], "pong")
+}
