@@ -36,7 +36,8 @@ type batch struct {
 	parked  []bus.Parked    // what this router parked (and queued) last
 	resumed bool            // a continuation: its reply was sent long ago
 
-	mu sync.Mutex // guards callState.result and callState.cancel
+	mu         sync.Mutex     // guards callState.result and callState.cancel
+	publishing sync.WaitGroup // result events set by interrupt, not yet published
 }
 
 // callState is one call of a batch.
@@ -47,6 +48,13 @@ type callState struct {
 	early  *bus.Result     // the result when the call cannot run
 	result *bus.Result     // set once, when the call finishes
 	cancel context.CancelFunc
+}
+
+// safe is callState.safe under the batch's lock.
+func (b *batch) safe(c *callState) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return c.safe()
 }
 
 // safe reports whether the call may run beside others: unknown and failed
@@ -178,8 +186,8 @@ func (b *batch) run(start int) {
 	b.resolveFrom(start)
 	for i := start; i < len(b.calls); {
 		j := i + 1
-		if b.calls[i].safe() {
-			for j < len(b.calls) && b.calls[j].safe() {
+		if b.safe(b.calls[i]) {
+			for j < len(b.calls) && b.safe(b.calls[j]) {
 				j++
 			}
 		}
@@ -196,6 +204,7 @@ func (b *batch) run(start int) {
 
 // done publishes batch.done with every result in call order.
 func (b *batch) done() {
+	b.publishing.Wait()
 	results := make([]bus.Result, len(b.calls))
 	for i, c := range b.calls {
 		results[i] = *c.result
@@ -214,6 +223,8 @@ func (b *batch) done() {
 // inactive tool, the session is read again from KV once, so an activation
 // made through another router a moment ago is never missed.
 func (b *batch) resolveFrom(i int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	view := b.r.groups.View(b.r.reg, b.r.groups.Session(b.session), b.req)
 	stale := false
 	for _, c := range b.calls[i:] {
@@ -244,8 +255,11 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 	var execs, parks []*callState
 	var kinds []parkSpec
 	for _, c := range run {
+		b.mu.Lock()
+		finished := c.result != nil
+		b.mu.Unlock()
 		switch {
-		case c.result != nil:
+		case finished:
 		case b.cancelled(c.call.ID):
 			b.finish(c, interrupted(c.call))
 		case c.early != nil:
@@ -328,6 +342,12 @@ func (b *batch) finish(c *callState, res bus.Result) bool {
 	}
 	c.result = &res
 	b.mu.Unlock()
+	b.report(c, res)
+	return true
+}
+
+// report publishes a finished call's io.toolbus.call.result and counts it.
+func (b *batch) report(c *callState, res bus.Result) {
 	b.r.publishEvent(b, bus.TypeCallResult, c.call.ID, res)
 	tool := metrics.UnknownTool
 	if c.target.Code == "" || c.target.Code == bus.CodeInactiveTool || c.target.Code == bus.CodeUnavailable {
@@ -337,7 +357,6 @@ func (b *batch) finish(c *callState, res bus.Result) bool {
 	if !b.resumed {
 		b.r.m.Latency.WithLabelValues(tool).Observe(metrics.Since(b.start))
 	}
-	return true
 }
 
 // event builds an event about batch b from this router.

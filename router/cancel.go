@@ -31,7 +31,11 @@ func (r *Router) onCancel(m *nats.Msg) {
 	r.cancelParked(e.SessionID, e.ReplyID, c.Calls)
 }
 
-// interrupt ends the calls named by ids (all when empty) that have no result.
+// interrupt ends the calls named by ids (all when empty) that have no
+// result: their results are set under the lock, so a call that has not
+// started never starts (execute and runCalls check under the same lock),
+// and a running one has its exec request abandoned. The result events are
+// published before batch.done can be (done waits for b.publishing).
 func (b *batch) interrupt(ids []string) {
 	var hit []*callState
 	b.mu.Lock()
@@ -40,11 +44,14 @@ func (b *batch) interrupt(ids []string) {
 			if c.cancel != nil {
 				c.cancel()
 			}
+			c.result = ptr(interrupted(c.call))
 			hit = append(hit, c)
 		}
 	}
+	b.publishing.Add(len(hit))
 	b.mu.Unlock()
 	for _, c := range hit {
-		b.finish(c, interrupted(c.call))
+		b.report(c, *c.result)
+		b.publishing.Done()
 	}
 }

@@ -116,7 +116,10 @@ func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Res
 	if err != nil {
 		return internal(c.call, err), false
 	}
-	rctx, cancel := context.WithDeadline(ctx, deadline)
+	// The worker's context ends at the deadline; its reply ("context
+	// deadline exceeded") may then race the router's own timer, so the
+	// router waits a little longer and judges by the clock.
+	rctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))
 	defer cancel()
 	resp, err := r.nc.RequestMsgWithContext(rctx, m)
 	switch {
@@ -131,8 +134,15 @@ func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Res
 		return internal(c.call, err), false
 	}
 	res := r.execResult(c, resp)
+	if res.State != bus.StateSuccess && !time.Now().Before(deadline) {
+		return timeoutResult(c, timeout), true
+	}
 	return res, false
 }
+
+// timeoutGrace is how long past a call's deadline the router still waits
+// for the worker's reply before it reports the timeout itself.
+const timeoutGrace = 50 * time.Millisecond
 
 func timeoutResult(c *callState, d time.Duration) bus.Result {
 	return bus.ErrorResult(c.call, bus.CodeTimeout, "Tool execution timeout after "+d.String())

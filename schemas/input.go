@@ -11,8 +11,9 @@ import (
 )
 
 // ParseInput accepts a call's input: a JSON object, or a JSON string that
-// holds a JSON object (as OpenAI returns arguments). Absent, empty or null
-// input, and a string that is empty or blank, mean {}. It returns the compact
+// holds a JSON object (as OpenAI returns arguments). An absent input means
+// {}; anything else, null and "" included, is refused (PROTOCOL.md 3.1: the
+// input is an object or a string holding one). It returns the compact
 // object bytes and the decoded value (numbers as json.Number), ready for
 // Schema.Validate.
 //
@@ -26,7 +27,7 @@ import (
 // The returned bytes may share memory with raw.
 func ParseInput(raw json.RawMessage) (json.RawMessage, any, error) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
+	if len(raw) == 0 {
 		return json.RawMessage("{}"), map[string]any{}, nil
 	}
 	switch raw[0] {
@@ -39,7 +40,7 @@ func ParseInput(raw json.RawMessage) (json.RawMessage, any, error) {
 		}
 		inner := bytes.TrimSpace([]byte(s))
 		if len(inner) == 0 {
-			return json.RawMessage("{}"), map[string]any{}, nil
+			return nil, nil, errors.New("input must be a JSON object or a string holding one, got an empty string")
 		}
 		return parseObject(inner, "string holding ")
 	}

@@ -30,8 +30,10 @@ func TestParseInput(t *testing.T) {
 		{name: "absent", absentIn: true, wantRaw: `{}`, wantVal: map[string]any{}},
 		{name: "empty", raw: ``, wantRaw: `{}`, wantVal: map[string]any{}},
 		{name: "blank", raw: "  \n", wantRaw: `{}`, wantVal: map[string]any{}},
-		{name: "null", raw: `null`, wantRaw: `{}`, wantVal: map[string]any{}},
-		{name: "empty string", raw: `""`, wantRaw: `{}`, wantVal: map[string]any{}},
+		{name: "null", raw: `null`,
+			wantErr: "input must be a JSON object or a string holding one, got null"},
+		{name: "empty string", raw: `""`,
+			wantErr: "input must be a JSON object or a string holding one, got an empty string"},
 
 		{name: "string holding array", raw: `"[1,2]"`,
 			wantErr: "input must be a JSON object or a string holding one, got string holding array"},

@@ -77,7 +77,8 @@ type Worker struct {
 
 	mu        sync.Mutex
 	tools     []*tool
-	inflight  map[string]*Call // sessionid/replyid/callid → call
+	inflight  map[string]*Call     // sessionid/replyid/callid → call
+	cancelled map[string]time.Time // keys of cancels seen lately: session/reply/ (whole reply) or session/reply/call
 	started   bool
 	cancelSub *nats.Subscription
 	svc       micro.Service
@@ -119,7 +120,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	return &Worker{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), log: cfg.Logger.With("worker", cfg.ID),
-		inflight: map[string]*Call{}, registered: make(chan struct{}),
+		inflight: map[string]*Call{}, cancelled: map[string]time.Time{}, registered: make(chan struct{}),
 		m: metrics.NewWorker(cfg.Metrics, cfg.MaxConcurrent)}, nil
 }
 
@@ -350,7 +351,14 @@ func (w *Worker) serve(t *tool, m *nats.Msg) {
 	key := inflightKey(e.SessionID, e.ReplyID, req.Call.ID)
 	w.mu.Lock()
 	w.inflight[key] = c
+	_, replyCancelled := w.cancelled[inflightKey(e.SessionID, e.ReplyID, "")]
+	_, callCancelled := w.cancelled[key]
 	w.mu.Unlock()
+	if replyCancelled || callCancelled {
+		// The cancel overtook this request (it was sent before the router
+		// saw the cancel): never start it.
+		cancel(errCancelled)
+	}
 	defer func() {
 		w.mu.Lock()
 		if w.inflight[key] == c {
@@ -359,7 +367,10 @@ func (w *Worker) serve(t *tool, m *nats.Msg) {
 		w.mu.Unlock()
 	}()
 
-	res := w.run(ctx, t, c)
+	var res *bus.ExecResult
+	if context.Cause(ctx) != errCancelled {
+		res = w.run(ctx, t, c)
+	}
 	if context.Cause(ctx) == errCancelled {
 		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
 	}
@@ -386,6 +397,10 @@ func (w *Worker) serve(t *tool, m *nats.Msg) {
 }
 
 var errCancelled = errors.New("cancelled by the agent")
+
+// cancelMemory is how long a worker remembers a cancel, so that an exec
+// request that was already on its way when the cancel went out never runs.
+const cancelMemory = 2 * time.Minute
 
 // run calls the handler, turning panics and errors into error results.
 func (w *Worker) run(ctx context.Context, t *tool, c *Call) (res *bus.ExecResult) {
@@ -432,6 +447,18 @@ func (w *Worker) onCancel(m *nats.Msg) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	now := time.Now()
+	for k, at := range w.cancelled {
+		if now.Sub(at) > cancelMemory {
+			delete(w.cancelled, k)
+		}
+	}
+	if len(c.Calls) == 0 {
+		w.cancelled[inflightKey(session, e.ReplyID, "")] = now
+	}
+	for _, id := range c.Calls {
+		w.cancelled[inflightKey(session, e.ReplyID, id)] = now
+	}
 	if len(c.Calls) == 0 {
 		prefix := session + "/" + e.ReplyID + "/"
 		for k, call := range w.inflight {
