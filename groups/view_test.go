@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/registry"
 )
@@ -125,6 +127,13 @@ func TestResetNewSession(t *testing.T) {
 // ghost (an undefined group), explicit (basic named).
 func viewFixture(t *testing.T) (*registry.Registry, *groups.Store) {
 	t.Helper()
+	_, r, s := viewFixtureStore(t)
+	return r, s
+}
+
+// viewFixtureStore is viewFixture that also returns the buckets.
+func viewFixtureStore(t *testing.T) (*bus.Store, *registry.Registry, *groups.Store) {
+	t.Helper()
 	st := newStore(t)
 	s := start(t, st, groups.Config{})
 	put(t, s,
@@ -152,7 +161,15 @@ func viewFixture(t *testing.T) (*registry.Registry, *groups.Store) {
 			t.Fatalf("register: %+v %v", ack, err)
 		}
 	}
-	return r, s
+	// The watch may show w2 live for a moment after it left (see the
+	// registry's TestLeavingIsImmediate); wait until it caught up.
+	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+		if tool, _ := r.Lookup("offline"); r.Live(tool) {
+			return errors.New("offline still live")
+		}
+		return nil
+	})
+	return st, r, s
 }
 
 func inactiveText(tool, group string) string {
@@ -305,7 +322,7 @@ func TestViewTools(t *testing.T) {
 }
 
 func TestResetToolsDefinition(t *testing.T) {
-	reg, s := viewFixture(t)
+	st, reg, s := viewFixtureStore(t)
 	defs := s.View(reg, &groups.Session{}, nil).Tools()
 	d := defs[len(defs)-1]
 	if d.Name != groups.ResetTools || d.ConcurrencySafe || d.External || d.Description == "" {
@@ -318,6 +335,7 @@ func TestResetToolsDefinition(t *testing.T) {
 		t.Fatalf("schema %s\nwant   %s", raw, want)
 	}
 	// Without meta groups there is no reset_tools.
+	settle(t, st, s)
 	for _, g := range []string{"web", "db"} {
 		if err := s.Delete(t.Context(), g); err != nil {
 			t.Fatal(err)

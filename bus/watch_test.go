@@ -1,0 +1,195 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+)
+
+const bound = 10 * time.Second
+
+// newKV starts a server and creates a bucket named kv.
+func newKV(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	nc := bustest.Connect(t, bustest.RunServer(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "kv", Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, kv
+}
+
+// applied records what a Watch applied.
+type applied struct {
+	mu  sync.Mutex
+	ops []string // "put k=v" or "del k"
+}
+
+func (a *applied) apply(e jetstream.KeyValueEntry) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if e.Operation() == jetstream.KeyValuePut {
+		a.ops = append(a.ops, "put "+e.Key()+"="+string(e.Value()))
+	} else {
+		a.ops = append(a.ops, "del "+e.Key())
+	}
+}
+
+func (a *applied) get() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.ops)
+}
+
+func put(t *testing.T, kv jetstream.KeyValue, k, v string) {
+	t.Helper()
+	if _, err := kv.Put(t.Context(), k, []byte(v)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatchKV(t *testing.T) {
+	_, kv := newKV(t)
+	put(t, kv, "a.1", "one")
+	put(t, kv, "a.2", "two")
+	put(t, kv, "a.1", "uno")
+	put(t, kv, "b.1", "other")
+	var a applied
+	w, err := bus.WatchKV(t.Context(), kv, "a.*", a.apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	select {
+	case <-w.Ready():
+	case <-time.After(bound):
+		t.Fatal("not ready")
+	}
+	// Ready means the current values (latest only, filtered) are applied.
+	if got := a.get(); !slices.Equal(got, []string{"put a.2=two", "put a.1=uno"}) {
+		t.Fatalf("initial values %v", got)
+	}
+	// Later changes follow in revision order.
+	put(t, kv, "a.3", "three")
+	put(t, kv, "b.2", "ignored")
+	if err := kv.Delete(t.Context(), "a.2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(t.Context(), "a.1"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"put a.2=two", "put a.1=uno", "put a.3=three", "del a.2", "del a.1"}
+	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+		if got := a.get(); !slices.Equal(got, want) {
+			return fmt.Errorf("applied %v, want %v", got, want)
+		}
+		return nil
+	})
+	w.Stop()
+	w.Stop()
+}
+
+func TestWatchKVEmptyBucketIsReady(t *testing.T) {
+	_, kv := newKV(t)
+	var a applied
+	w, err := bus.WatchKV(t.Context(), kv, ">", a.apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	select {
+	case <-w.Ready():
+	case <-time.After(bound):
+		t.Fatal("an empty bucket never becomes ready")
+	}
+	put(t, kv, "k", "v")
+	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+		if got := a.get(); !slices.Equal(got, []string{"put k=v"}) {
+			return fmt.Errorf("applied %v", got)
+		}
+		return nil
+	})
+}
+
+func TestWatchKVEndsWithContext(t *testing.T) {
+	_, kv := newKV(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var a applied
+	w, err := bus.WatchKV(ctx, kv, ">", a.apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-w.Ready()
+	cancel()
+	// Stop after the context ended still returns, once the goroutine is gone
+	// (goleak in TestMain checks that it is).
+	done := make(chan struct{})
+	go func() { w.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(bound):
+		t.Fatal("Stop did not return after the context ended")
+	}
+}
+
+func TestWatchKVError(t *testing.T) {
+	js, kv := newKV(t)
+	if err := js.DeleteKeyValue(t.Context(), "kv"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := bus.WatchKV(t.Context(), kv, ">", func(jetstream.KeyValueEntry) {})
+	if err == nil {
+		t.Fatal("a watch on a deleted bucket started")
+	}
+}
+
+func TestIsNotFoundIsConflict(t *testing.T) {
+	_, kv := newKV(t)
+	ctx := t.Context()
+	_, err := kv.Get(ctx, "missing")
+	if !bus.IsNotFound(err) || bus.IsConflict(err) {
+		t.Fatalf("Get of a missing key: %v", err)
+	}
+	rev, err := kv.Create(ctx, "k", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kv.Create(ctx, "k", []byte("2"))
+	if !bus.IsConflict(err) || bus.IsNotFound(err) {
+		t.Fatalf("second Create: %v", err)
+	}
+	if _, err := kv.Update(ctx, "k", []byte("2"), rev); err != nil {
+		t.Fatal(err)
+	}
+	_, err = kv.Update(ctx, "k", []byte("3"), rev)
+	if !bus.IsConflict(err) {
+		t.Fatalf("Update at a stale revision: %v", err)
+	}
+	if err := kv.Delete(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "k"); !bus.IsNotFound(err) {
+		t.Fatalf("Get of a deleted key: %v", err)
+	}
+	for _, err := range []error{nil, errors.New("other"), context.DeadlineExceeded, fmt.Errorf("wrapped: %w", bus.ErrNotParked)} {
+		if bus.IsNotFound(err) || bus.IsConflict(err) {
+			t.Errorf("%v classified as not found or conflict", err)
+		}
+	}
+	if !bus.IsNotFound(fmt.Errorf("wrapped: %w", jetstream.ErrKeyNotFound)) || !bus.IsConflict(fmt.Errorf("wrapped: %w", jetstream.ErrKeyExists)) {
+		t.Error("wrapped sentinels not recognised")
+	}
+}

@@ -1,0 +1,688 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// gauge reads a gauge of reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
+
+// gate is a tool body that records how many calls run at once and holds
+// each call until it is released (or its context ends).
+type gate struct {
+	cur, max atomic.Int32
+	entered  chan string
+	release  chan struct{}
+}
+
+func newGate() *gate { return &gate{entered: make(chan string, 64), release: make(chan struct{})} }
+
+func (g *gate) handler(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+	n := g.cur.Add(1)
+	defer g.cur.Add(-1)
+	for {
+		m := g.max.Load()
+		if n <= m || g.max.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	g.entered <- c.ID
+	select {
+	case <-g.release:
+		return textOut("done " + c.ID), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func TestMaxConcurrentSerialises(t *testing.T) {
+	f := newFixture(t, true)
+	reg := prometheus.NewRegistry()
+	g := newGate()
+	f.startWorker(worker.Config{MaxConcurrent: 1, Metrics: reg}, func(w *worker.Worker) {
+		raw(t, w, "a", g.handler)
+		raw(t, w, "b", g.handler)
+	})
+	// The limit is across tools: a call of b waits for the call of a, and a
+	// second call of a waits too.
+	a1 := f.send(t, execEvent(t, "a", "a1", `{}`), "a")
+	if id := recv(t, g.entered, "a1 running"); id != "a1" {
+		t.Fatalf("entered %s", id)
+	}
+	b1 := f.send(t, execEvent(t, "b", "b1", `{}`), "b")
+	a2 := f.send(t, execEvent(t, "a", "a2", `{}`), "a")
+	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+		if n := gauge(t, reg, "toolbus_worker_waiting"); n != 2 {
+			return fmt.Errorf("%v requests waiting for a slot, want 2", n)
+		}
+		return nil
+	})
+	select {
+	case id := <-g.entered:
+		t.Fatalf("%s started while a1 held the only slot", id)
+	default:
+	}
+	if g.cur.Load() != 1 {
+		t.Fatalf("%d calls running", g.cur.Load())
+	}
+	for i := range 3 {
+		g.release <- struct{}{}
+		if i < 2 {
+			recv(t, g.entered, "next call running")
+		}
+	}
+	for _, p := range []*pending{a1, b1, a2} {
+		if res := p.wait(); res.State != bus.StateSuccess {
+			t.Fatalf("result %s", jsonOf(res))
+		}
+	}
+	if g.max.Load() != 1 {
+		t.Fatalf("max concurrency %d, want 1", g.max.Load())
+	}
+}
+
+func TestMaxConcurrentAllowsParallel(t *testing.T) {
+	f := newFixture(t, true)
+	g := newGate()
+	f.startWorker(worker.Config{MaxConcurrent: 3}, func(w *worker.Worker) { raw(t, w, "a", g.handler) })
+	var ps []*pending
+	for i := range 3 {
+		ps = append(ps, f.send(t, execEvent(t, "a", fmt.Sprint("c", i), `{}`), "a"))
+	}
+	for range 3 {
+		recv(t, g.entered, "call running")
+	}
+	if g.cur.Load() != 3 {
+		t.Fatalf("%d calls running, want 3", g.cur.Load())
+	}
+	close(g.release)
+	for _, p := range ps {
+		if res := p.wait(); res.State != bus.StateSuccess {
+			t.Fatalf("result %s", jsonOf(res))
+		}
+	}
+}
+
+// cancelEvent publishes io.toolbus.call.cancel for reply in session.
+func (f *fixture) cancel(t *testing.T, session, reply string, calls ...string) {
+	t.Helper()
+	ev, err := bus.NewEvent(bus.TypeCallCancel, "test/agent", bus.Cancel{Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.SessionID, ev.ReplyID = session, reply
+	if err := bus.Publish(f.nc, f.subj.Cancel(session), ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	type inflight struct{ session, reply, call string }
+	all := []inflight{{"s1", "r1", "c1"}, {"s1", "r1", "c2"}, {"s1", "r2", "c1"}, {"s2", "r1", "c1"}}
+	for _, tc := range []struct {
+		name      string
+		calls     []string // data of the cancel; nil means every call of the reply
+		cancelled []int    // indexes into all
+	}{
+		{"named call only", []string{"c1"}, []int{0}},
+		{"every call of the reply", nil, []int{0, 1}},
+		{"unknown call", []string{"c9"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, true)
+			var mu sync.Mutex
+			ctxs := map[string]context.Context{}
+			entered := make(chan string, len(all))
+			release := make(chan struct{})
+			f.startWorker(worker.Config{}, func(w *worker.Worker) {
+				raw(t, w, "slow", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+					key := c.SessionID + "/" + c.ReplyID + "/" + c.ID
+					mu.Lock()
+					ctxs[key] = ctx
+					mu.Unlock()
+					entered <- key
+					select {
+					case <-ctx.Done():
+						// What the tool returns does not matter: the call was interrupted.
+						return textOut("stopped early"), nil
+					case <-release:
+						return textOut("finished"), nil
+					}
+				})
+			})
+			var ps []*pending
+			for _, c := range all {
+				ps = append(ps, f.send(t, execEvent(t, "slow", c.call, `{}`, inSession(c.session, c.reply)), "slow"))
+			}
+			for range all {
+				recv(t, entered, "calls running")
+			}
+			f.cancel(t, "s1", "r1", tc.calls...)
+			for _, i := range tc.cancelled {
+				res := ps[i].wait()
+				wantText(t, res, bus.StateInterrupted, bus.InterruptedText)
+			}
+			// Every cancelled call has answered, so the cancel was handled:
+			// the other calls still run with a live context.
+			mu.Lock()
+			for i, c := range all {
+				ctx := ctxs[c.session+"/"+c.reply+"/"+c.call]
+				want := slicesContains(tc.cancelled, i)
+				if (ctx.Err() != nil) != want {
+					t.Errorf("call %v: ctx.Err() = %v, cancelled want %v", c, ctx.Err(), want)
+				}
+			}
+			mu.Unlock()
+			close(release)
+			for i, p := range ps {
+				if slicesContains(tc.cancelled, i) {
+					continue
+				}
+				wantText(t, p.wait(), bus.StateSuccess, "finished")
+			}
+		})
+	}
+}
+
+func slicesContains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCancelIgnoresMalformed(t *testing.T) {
+	f := newFixture(t, true)
+	g := newGate()
+	f.startWorker(worker.Config{}, func(w *worker.Worker) { raw(t, w, "slow", g.handler) })
+	p := f.send(t, execEvent(t, "slow", "c1", `{}`), "slow")
+	recv(t, g.entered, "call running")
+	// Not a cancel, no reply id, not JSON, session id from another subject:
+	// none of them cancels anything.
+	wrongType, _ := bus.NewEvent(bus.TypeCallBatch, "test/agent", nil)
+	wrongType.SessionID, wrongType.ReplyID = "s1", "r1"
+	noReply, _ := bus.NewEvent(bus.TypeCallCancel, "test/agent", nil)
+	noReply.SessionID = "s1"
+	for _, m := range []*nats.Msg{
+		eventMsg(t, f.subj.Cancel("s1"), wrongType),
+		eventMsg(t, f.subj.Cancel("s1"), noReply),
+		{Subject: f.subj.Cancel("s1"), Data: []byte("cancel everything")},
+		{Subject: f.subj.Cancel("s1") + ".extra", Data: []byte("{}")},
+	} {
+		if err := f.nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A valid cancel sent after them proves they were all handled first.
+	f.cancel(t, "s1", "r1", "c1")
+	wantText(t, p.wait(), bus.StateInterrupted, bus.InterruptedText)
+}
+
+func TestExpiryTimeSetsDeadline(t *testing.T) {
+	f := newFixture(t, true)
+	type seen struct {
+		deadline time.Time
+		ok       bool
+		err      error
+	}
+	got := make(chan seen, 1)
+	f.startWorker(worker.Config{}, func(w *worker.Worker) {
+		raw(t, w, "deadline", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			d, ok := ctx.Deadline()
+			got <- seen{d, ok, ctx.Err()}
+			return nil, ctx.Err()
+		})
+	})
+	future := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	for _, tc := range []struct {
+		name   string
+		expiry string
+		want   time.Time
+		state  string
+	}{
+		{"none", "", time.Time{}, bus.StateSuccess},
+		{"future", future.Format(time.RFC3339Nano), future, bus.StateSuccess},
+		{"past", "2001-01-01T00:00:00Z", time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC), bus.StateError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := f.exec(t, execEvent(t, "deadline", "c-"+tc.name, `{}`, func(e *bus.Event, _ *bus.ExecRequest) { e.ExpiryTime = tc.expiry }), "deadline")
+			s := recv(t, got, "call")
+			if s.ok != !tc.want.IsZero() || !s.deadline.Equal(tc.want) {
+				t.Fatalf("deadline %v (set %v), want %v", s.deadline, s.ok, tc.want)
+			}
+			if res.State != tc.state {
+				t.Fatalf("result %s, want state %s", jsonOf(res), tc.state)
+			}
+			if tc.state == bus.StateError {
+				if !errors.Is(s.err, context.DeadlineExceeded) {
+					t.Errorf("ctx.Err() = %v for a past expiry", s.err)
+				}
+				wantText(t, res, bus.StateError, "Error: "+context.DeadlineExceeded.Error())
+			}
+		})
+	}
+}
+
+func TestProgress(t *testing.T) {
+	f := newFixture(t, true)
+	events, err := f.nc.SubscribeSync(f.subj.Events("s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	others, err := f.nc.SubscribeSync(f.subj.All("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(worker.Config{}, func(w *worker.Worker) {
+		raw(t, w, "steps", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			if err := c.Progress(bus.Text("step one")...); err != nil {
+				return nil, err
+			}
+			if err := c.Progress(bus.Block{Type: bus.BlockText, Text: "step two"}, bus.Block{Type: bus.BlockData, MediaType: "image/png", Data: "aGk="}); err != nil {
+				return nil, err
+			}
+			return textOut("final"), nil
+		})
+	})
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	res := f.exec(t, execEvent(t, "steps", "toolu_1", `{}`, func(e *bus.Event, _ *bus.ExecRequest) { e.TraceParent = tp }), "steps")
+	// Progress never becomes part of the result.
+	wantText(t, res, bus.StateSuccess, "final")
+	want := [][]bus.Block{bus.Text("step one"), {{Type: bus.BlockText, Text: "step two"}, {Type: bus.BlockData, MediaType: "image/png", Data: "aGk="}}}
+	for i, out := range want {
+		m, err := events.NextMsg(bound)
+		if err != nil {
+			t.Fatalf("progress %d: %v", i+1, err)
+		}
+		ev := decodeReply(t, m)
+		if ev.Type != bus.TypeCallProgress || ev.SessionID != "s1" || ev.ReplyID != "r1" || ev.ToolCallID != "toolu_1" ||
+			ev.Subject != "toolu_1" || ev.Source != "toolbus/worker/w1" || ev.Time == "" || ev.ID == "" {
+			t.Fatalf("progress %d attributes %+v", i+1, ev)
+		}
+		if ev.TraceParent != tp || m.Header.Get(bus.HeaderTraceParent) != tp {
+			t.Errorf("progress %d traceparent %q / header %q, want %q", i+1, ev.TraceParent, m.Header.Get(bus.HeaderTraceParent), tp)
+		}
+		var p bus.Progress
+		if err := ev.DataAs(&p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Seq != i+1 || jsonOf(p.Output) != jsonOf(out) {
+			t.Fatalf("progress %d data %s", i+1, ev.Data)
+		}
+	}
+	// Nothing else was published on any session's events subject (the
+	// reply arrived after both progress events on the same connection).
+	if n, _, _ := others.Pending(); n != 2 {
+		t.Fatalf("%d events on %s, want the 2 progress events of s1", n, f.subj.All("events"))
+	}
+	if n, _, _ := events.Pending(); n != 0 {
+		t.Fatalf("%d more events on s1", n)
+	}
+}
+
+func TestProgressSeqPerCall(t *testing.T) {
+	f := newFixture(t, true)
+	events, err := f.nc.SubscribeSync(f.subj.All("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(worker.Config{}, func(w *worker.Worker) {
+		raw(t, w, "one", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			return textOut("ok"), c.Progress(bus.Text(c.ID)...)
+		})
+	})
+	f.exec(t, execEvent(t, "one", "c1", `{}`), "one")
+	f.exec(t, execEvent(t, "one", "c2", `{}`, inSession("s2", "r1")), "one")
+	for _, want := range []struct{ subject, call string }{{f.subj.Events("s1"), "c1"}, {f.subj.Events("s2"), "c2"}} {
+		m, err := events.NextMsg(bound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := decodeReply(t, m)
+		var p bus.Progress
+		_ = ev.DataAs(&p)
+		if m.Subject != want.subject || ev.ToolCallID != want.call || p.Seq != 1 {
+			t.Fatalf("progress on %s: %+v %s, want call %s seq 1 on %s", m.Subject, ev, ev.Data, want.call, want.subject)
+		}
+	}
+}
+
+func TestPatchState(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		injected bool
+		state    string
+		patch    string
+		text     string
+	}{
+		{"state_injected", true, bus.StateSuccess, `{"count":2,"old":null}`, "patched"},
+		{"not state_injected", false, bus.StateError, "", "Error: tool patcher set a state patch but is not state_injected"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, true)
+			got := make(chan string, 1)
+			f.startWorker(worker.Config{}, func(w *worker.Worker) {
+				err := w.Handle(bus.ToolDef{Name: "patcher", Description: "Patches.", InputSchema: objectSchema, StateInjected: tc.injected},
+					func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+						got <- string(c.State)
+						if err := c.PatchState(map[string]any{"count": 2, "old": nil}); err != nil {
+							return nil, err
+						}
+						return textOut("patched"), nil
+					})
+				if err != nil {
+					t.Fatal(err)
+				}
+			})
+			res := f.exec(t, execEvent(t, "patcher", "c1", `{}`, func(_ *bus.Event, r *bus.ExecRequest) { r.State = json.RawMessage(`{"count":1}`) }), "patcher")
+			if s := recv(t, got, "call"); s != `{"count":1}` {
+				t.Errorf("state %s", s)
+			}
+			wantText(t, res, tc.state, tc.text)
+			if string(res.StatePatch) != tc.patch {
+				t.Fatalf("state_patch %s, want %s", res.StatePatch, tc.patch)
+			}
+		})
+	}
+}
+
+func TestPatchStateNotJSON(t *testing.T) {
+	c := &worker.Call{}
+	if err := c.PatchState(func() {}); err == nil {
+		t.Fatal("a patch that is not JSON was accepted")
+	}
+}
+
+func TestMalformedExec(t *testing.T) {
+	f := newFixture(t, true)
+	var runs atomic.Int32
+	f.startWorker(worker.Config{}, func(w *worker.Worker) {
+		raw(t, w, "echo", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			runs.Add(1)
+			return textOut("echo"), nil
+		})
+	})
+	event := func(typ, data string, mod func(*bus.Event)) []byte {
+		ev := &bus.Event{SpecVersion: "1.0", ID: "x1", Source: "test", Type: typ, DataContentType: bus.ContentTypeJSON,
+			SessionID: "s1", ReplyID: "r1", ToolCallID: "c1", Data: json.RawMessage(data)}
+		if mod != nil {
+			mod(ev)
+		}
+		b, err := ev.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	good := `{"call":{"id":"c1","name":"echo","input":{}},"attempt":1}`
+	for _, tc := range []struct {
+		name string
+		body []byte
+		hdr  nats.Header
+	}{
+		{"not json", []byte("run echo please"), nil},
+		{"json array", []byte(`[1,2]`), nil},
+		{"empty", nil, nil},
+		{"not a cloudevent", []byte(`{"call":{"id":"c1","name":"echo"}}`), nil},
+		{"wrong type", event(bus.TypeCallBatch, good, nil), nil},
+		{"no data", event(bus.TypeExec, "", nil), nil},
+		{"data of wrong type", event(bus.TypeExec, `{"call":5}`, nil), nil},
+		{"data not an object", event(bus.TypeExec, `"echo"`, nil), nil},
+		{"call for another tool", event(bus.TypeExec, `{"call":{"id":"c1","name":"other","input":{}},"attempt":1}`, nil), nil},
+		{"bad session id", event(bus.TypeExec, good, func(e *bus.Event) { e.SessionID = "s.1" }), nil},
+		{"bad expirytime", event(bus.TypeExec, good, func(e *bus.Event) { e.ExpiryTime = "tomorrow" }), nil},
+		{"binary mode, data not json", []byte("{oops"), nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"x"}, "ce-source": {"t"}, "ce-type": {bus.TypeExec}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &nats.Msg{Subject: f.subj.Exec("echo"), Data: tc.body, Header: tc.hdr}
+			wantErrorEvent(t, f.request(t, m), bus.CodeBadEvent)
+		})
+	}
+	if runs.Load() != 0 {
+		t.Fatalf("tool ran %d times on malformed requests", runs.Load())
+	}
+	// The worker still serves, including binary mode.
+	wantText(t, f.exec(t, execEvent(t, "echo", "c1", `{}`), "echo"), bus.StateSuccess, "echo")
+	h, body := bus.EncodeBinary(execEvent(t, "echo", "c2", `{}`))
+	wantText(t, execResult(t, f.request(t, &nats.Msg{Subject: f.subj.Exec("echo"), Header: h, Data: body})), bus.StateSuccess, "echo")
+}
+
+func TestStopDrains(t *testing.T) {
+	f := newFixture(t, true)
+	g := newGate()
+	w := f.startWorker(worker.Config{}, func(w *worker.Worker) {
+		raw(t, w, "slow", g.handler)
+		raw(t, w, "ping", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) { return textOut("pong"), nil })
+	})
+	p := f.send(t, execEvent(t, "slow", "c1", `{}`), "slow")
+	recv(t, g.entered, "call running")
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(context.Background()) }()
+	waitClosed(t, f.reg.leaving, "leaving registration")
+	// Stop takes no new calls: once the subscriptions are gone, nobody
+	// answers on the worker's subjects.
+	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := f.nc.RequestMsgWithContext(ctx, eventMsg(t, f.subj.Exec("ping"), execEvent(t, "ping", "p1", `{}`)))
+		if !errNoResponders(err) {
+			return fmt.Errorf("ping still served: %v", err)
+		}
+		return nil
+	})
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned %v while a call was running", err)
+	default:
+	}
+	if p.replied() {
+		t.Fatal("the running call answered before it finished")
+	}
+	g.release <- struct{}{}
+	wantText(t, p.wait(), bus.StateSuccess, "done c1")
+	if err := recv(t, stopped, "Stop"); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	// The leaving registration names the worker and nothing else.
+	var leaving []bus.Register
+	for _, r := range f.reg.registrations() {
+		if r.Leaving {
+			leaving = append(leaving, r)
+		}
+	}
+	if len(leaving) != 1 || leaving[0].Worker != "w1" || len(leaving[0].Tools) != 0 {
+		t.Fatalf("leaving registrations %s", jsonOf(leaving))
+	}
+}
+
+func TestStopBoundedByContext(t *testing.T) {
+	f := newFixture(t, true)
+	g := newGate()
+	w := f.startWorker(worker.Config{}, func(w *worker.Worker) { raw(t, w, "slow", g.handler) })
+	p := f.send(t, execEvent(t, "slow", "c1", `{}`), "slow")
+	recv(t, g.entered, "call running")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := w.Stop(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop with an ended context: %v, want context.Canceled", err)
+	}
+	if err2 := w.Stop(context.Background()); err2 != err {
+		t.Fatalf("second Stop returned %v, want the first result %v", err2, err)
+	}
+	// The call still finishes and answers.
+	g.release <- struct{}{}
+	wantText(t, p.wait(), bus.StateSuccess, "done c1")
+}
+
+func TestStopWithoutStart(t *testing.T) {
+	f := newFixture(t, true)
+	w := f.newWorker(worker.Config{})
+	for range 2 {
+		if err := w.Stop(t.Context()); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+	}
+	if n := len(f.reg.registrations()); n != 0 {
+		t.Fatalf("%d registrations from a worker never started", n)
+	}
+}
+
+func TestRegistered(t *testing.T) {
+	f := newFixture(t, false)
+	groups := []bus.Group{{Name: "web", Description: "Web tools.", Scope: bus.ScopeMeta}}
+	w := f.newWorker(worker.Config{Heartbeat: 50 * time.Millisecond, Groups: groups})
+	raw(t, w, "a", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) { return nil, nil })
+	raw(t, w, "b", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) { return nil, nil })
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// No router: the first registration failed, nothing is acknowledged.
+	select {
+	case <-w.Registered():
+		t.Fatal("Registered closed without a router")
+	default:
+	}
+	// A router that answers with an error does not acknowledge either.
+	f.reg.setRespond(func(bus.Register) (string, any) {
+		return bus.TypeError, bus.Errorf(bus.CodeBadRequest, "not today")
+	})
+	f.answerRegistrations()
+	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+		if len(f.reg.registrations()) == 0 {
+			return errors.New("no registration yet")
+		}
+		return nil
+	})
+	if _, err := w.LastAck(t.Context()); !errors.Is(err, bus.ErrBadRequest) {
+		t.Fatalf("LastAck with an error reply: %v, want bad_request", err)
+	}
+	select {
+	case <-w.Registered():
+		t.Fatal("Registered closed on an error reply")
+	default:
+	}
+	// The next heartbeat that a router acknowledges closes Registered, even
+	// when the router rejected a tool.
+	f.reg.setRespond(func(r bus.Register) (string, any) {
+		return bus.TypeRegisterAck, bus.RegisterAck{Accepted: []string{"a"}, Rejected: []bus.Rejection{{Name: "b", Reason: "conflicts"}}}
+	})
+	waitClosed(t, w.Registered(), "Registered")
+	ack, err := w.LastAck(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jsonOf(ack) != `{"accepted":["a"],"rejected":[{"name":"b","reason":"conflicts"}]}` {
+		t.Fatalf("ack %s", jsonOf(ack))
+	}
+	// Registrations repeat every heartbeat with the worker, its groups and
+	// its tools.
+	n := len(f.reg.registrations())
+	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+		if len(f.reg.registrations()) < n+2 {
+			return errors.New("no heartbeats")
+		}
+		return nil
+	})
+	for _, r := range f.reg.registrations() {
+		if r.Worker != "w1" || r.Leaving || jsonOf(r.Groups) != jsonOf(groups) || len(r.Tools) != 2 || r.Tools[0].Name != "a" || r.Tools[1].Name != "b" {
+			t.Fatalf("registration %s", jsonOf(r))
+		}
+		if r.Tools[0].TimeoutMS != bus.DefaultTimeoutMS || r.Tools[0].Permission != bus.PermissionPassthrough || r.Tools[0].RuleMatcher != bus.MatcherNone || r.Tools[0].MaxAttempts != 1 {
+			t.Fatalf("defaults not applied: %s", jsonOf(r.Tools[0]))
+		}
+	}
+}
+
+// FuzzExec sends arbitrary bodies to a running worker: every request gets
+// an answer, an exec result or a bad_event error, and the worker survives.
+func FuzzExec(f *testing.F) {
+	s := bustest.RunServer(f)
+	nc := bustest.Connect(f, s)
+	subj := bus.NewSubjects("")
+	w, err := worker.New(bustest.Connect(f, s), worker.Config{ID: "fz"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := w.Handle(bus.ToolDef{Name: "echo", InputSchema: objectSchema}, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+		return textOut(string(c.Input)), nil
+	}); err != nil {
+		f.Fatal(err)
+	}
+	if err := w.Start(f.Context()); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = w.Stop(context.Background()) })
+	good, _ := bus.NewEvent(bus.TypeExec, "t", bus.ExecRequest{Call: bus.Call{ID: "c1", Name: "echo", Input: json.RawMessage(`{"a":1}`)}})
+	good.SessionID, good.ReplyID, good.ToolCallID = "s", "r", "c1"
+	b, _ := good.Encode()
+	f.Add(b)
+	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"s","type":"io.toolbus.exec","data":{"call":{"id":"c","name":"echo"}}}`))
+	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"s","type":"io.toolbus.exec","data_base64":"e30="}`))
+	f.Add([]byte(`{}`))
+	f.Add([]byte("\x00"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		defer cancel()
+		resp, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subj.Exec("echo"), Data: body})
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		ev, err := bus.DecodeStructured(resp.Data)
+		if err != nil {
+			t.Fatalf("answer is not a CloudEvent: %v", err)
+		}
+		switch ev.Type {
+		case bus.TypeExecResult:
+		case bus.TypeError:
+			var be bus.Error
+			if ev.DataAs(&be) != nil || be.Code != bus.CodeBadEvent {
+				t.Fatalf("error %s", ev.Data)
+			}
+		default:
+			t.Fatalf("answer type %s", ev.Type)
+		}
+	})
+}
