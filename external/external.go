@@ -87,6 +87,7 @@ type Store struct {
 
 	mu     sync.RWMutex
 	parked map[string]*Record // key → record, only records in StatusParked
+	gone   map[string]gone    // key → the revision that took it out of parked, kept a while
 	watch  *bus.Watch
 }
 
@@ -98,7 +99,7 @@ func New(st *bus.Store, subj bus.Subjects, cfg Config) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}}
+	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}, gone: map[string]gone{}}
 }
 
 // TTL returns how long calls stay parked.
@@ -127,26 +128,54 @@ func (s *Store) Stop() {
 	}
 }
 
+// gone remembers that a record left the parked status, so that a late
+// delivery of an older revision cannot list it as parked again.
+type gone struct {
+	rev uint64
+	at  time.Time
+}
+
+// goneMemory is how long such a tombstone is kept.
+const goneMemory = time.Minute
+
 func (s *Store) apply(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	key := e.Key()
+	if g, ok := s.gone[key]; ok && g.rev >= e.Revision() {
+		return
+	}
+	if old, ok := s.parked[key]; ok && old.rev >= e.Revision() {
+		return
+	}
 	if e.Operation() != jetstream.KeyValuePut {
-		delete(s.parked, e.Key())
+		s.leaveLocked(key, e.Revision())
 		return
 	}
 	var r Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		s.cfg.Logger.Warn("external: ignoring bad parked record", "key", e.Key())
+		s.cfg.Logger.Warn("external: ignoring bad parked record", "key", key)
 		return
 	}
 	r.rev = e.Revision()
-	if old, ok := s.parked[e.Key()]; ok && old.rev > r.rev {
-		return
-	}
 	if r.Status == StatusParked {
-		s.parked[e.Key()] = &r
+		s.parked[key] = &r
 	} else {
-		delete(s.parked, e.Key())
+		s.leaveLocked(key, r.rev)
+	}
+}
+
+// leaveLocked takes key out of the parked cache as of revision rev.
+func (s *Store) leaveLocked(key string, rev uint64) {
+	delete(s.parked, key)
+	now := time.Now()
+	s.gone[key] = gone{rev: rev, at: now}
+	if len(s.gone) > 1024 {
+		for k, g := range s.gone {
+			if now.Sub(g.at) > goneMemory {
+				delete(s.gone, k)
+			}
+		}
 	}
 }
 
@@ -158,12 +187,13 @@ func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = StatusParked, now, now.Add(s.cfg.TTL)
 	r.Subject = s.subj.Answer(r.Call.Name)
+	dup := false
 	if !r.RequestScoped {
-		seq, err := s.publishHandoff(ctx, r, source)
+		seq, d, err := s.publishHandoff(ctx, r, source)
 		if err != nil {
 			return err
 		}
-		r.HandoffSeq = seq
+		r.HandoffSeq, dup = seq, d
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -171,7 +201,9 @@ func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 	}
 	rev, err := s.kv.Create(ctx, r.Key(), b)
 	if err != nil {
-		s.dropHandoff(r)
+		if !dup { // a duplicate's message belongs to the first park
+			s.dropHandoff(r)
+		}
 		return fmt.Errorf("external: park %s: %w", r.Key(), err)
 	}
 	r.rev = rev
@@ -193,33 +225,42 @@ type Request struct {
 	Expires        time.Time       `json:"expires"`
 }
 
-func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (uint64, error) {
+// confirmRequest is Request with suggested_rules always present.
+type confirmRequest struct {
+	Request
+	SuggestedRules []bus.Rule `json:"suggested_rules"`
+}
+
+func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (uint64, bool, error) {
 	typ, subject := bus.TypeExternalReq, s.subj.External(r.Call.Name)
 	if r.Kind == bus.KindConfirm {
 		typ, subject = bus.TypeConfirmReq, s.subj.Confirm(r.Call.Name)
 	}
 	req := Request{Call: r.Call, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
+	var data any = req
 	if r.Kind == bus.KindConfirm {
-		req.SuggestedRules, req.Reason = r.SuggestedRules, r.Reason
-		if req.SuggestedRules == nil {
-			req.SuggestedRules = []bus.Rule{}
+		req.Reason = r.Reason
+		rules := r.SuggestedRules
+		if rules == nil {
+			rules = []bus.Rule{}
 		}
+		data = confirmRequest{Request: req, SuggestedRules: rules}
 	}
-	e, err := bus.NewEvent(typ, source, req)
+	e, err := bus.NewEvent(typ, source, data)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	e.SessionID, e.ReplyID, e.ToolCallID, e.Subject = r.Session, r.ReplyID, r.Call.ID, r.Call.ID
 	e.ExpiryTime = r.Expires.Format(time.RFC3339Nano)
 	m, err := e.Msg(subject)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgID(typ+"/"+r.Key()))
 	if err != nil {
-		return 0, fmt.Errorf("external: handoff %s: %w", subject, err)
+		return 0, false, fmt.Errorf("external: handoff %s: %w", subject, err)
 	}
-	return ack.Sequence, nil
+	return ack.Sequence, ack.Duplicate, nil
 }
 
 // dropHandoff removes a record's request from the handoff stream: it is
@@ -280,7 +321,7 @@ func (s *Store) Transition(ctx context.Context, key, from string, fn func(*Recor
 			r.rev = rev
 			if r.Status != StatusParked {
 				s.mu.Lock()
-				delete(s.parked, key)
+				s.leaveLocked(key, rev)
 				s.mu.Unlock()
 				s.dropHandoff(r)
 			}
@@ -299,7 +340,7 @@ func (s *Store) Repark(ctx context.Context, key, kind, source string) (*Record, 
 	r, err := s.Transition(ctx, key, StatusAnswered, func(r *Record) error {
 		r.Kind, r.Status, r.Answer, r.SuggestedRules, r.Reason = kind, StatusParked, nil, nil, ""
 		r.Expires = time.Now().UTC().Add(s.cfg.TTL)
-		seq, err := s.publishHandoff(ctx, r, source)
+		seq, _, err := s.publishHandoff(ctx, r, source)
 		r.HandoffSeq = seq
 		return err
 	})

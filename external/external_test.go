@@ -194,7 +194,7 @@ func TestConfirmRequestSuggestedRules(t *testing.T) {
 	// confirmation without suggestions carries an empty array.
 	fields := confirmData(t, nil)
 	if got, ok := fields["suggested_rules"]; !ok || string(got) != "[]" {
-		t.Skipf("BUG: io.toolbus.confirm.request without suggestions has no suggested_rules (got %q, want []): "+
+		t.Fatalf("io.toolbus.confirm.request without suggestions has no suggested_rules (got %q, want []): "+
 			"external.go publishHandoff sets req.SuggestedRules = []bus.Rule{} but Request.SuggestedRules is tagged omitempty, so the empty array is dropped", got)
 	}
 }
@@ -228,7 +228,7 @@ func TestParkTwice(t *testing.T) {
 		t.Fatalf("record after a failed second park: %+v", got)
 	}
 	if _, err := handoffMsg(t, st, first.HandoffSeq); err != nil {
-		t.Skipf("BUG: a failed second Park of %s deleted the first park's handoff request (seq %d): %v. "+
+		t.Fatalf("a failed second Park of %s deleted the first park's handoff request (seq %d): %v. "+
 			"The republished request has the same Nats-Msg-Id, so JetStream answers with the first message's "+
 			"sequence (duplicate), and external.go Park calls dropHandoff(r) with it when kv.Create fails",
 			first.Key(), first.HandoffSeq, err)
@@ -423,7 +423,7 @@ func TestParkedAfterTransition(t *testing.T) {
 		}
 		for range 20 {
 			if ps := s.Parked("s1", ""); len(ps) != 0 {
-				t.Skipf("BUG: %s is listed as parked after Transition answered it (attempt %d): Transition removes it from the cache, "+
+				t.Fatalf("%s is listed as parked after Transition answered it (attempt %d): Transition removes it from the cache, "+
 					"then the watch delivers the older parked revision of the Park and external.go apply re-adds it, since the key is "+
 					"no longer in the cache to compare revisions with; it stays listed until the watch delivers the answered revision", keys(ps), i)
 			}

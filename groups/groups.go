@@ -73,7 +73,7 @@ func (s *Session) clone() *Session {
 
 type group struct {
 	def   bus.Group
-	order uint64
+	order int64 // when the group was first put (unix ns), stored with it
 	rev   uint64
 }
 
@@ -138,29 +138,36 @@ func (s *Store) Stop() {
 func (s *Store) applyGroup(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		s.mu.Lock()
-		delete(s.groups, e.Key())
-		s.reorder()
+		if old, ok := s.groups[e.Key()]; ok && old.rev < e.Revision() {
+			delete(s.groups, e.Key())
+			s.reorder()
+		}
 		s.mu.Unlock()
 		return
 	}
-	var g bus.Group
-	if err := json.Unmarshal(e.Value(), &g); err != nil || CheckGroup(&g) != nil {
+	var rec groupRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil || CheckGroup(&rec.Group) != nil {
 		s.cfg.Logger.Warn("groups: ignoring bad group entry", "group", e.Key())
 		return
 	}
-	s.putGroup(g, e.Revision())
+	s.putGroup(rec.Group, e.Revision(), rec.Registered)
 }
 
-func (s *Store) putGroup(g bus.Group, rev uint64) {
+// groupRecord is a P_groups value: the group's JSON with "registered", when
+// it was first put (unix ns), so every router lists groups in one order.
+type groupRecord struct {
+	bus.Group
+	Registered int64 `json:"registered"`
+}
+
+func (s *Store) putGroup(g bus.Group, rev uint64, order int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old, ok := s.groups[g.Name]
-	if ok && old.rev > rev {
+	if old, ok := s.groups[g.Name]; ok && old.rev > rev {
 		return
 	}
-	order := rev
-	if ok {
-		order = old.order
+	if order == 0 {
+		order = int64(rev)
 	}
 	s.groups[g.Name] = &group{def: g, order: order, rev: rev}
 	s.reorder()
@@ -171,7 +178,9 @@ func (s *Store) reorder() {
 	for _, g := range s.groups {
 		gs = append(gs, g)
 	}
-	slices.SortFunc(gs, func(a, b *group) int { return cmp.Compare(a.order, b.order) })
+	slices.SortFunc(gs, func(a, b *group) int {
+		return cmp.Or(cmp.Compare(a.order, b.order), cmp.Compare(a.def.Name, b.def.Name))
+	})
 	s.ordered = make([]bus.Group, len(gs))
 	for i, g := range gs {
 		s.ordered[i] = g.def
@@ -182,7 +191,9 @@ func (s *Store) applySession(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
-		delete(s.sessions, e.Key())
+		if old, ok := s.sessions[e.Key()]; ok && old.rev < e.Revision() {
+			delete(s.sessions, e.Key())
+		}
 		return
 	}
 	if old, ok := s.sessions[e.Key()]; ok && old.rev >= e.Revision() {
@@ -218,10 +229,17 @@ func (s *Store) Put(ctx context.Context, g bus.Group) error {
 	if err := CheckGroup(&g); err != nil {
 		return err
 	}
-	if cur, ok := s.Group(g.Name); ok && cur == g {
-		return nil
+	registered := time.Now().UnixNano()
+	s.mu.RLock()
+	cur, ok := s.groups[g.Name]
+	s.mu.RUnlock()
+	if ok {
+		if cur.def == g {
+			return nil
+		}
+		registered = cur.order // an update keeps the group's place
 	}
-	b, err := json.Marshal(g)
+	b, err := json.Marshal(groupRecord{Group: g, Registered: registered})
 	if err != nil {
 		return err
 	}
@@ -229,7 +247,7 @@ func (s *Store) Put(ctx context.Context, g bus.Group) error {
 	if err != nil {
 		return fmt.Errorf("groups: put %s: %w", g.Name, err)
 	}
-	s.putGroup(g, rev)
+	s.putGroup(g, rev, registered)
 	return nil
 }
 

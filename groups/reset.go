@@ -85,12 +85,16 @@ func (s *Store) Reset(ctx context.Context, session string, input json.RawMessage
 		return "", bus.Errorf(bus.CodeInvalidInput, "Invalid group name(s): %s. The current available groups are: %s",
 			strings.Join(bad, ", "), strings.Join(names, ", "))
 	}
-	var on []string
+	final := map[string]bool{} // a repeated key: the last value counts
 	for i, k := range keys {
 		if typ := jsonType(vals[i]); typ != "boolean" {
 			return "", bus.Errorf(bus.CodeInvalidInput, "Invalid arguments: the argument '%s' should be a bool value, but got %s.", k, typ)
 		}
-		if string(bytes.TrimSpace(vals[i])) == "true" && !slices.Contains(on, k) {
+		final[k] = string(bytes.TrimSpace(vals[i])) == "true"
+	}
+	var on []string
+	for _, k := range keys {
+		if final[k] && !slices.Contains(on, k) {
 			on = append(on, k)
 		}
 	}

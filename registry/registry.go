@@ -7,6 +7,7 @@
 package registry
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -27,7 +28,7 @@ import (
 type Tool struct {
 	Def    bus.ToolDef
 	Schema *schemas.Schema
-	order  uint64 // revision at which the tool was first seen
+	order  int64 // when the tool was first registered (unix ns), kept across updates
 	rev    uint64
 }
 
@@ -51,8 +52,8 @@ type Registry struct {
 
 	mu       sync.RWMutex
 	byName   map[string]*Tool
-	liveness map[string]map[string]time.Time // tool → worker → last beat
-	version  uint64                          // bumped on every change
+	liveness map[string]map[string]beat // tool → worker → last beat
+	version  uint64                     // bumped on every change
 
 	watches []*bus.Watch
 	ready   chan struct{}
@@ -71,7 +72,7 @@ func New(st *bus.Store, cfg Config) *Registry {
 		cfg.Now = time.Now
 	}
 	return &Registry{tools: st.Tools, workers: st.Workers, cfg: cfg,
-		byName: map[string]*Tool{}, liveness: map[string]map[string]time.Time{}, ready: make(chan struct{})}
+		byName: map[string]*Tool{}, liveness: map[string]map[string]beat{}, ready: make(chan struct{})}
 }
 
 // Start begins watching both buckets and returns once the initial values are
@@ -113,8 +114,10 @@ func (r *Registry) applyTool(e jetstream.KeyValueEntry) {
 	name := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		r.mu.Lock()
-		delete(r.byName, name)
-		r.version++
+		if old, ok := r.byName[name]; ok && old.rev < e.Revision() {
+			delete(r.byName, name)
+			r.version++
+		}
 		r.mu.Unlock()
 		return
 	}
@@ -130,16 +133,25 @@ func (r *Registry) applyTool(e jetstream.KeyValueEntry) {
 func (r *Registry) put(t *Tool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.byName[t.Def.Name]; ok {
-		if old.rev > t.rev {
-			return
-		}
-		t.order = old.order
-	} else {
-		t.order = t.rev
+	if old, ok := r.byName[t.Def.Name]; ok && old.rev > t.rev {
+		return
 	}
 	r.byName[t.Def.Name] = t
 	r.version++
+}
+
+// A P_tools value is the definition's JSON with one more key, "registered":
+// when the tool was first registered (unix ns). Every router orders the
+// listing by it, whenever it started and however often the tool changed.
+const registeredKey = `"registered"`
+
+// encodeRecord returns the stored value of d.
+func encodeRecord(d *bus.ToolDef, registered int64) ([]byte, error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(b[:len(b)-1], `,%s:%d}`, registeredKey, registered), nil
 }
 
 func parseTool(b []byte) (*Tool, error) {
@@ -147,34 +159,65 @@ func parseTool(b []byte) (*Tool, error) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return nil, err
 	}
+	var meta struct {
+		Registered int64 `json:"registered"`
+	}
+	_ = json.Unmarshal(b, &meta)
+	if len(d.InputSchema) == 0 || string(d.InputSchema) == "null" {
+		d.InputSchema = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
 	s, err := schemas.Compile(d.InputSchema)
 	if err != nil {
 		return nil, err
 	}
-	return &Tool{Def: d, Schema: s}, nil
+	return &Tool{Def: d, Schema: s, order: meta.Registered}, nil
 }
+
+// beat is what a router knows of one worker serving one tool.
+type beat struct {
+	at   time.Time // local time the beat was seen: no clock is compared with the server's
+	rev  uint64
+	left bool // the worker said it is leaving
+}
+
+// leftValue is the liveness value of a worker that left; it expires with
+// the bucket's TTL like any beat.
+var leftValue = []byte(`{"left":true}`)
 
 func (r *Registry) applyWorker(e jetstream.KeyValueEntry) {
 	tool, worker, ok := strings.Cut(e.Key(), ".")
 	if !ok {
 		return
 	}
+	if e.Operation() != jetstream.KeyValuePut {
+		r.setBeat(tool, worker, beat{rev: e.Revision()}, true)
+		return
+	}
+	r.setBeat(tool, worker, beat{at: r.cfg.Now(), rev: e.Revision(), left: bytes.Equal(e.Value(), leftValue)}, false)
+}
+
+// setBeat records b unless a newer revision is known already; remove drops
+// the entry instead (a delete or purge).
+func (r *Registry) setBeat(tool, worker string, b beat, remove bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	m := r.liveness[tool]
+	if old, ok := m[worker]; ok && old.rev >= b.rev {
+		return
+	}
 	r.version++
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(r.liveness[tool], worker)
-		if len(r.liveness[tool]) == 0 {
+	if remove {
+		delete(m, worker)
+		if len(m) == 0 {
 			delete(r.liveness, tool)
 		}
 		return
 	}
-	m := r.liveness[tool]
 	if m == nil {
-		m = map[string]time.Time{}
+		m = map[string]beat{}
 		r.liveness[tool] = m
 	}
-	m[worker] = e.Created()
+	m[worker] = b
 }
 
 // Lookup returns the tool named name, live or not.
@@ -198,8 +241,8 @@ func (r *Registry) Live(t *Tool) bool {
 
 func (r *Registry) liveLocked(tool, except string) bool {
 	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
-	for w, at := range r.liveness[tool] {
-		if w != except && at.After(cutoff) {
+	for w, b := range r.liveness[tool] {
+		if w != except && !b.left && b.at.After(cutoff) {
 			return true
 		}
 	}
@@ -213,8 +256,8 @@ func (r *Registry) Workers() map[string]int {
 	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
 	out := map[string]int{}
 	for tool, ws := range r.liveness {
-		for _, at := range ws {
-			if at.After(cutoff) {
+		for _, b := range ws {
+			if !b.left && b.at.After(cutoff) {
 				out[tool]++
 			}
 		}
@@ -230,7 +273,9 @@ func (r *Registry) Tools() []*Tool {
 		out = append(out, t)
 	}
 	r.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *Tool) int { return cmp.Compare(a.order, b.order) })
+	slices.SortFunc(out, func(a, b *Tool) int {
+		return cmp.Or(cmp.Compare(a.order, b.order), cmp.Compare(a.Def.Name, b.Def.Name))
+	})
 	return out
 }
 
@@ -277,16 +322,11 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 			continue
 		}
 		key := name + "." + reg.Worker
-		if _, err := r.workers.Put(ctx, key, []byte(`{}`)); err != nil {
+		rev, err := r.workers.Put(ctx, key, []byte(`{}`))
+		if err != nil {
 			return ack, fmt.Errorf("registry: liveness %s: %w", key, err)
 		}
-		r.mu.Lock()
-		if r.liveness[name] == nil {
-			r.liveness[name] = map[string]time.Time{}
-		}
-		r.liveness[name][reg.Worker] = r.cfg.Now()
-		r.version++
-		r.mu.Unlock()
+		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev}, false)
 	}
 	return ack, nil
 }
@@ -340,35 +380,39 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	if t, ok := r.Lookup(d.Name); ok && t.Def.Equal(&d) {
 		return "", nil // a heartbeat: nothing changed
 	}
-	val, err := json.Marshal(d)
-	if err != nil {
-		return "", fmt.Errorf("registry: encode %s: %w", d.Name, err)
-	}
 	for attempt := 0; attempt < 5; attempt++ {
 		entry, err := r.tools.Get(ctx, d.Name)
 		var rev uint64
+		registered := time.Now().UnixNano()
+		var val []byte
 		switch {
 		case err == nil:
 			rev = entry.Revision()
-			var cur bus.ToolDef
-			if json.Unmarshal(entry.Value(), &cur) == nil {
-				if cur.Equal(&d) {
-					r.put(&Tool{Def: d, Schema: s, rev: rev})
+			if cur, perr := parseTool(entry.Value()); perr == nil {
+				if cur.Def.Equal(&d) {
+					r.put(&Tool{Def: d, Schema: s, rev: rev, order: cur.order})
 					return "", nil
 				}
 				r.mu.RLock()
-				conflict := !cur.External && r.liveLocked(d.Name, worker)
+				conflict := !cur.Def.External && r.liveLocked(d.Name, worker)
 				r.mu.RUnlock()
 				if conflict {
 					return fmt.Sprintf("conflicts with a different live definition of %q", d.Name), nil
 				}
+				if cur.order != 0 {
+					registered = cur.order
+				}
 			}
-			rev, err = r.tools.Update(ctx, d.Name, val, rev)
+			if val, err = encodeRecord(&d, registered); err == nil {
+				rev, err = r.tools.Update(ctx, d.Name, val, rev)
+			}
 		case bus.IsNotFound(err):
-			rev, err = r.tools.Create(ctx, d.Name, val)
+			if val, err = encodeRecord(&d, registered); err == nil {
+				rev, err = r.tools.Create(ctx, d.Name, val)
+			}
 		}
 		if err == nil {
-			r.put(&Tool{Def: d, Schema: s, rev: rev})
+			r.put(&Tool{Def: d, Schema: s, rev: rev, order: registered})
 			return "", nil
 		}
 		if !bus.IsConflict(err) {
@@ -378,21 +422,24 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	return "", fmt.Errorf("registry: put %s: too much contention", d.Name)
 }
 
+// leave marks a worker gone at once: its liveness entries are overwritten
+// with a "left" value (not deleted, so that a heartbeat still in flight, with
+// an older revision, cannot bring it back in any router's cache).
 func (r *Registry) leave(ctx context.Context, worker string) error {
-	r.mu.Lock()
-	var keys []string
+	r.mu.RLock()
+	var tools []string
 	for tool, ws := range r.liveness {
 		if _, ok := ws[worker]; ok {
-			keys = append(keys, tool+"."+worker)
-			delete(ws, worker)
+			tools = append(tools, tool)
 		}
 	}
-	r.version++
-	r.mu.Unlock()
-	for _, k := range keys {
-		if err := r.workers.Delete(ctx, k); err != nil && !bus.IsNotFound(err) {
-			return fmt.Errorf("registry: leave %s: %w", k, err)
+	r.mu.RUnlock()
+	for _, tool := range tools {
+		rev, err := r.workers.Put(ctx, tool+"."+worker, leftValue)
+		if err != nil {
+			return fmt.Errorf("registry: leave %s.%s: %w", tool, worker, err)
 		}
+		r.setBeat(tool, worker, beat{rev: rev, left: true}, false)
 	}
 	return nil
 }

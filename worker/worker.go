@@ -321,6 +321,9 @@ func (w *Worker) serve(t *tool, m *nats.Msg) {
 	if err == nil {
 		err = e.DataAs(&req)
 	}
+	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(req.Call.ID)) {
+		err = bus.Errorf(bus.CodeBadEvent, "an exec request needs valid sessionid, replyid and call id")
+	}
 	if err == nil && req.Call.Name != t.def.Name {
 		err = bus.Errorf(bus.CodeBadEvent, "call names tool %q on the subject of %q", req.Call.Name, t.def.Name)
 	}
