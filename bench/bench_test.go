@@ -1,0 +1,296 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+// shared is the deployment of the Go benchmarks, started by the first one
+// that needs it and stopped by TestMain.
+var shared struct {
+	once sync.Once
+	d    *deployment
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.d != nil {
+		shared.d.close()
+	}
+	os.Exit(code)
+}
+
+func sharedDeployment(b *testing.B) *deployment {
+	b.Helper()
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		shared.d, shared.err = deploy(ctx, 1, func(string, ...any) {})
+	})
+	if shared.err != nil {
+		b.Fatal(shared.err)
+	}
+	return shared.d
+}
+
+// benchCalls calls fn b.N times from one caller and reports the median
+// latency next to ns/op.
+func benchCalls(b *testing.B, fn callFunc) {
+	b.Helper()
+	ctx := b.Context()
+	for range 10 { // warm up connections and caches
+		if err := fn(ctx, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make(latencies, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if err := fn(ctx, 0); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(us(lat.quantile(0.5)), "p50-µs")
+	b.ReportMetric(us(lat.quantile(0.99)), "p99-µs")
+}
+
+func BenchmarkRawOneHop(b *testing.B) { benchCalls(b, sharedDeployment(b).oneHop) }
+
+func BenchmarkRawRelay(b *testing.B) { benchCalls(b, sharedDeployment(b).relay) }
+
+func BenchmarkToolbusReadOnly(b *testing.B) {
+	d := sharedDeployment(b)
+	benchCalls(b, d.callTool(d.client, toolRead))
+}
+
+func BenchmarkToolbusWrite(b *testing.B) {
+	d := sharedDeployment(b)
+	benchCalls(b, d.callTool(d.client, toolWrite))
+}
+
+// BenchmarkToolbusReadOnlyParallel drives the router with many concurrent
+// callers, the shape of the throughput measurements (and of a profile of
+// the router's hot path under load).
+func BenchmarkToolbusReadOnlyParallel(b *testing.B) {
+	d := sharedDeployment(b)
+	fn := d.callTool(d.client, toolRead)
+	b.ReportAllocs()
+	b.SetParallelism(8) // 8 × GOMAXPROCS callers
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := fn(b.Context(), 0); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkParked(b *testing.B) {
+	d := sharedDeployment(b)
+	const session = "bench-parked-go"
+	ev, err := d.client.Watch(b.Context(), session)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ev.Stop()
+	benchCalls(b, func(ctx context.Context, _ int) error {
+		id := client.NewReplyID()
+		reply, err := d.client.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolParked, Input: benchInput}}},
+			client.WithReplyID(id))
+		if err != nil {
+			return err
+		}
+		if len(reply.Parked) != 1 {
+			return fmt.Errorf("reply %+v parks nothing", reply)
+		}
+		if err := d.client.Answer(ctx, toolParked, session, id, "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("yes")}); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return awaitDone(ctx, ev, id)
+	})
+}
+
+// TestRunQuick runs every measurement briefly and checks that the report
+// is complete and that nothing Run started is left running.
+func TestRunQuick(t *testing.T) {
+	before := runtime.NumGoroutine()
+	start := time.Now()
+	rep, err := Run(t.Context(), Options{Quick: true, Duration: 100 * time.Millisecond, Callers: []int{1, 4},
+		Workers: []int{1, 2}, Sessions: 200, Rounds: 1, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Run took %v", time.Since(start))
+	var table strings.Builder
+	rep.WriteTable(&table)
+	t.Log("\n" + table.String())
+
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{
+		"baseline.one_hop.p50_us", "baseline.one_hop.p90_us", "baseline.one_hop.p99_us",
+		"baseline.one_hop.throughput.1", "baseline.one_hop.throughput.4",
+		"baseline.relay.p50_us", "baseline.relay.p90_us", "baseline.relay.p99_us",
+		"baseline.relay.throughput.1", "baseline.relay.throughput.4",
+		"toolbus_write.p50_us", "toolbus_write.throughput.4", "toolbus_write.cpu_us_per_call", "toolbus_write.allocs_per_call",
+		"workers.1", "workers.2", "parked_p50_us", "mcp_http_16",
+		"ratios.throughput_256", "ratios.p50_1", "ratios.vs_mcp_http_16", "ratios.workers_8_vs_1",
+		"router_rss_mib_10k_sessions", "router_heap_mib_10k_sessions", "machine.gomaxprocs",
+		"bare.cpu_us_per_call", "bare.allocs_per_call",
+	}
+	for _, k := range []string{"p50_us", "p90_us", "p99_us", "throughput.1", "throughput.4", "cpu_us_per_call",
+		"allocs_per_call", "router_allocs_per_call"} {
+		paths = append(paths, "toolbus."+k)
+	}
+	// A 100 ms profile holds few samples: a part may have none.
+	present := []string{"toolbus.router_cpu_us_per_call_subtracted"}
+	if rep.CPUMethod == "profile-labels" {
+		present = append(present, "toolbus.cpu_by_part_us.router", "toolbus.cpu_by_part_us.worker",
+			"toolbus.cpu_by_part_us.client", "toolbus.cpu_by_part_us.other", "baseline.relay.cpu_by_part_us.router")
+	}
+	for _, p := range present {
+		if v, ok := lookup(doc, p); !ok {
+			t.Errorf("report has no %s: %s", p, b)
+		} else if _, ok := v.(float64); !ok {
+			t.Errorf("%s = %v, want a number", p, v)
+		}
+	}
+	for _, p := range paths {
+		v, ok := lookup(doc, p)
+		if !ok {
+			t.Errorf("report has no %s: %s", p, b)
+			continue
+		}
+		if f, ok := v.(float64); !ok || !(f > 0) {
+			t.Errorf("%s = %v, want a positive number", p, v)
+		}
+	}
+	if v, _ := lookup(doc, "machine.go_version"); v == "" || v == nil {
+		t.Errorf("machine.go_version is empty")
+	}
+	if len(rep.Targets) != 7 {
+		t.Errorf("%d targets, want 7", len(rep.Targets))
+	}
+	for _, want := range []string{"raw relay", "toolbus read-only", "throughput_256", "router_rss_mib", "MISSED"} {
+		if want == "MISSED" {
+			continue // whether anything is missed depends on the machine
+		}
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	if rep.Sessions.Cached < 200 {
+		t.Errorf("router caches %d sessions, want at least 200", rep.Sessions.Cached)
+	}
+
+	// Everything Run started has stopped (goroutines may take a moment).
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines after Run, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// lookup finds a dotted path in a decoded JSON document.
+func lookup(doc map[string]any, path string) (any, bool) {
+	var cur any = doc
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+func TestCPUByLabel(t *testing.T) {
+	parts, err := cpuByPart(func() error {
+		var wg sync.WaitGroup
+		for _, part := range []string{partRouter, partWorker} {
+			wg.Add(1)
+			labelled(context.Background(), part, func(context.Context) {
+				go func() {
+					defer wg.Done()
+					end := time.Now().Add(300 * time.Millisecond)
+					x := 0
+					for time.Now().Before(end) {
+						x++
+					}
+					_ = x
+				}()
+			})
+		}
+		wg.Wait()
+		return nil
+	})
+	if err == errProfiling {
+		t.Skip("CPU profiler in use")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{partRouter, partWorker} {
+		if parts[p] < 10*time.Millisecond { // busy for 300 ms, on a possibly crowded machine
+			t.Errorf("%s: %v of CPU, want about 300ms (all: %v)", p, parts[p], parts)
+		}
+	}
+}
+
+// TestReport runs the whole benchmark when TOOLBUS_BENCH is "full" or
+// "quick" and prints the table; TOOLBUS_BENCH_JSON=FILE also writes the
+// JSON report to FILE. It is how docs/performance.md was produced before
+// `toolbus bench` existed:
+//
+//	TOOLBUS_BENCH=full TOOLBUS_BENCH_JSON=/tmp/bench.json go test ./bench -run TestReport -v -timeout 30m
+func TestReport(t *testing.T) {
+	mode := os.Getenv("TOOLBUS_BENCH")
+	if mode == "" {
+		t.Skip("set TOOLBUS_BENCH=full or TOOLBUS_BENCH=quick to run the whole benchmark")
+	}
+	rep, err := Run(t.Context(), Options{Quick: mode == "quick", Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.WriteTable(os.Stdout)
+	if path := os.Getenv("TOOLBUS_BENCH_JSON"); path != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,528 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// Goroutine label that attributes CPU samples to the parts of a deployment:
+// every connection and goroutine of a part is started under it, and the
+// goroutines they spawn inherit it. nats-server and the Go runtime's own
+// goroutines (GC workers) carry none.
+const (
+	labelKey   = "toolbus_bench"
+	partRouter = "router" // the toolbus router, or the raw forwarder
+	partWorker = "worker" // the toolbus worker, or the raw responder
+	partClient = "client" // the agent's client and the measuring loops
+	partOther  = "other"  // nats-server (in process), GC, everything unlabeled
+)
+
+// Names used by the deployment.
+const (
+	benchGroup  = "bench"
+	toolRead    = "echo"      // trivial read-only tool
+	toolWrite   = "put"       // trivial non-read-only tool (dedupe ledger)
+	toolParked  = "ask_human" // external tool
+	toolSleep   = "sleep5"    // I/O-bound tool, 5 ms
+	sleepFor    = 5 * time.Millisecond
+	rawEcho     = "bench.raw.echo"
+	rawRelay    = "bench.raw.relay"
+	rawBack     = "bench.raw.back."
+	barePrefix  = "benchbare"
+	bareBack    = "benchbare.back."
+	readyBound  = 20 * time.Second
+	stopTimeout = 10 * time.Second
+)
+
+// benchInput is the input of every trivial call; it passes the tools'
+// schema {"text": string, required}.
+var benchInput = json.RawMessage(`{"text":"hello"}`)
+
+type textIn struct {
+	Text string `json:"text" jsonschema:"description=Text to echo back."`
+}
+
+// deployment is one embedded nats-server with everything measured on it: the
+// raw responder and forwarder, a router, workers, an agent client, and the
+// bare forwarder that stands in for the router when its share is subtracted.
+type deployment struct {
+	srv  *server.Server
+	dir  string
+	logf func(string, ...any)
+
+	mu    sync.Mutex
+	conns []*nats.Conn
+
+	rawNC   *nats.Conn // the raw requester
+	payload []byte     // raw request and reply payload: an encoded batch event
+
+	router   *router.Router
+	toolW    *worker.Worker   // serves echo, put, ask_human
+	sleepers []*worker.Worker // serve sleep5, one call at a time each
+
+	clientNC *nats.Conn
+	client   *client.Client
+	bare     *client.Client // client on barePrefix, served by the bare forwarder
+
+	sessions []string // sessions with the bench group active, one per caller
+}
+
+// labelled runs fn with the goroutine label of part; connections and
+// goroutines created inside keep it.
+func labelled(ctx context.Context, part string, fn func(context.Context)) {
+	pprof.Do(ctx, pprof.Labels(labelKey, part), fn)
+}
+
+func (d *deployment) connect(ctx context.Context, part string) (*nats.Conn, error) {
+	var nc *nats.Conn
+	var err error
+	labelled(ctx, part, func(context.Context) {
+		nc, err = nats.Connect(d.srv.ClientURL(), nats.Name("toolbus-bench-"+part), nats.MaxReconnects(0))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect %s: %w", part, err)
+	}
+	d.mu.Lock()
+	d.conns = append(d.conns, nc)
+	d.mu.Unlock()
+	return nc, nil
+}
+
+// deploy starts the server and everything on it; sessions is how many
+// caller sessions to prepare (the largest caller count).
+func deploy(ctx context.Context, sessions int, logf func(string, ...any)) (d *deployment, err error) {
+	d = &deployment{logf: logf}
+	defer func() {
+		if err != nil {
+			d.close()
+			d = nil
+		}
+	}()
+	if d.dir, err = os.MkdirTemp("", "toolbus-bench-*"); err != nil {
+		return nil, fmt.Errorf("bench: store dir: %w", err)
+	}
+	if d.srv, err = bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: d.dir}); err != nil {
+		return nil, err
+	}
+	if err = d.startRaw(ctx); err != nil {
+		return nil, err
+	}
+	if err = d.startToolbus(ctx); err != nil {
+		return nil, err
+	}
+	if err = d.startBare(ctx); err != nil {
+		return nil, err
+	}
+	if err = d.prepareSessions(ctx, sessions); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// startRaw starts the core NATS baseline: a responder that echoes, and a
+// forwarder in a queue group that relays requests to the responder and the
+// replies back, without a goroutine or a map per request (the original
+// reply subject rides in the forwarder's reply subject).
+func (d *deployment) startRaw(ctx context.Context) error {
+	ev, err := bus.NewEvent(bus.TypeCallBatch, "bench/agent", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolRead, Input: benchInput}}})
+	if err != nil {
+		return err
+	}
+	ev.SessionID = "bench-0"
+	if d.payload, err = ev.Encode(); err != nil {
+		return err
+	}
+	resp, err := d.connect(ctx, partWorker)
+	if err != nil {
+		return err
+	}
+	fwd, err := d.connect(ctx, partRouter)
+	if err != nil {
+		return err
+	}
+	if d.rawNC, err = d.connect(ctx, partClient); err != nil {
+		return err
+	}
+	var subErr error
+	sub := func(nc *nats.Conn, subject, queue string, h nats.MsgHandler) {
+		if subErr != nil {
+			return
+		}
+		var s *nats.Subscription
+		labelled(ctx, partOf(nc, resp), func(context.Context) { s, subErr = nc.QueueSubscribe(subject, queue, h) })
+		if subErr == nil {
+			_ = s.SetPendingLimits(-1, -1)
+		}
+	}
+	sub(resp, rawEcho, "", func(m *nats.Msg) { _ = resp.Publish(m.Reply, m.Data) })
+	sub(fwd, rawRelay, "bench-relay", func(m *nats.Msg) {
+		_ = fwd.PublishMsg(&nats.Msg{Subject: rawEcho, Reply: rawBack + m.Reply, Data: m.Data})
+	})
+	sub(fwd, rawBack+">", "", func(m *nats.Msg) { _ = fwd.Publish(m.Subject[len(rawBack):], m.Data) })
+	if subErr != nil {
+		return fmt.Errorf("bench: raw subscriptions: %w", subErr)
+	}
+	for _, nc := range []*nats.Conn{resp, fwd} {
+		if err := bus.Flush(ctx, nc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func partOf(nc, resp *nats.Conn) string {
+	if nc == resp {
+		return partWorker
+	}
+	return partRouter
+}
+
+// startToolbus starts a router with the bench meta group and one worker with
+// the trivial tools, and waits until the router sees them live.
+func (d *deployment) startToolbus(ctx context.Context) error {
+	rnc, err := d.connect(ctx, partRouter)
+	if err != nil {
+		return err
+	}
+	d.router, err = router.New(rnc, router.Config{Groups: []bus.Group{{Name: benchGroup,
+		Description: "Benchmark tools.", Scope: bus.ScopeMeta}}})
+	if err != nil {
+		return err
+	}
+	labelled(ctx, partRouter, func(ctx context.Context) { err = d.router.Start(ctx) })
+	if err != nil {
+		d.router = nil
+		return fmt.Errorf("bench: router: %w", err)
+	}
+	echo := func(_ context.Context, _ *worker.Call, in textIn) (string, error) { return in.Text, nil }
+	d.toolW, err = d.startWorker(ctx, worker.Config{}, func(w *worker.Worker) error {
+		schemaDef := func(name, desc string) bus.ToolDef {
+			return bus.ToolDef{Name: name, Description: desc, Groups: []string{benchGroup}}
+		}
+		ro := schemaDef(toolRead, "Echo the text (read-only).")
+		ro.ReadOnly = true
+		if err := worker.Register(w, ro, echo); err != nil {
+			return err
+		}
+		wr := schemaDef(toolWrite, "Store the text (not read-only).")
+		wr.Permission = bus.PermissionAllow
+		if err := worker.Register(w, wr, echo); err != nil {
+			return err
+		}
+		ext := schemaDef(toolParked, "Ask a person (external).")
+		ext.External, ext.Permission, ext.Groups = true, bus.PermissionAllow, nil
+		return worker.Register(w, ext, echo)
+	})
+	if err != nil {
+		return err
+	}
+	d.clientNC, err = d.connect(ctx, partClient)
+	if err != nil {
+		return err
+	}
+	d.client = client.New(d.clientNC, client.Config{Source: "bench/agent"})
+	d.bare = client.New(d.clientNC, client.Config{Source: "bench/agent", Prefix: barePrefix})
+	return d.waitLive(ctx, toolRead, toolWrite, toolParked)
+}
+
+// startWorker starts one worker on its own connection, labelled worker.
+func (d *deployment) startWorker(ctx context.Context, cfg worker.Config, setup func(*worker.Worker) error) (*worker.Worker, error) {
+	nc, err := d.connect(ctx, partWorker)
+	if err != nil {
+		return nil, err
+	}
+	w, err := worker.New(nc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := setup(w); err != nil {
+		return nil, fmt.Errorf("bench: worker tools: %w", err)
+	}
+	labelled(ctx, partWorker, func(ctx context.Context) { err = w.Start(ctx) })
+	if err != nil {
+		return nil, fmt.Errorf("bench: worker: %w", err)
+	}
+	select {
+	case <-w.Registered():
+	case <-ctx.Done():
+		stopWorker(w)
+		return nil, ctx.Err()
+	case <-time.After(readyBound):
+		stopWorker(w)
+		return nil, errors.New("bench: worker not registered")
+	}
+	return w, nil
+}
+
+func stopWorker(w *worker.Worker) {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	_ = w.Stop(ctx)
+}
+
+// addSleepers grows the sleep5 workers to n, each limited to one call at a
+// time.
+func (d *deployment) addSleepers(ctx context.Context, n int) error {
+	for len(d.sleepers) < n {
+		w, err := d.startWorker(ctx, worker.Config{MaxConcurrent: 1}, func(w *worker.Worker) error {
+			def := bus.ToolDef{Name: toolSleep, Description: "Wait 5 ms (I/O-bound).", ReadOnly: true}
+			return worker.Register(w, def, func(ctx context.Context, _ *worker.Call, in textIn) (string, error) {
+				t := time.NewTimer(sleepFor)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					return in.Text, nil
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+			})
+		})
+		if err != nil {
+			return err
+		}
+		d.sleepers = append(d.sleepers, w)
+	}
+	return d.waitLive(ctx, toolSleep)
+}
+
+// waitLive polls until the router sees every named tool live.
+func (d *deployment) waitLive(ctx context.Context, names ...string) error {
+	deadline := time.Now().Add(readyBound)
+	for {
+		missing := ""
+		for _, n := range names {
+			t, ok := d.router.Registry().Lookup(n)
+			if !ok || !d.router.Registry().Live(t) {
+				missing = n
+				break
+			}
+		}
+		if missing == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: tool %s not live after %v", missing, readyBound)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// startBare starts the bare forwarder: it serves the bare client's batches
+// by sending a prepared exec request to the real worker and, when the worker
+// answers, publishing the two events a router publishes (call.result and
+// batch.done, into the events stream) and a prepared reply. It does what the
+// router's messages cost the client, the worker and the server, and no
+// router work, so toolbus minus bare estimates the router's own share.
+func (d *deployment) startBare(ctx context.Context) error {
+	exec, err := bus.NewEvent(bus.TypeExec, "bench/bare", bus.ExecRequest{
+		Call: bus.Call{ID: "c1", Name: toolRead, Input: benchInput}, Attempt: 1})
+	if err != nil {
+		return err
+	}
+	exec.SessionID, exec.ReplyID, exec.ToolCallID = "bench-0", "bare", "c1"
+	exec.ExpiryTime = time.Now().Add(365 * 24 * time.Hour).UTC().Format(time.RFC3339Nano)
+	execMsg, err := exec.Msg(bus.NewSubjects("").Exec(toolRead))
+	if err != nil {
+		return err
+	}
+	res := bus.Result{ID: "c1", Name: toolRead, State: bus.StateSuccess, Output: bus.Text("hello")}
+	mk := func(typ string, data any) (*nats.Msg, error) {
+		e, err := bus.NewEvent(typ, "bench/bare", data)
+		if err != nil {
+			return nil, err
+		}
+		e.SessionID, e.ReplyID = "bench-0", "bare"
+		if typ == bus.TypeCallResult {
+			e.Subject, e.ToolCallID = "c1", "c1"
+		}
+		return e.Msg(bus.NewSubjects("").Events("bench-0"))
+	}
+	resultMsg, err := mk(bus.TypeCallResult, res)
+	if err != nil {
+		return err
+	}
+	doneMsg, err := mk(bus.TypeBatchDone, bus.BatchDone{Results: []bus.Result{res}})
+	if err != nil {
+		return err
+	}
+	replyMsg, err := mk(bus.TypeCallReply, bus.Reply{Results: []bus.Result{res}, Parked: []bus.Parked{}})
+	if err != nil {
+		return err
+	}
+	nc, err := d.connect(ctx, partRouter)
+	if err != nil {
+		return err
+	}
+	send := func(m *nats.Msg, subject string) {
+		_ = nc.PublishMsg(&nats.Msg{Subject: subject, Header: m.Header, Data: m.Data})
+	}
+	var s1, s2 *nats.Subscription
+	labelled(ctx, partRouter, func(context.Context) {
+		s1, err = nc.QueueSubscribe(barePrefix+".call.>", "bench-bare", func(m *nats.Msg) {
+			_ = nc.PublishMsg(&nats.Msg{Subject: execMsg.Subject, Reply: bareBack + m.Reply, Header: execMsg.Header, Data: execMsg.Data})
+		})
+		if err != nil {
+			return
+		}
+		s2, err = nc.Subscribe(bareBack+">", func(m *nats.Msg) {
+			send(resultMsg, resultMsg.Subject)
+			send(doneMsg, doneMsg.Subject)
+			send(replyMsg, m.Subject[len(bareBack):])
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("bench: bare forwarder: %w", err)
+	}
+	_ = s1.SetPendingLimits(-1, -1)
+	_ = s2.SetPendingLimits(-1, -1)
+	return bus.Flush(ctx, nc)
+}
+
+// prepareSessions activates the bench group, through reset_tools calls, in
+// one session per caller.
+func (d *deployment) prepareSessions(ctx context.Context, n int) error {
+	d.sessions = make([]string, n)
+	for i := range d.sessions {
+		d.sessions[i] = "bench-" + strconv.Itoa(i)
+	}
+	return parallel(ctx, n, 16, func(ctx context.Context, i int) error {
+		reply, err := d.client.Call(ctx, d.sessions[i], bus.Batch{Calls: []bus.Call{{ID: "r1", Name: groups.ResetTools,
+			Input: json.RawMessage(`{"` + benchGroup + `":true}`)}}})
+		if err != nil {
+			return fmt.Errorf("bench: reset_tools: %w", err)
+		}
+		return checkReply(reply, 1)
+	})
+}
+
+// checkReply returns an error unless the reply holds n successful results.
+func checkReply(r *bus.Reply, n int) error {
+	if len(r.Results) != n {
+		return fmt.Errorf("bench: %d results for %d calls (parked %d)", len(r.Results), n, len(r.Parked))
+	}
+	for _, res := range r.Results {
+		if res.State != bus.StateSuccess {
+			msg := ""
+			if len(res.Output) > 0 {
+				msg = res.Output[0].Text
+			}
+			return fmt.Errorf("bench: call %s of %s: %s: %s", res.ID, res.Name, res.State, msg)
+		}
+	}
+	return nil
+}
+
+// parallel runs fn(i) for i < n on at most width goroutines and returns the
+// first error.
+func parallel(ctx context.Context, n, width int, fn func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next int
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	for range min(width, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				stop := first != nil || i >= n
+				mu.Unlock()
+				if stop || ctx.Err() != nil {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// The calls measured. Each takes the caller's index, which picks its session.
+
+func (d *deployment) oneHop(ctx context.Context, _ int) error {
+	_, err := d.rawNC.RequestWithContext(ctx, rawEcho, d.payload)
+	return err
+}
+
+func (d *deployment) relay(ctx context.Context, _ int) error {
+	_, err := d.rawNC.RequestWithContext(ctx, rawRelay, d.payload)
+	return err
+}
+
+func (d *deployment) callTool(c *client.Client, tool string) callFunc {
+	return func(ctx context.Context, i int) error {
+		reply, err := c.Call(ctx, d.sessions[i%len(d.sessions)], bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
+		if err != nil {
+			return err
+		}
+		return checkReply(reply, 1)
+	}
+}
+
+// close stops everything deploy started, in reverse order.
+func (d *deployment) close() {
+	var wg sync.WaitGroup
+	for _, w := range append(d.sleepers, d.toolW) {
+		if w != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); stopWorker(w) }()
+		}
+	}
+	wg.Wait()
+	if d.router != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		_ = d.router.Drain(ctx)
+		cancel()
+	}
+	d.mu.Lock()
+	conns := d.conns
+	d.conns = nil
+	d.mu.Unlock()
+	for _, nc := range conns {
+		nc.Close()
+	}
+	if d.srv != nil {
+		d.srv.Shutdown()
+		d.srv.WaitForShutdown()
+	}
+	if d.dir != "" && strings.Contains(d.dir, "toolbus-bench-") {
+		_ = os.RemoveAll(d.dir)
+	}
+}
