@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	fastjson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 )
@@ -53,7 +54,7 @@ func (e *Event) SetData(v any) error {
 	case json.RawMessage:
 		e.Data = d
 	default:
-		b, err := json.Marshal(v)
+		b, err := fastjson.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("bus: marshal %s data: %w", e.Type, err)
 		}
@@ -68,7 +69,7 @@ func (e *Event) DataAs(v any) error {
 	if len(e.Data) == 0 {
 		return Errorf(CodeBadEvent, "%s: data is missing", e.Type)
 	}
-	if err := json.Unmarshal(e.Data, v); err != nil {
+	if err := fastjson.Unmarshal(e.Data, v); err != nil {
 		return Errorf(CodeBadEvent, "%s: data: %v", e.Type, err)
 	}
 	return nil
@@ -204,10 +205,9 @@ func (e *Event) Msg(subject string) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &nats.Msg{Subject: subject, Data: b, Header: nats.Header{}}
-	m.Header[HeaderContentType] = []string{ContentTypeEvent}
+	m := &nats.Msg{Subject: subject, Data: b, Header: plainHeader}
 	if e.TraceParent != "" {
-		m.Header[HeaderTraceParent] = []string{e.TraceParent}
+		m.Header = nats.Header{HeaderContentType: plainHeader[HeaderContentType], HeaderTraceParent: {e.TraceParent}}
 		if e.TraceState != "" {
 			m.Header[HeaderTraceState] = []string{e.TraceState}
 		}
@@ -215,10 +215,15 @@ func (e *Event) Msg(subject string) (*nats.Msg, error) {
 	return m, nil
 }
 
+// plainHeader is the header of every event without trace context; nats.go
+// only reads a message's header, so one map serves them all. Callers of Msg
+// must not modify the returned header in place.
+var plainHeader = nats.Header{HeaderContentType: {ContentTypeEvent}}
+
 // Decode reads the event of a NATS message in structured or binary mode and
 // validates it. Errors are bad_event *Errors with a readable message.
 func Decode(m *nats.Msg) (*Event, error) {
-	if ce := headerValue(m.Header, "ce-specversion"); ce != "" || headerValue(m.Header, "ce-id") != "" {
+	if isBinary(m.Header) {
 		return decodeBinary(m.Header, m.Data)
 	}
 	return DecodeStructured(m.Data)
@@ -314,6 +319,27 @@ func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// isBinary reports whether h carries ce- attributes. The usual structured
+// message has one content-type header, so the exact-name lookups come first
+// and the case-insensitive scan only runs on messages that need it.
+func isBinary(h nats.Header) bool {
+	if len(h) == 0 {
+		return false
+	}
+	if _, ok := h["ce-specversion"]; ok {
+		return true
+	}
+	if _, ok := h["ce-id"]; ok {
+		return true
+	}
+	for k := range h {
+		if len(k) > 3 && (k[0] == 'c' || k[0] == 'C') && (k[1] == 'e' || k[1] == 'E') && k[2] == '-' {
+			return true
+		}
+	}
+	return false
 }
 
 // headerValue reads a header case-insensitively.

@@ -97,13 +97,23 @@ const (
 	BlockData = "data"
 )
 
-// MarshalJSON always writes "text" for a text block, even when empty.
+// MarshalJSON writes the block by hand (blocks are encoded on every call);
+// a text block always has "text", even when empty.
 func (b Block) MarshalJSON() ([]byte, error) {
-	type plain Block
-	if b.Type == BlockText && b.Text == "" {
-		return []byte(`{"type":"text","text":""}`), nil
+	out := make([]byte, 0, 32+len(b.Text)+len(b.Data)+len(b.URL))
+	out = append(out, `{"type":`...)
+	out = appendString(out, b.Type)
+	if b.Text != "" || b.Type == BlockText {
+		out = append(out, `,"text":`...)
+		out = appendString(out, b.Text)
 	}
-	return json.Marshal(plain(b))
+	for _, f := range [...]struct{ key, v string }{{`,"media_type":`, b.MediaType}, {`,"data":`, b.Data}, {`,"url":`, b.URL}} {
+		if f.v != "" {
+			out = append(out, f.key...)
+			out = appendString(out, f.v)
+		}
+	}
+	return append(out, '}'), nil
 }
 
 // Text returns a single text block.

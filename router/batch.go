@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	fastjson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
@@ -36,7 +37,12 @@ type batch struct {
 	parked  []bus.Parked    // what this router parked (and queued) last
 	resumed bool            // a continuation: its reply was sent long ago
 
-	mu         sync.Mutex     // guards callState.result and callState.cancel
+	// deferEvents holds back the call.result events of the final run, so
+	// the reply (which the agent waits for) goes out first; done sends them.
+	deferEvents bool
+	held        []*callState
+
+	mu         sync.Mutex     // guards callState.result/raw/cancel, deferEvents, held
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
 }
 
@@ -47,6 +53,7 @@ type callState struct {
 	input  json.RawMessage // the validated input object
 	early  *bus.Result     // the result when the call cannot run
 	result *bus.Result     // set once, when the call finishes
+	raw    json.RawMessage // result encoded once, for the event, the reply and batch.done
 	cancel context.CancelFunc
 }
 
@@ -78,25 +85,63 @@ func (r *Router) onBatch(m *nats.Msg) {
 	r.m.Batches.Inc()
 	r.track(b)
 	defer r.untrack(b)
-	b.run(0)
-	reply := bus.Reply{Results: make([]bus.Result, 0, len(b.calls)), Parked: b.parked}
-	for _, c := range b.calls {
-		if c.result != nil {
-			reply.Results = append(reply.Results, *c.result)
-		}
-	}
-	if reply.Parked == nil {
-		reply.Parked = []bus.Parked{}
-	}
+	complete := b.run(0)
 	if m.Reply != "" {
-		e, err := r.event(b, bus.TypeCallReply, "", reply)
-		if err == nil {
-			err = bus.Publish(r.nc, m.Reply, e)
+		b.reply(m.Reply)
+	}
+	b.flushHeld()
+	if complete {
+		b.done()
+	}
+}
+
+// reply sends io.toolbus.call.reply: the finished results in call order
+// and the parked calls. Each result is encoded once, for its event, the
+// reply and batch.done alike.
+func (b *batch) reply(subject string) {
+	buf := make([]byte, 0, 256)
+	buf = append(buf, `{"results":[`...)
+	n := 0
+	for _, c := range b.calls {
+		if c.result == nil {
+			continue
 		}
-		if err != nil {
-			r.log.Warn("router: reply failed", "session", b.session, "reply", b.replyID, "err", err)
+		if n > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, b.encoded(c)...)
+		n++
+	}
+	buf = append(buf, `],"parked":`...)
+	parked := b.parked
+	if parked == nil {
+		parked = []bus.Parked{}
+	}
+	pj, err := fastjson.Marshal(parked)
+	if err == nil {
+		buf = append(append(buf, pj...), '}')
+		var e *bus.Event
+		if e, err = b.r.event(b, bus.TypeCallReply, "", json.RawMessage(buf)); err == nil {
+			err = bus.Publish(b.r.nc, subject, e)
 		}
 	}
+	if err != nil {
+		b.r.log.Warn("router: reply failed", "session", b.session, "reply", b.replyID, "err", err)
+	}
+}
+
+// encoded returns the JSON of c's result, encoding it the first time.
+func (b *batch) encoded(c *callState) json.RawMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.raw == nil {
+		raw, err := fastjson.Marshal(c.result)
+		if err != nil {
+			raw, _ = fastjson.Marshal(internal(c.call, err))
+		}
+		c.raw = raw
+	}
+	return c.raw
 }
 
 // track makes a batch reachable by cancels; untrack forgets it.
@@ -178,11 +223,12 @@ func (r *Router) makeBatch(session, replyID, traceParent, traceState, expiry str
 // single unsafe calls; runs go one after another, the calls of a safe run
 // in parallel. A run that parks calls holds back the rest of the batch:
 // run returns, and whichever router records the last answer resumes it.
-// When every call has its result, batch.done is published.
+// It reports whether every call has its result; the caller then sends the
+// reply (if any) and batch.done, in that order.
 //
 // A reset_tools call changes what later calls resolve to, so they are
 // resolved again after it.
-func (b *batch) run(start int) {
+func (b *batch) run(start int) bool {
 	b.resolveFrom(start)
 	for i := start; i < len(b.calls); {
 		j := i + 1
@@ -191,25 +237,45 @@ func (b *batch) run(start int) {
 				j++
 			}
 		}
+		b.mu.Lock()
+		b.deferEvents = j == len(b.calls) && j-i == 1 && !b.resumed
+		b.mu.Unlock()
 		if !b.runCalls(b.calls[i:j], j) {
-			return // parked: the continuation takes it from here
+			return false // parked: the continuation takes it from here
 		}
 		if b.calls[i].target.Reset && b.calls[i].early == nil {
 			b.resolveFrom(j)
 		}
 		i = j
 	}
-	b.done()
+	return true
 }
 
-// done publishes batch.done with every result in call order.
-func (b *batch) done() {
+// flushHeld publishes the result events held back for the reply.
+func (b *batch) flushHeld() {
 	b.publishing.Wait()
-	results := make([]bus.Result, len(b.calls))
-	for i, c := range b.calls {
-		results[i] = *c.result
+	b.mu.Lock()
+	held := b.held
+	b.held, b.deferEvents = nil, false
+	b.mu.Unlock()
+	for _, c := range held {
+		b.r.publishEvent(b, bus.TypeCallResult, c.call.ID, b.encoded(c))
 	}
-	b.r.publishEvent(b, bus.TypeBatchDone, "", bus.BatchDone{Results: results})
+}
+
+// done publishes batch.done with every result in call order, after any
+// held result events.
+func (b *batch) done() {
+	b.flushHeld()
+	buf := append(make([]byte, 0, 256), `{"results":[`...)
+	for i, c := range b.calls {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, b.encoded(c)...)
+	}
+	buf = append(buf, "]}"...)
+	b.r.publishEvent(b, bus.TypeBatchDone, "", json.RawMessage(buf))
 	if b.cont != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -348,7 +414,15 @@ func (b *batch) finish(c *callState, res bus.Result) bool {
 
 // report publishes a finished call's io.toolbus.call.result and counts it.
 func (b *batch) report(c *callState, res bus.Result) {
-	b.r.publishEvent(b, bus.TypeCallResult, c.call.ID, res)
+	b.mu.Lock()
+	hold := b.deferEvents
+	if hold {
+		b.held = append(b.held, c)
+	}
+	b.mu.Unlock()
+	if !hold {
+		b.r.publishEvent(b, bus.TypeCallResult, c.call.ID, b.encoded(c))
+	}
 	tool := metrics.UnknownTool
 	if c.target.Code == "" || c.target.Code == bus.CodeInactiveTool || c.target.Code == bus.CodeUnavailable {
 		tool = c.call.Name

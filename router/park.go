@@ -458,7 +458,9 @@ func (r *Router) resume(cont *external.Batch) {
 	}
 	r.track(b)
 	defer r.untrack(b)
-	b.run(cont.Next)
+	if b.run(cont.Next) {
+		b.done()
+	}
 }
 
 // sweep expires parked calls whose time is up, every interval until ctx ends.

@@ -24,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/pool"
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
@@ -65,6 +66,7 @@ type Router struct {
 	source string
 	log    *slog.Logger
 	sem    chan struct{}
+	pool   *pool.Pool
 
 	store  *bus.Store
 	reg    *registry.Registry
@@ -118,7 +120,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 		cfg.Store.Heartbeat = bus.DefaultHeartbeat
 	}
 	return &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
-		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight),
+		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
 		batches: map[string]*batch{}}, nil
 }
 
@@ -225,7 +227,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg) {
 	r.mu.Unlock()
 	r.sem <- struct{}{}
 	r.m.Inflight.Inc()
-	go func() {
+	r.pool.Go(func() {
 		defer func() {
 			r.m.Inflight.Dec()
 			if p := recover(); p != nil {
@@ -236,7 +238,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg) {
 			r.work.Done()
 		}()
 		h(m)
-	}()
+	})
 }
 
 // Stop drains the router: it stops taking messages, waits for the batches
@@ -273,6 +275,7 @@ func (r *Router) Drain(ctx context.Context) error {
 			r.stop()
 		}
 		r.bg.Wait()
+		r.pool.Close()
 		if r.parked != nil {
 			r.parked.Stop()
 		}

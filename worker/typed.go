@@ -2,8 +2,8 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	json "github.com/goccy/go-json"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schemas"

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/pool"
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/tracing"
 )
@@ -73,6 +74,7 @@ type Worker struct {
 	subj   bus.Subjects
 	source string
 	sem    chan struct{}
+	pool   *pool.Pool
 	log    *slog.Logger
 
 	mu        sync.Mutex
@@ -119,7 +121,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 		cfg.Version = "1.0.0"
 	}
 	return &Worker{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
-		sem: make(chan struct{}, cfg.MaxConcurrent), log: cfg.Logger.With("worker", cfg.ID),
+		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
 		inflight: map[string]*Call{}, cancelled: map[string]time.Time{}, registered: make(chan struct{}),
 		m: metrics.NewWorker(cfg.Metrics, cfg.MaxConcurrent)}, nil
 }
@@ -297,7 +299,7 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	w.m.Waiting.Inc()
 	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
 	w.m.Waiting.Dec()
-	go func() {
+	w.pool.Go(func() {
 		defer func() {
 			<-w.sem
 			w.mu.Lock()
@@ -309,7 +311,7 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 			w.mu.Unlock()
 		}()
 		w.serve(t, m)
-	}()
+	})
 }
 
 func (w *Worker) serve(t *tool, m *nats.Msg) {
@@ -531,6 +533,11 @@ func (w *Worker) stop(ctx context.Context) error {
 	}
 	if w.cancelSub != nil {
 		_ = w.cancelSub.Unsubscribe()
+	}
+	if err == nil {
+		w.pool.Close()
+	} else {
+		go w.pool.Close() // calls still running past ctx: let them end on their own
 	}
 	return err
 }
