@@ -13,6 +13,7 @@
 //	toolbus answer <call-id> 'approved'
 //	toolbus confirm <call-id> --remember
 //	toolbus status
+//	toolbus bench --quick
 package main
 
 import (
@@ -67,6 +68,7 @@ func init() {
 		{"confirm", "<call-id>", "allow (or with --deny refuse) a call parked for a confirmation", runConfirm},
 		{"watch-handoff", "<tool|*>", "print the requests waiting for a tool's handlers (or approvers), oldest first", runWatchHandoff},
 		{"status", "", "show routers, workers per tool, sessions and parked calls", runStatus},
+		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
 	}
 }
 

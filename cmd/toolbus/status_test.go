@@ -35,3 +35,9 @@ func TestStatus(t *testing.T) {
 		t.Fatal("status with an argument succeeded")
 	}
 }
+
+func TestBenchUsage(t *testing.T) {
+	if _, _, err := exec(t.Context(), "bench", "extra"); err == nil {
+		t.Fatal("bench with an argument succeeded")
+	}
+}

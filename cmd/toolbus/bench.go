@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/toolbus/toolbus/bench"
+)
+
+// runBench measures toolbus against raw NATS on an embedded server of its
+// own (it needs no running router).
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, _ := newFlagSet("bench", stderr)
+	quick := fs.Bool("quick", false, "a short run (well under 30 s)")
+	asJSON := fs.Bool("json", false, "print the report as one JSON object")
+	dur := fs.Duration("duration", 0, "length of each measurement (default 3s, 300ms with --quick)")
+	sessions := fs.Int("sessions", 0, "sessions for the memory measurement (default 10000, 1000 with --quick)")
+	verbose := fs.Bool("v", false, "print progress to stderr")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError(fs, "bench takes no arguments")
+	}
+	opts := bench.Options{Quick: *quick, Duration: *dur, Sessions: *sessions}
+	if *verbose {
+		opts.Logf = func(format string, args ...any) {
+			fmt.Fprintf(stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+		}
+	}
+	rep, err := bench.Run(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	rep.WriteTable(stdout)
+	return nil
+}
