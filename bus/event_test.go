@@ -225,7 +225,7 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-// FuzzDecodeMatchesEncodingJSON checks the hand-written structured decoder
+// FuzzDecodeMatchesEncodingJSON checks the structured decoder (goccy/go-json)
 // against encoding/json on the same input.
 func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"a","type":"t","data":{"calls":[{"id":"c","name":"n","input":"{\"a\":1}"}]}}`))
