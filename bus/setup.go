@@ -39,6 +39,11 @@ type StoreConfig struct {
 	HandoffMaxAge time.Duration
 	// Memory, when true, keeps everything in memory instead of files.
 	Memory bool
+	// EventsMemory keeps only the events stream in memory: events are for
+	// agents that reconnect, and writing two per call to disk is most of
+	// the server's cost per call. Parked calls, sessions and the ledger
+	// stay on disk.
+	EventsMemory bool
 }
 
 func (c *StoreConfig) defaults() {
@@ -121,9 +126,13 @@ func Setup(ctx context.Context, js jetstream.JetStream, s Subjects, cfg StoreCon
 		*kv.dst = h
 	}
 	var err error
+	eventsStorage := storage
+	if cfg.EventsMemory {
+		eventsStorage = jetstream.MemoryStorage
+	}
 	st.Events, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: s.Stream(StreamEvents), Description: "toolbus session events",
-		Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, Storage: storage,
+		Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, Storage: eventsStorage,
 		Replicas: cfg.Replicas, Discard: jetstream.DiscardOld,
 	})
 	if err != nil {

@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	withBuiltin := fs.Bool("builtin", true, "serve the built-in tools in-process")
 	replicas := fs.Int("replicas", 1, "JetStream replicas of buckets and streams")
+	eventsMemory := fs.Bool("events-memory", false, "keep the session events stream in memory (parked calls, sessions and the ledger stay on disk); only for a new deployment")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
 	id := fs.String("id", "", "router instance id (default: random)")
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
@@ -98,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
-		Store:  bus.StoreConfig{Replicas: *replicas, Heartbeat: *heartbeat},
+		Store:  bus.StoreConfig{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory},
 		Groups: fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
 		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg})
 	if err != nil {
