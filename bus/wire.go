@@ -3,6 +3,7 @@ package bus
 import (
 	"bytes"
 	"encoding/json"
+	"time"
 )
 
 // Call is one tool call of a model turn. Input is a JSON object, or a JSON
@@ -324,4 +325,36 @@ type Answer struct {
 // AnswerAck is the data of io.toolbus.answer.ack.
 type AnswerAck struct {
 	Accepted bool `json:"accepted"`
+}
+
+// ParkedCall is one entry of the admin verb parked.list.
+type ParkedCall struct {
+	Session        string          `json:"session"`
+	ReplyID        string          `json:"reply_id"`
+	ID             string          `json:"id"`
+	Name           string          `json:"name"`
+	Input          json.RawMessage `json:"input,omitempty"`
+	Kind           string          `json:"kind"`
+	Subject        string          `json:"subject"`
+	SuggestedRules []Rule          `json:"suggested_rules,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	Created        time.Time       `json:"created"`
+	Expires        time.Time       `json:"expires"`
+}
+
+// Status is the data of the admin verb status: what one router sees.
+type Status struct {
+	Router   string       `json:"router"`
+	Tools    []ToolStatus `json:"tools"`
+	Groups   int          `json:"groups"`
+	Sessions int          `json:"sessions"`
+	Parked   int          `json:"parked"`
+}
+
+// ToolStatus is one tool in Status.
+type ToolStatus struct {
+	Name        string   `json:"name"`
+	LiveWorkers int      `json:"live_workers"`
+	External    bool     `json:"external"`
+	Groups      []string `json:"groups,omitempty"`
 }

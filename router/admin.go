@@ -2,9 +2,7 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
-	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
@@ -113,9 +111,9 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		return r.status(), nil
 	case "parked.list":
 		recs := r.parked.Parked(e.SessionID, "")
-		out := make([]parkedView, len(recs))
+		out := make([]bus.ParkedCall, len(recs))
 		for i, rec := range recs {
-			out[i] = parkedView{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,
+			out[i] = bus.ParkedCall{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,
 				Input: rec.Call.Input, Kind: rec.Kind, Subject: rec.Subject, SuggestedRules: rec.SuggestedRules,
 				Reason: rec.Reason, Created: rec.Created, Expires: rec.Expires}
 		}
@@ -124,48 +122,17 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
 }
 
-// parkedView is one entry of parked.list.
-type parkedView struct {
-	Session        string          `json:"session"`
-	ReplyID        string          `json:"reply_id"`
-	ID             string          `json:"id"`
-	Name           string          `json:"name"`
-	Input          json.RawMessage `json:"input,omitempty"`
-	Kind           string          `json:"kind"`
-	Subject        string          `json:"subject"`
-	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
-	Reason         string          `json:"reason,omitempty"`
-	Created        time.Time       `json:"created"`
-	Expires        time.Time       `json:"expires"`
-}
-
 func (r *Router) sessionView(id string) sessionView {
 	sess := r.groups.Session(id)
 	return sessionView{Session: id, Stored: r.groups.Stored(id), Groups: r.groups.View(r.reg, sess, nil).Groups(), State: sess}
 }
 
-// statusView is the reply of the status verb.
-type statusView struct {
-	Router   string       `json:"router"`
-	Tools    []toolStatus `json:"tools"`
-	Groups   int          `json:"groups"`
-	Sessions int          `json:"sessions"`
-	Parked   int          `json:"parked"`
-}
-
-type toolStatus struct {
-	Name        string   `json:"name"`
-	LiveWorkers int      `json:"live_workers"`
-	External    bool     `json:"external"`
-	Groups      []string `json:"groups,omitempty"`
-}
-
-func (r *Router) status() statusView {
+func (r *Router) status() bus.Status {
 	live := r.reg.Workers()
-	st := statusView{Router: r.cfg.ID, Tools: []toolStatus{}, Groups: len(r.groups.Groups()),
+	st := bus.Status{Router: r.cfg.ID, Tools: []bus.ToolStatus{}, Groups: len(r.groups.Groups()),
 		Sessions: r.groups.Sessions(), Parked: len(r.parked.Parked("", ""))}
 	for _, t := range r.reg.Tools() {
-		st.Tools = append(st.Tools, toolStatus{Name: t.Def.Name, LiveWorkers: live[t.Def.Name], External: t.Def.External, Groups: t.Def.Groups})
+		st.Tools = append(st.Tools, bus.ToolStatus{Name: t.Def.Name, LiveWorkers: live[t.Def.Name], External: t.Def.External, Groups: t.Def.Groups})
 	}
 	return st
 }

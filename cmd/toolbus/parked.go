@@ -16,30 +16,15 @@ import (
 	"github.com/toolbus/toolbus/client"
 )
 
-// parkedCall is one entry of the admin verb parked.list.
-type parkedCall struct {
-	Session        string          `json:"session"`
-	ReplyID        string          `json:"reply_id"`
-	ID             string          `json:"id"`
-	Name           string          `json:"name"`
-	Input          json.RawMessage `json:"input,omitempty"`
-	Kind           string          `json:"kind"`
-	Subject        string          `json:"subject"`
-	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
-	Reason         string          `json:"reason,omitempty"`
-	Created        time.Time       `json:"created"`
-	Expires        time.Time       `json:"expires"`
-}
-
 // listParked returns the parked calls of session ("" for every session) as
 // raw reply data and decoded.
-func listParked(ctx context.Context, cl *client.Client, session string) (json.RawMessage, []parkedCall, error) {
+func listParked(ctx context.Context, cl *client.Client, session string) (json.RawMessage, []bus.ParkedCall, error) {
 	var raw json.RawMessage
 	if err := admin(ctx, cl, "parked.list", session, nil, &raw); err != nil {
 		return nil, nil, err
 	}
 	var list struct {
-		Parked []parkedCall `json:"parked"`
+		Parked []bus.ParkedCall `json:"parked"`
 	}
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return nil, nil, fmt.Errorf("admin parked.list: the reply is not a list: %w", err)
@@ -87,7 +72,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // renderParked prints a table of parked calls: session, reply id, call id,
 // tool, kind, age at now, and the input.
-func renderParked(w io.Writer, calls []parkedCall, now time.Time) {
+func renderParked(w io.Writer, calls []bus.ParkedCall, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tREPLY\tCALL\tTOOL\tKIND\tAGE\tINPUT")
 	for _, p := range calls {
@@ -128,12 +113,12 @@ func inputText(in json.RawMessage) string {
 // findParked finds call id in the parked calls of session, narrowed to
 // replyID and tool when they are not "". Finding none is a not_parked
 // *bus.Error; finding several asks for --reply.
-func findParked(ctx context.Context, cl *client.Client, session, id, replyID, tool string) (parkedCall, error) {
+func findParked(ctx context.Context, cl *client.Client, session, id, replyID, tool string) (bus.ParkedCall, error) {
 	_, calls, err := listParked(ctx, cl, session)
 	if err != nil {
-		return parkedCall{}, err
+		return bus.ParkedCall{}, err
 	}
-	var found []parkedCall
+	var found []bus.ParkedCall
 	for _, p := range calls {
 		if p.ID == id && (replyID == "" || p.ReplyID == replyID) && (tool == "" || p.Name == tool) {
 			found = append(found, p)
@@ -148,7 +133,7 @@ func findParked(ctx context.Context, cl *client.Client, session, id, replyID, to
 		if tool != "" {
 			what += " of tool " + tool
 		}
-		return parkedCall{}, bus.Errorf(bus.CodeNotParked, "no call %s%s is parked in session %s", id, what, session)
+		return bus.ParkedCall{}, bus.Errorf(bus.CodeNotParked, "no call %s%s is parked in session %s", id, what, session)
 	case 1:
 		return found[0], nil
 	}
@@ -156,7 +141,7 @@ func findParked(ctx context.Context, cl *client.Client, session, id, replyID, to
 	for i, p := range found {
 		places[i] = p.ReplyID + " (" + p.Name + ")"
 	}
-	return parkedCall{}, fmt.Errorf("call %s is parked in several replies of session %s: %s; pick one with --reply",
+	return bus.ParkedCall{}, fmt.Errorf("call %s is parked in several replies of session %s: %s; pick one with --reply",
 		id, session, strings.Join(places, ", "))
 }
 
@@ -188,9 +173,9 @@ func (a *answerTarget) check(fs *flag.FlagSet, id string) error {
 // resolve returns the parked call to answer: from the flags when both are
 // given and lookup is false, else found with parked.list. A call found
 // there must be of kind.
-func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, session, id, kind string, lookup bool) (parkedCall, error) {
+func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, session, id, kind string, lookup bool) (bus.ParkedCall, error) {
 	if !lookup && *a.replyID != "" && *a.tool != "" {
-		return parkedCall{Session: session, ReplyID: *a.replyID, ID: id, Name: *a.tool, Kind: kind}, nil
+		return bus.ParkedCall{Session: session, ReplyID: *a.replyID, ID: id, Name: *a.tool, Kind: kind}, nil
 	}
 	p, err := findParked(ctx, cl, session, id, *a.replyID, *a.tool)
 	if err != nil {

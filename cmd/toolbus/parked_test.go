@@ -227,7 +227,7 @@ func TestParkedAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var list struct {
-		Parked []parkedCall `json:"parked"`
+		Parked []bus.ParkedCall `json:"parked"`
 	}
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Parked) != 1 || list.Parked[0].Session != "s1" || list.Parked[0].ID != "c1" {
 		t.Fatalf("parked --all --json: %v\n%s", err, out)
@@ -428,7 +428,7 @@ func TestAge(t *testing.T) {
 func TestRenderParked(t *testing.T) {
 	now := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
 	var out strings.Builder
-	renderParked(&out, []parkedCall{
+	renderParked(&out, []bus.ParkedCall{
 		{Session: "s1", ReplyID: "r1", ID: "c1", Name: "approve_po", Kind: bus.KindExternal, Input: json.RawMessage(`{ "q": "PO 7" }`), Created: now.Add(-90 * time.Second)},
 		{Session: "session-two", ReplyID: "r2", ID: "c2", Name: "write", Kind: bus.KindConfirm, Created: now},
 	}, now)

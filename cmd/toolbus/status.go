@@ -10,21 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-)
 
-// statusReply is the data of the status admin verb.
-type statusReply struct {
-	Router string `json:"router"`
-	Tools  []struct {
-		Name        string   `json:"name"`
-		LiveWorkers int      `json:"live_workers"`
-		External    bool     `json:"external"`
-		Groups      []string `json:"groups"`
-	} `json:"tools"`
-	Groups   int `json:"groups"`
-	Sessions int `json:"sessions"`
-	Parked   int `json:"parked"`
-}
+	"github.com/toolbus/toolbus/bus"
+)
 
 // instance is one router or worker found by NATS micro discovery.
 type instance struct {
@@ -55,7 +43,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer closeConn()
-	var st statusReply
+	var st bus.Status
 	if err := cl.Admin(ctx, "status", "", nil, &st); err != nil {
 		return fmt.Errorf("admin status: %w", err)
 	}

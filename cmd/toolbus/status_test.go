@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 func TestStatus(t *testing.T) {
@@ -22,8 +24,8 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v struct {
-		Status    statusReply `json:"status"`
-		Instances []instance  `json:"instances"`
+		Status    bus.Status `json:"status"`
+		Instances []instance `json:"instances"`
 	}
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("%v\n%s", err, out)
