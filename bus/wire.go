@@ -199,7 +199,14 @@ type Register struct {
 	Groups  []Group   `json:"groups,omitempty"`
 	Tools   []ToolDef `json:"tools,omitempty"`
 	Leaving bool      `json:"leaving,omitempty"`
+	// InFlight lists, per tool, the calls the worker is running, as
+	// CallKey values: routers use it to tell a worker that vanished
+	// mid-call from a slow one (an extension of PROTOCOL.md 7).
+	InFlight map[string][]string `json:"inflight,omitempty"`
 }
+
+// CallKey identifies one call of one batch: <session>.<replyid>.<callid>.
+func CallKey(session, replyID, callID string) string { return session + "." + replyID + "." + callID }
 
 // RegisterAck is the data of io.toolbus.register.ack.
 type RegisterAck struct {

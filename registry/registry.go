@@ -7,7 +7,6 @@
 package registry
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -175,9 +174,16 @@ func parseTool(b []byte) (*Tool, error) {
 
 // beat is what a router knows of one worker serving one tool.
 type beat struct {
-	at   time.Time // local time the beat was seen: no clock is compared with the server's
-	rev  uint64
-	left bool // the worker said it is leaving
+	at       time.Time // local time the beat was seen: no clock is compared with the server's
+	rev      uint64
+	left     bool     // the worker said it is leaving
+	inflight []string // calls of the tool the worker was running (bus.CallKey)
+}
+
+// beatValue is a P_workers value.
+type beatValue struct {
+	Left     bool     `json:"left,omitempty"`
+	InFlight []string `json:"inflight,omitempty"`
 }
 
 // leftValue is the liveness value of a worker that left; it expires with
@@ -193,7 +199,23 @@ func (r *Registry) applyWorker(e jetstream.KeyValueEntry) {
 		r.setBeat(tool, worker, beat{rev: e.Revision()}, true)
 		return
 	}
-	r.setBeat(tool, worker, beat{at: r.cfg.Now(), rev: e.Revision(), left: bytes.Equal(e.Value(), leftValue)}, false)
+	var v beatValue
+	_ = json.Unmarshal(e.Value(), &v)
+	r.setBeat(tool, worker, beat{at: r.cfg.Now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight}, false)
+}
+
+// Holds reports whether a live worker of the tool said, in its latest
+// beat, that it is running the call key (bus.CallKey).
+func (r *Registry) Holds(tool, key string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
+	for _, b := range r.liveness[tool] {
+		if !b.left && b.at.After(cutoff) && slices.Contains(b.inflight, key) {
+			return true
+		}
+	}
+	return false
 }
 
 // setBeat records b unless a newer revision is known already; remove drops
@@ -322,11 +344,15 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 			continue
 		}
 		key := name + "." + reg.Worker
-		rev, err := r.workers.Put(ctx, key, []byte(`{}`))
+		val := []byte(`{}`)
+		if calls := reg.InFlight[name]; len(calls) > 0 {
+			val, _ = json.Marshal(beatValue{InFlight: calls})
+		}
+		rev, err := r.workers.Put(ctx, key, val)
 		if err != nil {
 			return ack, fmt.Errorf("registry: liveness %s: %w", key, err)
 		}
-		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev}, false)
+		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev, inflight: reg.InFlight[name]}, false)
 	}
 	return ack, nil
 }

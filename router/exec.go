@@ -121,13 +121,22 @@ func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Res
 	// router waits a little longer and judges by the clock.
 	rctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))
 	defer cancel()
-	resp, err := r.nc.RequestMsgWithContext(rctx, m)
+	wctx, vanish := context.WithCancelCause(rctx)
+	defer vanish(nil)
+	w := r.watchExec(c.call.Name, bus.CallKey(b.session, b.replyID, c.call.ID), vanish)
+	defer r.unwatchExec(w)
+	resp, err := r.nc.RequestMsgWithContext(wctx, m)
 	switch {
 	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):
 		return unavailable(c.call), true
 	case ctx.Err() != nil:
 		return interrupted(c.call), false
+	case context.Cause(wctx) == errVanished:
+		// The worker that took the call stopped beating without finishing
+		// it: a read-only or idempotent call may run again elsewhere.
+		def := &c.target.Tool.Def
+		return unknownOutcome(c.call), def.ReadOnly || def.Idempotent
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return timeoutResult(c, timeout), true
 	default:
@@ -233,4 +242,57 @@ func (r *Router) patchState(session string, def *bus.ToolDef, patch json.RawMess
 		return nil
 	})
 	return err
+}
+
+// errVanished cancels an exec request whose worker is gone.
+var errVanished = errors.New("the worker running the call vanished")
+
+// execWatch is an exec request in flight, watched for a vanished worker.
+type execWatch struct {
+	tool, key string
+	since     time.Time
+	vanish    context.CancelCauseFunc
+}
+
+func (r *Router) watchExec(tool, key string, vanish context.CancelCauseFunc) *execWatch {
+	w := &execWatch{tool: tool, key: key, since: time.Now(), vanish: vanish}
+	r.execMu.Lock()
+	r.execs[w] = struct{}{}
+	r.execMu.Unlock()
+	return w
+}
+
+func (r *Router) unwatchExec(w *execWatch) {
+	r.execMu.Lock()
+	delete(r.execs, w)
+	r.execMu.Unlock()
+}
+
+// watchWorkers runs every heartbeat until ctx ends: an exec request older
+// than three heartbeats whose call no live worker lists in its beats any
+// more lost its worker (workers list their calls in flight with every
+// beat, and a dead worker's beats expire after three), so it ends now
+// instead of at its timeout.
+func (r *Router) watchWorkers(ctx context.Context, hb time.Duration) {
+	t := time.NewTicker(hb)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			r.execMu.Lock()
+			var lost []*execWatch
+			for w := range r.execs {
+				if now.Sub(w.since) > 3*hb && !r.reg.Holds(w.tool, w.key) {
+					lost = append(lost, w)
+				}
+			}
+			r.execMu.Unlock()
+			for _, w := range lost {
+				r.log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.key)
+				w.vanish(errVanished)
+			}
+		}
+	}
 }

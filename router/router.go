@@ -78,6 +78,8 @@ type Router struct {
 	subs    []*nats.Subscription
 	svc     micro.Service
 	batches map[string]*batch // sessionid/replyid → running batch
+	execMu  sync.Mutex
+	execs   map[*execWatch]struct{} // exec requests in flight
 	closed  bool
 	work    sync.WaitGroup
 	bg      sync.WaitGroup // background loops
@@ -121,7 +123,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}
 	return &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
 		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
-		batches: map[string]*batch{}}, nil
+		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}}, nil
 }
 
 // ID returns the router's instance id.
@@ -209,8 +211,9 @@ func (r *Router) Start(ctx context.Context) error {
 		return fmt.Errorf("router: flush: %w", err)
 	}
 	interval := min(max(r.parked.TTL()/10, 10*time.Millisecond), time.Second)
-	r.bg.Add(1)
+	r.bg.Add(2)
 	go func() { defer r.bg.Done(); r.sweep(runCtx, interval) }()
+	go func() { defer r.bg.Done(); r.watchWorkers(runCtx, r.cfg.Store.Heartbeat) }()
 	r.log.Info("router serving", "prefix", r.subj.Prefix)
 	return nil
 }

@@ -80,6 +80,7 @@ type Worker struct {
 	mu        sync.Mutex
 	tools     []*tool
 	inflight  map[string]*Call     // sessionid/replyid/callid → call
+	queued    map[string]string    // bus.CallKey → tool, from arrival to reply
 	cancelled map[string]time.Time // keys of cancels seen lately: session/reply/ (whole reply) or session/reply/call
 	started   bool
 	cancelSub *nats.Subscription
@@ -122,7 +123,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	return &Worker{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
-		inflight: map[string]*Call{}, cancelled: map[string]time.Time{}, registered: make(chan struct{}),
+		inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}, registered: make(chan struct{}),
 		m: metrics.NewWorker(cfg.Metrics, cfg.MaxConcurrent)}, nil
 }
 
@@ -237,6 +238,12 @@ func (w *Worker) registration() bus.Register {
 	for _, t := range w.tools {
 		reg.Tools = append(reg.Tools, t.def)
 	}
+	for key, tool := range w.queued { // accepted, running or waiting for a slot
+		if reg.InFlight == nil {
+			reg.InFlight = map[string][]string{}
+		}
+		reg.InFlight[tool] = append(reg.InFlight[tool], key)
+	}
 	return reg
 }
 
@@ -293,8 +300,17 @@ func (w *Worker) LastAck(ctx context.Context) (*bus.RegisterAck, error) {
 func inflightKey(session, reply, call string) string { return session + "/" + reply + "/" + call }
 
 func (w *Worker) onExec(t *tool, m *nats.Msg) {
+	// The envelope is read before waiting for a slot, so that a call
+	// waiting for one is already listed in the heartbeats (routers end calls
+	// that no live worker lists as vanished).
+	e, err := bus.Decode(m)
+	var key string
 	w.mu.Lock()
 	w.running++
+	if err == nil && e.SessionID != "" && e.ReplyID != "" && e.ToolCallID != "" {
+		key = bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID)
+		w.queued[key] = t.def.Name
+	}
 	w.mu.Unlock()
 	w.m.Waiting.Inc()
 	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
@@ -303,6 +319,7 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 		defer func() {
 			<-w.sem
 			w.mu.Lock()
+			delete(w.queued, key)
 			w.running--
 			if w.running == 0 && w.stopping && w.idle != nil {
 				close(w.idle)
@@ -310,12 +327,11 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 			}
 			w.mu.Unlock()
 		}()
-		w.serve(t, m)
+		w.serve(t, m, e, err)
 	})
 }
 
-func (w *Worker) serve(t *tool, m *nats.Msg) {
-	e, err := bus.Decode(m)
+func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	if err == nil && e.Type != bus.TypeExec {
 		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
 	}
