@@ -30,6 +30,10 @@ type Config struct {
 	// DefaultRules and DefaultWorkDirs seed a new session's permission context.
 	DefaultRules    []bus.Rule
 	DefaultWorkDirs []string
+	// IdleTTL is the sessions bucket's TTL; a session in use is rewritten
+	// (touched) once half of it has passed, so only idle sessions expire.
+	// Zero means bus.DefaultSessionTTL.
+	IdleTTL time.Duration
 	// Logger receives warnings about bad entries; nil discards.
 	Logger *slog.Logger
 }
@@ -100,6 +104,9 @@ func New(st *bus.Store, cfg Config) *Store {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.IdleTTL <= 0 {
+		cfg.IdleTTL = bus.DefaultSessionTTL
 	}
 	return &Store{groupsKV: st.Groups, sessionsKV: st.Sessions, cfg: cfg,
 		groups: map[string]*group{}, sessions: map[string]*Session{}}
@@ -305,6 +312,20 @@ func (s *Store) fresh() *Session {
 		}
 	}
 	return sess
+}
+
+// Touch rewrites a stored session that is in use when half of its idle TTL
+// has passed since its last write, so that the bucket's TTL only ever
+// removes sessions nobody uses. It is cheap when nothing is due.
+func (s *Store) Touch(ctx context.Context, id string) error {
+	s.mu.RLock()
+	sess, ok := s.sessions[id]
+	s.mu.RUnlock()
+	if !ok || time.Since(sess.Updated) < s.cfg.IdleTTL/2 {
+		return nil
+	}
+	_, err := s.Update(ctx, id, func(*Session) error { return nil })
+	return err
 }
 
 // Load reads a session from KV rather than the cache: for the rare reads

@@ -413,3 +413,36 @@ func TestStartEndsWithContext(t *testing.T) {
 	s.Stop()
 	s.Stop()
 }
+
+func TestTouchKeepsUsedSessionsAlive(t *testing.T) {
+	st := newStore(t)
+	s := start(t, st, groups.Config{IdleTTL: 2 * time.Second})
+	if err := s.Touch(t.Context(), "never"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Stored("never") {
+		t.Fatal("touch created a session")
+	}
+	first, err := s.Update(t.Context(), "used", func(x *groups.Session) error { x.Mode = "explore"; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Touch(t.Context(), "used"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Session("used").Revision(); got != first.Revision() {
+		t.Fatal("a fresh session was rewritten")
+	}
+	bustest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if err := s.Touch(t.Context(), "used"); err != nil {
+			return err
+		}
+		if s.Session("used").Revision() == first.Revision() {
+			return fmt.Errorf("not touched yet")
+		}
+		return nil
+	})
+	if s.Session("used").Mode != "explore" {
+		t.Fatal("touch changed the session")
+	}
+}

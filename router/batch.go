@@ -85,6 +85,9 @@ func (r *Router) onBatch(m *nats.Msg) {
 	r.m.Batches.Inc()
 	r.track(b)
 	defer r.untrack(b)
+	if err := r.groups.Touch(b.ctx, b.session); err != nil {
+		r.log.Warn("router: session not touched", "session", b.session, "err", err)
+	}
 	complete := b.run(0)
 	if m.Reply != "" {
 		b.reply(m.Reply)

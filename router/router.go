@@ -154,7 +154,7 @@ func (r *Router) Start(ctx context.Context) error {
 		return fmt.Errorf("router: registry: %w", err)
 	}
 	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode,
-		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, Logger: r.log})
+		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, Logger: r.log})
 	if err := r.groups.Start(runCtx); err != nil {
 		cancel()
 		r.reg.Stop()
