@@ -27,6 +27,7 @@ type Schema struct {
 	doc  any    // the decoded schema (UseNumber), read only
 	base string // Location of the root schema without its fragment
 	sch  *jsonschema.Schema
+	fast *fastNode // nil when the schema is outside the fast subset
 }
 
 // refusedError is the error of the loader that refuses every URL.
@@ -96,7 +97,7 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 		return nil, compileError(m, err)
 	}
 	base, _, _ := strings.Cut(sch.Location, "#")
-	return &Schema{raw: compact, doc: doc, base: base, sch: sch}, nil
+	return &Schema{raw: compact, doc: doc, base: base, sch: sch, fast: buildFast(doc)}, nil
 }
 
 // Raw returns the schema as given, in compact JSON. The caller must not modify it.
@@ -122,6 +123,9 @@ func (s *Schema) Validate(v any) (details []bus.Detail) {
 			details = []bus.Detail{{Path: "/", Message: fmt.Sprintf("input could not be validated: %v", r)}}
 		}
 	}()
+	if s.fast != nil && s.fast.ok(v) {
+		return nil
+	}
 	err := s.sch.Validate(v)
 	if err == nil {
 		return nil

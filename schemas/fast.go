@@ -1,0 +1,295 @@
+package schemas
+
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// fastNode is a schema in the small subset that tool schemas almost always
+// use (type, properties, required, additionalProperties, items, string enums,
+// length and item-count bounds, annotations). Validate asks it first: when it
+// accepts an instance the instance is valid and the full validator never
+// runs; when it does not, or when the schema is outside the subset (no
+// fastNode at all), the full validator decides and explains. It is built
+// once at Compile; a differential test holds it to the full validator.
+type fastNode struct {
+	types      uint8 // bit set of fast* kinds; 0 means any
+	props      map[string]*fastNode
+	required   []string
+	additional int // 0 any, 1 none, 2 must match extra
+	extra      *fastNode
+	items      *fastNode
+	enum       []string // string enum; nil when absent
+	minLen     int
+	maxLen     int // -1 when absent
+	minItems   int
+	maxItems   int // -1 when absent
+	// numeric bounds, only with plain-integer values; an instance that is
+	// not a plain integer of at most 15 digits goes to the full validator.
+	bounded          bool
+	min, max         int64
+	hasMin, hasMax   bool
+	exclMin, exclMax bool
+}
+
+const (
+	fastString = 1 << iota
+	fastNumber
+	fastInteger
+	fastBoolean
+	fastObject
+	fastArray
+	fastNull
+)
+
+var fastTypes = map[string]uint8{"string": fastString, "number": fastNumber, "integer": fastInteger,
+	"boolean": fastBoolean, "object": fastObject, "array": fastArray, "null": fastNull}
+
+// annotations never change whether an instance is valid.
+var annotations = map[string]bool{"description": true, "title": true, "default": true, "examples": true,
+	"$schema": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true}
+
+// buildFast returns the fastNode of schema doc, or nil when any keyword is
+// outside the subset ("format" included: whether it asserts depends on the draft).
+func buildFast(doc any) *fastNode {
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return nil
+	}
+	n := &fastNode{maxLen: -1, maxItems: -1}
+	for k, v := range m {
+		switch {
+		case annotations[k]:
+		case k == "type":
+			switch t := v.(type) {
+			case string:
+				if n.types = fastTypes[t]; n.types == 0 {
+					return nil
+				}
+			case []any:
+				for _, x := range t {
+					s, _ := x.(string)
+					if fastTypes[s] == 0 {
+						return nil
+					}
+					n.types |= fastTypes[s]
+				}
+			default:
+				return nil
+			}
+		case k == "properties":
+			props, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			n.props = make(map[string]*fastNode, len(props))
+			for name, sub := range props {
+				if n.props[name] = buildFast(sub); n.props[name] == nil {
+					return nil
+				}
+			}
+		case k == "required":
+			list, ok := v.([]any)
+			if !ok {
+				return nil
+			}
+			for _, x := range list {
+				s, ok := x.(string)
+				if !ok {
+					return nil
+				}
+				n.required = append(n.required, s)
+			}
+		case k == "additionalProperties":
+			switch a := v.(type) {
+			case bool:
+				if !a {
+					n.additional = 1
+				}
+			default:
+				if n.extra = buildFast(a); n.extra == nil {
+					return nil
+				}
+				n.additional = 2
+			}
+		case k == "items":
+			if n.items = buildFast(v); n.items == nil {
+				return nil
+			}
+		case k == "enum":
+			list, ok := v.([]any)
+			if !ok || len(list) == 0 {
+				return nil
+			}
+			for _, x := range list {
+				s, ok := x.(string)
+				if !ok {
+					return nil
+				}
+				n.enum = append(n.enum, s)
+			}
+		case k == "minimum", k == "maximum", k == "exclusiveMinimum", k == "exclusiveMaximum":
+			num, ok := v.(json.Number)
+			if !ok || !isPlainInteger(string(num)) || len(num) > 16 {
+				return nil
+			}
+			i, err := num.Int64()
+			if err != nil {
+				return nil
+			}
+			n.bounded = true
+			switch k {
+			case "minimum":
+				n.min, n.hasMin = i, true
+			case "maximum":
+				n.max, n.hasMax = i, true
+			case "exclusiveMinimum":
+				n.min, n.hasMin, n.exclMin = i, true, true
+			case "exclusiveMaximum":
+				n.max, n.hasMax, n.exclMax = i, true, true
+			}
+		case k == "minLength", k == "maxLength", k == "minItems", k == "maxItems":
+			num, ok := v.(json.Number)
+			i, err := num.Int64()
+			if !ok || err != nil || i < 0 || i > 1<<30 {
+				return nil
+			}
+			switch k {
+			case "minLength":
+				n.minLen = int(i)
+			case "maxLength":
+				n.maxLen = int(i)
+			case "minItems":
+				n.minItems = int(i)
+			case "maxItems":
+				n.maxItems = int(i)
+			}
+		default:
+			return nil
+		}
+	}
+	return n
+}
+
+// ok reports whether v certainly satisfies n; false means "ask the full
+// validator", not "invalid".
+func (n *fastNode) ok(v any) bool {
+	switch x := v.(type) {
+	case string:
+		if !n.allows(fastString) {
+			return false
+		}
+		if n.enum != nil && !contains(n.enum, x) {
+			return false
+		}
+		if n.minLen > 0 || n.maxLen >= 0 {
+			l := utf8.RuneCountInString(x)
+			if l < n.minLen || n.maxLen >= 0 && l > n.maxLen {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		if n.enum != nil {
+			return false
+		}
+		if n.bounded && !n.inBounds(string(x)) {
+			return false
+		}
+		if n.types == 0 || n.types&fastNumber != 0 {
+			return true
+		}
+		return n.types&fastInteger != 0 && isPlainInteger(string(x))
+	case bool:
+		return n.enum == nil && n.allows(fastBoolean)
+	case nil:
+		return n.enum == nil && n.allows(fastNull)
+	case map[string]any:
+		if n.enum != nil || !n.allows(fastObject) {
+			return false
+		}
+		for _, r := range n.required {
+			if _, ok := x[r]; !ok {
+				return false
+			}
+		}
+		for k, val := range x {
+			if p, ok := n.props[k]; ok {
+				if !p.ok(val) {
+					return false
+				}
+				continue
+			}
+			switch n.additional {
+			case 1:
+				return false
+			case 2:
+				if !n.extra.ok(val) {
+					return false
+				}
+			}
+		}
+		return true
+	case []any:
+		if n.enum != nil || !n.allows(fastArray) || len(x) < n.minItems || n.maxItems >= 0 && len(x) > n.maxItems {
+			return false
+		}
+		if n.items != nil {
+			for _, it := range x {
+				if !n.items.ok(it) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func (n *fastNode) allows(kind uint8) bool { return n.types == 0 || n.types&kind != 0 }
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// isPlainInteger reports whether a JSON number is written as an integer
+// (digits, optional minus). Other spellings of integers (1.0, 1e3) go to the
+// full validator.
+func isPlainInteger(s string) bool {
+	if len(s) > 0 && s[0] == '-' {
+		s = s[1:]
+	}
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// inBounds checks the numeric bounds for a plain integer of at most 15
+// digits (exact in int64); anything else is left to the full validator.
+func (n *fastNode) inBounds(s string) bool {
+	if !isPlainInteger(s) || len(s) > 16 {
+		return false
+	}
+	i, err := json.Number(s).Int64()
+	if err != nil {
+		return false
+	}
+	switch {
+	case n.hasMin && (i < n.min || n.exclMin && i == n.min):
+		return false
+	case n.hasMax && (i > n.max || n.exclMax && i == n.max):
+		return false
+	}
+	return true
+}
