@@ -115,11 +115,13 @@ func (b *batch) adoptParked(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	b.mu.Lock()
 	for _, c := range b.calls {
 		if res, ok := cont.Results[c.call.ID]; ok {
 			c.result = &res
 		}
 	}
+	b.mu.Unlock()
 	recs := b.r.parked.Parked(b.session, b.replyID)
 	b.parked = b.parked[:0]
 	for _, rec := range recs {
@@ -175,11 +177,13 @@ func (b *batch) settleRun(next int) bool {
 	if cont.Phase != external.PhaseResumed {
 		return false
 	}
+	b.mu.Lock()
 	for _, c := range b.calls {
 		if res, ok := cont.Results[c.call.ID]; ok && c.result == nil {
 			c.result = &res // its event came from the router that took the answer
 		}
 	}
+	b.mu.Unlock()
 	b.parked = nil
 	return true
 }

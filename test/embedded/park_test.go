@@ -502,3 +502,37 @@ func TestConfirmationFlow(t *testing.T) {
 		t.Fatalf("gitk: %s", jsonOf(r))
 	}
 }
+
+func TestResentParkedBatch(t *testing.T) {
+	e := newEnv(t, 2)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	var runs atomic.Int32
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "side", ConcurrencySafe: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			runs.Add(1)
+			return textResult("side done"), nil
+		})
+	})
+	e.waitLive("side")
+	calls := []bus.Call{{ID: "c1", Name: "side"}, {ID: "c2", Name: "ext"}}
+	first := e.callParked(t, "s1", "r1", calls...)
+	again := e.callParked(t, "s1", "r1", calls...)
+	if jsonOf(first.Parked) != jsonOf(again.Parked) || len(again.Results) != 1 || textOf(again.Results[0]) != "side done" {
+		t.Fatalf("re-sent parked batch:\nfirst %s\nagain %s", jsonOf(first), jsonOf(again))
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("the side-effecting call ran %d times", runs.Load())
+	}
+	ev, err := e.client.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	if err := e.answer(t, "ext", "s1", "r1", "c2", bus.Answer{State: "success", Output: bus.Text("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	done := nextEvent(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	_ = done.DataAs(&bd)
+	checkCallOrder(t, calls, bd.Results)
+}
