@@ -268,31 +268,36 @@ func (r *Router) unwatchExec(w *execWatch) {
 	r.execMu.Unlock()
 }
 
-// watchWorkers runs every heartbeat until ctx ends: an exec request older
+// watchWorkers runs every heartbeat: an exec request older
 // than three heartbeats whose call no live worker lists in its beats any
 // more lost its worker (workers list their calls in flight with every
 // beat, and a dead worker's beats expire after three), so it ends now
 // instead of at its timeout.
-func (r *Router) watchWorkers(ctx context.Context, hb time.Duration) {
-	t := time.NewTicker(hb)
+func (r *Router) watchWorkers(now time.Time, hb time.Duration) {
+	r.execMu.Lock()
+	var lost []*execWatch
+	for w := range r.execs {
+		if now.Sub(w.since) > 3*hb && !r.reg.Holds(w.tool, w.key) {
+			lost = append(lost, w)
+		}
+	}
+	r.execMu.Unlock()
+	for _, w := range lost {
+		r.log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.key)
+		w.vanish(errVanished)
+	}
+}
+
+// every calls fn every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func(now time.Time)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			r.execMu.Lock()
-			var lost []*execWatch
-			for w := range r.execs {
-				if now.Sub(w.since) > 3*hb && !r.reg.Holds(w.tool, w.key) {
-					lost = append(lost, w)
-				}
-			}
-			r.execMu.Unlock()
-			for _, w := range lost {
-				r.log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.key)
-				w.vanish(errVanished)
-			}
+			fn(now)
 		}
 	}
 }

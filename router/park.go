@@ -467,20 +467,11 @@ func (r *Router) resume(cont *external.Batch) {
 	}
 }
 
-// sweep expires parked calls whose time is up, every interval until ctx ends.
-func (r *Router) sweep(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			for _, rec := range r.parked.Expired(now) {
-				r.endParked(rec, external.StatusExpired, bus.ErrorResult(rec.Call, bus.CodeTimeout,
-					"Tool execution timeout after "+r.parked.TTL().String()))
-			}
-		}
+// sweep expires the parked calls whose time is up.
+func (r *Router) sweep(now time.Time) {
+	for _, rec := range r.parked.Expired(now) {
+		r.endParked(rec, external.StatusExpired, bus.ErrorResult(rec.Call, bus.CodeTimeout,
+			"Tool execution timeout after "+r.parked.TTL().String()))
 	}
 }
 

@@ -212,8 +212,9 @@ func (r *Router) Start(ctx context.Context) error {
 	}
 	interval := min(max(r.parked.TTL()/10, 10*time.Millisecond), time.Second)
 	r.bg.Add(2)
-	go func() { defer r.bg.Done(); r.sweep(runCtx, interval) }()
-	go func() { defer r.bg.Done(); r.watchWorkers(runCtx, r.cfg.Store.Heartbeat) }()
+	hb := r.cfg.Store.Heartbeat
+	go func() { defer r.bg.Done(); every(runCtx, interval, r.sweep) }()
+	go func() { defer r.bg.Done(); every(runCtx, hb, func(now time.Time) { r.watchWorkers(now, hb) }) }()
 	r.log.Info("router serving", "prefix", r.subj.Prefix)
 	return nil
 }

@@ -23,10 +23,7 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usageError(fs, "id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
 		}
 	}
-	if err := checkSession(fs, cn.session); err != nil {
-		return err
-	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.open(fs)
 	if err != nil {
 		return err
 	}

@@ -22,10 +22,7 @@ func runGroups(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 0 {
 		return usageError(fs, "groups takes no arguments, got %q", pos[0])
 	}
-	if err := checkSession(fs, cn.session); err != nil {
-		return err
-	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.open(fs)
 	if err != nil {
 		return err
 	}
@@ -53,10 +50,7 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := checkSession(fs, cn.session); err != nil {
-		return err
-	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.open(fs)
 	if err != nil {
 		return err
 	}

@@ -159,6 +159,14 @@ func (cn *conn) dial() (cl *client.Client, close func(), err error) {
 	return client.New(nc, client.Config{Prefix: cn.prefix, Source: "toolbus/cli"}), nc.Close, nil
 }
 
+// open checks --session and connects: the start of most subcommands.
+func (cn *conn) open(fs *flag.FlagSet) (*client.Client, func(), error) {
+	if err := checkSession(fs, cn.session); err != nil {
+		return nil, nil, err
+	}
+	return cn.dial()
+}
+
 // parse parses args with fs, allowing flags after positional arguments
 // ("call echo '{}' --json"); everything after "--" is positional. It
 // returns the positional arguments.

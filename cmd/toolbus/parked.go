@@ -224,10 +224,7 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := target.check(fs, id); err != nil {
 		return err
 	}
-	if err := checkSession(fs, cn.session); err != nil {
-		return err
-	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.open(fs)
 	if err != nil {
 		return err
 	}
@@ -298,10 +295,7 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *input != "" && !json.Valid([]byte(*input)) {
 		return usageError(fs, "--input %q is not JSON", *input)
 	}
-	if err := checkSession(fs, cn.session); err != nil {
-		return err
-	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.open(fs)
 	if err != nil {
 		return err
 	}

@@ -26,10 +26,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !slices.Contains(formats, *format) {
 		return usageError(fs, "unknown --format %q", *format)
 	}
-	if err := checkSession(fs, cn.session); err != nil {
-		return err
-	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.open(fs)
 	if err != nil {
 		return err
 	}
