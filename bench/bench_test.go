@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"os"
 	"runtime"
 	"slices"
@@ -210,14 +211,13 @@ func TestRunQuick(t *testing.T) {
 	}
 
 	// Everything Run started has stopped (goroutines may take a moment).
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines after Run, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
-	}
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<20)
+			return fmt.Errorf("%d goroutines after Run, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+		}
+		return nil
+	})
 }
 
 // lookup finds a dotted path in a decoded JSON document.
