@@ -109,6 +109,9 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		return r.sessionView(e.SessionID), nil
 	case "status":
 		return r.status(), nil
+	case "skills.list":
+		// Skills are not served yet: the verb exists and lists none.
+		return map[string]any{"skills": []any{}}, nil
 	case "parked.list":
 		recs := r.parked.Parked(e.SessionID, "")
 		out := make([]bus.ParkedCall, len(recs))

@@ -186,6 +186,11 @@ func (r *Router) execResult(c *callState, resp *nats.Msg) bus.Result {
 	if xr.Output == nil {
 		xr.Output = []bus.Block{}
 	}
+	for i, bl := range xr.Output {
+		if err := checkBlock(bl); err != nil {
+			return bus.ErrorResult(c.call, bus.CodeToolError, fmt.Sprintf("Error: the tool returned an invalid output block %d: %v", i, err))
+		}
+	}
 	res := bus.Result{ID: c.call.ID, Name: c.call.Name, State: xr.State, Output: xr.Output, Metadata: xr.Metadata}
 	if len(xr.StatePatch) > 0 && string(xr.StatePatch) != "null" {
 		if err := r.patchState(e.SessionID, &c.target.Tool.Def, xr.StatePatch); err != nil {

@@ -57,3 +57,21 @@ func TestOutputPassThrough(t *testing.T) {
 		})
 	}
 }
+
+func TestInvalidWorkerOutputBlocks(t *testing.T) {
+	e := newEnv(t, 1)
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "bad_blocks", ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			return &bus.ExecResult{Output: []bus.Block{{Type: bus.BlockData, MediaType: "image/png", Data: "AA==", URL: "https://x"}}}, nil
+		})
+	})
+	e.waitLive("bad_blocks")
+	r := e.call(t, "ob", []bus.Call{{ID: "c1", Name: "bad_blocks"}}).Results[0]
+	wantFailure(t, r, bus.StateError, bus.CodeToolError, "Error: the tool returned an invalid output block 0: a data block has exactly one of data and url")
+	var skills struct {
+		Skills []any `json:"skills"`
+	}
+	if err := e.client.Admin(t.Context(), "skills.list", "", nil, &skills); err != nil || skills.Skills == nil {
+		t.Fatalf("skills.list: %v %+v", err, skills)
+	}
+}
