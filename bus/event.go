@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -39,11 +40,35 @@ type Event struct {
 // current time and data marshalled as JSON (data may be a json.RawMessage).
 func NewEvent(typ, source string, data any) (*Event, error) {
 	e := &Event{SpecVersion: SpecVersion, ID: nuid.Next(), Source: source, Type: typ,
-		DataContentType: ContentTypeJSON, Time: time.Now().UTC().Format(time.RFC3339Nano)}
+		DataContentType: ContentTypeJSON, Time: now()}
 	if err := e.SetData(data); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// timeLayout is the layout of the time attribute: RFC 3339, milliseconds.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// lastTime caches the formatted time of the current millisecond: the
+// router stamps several events per call, mostly within the same one.
+var lastTime atomic.Pointer[stamp]
+
+type stamp struct {
+	ms int64
+	s  string
+}
+
+// now returns the current UTC time formatted for the time attribute.
+func now() string {
+	t := time.Now().UTC()
+	ms := t.UnixMilli()
+	if st := lastTime.Load(); st != nil && st.ms == ms {
+		return st.s
+	}
+	s := t.Format(timeLayout)
+	lastTime.Store(&stamp{ms: ms, s: s})
+	return s
 }
 
 // SetData marshals v as the event's data.

@@ -3,6 +3,8 @@ package bus_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
+	"time"
 	"testing"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
@@ -248,4 +250,16 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 			t.Fatalf("data is not JSON: %q", got.Data)
 		}
 	})
+}
+
+func TestEventTimeIsRFC3339(t *testing.T) {
+	for range 3 {
+		e, err := bus.NewEvent(bus.TypeCallResult, "s", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, e.Time); err != nil || !strings.HasSuffix(e.Time, "Z") {
+			t.Fatalf("time %q: %v", e.Time, err)
+		}
+	}
 }
