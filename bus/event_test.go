@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/go-cmp/cmp"
