@@ -10,7 +10,7 @@ import (
 
 func TestStatus(t *testing.T) {
 	d := newDeployment(t)
-	out, _, err := exec(t.Context(), "status", "--nats", d.url)
+	out, _, err := exec(t.Context(), "status", "--wait", "2s", "--nats", d.url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func TestStatus(t *testing.T) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
 	}
-	out, _, err = exec(t.Context(), "status", "--json", "--nats", d.url)
+	out, _, err = exec(t.Context(), "status", "--json", "--wait", "2s", "--nats", d.url)
 	if err != nil {
 		t.Fatal(err)
 	}
