@@ -43,7 +43,9 @@ func Example() {
 
 	w, _ := worker.New(nc, worker.Config{})
 	_ = worker.Register(w, bus.ToolDef{Name: "greet", Description: "Greet someone.", ReadOnly: true},
-		func(_ context.Context, _ *worker.Call, in greetIn) (string, error) { return "Hello, " + in.Name + "!", nil })
+		func(_ context.Context, _ *worker.Call, in greetIn) (string, error) {
+			return "Hello, " + in.Name + "!", nil
+		})
 	if err := w.Start(ctx); err != nil {
 		fmt.Println(err)
 		return
