@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -30,9 +33,18 @@ type Batch struct {
 	Phase       string                `json:"phase"`
 	Cancelled   []string              `json:"cancelled,omitempty"`  // call ids to interrupt before they run; "*" for all
 	ResumedBy   string                `json:"resumed_by,omitempty"` // the call whose result made it ready, or "run"
+	// Owner is the router working on the batch while it is running or
+	// resumed; it renews Touched (a lease) and another router takes the
+	// batch over once Touched is stale.
+	Owner   string    `json:"owner,omitempty"`
+	Touched time.Time `json:"touched"`
 
 	rev uint64
 }
+
+// Active reports whether a router is working on the batch (running or
+// resumed), as opposed to waiting for answers or finished.
+func (b *Batch) Active() bool { return b.Phase == PhaseRunning || b.Phase == PhaseResumed }
 
 // Ready reports whether every awaited call has its result.
 func (b *Batch) Ready() bool {
@@ -107,4 +119,42 @@ func (s *Store) DeleteBatch(ctx context.Context, b *Batch) error {
 		return fmt.Errorf("external: delete batch %s: %w", BatchKey(b.Session, b.ReplyID), err)
 	}
 	return nil
+}
+
+// applyBatch keeps the cache of continuations a router is working on.
+func (s *Store) applyBatch(e jetstream.KeyValueEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := e.Key()
+	if old, ok := s.active[key]; ok && old.rev >= e.Revision() {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(s.active, key)
+		return
+	}
+	var b Batch
+	if err := json.Unmarshal(e.Value(), &b); err != nil {
+		return
+	}
+	b.rev = e.Revision()
+	if b.Active() {
+		s.active[key] = &b
+	} else {
+		delete(s.active, key)
+	}
+}
+
+// Stale returns the continuations that are running or resumed but whose
+// owner has not renewed its lease since before cutoff.
+func (s *Store) Stale(cutoff time.Time) []*Batch {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*Batch
+	for _, b := range s.active {
+		if b.Touched.Before(cutoff) {
+			out = append(out, b)
+		}
+	}
+	return out
 }

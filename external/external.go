@@ -88,7 +88,9 @@ type Store struct {
 	mu     sync.RWMutex
 	parked map[string]*Record // key → record, only records in StatusParked
 	gone   map[string]gone    // key → the revision that took it out of parked, kept a while
+	active map[string]*Batch  // continuations running or resumed, for lease takeovers
 	watch  *bus.Watch
+	bwatch *bus.Watch
 }
 
 // New returns a Store; call Start before use.
@@ -99,7 +101,7 @@ func New(st *bus.Store, subj bus.Subjects, cfg Config) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}, gone: map[string]gone{}}
+	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}, gone: map[string]gone{}, active: map[string]*Batch{}}
 }
 
 // TTL returns how long calls stay parked.
@@ -112,19 +114,29 @@ func (s *Store) Start(ctx context.Context) error {
 		return err
 	}
 	s.watch = w
-	select {
-	case <-w.Ready():
-		return nil
-	case <-ctx.Done():
+	bw, err := bus.WatchKV(ctx, s.kv, "*.*", s.applyBatch)
+	if err != nil {
 		w.Stop()
-		return ctx.Err()
+		return err
 	}
+	s.bwatch = bw
+	for _, x := range []*bus.Watch{w, bw} {
+		select {
+		case <-x.Ready():
+		case <-ctx.Done():
+			s.Stop()
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // Stop ends the watch; safe to call twice.
 func (s *Store) Stop() {
-	if s.watch != nil {
-		s.watch.Stop()
+	for _, w := range []*bus.Watch{s.watch, s.bwatch} {
+		if w != nil {
+			w.Stop()
+		}
 	}
 }
 

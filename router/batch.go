@@ -41,6 +41,7 @@ type batch struct {
 	// the reply (which the agent waits for) goes out first; done sends them.
 	deferEvents bool
 	held        []*callState
+	lease       bool // this router owns b.cont and renews its lease
 
 	mu         sync.Mutex     // guards callState.result/raw/cancel, deferEvents, held
 	publishing sync.WaitGroup // result events set by interrupt, not yet published

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,6 +78,8 @@ func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 			Expiry: b.expiry, Data: b.data}
 	}
 	b.cont.Results, b.cont.Waiting, b.cont.Next, b.cont.Phase = b.results(), waiting, next, external.PhaseRunning
+	b.cont.Owner, b.cont.Touched = r.cfg.ID, time.Now().UTC()
+	b.setLease(true)
 	if err := r.parked.PutBatch(ctx, b.cont); err != nil {
 		if bus.IsConflict(err) && first {
 			b.adoptParked(ctx)
@@ -163,9 +166,9 @@ func (b *batch) settleRun(next int) bool {
 				cb.Results[id] = res
 			}
 		}
-		cb.Phase = external.PhaseParked
+		cb.Phase, cb.Owner = external.PhaseParked, ""
 		if cb.Ready() {
-			cb.Phase, cb.ResumedBy = external.PhaseResumed, "run"
+			cb.Phase, cb.ResumedBy, cb.Owner, cb.Touched = external.PhaseResumed, "run", b.r.cfg.ID, time.Now().UTC()
 		}
 		return nil
 	})
@@ -174,6 +177,7 @@ func (b *batch) settleRun(next int) bool {
 		return false
 	}
 	b.cont = cont
+	b.setLease(cont.Phase == external.PhaseResumed)
 	if cont.Phase != external.PhaseResumed {
 		return false
 	}
@@ -423,7 +427,7 @@ func (r *Router) complete(rec *external.Record, res bus.Result) {
 	cont, err := r.parked.UpdateBatch(ctx, rec.Session, rec.ReplyID, func(b *external.Batch) error {
 		b.Results[rec.Call.ID] = res
 		if b.Phase == external.PhaseParked && b.Ready() {
-			b.Phase, b.ResumedBy = external.PhaseResumed, rec.Call.ID
+			b.Phase, b.ResumedBy, b.Owner, b.Touched = external.PhaseResumed, rec.Call.ID, r.cfg.ID, time.Now().UTC()
 		}
 		return nil
 	})
@@ -455,6 +459,7 @@ func (r *Router) resume(cont *external.Batch) {
 		return
 	}
 	b.cont, b.resumed = cont, true
+	b.setLease(true)
 	for _, c := range b.calls {
 		if res, ok := cont.Results[c.call.ID]; ok {
 			c.result = &res
@@ -463,6 +468,117 @@ func (r *Router) resume(cont *external.Batch) {
 	r.track(b)
 	defer r.untrack(b)
 	if b.run(cont.Next) {
+		b.done()
+	}
+}
+
+// setLease says whether this router owns the batch's continuation and
+// must keep renewing its lease.
+func (b *batch) setLease(on bool) {
+	b.mu.Lock()
+	b.lease = on
+	b.mu.Unlock()
+}
+
+// renewLeases renews the lease of every continuation this router works on.
+func (r *Router) renewLeases(now time.Time) {
+	r.mu.Lock()
+	var owned []*batch
+	for _, b := range r.batches {
+		b.mu.Lock()
+		if b.lease && b.cont != nil {
+			owned = append(owned, b)
+		}
+		b.mu.Unlock()
+	}
+	r.mu.Unlock()
+	for _, b := range owned {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := r.parked.UpdateBatch(ctx, b.session, b.replyID, func(cb *external.Batch) error {
+			if cb.Owner != r.cfg.ID || !cb.Active() {
+				return errNotOwner
+			}
+			cb.Touched = now.UTC()
+			return nil
+		})
+		cancel()
+		if err != nil && !errors.Is(err, errNotOwner) && !bus.IsNotFound(err) {
+			r.log.Warn("router: lease not renewed", "session", b.session, "reply", b.replyID, "err", err)
+		}
+	}
+}
+
+var errNotOwner = errors.New("not the owner of the continuation")
+
+// takeOver resumes continuations whose owner stopped renewing its lease (a
+// router that died while running part of a parked batch). The
+// compare-and-set on the continuation picks one router.
+func (r *Router) takeOver(now time.Time, lease time.Duration) {
+	cutoff := now.Add(-3 * lease)
+	for _, stale := range r.parked.Stale(cutoff) {
+		if stale.Owner == r.cfg.ID {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cont, err := r.parked.UpdateBatch(ctx, stale.Session, stale.ReplyID, func(cb *external.Batch) error {
+			if !cb.Active() || !cb.Touched.Before(cutoff) {
+				return errNotOwner
+			}
+			r.log.Warn("router: taking over a batch whose router stopped", "session", cb.Session, "reply", cb.ReplyID, "owner", cb.Owner)
+			cb.Phase, cb.Owner, cb.Touched, cb.ResumedBy = external.PhaseResumed, r.cfg.ID, time.Now().UTC(), "takeover"
+			return nil
+		})
+		cancel()
+		if err != nil {
+			continue
+		}
+		r.mu.Lock()
+		closed := r.closed
+		if !closed {
+			r.work.Add(1)
+		}
+		r.mu.Unlock()
+		if closed {
+			return
+		}
+		r.pool.Go(func() { defer r.work.Done(); r.repair(cont) })
+	}
+}
+
+// repair finishes a continuation taken over from a router that died: the
+// calls of its last run that never got a result run again (the ledger keeps
+// side-effecting ones from running twice), then the batch waits for its
+// answers or goes on.
+func (r *Router) repair(cont *external.Batch) {
+	b, err := r.makeBatch(cont.Session, cont.ReplyID, cont.TraceParent, cont.TraceState, cont.Expiry, cont.Data)
+	if err != nil {
+		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
+		return
+	}
+	b.cont, b.resumed = cont, true
+	b.setLease(true)
+	for _, c := range b.calls {
+		if res, ok := cont.Results[c.call.ID]; ok {
+			c.result = &res
+		}
+	}
+	r.track(b)
+	defer r.untrack(b)
+	b.resolveFrom(0)
+	var wg sync.WaitGroup
+	for _, c := range b.calls[:min(cont.Next, len(b.calls))] {
+		if c.result != nil || slices.Contains(cont.Waiting, c.call.ID) {
+			continue
+		}
+		if c.early != nil {
+			b.finish(c, *c.early)
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); b.execute(c) }()
+	}
+	wg.Wait()
+	if b.settleRun(cont.Next) && b.run(cont.Next) {
 		b.done()
 	}
 }

@@ -211,10 +211,14 @@ func (r *Router) Start(ctx context.Context) error {
 		return fmt.Errorf("router: flush: %w", err)
 	}
 	interval := min(max(r.parked.TTL()/10, 10*time.Millisecond), time.Second)
-	r.bg.Add(2)
+	r.bg.Add(3)
 	hb := r.cfg.Store.Heartbeat
 	go func() { defer r.bg.Done(); every(runCtx, interval, r.sweep) }()
 	go func() { defer r.bg.Done(); every(runCtx, hb, func(now time.Time) { r.watchWorkers(now, hb) }) }()
+	go func() {
+		defer r.bg.Done()
+		every(runCtx, hb, func(now time.Time) { r.renewLeases(now); r.takeOver(now, hb) })
+	}()
 	r.log.Info("router serving", "prefix", r.subj.Prefix)
 	return nil
 }

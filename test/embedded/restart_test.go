@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/worker"
 )
 
 // routerProcess is cmd/router running as a separate process.
@@ -151,4 +154,84 @@ func countOf(xs []string, x string) int {
 		}
 	}
 	return n
+}
+
+// A router killed while it still runs part of a parked batch: another
+// router takes the batch over once the lease is stale, runs the calls that
+// never reported, and the batch completes when the answer comes.
+func TestBatchTakenOverFromKilledRouter(t *testing.T) {
+	bin := buildRouter(t)
+	s := bustest.RunServer(t)
+	nc := bustest.Connect(t, s)
+	c := client.New(nc, client.Config{Source: "test/agent"})
+	a := startRouter(t, bin, s.ClientURL(), "A")
+
+	reg, _ := bus.NewEvent(bus.TypeRegister, "test/registrar", bus.Register{Worker: "registrar", Tools: []bus.ToolDef{{
+		Name: "sign_off", Description: "A person signs off.", External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow,
+		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}}})
+	m, _ := reg.Msg("toolbus.register")
+	if _, err := nc.RequestMsg(m, bound); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 2)
+	release := make(chan struct{})
+	var runs atomic.Int32
+	w, err := worker.New(bustest.Connect(t, s), worker.Config{Heartbeat: testHeartbeat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle(t, w, bus.ToolDef{Name: "fetch", ReadOnly: true, ConcurrencySafe: true}, func(ctx context.Context, _ *worker.Call) (*bus.ExecResult, error) {
+		if runs.Add(1) == 1 {
+			started <- struct{}{}
+			select { // the first run outlives its router; its reply goes nowhere
+			case <-ctx.Done():
+			case <-release:
+			}
+			return nil, errors.New("too late")
+		}
+		return textResult("fetched"), nil
+	})
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(release); _ = w.Stop(context.Background()) })
+	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		list, err := c.Tools(t.Context(), "s1", "", nil)
+		if err != nil {
+			return err
+		}
+		if len(list.Tools) < 2 {
+			return fmt.Errorf("tools not listed yet")
+		}
+		return nil
+	})
+	ev, err := c.Watch(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	if _, err := c.Publish("s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "sign_off"}, {ID: "c2", Name: "fetch"}}}, client.WithReplyID("r1")); err != nil {
+		t.Fatal(err)
+	}
+	nextEvent(t, ev, bus.TypeCallParked)
+	<-started
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.cmd.Wait()
+	startRouter(t, bin, s.ClientURL(), "B")
+	res := nextEvent(t, ev, bus.TypeCallResult) // fetch, run again by B
+	if res.ToolCallID != "c2" {
+		t.Fatalf("first result is for %s", res.ToolCallID)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	if err := c.Answer(ctx, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")}); err != nil {
+		t.Fatal(err)
+	}
+	done := nextEvent(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	if err := done.DataAs(&bd); err != nil || len(bd.Results) != 2 || textOf(bd.Results[0]) != "signed" || textOf(bd.Results[1]) != "fetched" {
+		t.Fatalf("batch.done %s", done.Data)
+	}
 }
