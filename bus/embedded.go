@@ -63,6 +63,16 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	if cfg.ConfigFile == "" || cfg.Listen != "" {
 		opts.Host, opts.Port = host, port
 	}
+	if opts.Port > 0 {
+		// Say plainly when the port is taken, rather than "not ready".
+		ln, err := net.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
+		if err != nil {
+			return nil, fmt.Errorf("bus: cannot listen on %s (is another router or nats-server running there? "+
+				"join it with --nats nats://%s, or pick another --listen): %w",
+				net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), err)
+		}
+		_ = ln.Close()
+	}
 	opts.MaxPayload = 8 << 20
 	s, err := server.NewServer(opts)
 	if err != nil {
