@@ -365,22 +365,6 @@ func isBinary(h nats.Header) bool {
 	return false
 }
 
-// headerValue reads a header case-insensitively.
-func headerValue(h nats.Header, name string) string {
-	if h == nil {
-		return ""
-	}
-	if v, ok := h[name]; ok && len(v) > 0 {
-		return v[0]
-	}
-	for k, v := range h {
-		if len(v) > 0 && strings.EqualFold(k, name) {
-			return v[0]
-		}
-	}
-	return ""
-}
-
 // EncodeBinary returns the headers and body of e in binary mode; it is the
 // inverse of Decode for such messages and serves clients and tests.
 func EncodeBinary(e *Event) (nats.Header, []byte) {

@@ -81,7 +81,7 @@ func parseObject(b []byte, prefix string) (json.RawMessage, any, error) {
 // isCompact reports whether b (valid JSON) has no insignificant whitespace;
 // tabs, newlines and carriage returns cannot occur unescaped in strings.
 func isCompact(b []byte) bool {
-	if bytes.IndexAny(b, "\t\n\r") >= 0 {
+	if bytes.ContainsAny(b, "\t\n\r") {
 		return false
 	}
 	if bytes.IndexByte(b, ' ') < 0 {

@@ -112,9 +112,7 @@ func strip(s *jsonschema.Schema) error {
 		}
 	}
 	for _, k := range []string{"$schema", "$id", "title"} {
-		if _, ok := s.Extras[k]; ok {
-			delete(s.Extras, k)
-		}
+		delete(s.Extras, k)
 	}
 	subs := []*jsonschema.Schema{s.Not, s.If, s.Then, s.Else, s.Items, s.Contains,
 		s.AdditionalProperties, s.PropertyNames, s.ContentSchema}

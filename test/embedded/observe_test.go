@@ -71,7 +71,7 @@ func TestTracePropagatesAgentRouterWorker(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range workerSpan.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["gen_ai.tool.name"] != "traced" || attrs["gen_ai.tool.call.id"] != "c1" || attrs["gen_ai.operation.name"] != "execute_tool" {
 		t.Fatalf("attributes %v", attrs)

@@ -323,8 +323,8 @@ func TestQueuedBehindParkedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	// solo runs, then c3 parks in its turn.
+	nextEvent(t, ev, bus.TypeCallParked) // c1 parking, before the answer
 	parked := nextEvent(t, ev, bus.TypeCallParked)
-	parked = nextEvent(t, ev, bus.TypeCallParked)
 	var pe bus.ParkedEvent
 	_ = parked.DataAs(&pe)
 	if len(pe.Calls) != 1 || pe.Calls[0].ID != "c3" {
