@@ -451,20 +451,30 @@ func (r *Router) complete(rec *external.Record, res bus.Result) {
 	}
 }
 
-// resume runs the rest of a batch whose awaited calls have all finished.
-func (r *Router) resume(cont *external.Batch) {
+// fromContinuation rebuilds a batch from its continuation, with the
+// results recorded so far.
+func (r *Router) fromContinuation(cont *external.Batch) (*batch, error) {
 	b, err := r.makeBatch(cont.Session, cont.ReplyID, cont.TraceParent, cont.TraceState, cont.Expiry, cont.Data)
 	if err != nil {
-		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
-		return
+		return nil, err
 	}
 	b.cont, b.resumed = cont, true
-	b.setLease(true)
 	for _, c := range b.calls {
 		if res, ok := cont.Results[c.call.ID]; ok {
 			c.result = &res
 		}
 	}
+	return b, nil
+}
+
+// resume runs the rest of a batch whose awaited calls have all finished.
+func (r *Router) resume(cont *external.Batch) {
+	b, err := r.fromContinuation(cont)
+	if err != nil {
+		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
+		return
+	}
+	b.setLease(true)
 	r.track(b)
 	defer r.untrack(b)
 	if b.run(cont.Next) {
@@ -550,18 +560,12 @@ func (r *Router) takeOver(now time.Time, lease time.Duration) {
 // side-effecting ones from running twice), then the batch waits for its
 // answers or goes on.
 func (r *Router) repair(cont *external.Batch) {
-	b, err := r.makeBatch(cont.Session, cont.ReplyID, cont.TraceParent, cont.TraceState, cont.Expiry, cont.Data)
+	b, err := r.fromContinuation(cont)
 	if err != nil {
 		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
 		return
 	}
-	b.cont, b.resumed = cont, true
 	b.setLease(true)
-	for _, c := range b.calls {
-		if res, ok := cont.Results[c.call.ID]; ok {
-			c.result = &res
-		}
-	}
 	r.track(b)
 	defer r.untrack(b)
 	b.resolveFrom(0)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -73,13 +75,15 @@ func startRouter(t *testing.T, bin, url, id string) *routerProcess {
 	return p
 }
 
-func TestParkedCallSurvivesRouterKill(t *testing.T) {
-	bin := buildRouter(t)
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s)
-	c := client.New(nc, client.Config{Source: "test/agent"})
-	a := startRouter(t, bin, s.ClientURL(), "A")
-
+// killableDeployment starts nats-server in process and router "A" as a
+// process (so it can be killed), and registers the external tool sign_off.
+func killableDeployment(t *testing.T) (bin string, s *server.Server, nc *nats.Conn, c *client.Client, a *routerProcess) {
+	t.Helper()
+	bin = buildRouter(t)
+	s = bustest.RunServer(t)
+	nc = bustest.Connect(t, s)
+	c = client.New(nc, client.Config{Source: "test/agent"})
+	a = startRouter(t, bin, s.ClientURL(), "A")
 	reg, _ := bus.NewEvent(bus.TypeRegister, "test/registrar", bus.Register{Worker: "registrar", Tools: []bus.ToolDef{{
 		Name: "sign_off", Description: "A person signs off.", External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow,
 		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}}})
@@ -87,6 +91,11 @@ func TestParkedCallSurvivesRouterKill(t *testing.T) {
 	if _, err := nc.RequestMsg(m, bound); err != nil {
 		t.Fatal(err)
 	}
+	return bin, s, nc, c, a
+}
+
+func TestParkedCallSurvivesRouterKill(t *testing.T) {
+	bin, s, nc, c, a := killableDeployment(t)
 	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		list, err := c.Tools(t.Context(), "s1", "", nil)
 		if err != nil {
@@ -160,19 +169,7 @@ func countOf(xs []string, x string) int {
 // router takes the batch over once the lease is stale, runs the calls that
 // never reported, and the batch completes when the answer comes.
 func TestBatchTakenOverFromKilledRouter(t *testing.T) {
-	bin := buildRouter(t)
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s)
-	c := client.New(nc, client.Config{Source: "test/agent"})
-	a := startRouter(t, bin, s.ClientURL(), "A")
-
-	reg, _ := bus.NewEvent(bus.TypeRegister, "test/registrar", bus.Register{Worker: "registrar", Tools: []bus.ToolDef{{
-		Name: "sign_off", Description: "A person signs off.", External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow,
-		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}}})
-	m, _ := reg.Msg("toolbus.register")
-	if _, err := nc.RequestMsg(m, bound); err != nil {
-		t.Fatal(err)
-	}
+	bin, s, _, c, a := killableDeployment(t)
 	started := make(chan struct{}, 2)
 	release := make(chan struct{})
 	var runs atomic.Int32
