@@ -68,4 +68,3 @@ func TestAdminDeleteVerbs(t *testing.T) {
 		t.Fatalf("session.delete without sessionid: %v", err)
 	}
 }
-
