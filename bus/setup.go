@@ -173,3 +173,27 @@ func IsConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyExists) ||
 		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
+
+// DeleteKV deletes key and returns the revision of the value it deleted (0
+// when there was none). Caches keep that revision as a tombstone: a watch
+// delivery at or below it is a write the delete already covered, and must
+// not bring the key back.
+func DeleteKV(ctx context.Context, kv jetstream.KeyValue, key string) (uint64, error) {
+	for range 16 {
+		e, err := kv.Get(ctx, key)
+		if IsNotFound(err) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		err = kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+		if err == nil {
+			return e.Revision(), nil
+		}
+		if !IsConflict(err) {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("delete %s: too much contention", key)
+}

@@ -90,7 +90,8 @@ type Store struct {
 
 	mu       sync.RWMutex
 	groups   map[string]*group
-	ordered  []bus.Group // meta and external groups in registration order; rebuilt on change
+	deleted  map[string]uint64 // tombstones: the revision each deleted group was deleted at or after
+	ordered  []bus.Group       // meta and external groups in registration order; rebuilt on change
 	sessions map[string]*Session
 
 	watches []*bus.Watch
@@ -109,7 +110,7 @@ func New(st *bus.Store, cfg Config) *Store {
 		cfg.IdleTTL = bus.DefaultSessionTTL
 	}
 	return &Store{groupsKV: st.Groups, sessionsKV: st.Sessions, cfg: cfg,
-		groups: map[string]*group{}, sessions: map[string]*Session{}}
+		groups: map[string]*group{}, deleted: map[string]uint64{}, sessions: map[string]*Session{}}
 }
 
 // Start loads both caches and keeps them fed until ctx ends or Stop.
@@ -145,10 +146,7 @@ func (s *Store) Stop() {
 func (s *Store) applyGroup(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		s.mu.Lock()
-		if old, ok := s.groups[e.Key()]; ok && old.rev < e.Revision() {
-			delete(s.groups, e.Key())
-			s.reorder()
-		}
+		s.forget(e.Key(), e.Revision())
 		s.mu.Unlock()
 		return
 	}
@@ -170,14 +168,29 @@ type groupRecord struct {
 func (s *Store) putGroup(g bus.Group, rev uint64, order int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.groups[g.Name]; ok && old.rev > rev {
+	if old, ok := s.groups[g.Name]; ok && old.rev > rev || rev <= s.deleted[g.Name] {
 		return
 	}
+	delete(s.deleted, g.Name)
 	if order == 0 {
 		order = int64(rev)
 	}
 	s.groups[g.Name] = &group{def: g, order: order, rev: rev}
 	s.reorder()
+}
+
+// forget drops group name, deleted at revision rev or later, and keeps rev
+// as its tombstone so that a late delivery of an older put cannot bring it
+// back. s.mu must be held.
+func (s *Store) forget(name string, rev uint64) {
+	if old, ok := s.groups[name]; ok {
+		if old.rev > rev {
+			return
+		}
+		delete(s.groups, name)
+		s.reorder()
+	}
+	s.deleted[name] = max(s.deleted[name], rev)
 }
 
 func (s *Store) reorder() {
@@ -261,12 +274,15 @@ func (s *Store) Put(ctx context.Context, g bus.Group) error {
 // Delete removes a group definition; sessions keep nothing of it that
 // matters, since an undefined group is never active.
 func (s *Store) Delete(ctx context.Context, name string) error {
-	if err := s.groupsKV.Delete(ctx, name); err != nil && !bus.IsNotFound(err) {
+	rev, err := bus.DeleteKV(ctx, s.groupsKV, name)
+	if err != nil {
 		return fmt.Errorf("groups: delete %s: %w", name, err)
 	}
 	s.mu.Lock()
-	delete(s.groups, name)
-	s.reorder()
+	if old, ok := s.groups[name]; ok {
+		rev = max(rev, old.rev)
+	}
+	s.forget(name, rev)
 	s.mu.Unlock()
 	return nil
 }

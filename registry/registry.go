@@ -51,6 +51,7 @@ type Registry struct {
 
 	mu       sync.RWMutex
 	byName   map[string]*Tool
+	deleted  map[string]uint64          // tombstones: the revision each deleted tool was deleted at or after
 	liveness map[string]map[string]beat // tool → worker → last beat
 	version  uint64                     // bumped on every change
 
@@ -71,7 +72,7 @@ func New(st *bus.Store, cfg Config) *Registry {
 		cfg.Now = time.Now
 	}
 	return &Registry{tools: st.Tools, workers: st.Workers, cfg: cfg,
-		byName: map[string]*Tool{}, liveness: map[string]map[string]beat{}, ready: make(chan struct{})}
+		byName: map[string]*Tool{}, deleted: map[string]uint64{}, liveness: map[string]map[string]beat{}, ready: make(chan struct{})}
 }
 
 // Start begins watching both buckets and returns once the initial values are
@@ -113,10 +114,7 @@ func (r *Registry) applyTool(e jetstream.KeyValueEntry) {
 	name := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		r.mu.Lock()
-		if old, ok := r.byName[name]; ok && old.rev < e.Revision() {
-			delete(r.byName, name)
-			r.version++
-		}
+		r.forget(name, e.Revision())
 		r.mu.Unlock()
 		return
 	}
@@ -132,11 +130,26 @@ func (r *Registry) applyTool(e jetstream.KeyValueEntry) {
 func (r *Registry) put(t *Tool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.byName[t.Def.Name]; ok && old.rev > t.rev {
+	if old, ok := r.byName[t.Def.Name]; ok && old.rev > t.rev || t.rev <= r.deleted[t.Def.Name] {
 		return
 	}
+	delete(r.deleted, t.Def.Name)
 	r.byName[t.Def.Name] = t
 	r.version++
+}
+
+// forget drops tool name, deleted at revision rev or later, and keeps rev as
+// its tombstone so that a late delivery of an older put cannot bring it
+// back. r.mu must be held.
+func (r *Registry) forget(name string, rev uint64) {
+	if old, ok := r.byName[name]; ok {
+		if old.rev > rev {
+			return
+		}
+		delete(r.byName, name)
+		r.version++
+	}
+	r.deleted[name] = max(r.deleted[name], rev)
 }
 
 // A P_tools value is the definition's JSON with one more key, "registered":
@@ -472,12 +485,15 @@ func (r *Registry) leave(ctx context.Context, worker string) error {
 
 // Delete removes a tool definition (the admin verb tools.delete).
 func (r *Registry) Delete(ctx context.Context, name string) error {
-	if err := r.tools.Delete(ctx, name); err != nil && !bus.IsNotFound(err) {
+	rev, err := bus.DeleteKV(ctx, r.tools, name)
+	if err != nil {
 		return fmt.Errorf("registry: delete %s: %w", name, err)
 	}
 	r.mu.Lock()
-	delete(r.byName, name)
-	r.version++
+	if old, ok := r.byName[name]; ok {
+		rev = max(rev, old.rev)
+	}
+	r.forget(name, rev)
 	r.mu.Unlock()
 	return nil
 }
