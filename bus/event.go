@@ -225,25 +225,39 @@ func appendString(b []byte, s string) []byte {
 }
 
 // Msg returns a NATS message to subject carrying the event in structured
-// mode, with the content-type header and the trace headers set.
+// mode, with the content-type header and the trace headers set. The message
+// has its own header, which the caller (or jetstream.PublishMsg) may modify.
 func (e *Event) Msg(subject string) (*nats.Msg, error) {
+	return e.msg(subject, false)
+}
+
+// msg is Msg; with shared, an event without trace context gets the one
+// read-only plainHeader instead of a map of its own. Only the senders of
+// this package use it, with calls that never modify a header.
+func (e *Event) msg(subject string, shared bool) (*nats.Msg, error) {
 	b, err := e.Encode()
 	if err != nil {
 		return nil, err
 	}
-	m := &nats.Msg{Subject: subject, Data: b, Header: plainHeader}
-	if e.TraceParent != "" {
+	m := &nats.Msg{Subject: subject, Data: b}
+	switch {
+	case e.TraceParent != "":
 		m.Header = nats.Header{HeaderContentType: plainHeader[HeaderContentType], HeaderTraceParent: {e.TraceParent}}
 		if e.TraceState != "" {
 			m.Header[HeaderTraceState] = []string{e.TraceState}
 		}
+	case shared:
+		m.Header = plainHeader
+	default:
+		m.Header = nats.Header{HeaderContentType: plainHeader[HeaderContentType]}
 	}
 	return m, nil
 }
 
-// plainHeader is the header of every event without trace context; nats.go
-// only reads a message's header, so one map serves them all. Callers of Msg
-// must not modify the returned header in place.
+// plainHeader is the header of every event without trace context that this
+// package sends itself: nats.Conn's PublishMsg and RequestMsg only read a
+// header, so one map serves them all. It must never reach code that writes
+// headers (jetstream.PublishMsg adds Nats-Msg-Id, for one).
 var plainHeader = nats.Header{HeaderContentType: {ContentTypeEvent}}
 
 // Decode reads the event of a NATS message in structured or binary mode and

@@ -7,7 +7,9 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Publisher is the part of *nats.Conn that sending events needs.
+// Publisher is the part of *nats.Conn that sending events needs. An
+// implementation must not modify the message's header, which may be shared
+// between messages.
 type Publisher interface {
 	PublishMsg(m *nats.Msg) error
 }
@@ -16,7 +18,7 @@ var _ Publisher = (*nats.Conn)(nil)
 
 // Publish sends e on subject in structured mode.
 func Publish(p Publisher, subject string, e *Event) error {
-	m, err := e.Msg(subject)
+	m, err := e.msg(subject, true)
 	if err != nil {
 		return err
 	}
@@ -57,4 +59,14 @@ func Flush(ctx context.Context, nc *nats.Conn) error {
 		defer cancel()
 	}
 	return nc.FlushWithContext(ctx)
+}
+
+// SendRequest sends e on subject in structured mode and waits for the reply
+// until ctx ends.
+func SendRequest(ctx context.Context, nc *nats.Conn, subject string, e *Event) (*nats.Msg, error) {
+	m, err := e.msg(subject, true)
+	if err != nil {
+		return nil, err
+	}
+	return nc.RequestMsgWithContext(ctx, m)
 }

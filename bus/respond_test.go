@@ -131,3 +131,28 @@ func TestErrorIs(t *testing.T) {
 		t.Fatal("matched a plain error")
 	}
 }
+
+// TestMsgHeaderIsOwn: a header written on one message (jetstream.PublishMsg
+// adds Nats-Msg-Id) must not appear on any other.
+func TestMsgHeaderIsOwn(t *testing.T) {
+	e, err := bus.NewEvent(bus.TypeCallResult, "test", map[string]int{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Msg("subj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Header.Set(nats.MsgIdHdr, "one")
+	var got *nats.Msg
+	if err := bus.Publish(publisherFunc(func(m *nats.Msg) error { got = m; return nil }), "subj", e); err != nil {
+		t.Fatal(err)
+	}
+	if id := got.Header.Get(nats.MsgIdHdr); id != "" {
+		t.Fatalf("a published event carries %s %q, written on another message's header", nats.MsgIdHdr, id)
+	}
+	m2, _ := e.Msg("subj")
+	if id := m2.Header.Get(nats.MsgIdHdr); id != "" || m2.Header.Get("content-type") != bus.ContentTypeEvent {
+		t.Fatalf("second Msg header %v", m2.Header)
+	}
+}

@@ -121,11 +121,7 @@ func (c *Client) request(ctx context.Context, subject string, e *bus.Event, want
 		ctx, cancel = context.WithTimeout(ctx, def)
 		defer cancel()
 	}
-	m, err := e.Msg(subject)
-	if err != nil {
-		return err
-	}
-	resp, err := c.nc.RequestMsgWithContext(ctx, m)
+	resp, err := bus.SendRequest(ctx, c.nc, subject, e)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("client: no router serves %s: %w", subject, err)

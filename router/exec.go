@@ -112,10 +112,6 @@ func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Res
 	e.Subject = ""
 	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
 	e.TraceParent, e.TraceState = tracing.Inject(ctx, e.TraceParent, e.TraceState)
-	m, err := e.Msg(r.subj.Exec(c.call.Name))
-	if err != nil {
-		return internal(c.call, err), false
-	}
 	// The worker's context ends at the deadline; its reply ("context
 	// deadline exceeded") may then race the router's own timer, so the
 	// router waits a little longer and judges by the clock.
@@ -125,7 +121,7 @@ func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Res
 	defer vanish(nil)
 	w := r.watchExec(c.call.Name, bus.CallKey(b.session, b.replyID, c.call.ID), vanish)
 	defer r.unwatchExec(w)
-	resp, err := r.nc.RequestMsgWithContext(wctx, m)
+	resp, err := bus.SendRequest(wctx, r.nc, r.subj.Exec(c.call.Name), e)
 	switch {
 	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):

@@ -265,13 +265,9 @@ func (w *Worker) send(ctx context.Context, reg bus.Register) (*bus.RegisterAck, 
 	if err != nil {
 		return nil, err
 	}
-	m, err := e.Msg(w.subj.Register())
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Heartbeat)
 	defer cancel()
-	resp, err := w.nc.RequestMsgWithContext(ctx, m)
+	resp, err := bus.SendRequest(ctx, w.nc, w.subj.Register(), e)
 	if err != nil {
 		return nil, err
 	}

@@ -199,6 +199,21 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 		}
 		return nil
 	})
+	// Every event of the batch is kept by the events stream: the handoff's
+	// message id must not leak into the headers of later events, which the
+	// stream would then drop as duplicates.
+	rp, err := e.client.Replay(testCtx(t), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rp.Stop()
+	var types []string
+	for _, x := range collect(t, rp, batchDone("r1")) {
+		types = append(types, x.Type)
+	}
+	if want := []string{bus.TypeCallParked, bus.TypeCallResult, bus.TypeBatchDone}; !slices.Equal(types, want) {
+		t.Fatalf("replayed %v, want %v", types, want)
+	}
 }
 
 func (e *env) callParked(t *testing.T, session, replyID string, calls ...bus.Call) *bus.Reply {
