@@ -68,8 +68,19 @@ type load struct {
 	mallocs uint64        // heap allocations in the same span
 }
 
-// throughput is calls per second inside the window.
-func (l load) throughput() float64 { return float64(l.counted) / l.window.Seconds() }
+// throughput is calls per second.
+//
+// It is the calls finished inside the window per second of the window, or,
+// when calls last longer than a (short) window allows, every call per
+// second of wall time, whichever is larger: a queue that drains only after
+// the window closes still shows its rate.
+func (l load) throughput() float64 {
+	rate := float64(l.counted) / l.window.Seconds()
+	if l.wall > 0 {
+		rate = max(rate, float64(l.total)/l.wall.Seconds())
+	}
+	return rate
+}
 
 // cpuPerCall is process CPU per call in microseconds.
 func (l load) cpuPerCall() float64 {

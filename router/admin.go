@@ -50,7 +50,9 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		if err := needSession(); err != nil {
 			return nil, err
 		}
-		return r.sessionView(e.SessionID), nil
+		// Read from KV: the answer must show every write acknowledged so far,
+		// through whichever router.
+		return r.sessionView(e.SessionID, r.groups.Refresh(ctx, e.SessionID)), nil
 	case "session.delete":
 		if err := needSession(); err != nil {
 			return nil, err
@@ -79,7 +81,7 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 				return nil, bus.Errorf(bus.CodeBadRequest, "group %q has scope %s; only external-scope groups are switched by operators (meta groups by reset_tools)", name, g.Scope)
 			}
 		}
-		_, err := r.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
+		sess, err := r.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
 			s.Active = slices.DeleteFunc(s.Active, func(g string) bool { return slices.Contains(d.Groups, g) })
 			if *d.Active {
 				s.Active = append(s.Active, d.Groups...)
@@ -89,7 +91,7 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		if err != nil {
 			return nil, err
 		}
-		return r.sessionView(e.SessionID), nil
+		return r.sessionView(e.SessionID, sess), nil
 	case "session.mode":
 		if err := needSession(); err != nil {
 			return nil, err
@@ -100,13 +102,14 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		if err := e.DataAs(&d); err != nil || !permission.ValidMode(d.Mode) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "session.mode wants {\"mode\": \"default|accept_edits|explore|bypass|dont_ask\"}")
 		}
-		if _, err := r.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
+		sess, err := r.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
 			s.Mode = d.Mode
 			return nil
-		}); err != nil {
+		})
+		if err != nil {
 			return nil, err
 		}
-		return r.sessionView(e.SessionID), nil
+		return r.sessionView(e.SessionID, sess), nil
 	case "status":
 		return r.status(), nil
 	case "skills.list":
@@ -125,9 +128,8 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
 }
 
-func (r *Router) sessionView(id string) sessionView {
-	sess := r.groups.Session(id)
-	return sessionView{Session: id, Stored: r.groups.Stored(id), Groups: r.groups.View(r.reg, sess, nil).Groups(), State: sess}
+func (r *Router) sessionView(id string, sess *groups.Session) sessionView {
+	return sessionView{Session: id, Stored: sess.Revision() != 0, Groups: r.groups.View(r.reg, sess, nil).Groups(), State: sess}
 }
 
 func (r *Router) status() bus.Status {
