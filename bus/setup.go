@@ -91,6 +91,7 @@ type Store struct {
 	Ledger   jetstream.KeyValue
 	Events   jetstream.Stream
 	Handoff  jetstream.Stream
+	Skills   jetstream.ObjectStore
 }
 
 // Setup creates or updates the buckets and streams of PROTOCOL.md section 8
@@ -145,6 +146,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, s Subjects, cfg StoreCon
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: stream %s: %w", s.Stream(StreamHandoff), err)
+	}
+	if st.Skills, err = SkillsStore(ctx, js, s, cfg.Replicas); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

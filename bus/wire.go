@@ -136,8 +136,8 @@ func ErrorResult(c Call, code, msg string, details ...Detail) Result {
 // ExecRequest is the data of io.toolbus.exec.
 type ExecRequest struct {
 	Call    Call            `json:"call"`
-	User    json.RawMessage `json:"user,omitempty"`
-	Context json.RawMessage `json:"context,omitempty"`
+	User    json.RawMessage `json:"user"`
+	Context json.RawMessage `json:"context"`
 	Attempt int             `json:"attempt"`
 	State   json.RawMessage `json:"state,omitempty"`
 }

@@ -229,8 +229,8 @@ func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 // io.toolbus.confirm.request.
 type Request struct {
 	Call           bus.Call        `json:"call"`
-	User           json.RawMessage `json:"user,omitempty"`
-	Context        json.RawMessage `json:"context,omitempty"`
+	User           json.RawMessage `json:"user"`
+	Context        json.RawMessage `json:"context"`
 	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
 	Reason         string          `json:"reason,omitempty"`
 	Subject        string          `json:"subject"`

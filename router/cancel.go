@@ -12,15 +12,23 @@ import (
 // onCancel ends the named calls of a batch running on this router: running
 // calls have their exec request abandoned (the worker cancels their context
 // from the same event), and calls not yet started never start. Every router
-// receives the cancel; those without the batch ignore it.
+// receives the cancel; those without the batch ignore it. A malformed
+// cancel sent with a reply subject is answered with io.toolbus.error (by
+// every router; the sender reads the first).
 func (r *Router) onCancel(m *nats.Msg) {
 	e, err := r.decode(m, "cancel", bus.TypeCallCancel)
-	if err != nil || e.ReplyID == "" {
-		return
+	if err == nil && e.ReplyID == "" {
+		err = bus.Errorf(bus.CodeBadEvent, "a cancel needs the replyid of the batch")
 	}
 	var c bus.Cancel
-	if len(e.Data) > 0 {
-		_ = json.Unmarshal(e.Data, &c)
+	if err == nil && len(e.Data) > 0 && string(e.Data) != "null" {
+		if uerr := json.Unmarshal(e.Data, &c); uerr != nil {
+			err = bus.Errorf(bus.CodeBadEvent, "cancel data must be {\"calls\": [call ids]}: %v", uerr)
+		}
+	}
+	if err != nil {
+		r.reject(m, err)
+		return
 	}
 	r.mu.Lock()
 	b := r.batches[e.SessionID+"/"+e.ReplyID]

@@ -18,7 +18,8 @@ type Call struct {
 	ReplyID   string
 	// Input is the call's input object, already validated by the router.
 	Input json.RawMessage
-	// User and Context are the batch's runtime context, unchanged.
+	// User and Context are the batch's runtime context, unchanged; nil when
+	// the batch had none.
 	User    json.RawMessage
 	Context json.RawMessage
 	// Attempt counts from 1; it grows when the router retries.

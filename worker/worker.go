@@ -363,7 +363,7 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 		defer c2()
 	}
 	c := &Call{ID: req.Call.ID, Name: req.Call.Name, SessionID: e.SessionID, ReplyID: e.ReplyID,
-		Input: req.Call.Input, User: req.User, Context: req.Context, Attempt: req.Attempt, State: req.State,
+		Input: req.Call.Input, User: absentIfNull(req.User), Context: absentIfNull(req.Context), Attempt: req.Attempt, State: req.State,
 		w: w, cancel: cancel, traceParent: tp, traceState: ts}
 	key := inflightKey(e.SessionID, e.ReplyID, req.Call.ID)
 	w.mu.Lock()
@@ -552,4 +552,12 @@ func (w *Worker) stop(ctx context.Context) error {
 		go w.pool.Close() // calls still running past ctx: let them end on their own
 	}
 	return err
+}
+
+// absentIfNull maps the JSON null of an absent user or context to nil.
+func absentIfNull(raw json.RawMessage) json.RawMessage {
+	if string(raw) == "null" {
+		return nil
+	}
+	return raw
 }
