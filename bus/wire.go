@@ -201,8 +201,10 @@ type Register struct {
 	Leaving bool      `json:"leaving,omitempty"`
 	// InFlight lists, per tool, the calls the worker is running, as
 	// CallKey values: routers use it to tell a worker that vanished
-	// mid-call from a slow one (an extension of PROTOCOL.md 7).
-	InFlight map[string][]string `json:"inflight,omitempty"`
+	// mid-call from a slow one (an extension of PROTOCOL.md 7). A worker
+	// that sends it, even empty, promises to list every call it runs; nil
+	// (null or absent) means the worker does not report them.
+	InFlight map[string][]string `json:"inflight"`
 }
 
 // CallKey identifies one call of one batch: <session>.<replyid>.<callid>.

@@ -190,12 +190,14 @@ type beat struct {
 	at       time.Time // local time the beat was seen: no clock is compared with the server's
 	rev      uint64
 	left     bool     // the worker said it is leaving
-	inflight []string // calls of the tool the worker was running (bus.CallKey)
+	inflight []string // calls of the tool the worker was running (bus.CallKey); nil: it does not say
 }
 
 // beatValue is a P_workers value.
 type beatValue struct {
-	Left     bool     `json:"left,omitempty"`
+	Left bool `json:"left,omitempty"`
+	// InFlight is absent for a worker that does not report its calls in
+	// flight, and a list, possibly empty, for one that does.
 	InFlight []string `json:"inflight,omitempty"`
 }
 
@@ -217,14 +219,16 @@ func (r *Registry) applyWorker(e jetstream.KeyValueEntry) {
 	r.setBeat(tool, worker, beat{at: r.cfg.Now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight}, false)
 }
 
-// Holds reports whether a live worker of the tool said, in its latest
-// beat, that it is running the call key (bus.CallKey).
-func (r *Registry) Holds(tool, key string) bool {
+// MayHold reports whether a live worker of the tool may be running the call
+// key (bus.CallKey): one said so in its latest beat, or one does not report
+// its calls in flight at all (a worker written from PROTOCOL.md alone), so
+// nobody can tell.
+func (r *Registry) MayHold(tool, key string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
 	for _, b := range r.liveness[tool] {
-		if !b.left && b.at.After(cutoff) && slices.Contains(b.inflight, key) {
+		if !b.left && b.at.After(cutoff) && (b.inflight == nil || slices.Contains(b.inflight, key)) {
 			return true
 		}
 	}
@@ -357,15 +361,19 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 			continue
 		}
 		key := name + "." + reg.Worker
-		val := []byte(`{}`)
-		if calls := reg.InFlight[name]; len(calls) > 0 {
-			val, _ = json.Marshal(beatValue{InFlight: calls})
+		val, inflight := []byte(`{}`), []string(nil)
+		if reg.InFlight != nil { // the worker reports its calls in flight
+			inflight = reg.InFlight[name]
+			if inflight == nil {
+				inflight = []string{}
+			}
+			val, _ = json.Marshal(map[string][]string{"inflight": inflight})
 		}
 		rev, err := r.workers.Put(ctx, key, val)
 		if err != nil {
 			return ack, fmt.Errorf("registry: liveness %s: %w", key, err)
 		}
-		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev, inflight: reg.InFlight[name]}, false)
+		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev, inflight: inflight}, false)
 	}
 	return ack, nil
 }

@@ -269,16 +269,18 @@ func (r *Router) unwatchExec(w *execWatch) {
 	r.execMu.Unlock()
 }
 
-// watchWorkers runs every heartbeat: an exec request older
-// than three heartbeats whose call no live worker lists in its beats any
-// more lost its worker (workers list their calls in flight with every
-// beat, and a dead worker's beats expire after three), so it ends now
-// instead of at its timeout.
+// watchWorkers runs every heartbeat: an exec request older than three
+// heartbeats whose call no live worker lists in its beats any more lost its
+// worker (workers list their calls in flight with every beat, and a dead
+// worker's beats expire after three), so it ends now instead of at its
+// timeout. While a live worker of the tool does not report its calls in
+// flight (a worker written from PROTOCOL.md alone), nothing can be told and
+// the call waits for its timeout.
 func (r *Router) watchWorkers(now time.Time, hb time.Duration) {
 	r.execMu.Lock()
 	var lost []*execWatch
 	for w := range r.execs {
-		if now.Sub(w.since) > 3*hb && !r.reg.Holds(w.tool, w.key) {
+		if now.Sub(w.since) > 3*hb && !r.reg.MayHold(w.tool, w.key) {
 			lost = append(lost, w)
 		}
 	}

@@ -234,14 +234,11 @@ func (w *Worker) heartbeat(ctx context.Context) {
 func (w *Worker) registration() bus.Register {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups}
+	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups, InFlight: map[string][]string{}}
 	for _, t := range w.tools {
 		reg.Tools = append(reg.Tools, t.def)
 	}
 	for key, tool := range w.queued { // accepted, running or waiting for a slot
-		if reg.InFlight == nil {
-			reg.InFlight = map[string][]string{}
-		}
 		reg.InFlight[tool] = append(reg.InFlight[tool], key)
 	}
 	return reg
