@@ -196,16 +196,30 @@ func (r *Router) execResult(c *callState, resp *nats.Msg) bus.Result {
 	switch xr.State {
 	case bus.StateSuccess:
 	case bus.StateError:
-		res.Error = &bus.ResultError{Code: bus.CodeToolError, Message: textOf(xr.Output)}
-		if len(res.Output) == 0 {
-			res.Output = bus.Text("Error: the tool failed")
-		}
+		fail(&res, bus.CodeToolError, toolFailedText)
 	case bus.StateInterrupted:
-		res.Error = &bus.ResultError{Code: bus.CodeInterrupted, Message: textOf(xr.Output)}
+		fail(&res, bus.CodeInterrupted, bus.InterruptedText)
 	default:
 		return internal(c.call, fmt.Errorf("worker returned state %q", xr.State))
 	}
 	return res
+}
+
+// toolFailedText is the text of an error result whose tool or handler gave
+// no text of its own.
+const toolFailedText = "Error: the tool failed without saying why."
+
+// fail makes res, a tool's or handler's own result in an error state, an
+// error result with code: its error message is the output's text, and an
+// output without a text block gets one, with fallback, before the rest
+// (PROTOCOL.md 3.3: an error result still carries a readable text block).
+func fail(res *bus.Result, code, fallback string) {
+	msg := textOf(res.Output)
+	if msg == "" {
+		msg = fallback
+		res.Output = append(bus.Text(fallback), res.Output...)
+	}
+	res.Error = &bus.ResultError{Code: code, Message: msg}
 }
 
 func textOf(blocks []bus.Block) string {

@@ -314,7 +314,7 @@ func (r *Router) settle(rec *external.Record) {
 			res.Output = []bus.Block{}
 		}
 		if a.State == bus.StateError {
-			res.Error = &bus.ResultError{Code: bus.CodeToolError, Message: textOf(a.Output)}
+			fail(&res, bus.CodeToolError, toolFailedText)
 		}
 		r.complete(rec, res)
 		return
