@@ -36,6 +36,7 @@ type batch struct {
 	cont    *external.Batch // the continuation record once the batch parked
 	parked  []bus.Parked    // what this router parked (and queued) last
 	resumed bool            // a continuation: its reply was sent long ago
+	silent  bool            // runs one confirmed call whose result complete publishes: no events
 
 	// deferEvents holds back the call.result events of the final run, so
 	// the reply (which the agent waits for) goes out first; done sends them.
@@ -424,7 +425,7 @@ func (b *batch) report(c *callState, res bus.Result) {
 		b.held = append(b.held, c)
 	}
 	b.mu.Unlock()
-	if !hold {
+	if !hold && !b.silent {
 		b.r.publishEvent(b, bus.TypeCallResult, c.call.ID, b.encoded(c))
 	}
 	tool := metrics.UnknownTool

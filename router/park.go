@@ -361,7 +361,7 @@ func (r *Router) runConfirmed(rec *external.Record) bus.Result {
 	if err != nil {
 		return internal(rec.Call, err)
 	}
-	b.cont = cont
+	b.cont, b.silent = cont, true // complete publishes the result, once
 	r.track(b)
 	defer r.untrack(b)
 	var c *callState
