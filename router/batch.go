@@ -347,6 +347,9 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 			}
 		}
 	}
+	if len(parks) > 0 {
+		parks, kinds = b.reuseParked(parks, kinds)
+	}
 	if len(parks) > 0 && !b.park(parks, kinds, next) {
 		return false // a re-sent batch found the first one parked
 	}

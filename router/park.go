@@ -111,6 +111,27 @@ func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 	return true
 }
 
+// reuseParked finishes, with the result an earlier copy of this batch
+// recorded, each call that copy parked and that has settled since
+// (answered, expired or cancelled): a batch re-sent after its answers came
+// in gets the same results and parks nothing again. It returns the calls
+// still to park.
+func (b *batch) reuseParked(calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var keep []*callState
+	var keepSpecs []parkSpec
+	for i, c := range calls {
+		rec, err := b.r.parked.Get(ctx, external.Key(b.session, b.replyID, c.call.ID))
+		if err == nil && rec.Status != external.StatusParked && rec.Result != nil {
+			b.finish(c, *rec.Result)
+			continue
+		}
+		keep, keepSpecs = append(keep, c), append(keepSpecs, specs[i])
+	}
+	return keep, keepSpecs
+}
+
 // adoptParked fills the batch from the continuation of the same reply id
 // that an earlier copy of this batch left.
 func (b *batch) adoptParked(ctx context.Context) {
