@@ -107,7 +107,9 @@ func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 		b.parked = append(b.parked, bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: bus.KindQueued,
 			Subject: r.subj.Answer(c.call.Name)})
 	}
-	r.publishEvent(b, bus.TypeCallParked, "", bus.ParkedEvent{Calls: b.parked})
+	if first { // once per batch (PROTOCOL.md 3.4), not again when a resumed batch parks more
+		r.publishEvent(b, bus.TypeCallParked, "", bus.ParkedEvent{Calls: b.parked})
+	}
 	return true
 }
 

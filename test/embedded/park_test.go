@@ -337,23 +337,40 @@ func TestQueuedBehindParkedRun(t *testing.T) {
 	if err := e.answer(t, "ext", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("one")}); err != nil {
 		t.Fatal(err)
 	}
-	// solo runs, then c3 parks in its turn.
-	nextEvent(t, ev, bus.TypeCallParked) // c1 parking, before the answer
-	parked := nextEvent(t, ev, bus.TypeCallParked)
-	var pe bus.ParkedEvent
-	_ = parked.DataAs(&pe)
-	if len(pe.Calls) != 1 || pe.Calls[0].ID != "c3" {
-		t.Fatalf("second parked event %s", parked.Data)
-	}
+	// solo runs, then c3 parks in its turn: operators see it in parked.list.
+	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+		var list struct {
+			Parked []struct{ ID string } `json:"parked"`
+		}
+		if err := e.client.Admin(t.Context(), "parked.list", "s1", nil, &list); err != nil {
+			return err
+		}
+		if len(list.Parked) != 1 || list.Parked[0].ID != "c3" {
+			return fmt.Errorf("parked.list %+v, want c3", list.Parked)
+		}
+		return nil
+	})
 	if runs.Load() != 1 {
 		t.Fatalf("solo ran %d times", runs.Load())
 	}
 	if err := e.answer(t, "ext", "s1", "r1", "c3", bus.Answer{State: "success", Output: bus.Text("three")}); err != nil {
 		t.Fatal(err)
 	}
-	done := nextEvent(t, ev, bus.TypeBatchDone)
+	// One call.parked for the batch (PROTOCOL.md 3.4), none when c3 parked later.
+	events := collect(t, ev, batchDone("r1"))
 	var bd bus.BatchDone
-	_ = done.DataAs(&bd)
+	parkedEvents := 0
+	for _, x := range events {
+		switch x.Type {
+		case bus.TypeCallParked:
+			parkedEvents++
+		case bus.TypeBatchDone:
+			_ = x.DataAs(&bd)
+		}
+	}
+	if parkedEvents != 1 {
+		t.Fatalf("%d call.parked events for one batch", parkedEvents)
+	}
 	checkCallOrder(t, calls, bd.Results)
 	if textOf(bd.Results[1]) != "solo done" || textOf(bd.Results[2]) != "three" {
 		t.Fatalf("results %s", jsonOf(bd.Results))
