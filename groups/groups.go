@@ -55,7 +55,8 @@ type Session struct {
 	// Updated is when the session was last written.
 	Updated time.Time `json:"updated"`
 
-	rev uint64
+	rev    uint64
+	cached time.Time // when this router's cache took it (local clock)
 }
 
 // Revision is the KV revision the session was read at; 0 for a session that
@@ -225,6 +226,7 @@ func (s *Store) applySession(e jetstream.KeyValueEntry) {
 		return
 	}
 	sess.rev = e.Revision()
+	sess.cached = time.Now()
 	s.sessions[e.Key()] = &sess
 }
 
@@ -364,21 +366,31 @@ func (s *Store) Load(ctx context.Context, id string) (*Session, error) {
 
 // Refresh reads a session from KV, updates the cache with it, and returns
 // it; on a KV error it falls back to the cache. Routers use it where a stale
-// cache would give a wrong answer that a user sees (a tool just activated
-// through another router reported inactive, a listing).
+// cache would give a wrong answer that a user sees: once per run of a batch,
+// a listing, session.get.
 func (s *Store) Refresh(ctx context.Context, id string) *Session {
+	asked := time.Now()
 	sess, err := s.Load(ctx, id)
 	if err != nil {
 		return s.Session(id)
 	}
-	if sess.rev == 0 {
-		return sess
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if sess.rev == 0 { // not stored (any more)
+		// An entry cached before the read was deleted since; one cached
+		// after it may be a write the read did not see yet.
+		if old, ok := s.sessions[id]; ok {
+			if old.cached.After(asked) {
+				return old
+			}
+			delete(s.sessions, id)
+		}
+		return sess
+	}
 	if old, ok := s.sessions[id]; ok && old.rev >= sess.rev {
 		return old
 	}
+	sess.cached = time.Now()
 	s.sessions[id] = sess
 	return sess
 }
@@ -434,6 +446,7 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) 
 			next.rev = rev
 			s.mu.Lock()
 			if old, ok := s.sessions[id]; !ok || old.rev < rev {
+				next.cached = time.Now()
 				s.sessions[id] = next
 			}
 			s.mu.Unlock()

@@ -259,6 +259,36 @@ func (r *Registry) setBeat(tool, worker string, b beat, remove bool) {
 	m[worker] = b
 }
 
+// Refresh reads tool name, and the liveness of its workers when the cache
+// has none live, from KV into the cache. Routers call it for a call that the
+// cache resolves to an unknown or unavailable tool: a registration
+// acknowledged through another router a moment ago may not have reached
+// this router's watch yet.
+func (r *Registry) Refresh(ctx context.Context, name string) error {
+	e, err := r.tools.Get(ctx, name)
+	if bus.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.applyTool(e)
+	t, ok := r.Lookup(name)
+	if !ok || r.Live(t) {
+		return nil
+	}
+	keys, err := r.workers.ListKeysFiltered(ctx, name+".*")
+	if err != nil {
+		return err
+	}
+	for key := range keys.Keys() {
+		if e, err := r.workers.Get(ctx, key); err == nil {
+			r.applyWorker(e)
+		}
+	}
+	return nil
+}
+
 // Lookup returns the tool named name, live or not.
 func (r *Registry) Lookup(name string) (*Tool, bool) {
 	r.mu.RLock()

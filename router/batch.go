@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -234,6 +235,13 @@ func (r *Router) makeBatch(session, replyID, traceParent, traceState, expiry str
 // A reset_tools call changes what later calls resolve to, so they are
 // resolved again after it.
 func (b *batch) run(start int) bool {
+	// Activation and permissions are shared by every router at once
+	// (PROTOCOL.md 4.2): the session is read from KV once per run of the
+	// batch, into the cache that resolution and permission decisions read,
+	// so a write acknowledged through another router a moment ago counts.
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	b.r.groups.Refresh(ctx, b.session)
+	cancel()
 	b.resolveFrom(start)
 	for i := start; i < len(b.calls); {
 		j := i + 1
@@ -290,28 +298,38 @@ func (b *batch) done() {
 	}
 }
 
-// The session comes from the watch-fed cache; when a call resolves to an
-// inactive tool, the session is read again from KV once, so an activation
-// made through another router a moment ago is never missed.
+// resolveFrom resolves the calls from index i on that have no result yet,
+// against the session as the cache holds it (run refreshed it from KV). A
+// call that resolves to an unknown or unavailable tool is resolved again
+// after the tool is read from KV: its registration may have been
+// acknowledged through another router a moment ago.
 func (b *batch) resolveFrom(i int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	view := b.r.groups.View(b.r.reg, b.r.groups.Session(b.session), b.req)
-	stale := false
+	var missing []string
 	for _, c := range b.calls[i:] {
 		if c.result == nil {
 			b.resolve(view, c)
-			stale = stale || c.target.Code == bus.CodeInactiveTool
+			if code := c.target.Code; (code == bus.CodeUnknownTool || code == bus.CodeUnavailable) &&
+				bus.ValidName(c.call.Name) && !slices.Contains(missing, c.call.Name) {
+				missing = append(missing, c.call.Name)
+			}
 		}
 	}
-	if !stale {
+	if len(missing) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
-	view = b.r.groups.View(b.r.reg, b.r.groups.Refresh(ctx, b.session), b.req)
+	for _, name := range missing {
+		if err := b.r.reg.Refresh(ctx, name); err != nil {
+			b.r.log.Warn("router: tool not read from KV", "tool", name, "err", err)
+		}
+	}
+	view = b.r.groups.View(b.r.reg, b.r.groups.Session(b.session), b.req)
 	for _, c := range b.calls[i:] {
-		if c.result == nil && c.target.Code == bus.CodeInactiveTool {
+		if c.result == nil && slices.Contains(missing, c.call.Name) {
 			b.resolve(view, c)
 		}
 	}

@@ -264,6 +264,11 @@ func (r *Router) onAnswer(m *nats.Msg) {
 		return
 	}
 	r.m.Answers.WithLabelValues("accepted").Inc()
+	if rec.Kind == bus.KindConfirm {
+		// Before the ack: a batch the agent sends once the answer is
+		// acknowledged must find the rules in place, not ask again.
+		r.remember(ctx, rec.Session, a.Rules)
+	}
 	if err := bus.Respond(r.nc, m, r.source, bus.TypeAnswerAck, bus.AnswerAck{Accepted: true}); err != nil {
 		r.log.Warn("router: answer ack failed", "err", err)
 	}
@@ -328,6 +333,23 @@ func checkBlock(bl bus.Block) error {
 	return fmt.Errorf("block type %q must be text or data", bl.Type)
 }
 
+// remember adds a confirmation's rules to the session's permission context.
+func (r *Router) remember(ctx context.Context, session string, rules []bus.Rule) {
+	if len(rules) == 0 {
+		return
+	}
+	if _, err := r.groups.Update(ctx, session, func(s *groups.Session) error {
+		for _, rule := range rules {
+			if !slices.Contains(s.Rules, rule) {
+				s.Rules = append(s.Rules, rule)
+			}
+		}
+		return nil
+	}); err != nil {
+		r.log.Warn("router: rules not remembered", "session", session, "err", err)
+	}
+}
+
 // settle turns an accepted answer into the call's result.
 func (r *Router) settle(rec *external.Record) {
 	a := rec.Answer
@@ -344,17 +366,7 @@ func (r *Router) settle(rec *external.Record) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if len(a.Rules) > 0 {
-		if _, err := r.groups.Update(ctx, rec.Session, func(s *groups.Session) error {
-			for _, rule := range a.Rules {
-				if !slices.Contains(s.Rules, rule) {
-					s.Rules = append(s.Rules, rule)
-				}
-			}
-			return nil
-		}); err != nil {
-			r.log.Warn("router: rules not remembered", "session", rec.Session, "err", err)
-		}
+	if len(a.Rules) > 0 { // remembered by onAnswer
 		defer r.confirmCovered(rec)
 	}
 	if !*a.Confirmed {

@@ -164,3 +164,19 @@ func TestRegisterConflict(t *testing.T) {
 		})
 	})
 }
+
+// TestRegistrationSeenAtOnceByEveryRouter: once a worker's registration is
+// acknowledged, a call through any router finds the tool, although only
+// one router took the registration and the others learn of it through
+// their watches a moment later.
+func TestRegistrationSeenAtOnceByEveryRouter(t *testing.T) {
+	e := newEnv(t, 3)
+	e.addWorker(func(w *worker.Worker) { // waits for the ack only
+		handle(t, w, bus.ToolDef{Name: "fresh", ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			return textResult("here"), nil
+		})
+	})
+	for i := range 12 { // the queue group spreads them over the routers
+		wantSuccess(t, e.call(t, fmt.Sprint("fresh-", i), []bus.Call{{ID: "c1", Name: "fresh"}}).Results[0], "here")
+	}
+}
