@@ -459,6 +459,23 @@ func (r *Router) complete(rec *external.Record, res bus.Result) {
 			r.log.Warn("router: parked record not closed", "key", rec.Key(), "err", err)
 		}
 	}
+	// The call.result event goes out before the result is recorded, on the
+	// connection that then records it: the server handles one connection's
+	// messages in order, so whichever router sees the result recorded and
+	// publishes batch.done does so after this event has been delivered.
+	var trace [2]string
+	if cont, err := r.parked.GetBatch(ctx, rec.Session, rec.ReplyID); err == nil {
+		trace = [2]string{cont.TraceParent, cont.TraceState}
+	}
+	e, err := bus.NewEvent(bus.TypeCallResult, r.source, res)
+	if err == nil {
+		e.SessionID, e.ReplyID, e.ToolCallID, e.Subject = rec.Session, rec.ReplyID, rec.Call.ID, rec.Call.ID
+		e.TraceParent, e.TraceState = trace[0], trace[1]
+		err = bus.Publish(r.nc, r.subj.Events(rec.Session), e)
+	}
+	if err != nil {
+		r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)
+	}
 	cont, err := r.parked.UpdateBatch(ctx, rec.Session, rec.ReplyID, func(b *external.Batch) error {
 		b.Results[rec.Call.ID] = res
 		if b.Phase == external.PhaseParked && b.Ready() {
@@ -469,15 +486,6 @@ func (r *Router) complete(rec *external.Record, res bus.Result) {
 	if err != nil {
 		r.log.Error("router: parked result not recorded", "key", rec.Key(), "err", err)
 		return
-	}
-	e, err := bus.NewEvent(bus.TypeCallResult, r.source, res)
-	if err == nil {
-		e.SessionID, e.ReplyID, e.ToolCallID, e.Subject = rec.Session, rec.ReplyID, rec.Call.ID, rec.Call.ID
-		e.TraceParent, e.TraceState = cont.TraceParent, cont.TraceState
-		err = bus.Publish(r.nc, r.subj.Events(rec.Session), e)
-	}
-	if err != nil {
-		r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)
 	}
 	// Exactly one completion moved the phase to resumed in the
 	// compare-and-set that added its result: that one resumes.
