@@ -190,6 +190,10 @@ func (r *Router) execResult(c *callState, resp *nats.Msg) bus.Result {
 	res := bus.Result{ID: c.call.ID, Name: c.call.Name, State: xr.State, Output: xr.Output, Metadata: xr.Metadata}
 	if len(xr.StatePatch) > 0 && string(xr.StatePatch) != "null" {
 		if err := r.patchState(e.SessionID, &c.target.Tool.Def, xr.StatePatch); err != nil {
+			var be *bus.Error
+			if errors.As(err, &be) && be.Code == bus.CodeToolError { // the worker's fault
+				return bus.ErrorResult(c.call, bus.CodeToolError, be.Message)
+			}
 			return internal(c.call, err)
 		}
 	}
@@ -240,7 +244,7 @@ func textOf(blocks []bus.Block) string {
 // from two calls both land.
 func (r *Router) patchState(session string, def *bus.ToolDef, patch json.RawMessage) error {
 	if !def.StateInjected {
-		return fmt.Errorf("tool %s returned a state_patch but is not state_injected", def.Name)
+		return bus.Errorf(bus.CodeToolError, "Error: the tool returned a state_patch but is not registered with state_injected; the patch was not applied.")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -251,7 +255,7 @@ func (r *Router) patchState(session string, def *bus.ToolDef, patch json.RawMess
 		}
 		next, err := jsonpatch.MergePatch(cur, patch)
 		if err != nil {
-			return fmt.Errorf("state_patch: %w", err)
+			return bus.Errorf(bus.CodeToolError, "Error: the tool returned a state_patch that is not a JSON merge patch: %v", err)
 		}
 		s.State = next
 		return nil

@@ -197,3 +197,23 @@ func TestConcurrentStatePatches(t *testing.T) {
 		t.Fatalf("state %s, want %s", textOf(r.Results[0]), jsonOf(want))
 	}
 }
+
+// TestStatePatchOfToolNotStateInjected: state_patch is allowed only for
+// state_injected tools (PROTOCOL.md 5.1); another tool's patch is a tool
+// error and changes no state.
+func TestStatePatchOfToolNotStateInjected(t *testing.T) {
+	s := start(t)
+	s.serve(t, func(c *execCall) {
+		if c.Call.Name == "reader" {
+			c.text(string(c.State))
+			return
+		}
+		c.result("success", []Block{{Type: "text", Text: "ok"}}, M{"state_patch": M{"x": 1}})
+	}, def("plain"), def("reader", M{"state_injected": true}))
+	r := s.call(t, "s1", "r1", callsData(Call{ID: "c1", Name: "plain"}))
+	wantFailure(t, r.Results[0], "error", "tool_error", "")
+	r = s.call(t, "s1", "r2", callsData(Call{ID: "c1", Name: "reader"}))
+	if got := textOf(r.Results[0]); got != "{}" {
+		t.Fatalf("state after a refused patch: %s", got)
+	}
+}

@@ -54,7 +54,6 @@ func TestStateInjectedToolsPatchSessionState(t *testing.T) {
 		t.Fatalf("agent state %s", v.State.State)
 	}
 	// A patch from a tool that is not state_injected is refused.
-	if r := e.call(t, "st", []bus.Call{{ID: "c1", Name: "plain"}}).Results[0]; r.State != "error" {
-		t.Fatalf("plain tool patching state: %s", jsonOf(r))
-	}
+	r := e.call(t, "st", []bus.Call{{ID: "c1", Name: "plain"}}).Results[0]
+	wantFailure(t, r, bus.StateError, bus.CodeToolError, "Error: tool plain set a state patch but is not state_injected") // refused by the worker library
 }
