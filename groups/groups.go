@@ -356,9 +356,13 @@ func (s *Store) Load(ctx context.Context, id string) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("groups: read session %s: %w", id, err)
 	}
+	return decodeSession(entry)
+}
+
+func decodeSession(entry jetstream.KeyValueEntry) (*Session, error) {
 	sess := new(Session)
 	if err := json.Unmarshal(entry.Value(), sess); err != nil {
-		return nil, fmt.Errorf("groups: session %s is corrupt: %w", id, err)
+		return nil, fmt.Errorf("groups: session %s is corrupt: %w", entry.Key(), err)
 	}
 	sess.rev = entry.Revision()
 	return sess, nil
@@ -370,9 +374,23 @@ func (s *Store) Load(ctx context.Context, id string) (*Session, error) {
 // a listing, session.get.
 func (s *Store) Refresh(ctx context.Context, id string) *Session {
 	asked := time.Now()
-	sess, err := s.Load(ctx, id)
-	if err != nil {
+	entry, err := s.sessionsKV.Get(ctx, id)
+	var sess *Session
+	switch {
+	case bus.IsNotFound(err):
+		sess = s.fresh()
+	case err != nil:
 		return s.Session(id)
+	default:
+		s.mu.RLock()
+		old, ok := s.sessions[id]
+		s.mu.RUnlock()
+		if ok && old.rev >= entry.Revision() { // the cache is current: nothing to decode
+			return old
+		}
+		if sess, err = decodeSession(entry); err != nil {
+			return s.Session(id)
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
