@@ -1013,11 +1013,7 @@ func (w *worker) onExec(m *nats.Msg) {
 	}
 	c := &execCall{ev: e, data: e.Data, w: w}
 	var d struct {
-		Call struct {
-			ID    string          `json:"id"`
-			Name  string          `json:"name"`
-			Input json.RawMessage `json:"input"`
-		} `json:"call"`
+		Call    rawCall         `json:"call"`
 		User    json.RawMessage `json:"user"`
 		Context json.RawMessage `json:"context"`
 		Attempt int             `json:"attempt"`
@@ -1372,4 +1368,11 @@ func dedupeResults(es []*Event) []*Event {
 		out = append(out, e)
 	}
 	return out
+}
+
+// rawCall is a call as the router sends it on: input already decoded once.
+type rawCall struct {
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
 }

@@ -58,11 +58,7 @@ func (s *sys) kvGet(t testing.TB, bucket, key string) json.RawMessage {
 
 // requestData is the data of io.toolbus.external.request and confirm.request.
 type requestData struct {
-	Call struct {
-		ID    string          `json:"id"`
-		Name  string          `json:"name"`
-		Input json.RawMessage `json:"input"`
-	} `json:"call"`
+	Call           rawCall         `json:"call"`
 	User           json.RawMessage `json:"user"`
 	Context        json.RawMessage `json:"context"`
 	SuggestedRules []json.RawMessage
