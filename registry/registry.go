@@ -54,6 +54,7 @@ type Registry struct {
 	deleted  map[string]uint64          // tombstones: the revision each deleted tool was deleted at or after
 	liveness map[string]map[string]beat // tool → worker → last beat
 	version  uint64                     // bumped on every change
+	probed   map[string]time.Time       // when Refresh last listed a tool's workers in KV
 
 	watches []*bus.Watch
 	ready   chan struct{}
@@ -72,7 +73,7 @@ func New(st *bus.Store, cfg Config) *Registry {
 		cfg.Now = time.Now
 	}
 	return &Registry{tools: st.Tools, workers: st.Workers, cfg: cfg,
-		byName: map[string]*Tool{}, deleted: map[string]uint64{}, liveness: map[string]map[string]beat{}, ready: make(chan struct{})}
+		byName: map[string]*Tool{}, deleted: map[string]uint64{}, probed: map[string]time.Time{}, liveness: map[string]map[string]beat{}, ready: make(chan struct{})}
 }
 
 // Start begins watching both buckets and returns once the initial values are
@@ -275,6 +276,18 @@ func (r *Registry) Refresh(ctx context.Context, name string) error {
 	r.applyTool(e)
 	t, ok := r.Lookup(name)
 	if !ok || r.Live(t) {
+		return nil
+	}
+	// Listing keys costs the server a consumer: a tool whose workers are
+	// all gone, called again and again, is listed at most once a heartbeat.
+	now := r.cfg.Now()
+	r.mu.Lock()
+	recent := now.Sub(r.probed[name]) < r.cfg.Heartbeat
+	if !recent {
+		r.probed[name] = now
+	}
+	r.mu.Unlock()
+	if recent {
 		return nil
 	}
 	keys, err := r.workers.ListKeysFiltered(ctx, name+".*")
