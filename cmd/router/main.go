@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,9 +17,8 @@ import (
 
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/metrics"
+	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/router"
-	"github.com/toolbus/toolbus/tracing"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -49,27 +47,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
 	id := fs.String("id", "", "router instance id (default: random)")
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
-	otlp := fs.String("otlp", "", "export OpenTelemetry traces over OTLP/HTTP to host:port (off when empty)")
-	otlpInsecure := fs.Bool("otlp-insecure", true, "use plain HTTP for --otlp")
-	verbose := fs.Bool("v", false, "log debug messages")
+	observe := cli.ObserveFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	reg, err := metrics.Expose(ctx, *metricsAddr, "toolbus", stdout)
+	obs, err := observe.Start(ctx, "toolbus", "toolbus-router", stdout, stderr)
 	if err != nil {
 		return err
 	}
-	shutdownTracing, err := tracing.Setup(ctx, tracing.Config{Endpoint: *otlp, Insecure: *otlpInsecure, ServiceName: "toolbus-router"})
-	if err != nil {
-		return fmt.Errorf("tracing: %w", err)
-	}
-	defer func() { _ = shutdownTracing(context.Background()) }()
+	defer obs.Stop()
+	log, reg := obs.Log, obs.Metrics
 	fileCfg, err := loadConfig(*configPath)
 	if err != nil {
 		return err

@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,8 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/metrics"
-	"github.com/toolbus/toolbus/tracing"
+	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -48,10 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	id := fs.String("id", "", "worker instance id (default: random)")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "registration heartbeat interval; must match the routers'")
 	maxConcurrent := fs.Int("max-concurrent", 64, "calls this worker runs at once, across all its tools")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
-	otlp := fs.String("otlp", "", "export OpenTelemetry traces over OTLP/HTTP to host:port (off when empty)")
-	otlpInsecure := fs.Bool("otlp-insecure", true, "use plain HTTP for --otlp")
-	verbose := fs.Bool("v", false, "log debug messages")
+	observe := cli.ObserveFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: toolworker [flags]\n\nServes the example tools %s on a toolbus deployment.\n\nflags:\n", strings.Join(toolNames, ", "))
 		fs.PrintDefaults()
@@ -72,20 +67,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *heartbeat <= 0 {
 		return fmt.Errorf("--heartbeat must be positive, got %v", *heartbeat)
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	reg, err := metrics.Expose(ctx, *metricsAddr, "toolworker", stdout)
+	obs, err := observe.Start(ctx, "toolworker", "toolbus-worker", stdout, stderr)
 	if err != nil {
 		return err
 	}
-	shutdownTracing, err := tracing.Setup(ctx, tracing.Config{Endpoint: *otlp, Insecure: *otlpInsecure, ServiceName: "toolbus-worker"})
-	if err != nil {
-		return fmt.Errorf("tracing: %w", err)
-	}
-	defer func() { _ = shutdownTracing(context.Background()) }()
+	defer obs.Stop()
+	log, reg := obs.Log, obs.Metrics
 
 	nc, err := nats.Connect(*natsURL, nats.Name("toolbus-worker"), nats.MaxReconnects(-1))
 	if err != nil {
