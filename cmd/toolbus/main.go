@@ -22,26 +22,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "toolbus:", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("toolbus", run) }
 
 // command is one subcommand.
 type command struct {
@@ -131,7 +120,7 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cn := &conn{}
-	fs.StringVar(&cn.url, "nats", defaultNATS(), "NATS server URL; $NATS_URL when set, else nats://127.0.0.1:4222")
+	fs.StringVar(&cn.url, "nats", cli.DefaultNATS(), "NATS server URL; $NATS_URL when set, else nats://127.0.0.1:4222")
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
 	fs.Usage = func() {
@@ -139,14 +128,6 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 		fs.PrintDefaults()
 	}
 	return fs, cn
-}
-
-// defaultNATS returns $NATS_URL, else the local default server.
-func defaultNATS() string {
-	if u := os.Getenv("NATS_URL"); u != "" {
-		return u
-	}
-	return nats.DefaultURL
 }
 
 // dial connects to NATS and returns a client of the deployment; close ends

@@ -7,14 +7,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,16 +20,7 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "toolworker:", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("toolworker", run) }
 
 // drainTimeout bounds the drain on shutdown.
 const drainTimeout = 30 * time.Second
@@ -41,7 +28,7 @@ const drainTimeout = 30 * time.Second
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("toolworker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	natsURL := fs.String("nats", defaultNATS(), "NATS server URL; $NATS_URL when set, else nats://127.0.0.1:4222")
+	natsURL := fs.String("nats", cli.DefaultNATS(), "NATS server URL; $NATS_URL when set, else nats://127.0.0.1:4222")
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	id := fs.String("id", "", "worker instance id (default: random)")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "registration heartbeat interval; must match the routers'")
@@ -103,12 +90,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	return w.Stop(dctx)
-}
-
-// defaultNATS returns $NATS_URL, else the local default server.
-func defaultNATS() string {
-	if u := os.Getenv("NATS_URL"); u != "" {
-		return u
-	}
-	return nats.DefaultURL
 }

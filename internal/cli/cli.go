@@ -1,15 +1,20 @@
-// Package cli holds what the long-running commands (cmd/router,
-// cmd/toolworker) share: the logging, metrics and tracing flags, and
-// setting them up.
+// Package cli holds what the commands share: main's signal handling and
+// exit, the default NATS URL, and, for the long-running ones (cmd/router,
+// cmd/toolworker), the logging, metrics and tracing flags and their setup.
 package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/metrics"
@@ -59,4 +64,28 @@ func (o *Observe) Start(ctx context.Context, who, service string, stdout, stderr
 	}
 	s.Stop = func() { _ = shutdown(context.Background()) }
 	return s, nil
+}
+
+// Main runs a command's run function with a context that ends on SIGINT
+// or SIGTERM, and exits 1 when it fails (printing the error as name's,
+// except for -h).
+func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, name+":", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// DefaultNATS is the NATS URL of a command without --nats: $NATS_URL when
+// set, else nats://127.0.0.1:4222 (the router's embedded server).
+func DefaultNATS() string {
+	if u := os.Getenv("NATS_URL"); u != "" {
+		return u
+	}
+	return nats.DefaultURL
 }
