@@ -1,8 +1,11 @@
 // Package bustest starts real in-process nats-servers with JetStream for
-// tests, and offers bounded polling in place of sleeps.
+// tests, and offers bounded polling in place of sleeps and a buffer for
+// the output of commands run in the background.
 package bustest
 
 import (
+	"bytes"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,4 +56,23 @@ func CheckFor(t testing.TB, total, poll time.Duration, fn func() error) {
 		}
 		time.Sleep(poll)
 	}
+}
+
+// Buffer is a bytes.Buffer safe for one writer and a polling reader: the
+// stdout or stderr of a command that a test runs in the background.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +20,6 @@ import (
 )
 
 const testHeartbeat = 500 * time.Millisecond
-
-// syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // deployment is a nats-server, one router and a worker serving the built-in
 // tools plus "block", which runs until its call is cancelled and reports on
@@ -311,7 +292,7 @@ func TestWatch(t *testing.T) {
 	d := newDeployment(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr bustest.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"watch", "--session", "w1", "--nats", d.url}, &stdout, &stderr) }()
 	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
@@ -347,7 +328,7 @@ func TestWatchReplay(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr bustest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"watch", "--replay", "--session", "*", "--nats", d.url}, &stdout, &stderr)

@@ -170,10 +170,10 @@ func (d *deployment) park(t *testing.T, session, replyID, tool, input, kind stri
 
 // background runs the command line until the returned stop is called, and
 // returns its stdout and stderr; stop returns its error.
-func background(t *testing.T, args ...string) (stdout, stderr *syncBuffer, stop func() error) {
+func background(t *testing.T, args ...string) (stdout, stderr *bustest.Buffer, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	stdout, stderr = new(syncBuffer), new(syncBuffer)
+	stdout, stderr = new(bustest.Buffer), new(bustest.Buffer)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, stdout, stderr) }()
 	return stdout, stderr, func() error {
@@ -188,7 +188,7 @@ func background(t *testing.T, args ...string) (stdout, stderr *syncBuffer, stop 
 }
 
 // waitOutput polls until b holds want.
-func waitOutput(t *testing.T, b *syncBuffer, want string) {
+func waitOutput(t *testing.T, b *bustest.Buffer, want string) {
 	t.Helper()
 	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if !strings.Contains(b.String(), want) {

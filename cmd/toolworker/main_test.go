@@ -21,24 +21,6 @@ import (
 
 const testHeartbeat = 500 * time.Millisecond
 
-// syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // live reports an error until every tool is registered and live (want) or
 // none of them is live (!want).
 func live(reg *registry.Registry, want bool, names ...string) error {
@@ -65,7 +47,7 @@ func TestRunServesTools(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr bustest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--nats", s.ClientURL(), "--id", "tw1", "--heartbeat", testHeartbeat.String(), "--max-concurrent", "4"}, &stdout, &stderr)
