@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
@@ -118,7 +119,7 @@ func deploy(ctx context.Context, sessions int, logf func(string, ...any)) (d *de
 	if d.dir, err = os.MkdirTemp("", "toolbus-bench-*"); err != nil {
 		return nil, fmt.Errorf("bench: store dir: %w", err)
 	}
-	if d.srv, err = bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: d.dir}); err != nil {
+	if d.srv, err = embedded.Start(embedded.Config{StoreDir: d.dir}); err != nil {
 		return nil, err
 	}
 	if err = d.startRaw(ctx); err != nil {

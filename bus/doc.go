@@ -1,8 +1,9 @@
 // Package bus is the wire contract of toolbus in one place: the CloudEvent ⇄
 // NATS message mapping (structured JSON mode on send; structured and binary
 // ce- headers on receive), subject builders, event types, error codes,
-// identifier rules, the JSON shapes of every event's data, the JetStream
-// buckets and streams, and an embedded nats-server for laptops and tests.
+// identifier rules, the JSON shapes of every event's data, and the names and
+// defaults of the JetStream buckets and streams (package store creates them;
+// package embedded starts a nats-server).
 //
 // The codec is hand-written over a plain struct rather than routed through
 // sdk-go's event.Event: the router decodes and encodes several events per tool

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -25,7 +26,7 @@ func Example() {
 	defer cancel()
 	dir, _ := os.MkdirTemp("", "toolbus-example")
 	defer os.RemoveAll(dir)
-	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: dir})
+	srv, err := embedded.Start(embedded.Config{StoreDir: dir})
 	if err != nil {
 		fmt.Println(err)
 		return

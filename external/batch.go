@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
 )
 
 // Batch phases.
@@ -106,7 +107,7 @@ func (s *Store) UpdateBatch(ctx context.Context, session, replyID string, fn fun
 		if err == nil {
 			return b, nil
 		}
-		if !bus.IsConflict(err) {
+		if !store.IsConflict(err) {
 			return nil, err
 		}
 	}
@@ -115,7 +116,7 @@ func (s *Store) UpdateBatch(ctx context.Context, session, replyID string, fn fun
 
 // DeleteBatch removes a finished batch's continuation.
 func (s *Store) DeleteBatch(ctx context.Context, b *Batch) error {
-	if err := s.kv.Delete(ctx, BatchKey(b.Session, b.ReplyID)); err != nil && !bus.IsNotFound(err) {
+	if err := s.kv.Delete(ctx, BatchKey(b.Session, b.ReplyID)); err != nil && !store.IsNotFound(err) {
 		return fmt.Errorf("external: delete batch %s: %w", BatchKey(b.Session, b.ReplyID), err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/store"
 )
 
 func newBatch(session, reply string, waiting ...string) *external.Batch {
@@ -53,7 +54,7 @@ func TestBatchPutGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Created under <session>.<reply>: a second create of a new batch fails.
-	if err := s.PutBatch(t.Context(), newBatch("s1", "r1")); !bus.IsConflict(err) {
+	if err := s.PutBatch(t.Context(), newBatch("s1", "r1")); !store.IsConflict(err) {
 		t.Fatalf("second create: %v, want a conflict", err)
 	}
 	got, err := s.GetBatch(t.Context(), "s1", "r1")
@@ -71,7 +72,7 @@ func TestBatchPutGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale.Phase = external.PhaseDone
-	if err := s.PutBatch(t.Context(), stale); !bus.IsConflict(err) {
+	if err := s.PutBatch(t.Context(), stale); !store.IsConflict(err) {
 		t.Fatalf("stale write: %v, want a conflict", err)
 	}
 	if now, _ := s.GetBatch(t.Context(), "s1", "r1"); now.Phase != external.PhaseParked {
@@ -89,11 +90,11 @@ func TestBatchPutGet(t *testing.T) {
 func TestBatchMissing(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
-	if _, err := s.GetBatch(t.Context(), "s1", "nope"); !bus.IsNotFound(err) {
+	if _, err := s.GetBatch(t.Context(), "s1", "nope"); !store.IsNotFound(err) {
 		t.Fatalf("GetBatch of a missing batch: %v", err)
 	}
 	ran := false
-	if _, err := s.UpdateBatch(t.Context(), "s1", "nope", func(*external.Batch) error { ran = true; return nil }); !bus.IsNotFound(err) {
+	if _, err := s.UpdateBatch(t.Context(), "s1", "nope", func(*external.Batch) error { ran = true; return nil }); !store.IsNotFound(err) {
 		t.Fatalf("UpdateBatch of a missing batch: %v", err)
 	}
 	if ran {
@@ -102,7 +103,7 @@ func TestBatchMissing(t *testing.T) {
 	if _, err := st.Parked.Put(t.Context(), "s1.bad", []byte("{")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetBatch(t.Context(), "s1", "bad"); err == nil || bus.IsNotFound(err) {
+	if _, err := s.GetBatch(t.Context(), "s1", "bad"); err == nil || store.IsNotFound(err) {
 		t.Fatalf("GetBatch of a corrupt batch: %v", err)
 	}
 }
@@ -201,7 +202,7 @@ func TestDeleteBatch(t *testing.T) {
 			t.Fatalf("DeleteBatch: %v", err)
 		}
 	}
-	if _, err := s.GetBatch(t.Context(), "s1", "r1"); !bus.IsNotFound(err) {
+	if _, err := s.GetBatch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
 		t.Fatalf("GetBatch after delete: %v", err)
 	}
 	if ps := s.Parked("s1", "r1"); len(ps) != 1 {

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
 )
 
 // Statuses of a parked record.
@@ -89,12 +90,12 @@ type Store struct {
 	parked map[string]*Record // key → record, only records in StatusParked
 	gone   map[string]gone    // key → the revision that took it out of parked, kept a while
 	active map[string]*Batch  // continuations running or resumed, for lease takeovers
-	watch  *bus.Watch
-	bwatch *bus.Watch
+	watch  *store.Watch
+	bwatch *store.Watch
 }
 
 // New returns a Store; call Start before use.
-func New(st *bus.Store, subj bus.Subjects, cfg Config) *Store {
+func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	if cfg.TTL <= 0 {
 		cfg.TTL = 24 * time.Hour
 	}
@@ -109,18 +110,18 @@ func (s *Store) TTL() time.Duration { return s.cfg.TTL }
 
 // Start loads the cache of parked records and keeps it fed.
 func (s *Store) Start(ctx context.Context) error {
-	w, err := bus.WatchKV(ctx, s.kv, "*.*.*", s.apply)
+	w, err := store.WatchKV(ctx, s.kv, "*.*.*", s.apply)
 	if err != nil {
 		return err
 	}
 	s.watch = w
-	bw, err := bus.WatchKV(ctx, s.kv, "*.*", s.applyBatch)
+	bw, err := store.WatchKV(ctx, s.kv, "*.*", s.applyBatch)
 	if err != nil {
 		w.Stop()
 		return err
 	}
 	s.bwatch = bw
-	for _, x := range []*bus.Watch{w, bw} {
+	for _, x := range []*store.Watch{w, bw} {
 		select {
 		case <-x.Ready():
 		case <-ctx.Done():
@@ -133,7 +134,7 @@ func (s *Store) Start(ctx context.Context) error {
 
 // Stop ends the watch; safe to call twice.
 func (s *Store) Stop() {
-	for _, w := range []*bus.Watch{s.watch, s.bwatch} {
+	for _, w := range []*store.Watch{s.watch, s.bwatch} {
 		if w != nil {
 			w.Stop()
 		}
@@ -309,7 +310,7 @@ func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
 func (s *Store) Transition(ctx context.Context, key, from string, fn func(*Record) error) (*Record, error) {
 	for attempt := 0; attempt < 20; attempt++ {
 		r, err := s.Get(ctx, key)
-		if bus.IsNotFound(err) {
+		if store.IsNotFound(err) {
 			return nil, bus.Errorf(bus.CodeNotParked, "no parked call %s", key)
 		}
 		if err != nil {
@@ -339,7 +340,7 @@ func (s *Store) Transition(ctx context.Context, key, from string, fn func(*Recor
 			}
 			return r, nil
 		}
-		if !bus.IsConflict(err) {
+		if !store.IsConflict(err) {
 			return nil, fmt.Errorf("external: update %s: %w", key, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/store"
 )
 
 const (
@@ -27,14 +28,14 @@ const (
 var subj = bus.NewSubjects("")
 
 // newStore starts a server and creates the buckets and streams.
-func newStore(t *testing.T) *bus.Store {
+func newStore(t *testing.T) *store.Store {
 	t.Helper()
 	nc := bustest.Connect(t, bustest.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := bus.Setup(t.Context(), js, subj, bus.StoreConfig{Memory: true})
+	st, err := store.Setup(t.Context(), js, subj, store.Config{Memory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func newStore(t *testing.T) *bus.Store {
 }
 
 // start returns a started external Store, stopped when the test ends.
-func start(t *testing.T, st *bus.Store) *external.Store {
+func start(t *testing.T, st *store.Store) *external.Store {
 	t.Helper()
 	s := external.New(st, subj, external.Config{TTL: ttl})
 	if err := s.Start(t.Context()); err != nil {
@@ -69,12 +70,12 @@ func park(t *testing.T, s *external.Store, r *external.Record) *external.Record 
 }
 
 // handoffMsg reads the handoff stream's message seq.
-func handoffMsg(t *testing.T, st *bus.Store, seq uint64) (*jetstream.RawStreamMsg, error) {
+func handoffMsg(t *testing.T, st *store.Store, seq uint64) (*jetstream.RawStreamMsg, error) {
 	t.Helper()
 	return st.Handoff.GetMsg(t.Context(), seq)
 }
 
-func handoffCount(t *testing.T, st *bus.Store) uint64 {
+func handoffCount(t *testing.T, st *store.Store) uint64 {
 	t.Helper()
 	info, err := st.Handoff.Info(t.Context())
 	if err != nil {
@@ -519,7 +520,7 @@ func TestBadRecordIgnored(t *testing.T) {
 	if len(s.Parked("", "")) != 0 {
 		t.Fatal("a corrupt record is listed")
 	}
-	if _, err := s.Get(t.Context(), "s1.r1.c1"); err == nil || bus.IsNotFound(err) {
+	if _, err := s.Get(t.Context(), "s1.r1.c1"); err == nil || store.IsNotFound(err) {
 		t.Fatalf("Get of a corrupt record: %v", err)
 	}
 	if s.TTL() != ttl {

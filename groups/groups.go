@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
 )
 
 // Config configures a Store.
@@ -95,12 +96,12 @@ type Store struct {
 	ordered  []bus.Group       // meta and external groups in registration order; rebuilt on change
 	sessions map[string]*Session
 
-	watches []*bus.Watch
+	watches []*store.Watch
 }
 
 // New returns a Store over the store's groups and sessions buckets. Call
 // Start before use.
-func New(st *bus.Store, cfg Config) *Store {
+func New(st *store.Store, cfg Config) *Store {
 	if cfg.DefaultMode == "" {
 		cfg.DefaultMode = "default"
 	}
@@ -116,16 +117,16 @@ func New(st *bus.Store, cfg Config) *Store {
 
 // Start loads both caches and keeps them fed until ctx ends or Stop.
 func (s *Store) Start(ctx context.Context) error {
-	gw, err := bus.WatchKV(ctx, s.groupsKV, ">", s.applyGroup)
+	gw, err := store.WatchKV(ctx, s.groupsKV, ">", s.applyGroup)
 	if err != nil {
 		return err
 	}
-	sw, err := bus.WatchKV(ctx, s.sessionsKV, ">", s.applySession)
+	sw, err := store.WatchKV(ctx, s.sessionsKV, ">", s.applySession)
 	if err != nil {
 		gw.Stop()
 		return err
 	}
-	s.watches = []*bus.Watch{gw, sw}
+	s.watches = []*store.Watch{gw, sw}
 	for _, w := range s.watches {
 		select {
 		case <-w.Ready():
@@ -276,7 +277,7 @@ func (s *Store) Put(ctx context.Context, g bus.Group) error {
 // Delete removes a group definition; sessions keep nothing of it that
 // matters, since an undefined group is never active.
 func (s *Store) Delete(ctx context.Context, name string) error {
-	rev, err := bus.DeleteKV(ctx, s.groupsKV, name)
+	rev, err := store.DeleteKV(ctx, s.groupsKV, name)
 	if err != nil {
 		return fmt.Errorf("groups: delete %s: %w", name, err)
 	}
@@ -350,7 +351,7 @@ func (s *Store) Touch(ctx context.Context, id string) error {
 // that must see every write already acknowledged (agent state).
 func (s *Store) Load(ctx context.Context, id string) (*Session, error) {
 	entry, err := s.sessionsKV.Get(ctx, id)
-	if bus.IsNotFound(err) {
+	if store.IsNotFound(err) {
 		return s.fresh(), nil
 	}
 	if err != nil {
@@ -377,7 +378,7 @@ func (s *Store) Refresh(ctx context.Context, id string) *Session {
 	entry, err := s.sessionsKV.Get(ctx, id)
 	var sess *Session
 	switch {
-	case bus.IsNotFound(err):
+	case store.IsNotFound(err):
 		sess = s.fresh()
 	case err != nil:
 		return s.Session(id)
@@ -440,7 +441,7 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) 
 				cur = s.fresh() // a corrupt record is replaced, not propagated
 			}
 			cur.rev = entry.Revision()
-		case bus.IsNotFound(err):
+		case store.IsNotFound(err):
 			cur = s.fresh()
 		default:
 			return nil, fmt.Errorf("groups: read session %s: %w", id, err)
@@ -470,7 +471,7 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) 
 			s.mu.Unlock()
 			return next, nil
 		}
-		if !bus.IsConflict(err) {
+		if !store.IsConflict(err) {
 			return nil, fmt.Errorf("groups: write session %s: %w", id, err)
 		}
 	}
@@ -479,7 +480,7 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) 
 
 // DeleteSession forgets a session.
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
-	if err := s.sessionsKV.Delete(ctx, id); err != nil && !bus.IsNotFound(err) {
+	if err := s.sessionsKV.Delete(ctx, id); err != nil && !store.IsNotFound(err) {
 		return fmt.Errorf("groups: delete session %s: %w", id, err)
 	}
 	s.mu.Lock()

@@ -15,19 +15,20 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/store"
 )
 
 const bound = 10 * time.Second
 
 // newStore starts a server and creates the buckets of the default prefix.
-func newStore(t *testing.T) *bus.Store {
+func newStore(t *testing.T) *store.Store {
 	t.Helper()
 	nc := bustest.Connect(t, bustest.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := bus.Setup(t.Context(), js, bus.NewSubjects(""), bus.StoreConfig{Memory: true, Heartbeat: time.Second})
+	st, err := store.Setup(t.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func newStore(t *testing.T) *bus.Store {
 }
 
 // start returns a started groups Store, stopped when the test ends.
-func start(t *testing.T, st *bus.Store, cfg groups.Config) *groups.Store {
+func start(t *testing.T, st *store.Store, cfg groups.Config) *groups.Store {
 	t.Helper()
 	s := groups.New(st, cfg)
 	if err := s.Start(t.Context()); err != nil {
@@ -103,7 +104,7 @@ func TestPutDeleteGroups(t *testing.T) {
 	if _, ok := s.Group("ops"); ok {
 		t.Fatal("deleted group still defined")
 	}
-	if _, err := st.Groups.Get(t.Context(), "ops"); !bus.IsNotFound(err) {
+	if _, err := st.Groups.Get(t.Context(), "ops"); !store.IsNotFound(err) {
 		t.Fatalf("deleted group in KV: %v", err)
 	}
 	// A group defined again goes last.
@@ -202,7 +203,7 @@ func TestCheckGroup(t *testing.T) {
 	if !errors.Is(err, bus.ErrBadRequest) {
 		t.Fatalf("Put basic: %v", err)
 	}
-	if _, err := st.Groups.Get(t.Context(), bus.GroupBasic); !bus.IsNotFound(err) {
+	if _, err := st.Groups.Get(t.Context(), bus.GroupBasic); !store.IsNotFound(err) {
 		t.Fatalf("basic stored: %v", err)
 	}
 	if len(s.Groups()) != 0 {

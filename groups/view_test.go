@@ -12,13 +12,14 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/store"
 )
 
 const instructionsIntro = "The tool instructions are a collection of suggestions, rules and notifications about how to use the tools in the activated groups."
 
 // resetFixture defines meta groups web (with instructions) and db, and the
 // external group ops, in that order.
-func resetFixture(t *testing.T) (*bus.Store, *groups.Store) {
+func resetFixture(t *testing.T) (*store.Store, *groups.Store) {
 	t.Helper()
 	st := newStore(t)
 	s := start(t, st, groups.Config{})
@@ -132,7 +133,7 @@ func viewFixture(t *testing.T) (*registry.Registry, *groups.Store) {
 }
 
 // viewFixtureStore is viewFixture that also returns the buckets.
-func viewFixtureStore(t *testing.T) (*bus.Store, *registry.Registry, *groups.Store) {
+func viewFixtureStore(t *testing.T) (*store.Store, *registry.Registry, *groups.Store) {
 	t.Helper()
 	st := newStore(t)
 	s := start(t, st, groups.Config{})

@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schemas"
+	"github.com/toolbus/toolbus/store"
 )
 
 // Tool is a registered definition with its compiled input schema.
@@ -56,13 +57,13 @@ type Registry struct {
 	version  uint64                     // bumped on every change
 	probed   map[string]time.Time       // when Refresh last listed a tool's workers in KV
 
-	watches []*bus.Watch
+	watches []*store.Watch
 	ready   chan struct{}
 }
 
 // New returns a Registry over the store's tools and workers buckets. Call
 // Start before use.
-func New(st *bus.Store, cfg Config) *Registry {
+func New(st *store.Store, cfg Config) *Registry {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = bus.DefaultHeartbeat
 	}
@@ -79,16 +80,16 @@ func New(st *bus.Store, cfg Config) *Registry {
 // Start begins watching both buckets and returns once the initial values are
 // loaded or ctx ends. The watches run until ctx ends or Stop is called.
 func (r *Registry) Start(ctx context.Context) error {
-	tw, err := bus.WatchKV(ctx, r.tools, ">", r.applyTool)
+	tw, err := store.WatchKV(ctx, r.tools, ">", r.applyTool)
 	if err != nil {
 		return err
 	}
-	ww, err := bus.WatchKV(ctx, r.workers, ">", r.applyWorker)
+	ww, err := store.WatchKV(ctx, r.workers, ">", r.applyWorker)
 	if err != nil {
 		tw.Stop()
 		return err
 	}
-	r.watches = []*bus.Watch{tw, ww}
+	r.watches = []*store.Watch{tw, ww}
 	for _, w := range r.watches {
 		select {
 		case <-w.Ready():
@@ -267,7 +268,7 @@ func (r *Registry) setBeat(tool, worker string, b beat, remove bool) {
 // this router's watch yet.
 func (r *Registry) Refresh(ctx context.Context, name string) error {
 	e, err := r.tools.Get(ctx, name)
-	if bus.IsNotFound(err) {
+	if store.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
@@ -496,7 +497,7 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 			if val, err = encodeRecord(&d, registered); err == nil {
 				rev, err = r.tools.Update(ctx, d.Name, val, rev)
 			}
-		case bus.IsNotFound(err):
+		case store.IsNotFound(err):
 			if val, err = encodeRecord(&d, registered); err == nil {
 				rev, err = r.tools.Create(ctx, d.Name, val)
 			}
@@ -505,7 +506,7 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 			r.put(&Tool{Def: d, Schema: s, rev: rev, order: registered})
 			return "", nil
 		}
-		if !bus.IsConflict(err) {
+		if !store.IsConflict(err) {
 			return "", fmt.Errorf("registry: put %s: %w", d.Name, err)
 		}
 	}
@@ -536,7 +537,7 @@ func (r *Registry) leave(ctx context.Context, worker string) error {
 
 // Delete removes a tool definition (the admin verb tools.delete).
 func (r *Registry) Delete(ctx context.Context, name string) error {
-	rev, err := bus.DeleteKV(ctx, r.tools, name)
+	rev, err := store.DeleteKV(ctx, r.tools, name)
 	if err != nil {
 		return fmt.Errorf("registry: delete %s: %w", name, err)
 	}

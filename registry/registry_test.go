@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/store"
 )
 
 const (
@@ -24,14 +25,14 @@ const (
 )
 
 // newStore starts a server and creates the buckets of the default prefix.
-func newStore(t *testing.T) *bus.Store {
+func newStore(t *testing.T) *store.Store {
 	t.Helper()
 	nc := bustest.Connect(t, bustest.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := bus.Setup(t.Context(), js, bus.NewSubjects(""), bus.StoreConfig{Memory: true, Heartbeat: hb})
+	st, err := store.Setup(t.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: hb})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func newStore(t *testing.T) *bus.Store {
 }
 
 // start returns a started Registry, stopped when the test ends.
-func start(t *testing.T, st *bus.Store, cfg registry.Config) *registry.Registry {
+func start(t *testing.T, st *store.Store, cfg registry.Config) *registry.Registry {
 	t.Helper()
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = hb
@@ -188,7 +189,7 @@ func TestRegisterValidation(t *testing.T) {
 						t.Errorf("rejected tool %q is registered", tc.reject)
 					}
 					if bus.ValidName(tc.reject) {
-						if _, err := st.Tools.Get(t.Context(), tc.reject); !bus.IsNotFound(err) {
+						if _, err := st.Tools.Get(t.Context(), tc.reject); !store.IsNotFound(err) {
 							t.Errorf("rejected tool %q stored: %v", tc.reject, err)
 						}
 					}
@@ -299,7 +300,7 @@ func TestLeavingRemovesLiveness(t *testing.T) {
 		e, err := st.Workers.Get(t.Context(), n+".w1")
 		if err == nil && string(e.Value()) != `{"left":true}` {
 			t.Errorf("liveness key %s.w1 after leaving: %s", n, e.Value())
-		} else if err != nil && !bus.IsNotFound(err) {
+		} else if err != nil && !store.IsNotFound(err) {
 			t.Errorf("liveness key %s.w1 after leaving: %v", n, err)
 		}
 	}
@@ -470,7 +471,7 @@ func TestLivenessExpiry(t *testing.T) {
 		}
 	}
 	// External tools have no liveness entries.
-	if _, err := st.Workers.Get(t.Context(), "ext.w1"); !bus.IsNotFound(err) {
+	if _, err := st.Workers.Get(t.Context(), "ext.w1"); !store.IsNotFound(err) {
 		t.Fatalf("external tool has a liveness key: %v", err)
 	}
 	clk.Add(3*hb + time.Minute)
@@ -529,7 +530,7 @@ func TestDelete(t *testing.T) {
 	if r.Version() == v {
 		t.Error("Version unchanged by Delete")
 	}
-	if _, err := st.Tools.Get(t.Context(), "t"); !bus.IsNotFound(err) {
+	if _, err := st.Tools.Get(t.Context(), "t"); !store.IsNotFound(err) {
 		t.Fatalf("deleted tool in KV: %v", err)
 	}
 	// The other registry learns of both through its watch, in its own time:

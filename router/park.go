@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/schemas"
+	"github.com/toolbus/toolbus/store"
 )
 
 // parkSpec says how a call parks; the zero value means it runs.
@@ -81,7 +82,7 @@ func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 	b.cont.Owner, b.cont.Touched = r.cfg.ID, time.Now().UTC()
 	b.setLease(true)
 	if err := r.parked.PutBatch(ctx, b.cont); err != nil {
-		if bus.IsConflict(err) && first {
+		if store.IsConflict(err) && first {
 			b.adoptParked(ctx)
 			return false
 		}
@@ -243,7 +244,7 @@ func (r *Router) onAnswer(m *nats.Msg) {
 	key := external.Key(e.SessionID, e.ReplyID, e.ToolCallID)
 	cur, err := r.parked.Get(ctx, key)
 	if err != nil || cur.Call.Name != tool {
-		if err == nil || bus.IsNotFound(err) {
+		if err == nil || store.IsNotFound(err) {
 			err = bus.Errorf(bus.CodeNotParked, "no call %s of tool %s is parked in session %s, reply %s", e.ToolCallID, tool, e.SessionID, e.ReplyID)
 		}
 		r.reject(m, err)
@@ -555,7 +556,7 @@ func (r *Router) renewLeases(now time.Time) {
 			return nil
 		})
 		cancel()
-		if err != nil && !errors.Is(err, errNotOwner) && !bus.IsNotFound(err) {
+		if err != nil && !errors.Is(err, errNotOwner) && !store.IsNotFound(err) {
 			r.log.Warn("router: lease not renewed", "session", b.session, "reply", b.replyID, "err", err)
 		}
 	}
@@ -673,7 +674,7 @@ func (r *Router) cancelParked(session, replyID string, ids []string) {
 		return nil
 	})
 	cancel()
-	if err != nil && !bus.IsNotFound(err) {
+	if err != nil && !store.IsNotFound(err) {
 		r.log.Warn("router: cancel not recorded", "session", session, "reply", replyID, "err", err)
 	}
 	for _, rec := range recs {

@@ -28,6 +28,7 @@ import (
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/store"
 )
 
 // Config configures a Router. Every zero value has a working default.
@@ -37,7 +38,7 @@ type Config struct {
 	// Prefix is the deployment's subject prefix; "" means bus.DefaultPrefix.
 	Prefix string
 	// Store sizes the JetStream resources the router creates at start.
-	Store bus.StoreConfig
+	Store store.Config
 	// MaxInflight bounds the messages the router handles at once; zero
 	// means 4096. Beyond it, messages wait in the subscription buffers.
 	MaxInflight int
@@ -68,7 +69,7 @@ type Router struct {
 	sem    chan struct{}
 	pool   *pool.Pool
 
-	store  *bus.Store
+	store  *store.Store
 	reg    *registry.Registry
 	groups *groups.Store
 	parked *external.Store
@@ -142,7 +143,7 @@ func (r *Router) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("router: jetstream: %w", err)
 	}
-	r.store, err = bus.Setup(ctx, js, r.subj, r.cfg.Store)
+	r.store, err = store.Setup(ctx, js, r.subj, r.cfg.Store)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	fastjson "github.com/goccy/go-json"
 	"strings"
+
+	fastjson "github.com/goccy/go-json"
 
 	"github.com/toolbus/toolbus/bus"
 )

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+
 	json "github.com/goccy/go-json"
 
 	"github.com/toolbus/toolbus/bus"

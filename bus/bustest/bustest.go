@@ -11,15 +11,14 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-
-	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/embedded"
 )
 
 // RunServer starts nats-server with JetStream on a random loopback port and a
 // store in t.TempDir, and shuts it down when the test ends.
 func RunServer(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("start nats-server: %v", err)
 	}

@@ -14,8 +14,10 @@ import (
 
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -56,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if dir == "" {
 			dir = os.TempDir() + "/toolbus-data"
 		}
-		s, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: *listen, StoreDir: dir, ConfigFile: *natsConfig})
+		s, err := embedded.Start(embedded.Config{Listen: *listen, StoreDir: dir, ConfigFile: *natsConfig})
 		if err != nil {
 			return err
 		}
@@ -74,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
-		Store:  bus.StoreConfig{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory},
+		Store:  store.Config{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory},
 		Groups: fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
 		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -33,7 +34,7 @@ type deployment struct {
 func newDeployment(t *testing.T) *deployment {
 	t.Helper()
 	s := bustest.RunServer(t)
-	r, err := router.New(bustest.Connect(t, s), router.Config{Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+	r, err := router.New(bustest.Connect(t, s), router.Config{Store: store.Config{Heartbeat: testHeartbeat}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -35,7 +36,7 @@ func live(reg *registry.Registry, want bool, names ...string) error {
 
 func TestRunServesTools(t *testing.T) {
 	s := bustest.RunServer(t)
-	r, err := router.New(bustest.Connect(t, s), router.Config{Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+	r, err := router.New(bustest.Connect(t, s), router.Config{Store: store.Config{Heartbeat: testHeartbeat}})
 	if err != nil {
 		t.Fatal(err)
 	}

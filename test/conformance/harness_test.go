@@ -29,9 +29,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
 )
 
 // bound is the generous limit for anything that should happen "soon" on a
@@ -146,7 +146,7 @@ func (s *sys) addRouter() {
 	nc := bustest.Connect(s.t, s.srv)
 	id := nextID("r")
 	r, err := router.New(nc, router.Config{ID: id, Prefix: s.cfg.prefix, DefaultMode: s.cfg.defaultMode,
-		ParkTTL: s.cfg.parkTTL, Store: bus.StoreConfig{Heartbeat: heartbeat}})
+		ParkTTL: s.cfg.parkTTL, Store: store.Config{Heartbeat: heartbeat}})
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -323,7 +324,7 @@ func TestConfigGroupsAndDefaults(t *testing.T) {
 	r, err := router.New(nc, router.Config{Groups: []bus.Group{
 		{Name: "files", Description: "File tools.", Scope: bus.ScopeMeta, ActiveByDefault: true},
 		{Name: "net", Description: "Network tools.", Scope: bus.ScopeMeta},
-	}, Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+	}, Store: store.Config{Heartbeat: testHeartbeat}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -50,7 +51,7 @@ func newEnv(t *testing.T, routers int) *env {
 func (e *env) addRouter() *router.Router {
 	e.t.Helper()
 	nc := bustest.Connect(e.t, e.srv)
-	r, err := router.New(nc, router.Config{Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+	r, err := router.New(nc, router.Config{Store: store.Config{Heartbeat: testHeartbeat}})
 	if err != nil {
 		e.t.Fatal(err)
 	}

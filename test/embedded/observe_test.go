@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/tracing"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -82,7 +83,7 @@ func TestMetrics(t *testing.T) {
 	s := bustest.RunServer(t)
 	nc := bustest.Connect(t, s)
 	reg := prometheus.NewRegistry()
-	r, err := router.New(nc, router.Config{Metrics: reg, Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+	r, err := router.New(nc, router.Config{Metrics: reg, Store: store.Config{Heartbeat: testHeartbeat}})
 	if err != nil {
 		t.Fatal(err)
 	}

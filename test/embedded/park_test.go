@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -380,7 +381,7 @@ func TestQueuedBehindParkedRun(t *testing.T) {
 func TestParkedExpiryAndCancel(t *testing.T) {
 	s := bustest.RunServer(t)
 	nc := bustest.Connect(t, s)
-	r, err := router.New(nc, router.Config{ParkTTL: 300 * time.Millisecond, Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+	r, err := router.New(nc, router.Config{ParkTTL: 300 * time.Millisecond, Store: store.Config{Heartbeat: testHeartbeat}})
 	if err != nil {
 		t.Fatal(err)
 	}

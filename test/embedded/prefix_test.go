@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -27,7 +28,7 @@ func TestPrefixIsolation(t *testing.T) {
 		client *client.Client
 	}
 	deploy := func(prefix, tool string) deployment {
-		r, err := router.New(bustest.Connect(t, s), router.Config{Prefix: prefix, Store: bus.StoreConfig{Heartbeat: testHeartbeat}})
+		r, err := router.New(bustest.Connect(t, s), router.Config{Prefix: prefix, Store: store.Config{Heartbeat: testHeartbeat}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package bus
+package embedded
 
 import (
 	"errors"
@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// EmbeddedConfig configures an in-process nats-server with JetStream.
-type EmbeddedConfig struct {
+// Config configures an in-process nats-server with JetStream.
+type Config struct {
 	// Listen is host:port to listen on; "" means 127.0.0.1 on a random port.
 	Listen string
 	// StoreDir is the JetStream store directory; "" means a temporary one
@@ -28,15 +28,15 @@ type EmbeddedConfig struct {
 	Logs bool
 }
 
-// StartEmbedded starts a nats-server with JetStream in this process and waits
+// Start starts a nats-server with JetStream in this process and waits
 // until it accepts connections. Callers stop it with Shutdown and
 // WaitForShutdown.
-func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+func Start(cfg Config) (*server.Server, error) {
 	opts := &server.Options{}
 	if cfg.ConfigFile != "" {
 		o, err := server.ProcessConfigFile(cfg.ConfigFile)
 		if err != nil {
-			return nil, fmt.Errorf("bus: nats config %s: %w", cfg.ConfigFile, err)
+			return nil, fmt.Errorf("embedded: nats config %s: %w", cfg.ConfigFile, err)
 		}
 		opts = o
 	}
@@ -49,11 +49,11 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	if cfg.Listen != "" {
 		h, p, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("bus: listen address %q: %w", cfg.Listen, err)
+			return nil, fmt.Errorf("embedded: listen address %q: %w", cfg.Listen, err)
 		}
 		n, err := strconv.Atoi(p)
 		if err != nil {
-			return nil, fmt.Errorf("bus: listen port %q: %w", p, err)
+			return nil, fmt.Errorf("embedded: listen port %q: %w", p, err)
 		}
 		if h != "" {
 			host = h
@@ -67,7 +67,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 		// Say plainly when the port is taken, rather than "not ready".
 		ln, err := net.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
 		if err != nil {
-			return nil, fmt.Errorf("bus: cannot listen on %s (is another router or nats-server running there? "+
+			return nil, fmt.Errorf("embedded: cannot listen on %s (is another router or nats-server running there? "+
 				"join it with --nats nats://%s, or pick another --listen): %w",
 				net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), err)
 		}
@@ -76,7 +76,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	opts.MaxPayload = 8 << 20
 	s, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("bus: nats-server: %w", err)
+		return nil, fmt.Errorf("embedded: nats-server: %w", err)
 	}
 	if cfg.Logs {
 		s.ConfigureLogger()
@@ -88,7 +88,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	}
 	if !s.ReadyForConnections(wait) {
 		s.Shutdown()
-		return nil, errors.New("bus: nats-server did not become ready")
+		return nil, errors.New("embedded: nats-server did not become ready")
 	}
 	return s, nil
 }

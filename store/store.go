@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"context"
@@ -7,35 +7,27 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolbus/toolbus/bus"
 )
 
-// Defaults of the JetStream resources.
-const (
-	DefaultHeartbeat    = 5 * time.Second
-	DefaultDedupeWindow = 10 * time.Minute
-	DefaultSessionTTL   = 24 * time.Hour
-	DefaultEventsMaxAge = 24 * time.Hour
-	DefaultHandoffTTL   = 7 * 24 * time.Hour
-)
-
-// StoreConfig sizes the JetStream buckets and streams of one deployment.
-type StoreConfig struct {
+// Config sizes the JetStream buckets and streams of one deployment.
+type Config struct {
 	// Replicas of every bucket and stream; zero means 1 (3 on a cluster).
 	Replicas int
 	// Heartbeat of workers; liveness entries expire after three missed
-	// beats. Zero means DefaultHeartbeat.
+	// beats. Zero means bus.DefaultHeartbeat.
 	Heartbeat time.Duration
 	// DedupeWindow is how long recorded results stay in the ledger; zero
-	// means DefaultDedupeWindow.
+	// means bus.DefaultDedupeWindow.
 	DedupeWindow time.Duration
 	// SessionTTL is the idle time after which a session is forgotten; zero
-	// means DefaultSessionTTL.
+	// means bus.DefaultSessionTTL.
 	SessionTTL time.Duration
 	// EventsMaxAge bounds how long session events are kept; zero means
-	// DefaultEventsMaxAge.
+	// bus.DefaultEventsMaxAge.
 	EventsMaxAge time.Duration
 	// HandoffMaxAge bounds how long external and confirm requests are kept;
-	// zero means DefaultHandoffTTL.
+	// zero means bus.DefaultHandoffTTL.
 	HandoffMaxAge time.Duration
 	// Memory, when true, keeps everything in memory instead of files.
 	Memory bool
@@ -46,39 +38,26 @@ type StoreConfig struct {
 	EventsMemory bool
 }
 
-func (c *StoreConfig) defaults() {
+func (c *Config) defaults() {
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
 	if c.Heartbeat <= 0 {
-		c.Heartbeat = DefaultHeartbeat
+		c.Heartbeat = bus.DefaultHeartbeat
 	}
 	if c.DedupeWindow <= 0 {
-		c.DedupeWindow = DefaultDedupeWindow
+		c.DedupeWindow = bus.DefaultDedupeWindow
 	}
 	if c.SessionTTL <= 0 {
-		c.SessionTTL = DefaultSessionTTL
+		c.SessionTTL = bus.DefaultSessionTTL
 	}
 	if c.EventsMaxAge <= 0 {
-		c.EventsMaxAge = DefaultEventsMaxAge
+		c.EventsMaxAge = bus.DefaultEventsMaxAge
 	}
 	if c.HandoffMaxAge <= 0 {
-		c.HandoffMaxAge = DefaultHandoffTTL
+		c.HandoffMaxAge = bus.DefaultHandoffTTL
 	}
 }
-
-// Bucket and stream names, before the prefix.
-const (
-	BucketTools    = "tools"
-	BucketWorkers  = "workers"
-	BucketGroups   = "groups"
-	BucketSessions = "sessions"
-	BucketParked   = "parked"
-	BucketLedger   = "ledger"
-	StreamEvents   = "EVENTS"
-	StreamHandoff  = "HANDOFF"
-	ObjectSkills   = "skills"
-)
 
 // Store holds the JetStream resources of one deployment.
 type Store struct {
@@ -97,7 +76,7 @@ type Store struct {
 // Setup creates or updates the buckets and streams of PROTOCOL.md section 8
 // for the deployment named by s. It is idempotent and safe to run from every
 // router at once.
-func Setup(ctx context.Context, js jetstream.JetStream, s Subjects, cfg StoreConfig) (*Store, error) {
+func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config) (*Store, error) {
 	cfg.defaults()
 	storage := jetstream.FileStorage
 	if cfg.Memory {
@@ -115,14 +94,14 @@ func Setup(ctx context.Context, js jetstream.JetStream, s Subjects, cfg StoreCon
 		{&st.Parked, jetstream.KeyValueConfig{Description: "toolbus parked calls", TTL: cfg.HandoffMaxAge}},
 		{&st.Ledger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}},
 	}
-	names := []string{BucketTools, BucketWorkers, BucketGroups, BucketSessions, BucketParked, BucketLedger}
+	names := []string{bus.BucketTools, bus.BucketWorkers, bus.BucketGroups, bus.BucketSessions, bus.BucketParked, bus.BucketLedger}
 	for i, kv := range kvs {
 		kv.cfg.Bucket = s.Bucket(names[i])
 		kv.cfg.Replicas = cfg.Replicas
 		kv.cfg.Storage = storage
 		h, err := js.CreateOrUpdateKeyValue(ctx, kv.cfg)
 		if err != nil {
-			return nil, fmt.Errorf("bus: bucket %s: %w", kv.cfg.Bucket, err)
+			return nil, fmt.Errorf("store: bucket %s: %w", kv.cfg.Bucket, err)
 		}
 		*kv.dst = h
 	}
@@ -132,20 +111,20 @@ func Setup(ctx context.Context, js jetstream.JetStream, s Subjects, cfg StoreCon
 		eventsStorage = jetstream.MemoryStorage
 	}
 	st.Events, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: s.Stream(StreamEvents), Description: "toolbus session events",
+		Name: s.Stream(bus.StreamEvents), Description: "toolbus session events",
 		Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, Storage: eventsStorage,
 		Replicas: cfg.Replicas, Discard: jetstream.DiscardOld,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bus: stream %s: %w", s.Stream(StreamEvents), err)
+		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamEvents), err)
 	}
 	st.Handoff, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: s.Stream(StreamHandoff), Description: "toolbus requests for external handlers and approvers",
+		Name: s.Stream(bus.StreamHandoff), Description: "toolbus requests for external handlers and approvers",
 		Subjects: []string{s.All("external"), s.All("confirm")}, MaxAge: cfg.HandoffMaxAge,
 		Storage: storage, Replicas: cfg.Replicas, AllowDirect: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bus: stream %s: %w", s.Stream(StreamHandoff), err)
+		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamHandoff), err)
 	}
 	if st.Skills, err = SkillsStore(ctx, js, s, cfg.Replicas); err != nil {
 		return nil, err
@@ -154,13 +133,13 @@ func Setup(ctx context.Context, js jetstream.JetStream, s Subjects, cfg StoreCon
 }
 
 // SkillsStore creates or opens the skills object store.
-func SkillsStore(ctx context.Context, js jetstream.JetStream, s Subjects, replicas int) (jetstream.ObjectStore, error) {
+func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas int) (jetstream.ObjectStore, error) {
 	if replicas <= 0 {
 		replicas = 1
 	}
-	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(ObjectSkills), Replicas: replicas})
+	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectSkills), Replicas: replicas})
 	if err != nil {
-		return nil, fmt.Errorf("bus: object store %s: %w", s.ObjectStore(ObjectSkills), err)
+		return nil, fmt.Errorf("store: object store %s: %w", s.ObjectStore(bus.ObjectSkills), err)
 	}
 	return os, nil
 }

@@ -1,4 +1,4 @@
-package bus_test
+package store_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/store"
 )
 
 const bound = 10 * time.Second
@@ -68,7 +69,7 @@ func TestWatchKV(t *testing.T) {
 	put(t, kv, "a.1", "uno")
 	put(t, kv, "b.1", "other")
 	var a applied
-	w, err := bus.WatchKV(t.Context(), kv, "a.*", a.apply)
+	w, err := store.WatchKV(t.Context(), kv, "a.*", a.apply)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestWatchKV(t *testing.T) {
 func TestWatchKVEmptyBucketIsReady(t *testing.T) {
 	_, kv := newKV(t)
 	var a applied
-	w, err := bus.WatchKV(t.Context(), kv, ">", a.apply)
+	w, err := store.WatchKV(t.Context(), kv, ">", a.apply)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestWatchKVEndsWithContext(t *testing.T) {
 	_, kv := newKV(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	var a applied
-	w, err := bus.WatchKV(ctx, kv, ">", a.apply)
+	w, err := store.WatchKV(ctx, kv, ">", a.apply)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestWatchKVError(t *testing.T) {
 	if err := js.DeleteKeyValue(t.Context(), "kv"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := bus.WatchKV(t.Context(), kv, ">", func(jetstream.KeyValueEntry) {})
+	_, err := store.WatchKV(t.Context(), kv, ">", func(jetstream.KeyValueEntry) {})
 	if err == nil {
 		t.Fatal("a watch on a deleted bucket started")
 	}
@@ -160,7 +161,7 @@ func TestIsNotFoundIsConflict(t *testing.T) {
 	_, kv := newKV(t)
 	ctx := t.Context()
 	_, err := kv.Get(ctx, "missing")
-	if !bus.IsNotFound(err) || bus.IsConflict(err) {
+	if !store.IsNotFound(err) || store.IsConflict(err) {
 		t.Fatalf("Get of a missing key: %v", err)
 	}
 	rev, err := kv.Create(ctx, "k", []byte("1"))
@@ -168,28 +169,28 @@ func TestIsNotFoundIsConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = kv.Create(ctx, "k", []byte("2"))
-	if !bus.IsConflict(err) || bus.IsNotFound(err) {
+	if !store.IsConflict(err) || store.IsNotFound(err) {
 		t.Fatalf("second Create: %v", err)
 	}
 	if _, err := kv.Update(ctx, "k", []byte("2"), rev); err != nil {
 		t.Fatal(err)
 	}
 	_, err = kv.Update(ctx, "k", []byte("3"), rev)
-	if !bus.IsConflict(err) {
+	if !store.IsConflict(err) {
 		t.Fatalf("Update at a stale revision: %v", err)
 	}
 	if err := kv.Delete(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Get(ctx, "k"); !bus.IsNotFound(err) {
+	if _, err := kv.Get(ctx, "k"); !store.IsNotFound(err) {
 		t.Fatalf("Get of a deleted key: %v", err)
 	}
 	for _, err := range []error{nil, errors.New("other"), context.DeadlineExceeded, fmt.Errorf("wrapped: %w", bus.ErrNotParked)} {
-		if bus.IsNotFound(err) || bus.IsConflict(err) {
+		if store.IsNotFound(err) || store.IsConflict(err) {
 			t.Errorf("%v classified as not found or conflict", err)
 		}
 	}
-	if !bus.IsNotFound(fmt.Errorf("wrapped: %w", jetstream.ErrKeyNotFound)) || !bus.IsConflict(fmt.Errorf("wrapped: %w", jetstream.ErrKeyExists)) {
+	if !store.IsNotFound(fmt.Errorf("wrapped: %w", jetstream.ErrKeyNotFound)) || !store.IsConflict(fmt.Errorf("wrapped: %w", jetstream.ErrKeyExists)) {
 		t.Error("wrapped sentinels not recognised")
 	}
 }

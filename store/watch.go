@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"context"
@@ -24,7 +24,7 @@ type Watch struct {
 func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(jetstream.KeyValueEntry)) (*Watch, error) {
 	w, err := kv.Watch(ctx, keys)
 	if err != nil {
-		return nil, fmt.Errorf("bus: watch %s %s: %w", kv.Bucket(), keys, err)
+		return nil, fmt.Errorf("store: watch %s %s: %w", kv.Bucket(), keys, err)
 	}
 	cw := &Watch{ready: make(chan struct{}), done: make(chan struct{}), stop: w.Stop}
 	go func() {

@@ -1,0 +1,25 @@
+package bus
+
+import "time"
+
+// Defaults of the JetStream resources.
+const (
+	DefaultHeartbeat    = 5 * time.Second
+	DefaultDedupeWindow = 10 * time.Minute
+	DefaultSessionTTL   = 24 * time.Hour
+	DefaultEventsMaxAge = 24 * time.Hour
+	DefaultHandoffTTL   = 7 * 24 * time.Hour
+)
+
+// Bucket and stream names, before the prefix.
+const (
+	BucketTools    = "tools"
+	BucketWorkers  = "workers"
+	BucketGroups   = "groups"
+	BucketSessions = "sessions"
+	BucketParked   = "parked"
+	BucketLedger   = "ledger"
+	StreamEvents   = "EVENTS"
+	StreamHandoff  = "HANDOFF"
+	ObjectSkills   = "skills"
+)

@@ -1,0 +1,115 @@
+package store_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/store"
+)
+
+func TestSetupIdempotent(t *testing.T) {
+	s := bustest.RunServer(t)
+	nc := bustest.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := bus.NewSubjects("tb")
+	for range 2 {
+		st, err := store.Setup(t.Context(), js, subj, store.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Sessions.Bucket() != "tb_sessions" {
+			t.Fatalf("bucket %s", st.Sessions.Bucket())
+		}
+	}
+	if _, err := js.Stream(t.Context(), "TB_EVENTS"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Stream(t.Context(), "TB_HANDOFF"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSetupConfig(t *testing.T) {
+	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := store.Config{Heartbeat: 2 * time.Second, DedupeWindow: time.Minute, SessionTTL: time.Hour,
+		EventsMaxAge: 2 * time.Hour, HandoffMaxAge: 3 * time.Hour, Memory: true}
+	st, err := store.Setup(t.Context(), js, bus.NewSubjects("dep"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		kv  jetstream.KeyValue
+		ttl time.Duration
+	}{
+		{st.Tools, 0}, {st.Workers, 6 * time.Second}, {st.Groups, 0}, {st.Sessions, time.Hour},
+		{st.Parked, 3 * time.Hour}, {st.Ledger, time.Minute},
+	} {
+		status, err := tc.kv.Status(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(status.Bucket(), "dep_") || status.TTL() != tc.ttl {
+			t.Errorf("bucket %s TTL %v, want %v", status.Bucket(), status.TTL(), tc.ttl)
+		}
+		if info := status.(*jetstream.KeyValueBucketStatus).StreamInfo(); info.Config.Storage != jetstream.MemoryStorage {
+			t.Errorf("bucket %s on %v", status.Bucket(), info.Config.Storage)
+		}
+	}
+	for _, tc := range []struct {
+		stream   jetstream.Stream
+		name     string
+		subjects []string
+		maxAge   time.Duration
+	}{
+		{st.Events, "DEP_EVENTS", []string{"dep.events.>"}, 2 * time.Hour},
+		{st.Handoff, "DEP_HANDOFF", []string{"dep.external.>", "dep.confirm.>"}, 3 * time.Hour},
+	} {
+		info, err := tc.stream.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.Name != tc.name || strings.Join(info.Config.Subjects, ",") != strings.Join(tc.subjects, ",") || info.Config.MaxAge != tc.maxAge {
+			t.Errorf("stream %+v", info.Config)
+		}
+	}
+	// Defaults.
+	def, err := store.Setup(t.Context(), js, bus.NewSubjects("dflt"), store.Config{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := def.Workers.Status(t.Context()); status.TTL() != 3*bus.DefaultHeartbeat {
+		t.Errorf("default workers TTL %v", status.TTL())
+	}
+	if status, _ := def.Ledger.Status(t.Context()); status.TTL() != bus.DefaultDedupeWindow {
+		t.Errorf("default ledger TTL %v", status.TTL())
+	}
+	if _, err := store.SkillsStore(t.Context(), js, bus.NewSubjects("dep"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.ObjectStore(t.Context(), "dep_skills"); err != nil {
+		t.Fatalf("object store dep_skills: %v", err)
+	}
+}
