@@ -72,19 +72,21 @@ func (s *Store) GetBatch(ctx context.Context, session, replyID string) (*Batch, 
 }
 
 // PutBatch writes a continuation: created when new (rev 0), else with
-// compare-and-set against the revision it was read at.
+// compare-and-set against the revision it was read at. It returns an error
+// satisfying store.IsConflict when the continuation exists already (rev 0)
+// or moved on. Transient JetStream errors are retried within store.Bounded.
 func (s *Store) PutBatch(ctx context.Context, b *Batch) error {
 	v, err := json.Marshal(b)
 	if err != nil {
 		return err
 	}
 	key := BatchKey(b.Session, b.ReplyID)
-	var rev uint64
-	if b.rev == 0 {
-		rev, err = s.kv.Create(ctx, key, v)
-	} else {
-		rev, err = s.kv.Update(ctx, key, v, b.rev)
-	}
+	rev, err := store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur == nil && b.rev != 0 || cur != nil && cur.Revision() != b.rev {
+			return nil, jetstream.ErrKeyExists
+		}
+		return v, nil
+	})
 	if err != nil {
 		return fmt.Errorf("external: batch %s: %w", key, err)
 	}
@@ -92,31 +94,38 @@ func (s *Store) PutBatch(ctx context.Context, b *Batch) error {
 	return nil
 }
 
-// UpdateBatch applies fn to the latest continuation with compare-and-set,
-// retrying on conflicts; fn may run more than once.
+// UpdateBatch applies fn to the latest continuation with compare-and-set.
+// fn may run more than once; an error from it ends the update with nothing
+// written. A continuation records results that end calls, so conflicts and
+// transient errors are retried until the write lands or ctx ends
+// (store.UntilLanded). It returns an error satisfying store.IsNotFound when
+// there is no continuation.
 func (s *Store) UpdateBatch(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
-	for attempt := 0; attempt < 50; attempt++ {
-		b, err := s.GetBatch(ctx, session, replyID)
-		if err != nil {
-			return nil, err
+	key := BatchKey(session, replyID)
+	var b *Batch
+	rev, err := store.Update(ctx, s.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur == nil {
+			return nil, fmt.Errorf("external: batch %s: %w", key, jetstream.ErrKeyNotFound)
+		}
+		b = new(Batch)
+		if err := json.Unmarshal(cur.Value(), b); err != nil {
+			return nil, fmt.Errorf("external: batch %s is corrupt: %w", key, err)
 		}
 		if err := fn(b); err != nil {
 			return nil, err
 		}
-		err = s.PutBatch(ctx, b)
-		if err == nil {
-			return b, nil
-		}
-		if !store.IsConflict(err) {
-			return nil, err
-		}
+		return json.Marshal(b)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("external: batch %s: too much contention", BatchKey(session, replyID))
+	b.rev = rev
+	return b, nil
 }
 
 // DeleteBatch removes a finished batch's continuation.
 func (s *Store) DeleteBatch(ctx context.Context, b *Batch) error {
-	if err := s.kv.Delete(ctx, BatchKey(b.Session, b.ReplyID)); err != nil && !store.IsNotFound(err) {
+	if _, err := store.Delete(ctx, s.kv, BatchKey(b.Session, b.ReplyID), store.Bounded); err != nil {
 		return fmt.Errorf("external: delete batch %s: %w", BatchKey(b.Session, b.ReplyID), err)
 	}
 	return nil

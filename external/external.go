@@ -15,6 +15,7 @@ package external
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -192,37 +193,53 @@ func (s *Store) leaveLocked(key string, rev uint64) {
 	}
 }
 
-// Park stores a new parked record and, unless the caller executes the tool
-// itself, publishes its request on P.external.<tool> or P.confirm.<tool>
-// through JetStream so the P_HANDOFF stream keeps it. source is the
-// CloudEvents source of the router.
+// Park stores a new parked record and then, unless the caller executes the
+// tool itself, publishes its request on P.external.<tool> or P.confirm.<tool>
+// through JetStream so the P_HANDOFF stream keeps it. The record comes first
+// (PROTOCOL.md 6): a handler that answers the moment the request arrives
+// finds the call parked. source is the CloudEvents source of the router.
 func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = StatusParked, now, now.Add(s.cfg.TTL)
 	r.Subject = s.subj.Answer(r.Call.Name)
-	dup := false
-	if !r.RequestScoped {
-		seq, d, err := s.publishHandoff(ctx, r, source)
-		if err != nil {
-			return err
-		}
-		r.HandoffSeq, dup = seq, d
-	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	rev, err := s.kv.Create(ctx, r.Key(), b)
+	rev, err := store.Create(ctx, s.kv, r.Key(), b, store.Bounded)
 	if err != nil {
-		if !dup { // a duplicate's message belongs to the first park
-			s.dropHandoff(r)
-		}
 		return fmt.Errorf("external: park %s: %w", r.Key(), err)
 	}
 	r.rev = rev
 	s.mu.Lock()
 	s.parked[r.Key()] = r
 	s.mu.Unlock()
+	if r.RequestScoped {
+		return nil
+	}
+	return s.handOff(ctx, r, source)
+}
+
+// handOff publishes r's request and notes its stream sequence in the record,
+// so that whoever takes the call out of parked removes the request. When an
+// answer got in first, the request is removed here instead.
+func (s *Store) handOff(ctx context.Context, r *Record, source string) error {
+	seq, err := s.publishHandoff(ctx, r, source)
+	if err != nil {
+		return err
+	}
+	rec, err := s.Transition(ctx, r.Key(), StatusParked, store.Bounded, func(x *Record) error {
+		x.HandoffSeq = seq
+		return nil
+	})
+	if err != nil {
+		s.dropHandoff(&Record{HandoffSeq: seq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
+		if errors.Is(err, bus.ErrNotParked) || errors.Is(err, bus.ErrAlreadyAnswered) {
+			return nil // answered, expired or cancelled already: the request is no longer needed
+		}
+		return err
+	}
+	*r = *rec
 	return nil
 }
 
@@ -244,7 +261,7 @@ type confirmRequest struct {
 	SuggestedRules []bus.Rule `json:"suggested_rules"`
 }
 
-func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (uint64, bool, error) {
+func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (uint64, error) {
 	typ, subject := bus.TypeExternalReq, s.subj.External(r.Call.Name)
 	if r.Kind == bus.KindConfirm {
 		typ, subject = bus.TypeConfirmReq, s.subj.Confirm(r.Call.Name)
@@ -261,19 +278,25 @@ func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (u
 	}
 	e, err := bus.NewEvent(typ, source, data)
 	if err != nil {
-		return 0, false, err
+		return 0, err
 	}
 	e.SessionID, e.ReplyID, e.ToolCallID, e.Subject = r.Session, r.ReplyID, r.Call.ID, r.Call.ID
 	e.ExpiryTime = r.Expires.Format(time.RFC3339Nano)
 	m, err := e.Msg(subject)
 	if err != nil {
-		return 0, false, err
+		return 0, err
 	}
-	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgID(typ+"/"+r.Key()))
+	// The message id makes a retried publish, or a re-sent batch's, one
+	// message; a repark (a new kind) has a new type and so a new message.
+	var ack *jetstream.PubAck
+	err = store.Retry(ctx, store.Bounded, func(ctx context.Context) (err error) {
+		ack, err = s.js.PublishMsg(ctx, m, jetstream.WithMsgID(typ+"/"+r.Key()))
+		return err
+	})
 	if err != nil {
-		return 0, false, fmt.Errorf("external: handoff %s: %w", subject, err)
+		return 0, fmt.Errorf("external: handoff %s: %w", subject, err)
 	}
-	return ack.Sequence, ack.Duplicate, nil
+	return ack.Sequence, nil
 }
 
 // dropHandoff removes a record's request from the handoff stream: it is
@@ -304,17 +327,19 @@ func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
 }
 
 // Transition moves a record from status from to the state fn leaves it in,
-// with compare-and-set. It returns bus.ErrNotParked when the record is
-// missing or in another status, bus.ErrAlreadyAnswered when from is parked
-// and an answer already won.
-func (s *Store) Transition(ctx context.Context, key, from string, fn func(*Record) error) (*Record, error) {
-	for attempt := 0; attempt < 20; attempt++ {
-		r, err := s.Get(ctx, key)
-		if store.IsNotFound(err) {
+// with compare-and-set, retrying conflicts and transient errors as p says
+// (store.UntilLanded for a transition that records a result). It returns
+// bus.ErrNotParked when the record is missing or in another status,
+// bus.ErrAlreadyAnswered when from is parked and an answer already won.
+func (s *Store) Transition(ctx context.Context, key, from string, p store.Policy, fn func(*Record) error) (*Record, error) {
+	var r *Record
+	rev, err := store.Update(ctx, s.kv, key, p, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur == nil {
 			return nil, bus.Errorf(bus.CodeNotParked, "no parked call %s", key)
 		}
-		if err != nil {
-			return nil, err
+		r = new(Record)
+		if err := json.Unmarshal(cur.Value(), r); err != nil {
+			return nil, fmt.Errorf("external: record %s is corrupt: %w", key, err)
 		}
 		if r.Status != from {
 			if from == StatusParked && (r.Status == StatusAnswered || r.Status == StatusDone && r.Answer != nil) {
@@ -325,44 +350,44 @@ func (s *Store) Transition(ctx context.Context, key, from string, fn func(*Recor
 		if err := fn(r); err != nil {
 			return nil, err
 		}
-		b, err := json.Marshal(r)
-		if err != nil {
+		return json.Marshal(r)
+	})
+	if err != nil {
+		if be := (*bus.Error)(nil); errors.As(err, &be) {
 			return nil, err
 		}
-		rev, err := s.kv.Update(ctx, key, b, r.rev)
-		if err == nil {
-			r.rev = rev
-			if r.Status != StatusParked {
-				s.mu.Lock()
-				s.leaveLocked(key, rev)
-				s.mu.Unlock()
-				s.dropHandoff(r)
-			}
-			return r, nil
-		}
-		if !store.IsConflict(err) {
-			return nil, fmt.Errorf("external: update %s: %w", key, err)
-		}
+		return nil, fmt.Errorf("external: update %s: %w", key, err)
 	}
-	return nil, fmt.Errorf("external: update %s: too much contention", key)
+	r.rev = rev
+	s.mu.Lock()
+	if r.Status == StatusParked {
+		if old, ok := s.parked[key]; !ok || old.rev < rev {
+			s.parked[key] = r
+		}
+	} else {
+		s.leaveLocked(key, rev)
+	}
+	s.mu.Unlock()
+	if r.Status != StatusParked {
+		s.dropHandoff(r)
+	}
+	return r, nil
 }
 
 // Repark turns an answered record into a parked one of another kind (a
 // confirmed call of an external tool now waits for its execution).
 func (s *Store) Repark(ctx context.Context, key, kind, source string) (*Record, error) {
-	r, err := s.Transition(ctx, key, StatusAnswered, func(r *Record) error {
-		r.Kind, r.Status, r.Answer, r.SuggestedRules, r.Reason = kind, StatusParked, nil, nil, ""
+	r, err := s.Transition(ctx, key, StatusAnswered, store.UntilLanded, func(r *Record) error {
+		r.Kind, r.Status, r.Answer, r.SuggestedRules, r.Reason, r.HandoffSeq = kind, StatusParked, nil, nil, "", 0
 		r.Expires = time.Now().UTC().Add(s.cfg.TTL)
-		seq, _, err := s.publishHandoff(ctx, r, source)
-		r.HandoffSeq = seq
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	s.parked[key] = r
-	s.mu.Unlock()
+	if err := s.handOff(ctx, r, source); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 

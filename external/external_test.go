@@ -248,7 +248,7 @@ func TestTransition(t *testing.T) {
 	r := park(t, s, record("s1", "r1", "c1"))
 	key := r.Key()
 
-	got, err := s.Transition(t.Context(), key, external.StatusParked, answered)
+	got, err := s.Transition(t.Context(), key, external.StatusParked, store.Bounded, answered)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestTransition(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
-			_, err := s.Transition(t.Context(), tc.key, tc.from, func(*external.Record) error { ran = true; return nil })
+			_, err := s.Transition(t.Context(), tc.key, tc.from, store.Bounded, func(*external.Record) error { ran = true; return nil })
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
@@ -288,7 +288,7 @@ func TestTransition(t *testing.T) {
 		})
 	}
 	// answered → done; an answer after that is still already_answered.
-	if _, err := s.Transition(t.Context(), key, external.StatusAnswered, func(r *external.Record) error {
+	if _, err := s.Transition(t.Context(), key, external.StatusAnswered, store.Bounded, func(r *external.Record) error {
 		r.Status = external.StatusDone
 		res := bus.Result{ID: "c1", Name: "deploy", State: bus.StateSuccess, Output: bus.Text("deployed")}
 		r.Result = &res
@@ -296,7 +296,7 @@ func TestTransition(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Transition(t.Context(), key, external.StatusParked, answered); !errors.Is(err, bus.ErrAlreadyAnswered) {
+	if _, err := s.Transition(t.Context(), key, external.StatusParked, store.Bounded, answered); !errors.Is(err, bus.ErrAlreadyAnswered) {
 		t.Fatalf("answer after done: %v, want already_answered", err)
 	}
 }
@@ -307,7 +307,7 @@ func TestTransitionOutOfParkedWithoutAnswer(t *testing.T) {
 			st := newStore(t)
 			s := start(t, st)
 			r := park(t, s, record("s1", "r1", "c1"))
-			if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, func(r *external.Record) error {
+			if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, func(r *external.Record) error {
 				r.Status = status
 				return nil
 			}); err != nil {
@@ -317,7 +317,7 @@ func TestTransitionOutOfParkedWithoutAnswer(t *testing.T) {
 				t.Fatal("handoff request kept")
 			}
 			// A late answer finds nothing parked.
-			if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, answered); !errors.Is(err, bus.ErrNotParked) {
+			if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered); !errors.Is(err, bus.ErrNotParked) {
 				t.Fatalf("late answer: %v, want not_parked", err)
 			}
 		})
@@ -329,7 +329,7 @@ func TestTransitionFnError(t *testing.T) {
 	s := start(t, st)
 	r := park(t, s, record("s1", "r1", "c1"))
 	stop := errors.New("bad answer")
-	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, func(r *external.Record) error {
+	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, func(r *external.Record) error {
 		r.Status = external.StatusAnswered
 		return stop
 	}); !errors.Is(err, stop) {
@@ -342,7 +342,7 @@ func TestTransitionFnError(t *testing.T) {
 	if _, err := handoffMsg(t, st, r.HandoffSeq); err != nil {
 		t.Fatalf("handoff request: %v", err)
 	}
-	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, answered); err != nil {
+	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -356,7 +356,7 @@ func TestRacingAnswersOneWins(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, err := stores[i%2].Transition(t.Context(), r.Key(), external.StatusParked, answered)
+			_, err := stores[i%2].Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered)
 			errs <- err
 		})
 	}
@@ -382,7 +382,7 @@ func TestRepark(t *testing.T) {
 	r := record("s1", "r1", "c1")
 	r.Kind = bus.KindConfirm
 	park(t, s, r)
-	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, func(r *external.Record) error {
+	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, func(r *external.Record) error {
 		r.Status = external.StatusAnswered
 		yes := true
 		r.Answer = &bus.Answer{Confirmed: &yes}
@@ -419,7 +419,7 @@ func TestParkedAfterTransition(t *testing.T) {
 	s := start(t, st)
 	for i := range 300 {
 		r := park(t, s, record("s1", "r1", fmt.Sprint("c", i)))
-		if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, answered); err != nil {
+		if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered); err != nil {
 			t.Fatal(err)
 		}
 		for range 20 {
@@ -459,7 +459,7 @@ func TestExpired(t *testing.T) {
 		return nil
 	})
 	// Answered records are never expired.
-	if _, err := s.Transition(t.Context(), old.Key(), external.StatusParked, answered); err != nil {
+	if _, err := s.Transition(t.Context(), old.Key(), external.StatusParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.Expired(time.Now().Add(2 * ttl)); !slices.Equal(keys(got), []string{"s1.r1.c1"}) {
@@ -499,7 +499,7 @@ func TestParkedFilter(t *testing.T) {
 		t.Fatalf("other store Parked %v", got)
 	}
 	park(t, s, record("s3", "r1", "c1"))
-	if _, err := s.Transition(t.Context(), "s1.r1.c1", external.StatusParked, answered); err != nil {
+	if _, err := s.Transition(t.Context(), "s1.r1.c1", external.StatusParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
 	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {

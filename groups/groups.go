@@ -277,7 +277,7 @@ func (s *Store) Put(ctx context.Context, g bus.Group) error {
 // Delete removes a group definition; sessions keep nothing of it that
 // matters, since an undefined group is never active.
 func (s *Store) Delete(ctx context.Context, name string) error {
-	rev, err := store.DeleteKV(ctx, s.groupsKV, name)
+	rev, err := store.Delete(ctx, s.groupsKV, name, store.Bounded)
 	if err != nil {
 		return fmt.Errorf("groups: delete %s: %w", name, err)
 	}
@@ -431,51 +431,42 @@ var ErrAbort = errors.New("groups: update aborted")
 // update is ever lost. fn may run more than once. When fn returns an error
 // nothing is written and the error is returned.
 func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) (*Session, error) {
-	for attempt := 0; attempt < 50; attempt++ {
-		var cur *Session
-		entry, err := s.sessionsKV.Get(ctx, id)
-		switch {
-		case err == nil:
+	var next *Session
+	var fnErr error
+	rev, err := store.Update(ctx, s.sessionsKV, id, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
+		cur := s.fresh()
+		if entry != nil {
 			cur = new(Session)
 			if err := json.Unmarshal(entry.Value(), cur); err != nil {
 				cur = s.fresh() // a corrupt record is replaced, not propagated
 			}
 			cur.rev = entry.Revision()
-		case store.IsNotFound(err):
-			cur = s.fresh()
-		default:
-			return nil, fmt.Errorf("groups: read session %s: %w", id, err)
 		}
-		next := cur.clone()
-		if err := fn(next); err != nil {
-			return nil, err
+		next = cur.clone()
+		if fnErr = fn(next); fnErr != nil {
+			return nil, fnErr
 		}
 		next.Updated = time.Now().UTC()
 		b, err := json.Marshal(next)
 		if err != nil {
 			return nil, fmt.Errorf("groups: encode session %s: %w", id, err)
 		}
-		var rev uint64
-		if cur.rev == 0 {
-			rev, err = s.sessionsKV.Create(ctx, id, b)
-		} else {
-			rev, err = s.sessionsKV.Update(ctx, id, b, cur.rev)
-		}
-		if err == nil {
-			next.rev = rev
-			s.mu.Lock()
-			if old, ok := s.sessions[id]; !ok || old.rev < rev {
-				next.cached = time.Now()
-				s.sessions[id] = next
-			}
-			s.mu.Unlock()
-			return next, nil
-		}
-		if !store.IsConflict(err) {
-			return nil, fmt.Errorf("groups: write session %s: %w", id, err)
-		}
+		return b, nil
+	})
+	switch {
+	case fnErr != nil:
+		return nil, fnErr
+	case err != nil:
+		return nil, fmt.Errorf("groups: write session %s: %w", id, err)
 	}
-	return nil, fmt.Errorf("groups: write session %s: too much contention", id)
+	next.rev = rev
+	s.mu.Lock()
+	if old, ok := s.sessions[id]; !ok || old.rev < rev {
+		next.cached = time.Now()
+		s.sessions[id] = next
+	}
+	s.mu.Unlock()
+	return next, nil
 }
 
 // DeleteSession forgets a session.

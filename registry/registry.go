@@ -471,46 +471,42 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	if t, ok := r.Lookup(d.Name); ok && t.Def.Equal(&d) {
 		return "", nil // a heartbeat: nothing changed
 	}
-	for attempt := 0; attempt < 5; attempt++ {
-		entry, err := r.tools.Get(ctx, d.Name)
-		var rev uint64
-		registered := time.Now().UnixNano()
-		var val []byte
-		switch {
-		case err == nil:
-			rev = entry.Revision()
+	var (
+		registered int64
+		same       *Tool
+	)
+	rev, err := store.Update(ctx, r.tools, d.Name, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
+		reason, same, registered = "", nil, time.Now().UnixNano()
+		if entry != nil {
 			if cur, perr := parseTool(entry.Value()); perr == nil {
 				if cur.Def.Equal(&d) {
-					r.put(&Tool{Def: d, Schema: s, rev: rev, order: cur.order})
-					return "", nil
+					same = cur
+					return nil, store.ErrNoChange
 				}
 				r.mu.RLock()
 				conflict := !cur.Def.External && r.liveLocked(d.Name, worker)
 				r.mu.RUnlock()
 				if conflict {
-					return fmt.Sprintf("conflicts with a different live definition of %q", d.Name), nil
+					reason = fmt.Sprintf("conflicts with a different live definition of %q", d.Name)
+					return nil, store.ErrNoChange
 				}
 				if cur.order != 0 {
 					registered = cur.order
 				}
 			}
-			if val, err = encodeRecord(&d, registered); err == nil {
-				rev, err = r.tools.Update(ctx, d.Name, val, rev)
-			}
-		case store.IsNotFound(err):
-			if val, err = encodeRecord(&d, registered); err == nil {
-				rev, err = r.tools.Create(ctx, d.Name, val)
-			}
 		}
-		if err == nil {
-			r.put(&Tool{Def: d, Schema: s, rev: rev, order: registered})
-			return "", nil
-		}
-		if !store.IsConflict(err) {
-			return "", fmt.Errorf("registry: put %s: %w", d.Name, err)
-		}
+		return encodeRecord(&d, registered)
+	})
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("registry: put %s: %w", d.Name, err)
+	case reason != "":
+		return reason, nil
+	case same != nil:
+		registered = same.order
 	}
-	return "", fmt.Errorf("registry: put %s: too much contention", d.Name)
+	r.put(&Tool{Def: d, Schema: s, rev: rev, order: registered})
+	return "", nil
 }
 
 // leave marks a worker gone at once: its liveness entries are overwritten
@@ -537,7 +533,7 @@ func (r *Registry) leave(ctx context.Context, worker string) error {
 
 // Delete removes a tool definition (the admin verb tools.delete).
 func (r *Registry) Delete(ctx context.Context, name string) error {
-	rev, err := store.DeleteKV(ctx, r.tools, name)
+	rev, err := store.Delete(ctx, r.tools, name, store.Bounded)
 	if err != nil {
 		return fmt.Errorf("registry: delete %s: %w", name, err)
 	}

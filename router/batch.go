@@ -45,7 +45,9 @@ type batch struct {
 	held        []*callState
 	lease       bool // this router owns b.cont and renews its lease
 
-	mu         sync.Mutex     // guards callState.result/raw/cancel, deferEvents, held
+	sent []*sentEvent // events published and not yet known to be stored
+
+	mu         sync.Mutex     // guards callState.result/raw/cancel, deferEvents, held, sent
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
 }
 
@@ -92,12 +94,15 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.log.Warn("router: session not touched", "session", b.session, "err", err)
 	}
 	complete := b.run(0)
-	if m.Reply != "" {
-		b.reply(m.Reply)
-	}
-	b.flushHeld()
 	if complete {
 		b.done()
+	} else {
+		b.stored()
+	}
+	// call.parked and batch.done are in the events stream before the
+	// reply: an agent that reconnects after it finds them there.
+	if m.Reply != "" {
+		b.reply(m.Reply)
 	}
 }
 
@@ -289,6 +294,7 @@ func (b *batch) done() {
 	}
 	buf = append(buf, "]}"...)
 	b.r.publishEvent(b, bus.TypeBatchDone, "", json.RawMessage(buf))
+	b.stored()
 	if b.cont != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -472,13 +478,35 @@ func (r *Router) event(b *batch, typ, callID string, data any) (*bus.Event, erro
 	return e, nil
 }
 
-// publishEvent publishes an event on the batch's session events subject.
+// publishEvent publishes an event on the batch's session events subject,
+// through the events stream; stored waits for it.
 func (r *Router) publishEvent(b *batch, typ, callID string, data any) {
 	e, err := r.event(b, typ, callID, data)
+	var m *nats.Msg
 	if err == nil {
-		err = bus.Publish(r.nc, r.subj.Events(b.session), e)
+		m, err = e.Msg(r.subj.Events(b.session))
 	}
 	if err != nil {
 		r.log.Warn("router: event not published", "type", typ, "session", b.session, "err", err)
+		return
 	}
+	ev := r.events.publish(m, e.ID)
+	b.mu.Lock()
+	b.sent = append(b.sent, ev)
+	b.mu.Unlock()
+}
+
+// stored waits until the events stream holds every event the batch has
+// published so far.
+func (b *batch) stored() {
+	b.mu.Lock()
+	sent := b.sent
+	b.sent = nil
+	b.mu.Unlock()
+	if len(sent) == 0 {
+		return
+	}
+	ctx, cancel := landing()
+	defer cancel()
+	_ = b.r.events.stored(ctx, sent)
 }

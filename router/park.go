@@ -67,7 +67,7 @@ func (b *batch) cancelled(id string) bool {
 // describes the first one's state and nothing else runs.
 func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 	r := b.r
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := landing()
 	defer cancel()
 	waiting := make([]string, len(calls))
 	for i, c := range calls {
@@ -181,7 +181,7 @@ func (b *batch) results() map[string]bus.Result {
 // the batch goes on here (true); otherwise the router that records the last
 // answer resumes it.
 func (b *batch) settleRun(next int) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := landing()
 	defer cancel()
 	mine := b.results()
 	cont, err := b.r.parked.UpdateBatch(ctx, b.session, b.replyID, func(cb *external.Batch) error {
@@ -239,7 +239,7 @@ func (r *Router) onAnswer(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := landing()
 	defer cancel()
 	key := external.Key(e.SessionID, e.ReplyID, e.ToolCallID)
 	cur, err := r.parked.Get(ctx, key)
@@ -256,7 +256,7 @@ func (r *Router) onAnswer(m *nats.Msg) {
 			return
 		}
 	}
-	rec, err := r.parked.Transition(ctx, key, external.StatusParked, func(rec *external.Record) error {
+	rec, err := r.parked.Transition(ctx, key, external.StatusParked, store.UntilLanded, func(rec *external.Record) error {
 		rec.Status, rec.Answer = external.StatusAnswered, &a
 		return nil
 	})
@@ -365,7 +365,7 @@ func (r *Router) settle(rec *external.Record) {
 		r.complete(rec, res)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := landing()
 	defer cancel()
 	if len(a.Rules) > 0 { // remembered by onAnswer
 		defer r.confirmCovered(rec)
@@ -435,8 +435,8 @@ func (r *Router) confirmCovered(answered *external.Record) {
 			continue
 		}
 		yes := true
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		got, err := r.parked.Transition(ctx, rec.Key(), external.StatusParked, func(x *external.Record) error {
+		ctx, cancel := landing()
+		got, err := r.parked.Transition(ctx, rec.Key(), external.StatusParked, store.Bounded, func(x *external.Record) error {
 			x.Status, x.Answer = external.StatusAnswered, &bus.Answer{Confirmed: &yes}
 			return nil
 		})
@@ -450,10 +450,10 @@ func (r *Router) confirmCovered(answered *external.Record) {
 // complete records a parked call's result, publishes it, and resumes the
 // batch when it was the last one awaited.
 func (r *Router) complete(rec *external.Record, res bus.Result) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := landing()
 	defer cancel()
 	if rec.Status == external.StatusAnswered {
-		if _, err := r.parked.Transition(ctx, rec.Key(), external.StatusAnswered, func(x *external.Record) error {
+		if _, err := r.parked.Transition(ctx, rec.Key(), external.StatusAnswered, store.UntilLanded, func(x *external.Record) error {
 			x.Status, x.Result = external.StatusDone, &res
 			return nil
 		}); err != nil {
@@ -469,10 +469,14 @@ func (r *Router) complete(rec *external.Record, res bus.Result) {
 		trace = [2]string{cont.TraceParent, cont.TraceState}
 	}
 	e, err := bus.NewEvent(bus.TypeCallResult, r.source, res)
+	var m *nats.Msg
 	if err == nil {
 		e.SessionID, e.ReplyID, e.ToolCallID, e.Subject = rec.Session, rec.ReplyID, rec.Call.ID, rec.Call.ID
 		e.TraceParent, e.TraceState = trace[0], trace[1]
-		err = bus.Publish(r.nc, r.subj.Events(rec.Session), e)
+		m, err = e.Msg(r.subj.Events(rec.Session))
+	}
+	if err == nil {
+		err = r.events.stored(ctx, []*sentEvent{r.events.publish(m, e.ID)})
 	}
 	if err != nil {
 		r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)
@@ -523,6 +527,8 @@ func (r *Router) resume(cont *external.Batch) {
 	defer r.untrack(b)
 	if b.run(cont.Next) {
 		b.done()
+	} else {
+		b.stored()
 	}
 }
 
@@ -628,6 +634,8 @@ func (r *Router) repair(cont *external.Batch) {
 	wg.Wait()
 	if b.settleRun(cont.Next) && b.run(cont.Next) {
 		b.done()
+	} else {
+		b.stored()
 	}
 }
 
@@ -642,8 +650,8 @@ func (r *Router) sweep(now time.Time) {
 // endParked moves a parked call to a final status (expired, cancelled) with
 // res as its result; the compare-and-set picks one router when several try.
 func (r *Router) endParked(rec *external.Record, status string, res bus.Result) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	got, err := r.parked.Transition(ctx, rec.Key(), external.StatusParked, func(x *external.Record) error {
+	ctx, cancel := landing()
+	got, err := r.parked.Transition(ctx, rec.Key(), external.StatusParked, store.UntilLanded, func(x *external.Record) error {
 		x.Status, x.Result = status, &res
 		return nil
 	})

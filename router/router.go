@@ -73,6 +73,8 @@ type Router struct {
 	reg    *registry.Registry
 	groups *groups.Store
 	parked *external.Store
+	led    *ledger
+	events *eventSink
 	m      *metrics.Router
 
 	mu      sync.Mutex
@@ -174,6 +176,11 @@ func (r *Router) Start(ctx context.Context) error {
 	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
 		ParkedNow: func() int { return len(r.parked.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
+	r.led = newLedger(r.store.Ledger, r.cfg.ID, r.log, r.m.DedupeHits.Inc)
+	if r.events, err = newEventSink(r.nc, r.log); err != nil {
+		r.Stop()
+		return err
+	}
 	q := r.subj.RouterQueue()
 	for _, s := range []struct {
 		subject, queue string
@@ -279,6 +286,15 @@ func (r *Router) Drain(ctx context.Context) error {
 		case <-done:
 		case <-ctx.Done():
 			r.stopErr = fmt.Errorf("router: drain: %w", ctx.Err())
+		}
+		if r.led != nil {
+			// Results already given to agents must be recorded: the
+			// ledger's writes get the drain's time, and then a little.
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := r.led.stop(lctx); err != nil {
+				r.log.Error("router: drain", "err", err)
+			}
+			cancel()
 		}
 		if r.stop != nil {
 			r.stop()
@@ -431,4 +447,14 @@ func (r *Router) admin(ctx context.Context, verb string, e *bus.Event) (any, err
 		return map[string]any{"deleted": d.Name}, nil
 	}
 	return r.adminGroups(ctx, verb, e)
+}
+
+// landBudget bounds the writes that end a call (a recorded result, an
+// answer, a continuation): they are retried until they land, through a
+// leader election or a node's restart, for at most this long.
+const landBudget = 2 * time.Minute
+
+// landing returns the context of a write that ends a call.
+func landing() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), landBudget)
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -62,12 +61,12 @@ func (c *Config) defaults() {
 // Store holds the JetStream resources of one deployment.
 type Store struct {
 	JS       jetstream.JetStream
-	Tools    jetstream.KeyValue
-	Workers  jetstream.KeyValue
-	Groups   jetstream.KeyValue
-	Sessions jetstream.KeyValue
-	Parked   jetstream.KeyValue
-	Ledger   jetstream.KeyValue
+	Tools    *KV
+	Workers  *KV
+	Groups   *KV
+	Sessions *KV
+	Parked   *KV
+	Ledger   *KV
 	Events   jetstream.Stream
 	Handoff  jetstream.Stream
 	Skills   jetstream.ObjectStore
@@ -84,7 +83,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	}
 	st := &Store{JS: js}
 	kvs := []struct {
-		dst *jetstream.KeyValue
+		dst **KV
 		cfg jetstream.KeyValueConfig
 	}{
 		{&st.Tools, jetstream.KeyValueConfig{Description: "toolbus tool definitions"}},
@@ -103,7 +102,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		if err != nil {
 			return nil, fmt.Errorf("store: bucket %s: %w", kv.cfg.Bucket, err)
 		}
-		*kv.dst = h
+		*kv.dst = NewKV(js, h, cfg.Replicas)
 	}
 	var err error
 	eventsStorage := storage
@@ -142,41 +141,4 @@ func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, re
 		return nil, fmt.Errorf("store: object store %s: %w", s.ObjectStore(bus.ObjectSkills), err)
 	}
 	return os, nil
-}
-
-// IsNotFound reports whether err says a KV key is absent or deleted.
-func IsNotFound(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
-}
-
-// IsConflict reports whether err says a compare-and-set write lost: the key
-// exists already, or its revision moved on.
-func IsConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) ||
-		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
-
-// DeleteKV deletes key and returns the revision of the value it deleted (0
-// when there was none). Caches keep that revision as a tombstone: a watch
-// delivery at or below it is a write the delete already covered, and must
-// not bring the key back.
-func DeleteKV(ctx context.Context, kv jetstream.KeyValue, key string) (uint64, error) {
-	for range 16 {
-		e, err := kv.Get(ctx, key)
-		if IsNotFound(err) {
-			return 0, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		err = kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
-		if err == nil {
-			return e.Revision(), nil
-		}
-		if !IsConflict(err) {
-			return 0, err
-		}
-	}
-	return 0, fmt.Errorf("delete %s: too much contention", key)
 }

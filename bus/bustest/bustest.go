@@ -75,3 +75,28 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// RunCluster starts a 3-node nats-server cluster with JetStream on loopback
+// ports, stores in t.TempDir, and shuts it down when the test ends.
+func RunCluster(t testing.TB) *embedded.Cluster {
+	t.Helper()
+	c, err := embedded.StartCluster(embedded.ClusterConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// ConnectURL opens a client connection to url (several, comma-separated,
+// for a cluster) that keeps reconnecting, closed when the test ends.
+func ConnectURL(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}

@@ -1,0 +1,62 @@
+package embedded_test
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/embedded"
+)
+
+func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
+	c, err := embedded.StartCluster(embedded.ClusterConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	nc, err := nats.Connect(c.URLs(0), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "b", Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), "k", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := c.WaitStreamLeader("KV_b", bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.StopNode(leader)
+	if c.Node(leader) != nil {
+		t.Fatal("stopped node still listed")
+	}
+	next, err := c.WaitStreamLeader("KV_b", 3*bound)
+	if err != nil || next == leader {
+		t.Fatalf("no new leader: %d %v", next, err)
+	}
+	if err := c.Start(leader); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(leader); err == nil {
+		t.Fatal("a running node started twice")
+	}
+	if err := c.WaitReady(3 * bound); err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(t.Context(), "k")
+	if err != nil || string(e.Value()) != "1" {
+		t.Fatalf("after a restart: %v %v", e, err)
+	}
+	if _, err := embedded.StartCluster(embedded.ClusterConfig{}); err == nil {
+		t.Fatal("a cluster without a store directory started")
+	}
+}

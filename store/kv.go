@@ -1,0 +1,331 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KV is a bucket whose Get returns the latest acknowledged write.
+//
+// On a replicated bucket, jetstream's Get is a direct get, which any replica
+// may answer, including a follower that has not applied the latest write
+// yet. A decision taken on such a read (is this call still parked? which
+// groups are active?) would be taken on a state that another router has
+// already changed. KV therefore reads a replicated bucket from its stream
+// leader, through the stream's message-get API. A single-replica bucket has
+// no followers, and keeps the cheaper direct get.
+//
+// Every other method is the bucket's own (watches, puts, creates, updates).
+type KV struct {
+	jetstream.KeyValue
+	nc     *nats.Conn
+	get    string // the leader's message-get subject, "" for direct gets
+	prefix string // "$KV.<bucket>."
+}
+
+// NewKV wraps kv. replicas is the bucket's replica count.
+func NewKV(js jetstream.JetStream, kv jetstream.KeyValue, replicas int) *KV {
+	k := &KV{KeyValue: kv, nc: js.Conn(), prefix: "$KV." + kv.Bucket() + "."}
+	if replicas > 1 {
+		k.get = apiPrefix(js) + "STREAM.MSG.GET.KV_" + kv.Bucket()
+	}
+	return k
+}
+
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return jetstream.DefaultAPIPrefix
+}
+
+// Get returns the latest value of key, read from the stream leader on a
+// replicated bucket. It returns jetstream.ErrKeyNotFound when the key is
+// absent, deleted or purged.
+func (k *KV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if k.get == "" {
+		return k.KeyValue.Get(ctx, key)
+	}
+	req, _ := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{k.prefix + key})
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, attemptTimeout)
+		defer cancel()
+	}
+	m, err := k.nc.RequestWithContext(ctx, k.get, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", key, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, jetstream.ErrKeyNotFound
+	case resp.Error != nil:
+		return nil, resp.Error
+	case resp.Message == nil:
+		return nil, fmt.Errorf("store: get %s: empty reply", key)
+	}
+	e := &entry{bucket: k.Bucket(), key: key, value: resp.Message.Data, rev: resp.Message.Sequence,
+		created: resp.Message.Time, op: jetstream.KeyValuePut}
+	if len(resp.Message.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if err != nil {
+			return nil, fmt.Errorf("store: get %s: %w", key, err)
+		}
+		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			return nil, jetstream.ErrKeyNotFound
+		}
+	}
+	return e, nil
+}
+
+// entry is a KV value read by KV.Get from the stream leader.
+type entry struct {
+	bucket, key string
+	value       []byte
+	rev         uint64
+	created     time.Time
+	op          jetstream.KeyValueOp
+}
+
+func (e *entry) Bucket() string                  { return e.bucket }
+func (e *entry) Key() string                     { return e.key }
+func (e *entry) Value() []byte                   { return e.value }
+func (e *entry) Revision() uint64                { return e.rev }
+func (e *entry) Created() time.Time              { return e.created }
+func (e *entry) Delta() uint64                   { return 0 }
+func (e *entry) Operation() jetstream.KeyValueOp { return e.op }
+
+var _ jetstream.KeyValueEntry = (*entry)(nil)
+
+// IsNotFound reports whether err says a KV key is absent or deleted.
+func IsNotFound(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
+}
+
+// IsConflict reports whether err says a compare-and-set write lost: the key
+// exists already, or its revision moved on. JetStream reports this as error
+// code 10071 on a single-replica stream and 10164 on a replicated one.
+func IsConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// IsTransient reports whether err may go away if the same operation is tried
+// again: a time-out, no responders while a stream elects a leader, a
+// connection that is reconnecting, a cluster that is not ready. Conflicts,
+// missing keys, bad requests and a closed connection are not transient.
+func IsTransient(err error) bool {
+	if err == nil || IsConflict(err) || IsNotFound(err) {
+		return false
+	}
+	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubject) ||
+		errors.Is(err, jetstream.ErrInvalidKey) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		// 503: JetStream or its cluster not (yet) available; 408 and 5xx
+		// are time-outs and server trouble. 4xx is a request that will
+		// not succeed however often it is sent.
+		return apiErr.Code == 408 || apiErr.Code >= 500
+	}
+	return true
+}
+
+// Policy bounds how a write is retried on conflicts and transient errors.
+type Policy struct {
+	// Budget is how long the write keeps trying; zero means until the
+	// context ends.
+	Budget time.Duration
+}
+
+var (
+	// Bounded is for writes a caller can report as failed: a session
+	// update, a registration, a park. It rides out a leader election.
+	Bounded = Policy{Budget: 20 * time.Second}
+	// UntilLanded is for writes that end a call (a recorded result, an
+	// answer, a continuation): they are retried for as long as the
+	// caller's context lasts, since giving up would lose a known result.
+	UntilLanded = Policy{}
+)
+
+// attemptTimeout bounds one JetStream request inside a retried write.
+const attemptTimeout = 5 * time.Second
+
+// ErrNoChange may be returned by an Update function to leave the key as it
+// is; Update then returns the current revision and no error.
+var ErrNoChange = errors.New("store: no change")
+
+// Update writes the value that fn derives from the latest value of key (nil
+// when the key is absent or deleted), with compare-and-set on the revision
+// it read: a create when absent, an update otherwise. It retries with a
+// fresh read, and calls fn again, whenever another writer got in first or
+// JetStream failed transiently, until the write lands or the policy's
+// budget or ctx runs out. A write whose acknowledgement was lost is
+// recognised on the next read (the stored value is the one written) and
+// counts as landed. An error from fn ends Update with that error and
+// nothing written. It returns the revision of the value now stored.
+func Update(ctx context.Context, kv jetstream.KeyValue, key string, p Policy, fn func(cur jetstream.KeyValueEntry) ([]byte, error)) (uint64, error) {
+	var sent []byte // the value of an attempt whose outcome is unknown
+	return retry(ctx, p, func(ctx context.Context) (uint64, error) {
+		cur, err := kv.Get(ctx, key)
+		if IsNotFound(err) {
+			cur, err = nil, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if sent != nil && cur != nil && bytes.Equal(cur.Value(), sent) {
+			return cur.Revision(), nil
+		}
+		next, err := fn(cur)
+		if errors.Is(err, ErrNoChange) {
+			if cur == nil {
+				return 0, nil
+			}
+			return cur.Revision(), nil
+		}
+		if err != nil {
+			return 0, permanent{err}
+		}
+		var rev uint64
+		if cur == nil {
+			rev, err = kv.Create(ctx, key, next)
+		} else {
+			rev, err = kv.Update(ctx, key, next, cur.Revision())
+		}
+		if IsTransient(err) {
+			sent = next
+		}
+		return rev, err
+	})
+}
+
+// Create stores value under key when the key is absent, retrying transient
+// errors within the policy. It returns an error satisfying IsConflict when
+// the key holds another value (a create whose acknowledgement was lost is
+// recognised as landed).
+func Create(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, p Policy) (uint64, error) {
+	return Update(ctx, kv, key, p, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur != nil {
+			return nil, fmt.Errorf("store: create %s: %w", key, jetstream.ErrKeyExists)
+		}
+		return value, nil
+	})
+}
+
+// Delete removes key with compare-and-set on the revision it reads, and
+// returns the revision of the value it deleted (0 when there was none).
+// Caches keep that revision as a tombstone: a watch delivery at or below it
+// is a write the delete already covered, and must not bring the key back.
+func Delete(ctx context.Context, kv jetstream.KeyValue, key string, p Policy) (uint64, error) {
+	var tried uint64 // the revision of an attempt whose outcome is unknown
+	return retry(ctx, p, func(ctx context.Context) (uint64, error) {
+		e, err := kv.Get(ctx, key)
+		if IsNotFound(err) {
+			return tried, nil // nothing there, or the lost attempt landed
+		}
+		if err != nil {
+			return 0, err
+		}
+		err = kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+		if err == nil {
+			return e.Revision(), nil
+		}
+		if IsTransient(err) {
+			tried = e.Revision()
+		}
+		return 0, err
+	})
+}
+
+// permanent marks an error that ends a retry at once.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Retry runs fn until it returns nil, an error that is neither a conflict
+// nor transient, or the policy's budget or ctx runs out, waiting a little
+// longer after each failure. Each attempt's context is bounded by 5 s.
+func Retry(ctx context.Context, p Policy, fn func(context.Context) error) error {
+	_, err := retry(ctx, p, func(ctx context.Context) (uint64, error) { return 0, fn(ctx) })
+	return err
+}
+
+// retry runs attempt until it succeeds, fails with an error that is neither
+// a conflict nor transient, or the budget or ctx ends. Each attempt gets at
+// most attemptTimeout; waits between attempts grow from 10 ms to 1 s, with
+// jitter so that writers that collided do not collide again.
+func retry(ctx context.Context, p Policy, attempt func(context.Context) (uint64, error)) (uint64, error) {
+	var deadline time.Time
+	if p.Budget > 0 {
+		deadline = time.Now().Add(p.Budget)
+	}
+	wait := 10 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		rev, err := attempt(actx)
+		cancel()
+		var perm permanent
+		switch {
+		case err == nil:
+			return rev, nil
+		case errors.As(err, &perm):
+			return 0, perm.err
+		case ctx.Err() != nil:
+			return 0, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case !IsConflict(err) && !IsTransient(err):
+			return 0, err
+		case !deadline.IsZero() && time.Now().Add(wait).After(deadline):
+			return 0, fmt.Errorf("store: gave up after %v: %w", p.Budget, err)
+		}
+		if IsConflict(err) {
+			// A lost race: try again at once, mostly, with a little jitter.
+			wait = 0
+		}
+		t := time.NewTimer(wait + rand.N(wait/2+time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(max(2*wait, 10*time.Millisecond), time.Second)
+	}
+}
