@@ -1,0 +1,299 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/store"
+)
+
+// deployment is one connection's view of the buckets of a deployment.
+type deployment struct {
+	nc *nats.Conn
+	st *store.Store
+}
+
+// single starts one node and returns n connections' stores on it.
+func single(t *testing.T, n int) []deployment {
+	t.Helper()
+	s := bustest.RunServer(t)
+	var out []deployment
+	for range n {
+		out = append(out, setup(t, bustest.Connect(t, s), 1))
+	}
+	return out
+}
+
+// replicated starts a 3-node cluster and returns n connections' stores
+// (replicas 3), connection i on node i%3.
+func replicated(t *testing.T, n int) []deployment {
+	t.Helper()
+	c := bustest.RunCluster(t)
+	var out []deployment
+	for i := range n {
+		out = append(out, setup(t, bustest.ConnectURL(t, c.URL(i%c.Nodes())), 3))
+	}
+	return out
+}
+
+func setup(t *testing.T, nc *nats.Conn, replicas int) deployment {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Setup(t.Context(), js, bus.NewSubjects("toolbus"), store.Config{Replicas: replicas, Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deployment{nc: nc, st: st}
+}
+
+// onBoth runs fn on one node and on a replicated cluster.
+func onBoth(t *testing.T, n int, fn func(t *testing.T, ds []deployment)) {
+	t.Run("single", func(t *testing.T) { fn(t, single(t, n)) })
+	t.Run("replicated", func(t *testing.T) { fn(t, replicated(t, n)) })
+}
+
+func TestConflictsOnEveryStream(t *testing.T) {
+	onBoth(t, 1, func(t *testing.T, ds []deployment) {
+		kv := ds[0].st.Sessions
+		ctx := t.Context()
+		rev, err := kv.Create(ctx, "k", []byte("1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Create(ctx, "k", []byte("2")); !store.IsConflict(err) || store.IsTransient(err) {
+			t.Errorf("second create: %v", err)
+		}
+		if _, err := kv.Update(ctx, "k", []byte("2"), rev+7); !store.IsConflict(err) || store.IsTransient(err) {
+			t.Errorf("update at a wrong revision: %v", err)
+		}
+		if err := kv.Delete(ctx, "k", jetstream.LastRevision(rev+7)); !store.IsConflict(err) {
+			t.Errorf("delete at a wrong revision: %v", err)
+		}
+		if _, err := store.Create(ctx, kv, "k", []byte("3"), store.Bounded); !store.IsConflict(err) {
+			t.Errorf("store.Create of an existing key: %v", err)
+		}
+	})
+}
+
+func TestIsTransient(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{jetstream.ErrKeyNotFound, false},
+		{jetstream.ErrKeyExists, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant}, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10999}, false},
+		{&jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabled}, true},
+		{fmt.Errorf("wrapped: %w", context.DeadlineExceeded), true},
+		{nats.ErrTimeout, true},
+		{nats.ErrNoResponders, true},
+		{nats.ErrConnectionClosed, false},
+		{context.Canceled, false},
+	} {
+		if got := store.IsTransient(tc.err); got != tc.want {
+			t.Errorf("IsTransient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// Many writers on one key through different nodes: no update is lost.
+func TestUpdateManyWriters(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, ds []deployment) {
+		const writers, each = 12, 15
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w := range writers {
+			kv := ds[w%len(ds)].st.Sessions
+			wg.Go(func() {
+				for range each {
+					_, err := store.Update(t.Context(), kv, "s1", store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+						n := 0
+						if cur != nil {
+							n, _ = strconv.Atoi(string(cur.Value()))
+						}
+						return []byte(strconv.Itoa(n + 1)), nil
+					})
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		e, err := ds[0].st.Sessions.Get(t.Context(), "s1")
+		if err != nil || string(e.Value()) != strconv.Itoa(writers*each) {
+			t.Fatalf("after %d updates: %v %v", writers*each, e, err)
+		}
+	})
+}
+
+// A write through one node is read at once through another. On a cluster
+// the reads go to the stream leader (a direct get may be answered by a
+// follower that lags): the test counts them on the leader's API subject.
+func TestReadYourWritesAcrossNodes(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, ds []deployment) {
+		var leaderGets atomic.Int64
+		sub, err := ds[0].nc.Subscribe("$JS.API.STREAM.MSG.GET.KV_toolbus_parked", func(*nats.Msg) { leaderGets.Add(1) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		if err := ds[0].nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 150 {
+			w, r := ds[i%3].st.Parked, ds[(i+1)%3].st.Parked
+			key := "s.r.c" + strconv.Itoa(i%5)
+			val := []byte(strconv.Itoa(i))
+			if _, err := w.Put(t.Context(), key, val); err != nil {
+				t.Fatal(err)
+			}
+			e, err := r.Get(t.Context(), key)
+			if err != nil || string(e.Value()) != string(val) {
+				t.Fatalf("write %d read back through another node as %v %v", i, e, err)
+			}
+		}
+		if err := ds[0].st.Parked.Delete(t.Context(), "s.r.c0"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ds[1].st.Parked.Get(t.Context(), "s.r.c0"); !store.IsNotFound(err) {
+			t.Fatalf("a deleted key read as %v", err)
+		}
+		if _, err := ds[2].st.Parked.Get(t.Context(), "never"); !store.IsNotFound(err) {
+			t.Fatalf("a missing key read as %v", err)
+		}
+		replicated := strings.HasSuffix(t.Name(), "/replicated")
+		bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+			if got := leaderGets.Load(); replicated && got < 152 || !replicated && got != 0 {
+				return fmt.Errorf("%d reads through the leader's message-get API", got)
+			}
+			return nil
+		})
+	})
+}
+
+func TestUpdateFunctionErrors(t *testing.T) {
+	ds := single(t, 1)
+	kv := ds[0].st.Sessions
+	stop := errors.New("stop")
+	if _, err := store.Update(t.Context(), kv, "k", store.Bounded, func(jetstream.KeyValueEntry) ([]byte, error) { return nil, stop }); !errors.Is(err, stop) {
+		t.Fatalf("fn's error came back as %v", err)
+	}
+	if _, err := kv.Get(t.Context(), "k"); !store.IsNotFound(err) {
+		t.Fatalf("a failed update wrote: %v", err)
+	}
+	rev, err := store.Update(t.Context(), kv, "k", store.Bounded, func(jetstream.KeyValueEntry) ([]byte, error) { return nil, store.ErrNoChange })
+	if err != nil || rev != 0 {
+		t.Fatalf("no change on a missing key: %d %v", rev, err)
+	}
+	first, _ := kv.Put(t.Context(), "k", []byte("v"))
+	rev, err = store.Update(t.Context(), kv, "k", store.Bounded, func(jetstream.KeyValueEntry) ([]byte, error) { return nil, store.ErrNoChange })
+	if err != nil || rev != first {
+		t.Fatalf("no change: %d %v, want %d", rev, err, first)
+	}
+	deleted, err := store.Delete(t.Context(), kv, "k", store.Bounded)
+	if err != nil || deleted != first {
+		t.Fatalf("delete: %d %v", deleted, err)
+	}
+	if n, err := store.Delete(t.Context(), kv, "k", store.Bounded); err != nil || n != 0 {
+		t.Fatalf("delete of a deleted key: %d %v", n, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := store.Update(ctx, kv, "k", store.UntilLanded, func(jetstream.KeyValueEntry) ([]byte, error) { return []byte("x"), nil }); err == nil {
+		t.Fatal("an update with an ended context succeeded")
+	}
+}
+
+// A write keeps trying through a leader election: the bucket's leader is
+// stopped while writers run, and every update lands exactly once.
+func TestUpdateRidesOutALeaderLoss(t *testing.T) {
+	c := bustest.RunCluster(t)
+	var ds []deployment
+	for i := range 3 {
+		ds = append(ds, setup(t, bustest.ConnectURL(t, c.URLs(i)), 3))
+	}
+	leader, err := c.WaitStreamLeader("KV_toolbus_ledger", bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writes = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	started := make(chan struct{})
+	var once sync.Once
+	for w := range 3 {
+		kv := ds[w].st.Ledger
+		wg.Go(func() {
+			for i := range writes {
+				if i == 5 {
+					once.Do(func() { close(started) })
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				_, err := store.Update(ctx, kv, "n", store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+					var seen []string
+					if cur != nil {
+						_ = json.Unmarshal(cur.Value(), &seen)
+					}
+					return json.Marshal(append(seen, fmt.Sprintf("%d-%d", w, i)))
+				})
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	<-started
+	c.StopNode(leader)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var survivor *store.Store
+	for i := range 3 {
+		if i != leader {
+			survivor = ds[i].st
+		}
+	}
+	e, err := survivor.Ledger.Get(t.Context(), "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	if err := json.Unmarshal(e.Value(), &seen); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, s := range seen {
+		count[s]++
+	}
+	if len(seen) != 3*writes || len(count) != 3*writes {
+		t.Fatalf("%d writes stored, %d distinct; want %d once each", len(seen), len(count), 3*writes)
+	}
+}
