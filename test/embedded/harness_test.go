@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
@@ -24,10 +25,12 @@ import (
 // env is one deployment on a real in-process nats-server.
 type env struct {
 	t       *testing.T
-	srv     *server.Server
+	srv     *server.Server    // the one node; nil on a cluster
+	cluster *embedded.Cluster // the cluster, replicas 3; nil on one node
 	routers []*router.Router
 	client  *client.Client
 	nc      *nats.Conn
+	conns   int // connections made, to spread them over a cluster's nodes
 }
 
 const testHeartbeat = 500 * time.Millisecond
@@ -36,22 +39,48 @@ const testHeartbeat = 500 * time.Millisecond
 // busy two-core machine under -race.
 const bound = 10 * time.Second
 
+// newEnv starts a deployment with routers: on one nats-server, or, for
+// the tests that TestOnCluster runs, on a 3-node cluster with every bucket
+// and stream replicated three times.
 func newEnv(t *testing.T, routers int) *env {
 	t.Helper()
-	s := bustest.RunServer(t)
-	e := &env{t: t, srv: s}
+	e := &env{t: t}
+	if onCluster(t) {
+		e.cluster = bustest.RunCluster(t)
+	} else {
+		e.srv = bustest.RunServer(t)
+	}
 	for range routers {
 		e.addRouter()
 	}
-	e.nc = bustest.Connect(t, s)
+	e.nc = e.connect(t)
 	e.client = client.New(e.nc, client.Config{Source: "test/agent"})
 	return e
 }
 
+// connect opens a connection to the deployment; on a cluster each new
+// connection starts on the next node, and knows them all.
+func (e *env) connect(t *testing.T) *nats.Conn {
+	t.Helper()
+	if e.cluster == nil {
+		return bustest.Connect(t, e.srv)
+	}
+	e.conns++
+	return bustest.ConnectURL(t, e.cluster.URLs(e.conns-1))
+}
+
+// replicas is the replica count of the deployment's buckets and streams.
+func (e *env) replicas() int {
+	if e.cluster != nil {
+		return 3
+	}
+	return 1
+}
+
 func (e *env) addRouter() *router.Router {
 	e.t.Helper()
-	nc := bustest.Connect(e.t, e.srv)
-	r, err := router.New(nc, router.Config{Store: store.Config{Heartbeat: testHeartbeat}})
+	nc := e.connect(e.t)
+	r, err := router.New(nc, router.Config{Store: store.Config{Heartbeat: testHeartbeat, Replicas: e.replicas()}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -67,7 +96,7 @@ func (e *env) addRouter() *router.Router {
 // every router sees all of them live.
 func (e *env) addWorker(setup func(w *worker.Worker)) *worker.Worker {
 	e.t.Helper()
-	return e.addWorkerOn(bustest.Connect(e.t, e.srv), setup)
+	return e.addWorkerOn(e.connect(e.t), setup)
 }
 
 // addWorkerOn is addWorker on a connection the test controls (to close it

@@ -242,7 +242,7 @@ func TestRacingAnswersOneWins(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc := bustest.Connect(t, e.srv)
+			nc := e.connect(t)
 			c := client.New(nc, client.Config{Source: fmt.Sprintf("handler/%d", i)})
 			err := c.Answer(t.Context(), "ext", "s1", "r1", "c1", bus.Answer{State: "error", Output: bus.Text(fmt.Sprintf("no from %d", i))})
 			switch {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -42,7 +41,11 @@ func buildRouter(t *testing.T) string {
 // startRouter starts the binary against url and waits for its "serving" line.
 func startRouter(t *testing.T, bin, url, id string) *routerProcess {
 	t.Helper()
-	cmd := exec.Command(bin, "--nats", url, "--builtin=false", "--id", id, "--heartbeat", testHeartbeat.String())
+	replicas := "1"
+	if onCluster(t) {
+		replicas = "3"
+	}
+	cmd := exec.Command(bin, "--nats", url, "--replicas", replicas, "--builtin=false", "--id", id, "--heartbeat", testHeartbeat.String())
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -75,15 +78,24 @@ func startRouter(t *testing.T, bin, url, id string) *routerProcess {
 	return p
 }
 
-// killableDeployment starts nats-server in process and router "A" as a
-// process (so it can be killed), and registers the external tool sign_off.
-func killableDeployment(t *testing.T) (bin string, s *server.Server, nc *nats.Conn, c *client.Client, a *routerProcess) {
+// killableDeployment starts nats-server in process (one node, or a cluster
+// for TestOnCluster) and router "A" as a process (so it can be killed), and
+// registers the external tool sign_off. url(i) is the URL a router started
+// later should use: on a cluster, all nodes with node i first.
+func killableDeployment(t *testing.T) (bin string, url func(int) string, nc *nats.Conn, c *client.Client, a *routerProcess) {
 	t.Helper()
 	bin = buildRouter(t)
-	s = bustest.RunServer(t)
-	nc = bustest.Connect(t, s)
+	if onCluster(t) {
+		cl := bustest.RunCluster(t)
+		url = cl.URLs
+		nc = bustest.ConnectURL(t, cl.URLs(2))
+	} else {
+		s := bustest.RunServer(t)
+		url = func(int) string { return s.ClientURL() }
+		nc = bustest.Connect(t, s)
+	}
 	c = client.New(nc, client.Config{Source: "test/agent"})
-	a = startRouter(t, bin, s.ClientURL(), "A")
+	a = startRouter(t, bin, url(0), "A")
 	reg, _ := bus.NewEvent(bus.TypeRegister, "test/registrar", bus.Register{Worker: "registrar", Tools: []bus.ToolDef{{
 		Name: "sign_off", Description: "A person signs off.", External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow,
 		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}}})
@@ -91,11 +103,11 @@ func killableDeployment(t *testing.T) (bin string, s *server.Server, nc *nats.Co
 	if _, err := nc.RequestMsg(m, bound); err != nil {
 		t.Fatal(err)
 	}
-	return bin, s, nc, c, a
+	return bin, url, nc, c, a
 }
 
 func TestParkedCallSurvivesRouterKill(t *testing.T) {
-	bin, s, nc, c, a := killableDeployment(t)
+	bin, url, nc, c, a := killableDeployment(t)
 	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		list, err := c.Tools(t.Context(), "s1", "", nil)
 		if err != nil {
@@ -115,7 +127,7 @@ func TestParkedCallSurvivesRouterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = a.cmd.Wait()
-	startRouter(t, bin, s.ClientURL(), "B")
+	startRouter(t, bin, url(1), "B")
 
 	ev, err := c.Watch(t.Context(), "s1")
 	if err != nil {
@@ -169,11 +181,11 @@ func countOf(xs []string, x string) int {
 // router takes the batch over once the lease is stale, runs the calls that
 // never reported, and the batch completes when the answer comes.
 func TestBatchTakenOverFromKilledRouter(t *testing.T) {
-	bin, s, _, c, a := killableDeployment(t)
+	bin, url, _, c, a := killableDeployment(t)
 	started := make(chan struct{}, 2)
 	release := make(chan struct{})
 	var runs atomic.Int32
-	w, err := worker.New(bustest.Connect(t, s), worker.Config{Heartbeat: testHeartbeat})
+	w, err := worker.New(bustest.ConnectURL(t, url(2)), worker.Config{Heartbeat: testHeartbeat})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +228,7 @@ func TestBatchTakenOverFromKilledRouter(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = a.cmd.Wait()
-	startRouter(t, bin, s.ClientURL(), "B")
+	startRouter(t, bin, url(1), "B")
 	res := nextEvent(t, ev, bus.TypeCallResult) // fetch, run again by B
 	if res.ToolCallID != "c2" {
 		t.Fatalf("first result is for %s", res.ToolCallID)

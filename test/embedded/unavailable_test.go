@@ -93,7 +93,7 @@ func TestUnavailableAfterLeaving(t *testing.T) {
 // tool is then unlisted and calls to it are unavailable.
 func TestUnavailableAfterCrash(t *testing.T) {
 	e := newEnv(t, 2)
-	nc := bustest.Connect(t, e.srv)
+	nc := e.connect(t)
 	e.addWorkerOn(nc, func(w *worker.Worker) { pingTool(t, w, "crashy") })
 	e.waitLive("crashy")
 	wantSuccess(t, e.call(t, "crash-1", []bus.Call{{ID: "c1", Name: "crashy"}}).Results[0], "pong")

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -19,7 +18,7 @@ func TestWorkerVanishesMidCall(t *testing.T) {
 	e := newEnv(t, 1)
 	started := make(chan struct{}, 4)
 	var idemRuns atomic.Int32
-	crashing := bustest.Connect(t, e.srv)
+	crashing := e.connect(t)
 	e.addWorkerOn(crashing, func(w *worker.Worker) {
 		handle(t, w, bus.ToolDef{Name: "charge", MaxAttempts: 2, ConcurrencySafe: true},
 			func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
@@ -52,7 +51,7 @@ func TestWorkerVanishesMidCall(t *testing.T) {
 
 	// An idempotent call: started on the dying worker, retried on one that
 	// joins meanwhile.
-	crashing2 := bustest.Connect(t, e.srv)
+	crashing2 := e.connect(t)
 	e.addWorkerOn(crashing2, func(w *worker.Worker) {
 		handle(t, w, bus.ToolDef{Name: "lookup", Idempotent: true, MaxAttempts: 2, ConcurrencySafe: true},
 			func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
