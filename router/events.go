@@ -16,6 +16,10 @@ import (
 // by the events stream; a router past it waits (back-pressure).
 const maxEventsInFlight = 4096
 
+// ackWait is how long an event's acknowledgement is awaited before the
+// event is published again.
+const ackWait = 5 * time.Second
+
 // eventSink publishes session events through JetStream: an agent that
 // reconnects reads them from P_EVENTS, so an event counts as sent only once
 // the stream has acknowledged it. Publishes are asynchronous, so a batch's
@@ -28,7 +32,7 @@ type eventSink struct {
 
 func newEventSink(nc *nats.Conn, log *slog.Logger) (*eventSink, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxEventsInFlight),
-		jetstream.WithPublishAsyncTimeout(5*time.Second))
+		jetstream.WithPublishAsyncTimeout(ackWait))
 	if err != nil {
 		return nil, fmt.Errorf("router: events: %w", err)
 	}
@@ -55,13 +59,22 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 	var failed error
 	for _, ev := range evs {
 		if ev.err == nil {
+			// An acknowledgement lost while the stream changes leader may
+			// never resolve the future: it gets ackWait, then the event is
+			// published again.
+			t := time.NewTimer(ackWait)
 			select {
 			case <-ev.ack.Ok():
+				t.Stop()
 				continue
 			case ev.err = <-ev.ack.Err():
+			case <-t.C:
+				ev.err = jetstream.ErrAsyncPublishTimeout
 			case <-ctx.Done():
+				t.Stop()
 				return ctx.Err()
 			}
+			t.Stop()
 		}
 		err := store.Retry(ctx, store.UntilLanded, func(ctx context.Context) error {
 			_, err := s.js.PublishMsg(ctx, ev.m, jetstream.WithMsgID(ev.id))

@@ -40,7 +40,7 @@ const (
 	ledgerGrace = 30 * time.Second
 	// claimBudget bounds the attempts to claim a call; past it the call is
 	// unavailable, which is safe to re-send.
-	claimBudget = 10 * time.Second
+	claimBudget = 20 * time.Second
 )
 
 // ledger runs each call that is not read-only at most once per (session,

@@ -54,19 +54,31 @@ func apiPrefix(js jetstream.JetStream) string {
 
 // Get returns the latest value of key, read from the stream leader on a
 // replicated bucket. It returns jetstream.ErrKeyNotFound when the key is
-// absent, deleted or purged.
+// absent, deleted or purged. A replicated bucket that is electing a leader
+// answers no one: Get asks again, each time for at most 5 s, for up to
+// readBudget or until ctx ends.
 func (k *KV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
 	if k.get == "" {
 		return k.KeyValue.Get(ctx, key)
 	}
+	var e jetstream.KeyValueEntry
+	err := Retry(ctx, Policy{Budget: readBudget}, func(ctx context.Context) (err error) {
+		e, err = k.leaderGet(ctx, key)
+		if IsNotFound(err) {
+			return permanent{err}
+		}
+		return err
+	})
+	return e, err
+}
+
+// readBudget bounds the retries of a read from a replicated bucket.
+const readBudget = 15 * time.Second
+
+func (k *KV) leaderGet(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
 	req, _ := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{k.prefix + key})
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, attemptTimeout)
-		defer cancel()
-	}
 	m, err := k.nc.RequestWithContext(ctx, k.get, req)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -80,7 +81,7 @@ func (e *env) replicas() int {
 func (e *env) addRouter() *router.Router {
 	e.t.Helper()
 	nc := e.connect(e.t)
-	r, err := router.New(nc, router.Config{Store: store.Config{Heartbeat: testHeartbeat, Replicas: e.replicas()}})
+	r, err := router.New(nc, router.Config{Logger: testLogger(), Store: store.Config{Heartbeat: testHeartbeat, Replicas: e.replicas()}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -461,4 +462,12 @@ func knownBug(t *testing.T, what string) {
 	if os.Getenv("TOOLBUS_RUN_BUGS") == "" {
 		t.Skip("BUG: " + what)
 	}
+}
+
+// testLogger shows the routers' logs when TOOLBUS_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("TOOLBUS_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

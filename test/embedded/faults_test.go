@@ -1,0 +1,343 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// The fault tests run on a 3-node cluster with replicas 3 (their names
+// start with TestCluster; they call newClusterEnv) and count what a fault
+// lost, ran twice or answered two ways. All of it must be zero.
+
+// newClusterEnv is newEnv on a 3-node cluster, whatever the test's name.
+func newClusterEnv(t *testing.T, routers int) *env {
+	t.Helper()
+	e := &env{t: t, cluster: bustest.RunCluster(t)}
+	for range routers {
+		e.addRouter()
+	}
+	e.nc = e.connect(t)
+	e.client = client.New(e.nc, client.Config{Source: "test/agent"})
+	return e
+}
+
+// stored reads every event the events stream holds for session ("*" for
+// all), in order.
+func stored(t *testing.T, nc *nats.Conn, session string) []*bus.Event {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	s, err := js.Stream(ctx, "TOOLBUS_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.OrderedConsumer(ctx, "TOOLBUS_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"toolbus.events." + session}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*bus.Event
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return out
+		}
+		e, err := bus.Decode(&nats.Msg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+		if md, err := msg.Metadata(); err == nil && md.Sequence.Stream >= info.State.LastSeq {
+			return out
+		}
+	}
+}
+
+// Two answers to the two parked calls of one batch, sent at the same
+// moment through routers on different nodes: every batch completes, once.
+// Halfway through, the node leading the parked bucket stops, and comes back.
+func TestClusterConcurrentAnswers(t *testing.T) {
+	e := newClusterEnv(t, 2)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	answerers := []*client.Client{
+		client.New(e.connect(t), client.Config{Source: "test/handler-a"}),
+		client.New(e.connect(t), client.Config{Source: "test/handler-b"}),
+	}
+	const batches = 30
+	var stopped = -1
+	for i := range batches {
+		if i == batches/2 {
+			leader, err := e.cluster.WaitStreamLeader("KV_toolbus_parked", bound)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.cluster.StopNode(leader)
+			stopped = leader
+		}
+		if i == batches/2+5 {
+			if err := e.cluster.Start(stopped); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reply := "r" + strconv.Itoa(i)
+		r := e.callParked(t, "s1", reply, bus.Call{ID: "a", Name: "ext"}, bus.Call{ID: "b", Name: "ext"})
+		if len(r.Parked) != 2 {
+			t.Fatalf("batch %d: %s", i, jsonOf(r))
+		}
+		var wg sync.WaitGroup
+		for k, id := range []string{"a", "b"} {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 3*bound)
+				defer cancel()
+				if err := answerers[k].Answer(ctx, "ext", "s1", reply, id, bus.Answer{State: "success", Output: bus.Text(id + reply)}); err != nil {
+					t.Errorf("batch %d: answer %s: %v", i, id, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// Every batch.done is in the stream, once, with both answers.
+	done := map[string]int{}
+	bustest.CheckFor(t, 3*bound, 50*time.Millisecond, func() error {
+		clear(done)
+		for _, ev := range stored(t, e.nc, "s1") {
+			if ev.Type != bus.TypeBatchDone {
+				continue
+			}
+			var bd bus.BatchDone
+			if err := ev.DataAs(&bd); err != nil || len(bd.Results) != 2 ||
+				textOf(bd.Results[0]) != "a"+ev.ReplyID || textOf(bd.Results[1]) != "b"+ev.ReplyID {
+				return fmt.Errorf("batch.done of %s: %s", ev.ReplyID, ev.Data)
+			}
+			done[ev.ReplyID]++
+		}
+		if len(done) != batches {
+			return fmt.Errorf("%v: %d of %d batches have their batch.done stored", done, len(done), batches)
+		}
+		return nil
+	})
+	for reply, n := range done {
+		if n != 1 {
+			t.Errorf("batch %s done %d times", reply, n)
+		}
+	}
+}
+
+// calls counts what a worker ran and what agents were told.
+type ledgerCheck struct {
+	mu      sync.Mutex
+	runs    map[string]int    // session/reply/call → side effects
+	results map[string]string // → the one result an agent may see
+	changed []string          // calls answered two different ways
+}
+
+func newLedgerCheck() *ledgerCheck {
+	return &ledgerCheck{runs: map[string]int{}, results: map[string]string{}}
+}
+
+func (l *ledgerCheck) ran(key string) {
+	l.mu.Lock()
+	l.runs[key]++
+	l.mu.Unlock()
+}
+
+// saw notes a result of key; a different one than before is a change. An
+// unavailable result is none: it says nothing ran, and the agent sends the
+// batch again.
+func (l *ledgerCheck) saw(key string, r bus.Result) {
+	if r.Error != nil && r.Error.Code == bus.CodeUnavailable {
+		return
+	}
+	sum := r.State + ":" + textOf(r)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if old, ok := l.results[key]; ok && old != sum {
+		l.changed = append(l.changed, fmt.Sprintf("%s: %q then %q", key, old, sum))
+	}
+	l.results[key] = sum
+}
+
+// The nodes leading the ledger, the sessions bucket, the parked bucket and
+// the events stream stop, one after the other, while agents call a
+// side-effecting tool and re-send their batches on a time-out: no call
+// runs twice, none whose worker answered turns into unknown_outcome or
+// internal, no call is answered two ways, and every completed batch has
+// its batch.done in the stream.
+func TestClusterLeaderLossWhileCallsRun(t *testing.T) {
+	e := newClusterEnv(t, 2)
+	check := newLedgerCheck()
+	for range 2 {
+		e.addWorker(func(w *worker.Worker) {
+			handle(t, w, bus.ToolDef{Name: "charge", Description: "Charges once.", ConcurrencySafe: true,
+				Permission: bus.PermissionAllow, InputSchema: objectSchema(`{}`)},
+				func(_ context.Context, c *worker.Call) (*bus.ExecResult, error) {
+					check.ran(c.SessionID + "/" + c.ReplyID + "/" + c.ID)
+					return textResult("charged " + c.ID), nil
+				})
+		})
+	}
+	e.waitLive("charge")
+	const agents, batches = 6, 14
+	faults := []string{"KV_toolbus_ledger", "KV_toolbus_sessions", "KV_toolbus_parked", "TOOLBUS_EVENTS"}
+	var (
+		progress atomic.Int32
+		wg       sync.WaitGroup
+		failures = make(chan error, agents)
+	)
+	completed := make(map[string]bool)
+	var cmu sync.Mutex
+	for a := range agents {
+		c := client.New(e.connect(t), client.Config{Source: "test/agent" + strconv.Itoa(a)})
+		session := "s" + strconv.Itoa(a%3)
+		wg.Go(func() {
+			for i := range batches {
+				reply := fmt.Sprintf("a%d-%d", a, i)
+				calls := []bus.Call{{ID: "c1", Name: "charge"}, {ID: "c2", Name: "charge"}}
+				r, err := callResending(t, c, check, session, reply, calls)
+				if err != nil {
+					failures <- fmt.Errorf("batch %s: %w", reply, err)
+					return
+				}
+				for _, res := range r.Results {
+					key := session + "/" + reply + "/" + res.ID
+					check.saw(key, res)
+					if res.State != bus.StateSuccess && !(res.Error != nil && res.Error.Code == bus.CodeUnknownOutcome) {
+						failures <- fmt.Errorf("call %s: %s", key, jsonOf(res))
+						return
+					}
+				}
+				cmu.Lock()
+				completed[session+"/"+reply] = true
+				cmu.Unlock()
+				progress.Add(1)
+			}
+		})
+	}
+	// The faults, spaced by the agents' progress.
+	for k, stream := range faults {
+		bustest.CheckFor(t, 6*bound, 10*time.Millisecond, func() error {
+			if int(progress.Load()) < (k+1)*agents*batches/(len(faults)+2) {
+				return fmt.Errorf("%d batches done", progress.Load())
+			}
+			return nil
+		})
+		leader, err := e.cluster.WaitStreamLeader(stream, 3*bound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.cluster.StopNode(leader)
+		if _, err := e.cluster.WaitStreamLeader(stream, 3*bound); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.cluster.Start(leader); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(failures)
+	for err := range failures {
+		t.Error(err)
+	}
+	check.mu.Lock()
+	unknown := 0
+	for _, sum := range check.results {
+		if strings.HasPrefix(sum, "error:UnknownOutcomeError") {
+			unknown++
+		}
+	}
+	t.Logf("%d calls, %d side effects, %d unknown outcomes (an exec request or reply lost with a node)", len(check.results), len(check.runs), unknown)
+	for key, n := range check.runs {
+		if n > 1 {
+			t.Errorf("%s ran %d times", key, n)
+		}
+	}
+	for _, c := range check.changed {
+		t.Errorf("answered two ways: %s", c)
+	}
+	check.mu.Unlock()
+	// Every completed batch's batch.done is stored; every stored result
+	// agrees with what the agent was told.
+	bustest.CheckFor(t, 3*bound, 100*time.Millisecond, func() error {
+		done := map[string]bool{}
+		for _, ev := range stored(t, e.nc, "*") {
+			switch ev.Type {
+			case bus.TypeBatchDone:
+				done[ev.SessionID+"/"+ev.ReplyID] = true
+			case bus.TypeCallResult:
+				var r bus.Result
+				if ev.DataAs(&r) == nil {
+					check.saw(ev.SessionID+"/"+ev.ReplyID+"/"+r.ID, r)
+				}
+			}
+		}
+		cmu.Lock()
+		defer cmu.Unlock()
+		for key := range completed {
+			if !done[key] {
+				return fmt.Errorf("batch %s has no batch.done in the stream", key)
+			}
+		}
+		return nil
+	})
+	for _, c := range check.changed {
+		t.Errorf("answered two ways: %s", c)
+	}
+}
+
+// callResending sends a batch and re-sends it with the same reply id when no
+// reply comes in time, as an agent does, for at most a minute.
+func callResending(t *testing.T, c *client.Client, check *ledgerCheck, session, reply string, calls []bus.Call) (*bus.Reply, error) {
+	t.Helper()
+	until := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		r, err := c.Call(ctx, session, bus.Batch{Calls: calls}, client.WithReplyID(reply))
+		cancel()
+		if err == nil && !anyUnavailable(r) {
+			return r, nil
+		}
+		if err == nil {
+			for _, res := range r.Results {
+				check.saw(session+"/"+reply+"/"+res.ID, res)
+			}
+			continue
+		}
+		var be *bus.Error
+		if errors.As(err, &be) && be.Code != bus.CodeInternal || time.Now().After(until) || t.Context().Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+// anyUnavailable reports whether a call of r did not run for want of a
+// worker or of the ledger: the agent sends the batch again.
+func anyUnavailable(r *bus.Reply) bool {
+	for _, res := range r.Results {
+		if res.Error != nil && res.Error.Code == bus.CodeUnavailable {
+			return true
+		}
+	}
+	return false
+}
