@@ -244,7 +244,9 @@ func TestRegisterSameValueIsNoConflict(t *testing.T) {
 		"required": ["city"],
 		"properties": {"days": {"type": "integer"}, "city": {"type": "string"}},
 		"type": "object"
-	}`), func(d *bus.ToolDef) { d.TimeoutMS, d.Permission, d.OutputSchema = bus.DefaultTimeoutMS, bus.PermissionPassthrough, json.RawMessage("null") })), "t")
+	}`), func(d *bus.ToolDef) {
+		d.TimeoutMS, d.Permission, d.OutputSchema = bus.DefaultTimeoutMS, bus.PermissionPassthrough, json.RawMessage("null")
+	})), "t")
 	if r.Workers()["t"] != 2 {
 		t.Fatalf("workers %v, want 2 for t", r.Workers())
 	}
