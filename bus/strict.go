@@ -173,7 +173,7 @@ func (a *Answer) CheckKind(kind string) error {
 	if kind == KindConfirm {
 		return Errorf(CodeBadRequest, "answer: unknown member %q (a confirmation is {\"confirmed\", \"input\", \"rules\"})", extra)
 	}
-	return Errorf(CodeBadRequest, "answer: unknown member %q (an answer to a %s call is {\"state\", \"output\"})", extra, kind)
+	return Errorf(CodeBadRequest, "answer: unknown member %q (an answer to an external call is {\"state\", \"output\"})", extra)
 }
 
 // UnmarshalJSON decodes a registration. Its top level is lenient; each
