@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -95,6 +96,10 @@ func (e *Event) DataAs(v any) error {
 		return Errorf(CodeBadEvent, "%s: data is missing", e.Type)
 	}
 	if err := fastjson.Unmarshal(e.Data, v); err != nil {
+		var be *Error
+		if errors.As(err, &be) { // from a strict decoder (strict.go): it names the member
+			return be
+		}
 		return Errorf(CodeBadEvent, "%s: data: %v", e.Type, err)
 	}
 	return nil

@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"bytes"
 	"encoding/json"
 	"time"
 )
@@ -205,6 +204,10 @@ type Register struct {
 	// that sends it, even empty, promises to list every call it runs; nil
 	// (null or absent) means the worker does not report them.
 	InFlight map[string][]string `json:"inflight"`
+	// Refused lists the definitions that could not be decoded (an unknown
+	// member, no input_schema): UnmarshalJSON leaves them out of Tools and
+	// the registry rejects them with this reason. Never sent.
+	Refused []Rejection `json:"-"`
 }
 
 // CallKey identifies one call of one batch: <session>.<replyid>.<callid>.
@@ -230,6 +233,9 @@ type Group struct {
 	Scope           string `json:"scope"`
 	ActiveByDefault bool   `json:"active_by_default"`
 	ActivateOnSkill string `json:"activate_on_skill,omitempty"`
+	// Skills names the skills that belong to the group: they are visible
+	// only while it is active (PROTOCOL.md 10).
+	Skills []string `json:"skills,omitempty"`
 }
 
 // Permission checks of a tool definition.
@@ -303,22 +309,6 @@ func (d *ToolDef) UnmarshalJSON(b []byte) error {
 	*d = ToolDef(p)
 	d.Defaults()
 	return nil
-}
-
-// Equal reports whether two definitions are the same, comparing schemas by
-// their compact JSON.
-func (d *ToolDef) Equal(o *ToolDef) bool {
-	a, err1 := json.Marshal(d)
-	b, err2 := json.Marshal(o)
-	return err1 == nil && err2 == nil && bytes.Equal(compact(a), compact(b))
-}
-
-func compact(b []byte) []byte {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		return b
-	}
-	return buf.Bytes()
 }
 
 // Answer is the data of io.toolbus.answer: State and Output for an external

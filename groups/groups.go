@@ -257,7 +257,7 @@ func (s *Store) Put(ctx context.Context, g bus.Group) error {
 	cur, ok := s.groups[g.Name]
 	s.mu.RUnlock()
 	if ok {
-		if cur.def == g {
+		if cur.def.Equal(g) {
 			return nil
 		}
 		registered = cur.order // an update keeps the group's place

@@ -116,7 +116,7 @@ func TestPutDeleteGroups(t *testing.T) {
 	// (Its order is checked in TestGroupOrderSeenByLaterStore.)
 	other := start(t, st, groups.Config{})
 	for _, n := range []string{"web", "db", "files", "ops"} {
-		if g, ok := other.Group(n); !ok || g != func() bus.Group { g, _ := s.Group(n); return g }() {
+		if g, ok := other.Group(n); !ok || !g.Equal(func() bus.Group { g, _ := s.Group(n); return g }()) {
 			t.Fatalf("other store has %s = %+v, %v", n, g, ok)
 		}
 	}

@@ -382,6 +382,7 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 	if reg.Leaving {
 		return ack, r.leave(ctx, reg.Worker)
 	}
+	ack.Rejected = append(ack.Rejected, reg.Refused...)
 	seen := map[string]bool{}
 	for _, d := range reg.Tools {
 		d.Defaults()
@@ -447,7 +448,7 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 		return "rule_field is required with rule_matcher " + d.RuleMatcher, nil
 	}
 	if len(d.InputSchema) == 0 || string(d.InputSchema) == "null" {
-		d.InputSchema = json.RawMessage(`{"type":"object","properties":{}}`)
+		return "input_schema is missing", nil
 	}
 	s, err := schemas.Compile(d.InputSchema)
 	if err != nil {

@@ -150,7 +150,8 @@ func TestRegisterValidation(t *testing.T) {
 			d.OutputSchema = json.RawMessage(`{"type":"object"}`)
 			d.MCP = &bus.MCPRef{Server: "fs", Tool: "read.file"}
 		})}, []string{"deploy"}, "", ""},
-		{"no schema means an empty object schema", []bus.ToolDef{def("noschema", func(d *bus.ToolDef) { d.InputSchema = nil })}, []string{"noschema"}, "", ""},
+		{"no schema", []bus.ToolDef{def("noschema", func(d *bus.ToolDef) { d.InputSchema = nil })}, nil, "noschema", "input_schema is missing"},
+		{"null schema", []bus.ToolDef{def("nullschema", func(d *bus.ToolDef) { d.InputSchema = json.RawMessage(`null`) })}, nil, "nullschema", "input_schema is missing"},
 		{"invalid name", []bus.ToolDef{def("get.weather")}, nil, "get.weather", `name "get.weather" must match ^[A-Za-z0-9_-]{1,64}$`},
 		{"empty name", []bus.ToolDef{def("")}, nil, "", `name "" must match`},
 		{"name too long", []bus.ToolDef{def(strings.Repeat("n", 65))}, nil, strings.Repeat("n", 65), "must match"},
@@ -209,10 +210,6 @@ func TestRegisterValidation(t *testing.T) {
 	if tool, _ := r.Lookup("dup"); tool.Def.Description != "Tool dup." {
 		t.Errorf("dup is %q", tool.Def.Description)
 	}
-	// A missing schema is stored as an empty object schema, and compiled.
-	if tool, _ := r.Lookup("noschema"); string(tool.Def.InputSchema) != string(objectSchema) || tool.Schema == nil {
-		t.Errorf("noschema stored with %s", tool.Def.InputSchema)
-	}
 	// Defaults are applied before storing.
 	if tool, _ := r.Lookup("get_weather"); tool.Def.TimeoutMS != bus.DefaultTimeoutMS || tool.Def.MaxAttempts != 1 ||
 		tool.Def.Permission != bus.PermissionPassthrough || tool.Def.RuleMatcher != bus.MatcherNone {
@@ -230,6 +227,31 @@ func TestRegisterBadWorker(t *testing.T) {
 	}
 	if _, ok := r.Lookup("t"); ok {
 		t.Fatal("a registration of a bad worker id was stored")
+	}
+}
+
+// TestRegisterSameValueIsNoConflict: definitions are compared as JSON
+// values once defaults are applied, so two workers (written in different
+// languages) whose schemas differ only in member order and spelling share
+// the tool, and the stored definition is not rewritten.
+func TestRegisterSameValueIsNoConflict(t *testing.T) {
+	st := newStore(t)
+	r := start(t, st, registry.Config{})
+	schema := func(s string) func(*bus.ToolDef) { return func(d *bus.ToolDef) { d.InputSchema = json.RawMessage(s) } }
+	accepted(t, register(t, r, "go-worker", def("t", schema(`{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}`))), "t")
+	before := lastSeq(t, st.Tools)
+	accepted(t, register(t, r, "js-worker", def("t", schema(`{
+		"required": ["city"],
+		"properties": {"days": {"type": "integer"}, "city": {"type": "string"}},
+		"type": "object"
+	}`), func(d *bus.ToolDef) {
+		d.TimeoutMS, d.Permission, d.OutputSchema = bus.DefaultTimeoutMS, bus.PermissionPassthrough, json.RawMessage("null")
+	})), "t")
+	if r.Workers()["t"] != 2 {
+		t.Fatalf("workers %v, want 2 for t", r.Workers())
+	}
+	if after := lastSeq(t, st.Tools); after != before {
+		t.Errorf("an equal definition was rewritten (seq %d → %d)", before, after)
 	}
 }
 
@@ -643,7 +665,7 @@ func TestCheck(t *testing.T) {
 		{def("ok"), ""},
 		{def("x", func(d *bus.ToolDef) { d.Permission = "" }), `permission "" must be passthrough, allow or ask`},
 		{def("x", func(d *bus.ToolDef) { d.Defaults(); d.RuleMatcher = bus.MatcherCommand }), "rule_field is required with rule_matcher command"},
-		{def("x", func(d *bus.ToolDef) { d.Defaults(); d.InputSchema = json.RawMessage("null") }), ""},
+		{def("x", func(d *bus.ToolDef) { d.Defaults(); d.InputSchema = json.RawMessage("null") }), "input_schema is missing"},
 	} {
 		t.Run(fmt.Sprintf("%s/%s", tc.d.Name, tc.reason), func(t *testing.T) {
 			d := tc.d

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
@@ -27,9 +28,9 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 	}
 	switch verb {
 	case "groups.put":
-		var g bus.Group
-		if err := e.DataAs(&g); err != nil {
-			return nil, bus.Errorf(bus.CodeBadRequest, "groups.put wants a group definition: %v", err)
+		g, err := bus.DecodeGroup(e.Data)
+		if err != nil {
+			return nil, bus.Errorf(bus.CodeBadRequest, "groups.put wants a group definition: %s", strings.TrimPrefix(err.Error(), bus.CodeBadRequest+": "))
 		}
 		if err := r.groups.Put(ctx, g); err != nil {
 			return nil, err
@@ -69,8 +70,11 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 			Groups []string `json:"groups"`
 			Active *bool    `json:"active"`
 		}
-		if err := e.DataAs(&d); err != nil || d.Active == nil || len(d.Groups) == 0 {
-			return nil, bus.Errorf(bus.CodeBadRequest, "session.activate wants {\"groups\": [names], \"active\": true|false}")
+		if err := e.DataAs(&d); err != nil || len(d.Groups) == 0 {
+			return nil, bus.Errorf(bus.CodeBadRequest, "session.activate wants {\"groups\": [names], \"active\": true|false} (active defaults to true)")
+		}
+		if d.Active == nil {
+			d.Active = new(true)
 		}
 		for _, name := range d.Groups {
 			g, ok := r.groups.Group(name)

@@ -279,6 +279,9 @@ func (r *Router) onAnswer(m *nats.Msg) {
 // checkAnswer validates an answer against the kind of call it answers; a
 // bad answer is a bad_request and changes nothing.
 func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer) error {
+	if err := a.CheckKind(rec.Kind); err != nil {
+		return err
+	}
 	if rec.Kind == bus.KindConfirm {
 		if a.Confirmed == nil {
 			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: {\"confirmed\": true|false}", rec.Call.ID)

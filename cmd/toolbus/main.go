@@ -3,7 +3,7 @@
 // session's groups and permission mode, and see and answer parked calls.
 //
 //	toolbus call get_current_time '{"timezone":"UTC"}'
-//	toolbus tools --format openai --json
+//	toolbus tools --format openai
 //	toolbus watch --session '*'
 //	toolbus cancel <reply-id>
 //	toolbus reset ops web

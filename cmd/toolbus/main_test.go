@@ -278,6 +278,22 @@ func TestTools(t *testing.T) {
 		t.Fatalf("echo is not listed: %v", names)
 	}
 
+	// --format alone prints exactly the tools array the model sees.
+	for _, tc := range []struct{ format, nameKey string }{
+		{"openai", "function"}, {"anthropic", "input_schema"}, {"mcp", "inputSchema"}, {"toolbus", "input_schema"}, {"gemini", "parameters"},
+	} {
+		out, _, err := exec(t.Context(), "tools", "--format", tc.format, "--nats", d.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tools []map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(out), &tools); err != nil {
+			t.Fatalf("--format %s: output is not a JSON array: %v\n%s", tc.format, err, out)
+		}
+		if len(tools) == 0 || tools[0][tc.nameKey] == nil {
+			t.Errorf("--format %s: %s", tc.format, out)
+		}
+	}
 	out, _, err = exec(t.Context(), "tools", "--nats", d.url)
 	if err != nil {
 		t.Fatal(err)

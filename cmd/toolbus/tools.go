@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"io"
 	"slices"
 
@@ -14,8 +15,8 @@ var formats = []string{bus.FormatToolbus, bus.FormatOpenAI, bus.FormatOpenAIResp
 
 func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("tools", stderr)
-	format := fs.String("format", bus.FormatToolbus, "listing format: toolbus, openai, openai-responses, anthropic, gemini or mcp")
-	asJSON := fs.Bool("json", false, "print the reply data as JSON")
+	format := fs.String("format", bus.FormatToolbus, "print the tools as the model sees them, as JSON, in this format: toolbus, openai, openai-responses, anthropic, gemini or mcp (without it: a readable list)")
+	asJSON := fs.Bool("json", false, "print the whole reply data (tools in --format, groups, skills_prompt) as JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -35,9 +36,20 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	switch {
+	case *asJSON:
 		return writeJSON(stdout, list)
+	case formatSet(fs):
+		return writeJSON(stdout, list.Tools)
 	}
 	renderTools(stdout, list)
 	return nil
+}
+
+// formatSet reports whether --format was given: then the listing is printed
+// in that format, exactly as the model receives it.
+func formatSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "format" })
+	return set
 }

@@ -23,7 +23,6 @@ func TestAdminUnknownVerbAndBadData(t *testing.T) {
 		{"groups.delete without a name", "groups.delete", "", M{}},
 		{"tools.delete without a name", "tools.delete", "", M{}},
 		{"session.mode unknown mode", "session.mode", "s1", M{"mode": "yolo"}},
-		{"session.activate without active", "session.activate", "s1", M{"groups": []string{"x"}}},
 		{"session.activate unknown group", "session.activate", "s1", M{"groups": []string{"nope"}, "active": true}},
 	}
 	for _, tc := range cases {

@@ -83,8 +83,8 @@ func TestRegisterRejections(t *testing.T) {
 		{"array_schema", def("array_schema", `{"type":"array","items":{}}`), false},
 		{"untyped_schema", def("untyped_schema", `{"properties":{}}`), false},
 		{"schema_not_object", def("schema_not_object", `[1,2]`), false},
-		// An absent schema stands for an object without properties (registry.Check).
-		{"no_schema", `{"name":"no_schema","description":"d"}`, true},
+		// A definition without input_schema is rejected (docs/protocol.md 7.4).
+		{"no_schema", `{"name":"no_schema","description":"d"}`, false},
 		{"external_ref", def("external_ref", `{"type":"object","properties":{"a":{"$ref":"https://example.com/s.json"}}}`), false},
 		{"external_ref_root", def("external_ref_root", `{"type":"object","$ref":"other.json#/x"}`), false},
 		{"bad.name", def("bad.name", obj), false},

@@ -1,0 +1,276 @@
+package bus
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Strict decoding (PROTOCOL.md 7): tool definitions, groups, the
+// request-scoped configuration and answers are decoded so that a member the
+// protocol does not name is refused with its name, because a misspelt
+// input_schema or external_tools must not silently turn into "no schema" or
+// "no request tools". Objects nested in them (output blocks, rules, mcp) are
+// strict too; JSON schemas are values and are never looked into. Everything
+// else (CloudEvent attributes, the top level of a batch, a query or a
+// register) stays lenient.
+
+// decodeStrict decodes the JSON value b into v, refusing unknown members.
+// The error is a bad_request *Error whose message starts with what and
+// names the member.
+func decodeStrict(b []byte, v any, what string) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("unexpected data after the value")
+	}
+	if err == nil {
+		return nil
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if n, uerr := strconv.Unquote(name); uerr == nil {
+			name = n
+		}
+		return Errorf(CodeBadRequest, "%s: unknown member %q", what, name)
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return Errorf(CodeBadRequest, "%s: member %q must be %s, got %s", what, te.Field, jsonKind(te.Type), te.Value)
+	}
+	return Errorf(CodeBadRequest, "%s: %s", what, strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// jsonKind names the JSON type a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	default:
+		return "an object"
+	}
+}
+
+// isObject reports whether b is a JSON object (after white space).
+func isObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{'
+}
+
+// DecodeToolDef decodes one tool definition strictly: an unknown member or
+// a missing (or null) input_schema is an error (a bad_request *Error naming
+// it). Defaults are applied as by UnmarshalJSON.
+func DecodeToolDef(b []byte) (ToolDef, error) {
+	type plain ToolDef
+	p := plain{ConcurrencySafe: true}
+	if !isObject(b) {
+		return ToolDef{}, Errorf(CodeBadRequest, "a tool definition must be a JSON object")
+	}
+	if err := decodeStrict(b, &p, "tool definition"); err != nil {
+		return ToolDef{}, err
+	}
+	d := ToolDef(p)
+	d.Defaults()
+	if len(d.InputSchema) == 0 || isNull(d.InputSchema) {
+		return d, Errorf(CodeBadRequest, "tool definition: input_schema is missing")
+	}
+	return d, nil
+}
+
+// DecodeGroup decodes one group definition strictly.
+func DecodeGroup(b []byte) (Group, error) {
+	var g Group
+	if !isObject(b) {
+		return g, Errorf(CodeBadRequest, "a group definition must be a JSON object")
+	}
+	return g, decodeStrict(b, &g, "group")
+}
+
+// UnmarshalJSON decodes a request-scoped configuration strictly: an unknown
+// member, of the request or of one of its external tools, is a bad_request
+// *Error that names it.
+func (r *Request) UnmarshalJSON(b []byte) error {
+	var p struct {
+		MergeMode     string            `json:"merge_mode"`
+		ExternalTools []json.RawMessage `json:"external_tools"`
+	}
+	if !isObject(b) {
+		return Errorf(CodeBadRequest, "request must be a JSON object")
+	}
+	if err := decodeStrict(b, &p, "request"); err != nil {
+		return err
+	}
+	out := Request{MergeMode: p.MergeMode}
+	for i, raw := range p.ExternalTools {
+		var t ExternalTool
+		if !isObject(raw) {
+			return Errorf(CodeBadRequest, "request.external_tools[%d] must be a JSON object", i)
+		}
+		if err := decodeStrict(raw, &t, fmt.Sprintf("request.external_tools[%d]", i)); err != nil {
+			return err
+		}
+		out.ExternalTools = append(out.ExternalTools, t)
+	}
+	*r = out
+	return nil
+}
+
+// UnmarshalJSON decodes an answer strictly: a member that neither an
+// external answer nor a confirmation has is a bad_request *Error that
+// names it. CheckKind then refuses the members of the other kind.
+func (a *Answer) UnmarshalJSON(b []byte) error {
+	type plain Answer
+	var p plain
+	if !isObject(b) {
+		return Errorf(CodeBadRequest, "an answer must be a JSON object")
+	}
+	if err := decodeStrict(b, &p, "answer"); err != nil {
+		return err
+	}
+	*a = Answer(p)
+	return nil
+}
+
+// CheckKind returns a bad_request *Error when the answer has a member that
+// an answer to a call parked as kind does not have: an external answer is
+// {state, output}, a confirmation {confirmed, input, rules}.
+func (a *Answer) CheckKind(kind string) error {
+	var extra string
+	switch kind {
+	case KindConfirm:
+		switch {
+		case a.State != "":
+			extra = "state"
+		case a.Output != nil:
+			extra = "output"
+		}
+	default:
+		switch {
+		case a.Confirmed != nil:
+			extra = "confirmed"
+		case a.Input != nil:
+			extra = "input"
+		case a.Rules != nil:
+			extra = "rules"
+		}
+	}
+	if extra == "" {
+		return nil
+	}
+	if kind == KindConfirm {
+		return Errorf(CodeBadRequest, "answer: unknown member %q (a confirmation is {\"confirmed\", \"input\", \"rules\"})", extra)
+	}
+	return Errorf(CodeBadRequest, "answer: unknown member %q (an answer to an external call is {\"state\", \"output\"})", extra)
+}
+
+// UnmarshalJSON decodes a registration. Its top level is lenient; each
+// group is decoded strictly and a bad one fails the whole registration (a
+// bad_request *Error); each tool definition is decoded strictly, and one
+// that fails is left out of Tools and listed in Refused with the reason.
+func (r *Register) UnmarshalJSON(b []byte) error {
+	type plain Register
+	var p struct {
+		plain
+		Groups []json.RawMessage `json:"groups"`
+		Tools  []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	out := Register(p.plain)
+	out.Groups, out.Tools = nil, nil
+	for i, raw := range p.Groups {
+		g, err := DecodeGroup(raw)
+		if err != nil {
+			var be *Error
+			if errors.As(err, &be) {
+				return Errorf(CodeBadRequest, "groups[%d]: %s; nothing was registered", i, be.Message)
+			}
+			return err
+		}
+		out.Groups = append(out.Groups, g)
+	}
+	for i, raw := range p.Tools {
+		d, err := DecodeToolDef(raw)
+		if err != nil {
+			reason := err.Error()
+			var be *Error
+			if errors.As(err, &be) {
+				reason = strings.TrimPrefix(be.Message, "tool definition: ")
+			}
+			out.Refused = append(out.Refused, Rejection{Name: nameOf(raw, i), Reason: reason})
+			continue
+		}
+		out.Tools = append(out.Tools, d)
+	}
+	*r = out
+	return nil
+}
+
+// nameOf returns the name member of a definition that could not be decoded,
+// or "tools[i]" when it has none.
+func nameOf(raw json.RawMessage, i int) string {
+	var n struct {
+		Name any `json:"name"`
+	}
+	if json.Unmarshal(raw, &n) == nil {
+		if s, ok := n.Name.(string); ok && s != "" {
+			return s
+		}
+	}
+	return fmt.Sprintf("tools[%d]", i)
+}
+
+// Equal reports whether two definitions are the same: their JSON values
+// are equal once defaults are applied (member order, white space and an
+// explicit default do not matter).
+func (d *ToolDef) Equal(o *ToolDef) bool {
+	a, b := *d, *o
+	a.normalize()
+	b.normalize()
+	ja, err1 := json.Marshal(&a)
+	jb, err2 := json.Marshal(&b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	if bytes.Equal(ja, jb) {
+		return true
+	}
+	var va, vb any
+	if json.Unmarshal(ja, &va) != nil || json.Unmarshal(jb, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+// normalize applies the defaults and drops members that hold their
+// default in another spelling (null, []).
+func (d *ToolDef) normalize() {
+	d.Defaults()
+	if isNull(d.OutputSchema) {
+		d.OutputSchema = nil
+	}
+	if len(d.Groups) == 0 {
+		d.Groups = nil
+	}
+}
+
+// Equal reports whether two group definitions are the same.
+func (g Group) Equal(o Group) bool {
+	return g.Name == o.Name && g.Description == o.Description && g.Instructions == o.Instructions &&
+		g.Scope == o.Scope && g.ActiveByDefault == o.ActiveByDefault && g.ActivateOnSkill == o.ActivateOnSkill &&
+		slices.Equal(g.Skills, o.Skills)
+}
