@@ -176,6 +176,8 @@ type Cancel struct {
 type ToolsQuery struct {
 	Request *Request `json:"request,omitempty"`
 	Format  string   `json:"format,omitempty"`
+	// User selects the skills visible to that user (PROTOCOL.md 10).
+	User json.RawMessage `json:"user,omitempty"`
 }
 
 // ToolsList is the data of io.toolbus.tools.list.
@@ -230,6 +232,9 @@ type Group struct {
 	Scope           string `json:"scope"`
 	ActiveByDefault bool   `json:"active_by_default"`
 	ActivateOnSkill string `json:"activate_on_skill,omitempty"`
+	// Skills names the skills that belong to the group: they are visible
+	// only while the group is active (PROTOCOL.md 10).
+	Skills []string `json:"skills,omitempty"`
 }
 
 // Permission checks of a tool definition.

@@ -244,6 +244,11 @@ func CheckGroup(g *bus.Group) error {
 	return nil
 }
 
+func sameGroup(a, b bus.Group) bool {
+	return a.Name == b.Name && a.Description == b.Description && a.Instructions == b.Instructions && a.Scope == b.Scope &&
+		a.ActiveByDefault == b.ActiveByDefault && a.ActivateOnSkill == b.ActivateOnSkill && slices.Equal(a.Skills, b.Skills)
+}
+
 // Put stores a group definition when it is new or changed.
 func (s *Store) Put(ctx context.Context, g bus.Group) error {
 	if g.Scope == "" {
@@ -257,7 +262,7 @@ func (s *Store) Put(ctx context.Context, g bus.Group) error {
 	cur, ok := s.groups[g.Name]
 	s.mu.RUnlock()
 	if ok {
-		if cur.def == g {
+		if sameGroup(cur.def, g) {
 			return nil
 		}
 		registered = cur.order // an update keeps the group's place

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -116,7 +117,7 @@ func TestPutDeleteGroups(t *testing.T) {
 	// (Its order is checked in TestGroupOrderSeenByLaterStore.)
 	other := start(t, st, groups.Config{})
 	for _, n := range []string{"web", "db", "files", "ops"} {
-		if g, ok := other.Group(n); !ok || g != func() bus.Group { g, _ := s.Group(n); return g }() {
+		if g, ok := other.Group(n); !ok || !reflect.DeepEqual(g, func() bus.Group { g, _ := s.Group(n); return g }()) {
 			t.Fatalf("other store has %s = %+v, %v", n, g, ok)
 		}
 	}
