@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +38,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
 	id := fs.String("id", "", "router instance id (default: random)")
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
+	var skillDirs dirList
+	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
 	observe := cli.ObserveFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -78,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
 		Store:  store.Config{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory},
 		Groups: fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
-		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg})
+		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs})
 	if err != nil {
 		return err
 	}
@@ -108,4 +111,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_ = w.Stop(dctx)
 	}
 	return r.Drain(dctx)
+}
+
+// dirList is a repeatable flag of directories.
+type dirList []string
+
+func (d *dirList) String() string { return strings.Join(*d, ",") }
+
+func (d *dirList) Set(v string) error {
+	if fi, err := os.Stat(v); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%q is not a directory", v)
+	}
+	*d = append(*d, v)
+	return nil
 }
