@@ -94,7 +94,7 @@ func LoadFolder(dir string) (*Skill, error) {
 		return nil, err
 	}
 	abs, _ := filepath.Abs(dir)
-	return New(filepath.Base(abs), "dir:"+abs, files)
+	return newSkill(filepath.Base(abs), filepath.ToSlash(dir), "dir:"+abs, files)
 }
 
 // LoadDir loads the skills of dir: dir itself when it holds a SKILL.md,

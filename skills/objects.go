@@ -69,7 +69,10 @@ var ErrNotFound = errors.New("skills: no such skill in the object store")
 // is none.
 func Remove(ctx context.Context, os jetstream.ObjectStore, name, user string) error {
 	obj := ObjectName(name, user)
-	err := os.Delete(ctx, obj)
+	_, err := os.GetInfo(ctx, obj)
+	if err == nil {
+		err = os.Delete(ctx, obj)
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("%w: %s", ErrNotFound, obj)
 	}
@@ -96,7 +99,7 @@ func fetch(ctx context.Context, os jetstream.ObjectStore, info *jetstream.Object
 	if err != nil {
 		return nil, &Error{File: info.Name, Rule: err.Error()}
 	}
-	s, err := New(name, "bus:"+info.Bucket+"/"+info.Name, files)
+	s, err := newSkill(name, info.Name, "bus:"+info.Bucket+"/"+info.Name, files)
 	if err != nil {
 		return nil, err
 	}

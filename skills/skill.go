@@ -43,26 +43,31 @@ type Skill struct {
 // folder, with /) and returns the skill. folder is the folder's name, which
 // the skill's name must equal; source is Skill.Source. Errors are *Error.
 func New(folder, source string, files map[string][]byte) (*Skill, error) {
-	file := path.Join(folder, File)
+	return newSkill(folder, folder, source, files)
+}
+
+// newSkill is New with where, the folder's path as errors name it.
+func newSkill(folder, where, source string, files map[string][]byte) (*Skill, error) {
+	file := where + "/" + File
 	data, ok := files[File]
 	if !ok {
 		return nil, &Error{File: file, Rule: "the folder has no SKILL.md"}
 	}
 	if len(files) > MaxFiles {
-		return nil, &Error{File: folder, Rule: fmt.Sprintf("has %d files, more than %d", len(files), MaxFiles)}
+		return nil, &Error{File: where, Rule: fmt.Sprintf("has %d files, more than %d", len(files), MaxFiles)}
 	}
 	total := 0
 	for p, b := range files {
 		if err := checkPath(p); err != nil {
-			return nil, &Error{File: path.Join(folder, p), Rule: err.Error()}
+			return nil, &Error{File: where + "/" + p, Rule: err.Error()}
 		}
 		if len(b) > MaxFile {
-			return nil, &Error{File: path.Join(folder, p), Rule: fmt.Sprintf("is %d bytes, larger than %d", len(b), MaxFile)}
+			return nil, &Error{File: where + "/" + p, Rule: fmt.Sprintf("is %d bytes, larger than %d", len(b), MaxFile)}
 		}
 		total += len(b)
 	}
 	if total > MaxSkill {
-		return nil, &Error{File: folder, Rule: fmt.Sprintf("holds %d bytes, more than %d", total, MaxSkill)}
+		return nil, &Error{File: where, Rule: fmt.Sprintf("holds %d bytes, more than %d", total, MaxSkill)}
 	}
 	meta, body, err := Parse(file, folder, data)
 	if err != nil {
