@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -38,6 +40,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
 	id := fs.String("id", "", "router instance id (default: random)")
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
+	workdir := fs.String("workdir", "", "base directory of the built-in file tools and shell; empty serves neither")
+	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start (default: any)")
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
 	observe := cli.ObserveFlags(fs)
@@ -92,7 +96,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *withBuiltin {
 		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Metrics: reg})
 		if err == nil {
-			err = builtin.Register(w)
+			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: splitList(*shellAllow)}
+			if *workdir != "" {
+				var m *skills.Materializer
+				if m, err = skills.NewMaterializer(r.Skills(), filepath.Join(os.TempDir(), "toolbus-skills-"+r.ID())); err == nil {
+					cfg.Skills = m
+				}
+			}
+			if err == nil {
+				err = builtin.RegisterWith(w, cfg)
+			}
 		}
 		if err == nil {
 			err = w.Start(ctx)
@@ -124,4 +137,15 @@ func (d *dirList) Set(v string) error {
 	}
 	*d = append(*d, v)
 	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
