@@ -23,7 +23,6 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/skills"
-	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -130,9 +129,11 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		if err != nil {
 			return nil, err
 		}
-		obj, err := store.SkillsStore(ctx, js, bus.NewSubjects(prefix), 0)
+		// Opened, not created: the routers create it with the deployment's replicas.
+		bucket := bus.NewSubjects(prefix).ObjectStore(bus.ObjectSkills)
+		obj, err := js.ObjectStore(ctx, bucket)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("skills object store %s (start a router first): %w", bucket, err)
 		}
 		cat := skills.NewCatalogue(skills.Config{Objects: obj})
 		if err := cat.Start(ctx); err != nil {
