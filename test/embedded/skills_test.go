@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/router"
@@ -250,4 +251,47 @@ func (e *env) skillsStore(t *testing.T) jetstream.ObjectStore {
 		t.Fatal(err)
 	}
 	return os
+}
+
+// TestShellRunsSkillScript: the shell tool puts a pushed skill's files in a
+// directory named by its digest and runs its script from there.
+func TestShellRunsSkillScript(t *testing.T) {
+	root := t.TempDir()
+	dir := writeSkill(t, root, "greet", "Greet people.", map[string]string{"scripts/hello.sh": "echo \"hello from $(basename \"$SKILL_DIR\")\"\n"})
+	e := skillEnv(t)
+	if _, err := skills.Push(t.Context(), e.skillsStore(t), dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	r := e.routers[0]
+	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+		if len(r.Skills().Skills("")) != 1 {
+			return fmt.Errorf("skill not seen")
+		}
+		return nil
+	})
+	digest := r.Skills().Skills("")[0].Digest
+	m, err := skills.NewMaterializer(r.Skills(), filepath.Join(t.TempDir(), "mat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addWorker(func(w *worker.Worker) {
+		if err := builtin.RegisterWith(w, builtin.Config{WorkDir: t.TempDir(), Skills: m, ShellAllow: []string{"sh", "echo"}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.waitLive("shell")
+	// Allow the shell in this session (the default mode would ask).
+	if err := e.client.Admin(t.Context(), "session.mode", "sh1", map[string]string{"mode": "bypass"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	res := call1(t, e.client, "sh1", "shell", `{"command":"sh $SKILL_DIR/scripts/hello.sh","skill":"greet"}`)
+	name := strings.Replace(digest, ":", "-", 1)
+	if res.State != bus.StateSuccess || !strings.Contains(textOf(res), "hello from "+name) || !strings.Contains(textOf(res), "Skill greet's files are in ") {
+		t.Fatalf("shell: %s", jsonOf(res))
+	}
+	res = call1(t, e.client, "sh1", "shell", `{"command":"cat /etc/passwd"}`)
+	wantFailure(t, res, bus.StateError, bus.CodeToolError, "")
+	if !strings.Contains(textOf(res), `the program "cat" is not allowed`) {
+		t.Fatalf("allow-list: %s", textOf(res))
+	}
 }
