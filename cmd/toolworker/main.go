@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	id := fs.String("id", "", "worker instance id (default: random)")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "registration heartbeat interval; must match the routers'")
 	maxConcurrent := fs.Int("max-concurrent", 64, "calls this worker runs at once, across all its tools")
+	notesGroup := fs.String("notes-group", "", "put append_note in this tool group instead of basic (define the group on the routers, e.g. examples/skills/router.yaml)")
 	withBuiltin := fs.Bool("builtin", false, "also serve the built-in tools (get_current_time, echo, todo_write; with --workdir the file tools and shell)")
 	workdir := fs.String("workdir", "", "with --builtin: base directory of the file tools and shell; empty serves neither")
 	shellAllow := fs.String("shell-allow", "", "with --builtin: comma-separated programs shell may start (default: any)")
@@ -81,7 +82,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := register(w, &notes{}); err != nil {
+	if *notesGroup != "" && !bus.ValidName(*notesGroup) {
+		return fmt.Errorf("--notes-group %q must match ^[A-Za-z0-9_-]{1,64}$", *notesGroup)
+	}
+	if err := register(w, &notes{}, *notesGroup); err != nil {
 		return err
 	}
 	names := toolNames
