@@ -1,5 +1,8 @@
 // Package builtin holds the tools a router serves in-process unless told not
-// to: get_current_time and echo, the demo tools of a fresh install.
+// to, and that toolworker --builtin serves (PROTOCOL.md 11):
+// get_current_time and echo, todo_write, and, with a base directory, the
+// file tools (read_file, write_file, edit_file, list_files, search_files)
+// and shell.
 package builtin
 
 import (
@@ -21,8 +24,43 @@ type EchoIn struct {
 	Text string `json:"text" jsonschema:"description=The text to send back"`
 }
 
-// Register adds the built-in tools to w.
-func Register(w *worker.Worker) error {
+// Config says which built-in tools to serve.
+type Config struct {
+	// WorkDir is the base directory of the file tools and the shell; ""
+	// serves neither.
+	WorkDir string
+	// ShellAllow limits the programs shell may start; empty allows any.
+	ShellAllow []string
+	// Skills, when set, lets shell run skills' scripts (ShellIn.Skill).
+	Skills SkillFiles
+}
+
+// Register adds get_current_time, echo and todo_write to w.
+func Register(w *worker.Worker) error { return RegisterWith(w, Config{}) }
+
+// RegisterWith adds the built-in tools that cfg asks for to w.
+func RegisterWith(w *worker.Worker, cfg Config) error {
+	if err := registerBasic(w); err != nil {
+		return err
+	}
+	if err := registerTodo(w); err != nil {
+		return err
+	}
+	if cfg.WorkDir == "" {
+		return nil
+	}
+	f, err := NewFiles(cfg.WorkDir)
+	if err != nil {
+		return err
+	}
+	if err := f.register(w); err != nil {
+		return err
+	}
+	sh := &Shell{Dir: f.Base(), Allow: cfg.ShellAllow, Skills: cfg.Skills}
+	return sh.register(w)
+}
+
+func registerBasic(w *worker.Worker) error {
 	err := worker.Register(w, bus.ToolDef{Name: "get_current_time",
 		Description: "Get the current date and time in a time zone.", ReadOnly: true, ConcurrencySafe: true, Idempotent: true, MaxAttempts: 2, TimeoutMS: 5000},
 		func(_ context.Context, _ *worker.Call, in TimeIn) (string, error) {

@@ -175,6 +175,8 @@ type Cancel struct {
 type ToolsQuery struct {
 	Request *Request `json:"request,omitempty"`
 	Format  string   `json:"format,omitempty"`
+	// User selects the skills visible to that user (PROTOCOL.md 10).
+	User json.RawMessage `json:"user,omitempty"`
 }
 
 // ToolsList is the data of io.toolbus.tools.list.

@@ -95,6 +95,10 @@ type Resolved struct {
 	Tool     *registry.Tool
 	External *RequestTool
 	Reset    bool
+	// Skill marks the skill loader, which the router runs itself; Tool
+	// then holds its definition and schema (set by the router, never by
+	// Resolve).
+	Skill bool
 	// Code and Message describe why the name cannot be called.
 	Code    string
 	Message string

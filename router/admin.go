@@ -117,8 +117,7 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 	case "status":
 		return r.status(), nil
 	case "skills.list":
-		// Skills are not served yet: the verb exists and lists none.
-		return map[string]any{"skills": []any{}}, nil
+		return r.skillsList(), nil
 	case "parked.list":
 		recs := r.parked.Parked(e.SessionID, "")
 		out := make([]bus.ParkedCall, len(recs))

@@ -237,8 +237,8 @@ func (r *Router) makeBatch(session, replyID, traceParent, traceState, expiry str
 // It reports whether every call has its result; the caller then sends the
 // reply (if any) and batch.done, in that order.
 //
-// A reset_tools call changes what later calls resolve to, so they are
-// resolved again after it.
+// A reset_tools call or a skill load changes what later calls resolve to,
+// so they are resolved again after it.
 func (b *batch) run(start int) bool {
 	// Activation and permissions are shared by every router at once
 	// (PROTOCOL.md 4.2): the session is read from KV once per run of the
@@ -261,7 +261,7 @@ func (b *batch) run(start int) bool {
 		if !b.runCalls(b.calls[i:j], j) {
 			return false // parked: the continuation takes it from here
 		}
-		if b.calls[i].target.Reset && b.calls[i].early == nil {
+		if t := b.calls[i].target; (t.Reset || t.Skill) && b.calls[i].early == nil {
 			b.resolveFrom(j)
 		}
 		i = j
@@ -397,7 +397,7 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 // cannot run gets its early result, reported when its run comes.
 func (b *batch) resolve(view *groups.View, c *callState) {
 	c.early, c.input = nil, nil
-	c.target = view.Resolve(c.call.Name)
+	c.target = b.resolveName(view, c.call.Name)
 	if c.target.Code != "" {
 		c.early = ptr(bus.ErrorResult(c.call, c.target.Code, c.target.Message))
 		return

@@ -37,6 +37,8 @@ func (b *batch) execute(c *callState) {
 	switch t := c.target; {
 	case t.Reset:
 		res = b.reset(ctx, c)
+	case t.Skill:
+		res = b.loadSkill(ctx, c)
 	case t.Tool.Def.ReadOnly:
 		res = b.call(ctx, c)
 	default:

@@ -28,11 +28,11 @@ type parkSpec struct {
 
 // decide applies the permission engine to a resolved call. It returns a
 // result for a denied call, a parkSpec for a call that waits, or neither
-// for a call that runs now. reset_tools and request-scoped external tools
-// are never asked about.
+// for a call that runs now. reset_tools, the skill loader and
+// request-scoped external tools are never asked about.
 func (b *batch) decide(sess *groups.Session, c *callState) (parkSpec, *bus.Result) {
 	switch t := c.target; {
-	case t.Reset:
+	case t.Reset, t.Skill:
 		return parkSpec{}, nil
 	case t.External != nil:
 		return parkSpec{kind: bus.KindExternal, requestScoped: true}, nil

@@ -49,6 +49,10 @@ type Config struct {
 	// DefaultRules and DefaultWorkDirs seed new sessions' permission context.
 	DefaultRules    []bus.Rule
 	DefaultWorkDirs []string
+	// Skills are local skill sources (PROTOCOL.md 10), lowest priority
+	// first: each is one skill folder or a folder of skill folders. The
+	// P_skills object store is always a source, above them.
+	Skills []string
 	// ParkTTL is how long a call waits for an answer before it expires with
 	// a timeout result; zero means 24 hours.
 	ParkTTL time.Duration
@@ -75,6 +79,7 @@ type Router struct {
 	parked *external.Store
 	led    *ledger
 	events *eventSink
+	skills *routerSkills
 	m      *metrics.Router
 
 	mu      sync.Mutex
@@ -162,6 +167,12 @@ func (r *Router) Start(ctx context.Context) error {
 		cancel()
 		r.reg.Stop()
 		return fmt.Errorf("router: groups: %w", err)
+	}
+	if err := r.startSkills(runCtx); err != nil {
+		cancel()
+		r.reg.Stop()
+		r.groups.Stop()
+		return err
 	}
 	r.parked = external.New(r.store, r.subj, external.Config{TTL: r.cfg.ParkTTL, Logger: r.log})
 	if err := r.parked.Start(runCtx); err != nil {
@@ -309,6 +320,9 @@ func (r *Router) Drain(ctx context.Context) error {
 		}
 		if r.groups != nil {
 			r.groups.Stop()
+		}
+		if r.skills != nil {
+			r.skills.cat.Stop()
 		}
 	})
 	return r.stopErr

@@ -45,9 +45,10 @@ func (r *Router) list(session string, q bus.ToolsQuery) (*bus.ToolsList, error) 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	view := r.groups.View(r.reg, r.groups.Refresh(ctx, session), req)
-	tools, err := schemas.Export(q.Format, view.Tools())
+	defs, prompt := r.skillListing(view, req, userOf(q.User), view.Tools())
+	tools, err := schemas.Export(q.Format, defs)
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)
 	}
-	return &bus.ToolsList{Tools: tools, Groups: view.Groups()}, nil
+	return &bus.ToolsList{Tools: tools, Groups: view.Groups(), SkillsPrompt: prompt}, nil
 }

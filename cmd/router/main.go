@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -37,6 +40,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
 	id := fs.String("id", "", "router instance id (default: random)")
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
+	workdir := fs.String("workdir", "", "base directory of the built-in file tools and shell; empty serves neither")
+	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start (default: any)")
+	var skillDirs dirList
+	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
 	observe := cli.ObserveFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -78,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
 		Store:  store.Config{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory},
 		Groups: fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
-		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg})
+		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs})
 	if err != nil {
 		return err
 	}
@@ -89,7 +96,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *withBuiltin {
 		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Metrics: reg})
 		if err == nil {
-			err = builtin.Register(w)
+			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: splitList(*shellAllow)}
+			if *workdir != "" {
+				var m *skills.Materializer
+				if m, err = skills.NewMaterializer(r.Skills(), filepath.Join(os.TempDir(), "toolbus-skills-"+r.ID())); err == nil {
+					cfg.Skills = m
+				}
+			}
+			if err == nil {
+				err = builtin.RegisterWith(w, cfg)
+			}
 		}
 		if err == nil {
 			err = w.Start(ctx)
@@ -108,4 +124,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_ = w.Stop(dctx)
 	}
 	return r.Drain(dctx)
+}
+
+// dirList is a repeatable flag of directories.
+type dirList []string
+
+func (d *dirList) String() string { return strings.Join(*d, ",") }
+
+func (d *dirList) Set(v string) error {
+	if fi, err := os.Stat(v); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%q is not a directory", v)
+	}
+	*d = append(*d, v)
+	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -12,6 +12,7 @@
 //	toolbus watch-handoff approve_po
 //	toolbus answer <call-id> 'approved'
 //	toolbus confirm <call-id> --remember
+//	toolbus skills push examples/skills/release-notes
 //	toolbus status
 //	toolbus bench --quick
 package main
@@ -56,6 +57,7 @@ func init() {
 		{"answer", "<call-id> '<json blocks or text>'", "answer a parked external call with its output", runAnswer},
 		{"confirm", "<call-id>", "allow (or with --deny refuse) a call parked for a confirmation", runConfirm},
 		{"watch-handoff", "<tool|*>", "print the requests waiting for a tool's handlers (or approvers), oldest first", runWatchHandoff},
+		{"skills", "ls | show <name> | push DIR | rm <name>", "list, show, push (--user U) or remove (--user U) the skills on the bus", runSkills},
 		{"status", "", "show routers, workers per tool, sessions and parked calls", runStatus},
 		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
 	}

@@ -185,12 +185,17 @@ func renderTools(w io.Writer, l *bus.ToolsList) {
 		name, desc := toolEntry(raw)
 		fmt.Fprintln(w, toolLine(name, desc))
 	}
-	if len(l.Groups) == 0 {
-		return
+	if len(l.Groups) > 0 {
+		fmt.Fprintln(w, "\ngroups:")
+		for _, g := range l.Groups {
+			fmt.Fprintln(w, groupLine(g))
+		}
 	}
-	fmt.Fprintln(w, "\ngroups:")
-	for _, g := range l.Groups {
-		fmt.Fprintln(w, groupLine(g))
+	if l.SkillsPrompt != "" {
+		fmt.Fprintln(w, "\nskills prompt (for the model's system prompt):")
+		for _, line := range strings.Split(strings.TrimRight(l.SkillsPrompt, "\n"), "\n") {
+			fmt.Fprintln(w, "  "+line)
+		}
 	}
 }
 

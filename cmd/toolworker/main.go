@@ -10,13 +10,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -33,6 +39,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	id := fs.String("id", "", "worker instance id (default: random)")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "registration heartbeat interval; must match the routers'")
 	maxConcurrent := fs.Int("max-concurrent", 64, "calls this worker runs at once, across all its tools")
+	notesGroup := fs.String("notes-group", "", "put append_note in this tool group instead of basic (define the group on the routers, e.g. examples/skills/router.yaml)")
+	withBuiltin := fs.Bool("builtin", false, "also serve the built-in tools (get_current_time, echo, todo_write; with --workdir the file tools and shell)")
+	workdir := fs.String("workdir", "", "with --builtin: base directory of the file tools and shell; empty serves neither")
+	shellAllow := fs.String("shell-allow", "", "with --builtin: comma-separated programs shell may start (default: any)")
 	observe := cli.ObserveFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: toolworker [flags]\n\nServes the example tools %s on a toolbus deployment.\n\nflags:\n", strings.Join(toolNames, ", "))
@@ -72,14 +82,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := register(w, &notes{}); err != nil {
+	if *notesGroup != "" && !bus.ValidName(*notesGroup) {
+		return fmt.Errorf("--notes-group %q must match ^[A-Za-z0-9_-]{1,64}$", *notesGroup)
+	}
+	if err := register(w, &notes{}, *notesGroup); err != nil {
 		return err
+	}
+	names := toolNames
+	if *withBuiltin {
+		stop, err := registerBuiltin(ctx, nc, w, *prefix, *id, *workdir, *shellAllow)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		names = append(slices.Clone(names), "built-in tools")
+	} else if *workdir != "" || *shellAllow != "" {
+		return fmt.Errorf("--workdir and --shell-allow need --builtin")
 	}
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "toolworker: worker %s serving %s on %s (prefix %q)\n",
-		w.ID(), strings.Join(toolNames, ", "), *natsURL, *prefix)
+		w.ID(), strings.Join(names, ", "), *natsURL, *prefix)
 	select {
 	case <-w.Registered():
 		log.Info("registered with the routers")
@@ -90,4 +114,48 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	return w.Stop(dctx)
+}
+
+// registerBuiltin adds the built-in tools to w. With a workdir, shell runs
+// skills' scripts from the P_skills object store, materialized under the
+// system temp directory; stop ends the object store's watch.
+func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefix, id, workdir, shellAllow string) (stop func(), err error) {
+	var allow []string
+	for _, p := range strings.Split(shellAllow, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			allow = append(allow, p)
+		}
+	}
+	cfg := builtin.Config{WorkDir: workdir, ShellAllow: allow}
+	stop = func() {}
+	if workdir != "" {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, err
+		}
+		// Opened, not created: the routers create it with the deployment's replicas.
+		bucket := bus.NewSubjects(prefix).ObjectStore(bus.ObjectSkills)
+		obj, err := js.ObjectStore(ctx, bucket)
+		if err != nil {
+			return nil, fmt.Errorf("skills object store %s (start a router first): %w", bucket, err)
+		}
+		cat := skills.NewCatalogue(skills.Config{Objects: obj})
+		if err := cat.Start(ctx); err != nil {
+			return nil, err
+		}
+		if id == "" {
+			id = w.ID()
+		}
+		m, err := skills.NewMaterializer(cat, filepath.Join(os.TempDir(), "toolbus-skills-"+id))
+		if err != nil {
+			cat.Stop()
+			return nil, err
+		}
+		cfg.Skills, stop = m, cat.Stop
+	}
+	if err := builtin.RegisterWith(w, cfg); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
 }

@@ -57,8 +57,9 @@ func (ns *notes) add(n string) int {
 	return len(ns.list)
 }
 
-// register adds the example tools to w; append_note stores into ns.
-func register(w *worker.Worker, ns *notes) error {
+// register adds the example tools to w; append_note stores into ns and,
+// when notesGroup is set, belongs to that group instead of basic.
+func register(w *worker.Worker, ns *notes, notesGroup string) error {
 	err := worker.Register(w, bus.ToolDef{Name: "word_count",
 		Description: "Count the words of a text (runs of characters separated by white space).",
 		ReadOnly:    true, ConcurrencySafe: true, Idempotent: true, MaxAttempts: 2, TimeoutMS: 5000},
@@ -78,9 +79,13 @@ func register(w *worker.Worker, ns *notes) error {
 	// append_note writes, so a re-sent batch must not run it twice; its own
 	// permission check allows it (the note list is harmless), so that it runs
 	// without a confirmation in the default permission mode.
+	var groups []string
+	if notesGroup != "" {
+		groups = []string{notesGroup}
+	}
 	return worker.Register(w, bus.ToolDef{Name: "append_note",
 		Description: "Append a note to this worker's in-memory list and return how many notes it holds.",
-		ReadOnly:    false, ConcurrencySafe: false, Idempotent: false, Permission: bus.PermissionAllow},
+		ReadOnly:    false, ConcurrencySafe: false, Idempotent: false, Permission: bus.PermissionAllow, Groups: groups},
 		func(_ context.Context, _ *worker.Call, in AppendNoteIn) (AppendNoteOut, error) {
 			return AppendNoteOut{Count: ns.add(in.Note)}, nil
 		})

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/skills"
+)
+
+// skillEntry is one entry of skills.list.
+type skillEntry struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description"`
+	Source      string   `json:"source"`
+	User        string   `json:"user,omitempty"`
+	Groups      []string `json:"groups"`
+	Digest      string   `json:"digest"`
+}
+
+func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("skills", stderr)
+	user := fs.String("user", "", "push or remove the skill scoped to this user (visible only to that user's batches and queries)")
+	asJSON := fs.Bool("json", false, "ls and show: print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usageError(fs, "skills wants ls, show <name>, push DIR or rm <name>")
+	}
+	verb, rest := pos[0], pos[1:]
+	want := map[string]int{"ls": 0, "show": 1, "push": 1, "rm": 1}
+	n, ok := want[verb]
+	if !ok {
+		return usageError(fs, "unknown skills command %q: want ls, show, push or rm", verb)
+	}
+	if len(rest) != n {
+		return usageError(fs, "skills %s takes %d argument(s), got %d", verb, n, len(rest))
+	}
+	if verb == "push" {
+		// Check before connecting: a broken skill never reaches the bus.
+		s, err := skills.LoadFolder(rest[0])
+		if err != nil {
+			return fmt.Errorf("not pushed: %w", err)
+		}
+		os, closeConn, err := cn.objects(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		if s, err = skills.Push(ctx, os, rest[0], *user); err != nil {
+			return fmt.Errorf("not pushed: %w", err)
+		}
+		scope := "every user"
+		if *user != "" {
+			scope = "user " + *user
+		}
+		fmt.Fprintf(stdout, "pushed skill %s (%s) for %s: %s\n", s.Name, s.Digest, scope, s.Source)
+		return nil
+	}
+	if verb == "rm" {
+		os, closeConn, err := cn.objects(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		if err := skills.Remove(ctx, os, rest[0], *user); err != nil {
+			if errors.Is(err, skills.ErrNotFound) {
+				return fmt.Errorf("no skill %s in the object store for %s", rest[0], scopeName(*user))
+			}
+			return err
+		}
+		fmt.Fprintf(stdout, "removed skill %s for %s\n", rest[0], scopeName(*user))
+		return nil
+	}
+	cl, closeConn, err := cn.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	var list struct {
+		Skills []skillEntry `json:"skills"`
+	}
+	if err := cl.Admin(ctx, "skills.list", "", struct{}{}, &list); err != nil {
+		return err
+	}
+	if verb == "ls" {
+		if *asJSON {
+			return writeJSON(stdout, list.Skills)
+		}
+		if len(list.Skills) == 0 {
+			fmt.Fprintln(stdout, "no skills")
+		}
+		for _, s := range list.Skills {
+			fmt.Fprintln(stdout, skillLine(s))
+		}
+		return nil
+	}
+	// show
+	var found *skillEntry
+	for i, s := range list.Skills {
+		if s.Name == rest[0] && (s.User == *user || found == nil && s.User == "") {
+			found = &list.Skills[i]
+		}
+	}
+	if found == nil {
+		return fmt.Errorf("no skill %s", rest[0])
+	}
+	if *asJSON {
+		return writeJSON(stdout, found)
+	}
+	fmt.Fprintf(stdout, "%s\n  description: %s\n  source: %s\n  digest: %s\n", found.Name, found.Description, found.Source, found.Digest)
+	if found.User != "" {
+		fmt.Fprintf(stdout, "  user: %s\n", found.User)
+	}
+	if len(found.Groups) > 0 {
+		fmt.Fprintf(stdout, "  groups: %s\n", strings.Join(found.Groups, ", "))
+	}
+	return nil
+}
+
+func scopeName(user string) string {
+	if user == "" {
+		return "every user"
+	}
+	return "user " + user
+}
+
+// skillLine is one line of skills ls.
+func skillLine(s skillEntry) string {
+	var b strings.Builder
+	b.WriteString(s.Name)
+	if s.User != "" {
+		b.WriteString(" [user " + s.User + "]")
+	}
+	if len(s.Groups) > 0 {
+		b.WriteString(" [groups " + strings.Join(s.Groups, ", ") + "]")
+	}
+	digest := strings.TrimPrefix(s.Digest, "sha256:")
+	if len(digest) > 12 {
+		digest = digest[:12]
+	}
+	fmt.Fprintf(&b, "  %s  %s  (%s)", s.Description, s.Source, digest)
+	return b.String()
+}
+
+// objects connects and opens the deployment's skills object store (the
+// routers create it).
+func (cn *conn) objects(ctx context.Context) (jetstream.ObjectStore, func(), error) {
+	nc, err := nats.Connect(cn.url, nats.Name("toolbus-cli"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", cn.url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	bucket := bus.NewSubjects(cn.prefix).ObjectStore(bus.ObjectSkills)
+	os, err := js.ObjectStore(ctx, bucket)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("skills object store %s (is a router running with prefix %q?): %w", bucket, cn.prefix, err)
+	}
+	return os, nc.Close, nil
+}

@@ -1,0 +1,175 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/schemas"
+	"github.com/toolbus/toolbus/skills"
+)
+
+// routerSkills is the router's skill catalogue and the compiled loader
+// schemas, one per set of visible skill names.
+type routerSkills struct {
+	cat *skills.Catalogue
+
+	mu      sync.Mutex
+	schemas map[string]*schemas.Schema // loader schema JSON → compiled
+}
+
+// maxLoaderSchemas bounds the cache of compiled loader schemas; past it the
+// cache starts again (sets of visible skills are few in practice).
+const maxLoaderSchemas = 256
+
+func (r *Router) startSkills(ctx context.Context) error {
+	cat := skills.NewCatalogue(skills.Config{Dirs: r.cfg.Skills, Objects: r.store.Skills, Logger: r.log})
+	if err := cat.Start(ctx); err != nil {
+		return fmt.Errorf("router: skills: %w", err)
+	}
+	r.skills = &routerSkills{cat: cat, schemas: map[string]*schemas.Schema{}}
+	return nil
+}
+
+// Skills returns the router's skill catalogue.
+func (r *Router) Skills() *skills.Catalogue { return r.skills.cat }
+
+// userOf is the user of a batch or query for skill scoping: a JSON string's
+// value, "" for none or null, else the value's compact JSON text.
+func userOf(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) == nil {
+		return buf.String()
+	}
+	return string(raw)
+}
+
+// skillView is what a session of user sees of the catalogue.
+func (r *Router) skillView(sess *groups.Session, user string) *skills.View {
+	return skills.NewView(r.skills.cat.Skills(user), r.groups.Groups(), sess.IsActive)
+}
+
+// loaderShown reports whether the request lets the loader be seen: not in
+// external_only, and not shadowed by a request-scoped tool of its name.
+func loaderShown(req *groups.Request) bool {
+	if req.Mode == bus.MergeExternalOnly {
+		return false
+	}
+	return !slices.ContainsFunc(req.External, func(t *groups.RequestTool) bool { return t.Def.Name == skills.LoaderName })
+}
+
+// skillListing puts load_skill_through_path into a listing after
+// reset_tools (before the request's external tools) when a skill is
+// visible, and returns the skills_prompt.
+func (r *Router) skillListing(view *groups.View, req *groups.Request, user string, defs []bus.ToolDef) ([]bus.ToolDef, string) {
+	if !loaderShown(req) {
+		return defs, ""
+	}
+	sv := r.skillView(view.Session(), user)
+	def, ok := sv.LoaderDef()
+	if !ok {
+		return defs, ""
+	}
+	at := len(defs) - len(req.External)
+	defs = slices.Insert(slices.Clip(defs), at, def)
+	return defs, sv.Prompt()
+}
+
+// resolveName resolves a call's name: the skill loader when it is shown
+// and a skill is visible, else as the group view says.
+func (b *batch) resolveName(view *groups.View, name string) groups.Resolved {
+	if name != skills.LoaderName || !loaderShown(b.req) {
+		return view.Resolve(name)
+	}
+	def, ok := b.r.skillView(view.Session(), userOf(b.data.User)).LoaderDef()
+	if !ok {
+		return view.Resolve(name)
+	}
+	schema, err := b.r.skills.schema(def.InputSchema)
+	if err != nil { // cannot happen: the schema is built here
+		return groups.Resolved{Code: bus.CodeInternal, Message: fmt.Sprintf("InternalError: %v", err)}
+	}
+	return groups.Resolved{Tool: &registry.Tool{Def: def, Schema: schema}, Skill: true}
+}
+
+func (s *routerSkills) schema(raw json.RawMessage) (*schemas.Schema, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sc, ok := s.schemas[string(raw)]; ok {
+		return sc, nil
+	}
+	sc, err := schemas.Compile(raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.schemas) >= maxLoaderSchemas {
+		clear(s.schemas)
+	}
+	s.schemas[string(raw)] = sc
+	return sc, nil
+}
+
+// loadSkill runs load_skill_through_path: read-only for the skill, never
+// asked about, not in the ledger; a successful load adds, for this session
+// only, the groups whose activate_on_skill names the skill.
+func (b *batch) loadSkill(ctx context.Context, c *callState) bus.Result {
+	r := b.r
+	gs := r.groups.Groups()
+	out := r.skillView(r.groups.Session(b.session), userOf(b.data.User)).Load(gs, c.input)
+	if out.Code != "" {
+		return bus.ErrorResult(c.call, out.Code, textOf(out.Output))
+	}
+	if len(out.Activate) > 0 {
+		_, err := r.groups.Update(ctx, b.session, func(s *groups.Session) error {
+			for _, g := range out.Activate {
+				if !slices.Contains(s.Active, g) {
+					s.Active = append(s.Active, g)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return internal(c.call, err)
+		}
+	}
+	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: out.Output}
+}
+
+// skillInfo is one entry of skills.list.
+type skillInfo struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description"`
+	Source      string   `json:"source"`
+	User        string   `json:"user,omitempty"`
+	Groups      []string `json:"groups"`
+	Digest      string   `json:"digest"`
+}
+
+// skillsList is the reply of skills.list: every served skill, shared ones
+// (after priority) and every user-scoped one.
+func (r *Router) skillsList() map[string]any {
+	gs := r.groups.Groups()
+	out := []skillInfo{}
+	for _, s := range r.skills.cat.All() {
+		g := skills.GroupsOf(s.Name, gs)
+		if g == nil {
+			g = []string{}
+		}
+		out = append(out, skillInfo{Name: s.Name, Description: s.Description, Source: s.Source, User: s.User, Groups: g, Digest: s.Digest})
+	}
+	return map[string]any{"skills": out}
+}

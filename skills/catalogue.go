@@ -1,0 +1,247 @@
+package skills
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config configures a Catalogue.
+type Config struct {
+	// Dirs are local skill sources, lowest priority first; each is one
+	// skill folder or a folder of skill folders. They are read at Start.
+	Dirs []string
+	// Objects is the P_skills object store, watched after Start; its skills
+	// win over local ones. Nil means local skills only.
+	Objects jetstream.ObjectStore
+	// Logger receives the errors of skills that are not served; nil discards.
+	Logger *slog.Logger
+}
+
+// Catalogue holds every skill a router serves, from its folders and the
+// object store, and keeps the object store's skills current. It is safe for
+// concurrent use.
+type Catalogue struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.RWMutex
+	local   map[string]*Skill      // skill name → the local skill that wins
+	objects map[string]objectSkill // object name → its skill
+	errs    map[string]error       // source (folder or object) → why it is not served
+
+	watch   jetstream.ObjectWatcher
+	started bool
+	ready   chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+type objectSkill struct {
+	objDigest string // the object store's digest of the packed object
+	skill     *Skill
+}
+
+// NewCatalogue returns a Catalogue; call Start before use.
+func NewCatalogue(cfg Config) *Catalogue {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Catalogue{cfg: cfg, log: cfg.Logger, local: map[string]*Skill{}, objects: map[string]objectSkill{},
+		errs: map[string]error{}, ready: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Start reads the folders and starts watching the object store; it returns
+// once the object store's current skills are loaded. A skill that breaks a
+// rule is logged and left out (see Errors); a folder that cannot be read
+// is an error.
+func (c *Catalogue) Start(ctx context.Context) error {
+	c.started = true
+	for _, dir := range c.cfg.Dirs {
+		found, errs, err := LoadDir(dir)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		for _, s := range found {
+			c.local[s.Name] = s // a later folder wins
+		}
+		for _, err := range errs {
+			c.errs[errSource(err, dir)] = err
+			c.log.Warn("skill not served", "err", err)
+		}
+		c.mu.Unlock()
+	}
+	if c.cfg.Objects == nil {
+		close(c.ready)
+		close(c.done)
+		return nil
+	}
+	w, err := c.cfg.Objects.Watch(ctx)
+	if err != nil {
+		return fmt.Errorf("skills: watch the object store: %w", err)
+	}
+	c.watch = w
+	go c.run(ctx, w)
+	select {
+	case <-c.ready:
+		return nil
+	case <-ctx.Done():
+		c.Stop()
+		return ctx.Err()
+	}
+}
+
+func errSource(err error, fallback string) string {
+	if se, ok := err.(*Error); ok {
+		return se.File
+	}
+	return fallback
+}
+
+// run applies the object store's updates until the watch ends.
+func (c *Catalogue) run(ctx context.Context, w jetstream.ObjectWatcher) {
+	defer close(c.done)
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case info, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if info == nil {
+				if initial {
+					initial = false
+					close(c.ready)
+				}
+				continue
+			}
+			c.apply(ctx, info)
+		}
+	}
+}
+
+// apply takes one object store update: a removal forgets the skill; a skill
+// whose object (or whose content) is already held is not read again.
+func (c *Catalogue) apply(ctx context.Context, info *jetstream.ObjectInfo) {
+	if info.Deleted {
+		c.mu.Lock()
+		delete(c.objects, info.Name)
+		delete(c.errs, info.Name)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.RLock()
+	cur, have := c.objects[info.Name]
+	reuse := c.byDigest(info.Metadata[metaDigest])
+	c.mu.RUnlock()
+	if have && cur.objDigest == info.Digest {
+		return
+	}
+	var s *Skill
+	if name, user, ok := parseObjectName(info.Name); ok && reuse != nil && reuse.Name == name {
+		s = reuse.withScope("bus:"+info.Bucket+"/"+info.Name, user)
+	} else {
+		var err error
+		if s, err = fetch(ctx, c.cfg.Objects, info); err != nil {
+			c.log.Warn("skill not served", "object", info.Name, "err", err)
+			c.mu.Lock()
+			delete(c.objects, info.Name)
+			c.errs[info.Name] = err
+			c.mu.Unlock()
+			return
+		}
+	}
+	c.mu.Lock()
+	c.objects[info.Name] = objectSkill{objDigest: info.Digest, skill: s}
+	delete(c.errs, info.Name)
+	c.mu.Unlock()
+}
+
+// byDigest returns a held skill with that content digest; c.mu held.
+func (c *Catalogue) byDigest(d string) *Skill {
+	if d == "" {
+		return nil
+	}
+	for _, o := range c.objects {
+		if o.skill.Digest == d {
+			return o.skill
+		}
+	}
+	for _, s := range c.local {
+		if s.Digest == d {
+			return s
+		}
+	}
+	return nil
+}
+
+// Stop ends the watch. It is safe to call twice.
+func (c *Catalogue) Stop() {
+	if !c.started {
+		return
+	}
+	c.once.Do(func() {
+		if c.watch != nil {
+			_ = c.watch.Stop()
+		}
+	})
+	<-c.done
+}
+
+// Skills returns the skills user sees before group visibility, one per
+// name, sorted by name: local folders (the later one winning), then the
+// object store's shared skills, then those scoped to user, each source
+// winning over the ones before it.
+func (c *Catalogue) Skills(user string) []*Skill {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := maps.Clone(c.local)
+	for _, o := range c.objects {
+		if o.skill.User == "" {
+			out[o.skill.Name] = o.skill
+		}
+	}
+	if user != "" {
+		for _, o := range c.objects {
+			if o.skill.User == user {
+				out[o.skill.Name] = o.skill
+			}
+		}
+	}
+	return sortByName(slices.Collect(maps.Values(out)))
+}
+
+// All returns every skill that some user sees: the skills of Skills("")
+// and every user-scoped skill, sorted by name, then user.
+func (c *Catalogue) All() []*Skill {
+	out := c.Skills("")
+	c.mu.RLock()
+	for _, o := range c.objects {
+		if o.skill.User != "" {
+			out = append(out, o.skill)
+		}
+	}
+	c.mu.RUnlock()
+	return sortByName(out)
+}
+
+func sortByName(s []*Skill) []*Skill {
+	slices.SortFunc(s, func(a, b *Skill) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.User, b.User)) })
+	return s
+}
+
+// Errors returns why each skill that is not served was refused, by source.
+func (c *Catalogue) Errors() map[string]error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return maps.Clone(c.errs)
+}

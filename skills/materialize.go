@@ -1,0 +1,137 @@
+package skills
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Materializer puts skills' files on disk for tools that run their
+// scripts: each version goes to its own directory under Root, named by its
+// digest, so a script that is running keeps its files when a new version
+// arrives. Concurrent first uses of a version share one write; a directory
+// is removed once no call holds it and it is no longer the current version
+// of any skill. It is safe for concurrent use.
+type Materializer struct {
+	cat  *Catalogue
+	root string
+
+	mu     sync.Mutex
+	dirs   map[string]*materialized // digest → its directory
+	writes int                      // materializations done (for tests)
+}
+
+type materialized struct {
+	dir   string
+	refs  int
+	ready chan struct{} // closed once written (or failed)
+	err   error
+}
+
+// NewMaterializer returns a Materializer of the catalogue's skills under
+// root, which it creates; directories it finds there from an earlier run
+// are removed.
+func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("skills: materialize: %w", err)
+	}
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "sha256-") {
+			_ = os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
+	return &Materializer{cat: cat, root: root, dirs: map[string]*materialized{}}, nil
+}
+
+// Acquire returns the directory holding the files of the skill called name
+// as user sees it (a user-scoped skill wins), writing it on first use, and
+// a release to call when the files are no longer needed. The error says
+// when there is no such skill.
+func (m *Materializer) Acquire(ctx context.Context, name, user string) (string, func(), error) {
+	var s *Skill
+	for _, c := range m.cat.Skills(user) {
+		if c.Name == name {
+			s = c
+			break
+		}
+	}
+	if s == nil {
+		return "", nil, fmt.Errorf("there is no skill called %q", name)
+	}
+	m.mu.Lock()
+	e, ok := m.dirs[s.Digest]
+	if !ok {
+		e = &materialized{dir: filepath.Join(m.root, strings.Replace(s.Digest, ":", "-", 1)), ready: make(chan struct{})}
+		m.dirs[s.Digest] = e
+		m.writes++
+	}
+	e.refs++
+	m.mu.Unlock()
+	if !ok {
+		e.err = write(e.dir, s)
+		close(e.ready)
+	}
+	release := func() { m.release(e) }
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		release()
+		return "", nil, ctx.Err()
+	}
+	if e.err != nil {
+		release()
+		return "", nil, e.err
+	}
+	return e.dir, sync.OnceFunc(release), nil
+}
+
+// write puts s's files into dir through a temporary directory, so that dir
+// is complete whenever it exists.
+func write(dir string, s *Skill) error {
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".tmp-")
+	if err != nil {
+		return fmt.Errorf("skills: materialize %s: %w", s.Name, err)
+	}
+	for p, b := range s.files {
+		full := filepath.Join(tmp, filepath.FromSlash(p))
+		mode := os.FileMode(0o644)
+		if isScript(p) {
+			mode = 0o755
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err == nil {
+			err = os.WriteFile(full, b, mode)
+		}
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+			return fmt.Errorf("skills: materialize %s: %w", s.Name, err)
+		}
+	}
+	_ = os.RemoveAll(dir) // a failed earlier attempt
+	if err := os.Rename(tmp, dir); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("skills: materialize %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// release drops one use of e and removes the directories that no call
+// uses and no current skill has.
+func (m *Materializer) release(e *materialized) {
+	current := map[string]bool{}
+	for _, s := range m.cat.All() {
+		current[s.Digest] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e.refs--
+	for d, x := range m.dirs {
+		if x.refs == 0 && (!current[d] || x.err != nil) {
+			delete(m.dirs, d)
+			_ = os.RemoveAll(x.dir)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package skills
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Object metadata keys of a pushed skill.
+const (
+	metaDigest = "toolbus-digest"
+	metaUser   = "toolbus-user"
+)
+
+// ObjectName is the name of the object that holds skill name for user ("":
+// every user): "<name>", or "users/<user>/<name>".
+func ObjectName(name, user string) string {
+	if user == "" {
+		return name
+	}
+	return "users/" + user + "/" + name
+}
+
+// parseObjectName splits an object name into skill name and user.
+func parseObjectName(obj string) (name, user string, ok bool) {
+	if rest, scoped := strings.CutPrefix(obj, "users/"); scoped {
+		i := strings.LastIndexByte(rest, '/')
+		if i <= 0 {
+			return "", "", false
+		}
+		return rest[i+1:], rest[:i], CheckName(rest[i+1:]) == nil
+	}
+	return obj, "", CheckName(obj) == nil
+}
+
+// Push checks the skill folder dir and stores it in the object store as
+// one object, replacing the previous version atomically; user scopes it
+// ("" for everyone). Nothing is stored when the skill breaks a rule (the
+// error is an *Error). It returns the stored skill.
+func Push(ctx context.Context, os jetstream.ObjectStore, dir, user string) (*Skill, error) {
+	s, err := LoadFolder(dir)
+	if err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(user, "\x00") {
+		return nil, fmt.Errorf("skills: user %q is not valid", user)
+	}
+	data, err := Pack(s.files)
+	if err != nil {
+		return nil, err
+	}
+	obj := ObjectName(s.Name, user)
+	_, err = os.Put(ctx, jetstream.ObjectMeta{Name: obj, Description: s.Description,
+		Metadata: map[string]string{metaDigest: s.Digest, metaUser: user}}, bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("skills: push %s: %w", obj, err)
+	}
+	return s.withScope(objectSource(ctx, os, obj), user), nil
+}
+
+// ErrNotFound says there is no such skill in the object store.
+var ErrNotFound = errors.New("skills: no such skill in the object store")
+
+// Remove deletes the object of skill name for user; ErrNotFound when there
+// is none.
+func Remove(ctx context.Context, os jetstream.ObjectStore, name, user string) error {
+	obj := ObjectName(name, user)
+	_, err := os.GetInfo(ctx, obj)
+	if err == nil {
+		err = os.Delete(ctx, obj)
+	}
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotFound, obj)
+	}
+	if err != nil {
+		return fmt.Errorf("skills: remove %s: %w", obj, err)
+	}
+	return nil
+}
+
+// fetch reads and checks the object described by info.
+func fetch(ctx context.Context, os jetstream.ObjectStore, info *jetstream.ObjectInfo) (*Skill, error) {
+	name, user, ok := parseObjectName(info.Name)
+	if !ok {
+		return nil, &Error{File: info.Name, Rule: "object name is not <skill name> or users/<user>/<skill name>"}
+	}
+	if info.Size > MaxSkill*2 {
+		return nil, &Error{File: info.Name, Rule: "object is larger than a skill may be"}
+	}
+	data, err := os.GetBytes(ctx, info.Name)
+	if err != nil {
+		return nil, fmt.Errorf("skills: read %s: %w", info.Name, err)
+	}
+	files, err := Unpack(data)
+	if err != nil {
+		return nil, &Error{File: info.Name, Rule: err.Error()}
+	}
+	s, err := newSkill(name, info.Name, "bus:"+info.Bucket+"/"+info.Name, files)
+	if err != nil {
+		return nil, err
+	}
+	s.User = user
+	return s, nil
+}
+
+// objectSource is the Source of a skill held in object obj.
+func objectSource(ctx context.Context, os jetstream.ObjectStore, obj string) string {
+	if st, err := os.Status(ctx); err == nil {
+		return "bus:" + st.Bucket() + "/" + obj
+	}
+	return "bus:" + obj
+}

@@ -1,0 +1,209 @@
+package skills
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"sigs.k8s.io/yaml"
+)
+
+// File is the name of the file that makes a folder a skill.
+const File = "SKILL.md"
+
+// Limits of the Agent Skills format and of this implementation.
+const (
+	MaxNameLen          = 64
+	MaxDescriptionLen   = 1024
+	MaxCompatibilityLen = 500
+	// MaxFrontMatter bounds the YAML between the two --- lines.
+	MaxFrontMatter = 64 << 10
+)
+
+// Meta is the front matter of a SKILL.md.
+type Meta struct {
+	Name          string
+	Description   string
+	License       string
+	Compatibility string
+	// Metadata holds the metadata mapping and every key the format does
+	// not name (a non-string value as its JSON text).
+	Metadata map[string]string
+	// AllowedTools is allowed-tools split at white space.
+	AllowedTools []string
+}
+
+// Error is a SKILL.md or skill folder that breaks a rule: File names it,
+// Rule says which rule, in words a skill author can act on.
+type Error struct {
+	File string
+	Rule string
+}
+
+func (e *Error) Error() string { return "skill " + e.File + ": " + e.Rule }
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+
+// CheckName reports why name is not a valid skill name, or nil.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("name is empty")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("name %q is longer than %d characters", name, MaxNameLen)
+	case !nameRE.MatchString(name):
+		return fmt.Errorf("name %q must be lower-case letters, digits and single hyphens, not starting or ending with a hyphen", name)
+	}
+	return nil
+}
+
+// Parse checks the SKILL.md data of the skill folder named folder (file
+// names it in errors) and returns its front matter and body. CRLF line
+// ends are read as LF. Every error is an *Error.
+func Parse(file, folder string, data []byte) (Meta, string, error) {
+	fail := func(format string, args ...any) (Meta, string, error) {
+		return Meta{}, "", &Error{File: file, Rule: fmt.Sprintf(format, args...)}
+	}
+	if !utf8.Valid(data) {
+		return fail("is not UTF-8 text")
+	}
+	text := strings.ReplaceAll(string(data), "\r\n", "\n")
+	text = strings.TrimPrefix(text, "\ufeff")
+	rest, ok := strings.CutPrefix(text, "---\n")
+	if !ok {
+		return fail("must start with a '---' line that opens the YAML front matter")
+	}
+	var front, body string
+	if strings.HasPrefix(rest, "---\n") || rest == "---" {
+		front, body = "", strings.TrimPrefix(rest, "---")
+	} else {
+		i := strings.Index(rest, "\n---\n")
+		switch {
+		case i >= 0:
+			front, body = rest[:i], rest[i+len("\n---\n"):]
+		case strings.HasSuffix(rest, "\n---"):
+			front, body = rest[:len(rest)-len("\n---")], ""
+		default:
+			if len(rest) > MaxFrontMatter {
+				return fail("front matter is larger than 64 KiB (and has no closing '---' line)")
+			}
+			return fail("front matter has no closing '---' line")
+		}
+	}
+	if len(front) > MaxFrontMatter {
+		return fail("front matter is %d bytes, larger than 64 KiB", len(front))
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal([]byte(front), &raw); err != nil {
+		return fail("front matter is not YAML: %v", err)
+	}
+	if raw == nil {
+		if strings.TrimSpace(front) != "" {
+			return fail("front matter must be a YAML mapping of keys to values")
+		}
+		return fail("front matter has no name: 'name' is required")
+	}
+	var m Meta
+	str := func(key string) (string, bool, error) {
+		v, ok := raw[key]
+		if !ok || v == nil {
+			return "", false, nil
+		}
+		s, isStr := v.(string)
+		if !isStr {
+			return "", true, fmt.Errorf("'%s' must be a string, got %s", key, yamlType(v))
+		}
+		return s, true, nil
+	}
+	name, ok, err := str("name")
+	switch {
+	case err != nil:
+		return fail("%v", err)
+	case !ok:
+		return fail("front matter has no name: 'name' is required")
+	}
+	if err := CheckName(name); err != nil {
+		return fail("%v", err)
+	}
+	if name != folder {
+		return fail("name %q differs from its folder name %q; they must be equal", name, folder)
+	}
+	m.Name = name
+	desc, ok, err := str("description")
+	switch {
+	case err != nil:
+		return fail("%v", err)
+	case !ok || strings.TrimSpace(desc) == "":
+		return fail("description is empty: 'description' is required (1-%d characters)", MaxDescriptionLen)
+	case utf8.RuneCountInString(desc) > MaxDescriptionLen:
+		return fail("description is %d characters, longer than %d", utf8.RuneCountInString(desc), MaxDescriptionLen)
+	}
+	m.Description = desc
+	if m.License, _, err = str("license"); err != nil {
+		return fail("%v", err)
+	}
+	if m.Compatibility, _, err = str("compatibility"); err != nil {
+		return fail("%v", err)
+	}
+	if n := utf8.RuneCountInString(m.Compatibility); n > MaxCompatibilityLen {
+		return fail("compatibility is %d characters, longer than %d", n, MaxCompatibilityLen)
+	}
+	tools, _, err := str("allowed-tools")
+	if err != nil {
+		return fail("%v", err)
+	}
+	m.AllowedTools = strings.Fields(tools)
+	m.Metadata = map[string]string{}
+	if v, ok := raw["metadata"]; ok && v != nil {
+		mm, isMap := v.(map[string]any)
+		if !isMap {
+			return fail("'metadata' must be a mapping of strings to strings, got %s", yamlType(v))
+		}
+		for k, val := range mm {
+			s, isStr := val.(string)
+			if !isStr {
+				return fail("metadata %q must be a string, got %s", k, yamlType(val))
+			}
+			m.Metadata[k] = s
+		}
+	}
+	known := []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
+	for k, v := range raw {
+		if slices.Contains(known, k) {
+			continue
+		}
+		if s, isStr := v.(string); isStr {
+			m.Metadata[k] = s
+			continue
+		}
+		b, _ := json.Marshal(v)
+		m.Metadata[k] = string(bytes.TrimSpace(b))
+	}
+	body = strings.TrimLeft(body, "\n")
+	if strings.TrimSpace(body) == "" {
+		return fail("body is empty: the instructions after the front matter are required")
+	}
+	return m, body, nil
+}
+
+func yamlType(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case float64, int64, int:
+		return "a number"
+	case map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%T", v)
+}

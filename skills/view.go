@@ -1,0 +1,186 @@
+package skills
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// LoaderName is the name of the built-in skill loader.
+const LoaderName = "load_skill_through_path"
+
+// View is the set of skills one session of one user sees.
+type View struct {
+	skills []*Skill // sorted by name
+}
+
+// NewView keeps the candidates (Catalogue.Skills of the user) that are
+// visible in a session: a skill that no group lists in its skills is
+// always visible; one that groups list is visible while any of them is
+// active.
+func NewView(candidates []*Skill, groups []bus.Group, active func(group string) bool) *View {
+	v := &View{}
+	for _, s := range candidates {
+		owners := GroupsOf(s.Name, groups)
+		if len(owners) == 0 || slices.ContainsFunc(owners, active) {
+			v.skills = append(v.skills, s)
+		}
+	}
+	slices.SortFunc(v.skills, func(a, b *Skill) int { return strings.Compare(a.Name, b.Name) })
+	return v
+}
+
+// GroupsOf returns the names of the groups whose skills list name, in the
+// order of groups.
+func GroupsOf(name string, groups []bus.Group) []string {
+	var out []string
+	for _, g := range groups {
+		if slices.Contains(g.Skills, name) {
+			out = append(out, g.Name)
+		}
+	}
+	return out
+}
+
+// Skills returns the visible skills sorted by name.
+func (v *View) Skills() []*Skill { return v.skills }
+
+// Empty reports whether no skill is visible.
+func (v *View) Empty() bool { return len(v.skills) == 0 }
+
+// Lookup returns the visible skill called name.
+func (v *View) Lookup(name string) (*Skill, bool) {
+	i, ok := slices.BinarySearchFunc(v.skills, name, func(s *Skill, n string) int { return strings.Compare(s.Name, n) })
+	if !ok {
+		return nil, false
+	}
+	return v.skills[i], true
+}
+
+// Names returns the visible skill names, sorted.
+func (v *View) Names() []string {
+	out := make([]string, len(v.skills))
+	for i, s := range v.skills {
+		out[i] = s.Name
+	}
+	return out
+}
+
+const loaderDescription = "Load an agent skill: its SKILL.md (instructions to read before following the skill) " +
+	"or one of its resource files (scripts, references, assets) by path."
+
+// LoaderDef returns the definition of load_skill_through_path for the
+// view; false when no skill is visible. It is read-only and, since a load
+// activates groups that change what later calls see, not concurrency-safe.
+func (v *View) LoaderDef() (bus.ToolDef, bool) {
+	if v.Empty() {
+		return bus.ToolDef{}, false
+	}
+	enum, _ := json.Marshal(v.Names())
+	schema := fmt.Sprintf(`{"type":"object","properties":{"skillId":{"type":"string","enum":%s,"description":"The name of the skill to load."},`+
+		`"path":{"type":"string","description":"The file to read, relative to the skill's folder with /: SKILL.md for the skill's instructions, or a resource path such as scripts/run.sh."}},`+
+		`"required":["skillId","path"]}`, enum)
+	d := bus.ToolDef{Name: LoaderName, Description: loaderDescription, InputSchema: json.RawMessage(schema),
+		ReadOnly: true, ConcurrencySafe: false, Permission: bus.PermissionAllow}
+	d.Defaults()
+	return d, true
+}
+
+// LoadInput is the input of load_skill_through_path.
+type LoadInput struct {
+	SkillID string `json:"skillId"`
+	Path    string `json:"path"`
+}
+
+// Outcome is what a load returns: the output, an error code ("" on
+// success) and the groups to activate in the session.
+type Outcome struct {
+	Output   []bus.Block
+	Code     string
+	Activate []string
+}
+
+// Load runs load_skill_through_path on the view; groups are the defined
+// groups (for activate_on_skill). It changes nothing: the caller activates
+// Outcome.Activate in the session.
+func (v *View) Load(groups []bus.Group, input json.RawMessage) Outcome {
+	var in LoadInput
+	if err := json.Unmarshal(input, &in); err != nil {
+		return failure(bus.CodeInvalidInput, fmt.Sprintf("Invalid arguments: %v", err))
+	}
+	s, ok := v.Lookup(in.SkillID)
+	if !ok {
+		return failure(bus.CodeInvalidInput, fmt.Sprintf("SkillNotFoundError: Skill '%s' not found.", in.SkillID))
+	}
+	var out []bus.Block
+	if in.Path == File {
+		out = bus.Text(fmt.Sprintf("Skill: %s\nDescription: %s\nSource: %s\n\n%s", s.Name, s.Description, s.Source, s.Body))
+	} else {
+		b, ok := s.File(in.Path)
+		if !ok || checkPath(in.Path) != nil {
+			return failure(bus.CodeInvalidInput, NotFoundText(s, in.Path))
+		}
+		out = []bus.Block{ResourceBlock(in.Path, b)}
+	}
+	var act []string
+	for _, g := range groups {
+		if g.ActivateOnSkill == s.Name {
+			act = append(act, g.Name)
+		}
+	}
+	return Outcome{Output: out, Activate: act}
+}
+
+func failure(code, text string) Outcome { return Outcome{Output: bus.Text(text), Code: code} }
+
+// NotFoundText is the refusal of a path that is not a resource of s.
+func NotFoundText(s *Skill, p string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Resource not found: '%s' in skill '%s'.\nAvailable resources:", p, s.Name)
+	for i, r := range s.Resources() {
+		fmt.Fprintf(&b, "\n%d. %s", i+1, r)
+	}
+	return b.String()
+}
+
+// ResourceBlock returns a file as a text block when it is UTF-8 text, else
+// as a data block with its media type (by extension, else by content).
+func ResourceBlock(p string, b []byte) bus.Block {
+	if utf8.Valid(b) && !bytes.ContainsRune(b, 0) {
+		return bus.Block{Type: bus.BlockText, Text: string(b)}
+	}
+	mt := mime.TypeByExtension(path.Ext(p))
+	if mt == "" {
+		mt = http.DetectContentType(b)
+	}
+	if i := strings.IndexByte(mt, ';'); i >= 0 {
+		mt = strings.TrimSpace(mt[:i])
+	}
+	return bus.Block{Type: bus.BlockData, MediaType: mt, Data: base64.StdEncoding.EncodeToString(b)}
+}
+
+// Prompt returns the skills_prompt of the view: the visible skills, and
+// how to load one; "" when none is visible.
+func (v *View) Prompt() string {
+	if v.Empty() {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("# Agent skills\n")
+	b.WriteString("Skills are folders of instructions, scripts and resources that make you better at specific tasks. ")
+	b.WriteString("Before you follow a skill, load its SKILL.md with the tool " + LoaderName +
+		" (skillId: the skill's name, path: \"SKILL.md\") and read it carefully; load its other files the same way when SKILL.md refers to them.\n")
+	for _, s := range v.skills {
+		fmt.Fprintf(&b, "\n## %s\n%s\n", s.Name, s.Description)
+	}
+	return b.String()
+}
