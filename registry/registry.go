@@ -56,6 +56,7 @@ type Registry struct {
 	liveness map[string]map[string]beat // tool → worker → last beat
 	version  uint64                     // bumped on every change
 	probed   map[string]time.Time       // when Refresh last listed a tool's workers in KV
+	trouble  time.Time                  // when a liveness write last failed
 
 	watches []*store.Watch
 	ready   chan struct{}
@@ -219,6 +220,16 @@ func (r *Registry) applyWorker(e jetstream.KeyValueEntry) {
 	var v beatValue
 	_ = json.Unmarshal(e.Value(), &v)
 	r.setBeat(tool, worker, beat{at: r.cfg.Now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight}, false)
+}
+
+// Troubled reports whether a liveness write failed within the last four
+// heartbeats: the workers bucket could not take beats (a leader election, a
+// node down), so beats that look missed may never have been stored, and
+// nobody should be declared gone for them.
+func (r *Registry) Troubled(now time.Time) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return !r.trouble.IsZero() && now.Sub(r.trouble) < 4*r.cfg.Heartbeat
 }
 
 // MayHold reports whether a live worker of the tool may be running the call
@@ -416,6 +427,9 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 		}
 		rev, err := r.workers.Put(ctx, key, val)
 		if err != nil {
+			r.mu.Lock()
+			r.trouble = r.cfg.Now()
+			r.mu.Unlock()
 			return ack, fmt.Errorf("registry: liveness %s: %w", key, err)
 		}
 		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev, inflight: inflight}, false)

@@ -204,7 +204,9 @@ func (r *Router) execResult(c *callState, resp *nats.Msg) bus.Result {
 	case bus.StateError:
 		fail(&res, bus.CodeToolError, toolFailedText)
 	case bus.StateInterrupted:
-		fail(&res, bus.CodeInterrupted, bus.InterruptedText)
+		// A cancel reaches the worker and the router at once; whichever
+		// acts first, the call ends with the one text of PROTOCOL.md 3.5.
+		return interrupted(c.call)
 	default:
 		return internal(c.call, fmt.Errorf("worker returned state %q", xr.State))
 	}
@@ -297,6 +299,9 @@ func (r *Router) unwatchExec(w *execWatch) {
 // flight (a worker written from PROTOCOL.md alone), nothing can be told and
 // the call waits for its timeout.
 func (r *Router) watchWorkers(now time.Time, hb time.Duration) {
+	if r.reg.Troubled(now) {
+		return // beats may be missing for want of a bucket, not of workers
+	}
 	r.execMu.Lock()
 	var lost []*execWatch
 	for w := range r.execs {

@@ -61,8 +61,13 @@ func (k *KV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, erro
 	if k.get == "" {
 		return k.KeyValue.Get(ctx, key)
 	}
-	var e jetstream.KeyValueEntry
-	err := Retry(ctx, Policy{Budget: readBudget}, func(ctx context.Context) (err error) {
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	e, err := k.leaderGet(actx, key)
+	cancel()
+	if err == nil || !IsTransient(err) || ctx.Err() != nil {
+		return e, err
+	}
+	err = Retry(ctx, Policy{Budget: readBudget}, func(ctx context.Context) (err error) {
 		e, err = k.leaderGet(ctx, key)
 		if IsNotFound(err) {
 			return permanent{err}

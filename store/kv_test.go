@@ -297,3 +297,42 @@ func TestUpdateRidesOutALeaderLoss(t *testing.T) {
 		t.Fatalf("%d writes stored, %d distinct; want %d once each", len(seen), len(count), 3*writes)
 	}
 }
+
+// BenchmarkGet compares a KV read on one node (direct get), and on a
+// 3-node cluster through the stream leader (what store.KV does) and as a
+// direct get that any replica may answer (what it replaced).
+func BenchmarkGet(b *testing.B) {
+	put := func(b *testing.B, kv jetstream.KeyValue) {
+		if _, err := kv.Put(b.Context(), "s1", []byte(`{"active":["ops"],"mode":"default"}`)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run := func(b *testing.B, kv jetstream.KeyValue) {
+		put(b, kv)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			if _, err := kv.Get(b.Context(), "s1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("single", func(b *testing.B) {
+		nc := bustest.Connect(b, bustest.RunServer(b))
+		js, _ := jetstream.New(nc)
+		st, err := store.Setup(b.Context(), js, bus.NewSubjects("toolbus"), store.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, st.Sessions)
+	})
+	c := bustest.RunCluster(b)
+	nc := bustest.ConnectURL(b, c.URL(0))
+	js, _ := jetstream.New(nc)
+	st, err := store.Setup(b.Context(), js, bus.NewSubjects("toolbus"), store.Config{Replicas: 3})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("replicated-leader", func(b *testing.B) { run(b, st.Sessions) })
+	b.Run("replicated-direct", func(b *testing.B) { run(b, st.Sessions.KeyValue) })
+}
