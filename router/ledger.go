@@ -41,6 +41,9 @@ const (
 	// claimBudget bounds the attempts to claim a call; past it the call is
 	// unavailable, which is safe to re-send.
 	claimBudget = 20 * time.Second
+	// recordWait is how long a call's result waits for its record before
+	// it is given to the agent anyway.
+	recordWait = 2 * time.Second
 )
 
 // ledger runs each call that is not read-only at most once per (session,
@@ -134,18 +137,23 @@ func (l *ledger) abandon(key, claim string) {
 	}()
 }
 
-// record stores the result of a claimed call. It returns at once; the
-// write is retried until it lands, and until then recorded answers for
-// key from memory.
+// record stores the result of a claimed call. It waits up to recordWait
+// for the write to land, so that a result is normally recorded before
+// anyone hears of it (a router that dies after telling the agent would
+// otherwise leave a re-send nothing but unknown_outcome); past that (the
+// bucket is electing a leader) it returns and the write goes on, retried
+// until it lands, while recorded answers for key from memory.
 func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) {
 	claim.State, claim.Result = ledgerDone, &res
 	val, _ := json.Marshal(claim)
 	l.mu.Lock()
 	l.pending[key] = res
 	l.mu.Unlock()
+	landed := make(chan struct{})
 	l.writes.Add(1)
 	go func() {
 		defer l.writes.Done()
+		defer close(landed)
 		ctx, cancel := landing()
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -162,6 +170,12 @@ func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) {
 		delete(l.pending, key)
 		l.mu.Unlock()
 	}()
+	t := time.NewTimer(recordWait)
+	defer t.Stop()
+	select {
+	case <-landed:
+	case <-t.C:
+	}
 }
 
 // recorded returns a result of key that this router holds in memory while

@@ -98,7 +98,11 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		kv.cfg.Bucket = s.Bucket(names[i])
 		kv.cfg.Replicas = cfg.Replicas
 		kv.cfg.Storage = storage
-		h, err := js.CreateOrUpdateKeyValue(ctx, kv.cfg)
+		var h jetstream.KeyValue
+		err := Retry(ctx, Bounded, func(ctx context.Context) (err error) {
+			h, err = js.CreateOrUpdateKeyValue(ctx, kv.cfg)
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("store: bucket %s: %w", kv.cfg.Bucket, err)
 		}
@@ -109,7 +113,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if cfg.EventsMemory {
 		eventsStorage = jetstream.MemoryStorage
 	}
-	st.Events, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	st.Events, err = createStream(ctx, js, jetstream.StreamConfig{
 		Name: s.Stream(bus.StreamEvents), Description: "toolbus session events",
 		Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, Storage: eventsStorage,
 		Replicas: cfg.Replicas, Discard: jetstream.DiscardOld,
@@ -117,7 +121,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if err != nil {
 		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamEvents), err)
 	}
-	st.Handoff, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	st.Handoff, err = createStream(ctx, js, jetstream.StreamConfig{
 		Name: s.Stream(bus.StreamHandoff), Description: "toolbus requests for external handlers and approvers",
 		Subjects: []string{s.All("external"), s.All("confirm")}, MaxAge: cfg.HandoffMaxAge,
 		Storage: storage, Replicas: cfg.Replicas, AllowDirect: true,
@@ -131,12 +135,27 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	return st, nil
 }
 
+// createStream creates or updates a stream, riding out a leader election of
+// the cluster's meta layer.
+func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	var st jetstream.Stream
+	err := Retry(ctx, Bounded, func(ctx context.Context) (err error) {
+		st, err = js.CreateOrUpdateStream(ctx, cfg)
+		return err
+	})
+	return st, err
+}
+
 // SkillsStore creates or opens the skills object store.
 func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas int) (jetstream.ObjectStore, error) {
 	if replicas <= 0 {
 		replicas = 1
 	}
-	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectSkills), Replicas: replicas})
+	var os jetstream.ObjectStore
+	err := Retry(ctx, Bounded, func(ctx context.Context) (err error) {
+		os, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectSkills), Replicas: replicas})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("store: object store %s: %w", s.ObjectStore(bus.ObjectSkills), err)
 	}

@@ -180,18 +180,26 @@ func (l *ledgerCheck) saw(key string, r bus.Result) {
 }
 
 // The nodes leading the ledger, the sessions bucket, the parked bucket and
-// the events stream stop, one after the other, while agents call a
-// side-effecting tool and re-send their batches on a time-out: no call
+// the events stream stop, one after the other, then a router dies and a
+// worker's connection is cut, while agents call a side-effecting tool and
+// re-send their batches on a time-out: no call
 // runs twice, none whose worker answered turns into unknown_outcome or
 // internal, no call is answered two ways, and every completed batch has
 // its batch.done in the stream.
 func TestClusterLeaderLossWhileCallsRun(t *testing.T) {
 	e := newClusterEnv(t, 2)
 	check := newLedgerCheck()
-	for range 2 {
-		e.addWorker(func(w *worker.Worker) {
+	var workerConn *nats.Conn
+	for i := range 3 {
+		nc := e.connect(t)
+		if i == 0 {
+			workerConn = nc
+		}
+		e.addWorkerOn(nc, func(w *worker.Worker) {
+			// A short timeout: a re-send that finds a dead router's claim
+			// waits for it (and the ledger's grace) before unknown_outcome.
 			handle(t, w, bus.ToolDef{Name: "charge", Description: "Charges once.", ConcurrencySafe: true,
-				Permission: bus.PermissionAllow, InputSchema: objectSchema(`{}`)},
+				Permission: bus.PermissionAllow, InputSchema: objectSchema(`{}`), TimeoutMS: 2000},
 				func(_ context.Context, c *worker.Call) (*bus.ExecResult, error) {
 					check.ran(c.SessionID + "/" + c.ReplyID + "/" + c.ID)
 					return textResult("charged " + c.ID), nil
@@ -235,14 +243,19 @@ func TestClusterLeaderLossWhileCallsRun(t *testing.T) {
 			}
 		})
 	}
-	// The faults, spaced by the agents' progress.
-	for k, stream := range faults {
+	// The faults, spaced by the agents' progress: each stream's leader
+	// stops and comes back, then a router dies without a word (its
+	// connection cut) and another starts, then a worker's connection is cut.
+	after := func(k int) {
 		bustest.CheckFor(t, 6*bound, 10*time.Millisecond, func() error {
-			if int(progress.Load()) < (k+1)*agents*batches/(len(faults)+2) {
+			if int(progress.Load()) < (k+1)*agents*batches/(len(faults)+4) {
 				return fmt.Errorf("%d batches done", progress.Load())
 			}
 			return nil
 		})
+	}
+	for k, stream := range faults {
+		after(k)
 		leader, err := e.cluster.WaitStreamLeader(stream, 3*bound)
 		if err != nil {
 			t.Fatal(err)
@@ -255,6 +268,11 @@ func TestClusterLeaderLossWhileCallsRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	after(len(faults))
+	e.rconns[0].Close()
+	e.addRouter()
+	after(len(faults) + 1)
+	workerConn.Close()
 	wg.Wait()
 	close(failures)
 	for err := range failures {
@@ -310,7 +328,7 @@ func TestClusterLeaderLossWhileCallsRun(t *testing.T) {
 // reply comes in time, as an agent does, for at most a minute.
 func callResending(t *testing.T, c *client.Client, check *ledgerCheck, session, reply string, calls []bus.Call) (*bus.Reply, error) {
 	t.Helper()
-	until := time.Now().Add(time.Minute)
+	until := time.Now().Add(2 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		r, err := c.Call(ctx, session, bus.Batch{Calls: calls}, client.WithReplyID(reply))

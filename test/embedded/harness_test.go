@@ -29,6 +29,7 @@ type env struct {
 	srv     *server.Server    // the one node; nil on a cluster
 	cluster *embedded.Cluster // the cluster, replicas 3; nil on one node
 	routers []*router.Router
+	rconns  []*nats.Conn // each router's connection, to kill it
 	client  *client.Client
 	nc      *nats.Conn
 	conns   int // connections made, to spread them over a cluster's nodes
@@ -90,6 +91,7 @@ func (e *env) addRouter() *router.Router {
 	}
 	e.t.Cleanup(r.Stop)
 	e.routers = append(e.routers, r)
+	e.rconns = append(e.rconns, nc)
 	return r
 }
 
