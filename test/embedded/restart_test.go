@@ -134,11 +134,17 @@ func TestParkedCallSurvivesRouterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ev.Stop()
-	ctx, cancel := context.WithTimeout(t.Context(), bound)
-	defer cancel()
-	if err := c.Answer(ctx, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")}); err != nil {
-		t.Fatal(err)
-	}
+	// Router B's subscriptions reach the agent's node a moment after B
+	// says it serves (on a cluster, interest travels between nodes).
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), bound)
+		defer cancel()
+		err := c.Answer(ctx, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")})
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatal(err)
+		}
+		return err
+	})
 	done := nextEvent(t, ev, bus.TypeBatchDone)
 	var bd bus.BatchDone
 	if err := done.DataAs(&bd); err != nil || len(bd.Results) != 1 || textOf(bd.Results[0]) != "signed" {
@@ -233,11 +239,17 @@ func TestBatchTakenOverFromKilledRouter(t *testing.T) {
 	if res.ToolCallID != "c2" {
 		t.Fatalf("first result is for %s", res.ToolCallID)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), bound)
-	defer cancel()
-	if err := c.Answer(ctx, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")}); err != nil {
-		t.Fatal(err)
-	}
+	// Router B's subscriptions reach the agent's node a moment after B
+	// says it serves (on a cluster, interest travels between nodes).
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), bound)
+		defer cancel()
+		err := c.Answer(ctx, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")})
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatal(err)
+		}
+		return err
+	})
 	done := nextEvent(t, ev, bus.TypeBatchDone)
 	var bd bus.BatchDone
 	if err := done.DataAs(&bd); err != nil || len(bd.Results) != 2 || textOf(bd.Results[0]) != "signed" || textOf(bd.Results[1]) != "fetched" {
