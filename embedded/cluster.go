@@ -182,21 +182,25 @@ func (c *Cluster) URLs(first int) string {
 }
 
 // WaitReady waits until every running node is current with a JetStream
-// meta leader.
+// meta leader that counts every running node as an online peer (before
+// that, creating a replicated stream can fail for want of peers).
 func (c *Cluster) WaitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		c.mu.Lock()
-		leader, current := false, true
+		running, peers, current := 0, 0, true
 		for _, s := range c.nodes {
 			if s == nil {
 				continue
 			}
-			leader = leader || s.JetStreamIsLeader()
+			running++
+			if s.JetStreamIsLeader() {
+				peers = len(s.JetStreamClusterPeers())
+			}
 			current = current && s.JetStreamIsCurrent()
 		}
 		c.mu.Unlock()
-		if leader && current {
+		if peers == running && current {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -25,6 +25,8 @@ type ledgerEntry struct {
 	Claim    string      `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
 	Deadline time.Time   `json:"deadline"`
 	Result   *bus.Result `json:"result,omitempty"`
+
+	rev uint64 // the revision of this router's claim
 }
 
 const (
@@ -87,14 +89,25 @@ func (l *ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 	me := ledgerEntry{State: ledgerRunning, Router: l.router, Deadline: time.Now().Add(timeout).UTC(),
 		Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1))}
 	val, _ := json.Marshal(me)
+	// The common case in one round trip: nobody has the key.
+	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+	rev, err := l.kv.Create(actx, key, val)
+	acancel()
+	if err == nil {
+		me.rev = rev
+		return claimed, me
+	}
 	cctx, cancel := context.WithTimeout(ctx, claimBudget)
 	defer cancel()
 	var held bool
-	_, err := store.Update(cctx, l.kv, key, store.Policy{Budget: claimBudget}, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	rev, err = store.Update(cctx, l.kv, key, store.Policy{Budget: claimBudget}, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		held = false
 		if cur != nil {
 			var le ledgerEntry
-			if json.Unmarshal(cur.Value(), &le) != nil || le.State != ledgerAbandoned {
+			switch err := json.Unmarshal(cur.Value(), &le); {
+			case err == nil && le.Claim == me.Claim:
+				return nil, store.ErrNoChange // the first create landed; its ack was lost
+			case err != nil || le.State != ledgerAbandoned:
 				held = true
 				return nil, store.ErrNoChange
 			}
@@ -111,6 +124,7 @@ func (l *ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 	case held:
 		return duplicate, me
 	}
+	me.rev = rev
 	return claimed, me
 }
 
@@ -146,6 +160,13 @@ func (l *ledger) abandon(key, claim string) {
 func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) {
 	claim.State, claim.Result = ledgerDone, &res
 	val, _ := json.Marshal(claim)
+	// The common case in one round trip: the claim is as this router left it.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := l.kv.Update(ctx, key, val, claim.rev)
+	cancel()
+	if err == nil {
+		return
+	}
 	l.mu.Lock()
 	l.pending[key] = res
 	l.mu.Unlock()

@@ -33,6 +33,7 @@ func newClusterEnv(t *testing.T, routers int) *env {
 	}
 	e.nc = e.connect(t)
 	e.client = client.New(e.nc, client.Config{Source: "test/agent"})
+	e.waitServed()
 	return e
 }
 

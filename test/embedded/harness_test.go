@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ type env struct {
 	rconns  []*nats.Conn // each router's connection, to kill it
 	client  *client.Client
 	nc      *nats.Conn
-	conns   int // connections made, to spread them over a cluster's nodes
+	conns   atomic.Int32 // connections made, to spread them over a cluster's nodes
 }
 
 const testHeartbeat = 500 * time.Millisecond
@@ -57,7 +58,28 @@ func newEnv(t *testing.T, routers int) *env {
 	}
 	e.nc = e.connect(t)
 	e.client = client.New(e.nc, client.Config{Source: "test/agent"})
+	e.waitServed()
 	return e
+}
+
+// waitServed waits, on a cluster, until the routers' subscriptions are
+// known on every node: interest travels between nodes a moment after a
+// router subscribes, and a request sent before it arrives finds no
+// responders.
+func (e *env) waitServed() {
+	e.t.Helper()
+	if e.cluster == nil || len(e.routers) == 0 {
+		return
+	}
+	for i := range e.cluster.Nodes() {
+		c := client.New(bustest.ConnectURL(e.t, e.cluster.URL(i)), client.Config{Source: "test/probe"})
+		bustest.CheckFor(e.t, bound, 10*time.Millisecond, func() error {
+			ctx, cancel := context.WithTimeout(e.t.Context(), bound)
+			defer cancel()
+			_, err := c.Tools(ctx, "probe", "", nil)
+			return err
+		})
+	}
 }
 
 // connect opens a connection to the deployment; on a cluster each new
@@ -67,8 +89,8 @@ func (e *env) connect(t *testing.T) *nats.Conn {
 	if e.cluster == nil {
 		return bustest.Connect(t, e.srv)
 	}
-	e.conns++
-	return bustest.ConnectURL(t, e.cluster.URLs(e.conns-1))
+	n := int(e.conns.Add(1)) - 1
+	return bustest.ConnectURL(t, e.cluster.URLs(n%e.cluster.Nodes()))
 }
 
 // replicas is the replica count of the deployment's buckets and streams.
