@@ -359,3 +359,14 @@ type ToolStatus struct {
 	External    bool     `json:"external"`
 	Groups      []string `json:"groups,omitempty"`
 }
+
+// SkillInfo is one entry of the admin verb skills.list (PROTOCOL.md 10):
+// {"skills": [SkillInfo...]}.
+type SkillInfo struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description"`
+	Source      string   `json:"source"`
+	User        string   `json:"user,omitempty"`
+	Groups      []string `json:"groups"`
+	Digest      string   `json:"digest"`
+}

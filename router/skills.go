@@ -149,27 +149,17 @@ func (b *batch) loadSkill(ctx context.Context, c *callState) bus.Result {
 	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: out.Output}
 }
 
-// skillInfo is one entry of skills.list.
-type skillInfo struct {
-	Name        string   `json:"name"`
-	Description string   `json:"description"`
-	Source      string   `json:"source"`
-	User        string   `json:"user,omitempty"`
-	Groups      []string `json:"groups"`
-	Digest      string   `json:"digest"`
-}
-
 // skillsList is the reply of skills.list: every served skill, shared ones
 // (after priority) and every user-scoped one.
 func (r *Router) skillsList() map[string]any {
 	gs := r.groups.Groups()
-	out := []skillInfo{}
+	out := []bus.SkillInfo{}
 	for _, s := range r.skills.cat.All() {
 		g := skills.GroupsOf(s.Name, gs)
 		if g == nil {
 			g = []string{}
 		}
-		out = append(out, skillInfo{Name: s.Name, Description: s.Description, Source: s.Source, User: s.User, Groups: g, Digest: s.Digest})
+		out = append(out, bus.SkillInfo{Name: s.Name, Description: s.Description, Source: s.Source, User: s.User, Groups: g, Digest: s.Digest})
 	}
 	return map[string]any{"skills": out}
 }

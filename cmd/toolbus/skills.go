@@ -14,16 +14,6 @@ import (
 	"github.com/toolbus/toolbus/skills"
 )
 
-// skillEntry is one entry of skills.list.
-type skillEntry struct {
-	Name        string   `json:"name"`
-	Description string   `json:"description"`
-	Source      string   `json:"source"`
-	User        string   `json:"user,omitempty"`
-	Groups      []string `json:"groups"`
-	Digest      string   `json:"digest"`
-}
-
 func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("skills", stderr)
 	user := fs.String("user", "", "push or remove the skill scoped to this user (visible only to that user's batches and queries)")
@@ -86,7 +76,7 @@ func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer closeConn()
 	var list struct {
-		Skills []skillEntry `json:"skills"`
+		Skills []bus.SkillInfo `json:"skills"`
 	}
 	if err := cl.Admin(ctx, "skills.list", "", struct{}{}, &list); err != nil {
 		return err
@@ -104,7 +94,7 @@ func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	}
 	// show
-	var found *skillEntry
+	var found *bus.SkillInfo
 	for i, s := range list.Skills {
 		if s.Name == rest[0] && (s.User == *user || found == nil && s.User == "") {
 			found = &list.Skills[i]
@@ -134,7 +124,7 @@ func scopeName(user string) string {
 }
 
 // skillLine is one line of skills ls.
-func skillLine(s skillEntry) string {
+func skillLine(s bus.SkillInfo) string {
 	var b strings.Builder
 	b.WriteString(s.Name)
 	if s.User != "" {

@@ -134,17 +134,7 @@ func TestParkedCallSurvivesRouterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ev.Stop()
-	// Router B's subscriptions reach the agent's node a moment after B
-	// says it serves (on a cluster, interest travels between nodes).
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), bound)
-		defer cancel()
-		err := c.Answer(ctx, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")})
-		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
-			t.Fatal(err)
-		}
-		return err
-	})
+	answerWhenServed(t, c, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")})
 	done := nextEvent(t, ev, bus.TypeBatchDone)
 	var bd bus.BatchDone
 	if err := done.DataAs(&bd); err != nil || len(bd.Results) != 1 || textOf(bd.Results[0]) != "signed" {
@@ -239,20 +229,26 @@ func TestBatchTakenOverFromKilledRouter(t *testing.T) {
 	if res.ToolCallID != "c2" {
 		t.Fatalf("first result is for %s", res.ToolCallID)
 	}
-	// Router B's subscriptions reach the agent's node a moment after B
-	// says it serves (on a cluster, interest travels between nodes).
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), bound)
-		defer cancel()
-		err := c.Answer(ctx, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")})
-		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
-			t.Fatal(err)
-		}
-		return err
-	})
+	answerWhenServed(t, c, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")})
 	done := nextEvent(t, ev, bus.TypeBatchDone)
 	var bd bus.BatchDone
 	if err := done.DataAs(&bd); err != nil || len(bd.Results) != 2 || textOf(bd.Results[0]) != "signed" || textOf(bd.Results[1]) != "fetched" {
 		t.Fatalf("batch.done %s", done.Data)
 	}
+}
+
+// answerWhenServed answers a parked call once a router serves the answer
+// subject: a router just started subscribes, and on a cluster its interest
+// reaches the agent's node a moment after it says it serves.
+func answerWhenServed(t *testing.T, c *client.Client, tool, session, replyID, callID string, a bus.Answer) {
+	t.Helper()
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), bound)
+		defer cancel()
+		err := c.Answer(ctx, tool, session, replyID, callID, a)
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatal(err)
+		}
+		return err
+	})
 }
