@@ -161,9 +161,9 @@ func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) {
 	claim.State, claim.Result = ledgerDone, &res
 	val, _ := json.Marshal(claim)
 	// The common case in one round trip: the claim is as this router left it.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
+	defer cancel()
 	_, err := l.kv.Update(ctx, key, val, claim.rev)
-	cancel()
 	if err == nil {
 		return
 	}
@@ -191,11 +191,9 @@ func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) {
 		delete(l.pending, key)
 		l.mu.Unlock()
 	}()
-	t := time.NewTimer(recordWait)
-	defer t.Stop()
-	select {
+	select { // the rest of recordWait
 	case <-landed:
-	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 
