@@ -40,6 +40,7 @@ func TestOnCluster(t *testing.T) {
 		{"RegisterConflict", TestRegisterConflict},
 		{"RegistrationSeenAtOnceByEveryRouter", TestRegistrationSeenAtOnceByEveryRouter},
 		{"Events", TestEvents},
+		{"EventsStoredBeforeReply", TestEventsStoredBeforeReply},
 		{"Cancel", TestCancel},
 		{"ParkedCallSurvivesRouterKill", TestParkedCallSurvivesRouterKill},
 		{"BatchTakenOverFromKilledRouter", TestBatchTakenOverFromKilledRouter},

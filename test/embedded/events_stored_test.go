@@ -1,0 +1,60 @@
+package embedded
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// lastStored returns the newest event the events stream holds for session.
+func lastStored(t *testing.T, nc *nats.Conn, session string) *bus.Event {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	s, err := js.Stream(ctx, "TOOLBUS_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, "toolbus.events."+session)
+	if err != nil {
+		t.Fatalf("no event stored for %s: %v", session, err)
+	}
+	e, err := bus.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// call.parked and batch.done are in the events stream by the time the
+// reply arrives: an agent that reconnects right after finds them there.
+func TestEventsStoredBeforeReply(t *testing.T) {
+	e := newEnv(t, 1)
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "quick", ReadOnly: true, ConcurrencySafe: true, InputSchema: objectSchema(`{}`)},
+			func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult("done"), nil })
+	})
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	for i := range 20 {
+		reply := client.NewReplyID()
+		e.call(t, "s1", []bus.Call{{ID: "c1", Name: "quick"}}, client.WithReplyID(reply))
+		if got := lastStored(t, e.nc, "s1"); got.Type != bus.TypeBatchDone || got.ReplyID != reply {
+			t.Fatalf("batch %d: newest stored event %s of %s, want batch.done of %s", i, got.Type, got.ReplyID, reply)
+		}
+		reply = client.NewReplyID()
+		e.callParked(t, "s2", reply, bus.Call{ID: "p1", Name: "ext"})
+		if got := lastStored(t, e.nc, "s2"); got.Type != bus.TypeCallParked || got.ReplyID != reply {
+			t.Fatalf("batch %d: newest stored event %s of %s, want call.parked of %s", i, got.Type, got.ReplyID, reply)
+		}
+	}
+}
