@@ -158,12 +158,12 @@ func (b *batch) encoded(c *callState) json.RawMessage {
 // track makes a batch reachable by cancels; untrack forgets it.
 func (r *Router) track(b *batch) {
 	r.mu.Lock()
-	r.batches[b.session+"/"+b.replyID] = b
+	r.batches[external.BatchKey(b.session, b.replyID)] = b
 	r.mu.Unlock()
 }
 
 func (r *Router) untrack(b *batch) {
-	key := b.session + "/" + b.replyID
+	key := external.BatchKey(b.session, b.replyID)
 	r.mu.Lock()
 	if r.batches[key] == b {
 		delete(r.batches, key)

@@ -125,7 +125,7 @@ func (b *batch) reuseParked(calls []*callState, specs []parkSpec) ([]*callState,
 	var keep []*callState
 	var keepSpecs []parkSpec
 	for i, c := range calls {
-		rec, err := b.r.parked.Get(ctx, external.Key(b.session, b.replyID, c.call.ID))
+		rec, err := b.r.parked.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		if err == nil && rec.Status != external.StatusParked && rec.Result != nil {
 			b.finish(c, *rec.Result)
 			continue
@@ -241,7 +241,7 @@ func (r *Router) onAnswer(m *nats.Msg) {
 	}
 	ctx, cancel := landing()
 	defer cancel()
-	key := external.Key(e.SessionID, e.ReplyID, e.ToolCallID)
+	key := bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID)
 	cur, err := r.parked.Get(ctx, key)
 	if err != nil || cur.Call.Name != tool {
 		if err == nil || store.IsNotFound(err) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,9 +80,9 @@ type Worker struct {
 
 	mu        sync.Mutex
 	tools     []*tool
-	inflight  map[string]*Call     // sessionid/replyid/callid → call
+	inflight  map[string]*Call     // bus.CallKey → call
 	queued    map[string]string    // bus.CallKey → tool, from arrival to reply
-	cancelled map[string]time.Time // keys of cancels seen lately: session/reply/ (whole reply) or session/reply/call
+	cancelled map[string]time.Time // keys of cancels seen lately: bus.CallKey, with an empty call id for a whole reply
 	started   bool
 	cancelSub *nats.Subscription
 	svc       micro.Service
@@ -290,8 +291,6 @@ func (w *Worker) LastAck(ctx context.Context) (*bus.RegisterAck, error) {
 	return w.send(ctx, w.registration())
 }
 
-func inflightKey(session, reply, call string) string { return session + "/" + reply + "/" + call }
-
 func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	// The envelope is read before waiting for a slot, so that a call
 	// waiting for one is already listed in the heartbeats (routers end calls
@@ -362,10 +361,10 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	c := &Call{ID: req.Call.ID, Name: req.Call.Name, SessionID: e.SessionID, ReplyID: e.ReplyID,
 		Input: req.Call.Input, User: absentIfNull(req.User), Context: absentIfNull(req.Context), Attempt: req.Attempt, State: req.State,
 		w: w, cancel: cancel, traceParent: tp, traceState: ts}
-	key := inflightKey(e.SessionID, e.ReplyID, req.Call.ID)
+	key := bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
 	w.mu.Lock()
 	w.inflight[key] = c
-	_, replyCancelled := w.cancelled[inflightKey(e.SessionID, e.ReplyID, "")]
+	_, replyCancelled := w.cancelled[bus.CallKey(e.SessionID, e.ReplyID, "")]
 	_, callCancelled := w.cancelled[key]
 	w.mu.Unlock()
 	if replyCancelled || callCancelled {
@@ -468,22 +467,22 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		}
 	}
 	if len(c.Calls) == 0 {
-		w.cancelled[inflightKey(session, e.ReplyID, "")] = now
+		w.cancelled[bus.CallKey(session, e.ReplyID, "")] = now
 	}
 	for _, id := range c.Calls {
-		w.cancelled[inflightKey(session, e.ReplyID, id)] = now
+		w.cancelled[bus.CallKey(session, e.ReplyID, id)] = now
 	}
 	if len(c.Calls) == 0 {
-		prefix := session + "/" + e.ReplyID + "/"
+		prefix := bus.CallKey(session, e.ReplyID, "") // identifiers hold no dots
 		for k, call := range w.inflight {
-			if len(k) > len(prefix) && k[:len(prefix)] == prefix {
+			if len(k) > len(prefix) && strings.HasPrefix(k, prefix) {
 				call.cancel(errCancelled)
 			}
 		}
 		return
 	}
 	for _, id := range c.Calls {
-		if call, ok := w.inflight[inflightKey(session, e.ReplyID, id)]; ok {
+		if call, ok := w.inflight[bus.CallKey(session, e.ReplyID, id)]; ok {
 			call.cancel(errCancelled)
 		}
 	}
