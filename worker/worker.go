@@ -14,13 +14,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/pool"
-	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/tracing"
 )
 
@@ -34,19 +32,22 @@ type Config struct {
 	// bus.DefaultHeartbeat. Routers forget a worker after three missed beats.
 	Heartbeat time.Duration
 	// MaxConcurrent bounds the calls this worker runs at once, across all its
-	// tools; zero means 64. When every slot is busy, further requests wait in
+	// tools; zero means DefaultMaxConcurrent. When every slot is busy, further requests wait in
 	// the subscription's buffer.
 	MaxConcurrent int
 	// Groups are group definitions sent with every registration.
 	Groups []bus.Group
 	// Logger receives the worker's logs; nil discards.
 	Logger *slog.Logger
-	// Metrics is where the worker's Prometheus metrics are registered; nil
-	// keeps them private.
-	Metrics prometheus.Registerer
+	// Observer is told about waiting, running and finished calls (for
+	// metrics: metrics.NewWorker); nil means nobody is told.
+	Observer Observer
 	// Version is reported by NATS micro discovery; "" means "1.0.0".
 	Version string
 }
+
+// DefaultMaxConcurrent is Config.MaxConcurrent's default.
+const DefaultMaxConcurrent = 64
 
 // Handler runs one call of a raw tool. Returning an error gives an error
 // result whose text is the error's; returning a result passes it through.
@@ -89,7 +90,7 @@ type Worker struct {
 	running   int           // calls accepted and not yet answered
 	idle      chan struct{} // closed when running drops to zero after Stop began
 	stopping  bool
-	m         *metrics.Worker
+	obs       Observer
 
 	registered chan struct{}
 	regOnce    sync.Once
@@ -114,7 +115,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 		cfg.Heartbeat = bus.DefaultHeartbeat
 	}
 	if cfg.MaxConcurrent <= 0 {
-		cfg.MaxConcurrent = 64
+		cfg.MaxConcurrent = DefaultMaxConcurrent
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -122,10 +123,13 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if cfg.Version == "" {
 		cfg.Version = "1.0.0"
 	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
 	return &Worker{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
 		inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}, registered: make(chan struct{}),
-		m: metrics.NewWorker(cfg.Metrics, cfg.MaxConcurrent)}, nil
+		obs: cfg.Observer}, nil
 }
 
 // ID returns the worker's instance id.
@@ -304,9 +308,9 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 		w.queued[key] = t.def.Name
 	}
 	w.mu.Unlock()
-	w.m.Waiting.Inc()
+	w.obs.Waiting(1)
 	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
-	w.m.Waiting.Dec()
+	w.obs.Waiting(-1)
 	w.pool.Go(func() {
 		defer func() {
 			<-w.sem
@@ -346,8 +350,8 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 		return
 	}
 	start := time.Now()
-	w.m.Inflight.Inc()
-	defer w.m.Inflight.Dec()
+	w.obs.Running(1)
+	defer w.obs.Running(-1)
 	ctx, cancel := context.WithCancelCause(tracing.Extract(context.Background(), e.TraceParent, e.TraceState))
 	defer cancel(nil)
 	ctx, span := tracing.StartTool(ctx, trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
@@ -392,8 +396,7 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	if res.State != bus.StateSuccess {
 		t.errors.Add(1)
 	}
-	w.m.Calls.WithLabelValues(t.def.Name, res.State).Inc()
-	w.m.Latency.WithLabelValues(t.def.Name).Observe(metrics.Since(start))
+	w.obs.Finished(t.def.Name, res.State, time.Since(start))
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -66,7 +67,7 @@ func TestMaxConcurrentSerialises(t *testing.T) {
 	f := newFixture(t, true)
 	reg := prometheus.NewRegistry()
 	g := newGate()
-	f.startWorker(worker.Config{MaxConcurrent: 1, Metrics: reg}, func(w *worker.Worker) {
+	f.startWorker(worker.Config{MaxConcurrent: 1, Observer: metrics.NewWorker(reg, 1)}, func(w *worker.Worker) {
 		raw(t, w, "a", g.handler)
 		raw(t, w, "b", g.handler)
 	})

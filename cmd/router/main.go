@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var w *worker.Worker
 	if *withBuiltin {
-		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Metrics: reg})
+		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0)})
 		if err == nil {
 			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: splitList(*shellAllow)}
 			if *workdir != "" {

@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer obs.Stop()
-	log, reg := obs.Log, obs.Metrics
+	log := obs.Log
 
 	nc, err := nats.Connect(*natsURL, nats.Name("toolbus-worker"), nats.MaxReconnects(-1))
 	if err != nil {
@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 
 	w, err := worker.New(nc, worker.Config{ID: *id, Prefix: *prefix, Heartbeat: *heartbeat,
-		MaxConcurrent: *maxConcurrent, Logger: log, Metrics: reg})
+		MaxConcurrent: *maxConcurrent, Logger: log, Observer: obs.WorkerObserver(*maxConcurrent)})
 	if err != nil {
 		return err
 	}
