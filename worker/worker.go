@@ -98,6 +98,12 @@ type Worker struct {
 	stopLoop   context.CancelFunc
 	stopOnce   sync.Once
 	stopErr    error
+
+	// base is the parent of every call's context; cut cancels it (with
+	// errDrained) when a drain's deadline passes with calls still running.
+	base   context.Context
+	cut    context.CancelCauseFunc
+	closed chan struct{} // closed when Drain has returned
 }
 
 // ErrStarted is returned when tools are added after Start.
@@ -126,7 +132,8 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
-	return &Worker{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
+	base, cut := context.WithCancelCause(context.Background())
+	return &Worker{base: base, cut: cut, closed: make(chan struct{}), nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
 		inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}, registered: make(chan struct{}),
 		obs: cfg.Observer}, nil
@@ -206,7 +213,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		err = w.svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(w.subj.Exec(t.def.Name)),
 			micro.WithEndpointQueueGroup(w.subj.ExecQueue(t.def.Name)),
 			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
-			micro.WithEndpointPendingLimits(-1, -1))
+			micro.WithEndpointPendingLimits(w.pendingLimits()))
 		if err != nil {
 			return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
 		}
@@ -220,6 +227,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.loops.Add(1)
 	go w.heartbeat(loopCtx)
 	return nil
+}
+
+// pendingLimits bounds the requests that wait in each tool endpoint's
+// subscription buffer while every slot is busy: four per slot, at least
+// 1024, and at most 64 MiB. Beyond them NATS drops requests (a slow
+// consumer), and the router reports those calls as timed out or retries
+// them elsewhere, as for a worker that never answered.
+func (w *Worker) pendingLimits() (msgs, bytes int) {
+	return max(4*w.cfg.MaxConcurrent, 1024), 64 << 20
 }
 
 func (w *Worker) heartbeat(ctx context.Context) {
@@ -352,7 +368,10 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	start := time.Now()
 	w.obs.Running(1)
 	defer w.obs.Running(-1)
-	ctx, cancel := context.WithCancelCause(tracing.Extract(context.Background(), e.TraceParent, e.TraceState))
+	if w.base.Err() != nil {
+		return // the drain's deadline passed before the call got a slot: never start it, never answer
+	}
+	ctx, cancel := context.WithCancelCause(tracing.Extract(w.base, e.TraceParent, e.TraceState))
 	defer cancel(nil)
 	ctx, span := tracing.StartTool(ctx, trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
 	defer span.End()
@@ -388,6 +407,14 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	if context.Cause(ctx) != errCancelled {
 		res = w.run(ctx, t, c)
 	}
+	if context.Cause(ctx) == errDrained {
+		// Cut off by the drain's deadline: no answer, as from a worker
+		// that stopped. The routers see the call vanish once this worker
+		// has left: unknown_outcome, or a retry for read-only and
+		// idempotent tools.
+		w.log.Warn("worker: call cut off by the drain deadline", "tool", t.def.Name, "call", c.ID)
+		return
+	}
 	if context.Cause(ctx) == errCancelled {
 		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
 	}
@@ -412,7 +439,10 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	}
 }
 
-var errCancelled = errors.New("cancelled by the agent")
+var (
+	errCancelled = errors.New("cancelled by the agent")
+	errDrained   = errors.New("cut off by the worker's drain deadline")
+)
 
 // cancelMemory is how long a worker remembers a cancel, so that an exec
 // request that was already on its way when the cancel went out never runs.
@@ -491,15 +521,40 @@ func (w *Worker) onCancel(m *nats.Msg) {
 	}
 }
 
-// Stop drains the worker: it tells the routers it is leaving, stops taking
-// calls, and waits for running calls to finish or ctx to end. It is safe to
-// call twice; later calls return the first call's result.
-func (w *Worker) Stop(ctx context.Context) error {
-	w.stopOnce.Do(func() { w.stopErr = w.stop(ctx) })
+// StopTimeout is the drain deadline of Stop.
+const StopTimeout = 5 * time.Second
+
+// drainCleanup bounds the wait, past a drain's deadline, for the calls
+// whose context was just cancelled to return.
+const drainCleanup = time.Second
+
+// Drain stops the worker: it tells the routers it is leaving, stops taking
+// calls at once, and lets the calls in flight finish until ctx ends. Then
+// it cancels the calls still running (they send no result: the routers see
+// them vanish, as from a worker that stopped) and returns after at most a
+// short cleanup, with an error that wraps ctx's and counts the calls cut
+// off. It is safe to call twice and concurrently; later calls wait for the
+// first and return its result.
+func (w *Worker) Drain(ctx context.Context) error {
+	w.stopOnce.Do(func() {
+		w.stopErr = w.drain(ctx)
+		close(w.closed)
+	})
+	<-w.closed
 	return w.stopErr
 }
 
-func (w *Worker) stop(ctx context.Context) error {
+// Stop is Drain with a deadline of StopTimeout.
+func (w *Worker) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+	defer cancel()
+	_ = w.Drain(ctx)
+}
+
+// Closed is closed once Drain (or Stop) has returned.
+func (w *Worker) Closed() <-chan struct{} { return w.closed }
+
+func (w *Worker) drain(ctx context.Context) error {
 	w.mu.Lock()
 	started := w.started
 	w.mu.Unlock()
@@ -539,7 +594,16 @@ func (w *Worker) stop(ctx context.Context) error {
 		select {
 		case <-idle:
 		case <-ctx.Done():
-			err = fmt.Errorf("worker: drain: %w", ctx.Err())
+			w.mu.Lock()
+			n := w.running
+			w.mu.Unlock()
+			w.cut(errDrained)
+			select {
+			case <-idle:
+			case <-time.After(drainCleanup):
+			}
+			w.log.Warn("worker: drain deadline passed; calls cut off", "calls", n)
+			err = fmt.Errorf("worker: drain: %d calls cut off: %w", n, ctx.Err())
 		}
 	}
 	if w.cancelSub != nil {
@@ -548,7 +612,7 @@ func (w *Worker) stop(ctx context.Context) error {
 	if err == nil {
 		w.pool.Close()
 	} else {
-		go w.pool.Close() // calls still running past ctx: let them end on their own
+		go w.pool.Close() // calls that ignore their context: let them end on their own
 	}
 	return err
 }

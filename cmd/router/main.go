@@ -121,7 +121,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if w != nil {
-		_ = w.Stop(dctx)
+		_ = w.Drain(dctx)
 	}
 	return r.Drain(dctx)
 }

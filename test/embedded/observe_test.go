@@ -103,7 +103,7 @@ func TestMetrics(t *testing.T) {
 	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	t.Cleanup(func() { _ = w.Drain(context.Background()) })
 	e.waitLive("m")
 	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
 	e.call(t, "s1", []bus.Call{{ID: "c1", Name: "m"}, {ID: "c2", Name: "nope"}})
