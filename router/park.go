@@ -528,9 +528,12 @@ func (r *Router) resume(cont *external.Batch) {
 	b.setLease(true)
 	r.track(b)
 	defer r.untrack(b)
-	if b.run(cont.Next) {
+	complete := b.run(cont.Next)
+	switch {
+	case b.cutOff(): // the lease lapses and another router takes the batch over
+	case complete:
 		b.done()
-	} else {
+	default:
 		b.stored()
 	}
 }
@@ -635,9 +638,12 @@ func (r *Router) repair(cont *external.Batch) {
 		go func() { defer wg.Done(); b.execute(c) }()
 	}
 	wg.Wait()
-	if b.settleRun(cont.Next) && b.run(cont.Next) {
+	if b.cutOff() {
+		return // the lease lapses and another router takes the batch over
+	}
+	if b.settleRun(cont.Next) && b.run(cont.Next) && !b.cutOff() {
 		b.done()
-	} else {
+	} else if !b.cutOff() {
 		b.stored()
 	}
 }
