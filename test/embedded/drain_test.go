@@ -220,7 +220,6 @@ func TestDrainCutsOffSlowCallsAtItsDeadline(t *testing.T) {
 	}
 }
 
-
 // recv waits for a value on ch, failing the test after bound.
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
