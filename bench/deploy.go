@@ -275,7 +275,7 @@ func (d *deployment) startWorker(ctx context.Context, cfg worker.Config, setup f
 func stopWorker(w *worker.Worker) {
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	_ = w.Stop(ctx)
+	_ = w.Drain(ctx)
 }
 
 // addSleepers grows the sleep5 workers to n, each limited to one call at a

@@ -51,7 +51,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	defer func() { _ = w.Stop(ctx) }()
+	defer func() { _ = w.Drain(ctx) }()
 	<-w.Registered()
 
 	agent := client.New(nc, client.Config{Source: "example/agent"})

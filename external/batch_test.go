@@ -212,7 +212,7 @@ func TestDeleteBatch(t *testing.T) {
 	if err := s.PutBatch(t.Context(), newBatch("s1", "r1")); err != nil {
 		t.Fatalf("PutBatch after delete: %v", err)
 	}
-	if external.BatchKey("s1", "r1") != "s1.r1" || external.Key("s1", "r1", "c1") != "s1.r1.c1" {
+	if external.BatchKey("s1", "r1") != "s1.r1" || (&external.Record{Session: "s1", ReplyID: "r1", Call: bus.Call{ID: "c1"}}).Key() != "s1.r1.c1" {
 		t.Fatal("key layout")
 	}
 }

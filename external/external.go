@@ -61,10 +61,8 @@ type Record struct {
 }
 
 // Key returns the record's KV key.
-func (r *Record) Key() string { return Key(r.Session, r.ReplyID, r.Call.ID) }
-
-// Key is the P_parked key of a call: <session>.<replyid>.<callid>.
-func Key(session, replyID, callID string) string { return session + "." + replyID + "." + callID }
+// It is the call's bus.CallKey, <session>.<replyid>.<callid>.
+func (r *Record) Key() string { return bus.CallKey(r.Session, r.ReplyID, r.Call.ID) }
 
 // BatchKey is the P_parked key of a batch's continuation: <session>.<replyid>.
 func BatchKey(session, replyID string) string { return session + "." + replyID }

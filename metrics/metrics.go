@@ -99,33 +99,47 @@ func (l *liveWorkers) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Worker holds a worker's metrics.
+// Worker holds a worker's metrics. It is the worker.Observer of a worker
+// whose metrics are exposed (worker.Config.Observer).
 type Worker struct {
-	Calls    *prometheus.CounterVec   // tool, state
-	Latency  *prometheus.HistogramVec // tool
-	Inflight prometheus.Gauge
-	Waiting  prometheus.Gauge // requests waiting for a free slot
+	calls    *prometheus.CounterVec   // tool, state
+	latency  *prometheus.HistogramVec // tool
+	inflight prometheus.Gauge
+	waiting  prometheus.Gauge // requests waiting for a free slot
 }
 
-// NewWorker registers a worker's metrics on reg (a fresh registry when nil).
+// NewWorker registers a worker's metrics on reg (a fresh registry when nil);
+// slots is the worker's MaxConcurrent, shown as toolbus_worker_slots.
 func NewWorker(reg prometheus.Registerer, slots int) *Worker {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
 	m := &Worker{
-		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_worker_calls_total",
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_worker_calls_total",
 			Help: "Calls run by this worker, by tool and result state."}, []string{"tool", "state"}),
-		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "toolbus_worker_call_duration_seconds",
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "toolbus_worker_call_duration_seconds",
 			Help: "Run time of calls on this worker, by tool.", Buckets: latencyBuckets}, []string{"tool"}),
-		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_inflight", Help: "Calls running now."}),
-		Waiting:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_waiting", Help: "Requests waiting for a free slot."}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_inflight", Help: "Calls running now."}),
+		waiting:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_waiting", Help: "Requests waiting for a free slot."}),
 	}
-	for _, c := range []prometheus.Collector{m.Calls, m.Latency, m.Inflight, m.Waiting,
+	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inflight, m.waiting,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_worker_slots", Help: "MaxConcurrent: calls this worker runs at once."},
 			func() float64 { return float64(slots) })} {
 		_ = reg.Register(c)
 	}
 	return m
+}
+
+// Waiting adds delta to the requests waiting for a free slot.
+func (m *Worker) Waiting(delta int) { m.waiting.Add(float64(delta)) }
+
+// Running adds delta to the calls running now.
+func (m *Worker) Running(delta int) { m.inflight.Add(float64(delta)) }
+
+// Finished counts a call of tool that ended in state after d.
+func (m *Worker) Finished(tool, state string, d time.Duration) {
+	m.calls.WithLabelValues(tool, state).Inc()
+	m.latency.WithLabelValues(tool).Observe(d.Seconds())
 }
 
 // Since returns the seconds elapsed since t, for histograms.

@@ -94,6 +94,9 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.log.Warn("router: session not touched", "session", b.session, "err", err)
 	}
 	complete := b.run(0)
+	if b.cutOff() {
+		return // no reply: the agent re-sends, and the ledger answers
+	}
 	if complete {
 		b.done()
 	} else {
@@ -158,12 +161,12 @@ func (b *batch) encoded(c *callState) json.RawMessage {
 // track makes a batch reachable by cancels; untrack forgets it.
 func (r *Router) track(b *batch) {
 	r.mu.Lock()
-	r.batches[b.session+"/"+b.replyID] = b
+	r.batches[external.BatchKey(b.session, b.replyID)] = b
 	r.mu.Unlock()
 }
 
 func (r *Router) untrack(b *batch) {
-	key := b.session + "/" + b.replyID
+	key := external.BatchKey(b.session, b.replyID)
 	r.mu.Lock()
 	if r.batches[key] == b {
 		delete(r.batches, key)
@@ -225,7 +228,7 @@ func (r *Router) makeBatch(session, replyID, traceParent, traceState, expiry str
 	for i, c := range data.Calls {
 		b.calls[i] = &callState{call: c}
 	}
-	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.ctx, b.cancel = context.WithCancel(r.base)
 	return b, nil
 }
 
@@ -249,6 +252,9 @@ func (b *batch) run(start int) bool {
 	cancel()
 	b.resolveFrom(start)
 	for i := start; i < len(b.calls); {
+		if b.cutOff() {
+			return false
+		}
 		j := i + 1
 		if b.safe(b.calls[i]) {
 			for j < len(b.calls) && b.safe(b.calls[j]) {
@@ -268,6 +274,10 @@ func (b *batch) run(start int) bool {
 	}
 	return true
 }
+
+// cutOff reports whether the router's drain deadline cut the batch off:
+// it gets no more events and no reply.
+func (b *batch) cutOff() bool { return context.Cause(b.ctx) == errDrainDeadline }
 
 // flushHeld publishes the result events held back for the reply.
 func (b *batch) flushHeld() {
@@ -452,7 +462,7 @@ func (b *batch) report(c *callState, res bus.Result) {
 		b.held = append(b.held, c)
 	}
 	b.mu.Unlock()
-	if !hold && !b.silent {
+	if !hold && !b.silent && !b.cutOff() {
 		b.r.publishEvent(b, bus.TypeCallResult, c.call.ID, b.encoded(c))
 	}
 	tool := metrics.UnknownTool

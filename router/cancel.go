@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
 )
 
 // onCancel ends the named calls of a batch running on this router: running
@@ -31,7 +32,7 @@ func (r *Router) onCancel(m *nats.Msg) {
 		return
 	}
 	r.mu.Lock()
-	b := r.batches[e.SessionID+"/"+e.ReplyID]
+	b := r.batches[external.BatchKey(e.SessionID, e.ReplyID)]
 	r.mu.Unlock()
 	if b != nil {
 		b.interrupt(c.Calls)

@@ -128,6 +128,10 @@ func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Res
 	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):
 		return unavailable(c.call), true
+	case context.Cause(ctx) == errDrainDeadline:
+		// The router's drain deadline: the worker may still finish the
+		// call, so its outcome is unknown (what the ledger records).
+		return unknownOutcome(c.call), false
 	case ctx.Err() != nil:
 		return interrupted(c.call), false
 	case context.Cause(wctx) == errVanished:

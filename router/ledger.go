@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -287,7 +286,7 @@ func (l *ledger) stop(ctx context.Context) error {
 // runOnce runs c at most once per (session, reply id, call id) within the
 // dedupe window.
 func (r *Router) runOnce(ctx context.Context, b *batch, c *callState) bus.Result {
-	key := external.Key(b.session, b.replyID, c.call.ID) // the same key as in P_parked
+	key := bus.CallKey(b.session, b.replyID, c.call.ID) // the same key as in P_parked
 	def := &c.target.Tool.Def
 	timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
 	if res, ok := r.led.recorded(key); ok {

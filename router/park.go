@@ -125,7 +125,7 @@ func (b *batch) reuseParked(calls []*callState, specs []parkSpec) ([]*callState,
 	var keep []*callState
 	var keepSpecs []parkSpec
 	for i, c := range calls {
-		rec, err := b.r.parked.Get(ctx, external.Key(b.session, b.replyID, c.call.ID))
+		rec, err := b.r.parked.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		if err == nil && rec.Status != external.StatusParked && rec.Result != nil {
 			b.finish(c, *rec.Result)
 			continue
@@ -241,7 +241,7 @@ func (r *Router) onAnswer(m *nats.Msg) {
 	}
 	ctx, cancel := landing()
 	defer cancel()
-	key := external.Key(e.SessionID, e.ReplyID, e.ToolCallID)
+	key := bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID)
 	cur, err := r.parked.Get(ctx, key)
 	if err != nil || cur.Call.Name != tool {
 		if err == nil || store.IsNotFound(err) {
@@ -528,9 +528,12 @@ func (r *Router) resume(cont *external.Batch) {
 	b.setLease(true)
 	r.track(b)
 	defer r.untrack(b)
-	if b.run(cont.Next) {
+	complete := b.run(cont.Next)
+	switch {
+	case b.cutOff(): // the lease lapses and another router takes the batch over
+	case complete:
 		b.done()
-	} else {
+	default:
 		b.stored()
 	}
 }
@@ -635,9 +638,12 @@ func (r *Router) repair(cont *external.Batch) {
 		go func() { defer wg.Done(); b.execute(c) }()
 	}
 	wg.Wait()
-	if b.settleRun(cont.Next) && b.run(cont.Next) {
+	if b.cutOff() {
+		return // the lease lapses and another router takes the batch over
+	}
+	if b.settleRun(cont.Next) && b.run(cont.Next) && !b.cutOff() {
 		b.done()
-	} else {
+	} else if !b.cutOff() {
 		b.stored()
 	}
 }

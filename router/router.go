@@ -40,7 +40,8 @@ type Config struct {
 	// Store sizes the JetStream resources the router creates at start.
 	Store store.Config
 	// MaxInflight bounds the messages the router handles at once; zero
-	// means 4096. Beyond it, messages wait in the subscription buffers.
+	// means 4096. Beyond it, messages wait in the subscription buffers, each
+	// bounded to MaxInflight messages and 64 MiB (see pendingBytes).
 	MaxInflight int
 	// Groups are group definitions stored at start (from the config file).
 	Groups []bus.Group
@@ -94,7 +95,33 @@ type Router struct {
 	stop    context.CancelFunc
 	once    sync.Once
 	stopErr error
+
+	// base is the parent of every handler's and batch's context, made in
+	// Start; cut cancels it, with errDrainDeadline when a drain's deadline
+	// passes with work in flight.
+	base     context.Context
+	cut      context.CancelCauseFunc
+	closedCh chan struct{} // closed once Drain has returned
 }
+
+// errDrainDeadline is the cause of the contexts cut off by a drain's
+// deadline.
+var errDrainDeadline = errors.New("router: cut off by the drain deadline")
+
+// errStopped is the cause of the base context once the router stopped.
+var errStopped = errors.New("router: stopped")
+
+// StopTimeout is the drain deadline of Stop.
+const StopTimeout = 5 * time.Second
+
+// drainCleanup bounds the wait, past a drain's deadline, for the handlers
+// whose context was just cancelled to return.
+const drainCleanup = 2 * time.Second
+
+// pendingBytes bounds the bytes waiting in each subscription's buffer
+// (with MaxInflight messages): beyond either limit NATS drops messages as
+// a slow consumer, and their senders time out and re-send.
+const pendingBytes = 64 << 20
 
 // New returns a Router on nc. Call Start to serve.
 func New(nc *nats.Conn, cfg Config) (*Router, error) {
@@ -131,7 +158,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}
 	return &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
 		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
-		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}}, nil
+		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}, closedCh: make(chan struct{})}, nil
 }
 
 // ID returns the router's instance id.
@@ -154,7 +181,8 @@ func (r *Router) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
+	r.base, r.cut = context.WithCancelCause(context.Background())
+	runCtx, cancel := context.WithCancel(r.base)
 	r.stop = cancel
 	r.reg = registry.New(r.store, registry.Config{Heartbeat: r.cfg.Store.Heartbeat, Logger: r.log})
 	if err := r.reg.Start(runCtx); err != nil {
@@ -210,7 +238,7 @@ func (r *Router) Start(ctx context.Context) error {
 			r.Stop()
 			return fmt.Errorf("router: subscribe %s: %w", s.subject, err)
 		}
-		_ = sub.SetPendingLimits(-1, -1)
+		_ = sub.SetPendingLimits(r.cfg.MaxInflight, pendingBytes)
 		r.mu.Lock()
 		r.subs = append(r.subs, sub)
 		r.mu.Unlock()
@@ -268,64 +296,130 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg) {
 	})
 }
 
-// Stop drains the router: it stops taking messages, waits for the batches
-// in flight, then stops its caches. It is safe to call twice.
-func (r *Router) Stop() { _ = r.Drain(context.Background()) }
+// Stop is Drain with a deadline of StopTimeout.
+func (r *Router) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+	defer cancel()
+	_ = r.Drain(ctx)
+}
 
-// Drain is Stop bounded by ctx; it returns ctx's error when in-flight work
-// did not finish in time.
+// Closed is closed once Drain (or Stop) has returned.
+func (r *Router) Closed() <-chan struct{} { return r.closedCh }
+
+// Drain stops the router: it stops taking messages at once (other routers
+// of the queue group get them), lets the work in flight finish until ctx
+// ends, then cancels what is left and returns after at most a short
+// cleanup, then stops its caches. Results already given to agents are
+// still recorded in the ledger, bounded as they are. A batch cut off by the
+// deadline gets no reply, no further events and no batch.done: a call it
+// was running is recorded unknown_outcome in the ledger when it is not
+// read-only, so a re-sent batch gets that on any router, and runs again
+// when it is. Drain returns nil when nothing was cut off, else an error
+// that wraps ctx's and counts the calls cut off (also logged). It is safe
+// to call twice and concurrently; later calls wait for the first and
+// return its result.
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
-		r.mu.Lock()
-		subs, svc := r.subs, r.svc
-		r.mu.Unlock()
-		if svc != nil {
-			_ = svc.Stop()
+		r.stopErr = r.drain(ctx)
+		close(r.closedCh)
+	})
+	<-r.closedCh
+	return r.stopErr
+}
+
+func (r *Router) drain(ctx context.Context) error {
+	r.mu.Lock()
+	subs, svc := r.subs, r.svc
+	r.mu.Unlock()
+	if svc != nil {
+		_ = svc.Stop()
+	}
+	// Unsubscribed on the server at once; messages already delivered to
+	// this router are still handled.
+	for _, s := range subs {
+		_ = s.Drain()
+	}
+	if len(subs) > 0 {
+		_ = bus.Flush(ctx, r.nc)
+	}
+	for _, s := range subs {
+		waitClosed(ctx, s)
+	}
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.work.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		n := r.callsInFlight()
+		if r.cut != nil {
+			r.cut(errDrainDeadline)
 		}
-		for _, s := range subs {
-			_ = s.Drain()
-		}
-		for _, s := range subs {
-			waitClosed(ctx, s)
-		}
-		r.mu.Lock()
-		r.closed = true
-		r.mu.Unlock()
-		done := make(chan struct{})
-		go func() { r.work.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-ctx.Done():
-			r.stopErr = fmt.Errorf("router: drain: %w", ctx.Err())
+		case <-time.After(drainCleanup):
 		}
-		if r.led != nil {
-			// Results already given to agents must be recorded: the
-			// ledger's writes get the drain's time, and then a little.
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if err := r.led.stop(lctx); err != nil {
-				r.log.Error("router: drain", "err", err)
-			}
-			cancel()
+		r.log.Warn("router: drain deadline passed; calls cut off (a re-sent batch recovers them through the ledger)", "calls", n)
+		err = fmt.Errorf("router: drain: %d calls cut off: %w", n, ctx.Err())
+	}
+	if r.led != nil {
+		// Results already given to agents must be recorded: the
+		// ledger's writes get the drain's time, and then a little.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := r.led.stop(lctx); err != nil {
+			r.log.Error("router: drain", "err", err)
 		}
-		if r.stop != nil {
-			r.stop()
-		}
-		r.bg.Wait()
+		cancel()
+	}
+	if r.cut != nil {
+		r.cut(errStopped)
+	}
+	if r.stop != nil {
+		r.stop()
+	}
+	r.bg.Wait()
+	if err == nil {
 		r.pool.Close()
-		if r.parked != nil {
-			r.parked.Stop()
+	} else {
+		go r.pool.Close() // handlers that have not returned yet end on their own
+	}
+	if r.parked != nil {
+		r.parked.Stop()
+	}
+	if r.reg != nil {
+		r.reg.Stop()
+	}
+	if r.groups != nil {
+		r.groups.Stop()
+	}
+	if r.skills != nil {
+		r.skills.cat.Stop()
+	}
+	return err
+}
+
+// callsInFlight counts the calls this router has started and not finished.
+func (r *Router) callsInFlight() int {
+	r.mu.Lock()
+	bs := make([]*batch, 0, len(r.batches))
+	for _, b := range r.batches {
+		bs = append(bs, b)
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, b := range bs {
+		b.mu.Lock()
+		for _, c := range b.calls {
+			if c.result == nil && c.cancel != nil {
+				n++
+			}
 		}
-		if r.reg != nil {
-			r.reg.Stop()
-		}
-		if r.groups != nil {
-			r.groups.Stop()
-		}
-		if r.skills != nil {
-			r.skills.cat.Stop()
-		}
-	})
-	return r.stopErr
+		b.mu.Unlock()
+	}
+	return n
 }
 
 func waitClosed(ctx context.Context, s *nats.Subscription) {
@@ -396,7 +490,7 @@ func (r *Router) onRegister(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
 	defer cancel()
 	var groupRejects []bus.Rejection
 	if !reg.Leaving {
@@ -433,7 +527,7 @@ func (r *Router) onAdmin(m *nats.Msg) {
 		r.reject(m, bus.Errorf(bus.CodeBadEvent, "sessionid %q is not valid", e.SessionID))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
 	defer cancel()
 	out, err := r.admin(ctx, verb, e)
 	if err != nil {

@@ -42,7 +42,7 @@ func (r *Router) list(session string, q bus.ToolsQuery) (*bus.ToolsList, error) 
 	}
 	// A listing reads the session from KV: it is once per model turn, and
 	// it must reflect an activation made through any router.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
 	defer cancel()
 	view := r.groups.View(r.reg, r.groups.Refresh(ctx, session), req)
 	defs, prompt := r.skillListing(view, req, userOf(q.User), view.Tools())

@@ -2,8 +2,11 @@
 // traceparent/tracestate travel as CloudEvent extension attributes (and NATS
 // headers), and each hop that does work (the router executing a call, the
 // worker running it) starts a span named after the OpenTelemetry GenAI
-// conventions, "execute_tool <name>". Tracing is off unless Setup installs
-// an exporter; until then the global no-op provider makes spans free.
+// conventions, "execute_tool <name>". Tracing is off until Enable installs
+// a provider (the commands do it in internal/cli, with an OTLP exporter);
+// until then the global no-op provider makes spans free. The package holds
+// only the OpenTelemetry API, so the worker SDK that imports it links no
+// OpenTelemetry SDK, exporter or gRPC.
 package tracing
 
 import (
@@ -12,10 +15,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -76,7 +76,7 @@ var (
 // nothing and traceparent passes through unchanged.
 var enabled atomic.Bool
 
-// Enable installs tp as the global tracer provider (Setup calls it; tests
+// Enable installs tp as the global tracer provider (internal/cli calls it; tests
 // call it with an in-memory exporter).
 func Enable(tp trace.TracerProvider) {
 	otel.SetTracerProvider(tp)
@@ -97,41 +97,6 @@ func StartTool(ctx context.Context, kind trace.SpanKind, tool, callID, session s
 		attribute.String("gen_ai.tool.call.id", callID),
 		attribute.String("gen_ai.conversation.id", session),
 	))
-}
-
-// Config configures Setup.
-type Config struct {
-	// Endpoint is the OTLP/HTTP endpoint (host:port); "" leaves tracing off.
-	Endpoint string
-	// Insecure uses plain HTTP.
-	Insecure bool
-	// ServiceName names this process; "" means "toolbus".
-	ServiceName string
-}
-
-// Setup installs a global tracer provider exporting to cfg.Endpoint over
-// OTLP/HTTP. It returns a shutdown function that flushes pending spans.
-// With an empty endpoint it does nothing.
-func Setup(ctx context.Context, cfg Config) (func(context.Context) error, error) {
-	if cfg.Endpoint == "" {
-		return func(context.Context) error { return nil }, nil
-	}
-	opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(cfg.Endpoint)}
-	if cfg.Insecure {
-		opts = append(opts, otlptracehttp.WithInsecure())
-	}
-	exp, err := otlptracehttp.New(ctx, opts...)
-	if err != nil {
-		return nil, err
-	}
-	name := cfg.ServiceName
-	if name == "" {
-		name = "toolbus"
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
-		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", name))))
-	Enable(tp)
-	return tp.Shutdown, nil
 }
 
 // Disable goes back to the no-op provider (for tests).

@@ -8,5 +8,5 @@
 //	worker.Register(w, bus.ToolDef{Name: "echo", Description: "Echo the text."},
 //		func(ctx context.Context, c *worker.Call, in EchoIn) (string, error) { return in.Text, nil })
 //	_ = w.Start(ctx)
-//	defer w.Stop(ctx)
+//	defer w.Stop() // or w.Drain(ctx) with your own deadline
 package worker

@@ -132,7 +132,7 @@ func (f *fixture) newWorker(cfg worker.Config) *worker.Worker {
 	f.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
-		_ = w.Stop(ctx)
+		_ = w.Drain(ctx)
 	})
 	return w
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,13 +14,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/pool"
-	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/tracing"
 )
 
@@ -33,19 +32,22 @@ type Config struct {
 	// bus.DefaultHeartbeat. Routers forget a worker after three missed beats.
 	Heartbeat time.Duration
 	// MaxConcurrent bounds the calls this worker runs at once, across all its
-	// tools; zero means 64. When every slot is busy, further requests wait in
+	// tools; zero means DefaultMaxConcurrent. When every slot is busy, further requests wait in
 	// the subscription's buffer.
 	MaxConcurrent int
 	// Groups are group definitions sent with every registration.
 	Groups []bus.Group
 	// Logger receives the worker's logs; nil discards.
 	Logger *slog.Logger
-	// Metrics is where the worker's Prometheus metrics are registered; nil
-	// keeps them private.
-	Metrics prometheus.Registerer
+	// Observer is told about waiting, running and finished calls (for
+	// metrics: metrics.NewWorker); nil means nobody is told.
+	Observer Observer
 	// Version is reported by NATS micro discovery; "" means "1.0.0".
 	Version string
 }
+
+// DefaultMaxConcurrent is Config.MaxConcurrent's default.
+const DefaultMaxConcurrent = 64
 
 // Handler runs one call of a raw tool. Returning an error gives an error
 // result whose text is the error's; returning a result passes it through.
@@ -79,16 +81,16 @@ type Worker struct {
 
 	mu        sync.Mutex
 	tools     []*tool
-	inflight  map[string]*Call     // sessionid/replyid/callid → call
+	inflight  map[string]*Call     // bus.CallKey → call
 	queued    map[string]string    // bus.CallKey → tool, from arrival to reply
-	cancelled map[string]time.Time // keys of cancels seen lately: session/reply/ (whole reply) or session/reply/call
+	cancelled map[string]time.Time // keys of cancels seen lately: bus.CallKey, with an empty call id for a whole reply
 	started   bool
 	cancelSub *nats.Subscription
 	svc       micro.Service
 	running   int           // calls accepted and not yet answered
 	idle      chan struct{} // closed when running drops to zero after Stop began
 	stopping  bool
-	m         *metrics.Worker
+	obs       Observer
 
 	registered chan struct{}
 	regOnce    sync.Once
@@ -96,6 +98,12 @@ type Worker struct {
 	stopLoop   context.CancelFunc
 	stopOnce   sync.Once
 	stopErr    error
+
+	// base is the parent of every call's context; cut cancels it (with
+	// errDrained) when a drain's deadline passes with calls still running.
+	base   context.Context
+	cut    context.CancelCauseFunc
+	closed chan struct{} // closed when Drain has returned
 }
 
 // ErrStarted is returned when tools are added after Start.
@@ -113,7 +121,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 		cfg.Heartbeat = bus.DefaultHeartbeat
 	}
 	if cfg.MaxConcurrent <= 0 {
-		cfg.MaxConcurrent = 64
+		cfg.MaxConcurrent = DefaultMaxConcurrent
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -121,10 +129,14 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if cfg.Version == "" {
 		cfg.Version = "1.0.0"
 	}
-	return &Worker{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	base, cut := context.WithCancelCause(context.Background())
+	return &Worker{base: base, cut: cut, closed: make(chan struct{}), nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
 		inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}, registered: make(chan struct{}),
-		m: metrics.NewWorker(cfg.Metrics, cfg.MaxConcurrent)}, nil
+		obs: cfg.Observer}, nil
 }
 
 // ID returns the worker's instance id.
@@ -201,7 +213,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		err = w.svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(w.subj.Exec(t.def.Name)),
 			micro.WithEndpointQueueGroup(w.subj.ExecQueue(t.def.Name)),
 			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
-			micro.WithEndpointPendingLimits(-1, -1))
+			micro.WithEndpointPendingLimits(w.pendingLimits()))
 		if err != nil {
 			return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
 		}
@@ -215,6 +227,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.loops.Add(1)
 	go w.heartbeat(loopCtx)
 	return nil
+}
+
+// pendingLimits bounds the requests that wait in each tool endpoint's
+// subscription buffer while every slot is busy: four per slot, at least
+// 1024, and at most 64 MiB. Beyond them NATS drops requests (a slow
+// consumer), and the router reports those calls as timed out or retries
+// them elsewhere, as for a worker that never answered.
+func (w *Worker) pendingLimits() (msgs, bytes int) {
+	return max(4*w.cfg.MaxConcurrent, 1024), 64 << 20
 }
 
 func (w *Worker) heartbeat(ctx context.Context) {
@@ -290,8 +311,6 @@ func (w *Worker) LastAck(ctx context.Context) (*bus.RegisterAck, error) {
 	return w.send(ctx, w.registration())
 }
 
-func inflightKey(session, reply, call string) string { return session + "/" + reply + "/" + call }
-
 func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	// The envelope is read before waiting for a slot, so that a call
 	// waiting for one is already listed in the heartbeats (routers end calls
@@ -305,9 +324,9 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 		w.queued[key] = t.def.Name
 	}
 	w.mu.Unlock()
-	w.m.Waiting.Inc()
+	w.obs.Waiting(1)
 	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
-	w.m.Waiting.Dec()
+	w.obs.Waiting(-1)
 	w.pool.Go(func() {
 		defer func() {
 			<-w.sem
@@ -347,9 +366,12 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 		return
 	}
 	start := time.Now()
-	w.m.Inflight.Inc()
-	defer w.m.Inflight.Dec()
-	ctx, cancel := context.WithCancelCause(tracing.Extract(context.Background(), e.TraceParent, e.TraceState))
+	w.obs.Running(1)
+	defer w.obs.Running(-1)
+	if w.base.Err() != nil {
+		return // the drain's deadline passed before the call got a slot: never start it, never answer
+	}
+	ctx, cancel := context.WithCancelCause(tracing.Extract(w.base, e.TraceParent, e.TraceState))
 	defer cancel(nil)
 	ctx, span := tracing.StartTool(ctx, trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
 	defer span.End()
@@ -362,10 +384,10 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	c := &Call{ID: req.Call.ID, Name: req.Call.Name, SessionID: e.SessionID, ReplyID: e.ReplyID,
 		Input: req.Call.Input, User: absentIfNull(req.User), Context: absentIfNull(req.Context), Attempt: req.Attempt, State: req.State,
 		w: w, cancel: cancel, traceParent: tp, traceState: ts}
-	key := inflightKey(e.SessionID, e.ReplyID, req.Call.ID)
+	key := bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
 	w.mu.Lock()
 	w.inflight[key] = c
-	_, replyCancelled := w.cancelled[inflightKey(e.SessionID, e.ReplyID, "")]
+	_, replyCancelled := w.cancelled[bus.CallKey(e.SessionID, e.ReplyID, "")]
 	_, callCancelled := w.cancelled[key]
 	w.mu.Unlock()
 	if replyCancelled || callCancelled {
@@ -385,6 +407,14 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	if context.Cause(ctx) != errCancelled {
 		res = w.run(ctx, t, c)
 	}
+	if context.Cause(ctx) == errDrained {
+		// Cut off by the drain's deadline: no answer, as from a worker
+		// that stopped. The routers see the call vanish once this worker
+		// has left: unknown_outcome, or a retry for read-only and
+		// idempotent tools.
+		w.log.Warn("worker: call cut off by the drain deadline", "tool", t.def.Name, "call", c.ID)
+		return
+	}
 	if context.Cause(ctx) == errCancelled {
 		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
 	}
@@ -393,8 +423,7 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	if res.State != bus.StateSuccess {
 		t.errors.Add(1)
 	}
-	w.m.Calls.WithLabelValues(t.def.Name, res.State).Inc()
-	w.m.Latency.WithLabelValues(t.def.Name).Observe(metrics.Since(start))
+	w.obs.Finished(t.def.Name, res.State, time.Since(start))
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
 	}
@@ -410,7 +439,10 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	}
 }
 
-var errCancelled = errors.New("cancelled by the agent")
+var (
+	errCancelled = errors.New("cancelled by the agent")
+	errDrained   = errors.New("cut off by the worker's drain deadline")
+)
 
 // cancelMemory is how long a worker remembers a cancel, so that an exec
 // request that was already on its way when the cancel went out never runs.
@@ -468,36 +500,61 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		}
 	}
 	if len(c.Calls) == 0 {
-		w.cancelled[inflightKey(session, e.ReplyID, "")] = now
+		w.cancelled[bus.CallKey(session, e.ReplyID, "")] = now
 	}
 	for _, id := range c.Calls {
-		w.cancelled[inflightKey(session, e.ReplyID, id)] = now
+		w.cancelled[bus.CallKey(session, e.ReplyID, id)] = now
 	}
 	if len(c.Calls) == 0 {
-		prefix := session + "/" + e.ReplyID + "/"
+		prefix := bus.CallKey(session, e.ReplyID, "") // identifiers hold no dots
 		for k, call := range w.inflight {
-			if len(k) > len(prefix) && k[:len(prefix)] == prefix {
+			if len(k) > len(prefix) && strings.HasPrefix(k, prefix) {
 				call.cancel(errCancelled)
 			}
 		}
 		return
 	}
 	for _, id := range c.Calls {
-		if call, ok := w.inflight[inflightKey(session, e.ReplyID, id)]; ok {
+		if call, ok := w.inflight[bus.CallKey(session, e.ReplyID, id)]; ok {
 			call.cancel(errCancelled)
 		}
 	}
 }
 
-// Stop drains the worker: it tells the routers it is leaving, stops taking
-// calls, and waits for running calls to finish or ctx to end. It is safe to
-// call twice; later calls return the first call's result.
-func (w *Worker) Stop(ctx context.Context) error {
-	w.stopOnce.Do(func() { w.stopErr = w.stop(ctx) })
+// StopTimeout is the drain deadline of Stop.
+const StopTimeout = 5 * time.Second
+
+// drainCleanup bounds the wait, past a drain's deadline, for the calls
+// whose context was just cancelled to return.
+const drainCleanup = time.Second
+
+// Drain stops the worker: it tells the routers it is leaving, stops taking
+// calls at once, and lets the calls in flight finish until ctx ends. Then
+// it cancels the calls still running (they send no result: the routers see
+// them vanish, as from a worker that stopped) and returns after at most a
+// short cleanup, with an error that wraps ctx's and counts the calls cut
+// off. It is safe to call twice and concurrently; later calls wait for the
+// first and return its result.
+func (w *Worker) Drain(ctx context.Context) error {
+	w.stopOnce.Do(func() {
+		w.stopErr = w.drain(ctx)
+		close(w.closed)
+	})
+	<-w.closed
 	return w.stopErr
 }
 
-func (w *Worker) stop(ctx context.Context) error {
+// Stop is Drain with a deadline of StopTimeout.
+func (w *Worker) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+	defer cancel()
+	_ = w.Drain(ctx)
+}
+
+// Closed is closed once Drain (or Stop) has returned.
+func (w *Worker) Closed() <-chan struct{} { return w.closed }
+
+func (w *Worker) drain(ctx context.Context) error {
 	w.mu.Lock()
 	started := w.started
 	w.mu.Unlock()
@@ -537,7 +594,16 @@ func (w *Worker) stop(ctx context.Context) error {
 		select {
 		case <-idle:
 		case <-ctx.Done():
-			err = fmt.Errorf("worker: drain: %w", ctx.Err())
+			w.mu.Lock()
+			n := w.running
+			w.mu.Unlock()
+			w.cut(errDrained)
+			select {
+			case <-idle:
+			case <-time.After(drainCleanup):
+			}
+			w.log.Warn("worker: drain deadline passed; calls cut off", "calls", n)
+			err = fmt.Errorf("worker: drain: %d calls cut off: %w", n, ctx.Err())
 		}
 	}
 	if w.cancelSub != nil {
@@ -546,7 +612,7 @@ func (w *Worker) stop(ctx context.Context) error {
 	if err == nil {
 		w.pool.Close()
 	} else {
-		go w.pool.Close() // calls still running past ctx: let them end on their own
+		go w.pool.Close() // calls that ignore their context: let them end on their own
 	}
 	return err
 }

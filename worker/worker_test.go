@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -66,7 +68,7 @@ func TestMaxConcurrentSerialises(t *testing.T) {
 	f := newFixture(t, true)
 	reg := prometheus.NewRegistry()
 	g := newGate()
-	f.startWorker(worker.Config{MaxConcurrent: 1, Metrics: reg}, func(w *worker.Worker) {
+	f.startWorker(worker.Config{MaxConcurrent: 1, Observer: metrics.NewWorker(reg, 1)}, func(w *worker.Worker) {
 		raw(t, w, "a", g.handler)
 		raw(t, w, "b", g.handler)
 	})
@@ -485,7 +487,7 @@ func TestMalformedExec(t *testing.T) {
 	wantText(t, execResult(t, f.request(t, &nats.Msg{Subject: f.subj.Exec("echo"), Header: h, Data: body})), bus.StateSuccess, "echo")
 }
 
-func TestStopDrains(t *testing.T) {
+func TestDrainLetsCallsFinish(t *testing.T) {
 	f := newFixture(t, true)
 	g := newGate()
 	w := f.startWorker(worker.Config{}, func(w *worker.Worker) {
@@ -496,7 +498,7 @@ func TestStopDrains(t *testing.T) {
 	recv(t, g.entered, "call running")
 
 	stopped := make(chan error, 1)
-	go func() { stopped <- w.Stop(context.Background()) }()
+	go func() { stopped <- w.Drain(context.Background()) }()
 	waitClosed(t, f.reg.leaving, "leaving registration")
 	// Stop takes no new calls: once the subscriptions are gone, nobody
 	// answers on the worker's subjects.
@@ -522,7 +524,7 @@ func TestStopDrains(t *testing.T) {
 	if err := recv(t, stopped, "Stop"); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	if err := w.Stop(context.Background()); err != nil {
+	if err := w.Drain(context.Background()); err != nil {
 		t.Fatalf("second Stop: %v", err)
 	}
 	// The leaving registration names the worker and nothing else.
@@ -537,31 +539,60 @@ func TestStopDrains(t *testing.T) {
 	}
 }
 
-func TestStopBoundedByContext(t *testing.T) {
+// TestDrainCutsOffAtDeadline: past the drain's deadline the calls still
+// running have their context cancelled and send no result (the routers see
+// them vanish, as from a worker that stopped); Drain returns at once after
+// the calls have returned, with an error that counts them.
+func TestDrainCutsOffAtDeadline(t *testing.T) {
 	f := newFixture(t, true)
 	g := newGate()
 	w := f.startWorker(worker.Config{}, func(w *worker.Worker) { raw(t, w, "slow", g.handler) })
 	p := f.send(t, execEvent(t, "slow", "c1", `{}`), "slow")
 	recv(t, g.entered, "call running")
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	err := w.Stop(ctx)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Stop with an ended context: %v, want context.Canceled", err)
+	const deadline = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	start := time.Now()
+	err := w.Drain(ctx)
+	if took := time.Since(start); took > deadline+3*time.Second {
+		t.Fatalf("Drain took %v, deadline %v", took, deadline)
 	}
-	if err2 := w.Stop(context.Background()); err2 != err {
-		t.Fatalf("second Stop returned %v, want the first result %v", err2, err)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "1 calls cut off") {
+		t.Fatalf("Drain past its deadline: %v, want 1 call cut off and context.DeadlineExceeded", err)
 	}
-	// The call still finishes and answers.
-	g.release <- struct{}{}
-	wantText(t, p.wait(), bus.StateSuccess, "done c1")
+	if err2 := w.Drain(context.Background()); err2 != err {
+		t.Fatalf("second Drain returned %v, want the first result %v", err2, err)
+	}
+	waitClosed(t, w.Closed(), "Closed")
+	if n := g.cur.Load(); n != 0 {
+		t.Fatalf("%d calls still running after Drain: their context was not cancelled", n)
+	}
+	if m, err := p.sub.NextMsg(250 * time.Millisecond); err == nil {
+		t.Fatalf("a call cut off by the drain deadline answered: %s", m.Data)
+	}
+}
+
+func TestStopTwice(t *testing.T) {
+	f := newFixture(t, true)
+	w := f.startWorker(worker.Config{}, func(w *worker.Worker) {
+		raw(t, w, "ping", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) { return textOut("pong"), nil })
+	})
+	wantText(t, f.exec(t, execEvent(t, "ping", "c1", `{}`), "ping"), bus.StateSuccess, "pong")
+	select {
+	case <-w.Closed():
+		t.Fatal("Closed before Stop")
+	default:
+	}
+	w.Stop()
+	w.Stop()
+	waitClosed(t, w.Closed(), "Closed")
 }
 
 func TestStopWithoutStart(t *testing.T) {
 	f := newFixture(t, true)
 	w := f.newWorker(worker.Config{})
 	for range 2 {
-		if err := w.Stop(t.Context()); err != nil {
+		if err := w.Drain(t.Context()); err != nil {
 			t.Fatalf("Stop: %v", err)
 		}
 	}
@@ -654,7 +685,7 @@ func FuzzExec(f *testing.F) {
 	if err := w.Start(f.Context()); err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() { _ = w.Stop(context.Background()) })
+	f.Cleanup(func() { _ = w.Drain(context.Background()) })
 	good, _ := bus.NewEvent(bus.TypeExec, "t", bus.ExecRequest{Call: bus.Call{ID: "c1", Name: "echo", Input: json.RawMessage(`{"a":1}`)}})
 	good.SessionID, good.ReplyID, good.ToolCallID = "s", "r", "c1"
 	b, _ := good.Encode()

@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var w *worker.Worker
 	if *withBuiltin {
-		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Metrics: reg})
+		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0)})
 		if err == nil {
 			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: splitList(*shellAllow)}
 			if *workdir != "" {
@@ -117,14 +117,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "toolbus: router %s serving prefix %q on %s\n", r.ID(), *prefix, url)
 	<-ctx.Done()
-	log.Info("shutting down")
-	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	log.Info("shutting down: draining work in flight", "deadline", drainTimeout)
+	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	if w != nil {
-		_ = w.Stop(dctx)
+	// The router and the built-in worker drain side by side, to one
+	// deadline. A stop by signal is not a failure: what the deadline cut
+	// off is logged with its count, and a re-sent batch recovers it
+	// through the ledger.
+	werr := make(chan error, 1)
+	go func() {
+		if w != nil {
+			werr <- w.Drain(dctx)
+			return
+		}
+		werr <- nil
+	}()
+	if err := r.Drain(dctx); err != nil {
+		log.Warn("router drain deadline passed", "err", err)
 	}
-	return r.Drain(dctx)
+	if err := <-werr; err != nil {
+		log.Warn("built-in tools: drain deadline passed", "err", err)
+	}
+	return nil
 }
+
+// drainTimeout bounds the drain on shutdown.
+const drainTimeout = 30 * time.Second
 
 // dirList is a repeatable flag of directories.
 type dirList []string

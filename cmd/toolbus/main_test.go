@@ -66,7 +66,7 @@ func newDeployment(t *testing.T) *deployment {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = w.Stop(ctx)
+		_ = w.Drain(ctx)
 	})
 	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		for _, n := range []string{"get_current_time", "echo", "block"} {

@@ -119,7 +119,7 @@ func (d *deployment) addWriteTool(t *testing.T) *atomic.Int32 {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = w.Stop(ctx)
+		_ = w.Drain(ctx)
 	})
 	d.waitListed(t, "write")
 	return runs

@@ -124,7 +124,7 @@ func TestBuiltinWriteParksForConfirmation(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = w.Stop(ctx)
+		_ = w.Drain(ctx)
 	})
 	d.waitListed(t, "read_file", "write_file", "edit_file", "shell", "todo_write")
 	events := d.watchSession(t, "w1")

@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer obs.Stop()
-	log, reg := obs.Log, obs.Metrics
+	log := obs.Log
 
 	nc, err := nats.Connect(*natsURL, nats.Name("toolbus-worker"), nats.MaxReconnects(-1))
 	if err != nil {
@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 
 	w, err := worker.New(nc, worker.Config{ID: *id, Prefix: *prefix, Heartbeat: *heartbeat,
-		MaxConcurrent: *maxConcurrent, Logger: log, Metrics: reg})
+		MaxConcurrent: *maxConcurrent, Logger: log, Observer: obs.WorkerObserver(*maxConcurrent)})
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log.Info("shutting down: draining calls in flight")
 	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	return w.Stop(dctx)
+	// A stop by signal is not a failure: calls cut off by the deadline
+	// (logged, counted) are what a re-sent batch recovers.
+	if err := w.Drain(dctx); err != nil {
+		log.Warn("drain deadline passed", "err", err)
+	}
+	return nil
 }
 
 // registerBuiltin adds the built-in tools to w. With a workdir, shell runs

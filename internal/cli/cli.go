@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/metrics"
-	"github.com/toolbus/toolbus/tracing"
+	"github.com/toolbus/toolbus/worker"
 )
 
 // Observe is the flags -metrics, -otlp, -otlp-insecure and -v.
@@ -58,13 +58,28 @@ func (o *Observe) Start(ctx context.Context, who, service string, stdout, stderr
 	if s.Metrics, err = metrics.Expose(ctx, *o.metricsAddr, who, stdout); err != nil {
 		return nil, err
 	}
-	shutdown, err := tracing.Setup(ctx, tracing.Config{Endpoint: *o.otlp, Insecure: *o.otlpInsecure, ServiceName: service})
+	shutdown, err := setupTracing(ctx, *o.otlp, *o.otlpInsecure, service)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	s.Stop = func() { _ = shutdown(context.Background()) }
 	return s, nil
 }
+
+// WorkerObserver returns the observer that keeps the Prometheus metrics of
+// a worker with slots calls at once (its MaxConcurrent; zero means
+// worker.DefaultMaxConcurrent), or nil without -metrics.
+func (s *Started) WorkerObserver(slots int) worker.Observer {
+	if s.Metrics == nil {
+		return nil
+	}
+	if slots <= 0 {
+		slots = worker.DefaultMaxConcurrent
+	}
+	return metrics.NewWorker(s.Metrics, slots)
+}
+
+var _ worker.Observer = (*metrics.Worker)(nil)
 
 // Main runs a command's run function with a context that ends on SIGINT
 // or SIGTERM, and exits 1 when it fails (printing the error as name's,

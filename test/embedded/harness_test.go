@@ -139,7 +139,7 @@ func (e *env) addWorkerOn(nc *nats.Conn, setup func(w *worker.Worker)) *worker.W
 	e.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = w.Stop(ctx)
+		_ = w.Drain(ctx)
 	})
 	select {
 	case <-w.Registered():

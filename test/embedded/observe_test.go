@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/tracing"
@@ -94,7 +95,7 @@ func TestMetrics(t *testing.T) {
 	e := &env{t: t, srv: s, routers: []*router.Router{r}, nc: nc, client: client.New(nc, client.Config{})}
 	wreg := prometheus.NewRegistry()
 	wnc := bustest.Connect(t, s)
-	w, err := worker.New(wnc, worker.Config{Heartbeat: testHeartbeat, Metrics: wreg})
+	w, err := worker.New(wnc, worker.Config{Heartbeat: testHeartbeat, Observer: metrics.NewWorker(wreg, worker.DefaultMaxConcurrent)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestMetrics(t *testing.T) {
 	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	t.Cleanup(func() { _ = w.Drain(context.Background()) })
 	e.waitLive("m")
 	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
 	e.call(t, "s1", []bus.Call{{ID: "c1", Name: "m"}, {ID: "c2", Name: "nope"}})

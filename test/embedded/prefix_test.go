@@ -50,7 +50,7 @@ func TestPrefixIsolation(t *testing.T) {
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_ = w.Stop(ctx)
+			_ = w.Drain(ctx)
 		})
 		waitClosed(t, w.Registered(), prefix+" worker registration")
 		bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {

@@ -144,7 +144,7 @@ func TestRegisterConflict(t *testing.T) {
 	})
 
 	t.Run("after the live workers left", func(t *testing.T) {
-		if err := w.Stop(testCtx(t)); err != nil {
+		if err := w.Drain(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		// twin-worker is the raw registration above; it leaves too.

@@ -199,7 +199,7 @@ func TestBatchTakenOverFromKilledRouter(t *testing.T) {
 	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { close(release); _ = w.Stop(context.Background()) })
+	t.Cleanup(func() { close(release); _ = w.Drain(context.Background()) })
 	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		list, err := c.Tools(t.Context(), "s1", "", nil)
 		if err != nil {

@@ -69,7 +69,7 @@ func TestUnavailableAfterLeaving(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
-	if err := w.Stop(ctx); err != nil {
+	if err := w.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// At once: the leaving worker no longer takes calls.
