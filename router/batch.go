@@ -97,6 +97,11 @@ func (r *Router) onBatch(m *nats.Msg) {
 	if b.cutOff() {
 		return // no reply: the agent re-sends, and the ledger answers
 	}
+	// Nothing runs here any more: a cancel from now on is for the
+	// continuation (parked and queued calls), which cancelParked handles
+	// once. Left tracked until the reply, the batch would also interrupt
+	// them itself, and each would get two results.
+	r.untrack(b)
 	if complete {
 		b.done()
 	} else {
