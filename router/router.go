@@ -276,6 +276,12 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		if m.Subject == r.subj.Register() {
+			// A draining router still records heartbeats (see drain), on
+			// the subscription's own goroutine: the work it waits for is
+			// the calls in flight.
+			h(m)
+		}
 		return
 	}
 	r.work.Add(1)
@@ -335,16 +341,32 @@ func (r *Router) drain(ctx context.Context) error {
 		_ = svc.Stop()
 	}
 	// Unsubscribed on the server at once; messages already delivered to
-	// this router are still handled.
+	// this router are still handled. Registrations stay served until the
+	// work is done: heartbeats are not new work, and without them (with no
+	// other router to record them) the watchdog would take the workers of
+	// the calls still running for vanished.
+	var register *nats.Subscription
 	for _, s := range subs {
+		if s.Subject == r.subj.Register() {
+			register = s
+			continue
+		}
 		_ = s.Drain()
 	}
 	if len(subs) > 0 {
 		_ = bus.Flush(ctx, r.nc)
 	}
 	for _, s := range subs {
-		waitClosed(ctx, s)
+		if s != register {
+			waitClosed(ctx, s)
+		}
 	}
+	defer func() {
+		if register != nil {
+			_ = register.Drain()
+			waitClosed(ctx, register)
+		}
+	}()
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()

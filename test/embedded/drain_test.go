@@ -232,3 +232,34 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 		return zero
 	}
 }
+
+// A lone router that drains keeps recording its workers' heartbeats: the
+// worker of a call that outlives three heartbeats is not taken for
+// vanished (unknown_outcome) while it still runs, and the call is let run
+// until the drain's deadline.
+func TestDrainKeepsHeartbeats(t *testing.T) {
+	d := newDrainEnv(t)
+	ev := d.watch(t, "s1")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*bound)
+	defer cancel()
+	d.send(ctx, "s1", "r1", []bus.Call{{ID: "c1", Name: "gated"}})
+	recv(t, d.entered, "the call to start")
+	r := d.routers[0]
+	deadline := 8 * testHeartbeat // past the watchdog's three beats and its tick
+	dctx, dcancel := context.WithTimeout(context.Background(), deadline)
+	defer dcancel()
+	if err := r.Drain(dctx); err == nil || !strings.Contains(err.Error(), "1 calls cut off") {
+		t.Fatalf("drain: %v, want the one call cut off at the deadline", err)
+	}
+	for {
+		select {
+		case e := <-ev.C:
+			if e.Type == bus.TypeCallResult && e.ToolCallID == "c1" {
+				t.Fatalf("the call ended during the drain: %s", e.Data)
+			}
+			continue
+		default:
+		}
+		return
+	}
+}
