@@ -57,6 +57,24 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("embedded: a cluster needs a store directory")
 	}
+	// A port found free may be taken by another process before its node
+	// listens on it (tests run in parallel): then the cluster starts again
+	// on other ports.
+	var err error
+	dir := cfg.Dir
+	for try := range 3 {
+		var c *Cluster
+		if try > 0 { // a fresh store: the failed one knows other peers
+			cfg.Dir = filepath.Join(dir, fmt.Sprintf("retry%d", try))
+		}
+		if c, err = startCluster(cfg); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+func startCluster(cfg ClusterConfig) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, nodes: make([]*server.Server, cfg.Nodes)}
 	for range cfg.Nodes {
 		cp, err := freePort()
@@ -128,7 +146,7 @@ func (c *Cluster) Start(i int) error {
 		s.ConfigureLogger()
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(20 * time.Second) {
 		s.Shutdown()
 		return fmt.Errorf("embedded: node %d did not become ready", i)
 	}
