@@ -164,8 +164,9 @@ func fileFor(s Server) *File {
 func TestStdio(t *testing.T) {
 	e := newEnv(t)
 	s, pidFile, cancelFile := stdioServer(t, "t")
-	// A second between reconnections, so the test sees the tools gone.
-	b := e.bridge(fileFor(s), func(c *Config) { c.MinBackoff, c.MaxBackoff = time.Second, time.Second })
+	// Longer between reconnections than three heartbeats, so the test sees
+	// the tools gone even when a heartbeat overtakes the leave.
+	b := e.bridge(fileFor(s), func(c *Config) { c.MinBackoff, c.MaxBackoff = 3*time.Second, 3*time.Second })
 	defs := e.waitTools(append(allTools, "mcp__short__slow"), []string{"mcp__t__grow", "mcp__short__echo"})
 	checkDefinitions(t, defs)
 	checkCalls(t, e)
