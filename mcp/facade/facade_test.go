@@ -1,0 +1,238 @@
+package facade
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
+	"github.com/toolbus/toolbus/worker"
+)
+
+const bound = 15 * time.Second
+
+type env struct {
+	bus *client.Client
+	url string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := bustest.RunServer(t)
+	r, err := router.New(bustest.Connect(t, srv), router.Config{DefaultMode: "bypass", Store: store.Config{Heartbeat: 500 * time.Millisecond},
+		Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta}}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	w, err := worker.New(bustest.Connect(t, srv), worker.Config{Heartbeat: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type hi struct {
+		Name string `json:"name"`
+	}
+	if err := worker.Register(w, bus.ToolDef{Name: "hello", Description: "Greets.", ReadOnly: true},
+		func(_ context.Context, _ *worker.Call, in hi) (string, error) { return "hello " + in.Name, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Register(w, bus.ToolDef{Name: "deploy", Description: "Deploys.", Groups: []string{"ops"}},
+		func(context.Context, *worker.Call, struct{}) (string, error) { return "deployed", nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle(bus.ToolDef{Name: "ask_human", Description: "A person answers.", External: true,
+		InputSchema: json.RawMessage(`{"type":"object"}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	bc := client.New(bustest.Connect(t, srv), client.Config{Source: "test/agent"})
+	f := New(client.New(bustest.Connect(t, srv), client.Config{Source: "toolbus/mcp"}), Config{Poll: 200 * time.Millisecond})
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(func() { hs.Close(); f.Close() })
+	return &env{bus: bc, url: hs.URL}
+}
+
+// connect returns an initialised mcp-go client of session s, and a channel
+// that gets every tools/list_changed.
+func (e *env) connect(t *testing.T, s, version string) (*mcpclient.Client, chan struct{}) {
+	t.Helper()
+	tr, err := transport.NewStreamableHTTP(e.url+"/mcp/"+s, transport.WithContinuousListening(),
+		transport.WithHTTPHeaders(map[string]string{"X-Toolbus-User": "alice"}), transport.WithHTTPLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcpclient.NewClient(tr, mcpclient.WithLegacyProtocolOnly())
+	changed := make(chan struct{}, 16)
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
+			changed <- struct{}{}
+		}
+	})
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = version
+	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
+	res, err := c.Initialize(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ProtocolVersion != version {
+		t.Fatalf("negotiated %s, want %s", res.ProtocolVersion, version)
+	}
+	return c, changed
+}
+
+func names(t *testing.T, c *mcpclient.Client) []string {
+	t.Helper()
+	res, err := c.ListTools(t.Context(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, tool := range res.Tools {
+		out = append(out, tool.Name)
+	}
+	return out
+}
+
+func busNames(t *testing.T, e *env, s string) []string {
+	t.Helper()
+	list, err := e.bus.Tools(t.Context(), s, bus.FormatMCP, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, raw := range list.Tools {
+		var l listed
+		_ = json.Unmarshal(raw, &l)
+		out = append(out, l.Name)
+	}
+	return out
+}
+
+func call(t *testing.T, c *mcpclient.Client, name string, args map[string]any) (*mcp.CallToolResult, error) {
+	t.Helper()
+	req := mcp.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = name, args
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	return c.CallTool(ctx, req)
+}
+
+func textOf(r *mcp.CallToolResult) string {
+	s := ""
+	for _, c := range r.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			s += tc.Text
+		}
+	}
+	return s
+}
+
+func waitChanged(t *testing.T, ch chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(2 * time.Second):
+		t.Fatal("no tools/list_changed within 2s")
+	}
+}
+
+func TestHTTP(t *testing.T) {
+	e := newEnv(t)
+	for _, version := range []string{mcp.ProtocolVersion20241105, mcp.ProtocolVersion20251125} {
+		t.Run(version, func(t *testing.T) {
+			s := "s" + version[:4] + version[5:7]
+			c, changed := e.connect(t, s, version)
+			got, want := names(t, c), busNames(t, e, s)
+			if !slices.Equal(got, want) || !slices.Contains(got, "hello") || slices.Contains(got, "deploy") {
+				t.Fatalf("tools/list %v, bus %v", got, want)
+			}
+			if r, err := call(t, c, "hello", map[string]any{"name": "bob"}); err != nil || r.IsError || textOf(r) != "hello bob" {
+				t.Fatalf("hello: %+v %v", r, err)
+			}
+			if r, err := call(t, c, "hello", map[string]any{"name": 3}); err != nil || !r.IsError || textOf(r) == "" {
+				t.Fatalf("validation: %+v %v", r, err)
+			}
+			if _, err := call(t, c, "deploy", nil); err == nil {
+				t.Fatal("a tool outside the session's view was called")
+			}
+
+			// reset_tools through the bus: the MCP client is told.
+			if _, err := e.bus.Call(t.Context(), s, bus.Batch{Calls: []bus.Call{{ID: "r1", Name: "reset_tools", Input: client.Input(map[string]bool{"ops": true})}}}); err != nil {
+				t.Fatal(err)
+			}
+			waitChanged(t, changed)
+			if got := names(t, c); !slices.Contains(got, "deploy") {
+				t.Fatalf("after reset_tools through the bus: %v", got)
+			}
+			if r, err := call(t, c, "deploy", nil); err != nil || textOf(r) != "deployed" {
+				t.Fatalf("deploy: %+v %v", r, err)
+			}
+			// reset_tools through MCP.
+			if r, err := call(t, c, "reset_tools", map[string]any{"ops": false}); err != nil || r.IsError {
+				t.Fatalf("reset_tools: %+v %v", r, err)
+			}
+			waitChanged(t, changed)
+			if got := names(t, c); slices.Contains(got, "deploy") {
+				t.Fatalf("after reset_tools through MCP: %v", got)
+			}
+
+			// A parked external call answered while the MCP call waits.
+			ev, err := e.bus.Watch(t.Context(), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ev.Stop()
+			res := make(chan *mcp.CallToolResult, 1)
+			go func() {
+				r, _ := call(t, c, "ask_human", map[string]any{})
+				res <- r
+			}()
+			for m := range ev.C {
+				if m.Type == bus.TypeCallParked {
+					var p bus.ParkedEvent
+					_ = m.DataAs(&p)
+					if err := e.bus.Answer(t.Context(), "ask_human", s, m.ReplyID, p.Calls[0].ID,
+						bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")}); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+			}
+			if r := <-res; r == nil || r.IsError || textOf(r) != "forty-two" {
+				t.Fatalf("parked call: %+v", r)
+			}
+		})
+	}
+	resp, err := http.Get(e.url + "/mcp/bad.session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("invalid session: HTTP %d", resp.StatusCode)
+	}
+}
