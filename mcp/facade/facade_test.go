@@ -3,10 +3,12 @@ package facade
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,10 +29,12 @@ const bound = 15 * time.Second
 type env struct {
 	bus *client.Client
 	url string
+	f   *Facade
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	var f *Facade
 	srv := bustest.RunServer(t)
 	r, err := router.New(bustest.Connect(t, srv), router.Config{DefaultMode: "bypass", Store: store.Config{Heartbeat: 500 * time.Millisecond},
 		Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta}}, Logger: slog.New(slog.DiscardHandler)})
@@ -65,10 +69,10 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	bc := client.New(bustest.Connect(t, srv), client.Config{Source: "test/agent"})
-	f := New(client.New(bustest.Connect(t, srv), client.Config{Source: "toolbus/mcp"}), Config{Poll: 200 * time.Millisecond})
+	f = New(client.New(bustest.Connect(t, srv), client.Config{Source: "toolbus/mcp"}), Config{Poll: 200 * time.Millisecond})
 	hs := httptest.NewServer(f.Handler())
 	t.Cleanup(func() { hs.Close(); f.Close() })
-	return &env{bus: bc, url: hs.URL}
+	return &env{bus: bc, url: hs.URL, f: f}
 }
 
 // connect returns an initialised mcp-go client of session s, and a channel
@@ -234,5 +238,39 @@ func TestHTTP(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("invalid session: HTTP %d", resp.StatusCode)
+	}
+}
+
+func TestStdio(t *testing.T) {
+	e := newEnv(t)
+	cin, sout := io.Pipe() // server → client
+	sin, cout := io.Pipe() // client → server
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- e.f.ServeStdio(ctx, "stdio1", "alice", sin, sout) }()
+	t.Cleanup(func() {
+		cancel()
+		_ = cout.Close()
+		_ = sout.Close()
+		<-served
+	})
+	c := mcpclient.NewClient(transport.NewIO(cin, cout, io.NopCloser(strings.NewReader(""))))
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.ProtocolVersion20251125
+	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
+	if _, err := c.Initialize(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(t, c), busNames(t, e, "stdio1"); !slices.Equal(got, want) {
+		t.Fatalf("tools/list %v, bus %v", got, want)
+	}
+	if r, err := call(t, c, "hello", map[string]any{"name": "eve"}); err != nil || textOf(r) != "hello eve" {
+		t.Fatalf("hello: %+v %v", r, err)
+	}
+	if _, err := call(t, c, "deploy", nil); err == nil {
+		t.Fatal("a tool outside the session's view was called")
 	}
 }
