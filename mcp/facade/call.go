@@ -86,6 +86,15 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 			if early != nil {
 				return toMCP(*early), nil
 			}
+			if parked.Kind == "confirm" && canElicit(ctx) {
+				ectx, stop := context.WithCancel(ctx)
+				elicited := make(chan struct{})
+				go func() {
+					defer close(elicited)
+					s.confirm(ectx, *parked, replyID)
+				}()
+				defer func() { stop(); <-elicited }()
+			}
 			notify(fmt.Sprintf("waiting for %s on %s", kindText(parked.Kind), parked.Subject))
 			t := time.NewTimer(s.f.cfg.ParkWait)
 			defer t.Stop()

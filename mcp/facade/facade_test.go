@@ -69,7 +69,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	bc := client.New(bustest.Connect(t, srv), client.Config{Source: "test/agent"})
-	f = New(client.New(bustest.Connect(t, srv), client.Config{Source: "toolbus/mcp"}), Config{Poll: 200 * time.Millisecond})
+	f = New(client.New(bustest.Connect(t, srv), client.Config{Source: "toolbus/mcp"}), Config{Poll: 200 * time.Millisecond, ParkWait: 3 * time.Second})
 	hs := httptest.NewServer(f.Handler())
 	t.Cleanup(func() { hs.Close(); f.Close() })
 	return &env{bus: bc, url: hs.URL, f: f}
@@ -77,14 +77,14 @@ func newEnv(t *testing.T) *env {
 
 // connect returns an initialised mcp-go client of session s, and a channel
 // that gets every tools/list_changed.
-func (e *env) connect(t *testing.T, s, version string) (*mcpclient.Client, chan struct{}) {
+func (e *env) connect(t *testing.T, s, version string, opts ...mcpclient.ClientOption) (*mcpclient.Client, chan struct{}) {
 	t.Helper()
 	tr, err := transport.NewStreamableHTTP(e.url+"/mcp/"+s, transport.WithContinuousListening(),
 		transport.WithHTTPHeaders(map[string]string{"X-Toolbus-User": "alice"}), transport.WithHTTPLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := mcpclient.NewClient(tr, mcpclient.WithLegacyProtocolOnly())
+	c := mcpclient.NewClient(tr, append([]mcpclient.ClientOption{mcpclient.WithLegacyProtocolOnly()}, opts...)...)
 	changed := make(chan struct{}, 16)
 	c.OnNotification(func(n mcp.JSONRPCNotification) {
 		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
@@ -272,5 +272,51 @@ func TestStdio(t *testing.T) {
 	}
 	if _, err := call(t, c, "deploy", nil); err == nil {
 		t.Fatal("a tool outside the session's view was called")
+	}
+}
+
+// elicitor is a host's user who answers every confirmation with decision.
+type elicitor struct {
+	decision string
+	asked    chan string
+}
+
+func (el *elicitor) Elicit(_ context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	el.asked <- req.Params.Message
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
+		Content: map[string]any{"decision": el.decision}}}, nil
+}
+
+func TestElicitation(t *testing.T) {
+	e := newEnv(t)
+	const s = "elicit"
+	if err := e.bus.Admin(t.Context(), "session.mode", s, map[string]string{"mode": "default"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.bus.Call(t.Context(), s, bus.Batch{Calls: []bus.Call{{ID: "r1", Name: "reset_tools", Input: client.Input(map[string]bool{"ops": true})}}}); err != nil {
+		t.Fatal(err)
+	}
+	el := &elicitor{decision: choiceAllow, asked: make(chan string, 4)}
+	c, _ := e.connect(t, s, mcp.ProtocolVersion20251125, mcpclient.WithElicitationHandler(el))
+	r, err := call(t, c, "deploy", map[string]any{})
+	if err != nil || r.IsError || textOf(r) != "deployed" {
+		t.Fatalf("confirmed through elicitation: %+v %v", r, err)
+	}
+	if msg := <-el.asked; !strings.Contains(msg, "deploy") {
+		t.Fatalf("elicitation message %q", msg)
+	}
+	el.decision = choiceDeny
+	r, err = call(t, c, "deploy", map[string]any{})
+	if err != nil || !r.IsError || !strings.Contains(textOf(r), "denied") {
+		t.Fatalf("denied through elicitation: %+v %v", r, err)
+	}
+}
+
+func TestParkDeadline(t *testing.T) {
+	e := newEnv(t)
+	c, _ := e.connect(t, "late", mcp.ProtocolVersion20251125)
+	r, err := call(t, c, "ask_human", map[string]any{})
+	if err != nil || !r.IsError || !strings.Contains(textOf(r), "still parked") || !strings.Contains(textOf(r), "toolbus.answer.ask_human") {
+		t.Fatalf("parked past the wait: %+v %v", r, err)
 	}
 }
