@@ -70,6 +70,14 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	for {
 		select {
 		case <-ctx.Done():
+			// The MCP client cancelled (or went away): interrupt the call
+			// on the bus too.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.f.cl.Cancel(cctx, s.id, replyID)
+			cancel()
+			if done != nil {
+				<-done
+			}
 			return nil, ctx.Err()
 		case <-done:
 			done = nil
