@@ -42,6 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
 	workdir := fs.String("workdir", "", "base directory of the built-in file tools and shell; empty serves neither")
 	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start (default: any)")
+	mcpListen := fs.String("mcp-listen", "", "host:port to serve MCP (streamable HTTP) at /mcp/<session>; empty serves none")
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
 	observe := cli.ObserveFlags(fs)
@@ -116,6 +117,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "toolbus: router %s serving prefix %q on %s\n", r.ID(), *prefix, url)
+	if *mcpListen != "" {
+		stopMCP, err := serveMCP(nc, *mcpListen, *prefix, stdout, log)
+		if err != nil {
+			r.Stop()
+			return err
+		}
+		defer stopMCP()
+	}
 	<-ctx.Done()
 	log.Info("shutting down: draining work in flight", "deadline", drainTimeout)
 	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)

@@ -59,6 +59,7 @@ func init() {
 		{"watch-handoff", "<tool|*>", "print the requests waiting for a tool's handlers (or approvers), oldest first", runWatchHandoff},
 		{"skills", "ls | show <name> | push DIR | rm <name>", "list, show, push (--user U) or remove (--user U) the skills on the bus", runSkills},
 		{"status", "", "show routers, workers per tool, sessions and parked calls", runStatus},
+		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
 		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
 	}
 }

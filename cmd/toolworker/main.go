@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/mcp/bridge"
 	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -43,6 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	withBuiltin := fs.Bool("builtin", false, "also serve the built-in tools (get_current_time, echo, todo_write; with --workdir the file tools and shell)")
 	workdir := fs.String("workdir", "", "with --builtin: base directory of the file tools and shell; empty serves neither")
 	shellAllow := fs.String("shell-allow", "", "with --builtin: comma-separated programs shell may start (default: any)")
+	mcpConfig := fs.String("mcp-config", "", "also bridge the MCP servers listed in this YAML or JSON file (docs/mcp.md)")
 	observe := cli.ObserveFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: toolworker [flags]\n\nServes the example tools %s on a toolbus deployment.\n\nflags:\n", strings.Join(toolNames, ", "))
@@ -99,6 +102,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else if *workdir != "" || *shellAllow != "" {
 		return fmt.Errorf("--workdir and --shell-allow need --builtin")
 	}
+	if *mcpConfig != "" {
+		stop, err := startBridge(ctx, nc, *mcpConfig, *prefix, *id, *heartbeat, *maxConcurrent, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		names = append(slices.Clone(names), "MCP servers of "+*mcpConfig)
+	}
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
@@ -119,6 +130,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Warn("drain deadline passed", "err", err)
 	}
 	return nil
+}
+
+// startBridge connects the MCP servers of the config file; each gets a
+// worker of its own (<id>-<server>-<n>). stop withdraws their tools.
+func startBridge(ctx context.Context, nc *nats.Conn, path, prefix, id string, heartbeat time.Duration, maxConcurrent int, log *slog.Logger) (stop func(), err error) {
+	f, err := bridge.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	b, err := bridge.New(nc, f, bridge.Config{ID: id, Prefix: prefix, Heartbeat: heartbeat, MaxConcurrent: maxConcurrent, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Start(ctx); err != nil {
+		return nil, err
+	}
+	return func() {
+		dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		defer cancel()
+		_ = b.Stop(dctx)
+	}, nil
 }
 
 // registerBuiltin adds the built-in tools to w. With a workdir, shell runs

@@ -1,0 +1,458 @@
+// Package bridge brings MCP servers onto the bus: each configured server
+// (stdio, SSE or streamable HTTP) is connected with mcp-go's client, and its
+// tools are served by a toolbus worker of their own as
+// mcp__<server>__<tool> (PROTOCOL.md 12).
+//
+// Every server has its own worker, so a server that fails, exits or
+// forgets its session withdraws only its own tools: its worker leaves at
+// once, the server is reconnected with exponential backoff, initialised
+// again, and a new worker registers its tools. A server's
+// notifications/tools/list_changed re-lists its tools and, when the
+// definitions changed, replaces its worker the same way.
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// Config configures a Bridge.
+type Config struct {
+	// ID starts the instance ids of the bridge's workers
+	// (<ID>-<server>-<n>); "" means a random one.
+	ID string
+	// Prefix is the deployment's subject prefix; "" means bus.DefaultPrefix.
+	Prefix string
+	// Heartbeat is the workers' registration interval; zero means
+	// bus.DefaultHeartbeat.
+	Heartbeat time.Duration
+	// MaxConcurrent bounds each server's calls at once; zero means 64.
+	MaxConcurrent int
+	// Ping is how often a connected server is pinged to notice one that
+	// died; zero means 5s. A ping waits at most PingTimeout (zero: 5s).
+	Ping, PingTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the wait between reconnections,
+	// doubling from one to the other; zero means 100ms and 30s.
+	MinBackoff, MaxBackoff time.Duration
+	// Logger receives the bridge's logs; nil discards.
+	Logger *slog.Logger
+}
+
+// Bridge connects the servers of a File and serves their tools. Start it
+// once; Stop is safe to call twice.
+type Bridge struct {
+	nc    *nats.Conn
+	cfg   Config
+	file  *File
+	links []*link
+
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+}
+
+// New returns a Bridge for the servers of f (validated here).
+func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("bridge: %w", err)
+	}
+	if cfg.ID == "" {
+		cfg.ID = nuid.Next()
+	}
+	if !bus.ValidID(cfg.ID) || len(cfg.ID) > 64 {
+		return nil, fmt.Errorf("bridge: id %q must match ^[A-Za-z0-9_-]{1,64}$", cfg.ID)
+	}
+	if cfg.Ping <= 0 {
+		cfg.Ping = 5 * time.Second
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = 5 * time.Second
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = cfg.MinBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	b := &Bridge{nc: nc, cfg: cfg, file: f}
+	for i := range f.Servers {
+		s := &f.Servers[i]
+		b.links = append(b.links, &link{b: b, s: s, log: cfg.Logger.With("mcp_server", s.Name),
+			fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*worker.Call{}})
+	}
+	return b, nil
+}
+
+// Start connects every server in the background and returns at once;
+// servers that cannot be reached yet are retried with backoff.
+func (b *Bridge) Start(ctx context.Context) error {
+	ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	for _, l := range b.links {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			l.run(ctx)
+		}()
+	}
+	return nil
+}
+
+// Stop disconnects every server and withdraws its tools, draining the
+// calls in flight until ctx ends.
+func (b *Bridge) Stop(ctx context.Context) error {
+	b.stopOnce.Do(func() {
+		if b.cancel != nil {
+			b.cancel()
+		}
+		b.wg.Wait()
+	})
+	return nil
+}
+
+// Tools returns the bus names of the tools the server named server has
+// registered now (nil while it is not connected), in the server's order.
+func (b *Bridge) Tools(server string) []string {
+	for _, l := range b.links {
+		if l.s.Name == server {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return slices.Clone(l.names)
+		}
+	}
+	return nil
+}
+
+// link is one server: its connection, its worker, its calls' progress.
+type link struct {
+	b   *Bridge
+	s   *Server
+	log *slog.Logger
+
+	fail, refresh chan struct{}
+
+	mu       sync.Mutex
+	cl       *mcpclient.Client
+	tr       transport.Interface
+	w        *worker.Worker
+	defs     []bus.ToolDef
+	names    []string
+	gen      int
+	progress map[string]*worker.Call // progress token → call
+}
+
+var errFailed = errors.New("the server failed")
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// run keeps the server connected until ctx ends.
+func (l *link) run(ctx context.Context) {
+	backoff := l.b.cfg.MinBackoff
+	for {
+		// Drop a failure signalled by the previous connection.
+		select {
+		case <-l.fail:
+		default:
+		}
+		connected, err := l.session(ctx)
+		l.withdraw()
+		if ctx.Err() != nil {
+			return
+		}
+		if connected {
+			backoff = l.b.cfg.MinBackoff
+		}
+		l.log.Warn("bridge: MCP server disconnected; reconnecting", "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, l.b.cfg.MaxBackoff)
+	}
+}
+
+// session connects, registers the server's tools and serves until the
+// server fails or ctx ends. connected reports whether it got as far as
+// registering.
+func (l *link) session(ctx context.Context) (connected bool, err error) {
+	tr, err := newTransport(l.s, slog.New(quiet{l.log.Handler()}))
+	if err != nil {
+		return false, err
+	}
+	// The bridge speaks the revisions of initialize (up to 2025-11-25):
+	// they have ping for liveness, the standalone stream for
+	// tools/list_changed and notifications/cancelled; every server mcp-go
+	// or the official SDKs build still answers initialize.
+	cl := mcpclient.NewClient(tr, mcpclient.WithLegacyProtocolOnly())
+	cl.OnNotification(l.onNotification)
+	cl.OnConnectionLost(func(error) { signal(l.fail) })
+	defer func() {
+		l.mu.Lock()
+		l.cl, l.tr = nil, nil
+		l.mu.Unlock()
+		_ = cl.Close()
+	}()
+	// Start gets ctx itself: a stdio server lives as long as it.
+	if err := cl.Start(ctx); err != nil {
+		return false, fmt.Errorf("start: %w", err)
+	}
+	ictx, cancel := context.WithTimeout(ctx, min(l.s.timeout, 30*time.Second))
+	req := mcp.InitializeRequest{}
+	req.Params.ClientInfo = mcp.Implementation{Name: "toolbus-bridge", Version: "1.0.0"}
+	req.Params.ProtocolVersion = mcp.ProtocolVersion20251125
+	_, err = cl.Initialize(ictx, req)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("initialize: %w", err)
+	}
+	l.mu.Lock()
+	l.cl, l.tr = cl, tr
+	l.mu.Unlock()
+	if err := l.publish(ctx, cl); err != nil {
+		return false, err
+	}
+	l.log.Info("bridge: MCP server connected", "tools", len(l.names))
+	ping := time.NewTicker(l.b.cfg.Ping)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case <-l.fail:
+			return true, errFailed
+		case <-l.refresh:
+			if err := l.publish(ctx, cl); err != nil {
+				return true, err
+			}
+		case <-ping.C:
+			pctx, cancel := context.WithTimeout(ctx, l.b.cfg.PingTimeout)
+			err := cl.Ping(pctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				return true, fmt.Errorf("ping: %w", err)
+			}
+		}
+	}
+}
+
+// publish lists the server's tools and, when their definitions differ from
+// the registered ones, replaces the server's worker.
+func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
+	lctx, cancel := context.WithTimeout(ctx, min(l.s.timeout, 30*time.Second))
+	res, err := cl.ListTools(lctx, mcp.ListToolsRequest{})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("tools/list: %w", err)
+	}
+	var defs []bus.ToolDef
+	seen := map[string]string{}
+	for _, t := range res.Tools {
+		if !l.s.bridged(t.Name) {
+			continue
+		}
+		d, err := Definition(l.s, t)
+		if err != nil {
+			l.log.Error("bridge: tool left out", "tool", t.Name, "err", err)
+			continue
+		}
+		if other, dup := seen[d.Name]; dup {
+			l.log.Error("bridge: tool left out: its name is taken", "tool", t.Name, "name", d.Name, "by", other)
+			continue
+		}
+		seen[d.Name] = t.Name
+		defs = append(defs, d)
+	}
+	l.mu.Lock()
+	same := l.w != nil && sameDefs(l.defs, defs)
+	l.mu.Unlock()
+	if same {
+		return nil
+	}
+	l.stopWorker()
+	if len(defs) == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	l.gen++
+	id := l.b.cfg.ID + "-" + l.s.Name + "-" + strconv.Itoa(l.gen)
+	l.mu.Unlock()
+	w, err := worker.New(l.b.nc, worker.Config{ID: id, Prefix: l.b.cfg.Prefix, Heartbeat: l.b.cfg.Heartbeat,
+		MaxConcurrent: l.b.cfg.MaxConcurrent, Groups: l.b.file.Groups, Logger: l.log})
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(defs))
+	for _, d := range defs {
+		if err := w.Handle(d, l.handler(d.MCP.Tool)); err != nil {
+			return err
+		}
+		names = append(names, d.Name)
+	}
+	if err := w.Start(ctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	l.mu.Lock()
+	l.w, l.defs, l.names = w, defs, names
+	l.mu.Unlock()
+	return nil
+}
+
+func sameDefs(a, b []bus.ToolDef) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// withdraw stops the server's worker: its tools leave the bus at once.
+func (l *link) withdraw() { l.stopWorker() }
+
+func (l *link) stopWorker() {
+	l.mu.Lock()
+	w := l.w
+	l.w, l.defs, l.names = nil, nil, nil
+	l.mu.Unlock()
+	if w == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.Stop(ctx); err != nil {
+		l.log.Warn("bridge: worker stop", "err", err)
+	}
+	// Stop cancels a heartbeat that may still be on its way, and a router
+	// can apply it after the leave, which would keep the tools listed for
+	// three more beats: leave once more, now that nothing else is sent.
+	l.leave(ctx, w.ID())
+}
+
+func (l *link) leave(ctx context.Context, id string) {
+	e, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/"+id, bus.Register{Worker: id, Leaving: true})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := bus.SendRequest(ctx, l.b.nc, bus.NewSubjects(l.b.cfg.Prefix).Register(), e); err != nil {
+		l.log.Debug("bridge: leave not acknowledged", "worker", id, "err", err)
+	}
+}
+
+func (l *link) onNotification(n mcp.JSONRPCNotification) {
+	switch n.Method {
+	case string(mcp.MethodNotificationToolsListChanged):
+		signal(l.refresh)
+	case string(mcp.MethodNotificationProgress):
+		f := n.Params.AdditionalFields
+		token := fmt.Sprint(f["progressToken"])
+		l.mu.Lock()
+		c := l.progress[token]
+		l.mu.Unlock()
+		if c == nil {
+			return
+		}
+		_ = c.Progress(bus.Block{Type: bus.BlockText, Text: progressText(f)})
+	}
+}
+
+// progressText renders an MCP progress notification: its message, then
+// "(progress/total)" or "(progress)".
+func progressText(f map[string]any) string {
+	msg, _ := f["message"].(string)
+	p := fmt.Sprint(f["progress"])
+	if t, ok := f["total"]; ok && t != nil {
+		p += "/" + fmt.Sprint(t)
+	}
+	if msg == "" {
+		return "progress " + p
+	}
+	return msg + " (" + p + ")"
+}
+
+// handler calls the MCP tool named tool.
+func (l *link) handler(tool string) worker.Handler {
+	return func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+		l.mu.Lock()
+		cl, tr := l.cl, l.tr
+		l.mu.Unlock()
+		if cl == nil {
+			return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", l.s.Name)), nil
+		}
+		var args map[string]any
+		if len(c.Input) > 0 {
+			if err := json.Unmarshal(c.Input, &args); err != nil {
+				return nil, fmt.Errorf("input is not an object: %w", err)
+			}
+		}
+		token := bus.CallKey(c.SessionID, c.ReplyID, c.ID) + "." + strconv.Itoa(c.Attempt) + "." + nuid.Next()
+		l.mu.Lock()
+		l.progress[token] = c
+		l.mu.Unlock()
+		defer func() {
+			l.mu.Lock()
+			delete(l.progress, token)
+			l.mu.Unlock()
+		}()
+		req := mcp.CallToolRequest{}
+		req.Params.Name = tool
+		req.Params.Arguments = args
+		req.Params.Meta = &mcp.Meta{ProgressToken: token}
+		rctx, ids := withRequestIDs(ctx)
+		res, err := cl.CallTool(rctx, req)
+		if err != nil {
+			// The SSE transport answers a deadline with its own time-out
+			// error a moment before ctx reports it.
+			if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
+				// Cancelled (P.cancel) or past the deadline: tell an HTTP
+				// server to stop; mcp-go already told a stdio one.
+				cause := context.DeadlineExceeded
+				if ctx.Err() != nil {
+					cause = context.Cause(ctx)
+				}
+				if h, ok := tr.(*httpTransport); ok {
+					h.cancel(ids, cause.Error(), l.log)
+				}
+				return errorResult("Error: " + cause.Error()), nil
+			}
+			var te *transport.Error
+			if errors.As(err, &te) || errors.Is(err, transport.ErrSessionTerminated) {
+				signal(l.fail)
+				return errorResult(fmt.Sprintf("Error: MCP server %q failed: %v", l.s.Name, err)), nil
+			}
+			return errorResult("Error: " + err.Error()), nil
+		}
+		return Result(res), nil
+	}
+}
+
+func errorResult(text string) *bus.ExecResult {
+	return &bus.ExecResult{State: bus.StateError, Output: bus.Text(text)}
+}

@@ -1,0 +1,58 @@
+package bridge
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, err string
+	}{
+		{"stdio", "servers: [{name: fs, command: srv, args: [-x], env: {A: b}, cwd: /tmp, group: files, timeout: 2s}]", ""},
+		{"http by default", "servers: [{name: web, url: 'http://x/mcp', headers: {Authorization: t}}]", ""},
+		{"sse", `{"servers": [{"name": "old", "transport": "sse", "url": "http://x/sse"}]}`, ""},
+		{"overlap", "servers: [{name: fs, command: srv, enable_tools: [a, b], disable_tools: [b]}]", `tool "b" is in both enable_tools and disable_tools`},
+		{"unknown member", "servers: [{name: fs, command: srv, enable: [a]}]", `unknown field "enable"`},
+		{"bad name", "servers: [{name: 'f s', command: srv}]", "name must match"},
+		{"no command", "servers: [{name: fs, transport: stdio}]", "needs a command"},
+		{"no url", "servers: [{name: fs, transport: sse}]", "needs a url"},
+		{"bad transport", "servers: [{name: fs, transport: ws, url: 'ws://x'}]", "is not stdio, sse or http"},
+		{"bad timeout", "servers: [{name: fs, command: srv, timeout: soon}]", "not a positive duration"},
+		{"twice", "servers: [{name: fs, command: a}, {name: fs, command: b}]", "listed twice"},
+		{"stdio with url", "servers: [{name: fs, command: a, url: 'http://x'}]", "takes no url"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.file))
+			if tc.err == "" && err != nil {
+				t.Fatal(err)
+			}
+			if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("want error with %q, got %v", tc.err, err)
+			}
+		})
+	}
+}
+
+func TestToolName(t *testing.T) {
+	if got := ToolName("fs", "read.file"); got != "mcp__fs__readxfile" {
+		t.Fatalf("got %q", got)
+	}
+	if got := ToolName("fs", "list-dir_2"); got != "mcp__fs__list-dir_2" {
+		t.Fatalf("got %q", got)
+	}
+	a := ToolName("server", longTool)
+	b := ToolName("server", longTool+"2")
+	if len(a) != 64 || len(b) != 64 || a == b || !bus.ValidName(a) {
+		t.Fatalf("shortened names %q %q", a, b)
+	}
+	if a != ToolName("server", longTool) || !strings.HasPrefix(a, "mcp__server__a_tool_with") {
+		t.Fatalf("shortening is not stable: %q", a)
+	}
+	if got := ToolName("s", "ü/é"); got != "mcp__s__xxx" && got != "mcp__s__xx" {
+		// One x per character (rune), not per byte.
+		t.Fatalf("got %q", got)
+	}
+}

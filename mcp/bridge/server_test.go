@@ -1,0 +1,215 @@
+package bridge
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// longTool is an MCP tool name that makes a bus name of more than 64
+// characters.
+const longTool = "a_tool_with_a_name_that_is_much_too_long_for_the_bus_to_keep_whole"
+
+// recorder notes what the test servers saw: cancelled calls.
+type recorder struct {
+	mu        sync.Mutex
+	cancelled []string
+	started   chan string
+}
+
+func newRecorder() *recorder { return &recorder{started: make(chan string, 16)} }
+
+func (r *recorder) cancel(id string) {
+	r.mu.Lock()
+	r.cancelled = append(r.cancelled, id)
+	r.mu.Unlock()
+	// For a stdio server the test reads the file.
+	if f := os.Getenv("BRIDGE_TEST_CANCEL_FILE"); f != "" {
+		fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err == nil {
+			fmt.Fprintln(fh, id)
+			_ = fh.Close()
+		}
+	}
+}
+
+func (r *recorder) wasCancelled(id string) bool {
+	if f := os.Getenv("BRIDGE_TEST_CANCEL_FILE"); f != "" {
+		b, _ := os.ReadFile(f)
+		return strings.Contains(string(b), id+"\n")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.cancelled {
+		if c == id {
+			return true
+		}
+	}
+	return false
+}
+
+// testServer is an MCP server with one tool per mapping the bridge has to get right.
+func testServer(rec *recorder) *server.MCPServer {
+	s := server.NewMCPServer("bridge-test", "1.0.0", server.WithToolCapabilities(true))
+	s.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echo the text."),
+		mcp.WithString("text", mcp.Required()),
+		mcp.WithReadOnlyHintAnnotation(true), mcp.WithIdempotentHintAnnotation(true)),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(req.GetString("text", "")), nil
+		})
+	s.AddTool(mcp.NewTool("read.file", mcp.WithDescription("A name with a dot."),
+		mcp.WithReadOnlyHintAnnotation(false), mcp.WithDestructiveHintAnnotation(true)),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("file"), nil
+		})
+	s.AddTool(mcp.NewTool(longTool, mcp.WithDescription("A long name."), mcp.WithIdempotentHintAnnotation(true)),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("long"), nil
+		})
+	s.AddTool(mcp.NewTool("media", mcp.WithDescription("Every kind of content.")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			png := base64.StdEncoding.EncodeToString([]byte("png"))
+			wav := base64.StdEncoding.EncodeToString([]byte("wav"))
+			return &mcp.CallToolResult{Content: []mcp.Content{
+				mcp.NewTextContent("hello"),
+				mcp.NewImageContent(png, "image/png"),
+				mcp.NewAudioContent(wav, "audio/wav"),
+				mcp.NewEmbeddedResource(mcp.TextResourceContents{URI: "file:///a.txt", MIMEType: "text/plain", Text: "resource text"}),
+				mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: "file:///b.bin", MIMEType: "application/pdf", Blob: png}),
+				mcp.NewResourceLink("https://example.com/c.pdf", "c", "", "application/pdf"),
+			}}, nil
+		})
+	s.AddTool(mcp.NewTool("weather", mcp.WithDescription("Structured output."),
+		mcp.WithRawOutputSchema([]byte(`{"type":"object","properties":{"temp":{"type":"number"}}}`))),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultStructured(map[string]any{"temp": 4}, "4 degrees"), nil
+		})
+	s.AddTool(mcp.NewTool("fail", mcp.WithDescription("Always an error.")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultError("it broke"), nil
+		})
+	s.AddTool(mcp.NewTool("slow", mcp.WithDescription("Progress, then waits until cancelled or ms pass."),
+		mcp.WithString("id", mcp.Required()), mcp.WithNumber("ms")),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			id := req.GetString("id", "")
+			if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+				for i := 1; i <= 2; i++ {
+					_ = server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
+						map[string]any{"progressToken": req.Params.Meta.ProgressToken, "progress": i, "total": 2, "message": "step"})
+				}
+			}
+			select {
+			case rec.started <- id:
+			default:
+			}
+			t := time.NewTimer(time.Duration(req.GetFloat("ms", 60000)) * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				rec.cancel(id)
+				return nil, ctx.Err()
+			case <-t.C:
+				return mcp.NewToolResultText("done " + id), nil
+			}
+		})
+	s.AddTool(mcp.NewTool("grow", mcp.WithDescription("Adds the tool named name.")),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			name := req.GetString("name", "grown")
+			s.AddTool(mcp.NewTool(name, mcp.WithDescription("Added at run time.")),
+				func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					return mcp.NewToolResultText(name), nil
+				})
+			return mcp.NewToolResultText("added " + name), nil
+		})
+	return s
+}
+
+// httpServer serves an MCP server over streamable HTTP (or SSE) on a
+// loopback port, and can be killed and restarted on the same address.
+type httpServer struct {
+	t    *testing.T
+	sse  bool
+	rec  *recorder
+	addr string
+	mu   sync.Mutex
+	hs   *httptest.Server
+}
+
+func startHTTP(t *testing.T, sse bool, rec *recorder) *httpServer {
+	h := &httpServer{t: t, sse: sse, rec: rec, addr: "127.0.0.1:0"}
+	h.start()
+	t.Cleanup(h.kill)
+	return h
+}
+
+func (h *httpServer) start() {
+	h.t.Helper()
+	var ln net.Listener
+	var err error
+	// The address may still be in use for a moment after a kill.
+	for range 100 {
+		if ln, err = net.Listen("tcp", h.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.addr = ln.Addr().String()
+	s := testServer(h.rec)
+	var handler http.Handler
+	if h.sse {
+		handler = server.NewSSEServer(s, server.WithBaseURL("http://"+h.addr))
+	} else {
+		handler = server.NewStreamableHTTPServer(s)
+	}
+	hs := httptest.NewUnstartedServer(handler)
+	_ = hs.Listener.Close()
+	hs.Listener = ln
+	hs.Start()
+	h.mu.Lock()
+	h.hs = hs
+	h.mu.Unlock()
+}
+
+func (h *httpServer) kill() {
+	h.mu.Lock()
+	hs := h.hs
+	h.hs = nil
+	h.mu.Unlock()
+	if hs != nil {
+		hs.CloseClientConnections()
+		hs.Close()
+	}
+}
+
+func (h *httpServer) url() string {
+	if h.sse {
+		return "http://" + h.addr + "/sse"
+	}
+	return "http://" + h.addr + "/mcp"
+}
+
+var errNotYet = errors.New("not yet")
+
+func (h *httpServer) waitStarted(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.rec.started:
+	case <-time.After(bound):
+		t.Fatal("the call never reached the server")
+	}
+}

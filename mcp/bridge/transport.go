@@ -1,0 +1,143 @@
+package bridge
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// newTransport returns the server's MCP transport. HTTP transports are
+// wrapped so that a call whose context ends can be cancelled with
+// notifications/cancelled (mcp-go sends it only over stdio).
+func newTransport(s *Server, log *slog.Logger) (transport.Interface, error) {
+	switch s.Transport {
+	case TransportStdio:
+		var env []string
+		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+			env = append(env, k+"="+s.Env[k])
+		}
+		cwd := s.Cwd
+		return transport.NewStdioWithOptions(s.Command, env, s.Args,
+			transport.WithCommandLogger(log), transport.WithCommandFunc(func(ctx context.Context, command string, env, args []string) (*exec.Cmd, error) {
+				cmd := exec.CommandContext(ctx, command, args...)
+				cmd.Env = append(os.Environ(), env...)
+				cmd.Dir = cwd
+				return cmd, nil
+			})), nil
+	case TransportSSE:
+		t, err := transport.NewSSE(s.URL, transport.WithHeaders(s.Headers), transport.WithSSELogger(log),
+			// The tool's own timeout bounds a call, not the transport's 60s.
+			transport.WithResponseTimeout(s.timeout+5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		return &httpTransport{Interface: t}, nil
+	default:
+		// Continuous listening opens the GET stream on which the server's
+		// notifications/tools/list_changed arrives between calls.
+		t, err := transport.NewStreamableHTTP(s.URL, transport.WithHTTPHeaders(s.Headers), transport.WithContinuousListening(),
+			transport.WithHTTPLogger(log))
+		if err != nil {
+			return nil, err
+		}
+		return &httpTransport{Interface: t}, nil
+	}
+}
+
+// httpTransport passes everything to an SSE or streamable HTTP transport
+// and notes the JSON-RPC ids of the requests sent under a context made by
+// withRequestIDs, so that the bridge can cancel them.
+type httpTransport struct {
+	transport.Interface
+}
+
+var (
+	_ transport.HTTPConnection         = (*httpTransport)(nil)
+	_ transport.BidirectionalInterface = (*httpTransport)(nil)
+)
+
+func (t *httpTransport) SendRequest(ctx context.Context, r transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	if ids, ok := ctx.Value(requestIDsKey{}).(*requestIDs); ok {
+		ids.add(r.ID)
+	}
+	return t.Interface.SendRequest(ctx, r)
+}
+
+func (t *httpTransport) SetProtocolVersion(v string) {
+	if h, ok := t.Interface.(transport.HTTPConnection); ok {
+		h.SetProtocolVersion(v)
+	}
+}
+
+func (t *httpTransport) SetRequestHandler(h transport.RequestHandler) {
+	if b, ok := t.Interface.(transport.BidirectionalInterface); ok {
+		b.SetRequestHandler(h)
+	}
+}
+
+func (t *httpTransport) SetConnectionLostHandler(h func(error)) {
+	if s, ok := t.Interface.(interface{ SetConnectionLostHandler(func(error)) }); ok {
+		s.SetConnectionLostHandler(h)
+	}
+}
+
+func (t *httpTransport) RequiresLegacyProtocol() bool {
+	l, ok := t.Interface.(interface{ RequiresLegacyProtocol() bool })
+	return ok && l.RequiresLegacyProtocol()
+}
+
+// cancel sends notifications/cancelled for every request noted in ids.
+func (t *httpTransport) cancel(ids *requestIDs, reason string, log *slog.Logger) {
+	for _, id := range ids.list() {
+		ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+		err := t.Interface.SendNotification(ctx, mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION,
+			Notification: mcp.Notification{Method: string(mcp.MethodNotificationCancelled),
+				Params: mcp.NotificationParams{AdditionalFields: map[string]any{"requestId": id, "reason": reason}}}})
+		if err != nil {
+			log.Warn("bridge: notifications/cancelled not sent", "request", id, "err", err)
+		}
+		stop()
+	}
+}
+
+type requestIDsKey struct{}
+
+type requestIDs struct {
+	mu  sync.Mutex
+	ids []mcp.RequestId
+}
+
+func withRequestIDs(ctx context.Context) (context.Context, *requestIDs) {
+	ids := &requestIDs{}
+	return context.WithValue(ctx, requestIDsKey{}, ids), ids
+}
+
+func (r *requestIDs) add(id mcp.RequestId) {
+	r.mu.Lock()
+	r.ids = append(r.ids, id)
+	r.mu.Unlock()
+}
+
+func (r *requestIDs) list() []mcp.RequestId {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ids)
+}
+
+// quiet passes only warnings and errors of mcp-go's transports to the
+// bridge's logger (they log every reconnection of a stream at info).
+type quiet struct{ slog.Handler }
+
+func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && q.Handler.Enabled(ctx, l)
+}
+func (q quiet) WithAttrs(a []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(a)} }
+func (q quiet) WithGroup(n string) slog.Handler      { return quiet{q.Handler.WithGroup(n)} }

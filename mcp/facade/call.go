@@ -1,0 +1,177 @@
+package facade
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+// call runs a tools/call as a one-call batch of the session. A call that
+// parks is waited for on the session's events until it has a result or
+// ParkWait passes; progress events become progress notifications when the
+// client sent a token.
+func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	input, err := json.Marshal(req.GetArguments())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetArguments() == nil {
+		input = []byte(`{}`)
+	}
+	b := bus.Batch{Calls: []bus.Call{{ID: "mcp-" + nuid.Next(), Name: req.Params.Name, Input: input}}}
+	if u, _ := ctx.Value(userKey).(string); u != "" {
+		b.User = client.Input(u)
+	}
+	if c, _ := ctx.Value(contextKey).(string); c != "" {
+		if !json.Valid([]byte(c)) {
+			return mcp.NewToolResultError(fmt.Sprintf("the %s header is not JSON", s.f.cfg.ContextHeader)), nil
+		}
+		b.Context = json.RawMessage(c)
+	}
+	// Watch before calling, so that nothing the call publishes is missed.
+	ev, err := s.f.cl.Watch(ctx, s.id)
+	if err != nil {
+		return nil, err
+	}
+	defer ev.Stop()
+	replyID := client.NewReplyID()
+	done := make(chan struct{})
+	var reply *bus.Reply
+	var callErr error
+	go func() {
+		defer close(done)
+		reply, callErr = s.f.cl.Call(ctx, s.id, b, client.WithReplyID(replyID))
+	}()
+	var token mcp.ProgressToken
+	if req.Params.Meta != nil {
+		token = req.Params.Meta.ProgressToken
+	}
+	progress := 0
+	notify := func(msg string) {
+		if token == nil {
+			return
+		}
+		progress++
+		_ = server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
+			map[string]any{"progressToken": token, "progress": progress, "message": msg})
+	}
+	var parked *bus.Parked
+	var early *bus.Result // a result event read before the reply
+	var wait <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			// The MCP client cancelled (or went away): interrupt the call
+			// on the bus too.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.f.cl.Cancel(cctx, s.id, replyID)
+			cancel()
+			if done != nil {
+				<-done
+			}
+			return nil, ctx.Err()
+		case <-done:
+			done = nil
+			if callErr != nil {
+				return mcp.NewToolResultError("Error: " + callErr.Error()), nil
+			}
+			if len(reply.Results) > 0 {
+				return toMCP(reply.Results[0]), nil
+			}
+			if len(reply.Parked) == 0 {
+				return nil, fmt.Errorf("facade: empty reply")
+			}
+			parked = &reply.Parked[0]
+			if early != nil {
+				return toMCP(*early), nil
+			}
+			if parked.Kind == "confirm" && canElicit(ctx) {
+				ectx, stop := context.WithCancel(ctx)
+				elicited := make(chan struct{})
+				go func() {
+					defer close(elicited)
+					s.confirm(ectx, *parked, replyID)
+				}()
+				defer func() { stop(); <-elicited }()
+			}
+			notify(fmt.Sprintf("waiting for %s on %s", kindText(parked.Kind), parked.Subject))
+			t := time.NewTimer(s.f.cfg.ParkWait)
+			defer t.Stop()
+			wait = t.C
+		case <-wait:
+			return mcp.NewToolResultError(fmt.Sprintf("The call %s of tool %s is still parked (%s): answer it on %s (reply id %s, session %s).",
+				b.Calls[0].ID, req.Params.Name, parked.Kind, parked.Subject, replyID, s.id)), nil
+		case e, ok := <-ev.C:
+			if !ok {
+				return nil, fmt.Errorf("facade: events ended")
+			}
+			if e.ReplyID != replyID || e.ToolCallID != b.Calls[0].ID {
+				continue
+			}
+			switch e.Type {
+			case bus.TypeCallProgress:
+				var p bus.Progress
+				if e.DataAs(&p) == nil {
+					notify(blocksText(p.Output))
+				}
+			case bus.TypeCallResult:
+				var r bus.Result
+				if err := e.DataAs(&r); err != nil {
+					return nil, err
+				}
+				if parked != nil {
+					return toMCP(r), nil
+				}
+				early = &r
+			}
+		}
+	}
+}
+
+func kindText(kind string) string {
+	if kind == "confirm" {
+		return "a confirmation"
+	}
+	return "an answer"
+}
+
+func blocksText(bs []bus.Block) string {
+	var parts []string
+	for _, b := range bs {
+		if b.Type == bus.BlockText {
+			parts = append(parts, b.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// toMCP maps a bus result to an MCP result: text blocks to text, data
+// blocks to images, audio or embedded resources (by URL: resource links),
+// every state but success to isError.
+func toMCP(r bus.Result) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{Content: []mcp.Content{}, IsError: r.State != bus.StateSuccess}
+	for _, b := range r.Output {
+		switch {
+		case b.Type == bus.BlockText:
+			res.Content = append(res.Content, mcp.NewTextContent(b.Text))
+		case b.URL != "":
+			res.Content = append(res.Content, mcp.NewResourceLink(b.URL, b.URL, "", b.MediaType))
+		case strings.HasPrefix(b.MediaType, "image/"):
+			res.Content = append(res.Content, mcp.NewImageContent(b.Data, b.MediaType))
+		case strings.HasPrefix(b.MediaType, "audio/"):
+			res.Content = append(res.Content, mcp.NewAudioContent(b.Data, b.MediaType))
+		default:
+			res.Content = append(res.Content, mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: "toolbus:" + r.ID, MIMEType: b.MediaType, Blob: b.Data}))
+		}
+	}
+	return res
+}
