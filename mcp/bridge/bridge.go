@@ -345,7 +345,7 @@ func (l *link) stopWorker() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := w.Stop(ctx); err != nil {
+	if err := w.Drain(ctx); err != nil {
 		l.log.Warn("bridge: worker stop", "err", err)
 	}
 	// Stop cancels a heartbeat that may still be on its way, and a router

@@ -67,7 +67,7 @@ func newEnv(t *testing.T) *env {
 	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	t.Cleanup(func() { _ = w.Drain(context.Background()) })
 	bc := client.New(bustest.Connect(t, srv), client.Config{Source: "test/agent"})
 	f = New(client.New(bustest.Connect(t, srv), client.Config{Source: "toolbus/mcp"}), Config{Poll: 200 * time.Millisecond, ParkWait: 3 * time.Second})
 	hs := httptest.NewServer(f.Handler())
