@@ -84,14 +84,22 @@ func TestSkillsPushSeenBySecondRouter(t *testing.T) {
 	}
 	wait("alice", "Write release notes, v2.")
 	wait("bob", "Write release notes.")
-	out, _, err = exec(t.Context(), "skills", "ls", "--nats", d.url)
-	if err != nil || strings.Count(out, "\n") != 2 || !strings.Contains(out, "release-notes [user alice]  Write release notes, v2.") {
-		t.Fatalf("ls: %q %v", out, err)
-	}
-	out, _, err = exec(t.Context(), "skills", "show", "release-notes", "--user", "alice", "--nats", d.url)
-	if err != nil || !strings.Contains(out, "  user: alice\n") {
-		t.Fatalf("show: %q %v", out, err)
-	}
+	// skills.list is answered by either router; the first one's watch may
+	// deliver the push a moment after the second's.
+	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		out, _, err := exec(t.Context(), "skills", "ls", "--nats", d.url)
+		if err != nil || strings.Count(out, "\n") != 2 || !strings.Contains(out, "release-notes [user alice]  Write release notes, v2.") {
+			return fmt.Errorf("ls: %q %v", out, err)
+		}
+		return nil
+	})
+	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		out, _, err := exec(t.Context(), "skills", "show", "release-notes", "--user", "alice", "--nats", d.url)
+		if err != nil || !strings.Contains(out, "  user: alice\n") {
+			return fmt.Errorf("show: %q %v", out, err)
+		}
+		return nil
+	})
 
 	if out, _, err := exec(t.Context(), "skills", "rm", "release-notes", "--user", "alice", "--nats", d.url); err != nil || out != "removed skill release-notes for user alice\n" {
 		t.Fatalf("rm: %q %v", out, err)
