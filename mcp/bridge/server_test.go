@@ -16,6 +16,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // longTool is an MCP tool name that makes a bus name of more than 64
@@ -157,17 +158,11 @@ func startHTTP(t *testing.T, sse bool, rec *recorder) *httpServer {
 func (h *httpServer) start() {
 	h.t.Helper()
 	var ln net.Listener
-	var err error
 	// The address may still be in use for a moment after a kill.
-	for range 100 {
-		if ln, err = net.Listen("tcp", h.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	bustest.CheckFor(h.t, 2*time.Second, 20*time.Millisecond, func() (err error) {
+		ln, err = net.Listen("tcp", h.addr)
+		return err
+	})
 	h.addr = ln.Addr().String()
 	s := testServer(h.rec)
 	var handler http.Handler
