@@ -53,6 +53,9 @@ func Respond(p Publisher, m *nats.Msg, source, typ string, data any) error {
 // Flush waits until the server has processed everything nc sent, bounded by
 // ctx or, when ctx has no deadline, by 10 seconds.
 func Flush(ctx context.Context, nc *nats.Conn) error {
+	if err := ctx.Err(); err != nil {
+		return err // nats.go may still flush, racing the ended context against the pong
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)

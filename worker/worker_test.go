@@ -75,7 +75,7 @@ func TestMaxConcurrentSerialises(t *testing.T) {
 	// The limit is across tools: a call of b waits for the call of a, and a
 	// second call of a waits too.
 	a1 := f.send(t, execEvent(t, "a", "a1", `{}`), "a")
-	if id := recv(t, g.entered, "a1 running"); id != "a1" {
+	if id := bustest.Recv(t, g.entered, bound, "a1 running"); id != "a1" {
 		t.Fatalf("entered %s", id)
 	}
 	b1 := f.send(t, execEvent(t, "b", "b1", `{}`), "b")
@@ -97,7 +97,7 @@ func TestMaxConcurrentSerialises(t *testing.T) {
 	for i := range 3 {
 		g.release <- struct{}{}
 		if i < 2 {
-			recv(t, g.entered, "next call running")
+			bustest.Recv(t, g.entered, bound, "next call running")
 		}
 	}
 	for _, p := range []*pending{a1, b1, a2} {
@@ -119,7 +119,7 @@ func TestMaxConcurrentAllowsParallel(t *testing.T) {
 		ps = append(ps, f.send(t, execEvent(t, "a", fmt.Sprint("c", i), `{}`), "a"))
 	}
 	for range 3 {
-		recv(t, g.entered, "call running")
+		bustest.Recv(t, g.entered, bound, "call running")
 	}
 	if g.cur.Load() != 3 {
 		t.Fatalf("%d calls running, want 3", g.cur.Load())
@@ -187,7 +187,7 @@ func TestCancel(t *testing.T) {
 				ps = append(ps, f.send(t, execEvent(t, "slow", c.call, `{}`, inSession(c.session, c.reply)), "slow"))
 			}
 			for range all {
-				recv(t, entered, "calls running")
+				bustest.Recv(t, entered, bound, "calls running")
 			}
 			f.cancel(t, "s1", "r1", tc.calls...)
 			for _, i := range tc.cancelled {
@@ -230,7 +230,7 @@ func TestCancelIgnoresMalformed(t *testing.T) {
 	g := newGate()
 	f.startWorker(worker.Config{}, func(w *worker.Worker) { raw(t, w, "slow", g.handler) })
 	p := f.send(t, execEvent(t, "slow", "c1", `{}`), "slow")
-	recv(t, g.entered, "call running")
+	bustest.Recv(t, g.entered, bound, "call running")
 	// Not a cancel, no reply id, not JSON, session id from another subject:
 	// none of them cancels anything.
 	wrongType, _ := bus.NewEvent(bus.TypeCallBatch, "test/agent", nil)
@@ -280,7 +280,7 @@ func TestExpiryTimeSetsDeadline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := f.exec(t, execEvent(t, "deadline", "c-"+tc.name, `{}`, func(e *bus.Event, _ *bus.ExecRequest) { e.ExpiryTime = tc.expiry }), "deadline")
-			s := recv(t, got, "call")
+			s := bustest.Recv(t, got, bound, "call")
 			if s.ok != !tc.want.IsZero() || !s.deadline.Equal(tc.want) {
 				t.Fatalf("deadline %v (set %v), want %v", s.deadline, s.ok, tc.want)
 			}
@@ -415,7 +415,7 @@ func TestPatchState(t *testing.T) {
 				}
 			})
 			res := f.exec(t, execEvent(t, "patcher", "c1", `{}`, func(_ *bus.Event, r *bus.ExecRequest) { r.State = json.RawMessage(`{"count":1}`) }), "patcher")
-			if s := recv(t, got, "call"); s != `{"count":1}` {
+			if s := bustest.Recv(t, got, bound, "call"); s != `{"count":1}` {
 				t.Errorf("state %s", s)
 			}
 			wantText(t, res, tc.state, tc.text)
@@ -495,7 +495,7 @@ func TestDrainLetsCallsFinish(t *testing.T) {
 		raw(t, w, "ping", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) { return textOut("pong"), nil })
 	})
 	p := f.send(t, execEvent(t, "slow", "c1", `{}`), "slow")
-	recv(t, g.entered, "call running")
+	bustest.Recv(t, g.entered, bound, "call running")
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Drain(context.Background()) }()
@@ -521,7 +521,7 @@ func TestDrainLetsCallsFinish(t *testing.T) {
 	}
 	g.release <- struct{}{}
 	wantText(t, p.wait(), bus.StateSuccess, "done c1")
-	if err := recv(t, stopped, "Stop"); err != nil {
+	if err := bustest.Recv(t, stopped, bound, "Stop"); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if err := w.Drain(context.Background()); err != nil {
@@ -548,7 +548,7 @@ func TestDrainCutsOffAtDeadline(t *testing.T) {
 	g := newGate()
 	w := f.startWorker(worker.Config{}, func(w *worker.Worker) { raw(t, w, "slow", g.handler) })
 	p := f.send(t, execEvent(t, "slow", "c1", `{}`), "slow")
-	recv(t, g.entered, "call running")
+	bustest.Recv(t, g.entered, bound, "call running")
 	const deadline = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()

@@ -100,3 +100,17 @@ func ConnectURL(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	t.Cleanup(nc.Close)
 	return nc
 }
+
+// Recv returns the next value from ch, failing the test when none comes
+// within total.
+func Recv[T any](t testing.TB, ch <-chan T, total time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(total):
+		t.Fatalf("timed out after %v waiting for %s", total, what)
+		var zero T
+		return zero
+	}
+}
