@@ -60,6 +60,10 @@ type Record struct {
 	rev uint64
 }
 
+// copy returns a copy of r for the cache, which callers must not share:
+// they change their records, and the watch reads the cached ones.
+func (r *Record) copy() *Record { c := *r; return &c }
+
 // Key returns the record's KV key.
 // It is the call's bus.CallKey, <session>.<replyid>.<callid>.
 func (r *Record) Key() string { return bus.CallKey(r.Session, r.ReplyID, r.Call.ID) }
@@ -210,7 +214,7 @@ func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 	}
 	r.rev = rev
 	s.mu.Lock()
-	s.parked[r.Key()] = r
+	s.parked[r.Key()] = r.copy() // the caller keeps r
 	s.mu.Unlock()
 	if r.RequestScoped {
 		return nil
@@ -225,6 +229,22 @@ func (s *Store) handOff(ctx context.Context, r *Record, source string) error {
 	seq, err := s.publishHandoff(ctx, r, source)
 	if err != nil {
 		return err
+	}
+	// The common case in one round trip: nobody touched the record since
+	// it was parked. Otherwise the compare-and-set loop sorts it out.
+	next := *r
+	next.HandoffSeq = seq
+	if b, err := json.Marshal(&next); err == nil {
+		if rev, err := s.kv.Update(ctx, r.Key(), b, r.rev); err == nil {
+			next.rev = rev
+			*r = next
+			s.mu.Lock()
+			if old, ok := s.parked[r.Key()]; !ok || old.rev < rev {
+				s.parked[r.Key()] = r.copy()
+			}
+			s.mu.Unlock()
+			return nil
+		}
 	}
 	rec, err := s.Transition(ctx, r.Key(), StatusParked, store.Bounded, func(x *Record) error {
 		x.HandoffSeq = seq
@@ -360,7 +380,7 @@ func (s *Store) Transition(ctx context.Context, key, from string, p store.Policy
 	s.mu.Lock()
 	if r.Status == StatusParked {
 		if old, ok := s.parked[key]; !ok || old.rev < rev {
-			s.parked[key] = r
+			s.parked[key] = r.copy() // the caller gets r
 		}
 	} else {
 		s.leaveLocked(key, rev)
