@@ -54,6 +54,10 @@ type Config struct {
 	// first: each is one skill folder or a folder of skill folders. The
 	// P_skills object store is always a source, above them.
 	Skills []string
+	// SessionCache bounds the sessions the router keeps decoded in memory;
+	// zero means groups.DefaultSessionCache. Sessions are read from KV
+	// once per batch run whatever it holds.
+	SessionCache int
 	// ParkTTL is how long a call waits for an answer before it expires with
 	// a timeout result; zero means 24 hours.
 	ParkTTL time.Duration
@@ -190,7 +194,7 @@ func (r *Router) Start(ctx context.Context) error {
 		return fmt.Errorf("router: registry: %w", err)
 	}
 	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode,
-		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, Logger: r.log})
+		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, SessionCache: r.cfg.SessionCache, Logger: r.log})
 	if err := r.groups.Start(runCtx); err != nil {
 		cancel()
 		r.reg.Stop()
