@@ -87,18 +87,20 @@ type Router struct {
 	skills *routerSkills
 	m      *metrics.Router
 
-	mu      sync.Mutex
-	subs    []*nats.Subscription
-	svc     micro.Service
-	batches map[string]*batch // sessionid/replyid → running batch
-	execMu  sync.Mutex
-	execs   map[*execWatch]struct{} // exec requests in flight
-	closed  bool
-	work    sync.WaitGroup
-	bg      sync.WaitGroup // background loops
-	stop    context.CancelFunc
-	once    sync.Once
-	stopErr error
+	mu         sync.Mutex
+	subs       []*nats.Subscription
+	svc        micro.Service
+	batches    map[string]*batch // sessionid/replyid → running batch
+	execMu     sync.Mutex
+	execs      map[*execWatch]struct{} // exec requests in flight
+	exec       executor                // runs tool calls on workers
+	confirming confirmed               // confirmed calls running outside any batch
+	closed     bool
+	work       sync.WaitGroup
+	bg         sync.WaitGroup // background loops
+	stop       context.CancelFunc
+	once       sync.Once
+	stopErr    error
 
 	// base is the parent of every handler's and batch's context, made in
 	// Start; cut cancels it, with errDrainDeadline when a drain's deadline
@@ -160,18 +162,20 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	if cfg.Store.Heartbeat <= 0 {
 		cfg.Store.Heartbeat = bus.DefaultHeartbeat
 	}
-	return &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
+	r := &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
 		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
-		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}, closedCh: make(chan struct{})}, nil
+		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}, closedCh: make(chan struct{})}
+	r.exec = requestReply{r}
+	return r, nil
 }
 
 // ID returns the router's instance id.
 func (r *Router) ID() string { return r.cfg.ID }
 
-// Registry returns the router's tool cache.
+// Registry returns the router's tool cache. Deprecated: a test hook, going away.
 func (r *Router) Registry() *registry.Registry { return r.reg }
 
-// Groups returns the router's group and session cache.
+// Groups returns the router's group and session cache. Deprecated: a test hook, going away.
 func (r *Router) Groups() *groups.Store { return r.groups }
 
 // Start creates the JetStream resources, loads the caches and subscribes.
@@ -206,7 +210,7 @@ func (r *Router) Start(ctx context.Context) error {
 		r.groups.Stop()
 		return err
 	}
-	r.parked = external.New(r.store, r.subj, external.Config{TTL: r.cfg.ParkTTL, Logger: r.log})
+	r.parked = external.New(r.store, r.subj, external.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Logger: r.log})
 	if err := r.parked.Start(runCtx); err != nil {
 		r.Stop()
 		return fmt.Errorf("router: parked calls: %w", err)

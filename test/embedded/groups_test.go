@@ -255,7 +255,7 @@ func TestConcurrentSessionUpdatesNeverLost(t *testing.T) {
 	wg.Wait()
 	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		for _, r := range e.routers {
-			if n := len(r.Groups().Session("cas").Rules); n != 20 {
+			if n := len(r.Groups().Refresh(t.Context(), "cas").Rules); n != 20 {
 				return fmt.Errorf("router %s sees %d rules", r.ID(), n)
 			}
 		}
