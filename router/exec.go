@@ -41,16 +41,20 @@ type executor interface {
 	exec(ctx context.Context, j *job) bus.Result
 }
 
-// runTool runs a tool call: through the dedupe ledger when the tool is not
-// read-only (at most once per call key), straight to the executor when it
-// is, in a span of its own.
+// runTool runs a tool call, in a span of its own: a durable tool's through
+// its work queue (which records in the ledger itself), another tool's
+// through the dedupe ledger when it is not read-only (at most once per call
+// key), straight to the executor when it is.
 func (r *Router) runTool(ctx context.Context, j *job) bus.Result {
 	ctx, span := tracing.StartTool(tracing.Extract(ctx, j.trace[0], j.trace[1]), trace.SpanKindClient, j.call.Name, j.call.ID, j.session)
 	defer span.End()
 	var res bus.Result
-	if j.tool.Def.ReadOnly {
+	switch def := &j.tool.Def; {
+	case def.Durable:
+		res = r.durable.exec(ctx, j)
+	case def.ReadOnly:
 		res = r.exec.exec(ctx, j)
-	} else {
+	default:
 		res = r.led.once(ctx, j, r.exec)
 	}
 	if res.State != bus.StateSuccess {

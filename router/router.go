@@ -94,6 +94,7 @@ type Router struct {
 	execMu     sync.Mutex
 	execs      map[*execWatch]struct{} // exec requests in flight
 	exec       executor                // runs tool calls on workers
+	durable    executor                // runs durable tools' calls through their work queues
 	confirming confirmed               // confirmed calls running outside any batch
 	closed     bool
 	work       sync.WaitGroup
@@ -165,7 +166,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	r := &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
 		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
 		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}, closedCh: make(chan struct{})}
-	r.exec = requestReply{r}
+	r.exec, r.durable = requestReply{r}, workQueue{r}
 	return r, nil
 }
 
@@ -238,6 +239,7 @@ func (r *Router) Start(ctx context.Context) error {
 		{r.subj.Register(), q, r.onRegister},
 		{r.subj.All("admin"), q, r.onAdmin},
 		{r.subj.All("answer"), q, r.onAnswer},
+		{r.subj.All("result"), q, r.onResult},
 		{r.subj.All("cancel"), "", r.onCancel},
 	} {
 		h := s.h
