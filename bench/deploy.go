@@ -75,8 +75,6 @@ type deployment struct {
 	rawNC   *nats.Conn // the raw requester
 	payload []byte     // raw request and reply payload: an encoded batch event
 
-	router   *router.Router
-	toolW    *worker.Worker   // serves echo, put, ask_human
 	sleepers []*worker.Worker // serve sleep5, one call at a time each
 
 	clientNC *nats.Conn
@@ -116,7 +114,6 @@ func deploy(ctx context.Context, sessions int, logf func(string, ...any)) (d *de
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	d.router = d.x.Routers[0]
 	if err = d.startRaw(ctx); err != nil {
 		return nil, err
 	}
@@ -195,7 +192,7 @@ func partOf(nc, resp *nats.Conn) string {
 func (d *deployment) startToolbus(ctx context.Context) error {
 	var err error
 	echo := func(_ context.Context, _ *worker.Call, in textIn) (string, error) { return in.Text, nil }
-	d.toolW, err = d.startWorker(ctx, worker.Config{}, func(w *worker.Worker) error {
+	_, err = d.startWorker(ctx, worker.Config{}, func(w *worker.Worker) error {
 		schemaDef := func(name, desc string) bus.ToolDef {
 			return bus.ToolDef{Name: name, Description: desc, Groups: []string{benchGroup}}
 		}
