@@ -173,12 +173,6 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 // ID returns the router's instance id.
 func (r *Router) ID() string { return r.cfg.ID }
 
-// Registry returns the router's tool cache. Deprecated: a test hook, going away.
-func (r *Router) Registry() *registry.Registry { return r.reg }
-
-// Groups returns the router's group and session cache. Deprecated: a test hook, going away.
-func (r *Router) Groups() *groups.Store { return r.groups }
-
 // Start creates the JetStream resources, loads the caches and subscribes.
 // It returns once the router serves, or with the first error.
 func (r *Router) Start(ctx context.Context) error {

@@ -314,12 +314,6 @@ func (w *Worker) send(ctx context.Context, reg bus.Register) (*bus.RegisterAck, 
 	return &ack, nil
 }
 
-// LastAck registers once more and returns the routers' answer; it serves
-// tests and tools that want to see rejections.
-func (w *Worker) LastAck(ctx context.Context) (*bus.RegisterAck, error) {
-	return w.send(ctx, w.registration())
-}
-
 func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	// The envelope is read before waiting for a slot, so that a call
 	// waiting for one is already listed in the heartbeats (routers end calls
