@@ -110,10 +110,17 @@ func (r *Router) onResult(m *nats.Msg) {
 		r.reject(m, bus.Errorf(bus.CodeBadEvent, "a durable result needs valid sessionid, replyid and toolcallid attributes"))
 		return
 	}
-	res, _ := execReply(bus.Call{ID: e.ToolCallID, Name: tool}, m)
+	call := bus.Call{ID: e.ToolCallID, Name: tool}
+	res, _ := execReply(call, m)
+	var timeout time.Duration
+	if t, ok := r.reg.Lookup(tool); ok {
+		timeout = time.Duration(t.Def.TimeoutMS) * time.Millisecond
+	}
 	ctx, cancel := landing()
 	defer cancel()
-	ack, err := r.led.recordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res)
+	// As for a core request: a failure that comes at or past the call's
+	// deadline is its timeout.
+	ack, err := r.led.recordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout))
 	if err != nil {
 		r.reject(m, err)
 		return
@@ -181,7 +188,9 @@ func (l *ledger) end(key string, claim ledgerEntry, res bus.Result) bus.Result {
 
 // recordResult records a durable call's result from its worker in the
 // call's running entry.
-func (l *ledger) recordResult(ctx context.Context, key string, res bus.Result) (bus.ExecRecorded, error) {
+// A failed result that comes past the entry's deadline is recorded as
+// late, the call's timeout.
+func (l *ledger) recordResult(ctx context.Context, key string, res, late bus.Result) (bus.ExecRecorded, error) {
 	var why string
 	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		var le ledgerEntry
@@ -196,6 +205,9 @@ func (l *ledger) recordResult(ctx context.Context, key string, res bus.Result) (
 			why = "the call was abandoned"
 		default:
 			le.State, le.Result = ledgerDone, &res
+			if res.State != bus.StateSuccess && !time.Now().Before(le.Deadline) {
+				le.Result = &late
+			}
 			return json.Marshal(le)
 		}
 		return nil, errRecorded

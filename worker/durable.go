@@ -129,9 +129,11 @@ func (r *workReply) result(out *bus.Event) {
 	if !r.deadline.IsZero() {
 		until = r.deadline.Add(recordWindow)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), until)
+	// The worker's base context ends when a drain's deadline passes: the
+	// call is then left to be delivered again, as from a worker that died.
+	ctx, cancel := context.WithDeadline(r.w.base, until)
 	defer cancel()
-	for delay := 10 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+	for delay := 10 * time.Millisecond; !r.w.nc.IsClosed(); delay = min(2*delay, time.Second) {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 		resp, err := bus.SendRequest(actx, r.w.nc, r.w.subj.Result(r.tool), out)
 		acancel()
