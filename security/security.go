@@ -153,6 +153,10 @@ func checkTools(what string, tools []string) error {
 	return nil
 }
 
+// RouterInbox is the inbox prefix every router of a secured deployment
+// uses: workers may send their results there.
+const RouterInbox = "_INBOX." + RoleRouter
+
 // inbox is the inbox prefix of user name.
 func inbox(name string) string { return "_INBOX." + name }
 
@@ -184,7 +188,8 @@ func readStream(stream, subject string) []string {
 func router(s bus.Subjects) User {
 	// The router is the deployment's trusted component: it creates the
 	// buckets and streams, writes every record and answers every request
-	// (replies go to the requesters' inboxes).
+	// (replies go to the requesters' inboxes). Its own inbox prefix is the
+	// one workers may send results to, so a router must use it.
 	return User{Name: RoleRouter, Role: RoleRouter, InboxPrefix: inbox(RoleRouter), Permissions: Permissions{
 		Publish:   []string{s.Prefix + ".>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>", "$SRV.>"},
 		Subscribe: []string{s.Prefix + ".>", "_INBOX.>", "$SRV.>"},
@@ -193,12 +198,15 @@ func router(s bus.Subjects) User {
 
 func worker(s bus.Subjects, tools []string) User {
 	// A worker receives exec requests and cancels, registers and beats,
-	// publishes progress, and replies to the exec requests it received
-	// (AllowResponses): its results go nowhere else.
+	// publishes progress, and sends its results to the routers' inboxes
+	// (the exec requests' reply subjects). NATS' allow_responses alone
+	// would not do for results: it forgets a request after two minutes,
+	// shorter than a tool's default timeout. It serves the micro service's
+	// discovery replies.
 	sub := each(tools, s.Exec)
 	sub = append(sub, s.All("cancel"), "$SRV.>", inbox(RoleWorker)+".>")
 	return User{Name: RoleWorker, Role: RoleWorker, Tools: tools, InboxPrefix: inbox(RoleWorker), Permissions: Permissions{
-		Publish:        []string{s.Register(), s.All("events")},
+		Publish:        []string{s.Register(), s.All("events"), inbox(RoleRouter) + ".>"},
 		Subscribe:      sub,
 		AllowResponses: true,
 	}}

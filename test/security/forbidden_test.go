@@ -111,7 +111,7 @@ func TestWorkerConfined(t *testing.T) {
 	w := d.conn("worker")
 	for _, s := range []string{"toolbus.call.s1", "toolbus.tools.s1", "toolbus.exec.greet", "toolbus.answer.pick",
 		"toolbus.external.pick", "toolbus.confirm.deploy", "toolbus.admin.tools.delete", "$JS.API.STREAM.INFO.TOOLBUS_EVENTS",
-		"$KV.toolbus_ledger.s1.r1.c1", "_INBOX.session-s1.abc"} {
+		"$KV.toolbus_ledger.s1.r1.c1", "_INBOX.session-s1.abc", "_INBOX.agent.abc"} {
 		w.denyPublish(s)
 	}
 	for _, s := range []string{"toolbus.call.>", "toolbus.events.>", "toolbus.answer.>", "toolbus.external.>", "_INBOX.>"} {
