@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -84,29 +85,47 @@ func FromEnv() Config {
 // current values (typically FromEnv's) as their defaults, so a flag
 // overrides its environment variable. Secrets are never shown as defaults
 // in the usage text.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+func (c *Config) RegisterFlags(fs *flag.FlagSet) { c.RegisterFlagsWithout(fs) }
+
+// RegisterFlagsWithout is RegisterFlags leaving out the flags named in
+// skip, for a command that uses one of the names for something else
+// (toolbus skills' --user is the skill's user); --nats-user, always
+// defined, is the same as --user.
+func (c *Config) RegisterFlagsWithout(fs *flag.FlagSet, skip ...string) {
 	def := c.URLs
 	if def == "" {
 		def = DefaultURL
 	}
 	c.URLs = def
 	fs.StringVar(&c.URLs, "nats", def, "NATS server URL, or several comma-separated; $NATS_URL when set, else "+DefaultURL)
-	c.RegisterAuthFlags(fs)
+	c.registerAuth(fs, skip)
 }
 
 // RegisterAuthFlags defines the credential and TLS flags (everything of
 // RegisterFlags but --nats) on fs, for a command that chooses its URL
 // itself.
-func (c *Config) RegisterAuthFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Creds, "creds", c.Creds, "JWT user credentials file ($NATS_CREDS)")
-	fs.StringVar(&c.NKey, "nkey", c.NKey, "user nkey seed file ($NATS_NKEY)")
-	fs.StringVar(&c.User, "user", c.User, "user name; without --password it is a token ($NATS_USER)")
-	secret(fs, &c.Password, "password", "password of --user ($NATS_PASSWORD)")
-	secret(fs, &c.Token, "token", "authorization token ($NATS_TOKEN)")
-	fs.StringVar(&c.CA, "tls-ca", c.CA, "PEM file of the CAs that sign the server's certificate; turns TLS on ($NATS_CA)")
-	fs.StringVar(&c.Cert, "tls-cert", c.Cert, "client certificate PEM file, with --tls-key ($NATS_CERT)")
-	fs.StringVar(&c.Key, "tls-key", c.Key, "client certificate key PEM file ($NATS_KEY)")
-	fs.StringVar(&c.InboxPrefix, "inbox-prefix", c.InboxPrefix, "prefix of this connection's reply subjects instead of _INBOX, as a secured deployment's role requires ($NATS_INBOX_PREFIX)")
+func (c *Config) RegisterAuthFlags(fs *flag.FlagSet) { c.registerAuth(fs, nil) }
+
+func (c *Config) registerAuth(fs *flag.FlagSet, skip []string) {
+	str := func(p *string, name, usage string) {
+		if !slices.Contains(skip, name) {
+			fs.StringVar(p, name, *p, usage)
+		}
+	}
+	str(&c.Creds, "creds", "JWT user credentials file ($NATS_CREDS)")
+	str(&c.NKey, "nkey", "user nkey seed file ($NATS_NKEY)")
+	str(&c.User, "user", "NATS user name; without --password it is a token ($NATS_USER)")
+	str(&c.User, "nats-user", "the same as --user")
+	if !slices.Contains(skip, "password") {
+		secret(fs, &c.Password, "password", "password of the NATS user ($NATS_PASSWORD)")
+	}
+	if !slices.Contains(skip, "token") {
+		secret(fs, &c.Token, "token", "authorization token ($NATS_TOKEN)")
+	}
+	str(&c.CA, "tls-ca", "PEM file of the CAs that sign the server's certificate; turns TLS on ($NATS_CA)")
+	str(&c.Cert, "tls-cert", "client certificate PEM file, with --tls-key ($NATS_CERT)")
+	str(&c.Key, "tls-key", "client certificate key PEM file ($NATS_KEY)")
+	str(&c.InboxPrefix, "inbox-prefix", "prefix of this connection's reply subjects instead of _INBOX, as a secured deployment's role requires ($NATS_INBOX_PREFIX)")
 }
 
 // secretValue is a string flag whose default is not printed.

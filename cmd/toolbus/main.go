@@ -108,7 +108,7 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-13s %s\n", "help", "show this text, or 'toolbus help <command>' for a command's flags")
 	fmt.Fprintln(w, "\nEvery command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default \"cli\"),")
-	fmt.Fprintln(w, "and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey, --user/--password, --token,")
+	fmt.Fprintln(w, "and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey, --user/--password\n(--nats-user in skills and mcp, where --user is the toolbus user), --token,")
 	fmt.Fprintln(w, "--tls-ca, --tls-cert, --tls-key, --inbox-prefix (docs/security.md).")
 }
 
@@ -128,7 +128,12 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cn := &conn{nats: natsconn.FromEnv()}
-	cn.nats.RegisterFlags(fs)
+	// skills and mcp use --user for the toolbus user; their NATS user is --nats-user.
+	if name == "skills" || name == "mcp" {
+		cn.nats.RegisterFlagsWithout(fs, "user")
+	} else {
+		cn.nats.RegisterFlags(fs)
+	}
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
 	fs.Usage = func() {
