@@ -172,13 +172,18 @@ func each(tools []string, f func(string) string) []string {
 	return out
 }
 
-// readStream is what an ordered consumer on stream filtered on subject
-// needs: create it (the server checks that the filter in the API subject
-// is the consumer's), fetch, look it up and delete it. Consumer names of
-// ordered consumers are random, hence the wildcard.
-func readStream(stream, subject string) []string {
+// createConsumer allows creating a consumer on stream filtered on
+// subject: the server checks that the filter in the API subject is the
+// consumer's. Consumer names of ordered consumers are random, hence the
+// wildcard.
+func createConsumer(stream, subject string) string {
+	return jsAPI + "CONSUMER.CREATE." + stream + ".*." + subject
+}
+
+// useConsumers allows fetching from, looking up and deleting the
+// consumers of stream whose names one knows.
+func useConsumers(stream string) []string {
 	return []string{
-		jsAPI + "CONSUMER.CREATE." + stream + ".*." + subject,
 		jsAPI + "CONSUMER.MSG.NEXT." + stream + ".*",
 		jsAPI + "CONSUMER.INFO." + stream + ".*",
 		jsAPI + "CONSUMER.DELETE." + stream + ".*",
@@ -218,7 +223,8 @@ func agent(s bus.Subjects, session string, answers []string) User {
 		name, role, tok = "session-"+session, RoleSession, session
 	}
 	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok)}
-	pub = append(pub, readStream(s.Stream(bus.StreamEvents), s.Events(tok))...)
+	pub = append(pub, createConsumer(s.Stream(bus.StreamEvents), s.Events(tok)))
+	pub = append(pub, useConsumers(s.Stream(bus.StreamEvents))...)
 	for _, t := range answers {
 		pub = append(pub, s.Answer(t))
 	}
@@ -234,12 +240,12 @@ func handler(s bus.Subjects, h Handler) User {
 	var pub, sub []string
 	for _, t := range h.Tools {
 		pub = append(pub, s.Answer(t))
-		pub = append(pub, jsAPI+"CONSUMER.CREATE."+stream+".*."+s.External(t))
+		pub = append(pub, createConsumer(stream, s.External(t)))
 		sub = append(sub, s.External(t))
 	}
 	// Its durable handoff consumer, when it keeps one, is named after the
 	// user; it may ack that one's messages.
-	pub = append(pub, readStream(stream, "")[1:]...)
+	pub = append(pub, useConsumers(stream)...)
 	pub = append(pub, "$JS.ACK."+stream+"."+name+".>")
 	sub = append(sub, inbox(name)+".>")
 	return User{Name: name, Role: RoleHandler, Tools: h.Tools, InboxPrefix: inbox(name), Permissions: Permissions{Publish: pub, Subscribe: sub}}
@@ -249,9 +255,9 @@ func approver(s bus.Subjects, tools []string) User {
 	stream := s.Stream(bus.StreamHandoff)
 	pub := each(tools, s.Answer)
 	for _, t := range each(tools, s.Confirm) {
-		pub = append(pub, jsAPI+"CONSUMER.CREATE."+stream+".*."+t)
+		pub = append(pub, createConsumer(stream, t))
 	}
-	pub = append(pub, readStream(stream, "")[1:]...)
+	pub = append(pub, useConsumers(stream)...)
 	pub = append(pub, "$JS.ACK."+stream+"."+RoleApprover+".>", s.Admin("parked.list"))
 	sub := append(each(tools, s.Confirm), inbox(RoleApprover)+".>")
 	return User{Name: RoleApprover, Role: RoleApprover, Tools: tools, InboxPrefix: inbox(RoleApprover), Permissions: Permissions{Publish: pub, Subscribe: sub}}
