@@ -78,8 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		*natsConfig = cfgFile
 		conn.Creds, conn.User, conn.Password, conn.Token = "", "", "", ""
-		// Workers send their results to the routers' inbox prefix only.
-		conn.NKey, conn.InboxPrefix = security.SeedFile(*secure, security.RoleRouter), security.RouterInbox
+		conn.NKey, conn.InboxPrefix = security.SeedFile(*secure, security.RoleRouter), ""
 	}
 	if url == "" {
 		dir := *data
@@ -98,6 +97,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "toolbus: embedded NATS listening on %s (JetStream store %s)\n", url, dir)
 	}
 	conn.URLs = url
+	if conn.InboxPrefix == "" {
+		// Workers of a secured deployment send results there; harmless elsewhere.
+		conn.InboxPrefix = security.RouterInbox
+	}
 	nc, err := conn.Connect("toolbus-router", nats.MaxReconnects(-1))
 	if err != nil {
 		return err
