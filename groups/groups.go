@@ -102,8 +102,8 @@ type Store struct {
 
 	mu       sync.RWMutex
 	groups   map[string]*group
-	deleted  map[string]uint64 // tombstones: the revision each deleted group was deleted at or after
-	ordered  []bus.Group       // meta and external groups in registration order; rebuilt on change
+	deleted  map[string]uint64                // tombstones: the revision each deleted group was deleted at or after
+	ordered  []bus.Group                      // meta and external groups in registration order; rebuilt on change
 	sessions *simplelru.LRU[string, *Session] // recently used sessions, guarded by mu
 
 	watches []*store.Watch

@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/pool"
+	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/tracing"
 )
 
@@ -72,6 +73,7 @@ type toolStats struct {
 // registered before Start.
 type Worker struct {
 	nc     *nats.Conn
+	owned  bool // dialed by Dial: Drain closes it
 	cfg    Config
 	subj   bus.Subjects
 	source string
@@ -574,10 +576,31 @@ const drainCleanup = time.Second
 func (w *Worker) Drain(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		w.stopErr = w.drain(ctx)
+		if w.owned {
+			w.nc.Close()
+		}
 		close(w.closed)
 	})
 	<-w.closed
 	return w.stopErr
+}
+
+// Dial connects with conn (natsconn.FromEnv() reads the nats CLI's
+// environment: URLs, credentials, TLS, inbox prefix) and returns a worker
+// on that connection; Drain and Stop close it. The connection reconnects
+// for ever, as a long-running worker wants.
+func Dial(conn natsconn.Config, cfg Config) (*Worker, error) {
+	nc, err := conn.Connect("toolbus-worker", nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w, err := New(nc, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	w.owned = true
+	return w, nil
 }
 
 // Stop is Drain with a deadline of StopTimeout.
