@@ -208,10 +208,26 @@ func worker(s bus.Subjects, tools []string) User {
 	// would not do for results: it forgets a request after two minutes,
 	// shorter than a tool's default timeout. It serves the micro service's
 	// discovery replies.
+	//
+	// Durable tools' calls come from their work consumers (fetch, look up,
+	// acknowledge and report progress) and their results go to the routers
+	// on P.result.<tool>.
 	sub := each(tools, s.Exec)
 	sub = append(sub, s.All("cancel"), "$SRV.>", inbox(RoleWorker)+".>")
+	work := s.Stream(bus.StreamWork)
+	consumer := func(t string) string { // a wildcard must be a whole token
+		if t == "*" {
+			return "*"
+		}
+		return s.WorkConsumer(t)
+	}
+	pub := []string{s.Register(), s.All("events"), inbox(RoleRouter) + ".>"}
+	pub = append(pub, each(tools, s.Result)...)
+	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.MSG.NEXT." + work + "." + consumer(t) })...)
+	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.INFO." + work + "." + consumer(t) })...)
+	pub = append(pub, each(tools, func(t string) string { return "$JS.ACK." + work + "." + consumer(t) + ".>" })...)
 	return User{Name: RoleWorker, Role: RoleWorker, Tools: tools, InboxPrefix: inbox(RoleWorker), Permissions: Permissions{
-		Publish:        []string{s.Register(), s.All("events"), inbox(RoleRouter) + ".>"},
+		Publish:        pub,
 		Subscribe:      sub,
 		AllowResponses: true,
 	}}

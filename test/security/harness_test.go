@@ -228,6 +228,10 @@ func (d *deployment) startWorker() *login {
 		func(context.Context, *worker.Call) (*bus.ExecResult, error) {
 			return &bus.ExecResult{Output: bus.Text("deployed")}, nil
 		}))
+	must(d.t, w.Handle(bus.ToolDef{Name: "batchjob", Description: "A durable job.", Durable: true, Permission: bus.PermissionAllow, InputSchema: schema},
+		func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			return &bus.ExecResult{Output: bus.Text("job done")}, nil
+		}))
 	must(d.t, w.Start(d.t.Context()))
 	d.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -82,6 +82,14 @@ func TestAllowedPaths(t *testing.T) {
 		t.Fatalf("pick after the answer: %s", done.Data)
 	}
 
+	// A durable call: the worker takes it from its work consumer and sends
+	// the result to the routers on P.result.batchjob.
+	reply, err = ac.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c4", Name: "batchjob"}}}, client.WithReplyID("r4"))
+	must(t, err)
+	if len(reply.Results) != 1 || reply.Results[0].State != bus.StateSuccess {
+		t.Fatalf("batchjob: %+v", reply)
+	}
+
 	// The agent of every session, and the operator.
 	all := d.conn("agent")
 	if _, err := all.client().Call(ctx, "s2", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}}}); err != nil {
