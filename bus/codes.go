@@ -47,6 +47,7 @@ const (
 	CodeNotParked       = "not_parked"
 	CodeAlreadyAnswered = "already_answered"
 	CodeInternal        = "internal"
+	CodeLimitExceeded   = "limit_exceeded"
 )
 
 // Result states.

@@ -116,7 +116,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 	e, err := r.decode(m, "call", bus.TypeCallBatch)
 	var t turn
 	if err == nil {
-		t, err = checkTurn(e)
+		t, err = checkTurn(e, r.cfg.Limits)
 	}
 	if err != nil {
 		r.reject(m, err)

@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
@@ -13,6 +14,15 @@ import (
 // describes the first one's state and nothing else runs.
 func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 	r := b.r
+	if n := len(r.parked.Parked(b.session, "")); n+len(calls) > r.cfg.Limits.MaxParked {
+		// Past the session's limit nothing more parks: these calls end
+		// here, and the batch goes on.
+		for _, c := range calls {
+			b.finish(c, bus.ErrorResult(c.call, bus.CodeLimitExceeded, fmt.Sprintf(
+				"LimitExceededError: The session has %d calls waiting for an answer; at most %d may wait at once. Answer or cancel some first.", n, r.cfg.Limits.MaxParked)))
+		}
+		return true
+	}
 	ctx, cancel := landing()
 	defer cancel()
 	waiting := make([]string, len(calls))

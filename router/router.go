@@ -54,6 +54,8 @@ type Config struct {
 	// first: each is one skill folder or a folder of skill folders. The
 	// P_skills object store is always a source, above them.
 	Skills []string
+	// Limits bound what one batch may ask; zero fields take the defaults.
+	Limits Limits
 	// SessionCache bounds the sessions the router keeps decoded in memory;
 	// zero means groups.DefaultSessionCache. Sessions are read from KV
 	// once per batch run whatever it holds.
@@ -66,6 +68,38 @@ type Config struct {
 	// Metrics is where the router's Prometheus metrics are registered; nil
 	// keeps them private.
 	Metrics prometheus.Registerer
+}
+
+// Limits bound the input a router takes. A batch past one is refused with
+// bad_request and nothing runs; a call that would park past MaxParked gets
+// a limit_exceeded result instead.
+type Limits struct {
+	// MaxCalls is the most calls one batch may hold; zero means bus.MaxCalls (64).
+	MaxCalls int
+	// MaxInputBytes is the most bytes one call's input may take; zero means
+	// DefaultMaxInputBytes.
+	MaxInputBytes int
+	// MaxParked is the most calls one session may have parked at once;
+	// zero means DefaultMaxParked.
+	MaxParked int
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxInputBytes = 1 << 20
+	DefaultMaxParked     = 1000
+)
+
+func (l *Limits) defaults() {
+	if l.MaxCalls <= 0 {
+		l.MaxCalls = bus.MaxCalls
+	}
+	if l.MaxInputBytes <= 0 {
+		l.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if l.MaxParked <= 0 {
+		l.MaxParked = DefaultMaxParked
+	}
 }
 
 // Router serves the router subjects of one deployment.
@@ -141,6 +175,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 4096
 	}
+	cfg.Limits.defaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

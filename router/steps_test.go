@@ -29,6 +29,8 @@ func batchEvent(t *testing.T, id string, data string, mutate ...func(*bus.Event)
 	return e
 }
 
+var testLimits = Limits{MaxCalls: bus.MaxCalls, MaxInputBytes: 128, MaxParked: 10}
+
 func TestCheckTurn(t *testing.T) {
 	many := `{"calls":[` + strings.TrimSuffix(strings.Repeat(`{"id":"c","name":"echo","input":{}},`, bus.MaxCalls+1), ",") + `]}`
 	for _, tc := range []struct {
@@ -48,6 +50,7 @@ func TestCheckTurn(t *testing.T) {
 		{"unknown batch member is read leniently", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}],"extra":1}`, nil, "", ""},
 		{"unknown request member is refused", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}],"request":{"tools":[]}}`, nil, bus.CodeBadRequest, `unknown member "tools"`},
 		{"bad expiry", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}]}`, func(e *bus.Event) { e.ExpiryTime = "tomorrow" }, bus.CodeBadEvent, "expirytime"},
+		{"input too large", "r1", `{"calls":[{"id":"c1","name":"echo","input":{"text":"` + strings.Repeat("x", 200) + `"}}]}`, nil, bus.CodeBadRequest, "at most 128 are allowed"},
 		{"bad request mode", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}],"request":{"mode":"sideways"}}`, nil, bus.CodeBadRequest, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,7 +58,7 @@ func TestCheckTurn(t *testing.T) {
 			if tc.mutate != nil {
 				mutate = append(mutate, tc.mutate)
 			}
-			got, err := checkTurn(batchEvent(t, tc.id, tc.data, mutate...))
+			got, err := checkTurn(batchEvent(t, tc.id, tc.data, mutate...), testLimits)
 			if tc.code == "" {
 				if err != nil {
 					t.Fatalf("rejected: %v", err)
@@ -73,7 +76,7 @@ func TestCheckTurn(t *testing.T) {
 	}
 	// The expiry becomes the turn's deadline.
 	tn, err := checkTurn(batchEvent(t, "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}]}`,
-		func(e *bus.Event) { e.ExpiryTime = "2030-01-02T03:04:05Z" }))
+		func(e *bus.Event) { e.ExpiryTime = "2030-01-02T03:04:05Z" }), testLimits)
 	if err != nil || !tn.deadline.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) {
 		t.Fatalf("deadline %v, %v", tn.deadline, err)
 	}

@@ -22,9 +22,10 @@ type turn struct {
 
 // checkTurn checks a decoded io.toolbus.call.batch (its session already
 // checked against the subject): the reply id, the batch's calls (1 to
-// bus.MaxCalls, valid and distinct ids), its expiry and its request.
-// Errors are bad_event or bad_request, and nothing has changed.
-func checkTurn(e *bus.Event) (turn, error) {
+// lim.MaxCalls, valid and distinct ids, inputs of at most
+// lim.MaxInputBytes), its expiry and its request. Errors are bad_event or
+// bad_request, and nothing has changed.
+func checkTurn(e *bus.Event, lim Limits) (turn, error) {
 	if !bus.ValidID(e.ID) {
 		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
 	}
@@ -36,8 +37,8 @@ func checkTurn(e *bus.Event) (turn, error) {
 	if n == 0 {
 		return turn{}, bus.Errorf(bus.CodeBadRequest, "the batch has no calls")
 	}
-	if n > bus.MaxCalls {
-		return turn{}, bus.Errorf(bus.CodeBadRequest, "the batch has %d calls; at most %d are allowed", n, bus.MaxCalls)
+	if n > lim.MaxCalls {
+		return turn{}, bus.Errorf(bus.CodeBadRequest, "the batch has %d calls; at most %d are allowed", n, lim.MaxCalls)
 	}
 	seen := make(map[string]struct{}, n)
 	for _, c := range data.Calls {
@@ -46,6 +47,9 @@ func checkTurn(e *bus.Event) (turn, error) {
 		}
 		if _, dup := seen[c.ID]; dup {
 			return turn{}, bus.Errorf(bus.CodeBadRequest, "call id %q appears twice in the batch", c.ID)
+		}
+		if len(c.Input) > lim.MaxInputBytes {
+			return turn{}, bus.Errorf(bus.CodeBadRequest, "call %s: its input is %d bytes; at most %d are allowed", c.ID, len(c.Input), lim.MaxInputBytes)
 		}
 		seen[c.ID] = struct{}{}
 	}

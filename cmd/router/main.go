@@ -44,6 +44,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	withBuiltin := fs.Bool("builtin", true, "serve the built-in tools in-process")
 	replicas := fs.Int("replicas", 1, "JetStream replicas of buckets and streams")
 	workAckWait := fs.Duration("work-ack-wait", store.DefaultWorkAckWait, "how long a durable call's worker may go silent before the call goes to another worker")
+	maxCalls := fs.Int("max-calls", bus.MaxCalls, "most calls in one batch")
+	maxInput := fs.Int("max-input-bytes", router.DefaultMaxInputBytes, "most bytes of one call's input")
+	maxParked := fs.Int("max-parked", router.DefaultMaxParked, "most calls one session may have waiting for an answer")
 	sessionCache := fs.Int("session-cache", 0, "sessions kept decoded in memory (0: 10000); each batch reads its session from KV anyway")
 	eventsMemory := fs.Bool("events-memory", false, "keep the session events stream in memory (parked calls, sessions and the ledger stay on disk); only for a new deployment")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
@@ -112,6 +115,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
 		Store:        store.Config{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory, WorkAckWait: *workAckWait},
 		SessionCache: *sessionCache,
+		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
 		Groups:       fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
 		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs})
 	if err != nil {
