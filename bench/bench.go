@@ -78,7 +78,7 @@ func (o *Options) defaults() {
 	}
 	o.Workers = sortedPositive(o.Workers)
 	if o.Sessions <= 0 {
-		o.Sessions = 10000
+		o.Sessions = 100000
 		if o.Quick {
 			o.Sessions = 1000
 		}
@@ -171,7 +171,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	logf("bench: latency, one caller, %d rounds of %v", opts.Rounds, slice)
 	lats := map[string]latencies{}
 	for range opts.Rounds {
-		for _, p := range append(paths, mcpPath) {
+		for _, p := range append(paths, bare, mcpPath) {
 			lat, err := measureLatency(ctx, slice, p.fn)
 			if err != nil {
 				return nil, fmt.Errorf("bench: latency %s: %w", p.name, err)
@@ -181,17 +181,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			}
 		}
 	}
-	for _, p := range append(paths, mcpPath) {
+	for _, p := range append(paths, bare, mcpPath) {
 		lat := lats[p.name]
 		p.out.P50US, p.out.P90US, p.out.P99US = us(lat.quantile(0.5)), us(lat.quantile(0.9)), us(lat.quantile(0.99))
 	}
 
-	// Throughput; CPU and allocations per call at the mid caller count,
-	// where the bare path and mcp-go run too.
+	// Throughput, of the bare path too at every caller count; CPU and
+	// allocations per call at the mid caller count, where mcp-go runs too.
 	for _, n := range opts.Callers {
-		run := paths
+		run := append(slices.Clone(paths), bare)
 		if n == mid {
-			run = append(slices.Clone(paths), bare, mcpPath)
+			run = append(run, mcpPath)
 		}
 		logf("bench: throughput, %d callers, %d rounds of %v", n, opts.Rounds, slice)
 		loads := map[string]load{}
@@ -215,7 +215,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	rep.Bare = Cost{CPUUSPerCall: bareOut.CPUUSPerCall, AllocsPerCall: bareOut.AllocsPerCall,
-		CoresUsed: bareOut.CoresUsed, Throughput: bareOut.Throughput[strconv.Itoa(mid)]}
+		CoresUsed: bareOut.CoresUsed, Throughput: bareOut.Throughput[strconv.Itoa(mid)],
+		P50US: bareOut.P50US, Throughputs: bareOut.Throughput}
 	rep.MCPHTTP16, rep.MCPHTTPP50US = mcpOut.Throughput[strconv.Itoa(mid)], mcpOut.P50US
 	rep.MCPHTTPCallers, rep.MCPProtocol = mid, m.protocol
 
