@@ -26,6 +26,20 @@ import (
 func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	ctx, untrack := s.detachTask(ctx, req)
 	defer untrack()
+	if req.Params.RequestState != "" {
+		return s.resume(ctx, req)
+	}
+	if server.IsModernRequest(ctx) && canElicit(ctx) {
+		return s.callModern(ctx, req)
+	}
+	return s.run(ctx, req, nil)
+}
+
+// run runs the call and waits for its result. With confirm, a confirm
+// park is sent on it (the caller puts it to the host's user); without,
+// it is put to the host's user through elicitation when the client
+// declared it.
+func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan<- confirmPark) (*mcp.CallToolResult, error) {
 	start := time.Now()
 	input, err := json.Marshal(req.GetArguments())
 	if err != nil {
@@ -109,7 +123,9 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 			if early != nil {
 				return toMCP(*early), nil
 			}
-			if parked.Kind == "confirm" && canElicit(ctx) {
+			if parked.Kind == "confirm" && confirm != nil {
+				confirm <- confirmPark{*parked, replyID}
+			} else if parked.Kind == "confirm" && canElicit(ctx) {
 				ectx, stop := context.WithCancel(ctx)
 				elicited := make(chan struct{})
 				go func() {

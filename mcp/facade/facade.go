@@ -170,10 +170,11 @@ type session struct {
 	http  *server.StreamableHTTPServer
 	dirty chan struct{} // a watch saw a change: list again
 
-	mu    sync.Mutex
-	raw   string                        // the last listing, to compare
-	order map[string]int                // tool name → position in the listing
-	tasks map[string]context.CancelFunc // task id → cancels its call
+	mu      sync.Mutex
+	raw     string                        // the last listing, to compare
+	order   map[string]int                // tool name → position in the listing
+	tasks   map[string]context.CancelFunc // task id → cancels its call
+	pending map[string]*pending           // request state → a call waiting for the host user's decision
 }
 
 func (f *Facade) session(id, user string) (*session, error) {
@@ -187,7 +188,7 @@ func (f *Facade) session(id, user string) (*session, error) {
 		return nil, fmt.Errorf("facade: closed")
 	}
 	s := &session{f: f, id: id, user: user, order: map[string]int{}, dirty: make(chan struct{}, 1),
-		tasks: map[string]context.CancelFunc{}}
+		tasks: map[string]context.CancelFunc{}, pending: map[string]*pending{}}
 	hooks := &server.Hooks{}
 	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx) })
 	th := &server.TaskHooks{}
