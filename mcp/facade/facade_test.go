@@ -669,3 +669,85 @@ func TestUserListing(t *testing.T) {
 		t.Fatalf("alice loads her skill: %+v %v", r, err)
 	}
 }
+
+// TestWatchCost: the watches list a session when something changed, not
+// on workers' heartbeats, and tell the client within milliseconds (the
+// facade polls once an hour here). Run with -v for the numbers.
+func TestWatchCost(t *testing.T) {
+	e := newEnv(t)
+	const s = "cost"
+	c := e.connect(t, s, mcp.ProtocolVersion20251125, "alice")
+	js, err := jetstream.New(bustest.Connect(t, e.srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), bus.NewSubjects("").Bucket(bus.BucketWorkers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	beats, err := kv.Watch(t.Context(), ">", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = beats.Stop() }()
+	beat := func() {
+		t.Helper()
+		for {
+			// One key per tool and worker: count the beats of one.
+			if u := bustest.Recv(t, beats.Updates(), bound, "a heartbeat"); u != nil && strings.HasPrefix(u.Key(), "hello.") {
+				return
+			}
+		}
+	}
+	// The watches' first values and the settle re-lists are over after
+	// three beats (500 ms each); then three more beats list nothing.
+	for range 3 {
+		beat()
+	}
+	before := e.f.store.listings.Load()
+	for range 3 {
+		beat()
+	}
+	if n := e.f.store.listings.Load() - before; n != 0 {
+		t.Fatalf("%d listings during three heartbeats of an idle deployment", n)
+	}
+	t.Logf("listings during three idle heartbeats: 0 (Poll fallback: one every %s)", 2*time.Second)
+
+	// Latency from a change to tools/list_changed.
+	measure := func(what string, change func()) {
+		t.Helper()
+		start := time.Now()
+		change()
+		waitChanged(t, c)
+		t.Logf("%s → tools/list_changed in %s", what, time.Since(start).Round(time.Microsecond))
+		// Let the settle re-lists of this change pass, so that the next
+		// measurement starts clean: they change nothing, so no notification.
+		for len(c.changed) > 0 {
+			<-c.changed
+		}
+	}
+	measure("reset_tools through the bus", func() {
+		if _, err := e.bus.Call(t.Context(), s, bus.Batch{Calls: []bus.Call{{ID: "r1", Name: "reset_tools", Input: client.Input(map[string]bool{"ops": true})}}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	measure("session.activate", func() {
+		if err := e.bus.Admin(t.Context(), "session.activate", s, map[string]any{"groups": []string{"site"}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	measure("a worker registering", func() {
+		w, err := worker.New(bustest.Connect(t, e.srv), worker.Config{Heartbeat: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := worker.Register(w, bus.ToolDef{Name: "extra", Description: "Extra.", ReadOnly: true},
+			func(context.Context, *worker.Call, struct{}) (string, error) { return "extra", nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Drain(context.Background()) })
+	})
+}
