@@ -55,10 +55,12 @@ type pending struct {
 // waits for the result.
 func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unlink := context.AfterFunc(s.f.ctx, cancel) // Close ends it too
 	confirm := make(chan confirmPark, 1)
 	p := &pending{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
+		defer unlink()
 		defer cancel()
 		p.res, p.err = s.run(rctx, req, confirm)
 	}()

@@ -226,7 +226,7 @@ func (f *Facade) session(id, user string) (*session, error) {
 // detachTask returns, for a task-augmented call over HTTP, a context that
 // outlives the HTTP request (mcp-go runs the task with the request's
 // context, which ends with the POST) and ends when the task is cancelled
-// (tasks/cancel) or the call returns; otherwise ctx.
+// (tasks/cancel), the call returns or the facade closes; otherwise ctx.
 func (s *session) detachTask(ctx context.Context, req mcp.CallToolRequest) (context.Context, func()) {
 	r, _ := ctx.Value(taskKey).(*taskRef)
 	if req.Params.Task == nil || r == nil || r.get() == "" {
@@ -234,10 +234,11 @@ func (s *session) detachTask(ctx context.Context, req mcp.CallToolRequest) (cont
 	}
 	id := r.get()
 	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unlink := context.AfterFunc(s.f.ctx, cancel) // Close ends it too
 	s.mu.Lock()
 	s.tasks[id] = cancel
 	s.mu.Unlock()
-	return dctx, func() { s.endTask(id) }
+	return dctx, func() { unlink(); s.endTask(id) }
 }
 
 // endTask forgets task id and ends its context (cancelling its call when

@@ -24,7 +24,6 @@ type storeWatch struct {
 	f        *Facade
 	once     sync.Once
 	listings atomic.Int64 // listings asked for, for the tests and measurements
-	started  atomic.Int64 // watches running
 }
 
 func newStoreWatch(f *Facade) *storeWatch { return &storeWatch{f: f} }
@@ -130,7 +129,6 @@ func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) func()
 		defer w.f.wg.Done()
 		for {
 			if err == nil {
-				w.started.Add(1)
 				<-ctx.Done()
 				stop()
 				return
