@@ -19,11 +19,13 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/store"
@@ -33,20 +35,41 @@ import (
 const bound = 15 * time.Second
 
 type env struct {
-	srv     *server.Server
+	srv     *server.Server    // one node, or nil
+	cluster *embedded.Cluster // or three, every bucket replicated three times
+	conns   int
 	bus     *client.Client
 	url     string
 	f       *Facade
 	release chan struct{} // ends the slow tool's run
 }
 
-// newEnv starts a router, a worker and the facade over HTTP. The facade
-// polls once an hour, so every list change the tests see came from a
-// watch.
-func newEnv(t *testing.T) *env {
+// conn connects to the deployment (on a cluster, to the nodes in turn).
+func (e *env) conn(t *testing.T) *nats.Conn {
 	t.Helper()
-	srv := bustest.RunServer(t)
-	r, err := router.New(bustest.Connect(t, srv), router.Config{DefaultMode: "bypass", Store: store.Config{Heartbeat: 500 * time.Millisecond},
+	if e.cluster == nil {
+		return bustest.Connect(t, e.srv)
+	}
+	e.conns++
+	return bustest.ConnectURL(t, e.cluster.URLs(e.conns%e.cluster.Nodes()))
+}
+
+// newEnv starts a router, a worker and the facade over HTTP on one
+// nats-server. The facade polls once an hour, so every list change the
+// tests see came from a watch.
+func newEnv(t *testing.T) *env { return startEnv(t, &env{srv: bustest.RunServer(t)}) }
+
+// newClusterEnv is newEnv on a 3-node cluster, the router, the worker and
+// the facade each on another node.
+func newClusterEnv(t *testing.T) *env { return startEnv(t, &env{cluster: bustest.RunCluster(t)}) }
+
+func startEnv(t *testing.T, e *env) *env {
+	t.Helper()
+	replicas := 1
+	if e.cluster != nil {
+		replicas = 3
+	}
+	r, err := router.New(e.conn(t), router.Config{DefaultMode: "bypass", Store: store.Config{Heartbeat: 500 * time.Millisecond, Replicas: replicas},
 		Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta},
 			{Name: "site", Description: "Site tools an operator switches.", Scope: bus.ScopeExternal}}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -56,8 +79,8 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Stop)
-	e := &env{srv: srv, release: make(chan struct{})}
-	w, err := worker.New(bustest.Connect(t, srv), worker.Config{Heartbeat: 500 * time.Millisecond})
+	e.release = make(chan struct{})
+	w, err := worker.New(e.conn(t), worker.Config{Heartbeat: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +125,18 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Drain(context.Background()) })
-	e.bus = client.New(bustest.Connect(t, srv), client.Config{Source: "test/agent"})
-	e.f = New(bustest.Connect(t, srv), Config{Poll: time.Hour, ProgressEvery: 200 * time.Millisecond})
+	e.bus = client.New(e.conn(t), client.Config{Source: "test/agent"})
+	e.f = New(e.conn(t), Config{Poll: time.Hour, ProgressEvery: 200 * time.Millisecond})
+	// On a cluster, the router's interest reaches the other nodes a moment
+	// after it subscribed.
+	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		_, err := e.f.list(t.Context(), "probe", "", bus.FormatMCP)
+		return err
+	})
+	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		_, err := e.bus.Tools(t.Context(), "probe", bus.FormatMCP, nil)
+		return err
+	})
 	hs := httptest.NewServer(e.f.Handler())
 	t.Cleanup(func() { hs.Close(); e.f.Close() })
 	e.url = hs.URL
@@ -609,7 +642,7 @@ func TestWorkerListChanged(t *testing.T) {
 	if got := names(t, c); slices.Contains(got, "extra") {
 		t.Fatalf("before: %v", got)
 	}
-	w, err := worker.New(bustest.Connect(t, e.srv), worker.Config{Heartbeat: 500 * time.Millisecond})
+	w, err := worker.New(e.conn(t), worker.Config{Heartbeat: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,7 +680,7 @@ func TestUserListing(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: notes\ndescription: Alice's notes.\n---\nRead them.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(bustest.Connect(t, e.srv))
+	js, err := jetstream.New(e.conn(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -677,7 +710,7 @@ func TestWatchCost(t *testing.T) {
 	e := newEnv(t)
 	const s = "cost"
 	c := e.connect(t, s, mcp.ProtocolVersion20251125, "alice")
-	js, err := jetstream.New(bustest.Connect(t, e.srv))
+	js, err := jetstream.New(e.conn(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -737,7 +770,7 @@ func TestWatchCost(t *testing.T) {
 		}
 	})
 	measure("a worker registering", func() {
-		w, err := worker.New(bustest.Connect(t, e.srv), worker.Config{Heartbeat: 500 * time.Millisecond})
+		w, err := worker.New(e.conn(t), worker.Config{Heartbeat: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -750,4 +783,70 @@ func TestWatchCost(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = w.Drain(context.Background()) })
 	})
+}
+
+// TestCluster: the facade on a 3-node cluster with every bucket
+// replicated three times (the router, the worker, the facade and the
+// agent on different nodes): calls, and list changes from the watches.
+func TestCluster(t *testing.T) {
+	e := newClusterEnv(t)
+	for _, version := range []string{mcp.ProtocolVersion20251125, mcp.ProtocolVersion20260728} {
+		t.Run(version, func(t *testing.T) {
+			s := "cl" + strings.ReplaceAll(version, "-", "")
+			c := e.connect(t, s, version, "alice")
+			if got, want := names(t, c), busNames(t, e, s, "alice"); !slices.Equal(got, want) {
+				t.Fatalf("tools/list %v, bus %v", got, want)
+			}
+			if r, err := call(t, c, "hello", map[string]any{"name": "bob"}, false); err != nil || textOf(r) != "hello bob" {
+				t.Fatalf("hello: %+v %v", r, err)
+			}
+			if _, err := e.bus.Call(t.Context(), s, bus.Batch{Calls: []bus.Call{{ID: "r1", Name: "reset_tools", Input: client.Input(map[string]bool{"ops": true})}}}); err != nil {
+				t.Fatal(err)
+			}
+			waitChanged(t, c)
+			if got := names(t, c); !slices.Contains(got, "deploy") {
+				t.Fatalf("after reset_tools through the bus: %v", got)
+			}
+			ev, err := e.bus.Watch(t.Context(), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ev.Stop()
+			res := make(chan *mcp.CallToolResult, 1)
+			go func() {
+				r, _ := call(t, c, "ask_human", map[string]any{}, false)
+				res <- r
+			}()
+			replyID, p := parkedEvent(t, ev, "ask_human")
+			if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")}); err != nil {
+				t.Fatal(err)
+			}
+			if r := bustest.Recv(t, res, bound, "the tools/call result"); r == nil || r.IsError || textOf(r) != "forty-two" {
+				t.Fatalf("parked call: %+v", r)
+			}
+		})
+	}
+	c := e.connect(t, "clworkers", mcp.ProtocolVersion20251125, "alice")
+	w, err := worker.New(e.conn(t), worker.Config{Heartbeat: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Register(w, bus.ToolDef{Name: "extra", Description: "Extra.", ReadOnly: true},
+		func(context.Context, *worker.Call, struct{}) (string, error) { return "extra", nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitChanged(t, c)
+	if got := names(t, c); !slices.Contains(got, "extra") {
+		t.Fatalf("after the worker registered: %v", got)
+	}
+	if err := w.Drain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitChanged(t, c)
+	if got := names(t, c); slices.Contains(got, "extra") {
+		t.Fatalf("after the worker left: %v", got)
+	}
 }
