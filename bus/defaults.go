@@ -21,5 +21,6 @@ const (
 	BucketLedger   = "ledger"
 	StreamEvents   = "EVENTS"
 	StreamHandoff  = "HANDOFF"
+	StreamWork     = "WORK"
 	ObjectSkills   = "skills"
 )

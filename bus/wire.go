@@ -271,12 +271,15 @@ type ToolDef struct {
 	Idempotent      bool            `json:"idempotent"`
 	External        bool            `json:"external"`
 	StateInjected   bool            `json:"state_injected"`
-	TimeoutMS       int64           `json:"timeout_ms"`
-	MaxAttempts     int             `json:"max_attempts"`
-	Permission      string          `json:"permission"`
-	RuleMatcher     string          `json:"rule_matcher"`
-	RuleField       string          `json:"rule_field,omitempty"`
-	MCP             *MCPRef         `json:"mcp,omitempty"`
+	// Durable calls go through the P_WORK work queue instead of core
+	// request/reply: a call whose worker dies is delivered to another.
+	Durable     bool    `json:"durable,omitempty"`
+	TimeoutMS   int64   `json:"timeout_ms"`
+	MaxAttempts int     `json:"max_attempts"`
+	Permission  string  `json:"permission"`
+	RuleMatcher string  `json:"rule_matcher"`
+	RuleField   string  `json:"rule_field,omitempty"`
+	MCP         *MCPRef `json:"mcp,omitempty"`
 }
 
 // MCPRef names the MCP server tool a bridged tool stands for.
@@ -321,6 +324,15 @@ type Answer struct {
 	Confirmed *bool           `json:"confirmed,omitempty"`
 	Input     json.RawMessage `json:"input,omitempty"`
 	Rules     []Rule          `json:"rules,omitempty"`
+}
+
+// ExecRecorded is the data of io.toolbus.exec.recorded, a router's reply to
+// a durable call's result: Recorded is false when the call already had a
+// result (an earlier delivery's, a timeout, a cancel) and this one was
+// dropped. Either way the worker acknowledges the work message.
+type ExecRecorded struct {
+	Recorded bool   `json:"recorded"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // AnswerAck is the data of io.toolbus.answer.ack.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/natsconn"
 )
 
 // Config configures a Client.
@@ -31,9 +32,10 @@ type Config struct {
 
 // Client talks to the routers of one deployment. It is safe for concurrent use.
 type Client struct {
-	nc   *nats.Conn
-	subj bus.Subjects
-	cfg  Config
+	nc    *nats.Conn
+	subj  bus.Subjects
+	cfg   Config
+	owned bool // dialed by Dial: Close closes it
 }
 
 // New returns a Client on nc.
@@ -43,6 +45,36 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	}
 	return &Client{nc: nc, subj: bus.NewSubjects(cfg.Prefix), cfg: cfg}
 }
+
+// Dial connects with conn (natsconn.FromEnv() reads the nats CLI's
+// environment: URLs, credentials, TLS, inbox prefix) and returns a Client
+// on that connection; Close closes it.
+//
+//	cl, err := client.Dial(natsconn.FromEnv(), client.Config{Source: "my-agent"})
+func Dial(conn natsconn.Config, cfg Config) (*Client, error) {
+	name := cfg.Source
+	if name == "" {
+		name = "toolbus/client"
+	}
+	nc, err := conn.Connect(name)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	c := New(nc, cfg)
+	c.owned = true
+	return c, nil
+}
+
+// Close closes the connection of a Client made by Dial; a Client made by
+// New leaves its connection to the caller.
+func (c *Client) Close() {
+	if c.owned {
+		c.nc.Close()
+	}
+}
+
+// Conn returns the Client's connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
 
 // Subjects returns the deployment's subject names.
 func (c *Client) Subjects() bus.Subjects { return c.subj }

@@ -12,13 +12,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp/facade"
 )
 
 // serveMCP serves the bus as an MCP server over streamable HTTP at
 // /mcp/<session> on addr (--mcp-listen); stop shuts it down.
 func serveMCP(nc *nats.Conn, addr, prefix string, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
-	f := facade.New(nc, facade.Config{Prefix: prefix, Logger: log})
+	f := facade.New(client.New(nc, client.Config{Prefix: prefix, Source: "toolbus/mcp"}), facade.Config{Logger: log})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		f.Close()

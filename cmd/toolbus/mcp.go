@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/mcp/facade"
 )
@@ -18,15 +15,12 @@ func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := checkSession(fs, cn.session); err != nil {
+	cl, closeConn, err := cn.open(fs)
+	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(cn.url, nats.Name("toolbus-mcp"))
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", cn.url, err)
-	}
-	defer nc.Close()
-	f := facade.New(nc, facade.Config{Prefix: cn.prefix})
+	defer closeConn()
+	f := facade.New(cl, facade.Config{})
 	defer f.Close()
 	in := io.Reader(os.Stdin)
 	return f.ServeStdio(ctx, cn.session, *user, in, stdout)

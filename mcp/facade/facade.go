@@ -30,8 +30,6 @@ import (
 
 // Config configures a Facade.
 type Config struct {
-	// Prefix is the deployment's subject prefix; "" means bus.DefaultPrefix.
-	Prefix string
 	// UserHeader is the HTTP header whose value becomes the batch's and
 	// the listing's user; "" means X-Toolbus-User.
 	UserHeader string
@@ -73,8 +71,10 @@ type Facade struct {
 // key names a session's MCP server: the bus session and the user.
 type key struct{ session, user string }
 
-// New returns a Facade over the deployment nc talks to.
-func New(nc *nats.Conn, cfg Config) *Facade {
+// New returns a Facade over the deployment cl talks to (its connection
+// and prefix; the facade's events and calls have the source
+// "toolbus/mcp" only when cl was made with it).
+func New(cl *client.Client, cfg Config) *Facade {
 	if cfg.UserHeader == "" {
 		cfg.UserHeader = "X-Toolbus-User"
 	}
@@ -91,7 +91,7 @@ func New(nc *nats.Conn, cfg Config) *Facade {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	f := &Facade{nc: nc, cl: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/mcp"}), cfg: cfg,
+	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg,
 		sessions: map[key]*session{}, watched: map[string]func(){}, ctx: ctx, stop: stop}
 	f.store = newStoreWatch(f)
 	return f

@@ -126,7 +126,7 @@ func startEnv(t *testing.T, e *env) *env {
 	}
 	t.Cleanup(func() { _ = w.Drain(context.Background()) })
 	e.bus = client.New(e.conn(t), client.Config{Source: "test/agent"})
-	e.f = New(e.conn(t), Config{Poll: time.Hour, ProgressEvery: 200 * time.Millisecond})
+	e.f = New(client.New(e.conn(t), client.Config{Source: "toolbus/mcp"}), Config{Poll: time.Hour, ProgressEvery: 200 * time.Millisecond})
 	// On a cluster, the router's interest reaches the other nodes a moment
 	// after it subscribed.
 	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
