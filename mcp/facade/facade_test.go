@@ -3,6 +3,7 @@ package facade
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,26 +19,23 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/skills"
-	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
 const bound = 15 * time.Second
 
 type env struct {
-	srv     *server.Server    // one node, or nil
-	cluster *embedded.Cluster // or three, every bucket replicated three times
-	conns   int
+	d       *xtest.Deployment
 	bus     *client.Client
 	url     string
 	f       *Facade
@@ -45,102 +43,137 @@ type env struct {
 }
 
 // conn connects to the deployment (on a cluster, to the nodes in turn).
-func (e *env) conn(t *testing.T) *nats.Conn {
+func (e *env) conn(t *testing.T, role string) *nats.Conn {
 	t.Helper()
-	if e.cluster == nil {
-		return bustest.Connect(t, e.srv)
+	nc, err := e.d.Connect(t.Context(), role)
+	if err != nil {
+		t.Fatal(err)
 	}
-	e.conns++
-	return bustest.ConnectURL(t, e.cluster.URLs(e.conns%e.cluster.Nodes()))
+	return nc
 }
 
 // newEnv starts a router, a worker and the facade over HTTP on one
 // nats-server. The facade polls once an hour, so every list change the
 // tests see came from a watch.
-func newEnv(t *testing.T) *env { return startEnv(t, &env{srv: bustest.RunServer(t)}) }
+func newEnv(t *testing.T) *env { return startEnv(t, false) }
 
-// newClusterEnv is newEnv on a 3-node cluster, the router, the worker and
-// the facade each on another node.
-func newClusterEnv(t *testing.T) *env { return startEnv(t, &env{cluster: bustest.RunCluster(t)}) }
+// newClusterEnv is newEnv on a 3-node cluster with every bucket
+// replicated three times, the router, the worker, the agent and the
+// facade on different nodes.
+func newClusterEnv(t *testing.T) *env { return startEnv(t, true) }
 
-func startEnv(t *testing.T, e *env) *env {
+func startEnv(t *testing.T, cluster bool) *env {
 	t.Helper()
-	replicas := 1
-	if e.cluster != nil {
-		replicas = 3
-	}
-	r, err := router.New(e.conn(t), router.Config{DefaultMode: "bypass", Store: store.Config{Heartbeat: 500 * time.Millisecond, Replicas: replicas},
-		Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta},
-			{Name: "site", Description: "Site tools an operator switches.", Scope: bus.ScopeExternal}}, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	e.release = make(chan struct{})
-	w, err := worker.New(e.conn(t), worker.Config{Heartbeat: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := &env{release: make(chan struct{})}
+	e.d = xtest.Run(t, xtest.Config{Cluster: cluster, Routers: 1, Heartbeat: 500 * time.Millisecond,
+		Router: router.Config{DefaultMode: "bypass", Logger: slog.New(slog.DiscardHandler),
+			Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta},
+				{Name: "site", Description: "Site tools an operator switches.", Scope: bus.ScopeExternal}}}})
 	type hi struct {
 		Name string `json:"name"`
 	}
-	if err := worker.Register(w, bus.ToolDef{Name: "hello", Description: "Greets.", ReadOnly: true},
-		func(_ context.Context, _ *worker.Call, in hi) (string, error) { return "hello " + in.Name, nil }); err != nil {
+	setup := func(w *worker.Worker) error {
+		return errors.Join(
+			worker.Register(w, bus.ToolDef{Name: "hello", Description: "Greets.", ReadOnly: true},
+				func(_ context.Context, _ *worker.Call, in hi) (string, error) { return "hello " + in.Name, nil }),
+			worker.Register(w, bus.ToolDef{Name: "deploy", Description: "Deploys.", Groups: []string{"ops"}},
+				func(context.Context, *worker.Call, struct{}) (string, error) { return "deployed", nil }),
+			worker.Register(w, bus.ToolDef{Name: "slow", Description: "Reports progress, then ends when released.", ReadOnly: true},
+				func(ctx context.Context, c *worker.Call, _ struct{}) (string, error) {
+					if err := c.Progress(bus.Text("half way")...); err != nil {
+						return "", err
+					}
+					select {
+					case <-e.release:
+						return "slow done", nil
+					case <-ctx.Done():
+						return "", ctx.Err()
+					}
+				}),
+			worker.Register(w, bus.ToolDef{Name: "siteops", Description: "Site operations.", ReadOnly: true, Groups: []string{"site"}},
+				func(context.Context, *worker.Call, struct{}) (string, error) { return "site", nil }),
+			w.Handle(bus.ToolDef{Name: "ask_human", Description: "A person answers.", External: true,
+				InputSchema: json.RawMessage(`{"type":"object"}`)}, nil),
+			w.Handle(bus.ToolDef{Name: "ask_soon", Description: "A person answers within 1.5 s.", External: true, TimeoutMS: 1500,
+				InputSchema: json.RawMessage(`{"type":"object"}`)}, nil))
+	}
+	if _, err := e.d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: setup}); err != nil {
 		t.Fatal(err)
 	}
-	if err := worker.Register(w, bus.ToolDef{Name: "deploy", Description: "Deploys.", Groups: []string{"ops"}},
-		func(context.Context, *worker.Call, struct{}) (string, error) { return "deployed", nil }); err != nil {
+	if err := e.d.WaitLive(t.Context(), "hello", "deploy", "slow", "siteops", "ask_human", "ask_soon"); err != nil {
 		t.Fatal(err)
 	}
-	if err := worker.Register(w, bus.ToolDef{Name: "slow", Description: "Reports progress, then ends when released.", ReadOnly: true},
-		func(ctx context.Context, c *worker.Call, _ struct{}) (string, error) {
-			if err := c.Progress(bus.Text("half way")...); err != nil {
-				return "", err
-			}
-			select {
-			case <-e.release:
-				return "slow done", nil
-			case <-ctx.Done():
-				return "", ctx.Err()
-			}
-		}); err != nil {
-		t.Fatal(err)
-	}
-	if err := worker.Register(w, bus.ToolDef{Name: "siteops", Description: "Site operations.", ReadOnly: true, Groups: []string{"site"}},
-		func(context.Context, *worker.Call, struct{}) (string, error) { return "site", nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Handle(bus.ToolDef{Name: "ask_human", Description: "A person answers.", External: true,
-		InputSchema: json.RawMessage(`{"type":"object"}`)}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Handle(bus.ToolDef{Name: "ask_soon", Description: "A person answers within 1.5 s.", External: true, TimeoutMS: 1500,
-		InputSchema: json.RawMessage(`{"type":"object"}`)}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Drain(context.Background()) })
-	e.bus = client.New(e.conn(t), client.Config{Source: "test/agent"})
-	e.f = New(client.New(e.conn(t), client.Config{Source: "toolbus/mcp"}), Config{Poll: time.Hour, ProgressEvery: 200 * time.Millisecond})
-	// On a cluster, the router's interest reaches the other nodes a moment
-	// after it subscribed.
-	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
-		_, err := e.f.list(t.Context(), "probe", "", bus.FormatMCP)
-		return err
-	})
-	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
-		_, err := e.bus.Tools(t.Context(), "probe", bus.FormatMCP, nil)
-		return err
-	})
+	e.bus = client.New(e.conn(t, xtest.RoleClient), client.Config{Source: "test/agent"})
+	e.f = New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), Config{Poll: time.Hour, ProgressEvery: 200 * time.Millisecond})
 	hs := httptest.NewServer(e.f.Handler())
 	t.Cleanup(func() { hs.Close(); e.f.Close() })
 	e.url = hs.URL
 	return e
+}
+
+// extraWorker starts a worker with the tool extra.
+func (e *env) extraWorker(t *testing.T) *worker.Worker {
+	t.Helper()
+	w, err := e.d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		return worker.Register(w, bus.ToolDef{Name: "extra", Description: "Extra.", ReadOnly: true},
+			func(context.Context, *worker.Call, struct{}) (string, error) { return "extra", nil })
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// resetTools runs reset_tools in session s through the bus.
+func (e *env) resetTools(t *testing.T, s string, groups map[string]bool) {
+	t.Helper()
+	if _, err := e.bus.Call(t.Context(), s, bus.Batch{Calls: []bus.Call{{ID: "r-" + nuid.Next(), Name: "reset_tools", Input: client.Input(groups)}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// answeredWhileWaiting calls ask_human through c and answers the park on
+// the bus while the MCP call waits.
+func (e *env) answeredWhileWaiting(t *testing.T, c *mcpConn, s string) {
+	t.Helper()
+	ev, err := e.bus.Watch(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	res := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		r, _ := call(t, c, "ask_human", map[string]any{}, false)
+		res <- r
+	}()
+	replyID, p := parkedEvent(t, ev, "ask_human")
+	if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")}); err != nil {
+		t.Fatal(err)
+	}
+	if r := bustest.Recv(t, res, bound, "the tools/call result"); r == nil || r.IsError || textOf(r) != "forty-two" {
+		t.Fatalf("parked call: %+v", r)
+	}
+}
+
+// workerComesAndGoes starts a worker with the tool extra, then drains it:
+// each reaches c as tools/list_changed, the next list changed.
+func (e *env) workerComesAndGoes(t *testing.T, c *mcpConn) {
+	t.Helper()
+	if got := names(t, c); slices.Contains(got, "extra") {
+		t.Fatalf("before: %v", got)
+	}
+	w := e.extraWorker(t)
+	waitChanged(t, c)
+	if got := names(t, c); !slices.Contains(got, "extra") {
+		t.Fatalf("after the worker registered: %v", got)
+	}
+	if err := w.Drain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitChanged(t, c)
+	if got := names(t, c); slices.Contains(got, "extra") {
+		t.Fatalf("after the worker left: %v", got)
+	}
 }
 
 // mcpConn is an mcp-go client of one session with the notifications it got.
@@ -311,9 +344,7 @@ func TestHTTP(t *testing.T) {
 			}
 
 			// reset_tools through the bus: the MCP client is told.
-			if _, err := e.bus.Call(t.Context(), s, bus.Batch{Calls: []bus.Call{{ID: "r1", Name: "reset_tools", Input: client.Input(map[string]bool{"ops": true})}}}); err != nil {
-				t.Fatal(err)
-			}
+			e.resetTools(t, s, map[string]bool{"ops": true})
 			waitChanged(t, c)
 			if got := names(t, c); !slices.Contains(got, "deploy") {
 				t.Fatalf("after reset_tools through the bus: %v", got)
@@ -339,23 +370,7 @@ func TestHTTP(t *testing.T) {
 			}
 
 			// A parked external call answered while the MCP call waits.
-			ev, err := e.bus.Watch(t.Context(), s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ev.Stop()
-			res := make(chan *mcp.CallToolResult, 1)
-			go func() {
-				r, _ := call(t, c, "ask_human", map[string]any{}, false)
-				res <- r
-			}()
-			replyID, p := parkedEvent(t, ev, "ask_human")
-			if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")}); err != nil {
-				t.Fatal(err)
-			}
-			if r := bustest.Recv(t, res, bound, "the tools/call result"); r == nil || r.IsError || textOf(r) != "forty-two" {
-				t.Fatalf("parked call: %+v", r)
-			}
+			e.answeredWhileWaiting(t, c, s)
 		})
 	}
 	resp, err := http.Get(e.url + "/mcp/bad.session")
@@ -444,9 +459,7 @@ func TestElicitation(t *testing.T) {
 			if err := e.bus.Admin(t.Context(), "session.mode", s, map[string]string{"mode": "default"}, nil); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.bus.Call(t.Context(), s, bus.Batch{Calls: []bus.Call{{ID: "r1", Name: "reset_tools", Input: client.Input(map[string]bool{"ops": true})}}}); err != nil {
-				t.Fatal(err)
-			}
+			e.resetTools(t, s, map[string]bool{"ops": true})
 			el := &elicitor{decision: choiceAllow, asked: make(chan string, 4)}
 			c := e.connect(t, s, version, "alice", mcpclient.WithElicitationHandler(el))
 			r, err := call(t, c, "deploy", map[string]any{}, false)
@@ -638,32 +651,7 @@ func TestTask(t *testing.T) {
 // tools/list_changed, the next list changed accordingly.
 func TestWorkerListChanged(t *testing.T) {
 	e := newEnv(t)
-	c := e.connect(t, "workers", mcp.ProtocolVersion20251125, "alice")
-	if got := names(t, c); slices.Contains(got, "extra") {
-		t.Fatalf("before: %v", got)
-	}
-	w, err := worker.New(e.conn(t), worker.Config{Heartbeat: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := worker.Register(w, bus.ToolDef{Name: "extra", Description: "Extra.", ReadOnly: true},
-		func(context.Context, *worker.Call, struct{}) (string, error) { return "extra", nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	waitChanged(t, c)
-	if got := names(t, c); !slices.Contains(got, "extra") {
-		t.Fatalf("after the worker registered: %v", got)
-	}
-	if err := w.Drain(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	waitChanged(t, c)
-	if got := names(t, c); slices.Contains(got, "extra") {
-		t.Fatalf("after the worker left: %v", got)
-	}
+	e.workerComesAndGoes(t, e.connect(t, "workers", mcp.ProtocolVersion20251125, "alice"))
 }
 
 // tools/list is the listing of the request's user: a skill scoped to
@@ -680,7 +668,7 @@ func TestUserListing(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: notes\ndescription: Alice's notes.\n---\nRead them.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(e.conn(t))
+	js, err := jetstream.New(e.conn(t, xtest.RoleClient))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -710,7 +698,7 @@ func TestWatchCost(t *testing.T) {
 	e := newEnv(t)
 	const s = "cost"
 	c := e.connect(t, s, mcp.ProtocolVersion20251125, "alice")
-	js, err := jetstream.New(e.conn(t))
+	js, err := jetstream.New(e.conn(t, xtest.RoleClient))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -759,30 +747,13 @@ func TestWatchCost(t *testing.T) {
 			<-c.changed
 		}
 	}
-	measure("reset_tools through the bus", func() {
-		if _, err := e.bus.Call(t.Context(), s, bus.Batch{Calls: []bus.Call{{ID: "r1", Name: "reset_tools", Input: client.Input(map[string]bool{"ops": true})}}}); err != nil {
-			t.Fatal(err)
-		}
-	})
+	measure("reset_tools through the bus", func() { e.resetTools(t, s, map[string]bool{"ops": true}) })
 	measure("session.activate", func() {
 		if err := e.bus.Admin(t.Context(), "session.activate", s, map[string]any{"groups": []string{"site"}}, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
-	measure("a worker registering", func() {
-		w, err := worker.New(e.conn(t), worker.Config{Heartbeat: 500 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := worker.Register(w, bus.ToolDef{Name: "extra", Description: "Extra.", ReadOnly: true},
-			func(context.Context, *worker.Call, struct{}) (string, error) { return "extra", nil }); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = w.Drain(context.Background()) })
-	})
+	measure("a worker registering", func() { e.extraWorker(t) })
 }
 
 // TestCluster: the facade on a 3-node cluster with every bucket
@@ -800,53 +771,13 @@ func TestCluster(t *testing.T) {
 			if r, err := call(t, c, "hello", map[string]any{"name": "bob"}, false); err != nil || textOf(r) != "hello bob" {
 				t.Fatalf("hello: %+v %v", r, err)
 			}
-			if _, err := e.bus.Call(t.Context(), s, bus.Batch{Calls: []bus.Call{{ID: "r1", Name: "reset_tools", Input: client.Input(map[string]bool{"ops": true})}}}); err != nil {
-				t.Fatal(err)
-			}
+			e.resetTools(t, s, map[string]bool{"ops": true})
 			waitChanged(t, c)
 			if got := names(t, c); !slices.Contains(got, "deploy") {
 				t.Fatalf("after reset_tools through the bus: %v", got)
 			}
-			ev, err := e.bus.Watch(t.Context(), s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ev.Stop()
-			res := make(chan *mcp.CallToolResult, 1)
-			go func() {
-				r, _ := call(t, c, "ask_human", map[string]any{}, false)
-				res <- r
-			}()
-			replyID, p := parkedEvent(t, ev, "ask_human")
-			if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")}); err != nil {
-				t.Fatal(err)
-			}
-			if r := bustest.Recv(t, res, bound, "the tools/call result"); r == nil || r.IsError || textOf(r) != "forty-two" {
-				t.Fatalf("parked call: %+v", r)
-			}
+			e.answeredWhileWaiting(t, c, s)
 		})
 	}
-	c := e.connect(t, "clworkers", mcp.ProtocolVersion20251125, "alice")
-	w, err := worker.New(e.conn(t), worker.Config{Heartbeat: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := worker.Register(w, bus.ToolDef{Name: "extra", Description: "Extra.", ReadOnly: true},
-		func(context.Context, *worker.Call, struct{}) (string, error) { return "extra", nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	waitChanged(t, c)
-	if got := names(t, c); !slices.Contains(got, "extra") {
-		t.Fatalf("after the worker registered: %v", got)
-	}
-	if err := w.Drain(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	waitChanged(t, c)
-	if got := names(t, c); slices.Contains(got, "extra") {
-		t.Fatalf("after the worker left: %v", got)
-	}
+	e.workerComesAndGoes(t, e.connect(t, "clworkers", mcp.ProtocolVersion20251125, "alice"))
 }
