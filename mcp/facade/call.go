@@ -49,9 +49,8 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 		input = []byte(`{}`)
 	}
 	b := bus.Batch{Calls: []bus.Call{{ID: "mcp-" + nuid.Next(), Name: req.Params.Name, Input: input}}}
-	user, _ := ctx.Value(userKey).(string)
-	if user != "" {
-		b.User = client.Input(user)
+	if s.user != "" {
+		b.User = client.Input(s.user)
 	}
 	if c, _ := ctx.Value(contextKey).(string); c != "" {
 		if !json.Valid([]byte(c)) {
@@ -134,7 +133,7 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 				}()
 				defer func() { stop(); <-elicited }()
 			}
-			waitFor := s.timeout(ctx, user, req.Params.Name)
+			waitFor := s.timeout(ctx, req.Params.Name)
 			if s.f.cfg.ParkWait > waitFor {
 				waitFor = s.f.cfg.ParkWait
 			}
@@ -179,11 +178,11 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 	}
 }
 
-// timeout is the tool's timeout_ms as user's listing of the session has
-// it; bus.DefaultTimeoutMS when the listing fails or lacks the tool.
-func (s *session) timeout(ctx context.Context, user, name string) time.Duration {
+// timeout is the tool's timeout_ms as the user's listing of the session
+// has it; bus.DefaultTimeoutMS when the listing fails or lacks the tool.
+func (s *session) timeout(ctx context.Context, name string) time.Duration {
 	ms := int64(bus.DefaultTimeoutMS)
-	if list, err := s.f.list(ctx, s.id, user, bus.FormatToolbus); err == nil {
+	if list, err := s.f.list(ctx, s.id, s.user, bus.FormatToolbus); err == nil {
 		for _, raw := range list.Tools {
 			var d struct {
 				Name      string `json:"name"`

@@ -107,8 +107,7 @@ func (f *Facade) Close() {
 type ctxKey int
 
 const (
-	userKey ctxKey = iota
-	contextKey
+	contextKey ctxKey = iota
 	taskKey
 )
 
@@ -156,9 +155,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	if err != nil {
 		return err
 	}
-	std := server.NewStdioServer(s.mcp)
-	std.SetContextFunc(func(ctx context.Context) context.Context { return context.WithValue(ctx, userKey, user) })
-	return std.Listen(ctx, in, out)
+	return server.NewStdioServer(s.mcp).Listen(ctx, in, out)
 }
 
 // session is one bus session's MCP server for one user.
@@ -203,7 +200,6 @@ func (f *Facade) session(id, user string) (*session, error) {
 		server.WithTaskCapabilities(true, true, true), server.WithTaskHooks(th))
 	s.http = server.NewStreamableHTTPServer(s.mcp, server.WithStreamableHTTPLogger(f.cfg.Logger),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
-			ctx = context.WithValue(ctx, userKey, r.Header.Get(f.cfg.UserHeader))
 			ctx = context.WithValue(ctx, taskKey, &taskRef{})
 			return context.WithValue(ctx, contextKey, r.Header.Get(f.cfg.ContextHeader))
 		}))
