@@ -249,6 +249,11 @@ func (w *Worker) pendingLimits() (msgs, bytes int) {
 	return max(4*w.cfg.MaxConcurrent, 1024), 64 << 20
 }
 
+// heartbeat registers every beat until ctx ends. A registration already
+// sent is not abandoned when ctx ends: it is waited for until a router
+// answers it or a beat passes, so that Drain, which waits for this loop,
+// sends its leave after it and a router cannot apply the heartbeat after
+// the leave (which kept the worker's tools listed for three more beats).
 func (w *Worker) heartbeat(ctx context.Context) {
 	defer w.loops.Done()
 	t := time.NewTicker(w.cfg.Heartbeat)
@@ -258,7 +263,10 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			w.register(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			w.register(context.WithoutCancel(ctx))
 		}
 	}
 }

@@ -725,3 +725,68 @@ func FuzzExec(f *testing.F) {
 		}
 	})
 }
+
+// TestDrainLeavesAfterHeartbeatInFlight: a heartbeat registration already
+// sent when Drain begins is waited for (until a router answers it or a
+// beat passes) before the leaving registration goes out, so no router can
+// apply the heartbeat after the leave.
+func TestDrainLeavesAfterHeartbeatInFlight(t *testing.T) {
+	const beat = 300 * time.Millisecond
+	f := newFixture(t, false)
+	nc := bustest.Connect(t, f.srv)
+	regs := make(chan *nats.Msg, 16)
+	if _, err := nc.ChanSubscribe(f.subj.Register(), regs); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	decode := func(m *nats.Msg) bus.Register {
+		t.Helper()
+		e, err := bus.Decode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r bus.Register
+		if err := e.DataAs(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	w := f.newWorker(worker.Config{Heartbeat: beat})
+	raw(t, w, "ping", func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textOut("pong"), nil })
+	started := make(chan error, 1)
+	go func() { started <- w.Start(t.Context()) }()
+	first := bustest.Recv(t, regs, bound, "the first registration")
+	if r := decode(first); r.Leaving || len(r.Tools) != 1 {
+		t.Fatalf("first registration %s", jsonOf(r))
+	}
+	_ = bus.Respond(nc, first, "test/router", bus.TypeRegisterAck, bus.RegisterAck{Accepted: []string{"ping"}, Rejected: []bus.Rejection{}})
+	if err := bustest.Recv(t, started, bound, "Start"); err != nil {
+		t.Fatal(err)
+	}
+	// The next heartbeat is held: no router answers it.
+	hb := bustest.Recv(t, regs, bound, "a heartbeat")
+	held := time.Now()
+	if r := decode(hb); r.Leaving {
+		t.Fatal("leaving before Drain")
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- w.Drain(context.Background()) }()
+	leave := bustest.Recv(t, regs, bound, "the leaving registration")
+	if r := decode(leave); !r.Leaving {
+		t.Fatalf("after the held heartbeat: %s, want the leave", jsonOf(r))
+	}
+	if d := time.Since(held); d < beat/3 {
+		t.Fatalf("the leave came %s after a heartbeat nobody had answered; want it after the heartbeat's wait (%s)", d, beat)
+	}
+	_ = bus.Respond(nc, leave, "test/router", bus.TypeRegisterAck, bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}})
+	if err := bustest.Recv(t, drained, bound, "Drain"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-regs:
+		t.Fatalf("a registration after the leave: %s", jsonOf(decode(m)))
+	default:
+	}
+}

@@ -348,22 +348,6 @@ func (l *link) stopWorker() {
 	if err := w.Drain(ctx); err != nil {
 		l.log.Warn("bridge: worker stop", "err", err)
 	}
-	// Stop cancels a heartbeat that may still be on its way, and a router
-	// can apply it after the leave, which would keep the tools listed for
-	// three more beats: leave once more, now that nothing else is sent.
-	l.leave(ctx, w.ID())
-}
-
-func (l *link) leave(ctx context.Context, id string) {
-	e, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/"+id, bus.Register{Worker: id, Leaving: true})
-	if err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if _, err := bus.SendRequest(ctx, l.b.nc, bus.NewSubjects(l.b.cfg.Prefix).Register(), e); err != nil {
-		l.log.Debug("bridge: leave not acknowledged", "worker", id, "err", err)
-	}
 }
 
 func (l *link) onNotification(n mcp.JSONRPCNotification) {

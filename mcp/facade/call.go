@@ -17,9 +17,30 @@ import (
 
 // call runs a tools/call as a one-call batch of the session. A call that
 // parks is waited for on the session's events until it has a result or
-// ParkWait passes; progress events become progress notifications when the
-// client sent a token.
+// its deadline passes: the tool's timeout_ms from the call's start (or
+// ParkWait when longer). Progress events become progress notifications
+// when the client sent a token, and so does the wait, every ProgressEvery.
+// A task-augmented call (a client that supports tasks) is the same
+// handler, run by mcp-go as a task the client polls: the task ends with
+// the call's result, or with the still-parked error at the deadline.
 func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	ctx, untrack := s.detachTask(ctx, req)
+	defer untrack()
+	if req.Params.RequestState != "" {
+		return s.resume(ctx, req)
+	}
+	if server.IsModernRequest(ctx) && canElicit(ctx) {
+		return s.callModern(ctx, req)
+	}
+	return s.run(ctx, req, nil)
+}
+
+// run runs the call and waits for its result. With confirm, a confirm
+// park is sent on it (the caller puts it to the host's user); without,
+// it is put to the host's user through elicitation when the client
+// declared it.
+func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan<- confirmPark) (*mcp.CallToolResult, error) {
+	start := time.Now()
 	input, err := json.Marshal(req.GetArguments())
 	if err != nil {
 		return nil, err
@@ -28,8 +49,8 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 		input = []byte(`{}`)
 	}
 	b := bus.Batch{Calls: []bus.Call{{ID: "mcp-" + nuid.Next(), Name: req.Params.Name, Input: input}}}
-	if u, _ := ctx.Value(userKey).(string); u != "" {
-		b.User = client.Input(u)
+	if s.user != "" {
+		b.User = client.Input(s.user)
 	}
 	if c, _ := ctx.Value(contextKey).(string); c != "" {
 		if !json.Valid([]byte(c)) {
@@ -44,12 +65,16 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	}
 	defer ev.Stop()
 	replyID := client.NewReplyID()
+	opts := []client.CallOption{client.WithReplyID(replyID)}
+	if d, ok := ctx.Deadline(); ok {
+		opts = append(opts, client.WithExpiry(d))
+	}
 	done := make(chan struct{})
 	var reply *bus.Reply
 	var callErr error
 	go func() {
 		defer close(done)
-		reply, callErr = s.f.cl.Call(ctx, s.id, b, client.WithReplyID(replyID))
+		reply, callErr = s.f.cl.Call(ctx, s.id, b, opts...)
 	}()
 	var token mcp.ProgressToken
 	if req.Params.Meta != nil {
@@ -61,17 +86,20 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 			return
 		}
 		progress++
-		_ = server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
-			map[string]any{"progressToken": token, "progress": progress, "message": msg})
+		if srv := server.ServerFromContext(ctx); srv != nil {
+			_ = srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
+				map[string]any{"progressToken": token, "progress": progress, "message": msg})
+		}
 	}
 	var parked *bus.Parked
 	var early *bus.Result // a result event read before the reply
-	var wait <-chan time.Time
+	var wait, tick <-chan time.Time
+	var deadline time.Time
 	for {
 		select {
 		case <-ctx.Done():
-			// The MCP client cancelled (or went away): interrupt the call
-			// on the bus too.
+			// The MCP client cancelled (or went away, or cancelled the
+			// task): interrupt the call on the bus too.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = s.f.cl.Cancel(cctx, s.id, replyID)
 			cancel()
@@ -94,7 +122,9 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 			if early != nil {
 				return toMCP(*early), nil
 			}
-			if parked.Kind == "confirm" && canElicit(ctx) {
+			if parked.Kind == "confirm" && confirm != nil {
+				confirm <- confirmPark{*parked, replyID}
+			} else if parked.Kind == "confirm" && canElicit(ctx) {
 				ectx, stop := context.WithCancel(ctx)
 				elicited := make(chan struct{})
 				go func() {
@@ -103,13 +133,24 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 				}()
 				defer func() { stop(); <-elicited }()
 			}
-			notify(fmt.Sprintf("waiting for %s on %s", kindText(parked.Kind), parked.Subject))
-			t := time.NewTimer(s.f.cfg.ParkWait)
+			waitFor := s.timeout(ctx, req.Params.Name)
+			if s.f.cfg.ParkWait > waitFor {
+				waitFor = s.f.cfg.ParkWait
+			}
+			deadline = start.Add(waitFor)
+			notify(fmt.Sprintf("waiting for %s on %s until %s", kindText(parked.Kind), parked.Subject, deadline.UTC().Format(time.RFC3339)))
+			t := time.NewTimer(time.Until(deadline))
 			defer t.Stop()
 			wait = t.C
+			p := time.NewTicker(s.f.cfg.ProgressEvery)
+			defer p.Stop()
+			tick = p.C
+		case <-tick:
+			notify(fmt.Sprintf("still waiting for %s on %s (%s left)", kindText(parked.Kind), parked.Subject,
+				time.Until(deadline).Round(time.Second)))
 		case <-wait:
-			return mcp.NewToolResultError(fmt.Sprintf("The call %s of tool %s is still parked (%s): answer it on %s (reply id %s, session %s).",
-				b.Calls[0].ID, req.Params.Name, parked.Kind, parked.Subject, replyID, s.id)), nil
+			return mcp.NewToolResultError(fmt.Sprintf("The call %s of tool %s is still parked (%s) after its deadline (%s): answer it on %s (reply id %s, session %s).",
+				b.Calls[0].ID, req.Params.Name, parked.Kind, deadline.Sub(start).Round(time.Millisecond), parked.Subject, replyID, s.id)), nil
 		case e, ok := <-ev.C:
 			if !ok {
 				return nil, fmt.Errorf("facade: events ended")
@@ -135,6 +176,24 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 			}
 		}
 	}
+}
+
+// timeout is the tool's timeout_ms as the user's listing of the session
+// has it; bus.DefaultTimeoutMS when the listing fails or lacks the tool.
+func (s *session) timeout(ctx context.Context, name string) time.Duration {
+	ms := int64(bus.DefaultTimeoutMS)
+	if list, err := s.f.list(ctx, s.id, s.user, bus.FormatToolbus); err == nil {
+		for _, raw := range list.Tools {
+			var d struct {
+				Name      string `json:"name"`
+				TimeoutMS int64  `json:"timeout_ms"`
+			}
+			if json.Unmarshal(raw, &d) == nil && d.Name == name && d.TimeoutMS > 0 {
+				ms = d.TimeoutMS
+			}
+		}
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 func kindText(kind string) string {

@@ -3,9 +3,11 @@ package facade
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -17,10 +19,121 @@ const (
 	choiceDeny        = "deny"
 )
 
-// canElicit reports whether the client of ctx declared elicitation.
+// canElicit reports whether the client of ctx declared elicitation (in
+// 2026-07-28, in the request's _meta).
 func canElicit(ctx context.Context) bool {
+	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		return info.ClientCapabilities != nil && info.ClientCapabilities.Elicitation != nil
+	}
 	s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
 	return ok && s.GetClientCapabilities().Elicitation != nil
+}
+
+// confirmPark is a confirm park of a call, with the call's reply id.
+type confirmPark struct {
+	p       bus.Parked
+	replyID string
+}
+
+// pending is a call of a 2026-07-28 client that was asked for the host
+// user's decision (multi round-trip: the tools/call returned
+// input_required) and goes on meanwhile, until the retry brings the
+// decision, someone else answers, or its deadline passes.
+type pending struct {
+	park   confirmPark
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    *mcp.CallToolResult
+	err    error
+}
+
+// callModern runs a call of a 2026-07-28 client that declared
+// elicitation. Server-initiated requests are gone in that revision, so a
+// confirm park returns an input_required result asking for the decision,
+// with a request state naming the call, which goes on in the background;
+// the client's retry (resume) answers the park with the decision and
+// waits for the result.
+func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unlink := context.AfterFunc(s.f.ctx, cancel) // Close ends it too
+	confirm := make(chan confirmPark, 1)
+	p := &pending{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		defer unlink()
+		defer cancel()
+		p.res, p.err = s.run(rctx, req, confirm)
+	}()
+	select {
+	case <-p.done:
+		return p.res, p.err
+	case <-ctx.Done():
+		cancel()
+		<-p.done
+		return nil, ctx.Err()
+	case park := <-confirm:
+		p.park = park
+		state := "confirm-" + nuid.Next()
+		s.mu.Lock()
+		s.pending[state] = p
+		s.mu.Unlock()
+		// A call that ended (answered by someone else, or past its
+		// deadline) keeps its result for the retry a while.
+		s.f.wg.Add(1)
+		go func() {
+			defer s.f.wg.Done()
+			<-p.done
+			select {
+			case <-time.After(resultKept):
+			case <-s.f.ctx.Done():
+			}
+			s.mu.Lock()
+			delete(s.pending, state)
+			s.mu.Unlock()
+		}()
+		return server.NewInputRequestBuilder(state).Elicit("confirm", confirmParams(park.p)).ToolResult(), nil
+	}
+}
+
+// resume is the retry of a call that asked for the host user's decision:
+// the decision answers the park (the first answer wins), and the call's
+// result is waited for.
+func (s *session) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	s.mu.Lock()
+	p := s.pending[req.Params.RequestState]
+	s.mu.Unlock()
+	if p == nil {
+		return mcp.NewToolResultError(fmt.Sprintf("The request state %q names no call waiting for a decision here: it ended (answered elsewhere, or past its deadline) or another toolbus MCP endpoint holds it.",
+			req.Params.RequestState)), nil
+	}
+	if r, ok := req.Params.InputResponses["confirm"]; ok {
+		if err := r.DecodeFor(mcp.MethodElicitationCreate); err == nil && r.Elicitation != nil {
+			s.decide(ctx, p.park.p, p.park.replyID, r.Elicitation)
+		}
+	}
+	select {
+	case <-p.done:
+		s.mu.Lock()
+		delete(s.pending, req.Params.RequestState)
+		s.mu.Unlock()
+		return p.res, p.err
+	case <-ctx.Done():
+		p.cancel()
+		<-p.done
+		return nil, ctx.Err()
+	}
+}
+
+// resultKept is how long the result of a call that asked for a decision
+// waits for the client's retry once the call has ended.
+const resultKept = time.Minute
+
+// confirmParams is the elicitation that asks the host's user about p.
+func confirmParams(p bus.Parked) mcp.ElicitationParams {
+	return mcp.ElicitationParams{Message: fmt.Sprintf("Allow the tool %s to run with input %s?", p.Name, p.Input),
+		RequestedSchema: map[string]any{"type": "object", "required": []string{"decision"},
+			"properties": map[string]any{"decision": map[string]any{"type": "string", "title": "Decision",
+				"enum": []string{choiceAllow, choiceAllowAlways, choiceDeny}}}}}
 }
 
 // confirm asks the host's user about a confirm park through elicitation
@@ -29,24 +142,29 @@ func canElicit(ctx context.Context) bool {
 // the park for other approvers; an answer that comes second is ignored,
 // the first answer from anywhere wins.
 func (s *session) confirm(ctx context.Context, p bus.Parked, replyID string) {
-	req := mcp.ElicitationRequest{}
-	req.Params.Message = fmt.Sprintf("Allow the tool %s to run with input %s?", p.Name, p.Input)
-	req.Params.RequestedSchema = map[string]any{"type": "object", "required": []string{"decision"},
-		"properties": map[string]any{"decision": map[string]any{"type": "string", "title": "Decision",
-			"enum": []string{choiceAllow, choiceAllowAlways, choiceDeny}}}}
+	req := mcp.ElicitationRequest{Params: confirmParams(p)}
 	res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, req)
-	if err != nil || res.Action != mcp.ElicitationResponseActionAccept {
+	if err != nil {
+		return
+	}
+	s.decide(ctx, p, replyID, res)
+}
+
+// decide answers the park with the host user's choice; a decline, a
+// cancel or an unknown choice leaves it to the others.
+func (s *session) decide(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult) {
+	if res.Action != mcp.ElicitationResponseActionAccept {
 		return
 	}
 	content, _ := res.Content.(map[string]any)
 	decision, _ := content["decision"].(string)
+	if decision != choiceAllow && decision != choiceAllowAlways && decision != choiceDeny {
+		return
+	}
 	yes := decision == choiceAllow || decision == choiceAllowAlways
 	a := bus.Answer{Confirmed: &yes}
 	if decision == choiceAllowAlways {
 		a.Rules = []bus.Rule{{Tool: p.Name, Behavior: "allow"}}
-	}
-	if decision != choiceAllow && decision != choiceAllowAlways && decision != choiceDeny {
-		return
 	}
 	if err := s.f.cl.Answer(ctx, p.Name, s.id, replyID, p.ID, a); err != nil {
 		s.f.cfg.Logger.Debug("facade: elicited answer not taken", "tool", p.Name, "err", err)

@@ -1,13 +1,13 @@
 // Package facade serves a toolbus deployment as an MCP server, one MCP
-// endpoint per bus session, on top of client (so it runs in any process):
-// tools/list is the session's visible tools in mcp format, in the same
-// order, and tools/call runs a one-call batch through the routers, so
-// groups, validation, permissions and parking apply (PROTOCOL.md 12).
+// endpoint per bus session: tools/list is the session's visible tools in
+// mcp format, in the same order, and tools/call runs a one-call batch
+// through the routers, so groups, validation, permissions and parking
+// apply (PROTOCOL.md 12).
 //
-// Each bus session gets its own mcp-go MCPServer whose tools are replaced
-// whenever the session's listing changes; mcp-go then tells that session's
-// clients, and only them, notifications/tools/list_changed. A tool that is
-// not listed is not registered, so it cannot be called.
+// Each bus session and user gets its own mcp-go MCPServer whose tools are
+// replaced whenever that listing changes; mcp-go then tells its clients,
+// and only them, notifications/tools/list_changed. A tool that is not
+// listed is not registered, so it cannot be called.
 package facade
 
 import (
@@ -22,6 +22,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -36,29 +37,43 @@ type Config struct {
 	// as a JSON object; "" means X-Toolbus-Context.
 	ContextHeader string
 	// Poll is how often the listing of a session that has been used is
-	// compared with the bus; zero means 1s.
+	// compared with the bus, besides the watches that trigger a listing at
+	// once (the session's record, tool definitions, groups, workers
+	// arriving or leaving, skills); zero means 2s.
 	Poll time.Duration
-	// ParkWait is how long a parked call holds its tools/call open at
-	// least (the tool's own timeout when longer is not known here); zero
-	// means 10 minutes.
+	// ParkWait is the least a parked call holds its tools/call (or task)
+	// open; a call waits up to its tool's timeout_ms, or this when longer.
+	// Zero means no minimum.
 	ParkWait time.Duration
+	// ProgressEvery is how often a parked call sends a progress
+	// notification while it waits (when the client sent a progress
+	// token); zero means 10s.
+	ProgressEvery time.Duration
 	// Logger receives the facade's logs; nil discards.
 	Logger *slog.Logger
 }
 
 // Facade serves bus sessions over MCP. It is safe for concurrent use.
 type Facade struct {
+	nc  *nats.Conn
 	cl  *client.Client
 	cfg Config
 
 	mu       sync.Mutex
-	sessions map[string]*session
+	sessions map[key]*session
+	watched  map[string]func() // bus session → stop its KV watch
 	ctx      context.Context
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
+	store    *storeWatch
 }
 
-// New returns a Facade over the deployment cl talks to.
+// key names a session's MCP server: the bus session and the user.
+type key struct{ session, user string }
+
+// New returns a Facade over the deployment cl talks to (its connection
+// and prefix; the facade's events and calls have the source
+// "toolbus/mcp" only when cl was made with it).
 func New(cl *client.Client, cfg Config) *Facade {
 	if cfg.UserHeader == "" {
 		cfg.UserHeader = "X-Toolbus-User"
@@ -67,19 +82,23 @@ func New(cl *client.Client, cfg Config) *Facade {
 		cfg.ContextHeader = "X-Toolbus-Context"
 	}
 	if cfg.Poll <= 0 {
-		cfg.Poll = time.Second
+		cfg.Poll = 2 * time.Second
 	}
-	if cfg.ParkWait <= 0 {
-		cfg.ParkWait = 10 * time.Minute
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Facade{cl: cl, cfg: cfg, sessions: map[string]*session{}, ctx: ctx, stop: stop}
+	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg,
+		sessions: map[key]*session{}, watched: map[string]func(){}, ctx: ctx, stop: stop}
+	f.store = newStoreWatch(f)
+	return f
 }
 
-// Close stops every session's polling. It is safe to call twice.
+// Close stops every session's watching and polling. It is safe to call
+// twice.
 func (f *Facade) Close() {
 	f.stop()
 	f.wg.Wait()
@@ -88,12 +107,26 @@ func (f *Facade) Close() {
 type ctxKey int
 
 const (
-	userKey ctxKey = iota
-	contextKey
+	contextKey ctxKey = iota
+	taskKey
 )
 
+// taskRef is where an HTTP request's context learns the id of the task
+// mcp-go created for it (a task-augmented tools/call).
+type taskRef struct {
+	mu sync.Mutex
+	id string
+}
+
+func (r *taskRef) set(id string) { r.mu.Lock(); r.id = id; r.mu.Unlock() }
+
+func (r *taskRef) get() string { r.mu.Lock(); defer r.mu.Unlock(); return r.id }
+
 // Handler serves streamable HTTP at /mcp/<session>; a session id that is
-// not a valid identifier, or another path, gets HTTP 404.
+// not a valid identifier, or another path, gets HTTP 404. Every revision
+// mcp-go serves works: 2024-11-05 to 2025-11-25 through initialize, and
+// 2026-07-28 (no MCP sessions) through server/discover, because the bus
+// session comes from the path.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := strings.CutPrefix(r.URL.Path, "/mcp/")
@@ -101,7 +134,7 @@ func (f *Facade) Handler() http.Handler {
 			http.NotFound(w, r)
 			return
 		}
-		s, err := f.session(id)
+		s, err := f.session(id, r.Header.Get(f.cfg.UserHeader))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
@@ -118,47 +151,66 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	if !bus.ValidID(sessionID) {
 		return fmt.Errorf("facade: session id %q must match ^[A-Za-z0-9_-]{1,128}$", sessionID)
 	}
-	s, err := f.session(sessionID)
+	s, err := f.session(sessionID, user)
 	if err != nil {
 		return err
 	}
-	std := server.NewStdioServer(s.mcp)
-	std.SetContextFunc(func(ctx context.Context) context.Context { return context.WithValue(ctx, userKey, user) })
-	return std.Listen(ctx, in, out)
+	return server.NewStdioServer(s.mcp).Listen(ctx, in, out)
 }
 
-// session is one bus session's MCP server.
+// session is one bus session's MCP server for one user.
 type session struct {
-	f    *Facade
-	id   string
-	mcp  *server.MCPServer
-	http *server.StreamableHTTPServer
+	f     *Facade
+	id    string
+	user  string
+	mcp   *server.MCPServer
+	http  *server.StreamableHTTPServer
+	dirty chan struct{} // a watch saw a change: list again
 
-	mu    sync.Mutex
-	raw   string         // the last listing, to compare
-	order map[string]int // tool name → position in the listing
+	mu      sync.Mutex
+	raw     string                        // the last listing, to compare
+	order   map[string]int                // tool name → position in the listing
+	tasks   map[string]context.CancelFunc // task id → cancels its call
+	pending map[string]*pending           // request state → a call waiting for the host user's decision
 }
 
-func (f *Facade) session(id string) (*session, error) {
+func (f *Facade) session(id, user string) (*session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if s, ok := f.sessions[id]; ok {
+	k := key{id, user}
+	if s, ok := f.sessions[k]; ok {
 		return s, nil
 	}
-	s := &session{f: f, id: id, order: map[string]int{}}
+	if f.ctx.Err() != nil {
+		return nil, fmt.Errorf("facade: closed")
+	}
+	s := &session{f: f, id: id, user: user, order: map[string]int{}, dirty: make(chan struct{}, 1),
+		tasks: map[string]context.CancelFunc{}, pending: map[string]*pending{}}
 	hooks := &server.Hooks{}
-	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { s.refresh(ctx) })
+	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx) })
+	th := &server.TaskHooks{}
+	th.AddOnTaskCreated(func(ctx context.Context, m server.TaskMetrics) {
+		if r, ok := ctx.Value(taskKey).(*taskRef); ok {
+			r.set(m.TaskID)
+		}
+	})
+	th.AddOnTaskCancelled(func(_ context.Context, m server.TaskMetrics) { s.endTask(m.TaskID) })
 	s.mcp = server.NewMCPServer("toolbus", "1.0.0", server.WithToolCapabilities(true), server.WithHooks(hooks),
-		server.WithElicitation(), server.WithToolFilter(s.filter))
+		server.WithElicitation(), server.WithToolFilter(s.filter),
+		server.WithTaskCapabilities(true, true, true), server.WithTaskHooks(th))
 	s.http = server.NewStreamableHTTPServer(s.mcp, server.WithStreamableHTTPLogger(f.cfg.Logger),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
-			ctx = context.WithValue(ctx, userKey, r.Header.Get(f.cfg.UserHeader))
+			ctx = context.WithValue(ctx, taskKey, &taskRef{})
 			return context.WithValue(ctx, contextKey, r.Header.Get(f.cfg.ContextHeader))
 		}))
 	if err := s.refresh(f.ctx); err != nil {
 		return nil, err
 	}
-	f.sessions[id] = s
+	f.sessions[k] = s
+	if _, ok := f.watched[id]; !ok {
+		f.watched[id] = f.store.watchSession(id)
+	}
+	f.store.start()
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -167,34 +219,78 @@ func (f *Facade) session(id string) (*session, error) {
 	return s, nil
 }
 
-// poll compares the session's listing with the bus every Poll, and at
-// once when a reset_tools or load_skill_through_path of the session
-// finishes, whoever called it.
-func (s *session) poll() {
-	ev, err := s.f.cl.Watch(s.f.ctx, s.id)
-	if err != nil {
-		s.f.cfg.Logger.Warn("facade: watch", "session", s.id, "err", err)
-		return
+// detachTask returns, for a task-augmented call over HTTP, a context that
+// outlives the HTTP request (mcp-go runs the task with the request's
+// context, which ends with the POST) and ends when the task is cancelled
+// (tasks/cancel), the call returns or the facade closes; otherwise ctx.
+func (s *session) detachTask(ctx context.Context, req mcp.CallToolRequest) (context.Context, func()) {
+	r, _ := ctx.Value(taskKey).(*taskRef)
+	if req.Params.Task == nil || r == nil || r.get() == "" {
+		return ctx, func() {}
 	}
-	defer ev.Stop()
+	id := r.get()
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unlink := context.AfterFunc(s.f.ctx, cancel) // Close ends it too
+	s.mu.Lock()
+	s.tasks[id] = cancel
+	s.mu.Unlock()
+	return dctx, func() { unlink(); s.endTask(id) }
+}
+
+// endTask forgets task id and ends its context (cancelling its call when
+// it still runs).
+func (s *session) endTask(id string) {
+	s.mu.Lock()
+	stop, ok := s.tasks[id]
+	delete(s.tasks, id)
+	s.mu.Unlock()
+	if ok {
+		stop()
+	}
+}
+
+// changed marks the listings of bus session id (every session when id is
+// "") to be compared with the bus at once.
+func (f *Facade) changed(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, s := range f.sessions {
+		if id == "" || k.session == id {
+			select {
+			case s.dirty <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// settle are the delays after a watched change at which the session is
+// listed again: the routers' caches are fed by the same watches, so the
+// first listing may come before the router has the change.
+var settle = []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond}
+
+// poll lists the session again when a watch saw a change (at once and
+// after each settle delay), and every Poll as a fallback for what no
+// watch sees (a worker that vanished without leaving, whose liveness key
+// expired).
+func (s *session) poll() {
 	t := time.NewTicker(s.f.cfg.Poll)
 	defer t.Stop()
+	var again <-chan time.Time
+	step := len(settle)
 	for {
 		select {
 		case <-s.f.ctx.Done():
 			return
 		case <-t.C:
-			_ = s.refresh(s.f.ctx)
-		case e, ok := <-ev.C:
-			if !ok {
-				return
-			}
-			if e.Type == bus.TypeCallResult {
-				var r bus.Result
-				if e.DataAs(&r) == nil && (r.Name == "reset_tools" || r.Name == "load_skill_through_path") {
-					_ = s.refresh(s.f.ctx)
-				}
-			}
+		case <-s.dirty:
+			step = 0
+		case <-again:
+		}
+		again = nil
+		_ = s.refresh(s.f.ctx)
+		if step++; step < len(settle) {
+			again = time.After(settle[step] - settle[step-1])
 		}
 	}
 }
@@ -206,14 +302,13 @@ type listed struct {
 	Annotations mcp.ToolAnnotation `json:"annotations"`
 }
 
-// refresh lists the session's tools and, when they changed, replaces the
-// MCP server's tools (which notifies its clients).
+// refresh lists the session's tools for its user and, when they changed,
+// replaces the MCP server's tools (which notifies its clients).
 func (s *session) refresh(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	list, err := s.f.cl.Tools(ctx, s.id, bus.FormatMCP, nil)
+	s.f.store.count()
+	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
 	if err != nil {
-		return fmt.Errorf("facade: list %s: %w", s.id, err)
+		return err
 	}
 	raw, _ := json.Marshal(list.Tools)
 	s.mu.Lock()
@@ -228,13 +323,51 @@ func (s *session) refresh(ctx context.Context) error {
 		if err := json.Unmarshal(t, &l); err != nil {
 			return fmt.Errorf("facade: listing of %s: %w", s.id, err)
 		}
-		tool := mcp.Tool{Name: l.Name, Description: l.Description, RawInputSchema: l.InputSchema, Annotations: l.Annotations}
+		tool := mcp.Tool{Name: l.Name, Description: l.Description, RawInputSchema: l.InputSchema, Annotations: l.Annotations,
+			Execution: &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}}
 		tools = append(tools, server.ServerTool{Tool: tool, Handler: s.call})
 		order[l.Name] = i
 	}
 	s.raw, s.order = string(raw), order
 	s.mcp.SetTools(tools...)
 	return nil
+}
+
+// list asks the routers for the session's tools in format, as user sees
+// them (PROTOCOL.md 4.1: the query's user selects the user's skills).
+func (f *Facade) list(ctx context.Context, session, user, format string) (*bus.ToolsList, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	q := bus.ToolsQuery{Format: format}
+	if user != "" {
+		q.User = client.Input(user)
+	}
+	e, err := bus.NewEvent(bus.TypeToolsQuery, "toolbus/mcp", q)
+	if err != nil {
+		return nil, err
+	}
+	e.SessionID = session
+	subject := f.cl.Subjects().Tools(session)
+	m, err := bus.SendRequest(ctx, f.nc, subject, e)
+	if err != nil {
+		return nil, fmt.Errorf("facade: list %s: %w", session, err)
+	}
+	re, err := bus.Decode(m)
+	if err != nil {
+		return nil, fmt.Errorf("facade: list %s: %w", session, err)
+	}
+	if re.Type == bus.TypeError {
+		be := new(bus.Error)
+		if err := re.DataAs(be); err != nil {
+			return nil, err
+		}
+		return nil, be
+	}
+	var list bus.ToolsList
+	if err := re.DataAs(&list); err != nil {
+		return nil, fmt.Errorf("facade: list %s: %w", session, err)
+	}
+	return &list, nil
 }
 
 // filter keeps the listed tools, in the listing's order; mcp-go applies it

@@ -1,0 +1,146 @@
+package facade
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
+)
+
+// storeWatch turns writes to the deployment's KV buckets into listings:
+// the record of a used session (activation, mode, rules: reset_tools,
+// load_skill_through_path, session.activate, from any client), and for
+// every session the tool definitions, the groups, workers arriving or
+// leaving, and the skills object store. A bucket that does not exist yet
+// (no router has started) is watched once it does; until then, and for
+// what no watch sees, the sessions' Poll lists again.
+type storeWatch struct {
+	f        *Facade
+	once     sync.Once
+	listings atomic.Int64 // listings asked for, for the tests and measurements
+}
+
+func newStoreWatch(f *Facade) *storeWatch { return &storeWatch{f: f} }
+
+func (w *storeWatch) count() { w.listings.Add(1) }
+
+// start starts the deployment-wide watches, once.
+func (w *storeWatch) start() {
+	w.once.Do(func() {
+		subj := w.f.cl.Subjects()
+		w.kv(subj.Bucket(bus.BucketTools), ">", func(jetstream.KeyValueEntry) { w.f.changed("") })
+		w.kv(subj.Bucket(bus.BucketGroups), ">", func(jetstream.KeyValueEntry) { w.f.changed("") })
+		workers := map[string]bool{}
+		w.kv(subj.Bucket(bus.BucketWorkers), ">", func(e jetstream.KeyValueEntry) {
+			// A heartbeat rewrites a known key: nothing changes. A new key
+			// (a worker arrived), a leave or a deletion may change listings.
+			var v struct {
+				Left bool `json:"left"`
+			}
+			_ = json.Unmarshal(e.Value(), &v)
+			gone := e.Operation() != jetstream.KeyValuePut || v.Left
+			if gone == !workers[e.Key()] {
+				return
+			}
+			if gone {
+				delete(workers, e.Key())
+			} else {
+				workers[e.Key()] = true
+			}
+			w.f.changed("")
+		})
+		w.goRetry(func(ctx context.Context) (func(), error) {
+			js, err := jetstream.New(w.f.nc)
+			if err != nil {
+				return nil, err
+			}
+			obs, err := js.ObjectStore(ctx, subj.ObjectStore(bus.ObjectSkills))
+			if err != nil {
+				return nil, err
+			}
+			ow, err := obs.Watch(ctx, jetstream.UpdatesOnly())
+			if err != nil {
+				return nil, err
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case info, ok := <-ow.Updates():
+						if !ok {
+							return
+						}
+						if info != nil {
+							w.f.changed("")
+						}
+					}
+				}
+			}()
+			return func() { _ = ow.Stop(); <-done }, nil
+		})
+	})
+}
+
+// watchSession watches the record of bus session id; it returns a
+// function that stops the watch.
+func (w *storeWatch) watchSession(id string) func() {
+	return w.kv(w.f.cl.Subjects().Bucket(bus.BucketSessions), id, func(jetstream.KeyValueEntry) { w.f.changed(id) })
+}
+
+// kv watches keys of bucket with apply until the facade closes; it
+// returns a function that stops the watch sooner.
+func (w *storeWatch) kv(bucket, keys string, apply func(jetstream.KeyValueEntry)) func() {
+	return w.goRetry(func(ctx context.Context) (func(), error) {
+		js, err := jetstream.New(w.f.nc)
+		if err != nil {
+			return nil, err
+		}
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			return nil, err
+		}
+		kw, err := store.WatchKV(ctx, kv, keys, apply)
+		if err != nil {
+			return nil, err
+		}
+		return kw.Stop, nil
+	})
+}
+
+// goRetry runs start, again every Poll in the background until it
+// succeeds, and stops what it started when the facade closes or the
+// returned function is called.
+func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) func() {
+	ctx, cancel := context.WithCancel(w.f.ctx)
+	// The first attempt runs here, so that a change made once the session
+	// is served is seen.
+	stop, err := start(ctx)
+	w.f.wg.Add(1)
+	go func() {
+		defer w.f.wg.Done()
+		for {
+			if err == nil {
+				<-ctx.Done()
+				stop()
+				return
+			}
+			w.f.cfg.Logger.Debug("facade: watch not started yet", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(w.f.cfg.Poll):
+			}
+			stop, err = start(ctx)
+		}
+	}()
+	return cancel
+}
