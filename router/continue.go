@@ -12,14 +12,23 @@ import (
 
 // resume runs the rest of a batch whose awaited calls have all finished.
 func (r *Router) resume(cont *external.Batch) {
+	if b := r.continuation(cont); b != nil {
+		defer r.untrack(b)
+		b.finishRest(b.run(cont.Next))
+	}
+}
+
+// continuation rebuilds and tracks the batch of cont; nil (logged) when
+// the record cannot be used. The caller untracks it.
+func (r *Router) continuation(cont *external.Batch) *batch {
 	b, err := r.fromContinuation(cont)
 	if err != nil {
 		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
-		return
+		r.parked.Release(cont)
+		return nil
 	}
 	r.track(b)
-	defer r.untrack(b)
-	b.finishRest(b.run(cont.Next))
+	return b
 }
 
 // finishRest ends a continuation's run: batch.done when every call has its
@@ -70,12 +79,10 @@ func (r *Router) takeOver(now time.Time, lease time.Duration) {
 // side-effecting ones from running twice), then the batch waits for its
 // answers or goes on.
 func (r *Router) repair(cont *external.Batch) {
-	b, err := r.fromContinuation(cont)
-	if err != nil {
-		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
+	b := r.continuation(cont)
+	if b == nil {
 		return
 	}
-	r.track(b)
 	defer r.untrack(b)
 	b.resolveFrom(0)
 	var wg sync.WaitGroup

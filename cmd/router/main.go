@@ -128,7 +128,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *withBuiltin {
 		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0)})
 		if err == nil {
-			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: splitList(*shellAllow)}
+			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow)}
 			if *workdir != "" {
 				var m *skills.Materializer
 				if m, err = skills.NewMaterializer(r.Skills(), filepath.Join(os.TempDir(), "toolbus-skills-"+r.ID())); err == nil {
@@ -217,15 +217,4 @@ func (d *dirList) Set(v string) error {
 	}
 	*d = append(*d, v)
 	return nil
-}
-
-// splitList splits a comma-separated flag value, dropping empty items.
-func splitList(v string) []string {
-	var out []string
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

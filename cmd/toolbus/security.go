@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/security"
 )
 
@@ -41,14 +42,14 @@ func runSecurity(_ context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) != 1 || pos[0] != "config" {
 		return usageError(fs, "security takes one subcommand, config")
 	}
-	spec := security.Spec{Prefix: *prefix, Sessions: sessions, WorkerTools: splitComma(*workerTools),
-		ApproverTools: splitComma(*approverTools), AgentAnswers: splitComma(*agentAnswers)}
+	spec := security.Spec{Prefix: *prefix, Sessions: sessions, WorkerTools: cli.SplitList(*workerTools),
+		ApproverTools: cli.SplitList(*approverTools), AgentAnswers: cli.SplitList(*agentAnswers)}
 	for _, h := range handlers {
 		name, tools, ok := strings.Cut(h, "=")
-		if !ok || splitComma(tools) == nil {
+		if !ok || cli.SplitList(tools) == nil {
 			return usageError(fs, "--handler %q must be NAME=tool,tool", h)
 		}
-		spec.Handlers = append(spec.Handlers, security.Handler{Name: name, Tools: splitComma(tools)})
+		spec.Handlers = append(spec.Handlers, security.Handler{Name: name, Tools: cli.SplitList(tools)})
 	}
 	if *format != "conf" && *format != "nsc" && *format != "json" {
 		return usageError(fs, "--format %q must be conf, nsc or json", *format)
@@ -88,14 +89,3 @@ type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
-
-// splitComma splits a comma-separated list, dropping empty items.
-func splitComma(v string) []string {
-	var out []string
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}

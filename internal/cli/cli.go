@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,4 +94,15 @@ func Main(name string, run func(ctx context.Context, args []string, stdout, stde
 		}
 		os.Exit(1)
 	}
+}
+
+// SplitList splits a comma-separated flag value, dropping empty items.
+func SplitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
