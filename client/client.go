@@ -183,7 +183,13 @@ func (c *Client) request(ctx context.Context, subject string, e *bus.Event, want
 // Tools asks which tools the session's model sees, in format (bus.Format*;
 // "" means toolbus), with an optional request-scoped configuration.
 func (c *Client) Tools(ctx context.Context, session, format string, req *bus.Request) (*bus.ToolsList, error) {
-	e, err := c.event(bus.TypeToolsQuery, session, bus.ToolsQuery{Request: req, Format: format})
+	return c.Query(ctx, session, bus.ToolsQuery{Request: req, Format: format})
+}
+
+// Query is Tools with the whole query: a user (PROTOCOL.md 4.1: it selects
+// the user's skills) as well as the format and request.
+func (c *Client) Query(ctx context.Context, session string, q bus.ToolsQuery) (*bus.ToolsList, error) {
+	e, err := c.event(bus.TypeToolsQuery, session, q)
 	if err != nil {
 		return nil, err
 	}

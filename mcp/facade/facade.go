@@ -342,32 +342,11 @@ func (f *Facade) list(ctx context.Context, session, user, format string) (*bus.T
 	if user != "" {
 		q.User = client.Input(user)
 	}
-	e, err := bus.NewEvent(bus.TypeToolsQuery, "toolbus/mcp", q)
-	if err != nil {
-		return nil, err
-	}
-	e.SessionID = session
-	subject := f.cl.Subjects().Tools(session)
-	m, err := bus.SendRequest(ctx, f.nc, subject, e)
+	list, err := f.cl.Query(ctx, session, q)
 	if err != nil {
 		return nil, fmt.Errorf("facade: list %s: %w", session, err)
 	}
-	re, err := bus.Decode(m)
-	if err != nil {
-		return nil, fmt.Errorf("facade: list %s: %w", session, err)
-	}
-	if re.Type == bus.TypeError {
-		be := new(bus.Error)
-		if err := re.DataAs(be); err != nil {
-			return nil, err
-		}
-		return nil, be
-	}
-	var list bus.ToolsList
-	if err := re.DataAs(&list); err != nil {
-		return nil, fmt.Errorf("facade: list %s: %w", session, err)
-	}
-	return &list, nil
+	return list, nil
 }
 
 // filter keeps the listed tools, in the listing's order; mcp-go applies it
