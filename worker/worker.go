@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/offload"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/internal/pool"
 	"github.com/toolbus/toolbus/tracing"
 )

@@ -44,6 +44,7 @@ func TestOnCluster(t *testing.T) {
 		{"Cancel", TestCancel},
 		{"ParkedCallSurvivesRouterKill", TestParkedCallSurvivesRouterKill},
 		{"BatchTakenOverFromKilledRouter", TestBatchTakenOverFromKilledRouter},
+		{"LargeOutputs", TestLargeOutputs},
 	} {
 		t.Run(tc.name, tc.fn)
 	}

@@ -45,7 +45,8 @@ const (
 	// error code) and the metadata.
 	Reserve = 64 << 10
 	// PreviewBytes is how much of a stored text block stays inline, so the
-	// model still reads the beginning of it.
+	// model still reads the beginning of it (at most a quarter of the
+	// inline limit).
 	PreviewBytes = 2048
 	// PutTimeout bounds storing one output.
 	PutTimeout = 2 * time.Minute
@@ -177,7 +178,7 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 		if b.Type != bus.BlockText && (b.Type != bus.BlockData || b.Data == "") {
 			continue // a reference or an unknown block: nothing to store
 		}
-		blocks, err := o.spill(ctx, obs, base+"."+strconv.Itoa(i), b)
+		blocks, err := o.spill(ctx, obs, base+"."+strconv.Itoa(i), b, int(min(limit/4, PreviewBytes)))
 		if err != nil {
 			return nil, fmt.Errorf("output[%d]: %w", i, err)
 		}
@@ -225,14 +226,14 @@ func jsonArray(out []bus.Block) ([]byte, error) {
 }
 
 // spill stores one block and returns what replaces it.
-func (o *Offloader) spill(ctx context.Context, obs jetstream.ObjectStore, name string, b bus.Block) ([]bus.Block, error) {
+func (o *Offloader) spill(ctx context.Context, obs jetstream.ObjectStore, name string, b bus.Block, keep int) ([]bus.Block, error) {
 	if b.Type == bus.BlockText {
 		ref, err := o.put(ctx, obs, name, "text/plain; charset=utf-8", []byte(b.Text))
 		if err != nil {
 			return nil, err
 		}
 		note := fmt.Sprintf("[The whole text, %d bytes, is too large to show here; it is stored as %s.]", len(b.Text), ref.URL)
-		return []bus.Block{{Type: bus.BlockText, Text: preview(b.Text) + "\n" + note}, ref}, nil
+		return []bus.Block{{Type: bus.BlockText, Text: preview(b.Text, keep) + "\n" + note}, ref}, nil
 	}
 	raw, err := base64.StdEncoding.DecodeString(b.Data)
 	if err != nil {
@@ -252,12 +253,11 @@ func (o *Offloader) spill(ctx context.Context, obs jetstream.ObjectStore, name s
 	return []bus.Block{ref}, nil
 }
 
-// preview is the beginning of s, at most PreviewBytes, cut at a rune.
-func preview(s string) string {
-	if len(s) <= PreviewBytes {
+// preview is the beginning of s, at most n bytes, cut at a rune.
+func preview(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	n := PreviewBytes
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
@@ -267,11 +267,38 @@ func preview(s string) string {
 // put stores data under name and returns its reference block.
 func (o *Offloader) put(ctx context.Context, obs jetstream.ObjectStore, name, media string, data []byte) (bus.Block, error) {
 	_, err := obs.Put(ctx, jetstream.ObjectMeta{Name: name, Description: "toolbus output",
-		Headers: nats.Header{"Content-Type": []string{media}}}, bytes.NewReader(data))
+		Headers: nats.Header{"Content-Type": []string{media}}}, &paced{ctx: ctx, nc: o.nc, r: bytes.NewReader(data)})
 	if err != nil {
 		return bus.Block{}, fmt.Errorf("storing %d bytes in %s: %w", len(data), o.bucket, err)
 	}
 	return bus.Block{Type: bus.BlockData, MediaType: media, URL: URL(o.bucket, name), Size: int64(len(data))}, nil
+}
+
+// paceBytes is how much of an output may be written ahead of the server.
+const paceBytes = 1 << 20
+
+// paced reads an output for Put, waiting for the server to have processed
+// what was sent every paceBytes (a flush): the object's chunks are
+// published asynchronously, and without it megabytes would queue in the
+// connection ahead of the worker's heartbeats and other replies, which the
+// routers would then see late.
+type paced struct {
+	ctx  context.Context
+	nc   *nats.Conn
+	r    *bytes.Reader
+	sent int
+}
+
+func (p *paced) Read(b []byte) (int, error) {
+	if p.sent >= paceBytes {
+		p.sent = 0
+		if err := p.nc.FlushWithContext(p.ctx); err != nil {
+			return 0, err
+		}
+	}
+	n, err := p.r.Read(b)
+	p.sent += n
+	return n, err
 }
 
 // store opens the bucket once; a failure is retried on the next call.
