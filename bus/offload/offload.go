@@ -94,11 +94,15 @@ func New(nc *nats.Conn, bucket string, lim Limits) (*Offloader, error) {
 	if lim.Max <= 0 {
 		lim.Max = DefaultMaxOutput
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("offload: %w", err)
+	o := &Offloader{nc: nc, bucket: bucket, lim: lim}
+	if nc != nil { // a nil connection (in tests) never stores anything
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, fmt.Errorf("offload: %w", err)
+		}
+		o.js = js
 	}
-	return &Offloader{nc: nc, js: js, bucket: bucket, lim: lim}, nil
+	return o, nil
 }
 
 // Limits returns the limits in effect.
@@ -109,6 +113,9 @@ func (o *Offloader) Limits() Limits { return o.lim }
 // limit, capped by the connection's payload limit less Reserve and extra.
 func (o *Offloader) Inline(extra int) int {
 	lim := o.lim.Inline
+	if o.nc == nil {
+		return lim
+	}
 	if room := int(o.nc.MaxPayload()) - Reserve - extra; room < lim {
 		lim = room
 	}
@@ -307,6 +314,9 @@ func (o *Offloader) store(ctx context.Context) (jetstream.ObjectStore, error) {
 	defer o.mu.Unlock()
 	if o.obs != nil {
 		return o.obs, nil
+	}
+	if o.js == nil {
+		return nil, errors.New("no NATS connection to store the output on")
 	}
 	obs, err := o.js.ObjectStore(ctx, o.bucket)
 	if err != nil {
