@@ -54,12 +54,12 @@ type fileConfig struct {
 // limitsConfig holds the retention and size limits set outside the router
 // package: the JetStream store's and the built-in worker's.
 type limitsConfig struct {
-	EventsMaxAge    duration `json:"events_max_age"`
-	EventsMaxBytes  byteSize `json:"events_max_bytes"`
-	OutputsTTL      duration `json:"outputs_ttl"`
-	OutputsMaxBytes byteSize `json:"outputs_max_bytes"`
-	InlineOutput    byteSize `json:"inline_output"`
-	MaxOutput       byteSize `json:"max_output"`
+	EventsMaxAge    duration `json:"events_max_age,omitempty"`
+	EventsMaxBytes  byteSize `json:"events_max_bytes,omitempty"`
+	OutputsTTL      duration `json:"outputs_ttl,omitempty"`
+	OutputsMaxBytes byteSize `json:"outputs_max_bytes,omitempty"`
+	InlineOutput    byteSize `json:"inline_output,omitempty"`
+	MaxOutput       byteSize `json:"max_output,omitempty"`
 }
 
 func loadConfig(path string) (*fileConfig, error) {
