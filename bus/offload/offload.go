@@ -282,7 +282,7 @@ func (o *Offloader) put(ctx context.Context, obs jetstream.ObjectStore, name, me
 }
 
 // paceBytes is how much of an output may be written ahead of the server.
-const paceBytes = 1 << 20
+const paceBytes = 256 << 10
 
 // paced reads an output for Put, waiting for the server to have processed
 // what was sent every paceBytes (a flush): the object's chunks are
