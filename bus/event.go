@@ -331,6 +331,11 @@ func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 				return nil, Errorf(CodeBadEvent, "header %s: %v", k, err)
 			}
 		}
+		if !utf8.ValidString(v) {
+			// CloudEvents attributes are Unicode strings; JSON would turn
+			// the bytes into U+FFFD, so the event would change on the way.
+			return nil, Errorf(CodeBadEvent, "header %s is not UTF-8", k)
+		}
 		if prev, ok := from[name]; ok {
 			if vals[name] != v {
 				a, b := min(prev, k), max(prev, k)
