@@ -136,6 +136,20 @@ func Size(out []bus.Block, dup bool) int64 {
 	return n
 }
 
+// bound is an upper bound of Size without encoding: JSON escapes a byte
+// into at most six ("\u00XX"), and a block's member names and punctuation
+// take less than 96 bytes.
+func bound(out []bus.Block, dup bool) int64 {
+	n := int64(2)
+	for _, b := range out {
+		n += 96 + 6*int64(len(b.Type)+len(b.Text)+len(b.MediaType)+len(b.Data)+len(b.URL))
+		if dup {
+			n += int64(len(b.Text))
+		}
+	}
+	return n
+}
+
 func blockSize(b bus.Block, dup bool) int64 {
 	enc, _ := b.MarshalJSON()
 	n := int64(len(enc))
@@ -155,11 +169,14 @@ func blockSize(b bus.Block, dup bool) int64 {
 // is a *TooLargeError; a store that fails is an error too: nothing is then
 // sent, and the caller reports it.
 func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra int, dup bool) ([]bus.Block, error) {
+	limit := int64(o.Inline(extra))
+	if b := bound(out, dup); b <= limit && b <= o.lim.Max {
+		return out, nil // the usual small output: no encoding to measure it
+	}
 	size := Size(out, dup)
 	if size > o.lim.Max {
 		return nil, &TooLargeError{Size: size, Max: o.lim.Max}
 	}
-	limit := int64(o.Inline(extra))
 	if size <= limit {
 		return out, nil
 	}

@@ -125,3 +125,15 @@ func TestFit(t *testing.T) {
 		t.Fatalf("missing object: %v", err)
 	}
 }
+
+// FuzzBound: the fast path's bound is never below the encoded size.
+func FuzzBound(f *testing.F) {
+	f.Add("text", "a\"\\\x00\u2028<>&é\xff", "", "", "", int64(0), true)
+	f.Add("data", "", "image/png", "iVBO", "", int64(5), false)
+	f.Fuzz(func(t *testing.T, typ, text, media, data, url string, size int64, dup bool) {
+		out := []bus.Block{{Type: typ, Text: text, MediaType: media, Data: data, URL: url, Size: size}, {Type: bus.BlockText, Text: text}}
+		if b, n := offload.Bound(out, dup), offload.Size(out, dup); b < n {
+			t.Fatalf("bound %d below size %d for %+v", b, n, out)
+		}
+	})
+}
