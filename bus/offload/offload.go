@@ -144,7 +144,7 @@ func bound(out []bus.Block, dup bool) int64 {
 	for _, b := range out {
 		n += 96 + 6*int64(len(b.Type)+len(b.Text)+len(b.MediaType)+len(b.Data)+len(b.URL))
 		if dup {
-			n += int64(len(b.Text))
+			n += 96 + 6*int64(len(b.Type)+len(b.Text))
 		}
 	}
 	return n
@@ -154,7 +154,7 @@ func blockSize(b bus.Block, dup bool) int64 {
 	enc, _ := b.MarshalJSON()
 	n := int64(len(enc))
 	if dup && b.Type == bus.BlockText {
-		n += int64(len(b.Text))
+		n += int64(len(enc)) // the text again, escaped (a little over: the block's members too)
 	}
 	return n
 }
