@@ -17,11 +17,13 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
@@ -76,7 +78,7 @@ func (o *Options) defaults() {
 	}
 	o.Workers = sortedPositive(o.Workers)
 	if o.Sessions <= 0 {
-		o.Sessions = 10000
+		o.Sessions = 100000
 		if o.Quick {
 			o.Sessions = 1000
 		}
@@ -169,7 +171,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	logf("bench: latency, one caller, %d rounds of %v", opts.Rounds, slice)
 	lats := map[string]latencies{}
 	for range opts.Rounds {
-		for _, p := range append(paths, mcpPath) {
+		for _, p := range append(paths, bare, mcpPath) {
 			lat, err := measureLatency(ctx, slice, p.fn)
 			if err != nil {
 				return nil, fmt.Errorf("bench: latency %s: %w", p.name, err)
@@ -179,17 +181,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			}
 		}
 	}
-	for _, p := range append(paths, mcpPath) {
+	for _, p := range append(paths, bare, mcpPath) {
 		lat := lats[p.name]
 		p.out.P50US, p.out.P90US, p.out.P99US = us(lat.quantile(0.5)), us(lat.quantile(0.9)), us(lat.quantile(0.99))
 	}
 
-	// Throughput; CPU and allocations per call at the mid caller count,
-	// where the bare path and mcp-go run too.
+	// Throughput, of the bare path too at every caller count; CPU and
+	// allocations per call at the mid caller count, where mcp-go runs too.
 	for _, n := range opts.Callers {
-		run := paths
+		run := append(slices.Clone(paths), bare)
 		if n == mid {
-			run = append(slices.Clone(paths), bare, mcpPath)
+			run = append(run, mcpPath)
 		}
 		logf("bench: throughput, %d callers, %d rounds of %v", n, opts.Rounds, slice)
 		loads := map[string]load{}
@@ -213,7 +215,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	rep.Bare = Cost{CPUUSPerCall: bareOut.CPUUSPerCall, AllocsPerCall: bareOut.AllocsPerCall,
-		CoresUsed: bareOut.CoresUsed, Throughput: bareOut.Throughput[strconv.Itoa(mid)]}
+		CoresUsed: bareOut.CoresUsed, Throughput: bareOut.Throughput[strconv.Itoa(mid)],
+		P50US: bareOut.P50US, Throughputs: bareOut.Throughput}
 	rep.MCPHTTP16, rep.MCPHTTPP50US = mcpOut.Throughput[strconv.Itoa(mid)], mcpOut.P50US
 	rep.MCPHTTPCallers, rep.MCPProtocol = mid, m.protocol
 
@@ -368,28 +371,73 @@ func awaitDone(ctx context.Context, ev *client.Events, id string) error {
 	}
 }
 
-// measureSessions creates n sessions with the bench group active through
-// the router's session store (each lands in its watch-fed cache), and
-// reads the process's heap and RSS before and after.
+// measureSessions writes n sessions with the bench group active straight
+// into the sessions bucket (as other routers would), lists the tools of
+// each through the router (which reads and caches it, up to the cache's
+// bound), checks the router's P.admin.status count, and reads the
+// process's heap and RSS before and after.
 func (d *deployment) measureSessions(ctx context.Context, n int) (SessionMemory, error) {
 	out := SessionMemory{Count: n}
 	out.HeapMiBBefore, out.RSSMiBBefore = memoryNow()
-	cached0 := d.router.Groups().Sessions()
-	err := parallel(ctx, n, 32, func(ctx context.Context, i int) error {
-		_, err := d.router.Groups().Update(ctx, "mem-"+strconv.Itoa(i), func(s *groups.Session) error {
-			s.Active = append(s.Active[:0], benchGroup)
-			return nil
-		})
+	cached0, err := d.cachedSessions(ctx, func(int) bool { return true })
+	if err != nil {
+		return out, err
+	}
+	nc, err := d.connect(ctx, partOther)
+	if err != nil {
+		return out, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return out, fmt.Errorf("bench: sessions: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, d.x.Subjects().Bucket(bus.BucketSessions))
+	if err != nil {
+		return out, fmt.Errorf("bench: sessions: %w", err)
+	}
+	rec, err := json.Marshal(groups.Session{Active: []string{benchGroup}, Updated: time.Now().UTC()})
+	if err != nil {
+		return out, err
+	}
+	err = parallel(ctx, n, 32, func(ctx context.Context, i int) error {
+		_, err := kv.Put(ctx, "mem-"+strconv.Itoa(i), rec)
 		return err
 	})
 	if err != nil {
 		return out, fmt.Errorf("bench: sessions: %w", err)
 	}
-	out.Cached = d.router.Groups().Sessions()
-	if out.Cached < cached0+n {
-		return out, fmt.Errorf("bench: sessions: the router caches %d sessions, want at least %d", out.Cached, cached0+n)
+	// Each session is then used once (a listing reads it from KV, as a
+	// batch does), so the router's session cache fills up to its bound.
+	err = parallel(ctx, n, 32, func(ctx context.Context, i int) error {
+		_, err := d.client.Tools(ctx, "mem-"+strconv.Itoa(i), "", nil)
+		return err
+	})
+	if err != nil {
+		return out, fmt.Errorf("bench: sessions: listing: %w", err)
+	}
+	want := min(cached0+n, groups.DefaultSessionCache)
+	out.Cached, err = d.cachedSessions(ctx, func(c int) bool { return c >= want })
+	if err != nil {
+		return out, fmt.Errorf("bench: sessions: the router caches %d sessions, want %d: %w", out.Cached, want, err)
+	}
+	if out.Cached > groups.DefaultSessionCache {
+		return out, fmt.Errorf("bench: sessions: the router caches %d sessions, past its bound of %d", out.Cached, groups.DefaultSessionCache)
 	}
 	out.HeapMiBAfter, out.RSSMiBAfter = memoryNow()
 	out.HeapBytesPerSession = (out.HeapMiBAfter - out.HeapMiBBefore) * (1 << 20) / float64(n)
 	return out, nil
+}
+
+// cachedSessions polls the router's P.admin.status until the sessions it
+// caches satisfy ok, and returns the last count.
+func (d *deployment) cachedSessions(ctx context.Context, ok func(int) bool) (int, error) {
+	var n int
+	err := d.x.EveryStatus(ctx, func(st bus.Status) error {
+		n = st.Sessions
+		if !ok(n) {
+			return fmt.Errorf("%d sessions cached", n)
+		}
+		return nil
+	})
+	return n, err
 }

@@ -163,7 +163,8 @@ func TestRunQuick(t *testing.T) {
 		"workers.1", "workers.2", "parked_p50_us", "mcp_http_16",
 		"ratios.throughput_256", "ratios.p50_1", "ratios.vs_mcp_http_16", "ratios.workers_8_vs_1",
 		"router_rss_mib_10k_sessions", "router_heap_mib_10k_sessions", "machine.gomaxprocs",
-		"bare.cpu_us_per_call", "bare.allocs_per_call",
+		"bare.cpu_us_per_call", "bare.allocs_per_call", "bare.p50_us", "bare.throughputs.1", "bare.throughputs.4",
+		"ratios.vs_bare.1", "ratios.vs_bare.4", "ratios.p50_vs_bare",
 	}
 	for _, k := range []string{"p50_us", "p90_us", "p99_us", "throughput.1", "throughput.4", "cpu_us_per_call",
 		"allocs_per_call", "router_allocs_per_call"} {
@@ -195,10 +196,10 @@ func TestRunQuick(t *testing.T) {
 	if v, _ := lookup(doc, "machine.go_version"); v == "" || v == nil {
 		t.Errorf("machine.go_version is empty")
 	}
-	if len(rep.Targets) != 7 {
-		t.Errorf("%d targets, want 7", len(rep.Targets))
+	if len(rep.Targets) != 9 { // seven, and toolbus/bare at each of the two caller counts
+		t.Errorf("%d targets, want 9", len(rep.Targets))
 	}
-	for _, want := range []string{"raw relay", "toolbus read-only", "throughput_256", "router_rss_mib", "MISSED"} {
+	for _, want := range []string{"raw relay", "toolbus read-only", "vs_bare_4", "router_rss_mib", "MISSED"} {
 		if want == "MISSED" {
 			continue // whether anything is missed depends on the machine
 		}

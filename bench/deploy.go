@@ -3,22 +3,18 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -37,19 +33,27 @@ const (
 
 // Names used by the deployment.
 const (
-	benchGroup  = "bench"
-	toolRead    = "echo"      // trivial read-only tool
-	toolWrite   = "put"       // trivial non-read-only tool (dedupe ledger)
-	toolParked  = "ask_human" // external tool
-	toolSleep   = "sleep5"    // I/O-bound tool, 5 ms
-	sleepFor    = 5 * time.Millisecond
-	rawEcho     = "bench.raw.echo"
-	rawRelay    = "bench.raw.relay"
-	rawBack     = "bench.raw.back."
-	barePrefix  = "benchbare"
-	bareBack    = "benchbare.back."
-	readyBound  = 20 * time.Second
-	stopTimeout = 10 * time.Second
+	benchGroup = "bench"
+	toolRead   = "echo"      // trivial read-only tool
+	toolWrite  = "put"       // trivial non-read-only tool (dedupe ledger)
+	toolParked = "ask_human" // external tool
+	toolSleep  = "sleep5"    // I/O-bound tool, 5 ms
+	sleepFor   = 5 * time.Millisecond
+	rawEcho    = "bench.raw.echo"
+	rawRelay   = "bench.raw.relay"
+	rawBack    = "bench.raw.back."
+	barePrefix = "benchbare"
+	bareBack   = "benchbare.back."
+	readyBound = 20 * time.Second
+)
+
+// Pending limits of the bench's own subscriptions (the raw responder and
+// forwarder, the bare forwarder): the router's defaults, so that the
+// stand-ins buffer no more than the router would before NATS drops
+// messages as a slow consumer (router.Config.MaxInflight and pendingBytes).
+const (
+	pendingMsgs  = 4096
+	pendingBytes = 64 << 20
 )
 
 // benchInput is the input of every trivial call; it passes the tools'
@@ -60,22 +64,17 @@ type textIn struct {
 	Text string `json:"text" jsonschema:"description=Text to echo back."`
 }
 
-// deployment is one embedded nats-server with everything measured on it: the
-// raw responder and forwarder, a router, workers, an agent client, and the
-// bare forwarder that stands in for the router when its share is subtracted.
+// deployment is one embedded nats-server with everything measured on it
+// (started by internal/xtest): the raw responder and forwarder, a router,
+// workers, an agent client, and the bare forwarder that stands in for the
+// router when its share is subtracted.
 type deployment struct {
-	srv  *server.Server
-	dir  string
+	x    *xtest.Deployment
 	logf func(string, ...any)
-
-	mu    sync.Mutex
-	conns []*nats.Conn
 
 	rawNC   *nats.Conn // the raw requester
 	payload []byte     // raw request and reply payload: an encoded batch event
 
-	router   *router.Router
-	toolW    *worker.Worker   // serves echo, put, ask_human
 	sleepers []*worker.Worker // serve sleep5, one call at a time each
 
 	clientNC *nats.Conn
@@ -91,19 +90,9 @@ func labelled(ctx context.Context, part string, fn func(context.Context)) {
 	pprof.Do(ctx, pprof.Labels(labelKey, part), fn)
 }
 
+// connect opens a connection labelled part (an xtest role).
 func (d *deployment) connect(ctx context.Context, part string) (*nats.Conn, error) {
-	var nc *nats.Conn
-	var err error
-	labelled(ctx, part, func(context.Context) {
-		nc, err = nats.Connect(d.srv.ClientURL(), nats.Name("toolbus-bench-"+part), nats.MaxReconnects(0))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bench: connect %s: %w", part, err)
-	}
-	d.mu.Lock()
-	d.conns = append(d.conns, nc)
-	d.mu.Unlock()
-	return nc, nil
+	return d.x.Connect(ctx, part)
 }
 
 // deploy starts the server and everything on it; sessions is how many
@@ -116,11 +105,14 @@ func deploy(ctx context.Context, sessions int, logf func(string, ...any)) (d *de
 			d = nil
 		}
 	}()
-	if d.dir, err = os.MkdirTemp("", "toolbus-bench-*"); err != nil {
-		return nil, fmt.Errorf("bench: store dir: %w", err)
-	}
-	if d.srv, err = embedded.Start(embedded.Config{StoreDir: d.dir}); err != nil {
-		return nil, err
+	// One router with the bench meta group, the default heartbeat (as
+	// deployed), connections that do not reconnect, every part labelled.
+	d.x, err = xtest.Start(ctx, xtest.Config{Routers: 1, Heartbeat: bus.DefaultHeartbeat, Bound: readyBound,
+		Router:  router.Config{Groups: []bus.Group{{Name: benchGroup, Description: "Benchmark tools.", Scope: bus.ScopeMeta}}},
+		Options: []nats.Option{nats.MaxReconnects(0)},
+		Around:  labelled})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	if err = d.startRaw(ctx); err != nil {
 		return nil, err
@@ -169,7 +161,7 @@ func (d *deployment) startRaw(ctx context.Context) error {
 		var s *nats.Subscription
 		labelled(ctx, partOf(nc, resp), func(context.Context) { s, subErr = nc.QueueSubscribe(subject, queue, h) })
 		if subErr == nil {
-			_ = s.SetPendingLimits(-1, -1)
+			subErr = s.SetPendingLimits(pendingMsgs, pendingBytes)
 		}
 	}
 	sub(resp, rawEcho, "", func(m *nats.Msg) { _ = resp.Publish(m.Reply, m.Data) })
@@ -195,25 +187,12 @@ func partOf(nc, resp *nats.Conn) string {
 	return partRouter
 }
 
-// startToolbus starts a router with the bench meta group and one worker with
-// the trivial tools, and waits until the router sees them live.
+// startToolbus starts one worker with the trivial tools, and waits until
+// the router lists them live.
 func (d *deployment) startToolbus(ctx context.Context) error {
-	rnc, err := d.connect(ctx, partRouter)
-	if err != nil {
-		return err
-	}
-	d.router, err = router.New(rnc, router.Config{Groups: []bus.Group{{Name: benchGroup,
-		Description: "Benchmark tools.", Scope: bus.ScopeMeta}}})
-	if err != nil {
-		return err
-	}
-	labelled(ctx, partRouter, func(ctx context.Context) { err = d.router.Start(ctx) })
-	if err != nil {
-		d.router = nil
-		return fmt.Errorf("bench: router: %w", err)
-	}
+	var err error
 	echo := func(_ context.Context, _ *worker.Call, in textIn) (string, error) { return in.Text, nil }
-	d.toolW, err = d.startWorker(ctx, worker.Config{}, func(w *worker.Worker) error {
+	_, err = d.startWorker(ctx, worker.Config{}, func(w *worker.Worker) error {
 		schemaDef := func(name, desc string) bus.ToolDef {
 			return bus.ToolDef{Name: name, Description: desc, Groups: []string{benchGroup}}
 		}
@@ -240,42 +219,17 @@ func (d *deployment) startToolbus(ctx context.Context) error {
 	}
 	d.client = client.New(d.clientNC, client.Config{Source: "bench/agent"})
 	d.bare = client.New(d.clientNC, client.Config{Source: "bench/agent", Prefix: barePrefix})
-	return d.waitLive(ctx, toolRead, toolWrite, toolParked)
+	return d.x.WaitLive(ctx, toolRead, toolWrite, toolParked)
 }
 
-// startWorker starts one worker on its own connection, labelled worker.
+// startWorker starts one worker on its own connection, labelled worker,
+// and waits for its registration's ack; the deployment drains it on close.
 func (d *deployment) startWorker(ctx context.Context, cfg worker.Config, setup func(*worker.Worker) error) (*worker.Worker, error) {
-	nc, err := d.connect(ctx, partWorker)
+	w, err := d.x.AddWorker(ctx, xtest.WorkerSpec{Config: cfg, Setup: setup})
 	if err != nil {
-		return nil, err
-	}
-	w, err := worker.New(nc, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := setup(w); err != nil {
-		return nil, fmt.Errorf("bench: worker tools: %w", err)
-	}
-	labelled(ctx, partWorker, func(ctx context.Context) { err = w.Start(ctx) })
-	if err != nil {
-		return nil, fmt.Errorf("bench: worker: %w", err)
-	}
-	select {
-	case <-w.Registered():
-	case <-ctx.Done():
-		stopWorker(w)
-		return nil, ctx.Err()
-	case <-time.After(readyBound):
-		stopWorker(w)
-		return nil, errors.New("bench: worker not registered")
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	return w, nil
-}
-
-func stopWorker(w *worker.Worker) {
-	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-	defer cancel()
-	_ = w.Drain(ctx)
 }
 
 // addSleepers grows the sleep5 workers to n, each limited to one call at a
@@ -300,33 +254,7 @@ func (d *deployment) addSleepers(ctx context.Context, n int) error {
 		}
 		d.sleepers = append(d.sleepers, w)
 	}
-	return d.waitLive(ctx, toolSleep)
-}
-
-// waitLive polls until the router sees every named tool live.
-func (d *deployment) waitLive(ctx context.Context, names ...string) error {
-	deadline := time.Now().Add(readyBound)
-	for {
-		missing := ""
-		for _, n := range names {
-			t, ok := d.router.Registry().Lookup(n)
-			if !ok || !d.router.Registry().Live(t) {
-				missing = n
-				break
-			}
-		}
-		if missing == "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: tool %s not live after %v", missing, readyBound)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	return d.x.WaitLive(ctx, toolSleep)
 }
 
 // startBare starts the bare forwarder: it serves the bare client's batches
@@ -395,8 +323,11 @@ func (d *deployment) startBare(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bench: bare forwarder: %w", err)
 	}
-	_ = s1.SetPendingLimits(-1, -1)
-	_ = s2.SetPendingLimits(-1, -1)
+	for _, s := range []*nats.Subscription{s1, s2} {
+		if err := s.SetPendingLimits(pendingMsgs, pendingBytes); err != nil {
+			return fmt.Errorf("bench: bare forwarder: %w", err)
+		}
+	}
 	return bus.Flush(ctx, nc)
 }
 
@@ -499,31 +430,7 @@ func (d *deployment) callTool(c *client.Client, tool string) callFunc {
 
 // close stops everything deploy started, in reverse order.
 func (d *deployment) close() {
-	var wg sync.WaitGroup
-	for _, w := range append(d.sleepers, d.toolW) {
-		if w != nil {
-			wg.Add(1)
-			go func() { defer wg.Done(); stopWorker(w) }()
-		}
-	}
-	wg.Wait()
-	if d.router != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-		_ = d.router.Drain(ctx)
-		cancel()
-	}
-	d.mu.Lock()
-	conns := d.conns
-	d.conns = nil
-	d.mu.Unlock()
-	for _, nc := range conns {
-		nc.Close()
-	}
-	if d.srv != nil {
-		d.srv.Shutdown()
-		d.srv.WaitForShutdown()
-	}
-	if d.dir != "" && strings.Contains(d.dir, "toolbus-bench-") {
-		_ = os.RemoveAll(d.dir)
+	if d.x != nil {
+		d.x.Close()
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/toolbus/toolbus/internal/xtest"
 )
 
 // mcpHTTP is mcp-go's streamable HTTP server on loopback serving the same
@@ -110,7 +111,7 @@ func (m *mcpHTTP) stop() {
 	for _, c := range m.clients {
 		_ = c.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xtest.StopTimeout)
 	defer cancel()
 	if m.streamable != nil {
 		_ = m.streamable.Shutdown(ctx)

@@ -13,6 +13,7 @@ const (
 	TypeBatchDone     = "io.toolbus.batch.done"
 	TypeExec          = "io.toolbus.exec"
 	TypeExecResult    = "io.toolbus.exec.result"
+	TypeExecRecorded  = "io.toolbus.exec.recorded"
 	TypeExternalReq   = "io.toolbus.external.request"
 	TypeConfirmReq    = "io.toolbus.confirm.request"
 	TypeAnswer        = "io.toolbus.answer"
@@ -46,6 +47,7 @@ const (
 	CodeNotParked       = "not_parked"
 	CodeAlreadyAnswered = "already_answered"
 	CodeInternal        = "internal"
+	CodeLimitExceeded   = "limit_exceeded"
 )
 
 // Result states.

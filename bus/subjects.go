@@ -20,22 +20,25 @@ func NewSubjects(prefix string) Subjects {
 	return Subjects{Prefix: prefix, p: prefix + "."}
 }
 
-func (s Subjects) Call(session string) string     { return s.p + "call." + session }
-func (s Subjects) Tools(session string) string    { return s.p + "tools." + session }
-func (s Subjects) Cancel(session string) string   { return s.p + "cancel." + session }
-func (s Subjects) Events(session string) string   { return s.p + "events." + session }
-func (s Subjects) Exec(tool string) string        { return s.p + "exec." + tool }
-func (s Subjects) External(tool string) string    { return s.p + "external." + tool }
-func (s Subjects) Confirm(tool string) string     { return s.p + "confirm." + tool }
-func (s Subjects) Answer(tool string) string      { return s.p + "answer." + tool }
-func (s Subjects) Admin(verb string) string       { return s.p + "admin." + verb }
-func (s Subjects) Register() string               { return s.p + "register" }
-func (s Subjects) All(kind string) string         { return s.p + kind + ".>" }
-func (s Subjects) RouterQueue() string            { return s.Prefix + "-router" }
-func (s Subjects) ExecQueue(tool string) string   { return s.Prefix + "-exec-" + tool }
-func (s Subjects) Bucket(name string) string      { return s.Prefix + "_" + name }
-func (s Subjects) Stream(name string) string      { return strings.ToUpper(s.Prefix) + "_" + name }
-func (s Subjects) ObjectStore(name string) string { return s.Prefix + "_" + name }
+func (s Subjects) Call(session string) string      { return s.p + "call." + session }
+func (s Subjects) Tools(session string) string     { return s.p + "tools." + session }
+func (s Subjects) Cancel(session string) string    { return s.p + "cancel." + session }
+func (s Subjects) Events(session string) string    { return s.p + "events." + session }
+func (s Subjects) Exec(tool string) string         { return s.p + "exec." + tool }
+func (s Subjects) Work(tool string) string         { return s.p + "work." + tool }
+func (s Subjects) Result(tool string) string       { return s.p + "result." + tool }
+func (s Subjects) WorkConsumer(tool string) string { return s.Prefix + "-work-" + tool }
+func (s Subjects) External(tool string) string     { return s.p + "external." + tool }
+func (s Subjects) Confirm(tool string) string      { return s.p + "confirm." + tool }
+func (s Subjects) Answer(tool string) string       { return s.p + "answer." + tool }
+func (s Subjects) Admin(verb string) string        { return s.p + "admin." + verb }
+func (s Subjects) Register() string                { return s.p + "register" }
+func (s Subjects) All(kind string) string          { return s.p + kind + ".>" }
+func (s Subjects) RouterQueue() string             { return s.Prefix + "-router" }
+func (s Subjects) ExecQueue(tool string) string    { return s.Prefix + "-exec-" + tool }
+func (s Subjects) Bucket(name string) string       { return s.Prefix + "_" + name }
+func (s Subjects) Stream(name string) string       { return strings.ToUpper(s.Prefix) + "_" + name }
+func (s Subjects) ObjectStore(name string) string  { return s.Prefix + "_" + name }
 
 // Token returns the last-but-n subject token of subject after the prefix and
 // kind, e.g. Token("toolbus.call.s1", "call") == "s1". It reports false when

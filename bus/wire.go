@@ -85,7 +85,7 @@ type Detail struct {
 // Block is one piece of output the model reads: a text block, or a data block
 // that holds exactly one of Data (base64) and URL. Size, optional on a data
 // block with a URL, is the length in bytes of what the URL refers to (set on
-// an output stored in the outputs object store, PROTOCOL.md 5.8).
+// an output stored in the outputs object store, PROTOCOL.md 5.9).
 type Block struct {
 	Type      string `json:"type"`
 	Text      string `json:"text,omitempty"`
@@ -279,12 +279,15 @@ type ToolDef struct {
 	Idempotent      bool            `json:"idempotent"`
 	External        bool            `json:"external"`
 	StateInjected   bool            `json:"state_injected"`
-	TimeoutMS       int64           `json:"timeout_ms"`
-	MaxAttempts     int             `json:"max_attempts"`
-	Permission      string          `json:"permission"`
-	RuleMatcher     string          `json:"rule_matcher"`
-	RuleField       string          `json:"rule_field,omitempty"`
-	MCP             *MCPRef         `json:"mcp,omitempty"`
+	// Durable calls go through the P_WORK work queue instead of core
+	// request/reply: a call whose worker dies is delivered to another.
+	Durable     bool    `json:"durable,omitempty"`
+	TimeoutMS   int64   `json:"timeout_ms"`
+	MaxAttempts int     `json:"max_attempts"`
+	Permission  string  `json:"permission"`
+	RuleMatcher string  `json:"rule_matcher"`
+	RuleField   string  `json:"rule_field,omitempty"`
+	MCP         *MCPRef `json:"mcp,omitempty"`
 }
 
 // MCPRef names the MCP server tool a bridged tool stands for.
@@ -329,6 +332,15 @@ type Answer struct {
 	Confirmed *bool           `json:"confirmed,omitempty"`
 	Input     json.RawMessage `json:"input,omitempty"`
 	Rules     []Rule          `json:"rules,omitempty"`
+}
+
+// ExecRecorded is the data of io.toolbus.exec.recorded, a router's reply to
+// a durable call's result: Recorded is false when the call already had a
+// result (an earlier delivery's, a timeout, a cancel) and this one was
+// dropped. Either way the worker acknowledges the work message.
+type ExecRecorded struct {
+	Recorded bool   `json:"recorded"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // AnswerAck is the data of io.toolbus.answer.ack.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
+	"github.com/toolbus/toolbus/natsconn"
 )
 
 // Config configures a Client.
@@ -32,7 +33,7 @@ type Config struct {
 	Timeout time.Duration
 	// InlineLimit is the encoded size of an answer's output above which its
 	// largest blocks are stored in the outputs object store and sent as
-	// references (PROTOCOL.md 5.8); zero means 1 MiB, and the payload
+	// references (PROTOCOL.md 5.9); zero means 1 MiB, and the payload
 	// limit (less 64 KiB) caps it.
 	InlineLimit int
 	// MaxOutput is the encoded size of an answer's output above which
@@ -42,10 +43,11 @@ type Config struct {
 
 // Client talks to the routers of one deployment. It is safe for concurrent use.
 type Client struct {
-	nc   *nats.Conn
-	subj bus.Subjects
-	cfg  Config
-	off  *offload.Offloader
+	nc    *nats.Conn
+	subj  bus.Subjects
+	cfg   Config
+	off   *offload.Offloader
+	owned bool // dialed by Dial: Close closes it
 }
 
 // New returns a Client on nc.
@@ -58,6 +60,36 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
 	return &Client{nc: nc, subj: subj, cfg: cfg, off: off}
 }
+
+// Dial connects with conn (natsconn.FromEnv() reads the nats CLI's
+// environment: URLs, credentials, TLS, inbox prefix) and returns a Client
+// on that connection; Close closes it.
+//
+//	cl, err := client.Dial(natsconn.FromEnv(), client.Config{Source: "my-agent"})
+func Dial(conn natsconn.Config, cfg Config) (*Client, error) {
+	name := cfg.Source
+	if name == "" {
+		name = "toolbus/client"
+	}
+	nc, err := conn.Connect(name)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	c := New(nc, cfg)
+	c.owned = true
+	return c, nil
+}
+
+// Close closes the connection of a Client made by Dial; a Client made by
+// New leaves its connection to the caller.
+func (c *Client) Close() {
+	if c.owned {
+		c.nc.Close()
+	}
+}
+
+// Conn returns the Client's connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
 
 // Subjects returns the deployment's subject names.
 func (c *Client) Subjects() bus.Subjects { return c.subj }
@@ -322,7 +354,7 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	return &Events{C: ch, stop: cancel}, nil
 }
 
-// Output is a stored output opened for reading (PROTOCOL.md 5.8): Read
+// Output is a stored output opened for reading (PROTOCOL.md 5.9): Read
 // returns its bytes and checks its digest at the end; Size and MediaType
 // describe it. Close it when done.
 type Output = offload.Object

@@ -60,7 +60,9 @@ func Start(cfg Config) (*server.Server, error) {
 		}
 		port = n
 	}
-	if cfg.ConfigFile == "" || cfg.Listen != "" {
+	// A configuration file that names no port listens where Listen says
+	// (by default 127.0.0.1 on a random port), not on nats-server's 4222.
+	if cfg.ConfigFile == "" || cfg.Listen != "" || opts.Port == 0 {
 		opts.Host, opts.Port = host, port
 	}
 	if opts.Port > 0 {

@@ -3,7 +3,9 @@ package external
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,12 +14,28 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Batch phases.
+// Phase is where the continuation of a parked batch stands. Every change of
+// phase is one method of Store below, made with compare-and-set, so routers
+// that race for a batch agree on who has it.
+//
+//	ParkBatch:  (new) ──────────────▶ running   the parking router holds the lease
+//	Settle:     running ─────────────▶ parked   answers still awaited: nobody holds it
+//	            running ─────────────▶ resumed  every answer came in during the run
+//	Complete:   parked ──(last result)▶ resumed  the router that recorded it holds it
+//	ParkBatch:  resumed ─────────────▶ running  the rest of the batch parks more calls
+//	TakeOver:   running|resumed, lease stale ▶ resumed (another router holds it)
+//	Finish:     running|resumed ──────▶ (deleted) batch.done was published
+type Phase string
+
 const (
-	PhaseRunning = "running" // the router that parked is still finishing the run
-	PhaseParked  = "parked"  // waiting for answers; whoever records the last one resumes
-	PhaseResumed = "resumed" // a router is running the rest
-	PhaseDone    = "done"
+	// PhaseRunning: the router that parked calls is still finishing the
+	// run they belong to.
+	PhaseRunning Phase = "running"
+	// PhaseParked: waiting for answers; whoever records the last one
+	// resumes the batch.
+	PhaseParked Phase = "parked"
+	// PhaseResumed: a router runs the rest of the batch.
+	PhaseResumed Phase = "resumed"
 )
 
 // Batch is the continuation of a batch that parked calls.
@@ -31,9 +49,9 @@ type Batch struct {
 	Results     map[string]bus.Result `json:"results"`
 	Waiting     []string              `json:"waiting"`
 	Next        int                   `json:"next"`
-	Phase       string                `json:"phase"`
+	Phase       Phase                 `json:"phase"`
 	Cancelled   []string              `json:"cancelled,omitempty"`  // call ids to interrupt before they run; "*" for all
-	ResumedBy   string                `json:"resumed_by,omitempty"` // the call whose result made it ready, or "run"
+	ResumedBy   string                `json:"resumed_by,omitempty"` // why it resumed: the call whose result made it ready, "run" or "takeover"
 	// Owner is the router working on the batch while it is running or
 	// resumed; it renews Touched (a lease) and another router takes the
 	// batch over once Touched is stale.
@@ -43,8 +61,11 @@ type Batch struct {
 	rev uint64
 }
 
+// Key returns the continuation's P_parked key, BatchKey(Session, ReplyID).
+func (b *Batch) Key() string { return BatchKey(b.Session, b.ReplyID) }
+
 // Active reports whether a router is working on the batch (running or
-// resumed), as opposed to waiting for answers or finished.
+// resumed), as opposed to waiting for answers.
 func (b *Batch) Active() bool { return b.Phase == PhaseRunning || b.Phase == PhaseResumed }
 
 // Ready reports whether every awaited call has its result.
@@ -56,6 +77,200 @@ func (b *Batch) Ready() bool {
 	}
 	return true
 }
+
+// IsCancelled reports whether the agent cancelled call id while the batch
+// was parked (or cancelled every call).
+func (b *Batch) IsCancelled(id string) bool {
+	return slices.Contains(b.Cancelled, "*") || slices.Contains(b.Cancelled, id)
+}
+
+// claim makes the store's router the batch's owner in phase p.
+func (s *Store) claim(b *Batch, p Phase, why string) {
+	b.Phase, b.Owner, b.Touched = p, s.cfg.Owner, time.Now().UTC()
+	if why != "" {
+		b.ResumedBy = why
+	}
+}
+
+// ErrParkedBefore is returned by ParkBatch when a continuation of the same
+// reply id exists already: an earlier copy of the batch parked first.
+var ErrParkedBefore = errors.New("external: this batch parked before")
+
+// ParkBatch records that the batch parks calls, with the results it has so
+// far, the calls it now waits for and the index of the first call after
+// its current run; this router holds the lease while it finishes the run.
+// A batch that never parked (b read from no continuation) is created, and
+// ErrParkedBefore says a copy of it parked first; a resumed one that parks
+// more is updated, as long as this router still owns it.
+func (s *Store) ParkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int) error {
+	if b.rev != 0 {
+		got, err := s.update(ctx, b.Session, b.ReplyID, func(cur *Batch) error {
+			if cur.Owner != s.cfg.Owner || !cur.Active() {
+				return fmt.Errorf("external: batch %s: %w (taken over by %s)", b.Key(), errNotOwner, cur.Owner)
+			}
+			for id, res := range results {
+				cur.Results[id] = res
+			}
+			cur.Waiting, cur.Next = waiting, next
+			s.claim(cur, PhaseRunning, "")
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		*b = *got
+		return nil
+	}
+	b.Results, b.Waiting, b.Next = results, waiting, next
+	s.claim(b, PhaseRunning, "")
+	v, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	rev, err := store.Create(ctx, s.kv, b.Key(), v, store.Bounded)
+	switch {
+	case store.IsConflict(err):
+		return ErrParkedBefore
+	case err != nil:
+		return fmt.Errorf("external: batch %s: %w", b.Key(), err)
+	}
+	b.rev = rev
+	s.hold(b.Key())
+	return nil
+}
+
+// Settle ends the run that parked calls: the run's results join the
+// continuation, and the batch waits for its answers (resume false), or,
+// when every answer came in during the run, this router goes on with it
+// (resume true, the lease held).
+func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
+	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
+		for id, res := range results {
+			if _, ok := b.Results[id]; !ok {
+				b.Results[id] = res
+			}
+		}
+		b.Phase, b.Owner = PhaseParked, ""
+		if b.Ready() {
+			s.claim(b, PhaseResumed, "run")
+		}
+		return nil
+	})
+	if err != nil {
+		s.release(BatchKey(session, replyID))
+		return nil, false, err
+	}
+	return b, s.track(b), nil
+}
+
+// Complete records the result of a parked call of the batch. Exactly one
+// completion finds the batch ready in the compare-and-set that adds its
+// result: that one resumes it (resume true, the lease held).
+func (s *Store) Complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
+	var resume bool
+	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
+		resume = false
+		b.Results[callID] = res
+		if b.Phase == PhaseParked && b.Ready() {
+			s.claim(b, PhaseResumed, callID)
+			resume = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if resume {
+		s.hold(b.Key())
+	}
+	return b, resume, nil
+}
+
+// Cancel marks calls of a parked batch (all when ids is empty) so that
+// they never run when it resumes. A batch that never parked is no error.
+func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) error {
+	marks := ids
+	if len(marks) == 0 {
+		marks = []string{"*"}
+	}
+	_, err := s.update(ctx, session, replyID, func(b *Batch) error {
+		for _, id := range marks {
+			if !slices.Contains(b.Cancelled, id) {
+				b.Cancelled = append(b.Cancelled, id)
+			}
+		}
+		return nil
+	})
+	if store.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// Renew renews the lease of every batch this router holds. A batch that
+// another router took over, or that is no longer active, is let go.
+func (s *Store) Renew(ctx context.Context, now time.Time) error {
+	var failed error
+	for _, key := range s.held() {
+		session, replyID, _ := splitBatchKey(key)
+		_, err := s.update(ctx, session, replyID, func(b *Batch) error {
+			if b.Owner != s.cfg.Owner || !b.Active() {
+				return errNotOwner
+			}
+			b.Touched = now.UTC()
+			return nil
+		})
+		switch {
+		case err == nil:
+		case errors.Is(err, errNotOwner), store.IsNotFound(err):
+			s.release(key)
+		default:
+			failed = err
+		}
+	}
+	return failed
+}
+
+var errNotOwner = errors.New("external: not the owner of the batch")
+
+// TakeOver claims the active batches whose owner has not renewed its lease
+// since cutoff (a router that died, or was cut off by its drain deadline,
+// while running part of the batch). The compare-and-set picks one router
+// per batch; the batches returned are this router's to repair.
+func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) []*Batch {
+	var out []*Batch
+	for _, stale := range s.Stale(cutoff) {
+		if stale.Owner == s.cfg.Owner && s.holds(stale.Key()) {
+			continue // this router is working on it: its renewal is late, not gone
+		}
+		b, err := s.update(ctx, stale.Session, stale.ReplyID, func(b *Batch) error {
+			if !b.Active() || !b.Touched.Before(cutoff) {
+				return errNotOwner
+			}
+			s.cfg.Logger.Warn("external: taking over a batch whose router stopped", "session", b.Session, "reply", b.ReplyID, "owner", b.Owner)
+			s.claim(b, PhaseResumed, "takeover")
+			return nil
+		})
+		if err == nil {
+			s.hold(b.Key())
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Finish removes the continuation of a batch whose batch.done went out.
+func (s *Store) Finish(ctx context.Context, b *Batch) error {
+	defer s.release(b.Key())
+	if _, err := store.Delete(ctx, s.kv, b.Key(), store.Bounded); err != nil {
+		return fmt.Errorf("external: delete batch %s: %w", b.Key(), err)
+	}
+	return nil
+}
+
+// Release stops renewing the lease of a batch this router works on (a drain
+// cut it off): once the lease is stale another router takes it over.
+func (s *Store) Release(b *Batch) { s.release(b.Key()) }
 
 // GetBatch reads a continuation.
 func (s *Store) GetBatch(ctx context.Context, session, replyID string) (*Batch, error) {
@@ -71,36 +286,13 @@ func (s *Store) GetBatch(ctx context.Context, session, replyID string) (*Batch, 
 	return &b, nil
 }
 
-// PutBatch writes a continuation: created when new (rev 0), else with
-// compare-and-set against the revision it was read at. It returns an error
-// satisfying store.IsConflict when the continuation exists already (rev 0)
-// or moved on. Transient JetStream errors are retried within store.Bounded.
-func (s *Store) PutBatch(ctx context.Context, b *Batch) error {
-	v, err := json.Marshal(b)
-	if err != nil {
-		return err
-	}
-	key := BatchKey(b.Session, b.ReplyID)
-	rev, err := store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		if cur == nil && b.rev != 0 || cur != nil && cur.Revision() != b.rev {
-			return nil, jetstream.ErrKeyExists
-		}
-		return v, nil
-	})
-	if err != nil {
-		return fmt.Errorf("external: batch %s: %w", key, err)
-	}
-	b.rev = rev
-	return nil
-}
-
-// UpdateBatch applies fn to the latest continuation with compare-and-set.
-// fn may run more than once; an error from it ends the update with nothing
+// update applies fn to the latest continuation with compare-and-set. fn
+// may run more than once; an error from it ends the update with nothing
 // written. A continuation records results that end calls, so conflicts and
 // transient errors are retried until the write lands or ctx ends
 // (store.UntilLanded). It returns an error satisfying store.IsNotFound when
 // there is no continuation.
-func (s *Store) UpdateBatch(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
+func (s *Store) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
 	key := BatchKey(session, replyID)
 	var b *Batch
 	rev, err := store.Update(ctx, s.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -110,6 +302,9 @@ func (s *Store) UpdateBatch(ctx context.Context, session, replyID string, fn fun
 		b = new(Batch)
 		if err := json.Unmarshal(cur.Value(), b); err != nil {
 			return nil, fmt.Errorf("external: batch %s is corrupt: %w", key, err)
+		}
+		if b.Results == nil {
+			b.Results = map[string]bus.Result{}
 		}
 		if err := fn(b); err != nil {
 			return nil, err
@@ -123,15 +318,59 @@ func (s *Store) UpdateBatch(ctx context.Context, session, replyID string, fn fun
 	return b, nil
 }
 
-// DeleteBatch removes a finished batch's continuation.
-func (s *Store) DeleteBatch(ctx context.Context, b *Batch) error {
-	if _, err := store.Delete(ctx, s.kv, BatchKey(b.Session, b.ReplyID), store.Bounded); err != nil {
-		return fmt.Errorf("external: delete batch %s: %w", BatchKey(b.Session, b.ReplyID), err)
+// track keeps the lease of b held while this router owns it, and reports
+// whether it does.
+func (s *Store) track(b *Batch) bool {
+	if b.Active() && b.Owner == s.cfg.Owner {
+		s.hold(b.Key())
+		return true
 	}
-	return nil
+	s.release(b.Key())
+	return false
 }
 
-// applyBatch keeps the cache of continuations a router is working on.
+// hold, release, holds and held keep the set of batches whose lease this
+// router renews.
+func (s *Store) hold(key string) {
+	s.mu.Lock()
+	s.leases[key] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *Store) release(key string) {
+	s.mu.Lock()
+	delete(s.leases, key)
+	s.mu.Unlock()
+}
+
+func (s *Store) holds(key string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.leases[key]
+	return ok
+}
+
+func (s *Store) held() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.leases))
+	for k := range s.leases {
+		out = append(out, k)
+	}
+	return out
+}
+
+// splitBatchKey splits <session>.<replyid>.
+func splitBatchKey(key string) (session, replyID string, ok bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '.' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// applyBatch keeps the cache of continuations routers are working on.
 func (s *Store) applyBatch(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -155,8 +394,9 @@ func (s *Store) applyBatch(e jetstream.KeyValueEntry) {
 	}
 }
 
-// Stale returns the continuations that are running or resumed but whose
-// owner has not renewed its lease since before cutoff.
+// Stale returns, from the watch-fed cache, the continuations that are
+// running or resumed but whose owner has not renewed its lease since
+// before cutoff: TakeOver's candidates.
 func (s *Store) Stale(cutoff time.Time) []*Batch {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

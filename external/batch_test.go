@@ -7,20 +7,43 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/store"
 )
 
-func newBatch(session, reply string, waiting ...string) *external.Batch {
-	return &external.Batch{Session: session, ReplyID: reply, Phase: external.PhaseRunning,
-		Data:    bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "deploy", Input: json.RawMessage(`{}`)}}},
-		Results: map[string]bus.Result{}, Waiting: waiting}
+func newBatch(session, reply string) *external.Batch {
+	return &external.Batch{Session: session, ReplyID: reply,
+		Data: bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "deploy", Input: json.RawMessage(`{}`)}}}}
+}
+
+func ok(id string) bus.Result {
+	return bus.Result{ID: id, Name: "deploy", State: bus.StateSuccess, Output: bus.Text(id)}
+}
+
+// parkBatch parks a new batch waiting for the calls waiting.
+func parkBatch(t *testing.T, s *external.Store, session, reply string, waiting ...string) *external.Batch {
+	t.Helper()
+	b := newBatch(session, reply)
+	if err := s.ParkBatch(t.Context(), b, map[string]bus.Result{}, waiting, 1); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func phase(t *testing.T, s *external.Store, session, reply string) *external.Batch {
+	t.Helper()
+	b, err := s.GetBatch(t.Context(), session, reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestBatchReady(t *testing.T) {
-	res := bus.Result{State: bus.StateSuccess}
 	for _, tc := range []struct {
 		name    string
 		waiting []string
@@ -34,9 +57,9 @@ func TestBatchReady(t *testing.T) {
 		{"other results do not count", []string{"a"}, []string{"x"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := newBatch("s", "r", tc.waiting...)
+			b := &external.Batch{Waiting: tc.waiting, Results: map[string]bus.Result{}}
 			for _, id := range tc.results {
-				b.Results[id] = res
+				b.Results[id] = ok(id)
 			}
 			if b.Ready() != tc.ready {
 				t.Fatalf("Ready = %v", !tc.ready)
@@ -45,38 +68,25 @@ func TestBatchReady(t *testing.T) {
 	}
 }
 
-func TestBatchPutGet(t *testing.T) {
+func TestParkBatch(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
-	b := newBatch("s1", "r1", "c1")
-	b.TraceParent, b.Expiry, b.Next = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "2030-01-01T00:00:00Z", 1
-	if err := s.PutBatch(t.Context(), b); err != nil {
+	b := newBatch("s1", "r1")
+	b.TraceParent, b.Expiry = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "2030-01-01T00:00:00Z"
+	if err := s.ParkBatch(t.Context(), b, map[string]bus.Result{"c0": ok("c0")}, []string{"c1"}, 1); err != nil {
 		t.Fatal(err)
 	}
-	// Created under <session>.<reply>: a second create of a new batch fails.
-	if err := s.PutBatch(t.Context(), newBatch("s1", "r1")); !store.IsConflict(err) {
-		t.Fatalf("second create: %v, want a conflict", err)
+	got := phase(t, s, "s1", "r1")
+	if got.Phase != external.PhaseRunning || got.Owner != "router-a" || got.Next != 1 || got.Touched.IsZero() ||
+		!slices.Equal(got.Waiting, []string{"c1"}) || got.TraceParent != b.TraceParent || got.Expiry != b.Expiry ||
+		len(got.Data.Calls) != 1 || got.Results["c0"].ID != "c0" {
+		t.Fatalf("parked batch %+v", got)
 	}
-	got, err := s.GetBatch(t.Context(), "s1", "r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Session != "s1" || got.ReplyID != "r1" || got.Phase != external.PhaseRunning || got.Next != 1 ||
-		!slices.Equal(got.Waiting, []string{"c1"}) || got.TraceParent != b.TraceParent || got.Expiry != b.Expiry || len(got.Data.Calls) != 1 {
-		t.Fatalf("GetBatch %+v", got)
-	}
-	// A write from a stale copy loses.
-	stale, _ := s.GetBatch(t.Context(), "s1", "r1")
-	got.Phase = external.PhaseParked
-	if err := s.PutBatch(t.Context(), got); err != nil {
-		t.Fatal(err)
-	}
-	stale.Phase = external.PhaseDone
-	if err := s.PutBatch(t.Context(), stale); !store.IsConflict(err) {
-		t.Fatalf("stale write: %v, want a conflict", err)
-	}
-	if now, _ := s.GetBatch(t.Context(), "s1", "r1"); now.Phase != external.PhaseParked {
-		t.Fatalf("phase %s after a lost write", now.Phase)
+	// A copy of the batch (a re-send) finds it parked before, on any router.
+	for _, other := range []*external.Store{s, startAs(t, st, "router-b")} {
+		if err := other.ParkBatch(t.Context(), newBatch("s1", "r1"), nil, nil, 0); !errors.Is(err, external.ErrParkedBefore) {
+			t.Fatalf("second park: %v, want ErrParkedBefore", err)
+		}
 	}
 	// The cache of parked calls ignores continuation keys.
 	if ps := s.Parked("", ""); len(ps) != 0 {
@@ -87,18 +97,106 @@ func TestBatchPutGet(t *testing.T) {
 	}
 }
 
+func TestSettle(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		waiting []string
+		answers []string // completed while the run was going
+		resume  bool
+	}{
+		{"answers awaited", []string{"c1", "c2"}, nil, false},
+		{"one of two answered during the run", []string{"c1", "c2"}, []string{"c1"}, false},
+		{"every answer came in during the run", []string{"c1", "c2"}, []string{"c2", "c1"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newStore(t)
+			s := start(t, st)
+			parkBatch(t, s, "s1", "r1", tc.waiting...)
+			for _, id := range tc.answers {
+				if _, resume, err := s.Complete(t.Context(), "s1", "r1", id, ok(id)); err != nil || resume {
+					t.Fatalf("Complete during the run: resume %v, %v (the run resumes it, not the answer)", resume, err)
+				}
+			}
+			b, resume, err := s.Settle(t.Context(), "s1", "r1", map[string]bus.Result{"c0": ok("c0")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resume != tc.resume {
+				t.Fatalf("resume %v, want %v", resume, tc.resume)
+			}
+			want := external.PhaseParked
+			if tc.resume {
+				want = external.PhaseResumed
+			}
+			if got := phase(t, s, "s1", "r1"); got.Phase != want || got.Results["c0"].ID != "c0" || b.Phase != want {
+				t.Fatalf("after Settle %+v", got)
+			}
+			if got := phase(t, s, "s1", "r1"); tc.resume != (got.Owner == "router-a") {
+				t.Fatalf("owner %q after Settle", got.Owner)
+			}
+		})
+	}
+}
+
+func TestCompleteResumesOnce(t *testing.T) {
+	st := newStore(t)
+	stores := []*external.Store{startAs(t, st, "router-a"), startAs(t, st, "router-b")}
+	const n = 20
+	var ids []string
+	for i := range n {
+		ids = append(ids, fmt.Sprint("c", i))
+	}
+	parkBatch(t, stores[0], "s1", "r1", ids...)
+	if _, _, err := stores[0].Settle(t.Context(), "s1", "r1", nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var resumers []string
+	begin := make(chan struct{})
+	for i, id := range ids {
+		wg.Go(func() {
+			<-begin
+			s := stores[i%2]
+			b, resume, err := s.Complete(t.Context(), "s1", "r1", id, ok(id))
+			if err != nil {
+				t.Errorf("Complete %s: %v", id, err)
+				return
+			}
+			if resume {
+				mu.Lock()
+				resumers = append(resumers, b.Owner)
+				mu.Unlock()
+			}
+		})
+	}
+	close(begin)
+	wg.Wait()
+	b := phase(t, stores[1], "s1", "r1")
+	if len(b.Results) != n || !b.Ready() || b.Phase != external.PhaseResumed {
+		t.Fatalf("%d results after %d concurrent completions, phase %s", len(b.Results), n, b.Phase)
+	}
+	for _, id := range ids {
+		if r := b.Results[id]; r.ID != id || r.Output[0].Text != id {
+			t.Fatalf("result %s = %+v", id, r)
+		}
+	}
+	if len(resumers) != 1 || resumers[0] != b.Owner {
+		t.Fatalf("resumed by %v, want exactly one router, the owner %s", resumers, b.Owner)
+	}
+}
+
 func TestBatchMissing(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
 	if _, err := s.GetBatch(t.Context(), "s1", "nope"); !store.IsNotFound(err) {
 		t.Fatalf("GetBatch of a missing batch: %v", err)
 	}
-	ran := false
-	if _, err := s.UpdateBatch(t.Context(), "s1", "nope", func(*external.Batch) error { ran = true; return nil }); !store.IsNotFound(err) {
-		t.Fatalf("UpdateBatch of a missing batch: %v", err)
+	if _, _, err := s.Complete(t.Context(), "s1", "nope", "c1", ok("c1")); !store.IsNotFound(err) {
+		t.Fatalf("Complete of a missing batch: %v", err)
 	}
-	if ran {
-		t.Fatal("fn ran for a missing batch")
+	if err := s.Cancel(t.Context(), "s1", "nope", nil); err != nil {
+		t.Fatalf("Cancel of a batch that never parked: %v", err)
 	}
 	if _, err := st.Parked.Put(t.Context(), "s1.bad", []byte("{")); err != nil {
 		t.Fatal(err)
@@ -108,111 +206,157 @@ func TestBatchMissing(t *testing.T) {
 	}
 }
 
-func TestUpdateBatchConcurrent(t *testing.T) {
+func TestCancelMarks(t *testing.T) {
 	st := newStore(t)
-	stores := []*external.Store{start(t, st), start(t, st)}
-	const n = 20
-	var ids []string
-	for i := range n {
-		ids = append(ids, fmt.Sprint("c", i))
+	s := start(t, st)
+	parkBatch(t, s, "s1", "r1", "c1")
+	for range 2 { // twice: marks are kept once
+		if err := s.Cancel(t.Context(), "s1", "r1", []string{"c2"}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := stores[0].PutBatch(t.Context(), newBatch("s1", "r1", ids...)); err != nil {
+	b := phase(t, s, "s1", "r1")
+	if !slices.Equal(b.Cancelled, []string{"c2"}) || !b.IsCancelled("c2") || b.IsCancelled("c3") {
+		t.Fatalf("cancelled %v", b.Cancelled)
+	}
+	if err := s.Cancel(t.Context(), "s1", "r1", nil); err != nil {
 		t.Fatal(err)
 	}
+	if b := phase(t, s, "s1", "r1"); !b.IsCancelled("c3") {
+		t.Fatalf("cancel of all: %v", b.Cancelled)
+	}
+}
+
+func TestRenewAndTakeOver(t *testing.T) {
+	st := newStore(t)
+	a, b, c := startAs(t, st, "router-a"), startAs(t, st, "router-b"), startAs(t, st, "router-c")
+	parkBatch(t, a, "s1", "r1", "c1")
+
+	// The owner renews its lease (here to a time an hour ago, standing in
+	// for a router that stopped renewing then); nobody takes over a batch
+	// whose lease is not older than the cutoff.
+	past := time.Now().Add(-time.Hour).UTC()
+	if err := a.Renew(t.Context(), past); err != nil {
+		t.Fatal(err)
+	}
+	if got := phase(t, a, "s1", "r1"); !got.Touched.Equal(past) {
+		t.Fatalf("touched %v after renew at %v", got.Touched, past)
+	}
+	if got := b.TakeOver(t.Context(), past); len(got) != 0 {
+		t.Fatalf("a batch renewed at the cutoff was taken over: %+v", got)
+	}
+
+	// Once the lease is stale, two routers race for it: one wins.
+	cutoff := past.Add(time.Minute)
+	waitActive(t, cutoff, b, c)
 	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	begin := make(chan struct{})
-	var readyMu sync.Mutex
-	readySeen := 0
-	for i, id := range ids {
+	var mu sync.Mutex
+	var won []string
+	for _, s := range []*external.Store{b, c} {
 		wg.Go(func() {
-			<-begin
-			b, err := stores[i%2].UpdateBatch(t.Context(), "s1", "r1", func(b *external.Batch) error {
-				if b.Results == nil {
-					b.Results = map[string]bus.Result{}
-				}
-				b.Results[id] = bus.Result{ID: id, Name: "deploy", State: bus.StateSuccess, Output: bus.Text(id)}
-				return nil
-			})
-			if err == nil && b.Ready() {
-				readyMu.Lock()
-				readySeen++
-				readyMu.Unlock()
+			for _, got := range s.TakeOver(t.Context(), cutoff) {
+				mu.Lock()
+				won = append(won, got.Owner)
+				mu.Unlock()
 			}
-			errs <- err
 		})
 	}
-	close(begin)
 	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if len(won) != 1 {
+		t.Fatalf("%d routers took the batch over, want 1: %v", len(won), won)
+	}
+	got := phase(t, a, "s1", "r1")
+	if got.Owner != won[0] || got.Phase != external.PhaseResumed || got.ResumedBy != "takeover" {
+		t.Fatalf("after the takeover %+v", got)
+	}
+	// The old owner's renewal no longer touches it, and it lets it go.
+	if err := a.Renew(t.Context(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if again := phase(t, a, "s1", "r1"); again.Owner != won[0] || !again.Touched.Equal(got.Touched) {
+		t.Fatalf("the old owner renewed a batch taken from it: %+v", again)
+	}
+	// Its ParkBatch for the same batch (it was still running) is refused.
+	if err := a.ParkBatch(t.Context(), got, nil, nil, 1); err == nil {
+		t.Fatal("the old owner parked more calls of a batch taken over")
+	}
+}
+
+func TestAnswerDuringTakeOver(t *testing.T) {
+	st := newStore(t)
+	a, b := startAs(t, st, "router-a"), startAs(t, st, "router-b")
+	parkBatch(t, a, "s1", "r1", "c1")
+	park(t, a, record("s1", "r1", "c1"))
+	past := time.Now().Add(-time.Hour)
+	if err := a.Renew(t.Context(), past); err != nil { // router a stopped renewing an hour ago
+		t.Fatal(err)
+	}
+	cutoff := past.Add(time.Minute)
+	waitActive(t, cutoff, b)
+	// The answer and the takeover race; both land, and the batch resumes
+	// through the takeover (the completion sees it active, not parked).
+	var wg sync.WaitGroup
+	var resumed bool
+	var taken []*external.Batch
+	wg.Go(func() {
+		rec, err := a.Answer(t.Context(), "s1.r1.c1", "deploy", &bus.Answer{State: bus.StateSuccess, Output: bus.Text("done")}, nil)
 		if err != nil {
-			t.Fatalf("update: %v", err)
+			t.Errorf("answer: %v", err)
+			return
 		}
-	}
-	b, err := stores[1].GetBatch(t.Context(), "s1", "r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b.Results) != n || !b.Ready() {
-		t.Fatalf("%d results after %d concurrent updates", len(b.Results), n)
-	}
-	for _, id := range ids {
-		if r := b.Results[id]; r.ID != id || len(r.Output) != 1 || r.Output[0].Text != id {
-			t.Fatalf("result %s = %+v", id, r)
+		if _, err := a.Close(t.Context(), rec.Key(), ok("c1")); err != nil {
+			t.Errorf("close: %v", err)
 		}
+		_, resumed, err = a.Complete(t.Context(), "s1", "r1", "c1", ok("c1"))
+		if err != nil {
+			t.Errorf("complete: %v", err)
+		}
+	})
+	wg.Go(func() { taken = b.TakeOver(t.Context(), cutoff) })
+	wg.Wait()
+	got := phase(t, a, "s1", "r1")
+	if got.Results["c1"].ID != "c1" {
+		t.Fatalf("the answer's result was lost in the takeover: %+v", got)
 	}
-	// Exactly one updater recorded the last awaited result.
-	if readySeen != 1 {
-		t.Fatalf("%d updaters saw the batch ready, want exactly 1 (the one that resumes it)", readySeen)
+	if resumed || len(taken) != 1 || got.Owner != "router-b" {
+		t.Fatalf("resumed by the answer %v, taken over %d times, owner %s: want one takeover and no resume by the answer", resumed, len(taken), got.Owner)
 	}
 }
 
-func TestUpdateBatchFnError(t *testing.T) {
+func TestFinish(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
-	if err := s.PutBatch(t.Context(), newBatch("s1", "r1", "c1")); err != nil {
-		t.Fatal(err)
-	}
-	before, _ := st.Parked.Get(t.Context(), "s1.r1")
-	stop := errors.New("already resumed")
-	if _, err := s.UpdateBatch(t.Context(), "s1", "r1", func(b *external.Batch) error {
-		b.Phase = external.PhaseResumed
-		return stop
-	}); !errors.Is(err, stop) {
-		t.Fatalf("err %v", err)
-	}
-	after, _ := st.Parked.Get(t.Context(), "s1.r1")
-	if after.Revision() != before.Revision() {
-		t.Fatal("a failed update wrote the batch")
-	}
-}
-
-func TestDeleteBatch(t *testing.T) {
-	st := newStore(t)
-	s := start(t, st)
-	b := newBatch("s1", "r1", "c1")
-	if err := s.PutBatch(t.Context(), b); err != nil {
-		t.Fatal(err)
-	}
+	b := parkBatch(t, s, "s1", "r1", "c1")
 	// Call records of the same reply are not touched.
 	park(t, s, record("s1", "r1", "c1"))
 	for range 2 {
-		if err := s.DeleteBatch(t.Context(), b); err != nil {
-			t.Fatalf("DeleteBatch: %v", err)
+		if err := s.Finish(t.Context(), b); err != nil {
+			t.Fatalf("Finish: %v", err)
 		}
 	}
 	if _, err := s.GetBatch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
-		t.Fatalf("GetBatch after delete: %v", err)
+		t.Fatalf("GetBatch after Finish: %v", err)
 	}
 	if ps := s.Parked("s1", "r1"); len(ps) != 1 {
-		t.Fatalf("DeleteBatch touched call records: %v", keys(ps))
+		t.Fatalf("Finish touched call records: %v", keys(ps))
 	}
-	// The key can be created again.
-	if err := s.PutBatch(t.Context(), newBatch("s1", "r1")); err != nil {
-		t.Fatalf("PutBatch after delete: %v", err)
-	}
+	// The key can be parked again.
+	parkBatch(t, s, "s1", "r1")
 	if external.BatchKey("s1", "r1") != "s1.r1" || (&external.Record{Session: "s1", ReplyID: "r1", Call: bus.Call{ID: "c1"}}).Key() != "s1.r1.c1" {
 		t.Fatal("key layout")
+	}
+}
+
+// waitActive waits until the stores' caches list s1.r1 as stale at
+// cutoff, which is what TakeOver reads.
+func waitActive(t *testing.T, cutoff time.Time, stores ...*external.Store) {
+	t.Helper()
+	for _, s := range stores {
+		bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+			if len(s.Stale(cutoff)) == 0 {
+				return errors.New("the watch has not delivered the batch yet")
+			}
+			return nil
+		})
 	}
 }

@@ -76,6 +76,9 @@ type Config struct {
 	// TTL is how long a call stays parked before it expires with a timeout
 	// result; zero means 24 hours.
 	TTL time.Duration
+	// Owner is the id of the router using the store: the owner it writes
+	// into the continuations it works on, and whose leases it renews.
+	Owner string
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
 }
@@ -90,9 +93,10 @@ type Store struct {
 	cfg     Config
 
 	mu     sync.RWMutex
-	parked map[string]*Record // key → record, only records in StatusParked
-	gone   map[string]gone    // key → the revision that took it out of parked, kept a while
-	active map[string]*Batch  // continuations running or resumed, for lease takeovers
+	parked map[string]*Record  // key → record, only records in StatusParked
+	gone   map[string]gone     // key → the revision that took it out of parked, kept a while
+	active map[string]*Batch   // continuations running or resumed, for lease takeovers
+	leases map[string]struct{} // continuations this store's owner works on and renews
 	watch  *store.Watch
 	bwatch *store.Watch
 }
@@ -105,7 +109,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}, gone: map[string]gone{}, active: map[string]*Batch{}}
+	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}, gone: map[string]gone{}, active: map[string]*Batch{}, leases: map[string]struct{}{}}
 }
 
 // TTL returns how long calls stay parked.
@@ -349,7 +353,68 @@ func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
 // (store.UntilLanded for a transition that records a result). It returns
 // bus.ErrNotParked when the record is missing or in another status,
 // bus.ErrAlreadyAnswered when from is parked and an answer already won.
+// Answer, Close and End are the transitions the router makes.
 func (s *Store) Transition(ctx context.Context, key, from string, p store.Policy, fn func(*Record) error) (*Record, error) {
+	return s.change(ctx, key, p, func(r *Record) error {
+		if r.Status != from {
+			return wrongStatus(r, from)
+		}
+		return fn(r)
+	})
+}
+
+func wrongStatus(r *Record, from string) error {
+	if from == StatusParked && (r.Status == StatusAnswered || r.Status == StatusDone && r.Answer != nil) {
+		return bus.Errorf(bus.CodeAlreadyAnswered, "call %s was already answered", r.Call.ID)
+	}
+	return bus.Errorf(bus.CodeNotParked, "call %s is %s, not %s", r.Call.ID, r.Status, from)
+}
+
+// Answer takes an answer to the parked call key of tool: the first valid
+// answer wins. check validates the answer against the record it answers
+// (its kind, its tool's schema) and may rewrite it; an error from it is
+// returned and changes nothing. An answer for another tool's call, or for
+// a call that is not parked, is bus.ErrNotParked; one after the winner is
+// bus.ErrAlreadyAnswered.
+func (s *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*Record, *bus.Answer) error) (*Record, error) {
+	return s.change(ctx, key, store.UntilLanded, func(r *Record) error {
+		if r.Call.Name != tool {
+			return bus.Errorf(bus.CodeNotParked, "no call %s of tool %s is parked in session %s, reply %s", r.Call.ID, tool, r.Session, r.ReplyID)
+		}
+		if r.Status != StatusParked {
+			return wrongStatus(r, StatusParked)
+		}
+		if check != nil {
+			if err := check(r, a); err != nil {
+				return err
+			}
+		}
+		r.Status, r.Answer = StatusAnswered, a
+		return nil
+	})
+}
+
+// Close records the result made from an answered call's answer.
+func (s *Store) Close(ctx context.Context, key string, res bus.Result) (*Record, error) {
+	return s.Transition(ctx, key, StatusAnswered, store.UntilLanded, func(r *Record) error {
+		r.Status, r.Result = StatusDone, &res
+		return nil
+	})
+}
+
+// End takes a call out of parked without an answer, to status (expired or
+// cancelled) with res as its result; when several routers try, one wins
+// and the others get bus.ErrNotParked or bus.ErrAlreadyAnswered.
+func (s *Store) End(ctx context.Context, key, status string, res bus.Result) (*Record, error) {
+	return s.Transition(ctx, key, StatusParked, store.UntilLanded, func(r *Record) error {
+		r.Status, r.Result = status, &res
+		return nil
+	})
+}
+
+// change applies fn to the record key with compare-and-set and keeps the
+// cache and the handoff stream in step with the outcome.
+func (s *Store) change(ctx context.Context, key string, p store.Policy, fn func(*Record) error) (*Record, error) {
 	var r *Record
 	rev, err := store.Update(ctx, s.kv, key, p, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		if cur == nil {
@@ -358,12 +423,6 @@ func (s *Store) Transition(ctx context.Context, key, from string, p store.Policy
 		r = new(Record)
 		if err := json.Unmarshal(cur.Value(), r); err != nil {
 			return nil, fmt.Errorf("external: record %s is corrupt: %w", key, err)
-		}
-		if r.Status != from {
-			if from == StatusParked && (r.Status == StatusAnswered || r.Status == StatusDone && r.Answer != nil) {
-				return nil, bus.Errorf(bus.CodeAlreadyAnswered, "call %s was already answered", r.Call.ID)
-			}
-			return nil, bus.Errorf(bus.CodeNotParked, "call %s is %s, not %s", r.Call.ID, r.Status, from)
 		}
 		if err := fn(r); err != nil {
 			return nil, err

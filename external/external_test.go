@@ -45,7 +45,13 @@ func newStore(t *testing.T) *store.Store {
 // start returns a started external Store, stopped when the test ends.
 func start(t *testing.T, st *store.Store) *external.Store {
 	t.Helper()
-	s := external.New(st, subj, external.Config{TTL: ttl})
+	return startAs(t, st, "router-a")
+}
+
+// startAs is start for the router named owner.
+func startAs(t *testing.T, st *store.Store, owner string) *external.Store {
+	t.Helper()
+	s := external.New(st, subj, external.Config{TTL: ttl, Owner: owner})
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}

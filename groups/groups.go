@@ -1,7 +1,8 @@
 // Package groups owns tool groups and per-session state: group definitions
-// in P_groups, sessions in P_sessions (activated groups, permission context,
-// todos, agent state), both served from watch-fed caches and updated only
-// by compare-and-set; the built-in reset_tools; and the view of the tools a
+// in P_groups (served from a watch-fed cache), sessions in P_sessions
+// (activated groups, permission context, todos, agent state; read from KV
+// where it matters and kept in a bounded cache of recently used sessions),
+// both updated only by compare-and-set; the built-in reset_tools; and the view of the tools a
 // session's model sees, composed per request from the registry, the
 // session's activation and the request-scoped tools, never by mutating
 // the registry.
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -35,9 +37,17 @@ type Config struct {
 	// (touched) once half of it has passed, so only idle sessions expire.
 	// Zero means bus.DefaultSessionTTL.
 	IdleTTL time.Duration
+	// SessionCache bounds the sessions kept in memory (the least recently
+	// used are dropped first); zero means DefaultSessionCache. The cache
+	// saves decoding a session that has not changed since it was last
+	// read: every read that must be current goes to KV (Refresh, Load).
+	SessionCache int
 	// Logger receives warnings about bad entries; nil discards.
 	Logger *slog.Logger
 }
+
+// DefaultSessionCache is the default bound of the session cache.
+const DefaultSessionCache = 10000
 
 // Session is the state of one agent session, as stored in P_sessions.
 type Session struct {
@@ -92,9 +102,9 @@ type Store struct {
 
 	mu       sync.RWMutex
 	groups   map[string]*group
-	deleted  map[string]uint64 // tombstones: the revision each deleted group was deleted at or after
-	ordered  []bus.Group       // meta and external groups in registration order; rebuilt on change
-	sessions map[string]*Session
+	deleted  map[string]uint64                // tombstones: the revision each deleted group was deleted at or after
+	ordered  []bus.Group                      // meta and external groups in registration order; rebuilt on change
+	sessions *simplelru.LRU[string, *Session] // recently used sessions, guarded by mu
 
 	watches []*store.Watch
 }
@@ -111,22 +121,24 @@ func New(st *store.Store, cfg Config) *Store {
 	if cfg.IdleTTL <= 0 {
 		cfg.IdleTTL = bus.DefaultSessionTTL
 	}
+	if cfg.SessionCache <= 0 {
+		cfg.SessionCache = DefaultSessionCache
+	}
+	sessions, _ := simplelru.NewLRU[string, *Session](cfg.SessionCache, nil) // errors only for a size <= 0
 	return &Store{groupsKV: st.Groups, sessionsKV: st.Sessions, cfg: cfg,
-		groups: map[string]*group{}, deleted: map[string]uint64{}, sessions: map[string]*Session{}}
+		groups: map[string]*group{}, deleted: map[string]uint64{}, sessions: sessions}
 }
 
-// Start loads both caches and keeps them fed until ctx ends or Stop.
+// Start loads the group cache and keeps it fed until ctx ends or Stop.
+// Sessions are not watched: a deployment may hold far more sessions than a
+// router should keep in memory, and each batch reads its session from KV
+// anyway (Refresh).
 func (s *Store) Start(ctx context.Context) error {
 	gw, err := store.WatchKV(ctx, s.groupsKV, ">", s.applyGroup)
 	if err != nil {
 		return err
 	}
-	sw, err := store.WatchKV(ctx, s.sessionsKV, ">", s.applySession)
-	if err != nil {
-		gw.Stop()
-		return err
-	}
-	s.watches = []*store.Watch{gw, sw}
+	s.watches = []*store.Watch{gw}
 	for _, w := range s.watches {
 		select {
 		case <-w.Ready():
@@ -209,28 +221,6 @@ func (s *Store) reorder() {
 	}
 }
 
-func (s *Store) applySession(e jetstream.KeyValueEntry) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		if old, ok := s.sessions[e.Key()]; ok && old.rev < e.Revision() {
-			delete(s.sessions, e.Key())
-		}
-		return
-	}
-	if old, ok := s.sessions[e.Key()]; ok && old.rev >= e.Revision() {
-		return
-	}
-	var sess Session
-	if err := json.Unmarshal(e.Value(), &sess); err != nil {
-		s.cfg.Logger.Warn("groups: ignoring bad session entry", "session", e.Key())
-		return
-	}
-	sess.rev = e.Revision()
-	sess.cached = time.Now()
-	s.sessions[e.Key()] = &sess
-}
-
 // CheckGroup validates a group definition.
 func CheckGroup(g *bus.Group) error {
 	switch {
@@ -309,13 +299,15 @@ func (s *Store) Groups() []bus.Group {
 	return s.ordered
 }
 
-// Session returns the session's state from the cache; a session that was
-// never stored starts from each group's active_by_default and the default
-// mode. The returned value must not be modified.
+// Session returns the session's state as this router last read or wrote
+// it; a session it has not seen (or no longer caches) starts from each
+// group's active_by_default and the default mode. Reads that must see
+// writes made through other routers use Refresh. The returned value must
+// not be modified.
 func (s *Store) Session(id string) *Session {
-	s.mu.RLock()
-	sess, ok := s.sessions[id]
-	s.mu.RUnlock()
+	s.mu.Lock()
+	sess, ok := s.sessions.Get(id)
+	s.mu.Unlock()
 	if ok {
 		return sess
 	}
@@ -337,9 +329,9 @@ func (s *Store) fresh() *Session {
 // has passed since its last write, so that the bucket's TTL only ever
 // removes sessions nobody uses. It is cheap when nothing is due.
 func (s *Store) Touch(ctx context.Context, id string) error {
-	s.mu.RLock()
-	sess, ok := s.sessions[id]
-	s.mu.RUnlock()
+	s.mu.Lock()
+	sess, ok := s.sessions.Peek(id)
+	s.mu.Unlock()
 	if !ok || time.Since(sess.Updated) < s.cfg.IdleTTL/2 {
 		return nil
 	}
@@ -383,9 +375,9 @@ func (s *Store) Refresh(ctx context.Context, id string) *Session {
 	case err != nil:
 		return s.Session(id)
 	default:
-		s.mu.RLock()
-		old, ok := s.sessions[id]
-		s.mu.RUnlock()
+		s.mu.Lock()
+		old, ok := s.sessions.Get(id)
+		s.mu.Unlock()
 		if ok && old.rev >= entry.Revision() { // the cache is current: nothing to decode
 			return old
 		}
@@ -398,28 +390,28 @@ func (s *Store) Refresh(ctx context.Context, id string) *Session {
 	if sess.rev == 0 { // not stored (any more)
 		// An entry cached before the read was deleted since; one cached
 		// after it may be a write the read did not see yet.
-		if old, ok := s.sessions[id]; ok {
+		if old, ok := s.sessions.Peek(id); ok {
 			if old.cached.After(asked) {
 				return old
 			}
-			delete(s.sessions, id)
+			s.sessions.Remove(id)
 		}
 		return sess
 	}
-	if old, ok := s.sessions[id]; ok && old.rev >= sess.rev {
+	if old, ok := s.sessions.Peek(id); ok && old.rev >= sess.rev {
 		return old
 	}
 	sess.cached = time.Now()
-	s.sessions[id] = sess
+	s.sessions.Add(id, sess)
 	return sess
 }
 
-// Stored reports whether the session exists in KV (per the cache).
+// Stored reports whether the session exists in KV as far as the cache
+// knows (a session dropped from the cache counts as not stored).
 func (s *Store) Stored(id string) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	_, ok := s.sessions[id]
-	return ok
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions.Contains(id)
 }
 
 // ErrAbort may be returned by an Update function to leave the session as it is.
@@ -461,9 +453,9 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) 
 	}
 	next.rev = rev
 	s.mu.Lock()
-	if old, ok := s.sessions[id]; !ok || old.rev < rev {
+	if old, ok := s.sessions.Peek(id); !ok || old.rev < rev {
 		next.cached = time.Now()
-		s.sessions[id] = next
+		s.sessions.Add(id, next)
 	}
 	s.mu.Unlock()
 	return next, nil
@@ -475,14 +467,14 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		return fmt.Errorf("groups: delete session %s: %w", id, err)
 	}
 	s.mu.Lock()
-	delete(s.sessions, id)
+	s.sessions.Remove(id)
 	s.mu.Unlock()
 	return nil
 }
 
 // Sessions returns how many sessions the cache holds.
 func (s *Store) Sessions() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.sessions)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions.Len()
 }

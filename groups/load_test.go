@@ -54,3 +54,27 @@ func TestLoadAndRefresh(t *testing.T) {
 		t.Fatal("Refresh returned nil")
 	}
 }
+
+func TestSessionCacheIsBounded(t *testing.T) {
+	st := newStore(t)
+	s := start(t, st, groups.Config{SessionCache: 3, DefaultMode: "explore"})
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if _, err := s.Update(t.Context(), id, func(x *groups.Session) error { x.Mode = "bypass"; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Sessions(); n != 3 {
+		t.Fatalf("the cache holds %d sessions, want 3", n)
+	}
+	// The least recently used one left the cache, not the bucket: a read
+	// from KV brings it back.
+	if s.Stored("a") || s.Session("a").Mode != "explore" {
+		t.Fatalf("session a is still cached: %+v", s.Session("a"))
+	}
+	if got := s.Refresh(t.Context(), "a"); got.Mode != "bypass" || got.Revision() == 0 {
+		t.Fatalf("Refresh of an evicted session: %+v", got)
+	}
+	if !s.Stored("a") || s.Stored("b") {
+		t.Fatal("Refresh did not cache a in place of the least recently used b")
+	}
+}

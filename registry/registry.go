@@ -60,6 +60,9 @@ type Registry struct {
 
 	watches []*store.Watch
 	ready   chan struct{}
+
+	workConsumer func(ctx context.Context, tool string) error // makes a durable tool's work consumer
+	consumers    map[string]bool                              // durable tools whose consumer exists
 }
 
 // New returns a Registry over the store's tools and workers buckets. Call
@@ -74,7 +77,7 @@ func New(st *store.Store, cfg Config) *Registry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Registry{tools: st.Tools, workers: st.Workers, cfg: cfg,
+	return &Registry{tools: st.Tools, workers: st.Workers, cfg: cfg, workConsumer: st.WorkConsumer, consumers: map[string]bool{},
 		byName: map[string]*Tool{}, deleted: map[string]uint64{}, probed: map[string]time.Time{}, liveness: map[string]map[string]beat{}, ready: make(chan struct{})}
 }
 
@@ -413,8 +416,14 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 		ack.Accepted = append(ack.Accepted, d.Name)
 	}
 	for _, name := range ack.Accepted {
-		if d, _ := r.Lookup(name); d != nil && d.Def.External {
+		d, _ := r.Lookup(name)
+		if d != nil && d.Def.External {
 			continue
+		}
+		if d != nil && d.Def.Durable {
+			if err := r.ensureConsumer(ctx, name); err != nil {
+				return ack, err
+			}
 		}
 		key := name + "." + reg.Worker
 		val, inflight := []byte(`{}`), []string(nil)
@@ -435,6 +444,24 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev, inflight: inflight}, false)
 	}
 	return ack, nil
+}
+
+// ensureConsumer makes the work consumer of durable tool name once per
+// router process (CreateOrUpdate is idempotent, so routers racing is fine).
+func (r *Registry) ensureConsumer(ctx context.Context, name string) error {
+	r.mu.RLock()
+	done := r.consumers[name]
+	r.mu.RUnlock()
+	if done {
+		return nil
+	}
+	if err := r.workConsumer(ctx, name); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.consumers[name] = true
+	r.mu.Unlock()
+	return nil
 }
 
 // Check returns why d cannot be registered, or "" when it can. It compiles
@@ -460,6 +487,9 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	}
 	if d.RuleMatcher != bus.MatcherNone && d.RuleField == "" {
 		return "rule_field is required with rule_matcher " + d.RuleMatcher, nil
+	}
+	if d.Durable && d.External {
+		return "an external tool cannot be durable: its calls already wait, durably, for their handler", nil
 	}
 	if len(d.InputSchema) == 0 || string(d.InputSchema) == "null" {
 		return "input_schema is missing", nil

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -15,39 +16,42 @@ import (
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/metrics"
-	"github.com/toolbus/toolbus/schemas"
 )
+
+// The pipeline of one batch, each step in its own place:
+//
+//	checkTurn (turn.go)         decode and check the event
+//	run: session snapshot       one KV read of the session per run
+//	resolveFrom → validate      what each call runs, its input checked (validate.go)
+//	nextRun (plan.go)           the run plan of PROTOCOL.md 5.2
+//	decide (decide.go)          permissions: run, deny, or park
+//	park / settleRun (park.go)  parked calls and the continuation, owned by external
+//	execute → runTool (exec.go) the executor, through the ledger (ledger.go) when not read-only
+//	finish → report             the call's result event, once
+//	done / reply                batch.done, then the reply
+//
+// A new batch, a re-sent one (the ledger and the continuation answer for
+// what ran before: dedupe.go), a resumed continuation and a repaired one
+// go through the same steps from the call they start at.
 
 // batch is one model turn in flight on this router: a new batch, or the
 // continuation of one whose parked calls have all been answered.
 type batch struct {
-	r        *Router
-	session  string
-	replyID  string
-	trace    [2]string // traceparent, tracestate
-	expiry   string
-	deadline time.Time // from expirytime; zero when absent
-	data     bus.Batch
-	req      *groups.Request
-	calls    []*callState
-	ctx      context.Context
-	cancel   context.CancelFunc
-	start    time.Time
+	r *Router
+	turn
+	calls  []*callState
+	ctx    context.Context
+	cancel context.CancelFunc
+	// start is when the batch arrived; zero for a continuation, whose
+	// latency was counted when it parked.
+	start time.Time
 
-	cont    *external.Batch // the continuation record once the batch parked
-	parked  []bus.Parked    // what this router parked (and queued) last
-	resumed bool            // a continuation: its reply was sent long ago
-	silent  bool            // runs one confirmed call whose result complete publishes: no events
-
-	// deferEvents holds back the call.result events of the final run, so
-	// the reply (which the agent waits for) goes out first; done sends them.
-	deferEvents bool
-	held        []*callState
-	lease       bool // this router owns b.cont and renews its lease
+	cont   *external.Batch // the continuation record once the batch parked
+	parked []bus.Parked    // what this router parked (and queued) last
 
 	sent []*sentEvent // events published and not yet known to be stored
 
-	mu         sync.Mutex     // guards callState.result/raw/cancel, deferEvents, held, sent
+	mu         sync.Mutex     // guards callState.result/raw/cancel and sent
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
 }
 
@@ -62,11 +66,38 @@ type callState struct {
 	cancel context.CancelFunc
 }
 
+// newBatch starts the batch of a turn.
+func (r *Router) newBatch(t turn, start time.Time) *batch {
+	b := &batch{r: r, turn: t, start: start, calls: make([]*callState, len(t.data.Calls))}
+	for i, c := range t.data.Calls {
+		b.calls[i] = &callState{call: c}
+	}
+	b.ctx, b.cancel = context.WithCancel(r.base)
+	return b
+}
+
+// fromContinuation rebuilds a batch from its continuation, with the
+// results recorded so far.
+func (r *Router) fromContinuation(cont *external.Batch) (*batch, error) {
+	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
+	if err != nil {
+		return nil, err
+	}
+	b := r.newBatch(t, time.Time{})
+	b.cont = cont
+	for _, c := range b.calls {
+		if res, ok := cont.Results[c.call.ID]; ok {
+			c.result = &res
+		}
+	}
+	return b, nil
+}
+
 // safe is callState.safe under the batch's lock.
-func (b *batch) safe(c *callState) bool {
+func (b *batch) safe(k int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return c.safe()
+	return b.calls[k].safe()
 }
 
 // safe reports whether the call may run beside others: unknown and failed
@@ -82,11 +113,16 @@ func (c *callState) safe() bool {
 }
 
 func (r *Router) onBatch(m *nats.Msg) {
-	b, err := r.newBatch(m)
+	e, err := r.decode(m, "call", bus.TypeCallBatch)
+	var t turn
+	if err == nil {
+		t, err = checkTurn(e, r.cfg.Limits)
+	}
 	if err != nil {
 		r.reject(m, err)
 		return
 	}
+	b := r.newBatch(t, time.Now())
 	r.m.Batches.Inc()
 	r.track(b)
 	defer r.untrack(b)
@@ -95,6 +131,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 	}
 	complete := b.run(0)
 	if b.cutOff() {
+		b.release()
 		return // no reply: the agent re-sends, and the ledger answers
 	}
 	// Nothing runs here any more: a cancel from now on is for the
@@ -114,139 +151,12 @@ func (r *Router) onBatch(m *nats.Msg) {
 	}
 }
 
-// reply sends io.toolbus.call.reply: the finished results in call order
-// and the parked calls. Each result is encoded once, for its event, the
-// reply and batch.done alike.
-func (b *batch) reply(subject string) {
-	buf := make([]byte, 0, 256)
-	buf = append(buf, `{"results":[`...)
-	n := 0
-	for _, c := range b.calls {
-		if c.result == nil {
-			continue
-		}
-		if n > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, b.encoded(c)...)
-		n++
-	}
-	buf = append(buf, `],"parked":`...)
-	parked := b.parked
-	if parked == nil {
-		parked = []bus.Parked{}
-	}
-	pj, err := fastjson.Marshal(parked)
-	if err == nil {
-		buf = append(append(buf, pj...), '}')
-		var e *bus.Event
-		if e, err = b.r.event(b, bus.TypeCallReply, "", json.RawMessage(buf)); err == nil {
-			err = bus.Publish(b.r.nc, subject, e)
-		}
-	}
-	if err != nil {
-		b.r.log.Warn("router: reply failed", "session", b.session, "reply", b.replyID, "err", err)
-	}
-}
-
-// encoded returns the JSON of c's result, encoding it the first time.
-func (b *batch) encoded(c *callState) json.RawMessage {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c.raw == nil {
-		raw, err := fastjson.Marshal(c.result)
-		if err != nil {
-			raw, _ = fastjson.Marshal(internal(c.call, err))
-		}
-		c.raw = raw
-	}
-	return c.raw
-}
-
-// track makes a batch reachable by cancels; untrack forgets it.
-func (r *Router) track(b *batch) {
-	r.mu.Lock()
-	r.batches[external.BatchKey(b.session, b.replyID)] = b
-	r.mu.Unlock()
-}
-
-func (r *Router) untrack(b *batch) {
-	key := external.BatchKey(b.session, b.replyID)
-	r.mu.Lock()
-	if r.batches[key] == b {
-		delete(r.batches, key)
-	}
-	r.mu.Unlock()
-	b.cancel()
-}
-
-// newBatch decodes and checks a batch; errors are bad_event or bad_request.
-func (r *Router) newBatch(m *nats.Msg) (*batch, error) {
-	e, err := r.decode(m, "call", bus.TypeCallBatch)
-	if err != nil {
-		return nil, err
-	}
-	if !bus.ValidID(e.ID) {
-		return nil, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
-	}
-	var data bus.Batch
-	if err := e.DataAs(&data); err != nil {
-		return nil, err
-	}
-	n := len(data.Calls)
-	if n == 0 {
-		return nil, bus.Errorf(bus.CodeBadRequest, "the batch has no calls")
-	}
-	if n > bus.MaxCalls {
-		return nil, bus.Errorf(bus.CodeBadRequest, "the batch has %d calls; at most %d are allowed", n, bus.MaxCalls)
-	}
-	seen := make(map[string]struct{}, n)
-	for _, c := range data.Calls {
-		if !bus.ValidID(c.ID) {
-			return nil, bus.Errorf(bus.CodeBadEvent, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", c.ID)
-		}
-		if _, dup := seen[c.ID]; dup {
-			return nil, bus.Errorf(bus.CodeBadRequest, "call id %q appears twice in the batch", c.ID)
-		}
-		seen[c.ID] = struct{}{}
-	}
-	return r.makeBatch(e.SessionID, e.ID, e.TraceParent, e.TraceState, e.ExpiryTime, data)
-}
-
-// makeBatch builds a batch from checked parts; it serves new batches and
-// continuations alike.
-func (r *Router) makeBatch(session, replyID, traceParent, traceState, expiry string, data bus.Batch) (*batch, error) {
-	b := &batch{r: r, session: session, replyID: replyID, trace: [2]string{traceParent, traceState}, expiry: expiry, data: data,
-		start: time.Now()}
-	if expiry != "" {
-		t, err := time.Parse(time.RFC3339Nano, expiry)
-		if err != nil {
-			return nil, bus.Errorf(bus.CodeBadEvent, "expirytime %q is not RFC 3339", expiry)
-		}
-		b.deadline = t
-	}
-	var err error
-	if b.req, err = groups.CheckRequest(data.Request); err != nil {
-		return nil, err
-	}
-	b.calls = make([]*callState, len(data.Calls))
-	for i, c := range data.Calls {
-		b.calls[i] = &callState{call: c}
-	}
-	b.ctx, b.cancel = context.WithCancel(r.base)
-	return b, nil
-}
-
 // run executes the batch from call index start: calls are resolved and
-// validated, then split into maximal runs of concurrency-safe calls and
-// single unsafe calls; runs go one after another, the calls of a safe run
-// in parallel. A run that parks calls holds back the rest of the batch:
-// run returns, and whichever router records the last answer resumes it.
-// It reports whether every call has its result; the caller then sends the
-// reply (if any) and batch.done, in that order.
-//
-// A reset_tools call or a skill load changes what later calls resolve to,
-// so they are resolved again after it.
+// validated, then split into runs (nextRun); runs go one after another,
+// the calls of a safe run in parallel. A run that parks calls holds back
+// the rest of the batch: run returns, and whichever router records the
+// last answer resumes it. It reports whether every call has its result;
+// the caller then sends batch.done and the reply (if any).
 func (b *batch) run(start int) bool {
 	// Activation and permissions are shared by every router at once
 	// (PROTOCOL.md 4.2): the session is read from KV once per run of the
@@ -260,15 +170,7 @@ func (b *batch) run(start int) bool {
 		if b.cutOff() {
 			return false
 		}
-		j := i + 1
-		if b.safe(b.calls[i]) {
-			for j < len(b.calls) && b.safe(b.calls[j]) {
-				j++
-			}
-		}
-		b.mu.Lock()
-		b.deferEvents = j == len(b.calls) && j-i == 1 && !b.resumed
-		b.mu.Unlock()
+		j := nextRun(i, len(b.calls), b.safe)
 		if !b.runCalls(b.calls[i:j], j) {
 			return false // parked: the continuation takes it from here
 		}
@@ -284,38 +186,11 @@ func (b *batch) run(start int) bool {
 // it gets no more events and no reply.
 func (b *batch) cutOff() bool { return context.Cause(b.ctx) == errDrainDeadline }
 
-// flushHeld publishes the result events held back for the reply.
-func (b *batch) flushHeld() {
-	b.publishing.Wait()
-	b.mu.Lock()
-	held := b.held
-	b.held, b.deferEvents = nil, false
-	b.mu.Unlock()
-	for _, c := range held {
-		b.r.publishEvent(b, bus.TypeCallResult, c.call.ID, b.encoded(c))
-	}
-}
-
-// done publishes batch.done with every result in call order, after any
-// held result events.
-func (b *batch) done() {
-	b.flushHeld()
-	buf := append(make([]byte, 0, 256), `{"results":[`...)
-	for i, c := range b.calls {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, b.encoded(c)...)
-	}
-	buf = append(buf, "]}"...)
-	b.r.publishEvent(b, bus.TypeBatchDone, "", json.RawMessage(buf))
-	b.stored()
+// release lets go of the lease of a batch cut off by the drain deadline,
+// so that another router takes its continuation over.
+func (b *batch) release() {
 	if b.cont != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.r.parked.DeleteBatch(ctx, b.cont); err != nil {
-			b.r.log.Warn("router: continuation not removed", "session", b.session, "reply", b.replyID, "err", err)
-		}
+		b.r.parked.Release(b.cont)
 	}
 }
 
@@ -356,40 +231,47 @@ func (b *batch) resolveFrom(i int) {
 	}
 }
 
+// resolve finds what the call runs and validates its input; a call that
+// cannot run gets its early result, reported when its run comes.
+func (b *batch) resolve(view *groups.View, c *callState) {
+	c.target = b.resolveName(view, c.call.Name)
+	c.input, c.early = validate(c.call, c.target)
+}
+
 // runCalls runs one run (next is the index after it). Calls that cannot run
 // finish at once; the others are decided by the permission engine, then
 // parked or executed, those of a safe run in parallel. It reports false when
 // calls parked and the batch must wait.
 func (b *batch) runCalls(run []*callState, next int) bool {
-	sess := b.r.groups.Session(b.session)
+	pc := permissionContext(b.r.groups.Session(b.session))
 	var execs, parks []*callState
-	var kinds []parkSpec
+	var specs []parkSpec
 	for _, c := range run {
 		b.mu.Lock()
 		finished := c.result != nil
 		b.mu.Unlock()
 		switch {
 		case finished:
-		case b.cancelled(c.call.ID):
+		case b.cont != nil && b.cont.IsCancelled(c.call.ID):
 			b.finish(c, interrupted(c.call))
 		case c.early != nil:
 			b.finish(c, *c.early)
 		default:
-			spec, res := b.decide(sess, c)
+			spec, res := decide(pc, c.target, c.call, c.input)
 			switch {
 			case res != nil:
 				b.finish(c, *res)
 			case spec.kind != "":
-				parks, kinds = append(parks, c), append(kinds, spec)
+				parks, specs = append(parks, c), append(specs, spec)
 			default:
 				execs = append(execs, c)
 			}
 		}
 	}
 	if len(parks) > 0 {
-		parks, kinds = b.reuseParked(parks, kinds)
+		parks, specs = b.reuseParked(parks, specs)
 	}
-	if len(parks) > 0 && !b.park(parks, kinds, next) {
+	if len(parks) > 0 && !b.park(parks, specs, next) {
 		return false // a re-sent batch found the first one parked
 	}
 	if len(execs) == 1 {
@@ -397,8 +279,7 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 	} else {
 		var wg sync.WaitGroup
 		for _, c := range execs {
-			wg.Add(1)
-			go func() { defer wg.Done(); b.execute(c) }()
+			wg.Go(func() { b.execute(c) })
 		}
 		wg.Wait()
 	}
@@ -408,38 +289,49 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 	return b.settleRun(next)
 }
 
-// resolve finds what the call runs and validates its input; a call that
-// cannot run gets its early result, reported when its run comes.
-func (b *batch) resolve(view *groups.View, c *callState) {
-	c.early, c.input = nil, nil
-	c.target = b.resolveName(view, c.call.Name)
-	if c.target.Code != "" {
-		c.early = ptr(bus.ErrorResult(c.call, c.target.Code, c.target.Message))
+// execute runs c: the router's own built-ins here, a tool through the
+// executor, and finishes it.
+func (b *batch) execute(c *callState) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	b.mu.Lock()
+	if c.result != nil { // interrupted before it started
+		b.mu.Unlock()
 		return
 	}
-	input, v, err := schemas.ParseInput(c.call.Input)
-	if err != nil {
-		d := bus.Detail{Path: "/", Message: err.Error()}
-		c.early = ptr(bus.ErrorResult(c.call, bus.CodeInvalidInput, schemas.InvalidInputMessage(c.call.Name, []bus.Detail{d}), d))
-		return
+	c.cancel = cancel
+	b.mu.Unlock()
+	var res bus.Result
+	switch t := c.target; {
+	case t.Reset:
+		res = b.reset(ctx, c)
+	case t.Skill:
+		res = b.loadSkill(ctx, c)
+	default:
+		res = b.r.runTool(ctx, b.job(c))
 	}
-	var schema *schemas.Schema
-	switch {
-	case c.target.Tool != nil:
-		schema = c.target.Tool.Schema
-	case c.target.External != nil:
-		schema = c.target.External.Schema
-	}
-	if schema != nil {
-		if problems := schema.Validate(v); len(problems) > 0 {
-			c.early = ptr(bus.ErrorResult(c.call, bus.CodeInvalidInput, schemas.InvalidInputMessage(c.call.Name, problems), problems...))
-			return
-		}
-	}
-	c.input = input
+	b.finish(c, res)
 }
 
-func ptr[T any](v T) *T { return &v }
+// job is what the executor needs of call c.
+func (b *batch) job(c *callState) *job {
+	return &job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
+		user: b.data.User, context: b.data.Context,
+		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}, tool: c.target.Tool}
+}
+
+// reset runs the built-in reset_tools.
+func (b *batch) reset(ctx context.Context, c *callState) bus.Result {
+	text, err := b.r.groups.Reset(ctx, b.session, c.input)
+	if err != nil {
+		var be *bus.Error
+		if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
+			return bus.ErrorResult(c.call, bus.CodeInvalidInput, be.Message)
+		}
+		return internal(c.call, err)
+	}
+	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
+}
 
 func unavailable(c bus.Call) bus.Result {
 	return bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf("ToolUnavailableError: No live worker serves the tool '%s' right now.", c.Name))
@@ -461,32 +353,121 @@ func (b *batch) finish(c *callState, res bus.Result) bool {
 
 // report publishes a finished call's io.toolbus.call.result and counts it.
 func (b *batch) report(c *callState, res bus.Result) {
-	b.mu.Lock()
-	hold := b.deferEvents
-	if hold {
-		b.held = append(b.held, c)
-	}
-	b.mu.Unlock()
-	if !hold && !b.silent && !b.cutOff() {
-		b.r.publishEvent(b, bus.TypeCallResult, c.call.ID, b.encoded(c))
+	if !b.cutOff() {
+		b.publishEvent(bus.TypeCallResult, c.call.ID, b.encoded(c))
 	}
 	tool := metrics.UnknownTool
 	if c.target.Code == "" || c.target.Code == bus.CodeInactiveTool || c.target.Code == bus.CodeUnavailable {
 		tool = c.call.Name
 	}
 	b.r.m.Calls.WithLabelValues(tool, res.State).Inc()
-	if !b.resumed {
+	if !b.start.IsZero() {
 		b.r.m.Latency.WithLabelValues(tool).Observe(metrics.Since(b.start))
 	}
 }
 
-// event builds an event about batch b from this router.
-func (r *Router) event(b *batch, typ, callID string, data any) (*bus.Event, error) {
+// encoded returns the JSON of c's result, encoding it the first time.
+func (b *batch) encoded(c *callState) json.RawMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.raw == nil {
+		raw, err := fastjson.Marshal(c.result)
+		if err != nil {
+			raw, _ = fastjson.Marshal(internal(c.call, err))
+		}
+		c.raw = raw
+	}
+	return c.raw
+}
+
+// done publishes batch.done with every result in call order, waits until
+// the events stream holds the batch's events, and removes the
+// continuation of a batch that parked.
+func (b *batch) done() {
+	b.publishing.Wait()
+	buf := append(make([]byte, 0, 256), `{"results":[`...)
+	for i, c := range b.calls {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, b.encoded(c)...)
+	}
+	buf = append(buf, "]}"...)
+	b.publishEvent(bus.TypeBatchDone, "", json.RawMessage(buf))
+	b.stored()
+	if b.cont != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), 10*time.Second)
+		defer cancel()
+		if err := b.r.parked.Finish(ctx, b.cont); err != nil {
+			b.r.log.Warn("router: continuation not removed", "session", b.session, "reply", b.replyID, "err", err)
+		}
+	}
+}
+
+// reply sends io.toolbus.call.reply: the finished results in call order
+// and the parked calls. Each result is encoded once, for its event, the
+// reply and batch.done alike.
+func (b *batch) reply(subject string) {
+	buf := make([]byte, 0, 256)
+	buf = append(buf, `{"results":[`...)
+	n := 0
+	for _, c := range b.calls {
+		if c.result == nil {
+			continue
+		}
+		if n > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, b.encoded(c)...)
+		n++
+	}
+	buf = append(buf, `],"parked":`...)
+	parked := b.parked
+	if parked == nil {
+		parked = []bus.Parked{}
+	}
+	pj, err := fastjson.Marshal(parked)
+	if err == nil {
+		buf = append(append(buf, pj...), '}')
+		var e *bus.Event
+		if e, err = b.event(bus.TypeCallReply, "", json.RawMessage(buf)); err == nil {
+			err = bus.Publish(b.r.nc, subject, e)
+		}
+	}
+	if err != nil {
+		b.r.log.Warn("router: reply failed", "session", b.session, "reply", b.replyID, "err", err)
+	}
+}
+
+// track makes a batch reachable by cancels; untrack forgets it.
+func (r *Router) track(b *batch) {
+	r.mu.Lock()
+	r.batches[external.BatchKey(b.session, b.replyID)] = b
+	r.mu.Unlock()
+}
+
+func (r *Router) untrack(b *batch) {
+	key := external.BatchKey(b.session, b.replyID)
+	r.mu.Lock()
+	if r.batches[key] == b {
+		delete(r.batches, key)
+	}
+	r.mu.Unlock()
+	b.cancel()
+}
+
+// event builds an event about the batch from this router.
+func (b *batch) event(typ, callID string, data any) (*bus.Event, error) {
+	return b.r.eventFor(typ, b.session, b.replyID, callID, b.trace, data)
+}
+
+// eventFor builds an event about a call or batch from this router.
+func (r *Router) eventFor(typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
 	e, err := bus.NewEvent(typ, r.source, data)
 	if err != nil {
 		return nil, err
 	}
-	e.SessionID, e.ReplyID, e.TraceParent, e.TraceState = b.session, b.replyID, b.trace[0], b.trace[1]
+	e.SessionID, e.ReplyID, e.TraceParent, e.TraceState = session, replyID, trace[0], trace[1]
 	if callID != "" {
 		e.Subject, e.ToolCallID = callID, callID
 	}
@@ -495,20 +476,29 @@ func (r *Router) event(b *batch, typ, callID string, data any) (*bus.Event, erro
 
 // publishEvent publishes an event on the batch's session events subject,
 // through the events stream; stored waits for it.
-func (r *Router) publishEvent(b *batch, typ, callID string, data any) {
-	e, err := r.event(b, typ, callID, data)
-	var m *nats.Msg
-	if err == nil {
-		m, err = e.Msg(r.subj.Events(b.session))
-	}
+func (b *batch) publishEvent(typ, callID string, data any) {
+	ev, err := b.r.publishEvent(typ, b.session, b.replyID, callID, b.trace, data)
 	if err != nil {
-		r.log.Warn("router: event not published", "type", typ, "session", b.session, "err", err)
+		b.r.log.Warn("router: event not published", "type", typ, "session", b.session, "err", err)
 		return
 	}
-	ev := r.events.publish(m, e.ID)
 	b.mu.Lock()
 	b.sent = append(b.sent, ev)
 	b.mu.Unlock()
+}
+
+// publishEvent publishes an event on a session's events subject, through
+// the events stream, and returns at once; events.stored waits for it.
+func (r *Router) publishEvent(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
+	e, err := r.eventFor(typ, session, replyID, callID, trace, data)
+	if err != nil {
+		return nil, err
+	}
+	m, err := e.Msg(r.subj.Events(session))
+	if err != nil {
+		return nil, err
+	}
+	return r.events.publish(m, e.ID), nil
 }
 
 // stored waits until the events stream holds every event the batch has

@@ -1,8 +1,10 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 
@@ -37,7 +39,50 @@ func (r *Router) onCancel(m *nats.Msg) {
 	if b != nil {
 		b.interrupt(c.Calls)
 	}
+	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
 	r.cancelParked(e.SessionID, e.ReplyID, c.Calls)
+}
+
+// confirmed holds the cancel functions of the confirmed calls running on
+// this router, which belong to no running batch.
+type confirmed struct {
+	mu    sync.Mutex
+	calls map[string]map[string]context.CancelFunc // batch key → call id → cancel
+}
+
+// add records a running confirmed call; the function returned forgets it.
+func (x *confirmed) add(session, replyID, callID string, cancel context.CancelFunc) func() {
+	key := external.BatchKey(session, replyID)
+	x.mu.Lock()
+	if x.calls == nil {
+		x.calls = map[string]map[string]context.CancelFunc{}
+	}
+	if x.calls[key] == nil {
+		x.calls[key] = map[string]context.CancelFunc{}
+	}
+	x.calls[key][callID] = cancel
+	x.mu.Unlock()
+	return func() {
+		cancel()
+		x.mu.Lock()
+		delete(x.calls[key], callID)
+		if len(x.calls[key]) == 0 {
+			delete(x.calls, key)
+		}
+		x.mu.Unlock()
+	}
+}
+
+// cancel cancels the running confirmed calls of a batch named by ids (all
+// when empty).
+func (x *confirmed) cancel(session, replyID string, ids []string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for id, cancel := range x.calls[external.BatchKey(session, replyID)] {
+		if len(ids) == 0 || slices.Contains(ids, id) {
+			cancel()
+		}
+	}
 }
 
 // interrupt ends the calls named by ids (all when empty) that have no

@@ -15,58 +15,61 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/tracing"
 )
 
-// execute runs c on a worker (through the dedupe ledger for tools that are
-// not read-only) and finishes it.
-func (b *batch) execute(c *callState) {
-	ctx, cancel := context.WithCancel(tracing.Extract(b.ctx, b.trace[0], b.trace[1]))
-	defer cancel()
-	ctx, span := tracing.StartTool(ctx, trace.SpanKindClient, c.call.Name, c.call.ID, b.session)
-	defer span.End()
-	b.mu.Lock()
-	if c.result != nil { // interrupted before it started
-		b.mu.Unlock()
-		return
-	}
-	c.cancel = cancel
-	b.mu.Unlock()
+// job is one call for an executor to run: everything it needs of the batch
+// and nothing else, so a call of a new batch, of a resumed one and a
+// confirmed call run the same way.
+type job struct {
+	session, replyID string
+	trace            [2]string       // traceparent, tracestate of the batch
+	deadline         time.Time       // the batch's expirytime; zero when absent
+	user, context    json.RawMessage // the batch's user and context
+	call             bus.Call        // with its validated input
+	tool             *registry.Tool
+}
 
+// key is the call's ledger and P_parked key.
+func (j *job) key() string { return bus.CallKey(j.session, j.replyID, j.call.ID) }
+
+// executor runs a job on a tool's workers and returns its result. Today
+// one executor serves every tool (core request/reply to the tool's queue
+// group); a durable tool or another transport is another executor.
+type executor interface {
+	exec(ctx context.Context, j *job) bus.Result
+}
+
+// runTool runs a tool call, in a span of its own: a durable tool's through
+// its work queue (which records in the ledger itself), another tool's
+// through the dedupe ledger when it is not read-only (at most once per call
+// key), straight to the executor when it is.
+func (r *Router) runTool(ctx context.Context, j *job) bus.Result {
+	ctx, span := tracing.StartTool(tracing.Extract(ctx, j.trace[0], j.trace[1]), trace.SpanKindClient, j.call.Name, j.call.ID, j.session)
+	defer span.End()
 	var res bus.Result
-	switch t := c.target; {
-	case t.Reset:
-		res = b.reset(ctx, c)
-	case t.Skill:
-		res = b.loadSkill(ctx, c)
-	case t.Tool.Def.ReadOnly:
-		res = b.call(ctx, c)
+	switch def := &j.tool.Def; {
+	case def.Durable:
+		res = r.durable.exec(ctx, j)
+	case def.ReadOnly:
+		res = r.exec.exec(ctx, j)
 	default:
-		res = b.r.runOnce(ctx, b, c)
+		res = r.led.once(ctx, j, r.exec)
 	}
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
 	}
-	b.finish(c, res)
+	return res
 }
 
-// reset runs the built-in reset_tools.
-func (b *batch) reset(ctx context.Context, c *callState) bus.Result {
-	text, err := b.r.groups.Reset(ctx, b.session, c.input)
-	if err != nil {
-		var be *bus.Error
-		if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
-			return bus.ErrorResult(c.call, bus.CodeInvalidInput, be.Message)
-		}
-		return internal(c.call, err)
-	}
-	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
-}
+// requestReply is the executor of core NATS request/reply: io.toolbus.exec
+// to the tool's queue group, retrying read-only or idempotent tools on
+// unavailable and timeout when max_attempts allows.
+type requestReply struct{ r *Router }
 
-// call sends io.toolbus.exec to the tool's queue group, retrying read-only
-// or idempotent tools on unavailable and timeout when max_attempts allows.
-func (b *batch) call(ctx context.Context, c *callState) bus.Result {
-	def := &c.target.Tool.Def
+func (x requestReply) exec(ctx context.Context, j *job) bus.Result {
+	def := &j.tool.Def
 	attempts := 1
 	if def.ReadOnly || def.Idempotent {
 		attempts = max(def.MaxAttempts, 1)
@@ -74,7 +77,7 @@ func (b *batch) call(ctx context.Context, c *callState) bus.Result {
 	var res bus.Result
 	for attempt := 1; attempt <= attempts; attempt++ {
 		var retry bool
-		res, retry = b.attempt(ctx, c, attempt)
+		res, retry = x.attempt(ctx, j, attempt)
 		if !retry || ctx.Err() != nil {
 			break
 		}
@@ -84,36 +87,30 @@ func (b *batch) call(ctx context.Context, c *callState) bus.Result {
 
 // attempt makes one exec request; retry reports an unavailable or timeout
 // outcome.
-func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Result, bool) {
-	r := b.r
-	timeout := time.Duration(c.target.Tool.Def.TimeoutMS) * time.Millisecond
-	deadline := time.Now().Add(timeout)
-	if !b.deadline.IsZero() && b.deadline.Before(deadline) {
-		deadline = b.deadline
-		timeout = time.Until(deadline).Round(time.Millisecond)
-	}
+func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Result, bool) {
+	r := x.r
+	deadline, timeout := callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
 	if timeout <= 0 {
-		return timeoutResult(c, 0), false
+		return timeoutResult(j.call, 0), false
 	}
-	req := bus.ExecRequest{Call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input},
-		User: b.data.User, Context: b.data.Context, Attempt: attempt}
-	if c.target.Tool.Def.StateInjected {
-		sess, err := r.groups.Load(ctx, b.session)
+	req := bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: attempt}
+	if j.tool.Def.StateInjected {
+		sess, err := r.groups.Load(ctx, j.session)
 		if err != nil {
-			return internal(c.call, err), false
+			return internal(j.call, err), false
 		}
 		req.State = sess.State
 		if len(req.State) == 0 {
 			req.State = json.RawMessage(`{}`)
 		}
 	}
-	e, err := r.event(b, bus.TypeExec, c.call.ID, req)
+	e, err := bus.NewEvent(bus.TypeExec, r.source, req)
 	if err != nil {
-		return internal(c.call, err), false
+		return internal(j.call, err), false
 	}
-	e.Subject = ""
+	e.SessionID, e.ReplyID, e.ToolCallID = j.session, j.replyID, j.call.ID
 	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
-	e.TraceParent, e.TraceState = tracing.Inject(ctx, e.TraceParent, e.TraceState)
+	e.TraceParent, e.TraceState = tracing.Inject(ctx, j.trace[0], j.trace[1])
 	// The worker's context ends at the deadline; its reply ("context
 	// deadline exceeded") may then race the router's own timer, so the
 	// router waits a little longer and judges by the clock.
@@ -121,42 +118,71 @@ func (b *batch) attempt(ctx context.Context, c *callState, attempt int) (bus.Res
 	defer cancel()
 	wctx, vanish := context.WithCancelCause(rctx)
 	defer vanish(nil)
-	w := r.watchExec(c.call.Name, bus.CallKey(b.session, b.replyID, c.call.ID), vanish)
+	w := r.watchExec(j.call.Name, j.key(), vanish)
 	defer r.unwatchExec(w)
-	resp, err := bus.SendRequest(wctx, r.nc, r.subj.Exec(c.call.Name), e)
+	resp, err := bus.SendRequest(wctx, r.nc, r.subj.Exec(j.call.Name), e)
+	if err != nil {
+		return requestFailed(ctx, wctx, err, j, timeout)
+	}
+	res, patch := execReply(j.call, resp)
+	if patch != nil {
+		if err := r.patchState(j.session, &j.tool.Def, patch); err != nil {
+			var be *bus.Error
+			if errors.As(err, &be) && be.Code == bus.CodeToolError { // the worker's fault
+				res = bus.ErrorResult(j.call, bus.CodeToolError, be.Message)
+			} else {
+				res = internal(j.call, err)
+			}
+		}
+	}
+	if res.State != bus.StateSuccess && !time.Now().Before(deadline) {
+		return timeoutResult(j.call, timeout), true
+	}
+	return res, false
+}
+
+// callDeadline is when a call started at now must end: its tool's timeout,
+// or the batch's deadline when that comes first; timeout is the time left.
+func callDeadline(now time.Time, timeoutMS int64, batch time.Time) (deadline time.Time, timeout time.Duration) {
+	timeout = time.Duration(timeoutMS) * time.Millisecond
+	deadline = now.Add(timeout)
+	if !batch.IsZero() && batch.Before(deadline) {
+		deadline = batch
+		timeout = batch.Sub(now).Round(time.Millisecond)
+	}
+	return deadline, timeout
+}
+
+// requestFailed turns an exec request that got no reply into the call's
+// result; retry says whether another attempt may run it. ctx is the call's
+// context, wctx the request's.
+func requestFailed(ctx, wctx context.Context, err error, j *job, timeout time.Duration) (bus.Result, bool) {
+	def := &j.tool.Def
 	switch {
-	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):
-		return unavailable(c.call), true
+		return unavailable(j.call), true
 	case context.Cause(ctx) == errDrainDeadline:
 		// The router's drain deadline: the worker may still finish the
 		// call, so its outcome is unknown (what the ledger records).
-		return unknownOutcome(c.call), false
+		return unknownOutcome(j.call), false
 	case ctx.Err() != nil:
-		return interrupted(c.call), false
+		return interrupted(j.call), false
 	case context.Cause(wctx) == errVanished:
 		// The worker that took the call stopped beating without finishing
 		// it: a read-only or idempotent call may run again elsewhere.
-		def := &c.target.Tool.Def
-		return unknownOutcome(c.call), def.ReadOnly || def.Idempotent
+		return unknownOutcome(j.call), def.ReadOnly || def.Idempotent
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return timeoutResult(c, timeout), true
-	default:
-		return internal(c.call, err), false
+		return timeoutResult(j.call, timeout), true
 	}
-	res := r.execResult(c, resp)
-	if res.State != bus.StateSuccess && !time.Now().Before(deadline) {
-		return timeoutResult(c, timeout), true
-	}
-	return res, false
+	return internal(j.call, err), false
 }
 
 // timeoutGrace is how long past a call's deadline the router still waits
 // for the worker's reply before it reports the timeout itself.
 const timeoutGrace = 50 * time.Millisecond
 
-func timeoutResult(c *callState, d time.Duration) bus.Result {
-	return bus.ErrorResult(c.call, bus.CodeTimeout, "Tool execution timeout after "+d.String())
+func timeoutResult(c bus.Call, d time.Duration) bus.Result {
+	return bus.ErrorResult(c, bus.CodeTimeout, "Tool execution timeout after "+d.String())
 }
 
 func interrupted(c bus.Call) bus.Result {
@@ -167,41 +193,36 @@ func internal(c bus.Call, err error) bus.Result {
 	return bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf("InternalError: %v", err))
 }
 
-// execResult turns a worker's reply into the call's result.
-func (r *Router) execResult(c *callState, resp *nats.Msg) bus.Result {
+// execReply turns a worker's reply into the call's result, and returns the
+// state patch the worker sent, if any, for the caller to apply.
+func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessage) {
 	e, err := bus.Decode(resp)
 	if err != nil {
-		return internal(c.call, fmt.Errorf("worker reply: %w", err))
+		return internal(c, fmt.Errorf("worker reply: %w", err)), nil
 	}
 	if e.Type == bus.TypeError {
 		var be bus.Error
 		_ = e.DataAs(&be)
-		return internal(c.call, fmt.Errorf("worker refused the call: %s", be.Error()))
+		return internal(c, fmt.Errorf("worker refused the call: %s", be.Error())), nil
 	}
 	var xr bus.ExecResult
 	if e.Type != bus.TypeExecResult {
-		return internal(c.call, fmt.Errorf("worker replied with %q", e.Type))
+		return internal(c, fmt.Errorf("worker replied with %q", e.Type)), nil
 	}
 	if err := e.DataAs(&xr); err != nil {
-		return internal(c.call, err)
+		return internal(c, err), nil
 	}
 	if xr.Output == nil {
 		xr.Output = []bus.Block{}
 	}
 	for i, bl := range xr.Output {
 		if err := checkBlock(bl); err != nil {
-			return bus.ErrorResult(c.call, bus.CodeToolError, fmt.Sprintf("Error: the tool returned an invalid output block %d: %v", i, err))
+			return bus.ErrorResult(c, bus.CodeToolError, fmt.Sprintf("Error: the tool returned an invalid output block %d: %v", i, err)), nil
 		}
 	}
-	res := bus.Result{ID: c.call.ID, Name: c.call.Name, State: xr.State, Output: xr.Output, Metadata: xr.Metadata}
+	res = bus.Result{ID: c.ID, Name: c.Name, State: xr.State, Output: xr.Output, Metadata: xr.Metadata}
 	if len(xr.StatePatch) > 0 && string(xr.StatePatch) != "null" {
-		if err := r.patchState(e.SessionID, &c.target.Tool.Def, xr.StatePatch); err != nil {
-			var be *bus.Error
-			if errors.As(err, &be) && be.Code == bus.CodeToolError { // the worker's fault
-				return bus.ErrorResult(c.call, bus.CodeToolError, be.Message)
-			}
-			return internal(c.call, err)
-		}
+		patch = xr.StatePatch
 	}
 	switch xr.State {
 	case bus.StateSuccess:
@@ -210,11 +231,11 @@ func (r *Router) execResult(c *callState, resp *nats.Msg) bus.Result {
 	case bus.StateInterrupted:
 		// A cancel reaches the worker and the router at once; whichever
 		// acts first, the call ends with the one text of PROTOCOL.md 3.5.
-		return interrupted(c.call)
+		return interrupted(c), patch
 	default:
-		return internal(c.call, fmt.Errorf("worker returned state %q", xr.State))
+		return internal(c, fmt.Errorf("worker returned state %q", xr.State)), patch
 	}
-	return res
+	return res, patch
 }
 
 // toolFailedText is the text of an error result whose tool or handler gave

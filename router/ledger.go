@@ -283,28 +283,30 @@ func (l *ledger) stop(ctx context.Context) error {
 	}
 }
 
-// runOnce runs c at most once per (session, reply id, call id) within the
-// dedupe window.
-func (r *Router) runOnce(ctx context.Context, b *batch, c *callState) bus.Result {
-	key := bus.CallKey(b.session, b.replyID, c.call.ID) // the same key as in P_parked
-	def := &c.target.Tool.Def
+// once runs j through next at most once per call key within the dedupe
+// window: the first claim runs it and records the result; a duplicate
+// (a re-sent batch, on any router) gets the recorded result, waiting for
+// it while the first run is still going.
+func (l *ledger) once(ctx context.Context, j *job, next executor) bus.Result {
+	key := j.key() // the same key as in P_parked
+	def := &j.tool.Def
 	timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
-	if res, ok := r.led.recorded(key); ok {
-		r.m.DedupeHits.Inc()
+	if res, ok := l.recorded(key); ok {
+		l.hits()
 		return res
 	}
-	switch how, claim := r.led.claim(ctx, key, timeout); how {
+	switch how, claim := l.claim(ctx, key, timeout); how {
 	case claimed:
-		res := b.call(ctx, c)
-		r.led.record(key, claim, res)
+		res := next.exec(ctx, j)
+		l.record(key, claim, res)
 		return res
 	case duplicate:
-		return r.led.wait(ctx, key, c.call, timeout)
+		return l.wait(ctx, key, j.call, timeout)
 	default:
 		if ctx.Err() != nil {
-			return interrupted(c.call)
+			return interrupted(j.call)
 		}
-		return unavailableLedger(c.call)
+		return unavailableLedger(j.call)
 	}
 }
 

@@ -54,6 +54,12 @@ type Config struct {
 	// first: each is one skill folder or a folder of skill folders. The
 	// P_skills object store is always a source, above them.
 	Skills []string
+	// Limits bound what one batch may ask; zero fields take the defaults.
+	Limits Limits
+	// SessionCache bounds the sessions the router keeps decoded in memory;
+	// zero means groups.DefaultSessionCache. Sessions are read from KV
+	// once per batch run whatever it holds.
+	SessionCache int
 	// ParkTTL is how long a call waits for an answer before it expires with
 	// a timeout result; zero means 24 hours.
 	ParkTTL time.Duration
@@ -62,6 +68,38 @@ type Config struct {
 	// Metrics is where the router's Prometheus metrics are registered; nil
 	// keeps them private.
 	Metrics prometheus.Registerer
+}
+
+// Limits bound the input a router takes. A batch past one is refused with
+// bad_request and nothing runs; a call that would park past MaxParked gets
+// a limit_exceeded result instead.
+type Limits struct {
+	// MaxCalls is the most calls one batch may hold; zero means bus.MaxCalls (64).
+	MaxCalls int
+	// MaxInputBytes is the most bytes one call's input may take; zero means
+	// DefaultMaxInputBytes.
+	MaxInputBytes int
+	// MaxParked is the most calls one session may have parked at once;
+	// zero means DefaultMaxParked.
+	MaxParked int
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxInputBytes = 1 << 20
+	DefaultMaxParked     = 1000
+)
+
+func (l *Limits) defaults() {
+	if l.MaxCalls <= 0 {
+		l.MaxCalls = bus.MaxCalls
+	}
+	if l.MaxInputBytes <= 0 {
+		l.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if l.MaxParked <= 0 {
+		l.MaxParked = DefaultMaxParked
+	}
 }
 
 // Router serves the router subjects of one deployment.
@@ -83,18 +121,21 @@ type Router struct {
 	skills *routerSkills
 	m      *metrics.Router
 
-	mu      sync.Mutex
-	subs    []*nats.Subscription
-	svc     micro.Service
-	batches map[string]*batch // sessionid/replyid → running batch
-	execMu  sync.Mutex
-	execs   map[*execWatch]struct{} // exec requests in flight
-	closed  bool
-	work    sync.WaitGroup
-	bg      sync.WaitGroup // background loops
-	stop    context.CancelFunc
-	once    sync.Once
-	stopErr error
+	mu         sync.Mutex
+	subs       []*nats.Subscription
+	svc        micro.Service
+	batches    map[string]*batch // sessionid/replyid → running batch
+	execMu     sync.Mutex
+	execs      map[*execWatch]struct{} // exec requests in flight
+	exec       executor                // runs tool calls on workers
+	durable    executor                // runs durable tools' calls through their work queues
+	confirming confirmed               // confirmed calls running outside any batch
+	closed     bool
+	work       sync.WaitGroup
+	bg         sync.WaitGroup // background loops
+	stop       context.CancelFunc
+	once       sync.Once
+	stopErr    error
 
 	// base is the parent of every handler's and batch's context, made in
 	// Start; cut cancels it, with errDrainDeadline when a drain's deadline
@@ -134,6 +175,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 4096
 	}
+	cfg.Limits.defaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -156,19 +198,15 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	if cfg.Store.Heartbeat <= 0 {
 		cfg.Store.Heartbeat = bus.DefaultHeartbeat
 	}
-	return &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
+	r := &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
 		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
-		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}, closedCh: make(chan struct{})}, nil
+		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}, closedCh: make(chan struct{})}
+	r.exec, r.durable = requestReply{r}, workQueue{r}
+	return r, nil
 }
 
 // ID returns the router's instance id.
 func (r *Router) ID() string { return r.cfg.ID }
-
-// Registry returns the router's tool cache.
-func (r *Router) Registry() *registry.Registry { return r.reg }
-
-// Groups returns the router's group and session cache.
-func (r *Router) Groups() *groups.Store { return r.groups }
 
 // Start creates the JetStream resources, loads the caches and subscribes.
 // It returns once the router serves, or with the first error.
@@ -190,7 +228,7 @@ func (r *Router) Start(ctx context.Context) error {
 		return fmt.Errorf("router: registry: %w", err)
 	}
 	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode,
-		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, Logger: r.log})
+		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, SessionCache: r.cfg.SessionCache, Logger: r.log})
 	if err := r.groups.Start(runCtx); err != nil {
 		cancel()
 		r.reg.Stop()
@@ -202,7 +240,7 @@ func (r *Router) Start(ctx context.Context) error {
 		r.groups.Stop()
 		return err
 	}
-	r.parked = external.New(r.store, r.subj, external.Config{TTL: r.cfg.ParkTTL, Logger: r.log})
+	r.parked = external.New(r.store, r.subj, external.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Logger: r.log})
 	if err := r.parked.Start(runCtx); err != nil {
 		r.Stop()
 		return fmt.Errorf("router: parked calls: %w", err)
@@ -230,6 +268,7 @@ func (r *Router) Start(ctx context.Context) error {
 		{r.subj.Register(), q, r.onRegister},
 		{r.subj.All("admin"), q, r.onAdmin},
 		{r.subj.All("answer"), q, r.onAnswer},
+		{r.subj.All("result"), q, r.onResult},
 		{r.subj.All("cancel"), "", r.onCancel},
 	} {
 		h := s.h

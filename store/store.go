@@ -28,7 +28,7 @@ type Config struct {
 	// EventsMaxBytes bounds the bytes the events stream keeps (the oldest
 	// events go first); zero or negative means no bound but EventsMaxAge.
 	EventsMaxBytes int64
-	// OutputsTTL is how long a stored output (PROTOCOL.md 5.8) is kept;
+	// OutputsTTL is how long a stored output (PROTOCOL.md 5.9) is kept;
 	// zero means bus.DefaultOutputsTTL.
 	OutputsTTL time.Duration
 	// OutputsMaxBytes bounds the outputs object store; when it is full, a
@@ -39,6 +39,10 @@ type Config struct {
 	// HandoffMaxAge bounds how long external and confirm requests are kept;
 	// zero means bus.DefaultHandoffTTL.
 	HandoffMaxAge time.Duration
+	// WorkAckWait is how long a durable call's worker may go without
+	// reporting progress before the call is delivered to another worker;
+	// zero means DefaultWorkAckWait. Workers report every third of it.
+	WorkAckWait time.Duration
 	// Memory, when true, keeps everything in memory instead of files.
 	Memory bool
 	// EventsMemory keeps only the events stream in memory: events are for
@@ -76,7 +80,13 @@ func (c *Config) defaults() {
 	if c.OutputsMaxBytes <= 0 {
 		c.OutputsMaxBytes = -1
 	}
+	if c.WorkAckWait <= 0 {
+		c.WorkAckWait = DefaultWorkAckWait
+	}
 }
+
+// DefaultWorkAckWait is Config.WorkAckWait's default.
+const DefaultWorkAckWait = 30 * time.Second
 
 // Store holds the JetStream resources of one deployment.
 type Store struct {
@@ -89,8 +99,12 @@ type Store struct {
 	Ledger   *KV
 	Events   jetstream.Stream
 	Handoff  jetstream.Stream
+	Work     jetstream.Stream // durable calls, a work queue
 	Skills   jetstream.ObjectStore
 	Outputs  jetstream.ObjectStore
+
+	subj        bus.Subjects
+	workAckWait time.Duration
 }
 
 // Setup creates or updates the buckets and streams of PROTOCOL.md section 8
@@ -150,6 +164,19 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if err != nil {
 		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamHandoff), err)
 	}
+	// Durable calls wait here for a worker. Work-queue retention removes a
+	// call once its worker acknowledges it (after its result is recorded);
+	// the message id (the call key) makes a re-sent batch's publish one
+	// message within the dedupe window.
+	st.Work, err = createStream(ctx, js, jetstream.StreamConfig{
+		Name: s.Stream(bus.StreamWork), Description: "toolbus durable calls waiting for a worker",
+		Subjects: []string{s.All("work")}, Retention: jetstream.WorkQueuePolicy, MaxAge: cfg.DedupeWindow,
+		Duplicates: cfg.DedupeWindow, Storage: storage, Replicas: cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamWork), err)
+	}
+	st.workAckWait, st.subj = cfg.WorkAckWait, s
 	if st.Skills, err = SkillsStore(ctx, js, s, cfg.Replicas); err != nil {
 		return nil, err
 	}
@@ -163,6 +190,27 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		return nil, fmt.Errorf("store: object store %s: %w", outputs.Bucket, err)
 	}
 	return st, nil
+}
+
+// WorkConsumer creates (or keeps) the consumer from which the workers of a
+// durable tool take its calls: one shared, durable pull consumer per tool,
+// so each call goes to one worker, and to another when its worker stops
+// reporting progress for WorkAckWait. Routers make it when a worker
+// registers the tool.
+func (st *Store) WorkConsumer(ctx context.Context, tool string) error {
+	cfg := jetstream.ConsumerConfig{
+		Durable: st.subj.WorkConsumer(tool), Description: "toolbus workers of durable tool " + tool,
+		FilterSubject: st.subj.Work(tool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: st.workAckWait,
+		MaxAckPending: 4096, MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	err := Retry(ctx, Bounded, func(ctx context.Context) error {
+		_, err := st.Work.CreateOrUpdateConsumer(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: work consumer for %s: %w", tool, err)
+	}
+	return nil
 }
 
 // createStream creates or updates a stream, riding out a leader election of

@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/internal/pool"
+	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/tracing"
 )
 
@@ -47,7 +48,7 @@ type Config struct {
 	Version string
 	// InlineLimit is the encoded size of an output (its "output" array as
 	// JSON) above which its largest blocks are stored in the outputs object
-	// store and replaced by references (PROTOCOL.md 5.8); zero means
+	// store and replaced by references (PROTOCOL.md 5.9); zero means
 	// offload.DefaultInlineLimit (1 MiB). The connection's payload limit,
 	// less 64 KiB for the envelope, caps it in any case.
 	InlineLimit int
@@ -83,6 +84,7 @@ type toolStats struct {
 // registered before Start.
 type Worker struct {
 	nc     *nats.Conn
+	owned  bool // dialed by Dial: Drain closes it
 	cfg    Config
 	subj   bus.Subjects
 	source string
@@ -227,6 +229,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: micro service: %w", err)
 	}
 	for _, t := range tools {
+		if t.def.Durable {
+			continue // taken from the work queue (durable.go), not from P.exec
+		}
 		h := micro.HandlerFunc(func(req micro.Request) {
 			w.onExec(t, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()})
 		})
@@ -246,6 +251,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.register(ctx)
 	w.loops.Add(1)
 	go w.heartbeat(loopCtx)
+	for _, t := range tools {
+		if t.def.Durable {
+			w.loops.Add(1)
+			go w.takeWork(loopCtx, t)
+		}
+	}
 	return nil
 }
 
@@ -325,45 +336,74 @@ func (w *Worker) send(ctx context.Context, reg bus.Register) (*bus.RegisterAck, 
 	return &ack, nil
 }
 
-// LastAck registers once more and returns the routers' answer; it serves
-// tests and tools that want to see rejections.
-func (w *Worker) LastAck(ctx context.Context) (*bus.RegisterAck, error) {
-	return w.send(ctx, w.registration())
-}
-
 func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	// The envelope is read before waiting for a slot, so that a call
 	// waiting for one is already listed in the heartbeats (routers end calls
 	// that no live worker lists as vanished).
 	e, err := bus.Decode(m)
-	var key string
+	key := w.accept(t, e, err)
+	w.obs.Waiting(1)
+	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
+	w.obs.Waiting(-1)
+	w.pool.Go(func() {
+		defer w.release(key)
+		w.serve(t, m, e, err, coreReply{w, m})
+	})
+}
+
+// accept counts a call the worker took, listed in its heartbeats by key
+// from now until release.
+func (w *Worker) accept(t *tool, e *bus.Event, err error) (key string) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.running++
 	if err == nil && e.SessionID != "" && e.ReplyID != "" && e.ToolCallID != "" {
 		key = bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID)
 		w.queued[key] = t.def.Name
 	}
-	w.mu.Unlock()
-	w.obs.Waiting(1)
-	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
-	w.obs.Waiting(-1)
-	w.pool.Go(func() {
-		defer func() {
-			<-w.sem
-			w.mu.Lock()
-			delete(w.queued, key)
-			w.running--
-			if w.running == 0 && w.stopping && w.idle != nil {
-				close(w.idle)
-				w.idle = nil
-			}
-			w.mu.Unlock()
-		}()
-		w.serve(t, m, e, err)
-	})
+	return key
 }
 
-func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
+// release ends what accept began, and frees the call's slot.
+func (w *Worker) release(key string) {
+	<-w.sem
+	w.mu.Lock()
+	delete(w.queued, key)
+	w.running--
+	if w.running == 0 && w.stopping && w.idle != nil {
+		close(w.idle)
+		w.idle = nil
+	}
+	w.mu.Unlock()
+}
+
+// replier answers one exec request: over core request/reply, or through
+// the work queue for a durable tool (durable.go).
+type replier interface {
+	result(out *bus.Event) // the call's result
+	refuse(be *bus.Error)  // the request is malformed: it never runs
+	drop()                 // cut off by the drain deadline: no answer
+}
+
+// coreReply answers on the request's reply subject.
+type coreReply struct {
+	w *Worker
+	m *nats.Msg
+}
+
+func (r coreReply) result(out *bus.Event) {
+	if r.m.Reply != "" {
+		if err := bus.Publish(r.w.nc, r.m.Reply, out); err != nil {
+			r.w.log.Warn("worker: reply failed", "subject", r.m.Subject, "call", out.ToolCallID, "err", err)
+		}
+	}
+}
+
+func (r coreReply) refuse(be *bus.Error) { _ = bus.RespondError(r.w.nc, r.m, r.w.source, be) }
+
+func (r coreReply) drop() {}
+
+func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp replier) {
 	if err == nil && e.Type != bus.TypeExec {
 		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
 	}
@@ -382,13 +422,14 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 		if !errors.As(err, &be) {
 			be = bus.Errorf(bus.CodeBadEvent, "%v", err)
 		}
-		_ = bus.RespondError(w.nc, m, w.source, be)
+		rp.refuse(be)
 		return
 	}
 	start := time.Now()
 	w.obs.Running(1)
 	defer w.obs.Running(-1)
 	if w.base.Err() != nil {
+		rp.drop()
 		return // the drain's deadline passed before the call got a slot: never start it, never answer
 	}
 	ctx, cancel := context.WithCancelCause(tracing.Extract(w.base, e.TraceParent, e.TraceState))
@@ -433,6 +474,7 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 		// has left: unknown_outcome, or a retry for read-only and
 		// idempotent tools.
 		w.log.Warn("worker: call cut off by the drain deadline", "tool", t.def.Name, "call", c.ID)
+		rp.drop()
 		return
 	}
 	if context.Cause(ctx) == errCancelled {
@@ -448,28 +490,19 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error) {
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
 	}
-	if m.Reply == "" {
-		return
+	if extra := len(res.Metadata) + len(res.StatePatch); int64(extra) > w.nc.MaxPayload()-offload.Reserve {
+		// The output was fitted; only the metadata or the state patch can
+		// still be too large to send.
+		res = &bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf(
+			"Error: the result of tool '%s' has %d bytes of metadata and state patch, more than the NATS payload limit of %d bytes allows; the state patch was not applied.",
+			t.def.Name, extra, w.nc.MaxPayload()))}
 	}
-	reply := func(res *bus.ExecResult) error {
-		out, err := bus.NewEvent(bus.TypeExecResult, w.source, res)
-		if err != nil {
-			out, _ = bus.NewEvent(bus.TypeExecResult, w.source, bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())})
-		}
-		out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
-		return bus.Publish(w.nc, m.Reply, out)
-	}
-	err = reply(res)
-	if errors.Is(err, nats.ErrMaxPayload) {
-		// Only the metadata or the state patch can still be too large:
-		// the output itself was fitted.
-		err = reply(&bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf(
-			"Error: the result of tool '%s' is larger than the NATS payload limit of %d bytes even with its output stored: its metadata or state patch is too large; the state patch was not applied.",
-			t.def.Name, w.nc.MaxPayload()))})
-	}
+	out, err := bus.NewEvent(bus.TypeExecResult, w.source, res)
 	if err != nil {
-		w.log.Warn("worker: reply failed", "tool", t.def.Name, "call", c.ID, "err", err)
+		out, _ = bus.NewEvent(bus.TypeExecResult, w.source, bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())})
 	}
+	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
+	rp.result(out)
 }
 
 // fit makes a result's output fit the message (offload.Fit): large blocks
@@ -593,10 +626,31 @@ const drainCleanup = time.Second
 func (w *Worker) Drain(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		w.stopErr = w.drain(ctx)
+		if w.owned {
+			w.nc.Close()
+		}
 		close(w.closed)
 	})
 	<-w.closed
 	return w.stopErr
+}
+
+// Dial connects with conn (natsconn.FromEnv() reads the nats CLI's
+// environment: URLs, credentials, TLS, inbox prefix) and returns a worker
+// on that connection; Drain and Stop close it. The connection reconnects
+// for ever, as a long-running worker wants.
+func Dial(conn natsconn.Config, cfg Config) (*Worker, error) {
+	nc, err := conn.Connect("toolbus-worker", nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w, err := New(nc, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	w.owned = true
+	return w, nil
 }
 
 // Stop is Drain with a deadline of StopTimeout.

@@ -2,7 +2,7 @@
 // that would make a message larger than the inline limit (or than the NATS
 // payload limit) are stored in the deployment's outputs object store,
 // P_outputs, and replaced by data blocks that refer to them
-// (PROTOCOL.md 5.8). The worker package uses it for tool results and
+// (PROTOCOL.md 5.9). The worker package uses it for tool results and
 // progress, the client package for an external handler's answer and for
 // fetching a stored output back. It depends on nats.go's jetstream only.
 package offload

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,7 +19,9 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/security"
 	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
@@ -32,10 +35,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	natsURL := fs.String("nats", "", "NATS server URL to join; empty starts an embedded nats-server with JetStream")
 	listen := fs.String("listen", "127.0.0.1:4222", "host:port of the embedded nats-server")
 	data := fs.String("data", "", "JetStream store directory of the embedded server (default: a directory under the system temp dir)")
-	natsConfig := fs.String("nats-config", "", "nats-server configuration file for the embedded server (users, permissions, TLS)")
+	natsConfig := fs.String("nats-config", "", "nats-server configuration file for the embedded server (users, permissions, TLS); log in with --nkey, --creds, --user ...")
+	secure := fs.String("secure", "", "DIR: start the embedded server with the toolbus roles' users (docs/security.md): DIR/nats-server.conf, generated with an nkey seed and .env file per role unless it exists")
+	conn := natsconn.FromEnv()
+	conn.URLs = "" // the router joins only what --nats names
+	conn.RegisterAuthFlags(fs)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	withBuiltin := fs.Bool("builtin", true, "serve the built-in tools in-process")
 	replicas := fs.Int("replicas", 1, "JetStream replicas of buckets and streams")
+	workAckWait := fs.Duration("work-ack-wait", store.DefaultWorkAckWait, "how long a durable call's worker may go silent before the call goes to another worker")
+	maxCalls := fs.Int("max-calls", bus.MaxCalls, "most calls in one batch")
+	maxInput := fs.Int("max-input-bytes", router.DefaultMaxInputBytes, "most bytes of one call's input")
+	maxParked := fs.Int("max-parked", router.DefaultMaxParked, "most calls one session may have waiting for an answer")
+	sessionCache := fs.Int("session-cache", 0, "sessions kept decoded in memory (0: 10000); each batch reads its session from KV anyway")
 	eventsMemory := fs.Bool("events-memory", false, "keep the session events stream in memory (parked calls, sessions and the ledger stay on disk); only for a new deployment")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
 	id := fs.String("id", "", "router instance id (default: random)")
@@ -61,10 +73,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	limits := fileCfg.Limits.override(limitsFlags)
-	storeCfg := store.Config{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory}
+	storeCfg := store.Config{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory, WorkAckWait: *workAckWait}
 	limits.apply(&storeCfg)
 
 	url := *natsURL
+	if *secure != "" {
+		if url != "" || *natsConfig != "" {
+			return errors.New("--secure starts the embedded server with generated users; it goes with neither --nats nor --nats-config")
+		}
+		cfgFile, err := secureDir(*secure, *prefix, *listen, stdout)
+		if err != nil {
+			return err
+		}
+		*natsConfig = cfgFile
+		conn.Creds, conn.User, conn.Password, conn.Token = "", "", "", ""
+		conn.NKey, conn.InboxPrefix = security.SeedFile(*secure, security.RoleRouter), ""
+	}
 	if url == "" {
 		dir := *data
 		if dir == "" {
@@ -81,15 +105,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		url = s.ClientURL()
 		fmt.Fprintf(stdout, "toolbus: embedded NATS listening on %s (JetStream store %s)\n", url, dir)
 	}
-	nc, err := nats.Connect(url, nats.Name("toolbus-router"), nats.MaxReconnects(-1))
+	conn.URLs = url
+	if conn.InboxPrefix == "" {
+		// Workers of a secured deployment send results there; harmless elsewhere.
+		conn.InboxPrefix = security.RouterInbox
+	}
+	nc, err := conn.Connect("toolbus-router", nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", url, err)
+		return err
 	}
 	defer nc.Close()
 
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
-		Store:  storeCfg,
-		Groups: fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
+		Store:        storeCfg,
+		SessionCache: *sessionCache,
+		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
+		Groups:       fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
 		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs})
 	if err != nil {
 		return err
@@ -121,7 +152,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("built-in tools: %w", err)
 		}
 	}
-	fmt.Fprintf(stdout, "toolbus: router %s serving prefix %q on %s\n", r.ID(), *prefix, url)
+	fmt.Fprintf(stdout, "toolbus: router %s serving prefix %q on %s\n", r.ID(), *prefix, natsconn.Redact(url))
 	if *mcpListen != "" {
 		stopMCP, err := serveMCP(nc, *mcpListen, *prefix, stdout, log)
 		if err != nil {
@@ -153,6 +184,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Warn("built-in tools: drain deadline passed", "err", err)
 	}
 	return nil
+}
+
+// secureDir returns the server configuration of --secure dir, generating
+// the roles' users (for prefix, reachable at listen) when dir holds none,
+// and says where each role's credentials are.
+func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
+	cfgFile := filepath.Join(dir, security.ServerConfigFile)
+	if _, err := os.Stat(cfgFile); err == nil {
+		fmt.Fprintf(stdout, "toolbus: secured with %s; each role logs in with %s/<role>.nk (source %s/<role>.env)\n", cfgFile, dir, dir)
+		return cfgFile, nil
+	}
+	users, err := security.Generate(dir, "nats://"+listen, security.Spec{Prefix: prefix})
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, len(users))
+	for i, u := range users {
+		names[i] = u.Name
+	}
+	fmt.Fprintf(stdout, "toolbus: generated the users %s in %s: each logs in with %s/<user>.nk and its inbox prefix (source %s/<user>.env)\n",
+		strings.Join(names, ", "), dir, dir, dir)
+	return cfgFile, nil
 }
 
 // drainTimeout bounds the drain on shutdown.

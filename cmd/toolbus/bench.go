@@ -17,7 +17,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	quick := fs.Bool("quick", false, "a short run (well under 30 s)")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	dur := fs.Duration("duration", 0, "length of each measurement (default 3s, 300ms with --quick)")
-	sessions := fs.Int("sessions", 0, "sessions for the memory measurement (default 10000, 1000 with --quick)")
+	sessions := fs.Int("sessions", 0, "sessions for the memory measurement (default 100000, 1000 with --quick)")
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	pos, err := parse(fs, args)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 )
 
 // runFetch prints (or with -o saves) a stored output: the object a data
-// block's nats-object:// url refers to (PROTOCOL.md 5.8).
+// block's nats-object:// url refers to (PROTOCOL.md 5.9).
 func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("fetch", stderr)
 	outPath := fs.String("o", "", "write the output to this file instead of stdout")

@@ -41,9 +41,9 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 			return err
 		}
 	}
-	nc, err := nats.Connect(cn.url, nats.Name("toolbus-cli"))
+	nc, err := cn.connect()
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", cn.url, err)
+		return err
 	}
 	defer nc.Close()
 	subj := bus.NewSubjects(cn.prefix)

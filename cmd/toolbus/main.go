@@ -15,6 +15,7 @@
 //	toolbus skills push examples/skills/release-notes
 //	toolbus fetch nats-object://toolbus_outputs/<name> -o out.txt
 //	toolbus status
+//	toolbus security config --session s1 --handler deployer=deploy
 //	toolbus bench --quick
 package main
 
@@ -30,6 +31,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/natsconn"
 )
 
 func main() { cli.Main("toolbus", run) }
@@ -62,6 +64,7 @@ func init() {
 		{"fetch", "<nats-object://bucket/name>", "print (or with -o FILE save) an output stored in the object store", runFetch},
 		{"status", "", "show routers, workers per tool, sessions and parked calls", runStatus},
 		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
+		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR]", "print the NATS permissions of the toolbus roles for a deployment (docs/security.md)", runSecurity},
 		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
 	}
 }
@@ -106,12 +109,14 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "  %-13s %s\n", "help", "show this text, or 'toolbus help <command>' for a command's flags")
-	fmt.Fprintln(w, "\nEvery command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default \"cli\").")
+	fmt.Fprintln(w, "\nEvery command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default \"cli\"),")
+	fmt.Fprintln(w, "and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey, --user/--password\n(--nats-user in skills and mcp, where --user is the toolbus user), --token,")
+	fmt.Fprintln(w, "--tls-ca, --tls-cert, --tls-key, --inbox-prefix (docs/security.md).")
 }
 
 // conn holds the flags every subcommand shares and connects with them.
 type conn struct {
-	url     string
+	nats    natsconn.Config
 	prefix  string
 	session string
 }
@@ -124,8 +129,13 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	c, _ := lookup(name)
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cn := &conn{}
-	fs.StringVar(&cn.url, "nats", cli.DefaultNATS(), "NATS server URL; $NATS_URL when set, else nats://127.0.0.1:4222")
+	cn := &conn{nats: natsconn.FromEnv()}
+	// skills and mcp use --user for the toolbus user; their NATS user is --nats-user.
+	if name == "skills" || name == "mcp" {
+		cn.nats.RegisterFlagsWithout(fs, "user")
+	} else {
+		cn.nats.RegisterFlags(fs)
+	}
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
 	fs.Usage = func() {
@@ -138,12 +148,15 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 // dial connects to NATS and returns a client of the deployment; close ends
 // the connection.
 func (cn *conn) dial() (cl *client.Client, close func(), err error) {
-	nc, err := nats.Connect(cn.url, nats.Name("toolbus-cli"))
+	nc, err := cn.connect()
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w", cn.url, err)
+		return nil, nil, err
 	}
 	return client.New(nc, client.Config{Prefix: cn.prefix, Source: "toolbus/cli"}), nc.Close, nil
 }
+
+// connect connects to NATS with the shared flags (URLs, credentials, TLS).
+func (cn *conn) connect() (*nats.Conn, error) { return cn.nats.Connect("toolbus-cli") }
 
 // open checks --session and connects: the start of most subcommands.
 func (cn *conn) open(fs *flag.FlagSet) (*client.Client, func(), error) {

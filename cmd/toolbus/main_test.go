@@ -15,8 +15,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/router"
-	"github.com/toolbus/toolbus/store"
+	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -26,6 +25,7 @@ const testHeartbeat = 500 * time.Millisecond
 // tools plus "block", which runs until its call is cancelled and reports on
 // started when it begins.
 type deployment struct {
+	x       *xtest.Deployment
 	url     string
 	client  *client.Client
 	started chan string
@@ -33,50 +33,30 @@ type deployment struct {
 
 func newDeployment(t *testing.T) *deployment {
 	t.Helper()
-	s := bustest.RunServer(t)
-	r, err := router.New(bustest.Connect(t, s), router.Config{Store: store.Config{Heartbeat: testHeartbeat}})
+	x := xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: testHeartbeat})
+	d := &deployment{x: x, url: x.URL(0), started: make(chan string, 1)}
+	nc, err := x.Connect(t.Context(), xtest.RoleClient)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	d := &deployment{url: s.ClientURL(), client: client.New(bustest.Connect(t, s), client.Config{}),
-		started: make(chan string, 1)}
-	w, err := worker.New(bustest.Connect(t, s), worker.Config{Heartbeat: testHeartbeat})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := builtin.Register(w); err != nil {
-		t.Fatal(err)
-	}
-	err = worker.Register(w, bus.ToolDef{Name: "block", Description: "Run until cancelled.", ReadOnly: true},
-		func(ctx context.Context, c *worker.Call, _ struct{}) (string, error) {
-			d.started <- c.ReplyID
-			<-ctx.Done()
-			return "", ctx.Err()
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Drain(ctx)
-	})
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
-		for _, n := range []string{"get_current_time", "echo", "block"} {
-			tool, ok := r.Registry().Lookup(n)
-			if !ok || !r.Registry().Live(tool) {
-				return fmt.Errorf("tool %s is not live", n)
-			}
+	d.client = client.New(nc, client.Config{})
+	_, err = x.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		if err := builtin.Register(w); err != nil {
+			return err
 		}
-		return nil
-	})
+		return worker.Register(w, bus.ToolDef{Name: "block", Description: "Run until cancelled.", ReadOnly: true},
+			func(ctx context.Context, c *worker.Call, _ struct{}) (string, error) {
+				d.started <- c.ReplyID
+				<-ctx.Done()
+				return "", ctx.Err()
+			})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.WaitLive(t.Context(), "get_current_time", "echo", "block"); err != nil {
+		t.Fatal(err)
+	}
 	return d
 }
 

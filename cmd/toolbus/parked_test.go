@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -101,26 +102,16 @@ type writeIn struct {
 func (d *deployment) addWriteTool(t *testing.T) *atomic.Int32 {
 	t.Helper()
 	runs := new(atomic.Int32)
-	w, err := worker.New(d.conn(t), worker.Config{Heartbeat: testHeartbeat})
+	_, err := d.x.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		return worker.Register(w, bus.ToolDef{Name: "write", Description: "Write v."},
+			func(_ context.Context, _ *worker.Call, in writeIn) (string, error) {
+				runs.Add(1)
+				return fmt.Sprintf("wrote %d", in.V), nil
+			})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = worker.Register(w, bus.ToolDef{Name: "write", Description: "Write v."},
-		func(_ context.Context, _ *worker.Call, in writeIn) (string, error) {
-			runs.Add(1)
-			return fmt.Sprintf("wrote %d", in.V), nil
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Drain(ctx)
-	})
 	d.waitListed(t, "write")
 	return runs
 }

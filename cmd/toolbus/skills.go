@@ -7,7 +7,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -144,9 +143,9 @@ func skillLine(s bus.SkillInfo) string {
 // objects connects and opens the deployment's skills object store (the
 // routers create it).
 func (cn *conn) objects(ctx context.Context) (jetstream.ObjectStore, func(), error) {
-	nc, err := nats.Connect(cn.url, nats.Name("toolbus-cli"))
+	nc, err := cn.connect()
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w", cn.url, err)
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

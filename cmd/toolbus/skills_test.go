@@ -15,7 +15,6 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/router"
-	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -42,14 +41,10 @@ func describeOn(r *router.Router, user, name string) string {
 func TestSkillsPushSeenBySecondRouter(t *testing.T) {
 	d := newDeployment(t)
 	// A second router, started before the push: it must see it without a restart.
-	r2, err := router.New(d.conn(t), router.Config{Store: store.Config{Heartbeat: testHeartbeat}})
+	r2, err := d.x.AddRouter(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r2.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r2.Stop)
 	dir := filepath.Join(t.TempDir(), "release-notes")
 
 	// An invalid skill: a readable error, and nothing stored.

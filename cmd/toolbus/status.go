@@ -33,9 +33,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 0 {
 		return usageError(fs, "status takes no arguments")
 	}
-	nc, err := nats.Connect(cn.url, nats.Name("toolbus-cli"))
+	nc, err := cn.connect()
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", cn.url, err)
+		return err
 	}
 	defer nc.Close()
 	cl, closeConn, err := cn.dial()

@@ -24,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/mcp/bridge"
+	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -36,7 +37,8 @@ const drainTimeout = 30 * time.Second
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("toolworker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	natsURL := fs.String("nats", cli.DefaultNATS(), "NATS server URL; $NATS_URL when set, else nats://127.0.0.1:4222")
+	conn := natsconn.FromEnv()
+	conn.RegisterFlags(fs)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	id := fs.String("id", "", "worker instance id (default: random)")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "registration heartbeat interval; must match the routers'")
@@ -74,9 +76,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer obs.Stop()
 	log := obs.Log
 
-	nc, err := nats.Connect(*natsURL, nats.Name("toolbus-worker"), nats.MaxReconnects(-1))
+	nc, err := conn.Connect("toolbus-worker", nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", *natsURL, err)
+		return err
 	}
 	defer nc.Close()
 
@@ -114,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "toolworker: worker %s serving %s on %s (prefix %q)\n",
-		w.ID(), strings.Join(names, ", "), *natsURL, *prefix)
+		w.ID(), strings.Join(names, ", "), natsconn.Redact(conn.Servers()), *prefix)
 	select {
 	case <-w.Registered():
 		log.Info("registered with the routers")

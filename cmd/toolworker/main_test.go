@@ -14,36 +14,15 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/registry"
-	"github.com/toolbus/toolbus/router"
-	"github.com/toolbus/toolbus/store"
+	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
 
 const testHeartbeat = 500 * time.Millisecond
 
-// live reports an error until every tool is registered and live (want) or
-// none of them is live (!want).
-func live(reg *registry.Registry, want bool, names ...string) error {
-	for _, n := range names {
-		t, ok := reg.Lookup(n)
-		if got := ok && reg.Live(t); got != want {
-			return fmt.Errorf("tool %s live = %v, want %v", n, got, want)
-		}
-	}
-	return nil
-}
-
 func TestRunServesTools(t *testing.T) {
-	s := bustest.RunServer(t)
-	r, err := router.New(bustest.Connect(t, s), router.Config{Store: store.Config{Heartbeat: testHeartbeat}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
+	x := xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: testHeartbeat})
+	s := x.Server
 	cl := client.New(bustest.Connect(t, s), client.Config{})
 
 	ctx, cancel := context.WithCancel(t.Context())
@@ -53,9 +32,9 @@ func TestRunServesTools(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--nats", s.ClientURL(), "--id", "tw1", "--heartbeat", testHeartbeat.String(), "--max-concurrent", "4"}, &stdout, &stderr)
 	}()
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
-		return live(r.Registry(), true, toolNames...)
-	})
+	if err := x.WaitLive(t.Context(), toolNames...); err != nil {
+		t.Fatal(err)
+	}
 	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if want := "toolworker: worker tw1 serving word_count, slow_echo, append_note on " + s.ClientURL(); !strings.Contains(stdout.String(), want) {
 			return fmt.Errorf("stdout %q lacks %q", stdout.String(), want)
@@ -123,9 +102,9 @@ func TestRunServesTools(t *testing.T) {
 		t.Fatal("run did not return after cancel")
 	}
 	// The worker said it was leaving: its tools are no longer live.
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
-		return live(r.Registry(), false, toolNames...)
-	})
+	if err := x.WaitGone(t.Context(), toolNames...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestSlowEchoStopsOnCancel(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package cli holds what the commands share: main's signal handling and
-// exit, the default NATS URL, and, for the long-running ones (cmd/router,
+// exit, and, for the long-running ones (cmd/router,
 // cmd/toolworker), the logging, metrics and tracing flags and their setup.
 package cli
 
@@ -14,7 +14,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/metrics"
@@ -94,13 +93,4 @@ func Main(name string, run func(ctx context.Context, args []string, stdout, stde
 		}
 		os.Exit(1)
 	}
-}
-
-// DefaultNATS is the NATS URL of a command without --nats: $NATS_URL when
-// set, else nats://127.0.0.1:4222 (the router's embedded server).
-func DefaultNATS() string {
-	if u := os.Getenv("NATS_URL"); u != "" {
-		return u
-	}
-	return nats.DefaultURL
 }

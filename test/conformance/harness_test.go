@@ -4,9 +4,10 @@
 // built by hand in structured JSON mode. Tool workers, agents, external
 // handlers and approval UIs are hand-written here too; nothing of the
 // project's client, worker or bus packages is used on the protocol side.
-// The only project code used is the setup: an in-process nats-server
-// (bus/bustest) and an in-process router (router, and bus for its
-// StoreConfig).
+// The only project code used is the setup: internal/xtest starts the
+// in-process nats-server and routers (and nothing else: the suite waits
+// for what it needs through the wire), and bus/bustest gives connections
+// and bounded polling.
 //
 // Tests that show a deviation from PROTOCOL.md live in discrepancy_test.go
 // behind the build tag conformance_todo.
@@ -30,8 +31,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/router"
-	"github.com/toolbus/toolbus/store"
 )
 
 // bound is the generous limit for anything that should happen "soon" on a
@@ -94,6 +95,7 @@ func nextID(prefix string) string { return fmt.Sprintf("%s%d", prefix, counter.A
 // the agent's own connection.
 type sys struct {
 	t   *testing.T
+	d   *xtest.Deployment
 	srv *server.Server
 	nc  *nats.Conn
 	js  jetstream.JetStream
@@ -120,14 +122,16 @@ func (s *sys) subj(parts ...string) string { return s.p + "." + strings.Join(par
 // start runs a nats-server and one router.
 func start(t *testing.T, opts ...option) *sys {
 	t.Helper()
-	s := &sys{t: t, srv: bustest.RunServer(t), p: "toolbus"}
+	s := &sys{t: t, p: "toolbus"}
 	for _, o := range opts {
 		o(&s.cfg)
 	}
 	if s.cfg.prefix != "" {
 		s.p = s.cfg.prefix
 	}
-	s.addRouter()
+	s.d = xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: heartbeat, Bound: bound, Router: router.Config{
+		Prefix: s.cfg.prefix, DefaultMode: s.cfg.defaultMode, ParkTTL: s.cfg.parkTTL}})
+	s.srv = s.d.Server
 	s.nc = bustest.Connect(t, s.srv)
 	js, err := jetstream.New(s.nc)
 	if err != nil {
@@ -143,17 +147,9 @@ func start(t *testing.T, opts ...option) *sys {
 // several routers register tools and groups first, then add routers.
 func (s *sys) addRouter() {
 	s.t.Helper()
-	nc := bustest.Connect(s.t, s.srv)
-	id := nextID("r")
-	r, err := router.New(nc, router.Config{ID: id, Prefix: s.cfg.prefix, DefaultMode: s.cfg.defaultMode,
-		ParkTTL: s.cfg.parkTTL, Store: store.Config{Heartbeat: heartbeat}})
-	if err != nil {
+	if _, err := s.d.AddRouter(s.t.Context()); err != nil {
 		s.t.Fatal(err)
 	}
-	if err := r.Start(s.t.Context()); err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(r.Stop)
 }
 
 // ---------------------------------------------------------------------------

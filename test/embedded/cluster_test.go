@@ -44,6 +44,9 @@ func TestOnCluster(t *testing.T) {
 		{"Cancel", TestCancel},
 		{"ParkedCallSurvivesRouterKill", TestParkedCallSurvivesRouterKill},
 		{"BatchTakenOverFromKilledRouter", TestBatchTakenOverFromKilledRouter},
+		{"DurableCall", TestDurableCall},
+		{"DurableRedeliveredAfterWorkerKilled", TestDurableRedeliveredAfterWorkerKilled},
+		{"DurableTimeout", TestDurableTimeout},
 		{"LargeOutputs", TestLargeOutputs},
 	} {
 		t.Run(tc.name, tc.fn)

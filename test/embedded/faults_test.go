@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -27,14 +28,7 @@ import (
 // newClusterEnv is newEnv on a 3-node cluster, whatever the test's name.
 func newClusterEnv(t *testing.T, routers int) *env {
 	t.Helper()
-	e := &env{t: t, cluster: bustest.RunCluster(t)}
-	for range routers {
-		e.addRouter()
-	}
-	e.nc = e.connect(t)
-	e.client = client.New(e.nc, client.Config{Source: "test/agent"})
-	e.waitServed()
-	return e
+	return startEnv(t, routers, true, router.Config{})
 }
 
 // stored reads every event the events stream holds for session ("*" for

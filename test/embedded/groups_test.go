@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/router"
@@ -63,16 +63,40 @@ func groupEnv(t *testing.T, routers int) *env {
 
 func (e *env) waitGroups(names ...string) {
 	e.t.Helper()
-	bustest.CheckFor(e.t, 10*time.Second, 5*time.Millisecond, func() error {
-		for _, r := range e.routers {
-			for _, n := range names {
-				if _, ok := r.Groups().Group(n); !ok {
-					return fmt.Errorf("group %s not seen", n)
-				}
+	// Every router lists every defined group in a tools listing.
+	query := func() *bus.Event { return newEvent(e.t, bus.TypeToolsQuery, struct{}{}) }
+	e.everyRouter(e.t, query, e.client.Subjects().Tools("groups-probe"), func(ev *bus.Event) error {
+		var list bus.ToolsList
+		if err := ev.DataAs(&list); err != nil {
+			return fmt.Errorf("%s: %w", ev.Type, err)
+		}
+		for _, n := range names {
+			if !slices.ContainsFunc(list.Groups, func(g bus.GroupInfo) bool { return g.Name == n }) {
+				return fmt.Errorf("group %s not seen", n)
 			}
 		}
 		return nil
 	})
+}
+
+// sessionStore is a session store of the deployment's buckets on a
+// connection of its own, stopped when the test ends.
+func (e *env) sessionStore(t *testing.T) *groups.Store {
+	t.Helper()
+	js, err := jetstream.New(e.connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Setup(t.Context(), js, e.client.Subjects(), store.Config{Heartbeat: testHeartbeat, Replicas: e.replicas()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := groups.New(st, groups.Config{})
+	if err := gs.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gs.Stop)
+	return gs
 }
 
 func call1(t *testing.T, c *client.Client, session, name, input string, opts ...client.CallOption) bus.Result {
@@ -236,13 +260,15 @@ func TestActivationSharedByRoutersAndSurvivesRestart(t *testing.T) {
 
 func TestConcurrentSessionUpdatesNeverLost(t *testing.T) {
 	e := groupEnv(t, 2)
-	// Store-level: many writers through two routers' stores append distinct rules.
+	// Store-level: many writers through two session stores of their own
+	// (as two routers have) append distinct rules.
+	stores := []*groups.Store{e.sessionStore(t), e.sessionStore(t)}
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st := e.routers[i%2].Groups()
+			st := stores[i%2]
 			_, err := st.Update(context.Background(), "cas", func(s *groups.Session) error {
 				s.Rules = append(s.Rules, bus.Rule{Tool: fmt.Sprintf("t%d", i)})
 				return nil
@@ -253,11 +279,21 @@ func TestConcurrentSessionUpdatesNeverLost(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
-		for _, r := range e.routers {
-			if n := len(r.Groups().Session("cas").Rules); n != 20 {
-				return fmt.Errorf("router %s sees %d rules", r.ID(), n)
-			}
+	// Every router sees all of them (P.admin.session.get).
+	get := func() *bus.Event {
+		ev := newEvent(t, bus.TypeAdmin, struct{}{})
+		ev.SessionID = "cas"
+		return ev
+	}
+	e.everyRouter(t, get, e.client.Subjects().Admin("session.get"), func(ev *bus.Event) error {
+		var view struct {
+			State groups.Session `json:"state"`
+		}
+		if err := ev.DataAs(&view); err != nil {
+			return fmt.Errorf("%s: %w", ev.Type, err)
+		}
+		if n := len(view.State.Rules); n != 20 {
+			return fmt.Errorf("%s sees %d rules", ev.Source, n)
 		}
 		return nil
 	})
@@ -319,20 +355,10 @@ func TestExternalScopeGroup(t *testing.T) {
 }
 
 func TestConfigGroupsAndDefaults(t *testing.T) {
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s)
-	r, err := router.New(nc, router.Config{Groups: []bus.Group{
+	e := startEnv(t, 1, false, router.Config{Groups: []bus.Group{
 		{Name: "files", Description: "File tools.", Scope: bus.ScopeMeta, ActiveByDefault: true},
 		{Name: "net", Description: "Network tools.", Scope: bus.ScopeMeta},
-	}, Store: store.Config{Heartbeat: testHeartbeat}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	e := &env{t: t, srv: s, routers: []*router.Router{r}, nc: nc, client: client.New(nc, client.Config{})}
+	}})
 	e.addWorker(func(w *worker.Worker) {
 		_ = worker.Register(w, bus.ToolDef{Name: "ls", Groups: []string{"files"}, ReadOnly: true},
 			func(context.Context, *worker.Call, textIn) (string, error) { return "a b", nil })

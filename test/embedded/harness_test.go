@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,24 +16,24 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/router"
-	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
-// env is one deployment on a real in-process nats-server.
+// env is one deployment on a real in-process nats-server (internal/xtest),
+// with the test agent's client.
 type env struct {
 	t       *testing.T
+	d       *xtest.Deployment
 	srv     *server.Server    // the one node; nil on a cluster
 	cluster *embedded.Cluster // the cluster, replicas 3; nil on one node
 	routers []*router.Router
 	rconns  []*nats.Conn // each router's connection, to kill it
 	client  *client.Client
 	nc      *nats.Conn
-	conns   atomic.Int32 // connections made, to spread them over a cluster's nodes
 }
 
 const testHeartbeat = 500 * time.Millisecond
@@ -47,137 +47,125 @@ const bound = 10 * time.Second
 // and stream replicated three times.
 func newEnv(t *testing.T, routers int) *env {
 	t.Helper()
-	e := &env{t: t}
-	if onCluster(t) {
-		e.cluster = bustest.RunCluster(t)
-	} else {
-		e.srv = bustest.RunServer(t)
+	return startEnv(t, routers, onCluster(t), router.Config{})
+}
+
+// startEnv starts a deployment with routers configured by rc (the test
+// heartbeat and logger filled in), on a cluster when cluster is true. On a
+// cluster it returns once every node sees the routers' subscriptions.
+func startEnv(t *testing.T, routers int, cluster bool, rc router.Config) *env {
+	t.Helper()
+	if rc.Logger == nil {
+		rc.Logger = testLogger()
 	}
-	for range routers {
-		e.addRouter()
-	}
+	d := xtest.Run(t, xtest.Config{Cluster: cluster, Routers: routers, Router: rc, Heartbeat: testHeartbeat, Bound: bound})
+	e := &env{t: t, d: d, srv: d.Server, cluster: d.Cluster,
+		routers: slices.Clone(d.Routers), rconns: slices.Clone(d.RouterConns)}
 	e.nc = e.connect(t)
 	e.client = client.New(e.nc, client.Config{Source: "test/agent"})
-	e.waitServed()
 	return e
 }
 
-// waitServed waits, on a cluster, until the routers' subscriptions are
-// known on every node: interest travels between nodes a moment after a
-// router subscribes, and a request sent before it arrives finds no
-// responders.
-func (e *env) waitServed() {
-	e.t.Helper()
-	if e.cluster == nil || len(e.routers) == 0 {
-		return
-	}
-	for i := range e.cluster.Nodes() {
-		c := client.New(bustest.ConnectURL(e.t, e.cluster.URL(i)), client.Config{Source: "test/probe"})
-		bustest.CheckFor(e.t, bound, 10*time.Millisecond, func() error {
-			ctx, cancel := context.WithTimeout(e.t.Context(), bound)
-			defer cancel()
-			_, err := c.Tools(ctx, "probe", "", nil)
-			return err
-		})
-	}
-}
-
-// connect opens a connection to the deployment; on a cluster each new
-// connection starts on the next node, and knows them all.
+// connect opens a connection to the deployment, closed when the deployment
+// is; on a cluster each new connection starts on the next node, and knows
+// them all.
 func (e *env) connect(t *testing.T) *nats.Conn {
 	t.Helper()
-	if e.cluster == nil {
-		return bustest.Connect(t, e.srv)
+	nc, err := e.d.Connect(t.Context(), xtest.RoleClient)
+	if err != nil {
+		t.Fatal(err)
 	}
-	n := int(e.conns.Add(1)) - 1
-	return bustest.ConnectURL(t, e.cluster.URLs(n%e.cluster.Nodes()))
+	return nc
 }
 
 // replicas is the replica count of the deployment's buckets and streams.
-func (e *env) replicas() int {
-	if e.cluster != nil {
-		return 3
-	}
-	return 1
-}
+func (e *env) replicas() int { return e.d.Replicas() }
 
 func (e *env) addRouter() *router.Router {
 	e.t.Helper()
-	nc := e.connect(e.t)
-	r, err := router.New(nc, router.Config{Logger: testLogger(), Store: store.Config{Heartbeat: testHeartbeat, Replicas: e.replicas()}})
+	r, err := e.d.AddRouter(e.t.Context())
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := r.Start(e.t.Context()); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(r.Stop)
 	e.routers = append(e.routers, r)
-	e.rconns = append(e.rconns, nc)
+	e.rconns = append(e.rconns, e.d.RouterConns[len(e.d.RouterConns)-1])
 	return r
 }
 
-// addWorker starts a worker after setup has added its tools, and waits until
-// every router sees all of them live.
+// addWorker starts a worker after setup has added its tools, and waits
+// until a router has acknowledged its registration (waitLive waits for
+// every router); the deployment drains it when the test ends.
 func (e *env) addWorker(setup func(w *worker.Worker)) *worker.Worker {
 	e.t.Helper()
-	return e.addWorkerOn(e.connect(e.t), setup)
+	return e.addWorkerOn(nil, setup)
 }
 
 // addWorkerOn is addWorker on a connection the test controls (to close it
-// and simulate a crash).
+// and simulate a crash); nil means a new one.
 func (e *env) addWorkerOn(nc *nats.Conn, setup func(w *worker.Worker)) *worker.Worker {
 	e.t.Helper()
-	w, err := worker.New(nc, worker.Config{Heartbeat: testHeartbeat})
+	w, err := e.d.AddWorker(e.t.Context(), xtest.WorkerSpec{Conn: nc, Setup: func(w *worker.Worker) error {
+		setup(w)
+		return nil
+	}})
 	if err != nil {
 		e.t.Fatal(err)
-	}
-	setup(w)
-	if err := w.Start(e.t.Context()); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Drain(ctx)
-	})
-	select {
-	case <-w.Registered():
-	case <-time.After(bound):
-		e.t.Fatal("worker not registered")
 	}
 	return w
 }
 
-// waitLive polls until every router sees the named tools live.
+// waitLive waits until every router that serves reports the named tools
+// live (P.admin.status).
 func (e *env) waitLive(names ...string) {
 	e.t.Helper()
-	bustest.CheckFor(e.t, bound, 5*time.Millisecond, func() error {
-		for _, r := range e.routers {
-			for _, n := range names {
-				t, ok := r.Registry().Lookup(n)
-				if !ok || !r.Registry().Live(t) {
-					return &bus.Error{Code: "not_live", Message: n}
-				}
-			}
-		}
-		return nil
-	})
+	if err := e.d.WaitLive(e.t.Context(), names...); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
-// waitGone polls until no router sees any of the named tools live.
+// waitGone waits until no router that serves reports any of the named
+// tools live.
 func (e *env) waitGone(t *testing.T, names ...string) {
 	t.Helper()
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
-		for _, r := range e.routers {
-			for _, n := range names {
-				if tool, ok := r.Registry().Lookup(n); ok && r.Registry().Live(tool) {
-					return fmt.Errorf("router %s still sees %s live", r.ID(), n)
-				}
-			}
-		}
+	if err := e.d.WaitGone(t.Context(), names...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// statuses returns one P.admin.status of every router that serves, by
+// router id.
+func (e *env) statuses(t *testing.T) map[string]bus.Status {
+	t.Helper()
+	out := map[string]bus.Status{}
+	err := e.d.EveryStatus(t.Context(), func(st bus.Status) error {
+		out[st.Router] = st
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// toolStatus returns the status of tool in st, or false when st does not
+// list it.
+func toolStatus(st bus.Status, tool string) (bus.ToolStatus, bool) {
+	for _, ts := range st.Tools {
+		if ts.Name == tool {
+			return ts, true
+		}
+	}
+	return bus.ToolStatus{}, false
+}
+
+// everyRouter sends the request that mk builds to every router that
+// serves until check accepts each one's reply (xtest.EveryRouter).
+func (e *env) everyRouter(t *testing.T, mk func() *bus.Event, subject string, check func(*bus.Event) error) {
+	t.Helper()
+	err := e.d.EveryRouter(t.Context(), func() (*nats.Msg, error) { return mk().Msg(subject) }, check)
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // testCtx is t's context bounded so that a router that never answers fails

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -38,14 +37,15 @@ func TestLoadSharing(t *testing.T) {
 		})
 	}
 	e.waitLive("work")
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
-		for _, r := range e.routers {
-			if n := r.Registry().Workers()["work"]; n != workers {
-				return fmt.Errorf("router %s sees %d live workers for work, want %d", r.ID(), n, workers)
-			}
+	err := e.d.EveryStatus(t.Context(), func(st bus.Status) error {
+		if ts, _ := toolStatus(st, "work"); ts.LiveWorkers != workers {
+			return fmt.Errorf("router %s sees %d live workers for work, want %d", st.Router, ts.LiveWorkers, workers)
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	ev := e.watch(t, "*")
 	ctx := testCtx(t)

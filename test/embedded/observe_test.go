@@ -17,9 +17,9 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/router"
-	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/tracing"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -81,29 +81,18 @@ func TestTracePropagatesAgentRouterWorker(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s)
 	reg := prometheus.NewRegistry()
-	r, err := router.New(nc, router.Config{Metrics: reg, Store: store.Config{Heartbeat: testHeartbeat}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	e := &env{t: t, srv: s, routers: []*router.Router{r}, nc: nc, client: client.New(nc, client.Config{})}
+	e := startEnv(t, 1, false, router.Config{Metrics: reg})
 	wreg := prometheus.NewRegistry()
-	wnc := bustest.Connect(t, s)
-	w, err := worker.New(wnc, worker.Config{Heartbeat: testHeartbeat, Observer: metrics.NewWorker(wreg, worker.DefaultMaxConcurrent)})
+	_, err := e.d.AddWorker(t.Context(), xtest.WorkerSpec{
+		Config: worker.Config{Observer: metrics.NewWorker(wreg, worker.DefaultMaxConcurrent)},
+		Setup: func(w *worker.Worker) error {
+			handle(t, w, bus.ToolDef{Name: "m", ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult("ok"), nil })
+			return nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle(t, w, bus.ToolDef{Name: "m", ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult("ok"), nil })
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Drain(context.Background()) })
 	e.waitLive("m")
 	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
 	e.call(t, "s1", []bus.Call{{ID: "c1", Name: "m"}, {ID: "c2", Name: "nope"}})

@@ -272,12 +272,12 @@ func TestLargeAnswer(t *testing.T) {
 // TestBatchOfLargeOutputs: nine calls of one batch each return an output
 // just under the 1 MiB inline limit, so each result travels inline, but
 // together they are above the 8 MiB payload limit: the reply and
-// batch.done must still reach the agent (protocol 5.8: "nothing is
+// batch.done must still reach the agent (protocol 5.9: "nothing is
 // dropped"). This needs the router to bound the aggregate messages it
 // sends (reply, batch.done, the continuation record); see the report of
 // branch limits.
 func TestBatchOfLargeOutputs(t *testing.T) {
-	knownBug(t, "a batch's reply and batch.done are not bounded by the payload limit (the router's part of protocol 5.8)")
+	knownBug(t, "a batch's reply and batch.done are not bounded by the payload limit (the router's part of protocol 5.9)")
 	e := newEnv(t, 1)
 	text := textOfSize(t, offload.DefaultInlineLimit-100)
 	e.startWorker(worker.Config{}, func(w *worker.Worker) {

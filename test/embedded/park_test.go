@@ -18,7 +18,6 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/router"
-	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -379,17 +378,7 @@ func TestQueuedBehindParkedRun(t *testing.T) {
 }
 
 func TestParkedExpiryAndCancel(t *testing.T) {
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s)
-	r, err := router.New(nc, router.Config{ParkTTL: 300 * time.Millisecond, Store: store.Config{Heartbeat: testHeartbeat}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	e := &env{t: t, srv: s, routers: []*router.Router{r}, nc: nc, client: client.New(nc, client.Config{})}
+	e := startEnv(t, 1, false, router.Config{ParkTTL: 300 * time.Millisecond})
 	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
 	ev, err := e.client.Watch(t.Context(), "s1")
 	if err != nil {

@@ -6,15 +6,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/router"
-	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -28,38 +27,21 @@ func TestPrefixIsolation(t *testing.T) {
 		client *client.Client
 	}
 	deploy := func(prefix, tool string) deployment {
-		r, err := router.New(bustest.Connect(t, s), router.Config{Prefix: prefix, Store: store.Config{Heartbeat: testHeartbeat}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(r.Stop)
-		w, err := worker.New(bustest.Connect(t, s), worker.Config{Prefix: prefix, Heartbeat: testHeartbeat})
-		if err != nil {
-			t.Fatal(err)
-		}
-		handle(t, w, bus.ToolDef{Name: tool, ConcurrencySafe: true},
-			func(context.Context, *worker.Call) (*bus.ExecResult, error) {
-				return textResult(prefix + " " + tool), nil
-			})
-		if err := w.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = w.Drain(ctx)
-		})
-		waitClosed(t, w.Registered(), prefix+" worker registration")
-		bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
-			if tl, ok := r.Registry().Lookup(tool); !ok || !r.Registry().Live(tl) {
-				return &bus.Error{Code: "not_live", Message: tool}
-			}
+		d := xtest.Run(t, xtest.Config{Server: s, Routers: 1, Router: router.Config{Prefix: prefix}, Heartbeat: testHeartbeat, Bound: bound})
+		_, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+			handle(t, w, bus.ToolDef{Name: tool, ConcurrencySafe: true},
+				func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+					return textResult(prefix + " " + tool), nil
+				})
 			return nil
-		})
-		return deployment{r, client.New(bustest.Connect(t, s), client.Config{Prefix: prefix, Source: "test/" + prefix})}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.WaitLive(t.Context(), tool); err != nil {
+			t.Fatal(err)
+		}
+		return deployment{d.Routers[0], client.New(bustest.Connect(t, s), client.Config{Prefix: prefix, Source: "test/" + prefix})}
 	}
 	alpha := deploy("alpha", "alpha_tool")
 	beta := deploy("beta", "beta_tool")

@@ -47,17 +47,7 @@ func writeSkill(t *testing.T, root, name, desc string, extra map[string]string) 
 // "web"), and a worker serving fill_form in group docs.
 func skillEnv(t *testing.T, dirs ...string) *env {
 	t.Helper()
-	e := newEnv(t, 0)
-	nc := bustest.Connect(t, e.srv)
-	r, err := router.New(nc, router.Config{Store: store.Config{Heartbeat: testHeartbeat}, Skills: dirs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	e.routers = append(e.routers, r)
+	e := startEnv(t, 1, false, router.Config{Skills: dirs})
 	for _, g := range []bus.Group{
 		{Name: "docs", Description: "Document tools.", Scope: bus.ScopeMeta, ActivateOnSkill: "pdf"},
 		{Name: "browse", Description: "Browsing.", Scope: bus.ScopeMeta, Skills: []string{"web"}},

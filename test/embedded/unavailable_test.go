@@ -115,9 +115,9 @@ func TestLivenessKeptByHeartbeats(t *testing.T) {
 	defer tick.Stop()
 	over := time.After(6 * testHeartbeat) // twice the expiry
 	for watching := true; watching; {
-		for _, r := range e.routers {
-			if tool, ok := r.Registry().Lookup("steady"); !ok || !r.Registry().Live(tool) {
-				t.Fatalf("router %s lost the live tool between heartbeats", r.ID())
+		for id, st := range e.statuses(t) { // one status from every router
+			if ts, ok := toolStatus(st, "steady"); !ok || ts.LiveWorkers == 0 {
+				t.Fatalf("router %s lost the live tool between heartbeats", id)
 			}
 		}
 		select {

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/natsconn"
+	"github.com/toolbus/toolbus/security"
+)
+
+// TestSecure: router --secure DIR generates the roles' users, starts the
+// embedded server with them and logs in as router; the agent logs in with
+// the generated seed and inbox prefix and calls a built-in tool, and
+// cannot reach P.exec.>.
+func TestSecure(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	url := startSecure(t, dir)
+	for _, u := range []string{"router", "worker", "agent", "approver", "operator"} {
+		if _, err := os.Stat(security.SeedFile(dir, u)); err != nil {
+			t.Fatal(err)
+		}
+		env, err := os.ReadFile(security.EnvFile(dir, u))
+		if err != nil || !strings.Contains(string(env), "NATS_INBOX_PREFIX=_INBOX."+u+"\n") {
+			t.Fatalf("%s.env: %q %v", u, env, err)
+		}
+	}
+	if fi, err := os.Stat(security.SeedFile(dir, "agent")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the agent's seed file is not private: %v %v", fi.Mode(), err)
+	}
+	violations := make(chan error, 16)
+	nc, err := natsconn.Config{URLs: url, NKey: security.SeedFile(dir, "agent"), InboxPrefix: "_INBOX.agent"}.Connect("test",
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cl := client.New(nc, client.Config{})
+	var reply *bus.Reply
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		reply, err = cl.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hi"}`)}}})
+		if err == nil && reply.Results[0].State != bus.StateSuccess {
+			err = &bus.Error{Code: reply.Results[0].State, Message: reply.Results[0].Output[0].Text}
+		}
+		return err
+	})
+	if err := nc.Publish("toolbus.exec.echo", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-violations:
+		if !strings.Contains(err.Error(), `Permissions Violation for Publish to "toolbus.exec.echo"`) {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent published on toolbus.exec.echo")
+	}
+	if _, err := (natsconn.Config{URLs: url}).Connect("t", nats.MaxReconnects(0)); err == nil {
+		t.Fatal("connected without credentials")
+	}
+}
+
+// startSecure runs the router with --secure dir on a random port and
+// returns its URL.
+func startSecure(t *testing.T, dir string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, stderr bustest.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"), "--heartbeat", "500ms"}, &stdout, &stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := bustest.Recv(t, done, 40*time.Second, "the router's exit"); err != nil {
+			t.Errorf("router: %v\n%s", err, stderr.String())
+		}
+	})
+	re := regexp.MustCompile(`serving prefix "toolbus" on (\S+)`)
+	var url string
+	bustest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("router ended: %v\n%s", err, stderr.String())
+		default:
+		}
+		m := re.FindStringSubmatch(stdout.String())
+		if m == nil {
+			return os.ErrNotExist
+		}
+		url = m[1]
+		return nil
+	})
+	return url
+}
+
+func TestSecureRefusesNats(t *testing.T) {
+	err := run(t.Context(), []string{"--secure", t.TempDir(), "--nats", "nats://127.0.0.1:1"}, &bustest.Buffer{}, &bustest.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--secure") {
+		t.Fatalf("--secure with --nats: %v", err)
+	}
+}
+
+// TestSecureReuses: a second router started with the same DIR uses the
+// users already there (the first router's seed still logs in).
+func TestSecureReuses(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	startSecure(t, dir)
+	seed, err := os.ReadFile(security.SeedFile(dir, "router"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := startSecure(t, dir)
+	again, _ := os.ReadFile(security.SeedFile(dir, "router"))
+	if string(seed) != string(again) {
+		t.Fatal("the second start generated new users")
+	}
+	nc, err := natsconn.Config{URLs: url, NKey: security.SeedFile(dir, "operator")}.Connect("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/builtin"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/natsconn"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/security"
+	"github.com/toolbus/toolbus/store"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// TestSecuredDeployment: `toolbus security config --out DIR` writes a
+// configuration a server starts with; a router and a worker log in with
+// their seeds; `toolbus call` logs in as session s1's agent from the nats
+// CLI's environment variables (or the flags, which win), works in s1 and
+// cannot call in s2.
+func TestSecuredDeployment(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	out, _, err := exec(t.Context(), "security", "config", "--out", dir, "--session", "s1")
+	if err != nil || !strings.Contains(out, "nkey:") {
+		t.Fatalf("security config --out: %v\n%s", err, out)
+	}
+	s, err := embedded.Start(embedded.Config{ConfigFile: filepath.Join(dir, security.ServerConfigFile), StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	login := func(user, inbox string) natsconn.Config {
+		return natsconn.Config{URLs: s.ClientURL(), NKey: security.SeedFile(dir, user), InboxPrefix: inbox}
+	}
+	rnc, err := login("router", security.RouterInbox).Connect("router")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rnc.Close)
+	r, err := router.New(rnc, router.Config{Store: store.Config{Heartbeat: testHeartbeat}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	wnc, err := login("worker", "_INBOX.worker").Connect("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wnc.Close)
+	w, err := worker.New(wnc, worker.Config{Heartbeat: testHeartbeat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := builtin.Register(w); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Drain(ctx)
+	})
+	bustest.Recv(t, w.Registered(), 10*time.Second, "the worker's registration")
+
+	t.Setenv("NATS_URL", s.ClientURL())
+	t.Setenv("NATS_NKEY", security.SeedFile(dir, "session-s1"))
+	t.Setenv("NATS_INBOX_PREFIX", "_INBOX.session-s1")
+	out, errOut, err := exec(t.Context(), "call", "echo", `{"text":"hi"}`, "--session", "s1")
+	if err != nil || !strings.Contains(out, "hi") {
+		t.Fatalf("call as session-s1: %v\n%s%s", err, out, errOut)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if out, _, err := exec(ctx, "call", "echo", `{"text":"hi"}`, "--session", "s2"); err == nil {
+		t.Fatalf("session-s1 called in s2: %s", out)
+	}
+	// Flags override the environment: the agent of every session may call in s2.
+	out, errOut, err = exec(t.Context(), "call", "echo", `{"text":"hi"}`, "--session", "s2",
+		"--nkey", security.SeedFile(dir, "agent"), "--inbox-prefix", "_INBOX.agent")
+	if err != nil || !strings.Contains(out, "hi") {
+		t.Fatalf("call as agent: %v\n%s%s", err, out, errOut)
+	}
+	// A wrong login says so.
+	_, _, err = exec(t.Context(), "tools", "--nkey", "", "--user", "nobody", "--password", "x")
+	if err == nil || !strings.Contains(err.Error(), `refused the login with user "nobody"`) {
+		t.Fatalf("a wrong password: %v", err)
+	}
+}
+
+func TestSecurityConfigFormats(t *testing.T) {
+	out, _, err := exec(t.Context(), "security", "config", "--prefix", "acme", "--handler", "ops=deploy,rollback")
+	if err != nil || !strings.Contains(out, "password: $TOOLBUS_HANDLER_OPS_PASSWORD") || !strings.Contains(out, `"acme.answer.rollback"`) {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	out, _, err = exec(t.Context(), "security", "config", "--format", "json", "--session", "s1")
+	var users []security.User
+	if err != nil || json.Unmarshal([]byte(out), &users) != nil || len(users) != 6 {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	out, _, err = exec(t.Context(), "security", "config", "--format", "nsc", "--account", "ACME")
+	if err != nil || !strings.Contains(out, "nsc add user --account ACME --name agent") {
+		t.Fatalf("nsc: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{"security"}, {"security", "show"}, {"security", "config", "--format", "yaml"},
+		{"security", "config", "--handler", "ops"}, {"security", "config", "--session", "a.b"},
+		{"security", "config", "--format", "nsc", "--out", t.TempDir()},
+	} {
+		if _, _, err := exec(t.Context(), args...); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}

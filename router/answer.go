@@ -1,0 +1,270 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/schemas"
+)
+
+// onAnswer takes an answer to a parked call: the first valid answer wins
+// (compare-and-set on the parked record) and is acknowledged; the call's
+// result follows, and the batch resumes when it was the last one awaited.
+func (r *Router) onAnswer(m *nats.Msg) {
+	tool, ok := r.subj.Token(m.Subject, "answer")
+	if !ok {
+		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject))
+		return
+	}
+	e, err := r.decode(m, "", bus.TypeAnswer)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	if !bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(e.ToolCallID) {
+		r.reject(m, bus.Errorf(bus.CodeBadEvent, "an answer needs valid sessionid, replyid and toolcallid attributes"))
+		return
+	}
+	var a bus.Answer
+	if err := e.DataAs(&a); err != nil {
+		r.reject(m, err)
+		return
+	}
+	ctx, cancel := landing()
+	defer cancel()
+	rec, err := r.parked.Answer(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), tool, &a, r.checkAnswer)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	r.m.Answers.WithLabelValues("accepted").Inc()
+	if rec.Kind == bus.KindConfirm {
+		// Before the ack: a batch the agent sends once the answer is
+		// acknowledged must find the rules in place, not ask again.
+		r.remember(ctx, rec.Session, a.Rules)
+	}
+	if err := bus.Respond(r.nc, m, r.source, bus.TypeAnswerAck, bus.AnswerAck{Accepted: true}); err != nil {
+		r.log.Warn("router: answer ack failed", "err", err)
+	}
+	r.settle(rec)
+}
+
+// checkAnswer validates an answer against the kind of call it answers; a
+// bad answer is a bad_request and changes nothing. An edited input of a
+// confirmation is validated against the tool's schema and normalised.
+func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer) error {
+	if err := a.CheckKind(rec.Kind); err != nil {
+		return err
+	}
+	if rec.Kind == bus.KindConfirm {
+		if a.Confirmed == nil {
+			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: {\"confirmed\": true|false}", rec.Call.ID)
+		}
+		for _, rule := range a.Rules {
+			if err := permission.CheckRule(rule); err != nil {
+				return bus.Errorf(bus.CodeBadRequest, "rule: %v", err)
+			}
+		}
+		if *a.Confirmed && len(a.Input) > 0 {
+			t, ok := r.reg.Lookup(rec.Call.Name)
+			if !ok {
+				return bus.Errorf(bus.CodeNotParked, "tool %s is no longer registered", rec.Call.Name)
+			}
+			input, v, err := schemas.ParseInput(a.Input)
+			if err != nil {
+				return bus.Errorf(bus.CodeBadRequest, "edited input: %v", err)
+			}
+			if problems := t.Schema.Validate(v); len(problems) > 0 {
+				return bus.Errorf(bus.CodeBadRequest, "%s", schemas.InvalidInputMessage(rec.Call.Name, problems))
+			}
+			a.Input = input
+		}
+		return nil
+	}
+	if a.Confirmed != nil {
+		return bus.Errorf(bus.CodeBadRequest, "call %s waits for the external result {\"state\", \"output\"}, not a confirmation", rec.Call.ID)
+	}
+	if a.State != bus.StateSuccess && a.State != bus.StateError {
+		return bus.Errorf(bus.CodeBadRequest, "state must be success or error, got %q", a.State)
+	}
+	for i, bl := range a.Output {
+		if err := checkBlock(bl); err != nil {
+			return bus.Errorf(bus.CodeBadRequest, "output[%d]: %v", i, err)
+		}
+	}
+	return nil
+}
+
+func checkBlock(bl bus.Block) error {
+	switch bl.Type {
+	case bus.BlockText:
+		return nil
+	case bus.BlockData:
+		if (bl.Data == "") == (bl.URL == "") {
+			return errors.New("a data block has exactly one of data and url")
+		}
+		if bl.MediaType == "" {
+			return errors.New("a data block needs media_type")
+		}
+		return nil
+	}
+	return fmt.Errorf("block type %q must be text or data", bl.Type)
+}
+
+// remember adds a confirmation's rules to the session's permission context.
+func (r *Router) remember(ctx context.Context, session string, rules []bus.Rule) {
+	if len(rules) == 0 {
+		return
+	}
+	if _, err := r.groups.Update(ctx, session, func(s *groups.Session) error {
+		for _, rule := range rules {
+			if !slices.Contains(s.Rules, rule) {
+				s.Rules = append(s.Rules, rule)
+			}
+		}
+		return nil
+	}); err != nil {
+		r.log.Warn("router: rules not remembered", "session", session, "err", err)
+	}
+}
+
+// answerResult is the result an external answer gives its call.
+func answerResult(rec *external.Record) bus.Result {
+	a := rec.Answer
+	res := bus.Result{ID: rec.Call.ID, Name: rec.Call.Name, State: a.State, Output: a.Output}
+	if res.Output == nil {
+		res.Output = []bus.Block{}
+	}
+	if a.State == bus.StateError {
+		fail(&res, bus.CodeToolError, toolFailedText)
+	}
+	return res
+}
+
+// deniedByUser is the result of a confirmation answered no.
+func deniedByUser(c bus.Call) bus.Result {
+	return bus.ErrorResult(c, bus.CodeDenied,
+		fmt.Sprintf("<system-reminder>The execution of tool \"%s\" is denied by user!</system-reminder>", c.Name))
+}
+
+// settle turns an accepted answer into the call's result: an external
+// answer is the result; a denial ends the call; a confirmation runs it (or
+// parks it again for its execution when the tool is external).
+func (r *Router) settle(rec *external.Record) {
+	if rec.Kind != bus.KindConfirm {
+		r.complete(rec, answerResult(rec))
+		return
+	}
+	if len(rec.Answer.Rules) > 0 { // remembered by onAnswer
+		defer r.confirmCovered(rec)
+	}
+	if !*rec.Answer.Confirmed {
+		r.complete(rec, deniedByUser(rec.Call))
+		return
+	}
+	if t, ok := r.reg.Lookup(rec.Call.Name); ok && t.Def.External {
+		ctx, cancel := landing()
+		defer cancel()
+		if _, err := r.parked.Repark(ctx, rec.Key(), bus.KindExternal, r.source); err != nil {
+			r.complete(rec, internal(rec.Call, err))
+		}
+		return
+	}
+	r.complete(rec, r.runConfirmed(rec))
+}
+
+// runConfirmed runs a confirmed call, with its edited input, through the
+// executor as any call of its batch would run. A cancel of the batch
+// reaches it through r.confirming.
+func (r *Router) runConfirmed(rec *external.Record) bus.Result {
+	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
+	cont, err := r.parked.GetBatch(ctx, rec.Session, rec.ReplyID)
+	cancel()
+	if err != nil {
+		return internal(rec.Call, fmt.Errorf("continuation: %w", err))
+	}
+	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
+	if err != nil {
+		return internal(rec.Call, err)
+	}
+	tool, ok := r.reg.Lookup(rec.Call.Name)
+	if !ok || !r.reg.Live(tool) || !slices.ContainsFunc(t.data.Calls, func(c bus.Call) bool { return c.ID == rec.Call.ID }) {
+		return unavailable(rec.Call)
+	}
+	input := rec.Call.Input
+	if len(rec.Answer.Input) > 0 {
+		input = rec.Answer.Input
+	}
+	j := &job{session: t.session, replyID: t.replyID, trace: t.trace, deadline: t.deadline, user: t.data.User,
+		context: t.data.Context, call: bus.Call{ID: rec.Call.ID, Name: rec.Call.Name, Input: input}, tool: tool}
+	ctx, cancel = context.WithCancel(r.base)
+	defer r.confirming.add(rec.Session, rec.ReplyID, rec.Call.ID, cancel)()
+	return r.runTool(ctx, j)
+}
+
+// confirmCovered answers, as confirmed, the other calls of the same batch
+// that wait for a confirmation and that the session's rules now allow: a
+// person who said "yes, and remember" is not asked twice.
+func (r *Router) confirmCovered(answered *external.Record) {
+	sess := r.groups.Session(answered.Session)
+	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {
+		if rec.Kind != bus.KindConfirm || rec.Call.ID == answered.Call.ID {
+			continue
+		}
+		t, ok := r.reg.Lookup(rec.Call.Name)
+		if !ok || permission.Decide(permissionContext(sess), &t.Def, rec.Call.Input).Behavior != permission.Allow {
+			continue
+		}
+		yes := true
+		ctx, cancel := landing()
+		got, err := r.parked.Answer(ctx, rec.Key(), rec.Call.Name, &bus.Answer{Confirmed: &yes}, nil)
+		cancel()
+		if err == nil {
+			r.settle(got)
+		}
+	}
+}
+
+// complete records a parked call's result, publishes it, and resumes the
+// batch when it was the last one awaited.
+func (r *Router) complete(rec *external.Record, res bus.Result) {
+	ctx, cancel := landing()
+	defer cancel()
+	if rec.Status == external.StatusAnswered {
+		if _, err := r.parked.Close(ctx, rec.Key(), res); err != nil {
+			r.log.Warn("router: parked record not closed", "key", rec.Key(), "err", err)
+		}
+	}
+	// The call.result event goes out before the result is recorded, on the
+	// connection that then records it: the server handles one connection's
+	// messages in order, so whichever router sees the result recorded and
+	// publishes batch.done does so after this event has been delivered.
+	var trace [2]string
+	if cont, err := r.parked.GetBatch(ctx, rec.Session, rec.ReplyID); err == nil {
+		trace = [2]string{cont.TraceParent, cont.TraceState}
+	}
+	ev, err := r.publishEvent(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
+	if err == nil {
+		err = r.events.stored(ctx, []*sentEvent{ev})
+	}
+	if err != nil {
+		r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)
+	}
+	cont, resume, err := r.parked.Complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
+	if err != nil {
+		r.log.Error("router: parked result not recorded", "key", rec.Key(), "err", err)
+		return
+	}
+	if resume {
+		r.resume(cont)
+	}
+}

@@ -1,0 +1,136 @@
+package router
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
+)
+
+// resume runs the rest of a batch whose awaited calls have all finished.
+func (r *Router) resume(cont *external.Batch) {
+	b, err := r.fromContinuation(cont)
+	if err != nil {
+		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
+		return
+	}
+	r.track(b)
+	defer r.untrack(b)
+	b.finishRest(b.run(cont.Next))
+}
+
+// finishRest ends a continuation's run: batch.done when every call has its
+// result, else (it parked again) its events stored; a run cut off by the
+// drain deadline lets the lease go, and another router takes it over.
+func (b *batch) finishRest(complete bool) {
+	switch {
+	case b.cutOff():
+		b.release()
+	case complete:
+		b.done()
+	default:
+		b.stored()
+	}
+}
+
+// renewLeases renews the lease of every continuation this router works on.
+func (r *Router) renewLeases(now time.Time) {
+	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
+	defer cancel()
+	if err := r.parked.Renew(ctx, now); err != nil {
+		r.log.Warn("router: leases not renewed", "err", err)
+	}
+}
+
+// takeOver repairs continuations whose owner stopped renewing its lease
+// (a router that died while running part of a parked batch).
+func (r *Router) takeOver(now time.Time, lease time.Duration) {
+	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
+	defer cancel()
+	for _, cont := range r.parked.TakeOver(ctx, now.Add(-3*lease)) {
+		r.mu.Lock()
+		closed := r.closed
+		if !closed {
+			r.work.Add(1)
+		}
+		r.mu.Unlock()
+		if closed {
+			r.parked.Release(cont)
+			continue
+		}
+		r.pool.Go(func() { defer r.work.Done(); r.repair(cont) })
+	}
+}
+
+// repair finishes a continuation taken over from a router that died: the
+// calls of its last run that never got a result run again (the ledger keeps
+// side-effecting ones from running twice), then the batch waits for its
+// answers or goes on.
+func (r *Router) repair(cont *external.Batch) {
+	b, err := r.fromContinuation(cont)
+	if err != nil {
+		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
+		return
+	}
+	r.track(b)
+	defer r.untrack(b)
+	b.resolveFrom(0)
+	var wg sync.WaitGroup
+	for _, c := range b.calls[:min(cont.Next, len(b.calls))] {
+		if c.result != nil || slices.Contains(cont.Waiting, c.call.ID) {
+			continue
+		}
+		if c.early != nil {
+			b.finish(c, *c.early)
+			continue
+		}
+		wg.Go(func() { b.execute(c) })
+	}
+	wg.Wait()
+	if b.cutOff() {
+		b.release()
+		return
+	}
+	b.finishRest(b.settleRun(cont.Next) && b.run(cont.Next))
+}
+
+// sweep expires the parked calls whose time is up.
+func (r *Router) sweep(now time.Time) {
+	for _, rec := range r.parked.Expired(now) {
+		r.endParked(rec, external.StatusExpired, parkTimeout(rec.Call, r.parked.TTL()))
+	}
+}
+
+// endParked moves a parked call to a final status (expired, cancelled) with
+// res as its result; the compare-and-set picks one router when several try.
+func (r *Router) endParked(rec *external.Record, status string, res bus.Result) {
+	ctx, cancel := landing()
+	got, err := r.parked.End(ctx, rec.Key(), status, res)
+	cancel()
+	if err == nil {
+		r.complete(got, res)
+	}
+}
+
+// cancelParked interrupts the parked calls of a reply (all when ids is
+// empty) and marks its queued calls so they never run.
+func (r *Router) cancelParked(session, replyID string, ids []string) {
+	recs := r.parked.Parked(session, replyID)
+	if len(recs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
+	err := r.parked.Cancel(ctx, session, replyID, ids)
+	cancel()
+	if err != nil {
+		r.log.Warn("router: cancel not recorded", "session", session, "reply", replyID, "err", err)
+	}
+	for _, rec := range recs {
+		if len(ids) == 0 || slices.Contains(ids, rec.Call.ID) {
+			r.endParked(rec, external.StatusCancelled, interrupted(rec.Call))
+		}
+	}
+}

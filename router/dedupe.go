@@ -1,0 +1,67 @@
+package router
+
+import (
+	"context"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
+)
+
+// Dedupe: a batch re-sent with the same (session, reply id) — after a
+// timeout, a lost reply, a router's restart — must not run anything twice
+// and must answer what the first copy got. Three records say what ran, and
+// each step consults the one it owns:
+//
+//   - a call that is not read-only: its P_ledger entry (ledger.once, in
+//     runTool), which runs it at most once and gives a re-send its result;
+//   - a batch that parked: its continuation, which ParkBatch finds there
+//     (adoptParked: the reply describes the first copy's state);
+//   - a parked call that settled since: its P_parked record (reuseParked:
+//     the re-send gets the result, nothing parks again).
+//
+// Read-only calls simply run again.
+
+// reuseParked finishes, with the result an earlier copy of this batch
+// recorded, each call that copy parked and that has settled since
+// (answered, expired or cancelled). It returns the calls still to park.
+func (b *batch) reuseParked(calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	var keep []*callState
+	var keepSpecs []parkSpec
+	for i, c := range calls {
+		rec, err := b.r.parked.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
+		if err == nil && rec.Status != external.StatusParked && rec.Result != nil {
+			b.finish(c, *rec.Result)
+			continue
+		}
+		keep, keepSpecs = append(keep, c), append(keepSpecs, specs[i])
+	}
+	return keep, keepSpecs
+}
+
+// adoptParked fills the batch from the continuation of the same reply id
+// that an earlier copy of this batch left.
+func (b *batch) adoptParked(ctx context.Context) {
+	cont, err := b.r.parked.GetBatch(ctx, b.session, b.replyID)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	for _, c := range b.calls {
+		if res, ok := cont.Results[c.call.ID]; ok {
+			c.result = &res
+		}
+	}
+	b.mu.Unlock()
+	b.parked = b.parked[:0]
+	for _, rec := range b.r.parked.Parked(b.session, b.replyID) {
+		b.parked = append(b.parked, parkedOf(rec))
+	}
+	for _, c := range b.calls[min(cont.Next, len(b.calls)):] {
+		if c.result == nil {
+			b.parked = append(b.parked, b.queued(c))
+		}
+	}
+}

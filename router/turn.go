@@ -1,0 +1,75 @@
+package router
+
+import (
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+)
+
+// turn is a checked batch: one model turn's calls as the agent sent them,
+// with the attributes that travel with every one of them. It is the first
+// step's output; nothing has run yet.
+type turn struct {
+	session  string
+	replyID  string
+	trace    [2]string // traceparent, tracestate
+	expiry   string
+	deadline time.Time // from expirytime; zero when absent
+	data     bus.Batch
+	req      *groups.Request
+}
+
+// checkTurn checks a decoded io.toolbus.call.batch (its session already
+// checked against the subject): the reply id, the batch's calls (1 to
+// lim.MaxCalls, valid and distinct ids, inputs of at most
+// lim.MaxInputBytes), its expiry and its request. Errors are bad_event or
+// bad_request, and nothing has changed.
+func checkTurn(e *bus.Event, lim Limits) (turn, error) {
+	if !bus.ValidID(e.ID) {
+		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
+	}
+	var data bus.Batch
+	if err := e.DataAs(&data); err != nil {
+		return turn{}, err
+	}
+	n := len(data.Calls)
+	if n == 0 {
+		return turn{}, bus.Errorf(bus.CodeBadRequest, "the batch has no calls")
+	}
+	if n > lim.MaxCalls {
+		return turn{}, bus.Errorf(bus.CodeBadRequest, "the batch has %d calls; at most %d are allowed", n, lim.MaxCalls)
+	}
+	seen := make(map[string]struct{}, n)
+	for _, c := range data.Calls {
+		if !bus.ValidID(c.ID) {
+			return turn{}, bus.Errorf(bus.CodeBadEvent, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", c.ID)
+		}
+		if _, dup := seen[c.ID]; dup {
+			return turn{}, bus.Errorf(bus.CodeBadRequest, "call id %q appears twice in the batch", c.ID)
+		}
+		if len(c.Input) > lim.MaxInputBytes {
+			return turn{}, bus.Errorf(bus.CodeBadRequest, "call %s: its input is %d bytes; at most %d are allowed", c.ID, len(c.Input), lim.MaxInputBytes)
+		}
+		seen[c.ID] = struct{}{}
+	}
+	return newTurn(e.SessionID, e.ID, [2]string{e.TraceParent, e.TraceState}, e.ExpiryTime, data)
+}
+
+// newTurn builds a turn from checked parts: a new batch's, or those a
+// continuation kept.
+func newTurn(session, replyID string, trace [2]string, expiry string, data bus.Batch) (turn, error) {
+	t := turn{session: session, replyID: replyID, trace: trace, expiry: expiry, data: data}
+	if expiry != "" {
+		d, err := time.Parse(time.RFC3339Nano, expiry)
+		if err != nil {
+			return turn{}, bus.Errorf(bus.CodeBadEvent, "expirytime %q is not RFC 3339", expiry)
+		}
+		t.deadline = d
+	}
+	var err error
+	if t.req, err = groups.CheckRequest(data.Request); err != nil {
+		return turn{}, err
+	}
+	return t, nil
+}

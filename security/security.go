@@ -1,0 +1,300 @@
+// Package security builds the NATS permissions of toolbus' roles from the
+// deployment's subjects (bus.Subjects), so the shipped authorization never
+// drifts from the wire: router, worker, agent (all sessions, or one
+// session), external handler (its own tools), approver and operator.
+// ServerConfig renders them as a nats-server authorization block, NSC as
+// the nsc commands of a decentralised (JWT) deployment, and Generate
+// writes nkey seeds and a server configuration for `router --secure`.
+//
+// docs/security.md explains each role and what NATS cannot separate.
+package security
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Roles.
+const (
+	RoleRouter   = "router"
+	RoleWorker   = "worker"
+	RoleAgent    = "agent"   // every session
+	RoleSession  = "session" // one session's agent
+	RoleHandler  = "handler"
+	RoleApprover = "approver"
+	RoleOperator = "operator"
+)
+
+// Permissions is one user's NATS subject permissions.
+type Permissions struct {
+	Publish   []string `json:"publish"`
+	Subscribe []string `json:"subscribe"`
+	// AllowResponses lets the user publish a reply to a request it
+	// received (once, within NATS' default two minutes) even where
+	// Publish does not name the reply subject.
+	AllowResponses bool `json:"allow_responses,omitempty"`
+}
+
+// User is one login of a role.
+type User struct {
+	// Name is the user name (and the file name of its generated secrets):
+	// the role's name, "session-<id>" for one session's agent,
+	// "handler-<name>" for an external handler.
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// Session is the one session of a RoleSession user.
+	Session string `json:"session,omitempty"`
+	// Tools are the tools of a handler, approver or worker; empty means
+	// every tool (a worker or approver only; a handler always has tools).
+	Tools []string `json:"tools,omitempty"`
+	// InboxPrefix is the prefix the user's connection must use for its
+	// reply subjects (natsconn.Config.InboxPrefix, --inbox-prefix); the
+	// user may subscribe below it only, so nobody reads others' replies.
+	InboxPrefix string      `json:"inbox_prefix"`
+	Permissions Permissions `json:"permissions"`
+}
+
+// Handler is one external handler login and the tools it answers.
+type Handler struct {
+	Name  string
+	Tools []string
+}
+
+// Spec says which users to build.
+type Spec struct {
+	// Prefix is the deployment's subject prefix; "" means bus.DefaultPrefix.
+	Prefix string
+	// Sessions adds one agent user per session id, confined to it.
+	Sessions []string
+	// Handlers adds one user per external handler.
+	Handlers []Handler
+	// WorkerTools, when set, confines the worker user to these tools'
+	// exec subjects; empty serves every tool.
+	WorkerTools []string
+	// ApproverTools, when set, confines the approver to these tools'
+	// confirmations; empty means every tool.
+	ApproverTools []string
+	// AgentAnswers are the tools whose parked calls the agent users may
+	// answer themselves: the request-scoped external tools (section 4.3
+	// of docs/protocol.md). NATS cannot tell one session's answer from
+	// another's on P.answer.<tool>, so keep this to tools that are only
+	// ever request-scoped, never a registered external tool or one that
+	// asks for confirmation. Empty means agents answer nothing.
+	AgentAnswers []string
+}
+
+// jsAPI is the JetStream API prefix of the account.
+const jsAPI = "$JS.API."
+
+// Users returns the users of spec: router, worker, agent, approver,
+// operator, then one per session and one per handler, in that order.
+func Users(spec Spec) ([]User, error) {
+	s := bus.NewSubjects(spec.Prefix)
+	if err := check(spec); err != nil {
+		return nil, err
+	}
+	users := []User{router(s), worker(s, spec.WorkerTools), agent(s, "", spec.AgentAnswers), approver(s, spec.ApproverTools), operator(s)}
+	for _, id := range spec.Sessions {
+		users = append(users, agent(s, id, spec.AgentAnswers))
+	}
+	for _, h := range spec.Handlers {
+		users = append(users, handler(s, h))
+	}
+	return users, nil
+}
+
+func check(spec Spec) error {
+	if spec.Prefix != "" && strings.ContainsAny(spec.Prefix, ".*> \t\r\n") {
+		return fmt.Errorf("security: prefix %q must be one subject token", spec.Prefix)
+	}
+	seen := map[string]bool{}
+	for _, id := range spec.Sessions {
+		if !bus.ValidID(id) {
+			return fmt.Errorf("security: session %q must match ^[A-Za-z0-9_-]{1,128}$", id)
+		}
+		if seen[id] {
+			return fmt.Errorf("security: session %q given twice", id)
+		}
+		seen[id] = true
+	}
+	names := map[string]bool{}
+	for _, h := range spec.Handlers {
+		if !bus.ValidName(h.Name) {
+			return fmt.Errorf("security: handler name %q must match ^[A-Za-z0-9_-]{1,64}$", h.Name)
+		}
+		if names[h.Name] {
+			return fmt.Errorf("security: handler %q given twice", h.Name)
+		}
+		names[h.Name] = true
+		if len(h.Tools) == 0 {
+			return fmt.Errorf("security: handler %q needs at least one tool", h.Name)
+		}
+		if err := checkTools("handler "+h.Name, h.Tools); err != nil {
+			return err
+		}
+	}
+	for what, tools := range map[string][]string{"worker": spec.WorkerTools, "approver": spec.ApproverTools, "agent answers": spec.AgentAnswers} {
+		if err := checkTools(what, tools); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkTools(what string, tools []string) error {
+	for _, t := range tools {
+		if !bus.ValidName(t) {
+			return fmt.Errorf("security: %s: tool name %q must match ^[A-Za-z0-9_-]{1,64}$", what, t)
+		}
+	}
+	return nil
+}
+
+// RouterInbox is the inbox prefix every router of a secured deployment
+// uses: workers may send their results there.
+const RouterInbox = "_INBOX." + RoleRouter
+
+// inbox is the inbox prefix of user name.
+func inbox(name string) string { return "_INBOX." + name }
+
+// each returns f(t) for each tool, or f("*") when tools is empty.
+func each(tools []string, f func(string) string) []string {
+	if len(tools) == 0 {
+		return []string{f("*")}
+	}
+	out := make([]string, len(tools))
+	for i, t := range tools {
+		out[i] = f(t)
+	}
+	return out
+}
+
+// createConsumer allows creating a consumer on stream filtered on
+// subject: the server checks that the filter in the API subject is the
+// consumer's. Consumer names of ordered consumers are random, hence the
+// wildcard.
+func createConsumer(stream, subject string) string {
+	return jsAPI + "CONSUMER.CREATE." + stream + ".*." + subject
+}
+
+// useConsumers allows fetching from, looking up and deleting the
+// consumers of stream whose names one knows.
+func useConsumers(stream string) []string {
+	return []string{
+		jsAPI + "CONSUMER.MSG.NEXT." + stream + ".*",
+		jsAPI + "CONSUMER.INFO." + stream + ".*",
+		jsAPI + "CONSUMER.DELETE." + stream + ".*",
+	}
+}
+
+func router(s bus.Subjects) User {
+	// The router is the deployment's trusted component: it creates the
+	// buckets and streams, writes every record and answers every request
+	// (replies go to the requesters' inboxes). Its own inbox prefix is the
+	// one workers may send results to, so a router must use it.
+	return User{Name: RoleRouter, Role: RoleRouter, InboxPrefix: inbox(RoleRouter), Permissions: Permissions{
+		Publish:   []string{s.Prefix + ".>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>", "$SRV.>"},
+		Subscribe: []string{s.Prefix + ".>", "_INBOX.>", "$SRV.>"},
+	}}
+}
+
+func worker(s bus.Subjects, tools []string) User {
+	// A worker receives exec requests and cancels, registers and beats,
+	// publishes progress, and sends its results to the routers' inboxes
+	// (the exec requests' reply subjects). NATS' allow_responses alone
+	// would not do for results: it forgets a request after two minutes,
+	// shorter than a tool's default timeout. It serves the micro service's
+	// discovery replies.
+	//
+	// Durable tools' calls come from their work consumers (fetch, look up,
+	// acknowledge and report progress) and their results go to the routers
+	// on P.result.<tool>.
+	sub := each(tools, s.Exec)
+	sub = append(sub, s.All("cancel"), "$SRV.>", inbox(RoleWorker)+".>")
+	work := s.Stream(bus.StreamWork)
+	consumer := func(t string) string { // a wildcard must be a whole token
+		if t == "*" {
+			return "*"
+		}
+		return s.WorkConsumer(t)
+	}
+	pub := []string{s.Register(), s.All("events"), inbox(RoleRouter) + ".>"}
+	pub = append(pub, each(tools, s.Result)...)
+	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.MSG.NEXT." + work + "." + consumer(t) })...)
+	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.INFO." + work + "." + consumer(t) })...)
+	pub = append(pub, each(tools, func(t string) string { return "$JS.ACK." + work + "." + consumer(t) + ".>" })...)
+	return User{Name: RoleWorker, Role: RoleWorker, Tools: tools, InboxPrefix: inbox(RoleWorker), Permissions: Permissions{
+		Publish:        pub,
+		Subscribe:      sub,
+		AllowResponses: true,
+	}}
+}
+
+func agent(s bus.Subjects, session string, answers []string) User {
+	name, role, tok := RoleAgent, RoleAgent, "*"
+	if session != "" {
+		name, role, tok = "session-"+session, RoleSession, session
+	}
+	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok)}
+	pub = append(pub, createConsumer(s.Stream(bus.StreamEvents), s.Events(tok)))
+	pub = append(pub, useConsumers(s.Stream(bus.StreamEvents))...)
+	for _, t := range answers {
+		pub = append(pub, s.Answer(t))
+	}
+	return User{Name: name, Role: role, Session: session, InboxPrefix: inbox(name), Permissions: Permissions{
+		Publish:   pub,
+		Subscribe: []string{s.Events(tok), inbox(name) + ".>"},
+	}}
+}
+
+func handler(s bus.Subjects, h Handler) User {
+	name := "handler-" + h.Name
+	stream := s.Stream(bus.StreamHandoff)
+	var pub, sub []string
+	for _, t := range h.Tools {
+		pub = append(pub, s.Answer(t))
+		pub = append(pub, createConsumer(stream, s.External(t)))
+		sub = append(sub, s.External(t))
+	}
+	// Its durable handoff consumer, when it keeps one, is named after the
+	// user; it may ack that one's messages.
+	pub = append(pub, useConsumers(stream)...)
+	pub = append(pub, "$JS.ACK."+stream+"."+name+".>")
+	sub = append(sub, inbox(name)+".>")
+	return User{Name: name, Role: RoleHandler, Tools: h.Tools, InboxPrefix: inbox(name), Permissions: Permissions{Publish: pub, Subscribe: sub}}
+}
+
+func approver(s bus.Subjects, tools []string) User {
+	stream := s.Stream(bus.StreamHandoff)
+	pub := each(tools, s.Answer)
+	for _, t := range each(tools, s.Confirm) {
+		pub = append(pub, createConsumer(stream, t))
+	}
+	pub = append(pub, useConsumers(stream)...)
+	pub = append(pub, "$JS.ACK."+stream+"."+RoleApprover+".>", s.Admin("parked.list"))
+	sub := append(each(tools, s.Confirm), inbox(RoleApprover)+".>")
+	return User{Name: RoleApprover, Role: RoleApprover, Tools: tools, InboxPrefix: inbox(RoleApprover), Permissions: Permissions{Publish: pub, Subscribe: sub}}
+}
+
+func operator(s bus.Subjects) User {
+	// The operator runs every toolbus command: admin verbs, calls and
+	// answers, watching, the handoff streams and the skills object store.
+	// It may not execute tools directly nor register as a worker.
+	return User{Name: RoleOperator, Role: RoleOperator, InboxPrefix: inbox(RoleOperator), Permissions: Permissions{
+		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"),
+			"$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$SRV.>"},
+		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
+	}}
+}
+
+// Lookup returns the user named name.
+func Lookup(users []User, name string) (User, bool) {
+	i := slices.IndexFunc(users, func(u User) bool { return u.Name == name })
+	if i < 0 {
+		return User{}, false
+	}
+	return users[i], true
+}

@@ -1,0 +1,80 @@
+package security_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/toolbus/toolbus/security"
+)
+
+// TestServerConfigParses: the printed block with password variables, as
+// `toolbus security config` prints it, is a valid nats-server
+// configuration once the variables are set, and holds every user.
+func TestServerConfigParses(t *testing.T) {
+	users, err := security.Users(security.Spec{Prefix: "acme", Sessions: []string{"s1"}, Handlers: []security.Handler{{Name: "h", Tools: []string{"a", "b"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		t.Setenv(security.PasswordEnvName(u.Name), "pw-"+u.Name)
+	}
+	conf := security.ServerConfig("acme", users, nil)
+	path := filepath.Join(t.TempDir(), "s.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, conf)
+	}
+	if len(opts.Users) != len(users) {
+		t.Fatalf("%d users in the server options, want %d", len(opts.Users), len(users))
+	}
+	for _, u := range opts.Users {
+		if u.Password != "pw-"+u.Username {
+			t.Fatalf("user %s: password %q not taken from the environment", u.Username, u.Password)
+		}
+		if u.Permissions == nil || u.Permissions.Publish == nil {
+			t.Fatalf("user %s has no permissions", u.Username)
+		}
+	}
+	if !strings.Contains(conf, `"acme.exec.*"`) || strings.Contains(conf, "toolbus.") {
+		t.Fatalf("the block does not follow the prefix:\n%s", conf)
+	}
+}
+
+func TestSpecRefused(t *testing.T) {
+	for name, spec := range map[string]security.Spec{
+		"bad prefix":        {Prefix: "a.b"},
+		"bad session":       {Sessions: []string{"a.b"}},
+		"duplicate session": {Sessions: []string{"a", "a"}},
+		"handler, no tools": {Handlers: []security.Handler{{Name: "h"}}},
+		"bad handler tool":  {Handlers: []security.Handler{{Name: "h", Tools: []string{">"}}}},
+		"duplicate handler": {Handlers: []security.Handler{{Name: "h", Tools: []string{"a"}}, {Name: "h", Tools: []string{"b"}}}},
+		"bad worker tool":   {WorkerTools: []string{"*"}},
+		"bad agent answer":  {AgentAnswers: []string{"a b"}},
+		"bad approver tool": {ApproverTools: []string{""}},
+		"bad handler name":  {Handlers: []security.Handler{{Name: "h.x", Tools: []string{"a"}}}},
+	} {
+		if _, err := security.Users(spec); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestNSC(t *testing.T) {
+	users, err := security.Users(security.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := security.NSC("TOOLBUS", users)
+	for _, want := range []string{"nsc add user --account TOOLBUS --name worker", "--allow-pub-response 1", "'toolbus.call.*,toolbus.tools.*"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q in\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// durableDef is a durable, side-effecting tool.
+func durableDef(name string) bus.ToolDef {
+	return bus.ToolDef{Name: name, Description: "A durable job.", Durable: true, Permission: bus.PermissionAllow,
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`), TimeoutMS: 60000}
+}
+
+// workLeft is how many durable calls the work queue still holds.
+func workLeft(t *testing.T, e *env) uint64 {
+	t.Helper()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(t.Context(), e.client.Subjects().Stream(bus.StreamWork))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func TestDurableCall(t *testing.T) {
+	e := newEnv(t, 2)
+	var runs atomic.Int32
+	e.addWorker(func(w *worker.Worker) {
+		if err := w.Handle(durableDef("job"), func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			runs.Add(1)
+			return &bus.ExecResult{State: bus.StateSuccess, Output: bus.Text("done " + string(c.Input))}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.waitLive("job")
+	rid := client.WithReplyID(client.NewReplyID())
+	wantText(t, call1(t, e.client, "d1", "job", `{"n":1}`, rid), bus.StateSuccess, "", `done {"n":1}`)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
+	}
+	// A re-sent batch gets the recorded result and runs nothing again.
+	wantText(t, call1(t, e.client, "d1", "job", `{"n":1}`, rid), bus.StateSuccess, "", `done {"n":1}`)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("a re-sent durable call ran again (%d runs)", n)
+	}
+	// The call left the queue once its result was recorded.
+	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		if n := workLeft(t, e); n != 0 {
+			return fmt.Errorf("the work queue holds %d calls", n)
+		}
+		return nil
+	})
+}
+
+// TestDurableRedeliveredAfterWorkerKilled kills the worker that runs a
+// durable call: once its progress reports stop, JetStream delivers the call
+// to another worker, which runs it to completion; the agent gets one result.
+func TestDurableRedeliveredAfterWorkerKilled(t *testing.T) {
+	e := startEnv(t, 1, onCluster(t), router.Config{Logger: testLogger(), Store: store.Config{WorkAckWait: time.Second}})
+	started := make(chan struct{})
+	release := make(chan struct{}) // lets the dead worker's handler end before the deployment closes
+	t.Cleanup(func() { close(release) })
+	var once sync.Once
+	var firstRuns, secondRuns atomic.Int32
+	firstNC := e.connect(t)
+	e.addWorkerOn(firstNC, func(w *worker.Worker) {
+		if err := w.Handle(durableDef("job"), func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			firstRuns.Add(1)
+			once.Do(func() { close(started) })
+			select { // hangs: its worker dies under it
+			case <-ctx.Done():
+			case <-release:
+			}
+			return nil, ctx.Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.waitLive("job")
+	type outcome struct {
+		res bus.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	replyID := client.NewReplyID()
+	go func() {
+		reply, err := e.client.Call(testCtx(t), "d2", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "job", Input: json.RawMessage(`{"n":2}`)}}},
+			client.WithReplyID(replyID))
+		if err != nil {
+			done <- outcome{err: err}
+			return
+		}
+		done <- outcome{res: reply.Results[0]}
+	}()
+	select {
+	case <-started:
+	case <-time.After(bound):
+		t.Fatal("the first worker never got the call")
+	}
+	// The second worker comes up while the first holds the call, then the
+	// first dies without a word.
+	e.addWorker(func(w *worker.Worker) {
+		if err := w.Handle(durableDef("job"), func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			secondRuns.Add(1)
+			return &bus.ExecResult{State: bus.StateSuccess, Output: bus.Text("finished by the second worker")}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	firstNC.Close()
+	var got outcome
+	select {
+	case got = <-done:
+	case <-time.After(3 * bound):
+		t.Fatal("the durable call never finished after its worker died")
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	wantText(t, got.res, bus.StateSuccess, "", "finished by the second worker")
+	if f, s := firstRuns.Load(), secondRuns.Load(); f != 1 || s != 1 {
+		t.Fatalf("runs: first worker %d, second %d; want 1 and 1", f, s)
+	}
+	// One call.result for the call in the session's events.
+	rp, err := e.client.Replay(testCtx(t), "d2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rp.Stop)
+	evs := collect(t, rp, batchDone(replyID))
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == bus.TypeCallResult && ev.ToolCallID == "c1" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d call.result events for the call, want 1", n)
+	}
+	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		if n := workLeft(t, e); n != 0 {
+			return fmt.Errorf("the work queue holds %d calls", n)
+		}
+		return nil
+	})
+}
+
+// TestDurableTimeout: a durable call nobody finishes in time ends with a
+// timeout, and a worker that comes later never runs it.
+func TestDurableTimeout(t *testing.T) {
+	e := newEnv(t, 1)
+	def := durableDef("slowjob")
+	def.TimeoutMS = 300
+	block := make(chan struct{})
+	var runs atomic.Int32
+	e.addWorker(func(w *worker.Worker) {
+		if err := w.Handle(def, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			runs.Add(1)
+			select {
+			case <-block:
+				return &bus.ExecResult{State: bus.StateSuccess, Output: bus.Text("late")}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.waitLive("slowjob")
+	rid := client.WithReplyID(client.NewReplyID())
+	res := call1(t, e.client, "d3", "slowjob", `{}`, rid)
+	if res.Error == nil || res.Error.Code != bus.CodeTimeout {
+		t.Fatalf("result %+v, want a timeout", res)
+	}
+	close(block)
+	// The late result is refused; a re-send gets the timeout again.
+	again := call1(t, e.client, "d3", "slowjob", `{}`, rid)
+	if again.Error == nil || again.Error.Code != bus.CodeTimeout {
+		t.Fatalf("re-sent: %+v, want the recorded timeout", again)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
+	}
+}

@@ -1,0 +1,123 @@
+package security
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+// TestAllowedPaths: on the shipped configuration, every role does its
+// work end to end. An agent of session s1 calls a tool through the router
+// and watches (live and replayed) its own events; the worker registers
+// and answers; the approver confirms a call it read from the handoff
+// stream; the handler answers its own parked call; the operator runs
+// admin verbs. Nobody hits a permissions violation on the way.
+func TestAllowedPaths(t *testing.T) {
+	d := newDeployment(t)
+	wl := d.startWorker()
+	agent := d.conn("session-s1")
+	ac := agent.client()
+	ctx := testCtx(t)
+
+	ev, err := ac.Watch(ctx, "s1")
+	must(t, err)
+	defer ev.Stop()
+	reply, err := ac.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet", Input: client.Input(map[string]string{"who": "x"})}}}, client.WithReplyID("r1"))
+	must(t, err)
+	if len(reply.Results) != 1 || reply.Results[0].State != bus.StateSuccess {
+		t.Fatalf("greet: %+v", reply)
+	}
+	waitType(t, ev, bus.TypeCallProgress)
+	waitType(t, ev, bus.TypeBatchDone)
+	rp, err := ac.Replay(ctx, "s1")
+	must(t, err)
+	if e := waitType(t, rp, bus.TypeBatchDone); e.SessionID != "s1" {
+		t.Fatalf("replayed %+v", e)
+	}
+	rp.Stop()
+	tl, err := ac.Tools(ctx, "s1", "", nil)
+	must(t, err)
+	if len(tl.Tools) == 0 {
+		t.Fatal("no tools listed")
+	}
+
+	// A write asks for a confirmation; the approver reads the request from
+	// the handoff stream and confirms; the worker runs it.
+	reply, err = ac.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c2", Name: "deploy"}}}, client.WithReplyID("r2"))
+	must(t, err)
+	if len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindConfirm {
+		t.Fatalf("deploy did not park for a confirmation: %+v", reply)
+	}
+	ap := d.conn("approver")
+	req := readHandoff(t, ap, "toolbus.confirm.deploy")
+	yes := true
+	must(t, ap.client().Answer(ctx, "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes}))
+	done := waitType(t, ev, bus.TypeBatchDone)
+	var bd bus.BatchDone
+	must(t, done.DataAs(&bd))
+	if done.ReplyID != "r2" || len(bd.Results) != 1 || bd.Results[0].State != bus.StateSuccess {
+		t.Fatalf("deploy after the confirmation: %s", done.Data)
+	}
+	// The approver may list what is parked.
+	must(t, ap.client().Admin(ctx, "parked.list", "", struct{}{}, nil))
+
+	// An external call; its handler answers it from its handoff consumer.
+	reply, err = ac.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c3", Name: "pick"}}}, client.WithReplyID("r3"))
+	must(t, err)
+	if len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindExternal {
+		t.Fatalf("pick did not park: %+v", reply)
+	}
+	hl := d.conn("handler-picker")
+	req = readHandoff(t, hl, "toolbus.external.pick")
+	must(t, hl.client().Answer(ctx, "pick", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("a.txt")}))
+	done = waitType(t, ev, bus.TypeBatchDone)
+	must(t, done.DataAs(&bd))
+	if done.ReplyID != "r3" || len(bd.Results) != 1 || bd.Results[0].State != bus.StateSuccess {
+		t.Fatalf("pick after the answer: %s", done.Data)
+	}
+
+	// A durable call: the worker takes it from its work consumer and sends
+	// the result to the routers on P.result.batchjob.
+	reply, err = ac.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c4", Name: "batchjob"}}}, client.WithReplyID("r4"))
+	must(t, err)
+	if len(reply.Results) != 1 || reply.Results[0].State != bus.StateSuccess {
+		t.Fatalf("batchjob: %+v", reply)
+	}
+
+	// The agent of every session, and the operator.
+	all := d.conn("agent")
+	if _, err := all.client().Call(ctx, "s2", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}}}); err != nil {
+		t.Fatal(err)
+	}
+	op := d.conn("operator")
+	var st json.RawMessage
+	must(t, op.client().Admin(ctx, "status", "", struct{}{}, &st))
+	must(t, op.client().Admin(ctx, "session.mode", "s2", map[string]string{"mode": "explore"}, nil))
+
+	for _, l := range []*login{wl, agent, ap, hl, all, op} {
+		l.noViolations()
+	}
+}
+
+// readHandoff reads the first request on subject from the handoff stream
+// through an ordered consumer, as `toolbus watch-handoff` does.
+func readHandoff(t *testing.T, l *login, subject string) *bus.Event {
+	t.Helper()
+	js, err := jetstream.New(l.nc)
+	must(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, "TOOLBUS_HANDOFF", jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	must(t, err)
+	m, err := cons.Next(jetstream.FetchMaxWait(bound))
+	must(t, err)
+	e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	must(t, err)
+	return e
+}

@@ -1,0 +1,170 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// takeWork serves a durable tool: its calls wait in the P_WORK work queue,
+// and this loop takes one whenever the worker has a free slot (never more,
+// so no call waits in this worker's hands while another could run it). A
+// call's message is acknowledged only after a router has recorded its
+// result; while it runs, the worker reports progress every third of the
+// consumer's AckWait, so a worker that dies (or is cut off) leaves its call
+// to be delivered to another worker.
+func (w *Worker) takeWork(ctx context.Context, t *tool) {
+	defer w.loops.Done()
+	js, err := jetstream.New(w.nc)
+	if err != nil {
+		w.log.Error("worker: jetstream", "err", err)
+		return
+	}
+	// Routers make the tool's consumer when they take its registration.
+	var cons jetstream.Consumer
+	retry := min(max(w.cfg.Heartbeat/10, 50*time.Millisecond), time.Second)
+	for cons == nil {
+		c, err := js.Consumer(ctx, w.subj.Stream(bus.StreamWork), w.subj.WorkConsumer(t.def.Name))
+		if err == nil {
+			cons = c
+			break
+		}
+		w.log.Debug("worker: work consumer not there yet", "tool", t.def.Name, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+	}
+	ackWait := cons.CachedInfo().Config.AckWait
+	for {
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		msg, err := cons.Next(jetstream.FetchContext(fctx))
+		cancel()
+		if err != nil {
+			<-w.sem
+			if ctx.Err() != nil {
+				return
+			}
+			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				w.log.Debug("worker: work fetch", "tool", t.def.Name, "err", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(retry):
+				}
+			}
+			continue
+		}
+		w.work(t, msg, ackWait)
+	}
+}
+
+// work runs one durable call; the caller holds its slot.
+func (w *Worker) work(t *tool, msg jetstream.Msg, ackWait time.Duration) {
+	m := &nats.Msg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data()}
+	e, err := bus.Decode(m)
+	if err == nil {
+		if exp, _ := e.Expiry(); !exp.IsZero() && time.Now().After(exp) {
+			// Its deadline passed while it waited: the router has ended the
+			// call with a timeout, so it must not run any more.
+			_ = msg.Term()
+			<-w.sem
+			return
+		}
+	}
+	key := w.accept(t, e, err)
+	rp := &workReply{w: w, msg: msg, tool: t.def.Name, stop: make(chan struct{})}
+	if e != nil {
+		rp.deadline, _ = e.Expiry()
+	}
+	go rp.beat(max(ackWait/3, 10*time.Millisecond))
+	w.pool.Go(func() {
+		defer w.release(key)
+		w.serve(t, m, e, err, rp)
+	})
+}
+
+// workReply answers a durable call: its result goes to the routers, which
+// record it; then the message is acknowledged and leaves the queue.
+type workReply struct {
+	w        *Worker
+	msg      jetstream.Msg
+	tool     string
+	deadline time.Time
+	stop     chan struct{}
+}
+
+// beat reports progress until the call is answered.
+func (r *workReply) beat(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			_ = r.msg.InProgress()
+		}
+	}
+}
+
+// recordWindow bounds how long past a call's deadline its result is still
+// offered to the routers.
+const recordWindow = time.Minute
+
+func (r *workReply) result(out *bus.Event) {
+	defer close(r.stop)
+	until := time.Now().Add(recordWindow)
+	if !r.deadline.IsZero() {
+		until = r.deadline.Add(recordWindow)
+	}
+	// The worker's base context ends when a drain's deadline passes: the
+	// call is then left to be delivered again, as from a worker that died.
+	ctx, cancel := context.WithDeadline(r.w.base, until)
+	defer cancel()
+	for delay := 10 * time.Millisecond; !r.w.nc.IsClosed(); delay = min(2*delay, time.Second) {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := bus.SendRequest(actx, r.w.nc, r.w.subj.Result(r.tool), out)
+		acancel()
+		if err == nil {
+			if e, derr := bus.Decode(resp); derr == nil && e.Type == bus.TypeExecRecorded {
+				// Recorded, or another result was first: either way this
+				// delivery is finished.
+				if err := r.msg.DoubleAck(ctx); err != nil {
+					r.w.log.Warn("worker: durable call not acknowledged", "tool", r.tool, "call", out.ToolCallID, "err", err)
+				}
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			// No router took the result: left unacknowledged, the call is
+			// delivered again, and a delivery past its deadline never runs.
+			r.w.log.Error("worker: durable result not recorded", "tool", r.tool, "call", out.ToolCallID, "err", err)
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+func (r *workReply) refuse(be *bus.Error) {
+	close(r.stop)
+	r.w.log.Warn("worker: malformed durable call dropped", "tool", r.tool, "err", be)
+	_ = r.msg.Term()
+}
+
+func (r *workReply) drop() {
+	close(r.stop)
+	_ = r.msg.Nak() // cut off by the drain: another worker takes it at once
+}
