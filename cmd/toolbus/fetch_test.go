@@ -1,12 +1,16 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/worker"
 )
 
 // TestCallShowsStoredOutputAndFetch: `toolbus call` prints a stored
@@ -16,8 +20,17 @@ import (
 func TestCallShowsStoredOutputAndFetch(t *testing.T) {
 	d := newDeployment(t)
 	text := strings.Repeat("0123456789abcdef", 100<<10) // 1.6 MiB: above the 1 MiB inline limit
-	input, _ := json.Marshal(map[string]string{"text": text})
-	out, errOut, err := exec(t.Context(), "call", "echo", string(input), "--nats", d.url)
+	_, err := d.x.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		return worker.Register(w, bus.ToolDef{Name: "big", Description: "A large text.", ReadOnly: true},
+			func(context.Context, *worker.Call, struct{}) (string, error) { return text, nil })
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.x.WaitLive(t.Context(), "big"); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := exec(t.Context(), "call", "big", "--nats", d.url)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr: %s", err, errOut)
 	}
