@@ -13,6 +13,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -38,24 +39,17 @@ func textOfSize(t *testing.T, size int) string {
 	return s
 }
 
-// startWorker starts a worker with cfg (the harness's addWorker has the
-// default config) and waits until the routers see tools live.
+// startWorker starts a worker with cfg (addWorker's has the defaults)
+// and waits until the routers see tools live.
 func (e *env) startWorker(cfg worker.Config, setup func(w *worker.Worker), tools ...string) {
 	e.t.Helper()
-	cfg.Heartbeat = testHeartbeat
-	w, err := worker.New(e.connect(e.t), cfg)
+	_, err := e.d.AddWorker(e.t.Context(), xtest.WorkerSpec{Config: cfg, Setup: func(w *worker.Worker) error {
+		setup(w)
+		return nil
+	}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	setup(w)
-	if err := w.Start(e.t.Context()); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Drain(ctx)
-	})
 	e.waitLive(tools...)
 }
 
