@@ -9,6 +9,9 @@ const (
 	DefaultSessionTTL   = 24 * time.Hour
 	DefaultEventsMaxAge = 24 * time.Hour
 	DefaultHandoffTTL   = 7 * 24 * time.Hour
+	// DefaultOutputsTTL is how long a stored output (PROTOCOL.md 5.9) is
+	// kept: as long as the events that refer to it.
+	DefaultOutputsTTL = 24 * time.Hour
 )
 
 // Bucket and stream names, before the prefix.
@@ -23,4 +26,5 @@ const (
 	StreamHandoff  = "HANDOFF"
 	StreamWork     = "WORK"
 	ObjectSkills   = "skills"
+	ObjectOutputs  = "outputs"
 )

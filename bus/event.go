@@ -309,20 +309,41 @@ func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" 
 // case-insensitive, values percent-encoded) and whose body is the data.
 func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 	e := &Event{Data: body}
+	// Header names are read case-insensitively, so two of them may name
+	// the same attribute (ce-id and Ce-Id; content-type and
+	// ce-datacontenttype): with different values that is bad_event, never
+	// a choice that depends on the header map's order.
+	from := map[string]string{} // attribute → header name it came from
+	vals := map[string]string{}
 	for k, vs := range h {
 		lk := strings.ToLower(k)
+		var name, v string
 		if lk == HeaderContentType && len(vs) > 0 {
-			e.DataContentType = vs[0]
+			name, v = "datacontenttype", vs[0]
+		} else {
+			var ok bool
+			name, ok = strings.CutPrefix(lk, "ce-")
+			if !ok || len(vs) == 0 {
+				continue
+			}
+			var err error
+			if v, err = url.PathUnescape(vs[0]); err != nil {
+				return nil, Errorf(CodeBadEvent, "header %s: %v", k, err)
+			}
+		}
+		if !utf8.ValidString(v) {
+			// CloudEvents attributes are Unicode strings; JSON would turn
+			// the bytes into U+FFFD, so the event would change on the way.
+			return nil, Errorf(CodeBadEvent, "header %s is not UTF-8", k)
+		}
+		if prev, ok := from[name]; ok {
+			if vals[name] != v {
+				a, b := min(prev, k), max(prev, k)
+				return nil, Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
+			}
 			continue
 		}
-		name, ok := strings.CutPrefix(lk, "ce-")
-		if !ok || len(vs) == 0 {
-			continue
-		}
-		v, err := url.PathUnescape(vs[0])
-		if err != nil {
-			return nil, Errorf(CodeBadEvent, "header %s: %v", k, err)
-		}
+		from[name], vals[name] = k, v
 		switch name {
 		case "specversion":
 			e.SpecVersion = v

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -82,13 +83,16 @@ type Detail struct {
 }
 
 // Block is one piece of output the model reads: a text block, or a data block
-// that holds exactly one of Data (base64) and URL.
+// that holds exactly one of Data (base64) and URL. Size, optional on a data
+// block with a URL, is the length in bytes of what the URL refers to (set on
+// an output stored in the outputs object store, PROTOCOL.md 5.9).
 type Block struct {
 	Type      string `json:"type"`
 	Text      string `json:"text,omitempty"`
 	MediaType string `json:"media_type,omitempty"`
 	Data      string `json:"data,omitempty"`
 	URL       string `json:"url,omitempty"`
+	Size      int64  `json:"size,omitempty"`
 }
 
 // Block types.
@@ -112,6 +116,10 @@ func (b Block) MarshalJSON() ([]byte, error) {
 			out = append(out, f.key...)
 			out = appendString(out, f.v)
 		}
+	}
+	if b.Size != 0 {
+		out = append(out, `,"size":`...)
+		out = strconv.AppendInt(out, b.Size, 10)
 	}
 	return append(out, '}'), nil
 }

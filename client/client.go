@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/natsconn"
 )
 
@@ -28,6 +31,14 @@ type Config struct {
 	// Timeout bounds requests whose context has no deadline; zero means
 	// 10 minutes for calls and 10 seconds for everything else.
 	Timeout time.Duration
+	// InlineLimit is the encoded size of an answer's output above which its
+	// largest blocks are stored in the outputs object store and sent as
+	// references (PROTOCOL.md 5.9); zero means 1 MiB, and the payload
+	// limit (less 64 KiB) caps it.
+	InlineLimit int
+	// MaxOutput is the encoded size of an answer's output above which
+	// Answer refuses it, sending and storing nothing; zero means 64 MiB.
+	MaxOutput int64
 }
 
 // Client talks to the routers of one deployment. It is safe for concurrent use.
@@ -35,6 +46,7 @@ type Client struct {
 	nc    *nats.Conn
 	subj  bus.Subjects
 	cfg   Config
+	off   *offload.Offloader
 	owned bool // dialed by Dial: Close closes it
 }
 
@@ -43,7 +55,10 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	if cfg.Source == "" {
 		cfg.Source = "toolbus/client"
 	}
-	return &Client{nc: nc, subj: bus.NewSubjects(cfg.Prefix), cfg: cfg}
+	subj := bus.NewSubjects(cfg.Prefix)
+	// offload.New fails only on bad jetstream options, and passes none.
+	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
+	return &Client{nc: nc, subj: subj, cfg: cfg, off: off}
 }
 
 // Dial connects with conn (natsconn.FromEnv() reads the nats CLI's
@@ -215,8 +230,21 @@ func (c *Client) Cancel(ctx context.Context, session, replyID string, calls ...s
 
 // Answer answers a parked call of tool: an external call's result, or a
 // confirmation. It returns nil when the answer was accepted, else a
-// *bus.Error (bus.ErrNotParked, bus.ErrAlreadyAnswered, ...).
+// *bus.Error (bus.ErrNotParked, bus.ErrAlreadyAnswered, ...). An output
+// above Config.InlineLimit (or the payload limit) is stored in the outputs
+// object store and sent as references; one above Config.MaxOutput is
+// refused with a *offload.TooLargeError-wrapping error and nothing is sent.
 func (c *Client) Answer(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
+	if len(a.Output) > 0 {
+		if !bus.ValidID(session) || !bus.ValidID(replyID) || !bus.ValidID(callID) {
+			return bus.Errorf(bus.CodeBadEvent, "an answer needs valid session, reply and call ids")
+		}
+		out, err := c.off.Fit(ctx, bus.CallKey(session, replyID, callID), a.Output, 0, a.State == bus.StateError)
+		if err != nil {
+			return fmt.Errorf("client: answer of %s: %w", callID, err)
+		}
+		a.Output = out
+	}
 	e, err := c.event(bus.TypeAnswer, session, a)
 	if err != nil {
 		return err
@@ -330,6 +358,45 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 		close(ch)
 	}()
 	return &Events{C: ch, stop: cancel}, nil
+}
+
+// Output is a stored output opened for reading (PROTOCOL.md 5.9): Read
+// returns its bytes and checks its digest at the end; Size and MediaType
+// describe it. Close it when done.
+type Output = offload.Object
+
+// Fetch opens the stored output a data block's url refers to
+// (nats-object://<bucket>/<name>). An unknown or expired object is an error
+// that says so.
+func (c *Client) Fetch(ctx context.Context, ref string) (*Output, error) {
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return nil, err
+	}
+	o, err := offload.Open(ctx, js, ref)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch: %w", err)
+	}
+	return o, nil
+}
+
+// FetchBytes reads a whole stored output into memory.
+func (c *Client) FetchBytes(ctx context.Context, ref string) ([]byte, error) {
+	o, err := c.Fetch(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	b, err := io.ReadAll(o)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch %s: %w", ref, err)
+	}
+	return b, nil
+}
+
+// IsStored reports whether a block is a reference to a stored output.
+func IsStored(b bus.Block) bool {
+	return b.Type == bus.BlockData && strings.HasPrefix(b.URL, offload.Scheme+"://")
 }
 
 // NewReplyID returns a fresh reply id.

@@ -166,7 +166,9 @@ func IsTransient(err error) bool {
 	if err == nil || IsConflict(err) || IsNotFound(err) {
 		return false
 	}
-	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubject) ||
+	// A message above the payload limit is refused however often it is
+	// sent (retrying it kept a batch with too large a batch.done stuck).
+	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrMaxPayload) ||
 		errors.Is(err, jetstream.ErrInvalidKey) || errors.Is(err, context.Canceled) {
 		return false
 	}

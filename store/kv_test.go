@@ -106,6 +106,7 @@ func TestIsTransient(t *testing.T) {
 		{nats.ErrTimeout, true},
 		{nats.ErrNoResponders, true},
 		{nats.ErrConnectionClosed, false},
+		{fmt.Errorf("publish: %w", nats.ErrMaxPayload), false},
 		{context.Canceled, false},
 	} {
 		if got := store.IsTransient(tc.err); got != tc.want {

@@ -25,6 +25,17 @@ type Config struct {
 	// EventsMaxAge bounds how long session events are kept; zero means
 	// bus.DefaultEventsMaxAge.
 	EventsMaxAge time.Duration
+	// EventsMaxBytes bounds the bytes the events stream keeps (the oldest
+	// events go first); zero or negative means no bound but EventsMaxAge.
+	EventsMaxBytes int64
+	// OutputsTTL is how long a stored output (PROTOCOL.md 5.9) is kept;
+	// zero means bus.DefaultOutputsTTL.
+	OutputsTTL time.Duration
+	// OutputsMaxBytes bounds the outputs object store; when it is full, a
+	// new output is refused (the call ends as a tool error that says so)
+	// and nothing stored is dropped. Zero or negative means no bound but
+	// OutputsTTL.
+	OutputsMaxBytes int64
 	// HandoffMaxAge bounds how long external and confirm requests are kept;
 	// zero means bus.DefaultHandoffTTL.
 	HandoffMaxAge time.Duration
@@ -60,6 +71,15 @@ func (c *Config) defaults() {
 	if c.HandoffMaxAge <= 0 {
 		c.HandoffMaxAge = bus.DefaultHandoffTTL
 	}
+	if c.OutputsTTL <= 0 {
+		c.OutputsTTL = bus.DefaultOutputsTTL
+	}
+	if c.EventsMaxBytes <= 0 {
+		c.EventsMaxBytes = -1
+	}
+	if c.OutputsMaxBytes <= 0 {
+		c.OutputsMaxBytes = -1
+	}
 	if c.WorkAckWait <= 0 {
 		c.WorkAckWait = DefaultWorkAckWait
 	}
@@ -81,6 +101,7 @@ type Store struct {
 	Handoff  jetstream.Stream
 	Work     jetstream.Stream // durable calls, a work queue
 	Skills   jetstream.ObjectStore
+	Outputs  jetstream.ObjectStore
 
 	subj        bus.Subjects
 	workAckWait time.Duration
@@ -129,7 +150,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	}
 	st.Events, err = createStream(ctx, js, jetstream.StreamConfig{
 		Name: s.Stream(bus.StreamEvents), Description: "toolbus session events",
-		Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, Storage: eventsStorage,
+		Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, MaxBytes: cfg.EventsMaxBytes, Storage: eventsStorage,
 		Replicas: cfg.Replicas, Discard: jetstream.DiscardOld,
 	})
 	if err != nil {
@@ -158,6 +179,15 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	st.workAckWait, st.subj = cfg.WorkAckWait, s
 	if st.Skills, err = SkillsStore(ctx, js, s, cfg.Replicas); err != nil {
 		return nil, err
+	}
+	outputs := jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectOutputs), Description: "toolbus outputs too large to send inline",
+		TTL: cfg.OutputsTTL, MaxBytes: cfg.OutputsMaxBytes, Storage: storage, Replicas: cfg.Replicas}
+	err = Retry(ctx, Bounded, func(ctx context.Context) (err error) {
+		st.Outputs, err = js.CreateOrUpdateObjectStore(ctx, outputs)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: object store %s: %w", outputs.Bucket, err)
 	}
 	return st, nil
 }

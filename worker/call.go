@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -64,10 +65,16 @@ func (c *Call) ContextValue(key string, v any) (bool, error) {
 }
 
 // Progress publishes an io.toolbus.call.progress event with the blocks on
-// the session's events subject. It never becomes part of the result.
+// the session's events subject. It never becomes part of the result. Large
+// blocks are stored as for results (Config.InlineLimit); blocks above
+// Config.MaxOutput are an error and nothing is published.
 func (c *Call) Progress(blocks ...bus.Block) error {
 	if c.w == nil {
 		return nil
+	}
+	blocks, err := c.w.off.Fit(context.Background(), bus.CallKey(c.SessionID, c.ReplyID, c.ID), blocks, 0, false)
+	if err != nil {
+		return fmt.Errorf("worker: progress: %w", err)
 	}
 	c.mu.Lock()
 	c.seq++

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/internal/pool"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/tracing"
@@ -45,6 +46,16 @@ type Config struct {
 	Observer Observer
 	// Version is reported by NATS micro discovery; "" means "1.0.0".
 	Version string
+	// InlineLimit is the encoded size of an output (its "output" array as
+	// JSON) above which its largest blocks are stored in the outputs object
+	// store and replaced by references (PROTOCOL.md 5.9); zero means
+	// offload.DefaultInlineLimit (1 MiB). The connection's payload limit,
+	// less 64 KiB for the envelope, caps it in any case.
+	InlineLimit int
+	// MaxOutput is the encoded output size above which a result is refused,
+	// even by the object store: the call ends as a tool error that says so.
+	// Zero means offload.DefaultMaxOutput (64 MiB).
+	MaxOutput int64
 }
 
 // DefaultMaxConcurrent is Config.MaxConcurrent's default.
@@ -80,6 +91,7 @@ type Worker struct {
 	sem    chan struct{}
 	pool   *pool.Pool
 	log    *slog.Logger
+	off    *offload.Offloader
 
 	mu        sync.Mutex
 	tools     []*tool
@@ -134,8 +146,16 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
+	if cfg.InlineLimit < 0 || cfg.MaxOutput < 0 {
+		return nil, fmt.Errorf("worker: InlineLimit and MaxOutput must not be negative")
+	}
+	subj := bus.NewSubjects(cfg.Prefix)
+	off, err := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: cfg.InlineLimit, Max: cfg.MaxOutput})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	base, cut := context.WithCancelCause(context.Background())
-	return &Worker{base: base, cut: cut, closed: make(chan struct{}), nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/worker/" + cfg.ID,
+	return &Worker{off: off, base: base, cut: cut, closed: make(chan struct{}), nc: nc, cfg: cfg, subj: subj, source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
 		inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}, registered: make(chan struct{}),
 		obs: cfg.Observer}, nil
@@ -473,9 +493,17 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp replier
 	if res.State != bus.StateSuccess {
 		t.errors.Add(1)
 	}
+	res = w.fit(ctx, t, key, res)
 	w.obs.Finished(t.def.Name, res.State, time.Since(start))
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
+	}
+	if extra := len(res.Metadata) + len(res.StatePatch); int64(extra) > w.nc.MaxPayload()-offload.Reserve {
+		// The output was fitted; only the metadata or the state patch can
+		// still be too large to send.
+		res = &bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf(
+			"Error: the result of tool '%s' has %d bytes of metadata and state patch, more than the NATS payload limit of %d bytes allows; the state patch was not applied.",
+			t.def.Name, extra, w.nc.MaxPayload()))}
 	}
 	out, err := bus.NewEvent(bus.TypeExecResult, w.source, res)
 	if err != nil {
@@ -483,6 +511,28 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp replier
 	}
 	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
 	rp.result(out)
+}
+
+// fit makes a result's output fit the message (offload.Fit): large blocks
+// go to the outputs object store. An output above MaxOutput, or one that
+// cannot be stored, turns the result into an error that says so, with
+// neither output nor state patch: nothing of it takes effect.
+func (w *Worker) fit(ctx context.Context, t *tool, key string, res *bus.ExecResult) *bus.ExecResult {
+	out, err := w.off.Fit(ctx, key, res.Output, len(res.Metadata)+len(res.StatePatch), res.State != bus.StateSuccess)
+	if err == nil {
+		r := *res
+		r.Output = out
+		return &r
+	}
+	var tl *offload.TooLargeError
+	var msg string
+	if errors.As(err, &tl) {
+		msg = fmt.Sprintf("Error: the output of tool '%s' is %d bytes, more than this worker's limit of %d bytes; it was neither sent nor stored.", t.def.Name, tl.Size, tl.Max)
+	} else {
+		msg = fmt.Sprintf("Error: the output of tool '%s' is too large to send inline and could not be stored: %v", t.def.Name, err)
+	}
+	w.log.Warn("worker: output not kept", "tool", t.def.Name, "key", key, "err", err)
+	return &bus.ExecResult{State: bus.StateError, Output: bus.Text(msg)}
 }
 
 var (

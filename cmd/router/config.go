@@ -1,13 +1,19 @@
 package main
 
 import (
+	"encoding/json"
+	"flag"
 	"fmt"
+	"math"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
 )
 
 // fileConfig is the router's --config file, YAML or JSON:
@@ -23,6 +29,15 @@ import (
 //	  rules: [{tool: shell, pattern: "git:*", behavior: allow}]
 //	  work_dirs: [/srv/work]
 //	park_ttl: 24h
+//	limits:
+//	  events_max_age: 24h      # P_EVENTS retention
+//	  events_max_bytes: 1GiB   # default: no bound but the age
+//	  outputs_ttl: 24h         # P_outputs: stored large outputs
+//	  outputs_max_bytes: 4GiB  # default: no bound but the TTL
+//	  inline_output: 1MiB      # the built-in tools' outputs above it are stored
+//	  max_output: 64MiB        # the built-in tools' outputs above it are refused
+//
+// The limits flags (--events-max-age ...) override the file.
 type fileConfig struct {
 	Groups      []bus.Group `json:"groups"`
 	Permissions struct {
@@ -30,22 +45,39 @@ type fileConfig struct {
 		Rules    []bus.Rule `json:"rules"`
 		WorkDirs []string   `json:"work_dirs"`
 	} `json:"permissions"`
-	ParkTTL string `json:"park_ttl"`
+	ParkTTL string       `json:"park_ttl"`
+	Limits  limitsConfig `json:"limits"`
 
 	parkTTL time.Duration
 }
 
+// limitsConfig holds the retention and size limits set outside the router
+// package: the JetStream store's and the built-in worker's.
+type limitsConfig struct {
+	EventsMaxAge    duration `json:"events_max_age,omitempty"`
+	EventsMaxBytes  byteSize `json:"events_max_bytes,omitempty"`
+	OutputsTTL      duration `json:"outputs_ttl,omitempty"`
+	OutputsMaxBytes byteSize `json:"outputs_max_bytes,omitempty"`
+	InlineOutput    byteSize `json:"inline_output,omitempty"`
+	MaxOutput       byteSize `json:"max_output,omitempty"`
+}
+
 func loadConfig(path string) (*fileConfig, error) {
-	cfg := &fileConfig{}
 	if path == "" {
-		return cfg, nil
+		return &fileConfig{}, nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	return parseConfig(path, b)
+}
+
+// parseConfig decodes a config file's bytes strictly; name is for errors.
+func parseConfig(name string, b []byte) (*fileConfig, error) {
+	cfg := &fileConfig{}
 	if err := yaml.UnmarshalStrict(b, cfg); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
 	for i := range cfg.Groups {
 		if cfg.Groups[i].Scope == "" {
@@ -55,9 +87,148 @@ func loadConfig(path string) (*fileConfig, error) {
 	if cfg.ParkTTL != "" {
 		d, err := time.ParseDuration(cfg.ParkTTL)
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("config %s: park_ttl %q is not a positive duration", path, cfg.ParkTTL)
+			return nil, fmt.Errorf("config %s: park_ttl %q is not a positive duration", name, cfg.ParkTTL)
 		}
 		cfg.parkTTL = d
 	}
 	return cfg, nil
 }
+
+// limitFlags registers the limits flags on fs; their values, when given,
+// override the config file's (limitsConfig.override).
+func limitFlags(fs *flag.FlagSet) *limitsConfig {
+	l := &limitsConfig{}
+	fs.Var(&l.EventsMaxAge, "events-max-age", "how long the events stream P_EVENTS keeps events (default 24h)")
+	fs.Var(&l.EventsMaxBytes, "events-max-bytes", "bytes the events stream keeps, oldest dropped first, e.g. 1GiB (default: no bound but the age)")
+	fs.Var(&l.OutputsTTL, "outputs-ttl", "how long outputs too large to send inline stay in the P_outputs object store (default 24h)")
+	fs.Var(&l.OutputsMaxBytes, "outputs-max-bytes", "bytes the P_outputs object store may hold; a new output beyond it is refused (default: no bound but the TTL)")
+	fs.Var(&l.InlineOutput, "inline-output", "encoded output size of the built-in tools above which it is stored in P_outputs (default 1MiB, capped by the payload limit)")
+	fs.Var(&l.MaxOutput, "max-output", "encoded output size of the built-in tools above which it is refused (default 64MiB)")
+	return l
+}
+
+// override returns l with every value that o sets taken from o.
+func (l limitsConfig) override(o *limitsConfig) limitsConfig {
+	pick := func(dst *duration, v duration) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	pickB := func(dst *byteSize, v byteSize) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	pick(&l.EventsMaxAge, o.EventsMaxAge)
+	pickB(&l.EventsMaxBytes, o.EventsMaxBytes)
+	pick(&l.OutputsTTL, o.OutputsTTL)
+	pickB(&l.OutputsMaxBytes, o.OutputsMaxBytes)
+	pickB(&l.InlineOutput, o.InlineOutput)
+	pickB(&l.MaxOutput, o.MaxOutput)
+	return l
+}
+
+// apply sets the store's retention from l.
+func (l limitsConfig) apply(c *store.Config) {
+	c.EventsMaxAge = time.Duration(l.EventsMaxAge)
+	c.EventsMaxBytes = int64(l.EventsMaxBytes)
+	c.OutputsTTL = time.Duration(l.OutputsTTL)
+	c.OutputsMaxBytes = int64(l.OutputsMaxBytes)
+}
+
+// duration is a positive Go duration ("24h") in a file or a flag.
+type duration time.Duration
+
+func (d *duration) String() string {
+	if d == nil || *d == 0 {
+		return ""
+	}
+	return time.Duration(*d).String()
+}
+
+func (d *duration) Set(s string) error {
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || v <= 0 {
+		return fmt.Errorf("%q is not a positive duration (e.g. 24h, 90m)", s)
+	}
+	*d = duration(v)
+	return nil
+}
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("%s is not a duration string (e.g. \"24h\")", b)
+	}
+	return d.Set(s)
+}
+
+func (d duration) MarshalJSON() ([]byte, error) {
+	if d == 0 {
+		return []byte(`""`), nil
+	}
+	return json.Marshal(time.Duration(d).String())
+}
+
+// byteSize is a positive number of bytes: a plain number, or one with a
+// unit, B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers
+// of 1024), e.g. 512MiB.
+type byteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12}, {"b", 1},
+}
+
+func parseByteSize(s string) (byteSize, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	mult := 1.0
+	for _, u := range byteUnits {
+		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || t == "" || strings.ContainsAny(t, "xXpP_") {
+		return 0, fmt.Errorf("%q is not a size in bytes (e.g. 1048576, 512MiB, 2GB)", s)
+	}
+	n := v * mult
+	if math.IsNaN(n) || n < 1 || n > math.MaxInt64/2 {
+		return 0, fmt.Errorf("%q is not a positive size in bytes", s)
+	}
+	return byteSize(n), nil
+}
+
+func (b *byteSize) String() string {
+	if b == nil || *b == 0 {
+		return ""
+	}
+	return strconv.FormatInt(int64(*b), 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	v, err := parseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+func (b *byteSize) UnmarshalJSON(raw []byte) error {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		var n json.Number
+		if json.Unmarshal(raw, &n) != nil {
+			return fmt.Errorf("%s is not a size in bytes", raw)
+		}
+		s = n.String()
+	}
+	return b.Set(s)
+}
+
+func (b byteSize) MarshalJSON() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }

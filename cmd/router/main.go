@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	mcpListen := fs.String("mcp-listen", "", "host:port to serve MCP (streamable HTTP) at /mcp/<session>; empty serves none")
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
+	limitsFlags := limitFlags(fs)
 	observe := cli.ObserveFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -71,6 +72,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	limits := fileCfg.Limits.override(limitsFlags)
+	storeCfg := store.Config{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory, WorkAckWait: *workAckWait}
+	limits.apply(&storeCfg)
 
 	url := *natsURL
 	if *secure != "" {
@@ -113,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
-		Store:        store.Config{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory, WorkAckWait: *workAckWait},
+		Store:        storeCfg,
 		SessionCache: *sessionCache,
 		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
 		Groups:       fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
@@ -126,7 +130,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var w *worker.Worker
 	if *withBuiltin {
-		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0)})
+		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
+			InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		if err == nil {
 			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow)}
 			if *workdir != "" {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -223,6 +224,11 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	id := pos[0]
 	if err := target.check(fs, id); err != nil {
 		return err
+	}
+	if !utf8.ValidString(pos[1]) {
+		// JSON would turn the bytes into U+FFFD: the handler's answer would
+		// not be what it said.
+		return usageError(fs, "the output is not UTF-8 text; send binary data as a data block with base64 data")
 	}
 	cl, closeConn, err := cn.open(fs)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 )
 
 // writeJSON prints v as indented JSON.
@@ -55,6 +56,8 @@ func blockText(b bus.Block) string {
 	switch {
 	case b.Type == bus.BlockText:
 		return b.Text
+	case client.IsStored(b):
+		return fmt.Sprintf("[data %s, %d bytes, stored as %s; fetch it with: toolbus fetch %s]", b.MediaType, b.Size, b.URL, b.URL)
 	case b.Type == bus.BlockData && b.URL != "":
 		return fmt.Sprintf("[data %s, %s]", b.MediaType, b.URL)
 	case b.Type == bus.BlockData:

@@ -47,6 +47,7 @@ func TestOnCluster(t *testing.T) {
 		{"DurableCall", TestDurableCall},
 		{"DurableRedeliveredAfterWorkerKilled", TestDurableRedeliveredAfterWorkerKilled},
 		{"DurableTimeout", TestDurableTimeout},
+		{"LargeOutputs", TestLargeOutputs},
 	} {
 		t.Run(tc.name, tc.fn)
 	}

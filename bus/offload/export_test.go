@@ -1,0 +1,4 @@
+package offload
+
+// Bound exposes bound to the tests.
+var Bound = bound

@@ -1,0 +1,418 @@
+// Package offload keeps large outputs instead of dropping them: the blocks
+// that would make a message larger than the inline limit (or than the NATS
+// payload limit) are stored in the deployment's outputs object store,
+// P_outputs, and replaced by data blocks that refer to them
+// (PROTOCOL.md 5.9). The worker package uses it for tool results and
+// progress, the client package for an external handler's answer and for
+// fetching a stored output back. It depends on nats.go's jetstream only.
+package offload
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Scheme is the URL scheme of a stored output's reference:
+// nats-object://<bucket>/<object name>.
+const Scheme = "nats-object"
+
+const (
+	// DefaultInlineLimit is the encoded size of an output above which its
+	// largest blocks are stored, unless configured otherwise.
+	DefaultInlineLimit = 1 << 20
+	// DefaultMaxOutput is the encoded size of an output above which it is
+	// refused, even by the object store, unless configured otherwise.
+	DefaultMaxOutput = 64 << 20
+	// Reserve is the part of the NATS payload limit never given to an
+	// output: room for the envelope, the router's result wrapping (ids,
+	// error code) and the metadata.
+	Reserve = 64 << 10
+	// PreviewBytes is how much of a stored text block stays inline, so the
+	// model still reads the beginning of it (at most a quarter of the
+	// inline limit).
+	PreviewBytes = 2048
+	// PutTimeout bounds storing one output.
+	PutTimeout = 2 * time.Minute
+)
+
+// TooLargeError is an output above the configured ceiling: it is neither
+// sent nor stored.
+type TooLargeError struct {
+	Size, Max int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the output is %d bytes, more than the limit of %d bytes; it was neither sent nor stored", e.Size, e.Max)
+}
+
+// Limits are the sizes an Offloader works to.
+type Limits struct {
+	// Inline is the encoded output size above which blocks are stored;
+	// zero means DefaultInlineLimit. The NATS payload limit (less Reserve)
+	// caps it in any case.
+	Inline int
+	// Max is the encoded output size above which an output is refused;
+	// zero means DefaultMaxOutput.
+	Max int64
+}
+
+// Offloader stores the large blocks of outputs in one outputs bucket. It is
+// safe for concurrent use; the bucket is opened on first use (routers create
+// it, store.Setup).
+type Offloader struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	bucket string
+	lim    Limits
+
+	mu  sync.Mutex
+	obs jetstream.ObjectStore
+}
+
+// New returns an Offloader that stores in bucket (bus.Subjects.ObjectStore(bus.ObjectOutputs)).
+func New(nc *nats.Conn, bucket string, lim Limits) (*Offloader, error) {
+	if lim.Inline <= 0 {
+		lim.Inline = DefaultInlineLimit
+	}
+	if lim.Max <= 0 {
+		lim.Max = DefaultMaxOutput
+	}
+	o := &Offloader{nc: nc, bucket: bucket, lim: lim}
+	if nc != nil { // a nil connection (in tests) never stores anything
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, fmt.Errorf("offload: %w", err)
+		}
+		o.js = js
+	}
+	return o, nil
+}
+
+// Limits returns the limits in effect.
+func (o *Offloader) Limits() Limits { return o.lim }
+
+// Inline is the largest encoded output sent inline in a message that also
+// carries extra bytes of its own (metadata, a state patch): the inline
+// limit, capped by the connection's payload limit less Reserve and extra.
+func (o *Offloader) Inline(extra int) int {
+	lim := o.lim.Inline
+	if o.nc == nil {
+		return lim
+	}
+	if room := int(o.nc.MaxPayload()) - Reserve - extra; room < lim {
+		lim = room
+	}
+	return max(lim, 0)
+}
+
+// Size is the length of out's JSON encoding, counting the text of text
+// blocks twice when dup (an error result repeats its text in
+// error.message).
+func Size(out []bus.Block, dup bool) int64 {
+	n := int64(2) // []
+	for i, b := range out {
+		n += blockSize(b, dup)
+		if i > 0 {
+			n++ // ,
+		}
+	}
+	return n
+}
+
+// bound is an upper bound of Size without encoding: JSON escapes a byte
+// into at most six ("\u00XX"), and a block's member names and punctuation
+// take less than 96 bytes.
+func bound(out []bus.Block, dup bool) int64 {
+	n := int64(2)
+	for _, b := range out {
+		n += 96 + 6*int64(len(b.Type)+len(b.Text)+len(b.MediaType)+len(b.Data)+len(b.URL))
+		if dup {
+			n += 96 + 6*int64(len(b.Type)+len(b.Text))
+		}
+	}
+	return n
+}
+
+func blockSize(b bus.Block, dup bool) int64 {
+	enc, _ := b.MarshalJSON()
+	n := int64(len(enc))
+	if dup && b.Type == bus.BlockText {
+		n += int64(len(enc)) // the text again, escaped (a little over: the block's members too)
+	}
+	return n
+}
+
+// Fit returns out unchanged when it may go inline in a message with extra
+// bytes of its own; otherwise a copy in which the largest blocks, one by
+// one until it fits, are stored under names that start with key (the
+// call's bus.CallKey) and replaced by references: a text block by a
+// preview of its beginning followed by the reference, a base64 data block
+// by the reference to its decoded bytes. dup is true for results whose text
+// the router repeats (error and interrupted). An output above the ceiling
+// is a *TooLargeError; a store that fails is an error too: nothing is then
+// sent, and the caller reports it.
+func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra int, dup bool) ([]bus.Block, error) {
+	limit := int64(o.Inline(extra))
+	if b := bound(out, dup); b <= limit && b <= o.lim.Max {
+		return out, nil // the usual small output: no encoding to measure it
+	}
+	size := Size(out, dup)
+	if size > o.lim.Max {
+		return nil, &TooLargeError{Size: size, Max: o.lim.Max}
+	}
+	if size <= limit {
+		return out, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PutTimeout)
+	defer cancel()
+	obs, err := o.store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	base := key + "." + nuid.Next()
+	sizes := make([]int64, len(out))
+	order := make([]int, len(out))
+	for i, b := range out {
+		sizes[i], order[i] = blockSize(b, dup), i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return sizes[order[a]] > sizes[order[b]] })
+	repl := make([][]bus.Block, len(out)) // the blocks that replace out[i], nil when kept
+	for _, i := range order {
+		if size <= limit {
+			break
+		}
+		b := out[i]
+		if b.Type != bus.BlockText && (b.Type != bus.BlockData || b.Data == "") {
+			continue // a reference or an unknown block: nothing to store
+		}
+		blocks, err := o.spill(ctx, obs, base+"."+strconv.Itoa(i), b, int(min(limit/4, PreviewBytes)))
+		if err != nil {
+			return nil, fmt.Errorf("output[%d]: %w", i, err)
+		}
+		repl[i] = blocks
+		size += Size(blocks, dup) - 2 - sizes[i] // the commas between the new blocks are in Size
+	}
+	if size > limit {
+		// Too many small blocks: keep the whole output as one JSON object.
+		raw, err := jsonArray(out)
+		if err != nil {
+			return nil, err
+		}
+		ref, err := o.put(ctx, obs, base+".all", "application/json", raw)
+		if err != nil {
+			return nil, err
+		}
+		return []bus.Block{{Type: bus.BlockText, Text: fmt.Sprintf("[The output, %d blocks, is too large to show here; it is stored as %s.]", len(out), ref.URL)}, ref}, nil
+	}
+	res := make([]bus.Block, 0, len(out)+1)
+	for i, b := range out {
+		if repl[i] != nil {
+			res = append(res, repl[i]...)
+		} else {
+			res = append(res, b)
+		}
+	}
+	return res, nil
+}
+
+func jsonArray(out []bus.Block) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i, b := range out {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		enc, err := b.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(enc)
+	}
+	buf.WriteByte(']')
+	return buf.Bytes(), nil
+}
+
+// spill stores one block and returns what replaces it.
+func (o *Offloader) spill(ctx context.Context, obs jetstream.ObjectStore, name string, b bus.Block, keep int) ([]bus.Block, error) {
+	if b.Type == bus.BlockText {
+		ref, err := o.put(ctx, obs, name, "text/plain; charset=utf-8", []byte(b.Text))
+		if err != nil {
+			return nil, err
+		}
+		note := fmt.Sprintf("[The whole text, %d bytes, is too large to show here; it is stored as %s.]", len(b.Text), ref.URL)
+		return []bus.Block{{Type: bus.BlockText, Text: preview(b.Text, keep) + "\n" + note}, ref}, nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(b.Data)
+	if err != nil {
+		if raw, err = base64.RawStdEncoding.DecodeString(b.Data); err != nil {
+			return nil, errors.New("a data block's data is not base64")
+		}
+	}
+	media := b.MediaType
+	if media == "" {
+		media = "application/octet-stream"
+	}
+	ref, err := o.put(ctx, obs, name, media, raw)
+	if err != nil {
+		return nil, err
+	}
+	ref.MediaType = b.MediaType
+	return []bus.Block{ref}, nil
+}
+
+// preview is the beginning of s, at most n bytes, cut at a rune.
+func preview(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// put stores data under name and returns its reference block.
+func (o *Offloader) put(ctx context.Context, obs jetstream.ObjectStore, name, media string, data []byte) (bus.Block, error) {
+	_, err := obs.Put(ctx, jetstream.ObjectMeta{Name: name, Description: "toolbus output",
+		Headers: nats.Header{"Content-Type": []string{media}}}, &paced{ctx: ctx, nc: o.nc, r: bytes.NewReader(data)})
+	if err != nil {
+		return bus.Block{}, fmt.Errorf("storing %d bytes in %s: %w", len(data), o.bucket, err)
+	}
+	return bus.Block{Type: bus.BlockData, MediaType: media, URL: URL(o.bucket, name), Size: int64(len(data))}, nil
+}
+
+// paceBytes is how much of an output may be written ahead of the server.
+const paceBytes = 256 << 10
+
+// paced reads an output for Put, waiting for the server to have processed
+// what was sent every paceBytes (a flush): the object's chunks are
+// published asynchronously, and without it megabytes would queue in the
+// connection ahead of the worker's heartbeats and other replies, which the
+// routers would then see late.
+type paced struct {
+	ctx  context.Context
+	nc   *nats.Conn
+	r    *bytes.Reader
+	sent int
+}
+
+func (p *paced) Read(b []byte) (int, error) {
+	if p.sent >= paceBytes {
+		p.sent = 0
+		if err := p.nc.FlushWithContext(p.ctx); err != nil {
+			return 0, err
+		}
+	}
+	n, err := p.r.Read(b)
+	p.sent += n
+	return n, err
+}
+
+// store opens the bucket once; a failure is retried on the next call.
+func (o *Offloader) store(ctx context.Context) (jetstream.ObjectStore, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.obs != nil {
+		return o.obs, nil
+	}
+	if o.js == nil {
+		return nil, errors.New("no NATS connection to store the output on")
+	}
+	obs, err := o.js.ObjectStore(ctx, o.bucket)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("the outputs object store %s does not exist (a router creates it at start): %w", o.bucket, err)
+		}
+		return nil, fmt.Errorf("opening the outputs object store %s: %w", o.bucket, err)
+	}
+	o.obs = obs
+	return obs, nil
+}
+
+// URL is the reference of object name in bucket.
+func URL(bucket, name string) string {
+	return Scheme + "://" + bucket + "/" + url.PathEscape(name)
+}
+
+var validBucket = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
+
+// ParseURL splits a reference nats-object://<bucket>/<name> (the name
+// percent-decoded) and refuses anything else with a readable error.
+func ParseURL(ref string) (bucket, name string, err error) {
+	rest, ok := strings.CutPrefix(ref, Scheme+"://")
+	if !ok {
+		return "", "", fmt.Errorf("reference %q is not a %s:// URL", short(ref), Scheme)
+	}
+	bucket, name, ok = strings.Cut(rest, "/")
+	if !ok || !validBucket.MatchString(bucket) {
+		return "", "", fmt.Errorf("reference %q does not name a bucket (%s://<bucket>/<name>)", short(ref), Scheme)
+	}
+	if name, err = url.PathUnescape(name); err != nil || name == "" {
+		return "", "", fmt.Errorf("reference %q does not name an object (%s://<bucket>/<name>)", short(ref), Scheme)
+	}
+	return bucket, name, nil
+}
+
+func short(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}
+
+// Object is a stored output opened for reading. Read checks the object's
+// digest at the end: a corrupt or partly read object is an error, never
+// silently short.
+type Object struct {
+	jetstream.ObjectResult
+	// Size is the object's length in bytes; MediaType its Content-Type.
+	Size      int64
+	MediaType string
+}
+
+// Open opens the object a reference names. A missing object (never stored,
+// or expired with the bucket's TTL) is an error that says so.
+func Open(ctx context.Context, js jetstream.JetStream, ref string) (*Object, error) {
+	bucket, name, err := ParseURL(ref)
+	if err != nil {
+		return nil, err
+	}
+	obs, err := js.ObjectStore(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("object store %s: %w", bucket, err)
+	}
+	res, err := obs.Get(ctx, name)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, fmt.Errorf("%s: no such object (it may have expired): %w", ref, err)
+		}
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	info, err := res.Info()
+	if err != nil {
+		_ = res.Close()
+		return nil, err
+	}
+	o := &Object{ObjectResult: res, Size: int64(info.Size)}
+	if info.Headers != nil {
+		o.MediaType = nats.Header(info.Headers).Get("Content-Type")
+	}
+	return o, nil
+}

@@ -1,0 +1,76 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/store"
+)
+
+// TestRetentionConfig checks that the events stream's retention and the
+// outputs object store follow store.Config, with the documented defaults,
+// and that a second Setup with new values updates them in place.
+func TestRetentionConfig(t *testing.T) {
+	s := bustest.RunServer(t)
+	nc := bustest.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(st *store.Store, age time.Duration, bytes int64, outTTL time.Duration, outBytes int64) {
+		t.Helper()
+		info, err := st.Events.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.MaxAge != age || info.Config.MaxBytes != bytes {
+			t.Errorf("events max age %v, max bytes %d; want %v, %d", info.Config.MaxAge, info.Config.MaxBytes, age, bytes)
+		}
+		status, err := st.Outputs.Status(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		si := status.(*jetstream.ObjectBucketStatus).StreamInfo()
+		if status.Bucket() != "lim_outputs" || status.TTL() != outTTL || si.Config.MaxBytes != outBytes {
+			t.Errorf("outputs %s TTL %v max bytes %d; want %v, %d", status.Bucket(), status.TTL(), si.Config.MaxBytes, outTTL, outBytes)
+		}
+	}
+	subj := bus.NewSubjects("lim")
+	st, err := store.Setup(t.Context(), js, subj, store.Config{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(st, bus.DefaultEventsMaxAge, -1, bus.DefaultOutputsTTL, -1)
+	st, err = store.Setup(t.Context(), js, subj, store.Config{Memory: true, EventsMaxAge: time.Hour, EventsMaxBytes: 1 << 20,
+		OutputsTTL: 2 * time.Hour, OutputsMaxBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(st, time.Hour, 1<<20, 2*time.Hour, 8<<20)
+}
+
+// TestOutputsReplicated: on the 3-node cluster the outputs bucket has the
+// deployment's replicas.
+func TestOutputsReplicated(t *testing.T) {
+	c := bustest.RunCluster(t)
+	nc := bustest.ConnectURL(t, c.URLs(0))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Setup(t.Context(), js, bus.NewSubjects("rep"), store.Config{Replicas: 3, OutputsMaxBytes: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := st.Outputs.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status.Replicas() != 3 {
+		t.Errorf("outputs replicas %d", status.Replicas())
+	}
+}
