@@ -113,14 +113,14 @@ type Parked struct {
 // Ratios compare toolbus with relay, bare (the protocol floor) and mcp-go,
 // and worker scaling.
 type Ratios struct {
-	VsBare    map[string]float64 `json:"vs_bare"`     // toolbus / bare throughput by caller count
-	P50VsBare float64            `json:"p50_vs_bare"` // toolbus p50 / bare p50, one caller
-	Throughput256      float64 `json:"throughput_256"`       // toolbus / relay, most callers
-	P50One             float64 `json:"p50_1"`                // toolbus p50 / relay p50, one caller
-	VsMCPHTTP16        float64 `json:"vs_mcp_http_16"`       // toolbus / mcp-go throughput, 16 callers
-	Workers8Vs1        float64 `json:"workers_8_vs_1"`       // most / fewest worker copies
-	WriteThroughput256 float64 `json:"write_throughput_256"` // toolbus_write / relay, most callers
-	WriteP50One        float64 `json:"write_p50_1"`          // toolbus_write p50 / relay p50
+	VsBare             map[string]float64 `json:"vs_bare"`              // toolbus / bare throughput by caller count
+	P50VsBare          float64            `json:"p50_vs_bare"`          // toolbus p50 / bare p50, one caller
+	Throughput256      float64            `json:"throughput_256"`       // toolbus / relay, most callers
+	P50One             float64            `json:"p50_1"`                // toolbus p50 / relay p50, one caller
+	VsMCPHTTP16        float64            `json:"vs_mcp_http_16"`       // toolbus / mcp-go throughput, 16 callers
+	Workers8Vs1        float64            `json:"workers_8_vs_1"`       // most / fewest worker copies
+	WriteThroughput256 float64            `json:"write_throughput_256"` // toolbus_write / relay, most callers
+	WriteP50One        float64            `json:"write_p50_1"`          // toolbus_write p50 / relay p50
 }
 
 // Target is one goal of issue 5 and whether this run met it.
