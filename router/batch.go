@@ -63,6 +63,7 @@ type callState struct {
 	early  *bus.Result     // the result when the call cannot run
 	result *bus.Result     // set once, when the call finishes
 	raw    json.RawMessage // result encoded once, for the event, the reply and batch.done
+	size   int64           // bytes its result takes in the batch's aggregate messages (fit.go)
 	cancel context.CancelFunc
 }
 
@@ -340,6 +341,7 @@ func unavailable(c bus.Call) bus.Result {
 // finish records c's result once and publishes its io.toolbus.call.result.
 // It reports false when the call already had a result (e.g. interrupted).
 func (b *batch) finish(c *callState, res bus.Result) bool {
+	res = b.fit(c, res)
 	b.mu.Lock()
 	if c.result != nil {
 		b.mu.Unlock()

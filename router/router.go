@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/pool"
@@ -127,6 +128,7 @@ type Router struct {
 	batches    map[string]*batch // sessionid/replyid → running batch
 	execMu     sync.Mutex
 	execs      map[*execWatch]struct{} // exec requests in flight
+	outputs    *offload.Offloader      // stores outputs that would take a batch's messages past the payload limit
 	exec       executor                // runs tool calls on workers
 	durable    executor                // runs durable tools' calls through their work queues
 	confirming confirmed               // confirmed calls running outside any batch
@@ -254,6 +256,12 @@ func (r *Router) Start(ctx context.Context) error {
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
 		ParkedNow: func() int { return len(r.parked.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
 	r.led = newLedger(r.store.Ledger, r.cfg.ID, r.log, r.m.DedupeHits.Inc)
+	// The router stores only what the payload limit forces (fit.go): its
+	// inline limit is the limit itself, and it never refuses an output.
+	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
+		r.Stop()
+		return err
+	}
 	if r.events, err = newEventSink(r.nc, r.log); err != nil {
 		r.Stop()
 		return err

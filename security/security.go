@@ -226,11 +226,31 @@ func worker(s bus.Subjects, tools []string) User {
 	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.MSG.NEXT." + work + "." + consumer(t) })...)
 	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.INFO." + work + "." + consumer(t) })...)
 	pub = append(pub, each(tools, func(t string) string { return "$JS.ACK." + work + "." + consumer(t) + ".>" })...)
+	pub = append(pub, outputsWrite(s)...)
 	return User{Name: RoleWorker, Role: RoleWorker, Tools: tools, InboxPrefix: inbox(RoleWorker), Permissions: Permissions{
 		Publish:        pub,
 		Subscribe:      sub,
 		AllowResponses: true,
 	}}
+}
+
+// outputsWrite allows storing large outputs (PROTOCOL.md 5.9): object
+// chunks and metadata in the outputs store, and the store's lookups.
+func outputsWrite(s bus.Subjects) []string {
+	b := s.ObjectStore(bus.ObjectOutputs)
+	return append(outputsRead(s), "$O."+b+".C.>", "$O."+b+".M.>")
+}
+
+// outputsRead allows fetching a stored output whose name one knows: the
+// store's info, its metadata by direct get, and a consumer of chunks only
+// (so knowing an object's name is what grants its read).
+func outputsRead(s bus.Subjects) []string {
+	b := s.ObjectStore(bus.ObjectOutputs)
+	stream := "OBJ_" + b
+	return []string{jsAPI + "STREAM.INFO." + stream, jsAPI + "DIRECT.GET." + stream + ".>", jsAPI + "STREAM.MSG.GET." + stream,
+		createConsumer(stream, "$O."+b+".C.>"), jsAPI + "CONSUMER.DELETE." + stream + ".*",
+		jsAPI + "CONSUMER.MSG.NEXT." + stream + ".*", jsAPI + "CONSUMER.INFO." + stream + ".*",
+		"$JS.FC." + stream + ".>"} // the ordered consumer's flow control
 }
 
 func agent(s bus.Subjects, session string, answers []string) User {
@@ -243,6 +263,10 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	pub = append(pub, useConsumers(s.Stream(bus.StreamEvents))...)
 	for _, t := range answers {
 		pub = append(pub, s.Answer(t))
+	}
+	pub = append(pub, outputsRead(s)...)
+	if len(answers) > 0 {
+		pub = append(pub, outputsWrite(s)...) // a large answer is stored
 	}
 	return User{Name: name, Role: role, Session: session, InboxPrefix: inbox(name), Permissions: Permissions{
 		Publish:   pub,
@@ -263,6 +287,7 @@ func handler(s bus.Subjects, h Handler) User {
 	// user; it may ack that one's messages.
 	pub = append(pub, useConsumers(stream)...)
 	pub = append(pub, "$JS.ACK."+stream+"."+name+".>")
+	pub = append(pub, outputsWrite(s)...)
 	sub = append(sub, inbox(name)+".>")
 	return User{Name: name, Role: RoleHandler, Tools: h.Tools, InboxPrefix: inbox(name), Permissions: Permissions{Publish: pub, Subscribe: sub}}
 }
@@ -285,7 +310,7 @@ func operator(s bus.Subjects) User {
 	// It may not execute tools directly nor register as a worker.
 	return User{Name: RoleOperator, Role: RoleOperator, InboxPrefix: inbox(RoleOperator), Permissions: Permissions{
 		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"),
-			"$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$SRV.>"},
+			"$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>"},
 		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
 	}}
 }

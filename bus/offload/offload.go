@@ -136,10 +136,10 @@ func Size(out []bus.Block, dup bool) int64 {
 	return n
 }
 
-// bound is an upper bound of Size without encoding: JSON escapes a byte
+// Bound is an upper bound of Size without encoding: JSON escapes a byte
 // into at most six ("\u00XX"), and a block's member names and punctuation
 // take less than 96 bytes.
-func bound(out []bus.Block, dup bool) int64 {
+func Bound(out []bus.Block, dup bool) int64 {
 	n := int64(2)
 	for _, b := range out {
 		n += 96 + 6*int64(len(b.Type)+len(b.Text)+len(b.MediaType)+len(b.Data)+len(b.URL))
@@ -170,7 +170,7 @@ func blockSize(b bus.Block, dup bool) int64 {
 // sent, and the caller reports it.
 func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra int, dup bool) ([]bus.Block, error) {
 	limit := int64(o.Inline(extra))
-	if b := bound(out, dup); b <= limit && b <= o.lim.Max {
+	if b := Bound(out, dup); b <= limit && b <= o.lim.Max {
 		return out, nil // the usual small output: no encoding to measure it
 	}
 	size := Size(out, dup)

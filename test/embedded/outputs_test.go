@@ -271,7 +271,6 @@ func TestLargeAnswer(t *testing.T) {
 // sends (reply, batch.done, the continuation record); see the report of
 // branch limits.
 func TestBatchOfLargeOutputs(t *testing.T) {
-	knownBug(t, "a batch's reply and batch.done are not bounded by the payload limit (the router's part of protocol 5.9)")
 	e := newEnv(t, 1)
 	text := textOfSize(t, offload.DefaultInlineLimit-100)
 	e.startWorker(worker.Config{}, func(w *worker.Worker) {

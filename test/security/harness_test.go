@@ -228,6 +228,10 @@ func (d *deployment) startWorker() *login {
 		func(context.Context, *worker.Call) (*bus.ExecResult, error) {
 			return &bus.ExecResult{Output: bus.Text("deployed")}, nil
 		}))
+	must(d.t, w.Handle(bus.ToolDef{Name: "bigread", Description: "A large output.", ReadOnly: true, InputSchema: schema},
+		func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			return &bus.ExecResult{Output: bus.Text(strings.Repeat("0123456789abcdef", 128<<10))}, nil // 2 MiB: stored
+		}))
 	must(d.t, w.Handle(bus.ToolDef{Name: "batchjob", Description: "A durable job.", Durable: true, Permission: bus.PermissionAllow, InputSchema: schema},
 		func(context.Context, *worker.Call) (*bus.ExecResult, error) {
 			return &bus.ExecResult{Output: bus.Text("job done")}, nil

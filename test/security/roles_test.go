@@ -90,6 +90,28 @@ func TestAllowedPaths(t *testing.T) {
 		t.Fatalf("batchjob: %+v", reply)
 	}
 
+	// A large output: the worker stores it, the agent fetches it by its
+	// reference.
+	reply, err = ac.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c5", Name: "bigread"}}}, client.WithReplyID("r5"))
+	must(t, err)
+	if len(reply.Results) != 1 || reply.Results[0].State != bus.StateSuccess {
+		t.Fatalf("bigread: %+v", reply)
+	}
+	var ref string
+	for _, bl := range reply.Results[0].Output {
+		if bl.URL != "" {
+			ref = bl.URL
+		}
+	}
+	if ref == "" {
+		t.Fatalf("a 2 MiB output was not stored: %.300v", reply.Results[0])
+	}
+	big, err := ac.FetchBytes(ctx, ref)
+	must(t, err)
+	if len(big) != 2<<20 {
+		t.Fatalf("fetched %d bytes, want %d", len(big), 2<<20)
+	}
+
 	// The agent of every session, and the operator.
 	all := d.conn("agent")
 	if _, err := all.client().Call(ctx, "s2", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}}}); err != nil {

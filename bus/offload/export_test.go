@@ -1,4 +1,0 @@
-package offload
-
-// Bound exposes bound to the tests.
-var Bound = bound
