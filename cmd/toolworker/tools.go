@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -11,8 +13,89 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// toolNames lists the example tools in registration order.
-var toolNames = []string{"word_count", "slow_echo", "append_note"}
+// toolNames lists the example tools in registration order; the effect
+// tools only when $TOOLWORKER_EFFECTS_FILE names their record file.
+var toolNames = append([]string{"word_count", "slow_echo", "append_note"}, effectToolNames()...)
+
+// Effect tools: demo tools with a side effect that can be counted, for
+// toolbus soak. Each execution appends one JSON line to the file named by
+// $TOOLWORKER_EFFECTS_FILE (opened for appending, shared by every worker of
+// a soak); without it they are not served.
+const (
+	effectsEnv          = "TOOLWORKER_EFFECTS_FILE"
+	recordEffect        = "record_effect"         // runs at once (permission allow)
+	recordEffectConfirm = "record_effect_confirm" // asks for a confirmation first (permission ask)
+)
+
+func effectToolNames() []string {
+	if os.Getenv(effectsEnv) == "" {
+		return nil
+	}
+	return []string{recordEffect, recordEffectConfirm}
+}
+
+// RecordEffectIn is the input of the effect tools.
+type RecordEffectIn struct {
+	Tag string `json:"tag,omitempty" jsonschema:"description=Any text, copied into the record"`
+}
+
+// EffectRecord is one line of the effects file: one execution of a call.
+type EffectRecord struct {
+	Tool    string `json:"tool"`
+	Key     string `json:"key"` // <session>.<reply id>.<call id>
+	Attempt int    `json:"attempt"`
+	PID     int    `json:"pid"`
+	Tag     string `json:"tag,omitempty"`
+	At      string `json:"at"`
+}
+
+// effects appends EffectRecords to a file, one write per record, so that
+// records of several processes appending to the same file do not mix.
+type effects struct{ f *os.File }
+
+// record appends the record of one execution of c; once it returns nil the
+// side effect has happened (it survives a kill of this process).
+func (e *effects) record(c *worker.Call, in RecordEffectIn) error {
+	line, err := json.Marshal(EffectRecord{Tool: c.Name, Key: bus.CallKey(c.SessionID, c.ReplyID, c.ID),
+		Attempt: c.Attempt, PID: os.Getpid(), Tag: in.Tag, At: time.Now().UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		return err
+	}
+	_, err = e.f.Write(append(line, '\n'))
+	return err
+}
+
+// registerEffects adds the effect tools when $TOOLWORKER_EFFECTS_FILE is set.
+func registerEffects(w *worker.Worker) error {
+	path := os.Getenv(effectsEnv)
+	if path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("$%s: %w", effectsEnv, err)
+	}
+	e := &effects{f: f}
+	run := func(_ context.Context, c *worker.Call, in RecordEffectIn) (string, error) {
+		if err := e.record(c, in); err != nil {
+			return "", fmt.Errorf("%s did not record %s: %w", c.Name, c.ID, err)
+		}
+		return "recorded " + c.ID, nil
+	}
+	for _, d := range []struct {
+		name, desc string
+		perm       string
+	}{
+		{recordEffect, "Record one execution of this call in the effects file (a countable side effect).", bus.PermissionAllow},
+		{recordEffectConfirm, "Record one execution of this call in the effects file, after a person confirms it.", bus.PermissionAsk},
+	} {
+		if err := worker.Register(w, bus.ToolDef{Name: d.name, Description: d.desc, ConcurrencySafe: true,
+			Permission: d.perm, TimeoutMS: 10000}, run); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // WordCountIn is the input of word_count.
 type WordCountIn struct {
@@ -83,12 +166,16 @@ func register(w *worker.Worker, ns *notes, notesGroup string) error {
 	if notesGroup != "" {
 		groups = []string{notesGroup}
 	}
-	return worker.Register(w, bus.ToolDef{Name: "append_note",
+	err = worker.Register(w, bus.ToolDef{Name: "append_note",
 		Description: "Append a note to this worker's in-memory list and return how many notes it holds.",
 		ReadOnly:    false, ConcurrencySafe: false, Idempotent: false, Permission: bus.PermissionAllow, Groups: groups},
 		func(_ context.Context, _ *worker.Call, in AppendNoteIn) (AppendNoteOut, error) {
 			return AppendNoteOut{Count: ns.add(in.Note)}, nil
 		})
+	if err != nil {
+		return err
+	}
+	return registerEffects(w)
 }
 
 // slowEcho sleeps in.MS milliseconds, emitting a progress event every
