@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -73,8 +74,11 @@ type soakOptions struct {
 }
 
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cn := newFlagSet("soak", stderr)
+	fs := flag.NewFlagSet("toolbus soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	o := &soakOptions{}
+	fs.StringVar(&o.natsURL, "nats", "", "NATS URL(s) to run the deployment on; empty starts a 3-node cluster in this process")
+	fs.StringVar(&o.prefix, "prefix", "", "subject prefix of the soak's deployment (default soak<random>, so it shares nothing)")
 	fs.DurationVar(&o.duration, "duration", time.Minute, "how long agents send new batches (then the batches under way finish)")
 	fs.DurationVar(&o.faultEvery, "fault-every", 0, "time between faults (default duration/3, at most 30s; negative: no faults)")
 	fs.DurationVar(&o.down, "down", 2*time.Second, "how long a killed process stays down (a NATS node twice that)")
@@ -86,40 +90,33 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (process logs, effects file) even when nothing went wrong")
 	fs.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
 	verbose := fs.Bool("v", false, "print progress to stderr")
-	fs.Lookup("nats").Usage = "NATS URL(s) to run the deployment on; empty (the default here) starts a 3-node cluster in this process"
-	fs.Lookup("nats").DefValue = ""
-	fs.Lookup("prefix").Usage = "subject prefix of the soak's deployment (default soak<random>, so it shares nothing)"
-	fs.Lookup("prefix").DefValue = ""
-	cn.url, cn.prefix = "", ""
-	usage := fs.Usage
 	fs.Usage = func() {
-		usage()
-		fmt.Fprintf(fs.Output(), "\n%s\n", soakHelp)
+		fmt.Fprintf(fs.Output(), "usage: toolbus soak [flags]\n\n%s\n\nflags:\n", soakHelp)
+		fs.PrintDefaults()
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return usageError(fs, "soak takes no arguments")
+		return fmt.Errorf("soak takes no arguments, got %q", pos[0])
 	}
-	o.natsURL, o.prefix = cn.url, cn.prefix
 	switch {
 	case o.duration <= 0:
-		return usageError(fs, "--duration must be positive, got %v", o.duration)
+		return fmt.Errorf("--duration must be positive, got %v", o.duration)
 	case o.agents < 1:
-		return usageError(fs, "--agents must be at least 1, got %d", o.agents)
+		return fmt.Errorf("--agents must be at least 1, got %d", o.agents)
 	case o.grace <= 0 || o.batchDeadline <= 0:
-		return usageError(fs, "--grace and --batch-deadline must be positive")
+		return fmt.Errorf("--grace and --batch-deadline must be positive")
 	case o.replicas < 0 || o.replicas > 5:
-		return usageError(fs, "--replicas must be 1 to 5, got %d", o.replicas)
+		return fmt.Errorf("--replicas must be 1 to 5, got %d", o.replicas)
 	case o.down < 0:
-		return usageError(fs, "--down must not be negative")
+		return fmt.Errorf("--down must not be negative")
 	}
 	if o.prefix == "" {
 		o.prefix = fmt.Sprintf("soak%06x", rand.Uint32()&0xffffff)
 	} else if !bus.ValidName(o.prefix) {
-		return usageError(fs, "--prefix %q must match ^[A-Za-z0-9_-]{1,64}$", o.prefix)
+		return fmt.Errorf("--prefix %q must match ^[A-Za-z0-9_-]{1,64}$", o.prefix)
 	}
 	if o.replicas == 0 {
 		o.replicas = 3
