@@ -39,6 +39,10 @@ var soakKinds = []soakKind{
 		input: func(_ *rand.Rand, id string) (json.RawMessage, string) {
 			return json.RawMessage(`{"tag":"soak"}`), "recorded " + id
 		}},
+	{name: "slow_effect", tool: "record_effect", weight: 2, once: true, effect: true,
+		input: func(r *rand.Rand, id string) (json.RawMessage, string) {
+			return mustJSON(map[string]any{"tag": "slow", "before_ms": r.IntN(800), "after_ms": r.IntN(800)}), "recorded " + id
+		}},
 	{name: "read_only", tool: "word_count", weight: 3,
 		input: func(r *rand.Rand, _ string) (json.RawMessage, string) {
 			n := r.IntN(20)

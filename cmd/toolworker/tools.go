@@ -36,7 +36,9 @@ func effectToolNames() []string {
 
 // RecordEffectIn is the input of the effect tools.
 type RecordEffectIn struct {
-	Tag string `json:"tag,omitempty" jsonschema:"description=Any text, copied into the record"`
+	Tag      string `json:"tag,omitempty" jsonschema:"description=Any text, copied into the record"`
+	BeforeMS int    `json:"before_ms,omitempty" jsonschema:"minimum=0,maximum=10000,description=Milliseconds to wait before recording"`
+	AfterMS  int    `json:"after_ms,omitempty" jsonschema:"minimum=0,maximum=10000,description=Milliseconds to wait after recording, before answering"`
 }
 
 // EffectRecord is one line of the effects file: one execution of a call.
@@ -76,9 +78,27 @@ func registerEffects(w *worker.Worker) error {
 		return fmt.Errorf("$%s: %w", effectsEnv, err)
 	}
 	e := &effects{f: f}
-	run := func(_ context.Context, c *worker.Call, in RecordEffectIn) (string, error) {
+	// The waits widen the windows a kill can hit: before the effect (the
+	// call never ran) and after it (it ran, but its result is lost).
+	wait := func(ctx context.Context, ms int) error {
+		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	run := func(ctx context.Context, c *worker.Call, in RecordEffectIn) (string, error) {
+		if err := wait(ctx, in.BeforeMS); err != nil {
+			return "", fmt.Errorf("%s stopped before recording %s: %w", c.Name, c.ID, err)
+		}
 		if err := e.record(c, in); err != nil {
 			return "", fmt.Errorf("%s did not record %s: %w", c.Name, c.ID, err)
+		}
+		if err := wait(ctx, in.AfterMS); err != nil {
+			return "", fmt.Errorf("%s recorded %s, then stopped: %w", c.Name, c.ID, err)
 		}
 		return "recorded " + c.ID, nil
 	}
