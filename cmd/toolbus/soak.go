@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -29,7 +30,7 @@ const soakHelp = `Runs a deployment of 2 routers and 3 toolworkers as separate p
 router and toolworker binaries: --bin DIR, else next to toolbus, else $PATH, else built
 from the module when run inside it) on a 3-node NATS cluster with replicas 3 started in
 this process (or on --nats URL, without NATS faults), drives agents through many sessions
-with side-effecting, read-only and parked calls, answers parked calls as an external
+with side-effecting, read-only, durable and parked calls, answers parked calls as an external
 handler and approver would, and SIGKILLs and restarts a worker, a router and (with its own
 cluster) stops and restarts the NATS node leading a stream, one fault every --fault-every.
 
@@ -52,7 +53,8 @@ Counters (every call counts once, however often its batch was sent):
   faults       the faults injected, with the time, the victim and how long it was down
   p50_ms, p99_ms  first send to final result, completed calls that do not park
 The JSON report adds by_kind, errors (final error results by code), unknown_outcome_ran
-(unknown outcomes whose effect did happen), handoff_missed, batch_done_missing,
+(unknown outcomes whose effect did happen), durable_reruns (runs of a durable call after
+its effect had happened: redeliveries, which its tool absorbs), handoff_missed, batch_done_missing,
 wrong_results and problems (each lost, duplicated or wrong call with its event trail).
 The command fails when anything was lost, duplicated or wrong.`
 
@@ -71,6 +73,9 @@ type soakOptions struct {
 	keep          bool
 	asJSON        bool
 	dir           string
+	// conn holds the credentials and TLS settings for --nats (flags and the
+	// nats CLI's environment); the soak's own cluster needs none.
+	conn natsconn.Config
 }
 
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -90,6 +95,8 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (process logs, effects file) even when nothing went wrong")
 	fs.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
 	verbose := fs.Bool("v", false, "print progress to stderr")
+	o.conn = natsconn.FromEnv()
+	o.conn.RegisterAuthFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: toolbus soak [flags]\n\n%s\n\nflags:\n", soakHelp)
 		fs.PrintDefaults()
@@ -184,6 +191,7 @@ type soakReport struct {
 	BatchDoneMissing int                        `json:"batch_done_missing"`
 	WrongResults     int                        `json:"wrong_results"`
 	Effects          int                        `json:"effects"`
+	DurableReruns    int                        `json:"durable_reruns"`
 	ByKind           map[string]*soakKindReport `json:"by_kind"`
 	Problems         []soakProblem              `json:"problems"`
 	NATS             string                     `json:"nats"`
@@ -238,11 +246,15 @@ func soak(ctx context.Context, o *soakOptions, logf func(string, ...any)) (*soak
 			nc.Close()
 		}
 	}()
+	cfg := natsconn.Config{URLs: d.url}
+	if d.cluster == nil {
+		cfg = o.conn
+		cfg.URLs = d.url
+	}
 	connect := func(name string) (*nats.Conn, error) {
-		nc, err := nats.Connect(d.url, nats.Name("toolbus-soak-"+name), nats.MaxReconnects(-1),
-			nats.ReconnectWait(100*time.Millisecond))
+		nc, err := cfg.Connect("toolbus-soak-"+name, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 		if err != nil {
-			return nil, fmt.Errorf("connect %s: %w", d.url, err)
+			return nil, fmt.Errorf("connect %s: %w", natsconn.Redact(d.url), err)
 		}
 		conns = append(conns, nc)
 		return nc, nil
@@ -476,11 +488,15 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 		rep.Calls++
 		k.Calls++
 		recs := effects[c.key]
-		rep.Effects += len(recs)
-		c.effects = len(recs)
 		for _, r := range recs {
 			t.step(c, "effects file: %s", r)
+			if strings.Contains(r, `"repeat":true`) {
+				rep.DurableReruns++ // a redelivered durable run that found its effect done
+				continue
+			}
+			c.effects++
 		}
+		rep.Effects += c.effects
 		var dup []string
 		if c.effects > 1 {
 			dup = append(dup, fmt.Sprintf("its side effect ran %d times", c.effects))
@@ -529,12 +545,15 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 				code = r.Error.Code
 			}
 			rep.Errors[code]++
-			switch code {
-			case bus.CodeUnknownOutcome:
+			switch {
+			case code == bus.CodeUnknownOutcome && c.kind.durable:
+				rep.WrongResults++
+				t.problem(rep, c, "unknown_outcome for a durable call (its call should have gone to another worker)")
+			case code == bus.CodeUnknownOutcome:
 				if c.effects > 0 {
 					rep.UnknownRan++
 				}
-			case bus.CodeTimeout:
+			case code == bus.CodeTimeout:
 			default: // neither a fault's honest outcome nor a success
 				rep.WrongResults++
 				t.problem(rep, c, "unexpected error result "+code)
@@ -587,8 +606,8 @@ func (r *soakReport) write(w io.Writer) {
 		r.Calls, r.Batches, r.Sessions, r.Resends, r.Completed, r.Succeeded)
 	fmt.Fprintf(w, "  lost %d, duplicated %d, parked lost %d, wrong results %d, batches without batch.done %d\n",
 		r.Lost, r.Duplicated, r.ParkedLost, r.WrongResults, r.BatchDoneMissing)
-	fmt.Fprintf(w, "  errors %v; unknown outcomes whose effect happened %d; missed handoffs %d; effects %d\n",
-		r.Errors, r.UnknownRan, r.HandoffMissed, r.Effects)
+	fmt.Fprintf(w, "  errors %v; unknown outcomes whose effect happened %d; missed handoffs %d; effects %d; durable re-runs %d\n",
+		r.Errors, r.UnknownRan, r.HandoffMissed, r.Effects, r.DurableReruns)
 	fmt.Fprintf(w, "  latency p50 %.1f ms, p99 %.1f ms (calls that do not park)\n", r.P50MS, r.P99MS)
 	kinds := make([]string, 0, len(r.ByKind))
 	for k := range r.ByKind {

@@ -9,6 +9,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/natsconn"
 )
 
 // The soak's deployment: NATS (a 3-node cluster in this process, or the
@@ -29,6 +31,9 @@ const (
 	// soakHeartbeat is the routers' and workers' heartbeat: a killed worker
 	// is gone after three missed beats, its calls ended after about six.
 	soakHeartbeat = 2 * time.Second
+	// soakWorkAckWait is the routers' --work-ack-wait: a durable call whose
+	// worker was killed goes to another worker after it.
+	soakWorkAckWait = 5 * time.Second
 	// soakReady bounds a process's start (its "serving" line).
 	soakReady = 60 * time.Second
 	// soakStopWait bounds a SIGTERM drain at the end before SIGKILL.
@@ -120,7 +125,7 @@ func (p *soakProc) start(ctx context.Context) error {
 	fmt.Fprintf(logf, "=== %s %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), id, strings.Join(p.args(id), " "))
 	// Not CommandContext: the soak kills and stops its processes itself.
 	cmd := osexec.Command(p.bin, p.args(id)...)
-	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Env = p.env
 	cmd.Stderr = logf
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -237,18 +242,19 @@ func startSoakDeploy(ctx context.Context, o *soakOptions, bins soakBinaries, log
 		d.url = d.cluster.URLs(0)
 	}
 	hb := soakHeartbeat.String()
+	env := childEnv(o, d.cluster == nil)
 	for i := range soakRouters {
 		d.routers = append(d.routers, &soakProc{role: "router", slot: i, bin: bins.router,
-			log: filepath.Join(o.dir, fmt.Sprintf("router%d.log", i)),
+			log: filepath.Join(o.dir, fmt.Sprintf("router%d.log", i)), env: env,
 			args: func(id string) []string {
 				return []string{"--nats", d.urlFrom(i), "--prefix", d.prefix, "--replicas", strconv.Itoa(o.replicas),
-					"--heartbeat", hb, "--builtin=false", "--id", id}
+					"--heartbeat", hb, "--work-ack-wait", soakWorkAckWait.String(), "--builtin=false", "--id", id}
 			}})
 	}
 	for i := range soakWorkers {
 		d.workers = append(d.workers, &soakProc{role: "worker", slot: i, bin: bins.worker,
 			log: filepath.Join(o.dir, fmt.Sprintf("worker%d.log", i)),
-			env: []string{"TOOLWORKER_EFFECTS_FILE=" + d.effects},
+			env: append(slices.Clone(env), "TOOLWORKER_EFFECTS_FILE="+d.effects),
 			args: func(id string) []string {
 				return []string{"--nats", d.urlFrom(i + 1), "--prefix", d.prefix, "--heartbeat", hb, "--id", id}
 			}})
@@ -261,6 +267,31 @@ func startSoakDeploy(ctx context.Context, o *soakOptions, bins soakBinaries, log
 		}
 	}
 	return d, nil
+}
+
+// childEnv is the environment of the routers and workers: this process's
+// without the nats CLI's variables, which on the soak's own (unsecured)
+// cluster could only get in the way; joining --nats, the credentials and
+// TLS settings of the soak's flags are given to them through those
+// variables (not the inbox prefix: routers use their own).
+func childEnv(o *soakOptions, joining bool) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NATS_") {
+			env = append(env, kv)
+		}
+	}
+	if joining {
+		c := o.conn
+		for _, v := range [][2]string{{natsconn.EnvCreds, c.Creds}, {natsconn.EnvNKey, c.NKey}, {natsconn.EnvUser, c.User},
+			{natsconn.EnvPassword, c.Password}, {natsconn.EnvToken, c.Token}, {natsconn.EnvCA, c.CA},
+			{natsconn.EnvCert, c.Cert}, {natsconn.EnvKey, c.Key}} {
+			if v[1] != "" {
+				env = append(env, v[0]+"="+v[1])
+			}
+		}
+	}
+	return env
 }
 
 // urlFrom lists the cluster's URLs starting at node i, so the processes

@@ -23,6 +23,10 @@ type soakKind struct {
 	// effect: each execution appends a line to the effects file
 	// (toolworker's record_effect tools), so executions are counted.
 	effect bool
+	// durable: the tool is durable (protocol.md 5.8): unknown_outcome is a
+	// wrong result, and an effect line marked repeat is a redelivered run,
+	// not a second effect.
+	durable bool
 	// park is "" or the kind of park the call goes through first
 	// (external, confirm); the soak's approver answers it.
 	park string
@@ -30,10 +34,7 @@ type soakKind struct {
 	answer func(callID string) []byte
 }
 
-// soakKinds are the calls of a soak. Durable tools (issue 13) become one
-// more entry here once definitions carry durable: true, with a durable
-// effect tool in cmd/toolworker/tools.go: {name: "durable", tool:
-// "record_effect_durable", once: true, effect: true, ...}.
+// soakKinds are the calls of a soak.
 var soakKinds = []soakKind{
 	{name: "side_effect", tool: "record_effect", weight: 4, once: true, effect: true,
 		input: func(_ *rand.Rand, id string) (json.RawMessage, string) {
@@ -42,6 +43,13 @@ var soakKinds = []soakKind{
 	{name: "slow_effect", tool: "record_effect", weight: 2, once: true, effect: true,
 		input: func(r *rand.Rand, id string) (json.RawMessage, string) {
 			return mustJSON(map[string]any{"tag": "slow", "before_ms": r.IntN(800), "after_ms": r.IntN(800)}), "recorded " + id
+		}},
+	// A durable call runs through the work queue: a killed worker's call is
+	// delivered to another, so it never ends unknown_outcome; the tool is
+	// idempotent by call key, so a redelivery after the effect only answers.
+	{name: "durable", tool: "record_effect_durable", weight: 2, once: true, effect: true, durable: true,
+		input: func(r *rand.Rand, id string) (json.RawMessage, string) {
+			return mustJSON(map[string]any{"tag": "durable", "before_ms": r.IntN(800), "after_ms": r.IntN(800)}), "recorded " + id
 		}},
 	{name: "read_only", tool: "word_count", weight: 3,
 		input: func(r *rand.Rand, _ string) (json.RawMessage, string) {

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -25,13 +28,14 @@ const (
 	effectsEnv          = "TOOLWORKER_EFFECTS_FILE"
 	recordEffect        = "record_effect"         // runs at once (permission allow)
 	recordEffectConfirm = "record_effect_confirm" // asks for a confirmation first (permission ask)
+	recordEffectDurable = "record_effect_durable" // durable: through the work queue, idempotent by call key
 )
 
 func effectToolNames() []string {
 	if os.Getenv(effectsEnv) == "" {
 		return nil
 	}
-	return []string{recordEffect, recordEffectConfirm}
+	return []string{recordEffect, recordEffectConfirm, recordEffectDurable}
 }
 
 // RecordEffectIn is the input of the effect tools.
@@ -48,18 +52,40 @@ type EffectRecord struct {
 	Attempt int    `json:"attempt"`
 	PID     int    `json:"pid"`
 	Tag     string `json:"tag,omitempty"`
-	At      string `json:"at"`
+	// Repeat marks a durable call's run after its effect had already
+	// happened (a redelivery): the run did nothing but answer again.
+	Repeat bool   `json:"repeat,omitempty"`
+	At     string `json:"at"`
 }
 
 // effects appends EffectRecords to a file, one write per record, so that
 // records of several processes appending to the same file do not mix.
-type effects struct{ f *os.File }
+// The durable tool's effect is a marker file per call key in dir, created
+// exclusively: that makes it idempotent, as protocol.md 5.8 asks of a
+// durable tool that must not repeat its side effect.
+type effects struct {
+	f   *os.File
+	dir string
+}
 
 // record appends the record of one execution of c; once it returns nil the
 // side effect has happened (it survives a kill of this process).
 func (e *effects) record(c *worker.Call, in RecordEffectIn) error {
-	line, err := json.Marshal(EffectRecord{Tool: c.Name, Key: bus.CallKey(c.SessionID, c.ReplyID, c.ID),
-		Attempt: c.Attempt, PID: os.Getpid(), Tag: in.Tag, At: time.Now().UTC().Format(time.RFC3339Nano)})
+	key := bus.CallKey(c.SessionID, c.ReplyID, c.ID)
+	repeat := false
+	if c.Name == recordEffectDurable {
+		m, err := os.OpenFile(filepath.Join(e.dir, key), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		switch {
+		case errors.Is(err, fs.ErrExist):
+			repeat = true
+		case err != nil:
+			return err
+		default:
+			m.Close()
+		}
+	}
+	line, err := json.Marshal(EffectRecord{Tool: c.Name, Key: key, Attempt: c.Attempt, PID: os.Getpid(),
+		Tag: in.Tag, Repeat: repeat, At: time.Now().UTC().Format(time.RFC3339Nano)})
 	if err != nil {
 		return err
 	}
@@ -77,7 +103,10 @@ func registerEffects(w *worker.Worker) error {
 	if err != nil {
 		return fmt.Errorf("$%s: %w", effectsEnv, err)
 	}
-	e := &effects{f: f}
+	e := &effects{f: f, dir: path + ".d"}
+	if err := os.MkdirAll(e.dir, 0o755); err != nil {
+		return fmt.Errorf("$%s: %w", effectsEnv, err)
+	}
 	// The waits widen the windows a kill can hit: before the effect (the
 	// call never ran) and after it (it ran, but its result is lost).
 	wait := func(ctx context.Context, ms int) error {
@@ -105,12 +134,16 @@ func registerEffects(w *worker.Worker) error {
 	for _, d := range []struct {
 		name, desc string
 		perm       string
+		durable    bool
+		timeoutMS  int64
 	}{
-		{recordEffect, "Record one execution of this call in the effects file (a countable side effect).", bus.PermissionAllow},
-		{recordEffectConfirm, "Record one execution of this call in the effects file, after a person confirms it.", bus.PermissionAsk},
+		{recordEffect, "Record one execution of this call in the effects file (a countable side effect).", bus.PermissionAllow, false, 10000},
+		{recordEffectConfirm, "Record one execution of this call in the effects file, after a person confirms it.", bus.PermissionAsk, false, 10000},
+		// Long enough for a redelivery after the work consumer's ack_wait.
+		{recordEffectDurable, "Record this call in the effects file once, however often it is delivered (a durable tool).", bus.PermissionAllow, true, 45000},
 	} {
 		if err := worker.Register(w, bus.ToolDef{Name: d.name, Description: d.desc, ConcurrencySafe: true,
-			Permission: d.perm, TimeoutMS: 10000}, run); err != nil {
+			Permission: d.perm, Durable: d.durable, TimeoutMS: d.timeoutMS}, run); err != nil {
 			return err
 		}
 	}
