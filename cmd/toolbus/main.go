@@ -17,6 +17,7 @@
 //	toolbus status
 //	toolbus security config --session s1 --handler deployer=deploy
 //	toolbus bench --quick
+//	toolbus soak --duration 10m --json
 package main
 
 import (
@@ -66,6 +67,7 @@ func init() {
 		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
 		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR]", "print the NATS permissions of the toolbus roles for a deployment (docs/security.md)", runSecurity},
 		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
+		{"soak", "", "run 2 routers and 3 workers under load with faults and count lost and duplicated calls (--duration, --json)", runSoak},
 	}
 }
 

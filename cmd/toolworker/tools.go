@@ -2,7 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -11,8 +16,139 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// toolNames lists the example tools in registration order.
-var toolNames = []string{"word_count", "slow_echo", "append_note"}
+// toolNames lists the example tools in registration order; the effect
+// tools only when $TOOLWORKER_EFFECTS_FILE names their record file.
+var toolNames = append([]string{"word_count", "slow_echo", "append_note"}, effectToolNames()...)
+
+// Effect tools: demo tools with a side effect that can be counted, for
+// toolbus soak. Each execution appends one JSON line to the file named by
+// $TOOLWORKER_EFFECTS_FILE (opened for appending, shared by every worker of
+// a soak); without it they are not served.
+const (
+	effectsEnv          = "TOOLWORKER_EFFECTS_FILE"
+	recordEffect        = "record_effect"         // runs at once (permission allow)
+	recordEffectConfirm = "record_effect_confirm" // asks for a confirmation first (permission ask)
+	recordEffectDurable = "record_effect_durable" // durable: through the work queue, idempotent by call key
+)
+
+func effectToolNames() []string {
+	if os.Getenv(effectsEnv) == "" {
+		return nil
+	}
+	return []string{recordEffect, recordEffectConfirm, recordEffectDurable}
+}
+
+// RecordEffectIn is the input of the effect tools.
+type RecordEffectIn struct {
+	Tag      string `json:"tag,omitempty" jsonschema:"description=Any text, copied into the record"`
+	BeforeMS int    `json:"before_ms,omitempty" jsonschema:"minimum=0,maximum=10000,description=Milliseconds to wait before recording"`
+	AfterMS  int    `json:"after_ms,omitempty" jsonschema:"minimum=0,maximum=10000,description=Milliseconds to wait after recording, before answering"`
+}
+
+// EffectRecord is one line of the effects file: one execution of a call.
+type EffectRecord struct {
+	Tool    string `json:"tool"`
+	Key     string `json:"key"` // <session>.<reply id>.<call id>
+	Attempt int    `json:"attempt"`
+	PID     int    `json:"pid"`
+	Tag     string `json:"tag,omitempty"`
+	// Repeat marks a durable call's run after its effect had already
+	// happened (a redelivery): the run did nothing but answer again.
+	Repeat bool   `json:"repeat,omitempty"`
+	At     string `json:"at"`
+}
+
+// effects appends EffectRecords to a file, one write per record, so that
+// records of several processes appending to the same file do not mix.
+// The durable tool's effect is a marker file per call key in dir, created
+// exclusively: that makes it idempotent, as protocol.md 5.8 asks of a
+// durable tool that must not repeat its side effect.
+type effects struct {
+	f   *os.File
+	dir string
+}
+
+// record appends the record of one execution of c; once it returns nil the
+// side effect has happened (it survives a kill of this process).
+func (e *effects) record(c *worker.Call, in RecordEffectIn) error {
+	key := bus.CallKey(c.SessionID, c.ReplyID, c.ID)
+	repeat := false
+	if c.Name == recordEffectDurable {
+		m, err := os.OpenFile(filepath.Join(e.dir, key), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		switch {
+		case errors.Is(err, fs.ErrExist):
+			repeat = true
+		case err != nil:
+			return err
+		default:
+			m.Close()
+		}
+	}
+	line, err := json.Marshal(EffectRecord{Tool: c.Name, Key: key, Attempt: c.Attempt, PID: os.Getpid(),
+		Tag: in.Tag, Repeat: repeat, At: time.Now().UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		return err
+	}
+	_, err = e.f.Write(append(line, '\n'))
+	return err
+}
+
+// registerEffects adds the effect tools when $TOOLWORKER_EFFECTS_FILE is set.
+func registerEffects(w *worker.Worker) error {
+	path := os.Getenv(effectsEnv)
+	if path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("$%s: %w", effectsEnv, err)
+	}
+	e := &effects{f: f, dir: path + ".d"}
+	if err := os.MkdirAll(e.dir, 0o755); err != nil {
+		return fmt.Errorf("$%s: %w", effectsEnv, err)
+	}
+	// The waits widen the windows a kill can hit: before the effect (the
+	// call never ran) and after it (it ran, but its result is lost).
+	wait := func(ctx context.Context, ms int) error {
+		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	run := func(ctx context.Context, c *worker.Call, in RecordEffectIn) (string, error) {
+		if err := wait(ctx, in.BeforeMS); err != nil {
+			return "", fmt.Errorf("%s stopped before recording %s: %w", c.Name, c.ID, err)
+		}
+		if err := e.record(c, in); err != nil {
+			return "", fmt.Errorf("%s did not record %s: %w", c.Name, c.ID, err)
+		}
+		if err := wait(ctx, in.AfterMS); err != nil {
+			return "", fmt.Errorf("%s recorded %s, then stopped: %w", c.Name, c.ID, err)
+		}
+		return "recorded " + c.ID, nil
+	}
+	for _, d := range []struct {
+		name, desc string
+		perm       string
+		durable    bool
+		timeoutMS  int64
+	}{
+		{recordEffect, "Record one execution of this call in the effects file (a countable side effect).", bus.PermissionAllow, false, 10000},
+		{recordEffectConfirm, "Record one execution of this call in the effects file, after a person confirms it.", bus.PermissionAsk, false, 10000},
+		// Long enough for a redelivery after the work consumer's ack_wait.
+		{recordEffectDurable, "Record this call in the effects file once, however often it is delivered (a durable tool).", bus.PermissionAllow, true, 45000},
+	} {
+		if err := worker.Register(w, bus.ToolDef{Name: d.name, Description: d.desc, ConcurrencySafe: true,
+			Permission: d.perm, Durable: d.durable, TimeoutMS: d.timeoutMS}, run); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // WordCountIn is the input of word_count.
 type WordCountIn struct {
@@ -83,12 +219,16 @@ func register(w *worker.Worker, ns *notes, notesGroup string) error {
 	if notesGroup != "" {
 		groups = []string{notesGroup}
 	}
-	return worker.Register(w, bus.ToolDef{Name: "append_note",
+	err = worker.Register(w, bus.ToolDef{Name: "append_note",
 		Description: "Append a note to this worker's in-memory list and return how many notes it holds.",
 		ReadOnly:    false, ConcurrencySafe: false, Idempotent: false, Permission: bus.PermissionAllow, Groups: groups},
 		func(_ context.Context, _ *worker.Call, in AppendNoteIn) (AppendNoteOut, error) {
 			return AppendNoteOut{Count: ns.add(in.Note)}, nil
 		})
+	if err != nil {
+		return err
+	}
+	return registerEffects(w)
 }
 
 // slowEcho sleeps in.MS milliseconds, emitting a progress event every

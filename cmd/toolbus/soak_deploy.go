@@ -1,0 +1,393 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/natsconn"
+)
+
+// The soak's deployment: NATS (a 3-node cluster in this process, or the
+// --nats URL), 2 router and 3 toolworker processes, each restarted after it
+// is killed. Faults are injected one at a time.
+
+const (
+	soakRouters = 2
+	soakWorkers = 3
+	// soakHeartbeat is the routers' and workers' heartbeat: a killed worker
+	// is gone after three missed beats, its calls ended after about six.
+	soakHeartbeat = 2 * time.Second
+	// soakWorkAckWait is the routers' --work-ack-wait: a durable call whose
+	// worker was killed goes to another worker after it.
+	soakWorkAckWait = 5 * time.Second
+	// soakReady bounds a process's start (its "serving" line).
+	soakReady = 60 * time.Second
+	// soakStopWait bounds a SIGTERM drain at the end before SIGKILL.
+	soakStopWait = 40 * time.Second
+)
+
+// soakBinaries are the router and toolworker executables the soak runs.
+type soakBinaries struct{ router, worker, from string }
+
+// findSoakBinaries looks for router and toolworker in dir (--bin), next to
+// this executable, on $PATH, and else builds them into tmp when the current
+// directory is inside the toolbus module (go run ./cmd/toolbus soak).
+func findSoakBinaries(ctx context.Context, dir, tmp string, logf func(string, ...any)) (soakBinaries, error) {
+	both := func(d, from string) (soakBinaries, bool) {
+		b := soakBinaries{filepath.Join(d, "router"), filepath.Join(d, "toolworker"), from}
+		return b, isExecutable(b.router) && isExecutable(b.worker)
+	}
+	if dir != "" {
+		if b, ok := both(dir, "--bin "+dir); ok {
+			return b, nil
+		}
+		return soakBinaries{}, fmt.Errorf("--bin %s: router and toolworker must both be executables there", dir)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if b, ok := both(filepath.Dir(exe), "next to "+exe); ok {
+			return b, nil
+		}
+	}
+	r, rerr := osexec.LookPath("router")
+	w, werr := osexec.LookPath("toolworker")
+	if rerr == nil && werr == nil {
+		return soakBinaries{r, w, "$PATH"}, nil
+	}
+	out, err := osexec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	gomod := strings.TrimSpace(string(out))
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		return soakBinaries{}, errors.New("router and toolworker not found (--bin DIR, next to toolbus, $PATH) and not inside the toolbus module to build them")
+	}
+	mod, err := os.ReadFile(gomod)
+	if err != nil || !strings.Contains(string(mod), "module github.com/toolbus/toolbus\n") {
+		return soakBinaries{}, fmt.Errorf("router and toolworker not found (--bin DIR, next to toolbus, $PATH), and %s is not the toolbus module", gomod)
+	}
+	bin := filepath.Join(tmp, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return soakBinaries{}, err
+	}
+	logf("building router and toolworker into %s", bin)
+	cmd := osexec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./cmd/router", "./cmd/toolworker")
+	cmd.Dir = filepath.Dir(gomod)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return soakBinaries{}, fmt.Errorf("go build ./cmd/router ./cmd/toolworker: %w\n%s", err, out)
+	}
+	b, _ := both(bin, "built from "+cmd.Dir)
+	return b, nil
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+// soakProc is one router or worker slot; each restart is a new generation
+// with its own id (soak-r0-1, soak-w2-3, ...).
+type soakProc struct {
+	role string // "router" or "worker"
+	slot int
+	bin  string
+	args func(id string) []string
+	env  []string
+	log  string // output of every generation, appended
+
+	mu   sync.Mutex
+	gen  int
+	id   string
+	cmd  *osexec.Cmd
+	done chan struct{} // closed when the current generation has exited
+}
+
+// start runs the next generation and waits for its "serving" line.
+func (p *soakProc) start(ctx context.Context) error {
+	p.mu.Lock()
+	p.gen++
+	id := fmt.Sprintf("soak-%c%d-%d", p.role[0], p.slot, p.gen)
+	p.mu.Unlock()
+	logf, err := os.OpenFile(p.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "=== %s %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), id, strings.Join(p.args(id), " "))
+	// Not CommandContext: the soak kills and stops its processes itself.
+	cmd := osexec.Command(p.bin, p.args(id)...)
+	cmd.Env = p.env
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		said := false
+		for sc.Scan() {
+			fmt.Fprintln(logf, sc.Text())
+			if !said && strings.Contains(sc.Text(), " serving ") {
+				said = true
+				close(ready)
+			}
+		}
+		_, _ = io.Copy(logf, stdout)
+		_ = cmd.Wait()
+		fmt.Fprintf(logf, "=== %s %s exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), id, cmd.ProcessState)
+		logf.Close()
+		close(done)
+	}()
+	p.mu.Lock()
+	p.id, p.cmd, p.done = id, cmd, done
+	p.mu.Unlock()
+	t := time.NewTimer(soakReady)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return nil
+	case <-done:
+		return fmt.Errorf("%s exited before serving (log %s)", id, p.log)
+	case <-t.C:
+		return fmt.Errorf("%s did not say it was serving within %v (log %s)", id, soakReady, p.log)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// current returns the running generation's id, pid and exit channel.
+func (p *soakProc) current() (id string, pid int, done chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return p.id, 0, nil
+	}
+	return p.id, p.cmd.Process.Pid, p.done
+}
+
+// kill sends SIGKILL to the running generation and waits for it to exit.
+func (p *soakProc) kill() (id string, pid int, err error) {
+	id, pid, done := p.current()
+	if done == nil {
+		return id, 0, fmt.Errorf("%s is not running", id)
+	}
+	p.mu.Lock()
+	err = p.cmd.Process.Signal(syscall.SIGKILL)
+	p.mu.Unlock()
+	if err != nil {
+		return id, pid, err
+	}
+	<-done
+	return id, pid, nil
+}
+
+// stop ends the running generation: SIGTERM (a drain), then SIGKILL after
+// soakStopWait.
+func (p *soakProc) stop() {
+	_, _, done := p.current()
+	if done == nil {
+		return
+	}
+	p.mu.Lock()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	p.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(soakStopWait):
+		_, _, _ = p.kill()
+	}
+}
+
+// soakDeploy is the deployment under test.
+type soakDeploy struct {
+	dir     string
+	url     string
+	prefix  string
+	cluster *embedded.Cluster // nil when joining --nats
+	routers []*soakProc
+	workers []*soakProc
+	effects string // the effect tools' record file
+}
+
+// startSoakDeploy starts NATS (unless url is given), the routers and the
+// workers.
+func startSoakDeploy(ctx context.Context, o *soakOptions, bins soakBinaries, logf func(string, ...any)) (d *soakDeploy, err error) {
+	d = &soakDeploy{dir: o.dir, url: o.natsURL, prefix: o.prefix, effects: filepath.Join(o.dir, "effects.jsonl")}
+	defer func() {
+		if err != nil {
+			d.stop()
+		}
+	}()
+	if d.url == "" {
+		logf("starting a 3-node NATS cluster (JetStream, stores in %s)", filepath.Join(o.dir, "nats"))
+		if d.cluster, err = embedded.StartCluster(embedded.ClusterConfig{Dir: filepath.Join(o.dir, "nats"), Name: "soak"}); err != nil {
+			return nil, err
+		}
+		d.url = d.cluster.URLs(0)
+	}
+	hb := soakHeartbeat.String()
+	env := childEnv(o, d.cluster == nil)
+	for i := range soakRouters {
+		d.routers = append(d.routers, &soakProc{role: "router", slot: i, bin: bins.router,
+			log: filepath.Join(o.dir, fmt.Sprintf("router%d.log", i)), env: env,
+			args: func(id string) []string {
+				return []string{"--nats", d.urlFrom(i), "--prefix", d.prefix, "--replicas", strconv.Itoa(o.replicas),
+					"--heartbeat", hb, "--work-ack-wait", soakWorkAckWait.String(), "--builtin=false", "--id", id}
+			}})
+	}
+	for i := range soakWorkers {
+		d.workers = append(d.workers, &soakProc{role: "worker", slot: i, bin: bins.worker,
+			log: filepath.Join(o.dir, fmt.Sprintf("worker%d.log", i)),
+			env: append(slices.Clone(env), "TOOLWORKER_EFFECTS_FILE="+d.effects),
+			args: func(id string) []string {
+				return []string{"--nats", d.urlFrom(i + 1), "--prefix", d.prefix, "--heartbeat", hb, "--id", id}
+			}})
+	}
+	// The first router creates the buckets and streams; the others find them.
+	for _, p := range append(append([]*soakProc{}, d.routers...), d.workers...) {
+		logf("starting %s %d", p.role, p.slot)
+		if err := p.start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// childEnv is the environment of the routers and workers: this process's
+// without the nats CLI's variables, which on the soak's own (unsecured)
+// cluster could only get in the way; joining --nats, the credentials and
+// TLS settings of the soak's flags are given to them through those
+// variables (not the inbox prefix: routers use their own).
+func childEnv(o *soakOptions, joining bool) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NATS_") {
+			env = append(env, kv)
+		}
+	}
+	if joining {
+		c := o.conn
+		for _, v := range [][2]string{{natsconn.EnvCreds, c.Creds}, {natsconn.EnvNKey, c.NKey}, {natsconn.EnvUser, c.User},
+			{natsconn.EnvPassword, c.Password}, {natsconn.EnvToken, c.Token}, {natsconn.EnvCA, c.CA},
+			{natsconn.EnvCert, c.Cert}, {natsconn.EnvKey, c.Key}} {
+			if v[1] != "" {
+				env = append(env, v[0]+"="+v[1])
+			}
+		}
+	}
+	return env
+}
+
+// urlFrom lists the cluster's URLs starting at node i, so the processes
+// spread over the nodes; a --nats URL is used as given.
+func (d *soakDeploy) urlFrom(i int) string {
+	if d.cluster == nil {
+		return d.url
+	}
+	return d.cluster.URLs(i % d.cluster.Nodes())
+}
+
+// stop ends every process, then the cluster.
+func (d *soakDeploy) stop() {
+	var wg sync.WaitGroup
+	for _, p := range append(append([]*soakProc{}, d.routers...), d.workers...) {
+		wg.Go(p.stop)
+	}
+	wg.Wait()
+	if d.cluster != nil {
+		d.cluster.Stop()
+	}
+}
+
+// soakFault is one injected fault, as reported.
+type soakFault struct {
+	AtMS   int64  `json:"at_ms"`   // since the load started
+	Kind   string `json:"kind"`    // kill_worker, kill_router, stop_nats_node
+	Target string `json:"target"`  // the process id and pid, or the node and why it was chosen
+	DownMS int64  `json:"down_ms"` // from the kill to the replacement serving again
+	Error  string `json:"error,omitempty"`
+}
+
+// faultKinds is the order faults are injected in, round robin.
+func (d *soakDeploy) faultKinds() []string {
+	if d.cluster != nil {
+		return []string{"kill_worker", "kill_router", "stop_nats_node"}
+	}
+	return []string{"kill_worker", "kill_router"}
+}
+
+// inject runs fault number n (kind by n, target by how many of that kind
+// came before) and returns it once the victim is back.
+func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down time.Duration) soakFault {
+	kinds := d.faultKinds()
+	kind, k := kinds[n%len(kinds)], n/len(kinds)
+	f := soakFault{AtMS: time.Since(start).Milliseconds(), Kind: kind}
+	t0 := time.Now()
+	var err error
+	switch kind {
+	case "kill_worker", "kill_router":
+		procs := d.workers
+		if kind == "kill_router" {
+			procs = d.routers
+		}
+		p := procs[k%len(procs)]
+		id, pid, kerr := p.kill()
+		f.Target = fmt.Sprintf("%s (pid %d, SIGKILL)", id, pid)
+		if err = kerr; err == nil {
+			sleepCtx(ctx, down)
+			err = p.start(context.WithoutCancel(ctx))
+		}
+	case "stop_nats_node":
+		stream := d.faultStreams()[k%len(d.faultStreams())]
+		node, lerr := d.cluster.WaitStreamLeader(stream, 30*time.Second)
+		if lerr != nil {
+			node = k % d.cluster.Nodes()
+			f.Target = fmt.Sprintf("n%d (%s has no leader: %v)", node, stream, lerr)
+		} else {
+			f.Target = fmt.Sprintf("n%d (leader of %s)", node, stream)
+		}
+		d.cluster.StopNode(node)
+		sleepCtx(ctx, 2*down)
+		if err = d.cluster.Start(node); err == nil {
+			err = d.cluster.WaitReady(60 * time.Second)
+		}
+	}
+	f.DownMS = time.Since(t0).Milliseconds()
+	if err != nil {
+		f.Error = err.Error()
+	}
+	return f
+}
+
+// faultStreams are the streams whose leader a NATS fault stops, in turn.
+func (d *soakDeploy) faultStreams() []string {
+	s := bus.NewSubjects(d.prefix)
+	return []string{"KV_" + s.Bucket(bus.BucketLedger), "KV_" + s.Bucket(bus.BucketParked), s.Stream(bus.StreamEvents),
+		"KV_" + s.Bucket(bus.BucketSessions), s.Stream(bus.StreamHandoff)}
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

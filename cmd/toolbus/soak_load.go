@@ -1,0 +1,497 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+// The soak's load: agents that behave as protocol.md says agents should,
+// an approver that answers parked calls, and a record of every call.
+
+const (
+	// soakRequest bounds one send of a batch; an agent re-sends after it.
+	// It exceeds a re-send's wait for a dead router's claim (the tool's
+	// 10 s timeout plus the ledger's 30 s grace) only loosely: a re-send
+	// that times out is simply sent again.
+	soakRequest = 20 * time.Second
+	// soakStatusEvery is how long an agent waits for the events of a parked
+	// batch before it re-sends it (with the same reply id) to ask.
+	soakStatusEvery = 10 * time.Second
+	// soakHandoffWait is how long the approver waits for a parked call's
+	// handoff request before it answers from the agent's reply instead (and
+	// counts a missed handoff).
+	soakHandoffWait = 20 * time.Second
+	// soakAnswerFor bounds the approver's tries to answer one call.
+	soakAnswerFor = 2 * time.Minute
+	// soakBatchCalls is the most calls in one batch.
+	soakBatchCalls = 4
+	// soakBatchesPerSession: an agent starts a new session after this many.
+	soakBatchesPerSession = 20
+)
+
+// soakStep is one line of a call's event trail.
+type soakStep struct {
+	at   time.Duration // since the load started
+	what string
+}
+
+// soakCall is what the soak knows about one call.
+type soakCall struct {
+	key   string // session.reply.call
+	id    string
+	kind  *soakKind
+	input json.RawMessage
+	want  string
+	batch *soakBatch
+
+	final     *bus.Result
+	finalAt   time.Time
+	seen      map[string]string // final result summary → where it was first seen
+	parked    string            // the park kind the reply or event gave
+	handoff   bool              // its handoff request came through the stream
+	answering bool              // the approver took it on
+	answered  time.Time         // when an answer was accepted
+	lost      bool
+	effects   int // executions in the effects file
+	trail     []soakStep
+}
+
+// soakBatch is one model turn.
+type soakBatch struct {
+	session, reply string
+	calls          []*soakCall
+	first          time.Time
+	expiry         time.Time
+	sends          int
+	done           bool          // batch.done was seen
+	signal         chan struct{} // a call got its final result
+}
+
+// soakTracker holds every call; its methods are safe for concurrent use.
+type soakTracker struct {
+	start time.Time
+	mu    sync.Mutex
+	calls map[string]*soakCall
+	order []*soakCall
+	bats  map[string]*soakBatch // session.reply
+	list  []*soakBatch
+	// handoffMissed counts parked calls whose handoff request the approver
+	// never saw in time.
+	handoffMissed int
+}
+
+func newSoakTracker() *soakTracker {
+	return &soakTracker{start: time.Now(), calls: map[string]*soakCall{}, bats: map[string]*soakBatch{}}
+}
+
+func (t *soakTracker) add(b *soakBatch) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.bats[b.session+"."+b.reply] = b
+	t.list = append(t.list, b)
+	for _, c := range b.calls {
+		t.calls[c.key] = c
+		t.order = append(t.order, c)
+	}
+}
+
+// step adds a line to c's trail; t.mu is held.
+func (t *soakTracker) step(c *soakCall, format string, args ...any) {
+	c.trail = append(c.trail, soakStep{time.Since(t.start), fmt.Sprintf(format, args...)})
+}
+
+// note adds a line to the trail of the call with key, if the soak made it.
+func (t *soakTracker) note(key, format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c := t.calls[key]; c != nil {
+		t.step(c, format, args...)
+	}
+}
+
+// summary is what two results of one call are compared by.
+func summary(r bus.Result) string {
+	var text []string
+	for _, b := range r.Output {
+		text = append(text, b.Text)
+	}
+	code := ""
+	if r.Error != nil {
+		code = r.Error.Code
+	}
+	return r.State + "/" + code + ": " + strings.Join(text, "|")
+}
+
+func clip(s string) string {
+	if len(s) > 160 {
+		return s[:160] + "..."
+	}
+	return s
+}
+
+// observe records a result of key seen at from (a reply or an event). An
+// unavailable result is not final: nothing ran, and the agent re-sends.
+func (t *soakTracker) observe(key string, r bus.Result, from string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.calls[key]
+	if c == nil {
+		return
+	}
+	sum := summary(r)
+	t.step(c, "%s: %s", from, clip(sum))
+	if r.Error != nil && r.Error.Code == bus.CodeUnavailable {
+		return
+	}
+	if _, ok := c.seen[sum]; !ok {
+		c.seen[sum] = from
+	}
+	if c.final == nil && !c.lost {
+		c.final, c.finalAt = &r, time.Now()
+		select {
+		case c.batch.signal <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// batchDone notes a batch.done event.
+func (t *soakTracker) batchDone(session, reply string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b := t.bats[session+"."+reply]; b != nil {
+		b.done = true
+	}
+}
+
+// pending returns the calls of b without a final result.
+func (t *soakTracker) pending(b *soakBatch) []*soakCall {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*soakCall
+	for _, c := range b.calls {
+		if c.final == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// giveUp is when the agent stops waiting for b: its expirytime (or the
+// last accepted answer, when later) plus the grace.
+func (t *soakTracker) giveUp(b *soakBatch, grace time.Duration) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last := b.expiry
+	for _, c := range b.calls {
+		if c.answered.After(last) {
+			last = c.answered
+		}
+	}
+	return last.Add(grace)
+}
+
+// soakLoad drives the agents and the approver.
+type soakLoad struct {
+	o    *soakOptions
+	t    *soakTracker
+	subj bus.Subjects
+	run  string // the run's id, in every session and reply id
+	appr *soakApprover
+}
+
+// agent makes batches until ctx ends; the batch under way is finished
+// (or given up) first. stop ends it at once (the operator interrupted).
+func (l *soakLoad) agent(ctx, stop context.Context, i int, nc *nats.Conn) {
+	r := rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano())))
+	cl := client.New(nc, client.Config{Prefix: l.o.prefix, Source: fmt.Sprintf("soak/agent%d", i)})
+	for n := 0; ctx.Err() == nil; n++ {
+		b := &soakBatch{session: fmt.Sprintf("%s-a%d-s%d", l.run, i, n/soakBatchesPerSession),
+			reply: fmt.Sprintf("%s-a%d-b%d", l.run, i, n), signal: make(chan struct{}, 1)}
+		for k := range 1 + r.IntN(soakBatchCalls) {
+			kind := pickKind(r)
+			id := fmt.Sprintf("c%d", k+1)
+			in, want := kind.input(r, id)
+			b.calls = append(b.calls, &soakCall{key: bus.CallKey(b.session, b.reply, id), id: id, kind: kind,
+				input: in, want: want, batch: b, seen: map[string]string{}})
+		}
+		b.first = time.Now()
+		b.expiry = b.first.Add(l.o.batchDeadline)
+		l.t.add(b)
+		l.runBatch(stop, cl, b)
+		sleepCtx(ctx, time.Duration(20+r.IntN(180))*time.Millisecond)
+	}
+}
+
+// runBatch sends b and re-sends it with the same reply id, as an agent
+// must: after a time-out or a refusal for want of a router, after an
+// unavailable result, and while parked calls are not done (a status
+// check). unknown_outcome is final: the agent tells the model it may or
+// may not have happened, and never runs the call again.
+func (l *soakLoad) runBatch(stop context.Context, cl *client.Client, b *soakBatch) {
+	calls := make([]bus.Call, len(b.calls))
+	for i, c := range b.calls {
+		calls[i] = bus.Call{ID: c.id, Name: c.kind.tool, Input: c.input}
+	}
+	for {
+		pend := l.t.pending(b)
+		if len(pend) == 0 {
+			return
+		}
+		if time.Now().After(l.t.giveUp(b, l.o.grace)) || stop.Err() != nil {
+			l.t.mu.Lock()
+			for _, c := range pend {
+				c.lost = true
+				l.t.step(c, "agent gave up: no final result by the batch's expirytime + %v grace after %d sends", l.o.grace, b.sends)
+			}
+			l.t.mu.Unlock()
+			return
+		}
+		b.sends++
+		from := fmt.Sprintf("reply to send %d", b.sends)
+		ctx, cancel := context.WithTimeout(stop, soakRequest)
+		rep, err := cl.Call(ctx, b.session, bus.Batch{Calls: calls}, client.WithReplyID(b.reply), client.WithExpiry(b.expiry))
+		cancel()
+		if err != nil {
+			for _, c := range pend {
+				l.t.note(c.key, "send %d: %v", b.sends, err)
+			}
+			var be *bus.Error
+			wait := 250 * time.Millisecond
+			if errors.As(err, &be) {
+				wait = time.Second // a refused batch: a bug, shown in the trail; try again slowly
+			}
+			l.wait(stop, b, wait)
+			continue
+		}
+		unavailable := false
+		for _, res := range rep.Results {
+			if res.Error != nil && res.Error.Code == bus.CodeUnavailable {
+				unavailable = true
+			}
+			l.t.observe(bus.CallKey(b.session, b.reply, res.ID), res, from)
+		}
+		for _, p := range rep.Parked {
+			key := bus.CallKey(b.session, b.reply, p.ID)
+			l.t.mu.Lock()
+			c := l.t.calls[key]
+			if c != nil {
+				l.t.step(c, "%s: parked (%s)", from, p.Kind)
+				if c.parked == "" {
+					c.parked = p.Kind
+				}
+			}
+			l.t.mu.Unlock()
+			if c != nil && p.Kind != bus.KindQueued {
+				l.appr.expect(c)
+			}
+		}
+		switch {
+		case len(l.t.pending(b)) == 0:
+			return
+		case unavailable:
+			l.wait(stop, b, 500*time.Millisecond)
+		default:
+			l.wait(stop, b, soakStatusEvery)
+		}
+	}
+}
+
+// wait returns after d, once every call of b is final, or when stop ends.
+func (l *soakLoad) wait(stop context.Context, b *soakBatch, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for len(l.t.pending(b)) > 0 {
+		select {
+		case <-t.C:
+			return
+		case <-stop.Done():
+			return
+		case <-b.signal:
+		}
+	}
+}
+
+// events follows every session's events through the events stream (an
+// ordered consumer, so a node loss does not skip any).
+func (l *soakLoad) events(ctx context.Context, nc *nats.Conn) error {
+	cl := client.New(nc, client.Config{Prefix: l.o.prefix, Source: "soak/events"})
+	evs, err := cl.Replay(ctx, "*")
+	if err != nil {
+		return err
+	}
+	go func() {
+		for e := range evs.C {
+			from := e.Type[len("io.toolbus."):] + " event from " + e.Source
+			switch e.Type {
+			case bus.TypeCallResult:
+				var r bus.Result
+				if e.DataAs(&r) == nil {
+					l.t.observe(bus.CallKey(e.SessionID, e.ReplyID, r.ID), r, from)
+				}
+			case bus.TypeBatchDone:
+				var d bus.BatchDone
+				if e.DataAs(&d) == nil {
+					for _, r := range d.Results {
+						l.t.observe(bus.CallKey(e.SessionID, e.ReplyID, r.ID), r, from)
+					}
+					l.t.batchDone(e.SessionID, e.ReplyID)
+				}
+			case bus.TypeCallParked:
+				var p bus.ParkedEvent
+				if e.DataAs(&p) == nil {
+					for _, c := range p.Calls {
+						l.t.note(bus.CallKey(e.SessionID, e.ReplyID, c.ID), "%s: parked (%s)", from, c.Kind)
+					}
+				}
+			}
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		evs.Stop()
+	}()
+	return nil
+}
+
+// soakApprover is the simulated external handler and approver: it reads
+// the handoff stream as a handler started for these tools would, and
+// answers every request after a short think time.
+type soakApprover struct {
+	l    *soakLoad
+	cl   *client.Client
+	ctx  context.Context
+	mu   sync.Mutex
+	rand *rand.Rand
+}
+
+// follow reads the handoff requests of the soak's parked tools.
+func (a *soakApprover) follow(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	s := a.l.subj
+	cons, err := js.OrderedConsumer(ctx, s.Stream(bus.StreamHandoff), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{s.External(soakExternalTool), s.Confirm("record_effect_confirm")}})
+	if err != nil {
+		return fmt.Errorf("handoff consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		if err != nil {
+			return
+		}
+		key := bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID)
+		a.l.t.mu.Lock()
+		c := a.l.t.calls[key]
+		if c != nil {
+			c.handoff = true
+			a.l.t.step(c, "handoff request %s from %s", e.Type[len("io.toolbus."):], e.Source)
+		}
+		a.l.t.mu.Unlock()
+		if c != nil {
+			a.answer(c, "handoff")
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("handoff consumer: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		cc.Stop()
+	}()
+	return nil
+}
+
+// expect notes a parked call from an agent's reply: when its handoff
+// request has not come within soakHandoffWait, it is answered anyway (as an
+// operator would from toolbus parked) and counted as a missed handoff.
+func (a *soakApprover) expect(c *soakCall) {
+	time.AfterFunc(soakHandoffWait, func() {
+		a.l.t.mu.Lock()
+		missed := !c.handoff && !c.answering && c.final == nil
+		if missed {
+			a.l.t.handoffMissed++
+			a.l.t.step(c, "approver: no handoff request within %v; answering from the agent's reply", soakHandoffWait)
+		}
+		a.l.t.mu.Unlock()
+		if missed {
+			a.answer(c, "reply")
+		}
+	})
+}
+
+// answer answers c once (several tries when the answer's fate is unknown).
+func (a *soakApprover) answer(c *soakCall, via string) {
+	t := a.l.t
+	t.mu.Lock()
+	if c.answering {
+		t.mu.Unlock()
+		return
+	}
+	c.answering = true
+	t.mu.Unlock()
+	a.mu.Lock()
+	think := time.Duration(a.rand.IntN(1000)) * time.Millisecond
+	a.mu.Unlock()
+	go func() {
+		sleepCtx(a.ctx, think)
+		var ans bus.Answer
+		if c.kind.park == bus.KindConfirm {
+			yes := true
+			ans.Confirmed = &yes
+		} else if err := json.Unmarshal(c.kind.answer(c.id), &ans); err != nil {
+			t.note(c.key, "approver: bad answer of kind %s: %v", c.kind.name, err)
+			return
+		}
+		b := c.batch
+		until := time.Now().Add(soakAnswerFor)
+		for try := 1; ; try++ {
+			ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
+			err := a.cl.Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
+			cancel()
+			var be *bus.Error
+			isBus := errors.As(err, &be)
+			t.mu.Lock()
+			done := c.final != nil
+			switch {
+			case err == nil:
+				c.answered = time.Now()
+				t.step(c, "approver (%s): answer accepted on try %d", via, try)
+			case isBus && be.Code == bus.CodeAlreadyAnswered:
+				c.answered = time.Now()
+				t.step(c, "approver (%s): try %d: already answered (an earlier try landed)", via, try)
+			case isBus && be.Code == bus.CodeNotParked && (try > 1 || done):
+				c.answered = time.Now()
+				t.step(c, "approver (%s): try %d: not parked any more (an earlier try landed, or it settled)", via, try)
+			default:
+				t.step(c, "approver (%s): try %d: %v", via, try, err)
+				err = errRetry
+			}
+			t.mu.Unlock()
+			if err != errRetry {
+				return
+			}
+			if time.Now().After(until) || a.ctx.Err() != nil {
+				t.note(c.key, "approver: gave up answering after %d tries", try)
+				return
+			}
+			sleepCtx(a.ctx, 500*time.Millisecond)
+		}
+	}()
+}
+
+var errRetry = errors.New("retry")
