@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -207,11 +208,17 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 	return err
 }
 
-// Renew renews the lease of every batch this router holds. A batch that
-// another router took over, or that is no longer active, is let go.
+// Renew renews the lease of every batch and answered call this router
+// holds. One that another router took over, or that moved on, is let go.
 func (s *Store) Renew(ctx context.Context, now time.Time) error {
 	var failed error
 	for _, key := range s.held() {
+		if strings.Count(key, ".") == 2 { // a call key: an answered call
+			if err := s.renewAnswer(ctx, key, now); err != nil {
+				failed = err
+			}
+			continue
+		}
 		session, replyID, _ := splitBatchKey(key)
 		_, err := s.update(ctx, session, replyID, func(b *Batch) error {
 			if b.Owner != s.cfg.Owner || !b.Active() {
@@ -232,6 +239,67 @@ func (s *Store) Renew(ctx context.Context, now time.Time) error {
 }
 
 var errNotOwner = errors.New("external: not the owner of the batch")
+
+// TakeOverAnswersPeek returns, from the watch-fed cache, the keys of the
+// answered calls whose lease is older than cutoff and not this router's:
+// TakeOverAnswers' candidates.
+func (s *Store) TakeOverAnswersPeek(cutoff time.Time) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var stale []string
+	for key, r := range s.answered {
+		if _, mine := s.leases[key]; !mine && r.Touched.Before(cutoff) {
+			stale = append(stale, key)
+		}
+	}
+	return stale
+}
+
+// renewAnswer renews the lease of an answered call this router makes the
+// result of.
+func (s *Store) renewAnswer(ctx context.Context, key string, now time.Time) error {
+	_, err := store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		var r Record
+		if cur == nil || json.Unmarshal(cur.Value(), &r) != nil || r.Status != StatusAnswered || r.Owner != s.cfg.Owner {
+			return nil, errNotOwner
+		}
+		r.Touched = now.UTC()
+		return json.Marshal(&r)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errNotOwner):
+		s.release(key)
+		return nil
+	}
+	return err
+}
+
+// TakeOverAnswers claims the answered calls whose router has not renewed
+// its lease since cutoff: it died after taking the answer and before
+// making the call's result (a confirmed call it was running never
+// reported). The compare-and-set picks one router per call; the records
+// returned are this router's to settle again (a confirmed call runs
+// through the ledger, so a side effect is not repeated: its outcome may be
+// unknown).
+func (s *Store) TakeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
+	var out []*Record
+	for _, key := range s.TakeOverAnswersPeek(cutoff) {
+		r, err := s.change(ctx, key, store.Bounded, func(r *Record) error {
+			if r.Status != StatusAnswered || !r.Touched.Before(cutoff) {
+				return errNotOwner
+			}
+			s.cfg.Logger.Warn("external: taking over an answer whose router stopped", "key", key, "owner", r.Owner)
+			r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
+			return nil
+		})
+		if err == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // TakeOver claims the active batches whose owner has not renewed its lease
 // since cutoff (a router that died, or was cut off by its drain deadline,

@@ -360,3 +360,64 @@ func waitActive(t *testing.T, cutoff time.Time, stores ...*external.Store) {
 		})
 	}
 }
+
+func TestTakeOverAnswers(t *testing.T) {
+	st := newStore(t)
+	a, b, c := startAs(t, st, "router-a"), startAs(t, st, "router-b"), startAs(t, st, "router-c")
+	rec := park(t, a, record("s1", "r1", "c1"))
+	yes := true
+	got, err := a.Answer(t.Context(), rec.Key(), "deploy", &bus.Answer{Confirmed: &yes}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Owner != "router-a" || got.Touched.IsZero() {
+		t.Fatalf("answered record %+v carries no lease", got)
+	}
+	// While router a renews, nobody takes the answer over.
+	if err := a.Renew(t.Context(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if taken := b.TakeOverAnswers(t.Context(), time.Now().Add(-time.Minute)); len(taken) != 0 {
+		t.Fatalf("a renewed answer was taken over: %+v", taken)
+	}
+	// Router a stops renewing (it died); b and c race for it, one wins.
+	past := time.Now().Add(-time.Hour)
+	if err := a.Renew(t.Context(), past); err != nil {
+		t.Fatal(err)
+	}
+	cutoff := past.Add(time.Minute)
+	for _, s := range []*external.Store{b, c} {
+		bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+			if n := len(s.TakeOverAnswersPeek(cutoff)); n == 0 {
+				return errors.New("the watch has not delivered the renewal yet")
+			}
+			return nil
+		})
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var won []*external.Record
+	for _, s := range []*external.Store{b, c} {
+		wg.Go(func() {
+			got := s.TakeOverAnswers(t.Context(), cutoff)
+			mu.Lock()
+			won = append(won, got...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(won) != 1 || won[0].Status != external.StatusAnswered || won[0].Answer == nil {
+		t.Fatalf("taken over %d times: %+v", len(won), won)
+	}
+	// The winner closes it; a late close by the dead owner is refused.
+	winner := b
+	if won[0].Owner == "router-c" {
+		winner = c
+	}
+	if _, err := winner.Close(t.Context(), rec.Key(), ok("c1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Close(t.Context(), rec.Key(), ok("c1")); !errors.Is(err, bus.ErrNotParked) {
+		t.Fatalf("second close: %v, want not_parked", err)
+	}
+}

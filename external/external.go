@@ -54,8 +54,14 @@ type Record struct {
 	Answer         *bus.Answer     `json:"answer,omitempty"`
 	Result         *bus.Result     `json:"result,omitempty"`
 	HandoffSeq     uint64          `json:"handoff_seq,omitempty"`
-	Created        time.Time       `json:"created"`
-	Expires        time.Time       `json:"expires"`
+	// Owner and Touched are the lease of an answered call: the router
+	// that took the answer makes the call's result (runs a confirmed call)
+	// and renews Touched meanwhile; once it is stale another router takes
+	// the answer over and makes the result itself (TakeOverAnswers).
+	Owner   string    `json:"owner,omitempty"`
+	Touched time.Time `json:"touched,omitzero"`
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires"`
 
 	rev uint64
 }
@@ -92,13 +98,14 @@ type Store struct {
 	subj    bus.Subjects
 	cfg     Config
 
-	mu     sync.RWMutex
-	parked map[string]*Record  // key → record, only records in StatusParked
-	gone   map[string]gone     // key → the revision that took it out of parked, kept a while
-	active map[string]*Batch   // continuations running or resumed, for lease takeovers
-	leases map[string]struct{} // continuations this store's owner works on and renews
-	watch  *store.Watch
-	bwatch *store.Watch
+	mu       sync.RWMutex
+	parked   map[string]*Record  // key → record, only records in StatusParked
+	gone     map[string]gone     // key → the revision that took it out of parked, kept a while
+	active   map[string]*Batch   // continuations running or resumed, for lease takeovers
+	answered map[string]*Record  // records in StatusAnswered, for lease takeovers
+	leases   map[string]struct{} // continuations this store's owner works on and renews
+	watch    *store.Watch
+	bwatch   *store.Watch
 }
 
 // New returns a Store; call Start before use.
@@ -109,7 +116,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}, gone: map[string]gone{}, active: map[string]*Batch{}, leases: map[string]struct{}{}}
+	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}, gone: map[string]gone{}, active: map[string]*Batch{}, answered: map[string]*Record{}, leases: map[string]struct{}{}}
 }
 
 // TTL returns how long calls stay parked.
@@ -170,6 +177,7 @@ func (s *Store) apply(e jetstream.KeyValueEntry) {
 	}
 	if e.Operation() != jetstream.KeyValuePut {
 		s.leaveLocked(key, e.Revision())
+		delete(s.answered, key)
 		return
 	}
 	var r Record
@@ -178,6 +186,13 @@ func (s *Store) apply(e jetstream.KeyValueEntry) {
 		return
 	}
 	r.rev = e.Revision()
+	if old, ok := s.answered[key]; !ok || old.rev < r.rev {
+		if r.Status == StatusAnswered {
+			s.answered[key] = &r
+		} else {
+			delete(s.answered, key)
+		}
+	}
 	if r.Status == StatusParked {
 		s.parked[key] = &r
 	} else {
@@ -390,6 +405,7 @@ func (s *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, che
 			}
 		}
 		r.Status, r.Answer = StatusAnswered, a
+		r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
 		return nil
 	})
 }
@@ -443,6 +459,11 @@ func (s *Store) change(ctx context.Context, key string, p store.Policy, fn func(
 		}
 	} else {
 		s.leaveLocked(key, rev)
+	}
+	if r.Status == StatusAnswered && r.Owner == s.cfg.Owner {
+		s.leases[key] = struct{}{} // this router makes the call's result: it renews the lease
+	} else {
+		delete(s.leases, key)
 	}
 	s.mu.Unlock()
 	if r.Status != StatusParked {

@@ -241,6 +241,13 @@ func (r *Router) complete(rec *external.Record, res bus.Result) {
 	defer cancel()
 	if rec.Status == external.StatusAnswered {
 		if _, err := r.parked.Close(ctx, rec.Key(), res); err != nil {
+			var be *bus.Error
+			if errors.As(err, &be) {
+				// Another router made the result (it took the answer over,
+				// or this router's lease lapsed while it ran): it reports it.
+				r.log.Warn("router: answered call closed by another router", "key", rec.Key(), "err", err)
+				return
+			}
 			r.log.Warn("router: parked record not closed", "key", rec.Key(), "err", err)
 		}
 	}

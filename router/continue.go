@@ -55,23 +55,37 @@ func (r *Router) renewLeases(now time.Time) {
 }
 
 // takeOver repairs continuations whose owner stopped renewing its lease
-// (a router that died while running part of a parked batch).
+// (a router that died while running part of a parked batch), and settles
+// again the answers whose router died before it made their result (a
+// confirmed call it was running never reported).
 func (r *Router) takeOver(now time.Time, lease time.Duration) {
 	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
 	defer cancel()
-	for _, cont := range r.parked.TakeOver(ctx, now.Add(-3*lease)) {
-		r.mu.Lock()
-		closed := r.closed
-		if !closed {
-			r.work.Add(1)
-		}
-		r.mu.Unlock()
-		if closed {
+	cutoff := now.Add(-3 * lease)
+	for _, cont := range r.parked.TakeOver(ctx, cutoff) {
+		if !r.background(func() { r.repair(cont) }) {
 			r.parked.Release(cont)
-			continue
 		}
-		r.pool.Go(func() { defer r.work.Done(); r.repair(cont) })
 	}
+	for _, rec := range r.parked.TakeOverAnswers(ctx, cutoff) {
+		r.background(func() { r.settle(rec) })
+	}
+}
+
+// background runs fn as work of the router (a drain waits for it); false
+// when the router is closing and fn did not run.
+func (r *Router) background(fn func()) bool {
+	r.mu.Lock()
+	closed := r.closed
+	if !closed {
+		r.work.Add(1)
+	}
+	r.mu.Unlock()
+	if closed {
+		return false
+	}
+	r.pool.Go(func() { defer r.work.Done(); fn() })
+	return true
 }
 
 // repair finishes a continuation taken over from a router that died: the

@@ -22,7 +22,6 @@ import (
 // a continuation whose lease is stale "and re-runs the calls that never
 // reported"; the confirmed call never reported.
 func TestConfirmedCallOfADeadRouterCompletes(t *testing.T) {
-	knownBug(t, "a confirmed call whose router died before it reported stays answered for ever after the takeover (found by toolbus soak)")
 	e := newEnv(t, 1)
 	started := make(chan struct{}, 1)
 	release := make(chan struct{})
