@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
@@ -42,11 +43,19 @@ func (b *batch) reuseParked(calls []*callState, specs []parkSpec) ([]*callState,
 }
 
 // adoptParked fills the batch from the continuation of the same reply id
-// that an earlier copy of this batch left.
-func (b *batch) adoptParked(ctx context.Context) {
+// that an earlier copy of this batch left. Each awaited call is read from
+// KV (through the leader), not from the watch-fed cache: the earlier copy
+// may have parked it a moment ago, or may still be parking it; then it is
+// described as this copy decided it (spec), which is how the earlier copy
+// parks it.
+func (b *batch) adoptParked(ctx context.Context, calls []*callState, specs []parkSpec) {
 	cont, err := b.r.parked.GetBatch(ctx, b.session, b.replyID)
 	if err != nil {
 		return
+	}
+	mine := make(map[string]parkSpec, len(calls))
+	for i, c := range calls {
+		mine[c.call.ID] = specs[i]
 	}
 	b.mu.Lock()
 	for _, c := range b.calls {
@@ -56,8 +65,26 @@ func (b *batch) adoptParked(ctx context.Context) {
 	}
 	b.mu.Unlock()
 	b.parked = b.parked[:0]
-	for _, rec := range b.r.parked.Parked(b.session, b.replyID) {
-		b.parked = append(b.parked, parkedOf(rec))
+	for _, c := range b.calls {
+		if !slices.Contains(cont.Waiting, c.call.ID) {
+			continue
+		}
+		rec, err := b.r.parked.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
+		switch {
+		case err == nil && rec.Status == external.StatusParked:
+			b.parked = append(b.parked, parkedOf(rec))
+		case err == nil && rec.Result != nil:
+			b.mu.Lock()
+			c.result = rec.Result // its event came from the router that settled it
+			b.mu.Unlock()
+		default: // being parked, or answered and not settled yet: it waits
+			spec, ok := mine[c.call.ID]
+			if !ok {
+				spec = parkSpec{kind: bus.KindExternal}
+			}
+			b.parked = append(b.parked, bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: spec.kind,
+				Subject: b.r.subj.Answer(c.call.Name), SuggestedRules: spec.suggested})
+		}
 	}
 	for _, c := range b.calls[min(cont.Next, len(b.calls)):] {
 		if c.result == nil {

@@ -37,7 +37,7 @@ func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 	if err := r.parked.ParkBatch(ctx, b.cont, b.results(), waiting, next); err != nil {
 		if errors.Is(err, external.ErrParkedBefore) {
 			b.cont = nil
-			b.adoptParked(ctx)
+			b.adoptParked(ctx, calls, specs)
 			return false
 		}
 		for _, c := range calls {
