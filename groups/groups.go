@@ -305,9 +305,9 @@ func (s *Store) Groups() []bus.Group {
 // writes made through other routers use Refresh. The returned value must
 // not be modified.
 func (s *Store) Session(id string) *Session {
-	s.mu.Lock()
-	sess, ok := s.sessions.Get(id)
-	s.mu.Unlock()
+	s.mu.RLock() // Peek: Refresh, once per batch run, keeps the recency
+	sess, ok := s.sessions.Peek(id)
+	s.mu.RUnlock()
 	if ok {
 		return sess
 	}
