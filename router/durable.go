@@ -12,7 +12,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
-	"github.com/toolbus/toolbus/tracing"
 )
 
 // workQueue is the executor of durable tools (PROTOCOL.md 5.5): the call
@@ -26,24 +25,12 @@ type workQueue struct{ r *Router }
 
 func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
 	r, l := x.r, x.r.led
-	key := j.key()
 	deadline, timeout := callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
 	if timeout <= 0 {
 		return timeoutResult(j.call, 0)
 	}
-	if res, ok := l.recorded(key); ok {
-		l.hits()
-		return res
-	}
-	switch how, claim := l.claim(ctx, key, timeout); how {
-	case duplicate:
-		return l.wait(ctx, key, j.call, timeout)
-	case failed:
-		if ctx.Err() != nil {
-			return interrupted(j.call)
-		}
-		return unavailableLedger(j.call)
-	default:
+	return l.claimed(ctx, j, timeout, func(claim ledgerEntry) bus.Result {
+		key := j.key()
 		if err := x.publish(ctx, j, deadline); err != nil {
 			r.log.Warn("router: durable call not queued", "key", key, "err", err)
 			l.abandon(key, claim.Claim)
@@ -66,7 +53,7 @@ func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
 			end = interrupted(j.call)
 		}
 		return l.end(key, claim, end)
-	}
+	})
 }
 
 // publish puts the call in the tool's work queue, its exec event as for a
@@ -74,13 +61,10 @@ func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
 // claim taken again after it was abandoned, is one message.
 func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
 	r := x.r
-	e, err := bus.NewEvent(bus.TypeExec, r.source, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1})
+	e, err := r.execEvent(ctx, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
 	if err != nil {
 		return err
 	}
-	e.SessionID, e.ReplyID, e.ToolCallID = j.session, j.replyID, j.call.ID
-	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
-	e.TraceParent, e.TraceState = tracing.Inject(ctx, j.trace[0], j.trace[1])
 	m, err := e.Msg(r.subj.Work(j.call.Name))
 	if err != nil {
 		return err

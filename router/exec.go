@@ -104,13 +104,10 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 			req.State = json.RawMessage(`{}`)
 		}
 	}
-	e, err := bus.NewEvent(bus.TypeExec, r.source, req)
+	e, err := r.execEvent(ctx, j, req, deadline)
 	if err != nil {
 		return internal(j.call, err), false
 	}
-	e.SessionID, e.ReplyID, e.ToolCallID = j.session, j.replyID, j.call.ID
-	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
-	e.TraceParent, e.TraceState = tracing.Inject(ctx, j.trace[0], j.trace[1])
 	// The worker's context ends at the deadline; its reply ("context
 	// deadline exceeded") may then race the router's own timer, so the
 	// router waits a little longer and judges by the clock.
@@ -139,6 +136,19 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 		return timeoutResult(j.call, timeout), true
 	}
 	return res, false
+}
+
+// execEvent is the io.toolbus.exec of job j (PROTOCOL.md 5.1), for a core
+// request and a durable call's work message alike.
+func (r *Router) execEvent(ctx context.Context, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
+	e, err := bus.NewEvent(bus.TypeExec, r.source, req)
+	if err != nil {
+		return nil, err
+	}
+	e.SessionID, e.ReplyID, e.ToolCallID = j.session, j.replyID, j.call.ID
+	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
+	e.TraceParent, e.TraceState = tracing.Inject(ctx, j.trace[0], j.trace[1])
+	return e, nil
 }
 
 // callDeadline is when a call started at now must end: its tool's timeout,

@@ -284,22 +284,31 @@ func (l *ledger) stop(ctx context.Context) error {
 }
 
 // once runs j through next at most once per call key within the dedupe
-// window: the first claim runs it and records the result; a duplicate
-// (a re-sent batch, on any router) gets the recorded result, waiting for
-// it while the first run is still going.
+// window, recording its result.
 func (l *ledger) once(ctx context.Context, j *job, next executor) bus.Result {
-	key := j.key() // the same key as in P_parked
 	def := &j.tool.Def
 	timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
+	return l.claimed(ctx, j, timeout, func(claim ledgerEntry) bus.Result {
+		res := next.exec(ctx, j)
+		l.record(j.key(), claim, res)
+		return res
+	})
+}
+
+// claimed is the one dedupe decision for a call key: the first claim runs
+// run (which records the result in the entry), a duplicate (a re-sent
+// batch, on any router) gets the recorded result, waiting for it while the
+// first run is still going, and a claim that cannot be written answers
+// unavailable. timeout is how long the run may take.
+func (l *ledger) claimed(ctx context.Context, j *job, timeout time.Duration, run func(claim ledgerEntry) bus.Result) bus.Result {
+	key := j.key() // the same key as in P_parked
 	if res, ok := l.recorded(key); ok {
 		l.hits()
 		return res
 	}
 	switch how, claim := l.claim(ctx, key, timeout); how {
 	case claimed:
-		res := next.exec(ctx, j)
-		l.record(key, claim, res)
-		return res
+		return run(claim)
 	case duplicate:
 		return l.wait(ctx, key, j.call, timeout)
 	default:
