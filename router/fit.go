@@ -1,9 +1,7 @@
 package router
 
 import (
-	"context"
 	"fmt"
-	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
@@ -45,9 +43,8 @@ func (b *batch) fit(c *callState, res bus.Result) bus.Result {
 	}
 	c.size = resultOverhead // held while its output is stored
 	b.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), offload.PutTimeout+5*time.Second)
-	defer cancel()
-	out, err := b.r.outputs.Fit(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), res.Output, int(taken)+fitReserve, dup)
+	// Fit bounds its own store writes (offload.PutTimeout), past a cancel too.
+	out, err := b.r.outputs.Fit(b.ctx, bus.CallKey(b.session, b.replyID, c.call.ID), res.Output, int(taken)+fitReserve, dup)
 	if err != nil {
 		return internal(c.call, fmt.Errorf("the batch's results do not fit in one message and this output could not be stored: %w", err))
 	}
