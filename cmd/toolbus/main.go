@@ -50,6 +50,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"call", "<tool> ['<json input>']", "call one tool and print its result", runCall},
+		{"turn", "[--format openai|openai-responses|anthropic|gemini] < assistant.json", "run the tool calls of a model's assistant message and print the tool-result messages its API expects", runTurn},
 		{"tools", "", "list the tools and groups a session's model sees", runTools},
 		{"watch", "", "print a session's events as they happen", runWatch},
 		{"cancel", "<reply-id> [call-id...]", "interrupt the running and parked calls of a reply", runCancel},
