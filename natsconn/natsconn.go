@@ -115,7 +115,11 @@ func (c *Config) registerAuth(fs *flag.FlagSet, skip []string) {
 	str(&c.Creds, "creds", "JWT user credentials file ($NATS_CREDS)")
 	str(&c.NKey, "nkey", "user nkey seed file ($NATS_NKEY)")
 	str(&c.User, "user", "NATS user name; without --password it is a token ($NATS_USER)")
-	str(&c.User, "nats-user", "the same as --user")
+	natsUser := "the same as --user"
+	if slices.Contains(skip, "user") { // this command's --user is its own
+		natsUser = "NATS user name; without --password it is a token ($NATS_USER)"
+	}
+	str(&c.User, "nats-user", natsUser)
 	if !slices.Contains(skip, "password") {
 		secret(fs, &c.Password, "password", "password of the NATS user ($NATS_PASSWORD)")
 	}

@@ -32,6 +32,9 @@ func main() { cli.Main("router", run) }
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if cli.WantsHelp(args) {
+		fs.SetOutput(stdout) // help asked for goes to stdout, exit 0
+	}
 	natsURL := fs.String("nats", "", "NATS server URL to join; empty starts an embedded nats-server with JetStream")
 	listen := fs.String("listen", "127.0.0.1:4222", "host:port of the embedded nats-server")
 	data := fs.String("data", "", "JetStream store directory of the embedded server (default: a directory under the system temp dir)")

@@ -22,7 +22,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -74,24 +73,30 @@ func init() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		usage(stderr)
-		return errors.New("no command given")
+		usage(stdout)
+		return flag.ErrHelp
 	}
 	name, rest := args[0], args[1:]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		if len(rest) > 0 {
-			if c, ok := lookup(rest[0]); ok {
-				return c.run(ctx, []string{"-h"}, stdout, stderr)
-			}
+		if len(rest) == 0 {
+			usage(stdout)
+			return flag.ErrHelp
 		}
-		usage(stderr)
-		return flag.ErrHelp
+		c, ok := lookup(rest[0])
+		if !ok {
+			usage(stderr)
+			return fmt.Errorf("no help topic %q: it is not a command", rest[0])
+		}
+		return c.run(ctx, []string{"-h"}, stdout, stdout)
 	}
 	c, ok := lookup(name)
 	if !ok {
 		usage(stderr)
 		return fmt.Errorf("unknown command %q", name)
+	}
+	if cli.WantsHelp(rest) {
+		stderr = stdout // the usage the flag set prints is the help asked for
 	}
 	return c.run(ctx, rest, stdout, stderr)
 }
@@ -140,11 +145,10 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 		cn.nats.RegisterFlags(fs)
 	}
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
+	common := cli.FlagNames(fs)
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolbus %s %s [flags]\n\n%s.\n\nflags:\n", c.name, c.args, c.summary)
-		fs.PrintDefaults()
-	}
+	fs.Usage = cli.GroupedUsage(fs, fmt.Sprintf("usage: toolbus %s %s [flags]\n\n%s.\n", c.name, c.args, c.summary),
+		common, "connection flags (as the nats CLI's, from the same environment variables; docs/security.md):")
 	return fs, cn
 }
 

@@ -37,6 +37,9 @@ const drainTimeout = 30 * time.Second
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("toolworker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if cli.WantsHelp(args) {
+		fs.SetOutput(stdout) // help asked for goes to stdout, exit 0
+	}
 	conn := natsconn.FromEnv()
 	conn.RegisterFlags(fs)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
