@@ -56,14 +56,14 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeConn()
 	replyID := client.NewReplyID()
-	batch := bus.Batch{Calls: []bus.Call{{ID: callID, Name: groups.ResetTools, Input: resetInput(pos)}}}
+	batch := bus.Batch{Calls: []bus.Call{{ID: callIDFor(replyID, 0, 1), Name: groups.ResetTools, Input: resetInput(pos)}}}
 	reply, err := cl.Call(ctx, cn.session, batch, client.WithReplyID(replyID))
 	if err != nil {
 		return callError(ctx, cl, cn.session, replyID, err, *asJSON, stdout)
 	}
 	if len(reply.Results) != 1 {
 		// reset_tools runs in the router and never parks; say so if it did.
-		renderReply(stdout, reply)
+		renderReply(stdout, reply, cn.session, replyID)
 		return fmt.Errorf("%s did not finish in reply %s", groups.ResetTools, replyID)
 	}
 	res := reply.Results[0]

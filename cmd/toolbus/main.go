@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 
@@ -129,6 +130,10 @@ type conn struct {
 	session string
 }
 
+// toolbusUserCommands are the commands whose --user is the toolbus
+// (runtime) user rather than the NATS one.
+var toolbusUserCommands = []string{"call", "tools", "turn", "skills", "mcp"}
+
 // defaultSession is the session of the command line unless --session says.
 const defaultSession = "cli"
 
@@ -138,8 +143,8 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cn := &conn{nats: natsconn.FromEnv()}
-	// skills and mcp use --user for the toolbus user; their NATS user is --nats-user.
-	if name == "skills" || name == "mcp" {
+	// These use --user for the toolbus user; their NATS user is --nats-user.
+	if slices.Contains(toolbusUserCommands, name) {
 		cn.nats.RegisterFlagsWithout(fs, "user")
 	} else {
 		cn.nats.RegisterFlags(fs)

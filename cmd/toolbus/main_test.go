@@ -110,7 +110,7 @@ func TestCallJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &reply); err != nil {
 		t.Fatalf("output is not a reply: %v\n%s", err, out)
 	}
-	if len(reply.Results) != 1 || reply.Results[0].ID != callID || reply.Results[0].Output[0].Text != "hi" {
+	if len(reply.Results) != 1 || reply.Results[0].ID != "call-r-json" || reply.Results[0].Output[0].Text != "hi" {
 		t.Fatalf("reply: %+v", reply)
 	}
 }
@@ -166,11 +166,11 @@ func TestCancel(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("block never started")
 	}
-	out, _, err := exec(t.Context(), "cancel", "r-cancel", callID, "--nats", d.url)
+	out, _, err := exec(t.Context(), "cancel", "r-cancel", "call-r-cancel", "--nats", d.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != "cancel sent: calls call_1 of reply r-cancel in session cli\n" {
+	if out != "cancel sent: calls call-r-cancel of reply r-cancel in session cli\n" {
 		t.Fatalf("cancel output %q", out)
 	}
 	select {

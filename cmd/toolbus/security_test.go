@@ -91,7 +91,7 @@ func TestSecuredDeployment(t *testing.T) {
 		t.Fatalf("call as agent: %v\n%s%s", err, out, errOut)
 	}
 	// A wrong login says so.
-	_, _, err = exec(t.Context(), "tools", "--nkey", "", "--user", "nobody", "--password", "x")
+	_, _, err = exec(t.Context(), "tools", "--nkey", "", "--nats-user", "nobody", "--password", "x")
 	if err == nil || !strings.Contains(err.Error(), `refused the login with user "nobody"`) {
 		t.Fatalf("a wrong password: %v", err)
 	}
