@@ -58,7 +58,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		batch.Context = json.RawMessage(*rctx)
 	}
 
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}

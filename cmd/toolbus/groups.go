@@ -22,7 +22,7 @@ func runGroups(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 0 {
 		return usageError(fs, "groups takes no arguments, got %q", pos[0])
 	}
-	cl, closeConn, err := cn.open(fs)
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	cl, closeConn, err := cn.open(fs)
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}

@@ -22,10 +22,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -99,7 +101,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cli.WantsHelp(rest) {
 		stderr = stdout // the usage the flag set prints is the help asked for
 	}
-	return c.run(ctx, rest, stdout, stderr)
+	ctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	err := c.run(context.WithValue(ctx, abortKey{}, abort), rest, stdout, stderr)
+	var refused *refusedError
+	if err != nil && errors.As(context.Cause(ctx), &refused) {
+		return refused // the refusal, not the cancelled wait it caused
+	}
+	return err
 }
 
 func lookup(name string) (command, bool) {
@@ -159,8 +168,8 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 
 // dial connects to NATS and returns a client of the deployment; close ends
 // the connection.
-func (cn *conn) dial() (cl *client.Client, close func(), err error) {
-	nc, err := cn.connect()
+func (cn *conn) dial(ctx context.Context) (cl *client.Client, close func(), err error) {
+	nc, err := cn.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -168,14 +177,36 @@ func (cn *conn) dial() (cl *client.Client, close func(), err error) {
 }
 
 // connect connects to NATS with the shared flags (URLs, credentials, TLS).
-func (cn *conn) connect() (*nats.Conn, error) { return cn.nats.Connect("toolbus-cli") }
+// A permissions violation the server reports on it ends the command at
+// once (abortOnRefusal), instead of leaving a request to its timeout.
+func (cn *conn) connect(ctx context.Context) (*nats.Conn, error) {
+	return cn.nats.Connect("toolbus-cli", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			if abort, ok := ctx.Value(abortKey{}).(context.CancelCauseFunc); ok {
+				abort(&refusedError{err: err})
+			}
+		}
+	}))
+}
+
+// abortKey holds the command's context.CancelCauseFunc (set by run).
+type abortKey struct{}
+
+// refusedError is a permissions violation that ended a command.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("%v: these credentials' role may not do this (docs/security.md, Roles; log in as the role the command needs, e.g. the operator for admin verbs, the approver for confirm)", e.err)
+}
+
+func (e *refusedError) Unwrap() error { return e.err }
 
 // open checks --session and connects: the start of most subcommands.
-func (cn *conn) open(fs *flag.FlagSet) (*client.Client, func(), error) {
+func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, func(), error) {
 	if err := checkSession(fs, cn.session); err != nil {
 		return nil, nil, err
 	}
-	return cn.dial()
+	return cn.dial(ctx)
 }
 
 // parse parses args with fs, allowing flags after positional arguments

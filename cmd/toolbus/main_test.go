@@ -170,8 +170,12 @@ func TestCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != "cancel sent: calls call-r-cancel of reply r-cancel in session cli\n" {
+	if out != "cancelled: call-r-cancel of reply r-cancel in session cli\n" {
 		t.Fatalf("cancel output %q", out)
+	}
+	_, _, err = exec(t.Context(), "cancel", "r-nosuch", "--wait", "200ms", "--nats", d.url)
+	if err == nil || !strings.Contains(err.Error(), "nothing was cancelled: no call of reply r-nosuch in session cli") {
+		t.Fatalf("cancel of an unknown reply: %v", err)
 	}
 	select {
 	case o := <-done:

@@ -15,7 +15,7 @@ func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	cl, closeConn, err := cn.open(fs)
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}

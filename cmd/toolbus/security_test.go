@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -94,6 +95,19 @@ func TestSecuredDeployment(t *testing.T) {
 	_, _, err = exec(t.Context(), "tools", "--nkey", "", "--nats-user", "nobody", "--password", "x")
 	if err == nil || !strings.Contains(err.Error(), `refused the login with user "nobody"`) {
 		t.Fatalf("a wrong password: %v", err)
+	}
+	// A verb the role may not use fails at once with the server's refusal,
+	// not after a request timeout.
+	for _, args := range [][]string{{"activate", "admin", "--session", "s1"}, {"parked"}, {"status"}, {"session", "mode", "bypass", "--session", "s1"}} {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+		_, _, err := exec(ctx, args...)
+		cancel()
+		var refused *refusedError
+		if !errors.As(err, &refused) || !strings.Contains(err.Error(), "permissions violation") {
+			t.Errorf("%v as session-s1: %v, want the permissions violation", args, err)
+		}
+		t.Logf("%v refused after %v", args, time.Since(start))
 	}
 }
 

@@ -33,12 +33,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 0 {
 		return usageError(fs, "status takes no arguments")
 	}
-	nc, err := cn.connect()
+	nc, err := cn.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}

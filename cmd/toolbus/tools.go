@@ -32,7 +32,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if q.User, err = jsonOrString(fs, "--user", *user); err != nil {
 		return err
 	}
-	cl, closeConn, err := cn.open(fs)
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}

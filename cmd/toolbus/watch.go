@@ -27,7 +27,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
