@@ -106,3 +106,26 @@ func TestCallBatch(t *testing.T) {
 		t.Fatalf("--batch with a tool: %v", err)
 	}
 }
+
+// TestWatchJSON: watch --json prints each event as one line of JSON.
+func TestWatchJSON(t *testing.T) {
+	d := newDeployment(t)
+	stdout, stderr, stop := background(t, "watch", "--json", "--session", "w2", "--nats", d.url)
+	waitOutput(t, stderr, "watching toolbus.events.w2")
+	if _, err := d.client.Call(t.Context(), "w2", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hi"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, stdout, `"type":"io.toolbus.batch.done"`)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var e struct {
+			Type      string `json:"type"`
+			SessionID string `json:"sessionid"`
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil || e.SessionID != "w2" || !strings.HasPrefix(e.Type, "io.toolbus.") {
+			t.Fatalf("line %q: %v", line, err)
+		}
+	}
+}
