@@ -129,3 +129,29 @@ func TestWatchJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupsPutRm: groups put stores a definition from YAML, the session
+// lists it, groups rm removes it, and a bad definition is refused.
+func TestGroupsPutRm(t *testing.T) {
+	d := newDeployment(t)
+	file := filepath.Join(t.TempDir(), "ops.yaml")
+	if err := os.WriteFile(file, []byte("name: ops\ndescription: Deploy and roll back.\nscope: meta\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := exec(t.Context(), "groups", "put", file, "--nats", d.url); err != nil || out != "stored group ops\n" {
+		t.Fatalf("put: %v %q", err, out)
+	}
+	out, _, err := exec(t.Context(), "groups", "--nats", d.url)
+	if err != nil || !strings.Contains(out, "ops") {
+		t.Fatalf("groups: %v\n%s", err, out)
+	}
+	if out, _, err := exec(t.Context(), "groups", "rm", "ops", "--nats", d.url); err != nil || out != "removed group ops\n" {
+		t.Fatalf("rm: %v %q", err, out)
+	}
+	if err := os.WriteFile(file, []byte("name: ops\nscope: sideways\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := exec(t.Context(), "groups", "put", file, "--nats", d.url); err == nil || !strings.Contains(err.Error(), "bad_request") {
+		t.Fatalf("a bad group: %v", err)
+	}
+}

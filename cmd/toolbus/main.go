@@ -56,7 +56,7 @@ func init() {
 		{"tools", "", "list the tools and groups a session's model sees", runTools},
 		{"watch", "", "print a session's events as they happen", runWatch},
 		{"cancel", "<reply-id> [call-id...]", "interrupt the running and parked calls of a reply", runCancel},
-		{"groups", "", "list a session's tool groups, active ones marked [x]", runGroups},
+		{"groups", "[put FILE | rm NAME]", "list a session's tool groups, active ones marked [x]; put stores a group definition (YAML or JSON), rm removes one", runGroups},
 		{"reset", "[group...]", "activate exactly these meta groups with reset_tools (none given: all off)", runReset},
 		{"session", "show | mode <mode>", "show a session's groups, mode and rules, or set its permission mode", runSession},
 		{"activate", "<group...>", "activate (or with --off deactivate) external-scope groups for a session", runActivate},
