@@ -12,13 +12,16 @@
 package natsconn
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -249,6 +252,34 @@ func (c Config) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 		return nil, c.explain(err)
 	}
 	return nc, nil
+}
+
+// ConnectWait is Connect for a long-running process that may start before
+// its servers (a compose file or systemd units starting both at once): while
+// no server answers it logs once that it waits, then retries with a growing
+// pause (at most 2 s) until one does or ctx ends. Any other failure (a
+// refused login, bad TLS, bad flags) returns at once.
+func (c Config) ConnectWait(ctx context.Context, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	pause := 100 * time.Millisecond
+	for logged := false; ; {
+		nc, err := c.Connect(name, extra...)
+		if err == nil || !errors.Is(err, nats.ErrNoServers) {
+			if err == nil && logged && log != nil {
+				log.Info("connected to NATS", "url", Redact(nc.ConnectedUrl()))
+			}
+			return nc, err
+		}
+		if !logged && log != nil {
+			log.Info("waiting for NATS", "servers", Redact(c.Servers()), "error", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, context.Cause(ctx))
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
 }
 
 func (c Config) explain(err error) error {

@@ -95,8 +95,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if url == "" {
 		dir := *data
 		if dir == "" {
-			dir = os.TempDir() + "/toolbus-data"
+			// One store per listen address: two routers on one machine
+			// never share a store by accident.
+			dir = filepath.Join(os.TempDir(), "toolbus-data-"+strings.NewReplacer(":", "-", "[", "", "]", "").Replace(*listen))
 		}
+		unlock, err := lockStore(dir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 		s, err := embedded.Start(embedded.Config{Listen: *listen, StoreDir: dir, ConfigFile: *natsConfig})
 		if err != nil {
 			return err
@@ -113,7 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// Workers of a secured deployment send results there; harmless elsewhere.
 		conn.InboxPrefix = security.RouterInbox
 	}
-	nc, err := conn.Connect("toolbus-router", nats.MaxReconnects(-1))
+	nc, err := conn.ConnectWait(ctx, "toolbus-router", log, nats.MaxReconnects(-1))
 	if err != nil {
 		return err
 	}
