@@ -84,6 +84,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *mcpConfig != "" && !flagSet(fs, "demo") {
 		*demo = false
 	}
+	if !*demo && !*withBuiltin && *mcpConfig == "" {
+		return errors.New("nothing to serve: --demo=false without --builtin or --mcp-config")
+	}
 	nc, err := conn.ConnectWait(ctx, "toolbus-worker", log, nats.MaxReconnects(-1))
 	if err != nil {
 		return err
@@ -122,9 +125,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer stop()
 		names = append(slices.Clone(names), "MCP servers of "+*mcpConfig)
-	}
-	if len(names) == 0 {
-		return errors.New("nothing to serve: --demo=false without --builtin or --mcp-config")
 	}
 	if err := w.Start(ctx); err != nil {
 		return err
