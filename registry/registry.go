@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -487,6 +488,9 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	}
 	if d.RuleMatcher != bus.MatcherNone && d.RuleField == "" {
 		return "rule_field is required with rule_matcher " + d.RuleMatcher, nil
+	}
+	if d.PathBase != "" && (!filepath.IsAbs(d.PathBase) || filepath.Clean(d.PathBase) != d.PathBase) {
+		return fmt.Sprintf("path_base %q must be a clean absolute path", d.PathBase), nil
 	}
 	if d.Durable && d.External {
 		return "an external tool cannot be durable: its calls already wait, durably, for their handler", nil
