@@ -19,10 +19,10 @@ import (
 
 // ledgerEntry is the P_ledger record of one call that is not read-only.
 type ledgerEntry struct {
-	State    string      `json:"state"` // running, done or abandoned
-	Router   string      `json:"router"`
-	Claim    string      `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
-	Deadline time.Time   `json:"deadline"`
+	State    string    `json:"state"` // running, done or abandoned
+	Router   string    `json:"router"`
+	Claim    string    `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
+	Deadline time.Time `json:"deadline"`
 	// Touched is the lease of a running claim: its router renews it every
 	// heartbeat while the call runs (as the lease of an answered parked
 	// call, PROTOCOL.md 6.1), and a re-send that finds it stale knows the
@@ -71,7 +71,7 @@ type ledger struct {
 	health *store.Health
 
 	mu      sync.Mutex
-	pending map[string]bus.Result    // recorded results that have not landed yet
+	pending map[string]bus.Result   // recorded results that have not landed yet
 	held    map[string]*ledgerEntry // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
 	seq     atomic.Uint64
@@ -83,7 +83,7 @@ type ledgerConfig struct {
 	router string
 	log    *slog.Logger
 	hits   func()
-	lease  time.Duration  // zero: three default heartbeats
+	lease  time.Duration // zero: three default heartbeats
 	health *store.Health // nil: not noted
 }
 
