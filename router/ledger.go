@@ -290,7 +290,7 @@ func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) bus.Resul
 	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
 	defer cancel()
 	_, err := l.kv.Update(ctx, key, val, claim.rev)
-	l.health.Note(err)
+	isFull := l.health.Note(err)
 	if err == nil {
 		return res
 	}
@@ -324,6 +324,9 @@ func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) bus.Resul
 		delete(l.pending, key)
 		l.mu.Unlock()
 	}()
+	if isFull {
+		return res // it lands when space comes back; the agent need not wait for that
+	}
 	select { // the rest of recordWait
 	case <-landed:
 	case <-ctx.Done():
@@ -589,6 +592,19 @@ func storeFull(c bus.Call, h *store.Health) bus.Result {
 	}
 	return bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf(
 		"InternalError: %s: JetStream refused to record the call of tool '%s' (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
+}
+
+// storeFullOr is res, a call's "No live worker" result, unless the store
+// is full: then the workers' heartbeats are refused too, and the honest
+// answer is that the store is full (PROTOCOL.md 3.3, `internal`).
+func storeFullOr(c bus.Call, h *store.Health, res *bus.Result) *bus.Result {
+	full, why, _ := h.Full()
+	if !full {
+		return res
+	}
+	r := bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf(
+		"InternalError: %s: no live worker of tool '%s' can be seen while JetStream refuses the workers' heartbeats (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
+	return &r
 }
 
 func unavailableLedger(c bus.Call) bus.Result {

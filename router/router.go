@@ -270,7 +270,7 @@ func (r *Router) Start(ctx context.Context) error {
 		r.Stop()
 		return err
 	}
-	if r.events, err = newEventSink(r.nc, r.log); err != nil {
+	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
 		r.Stop()
 		return err
 	}
