@@ -234,3 +234,124 @@ func TestClusterStoreFull(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClusterRouterSIGKILL is TestClusterRouterKilledMidCall with the
+// router a real process killed with SIGKILL (cmd/router, replicas 3): the
+// batches re-sent to the router started in its place are answered within
+// 5 s of the dead router's lease running out (or of the new router
+// serving, when that comes later), each call once, none run twice.
+func TestClusterRouterSIGKILL(t *testing.T) {
+	bin := buildRouter(t)
+	cl := bustest.RunCluster(t)
+	nc := bustest.ConnectURL(t, cl.URLs(2))
+	c := client.New(nc, client.Config{Source: "test/agent"})
+	lease := 3 * testHeartbeat
+	args := func(id string) []string {
+		return []string{"--replicas", "3", "--builtin=false", "--id", id, "--heartbeat", testHeartbeat.String(), "--lease", lease.String()}
+	}
+	a := startRouterArgs(t, bin, append([]string{"--nats", cl.URLs(0)}, args("A")...)...)
+	check := newLedgerCheck()
+	var sig signals
+	w, err := worker.New(bustest.ConnectURL(t, cl.URLs(2)), worker.Config{Heartbeat: testHeartbeat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle(t, w, bus.ToolDef{Name: "charge", Description: "Charges once.", ConcurrencySafe: true,
+		Permission: bus.PermissionAllow, InputSchema: objectSchema(`{}`), TimeoutMS: 60000},
+		func(ctx context.Context, call *worker.Call) (*bus.ExecResult, error) {
+			key := call.SessionID + "/" + call.ReplyID + "/" + call.ID
+			check.ran(key)
+			sig.fire(key + "/started")
+			if !sig.wait(ctx, "release") {
+				return nil, fmt.Errorf("never released")
+			}
+			return textResult("charged " + call.ID), nil
+		})
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sig.fire("release"); _ = w.Drain(context.Background()) })
+	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		list, err := c.Tools(t.Context(), "s1", "", nil)
+		if err != nil {
+			return err
+		}
+		for _, tool := range list.Tools {
+			if strings.Contains(string(tool), `"charge"`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("charge not listed yet")
+	})
+	const batches = 4
+	calls := []bus.Call{{ID: "c1", Name: "charge"}, {ID: "c2", Name: "charge"}}
+	for i := range batches {
+		if _, err := c.Publish("s1", bus.Batch{Calls: calls}, client.WithReplyID(fmt.Sprintf("r%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range batches {
+		for _, call := range calls {
+			waitClosed(t, sig.ch(fmt.Sprintf("s1/r%d/%s/started", i, call.ID)), "a call to start")
+		}
+	}
+	if err := a.cmd.Process.Kill(); err != nil { // SIGKILL: no drain, no goodbye
+		t.Fatal(err)
+	}
+	_ = a.cmd.Wait()
+	killed := time.Now()
+	startRouterArgs(t, bin, append([]string{"--nats", cl.URLs(1)}, args("B")...)...)
+	serving := time.Now()
+	from := killed.Add(lease)
+	if serving.After(from) {
+		from = serving
+	}
+	answers := make([]*bus.Reply, batches)
+	at := make([]time.Time, batches)
+	var wg sync.WaitGroup
+	for i := range batches {
+		wg.Go(func() {
+			for ctx := t.Context(); ctx.Err() == nil; {
+				cctx, cancel := context.WithTimeout(ctx, 3*bound)
+				r, err := c.Call(cctx, "s1", bus.Batch{Calls: calls}, client.WithReplyID(fmt.Sprintf("r%d", i)))
+				cancel()
+				if err == nil {
+					answers[i], at[i] = r, time.Now()
+					return
+				}
+				if !strings.Contains(err.Error(), "no responders") || time.Since(serving) > bound {
+					t.Errorf("re-send r%d: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	sig.fire("release")
+	var slowest time.Duration
+	for i, r := range answers {
+		slowest = max(slowest, at[i].Sub(killed))
+		if late := at[i].Sub(from); late > 5*time.Second {
+			t.Errorf("re-send r%d answered %v after the lease ran out (or the new router served)", i, late)
+		}
+		checkCallOrder(t, calls, r.Results)
+		for _, res := range r.Results {
+			check.saw(fmt.Sprintf("s1/r%d/%s", i, res.ID), res)
+			wantFailure(t, res, bus.StateError, bus.CodeUnknownOutcome, "UnknownOutcomeError: The earlier run of tool 'charge' for this call did not report back; it may or may not have taken effect.")
+		}
+	}
+	t.Logf("SIGKILL: the new router served %v after the kill; every re-send answered within %v of the kill (lease %v)", serving.Sub(killed), slowest, lease)
+	check.mu.Lock()
+	defer check.mu.Unlock()
+	for key, n := range check.runs {
+		if n != 1 {
+			t.Errorf("%s ran %d times", key, n)
+		}
+	}
+	for _, ch := range check.changed {
+		t.Errorf("answered two ways: %s", ch)
+	}
+}
