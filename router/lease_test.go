@@ -190,6 +190,7 @@ type fakeKV struct {
 	val                []byte
 	rev                uint64
 	watchers           []chan jetstream.KeyValueEntry
+	refuse             error // when set, every write fails with it
 }
 
 type fakeEntry struct {
@@ -238,6 +239,9 @@ func (k *fakeKV) Create(ctx context.Context, key string, val []byte, _ ...jetstr
 func (k *fakeKV) Update(_ context.Context, key string, val []byte, last uint64) (uint64, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.refuse != nil {
+		return 0, k.refuse
+	}
 	if last != k.rev {
 		return 0, jetstream.ErrKeyExists
 	}
@@ -282,6 +286,26 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			}
 			if took <= lease || took > lease+pollEvery(lease) {
 				t.Fatalf("answered %v after the last renewal; the lease is %v, the poll %v", took, lease, pollEvery(lease))
+			}
+		})
+	})
+	t.Run("dead router, store full", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			kv := &fakeKV{}
+			owner := newLedger(kv, ledgerConfig{router: "dead", lease: lease})
+			h := &store.Health{}
+			waiter := newLedger(kv, ledgerConfig{router: "b", lease: lease, health: h})
+			owner.claim(t.Context(), "k", time.Hour)
+			kv.mu.Lock()
+			kv.refuse = &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}
+			kv.mu.Unlock()
+			start := time.Now()
+			r, _ := waiter.wait(t.Context(), "k", waitFor{call: call, timeout: time.Hour})
+			if r.Error == nil || r.Error.Code != bus.CodeUnknownOutcome || time.Since(start) > lease+pollEvery(lease) {
+				t.Fatalf("after %v: %+v", time.Since(start), r)
+			}
+			if full, _, _ := h.Full(); !full {
+				t.Fatal("the refused takeover did not mark the store full")
 			}
 		})
 	})

@@ -431,9 +431,15 @@ func (l *ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 		case <-ctx.Done():
 			return interrupted(w.call), nil
 		case <-expired:
-			return timeoutResult(w.call, w.expiry.Sub(start).Round(time.Millisecond)), nil
+			return timeoutResult(w.call, max(w.expiry.Sub(start), 0).Round(time.Millisecond)), nil
 		case now := <-poll.C:
-			if !reread && (last == nil || !stale(*last, now, seen, l.lease)) {
+			switch {
+			case reread:
+			case last == nil: // the watch has not delivered the entry yet
+				if now.Sub(start) < l.lease {
+					continue
+				}
+			case !stale(*last, now, seen, l.lease):
 				continue
 			}
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -508,7 +514,16 @@ func (l *ledger) takeOver(ctx context.Context, key string, le ledgerEntry, w wai
 	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	rev, err := l.kv.Update(uctx, key, val, le.rev)
 	cancel()
-	l.health.Note(err)
+	if l.health.Note(err) {
+		// The store refuses the takeover, and will until someone frees
+		// space: the dead router's call may have run, and nothing more
+		// can be known or recorded now.
+		l.log.Warn("router: stale ledger claim not taken over: store full", "key", key, "err", err)
+		if next.State == ledgerRunning || w.durable {
+			res = unknownOutcome(w.call)
+		}
+		return res, nil, true
+	}
 	if err != nil {
 		if !store.IsConflict(err) {
 			l.log.Warn("router: stale ledger claim not taken over", "key", key, "err", err)
