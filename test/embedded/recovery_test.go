@@ -158,10 +158,22 @@ func TestClusterStoreFull(t *testing.T) {
 				return textResult("looked"), nil
 			})
 	})
-	e.waitLive("charge", "look")
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true, Permission: bus.PermissionAllow})
+	e.waitLive("charge", "look", "ext")
 	wantSuccess(t, e.call(t, "s1", []bus.Call{{ID: "c1", Name: "charge"}}).Results[0], "charged")
+	if r, err := e.client.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "x1", Name: "ext"}}}, client.WithReplyID("parked")); err != nil || len(r.Parked) != 1 {
+		t.Fatalf("the external call did not park: %v %s", err, jsonOf(r))
+	}
 
 	e.setAccountStore(t, 1)
+	// An answer is refused at once, and changes nothing.
+	start := time.Now()
+	actx, acancel := context.WithTimeout(t.Context(), 3*bound)
+	err := e.client.Answer(actx, "ext", "s1", "parked", "x1", bus.Answer{State: "success", Output: bus.Text("answered")})
+	acancel()
+	if err == nil || !strings.Contains(err.Error(), "store full") || time.Since(start) > 5*time.Second {
+		t.Fatalf("an answer with the store full: %v after %v", err, time.Since(start))
+	}
 	defer e.setAccountStore(t, -1)
 	// Every call of a batch fails fast while the store is full: over a few
 	// heartbeats (the workers' beats are refused from now on), each batch
@@ -222,6 +234,11 @@ func TestClusterStoreFull(t *testing.T) {
 		return nil
 	})
 	t.Logf("the store had space again: %d batch(es) until a call succeeded", attempts)
+	actx, acancel = context.WithTimeout(t.Context(), 3*bound)
+	if err := e.client.Answer(actx, "ext", "s1", "parked", "x1", bus.Answer{State: "success", Output: bus.Text("answered")}); err != nil {
+		t.Fatalf("the answer once space came back: %v", err)
+	}
+	acancel()
 	for range 4 {
 		wantSuccess(t, e.call(t, "s1", []bus.Call{{ID: "c1", Name: "charge"}}).Results[0], "charged")
 	}
