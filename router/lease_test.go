@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -365,5 +366,48 @@ func TestStoreFullOr(t *testing.T) {
 	got := storeFullOr(call, &h, &none)
 	if got.Error.Code != bus.CodeInternal || textOf(got.Output) != "InternalError: store full: no live worker of tool 't' can be seen while JetStream refuses the workers' heartbeats (insufficient resources); it did not run. Call it again once the operator has freed space." {
 		t.Fatalf("with the store full: %+v", got)
+	}
+}
+
+// One renewal renews every running claim the router holds, and lets go of
+// those that moved on.
+func TestLedgerRenewMany(t *testing.T) {
+	ls := newTestLedgerLease(t, time.Second, "a", "b")
+	ctx := t.Context()
+	const n = 100
+	for i := range n {
+		if how, _ := ls[0].claim(ctx, fmt.Sprintf("s.r.c%d", i), time.Hour); how != claimed {
+			t.Fatal(how)
+		}
+	}
+	// Another router ends one of them (as a durable call's result, or a
+	// takeover, would).
+	e, err := ls[0].kv.Get(ctx, "s.r.c0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ls[1].kv.Update(ctx, "s.r.c0", []byte(`{"state":"done","router":"b","claim":"other","deadline":"2030-01-01T00:00:00Z"}`), e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(time.Minute).UTC()
+	if err := ls[0].renew(ctx, at); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < n; i++ {
+		e, err := ls[0].kv.Get(ctx, fmt.Sprintf("s.r.c%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var le ledgerEntry
+		if err := json.Unmarshal(e.Value(), &le); err != nil || !le.Touched.Equal(at) || le.State != ledgerRunning {
+			t.Fatalf("claim %d after the renewal: %s", i, e.Value())
+		}
+	}
+	ls[0].mu.Lock()
+	_, held := ls[0].held["s.r.c0"]
+	left := len(ls[0].held)
+	ls[0].mu.Unlock()
+	if held || left != n-1 {
+		t.Fatalf("held after the renewal: c0 %v, %d claims", held, left)
 	}
 }

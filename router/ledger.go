@@ -209,14 +209,32 @@ func (l *ledger) renew(ctx context.Context, now time.Time) error {
 		claims[key] = *h
 	}
 	l.mu.Unlock()
-	var failed error
+	// Concurrently, a few at a time: a router running thousands of long
+	// calls renews them all within the heartbeat, not one round trip after
+	// another.
+	var (
+		mu     sync.Mutex
+		failed error
+		wg     sync.WaitGroup
+		slots  = make(chan struct{}, renewParallel)
+	)
 	for key, c := range claims {
-		if err := l.renewOne(ctx, key, c, now); err != nil {
-			failed = err
-		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := l.renewOne(ctx, key, c, now); err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	return failed
 }
+
+// renewParallel bounds the lease renewals in flight at once.
+const renewParallel = 32
 
 func (l *ledger) renewOne(ctx context.Context, key string, c ledgerEntry, now time.Time) error {
 	for range 2 { // a conflict: read the entry once and try again if it is still ours
