@@ -375,6 +375,16 @@ type Status struct {
 	Groups   int          `json:"groups"`
 	Sessions int          `json:"sessions"`
 	Parked   int          `json:"parked"`
+	// Store is what this router has seen of JetStream's space (PROTOCOL.md 9).
+	Store StoreStatus `json:"store"`
+}
+
+// StoreStatus is Status.Store: State "ok", or "full" with JetStream's
+// reason (Error) and since when (Since), until a write succeeds again.
+type StoreStatus struct {
+	State string     `json:"state"`
+	Error string     `json:"error,omitempty"`
+	Since *time.Time `json:"since,omitempty"`
 }
 
 // ToolStatus is one tool in Status.

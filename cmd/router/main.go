@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sessionCache := fs.Int("session-cache", 0, "sessions kept decoded in memory (0: 10000); each batch reads its session from KV anyway")
 	eventsMemory := fs.Bool("events-memory", false, "keep the session events stream in memory (parked calls, sessions and the ledger stay on disk); only for a new deployment")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
+	lease := fs.Duration("lease", 0, "how long a router's claim on a call lives without renewal (renewed every heartbeat); 0 means three heartbeats")
 	id := fs.String("id", "", "router instance id (default: random)")
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
 	workdir := fs.String("workdir", "", "base directory of the built-in file tools and shell; empty serves neither")
@@ -131,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SessionCache: *sessionCache,
 		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
 		Groups:       fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
-		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs})
+		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs, Lease: *lease})
 	if err != nil {
 		return err
 	}
