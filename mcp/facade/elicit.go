@@ -29,6 +29,17 @@ func canElicit(ctx context.Context) bool {
 	return ok && s.GetClientCapabilities().Elicitation != nil
 }
 
+// mayElicit reports whether a confirm park of a call of this session is
+// put to the host's user: only under ConfirmHostUser, and only when the
+// client declared elicitation. Under ConfirmApprovers the host is never
+// asked (the call parks for the approvers), so a host's user cannot
+// confirm at all; under ConfirmHostUser it confirms only the call its own
+// request started (that call's reply id and park), in a session its
+// identity may use, as its own user: never another user's call.
+func (s *session) mayElicit(ctx context.Context) bool {
+	return s.policy == ConfirmHostUser && canElicit(ctx)
+}
+
 // confirmPark is a confirm park of a call, with the call's reply id.
 type confirmPark struct {
 	p       bus.Parked
@@ -106,7 +117,7 @@ func (s *session) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 		return mcp.NewToolResultError(fmt.Sprintf("The request state %q names no call waiting for a decision here: it ended (answered elsewhere, or past its deadline) or another toolbus MCP endpoint holds it.",
 			req.Params.RequestState)), nil
 	}
-	if r, ok := req.Params.InputResponses["confirm"]; ok {
+	if r, ok := req.Params.InputResponses["confirm"]; ok && s.policy == ConfirmHostUser {
 		if err := r.DecodeFor(mcp.MethodElicitationCreate); err == nil && r.Elicitation != nil {
 			s.decide(ctx, p.park.p, p.park.replyID, r.Elicitation)
 		}

@@ -104,7 +104,7 @@ func startEnv(t *testing.T, cluster bool) *env {
 		t.Fatal(err)
 	}
 	e.bus = client.New(e.conn(t, xtest.RoleClient), client.Config{Source: "test/agent"})
-	e.f = New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), Config{Poll: time.Hour, ProgressEvery: 200 * time.Millisecond})
+	e.f = New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), Config{Poll: time.Hour, ProgressEvery: 200 * time.Millisecond, Insecure: true, Confirm: ConfirmHostUser})
 	hs := httptest.NewServer(e.f.Handler())
 	t.Cleanup(func() { hs.Close(); e.f.Close() })
 	e.url = hs.URL
