@@ -265,13 +265,15 @@ func CheckListen(addr string, authenticated, insecure bool) error {
 	if !insecure {
 		return errors.New("facade: the MCP facade requires authentication: --mcp-tokens FILE or --mcp-oauth-issuer/--mcp-oauth-audience/--mcp-oauth-jwks (or --mcp-insecure on a loopback address, for a desktop)")
 	}
-	if !loopback(addr) {
+	if !Loopback(addr) {
 		return fmt.Errorf("facade: --mcp-insecure serves only a loopback address (127.0.0.1:port, [::1]:port, localhost:port), not %q: anyone who reaches it acts with the facade's permissions", addr)
 	}
 	return nil
 }
 
-func loopback(addr string) bool {
+// Loopback reports whether host:port addr is a loopback address (or
+// localhost).
+func Loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false

@@ -139,7 +139,7 @@ func checkJWKSURL(s string) error {
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("facade: JWKS URL %q is not a URL", s)
 	}
-	if u.Scheme == "http" && !loopback(net.JoinHostPort(u.Hostname(), "0")) {
+	if u.Scheme == "http" && !Loopback(net.JoinHostPort(u.Hostname(), "0")) {
 		return fmt.Errorf("facade: JWKS URL %q: plain http only for a loopback host; use https", s)
 	}
 	return nil
