@@ -160,7 +160,9 @@ func (e *env) post(t *testing.T, s string, headers map[string]string) *http.Resp
 	return resp
 }
 
-func bearerOf(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+func bearerOf(tok string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + tok}
+}
 
 // TestTokenAuth: no token, a wrong one, one for another session and a
 // spoofed user header are refused before anything is published; a good

@@ -79,7 +79,9 @@ func startEnv(t *testing.T, cluster bool, mod func(*Config)) *env {
 			worker.Register(w, bus.ToolDef{Name: "hello", Description: "Greets.", ReadOnly: true},
 				func(_ context.Context, _ *worker.Call, in hi) (string, error) { return "hello " + in.Name, nil }),
 			worker.Register(w, bus.ToolDef{Name: "whoami", Description: "The batch's user, as the worker sees it.", ReadOnly: true},
-				func(_ context.Context, c *worker.Call, _ struct{}) (string, error) { return "user " + c.UserString(), nil }),
+				func(_ context.Context, c *worker.Call, _ struct{}) (string, error) {
+					return "user " + c.UserString(), nil
+				}),
 			worker.Register(w, bus.ToolDef{Name: "deploy", Description: "Deploys.", Groups: []string{"ops"}},
 				func(context.Context, *worker.Call, struct{}) (string, error) { return "deployed", nil }),
 			worker.Register(w, bus.ToolDef{Name: "slow", Description: "Reports progress, then ends when released.", ReadOnly: true},
