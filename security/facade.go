@@ -27,6 +27,8 @@ func facade(s bus.Subjects) User {
 	}
 	skills := s.ObjectStore(bus.ObjectSkills)
 	pub = append(pub, watchStream("OBJ_"+skills, "$O."+skills+".M.>")...)
+	// The object store's watch first reads the latest metadata.
+	pub = append(pub, jsAPI+"DIRECT.GET.OBJ_"+skills+".$O."+skills+".M.>")
 	return User{Name: RoleFacade, Role: RoleFacade, InboxPrefix: inbox(RoleFacade), Permissions: Permissions{
 		Publish:   pub,
 		Subscribe: []string{s.Events("*"), inbox(RoleFacade) + ".>"},
