@@ -289,3 +289,30 @@ func TestOAuthFacade(t *testing.T) {
 		t.Fatalf("whoami: %+v %v", r, err)
 	}
 }
+
+// FuzzOAuthAuthenticate: whatever the bearer token, Authenticate answers
+// an error or an identity with a user, never panics, and never accepts
+// what the issuer did not sign.
+func FuzzOAuthAuthenticate(f *testing.F) {
+	is := newIssuer(&testing.T{})
+	dir := f.TempDir()
+	file := filepath.Join(dir, "jwks.json")
+	b, _ := json.Marshal(jose.JSONWebKeySet{Keys: is.keys})
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		f.Fatal(err)
+	}
+	o, err := NewOAuth(f.Context(), OAuthConfig{Issuer: testIssuer, Resource: testResource, JWKS: file})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.")
+	f.Add("a.b.c")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, tok string) {
+		r := httptest.NewRequest(http.MethodPost, "/mcp/s", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		if id, err := o.Authenticate(r); err == nil {
+			t.Fatalf("a token the issuer did not sign was accepted: %q as %+v", tok, id)
+		}
+	})
+}
