@@ -43,7 +43,7 @@ type issuer struct {
 	srv     *httptest.Server
 }
 
-func newIssuer(t *testing.T) *issuer {
+func newIssuer(t testing.TB) *issuer {
 	t.Helper()
 	is := &issuer{}
 	var err error
@@ -294,7 +294,7 @@ func TestOAuthFacade(t *testing.T) {
 // an error or an identity with a user, never panics, and never accepts
 // what the issuer did not sign.
 func FuzzOAuthAuthenticate(f *testing.F) {
-	is := newIssuer(&testing.T{})
+	is := newIssuer(f)
 	dir := f.TempDir()
 	file := filepath.Join(dir, "jwks.json")
 	b, _ := json.Marshal(jose.JSONWebKeySet{Keys: is.keys})
