@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -480,3 +481,30 @@ func heapInUse() uint64 {
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// TestHostUserAuthenticated: an authenticated host_user host confirms its
+// own call through elicitation, one call at a time: it is offered no
+// "allow and remember" (a rule would be the whole session's, for other
+// users too), and sending that choice allows the call without a rule.
+func TestHostUserAuthenticated(t *testing.T) {
+	e := newTokenEnv(t)
+	const s = "a1"
+	if err := e.bus.Admin(t.Context(), "session.mode", s, map[string]string{"mode": "default"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.resetTools(t, s, map[string]bool{"ops": true})
+	el := &elicitor{decision: choiceAllowAlways, asked: make(chan string, 4)}
+	c := e.connectHeaders(t, s, mcp.ProtocolVersion20251125, bearerOf(aliceToken), mcpclient.WithElicitationHandler(el))
+	for range 2 {
+		if r, err := call(t, c, "deploy", map[string]any{}, false); err != nil || r.IsError || textOf(r) != "deployed" {
+			t.Fatalf("deploy confirmed by alice's host: %+v %v", r, err)
+		}
+		bustest.Recv(t, el.asked, bound, "the elicitation (asked every time: no rule was added)")
+	}
+	sess := &session{f: e.f}
+	p := sess.confirmParams(bus.Parked{Name: "deploy"})
+	choices := p.RequestedSchema.(map[string]any)["properties"].(map[string]any)["decision"].(map[string]any)["enum"].([]string)
+	if slices.Contains(choices, choiceAllowAlways) {
+		t.Fatalf("an authenticated host is offered %v", choices)
+	}
+}

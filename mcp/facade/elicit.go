@@ -102,7 +102,7 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 			delete(s.pending, state)
 			s.mu.Unlock()
 		}()
-		return server.NewInputRequestBuilder(state).Elicit("confirm", confirmParams(park.p)).ToolResult(), nil
+		return server.NewInputRequestBuilder(state).Elicit("confirm", s.confirmParams(park.p)).ToolResult(), nil
 	}
 }
 
@@ -139,12 +139,22 @@ func (s *session) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 // waits for the client's retry once the call has ended.
 const resultKept = time.Minute
 
+// remember reports whether the host's user may choose "allow and
+// remember": a rule is the session's, for every user of it, so only an
+// unauthenticated facade (stdio, insecure loopback: one desktop user)
+// offers it; an authenticated host user confirms one call at a time.
+func (s *session) remember() bool { return s.f.cfg.Auth == nil }
+
 // confirmParams is the elicitation that asks the host's user about p.
-func confirmParams(p bus.Parked) mcp.ElicitationParams {
+func (s *session) confirmParams(p bus.Parked) mcp.ElicitationParams {
+	choices := []string{choiceAllow, choiceDeny}
+	if s.remember() {
+		choices = []string{choiceAllow, choiceAllowAlways, choiceDeny}
+	}
 	return mcp.ElicitationParams{Message: fmt.Sprintf("Allow the tool %s to run with input %s?", p.Name, p.Input),
 		RequestedSchema: map[string]any{"type": "object", "required": []string{"decision"},
 			"properties": map[string]any{"decision": map[string]any{"type": "string", "title": "Decision",
-				"enum": []string{choiceAllow, choiceAllowAlways, choiceDeny}}}}}
+				"enum": choices}}}}
 }
 
 // confirm asks the host's user about a confirm park through elicitation
@@ -153,7 +163,7 @@ func confirmParams(p bus.Parked) mcp.ElicitationParams {
 // the park for other approvers; an answer that comes second is ignored,
 // the first answer from anywhere wins.
 func (s *session) confirm(ctx context.Context, p bus.Parked, replyID string) {
-	req := mcp.ElicitationRequest{Params: confirmParams(p)}
+	req := mcp.ElicitationRequest{Params: s.confirmParams(p)}
 	res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, req)
 	if err != nil {
 		return
@@ -174,7 +184,7 @@ func (s *session) decide(ctx context.Context, p bus.Parked, replyID string, res 
 	}
 	yes := decision == choiceAllow || decision == choiceAllowAlways
 	a := bus.Answer{Confirmed: &yes}
-	if decision == choiceAllowAlways {
+	if decision == choiceAllowAlways && s.remember() {
 		a.Rules = []bus.Rule{{Tool: p.Name, Behavior: "allow"}}
 	}
 	if err := s.f.cl.Answer(ctx, p.Name, s.id, replyID, p.ID, a); err != nil {
