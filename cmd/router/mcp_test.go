@@ -1,11 +1,20 @@
 package main
 
 import (
+	"context"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/security"
@@ -79,5 +88,92 @@ func TestMCPFlags(t *testing.T) {
 	if c, err := (&mcpOptions{}).conn(natsconn.Config{NKey: security.SeedFile(sec, security.RoleRouter)}, sec); err != nil ||
 		c.NKey != security.SeedFile(sec, security.RoleFacade) || c.InboxPrefix != "_INBOX.facade" {
 		t.Fatalf("--secure: %+v %v", c, err)
+	}
+}
+
+// TestSecureMCP: router --secure --mcp-listen --mcp-tokens serves the
+// facade on the generated facade user: no token gets 401, a token's
+// call runs; a secure directory without the facade user is refused at
+// start.
+func TestSecureMCP(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte("tokens:\n- {token: "+facade.HashToken("a-token-of-sixteen-chars")+", user: alice, sessions: [s1]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, stderr bustest.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--secure", filepath.Join(dir, "secure"), "--listen", "127.0.0.1:-1", "--data", filepath.Join(dir, "data"),
+			"--heartbeat", "500ms", "--mcp-listen", "127.0.0.1:0", "--mcp-tokens", tokens}, &stdout, &stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := bustest.Recv(t, done, 40*time.Second, "the router's exit"); err != nil {
+			t.Errorf("router: %v\n%s", err, stderr.String())
+		}
+	})
+	re := regexp.MustCompile(`MCP \(streamable HTTP\) at (http://\S+)/mcp/<session> \(confirmations: host_user\)`)
+	var base string
+	bustest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("router ended: %v\n%s", err, stderr.String())
+		default:
+		}
+		m := re.FindStringSubmatch(stdout.String())
+		if m == nil {
+			return os.ErrNotExist
+		}
+		base = m[1]
+		return nil
+	})
+	resp, err := http.Post(base+"/mcp/s1", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: HTTP %d", resp.StatusCode)
+	}
+	tr, err := transport.NewStreamableHTTP(base+"/mcp/s1", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer a-token-of-sixteen-chars"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcpclient.NewClient(tr, mcpclient.WithLegacyProtocolOnly())
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
+	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
+	if _, err := c.Initialize(t.Context(), init); err != nil {
+		t.Fatal(err)
+	}
+	var r *mcp.CallToolResult
+	bustest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error { // the built-in worker registers
+		req := mcp.CallToolRequest{}
+		req.Params.Name, req.Params.Arguments = "echo", map[string]any{"text": "hi"}
+		r, err = c.CallTool(t.Context(), req)
+		return err
+	})
+	if r.IsError || len(r.Content) == 0 {
+		t.Fatalf("echo through the facade: %+v", r)
+	}
+
+	// A secure directory from before the facade user.
+	old := filepath.Join(dir, "old")
+	if _, err := security.Generate(old, "", security.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(security.SeedFile(old, security.RoleFacade)); err != nil {
+		t.Fatal(err)
+	}
+	err = run(t.Context(), []string{"--secure", old, "--listen", "127.0.0.1:-1", "--data", filepath.Join(dir, "data2"),
+		"--mcp-listen", "127.0.0.1:0", "--mcp-tokens", tokens}, &bustest.Buffer{}, &bustest.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "no facade user") {
+		t.Fatalf("an old secure directory: %v", err)
 	}
 }
