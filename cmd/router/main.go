@@ -62,6 +62,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := mcpOpts.check(); err != nil {
+		return err
+	}
 	obs, err := observe.Start(ctx, "toolbus", "toolbus-router", stdout, stderr)
 	if err != nil {
 		return err

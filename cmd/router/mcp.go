@@ -51,6 +51,18 @@ func mcpFlags(fs *flag.FlagSet) *mcpOptions {
 	return o
 }
 
+// check refuses, before anything starts, an MCP facade that would serve
+// unauthenticated off loopback or with an unknown confirm policy.
+func (o *mcpOptions) check() error {
+	if o.listen == "" {
+		return nil
+	}
+	if _, err := facade.ParseConfirm(o.confirm); err != nil {
+		return err
+	}
+	return facade.CheckListen(o.listen, o.tokens != "" || o.issuer != "" || o.audience != "" || o.jwks != "", o.insecure)
+}
+
 // conn returns the facade's own NATS login: the generated facade user
 // under --secure, --mcp-nkey/--mcp-creds, or (open NATS only) the
 // router's settings on a connection of its own.

@@ -163,6 +163,14 @@ func TestSecureMCP(t *testing.T) {
 		t.Fatalf("echo through the facade: %+v", r)
 	}
 
+	// Refused before anything starts.
+	for _, args := range [][]string{{"--mcp-listen", "0.0.0.0:0", "--mcp-insecure"}, {"--mcp-listen", "127.0.0.1:0"},
+		{"--mcp-listen", "127.0.0.1:0", "--mcp-insecure", "--mcp-confirm", "anyone"}} {
+		if err := run(t.Context(), args, &bustest.Buffer{}, &bustest.Buffer{}); err == nil {
+			t.Errorf("%v: started", args)
+		}
+	}
+
 	// A secure directory from before the facade user.
 	old := filepath.Join(dir, "old")
 	if _, err := security.Generate(old, "", security.Spec{}); err != nil {
