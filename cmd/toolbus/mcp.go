@@ -14,7 +14,7 @@ import (
 // credentials; what that login may publish is all the host can do.
 func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("mcp", stderr)
-	user := fs.String("user", "", "the user of every call and listing (a secured router checks it against the login)")
+	user := fs.String("user", "", "the user of every call and listing; the NATS login, not this, decides what the host may publish")
 	confirm := fs.String("confirm", string(facade.ConfirmHostUser), "who confirms calls: host_user (the host's elicitation) or approvers (never the host)")
 	if _, err := parse(fs, args); err != nil {
 		return err
