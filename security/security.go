@@ -90,13 +90,14 @@ type Spec struct {
 const jsAPI = "$JS.API."
 
 // Users returns the users of spec: router, worker, agent, approver,
-// operator, then one per session and one per handler, in that order.
+// operator, facade, then one per session and one per handler, in that
+// order.
 func Users(spec Spec) ([]User, error) {
 	s := bus.NewSubjects(spec.Prefix)
 	if err := check(spec); err != nil {
 		return nil, err
 	}
-	users := []User{router(s), worker(s, spec.WorkerTools), agent(s, "", spec.AgentAnswers), approver(s, spec.ApproverTools), operator(s)}
+	users := []User{router(s), worker(s, spec.WorkerTools), agent(s, "", spec.AgentAnswers), approver(s, spec.ApproverTools), operator(s), facade(s)}
 	for _, id := range spec.Sessions {
 		users = append(users, agent(s, id, spec.AgentAnswers))
 	}

@@ -58,12 +58,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
 	workdir := fs.String("workdir", "", "base directory of the built-in file tools and shell; empty serves neither")
 	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start (default: any)")
-	mcpListen := fs.String("mcp-listen", "", "host:port to serve MCP (streamable HTTP) at /mcp/<session>; empty serves none")
+	mcpOpts := mcpFlags(fs)
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
 	limitsFlags := limitFlags(fs)
 	observe := cli.ObserveFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := mcpOpts.check(); err != nil {
 		return err
 	}
 	obs, err := observe.Start(ctx, "toolbus", "toolbus-router", stdout, stderr)
@@ -164,12 +167,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "toolbus: router %s serving prefix %q on %s\n", r.ID(), *prefix, natsconn.Redact(url))
-	if *mcpListen != "" {
-		stopMCP, err := serveMCP(nc, *mcpListen, *prefix, stdout, log)
+	if mcpOpts.listen != "" {
+		// The facade acts with its own login, never the router's.
+		fconn, err := mcpOpts.conn(conn, *secure)
+		var fnc *nats.Conn
+		if err == nil {
+			fnc, err = fconn.Connect("toolbus-mcp", nats.MaxReconnects(-1))
+		}
+		var stopMCP func()
+		if err == nil {
+			if stopMCP, err = serveMCP(ctx, mcpOpts, fnc, *prefix, stdout, log); err != nil {
+				fnc.Close()
+			}
+		}
 		if err != nil {
 			r.Stop()
 			return err
 		}
+		defer fnc.Close()
 		defer stopMCP()
 	}
 	<-ctx.Done()
