@@ -75,23 +75,11 @@ func (w *storeWatch) start() {
 			if err != nil {
 				return nil, err
 			}
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case info, ok := <-ow.Updates():
-						if !ok {
-							return
-						}
-						if info != nil {
-							w.f.changed("")
-						}
-					}
+			done := follow(ctx, ow.Updates(), func(info *jetstream.ObjectInfo) {
+				if info != nil {
+					w.f.changed("")
 				}
-			}()
+			})
 			return func() { _ = ow.Stop(); <-done }, nil
 		})
 	})
@@ -132,24 +120,33 @@ func (w *storeWatch) updates(ctx context.Context, bucket string, apply func(jets
 	if err != nil {
 		return nil, err
 	}
-	done := make(chan struct{})
+	done := follow(ctx, kw.Updates(), func(e jetstream.KeyValueEntry) {
+		if e != nil {
+			apply(e)
+		}
+	})
+	return func() { _ = kw.Stop(); <-done }, nil
+}
+
+// follow applies every update of a watch until ctx ends or the watch
+// closes; done closes then.
+func follow[T any](ctx context.Context, updates <-chan T, apply func(T)) (done chan struct{}) {
+	done = make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case e, ok := <-kw.Updates():
+			case u, ok := <-updates:
 				if !ok {
 					return
 				}
-				if e != nil {
-					apply(e)
-				}
+				apply(u)
 			}
 		}
 	}()
-	return func() { _ = kw.Stop(); <-done }, nil
+	return done
 }
 
 // goRetry runs start, again every Poll in the background until it
