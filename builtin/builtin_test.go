@@ -136,14 +136,14 @@ func TestConfinement(t *testing.T) {
 	if b, _ := os.ReadFile(outside); string(b) != "secret\n" {
 		t.Fatal("the file outside changed")
 	}
-	_, err := f.List(ListIn{Path: ".."})
+	_, err := f.List(t.Context(), ListIn{Path: ".."})
 	wantRefused(t, err, "outside the base directory")
 	// Listing and search do not follow the symlinks out.
-	out, err := f.List(ListIn{})
+	out, err := f.List(t.Context(), ListIn{})
 	if err != nil || out != "a.txt" {
 		t.Fatalf("list %q %v", out, err)
 	}
-	out, err = f.Search(SearchIn{Pattern: "secret"})
+	out, err = f.Search(t.Context(), SearchIn{Pattern: "secret"})
 	if err != nil || out != `No matches for "secret".` {
 		t.Fatalf("search %q %v", out, err)
 	}
@@ -241,24 +241,24 @@ func TestListAndSearch(t *testing.T) {
 		{ListIn{Pattern: "*.go", Path: "src"}, "src/main.go"},
 		{ListIn{Pattern: "*.rs"}, `No files match "*.rs".`},
 	} {
-		if got, err := f.List(tc.in); err != nil || got != tc.want {
+		if got, err := f.List(t.Context(), tc.in); err != nil || got != tc.want {
 			t.Errorf("list %+v: %q %v, want %q", tc.in, got, err, tc.want)
 		}
 	}
-	if got, err := f.Search(SearchIn{Pattern: `^func \w+`, Glob: "*.go"}); err != nil || got != "src/main.go:2:func main() {}" {
+	if got, err := f.Search(t.Context(), SearchIn{Pattern: `^func \w+`, Glob: "*.go"}); err != nil || got != "src/main.go:2:func main() {}" {
 		t.Fatalf("search %q %v", got, err)
 	}
-	if got, err := f.Search(SearchIn{Pattern: `func`, Path: "README.md"}); err != nil || got != "README.md:2:func in docs" {
+	if got, err := f.Search(t.Context(), SearchIn{Pattern: `func`, Path: "README.md"}); err != nil || got != "README.md:2:func in docs" {
 		t.Fatalf("search one file %q %v", got, err)
 	}
-	_, err := f.Search(SearchIn{Pattern: `(`})
+	_, err := f.Search(t.Context(), SearchIn{Pattern: `(`})
 	wantRefused(t, err, "not an RE2 regular expression")
 	var big strings.Builder
 	for range 500 {
 		big.WriteString("match\n")
 	}
 	mustWrite(t, filepath.Join(base, "big.txt"), big.String())
-	got, _ := f.Search(SearchIn{Pattern: "match"})
+	got, _ := f.Search(t.Context(), SearchIn{Pattern: "match"})
 	if n := strings.Count(got, "\n"); n != maxMatches || !strings.HasSuffix(got, "[results cut at 200 matches; narrow the pattern, the path or the glob]") {
 		t.Fatalf("bounded search: %d lines, tail %q", n, got[len(got)-80:])
 	}
