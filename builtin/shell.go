@@ -329,3 +329,13 @@ func (s *Shell) register(w *worker.Worker) error {
 		return s.Run(ctx, c.UserString(), in)
 	})
 }
+
+// LookupShellUser resolves a --shell-user name as NewShell does, for a
+// caller that must prepare files for that user (the skills directory).
+func LookupShellUser(name string) (uid, gid int, err error) {
+	c, err := lookupUser(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	return c.uid, c.gid, nil
+}

@@ -98,9 +98,13 @@ func (c *checker) node(n syntax.Node) error {
 	case *syntax.CallExpr:
 		return c.call(n)
 	case *syntax.FuncDecl:
-		return refused("shell refused: with an allow-list the command may not define functions (%s)", n.Name.Value)
+		name := "a function"
+		if n.Name != nil {
+			name = n.Name.Value
+		}
+		return refused("shell refused: with an allow-list the command may not define functions (%s)", name)
 	case *syntax.DeclClause:
-		return refused("shell refused: with an allow-list the command may not use %s", n.Variant.Value)
+		return refused("shell refused: with an allow-list the command may not use declare, local, export, readonly or typeset")
 	case *syntax.ArithmCmd, *syntax.LetClause, *syntax.TestClause, *syntax.TestDecl, *syntax.CoprocClause:
 		return refused("shell refused: with an allow-list the command may not use bash's (( )), let, [[ ]] or coproc")
 	case *syntax.SglQuoted:
@@ -121,7 +125,11 @@ func (c *checker) node(n syntax.Node) error {
 // from the allow-list, and the program's own rules.
 func (c *checker) call(n *syntax.CallExpr) error {
 	if len(n.Assigns) > 0 {
-		return refused("shell refused: with an allow-list the command may not set variables (%s=...); they would reach the programs it starts", n.Assigns[0].Name.Value)
+		name := "a variable"
+		if a := n.Assigns[0]; a != nil && a.Name != nil {
+			name = a.Name.Value
+		}
+		return refused("shell refused: with an allow-list the command may not set variables (%s=...); they would reach the programs it starts", name)
 	}
 	if len(n.Args) == 0 {
 		return nil
