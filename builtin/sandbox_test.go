@@ -272,3 +272,25 @@ func TestShellUser(t *testing.T) {
 		t.Fatalf("as nobody:\n%s", out)
 	}
 }
+
+// BenchmarkShellTrue measures what one call costs: through the launcher
+// (two re-executions of the binary, Landlock) and directly.
+func BenchmarkShellTrue(b *testing.B) {
+	for _, launcher := range []bool{true, false} {
+		b.Run(fmt.Sprintf("launcher=%v", launcher), func(b *testing.B) {
+			s, err := NewShell(ShellConfig{Dir: b.TempDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if launcher && !s.launcher {
+				b.Skip("no launcher")
+			}
+			s.launcher = launcher
+			for b.Loop() {
+				if out, err := s.Run(b.Context(), "", ShellIn{Command: "true"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
+					b.Fatal(out, err)
+				}
+			}
+		})
+	}
+}

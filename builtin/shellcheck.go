@@ -117,6 +117,12 @@ func (c *checker) node(n syntax.Node) error {
 		}
 	case *syntax.ExtGlob:
 		return refused("shell refused: with an allow-list the command may not use extended globs")
+	case *syntax.Redirect:
+		if n.Word != nil {
+			if w, ok := static(n.Word); ok && inGitDir(w.value) {
+				return refused("shell refused: with an allow-list the command may not redirect into a .git directory (git's config and hooks run programs)")
+			}
+		}
 	}
 	return nil
 }

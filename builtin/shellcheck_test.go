@@ -149,6 +149,8 @@ func TestShellAllowList(t *testing.T) {
 		"git ?c alias.x=!id x":                  "unquoted",
 		"git fetch *":                           "unquoted",
 		"git {-c,alias.x=!id} x":                "unquoted",
+		"echo '[core]' >> .git/config":          "may not redirect into a .git directory",
+		"echo x > sub/.git/hooks/post-checkout": "may not redirect into a .git directory",
 	} {
 		err := s.checkAllowed(cmd)
 		if err == nil || !strings.HasPrefix(err.Error(), "shell refused: ") || !strings.Contains(err.Error(), want) {
