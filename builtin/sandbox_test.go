@@ -142,11 +142,12 @@ func TestShellBypassesDoNotRun(t *testing.T) {
 		wantRefused(t, err, "shell refused: ")
 	}
 	// A repository config the agent wrote cannot run programs either.
-	mustWrite(t, filepath.Join(dir, ".git", "config"), "[core]\n\tfsmonitor = touch pwned-fsmonitor\n\tpager = touch pwned-pager\n[alias]\n\tx = !touch pwned\n")
-	if out, err := s.Run(t.Context(), "", ShellIn{Command: "git status; git -p log"}); err != nil {
+	mustWrite(t, filepath.Join(dir, ".git", "config"), "[core]\n\tfsmonitor = touch pwned-fsmonitor\n\tpager = touch pwned-pager\n[alias]\n\tx = !touch pwned\n"+
+		"[pager]\n\tlog = touch pwned-pager\n[remote \"o\"]\n\turl = "+dir+"\n\tuploadpack = touch pwned-uploadpack\n")
+	if out, err := s.Run(t.Context(), "", ShellIn{Command: "git status; git -p log; git fetch o"}); err != nil {
 		t.Fatalf("git status: %q %v", out, err)
 	}
-	for _, n := range []string{"pwned", "pwned-fsmonitor", "pwned-pager"} {
+	for _, n := range []string{"pwned", "pwned-fsmonitor", "pwned-pager", "pwned-uploadpack"} {
 		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
 			t.Errorf("%s exists: a bypass ran", n)
 		}

@@ -272,7 +272,7 @@ var gitCommands = []string{
 	"check-attr", "check-ignore", "check-mailmap", "check-ref-format", "checkout", "checkout-index",
 	"cherry", "cherry-pick", "clean", "clone", "column", "commit", "commit-graph", "commit-tree",
 	"config", "count-objects", "describe", "diff", "diff-files", "diff-index", "diff-tree", "fetch",
-	"for-each-ref", "format-patch", "fsck", "gc", "grep", "hash-object", "help", "init", "log",
+	"for-each-ref", "format-patch", "fsck", "gc", "grep", "hash-object", "init", "log",
 	"ls-files", "ls-remote", "ls-tree", "merge", "merge-base", "merge-file", "merge-tree", "mktag",
 	"mktree", "mv", "name-rev", "notes", "prune", "pull", "push", "range-diff", "read-tree", "rebase",
 	"reflog", "remote", "repack", "replace", "reset", "restore", "rev-list", "rev-parse", "revert",
@@ -302,7 +302,11 @@ func (c *checker) git(args []*syntax.Word) error {
 		switch {
 		case strings.HasPrefix(vals[i], "-c") || opt == "--config-env" || opt == "--exec-path":
 			return refused("shell refused: git %s sets configuration or the program path, which can run any program", opt)
-		case opt == "-C" || opt == "--git-dir" || opt == "--work-tree":
+		case opt == "--git-dir" || opt == "--work-tree" || opt == "--help" || opt == "-h":
+			// An explicit repository could be any directory the agent
+			// filled with a config; --help starts a viewer from config.
+			return refused("shell refused: with an allow-list git %s is refused (git -C <dir> inside the base directory is allowed)", opt)
+		case opt == "-C":
 			if !hasVal {
 				if i+1 >= len(vals) {
 					return refused("shell refused: git %s needs a directory", opt)
@@ -333,9 +337,22 @@ func (c *checker) git(args []*syntax.Word) error {
 	return gitSubcommand(sub, rest)
 }
 
+// longOpt says whether opt is the long option full or an abbreviation of
+// it (git's parse-options accepts unique prefixes).
+func longOpt(opt, full string) bool {
+	return len(opt) > 3 && strings.HasPrefix(opt, "--") && strings.HasPrefix(full, opt)
+}
+
+// shortOpt says whether a (a cluster of short options such as -qu) holds
+// the letter c.
+func shortOpt(a string, c byte) bool {
+	return len(a) > 1 && a[0] == '-' && a[1] != '-' && strings.IndexByte(a[1:], c) >= 0
+}
+
 // gitSubcommand checks the options of one git subcommand.
 func gitSubcommand(sub string, args []string) error {
 	var first string
+	remote := sub == "clone" || sub == "ls-remote" || sub == "fetch" || sub == "pull" || sub == "push" || sub == "archive" || sub == "submodule"
 	for _, a := range args {
 		if a == "--" {
 			break
@@ -345,13 +362,17 @@ func gitSubcommand(sub string, args []string) error {
 		}
 		opt, _, _ := strings.Cut(a, "=")
 		switch {
-		case opt == "--upload-pack" || opt == "--receive-pack" || opt == "--exec":
+		case longOpt(opt, "--upload-pack") || longOpt(opt, "--receive-pack") || longOpt(opt, "--exec") || longOpt(opt, "--extcmd"):
 			return refused("shell refused: git %s %s runs a program of the caller's choosing", sub, opt)
-		case opt == "-u" && (sub == "clone" || sub == "ls-remote" || sub == "archive"):
+		case longOpt(opt, "--help"):
+			return refused("shell refused: git %s --help starts a viewer that config chooses", sub)
+		case longOpt(opt, "--template"):
+			return refused("shell refused: git %s --template copies hooks and config from anywhere", sub)
+		case shortOpt(a, 'u') && (sub == "clone" || sub == "ls-remote"):
 			return refused("shell refused: git %s -u runs a program of the caller's choosing", sub)
-		case (opt == "-c" || opt == "--config" || strings.HasPrefix(a, "-c") && len(a) > 2 && !strings.HasPrefix(a, "--")) && (sub == "clone" || sub == "submodule"):
+		case (shortOpt(a, 'c') || longOpt(opt, "--config")) && remote:
 			return refused("shell refused: git %s %s sets configuration, which can run any program", sub, opt)
-		case (opt == "-x" || opt == "--exec" || opt == "--extcmd" || strings.HasPrefix(a, "-x") && !strings.HasPrefix(a, "--")) && (sub == "rebase" || sub == "difftool"):
+		case shortOpt(a, 'x') && sub == "rebase":
 			return refused("shell refused: git %s %s runs other programs", sub, opt)
 		}
 	}

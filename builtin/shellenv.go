@@ -34,23 +34,27 @@ func checkEnvNames(names []string) error {
 
 // gitHardening is configuration that git reads from the environment with
 // command-line precedence (GIT_CONFIG_COUNT, over any repository's own
-// config, which the agent can write): no hooks, no fsmonitor, pager or
-// editor programs, no ssh or proxy command, no credential helper, no ext::
-// transport. Set when an allow-list is.
+// config, which the agent may manage to write): no hooks, no fsmonitor,
+// pager or editor programs, plain ssh and gpg, no proxy command or
+// credential helper, no ext:: or local transport (whose upload-pack runs
+// here), no implicit bare repositories. Set when an allow-list is.
 var gitHardening = [][2]string{
 	{"core.hooksPath", "/dev/null"},
 	{"core.fsmonitor", "false"},
 	{"core.pager", "cat"},
 	{"core.editor", "false"},
 	{"sequence.editor", "false"},
-	{"core.sshCommand", "false"},
+	{"core.sshCommand", "ssh"},
 	{"core.gitProxy", ""},
-	{"core.askPass", "false"},
+	{"core.askPass", ""},
 	{"credential.helper", ""},
 	{"diff.external", ""},
-	{"gpg.program", "false"},
+	{"gpg.program", "gpg"},
+	{"gpg.ssh.program", "ssh-keygen"},
 	{"protocol.ext.allow", "never"},
-	{"uploadpack.packObjectsHook", ""},
+	// Local transports run remote.<name>.uploadpack on this machine.
+	{"protocol.file.allow", "never"},
+	{"safe.bareRepository", "explicit"},
 }
 
 // shellEnv builds the command's environment from nothing: PATH (the
@@ -84,6 +88,9 @@ func shellEnv(lookup func(string) (string, bool), names []string, home, tmp stri
 			add(fmt.Sprintf("GIT_CONFIG_VALUE_%d", i), kv[1])
 		}
 		add("GIT_TERMINAL_PROMPT", "0")
+		add("GIT_PAGER", "cat") // over pager.<command> too
+		add("PAGER", "cat")
+		add("GIT_EDITOR", "false")
 	}
 	return env
 }
