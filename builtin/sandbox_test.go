@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/user"
@@ -293,5 +294,20 @@ func BenchmarkShellTrue(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestShellLogsSandbox(t *testing.T) {
+	var b bytes.Buffer
+	s := newShell(t, ShellConfig{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&b, nil))})
+	want := "kernel sandbox active (Landlock)"
+	switch {
+	case !s.launcher:
+		want = "no kernel sandbox and no subreaper"
+	case landlockABI() == 0:
+		want = "no kernel sandbox: this kernel has no Landlock"
+	}
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("log %q, want %q", b.String(), want)
 	}
 }
