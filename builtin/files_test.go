@@ -191,3 +191,21 @@ func TestWalkStopsAtDeadline(t *testing.T) {
 		t.Fatalf("walk went on after the context ended: %d files, %v", n, err)
 	}
 }
+
+// TestRootCatchesLateLink: a link that appears after the resolution (a
+// race the resolver cannot see) is refused by os.Root at use.
+func TestRootCatchesLateLink(t *testing.T) {
+	f, base, outside := newFiles(t)
+	if err := os.Symlink(filepath.Dir(outside), filepath.Join(base, "late")); err != nil {
+		t.Fatal(err)
+	}
+	// As if resolve had run before the link existed: the path is used as is.
+	_, err := f.put(filepath.Join("late", "planted.txt"), []byte("pwned"), 0o644)
+	if err == nil || !isEscape(err) {
+		t.Fatalf("put through a late link: %v", err)
+	}
+	wantRefused(t, f.fail("write_file failed", "late/planted.txt", err), "resolves (through a symlink) outside the base directory")
+	if _, err := os.Stat(filepath.Join(filepath.Dir(outside), "planted.txt")); !os.IsNotExist(err) {
+		t.Fatal("written outside")
+	}
+}
