@@ -1,5 +1,5 @@
 // Package builtin holds the tools a router serves in-process unless told not
-// to, and that toolworker --builtin serves (PROTOCOL.md 11):
+// to, and that toolworker --builtin serves (docs/protocol.md 11):
 // get_current_time and echo, todo_write, and, with a base directory, the
 // file tools (read_file, write_file, edit_file, list_files, search_files)
 // and shell.
@@ -8,6 +8,7 @@ package builtin
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
@@ -31,8 +32,15 @@ type Config struct {
 	WorkDir string
 	// ShellAllow limits the programs shell may start; empty allows any.
 	ShellAllow []string
+	// ShellEnv names the variables of this process's environment that
+	// shell commands get (ShellConfig.Env); none by default.
+	ShellEnv []string
+	// ShellUser, when set, is the OS user shell commands run as.
+	ShellUser string
 	// Skills, when set, lets shell run skills' scripts (ShellIn.Skill).
 	Skills SkillFiles
+	// Logger gets the shell's line about the kernel sandbox; nil discards.
+	Logger *slog.Logger
 }
 
 // Register adds get_current_time, echo and todo_write to w.
@@ -53,10 +61,14 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// The shell's settings are checked before anything is registered.
+	sh, err := NewShell(ShellConfig{Dir: f.Base(), Allow: cfg.ShellAllow, Env: cfg.ShellEnv, User: cfg.ShellUser, Skills: cfg.Skills, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
 	if err := f.register(w); err != nil {
 		return err
 	}
-	sh := &Shell{Dir: f.Base(), Allow: cfg.ShellAllow, Skills: cfg.Skills}
 	return sh.register(w)
 }
 

@@ -136,14 +136,14 @@ func TestConfinement(t *testing.T) {
 	if b, _ := os.ReadFile(outside); string(b) != "secret\n" {
 		t.Fatal("the file outside changed")
 	}
-	_, err := f.List(ListIn{Path: ".."})
+	_, err := f.List(t.Context(), ListIn{Path: ".."})
 	wantRefused(t, err, "outside the base directory")
 	// Listing and search do not follow the symlinks out.
-	out, err := f.List(ListIn{})
+	out, err := f.List(t.Context(), ListIn{})
 	if err != nil || out != "a.txt" {
 		t.Fatalf("list %q %v", out, err)
 	}
-	out, err = f.Search(SearchIn{Pattern: "secret"})
+	out, err = f.Search(t.Context(), SearchIn{Pattern: "secret"})
 	if err != nil || out != `No matches for "secret".` {
 		t.Fatalf("search %q %v", out, err)
 	}
@@ -241,32 +241,44 @@ func TestListAndSearch(t *testing.T) {
 		{ListIn{Pattern: "*.go", Path: "src"}, "src/main.go"},
 		{ListIn{Pattern: "*.rs"}, `No files match "*.rs".`},
 	} {
-		if got, err := f.List(tc.in); err != nil || got != tc.want {
+		if got, err := f.List(t.Context(), tc.in); err != nil || got != tc.want {
 			t.Errorf("list %+v: %q %v, want %q", tc.in, got, err, tc.want)
 		}
 	}
-	if got, err := f.Search(SearchIn{Pattern: `^func \w+`, Glob: "*.go"}); err != nil || got != "src/main.go:2:func main() {}" {
+	if got, err := f.Search(t.Context(), SearchIn{Pattern: `^func \w+`, Glob: "*.go"}); err != nil || got != "src/main.go:2:func main() {}" {
 		t.Fatalf("search %q %v", got, err)
 	}
-	if got, err := f.Search(SearchIn{Pattern: `func`, Path: "README.md"}); err != nil || got != "README.md:2:func in docs" {
+	if got, err := f.Search(t.Context(), SearchIn{Pattern: `func`, Path: "README.md"}); err != nil || got != "README.md:2:func in docs" {
 		t.Fatalf("search one file %q %v", got, err)
 	}
-	_, err := f.Search(SearchIn{Pattern: `(`})
+	_, err := f.Search(t.Context(), SearchIn{Pattern: `(`})
 	wantRefused(t, err, "not an RE2 regular expression")
 	var big strings.Builder
 	for range 500 {
 		big.WriteString("match\n")
 	}
 	mustWrite(t, filepath.Join(base, "big.txt"), big.String())
-	got, _ := f.Search(SearchIn{Pattern: "match"})
+	got, _ := f.Search(t.Context(), SearchIn{Pattern: "match"})
 	if n := strings.Count(got, "\n"); n != maxMatches || !strings.HasSuffix(got, "[results cut at 200 matches; narrow the pattern, the path or the glob]") {
 		t.Fatalf("bounded search: %d lines, tail %q", n, got[len(got)-80:])
 	}
 }
 
+func newShell(t *testing.T, cfg ShellConfig) *Shell {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	s, err := NewShell(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestShell(t *testing.T) {
 	dir := t.TempDir()
-	s := &Shell{Dir: dir}
+	s := newShell(t, ShellConfig{Dir: dir})
 	ctx := context.Background()
 	out, err := s.Run(ctx, "", ShellIn{Command: "pwd; echo oops >&2; exit 3"})
 	real, _ := filepath.EvalSymlinks(dir)
@@ -280,26 +292,26 @@ func TestShell(t *testing.T) {
 	}
 	if !strings.Contains(out, strings.Repeat("a", MaxStreamChars)+"\n[output cut after 30000 characters; 10000 more not shown]") ||
 		strings.Contains(out, strings.Repeat("a", MaxStreamChars+1)) || !strings.HasSuffix(out, "stderr:\nbbbbbbbbbb") {
-		t.Fatalf("cut output: ...%q", out[len(out)-200:])
+		t.Fatalf("cut output: ...%q", out[max(0, len(out)-200):])
 	}
 	// Timeout: the command and its children end; the output so far is kept.
 	start := time.Now()
-	_, err = s.Run(ctx, "", ShellIn{Command: "echo started; sleep 30 & sleep 30", TimeoutMS: 300})
-	wantRefused(t, err, "shell: the command timed out after 300ms and was stopped; output so far:\nExit code: -1\nstdout:\nstarted")
-	if d := time.Since(start); d > 10*time.Second {
+	_, err = s.Run(ctx, "", ShellIn{Command: "echo started; sleep 30 & sleep 30", TimeoutMS: 3000})
+	wantRefused(t, err, "shell: the command timed out after 3s and was stopped; output so far:\nExit code: -1\nstdout:\nstarted")
+	if d := time.Since(start); d > 15*time.Second {
 		t.Fatalf("timeout took %v", d)
 	}
 	_, err = s.Run(ctx, "", ShellIn{Command: "true", TimeoutMS: 600001})
 	wantRefused(t, err, "more than 600000")
 	// Allow-list.
-	s.Allow = []string{"echo", "ls", "git"}
-	if out, err := s.Run(ctx, "", ShellIn{Command: "echo hi && ls | FOO=1 /bin/echo x"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
+	s = newShell(t, ShellConfig{Dir: dir, Allow: []string{"echo", "ls", "git", "/bin/echo"}})
+	if out, err := s.Run(ctx, "", ShellIn{Command: "echo hi && ls | /bin/echo x"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
 		t.Fatalf("allowed: %q %v", out, err)
 	}
 	for cmd, want := range map[string]string{
-		"rm -rf x":          `the program "rm" is not allowed; allowed programs: echo, ls, git`,
+		"rm -rf x":          `the program "rm" is not allowed; allowed programs: echo, ls, git, /bin/echo`,
 		"echo a; cat /x":    `the program "cat" is not allowed`,
-		"echo $(rm -rf x)":  "with an allow-list the command may not use command substitution",
+		"echo $(rm -rf x)":  `the program "rm" is not allowed`,
 		"(curl x)":          `the program "curl" is not allowed`,
 		"echo a | sh -c ls": `the program "sh" is not allowed`,
 	} {

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -31,9 +33,13 @@ const (
 )
 
 // Files serves the file tools in one base directory. Create it with
-// NewFiles.
+// NewFiles. Every access goes through an os.Root opened on the base
+// directory, so no path, symlink (dangling or not, made by whoever) or
+// race can reach outside it; the resolver only gives the refusals their
+// words and the read records their keys.
 type Files struct {
-	base string // absolute, symlinks resolved
+	base string   // absolute, symlinks resolved
+	root *os.Root // every file access goes through it
 }
 
 // NewFiles returns the file tools confined to dir.
@@ -49,18 +55,31 @@ func NewFiles(dir string) (*Files, error) {
 	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("builtin: workdir %s is not a directory", dir)
 	}
-	return &Files{base: real}, nil
+	root, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, fmt.Errorf("builtin: workdir: %w", err)
+	}
+	return &Files{base: real, root: root}, nil
 }
 
 // Base returns the base directory (absolute, symlinks resolved).
 func (f *Files) Base() string { return f.base }
 
+// Close releases the base directory's handle; the tools fail after it.
+func (f *Files) Close() error { return f.root.Close() }
+
 // errRefused marks a refusal; its text is what the model reads.
 func refused(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
-// resolve turns a path of the input into an absolute path inside the base
-// directory, symlinks resolved (for a path that does not exist yet, those
-// of its nearest existing parent). It refuses anything outside.
+// maxLinks bounds the symlinks one resolution follows (as Linux does).
+const maxLinks = 40
+
+// resolve turns a path of the input into a path relative to the base
+// directory with every symlink that exists resolved (a missing tail is
+// kept as written), refusing anything that leaves the base directory,
+// lexically or through a symlink. The result is what the tools hand to
+// f.root, which refuses an escape on its own (a link swapped in after the
+// resolution included); resolve is not the barrier, only its explanation.
 func (f *Files) resolve(tool, p string) (string, error) {
 	if strings.ContainsRune(p, 0) {
 		return "", refused("%s refused: the path contains a NUL character", tool)
@@ -73,42 +92,114 @@ func (f *Files) resolve(tool, p string) (string, error) {
 	if !within(f.base, full) {
 		return "", refused("%s refused: %q is outside the base directory %s", tool, p, f.base)
 	}
-	// Resolve symlinks of the longest existing prefix.
-	rest := ""
-	cur := full
-	for {
-		real, err := filepath.EvalSymlinks(cur)
-		if err == nil {
-			full = filepath.Join(real, rest)
-			break
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return "", refused("%s refused: %q cannot be resolved: %v", tool, p, err)
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return "", refused("%s refused: %q cannot be resolved", tool, p)
-		}
-		rest = filepath.Join(filepath.Base(cur), rest)
-		cur = parent
+	rel, err := resolveIn(f.root, f.base, f.relOS(full))
+	switch {
+	case errors.Is(err, errEscapes):
+		return "", refused("%s refused: %q resolves (through a symlink) outside the base directory %s", tool, p, f.base)
+	case err != nil:
+		return "", refused("%s refused: %q cannot be resolved: %v", tool, p, err)
 	}
-	if !within(f.base, full) {
-		return "", refused("%s refused: %q resolves (through a symlink) to %s, outside the base directory %s", tool, p, full, f.base)
+	return rel, nil
+}
+
+// errEscapes is resolveIn's answer for a path that leaves the root.
+var errEscapes = errors.New("the path leaves the base directory")
+
+// resolveIn resolves the symlinks of rel (relative to root, which is the
+// directory base) component by component through root, without ever
+// following one: a link's target is read (Readlink) and spliced into the
+// rest of the path. An absolute target counts when it names a place
+// inside base. It returns the resolved path relative to root ("." for the
+// root itself), or errEscapes.
+func resolveIn(root *os.Root, base, rel string) (string, error) {
+	rest := splitPath(rel)
+	var cur []string
+	links := 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				return "", errEscapes
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		}
+		cand := filepath.Join(append(slices.Clone(cur), c)...)
+		fi, err := root.Lstat(cand)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			// Missing (or unreadable): the rest is taken as written; f.root
+			// decides what exists at use.
+			cur = append(cur, c)
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("more than %d symlinks", maxLinks)
+		}
+		target, err := root.Readlink(cand)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			target = filepath.Clean(target)
+			if !within(base, target) {
+				return "", errEscapes
+			}
+			r, _ := filepath.Rel(base, target)
+			cur = nil
+			target = r
+		}
+		rest = append(splitPath(target), rest...)
 	}
-	return full, nil
+	if len(cur) == 0 {
+		return ".", nil
+	}
+	return filepath.Join(cur...), nil
+}
+
+func splitPath(p string) []string {
+	return strings.Split(filepath.ToSlash(p), "/")
 }
 
 func within(root, p string) bool {
 	return p == root || strings.HasPrefix(p, root+string(filepath.Separator))
 }
 
-// rel is p relative to the base directory, with /.
-func (f *Files) rel(p string) string {
+// relOS is the absolute p (inside the base) relative to the base.
+func (f *Files) relOS(p string) string {
 	r, err := filepath.Rel(f.base, p)
 	if err != nil {
-		return p
+		return "."
 	}
-	return filepath.ToSlash(r)
+	return r
+}
+
+// rel is p (relative to the base directory, or absolute inside it)
+// relative to the base directory, with /.
+func (f *Files) rel(p string) string {
+	if filepath.IsAbs(p) {
+		p = f.relOS(p)
+	}
+	return filepath.ToSlash(p)
+}
+
+// abs is the absolute form of p, relative to the base directory: the key
+// of its read record.
+func (f *Files) abs(p string) string { return filepath.Join(f.base, p) }
+
+// inGitDir says whether the resolved path p lies inside a .git directory,
+// which write_file and edit_file refuse: git runs programs its config and
+// hooks name, so writing there would hand the agent every command.
+func inGitDir(p string) bool {
+	for _, c := range splitPath(p) {
+		if strings.EqualFold(c, ".git") {
+			return true
+		}
+	}
+	return false
 }
 
 // readRecord is what the session remembers of a file it read or wrote.
@@ -161,20 +252,31 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	fi, err := os.Stat(p)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	fh, err := f.root.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil, refused("read_file refused: %s does not exist", in.Path)
+	}
+	if err != nil {
+		return "", nil, f.fail("read_file refused", in.Path, err)
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	switch {
 	case err != nil:
 		return "", nil, refused("read_file refused: %v", err)
 	case fi.IsDir():
 		return "", nil, refused("read_file refused: %s is a directory; use list_files", in.Path)
+	case !fi.Mode().IsRegular():
+		return "", nil, refused("read_file refused: %s is not a regular file", in.Path)
 	case fi.Size() > maxReadFile:
 		return "", nil, refused("read_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
 	}
-	data, err := os.ReadFile(p)
+	data, err := io.ReadAll(io.LimitReader(fh, maxReadFile+1))
 	if err != nil {
 		return "", nil, refused("read_file refused: %v", err)
+	}
+	if len(data) > maxReadFile {
+		return "", nil, refused("read_file refused: %s is more than %d bytes", in.Path, maxReadFile)
 	}
 	if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
 		return "", nil, refused("read_file refused: %s is not a UTF-8 text file", in.Path)
@@ -209,7 +311,7 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 	case offset-1+shown < len(lines) && !strings.Contains(b.String(), "[output cut"):
 		fmt.Fprintf(&b, "(lines %d-%d of %d; read on with offset %d)", offset, offset-1+shown, len(lines), offset+shown)
 	}
-	return strings.TrimRight(b.String(), "\n"), readsPatch(p, fi), nil
+	return strings.TrimRight(b.String(), "\n"), readsPatch(f.abs(p), fi), nil
 }
 
 // WriteIn is the input of write_file.
@@ -224,34 +326,40 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
+	if inGitDir(p) {
+		return "", nil, refused("write_file refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", in.Path)
+	}
 	mode := fs.FileMode(0o644)
-	fi, err := os.Stat(p)
+	fi, err := f.root.Stat(p)
 	switch {
 	case err == nil && fi.IsDir():
 		return "", nil, refused("write_file refused: %s is a directory", in.Path)
+	case err == nil && !fi.Mode().IsRegular():
+		return "", nil, refused("write_file refused: %s is not a regular file", in.Path)
 	case err == nil:
-		if err := checkRead("write_file", in.Path, state, p, fi); err != nil {
+		if err := checkRead("write_file", in.Path, state, f.abs(p), fi); err != nil {
 			return "", nil, err
 		}
 		mode = fi.Mode().Perm()
 	case !errors.Is(err, fs.ErrNotExist):
-		return "", nil, refused("write_file refused: %v", err)
+		return "", nil, f.fail("write_file refused", in.Path, err)
+	default:
+		fi = nil
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return "", nil, refused("write_file refused: %v", err)
+	if dir := filepath.Dir(p); dir != "." {
+		if err := f.root.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, f.fail("write_file refused", in.Path, err)
+		}
 	}
-	if err := os.WriteFile(p, []byte(in.Content), mode); err != nil {
-		return "", nil, refused("write_file failed: %v", err)
-	}
-	nfi, err := os.Stat(p)
+	nfi, err := f.put(p, []byte(in.Content), mode)
 	if err != nil {
-		return "", nil, refused("write_file failed: %v", err)
+		return "", nil, f.fail("write_file failed", in.Path, err)
 	}
 	verb := "Created"
 	if fi != nil {
 		verb = "Wrote"
 	}
-	return fmt.Sprintf("%s %s (%d bytes).", verb, f.rel(p), len(in.Content)), readsPatch(p, nfi), nil
+	return fmt.Sprintf("%s %s (%d bytes).", verb, f.rel(p), len(in.Content)), readsPatch(f.abs(p), nfi), nil
 }
 
 // EditIn is the input of edit_file.
@@ -268,14 +376,21 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	fi, err := os.Stat(p)
+	if inGitDir(p) {
+		return "", nil, refused("edit_file refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", in.Path)
+	}
+	fi, err := f.root.Stat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", nil, refused("edit_file refused: %s does not exist; create it with write_file", in.Path)
 	case err != nil:
-		return "", nil, refused("edit_file refused: %v", err)
+		return "", nil, f.fail("edit_file refused", in.Path, err)
 	case fi.IsDir():
 		return "", nil, refused("edit_file refused: %s is a directory", in.Path)
+	case !fi.Mode().IsRegular():
+		return "", nil, refused("edit_file refused: %s is not a regular file", in.Path)
+	case fi.Size() > maxReadFile:
+		return "", nil, refused("edit_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
 	}
 	if in.OldString == in.NewString {
 		return "", nil, refused("edit_file refused: old_string and new_string are identical; there is nothing to change")
@@ -283,12 +398,12 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	if in.OldString == "" {
 		return "", nil, refused("edit_file refused: old_string is empty; give the exact text to replace")
 	}
-	if err := checkRead("edit_file", in.Path, state, p, fi); err != nil {
+	if err := checkRead("edit_file", in.Path, state, f.abs(p), fi); err != nil {
 		return "", nil, err
 	}
-	data, err := os.ReadFile(p)
+	data, err := f.root.ReadFile(p)
 	if err != nil {
-		return "", nil, refused("edit_file refused: %v", err)
+		return "", nil, f.fail("edit_file refused", in.Path, err)
 	}
 	text := string(data)
 	n := strings.Count(text, in.OldString)
@@ -303,17 +418,47 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	} else {
 		text = strings.Replace(text, in.OldString, in.NewString, 1)
 	}
-	if err := os.WriteFile(p, []byte(text), fi.Mode().Perm()); err != nil {
-		return "", nil, refused("edit_file failed: %v", err)
-	}
-	nfi, err := os.Stat(p)
+	nfi, err := f.put(p, []byte(text), fi.Mode().Perm())
 	if err != nil {
-		return "", nil, refused("edit_file failed: %v", err)
+		return "", nil, f.fail("edit_file failed", in.Path, err)
 	}
 	if !in.ReplaceAll {
 		n = 1
 	}
-	return fmt.Sprintf("Replaced %d occurrence(s) in %s.", n, f.rel(p)), readsPatch(p, nfi), nil
+	return fmt.Sprintf("Replaced %d occurrence(s) in %s.", n, f.rel(p)), readsPatch(f.abs(p), nfi), nil
+}
+
+// put writes data to p through the root (truncating an existing file)
+// and returns what the file looks like afterwards.
+func (f *Files) put(p string, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
+	fh, err := f.root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return nil, err
+	}
+	_, werr := fh.Write(data)
+	fi, serr := fh.Stat()
+	if cerr := fh.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = serr
+	}
+	return fi, werr
+}
+
+// fail words an error of the root: an escape it caught (a symlink that
+// appeared after the resolution) says so, anything else as it is.
+func (f *Files) fail(what, shown string, err error) error {
+	if isEscape(err) {
+		return refused("%s: %q resolves (through a symlink) outside the base directory %s", what, shown, f.base)
+	}
+	return refused("%s: %v", what, err)
+}
+
+// isEscape says whether err is os.Root refusing a path that leaves it (the
+// error is not exported; its text is stable).
+func isEscape(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
 }
 
 // ListIn is the input of list_files.
@@ -322,57 +467,87 @@ type ListIn struct {
 	Path    string `json:"path,omitempty"`
 }
 
-// walk calls fn for every regular file under root (inside the base), never
-// following a symlink out of the base directory.
-func (f *Files) walk(root string, fn func(p string, fi fs.FileInfo) bool) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
+// errDeadline is a walk's answer when the call's context ended.
+var errDeadline = errors.New("deadline")
+
+// walk calls fn for every regular file under dir (relative to the base),
+// with its path relative to the base; a symlink counts when it resolves
+// to a regular file inside the base directory, and a symlinked directory
+// is not entered. It stops when fn returns false, and returns errDeadline
+// once ctx is done.
+func (f *Files) walk(ctx context.Context, dir string, fn func(p string, fi fs.FileInfo) bool) error {
+	err := fs.WalkDir(f.root.FS(), filepath.ToSlash(dir), func(p string, d fs.DirEntry, err error) error {
+		if ctx.Err() != nil {
+			return errDeadline
+		}
+		if err != nil || d.IsDir() {
 			return nil // unreadable parts are skipped
 		}
-		if d.IsDir() {
-			return nil
-		}
-		real := p
+		real := filepath.FromSlash(p)
 		if d.Type()&fs.ModeSymlink != 0 {
-			r, err := filepath.EvalSymlinks(p)
-			if err != nil || !within(f.base, r) {
+			r, err := resolveIn(f.root, f.base, real)
+			if err != nil {
 				return nil
 			}
 			real = r
 		}
-		fi, err := os.Stat(real)
+		fi, err := f.root.Stat(real)
 		if err != nil || !fi.Mode().IsRegular() {
 			return nil
 		}
-		if !fn(p, fi) {
-			return filepath.SkipAll
+		if !fn(filepath.FromSlash(p), fi) {
+			return fs.SkipAll
 		}
 		return nil
 	})
+	if errors.Is(err, errDeadline) {
+		return errDeadline
+	}
+	return nil
+}
+
+// stopped is the refusal of a walk that the call's deadline (or a cancel)
+// ended.
+func stopped(tool string) error {
+	return refused("%s stopped: the call's time ran out while walking the files; narrow the path or the pattern", tool)
+}
+
+// relTo is p (relative to the base) relative to dir (relative to the
+// base), with /.
+func relTo(dir, p string) string {
+	if dir == "." {
+		return filepath.ToSlash(p)
+	}
+	r, err := filepath.Rel(dir, p)
+	if err != nil {
+		return filepath.ToSlash(p)
+	}
+	return filepath.ToSlash(r)
 }
 
 // List runs list_files: files under path matching pattern (a glob relative
-// to path; ** crosses directories; default every file), sorted.
-func (f *Files) List(in ListIn) (string, error) {
+// to path; ** crosses directories; default every file), sorted. It stops
+// when ctx ends.
+func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 	root, err := f.resolve("list_files", in.Path)
 	if err != nil {
 		return "", err
 	}
-	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+	if fi, err := f.root.Stat(root); err != nil || !fi.IsDir() {
 		return "", refused("list_files refused: %s is not a directory", in.Path)
 	}
 	pattern := in.Pattern
 	if pattern == "" {
 		pattern = "**"
 	}
-	if _, err := filepath.Match(strings.ReplaceAll(pattern, "**", "*"), ""); err != nil {
+	g, err := compileGlob(pattern)
+	if err != nil {
 		return "", refused("list_files refused: the pattern %q is not a valid glob: %v", pattern, err)
 	}
 	var out []string
 	more := false
-	_ = f.walk(root, func(p string, _ fs.FileInfo) bool {
-		r, _ := filepath.Rel(root, p)
-		if matchGlob(pattern, filepath.ToSlash(r)) {
+	err = f.walk(ctx, root, func(p string, _ fs.FileInfo) bool {
+		if g.match(relTo(root, p)) {
 			if len(out) == maxListEntries {
 				more = true
 				return false
@@ -381,6 +556,9 @@ func (f *Files) List(in ListIn) (string, error) {
 		}
 		return true
 	})
+	if err != nil {
+		return "", stopped("list_files")
+	}
 	if len(out) == 0 {
 		return fmt.Sprintf("No files match %q.", pattern), nil
 	}
@@ -392,31 +570,65 @@ func (f *Files) List(in ListIn) (string, error) {
 	return text, nil
 }
 
-// matchGlob matches a /-separated path against a glob whose ** segments
-// match any number of path segments.
-func matchGlob(pattern, p string) bool {
-	return matchSegs(strings.Split(pattern, "/"), strings.Split(p, "/"))
+// glob is a compiled pattern: /-separated segments, each a filepath.Match
+// pattern or "**" (any number of whole segments), runs of "**" collapsed.
+type glob struct{ segs []string }
+
+// compileGlob checks pattern and collapses consecutive ** segments.
+func compileGlob(pattern string) (glob, error) {
+	var segs []string
+	for _, s := range strings.Split(pattern, "/") {
+		if s == "**" && len(segs) > 0 && segs[len(segs)-1] == "**" {
+			continue
+		}
+		if s != "**" {
+			if _, err := filepath.Match(s, ""); err != nil {
+				return glob{}, err
+			}
+		}
+		segs = append(segs, s)
+	}
+	return glob{segs: segs}, nil
 }
 
-func matchSegs(pat, segs []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for i := 0; i <= len(segs); i++ {
-				if matchSegs(pat[1:], segs[i:]) {
-					return true
+// match matches a /-separated path. It fills a table over (pattern
+// segment, path segment) from the end, so its cost is at most
+// len(pattern segments) × len(path segments) segment matches, whatever
+// the pattern: no backtracking. (filepath.Match within one segment does
+// not backtrack across its stars either.)
+func (g glob) match(p string) bool {
+	segs := strings.Split(p, "/")
+	P, S := len(g.segs), len(segs)
+	// next[j]: whether g.segs[i+1:] matches segs[j:]; cur[j] the same for i.
+	next := make([]bool, S+1)
+	cur := make([]bool, S+1)
+	next[S] = true // the empty pattern matches the empty rest
+	for i := P - 1; i >= 0; i-- {
+		if g.segs[i] == "**" {
+			cur[S] = next[S]
+			for j := S - 1; j >= 0; j-- {
+				cur[j] = next[j] || cur[j+1]
+			}
+		} else {
+			cur[S] = false
+			for j := S - 1; j >= 0; j-- {
+				cur[j] = false
+				if next[j+1] {
+					ok, _ := filepath.Match(g.segs[i], segs[j])
+					cur[j] = ok
 				}
 			}
-			return false
 		}
-		if len(segs) == 0 {
-			return false
-		}
-		if ok, _ := filepath.Match(pat[0], segs[0]); !ok {
-			return false
-		}
-		pat, segs = pat[1:], segs[1:]
+		next, cur = cur, next
 	}
-	return len(segs) == 0
+	return next[0]
+}
+
+// matchGlob matches a /-separated path against a glob whose ** segments
+// match any number of path segments; an invalid pattern matches nothing.
+func matchGlob(pattern, p string) bool {
+	g, err := compileGlob(pattern)
+	return err == nil && g.match(p)
 }
 
 // SearchIn is the input of search_files.
@@ -427,8 +639,8 @@ type SearchIn struct {
 }
 
 // Search runs search_files: lines matching an RE2 expression, as
-// path:line:text, in path order, bounded.
-func (f *Files) Search(in SearchIn) (string, error) {
+// path:line:text, in path order, bounded. It stops when ctx ends.
+func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 	re, err := regexp.Compile(in.Pattern)
 	if err != nil {
 		return "", refused("search_files refused: the pattern is not an RE2 regular expression: %v", err)
@@ -437,39 +649,55 @@ func (f *Files) Search(in SearchIn) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fi, err := os.Stat(root)
+	fi, err := f.root.Stat(root)
 	if err != nil {
 		return "", refused("search_files refused: %s does not exist", in.Path)
 	}
-	var files []string
+	var g glob
+	if in.Glob != "" {
+		if g, err = compileGlob(in.Glob); err != nil {
+			return "", refused("search_files refused: the glob %q is not valid: %v", in.Glob, err)
+		}
+	}
+	type file struct{ name, open string }
+	var files []file
 	if fi.IsDir() {
-		_ = f.walk(root, func(p string, fi fs.FileInfo) bool {
-			r, _ := filepath.Rel(root, p)
-			r = filepath.ToSlash(r)
+		err := f.walk(ctx, root, func(p string, fi fs.FileInfo) bool {
+			r := relTo(root, p)
 			if in.Glob != "" {
 				target := r
 				if !strings.Contains(in.Glob, "/") {
-					target = filepath.Base(r)
+					target = path.Base(r)
 				}
-				if !matchGlob(in.Glob, target) {
+				if !g.match(target) {
 					return true
 				}
 			}
 			if fi.Size() <= maxSearchFile {
-				files = append(files, p)
+				files = append(files, file{p, p})
 			}
 			return true
 		})
+		if err != nil {
+			return "", stopped("search_files")
+		}
 	} else {
-		files = []string{root}
+		files = []file{{root, root}}
 	}
-	slices.Sort(files)
+	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.name, b.name) })
 	var b strings.Builder
 	n := 0
 	cut := false
 files:
-	for _, p := range files {
-		fh, err := os.Open(p)
+	for _, fl := range files {
+		if ctx.Err() != nil {
+			return "", stopped("search_files")
+		}
+		open := fl.open
+		if r, err := resolveIn(f.root, f.base, open); err == nil {
+			open = r
+		}
+		fh, err := f.root.Open(open)
 		if err != nil {
 			continue
 		}
@@ -489,7 +717,7 @@ files:
 			if utf8.RuneCountInString(s) > 500 {
 				s = string([]rune(s)[:500]) + " [line cut]"
 			}
-			entry := fmt.Sprintf("%s:%d:%s\n", f.rel(p), line, s)
+			entry := fmt.Sprintf("%s:%d:%s\n", f.rel(fl.name), line, s)
 			if n == maxMatches || b.Len()+len(entry) > maxOutputChars {
 				cut = true
 				fh.Close()
@@ -568,9 +796,9 @@ func (f *Files) register(w *worker.Worker) error {
 		return err
 	}
 	if err := worker.Register(w, fileDef("list_files", "List files matching a glob (** crosses directories), sorted."+where, listSchema, true),
-		func(_ context.Context, _ *worker.Call, in ListIn) (string, error) { return f.List(in) }); err != nil {
+		func(ctx context.Context, _ *worker.Call, in ListIn) (string, error) { return f.List(ctx, in) }); err != nil {
 		return err
 	}
 	return worker.Register(w, fileDef("search_files", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded."+where, searchSchema, true),
-		func(_ context.Context, _ *worker.Call, in SearchIn) (string, error) { return f.Search(in) })
+		func(ctx context.Context, _ *worker.Call, in SearchIn) (string, error) { return f.Search(ctx, in) })
 }

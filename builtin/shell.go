@@ -6,21 +6,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/worker"
 )
 
-// Shell limits (PROTOCOL.md 11).
+// Shell limits (docs/protocol.md 11).
 const (
 	DefaultShellTimeout = 120 * time.Second
 	MaxShellTimeout     = 600 * time.Second
@@ -43,11 +45,110 @@ type ShellIn struct {
 	Skill     string `json:"skill,omitempty"`
 }
 
-// Shell runs commands in a base directory.
+// ShellConfig configures a Shell; see NewShell.
+type ShellConfig struct {
+	// Dir is the base directory (required).
+	Dir string
+	// Allow limits the programs the command may start (checked on the
+	// parsed command; see docs/builtin.md); empty allows any.
+	Allow []string
+	// Env names the variables of the router's environment the command
+	// gets besides PATH, HOME, TMPDIR, LANG and LC_ALL; PATH among them
+	// passes the router's PATH instead of DefaultShellPath. NATS_*,
+	// TOOLBUS_* and the variables the shell sets are refused.
+	Env []string
+	// User, when set, is the OS user the commands run as (the router must
+	// run as root, and Dir must be usable by that user).
+	User string
+	// Skills, when set, lets the command run skills' scripts.
+	Skills SkillFiles
+	// Logger gets the line saying whether the kernel sandbox is on; nil
+	// discards it.
+	Logger *slog.Logger
+}
+
+// Shell runs commands in a base directory. Create it with NewShell.
 type Shell struct {
-	Dir    string     // the base directory
+	Dir    string     // the base directory, absolute and symlinks resolved
 	Allow  []string   // programs it may start; empty means any
 	Skills SkillFiles // nil: no skill scripts
+
+	env      []string    // names passed from the router's environment
+	cred     *credential // nil: the router's user
+	launcher bool        // through the sandbox launcher (Linux, hooked)
+	landlock bool        // the launcher applies Landlock
+	files    *Files      // resolves paths for git -C and the like
+	lookup   func(string) (string, bool)
+}
+
+// credential is a resolved --shell-user.
+type credential struct {
+	uid, gid int
+	groups   []int
+}
+
+// NewShell checks cfg and returns the shell. It refuses an allow-list
+// entry that is not a plain program name or that runs other programs
+// (env, xargs, eval ...), an environment name that holds credentials, and
+// a user that does not exist (or that this process cannot switch to).
+func NewShell(cfg ShellConfig) (*Shell, error) {
+	f, err := NewFiles(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAllowList(cfg.Allow); err != nil {
+		return nil, err
+	}
+	if err := checkEnvNames(cfg.Env); err != nil {
+		return nil, err
+	}
+	s := &Shell{Dir: f.Base(), Allow: slices.Clone(cfg.Allow), Skills: cfg.Skills, env: slices.Clone(cfg.Env), files: f, lookup: os.LookupEnv}
+	if cfg.User != "" {
+		if s.cred, err = lookupUser(cfg.User); err != nil {
+			return nil, err
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	abi := landlockABI()
+	s.launcher = hooked.Load() && sandboxSupported
+	s.landlock = s.launcher && abi > 0
+	switch {
+	case s.landlock:
+		log.Info("shell: kernel sandbox active (Landlock)", "landlock_abi", abi, "dir", s.Dir, "user", cfg.User)
+	case s.launcher:
+		log.Warn("shell: no kernel sandbox: this kernel has no Landlock, so commands reach every file their user can", "dir", s.Dir, "user", cfg.User)
+	default:
+		log.Warn("shell: no kernel sandbox and no subreaper: the binary does not call builtin.RunSandboxChild or the OS is not Linux; a command's setsid children can outlive it", "dir", s.Dir, "user", cfg.User)
+	}
+	return s, nil
+}
+
+// lookupUser resolves name, refusing a user that does not exist or one
+// this process cannot switch to.
+func lookupUser(name string) (*credential, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("--shell-user %s: %w", name, err)
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("--shell-user %s: uid %q or gid %q is not a number", name, u.Uid, u.Gid)
+	}
+	c := &credential{uid: uid, gid: gid}
+	ids, _ := u.GroupIds()
+	for _, g := range ids {
+		if n, err := strconv.Atoi(g); err == nil {
+			c.groups = append(c.groups, n)
+		}
+	}
+	if os.Geteuid() != 0 && os.Geteuid() != uid {
+		return nil, fmt.Errorf("--shell-user %s: this process runs as uid %d, not root, so it cannot run commands as uid %d", name, os.Geteuid(), uid)
+	}
+	return c, nil
 }
 
 const shellSchemaBase = `{"type":"object","properties":{"command":{"type":"string","description":"The command, run by /bin/sh -c in the base directory."},` +
@@ -68,47 +169,26 @@ func (s *Shell) def() bus.ToolDef {
 		TimeoutMS: int64((MaxShellTimeout + 10*time.Second) / time.Millisecond)}
 }
 
-// checkAllowed refuses a command that starts a program outside the allow-list.
+// checkAllowed refuses a command that starts a program outside the
+// allow-list, or that could start one the check cannot see.
 func (s *Shell) checkAllowed(cmd string) error {
 	if len(s.Allow) == 0 {
 		return nil
 	}
-	parts, ok := permission.SplitCommand(cmd)
-	if !ok {
-		return refused("shell refused: with an allow-list the command may not use command substitution, process substitution or unbalanced quotes")
-	}
-	for _, p := range parts {
-		prog := program(p)
-		if prog == "" {
-			continue
-		}
-		if !slices.Contains(s.Allow, prog) {
-			return refused("shell refused: the program %q is not allowed; allowed programs: %s", prog, strings.Join(s.Allow, ", "))
-		}
-	}
-	return nil
+	c := &checker{allow: s.Allow, inside: s.inside}
+	return c.check(cmd)
 }
 
-// program returns the program a simple command starts: its first word
-// after grouping characters and variable assignments, without its
-// directory and quotes.
-func program(simple string) string {
-	for _, w := range strings.Fields(simple) {
-		w = strings.TrimLeft(w, "({!")
-		w = strings.Trim(w, `'"`)
-		if w == "" || strings.Contains(w, "=") && !strings.HasPrefix(w, "=") {
-			continue
-		}
-		if w == "}" || w == ")" {
-			return ""
-		}
-		return filepath.Base(w)
-	}
-	return ""
+// inside says whether p (relative to the base directory, or absolute)
+// resolves inside the base directory.
+func (s *Shell) inside(p string) bool {
+	_, err := s.files.resolve("shell", p)
+	return err == nil
 }
 
 // Run runs the command; user is the batch's user (for user-scoped skills).
-// A timeout is a refusal whose text holds the output so far.
+// A timeout is a refusal whose text holds the output so far. Every process
+// the command started is gone when Run returns (docs/builtin.md).
 func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error) {
 	if strings.TrimSpace(in.Command) == "" {
 		return "", refused("shell refused: the command is empty")
@@ -123,7 +203,21 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 	if err := s.checkAllowed(in.Command); err != nil {
 		return "", err
 	}
-	env := os.Environ()
+	tmp, err := os.MkdirTemp("", "toolbus-shell-")
+	if err != nil {
+		return "", refused("shell: the command could not run: %v", err)
+	}
+	defer os.RemoveAll(tmp)
+	if s.cred != nil {
+		if err := os.Chown(tmp, s.cred.uid, s.cred.gid); err != nil {
+			return "", refused("shell: the command could not run: %v", err)
+		}
+	}
+	env := shellEnv(s.lookup, s.env, s.Dir, tmp, len(s.Allow) > 0)
+	spec := sandboxSpec{Command: in.Command, Dir: s.Dir, Tmp: tmp, Landlock: s.landlock, UID: -1, GID: -1}
+	if s.cred != nil {
+		spec.UID, spec.GID, spec.Groups = s.cred.uid, s.cred.gid, s.cred.groups
+	}
 	var note string
 	if in.Skill != "" {
 		if s.Skills == nil {
@@ -134,20 +228,15 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 			return "", refused("shell refused: skill %q: %v", in.Skill, err)
 		}
 		defer release()
+		spec.Read = []string{dir}
 		env = append(env, "SKILL_DIR="+dir)
 		note = fmt.Sprintf("Skill %s's files are in %s ($SKILL_DIR).\n", in.Skill, dir)
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(rctx, "/bin/sh", "-c", in.Command)
-	cmd.Dir, cmd.Env = s.Dir, env
 	stdout, stderr := &capped{max: MaxStreamChars}, &capped{max: MaxStreamChars}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Stdin = nil
-	setGroup(cmd)
-	cmd.WaitDelay = time.Second
-	err := cmd.Run()
-	out := note + render(cmd, stdout, stderr)
+	state, err := s.exec(rctx, spec, env, stdout, stderr)
+	out := note + render(state, stdout, stderr)
 	var ee *exec.ExitError
 	switch {
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
@@ -161,10 +250,30 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 	}
 }
 
-func render(cmd *exec.Cmd, stdout, stderr *capped) string {
+// exec runs spec: through the sandbox launcher when this binary has the
+// hook, else /bin/sh directly in its own process group (as spec's user).
+func (s *Shell) exec(ctx context.Context, spec sandboxSpec, env []string, stdout, stderr io.Writer) (*os.ProcessState, error) {
+	var cmd *exec.Cmd
+	after := func() {}
+	if s.launcher {
+		cmd, after = launcherCommand(ctx, spec)
+	} else {
+		cmd = exec.CommandContext(ctx, "/bin/sh", "-c", spec.Command)
+		direct(cmd, spec)
+		after = func() { killGroup(cmd) }
+	}
+	cmd.Dir, cmd.Env = spec.Dir, env
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = stdout, stderr, nil
+	cmd.WaitDelay = 5 * time.Second
+	err := runLocked(cmd)
+	after()
+	return cmd.ProcessState, err
+}
+
+func render(state *os.ProcessState, stdout, stderr *capped) string {
 	code := -1
-	if cmd.ProcessState != nil {
-		code = cmd.ProcessState.ExitCode()
+	if state != nil {
+		code = state.ExitCode()
 	}
 	return fmt.Sprintf("Exit code: %d\nstdout:\n%s\nstderr:\n%s", code, stdout.text(), stderr.text())
 }
@@ -219,4 +328,14 @@ func (s *Shell) register(w *worker.Worker) error {
 	return worker.Register(w, s.def(), func(ctx context.Context, c *worker.Call, in ShellIn) (string, error) {
 		return s.Run(ctx, c.UserString(), in)
 	})
+}
+
+// LookupShellUser resolves a --shell-user name as NewShell does, for a
+// caller that must prepare files for that user (the skills directory).
+func LookupShellUser(name string) (uid, gid int, err error) {
+	c, err := lookupUser(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	return c.uid, c.gid, nil
 }

@@ -2,7 +2,9 @@ package skills
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,10 +34,16 @@ type materialized struct {
 }
 
 // NewMaterializer returns a Materializer of the catalogue's skills under
-// root, which it creates; directories it finds there from an earlier run
-// are removed.
+// root. A missing root is created with mode 0700; an existing one must be
+// a directory (not a symlink) owned by this process's user that nobody
+// else may write or enter (CheckPrivate), or it is refused. Directories it
+// finds there from an earlier run are removed. Use PrivateDir for a fresh
+// root.
 func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := os.Mkdir(root, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("skills: materialize: %w", err)
+	}
+	if err := CheckPrivate(root); err != nil {
 		return nil, fmt.Errorf("skills: materialize: %w", err)
 	}
 	entries, _ := os.ReadDir(root)
@@ -45,6 +53,70 @@ func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
 		}
 	}
 	return &Materializer{cat: cat, root: root, dirs: map[string]*materialized{}}, nil
+}
+
+// Root returns the directory the skills are put in.
+func (m *Materializer) Root() string { return m.root }
+
+// Close removes the root and everything in it; Acquire fails after it.
+func (m *Materializer) Close() error { return os.RemoveAll(m.root) }
+
+// PrivateDir creates a fresh directory for a Materializer: parent (made
+// with mode 0700 when missing, else checked like CheckPrivate) holds a new
+// directory from os.MkdirTemp, mode 0700. With gid >= 0 the new directory
+// belongs to that group and has mode 0750, so a --shell-user of that group
+// can read the skills' files and nobody else can. parent "" is the user
+// cache directory's toolbus/skills.
+func PrivateDir(parent, pattern string, gid int) (string, error) {
+	if parent == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("skills: no directory for materialised skills: %w", err)
+		}
+		parent = filepath.Join(cache, "toolbus", "skills")
+	}
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return "", fmt.Errorf("skills: %w", err)
+	}
+	if err := CheckPrivate(parent); err != nil {
+		return "", fmt.Errorf("skills: %w", err)
+	}
+	dir, err := os.MkdirTemp(parent, pattern)
+	if err != nil {
+		return "", fmt.Errorf("skills: %w", err)
+	}
+	if gid >= 0 {
+		err = os.Chown(dir, -1, gid)
+		if err == nil {
+			err = os.Chmod(dir, 0o750)
+		}
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return "", fmt.Errorf("skills: %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// CheckPrivate refuses dir unless it is a directory (not a symlink) owned
+// by this process's user that no other user may write, and only its group
+// may read or enter: another user who created it first (in a shared
+// temporary directory, say) could change the scripts the shell runs.
+func CheckPrivate(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (a symlink?); refusing it for skills' files", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o027 != 0 {
+		return fmt.Errorf("%s has mode %#o: others may reach or group members may write it; refusing it for skills' files (chmod 700)", dir, perm)
+	}
+	if uid, ok := ownerOf(fi); ok && uid != os.Geteuid() {
+		return fmt.Errorf("%s belongs to uid %d, not to this process (uid %d); refusing it for skills' files", dir, uid, os.Geteuid())
+	}
+	return nil
 }
 
 // Acquire returns the directory holding the files of the skill called name
@@ -109,6 +181,11 @@ func write(dir string, s *Skill) error {
 			_ = os.RemoveAll(tmp)
 			return fmt.Errorf("skills: materialize %s: %w", s.Name, err)
 		}
+	}
+	// Readable below the root, whose mode decides who gets in.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("skills: materialize %s: %w", s.Name, err)
 	}
 	_ = os.RemoveAll(dir) // a failed earlier attempt
 	if err := os.Rename(tmp, dir); err != nil {

@@ -27,7 +27,10 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-func main() { cli.Main("router", run) }
+func main() {
+	builtin.RunSandboxChild() // the shell's sandbox launcher runs here, never returning
+	cli.Main("router", run)
+}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
@@ -57,7 +60,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	id := fs.String("id", "", "router instance id (default: random)")
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
 	workdir := fs.String("workdir", "", "base directory of the built-in file tools and shell; empty serves neither")
-	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start (default: any)")
+	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start, checked on the parsed command (default: any; docs/builtin.md says what it is and is not)")
+	shellEnv := fs.String("shell-env", "", "comma-separated variables of the router's environment the shell's commands get (default: none; PATH passes the router's PATH; NATS_* and TOOLBUS_* are refused)")
+	shellUser := fs.String("shell-user", "", "OS user the shell's commands run as (the router must run as root; the workdir must be usable by that user)")
 	mcpOpts := mcpFlags(fs)
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
@@ -147,10 +152,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
 			InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		if err == nil {
-			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow)}
+			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow), ShellEnv: cli.SplitList(*shellEnv), ShellUser: *shellUser, Logger: log}
 			if *workdir != "" {
 				var m *skills.Materializer
-				if m, err = skills.NewMaterializer(r.Skills(), filepath.Join(os.TempDir(), "toolbus-skills-"+r.ID())); err == nil {
+				if m, err = skillsMaterializer(r.Skills(), *data, r.ID(), *shellUser); err == nil {
+					defer m.Close()
 					cfg.Skills = m
 				}
 			}
@@ -248,4 +254,26 @@ func (d *dirList) Set(v string) error {
 	}
 	*d = append(*d, v)
 	return nil
+}
+
+// skillsMaterializer puts skills' files for the shell in a fresh private
+// directory under DATA/skills (the user cache directory without --data),
+// readable by the --shell-user's group when there is one.
+func skillsMaterializer(cat *skills.Catalogue, data, id, shellUser string) (*skills.Materializer, error) {
+	parent, gid := "", -1
+	if data != "" {
+		parent = filepath.Join(data, "skills")
+	}
+	if shellUser != "" {
+		_, g, err := builtin.LookupShellUser(shellUser)
+		if err != nil {
+			return nil, err
+		}
+		gid = g
+	}
+	dir, err := skills.PrivateDir(parent, "router-"+id+"-", gid)
+	if err != nil {
+		return nil, err
+	}
+	return skills.NewMaterializer(cat, dir)
 }

@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -30,7 +28,10 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-func main() { cli.Main("toolworker", run) }
+func main() {
+	builtin.RunSandboxChild() // the shell's sandbox launcher runs here, never returning
+	cli.Main("toolworker", run)
+}
 
 // drainTimeout bounds the drain on shutdown.
 const drainTimeout = 30 * time.Second
@@ -50,7 +51,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	notesGroup := fs.String("notes-group", "", "put append_note in this tool group instead of basic (define the group on the routers, e.g. examples/skills/router.yaml)")
 	withBuiltin := fs.Bool("builtin", false, "also serve the built-in tools (get_current_time, echo, todo_write; with --workdir the file tools and shell)")
 	workdir := fs.String("workdir", "", "with --builtin: base directory of the file tools and shell; empty serves neither")
-	shellAllow := fs.String("shell-allow", "", "with --builtin: comma-separated programs shell may start (default: any)")
+	shellAllow := fs.String("shell-allow", "", "with --builtin: comma-separated programs shell may start, checked on the parsed command (default: any; see docs/builtin.md)")
+	shellEnv := fs.String("shell-env", "", "with --builtin: comma-separated variables of this environment shell's commands get (default: none; NATS_* and TOOLBUS_* are refused)")
+	shellUser := fs.String("shell-user", "", "with --builtin: OS user shell's commands run as (toolworker must run as root; the workdir must be usable by that user)")
 	mcpConfig := fs.String("mcp-config", "", "also bridge the MCP servers listed in this YAML or JSON file (docs/mcp.md)")
 	demo := fs.Bool("demo", true, "serve the example tools (off by default with --mcp-config, so bridged servers stand alone)")
 	observe := cli.ObserveFlags(fs)
@@ -109,14 +112,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		names = toolNames
 	}
 	if *withBuiltin {
-		stop, err := registerBuiltin(ctx, nc, w, *prefix, *id, *workdir, *shellAllow)
+		stop, err := registerBuiltin(ctx, nc, w, *prefix, *id, *workdir,
+			builtin.Config{ShellAllow: cli.SplitList(*shellAllow), ShellEnv: cli.SplitList(*shellEnv), ShellUser: *shellUser, Logger: log})
 		if err != nil {
 			return err
 		}
 		defer stop()
 		names = append(slices.Clone(names), "built-in tools")
-	} else if *workdir != "" || *shellAllow != "" {
-		return fmt.Errorf("--workdir and --shell-allow need --builtin")
+	} else if *workdir != "" || *shellAllow != "" || *shellEnv != "" || *shellUser != "" {
+		return fmt.Errorf("--workdir, --shell-allow, --shell-env and --shell-user need --builtin")
 	}
 	if *mcpConfig != "" {
 		stop, err := startBridge(ctx, nc, *mcpConfig, *prefix, *id, *heartbeat, *maxConcurrent, log)
@@ -170,16 +174,11 @@ func startBridge(ctx context.Context, nc *nats.Conn, path, prefix, id string, he
 }
 
 // registerBuiltin adds the built-in tools to w. With a workdir, shell runs
-// skills' scripts from the P_skills object store, materialized under the
-// system temp directory; stop ends the object store's watch.
-func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefix, id, workdir, shellAllow string) (stop func(), err error) {
-	var allow []string
-	for _, p := range strings.Split(shellAllow, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			allow = append(allow, p)
-		}
-	}
-	cfg := builtin.Config{WorkDir: workdir, ShellAllow: allow}
+// skills' scripts from the P_skills object store, materialized in a fresh
+// private directory under the user cache directory; stop ends the object
+// store's watch and removes that directory.
+func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefix, id, workdir string, cfg builtin.Config) (stop func(), err error) {
+	cfg.WorkDir = workdir
 	stop = func() {}
 	if workdir != "" {
 		js, err := jetstream.New(nc)
@@ -199,12 +198,25 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		if id == "" {
 			id = w.ID()
 		}
-		m, err := skills.NewMaterializer(cat, filepath.Join(os.TempDir(), "toolbus-skills-"+id))
+		gid := -1
+		if cfg.ShellUser != "" {
+			if _, gid, err = builtin.LookupShellUser(cfg.ShellUser); err != nil {
+				cat.Stop()
+				return nil, err
+			}
+		}
+		// A fresh private directory under the user cache directory.
+		dir, err := skills.PrivateDir("", "toolworker-"+id+"-", gid)
 		if err != nil {
 			cat.Stop()
 			return nil, err
 		}
-		cfg.Skills, stop = m, cat.Stop
+		m, err := skills.NewMaterializer(cat, dir)
+		if err != nil {
+			cat.Stop()
+			return nil, err
+		}
+		cfg.Skills, stop = m, func() { cat.Stop(); _ = m.Close() }
 	}
 	if err := builtin.RegisterWith(w, cfg); err != nil {
 		stop()

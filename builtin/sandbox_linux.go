@@ -1,0 +1,267 @@
+//go:build linux
+
+package builtin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+func runSandboxChild() {
+	switch os.Args[0] {
+	case launcherArg0:
+		os.Exit(launch())
+	case execArg0:
+		os.Exit(execStage())
+	}
+}
+
+// landlockABI is the kernel's Landlock ABI version, 0 without Landlock.
+func landlockABI() int {
+	v, err := llsys.LandlockGetABIVersion()
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+func decodeSpec() (sandboxSpec, error) {
+	var spec sandboxSpec
+	if len(os.Args) < 2 {
+		return spec, errors.New("no specification")
+	}
+	err := json.Unmarshal([]byte(os.Args[1]), &spec)
+	return spec, err
+}
+
+// launch is the launcher: a subreaper that starts the command and kills
+// all its descendants when it ends, when told to stop, or when the router
+// goes away. It returns the command's exit status.
+func launch() int {
+	if _, err := decodeSpec(); err != nil {
+		fmt.Fprintf(os.Stderr, "toolbus-sandbox: %v\n", err)
+		return 126
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "toolbus-sandbox: subreaper: %v\n", err)
+		return 126
+	}
+	// fd 3 is the read end of a pipe whose write end only the router
+	// holds: EOF means the router is gone. The command does not get it.
+	syscall.CloseOnExec(3)
+	stop := make(chan os.Signal, 4)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go func() {
+		_, _ = io.Copy(io.Discard, os.NewFile(3, "router"))
+		stop <- syscall.SIGTERM
+	}()
+	p, err := os.StartProcess("/proc/self/exe", []string{execArg0, os.Args[1]},
+		&os.ProcAttr{Env: os.Environ(), Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "toolbus-sandbox: start: %v\n", err)
+		return 126
+	}
+	self := os.Getpid()
+	done := make(chan struct{})
+	stopped := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case sig := <-stop:
+			stopped <- sig
+			// Kill until the reaper below has seen the command end; it
+			// reaps, this goroutine only signals.
+			for {
+				killDescendants(self)
+				select {
+				case <-done:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		case <-done:
+		}
+	}()
+	var status syscall.WaitStatus
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || pid == p.Pid {
+			status = ws
+			break
+		}
+	}
+	reapAll(self)
+	close(done)
+	select {
+	case sig := <-stopped:
+		return dieOf(sig.(syscall.Signal))
+	default:
+	}
+	if status.Signaled() {
+		return dieOf(status.Signal())
+	}
+	return status.ExitStatus()
+}
+
+// dieOf ends the launcher by sig, so that the router sees what ended the
+// command; 128+sig if that fails.
+func dieOf(sig syscall.Signal) int {
+	signal.Reset(sig)
+	_ = syscall.Kill(os.Getpid(), sig)
+	time.Sleep(100 * time.Millisecond) // the signal is on its way
+	return 128 + int(sig)
+}
+
+// reapAll kills every descendant of self and reaps its children until it
+// has none left (and so no descendants), for at most 10 seconds.
+func reapAll(self int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		killDescendants(self)
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if errors.Is(err, syscall.ECHILD) {
+				return
+			}
+			if err != nil && !errors.Is(err, syscall.EINTR) || pid == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// killDescendants sends SIGKILL to every process whose chain of parents
+// (read from /proc) leads to self.
+func killDescendants(self int) {
+	for _, pid := range descendants(self) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func descendants(self int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := parentOf(pid); ok {
+			children[pp] = append(children[pp], pid)
+		}
+	}
+	var out []int
+	queue := []int{self}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// parentOf reads the parent pid from /proc/<pid>/stat (the field after
+// the state, which follows the last ')' of the command name).
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(string(f[1]))
+	return pp, err == nil
+}
+
+// execStage applies Landlock, drops to the shell user and becomes
+// /bin/sh -c; it returns only on failure.
+func execStage() int {
+	spec, err := decodeSpec()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "toolbus-sandbox: %v\n", err)
+		return 126
+	}
+	if spec.Landlock {
+		if err := restrict(spec); err != nil {
+			fmt.Fprintf(os.Stderr, "toolbus-sandbox: landlock: %v\n", err)
+			return 126
+		}
+	}
+	if spec.UID >= 0 {
+		if err := dropTo(spec); err != nil {
+			fmt.Fprintf(os.Stderr, "toolbus-sandbox: %v\n", err)
+			return 126
+		}
+	}
+	// Dies with the launcher (set after the switch of user, which clears it).
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0)
+	err = syscall.Exec("/bin/sh", []string{"sh", "-c", spec.Command}, os.Environ())
+	fmt.Fprintf(os.Stderr, "toolbus-sandbox: exec /bin/sh: %v\n", err)
+	return 126
+}
+
+// restrict applies Landlock to this process and what it starts: read and
+// execute under the system directories and spec.Read, read and write under
+// the base directory and the call's TMPDIR, the usual character devices;
+// signals and abstract sockets only within the sandbox. Best effort: a
+// kernel without (some of) Landlock gets what it has.
+func restrict(spec sandboxSpec) error {
+	cfg := landlock.Config{HandledAccessFS: landlock.V11.HandledAccessFS, Scoped: landlock.V11.Scoped}.BestEffort()
+	read := append(append([]string{}, systemReadDirs...), spec.Read...)
+	return cfg.Restrict(
+		landlock.RODirs(read...).IgnoreIfMissing(),
+		landlock.RWDirs(spec.Dir, spec.Tmp).WithRefer(),
+		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full").IgnoreIfMissing(),
+		landlock.ROFiles("/dev/urandom", "/dev/random").IgnoreIfMissing(),
+	)
+}
+
+// dropTo switches to spec's user and groups, for good.
+func dropTo(spec sandboxSpec) error {
+	groups := spec.Groups
+	if len(groups) == 0 {
+		groups = []int{spec.GID}
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(spec.GID); err != nil {
+		return fmt.Errorf("setgid %d: %w", spec.GID, err)
+	}
+	if err := syscall.Setuid(spec.UID); err != nil {
+		return fmt.Errorf("setuid %d: %w", spec.UID, err)
+	}
+	return nil
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package builtin
+
+func runSandboxChild() {}
+
+func landlockABI() int { return 0 }
