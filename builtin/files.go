@@ -756,9 +756,12 @@ const (
 		`"glob":{"type":"string","description":"Only files whose name (or, with a /, whose path) matches this glob."}},"required":["pattern"]}`
 )
 
-func fileDef(name, desc, schema string, readOnly bool) bus.ToolDef {
+// fileDef is a file tool's definition; base is where its relative paths
+// resolve, declared so permission rules judge the real file
+// (docs/protocol.md 6.4, 7.2).
+func fileDef(name, desc, schema string, readOnly bool, base string) bus.ToolDef {
 	return bus.ToolDef{Name: name, Description: desc, InputSchema: json.RawMessage(schema), ReadOnly: readOnly, ConcurrencySafe: readOnly,
-		StateInjected: true, RuleMatcher: bus.MatcherPath, RuleField: "path", TimeoutMS: 60000}
+		StateInjected: true, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: base, TimeoutMS: 60000}
 }
 
 func (f *Files) register(w *worker.Worker) error {
@@ -774,31 +777,31 @@ func (f *Files) register(w *worker.Worker) error {
 		}
 		return text, nil
 	}
-	if err := worker.Register(w, fileDef("read_file", "Read a text file, with line numbers (from 1); use offset and limit for long files."+where, readSchema, true),
+	if err := worker.Register(w, fileDef("read_file", "Read a text file, with line numbers (from 1); use offset and limit for long files."+where, readSchema, true, f.base),
 		func(_ context.Context, c *worker.Call, in ReadIn) (string, error) {
 			text, patch, err := f.Read(in)
 			return patching(c, text, patch, err)
 		}); err != nil {
 		return err
 	}
-	if err := worker.Register(w, fileDef("write_file", "Write a whole file, creating it (and its directories) when needed. An existing file must have been read with read_file first, unchanged since."+where, writeSchema, false),
+	if err := worker.Register(w, fileDef("write_file", "Write a whole file, creating it (and its directories) when needed. An existing file must have been read with read_file first, unchanged since."+where, writeSchema, false, f.base),
 		func(_ context.Context, c *worker.Call, in WriteIn) (string, error) {
 			text, patch, err := f.Write(c.State, in)
 			return patching(c, text, patch, err)
 		}); err != nil {
 		return err
 	}
-	if err := worker.Register(w, fileDef("edit_file", "Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with read_file first, unchanged since."+where, editSchema, false),
+	if err := worker.Register(w, fileDef("edit_file", "Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with read_file first, unchanged since."+where, editSchema, false, f.base),
 		func(_ context.Context, c *worker.Call, in EditIn) (string, error) {
 			text, patch, err := f.Edit(c.State, in)
 			return patching(c, text, patch, err)
 		}); err != nil {
 		return err
 	}
-	if err := worker.Register(w, fileDef("list_files", "List files matching a glob (** crosses directories), sorted."+where, listSchema, true),
+	if err := worker.Register(w, fileDef("list_files", "List files matching a glob (** crosses directories), sorted."+where, listSchema, true, f.base),
 		func(ctx context.Context, _ *worker.Call, in ListIn) (string, error) { return f.List(ctx, in) }); err != nil {
 		return err
 	}
-	return worker.Register(w, fileDef("search_files", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded."+where, searchSchema, true),
+	return worker.Register(w, fileDef("search_files", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded."+where, searchSchema, true, f.base),
 		func(ctx context.Context, _ *worker.Call, in SearchIn) (string, error) { return f.Search(ctx, in) })
 }
