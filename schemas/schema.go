@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ type Schema struct {
 	base string // Location of the root schema without its fragment
 	sch  *jsonschema.Schema
 	fast *fastNode // nil when the schema is outside the fast subset
+	mult []int64   // evaluations per input value at each depth (cost.go)
 }
 
 // refusedError is the error of the loader that refuses every URL.
@@ -48,12 +50,7 @@ func refuse(url string) (io.ReadCloser, error) { return nil, &refusedError{url: 
 // form).
 //
 // The returned Schema is safe for concurrent use.
-func Compile(raw json.RawMessage) (s *Schema, err error) {
-	defer func() {
-		if r := recover(); r != nil { // fail closed on a validator bug
-			s, err = nil, fmt.Errorf("schemas: schema does not compile: %v", r)
-		}
-	}()
+func Compile(raw json.RawMessage) (*Schema, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return nil, errors.New("schemas: schema is empty")
@@ -67,6 +64,27 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 		return nil, fmt.Errorf("schemas: schema is %d bytes, more than the limit of %d", buf.Len(), MaxSchemaBytes)
 	}
 	compact := buf.Bytes()
+	key := cacheKey(sha256.Sum256(compact))
+	if s, err, ok := cache.get(key); ok {
+		return s, err
+	}
+	s, err := compile(compact)
+	cache.put(key, s, err, len(compact))
+	return s, err
+}
+
+// compile compiles a compact schema of at most MaxSchemaBytes.
+func compile(compact []byte) (s *Schema, err error) {
+	defer func() {
+		if r := recover(); r != nil { // fail closed on a validator bug
+			s, err = nil, fmt.Errorf("schemas: schema does not compile: %v", r)
+		}
+	}()
+	// Before anything recursive: the compiler's cost grows with the cube
+	// of the depth (section 13).
+	if jsonDepth(compact, MaxSchemaDepth) > MaxSchemaDepth {
+		return nil, fmt.Errorf("schemas: schema nests deeper than %d levels of objects and arrays", MaxSchemaDepth)
+	}
 	doc, err := decode(compact)
 	if err != nil {
 		return nil, fmt.Errorf("schemas: schema is not valid JSON: %v", err)
@@ -96,8 +114,24 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 	if err != nil {
 		return nil, compileError(m, err)
 	}
+	g, err := buildGraph(sch)
+	if err != nil {
+		return nil, err
+	}
+	mult := g.multipliers(sch)
+	if mult[0] > EvalBase {
+		return nil, fmt.Errorf("schemas: schema is too costly to validate: one value may be checked against %s subschemas (references multiply them), more than the limit of %d", count(mult[0]), EvalBase)
+	}
 	base, _, _ := strings.Cut(sch.Location, "#")
-	return &Schema{raw: compact, doc: doc, base: base, sch: sch, fast: buildFast(doc)}, nil
+	return &Schema{raw: compact, doc: doc, base: base, sch: sch, fast: buildFast(doc), mult: mult}, nil
+}
+
+// count renders an estimate, saturated ones as "more than".
+func count(n int64) string {
+	if n >= evalCap {
+		return "astronomically many"
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // Raw returns the schema as given, in compact JSON. The caller must not modify it.
@@ -125,6 +159,9 @@ func (s *Schema) Validate(v any) (details []bus.Detail) {
 	}()
 	if s.fast != nil && s.fast.ok(v) {
 		return nil
+	}
+	if d := s.tooCostly(v); d != nil {
+		return []bus.Detail{*d}
 	}
 	err := s.sch.Validate(v)
 	if err == nil {
@@ -441,4 +478,23 @@ func compileError(doc map[string]any, err error) error {
 	msg = strings.ReplaceAll(msg, " in "+schemaURL, "")
 	msg = strings.ReplaceAll(msg, schemaURL, "")
 	return fmt.Errorf("schemas: invalid schema: %s", msg)
+}
+
+// tooCostly returns the problem of an input the full validator must not
+// run on: one nested deeper than MaxInputDepth, or one whose estimated
+// checks (cost.go) exceed its budget.
+func (s *Schema) tooCostly(v any) *bus.Detail {
+	counts, ok := levels(v)
+	if !ok {
+		return &bus.Detail{Path: "/", Message: depthError().Error()}
+	}
+	values := 0
+	for _, n := range counts {
+		values += n
+	}
+	if est, max := checks(s.mult, counts), budget(values); est > max {
+		return &bus.Detail{Path: "/", Message: fmt.Sprintf(
+			"input is too costly to check against this schema: about %s subschema checks for its %d values, more than the limit of %d", count(est), values, max)}
+	}
+	return nil
 }
