@@ -12,8 +12,10 @@ const (
 	// MaxInputDepth bounds the nesting of a call's input the same way (the
 	// input object itself is 1).
 	MaxInputDepth = 128
-	// MaxSubschemas bounds the subschemas one schema compiles to.
-	MaxSubschemas = 4096
+	// MaxSubschemas bounds the subschemas of one schema (objects and
+	// booleans in schema positions, the schema itself included): the
+	// compiler's cost grows with their square (about 150 ms at the limit).
+	MaxSubschemas = 1000
 	// MaxChecks bounds the estimated subschema checks of validating one
 	// input: EvalBase plus EvalFactor per value of the input.
 	EvalBase   = 100_000

@@ -24,13 +24,18 @@ const schemaURL = "toolbus:///input_schema.json"
 
 // Schema is a compiled object schema; safe for concurrent use.
 type Schema struct {
-	raw  json.RawMessage
-	doc  any    // the decoded schema (UseNumber), read only
-	base string // Location of the root schema without its fragment
-	sch  *jsonschema.Schema
-	fast *fastNode // nil when the schema is outside the fast subset
-	mult []int64   // evaluations per input value at each depth (cost.go)
+	raw   json.RawMessage
+	doc   any    // the decoded schema (UseNumber), read only
+	base  string // Location of the root schema without its fragment
+	sch   *jsonschema.Schema
+	fast  *fastNode // nil when the schema is outside the fast subset
+	mult  []int64   // evaluations per input value at each depth (cost.go)
+	nodes int       // subschemas
 }
+
+// Subschemas returns the number of subschemas of s (the schema itself
+// included), which bounds the cost of compiling it; see MaxSubschemas.
+func (s *Schema) Subschemas() int { return s.nodes }
 
 // refusedError is the error of the loader that refuses every URL.
 type refusedError struct{ url string }
@@ -100,7 +105,8 @@ func compile(compact []byte) (s *Schema, err error) {
 		}
 		return nil, fmt.Errorf(`schemas: schema must have "type": "object" at the top level, got %s`, got)
 	}
-	if err := checkRefs(m); err != nil {
+	nodes := 0
+	if err := checkRefs(m, &nodes); err != nil {
 		return nil, err
 	}
 
@@ -123,7 +129,7 @@ func compile(compact []byte) (s *Schema, err error) {
 		return nil, fmt.Errorf("schemas: schema is too costly to validate: one value may be checked against %s subschemas (references multiply them), more than the limit of %d", count(mult[0]), EvalBase)
 	}
 	base, _, _ := strings.Cut(sch.Location, "#")
-	return &Schema{raw: compact, doc: doc, base: base, sch: sch, fast: buildFast(doc), mult: mult}, nil
+	return &Schema{raw: compact, doc: doc, base: base, sch: sch, fast: buildFast(doc), mult: mult, nodes: nodes}, nil
 }
 
 // count renders an estimate, saturated ones as "more than".
@@ -406,23 +412,31 @@ var (
 )
 
 // checkRefs returns an error for the first reference, in a fixed walk order,
-// that is not a same-document fragment ("#", "#/$defs/x", "#anchor").
-func checkRefs(v any) error {
+// that is not a same-document fragment ("#", "#/$defs/x", "#anchor"), and
+// counts the subschemas in *nodes, refusing more than MaxSubschemas (the
+// compiler's cost grows with their square). It recurses at most
+// MaxSchemaDepth levels: the caller checked the depth.
+func checkRefs(v any, nodes *int) error {
 	switch x := v.(type) {
 	case []any:
 		for _, e := range x {
-			if err := checkRefs(e); err != nil {
+			if err := checkRefs(e, nodes); err != nil {
 				return err
 			}
 		}
+	case bool:
+		*nodes++
 	case map[string]any:
+		if *nodes++; *nodes > MaxSubschemas {
+			return fmt.Errorf("schemas: schema has more than %d subschemas", MaxSubschemas)
+		}
 		for _, kw := range refKeywords {
 			if ref, ok := x[kw].(string); ok && !strings.HasPrefix(ref, "#") {
 				return fmt.Errorf("schemas: external %s %q is not allowed (only same-document references such as \"#/$defs/name\")", kw, ref)
 			}
 		}
 		for _, kw := range subKeywords {
-			if err := checkRefs(x[kw]); err != nil {
+			if err := checkRefs(x[kw], nodes); err != nil {
 				return err
 			}
 		}
@@ -437,7 +451,7 @@ func checkRefs(v any) error {
 			}
 			slices.Sort(keys)
 			for _, k := range keys {
-				if err := checkRefs(m[k]); err != nil {
+				if err := checkRefs(m[k], nodes); err != nil {
 					return err
 				}
 			}
