@@ -20,9 +20,18 @@ import (
 // to a schema that does the same, nested) far beyond the sizes of the schema
 // and the input.
 //
-// costModel bounds that work before the validator runs: mult[d] is an upper
-// bound on the evaluations at one value of depth d (the root is 0), taking
-// every member subschema to apply to every member (the worst case).
+// The cost model bounds that work before the validator runs: mult[d] is an
+// upper bound on the evaluations at any one value of depth d (the root is 0)
+// when the root schema is evaluated once. It is F(root, d) with
+//
+//	F(s, k) = own(s, k) + Σ F(c, k) over the in-place subschemas c of s
+//	own(s, 0) = 1
+//	own(s, k) = max(object part, array part), from F(·, k-1) of the member
+//	            subschemas: a member gets at most one of properties (or the
+//	            additional/unevaluated ones) and every patternProperties and
+//	            propertyNames; an item one of prefixItems (or the rest) and
+//	            contains and unevaluatedItems
+//
 // Validating an input whose depth d holds n[d] values costs at most about
 // Σ n[d]·mult[d] evaluations (each evaluation at an object also visits its
 // members once, counted by the members' own depth).
@@ -33,16 +42,30 @@ const evalCap = math.MaxInt64 / 4
 // graph is the compiled schema as nodes with their in-place and member
 // edges, the nodes in an order where every in-place edge goes forward.
 type graph struct {
-	nodes  []*jsonschema.Schema
-	index  map[*jsonschema.Schema]int
-	inPl   [][]int // in-place edges (targets, repeated for multiplicity)
-	member [][]int // member edges
+	nodes []*jsonschema.Schema
+	index map[*jsonschema.Schema]int
+	inPl  [][]int // in-place edges (targets, repeated for multiplicity)
+	mem   []members
 }
 
-// buildGraph collects the nodes reachable from root. It refuses more than
-// MaxSubschemas nodes and a cycle of in-place edges (a reference that comes
-// back to the same value without descending into it: the validator would
-// loop on every input).
+// members are the member subschemas of one node, by how they apply.
+type members struct {
+	oneProp  []int // properties: a member gets at most one
+	restProp []int // additionalProperties, unevaluatedProperties: members without a property
+	allProp  []int // patternProperties, propertyNames: possibly every member
+	oneItem  []int // prefixItems, items as a list: an item gets at most one
+	restItem []int // items, additionalItems: the items past the list
+	allItem  []int // contains, unevaluatedItems
+}
+
+func (m *members) edges() []*[]int {
+	return []*[]int{&m.oneProp, &m.restProp, &m.allProp, &m.oneItem, &m.restItem, &m.allItem}
+}
+
+// buildGraph collects the nodes reachable from root. It refuses more
+// nodes than the walk of checkRefs allows for (with a margin) and a cycle of
+// in-place edges (a reference that comes back to the same value without
+// descending into it: the validator would loop on every input).
 func buildGraph(root *jsonschema.Schema) (*graph, error) {
 	g := &graph{index: map[*jsonschema.Schema]int{}}
 	var anchors []*jsonschema.Schema // nodes with a dynamic or recursive anchor
@@ -50,13 +73,13 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 		if i, ok := g.index[s]; ok {
 			return i, nil
 		}
-		if len(g.nodes) >= 2*MaxSubschemas { // the walk of checkRefs counted them; a margin for the compiler's own
+		if len(g.nodes) >= 2*MaxSubschemas {
 			return 0, fmt.Errorf("schemas: schema has more than %d subschemas", MaxSubschemas)
 		}
 		g.index[s] = len(g.nodes)
 		g.nodes = append(g.nodes, s)
 		g.inPl = append(g.inPl, nil)
-		g.member = append(g.member, nil)
+		g.mem = append(g.mem, members{})
 		if s.DynamicAnchor != "" || s.RecursiveAnchor {
 			anchors = append(anchors, s)
 		}
@@ -66,7 +89,7 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 		return nil, err
 	}
 	for i := 0; i < len(g.nodes); i++ {
-		inPlace, members := children(g.nodes[i])
+		inPlace, mem := children(g.nodes[i])
 		for _, c := range inPlace {
 			j, err := add(c)
 			if err != nil {
@@ -74,13 +97,18 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 			}
 			g.inPl[i] = append(g.inPl[i], j)
 		}
-		for _, c := range members {
-			j, err := add(c)
-			if err != nil {
-				return nil, err
+		var idx members
+		dst := idx.edges()
+		for k, list := range mem.lists() {
+			for _, c := range list {
+				j, err := add(c)
+				if err != nil {
+					return nil, err
+				}
+				*dst[k] = append(*dst[k], j)
 			}
-			g.member[i] = append(g.member[i], j)
 		}
+		g.mem[i] = idx
 	}
 	// A dynamic reference may resolve, at run time, to any schema with the
 	// same dynamic anchor (a recursive one to any recursive anchor): an edge
@@ -99,8 +127,17 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 	return g, nil
 }
 
+// schemaMembers are the member subschemas of a node, as schemas.
+type schemaMembers struct {
+	oneProp, restProp, allProp, oneItem, restItem, allItem []*jsonschema.Schema
+}
+
+func (m *schemaMembers) lists() [][]*jsonschema.Schema {
+	return [][]*jsonschema.Schema{m.oneProp, m.restProp, m.allProp, m.oneItem, m.restItem, m.allItem}
+}
+
 // children returns the in-place and the member subschemas of s.
-func children(s *jsonschema.Schema) (inPlace, members []*jsonschema.Schema) {
+func children(s *jsonschema.Schema) (inPlace []*jsonschema.Schema, m schemaMembers) {
 	one := func(list *[]*jsonschema.Schema, c ...*jsonschema.Schema) {
 		for _, x := range c {
 			if x != nil {
@@ -121,25 +158,32 @@ func children(s *jsonschema.Schema) (inPlace, members []*jsonschema.Schema) {
 		}
 	}
 	for _, k := range sortedKeys(s.Properties) {
-		one(&members, s.Properties[k])
+		one(&m.oneProp, s.Properties[k])
 	}
+	if c, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {
+		one(&m.restProp, c)
+	}
+	one(&m.restProp, s.UnevaluatedProperties)
 	pats := make([]*jsonschema.Schema, 0, len(s.PatternProperties))
 	for _, c := range s.PatternProperties {
 		pats = append(pats, c)
 	}
 	sort.Slice(pats, func(i, j int) bool { return pats[i].Location < pats[j].Location })
-	one(&members, pats...)
-	for _, x := range []any{s.AdditionalProperties, s.Items, s.AdditionalItems} {
-		switch c := x.(type) {
-		case *jsonschema.Schema:
-			one(&members, c)
-		case []*jsonschema.Schema:
-			one(&members, c...)
-		}
+	one(&m.allProp, pats...)
+	one(&m.allProp, s.PropertyNames)
+	switch c := s.Items.(type) {
+	case *jsonschema.Schema:
+		one(&m.restItem, c)
+	case []*jsonschema.Schema:
+		one(&m.oneItem, c...)
 	}
-	one(&members, s.PropertyNames, s.Items2020, s.Contains, s.UnevaluatedProperties, s.UnevaluatedItems, s.ContentSchema)
-	one(&members, s.PrefixItems...)
-	return inPlace, members
+	one(&m.oneItem, s.PrefixItems...)
+	if c, ok := s.AdditionalItems.(*jsonschema.Schema); ok {
+		one(&m.restItem, c)
+	}
+	one(&m.restItem, s.Items2020)
+	one(&m.allItem, s.Contains, s.UnevaluatedItems, s.ContentSchema)
+	return inPlace, m
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -189,55 +233,63 @@ func (g *graph) sort() error {
 	for p, i := range order {
 		pos[i] = p
 	}
+	remap := func(es []int) []int {
+		out := make([]int, len(es))
+		for k, j := range es {
+			out[k] = pos[j]
+		}
+		return out
+	}
 	nodes := make([]*jsonschema.Schema, n)
 	inPl := make([][]int, n)
-	member := make([][]int, n)
+	mem := make([]members, n)
 	for i := range n {
-		nodes[pos[i]] = g.nodes[i]
-		for _, j := range g.inPl[i] {
-			inPl[pos[i]] = append(inPl[pos[i]], pos[j])
-		}
-		for _, j := range g.member[i] {
-			member[pos[i]] = append(member[pos[i]], pos[j])
+		p := pos[i]
+		nodes[p] = g.nodes[i]
+		inPl[p] = remap(g.inPl[i])
+		src, dst := g.mem[i].edges(), mem[p].edges()
+		for k := range src {
+			*dst[k] = remap(*src[k])
 		}
 	}
-	g.nodes, g.inPl, g.member = nodes, inPl, member
+	g.nodes, g.inPl, g.mem = nodes, inPl, mem
 	for i, s := range nodes {
 		g.index[s] = i
 	}
 	return nil
 }
 
-// multipliers returns mult[d] for d = 0..MaxInputDepth (see costModel),
-// saturating at evalCap. The root is node 0 after sort only when nothing
-// refers to it in place, so it is looked up.
+// multipliers returns mult[d] = F(root, d) for d = 0..MaxInputDepth (see
+// the cost model above), saturating at evalCap.
 func (g *graph) multipliers(root *jsonschema.Schema) []int64 {
 	n := len(g.nodes)
 	mult := make([]int64, MaxInputDepth+1)
-	v := make([]int64, n) // evaluations started at the current depth, per node
-	v[g.index[root]] = 1
-	for d := 0; d <= MaxInputDepth; d++ {
-		var total int64
-		next := make([]int64, n)
-		more := false
-		for i := range n { // in topological order: v[i] is complete here
-			if v[i] == 0 {
-				continue
-			}
-			total = satAdd(total, v[i])
-			for _, j := range g.inPl[i] {
-				v[j] = satAdd(v[j], v[i])
-			}
-			for _, j := range g.member[i] {
-				next[j] = satAdd(next[j], v[i])
-				more = true
-			}
+	prev, cur := make([]int64, n), make([]int64, n)
+	sum := func(f []int64, es []int) (s int64) {
+		for _, j := range es {
+			s = satAdd(s, f[j])
 		}
-		mult[d] = total
-		if !more {
-			break
+		return s
+	}
+	most := func(f []int64, es []int) (m int64) {
+		for _, j := range es {
+			m = max(m, f[j])
 		}
-		v = next
+		return m
+	}
+	for k := 0; k <= MaxInputDepth; k++ {
+		for i := n - 1; i >= 0; i-- { // in-place children come after their parents
+			own := int64(1)
+			if k > 0 {
+				m := &g.mem[i]
+				obj := satAdd(max(most(prev, m.oneProp), sum(prev, m.restProp)), sum(prev, m.allProp))
+				arr := satAdd(max(most(prev, m.oneItem), sum(prev, m.restItem)), sum(prev, m.allItem))
+				own = max(obj, arr)
+			}
+			cur[i] = satAdd(own, sum(cur, g.inPl[i]))
+		}
+		mult[k] = cur[g.index[root]]
+		prev, cur = cur, prev
 	}
 	return mult
 }

@@ -16,10 +16,17 @@ const (
 	// booleans in schema positions, the schema itself included): the
 	// compiler's cost grows with their square (about 150 ms at the limit).
 	MaxSubschemas = 1000
-	// MaxChecks bounds the estimated subschema checks of validating one
-	// input: EvalBase plus EvalFactor per value of the input.
-	EvalBase   = 100_000
-	EvalFactor = 32
+	// MaxChecksPerValue bounds the subschemas one input value may be
+	// checked against, at any depth up to MaxInputDepth, as the cost model
+	// of cost.go estimates it: references can multiply them without bound.
+	MaxChecksPerValue = MaxSubschemas
+	// The estimated checks of validating one input (cost.go) may be at most
+	// EvalBase plus EvalFactor per value of the input.
+	EvalBase   = 2_000
+	EvalFactor = 16
+	// MaxDetails bounds the problems one invalid_input result lists; the
+	// last says how many more there were.
+	MaxDetails = 100
 )
 
 // jsonDepth returns the deepest nesting of objects and arrays in b, which

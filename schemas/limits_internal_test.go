@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
 func TestJSONDepth(t *testing.T) {
@@ -154,20 +156,30 @@ func TestMultipliers(t *testing.T) {
 		schema string
 		want   []int64 // prefix of mult
 	}{
-		{"flat", `{"type":"object","properties":{"a":{"type":"string"},"b":{}}}`, []int64{1, 2, 0}},
+		{"flat", `{"type":"object","properties":{"a":{"type":"string"},"b":{}}}`, []int64{1, 1, 0}},
 		{"allOf twice the same ref", `{"type":"object","allOf":[{"$ref":"#/$defs/x"},{"$ref":"#/$defs/x"}],"$defs":{"x":{"minProperties":1}}}`, []int64{5, 0}},
 		{"recursive tree", `{"type":"object","properties":{"c":{"type":"array","items":{"$ref":"#"}}}}`, []int64{1, 1, 2, 1, 2}},
 		{"doubling per level", `{"type":"object","anyOf":[{"properties":{"a":{"$ref":"#"}}},{"properties":{"a":{"$ref":"#"}}}]}`, []int64{3, 8, 16, 32}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := Compile(json.RawMessage(tt.schema))
+			c := jsonschema.NewCompiler()
+			c.Draft = jsonschema.Draft2020
+			if err := c.AddResource(schemaURL, strings.NewReader(tt.schema)); err != nil {
+				t.Fatal(err)
+			}
+			sch, err := c.Compile(schemaURL)
 			if err != nil {
 				t.Fatal(err)
 			}
+			g, err := buildGraph(sch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mult := g.multipliers(sch)
 			for d, w := range tt.want {
-				if s.mult[d] != w {
-					t.Fatalf("mult = %v, want prefix %v", s.mult[:len(tt.want)], tt.want)
+				if mult[d] != w {
+					t.Fatalf("mult = %v, want prefix %v", mult[:len(tt.want)], tt.want)
 				}
 			}
 		})

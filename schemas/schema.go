@@ -125,8 +125,10 @@ func compile(compact []byte) (s *Schema, err error) {
 		return nil, err
 	}
 	mult := g.multipliers(sch)
-	if mult[0] > EvalBase {
-		return nil, fmt.Errorf("schemas: schema is too costly to validate: one value may be checked against %s subschemas (references multiply them), more than the limit of %d", count(mult[0]), EvalBase)
+	for d, m := range mult {
+		if m > MaxChecksPerValue {
+			return nil, fmt.Errorf("schemas: schema is too costly to validate: an input value at depth %d may be checked against %s subschemas (references multiply them), more than the limit of %d", d, count(m), MaxChecksPerValue)
+		}
 	}
 	base, _, _ := strings.Cut(sch.Location, "#")
 	return &Schema{raw: compact, doc: doc, base: base, sch: sch, fast: buildFast(doc), mult: mult, nodes: nodes}, nil
@@ -181,7 +183,12 @@ func (s *Schema) Validate(v any) (details []bus.Detail) {
 	if len(details) == 0 { // never seen; an error must not read as valid
 		details = append(details, bus.Detail{Path: pointer(ve.InstanceLocation), Message: ve.Message})
 	}
-	return sortDetails(details)
+	details = sortDetails(details)
+	if len(details) > MaxDetails {
+		more := len(details) - (MaxDetails - 1)
+		details = append(details[:MaxDetails-1:MaxDetails-1], bus.Detail{Path: "/", Message: fmt.Sprintf("and %d more problems", more)})
+	}
+	return details
 }
 
 func sortDetails(d []bus.Detail) []bus.Detail {
