@@ -19,10 +19,11 @@ const (
 	// MaxChecksPerValue bounds the subschemas one input value may be
 	// checked against, at any depth up to MaxInputDepth, as the cost model
 	// of cost.go estimates it: references can multiply them without bound.
-	MaxChecksPerValue = MaxSubschemas
-	// The estimated checks of validating one input (cost.go) may be at most
-	// EvalBase plus EvalFactor per value of the input.
-	EvalBase   = 2_000
+	MaxChecksPerValue = 250
+	// The estimated cost of validating one input (cost.go: checks, each
+	// weighted 1 + depth/4, for the location strings the validator builds)
+	// may be at most EvalBase plus EvalFactor per value of the input.
+	EvalBase   = 1_000
 	EvalFactor = 16
 	// MaxDetails bounds the problems one invalid_input result lists; the
 	// last says how many more there were.

@@ -114,21 +114,31 @@ func TestInputDepthLimit(t *testing.T) {
 }
 
 // TestDeepInvalidRecursiveInstance: the attack's shape (a recursive schema,
-// an invalid leaf at the bottom) at the input depth limit answers fast with
-// the leaf's problem.
+// an invalid leaf at the bottom) answers fast: with the leaf's problem at a
+// moderate depth, as too costly at the input depth limit (where the
+// validator's location strings make each check cost dozens of shallow
+// ones).
 func TestDeepInvalidRecursiveInstance(t *testing.T) {
 	s := mustCompile(t, `{"type":"object","properties":{"a":{"$ref":"#"},"b":{"type":"string"}},"additionalProperties":false}`)
-	_, v, err := schemas.ParseInput(json.RawMessage(nestedInput(schemas.MaxInputDepth, "1")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	details := s.Validate(v)
-	if d := time.Since(start); d > generous {
-		t.Fatalf("took %v", d)
-	}
-	if len(details) != 1 || !strings.HasSuffix(details[0].Path, "/a/b") || details[0].Message != "expected string, but got number" {
-		t.Fatalf("details %+v", details)
+	for _, tt := range []struct {
+		depth      int
+		path, want string
+	}{
+		{40, strings.Repeat("/a", 39) + "/b", "expected string, but got number"},
+		{schemas.MaxInputDepth, "/", "input is too costly to check against this schema: about 4385 subschema checks for its 129 values, more than the limit of 3064"},
+	} {
+		_, v, err := schemas.ParseInput(json.RawMessage(nestedInput(tt.depth, "1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		details := s.Validate(v)
+		if d := time.Since(start); d > generous {
+			t.Fatalf("took %v", d)
+		}
+		if len(details) != 1 || details[0].Path != tt.path || details[0].Message != tt.want {
+			t.Fatalf("depth %d: details %+v, want %s: %s", tt.depth, details, tt.path, tt.want)
+		}
 	}
 }
 
@@ -147,7 +157,7 @@ func TestCostlySchemas(t *testing.T) {
 	}{
 		{"doubling in place", chain(30), "schemas: schema is too costly to validate: an input value at depth 0 may be checked against "},
 		{"doubling per level", `{"type":"object","anyOf":[{"properties":{"a":{"$ref":"#"}}},{"properties":{"a":{"$ref":"#"}}}]}`,
-			"schemas: schema is too costly to validate: an input value at depth 8 may be checked against 1024 subschemas (references multiply them), more than the limit of 1000"},
+			"schemas: schema is too costly to validate: an input value at depth 6 may be checked against 256 subschemas (references multiply them), more than the limit of 250"},
 		{"in-place cycle", `{"type":"object","allOf":[{"$ref":"#/$defs/a"}],"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/b"}]},"b":{"not":{"$ref":"#/$defs/a"}}}}`, "loop"},
 		{"too many subschemas", `{"type":"object","allOf":[` + strings.Repeat(`{},`, schemas.MaxSubschemas) + `{}]}`,
 			fmt.Sprintf("schemas: schema has more than %d subschemas", schemas.MaxSubschemas)},
@@ -164,10 +174,14 @@ func TestCostlySchemas(t *testing.T) {
 			}
 		})
 	}
-	if _, err := schemas.Compile(json.RawMessage(chain(7))); err != nil { // 510 checks: allowed
-		t.Fatalf("chain of 7: %v", err)
+	if _, err := schemas.Compile(json.RawMessage(chain(5))); err != nil { // 126 checks: allowed
+		t.Fatalf("chain of 5: %v", err)
 	}
-	if _, err := schemas.Compile(json.RawMessage(`{"type":"object","allOf":[` + strings.Repeat(`{},`, schemas.MaxSubschemas-2) + `{}]}`)); err != nil {
+	var props strings.Builder
+	for i := range schemas.MaxSubschemas - 1 {
+		fmt.Fprintf(&props, `,"p%d":{}`, i)
+	}
+	if _, err := schemas.Compile(json.RawMessage(`{"type":"object","properties":{` + props.String()[1:] + `}}`)); err != nil {
 		t.Fatalf("at the subschema limit: %v", err)
 	}
 }
@@ -175,8 +189,8 @@ func TestCostlySchemas(t *testing.T) {
 // TestCostlyInput: an input whose estimated checks pass its budget is an
 // invalid_input detail, before the validator runs.
 func TestCostlyInput(t *testing.T) {
-	// Every member of the root is checked against 901 subschemas.
-	s := mustCompile(t, `{"type":"object","additionalProperties":{"$ref":"#/$defs/x"},"$defs":{"x":{"allOf":[`+strings.Repeat(`{"type":"string"},`, 900)+`{}]}}}`)
+	// Every member of the root is checked against 243 subschemas.
+	s := mustCompile(t, `{"type":"object","additionalProperties":{"$ref":"#/$defs/x"},"$defs":{"x":{"allOf":[`+strings.Repeat(`{"type":"string"},`, 240)+`{}]}}}`)
 	members := func(n int) any {
 		m := map[string]any{}
 		for i := range n {
@@ -188,7 +202,7 @@ func TestCostlyInput(t *testing.T) {
 		t.Fatalf("one member: %+v", d)
 	}
 	d := s.Validate(members(50))
-	want := "input is too costly to check against this schema: about 45151 subschema checks for its 51 values, more than the limit of 2816"
+	want := "input is too costly to check against this schema: about 15188 subschema checks for its 51 values, more than the limit of 1816"
 	if len(d) != 1 || d[0].Path != "/" || d[0].Message != want {
 		t.Fatalf("fifty members: %+v, want %q", d, want)
 	}
