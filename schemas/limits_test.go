@@ -198,8 +198,11 @@ func TestCostlyInput(t *testing.T) {
 		}
 		return m
 	}
-	if d := s.Validate(members(1)); len(d) != 1 || d[0].Message != "expected string, but got number" {
-		t.Fatalf("one member: %+v", d)
+	if d := s.Validate(members(3)); len(d) != 3 || d[0].Message != "expected string, but got number" { // 912 of 1064
+		t.Fatalf("three members: %+v", d)
+	}
+	if d := s.Validate(members(4)); len(d) != 1 || !strings.HasPrefix(d[0].Message, "input is too costly") { // 1216 of 1080
+		t.Fatalf("four members: %+v", d)
 	}
 	d := s.Validate(members(50))
 	want := "input is too costly to check against this schema: about 15188 subschema checks for its 51 values, more than the limit of 1816"
