@@ -73,6 +73,15 @@ func (r *Router) wait(h func(*nats.Msg), m *nats.Msg) {
 		select {
 		case r.sem <- struct{}{}:
 			r.adm.waiting.Add(-1)
+			r.mu.Lock()
+			closed := r.closed
+			r.mu.Unlock()
+			if closed { // draining: another router of the queue group takes the re-send
+				<-r.sem
+				r.busy(m)
+				r.work.Done()
+				return
+			}
 			r.handle(h, m)
 		case <-t.C:
 			r.adm.waiting.Add(-1)
