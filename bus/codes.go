@@ -48,7 +48,17 @@ const (
 	CodeAlreadyAnswered = "already_answered"
 	CodeInternal        = "internal"
 	CodeLimitExceeded   = "limit_exceeded"
+	// CodeBusy is a router's io.toolbus.error reply to a batch or query it
+	// cannot take now (PROTOCOL.md 1): nothing ran, and the same event may
+	// be sent again after a short backoff.
+	CodeBusy = "busy"
 )
+
+// BusyText is the message of a busy reply.
+const BusyText = "the router is at capacity and took nothing from this message; send it again after a short backoff"
+
+// ErrBusy is the sentinel of CodeBusy, for errors.Is.
+var ErrBusy = &Error{Code: CodeBusy}
 
 // Result states.
 const (

@@ -4,11 +4,13 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -168,7 +170,7 @@ func (c *Client) request(ctx context.Context, subject string, e *bus.Event, want
 		ctx, cancel = context.WithTimeout(ctx, def)
 		defer cancel()
 	}
-	resp, err := bus.SendRequest(ctx, c.nc, subject, e)
+	resp, err := c.send(ctx, subject, e)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("client: no router serves %s: %w", subject, err)
@@ -193,6 +195,38 @@ func (c *Client) request(ctx context.Context, subject string, e *bus.Event, want
 		return nil
 	}
 	return re.DataAs(out)
+}
+
+// send sends e as a request; a busy reply (PROTOCOL.md 1: nothing ran) is
+// retried with the same event after a short, growing, jittered backoff
+// until ctx ends, when the last reply is returned.
+func (c *Client) send(ctx context.Context, subject string, e *bus.Event) (*nats.Msg, error) {
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		resp, err := bus.SendRequest(ctx, c.nc, subject, e)
+		if err != nil || !isBusy(resp) {
+			return resp, err
+		}
+		t := time.NewTimer(backoff/2 + rand.N(backoff))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return resp, nil
+		case <-t.C:
+		}
+	}
+}
+
+// isBusy reports whether resp is an io.toolbus.error with code busy.
+func isBusy(resp *nats.Msg) bool {
+	if len(resp.Data) > 4096 || !bytes.Contains(resp.Data, []byte(`"busy"`)) {
+		return false // an error event is small; spare big replies a decoding
+	}
+	re, err := bus.Decode(resp)
+	if err != nil || re.Type != bus.TypeError {
+		return false
+	}
+	var be bus.Error
+	return re.DataAs(&be) == nil && be.Code == bus.CodeBusy
 }
 
 // Tools asks which tools the session's model sees, in format (bus.Format*;

@@ -41,6 +41,7 @@ func CheckRequest(r *bus.Request) (*Request, error) {
 		return nil, bus.Errorf(bus.CodeBadRequest, "agent_only cannot include external tools")
 	}
 	seen := map[string]bool{}
+	nodes := 0
 	for _, t := range r.ExternalTools {
 		if !bus.ValidName(t.Name) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool name %q must match ^[A-Za-z0-9_-]{1,64}$", t.Name)
@@ -49,9 +50,18 @@ func CheckRequest(r *bus.Request) (*Request, error) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %q is listed twice", t.Name)
 		}
 		seen[t.Name] = true
+		// Compiled once per router for as long as the compile cache keeps
+		// it (schemas.CacheEntries): re-sent in every batch, it costs a
+		// digest. The request's schemas count together against
+		// schemas.MaxSubschemas (PROTOCOL.md 4.3, 13): the walk stops at
+		// the first past it, so one request compiles at most about two
+		// schemas' worth at the limit.
 		s, err := schemas.Compile(t.InputSchema)
 		if err != nil {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %s: %v", t.Name, err)
+		}
+		if nodes += s.Subschemas(); nodes > schemas.MaxSubschemas {
+			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %s: the request's external tools have more than %d subschemas together", t.Name, schemas.MaxSubschemas)
 		}
 		def := bus.ToolDef{Name: t.Name, Description: t.Description, InputSchema: s.Raw(), External: true, ConcurrencySafe: true}
 		def.Defaults()

@@ -41,9 +41,16 @@ type Config struct {
 	// Store sizes the JetStream resources the router creates at start.
 	Store store.Config
 	// MaxInflight bounds the messages the router handles at once; zero
-	// means 4096. Beyond it, messages wait in the subscription buffers, each
-	// bounded to MaxInflight messages and 64 MiB (see pendingBytes).
+	// means 4096. Beyond it a batch or tools query with a reply subject
+	// waits for a slot (at most MaxQueued of them, each at most QueueWait)
+	// and is otherwise answered busy at once; other messages wait in the
+	// subscription (admit.go).
 	MaxInflight int
+	// MaxQueued bounds the batches and queries waiting for a slot; zero
+	// means MaxInflight.
+	MaxQueued int
+	// QueueWait bounds one such wait; zero means DefaultQueueWait.
+	QueueWait time.Duration
 	// Groups are group definitions stored at start (from the config file).
 	Groups []bus.Group
 	// DefaultMode is the permission mode of new sessions; "" means "default".
@@ -116,6 +123,7 @@ type Router struct {
 	source string
 	log    *slog.Logger
 	sem    chan struct{}
+	adm    admission
 	pool   *pool.Pool
 
 	store  *store.Store
@@ -166,11 +174,6 @@ const StopTimeout = 5 * time.Second
 // whose context was just cancelled to return.
 const drainCleanup = 2 * time.Second
 
-// pendingBytes bounds the bytes waiting in each subscription's buffer
-// (with MaxInflight messages): beyond either limit NATS drops messages as
-// a slow consumer, and their senders time out and re-send.
-const pendingBytes = 64 << 20
-
 // New returns a Router on nc. Call Start to serve.
 func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	if cfg.ID == "" {
@@ -181,6 +184,12 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 4096
+	}
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = cfg.MaxInflight
+	}
+	if cfg.QueueWait <= 0 {
+		cfg.QueueWait = DefaultQueueWait
 	}
 	cfg.Limits.defaults()
 	if cfg.Logger == nil {
@@ -287,13 +296,13 @@ func (r *Router) Start(ctx context.Context) error {
 		{r.subj.All("result"), q, r.onResult},
 		{r.subj.All("cancel"), "", r.onCancel},
 	} {
-		h := s.h
-		sub, err := r.nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { r.dispatch(h, m) })
+		h, shed := s.h, r.sheds(s.subject)
+		sub, err := r.nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { r.dispatch(h, m, shed) })
 		if err != nil {
 			r.Stop()
 			return fmt.Errorf("router: subscribe %s: %w", s.subject, err)
 		}
-		_ = sub.SetPendingLimits(r.cfg.MaxInflight, pendingBytes)
+		_ = sub.SetPendingLimits(pendingMsgs, pendingLimit)
 		r.mu.Lock()
 		r.subs = append(r.subs, sub)
 		r.mu.Unlock()
@@ -321,13 +330,21 @@ func (r *Router) Start(ctx context.Context) error {
 		defer r.bg.Done()
 		every(runCtx, hb, func(now time.Time) { r.renewLeases(now); r.takeOver(now, r.cfg.Lease) })
 	}()
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		dropped := map[*nats.Subscription]int{}
+		every(runCtx, hb, func(time.Time) { r.watchDropped(dropped) })
+	}()
 	r.log.Info("router serving", "prefix", r.subj.Prefix)
 	return nil
 }
 
 // dispatch runs h in its own goroutine, bounded by MaxInflight; when every
-// slot is busy it blocks this subscription's delivery (back-pressure).
-func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg) {
+// slot is taken, a sheddable message waits in the bounded queue or is
+// answered busy, and any other blocks this subscription's delivery
+// (back-pressure; admit.go).
+func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -341,7 +358,15 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg) {
 	}
 	r.work.Add(1)
 	r.mu.Unlock()
-	r.sem <- struct{}{}
+	if !r.admit(m, shed) {
+		r.wait(h, m)
+		return
+	}
+	r.handle(h, m)
+}
+
+// handle runs h on m in the slot the caller took.
+func (r *Router) handle(h func(*nats.Msg), m *nats.Msg) {
 	r.m.Inflight.Inc()
 	r.pool.Go(func() {
 		defer func() {

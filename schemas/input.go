@@ -64,6 +64,10 @@ func parseObject(b []byte, prefix string) (json.RawMessage, any, error) {
 	if b[0] != '{' {
 		return nil, nil, fmt.Errorf("input must be a JSON object or a string holding one, got %s%s", prefix, kind(b))
 	}
+	// Before decoding, which recurses (section 13).
+	if jsonDepth(b, MaxInputDepth) > MaxInputDepth {
+		return nil, nil, depthError()
+	}
 	v, err := decodeInput(b)
 	if err != nil { // unreachable after json.Valid, kept to fail closed
 		return nil, nil, fmt.Errorf("input is not valid JSON: %v", err)

@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,12 +24,18 @@ const schemaURL = "toolbus:///input_schema.json"
 
 // Schema is a compiled object schema; safe for concurrent use.
 type Schema struct {
-	raw  json.RawMessage
-	doc  any    // the decoded schema (UseNumber), read only
-	base string // Location of the root schema without its fragment
-	sch  *jsonschema.Schema
-	fast *fastNode // nil when the schema is outside the fast subset
+	raw   json.RawMessage
+	doc   any    // the decoded schema (UseNumber), read only
+	base  string // Location of the root schema without its fragment
+	sch   *jsonschema.Schema
+	fast  *fastNode // nil when the schema is outside the fast subset
+	mult  []int64   // evaluations per input value at each depth (cost.go)
+	nodes int       // subschemas
 }
+
+// Subschemas returns the number of subschemas of s (the schema itself
+// included), which bounds the cost of compiling it; see MaxSubschemas.
+func (s *Schema) Subschemas() int { return s.nodes }
 
 // refusedError is the error of the loader that refuses every URL.
 type refusedError struct{ url string }
@@ -48,12 +55,7 @@ func refuse(url string) (io.ReadCloser, error) { return nil, &refusedError{url: 
 // form).
 //
 // The returned Schema is safe for concurrent use.
-func Compile(raw json.RawMessage) (s *Schema, err error) {
-	defer func() {
-		if r := recover(); r != nil { // fail closed on a validator bug
-			s, err = nil, fmt.Errorf("schemas: schema does not compile: %v", r)
-		}
-	}()
+func Compile(raw json.RawMessage) (*Schema, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return nil, errors.New("schemas: schema is empty")
@@ -67,6 +69,27 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 		return nil, fmt.Errorf("schemas: schema is %d bytes, more than the limit of %d", buf.Len(), MaxSchemaBytes)
 	}
 	compact := buf.Bytes()
+	key := cacheKey(sha256.Sum256(compact))
+	if s, err, ok := cache.get(key); ok {
+		return s, err
+	}
+	s, err := compile(compact)
+	cache.put(key, s, err, len(compact))
+	return s, err
+}
+
+// compile compiles a compact schema of at most MaxSchemaBytes.
+func compile(compact []byte) (s *Schema, err error) {
+	defer func() {
+		if r := recover(); r != nil { // fail closed on a validator bug
+			s, err = nil, fmt.Errorf("schemas: schema does not compile: %v", r)
+		}
+	}()
+	// Before anything recursive: the compiler's cost grows with the cube
+	// of the depth (section 13).
+	if jsonDepth(compact, MaxSchemaDepth) > MaxSchemaDepth {
+		return nil, fmt.Errorf("schemas: schema nests deeper than %d levels of objects and arrays", MaxSchemaDepth)
+	}
 	doc, err := decode(compact)
 	if err != nil {
 		return nil, fmt.Errorf("schemas: schema is not valid JSON: %v", err)
@@ -82,7 +105,8 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 		}
 		return nil, fmt.Errorf(`schemas: schema must have "type": "object" at the top level, got %s`, got)
 	}
-	if err := checkRefs(m); err != nil {
+	nodes := 0
+	if err := checkRefs(m, &nodes); err != nil {
 		return nil, err
 	}
 
@@ -96,8 +120,26 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 	if err != nil {
 		return nil, compileError(m, err)
 	}
+	g, err := buildGraph(sch)
+	if err != nil {
+		return nil, err
+	}
+	mult := g.multipliers(sch)
+	for d, m := range mult {
+		if m > MaxChecksPerValue {
+			return nil, fmt.Errorf("schemas: schema is too costly to validate: an input value at depth %d may be checked against %s subschemas (references multiply them), more than the limit of %d", d, count(m), MaxChecksPerValue)
+		}
+	}
 	base, _, _ := strings.Cut(sch.Location, "#")
-	return &Schema{raw: compact, doc: doc, base: base, sch: sch, fast: buildFast(doc)}, nil
+	return &Schema{raw: compact, doc: doc, base: base, sch: sch, fast: buildFast(doc), mult: mult, nodes: nodes}, nil
+}
+
+// count renders an estimate, saturated ones as "more than".
+func count(n int64) string {
+	if n >= evalCap {
+		return "astronomically many"
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // Raw returns the schema as given, in compact JSON. The caller must not modify it.
@@ -126,6 +168,9 @@ func (s *Schema) Validate(v any) (details []bus.Detail) {
 	if s.fast != nil && s.fast.ok(v) {
 		return nil
 	}
+	if d := s.tooCostly(v); d != nil {
+		return []bus.Detail{*d}
+	}
 	err := s.sch.Validate(v)
 	if err == nil {
 		return nil
@@ -138,7 +183,12 @@ func (s *Schema) Validate(v any) (details []bus.Detail) {
 	if len(details) == 0 { // never seen; an error must not read as valid
 		details = append(details, bus.Detail{Path: pointer(ve.InstanceLocation), Message: ve.Message})
 	}
-	return sortDetails(details)
+	details = sortDetails(details)
+	if len(details) > MaxDetails {
+		more := len(details) - (MaxDetails - 1)
+		details = append(details[:MaxDetails-1:MaxDetails-1], bus.Detail{Path: "/", Message: fmt.Sprintf("and %d more problems", more)})
+	}
+	return details
 }
 
 func sortDetails(d []bus.Detail) []bus.Detail {
@@ -369,23 +419,31 @@ var (
 )
 
 // checkRefs returns an error for the first reference, in a fixed walk order,
-// that is not a same-document fragment ("#", "#/$defs/x", "#anchor").
-func checkRefs(v any) error {
+// that is not a same-document fragment ("#", "#/$defs/x", "#anchor"), and
+// counts the subschemas in *nodes, refusing more than MaxSubschemas (the
+// compiler's cost grows with their square). It recurses at most
+// MaxSchemaDepth levels: the caller checked the depth.
+func checkRefs(v any, nodes *int) error {
 	switch x := v.(type) {
 	case []any:
 		for _, e := range x {
-			if err := checkRefs(e); err != nil {
+			if err := checkRefs(e, nodes); err != nil {
 				return err
 			}
 		}
+	case bool:
+		*nodes++
 	case map[string]any:
+		if *nodes++; *nodes > MaxSubschemas {
+			return fmt.Errorf("schemas: schema has more than %d subschemas", MaxSubschemas)
+		}
 		for _, kw := range refKeywords {
 			if ref, ok := x[kw].(string); ok && !strings.HasPrefix(ref, "#") {
 				return fmt.Errorf("schemas: external %s %q is not allowed (only same-document references such as \"#/$defs/name\")", kw, ref)
 			}
 		}
 		for _, kw := range subKeywords {
-			if err := checkRefs(x[kw]); err != nil {
+			if err := checkRefs(x[kw], nodes); err != nil {
 				return err
 			}
 		}
@@ -400,7 +458,7 @@ func checkRefs(v any) error {
 			}
 			slices.Sort(keys)
 			for _, k := range keys {
-				if err := checkRefs(m[k]); err != nil {
+				if err := checkRefs(m[k], nodes); err != nil {
 					return err
 				}
 			}
@@ -441,4 +499,23 @@ func compileError(doc map[string]any, err error) error {
 	msg = strings.ReplaceAll(msg, " in "+schemaURL, "")
 	msg = strings.ReplaceAll(msg, schemaURL, "")
 	return fmt.Errorf("schemas: invalid schema: %s", msg)
+}
+
+// tooCostly returns the problem of an input the full validator must not
+// run on: one nested deeper than MaxInputDepth, or one whose estimated
+// checks (cost.go) exceed its budget.
+func (s *Schema) tooCostly(v any) *bus.Detail {
+	counts, ok := levels(v)
+	if !ok {
+		return &bus.Detail{Path: "/", Message: depthError().Error()}
+	}
+	values := 0
+	for _, n := range counts {
+		values += n
+	}
+	if est, max := checks(s.mult, counts), budget(values); est > max {
+		return &bus.Detail{Path: "/", Message: fmt.Sprintf(
+			"input is too costly to check against this schema: about %s subschema checks for its %d values, more than the limit of %d", count(est), values, max)}
+	}
+	return nil
 }

@@ -1,0 +1,63 @@
+package client_test
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+)
+
+// TestBusyRetried: a busy reply (PROTOCOL.md 1: nothing ran) is sent again,
+// with the same event, until a router takes it; other errors are not.
+func TestBusyRetried(t *testing.T) {
+	nc := bustest.Connect(t, bustest.RunServer(t))
+	var asked atomic.Int32
+	ids := make(chan string, 10)
+	sub, err := nc.Subscribe("toolbus.call.s1", func(m *nats.Msg) {
+		e, err := bus.Decode(m)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ids <- e.ID
+		if asked.Add(1) <= 2 {
+			_ = bus.RespondError(nc, m, "test/router", &bus.Error{Code: bus.CodeBusy, Message: bus.BusyText})
+			return
+		}
+		_ = bus.Respond(nc, m, "test/router", bus.TypeCallReply, bus.Reply{Results: []bus.Result{}, Parked: []bus.Parked{}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	c := client.New(nc, client.Config{Source: "test/agent", Timeout: 30 * time.Second})
+	if _, err := c.Call(t.Context(), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "x"}}}, client.WithReplyID("r1")); err != nil {
+		t.Fatalf("after two busy replies: %v", err)
+	}
+	if n := asked.Load(); n != 3 {
+		t.Fatalf("sent %d times, want 3", n)
+	}
+	for range 3 {
+		if id := <-ids; id != "r1" {
+			t.Fatalf("re-sent with id %q, want the same event", id)
+		}
+	}
+
+	// Another error is returned at once.
+	sub2, err := nc.Subscribe("toolbus.call.s2", func(m *nats.Msg) {
+		_ = bus.RespondError(nc, m, "test/router", &bus.Error{Code: bus.CodeBadRequest, Message: "no"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub2.Unsubscribe()
+	if _, err := c.Call(t.Context(), "s2", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "x"}}}); !errors.Is(err, bus.ErrBadRequest) {
+		t.Fatalf("bad_request: %v", err)
+	}
+}
