@@ -31,6 +31,7 @@ func (s Subjects) WorkConsumer(tool string) string { return s.Prefix + "-work-" 
 func (s Subjects) External(tool string) string     { return s.p + "external." + tool }
 func (s Subjects) Confirm(tool string) string      { return s.p + "confirm." + tool }
 func (s Subjects) Answer(tool string) string       { return s.p + "answer." + tool }
+func (s Subjects) Approve(tool string) string      { return s.p + "approve." + tool }
 func (s Subjects) Admin(verb string) string        { return s.p + "admin." + verb }
 func (s Subjects) Register() string                { return s.p + "register" }
 func (s Subjects) All(kind string) string          { return s.p + kind + ".>" }

@@ -40,9 +40,13 @@ const (
 
 // Record is a parked call.
 type Record struct {
-	Session        string          `json:"session"`
-	ReplyID        string          `json:"reply_id"`
-	Call           bus.Call        `json:"call"`
+	Session string   `json:"session"`
+	ReplyID string   `json:"reply_id"`
+	Call    bus.Call `json:"call"`
+	// InputDigest is bus.InputDigest of Call.Input: a confirmation must
+	// name it (docs/protocol.md 6.3), so the approver confirms exactly
+	// the input it saw.
+	InputDigest    string          `json:"input_digest,omitempty"`
 	Kind           string          `json:"kind"`
 	Subject        string          `json:"subject"`
 	User           json.RawMessage `json:"user,omitempty"`
@@ -222,7 +226,7 @@ func (s *Store) leaveLocked(key string, rev uint64) {
 func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = StatusParked, now, now.Add(s.cfg.TTL)
-	r.Subject = s.subj.Answer(r.Call.Name)
+	r.Subject, r.InputDigest = s.answerSubject(r.Kind, r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -239,6 +243,15 @@ func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 		return nil
 	}
 	return s.handOff(ctx, r, source)
+}
+
+// answerSubject is where a call parked as kind is answered: P.approve.<tool>
+// for a confirmation, P.answer.<tool> otherwise (docs/protocol.md 6.3).
+func (s *Store) answerSubject(kind, tool string) string {
+	if kind == bus.KindConfirm {
+		return s.subj.Approve(tool)
+	}
+	return s.subj.Answer(tool)
 }
 
 // handOff publishes r's request and notes its stream sequence in the record,
@@ -284,6 +297,7 @@ func (s *Store) handOff(ctx context.Context, r *Record, source string) error {
 // io.toolbus.confirm.request.
 type Request struct {
 	Call           bus.Call        `json:"call"`
+	InputDigest    string          `json:"input_digest,omitempty"`
 	User           json.RawMessage `json:"user"`
 	Context        json.RawMessage `json:"context"`
 	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
@@ -303,7 +317,7 @@ func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (u
 	if r.Kind == bus.KindConfirm {
 		typ, subject = bus.TypeConfirmReq, s.subj.Confirm(r.Call.Name)
 	}
-	req := Request{Call: r.Call, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
+	req := Request{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
 	var data any = req
 	if r.Kind == bus.KindConfirm {
 		req.Reason = r.Reason
@@ -477,6 +491,7 @@ func (s *Store) change(ctx context.Context, key string, p store.Policy, fn func(
 func (s *Store) Repark(ctx context.Context, key, kind, source string) (*Record, error) {
 	r, err := s.Transition(ctx, key, StatusAnswered, store.UntilLanded, func(r *Record) error {
 		r.Kind, r.Status, r.Answer, r.SuggestedRules, r.Reason, r.HandoffSeq = kind, StatusParked, nil, nil, "", 0
+		r.Subject = s.answerSubject(kind, r.Call.Name)
 		r.Expires = time.Now().UTC().Add(s.cfg.TTL)
 		return nil
 	})

@@ -64,6 +64,11 @@ type Config struct {
 	// ParkTTL is how long a call waits for an answer before it expires with
 	// a timeout result; zero means 24 hours.
 	ParkTTL time.Duration
+	// Identities, when set, binds sessions to users by their credentials
+	// (docs/security.md): a batch's user comes from them, not the claim,
+	// and confirmations go to P.approve.<tool> only. nil runs the router
+	// open, as before.
+	Identities Identities
 	// Logger receives the router's logs; nil discards.
 	Logger *slog.Logger
 	// Metrics is where the router's Prometheus metrics are registered; nil
@@ -276,6 +281,7 @@ func (r *Router) Start(ctx context.Context) error {
 		{r.subj.Register(), q, r.onRegister},
 		{r.subj.All("admin"), q, r.onAdmin},
 		{r.subj.All("answer"), q, r.onAnswer},
+		{r.subj.All("approve"), q, r.onApprove},
 		{r.subj.All("result"), q, r.onResult},
 		{r.subj.All("cancel"), "", r.onCancel},
 	} {
