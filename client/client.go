@@ -260,6 +260,28 @@ func (c *Client) Answer(ctx context.Context, tool, session, replyID, callID stri
 	return nil
 }
 
+// Confirm answers a call parked for a confirmation on P.approve.<tool>,
+// the approver's subject (docs/protocol.md 6.3): a.Confirmed, the parked
+// input's a.InputDigest (from the confirm request or parked.list; the
+// router refuses another with "input changed") and optionally a.Rules
+// among the call's suggested_rules. An edited a.Input is refused there; an
+// open router still takes one through Answer on P.answer.<tool>.
+func (c *Client) Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
+	e, err := c.event(bus.TypeAnswer, session, a)
+	if err != nil {
+		return err
+	}
+	e.ReplyID, e.ToolCallID = replyID, callID
+	var ack bus.AnswerAck
+	if err := c.request(ctx, c.subj.Approve(tool), e, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
+		return err
+	}
+	if !ack.Accepted {
+		return bus.Errorf(bus.CodeInternal, "confirmation not accepted")
+	}
+	return nil
+}
+
 // Admin runs an admin verb (PROTOCOL.md section 9) and decodes the reply's
 // data into out (which may be nil). session is "" for deployment verbs.
 func (c *Client) Admin(ctx context.Context, verb, session string, data, out any) error {

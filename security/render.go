@@ -135,7 +135,7 @@ func EnvFile(dir, user string) string { return filepath.Join(dir, user+".env") }
 // Generate makes a fresh nkey for every user of spec and writes, into dir
 // (created, mode 0700): <user>.nk (the seed, mode 0600), <user>.env,
 // nats-server.conf (the authorization block with the public keys) and
-// users.json. url, when set, goes into the env files. It refuses a dir
+// users.json and spec.json (for AddAgent). url, when set, goes into the env files. It refuses a dir
 // that already holds a nats-server.conf, so no secret is overwritten.
 func Generate(dir, url string, spec Spec) ([]User, error) {
 	users, err := Users(spec)
