@@ -410,3 +410,19 @@ func InputDigest(input json.RawMessage) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
+
+// Replay is the data of io.toolbus.events.replay (docs/protocol.md 3.4): a
+// session's agent asks a router for a consumer of its stored events.
+// StartSeq, when set, is the first stream sequence wanted; zero means all.
+type Replay struct {
+	StartSeq uint64 `json:"start_seq,omitempty"`
+}
+
+// ReplayReady is the data of io.toolbus.events.replay.ready: the pull
+// consumer the router made on Stream, filtered on the session's events.
+// It is deleted once nobody pulled from it for Idle.
+type ReplayReady struct {
+	Stream   string `json:"stream"`
+	Consumer string `json:"consumer"`
+	Idle     string `json:"idle"`
+}

@@ -346,16 +346,41 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 }
 
 // Replay streams the session's events kept by the events stream, from the
-// first one still kept, then live ones, through an ordered consumer.
+// first one still kept, then live ones: through the pull consumer a router
+// makes for the session on request (P.replay.<session>), or, for every
+// session ("*", the operator's), an ordered consumer of its own.
 func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	js, err := jetstream.New(c.nc)
 	if err != nil {
 		return nil, err
 	}
-	cons, err := js.OrderedConsumer(ctx, c.subj.Stream(bus.StreamEvents), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.subj.Events(session)}})
-	if err != nil {
-		return nil, fmt.Errorf("client: replay: %w", err)
+	var cons jetstream.Consumer
+	drop := func() {}
+	if bus.ValidID(session) {
+		// A router makes the consumer (docs/protocol.md 3.4): agents may
+		// not create JetStream consumers themselves.
+		e, err := c.event(bus.TypeReplay, session, bus.Replay{})
+		if err != nil {
+			return nil, err
+		}
+		var ready bus.ReplayReady
+		if err := c.request(ctx, c.subj.Replay(session), e, bus.TypeReplayReady, &ready, 10*time.Second); err != nil {
+			return nil, fmt.Errorf("client: replay: %w", err)
+		}
+		if cons, err = js.Consumer(ctx, ready.Stream, ready.Consumer); err != nil {
+			return nil, fmt.Errorf("client: replay: %w", err)
+		}
+		drop = func() { // else the server drops it once idle
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = js.DeleteConsumer(dctx, ready.Stream, ready.Consumer)
+		}
+	} else {
+		// Every session ("*"): an ordered consumer of the operator's own.
+		if cons, err = js.OrderedConsumer(ctx, c.subj.Stream(bus.StreamEvents), jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{c.subj.Events(session)}}); err != nil {
+			return nil, fmt.Errorf("client: replay: %w", err)
+		}
 	}
 	ch := make(chan *bus.Event, 1024)
 	ctx, cancel := context.WithCancel(ctx)
@@ -371,12 +396,14 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	})
 	if err != nil {
 		cancel()
+		drop()
 		return nil, fmt.Errorf("client: replay: %w", err)
 	}
 	go func() {
 		<-ctx.Done()
 		cc.Stop()
 		<-cc.Closed()
+		drop()
 		close(ch)
 	}()
 	return &Events{C: ch, stop: cancel}, nil

@@ -282,6 +282,7 @@ func (r *Router) Start(ctx context.Context) error {
 		{r.subj.All("admin"), q, r.onAdmin},
 		{r.subj.All("answer"), q, r.onAnswer},
 		{r.subj.All("approve"), q, r.onApprove},
+		{r.subj.All("replay"), q, r.onReplay},
 		{r.subj.All("result"), q, r.onResult},
 		{r.subj.All("cancel"), "", r.onCancel},
 	} {

@@ -286,8 +286,11 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	if session != "" {
 		name, role, tok = "session-"+session, RoleSession, session
 	}
-	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok)}
-	pub = append(pub, createConsumer(s.Stream(bus.StreamEvents), s.Events(tok)))
+	// Replay: a router makes the consumer (P.replay.<s>); the agent pulls
+	// from it, looks it up and deletes it. An agent creates no consumer
+	// itself: nats-server checks neither a push consumer's deliver_subject
+	// against its creator's permissions nor durability (docs/security.md).
+	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok), s.Replay(tok)}
 	pub = append(pub, useConsumers(s.Stream(bus.StreamEvents))...)
 	for _, t := range answers {
 		pub = append(pub, s.Answer(t))
@@ -303,20 +306,13 @@ func agent(s bus.Subjects, session string, answers []string) User {
 }
 
 // denySessions takes the sessions that have their own agent user away
-// from the shared agent: it may not publish in them, and a wildcard
-// subscription of its gets none of their events (nats-server checks each
-// delivery against the deny list). NATS cannot do the same for JetStream:
-// a consumer filter "P.events.*" in the API subject matches no deny entry
-// of one session, so the shared agent loses replay altogether once any
-// session has its own user (docs/security.md "What NATS cannot
-// separate").
+// from the shared agent: it may not publish in them (calls, tools,
+// cancels, replay requests), and a wildcard subscription of its gets none
+// of their events (nats-server checks each delivery against the deny
+// list).
 func denySessions(s bus.Subjects, u *User, sessions []string) {
-	events := s.Stream(bus.StreamEvents)
-	u.Permissions.Publish = slices.DeleteFunc(u.Permissions.Publish, func(p string) bool {
-		return strings.HasPrefix(p, jsAPI+"CONSUMER.") && strings.Contains(p, "."+events+".")
-	})
 	for _, id := range sessions {
-		u.Permissions.PublishDeny = append(u.Permissions.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id))
+		u.Permissions.PublishDeny = append(u.Permissions.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id))
 		u.Permissions.SubscribeDeny = append(u.Permissions.SubscribeDeny, s.Events(id))
 	}
 }
