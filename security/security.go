@@ -355,7 +355,7 @@ func operator(s bus.Subjects) User {
 	// answers, watching, the handoff streams and the skills object store.
 	// It may not execute tools directly nor register as a worker.
 	return User{Name: RoleOperator, Role: RoleOperator, InboxPrefix: inbox(RoleOperator), Permissions: Permissions{
-		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"), s.All("approve"),
+		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"), s.All("approve"), s.All("replay"),
 			"$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>"},
 		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
 	}}

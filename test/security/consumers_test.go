@@ -4,61 +4,107 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 )
 
-// TestProbePush: what nats-server does with an agent's push consumer.
-func TestProbePush(t *testing.T) {
+// TestAgentMakesNoConsumer: an agent cannot create a JetStream consumer
+// at all, pull or push, ephemeral or durable (nats-server checks neither a
+// push consumer's deliver_subject against its creator's permissions nor
+// durability, so a session agent allowed CONSUMER.CREATE could have the
+// server publish its events on toolbus.confirm.<tool> or a bucket's
+// subject). It replays through the consumer a router makes for its own
+// session, and only its own.
+func TestAgentMakesNoConsumer(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
-	agent := d.conn("session-s1")
-	ap := d.conn("approver")
-	sub, err := ap.nc.SubscribeSync("toolbus.confirm.deploy")
-	must(t, err)
-	must(t, ap.nc.Flush())
-	js, err := jetstream.New(agent.nc)
-	must(t, err)
-	ctx := testCtx(t)
-	_, err = js.CreateConsumer(ctx, "TOOLBUS_EVENTS", jetstream.ConsumerConfig{Name: "evil", FilterSubject: "toolbus.events.s1", DeliverPolicy: jetstream.DeliverAllPolicy})
-	t.Logf("pull named: %v", err)
-	_, err = js.CreateConsumer(ctx, "TOOLBUS_EVENTS", jetstream.ConsumerConfig{Durable: "evil2", FilterSubject: "toolbus.events.s1"})
-	t.Logf("durable via CREATE: %v", err)
-	// a push consumer through the raw API
-	req := `{"stream_name":"TOOLBUS_EVENTS","config":{"name":"push1","deliver_subject":"toolbus.confirm.deploy","filter_subject":"toolbus.events.s1","ack_policy":"none","deliver_policy":"all"}}`
-	m, err := agent.nc.Request("$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.push1.toolbus.events.s1", []byte(req), 5*time.Second)
-	if err == nil {
-		t.Logf("push create: %s", m.Data)
-	} else {
-		t.Logf("push create: %v", err)
+	a := d.conn("session-s1")
+	for _, s := range []string{
+		"$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.push1.toolbus.events.s1", // a push consumer with deliver_subject in the body
+		"$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.pull1.toolbus.events.s1",
+		"$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.w.toolbus.events.*",
+		"$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS",
+		"$JS.API.CONSUMER.DURABLE.CREATE.TOOLBUS_EVENTS.d1",
+		"$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF.x.toolbus.confirm.deploy",
+		"toolbus.replay.s2", // another session's replay
+	} {
+		a.denyPublish(s)
 	}
-	if _, err := agent.client().Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet", Input: client.Input(map[string]string{"who": "x"})}}}); err != nil {
+	ctx := testCtx(t)
+	ac := a.client()
+	if _, err := ac.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet", Input: client.Input(map[string]string{"who": "x"})}}}, client.WithReplyID("r1")); err != nil {
 		t.Fatal(err)
 	}
-	if msg, err := sub.NextMsg(3 * time.Second); err == nil {
-		t.Logf("HOLE: approver got on %s: %.200s", msg.Subject, msg.Data)
-	} else {
-		t.Logf("no delivery: %v", err)
-	}
-	req = `{"stream_name":"TOOLBUS_EVENTS","config":{"name":"push2","deliver_subject":"$KV.toolbus_sessions.s2","filter_subject":"toolbus.events.s1","ack_policy":"none","deliver_policy":"all"}}`
-	m, err = agent.nc.Request("$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.push2.toolbus.events.s1", []byte(req), 5*time.Second)
-	if err == nil {
-		t.Logf("push2 create: %s", m.Data)
-	}
-	op := d.conn("operator")
-	ojs, _ := jetstream.New(op.nc)
-	kv, err := ojs.KeyValue(ctx, "toolbus_sessions")
+	rp, err := ac.Replay(ctx, "s1")
 	must(t, err)
-	time.Sleep(time.Second)
-	if e, err := kv.Get(ctx, "s2"); err == nil {
-		t.Logf("HOLE: KV s2 = %.200s", e.Value())
-	} else {
-		t.Logf("kv s2: %v", err)
+	defer rp.Stop()
+	if e := waitType(t, rp, bus.TypeBatchDone); e.SessionID != "s1" || e.ReplyID != "r1" {
+		t.Fatalf("replayed %+v", e)
 	}
-	// the shared agent: wildcard filter
+	// The router refuses a replay request whose sessionid is not the
+	// subject's (nothing is made).
+	op := d.conn("operator")
+	e, err := bus.NewEvent(bus.TypeReplay, "test", bus.Replay{})
+	must(t, err)
+	e.SessionID = "s2"
+	msg, err := bus.SendRequest(shortCtx(t), op.nc, "toolbus.replay.s1", e)
+	must(t, err)
+	if got, _ := bus.Decode(msg); got == nil || got.Type != bus.TypeError {
+		t.Fatalf("replay with a mismatched sessionid: %s", msg.Data)
+	}
+	a.noViolationsBut("$JS.API.", "toolbus.replay.s2")
+}
+
+// TestSharedAgentLockedOut: once a session has its own agent user, the
+// shared agent user can neither act in it nor read it: publishing a call,
+// a tools query, a cancel or a replay request there is denied by NATS, a
+// subscription to its events is refused, and a wildcard subscription gets
+// no event of it (nats-server checks the deny list on each delivery),
+// while it still works in sessions without their own user.
+func TestSharedAgentLockedOut(t *testing.T) {
+	d := newDeployment(t)
+	d.startWorker()
 	all := d.conn("agent")
-	m, err = all.nc.Request("$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.w1.toolbus.events.*", []byte(`{"stream_name":"TOOLBUS_EVENTS","config":{"name":"w1","filter_subject":"toolbus.events.*"}}`), 5*time.Second)
-	t.Logf("shared wildcard: %v %v", err, m)
+	for _, s := range []string{"toolbus.call.s1", "toolbus.tools.s1", "toolbus.cancel.s1", "toolbus.replay.s1", "toolbus.call.s2",
+		"$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.w.toolbus.events.*"} {
+		all.denyPublish(s)
+	}
+	all.denySubscribe("toolbus.events.s1")
+	wild, err := all.nc.SubscribeSync("toolbus.events.*")
+	must(t, err)
+	must(t, all.nc.Flush())
+	ctx := testCtx(t)
+	greet := bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet", Input: client.Input(map[string]string{"who": "x"})}}}
+	if _, err := d.conn("session-s1").client().Call(ctx, "s1", greet, client.WithReplyID("r1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := all.client().Call(ctx, "s9", greet, client.WithReplyID("r9")); err != nil {
+		t.Fatal(err)
+	}
+	// s1's events went out before s9's batch was sent; the first event
+	// the wildcard gets is s9's, and none of s1's comes.
+	deadline := time.Now().Add(bound)
+	seen9 := false
+	for time.Now().Before(deadline) {
+		m, err := wild.NextMsg(time.Until(deadline))
+		if err != nil {
+			break
+		}
+		e, err := bus.Decode(m)
+		must(t, err)
+		if e.SessionID == "s1" {
+			t.Fatalf("the shared agent read a bound session's event: %s %s", m.Subject, e.Type)
+		}
+		if e.SessionID == "s9" && e.Type == bus.TypeBatchDone {
+			seen9 = true
+			break
+		}
+	}
+	if !seen9 {
+		t.Fatal("the shared agent got no event of s9, a session without its own user")
+	}
+	rp, err := all.client().Replay(ctx, "s9")
+	must(t, err)
+	defer rp.Stop()
+	waitType(t, rp, bus.TypeBatchDone)
 }

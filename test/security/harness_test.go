@@ -299,3 +299,24 @@ func waitType(t *testing.T, ev *client.Events, typ string) *bus.Event {
 }
 
 func TestMain(m *testing.M) { os.Exit(m.Run()) }
+
+// noViolationsBut fails when NATS refused anything l did on a subject
+// that starts with none of allowed.
+func (l *login) noViolationsBut(allowed ...string) {
+	l.t.Helper()
+	_ = l.nc.Flush()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+next:
+	for _, err := range l.errs {
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			continue
+		}
+		for _, a := range allowed {
+			if strings.Contains(err.Error(), `"`+a) {
+				continue next
+			}
+		}
+		l.t.Errorf("%s: %v", l.name, err)
+	}
+}
