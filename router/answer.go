@@ -82,11 +82,11 @@ func (r *Router) answer(m *nats.Msg, via string) {
 // router (no identities), as before: its digest, when given, must match;
 // an edited input is validated against the tool's schema and normalised.
 func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) error {
-	if err := a.CheckKind(rec.Kind); err != nil {
-		return err
-	}
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
+	}
+	if err := a.CheckKind(rec.Kind); err != nil {
+		return err
 	}
 	if rec.Kind == bus.KindConfirm {
 		if via == viaAnswer && r.cfg.Identities != nil {
