@@ -77,7 +77,8 @@ func (r *Router) answer(m *nats.Msg, via string) {
 // checkAnswer validates an answer against the kind of call it answers and
 // the subject kind it came on (via); a bad answer is a bad_request and
 // changes nothing. A confirmation on P.approve.<tool> must name the parked
-// input's digest, may not edit the input, and may remember only suggested
+// input's digest (on a secured router; when given, it must match
+// everywhere), may not edit the input, and may remember only suggested
 // rules. On P.answer.<tool> a confirmation is taken only from an open
 // router (no identities), as before: its digest, when given, must match;
 // an edited input is validated against the tool's schema and normalised.
@@ -95,7 +96,10 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) er
 		if a.Confirmed == nil {
 			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: {\"confirmed\": true|false, \"input_digest\": \"...\"}", rec.Call.ID)
 		}
-		if err := checkDigest(rec, a, via == viaApprove); err != nil {
+		// Required on the approver's subject of a secured router; an open
+		// router takes a confirmation without it, as before, from clients
+		// that send where the record's subject says.
+		if err := checkDigest(rec, a, via == viaApprove && r.cfg.Identities != nil); err != nil {
 			return err
 		}
 		for _, rule := range a.Rules {
