@@ -157,7 +157,7 @@ func TestPark(t *testing.T) {
 				t.Fatal(err)
 			}
 			if req.Call.ID != "c1" || req.Call.Name != "deploy" || string(req.Call.Input) != `{"env":"prod"}` || string(req.User) != `"alice"` ||
-				string(req.Context) != `{"tenant":"acme"}` || req.Subject != "toolbus.answer.deploy" || !req.Expires.Equal(r.Expires) {
+				string(req.Context) != `{"tenant":"acme"}` || req.Subject != subject || req.InputDigest != r.InputDigest || !req.Expires.Equal(r.Expires) {
 				t.Fatalf("handoff data %s", ev.Data)
 			}
 			var fields map[string]json.RawMessage
