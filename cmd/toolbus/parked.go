@@ -306,8 +306,14 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer closeConn()
-	// Always looked up: the confirmation names the parked input's digest.
+	// Looked up even with --reply and --tool: the confirmation names the
+	// parked input's digest. A call the list does not show (answered a
+	// moment ago, say) is confirmed as the flags say, so the router's
+	// answer says precisely why it is refused.
 	p, err := target.resolve(ctx, cl, cn.session, id, bus.KindConfirm, true)
+	if errors.Is(err, bus.ErrNotParked) && *target.replyID != "" && *target.tool != "" {
+		p, err = target.resolve(ctx, cl, cn.session, id, bus.KindConfirm, false)
+	}
 	if err != nil {
 		return answerError(id, err)
 	}
