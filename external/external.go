@@ -226,7 +226,10 @@ func (s *Store) leaveLocked(key string, rev uint64) {
 func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = StatusParked, now, now.Add(s.cfg.TTL)
-	r.Subject, r.InputDigest = s.answerSubject(r.Kind, r.Call.Name), bus.InputDigest(r.Call.Input)
+	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
+	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
+	// from the tool; an open router still takes it on the old subject.
+	r.Subject, r.InputDigest = s.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -243,15 +246,6 @@ func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 		return nil
 	}
 	return s.handOff(ctx, r, source)
-}
-
-// answerSubject is where a call parked as kind is answered: P.approve.<tool>
-// for a confirmation, P.answer.<tool> otherwise (docs/protocol.md 6.3).
-func (s *Store) answerSubject(kind, tool string) string {
-	if kind == bus.KindConfirm {
-		return s.subj.Approve(tool)
-	}
-	return s.subj.Answer(tool)
 }
 
 // handOff publishes r's request and notes its stream sequence in the record,
@@ -491,7 +485,6 @@ func (s *Store) change(ctx context.Context, key string, p store.Policy, fn func(
 func (s *Store) Repark(ctx context.Context, key, kind, source string) (*Record, error) {
 	r, err := s.Transition(ctx, key, StatusAnswered, store.UntilLanded, func(r *Record) error {
 		r.Kind, r.Status, r.Answer, r.SuggestedRules, r.Reason, r.HandoffSeq = kind, StatusParked, nil, nil, "", 0
-		r.Subject = s.answerSubject(kind, r.Call.Name)
 		r.Expires = time.Now().UTC().Add(s.cfg.TTL)
 		return nil
 	})

@@ -116,9 +116,6 @@ func TestPark(t *testing.T) {
 			before := time.Now()
 			park(t, s, r)
 			subject := "toolbus.answer.deploy"
-			if tc.kind == bus.KindConfirm {
-				subject = "toolbus.approve.deploy"
-			}
 			if r.Status != external.StatusParked || r.Subject != subject || r.HandoffSeq == 0 || r.InputDigest != bus.InputDigest(r.Call.Input) ||
 				r.Created.Before(before.Add(-time.Second)) || !r.Expires.Equal(r.Created.Add(ttl)) {
 				t.Fatalf("parked record %+v", r)

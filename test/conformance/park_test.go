@@ -308,7 +308,7 @@ func TestConfirmWithEditedInput(t *testing.T) {
 	if len(r.Results) != 0 || len(r.Parked) != 2 {
 		t.Fatalf("reply %s", jsonOf(r))
 	}
-	if p := r.Parked[0]; p.ID != "c1" || p.Kind != "confirm" || p.Subject != "toolbus.approve.deploy" {
+	if p := r.Parked[0]; p.ID != "c1" || p.Kind != "confirm" || p.Subject != "toolbus.answer.deploy" {
 		t.Errorf("parked %s", jsonOf(p))
 	}
 	if p := r.Parked[1]; p.ID != "c2" || p.Kind != "queued" || p.Subject != "toolbus.answer.ping" {
@@ -472,7 +472,7 @@ func TestApprovalUIFromDocs(t *testing.T) {
 		default:
 			t.Fatalf("kind %s", p.Kind)
 		}
-		tool := strings.TrimPrefix(strings.TrimPrefix(p.Subject, "toolbus.answer."), "toolbus.approve.")
+		tool := strings.TrimPrefix(p.Subject, "toolbus.answer.")
 		if tool != p.Name {
 			t.Errorf("subject %s for tool %s", p.Subject, p.Name)
 		}

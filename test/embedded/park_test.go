@@ -423,7 +423,7 @@ func TestPermissionModes(t *testing.T) {
 	wt := e.addWriteTools(t)
 	// default: a write asks, on P.confirm.write, with a suggested rule.
 	r := e.callParked(t, "def", "r1", bus.Call{ID: "c1", Name: "write", Input: json.RawMessage(`{"v":1}`)})
-	if len(r.Parked) != 1 || r.Parked[0].Kind != bus.KindConfirm || r.Parked[0].Subject != "toolbus.approve.write" || len(r.Parked[0].SuggestedRules) == 0 {
+	if len(r.Parked) != 1 || r.Parked[0].Kind != bus.KindConfirm || r.Parked[0].Subject != "toolbus.answer.write" || len(r.Parked[0].SuggestedRules) == 0 {
 		t.Fatalf("default mode reply %s", jsonOf(r))
 	}
 	req := e.handoff(t, "toolbus.confirm.write")

@@ -31,8 +31,8 @@ func TestApproverNarrow(t *testing.T) {
 	defer ev.Stop()
 	reply, err := ac.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "deploy", Input: client.Input(map[string]string{"who": "staging"})}}}, client.WithReplyID("r1"))
 	must(t, err)
-	if len(reply.Parked) != 1 || reply.Parked[0].Subject != "toolbus.approve.deploy" {
-		t.Fatalf("deploy parked %+v, want a confirmation on toolbus.approve.deploy", reply.Parked)
+	if len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindConfirm {
+		t.Fatalf("deploy parked %+v, want a confirmation", reply.Parked)
 	}
 	ap := d.conn("approver")
 	req := readHandoff(t, ap, "toolbus.confirm.deploy")
