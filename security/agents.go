@@ -291,7 +291,7 @@ func ParseBindings(data []byte) (map[string]string, error) {
 			return nil, err
 		}
 		for _, u := range users {
-			if u.Role == RoleSession && u.User != "" {
+			if u.Role == RoleSession && u.Session != "" && u.User != "" {
 				m[u.Session] = u.User
 			}
 		}
