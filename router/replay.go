@@ -41,8 +41,9 @@ func (r *Router) onReplay(m *nats.Msg) {
 		AckPolicy:         jetstream.AckNonePolicy,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: replayIdle,
-		MemoryStorage:     true,
-		Replicas:          1,
+		// As many replicas as the stream, so a node's loss does not
+		// take the consumer with it (the client asks again if it does).
+		Replicas: r.store.Events.CachedInfo().Config.Replicas,
 	}
 	if q.StartSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, q.StartSeq
