@@ -1,8 +1,11 @@
 package security
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -107,4 +110,51 @@ func TestSharedAgentLockedOut(t *testing.T) {
 	must(t, err)
 	defer rp.Stop()
 	waitType(t, rp, bus.TypeBatchDone)
+}
+
+// TestReplayConsumerLost: when the router-made replay consumer is lost
+// (deleted here, as a node's loss would), the client asks a router for
+// another one from the next sequence: the events go on, none twice.
+func TestReplayConsumerLost(t *testing.T) {
+	d := newDeployment(t)
+	d.startWorker()
+	ctx := testCtx(t)
+	ac := d.conn("session-s1").client()
+	greet := bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet", Input: client.Input(map[string]string{"who": "x"})}}}
+	if _, err := ac.Call(ctx, "s1", greet, client.WithReplyID("r1")); err != nil {
+		t.Fatal(err)
+	}
+	rp, err := ac.Replay(ctx, "s1")
+	must(t, err)
+	defer rp.Stop()
+	if e := waitType(t, rp, bus.TypeBatchDone); e.ReplyID != "r1" {
+		t.Fatalf("replayed %+v", e)
+	}
+	ojs, err := jetstream.New(d.conn("operator").nc)
+	must(t, err)
+	st, err := ojs.Stream(ctx, "TOOLBUS_EVENTS")
+	must(t, err)
+	names := st.ConsumerNames(ctx)
+	n := 0
+	for name := range names.Name() {
+		if strings.HasPrefix(name, "replay-") {
+			must(t, ojs.DeleteConsumer(ctx, "TOOLBUS_EVENTS", name))
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d replay consumers, want 1", n)
+	}
+	if _, err := ac.Call(ctx, "s1", greet, client.WithReplyID("r2")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e := waitType(t, rp, bus.TypeBatchDone)
+		if e.ReplyID == "r1" {
+			t.Fatal("r1's batch.done came twice")
+		}
+		if e.ReplyID == "r2" {
+			break
+		}
+	}
 }
