@@ -161,6 +161,7 @@ func TestSecureAgentOnDemand(t *testing.T) {
 		return err
 	})
 
+	added := time.Now()
 	a, err := security.AddAgent(dir, "s5", "carol")
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +186,7 @@ func TestSecureAgentOnDemand(t *testing.T) {
 		return nil
 	})
 	defer agent.Close()
+	t.Logf("session-s5 logged in and bound %v after AddAgent", time.Since(added).Round(time.Millisecond))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	_, err = client.New(agent, client.Config{}).Call(ctx, "s5", bus.Batch{Calls: echo.Calls, User: json.RawMessage(`"dave"`)})
