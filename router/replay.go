@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,6 +15,44 @@ import (
 
 // replayIdle is how long a replay consumer lives once nobody pulls from it.
 const replayIdle = 30 * time.Second
+
+// Bounds on replay consumers: per session, what one router makes within
+// replayIdle; in all, what the events stream may hold before a router
+// makes no more (docs/protocol.md 3.4). Past either, limit_exceeded.
+const (
+	maxSessionReplays = 8
+	maxReplays        = 1024
+)
+
+// replayLimit counts the replay consumers one router made per session
+// within replayIdle. The zero value is ready.
+type replayLimit struct {
+	mu   sync.Mutex
+	made map[string][]time.Time
+}
+
+// take reports whether session may have another replay consumer now, and
+// counts it if so.
+func (l *replayLimit) take(session string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.made == nil {
+		l.made = map[string][]time.Time{}
+	}
+	for s, ts := range l.made { // prune: entries older than replayIdle
+		ts = slices.DeleteFunc(ts, func(t time.Time) bool { return now.Sub(t) >= replayIdle })
+		if len(ts) == 0 {
+			delete(l.made, s)
+		} else {
+			l.made[s] = ts
+		}
+	}
+	if len(l.made[session]) >= maxSessionReplays {
+		return false
+	}
+	l.made[session] = append(l.made[session], now)
+	return true
+}
 
 // onReplay makes, for the agent that asked on P.replay.<session>, a pull
 // consumer of P_EVENTS filtered on that session's events, and answers its
@@ -48,8 +88,16 @@ func (r *Router) onReplay(m *nats.Msg) {
 	if q.StartSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, q.StartSeq
 	}
+	if !r.replays.take(e.SessionID, time.Now()) {
+		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "session %s asked for more than %d replays within %v; reuse one", e.SessionID, maxSessionReplays, replayIdle))
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
 	defer cancel()
+	if info, err := r.store.Events.Info(ctx); err == nil && info.State.Consumers >= maxReplays {
+		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "the events stream holds %d consumers; no replay is made past %d until idle ones go", info.State.Consumers, maxReplays))
+		return
+	}
 	if _, err := r.store.Events.CreateConsumer(ctx, cfg); err != nil {
 		r.reject(m, bus.Errorf(bus.CodeUnavailable, "replay of session %s: %v", e.SessionID, err))
 		return

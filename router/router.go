@@ -127,6 +127,8 @@ type Router struct {
 	skills *routerSkills
 	m      *metrics.Router
 
+	replays replayLimit // replay consumers made lately, per session (replay.go)
+
 	mu         sync.Mutex
 	subs       []*nats.Subscription
 	svc        micro.Service

@@ -1,6 +1,7 @@
 package security
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +158,33 @@ func TestReplayConsumerLost(t *testing.T) {
 			break
 		}
 	}
+}
+
+// TestReplayBounded: a session gets at most 8 replay consumers from one
+// router within their idle time; the next request is limit_exceeded and
+// makes nothing.
+func TestReplayBounded(t *testing.T) {
+	d := newDeployment(t)
+	ac := d.conn("session-s1").client()
+	ctx := testCtx(t)
+	var open []*client.Events
+	defer func() {
+		for _, rp := range open {
+			rp.Stop()
+		}
+	}()
+	for range 8 {
+		rp, err := ac.Replay(ctx, "s1")
+		must(t, err)
+		open = append(open, rp)
+	}
+	_, err := ac.Replay(ctx, "s1")
+	var be *bus.Error
+	if !errors.As(err, &be) || be.Code != bus.CodeLimitExceeded {
+		t.Fatalf("the 9th replay: %v, want limit_exceeded", err)
+	}
+	// Another session is not held back by s1's.
+	rp, err := d.conn("session-s2").client().Replay(ctx, "s2")
+	must(t, err)
+	rp.Stop()
 }
