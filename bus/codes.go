@@ -23,6 +23,8 @@ const (
 	TypeAdmin         = "io.toolbus.admin"
 	TypeAdminReply    = "io.toolbus.admin.reply"
 	TypeError         = "io.toolbus.error"
+	TypeReplay        = "io.toolbus.events.replay"
+	TypeReplayReady   = "io.toolbus.events.replay.ready"
 	SpecVersion       = "1.0"
 	ContentTypeEvent  = "application/cloudevents+json"
 	ContentTypeJSON   = "application/json"

@@ -24,6 +24,7 @@ func (s Subjects) Call(session string) string      { return s.p + "call." + sess
 func (s Subjects) Tools(session string) string     { return s.p + "tools." + session }
 func (s Subjects) Cancel(session string) string    { return s.p + "cancel." + session }
 func (s Subjects) Events(session string) string    { return s.p + "events." + session }
+func (s Subjects) Replay(session string) string    { return s.p + "replay." + session }
 func (s Subjects) Exec(tool string) string         { return s.p + "exec." + tool }
 func (s Subjects) Work(tool string) string         { return s.p + "work." + tool }
 func (s Subjects) Result(tool string) string       { return s.p + "result." + tool }
@@ -31,6 +32,7 @@ func (s Subjects) WorkConsumer(tool string) string { return s.Prefix + "-work-" 
 func (s Subjects) External(tool string) string     { return s.p + "external." + tool }
 func (s Subjects) Confirm(tool string) string      { return s.p + "confirm." + tool }
 func (s Subjects) Answer(tool string) string       { return s.p + "answer." + tool }
+func (s Subjects) Approve(tool string) string      { return s.p + "approve." + tool }
 func (s Subjects) Admin(verb string) string        { return s.p + "admin." + verb }
 func (s Subjects) Register() string                { return s.p + "register" }
 func (s Subjects) All(kind string) string          { return s.p + kind + ".>" }

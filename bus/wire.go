@@ -1,6 +1,9 @@
 package bus
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -337,6 +340,9 @@ type Answer struct {
 	Confirmed *bool           `json:"confirmed,omitempty"`
 	Input     json.RawMessage `json:"input,omitempty"`
 	Rules     []Rule          `json:"rules,omitempty"`
+	// InputDigest is the parked input's digest (InputDigest) a
+	// confirmation confirms or denies (docs/protocol.md 6.3).
+	InputDigest string `json:"input_digest,omitempty"`
 }
 
 // ExecRecorded is the data of io.toolbus.exec.recorded, a router's reply to
@@ -360,6 +366,7 @@ type ParkedCall struct {
 	ID             string          `json:"id"`
 	Name           string          `json:"name"`
 	Input          json.RawMessage `json:"input,omitempty"`
+	InputDigest    string          `json:"input_digest,omitempty"`
 	Kind           string          `json:"kind"`
 	Subject        string          `json:"subject"`
 	SuggestedRules []Rule          `json:"suggested_rules,omitempty"`
@@ -404,4 +411,33 @@ type SkillInfo struct {
 	User        string   `json:"user,omitempty"`
 	Groups      []string `json:"groups"`
 	Digest      string   `json:"digest"`
+}
+
+// InputDigest is the digest a confirmation carries of the parked input it
+// confirms (docs/protocol.md 6.3): "sha256:" and the lowercase hex SHA-256
+// of the input as the parked record holds it, compacted JSON.
+func InputDigest(input json.RawMessage) string {
+	var buf bytes.Buffer
+	b := []byte(input)
+	if json.Compact(&buf, input) == nil {
+		b = buf.Bytes()
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Replay is the data of io.toolbus.events.replay (docs/protocol.md 3.4): a
+// session's agent asks a router for a consumer of its stored events.
+// StartSeq, when set, is the first stream sequence wanted; zero means all.
+type Replay struct {
+	StartSeq uint64 `json:"start_seq,omitempty"`
+}
+
+// ReplayReady is the data of io.toolbus.events.replay.ready: the pull
+// consumer the router made on Stream, filtered on the session's events.
+// It is deleted once nobody pulled from it for Idle.
+type ReplayReady struct {
+	Stream   string `json:"stream"`
+	Consumer string `json:"consumer"`
+	Idle     string `json:"idle"`
 }

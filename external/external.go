@@ -40,9 +40,13 @@ const (
 
 // Record is a parked call.
 type Record struct {
-	Session        string          `json:"session"`
-	ReplyID        string          `json:"reply_id"`
-	Call           bus.Call        `json:"call"`
+	Session string   `json:"session"`
+	ReplyID string   `json:"reply_id"`
+	Call    bus.Call `json:"call"`
+	// InputDigest is bus.InputDigest of Call.Input: a confirmation must
+	// name it (docs/protocol.md 6.3), so the approver confirms exactly
+	// the input it saw.
+	InputDigest    string          `json:"input_digest,omitempty"`
 	Kind           string          `json:"kind"`
 	Subject        string          `json:"subject"`
 	User           json.RawMessage `json:"user,omitempty"`
@@ -222,7 +226,10 @@ func (s *Store) leaveLocked(key string, rev uint64) {
 func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = StatusParked, now, now.Add(s.cfg.TTL)
-	r.Subject = s.subj.Answer(r.Call.Name)
+	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
+	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
+	// from the tool; an open router still takes it on the old subject.
+	r.Subject, r.InputDigest = s.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -284,6 +291,7 @@ func (s *Store) handOff(ctx context.Context, r *Record, source string) error {
 // io.toolbus.confirm.request.
 type Request struct {
 	Call           bus.Call        `json:"call"`
+	InputDigest    string          `json:"input_digest,omitempty"`
 	User           json.RawMessage `json:"user"`
 	Context        json.RawMessage `json:"context"`
 	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
@@ -303,7 +311,7 @@ func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (u
 	if r.Kind == bus.KindConfirm {
 		typ, subject = bus.TypeConfirmReq, s.subj.Confirm(r.Call.Name)
 	}
-	req := Request{Call: r.Call, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
+	req := Request{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
 	var data any = req
 	if r.Kind == bus.KindConfirm {
 		req.Reason = r.Reason

@@ -115,7 +115,8 @@ func TestPark(t *testing.T) {
 			}
 			before := time.Now()
 			park(t, s, r)
-			if r.Status != external.StatusParked || r.Subject != "toolbus.answer.deploy" || r.HandoffSeq == 0 ||
+			subject := "toolbus.answer.deploy"
+			if r.Status != external.StatusParked || r.Subject != subject || r.HandoffSeq == 0 || r.InputDigest != bus.InputDigest(r.Call.Input) ||
 				r.Created.Before(before.Add(-time.Second)) || !r.Expires.Equal(r.Created.Add(ttl)) {
 				t.Fatalf("parked record %+v", r)
 			}
@@ -153,7 +154,7 @@ func TestPark(t *testing.T) {
 				t.Fatal(err)
 			}
 			if req.Call.ID != "c1" || req.Call.Name != "deploy" || string(req.Call.Input) != `{"env":"prod"}` || string(req.User) != `"alice"` ||
-				string(req.Context) != `{"tenant":"acme"}` || req.Subject != "toolbus.answer.deploy" || !req.Expires.Equal(r.Expires) {
+				string(req.Context) != `{"tenant":"acme"}` || req.Subject != subject || req.InputDigest != r.InputDigest || !req.Expires.Equal(r.Expires) {
 				t.Fatalf("handoff data %s", ev.Data)
 			}
 			var fields map[string]json.RawMessage

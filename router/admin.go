@@ -123,7 +123,7 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		out := make([]bus.ParkedCall, len(recs))
 		for i, rec := range recs {
 			out[i] = bus.ParkedCall{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,
-				Input: rec.Call.Input, Kind: rec.Kind, Subject: rec.Subject, SuggestedRules: rec.SuggestedRules,
+				Input: rec.Call.Input, InputDigest: rec.InputDigest, Kind: rec.Kind, Subject: rec.Subject, SuggestedRules: rec.SuggestedRules,
 				Reason: rec.Reason, Created: rec.Created, Expires: rec.Expires}
 		}
 		return map[string]any{"parked": out}, nil

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,8 +20,22 @@ import (
 // onAnswer takes an answer to a parked call: the first valid answer wins
 // (compare-and-set on the parked record) and is acknowledged; the call's
 // result follows, and the batch resumes when it was the last one awaited.
-func (r *Router) onAnswer(m *nats.Msg) {
-	tool, ok := r.subj.Token(m.Subject, "answer")
+func (r *Router) onAnswer(m *nats.Msg) { r.answer(m, viaAnswer) }
+
+// onApprove takes a confirmation on P.approve.<tool> (docs/protocol.md
+// 6.3): the approver's subject, which carries confirmations only.
+func (r *Router) onApprove(m *nats.Msg) { r.answer(m, viaApprove) }
+
+// The subject kinds answers arrive on. NATS permissions are what tell
+// them apart: the approver may publish on P.approve.<tool> only, handlers
+// (and agents for request-scoped tools) on P.answer.<tool>.
+const (
+	viaAnswer  = "answer"
+	viaApprove = "approve"
+)
+
+func (r *Router) answer(m *nats.Msg, via string) {
+	tool, ok := r.subj.Token(m.Subject, via)
 	if !ok {
 		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject))
 		return
@@ -41,7 +56,8 @@ func (r *Router) onAnswer(m *nats.Msg) {
 	}
 	ctx, cancel := landing()
 	defer cancel()
-	rec, err := r.parked.Answer(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), tool, &a, r.checkAnswer)
+	check := func(rec *external.Record, a *bus.Answer) error { return r.checkAnswer(rec, a, via) }
+	rec, err := r.parked.Answer(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), tool, &a, check)
 	if err != nil {
 		r.reject(m, err)
 		return
@@ -58,21 +74,44 @@ func (r *Router) onAnswer(m *nats.Msg) {
 	r.settle(rec)
 }
 
-// checkAnswer validates an answer against the kind of call it answers; a
-// bad answer is a bad_request and changes nothing. An edited input of a
-// confirmation is validated against the tool's schema and normalised.
-func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer) error {
+// checkAnswer validates an answer against the kind of call it answers and
+// the subject kind it came on (via); a bad answer is a bad_request and
+// changes nothing. A confirmation on P.approve.<tool> must name the parked
+// input's digest (on a secured router; when given, it must match
+// everywhere), may not edit the input, and may remember only suggested
+// rules. On P.answer.<tool> a confirmation is taken only from an open
+// router (no identities), as before: its digest, when given, must match;
+// an edited input is validated against the tool's schema and normalised.
+func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) error {
+	if via == viaApprove && rec.Kind != bus.KindConfirm {
+		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
+	}
 	if err := a.CheckKind(rec.Kind); err != nil {
 		return err
 	}
 	if rec.Kind == bus.KindConfirm {
+		if via == viaAnswer && r.cfg.Identities != nil {
+			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: on a secured router confirmations go to %s, not %s", rec.Call.ID, r.subj.Approve(rec.Call.Name), r.subj.Answer(rec.Call.Name))
+		}
 		if a.Confirmed == nil {
-			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: {\"confirmed\": true|false}", rec.Call.ID)
+			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: {\"confirmed\": true|false, \"input_digest\": \"...\"}", rec.Call.ID)
+		}
+		// Required on the approver's subject of a secured router; an open
+		// router takes a confirmation without it, as before, from clients
+		// that send where the record's subject says.
+		if err := checkDigest(rec, a, via == viaApprove && r.cfg.Identities != nil); err != nil {
+			return err
 		}
 		for _, rule := range a.Rules {
 			if err := permission.CheckRule(rule); err != nil {
 				return bus.Errorf(bus.CodeBadRequest, "rule: %v", err)
 			}
+			if via == viaApprove && !suggested(rec.SuggestedRules, rule) {
+				return bus.Errorf(bus.CodeBadRequest, "rule %s is not among call %s's suggested_rules: an approver remembers only those", ruleText(rule), rec.Call.ID)
+			}
+		}
+		if via == viaApprove && len(a.Input) > 0 {
+			return bus.Errorf(bus.CodeBadRequest, "an approver confirms call %s's parked input as it is: an edited input is refused on %s (deny it instead)", rec.Call.ID, r.subj.Approve(rec.Call.Name))
 		}
 		if *a.Confirmed && len(a.Input) > 0 {
 			t, ok := r.reg.Lookup(rec.Call.Name)
@@ -102,6 +141,38 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer) error {
 		}
 	}
 	return nil
+}
+
+// checkDigest checks a confirmation's input_digest against the parked
+// input's: required is whether it must be given.
+func checkDigest(rec *external.Record, a *bus.Answer, required bool) error {
+	want := rec.InputDigest
+	if want == "" { // parked before records carried it
+		want = bus.InputDigest(rec.Call.Input)
+	}
+	switch {
+	case a.InputDigest == "" && required:
+		return bus.Errorf(bus.CodeBadRequest, "a confirmation of call %s needs input_digest, the parked input's (%s: from the confirm request or parked.list)", rec.Call.ID, want)
+	case a.InputDigest != "" && a.InputDigest != want:
+		return bus.Errorf(bus.CodeBadRequest, "input changed: call %s's parked input has input_digest %s, the confirmation names %s", rec.Call.ID, want, a.InputDigest)
+	}
+	return nil
+}
+
+// suggested reports whether rule is among rules, behavior defaulting to allow.
+func suggested(rules []bus.Rule, rule bus.Rule) bool {
+	norm := func(r bus.Rule) bus.Rule {
+		if r.Behavior == "" {
+			r.Behavior = "allow"
+		}
+		return r
+	}
+	return slices.ContainsFunc(rules, func(s bus.Rule) bool { return norm(s) == norm(rule) })
+}
+
+func ruleText(rule bus.Rule) string {
+	b, _ := json.Marshal(rule)
+	return string(b)
 }
 
 func checkBlock(bl bus.Block) error {

@@ -119,6 +119,9 @@ func (r *Router) onBatch(m *nats.Msg) {
 	if err == nil {
 		t, err = checkTurn(e, r.cfg.Limits)
 	}
+	if err == nil {
+		t.data.User, err = r.identify(t.session, t.data.User)
+	}
 	if err != nil {
 		r.reject(m, err)
 		return

@@ -71,6 +71,11 @@ type Config struct {
 	// ParkTTL is how long a call waits for an answer before it expires with
 	// a timeout result; zero means 24 hours.
 	ParkTTL time.Duration
+	// Identities, when set, binds sessions to users by their credentials
+	// (docs/security.md): a batch's user comes from them, not the claim,
+	// and confirmations go to P.approve.<tool> only. nil runs the router
+	// open, as before.
+	Identities Identities
 	// Lease is how long a router's claim on work (a running ledger claim,
 	// a parked batch it runs, an answer it settles) lives without being
 	// renewed; renewals come every Store.Heartbeat. Past it, another router
@@ -134,6 +139,8 @@ type Router struct {
 	events *eventSink
 	skills *routerSkills
 	m      *metrics.Router
+
+	replays replayLimit // replay consumers made lately, per session (replay.go)
 
 	mu         sync.Mutex
 	subs       []*nats.Subscription
@@ -293,6 +300,8 @@ func (r *Router) Start(ctx context.Context) error {
 		{r.subj.Register(), q, r.onRegister},
 		{r.subj.All("admin"), q, r.onAdmin},
 		{r.subj.All("answer"), q, r.onAnswer},
+		{r.subj.All("approve"), q, r.onApprove},
+		{r.subj.All("replay"), q, r.onReplay},
 		{r.subj.All("result"), q, r.onResult},
 		{r.subj.All("cancel"), "", r.onCancel},
 	} {

@@ -24,6 +24,10 @@ func (r *Router) onTools(m *nats.Msg) {
 			return
 		}
 	}
+	if q.User, err = r.identify(e.SessionID, q.User); err != nil {
+		r.reject(m, err)
+		return
+	}
 	list, err := r.list(e.SessionID, q)
 	if err != nil {
 		r.reject(m, err)

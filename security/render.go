@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/nats-io/nkeys"
 )
 
 // Credential is how one user logs in to a server configured by
@@ -53,8 +51,8 @@ func ServerConfig(prefix string, users []User, creds map[string]Credential) stri
 			fmt.Fprintf(&b, "user: %s, password: $%s", strconv.Quote(u.Name), env)
 		}
 		b.WriteString(",\n     permissions: {\n")
-		fmt.Fprintf(&b, "       publish: {allow: %s}\n", list(u.Permissions.Publish))
-		fmt.Fprintf(&b, "       subscribe: {allow: %s}\n", list(u.Permissions.Subscribe))
+		fmt.Fprintf(&b, "       publish: {allow: %s%s}\n", list(u.Permissions.Publish), deny(u.Permissions.PublishDeny))
+		fmt.Fprintf(&b, "       subscribe: {allow: %s%s}\n", list(u.Permissions.Subscribe), deny(u.Permissions.SubscribeDeny))
 		if u.Permissions.AllowResponses {
 			b.WriteString("       allow_responses: true\n")
 		}
@@ -69,6 +67,13 @@ func prefixOr(p string) string {
 		return "toolbus"
 	}
 	return p
+}
+
+func deny(subjects []string) string {
+	if len(subjects) == 0 {
+		return ""
+	}
+	return ", deny: " + list(subjects)
 }
 
 func list(subjects []string) string {
@@ -90,6 +95,12 @@ func NSC(account string, users []User) string {
 	for _, u := range users {
 		fmt.Fprintf(&b, "nsc add user --account %s --name %s \\\n  --allow-pub %s \\\n  --allow-sub %s", account, u.Name,
 			shellQuote(strings.Join(u.Permissions.Publish, ",")), shellQuote(strings.Join(u.Permissions.Subscribe, ",")))
+		if d := u.Permissions.PublishDeny; len(d) > 0 {
+			fmt.Fprintf(&b, " \\\n  --deny-pub %s", shellQuote(strings.Join(d, ",")))
+		}
+		if d := u.Permissions.SubscribeDeny; len(d) > 0 {
+			fmt.Fprintf(&b, " \\\n  --deny-sub %s", shellQuote(strings.Join(d, ",")))
+		}
 		if u.Permissions.AllowResponses {
 			b.WriteString(" \\\n  --allow-pub-response 1")
 		}
@@ -124,7 +135,7 @@ func EnvFile(dir, user string) string { return filepath.Join(dir, user+".env") }
 // Generate makes a fresh nkey for every user of spec and writes, into dir
 // (created, mode 0700): <user>.nk (the seed, mode 0600), <user>.env,
 // nats-server.conf (the authorization block with the public keys) and
-// users.json. url, when set, goes into the env files. It refuses a dir
+// users.json and spec.json (for AddAgent). url, when set, goes into the env files. It refuses a dir
 // that already holds a nats-server.conf, so no secret is overwritten.
 func Generate(dir, url string, spec Spec) ([]User, error) {
 	users, err := Users(spec)
@@ -137,35 +148,11 @@ func Generate(dir, url string, spec Spec) ([]User, error) {
 	if _, err := os.Stat(filepath.Join(dir, ServerConfigFile)); err == nil {
 		return nil, fmt.Errorf("security: %s already holds a %s; remove the directory or choose another", dir, ServerConfigFile)
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("security: %w", err)
+	for _, u := range users { // a fresh key for everyone, even over a stale seed
+		_ = os.Remove(SeedFile(dir, u.Name))
 	}
-	creds := map[string]Credential{}
-	for _, u := range users {
-		kp, err := nkeys.CreateUser()
-		if err != nil {
-			return nil, fmt.Errorf("security: nkey for %s: %w", u.Name, err)
-		}
-		seed, _ := kp.Seed()
-		pub, _ := kp.PublicKey()
-		creds[u.Name] = Credential{NKey: pub}
-		if err := os.WriteFile(SeedFile(dir, u.Name), append(seed, '\n'), 0o600); err != nil {
-			return nil, fmt.Errorf("security: %w", err)
-		}
-		env := fmt.Sprintf("NATS_NKEY=%s\nNATS_INBOX_PREFIX=%s\n", SeedFile(abs, u.Name), u.InboxPrefix)
-		if url != "" {
-			env = "NATS_URL=" + url + "\n" + env
-		}
-		if err := os.WriteFile(EnvFile(dir, u.Name), []byte(env), 0o600); err != nil {
-			return nil, fmt.Errorf("security: %w", err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, UsersFile), []byte(JSON(users)), 0o600); err != nil {
-		return nil, fmt.Errorf("security: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, ServerConfigFile), []byte(ServerConfig(spec.Prefix, users, creds)), 0o600); err != nil {
-		return nil, fmt.Errorf("security: %w", err)
+	if err := write(dir, url, spec, users); err != nil {
+		return nil, err
 	}
 	return users, nil
 }

@@ -36,6 +36,12 @@ type Permissions struct {
 	// received (once, within NATS' default two minutes) even where
 	// Publish does not name the reply subject.
 	AllowResponses bool `json:"allow_responses,omitempty"`
+	// PublishDeny and SubscribeDeny take subjects out of the allow lists
+	// (the shared agent's view of the sessions that have their own agent
+	// user); nats-server checks a wildcard subscription's deliveries
+	// against them.
+	PublishDeny   []string `json:"publish_deny,omitempty"`
+	SubscribeDeny []string `json:"subscribe_deny,omitempty"`
 }
 
 // User is one login of a role.
@@ -47,6 +53,10 @@ type User struct {
 	Role string `json:"role"`
 	// Session is the one session of a RoleSession user.
 	Session string `json:"session,omitempty"`
+	// User is the toolbus user a RoleSession user is bound to: the
+	// router gives the session's batches this user, whatever they claim
+	// (docs/security.md "Identities").
+	User string `json:"user,omitempty"`
 	// Tools are the tools of a handler, approver or worker; empty means
 	// every tool (a worker or approver only; a handler always has tools).
 	Tools []string `json:"tools,omitempty"`
@@ -59,31 +69,35 @@ type User struct {
 
 // Handler is one external handler login and the tools it answers.
 type Handler struct {
-	Name  string
-	Tools []string
+	Name  string   `json:"name"`
+	Tools []string `json:"tools"`
 }
 
 // Spec says which users to build.
 type Spec struct {
 	// Prefix is the deployment's subject prefix; "" means bus.DefaultPrefix.
-	Prefix string
-	// Sessions adds one agent user per session id, confined to it.
-	Sessions []string
+	Prefix string `json:"prefix,omitempty"`
+	// Sessions adds one agent user per session id, confined to it. The
+	// shared agent user may then neither act in nor read these sessions.
+	Sessions []string `json:"sessions,omitempty"`
+	// Bind binds sessions of Sessions to toolbus users (session → user):
+	// a router with identities runs the session's batches as that user.
+	Bind map[string]string `json:"bind,omitempty"`
 	// Handlers adds one user per external handler.
-	Handlers []Handler
+	Handlers []Handler `json:"handlers,omitempty"`
 	// WorkerTools, when set, confines the worker user to these tools'
 	// exec subjects; empty serves every tool.
-	WorkerTools []string
+	WorkerTools []string `json:"worker_tools,omitempty"`
 	// ApproverTools, when set, confines the approver to these tools'
 	// confirmations; empty means every tool.
-	ApproverTools []string
+	ApproverTools []string `json:"approver_tools,omitempty"`
 	// AgentAnswers are the tools whose parked calls the agent users may
 	// answer themselves: the request-scoped external tools (section 4.3
 	// of docs/protocol.md). NATS cannot tell one session's answer from
 	// another's on P.answer.<tool>, so keep this to tools that are only
 	// ever request-scoped, never a registered external tool or one that
 	// asks for confirmation. Empty means agents answer nothing.
-	AgentAnswers []string
+	AgentAnswers []string `json:"agent_answers,omitempty"`
 }
 
 // jsAPI is the JetStream API prefix of the account.
@@ -97,9 +111,15 @@ func Users(spec Spec) ([]User, error) {
 	if err := check(spec); err != nil {
 		return nil, err
 	}
-	users := []User{router(s), worker(s, spec.WorkerTools), agent(s, "", spec.AgentAnswers), approver(s, spec.ApproverTools), operator(s), facade(s)}
+	shared := agent(s, "", spec.AgentAnswers)
+	if len(spec.Sessions) > 0 {
+		denySessions(s, &shared, spec.Sessions)
+	}
+	users := []User{router(s), worker(s, spec.WorkerTools), shared, approver(s, spec.ApproverTools), operator(s), facade(s)}
 	for _, id := range spec.Sessions {
-		users = append(users, agent(s, id, spec.AgentAnswers))
+		u := agent(s, id, spec.AgentAnswers)
+		u.User = spec.Bind[id]
+		users = append(users, u)
 	}
 	for _, h := range spec.Handlers {
 		users = append(users, handler(s, h))
@@ -120,6 +140,14 @@ func check(spec Spec) error {
 			return fmt.Errorf("security: session %q given twice", id)
 		}
 		seen[id] = true
+	}
+	for id, user := range spec.Bind {
+		if !seen[id] {
+			return fmt.Errorf("security: session %q is bound to user %q but has no agent user (add it to the sessions)", id, user)
+		}
+		if user == "" || len(user) > 256 || strings.ContainsAny(user, "\x00\r\n") {
+			return fmt.Errorf("security: session %q: user %q must be 1 to 256 characters, without NUL or line breaks", id, user)
+		}
 	}
 	names := map[string]bool{}
 	for _, h := range spec.Handlers {
@@ -259,8 +287,11 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	if session != "" {
 		name, role, tok = "session-"+session, RoleSession, session
 	}
-	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok)}
-	pub = append(pub, createConsumer(s.Stream(bus.StreamEvents), s.Events(tok)))
+	// Replay: a router makes the consumer (P.replay.<s>); the agent pulls
+	// from it, looks it up and deletes it. An agent creates no consumer
+	// itself: nats-server checks neither a push consumer's deliver_subject
+	// against its creator's permissions nor durability (docs/security.md).
+	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok), s.Replay(tok)}
 	pub = append(pub, useConsumers(s.Stream(bus.StreamEvents))...)
 	for _, t := range answers {
 		pub = append(pub, s.Answer(t))
@@ -273,6 +304,18 @@ func agent(s bus.Subjects, session string, answers []string) User {
 		Publish:   pub,
 		Subscribe: []string{s.Events(tok), inbox(name) + ".>"},
 	}}
+}
+
+// denySessions takes the sessions that have their own agent user away
+// from the shared agent: it may not publish in them (calls, tools,
+// cancels, replay requests), and a wildcard subscription of its gets none
+// of their events (nats-server checks each delivery against the deny
+// list).
+func denySessions(s bus.Subjects, u *User, sessions []string) {
+	for _, id := range sessions {
+		u.Permissions.PublishDeny = append(u.Permissions.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id))
+		u.Permissions.SubscribeDeny = append(u.Permissions.SubscribeDeny, s.Events(id))
+	}
 }
 
 func handler(s bus.Subjects, h Handler) User {
@@ -294,8 +337,11 @@ func handler(s bus.Subjects, h Handler) User {
 }
 
 func approver(s bus.Subjects, tools []string) User {
+	// Confirmations only, on their own subject: the router refuses an
+	// edited input or an unsuggested rule from it, and the approver
+	// cannot answer external calls (P.answer.<tool>) at all.
 	stream := s.Stream(bus.StreamHandoff)
-	pub := each(tools, s.Answer)
+	pub := each(tools, s.Approve)
 	for _, t := range each(tools, s.Confirm) {
 		pub = append(pub, createConsumer(stream, t))
 	}
@@ -310,7 +356,7 @@ func operator(s bus.Subjects) User {
 	// answers, watching, the handoff streams and the skills object store.
 	// It may not execute tools directly nor register as a worker.
 	return User{Name: RoleOperator, Role: RoleOperator, InboxPrefix: inbox(RoleOperator), Permissions: Permissions{
-		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"),
+		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"), s.All("approve"), s.All("replay"),
 			"$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>"},
 		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
 	}}

@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	data := fs.String("data", "", "JetStream store directory of the embedded server (default: a directory under the system temp dir)")
 	natsConfig := fs.String("nats-config", "", "nats-server configuration file for the embedded server (users, permissions, TLS); log in with --nkey, --creds, --user ...")
 	secure := fs.String("secure", "", "DIR: start the embedded server with the toolbus roles' users (docs/security.md): DIR/nats-server.conf, generated with an nkey seed and .env file per role unless it exists")
+	identities := fs.String("identities", "", "FILE: bind sessions to users by their credentials (a users.json, or {\"sessions\": {\"s1\": \"alice\"}}), reread when it changes; --secure uses DIR/users.json (docs/security.md)")
 	conn := natsconn.FromEnv()
 	conn.URLs = "" // the router joins only what --nats names
 	conn.RegisterAuthFlags(fs)
@@ -98,9 +99,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		*natsConfig = cfgFile
+		if *identities != "" {
+			return errors.New("--secure binds sessions with DIR/users.json; it goes without --identities")
+		}
+		*identities = filepath.Join(*secure, security.UsersFile)
 		conn.Creds, conn.User, conn.Password, conn.Token = "", "", "", ""
 		conn.NKey, conn.InboxPrefix = security.SeedFile(*secure, security.RoleRouter), ""
 	}
+	var bindings *security.Bindings
+	if *identities != "" {
+		if bindings, err = security.LoadBindings(*identities); err != nil {
+			return err
+		}
+	}
+	var reload func() error // the embedded server's, under --secure
 	if url == "" {
 		dir := *data
 		if dir == "" {
@@ -116,6 +128,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		s, err := embedded.Start(embedded.Config{Listen: *listen, StoreDir: dir, ConfigFile: *natsConfig})
 		if err != nil {
 			return err
+		}
+		if *secure != "" {
+			reload = func() error { return reloadServer(s, *natsConfig, *listen, dir) }
 		}
 		defer func() {
 			s.Shutdown()
@@ -135,7 +150,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer nc.Close()
 
-	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log,
+	var ids router.Identities
+	if bindings != nil {
+		ids = bindings
+		go watchIdentities(ctx, *identities, bindings, reload, identitiesPoll, log)
+	}
+	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log, Identities: ids,
 		Store:        storeCfg,
 		SessionCache: *sessionCache,
 		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -133,4 +135,80 @@ func TestSecureReuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc.Close()
+}
+
+// TestSecureAgentOnDemand: a per-session agent user added to a running
+// router's --secure DIR (security.AddAgent, what `toolbus security agent`
+// runs) works without a restart: the router reloads the embedded server's
+// users and its identities. The new user logs in and calls in its session
+// as its bound user, a claim of another user is refused, and the shared
+// agent user, already connected, may no longer publish there.
+func TestSecureAgentOnDemand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	url := startSecure(t, dir)
+	violations := make(chan error, 16)
+	shared, err := natsconn.Config{URLs: url, NKey: security.SeedFile(dir, "agent"), InboxPrefix: "_INBOX.agent"}.Connect("shared",
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Close()
+	echo := bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hi"}`)}}}
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err := client.New(shared, client.Config{}).Call(ctx, "s5", echo)
+		return err
+	})
+
+	added := time.Now()
+	a, err := security.AddAgent(dir, "s5", "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Created || a.User.Name != "session-s5" || a.User.User != "carol" {
+		t.Fatalf("AddAgent: %+v", a)
+	}
+	var agent *nats.Conn
+	bustest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		nc, err := natsconn.Config{URLs: url, NKey: a.Seed, InboxPrefix: a.User.InboxPrefix}.Connect("s5", nats.MaxReconnects(0))
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		// Bound once the router's identities have it too.
+		if _, err := client.New(nc, client.Config{}).Call(ctx, "s5", bus.Batch{Calls: echo.Calls, User: json.RawMessage(`"dave"`)}); err == nil || !strings.Contains(err.Error(), `bound to user "carol"`) {
+			nc.Close()
+			return fmt.Errorf("not bound yet: %v", err)
+		}
+		agent = nc
+		return nil
+	})
+	defer agent.Close()
+	t.Logf("session-s5 logged in and bound %v after AddAgent", time.Since(added).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = client.New(agent, client.Config{}).Call(ctx, "s5", bus.Batch{Calls: echo.Calls, User: json.RawMessage(`"dave"`)})
+	var be *bus.Error
+	if !errors.As(err, &be) || be.Code != bus.CodeDenied {
+		t.Fatalf("a claim of dave as carol: %v", err)
+	}
+	reply, err := client.New(agent, client.Config{}).Call(ctx, "s5", echo)
+	if err != nil || reply.Results[0].State != bus.StateSuccess {
+		t.Fatalf("session-s5's call: %+v %v", reply, err)
+	}
+	// The shared agent's connection from before is refused in s5 now.
+	if err := shared.Publish("toolbus.call.s5", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	_ = shared.Flush()
+	select {
+	case err := <-violations:
+		if !strings.Contains(err.Error(), `Permissions Violation for Publish to "toolbus.call.s5"`) {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shared agent still publishes in s5")
+	}
 }

@@ -68,7 +68,7 @@ func init() {
 		{"fetch", "<nats-object://bucket/name>", "print (or with -o FILE save) an output stored in the object store", runFetch},
 		{"status", "", "show routers, workers per tool, sessions and parked calls", runStatus},
 		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
-		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR]", "print the NATS permissions of the toolbus roles for a deployment (docs/security.md)", runSecurity},
+		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR] | agent --session S [--user U] [--dir DIR]", "print the NATS permissions of the toolbus roles for a deployment, or add a per-session agent user (docs/security.md)", runSecurity},
 		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
 		{"soak", "", "run 2 routers and 3 workers under load with faults and count lost and duplicated calls (--duration, --json)", runSoak},
 	}

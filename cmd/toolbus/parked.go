@@ -280,7 +280,7 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	target.addFlags(fs)
 	deny := fs.Bool("deny", false, "refuse the call: it ends denied")
 	remember := fs.Bool("remember", false, "add the call's suggested rules to the session, so such calls run without asking")
-	input := fs.String("input", "", "run the call with this JSON input instead (validated again)")
+	input := fs.String("input", "", "run the call with this JSON input instead (validated again; sent on P.answer.<tool>, which only an open router takes for a confirmation)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -306,12 +306,19 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer closeConn()
-	p, err := target.resolve(ctx, cl, cn.session, id, bus.KindConfirm, *remember)
+	// Looked up even with --reply and --tool: the confirmation names the
+	// parked input's digest. A call the list does not show (answered a
+	// moment ago, say) is confirmed as the flags say, so the router's
+	// answer says precisely why it is refused.
+	p, err := target.resolve(ctx, cl, cn.session, id, bus.KindConfirm, true)
+	if errors.Is(err, bus.ErrNotParked) && *target.replyID != "" && *target.tool != "" {
+		p, err = target.resolve(ctx, cl, cn.session, id, bus.KindConfirm, false)
+	}
 	if err != nil {
 		return answerError(id, err)
 	}
 	confirmed := !*deny
-	a := bus.Answer{Confirmed: &confirmed}
+	a := bus.Answer{Confirmed: &confirmed, InputDigest: p.InputDigest}
 	if *input != "" {
 		a.Input = json.RawMessage(*input)
 	}
@@ -321,7 +328,11 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		a.Rules = p.SuggestedRules
 	}
-	if err := cl.Answer(ctx, p.Name, cn.session, p.ReplyID, id, a); err != nil {
+	send := cl.Confirm // P.approve.<tool>, the approver's subject
+	if *input != "" {
+		send = cl.Answer // an edit: P.answer.<tool>, which only an open router takes
+	}
+	if err := send(ctx, p.Name, cn.session, p.ReplyID, id, a); err != nil {
 		return answerError(id, err)
 	}
 	verb := "confirmed"

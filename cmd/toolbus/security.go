@@ -16,7 +16,10 @@ import (
 
 // runSecurity is `toolbus security config`: the roles' permissions for an
 // existing deployment (docs/security.md).
-func runSecurity(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "agent" {
+		return runSecurityAgent(ctx, args[1:], stdout, stderr)
+	}
 	c, _ := lookup("security")
 	fs := flag.NewFlagSet("toolbus security", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -40,7 +43,7 @@ func runSecurity(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if len(pos) != 1 || pos[0] != "config" {
-		return usageError(fs, "security takes one subcommand, config")
+		return usageError(fs, "security takes one subcommand, config or agent")
 	}
 	spec := security.Spec{Prefix: *prefix, Sessions: sessions, WorkerTools: cli.SplitList(*workerTools),
 		ApproverTools: cli.SplitList(*approverTools), AgentAnswers: cli.SplitList(*agentAnswers)}
@@ -89,3 +92,56 @@ type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// runSecurityAgent is `toolbus security agent --session S [--user U]
+// [--dir DIR]`: a per-session agent user made on demand in a directory of
+// `router --secure` (or `toolbus security config --out`), bound to a
+// toolbus user when --user is given. A router started with --secure DIR
+// (or --identities DIR/users.json) picks it up without a restart.
+func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("toolbus security agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	session := fs.String("session", "", "the session the agent user is confined to (required)")
+	user := fs.String("user", "", "the toolbus user the session's batches run as (its per-user skills); empty binds none")
+	dir := fs.String("dir", os.Getenv("TOOLBUS_SECURE"), "the --secure directory (default $TOOLBUS_SECURE)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: toolbus security agent --session S [--user U] [--dir DIR]\n\n"+
+			"Add the agent user session-S to DIR, confined to session S and bound to user U: its nkey seed, .env,\n"+
+			"and DIR's nats-server.conf and users.json rewritten. A router started with --secure DIR picks it up\n"+
+			"without a restart; the shared agent user can then neither act in nor read session S.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageError(fs, "security agent takes flags only, not %q", pos[0])
+	}
+	if !bus.ValidID(*session) {
+		return usageError(fs, "--session %q must match ^[A-Za-z0-9_-]{1,128}$", *session)
+	}
+	if *dir == "" {
+		return usageError(fs, "--dir (or $TOOLBUS_SECURE) names the --secure directory")
+	}
+	if _, err := os.Stat(filepath.Join(*dir, security.UsersFile)); err != nil {
+		return fmt.Errorf("%s holds no %s: generate it first (router --secure %s, or toolbus security config --out %s)", *dir, security.UsersFile, *dir, *dir)
+	}
+	a, err := security.AddAgent(*dir, *session, *user)
+	if err != nil {
+		return err
+	}
+	what := "added"
+	if !a.Created {
+		what = "updated"
+	}
+	bound := "bound to no user"
+	if a.User.User != "" {
+		bound = fmt.Sprintf("bound to user %q", a.User.User)
+	}
+	fmt.Fprintf(stdout, "toolbus: %s %s (session %s, %s)\n  credentials: %s\n  environment: set -a; . %s; set +a\n",
+		what, a.User.Name, *session, bound, a.Seed, a.Env)
+	fmt.Fprintf(stdout, "  a router started with --secure %s takes it within %s, without a restart; another nats-server: reload its configuration (%s)\n",
+		*dir, "2s", filepath.Join(*dir, security.ServerConfigFile))
+	return nil
+}

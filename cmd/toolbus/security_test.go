@@ -136,4 +136,37 @@ func TestSecurityConfigFormats(t *testing.T) {
 	}
 }
 
+// TestSecurityAgent: `toolbus security agent` adds a bound session agent
+// to a generated directory and says where its credentials are; bad
+// arguments and a directory that holds no users are refused.
+func TestSecurityAgent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	if _, _, err := exec(t.Context(), "security", "config", "--out", dir); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := exec(t.Context(), "security", "agent", "--dir", dir, "--session", "s1", "--user", "alice")
+	if err != nil || !strings.Contains(out, `added session-s1 (session s1, bound to user "alice")`) ||
+		!strings.Contains(out, security.SeedFile(dir, "session-s1")) || !strings.Contains(out, ". "+security.EnvFile(dir, "session-s1")+";") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	b, err := security.LoadBindings(filepath.Join(dir, security.UsersFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := b.UserOf("s1"); !ok || u != "alice" {
+		t.Fatalf("s1 bound to %q %v", u, ok)
+	}
+	for _, args := range [][]string{
+		{"security", "agent", "--dir", dir},
+		{"security", "agent", "--dir", dir, "--session", "a.b"},
+		{"security", "agent", "--session", "s2"},
+		{"security", "agent", "--dir", t.TempDir(), "--session", "s2"},
+		{"security", "agent", "--dir", dir, "--session", "s2", "extra"},
+	} {
+		if _, _, err := exec(t.Context(), args...); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}
+
 func has(users []security.User, name string) bool { _, ok := security.Lookup(users, name); return ok }

@@ -368,6 +368,8 @@ func TestRouterSubscriptions(t *testing.T) {
 		"toolbus.call.> queue=toolbus-router",
 		"toolbus.tools.> queue=toolbus-router",
 		"toolbus.answer.> queue=toolbus-router",
+		"toolbus.approve.> queue=toolbus-router",
+		"toolbus.replay.> queue=toolbus-router",
 		"toolbus.register queue=toolbus-router",
 		"toolbus.admin.> queue=toolbus-router",
 		"toolbus.cancel.> queue=",

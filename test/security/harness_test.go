@@ -36,10 +36,12 @@ const (
 	bound         = 10 * time.Second
 )
 
-// spec is the deployment every test generates: two session agents and a
-// handler of the external tool pick.
+// spec is the deployment every test generates: three session agents, s1
+// bound to alice and s3 to bob (s2 to nobody), and a handler of the
+// external tool pick.
 var spec = security.Spec{
-	Sessions: []string{"s1", "s2"},
+	Sessions: []string{"s1", "s2", "s3"},
+	Bind:     map[string]string{"s1": "alice", "s3": "bob"},
 	Handlers: []security.Handler{{Name: "picker", Tools: []string{"pick"}}},
 }
 
@@ -65,7 +67,11 @@ func newDeployment(t *testing.T) *deployment {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.srv.Shutdown(); d.srv.WaitForShutdown() })
-	r, err := router.New(d.conn("router").nc, router.Config{Logger: slog.New(slog.DiscardHandler), Store: store.Config{Heartbeat: testHeartbeat}})
+	ids, err := security.LoadBindings(filepath.Join(d.dir, security.UsersFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := router.New(d.conn("router").nc, router.Config{Logger: slog.New(slog.DiscardHandler), Store: store.Config{Heartbeat: testHeartbeat}, Identities: ids})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,3 +299,24 @@ func waitType(t *testing.T, ev *client.Events, typ string) *bus.Event {
 }
 
 func TestMain(m *testing.M) { os.Exit(m.Run()) }
+
+// noViolationsBut fails when NATS refused anything l did on a subject
+// that starts with none of allowed.
+func (l *login) noViolationsBut(allowed ...string) {
+	l.t.Helper()
+	_ = l.nc.Flush()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+next:
+	for _, err := range l.errs {
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			continue
+		}
+		for _, a := range allowed {
+			if strings.Contains(err.Error(), `"`+a) {
+				continue next
+			}
+		}
+		l.t.Errorf("%s: %v", l.name, err)
+	}
+}

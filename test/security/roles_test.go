@@ -57,7 +57,7 @@ func TestAllowedPaths(t *testing.T) {
 	ap := d.conn("approver")
 	req := readHandoff(t, ap, "toolbus.confirm.deploy")
 	yes := true
-	must(t, ap.client().Answer(ctx, "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes}))
+	must(t, ap.client().Confirm(ctx, "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
 	done := waitType(t, ev, bus.TypeBatchDone)
 	var bd bus.BatchDone
 	must(t, done.DataAs(&bd))
@@ -112,9 +112,10 @@ func TestAllowedPaths(t *testing.T) {
 		t.Fatalf("fetched %d bytes, want %d", len(big), 2<<20)
 	}
 
-	// The agent of every session, and the operator.
+	// The agent of every session that has no agent user of its own, and
+	// the operator.
 	all := d.conn("agent")
-	if _, err := all.client().Call(ctx, "s2", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}}}); err != nil {
+	if _, err := all.client().Call(ctx, "s9", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}}}); err != nil {
 		t.Fatal(err)
 	}
 	op := d.conn("operator")
@@ -142,4 +143,17 @@ func readHandoff(t *testing.T, l *login, subject string) *bus.Event {
 	e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	must(t, err)
 	return e
+}
+
+// digestOf is the input_digest of a handoff request.
+func digestOf(t *testing.T, req *bus.Event) string {
+	t.Helper()
+	var d struct {
+		InputDigest string `json:"input_digest"`
+	}
+	must(t, req.DataAs(&d))
+	if d.InputDigest == "" {
+		t.Fatalf("handoff request without input_digest: %s", req.Data)
+	}
+	return d.InputDigest
 }

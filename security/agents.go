@@ -1,0 +1,322 @@
+package security
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nkeys"
+)
+
+// SpecFile is the Spec a directory written by Generate was made from, so
+// AddAgent can add users to it later.
+const SpecFile = "spec.json"
+
+// Agent is what AddAgent made or found: the session's agent user and its
+// files.
+type Agent struct {
+	User    User
+	Seed    string // the nkey seed file
+	Env     string // the .env file to source
+	Created bool   // false when the user existed already (and may have been bound now)
+}
+
+// AddAgent adds the agent user session-<session> to dir (written by
+// Generate or by `router --secure`), bound to the toolbus user user when
+// user is not empty: a fresh nkey seed and .env for it, and dir's
+// nats-server.conf, users.json and spec.json rewritten with it (each
+// replaced whole by a rename, users.json last: a router polling it then
+// finds the configuration in place). The shared agent user gets the
+// session's deny entries. An existing session user keeps its key; binding
+// it to a user, or to another one, is allowed, and an unbind is not (remove
+// the directory's user by regenerating).
+func AddAgent(dir, session, user string) (Agent, error) {
+	spec, err := LoadSpec(dir)
+	if err != nil {
+		return Agent{}, err
+	}
+	created := !slices.Contains(spec.Sessions, session)
+	if created {
+		spec.Sessions = append(spec.Sessions, session)
+	}
+	if user != "" {
+		if spec.Bind == nil {
+			spec.Bind = map[string]string{}
+		}
+		spec.Bind[session] = user
+	}
+	users, err := Users(spec)
+	if err != nil {
+		return Agent{}, err
+	}
+	if err := write(dir, envURL(dir), spec, users); err != nil {
+		return Agent{}, err
+	}
+	u, _ := Lookup(users, "session-"+session)
+	return Agent{User: u, Seed: SeedFile(dir, u.Name), Env: EnvFile(dir, u.Name), Created: created}, nil
+}
+
+// LoadSpec reads the Spec of dir: its spec.json, or for a directory
+// written before there was one, the spec users.json implies.
+func LoadSpec(dir string) (Spec, error) {
+	b, err := os.ReadFile(filepath.Join(dir, SpecFile))
+	if err == nil {
+		var spec Spec
+		if err := json.Unmarshal(b, &spec); err != nil {
+			return Spec{}, fmt.Errorf("security: %s: %w", filepath.Join(dir, SpecFile), err)
+		}
+		return spec, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return Spec{}, fmt.Errorf("security: %w", err)
+	}
+	users, err := readUsers(filepath.Join(dir, UsersFile))
+	if err != nil {
+		return Spec{}, err
+	}
+	return specOf(users), nil
+}
+
+// specOf rebuilds the Spec users were made from.
+func specOf(users []User) Spec {
+	var spec Spec
+	for _, u := range users {
+		switch u.Role {
+		case RoleRouter:
+			if len(u.Permissions.Publish) > 0 {
+				spec.Prefix = strings.TrimSuffix(u.Permissions.Publish[0], ".>")
+			}
+		case RoleWorker:
+			spec.WorkerTools = u.Tools
+		case RoleApprover:
+			spec.ApproverTools = u.Tools
+		case RoleHandler:
+			spec.Handlers = append(spec.Handlers, Handler{Name: strings.TrimPrefix(u.Name, "handler-"), Tools: u.Tools})
+		case RoleSession:
+			spec.Sessions = append(spec.Sessions, u.Session)
+			if u.User != "" {
+				if spec.Bind == nil {
+					spec.Bind = map[string]string{}
+				}
+				spec.Bind[u.Session] = u.User
+			}
+		case RoleAgent:
+			answer := spec.Prefix + ".answer."
+			for _, p := range u.Permissions.Publish {
+				if t, ok := strings.CutPrefix(p, answer); ok {
+					spec.AgentAnswers = append(spec.AgentAnswers, t)
+				}
+			}
+		}
+	}
+	return spec
+}
+
+func readUsers(path string) ([]User, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("security: %w", err)
+	}
+	var users []User
+	if err := json.Unmarshal(b, &users); err != nil {
+		return nil, fmt.Errorf("security: %s: %w", path, err)
+	}
+	return users, nil
+}
+
+// envURL is the NATS_URL the directory's .env files name, if any.
+func envURL(dir string) string {
+	for _, name := range []string{RoleRouter, RoleAgent} {
+		f, err := os.Open(EnvFile(dir, name))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "NATS_URL="); ok {
+				f.Close()
+				return u
+			}
+		}
+		f.Close()
+	}
+	return ""
+}
+
+// write writes users into dir: a seed and .env for every user that has
+// none (an existing seed keeps its key), then nats-server.conf, spec.json
+// and users.json, each through a rename.
+func write(dir, url string, spec Spec, users []User) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("security: %w", err)
+	}
+	creds := map[string]Credential{}
+	for _, u := range users {
+		pub, err := publicKey(SeedFile(dir, u.Name))
+		if errors.Is(err, os.ErrNotExist) {
+			pub, err = newSeed(dir, abs, url, u)
+		}
+		if err != nil {
+			return err
+		}
+		creds[u.Name] = Credential{NKey: pub}
+	}
+	sb, _ := json.MarshalIndent(spec, "", "  ")
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{
+		{ServerConfigFile, []byte(ServerConfig(spec.Prefix, users, creds))},
+		{SpecFile, append(sb, '\n')},
+		{UsersFile, []byte(JSON(users))},
+	} {
+		if err := replace(filepath.Join(dir, f.name), f.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publicKey is the public key of the nkey seed in file.
+func publicKey(file string) (string, error) {
+	seed, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+	if err != nil {
+		return "", fmt.Errorf("security: %s: %w", file, err)
+	}
+	return kp.PublicKey()
+}
+
+// newSeed makes u's nkey, its seed file and .env file; abs is dir made
+// absolute, for the .env file.
+func newSeed(dir, abs, url string, u User) (string, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", fmt.Errorf("security: nkey for %s: %w", u.Name, err)
+	}
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	if err := os.WriteFile(SeedFile(dir, u.Name), append(seed, '\n'), 0o600); err != nil {
+		return "", fmt.Errorf("security: %w", err)
+	}
+	env := fmt.Sprintf("NATS_NKEY=%s\nNATS_INBOX_PREFIX=%s\n", SeedFile(abs, u.Name), u.InboxPrefix)
+	if url != "" {
+		env = "NATS_URL=" + url + "\n" + env
+	}
+	if err := os.WriteFile(EnvFile(dir, u.Name), []byte(env), 0o600); err != nil {
+		return "", fmt.Errorf("security: %w", err)
+	}
+	return pub, nil
+}
+
+// replace writes data to path through a temporary file and a rename, so a
+// reader sees the old file or the new one.
+func replace(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return fmt.Errorf("security: %w", err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o600)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("security: %w", err)
+	}
+	return nil
+}
+
+// Bindings is the session → user bindings a router runs with
+// (router.Identities): the session users' User in a users.json, or an
+// identities file {"sessions": {"s1": "alice"}} for a deployment whose
+// NATS users are made elsewhere. It is safe for concurrent use; Load
+// replaces the bindings whole.
+type Bindings struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+// LoadBindings reads the bindings of file.
+func LoadBindings(file string) (*Bindings, error) {
+	b := &Bindings{}
+	if err := b.Load(file); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Load replaces the bindings with those of file; on an error the old ones
+// stay.
+func (b *Bindings) Load(file string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("security: identities: %w", err)
+	}
+	m, err := ParseBindings(data)
+	if err != nil {
+		return fmt.Errorf("security: identities %s: %w", file, err)
+	}
+	b.mu.Lock()
+	b.m = m
+	b.mu.Unlock()
+	return nil
+}
+
+// ParseBindings reads bindings from a users.json (an array of users) or
+// an identities file ({"sessions": {"<session>": "<user>"}}).
+func ParseBindings(data []byte) (map[string]string, error) {
+	data = bytes.TrimSpace(data)
+	m := map[string]string{}
+	if len(data) > 0 && data[0] == '[' {
+		var users []User
+		if err := json.Unmarshal(data, &users); err != nil {
+			return nil, err
+		}
+		for _, u := range users {
+			if u.Role == RoleSession && u.Session != "" && u.User != "" {
+				m[u.Session] = u.User
+			}
+		}
+		return m, nil
+	}
+	var f struct {
+		Sessions map[string]string `json:"sessions"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("want a users.json array or {\"sessions\": {\"<session>\": \"<user>\"}}: %w", err)
+	}
+	for s, u := range f.Sessions {
+		if s == "" || u == "" {
+			return nil, fmt.Errorf("session %q bound to user %q: neither may be empty", s, u)
+		}
+	}
+	return f.Sessions, nil
+}
+
+// UserOf returns the user session is bound to.
+func (b *Bindings) UserOf(session string) (string, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	u, ok := b.m[session]
+	return u, ok
+}

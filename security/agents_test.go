@@ -1,0 +1,146 @@
+package security_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/toolbus/toolbus/security"
+)
+
+// TestAddAgent: a session agent added to a generated directory gets its
+// own key, the other users keep theirs, the binding lands in users.json,
+// the shared agent gets the session's deny entries, and the rewritten
+// nats-server.conf parses with the deny lists in place. Adding it again
+// with another user rebinds it and keeps its key.
+func TestAddAgent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	if _, err := security.Generate(dir, "nats://127.0.0.1:4222", security.Spec{Prefix: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	routerSeed, _ := os.ReadFile(security.SeedFile(dir, "router"))
+	a, err := security.AddAgent(dir, "s1", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Created || a.User.User != "alice" || a.User.Session != "s1" || a.Seed != security.SeedFile(dir, "session-s1") {
+		t.Fatalf("AddAgent: %+v", a)
+	}
+	if again, _ := os.ReadFile(security.SeedFile(dir, "router")); string(again) != string(routerSeed) {
+		t.Fatal("the router's seed changed")
+	}
+	env, err := os.ReadFile(a.Env)
+	if err != nil || !strings.Contains(string(env), "NATS_URL=nats://127.0.0.1:4222\n") || !strings.Contains(string(env), "NATS_INBOX_PREFIX=_INBOX.session-s1\n") {
+		t.Fatalf("session-s1.env %q %v", env, err)
+	}
+	b, err := security.LoadBindings(filepath.Join(dir, security.UsersFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := b.UserOf("s1"); !ok || u != "alice" {
+		t.Fatalf("binding of s1: %q %v", u, ok)
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, security.ServerConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shared *server.NkeyUser
+	for _, u := range opts.Nkeys {
+		if len(u.Permissions.Publish.Deny) > 0 {
+			shared = u
+		}
+	}
+	if len(opts.Nkeys) != 6 || shared == nil || !slices.Contains(shared.Permissions.Publish.Deny, "acme.call.s1") ||
+		!slices.Contains(shared.Permissions.Subscribe.Deny, "acme.events.s1") {
+		t.Fatalf("%d nkey users; the shared agent's deny lists: %+v", len(opts.Nkeys), shared)
+	}
+	seed, _ := os.ReadFile(a.Seed)
+	a, err = security.AddAgent(dir, "s1", "bob")
+	if err != nil || a.Created || a.User.User != "bob" {
+		t.Fatalf("rebind: %+v %v", a, err)
+	}
+	if again, _ := os.ReadFile(a.Seed); string(again) != string(seed) {
+		t.Fatal("the session's seed changed on a rebind")
+	}
+	if _, err := security.AddAgent(dir, "bad.id", ""); err == nil {
+		t.Fatal("a session id with a dot was accepted")
+	}
+	spec, err := security.LoadSpec(dir)
+	if err != nil || spec.Prefix != "acme" || !slices.Equal(spec.Sessions, []string{"s1"}) || spec.Bind["s1"] != "bob" {
+		t.Fatalf("spec %+v %v", spec, err)
+	}
+}
+
+// TestLoadSpecWithoutSpecFile: a directory written before spec.json
+// existed gives back its spec from users.json.
+func TestLoadSpecWithoutSpecFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	want := security.Spec{Prefix: "acme", Sessions: []string{"s1"}, Bind: map[string]string{"s1": "alice"},
+		Handlers: []security.Handler{{Name: "h", Tools: []string{"a"}}}, WorkerTools: []string{"w"}, ApproverTools: []string{"p"}, AgentAnswers: []string{"q"}}
+	if _, err := security.Generate(dir, "", want); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, security.SpecFile)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := security.LoadSpec(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gu, _ := security.Users(got)
+	wu, _ := security.Users(want)
+	if security.JSON(gu) != security.JSON(wu) {
+		t.Fatalf("users from the rebuilt spec differ:\n%s\nwant\n%s", security.JSON(gu), security.JSON(wu))
+	}
+}
+
+func TestParseBindings(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want map[string]string
+		err  bool
+	}{
+		{`{"sessions": {"s1": "alice"}}`, map[string]string{"s1": "alice"}, false},
+		{`[{"name": "session-s1", "role": "session", "session": "s1", "user": "bob"}, {"name": "agent", "role": "agent", "user": "x"}]`, map[string]string{"s1": "bob"}, false},
+		{`{"sessions": {"s1": ""}}`, nil, true},
+		{`{"session": {"s1": "a"}}`, nil, true},
+		{`nonsense`, nil, true},
+	} {
+		got, err := security.ParseBindings([]byte(c.in))
+		if (err != nil) != c.err || !c.err && !mapsEqual(got, c.want) {
+			t.Errorf("%s: %v %v", c.in, got, err)
+		}
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func FuzzParseBindings(f *testing.F) {
+	f.Add([]byte(`{"sessions": {"s1": "alice"}}`))
+	f.Add([]byte(`[{"role": "session", "session": "s1", "user": "bob"}]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := security.ParseBindings(b)
+		if err != nil {
+			return
+		}
+		for s, u := range m {
+			if s == "" || u == "" {
+				t.Fatalf("empty binding %q → %q from %q", s, u, b)
+			}
+		}
+	})
+}
