@@ -105,6 +105,9 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer) error {
 }
 
 func checkBlock(bl bus.Block) error {
+	if err := bl.Annotations.Check(); err != nil {
+		return err
+	}
 	switch bl.Type {
 	case bus.BlockText:
 		return nil

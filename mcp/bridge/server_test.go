@@ -70,8 +70,8 @@ func testServer(rec *recorder) *server.MCPServer {
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText(req.GetString("text", "")), nil
 		})
-	s.AddTool(mcp.NewTool("read.file", mcp.WithDescription("A name with a dot."),
-		mcp.WithReadOnlyHintAnnotation(false), mcp.WithDestructiveHintAnnotation(true)),
+	s.AddTool(mcp.NewTool("read.file", mcp.WithDescription("A name with a dot."), mcp.WithTitleAnnotation("Read a file"),
+		mcp.WithReadOnlyHintAnnotation(false), mcp.WithDestructiveHintAnnotation(false), mcp.WithOpenWorldHintAnnotation(true)),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("file"), nil
 		})
@@ -83,19 +83,28 @@ func testServer(rec *recorder) *server.MCPServer {
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			png := base64.StdEncoding.EncodeToString([]byte("png"))
 			wav := base64.StdEncoding.EncodeToString([]byte("wav"))
+			prio := 0.25
+			text := mcp.NewTextContent("hello")
+			text.Annotations = &mcp.Annotations{Audience: []mcp.Role{mcp.RoleUser}, Priority: &prio, LastModified: "2026-01-02T03:04:05Z"}
+			link := mcp.NewResourceLink("https://example.com/c.pdf", "c", "The C report.", "application/pdf")
+			link.Annotations = &mcp.Annotations{Audience: []mcp.Role{mcp.RoleAssistant}}
 			return &mcp.CallToolResult{Content: []mcp.Content{
-				mcp.NewTextContent("hello"),
+				text,
 				mcp.NewImageContent(png, "image/png"),
 				mcp.NewAudioContent(wav, "audio/wav"),
 				mcp.NewEmbeddedResource(mcp.TextResourceContents{URI: "file:///a.txt", MIMEType: "text/plain", Text: "resource text"}),
 				mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: "file:///b.bin", MIMEType: "application/pdf", Blob: png}),
-				mcp.NewResourceLink("https://example.com/c.pdf", "c", "", "application/pdf"),
+				link,
 			}}, nil
 		})
 	s.AddTool(mcp.NewTool("weather", mcp.WithDescription("Structured output."),
 		mcp.WithRawOutputSchema([]byte(`{"type":"object","properties":{"temp":{"type":"number"}}}`))),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultStructured(map[string]any{"temp": 4}, "4 degrees"), nil
+		})
+	s.AddTool(mcp.NewTool("same", mcp.WithDescription("Structured output whose text is the same JSON.")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultStructured(map[string]any{"a": 1}, `{"a":1}`), nil
 		})
 	s.AddTool(mcp.NewTool("fail", mcp.WithDescription("Always an error.")),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
