@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -50,6 +51,10 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between reconnections,
 	// doubling from one to the other; zero means 100ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
+	// Roots are the roots every server is told (roots/list) unless its
+	// own roots are configured: directories or file:// URIs, typically the
+	// worker's --workdir. None: an empty list.
+	Roots []string
 	// Logger receives the bridge's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -57,10 +62,11 @@ type Config struct {
 // Bridge connects the servers of a File and serves their tools. Start it
 // once; Stop is safe to call twice.
 type Bridge struct {
-	nc    *nats.Conn
-	cfg   Config
-	file  *File
-	links []*link
+	nc     *nats.Conn
+	client *client.Client // asks on the servers' behalf (ask.go)
+	cfg    Config
+	file   *File
+	links  []*link
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -96,11 +102,11 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Bridge{nc: nc, cfg: cfg, file: f}
+	b := &Bridge{nc: nc, cfg: cfg, file: f, client: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})}
 	for i := range f.Servers {
 		s := &f.Servers[i]
 		b.links = append(b.links, &link{b: b, s: s, log: cfg.Logger.With("mcp_server", s.Name),
-			fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*worker.Call{}})
+			fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*inflight{}})
 	}
 	return b, nil
 }
@@ -159,7 +165,13 @@ type link struct {
 	defs     []bus.ToolDef
 	names    []string
 	gen      int
-	progress map[string]*worker.Call // progress token → call
+	progress map[string]*inflight // progress token → call
+}
+
+// inflight is a bus call being run by the server, with its context.
+type inflight struct {
+	call *worker.Call
+	ctx  context.Context
 }
 
 var errFailed = errors.New("the server failed")
@@ -212,7 +224,13 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	// they have ping for liveness, the standalone stream for
 	// tools/list_changed and notifications/cancelled; every server mcp-go
 	// or the official SDKs build still answers initialize.
-	cl := mcpclient.NewClient(tr, mcpclient.WithLegacyProtocolOnly())
+	opts := []mcpclient.ClientOption{mcpclient.WithLegacyProtocolOnly()}
+	if l.s.Transport != TransportSSE {
+		// mcp-go's SSE client cannot answer a server's requests: declaring
+		// capabilities there would leave the server waiting.
+		opts = append(opts, l.clientOptions()...)
+	}
+	cl := mcpclient.NewClient(tr, opts...)
 	cl.OnNotification(l.onNotification)
 	cl.OnConnectionLost(func(error) { signal(l.fail) })
 	defer func() {
@@ -355,15 +373,15 @@ func (l *link) onNotification(n mcp.JSONRPCNotification) {
 	case string(mcp.MethodNotificationToolsListChanged):
 		signal(l.refresh)
 	case string(mcp.MethodNotificationProgress):
-		f := n.Params.AdditionalFields
-		token := fmt.Sprint(f["progressToken"])
+		p := n.Params.AdditionalFields
+		token := fmt.Sprint(p["progressToken"])
 		l.mu.Lock()
-		c := l.progress[token]
+		f := l.progress[token]
 		l.mu.Unlock()
-		if c == nil {
+		if f == nil {
 			return
 		}
-		_ = c.Progress(bus.Block{Type: bus.BlockText, Text: progressText(f)})
+		_ = f.call.Progress(bus.Block{Type: bus.BlockText, Text: progressText(p)})
 	}
 }
 
@@ -397,8 +415,9 @@ func (l *link) handler(tool string) worker.Handler {
 			}
 		}
 		token := bus.CallKey(c.SessionID, c.ReplyID, c.ID) + "." + strconv.Itoa(c.Attempt) + "." + nuid.Next()
+		f := &inflight{call: c, ctx: ctx}
 		l.mu.Lock()
-		l.progress[token] = c
+		l.progress[token] = f
 		l.mu.Unlock()
 		defer func() {
 			l.mu.Lock()
@@ -409,7 +428,7 @@ func (l *link) handler(tool string) worker.Handler {
 		req.Params.Name = tool
 		req.Params.Arguments = args
 		req.Params.Meta = &mcp.Meta{ProgressToken: token}
-		rctx, ids := withRequestIDs(ctx)
+		rctx, ids := withRequestIDs(ctx, f)
 		res, err := cl.CallTool(rctx, req)
 		if err != nil {
 			// The SSE transport answers a deadline with its own time-out

@@ -5,6 +5,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -69,6 +70,14 @@ type Server struct {
 	// Timeout is each tool's timeout (a Go duration); "" means 300s. It
 	// also bounds connecting and initialising.
 	Timeout string `json:"timeout,omitempty"`
+	// Roots are what roots/list answers the server: directories or
+	// file:// URIs; none means the bridge's Config.Roots (the worker's
+	// --workdir).
+	Roots []string `json:"roots,omitempty"`
+	// SamplingTool is the bus tool that answers the server's
+	// sampling/createMessage (called in the asking call's session with the
+	// request's params as input); "" refuses sampling.
+	SamplingTool string `json:"sampling_tool,omitempty"`
 
 	timeout time.Duration
 }
@@ -157,6 +166,14 @@ func (s *Server) validate() error {
 	for _, t := range s.EnableTools {
 		if slices.Contains(s.DisableTools, t) {
 			return fmt.Errorf("tool %q is in both enable_tools and disable_tools", t)
+		}
+	}
+	if s.SamplingTool != "" && !bus.ValidName(s.SamplingTool) {
+		return fmt.Errorf("sampling_tool %q must match ^[A-Za-z0-9_-]{1,64}$", s.SamplingTool)
+	}
+	for _, r := range s.Roots {
+		if r == "" || strings.ContainsRune(r, 0) || (strings.Contains(r, "://") && !strings.HasPrefix(r, "file://")) {
+			return fmt.Errorf("root %q is not a directory or a file:// URI", r)
 		}
 	}
 	if s.Group != "" && !bus.ValidName(s.Group) {

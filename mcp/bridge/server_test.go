@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -63,7 +64,9 @@ func (r *recorder) wasCancelled(id string) bool {
 
 // testServer is an MCP server with one tool per mapping the bridge has to get right.
 func testServer(rec *recorder) *server.MCPServer {
-	s := server.NewMCPServer("bridge-test", "1.0.0", server.WithToolCapabilities(true))
+	s := server.NewMCPServer("bridge-test", "1.0.0", server.WithToolCapabilities(true), server.WithElicitation(), server.WithRoots())
+	s.EnableSampling()
+	addAskTools(s)
 	s.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echo the text."),
 		mcp.WithString("text", mcp.Required()),
 		mcp.WithReadOnlyHintAnnotation(true), mcp.WithIdempotentHintAnnotation(true)),
@@ -216,4 +219,51 @@ func (h *httpServer) waitStarted(t *testing.T) {
 	case <-time.After(bound):
 		t.Fatal("the call never reached the server")
 	}
+}
+
+// addAskTools adds the tools that ask the client: ask (a form
+// elicitation), askurl (a URL elicitation), roots and sample.
+func addAskTools(s *server.MCPServer) {
+	s.AddTool(mcp.NewTool("ask", mcp.WithDescription("Asks the user for a name.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+				Message: "Allow the deployment? Your name, please.",
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string", "minLength": 2}},
+					"required": []string{"name"}}}})
+			if err != nil {
+				return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
+			}
+			c, _ := json.Marshal(r.Content)
+			return mcp.NewToolResultText(string(r.Action) + " " + string(c)), nil
+		})
+	s.AddTool(mcp.NewTool("askurl", mcp.WithDescription("Sends the user to a URL.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, err := s.RequestURLElicitation(ctx, server.ClientSessionFromContext(ctx), "e-1", "https://example.com/auth", "Sign in")
+			if err != nil {
+				return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
+			}
+			return mcp.NewToolResultText(string(r.Action)), nil
+		})
+	s.AddTool(mcp.NewTool("roots", mcp.WithDescription("Lists the client's roots.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, err := s.RequestRoots(ctx, mcp.ListRootsRequest{})
+			if err != nil {
+				return mcp.NewToolResultError("roots failed: " + err.Error()), nil
+			}
+			var uris []string
+			for _, root := range r.Roots {
+				uris = append(uris, root.URI)
+			}
+			return mcp.NewToolResultText(strings.Join(uris, ",")), nil
+		})
+	s.AddTool(mcp.NewTool("sample", mcp.WithDescription("Asks the client's model.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, err := s.RequestSampling(ctx, mcp.CreateMessageRequest{CreateMessageParams: mcp.CreateMessageParams{
+				Messages: []mcp.SamplingMessage{{Role: mcp.RoleUser, Content: mcp.NewTextContent("2+2?")}}, MaxTokens: 10}})
+			if err != nil {
+				return mcp.NewToolResultError("sampling failed: " + err.Error()), nil
+			}
+			tc, _ := r.Content.(mcp.TextContent)
+			return mcp.NewToolResultText(r.Model + ": " + tc.Text), nil
+		})
 }

@@ -110,13 +110,17 @@ func (t *httpTransport) cancel(ids *requestIDs, reason string, log *slog.Logger)
 
 type requestIDsKey struct{}
 
+// requestIDs notes the JSON-RPC ids of one bus call's MCP requests, and
+// the call itself, so that a request the server sends back on that call's
+// stream (streamable HTTP) is known to be the call's.
 type requestIDs struct {
-	mu  sync.Mutex
-	ids []mcp.RequestId
+	call *inflight
+	mu   sync.Mutex
+	ids  []mcp.RequestId
 }
 
-func withRequestIDs(ctx context.Context) (context.Context, *requestIDs) {
-	ids := &requestIDs{}
+func withRequestIDs(ctx context.Context, call *inflight) (context.Context, *requestIDs) {
+	ids := &requestIDs{call: call}
 	return context.WithValue(ctx, requestIDsKey{}, ids), ids
 }
 
