@@ -15,23 +15,27 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// parkedFor waits for the next call parked in session s1 while the call
-// callID of tool runs, and returns it with its reply id.
+// asked is a call parked for an answer, with its reply id and input.
 type asked struct {
 	replyID string
 	call    bus.Parked
 	input   elicitInput
 }
 
-// askFlow publishes a call of tool and returns its events and reply id.
+// publish publishes a call of tool and returns its events and reply id.
 func (e *env) publish(tool, id string) (*client.Events, string) {
+	e.t.Helper()
+	return e.publish2(tool, id, map[string]any{})
+}
+
+func (e *env) publish2(tool, id string, input any) (*client.Events, string) {
 	e.t.Helper()
 	ev, err := e.client.Watch(e.t.Context(), "s1")
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(ev.Stop)
-	reply, err := e.client.Publish("s1", bus.Batch{Calls: []bus.Call{{ID: id, Name: tool, Input: client.Input(map[string]any{})}},
+	reply, err := e.client.Publish("s1", bus.Batch{Calls: []bus.Call{{ID: id, Name: tool, Input: client.Input(input)}},
 		User: json.RawMessage(`"alice"`)})
 	if err != nil {
 		e.t.Fatal(err)

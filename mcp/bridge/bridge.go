@@ -330,7 +330,7 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	}
 	names := make([]string, 0, len(defs))
 	for _, d := range defs {
-		if err := w.Handle(d, l.handler(d.MCP.Tool)); err != nil {
+		if err := w.Handle(d, l.handler(d.MCP.Tool, d.MCP.TaskSupport == string(mcp.TaskSupportRequired))); err != nil {
 			return err
 		}
 		names = append(names, d.Name)
@@ -399,8 +399,8 @@ func progressText(f map[string]any) string {
 	return msg + " (" + p + ")"
 }
 
-// handler calls the MCP tool named tool.
-func (l *link) handler(tool string) worker.Handler {
+// handler calls the MCP tool named tool, as a task when asTask (task.go).
+func (l *link) handler(tool string, asTask bool) worker.Handler {
 	return func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
 		l.mu.Lock()
 		cl, tr := l.cl, l.tr
@@ -429,7 +429,15 @@ func (l *link) handler(tool string) worker.Handler {
 		req.Params.Arguments = args
 		req.Params.Meta = &mcp.Meta{ProgressToken: token}
 		rctx, ids := withRequestIDs(ctx, f)
-		res, err := cl.CallTool(rctx, req)
+		var (
+			res *mcp.CallToolResult
+			err error
+		)
+		if asTask {
+			res, err = l.callTask(rctx, cl, tr, req, c)
+		} else {
+			res, err = cl.CallTool(rctx, req)
+		}
 		if err != nil {
 			// The SSE transport answers a deadline with its own time-out
 			// error a moment before ctx reports it.
@@ -455,6 +463,8 @@ func (l *link) handler(tool string) worker.Handler {
 		return Result(res), nil
 	}
 }
+
+func textBlock(s string) bus.Block { return bus.Block{Type: bus.BlockText, Text: s} }
 
 func errorResult(text string) *bus.ExecResult {
 	return &bus.ExecResult{State: bus.StateError, Output: bus.Text(text)}

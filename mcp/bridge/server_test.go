@@ -64,7 +64,14 @@ func (r *recorder) wasCancelled(id string) bool {
 
 // testServer is an MCP server with one tool per mapping the bridge has to get right.
 func testServer(rec *recorder) *server.MCPServer {
-	s := server.NewMCPServer("bridge-test", "1.0.0", server.WithToolCapabilities(true), server.WithElicitation(), server.WithRoots())
+	hooks := &server.Hooks{}
+	hooks.AddBeforeAny(func(_ context.Context, _ any, method mcp.MCPMethod, _ any) {
+		if method == mcp.MethodTasksCancel {
+			rec.cancel("tasks/cancel")
+		}
+	})
+	s := server.NewMCPServer("bridge-test", "1.0.0", server.WithToolCapabilities(true), server.WithElicitation(), server.WithRoots(),
+		server.WithTaskCapabilities(true, true, true), server.WithHooks(hooks))
 	s.EnableSampling()
 	addAskTools(s)
 	s.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echo the text."),
@@ -136,6 +143,23 @@ func testServer(rec *recorder) *server.MCPServer {
 			case <-t.C:
 				return mcp.NewToolResultText("done " + id), nil
 			}
+		})
+	s.AddTool(mcp.NewTool("research", mcp.WithDescription("Runs only as a task; waits ms."), mcp.WithTaskSupport(mcp.TaskSupportRequired),
+		mcp.WithString("id", mcp.Required()), mcp.WithNumber("ms")),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			id := req.GetString("id", "")
+			if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+				_ = server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
+					map[string]any{"progressToken": req.Params.Meta.ProgressToken, "progress": 1, "message": "researching"})
+			}
+			select {
+			case rec.started <- id:
+			default:
+			}
+			// mcp-go ends a task's context with the tools/call that made
+			// it; the test sees tasks/cancel through a hook instead.
+			time.Sleep(time.Duration(req.GetFloat("ms", 50)) * time.Millisecond)
+			return mcp.NewToolResultStructured(map[string]any{"id": id}, "researched "+id), nil
 		})
 	s.AddTool(mcp.NewTool("grow", mcp.WithDescription("Adds the tool named name.")),
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
