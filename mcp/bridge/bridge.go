@@ -51,6 +51,12 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between reconnections,
 	// doubling from one to the other; zero means 100ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
+	// Grace is how long a disconnected server's tools stay registered
+	// while it is reconnected: calls meanwhile wait for the server (within
+	// their own deadline). A server back within Grace with the same tools
+	// changes nothing on the bus; one still down after it has its tools
+	// withdrawn. Zero means 10s; negative withdraws at once.
+	Grace time.Duration
 	// Roots are the roots every server is told (roots/list) unless its
 	// own roots are configured: directories or file:// URIs, typically the
 	// worker's --workdir. None: an empty list.
@@ -98,6 +104,9 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	}
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = cfg.MinBackoff
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -158,7 +167,13 @@ type link struct {
 
 	fail, refresh chan struct{}
 
+	// pub serialises changing the worker: publish and the grace period's
+	// withdrawal.
+	pub sync.Mutex
+
 	mu       sync.Mutex
+	wake     chan struct{} // closed and replaced when cl or w changes
+	epoch    int           // counts disconnections
 	cl       *mcpclient.Client
 	tr       transport.Interface
 	w        *worker.Worker
@@ -193,7 +208,14 @@ func (l *link) run(ctx context.Context) {
 		default:
 		}
 		connected, err := l.session(ctx)
-		l.withdraw()
+		switch {
+		case ctx.Err() != nil || l.b.cfg.Grace < 0:
+			l.withdraw()
+		case connected:
+			// The grace period runs from the disconnection; failed
+			// attempts to reconnect do not extend it.
+			l.graceful()
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -235,7 +257,10 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	cl.OnConnectionLost(func(error) { signal(l.fail) })
 	defer func() {
 		l.mu.Lock()
-		l.cl, l.tr = nil, nil
+		if l.cl == cl {
+			l.cl, l.tr = nil, nil
+			l.wakeLocked()
+		}
 		l.mu.Unlock()
 		_ = cl.Close()
 	}()
@@ -243,7 +268,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	if err := cl.Start(ctx); err != nil {
 		return false, fmt.Errorf("start: %w", err)
 	}
-	ictx, cancel := context.WithTimeout(ctx, min(l.s.timeout, 30*time.Second))
+	ictx, cancel := context.WithTimeout(ctx, l.s.setupTimeout())
 	req := mcp.InitializeRequest{}
 	req.Params.ClientInfo = mcp.Implementation{Name: "toolbus-bridge", Version: "1.0.0"}
 	req.Params.ProtocolVersion = mcp.ProtocolVersion20251125
@@ -254,6 +279,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	}
 	l.mu.Lock()
 	l.cl, l.tr = cl, tr
+	l.wakeLocked()
 	l.mu.Unlock()
 	if err := l.publish(ctx, cl); err != nil {
 		return false, err
@@ -282,10 +308,66 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	}
 }
 
+// graceful keeps a disconnected server's worker for the grace period, then
+// withdraws it unless the server is connected again by then.
+func (l *link) graceful() {
+	l.mu.Lock()
+	l.epoch++
+	epoch := l.epoch
+	l.mu.Unlock()
+	time.AfterFunc(l.b.cfg.Grace, func() {
+		l.pub.Lock()
+		defer l.pub.Unlock()
+		l.mu.Lock()
+		down := l.cl == nil && l.epoch == epoch && l.w != nil
+		l.mu.Unlock()
+		if down {
+			l.log.Warn("bridge: MCP server still down after the grace period; its tools are withdrawn", "grace", l.b.cfg.Grace)
+			l.stopWorker()
+		}
+	})
+}
+
+// wakeLocked wakes the calls waiting for the server (l.mu held).
+func (l *link) wakeLocked() {
+	if l.wake != nil {
+		close(l.wake)
+	}
+	l.wake = make(chan struct{})
+}
+
+// connection returns the server's client and transport, other than dead,
+// waiting while the server is being reconnected with its tools still
+// registered; nil when the tools were withdrawn or ctx ended first.
+func (l *link) connection(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) {
+	for {
+		l.mu.Lock()
+		cl, tr, w := l.cl, l.tr, l.w
+		if l.wake == nil {
+			l.wake = make(chan struct{})
+		}
+		wake := l.wake
+		l.mu.Unlock()
+		if cl == dead {
+			cl, tr = nil, nil
+		}
+		if cl != nil || w == nil {
+			return cl, tr
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+}
+
 // publish lists the server's tools and, when their definitions differ from
 // the registered ones, replaces the server's worker.
 func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
-	lctx, cancel := context.WithTimeout(ctx, min(l.s.timeout, 30*time.Second))
+	l.pub.Lock()
+	defer l.pub.Unlock()
+	lctx, cancel := context.WithTimeout(ctx, l.s.setupTimeout())
 	res, err := cl.ListTools(lctx, mcp.ListToolsRequest{})
 	cancel()
 	if err != nil {
@@ -330,7 +412,7 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	}
 	names := make([]string, 0, len(defs))
 	for _, d := range defs {
-		if err := w.Handle(d, l.handler(d.MCP.Tool, d.MCP.TaskSupport == string(mcp.TaskSupportRequired))); err != nil {
+		if err := w.Handle(d, l.handler(d.MCP.Tool, d.MCP.TaskSupport == string(mcp.TaskSupportRequired), d.ReadOnly || d.Idempotent)); err != nil {
 			return err
 		}
 		names = append(names, d.Name)
@@ -357,6 +439,7 @@ func (l *link) stopWorker() {
 	l.mu.Lock()
 	w := l.w
 	l.w, l.defs, l.names = nil, nil, nil
+	l.wakeLocked()
 	l.mu.Unlock()
 	if w == nil {
 		return
@@ -400,14 +483,10 @@ func progressText(f map[string]any) string {
 }
 
 // handler calls the MCP tool named tool, as a task when asTask (task.go).
-func (l *link) handler(tool string, asTask bool) worker.Handler {
+// A call that fails because the connection did is made once more on the
+// reconnected server when retry (read-only or idempotent tools).
+func (l *link) handler(tool string, asTask, retry bool) worker.Handler {
 	return func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
-		l.mu.Lock()
-		cl, tr := l.cl, l.tr
-		l.mu.Unlock()
-		if cl == nil {
-			return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", l.s.Name)), nil
-		}
 		var args map[string]any
 		if len(c.Input) > 0 {
 			if err := json.Unmarshal(c.Input, &args); err != nil {
@@ -428,40 +507,58 @@ func (l *link) handler(tool string, asTask bool) worker.Handler {
 		req.Params.Name = tool
 		req.Params.Arguments = args
 		req.Params.Meta = &mcp.Meta{ProgressToken: token}
-		rctx, ids := withRequestIDs(ctx, f)
-		var (
-			res *mcp.CallToolResult
-			err error
-		)
-		if asTask {
-			res, err = l.callTask(rctx, cl, tr, req, c)
-		} else {
-			res, err = cl.CallTool(rctx, req)
-		}
-		if err != nil {
-			// The SSE transport answers a deadline with its own time-out
-			// error a moment before ctx reports it.
-			if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
-				// Cancelled (P.cancel) or past the deadline: tell an HTTP
-				// server to stop; mcp-go already told a stdio one.
-				cause := context.DeadlineExceeded
-				if ctx.Err() != nil {
-					cause = context.Cause(ctx)
-				}
-				if h, ok := tr.(*httpTransport); ok {
-					h.cancel(ids, cause.Error(), l.log)
-				}
-				return errorResult("Error: " + cause.Error()), nil
+		var dead *mcpclient.Client
+		for attempt := 0; ; attempt++ {
+			cl, tr := l.connection(ctx, dead)
+			if cl == nil {
+				return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", l.s.Name)), nil
 			}
-			var te *transport.Error
-			if errors.As(err, &te) || errors.Is(err, transport.ErrSessionTerminated) {
-				signal(l.fail)
-				return errorResult(fmt.Sprintf("Error: MCP server %q failed: %v", l.s.Name, err)), nil
+			rctx, ids := withRequestIDs(ctx, f)
+			var (
+				res *mcp.CallToolResult
+				err error
+			)
+			if asTask {
+				res, err = l.callTask(rctx, cl, tr, req, c)
+			} else {
+				res, err = cl.CallTool(rctx, req)
 			}
-			return errorResult("Error: " + err.Error()), nil
+			if err == nil {
+				return Result(res), nil
+			}
+			out, lost := l.failed(ctx, tr, ids, err)
+			if lost && retry && attempt == 0 && l.b.cfg.Grace > 0 {
+				dead = cl
+				continue
+			}
+			return out, nil
 		}
-		return Result(res), nil
 	}
+}
+
+// failed turns a failed MCP call into its result; lost reports that the
+// connection failed (and l is told so).
+func (l *link) failed(ctx context.Context, tr transport.Interface, ids *requestIDs, err error) (_ *bus.ExecResult, lost bool) {
+	// The SSE transport answers a deadline with its own time-out error a
+	// moment before ctx reports it.
+	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
+		// Cancelled (P.cancel) or past the deadline: tell an HTTP server to
+		// stop; mcp-go already told a stdio one.
+		cause := context.DeadlineExceeded
+		if ctx.Err() != nil {
+			cause = context.Cause(ctx)
+		}
+		if h, ok := tr.(*httpTransport); ok {
+			h.cancel(ids, cause.Error(), l.log)
+		}
+		return errorResult("Error: " + cause.Error()), false
+	}
+	var te *transport.Error
+	if errors.As(err, &te) || errors.Is(err, transport.ErrSessionTerminated) {
+		signal(l.fail)
+		return errorResult(fmt.Sprintf("Error: MCP server %q failed: %v", l.s.Name, err)), true
+	}
+	return errorResult("Error: " + err.Error()), false
 }
 
 func textBlock(s string) bus.Block { return bus.Block{Type: bus.BlockText, Text: s} }

@@ -197,3 +197,10 @@ func (s *Server) bridged(name string) bool {
 	}
 	return !slices.Contains(s.DisableTools, name)
 }
+
+// setupTimeout bounds initialize, tools/list and the creation of a task:
+// the server's timeout, but at least 10 s (a stdio server has to start)
+// and at most 30 s.
+func (s *Server) setupTimeout() time.Duration {
+	return min(max(s.timeout, 10*time.Second), 30*time.Second)
+}

@@ -34,7 +34,7 @@ func (l *link) callTask(ctx context.Context, cl *mcpclient.Client, tr transport.
 	// the bridge's own, which mcp-go's numeric ids never meet.
 	// The creation is not cut short by the call's cancellation: a task
 	// the server made must be known, to be cancelled (below).
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.s.timeout, 30*time.Second))
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.s.setupTimeout())
 	resp, err := tr.SendRequest(cctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
 		ID: mcp.NewRequestId("toolbus-task-" + nuid.Next()), Method: string(mcp.MethodToolsCall), Params: req.Params})
 	cancel()
