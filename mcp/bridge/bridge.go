@@ -173,6 +173,7 @@ type link struct {
 
 	mu       sync.Mutex
 	wake     chan struct{} // closed and replaced when cl or w changes
+	unknown  []string      // enable_tools/disable_tools names the server lacks
 	epoch    int           // counts disconnections
 	cl       *mcpclient.Client
 	tr       transport.Interface
@@ -308,6 +309,33 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	}
 }
 
+// checkNames warns once about names in enable_tools or disable_tools that
+// no tool of the server has (a typo, or a tool renamed by a new version of
+// the server), and keeps them for Unknown.
+func (l *link) checkNames(tools []mcp.Tool) {
+	unknown := l.s.unknownNames(tools)
+	l.mu.Lock()
+	changed := !slices.Equal(unknown, l.unknown)
+	l.unknown = unknown
+	l.mu.Unlock()
+	if changed && len(unknown) > 0 {
+		l.log.Warn("bridge: enable_tools/disable_tools name tools the MCP server does not have", "names", unknown)
+	}
+}
+
+// Unknown returns the names in the server's enable_tools and disable_tools
+// that its last tools/list did not have (nil before it was listed).
+func (b *Bridge) Unknown(server string) []string {
+	for _, l := range b.links {
+		if l.s.Name == server {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return slices.Clone(l.unknown)
+		}
+	}
+	return nil
+}
+
 // graceful keeps a disconnected server's worker for the grace period, then
 // withdraws it unless the server is connected again by then.
 func (l *link) graceful() {
@@ -373,6 +401,7 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	if err != nil {
 		return fmt.Errorf("tools/list: %w", err)
 	}
+	l.checkNames(res.Tools)
 	var defs []bus.ToolDef
 	seen := map[string]string{}
 	for _, t := range res.Tools {

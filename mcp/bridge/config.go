@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolbus/toolbus/bus"
@@ -203,4 +204,21 @@ func (s *Server) bridged(name string) bool {
 // and at most 30 s.
 func (s *Server) setupTimeout() time.Duration {
 	return min(max(s.timeout, 10*time.Second), 30*time.Second)
+}
+
+// unknownNames returns the names of EnableTools and DisableTools that none
+// of tools has, sorted.
+func (s *Server) unknownNames(tools []mcp.Tool) []string {
+	have := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		have[t.Name] = true
+	}
+	var out []string
+	for _, n := range slices.Concat(s.EnableTools, s.DisableTools) {
+		if !have[n] {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"fmt"
 	"encoding/base64"
 	"maps"
 	"os"
@@ -245,8 +246,11 @@ func TestHTTP(t *testing.T) {
 func TestListChanged(t *testing.T) {
 	e := newEnv(t)
 	h := startHTTP(t, false, newRecorder())
-	e.bridge(&File{Servers: []Server{{Name: "t", URL: h.url()}}})
+	b := e.bridge(&File{Servers: []Server{{Name: "t", URL: h.url(), DisableTools: []string{"grown2"}, EnableTools: nil}}})
 	e.waitTools([]string{"mcp__t__grow"}, []string{"mcp__t__grown"})
+	if got := b.Unknown("t"); len(got) != 1 || got[0] != "grown2" {
+		t.Fatalf("unknown names before grow: %v", got)
+	}
 	if r := e.call("mcp__t__grow", map[string]any{"name": "grown"}); r.State != bus.StateSuccess {
 		t.Fatalf("grow: %+v", r)
 	}
@@ -254,6 +258,17 @@ func TestListChanged(t *testing.T) {
 	if r := e.call("mcp__t__grown", map[string]any{}); text(r) != "grown" {
 		t.Fatalf("grown: %+v", r)
 	}
+	// A disabled name that the server comes to have is no longer unknown.
+	if r := e.call("mcp__t__grow", map[string]any{"name": "grown2"}); r.State != bus.StateSuccess {
+		t.Fatalf("grow: %+v", r)
+	}
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		if got := b.Unknown("t"); len(got) != 0 {
+			return fmt.Errorf("unknown names after grow: %v", got)
+		}
+		return nil
+	})
+	e.waitTools([]string{"mcp__t__grown"}, []string{"mcp__t__grown2"})
 }
 
 // TestServerKilled: of two servers, the one killed loses its tools, the

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,5 +106,32 @@ func TestResultAnnotations(t *testing.T) {
 	c.Annotations = &mcp.Annotations{Audience: []mcp.Role{"robot"}}
 	if a := Result(&mcp.CallToolResult{Content: []mcp.Content{c}}).Output[0].Annotations; a != nil {
 		t.Fatalf("nothing valid left: %+v", a)
+	}
+}
+
+func TestUnknownNames(t *testing.T) {
+	s := &Server{EnableTools: []string{"echo", "longRunningOperation"}, DisableTools: []string{"gone", "echo2"}}
+	got := s.unknownNames([]mcp.Tool{{Name: "echo"}, {Name: "echo2"}})
+	if !reflect.DeepEqual(got, []string{"gone", "longRunningOperation"}) {
+		t.Fatalf("got %v", got)
+	}
+	if got := (&Server{}).unknownNames(nil); got != nil {
+		t.Fatalf("none configured: %v", got)
+	}
+}
+
+// TestExampleConfig: examples/mcp/servers.yaml loads.
+func TestExampleConfig(t *testing.T) {
+	f, err := Load("../../examples/mcp/servers.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Servers) != 1 || !slices.Contains(f.Servers[0].DisableTools, "get-env") {
+		t.Fatalf("%+v", f.Servers)
+	}
+	for _, n := range f.Servers[0].DisableTools {
+		if !slices.Contains(everythingTools, n) {
+			t.Errorf("disable_tools names %q, which server-everything 2026.8.31 does not have", n)
+		}
 	}
 }
