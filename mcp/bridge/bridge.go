@@ -74,6 +74,7 @@ type Bridge struct {
 	file   *File
 	links  []*link
 
+	subs     []*nats.Subscription // the resources verb, one per server
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -123,6 +124,14 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 // Start connects every server in the background and returns at once;
 // servers that cannot be reached yet are retried with backoff.
 func (b *Bridge) Start(ctx context.Context) error {
+	for _, l := range b.links {
+		sub, err := l.serveResources()
+		if err != nil {
+			b.unsubscribe()
+			return fmt.Errorf("bridge: resources of %s: %w", l.s.Name, err)
+		}
+		b.subs = append(b.subs, sub)
+	}
 	ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, l := range b.links {
 		b.wg.Add(1)
@@ -138,12 +147,20 @@ func (b *Bridge) Start(ctx context.Context) error {
 // calls in flight until ctx ends.
 func (b *Bridge) Stop(ctx context.Context) error {
 	b.stopOnce.Do(func() {
+		b.unsubscribe()
 		if b.cancel != nil {
 			b.cancel()
 		}
 		b.wg.Wait()
 	})
 	return nil
+}
+
+func (b *Bridge) unsubscribe() {
+	for _, s := range b.subs {
+		_ = s.Unsubscribe()
+	}
+	b.subs = nil
 }
 
 // Tools returns the bus names of the tools the server named server has

@@ -2,8 +2,8 @@ package bridge
 
 import (
 	"context"
-	"fmt"
 	"encoding/base64"
+	"fmt"
 	"maps"
 	"os"
 	"reflect"

@@ -74,6 +74,7 @@ func testServer(rec *recorder) *server.MCPServer {
 		server.WithTaskCapabilities(true, true, true), server.WithHooks(hooks))
 	s.EnableSampling()
 	addAskTools(s)
+	addResources(s)
 	s.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echo the text."),
 		mcp.WithString("text", mcp.Required()),
 		mcp.WithReadOnlyHintAnnotation(true), mcp.WithIdempotentHintAnnotation(true)),
@@ -289,5 +290,22 @@ func addAskTools(s *server.MCPServer) {
 			}
 			tc, _ := r.Content.(mcp.TextContent)
 			return mcp.NewToolResultText(r.Model + ": " + tc.Text), nil
+		})
+}
+
+// addResources adds a text resource, a blob resource and a template.
+func addResources(s *server.MCPServer) {
+	s.AddResource(mcp.NewResource("file:///notes.txt", "notes", mcp.WithResourceDescription("The notes."), mcp.WithMIMEType("text/plain"),
+		mcp.WithAnnotations([]mcp.Role{mcp.RoleUser}, 0.5, "")),
+		func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: "file:///notes.txt", MIMEType: "text/plain", Text: "remember"}}, nil
+		})
+	s.AddResource(mcp.NewResource("file:///logo.png", "logo", mcp.WithMIMEType("image/png")),
+		func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.BlobResourceContents{URI: "file:///logo.png", MIMEType: "image/png", Blob: base64.StdEncoding.EncodeToString([]byte("png"))}}, nil
+		})
+	s.AddResourceTemplate(mcp.NewResourceTemplate("file:///logs/{day}", "logs", mcp.WithTemplateDescription("A day's log.")),
+		func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, Text: "log of " + req.Params.URI}}, nil
 		})
 }
