@@ -28,7 +28,7 @@ func TestOutputPassThrough(t *testing.T) {
 			{Type: bus.BlockData, MediaType: "application/pdf", URL: "https://example.com/c.pdf", Size: 5, Name: "c.pdf", Title: "C", Description: "The C report.",
 				Annotations: &bus.Annotations{LastModified: "2026-01-02T03:04:05Z"}},
 		}},
-		"no_output":  {},
+		"no_output": {},
 	}
 	e.addWorker(func(w *worker.Worker) {
 		for name, out := range outputs {
