@@ -29,6 +29,11 @@ import (
 // like any parked call; a sampling request becomes a call of the server's
 // sampling_tool, or is refused.
 
+// maxQuestions bounds the elicitation and sampling requests of one server
+// waiting at once; more are refused, so a server cannot flood a session
+// with parked calls or the bridge with subscriptions.
+const maxQuestions = 8
+
 // maxElicitRounds bounds how often an elicitation is parked again after an
 // answer whose content did not fit the requested schema.
 const maxElicitRounds = 3
@@ -361,6 +366,12 @@ func (l *link) sample(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.Cre
 // its result (after its park, if it parks) until ctx ends; then the call
 // is cancelled.
 func (l *link) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request) (bus.Result, error) {
+	select {
+	case l.questions <- struct{}{}:
+		defer func() { <-l.questions }()
+	default:
+		return bus.Result{}, fmt.Errorf("MCP server %q already has %d questions waiting; refused", l.s.Name, maxQuestions)
+	}
 	cl := l.b.client
 	c.ID = "mcp-" + nuid.Next()
 	replyID := client.NewReplyID()

@@ -128,7 +128,7 @@ func TestAsk(t *testing.T) {
 			} else {
 				s = Server{Transport: tr, URL: startHTTP(t, false, newRecorder()).url()}
 			}
-			s.Name, s.EnableTools, s.Roots, s.SamplingTool = "t", []string{"ask", "askurl", "roots", "sample"}, []string{dir, "file:///srv/b"}, "llm"
+			s.Name, s.EnableTools, s.Roots, s.SamplingTool = "t", []string{"ask", "askmany", "askurl", "roots", "sample"}, []string{dir, "file:///srv/b"}, "llm"
 			other := s
 			other.Name, other.Roots, other.SamplingTool = "o", nil, ""
 			if s.Env != nil {
@@ -201,6 +201,43 @@ func TestAsk(t *testing.T) {
 				t.Fatalf("sampling: %+v %v", rep, err)
 			}
 
+			// At most maxQuestions wait at once; the rest are refused.
+			ev, reply = e.publish("mcp__t__askmany", "m1")
+			var waiting []asked
+			for len(waiting) < maxQuestions {
+				waiting = append(waiting, nextParked(t, ev))
+			}
+			if n := e.parkedCount(); n > maxQuestions {
+				t.Fatalf("%d questions parked at once", n)
+			}
+			for _, q := range waiting {
+				e.answer(q, bus.Answer{State: bus.StateSuccess, Output: bus.Text("decline")})
+			}
+			// A request that reached the bridge only after some were
+			// answered parks too: answer whatever comes until the result.
+			timeout := time.After(bound)
+		more:
+			for {
+				select {
+				case m := <-ev.C:
+					switch {
+					case m.Type == bus.TypeCallParked:
+						var p bus.ParkedEvent
+						_ = m.DataAs(&p)
+						e.answer(asked{replyID: m.ReplyID, call: p.Calls[0]}, bus.Answer{State: bus.StateSuccess, Output: bus.Text("decline")})
+					case m.Type == bus.TypeCallResult && m.ReplyID == reply:
+						var r bus.Result
+						_ = m.DataAs(&r)
+						if text(r) != "refused 1" && text(r) != "refused 2" {
+							t.Fatalf("askmany: %+v", r)
+						}
+						break more
+					}
+				case <-timeout:
+					t.Fatal("askmany: no result")
+				}
+			}
+
 			// The asking call cancelled: its question is withdrawn.
 			ev, reply = e.publish("mcp__t__ask", "a3")
 			a = nextParked(t, ev)
@@ -225,4 +262,18 @@ func TestAsk(t *testing.T) {
 			})
 		})
 	}
+}
+
+// parkedCount is the number of calls parked in session s1.
+func (e *env) parkedCount() int {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.t.Context(), bound)
+	defer cancel()
+	var out struct {
+		Parked []bus.ParkedCall `json:"parked"`
+	}
+	if err := e.client.Admin(ctx, "parked.list", "s1", nil, &out); err != nil {
+		e.t.Fatal(err)
+	}
+	return len(out.Parked)
 }

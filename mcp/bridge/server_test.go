@@ -261,6 +261,25 @@ func addAskTools(s *server.MCPServer) {
 			c, _ := json.Marshal(r.Content)
 			return mcp.NewToolResultText(string(r.Action) + " " + string(c)), nil
 		})
+	s.AddTool(mcp.NewTool("askmany", mcp.WithDescription("Asks ten questions at once.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			refused := 0
+			for range 10 {
+				wg.Go(func() {
+					_, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{Message: "?",
+						RequestedSchema: map[string]any{"type": "object"}}})
+					if err != nil && strings.Contains(err.Error(), "questions waiting") {
+						mu.Lock()
+						refused++
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			return mcp.NewToolResultText(fmt.Sprintf("refused %d", refused)), nil
+		})
 	s.AddTool(mcp.NewTool("askurl", mcp.WithDescription("Sends the user to a URL.")),
 		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			r, err := s.RequestURLElicitation(ctx, server.ClientSessionFromContext(ctx), "e-1", "https://example.com/auth", "Sign in")
