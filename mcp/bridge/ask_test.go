@@ -277,3 +277,19 @@ func (e *env) parkedCount() int {
 	}
 	return len(out.Parked)
 }
+
+// TestAskSSE: over SSE, whose mcp-go client cannot answer a server's
+// requests, the bridge declares no capability, so a server's question
+// fails at once instead of waiting for an answer that cannot come.
+func TestAskSSE(t *testing.T) {
+	e := newEnv(t)
+	h := startHTTP(t, true, newRecorder())
+	e.bridge(&File{Servers: []Server{{Name: "t", Transport: TransportSSE, URL: h.url(), EnableTools: []string{"ask", "roots"}}}})
+	e.waitTools([]string{"mcp__t__ask", "mcp__t__roots"}, nil)
+	if r := e.call("mcp__t__ask", map[string]any{}); r.State != bus.StateError || !strings.Contains(text(r), "elicitation failed") {
+		t.Fatalf("ask over SSE: %+v", r)
+	}
+	if r := e.call("mcp__t__roots", map[string]any{}); r.State != bus.StateError {
+		t.Fatalf("roots over SSE: %+v", r)
+	}
+}

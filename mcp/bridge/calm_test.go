@@ -113,3 +113,39 @@ func TestGraceExpires(t *testing.T) {
 	h.start()
 	e.waitTools([]string{"mcp__t__echo"}, nil)
 }
+
+// TestCalmRestartHTTP: an HTTP (or SSE) server killed and started again on
+// its address within the grace period: the bridge reconnects if it must,
+// finds the same tools and changes nothing on the bus.
+func TestCalmRestartHTTP(t *testing.T) {
+	for _, sse := range []bool{false, true} {
+		t.Run(map[bool]string{false: "streamable", true: "sse"}[sse], func(t *testing.T) {
+			e := newEnv(t)
+			h := startHTTP(t, sse, newRecorder())
+			tr := TransportHTTP
+			if sse {
+				tr = TransportSSE
+			}
+			b := e.bridge(&File{Servers: []Server{{Name: "t", Transport: tr, URL: h.url(), EnableTools: []string{"echo"}}}},
+				func(c *Config) { c.Grace = time.Minute })
+			e.waitTools([]string{"mcp__t__echo"}, nil)
+			l := b.links[0]
+			l.mu.Lock()
+			gen := l.gen
+			l.mu.Unlock()
+			h.kill()
+			h.start()
+			// (mcp-go's streamable HTTP server takes the old MCP session
+			// id, so the bridge may not even need to reconnect; over SSE
+			// it does.)
+			if r := e.call("mcp__t__echo", map[string]any{"text": "back"}); text(r) != "back" {
+				t.Fatalf("after the restart: %+v", r)
+			}
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.gen != gen || l.w == nil {
+				t.Fatalf("the worker was replaced (generation %d → %d)", gen, l.gen)
+			}
+		})
+	}
+}

@@ -33,14 +33,14 @@ func (e *env) resourcesRequest(server, typ string, data any) *bus.Event {
 // reads them (text, blob, a template's URI) on P.resources.<server>;
 // unknown members and types are refused.
 func TestResources(t *testing.T) {
-	for _, tr := range []string{TransportStdio, TransportHTTP} {
+	for _, tr := range []string{TransportStdio, TransportHTTP, TransportSSE} {
 		t.Run(tr, func(t *testing.T) {
 			e := newEnv(t)
 			var s Server
 			if tr == TransportStdio {
 				s, _, _ = stdioServer(t, "t")
 			} else {
-				s = Server{Transport: tr, URL: startHTTP(t, false, newRecorder()).url()}
+				s = Server{Transport: tr, URL: startHTTP(t, tr == TransportSSE, newRecorder()).url()}
 			}
 			s.Name, s.EnableTools = "t", []string{"echo"}
 			e.bridge(&File{Servers: []Server{s}})

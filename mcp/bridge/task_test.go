@@ -15,7 +15,7 @@ import (
 // runs as an MCP task (one bus call, with the server's progress); the
 // bus call cancelled cancels the task.
 func TestTask(t *testing.T) {
-	for _, tr := range []string{TransportStdio, TransportHTTP} {
+	for _, tr := range []string{TransportStdio, TransportHTTP, TransportSSE} {
 		t.Run(tr, func(t *testing.T) {
 			e := newEnv(t)
 			var s Server
@@ -29,7 +29,7 @@ func TestTask(t *testing.T) {
 				}
 			} else {
 				rec := newRecorder()
-				s = Server{Transport: tr, URL: startHTTP(t, false, rec).url()}
+				s = Server{Transport: tr, URL: startHTTP(t, tr == TransportSSE, rec).url()}
 				cancelled = rec.wasCancelled
 			}
 			s.Name, s.EnableTools = "t", []string{"research"}
