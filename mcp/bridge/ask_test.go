@@ -46,7 +46,7 @@ func (e *env) publish2(tool, id string, input any) (*client.Events, string) {
 // nextParked waits for a call.parked event and returns the parked call.
 func nextParked(t *testing.T, ev *client.Events) asked {
 	t.Helper()
-	timeout := time.After(bound)
+	timeout := time.After(2 * bound)
 	for {
 		select {
 		case m := <-ev.C:
@@ -71,7 +71,7 @@ func nextParked(t *testing.T, ev *client.Events) asked {
 // resultOf waits for the result of call id.
 func resultOf(t *testing.T, ev *client.Events, reply, id string) bus.Result {
 	t.Helper()
-	timeout := time.After(bound)
+	timeout := time.After(2 * bound)
 	for {
 		select {
 		case m := <-ev.C:
