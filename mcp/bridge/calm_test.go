@@ -149,3 +149,21 @@ func TestCalmRestartHTTP(t *testing.T) {
 		})
 	}
 }
+
+// TestServerEnv: a stdio server does not inherit the worker's NATS_*
+// settings (credentials, tokens), unless its own env sets them.
+func TestServerEnv(t *testing.T) {
+	t.Setenv("NATS_TOKEN", "secret")
+	t.Setenv("NATS_CREDS", "/srv/worker.creds")
+	e := newEnv(t)
+	s, _, _ := stdioServer(t, "t")
+	s.EnableTools = []string{"getenv"}
+	s.Env["NATS_URL"] = "nats://given"
+	e.bridge(&File{Servers: []Server{s}})
+	e.waitTools([]string{"mcp__t__getenv"}, nil)
+	for name, want := range map[string]string{"NATS_TOKEN": "false ", "NATS_CREDS": "false ", "NATS_URL": "true nats://given", "BRIDGE_TEST_STDIO_SERVER": "true 1"} {
+		if r := e.call("mcp__t__getenv", map[string]any{"name": name}); text(r) != want {
+			t.Errorf("%s: %q, want %q", name, text(r), want)
+		}
+	}
+}

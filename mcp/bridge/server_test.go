@@ -280,6 +280,11 @@ func addAskTools(s *server.MCPServer) {
 			wg.Wait()
 			return mcp.NewToolResultText(fmt.Sprintf("refused %d", refused)), nil
 		})
+	s.AddTool(mcp.NewTool("getenv", mcp.WithDescription("Reads an environment variable."), mcp.WithString("name", mcp.Required())),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			v, ok := os.LookupEnv(req.GetString("name", ""))
+			return mcp.NewToolResultText(fmt.Sprintf("%v %s", ok, v)), nil
+		})
 	s.AddTool(mcp.NewTool("askurl", mcp.WithDescription("Sends the user to a URL.")),
 		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			r, err := s.RequestURLElicitation(ctx, server.ClientSessionFromContext(ctx), "e-1", "https://example.com/auth", "Sign in")

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +35,7 @@ func newTransport(s *Server, log *slog.Logger) (transport.Interface, error) {
 		return transport.NewStdioWithOptions(s.Command, env, s.Args,
 			transport.WithCommandLogger(log), transport.WithCommandFunc(func(ctx context.Context, command string, env, args []string) (*exec.Cmd, error) {
 				cmd := exec.CommandContext(ctx, command, args...)
-				cmd.Env = append(os.Environ(), env...)
+				cmd.Env = append(serverEnv(os.Environ()), env...)
 				cmd.Dir = cwd
 				return cmd, nil
 			})), nil
@@ -56,6 +57,20 @@ func newTransport(s *Server, log *slog.Logger) (transport.Interface, error) {
 		}
 		return &httpTransport{Interface: t, url: s.URL, headers: s.Headers, log: log}, nil
 	}
+}
+
+// serverEnv is the environment a stdio server inherits: the worker's,
+// without its NATS connection settings (NATS_*: credentials, tokens, keys),
+// which a third-party server has no use for and must not read. A server's
+// own env may set them again.
+func serverEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "NATS_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // httpTransport passes everything to an SSE or streamable HTTP transport
