@@ -116,7 +116,7 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	for i := range f.Servers {
 		s := &f.Servers[i]
 		b.links = append(b.links, &link{b: b, s: s, log: cfg.Logger.With("mcp_server", s.Name),
-			fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), questions: make(chan struct{}, maxQuestions), progress: map[string]*inflight{}})
+			fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), questions: make(chan struct{}, maxQuestions), readers: make(chan struct{}, maxReaders), progress: map[string]*inflight{}})
 	}
 	return b, nil
 }
@@ -184,6 +184,7 @@ type link struct {
 
 	fail, refresh chan struct{}
 	questions     chan struct{} // a semaphore of maxQuestions (ask.go)
+	readers       chan struct{} // a semaphore of maxReaders (resources.go)
 
 	// pub serialises changing the worker: publish and the grace period's
 	// withdrawal.

@@ -24,6 +24,10 @@ const (
 	TypeResourcesContents = "io.toolbus.resources.contents" // data ResourcesContents
 )
 
+// maxReaders bounds a server's resource requests in flight; more are
+// refused with limit_exceeded.
+const maxReaders = 16
+
 // maxResources bounds each list a server's resources/list and
 // resources/templates/list give (the rest is left out, Truncated says so).
 const maxResources = 1000
@@ -83,7 +87,17 @@ func (l *link) serveResources() (*nats.Subscription, error) {
 	subj := ResourcesSubject(l.b.cfg.Prefix, l.s.Name)
 	queue := bus.NewSubjects(l.b.cfg.Prefix).Prefix + "-resources-" + l.s.Name
 	return l.b.nc.QueueSubscribe(subj, queue, func(m *nats.Msg) {
-		go l.resourceRequest(m)
+		select {
+		case l.readers <- struct{}{}:
+		default:
+			_ = bus.RespondError(l.b.nc, m, l.source(), bus.Errorf(bus.CodeLimitExceeded,
+				"MCP server %q already has %d resource requests in flight; try again", l.s.Name, maxReaders))
+			return
+		}
+		go func() {
+			defer func() { <-l.readers }()
+			l.resourceRequest(m)
+		}()
 	})
 }
 
