@@ -84,6 +84,7 @@ func TestCalmRestart(t *testing.T) {
 	if len(missing) > 0 {
 		t.Fatalf("the tools left the listing during the restart (%d listings): %v", lists, missing[0])
 	}
+	t.Logf("%d listings during the restart, none without the tools", lists)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.gen != gen || l.w == nil {

@@ -174,4 +174,15 @@ func TestEverything(t *testing.T) {
 	if err != nil || len(rep.Results) != 1 || rep.Results[0].State != bus.StateSuccess || !strings.Contains(text(rep.Results[0]), "tides") {
 		t.Fatalf("research: %+v %v", rep, err)
 	}
+	// An ambiguous topic: the task needs input, its elicitation (delivered
+	// through tasks/result) parks on the bus, and the answer completes it.
+	ev, reply = e.publish2("mcp__everything__simulate-research-query", "rq2", map[string]any{"topic": "python", "ambiguous": true})
+	q = nextParked(t, ev)
+	if q.call.Name != "mcp__everything__elicit" || !strings.Contains(string(q.input.RequestedSchema), "snake") {
+		t.Fatalf("research question: %+v", q.input)
+	}
+	e.answer(q, bus.Answer{State: bus.StateSuccess, Output: bus.Text(`{"interpretation":"snake"}`)})
+	if r := resultOf(t, ev, reply, "rq2"); r.State != bus.StateSuccess || !strings.Contains(strings.ToLower(text(r)), "snake") {
+		t.Fatalf("ambiguous research: %+v", r)
+	}
 }
