@@ -45,6 +45,11 @@ func TestDecodeToolDef(t *testing.T) {
 		{"null input_schema", `{"name": "t", "input_schema": null}`, "input_schema is missing"},
 		{"wrong type", `{"name": "t", ` + schema + `, "timeout_ms": "5"}`, `member "timeout_ms" must be a number`},
 		{"not an object", `["t"]`, "must be a JSON object"},
+		{"title and mcp annotations", `{"name": "t", "title": "T", ` + schema + `, "mcp": {"server": "fs", "tool": "t",
+			"annotations": {"title": "T", "readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false},
+			"task_support": "required"}}`, ""},
+		{"unknown member of mcp annotations", `{"name": "t", ` + schema + `, "mcp": {"server": "fs", "tool": "t", "annotations": {"destructive": true}}}`, `unknown member "destructive"`},
+		{"mcp hint of the wrong type", `{"name": "t", ` + schema + `, "mcp": {"server": "fs", "tool": "t", "annotations": {"openWorldHint": "yes"}}}`, `must be a boolean`},
 		{"unknown member of the schema is fine", `{"name": "t", "input_schema": {"type": "object", "x-vendor": 1}}`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -218,6 +223,61 @@ func TestToolDefEqual(t *testing.T) {
 	} {
 		if o := decode(s); base.Equal(&o) {
 			t.Errorf("%s: equal", name)
+		}
+	}
+}
+
+// TestBlockMembers: the descriptive members of a block (PROTOCOL.md 3.3)
+// round-trip, and an answer's block with an unknown or mistyped member, or an
+// unknown member of its annotations, is refused.
+func TestBlockMembers(t *testing.T) {
+	p := 0.5
+	in := bus.Block{Type: bus.BlockData, MediaType: "application/pdf", URL: "file:///a.pdf", Size: 3, URI: "file:///a.pdf",
+		Name: "a.pdf", Title: "A", Description: "the file", Annotations: &bus.Annotations{Audience: []string{"user"}, Priority: &p, LastModified: "2026-01-02T03:04:05Z"}}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"type":"data","media_type":"application/pdf","url":"file:///a.pdf","size":3,"uri":"file:///a.pdf","name":"a.pdf","title":"A","description":"the file","annotations":{"audience":["user"],"priority":0.5,"last_modified":"2026-01-02T03:04:05Z"}}`
+	if string(b) != want {
+		t.Fatalf("marshal:\n%s\nwant\n%s", b, want)
+	}
+	var a bus.Answer
+	if err := json.Unmarshal([]byte(`{"state": "success", "output": [`+want+`]}`), &a); err != nil {
+		t.Fatalf("a block with every member: %v", err)
+	}
+	if got := a.Output[0]; got.URI != in.URI || got.Name != in.Name || got.Annotations == nil || *got.Annotations.Priority != p || got.Annotations.Audience[0] != "user" {
+		t.Errorf("decoded %+v", got)
+	}
+	for _, tc := range []struct{ block, bad string }{
+		{`{"type": "text", "text": "x", "annotations": {"audience": ["user"], "lastModified": "x"}}`, `unknown member "lastModified"`},
+		{`{"type": "text", "text": "x", "annotations": {"priority": "high"}}`, `must be a number`},
+		{`{"type": "text", "text": "x", "annotations": {"audience": "user"}}`, `must be an array`},
+		{`{"type": "text", "text": "x", "annotations": []}`, `must be an object`},
+		{`{"type": "data", "media_type": "a/b", "data": "", "uri": 3}`, `must be a string`},
+		{`{"type": "text", "text": "x", "mime_type": "text/plain"}`, `unknown member "mime_type"`},
+	} {
+		var a bus.Answer
+		wantBadRequest(t, json.Unmarshal([]byte(`{"state": "success", "output": [`+tc.block+`]}`), &a), tc.bad)
+	}
+}
+
+func TestAnnotationsCheck(t *testing.T) {
+	one, two, neg := 1.0, 2.0, -0.1
+	for _, tc := range []struct {
+		a   *bus.Annotations
+		bad string
+	}{
+		{nil, ""},
+		{&bus.Annotations{Audience: []string{"user", "assistant"}, Priority: &one, LastModified: "2026-01-02T03:04:05.5+01:00"}, ""},
+		{&bus.Annotations{Audience: []string{"model"}}, "audience"},
+		{&bus.Annotations{Priority: &two}, "priority"},
+		{&bus.Annotations{Priority: &neg}, "priority"},
+		{&bus.Annotations{LastModified: "yesterday"}, "last_modified"},
+	} {
+		err := tc.a.Check()
+		if (err != nil) != (tc.bad != "") || err != nil && !strings.Contains(err.Error(), tc.bad) {
+			t.Errorf("%+v: err %v, want %q", tc.a, err, tc.bad)
 		}
 	}
 }

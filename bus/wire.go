@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -89,13 +90,64 @@ type Detail struct {
 // that holds exactly one of Data (base64) and URL. Size, optional on a data
 // block with a URL, is the length in bytes of what the URL refers to (set on
 // an output stored in the outputs object store, PROTOCOL.md 5.9).
+//
+// The descriptive members (PROTOCOL.md 3.3) say where a block came from and
+// how it is meant: URI is the resource a block's content is (an MCP embedded
+// resource, on text and data blocks; a text block with a URI may carry the
+// resource's MediaType); Name, Title and Description name what a data block's
+// URL refers to (an MCP resource link); Annotations are the content's
+// audience, priority and last modification.
 type Block struct {
-	Type      string `json:"type"`
-	Text      string `json:"text,omitempty"`
-	MediaType string `json:"media_type,omitempty"`
-	Data      string `json:"data,omitempty"`
-	URL       string `json:"url,omitempty"`
-	Size      int64  `json:"size,omitempty"`
+	Type        string       `json:"type"`
+	Text        string       `json:"text,omitempty"`
+	MediaType   string       `json:"media_type,omitempty"`
+	Data        string       `json:"data,omitempty"`
+	URL         string       `json:"url,omitempty"`
+	Size        int64        `json:"size,omitempty"`
+	URI         string       `json:"uri,omitempty"`
+	Name        string       `json:"name,omitempty"`
+	Title       string       `json:"title,omitempty"`
+	Description string       `json:"description,omitempty"`
+	Annotations *Annotations `json:"annotations,omitempty"`
+}
+
+// Annotations describe a block's content (PROTOCOL.md 3.3), as MCP content
+// annotations do: Audience lists who it is for ("user", "assistant"),
+// Priority its importance from 0 (optional) to 1 (required), LastModified
+// when it last changed (RFC 3339).
+type Annotations struct {
+	Audience     []string `json:"audience,omitempty"`
+	Priority     *float64 `json:"priority,omitempty"`
+	LastModified string   `json:"last_modified,omitempty"`
+}
+
+// Audiences of Annotations.
+const (
+	AudienceUser      = "user"
+	AudienceAssistant = "assistant"
+)
+
+// Check reports the first value of a that PROTOCOL.md 3.3 does not allow:
+// an audience other than user or assistant, a priority outside [0, 1], a
+// last_modified that is not RFC 3339. A nil a is fine.
+func (a *Annotations) Check() error {
+	if a == nil {
+		return nil
+	}
+	for _, r := range a.Audience {
+		if r != AudienceUser && r != AudienceAssistant {
+			return fmt.Errorf("annotations.audience: %q is not user or assistant", r)
+		}
+	}
+	if a.Priority != nil && !(*a.Priority >= 0 && *a.Priority <= 1) {
+		return fmt.Errorf("annotations.priority: %v is not between 0 and 1", *a.Priority)
+	}
+	if a.LastModified != "" {
+		if _, err := time.Parse(time.RFC3339Nano, a.LastModified); err != nil {
+			return fmt.Errorf("annotations.last_modified: %q is not an RFC 3339 time", a.LastModified)
+		}
+	}
+	return nil
 }
 
 // Block types.
@@ -123,6 +175,20 @@ func (b Block) MarshalJSON() ([]byte, error) {
 	if b.Size != 0 {
 		out = append(out, `,"size":`...)
 		out = strconv.AppendInt(out, b.Size, 10)
+	}
+	for _, f := range [...]struct{ key, v string }{{`,"uri":`, b.URI}, {`,"name":`, b.Name}, {`,"title":`, b.Title}, {`,"description":`, b.Description}} {
+		if f.v != "" {
+			out = append(out, f.key...)
+			out = appendString(out, f.v)
+		}
+	}
+	if b.Annotations != nil {
+		a, err := json.Marshal(b.Annotations)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, `,"annotations":`...)
+		out = append(out, a...)
 	}
 	return append(out, '}'), nil
 }
@@ -272,7 +338,10 @@ const DefaultTimeoutMS = 300000
 // that are absent: concurrency_safe true, timeout_ms 300000, max_attempts 1,
 // permission "passthrough", rule_matcher "none".
 type ToolDef struct {
-	Name            string          `json:"name"`
+	Name string `json:"name"`
+	// Title is a human-readable display name (an MCP tool's title); "" means
+	// none. Models are shown Name and Description.
+	Title           string          `json:"title,omitempty"`
 	Description     string          `json:"description"`
 	InputSchema     json.RawMessage `json:"input_schema"`
 	OutputSchema    json.RawMessage `json:"output_schema,omitempty"`
@@ -298,10 +367,26 @@ type ToolDef struct {
 	MCP      *MCPRef `json:"mcp,omitempty"`
 }
 
-// MCPRef names the MCP server tool a bridged tool stands for.
+// MCPRef names the MCP server tool a bridged tool stands for (PROTOCOL.md
+// 7.2, 12): Annotations are the MCP tool's own annotations, as the server
+// sent them (absent hints stay absent); TaskSupport is its
+// execution.taskSupport ("forbidden", "optional" or "required"; "" when the
+// server said nothing, which MCP reads as forbidden).
 type MCPRef struct {
-	Server string `json:"server"`
-	Tool   string `json:"tool"`
+	Server      string          `json:"server"`
+	Tool        string          `json:"tool"`
+	Annotations *MCPAnnotations `json:"annotations,omitempty"`
+	TaskSupport string          `json:"task_support,omitempty"`
+}
+
+// MCPAnnotations are an MCP tool's annotations, member for member
+// (camelCase, as MCP spells them).
+type MCPAnnotations struct {
+	Title           string `json:"title,omitempty"`
+	ReadOnlyHint    *bool  `json:"readOnlyHint,omitempty"`
+	DestructiveHint *bool  `json:"destructiveHint,omitempty"`
+	IdempotentHint  *bool  `json:"idempotentHint,omitempty"`
+	OpenWorldHint   *bool  `json:"openWorldHint,omitempty"`
 }
 
 // Defaults fills the zero fields that have a non-zero default.

@@ -176,6 +176,9 @@ func ruleText(rule bus.Rule) string {
 }
 
 func checkBlock(bl bus.Block) error {
+	if err := bl.Annotations.Check(); err != nil {
+		return err
+	}
 	switch bl.Type {
 	case bus.BlockText:
 		return nil

@@ -42,6 +42,7 @@ type (
 	}
 	mcpTool struct {
 		Name        string          `json:"name"`
+		Title       string          `json:"title,omitempty"`
 		Description string          `json:"description"`
 		InputSchema json.RawMessage `json:"inputSchema"`
 		Annotations mcpAnnotations  `json:"annotations"`
@@ -50,6 +51,8 @@ type (
 		ReadOnlyHint    bool `json:"readOnlyHint"`
 		DestructiveHint bool `json:"destructiveHint"`
 		IdempotentHint  bool `json:"idempotentHint"`
+		// OpenWorldHint is a bridged MCP tool's own, when its server gave it.
+		OpenWorldHint *bool `json:"openWorldHint,omitempty"`
 	}
 )
 
@@ -63,7 +66,10 @@ type (
 //	"gemini": {"name","description","parameters"}
 //	"mcp": {"name","description","inputSchema","annotations":{"readOnlyHint","destructiveHint","idempotentHint"}}
 //
-// with destructiveHint = !read_only. The input schema is passed through
+// with destructiveHint = !read_only, unless the definition is a bridged MCP
+// tool whose server gave destructiveHint (mcp.annotations, PROTOCOL.md 7.2):
+// then the server's value, and its openWorldHint; "title" when the
+// definition has one. The input schema is passed through
 // unchanged (compacted, without HTML escaping); an empty, absent or null one becomes
 // {"type":"object","properties":{}}, in every format. An unknown format is an
 // error; so is a definition whose schema is not valid JSON. The result is
@@ -118,9 +124,23 @@ func exporter(format string) (func(d *bus.ToolDef, schema json.RawMessage) any, 
 		}, nil
 	case bus.FormatMCP:
 		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return mcpTool{Name: d.Name, Description: d.Description, InputSchema: schema,
-				Annotations: mcpAnnotations{ReadOnlyHint: d.ReadOnly, DestructiveHint: !d.ReadOnly, IdempotentHint: d.Idempotent}}
+			return mcpTool{Name: d.Name, Title: d.Title, Description: d.Description, InputSchema: schema, Annotations: mcpHints(d)}
 		}, nil
 	}
 	return nil, fmt.Errorf("schemas: unknown format %q (want toolbus, openai, openai-responses, anthropic, gemini or mcp)", format)
+}
+
+// mcpHints are the MCP annotations of d: read_only and idempotent, and
+// destructiveHint and openWorldHint as a bridged tool's server gave them
+// (else destructiveHint = !read_only).
+func mcpHints(d *bus.ToolDef) mcpAnnotations {
+	h := mcpAnnotations{ReadOnlyHint: d.ReadOnly, DestructiveHint: !d.ReadOnly, IdempotentHint: d.Idempotent}
+	if d.MCP == nil || d.MCP.Annotations == nil {
+		return h
+	}
+	if a := d.MCP.Annotations; a.DestructiveHint != nil {
+		h.DestructiveHint = *a.DestructiveHint
+	}
+	h.OpenWorldHint = d.MCP.Annotations.OpenWorldHint
+	return h
 }

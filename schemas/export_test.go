@@ -108,3 +108,19 @@ func TestExportEmpty(t *testing.T) {
 		t.Errorf("Export(nil) marshals to %s, want []", b)
 	}
 }
+
+// TestExportMCPHints: a bridged tool's own destructiveHint and
+// openWorldHint are listed as its server gave them, with its title.
+func TestExportMCPHints(t *testing.T) {
+	f, tr := false, true
+	defs := []bus.ToolDef{{Name: "mcp__fs__write", Title: "Write", InputSchema: json.RawMessage(`{"type":"object"}`),
+		MCP: &bus.MCPRef{Server: "fs", Tool: "write", Annotations: &bus.MCPAnnotations{DestructiveHint: &f, OpenWorldHint: &tr}}}}
+	got, err := schemas.Export("mcp", defs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"name":"mcp__fs__write","title":"Write","description":"","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":false,"destructiveHint":false,"idempotentHint":false,"openWorldHint":true}}`
+	if string(got[0]) != want {
+		t.Fatalf("got  %s\nwant %s", got[0], want)
+	}
+}

@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxConcurrent := fs.Int("max-concurrent", 64, "calls this worker runs at once, across all its tools")
 	notesGroup := fs.String("notes-group", "", "put append_note in this tool group instead of basic (define the group on the routers, e.g. examples/skills/router.yaml)")
 	withBuiltin := fs.Bool("builtin", false, "also serve the built-in tools (get_current_time, echo, todo_write; with --workdir the file tools and shell)")
-	workdir := fs.String("workdir", "", "with --builtin: base directory of the file tools and shell; empty serves neither")
+	workdir := fs.String("workdir", "", "with --builtin: base directory of the file tools and shell; empty serves neither. With --mcp-config: the bridged servers' roots")
 	shellAllow := fs.String("shell-allow", "", "with --builtin: comma-separated programs shell may start, checked on the parsed command (default: any; see docs/builtin.md)")
 	shellEnv := fs.String("shell-env", "", "with --builtin: comma-separated variables of this environment shell's commands get (default: none; NATS_* and TOOLBUS_* are refused)")
 	shellUser := fs.String("shell-user", "", "with --builtin: OS user shell's commands run as (toolworker must run as root; the workdir must be usable by that user)")
@@ -119,11 +119,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer stop()
 		names = append(slices.Clone(names), "built-in tools")
-	} else if *workdir != "" || *shellAllow != "" || *shellEnv != "" || *shellUser != "" {
-		return fmt.Errorf("--workdir, --shell-allow, --shell-env and --shell-user need --builtin")
+	} else if *shellAllow != "" || *shellEnv != "" || *shellUser != "" || *workdir != "" && *mcpConfig == "" {
+		return fmt.Errorf("--workdir, --shell-allow, --shell-env and --shell-user need --builtin (--workdir also works with --mcp-config)")
 	}
 	if *mcpConfig != "" {
-		stop, err := startBridge(ctx, nc, *mcpConfig, *prefix, *id, *heartbeat, *maxConcurrent, log)
+		stop, err := startBridge(ctx, nc, *mcpConfig, *prefix, *id, *workdir, *heartbeat, *maxConcurrent, log)
 		if err != nil {
 			return err
 		}
@@ -154,12 +154,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // startBridge connects the MCP servers of the config file; each gets a
 // worker of its own (<id>-<server>-<n>). stop withdraws their tools.
-func startBridge(ctx context.Context, nc *nats.Conn, path, prefix, id string, heartbeat time.Duration, maxConcurrent int, log *slog.Logger) (stop func(), err error) {
+// The bridged servers' roots are the workdir unless configured per server.
+func startBridge(ctx context.Context, nc *nats.Conn, path, prefix, id, workdir string, heartbeat time.Duration, maxConcurrent int, log *slog.Logger) (stop func(), err error) {
 	f, err := bridge.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	b, err := bridge.New(nc, f, bridge.Config{ID: id, Prefix: prefix, Heartbeat: heartbeat, MaxConcurrent: maxConcurrent, Logger: log})
+	var roots []string
+	if workdir != "" {
+		roots = []string{workdir}
+	}
+	b, err := bridge.New(nc, f, bridge.Config{ID: id, Prefix: prefix, Heartbeat: heartbeat, MaxConcurrent: maxConcurrent, Roots: roots, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -50,6 +51,16 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between reconnections,
 	// doubling from one to the other; zero means 100ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
+	// Grace is how long a disconnected server's tools stay registered
+	// while it is reconnected: calls meanwhile wait for the server (within
+	// their own deadline). A server back within Grace with the same tools
+	// changes nothing on the bus; one still down after it has its tools
+	// withdrawn. Zero means 10s; negative withdraws at once.
+	Grace time.Duration
+	// Roots are the roots every server is told (roots/list) unless its
+	// own roots are configured: directories or file:// URIs, typically the
+	// worker's --workdir. None: an empty list.
+	Roots []string
 	// Logger receives the bridge's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -57,11 +68,13 @@ type Config struct {
 // Bridge connects the servers of a File and serves their tools. Start it
 // once; Stop is safe to call twice.
 type Bridge struct {
-	nc    *nats.Conn
-	cfg   Config
-	file  *File
-	links []*link
+	nc     *nats.Conn
+	client *client.Client // asks on the servers' behalf (ask.go)
+	cfg    Config
+	file   *File
+	links  []*link
 
+	subs     []*nats.Subscription // the resources verb, one per server
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -93,14 +106,17 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = cfg.MinBackoff
 	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 10 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Bridge{nc: nc, cfg: cfg, file: f}
+	b := &Bridge{nc: nc, cfg: cfg, file: f, client: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})}
 	for i := range f.Servers {
 		s := &f.Servers[i]
 		b.links = append(b.links, &link{b: b, s: s, log: cfg.Logger.With("mcp_server", s.Name),
-			fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*worker.Call{}})
+			fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), questions: make(chan struct{}, maxQuestions), readers: make(chan struct{}, maxReaders), progress: map[string]*inflight{}})
 	}
 	return b, nil
 }
@@ -108,6 +124,14 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 // Start connects every server in the background and returns at once;
 // servers that cannot be reached yet are retried with backoff.
 func (b *Bridge) Start(ctx context.Context) error {
+	for _, l := range b.links {
+		sub, err := l.serveResources()
+		if err != nil {
+			b.unsubscribe()
+			return fmt.Errorf("bridge: resources of %s: %w", l.s.Name, err)
+		}
+		b.subs = append(b.subs, sub)
+	}
 	ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, l := range b.links {
 		b.wg.Add(1)
@@ -123,12 +147,20 @@ func (b *Bridge) Start(ctx context.Context) error {
 // calls in flight until ctx ends.
 func (b *Bridge) Stop(ctx context.Context) error {
 	b.stopOnce.Do(func() {
+		b.unsubscribe()
 		if b.cancel != nil {
 			b.cancel()
 		}
 		b.wg.Wait()
 	})
 	return nil
+}
+
+func (b *Bridge) unsubscribe() {
+	for _, s := range b.subs {
+		_ = s.Unsubscribe()
+	}
+	b.subs = nil
 }
 
 // Tools returns the bus names of the tools the server named server has
@@ -151,15 +183,30 @@ type link struct {
 	log *slog.Logger
 
 	fail, refresh chan struct{}
+	questions     chan struct{} // a semaphore of maxQuestions (ask.go)
+	readers       chan struct{} // a semaphore of maxReaders (resources.go)
+
+	// pub serialises changing the worker: publish and the grace period's
+	// withdrawal.
+	pub sync.Mutex
 
 	mu       sync.Mutex
+	wake     chan struct{} // closed and replaced when cl or w changes
+	unknown  []string      // enable_tools/disable_tools names the server lacks
+	epoch    int           // counts disconnections
 	cl       *mcpclient.Client
 	tr       transport.Interface
 	w        *worker.Worker
 	defs     []bus.ToolDef
 	names    []string
 	gen      int
-	progress map[string]*worker.Call // progress token → call
+	progress map[string]*inflight // progress token → call
+}
+
+// inflight is a bus call being run by the server, with its context.
+type inflight struct {
+	call *worker.Call
+	ctx  context.Context
 }
 
 var errFailed = errors.New("the server failed")
@@ -181,7 +228,14 @@ func (l *link) run(ctx context.Context) {
 		default:
 		}
 		connected, err := l.session(ctx)
-		l.withdraw()
+		switch {
+		case ctx.Err() != nil || l.b.cfg.Grace < 0:
+			l.withdraw()
+		case connected:
+			// The grace period runs from the disconnection; failed
+			// attempts to reconnect do not extend it.
+			l.graceful()
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -212,12 +266,21 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	// they have ping for liveness, the standalone stream for
 	// tools/list_changed and notifications/cancelled; every server mcp-go
 	// or the official SDKs build still answers initialize.
-	cl := mcpclient.NewClient(tr, mcpclient.WithLegacyProtocolOnly())
+	opts := []mcpclient.ClientOption{mcpclient.WithLegacyProtocolOnly()}
+	if l.s.Transport != TransportSSE {
+		// mcp-go's SSE client cannot answer a server's requests: declaring
+		// capabilities there would leave the server waiting.
+		opts = append(opts, l.clientOptions()...)
+	}
+	cl := mcpclient.NewClient(tr, opts...)
 	cl.OnNotification(l.onNotification)
 	cl.OnConnectionLost(func(error) { signal(l.fail) })
 	defer func() {
 		l.mu.Lock()
-		l.cl, l.tr = nil, nil
+		if l.cl == cl {
+			l.cl, l.tr = nil, nil
+			l.wakeLocked()
+		}
 		l.mu.Unlock()
 		_ = cl.Close()
 	}()
@@ -225,7 +288,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	if err := cl.Start(ctx); err != nil {
 		return false, fmt.Errorf("start: %w", err)
 	}
-	ictx, cancel := context.WithTimeout(ctx, min(l.s.timeout, 30*time.Second))
+	ictx, cancel := context.WithTimeout(ctx, l.s.setupTimeout())
 	req := mcp.InitializeRequest{}
 	req.Params.ClientInfo = mcp.Implementation{Name: "toolbus-bridge", Version: "1.0.0"}
 	req.Params.ProtocolVersion = mcp.ProtocolVersion20251125
@@ -236,6 +299,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	}
 	l.mu.Lock()
 	l.cl, l.tr = cl, tr
+	l.wakeLocked()
 	l.mu.Unlock()
 	if err := l.publish(ctx, cl); err != nil {
 		return false, err
@@ -264,15 +328,99 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	}
 }
 
+// checkNames warns once about names in enable_tools or disable_tools that
+// no tool of the server has (a typo, or a tool renamed by a new version of
+// the server), and keeps them for Unknown.
+func (l *link) checkNames(tools []mcp.Tool) {
+	unknown := l.s.unknownNames(tools)
+	l.mu.Lock()
+	changed := !slices.Equal(unknown, l.unknown)
+	l.unknown = unknown
+	l.mu.Unlock()
+	if changed && len(unknown) > 0 {
+		l.log.Warn("bridge: enable_tools/disable_tools name tools the MCP server does not have", "names", unknown)
+	}
+}
+
+// Unknown returns the names in the server's enable_tools and disable_tools
+// that its last tools/list did not have (nil before it was listed).
+func (b *Bridge) Unknown(server string) []string {
+	for _, l := range b.links {
+		if l.s.Name == server {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return slices.Clone(l.unknown)
+		}
+	}
+	return nil
+}
+
+// graceful keeps a disconnected server's worker for the grace period, then
+// withdraws it unless the server is connected again by then.
+func (l *link) graceful() {
+	l.mu.Lock()
+	l.epoch++
+	epoch := l.epoch
+	l.mu.Unlock()
+	time.AfterFunc(l.b.cfg.Grace, func() {
+		l.pub.Lock()
+		defer l.pub.Unlock()
+		l.mu.Lock()
+		down := l.cl == nil && l.epoch == epoch && l.w != nil
+		l.mu.Unlock()
+		if down {
+			l.log.Warn("bridge: MCP server still down after the grace period; its tools are withdrawn", "grace", l.b.cfg.Grace)
+			l.stopWorker()
+		}
+	})
+}
+
+// wakeLocked wakes the calls waiting for the server (l.mu held).
+func (l *link) wakeLocked() {
+	if l.wake != nil {
+		close(l.wake)
+	}
+	l.wake = make(chan struct{})
+}
+
+// connection returns the server's client and transport, other than dead,
+// waiting while the server is being reconnected with its tools still
+// registered; nil when the tools were withdrawn or ctx ended first.
+func (l *link) connection(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) {
+	for {
+		l.mu.Lock()
+		cl, tr, w := l.cl, l.tr, l.w
+		if l.wake == nil {
+			l.wake = make(chan struct{})
+		}
+		wake := l.wake
+		l.mu.Unlock()
+		if cl == dead {
+			cl, tr = nil, nil
+		}
+		if cl != nil || w == nil {
+			return cl, tr
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+}
+
 // publish lists the server's tools and, when their definitions differ from
 // the registered ones, replaces the server's worker.
 func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
-	lctx, cancel := context.WithTimeout(ctx, min(l.s.timeout, 30*time.Second))
+	l.pub.Lock()
+	defer l.pub.Unlock()
+	lctx, cancel := context.WithTimeout(ctx, l.s.setupTimeout())
 	res, err := cl.ListTools(lctx, mcp.ListToolsRequest{})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("tools/list: %w", err)
 	}
+	l.checkNames(res.Tools)
 	var defs []bus.ToolDef
 	seen := map[string]string{}
 	for _, t := range res.Tools {
@@ -312,7 +460,7 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	}
 	names := make([]string, 0, len(defs))
 	for _, d := range defs {
-		if err := w.Handle(d, l.handler(d.MCP.Tool)); err != nil {
+		if err := w.Handle(d, l.handler(d.MCP.Tool, d.MCP.TaskSupport == string(mcp.TaskSupportRequired), d.ReadOnly || d.Idempotent)); err != nil {
 			return err
 		}
 		names = append(names, d.Name)
@@ -339,6 +487,7 @@ func (l *link) stopWorker() {
 	l.mu.Lock()
 	w := l.w
 	l.w, l.defs, l.names = nil, nil, nil
+	l.wakeLocked()
 	l.mu.Unlock()
 	if w == nil {
 		return
@@ -355,15 +504,15 @@ func (l *link) onNotification(n mcp.JSONRPCNotification) {
 	case string(mcp.MethodNotificationToolsListChanged):
 		signal(l.refresh)
 	case string(mcp.MethodNotificationProgress):
-		f := n.Params.AdditionalFields
-		token := fmt.Sprint(f["progressToken"])
+		p := n.Params.AdditionalFields
+		token := fmt.Sprint(p["progressToken"])
 		l.mu.Lock()
-		c := l.progress[token]
+		f := l.progress[token]
 		l.mu.Unlock()
-		if c == nil {
+		if f == nil {
 			return
 		}
-		_ = c.Progress(bus.Block{Type: bus.BlockText, Text: progressText(f)})
+		_ = f.call.Progress(bus.Block{Type: bus.BlockText, Text: progressText(p)})
 	}
 }
 
@@ -381,15 +530,11 @@ func progressText(f map[string]any) string {
 	return msg + " (" + p + ")"
 }
 
-// handler calls the MCP tool named tool.
-func (l *link) handler(tool string) worker.Handler {
+// handler calls the MCP tool named tool, as a task when asTask (task.go).
+// A call that fails because the connection did is made once more on the
+// reconnected server when retry (read-only or idempotent tools).
+func (l *link) handler(tool string, asTask, retry bool) worker.Handler {
 	return func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
-		l.mu.Lock()
-		cl, tr := l.cl, l.tr
-		l.mu.Unlock()
-		if cl == nil {
-			return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", l.s.Name)), nil
-		}
 		var args map[string]any
 		if len(c.Input) > 0 {
 			if err := json.Unmarshal(c.Input, &args); err != nil {
@@ -397,8 +542,9 @@ func (l *link) handler(tool string) worker.Handler {
 			}
 		}
 		token := bus.CallKey(c.SessionID, c.ReplyID, c.ID) + "." + strconv.Itoa(c.Attempt) + "." + nuid.Next()
+		f := &inflight{call: c, ctx: ctx}
 		l.mu.Lock()
-		l.progress[token] = c
+		l.progress[token] = f
 		l.mu.Unlock()
 		defer func() {
 			l.mu.Lock()
@@ -409,33 +555,61 @@ func (l *link) handler(tool string) worker.Handler {
 		req.Params.Name = tool
 		req.Params.Arguments = args
 		req.Params.Meta = &mcp.Meta{ProgressToken: token}
-		rctx, ids := withRequestIDs(ctx)
-		res, err := cl.CallTool(rctx, req)
-		if err != nil {
-			// The SSE transport answers a deadline with its own time-out
-			// error a moment before ctx reports it.
-			if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
-				// Cancelled (P.cancel) or past the deadline: tell an HTTP
-				// server to stop; mcp-go already told a stdio one.
-				cause := context.DeadlineExceeded
-				if ctx.Err() != nil {
-					cause = context.Cause(ctx)
-				}
-				if h, ok := tr.(*httpTransport); ok {
-					h.cancel(ids, cause.Error(), l.log)
-				}
-				return errorResult("Error: " + cause.Error()), nil
+		var dead *mcpclient.Client
+		for attempt := 0; ; attempt++ {
+			cl, tr := l.connection(ctx, dead)
+			if cl == nil {
+				return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", l.s.Name)), nil
 			}
-			var te *transport.Error
-			if errors.As(err, &te) || errors.Is(err, transport.ErrSessionTerminated) {
-				signal(l.fail)
-				return errorResult(fmt.Sprintf("Error: MCP server %q failed: %v", l.s.Name, err)), nil
+			rctx, ids := withRequestIDs(ctx, f)
+			var (
+				res *mcp.CallToolResult
+				err error
+			)
+			if asTask {
+				res, err = l.callTask(rctx, cl, tr, req, c)
+			} else {
+				res, err = cl.CallTool(rctx, req)
 			}
-			return errorResult("Error: " + err.Error()), nil
+			if err == nil {
+				return Result(res), nil
+			}
+			out, lost := l.failed(ctx, tr, ids, err)
+			if lost && retry && attempt == 0 && l.b.cfg.Grace > 0 {
+				dead = cl
+				continue
+			}
+			return out, nil
 		}
-		return Result(res), nil
 	}
 }
+
+// failed turns a failed MCP call into its result; lost reports that the
+// connection failed (and l is told so).
+func (l *link) failed(ctx context.Context, tr transport.Interface, ids *requestIDs, err error) (_ *bus.ExecResult, lost bool) {
+	// The SSE transport answers a deadline with its own time-out error a
+	// moment before ctx reports it.
+	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
+		// Cancelled (P.cancel) or past the deadline: tell an HTTP server to
+		// stop; mcp-go already told a stdio one.
+		cause := context.DeadlineExceeded
+		if ctx.Err() != nil {
+			cause = context.Cause(ctx)
+		}
+		if h, ok := tr.(*httpTransport); ok {
+			h.cancel(ids, cause.Error(), l.log)
+		}
+		return errorResult("Error: " + cause.Error()), false
+	}
+	var te *transport.Error
+	if errors.As(err, &te) || errors.Is(err, transport.ErrSessionTerminated) {
+		signal(l.fail)
+		return errorResult(fmt.Sprintf("Error: MCP server %q failed: %v", l.s.Name, err)), true
+	}
+	return errorResult("Error: " + err.Error()), false
+}
+
+func textBlock(s string) bus.Block { return bus.Block{Type: bus.BlockText, Text: s} }
 
 func errorResult(text string) *bus.ExecResult {
 	return &bus.ExecResult{State: bus.StateError, Output: bus.Text(text)}

@@ -67,7 +67,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) bridge(f *File, tune ...func(*Config)) *Bridge {
 	e.t.Helper()
 	cfg := Config{Logger: testLogger(), Heartbeat: heartbeat, Ping: 100 * time.Millisecond,
-		PingTimeout: 3 * time.Second, MinBackoff: 20 * time.Millisecond, MaxBackoff: 300 * time.Millisecond}
+		PingTimeout: 3 * time.Second, MinBackoff: 20 * time.Millisecond, MaxBackoff: 300 * time.Millisecond, Grace: 200 * time.Millisecond}
 	for _, f := range tune {
 		f(&cfg)
 	}

@@ -5,8 +5,10 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolbus/toolbus/bus"
@@ -69,6 +71,14 @@ type Server struct {
 	// Timeout is each tool's timeout (a Go duration); "" means 300s. It
 	// also bounds connecting and initialising.
 	Timeout string `json:"timeout,omitempty"`
+	// Roots are what roots/list answers the server: directories or
+	// file:// URIs; none means the bridge's Config.Roots (the worker's
+	// --workdir).
+	Roots []string `json:"roots,omitempty"`
+	// SamplingTool is the bus tool that answers the server's
+	// sampling/createMessage (called in the asking call's session with the
+	// request's params as input); "" refuses sampling.
+	SamplingTool string `json:"sampling_tool,omitempty"`
 
 	timeout time.Duration
 }
@@ -159,6 +169,14 @@ func (s *Server) validate() error {
 			return fmt.Errorf("tool %q is in both enable_tools and disable_tools", t)
 		}
 	}
+	if s.SamplingTool != "" && !bus.ValidName(s.SamplingTool) {
+		return fmt.Errorf("sampling_tool %q must match ^[A-Za-z0-9_-]{1,64}$", s.SamplingTool)
+	}
+	for _, r := range s.Roots {
+		if r == "" || strings.ContainsRune(r, 0) || (strings.Contains(r, "://") && !strings.HasPrefix(r, "file://")) {
+			return fmt.Errorf("root %q is not a directory or a file:// URI", r)
+		}
+	}
 	if s.Group != "" && !bus.ValidName(s.Group) {
 		return fmt.Errorf("group %q must match ^[A-Za-z0-9_-]{1,64}$", s.Group)
 	}
@@ -179,4 +197,28 @@ func (s *Server) bridged(name string) bool {
 		return false
 	}
 	return !slices.Contains(s.DisableTools, name)
+}
+
+// setupTimeout bounds initialize, tools/list and the creation of a task:
+// the server's timeout, but at least 10 s (a stdio server has to start)
+// and at most 30 s.
+func (s *Server) setupTimeout() time.Duration {
+	return min(max(s.timeout, 10*time.Second), 30*time.Second)
+}
+
+// unknownNames returns the names of EnableTools and DisableTools that none
+// of tools has, sorted.
+func (s *Server) unknownNames(tools []mcp.Tool) []string {
+	have := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		have[t.Name] = true
+	}
+	var out []string
+	for _, n := range slices.Concat(s.EnableTools, s.DisableTools) {
+		if !have[n] {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -3,8 +3,10 @@ package bridge
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -16,7 +18,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 )
 
-var allTools = []string{"mcp__t__echo", "mcp__t__readxfile", "mcp__t__media", "mcp__t__weather", "mcp__t__fail", "mcp__t__slow"}
+var allTools = []string{"mcp__t__echo", "mcp__t__readxfile", "mcp__t__media", "mcp__t__weather", "mcp__t__same", "mcp__t__fail", "mcp__t__slow"}
 
 // checkDefinitions checks the hint mapping and the kept schemas.
 func checkDefinitions(t *testing.T, defs map[string]bus.ToolDef) {
@@ -25,15 +27,21 @@ func checkDefinitions(t *testing.T, defs map[string]bus.ToolDef) {
 	if !echo.ReadOnly || echo.Permission != bus.PermissionAllow || !echo.Idempotent || echo.ConcurrencySafe || echo.StateInjected {
 		t.Errorf("echo: %+v", echo)
 	}
-	if echo.MCP == nil || *echo.MCP != (bus.MCPRef{Server: "t", Tool: "echo"}) {
+	if echo.MCP == nil || echo.MCP.Server != "t" || echo.MCP.Tool != "echo" || echo.MCP.TaskSupport != "" {
 		t.Errorf("echo mcp member: %+v", echo.MCP)
 	}
 	if !strings.Contains(string(echo.InputSchema), `"text"`) || len(echo.Groups) != 1 || echo.Groups[0] != "mcpt" {
 		t.Errorf("echo schema/groups: %s %v", echo.InputSchema, echo.Groups)
 	}
 	rf := defs["mcp__t__readxfile"]
-	if rf.ReadOnly || rf.Permission != bus.PermissionAsk || rf.Idempotent || rf.MCP.Tool != "read.file" {
+	if rf.ReadOnly || rf.Permission != bus.PermissionAsk || rf.Idempotent || rf.MCP.Tool != "read.file" || rf.Title != "Read a file" {
 		t.Errorf("read.file: %+v", rf)
+	}
+	// Every annotation as the server sent it: destructiveHint false stays
+	// false (mcp-go's NewTool sends every hint).
+	f, tr := false, true
+	if a := rf.MCP.Annotations; a == nil || !reflect.DeepEqual(*a, bus.MCPAnnotations{Title: "Read a file", ReadOnlyHint: &f, DestructiveHint: &f, IdempotentHint: &f, OpenWorldHint: &tr}) {
+		t.Errorf("read.file annotations: %+v", rf.MCP.Annotations)
 	}
 	if w := defs["mcp__t__weather"]; !strings.Contains(string(w.OutputSchema), `"temp"`) {
 		t.Errorf("weather output schema: %s", w.OutputSchema)
@@ -52,19 +60,31 @@ func checkCalls(t *testing.T, e *env) {
 	}
 	r := e.call("mcp__t__media", map[string]any{})
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-	want := []bus.Block{{Type: "text", Text: "hello"}, {Type: "data", MediaType: "image/png", Data: b64("png")},
-		{Type: "data", MediaType: "audio/wav", Data: b64("wav")}, {Type: "text", Text: "resource text"},
-		{Type: "data", MediaType: "application/pdf", Data: b64("png")}, {Type: "data", MediaType: "application/pdf", URL: "https://example.com/c.pdf"}}
+	prio := 0.25
+	want := []bus.Block{{Type: "text", Text: "hello", Annotations: &bus.Annotations{Audience: []string{"user"}, Priority: &prio, LastModified: "2026-01-02T03:04:05Z"}},
+		{Type: "data", MediaType: "image/png", Data: b64("png")},
+		{Type: "data", MediaType: "audio/wav", Data: b64("wav")}, {Type: "text", Text: "resource text", URI: "file:///a.txt", MediaType: "text/plain"},
+		{Type: "data", MediaType: "application/pdf", Data: b64("png"), URI: "file:///b.bin"},
+		{Type: "data", MediaType: "application/pdf", URL: "https://example.com/c.pdf", Name: "c", Description: "The C report.",
+			Annotations: &bus.Annotations{Audience: []string{"assistant"}}}}
 	if r.State != bus.StateSuccess || len(r.Output) != len(want) {
 		t.Fatalf("media: %+v", r)
 	}
 	for i := range want {
-		if r.Output[i] != want[i] {
+		if !reflect.DeepEqual(r.Output[i], want[i]) {
 			t.Errorf("media block %d: got %+v want %+v", i, r.Output[i], want[i])
 		}
 	}
-	if r := e.call("mcp__t__weather", map[string]any{}); text(r) != `4 degrees|{"temp":4}` {
-		t.Errorf("weather: %q", text(r))
+	// structuredContent: one application/json data block after the text,
+	// which stays as the server sent it.
+	r = e.call("mcp__t__weather", map[string]any{})
+	if len(r.Output) != 2 || r.Output[0] != (bus.Block{Type: "text", Text: "4 degrees"}) ||
+		r.Output[1] != (bus.Block{Type: "data", MediaType: "application/json", Data: b64(`{"temp":4}`)}) {
+		t.Errorf("weather: %+v", r.Output)
+	}
+	r = e.call("mcp__t__same", map[string]any{})
+	if len(r.Output) != 2 || r.Output[0].Text != `{"a":1}` || r.Output[1].MediaType != "application/json" || r.Output[1].Data != b64(`{"a":1}`) {
+		t.Errorf("same: %+v", r.Output)
 	}
 	if r := e.call("mcp__t__fail", map[string]any{}); r.State != bus.StateError || text(r) != "it broke" || r.Error == nil || r.Error.Code != bus.CodeToolError {
 		t.Errorf("fail: %+v %+v", r, r.Error)
@@ -226,8 +246,11 @@ func TestHTTP(t *testing.T) {
 func TestListChanged(t *testing.T) {
 	e := newEnv(t)
 	h := startHTTP(t, false, newRecorder())
-	e.bridge(&File{Servers: []Server{{Name: "t", URL: h.url()}}})
+	b := e.bridge(&File{Servers: []Server{{Name: "t", URL: h.url(), DisableTools: []string{"grown2"}, EnableTools: nil}}})
 	e.waitTools([]string{"mcp__t__grow"}, []string{"mcp__t__grown"})
+	if got := b.Unknown("t"); len(got) != 1 || got[0] != "grown2" {
+		t.Fatalf("unknown names before grow: %v", got)
+	}
 	if r := e.call("mcp__t__grow", map[string]any{"name": "grown"}); r.State != bus.StateSuccess {
 		t.Fatalf("grow: %+v", r)
 	}
@@ -235,6 +258,17 @@ func TestListChanged(t *testing.T) {
 	if r := e.call("mcp__t__grown", map[string]any{}); text(r) != "grown" {
 		t.Fatalf("grown: %+v", r)
 	}
+	// A disabled name that the server comes to have is no longer unknown.
+	if r := e.call("mcp__t__grow", map[string]any{"name": "grown2"}); r.State != bus.StateSuccess {
+		t.Fatalf("grow: %+v", r)
+	}
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		if got := b.Unknown("t"); len(got) != 0 {
+			return fmt.Errorf("unknown names after grow: %v", got)
+		}
+		return nil
+	})
+	e.waitTools([]string{"mcp__t__grown"}, []string{"mcp__t__grown2"})
 }
 
 // TestServerKilled: of two servers, the one killed loses its tools, the

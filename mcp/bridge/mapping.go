@@ -1,7 +1,9 @@
 package bridge
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -39,9 +41,12 @@ func sanitize(s string) string {
 }
 
 // Definition maps an MCP tool of server s to a bus tool definition
-// (PROTOCOL.md 12): readOnlyHint → read_only and permission allow, else
-// permission ask; idempotentHint → idempotent; never concurrency-safe or
-// state-injected; inputSchema and outputSchema kept as they are.
+// (PROTOCOL.md 12): title (else annotations.title) → title; readOnlyHint →
+// read_only and permission allow, else permission ask; idempotentHint →
+// idempotent; every annotation, as the server sent it, and
+// execution.taskSupport → mcp.annotations and mcp.task_support; never
+// concurrency-safe or state-injected; inputSchema and outputSchema kept as
+// they are.
 func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 	raw, err := json.Marshal(t)
 	if err != nil {
@@ -60,12 +65,21 @@ func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 	if string(schemas.Output) == "null" {
 		schemas.Output = nil
 	}
+	title := t.Title
+	if title == "" {
+		title = t.Annotations.Title
+	}
 	desc := t.Description
 	if desc == "" {
-		desc = t.Annotations.Title
+		desc = title
+	}
+	ref := &bus.MCPRef{Server: s.Name, Tool: t.Name, Annotations: annotations(t.Annotations)}
+	if t.Execution != nil {
+		ref.TaskSupport = string(t.Execution.TaskSupport)
 	}
 	d := bus.ToolDef{
 		Name:            ToolName(s.Name, t.Name),
+		Title:           title,
 		Description:     desc,
 		InputSchema:     schemas.Input,
 		OutputSchema:    schemas.Output,
@@ -74,7 +88,7 @@ func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 		ConcurrencySafe: false,
 		TimeoutMS:       s.timeout.Milliseconds(),
 		Permission:      bus.PermissionAsk,
-		MCP:             &bus.MCPRef{Server: s.Name, Tool: t.Name},
+		MCP:             ref,
 	}
 	if d.ReadOnly {
 		d.Permission = bus.PermissionAllow
@@ -86,28 +100,32 @@ func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 	return d, nil
 }
 
+// annotations copies an MCP tool's annotations; none at all is nil.
+func annotations(a mcp.ToolAnnotation) *bus.MCPAnnotations {
+	out := bus.MCPAnnotations{Title: a.Title, ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
+		IdempotentHint: a.IdempotentHint, OpenWorldHint: a.OpenWorldHint}
+	if out == (bus.MCPAnnotations{}) {
+		return nil
+	}
+	return &out
+}
+
 func isTrue(b *bool) bool { return b != nil && *b }
 
-// Result maps an MCP tool result to an exec result: text → text blocks,
-// image and audio → data blocks, embedded resources → text or data blocks,
-// resource links → data blocks by URL, structuredContent → a JSON text block
-// after the content (unless a text block already holds exactly that JSON),
-// isError → an error result.
+// Result maps an MCP tool result to an exec result (PROTOCOL.md 12): text →
+// text blocks; image and audio → data blocks; an embedded resource → a text
+// block (text) or a data block (blob) with its uri; a resource link → a data
+// block by url with its name, title, description and size;
+// structuredContent → one data block, media type application/json, after
+// the content (the text blocks stay as the server sent them); content
+// annotations → block annotations; isError → an error result.
 func Result(r *mcp.CallToolResult) *bus.ExecResult {
 	out := []bus.Block{}
 	for _, c := range r.Content {
 		out = append(out, block(c))
 	}
-	if sc := structured(r); sc != "" {
-		dup := false
-		for _, b := range out {
-			if b.Type == bus.BlockText && b.Text == sc {
-				dup = true
-			}
-		}
-		if !dup {
-			out = append(out, bus.Block{Type: bus.BlockText, Text: sc})
-		}
+	if sc := structured(r); sc != nil {
+		out = append(out, bus.Block{Type: bus.BlockData, MediaType: "application/json", Data: base64.StdEncoding.EncodeToString(sc)})
 	}
 	res := &bus.ExecResult{State: bus.StateSuccess, Output: out}
 	if r.IsError {
@@ -119,38 +137,45 @@ func Result(r *mcp.CallToolResult) *bus.ExecResult {
 	return res
 }
 
-func structured(r *mcp.CallToolResult) string {
+// structured returns the result's structuredContent as compact JSON, or
+// nil when it has none.
+func structured(r *mcp.CallToolResult) []byte {
+	var b []byte
 	if len(r.RawStructuredContent) > 0 && string(r.RawStructuredContent) != "null" {
-		return string(r.RawStructuredContent)
+		b = r.RawStructuredContent
+	} else if r.StructuredContent != nil {
+		var err error
+		if b, err = json.Marshal(r.StructuredContent); err != nil {
+			return nil
+		}
+	} else {
+		return nil
 	}
-	if r.StructuredContent == nil {
-		return ""
+	var c bytes.Buffer
+	if json.Compact(&c, b) != nil {
+		return b
 	}
-	b, err := json.Marshal(r.StructuredContent)
-	if err != nil {
-		return ""
-	}
-	return string(b)
+	return c.Bytes()
 }
 
 func block(c mcp.Content) bus.Block {
 	switch v := c.(type) {
 	case mcp.TextContent:
-		return bus.Block{Type: bus.BlockText, Text: v.Text}
+		return annotate(bus.Block{Type: bus.BlockText, Text: v.Text}, v.Annotations)
 	case *mcp.TextContent:
-		return bus.Block{Type: bus.BlockText, Text: v.Text}
+		return annotate(bus.Block{Type: bus.BlockText, Text: v.Text}, v.Annotations)
 	case mcp.ImageContent:
-		return data(v.MIMEType, v.Data, "image/png")
+		return annotate(data(v.MIMEType, v.Data, "image/png"), v.Annotations)
 	case *mcp.ImageContent:
-		return data(v.MIMEType, v.Data, "image/png")
+		return annotate(data(v.MIMEType, v.Data, "image/png"), v.Annotations)
 	case mcp.AudioContent:
-		return data(v.MIMEType, v.Data, "audio/wav")
+		return annotate(data(v.MIMEType, v.Data, "audio/wav"), v.Annotations)
 	case *mcp.AudioContent:
-		return data(v.MIMEType, v.Data, "audio/wav")
+		return annotate(data(v.MIMEType, v.Data, "audio/wav"), v.Annotations)
 	case mcp.EmbeddedResource:
-		return resource(v.Resource)
+		return annotate(resource(v.Resource), v.Annotations)
 	case *mcp.EmbeddedResource:
-		return resource(v.Resource)
+		return annotate(resource(v.Resource), v.Annotations)
 	case mcp.ResourceLink:
 		return resourceLink(v)
 	case *mcp.ResourceLink:
@@ -158,6 +183,32 @@ func block(c mcp.Content) bus.Block {
 	}
 	b, _ := json.Marshal(c)
 	return bus.Block{Type: bus.BlockText, Text: string(b)}
+}
+
+// annotate sets b's annotations from MCP content annotations, leaving out
+// values PROTOCOL.md 3.3 does not allow (the router would refuse the whole
+// result for them).
+func annotate(b bus.Block, a *mcp.Annotations) bus.Block {
+	if a == nil {
+		return b
+	}
+	out := &bus.Annotations{Priority: a.Priority, LastModified: a.LastModified}
+	for _, r := range a.Audience {
+		if r := string(r); r == bus.AudienceUser || r == bus.AudienceAssistant {
+			out.Audience = append(out.Audience, r)
+		}
+	}
+	if (&bus.Annotations{Priority: out.Priority}).Check() != nil {
+		out.Priority = nil
+	}
+	if (&bus.Annotations{LastModified: out.LastModified}).Check() != nil {
+		out.LastModified = ""
+	}
+	if len(out.Audience) == 0 && out.Priority == nil && out.LastModified == "" {
+		return b
+	}
+	b.Annotations = out
+	return b
 }
 
 func data(mediaType, b64, def string) bus.Block {
@@ -172,19 +223,27 @@ func resourceLink(l mcp.ResourceLink) bus.Block {
 	if mt == "" {
 		mt = "application/octet-stream"
 	}
-	return bus.Block{Type: bus.BlockData, MediaType: mt, URL: l.URI}
+	b := bus.Block{Type: bus.BlockData, MediaType: mt, URL: l.URI, Name: l.Name, Title: l.Title, Description: l.Description}
+	if l.Size != nil && *l.Size > 0 {
+		b.Size = *l.Size
+	}
+	return annotate(b, l.Annotations)
 }
 
 func resource(r mcp.ResourceContents) bus.Block {
 	switch v := r.(type) {
 	case mcp.TextResourceContents:
-		return bus.Block{Type: bus.BlockText, Text: v.Text}
+		return bus.Block{Type: bus.BlockText, Text: v.Text, URI: v.URI, MediaType: v.MIMEType}
 	case *mcp.TextResourceContents:
-		return bus.Block{Type: bus.BlockText, Text: v.Text}
+		return bus.Block{Type: bus.BlockText, Text: v.Text, URI: v.URI, MediaType: v.MIMEType}
 	case mcp.BlobResourceContents:
-		return data(v.MIMEType, v.Blob, "application/octet-stream")
+		b := data(v.MIMEType, v.Blob, "application/octet-stream")
+		b.URI = v.URI
+		return b
 	case *mcp.BlobResourceContents:
-		return data(v.MIMEType, v.Blob, "application/octet-stream")
+		b := data(v.MIMEType, v.Blob, "application/octet-stream")
+		b.URI = v.URI
+		return b
 	}
 	b, _ := json.Marshal(r)
 	return bus.Block{Type: bus.BlockText, Text: string(b)}

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -63,15 +64,25 @@ func (r *recorder) wasCancelled(id string) bool {
 
 // testServer is an MCP server with one tool per mapping the bridge has to get right.
 func testServer(rec *recorder) *server.MCPServer {
-	s := server.NewMCPServer("bridge-test", "1.0.0", server.WithToolCapabilities(true))
+	hooks := &server.Hooks{}
+	hooks.AddBeforeAny(func(_ context.Context, _ any, method mcp.MCPMethod, _ any) {
+		if method == mcp.MethodTasksCancel {
+			rec.cancel("tasks/cancel")
+		}
+	})
+	s := server.NewMCPServer("bridge-test", "1.0.0", server.WithToolCapabilities(true), server.WithElicitation(), server.WithRoots(),
+		server.WithTaskCapabilities(true, true, true), server.WithHooks(hooks))
+	s.EnableSampling()
+	addAskTools(s)
+	addResources(s)
 	s.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echo the text."),
 		mcp.WithString("text", mcp.Required()),
 		mcp.WithReadOnlyHintAnnotation(true), mcp.WithIdempotentHintAnnotation(true)),
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText(req.GetString("text", "")), nil
 		})
-	s.AddTool(mcp.NewTool("read.file", mcp.WithDescription("A name with a dot."),
-		mcp.WithReadOnlyHintAnnotation(false), mcp.WithDestructiveHintAnnotation(true)),
+	s.AddTool(mcp.NewTool("read.file", mcp.WithDescription("A name with a dot."), mcp.WithTitleAnnotation("Read a file"),
+		mcp.WithReadOnlyHintAnnotation(false), mcp.WithDestructiveHintAnnotation(false), mcp.WithOpenWorldHintAnnotation(true)),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("file"), nil
 		})
@@ -83,19 +94,28 @@ func testServer(rec *recorder) *server.MCPServer {
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			png := base64.StdEncoding.EncodeToString([]byte("png"))
 			wav := base64.StdEncoding.EncodeToString([]byte("wav"))
+			prio := 0.25
+			text := mcp.NewTextContent("hello")
+			text.Annotations = &mcp.Annotations{Audience: []mcp.Role{mcp.RoleUser}, Priority: &prio, LastModified: "2026-01-02T03:04:05Z"}
+			link := mcp.NewResourceLink("https://example.com/c.pdf", "c", "The C report.", "application/pdf")
+			link.Annotations = &mcp.Annotations{Audience: []mcp.Role{mcp.RoleAssistant}}
 			return &mcp.CallToolResult{Content: []mcp.Content{
-				mcp.NewTextContent("hello"),
+				text,
 				mcp.NewImageContent(png, "image/png"),
 				mcp.NewAudioContent(wav, "audio/wav"),
 				mcp.NewEmbeddedResource(mcp.TextResourceContents{URI: "file:///a.txt", MIMEType: "text/plain", Text: "resource text"}),
 				mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: "file:///b.bin", MIMEType: "application/pdf", Blob: png}),
-				mcp.NewResourceLink("https://example.com/c.pdf", "c", "", "application/pdf"),
+				link,
 			}}, nil
 		})
 	s.AddTool(mcp.NewTool("weather", mcp.WithDescription("Structured output."),
 		mcp.WithRawOutputSchema([]byte(`{"type":"object","properties":{"temp":{"type":"number"}}}`))),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultStructured(map[string]any{"temp": 4}, "4 degrees"), nil
+		})
+	s.AddTool(mcp.NewTool("same", mcp.WithDescription("Structured output whose text is the same JSON.")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultStructured(map[string]any{"a": 1}, `{"a":1}`), nil
 		})
 	s.AddTool(mcp.NewTool("fail", mcp.WithDescription("Always an error.")),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -124,6 +144,23 @@ func testServer(rec *recorder) *server.MCPServer {
 			case <-t.C:
 				return mcp.NewToolResultText("done " + id), nil
 			}
+		})
+	s.AddTool(mcp.NewTool("research", mcp.WithDescription("Runs only as a task; waits ms."), mcp.WithTaskSupport(mcp.TaskSupportRequired),
+		mcp.WithString("id", mcp.Required()), mcp.WithNumber("ms")),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			id := req.GetString("id", "")
+			if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+				_ = server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
+					map[string]any{"progressToken": req.Params.Meta.ProgressToken, "progress": 1, "message": "researching"})
+			}
+			select {
+			case rec.started <- id:
+			default:
+			}
+			// mcp-go ends a task's context with the tools/call that made
+			// it; the test sees tasks/cancel through a hook instead.
+			time.Sleep(time.Duration(req.GetFloat("ms", 50)) * time.Millisecond)
+			return mcp.NewToolResultStructured(map[string]any{"id": id}, "researched "+id), nil
 		})
 	s.AddTool(mcp.NewTool("grow", mcp.WithDescription("Adds the tool named name.")),
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -207,4 +244,92 @@ func (h *httpServer) waitStarted(t *testing.T) {
 	case <-time.After(bound):
 		t.Fatal("the call never reached the server")
 	}
+}
+
+// addAskTools adds the tools that ask the client: ask (a form
+// elicitation), askurl (a URL elicitation), roots and sample.
+func addAskTools(s *server.MCPServer) {
+	s.AddTool(mcp.NewTool("ask", mcp.WithDescription("Asks the user for a name.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+				Message: "Allow the deployment? Your name, please.",
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string", "minLength": 2}},
+					"required": []string{"name"}}}})
+			if err != nil {
+				return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
+			}
+			c, _ := json.Marshal(r.Content)
+			return mcp.NewToolResultText(string(r.Action) + " " + string(c)), nil
+		})
+	s.AddTool(mcp.NewTool("askmany", mcp.WithDescription("Asks ten questions at once.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			refused := 0
+			for range 10 {
+				wg.Go(func() {
+					_, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{Message: "?",
+						RequestedSchema: map[string]any{"type": "object"}}})
+					if err != nil && strings.Contains(err.Error(), "questions waiting") {
+						mu.Lock()
+						refused++
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			return mcp.NewToolResultText(fmt.Sprintf("refused %d", refused)), nil
+		})
+	s.AddTool(mcp.NewTool("getenv", mcp.WithDescription("Reads an environment variable."), mcp.WithString("name", mcp.Required())),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			v, ok := os.LookupEnv(req.GetString("name", ""))
+			return mcp.NewToolResultText(fmt.Sprintf("%v %s", ok, v)), nil
+		})
+	s.AddTool(mcp.NewTool("askurl", mcp.WithDescription("Sends the user to a URL.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, err := s.RequestURLElicitation(ctx, server.ClientSessionFromContext(ctx), "e-1", "https://example.com/auth", "Sign in")
+			if err != nil {
+				return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
+			}
+			return mcp.NewToolResultText(string(r.Action)), nil
+		})
+	s.AddTool(mcp.NewTool("roots", mcp.WithDescription("Lists the client's roots.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, err := s.RequestRoots(ctx, mcp.ListRootsRequest{})
+			if err != nil {
+				return mcp.NewToolResultError("roots failed: " + err.Error()), nil
+			}
+			var uris []string
+			for _, root := range r.Roots {
+				uris = append(uris, root.URI)
+			}
+			return mcp.NewToolResultText(strings.Join(uris, ",")), nil
+		})
+	s.AddTool(mcp.NewTool("sample", mcp.WithDescription("Asks the client's model.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, err := s.RequestSampling(ctx, mcp.CreateMessageRequest{CreateMessageParams: mcp.CreateMessageParams{
+				Messages: []mcp.SamplingMessage{{Role: mcp.RoleUser, Content: mcp.NewTextContent("2+2?")}}, MaxTokens: 10}})
+			if err != nil {
+				return mcp.NewToolResultError("sampling failed: " + err.Error()), nil
+			}
+			tc, _ := r.Content.(mcp.TextContent)
+			return mcp.NewToolResultText(r.Model + ": " + tc.Text), nil
+		})
+}
+
+// addResources adds a text resource, a blob resource and a template.
+func addResources(s *server.MCPServer) {
+	s.AddResource(mcp.NewResource("file:///notes.txt", "notes", mcp.WithResourceDescription("The notes."), mcp.WithMIMEType("text/plain"),
+		mcp.WithAnnotations([]mcp.Role{mcp.RoleUser}, 0.5, "")),
+		func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: "file:///notes.txt", MIMEType: "text/plain", Text: "remember"}}, nil
+		})
+	s.AddResource(mcp.NewResource("file:///logo.png", "logo", mcp.WithMIMEType("image/png")),
+		func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.BlobResourceContents{URI: "file:///logo.png", MIMEType: "image/png", Blob: base64.StdEncoding.EncodeToString([]byte("png"))}}, nil
+		})
+	s.AddResourceTemplate(mcp.NewResourceTemplate("file:///logs/{day}", "logs", mcp.WithTemplateDescription("A day's log.")),
+		func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, Text: "log of " + req.Params.URI}}, nil
+		})
 }

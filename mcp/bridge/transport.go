@@ -1,13 +1,20 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -28,7 +35,7 @@ func newTransport(s *Server, log *slog.Logger) (transport.Interface, error) {
 		return transport.NewStdioWithOptions(s.Command, env, s.Args,
 			transport.WithCommandLogger(log), transport.WithCommandFunc(func(ctx context.Context, command string, env, args []string) (*exec.Cmd, error) {
 				cmd := exec.CommandContext(ctx, command, args...)
-				cmd.Env = append(os.Environ(), env...)
+				cmd.Env = append(serverEnv(os.Environ()), env...)
 				cmd.Dir = cwd
 				return cmd, nil
 			})), nil
@@ -39,7 +46,7 @@ func newTransport(s *Server, log *slog.Logger) (transport.Interface, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &httpTransport{Interface: t}, nil
+		return &httpTransport{Interface: t, url: s.URL, headers: s.Headers, log: log}, nil
 	default:
 		// Continuous listening opens the GET stream on which the server's
 		// notifications/tools/list_changed arrives between calls.
@@ -48,8 +55,22 @@ func newTransport(s *Server, log *slog.Logger) (transport.Interface, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &httpTransport{Interface: t}, nil
+		return &httpTransport{Interface: t, url: s.URL, headers: s.Headers, log: log}, nil
 	}
+}
+
+// serverEnv is the environment a stdio server inherits: the worker's,
+// without its NATS connection settings (NATS_*: credentials, tokens, keys),
+// which a third-party server has no use for and must not read. A server's
+// own env may set them again.
+func serverEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "NATS_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // httpTransport passes everything to an SSE or streamable HTTP transport
@@ -57,6 +78,10 @@ func newTransport(s *Server, log *slog.Logger) (transport.Interface, error) {
 // withRequestIDs, so that the bridge can cancel them.
 type httpTransport struct {
 	transport.Interface
+	url     string
+	headers map[string]string
+	log     *slog.Logger
+	version atomic.Value // string: the negotiated protocol version
 }
 
 var (
@@ -72,15 +97,77 @@ func (t *httpTransport) SendRequest(ctx context.Context, r transport.JSONRPCRequ
 }
 
 func (t *httpTransport) SetProtocolVersion(v string) {
+	t.version.Store(v)
 	if h, ok := t.Interface.(transport.HTTPConnection); ok {
 		h.SetProtocolVersion(v)
 	}
 }
 
+// SetRequestHandler passes the server's requests to h. Over streamable
+// HTTP, mcp-go gives h 30 seconds and answers with the same deadline, too
+// short for a person answering a parked elicitation; so elicitation and
+// sampling requests are answered in the background, bounded by the bus
+// calls that asked (ask.go), and their responses posted by t itself.
 func (t *httpTransport) SetRequestHandler(h transport.RequestHandler) {
-	if b, ok := t.Interface.(transport.BidirectionalInterface); ok {
-		b.SetRequestHandler(h)
+	b, ok := t.Interface.(transport.BidirectionalInterface)
+	if !ok {
+		return
 	}
+	sh, streamable := t.Interface.(*transport.StreamableHTTP)
+	if !streamable {
+		b.SetRequestHandler(h)
+		return
+	}
+	b.SetRequestHandler(func(ctx context.Context, r transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+		if r.Method != string(mcp.MethodElicitationCreate) && r.Method != string(mcp.MethodSamplingCreateMessage) {
+			return h(ctx, r)
+		}
+		go func() {
+			resp, err := h(context.WithoutCancel(ctx), r)
+			if err != nil {
+				resp = transport.NewJSONRPCErrorResponse(r.ID, mcp.INTERNAL_ERROR, err.Error(), nil)
+			}
+			if err := t.respond(sh.GetSessionId(), resp); err != nil && t.log != nil {
+				t.log.Warn("bridge: response to the server's request not sent", "method", r.Method, "err", err)
+			}
+		}()
+		return nil, nil
+	})
+}
+
+// respond posts a JSON-RPC response to a streamable HTTP server.
+func (t *httpTransport) respond(session string, resp *transport.JSONRPCResponse) error {
+	body, err := json.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	for k, v := range t.headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+	}
+	if v, _ := t.version.Load().(string); v != "" {
+		req.Header.Set("Mcp-Protocol-Version", v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	if res.StatusCode != http.StatusOK && res.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("the server answered HTTP %d", res.StatusCode)
+	}
+	return nil
 }
 
 func (t *httpTransport) SetConnectionLostHandler(h func(error)) {
@@ -110,13 +197,17 @@ func (t *httpTransport) cancel(ids *requestIDs, reason string, log *slog.Logger)
 
 type requestIDsKey struct{}
 
+// requestIDs notes the JSON-RPC ids of one bus call's MCP requests, and
+// the call itself, so that a request the server sends back on that call's
+// stream (streamable HTTP) is known to be the call's.
 type requestIDs struct {
-	mu  sync.Mutex
-	ids []mcp.RequestId
+	call *inflight
+	mu   sync.Mutex
+	ids  []mcp.RequestId
 }
 
-func withRequestIDs(ctx context.Context) (context.Context, *requestIDs) {
-	ids := &requestIDs{}
+func withRequestIDs(ctx context.Context, call *inflight) (context.Context, *requestIDs) {
+	ids := &requestIDs{call: call}
 	return context.WithValue(ctx, requestIDsKey{}, ids), ids
 }
 

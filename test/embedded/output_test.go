@@ -22,7 +22,13 @@ func TestOutputPassThrough(t *testing.T) {
 		}, Metadata: json.RawMessage(`{"source":"met.no","took_ms":12}`)},
 		"url_data":   {Output: []bus.Block{{Type: bus.BlockData, MediaType: "application/pdf", URL: "https://example.com/r.pdf"}}},
 		"empty_text": {Output: []bus.Block{{Type: bus.BlockText, Text: ""}}},
-		"no_output":  {},
+		// The descriptive members of PROTOCOL.md 3.3 pass through too.
+		"described": {Output: []bus.Block{
+			{Type: bus.BlockText, Text: "notes", URI: "file:///n.txt", MediaType: "text/plain", Annotations: &bus.Annotations{Audience: []string{"user"}}},
+			{Type: bus.BlockData, MediaType: "application/pdf", URL: "https://example.com/c.pdf", Size: 5, Name: "c.pdf", Title: "C", Description: "The C report.",
+				Annotations: &bus.Annotations{LastModified: "2026-01-02T03:04:05Z"}},
+		}},
+		"no_output": {},
 	}
 	e.addWorker(func(w *worker.Worker) {
 		for name, out := range outputs {
@@ -30,7 +36,7 @@ func TestOutputPassThrough(t *testing.T) {
 				func(context.Context, *worker.Call) (*bus.ExecResult, error) { return out, nil })
 		}
 	})
-	e.waitLive("text_and_image", "url_data", "empty_text", "no_output")
+	e.waitLive("text_and_image", "url_data", "empty_text", "described", "no_output")
 	for name, out := range outputs {
 		t.Run(name, func(t *testing.T) {
 			ev := e.watch(t, "out-"+name)
@@ -64,10 +70,15 @@ func TestInvalidWorkerOutputBlocks(t *testing.T) {
 		handle(t, w, bus.ToolDef{Name: "bad_blocks", ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
 			return &bus.ExecResult{Output: []bus.Block{{Type: bus.BlockData, MediaType: "image/png", Data: "AA==", URL: "https://x"}}}, nil
 		})
+		handle(t, w, bus.ToolDef{Name: "bad_annotations", ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			return &bus.ExecResult{Output: []bus.Block{{Type: bus.BlockText, Text: "x", Annotations: &bus.Annotations{Audience: []string{"model"}}}}}, nil
+		})
 	})
-	e.waitLive("bad_blocks")
+	e.waitLive("bad_blocks", "bad_annotations")
 	r := e.call(t, "ob", []bus.Call{{ID: "c1", Name: "bad_blocks"}}).Results[0]
 	wantFailure(t, r, bus.StateError, bus.CodeToolError, "Error: the tool returned an invalid output block 0: a data block has exactly one of data and url")
+	r = e.call(t, "ob2", []bus.Call{{ID: "c1", Name: "bad_annotations"}}).Results[0]
+	wantFailure(t, r, bus.StateError, bus.CodeToolError, `Error: the tool returned an invalid output block 0: annotations.audience: "model" is not user or assistant`)
 	var skills struct {
 		Skills []any `json:"skills"`
 	}

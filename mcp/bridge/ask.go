@@ -1,0 +1,433 @@
+package bridge
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/schemas"
+)
+
+// What a bridged server may ask of its client (PROTOCOL.md 12): roots,
+// elicitation (form and URL) and sampling. An elicitation becomes a call of
+// the request-scoped external tool mcp__<server>__elicit in the session of
+// the bus call that caused it, so it parks (kind external) and is answered
+// like any parked call; a sampling request becomes a call of the server's
+// sampling_tool, or is refused.
+
+// maxQuestions bounds the elicitation and sampling requests of one server
+// waiting at once; more are refused, so a server cannot flood a session
+// with parked calls or the bridge with subscriptions.
+const maxQuestions = 8
+
+// maxElicitRounds bounds how often an elicitation is parked again after an
+// answer whose content did not fit the requested schema.
+const maxElicitRounds = 3
+
+// capabilities are the client capabilities the bridge declares.
+func capabilities() mcp.ClientCapabilities {
+	c := mcp.ClientCapabilities{
+		Sampling:    &mcp.SamplingCapability{},
+		Elicitation: &mcp.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}},
+	}
+	// The roots never change while the bridge runs: no listChanged.
+	c.Roots = &struct {
+		ListChanged bool `json:"listChanged,omitempty"`
+	}{}
+	return c
+}
+
+// clientOptions are the mcp-go client options that answer the server's
+// requests on l's behalf.
+func (l *link) clientOptions() []mcpclient.ClientOption {
+	return []mcpclient.ClientOption{
+		mcpclient.WithClientCapabilities(capabilities()),
+		mcpclient.WithRootsHandler(rootsFunc(l.roots)),
+		mcpclient.WithElicitationHandler(elicitFunc(l.elicit)),
+		mcpclient.WithSamplingHandler(samplingFunc(l.sample)),
+	}
+}
+
+type (
+	rootsFunc    func(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error)
+	elicitFunc   func(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error)
+	samplingFunc func(context.Context, mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error)
+)
+
+func (f rootsFunc) ListRoots(ctx context.Context, r mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+	return f(ctx, r)
+}
+func (f elicitFunc) Elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	return f(ctx, r)
+}
+func (f samplingFunc) CreateMessage(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	return f(ctx, r)
+}
+
+// roots answers roots/list: the server's configured roots, else the
+// bridge's (the worker's --workdir), as file:// URIs. Nothing else of the
+// machine is named.
+func (l *link) roots(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+	list := l.s.Roots
+	if len(list) == 0 {
+		list = l.b.cfg.Roots
+	}
+	out := &mcp.ListRootsResult{Roots: []mcp.Root{}}
+	for _, r := range list {
+		out.Roots = append(out.Roots, rootOf(r))
+	}
+	return out, nil
+}
+
+// rootOf names a configured root: a file:// URI as it is, a path made
+// absolute and turned into one.
+func rootOf(r string) mcp.Root {
+	if strings.HasPrefix(r, "file://") {
+		u, err := url.Parse(r)
+		if err == nil {
+			return mcp.Root{URI: r, Name: filepath.Base(u.Path)}
+		}
+	}
+	if abs, err := filepath.Abs(r); err == nil {
+		r = abs
+	}
+	return mcp.Root{URI: (&url.URL{Scheme: "file", Path: filepath.ToSlash(r)}).String(), Name: filepath.Base(r)}
+}
+
+// origin is the bus call (or calls, of one session) a server's request
+// belongs to; done is closed when every one of them has ended.
+type origin struct {
+	session string
+	user    json.RawMessage
+	context json.RawMessage
+	calls   []string
+	ctxs    []context.Context
+}
+
+// origin finds the bus call behind a server request: the call whose MCP
+// request carried ctx (streamable HTTP answers on the call's own stream),
+// else the server's calls in flight when they all belong to one session
+// and user (stdio gives no other clue). Calls of several sessions at once
+// are refused: the bridge cannot tell whose user should answer.
+func (l *link) origin(ctx context.Context) (*origin, error) {
+	if ids, ok := ctx.Value(requestIDsKey{}).(*requestIDs); ok && ids.call != nil {
+		c := ids.call
+		return &origin{session: c.call.SessionID, user: c.call.User, context: c.call.Context, calls: []string{c.call.ID}, ctxs: []context.Context{c.ctx}}, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var o *origin
+	for _, f := range l.progress {
+		c := f.call
+		switch {
+		case o == nil:
+			o = &origin{session: c.SessionID, user: c.User, context: c.Context}
+		case o.session != c.SessionID || string(o.user) != string(c.User):
+			return nil, fmt.Errorf("the bridge cannot tell which bus call asks: calls of MCP server %q from several sessions or users are in flight", l.s.Name)
+		}
+		o.calls = append(o.calls, c.ID)
+		o.ctxs = append(o.ctxs, f.ctx)
+	}
+	if o == nil {
+		return nil, fmt.Errorf("the bridge asks only on behalf of a bus call, and no call of MCP server %q is in flight", l.s.Name)
+	}
+	slices.Sort(o.calls)
+	o.calls = slices.Compact(o.calls)
+	return o, nil
+}
+
+// bound returns ctx cut short when every call of o has ended (a question
+// outlives none of the calls it is asked for), and the earliest of their
+// deadlines, if any.
+func (o *origin) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	var mu sync.Mutex
+	left := len(o.ctxs)
+	stops := make([]func() bool, 0, len(o.ctxs))
+	for _, c := range o.ctxs {
+		stops = append(stops, context.AfterFunc(c, func() {
+			mu.Lock()
+			left--
+			last := left == 0
+			mu.Unlock()
+			if last {
+				cancel(errors.New("the bus call that asked has ended"))
+			}
+		}))
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel(context.Canceled)
+	}
+}
+
+// ElicitName is the request-scoped external tool an elicitation of server
+// parks as.
+func ElicitName(server string) string { return ToolName(server, "elicit") }
+
+// elicitSchema is the input schema of the elicit tool.
+var elicitSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"server":{"type":"string"},"mode":{"type":"string","enum":["form","url"]},"message":{"type":"string"},` +
+	`"requested_schema":{"type":"object"},"url":{"type":"string"},"elicitation_id":{"type":"string"},` +
+	`"calls":{"type":"array","items":{"type":"string"}},"refused":{"type":"string"}},` +
+	`"required":["server","mode","message","calls"]}`)
+
+const elicitDescription = "An MCP server asks the user. Answer with a text block holding " +
+	`{"action":"accept","content":{...}} (content fits requested_schema), {"action":"decline"} or {"action":"cancel"}; ` +
+	"a bare JSON object is accepted as the content; an error answer declines."
+
+// elicitInput is what the parked elicit call shows its answerer.
+type elicitInput struct {
+	Server          string          `json:"server"`
+	Mode            string          `json:"mode"`
+	Message         string          `json:"message"`
+	RequestedSchema json.RawMessage `json:"requested_schema,omitempty"`
+	URL             string          `json:"url,omitempty"`
+	ElicitationID   string          `json:"elicitation_id,omitempty"`
+	Calls           []string        `json:"calls"`
+	Refused         string          `json:"refused,omitempty"`
+}
+
+// elicit answers elicitation/create: it parks a call of the elicit tool in
+// the origin's session and returns the answer, checked against the
+// requested schema (a misfit is parked again, at most maxElicitRounds
+// times, then cancelled).
+func (l *link) elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	o, err := l.origin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, done := o.bound(ctx)
+	defer done()
+	in := elicitInput{Server: l.s.Name, Mode: r.Params.Mode, Message: r.Params.Message, URL: r.Params.URL,
+		ElicitationID: r.Params.ElicitationID, Calls: o.calls}
+	if in.Mode == "" {
+		in.Mode = mcp.ElicitationModeForm
+	}
+	var schema *schemas.Schema
+	if in.Mode == mcp.ElicitationModeForm && r.Params.RequestedSchema != nil {
+		raw, err := json.Marshal(r.Params.RequestedSchema)
+		if err != nil {
+			return nil, fmt.Errorf("requested schema: %w", err)
+		}
+		in.RequestedSchema = raw
+		if schema, err = schemas.Compile(raw); err != nil {
+			return nil, fmt.Errorf("requested schema: %w", err)
+		}
+	}
+	name := ElicitName(l.s.Name)
+	tool := bus.ExternalTool{Name: name, Description: elicitDescription, InputSchema: elicitSchema}
+	for range maxElicitRounds {
+		res, err := l.ask(ctx, o, bus.Call{Name: name, Input: mustJSON(in)}, &bus.Request{MergeMode: "external_only", ExternalTools: []bus.ExternalTool{tool}})
+		if err != nil {
+			return nil, err
+		}
+		out, why := elicitAnswer(res, schema)
+		if why == "" {
+			return out, nil
+		}
+		l.log.Warn("bridge: elicitation answer refused; asking again", "why", why)
+		in.Refused = "the previous answer was refused: " + why
+	}
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionCancel}}, nil
+}
+
+// elicitAnswer reads an answer to an elicit call; why is not empty when the
+// answer cannot be given to the server.
+func elicitAnswer(res bus.Result, schema *schemas.Schema) (out *mcp.ElicitationResult, why string) {
+	action := func(a mcp.ElicitationResponseAction, content any) *mcp.ElicitationResult {
+		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: a, Content: content}}
+	}
+	switch res.State {
+	case bus.StateSuccess:
+	case bus.StateError:
+		if res.Error == nil || res.Error.Code == bus.CodeToolError {
+			return action(mcp.ElicitationResponseActionDecline, nil), ""
+		}
+		return action(mcp.ElicitationResponseActionCancel, nil), "" // timeout, limit_exceeded ...
+	default: // interrupted, denied
+		return action(mcp.ElicitationResponseActionCancel, nil), ""
+	}
+	text := strings.TrimSpace(answerText(res.Output))
+	switch strings.ToLower(text) {
+	case "accept", "decline", "cancel":
+		text = `{"action":"` + strings.ToLower(text) + `"}`
+	}
+	var v map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(text), &v); err != nil || v == nil {
+		return nil, `the answer is not a JSON object, nor "accept", "decline" or "cancel"`
+	}
+	act := mcp.ElicitationResponseActionAccept
+	content := json.RawMessage(text)
+	if raw, ok := v["action"]; ok {
+		var a string
+		if json.Unmarshal(raw, &a) != nil || (a != "accept" && a != "decline" && a != "cancel") {
+			return nil, `"action" must be "accept", "decline" or "cancel"`
+		}
+		act, content = mcp.ElicitationResponseAction(a), v["content"]
+	}
+	if act != mcp.ElicitationResponseActionAccept {
+		return action(act, nil), ""
+	}
+	if schema == nil {
+		if len(content) == 0 {
+			return action(act, nil), ""
+		}
+	}
+	if len(content) == 0 {
+		content = json.RawMessage(`{}`)
+	}
+	var c any
+	if err := json.Unmarshal(content, &c); err != nil {
+		return nil, "content: " + err.Error()
+	}
+	if _, ok := c.(map[string]any); !ok {
+		return nil, "content must be a JSON object"
+	}
+	if schema != nil {
+		if details := schema.Validate(c); len(details) > 0 {
+			parts := make([]string, 0, len(details))
+			for _, d := range details {
+				parts = append(parts, d.Path+": "+d.Message)
+			}
+			return nil, "content does not fit the requested schema: " + strings.Join(parts, "; ")
+		}
+	}
+	return action(act, c), ""
+}
+
+// answerText is the text of an answer: its text blocks joined, else its
+// first application/json data block decoded.
+func answerText(out []bus.Block) string {
+	var parts []string
+	for _, b := range out {
+		if b.Type == bus.BlockText {
+			parts = append(parts, b.Text)
+		}
+	}
+	if len(parts) > 0 {
+		return strings.Join(parts, "")
+	}
+	for _, b := range out {
+		if b.Type == bus.BlockData && b.MediaType == "application/json" && b.Data != "" {
+			if d, err := base64.StdEncoding.DecodeString(b.Data); err == nil {
+				return string(d)
+			}
+		}
+	}
+	return ""
+}
+
+// errNoSampling is the refusal of a sampling request by a server that has
+// no sampling_tool.
+var errNoSampling = errors.New("sampling is refused: no sampling_tool is configured for this MCP server in the bridge's config")
+
+// sample answers sampling/createMessage through the server's
+// sampling_tool: a call of that bus tool in the origin's session, with the
+// request's params as input; its text becomes the assistant's message.
+func (l *link) sample(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	if l.s.SamplingTool == "" {
+		return nil, fmt.Errorf("MCP server %q: %w", l.s.Name, errNoSampling)
+	}
+	o, err := l.origin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, done := o.bound(ctx)
+	defer done()
+	res, err := l.ask(ctx, o, bus.Call{Name: l.s.SamplingTool, Input: mustJSON(r.CreateMessageParams)}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if res.State != bus.StateSuccess {
+		return nil, fmt.Errorf("sampling tool %s: %s: %s", l.s.SamplingTool, res.State, answerText(res.Output))
+	}
+	return &mcp.CreateMessageResult{Model: l.s.SamplingTool, StopReason: "endTurn",
+		SamplingMessage: mcp.SamplingMessage{Role: mcp.RoleAssistant, Content: mcp.NewTextContent(answerText(res.Output))}}, nil
+}
+
+// ask runs one call in o's session on the server's behalf and waits for
+// its result (after its park, if it parks) until ctx ends; then the call
+// is cancelled.
+func (l *link) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request) (bus.Result, error) {
+	select {
+	case l.questions <- struct{}{}:
+		defer func() { <-l.questions }()
+	default:
+		return bus.Result{}, fmt.Errorf("MCP server %q already has %d questions waiting; refused", l.s.Name, maxQuestions)
+	}
+	cl := l.b.client
+	c.ID = "mcp-" + nuid.Next()
+	replyID := client.NewReplyID()
+	ev, err := cl.Watch(ctx, o.session)
+	if err != nil {
+		return bus.Result{}, err
+	}
+	defer ev.Stop()
+	b := bus.Batch{Calls: []bus.Call{c}, User: o.user, Context: o.context, Request: req}
+	opts := []client.CallOption{client.WithReplyID(replyID)}
+	if dl, ok := ctx.Deadline(); ok {
+		opts = append(opts, client.WithExpiry(dl))
+	}
+	settled := false
+	defer func() {
+		if !settled {
+			// Withdraw the question: it may have parked even when the
+			// reply did not arrive.
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = cl.Cancel(cctx, o.session, replyID, c.ID)
+			cancel()
+		}
+	}()
+	reply, err := cl.Call(ctx, o.session, b, opts...)
+	if err != nil {
+		if ctx.Err() != nil {
+			return bus.Result{}, context.Cause(ctx)
+		}
+		return bus.Result{}, fmt.Errorf("the bus refused the call: %w", err)
+	}
+	if len(reply.Results) == 1 {
+		settled = true
+		return reply.Results[0], nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return bus.Result{}, context.Cause(ctx)
+		case e, ok := <-ev.C:
+			if !ok {
+				return bus.Result{}, errors.New("the session's events ended")
+			}
+			if e.Type != bus.TypeCallResult || e.ReplyID != replyID || e.ToolCallID != c.ID {
+				continue
+			}
+			var r bus.Result
+			if err := e.DataAs(&r); err != nil {
+				return bus.Result{}, err
+			}
+			settled = true
+			return r, nil
+		}
+	}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}

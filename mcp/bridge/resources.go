@@ -1,0 +1,243 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Resources (PROTOCOL.md 12): the bridge serves its servers' resources on
+// P.resources.<server> (request/reply, queue group P-resources-<server>),
+// so a facade or an agent can list and read them.
+
+// Event types of the resources verb.
+const (
+	TypeResourcesList     = "io.toolbus.resources.list"     // data ResourcesList
+	TypeResourcesListed   = "io.toolbus.resources.listed"   // data ResourcesListed
+	TypeResourcesRead     = "io.toolbus.resources.read"     // data ResourcesRead
+	TypeResourcesContents = "io.toolbus.resources.contents" // data ResourcesContents
+)
+
+// maxReaders bounds a server's resource requests in flight; more are
+// refused with limit_exceeded.
+const maxReaders = 16
+
+// maxResources bounds each list a server's resources/list and
+// resources/templates/list give (the rest is left out, Truncated says so).
+const maxResources = 1000
+
+// ResourcesSubject is the subject the resources of server are served on.
+func ResourcesSubject(prefix, server string) string {
+	return bus.NewSubjects(prefix).Prefix + ".resources." + server
+}
+
+// ResourcesList is the data of io.toolbus.resources.list: nothing (yet).
+type ResourcesList struct{}
+
+// ResourcesRead is the data of io.toolbus.resources.read.
+type ResourcesRead struct {
+	URI string `json:"uri"`
+}
+
+// Resource is one resource of a server: Name is mcp__<server>__<its name>
+// (as tool names are made), URI the server's own.
+type Resource struct {
+	Name        string           `json:"name"`
+	URI         string           `json:"uri"`
+	Title       string           `json:"title,omitempty"`
+	Description string           `json:"description,omitempty"`
+	MediaType   string           `json:"media_type,omitempty"`
+	Annotations *bus.Annotations `json:"annotations,omitempty"`
+}
+
+// ResourceTemplate is one resource template of a server (RFC 6570).
+type ResourceTemplate struct {
+	Name        string           `json:"name"`
+	URITemplate string           `json:"uri_template"`
+	Title       string           `json:"title,omitempty"`
+	Description string           `json:"description,omitempty"`
+	MediaType   string           `json:"media_type,omitempty"`
+	Annotations *bus.Annotations `json:"annotations,omitempty"`
+}
+
+// ResourcesListed is the data of io.toolbus.resources.listed.
+type ResourcesListed struct {
+	Server    string             `json:"server"`
+	Resources []Resource         `json:"resources"`
+	Templates []ResourceTemplate `json:"templates"`
+	Truncated bool               `json:"truncated,omitempty"`
+}
+
+// ResourcesContents is the data of io.toolbus.resources.contents: the
+// resource's contents as blocks (text with uri and media_type, or data
+// with uri), as in tool results.
+type ResourcesContents struct {
+	Contents []bus.Block `json:"contents"`
+}
+
+// serveResources subscribes l's resources verb; the subscription lives as
+// long as the bridge.
+func (l *link) serveResources() (*nats.Subscription, error) {
+	subj := ResourcesSubject(l.b.cfg.Prefix, l.s.Name)
+	queue := bus.NewSubjects(l.b.cfg.Prefix).Prefix + "-resources-" + l.s.Name
+	return l.b.nc.QueueSubscribe(subj, queue, func(m *nats.Msg) {
+		select {
+		case l.readers <- struct{}{}:
+		default:
+			_ = bus.RespondError(l.b.nc, m, l.source(), bus.Errorf(bus.CodeLimitExceeded,
+				"MCP server %q already has %d resource requests in flight; try again", l.s.Name, maxReaders))
+			return
+		}
+		go func() {
+			defer func() { <-l.readers }()
+			l.resourceRequest(m)
+		}()
+	})
+}
+
+func (l *link) source() string { return "toolbus/bridge/" + l.b.cfg.ID }
+
+// resourceRequest answers one request of the resources verb.
+func (l *link) resourceRequest(m *nats.Msg) {
+	typ, data, err := l.resources(m)
+	if err != nil {
+		var be *bus.Error
+		if !errors.As(err, &be) {
+			be = bus.Errorf(bus.CodeInternal, "%v", err)
+		}
+		_ = bus.RespondError(l.b.nc, m, l.source(), be)
+		return
+	}
+	b, err := json.Marshal(data)
+	if err == nil && int64(len(b)) > l.b.nc.MaxPayload()-64<<10 {
+		err = bus.Errorf(bus.CodeLimitExceeded, "the resource is %d bytes, more than a message may carry", len(b))
+	}
+	if err != nil {
+		var be *bus.Error
+		if !errors.As(err, &be) {
+			be = bus.Errorf(bus.CodeInternal, "%v", err)
+		}
+		_ = bus.RespondError(l.b.nc, m, l.source(), be)
+		return
+	}
+	_ = bus.Respond(l.b.nc, m, l.source(), typ, json.RawMessage(b))
+}
+
+func (l *link) resources(m *nats.Msg) (string, any, error) {
+	e, err := bus.Decode(m)
+	if err != nil {
+		return "", nil, bus.Errorf(bus.CodeBadEvent, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.s.setupTimeout())
+	defer cancel()
+	if exp, err := e.Expiry(); err == nil && !exp.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, exp)
+		defer cancel()
+	}
+	cl, _ := l.connection(ctx, nil)
+	if cl == nil {
+		return "", nil, bus.Errorf(bus.CodeUnavailable, "MCP server %q is not connected", l.s.Name)
+	}
+	if cl.GetServerCapabilities().Resources == nil {
+		return "", nil, bus.Errorf(bus.CodeUnavailable, "MCP server %q has no resources", l.s.Name)
+	}
+	switch e.Type {
+	case TypeResourcesList:
+		var q ResourcesList
+		if err := strictData(e, &q); err != nil {
+			return "", nil, err
+		}
+		out, err := l.listResources(ctx, cl)
+		return TypeResourcesListed, out, err
+	case TypeResourcesRead:
+		var q ResourcesRead
+		if err := strictData(e, &q); err != nil {
+			return "", nil, err
+		}
+		if q.URI == "" {
+			return "", nil, bus.Errorf(bus.CodeBadRequest, "resources.read: uri is missing")
+		}
+		res, err := cl.ReadResource(ctx, mcp.ReadResourceRequest{Params: mcp.ReadResourceParams{URI: q.URI}})
+		if err != nil {
+			return "", nil, bus.Errorf(bus.CodeToolError, "resources/read %s: %v", q.URI, err)
+		}
+		out := ResourcesContents{Contents: []bus.Block{}}
+		for _, c := range res.Contents {
+			out.Contents = append(out.Contents, resource(c))
+		}
+		return TypeResourcesContents, out, nil
+	}
+	return "", nil, bus.Errorf(bus.CodeBadRequest, "the resources verb takes %s or %s, not %q", TypeResourcesList, TypeResourcesRead, e.Type)
+}
+
+// strictData decodes e's data into v, refusing unknown members; no data is
+// an empty object.
+func strictData(e *bus.Event, v any) error {
+	if len(e.Data) == 0 || string(e.Data) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(e.Data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bus.Errorf(bus.CodeBadRequest, "%s: %v", e.Type, err)
+	}
+	return nil
+}
+
+func (l *link) listResources(ctx context.Context, cl interface {
+	ListResourcesByPage(context.Context, mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error)
+	ListResourceTemplatesByPage(context.Context, mcp.ListResourceTemplatesRequest) (*mcp.ListResourceTemplatesResult, error)
+}) (*ResourcesListed, error) {
+	out := &ResourcesListed{Server: l.s.Name, Resources: []Resource{}, Templates: []ResourceTemplate{}}
+	var req mcp.ListResourcesRequest
+	for {
+		page, err := cl.ListResourcesByPage(ctx, req)
+		if err != nil {
+			return nil, bus.Errorf(bus.CodeToolError, "resources/list: %v", err)
+		}
+		for _, r := range page.Resources {
+			if len(out.Resources) == maxResources {
+				out.Truncated = true
+				break
+			}
+			out.Resources = append(out.Resources, Resource{Name: ToolName(l.s.Name, r.Name), URI: r.URI, Title: r.Title,
+				Description: r.Description, MediaType: r.MIMEType, Annotations: annotate(bus.Block{}, r.Annotations).Annotations})
+		}
+		if page.NextCursor == "" || out.Truncated || page.NextCursor == req.Params.Cursor {
+			break
+		}
+		req.Params.Cursor = page.NextCursor
+	}
+	var treq mcp.ListResourceTemplatesRequest
+	for {
+		page, err := cl.ListResourceTemplatesByPage(ctx, treq)
+		if err != nil {
+			// Templates are optional: a server without them may refuse.
+			l.log.Debug("bridge: resources/templates/list", "err", err)
+			break
+		}
+		for _, t := range page.ResourceTemplates {
+			if len(out.Templates) == maxResources {
+				out.Truncated = true
+				break
+			}
+			raw := ""
+			if t.URITemplate != nil && t.URITemplate.Template != nil {
+				raw = t.URITemplate.Raw()
+			}
+			out.Templates = append(out.Templates, ResourceTemplate{Name: ToolName(l.s.Name, t.Name), URITemplate: raw, Title: t.Title,
+				Description: t.Description, MediaType: t.MIMEType, Annotations: annotate(bus.Block{}, t.Annotations).Annotations})
+		}
+		if page.NextCursor == "" || out.Truncated || page.NextCursor == treq.Params.Cursor {
+			break
+		}
+		treq.Params.Cursor = page.NextCursor
+	}
+	return out, nil
+}
