@@ -14,11 +14,10 @@ func facade(s bus.Subjects) User {
 	// An agent of every session, under the facade's own inbox.
 	a := agent(s, "", nil)
 	pub := append([]string{}, a.Permissions.Publish...)
-	// The confirmations its hosts' users answer. NATS cannot tell a
-	// confirmation from an external tool's answer on P.answer.<tool>;
-	// the facade only ever sends {"confirmed": ...} for a park its own
-	// call made (mcp/facade).
-	pub = append(pub, s.Answer("*"))
+	// The confirmations its hosts' users answer, on P.approve.<tool>
+	// (docs/protocol.md 6.3): bound to the parked input's digest, rules
+	// only among the suggested ones. It cannot answer external tools.
+	pub = append(pub, s.Approve("*"))
 	// The watches that tell it a session's listing may have changed:
 	// ordered consumers of the KV buckets and of the skills' metadata.
 	for _, b := range []string{bus.BucketSessions, bus.BucketTools, bus.BucketGroups, bus.BucketWorkers} {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -129,6 +131,18 @@ func TestSecureMCP(t *testing.T) {
 		base = m[1]
 		return nil
 	})
+	// With identities, the facade's user for s1 must be the session's
+	// bound user (docs/mcp.md); bind it, as an operator would, and the
+	// running router picks it up.
+	if _, err := security.AddAgent(filepath.Join(dir, "secure"), "s1", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if !strings.Contains(stderr.String(), "identities reloaded") {
+			return errors.New("the router has not loaded the new agent yet")
+		}
+		return nil
+	})
 	resp, err := http.Post(base+"/mcp/s1", "application/json", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
@@ -153,10 +167,12 @@ func TestSecureMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r *mcp.CallToolResult
-	bustest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error { // the built-in worker registers
+	bustest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error { // the built-in worker registers, the binding loads
 		req := mcp.CallToolRequest{}
 		req.Params.Name, req.Params.Arguments = "echo", map[string]any{"text": "hi"}
-		r, err = c.CallTool(t.Context(), req)
+		if r, err = c.CallTool(t.Context(), req); err == nil && r.IsError {
+			err = fmt.Errorf("echo: %+v", r.Content)
+		}
 		return err
 	})
 	if r.IsError || len(r.Content) == 0 {

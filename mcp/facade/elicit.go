@@ -183,11 +183,12 @@ func (s *session) decide(ctx context.Context, p bus.Parked, replyID string, res 
 		return
 	}
 	yes := decision == choiceAllow || decision == choiceAllowAlways
-	a := bus.Answer{Confirmed: &yes}
+	// Bound to the exact input the host's user saw (docs/protocol.md 6.3).
+	a := bus.Answer{Confirmed: &yes, InputDigest: bus.InputDigest(p.Input)}
 	if decision == choiceAllowAlways && s.remember() {
-		a.Rules = []bus.Rule{{Tool: p.Name, Behavior: "allow"}}
+		a.Rules = p.SuggestedRules
 	}
-	if err := s.f.cl.Answer(ctx, p.Name, s.id, replyID, p.ID, a); err != nil {
+	if err := s.f.cl.Confirm(ctx, p.Name, s.id, replyID, p.ID, a); err != nil {
 		s.f.cfg.Logger.Debug("facade: elicited answer not taken", "tool", p.Name, "err", err)
 	}
 }
