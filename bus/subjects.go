@@ -24,6 +24,7 @@ func (s Subjects) Call(session string) string      { return s.p + "call." + sess
 func (s Subjects) Tools(session string) string     { return s.p + "tools." + session }
 func (s Subjects) Cancel(session string) string    { return s.p + "cancel." + session }
 func (s Subjects) Events(session string) string    { return s.p + "events." + session }
+func (s Subjects) Outputs(session string) string   { return s.p + "outputs." + session }
 func (s Subjects) Exec(tool string) string         { return s.p + "exec." + tool }
 func (s Subjects) Work(tool string) string         { return s.p + "work." + tool }
 func (s Subjects) Result(tool string) string       { return s.p + "result." + tool }

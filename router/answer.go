@@ -101,6 +101,11 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer) error {
 			return bus.Errorf(bus.CodeBadRequest, "output[%d]: %v", i, err)
 		}
 	}
+	out, err := r.sealAnswer(bus.CallKey(rec.Session, rec.ReplyID, rec.Call.ID), a.Output) // protocol 5.9
+	if err != nil {
+		return err
+	}
+	a.Output = out
 	return nil
 }
 

@@ -290,4 +290,3 @@ func preview(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
-
