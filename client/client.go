@@ -406,10 +406,10 @@ func (c *Client) FetchSession(ctx context.Context, session, ref string) (*Output
 		}
 		ch, err := c.window(ctx, session, ref, off)
 		if err != nil {
-			return nil, fmt.Errorf("client: fetch %s: %w", ref, err)
+			return nil, err
 		}
 		if ch.Size != first.Size || ch.Digest != r.Digest || ch.Offset != off {
-			return nil, fmt.Errorf("client: fetch %s: the object changed while it was read", ref)
+			return nil, errors.New("the object changed while it was read")
 		}
 		return ch.Data, nil
 	}), nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,11 +25,12 @@ type Store struct {
 	nc     *nats.Conn
 	bucket string
 	api    string // $JS.API.STREAM.MSG.GET.OBJ_<bucket>
+	direct string // $JS.API.DIRECT.GET.OBJ_<bucket>
 }
 
 // NewStore reads bucket on nc.
 func NewStore(nc *nats.Conn, bucket string) *Store {
-	return &Store{nc: nc, bucket: bucket, api: "$JS.API.STREAM.MSG.GET.OBJ_" + bucket}
+	return &Store{nc: nc, bucket: bucket, api: "$JS.API.STREAM.MSG.GET.OBJ_" + bucket, direct: "$JS.API.DIRECT.GET.OBJ_" + bucket}
 }
 
 // Bucket is the bucket the store reads.
@@ -137,6 +139,35 @@ func (s *Store) get(ctx context.Context, req msgGetRequest) (*msg, error) {
 	return &msg{subject: x.Subject, seq: x.Seq, header: x.Header, data: x.Data}, nil
 }
 
+// chunkAt reads a chunk by sequence (or the next one on subj from seq)
+// with DIRECT.GET, which returns its bytes raw (no base64 in JSON, several
+// times faster than MSG.GET) and may be answered by any replica. That is
+// safe for a chunk: replicas hold the same log, so a message found is the
+// right one; a replica behind the leader answers "not found", and then the
+// leader is asked.
+func (s *Store) chunkAt(ctx context.Context, req msgGetRequest) (*msg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+	}
+	m, err := s.nc.RequestWithContext(ctx, s.direct, body)
+	if err == nil && m.Header.Get("Status") == "" {
+		seq, perr := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+		if perr == nil {
+			return &msg{subject: m.Header.Get("Nats-Subject"), seq: seq, data: m.Data}, nil
+		}
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return s.get(ctx, req) // not found here, or no direct get: the leader
+}
+
 // Info reads the metadata of object name from the leader, retrying "not
 // found" for up to NotFoundRetry; ErrNotFound (wrapped) when it is not
 // there, or deleted.
@@ -212,7 +243,7 @@ func (s *Store) chunks(ctx context.Context, info *Info, f func(*msg) error) erro
 		if n >= int(info.Chunks) {
 			return fmt.Errorf("%w: more than its %d chunks", errTampered, info.Chunks)
 		}
-		m, err := s.get(ctx, msgGetRequest{Seq: seq, NextBySubj: subj})
+		m, err := s.chunkAt(ctx, msgGetRequest{Seq: seq, NextBySubj: subj})
 		if errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("object %s is incomplete (%d of %d bytes): %w", info.Name, off, info.Size, ErrNotFound)
 		}
@@ -326,7 +357,7 @@ func (s *Store) Open(ctx context.Context, ref string) (*Object, error) {
 		if n >= int(info.Chunks) {
 			return nil, fmt.Errorf("%w: more than its %d chunks", errTampered, info.Chunks)
 		}
-		m, err := s.get(ctx, msgGetRequest{Seq: seq, NextBySubj: subj})
+		m, err := s.chunkAt(ctx, msgGetRequest{Seq: seq, NextBySubj: subj})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", ref, err)
 		}

@@ -266,7 +266,7 @@ func (sv *Server) read(ctx context.Context, chunks []chunk, off int64, n int) ([
 	out := make([]byte, 0, n)
 	for ; i < len(chunks) && len(out) < n; i++ {
 		c := chunks[i]
-		m, err := sv.st.get(ctx, msgGetRequest{Seq: c.seq})
+		m, err := sv.st.chunkAt(ctx, msgGetRequest{Seq: c.seq})
 		if err != nil {
 			return nil, err
 		}
