@@ -308,7 +308,8 @@ func operator(s bus.Subjects) User {
 	// It may not execute tools directly nor register as a worker.
 	return User{Name: RoleOperator, Role: RoleOperator, InboxPrefix: inbox(RoleOperator), Permissions: Permissions{
 		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"), s.All("outputs"),
-			"$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>"},
+			"$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>",
+			"$JS.FC.OBJ_" + s.ObjectStore(bus.ObjectOutputs) + ".>"}, // flow control of `nats object get`'s ordered consumer
 		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
 	}}
 }
