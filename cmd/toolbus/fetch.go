@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +19,6 @@ import (
 func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("fetch", stderr)
 	outPath := fs.String("o", "", "write the output to this file instead of stdout")
-	session := fs.String("session", "", "the session whose output it is (default: the object name's first token)")
 	direct := fs.Bool("direct", false, "read the outputs object store itself, not through the routers (operators only)")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -32,12 +32,18 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer closeConn()
+	session := "" // --session given explicitly, else the name's first token
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "session" {
+			session = cn.session
+		}
+	})
 	var obj *client.Output
 	switch {
 	case *direct:
 		obj, err = cl.FetchDirect(ctx, pos[0])
-	case *session != "":
-		obj, err = cl.FetchSession(ctx, *session, pos[0])
+	case session != "":
+		obj, err = cl.FetchSession(ctx, session, pos[0])
 	default:
 		obj, err = cl.Fetch(ctx, pos[0])
 	}
