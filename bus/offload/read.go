@@ -170,13 +170,18 @@ func (s *Store) chunkAt(ctx context.Context, req msgGetRequest) (*msg, error) {
 
 // Info reads the metadata of object name from the leader, retrying "not
 // found" for up to NotFoundRetry; ErrNotFound (wrapped) when it is not
-// there, or deleted.
+// there, or deleted. It reads the first metadata message on the name's
+// subject, not the last: toolbus writes a name once (write.go), so the
+// first is the writer's. Where the store refuses rollups (deny_purge), a
+// later publish on the subject cannot remove it and an overwrite has no
+// effect at all; where it allows them, a rollup leaves the forgery first,
+// and the digest check refuses it.
 func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 	var m *msg
 	var err error
 	deadline := time.Now().Add(NotFoundRetry)
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
-		m, err = s.get(ctx, msgGetRequest{LastBySubj: metaSubject(s.bucket, name)})
+		m, err = s.get(ctx, msgGetRequest{Seq: 1, NextBySubj: metaSubject(s.bucket, name)})
 		if !errors.Is(err, ErrNotFound) || time.Now().Add(wait).After(deadline) {
 			break
 		}

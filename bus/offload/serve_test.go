@@ -261,3 +261,55 @@ func TestInfoRetriesNotFound(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNoRollupPreventsOverwrite: on an outputs stream that does not
+// allow rollups (allow_rollup_hdrs false), the offloader still writes,
+// a forger's rollup (of one subject, or of the whole stream) is refused by
+// JetStream, and metadata published after the writer's changes nothing:
+// the original is served, byte for byte. NATS then prevents the overwrite
+// instead of toolbus detecting it.
+func TestNoRollupPreventsOverwrite(t *testing.T) {
+	f := newFixture(t, 1000)
+	s, err := f.js.Stream(t.Context(), "OBJ_o_outputs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.AllowRollup = false
+	if _, err := f.js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatalf("no rollups on the outputs stream: %v", err)
+	}
+	text := strings.Repeat("original ", 50<<10)
+	victim := f.store(t, "s1.r1.c1", text)
+	r, _ := offload.ParseRef(victim.URL)
+	for _, rollup := range []string{jetstream.MsgRollupSubject, jetstream.MsgRollupAll} {
+		m := nats.NewMsg(offload.MetaSubject("o_outputs", r.Name))
+		m.Header.Set(jetstream.MsgRollup, rollup)
+		m.Data = []byte(`{"name":"` + r.Name + `","nuid":"x","size":1,"chunks":1,"digest":"SHA-256=AAAA"}`)
+		if _, err := f.js.PublishMsg(t.Context(), m); err == nil || !strings.Contains(err.Error(), "rollup not permitted") {
+			t.Fatalf("a rollup %s: %v", rollup, err)
+		}
+	}
+	// Forged metadata without a rollup is kept beside the original, which
+	// stays the first message on the subject.
+	info, err := f.st.Info(t.Context(), r.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.obs.PutString(t.Context(), r.Name, "forged"); err == nil {
+		t.Fatal("nats.go's Put (which sends a rollup) replaced the object")
+	}
+	forged := info.ObjectInfo
+	forged.NUID = "forged"
+	raw, _ := json.Marshal(forged)
+	if _, err := f.js.PublishMsg(t.Context(), &nats.Msg{Subject: "$O.o_outputs.C.forged", Data: []byte(strings.Repeat("F", len(text)))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.js.PublishMsg(t.Context(), &nats.Msg{Subject: offload.MetaSubject("o_outputs", r.Name), Data: raw}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.read(t.Context(), "s1", victim.URL)
+	if err != nil || string(got) != text {
+		t.Fatalf("after a forged overwrite: %d bytes, equal %v, %v", len(got), string(got) == text, err)
+	}
+}

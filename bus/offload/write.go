@@ -51,7 +51,8 @@ type writer struct {
 // digest). It makes no JetStream API request: a writer needs only publish
 // permission on $O.<bucket>.C.> and $O.<bucket>.M.>. The metadata is
 // published with Nats-Expected-Last-Subject-Sequence 0, so an honest
-// writer never replaces an existing object.
+// writer never replaces an existing object, and it is the first message
+// on its subject, the one Store.Info reads.
 func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.Block, error) {
 	o := w.o
 	token := randomToken()
@@ -90,8 +91,10 @@ func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.B
 	if err != nil {
 		return bus.Block{}, err
 	}
+	// No Nats-Rollup header (nats.go's Put sends one to replace an older
+	// version): the name is new, and a store that refuses rollups
+	// (deny_purge) then keeps every write.
 	m := nats.NewMsg(metaSubject(o.bucket, name))
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	m.Data = raw
 	f, err := o.js.PublishMsgAsync(m)
