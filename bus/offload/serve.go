@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -42,9 +41,9 @@ type Chunk struct {
 	Data      []byte `json:"data"`
 }
 
-// MaxWindow is the most bytes one chunk reply carries (base64: 683 KiB),
+// MaxWindow is the most bytes one chunk reply carries (base64: 2.7 MiB),
 // less when the payload limit is smaller.
-const MaxWindow = 512 << 10
+const MaxWindow = 2 << 20
 
 // Window is the window a router serves under payload limit maxPayload:
 // MaxWindow, or what fits base64-encoded with 16 KiB for the envelope.
@@ -152,18 +151,27 @@ func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, e
 	return b, nil
 }
 
-// Server answers the read verb for one outputs bucket. It verifies an
-// object's bytes against its reference's digest (reading it whole) the
-// first time it serves that version of it, and remembers where its chunks
-// are, so later windows are read by sequence. It is safe for concurrent
-// use.
+// Server answers the read verb for one outputs bucket. The first time it
+// serves an object (a name and the digest its reference records) it reads
+// the object whole and checks its bytes against the digest, and remembers
+// where its chunks are: stream messages never change, so later windows
+// are read by sequence, with no further metadata read, and always give the
+// verified bytes (an overwrite after that changes nothing here). It is
+// safe for concurrent use.
 type Server struct {
 	st     *Store
 	window int
 
 	mu    sync.Mutex
-	known map[string][]chunk // name@metaseq#digest → verified chunks
-	order []string           // insertion order, for eviction
+	known map[string]*verified // name#digest
+	order []string             // insertion order, for eviction
+}
+
+// verified is an object whose bytes were checked against its digest.
+type verified struct {
+	session, media string
+	size           int64
+	chunks         []chunk
 }
 
 // serverCache bounds the verified objects a Server remembers.
@@ -171,7 +179,7 @@ const serverCache = 512
 
 // NewServer serves st's objects in windows of at most window bytes.
 func NewServer(st *Store, window int) *Server {
-	return &Server{st: st, window: max(window, 1), known: map[string][]chunk{}}
+	return &Server{st: st, window: max(window, 1), known: map[string]*verified{}}
 }
 
 // Serve answers one read of session's output: a *bus.Error refusal, or
@@ -195,23 +203,7 @@ func (sv *Server) Serve(ctx context.Context, session string, g Get) (*Chunk, err
 	if !strings.HasPrefix(r.Name, session+".") {
 		return nil, missing
 	}
-	info, err := sv.st.Info(ctx, r.Name)
-	if errors.Is(err, ErrNotFound) {
-		return nil, missing
-	}
-	if err != nil {
-		return nil, bus.Errorf(bus.CodeInternal, "%v", err)
-	}
-	if info.Header(HeaderSession) != session {
-		return nil, missing
-	}
-	if info.Digest() != r.Digest {
-		return nil, bus.Errorf(bus.CodeInternal, "the output %s was overwritten after its result (its digest is no longer the recorded one); it is not served", short(g.URL))
-	}
-	if g.Offset > int64(info.Size) {
-		return nil, bus.Errorf(bus.CodeBadRequest, "offset %d is past the end of the output (%d bytes)", g.Offset, info.Size)
-	}
-	chunks, err := sv.verified(ctx, info, r.Digest)
+	v, err := sv.object(ctx, r)
 	if errors.Is(err, errTampered) {
 		return nil, bus.Errorf(bus.CodeInternal, "the output %s was overwritten after its result (%v); it is not served", short(g.URL), err)
 	}
@@ -221,31 +213,49 @@ func (sv *Server) Serve(ctx context.Context, session string, g Get) (*Chunk, err
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeInternal, "%v", err)
 	}
+	if v.session != session {
+		return nil, missing
+	}
+	if g.Offset > v.size {
+		return nil, bus.Errorf(bus.CodeBadRequest, "offset %d is past the end of the output (%d bytes)", g.Offset, v.size)
+	}
 	n := sv.window
 	if g.Max > 0 {
 		n = min(n, g.Max)
 	}
-	data, err := sv.read(ctx, chunks, g.Offset, n)
+	data, err := sv.read(ctx, v.chunks, g.Offset, n)
+	if errors.Is(err, ErrNotFound) {
+		return nil, missing // expired since
+	}
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeInternal, "reading %s: %v", short(g.URL), err)
 	}
-	return &Chunk{URL: g.URL, MediaType: info.MediaType(), Size: int64(info.Size), Digest: r.Digest, Offset: g.Offset, Data: data}, nil
+	return &Chunk{URL: g.URL, MediaType: v.media, Size: v.size, Digest: r.Digest, Offset: g.Offset, Data: data}, nil
 }
 
-// verified returns the chunks of info's object once its bytes are known
-// to hash to digest.
-func (sv *Server) verified(ctx context.Context, info *Info, digest string) ([]chunk, error) {
-	k := info.Name + "@" + strconv.FormatUint(info.Seq, 10) + "#" + digest
+// object returns the verified object r names: remembered, or read from
+// the store and checked (its metadata's digest and then its bytes must be
+// r's digest, else errTampered).
+func (sv *Server) object(ctx context.Context, r Ref) (*verified, error) {
+	k := r.Name + "#" + r.Digest
 	sv.mu.Lock()
-	c, ok := sv.known[k]
+	v, ok := sv.known[k]
 	sv.mu.Unlock()
 	if ok {
-		return c, nil
+		return v, nil
 	}
-	c, err := sv.st.walk(ctx, info, digest)
+	info, err := sv.st.Info(ctx, r.Name)
 	if err != nil {
 		return nil, err
 	}
+	if info.Digest() != r.Digest {
+		return nil, fmt.Errorf("%w: its digest is no longer the recorded one", errTampered)
+	}
+	chunks, err := sv.st.walk(ctx, info, r.Digest)
+	if err != nil {
+		return nil, err
+	}
+	v = &verified{session: info.Header(HeaderSession), media: info.MediaType(), size: int64(info.Size), chunks: chunks}
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	if _, ok := sv.known[k]; !ok {
@@ -253,10 +263,10 @@ func (sv *Server) verified(ctx context.Context, info *Info, digest string) ([]ch
 			delete(sv.known, sv.order[0])
 			sv.order = sv.order[1:]
 		}
-		sv.known[k] = c
+		sv.known[k] = v
 		sv.order = append(sv.order, k)
 	}
-	return c, nil
+	return v, nil
 }
 
 // read returns up to n bytes from off of a verified object (fewer at its

@@ -199,7 +199,14 @@ func TestServe(t *testing.T) {
 		Headers: nats.Header{offload.HeaderSession: []string{"s1"}, offload.HeaderCall: []string{"s1.r2.c1"}}}, strings.NewReader("forged")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.srv.Serve(t.Context(), "s1", offload.Get{URL: victim.URL})
+	// The server that verified it serves the verified chunks or, as here
+	// where the forger could purge them (a worker cannot), nothing; one
+	// that had not (another router) refuses the forgery. Never the forgery.
+	if got, err := f.read(t.Context(), "s1", victim.URL); err == nil && string(got) != text {
+		t.Fatalf("the verifying server served %q after the overwrite", got)
+	}
+	fresh := offload.NewServer(f.st, 1<<20)
+	_, err = fresh.Serve(t.Context(), "s1", offload.Get{URL: victim.URL})
 	wantCode(t, err, bus.CodeInternal, "was overwritten after its result")
 
 	// Crafted overwrite: forged chunks under metadata that repeats the
