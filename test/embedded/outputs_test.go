@@ -377,3 +377,37 @@ func callUntilResult(cl *client.Client, id string) (bus.Result, error) {
 	}
 	return r, fmt.Errorf("call %s: no result in 10 tries: %.300s", id, jsonOf(r))
 }
+
+// TestStoredOutputSealed: the router records each stored output's digest
+// in the url it passes on, for a core tool, a durable tool (its result
+// comes on P.result.<tool>) and progress alike, and the agent reads each
+// back through P.outputs.<session>; a url without its digest, or read on
+// another session's subject, is refused.
+func TestStoredOutputSealed(t *testing.T) {
+	e := newEnv(t, 1)
+	text := bigText(3000)
+	e.startWorker(worker.Config{InlineLimit: 1024}, func(w *worker.Worker) {
+		for _, def := range []bus.ToolDef{{Name: "core_big", ReadOnly: true}, {Name: "durable_big", Durable: true, Permission: bus.PermissionAllow}} {
+			handle(t, w, def, func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult(text), nil })
+		}
+	}, "core_big", "durable_big")
+	for _, tool := range []string{"core_big", "durable_big"} {
+		reply := e.call(t, "sealed", []bus.Call{{ID: "c1", Name: tool}})
+		r := reply.Results[0]
+		stored, data := fetched(t, e.client, r.Output)
+		if r.State != bus.StateSuccess || len(stored) != 1 || string(data[0]) != text {
+			t.Fatalf("%s: %.500s", tool, jsonOf(r))
+		}
+		ref, err := offload.ParseRef(stored[0].URL)
+		if err != nil || len(ref.Digest) != 64 || !strings.HasPrefix(ref.Name, "sealed.") {
+			t.Fatalf("%s: url %s: %v", tool, stored[0].URL, err)
+		}
+		bare := offload.URL(ref.Bucket, ref.Name)
+		if _, err := e.client.FetchBytes(testCtx(t), bare); err == nil || !strings.Contains(err.Error(), "#sha256=") {
+			t.Errorf("%s: a url without digest: %v", tool, err)
+		}
+		if _, err := e.client.FetchSession(testCtx(t), "other", stored[0].URL); err == nil || !strings.Contains(err.Error(), "no output") {
+			t.Errorf("%s: read on another session's subject: %v", tool, err)
+		}
+	}
+}
