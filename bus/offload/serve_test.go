@@ -320,3 +320,32 @@ func TestNoRollupPreventsOverwrite(t *testing.T) {
 		t.Fatalf("after a forged overwrite: %d bytes, equal %v, %v", len(got), string(got) == text, err)
 	}
 }
+
+// BenchmarkServe20MiB reads a 20 MiB output through the read verb's
+// server, window by window, as a router serves it: the first read
+// verifies the whole object, the later ones only read it.
+func BenchmarkServe20MiB(b *testing.B) {
+	s := bustest.RunServer(b)
+	nc := bustest.Connect(b, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := js.CreateObjectStore(b.Context(), jetstream.ObjectStoreConfig{Bucket: "o_outputs", Storage: jetstream.MemoryStorage}); err != nil {
+		b.Fatal(err)
+	}
+	off, _ := offload.New(nc, "o_outputs", offload.Limits{Inline: 1000, Max: 64 << 20})
+	text := strings.Repeat("0123456789abcdef", 20<<16)
+	out, err := off.Fit(b.Context(), "s1.r1.c1", bus.Text(text), 0, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		f := &fixture{srv: offload.NewServer(offload.NewStore(nc, "o_outputs"), offload.Window(nc.MaxPayload()))}
+		got, err := f.read(b.Context(), "s1", out[1].URL)
+		if err != nil || len(got) != len(text) {
+			b.Fatal(len(got), err)
+		}
+	}
+}
