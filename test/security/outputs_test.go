@@ -111,32 +111,47 @@ func TestOutputsPerSession(t *testing.T) {
 }
 
 // TestForgedOutputNeverServed: a worker (any worker may publish to the
-// outputs store) that learnt a stored output's name overwrites it, openly
-// or keeping the recorded digest in forged metadata; the victim's fetch is
-// refused with a clear error, never the forgery.
+// outputs store) that learnt a stored output's name tries to replace it:
+// JetStream refuses a rollup (of the object's subject, or Nats-Rollup: all
+// of the whole bucket), since the outputs stream allows none; metadata
+// published without one, forged chunks and all, openly or repeating the
+// recorded digest, changes nothing: the victim still reads the original,
+// byte for byte. (Where a store allowed rollups, the router would refuse
+// the forgery instead: bus/offload TestServe.)
 func TestForgedOutputNeverServed(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
 	s1 := d.conn("session-s1")
 	wl := d.conn("worker")
+	original := strings.Repeat("0123456789abcdef", 128<<10)
 	for i, keepDigest := range []bool{false, true} {
 		ref := bigRef(t, s1.client(), "forge"+string(rune('a'+i)))
 		r, err := offload.ParseRef(ref)
 		must(t, err)
-		forge(t, wl.nc, r, keepDigest)
-		wl.noViolations() // NATS lets a worker write; toolbus must catch it
-		_, err = s1.client().FetchBytes(testCtx(t), ref)
-		var be *bus.Error
-		if !errors.As(err, &be) || be.Code != bus.CodeInternal || !strings.Contains(be.Message, "was overwritten after its result") {
-			t.Fatalf("fetch of a forged output (digest kept %v): %v", keepDigest, err)
+		for _, rollup := range []string{jetstream.MsgRollupSubject, jetstream.MsgRollupAll} {
+			if err := forge(t, wl.nc, r, keepDigest, rollup); err == nil || !strings.Contains(err.Error(), "rollup not permitted") {
+				t.Fatalf("a forged rollup %s: %v", rollup, err)
+			}
+		}
+		must(t, forge(t, wl.nc, r, keepDigest, ""))
+		wl.noViolations() // NATS lets a worker write
+		got, err := s1.client().FetchBytes(testCtx(t), ref)
+		if err != nil || string(got) != original {
+			t.Fatalf("fetch after a forged overwrite (digest kept %v): %d bytes, original %v, %v", keepDigest, len(got), string(got) == original, err)
+		}
+		obj, err := d.conn("operator").client().FetchDirect(testCtx(t), ref)
+		must(t, err)
+		if got, err := io.ReadAll(obj); err != nil || string(got) != original {
+			t.Fatalf("the operator's direct read after a forged overwrite: %d bytes, %v", len(got), err)
 		}
 	}
 }
 
-// forge replaces object r by publishing, as a writer may, forged chunks
-// and metadata naming the victim's session and call; keepDigest repeats
-// the reference's digest in the forged metadata.
-func forge(t *testing.T, nc *nats.Conn, r offload.Ref, keepDigest bool) {
+// forge publishes, as a writer may, forged chunks and metadata for object
+// r naming the victim's session and call, with the Nats-Rollup header
+// rollup unless it is ""; keepDigest repeats the reference's digest in the
+// forged metadata. It returns the metadata publish's error.
+func forge(t *testing.T, nc *nats.Conn, r offload.Ref, keepDigest bool, rollup string) error {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	must(t, err)
@@ -158,11 +173,12 @@ func forge(t *testing.T, nc *nats.Conn, r offload.Ref, keepDigest bool) {
 	raw, err := json.Marshal(info)
 	must(t, err)
 	m := nats.NewMsg("$O.toolbus_outputs.M." + base64.URLEncoding.EncodeToString([]byte(r.Name)))
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	m.Data = raw
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		t.Fatal(err)
+	if rollup != "" {
+		m.Header.Set(jetstream.MsgRollup, rollup)
 	}
+	m.Data = raw
+	_, err = js.PublishMsg(ctx, m)
+	return err
 }
 
 // TestOutputOfAnotherCallRefused: a worker's result that refers to a
