@@ -25,6 +25,7 @@ func (s Subjects) Tools(session string) string     { return s.p + "tools." + ses
 func (s Subjects) Cancel(session string) string    { return s.p + "cancel." + session }
 func (s Subjects) Events(session string) string    { return s.p + "events." + session }
 func (s Subjects) Replay(session string) string    { return s.p + "replay." + session }
+func (s Subjects) Outputs(session string) string   { return s.p + "outputs." + session }
 func (s Subjects) Exec(tool string) string         { return s.p + "exec." + tool }
 func (s Subjects) Work(tool string) string         { return s.p + "work." + tool }
 func (s Subjects) Result(tool string) string       { return s.p + "result." + tool }

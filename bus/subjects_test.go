@@ -14,6 +14,7 @@ func TestSubjectsPrefix(t *testing.T) {
 		s.Tools("s1"):                   "acme.tools.s1",
 		s.Cancel("s1"):                  "acme.cancel.s1",
 		s.Events("s1"):                  "acme.events.s1",
+		s.Outputs("s1"):                 "acme.outputs.s1",
 		s.Exec("echo"):                  "acme.exec.echo",
 		s.External("echo"):              "acme.external.echo",
 		s.Confirm("echo"):               "acme.confirm.echo",

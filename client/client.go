@@ -534,27 +534,87 @@ func (r *replayer) drop() {
 	r.name = ""
 }
 
-// Output is a stored output opened for reading (PROTOCOL.md 5.9): Read
-// returns its bytes and checks its digest at the end; Size and MediaType
-// describe it. Close it when done.
+// Output is a stored output opened for reading (protocol 5.9): Read
+// returns its bytes and checks their SHA-256 against the reference's at
+// the end; Size, MediaType and Digest describe it. Close it when done.
 type Output = offload.Object
 
 // Fetch opens the stored output a data block's url refers to
-// (nats-object://<bucket>/<name>). An unknown or expired object is an error
-// that says so.
+// (nats-object://<bucket>/<name>#sha256=<digest>, exactly as the result
+// has it), reading it through the routers on P.outputs.<session>, where
+// session is the name's first token (toolbus names start with the
+// session; FetchSession names another). The router serves only that
+// session's objects, and only their recorded bytes: an unknown, expired,
+// other session's or overwritten output is an error that says so. Later
+// reads use ctx too.
 func (c *Client) Fetch(ctx context.Context, ref string) (*Output, error) {
-	js, err := jetstream.New(c.nc)
+	r, err := offload.ParseRef(ref)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch: %w", err)
+	}
+	return c.FetchSession(ctx, r.Session(), ref)
+}
+
+// FetchSession is Fetch through P.outputs.<session>.
+func (c *Client) FetchSession(ctx context.Context, session, ref string) (*Output, error) {
+	r, err := offload.ParseRef(ref)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch: %w", err)
+	}
+	if r.Digest == "" {
+		return nil, fmt.Errorf("client: fetch: %s has no #sha256=<digest>: give the url exactly as the result has it", ref)
+	}
+	first, err := c.window(ctx, session, ref, 0)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch: %w", err)
+	}
+	if first.Digest != r.Digest {
+		return nil, fmt.Errorf("client: fetch %s: the router served an object with digest %s", ref, first.Digest)
+	}
+	pending := first.Data
+	return offload.NewObject(first.Size, first.MediaType, r.Digest, func(off int64) ([]byte, error) {
+		if off == 0 && pending != nil {
+			b := pending
+			pending = nil
+			return b, nil
+		}
+		ch, err := c.window(ctx, session, ref, off)
+		if err != nil {
+			return nil, err
+		}
+		if ch.Size != first.Size || ch.Digest != r.Digest || ch.Offset != off {
+			return nil, errors.New("the object changed while it was read")
+		}
+		return ch.Data, nil
+	}), nil
+}
+
+// window asks a router for the bytes of ref from off.
+func (c *Client) window(ctx context.Context, session, ref string, off int64) (*offload.Chunk, error) {
+	e, err := c.event(offload.TypeGet, session, offload.Get{URL: ref, Offset: off})
 	if err != nil {
 		return nil, err
 	}
-	o, err := offload.Open(ctx, js, ref)
+	var ch offload.Chunk
+	if err := c.request(ctx, c.subj.Outputs(session), e, offload.TypeChunk, &ch, 30*time.Second); err != nil {
+		return nil, err
+	}
+	return &ch, nil
+}
+
+// FetchDirect opens a stored output by reading the outputs object store
+// itself, from its stream's leader (an operator's read: agents have no
+// access to the store). A digest in ref must be the object's, and the
+// bytes are checked against it at the end.
+func (c *Client) FetchDirect(ctx context.Context, ref string) (*Output, error) {
+	o, err := offload.NewStore(c.nc, c.subj.ObjectStore(bus.ObjectOutputs)).Open(ctx, ref)
 	if err != nil {
 		return nil, fmt.Errorf("client: fetch: %w", err)
 	}
 	return o, nil
 }
 
-// FetchBytes reads a whole stored output into memory.
+// FetchBytes reads a whole stored output into memory (Fetch).
 func (c *Client) FetchBytes(ctx context.Context, ref string) ([]byte, error) {
 	o, err := c.Fetch(ctx, ref)
 	if err != nil {

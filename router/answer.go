@@ -140,6 +140,11 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) er
 			return bus.Errorf(bus.CodeBadRequest, "output[%d]: %v", i, err)
 		}
 	}
+	out, err := r.sealAnswer(bus.CallKey(rec.Session, rec.ReplyID, rec.Call.ID), a.Output) // protocol 5.9
+	if err != nil {
+		return err
+	}
+	a.Output = out
 	return nil
 }
 

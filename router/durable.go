@@ -99,6 +99,7 @@ func (r *Router) onResult(m *nats.Msg) {
 	}
 	call := bus.Call{ID: e.ToolCallID, Name: tool}
 	res, _ := execReply(call, m)
+	res, _ = r.sealOutput(e.SessionID, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, nil)
 	var timeout time.Duration
 	if t, ok := r.reg.Lookup(tool); ok {
 		timeout = time.Duration(t.Def.TimeoutMS) * time.Millisecond

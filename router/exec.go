@@ -122,6 +122,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 		return requestFailed(ctx, wctx, err, j, timeout)
 	}
 	res, patch := execReply(j.call, resp)
+	res, patch = r.sealOutput(j.session, j.key(), res, patch)
 	if patch != nil {
 		if err := r.patchState(j.session, &j.tool.Def, patch); err != nil {
 			var be *bus.Error

@@ -149,6 +149,7 @@ type Router struct {
 	execMu     sync.Mutex
 	execs      map[*execWatch]struct{} // exec requests in flight
 	outputs    *offload.Offloader      // stores outputs that would take a batch's messages past the payload limit
+	stored     *outputs                // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
 	exec       executor                // runs tool calls on workers
 	durable    executor                // runs durable tools' calls through their work queues
 	confirming confirmed               // confirmed calls running outside any batch
@@ -286,6 +287,7 @@ func (r *Router) Start(ctx context.Context) error {
 		r.Stop()
 		return err
 	}
+	r.stored = newOutputs(r.nc, r.subj.ObjectStore(bus.ObjectOutputs))
 	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
 		r.Stop()
 		return err
@@ -304,6 +306,7 @@ func (r *Router) Start(ctx context.Context) error {
 		{r.subj.All("replay"), q, r.onReplay},
 		{r.subj.All("result"), q, r.onResult},
 		{r.subj.All("cancel"), "", r.onCancel},
+		{r.subj.All("outputs"), q, r.onOutputs},
 	} {
 		h, shed := s.h, r.sheds(s.subject)
 		sub, err := r.nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { r.dispatch(h, m, shed) })

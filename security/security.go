@@ -263,23 +263,21 @@ func worker(s bus.Subjects, tools []string) User {
 	}}
 }
 
-// outputsWrite allows storing large outputs (PROTOCOL.md 5.9): object
-// chunks and metadata in the outputs store, and the store's lookups.
+// outputsWrite allows storing large outputs (protocol 5.9): publishing
+// object chunks and metadata to the outputs store, nothing else. No
+// JetStream API at all: a writer can neither read an object (its own
+// included) nor list the store's subjects (STREAM.INFO's subjects_filter
+// would name every object), so it can target only names it was given.
 func outputsWrite(s bus.Subjects) []string {
 	b := s.ObjectStore(bus.ObjectOutputs)
-	return append(outputsRead(s), "$O."+b+".C.>", "$O."+b+".M.>")
+	return []string{"$O." + b + ".C.>", "$O." + b + ".M.>"}
 }
 
-// outputsRead allows fetching a stored output whose name one knows: the
-// store's info, its metadata by direct get, and a consumer of chunks only
-// (so knowing an object's name is what grants its read).
-func outputsRead(s bus.Subjects) []string {
-	b := s.ObjectStore(bus.ObjectOutputs)
-	stream := "OBJ_" + b
-	return []string{jsAPI + "STREAM.INFO." + stream, jsAPI + "DIRECT.GET." + stream + ".>", jsAPI + "STREAM.MSG.GET." + stream,
-		createConsumer(stream, "$O."+b+".C.>"), jsAPI + "CONSUMER.DELETE." + stream + ".*",
-		jsAPI + "CONSUMER.MSG.NEXT." + stream + ".*", jsAPI + "CONSUMER.INFO." + stream + ".*",
-		"$JS.FC." + stream + ".>"} // the ordered consumer's flow control
+// outputsRead allows reading the stored outputs of session (a token or
+// "*") through the routers' verb on P.outputs.<session>; it grants nothing
+// on the object store itself.
+func outputsRead(s bus.Subjects, session string) []string {
+	return []string{s.Outputs(session)}
 }
 
 func agent(s bus.Subjects, session string, answers []string) User {
@@ -296,7 +294,7 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	for _, t := range answers {
 		pub = append(pub, s.Answer(t))
 	}
-	pub = append(pub, outputsRead(s)...)
+	pub = append(pub, outputsRead(s, tok)...)
 	if len(answers) > 0 {
 		pub = append(pub, outputsWrite(s)...) // a large answer is stored
 	}
@@ -356,8 +354,9 @@ func operator(s bus.Subjects) User {
 	// answers, watching, the handoff streams and the skills object store.
 	// It may not execute tools directly nor register as a worker.
 	return User{Name: RoleOperator, Role: RoleOperator, InboxPrefix: inbox(RoleOperator), Permissions: Permissions{
-		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"), s.All("approve"), s.All("replay"),
-			"$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>"},
+		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"), s.All("approve"), s.All("replay"), s.All("outputs"),
+			"$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>",
+			"$JS.FC.OBJ_" + s.ObjectStore(bus.ObjectOutputs) + ".>"}, // flow control of `nats object get`'s ordered consumer
 		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
 	}}
 }

@@ -184,14 +184,20 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if st.Skills, err = SkillsStore(ctx, js, s, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	outputs := jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectOutputs), Description: "toolbus outputs too large to send inline",
-		TTL: cfg.OutputsTTL, MaxBytes: cfg.OutputsMaxBytes, Storage: storage, Replicas: cfg.Replicas}
-	err = Retry(ctx, Provision, func(ctx context.Context) (err error) {
-		st.Outputs, err = js.CreateOrUpdateObjectStore(ctx, outputs)
-		return err
-	})
+	// The outputs bucket: an object store's stream, but without rollups
+	// (protocol 5.9), so a writer can neither replace an object another
+	// stored nor wipe the bucket with Nats-Rollup: all.
+	outputs := s.ObjectStore(bus.ObjectOutputs)
+	if _, err = createStream(ctx, js, jetstream.StreamConfig{Name: "OBJ_" + outputs, Description: "toolbus outputs too large to send inline",
+		Subjects: []string{"$O." + outputs + ".C.>", "$O." + outputs + ".M.>"}, MaxAge: cfg.OutputsTTL, MaxBytes: cfg.OutputsMaxBytes,
+		Storage: storage, Replicas: cfg.Replicas, Discard: jetstream.DiscardNew, AllowDirect: true}); err == nil {
+		err = Retry(ctx, Bounded, func(ctx context.Context) (err error) {
+			st.Outputs, err = js.ObjectStore(ctx, outputs)
+			return err
+		})
+	}
 	if err != nil {
-		return nil, fmt.Errorf("store: object store %s: %w", outputs.Bucket, err)
+		return nil, fmt.Errorf("store: object store %s: %w", outputs, err)
 	}
 	return st, nil
 }

@@ -1,10 +1,13 @@
 // Package offload keeps large outputs instead of dropping them: the blocks
 // that would make a message larger than the inline limit (or than the NATS
 // payload limit) are stored in the deployment's outputs object store,
-// P_outputs, and replaced by data blocks that refer to them
-// (PROTOCOL.md 5.9). The worker package uses it for tool results and
-// progress, the client package for an external handler's answer and for
-// fetching a stored output back. It depends on nats.go's jetstream only.
+// P_outputs, and replaced by data blocks that refer to them (protocol
+// 5.9). The worker package uses it for tool results and progress, the
+// client package for an external handler's answer; routers use Store to
+// seal a result's references to the call (Seal) and to serve reads on
+// P.outputs.<session> (Server), and the client reads back through that
+// verb (or, as an operator, directly: Open). It depends on nats.go's
+// jetstream only.
 package offload
 
 import (
@@ -13,18 +16,14 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net/url"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -74,16 +73,14 @@ type Limits struct {
 }
 
 // Offloader stores the large blocks of outputs in one outputs bucket. It is
-// safe for concurrent use; the bucket is opened on first use (routers create
-// it, store.Setup).
+// safe for concurrent use. It only publishes to the bucket's subjects
+// (write.go): no JetStream API call, so a writer needs no read permission
+// on the store (routers create it, store.Setup).
 type Offloader struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	bucket string
 	lim    Limits
-
-	mu  sync.Mutex
-	obs jetstream.ObjectStore
 }
 
 // New returns an Offloader that stores in bucket (bus.Subjects.ObjectStore(bus.ObjectOutputs)).
@@ -162,7 +159,9 @@ func blockSize(b bus.Block, dup bool) int64 {
 // Fit returns out unchanged when it may go inline in a message with extra
 // bytes of its own; otherwise a copy in which the largest blocks, one by
 // one until it fits, are stored under names that start with key (the
-// call's bus.CallKey) and replaced by references: a text block by a
+// call's bus.CallKey, also written in the objects' Toolbus-Session and
+// Toolbus-Call headers) and replaced by references that carry their
+// digest: a text block by a
 // preview of its beginning followed by the reference, a base64 data block
 // by the reference to its decoded bytes. dup is true for results whose text
 // the router repeats (error and interrupted). An output above the ceiling
@@ -182,11 +181,15 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PutTimeout)
 	defer cancel()
-	obs, err := o.store(ctx)
-	if err != nil {
-		return nil, err
+	if o.js == nil {
+		return nil, errors.New("no NATS connection to store the output on")
 	}
-	base := key + "." + nuid.Next()
+	session, _, ok := strings.Cut(key, ".")
+	if !ok || session == "" {
+		return nil, fmt.Errorf("offload: key %q is not a call key (<session>.<replyid>.<callid>)", key)
+	}
+	w := writer{o: o, session: session, key: key}
+	base := key + "." + randomToken()
 	sizes := make([]int64, len(out))
 	order := make([]int, len(out))
 	for i, b := range out {
@@ -202,7 +205,7 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 		if b.Type != bus.BlockText && (b.Type != bus.BlockData || b.Data == "") {
 			continue // a reference or an unknown block: nothing to store
 		}
-		blocks, err := o.spill(ctx, obs, base+"."+strconv.Itoa(i), b, int(min(limit/4, PreviewBytes)))
+		blocks, err := o.spill(ctx, w, base+"."+strconv.Itoa(i), b, int(min(limit/4, PreviewBytes)))
 		if err != nil {
 			return nil, fmt.Errorf("output[%d]: %w", i, err)
 		}
@@ -215,7 +218,7 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 		if err != nil {
 			return nil, err
 		}
-		ref, err := o.put(ctx, obs, base+".all", "application/json", raw)
+		ref, err := w.put(ctx, base+".all", "application/json", raw)
 		if err != nil {
 			return nil, err
 		}
@@ -250,9 +253,9 @@ func jsonArray(out []bus.Block) ([]byte, error) {
 }
 
 // spill stores one block and returns what replaces it.
-func (o *Offloader) spill(ctx context.Context, obs jetstream.ObjectStore, name string, b bus.Block, keep int) ([]bus.Block, error) {
+func (o *Offloader) spill(ctx context.Context, w writer, name string, b bus.Block, keep int) ([]bus.Block, error) {
 	if b.Type == bus.BlockText {
-		ref, err := o.put(ctx, obs, name, "text/plain; charset=utf-8", []byte(b.Text))
+		ref, err := w.put(ctx, name, "text/plain; charset=utf-8", []byte(b.Text))
 		if err != nil {
 			return nil, err
 		}
@@ -269,7 +272,7 @@ func (o *Offloader) spill(ctx context.Context, obs jetstream.ObjectStore, name s
 	if media == "" {
 		media = "application/octet-stream"
 	}
-	ref, err := o.put(ctx, obs, name, media, raw)
+	ref, err := w.put(ctx, name, media, raw)
 	if err != nil {
 		return nil, err
 	}
@@ -286,133 +289,4 @@ func preview(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
-}
-
-// put stores data under name and returns its reference block.
-func (o *Offloader) put(ctx context.Context, obs jetstream.ObjectStore, name, media string, data []byte) (bus.Block, error) {
-	_, err := obs.Put(ctx, jetstream.ObjectMeta{Name: name, Description: "toolbus output",
-		Headers: nats.Header{"Content-Type": []string{media}}}, &paced{ctx: ctx, nc: o.nc, r: bytes.NewReader(data)})
-	if err != nil {
-		return bus.Block{}, fmt.Errorf("storing %d bytes in %s: %w", len(data), o.bucket, err)
-	}
-	return bus.Block{Type: bus.BlockData, MediaType: media, URL: URL(o.bucket, name), Size: int64(len(data))}, nil
-}
-
-// paceBytes is how much of an output may be written ahead of the server.
-const paceBytes = 256 << 10
-
-// paced reads an output for Put, waiting for the server to have processed
-// what was sent every paceBytes (a flush): the object's chunks are
-// published asynchronously, and without it megabytes would queue in the
-// connection ahead of the worker's heartbeats and other replies, which the
-// routers would then see late.
-type paced struct {
-	ctx  context.Context
-	nc   *nats.Conn
-	r    *bytes.Reader
-	sent int
-}
-
-func (p *paced) Read(b []byte) (int, error) {
-	if p.sent >= paceBytes {
-		p.sent = 0
-		if err := p.nc.FlushWithContext(p.ctx); err != nil {
-			return 0, err
-		}
-	}
-	n, err := p.r.Read(b)
-	p.sent += n
-	return n, err
-}
-
-// store opens the bucket once; a failure is retried on the next call.
-func (o *Offloader) store(ctx context.Context) (jetstream.ObjectStore, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.obs != nil {
-		return o.obs, nil
-	}
-	if o.js == nil {
-		return nil, errors.New("no NATS connection to store the output on")
-	}
-	obs, err := o.js.ObjectStore(ctx, o.bucket)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, fmt.Errorf("the outputs object store %s does not exist (a router creates it at start): %w", o.bucket, err)
-		}
-		return nil, fmt.Errorf("opening the outputs object store %s: %w", o.bucket, err)
-	}
-	o.obs = obs
-	return obs, nil
-}
-
-// URL is the reference of object name in bucket.
-func URL(bucket, name string) string {
-	return Scheme + "://" + bucket + "/" + url.PathEscape(name)
-}
-
-var validBucket = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
-
-// ParseURL splits a reference nats-object://<bucket>/<name> (the name
-// percent-decoded) and refuses anything else with a readable error.
-func ParseURL(ref string) (bucket, name string, err error) {
-	rest, ok := strings.CutPrefix(ref, Scheme+"://")
-	if !ok {
-		return "", "", fmt.Errorf("reference %q is not a %s:// URL", short(ref), Scheme)
-	}
-	bucket, name, ok = strings.Cut(rest, "/")
-	if !ok || !validBucket.MatchString(bucket) {
-		return "", "", fmt.Errorf("reference %q does not name a bucket (%s://<bucket>/<name>)", short(ref), Scheme)
-	}
-	if name, err = url.PathUnescape(name); err != nil || name == "" {
-		return "", "", fmt.Errorf("reference %q does not name an object (%s://<bucket>/<name>)", short(ref), Scheme)
-	}
-	return bucket, name, nil
-}
-
-func short(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
-	}
-	return s
-}
-
-// Object is a stored output opened for reading. Read checks the object's
-// digest at the end: a corrupt or partly read object is an error, never
-// silently short.
-type Object struct {
-	jetstream.ObjectResult
-	// Size is the object's length in bytes; MediaType its Content-Type.
-	Size      int64
-	MediaType string
-}
-
-// Open opens the object a reference names. A missing object (never stored,
-// or expired with the bucket's TTL) is an error that says so.
-func Open(ctx context.Context, js jetstream.JetStream, ref string) (*Object, error) {
-	bucket, name, err := ParseURL(ref)
-	if err != nil {
-		return nil, err
-	}
-	obs, err := js.ObjectStore(ctx, bucket)
-	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", bucket, err)
-	}
-	res, err := obs.Get(ctx, name)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
-			return nil, fmt.Errorf("%s: no such object (it may have expired): %w", ref, err)
-		}
-		return nil, fmt.Errorf("%s: %w", ref, err)
-	}
-	info, err := res.Info()
-	if err != nil {
-		_ = res.Close()
-		return nil, err
-	}
-	o := &Object{ObjectResult: res, Size: int64(info.Size)}
-	if info.Headers != nil {
-		o.MediaType = nats.Header(info.Headers).Get("Content-Type")
-	}
-	return o, nil
 }

@@ -13,38 +13,52 @@ import (
 	"github.com/toolbus/toolbus/bus/offload"
 )
 
-func TestParseURL(t *testing.T) {
-	for _, tc := range []struct{ ref, bucket, name string }{
-		{"nats-object://toolbus_outputs/s1.r1.c1.X.0", "toolbus_outputs", "s1.r1.c1.X.0"},
-		{"nats-object://b/a%2Fb%20c", "b", "a/b c"},
-		{"nats-object://b/a/b", "b", "a/b"},
+func TestParseRef(t *testing.T) {
+	d := strings.Repeat("0123456789abcdef", 4)
+	for _, tc := range []struct {
+		ref  string
+		want offload.Ref
+	}{
+		{"nats-object://toolbus_outputs/s1.r1.c1.X.0", offload.Ref{Bucket: "toolbus_outputs", Name: "s1.r1.c1.X.0"}},
+		{"nats-object://b/a%2Fb%20c", offload.Ref{Bucket: "b", Name: "a/b c"}},
+		{"nats-object://b/a/b", offload.Ref{Bucket: "b", Name: "a/b"}},
+		{"nats-object://b/a%23b#sha256=" + d, offload.Ref{Bucket: "b", Name: "a#b", Digest: d}},
 	} {
-		b, n, err := offload.ParseURL(tc.ref)
-		if err != nil || b != tc.bucket || n != tc.name {
-			t.Errorf("ParseURL(%q) = %q, %q, %v", tc.ref, b, n, err)
+		r, err := offload.ParseRef(tc.ref)
+		if err != nil || r != tc.want {
+			t.Errorf("ParseRef(%q) = %+v, %v", tc.ref, r, err)
+		}
+		if r.String() != tc.ref && !strings.Contains(r.Name, "/") {
+			t.Errorf("%+v.String() = %q, want %q", r, r.String(), tc.ref)
 		}
 	}
-	for _, bad := range []string{"", "https://x/y", "nats-object://", "nats-object://b", "nats-object://b/", "nats-object://b.c/x", "nats-object://b/%zz"} {
-		if _, _, err := offload.ParseURL(bad); err == nil {
-			t.Errorf("ParseURL(%q) accepted", bad)
+	for _, bad := range []string{"", "https://x/y", "nats-object://", "nats-object://b", "nats-object://b/", "nats-object://b.c/x",
+		"nats-object://b/%zz", "nats-object://b/x#", "nats-object://b/x#sha256=", "nats-object://b/x#sha256=" + strings.ToUpper(d),
+		"nats-object://b/x#md5=" + d, "nats-object://b/x#sha256=" + d + "0", "nats-object://b/" + strings.Repeat("x", offload.MaxRefLen)} {
+		if _, err := offload.ParseRef(bad); err == nil {
+			t.Errorf("ParseRef(%q) accepted", bad)
 		}
 	}
 }
 
-// FuzzParseURL: never a panic; what parses is rebuilt by URL into a
-// reference that parses to the same bucket and name.
-func FuzzParseURL(f *testing.F) {
-	for _, s := range []string{"nats-object://toolbus_outputs/s1.r1.c1.X.0", "nats-object://b/a%2Fb", "nats-object://b/%", "nats-object:///x", "x"} {
+// FuzzParseRef: never a panic; what parses is rebuilt by String into a
+// reference that parses to the same bucket, name and digest.
+func FuzzParseRef(f *testing.F) {
+	for _, s := range []string{"nats-object://toolbus_outputs/s1.r1.c1.X.0", "nats-object://b/a%2Fb", "nats-object://b/%", "nats-object:///x", "x",
+		"nats-object://b/n#sha256=" + strings.Repeat("ab", 32), "nats-object://b/n#x#y", "nats-object://b/%23#sha256=00"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, ref string) {
-		b, n, err := offload.ParseURL(ref)
+		r, err := offload.ParseRef(ref)
 		if err != nil {
 			return
 		}
-		b2, n2, err := offload.ParseURL(offload.URL(b, n))
-		if err != nil || b2 != b || n2 != n {
-			t.Fatalf("%q -> %q %q -> %q %q %v", ref, b, n, b2, n2, err)
+		if r.Bucket == "" || r.Name == "" || (r.Digest != "" && len(r.Digest) != 64) {
+			t.Fatalf("%q parsed to %+v", ref, r)
+		}
+		r2, err := offload.ParseRef(r.String())
+		if err != nil || r2 != r {
+			t.Fatalf("%q -> %+v -> %q -> %+v %v", ref, r, r.String(), r2, err)
 		}
 	})
 }
@@ -66,8 +80,9 @@ func TestFit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st := offload.NewStore(nc, "o_outputs")
 	fetch := func(ref string) string {
-		obj, err := offload.Open(t.Context(), js, ref)
+		obj, err := st.Open(t.Context(), ref)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,11 +94,11 @@ func TestFit(t *testing.T) {
 		return string(b)
 	}
 	small := bus.Text("hello")
-	if out, err := o.Fit(t.Context(), "k", small, 0, false); err != nil || len(out) != 1 || out[0].Text != "hello" {
+	if out, err := o.Fit(t.Context(), "s.r.k", small, 0, false); err != nil || len(out) != 1 || out[0].Text != "hello" {
 		t.Fatalf("small output: %v %v", out, err)
 	}
 	big, mid := strings.Repeat("a", 3000), strings.Repeat("b", 600)
-	out, err := o.Fit(t.Context(), "k", []bus.Block{{Type: bus.BlockText, Text: mid}, {Type: bus.BlockText, Text: big}}, 0, false)
+	out, err := o.Fit(t.Context(), "s.r.k", []bus.Block{{Type: bus.BlockText, Text: mid}, {Type: bus.BlockText, Text: big}}, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,10 +110,10 @@ func TestFit(t *testing.T) {
 	}
 	// An error result counts its text twice: 1200 bytes spill at 2000.
 	errText := strings.Repeat("e", 1200)
-	if out, err := o.Fit(t.Context(), "k", bus.Text(errText), 0, false); err != nil || len(out) != 1 {
+	if out, err := o.Fit(t.Context(), "s.r.k", bus.Text(errText), 0, false); err != nil || len(out) != 1 {
 		t.Fatalf("a success result of 1200 bytes: %+v %v", out, err)
 	}
-	out, err = o.Fit(t.Context(), "k", bus.Text(errText), 0, true)
+	out, err = o.Fit(t.Context(), "s.r.k", bus.Text(errText), 0, true)
 	if err != nil || len(out) != 2 || fetch(out[1].URL) != errText {
 		t.Fatalf("error result: %+v %v", out, err)
 	}
@@ -107,21 +122,21 @@ func TestFit(t *testing.T) {
 	for i := range many {
 		many[i] = bus.Block{Type: bus.BlockText, Text: "12345"}
 	}
-	out, err = o.Fit(t.Context(), "k", many, 0, false)
+	out, err = o.Fit(t.Context(), "s.r.k", many, 0, false)
 	if err != nil || len(out) != 2 || out[1].MediaType != "application/json" || !strings.HasPrefix(fetch(out[1].URL), `[{"type":"text","text":"12345"}`) {
 		t.Fatalf("many blocks: %+v %v", out, err)
 	}
-	_, err = o.Fit(t.Context(), "k", bus.Text(strings.Repeat("x", 100001)), 0, false)
+	_, err = o.Fit(t.Context(), "s.r.k", bus.Text(strings.Repeat("x", 100001)), 0, false)
 	var tl *offload.TooLargeError
 	if !errors.As(err, &tl) || tl.Max != 100000 {
 		t.Fatalf("above the ceiling: %v", err)
 	}
 	// A missing bucket is a clear error.
 	o2, _ := offload.New(nc, "missing_outputs", offload.Limits{Inline: 10})
-	if _, err := o2.Fit(t.Context(), "k", bus.Text(big), 0, false); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := o2.Fit(t.Context(), "s.r.k", bus.Text(big), 0, false); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("missing bucket: %v", err)
 	}
-	if _, err := offload.Open(t.Context(), js, "nats-object://o_outputs/nope"); err == nil || !strings.Contains(err.Error(), "no such object") {
+	if _, err := st.Open(t.Context(), "nats-object://o_outputs/nope"); err == nil || !strings.Contains(err.Error(), "no such object") {
 		t.Fatalf("missing object: %v", err)
 	}
 }

@@ -2,30 +2,51 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/toolbus/toolbus/client"
 )
 
 // runFetch prints (or with -o saves) a stored output: the object a data
-// block's nats-object:// url refers to (PROTOCOL.md 5.9).
+// block's nats-object:// url refers to (protocol 5.9), read through the
+// routers on P.outputs.<session> (the session is the name's first token
+// unless --session says otherwise), or with --direct from the object store
+// itself (operators).
 func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("fetch", stderr)
 	outPath := fs.String("o", "", "write the output to this file instead of stdout")
+	direct := fs.Bool("direct", false, "read the outputs object store itself, not through the routers (operators only)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usageError(fs, "fetch takes one reference (nats-object://<bucket>/<name>), got %d arguments", len(pos))
+		return usageError(fs, "fetch takes one reference (nats-object://<bucket>/<name>#sha256=<digest>), got %d arguments", len(pos))
 	}
 	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	obj, err := cl.Fetch(ctx, pos[0])
+	session := "" // --session given explicitly, else the name's first token
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "session" {
+			session = cn.session
+		}
+	})
+	var obj *client.Output
+	switch {
+	case *direct:
+		obj, err = cl.FetchDirect(ctx, pos[0])
+	case session != "":
+		obj, err = cl.FetchSession(ctx, session, pos[0])
+	default:
+		obj, err = cl.Fetch(ctx, pos[0])
+	}
 	if err != nil {
 		return err
 	}

@@ -53,7 +53,16 @@ func TestCallShowsStoredOutputAndFetch(t *testing.T) {
 	if !strings.Contains(errOut, "1638400 bytes") {
 		t.Errorf("stderr %q", errOut)
 	}
-	for _, bad := range []string{"https://example.com/x", "nats-object://toolbus_outputs/nope"} {
+	// --direct reads the object store itself (an operator's read), and
+	// --session names the session to ask.
+	if got, errOut, err := exec(t.Context(), "fetch", "--direct", ref, "--nats", d.url); err != nil || got != text {
+		t.Fatalf("fetch --direct: %d bytes, %v %s", len(got), err, errOut)
+	}
+	if _, _, err := exec(t.Context(), "fetch", "--session", "other", ref, "--nats", d.url); err == nil || !strings.Contains(err.Error(), "no output") {
+		t.Errorf("fetch in another session: %v", err)
+	}
+	noDigest, _, _ := strings.Cut(ref, "#")
+	for _, bad := range []string{"https://example.com/x", "nats-object://toolbus_outputs/nope", noDigest} {
 		if _, _, err := exec(t.Context(), "fetch", bad, "-o", filepath.Join(t.TempDir(), "x"), "--nats", d.url); err == nil {
 			t.Errorf("fetch %s succeeded", bad)
 		}

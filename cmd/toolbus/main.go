@@ -65,7 +65,7 @@ func init() {
 		{"confirm", "<call-id>", "allow (or with --deny refuse) a call parked for a confirmation", runConfirm},
 		{"watch-handoff", "<tool|*>", "print the requests waiting for a tool's handlers (or approvers), oldest first", runWatchHandoff},
 		{"skills", "ls | show <name> | push DIR | rm <name>", "list, show, push (--user U) or remove (--user U) the skills on the bus", runSkills},
-		{"fetch", "<nats-object://bucket/name>", "print (or with -o FILE save) an output stored in the object store", runFetch},
+		{"fetch", "<nats-object://bucket/name#sha256=...>", "print (or with -o FILE save) a stored output, read through the routers (--direct: from the object store)", runFetch},
 		{"status", "", "show routers, workers per tool, sessions and parked calls", runStatus},
 		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
 		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR] | agent --session S [--user U] [--dir DIR]", "print the NATS permissions of the toolbus roles for a deployment, or add a per-session agent user (docs/security.md)", runSecurity},

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -291,6 +293,121 @@ func TestBatchOfLargeOutputs(t *testing.T) {
 		_, data := fetched(t, e.client, r.Output)
 		if r.State != bus.StateSuccess || (len(data) == 0 && (len(r.Output) != 1 || r.Output[0].Text != text)) {
 			t.Errorf("result %s: %.200s", r.ID, jsonOf(r))
+		}
+	}
+}
+
+// TestOutputReadRightAfterResult: on the 3-node cluster with replicas 3,
+// a stored output is readable the moment its result is, 1,000 times:
+// each result is fetched at once through the routers (from a connection on
+// another node than the worker's) and read directly from the store as an
+// operator would; never "not found" (protocol 5.9: reads from the stream
+// leader, a bounded retry). The outputs are small, just above the
+// worker's low inline limit (1 KiB), to keep it fast.
+func TestOutputReadRightAfterResult(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 calls on a cluster")
+	}
+	e := startEnv(t, 2, true, router.Config{})
+	e.startWorker(worker.Config{InlineLimit: 1024}, func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "small_stored", ConcurrencySafe: true, ReadOnly: true},
+			func(_ context.Context, c *worker.Call) (*bus.ExecResult, error) {
+				return textResult(strings.Repeat(c.ID+" ", 400)), nil // > 1 KiB: stored
+			})
+	}, "small_stored")
+	const total, parallel = 1000, 8
+	agents := make([]*client.Client, parallel)
+	for i := range agents {
+		agents[i] = client.New(e.connect(t), client.Config{Source: "test/agent"}) // round-robin over the nodes
+	}
+	errs := make(chan error, parallel)
+	for g := range parallel {
+		go func() {
+			errs <- func() error {
+				cl := agents[g]
+				for i := g; i < total; i += parallel {
+					id := fmt.Sprintf("c%d", i)
+					r, err := callUntilResult(cl, id)
+					if err != nil {
+						return err
+					}
+					if r.State != bus.StateSuccess || len(r.Output) != 2 || !client.IsStored(r.Output[1]) {
+						return fmt.Errorf("call %d: %.300s", i, jsonOf(r))
+					}
+					want := strings.Repeat(id+" ", 400)
+					got, err := cl.FetchBytes(testCtx(t), r.Output[1].URL)
+					if err != nil || string(got) != want {
+						return fmt.Errorf("call %d: fetched right after the result: %q, %v", i, got, err)
+					}
+					obj, err := cl.FetchDirect(testCtx(t), r.Output[1].URL)
+					if err != nil {
+						return fmt.Errorf("call %d: read directly right after the result: %v", i, err)
+					}
+					got, err = io.ReadAll(obj)
+					if err != nil || string(got) != want {
+						return fmt.Errorf("call %d: read directly: %q, %v", i, got, err)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range parallel {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// callUntilResult calls small_stored until it gets the tool's own result:
+// on a loaded machine a call may end unknown_outcome (its worker's beats
+// came late) or time out, which says nothing about reading outputs.
+func callUntilResult(cl *client.Client, id string) (bus.Result, error) {
+	var r bus.Result
+	for range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		reply, err := cl.Call(ctx, "fast", bus.Batch{Calls: []bus.Call{{ID: id, Name: "small_stored"}}})
+		cancel()
+		if err != nil {
+			return r, err
+		}
+		if r = reply.Results[0]; r.Error == nil || (r.Error.Code != bus.CodeUnknownOutcome && r.Error.Code != bus.CodeTimeout && r.Error.Code != bus.CodeUnavailable) {
+			return r, nil
+		}
+	}
+	return r, fmt.Errorf("call %s: no result in 10 tries: %.300s", id, jsonOf(r))
+}
+
+// TestStoredOutputSealed: the router records each stored output's digest
+// in the url it passes on, for a core tool, a durable tool (its result
+// comes on P.result.<tool>) and progress alike, and the agent reads each
+// back through P.outputs.<session>; a url without its digest, or read on
+// another session's subject, is refused.
+func TestStoredOutputSealed(t *testing.T) {
+	e := newEnv(t, 1)
+	text := bigText(3000)
+	e.startWorker(worker.Config{InlineLimit: 1024}, func(w *worker.Worker) {
+		for _, def := range []bus.ToolDef{{Name: "core_big", ReadOnly: true}, {Name: "durable_big", Durable: true, Permission: bus.PermissionAllow}} {
+			handle(t, w, def, func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult(text), nil })
+		}
+	}, "core_big", "durable_big")
+	for _, tool := range []string{"core_big", "durable_big"} {
+		reply := e.call(t, "sealed", []bus.Call{{ID: "c1", Name: tool}})
+		r := reply.Results[0]
+		stored, data := fetched(t, e.client, r.Output)
+		if r.State != bus.StateSuccess || len(stored) != 1 || string(data[0]) != text {
+			t.Fatalf("%s: %.500s", tool, jsonOf(r))
+		}
+		ref, err := offload.ParseRef(stored[0].URL)
+		if err != nil || len(ref.Digest) != 64 || !strings.HasPrefix(ref.Name, "sealed.") {
+			t.Fatalf("%s: url %s: %v", tool, stored[0].URL, err)
+		}
+		bare := offload.URL(ref.Bucket, ref.Name)
+		if _, err := e.client.FetchBytes(testCtx(t), bare); err == nil || !strings.Contains(err.Error(), "#sha256=") {
+			t.Errorf("%s: a url without digest: %v", tool, err)
+		}
+		if _, err := e.client.FetchSession(testCtx(t), "other", stored[0].URL); err == nil || !strings.Contains(err.Error(), "no output") {
+			t.Errorf("%s: read on another session's subject: %v", tool, err)
 		}
 	}
 }

@@ -1,0 +1,4 @@
+package offload
+
+// MetaSubject is metaSubject, for the tests that forge metadata.
+var MetaSubject = metaSubject

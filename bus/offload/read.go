@@ -1,0 +1,375 @@
+package offload
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Store reads the outputs bucket from its stream's leader: metadata and
+// chunks through $JS.API.STREAM.MSG.GET, which only the leader answers,
+// never through DIRECT.GET, which any replica answers (a follower that
+// has not yet applied a just-acknowledged object would answer "not
+// found": the R3 race of protocol 5.9). It is what routers and operators
+// use; agents, workers and handlers have no read access to the bucket.
+type Store struct {
+	nc     *nats.Conn
+	bucket string
+	api    string // $JS.API.STREAM.MSG.GET.OBJ_<bucket>
+	direct string // $JS.API.DIRECT.GET.OBJ_<bucket>
+}
+
+// NewStore reads bucket on nc.
+func NewStore(nc *nats.Conn, bucket string) *Store {
+	return &Store{nc: nc, bucket: bucket, api: "$JS.API.STREAM.MSG.GET.OBJ_" + bucket, direct: "$JS.API.DIRECT.GET.OBJ_" + bucket}
+}
+
+// Bucket is the bucket the store reads.
+func (s *Store) Bucket() string { return s.bucket }
+
+// ErrNotFound is an object that is not (or no longer) in the bucket.
+var ErrNotFound = errors.New("no such object (it may have expired)")
+
+// NotFoundRetry bounds how long a read retries "not found" before it
+// believes it: the leader has every acknowledged object, but a leader
+// change may hand the stream to a replica still catching up.
+const NotFoundRetry = 2 * time.Second
+
+// requestTimeout bounds one API request whose context has no deadline.
+const requestTimeout = 10 * time.Second
+
+// Info is an object's metadata and the stream sequence of its metadata
+// message (which changes whenever the object is replaced).
+type Info struct {
+	jetstream.ObjectInfo
+	Seq uint64
+}
+
+// Header returns the object's header key ("" when absent).
+func (i *Info) Header(key string) string {
+	if i.Headers == nil {
+		return ""
+	}
+	return nats.Header(i.Headers).Get(key)
+}
+
+// MediaType is the object's Content-Type.
+func (i *Info) MediaType() string { return i.Header("Content-Type") }
+
+// Digest is the object's SHA-256 in hex ("" when its metadata has none).
+func (i *Info) Digest() string { return hexDigest(i.ObjectInfo.Digest) }
+
+type msgGetRequest struct {
+	Seq        uint64 `json:"seq,omitempty"`
+	LastBySubj string `json:"last_by_subj,omitempty"`
+	NextBySubj string `json:"next_by_subj,omitempty"`
+}
+
+type msgGetResponse struct {
+	Message *struct {
+		Subject string `json:"subject"`
+		Seq     uint64 `json:"seq"`
+		Header  []byte `json:"hdrs,omitempty"`
+		Data    []byte `json:"data,omitempty"`
+	} `json:"message,omitempty"`
+	Error *struct {
+		Code        int    `json:"code"`
+		ErrCode     int    `json:"err_code"`
+		Description string `json:"description"`
+	} `json:"error,omitempty"`
+}
+
+// JetStream's error code for "no message found" and "stream not found".
+const (
+	errCodeNoMessage = 10037
+	errCodeNoStream  = 10059
+)
+
+// msg is one stored message.
+type msg struct {
+	subject string
+	seq     uint64
+	header  []byte
+	data    []byte
+}
+
+// get asks the stream leader for one message; ErrNotFound when there is
+// none.
+func (s *Store) get(ctx context.Context, req msgGetRequest) (*msg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+	}
+	m, err := s.nc.RequestWithContext(ctx, s.api, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("the outputs object store %s does not answer (no stream, or no leader): %w", s.bucket, err)
+		}
+		return nil, fmt.Errorf("reading %s: %w", s.bucket, err)
+	}
+	var resp msgGetResponse
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("reading %s: bad JetStream reply: %w", s.bucket, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == errCodeNoMessage:
+		return nil, ErrNotFound
+	case resp.Error != nil && resp.Error.ErrCode == errCodeNoStream:
+		return nil, fmt.Errorf("the outputs object store %s does not exist: %w", s.bucket, ErrNotFound)
+	case resp.Error != nil:
+		return nil, fmt.Errorf("reading %s: %s (%d)", s.bucket, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("reading %s: an empty JetStream reply", s.bucket)
+	}
+	x := resp.Message
+	return &msg{subject: x.Subject, seq: x.Seq, header: x.Header, data: x.Data}, nil
+}
+
+// chunkAt reads a chunk by sequence (or the next one on subj from seq)
+// with DIRECT.GET, which returns its bytes raw (no base64 in JSON, several
+// times faster than MSG.GET) and may be answered by any replica. That is
+// safe for a chunk: replicas hold the same log, so a message found is the
+// right one; a replica behind the leader answers "not found", and then the
+// leader is asked.
+func (s *Store) chunkAt(ctx context.Context, req msgGetRequest) (*msg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+	}
+	m, err := s.nc.RequestWithContext(ctx, s.direct, body)
+	if err == nil && m.Header.Get("Status") == "" {
+		seq, perr := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+		if perr == nil {
+			return &msg{subject: m.Header.Get("Nats-Subject"), seq: seq, data: m.Data}, nil
+		}
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return s.get(ctx, req) // not found here, or no direct get: the leader
+}
+
+// Info reads the metadata of object name from the leader, retrying "not
+// found" for up to NotFoundRetry; ErrNotFound (wrapped) when it is not
+// there, or deleted. It reads the first metadata message on the name's
+// subject, not the last: toolbus writes a name once (write.go), so the
+// first is the writer's. Where the store refuses rollups (deny_purge), a
+// later publish on the subject cannot remove it and an overwrite has no
+// effect at all; where it allows them, a rollup leaves the forgery first,
+// and the digest check refuses it.
+func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
+	var m *msg
+	var err error
+	deadline := time.Now().Add(NotFoundRetry)
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
+		m, err = s.get(ctx, msgGetRequest{Seq: 1, NextBySubj: metaSubject(s.bucket, name)})
+		if !errors.Is(err, ErrNotFound) || time.Now().Add(wait).After(deadline) {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var info Info
+	if err := json.Unmarshal(m.data, &info.ObjectInfo); err != nil {
+		return nil, fmt.Errorf("object %s: bad metadata: %w", name, err)
+	}
+	if info.Deleted || info.Name != name {
+		return nil, ErrNotFound
+	}
+	info.Seq = m.seq
+	return &info, nil
+}
+
+// chunk is where one chunk of a verified object is: its stream sequence,
+// its offset in the object and its length.
+type chunk struct {
+	seq uint64
+	off int64
+	n   int
+}
+
+// walk reads every chunk of the object info describes, in order, and
+// returns where each is, checking the count, the size and the SHA-256
+// against want (hex). A mismatch is errTampered; a missing chunk
+// ErrNotFound. It reads the whole object once.
+func (s *Store) walk(ctx context.Context, info *Info, want string) ([]chunk, error) {
+	var chunks []chunk
+	h := sha256.New()
+	var off int64
+	err := s.chunks(ctx, info, func(m *msg) error {
+		chunks = append(chunks, chunk{seq: m.seq, off: off, n: len(m.data)})
+		off += int64(len(m.data))
+		h.Write(m.data)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if got := sumHex(h); got != want {
+		return nil, fmt.Errorf("%w: its bytes hash to sha256 %s, not %s", errTampered, got, want)
+	}
+	return chunks, nil
+}
+
+// chunks calls f with each chunk of the object in order, stopping once
+// the object's size is read.
+func (s *Store) chunks(ctx context.Context, info *Info, f func(*msg) error) error {
+	subj := chunkSubject(s.bucket, info.NUID)
+	var off int64
+	seq := uint64(1)
+	for n := 0; off < int64(info.Size); n++ {
+		if n >= int(info.Chunks) {
+			return fmt.Errorf("%w: more than its %d chunks", errTampered, info.Chunks)
+		}
+		m, err := s.chunkAt(ctx, msgGetRequest{Seq: seq, NextBySubj: subj})
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("object %s is incomplete (%d of %d bytes): %w", info.Name, off, info.Size, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if m.subject != subj || off+int64(len(m.data)) > int64(info.Size) {
+			return fmt.Errorf("%w: its chunks exceed its %d bytes", errTampered, info.Size)
+		}
+		if err := f(m); err != nil {
+			return err
+		}
+		off += int64(len(m.data))
+		seq = m.seq + 1
+	}
+	return nil
+}
+
+// errTampered is an object whose bytes are not what its reference or its
+// metadata say.
+var errTampered = errors.New("the stored output does not match its digest")
+
+// Object is a stored output opened for reading. Read checks the SHA-256 of
+// what it read at the end: a corrupt, replaced or partly read object is an
+// error, never silently short.
+type Object struct {
+	// Size is the object's length in bytes; MediaType its Content-Type;
+	// Digest its SHA-256 in hex.
+	Size      int64
+	MediaType string
+	Digest    string
+
+	next func(off int64) ([]byte, error) // the bytes at off, at least one
+	off  int64
+	buf  []byte
+	h    hash.Hash
+	err  error
+}
+
+// NewObject is an Object whose bytes come from next, called with each
+// offset in turn until size bytes are read; digest is the SHA-256 (hex)
+// they must hash to.
+func NewObject(size int64, media, digest string, next func(off int64) ([]byte, error)) *Object {
+	return &Object{Size: size, MediaType: media, Digest: digest, next: next, h: sha256.New()}
+}
+
+func (o *Object) Read(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	for len(o.buf) == 0 {
+		if o.off >= o.Size {
+			if got := sumHex(o.h); got != o.Digest {
+				o.err = fmt.Errorf("%w: the bytes read hash to sha256 %s, not %s", errTampered, got, o.Digest)
+				return 0, o.err
+			}
+			o.err = io.EOF
+			return 0, io.EOF
+		}
+		b, err := o.next(o.off)
+		if err == nil && (len(b) == 0 || o.off+int64(len(b)) > o.Size) {
+			err = fmt.Errorf("the store returned %d bytes at offset %d of %d", len(b), o.off, o.Size)
+		}
+		if err != nil {
+			o.err = err
+			return 0, err
+		}
+		o.h.Write(b)
+		o.off += int64(len(b))
+		o.buf = b
+	}
+	n := copy(p, o.buf)
+	o.buf = o.buf[n:]
+	return n, nil
+}
+
+// Close ends the read; further reads fail.
+func (o *Object) Close() error {
+	if o.err == nil {
+		o.err = errors.New("the stored output is closed")
+	}
+	return nil
+}
+
+// Open opens the object a reference names by reading the bucket itself
+// (an operator's read: `toolbus fetch --direct`), from the stream leader,
+// retrying "not found" briefly (NotFoundRetry). A reference with a digest
+// must match the object's; the bytes are checked at the end of the read.
+func (s *Store) Open(ctx context.Context, ref string) (*Object, error) {
+	r, err := ParseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	if r.Bucket != s.bucket {
+		s = NewStore(s.nc, r.Bucket)
+	}
+	info, err := s.Info(ctx, r.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	digest := info.Digest()
+	if r.Digest != "" && digest != r.Digest {
+		return nil, fmt.Errorf("%s: %w (the object was replaced after the reference was made)", ref, errTampered)
+	}
+	if digest == "" {
+		return nil, fmt.Errorf("%s: the object's metadata has no SHA-256 digest", ref)
+	}
+	subj := chunkSubject(s.bucket, info.NUID)
+	seq, n := uint64(1), 0
+	return NewObject(int64(info.Size), info.MediaType(), digest, func(int64) ([]byte, error) {
+		if n >= int(info.Chunks) {
+			return nil, fmt.Errorf("%w: more than its %d chunks", errTampered, info.Chunks)
+		}
+		m, err := s.chunkAt(ctx, msgGetRequest{Seq: seq, NextBySubj: subj})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ref, err)
+		}
+		if m.subject != subj {
+			return nil, fmt.Errorf("%s: the store returned a message of %s", ref, m.subject)
+		}
+		seq, n = m.seq+1, n+1
+		return m.data, nil
+	}), nil
+}

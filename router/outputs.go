@@ -1,0 +1,116 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
+)
+
+// Stored outputs per session (protocol 5.9). Agents have no access to the
+// outputs object store: they read through the router on
+// P.outputs.<session>, which serves only that session's objects and only
+// when their bytes are the ones the result recorded. Workers and handlers
+// still store objects themselves (an output may exceed max_payload), but a
+// result or answer may refer only to objects stored for that very call,
+// and the router records each object's digest in the reference it passes
+// on.
+
+// outputsBudget bounds the store reads of one seal or one read request.
+const outputsBudget = 30 * time.Second
+
+// outputs is the router's side of the outputs object store.
+type outputs struct {
+	st  *offload.Store
+	srv *offload.Server
+}
+
+func newOutputs(nc *nats.Conn, bucket string) *outputs {
+	st := offload.NewStore(nc, bucket)
+	return &outputs{st: st, srv: offload.NewServer(st, offload.Window(nc.MaxPayload()))}
+}
+
+// onOutputs serves io.toolbus.output.get on P.outputs.<session>: one
+// window of a stored output of that session, or an io.toolbus.error.
+func (r *Router) onOutputs(m *nats.Msg) {
+	e, err := r.decode(m, "outputs", offload.TypeGet)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	g, err := offload.DecodeGet(e.Data)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.base, outputsBudget)
+	defer cancel()
+	c, err := r.stored.srv.Serve(ctx, e.SessionID, g)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	if err := bus.Respond(r.nc, m, r.source, offload.TypeChunk, c); err != nil {
+		r.log.Warn("router: output chunk reply failed", "err", err)
+	}
+}
+
+// sealOutput checks the stored outputs a worker's result refers to
+// (offload.Store.Seal) and returns the result with their digests; a
+// reference to an object that is not this call's own turns the result
+// into a tool_error saying so, and its state patch is dropped, as for any
+// invalid output block (protocol 3.3).
+func (r *Router) sealOutput(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage) {
+	if !hasStored(res.Output) {
+		return res, patch
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), outputsBudget)
+	defer cancel()
+	out, err := r.stored.st.Seal(ctx, key, res.Output)
+	if err != nil {
+		var be *offload.BlockError
+		if errors.As(err, &be) {
+			r.log.Warn("router: a result's stored output refused", "session", session, "call", key, "err", err)
+			return bus.ErrorResult(bus.Call{ID: res.ID, Name: res.Name}, bus.CodeToolError,
+				fmt.Sprintf("Error: the tool returned an invalid output block %d: %v", be.Index, be.Err)), nil
+		}
+		return internal(bus.Call{ID: res.ID, Name: res.Name}, fmt.Errorf("checking the stored output: %w", err)), nil
+	}
+	res.Output = out
+	return res, patch
+}
+
+// sealAnswer is sealOutput for an external answer: a refused reference is
+// a bad_request and the call stays parked.
+func (r *Router) sealAnswer(key string, out []bus.Block) ([]bus.Block, error) {
+	if !hasStored(out) {
+		return out, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), outputsBudget)
+	defer cancel()
+	sealed, err := r.stored.st.Seal(ctx, key, out)
+	if err != nil {
+		var be *offload.BlockError
+		if errors.As(err, &be) {
+			return nil, bus.Errorf(bus.CodeBadRequest, "output[%d]: %v", be.Index, be.Err)
+		}
+		return nil, err
+	}
+	return sealed, nil
+}
+
+// hasStored reports whether any block refers to a stored output.
+func hasStored(out []bus.Block) bool {
+	for _, b := range out {
+		if b.Type == bus.BlockData && len(b.URL) > len(offload.Scheme) && b.URL[:len(offload.Scheme)+1] == offload.Scheme+":" {
+			return true
+		}
+	}
+	return false
+}
