@@ -311,7 +311,7 @@ func agent(s bus.Subjects, session string, answers []string) User {
 // list).
 func denySessions(s bus.Subjects, u *User, sessions []string) {
 	for _, id := range sessions {
-		u.Permissions.PublishDeny = append(u.Permissions.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id))
+		u.Permissions.PublishDeny = append(u.Permissions.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id), s.Outputs(id))
 		u.Permissions.SubscribeDeny = append(u.Permissions.SubscribeDeny, s.Events(id))
 	}
 }

@@ -69,7 +69,7 @@ func TestSharedAgentLockedOut(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
 	all := d.conn("agent")
-	for _, s := range []string{"toolbus.call.s1", "toolbus.tools.s1", "toolbus.cancel.s1", "toolbus.replay.s1", "toolbus.call.s2",
+	for _, s := range []string{"toolbus.call.s1", "toolbus.tools.s1", "toolbus.cancel.s1", "toolbus.replay.s1", "toolbus.outputs.s1", "toolbus.call.s2",
 		"$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.w.toolbus.events.*"} {
 		all.denyPublish(s)
 	}

@@ -40,7 +40,7 @@ func bigRef(t *testing.T, ac *client.Client, replyID string) string {
 }
 
 // TestOutputsPerSession: a stored output of session s1 is read by s1's
-// agent (and the shared agent, and the operator), never by s2's: NATS
+// agent and the operator, never by s2's nor the shared agent (s1 has its own user): NATS
 // refuses s2 every direct read of the outputs object store (message get
 // by sequence, direct get, stream info, a consumer on the chunks) and its
 // request on P.outputs.s1; the router refuses s1's object on s2's own
@@ -54,8 +54,14 @@ func TestOutputsPerSession(t *testing.T) {
 	if b, err := s1.client().FetchBytes(testCtx(t), ref); err != nil || len(b) != 2<<20 {
 		t.Fatalf("s1 reads its own output: %d bytes, %v", len(b), err)
 	}
-	if b, err := d.conn("agent").client().FetchBytes(testCtx(t), ref); err != nil || len(b) != 2<<20 {
-		t.Fatalf("the shared agent reads s1's output: %d bytes, %v", len(b), err)
+	// s1 has its own agent user, so the shared agent is denied P.outputs.s1
+	// like everything else of s1 (TestSharedAgentLockedOut).
+	shared := d.conn("agent")
+	shared.denyPublish("toolbus.outputs.s1")
+	ctx, cancel := context.WithTimeout(testCtx(t), 2*time.Second)
+	defer cancel()
+	if b, err := shared.client().FetchBytes(ctx, ref); err == nil {
+		t.Fatalf("the shared agent read s1's output: %d bytes", len(b))
 	}
 	op := d.conn("operator")
 	obj, err := op.client().FetchDirect(testCtx(t), ref)
