@@ -27,12 +27,12 @@ const (
 
 // mcpFacade serves the facade over HTTP, logged in as the generated
 // facade user, with two tokens: alice (session s1, host_user) and bob
-// (session s2, approvers).
+// (session s3, approvers); the harness binds s1 to alice and s3 to bob.
 func (d *deployment) mcpFacade(t *testing.T) (url string, l *login) {
 	t.Helper()
 	tk, err := facade.ParseTokens("test", []byte("tokens:\n"+
 		"- {name: alice, token: "+facade.HashToken(hostToken)+", user: alice, sessions: [s1], confirm: host_user}\n"+
-		"- {name: bob, token: "+facade.HashToken(sharedToken)+", user: bob, sessions: [s2], confirm: approvers}\n"))
+		"- {name: bob, token: "+facade.HashToken(sharedToken)+", user: bob, sessions: [s3], confirm: approvers}\n"))
 	must(t, err)
 	l = d.conn(security.RoleFacade)
 	f := facade.New(client.New(l.nc, client.Config{Source: "toolbus/mcp"}), facade.Config{Auth: tk, Logger: slog.New(slog.DiscardHandler)})
@@ -135,7 +135,7 @@ func TestFacadeIdentity(t *testing.T) {
 
 	// approvers: bob's host is not asked; the approver confirms.
 	bob := &hostDecides{asked: make(chan string, 4)}
-	bc := mcpConnect(t, url+"/mcp/s2", sharedToken, bob)
+	bc := mcpConnect(t, url+"/mcp/s3", sharedToken, bob)
 	res := make(chan *mcp.CallToolResult, 1)
 	go func() {
 		req := mcp.CallToolRequest{}
@@ -145,11 +145,11 @@ func TestFacadeIdentity(t *testing.T) {
 	}()
 	ap := d.conn("approver")
 	req := readHandoff(t, ap, "toolbus.confirm.deploy")
-	if req.SessionID != "s2" {
+	if req.SessionID != "s3" {
 		t.Fatalf("confirmation of session %s", req.SessionID)
 	}
 	yes := true
-	must(t, ap.client().Answer(testCtx(t), "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes}))
+	must(t, ap.client().Confirm(testCtx(t), "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
 	if r := bustest.Recv(t, res, bound, "bob's deploy"); r == nil || r.IsError || mcpText(r) != "deployed" {
 		t.Fatalf("deploy confirmed by the approver: %+v", r)
 	}
