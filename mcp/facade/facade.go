@@ -174,8 +174,10 @@ func (r *taskRef) set(id string) { r.mu.Lock(); r.id = id; r.mu.Unlock() }
 
 func (r *taskRef) get() string { r.mu.Lock(); defer r.mu.Unlock(); return r.id }
 
-// Handler serves streamable HTTP at /mcp/<session>; a session id that is
-// not a valid identifier, or another path, gets HTTP 404. Every request
+// Handler serves streamable HTTP at /mcp/<session> (also /mcp/<session>/mcp,
+// and /mcp with the session in the X-Toolbus-Session header or the
+// ?session= query parameter); a session id that is not a valid
+// identifier, or another path, gets HTTP 404. Every request
 // is authenticated first (Config.Auth; 401 with a WWW-Authenticate
 // challenge), then checked against its identity: a session it may not
 // use, or a user header that is not its user, gets 403 and nothing is
@@ -189,8 +191,8 @@ func (f *Facade) Handler() http.Handler {
 		if f.serveMetadata(w, r) {
 			return
 		}
-		id, ok := strings.CutPrefix(r.URL.Path, "/mcp/")
-		if !ok || !bus.ValidID(id) {
+		id, ok := sessionOf(r)
+		if !ok {
 			http.NotFound(w, r)
 			return
 		}
@@ -218,6 +220,33 @@ func (f *Facade) Handler() http.Handler {
 		defer f.release(s)
 		s.http.ServeHTTP(w, r)
 	})
+}
+
+// SessionHeader names the bus session of a request to /mcp, for clients
+// whose URL path cannot carry it (the MCP Inspector rewrites paths to
+// /mcp); the query parameter "session" does the same.
+const SessionHeader = "X-Toolbus-Session"
+
+// sessionOf returns the bus session a request is for: the path
+// /mcp/<session> (or /mcp/<session>/mcp, as clients that append /mcp
+// make it), else, on /mcp itself, the X-Toolbus-Session header or the
+// ?session= query parameter. ok is false for any other path or an invalid
+// or missing session id.
+func sessionOf(r *http.Request) (id string, ok bool) {
+	p := r.URL.Path
+	if p == "/mcp" || p == "/mcp/" {
+		id = r.Header.Get(SessionHeader)
+		if id == "" {
+			id = r.URL.Query().Get("session")
+		}
+		return id, bus.ValidID(id)
+	}
+	rest, found := strings.CutPrefix(p, "/mcp/")
+	if !found {
+		return "", false
+	}
+	rest = strings.TrimSuffix(strings.TrimSuffix(rest, "/"), "/mcp")
+	return rest, bus.ValidID(rest)
 }
 
 // ServeStdio serves the session over stdio (in, out) as user until ctx
