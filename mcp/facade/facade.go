@@ -218,6 +218,9 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		defer f.release(s)
+		if !stampNotification(w, r) {
+			return
+		}
 		s.http.ServeHTTP(w, r)
 	})
 }

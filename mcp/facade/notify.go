@@ -1,0 +1,74 @@
+package facade
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// maxBody bounds what one HTTP request to the facade may send: a call's
+// input is at most 1 MiB (docs/protocol.md 13), with room for the
+// envelope.
+const maxBody = 4 << 20
+
+// stampNotification gives a 2026-07-28 notification (notifications/cancelled,
+// notifications/progress, ...) that carries the Mcp-Protocol-Version header
+// but no _meta protocol version the version of its header. The revision
+// asks a client to state it in both, but a notification has no reply to
+// carry an error, and the Go SDK treats the 400 it got as a dead
+// connection; a notification is accepted (202) and acted on instead
+// (issue 18). Requests are left alone: a request without the _meta
+// version is still refused, as the revision says. It also bounds the
+// body (maxBody). It reports false when the body could not be read.
+func stampNotification(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return true
+	}
+	version := r.Header.Get(mcp.HeaderProtocolVersion)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeHTTPError(w, http.StatusRequestEntityTooLarge, "facade: the request body is too large or unreadable")
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if !mcp.IsModernProtocol(version) {
+		return true
+	}
+	var msg map[string]json.RawMessage
+	if json.Unmarshal(body, &msg) != nil {
+		return true // not one JSON-RPC object (a batch, garbage): mcp-go answers it
+	}
+	var method string
+	if _, isRequest := msg["id"]; isRequest || json.Unmarshal(msg["method"], &method) != nil || !strings.HasPrefix(method, "notifications/") {
+		return true
+	}
+	var params map[string]json.RawMessage
+	if raw, ok := msg["params"]; ok && json.Unmarshal(raw, &params) != nil {
+		return true
+	}
+	if params == nil {
+		params = map[string]json.RawMessage{}
+	}
+	var meta map[string]json.RawMessage
+	if raw, ok := params["_meta"]; ok && json.Unmarshal(raw, &meta) != nil {
+		return true
+	}
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
+	}
+	if _, ok := meta[mcp.MetaKeyProtocolVersion]; ok {
+		return true
+	}
+	meta[mcp.MetaKeyProtocolVersion], _ = json.Marshal(version)
+	params["_meta"], _ = json.Marshal(meta)
+	msg["params"], _ = json.Marshal(params)
+	if stamped, err := json.Marshal(msg); err == nil {
+		r.Body = io.NopCloser(bytes.NewReader(stamped))
+		r.ContentLength = int64(len(stamped))
+	}
+	return true
+}
