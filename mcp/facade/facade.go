@@ -104,6 +104,11 @@ type Facade struct {
 type key struct {
 	session, user string
 	confirm       Confirm
+	// stdio marks the stdio host's server, which offers no MCP tasks:
+	// mcp-go's stdio transport ends a request's context when the request
+	// returns, so a task would be cancelled the moment it is created
+	// (issue 18); its parked calls are held open with progress instead.
+	stdio bool
 }
 
 // New returns a Facade over the deployment cl talks to (its connection
@@ -209,7 +214,7 @@ func (f *Facade) Handler() http.Handler {
 		if policy == "" {
 			policy = f.cfg.Confirm
 		}
-		s, err := f.acquire(key{id, ident.User, policy})
+		s, err := f.acquire(key{id, ident.User, policy, false})
 		if err != nil {
 			if errors.Is(err, errFull) {
 				w.Header().Set("Retry-After", "1")
@@ -262,7 +267,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	if !bus.ValidID(sessionID) {
 		return fmt.Errorf("facade: session id %q must match ^[A-Za-z0-9_-]{1,128}$", sessionID)
 	}
-	s, err := f.acquire(key{sessionID, user, f.cfg.Confirm})
+	s, err := f.acquire(key{sessionID, user, f.cfg.Confirm, true})
 	if err != nil {
 		return err
 	}
@@ -276,6 +281,7 @@ type session struct {
 	id     string
 	user   string
 	policy Confirm
+	stdio  bool // served over stdio: no tasks (key.stdio)
 	mcp    *server.MCPServer
 	http   *server.StreamableHTTPServer
 	dirty  chan struct{} // a watch saw a change: list again
@@ -399,7 +405,7 @@ func (f *Facade) evictOneLocked() bool {
 // back gets a new one (an MCP session id it held is unknown there: HTTP
 // 404, and the client initialises again, as MCP says).
 func (f *Facade) dropLocked(s *session) {
-	k := key{s.id, s.user, s.policy}
+	k := key{s.id, s.user, s.policy, s.stdio}
 	delete(f.sessions, k)
 	if m := f.byID[s.id]; m != nil {
 		delete(m, s)
@@ -456,7 +462,7 @@ func (f *Facade) Sessions() int {
 // polling.
 func (f *Facade) newSession(k key) *session {
 	ctx, cancel := context.WithCancel(f.ctx)
-	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, order: map[string]int{}, dirty: make(chan struct{}, 1),
+	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, order: map[string]int{}, dirty: make(chan struct{}, 1),
 		tasks: map[string]context.CancelFunc{}, pending: map[string]*pending{}, ctx: ctx, cancel: cancel}
 	hooks := &server.Hooks{}
 	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx) })
@@ -467,8 +473,10 @@ func (f *Facade) newSession(k key) *session {
 		}
 	})
 	th.AddOnTaskCancelled(func(_ context.Context, m server.TaskMetrics) { s.endTask(m.TaskID) })
-	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter),
-		server.WithTaskCapabilities(true, true, true), server.WithTaskHooks(th)}
+	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter)}
+	if !k.stdio {
+		opts = append(opts, server.WithTaskCapabilities(true, true, true), server.WithTaskHooks(th))
+	}
 	if k.confirm == ConfirmHostUser {
 		opts = append(opts, server.WithElicitation())
 	}

@@ -419,8 +419,14 @@ func TestStdio(t *testing.T) {
 	req := mcp.InitializeRequest{}
 	req.Params.ProtocolVersion = mcp.ProtocolVersion20251125
 	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
-	if _, err := c.Initialize(t.Context(), req); err != nil {
+	init, err := c.Initialize(t.Context(), req)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// Over stdio no tasks are offered: mcp-go's stdio transport would
+	// cancel each the moment it is created (issue 18).
+	if init.Capabilities.Tasks != nil {
+		t.Fatalf("stdio offers tasks: %+v", init.Capabilities.Tasks)
 	}
 	if got, want := names(t, c), busNames(t, e, "stdio1", "alice"); !slices.Equal(got, want) {
 		t.Fatalf("tools/list %v, bus %v", got, want)
