@@ -137,6 +137,13 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 			if s.f.cfg.ParkWait > waitFor {
 				waitFor = s.f.cfg.ParkWait
 			}
+			// A host that can be kept informed neither by progress nor by
+			// a task gives up on its own (60 s in the TypeScript SDK):
+			// answer before that, and leave the call parked (issue 18).
+			quiet := token == nil && req.Params.Task == nil
+			if quiet && waitFor > s.f.cfg.QuietHold {
+				waitFor = s.f.cfg.QuietHold
+			}
 			deadline = start.Add(waitFor)
 			notify(fmt.Sprintf("waiting for %s on %s until %s", kindText(parked.Kind), parked.Subject, deadline.UTC().Format(time.RFC3339)))
 			t := time.NewTimer(time.Until(deadline))
@@ -149,6 +156,9 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 			notify(fmt.Sprintf("still waiting for %s on %s (%s left)", kindText(parked.Kind), parked.Subject,
 				time.Until(deadline).Round(time.Second)))
 		case <-wait:
+			if token == nil && req.Params.Task == nil {
+				return mcp.NewToolResultError(stillParkedText(b.Calls[0].ID, req.Params.Name, parked.Kind, parked.Subject, replyID, s.id)), nil
+			}
 			return mcp.NewToolResultError(fmt.Sprintf("The call %s of tool %s is still parked (%s) after its deadline (%s): answer it on %s (reply id %s, session %s).",
 				b.Calls[0].ID, req.Params.Name, parked.Kind, deadline.Sub(start).Round(time.Millisecond), parked.Subject, replyID, s.id)), nil
 		case e, ok := <-ev.C:
@@ -233,4 +243,13 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 		}
 	}
 	return res
+}
+
+// stillParkedText tells the model of a quiet host (no progress token, no
+// task) that its call is waiting on the bus, not lost, and how it goes on.
+func stillParkedText(callID, tool, kind, subject, replyID, session string) string {
+	return fmt.Sprintf("The call %s of tool %s is still waiting for %s. It stays parked on the bus and runs "+
+		"as soon as someone answers it (toolbus parked lists it; the answer goes to %s, reply id %s, session %s); "+
+		"its result then appears in the session's events. Do not call the tool again for this: tell the user "+
+		"what is waiting, and carry on with what does not depend on it.", callID, tool, kindText(kind), subject, replyID, session)
 }

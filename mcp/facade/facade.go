@@ -48,6 +48,12 @@ type Config struct {
 	// open; a call waits up to its tool's timeout_ms, or this when longer.
 	// Zero means no minimum.
 	ParkWait time.Duration
+	// QuietHold is the longest a parked call holds the tools/call of a
+	// host that sent no progress token and runs no task: such hosts give
+	// up on their own (60 s in the TypeScript SDK), so the call is
+	// answered before that with an error result saying it is still
+	// parked, and stays parked on the bus; zero means 45s.
+	QuietHold time.Duration
 	// ProgressEvery is how often a parked call sends a progress
 	// notification while it waits (when the client sent a progress
 	// token); zero means 10s.
@@ -126,6 +132,9 @@ func New(cl *client.Client, cfg Config) *Facade {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 2 * time.Second
+	}
+	if cfg.QuietHold <= 0 {
+		cfg.QuietHold = 45 * time.Second
 	}
 	if cfg.ProgressEvery <= 0 {
 		cfg.ProgressEvery = 10 * time.Second

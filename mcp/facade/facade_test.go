@@ -568,6 +568,44 @@ func TestParkDeadline(t *testing.T) {
 	}
 }
 
+// TestQuietHostStillParked: a host that sent no progress token (and runs
+// no task) is answered before its own timeout with an error result saying
+// the call is still parked and how it goes on; the call stays parked on
+// the bus and an answer completes it there.
+func TestQuietHostStillParked(t *testing.T) {
+	e := startEnv(t, false, func(c *Config) { c.QuietHold = 300 * time.Millisecond })
+	c := e.connect(t, "quiet", mcp.ProtocolVersion20251125, "alice")
+	events, err := e.bus.Watch(t.Context(), "quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Stop()
+	r, err := call(t, c, "ask_human", map[string]any{}, false)
+	if err != nil || !r.IsError || !strings.Contains(textOf(r), "stays parked on the bus") || !strings.Contains(textOf(r), "toolbus.answer.ask_human") {
+		t.Fatalf("quiet host: %+v %v", r, err)
+	}
+	var parked struct {
+		Parked []bus.ParkedCall `json:"parked"`
+	}
+	if err := e.bus.Admin(t.Context(), "parked.list", "quiet", nil, &parked); err != nil || len(parked.Parked) != 1 {
+		t.Fatalf("parked.list: %+v %v", parked, err)
+	}
+	p := parked.Parked[0]
+	if err := e.bus.Answer(t.Context(), "ask_human", "quiet", p.ReplyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("later")}); err != nil {
+		t.Fatal(err)
+	}
+	for ev := range events.C {
+		var res bus.Result
+		if ev.Type == bus.TypeCallResult && ev.DataAs(&res) == nil && res.ID == p.ID {
+			if res.State != bus.StateSuccess {
+				t.Fatalf("the parked call ended %+v", res)
+			}
+			return
+		}
+	}
+	t.Fatal("no result for the parked call")
+}
+
 func TestProgress(t *testing.T) {
 	e := newEnv(t)
 	c := e.connect(t, "prog", mcp.ProtocolVersion20251125, "alice")
