@@ -284,13 +284,18 @@ type ToolDef struct {
 	StateInjected   bool            `json:"state_injected"`
 	// Durable calls go through the P_WORK work queue instead of core
 	// request/reply: a call whose worker dies is delivered to another.
-	Durable     bool    `json:"durable,omitempty"`
-	TimeoutMS   int64   `json:"timeout_ms"`
-	MaxAttempts int     `json:"max_attempts"`
-	Permission  string  `json:"permission"`
-	RuleMatcher string  `json:"rule_matcher"`
-	RuleField   string  `json:"rule_field,omitempty"`
-	MCP         *MCPRef `json:"mcp,omitempty"`
+	Durable     bool   `json:"durable,omitempty"`
+	TimeoutMS   int64  `json:"timeout_ms"`
+	MaxAttempts int    `json:"max_attempts"`
+	Permission  string `json:"permission"`
+	RuleMatcher string `json:"rule_matcher"`
+	RuleField   string `json:"rule_field,omitempty"`
+	// PathBase is the absolute directory a rule_matcher "path" tool
+	// resolves its relative path arguments against (a built-in's
+	// --workdir), so that permission rules judge the file the tool will
+	// really touch (docs/protocol.md 6.4).
+	PathBase string  `json:"path_base,omitempty"`
+	MCP      *MCPRef `json:"mcp,omitempty"`
 }
 
 // MCPRef names the MCP server tool a bridged tool stands for.
@@ -377,6 +382,16 @@ type Status struct {
 	Groups   int          `json:"groups"`
 	Sessions int          `json:"sessions"`
 	Parked   int          `json:"parked"`
+	// Store is what this router has seen of JetStream's space (PROTOCOL.md 9).
+	Store StoreStatus `json:"store"`
+}
+
+// StoreStatus is Status.Store: State "ok", or "full" with JetStream's
+// reason (Error) and since when (Since), until a write succeeds again.
+type StoreStatus struct {
+	State string     `json:"state"`
+	Error string     `json:"error,omitempty"`
+	Since *time.Time `json:"since,omitempty"`
 }
 
 // ToolStatus is one tool in Status.

@@ -400,7 +400,21 @@ func wrongStatus(r *Record, from string) error {
 // a call that is not parked, is bus.ErrNotParked; one after the winner is
 // bus.ErrAlreadyAnswered.
 func (s *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*Record, *bus.Answer) error) (*Record, error) {
-	return s.change(ctx, key, store.UntilLanded, func(r *Record) error {
+	r, err := s.answer(ctx, key, tool, a, check)
+	if store.IsFull(err) {
+		// Nothing changed, and nothing will until someone frees space: the
+		// answerer hears so at once and may answer again later.
+		return nil, fmt.Errorf("%s: the answer was not recorded: %w", store.FullText, err)
+	}
+	return r, err
+}
+
+// answerPolicy retries an answer's write until it lands or the caller's
+// context ends, but not through a full store (store.Policy.RideOutFull).
+var answerPolicy = store.Policy{}
+
+func (s *Store) answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*Record, *bus.Answer) error) (*Record, error) {
+	return s.change(ctx, key, answerPolicy, func(r *Record) error {
 		if r.Call.Name != tool {
 			return bus.Errorf(bus.CodeNotParked, "no call %s of tool %s is parked in session %s, reply %s", r.Call.ID, tool, r.Session, r.ReplyID)
 		}

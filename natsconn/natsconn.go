@@ -12,13 +12,16 @@
 package natsconn
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -115,7 +118,11 @@ func (c *Config) registerAuth(fs *flag.FlagSet, skip []string) {
 	str(&c.Creds, "creds", "JWT user credentials file ($NATS_CREDS)")
 	str(&c.NKey, "nkey", "user nkey seed file ($NATS_NKEY)")
 	str(&c.User, "user", "NATS user name; without --password it is a token ($NATS_USER)")
-	str(&c.User, "nats-user", "the same as --user")
+	natsUser := "the same as --user"
+	if slices.Contains(skip, "user") { // this command's --user is its own
+		natsUser = "NATS user name; without --password it is a token ($NATS_USER)"
+	}
+	str(&c.User, "nats-user", natsUser)
 	if !slices.Contains(skip, "password") {
 		secret(fs, &c.Password, "password", "password of the NATS user ($NATS_PASSWORD)")
 	}
@@ -245,6 +252,34 @@ func (c Config) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 		return nil, c.explain(err)
 	}
 	return nc, nil
+}
+
+// ConnectWait is Connect for a long-running process that may start before
+// its servers (a compose file or systemd units starting both at once): while
+// no server answers it logs once that it waits, then retries with a growing
+// pause (at most 2 s) until one does or ctx ends. Any other failure (a
+// refused login, bad TLS, bad flags) returns at once.
+func (c Config) ConnectWait(ctx context.Context, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	pause := 100 * time.Millisecond
+	for logged := false; ; {
+		nc, err := c.Connect(name, extra...)
+		if err == nil || !errors.Is(err, nats.ErrNoServers) {
+			if err == nil && logged && log != nil {
+				log.Info("connected to NATS", "url", Redact(nc.ConnectedUrl()))
+			}
+			return nc, err
+		}
+		if !logged && log != nil {
+			log.Info("waiting for NATS", "servers", Redact(c.Servers()), "error", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, context.Cause(ctx))
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
 }
 
 func (c Config) explain(err error) error {

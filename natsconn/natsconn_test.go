@@ -1,14 +1,17 @@
 package natsconn_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -22,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/natsconn"
 )
@@ -297,5 +301,56 @@ func TestRedact(t *testing.T) {
 	got := natsconn.Redact("nats://u:pw@h1:4222,nats://tok@h2:4222,nats://h3:4222")
 	if strings.Contains(got, "pw") || strings.Contains(got, "tok") || !strings.Contains(got, "h3") {
 		t.Fatal(got)
+	}
+}
+
+// TestConnectWait: a process started before its server waits for it, and
+// connects once it is up; a refused login does not wait.
+func TestConnectWait(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close() // nothing listens on port until the server starts below
+	var logs bustest.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	done := make(chan error, 1)
+	go func() {
+		nc, err := natsconn.Config{URLs: fmt.Sprintf("nats://127.0.0.1:%d", port), User: "u", Password: "p"}.ConnectWait(t.Context(), "waiter", log)
+		if err == nil {
+			nc.Close()
+		}
+		done <- err
+	}()
+	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if !strings.Contains(logs.String(), "waiting for NATS") {
+			return errors.New("not waiting yet")
+		}
+		return nil
+	})
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "u", Password: "p"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	defer s.Shutdown()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("ConnectWait did not connect after the server started")
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := (natsconn.Config{URLs: fmt.Sprintf("nats://127.0.0.1:%d", port), User: "x", Password: "y"}).ConnectWait(ctx, "bad", log); err == nil {
+		t.Fatal("connected without the server's credentials")
 	}
 }

@@ -46,6 +46,14 @@ func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
 	case bus.MatcherPath:
 		c.resolved = map[string]string{}
 		c.bases = bases(workDirs)
+		if def.PathBase != "" {
+			// The tool's own directory first: relative inputs are where
+			// it will write, and relative patterns are read from there too.
+			c.bases = append([]string{filepath.Clean(def.PathBase)}, slices.DeleteFunc(c.bases, func(b string) bool { return b == def.PathBase })...)
+			if len(workDirs) == 0 {
+				c.bases = c.bases[:1] // not the router's own directory
+			}
+		}
 		raw := c.value
 		if !filepath.IsAbs(raw) {
 			// Not filepath.Join: "link/.." must be resolved, not cleaned away.
@@ -59,6 +67,12 @@ func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
 	}
 	return c
 }
+
+// real is the path the tool will touch: the input path made absolute
+// against the tool's base and resolved through symlinks. Allow rules,
+// accept_edits and suggestions judge it (docs/protocol.md 6.4); deny and
+// ask rules, and the safety checks, match the written form too.
+func (c *call) real() string { return c.paths[len(c.paths)-1] }
 
 // field returns the string at name in input: a top-level key, or a JSON
 // pointer when name starts with "/".
@@ -135,7 +149,7 @@ func (c *call) matches(r bus.Rule) bool {
 			return slices.ContainsFunc(forms, func(f string) bool { return matchPath(f, p) })
 		}
 		if whole {
-			return len(c.paths) > 0 && !slices.ContainsFunc(c.paths, func(p string) bool { return !match(p) })
+			return len(c.paths) > 0 && match(c.real())
 		}
 		return slices.ContainsFunc(c.paths, match)
 	}
@@ -151,7 +165,7 @@ func (c *call) allowed(rules []bus.Rule) (string, bool) {
 	case c.def.RuleMatcher == bus.MatcherCommand && c.split:
 		targets = c.parts
 	case c.def.RuleMatcher == bus.MatcherPath:
-		targets = c.paths
+		targets = []string{c.real()}
 	}
 	by := make([]string, len(targets))
 	for _, r := range rules {
@@ -200,7 +214,7 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 		}
 		targets = c.parts
 	} else {
-		targets = c.paths
+		targets = []string{c.real()}
 	}
 	var out []bus.Rule
 	for _, t := range targets {

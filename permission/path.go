@@ -173,8 +173,8 @@ func matchPath(pattern, name string) bool {
 	return next[0]
 }
 
-// inside reports whether every form of the call's path lies in one of the
-// work dirs (as written or resolved).
+// inside reports whether the real path of the call (resolved through
+// symlinks) lies in one of the work dirs (as written or resolved).
 func (c *call) inside(workDirs []string) bool {
 	if c.def.RuleMatcher != bus.MatcherPath || !c.ok {
 		return false
@@ -190,12 +190,7 @@ func (c *call) inside(workDirs []string) bool {
 		}
 		dirs = append(dirs, a, c.resolve(a))
 	}
-	for _, p := range c.paths {
-		if !slices.ContainsFunc(dirs, func(d string) bool { return within(p, d) }) {
-			return false
-		}
-	}
-	return len(dirs) > 0
+	return slices.ContainsFunc(dirs, func(d string) bool { return within(c.real(), d) })
 }
 
 func within(p, dir string) bool {

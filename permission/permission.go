@@ -134,7 +134,11 @@ func (c *call) decide(pc Context, mode string) Decision {
 	if reason, ok := c.allowed(pc.Rules); ok {
 		return Decision{Behavior: Allow, Reason: reason}
 	}
-	if mode == AcceptEdits && c.inside(pc.WorkDirs) {
+	edits := pc.WorkDirs
+	if len(edits) == 0 && c.def.PathBase != "" {
+		edits = []string{c.def.PathBase} // no session dirs: the tool's own
+	}
+	if mode == AcceptEdits && c.inside(edits) {
 		return Decision{Behavior: Allow, Reason: "accept_edits mode allows edits inside the working directories"}
 	}
 	return Decision{Behavior: Ask, Reason: fmt.Sprintf("no rule allows this call of %s", c.def.Name),

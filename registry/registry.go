@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -49,6 +50,7 @@ type Registry struct {
 	tools   jetstream.KeyValue
 	workers jetstream.KeyValue
 	cfg     Config
+	health  *store.Health // where liveness writes note a full store
 
 	mu       sync.RWMutex
 	byName   map[string]*Tool
@@ -77,7 +79,7 @@ func New(st *store.Store, cfg Config) *Registry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Registry{tools: st.Tools, workers: st.Workers, cfg: cfg, workConsumer: st.WorkConsumer, consumers: map[string]bool{},
+	return &Registry{tools: st.Tools, workers: st.Workers, cfg: cfg, health: st.Health, workConsumer: st.WorkConsumer, consumers: map[string]bool{},
 		byName: map[string]*Tool{}, deleted: map[string]uint64{}, probed: map[string]time.Time{}, liveness: map[string]map[string]beat{}, ready: make(chan struct{})}
 }
 
@@ -249,6 +251,22 @@ func (r *Registry) MayHold(tool, key string) bool {
 		}
 	}
 	return false
+}
+
+// sawBeat records a beat that this router took but could not store: the
+// worker is live from now, at the revision the cache holds.
+func (r *Registry) sawBeat(tool, worker string, inflight []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.liveness[tool]
+	if m == nil {
+		m = map[string]beat{}
+		r.liveness[tool] = m
+	}
+	b := m[worker]
+	b.at, b.left, b.inflight = r.cfg.Now(), false, inflight
+	m[worker] = b
+	r.version++
 }
 
 // setBeat records b unless a newer revision is known already; remove drops
@@ -435,10 +453,20 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 			val, _ = json.Marshal(map[string][]string{"inflight": inflight})
 		}
 		rev, err := r.workers.Put(ctx, key, val)
+		full := r.health.Note(err)
 		if err != nil {
+			// This router saw the beat: the worker is live whatever the
+			// bucket took. The cache keeps it so (at the revision it
+			// holds), so that a store that refuses writes does not make
+			// every tool look dead here; the other routers see the worker
+			// again when the bucket takes beats again.
 			r.mu.Lock()
 			r.trouble = r.cfg.Now()
 			r.mu.Unlock()
+			r.sawBeat(name, reg.Worker, inflight)
+			if full {
+				continue // the worker is live; the router reports the store full (status)
+			}
 			return ack, fmt.Errorf("registry: liveness %s: %w", key, err)
 		}
 		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev, inflight: inflight}, false)
@@ -487,6 +515,9 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	}
 	if d.RuleMatcher != bus.MatcherNone && d.RuleField == "" {
 		return "rule_field is required with rule_matcher " + d.RuleMatcher, nil
+	}
+	if d.PathBase != "" && (!filepath.IsAbs(d.PathBase) || filepath.Clean(d.PathBase) != d.PathBase) {
+		return fmt.Sprintf("path_base %q must be a clean absolute path", d.PathBase), nil
 	}
 	if d.Durable && d.External {
 		return "an external tool cannot be durable: its calls already wait, durably, for their handler", nil

@@ -169,6 +169,7 @@ func TestRegisterValidation(t *testing.T) {
 		{"bad permission", []bus.ToolDef{def("p1", func(d *bus.ToolDef) { d.Permission = "sometimes" })}, nil, "p1", `permission "sometimes" must be passthrough, allow or ask`},
 		{"bad rule matcher", []bus.ToolDef{def("m1", func(d *bus.ToolDef) { d.RuleMatcher = "regex" })}, nil, "m1", `rule_matcher "regex" must be none, command or path`},
 		{"rule matcher without rule field", []bus.ToolDef{def("m2", func(d *bus.ToolDef) { d.RuleMatcher = bus.MatcherPath })}, nil, "m2", "rule_field is required with rule_matcher path"},
+		{"relative path base", []bus.ToolDef{def("m3", func(d *bus.ToolDef) { d.PathBase = "srv/app" })}, nil, "m3", `path_base "srv/app" must be a clean absolute path`},
 		{"duplicate in one registration", []bus.ToolDef{def("dup"), def("dup", described("Another."))}, []string{"dup"}, "dup", "defined twice in one registration"},
 		{"valid and invalid together", []bus.ToolDef{def("bad name"), def("fine")}, []string{"fine"}, "bad name", "must match"},
 	} {

@@ -138,7 +138,10 @@ func (r *Router) sessionView(id string, sess *groups.Session) sessionView {
 func (r *Router) status() bus.Status {
 	live := r.reg.Workers()
 	st := bus.Status{Router: r.cfg.ID, Tools: []bus.ToolStatus{}, Groups: len(r.groups.Groups()),
-		Sessions: r.groups.Sessions(), Parked: len(r.parked.Parked("", ""))}
+		Sessions: r.groups.Sessions(), Parked: len(r.parked.Parked("", "")), Store: bus.StoreStatus{State: "ok"}}
+	if full, why, since := r.store.Health.Full(); full {
+		st.Store = bus.StoreStatus{State: "full", Error: why, Since: &since}
+	}
 	for _, t := range r.reg.Tools() {
 		st.Tools = append(st.Tools, bus.ToolStatus{Name: t.Def.Name, LiveWorkers: live[t.Def.Name], External: t.Def.External, Groups: t.Def.Groups})
 	}

@@ -240,6 +240,9 @@ func (b *batch) resolveFrom(i int) {
 func (b *batch) resolve(view *groups.View, c *callState) {
 	c.target = b.resolveName(view, c.call.Name)
 	c.input, c.early = validate(c.call, c.target)
+	if c.early != nil && c.target.Code == bus.CodeUnavailable {
+		c.early = storeFullOr(c.call, b.r.store.Health, c.early)
+	}
 }
 
 // runCalls runs one run (next is the index after it). Calls that cannot run

@@ -45,12 +45,16 @@ func (b *batch) finishRest(complete bool) {
 	}
 }
 
-// renewLeases renews the lease of every continuation this router works on.
+// renewLeases renews the lease of every continuation, answered call and
+// running ledger claim this router works on.
 func (r *Router) renewLeases(now time.Time) {
 	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
 	defer cancel()
 	if err := r.parked.Renew(ctx, now); err != nil {
 		r.log.Warn("router: leases not renewed", "err", err)
+	}
+	if err := r.led.renew(ctx, now); err != nil {
+		r.log.Warn("router: ledger leases not renewed", "err", err)
 	}
 }
 
@@ -61,7 +65,7 @@ func (r *Router) renewLeases(now time.Time) {
 func (r *Router) takeOver(now time.Time, lease time.Duration) {
 	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
 	defer cancel()
-	cutoff := now.Add(-3 * lease)
+	cutoff := now.Add(-lease)
 	for _, cont := range r.parked.TakeOver(ctx, cutoff) {
 		if !r.background(func() { r.repair(cont) }) {
 			r.parked.Release(cont)

@@ -34,6 +34,9 @@ func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
 		if err := x.publish(ctx, j, deadline); err != nil {
 			r.log.Warn("router: durable call not queued", "key", key, "err", err)
 			l.abandon(key, claim.Claim)
+			if l.health.Note(err) {
+				return storeFull(j.call, l.health)
+			}
 			return unavailableLedger(j.call)
 		}
 		wctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))

@@ -26,18 +26,26 @@ const ackWait = 5 * time.Second
 // events cost one wait, not one round trip each; a publish that fails is
 // retried with the same message id, which the stream stores once.
 type eventSink struct {
-	js  jetstream.JetStream
-	log *slog.Logger
+	js     jetstream.JetStream
+	log    *slog.Logger
+	health *store.Health
 }
 
-func newEventSink(nc *nats.Conn, log *slog.Logger) (*eventSink, error) {
+func newEventSink(nc *nats.Conn, log *slog.Logger, health *store.Health) (*eventSink, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxEventsInFlight),
 		jetstream.WithPublishAsyncTimeout(ackWait))
 	if err != nil {
 		return nil, fmt.Errorf("router: events: %w", err)
 	}
-	return &eventSink{js: js, log: log}, nil
+	return &eventSink{js: js, log: log, health: health}, nil
 }
+
+// eventsPolicy retries an event's publish until it is stored or the
+// caller's context ends, but not through a full store: the stream refuses
+// it as long as nobody frees space, and the batch's reply waits for this.
+// Its live subscribers got it anyway (core NATS delivers a message to
+// them whatever the stream answers).
+var eventsPolicy = store.Policy{}
 
 // sentEvent is an event on its way to the stream.
 type sentEvent struct {
@@ -66,6 +74,7 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 			select {
 			case <-ev.ack.Ok():
 				t.Stop()
+				s.health.Note(nil)
 				continue
 			case ev.err = <-ev.ack.Err():
 			case <-t.C:
@@ -76,10 +85,16 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 			}
 			t.Stop()
 		}
-		err := store.Retry(ctx, store.UntilLanded, func(ctx context.Context) error {
+		if s.health.Note(ev.err) {
+			s.log.Error("router: event not stored: store full", "subject", ev.m.Subject, "id", ev.id, "err", ev.err)
+			failed = ev.err
+			continue
+		}
+		err := store.Retry(ctx, eventsPolicy, func(ctx context.Context) error {
 			_, err := s.js.PublishMsg(ctx, ev.m, jetstream.WithMsgID(ev.id))
 			return err
 		})
+		s.health.Note(err)
 		if err != nil {
 			s.log.Error("router: event not stored", "subject", ev.m.Subject, "id", ev.id, "err", err)
 			failed = err

@@ -19,11 +19,16 @@ import (
 
 // ledgerEntry is the P_ledger record of one call that is not read-only.
 type ledgerEntry struct {
-	State    string      `json:"state"` // running, done or abandoned
-	Router   string      `json:"router"`
-	Claim    string      `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
-	Deadline time.Time   `json:"deadline"`
-	Result   *bus.Result `json:"result,omitempty"`
+	State    string    `json:"state"` // running, done or abandoned
+	Router   string    `json:"router"`
+	Claim    string    `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
+	Deadline time.Time `json:"deadline"`
+	// Touched is the lease of a running claim: its router renews it every
+	// heartbeat while the call runs (as the lease of an answered parked
+	// call, PROTOCOL.md 6.1), and a re-send that finds it stale knows the
+	// router died. Absent in the entries of routers without leases.
+	Touched time.Time   `json:"touched,omitzero"`
+	Result  *bus.Result `json:"result,omitempty"`
 
 	rev uint64 // the revision of this router's claim
 }
@@ -52,25 +57,48 @@ const (
 //
 // The first router to claim the key runs the call and records its result;
 // a re-sent batch gets the recorded result, waiting for it while the first
-// run is still going. A result is given to the agent as soon as the worker
-// answers: its record is written in the background and retried until it
-// lands, and meanwhile a re-send that reaches this router gets it from
-// memory. A claim that cannot be made is answered unavailable, never run.
+// run is still going and its router renews the claim's lease. A result is
+// given to the agent as soon as the worker answers: its record is written
+// in the background and retried until it lands, and meanwhile a re-send
+// that reaches this router gets it from memory. A claim that cannot be
+// made is answered unavailable (or store full), never run.
 type ledger struct {
 	kv     jetstream.KeyValue
 	router string
 	log    *slog.Logger
 	hits   func()
+	lease  time.Duration // a claim not renewed for this long is its dead router's
+	health *store.Health
 
 	mu      sync.Mutex
-	pending map[string]bus.Result // recorded results that have not landed yet
+	pending map[string]bus.Result   // recorded results that have not landed yet
+	held    map[string]*ledgerEntry // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
 	seq     atomic.Uint64
 	prefix  string
 }
 
-func newLedger(kv jetstream.KeyValue, router string, log *slog.Logger, hits func()) *ledger {
-	return &ledger{kv: kv, router: router, log: log, hits: hits, pending: map[string]bus.Result{}, prefix: nuid.Next()}
+// ledgerConfig configures a ledger; zero fields take defaults.
+type ledgerConfig struct {
+	router string
+	log    *slog.Logger
+	hits   func()
+	lease  time.Duration // zero: three default heartbeats
+	health *store.Health // nil: not noted
+}
+
+func newLedger(kv jetstream.KeyValue, cfg ledgerConfig) *ledger {
+	if cfg.lease <= 0 {
+		cfg.lease = 3 * bus.DefaultHeartbeat
+	}
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.hits == nil {
+		cfg.hits = func() {}
+	}
+	return &ledger{kv: kv, router: cfg.router, log: cfg.log, hits: cfg.hits, lease: cfg.lease, health: cfg.health,
+		pending: map[string]bus.Result{}, held: map[string]*ledgerEntry{}, prefix: nuid.Next()}
 }
 
 // outcome says how a claim went.
@@ -80,21 +108,30 @@ const (
 	claimed   outcome = iota // this router runs the call
 	duplicate                // another run has the call: wait for its record
 	failed                   // the ledger could not be written: unavailable
+	full                     // the store refused the claim for want of space
 )
 
 // claim tries to become the one run of key. timeout is how long the call
 // may take; the claim tells duplicates how long to wait.
 func (l *ledger) claim(ctx context.Context, key string, timeout time.Duration) (outcome, ledgerEntry) {
-	me := ledgerEntry{State: ledgerRunning, Router: l.router, Deadline: time.Now().Add(timeout).UTC(),
-		Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1))}
+	now := time.Now().UTC()
+	me := ledgerEntry{State: ledgerRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: l.newClaim()}
 	val, _ := json.Marshal(me)
 	// The common case in one round trip: nobody has the key.
 	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 	rev, err := l.kv.Create(actx, key, val)
 	acancel()
 	if err == nil {
+		l.health.Note(nil)
 		me.rev = rev
+		l.hold(key, me)
 		return claimed, me
+	}
+	if l.health.Note(err) {
+		// Out of space: every retry would be refused the same way, and
+		// nothing was written (a create that is refused stores nothing).
+		l.log.Warn("router: ledger claim refused: store full", "key", key, "err", err)
+		return full, me
 	}
 	cctx, cancel := context.WithTimeout(ctx, claimBudget)
 	defer cancel()
@@ -119,12 +156,114 @@ func (l *ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 			l.log.Warn("router: ledger claim failed", "key", key, "err", err)
 			l.abandon(key, me.Claim)
 		}
+		if l.health.Note(err) {
+			return full, me
+		}
 		return failed, me
 	case held:
 		return duplicate, me
 	}
 	me.rev = rev
+	l.hold(key, me)
 	return claimed, me
+}
+
+func (l *ledger) newClaim() string { return fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1)) }
+
+// hold starts renewing the lease of this router's running claim of key;
+// release stops it.
+func (l *ledger) hold(key string, claim ledgerEntry) {
+	l.mu.Lock()
+	l.held[key] = &claim
+	l.mu.Unlock()
+}
+
+func (l *ledger) release(key, claim string) {
+	l.mu.Lock()
+	if h, ok := l.held[key]; ok && h.Claim == claim {
+		delete(l.held, key)
+	}
+	l.mu.Unlock()
+}
+
+// current returns claim as this router holds it now (its latest revision,
+// after renewals).
+func (l *ledger) current(key string, claim ledgerEntry) ledgerEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h, ok := l.held[key]; ok && h.Claim == claim.Claim {
+		return *h
+	}
+	return claim
+}
+
+// renew renews the lease of every running claim this router holds: one
+// compare-and-set per claim on the revision it holds. A claim that moved on
+// (a durable call's result recorded by another router, or a re-send that
+// found the lease stale and took the claim over) is let go. It runs every
+// heartbeat, beside the renewal of parked batches' and answers' leases.
+func (l *ledger) renew(ctx context.Context, now time.Time) error {
+	l.mu.Lock()
+	claims := make(map[string]ledgerEntry, len(l.held))
+	for key, h := range l.held {
+		claims[key] = *h
+	}
+	l.mu.Unlock()
+	// Concurrently, a few at a time: a router running thousands of long
+	// calls renews them all within the heartbeat, not one round trip after
+	// another.
+	var (
+		mu     sync.Mutex
+		failed error
+		wg     sync.WaitGroup
+		slots  = make(chan struct{}, renewParallel)
+	)
+	for key, c := range claims {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := l.renewOne(ctx, key, c, now); err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failed
+}
+
+// renewParallel bounds the lease renewals in flight at once.
+const renewParallel = 32
+
+func (l *ledger) renewOne(ctx context.Context, key string, c ledgerEntry, now time.Time) error {
+	for range 2 { // a conflict: read the entry once and try again if it is still ours
+		c.Touched = now.UTC()
+		val, _ := json.Marshal(c)
+		rev, err := l.kv.Update(ctx, key, val, c.rev)
+		l.health.Note(err)
+		if err == nil {
+			l.mu.Lock()
+			if h, ok := l.held[key]; ok && h.Claim == c.Claim {
+				h.rev, h.Touched = rev, c.Touched
+			}
+			l.mu.Unlock()
+			return nil
+		}
+		if !store.IsConflict(err) {
+			return err
+		}
+		e, err := l.kv.Get(ctx, key)
+		var le ledgerEntry
+		if err != nil || json.Unmarshal(e.Value(), &le) != nil || le.Claim != c.Claim || le.State != ledgerRunning {
+			if err == nil || store.IsNotFound(err) {
+				l.release(key, c.Claim)
+			}
+			return err
+		}
+		c.rev = e.Revision()
+	}
+	return nil
 }
 
 // abandon marks a claim whose outcome is unknown as abandoned, in the
@@ -150,21 +289,33 @@ func (l *ledger) abandon(key, claim string) {
 	}()
 }
 
-// record stores the result of a claimed call. It waits up to recordWait
-// for the write to land, so that a result is normally recorded before
-// anyone hears of it (a router that dies after telling the agent would
-// otherwise leave a re-send nothing but unknown_outcome); past that (the
-// bucket is electing a leader) it returns and the write goes on, retried
-// until it lands, while recorded answers for key from memory.
-func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) {
+// record stores the result of a claimed call and returns the result the
+// agent gets: res, or, when a re-send took the claim over because this
+// router's lease had lapsed (it was cut off from the store for three
+// heartbeats), the result that re-send recorded, so that the call has one
+// answer. It waits up to recordWait for the write to land, so that a
+// result is normally recorded before anyone hears of it (a router that
+// dies after telling the agent would otherwise leave a re-send nothing but
+// unknown_outcome); past that (the bucket is electing a leader) it returns
+// and the write goes on, retried until it lands, while recorded answers for
+// key from memory.
+func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) bus.Result {
+	claim = l.current(key, claim)
+	defer l.release(key, claim.Claim)
 	claim.State, claim.Result = ledgerDone, &res
 	val, _ := json.Marshal(claim)
 	// The common case in one round trip: the claim is as this router left it.
 	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
 	defer cancel()
 	_, err := l.kv.Update(ctx, key, val, claim.rev)
+	isFull := l.health.Note(err)
 	if err == nil {
-		return
+		return res
+	}
+	if store.IsConflict(err) {
+		if other, ok := l.takenOver(ctx, key, claim.Claim); ok {
+			return other
+		}
 	}
 	l.mu.Lock()
 	l.pending[key] = res
@@ -183,6 +334,7 @@ func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) {
 			}
 			return val, nil
 		})
+		l.health.Note(err)
 		if err != nil {
 			l.log.Error("router: ledger record failed", "key", key, "err", err)
 		}
@@ -190,10 +342,26 @@ func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) {
 		delete(l.pending, key)
 		l.mu.Unlock()
 	}()
+	if isFull {
+		return res // it lands when space comes back; the agent need not wait for that
+	}
 	select { // the rest of recordWait
 	case <-landed:
 	case <-ctx.Done():
 	}
+	return res
+}
+
+// takenOver returns the result recorded in key's entry by the router that
+// took over claim, if one did.
+func (l *ledger) takenOver(ctx context.Context, key, claim string) (bus.Result, bool) {
+	e, err := l.kv.Get(ctx, key)
+	var le ledgerEntry
+	if err != nil || json.Unmarshal(e.Value(), &le) != nil || le.Claim == claim || le.State != ledgerDone || le.Result == nil {
+		return bus.Result{}, false
+	}
+	l.log.Warn("router: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
+	return *le.Result, true
 }
 
 // recorded returns a result of key that this router holds in memory while
@@ -205,46 +373,105 @@ func (l *ledger) recorded(key string) (bus.Result, bool) {
 	return res, ok
 }
 
+// waitFor is what a duplicate knows of the call it waits for.
+type waitFor struct {
+	call bus.Call
+	// timeout is how long the first run may take; it bounds the wait for
+	// an entry of a router without leases (no Touched).
+	timeout time.Duration
+	// expiry is the re-sent batch's expirytime: the wait ends then, with
+	// the call's timeout. Zero when the batch has none.
+	expiry time.Time
+	// retry: the call may run again (idempotent with max_attempts > 1,
+	// PROTOCOL.md 5.7), so a dead router's claim is taken over to run it.
+	retry bool
+	// durable: the work queue still holds the call and any router records
+	// its worker's result (5.8), so a dead router's claim is waited for
+	// until its deadline, and then ends as the timeout its router would
+	// have recorded.
+	durable bool
+}
+
+// stale reports whether the router of a running entry is gone: its lease
+// was not renewed for lease, by the owner's clock (Touched) or by this
+// router's since it last saw the entry change (seen; so a clock behind
+// the owner's does not wait longer). An entry without a lease (a router of
+// an earlier revision) is stale once past its deadline and ledgerGrace.
+func stale(le ledgerEntry, now, seen time.Time, lease time.Duration) bool {
+	if now.After(le.Deadline.Add(ledgerGrace)) {
+		return true
+	}
+	return !le.Touched.IsZero() && (now.Sub(le.Touched) > lease || now.Sub(seen) > lease)
+}
+
+// pollEvery is how often a duplicate looks at the entry it waits for when
+// the watch brings nothing: a third of the lease, at most a second.
+func pollEvery(lease time.Duration) time.Duration {
+	return min(max(lease/3, 10*time.Millisecond), time.Second)
+}
+
 // wait returns the recorded result of key, waiting while another run has
-// it. It gives up with unknown_outcome once that run is past its deadline
-// and the grace, and reads the entry from the bucket's leader before it
-// does, so a watch that missed the record cannot turn a result into an
-// unknown outcome.
-func (l *ledger) wait(ctx context.Context, key string, c bus.Call, timeout time.Duration) bus.Result {
+// it and its router renews the claim's lease. When the lease is stale
+// (that router died) it ends the call at once: the one re-send whose
+// compare-and-set takes the claim over records unknown_outcome (the call
+// may have run), or runs the call again when w.retry allows (claim is then
+// this router's, to run); every other duplicate gets what that one
+// recorded. The wait never outlasts w.expiry. A watch that misses an
+// update is covered by reading the entry from the bucket's leader.
+func (l *ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Result, claim *ledgerEntry) {
 	if res, ok := l.recorded(key); ok {
 		l.hits()
-		return res
+		return res, nil
 	}
-	w, err := l.kv.Watch(ctx, key)
+	start := time.Now()
+	watch, err := l.kv.Watch(ctx, key)
 	var updates <-chan jetstream.KeyValueEntry
 	if err == nil {
-		defer func() { _ = w.Stop() }()
-		updates = w.Updates()
+		defer func() { _ = watch.Stop() }()
+		updates = watch.Updates()
 	}
-	until := time.Now().Add(timeout + ledgerGrace)
-	poll := time.NewTicker(time.Second)
+	var expired <-chan time.Time
+	if !w.expiry.IsZero() {
+		t := time.NewTimer(time.Until(w.expiry))
+		defer t.Stop()
+		expired = t.C
+	}
+	poll := time.NewTicker(pollEvery(l.lease))
 	defer poll.Stop()
+	var (
+		last   *ledgerEntry // the entry as last read
+		seen   = start      // when this router last saw it change
+		reread = updates == nil
+	)
 	for {
 		var e jetstream.KeyValueEntry
 		select {
 		case <-ctx.Done():
-			return interrupted(c)
-		case <-poll.C:
-			if time.Now().Before(until) && updates != nil {
+			return interrupted(w.call), nil
+		case <-expired:
+			return timeoutResult(w.call, max(w.expiry.Sub(start), 0).Round(time.Millisecond)), nil
+		case now := <-poll.C:
+			switch {
+			case reread:
+			case last == nil: // the watch has not delivered the entry yet
+				if now.Sub(start) < l.lease {
+					continue
+				}
+			case !stale(*last, now, seen, l.lease):
 				continue
 			}
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			e, err = l.kv.Get(gctx, key)
 			cancel()
-			if err != nil && !store.IsNotFound(err) && time.Now().Before(until) {
-				continue
-			}
-			if err != nil {
-				return unknownOutcome(c)
+			switch {
+			case store.IsNotFound(err):
+				return unknownOutcome(w.call), nil // the entry left the dedupe window unrecorded
+			case err != nil:
+				continue // the expiry, or the entry's deadline, bounds this
 			}
 		case u, ok := <-updates:
 			if !ok {
-				updates = nil
+				updates, reread = nil, true
 				continue
 			}
 			if u == nil || u.Operation() != jetstream.KeyValuePut {
@@ -254,21 +481,81 @@ func (l *ledger) wait(ctx context.Context, key string, c bus.Call, timeout time.
 		}
 		var le ledgerEntry
 		if json.Unmarshal(e.Value(), &le) != nil {
-			return internal(c, fmt.Errorf("ledger entry %s is corrupt", key))
+			return internal(w.call, fmt.Errorf("ledger entry %s is corrupt", key)), nil
 		}
+		le.rev = e.Revision()
+		now := time.Now()
+		if last == nil || le.rev != last.rev {
+			seen = now
+		}
+		last, reread = &le, updates == nil
 		switch {
 		case le.State == ledgerDone && le.Result != nil:
 			l.hits()
-			return *le.Result
+			return *le.Result, nil
 		case le.State == ledgerAbandoned:
 			// The first run never happened; it answered unavailable.
-			return unavailableLedger(c)
+			return unavailableLedger(w.call), nil
+		case !stale(le, now, seen, l.lease):
+			continue
 		}
-		until = le.Deadline.Add(ledgerGrace)
-		if time.Now().After(until) {
-			return unknownOutcome(c)
+		res, claim, ok := l.takeOver(ctx, key, le, w)
+		if ok {
+			return res, claim
 		}
+		reread = true // lost the race, or the write failed: read again
 	}
+}
+
+// takeOver ends a running entry whose router is gone, with compare-and-set
+// on the revision read, so that of the duplicates that find it stale
+// exactly one decides. ok false: the entry changed first (read it again) or
+// could not be written.
+func (l *ledger) takeOver(ctx context.Context, key string, le ledgerEntry, w waitFor) (bus.Result, *ledgerEntry, bool) {
+	now := time.Now().UTC()
+	next := ledgerEntry{Router: l.router, Claim: l.newClaim(), Deadline: le.Deadline}
+	var res bus.Result
+	switch {
+	case w.durable && now.Before(le.Deadline.Add(timeoutGrace)):
+		return bus.Result{}, nil, false // its worker may still report: wait for the deadline
+	case w.durable:
+		res = timeoutResult(w.call, w.timeout)
+	case w.retry:
+		next.State, next.Touched, next.Deadline = ledgerRunning, now, now.Add(w.timeout)
+	default:
+		res = unknownOutcome(w.call)
+	}
+	if next.State == "" {
+		next.State, next.Result = ledgerDone, &res
+	}
+	val, _ := json.Marshal(next)
+	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rev, err := l.kv.Update(uctx, key, val, le.rev)
+	cancel()
+	if l.health.Note(err) {
+		// The store refuses the takeover, and will until someone frees
+		// space: the dead router's call may have run, and nothing more
+		// can be known or recorded now.
+		l.log.Warn("router: stale ledger claim not taken over: store full", "key", key, "err", err)
+		if next.State == ledgerRunning || w.durable {
+			res = unknownOutcome(w.call)
+		}
+		return res, nil, true
+	}
+	if err != nil {
+		if !store.IsConflict(err) {
+			l.log.Warn("router: stale ledger claim not taken over", "key", key, "err", err)
+		}
+		return bus.Result{}, nil, false
+	}
+	l.log.Warn("router: took over a ledger claim whose router stopped renewing its lease", "key", key, "owner", le.Router,
+		"touched", le.Touched, "rerun", w.retry && !w.durable)
+	if next.State == ledgerRunning {
+		next.rev = rev
+		l.hold(key, next)
+		return bus.Result{}, &next, true
+	}
+	return res, nil, true
 }
 
 // stop waits until the records in flight have landed or ctx ends.
@@ -289,34 +576,68 @@ func (l *ledger) once(ctx context.Context, j *job, next executor) bus.Result {
 	def := &j.tool.Def
 	timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
 	return l.claimed(ctx, j, timeout, func(claim ledgerEntry) bus.Result {
-		res := next.exec(ctx, j)
-		l.record(j.key(), claim, res)
-		return res
+		return l.record(j.key(), claim, next.exec(ctx, j))
 	})
 }
 
 // claimed is the one dedupe decision for a call key: the first claim runs
 // run (which records the result in the entry), a duplicate (a re-sent
 // batch, on any router) gets the recorded result, waiting for it while the
-// first run is still going, and a claim that cannot be written answers
-// unavailable. timeout is how long the run may take.
+// first run is still going (and ending it when that run's router died), a
+// claim that cannot be written answers unavailable, and one the store
+// refuses for want of space answers store full. timeout is how long the
+// run may take.
 func (l *ledger) claimed(ctx context.Context, j *job, timeout time.Duration, run func(claim ledgerEntry) bus.Result) bus.Result {
 	key := j.key() // the same key as in P_parked
 	if res, ok := l.recorded(key); ok {
 		l.hits()
 		return res
 	}
+	def := &j.tool.Def
 	switch how, claim := l.claim(ctx, key, timeout); how {
 	case claimed:
+		defer l.release(key, claim.Claim)
 		return run(claim)
 	case duplicate:
-		return l.wait(ctx, key, j.call, timeout)
+		res, taken := l.wait(ctx, key, waitFor{call: j.call, timeout: timeout, expiry: j.deadline,
+			retry: def.Idempotent && def.MaxAttempts > 1, durable: def.Durable})
+		if taken != nil {
+			defer l.release(key, taken.Claim)
+			return run(*taken)
+		}
+		return res
+	case full:
+		return storeFull(j.call, l.health)
 	default:
 		if ctx.Err() != nil {
 			return interrupted(j.call)
 		}
 		return unavailableLedger(j.call)
 	}
+}
+
+// storeFull is the result of a call that did not run because JetStream
+// refused its record for want of space (PROTOCOL.md 3.3, `internal`).
+func storeFull(c bus.Call, h *store.Health) bus.Result {
+	_, why, _ := h.Full()
+	if why == "" {
+		why = "insufficient resources"
+	}
+	return bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf(
+		"InternalError: %s: JetStream refused to record the call of tool '%s' (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
+}
+
+// storeFullOr is res, a call's "No live worker" result, unless the store
+// is full: then the workers' heartbeats are refused too, and the honest
+// answer is that the store is full (PROTOCOL.md 3.3, `internal`).
+func storeFullOr(c bus.Call, h *store.Health, res *bus.Result) *bus.Result {
+	full, why, _ := h.Full()
+	if !full {
+		return res
+	}
+	r := bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf(
+		"InternalError: %s: no live worker of tool '%s' can be seen while JetStream refuses the workers' heartbeats (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
+	return &r
 }
 
 func unavailableLedger(c bus.Call) bus.Result {

@@ -16,6 +16,11 @@ import (
 )
 
 func newTestLedger(t *testing.T, routers ...string) []*ledger {
+	return newTestLedgerLease(t, 0, routers...)
+}
+
+// newTestLedgerLease is newTestLedger with the routers' lease.
+func newTestLedgerLease(t *testing.T, lease time.Duration, routers ...string) []*ledger {
 	t.Helper()
 	nc := bustest.Connect(t, bustest.RunServer(t))
 	js, err := jetstream.New(nc)
@@ -28,7 +33,7 @@ func newTestLedger(t *testing.T, routers ...string) []*ledger {
 	}
 	var out []*ledger
 	for _, id := range routers {
-		out = append(out, newLedger(st.Ledger, id, slog.New(slog.DiscardHandler), func() {}))
+		out = append(out, newLedger(st.Ledger, ledgerConfig{router: id, log: slog.New(slog.DiscardHandler), lease: lease}))
 	}
 	return out
 }
@@ -48,7 +53,7 @@ func TestLedgerClaimOnce(t *testing.T) {
 	res := bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
 	ls[0].record("s.r.c1", claim, res)
 	for _, l := range ls {
-		got := l.wait(ctx, "s.r.c1", bus.Call{ID: "c1", Name: "t"}, time.Second)
+		got := waitRes(l.wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Second}))
 		if got.State != bus.StateSuccess || textOf(got.Output) != "done" {
 			t.Fatalf("router %s waited for %+v", l.router, got)
 		}
@@ -65,7 +70,7 @@ func TestLedgerWaitForRunning(t *testing.T) {
 	var waiting atomic.Bool
 	go func() {
 		waiting.Store(true)
-		got <- ls[1].wait(ctx, "s.r.c1", bus.Call{ID: "c1", Name: "t"}, time.Minute)
+		got <- waitRes(ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Minute}))
 	}()
 	bustest.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
 		if !waiting.Load() {
@@ -102,7 +107,7 @@ func TestLedgerAbandoned(t *testing.T) {
 	if err := json.Unmarshal(e.Value(), &le); err != nil || le.State != ledgerAbandoned {
 		t.Fatalf("after abandon: %s %v", e.Value(), err)
 	}
-	if r := ls[1].wait(ctx, "s.r.c1", bus.Call{ID: "c1", Name: "t"}, time.Minute); r.Error == nil || r.Error.Code != bus.CodeUnavailable {
+	if r := waitRes(ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeUnavailable {
 		t.Fatalf("a wait on an abandoned claim: %+v", r)
 	}
 	if how, _ := ls[1].claim(ctx, "s.r.c1", time.Minute); how != claimed {
@@ -128,13 +133,15 @@ func TestLedgerWaitGivesUp(t *testing.T) {
 	if _, err := ls[0].kv.Create(ctx, "s.r.c1", v); err != nil {
 		t.Fatal(err)
 	}
-	if r := ls[1].wait(ctx, "s.r.c1", bus.Call{ID: "c1", Name: "t"}, 0); r.Error == nil || r.Error.Code != bus.CodeUnknownOutcome {
+	if r := waitRes(ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: 0})); r.Error == nil || r.Error.Code != bus.CodeUnknownOutcome {
 		t.Fatalf("a run long past its deadline: %+v", r)
 	}
 	_, _ = ls[0].claim(ctx, "s.r.c2", time.Minute)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if r := ls[1].wait(cctx, "s.r.c2", bus.Call{ID: "c2", Name: "t"}, time.Minute); r.Error == nil || r.Error.Code != bus.CodeInterrupted {
+	if r := waitRes(ls[1].wait(cctx, "s.r.c2", waitFor{call: bus.Call{ID: "c2", Name: "t"}, timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeInterrupted {
 		t.Fatalf("a cancelled wait: %+v", r)
 	}
 }
+
+func waitRes(res bus.Result, _ *ledgerEntry) bus.Result { return res }

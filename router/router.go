@@ -69,6 +69,11 @@ type Config struct {
 	// and confirmations go to P.approve.<tool> only. nil runs the router
 	// open, as before.
 	Identities Identities
+	// Lease is how long a router's claim on work (a running ledger claim,
+	// a parked batch it runs, an answer it settles) lives without being
+	// renewed; renewals come every Store.Heartbeat. Past it, another router
+	// (a re-sent batch) takes the work over. Zero means three heartbeats.
+	Lease time.Duration
 	// Logger receives the router's logs; nil discards.
 	Logger *slog.Logger
 	// Metrics is where the router's Prometheus metrics are registered; nil
@@ -205,6 +210,9 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	if cfg.Store.Heartbeat <= 0 {
 		cfg.Store.Heartbeat = bus.DefaultHeartbeat
 	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 3 * cfg.Store.Heartbeat
+	}
 	r := &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
 		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
 		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}, closedCh: make(chan struct{})}
@@ -260,14 +268,14 @@ func (r *Router) Start(ctx context.Context) error {
 	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
 		ParkedNow: func() int { return len(r.parked.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
-	r.led = newLedger(r.store.Ledger, r.cfg.ID, r.log, r.m.DedupeHits.Inc)
+	r.led = newLedger(r.store.Ledger, ledgerConfig{router: r.cfg.ID, log: r.log, hits: r.m.DedupeHits.Inc, lease: r.cfg.Lease, health: r.store.Health})
 	// The router stores only what the payload limit forces (fit.go): its
 	// inline limit is the limit itself, and it never refuses an output.
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
 		r.Stop()
 		return err
 	}
-	if r.events, err = newEventSink(r.nc, r.log); err != nil {
+	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
 		r.Stop()
 		return err
 	}
@@ -318,7 +326,7 @@ func (r *Router) Start(ctx context.Context) error {
 	go func() { defer r.bg.Done(); every(runCtx, hb, func(now time.Time) { r.watchWorkers(now, hb) }) }()
 	go func() {
 		defer r.bg.Done()
-		every(runCtx, hb, func(now time.Time) { r.renewLeases(now); r.takeOver(now, hb) })
+		every(runCtx, hb, func(now time.Time) { r.renewLeases(now); r.takeOver(now, r.cfg.Lease) })
 	}()
 	r.log.Info("router serving", "prefix", r.subj.Prefix)
 	return nil

@@ -104,7 +104,8 @@ type Spec struct {
 const jsAPI = "$JS.API."
 
 // Users returns the users of spec: router, worker, agent, approver,
-// operator, then one per session and one per handler, in that order.
+// operator, facade, then one per session and one per handler, in that
+// order.
 func Users(spec Spec) ([]User, error) {
 	s := bus.NewSubjects(spec.Prefix)
 	if err := check(spec); err != nil {
@@ -114,7 +115,7 @@ func Users(spec Spec) ([]User, error) {
 	if len(spec.Sessions) > 0 {
 		denySessions(s, &shared, spec.Sessions)
 	}
-	users := []User{router(s), worker(s, spec.WorkerTools), shared, approver(s, spec.ApproverTools), operator(s)}
+	users := []User{router(s), worker(s, spec.WorkerTools), shared, approver(s, spec.ApproverTools), operator(s), facade(s)}
 	for _, id := range spec.Sessions {
 		u := agent(s, id, spec.AgentAnswers)
 		u.User = spec.Bind[id]

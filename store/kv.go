@@ -191,6 +191,11 @@ type Policy struct {
 	// Budget is how long the write keeps trying; zero means until the
 	// context ends.
 	Budget time.Duration
+	// RideOutFull keeps trying through a store that refuses writes for
+	// want of space (IsFull), as through a transient error. Without it such
+	// a refusal ends the write at once: a call on the hot path fails fast
+	// ("store full") instead of stalling for the budget.
+	RideOutFull bool
 }
 
 var (
@@ -200,7 +205,11 @@ var (
 	// UntilLanded is for writes that end a call (a recorded result, an
 	// answer, a continuation): they are retried for as long as the
 	// caller's context lasts, since giving up would lose a known result.
-	UntilLanded = Policy{}
+	UntilLanded = Policy{RideOutFull: true}
+	// Provision is for creating buckets and streams at start: a cluster
+	// that is still forming answers "insufficient resources" (no peers to
+	// place the replicas on yet) until it has them.
+	Provision = Policy{Budget: 20 * time.Second, RideOutFull: true}
 )
 
 // attemptTimeout bounds one JetStream request inside a retried write.
@@ -327,6 +336,8 @@ func retry(ctx context.Context, p Policy, attempt func(context.Context) (uint64,
 			return rev, nil
 		case errors.As(err, &perm):
 			return 0, perm.err
+		case !p.RideOutFull && IsFull(err):
+			return 0, err
 		case ctx.Err() != nil:
 			return 0, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
 		case !IsConflict(err) && !IsTransient(err):

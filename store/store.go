@@ -102,6 +102,10 @@ type Store struct {
 	Work     jetstream.Stream // durable calls, a work queue
 	Skills   jetstream.ObjectStore
 	Outputs  jetstream.ObjectStore
+	// Health is what this process has seen of the store's space: writers
+	// on the hot path note their outcome in it, and the router reports it
+	// in `status` (PROTOCOL.md 9).
+	Health *Health
 
 	subj        bus.Subjects
 	workAckWait time.Duration
@@ -116,7 +120,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if cfg.Memory {
 		storage = jetstream.MemoryStorage
 	}
-	st := &Store{JS: js}
+	st := &Store{JS: js, Health: &Health{}}
 	kvs := []struct {
 		dst **KV
 		cfg jetstream.KeyValueConfig
@@ -134,7 +138,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		kv.cfg.Replicas = cfg.Replicas
 		kv.cfg.Storage = storage
 		var h jetstream.KeyValue
-		err := Retry(ctx, Bounded, func(ctx context.Context) (err error) {
+		err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
 			h, err = js.CreateOrUpdateKeyValue(ctx, kv.cfg)
 			return err
 		})
@@ -182,7 +186,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	}
 	outputs := jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectOutputs), Description: "toolbus outputs too large to send inline",
 		TTL: cfg.OutputsTTL, MaxBytes: cfg.OutputsMaxBytes, Storage: storage, Replicas: cfg.Replicas}
-	err = Retry(ctx, Bounded, func(ctx context.Context) (err error) {
+	err = Retry(ctx, Provision, func(ctx context.Context) (err error) {
 		st.Outputs, err = js.CreateOrUpdateObjectStore(ctx, outputs)
 		return err
 	})
@@ -203,7 +207,7 @@ func (st *Store) WorkConsumer(ctx context.Context, tool string) error {
 		FilterSubject: st.subj.Work(tool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: st.workAckWait,
 		MaxAckPending: 4096, MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	err := Retry(ctx, Bounded, func(ctx context.Context) error {
+	err := Retry(ctx, Provision, func(ctx context.Context) error {
 		_, err := st.Work.CreateOrUpdateConsumer(ctx, cfg)
 		return err
 	})
@@ -217,7 +221,7 @@ func (st *Store) WorkConsumer(ctx context.Context, tool string) error {
 // the cluster's meta layer.
 func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var st jetstream.Stream
-	err := Retry(ctx, Bounded, func(ctx context.Context) (err error) {
+	err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
 		st, err = js.CreateOrUpdateStream(ctx, cfg)
 		return err
 	})
@@ -230,7 +234,7 @@ func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, re
 		replicas = 1
 	}
 	var os jetstream.ObjectStore
-	err := Retry(ctx, Bounded, func(ctx context.Context) (err error) {
+	err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
 		os, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectSkills), Replicas: replicas})
 		return err
 	})

@@ -32,6 +32,9 @@ func main() { cli.Main("router", run) }
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if cli.WantsHelp(args) {
+		fs.SetOutput(stdout) // help asked for goes to stdout, exit 0
+	}
 	natsURL := fs.String("nats", "", "NATS server URL to join; empty starts an embedded nats-server with JetStream")
 	listen := fs.String("listen", "127.0.0.1:4222", "host:port of the embedded nats-server")
 	data := fs.String("data", "", "JetStream store directory of the embedded server (default: a directory under the system temp dir)")
@@ -51,16 +54,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sessionCache := fs.Int("session-cache", 0, "sessions kept decoded in memory (0: 10000); each batch reads its session from KV anyway")
 	eventsMemory := fs.Bool("events-memory", false, "keep the session events stream in memory (parked calls, sessions and the ledger stay on disk); only for a new deployment")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
+	lease := fs.Duration("lease", 0, "how long a router's claim on a call lives without renewal (renewed every heartbeat); 0 means three heartbeats")
 	id := fs.String("id", "", "router instance id (default: random)")
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
 	workdir := fs.String("workdir", "", "base directory of the built-in file tools and shell; empty serves neither")
 	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start (default: any)")
-	mcpListen := fs.String("mcp-listen", "", "host:port to serve MCP (streamable HTTP) at /mcp/<session>; empty serves none")
+	mcpOpts := mcpFlags(fs)
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
 	limitsFlags := limitFlags(fs)
 	observe := cli.ObserveFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := mcpOpts.check(); err != nil {
 		return err
 	}
 	obs, err := observe.Start(ctx, "toolbus", "toolbus-router", stdout, stderr)
@@ -104,8 +111,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if url == "" {
 		dir := *data
 		if dir == "" {
-			dir = os.TempDir() + "/toolbus-data"
+			// One store per listen address: two routers on one machine
+			// never share a store by accident.
+			dir = filepath.Join(os.TempDir(), "toolbus-data-"+strings.NewReplacer(":", "-", "[", "", "]", "").Replace(*listen))
 		}
+		unlock, err := lockStore(dir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 		s, err := embedded.Start(embedded.Config{Listen: *listen, StoreDir: dir, ConfigFile: *natsConfig})
 		if err != nil {
 			return err
@@ -125,7 +139,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// Workers of a secured deployment send results there; harmless elsewhere.
 		conn.InboxPrefix = security.RouterInbox
 	}
-	nc, err := conn.Connect("toolbus-router", nats.MaxReconnects(-1))
+	nc, err := conn.ConnectWait(ctx, "toolbus-router", log, nats.MaxReconnects(-1))
 	if err != nil {
 		return err
 	}
@@ -141,7 +155,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SessionCache: *sessionCache,
 		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
 		Groups:       fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
-		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs})
+		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs, Lease: *lease})
 	if err != nil {
 		return err
 	}
@@ -173,12 +187,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "toolbus: router %s serving prefix %q on %s\n", r.ID(), *prefix, natsconn.Redact(url))
-	if *mcpListen != "" {
-		stopMCP, err := serveMCP(nc, *mcpListen, *prefix, stdout, log)
+	if mcpOpts.listen != "" {
+		// The facade acts with its own login, never the router's.
+		fconn, err := mcpOpts.conn(conn, *secure)
+		var fnc *nats.Conn
+		if err == nil {
+			fnc, err = fconn.Connect("toolbus-mcp", nats.MaxReconnects(-1))
+		}
+		var stopMCP func()
+		if err == nil {
+			if stopMCP, err = serveMCP(ctx, mcpOpts, fnc, *prefix, stdout, log); err != nil {
+				fnc.Close()
+			}
+		}
 		if err != nil {
 			r.Stop()
 			return err
 		}
+		defer fnc.Close()
 		defer stopMCP()
 	}
 	<-ctx.Done()

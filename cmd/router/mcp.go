@@ -3,24 +3,153 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp/facade"
+	"github.com/toolbus/toolbus/natsconn"
+	"github.com/toolbus/toolbus/security"
 )
 
+// mcpOptions are the --mcp-* flags.
+type mcpOptions struct {
+	listen, tokens, confirm  string
+	insecure                 bool
+	issuer, audience, jwks   string
+	userClaim, sessionsClaim string
+	idle                     time.Duration
+	maxSessions              int
+	nkey, creds              string
+}
+
+func mcpFlags(fs *flag.FlagSet) *mcpOptions {
+	o := &mcpOptions{}
+	fs.StringVar(&o.listen, "mcp-listen", "", "host:port to serve MCP (streamable HTTP) at /mcp/<session>; empty serves none. Needs --mcp-tokens or --mcp-oauth-* (or --mcp-insecure on loopback)")
+	fs.StringVar(&o.tokens, "mcp-tokens", "", "token file (YAML or JSON) of the MCP facade's bearer tokens: user, sessions, confirm policy of each (docs/mcp.md); SIGHUP reloads it")
+	fs.BoolVar(&o.insecure, "mcp-insecure", false, "serve MCP without authentication (user from X-Toolbus-User, every session): only on a loopback --mcp-listen")
+	fs.StringVar(&o.issuer, "mcp-oauth-issuer", "", "OAuth: the authorization server's issuer; access tokens are JWTs it signed")
+	fs.StringVar(&o.audience, "mcp-oauth-audience", "", "OAuth: this facade's canonical URL (e.g. https://mcp.example.com/mcp); a token's aud must contain it")
+	fs.StringVar(&o.jwks, "mcp-oauth-jwks", "", "OAuth: the issuer's keys, an https URL or a file (JWKS)")
+	fs.StringVar(&o.userClaim, "mcp-oauth-user-claim", "sub", "OAuth: the claim naming the user")
+	fs.StringVar(&o.sessionsClaim, "mcp-oauth-sessions-claim", "toolbus_sessions", "OAuth: the claim listing the sessions a token may use (scopes toolbus:session:<s> add to it)")
+	fs.StringVar(&o.confirm, "mcp-confirm", "", "who confirms through the host's elicitation: host_user or approvers (default: approvers when authenticated on a non-loopback address, else host_user)")
+	fs.DurationVar(&o.idle, "mcp-idle", facade.DefaultIdle, "an MCP (session, user) server unused this long is dropped")
+	fs.IntVar(&o.maxSessions, "mcp-max-sessions", facade.DefaultMaxSessions, "most MCP (session, user) servers kept; the least recently used idle one makes room")
+	fs.StringVar(&o.nkey, "mcp-nkey", "", "nkey seed file the facade logs in with (without --secure; default: the router's login, only when that has no credentials)")
+	fs.StringVar(&o.creds, "mcp-creds", "", "JWT credentials file the facade logs in with (without --secure)")
+	return o
+}
+
+// check refuses, before anything starts, an MCP facade that would serve
+// unauthenticated off loopback or with an unknown confirm policy.
+func (o *mcpOptions) check() error {
+	if o.listen == "" {
+		return nil
+	}
+	if _, err := facade.ParseConfirm(o.confirm); err != nil {
+		return err
+	}
+	return facade.CheckListen(o.listen, o.tokens != "" || o.issuer != "" || o.audience != "" || o.jwks != "", o.insecure)
+}
+
+// conn returns the facade's own NATS login: the generated facade user
+// under --secure, --mcp-nkey/--mcp-creds, or (open NATS only) the
+// router's settings on a connection of its own.
+func (o *mcpOptions) conn(router natsconn.Config, secureDir string) (natsconn.Config, error) {
+	c := router
+	c.Creds, c.NKey, c.User, c.Password, c.Token, c.InboxPrefix = "", "", "", "", "", ""
+	switch {
+	case secureDir != "":
+		seed := security.SeedFile(secureDir, security.RoleFacade)
+		if _, err := os.Stat(seed); err != nil {
+			return c, fmt.Errorf("--mcp-listen: %s has no facade user (%s): it was generated before the facade had one; generate it again (move the directory away) or give the facade its own login", secureDir, seed)
+		}
+		c.NKey, c.InboxPrefix = seed, "_INBOX."+security.RoleFacade
+	case o.nkey != "" || o.creds != "":
+		c.NKey, c.Creds, c.InboxPrefix = o.nkey, o.creds, "_INBOX."+security.RoleFacade
+	case router.Creds != "" || router.NKey != "" || router.User != "" || router.Token != "":
+		return c, errors.New("--mcp-listen: the facade must not act with the router's credentials; give it its own login (--mcp-nkey or --mcp-creds: the facade user of `toolbus security config`), or use --secure")
+	default:
+		c = router // open NATS: the same settings, a connection of its own
+		c.InboxPrefix = ""
+	}
+	return c, nil
+}
+
+// auth builds the facade's authentication from the flags and checks it
+// against the address.
+func (o *mcpOptions) auth(ctx context.Context) (facade.Authenticator, *facade.Tokens, error) {
+	oauth := o.issuer != "" || o.audience != "" || o.jwks != ""
+	if oauth && o.tokens != "" {
+		return nil, nil, errors.New("--mcp-tokens and --mcp-oauth-* are two ways to authenticate: choose one")
+	}
+	var a facade.Authenticator
+	var tokens *facade.Tokens
+	switch {
+	case oauth:
+		if o.issuer == "" || o.audience == "" || o.jwks == "" {
+			return nil, nil, errors.New("OAuth needs all of --mcp-oauth-issuer, --mcp-oauth-audience and --mcp-oauth-jwks")
+		}
+		oa, err := facade.NewOAuth(ctx, facade.OAuthConfig{Issuer: o.issuer, Resource: o.audience, JWKS: o.jwks,
+			UserClaim: o.userClaim, SessionsClaim: o.sessionsClaim})
+		if err != nil {
+			return nil, nil, err
+		}
+		a = oa
+	case o.tokens != "":
+		t, err := facade.LoadTokens(o.tokens)
+		if err != nil {
+			return nil, nil, err
+		}
+		a, tokens = t, t
+	}
+	if err := facade.CheckListen(o.listen, a != nil, o.insecure); err != nil {
+		return nil, nil, err
+	}
+	return a, tokens, nil
+}
+
+// policy is --mcp-confirm, or its default for the address.
+func (o *mcpOptions) policy(authenticated bool) (facade.Confirm, error) {
+	c, err := facade.ParseConfirm(o.confirm)
+	if err != nil || c != "" {
+		return c, err
+	}
+	if authenticated && !facade.Loopback(o.listen) {
+		return facade.ConfirmApprovers, nil
+	}
+	return facade.ConfirmHostUser, nil
+}
+
 // serveMCP serves the bus as an MCP server over streamable HTTP at
-// /mcp/<session> on addr (--mcp-listen); stop shuts it down.
-func serveMCP(nc *nats.Conn, addr, prefix string, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
-	f := facade.New(client.New(nc, client.Config{Prefix: prefix, Source: "toolbus/mcp"}), facade.Config{Logger: log})
-	ln, err := net.Listen("tcp", addr)
+// /mcp/<session> on --mcp-listen, on the facade's own connection nc;
+// stop shuts it down.
+func serveMCP(ctx context.Context, o *mcpOptions, nc *nats.Conn, prefix string, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
+	a, tokens, err := o.auth(ctx)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := o.policy(a != nil)
+	if err != nil {
+		return nil, err
+	}
+	if a == nil {
+		log.Warn("mcp: serving without authentication (--mcp-insecure): anyone who reaches the address acts as any user", "listen", o.listen)
+	}
+	f := facade.New(client.New(nc, client.Config{Prefix: prefix, Source: "toolbus/mcp"}), facade.Config{Logger: log,
+		Auth: a, Insecure: a == nil, Confirm: policy, Idle: o.idle, MaxSessions: o.maxSessions})
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("--mcp-listen: %w", err)
@@ -33,12 +162,34 @@ func serveMCP(nc *nats.Conn, addr, prefix string, stdout io.Writer, log *slog.Lo
 			log.Error("mcp: serve", "err", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "toolbus: MCP (streamable HTTP) at http://%s/mcp/<session>\n", ln.Addr())
+	hup := make(chan os.Signal, 1)
+	reloaded := make(chan struct{})
+	if tokens != nil {
+		signal.Notify(hup, syscall.SIGHUP)
+	}
+	go func() {
+		defer close(reloaded)
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				if err := tokens.Reload(); err != nil {
+					log.Error("mcp: tokens not reloaded; the previous ones stay", "err", err)
+				} else {
+					log.Info("mcp: tokens reloaded", "file", o.tokens)
+				}
+			}
+		}
+	}()
+	fmt.Fprintf(stdout, "toolbus: MCP (streamable HTTP) at http://%s/mcp/<session> (confirmations: %s)\n", ln.Addr(), policy)
 	return func() {
+		signal.Stop(hup)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(ctx)
 		<-done
+		<-reloaded
 		f.Close()
 	}, nil
 }

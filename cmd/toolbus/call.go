@@ -1,20 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 )
-
-// callID is the id of the one call a `toolbus call` batch holds; it is fixed
-// so that re-sending with the same --reply-id is deduplicated.
-const callID = "call_1"
 
 // cancelGrace bounds sending the cancel of an interrupted call, and is the
 // time the router is given past --timeout to report the timeout itself.
@@ -25,22 +25,13 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	replyID := fs.String("reply-id", "", "reply id of the batch; re-sending one is deduplicated (default: a fresh id)")
 	timeout := fs.Duration("timeout", 0, "deadline of the call (its expirytime); 0 means the tool's own timeout")
 	asJSON := fs.Bool("json", false, "print the reply (or the rejection) as JSON")
+	wait := fs.Bool("wait", false, "when a call parks, wait for its result (an answer or a confirmation from anywhere) and print it")
+	batchFile := fs.String("batch", "", "run several calls at once: a JSON file ('-' for stdin) holding {\"calls\": [{\"id\", \"name\", \"input\"}...]} or the array of calls")
+	user := fs.String("user", "", "the batch's runtime user (a string, or JSON); refused by a secured router unless it is the credentials' own")
+	rctx := fs.String("context", "", "the batch's runtime context, as JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
-	}
-	if len(pos) < 1 || len(pos) > 2 {
-		return usageError(fs, "call takes a tool name and an optional JSON input, got %d arguments", len(pos))
-	}
-	tool, input := pos[0], "{}"
-	if len(pos) == 2 {
-		input = pos[1]
-	}
-	if !bus.ValidName(tool) {
-		return usageError(fs, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$", tool)
-	}
-	if !json.Valid([]byte(input)) {
-		return usageError(fs, "input %q is not JSON", input)
 	}
 	if err := checkSession(fs, cn.session); err != nil {
 		return err
@@ -53,12 +44,33 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *timeout < 0 {
 		return usageError(fs, "--timeout must not be negative")
 	}
+	batch, err := callBatch(fs, pos, *batchFile, *replyID)
+	if err != nil {
+		return err
+	}
+	if batch.User, err = jsonOrString(fs, "--user", *user); err != nil {
+		return err
+	}
+	if *rctx != "" {
+		if !json.Valid([]byte(*rctx)) {
+			return usageError(fs, "--context %q is not JSON", *rctx)
+		}
+		batch.Context = json.RawMessage(*rctx)
+	}
 
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
+	var events *client.Events
+	if *wait {
+		// Subscribed before the batch is sent, so no result is missed.
+		if events, err = cl.Watch(ctx, cn.session); err != nil {
+			return err
+		}
+		defer events.Stop()
+	}
 	opts := []client.CallOption{client.WithReplyID(*replyID)}
 	callCtx := ctx
 	if *timeout > 0 {
@@ -67,19 +79,160 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		callCtx, cancel = context.WithTimeout(ctx, *timeout+cancelGrace)
 		defer cancel()
 	}
-	batch := bus.Batch{Calls: []bus.Call{{ID: callID, Name: tool, Input: json.RawMessage(input)}}}
 	reply, err := cl.Call(callCtx, cn.session, batch, opts...)
 	if err != nil {
 		return callError(ctx, cl, cn.session, *replyID, err, *asJSON, stdout)
+	}
+	if *wait && len(reply.Parked) > 0 {
+		if !*asJSON {
+			renderReply(stdout, reply, cn.session, *replyID)
+			fmt.Fprintf(stdout, "waiting for %d parked call(s)...\n", len(reply.Parked))
+		}
+		late, err := awaitParked(ctx, events, *replyID, reply.Parked)
+		if err != nil {
+			return callError(ctx, cl, cn.session, *replyID, err, *asJSON, stdout)
+		}
+		if !*asJSON {
+			for _, r := range late {
+				renderResult(stdout, r)
+			}
+			return replyError(&bus.Reply{Results: late})
+		}
+		reply = &bus.Reply{Results: append(reply.Results, late...), Parked: []bus.Parked{}}
 	}
 	if *asJSON {
 		if err := writeJSON(stdout, reply); err != nil {
 			return err
 		}
 	} else {
-		renderReply(stdout, reply)
+		renderReply(stdout, reply, cn.session, *replyID)
 	}
 	return replyError(reply)
+}
+
+// callBatch builds the batch: one call from the positional arguments
+// (tool and input; the input may be '-' for stdin or '@FILE'), or the
+// calls of --batch. A call without an id gets one made from the reply id,
+// so every CLI call has its own and a re-send with --reply-id is the same
+// call.
+func callBatch(fs *flag.FlagSet, pos []string, batchFile, replyID string) (bus.Batch, error) {
+	var b bus.Batch
+	if batchFile != "" {
+		if len(pos) != 0 {
+			return b, usageError(fs, "call takes either --batch or a tool and its input, not both")
+		}
+		raw, err := readInput(batchFile, os.Stdin)
+		if err != nil {
+			return b, err
+		}
+		if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
+			err = json.Unmarshal(raw, &b.Calls)
+		} else {
+			err = json.Unmarshal(raw, &b)
+		}
+		if err != nil {
+			return b, usageError(fs, "--batch %s: not a batch: %v", batchFile, err)
+		}
+		if len(b.Calls) == 0 {
+			return b, usageError(fs, "--batch %s holds no calls", batchFile)
+		}
+	} else {
+		if len(pos) < 1 || len(pos) > 2 {
+			return b, usageError(fs, "call takes a tool name and an optional JSON input, got %d arguments", len(pos))
+		}
+		input := "{}"
+		if len(pos) == 2 {
+			input = pos[1]
+		}
+		raw, err := inputArg(input)
+		if err != nil {
+			return b, err
+		}
+		if !json.Valid(raw) {
+			return b, usageError(fs, "input %q is not JSON", short(string(raw)))
+		}
+		b.Calls = []bus.Call{{Name: pos[0], Input: raw}}
+	}
+	for i := range b.Calls {
+		c := &b.Calls[i]
+		if !bus.ValidName(c.Name) {
+			return b, usageError(fs, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$", c.Name)
+		}
+		if c.ID == "" {
+			c.ID = callIDFor(replyID, i, len(b.Calls))
+		}
+	}
+	return b, nil
+}
+
+// callIDFor is the id of call i of n in a CLI batch with reply id replyID.
+func callIDFor(replyID string, i, n int) string {
+	id := "call-" + replyID
+	if n > 1 {
+		id += fmt.Sprintf("-%d", i+1)
+	}
+	if len(id) > 128 {
+		id = id[len(id)-128:]
+	}
+	return id
+}
+
+// inputArg reads an input argument: '-' is standard input, '@FILE' a file,
+// anything else the JSON itself.
+func inputArg(arg string) ([]byte, error) {
+	switch {
+	case arg == "-":
+		return readInput("-", os.Stdin)
+	case strings.HasPrefix(arg, "@"):
+		return readInput(arg[1:], os.Stdin)
+	}
+	return []byte(arg), nil
+}
+
+// jsonOrString returns v as a JSON value: itself when it is JSON (an
+// object, a number ...), else as a string; "" is no value.
+func jsonOrString(fs *flag.FlagSet, name, v string) (json.RawMessage, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if json.Valid([]byte(v)) && strings.ContainsAny(v[:1], "{[\"0123456789-tfn") {
+		return json.RawMessage(v), nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, usageError(fs, "%s: %v", name, err)
+	}
+	return b, nil
+}
+
+// awaitParked waits for the call.result events of the parked calls of
+// replyID and returns their results in the order they arrive.
+func awaitParked(ctx context.Context, events *client.Events, replyID string, parked []bus.Parked) ([]bus.Result, error) {
+	waiting := make(map[string]bool, len(parked))
+	for _, p := range parked {
+		waiting[p.ID] = true
+	}
+	var out []bus.Result
+	for len(waiting) > 0 {
+		select {
+		case <-ctx.Done():
+			return out, ctx.Err()
+		case e, ok := <-events.C:
+			if !ok {
+				return out, errors.New("the event subscription ended")
+			}
+			if e.Type != bus.TypeCallResult || e.ReplyID != replyID {
+				continue
+			}
+			var r bus.Result
+			if err := e.DataAs(&r); err != nil || !waiting[r.ID] {
+				continue
+			}
+			delete(waiting, r.ID)
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // callError explains a call that got no reply. A rejected batch is a

@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 )
 
 func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("cancel", stderr)
+	wait := fs.Duration("wait", 3*time.Second, "how long to wait for the cancelled calls to report before saying nothing was cancelled")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -23,19 +27,78 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usageError(fs, "id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
 		}
 	}
-	cl, closeConn, err := cn.open(fs)
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
 	replyID, calls := pos[0], pos[1:]
+	// The cancel itself is fire-and-forget (docs/protocol.md 3.5: an
+	// unknown reply id is a no-op), so watch for the interrupted results
+	// to tell the user whether anything was cancelled.
+	events, err := cl.Watch(ctx, cn.session)
+	if err != nil {
+		return err
+	}
+	defer events.Stop()
 	if err := cl.Cancel(ctx, cn.session, replyID, calls...); err != nil {
 		return err
 	}
-	what := "every call"
-	if len(calls) > 0 {
-		what = "calls " + strings.Join(calls, ", ")
+	ended, err := awaitInterrupted(ctx, events, replyID, calls, *wait)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(stdout, "cancel sent: %s of reply %s in session %s\n", what, replyID, cn.session)
+	if len(ended) == 0 {
+		return fmt.Errorf("nothing was cancelled: no call of reply %s in session %s was running or parked (within %v); check the reply id and --session", replyID, cn.session, *wait)
+	}
+	fmt.Fprintf(stdout, "cancelled: %s of reply %s in session %s\n", strings.Join(ended, ", "), replyID, cn.session)
 	return nil
+}
+
+// awaitInterrupted collects the calls of replyID (of calls, or any) that
+// end interrupted, until all of calls have or wait passes with none new.
+func awaitInterrupted(ctx context.Context, events *client.Events, replyID string, calls []string, wait time.Duration) ([]string, error) {
+	want := make(map[string]bool, len(calls))
+	for _, c := range calls {
+		want[c] = true
+	}
+	var ended []string
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ended, ctx.Err()
+		case <-timer.C:
+			return ended, nil
+		case e, ok := <-events.C:
+			if !ok {
+				return ended, nil
+			}
+			if e.ReplyID != replyID {
+				continue
+			}
+			if e.Type == bus.TypeBatchDone { // it carries every result of the batch
+				var done bus.BatchDone
+				if e.DataAs(&done) == nil {
+					for _, r := range done.Results {
+						if r.State == bus.StateInterrupted && (len(calls) == 0 || slices.Contains(calls, r.ID)) && !slices.Contains(ended, r.ID) {
+							ended = append(ended, r.ID)
+						}
+					}
+				}
+				return ended, nil
+			}
+			var r bus.Result
+			if e.Type != bus.TypeCallResult || e.DataAs(&r) != nil || r.State != bus.StateInterrupted || (len(want) > 0 && !want[r.ID]) {
+				continue
+			}
+			ended = append(ended, r.ID)
+			delete(want, r.ID)
+			if len(calls) > 0 && len(want) == 0 {
+				return ended, nil
+			}
+			timer.Reset(wait) // more may follow
+		}
+	}
 }

@@ -20,7 +20,7 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) != 1 {
 		return usageError(fs, "fetch takes one reference (nats-object://<bucket>/<name>), got %d arguments", len(pos))
 	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -20,9 +25,9 @@ func runGroups(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if len(pos) > 0 {
-		return usageError(fs, "groups takes no arguments, got %q", pos[0])
+		return editGroups(ctx, fs, cn, pos, stdout)
 	}
-	cl, closeConn, err := cn.open(fs)
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
@@ -50,20 +55,20 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	cl, closeConn, err := cn.open(fs)
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
 	replyID := client.NewReplyID()
-	batch := bus.Batch{Calls: []bus.Call{{ID: callID, Name: groups.ResetTools, Input: resetInput(pos)}}}
+	batch := bus.Batch{Calls: []bus.Call{{ID: callIDFor(replyID, 0, 1), Name: groups.ResetTools, Input: resetInput(pos)}}}
 	reply, err := cl.Call(ctx, cn.session, batch, client.WithReplyID(replyID))
 	if err != nil {
 		return callError(ctx, cl, cn.session, replyID, err, *asJSON, stdout)
 	}
 	if len(reply.Results) != 1 {
 		// reset_tools runs in the router and never parks; say so if it did.
-		renderReply(stdout, reply)
+		renderReply(stdout, reply, cn.session, replyID)
 		return fmt.Errorf("%s did not finish in reply %s", groups.ResetTools, replyID)
 	}
 	res := reply.Results[0]
@@ -94,4 +99,53 @@ func resetInput(names []string) json.RawMessage {
 	}
 	b.WriteByte('}')
 	return b.Bytes()
+}
+
+// editGroups runs `groups put FILE` (a group definition, docs/protocol.md
+// 7.3, in YAML or JSON; '-' is stdin) and `groups rm NAME`, through the
+// operator's admin verbs groups.put and groups.delete.
+func editGroups(ctx context.Context, fs *flag.FlagSet, cn *conn, pos []string, stdout io.Writer) error {
+	if len(pos) != 2 || (pos[0] != "put" && pos[0] != "rm") {
+		return usageError(fs, "groups takes no arguments, or put FILE, or rm NAME; got %q", strings.Join(pos, " "))
+	}
+	verb, arg := pos[0], pos[1]
+	var data any
+	switch verb {
+	case "put":
+		raw, err := readInput(arg, os.Stdin)
+		if err != nil {
+			return err
+		}
+		js, err := yaml.YAMLToJSON(raw) // JSON is YAML too
+		if err != nil {
+			return usageError(fs, "groups put %s: not YAML or JSON: %v", arg, err)
+		}
+		data = json.RawMessage(js)
+	case "rm":
+		if !bus.ValidName(arg) {
+			return usageError(fs, "group name %q must match ^[A-Za-z0-9_-]{1,64}$", arg)
+		}
+		data = map[string]string{"name": arg}
+	}
+	cl, closeConn, err := cn.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	var out struct {
+		Group   string `json:"group"`
+		Deleted string `json:"deleted"`
+	}
+	if verb == "put" {
+		if err := admin(ctx, cl, "groups.put", "", data, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "stored group %s\n", out.Group)
+		return nil
+	}
+	if err := admin(ctx, cl, "groups.delete", "", data, &out); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "removed group %s\n", out.Deleted)
+	return nil
 }

@@ -41,7 +41,7 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 			return err
 		}
 	}
-	nc, err := cn.connect()
+	nc, err := cn.connect(ctx)
 	if err != nil {
 		return err
 	}

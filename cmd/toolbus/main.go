@@ -26,6 +26,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -50,10 +52,11 @@ var commands []command
 func init() {
 	commands = []command{
 		{"call", "<tool> ['<json input>']", "call one tool and print its result", runCall},
+		{"turn", "[--format openai|openai-responses|anthropic|gemini] < assistant.json", "run the tool calls of a model's assistant message and print the tool-result messages its API expects", runTurn},
 		{"tools", "", "list the tools and groups a session's model sees", runTools},
 		{"watch", "", "print a session's events as they happen", runWatch},
 		{"cancel", "<reply-id> [call-id...]", "interrupt the running and parked calls of a reply", runCancel},
-		{"groups", "", "list a session's tool groups, active ones marked [x]", runGroups},
+		{"groups", "[put FILE | rm NAME]", "list a session's tool groups, active ones marked [x]; put stores a group definition (YAML or JSON), rm removes one", runGroups},
 		{"reset", "[group...]", "activate exactly these meta groups with reset_tools (none given: all off)", runReset},
 		{"session", "show | mode <mode>", "show a session's groups, mode and rules, or set its permission mode", runSession},
 		{"activate", "<group...>", "activate (or with --off deactivate) external-scope groups for a session", runActivate},
@@ -73,26 +76,39 @@ func init() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		usage(stderr)
-		return errors.New("no command given")
+		usage(stdout)
+		return flag.ErrHelp
 	}
 	name, rest := args[0], args[1:]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		if len(rest) > 0 {
-			if c, ok := lookup(rest[0]); ok {
-				return c.run(ctx, []string{"-h"}, stdout, stderr)
-			}
+		if len(rest) == 0 {
+			usage(stdout)
+			return flag.ErrHelp
 		}
-		usage(stderr)
-		return flag.ErrHelp
+		c, ok := lookup(rest[0])
+		if !ok {
+			usage(stderr)
+			return fmt.Errorf("no help topic %q: it is not a command", rest[0])
+		}
+		return c.run(ctx, []string{"-h"}, stdout, stdout)
 	}
 	c, ok := lookup(name)
 	if !ok {
 		usage(stderr)
 		return fmt.Errorf("unknown command %q", name)
 	}
-	return c.run(ctx, rest, stdout, stderr)
+	if cli.WantsHelp(rest) {
+		stderr = stdout // the usage the flag set prints is the help asked for
+	}
+	ctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	err := c.run(context.WithValue(ctx, abortKey{}, abort), rest, stdout, stderr)
+	var refused *refusedError
+	if err != nil && errors.As(context.Cause(ctx), &refused) {
+		return refused // the refusal, not the cancelled wait it caused
+	}
+	return err
 }
 
 func lookup(name string) (command, bool) {
@@ -123,6 +139,10 @@ type conn struct {
 	session string
 }
 
+// toolbusUserCommands are the commands whose --user is the toolbus
+// (runtime) user rather than the NATS one.
+var toolbusUserCommands = []string{"call", "tools", "turn", "skills", "mcp"}
+
 // defaultSession is the session of the command line unless --session says.
 const defaultSession = "cli"
 
@@ -132,25 +152,24 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cn := &conn{nats: natsconn.FromEnv()}
-	// skills and mcp use --user for the toolbus user; their NATS user is --nats-user.
-	if name == "skills" || name == "mcp" {
+	// These use --user for the toolbus user; their NATS user is --nats-user.
+	if slices.Contains(toolbusUserCommands, name) {
 		cn.nats.RegisterFlagsWithout(fs, "user")
 	} else {
 		cn.nats.RegisterFlags(fs)
 	}
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
+	common := cli.FlagNames(fs)
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolbus %s %s [flags]\n\n%s.\n\nflags:\n", c.name, c.args, c.summary)
-		fs.PrintDefaults()
-	}
+	fs.Usage = cli.GroupedUsage(fs, fmt.Sprintf("usage: toolbus %s %s [flags]\n\n%s.\n", c.name, c.args, c.summary),
+		common, "connection flags (as the nats CLI's, from the same environment variables; docs/security.md):")
 	return fs, cn
 }
 
 // dial connects to NATS and returns a client of the deployment; close ends
 // the connection.
-func (cn *conn) dial() (cl *client.Client, close func(), err error) {
-	nc, err := cn.connect()
+func (cn *conn) dial(ctx context.Context) (cl *client.Client, close func(), err error) {
+	nc, err := cn.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -158,14 +177,36 @@ func (cn *conn) dial() (cl *client.Client, close func(), err error) {
 }
 
 // connect connects to NATS with the shared flags (URLs, credentials, TLS).
-func (cn *conn) connect() (*nats.Conn, error) { return cn.nats.Connect("toolbus-cli") }
+// A permissions violation the server reports on it ends the command at
+// once (abortOnRefusal), instead of leaving a request to its timeout.
+func (cn *conn) connect(ctx context.Context) (*nats.Conn, error) {
+	return cn.nats.Connect("toolbus-cli", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			if abort, ok := ctx.Value(abortKey{}).(context.CancelCauseFunc); ok {
+				abort(&refusedError{err: err})
+			}
+		}
+	}))
+}
+
+// abortKey holds the command's context.CancelCauseFunc (set by run).
+type abortKey struct{}
+
+// refusedError is a permissions violation that ended a command.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("%v: these credentials' role may not do this (docs/security.md, Roles; log in as the role the command needs, e.g. the operator for admin verbs, the approver for confirm)", e.err)
+}
+
+func (e *refusedError) Unwrap() error { return e.err }
 
 // open checks --session and connects: the start of most subcommands.
-func (cn *conn) open(fs *flag.FlagSet) (*client.Client, func(), error) {
+func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, func(), error) {
 	if err := checkSession(fs, cn.session); err != nil {
 		return nil, nil, err
 	}
-	return cn.dial()
+	return cn.dial(ctx)
 }
 
 // parse parses args with fs, allowing flags after positional arguments

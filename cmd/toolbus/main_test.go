@@ -110,7 +110,7 @@ func TestCallJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &reply); err != nil {
 		t.Fatalf("output is not a reply: %v\n%s", err, out)
 	}
-	if len(reply.Results) != 1 || reply.Results[0].ID != callID || reply.Results[0].Output[0].Text != "hi" {
+	if len(reply.Results) != 1 || reply.Results[0].ID != "call-r-json" || reply.Results[0].Output[0].Text != "hi" {
 		t.Fatalf("reply: %+v", reply)
 	}
 }
@@ -166,12 +166,16 @@ func TestCancel(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("block never started")
 	}
-	out, _, err := exec(t.Context(), "cancel", "r-cancel", callID, "--nats", d.url)
+	out, _, err := exec(t.Context(), "cancel", "r-cancel", "call-r-cancel", "--nats", d.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != "cancel sent: calls call_1 of reply r-cancel in session cli\n" {
+	if out != "cancelled: call-r-cancel of reply r-cancel in session cli\n" {
 		t.Fatalf("cancel output %q", out)
+	}
+	_, _, err = exec(t.Context(), "cancel", "r-nosuch", "--wait", "200ms", "--nats", d.url)
+	if err == nil || !strings.Contains(err.Error(), "nothing was cancelled: no call of reply r-nosuch in session cli") {
+		t.Fatalf("cancel of an unknown reply: %v", err)
 	}
 	select {
 	case o := <-done:
@@ -353,7 +357,7 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string // in the error
 	}{
-		{"none", nil, "no command"},
+		{"unknown help topic", []string{"help", "nosuch"}, `no help topic "nosuch"`},
 		{"unknown", []string{"bogus"}, `unknown command "bogus"`},
 		{"call without tool", []string{"call"}, "got 0 arguments"},
 		{"call too many", []string{"call", "echo", "{}", "extra"}, "got 3 arguments"},
@@ -380,18 +384,26 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// TestHelp: help that is asked for goes to stdout and ends with
+// flag.ErrHelp, which cli.Main turns into exit status 0; a command's own
+// flags come before the connection flags, which are listed once.
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"help"}, {"-h"}, {"help", "call"}, {"watch", "-h"}} {
+	for _, args := range [][]string{nil, {"help"}, {"-h"}, {"--help"}, {"help", "call"}, {"watch", "-h"}, {"call", "echo", "--help"}} {
 		out, errOut, err := exec(t.Context(), args...)
 		if !errors.Is(err, flag.ErrHelp) {
 			t.Errorf("%v: error %v, want flag.ErrHelp", args, err)
 		}
-		if out != "" || !strings.Contains(errOut, "usage: toolbus") {
+		if errOut != "" || !strings.Contains(out, "usage: toolbus") {
 			t.Errorf("%v: stdout %q, stderr %q", args, out, errOut)
 		}
 	}
-	_, errOut, _ := exec(t.Context(), "help", "call")
-	if !strings.Contains(errOut, "-reply-id") {
-		t.Errorf("help call does not show the call flags:\n%s", errOut)
+	out, _, _ := exec(t.Context(), "help", "call")
+	own, conn := strings.Index(out, "-reply-id"), strings.Index(out, "connection flags")
+	if own < 0 || conn < own || strings.Count(out, "-nkey") != 1 {
+		t.Errorf("help call: its own flags first, then the connection flags once:\n%s", out)
+	}
+	out, _, _ = exec(t.Context(), "help", "skills")
+	if strings.Count(out, "\n  -user string") != 1 || strings.Contains(out, "the same as --user") {
+		t.Errorf("help skills: --user is the toolbus user, --nats-user the NATS one:\n%s", out)
 	}
 }

@@ -51,7 +51,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		session, where = cn.session, "session "+cn.session
 	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -230,7 +230,7 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// not be what it said.
 		return usageError(fs, "the output is not UTF-8 text; send binary data as a data block with base64 data")
 	}
-	cl, closeConn, err := cn.open(fs)
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
@@ -301,7 +301,7 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *input != "" && !json.Valid([]byte(*input)) {
 		return usageError(fs, "--input %q is not JSON", *input)
 	}
-	cl, closeConn, err := cn.open(fs)
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}

@@ -23,12 +23,12 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // renderReply prints every result, then every parked call, of a reply.
-func renderReply(w io.Writer, r *bus.Reply) {
+func renderReply(w io.Writer, r *bus.Reply, session, replyID string) {
 	for _, res := range r.Results {
 		renderResult(w, res)
 	}
 	for _, p := range r.Parked {
-		fmt.Fprintln(w, parkedLine(p))
+		fmt.Fprintln(w, parkedLine(p, session, replyID))
 	}
 }
 
@@ -45,9 +45,18 @@ func renderResult(w io.Writer, r bus.Result) {
 	}
 }
 
-// parkedLine describes a parked call and where its answer goes.
-func parkedLine(p bus.Parked) string {
-	return fmt.Sprintf("%s: parked (%s) — answer on %s", p.Name, p.Kind, p.Subject)
+// parkedLine describes a parked call and the command that answers it.
+func parkedLine(p bus.Parked, session, replyID string) string {
+	where := fmt.Sprintf("--session %s --reply %s --tool %s", session, replyID, p.Name)
+	switch p.Kind {
+	case bus.KindConfirm:
+		return fmt.Sprintf("%s: parked for a confirmation, call %s\n  allow: toolbus confirm %s %s [--remember]\n  deny:  toolbus confirm %s %s --deny",
+			p.Name, p.ID, p.ID, where, p.ID, where)
+	case bus.KindExternal:
+		return fmt.Sprintf("%s: parked for its external result, call %s (on %s)\n  answer: toolbus answer %s %s '<output>'",
+			p.Name, p.ID, p.Subject, p.ID, where)
+	}
+	return fmt.Sprintf("%s: %s behind the calls above, call %s", p.Name, p.Kind, p.ID)
 }
 
 // blockText is a text block's text, or a one-line description of a data

@@ -36,14 +36,19 @@ func TestRenderReply(t *testing.T) {
 				{Type: bus.BlockText, Text: "a picture"}, {Type: bus.BlockData, MediaType: "image/png", Data: "AAE="}}},
 			bus.ErrorResult(bus.Call{ID: "c2", Name: "nope"}, bus.CodeUnknownTool, "ToolNotFoundError: The tool named 'nope' doesn't exist."),
 		},
-		Parked: []bus.Parked{{ID: "c3", Name: "deploy", Kind: bus.KindConfirm, Subject: "toolbus.answer.deploy"}},
-	})
+		Parked: []bus.Parked{{ID: "c3", Name: "deploy", Kind: bus.KindConfirm, Subject: "toolbus.answer.deploy"},
+			{ID: "c4", Name: "pick", Kind: bus.KindExternal, Subject: "toolbus.answer.pick"}},
+	}, "s1", "r1")
 	want := `shot: success
 a picture
 [data image/png, 2 bytes]
 nope: error (unknown_tool)
 ToolNotFoundError: The tool named 'nope' doesn't exist.
-deploy: parked (confirm) — answer on toolbus.answer.deploy
+deploy: parked for a confirmation, call c3
+  allow: toolbus confirm c3 --session s1 --reply r1 --tool deploy [--remember]
+  deny:  toolbus confirm c3 --session s1 --reply r1 --tool deploy --deny
+pick: parked for its external result, call c4 (on toolbus.answer.pick)
+  answer: toolbus answer c4 --session s1 --reply r1 --tool pick '<output>'
 `
 	if out.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", out.String(), want)

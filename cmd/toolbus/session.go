@@ -78,7 +78,7 @@ func runActivate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // adminSession runs a session verb, all of which reply with the session,
 // and prints that session.
 func adminSession(ctx context.Context, cn *conn, verb string, data any, asJSON bool, stdout io.Writer) error {
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}

@@ -69,7 +69,7 @@ func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "removed skill %s for %s\n", rest[0], scopeName(*user))
 		return nil
 	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func skillLine(s bus.SkillInfo) string {
 // objects connects and opens the deployment's skills object store (the
 // routers create it).
 func (cn *conn) objects(ctx context.Context) (jetstream.ObjectStore, func(), error) {
-	nc, err := cn.connect()
+	nc, err := cn.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -33,12 +33,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 0 {
 		return usageError(fs, "status takes no arguments")
 	}
-	nc, err := cn.connect()
+	nc, err := cn.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -77,6 +77,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return json.NewEncoder(stdout).Encode(map[string]any{"status": st, "instances": found})
 	}
 	fmt.Fprintf(stdout, "sessions: %d   parked calls: %d   groups: %d   (answered by router %s)\n", st.Sessions, st.Parked, st.Groups, st.Router)
+	fmt.Fprintln(stdout, storeLine(st.Store))
 	fmt.Fprintln(stdout, "tools:")
 	for _, t := range st.Tools {
 		live := fmt.Sprintf("%d live workers", t.LiveWorkers)
@@ -90,6 +91,22 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "  %-6s %s %v\n", it.Kind, it.ID, it.Tools)
 	}
 	return nil
+}
+
+// storeLine is the status line of the store's health: "store: ok", or
+// "store: full (JetStream: insufficient resources) since 10:41:34Z".
+func storeLine(s bus.StoreStatus) string {
+	switch {
+	case s.State == "":
+		return "store: unknown (the router does not report it)"
+	case s.State == "ok":
+		return "store: ok"
+	}
+	line := fmt.Sprintf("store: %s (JetStream: %s)", s.State, s.Error)
+	if s.Since != nil {
+		line += " since " + s.Since.UTC().Format(time.RFC3339)
+	}
+	return line
 }
 
 func compareStrings(a, b string) int {

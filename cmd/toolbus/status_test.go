@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -14,7 +15,7 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"get_current_time", "1 live workers", "router ", "worker "} {
+	for _, want := range []string{"get_current_time", "1 live workers", "router ", "worker ", "store: ok"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
@@ -35,6 +36,22 @@ func TestStatus(t *testing.T) {
 	}
 	if _, _, err := exec(t.Context(), "status", "extra", "--nats", d.url); err == nil {
 		t.Fatal("status with an argument succeeded")
+	}
+}
+
+func TestStoreLine(t *testing.T) {
+	since := time.Date(2026, 12, 1, 10, 41, 34, 0, time.UTC)
+	for _, tc := range []struct {
+		in   bus.StoreStatus
+		want string
+	}{
+		{bus.StoreStatus{State: "ok"}, "store: ok"},
+		{bus.StoreStatus{State: "full", Error: "insufficient resources", Since: &since}, "store: full (JetStream: insufficient resources) since 2026-12-01T10:41:34Z"},
+		{bus.StoreStatus{}, "store: unknown (the router does not report it)"},
+	} {
+		if got := storeLine(tc.in); got != tc.want {
+			t.Errorf("storeLine(%+v) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs, cn := newFlagSet("tools", stderr)
 	format := fs.String("format", bus.FormatToolbus, "print the tools as the model sees them, as JSON, in this format: toolbus, openai, openai-responses, anthropic, gemini or mcp (without it: a readable list)")
 	asJSON := fs.Bool("json", false, "print the whole reply data (tools in --format, groups, skills_prompt) as JSON")
+	user := fs.String("user", "", "list as this toolbus user sees it (their skills); refused by a secured router unless it is the credentials' own")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -27,12 +28,16 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !slices.Contains(formats, *format) {
 		return usageError(fs, "unknown --format %q", *format)
 	}
-	cl, closeConn, err := cn.open(fs)
+	q := bus.ToolsQuery{Format: *format}
+	if q.User, err = jsonOrString(fs, "--user", *user); err != nil {
+		return err
+	}
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	list, err := cl.Tools(ctx, cn.session, *format, nil)
+	list, err := cl.Query(ctx, cn.session, q)
 	if err != nil {
 		return err
 	}

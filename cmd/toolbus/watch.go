@@ -14,6 +14,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs, cn := newFlagSet("watch", stderr)
 	fs.Lookup("session").Usage = `session id, or "*" for every session`
 	replay := fs.Bool("replay", false, "print the events the events stream still keeps first, then live ones")
+	asJSON := fs.Bool("json", false, "print each event as one line of JSON (the CloudEvent as sent), for jq and scripts")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -27,7 +28,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	cl, closeConn, err := cn.dial()
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -43,12 +44,16 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer events.Stop()
 	fmt.Fprintf(stderr, "watching %s (Ctrl-C to stop)\n", cl.Subjects().Events(cn.session))
-	return printEvents(ctx, stdout, events.C, all)
+	line := func(e *bus.Event) ([]byte, error) { return []byte(eventLine(e, all)), nil }
+	if *asJSON {
+		line = (*bus.Event).Encode
+	}
+	return printEvents(ctx, stdout, events.C, line)
 }
 
 // printEvents prints one line per event until ctx ends (nil) or the stream
 // closes on its own (an error).
-func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, withSession bool) error {
+func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, line func(*bus.Event) ([]byte, error)) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -60,7 +65,11 @@ func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, wit
 				}
 				return errors.New("the event stream ended")
 			}
-			if _, err := fmt.Fprintln(w, eventLine(e, withSession)); err != nil {
+			b, err := line(e)
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
 				return err
 			}
 		}

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,6 +38,9 @@ const drainTimeout = 30 * time.Second
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("toolworker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if cli.WantsHelp(args) {
+		fs.SetOutput(stdout) // help asked for goes to stdout, exit 0
+	}
 	conn := natsconn.FromEnv()
 	conn.RegisterFlags(fs)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
@@ -48,6 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	workdir := fs.String("workdir", "", "with --builtin: base directory of the file tools and shell; empty serves neither")
 	shellAllow := fs.String("shell-allow", "", "with --builtin: comma-separated programs shell may start (default: any)")
 	mcpConfig := fs.String("mcp-config", "", "also bridge the MCP servers listed in this YAML or JSON file (docs/mcp.md)")
+	demo := fs.Bool("demo", true, "serve the example tools (off by default with --mcp-config, so bridged servers stand alone)")
 	observe := cli.ObserveFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: toolworker [flags]\n\nServes the example tools %s on a toolbus deployment.\n\nflags:\n", strings.Join(toolNames, ", "))
@@ -76,7 +81,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer obs.Stop()
 	log := obs.Log
 
-	nc, err := conn.Connect("toolbus-worker", nats.MaxReconnects(-1))
+	if *mcpConfig != "" && !flagSet(fs, "demo") {
+		*demo = false
+	}
+	if !*demo && !*withBuiltin && *mcpConfig == "" {
+		return errors.New("nothing to serve: --demo=false without --builtin or --mcp-config")
+	}
+	nc, err := conn.ConnectWait(ctx, "toolbus-worker", log, nats.MaxReconnects(-1))
 	if err != nil {
 		return err
 	}
@@ -90,10 +101,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *notesGroup != "" && !bus.ValidName(*notesGroup) {
 		return fmt.Errorf("--notes-group %q must match ^[A-Za-z0-9_-]{1,64}$", *notesGroup)
 	}
-	if err := register(w, &notes{}, *notesGroup); err != nil {
-		return err
+	var names []string
+	if *demo {
+		if err := register(w, &notes{}, *notesGroup); err != nil {
+			return err
+		}
+		names = toolNames
 	}
-	names := toolNames
 	if *withBuiltin {
 		stop, err := registerBuiltin(ctx, nc, w, *prefix, *id, *workdir, *shellAllow)
 		if err != nil {
@@ -197,4 +211,11 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		return nil, err
 	}
 	return stop, nil
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

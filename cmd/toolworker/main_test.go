@@ -142,19 +142,23 @@ func TestUsage(t *testing.T) {
 		{[]string{"--heartbeat", "0s"}, "--heartbeat"},
 		{[]string{"--bogus"}, "flag provided but not defined"},
 		{[]string{"--id", "a.b"}, `--id "a.b"`},
+		{[]string{"--demo=false"}, "nothing to serve"},
+		// No server: it waits (until the context ends here), then says so.
 		{[]string{"--nats", "nats://127.0.0.1:1"}, "connect nats://127.0.0.1:1"},
 	} {
 		var stdout, stderr bytes.Buffer
-		err := run(t.Context(), tc.args, &stdout, &stderr)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		err := run(ctx, tc.args, &stdout, &stderr)
+		cancel()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
 		}
 	}
-	var stderr bytes.Buffer
-	if err := run(t.Context(), []string{"-h"}, &bytes.Buffer{}, &stderr); !errors.Is(err, flag.ErrHelp) {
+	var stdout bytes.Buffer
+	if err := run(t.Context(), []string{"-h"}, &stdout, &bytes.Buffer{}); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)
 	}
-	if !strings.Contains(stderr.String(), "usage: toolworker") || !strings.Contains(stderr.String(), "-max-concurrent") {
-		t.Errorf("-h output:\n%s", stderr.String())
+	if !strings.Contains(stdout.String(), "usage: toolworker") || !strings.Contains(stdout.String(), "-max-concurrent") {
+		t.Errorf("-h output (on stdout):\n%s", stdout.String())
 	}
 }

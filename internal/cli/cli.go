@@ -86,14 +86,81 @@ var _ worker.Observer = (*metrics.Worker)(nil)
 // except for -h).
 func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go abortOnSecondSignal(ctx, name)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return // help was asked for, and printed
+	}
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, name+":", err)
-		}
+		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
 	}
+}
+
+// abortOnSecondSignal exits at once on a second interrupt, once the first
+// has cancelled ctx and a drain may be under way.
+func abortOnSecondSignal(ctx context.Context, name string) {
+	<-ctx.Done()
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	<-ch
+	fmt.Fprintln(os.Stderr, name+": second signal, exiting without waiting")
+	os.Exit(130)
+}
+
+// WantsHelp reports whether args ask for help (-h, -help or --help before
+// any "--"): the help then goes to standard output, and the exit status is 0.
+func WantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+// GroupedUsage returns a usage function for fs that prints head, then the
+// flags that are not in common, then those that are under the heading
+// commonTitle, so a command's own flags come first and the shared ones once.
+func GroupedUsage(fs *flag.FlagSet, head string, common map[string]bool, commonTitle string) func() {
+	return func() {
+		w := fs.Output()
+		fmt.Fprint(w, head)
+		own := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+		shared := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+		fs.VisitAll(func(f *flag.Flag) {
+			set := own
+			if common[f.Name] {
+				set = shared
+			}
+			set.Var(f.Value, f.Name, f.Usage)
+			set.Lookup(f.Name).DefValue = f.DefValue
+		})
+		for _, g := range []struct {
+			title string
+			set   *flag.FlagSet
+		}{{"flags:", own}, {commonTitle, shared}} {
+			n := 0
+			g.set.VisitAll(func(*flag.Flag) { n++ })
+			if n == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "\n%s\n", g.title)
+			g.set.SetOutput(w)
+			g.set.PrintDefaults()
+		}
+	}
+}
+
+// FlagNames returns the names of the flags defined on fs.
+func FlagNames(fs *flag.FlagSet) map[string]bool {
+	names := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
+	return names
 }
 
 // SplitList splits a comma-separated flag value, dropping empty items.

@@ -29,7 +29,7 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	if req.Params.RequestState != "" {
 		return s.resume(ctx, req)
 	}
-	if server.IsModernRequest(ctx) && canElicit(ctx) {
+	if server.IsModernRequest(ctx) && s.mayElicit(ctx) {
 		return s.callModern(ctx, req)
 	}
 	return s.run(ctx, req, nil)
@@ -124,7 +124,7 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 			}
 			if parked.Kind == "confirm" && confirm != nil {
 				confirm <- confirmPark{*parked, replyID}
-			} else if parked.Kind == "confirm" && canElicit(ctx) {
+			} else if parked.Kind == "confirm" && s.mayElicit(ctx) {
 				ectx, stop := context.WithCancel(ctx)
 				elicited := make(chan struct{})
 				go func() {

@@ -29,6 +29,17 @@ func canElicit(ctx context.Context) bool {
 	return ok && s.GetClientCapabilities().Elicitation != nil
 }
 
+// mayElicit reports whether a confirm park of a call of this session is
+// put to the host's user: only under ConfirmHostUser, and only when the
+// client declared elicitation. Under ConfirmApprovers the host is never
+// asked (the call parks for the approvers), so a host's user cannot
+// confirm at all; under ConfirmHostUser it confirms only the call its own
+// request started (that call's reply id and park), in a session its
+// identity may use, as its own user: never another user's call.
+func (s *session) mayElicit(ctx context.Context) bool {
+	return s.policy == ConfirmHostUser && canElicit(ctx)
+}
+
 // confirmPark is a confirm park of a call, with the call's reply id.
 type confirmPark struct {
 	p       bus.Parked
@@ -91,7 +102,7 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 			delete(s.pending, state)
 			s.mu.Unlock()
 		}()
-		return server.NewInputRequestBuilder(state).Elicit("confirm", confirmParams(park.p)).ToolResult(), nil
+		return server.NewInputRequestBuilder(state).Elicit("confirm", s.confirmParams(park.p)).ToolResult(), nil
 	}
 }
 
@@ -106,7 +117,7 @@ func (s *session) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 		return mcp.NewToolResultError(fmt.Sprintf("The request state %q names no call waiting for a decision here: it ended (answered elsewhere, or past its deadline) or another toolbus MCP endpoint holds it.",
 			req.Params.RequestState)), nil
 	}
-	if r, ok := req.Params.InputResponses["confirm"]; ok {
+	if r, ok := req.Params.InputResponses["confirm"]; ok && s.policy == ConfirmHostUser {
 		if err := r.DecodeFor(mcp.MethodElicitationCreate); err == nil && r.Elicitation != nil {
 			s.decide(ctx, p.park.p, p.park.replyID, r.Elicitation)
 		}
@@ -128,12 +139,22 @@ func (s *session) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 // waits for the client's retry once the call has ended.
 const resultKept = time.Minute
 
+// remember reports whether the host's user may choose "allow and
+// remember": a rule is the session's, for every user of it, so only an
+// unauthenticated facade (stdio, insecure loopback: one desktop user)
+// offers it; an authenticated host user confirms one call at a time.
+func (s *session) remember() bool { return s.f.cfg.Auth == nil }
+
 // confirmParams is the elicitation that asks the host's user about p.
-func confirmParams(p bus.Parked) mcp.ElicitationParams {
+func (s *session) confirmParams(p bus.Parked) mcp.ElicitationParams {
+	choices := []string{choiceAllow, choiceDeny}
+	if s.remember() {
+		choices = []string{choiceAllow, choiceAllowAlways, choiceDeny}
+	}
 	return mcp.ElicitationParams{Message: fmt.Sprintf("Allow the tool %s to run with input %s?", p.Name, p.Input),
 		RequestedSchema: map[string]any{"type": "object", "required": []string{"decision"},
 			"properties": map[string]any{"decision": map[string]any{"type": "string", "title": "Decision",
-				"enum": []string{choiceAllow, choiceAllowAlways, choiceDeny}}}}}
+				"enum": choices}}}}
 }
 
 // confirm asks the host's user about a confirm park through elicitation
@@ -142,7 +163,7 @@ func confirmParams(p bus.Parked) mcp.ElicitationParams {
 // the park for other approvers; an answer that comes second is ignored,
 // the first answer from anywhere wins.
 func (s *session) confirm(ctx context.Context, p bus.Parked, replyID string) {
-	req := mcp.ElicitationRequest{Params: confirmParams(p)}
+	req := mcp.ElicitationRequest{Params: s.confirmParams(p)}
 	res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, req)
 	if err != nil {
 		return
@@ -163,7 +184,7 @@ func (s *session) decide(ctx context.Context, p bus.Parked, replyID string, res 
 	}
 	yes := decision == choiceAllow || decision == choiceAllowAlways
 	a := bus.Answer{Confirmed: &yes}
-	if decision == choiceAllowAlways {
+	if decision == choiceAllowAlways && s.remember() {
 		a.Rules = []bus.Rule{{Tool: p.Name, Behavior: "allow"}}
 	}
 	if err := s.f.cl.Answer(ctx, p.Name, s.id, replyID, p.ID, a); err != nil {

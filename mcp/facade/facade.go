@@ -11,13 +11,16 @@
 package facade
 
 import (
+	"container/list"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -49,9 +52,35 @@ type Config struct {
 	// notification while it waits (when the client sent a progress
 	// token); zero means 10s.
 	ProgressEvery time.Duration
+	// Auth authenticates every HTTP request (Tokens, OAuth): the
+	// identity's user is the batch's and the listing's, and the request's
+	// bus session must be one the identity may use. Nil serves HTTP only
+	// when Insecure is set.
+	Auth Authenticator
+	// Insecure serves HTTP without authentication: the user comes from
+	// UserHeader, every session may be used. For a desktop on a loopback
+	// address only (CheckListen); New refuses a Config with neither Auth
+	// nor Insecure.
+	Insecure bool
+	// Confirm is the confirm policy of identities that name none, and of
+	// stdio and insecure HTTP; "" means ConfirmApprovers.
+	Confirm Confirm
+	// Idle is how long a (session, user) MCP server may go unused before
+	// it is dropped with its polling; zero means 10 minutes.
+	Idle time.Duration
+	// MaxSessions bounds the (session, user) MCP servers kept; the least
+	// recently used idle one is dropped for a new one, and a new one is
+	// refused (HTTP 503) when all are busy. Zero means 1000.
+	MaxSessions int
 	// Logger receives the facade's logs; nil discards.
 	Logger *slog.Logger
 }
+
+// Defaults of Config.
+const (
+	DefaultIdle        = 10 * time.Minute
+	DefaultMaxSessions = 1000
+)
 
 // Facade serves bus sessions over MCP. It is safe for concurrent use.
 type Facade struct {
@@ -61,19 +90,28 @@ type Facade struct {
 
 	mu       sync.Mutex
 	sessions map[key]*session
-	watched  map[string]func() // bus session → stop its KV watch
+	byID     map[string]map[*session]struct{} // bus session → its MCP servers
+	lru      *list.List                       // of *session, most recently used first
 	ctx      context.Context
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
 	store    *storeWatch
+	evicted  atomic.Int64 // MCP servers dropped, for the tests and measurements
 }
 
-// key names a session's MCP server: the bus session and the user.
-type key struct{ session, user string }
+// key names a session's MCP server: the bus session, the user and the
+// confirm policy it was served with.
+type key struct {
+	session, user string
+	confirm       Confirm
+}
 
 // New returns a Facade over the deployment cl talks to (its connection
 // and prefix; the facade's events and calls have the source
-// "toolbus/mcp" only when cl was made with it).
+// "toolbus/mcp" only when cl was made with it). cl's connection is what
+// every call, listing and answer is published with: give the facade its
+// own, logged in as the facade's NATS user (security.RoleFacade), never
+// the router's.
 func New(cl *client.Client, cfg Config) *Facade {
 	if cfg.UserHeader == "" {
 		cfg.UserHeader = "X-Toolbus-User"
@@ -87,13 +125,27 @@ func New(cl *client.Client, cfg Config) *Facade {
 	if cfg.ProgressEvery <= 0 {
 		cfg.ProgressEvery = 10 * time.Second
 	}
+	if cfg.Confirm == "" {
+		cfg.Confirm = ConfirmApprovers
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = DefaultIdle
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg,
-		sessions: map[key]*session{}, watched: map[string]func(){}, ctx: ctx, stop: stop}
+	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg, sessions: map[key]*session{}, byID: map[string]map[*session]struct{}{},
+		lru: list.New(), ctx: ctx, stop: stop}
 	f.store = newStoreWatch(f)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.sweep()
+	}()
 	return f
 }
 
@@ -123,49 +175,85 @@ func (r *taskRef) set(id string) { r.mu.Lock(); r.id = id; r.mu.Unlock() }
 func (r *taskRef) get() string { r.mu.Lock(); defer r.mu.Unlock(); return r.id }
 
 // Handler serves streamable HTTP at /mcp/<session>; a session id that is
-// not a valid identifier, or another path, gets HTTP 404. Every revision
-// mcp-go serves works: 2024-11-05 to 2025-11-25 through initialize, and
+// not a valid identifier, or another path, gets HTTP 404. Every request
+// is authenticated first (Config.Auth; 401 with a WWW-Authenticate
+// challenge), then checked against its identity: a session it may not
+// use, or a user header that is not its user, gets 403 and nothing is
+// published. With an OAuth Auth the RFC 9728 metadata is served at
+// /.well-known/oauth-protected-resource and below. Every revision mcp-go
+// serves works: 2024-11-05 to 2025-11-25 through initialize, and
 // 2026-07-28 (no MCP sessions) through server/discover, because the bus
 // session comes from the path.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f.serveMetadata(w, r) {
+			return
+		}
 		id, ok := strings.CutPrefix(r.URL.Path, "/mcp/")
 		if !ok || !bus.ValidID(id) {
 			http.NotFound(w, r)
 			return
 		}
-		s, err := f.session(id, r.Header.Get(f.cfg.UserHeader))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		if f.cfg.Auth == nil && !f.cfg.Insecure {
+			f.cfg.Logger.Error("facade: HTTP served with neither Auth nor Insecure; refusing every request")
+			f.unauthorized(w, errors.New("the facade has no authentication configured"))
 			return
 		}
+		ident, ok := f.gate(w, r, id)
+		if !ok {
+			return
+		}
+		policy := ident.Confirm
+		if policy == "" {
+			policy = f.cfg.Confirm
+		}
+		s, err := f.acquire(key{id, ident.User, policy})
+		if err != nil {
+			if errors.Is(err, errFull) {
+				w.Header().Set("Retry-After", "1")
+			}
+			writeHTTPError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		defer f.release(s)
 		s.http.ServeHTTP(w, r)
 	})
 }
 
 // ServeStdio serves the session over stdio (in, out) as user until ctx
-// ends or in closes.
+// ends or in closes, with Config.Confirm as its policy. Stdio has no
+// authentication of its own: the identity is the facade's NATS
+// credentials, so it is for a desktop host whose user owns them.
 func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in interface {
 	Read([]byte) (int, error)
 }, out interface{ Write([]byte) (int, error) }) error {
 	if !bus.ValidID(sessionID) {
 		return fmt.Errorf("facade: session id %q must match ^[A-Za-z0-9_-]{1,128}$", sessionID)
 	}
-	s, err := f.session(sessionID, user)
+	s, err := f.acquire(key{sessionID, user, f.cfg.Confirm})
 	if err != nil {
 		return err
 	}
+	defer f.release(s)
 	return server.NewStdioServer(s.mcp).Listen(ctx, in, out)
 }
 
-// session is one bus session's MCP server for one user.
+// session is one bus session's MCP server for one user (and policy).
 type session struct {
-	f     *Facade
-	id    string
-	user  string
-	mcp   *server.MCPServer
-	http  *server.StreamableHTTPServer
-	dirty chan struct{} // a watch saw a change: list again
+	f      *Facade
+	id     string
+	user   string
+	policy Confirm
+	mcp    *server.MCPServer
+	http   *server.StreamableHTTPServer
+	dirty  chan struct{} // a watch saw a change: list again
+	ctx    context.Context
+	cancel context.CancelFunc // ends its polling (eviction, Close)
+
+	// Guarded by f.mu.
+	elem   *list.Element
+	active int       // requests (or a stdio connection) being served
+	last   time.Time // when the last one began or ended
 
 	mu      sync.Mutex
 	raw     string                        // the last listing, to compare
@@ -174,18 +262,170 @@ type session struct {
 	pending map[string]*pending           // request state → a call waiting for the host user's decision
 }
 
-func (f *Facade) session(id, user string) (*session, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k := key{id, user}
-	if s, ok := f.sessions[k]; ok {
+// errFull: every kept MCP server is busy and MaxSessions are kept.
+var errFull = errors.New("facade: too many MCP sessions in use; retry later")
+
+// acquire returns k's MCP server, made (and listed once) when there is
+// none, and counts a request on it until release. A new one takes the
+// place of the least recently used idle one when MaxSessions are kept.
+func (f *Facade) acquire(k key) (*session, error) {
+	if s := f.use(k); s != nil {
 		return s, nil
 	}
 	if f.ctx.Err() != nil {
 		return nil, fmt.Errorf("facade: closed")
 	}
-	s := &session{f: f, id: id, user: user, order: map[string]int{}, dirty: make(chan struct{}, 1),
-		tasks: map[string]context.CancelFunc{}, pending: map[string]*pending{}}
+	// Made and listed outside the lock: a listing is a round trip to a
+	// router, and other sessions are served meanwhile.
+	s := f.newSession(k)
+	if err := s.refresh(f.ctx); err != nil {
+		s.cancel()
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ctx.Err() != nil {
+		s.cancel()
+		return nil, fmt.Errorf("facade: closed")
+	}
+	if other, ok := f.sessions[k]; ok { // made meanwhile by another request
+		s.cancel()
+		f.touchLocked(other, 1)
+		return other, nil
+	}
+	if len(f.sessions) >= f.cfg.MaxSessions && !f.evictOneLocked() {
+		s.cancel()
+		return nil, errFull
+	}
+	f.sessions[k] = s
+	if f.byID[k.session] == nil {
+		f.byID[k.session] = map[*session]struct{}{}
+	}
+	f.byID[k.session][s] = struct{}{}
+	s.elem = f.lru.PushFront(s)
+	f.touchLocked(s, 1)
+	f.store.start()
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		s.poll()
+	}()
+	return s, nil
+}
+
+// use counts a request on k's MCP server when there is one.
+func (f *Facade) use(k key) *session {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sessions[k]
+	if !ok {
+		return nil
+	}
+	f.touchLocked(s, 1)
+	return s
+}
+
+// release ends a request counted by acquire.
+func (f *Facade) release(s *session) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.touchLocked(s, -1)
+}
+
+func (f *Facade) touchLocked(s *session, delta int) {
+	s.active += delta
+	s.last = time.Now()
+	if s.elem != nil {
+		f.lru.MoveToFront(s.elem)
+	}
+}
+
+// busyLocked reports whether s serves a request or holds a call (a task,
+// a call waiting for the host user's decision): it is not dropped then.
+func (s *session) busyLocked() bool {
+	if s.active > 0 {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.tasks) > 0 || len(s.pending) > 0
+}
+
+// evictOneLocked drops the least recently used idle MCP server; false
+// when all are busy.
+func (f *Facade) evictOneLocked() bool {
+	for e := f.lru.Back(); e != nil; e = e.Prev() {
+		if s := e.Value.(*session); !s.busyLocked() {
+			f.dropLocked(s)
+			return true
+		}
+	}
+	return false
+}
+
+// dropLocked forgets s and stops its polling. A client of it that comes
+// back gets a new one (an MCP session id it held is unknown there: HTTP
+// 404, and the client initialises again, as MCP says).
+func (f *Facade) dropLocked(s *session) {
+	k := key{s.id, s.user, s.policy}
+	delete(f.sessions, k)
+	if m := f.byID[s.id]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(f.byID, s.id)
+		}
+	}
+	f.lru.Remove(s.elem)
+	s.elem = nil
+	s.cancel()
+	f.evicted.Add(1)
+}
+
+// sweep drops the MCP servers idle for longer than Idle, until the
+// facade closes.
+func (f *Facade) sweep() {
+	every := min(f.cfg.Idle/2, time.Minute)
+	every = max(every, 10*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case now := <-t.C:
+			f.dropIdle(now)
+		}
+	}
+}
+
+func (f *Facade) dropIdle(now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for e := f.lru.Back(); e != nil; {
+		s := e.Value.(*session)
+		e = e.Prev()
+		if now.Sub(s.last) <= f.cfg.Idle {
+			return // the rest were used more recently
+		}
+		if !s.busyLocked() {
+			f.dropLocked(s)
+		}
+	}
+}
+
+// Sessions returns how many (session, user) MCP servers are kept.
+func (f *Facade) Sessions() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.sessions)
+}
+
+// newSession makes k's MCP server; nothing runs until acquire starts its
+// polling.
+func (f *Facade) newSession(k key) *session {
+	ctx, cancel := context.WithCancel(f.ctx)
+	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, order: map[string]int{}, dirty: make(chan struct{}, 1),
+		tasks: map[string]context.CancelFunc{}, pending: map[string]*pending{}, ctx: ctx, cancel: cancel}
 	hooks := &server.Hooks{}
 	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx) })
 	th := &server.TaskHooks{}
@@ -195,28 +435,18 @@ func (f *Facade) session(id, user string) (*session, error) {
 		}
 	})
 	th.AddOnTaskCancelled(func(_ context.Context, m server.TaskMetrics) { s.endTask(m.TaskID) })
-	s.mcp = server.NewMCPServer("toolbus", "1.0.0", server.WithToolCapabilities(true), server.WithHooks(hooks),
-		server.WithElicitation(), server.WithToolFilter(s.filter),
-		server.WithTaskCapabilities(true, true, true), server.WithTaskHooks(th))
+	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter),
+		server.WithTaskCapabilities(true, true, true), server.WithTaskHooks(th)}
+	if k.confirm == ConfirmHostUser {
+		opts = append(opts, server.WithElicitation())
+	}
+	s.mcp = server.NewMCPServer("toolbus", "1.0.0", opts...)
 	s.http = server.NewStreamableHTTPServer(s.mcp, server.WithStreamableHTTPLogger(f.cfg.Logger),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			ctx = context.WithValue(ctx, taskKey, &taskRef{})
 			return context.WithValue(ctx, contextKey, r.Header.Get(f.cfg.ContextHeader))
 		}))
-	if err := s.refresh(f.ctx); err != nil {
-		return nil, err
-	}
-	f.sessions[k] = s
-	if _, ok := f.watched[id]; !ok {
-		f.watched[id] = f.store.watchSession(id)
-	}
-	f.store.start()
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		s.poll()
-	}()
-	return s, nil
+	return s
 }
 
 // detachTask returns, for a task-augmented call over HTTP, a context that
@@ -254,13 +484,20 @@ func (s *session) endTask(id string) {
 func (f *Facade) changed(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for k, s := range f.sessions {
-		if id == "" || k.session == id {
-			select {
-			case s.dirty <- struct{}{}:
-			default:
-			}
+	mark := func(s *session) {
+		select {
+		case s.dirty <- struct{}{}:
+		default:
 		}
+	}
+	if id != "" {
+		for s := range f.byID[id] {
+			mark(s)
+		}
+		return
+	}
+	for _, s := range f.sessions {
+		mark(s)
 	}
 }
 
@@ -280,7 +517,7 @@ func (s *session) poll() {
 	step := len(settle)
 	for {
 		select {
-		case <-s.f.ctx.Done():
+		case <-s.ctx.Done():
 			return
 		case <-t.C:
 		case <-s.dirty:
@@ -288,7 +525,7 @@ func (s *session) poll() {
 		case <-again:
 		}
 		again = nil
-		_ = s.refresh(s.f.ctx)
+		_ = s.refresh(s.ctx)
 		if step++; step < len(settle) {
 			again = time.After(settle[step] - settle[step-1])
 		}

@@ -55,14 +55,16 @@ func (e *env) conn(t *testing.T, role string) *nats.Conn {
 // newEnv starts a router, a worker and the facade over HTTP on one
 // nats-server. The facade polls once an hour, so every list change the
 // tests see came from a watch.
-func newEnv(t *testing.T) *env { return startEnv(t, false) }
+func newEnv(t *testing.T) *env { return startEnv(t, false, nil) }
 
 // newClusterEnv is newEnv on a 3-node cluster with every bucket
 // replicated three times, the router, the worker, the agent and the
 // facade on different nodes.
-func newClusterEnv(t *testing.T) *env { return startEnv(t, true) }
+func newClusterEnv(t *testing.T) *env { return startEnv(t, true, nil) }
 
-func startEnv(t *testing.T, cluster bool) *env {
+// startEnv starts the deployment and the facade, whose Config (insecure,
+// host_user) mod may change first.
+func startEnv(t *testing.T, cluster bool, mod func(*Config)) *env {
 	t.Helper()
 	e := &env{release: make(chan struct{})}
 	e.d = xtest.Run(t, xtest.Config{Cluster: cluster, Routers: 1, Heartbeat: 500 * time.Millisecond,
@@ -76,6 +78,10 @@ func startEnv(t *testing.T, cluster bool) *env {
 		return errors.Join(
 			worker.Register(w, bus.ToolDef{Name: "hello", Description: "Greets.", ReadOnly: true},
 				func(_ context.Context, _ *worker.Call, in hi) (string, error) { return "hello " + in.Name, nil }),
+			worker.Register(w, bus.ToolDef{Name: "whoami", Description: "The batch's user, as the worker sees it.", ReadOnly: true},
+				func(_ context.Context, c *worker.Call, _ struct{}) (string, error) {
+					return "user " + c.UserString(), nil
+				}),
 			worker.Register(w, bus.ToolDef{Name: "deploy", Description: "Deploys.", Groups: []string{"ops"}},
 				func(context.Context, *worker.Call, struct{}) (string, error) { return "deployed", nil }),
 			worker.Register(w, bus.ToolDef{Name: "slow", Description: "Reports progress, then ends when released.", ReadOnly: true},
@@ -100,11 +106,15 @@ func startEnv(t *testing.T, cluster bool) *env {
 	if _, err := e.d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: setup}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.d.WaitLive(t.Context(), "hello", "deploy", "slow", "siteops", "ask_human", "ask_soon"); err != nil {
+	if err := e.d.WaitLive(t.Context(), "hello", "whoami", "deploy", "slow", "siteops", "ask_human", "ask_soon"); err != nil {
 		t.Fatal(err)
 	}
 	e.bus = client.New(e.conn(t, xtest.RoleClient), client.Config{Source: "test/agent"})
-	e.f = New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), Config{Poll: time.Hour, ProgressEvery: 200 * time.Millisecond})
+	cfg := Config{Poll: time.Hour, ProgressEvery: 200 * time.Millisecond, Insecure: true, Confirm: ConfirmHostUser}
+	if mod != nil {
+		mod(&cfg)
+	}
+	e.f = New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), cfg)
 	hs := httptest.NewServer(e.f.Handler())
 	t.Cleanup(func() { hs.Close(); e.f.Close() })
 	e.url = hs.URL
@@ -187,8 +197,14 @@ type mcpConn struct {
 // initialised (2026-07-28: discovered, and listening for list changes).
 func (e *env) connect(t *testing.T, s, version, user string, opts ...mcpclient.ClientOption) *mcpConn {
 	t.Helper()
+	return e.connectHeaders(t, s, version, map[string]string{"X-Toolbus-User": user}, opts...)
+}
+
+// connectHeaders is connect with the HTTP headers of every request.
+func (e *env) connectHeaders(t *testing.T, s, version string, headers map[string]string, opts ...mcpclient.ClientOption) *mcpConn {
+	t.Helper()
 	modern := mcp.IsModernProtocol(version)
-	topts := []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(map[string]string{"X-Toolbus-User": user}),
+	topts := []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(headers),
 		transport.WithHTTPLogger(slog.New(slog.DiscardHandler))}
 	if !modern {
 		topts = append(topts, transport.WithContinuousListening())

@@ -34,6 +34,13 @@ func (w *storeWatch) count() { w.listings.Add(1) }
 func (w *storeWatch) start() {
 	w.once.Do(func() {
 		subj := w.f.cl.Subjects()
+		// One watch of every session's record (new writes only), not one
+		// per session: the facade's cost stays one consumer however many
+		// sessions come and go; a write of a session nobody serves here
+		// is a map lookup.
+		w.goRetry(func(ctx context.Context) (func(), error) {
+			return w.updates(ctx, subj.Bucket(bus.BucketSessions), func(e jetstream.KeyValueEntry) { w.f.changed(e.Key()) })
+		})
 		w.kv(subj.Bucket(bus.BucketTools), ">", func(jetstream.KeyValueEntry) { w.f.changed("") })
 		w.kv(subj.Bucket(bus.BucketGroups), ">", func(jetstream.KeyValueEntry) { w.f.changed("") })
 		workers := map[string]bool{}
@@ -90,12 +97,6 @@ func (w *storeWatch) start() {
 	})
 }
 
-// watchSession watches the record of bus session id; it returns a
-// function that stops the watch.
-func (w *storeWatch) watchSession(id string) func() {
-	return w.kv(w.f.cl.Subjects().Bucket(bus.BucketSessions), id, func(jetstream.KeyValueEntry) { w.f.changed(id) })
-}
-
 // kv watches keys of bucket with apply until the facade closes; it
 // returns a function that stops the watch sooner.
 func (w *storeWatch) kv(bucket, keys string, apply func(jetstream.KeyValueEntry)) func() {
@@ -114,6 +115,41 @@ func (w *storeWatch) kv(bucket, keys string, apply func(jetstream.KeyValueEntry)
 		}
 		return kw.Stop, nil
 	})
+}
+
+// updates watches the new writes to every key of bucket with apply; it
+// returns a function that stops the watch.
+func (w *storeWatch) updates(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry)) (func(), error) {
+	js, err := jetstream.New(w.f.nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	kw, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-kw.Updates():
+				if !ok {
+					return
+				}
+				if e != nil {
+					apply(e)
+				}
+			}
+		}
+	}()
+	return func() { _ = kw.Stop(); <-done }, nil
 }
 
 // goRetry runs start, again every Poll in the background until it

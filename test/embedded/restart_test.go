@@ -45,7 +45,14 @@ func startRouter(t *testing.T, bin, url, id string) *routerProcess {
 	if onCluster(t) {
 		replicas = "3"
 	}
-	cmd := exec.Command(bin, "--nats", url, "--replicas", replicas, "--builtin=false", "--id", id, "--heartbeat", testHeartbeat.String())
+	return startRouterArgs(t, bin, "--nats", url, "--replicas", replicas, "--builtin=false", "--id", id, "--heartbeat", testHeartbeat.String())
+}
+
+// startRouterArgs starts the binary with args and waits for its "serving"
+// line.
+func startRouterArgs(t *testing.T, bin string, args ...string) *routerProcess {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

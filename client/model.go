@@ -1,0 +1,505 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// This file converts between the model APIs' messages and toolbus batches:
+// an assistant message (or a whole response) of the OpenAI Chat
+// Completions, OpenAI Responses, Anthropic Messages or Gemini API becomes
+// a batch of calls, and the results become the tool-result message(s) that
+// API expects next. The formats are named as in io.toolbus.tools.query
+// (docs/protocol.md 4.1): bus.FormatOpenAI, bus.FormatOpenAIResponses,
+// bus.FormatAnthropic, bus.FormatGemini.
+
+// ModelTurn is the tool calls of one assistant turn in a model API's
+// shape, as a toolbus batch.
+type ModelTurn struct {
+	// Format is the API the message came from.
+	Format string
+	// Calls are the turn's tool calls in the order the model made them,
+	// their ids kept. An OpenAI arguments string is passed on as the
+	// string input docs/protocol.md 3.1 allows, so a malformed one is that
+	// call's invalid_input result, never a dropped call.
+	Calls []bus.Call
+	// noID marks the calls whose id toolbus made up (a Gemini
+	// functionCall without an id): their results go back without one.
+	noID map[string]bool
+}
+
+// ErrNoToolCalls is returned by ParseModelTurn for a message that asks
+// for no tool.
+var ErrNoToolCalls = errors.New("client: the message has no tool calls")
+
+// Batch returns the turn as a batch to send (add User and Context as
+// needed).
+func (t *ModelTurn) Batch() bus.Batch { return bus.Batch{Calls: t.Calls} }
+
+// ParseModelTurn reads an assistant message of format and returns its tool
+// calls. It accepts the message itself or the API's whole response:
+//
+//   - openai: a Chat Completions message `{"role":"assistant","tool_calls":[...]}`
+//     or a completion `{"choices":[{"message":...}]}` (the first choice);
+//   - openai-responses: a response `{"output":[...]}`, its output array, or
+//     one `function_call` item;
+//   - anthropic: a message `{"role":"assistant","content":[...]}` (its
+//     `tool_use` blocks) or the content array alone;
+//   - gemini: a response `{"candidates":[{"content":...}]}` (the first
+//     candidate), a content `{"role":"model","parts":[...]}` or the parts
+//     array (its `functionCall` parts).
+//
+// It returns ErrNoToolCalls when the message has none, and an error naming
+// what is wrong when the message is not of the format.
+func ParseModelTurn(format string, message []byte) (*ModelTurn, error) {
+	t := &ModelTurn{Format: format}
+	var err error
+	switch format {
+	case bus.FormatOpenAI:
+		err = t.parseOpenAI(message)
+	case bus.FormatOpenAIResponses:
+		err = t.parseResponses(message)
+	case bus.FormatAnthropic:
+		err = t.parseAnthropic(message)
+	case bus.FormatGemini:
+		err = t.parseGemini(message)
+	default:
+		return nil, fmt.Errorf("client: unknown model format %q (want openai, openai-responses, anthropic or gemini)", format)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("client: %s message: %w", format, err)
+	}
+	if len(t.Calls) == 0 {
+		return nil, ErrNoToolCalls
+	}
+	seen := make(map[string]bool, len(t.Calls))
+	for _, c := range t.Calls {
+		if c.ID == "" || c.Name == "" {
+			return nil, fmt.Errorf("client: %s message: a tool call without an id or a name", format)
+		}
+		if seen[c.ID] {
+			return nil, fmt.Errorf("client: %s message: tool call id %q appears twice", format, c.ID)
+		}
+		seen[c.ID] = true
+	}
+	return t, nil
+}
+
+// isArray reports whether raw is a JSON array.
+func isArray(raw []byte) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && raw[0] == '['
+}
+
+// argumentsInput returns an OpenAI arguments string as a call input: the
+// string itself, which the router parses (docs/protocol.md 3.1); "" means
+// no arguments.
+func argumentsInput(args string) json.RawMessage {
+	if strings.TrimSpace(args) == "" {
+		return json.RawMessage(`{}`)
+	}
+	b, _ := json.Marshal(args) // a string always marshals
+	return b
+}
+
+func (t *ModelTurn) parseOpenAI(raw []byte) error {
+	type toolCall struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	}
+	type message struct {
+		Role      string     `json:"role"`
+		ToolCalls []toolCall `json:"tool_calls"`
+	}
+	var m struct {
+		message
+		Choices []struct {
+			Message message `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return err
+	}
+	msg := m.message
+	if len(m.Choices) > 0 {
+		msg = m.Choices[0].Message
+	}
+	for _, tc := range msg.ToolCalls {
+		if tc.Type != "" && tc.Type != "function" {
+			continue // custom tools carry no JSON arguments
+		}
+		t.Calls = append(t.Calls, bus.Call{ID: tc.ID, Name: tc.Function.Name, Input: argumentsInput(tc.Function.Arguments)})
+	}
+	return nil
+}
+
+func (t *ModelTurn) parseResponses(raw []byte) error {
+	type item struct {
+		Type      string `json:"type"`
+		CallID    string `json:"call_id"`
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	var items []item
+	if isArray(raw) {
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return err
+		}
+	} else {
+		var r struct {
+			item
+			Output []item `json:"output"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return err
+		}
+		items = r.Output
+		if r.Type == "function_call" {
+			items = []item{r.item}
+		}
+	}
+	for _, it := range items {
+		if it.Type == "function_call" {
+			t.Calls = append(t.Calls, bus.Call{ID: it.CallID, Name: it.Name, Input: argumentsInput(it.Arguments)})
+		}
+	}
+	return nil
+}
+
+func (t *ModelTurn) parseAnthropic(raw []byte) error {
+	type block struct {
+		Type  string          `json:"type"`
+		ID    string          `json:"id"`
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
+	}
+	var blocks []block
+	if isArray(raw) {
+		if err := json.Unmarshal(raw, &blocks); err != nil {
+			return err
+		}
+	} else {
+		var m struct {
+			Content []block `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return err
+		}
+		blocks = m.Content
+	}
+	for _, b := range blocks {
+		if b.Type == "tool_use" {
+			t.Calls = append(t.Calls, bus.Call{ID: b.ID, Name: b.Name, Input: b.Input})
+		}
+	}
+	return nil
+}
+
+func (t *ModelTurn) parseGemini(raw []byte) error {
+	type part struct {
+		FunctionCall *struct {
+			ID   string          `json:"id"`
+			Name string          `json:"name"`
+			Args json.RawMessage `json:"args"`
+		} `json:"functionCall"`
+	}
+	type content struct {
+		Parts []part `json:"parts"`
+	}
+	var parts []part
+	if isArray(raw) {
+		if err := json.Unmarshal(raw, &parts); err != nil {
+			return err
+		}
+	} else {
+		var r struct {
+			content
+			Candidates []struct {
+				Content content `json:"content"`
+			} `json:"candidates"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return err
+		}
+		parts = r.Parts
+		if len(r.Candidates) > 0 {
+			parts = r.Candidates[0].Content.Parts
+		}
+	}
+	for i, p := range parts {
+		fc := p.FunctionCall
+		if fc == nil {
+			continue
+		}
+		id := fc.ID
+		if id == "" {
+			// Gemini matches a response to its call by name and order
+			// when the call has no id; toolbus needs one per call.
+			id = fmt.Sprintf("gemini-call-%d", i)
+			if t.noID == nil {
+				t.noID = map[string]bool{}
+			}
+			t.noID[id] = true
+		}
+		t.Calls = append(t.Calls, bus.Call{ID: id, Name: fc.Name, Input: fc.Args})
+	}
+	return nil
+}
+
+// ModelReply is a reply in a model API's shape.
+type ModelReply struct {
+	// Messages are the tool-result message(s) to append to the
+	// conversation, for the calls that finished, in call order. For
+	// anthropic and gemini they are one message (all results in one user
+	// turn); for openai one "tool" message per result, plus one "user"
+	// message with the images the results returned (a tool message holds
+	// text only); for openai-responses one function_call_output item per
+	// result. Empty when every call is parked.
+	Messages []json.RawMessage
+	// Parked are the calls that wait for an answer (docs/protocol.md
+	// 3.2); their results come later, as call.result events or a
+	// batch.done. An agent loop may wait for them or go on without them.
+	Parked []bus.Parked
+}
+
+// Reply turns a batch reply (or the results of a batch.done, with no
+// parked calls) into t's API's tool-result messages. Results of calls
+// that are not in t are left out.
+func (t *ModelTurn) Reply(results []bus.Result, parked []bus.Parked) (*ModelReply, error) {
+	byID := make(map[string]bus.Result, len(results))
+	for _, r := range results {
+		byID[r.ID] = r
+	}
+	var ordered []bus.Result
+	for _, c := range t.Calls {
+		if r, ok := byID[c.ID]; ok {
+			ordered = append(ordered, r)
+		}
+	}
+	out := &ModelReply{Parked: parked}
+	if out.Parked == nil {
+		out.Parked = []bus.Parked{}
+	}
+	if len(ordered) == 0 {
+		return out, nil
+	}
+	var msgs []any
+	switch t.Format {
+	case bus.FormatOpenAI:
+		msgs = openAIMessages(ordered)
+	case bus.FormatOpenAIResponses:
+		msgs = responsesItems(ordered)
+	case bus.FormatAnthropic:
+		msgs = []any{anthropicMessage(ordered)}
+	case bus.FormatGemini:
+		msgs = []any{t.geminiContent(ordered)}
+	default:
+		return nil, fmt.Errorf("client: unknown model format %q", t.Format)
+	}
+	for _, m := range msgs {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("client: %s reply: %w", t.Format, err)
+		}
+		out.Messages = append(out.Messages, b)
+	}
+	return out, nil
+}
+
+// Turn runs one model turn: it parses message, calls its tools in
+// session, and returns the tool-result messages of the same API. A
+// message without tool calls is ErrNoToolCalls.
+func (c *Client) Turn(ctx context.Context, session, format string, message []byte, b bus.Batch, opts ...CallOption) (*ModelReply, error) {
+	t, err := ParseModelTurn(format, message)
+	if err != nil {
+		return nil, err
+	}
+	b.Calls = t.Calls
+	reply, err := c.Call(ctx, session, b, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return t.Reply(reply.Results, reply.Parked)
+}
+
+// resultText is what the model reads of a result: its text blocks and a
+// line for each block a text cannot hold inline (a stored output, a
+// linked file).
+func resultText(r bus.Result) string {
+	var parts []string
+	for _, b := range r.Output {
+		switch {
+		case b.Type == bus.BlockText:
+			parts = append(parts, b.Text)
+		case IsStored(b):
+			if !strings.Contains(strings.Join(parts, "\n"), b.URL) { // the sender's text already names it (5.9)
+				parts = append(parts, fmt.Sprintf("[Stored output %s (%s, %d bytes).]", b.URL, b.MediaType, b.Size))
+			}
+		case b.URL != "" && !isImage(b):
+			parts = append(parts, fmt.Sprintf("[File %s (%s).]", b.URL, b.MediaType))
+		case b.Data != "" && !isImage(b):
+			parts = append(parts, fmt.Sprintf("[A %s attachment of %d base64 characters was returned.]", b.MediaType, len(b.Data)))
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// isImage reports whether b is an image the APIs can take as an image
+// part: inline base64, or a URL that is not a stored output.
+func isImage(b bus.Block) bool {
+	return b.Type == bus.BlockData && strings.HasPrefix(b.MediaType, "image/") && !IsStored(b)
+}
+
+func dataURL(b bus.Block) string {
+	if b.URL != "" {
+		return b.URL
+	}
+	return "data:" + b.MediaType + ";base64," + b.Data
+}
+
+func isError(r bus.Result) bool { return r.State != bus.StateSuccess }
+
+func openAIMessages(rs []bus.Result) []any {
+	type msg struct {
+		Role       string `json:"role"`
+		ToolCallID string `json:"tool_call_id,omitempty"`
+		Content    any    `json:"content"`
+	}
+	var out []any
+	var images []any
+	for _, r := range rs {
+		text := resultText(r)
+		for _, b := range r.Output {
+			if isImage(b) {
+				images = append(images, map[string]any{"type": "image_url", "image_url": map[string]string{"url": dataURL(b)}})
+			}
+		}
+		if n := countImages(r); n > 0 {
+			text = strings.TrimSpace(text + fmt.Sprintf("\n[%d image(s) follow in the next message.]", n))
+		}
+		out = append(out, msg{Role: "tool", ToolCallID: r.ID, Content: text})
+	}
+	if len(images) > 0 {
+		parts := append([]any{map[string]string{"type": "text", "text": "Images returned by the tool calls above:"}}, images...)
+		out = append(out, msg{Role: "user", Content: parts})
+	}
+	return out
+}
+
+func countImages(r bus.Result) int {
+	n := 0
+	for _, b := range r.Output {
+		if isImage(b) {
+			n++
+		}
+	}
+	return n
+}
+
+func responsesItems(rs []bus.Result) []any {
+	type item struct {
+		Type   string `json:"type"`
+		CallID string `json:"call_id"`
+		Output any    `json:"output"`
+	}
+	out := make([]any, 0, len(rs))
+	for _, r := range rs {
+		if countImages(r) == 0 {
+			out = append(out, item{Type: "function_call_output", CallID: r.ID, Output: resultText(r)})
+			continue
+		}
+		var parts []any
+		if text := resultText(r); text != "" {
+			parts = append(parts, map[string]string{"type": "input_text", "text": text})
+		}
+		for _, b := range r.Output {
+			if isImage(b) {
+				parts = append(parts, map[string]string{"type": "input_image", "image_url": dataURL(b)})
+			}
+		}
+		out = append(out, item{Type: "function_call_output", CallID: r.ID, Output: parts})
+	}
+	return out
+}
+
+func anthropicMessage(rs []bus.Result) any {
+	type toolResult struct {
+		Type      string `json:"type"`
+		ToolUseID string `json:"tool_use_id"`
+		Content   []any  `json:"content"`
+		IsError   bool   `json:"is_error,omitempty"`
+	}
+	content := make([]any, 0, len(rs))
+	for _, r := range rs {
+		var parts []any
+		if text := resultText(r); text != "" {
+			parts = append(parts, map[string]string{"type": "text", "text": text})
+		}
+		for _, b := range r.Output {
+			if !isImage(b) {
+				continue
+			}
+			src := map[string]string{"type": "base64", "media_type": b.MediaType, "data": b.Data}
+			if b.URL != "" {
+				src = map[string]string{"type": "url", "url": b.URL}
+			}
+			parts = append(parts, map[string]any{"type": "image", "source": src})
+		}
+		if parts == nil {
+			parts = []any{}
+		}
+		content = append(content, toolResult{Type: "tool_result", ToolUseID: r.ID, Content: parts, IsError: isError(r)})
+	}
+	return map[string]any{"role": "user", "content": content}
+}
+
+func (t *ModelTurn) geminiContent(rs []bus.Result) any {
+	type blob struct {
+		MimeType string `json:"mimeType"`
+		Data     string `json:"data"`
+	}
+	type fileData struct {
+		MimeType string `json:"mimeType"`
+		FileURI  string `json:"fileUri"`
+	}
+	type part struct {
+		InlineData *blob     `json:"inlineData,omitempty"`
+		FileData   *fileData `json:"fileData,omitempty"`
+	}
+	type response struct {
+		ID       string         `json:"id,omitempty"`
+		Name     string         `json:"name"`
+		Response map[string]any `json:"response"`
+		Parts    []part         `json:"parts,omitempty"`
+	}
+	parts := make([]any, 0, len(rs))
+	for _, r := range rs {
+		fr := response{Name: r.Name, Response: map[string]any{"output": resultText(r)}}
+		if !t.noID[r.ID] {
+			fr.ID = r.ID
+		}
+		if isError(r) {
+			fr.Response = map[string]any{"error": resultText(r)}
+		}
+		for _, b := range r.Output {
+			switch {
+			case isImage(b) && b.URL != "":
+				fr.Parts = append(fr.Parts, part{FileData: &fileData{MimeType: b.MediaType, FileURI: b.URL}})
+			case isImage(b):
+				fr.Parts = append(fr.Parts, part{InlineData: &blob{MimeType: b.MediaType, Data: b.Data}})
+			}
+		}
+		parts = append(parts, map[string]any{"functionResponse": fr})
+	}
+	return map[string]any{"role": "user", "parts": parts}
+}

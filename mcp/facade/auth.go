@@ -1,0 +1,286 @@
+package facade
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Confirm is who may answer a call's confirmation through the host's
+// elicitation.
+type Confirm string
+
+// Confirmation policies.
+const (
+	// ConfirmHostUser puts a confirm park of a call the host started to
+	// the host's user (elicitation), who confirms only the calls of its
+	// own user in sessions it may use: the desktop case.
+	ConfirmHostUser Confirm = "host_user"
+	// ConfirmApprovers never asks the host: the call parks for the
+	// approvers (the host sees the parked notice and progress): the
+	// shared deployment case.
+	ConfirmApprovers Confirm = "approvers"
+)
+
+// ParseConfirm parses a policy name; "" is the zero Confirm (the caller's
+// default applies).
+func ParseConfirm(s string) (Confirm, error) {
+	switch c := Confirm(s); c {
+	case "", ConfirmHostUser, ConfirmApprovers:
+		return c, nil
+	}
+	return "", fmt.Errorf("facade: confirm policy %q is neither %s nor %s", s, ConfirmHostUser, ConfirmApprovers)
+}
+
+// Identity is who an authenticated request acts for: the batch's and the
+// listing's user, the bus sessions it may use, and its confirm policy.
+type Identity struct {
+	// Name names the credential in logs (a token file entry, the JWT's
+	// subject); never the secret.
+	Name string
+	// User is the user of every call and listing; "" only in insecure
+	// mode without a user header.
+	User string
+	// Sessions are the bus sessions the identity may use: exact ids and
+	// "prefix*" patterns ("*" is every session).
+	Sessions Sessions
+	// Confirm is the identity's policy; "" means Config.Confirm.
+	Confirm Confirm
+}
+
+// Sessions is a list of session ids and "prefix*" patterns.
+type Sessions []string
+
+// ParseSessions checks each pattern: a session id, or a prefix of one
+// followed by a single "*" (the prefix may be empty: every session).
+func ParseSessions(patterns []string) (Sessions, error) {
+	for _, p := range patterns {
+		if err := checkPattern(p); err != nil {
+			return nil, err
+		}
+	}
+	return Sessions(patterns), nil
+}
+
+func checkPattern(p string) error {
+	if prefix, ok := strings.CutSuffix(p, "*"); ok {
+		if prefix == "" || bus.ValidID(prefix) {
+			return nil
+		}
+	} else if bus.ValidID(p) {
+		return nil
+	}
+	return fmt.Errorf("facade: session pattern %q is neither a session id (^[A-Za-z0-9_-]{1,128}$) nor one's prefix followed by *", p)
+}
+
+// Allows reports whether id matches one of the patterns.
+func (s Sessions) Allows(id string) bool {
+	for _, p := range s {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(id, prefix) {
+				return true
+			}
+		} else if p == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Authenticator turns an HTTP request into the identity it acts for. It
+// returns an error wrapping ErrNoCredentials when the request carries
+// none, any other error when they are wrong (the request is answered 401
+// either way, and nothing is published).
+type Authenticator interface {
+	Authenticate(r *http.Request) (Identity, error)
+}
+
+// ErrNoCredentials is wrapped by an Authenticator's error when the
+// request carries no credentials at all.
+var ErrNoCredentials = errors.New("no bearer token")
+
+// bearer returns the request's bearer token (RFC 6750 2.1: the
+// Authorization header only; tokens in a query string are refused by
+// not being read).
+func bearer(r *http.Request) (string, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", ErrNoCredentials
+	}
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return "", errors.New("the Authorization header is not \"Bearer <token>\"")
+	}
+	return strings.TrimSpace(tok), nil
+}
+
+// MetadataProvider is an Authenticator that also describes the protected
+// resource (RFC 9728), as OAuth does: its metadata is served at
+// /.well-known/oauth-protected-resource (and every path below it), and
+// 401 answers name it.
+type MetadataProvider interface {
+	Metadata() server.ProtectedResourceMetadataConfig
+	// MetadataURL is the absolute URL of the metadata document.
+	MetadataURL() string
+}
+
+// metadataURL returns the RFC 9728 3.1 well-known URL of resource: the
+// well-known path inserted between the host and the resource's path.
+func metadataURL(resource string) (string, error) {
+	u, err := url.Parse(resource)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return "", fmt.Errorf("facade: resource %q is not an absolute http(s) URL", resource)
+	}
+	if u.Fragment != "" || u.RawQuery != "" {
+		return "", fmt.Errorf("facade: resource %q has a query or fragment (RFC 9728 2)", resource)
+	}
+	path := strings.TrimSuffix(u.EscapedPath(), "/")
+	return u.Scheme + "://" + u.Host + server.WellKnownProtectedResourcePath + path, nil
+}
+
+// gate authenticates r and checks the identity against the bus session
+// and the user header; it answers the refusal itself (false) or returns
+// the identity to act for.
+func (f *Facade) gate(w http.ResponseWriter, r *http.Request, session string) (Identity, bool) {
+	claimed := r.Header.Get(f.cfg.UserHeader)
+	if f.cfg.Auth == nil { // insecure: Config.Insecure was checked in New
+		return Identity{Name: "insecure", User: claimed, Sessions: Sessions{"*"}}, true
+	}
+	id, err := f.cfg.Auth.Authenticate(r)
+	if err != nil {
+		f.unauthorized(w, err)
+		return Identity{}, false
+	}
+	if !id.Sessions.Allows(session) {
+		f.cfg.Logger.Info("facade: session refused", "identity", id.Name, "session", session)
+		f.forbidden(w, fmt.Sprintf("the credential %q may not use session %q", id.Name, session),
+			`error="insufficient_scope", scope="toolbus:session:`+session+`"`)
+		return Identity{}, false
+	}
+	if claimed != "" && claimed != id.User {
+		f.cfg.Logger.Info("facade: claimed user refused", "identity", id.Name, "claimed", claimed)
+		f.forbidden(w, fmt.Sprintf("the %s header %q is not the credential's user", f.cfg.UserHeader, claimed), "")
+		return Identity{}, false
+	}
+	return id, true
+}
+
+// challenge is the WWW-Authenticate value with params (RFC 6750 3, RFC
+// 9728 5.1).
+func (f *Facade) challenge(params string) string {
+	var parts []string
+	if params != "" {
+		parts = append(parts, params)
+	}
+	if m, ok := f.cfg.Auth.(MetadataProvider); ok {
+		parts = append(parts, `resource_metadata="`+m.MetadataURL()+`"`)
+	}
+	if len(parts) == 0 {
+		return `Bearer realm="toolbus"`
+	}
+	return "Bearer " + strings.Join(parts, ", ")
+}
+
+func (f *Facade) unauthorized(w http.ResponseWriter, err error) {
+	params := ""
+	if !errors.Is(err, ErrNoCredentials) {
+		// RFC 6750 3: a token was given and is not good; the description
+		// is ours (no claim values of the token).
+		params = `error="invalid_token", error_description="` + quoteSafe(err.Error()) + `"`
+	}
+	w.Header().Set("WWW-Authenticate", f.challenge(params))
+	writeHTTPError(w, http.StatusUnauthorized, "unauthorized: "+err.Error())
+}
+
+func (f *Facade) forbidden(w http.ResponseWriter, msg, params string) {
+	if params != "" {
+		w.Header().Set("WWW-Authenticate", f.challenge(params))
+	}
+	writeHTTPError(w, http.StatusForbidden, "forbidden: "+msg)
+}
+
+// writeHTTPError answers a JSON-RPC error object (id null) with status, so
+// that an MCP client shows the reason.
+func writeHTTPError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": nil,
+		"error": map[string]any{"code": -32001, "message": msg}})
+}
+
+// quoteSafe keeps s within an RFC 6750 quoted string (%x20-21 / %x23-5B /
+// %x5D-7E).
+func quoteSafe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			b[i] = '\''
+		}
+	}
+	return string(b)
+}
+
+// serveMetadata answers the RFC 9728 metadata at the well-known path and
+// every path below it (the path-suffixed form of a resource with a path).
+func (f *Facade) serveMetadata(w http.ResponseWriter, r *http.Request) bool {
+	p := r.URL.Path
+	if p != server.WellKnownProtectedResourcePath && !strings.HasPrefix(p, server.WellKnownProtectedResourcePath+"/") {
+		return false
+	}
+	m, ok := f.cfg.Auth.(MetadataProvider)
+	if !ok {
+		http.NotFound(w, r)
+		return true
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "max-age=3600")
+	_ = json.NewEncoder(w).Encode(m.Metadata())
+	return true
+}
+
+// CheckListen checks an HTTP facade's address against its authentication:
+// without an Authenticator it serves only with insecure set and only on a
+// loopback address (a host name must be localhost; every address it
+// names is checked).
+func CheckListen(addr string, authenticated, insecure bool) error {
+	if authenticated {
+		if insecure {
+			return errors.New("facade: --mcp-insecure goes with no authentication (--mcp-tokens, --mcp-oauth-*)")
+		}
+		return nil
+	}
+	if !insecure {
+		return errors.New("facade: the MCP facade requires authentication: --mcp-tokens FILE or --mcp-oauth-issuer/--mcp-oauth-audience/--mcp-oauth-jwks (or --mcp-insecure on a loopback address, for a desktop)")
+	}
+	if !Loopback(addr) {
+		return fmt.Errorf("facade: --mcp-insecure serves only a loopback address (127.0.0.1:port, [::1]:port, localhost:port), not %q: anyone who reaches it acts with the facade's permissions", addr)
+	}
+	return nil
+}
+
+// Loopback reports whether host:port addr is a loopback address (or
+// localhost).
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

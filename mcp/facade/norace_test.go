@@ -1,0 +1,5 @@
+//go:build !race
+
+package facade
+
+const raceEnabled = false
