@@ -66,6 +66,10 @@ func (s *Server) serveAct(w http.ResponseWriter, r *http.Request) {
 // act checks a against the call as the inbox sees it now, then sends the
 // answer; the router checks the digest again and takes the first answer.
 func (s *Server) act(ctx context.Context, a Act) (int, Outcome) {
+	if !validKey(a.Key) {
+		return http.StatusBadRequest, Outcome{Code: bus.CodeBadRequest, Message: fmt.Sprintf("%q is not a call key <session>.<replyid>.<callid>", a.Key)}
+	}
+	s.refresh(ctx, a.Key) // the record as it is now, not as the watch last said
 	it, ok := s.lookup(a.Key)
 	if !ok {
 		return http.StatusConflict, Outcome{Code: "gone", Message: fmt.Sprintf("call %s no longer waits: it was answered (maybe from another page), cancelled or expired", a.Key)}
@@ -184,4 +188,10 @@ func doneText(it Item, a Act) string {
 		return fmt.Sprintf("denied %s (%s)", it.Tool, it.ID)
 	}
 	return fmt.Sprintf("answered %s (%s)", it.Tool, it.ID)
+}
+
+// validKey reports whether key is <session>.<replyid>.<callid>.
+func validKey(key string) bool {
+	parts := strings.Split(key, ".")
+	return len(parts) == 3 && bus.ValidID(parts[0]) && bus.ValidID(parts[1]) && bus.ValidID(parts[2])
 }

@@ -45,9 +45,14 @@ type Config struct {
 	// Source is the CloudEvents source of the answers the inbox sends
 	// (who answered, as the router records it); "" means "toolbus/inbox".
 	Source string
-	// ConfirmOnly says the connection is the approver role, which may
-	// answer confirmations only: external calls are listed, not answerable.
-	ConfirmOnly bool
+	// Approver says the connection is the approver role: it answers
+	// confirmations only (external calls are listed, not answerable), and
+	// it may not create consumers, so the inbox polls P.admin.parked.list
+	// every PollInterval and reads each new call's record with a direct
+	// get instead of watching the bucket.
+	Approver bool
+	// PollInterval is the approver's polling period; zero means a second.
+	PollInterval time.Duration
 	// MaxItems bounds the calls sent to a page; zero means 500.
 	MaxItems int
 	// Logger receives warnings; nil discards.
@@ -82,11 +87,12 @@ type Server struct {
 	subj bus.Subjects
 	cfg  Config
 	page *template.Template
+	kv   jetstream.KeyValue
 
 	mu      sync.Mutex
 	items   map[string]Item
 	changed chan struct{} // closed and replaced on every change
-	watch   *store.Watch
+	stop    func()        // ends the watch or the polling
 }
 
 // New returns a Server answering on nc; call Start before serving.
@@ -96,6 +102,9 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 	}
 	if cfg.Source == "" {
 		cfg.Source = "toolbus/inbox"
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
 	}
 	if cfg.MaxItems <= 0 {
 		cfg.MaxItems = 500
@@ -116,12 +125,17 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 }
 
 // Start watches the parked records (the call records only, keys
-// <session>.<replyid>.<callid>, never the batches' continuations) and
-// returns once the current ones are loaded.
+// <session>.<replyid>.<callid>, never the batches' continuations), or
+// polls them as the approver, and returns once the current ones are
+// loaded.
 func (s *Server) Start(ctx context.Context) error {
 	kv, err := s.js.KeyValue(ctx, s.subj.Bucket(bus.BucketParked))
 	if err != nil {
 		return fmt.Errorf("inbox: parked calls: %w (is a router running, and may this login read them?)", err)
+	}
+	s.kv = kv
+	if s.cfg.Approver {
+		return s.startPolling(ctx)
 	}
 	w, err := store.WatchKV(ctx, kv, "*.*.*", s.apply)
 	if err != nil {
@@ -134,18 +148,19 @@ func (s *Server) Start(ctx context.Context) error {
 		return ctx.Err()
 	}
 	s.mu.Lock()
-	s.watch = w
+	s.stop = w.Stop
 	s.mu.Unlock()
 	return nil
 }
 
-// Stop ends the watch; safe to call twice.
+// Stop ends the watch or the polling; safe to call twice.
 func (s *Server) Stop() {
 	s.mu.Lock()
-	w := s.watch
+	stop := s.stop
+	s.stop = nil
 	s.mu.Unlock()
-	if w != nil {
-		w.Stop()
+	if stop != nil {
+		stop()
 	}
 }
 
@@ -154,6 +169,9 @@ func (s *Server) apply(e jetstream.KeyValueEntry) {
 	it, ok := s.item(e)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if old, had := s.items[e.Key()]; had && old.Revision > e.Revision() {
+		return // a late delivery (a fresh get came first)
+	}
 	if ok {
 		s.items[e.Key()] = it
 	} else if _, had := s.items[e.Key()]; had {
@@ -161,6 +179,20 @@ func (s *Server) apply(e jetstream.KeyValueEntry) {
 	} else {
 		return
 	}
+	s.changedLocked()
+}
+
+// drop forgets the call key.
+func (s *Server) drop(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, had := s.items[key]; had {
+		delete(s.items, key)
+		s.changedLocked()
+	}
+}
+
+func (s *Server) changedLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
@@ -188,7 +220,7 @@ func (s *Server) item(e jetstream.KeyValueEntry) (Item, bool) {
 	switch {
 	case r.RequestScoped:
 		it.Note = "a request-scoped tool: the agent that called it answers it"
-	case r.Kind == bus.KindExternal && s.cfg.ConfirmOnly:
+	case r.Kind == bus.KindExternal && s.cfg.Approver:
 		it.Note = "this inbox logs in as the approver, which answers confirmations only: the tool's handler (or `toolbus answer` as the operator) answers it"
 	}
 	return it, true
@@ -284,7 +316,7 @@ func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	// The page reads the token from its meta tag for its POSTs' header;
 	// another origin cannot read the page.
-	if err := s.page.Execute(w, map[string]any{"Token": s.cfg.Token, "ConfirmOnly": s.cfg.ConfirmOnly}); err != nil {
+	if err := s.page.Execute(w, map[string]any{"Token": s.cfg.Token, "Approver": s.cfg.Approver}); err != nil {
 		s.cfg.Logger.Warn("inbox: page", "err", err)
 	}
 }
