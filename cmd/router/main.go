@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	workdir := fs.String("workdir", "", "base directory of the built-in file tools and shell; empty serves neither")
 	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start (default: any)")
 	mcpOpts := mcpFlags(fs)
+	inboxOpts := inboxFlags(fs)
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
 	limitsFlags := limitFlags(fs)
@@ -206,6 +207,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer fnc.Close()
 		defer stopMCP()
+	}
+	if inboxOpts.listen != "" {
+		stopInbox, err := inboxOpts.serve(ctx, conn, *secure, *prefix, stdout, log)
+		if err != nil {
+			r.Stop()
+			return err
+		}
+		defer stopInbox()
 	}
 	<-ctx.Done()
 	log.Info("shutting down: draining work in flight", "deadline", drainTimeout)
