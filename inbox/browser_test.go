@@ -321,9 +321,23 @@ func TestInboxBrowser(t *testing.T) {
 		if out.OK || out.Code != "changed" || !strings.Contains(out.Message, "changed since the page showed it") {
 			t.Fatalf("stale revision: %+v", out)
 		}
-		if e.runs.Load() != 3 {
+		if e.runs.Load() != 3 { // s1 twice, s4 once
 			t.Fatalf("%d runs: a refused confirmation ran", e.runs.Load())
 		}
+	})
+
+	t.Run("filters and keys", func(t *testing.T) {
+		k6 := e.park(t, "s6", "r6", "deploy", deployIn{Env: "qa"}, bus.KindConfirm)
+		k7 := e.park(t, "s7", "r7", "deploy", deployIn{Env: "qa"}, bus.KindConfirm)
+		e.run(t, e.tab, chromedp.WaitVisible(css(card(k6))), chromedp.WaitVisible(css(card(k7))),
+			chromedp.SendKeys(css("#f-session"), "s7"), chromedp.WaitNotVisible(css(card(k6))),
+			chromedp.Blur(css("#f-session")), chromedp.KeyEvent("j"), chromedp.WaitVisible(css(card(k7)+".selected")),
+			chromedp.KeyEvent("a"))
+		if res := e.waitDone(t, "r7"); len(res) != 1 || res[0].State != bus.StateSuccess {
+			t.Fatalf("results %+v", res)
+		}
+		e.run(t, e.tab, chromedp.WaitNotPresent(css(card(k7))),
+			eval(`document.querySelector("#f-session").value = ""; document.querySelector("#filters").dispatchEvent(new Event("input"))`), chromedp.WaitVisible(css(card(k6))))
 	})
 
 	t.Run("no token", func(t *testing.T) {
