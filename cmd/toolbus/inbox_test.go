@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 )
 
@@ -43,5 +44,25 @@ func TestInboxCommand(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestParkedHistory: parked --history lists an answered call with who
+// answered it, and when.
+func TestParkedHistory(t *testing.T) {
+	d := newDeployment(t)
+	d.addWriteTool(t)
+	events := d.watchSession(t, "s9")
+	d.park(t, "s9", "r1", "write", `{"v":1}`, bus.KindConfirm)
+	if _, _, err := exec(t.Context(), "confirm", "c1", "--session", "s9", "--nats", d.url); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, events, "r1")
+	out, _, err := exec(t.Context(), "parked", "--history", "--session", "s9", "--nats", d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`s9 +r1 +c1 +write +confirm +done +success +toolbus/cli via toolbus.approve.write +20\d\d-`).MatchString(out) {
+		t.Fatalf("history:\n%s", out)
 	}
 }
