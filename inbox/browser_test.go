@@ -261,6 +261,7 @@ func TestInboxBrowser(t *testing.T) {
 
 	t.Run("deny with a reason", func(t *testing.T) {
 		e.run(t, e.tab, chromedp.Click(css(card(k3)+" .head")),
+			chromedp.WaitVisible(css(card(k3)+" details.fold > summary")), // a large input is folded
 			chromedp.SendKeys(css(card(k3)+" input.reason"), "not on a Friday"),
 			chromedp.Click(css(card(k3)+" button.deny")))
 		res := e.waitDone(t, "r3")
