@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schemas"
 )
 
 // Act is what the page sends to answer one call: the call's key, and the
@@ -81,6 +82,9 @@ func (s *Server) act(ctx context.Context, a Act) (int, Outcome) {
 		return http.StatusConflict, Outcome{Code: bus.CodeBadRequest, Message: fmt.Sprintf("call %s of %s cannot be answered here: %s", it.ID, it.Tool, it.Note)}
 	}
 	ans, err := answerOf(it, a)
+	if err == nil && it.Kind == bus.KindExternal {
+		err = s.checkOutput(ctx, it.Tool, a)
+	}
 	if err != nil {
 		return http.StatusBadRequest, Outcome{Code: bus.CodeBadRequest, Message: err.Error()}
 	}
@@ -194,4 +198,43 @@ func doneText(it Item, a Act) string {
 func validKey(key string) bool {
 	parts := strings.Split(key, ".")
 	return len(parts) == 3 && bus.ValidID(parts[0]) && bus.ValidID(parts[1]) && bus.ValidID(parts[2])
+}
+
+// checkOutput checks an external answer against the tool's output_schema
+// when its definition declares one: the answer must then be JSON that the
+// schema accepts. A definition the inbox cannot read is not checked (the
+// router takes the answer either way).
+func (s *Server) checkOutput(ctx context.Context, tool string, a Act) error {
+	if s.tools == nil {
+		return nil
+	}
+	e, err := s.tools.Get(ctx, tool)
+	if err != nil {
+		return nil
+	}
+	var def bus.ToolDef
+	if json.Unmarshal(e.Value(), &def) != nil || len(def.OutputSchema) == 0 {
+		return nil
+	}
+	if a.Format != "json" {
+		return fmt.Errorf("%s declares an output_schema: answer with JSON that matches it", tool)
+	}
+	sch, err := schemas.Compile(def.OutputSchema)
+	if err != nil {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(a.Output))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return fmt.Errorf("the output is not JSON: %v", err)
+	}
+	if problems := sch.Validate(v); len(problems) > 0 {
+		msgs := make([]string, len(problems))
+		for i, p := range problems {
+			msgs[i] = p.Path + ": " + p.Message
+		}
+		return fmt.Errorf("the output does not match %s's output_schema: %s", tool, strings.Join(msgs, "; "))
+	}
+	return nil
 }

@@ -145,7 +145,8 @@ func get[T any](t *testing.T, tab context.Context, a chromedp.Action[T]) T {
 func (e *env) registerExternal(t *testing.T, name string) {
 	t.Helper()
 	def := bus.ToolDef{Name: name, Description: "A person files a ticket.", External: true, Permission: bus.PermissionAllow,
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"title":{"type":"string"}}}`)}
+		InputSchema:  json.RawMessage(`{"type":"object","properties":{"title":{"type":"string"}}}`),
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"ticket":{"type":"integer"}},"required":["ticket"]}`)}
 	ev, err := bus.NewEvent(bus.TypeRegister, "test/registrar", bus.Register{Worker: "registrar", Tools: []bus.ToolDef{def}})
 	if err != nil {
 		t.Fatal(err)
@@ -272,6 +273,16 @@ func TestInboxBrowser(t *testing.T) {
 	})
 
 	t.Run("external answered with JSON", func(t *testing.T) {
+		// The tool declares an output_schema: a text, or JSON it does not accept, is refused.
+		for act, want := range map[string]string{
+			`{action: "answer", output: "done"}`:                                "ticket declares an output_schema: answer with JSON",
+			`{action: "answer", format: "json", output: "{\"ticket\": \"x\"}"}`: "the output does not match ticket's output_schema: /ticket",
+		} {
+			out := get(t, e.tab, evalAwait[inbox.Outcome](fmt.Sprintf(`window.toolbusInbox.send(window.toolbusInbox.calls.get(%q), %s)`, k2, act)))
+			if out.OK || !strings.Contains(out.Message, want) {
+				t.Fatalf("%s: %+v", act, out)
+			}
+		}
 		e.run(t, e.tab, chromedp.Click(css(card(k2)+" .head")),
 			chromedp.SetValue(css(card(k2)+" textarea.output"), `{"ticket": 42, "queue": "ops"}`),
 			chromedp.SetValue(css(card(k2)+" select.format"), "json"),

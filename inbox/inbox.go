@@ -88,6 +88,9 @@ type Server struct {
 	cfg  Config
 	page *template.Template
 	kv   jetstream.KeyValue
+	// tools are the tool definitions, for external answers' output
+	// schemas; nil for the approver, which answers no external call.
+	tools jetstream.KeyValue
 
 	mu      sync.Mutex
 	items   map[string]Item
@@ -136,6 +139,9 @@ func (s *Server) Start(ctx context.Context) error {
 	s.kv = kv
 	if s.cfg.Approver {
 		return s.startPolling(ctx)
+	}
+	if s.tools, err = s.js.KeyValue(ctx, s.subj.Bucket(bus.BucketTools)); err != nil {
+		return fmt.Errorf("inbox: tool definitions: %w", err)
 	}
 	w, err := store.WatchKV(ctx, kv, "*.*.*", s.apply)
 	if err != nil {
