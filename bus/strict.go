@@ -167,13 +167,15 @@ func (a *Answer) CheckKind(kind string) error {
 			extra = "rules"
 		case a.InputDigest != "":
 			extra = "input_digest"
+		case a.Reason != "":
+			extra = "reason"
 		}
 	}
 	if extra == "" {
 		return nil
 	}
 	if kind == KindConfirm {
-		return Errorf(CodeBadRequest, "answer: unknown member %q (a confirmation is {\"confirmed\", \"input_digest\", \"input\", \"rules\"})", extra)
+		return Errorf(CodeBadRequest, "answer: unknown member %q (a confirmation is {\"confirmed\", \"input_digest\", \"input\", \"rules\", \"reason\"})", extra)
 	}
 	return Errorf(CodeBadRequest, "answer: unknown member %q (an answer to an external call is {\"state\", \"output\"})", extra)
 }

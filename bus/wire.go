@@ -428,7 +428,13 @@ type Answer struct {
 	// InputDigest is the parked input's digest (InputDigest) a
 	// confirmation confirms or denies (docs/protocol.md 6.3).
 	InputDigest string `json:"input_digest,omitempty"`
+	// Reason is why a person denied a confirmation ("confirmed": false):
+	// the denial's text quotes it (docs/protocol.md 6.3).
+	Reason string `json:"reason,omitempty"`
 }
+
+// MaxDenyReason is the most bytes of a denial's reason.
+const MaxDenyReason = 2048
 
 // ExecRecorded is the data of io.toolbus.exec.recorded, a router's reply to
 // a durable call's result: Recorded is false when the call already had a

@@ -58,6 +58,11 @@ type Record struct {
 	Answer         *bus.Answer     `json:"answer,omitempty"`
 	Result         *bus.Result     `json:"result,omitempty"`
 	HandoffSeq     uint64          `json:"handoff_seq,omitempty"`
+	// AnsweredBy and AnsweredAt say who answered (the answer's
+	// CloudEvents source, a claim; "<source> via P.approve" when it came
+	// on the approver's subject) and when (docs/protocol.md 6.1).
+	AnsweredBy string    `json:"answered_by,omitempty"`
+	AnsweredAt time.Time `json:"answered_at,omitzero"`
 	// Owner and Touched are the lease of an answered call: the router
 	// that took the answer makes the call's result (runs a confirmed call)
 	// and renews Touched meanwhile; once it is stale another router takes

@@ -56,7 +56,16 @@ func (r *Router) answer(m *nats.Msg, via string) {
 	}
 	ctx, cancel := landing()
 	defer cancel()
-	check := func(rec *external.Record, a *bus.Answer) error { return r.checkAnswer(rec, a, via) }
+	check := func(rec *external.Record, a *bus.Answer) error {
+		if err := r.checkAnswer(rec, a, via); err != nil {
+			return err
+		}
+		rec.AnsweredBy, rec.AnsweredAt = e.Source, time.Now().UTC()
+		if via == viaApprove {
+			rec.AnsweredBy += " via " + r.subj.Approve(tool)
+		}
+		return nil
+	}
 	rec, err := r.parked.Answer(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), tool, &a, check)
 	if err != nil {
 		r.reject(m, err)
@@ -95,6 +104,9 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) er
 		}
 		if a.Confirmed == nil {
 			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: {\"confirmed\": true|false, \"input_digest\": \"...\"}", rec.Call.ID)
+		}
+		if a.Reason != "" && (*a.Confirmed || len(a.Reason) > bus.MaxDenyReason) {
+			return bus.Errorf(bus.CodeBadRequest, "a confirmation's reason goes with \"confirmed\": false only, at most %d bytes", bus.MaxDenyReason)
 		}
 		// Required on the approver's subject of a secured router; an open
 		// router takes a confirmation without it, as before, from clients
@@ -230,9 +242,13 @@ func answerResult(rec *external.Record) bus.Result {
 }
 
 // deniedByUser is the result of a confirmation answered no.
-func deniedByUser(c bus.Call) bus.Result {
-	return bus.ErrorResult(c, bus.CodeDenied,
-		fmt.Sprintf("<system-reminder>The execution of tool \"%s\" is denied by user!</system-reminder>", c.Name))
+// A denial's reason, when given, follows the fixed text (6.3).
+func deniedByUser(c bus.Call, reason string) bus.Result {
+	text := fmt.Sprintf("<system-reminder>The execution of tool \"%s\" is denied by user!</system-reminder>", c.Name)
+	if reason != "" {
+		text += "\nReason: " + reason
+	}
+	return bus.ErrorResult(c, bus.CodeDenied, text)
 }
 
 // settle turns an accepted answer into the call's result: an external
@@ -247,7 +263,7 @@ func (r *Router) settle(rec *external.Record) {
 		defer r.confirmCovered(rec)
 	}
 	if !*rec.Answer.Confirmed {
-		r.complete(rec, deniedByUser(rec.Call))
+		r.complete(rec, deniedByUser(rec.Call, rec.Answer.Reason))
 		return
 	}
 	if t, ok := r.reg.Lookup(rec.Call.Name); ok && t.Def.External {

@@ -345,6 +345,12 @@ func approver(s bus.Subjects, tools []string) User {
 	}
 	pub = append(pub, useConsumers(stream)...)
 	pub = append(pub, "$JS.ACK."+stream+"."+RoleApprover+".>", s.Admin("parked.list"))
+	// The approval inbox (docs/inbox.md) reads a waiting call's record by
+	// its key, for its revision and user: direct gets of call records
+	// (<session>.<replyid>.<callid>) only, never a continuation's, and no
+	// consumer (its deliver subject would be unchecked).
+	parked := s.Bucket(bus.BucketParked)
+	pub = append(pub, jsAPI+"STREAM.INFO.KV_"+parked, jsAPI+"DIRECT.GET.KV_"+parked+".$KV."+parked+".*.*.*")
 	sub := append(each(tools, s.Confirm), inbox(RoleApprover)+".>")
 	return User{Name: RoleApprover, Role: RoleApprover, Tools: tools, InboxPrefix: inbox(RoleApprover), Permissions: Permissions{Publish: pub, Subscribe: sub}}
 }

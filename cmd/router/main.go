@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shellEnv := fs.String("shell-env", "", "comma-separated variables of the router's environment the shell's commands get (default: none; PATH passes the router's PATH; NATS_* and TOOLBUS_* are refused)")
 	shellUser := fs.String("shell-user", "", "OS user the shell's commands run as (the router must run as root; the workdir must be usable by that user)")
 	mcpOpts := mcpFlags(fs)
+	inboxOpts := inboxFlags(fs)
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
 	limitsFlags := limitFlags(fs)
@@ -212,6 +213,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer fnc.Close()
 		defer stopMCP()
+	}
+	if inboxOpts.listen != "" {
+		stopInbox, err := inboxOpts.serve(ctx, conn, *secure, *prefix, stdout, log)
+		if err != nil {
+			r.Stop()
+			return err
+		}
+		defer stopInbox()
 	}
 	<-ctx.Done()
 	log.Info("shutting down: draining work in flight", "deadline", drainTimeout)

@@ -63,6 +63,7 @@ func init() {
 		{"parked", "", "list the calls parked for an answer or a confirmation", runParked},
 		{"answer", "<call-id> '<json blocks or text>'", "answer a parked external call with its output", runAnswer},
 		{"confirm", "<call-id>", "allow (or with --deny refuse) a call parked for a confirmation", runConfirm},
+		{"inbox", "[--listen 127.0.0.1:8080]", "serve the approval inbox: a page listing what waits across sessions, to allow, deny or answer (docs/inbox.md)", runInbox},
 		{"watch-handoff", "<tool|*>", "print the requests waiting for a tool's handlers (or approvers), oldest first", runWatchHandoff},
 		{"skills", "ls | show <name> | push DIR | rm <name>", "list, show, push (--user U) or remove (--user U) the skills on the bus", runSkills},
 		{"fetch", "<nats-object://bucket/name#sha256=...>", "print (or with -o FILE save) a stored output, read through the routers (--direct: from the object store)", runFetch},

@@ -37,6 +37,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs, cn := newFlagSet("parked", stderr)
 	all := fs.Bool("all", false, "list the parked calls of every session, not only of --session")
 	asJSON := fs.Bool("json", false, "print the reply data as JSON")
+	history := fs.Bool("history", false, "list the calls that no longer wait (answered, done, expired, cancelled; kept 7 days), with who answered and when")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -56,6 +57,20 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer closeConn()
+	if *history {
+		recs, err := parkedHistory(ctx, cl, session)
+		switch {
+		case err != nil:
+			return err
+		case *asJSON:
+			return writeJSON(stdout, recs)
+		case len(recs) == 0:
+			fmt.Fprintf(stderr, "no answered or ended calls in %s\n", where)
+			return nil
+		}
+		renderHistory(stdout, recs)
+		return nil
+	}
 	raw, calls, err := listParked(ctx, cl, session)
 	if err != nil {
 		return err

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/inbox"
+	"github.com/toolbus/toolbus/natsconn"
+	"github.com/toolbus/toolbus/security"
+)
+
+// TestSecureInbox: router --secure --inbox-listen serves the inbox as the
+// approver (its direct gets of call records and P.approve.<tool> are all
+// it needs): a write parked for a confirmation is listed with its
+// revision and allowed from the page's API, and the write happens.
+func TestSecureInbox(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	work := t.TempDir()
+	const token = "inbox-test-token-0123456789"
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, stderr bustest.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"),
+			"--heartbeat", "500ms", "--workdir", work, "--inbox-listen", "127.0.0.1:0", "--inbox-token", token}, &stdout, &stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := bustest.Recv(t, done, 40*time.Second, "the router's exit"); err != nil {
+			t.Errorf("router: %v\n%s", err, stderr.String())
+		}
+	})
+	re := regexp.MustCompile(`serving prefix "toolbus" on (\S+)[\s\S]*approval inbox on (http://\S+)`)
+	var m []string
+	bustest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if m = re.FindStringSubmatch(stdout.String()); m == nil {
+			return os.ErrNotExist
+		}
+		return nil
+	})
+	natsURL, base := m[1], m[2]
+	nc, err := natsconn.Config{URLs: natsURL, NKey: security.SeedFile(dir, "agent"), InboxPrefix: "_INBOX.agent"}.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cl := client.New(nc, client.Config{})
+	var reply *bus.Reply
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		reply, err = cl.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "write_file", Input: json.RawMessage(`{"path":"a.txt","content":"hi"}`)}}})
+		return err
+	})
+	if len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindConfirm {
+		t.Fatalf("reply %+v", reply)
+	}
+
+	api := func(method, path string, body any, out any) int {
+		t.Helper()
+		var rd *strings.Reader
+		if body != nil {
+			b, _ := json.Marshal(body)
+			rd = strings.NewReader(string(b))
+		} else {
+			rd = strings.NewReader("")
+		}
+		req, _ := http.NewRequest(method, base+path, rd)
+		req.Header.Set(inbox.TokenHeader, token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode
+	}
+	var list struct {
+		Calls []inbox.Item `json:"calls"`
+	}
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		api(http.MethodGet, "/api/calls", nil, &list)
+		if len(list.Calls) != 1 {
+			return os.ErrNotExist
+		}
+		return nil
+	})
+	it := list.Calls[0]
+	if it.Tool != "write_file" || it.Revision == 0 || it.Note != "" || it.InputDigest != bus.InputDigest(json.RawMessage(`{"path":"a.txt","content":"hi"}`)) {
+		t.Fatalf("listed %+v", it)
+	}
+	var out inbox.Outcome
+	if code := api(http.MethodPost, "/api/act", inbox.Act{Key: it.Key, Revision: it.Revision, InputDigest: it.InputDigest, Action: "allow"}, &out); code != http.StatusOK || !out.OK {
+		t.Fatalf("allow: %d %+v", code, out)
+	}
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		_, err := os.Stat(filepath.Join(work, "a.txt"))
+		return err
+	})
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+)
+
+// TestInboxCommand: toolbus inbox refuses a public address without a token
+// of the user's own, and otherwise prints the page's URL with a generated
+// token, which opens the page (and nothing opens without it).
+func TestInboxCommand(t *testing.T) {
+	d := newDeployment(t)
+	_, _, err := exec(t.Context(), "inbox", "--listen", "0.0.0.0:0", "--nats", d.url)
+	if err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Fatalf("public address without a token: %v", err)
+	}
+	stdout, _, stop := background(t, "inbox", "--listen", "127.0.0.1:0", "--nats", d.url)
+	re := regexp.MustCompile(`open (http://127\.0\.0\.1:\d+)/\?token=([0-9a-f]{32}) `)
+	var m []string
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if m = re.FindStringSubmatch(stdout.String()); m == nil {
+			return os.ErrNotExist
+		}
+		return nil
+	})
+	// The first visit sets the cookie and sends the browser to "/".
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]int{"/": http.StatusUnauthorized, "/?token=" + m[2]: http.StatusSeeOther} {
+		resp, err := noRedirect.Get(m[1] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestParkedHistory: parked --history lists an answered call with who
+// answered it, and when.
+func TestParkedHistory(t *testing.T) {
+	d := newDeployment(t)
+	d.addWriteTool(t)
+	events := d.watchSession(t, "s9")
+	d.park(t, "s9", "r1", "write", `{"v":1}`, bus.KindConfirm)
+	if _, _, err := exec(t.Context(), "confirm", "c1", "--session", "s9", "--nats", d.url); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, events, "r1")
+	out, _, err := exec(t.Context(), "parked", "--history", "--session", "s9", "--nats", d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`s9 +r1 +c1 +write +confirm +done +success +toolbus/cli via toolbus.approve.write +20\d\d-`).MatchString(out) {
+		t.Fatalf("history:\n%s", out)
+	}
+}

@@ -1,0 +1,92 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// startPolling loads the waiting calls as the approver may read them, then
+// keeps polling until Stop: P.admin.parked.list every PollInterval, and a
+// direct get of the record of each call that is new or changed (for its
+// revision and user, which the list does not carry).
+func (s *Server) startPolling(ctx context.Context) error {
+	if err := s.pollOnce(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(s.cfg.PollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.pollOnce(ctx); err != nil && ctx.Err() == nil {
+					s.cfg.Logger.Warn("inbox: parked.list", "err", err)
+				}
+			}
+		}
+	}()
+	s.mu.Lock()
+	s.stop = func() { cancel(); wg.Wait() }
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Server) pollOnce(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var list struct {
+		Parked []bus.ParkedCall `json:"parked"`
+	}
+	if err := s.cl.Admin(lctx, "parked.list", "", nil, &list); err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(list.Parked))
+	for _, p := range list.Parked {
+		key := bus.CallKey(p.Session, p.ReplyID, p.ID)
+		seen[key] = true
+		if it, ok := s.lookup(key); ok && it.Kind == p.Kind && it.InputDigest == p.InputDigest && it.Expires.Equal(p.Expires) {
+			continue
+		}
+		s.refresh(lctx, key)
+	}
+	s.mu.Lock()
+	var gone []string
+	for key := range s.items {
+		if !seen[key] {
+			gone = append(gone, key)
+		}
+	}
+	s.mu.Unlock()
+	for _, key := range gone {
+		s.drop(key)
+	}
+	return nil
+}
+
+// refresh reads the record of call key and applies it; a record that is
+// gone is dropped. It reports whether the read succeeded.
+func (s *Server) refresh(ctx context.Context, key string) bool {
+	e, err := s.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		s.drop(key)
+		return true
+	case err != nil:
+		s.cfg.Logger.Warn("inbox: read parked call", "key", key, "err", err)
+		return false
+	}
+	s.apply(e)
+	return true
+}
