@@ -107,9 +107,15 @@ func killableDeployment(t *testing.T) (bin string, url func(int) string, nc *nat
 		Name: "sign_off", Description: "A person signs off.", External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow,
 		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}}})
 	m, _ := reg.Msg("toolbus.register")
-	if _, err := nc.RequestMsg(m, bound); err != nil {
-		t.Fatal(err)
-	}
+	// On a cluster the new router's interest reaches nc's node a moment
+	// after it says it serves: no responders until then.
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		_, err := nc.RequestMsg(m, bound)
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatal(err)
+		}
+		return err
+	})
 	return bin, url, nc, c, a
 }
 
