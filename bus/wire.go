@@ -472,7 +472,11 @@ type Status struct {
 	Tools    []ToolStatus `json:"tools"`
 	Groups   int          `json:"groups"`
 	Sessions int          `json:"sessions"`
-	Parked   int          `json:"parked"`
+	// SessionsStored is the number of session records in KV (every
+	// session of the deployment, not only those this router holds); nil
+	// when the router could not read it.
+	SessionsStored *int `json:"sessions_stored,omitempty"`
+	Parked         int  `json:"parked"`
 	// Store is what this router has seen of JetStream's space (PROTOCOL.md 9).
 	Store StoreStatus `json:"store"`
 }

@@ -115,7 +115,7 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		}
 		return r.sessionView(e.SessionID, sess), nil
 	case "status":
-		return r.status(), nil
+		return r.status(ctx), nil
 	case "skills.list":
 		return r.skillsList(), nil
 	case "parked.list":
@@ -135,15 +135,25 @@ func (r *Router) sessionView(id string, sess *groups.Session) sessionView {
 	return sessionView{Session: id, Stored: sess.Revision() != 0, Groups: r.groups.View(r.reg, sess, nil).Groups(), State: sess}
 }
 
-func (r *Router) status() bus.Status {
+func (r *Router) status(ctx context.Context) bus.Status {
 	live := r.reg.Workers()
 	st := bus.Status{Router: r.cfg.ID, Tools: []bus.ToolStatus{}, Groups: len(r.groups.Groups()),
 		Sessions: r.groups.Sessions(), Parked: len(r.parked.Parked("", "")), Store: bus.StoreStatus{State: "ok"}}
+	// The sessions stored in KV, not only those this router holds decoded:
+	// the bucket keeps one record per session (history 1).
+	if kvs, err := r.store.Sessions.Status(ctx); err == nil {
+		n := int(kvs.Values())
+		st.SessionsStored = &n
+	}
 	if full, why, since := r.store.Health.Full(); full {
 		st.Store = bus.StoreStatus{State: "full", Error: why, Since: &since}
 	}
 	for _, t := range r.reg.Tools() {
-		st.Tools = append(st.Tools, bus.ToolStatus{Name: t.Def.Name, LiveWorkers: live[t.Def.Name], External: t.Def.External, Groups: t.Def.Groups})
+		g := t.Def.Groups
+		if len(g) == 0 {
+			g = []string{bus.GroupBasic} // where a tool without groups is (docs/protocol.md 7.2)
+		}
+		st.Tools = append(st.Tools, bus.ToolStatus{Name: t.Def.Name, LiveWorkers: live[t.Def.Name], External: t.Def.External, Groups: g})
 	}
 	return st
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,7 +77,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(map[string]any{"status": st, "instances": found})
 	}
-	fmt.Fprintf(stdout, "sessions: %d   parked calls: %d   groups: %d   (answered by router %s)\n", st.Sessions, st.Parked, st.Groups, st.Router)
+	sessions := fmt.Sprintf("%d in this router's cache", st.Sessions)
+	if st.SessionsStored != nil {
+		sessions = fmt.Sprintf("%d stored (%d in this router's cache)", *st.SessionsStored, st.Sessions)
+	}
+	fmt.Fprintf(stdout, "sessions: %s   parked calls: %d   groups: %d   (answered by router %s)\n", sessions, st.Parked, st.Groups, st.Router)
 	fmt.Fprintln(stdout, storeLine(st.Store))
 	fmt.Fprintln(stdout, "tools:")
 	for _, t := range st.Tools {
@@ -84,7 +89,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if t.External {
 			live = "external"
 		}
-		fmt.Fprintf(stdout, "  %-24s %s %v\n", t.Name, live, t.Groups)
+		fmt.Fprintf(stdout, "  %-24s %s   groups: %s\n", t.Name, live, strings.Join(t.Groups, ", "))
 	}
 	fmt.Fprintln(stdout, "instances:")
 	for _, it := range found {
@@ -126,7 +131,7 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	inbox := nats.NewInbox()
+	inbox := nc.NewInbox() // with the connection's inbox prefix, which a secured role must use
 	ch := make(chan *nats.Msg, 256)
 	sub, err := nc.ChanSubscribe(inbox, ch)
 	if err != nil {

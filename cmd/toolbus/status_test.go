@@ -11,11 +11,15 @@ import (
 
 func TestStatus(t *testing.T) {
 	d := newDeployment(t)
+	// A session stored in KV counts, whichever router holds it.
+	if _, _, err := exec(t.Context(), "session", "mode", "explore", "--session", "st1", "--nats", d.url); err != nil {
+		t.Fatal(err)
+	}
 	out, _, err := exec(t.Context(), "status", "--wait", "2s", "--nats", d.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"get_current_time", "1 live workers", "router ", "worker ", "store: ok"} {
+	for _, want := range []string{"get_current_time", "1 live workers", "router ", "worker ", "store: ok", "groups: basic", "1 stored"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
