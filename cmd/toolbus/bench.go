@@ -32,7 +32,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 		}
 	}
+	stop := progressLine(stderr, "bench measuring", 0)
 	rep, err := bench.Run(ctx, opts)
+	stop()
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

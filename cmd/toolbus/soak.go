@@ -143,7 +143,12 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if o.dir, err = os.MkdirTemp("", "toolbus-soak-*"); err != nil {
 		return err
 	}
+	stop := func() {}
+	if !*verbose {
+		stop = progressLine(stderr, "soak running", o.duration)
+	}
 	rep, err := soak(ctx, o, logf)
+	stop()
 	if err != nil {
 		fmt.Fprintf(stderr, "soak: work directory kept: %s\n", o.dir)
 		return err
