@@ -45,7 +45,10 @@ type (
 		Title       string          `json:"title,omitempty"`
 		Description string          `json:"description"`
 		InputSchema json.RawMessage `json:"inputSchema"`
-		Annotations mcpAnnotations  `json:"annotations"`
+		// OutputSchema is the definition's output_schema, for hosts at
+		// MCP 2025-06-18 and later (structuredContent conforms to it).
+		OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+		Annotations  mcpAnnotations  `json:"annotations"`
 	}
 	mcpAnnotations struct {
 		ReadOnlyHint    bool `json:"readOnlyHint"`
@@ -124,7 +127,11 @@ func exporter(format string) (func(d *bus.ToolDef, schema json.RawMessage) any, 
 		}, nil
 	case bus.FormatMCP:
 		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return mcpTool{Name: d.Name, Title: d.Title, Description: d.Description, InputSchema: schema, Annotations: mcpHints(d)}
+			t := mcpTool{Name: d.Name, Title: d.Title, Description: d.Description, InputSchema: schema, Annotations: mcpHints(d)}
+			if len(d.OutputSchema) > 0 && string(d.OutputSchema) != "null" {
+				t.OutputSchema = d.OutputSchema
+			}
+			return t
 		}, nil
 	}
 	return nil, fmt.Errorf("schemas: unknown format %q (want toolbus, openai, openai-responses, anthropic, gemini or mcp)", format)

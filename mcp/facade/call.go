@@ -2,6 +2,7 @@ package facade
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -228,21 +229,91 @@ func blocksText(bs []bus.Block) string {
 // every state but success to isError.
 func toMCP(r bus.Result) *mcp.CallToolResult {
 	res := &mcp.CallToolResult{Content: []mcp.Content{}, IsError: r.State != bus.StateSuccess}
+	hasText := false
+	for _, b := range r.Output {
+		if b.Type == bus.BlockText {
+			hasText = true
+		}
+	}
 	for _, b := range r.Output {
 		switch {
+		case b.Type == bus.BlockText && b.URI != "":
+			// An embedded text resource keeps its URI (docs/mcp.md).
+			res.Content = append(res.Content, withAnnotations(mcp.NewEmbeddedResource(
+				mcp.TextResourceContents{URI: b.URI, MIMEType: b.MediaType, Text: b.Text}), b.Annotations))
 		case b.Type == bus.BlockText:
-			res.Content = append(res.Content, mcp.NewTextContent(b.Text))
+			res.Content = append(res.Content, withAnnotations(mcp.NewTextContent(b.Text), b.Annotations))
 		case b.URL != "":
-			res.Content = append(res.Content, mcp.NewResourceLink(b.URL, b.URL, "", b.MediaType))
+			name := b.Name
+			if name == "" {
+				name = b.URL
+			}
+			link := mcp.NewResourceLink(b.URL, name, b.Description, b.MediaType)
+			link.Title = b.Title
+			res.Content = append(res.Content, withAnnotations(link, b.Annotations))
+		case isStructured(b) && res.StructuredContent == nil:
+			// One application/json data block is the tool's structured
+			// output: structuredContent for hosts at 2025-06-18 and later,
+			// and its JSON as text when the result has no text of its own,
+			// for hosts that do not read structuredContent.
+			raw, _ := base64.StdEncoding.DecodeString(b.Data)
+			res.StructuredContent = json.RawMessage(raw)
+			if !hasText {
+				res.Content = append(res.Content, mcp.NewTextContent(string(raw)))
+			}
 		case strings.HasPrefix(b.MediaType, "image/"):
-			res.Content = append(res.Content, mcp.NewImageContent(b.Data, b.MediaType))
+			res.Content = append(res.Content, withAnnotations(mcp.NewImageContent(b.Data, b.MediaType), b.Annotations))
 		case strings.HasPrefix(b.MediaType, "audio/"):
-			res.Content = append(res.Content, mcp.NewAudioContent(b.Data, b.MediaType))
+			res.Content = append(res.Content, withAnnotations(mcp.NewAudioContent(b.Data, b.MediaType), b.Annotations))
 		default:
-			res.Content = append(res.Content, mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: "toolbus:" + r.ID, MIMEType: b.MediaType, Blob: b.Data}))
+			uri := b.URI
+			if uri == "" {
+				uri = "toolbus:" + r.ID
+			}
+			res.Content = append(res.Content, withAnnotations(mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: uri, MIMEType: b.MediaType, Blob: b.Data}), b.Annotations))
 		}
 	}
 	return res
+}
+
+// isStructured reports whether b is a structured output: inline JSON
+// without a resource URI (the bridge's structuredContent, docs/mcp.md).
+func isStructured(b bus.Block) bool {
+	mt, _, _ := strings.Cut(b.MediaType, ";")
+	return b.Type == bus.BlockData && strings.TrimSpace(mt) == "application/json" && b.Data != "" && b.URI == "" &&
+		json.Valid(mustBase64(b.Data))
+}
+
+func mustBase64(s string) []byte {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// withAnnotations sets a bus block's annotations on MCP content.
+func withAnnotations[C mcp.Content](c C, a *bus.Annotations) mcp.Content {
+	if a == nil {
+		return c
+	}
+	ann := &mcp.Annotations{Priority: a.Priority, LastModified: a.LastModified}
+	for _, who := range a.Audience {
+		ann.Audience = append(ann.Audience, mcp.Role(who))
+	}
+	switch x := any(&c).(type) {
+	case *mcp.TextContent:
+		x.Annotations = ann
+	case *mcp.ImageContent:
+		x.Annotations = ann
+	case *mcp.AudioContent:
+		x.Annotations = ann
+	case *mcp.ResourceLink:
+		x.Annotations = ann
+	case *mcp.EmbeddedResource:
+		x.Annotations = ann
+	}
+	return c
 }
 
 // stillParkedText tells the model of a quiet host (no progress token, no

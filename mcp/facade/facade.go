@@ -582,10 +582,12 @@ func (s *session) poll() {
 }
 
 type listed struct {
-	Name        string             `json:"name"`
-	Description string             `json:"description"`
-	InputSchema json.RawMessage    `json:"inputSchema"`
-	Annotations mcp.ToolAnnotation `json:"annotations"`
+	Name         string             `json:"name"`
+	Title        string             `json:"title"`
+	Description  string             `json:"description"`
+	InputSchema  json.RawMessage    `json:"inputSchema"`
+	OutputSchema json.RawMessage    `json:"outputSchema"`
+	Annotations  mcp.ToolAnnotation `json:"annotations"`
 }
 
 // refresh lists the session's tools for its user and, when they changed,
@@ -609,8 +611,11 @@ func (s *session) refresh(ctx context.Context) error {
 		if err := json.Unmarshal(t, &l); err != nil {
 			return fmt.Errorf("facade: listing of %s: %w", s.id, err)
 		}
-		tool := mcp.Tool{Name: l.Name, Description: l.Description, RawInputSchema: l.InputSchema, Annotations: l.Annotations,
-			Execution: &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}}
+		tool := mcp.Tool{Name: l.Name, Title: l.Title, Description: l.Description, RawInputSchema: l.InputSchema,
+			RawOutputSchema: l.OutputSchema, Annotations: l.Annotations}
+		if !s.stdio {
+			tool.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
+		}
 		tools = append(tools, server.ServerTool{Tool: tool, Handler: s.call})
 		order[l.Name] = i
 	}
