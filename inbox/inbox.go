@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -246,23 +247,13 @@ func (s *Server) snapshot() ([]Item, int, <-chan struct{}) {
 		if c := a.Created.Compare(b.Created); c != 0 {
 			return c
 		}
-		return cmpString(a.Key, b.Key)
+		return strings.Compare(a.Key, b.Key)
 	})
 	n := len(out)
 	if n > s.cfg.MaxItems {
 		out = out[:s.cfg.MaxItems]
 	}
 	return out, n, ch
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // lookup returns the waiting call key.

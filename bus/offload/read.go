@@ -102,9 +102,9 @@ type msg struct {
 	data    []byte
 }
 
-// get asks the stream leader for one message; ErrNotFound when there is
-// none.
-func (s *Store) get(ctx context.Context, req msgGetRequest) (*msg, error) {
+// request sends a message-get request to subject, bounded by
+// requestTimeout when ctx has no deadline.
+func (s *Store) request(ctx context.Context, subject string, req msgGetRequest) (*nats.Msg, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,13 @@ func (s *Store) get(ctx context.Context, req msgGetRequest) (*msg, error) {
 		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
 	}
-	m, err := s.nc.RequestWithContext(ctx, s.api, body)
+	return s.nc.RequestWithContext(ctx, subject, body)
+}
+
+// get asks the stream leader for one message; ErrNotFound when there is
+// none.
+func (s *Store) get(ctx context.Context, req msgGetRequest) (*msg, error) {
+	m, err := s.request(ctx, s.api, req)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return nil, fmt.Errorf("the outputs object store %s does not answer (no stream, or no leader): %w", s.bucket, err)
@@ -146,16 +152,7 @@ func (s *Store) get(ctx context.Context, req msgGetRequest) (*msg, error) {
 // right one; a replica behind the leader answers "not found", and then the
 // leader is asked.
 func (s *Store) chunkAt(ctx context.Context, req msgGetRequest) (*msg, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
-	}
-	m, err := s.nc.RequestWithContext(ctx, s.direct, body)
+	m, err := s.request(ctx, s.direct, req)
 	if err == nil && m.Header.Get("Status") == "" {
 		seq, perr := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
 		if perr == nil {

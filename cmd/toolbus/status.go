@@ -70,9 +70,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	slices.SortFunc(found, func(a, b instance) int {
 		if a.Kind != b.Kind {
-			return compareStrings(a.Kind, b.Kind)
+			return strings.Compare(a.Kind, b.Kind)
 		}
-		return compareStrings(a.ID, b.ID)
+		return strings.Compare(a.ID, b.ID)
 	})
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(map[string]any{"status": st, "instances": found})
@@ -112,16 +112,6 @@ func storeLine(s bus.StoreStatus) string {
 		line += " since " + s.Since.UTC().Format(time.RFC3339)
 	}
 	return line
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // discover collects the micro INFO answers of every instance of service
