@@ -15,7 +15,7 @@ import (
 
 // BenchmarkLimits reports the CPU of this process (the router, the server
 // and the caller, all in process; the router's share dominates) per batch
-// at the cost limits of PROTOCOL.md 13:
+// at the cost limits of docs/protocol.md 13:
 //
 //	go test -run '^$' -bench Limits -benchtime 20x ./bench/
 func BenchmarkLimits(b *testing.B) {

@@ -51,7 +51,7 @@ const (
 	CodeInternal        = "internal"
 	CodeLimitExceeded   = "limit_exceeded"
 	// CodeBusy is a router's io.toolbus.error reply to a batch or query it
-	// cannot take now (PROTOCOL.md 1): nothing ran, and the same event may
+	// cannot take now (docs/protocol.md 1): nothing ran, and the same event may
 	// be sent again after a short backoff.
 	CodeBusy = "busy"
 )

@@ -9,7 +9,7 @@ const (
 	DefaultSessionTTL   = 24 * time.Hour
 	DefaultEventsMaxAge = 24 * time.Hour
 	DefaultHandoffTTL   = 7 * 24 * time.Hour
-	// DefaultOutputsTTL is how long a stored output (PROTOCOL.md 5.9) is
+	// DefaultOutputsTTL is how long a stored output (docs/protocol.md 5.9) is
 	// kept: as long as the events that refer to it.
 	DefaultOutputsTTL = 24 * time.Hour
 )

@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Strict decoding (PROTOCOL.md 7): tool definitions, groups, the
+// Strict decoding (docs/protocol.md 7): tool definitions, groups, the
 // request-scoped configuration and answers are decoded so that a member the
 // protocol does not name is refused with its name, because a misspelt
 // input_schema or external_tools must not silently turn into "no schema" or

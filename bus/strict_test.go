@@ -227,7 +227,7 @@ func TestToolDefEqual(t *testing.T) {
 	}
 }
 
-// TestBlockMembers: the descriptive members of a block (PROTOCOL.md 3.3)
+// TestBlockMembers: the descriptive members of a block (docs/protocol.md 3.3)
 // round-trip, and an answer's block with an unknown or mistyped member, or an
 // unknown member of its annotations, is refused.
 func TestBlockMembers(t *testing.T) {

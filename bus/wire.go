@@ -89,9 +89,9 @@ type Detail struct {
 // Block is one piece of output the model reads: a text block, or a data block
 // that holds exactly one of Data (base64) and URL. Size, optional on a data
 // block with a URL, is the length in bytes of what the URL refers to (set on
-// an output stored in the outputs object store, PROTOCOL.md 5.9).
+// an output stored in the outputs object store, docs/protocol.md 5.9).
 //
-// The descriptive members (PROTOCOL.md 3.3) say where a block came from and
+// The descriptive members (docs/protocol.md 3.3) say where a block came from and
 // how it is meant: URI is the resource a block's content is (an MCP embedded
 // resource, on text and data blocks; a text block with a URI may carry the
 // resource's MediaType); Name, Title and Description name what a data block's
@@ -111,7 +111,7 @@ type Block struct {
 	Annotations *Annotations `json:"annotations,omitempty"`
 }
 
-// Annotations describe a block's content (PROTOCOL.md 3.3), as MCP content
+// Annotations describe a block's content (docs/protocol.md 3.3), as MCP content
 // annotations do: Audience lists who it is for ("user", "assistant"),
 // Priority its importance from 0 (optional) to 1 (required), LastModified
 // when it last changed (RFC 3339).
@@ -127,7 +127,7 @@ const (
 	AudienceAssistant = "assistant"
 )
 
-// Check reports the first value of a that PROTOCOL.md 3.3 does not allow:
+// Check reports the first value of a that docs/protocol.md 3.3 does not allow:
 // an audience other than user or assistant, a priority outside [0, 1], a
 // last_modified that is not RFC 3339. A nil a is fine.
 func (a *Annotations) Check() error {
@@ -252,7 +252,7 @@ type Cancel struct {
 type ToolsQuery struct {
 	Request *Request `json:"request,omitempty"`
 	Format  string   `json:"format,omitempty"`
-	// User selects the skills visible to that user (PROTOCOL.md 10).
+	// User selects the skills visible to that user (docs/protocol.md 10).
 	User json.RawMessage `json:"user,omitempty"`
 }
 
@@ -279,7 +279,7 @@ type Register struct {
 	Leaving bool      `json:"leaving,omitempty"`
 	// InFlight lists, per tool, the calls the worker is running, as
 	// CallKey values: routers use it to tell a worker that vanished
-	// mid-call from a slow one (an extension of PROTOCOL.md 7). A worker
+	// mid-call from a slow one (an extension of docs/protocol.md 7). A worker
 	// that sends it, even empty, promises to list every call it runs; nil
 	// (null or absent) means the worker does not report them.
 	InFlight map[string][]string `json:"inflight"`
@@ -313,7 +313,7 @@ type Group struct {
 	ActiveByDefault bool   `json:"active_by_default"`
 	ActivateOnSkill string `json:"activate_on_skill,omitempty"`
 	// Skills names the skills that belong to the group: they are visible
-	// only while it is active (PROTOCOL.md 10).
+	// only while it is active (docs/protocol.md 10).
 	Skills []string `json:"skills,omitempty"`
 }
 
@@ -367,7 +367,7 @@ type ToolDef struct {
 	MCP      *MCPRef `json:"mcp,omitempty"`
 }
 
-// MCPRef names the MCP server tool a bridged tool stands for (PROTOCOL.md
+// MCPRef names the MCP server tool a bridged tool stands for (docs/protocol.md
 // 7.2, 12): Annotations are the MCP tool's own annotations, as the server
 // sent them (absent hints stay absent); TaskSupport is its
 // execution.taskSupport ("forbidden", "optional" or "required"; "" when the
@@ -477,7 +477,7 @@ type Status struct {
 	// when the router could not read it.
 	SessionsStored *int `json:"sessions_stored,omitempty"`
 	Parked         int  `json:"parked"`
-	// Store is what this router has seen of JetStream's space (PROTOCOL.md 9).
+	// Store is what this router has seen of JetStream's space (docs/protocol.md 9).
 	Store StoreStatus `json:"store"`
 }
 
@@ -497,7 +497,7 @@ type ToolStatus struct {
 	Groups      []string `json:"groups,omitempty"`
 }
 
-// SkillInfo is one entry of the admin verb skills.list (PROTOCOL.md 10):
+// SkillInfo is one entry of the admin verb skills.list (docs/protocol.md 10):
 // {"skills": [SkillInfo...]}.
 type SkillInfo struct {
 	Name        string   `json:"name"`

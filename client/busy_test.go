@@ -13,7 +13,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 )
 
-// TestBusyRetried: a busy reply (PROTOCOL.md 1: nothing ran) is sent again,
+// TestBusyRetried: a busy reply (docs/protocol.md 1: nothing ran) is sent again,
 // with the same event, until a router takes it; other errors are not.
 func TestBusyRetried(t *testing.T) {
 	nc := bustest.Connect(t, bustest.RunServer(t))

@@ -36,7 +36,7 @@ type Config struct {
 	Timeout time.Duration
 	// InlineLimit is the encoded size of an answer's output above which its
 	// largest blocks are stored in the outputs object store and sent as
-	// references (PROTOCOL.md 5.9); zero means 1 MiB, and the payload
+	// references (docs/protocol.md 5.9); zero means 1 MiB, and the payload
 	// limit (less 64 KiB) caps it.
 	InlineLimit int
 	// MaxOutput is the encoded size of an answer's output above which
@@ -198,7 +198,7 @@ func (c *Client) request(ctx context.Context, subject string, e *bus.Event, want
 	return re.DataAs(out)
 }
 
-// send sends e as a request; a busy reply (PROTOCOL.md 1: nothing ran) is
+// send sends e as a request; a busy reply (docs/protocol.md 1: nothing ran) is
 // retried with the same event after a short, growing, jittered backoff
 // until ctx ends, when the last reply is returned.
 func (c *Client) send(ctx context.Context, subject string, e *bus.Event) (*nats.Msg, error) {
@@ -236,7 +236,7 @@ func (c *Client) Tools(ctx context.Context, session, format string, req *bus.Req
 	return c.Query(ctx, session, bus.ToolsQuery{Request: req, Format: format})
 }
 
-// Query is Tools with the whole query: a user (PROTOCOL.md 4.1: it selects
+// Query is Tools with the whole query: a user (docs/protocol.md 4.1: it selects
 // the user's skills) as well as the format and request.
 func (c *Client) Query(ctx context.Context, session string, q bus.ToolsQuery) (*bus.ToolsList, error) {
 	e, err := c.event(bus.TypeToolsQuery, session, q)
@@ -317,7 +317,7 @@ func (c *Client) Confirm(ctx context.Context, tool, session, replyID, callID str
 	return nil
 }
 
-// Admin runs an admin verb (PROTOCOL.md section 9) and decodes the reply's
+// Admin runs an admin verb (docs/protocol.md section 9) and decodes the reply's
 // data into out (which may be nil). session is "" for deployment verbs.
 func (c *Client) Admin(ctx context.Context, verb, session string, data, out any) error {
 	if data == nil {

@@ -226,7 +226,7 @@ func (s *Store) leaveLocked(key string, rev uint64) {
 // Park stores a new parked record and then, unless the caller executes the
 // tool itself, publishes its request on P.external.<tool> or P.confirm.<tool>
 // through JetStream so the P_HANDOFF stream keeps it. The record comes first
-// (PROTOCOL.md 6): a handler that answers the moment the request arrives
+// (docs/protocol.md 6): a handler that answers the moment the request arrives
 // finds the call parked. source is the CloudEvents source of the router.
 func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 	now := time.Now().UTC()

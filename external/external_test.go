@@ -198,7 +198,7 @@ func TestConfirmRequestSuggestedRules(t *testing.T) {
 	if got := string(confirmData(t, rules)["suggested_rules"]); got != `[{"tool":"deploy","pattern":"prod","behavior":"allow"}]` {
 		t.Fatalf("suggested_rules %s", got)
 	}
-	// PROTOCOL.md 6: the confirm request's data adds suggested_rules, so a
+	// docs/protocol.md 6: the confirm request's data adds suggested_rules, so a
 	// confirmation without suggestions carries an empty array.
 	fields := confirmData(t, nil)
 	if got, ok := fields["suggested_rules"]; !ok || string(got) != "[]" {

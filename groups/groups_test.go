@@ -165,7 +165,7 @@ func TestGroupOrderSeenByLaterStore(t *testing.T) {
 	if got := groupNames(later.Groups()); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("a store started after group a was updated lists %v, the running one [a b c]: order is the revision the cache "+
 			"first saw (groups.go putGroup: order := rev) and the bucket keeps only the latest one, so two routers build "+
-			"reset_tools with different property orders and list groups differently (PROTOCOL.md 4.2: registration order)", got)
+			"reset_tools with different property orders and list groups differently (docs/protocol.md 4.2: registration order)", got)
 	}
 }
 

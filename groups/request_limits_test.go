@@ -12,7 +12,7 @@ import (
 )
 
 // TestRequestSubschemasTogether: a request's external tools count their
-// subschemas together (PROTOCOL.md 4.3); each alone would pass.
+// subschemas together (docs/protocol.md 4.3); each alone would pass.
 func TestRequestSubschemasTogether(t *testing.T) {
 	wide := func(n int, tag string) json.RawMessage {
 		var b strings.Builder

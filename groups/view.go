@@ -53,7 +53,7 @@ func CheckRequest(r *bus.Request) (*Request, error) {
 		// Compiled once per router for as long as the compile cache keeps
 		// it (schemas.CacheEntries): re-sent in every batch, it costs a
 		// digest. The request's schemas count together against
-		// schemas.MaxSubschemas (PROTOCOL.md 4.3, 13): the walk stops at
+		// schemas.MaxSubschemas (docs/protocol.md 4.3, 13): the walk stops at
 		// the first past it, so one request compiles at most about two
 		// schemas' worth at the limit.
 		s, err := schemas.Compile(t.InputSchema)

@@ -239,7 +239,7 @@ func (r *Registry) Troubled(now time.Time) bool {
 
 // MayHold reports whether a live worker of the tool may be running the call
 // key (bus.CallKey): one said so in its latest beat, or one does not report
-// its calls in flight at all (a worker written from PROTOCOL.md alone), so
+// its calls in flight at all (a worker written from docs/protocol.md alone), so
 // nobody can tell.
 func (r *Registry) MayHold(tool, key string) bool {
 	r.mu.RLock()

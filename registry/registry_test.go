@@ -351,7 +351,7 @@ func waitNotLive(t *testing.T, r *registry.Registry, names ...string) {
 	})
 }
 
-// TestLeavingIsImmediate checks PROTOCOL.md 7 ("leaving": true removes the
+// TestLeavingIsImmediate checks docs/protocol.md 7 ("leaving": true removes the
 // worker at once) on the registry that handled the leaving: once Register
 // returned, its tools must not be live, not even for a moment. The race it
 // looks for is narrow, so it tries many times; it passes when the race did

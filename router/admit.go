@@ -9,7 +9,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// Admission (PROTOCOL.md 1, busy): a message is handled in one of
+// Admission (docs/protocol.md 1, busy): a message is handled in one of
 // MaxInflight slots. When every slot is taken, a batch or tools query with
 // a reply subject waits for one, at most QueueWait and with at most
 // MaxQueued others; past either it is answered busy at once, from the

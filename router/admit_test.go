@@ -18,7 +18,7 @@ import (
 
 // TestBurstAnswersEveryBatch: a burst of batches from many sessions at a
 // router with a handful of slots; every batch gets exactly one reply, a
-// call.reply or busy, none is dropped (PROTOCOL.md 1).
+// call.reply or busy, none is dropped (docs/protocol.md 1).
 func TestBurstAnswersEveryBatch(t *testing.T) {
 	const (
 		batches  = 5000

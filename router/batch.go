@@ -23,7 +23,7 @@ import (
 //	checkTurn (turn.go)         decode and check the event
 //	run: session snapshot       one KV read of the session per run
 //	resolveFrom → validate      what each call runs, its input checked (validate.go)
-//	nextRun (plan.go)           the run plan of PROTOCOL.md 5.2
+//	nextRun (plan.go)           the run plan of docs/protocol.md 5.2
 //	decide (decide.go)          permissions: run, deny, or park
 //	park / settleRun (park.go)  parked calls and the continuation, owned by external
 //	execute → runTool (exec.go) the executor, through the ledger (ledger.go) when not read-only
@@ -163,7 +163,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 // the caller then sends batch.done and the reply (if any).
 func (b *batch) run(start int) bool {
 	// Activation and permissions are shared by every router at once
-	// (PROTOCOL.md 4.2): the session is read from KV once per run of the
+	// (docs/protocol.md 4.2): the session is read from KV once per run of the
 	// batch, into the cache that resolution and permission decisions read,
 	// so a write acknowledged through another router a moment ago counts.
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)

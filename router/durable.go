@@ -14,7 +14,7 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// workQueue is the executor of durable tools (PROTOCOL.md 5.5): the call
+// workQueue is the executor of durable tools (docs/protocol.md 5.5): the call
 // is claimed in the ledger, published to the tool's work queue (P_WORK)
 // and taken by one of its workers; the worker sends the result to the
 // routers, one of which records it in the ledger entry, and the router

@@ -139,7 +139,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	return res, false
 }
 
-// execEvent is the io.toolbus.exec of job j (PROTOCOL.md 5.1), for a core
+// execEvent is the io.toolbus.exec of job j (docs/protocol.md 5.1), for a core
 // request and a durable call's work message alike.
 func (r *Router) execEvent(ctx context.Context, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
 	e, err := bus.NewEvent(bus.TypeExec, r.source, req)
@@ -241,7 +241,7 @@ func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessag
 		fail(&res, bus.CodeToolError, toolFailedText)
 	case bus.StateInterrupted:
 		// A cancel reaches the worker and the router at once; whichever
-		// acts first, the call ends with the one text of PROTOCOL.md 3.5.
+		// acts first, the call ends with the one text of docs/protocol.md 3.5.
 		return interrupted(c), patch
 	default:
 		return internal(c, fmt.Errorf("worker returned state %q", xr.State)), patch
@@ -256,7 +256,7 @@ const toolFailedText = "Error: the tool failed without saying why."
 // fail makes res, a tool's or handler's own result in an error state, an
 // error result with code: its error message is the output's text, and an
 // output without a text block gets one, with fallback, before the rest
-// (PROTOCOL.md 3.3: an error result still carries a readable text block).
+// (docs/protocol.md 3.3: an error result still carries a readable text block).
 func fail(res *bus.Result, code, fallback string) {
 	msg := textOf(res.Output)
 	if msg == "" {
@@ -332,7 +332,7 @@ func (r *Router) unwatchExec(w *execWatch) {
 // worker (workers list their calls in flight with every beat, and a dead
 // worker's beats expire after three), so it ends now instead of at its
 // timeout. While a live worker of the tool does not report its calls in
-// flight (a worker written from PROTOCOL.md alone), nothing can be told and
+// flight (a worker written from docs/protocol.md alone), nothing can be told and
 // the call waits for its timeout.
 func (r *Router) watchWorkers(now time.Time, hb time.Duration) {
 	if r.reg.Troubled(now) {

@@ -10,7 +10,7 @@ import (
 // The reply, batch.done and a parked batch's continuation each carry every
 // result of the batch in one message, so together the results must fit in
 // the NATS payload limit even when each alone does (a worker keeps each
-// result within it, PROTOCOL.md 5.9). fit stores the output of a result
+// result within it, docs/protocol.md 5.9). fit stores the output of a result
 // that would take the batch past the limit, as the worker would have,
 // before any message carries it: the call's event, the reply and
 // batch.done then show the same reference.

@@ -25,7 +25,7 @@ type ledgerEntry struct {
 	Deadline time.Time `json:"deadline"`
 	// Touched is the lease of a running claim: its router renews it every
 	// heartbeat while the call runs (as the lease of an answered parked
-	// call, PROTOCOL.md 6.1), and a re-send that finds it stale knows the
+	// call, docs/protocol.md 6.1), and a re-send that finds it stale knows the
 	// router died. Absent in the entries of routers without leases.
 	Touched time.Time   `json:"touched,omitzero"`
 	Result  *bus.Result `json:"result,omitempty"`
@@ -53,7 +53,7 @@ const (
 )
 
 // ledger runs each call that is not read-only at most once per (session,
-// reply id, call id) within the dedupe window (PROTOCOL.md 3.1).
+// reply id, call id) within the dedupe window (docs/protocol.md 3.1).
 //
 // The first router to claim the key runs the call and records its result;
 // a re-sent batch gets the recorded result, waiting for it while the first
@@ -383,7 +383,7 @@ type waitFor struct {
 	// the call's timeout. Zero when the batch has none.
 	expiry time.Time
 	// retry: the call may run again (idempotent with max_attempts > 1,
-	// PROTOCOL.md 5.7), so a dead router's claim is taken over to run it.
+	// docs/protocol.md 5.7), so a dead router's claim is taken over to run it.
 	retry bool
 	// durable: the work queue still holds the call and any router records
 	// its worker's result (5.8), so a dead router's claim is waited for
@@ -617,7 +617,7 @@ func (l *ledger) claimed(ctx context.Context, j *job, timeout time.Duration, run
 }
 
 // storeFull is the result of a call that did not run because JetStream
-// refused its record for want of space (PROTOCOL.md 3.3, `internal`).
+// refused its record for want of space (docs/protocol.md 3.3, `internal`).
 func storeFull(c bus.Call, h *store.Health) bus.Result {
 	_, why, _ := h.Full()
 	if why == "" {
@@ -629,7 +629,7 @@ func storeFull(c bus.Call, h *store.Health) bus.Result {
 
 // storeFullOr is res, a call's "No live worker" result, unless the store
 // is full: then the workers' heartbeats are refused too, and the honest
-// answer is that the store is full (PROTOCOL.md 3.3, `internal`).
+// answer is that the store is full (docs/protocol.md 3.3, `internal`).
 func storeFullOr(c bus.Call, h *store.Health, res *bus.Result) *bus.Result {
 	full, why, _ := h.Full()
 	if !full {

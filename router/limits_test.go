@@ -25,7 +25,7 @@ func newClient(t *testing.T, d *xtest.Deployment) *client.Client {
 }
 
 // TestRequestScopedCompiledOnce: a request-scoped tool re-sent in every
-// batch is compiled once by the router (PROTOCOL.md 4.3).
+// batch is compiled once by the router (docs/protocol.md 4.3).
 func TestRequestScopedCompiledOnce(t *testing.T) {
 	d := xtest.Run(t, xtest.Config{Routers: 1})
 	c := newClient(t, d)

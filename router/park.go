@@ -60,7 +60,7 @@ func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 	for _, c := range b.calls[next:] {
 		b.parked = append(b.parked, b.queued(c))
 	}
-	if first { // once per batch (PROTOCOL.md 3.4), not again when a resumed batch parks more
+	if first { // once per batch (docs/protocol.md 3.4), not again when a resumed batch parks more
 		b.publishEvent(bus.TypeCallParked, "", bus.ParkedEvent{Calls: b.parked})
 	}
 	return true

@@ -1,6 +1,6 @@
 package router
 
-// nextRun returns the end of the run that starts at call i (PROTOCOL.md
+// nextRun returns the end of the run that starts at call i (docs/protocol.md
 // 5.2): a maximal stretch of concurrency-safe calls, which run in
 // parallel, or one unsafe call alone. safe reports call k's safety as the
 // batch's calls resolve now; a reset_tools call or a skill load changes

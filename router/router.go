@@ -1,6 +1,6 @@
 // Package router is the stateless router of toolbus: it receives batches of
 // tool calls, checks them, resolves and validates each call, fans the calls
-// out to worker queue groups in the order PROTOCOL.md 5.2 prescribes, and
+// out to worker queue groups in the order docs/protocol.md 5.2 prescribes, and
 // reports results, events and the batch reply. Every piece of shared state
 // lives in JetStream, read on the hot path from watch-fed caches, so any
 // number of routers serve one deployment interchangeably.
@@ -58,7 +58,7 @@ type Config struct {
 	// DefaultRules and DefaultWorkDirs seed new sessions' permission context.
 	DefaultRules    []bus.Rule
 	DefaultWorkDirs []string
-	// Skills are local skill sources (PROTOCOL.md 10), lowest priority
+	// Skills are local skill sources (docs/protocol.md 10), lowest priority
 	// first: each is one skill folder or a folder of skill folders. The
 	// P_skills object store is always a source, above them.
 	Skills []string
@@ -653,7 +653,7 @@ func (r *Router) onAdmin(m *nats.Msg) {
 	}
 }
 
-// admin runs one verb of PROTOCOL.md section 9.
+// admin runs one verb of docs/protocol.md section 9.
 func (r *Router) admin(ctx context.Context, verb string, e *bus.Event) (any, error) {
 	switch verb {
 	case "tools.delete":

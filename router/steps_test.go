@@ -83,7 +83,7 @@ func TestCheckTurn(t *testing.T) {
 }
 
 func TestNextRun(t *testing.T) {
-	// PROTOCOL.md 5.2: maximal stretches of concurrency-safe calls run
+	// docs/protocol.md 5.2: maximal stretches of concurrency-safe calls run
 	// together; an unsafe call runs alone.
 	for _, tc := range []struct {
 		safe string // one letter per call: s safe, u unsafe

@@ -11,7 +11,7 @@ import (
 // emptySchema stands for an empty or absent input schema.
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
-// The listing formats of PROTOCOL.md 4.1, as structs so that keys keep their
+// The listing formats of docs/protocol.md 4.1, as structs so that keys keep their
 // order.
 type (
 	openAITool struct {
@@ -59,7 +59,7 @@ type (
 	}
 )
 
-// Export renders tool definitions in a listing format of PROTOCOL.md 4.1, one
+// Export renders tool definitions in a listing format of docs/protocol.md 4.1, one
 // element per definition, in order:
 //
 //	"toolbus" (or ""): the bus.ToolDef itself
@@ -70,7 +70,7 @@ type (
 //	"mcp": {"name","description","inputSchema","annotations":{"readOnlyHint","destructiveHint","idempotentHint"}}
 //
 // with destructiveHint = !read_only, unless the definition is a bridged MCP
-// tool whose server gave destructiveHint (mcp.annotations, PROTOCOL.md 7.2):
+// tool whose server gave destructiveHint (mcp.annotations, docs/protocol.md 7.2):
 // then the server's value, and its openWorldHint; "title" when the
 // definition has one. The input schema is passed through
 // unchanged (compacted, without HTML escaping); an empty, absent or null one becomes

@@ -14,7 +14,7 @@ import (
 
 // ParseInput accepts a call's input: a JSON object, or a JSON string that
 // holds a JSON object (as OpenAI returns arguments). An absent input means
-// {}; anything else, null and "" included, is refused (PROTOCOL.md 3.1: the
+// {}; anything else, null and "" included, is refused (docs/protocol.md 3.1: the
 // input is an object or a string holding one). It returns the compact
 // object bytes and the decoded value (numbers as json.Number), ready for
 // Schema.Validate.
@@ -131,7 +131,7 @@ func syntaxError(b []byte) error {
 	return errors.New("unexpected data")
 }
 
-// InvalidInputMessage returns PROTOCOL.md's fixed text of an invalid_input
+// InvalidInputMessage returns docs/protocol.md's fixed text of an invalid_input
 // result: "Input validation failed for tool '<name>':" followed by one
 // "\n<path>: <message>" line per detail.
 func InvalidInputMessage(tool string, details []bus.Detail) string {

@@ -1,4 +1,4 @@
-// Package skills serves Agent Skills (PROTOCOL.md section 10): folders
+// Package skills serves Agent Skills (docs/protocol.md section 10): folders
 // holding a SKILL.md with YAML front matter and a markdown body, plus any
 // other files, the skill's resources.
 //

@@ -51,7 +51,7 @@ func IsFull(err error) bool {
 }
 
 // FullText is the text every result refused for a full store starts with
-// (PROTOCOL.md 3.3, `internal`): "InternalError: store full: ...".
+// (docs/protocol.md 3.3, `internal`): "InternalError: store full: ...".
 const FullText = "store full"
 
 // Health is what one process has seen of the store's space: the last write

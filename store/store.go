@@ -28,7 +28,7 @@ type Config struct {
 	// EventsMaxBytes bounds the bytes the events stream keeps (the oldest
 	// events go first); zero or negative means no bound but EventsMaxAge.
 	EventsMaxBytes int64
-	// OutputsTTL is how long a stored output (PROTOCOL.md 5.9) is kept;
+	// OutputsTTL is how long a stored output (docs/protocol.md 5.9) is kept;
 	// zero means bus.DefaultOutputsTTL.
 	OutputsTTL time.Duration
 	// OutputsMaxBytes bounds the outputs object store; when it is full, a
@@ -104,14 +104,14 @@ type Store struct {
 	Outputs  jetstream.ObjectStore
 	// Health is what this process has seen of the store's space: writers
 	// on the hot path note their outcome in it, and the router reports it
-	// in `status` (PROTOCOL.md 9).
+	// in `status` (docs/protocol.md 9).
 	Health *Health
 
 	subj        bus.Subjects
 	workAckWait time.Duration
 }
 
-// Setup creates or updates the buckets and streams of PROTOCOL.md section 8
+// Setup creates or updates the buckets and streams of docs/protocol.md section 8
 // for the deployment named by s. It is idempotent and safe to run from every
 // router at once.
 func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config) (*Store, error) {

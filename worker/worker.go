@@ -48,7 +48,7 @@ type Config struct {
 	Version string
 	// InlineLimit is the encoded size of an output (its "output" array as
 	// JSON) above which its largest blocks are stored in the outputs object
-	// store and replaced by references (PROTOCOL.md 5.9); zero means
+	// store and replaced by references (docs/protocol.md 5.9); zero means
 	// offload.DefaultInlineLimit (1 MiB). The connection's payload limit,
 	// less 64 KiB for the envelope, caps it in any case.
 	InlineLimit int

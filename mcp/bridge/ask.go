@@ -22,7 +22,7 @@ import (
 	"github.com/toolbus/toolbus/schemas"
 )
 
-// What a bridged server may ask of its client (PROTOCOL.md 12): roots,
+// What a bridged server may ask of its client (docs/protocol.md 12): roots,
 // elicitation (form and URL) and sampling. An elicitation becomes a call of
 // the request-scoped external tool mcp__<server>__elicit in the session of
 // the bus call that caused it, so it parks (kind external) and is answered

@@ -1,7 +1,7 @@
 // Package bridge brings MCP servers onto the bus: each configured server
 // (stdio, SSE or streamable HTTP) is connected with mcp-go's client, and its
 // tools are served by a toolbus worker of their own as
-// mcp__<server>__<tool> (PROTOCOL.md 12).
+// mcp__<server>__<tool> (docs/protocol.md 12).
 //
 // Every server has its own worker, so a server that fails, exits or
 // forgets its session withdraws only its own tools: its worker leaves at

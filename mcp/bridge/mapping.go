@@ -14,7 +14,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// maxName is the longest tool name (PROTOCOL.md 1).
+// maxName is the longest tool name (docs/protocol.md 1).
 const maxName = 64
 
 // ToolName is the bus name of the MCP tool named tool on server:
@@ -41,7 +41,7 @@ func sanitize(s string) string {
 }
 
 // Definition maps an MCP tool of server s to a bus tool definition
-// (PROTOCOL.md 12): title (else annotations.title) → title; readOnlyHint →
+// (docs/protocol.md 12): title (else annotations.title) → title; readOnlyHint →
 // read_only and permission allow, else permission ask; idempotentHint →
 // idempotent; every annotation, as the server sent it, and
 // execution.taskSupport → mcp.annotations and mcp.task_support; never
@@ -112,7 +112,7 @@ func annotations(a mcp.ToolAnnotation) *bus.MCPAnnotations {
 
 func isTrue(b *bool) bool { return b != nil && *b }
 
-// Result maps an MCP tool result to an exec result (PROTOCOL.md 12): text →
+// Result maps an MCP tool result to an exec result (docs/protocol.md 12): text →
 // text blocks; image and audio → data blocks; an embedded resource → a text
 // block (text) or a data block (blob) with its uri; a resource link → a data
 // block by url with its name, title, description and size;
@@ -186,7 +186,7 @@ func block(c mcp.Content) bus.Block {
 }
 
 // annotate sets b's annotations from MCP content annotations, leaving out
-// values PROTOCOL.md 3.3 does not allow (the router would refuse the whole
+// values docs/protocol.md 3.3 does not allow (the router would refuse the whole
 // result for them).
 func annotate(b bus.Block, a *mcp.Annotations) bus.Block {
 	if a == nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// Resources (PROTOCOL.md 12): the bridge serves its servers' resources on
+// Resources (docs/protocol.md 12): the bridge serves its servers' resources on
 // P.resources.<server> (request/reply, queue group P-resources-<server>),
 // so a facade or an agent can list and read them.
 

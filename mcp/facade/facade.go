@@ -2,7 +2,7 @@
 // endpoint per bus session: tools/list is the session's visible tools in
 // mcp format, in the same order, and tools/call runs a one-call batch
 // through the routers, so groups, validation, permissions and parking
-// apply (PROTOCOL.md 12).
+// apply (docs/protocol.md 12).
 //
 // Each bus session and user gets its own mcp-go MCPServer whose tools are
 // replaced whenever that listing changes; mcp-go then tells its clients,
@@ -625,7 +625,7 @@ func (s *session) refresh(ctx context.Context) error {
 }
 
 // list asks the routers for the session's tools in format, as user sees
-// them (PROTOCOL.md 4.1: the query's user selects the user's skills).
+// them (docs/protocol.md 4.1: the query's user selects the user's skills).
 func (f *Facade) list(ctx context.Context, session, user, format string) (*bus.ToolsList, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -7,7 +7,7 @@ import (
 )
 
 // TestAdminUnknownVerbAndBadData: an unknown verb or bad data is
-// bad_request (PROTOCOL.md 9).
+// bad_request (docs/protocol.md 9).
 func TestAdminUnknownVerbAndBadData(t *testing.T) {
 	s := start(t)
 	cases := []struct {

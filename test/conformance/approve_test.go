@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// approve sends io.toolbus.answer on P.approve.<tool> (PROTOCOL.md 6.3).
+// approve sends io.toolbus.answer on P.approve.<tool> (docs/protocol.md 6.3).
 func (s *sys) approve(t testing.TB, tool, session, replyID, callID string, data any) *Event {
 	t.Helper()
 	o := out{typ: tAnswer, data: data, attrs: map[string]string{"source": "conformance/approver",
@@ -22,7 +22,7 @@ func (s *sys) approve(t testing.TB, tool, session, replyID, callID string, data 
 // with bad_request and nothing changed, another digest ("input changed"),
 // an edited input, a rule that is not suggested, and an external call's
 // answer; the exact confirmation with a suggested rule is accepted and
-// the call runs (PROTOCOL.md 6.2, 6.3, 9).
+// the call runs (docs/protocol.md 6.2, 6.3, 9).
 func TestApproveSubject(t *testing.T) {
 	s, w := confirmFixture(t)
 	confirms := s.subscribe(t, "toolbus.confirm.deploy")

@@ -10,7 +10,7 @@ import (
 
 // TestReplyAndEventOrder: the reply lists results in call order; events
 // carry one call.result per call in completion order, then batch.done with
-// every result in call order (PROTOCOL.md 3.2, 3.4).
+// every result in call order (docs/protocol.md 3.2, 3.4).
 func TestReplyAndEventOrder(t *testing.T) {
 	s := start(t)
 	release := newGate()
@@ -55,7 +55,7 @@ func TestReplyAndEventOrder(t *testing.T) {
 
 // TestResultShape: a result has exactly id, name, state, output and, for
 // errors, error {code, message}; the error text is both the readable block
-// and error.message (PROTOCOL.md 3.3).
+// and error.message (docs/protocol.md 3.3).
 func TestResultShape(t *testing.T) {
 	s := start(t)
 	s.serve(t, func(c *execCall) {
@@ -97,7 +97,7 @@ func TestResultShape(t *testing.T) {
 	}
 }
 
-// TestUnknownToolText: PROTOCOL.md 3.3's fixed text, also for names that
+// TestUnknownToolText: docs/protocol.md 3.3's fixed text, also for names that
 // are not valid tool names.
 func TestUnknownToolText(t *testing.T) {
 	s := start(t)
@@ -111,7 +111,7 @@ func TestUnknownToolText(t *testing.T) {
 
 // TestInputForms: input is a JSON object or a string holding one (as
 // OpenAI returns arguments); anything else is an invalid_input result for
-// that call and the tool does not run (PROTOCOL.md 3.1).
+// that call and the tool does not run (docs/protocol.md 3.1).
 func TestInputForms(t *testing.T) {
 	s := start(t)
 	w := s.serve(t, func(c *execCall) { c.text(string(c.Call.Input)) },
@@ -195,7 +195,7 @@ func TestInvalidInputText(t *testing.T) {
 }
 
 // TestRuntimeContextForwarded: user and context reach every tool call of
-// the batch unchanged (PROTOCOL.md 3.1, 5.1).
+// the batch unchanged (docs/protocol.md 3.1, 5.1).
 func TestRuntimeContextForwarded(t *testing.T) {
 	s := start(t)
 	w := s.serve(t, echo, def("a"), def("b"))
@@ -227,7 +227,7 @@ func jsonEqual(raw json.RawMessage, v any) bool {
 
 // TestDedupeResentBatch: re-sending a batch with the same session and id
 // never runs a tool that is not read_only twice, and gets the same results
-// (PROTOCOL.md 3.1); another session with the same reply id is another batch.
+// (docs/protocol.md 3.1); another session with the same reply id is another batch.
 func TestDedupeResentBatch(t *testing.T) {
 	s := start(t)
 	var mu sync.Mutex
@@ -270,7 +270,7 @@ func TestDedupeResentBatch(t *testing.T) {
 }
 
 // TestPublishedBatch: a batch sent by plain publish (no reply subject) runs
-// and reports through its events (PROTOCOL.md 2).
+// and reports through its events (docs/protocol.md 2).
 func TestPublishedBatch(t *testing.T) {
 	s := start(t)
 	s.serve(t, echo, def("ping"))
@@ -282,7 +282,7 @@ func TestPublishedBatch(t *testing.T) {
 
 // TestTraceContextPropagates: traceparent/tracestate of the batch reach the
 // reply, the events and the exec request, as attributes and NATS headers
-// (PROTOCOL.md 1, 3.1, 5.1).
+// (docs/protocol.md 1, 3.1, 5.1).
 func TestTraceContextPropagates(t *testing.T) {
 	s := start(t)
 	w := s.serve(t, echo, def("ping"))

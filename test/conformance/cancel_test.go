@@ -32,7 +32,7 @@ func (b *blocker) handle(c *execCall) {
 
 // TestCancelRunningCalls: a cancel with only replyid ends every running
 // call of the reply interrupted, with the fixed text; the worker sees its
-// context cancelled; the reply and batch.done follow (PROTOCOL.md 3.5).
+// context cancelled; the reply and batch.done follow (docs/protocol.md 3.5).
 func TestCancelRunningCalls(t *testing.T) {
 	s := start(t)
 	b := newBlocker()

@@ -1,4 +1,4 @@
-// Tests in this file were written as deviations from PROTOCOL.md that the
+// Tests in this file were written as deviations from docs/protocol.md that the
 // black-box suite found; each is fixed now and stays as a regression test.
 package conformance
 
@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// TestConfirmedCallOneResultEvent: PROTOCOL.md 3.4,
+// TestConfirmedCallOneResultEvent: docs/protocol.md 3.4,
 // "io.toolbus.call.result: one per finished call". A call that ran after a
 // confirmation gets two identical call.result events.
 func TestConfirmedCallOneResultEvent(t *testing.T) {
@@ -22,7 +22,7 @@ func TestConfirmedCallOneResultEvent(t *testing.T) {
 	wantSuccess(t, done[0], `deploy ran with {"env":"prod"}`)
 }
 
-// TestMalformedCancelAnswered: PROTOCOL.md 1, "Anything
+// TestMalformedCancelAnswered: docs/protocol.md 1, "Anything
 // malformed (...) is answered, when the message has a reply subject, with
 // an io.toolbus.error event". On P.cancel.<session> routers drop malformed
 // messages silently, even with a reply subject.
@@ -51,7 +51,7 @@ func TestMalformedCancelAnswered(t *testing.T) {
 	}
 }
 
-// TestResentAfterAnswerGetsSameResults: PROTOCOL.md 3.1,
+// TestResentAfterAnswerGetsSameResults: docs/protocol.md 3.1,
 // "Re-sending a batch with the same sessionid and id within the dedupe
 // window (...) the re-sent batch gets the same results for those calls as
 // the first one". Once a batch whose call was parked has finished, a
@@ -91,7 +91,7 @@ func TestResentAfterAnswerGetsSameResults(t *testing.T) {
 	})
 }
 
-// TestCallParkedOncePerBatch: PROTOCOL.md 3.4,
+// TestCallParkedOncePerBatch: docs/protocol.md 3.4,
 // "io.toolbus.call.parked: once per batch that parks anything". A batch
 // whose queued call parks in turn after the first answer publishes a
 // second call.parked (docs/protocol.md 3.4 describes this, without marking
@@ -130,7 +130,7 @@ func TestCallParkedOncePerBatch(t *testing.T) {
 	}
 }
 
-// TestExecDataHasUserAndContext: PROTOCOL.md 5.1, data
+// TestExecDataHasUserAndContext: docs/protocol.md 5.1, data
 // `{"call": {...}, "user", "context", "attempt": 1, "state": {...}}` where
 // only `state` is conditional. A batch without user/context yields exec
 // data without those members (and likewise the external request of 6,
@@ -144,7 +144,7 @@ func TestExecDataHasUserAndContext(t *testing.T) {
 	hasKeys(t, "external.request data", live.next().Data, "call", "user", "context")
 }
 
-// TestSkillsObjectStore: PROTOCOL.md 8 lists the object store
+// TestSkillsObjectStore: docs/protocol.md 8 lists the object store
 // P_skills (`toolbus_skills`) among the state in JetStream; no router
 // creates it (skills are not implemented: docs/protocol.md 9 says
 // "skills are not served yet").
@@ -157,10 +157,10 @@ func TestSkillsObjectStore(t *testing.T) {
 	}
 }
 
-// TestLongCallOfLiveWorker: PROTOCOL.md 3.3, "unknown_outcome
+// TestLongCallOfLiveWorker: docs/protocol.md 3.3, "unknown_outcome
 // (the worker vanished mid-call ...)", 5.3 "Each tool has timeout_ms
 // (default 300000)" and 7 (a worker is gone after three missed beats). A
-// worker written from PROTOCOL.md beats on time but does not send the
+// worker written from docs/protocol.md beats on time but does not send the
 // "inflight" extension of docs/protocol.md 5; the router then ends every
 // exec request older than three heartbeats as unknown_outcome, although the
 // worker is alive: a 2.5 s call of a tool with timeout_ms 4000 never
@@ -184,7 +184,7 @@ func TestLongCallOfLiveWorker(t *testing.T) {
 	wantFailure(t, r.Results[1], "error", "timeout", "Tool execution timeout after 2.5s")
 }
 
-// TestErrorResultsHaveText: PROTOCOL.md 3.3, "An error result
+// TestErrorResultsHaveText: docs/protocol.md 3.3, "An error result
 // still carries a readable text block, and error carries the
 // machine-readable code." Results made from a worker's or an external
 // handler's output that has no text block (state error with only a data
@@ -221,7 +221,7 @@ func TestErrorResultsHaveText(t *testing.T) {
 	}
 }
 
-// TestSessionModeSharedAtOnce: PROTOCOL.md 2, "Routers are
+// TestSessionModeSharedAtOnce: docs/protocol.md 2, "Routers are
 // stateless and interchangeable (...) all shared state lives in JetStream",
 // and 6 (every call goes through the session's permission decision). With
 // several routers, a batch sent right after session.mode was acknowledged
@@ -248,7 +248,7 @@ func TestSessionModeSharedAtOnce(t *testing.T) {
 	}
 }
 
-// TestDeactivationSharedAtOnce: PROTOCOL.md 4.2, "Activation is
+// TestDeactivationSharedAtOnce: docs/protocol.md 4.2, "Activation is
 // per session, stored in KV, and shared by every router at once." With
 // several routers, a call sent right after a deactivation was acknowledged
 // (session.activate with "active": false here; reset_tools behaves the

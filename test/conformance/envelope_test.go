@@ -11,7 +11,7 @@ import (
 )
 
 // routerSubjects are the request/reply subjects a router answers, with the
-// event type each expects (PROTOCOL.md 2).
+// event type each expects (docs/protocol.md 2).
 func routerSubjects(s *sys) []struct{ name, subject, typ string } {
 	return []struct{ name, subject, typ string }{
 		{"call", s.subj("call", "s1"), tCallBatch},
@@ -40,7 +40,7 @@ func envelope(typ string, data any) M {
 
 // TestMalformedEnvelopeOnEveryRouterSubject: anything that is not a valid
 // CloudEvent of the right type is answered with io.toolbus.error bad_event
-// on every router subject (PROTOCOL.md 1).
+// on every router subject (docs/protocol.md 1).
 func TestMalformedEnvelopeOnEveryRouterSubject(t *testing.T) {
 	s := start(t)
 	breakers := []struct {
@@ -106,7 +106,7 @@ func mutate(ev M, k string, v any) []byte {
 }
 
 // TestSessionIDDiffersFromSubject: a sessionid attribute that differs from
-// the subject's session token is bad_event (PROTOCOL.md 1), on call and tools.
+// the subject's session token is bad_event (docs/protocol.md 1), on call and tools.
 func TestSessionIDDiffersFromSubject(t *testing.T) {
 	s := start(t)
 	w := s.serve(t, echo, def("ping"))
@@ -167,7 +167,7 @@ func TestBatchBadIdentifiers(t *testing.T) {
 
 // TestBatchBadRequests: a well-formed batch that asks for something invalid
 // is bad_request, answered with io.toolbus.error, and runs nothing
-// (PROTOCOL.md 1 and 3.2).
+// (docs/protocol.md 1 and 3.2).
 func TestBatchBadRequests(t *testing.T) {
 	s := start(t)
 	w := s.serve(t, echo, def("ping"))
@@ -241,7 +241,7 @@ func TestBatchWithoutSessionID(t *testing.T) {
 
 // TestBinaryMode: receivers accept binary mode: ce- headers, values
 // percent-encoded, header names read case-insensitively, body = data
-// (PROTOCOL.md 1). Replies come back in structured mode.
+// (docs/protocol.md 1). Replies come back in structured mode.
 func TestBinaryMode(t *testing.T) {
 	s := start(t)
 	s.serve(t, func(c *execCall) { c.text("user " + string(c.User)) }, def("ping"))
@@ -351,7 +351,7 @@ func TestMalformedWithoutReplySubject(t *testing.T) {
 }
 
 // TestRouterSubscriptions: routers serve the router subjects in queue group
-// P-router, and P.cancel.> on a plain subscription (PROTOCOL.md 2), as the
+// P-router, and P.cancel.> on a plain subscription (docs/protocol.md 2), as the
 // server's own subscription list shows.
 func TestRouterSubscriptions(t *testing.T) {
 	s := start(t)
@@ -436,7 +436,7 @@ func TestBinaryModeFromWorkersAndHandlers(t *testing.T) {
 }
 
 // TestDeeplyNestedJSON: absurdly nested JSON is answered (an error event or
-// an error result), never crashes or stalls the router (PROTOCOL.md 1).
+// an error result), never crashes or stalls the router (docs/protocol.md 1).
 func TestDeeplyNestedJSON(t *testing.T) {
 	s := start(t)
 	s.serve(t, echo, def("ping"))

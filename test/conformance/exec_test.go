@@ -12,7 +12,7 @@ import (
 // TestExecRequest: io.toolbus.exec on P.exec.<tool> carries sessionid,
 // replyid, toolcallid and expirytime, and data {"call": {id, name, input},
 // "user", "context", "attempt": 1} with the validated input object and no
-// "state" for a tool that is not state_injected (PROTOCOL.md 5.1).
+// "state" for a tool that is not state_injected (docs/protocol.md 5.1).
 func TestExecRequest(t *testing.T) {
 	s := start(t)
 	w := s.serve(t, echo, def("get_weather", M{"timeout_ms": 60000, "input_schema": weatherSchema}))
@@ -167,7 +167,7 @@ func TestToolErrorState(t *testing.T) {
 }
 
 // TestUnavailable: a registered tool without a live worker gives
-// unavailable (PROTOCOL.md 3.3).
+// unavailable (docs/protocol.md 3.3).
 func TestUnavailable(t *testing.T) {
 	s := start(t)
 	w := s.serve(t, echo, def("ghost"))
@@ -197,7 +197,7 @@ func (tr *trace) index(s string) int {
 
 // TestBatchOrder: maximal runs of concurrency-safe calls (unknown tools
 // count as safe) run in parallel; an unsafe call never overlaps another;
-// runs go one after another; a failing call cancels nothing (PROTOCOL.md 5.2).
+// runs go one after another; a failing call cancels nothing (docs/protocol.md 5.2).
 func TestBatchOrder(t *testing.T) {
 	s := start(t)
 	var tr trace
@@ -253,7 +253,7 @@ func TestBatchOrder(t *testing.T) {
 }
 
 // TestTimeoutText: a call that outlives its tool's timeout_ms ends with
-// timeout, "Tool execution timeout after <Go duration>" (PROTOCOL.md 5.3).
+// timeout, "Tool execution timeout after <Go duration>" (docs/protocol.md 5.3).
 func TestTimeoutText(t *testing.T) {
 	s := start(t)
 	s.serve(t, func(c *execCall) { <-c.ctx.Done() }, def("stuck", M{"timeout_ms": 300}))
@@ -280,7 +280,7 @@ func TestTimeoutFromBatchExpiry(t *testing.T) {
 }
 
 // TestRetries: only read_only or idempotent tools with max_attempts > 1 are
-// retried, on timeout; attempt counts from 1 (PROTOCOL.md 5.1, 5.3).
+// retried, on timeout; attempt counts from 1 (docs/protocol.md 5.1, 5.3).
 func TestRetries(t *testing.T) {
 	s := start(t)
 	var mu sync.Mutex
@@ -311,7 +311,7 @@ func TestRetries(t *testing.T) {
 }
 
 // TestInvalidOutputBlock: a result never carries a data block without
-// exactly one of data and url (PROTOCOL.md 3.3); a worker's malformed block
+// exactly one of data and url (docs/protocol.md 3.3); a worker's malformed block
 // turns the result into tool_error (docs/protocol.md 3.3, Decision).
 func TestInvalidOutputBlock(t *testing.T) {
 	s := start(t)

@@ -1,5 +1,5 @@
 // Package conformance is a black-box conformance suite for the toolbus wire
-// protocol (PROTOCOL.md, version 1). It talks to a router only as a foreign
+// protocol (docs/protocol.md, version 1). It talks to a router only as a foreign
 // client would: raw NATS (core and JetStream) and encoding/json, CloudEvents
 // built by hand in structured JSON mode. Tool workers, agents, external
 // handlers and approval UIs are hand-written here too; nothing of the
@@ -9,7 +9,7 @@
 // for what it needs through the wire), and bus/bustest gives connections
 // and bounded polling.
 //
-// Tests that show a deviation from PROTOCOL.md live in discrepancy_test.go
+// Tests that show a deviation from docs/protocol.md live in discrepancy_test.go
 // behind the build tag conformance_todo.
 package conformance
 
@@ -46,7 +46,7 @@ const (
 	workerHeartbeat = 150 * time.Millisecond
 )
 
-// Wire constants, written from PROTOCOL.md (not imported).
+// Wire constants, written from docs/protocol.md (not imported).
 const (
 	ctEvent = "application/cloudevents+json"
 	ctJSON  = "application/json"
@@ -262,7 +262,7 @@ func pctEncode(s string) string {
 }
 
 // decodeEvent parses a structured-mode event that the system sent and
-// checks the envelope rules of PROTOCOL.md 1 that every sender must follow.
+// checks the envelope rules of docs/protocol.md 1 that every sender must follow.
 func decodeEvent(t testing.TB, m *nats.Msg) *Event {
 	t.Helper()
 	if ct := m.Header.Get("content-type"); ct != ctEvent {
@@ -447,7 +447,7 @@ type Block struct {
 	URL       string `json:"url,omitempty"`
 }
 
-// Result is a call's result (PROTOCOL.md 3.3).
+// Result is a call's result (docs/protocol.md 3.3).
 type Result struct {
 	ID       string          `json:"id"`
 	Name     string          `json:"name"`
@@ -518,7 +518,7 @@ func (s *sys) wantReply(t testing.TB, e *Event, session, replyID string) Reply {
 		t.Fatalf("reply type %s, want %s; data %s", e.Type, tCallReply, e.Data)
 	}
 	fromRouter(t, e)
-	// PROTOCOL.md does not require these attributes on the reply; when
+	// docs/protocol.md does not require these attributes on the reply; when
 	// present they must be right.
 	if e.SessionID != "" && e.SessionID != session || e.ReplyID != "" && e.ReplyID != replyID {
 		t.Errorf("reply: sessionid %q replyid %q, want %q %q", e.SessionID, e.ReplyID, session, replyID)
@@ -540,7 +540,7 @@ func (s *sys) wantReply(t testing.TB, e *Event, session, replyID string) Reply {
 	return r
 }
 
-// checkResult checks the invariants of PROTOCOL.md 3.3 on any result.
+// checkResult checks the invariants of docs/protocol.md 3.3 on any result.
 func checkResult(t testing.TB, r Result) {
 	t.Helper()
 	switch r.State {
@@ -725,7 +725,7 @@ func eventsString(es []*Event) string {
 	return b.String()
 }
 
-// checkBatchEvents checks PROTOCOL.md 3.4 on the events of one batch that
+// checkBatchEvents checks docs/protocol.md 3.4 on the events of one batch that
 // ended with batch.done: every event carries sessionid and replyid, each
 // call.result its toolcallid and subject = call id, exactly one call.result
 // per call before batch.done, and batch.done holds every result in call
@@ -888,7 +888,7 @@ func (c *execCall) progress(seq int, text string) {
 // handler runs one exec call; it answers with c.result/c.text, or not at all.
 type handler func(c *execCall)
 
-// worker is a tool worker written from PROTOCOL.md 5 and 7 alone.
+// worker is a tool worker written from docs/protocol.md 5 and 7 alone.
 type worker struct {
 	t     testing.TB
 	s     *sys

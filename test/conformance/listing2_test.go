@@ -7,7 +7,7 @@ import (
 )
 
 // TestListingMergeModesEveryFormat: for each merge mode and each format,
-// the list order of PROTOCOL.md 4.1 (basic and active groups' tools in
+// the list order of docs/protocol.md 4.1 (basic and active groups' tools in
 // registration order, reset_tools, then the request's external tools, a
 // request tool replacing the backend tool of its name), each entry in the
 // format's shape, and the groups entries.

@@ -42,7 +42,7 @@ func member(t testing.TB, raw json.RawMessage, key string) json.RawMessage {
 var weatherSchema = M{"type": "object", "properties": M{"city": M{"type": "string", "description": "City name."}},
 	"required": []string{"city"}}
 
-// TestListingFormats: each format of PROTOCOL.md 4.1 has exactly its keys,
+// TestListingFormats: each format of docs/protocol.md 4.1 has exactly its keys,
 // with the tool's name, description and schema unchanged.
 func TestListingFormats(t *testing.T) {
 	s := start(t)
@@ -134,7 +134,7 @@ func TestListingFormats(t *testing.T) {
 			_ = json.Unmarshal(raw, &d)
 			if d.ReadOnly != (name == "get_weather") || d.ConcurrencySafe != (name == "get_weather") ||
 				d.TimeoutMS != 300000 || d.MaxAttempts != 1 || d.Permission != "allow" || d.RuleMatcher != "none" {
-				t.Errorf("definition %s: want the registered values and the defaults of PROTOCOL.md 7", raw)
+				t.Errorf("definition %s: want the registered values and the defaults of docs/protocol.md 7", raw)
 			}
 			if !jsonEqual(member(t, raw, "input_schema"), schemaOf(t, name)) {
 				t.Errorf("input_schema %s", member(t, raw, "input_schema"))
@@ -179,7 +179,7 @@ func TestListingUnknownFormat(t *testing.T) {
 
 // TestListingOrderAndVisibility: basic and active groups' tools with a
 // live worker (external tools need none), then reset_tools when a meta
-// group exists, then the request's external tools (PROTOCOL.md 4.1).
+// group exists, then the request's external tools (docs/protocol.md 4.1).
 func TestListingOrderAndVisibility(t *testing.T) {
 	s := start(t)
 	groups := []M{{"name": "ops", "description": "Operations.", "scope": "meta"}}
@@ -236,7 +236,7 @@ func groupsFixture(t *testing.T) *sys {
 
 // TestResetToolsSchema: one boolean property per meta-scope group, in
 // registration order, "default": false, the group's description, and no
-// "required" (PROTOCOL.md 4.2).
+// "required" (docs/protocol.md 4.2).
 func TestResetToolsSchema(t *testing.T) {
 	s := groupsFixture(t)
 	l := s.list(t, "s1", M{"format": "anthropic"})
@@ -266,7 +266,7 @@ func TestResetToolsSchema(t *testing.T) {
 	}
 }
 
-// TestResetToolsTexts: the fixed texts of PROTOCOL.md 4.2.
+// TestResetToolsTexts: the fixed texts of docs/protocol.md 4.2.
 func TestResetToolsTexts(t *testing.T) {
 	s := groupsFixture(t)
 	const avail = "The current available groups are: g1, g2, g3"

@@ -25,7 +25,7 @@ func mergeFixture(t *testing.T) (*sys, *worker) {
 
 // TestExternalToolWinsOverBackend: a request-scoped external tool always
 // wins over a backend tool of the same name, even one in an inactive group
-// (PROTOCOL.md 4.3); merge_external_priority is the default.
+// (docs/protocol.md 4.3); merge_external_priority is the default.
 func TestExternalToolWinsOverBackend(t *testing.T) {
 	s, w := mergeFixture(t)
 	for _, mode := range []string{"", "merge_external_priority"} {
@@ -96,7 +96,7 @@ func TestAgentOnly(t *testing.T) {
 
 // TestRequestScopedExternalCall: calling a request-scoped external tool
 // parks it with kind "external" and subject P.answer.<tool>; the caller
-// answers it; these calls count as concurrency-safe (PROTOCOL.md 4.3, 6).
+// answers it; these calls count as concurrency-safe (docs/protocol.md 4.3, 6).
 func TestRequestScopedExternalCall(t *testing.T) {
 	s, _ := mergeFixture(t)
 	req := M{"external_tools": []M{extTool("pick_file", "Pick.", M{"dir": M{"type": "string"}}, "dir")}}

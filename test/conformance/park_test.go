@@ -65,7 +65,7 @@ type requestData struct {
 	Reason         string `json:"reason"`
 }
 
-// checkHandoff checks a handoff request for one call (PROTOCOL.md 6).
+// checkHandoff checks a handoff request for one call (docs/protocol.md 6).
 func checkHandoff(t testing.TB, e *Event, typ, session, replyID, callID, tool string, input any) requestData {
 	t.Helper()
 	if e.Type != typ {
@@ -97,7 +97,7 @@ func externalFixture(t *testing.T, opts ...option) *sys {
 // TestExternalToolParks: a call of an external tool is recorded in
 // P_parked, published on P.external.<tool> (kept by P_HANDOFF for handlers
 // that start late), reported as parked, and answered by the first valid
-// answer (PROTOCOL.md 6).
+// answer (docs/protocol.md 6).
 func TestExternalToolParks(t *testing.T) {
 	s := externalFixture(t)
 	live := s.subscribe(t, "toolbus.external.handoff")
@@ -236,7 +236,7 @@ func TestPartialAnswers(t *testing.T) {
 }
 
 // TestCancelParkedCalls: parked calls of a cancelled reply end interrupted
-// with the fixed text; a later answer is not_parked (PROTOCOL.md 3.5, 6).
+// with the fixed text; a later answer is not_parked (docs/protocol.md 3.5, 6).
 func TestCancelParkedCalls(t *testing.T) {
 	s := externalFixture(t)
 	ev := s.watch(t, "s1")
@@ -298,7 +298,7 @@ func confirmFixture(t *testing.T, opts ...option) (*sys, *worker) {
 // TestConfirmWithEditedInput: a permission "ask" parks the call on
 // P.confirm.<tool> with io.toolbus.confirm.request (suggested_rules,
 // reason); confirmed with an edited input, the edited call runs; a call
-// behind it is "queued" and runs afterwards (PROTOCOL.md 5.2, 6).
+// behind it is "queued" and runs afterwards (docs/protocol.md 5.2, 6).
 func TestConfirmWithEditedInput(t *testing.T) {
 	s, w := confirmFixture(t)
 	ev := s.watch(t, "s1")
@@ -493,7 +493,7 @@ func TestApprovalUIFromDocs(t *testing.T) {
 }
 
 // TestFirstAnswerWins: of answers sent at once, exactly one is accepted;
-// the others get already_answered (compare-and-set, PROTOCOL.md 6).
+// the others get already_answered (compare-and-set, docs/protocol.md 6).
 func TestFirstAnswerWins(t *testing.T) {
 	s := externalFixture(t)
 	s.addRouter()

@@ -86,7 +86,7 @@ func TestPermissionModes(t *testing.T) {
 
 // TestConfirmRequestCarriesSuggestedRules: an ask parks on
 // P.confirm.<tool> with io.toolbus.confirm.request whose data has
-// suggested_rules and reason (PROTOCOL.md 6); reply.parked and
+// suggested_rules and reason (docs/protocol.md 6); reply.parked and
 // call.parked carry the same suggestions (docs/protocol.md 3.2).
 func TestConfirmRequestCarriesSuggestedRules(t *testing.T) {
 	s := permFixture(t)

@@ -28,7 +28,7 @@ func decodeAck(t testing.TB, e *Event) registerAck {
 
 // TestRegisterAckAndRejections: {"accepted": [names], "rejected": [{name,
 // reason}]}; a schema that does not compile, is not an object schema or
-// refers to an external $ref is rejected with a reason (PROTOCOL.md 7).
+// refers to an external $ref is rejected with a reason (docs/protocol.md 7).
 func TestRegisterAckAndRejections(t *testing.T) {
 	s := start(t)
 	w := s.startWorker(t, []M{def("good")}, nil, echo)

@@ -8,7 +8,7 @@ import (
 )
 
 // TestAnswersReachAnyRouter: routers are stateless and interchangeable
-// (PROTOCOL.md 2, 8): with three routers, parked calls are answered through
+// (docs/protocol.md 2, 8): with three routers, parked calls are answered through
 // whichever router the queue group picks and every batch completes.
 func TestAnswersReachAnyRouter(t *testing.T) {
 	s, _ := confirmFixture(t)
@@ -32,7 +32,7 @@ func TestAnswersReachAnyRouter(t *testing.T) {
 }
 
 // TestDedupeAcrossRouters: copies of one batch sent at once to several
-// routers run a tool that is not read_only once (PROTOCOL.md 3.1).
+// routers run a tool that is not read_only once (docs/protocol.md 3.1).
 func TestDedupeAcrossRouters(t *testing.T) {
 	s := start(t)
 	var runs atomic.Int64

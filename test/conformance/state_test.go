@@ -12,7 +12,7 @@ import (
 )
 
 // TestJetStreamNames: buckets are named with the prefix as given, streams
-// with it in upper case, capturing the subjects of PROTOCOL.md 8.
+// with it in upper case, capturing the subjects of docs/protocol.md 8.
 func TestJetStreamNames(t *testing.T) {
 	for _, prefix := range []string{"", "acme"} {
 		t.Run("prefix="+prefix, func(t *testing.T) {
@@ -103,7 +103,7 @@ func TestCustomPrefix(t *testing.T) {
 	}
 }
 
-// TestKVKeys: the keys of PROTOCOL.md 8, read as a foreign client.
+// TestKVKeys: the keys of docs/protocol.md 8, read as a foreign client.
 func TestKVKeys(t *testing.T) {
 	s := start(t)
 	w := s.startWorker(t, []M{def("deploy"), def("look", M{"read_only": true}), def("handoff", M{"external": true}),
@@ -139,7 +139,7 @@ func TestKVKeys(t *testing.T) {
 }
 
 // TestSessionWritesNotLost: session updates use compare-and-set; writes
-// made at once through several routers are all kept (PROTOCOL.md 8).
+// made at once through several routers are all kept (docs/protocol.md 8).
 func TestSessionWritesNotLost(t *testing.T) {
 	s := start(t)
 	var groups []M
@@ -174,7 +174,7 @@ func TestSessionWritesNotLost(t *testing.T) {
 }
 
 // TestConcurrentStatePatches: state patches of parallel calls are applied
-// with compare-and-set; none is lost (PROTOCOL.md 5.1).
+// with compare-and-set; none is lost (docs/protocol.md 5.1).
 func TestConcurrentStatePatches(t *testing.T) {
 	s := start(t)
 	s.serve(t, func(c *execCall) {
@@ -199,7 +199,7 @@ func TestConcurrentStatePatches(t *testing.T) {
 }
 
 // TestStatePatchOfToolNotStateInjected: state_patch is allowed only for
-// state_injected tools (PROTOCOL.md 5.1); another tool's patch is a tool
+// state_injected tools (docs/protocol.md 5.1); another tool's patch is a tool
 // error and changes no state.
 func TestStatePatchOfToolNotStateInjected(t *testing.T) {
 	s := start(t)

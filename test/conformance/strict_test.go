@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Strict decoding (PROTOCOL.md 7): a member the protocol does not name, in
+// Strict decoding (docs/protocol.md 7): a member the protocol does not name, in
 // a tool definition, a group, a request or an answer, is refused with its
 // name.
 
@@ -22,7 +22,7 @@ func wantErrorNaming(t testing.TB, e *Event, code, member string) {
 	}
 }
 
-// TestRegisterMisspeltMembers: each definition with a member PROTOCOL.md 7
+// TestRegisterMisspeltMembers: each definition with a member docs/protocol.md 7
 // does not name is rejected in the ack with a reason that names it; so is
 // one without input_schema (or with null); the good one beside them is
 // accepted, and no rejected one is listed or stored.
@@ -257,7 +257,7 @@ func TestSameToolTwoLanguages(t *testing.T) {
 }
 
 // TestSessionActivateDefaultsToActive: session.activate without "active"
-// activates the groups (PROTOCOL.md 9).
+// activates the groups (docs/protocol.md 9).
 func TestSessionActivateDefaultsToActive(t *testing.T) {
 	s := start(t)
 	s.adminOK(t, "groups.put", "", M{"name": "admin", "description": "Operator tools.", "scope": "external"})

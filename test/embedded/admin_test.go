@@ -9,7 +9,7 @@ import (
 	"github.com/toolbus/toolbus/groups"
 )
 
-// The delete verbs of PROTOCOL.md 9: tools.delete, groups.delete, session.delete.
+// The delete verbs of docs/protocol.md 9: tools.delete, groups.delete, session.delete.
 func TestAdminDeleteVerbs(t *testing.T) {
 	e := groupEnv(t, 1)
 	c := e.client

@@ -81,7 +81,7 @@ type pairIn struct {
 	N     int    `json:"n"`
 }
 
-// TestBatchConcurrency checks PROTOCOL.md 5.2 with the worker's own record
+// TestBatchConcurrency checks docs/protocol.md 5.2 with the worker's own record
 // of starts and ends: the calls of a run of concurrency-safe calls overlap
 // (each waits at a barrier for all the others), an unsafe call overlaps
 // nothing, runs go one after another, and results come in call order.
@@ -134,7 +134,7 @@ func TestBatchConcurrency(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			session := fmt.Sprintf("order-%d", i)
 			kinds := strings.Fields(tt.shape)
-			// Split into runs as PROTOCOL.md 5.2 prescribes.
+			// Split into runs as docs/protocol.md 5.2 prescribes.
 			var runs [][]int
 			for j, k := range kinds {
 				if k == "U" || len(runs) == 0 || kinds[j-1] == "U" {

@@ -13,7 +13,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 )
 
-// TestExecWireContract plays a worker with plain NATS (PROTOCOL.md 5.1 and
+// TestExecWireContract plays a worker with plain NATS (docs/protocol.md 5.1 and
 // 7): it registers and beats with raw io.toolbus.register events, serves
 // P.exec.<tool> in the tool's queue group, and checks the io.toolbus.exec
 // the router sends; the router turns its io.toolbus.exec.result into the

@@ -466,7 +466,7 @@ func objectSchema(props string, required ...string) json.RawMessage {
 	return json.RawMessage(`{"type":"object","properties":` + props + `,"required":` + string(req) + `}`)
 }
 
-// knownBug skips the test as a known deviation from PROTOCOL.md. Set
+// knownBug skips the test as a known deviation from docs/protocol.md. Set
 // TOOLBUS_RUN_BUGS=1 to run such tests anyway, e.g. to see whether a fix
 // landed.
 func knownBug(t *testing.T, what string) {

@@ -18,7 +18,7 @@ func keysOf(m map[string]json.RawMessage) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// TestListingFormats: every listing format of PROTOCOL.md 4.1 has exactly
+// TestListingFormats: every listing format of docs/protocol.md 4.1 has exactly
 // its keys, with the registered name, description and schema.
 func TestListingFormats(t *testing.T) {
 	e := newEnv(t, 1)

@@ -16,7 +16,7 @@ import (
 )
 
 // TestMalformedBatch: every malformed io.toolbus.call.batch with a reply
-// subject is answered with an io.toolbus.error of the code PROTOCOL.md
+// subject is answered with an io.toolbus.error of the code docs/protocol.md
 // section 1 gives, runs nothing, and leaves the router serving.
 func TestMalformedBatch(t *testing.T) {
 	e := newEnv(t, 1)

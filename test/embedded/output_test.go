@@ -22,7 +22,7 @@ func TestOutputPassThrough(t *testing.T) {
 		}, Metadata: json.RawMessage(`{"source":"met.no","took_ms":12}`)},
 		"url_data":   {Output: []bus.Block{{Type: bus.BlockData, MediaType: "application/pdf", URL: "https://example.com/r.pdf"}}},
 		"empty_text": {Output: []bus.Block{{Type: bus.BlockText, Text: ""}}},
-		// The descriptive members of PROTOCOL.md 3.3 pass through too.
+		// The descriptive members of docs/protocol.md 3.3 pass through too.
 		"described": {Output: []bus.Block{
 			{Type: bus.BlockText, Text: "notes", URI: "file:///n.txt", MediaType: "text/plain", Annotations: &bus.Annotations{Audience: []string{"user"}}},
 			{Type: bus.BlockData, MediaType: "application/pdf", URL: "https://example.com/c.pdf", Size: 5, Name: "c.pdf", Title: "C", Description: "The C report.",

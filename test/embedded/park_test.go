@@ -356,7 +356,7 @@ func TestQueuedBehindParkedRun(t *testing.T) {
 	if err := e.answer(t, "ext", "s1", "r1", "c3", bus.Answer{State: "success", Output: bus.Text("three")}); err != nil {
 		t.Fatal(err)
 	}
-	// One call.parked for the batch (PROTOCOL.md 3.4), none when c3 parked later.
+	// One call.parked for the batch (docs/protocol.md 3.4), none when c3 parked later.
 	events := collect(t, ev, batchDone("r1"))
 	var bd bus.BatchDone
 	parkedEvents := 0

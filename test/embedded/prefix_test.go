@@ -19,7 +19,7 @@ import (
 
 // TestPrefixIsolation: two deployments with different prefixes share one
 // NATS server without seeing each other's tools, calls or events, and name
-// their buckets and streams after their prefix (PROTOCOL.md 2 and 8).
+// their buckets and streams after their prefix (docs/protocol.md 2 and 8).
 func TestPrefixIsolation(t *testing.T) {
 	s := bustest.RunServer(t)
 	type deployment struct {

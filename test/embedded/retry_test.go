@@ -11,7 +11,7 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// TestRetries: PROTOCOL.md 5.3 — only read-only or idempotent tools with
+// TestRetries: docs/protocol.md 5.3 — only read-only or idempotent tools with
 // max_attempts > 1 are retried, and only on timeout or unavailable; a tool
 // error is never retried.
 func TestRetries(t *testing.T) {

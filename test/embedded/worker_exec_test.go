@@ -12,7 +12,7 @@ import (
 )
 
 // TestWorkerExec speaks io.toolbus.exec to a worker directly, as a router
-// would (PROTOCOL.md 5.1): a good request gets io.toolbus.exec.result with
+// would (docs/protocol.md 5.1): a good request gets io.toolbus.exec.result with
 // the runtime context delivered; one the worker cannot decode gets
 // io.toolbus.error bad_event.
 func TestWorkerExec(t *testing.T) {
