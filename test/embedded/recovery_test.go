@@ -249,6 +249,10 @@ func TestClusterStoreFull(t *testing.T) {
 		}
 		return nil
 	})
+	// And every router sees the worker live again: its beats land in KV
+	// once there is space, within a heartbeat (until then a call there
+	// is an honest, retryable unavailable).
+	e.waitLive("charge")
 	for range 4 {
 		wantSuccess(t, e.call(t, "s1", []bus.Call{{ID: "c1", Name: "charge"}}).Results[0], "charged")
 	}
