@@ -3,7 +3,9 @@ package builtin
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"io"
 	"log/slog"
 	"os"
@@ -60,16 +62,15 @@ func gone(pid int) bool {
 	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }
 
-// waitFor polls cond every few milliseconds for at most d.
+// waitFor polls cond every few milliseconds for at most d (bustest.CheckFor).
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
+	bustest.CheckFor(t, d, 5*time.Millisecond, func() error {
+		if !cond() {
+			return errors.New(what)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func readPid(t *testing.T, p string) int {

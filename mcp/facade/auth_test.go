@@ -3,6 +3,7 @@ package facade
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -332,13 +333,12 @@ func TestEviction(t *testing.T) {
 	}
 	drained := func() {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for e.f.Sessions() > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d sessions still kept", e.f.Sessions())
+		bustest.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+			if n := e.f.Sessions(); n > 0 {
+				return fmt.Errorf("%d sessions still kept", n)
 			}
-			time.Sleep(20 * time.Millisecond) // bounded polling of a condition, not synchronisation
-		}
+			return nil
+		})
 	}
 	// Warm up: the deployment-wide watches start with the first session.
 	open(0, 200)
