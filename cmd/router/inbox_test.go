@@ -27,27 +27,9 @@ func TestSecureInbox(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "secure")
 	work := t.TempDir()
 	const token = "inbox-test-token-0123456789"
-	ctx, cancel := context.WithCancel(t.Context())
-	var stdout, stderr bustest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"),
-			"--heartbeat", "500ms", "--workdir", work, "--inbox-listen", "127.0.0.1:0", "--inbox-token", token}, &stdout, &stderr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := bustest.Recv(t, done, 40*time.Second, "the router's exit"); err != nil {
-			t.Errorf("router: %v\n%s", err, stderr.String())
-		}
-	})
-	re := regexp.MustCompile(`serving prefix "toolbus" on (\S+)[\s\S]*approval inbox on (http://\S+)`)
-	var m []string
-	bustest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
-		if m = re.FindStringSubmatch(stdout.String()); m == nil {
-			return os.ErrNotExist
-		}
-		return nil
-	})
+	m, _ := startRun(t, []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"),
+		"--heartbeat", "500ms", "--workdir", work, "--inbox-listen", "127.0.0.1:0", "--inbox-token", token},
+		regexp.MustCompile(`serving prefix "toolbus" on (\S+)[\s\S]*approval inbox on (http://\S+)`))
 	natsURL, base := m[1], m[2]
 	nc, err := natsconn.Config{URLs: natsURL, NKey: security.SeedFile(dir, "agent"), InboxPrefix: "_INBOX.agent"}.Connect("test")
 	if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -103,34 +102,10 @@ func TestSecureMCP(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("tokens:\n- {token: "+facade.HashToken("a-token-of-sixteen-chars")+", user: alice, sessions: [s1]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	var stdout, stderr bustest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--secure", filepath.Join(dir, "secure"), "--listen", "127.0.0.1:-1", "--data", filepath.Join(dir, "data"),
-			"--heartbeat", "500ms", "--mcp-listen", "127.0.0.1:0", "--mcp-tokens", tokens}, &stdout, &stderr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := bustest.Recv(t, done, 40*time.Second, "the router's exit"); err != nil {
-			t.Errorf("router: %v\n%s", err, stderr.String())
-		}
-	})
-	re := regexp.MustCompile(`MCP \(streamable HTTP\) at (http://\S+)/mcp/<session> \(confirmations: host_user\)`)
-	var base string
-	bustest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
-		select {
-		case err := <-done:
-			t.Fatalf("router ended: %v\n%s", err, stderr.String())
-		default:
-		}
-		m := re.FindStringSubmatch(stdout.String())
-		if m == nil {
-			return os.ErrNotExist
-		}
-		base = m[1]
-		return nil
-	})
+	m, stderr := startRun(t, []string{"--secure", filepath.Join(dir, "secure"), "--listen", "127.0.0.1:-1", "--data", filepath.Join(dir, "data"),
+		"--heartbeat", "500ms", "--mcp-listen", "127.0.0.1:0", "--mcp-tokens", tokens},
+		regexp.MustCompile(`MCP \(streamable HTTP\) at (http://\S+)/mcp/<session> \(confirmations: host_user\)`))
+	base := m[1]
 	// With identities, the facade's user for s1 must be the session's
 	// bound user (docs/mcp.md); bind it, as an operator would, and the
 	// running router picks it up.

@@ -79,34 +79,40 @@ func TestSecure(t *testing.T) {
 // returns its URL.
 func startSecure(t *testing.T, dir string) string {
 	t.Helper()
+	m, _ := startRun(t, []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"), "--heartbeat", "500ms"},
+		regexp.MustCompile(`serving prefix "toolbus" on (\S+)`))
+	return m[1]
+}
+
+// startRun runs the router with args until the test ends (then it must
+// exit within 40 s) and returns the submatches of want once its stdout
+// holds it, and its stderr; a router that ends before that fails the test.
+func startRun(t *testing.T, args []string, want *regexp.Regexp) (match []string, stderr *bustest.Buffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	var stdout, stderr bustest.Buffer
+	var stdout bustest.Buffer
+	stderr = new(bustest.Buffer)
 	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"), "--heartbeat", "500ms"}, &stdout, &stderr)
-	}()
+	go func() { done <- run(ctx, args, &stdout, stderr) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := bustest.Recv(t, done, 40*time.Second, "the router's exit"); err != nil {
 			t.Errorf("router: %v\n%s", err, stderr.String())
 		}
 	})
-	re := regexp.MustCompile(`serving prefix "toolbus" on (\S+)`)
-	var url string
-	bustest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case err := <-done:
+			done <- err // for the clean-up
 			t.Fatalf("router ended: %v\n%s", err, stderr.String())
 		default:
 		}
-		m := re.FindStringSubmatch(stdout.String())
-		if m == nil {
+		if match = want.FindStringSubmatch(stdout.String()); match == nil {
 			return os.ErrNotExist
 		}
-		url = m[1]
 		return nil
 	})
-	return url
+	return match, stderr
 }
 
 func TestSecureRefusesNats(t *testing.T) {
