@@ -245,22 +245,8 @@ func TestApproversPolicy(t *testing.T) {
 			if caps := c.GetServerCapabilities(); caps.Elicitation != nil {
 				t.Fatalf("elicitation offered under approvers: %+v", caps.Elicitation)
 			}
-			ev, err := e.bus.Watch(t.Context(), s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ev.Stop()
-			res := make(chan *mcp.CallToolResult, 1)
-			go func() {
-				r, _ := call(t, c, "deploy", map[string]any{}, false)
-				res <- r
-			}()
-			replyID, p := parkedEvent(t, ev, "deploy")
 			yes := true
-			if err := e.bus.Answer(t.Context(), "deploy", s, replyID, p.ID, bus.Answer{Confirmed: &yes}); err != nil {
-				t.Fatal(err)
-			}
-			r := bustest.Recv(t, res, bound, "the tools/call result")
+			r := e.answerWhileWaiting(t, c, s, "deploy", bus.Answer{Confirmed: &yes})
 			if r == nil || r.IsError || textOf(r) != "deployed" {
 				t.Fatalf("confirmed by an approver: %+v", r)
 			}
@@ -268,16 +254,8 @@ func TestApproversPolicy(t *testing.T) {
 				t.Fatalf("the host was asked: %q", <-el.asked)
 			}
 			// No rule was added by the host: the next call parks again.
-			go func() {
-				r, _ := call(t, c, "deploy", map[string]any{}, false)
-				res <- r
-			}()
-			replyID, p = parkedEvent(t, ev, "deploy")
 			no := false
-			if err := e.bus.Answer(t.Context(), "deploy", s, replyID, p.ID, bus.Answer{Confirmed: &no}); err != nil {
-				t.Fatal(err)
-			}
-			if r := bustest.Recv(t, res, bound, "the denied result"); r == nil || !r.IsError {
+			if r := e.answerWhileWaiting(t, c, s, "deploy", bus.Answer{Confirmed: &no}); r == nil || !r.IsError {
 				t.Fatalf("denied by an approver: %+v", r)
 			}
 		})

@@ -146,6 +146,16 @@ func (e *env) resetTools(t *testing.T, s string, groups map[string]bool) {
 // the bus while the MCP call waits.
 func (e *env) answeredWhileWaiting(t *testing.T, c *mcpConn, s string) {
 	t.Helper()
+	r := e.answerWhileWaiting(t, c, s, "ask_human", bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")})
+	if r == nil || r.IsError || textOf(r) != "forty-two" {
+		t.Fatalf("parked call: %+v", r)
+	}
+}
+
+// answerWhileWaiting calls tool through c, answers its park on the bus
+// with a while the MCP call waits, and returns the call's MCP result.
+func (e *env) answerWhileWaiting(t *testing.T, c *mcpConn, s, tool string, a bus.Answer) *mcp.CallToolResult {
+	t.Helper()
 	ev, err := e.bus.Watch(t.Context(), s)
 	if err != nil {
 		t.Fatal(err)
@@ -153,16 +163,14 @@ func (e *env) answeredWhileWaiting(t *testing.T, c *mcpConn, s string) {
 	defer ev.Stop()
 	res := make(chan *mcp.CallToolResult, 1)
 	go func() {
-		r, _ := call(t, c, "ask_human", map[string]any{}, false)
+		r, _ := call(t, c, tool, map[string]any{}, false)
 		res <- r
 	}()
-	replyID, p := parkedEvent(t, ev, "ask_human")
-	if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")}); err != nil {
+	replyID, p := parkedEvent(t, ev, tool)
+	if err := e.bus.Answer(t.Context(), tool, s, replyID, p.ID, a); err != nil {
 		t.Fatal(err)
 	}
-	if r := bustest.Recv(t, res, bound, "the tools/call result"); r == nil || r.IsError || textOf(r) != "forty-two" {
-		t.Fatalf("parked call: %+v", r)
-	}
+	return bustest.Recv(t, res, bound, "the tools/call result")
 }
 
 // workerComesAndGoes starts a worker with the tool extra, then drains it:
