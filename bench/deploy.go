@@ -190,26 +190,7 @@ func partOf(nc, resp *nats.Conn) string {
 // startToolbus starts one worker with the trivial tools, and waits until
 // the router lists them live.
 func (d *deployment) startToolbus(ctx context.Context) error {
-	var err error
-	echo := func(_ context.Context, _ *worker.Call, in textIn) (string, error) { return in.Text, nil }
-	_, err = d.startWorker(ctx, worker.Config{}, func(w *worker.Worker) error {
-		schemaDef := func(name, desc string) bus.ToolDef {
-			return bus.ToolDef{Name: name, Description: desc, Groups: []string{benchGroup}}
-		}
-		ro := schemaDef(toolRead, "Echo the text (read-only).")
-		ro.ReadOnly = true
-		if err := worker.Register(w, ro, echo); err != nil {
-			return err
-		}
-		wr := schemaDef(toolWrite, "Store the text (not read-only).")
-		wr.Permission = bus.PermissionAllow
-		if err := worker.Register(w, wr, echo); err != nil {
-			return err
-		}
-		ext := schemaDef(toolParked, "Ask a person (external).")
-		ext.External, ext.Permission, ext.Groups = true, bus.PermissionAllow, nil
-		return worker.Register(w, ext, echo)
-	})
+	_, err := d.startWorker(ctx, worker.Config{}, registerTrivial)
 	if err != nil {
 		return err
 	}
@@ -220,6 +201,28 @@ func (d *deployment) startToolbus(ctx context.Context) error {
 	d.client = client.New(d.clientNC, client.Config{Source: "bench/agent"})
 	d.bare = client.New(d.clientNC, client.Config{Source: "bench/agent", Prefix: barePrefix})
 	return d.x.WaitLive(ctx, toolRead, toolWrite, toolParked)
+}
+
+// registerTrivial registers the trivial tools on w: echo (read-only), put
+// (not read-only: the dedupe ledger records it) and ask_human (external).
+func registerTrivial(w *worker.Worker) error {
+	echo := func(_ context.Context, _ *worker.Call, in textIn) (string, error) { return in.Text, nil }
+	schemaDef := func(name, desc string) bus.ToolDef {
+		return bus.ToolDef{Name: name, Description: desc, Groups: []string{benchGroup}}
+	}
+	ro := schemaDef(toolRead, "Echo the text (read-only).")
+	ro.ReadOnly = true
+	if err := worker.Register(w, ro, echo); err != nil {
+		return err
+	}
+	wr := schemaDef(toolWrite, "Store the text (not read-only).")
+	wr.Permission = bus.PermissionAllow
+	if err := worker.Register(w, wr, echo); err != nil {
+		return err
+	}
+	ext := schemaDef(toolParked, "Ask a person (external).")
+	ext.External, ext.Permission, ext.Groups = true, bus.PermissionAllow, nil
+	return worker.Register(w, ext, echo)
 }
 
 // startWorker starts one worker on its own connection, labelled worker,
@@ -339,13 +342,28 @@ func (d *deployment) prepareSessions(ctx context.Context, n int) error {
 		d.sessions[i] = "bench-" + strconv.Itoa(i)
 	}
 	return parallel(ctx, n, 16, func(ctx context.Context, i int) error {
-		reply, err := d.client.Call(ctx, d.sessions[i], bus.Batch{Calls: []bus.Call{{ID: "r1", Name: groups.ResetTools,
-			Input: json.RawMessage(`{"` + benchGroup + `":true}`)}}})
-		if err != nil {
-			return fmt.Errorf("bench: reset_tools: %w", err)
-		}
-		return checkReply(reply, 1)
+		return activate(ctx, d.client, d.sessions[i])
 	})
+}
+
+// activate turns the bench group on in session (reset_tools).
+func activate(ctx context.Context, c *client.Client, session string) error {
+	reply, err := c.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "r1", Name: groups.ResetTools,
+		Input: json.RawMessage(`{"` + benchGroup + `":true}`)}}})
+	if err != nil {
+		return fmt.Errorf("bench: reset_tools: %w", err)
+	}
+	return checkReply(reply, 1)
+}
+
+// callOnce calls tool once in session with the bench input and checks the
+// reply holds one success.
+func callOnce(ctx context.Context, c *client.Client, session, tool string) error {
+	reply, err := c.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
+	if err != nil {
+		return err
+	}
+	return checkReply(reply, 1)
 }
 
 // checkReply returns an error unless the reply holds n successful results.
@@ -420,11 +438,7 @@ func (d *deployment) relay(ctx context.Context, _ int) error {
 
 func (d *deployment) callTool(c *client.Client, tool string) callFunc {
 	return func(ctx context.Context, i int) error {
-		reply, err := c.Call(ctx, d.sessions[i%len(d.sessions)], bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
-		if err != nil {
-			return err
-		}
-		return checkReply(reply, 1)
+		return callOnce(ctx, c, d.sessions[i%len(d.sessions)], tool)
 	}
 }
 

@@ -31,13 +31,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/bench"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/natsconn"
 )
 
-func main() { cli.Main("toolbus", run) }
+func main() {
+	bench.RunChild() // a part of `toolbus bench --cross-process` runs here, never returning
+	cli.Main("toolbus", run)
+}
 
 // command is one subcommand.
 type command struct {

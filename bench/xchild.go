@@ -1,0 +1,360 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/security"
+	"github.com/toolbus/toolbus/store"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// The cross-process bench (RunCross) re-executes its own binary once per
+// part: the process reads which part it is from these variables, prints
+// childReady (and what the parent needs, e.g. the server's URL) on stdout
+// once it serves, and exits when its stdin closes, so a parent that dies
+// takes its children with it.
+const (
+	envChild = "TOOLBUS_BENCH_CHILD" // the role: one of the role* constants
+	envURL   = "TOOLBUS_BENCH_URL"   // the nats-server to join (every role but roleNATS)
+	envDir   = "TOOLBUS_BENCH_DIR"   // roleNATS: the JetStream store directory
+)
+
+// Roles of the cross-process bench's child processes.
+const (
+	roleNATS   = "nats"   // nats-server with JetStream (the embedded one)
+	roleRouter = "router" // one toolbus router, configured as cmd/router's defaults
+	roleRelay  = "relay"  // the raw forwarder of the relay baseline
+	roleWorker = "worker" // the toolbus worker and the raw responder
+)
+
+const childReady = "ready"
+
+// ctlSubject is the control subject of a child: a request with an empty
+// body (or {"gc": true}) answers childStats; the router's also takes
+// {"profile": "FILE"} to start a CPU profile and {"profile": ""} to stop
+// it. The subjects live outside every toolbus prefix.
+func ctlSubject(role string) string { return "benchctl." + role }
+
+// ctlRequest is the body of a control request.
+type ctlRequest struct {
+	GC      bool    `json:"gc,omitempty"`      // collect and return memory to the OS before reading RSS
+	Profile *string `json:"profile,omitempty"` // start (a path) or stop ("") a CPU profile
+}
+
+// childStats is a child's own view of its costs so far.
+type childStats struct {
+	CPUNS     int64  `json:"cpu_ns"` // user + system, getrusage(RUSAGE_SELF)
+	Mallocs   uint64 `json:"mallocs"`
+	HeapInuse uint64 `json:"heap_inuse"`
+	RSSKB     int64  `json:"rss_kb"`
+	HWMKB     int64  `json:"hwm_kb"` // peak RSS
+	NumGC     uint32 `json:"num_gc"`
+	Err       string `json:"err,omitempty"`
+}
+
+func readStats(gc bool) childStats {
+	if gc {
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return childStats{CPUNS: processCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse,
+		RSSKB: procStatusKB("VmRSS"), HWMKB: procStatusKB("VmHWM"), NumGC: ms.NumGC}
+}
+
+// RunChild runs this process as a part of the cross-process bench when
+// the parent started it so (TOOLBUS_BENCH_CHILD is set), and never
+// returns then; otherwise it returns at once. Call it first in main (and
+// in TestMain of tests that run RunCross).
+func RunChild() {
+	role := os.Getenv(envChild)
+	if role == "" {
+		return
+	}
+	err := runChild(role, os.Stdin, os.Stdout)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench child %s: %v\n", role, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// runChild starts role, says childReady on out, and serves until in
+// closes or a signal arrives.
+func runChild(role string, in io.Reader, out io.Writer) error {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	go func() { // the parent closes stdin (or dies): stop
+		_, _ = io.Copy(io.Discard, in)
+		cancel()
+	}()
+	stop, extra, err := startRole(ctx, role)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	w := bufio.NewWriter(out)
+	fmt.Fprintln(w, childReady, extra)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// startRole starts the part; stop undoes it. extra goes on the ready line.
+func startRole(ctx context.Context, role string) (stop func(), extra string, err error) {
+	if role == roleNATS {
+		s, err := embedded.Start(embedded.Config{StoreDir: os.Getenv(envDir)})
+		if err != nil {
+			return nil, "", err
+		}
+		url := s.ClientURL()
+		nc, err := serveControl(url, role)
+		if err != nil {
+			s.Shutdown()
+			return nil, "", err
+		}
+		return func() { nc.Close(); s.Shutdown(); s.WaitForShutdown() }, url, nil
+	}
+	url := os.Getenv(envURL)
+	nc, err := serveControl(url, role)
+	if err != nil {
+		return nil, "", err
+	}
+	var undo func()
+	switch role {
+	case roleRouter:
+		undo, err = childRouter(ctx, nc)
+	case roleRelay:
+		undo, err = childRelay(ctx, url)
+	case roleWorker:
+		undo, err = childWorker(ctx, url)
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, "", err
+	}
+	return func() { undo(); nc.Close() }, "", nil
+}
+
+// serveControl connects to url and answers the role's control subject.
+// The router serves on this connection too (as cmd/router, one
+// connection); the other roles open their own for their traffic.
+func serveControl(url, role string) (*nats.Conn, error) {
+	nc, err := childConnect(url, role)
+	if err != nil {
+		return nil, err
+	}
+	var prof profiler
+	_, err = nc.Subscribe(ctlSubject(role), func(m *nats.Msg) {
+		var req ctlRequest
+		if len(m.Data) > 0 {
+			if err := json.Unmarshal(m.Data, &req); err != nil {
+				_ = m.Respond([]byte(`{"err":"bad control request"}`))
+				return
+			}
+		}
+		var st childStats
+		if req.Profile != nil {
+			if err := prof.toggle(*req.Profile); err != nil {
+				st.Err = err.Error()
+			}
+		}
+		if st.Err == "" {
+			st = readStats(req.GC)
+		}
+		b, _ := json.Marshal(st)
+		_ = m.Respond(b)
+	})
+	if err == nil {
+		err = nc.Flush()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc, nil
+}
+
+// profiler writes one CPU profile at a time to a file.
+type profiler struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func (p *profiler) toggle(path string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.f != nil {
+		pprof.StopCPUProfile()
+		err := p.f.Close()
+		p.f = nil
+		if err != nil || path == "" {
+			return err
+		}
+	}
+	if path == "" {
+		return errors.New("no profile running")
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	p.f = f
+	return nil
+}
+
+func childConnect(url, role string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("toolbus-bench-" + role), nats.MaxReconnects(0)}
+	if role == roleRouter {
+		// As cmd/router: workers of a secured deployment answer there.
+		opts = append(opts, nats.CustomInboxPrefix(security.RouterInbox))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// childRouter runs one router with the defaults of cmd/router (one
+// replica, the default heartbeat, work ack wait, limits and session
+// cache, events on disk) and the bench group; no built-in tools.
+func childRouter(ctx context.Context, nc *nats.Conn) (func(), error) {
+	r, err := router.New(nc, router.Config{
+		Store:  store.Config{Replicas: 1, Heartbeat: bus.DefaultHeartbeat, WorkAckWait: store.DefaultWorkAckWait},
+		Groups: []bus.Group{{Name: benchGroup, Description: "Benchmark tools.", Scope: bus.ScopeMeta}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	return func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = r.Drain(dctx)
+	}, nil
+}
+
+// childRelay runs the raw forwarder: requests on rawRelay go to the
+// responder with the caller's reply subject riding in the forwarder's, and
+// the replies back, with no decoding (as startRaw's in-process one).
+func childRelay(ctx context.Context, url string) (func(), error) {
+	fwd, err := childConnect(url, roleRelay)
+	if err != nil {
+		return nil, err
+	}
+	subs := []struct {
+		subject, queue string
+		h              nats.MsgHandler
+	}{
+		{rawRelay, "bench-relay", func(m *nats.Msg) {
+			_ = fwd.PublishMsg(&nats.Msg{Subject: rawEcho, Reply: rawBack + m.Reply, Data: m.Data})
+		}},
+		{rawBack + ">", "", func(m *nats.Msg) { _ = fwd.Publish(m.Subject[len(rawBack):], m.Data) }},
+	}
+	for _, s := range subs {
+		sub, err := fwd.QueueSubscribe(s.subject, s.queue, s.h)
+		if err == nil {
+			err = sub.SetPendingLimits(pendingMsgs, pendingBytes)
+		}
+		if err != nil {
+			fwd.Close()
+			return nil, err
+		}
+	}
+	if err := bus.Flush(ctx, fwd); err != nil {
+		fwd.Close()
+		return nil, err
+	}
+	return fwd.Close, nil
+}
+
+// childWorker runs the raw responder and one toolbus worker with the
+// trivial tools (as startToolbus's), each on its own connection, and
+// returns once a router acknowledged the registration.
+func childWorker(ctx context.Context, url string) (func(), error) {
+	resp, err := childConnect(url, "responder")
+	if err != nil {
+		return nil, err
+	}
+	sub, err := resp.Subscribe(rawEcho, func(m *nats.Msg) { _ = resp.Publish(m.Reply, m.Data) })
+	if err == nil {
+		err = sub.SetPendingLimits(pendingMsgs, pendingBytes)
+	}
+	if err == nil {
+		err = bus.Flush(ctx, resp)
+	}
+	if err != nil {
+		resp.Close()
+		return nil, err
+	}
+	wnc, err := childConnect(url, roleWorker)
+	if err != nil {
+		resp.Close()
+		return nil, err
+	}
+	undo := func() {
+		resp.Close()
+		wnc.Close()
+	}
+	w, err := worker.New(wnc, worker.Config{Heartbeat: bus.DefaultHeartbeat})
+	if err == nil {
+		err = registerTrivial(w)
+	}
+	if err == nil {
+		err = w.Start(ctx)
+	}
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	t := time.NewTimer(readyBound)
+	defer t.Stop()
+	select {
+	case <-w.Registered():
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = fmt.Errorf("worker not registered after %v", readyBound)
+	}
+	if err != nil {
+		w.Stop()
+		undo()
+		return nil, err
+	}
+	return func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Drain(dctx)
+		undo()
+	}, nil
+}
