@@ -391,6 +391,34 @@ func cpuModel() string {
 	return ""
 }
 
+// machineBusy is the CPU time every process on the machine has used since
+// boot (all of /proc/stat's first line but idle and iowait); 0 where there
+// is no /proc/stat.
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is already in user
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / clockTicks)
+}
+
+// clockTicks is USER_HZ, the unit of /proc/stat (100 on every Linux
+// architecture Go supports).
+const clockTicks = 100
+
 func loadAvg() float64 {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {

@@ -149,7 +149,7 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 	}
 	for _, p := range paths {
 		*p.out = CrossPath{Throughput: map[string]float64{}, CPUUSPerCall: map[string]map[string]float64{},
-			AllocsPerCall: map[string]map[string]float64{}}
+			AllocsPerCall: map[string]map[string]float64{}, OtherCores: map[string]float64{}}
 		if _, err := runLoad(ctx, max(opts.Duration/4, minSlice), 16, p.fn); err != nil {
 			return fail(fmt.Errorf("bench: warm-up %s: %w", p.name, err))
 		}
@@ -181,6 +181,7 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 				allocs[part] = perCallOf(float64(diff[role].Mallocs), l.total)
 			}
 			p.out.CPUUSPerCall[k], p.out.AllocsPerCall[k] = cpu, allocs
+			p.out.OtherCores[k] = otherCores(diff, l.wall)
 		}
 	}
 	run.LoadAvgEnd = loadAvg()
@@ -206,6 +207,21 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 		}
 	}
 	return run, nil
+}
+
+// otherCores is the CPU that processes other than the deployment's used
+// during a measurement, in cores: what competed with it for the machine.
+func otherCores(diff snapshot, wall time.Duration) float64 {
+	if wall <= 0 || diff[roleMachine].CPUNS <= 0 {
+		return 0
+	}
+	ours := int64(0)
+	for role, st := range diff {
+		if role != roleMachine {
+			ours += st.CPUNS
+		}
+	}
+	return max(0, float64(diff[roleMachine].CPUNS-ours)/float64(wall.Nanoseconds()))
 }
 
 // procNATS names the nats-server process's share in CPUUSPerCall.

@@ -311,7 +311,10 @@ func (d *xdeployment) stats(ctx context.Context, role string, req ctlRequest) (c
 // under roleClient.
 type snapshot map[string]childStats
 
-const roleClient = "client"
+const (
+	roleClient  = "client"
+	roleMachine = "machine" // every process on the machine (CPUNS only)
+)
 
 func (d *xdeployment) snapshot(ctx context.Context) (snapshot, error) {
 	s := snapshot{}
@@ -323,6 +326,7 @@ func (d *xdeployment) snapshot(ctx context.Context) (snapshot, error) {
 		s[role] = st
 	}
 	s[roleClient] = readStats(false)
+	s[roleMachine] = childStats{CPUNS: machineBusy().Nanoseconds()}
 	return s, nil
 }
 

@@ -56,6 +56,11 @@ type CrossPath struct {
 	// AllocsPerCall is each process's heap allocations per call
 	// (runtime.MemStats.Mallocs), keyed as CPUUSPerCall.
 	AllocsPerCall map[string]map[string]float64 `json:"allocs_per_call"`
+	// OtherCores is the CPU, in cores, that processes outside the
+	// deployment used during each measurement (from /proc/stat): on a
+	// machine to itself it is near 0, and the figures above are only as
+	// good as it is small.
+	OtherCores map[string]float64 `json:"other_cores"`
 }
 
 // CrossRatios compare the router's paths with the relay in one run.
@@ -238,7 +243,8 @@ func (r *CrossReport) writeRun(w io.Writer, run *CrossRun, top, mid string) {
 	for _, n := range r.Config.Callers {
 		head += fmt.Sprintf("%d callers/s\t", n)
 	}
-	head += fmt.Sprintf("router|fwd µs/call@%s\trouter|fwd allocs@%s\tworker µs@%s\tclient µs@%s\tnats µs@%s\t\n", top, top, mid, mid, top)
+	head += fmt.Sprintf("router|fwd µs/call@%s\trouter|fwd allocs@%s\tworker µs@%s\tclient µs@%s\tnats µs@%s\tothers' cores@%s\t\n",
+		top, top, mid, mid, top, top)
 	fmt.Fprint(tw, head)
 	for _, row := range []struct {
 		name string
@@ -248,8 +254,8 @@ func (r *CrossReport) writeRun(w io.Writer, run *CrossRun, top, mid string) {
 		for _, n := range r.Config.Callers {
 			line += fmt.Sprintf("%.0f\t", row.p.Throughput[strconv.Itoa(n)])
 		}
-		line += fmt.Sprintf("%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t\n", row.p.CPUUSPerCall[top][partRouter], row.p.AllocsPerCall[top][partRouter],
-			row.p.CPUUSPerCall[mid][partWorker], row.p.CPUUSPerCall[mid][partClient], row.p.CPUUSPerCall[top][procNATS])
+		line += fmt.Sprintf("%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%.2f\t\n", row.p.CPUUSPerCall[top][partRouter], row.p.AllocsPerCall[top][partRouter],
+			row.p.CPUUSPerCall[mid][partWorker], row.p.CPUUSPerCall[mid][partClient], row.p.CPUUSPerCall[top][procNATS], row.p.OtherCores[top])
 		fmt.Fprint(tw, line)
 	}
 	_ = tw.Flush()
