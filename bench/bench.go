@@ -52,12 +52,22 @@ type Options struct {
 	// slices, interleaved across the paths compared; the best slice counts.
 	// Zero means 3.
 	Rounds int
+	// ProfileWindow is the length of each path's CPU profile (the CPU by
+	// part); zero means Duration, and never less than 2 s.
+	ProfileWindow time.Duration
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
 
 // ioCallers is the caller count of the I/O-bound tool measurement.
 const ioCallers = 64
+
+// minProfile is the shortest CPU profile of a path, and profileSample
+// the CPU time one profile sample stands for (pprof's 100 Hz).
+const (
+	minProfile    = 2 * time.Second
+	profileSample = 10 * time.Millisecond
+)
 
 // minSlice is the shortest measuring slice.
 const minSlice = 100 * time.Millisecond
@@ -85,6 +95,9 @@ func (o *Options) defaults() {
 	}
 	if o.Rounds <= 0 {
 		o.Rounds = 3
+	}
+	if o.ProfileWindow <= 0 {
+		o.ProfileWindow = max(o.Duration, minProfile)
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -223,19 +236,24 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	// CPU by part, from goroutine labels in a CPU profile.
 	rep.CPUMethod = "profile-labels"
 	attribute := []struct {
-		name string
-		fn   callFunc
-		out  *map[string]float64
+		name, key string
+		fn        callFunc
+		out       *map[string]float64
 	}{
-		{"raw relay", d.relay, &rep.Baseline.Relay.CPUByPartUS},
-		{"bare", bare.fn, &rep.Bare.CPUByPartUS},
-		{"toolbus read-only", paths[2].fn, &rep.Toolbus.CPUByPartUS},
-		{"toolbus write", paths[3].fn, &rep.ToolbusWrite.CPUByPartUS},
+		{"raw relay", "relay", d.relay, &rep.Baseline.Relay.CPUByPartUS},
+		{"bare", "bare", bare.fn, &rep.Bare.CPUByPartUS},
+		{"toolbus read-only", "toolbus", paths[2].fn, &rep.Toolbus.CPUByPartUS},
+		{"toolbus write", "toolbus_write", paths[3].fn, &rep.ToolbusWrite.CPUByPartUS},
 	}
+	// The profiler samples every 10 ms: a part's figure moves in steps of
+	// 10 ms over the calls profiled, so the window is never short (a
+	// 300 ms one gave a part 2 to 5 samples, and figures from 9 to 61 µs).
+	window := opts.ProfileWindow
+	rep.ProfileSampleUS = map[string]float64{}
 	for _, a := range attribute {
-		logf("bench: CPU profile %s, %d callers, %v", a.name, mid, opts.Duration)
+		logf("bench: CPU profile %s, %d callers, %v", a.name, mid, window)
 		var l load
-		parts, err := cpuByPart(func() (err error) { l, err = runLoad(ctx, opts.Duration, mid, a.fn); return err })
+		parts, err := cpuByPart(func() (err error) { l, err = runLoad(ctx, window, mid, a.fn); return err })
 		if err == errProfiling {
 			rep.CPUMethod = "subtraction (the CPU profiler was busy)"
 			break
@@ -244,6 +262,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, fmt.Errorf("bench: CPU profile %s: %w", a.name, err)
 		}
 		*a.out = perCall(parts, l.total)
+		rep.ProfileSampleUS[a.key] = perCallOf(us(profileSample), l.total)
 	}
 	for _, p := range []*Path{&rep.Toolbus, &rep.ToolbusWrite} {
 		p.RouterCPUUSPerCallSubtracted = p.CPUUSPerCall - rep.Bare.CPUUSPerCall

@@ -25,10 +25,21 @@ var shared struct {
 	err  error
 }
 
+// sharedCross is the cross-process deployment of the Go benchmarks.
+var sharedCross struct {
+	once sync.Once
+	d    *xdeployment
+	err  error
+}
+
 func TestMain(m *testing.M) {
+	RunChild() // the cross-process tests run this binary as each part
 	code := m.Run()
 	if shared.d != nil {
 		shared.d.close()
+	}
+	if sharedCross.d != nil {
+		sharedCross.d.close()
 	}
 	os.Exit(code)
 }
@@ -44,6 +55,61 @@ func sharedDeployment(b *testing.B) *deployment {
 		b.Fatal(shared.err)
 	}
 	return shared.d
+}
+
+func sharedCrossDeployment(b *testing.B) *xdeployment {
+	b.Helper()
+	sharedCross.once.Do(func() {
+		exe, err := os.Executable()
+		if err != nil {
+			sharedCross.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sharedCross.d, sharedCross.err = xdeploy(ctx, exe, 1, nil)
+	})
+	if sharedCross.err != nil {
+		b.Fatal(sharedCross.err)
+	}
+	return sharedCross.d
+}
+
+// BenchmarkCrossProcessReadOnly calls the read-only tool from one caller
+// through the router in its own process (TestMain re-executes this binary
+// as each part); router-µs/op and router-allocs/op are the router
+// process's own, from its getrusage and runtime.MemStats.
+func BenchmarkCrossProcessReadOnly(b *testing.B) {
+	d := sharedCrossDeployment(b)
+	fn := d.callTool(toolRead)
+	ctx := b.Context()
+	for range 10 {
+		if err := fn(ctx, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before, err := d.stats(ctx, roleRouter, ctlRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lat := make(latencies, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if err := fn(ctx, 0); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	after, err := d.stats(ctx, roleRouter, ctlRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	slices.Sort(lat)
+	b.ReportMetric(us(lat.quantile(0.5)), "p50-µs")
+	b.ReportMetric(perCallOf(float64(after.CPUNS-before.CPUNS)/1e3, int64(b.N)), "router-µs/op")
+	b.ReportMetric(perCallOf(float64(after.Mallocs-before.Mallocs), int64(b.N)), "router-allocs/op")
 }
 
 // benchCalls calls fn b.N times from one caller and reports the median
@@ -137,7 +203,7 @@ func TestRunQuick(t *testing.T) {
 	before := runtime.NumGoroutine()
 	start := time.Now()
 	rep, err := Run(t.Context(), Options{Quick: true, Duration: 100 * time.Millisecond, Callers: []int{1, 4},
-		Workers: []int{1, 2}, Sessions: 200, Rounds: 1, Logf: t.Logf})
+		Workers: []int{1, 2}, Sessions: 200, Rounds: 1, ProfileWindow: 100 * time.Millisecond, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,10 +262,10 @@ func TestRunQuick(t *testing.T) {
 	if v, _ := lookup(doc, "machine.go_version"); v == "" || v == nil {
 		t.Errorf("machine.go_version is empty")
 	}
-	if len(rep.Targets) != 9 { // seven, and toolbus/bare at each of the two caller counts
-		t.Errorf("%d targets, want 9", len(rep.Targets))
+	if len(rep.Targets) != 11 { // issue 20's five; issue 9's four, and toolbus/bare at each of the two caller counts
+		t.Errorf("%d targets, want 11", len(rep.Targets))
 	}
-	for _, want := range []string{"raw relay", "toolbus read-only", "vs_bare_4", "router_rss_mib", "MISSED"} {
+	for _, want := range []string{"raw relay", "toolbus read-only", "vs_bare_4", "router_rss_mib", "vs_mcp_http_4", "workers_8_vs_1", "issue 20", "MISSED"} {
 		if want == "MISSED" {
 			continue // whether anything is missed depends on the machine
 		}

@@ -36,9 +36,12 @@ type CrossOptions struct {
 	Sessions int
 	// CPUProfile, when set, is the file the router process writes a CPU
 	// profile of read-only calls at the most callers to, after the last
-	// run; the write calls' profile goes next to it (".write" before the
-	// extension).
+	// run, over ProfileWindow; the write calls' profile goes next to it
+	// (".write" before the extension).
 	CPUProfile string
+	// ProfileWindow is the length of each CPU profile; zero means three
+	// Durations, and at least 10 s.
+	ProfileWindow time.Duration
 	// Exe is the binary run as each part (it must call RunChild first in
 	// main); "" means this process's own executable.
 	Exe string
@@ -68,6 +71,9 @@ func (o *CrossOptions) defaults() error {
 		if o.Quick {
 			o.Sessions = 10000
 		}
+	}
+	if o.ProfileWindow <= 0 {
+		o.ProfileWindow = max(3*o.Duration, minCrossProfile)
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -193,8 +199,9 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 			file string
 			fn   callFunc
 		}{{opts.CPUProfile, paths[1].fn}, {writeProfile(opts.CPUProfile), paths[2].fn}} {
-			logf("bench: router CPU profile, %d callers, %v: %s", top, opts.Duration, p.file)
-			if err := d.profile(ctx, p.file, opts.Duration, top, p.fn); err != nil {
+			window := opts.ProfileWindow
+			logf("bench: router CPU profile, %d callers, %v: %s", top, window, p.file)
+			if err := d.profile(ctx, p.file, window, top, p.fn); err != nil {
 				return fail(fmt.Errorf("bench: profile: %w", err))
 			}
 			rep.Profiles = append(rep.Profiles, p.file)
@@ -223,6 +230,10 @@ func otherCores(diff snapshot, wall time.Duration) float64 {
 	}
 	return max(0, float64(diff[roleMachine].CPUNS-ours)/float64(wall.Nanoseconds()))
 }
+
+// minCrossProfile is the shortest window of the router's CPU profiles:
+// at 100 samples a second, enough samples to rank the costs.
+const minCrossProfile = 10 * time.Second
 
 // procNATS names the nats-server process's share in CPUUSPerCall.
 const procNATS = "nats"

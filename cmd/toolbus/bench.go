@@ -21,7 +21,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	cross := fs.Bool("cross-process", false, "the cross-process comparison: nats-server, router, relay forwarder and worker each in its own process (docs/performance.md)")
 	runs := fs.Int("runs", 0, "--cross-process: runs on fresh processes (default 3)")
-	cpuprofile := fs.String("cpuprofile", "", "--cross-process: FILE for a CPU profile of the router process (read-only calls at the most callers; write calls in FILE with .write)")
+	cpuprofile := fs.String("cpuprofile", "", "--cross-process: FILE for CPU profiles of the router process after the last run (read-only calls at the most callers, at least 10 s; write calls in FILE with .write before the extension)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err

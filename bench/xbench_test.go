@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWriteProfile(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/tmp/router.prof", "/tmp/router.write.prof"},
+		{"router.prof", "router.write.prof"},
+		{"/tmp/a.b/router", "/tmp/a.b/router.write"},
+		{"router", "router.write"},
+	} {
+		if got := writeProfile(tc.in); got != tc.want {
+			t.Errorf("writeProfile(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestOtherCores(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		diff snapshot
+		wall time.Duration
+		want float64
+	}{
+		{"no /proc/stat", snapshot{roleRouter: {CPUNS: 1e9}}, time.Second, 0},
+		{"ours only", snapshot{roleRouter: {CPUNS: 1e9}, roleMachine: {CPUNS: 1e9}}, time.Second, 0},
+		{"one core of others", snapshot{roleRouter: {CPUNS: 5e8}, roleClient: {CPUNS: 5e8}, roleMachine: {CPUNS: 2e9}}, time.Second, 1},
+		{"tick rounding below ours", snapshot{roleRouter: {CPUNS: 1e9}, roleMachine: {CPUNS: 9e8}}, time.Second, 0},
+		{"no wall time", snapshot{roleMachine: {CPUNS: 1e9}}, 0, 0},
+	} {
+		if got := otherCores(tc.diff, tc.wall); got != tc.want {
+			t.Errorf("%s: otherCores = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestSpreads(t *testing.T) {
+	runs := []CrossRun{
+		{Targets: []Target{{Name: "a", Op: ">=", Limit: 1, Value: 2, Met: true}, {Name: "b", Op: "<=", Limit: 1, Value: 3}}},
+		{Targets: []Target{{Name: "a", Op: ">=", Limit: 1, Value: 0.5}, {Name: "b", Op: "<=", Limit: 1, Value: 1, Met: true}}},
+		{Targets: []Target{{Name: "a", Op: ">=", Limit: 1, Value: 1, Met: true}, {Name: "b", Op: "<=", Limit: 1, Value: 2}}},
+	}
+	got := spreads(runs)
+	if len(got) != 2 {
+		t.Fatalf("%d spreads, want 2", len(got))
+	}
+	a, b := got[0], got[1]
+	if a.Name != "a" || a.Min != 0.5 || a.Median != 1 || a.Max != 2 || a.Met != 2 || len(a.Values) != 3 || a.Values[0] != 2 {
+		t.Errorf("a: %+v", a)
+	}
+	if b.Name != "b" || b.Min != 1 || b.Median != 2 || b.Max != 3 || b.Met != 1 {
+		t.Errorf("b: %+v", b)
+	}
+	if spreads(nil) != nil {
+		t.Error("spreads of no runs is not nil")
+	}
+}
+
+// TestCrossDeployment starts the cross-process deployment (this test
+// binary re-executed as each part: TestMain calls RunChild), calls through
+// it, checks the control requests, bad ones included, and that close
+// leaves no process behind.
+func TestCrossDeployment(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	d, err := xdeploy(ctx, exe, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			d.close()
+		}
+	}()
+	before, err := d.stats(ctx, roleRouter, ctlRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		for _, fn := range []callFunc{d.relay, d.callTool(toolRead), d.callTool(toolWrite)} {
+			if err := fn(ctx, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	after, err := d.stats(ctx, roleRouter, ctlRequest{GC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.CPUNS <= before.CPUNS || after.Mallocs <= before.Mallocs || after.RSSKB <= 0 || after.HWMKB < after.RSSKB || after.NumGC <= before.NumGC {
+		t.Errorf("router stats did not move with calls and a GC: before %+v, after %+v", before, after)
+	}
+
+	// Bad control requests get an error and change nothing.
+	m, err := d.ctl.RequestWithContext(ctx, ctlSubject(roleRouter), []byte("{not json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(m.Data), "bad control request") {
+		t.Errorf("bad control request answered %s", m.Data)
+	}
+	off := ""
+	if _, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &off}); err == nil || !strings.Contains(err.Error(), "no profile running") {
+		t.Errorf("stopping a profile that is not running: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "missing", "x.prof")
+	if _, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &bad}); err == nil {
+		t.Error("a profile into a missing directory started")
+	}
+
+	// A profile while calls run is written and stopped.
+	file := filepath.Join(t.TempDir(), "router.prof")
+	if err := d.profile(ctx, file, 200*time.Millisecond, 2, d.callTool(toolRead)); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
+		t.Errorf("profile %s: %v", file, err)
+	}
+	if _, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &off}); err == nil {
+		t.Error("the profile still runs after profile returned")
+	}
+
+	pids := map[string]int{}
+	for role, c := range d.children {
+		pids[role] = c.pid()
+	}
+	d.close()
+	closed = true
+	for role, pid := range pids {
+		if !processGone(pid) {
+			t.Errorf("%s process %d still runs after close", role, pid)
+		}
+	}
+}
+
+// TestRunCrossQuick runs the cross-process comparison briefly and checks
+// the report is complete.
+func TestRunCrossQuick(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "router.prof")
+	rep, err := RunCross(t.Context(), CrossOptions{Runs: 2, Duration: 100 * time.Millisecond, Callers: []int{1, 4},
+		Sessions: 300, CPUProfile: prof, ProfileWindow: 200 * time.Millisecond, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	rep.WriteTable(&table)
+	t.Log("\n" + table.String())
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	runs, _ := doc["runs"].([]any)
+	if len(runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(runs))
+	}
+	for _, r := range runs {
+		run := r.(map[string]any)
+		for _, p := range []string{"relay", "toolbus", "toolbus_write"} {
+			for _, k := range []string{"p50_us", "p99_us", "throughput.1", "throughput.4", "cpu_us_per_call.4.router",
+				"cpu_us_per_call.4.worker", "cpu_us_per_call.4.client", "cpu_us_per_call.4.nats", "allocs_per_call.4.router"} {
+				if v, ok := lookup(run, p+"."+k); !ok || !(v.(float64) > 0) {
+					t.Errorf("run %v: %s.%s = %v, want a positive number", run["run"], p, k, v)
+				}
+			}
+		}
+		for _, k := range []string{"ratios.vs_relay.4", "ratios.p50_1", "pids.router"} {
+			if v, ok := lookup(run, k); !ok || !(v.(float64) > 0) {
+				t.Errorf("run %v: %s = %v", run["run"], k, v)
+			}
+		}
+	}
+	if len(rep.Targets) != 6 {
+		t.Errorf("%d targets, want 6", len(rep.Targets))
+	}
+	for _, s := range rep.Targets {
+		if len(s.Values) != 2 {
+			t.Errorf("target %s: %d values, want 2", s.Name, len(s.Values))
+		}
+	}
+	if rep.Sessions == nil || rep.Sessions.Count != 300 || rep.Sessions.Cached < 300 || rep.Sessions.RSSMiBAfter <= 0 || rep.Sessions.PeakRSSMiB <= 0 {
+		t.Errorf("sessions: %+v", rep.Sessions)
+	}
+	if len(rep.Profiles) != 2 {
+		t.Fatalf("profiles %v, want 2", rep.Profiles)
+	}
+	for _, p := range rep.Profiles {
+		if fi, err := os.Stat(p); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %s: %v", p, err)
+		}
+	}
+	for _, want := range []string{"run 1", "run 2", "throughput_4", "router_cpu_write_us", "others' cores", "router process memory"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	for _, r := range rep.Runs {
+		for role, pid := range r.PIDs {
+			if !processGone(pid) {
+				t.Errorf("run %d: %s process %d still runs", r.Run, role, pid)
+			}
+		}
+	}
+}
