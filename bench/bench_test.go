@@ -262,8 +262,8 @@ func TestRunQuick(t *testing.T) {
 	if v, _ := lookup(doc, "machine.go_version"); v == "" || v == nil {
 		t.Errorf("machine.go_version is empty")
 	}
-	if len(rep.Targets) != 11 { // issue 20's five; issue 9's four, and toolbus/bare at each of the two caller counts
-		t.Errorf("%d targets, want 11", len(rep.Targets))
+	if len(rep.Targets) != 10 { // issue 20's five; issue 9's three, and toolbus/bare at each of the two caller counts
+		t.Errorf("%d targets, want 10", len(rep.Targets))
 	}
 	for _, want := range []string{"raw relay", "toolbus read-only", "vs_bare_4", "router_rss_mib", "vs_mcp_http_4", "workers_8_vs_1", "issue 20", "MISSED"} {
 		if want == "MISSED" {

@@ -322,14 +322,15 @@ func (r *Report) WriteTable(w io.Writer) {
 	last := ""
 	for _, t := range r.Targets {
 		if t.Issue != last {
+			_ = tw.Flush()
 			last = t.Issue
 			head := "  issue " + t.Issue
 			if t.Issue == "9" {
 				head += " (for reference; ratios against bare, the protocol floor)"
 			}
-			fmt.Fprintf(tw, "%s\t\t\t\t\n", head)
+			fmt.Fprintln(w, head)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s %s\t%s\n", t.Name, t.What, num(t.Value), t.Op, num(t.Limit), metWord(t.Met))
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t%s %s\t%s\n", t.Name, t.What, num(t.Value), t.Op, num(t.Limit), metWord(t.Met))
 	}
 	_ = tw.Flush()
 }
