@@ -201,10 +201,11 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 		}{{opts.CPUProfile, paths[1].fn}, {writeProfile(opts.CPUProfile), paths[2].fn}} {
 			window := opts.ProfileWindow
 			logf("bench: router CPU profile, %d callers, %v: %s", top, window, p.file)
-			if err := d.profile(ctx, p.file, window, top, p.fn); err != nil {
+			prof, err := d.profile(ctx, p.file, window, top, p.fn)
+			if err != nil {
 				return fail(fmt.Errorf("bench: profile: %w", err))
 			}
-			rep.Profiles = append(rep.Profiles, p.file)
+			rep.Profiles = append(rep.Profiles, prof)
 		}
 	}
 	if opts.Sessions > 0 {

@@ -123,8 +123,12 @@ func TestCrossDeployment(t *testing.T) {
 
 	// A profile while calls run is written and stopped.
 	file := filepath.Join(t.TempDir(), "router.prof")
-	if err := d.profile(ctx, file, 200*time.Millisecond, 2, d.callTool(toolRead)); err != nil {
+	prof, err := d.profile(ctx, file, 200*time.Millisecond, 2, d.callTool(toolRead))
+	if err != nil {
 		t.Fatal(err)
+	}
+	if prof.Calls <= 0 || prof.RouterCPUUSPerCall <= 0 || prof.File != file {
+		t.Errorf("profile %+v", prof)
 	}
 	if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
 		t.Errorf("profile %s: %v", file, err)
@@ -201,8 +205,8 @@ func TestRunCrossQuick(t *testing.T) {
 		t.Fatalf("profiles %v, want 2", rep.Profiles)
 	}
 	for _, p := range rep.Profiles {
-		if fi, err := os.Stat(p); err != nil || fi.Size() == 0 {
-			t.Errorf("profile %s: %v", p, err)
+		if fi, err := os.Stat(p.File); err != nil || fi.Size() == 0 || p.Calls <= 0 {
+			t.Errorf("profile %+v: %v", p, err)
 		}
 	}
 	for _, want := range []string{"run 1", "run 2", "throughput_4", "router_cpu_write_us", "others' cores", "router process memory"} {

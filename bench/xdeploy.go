@@ -355,15 +355,19 @@ func (d *xdeployment) measureLoad(ctx context.Context, dur time.Duration, caller
 }
 
 // profile runs a load while the router process writes a CPU profile to
-// file.
-func (d *xdeployment) profile(ctx context.Context, file string, dur time.Duration, callers int, fn callFunc) error {
-	if _, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &file}); err != nil {
-		return err
+// file, and returns the calls made and the router's CPU over them.
+func (d *xdeployment) profile(ctx context.Context, file string, dur time.Duration, callers int, fn callFunc) (Profile, error) {
+	out := Profile{File: file, Callers: callers}
+	before, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &file})
+	if err != nil {
+		return out, err
 	}
-	_, lerr := runLoad(ctx, dur, callers, fn)
+	l, lerr := runLoad(ctx, dur, callers, fn)
 	off := ""
-	_, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &off})
-	return errors.Join(lerr, err)
+	after, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &off})
+	out.Calls, out.Seconds = l.total, l.wall.Seconds()
+	out.RouterCPUUSPerCall = perCallOf(float64(after.CPUNS-before.CPUNS)/1e3, l.total)
+	return out, errors.Join(lerr, err)
 }
 
 func (d *xdeployment) relay(ctx context.Context, _ int) error {

@@ -22,7 +22,7 @@ type CrossReport struct {
 	// Sessions is the router process's memory with many sessions in KV,
 	// measured after the last run (nil when skipped).
 	Sessions *CrossSessions `json:"sessions,omitempty"`
-	Profiles []string       `json:"profiles,omitempty"` // CPU profiles of the router process
+	Profiles []Profile      `json:"profiles,omitempty"` // CPU profiles of the router process
 	Machine  Machine        `json:"machine"`
 	Config   CrossConfig    `json:"config"`
 	ElapsedS float64        `json:"elapsed_s"`
@@ -100,6 +100,17 @@ type CrossSessions struct {
 	NATSRSSMiB    float64 `json:"nats_rss_mib"`
 	WriteS        float64 `json:"write_s"` // writing the sessions into KV
 	ListS         float64 `json:"list_s"`  // listing each through the router
+}
+
+// Profile is one CPU profile of the router process: what it covers, so
+// that its samples can be turned into µs per call (seconds on the stack /
+// calls).
+type Profile struct {
+	File               string  `json:"file"`
+	Callers            int     `json:"callers"`
+	Calls              int64   `json:"calls"`
+	Seconds            float64 `json:"seconds"`
+	RouterCPUUSPerCall float64 `json:"router_cpu_us_per_call"` // getrusage over the profile
 }
 
 // CrossConfig echoes the options of the run.
@@ -225,7 +236,8 @@ func (r *CrossReport) WriteTable(w io.Writer) {
 			metWord(s.PeakRSSMiB <= 150))
 	}
 	for _, p := range r.Profiles {
-		fmt.Fprintf(w, "router CPU profile: %s (go tool pprof -top %s)\n", p, p)
+		fmt.Fprintf(w, "router CPU profile: %s, %d calls from %d callers in %.1f s, router %.1f µs per call (go tool pprof -top %s)\n",
+			p.File, p.Calls, p.Callers, p.Seconds, p.RouterCPUUSPerCall, p.File)
 	}
 }
 
