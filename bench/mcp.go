@@ -40,6 +40,15 @@ func startMCP(ctx context.Context, n int) (m *mcpHTTP, err error) {
 			m = nil
 		}
 	}()
+	url, err := m.serve()
+	if err != nil {
+		return nil, err
+	}
+	return m, m.connect(ctx, url, n)
+}
+
+// serve starts the server on a loopback port and returns its URL.
+func (m *mcpHTTP) serve() (string, error) {
 	s := mcpserver.NewMCPServer("toolbus-bench", "1.0.0", mcpserver.WithToolCapabilities(false))
 	s.AddTool(mcp.NewTool(toolRead, mcp.WithDescription("Echo the text (read-only)."),
 		mcp.WithString("text", mcp.Required(), mcp.Description("Text to echo back.")),
@@ -54,7 +63,7 @@ func startMCP(ctx context.Context, n int) (m *mcpHTTP, err error) {
 	m.streamable = mcpserver.NewStreamableHTTPServer(s, mcpserver.WithStreamableHTTPLogger(slog.New(slog.DiscardHandler)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("bench: mcp listen: %w", err)
+		return "", fmt.Errorf("bench: mcp listen: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", m.streamable)
@@ -66,27 +75,31 @@ func startMCP(ctx context.Context, n int) (m *mcpHTTP, err error) {
 			slog.Debug("bench: mcp server", "err", err)
 		}
 	}()
-	url := "http://" + ln.Addr().String() + "/mcp"
+	return "http://" + ln.Addr().String() + "/mcp", nil
+}
+
+// connect starts n initialized clients of the server at url.
+func (m *mcpHTTP) connect(ctx context.Context, url string, n int) error {
 	for range n {
 		tr := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}
 		m.transports = append(m.transports, tr)
 		c, err := mcpclient.NewStreamableHttpClient(url, transport.WithHTTPBasicClient(&http.Client{Transport: tr}))
 		if err != nil {
-			return nil, fmt.Errorf("bench: mcp client: %w", err)
+			return fmt.Errorf("bench: mcp client: %w", err)
 		}
 		m.clients = append(m.clients, c)
 		if err := c.Start(ctx); err != nil {
-			return nil, fmt.Errorf("bench: mcp client start: %w", err)
+			return fmt.Errorf("bench: mcp client start: %w", err)
 		}
 		req := mcp.InitializeRequest{}
 		req.Params.ClientInfo = mcp.Implementation{Name: "toolbus-bench", Version: "1.0.0"}
 		res, err := c.Initialize(ctx, req)
 		if err != nil {
-			return nil, fmt.Errorf("bench: mcp initialize: %w", err)
+			return fmt.Errorf("bench: mcp initialize: %w", err)
 		}
 		m.protocol = res.ProtocolVersion
 	}
-	return m, nil
+	return nil
 }
 
 // call calls the tool through client i.

@@ -129,7 +129,8 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 	top := opts.Callers[len(opts.Callers)-1]
 	run := CrossRun{Run: n, LoadAvgStart: loadAvg()}
 	logf("bench: run %d: starting nats-server, router, relay forwarder and worker processes", n)
-	d, err := xdeploy(ctx, opts.Exe, top, opts.ChildStderr)
+	mid := nearest(opts.Callers, 16)
+	d, err := xdeploy(ctx, opts.Exe, top, mid, opts.ChildStderr)
 	if err != nil {
 		return run, err
 	}
@@ -144,14 +145,18 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 	for role, c := range d.children {
 		run.PIDs[role] = c.pid()
 	}
+	// server is the process that stands between caller and worker (or,
+	// for mcp-go, serves the tool itself); mcp-go runs at mid callers only.
 	paths := []struct {
-		name string
-		fn   callFunc
-		out  *CrossPath
+		name, server string
+		fn           callFunc
+		out          *CrossPath
+		midOnly      bool
 	}{
-		{"relay", d.relay, &run.Relay},
-		{"toolbus read-only", d.callTool(toolRead), &run.Toolbus},
-		{"toolbus write", d.callTool(toolWrite), &run.ToolbusWrite},
+		{"relay", roleRelay, d.relay, &run.Relay, false},
+		{"toolbus read-only", roleRouter, d.callTool(toolRead), &run.Toolbus, false},
+		{"toolbus write", roleRouter, d.callTool(toolWrite), &run.ToolbusWrite, false},
+		{"mcp-go HTTP", roleMCP, d.mcp.call, &run.MCP, true},
 	}
 	for _, p := range paths {
 		*p.out = CrossPath{Throughput: map[string]float64{}, CPUUSPerCall: map[string]map[string]float64{},
@@ -172,17 +177,16 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 		logf("bench: run %d: throughput, %d callers, %v each", n, c, opts.Duration)
 		k := strconv.Itoa(c)
 		for _, p := range paths {
+			if p.midOnly && c != mid {
+				continue
+			}
 			l, diff, err := d.measureLoad(ctx, opts.Duration, c, p.fn)
 			if err != nil {
 				return fail(fmt.Errorf("bench: throughput %s: %w", p.name, err))
 			}
 			p.out.Throughput[k] = l.throughput()
-			fwd := roleRouter
-			if p.out == &run.Relay {
-				fwd = roleRelay
-			}
 			cpu, allocs := map[string]float64{}, map[string]float64{}
-			for part, role := range map[string]string{partRouter: fwd, partWorker: roleWorker, partClient: roleClient, procNATS: roleNATS} {
+			for part, role := range map[string]string{partRouter: p.server, partWorker: roleWorker, partClient: roleClient, procNATS: roleNATS} {
 				cpu[part] = perCallOf(float64(diff[role].CPUNS)/1e3, l.total)
 				allocs[part] = perCallOf(float64(diff[role].Mallocs), l.total)
 			}

@@ -75,7 +75,7 @@ func TestCrossDeployment(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	d, err := xdeploy(ctx, exe, 2, nil)
+	d, err := xdeploy(ctx, exe, 2, 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestCrossDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		for _, fn := range []callFunc{d.relay, d.callTool(toolRead), d.callTool(toolWrite)} {
+		for _, fn := range []callFunc{d.relay, d.callTool(toolRead), d.callTool(toolWrite), d.mcp.call} {
 			if err := fn(ctx, i); err != nil {
 				t.Fatal(err)
 			}
@@ -184,14 +184,15 @@ func TestRunCrossQuick(t *testing.T) {
 				}
 			}
 		}
-		for _, k := range []string{"ratios.vs_relay.4", "ratios.p50_1", "pids.router"} {
+		for _, k := range []string{"ratios.vs_relay.4", "ratios.p50_1", "ratios.vs_mcp_http", "pids.router", "pids.mcp",
+			"mcp_http.p50_us", "mcp_http.throughput.4", "mcp_http.cpu_us_per_call.4.router", "mcp_http.cpu_us_per_call.4.client"} {
 			if v, ok := lookup(run, k); !ok || !(v.(float64) > 0) {
 				t.Errorf("run %v: %s = %v", run["run"], k, v)
 			}
 		}
 	}
-	if len(rep.Targets) != 6 {
-		t.Errorf("%d targets, want 6", len(rep.Targets))
+	if len(rep.Targets) != 7 {
+		t.Errorf("%d targets, want 7", len(rep.Targets))
 	}
 	for _, s := range rep.Targets {
 		if len(s.Values) != 2 {
@@ -209,7 +210,7 @@ func TestRunCrossQuick(t *testing.T) {
 			t.Errorf("profile %+v: %v", p, err)
 		}
 	}
-	for _, want := range []string{"run 1", "run 2", "throughput_4", "router_cpu_write_us", "others' cores", "router process memory"} {
+	for _, want := range []string{"run 1", "run 2", "throughput_4", "router_cpu_write_us", "others' cores", "router process memory", "mcp-go HTTP", "vs_mcp_http_4"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}

@@ -43,6 +43,7 @@ const (
 	roleRouter = "router" // one toolbus router, configured as cmd/router's defaults
 	roleRelay  = "relay"  // the raw forwarder of the relay baseline
 	roleWorker = "worker" // the toolbus worker and the raw responder
+	roleMCP    = "mcp"    // mcp-go's streamable HTTP server with the same trivial tool
 )
 
 const childReady = "ready"
@@ -149,6 +150,11 @@ func startRole(ctx context.Context, role string) (stop func(), extra string, err
 		undo, err = childRelay(ctx, url)
 	case roleWorker:
 		undo, err = childWorker(ctx, url)
+	case roleMCP:
+		m := &mcpHTTP{}
+		if extra, err = m.serve(); err == nil {
+			undo = m.close
+		}
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -156,7 +162,7 @@ func startRole(ctx context.Context, role string) (stop func(), extra string, err
 		nc.Close()
 		return nil, "", err
 	}
-	return func() { undo(); nc.Close() }, "", nil
+	return func() { undo(); nc.Close() }, extra, nil
 }
 
 // serveControl connects to url and answers the role's control subject.

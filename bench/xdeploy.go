@@ -144,12 +144,14 @@ type xdeployment struct {
 	client   *client.Client
 	payload  []byte
 	sessions []string
+	mcp      *mcpHTTP // clients of the mcp-go server process; nil without one
 }
 
 // xdeploy starts the processes in dependency order, waits until the
 // router lists the worker's tools live and activates the bench group in
-// sessions sessions.
-func xdeploy(ctx context.Context, exe string, sessions int, stderr io.Writer) (d *xdeployment, err error) {
+// sessions sessions. With mcpClients > 0 it starts mcp-go's server in a
+// process too, and that many clients of it here.
+func xdeploy(ctx context.Context, exe string, sessions, mcpClients int, stderr io.Writer) (d *xdeployment, err error) {
 	d = &xdeployment{children: map[string]*child{}}
 	defer func() {
 		if err != nil {
@@ -170,6 +172,17 @@ func xdeploy(ctx context.Context, exe string, sessions int, stderr io.Writer) (d
 			return nil, err
 		}
 		d.children[role] = c
+	}
+	if mcpClients > 0 {
+		var url string
+		if c, url, err = startChild(ctx, exe, roleMCP, []string{envURL + "=" + d.url}, stderr); err != nil {
+			return nil, err
+		}
+		d.children[roleMCP] = c
+		d.mcp = &mcpHTTP{}
+		if err = d.mcp.connect(ctx, url, mcpClients); err != nil {
+			return nil, err
+		}
 	}
 	conn := func(name string) (*nats.Conn, error) {
 		return nats.Connect(d.url, nats.Name("toolbus-bench-"+name), nats.MaxReconnects(0))
@@ -384,12 +397,15 @@ func (d *xdeployment) callTool(tool string) callFunc {
 // close stops the callers' connections and the processes in reverse
 // order of their start, and removes the store.
 func (d *xdeployment) close() {
+	if d.mcp != nil {
+		d.mcp.close()
+	}
 	for _, nc := range []*nats.Conn{d.clientNC, d.rawNC, d.ctl} {
 		if nc != nil {
 			nc.Close()
 		}
 	}
-	for _, role := range []string{roleWorker, roleRelay, roleRouter, roleNATS} {
+	for _, role := range []string{roleMCP, roleWorker, roleRelay, roleRouter, roleNATS} {
 		d.children[role].stop()
 	}
 	if d.dir != "" {
@@ -400,7 +416,7 @@ func (d *xdeployment) close() {
 // childErrors returns what the children said on stderr, for a failed run.
 func (d *xdeployment) childErrors() string {
 	var b bytes.Buffer
-	for _, role := range []string{roleNATS, roleRouter, roleRelay, roleWorker} {
+	for _, role := range []string{roleNATS, roleRouter, roleRelay, roleWorker, roleMCP} {
 		if c := d.children[role]; c != nil {
 			if s := c.stderr.String(); s != "" {
 				fmt.Fprintf(&b, "%s: %s\n", role, s)

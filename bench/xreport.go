@@ -35,10 +35,14 @@ type CrossRun struct {
 	Relay        CrossPath      `json:"relay"`
 	Toolbus      CrossPath      `json:"toolbus"`       // trivial read-only tool
 	ToolbusWrite CrossPath      `json:"toolbus_write"` // trivial non-read-only tool (dedupe ledger)
-	Ratios       CrossRatios    `json:"ratios"`
-	Targets      []Target       `json:"targets"`
-	LoadAvgStart float64        `json:"loadavg_start"`
-	LoadAvgEnd   float64        `json:"loadavg_end"`
+	// MCP is one mcp-go streamable HTTP server process serving the same
+	// tool, one client (and session) per caller, at Config.CostCallers
+	// callers only; its server process is "router" in CPUUSPerCall.
+	MCP          CrossPath   `json:"mcp_http"`
+	Ratios       CrossRatios `json:"ratios"`
+	Targets      []Target    `json:"targets"`
+	LoadAvgStart float64     `json:"loadavg_start"`
+	LoadAvgEnd   float64     `json:"loadavg_end"`
 }
 
 // CrossPath is one path's figures in one run.
@@ -70,6 +74,7 @@ type CrossRatios struct {
 	P50          float64            `json:"p50_1"`          // read-only p50 / relay p50, one caller
 	P99          float64            `json:"p99_1"`
 	WriteP50     float64            `json:"write_p50_1"`
+	VsMCP        float64            `json:"vs_mcp_http"` // read-only / mcp-go throughput at Config.CostCallers
 	// RouterVsForwarder is the router process's CPU per read-only call
 	// over the forwarder's per relayed call, at the most callers.
 	RouterVsForwarder float64 `json:"router_vs_forwarder_cpu"`
@@ -126,7 +131,7 @@ type CrossConfig struct {
 
 const crossLayout = "nats-server (embedded, its own process), router (its own process, cmd/router's defaults, no built-in tools), " +
 	"relay forwarder (its own process), worker and raw responder (one process, each on its own connection), " +
-	"callers in the bench process; every process re-executes the bench's binary"
+	"mcp-go streamable HTTP server (its own process), callers in the bench process; every process re-executes the bench's binary"
 
 func newCrossReport(o CrossOptions) *CrossReport {
 	r := &CrossReport{Layout: crossLayout}
@@ -153,6 +158,7 @@ func (r *CrossReport) crossTargets(run *CrossRun) []Target {
 	}
 	t("throughput_"+top, "read-only / relay throughput, "+top+" callers", run.Ratios.VsRelay[top], ">=", 0.5)
 	t("p50_1", "read-only / relay p50, one caller", run.Ratios.P50, "<=", 1.6)
+	t("vs_mcp_http_"+mid, "read-only / one mcp-go streamable HTTP server process, "+mid+" callers", run.Ratios.VsMCP, ">=", 1.5)
 	t("router_cpu_us", "router process CPU µs per read-only call, "+top+" callers", run.Toolbus.CPUUSPerCall[top][partRouter], "<=", 40)
 	t("router_cpu_write_us", "router process CPU µs per write call, "+top+" callers", run.ToolbusWrite.CPUUSPerCall[top][partRouter], "<=", 70)
 	t("worker_sdk_us", "worker process CPU µs per read-only call, "+mid+" callers", run.Toolbus.CPUUSPerCall[mid][partWorker], "<=", 15)
@@ -163,11 +169,13 @@ func (r *CrossReport) crossTargets(run *CrossRun) []Target {
 // finish computes each run's ratios and targets and their spread.
 func (r *CrossReport) finish() {
 	top := strconv.Itoa(r.Config.Callers[len(r.Config.Callers)-1])
+	mid := strconv.Itoa(r.Config.CostCallers)
 	for i := range r.Runs {
 		run := &r.Runs[i]
 		run.Ratios = CrossRatios{VsRelay: map[string]float64{}, WriteVsRelay: map[string]float64{},
 			P50: ratio(run.Toolbus.P50US, run.Relay.P50US), P99: ratio(run.Toolbus.P99US, run.Relay.P99US),
 			WriteP50:          ratio(run.ToolbusWrite.P50US, run.Relay.P50US),
+			VsMCP:             ratio(run.Toolbus.Throughput[mid], run.MCP.Throughput[mid]),
 			RouterVsForwarder: ratio(run.Toolbus.CPUUSPerCall[top][partRouter], run.Relay.CPUUSPerCall[top][partRouter])}
 		for _, n := range r.Config.Callers {
 			k := strconv.Itoa(n)
@@ -270,6 +278,19 @@ func (r *CrossReport) writeRun(w io.Writer, run *CrossRun, top, mid string) {
 			row.p.CPUUSPerCall[mid][partWorker], row.p.CPUUSPerCall[mid][partClient], row.p.CPUUSPerCall[top][procNATS], row.p.OtherCores[top])
 		fmt.Fprint(tw, line)
 	}
+	if p := run.MCP; p.Throughput[mid] > 0 {
+		line := fmt.Sprintf("mcp-go HTTP (router|fwd = its server)\t%.0f\t%.0f\t", p.P50US, p.P99US)
+		for _, n := range r.Config.Callers {
+			if k := strconv.Itoa(n); k == mid {
+				line += fmt.Sprintf("%.0f\t", p.Throughput[k])
+			} else {
+				line += "-\t"
+			}
+		}
+		line += fmt.Sprintf("%.1f@%s\t%.0f@%s\t-\t%.1f\t-\t%.2f@%s\t\n", p.CPUUSPerCall[mid][partRouter], mid, p.AllocsPerCall[mid][partRouter], mid,
+			p.CPUUSPerCall[mid][partClient], p.OtherCores[mid], mid)
+		fmt.Fprint(tw, line)
+	}
 	_ = tw.Flush()
 	var vs, wvs []string
 	for _, n := range r.Config.Callers {
@@ -278,8 +299,9 @@ func (r *CrossReport) writeRun(w io.Writer, run *CrossRun, top, mid string) {
 		wvs = append(wvs, fmt.Sprintf("%s: %.2f", k, run.Ratios.WriteVsRelay[k]))
 	}
 	fmt.Fprintf(w, "ratios vs relay: read-only throughput %s; p50 %.2f, p99 %.2f; write throughput %s; write p50 %.2f;\n"+
-		"  router CPU per read-only call %.1f× the forwarder's per relayed call\n",
-		strings.Join(vs, "  "), run.Ratios.P50, run.Ratios.P99, strings.Join(wvs, "  "), run.Ratios.WriteP50, run.Ratios.RouterVsForwarder)
+		"  router CPU per read-only call %.1f× the forwarder's per relayed call; read-only / mcp-go throughput at %s callers %.2f\n",
+		strings.Join(vs, "  "), run.Ratios.P50, run.Ratios.P99, strings.Join(wvs, "  "), run.Ratios.WriteP50, run.Ratios.RouterVsForwarder,
+		mid, run.Ratios.VsMCP)
 	var tg []string
 	for _, t := range run.Targets {
 		tg = append(tg, fmt.Sprintf("%s %s (%s %s, %s)", t.Name, num(t.Value), t.Op, num(t.Limit), metWord(t.Met)))
