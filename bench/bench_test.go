@@ -67,7 +67,7 @@ func sharedCrossDeployment(b *testing.B) *xdeployment {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		sharedCross.d, sharedCross.err = xdeploy(ctx, exe, 1, 0, nil)
+		sharedCross.d, sharedCross.err = xdeploy(ctx, xconfig{exe: exe, sessions: 1})
 	})
 	if sharedCross.err != nil {
 		b.Fatal(sharedCross.err)

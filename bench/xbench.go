@@ -130,7 +130,11 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 	run := CrossRun{Run: n, LoadAvgStart: loadAvg()}
 	logf("bench: run %d: starting nats-server, router, relay forwarder and worker processes", n)
 	mid := nearest(opts.Callers, 16)
-	d, err := xdeploy(ctx, opts.Exe, top, mid, opts.ChildStderr)
+	var profiles []string
+	if opts.CPUProfile != "" && last {
+		profiles = []string{opts.CPUProfile, writeProfile(opts.CPUProfile)}
+	}
+	d, err := xdeploy(ctx, xconfig{exe: opts.Exe, sessions: top, mcpClients: mid, profiles: profiles, stderr: opts.ChildStderr})
 	if err != nil {
 		return run, err
 	}

@@ -75,7 +75,8 @@ func TestCrossDeployment(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	d, err := xdeploy(ctx, exe, 2, 2, nil)
+	file := filepath.Join(t.TempDir(), "router.prof")
+	d, err := xdeploy(ctx, xconfig{exe: exe, sessions: 2, mcpClients: 2, profiles: []string{file}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +117,16 @@ func TestCrossDeployment(t *testing.T) {
 	if _, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &off}); err == nil || !strings.Contains(err.Error(), "no profile running") {
 		t.Errorf("stopping a profile that is not running: %v", err)
 	}
-	bad := filepath.Join(t.TempDir(), "missing", "x.prof")
-	if _, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &bad}); err == nil {
-		t.Error("a profile into a missing directory started")
+	// Only the files the parent named at start may be written.
+	other := filepath.Join(t.TempDir(), "x.prof")
+	if _, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &other}); err == nil || !strings.Contains(err.Error(), "not a profile file") {
+		t.Errorf("a profile into a file not named at start: %v", err)
+	}
+	if _, err := os.Stat(other); !os.IsNotExist(err) {
+		t.Errorf("%s was created: %v", other, err)
 	}
 
 	// A profile while calls run is written and stopped.
-	file := filepath.Join(t.TempDir(), "router.prof")
 	prof, err := d.profile(ctx, file, 200*time.Millisecond, 2, d.callTool(toolRead))
 	if err != nil {
 		t.Fatal(err)

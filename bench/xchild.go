@@ -9,9 +9,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -35,6 +37,11 @@ const (
 	envChild = "TOOLBUS_BENCH_CHILD" // the role: one of the role* constants
 	envURL   = "TOOLBUS_BENCH_URL"   // the nats-server to join (every role but roleNATS)
 	envDir   = "TOOLBUS_BENCH_DIR"   // roleNATS: the JetStream store directory
+	// envProfiles lists (os.PathListSeparator) the only files the router
+	// may write CPU profiles to: the control subject is open to any
+	// client of the bench's server, so a request names one of them, never
+	// a path of its own.
+	envProfiles = "TOOLBUS_BENCH_PROFILES"
 )
 
 // Roles of the cross-process bench's child processes.
@@ -173,7 +180,7 @@ func serveControl(url, role string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var prof profiler
+	prof := profiler{allowed: filepath.SplitList(os.Getenv(envProfiles))}
 	_, err = nc.Subscribe(ctlSubject(role), func(m *nats.Msg) {
 		var req ctlRequest
 		if len(m.Data) > 0 {
@@ -204,10 +211,11 @@ func serveControl(url, role string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// profiler writes one CPU profile at a time to a file.
+// profiler writes one CPU profile at a time to one of the allowed files.
 type profiler struct {
-	mu sync.Mutex
-	f  *os.File
+	allowed []string
+	mu      sync.Mutex
+	f       *os.File
 }
 
 func (p *profiler) toggle(path string) error {
@@ -223,6 +231,9 @@ func (p *profiler) toggle(path string) error {
 	}
 	if path == "" {
 		return errors.New("no profile running")
+	}
+	if !slices.Contains(p.allowed, path) {
+		return fmt.Errorf("%q is not a profile file this process was started with", path)
 	}
 	f, err := os.Create(path)
 	if err != nil {

@@ -147,11 +147,20 @@ type xdeployment struct {
 	mcp      *mcpHTTP // clients of the mcp-go server process; nil without one
 }
 
+// xconfig describes a cross-process deployment.
+type xconfig struct {
+	exe        string    // the binary run as each part
+	sessions   int       // sessions with the bench group active
+	mcpClients int       // > 0: mcp-go's server in a process, and that many clients here
+	profiles   []string  // the only files the router process may write CPU profiles to
+	stderr     io.Writer // the processes' logs; nil keeps the last lines only
+}
+
 // xdeploy starts the processes in dependency order, waits until the
 // router lists the worker's tools live and activates the bench group in
-// sessions sessions. With mcpClients > 0 it starts mcp-go's server in a
-// process too, and that many clients of it here.
-func xdeploy(ctx context.Context, exe string, sessions, mcpClients int, stderr io.Writer) (d *xdeployment, err error) {
+// cfg.sessions sessions.
+func xdeploy(ctx context.Context, cfg xconfig) (d *xdeployment, err error) {
+	exe, stderr := cfg.exe, cfg.stderr
 	d = &xdeployment{children: map[string]*child{}}
 	defer func() {
 		if err != nil {
@@ -168,19 +177,23 @@ func xdeploy(ctx context.Context, exe string, sessions, mcpClients int, stderr i
 	}
 	d.children[roleNATS] = c
 	for _, role := range []string{roleRouter, roleRelay, roleWorker} {
-		if c, _, err = startChild(ctx, exe, role, []string{envURL + "=" + d.url}, stderr); err != nil {
+		env := []string{envURL + "=" + d.url}
+		if role == roleRouter {
+			env = append(env, envProfiles+"="+strings.Join(cfg.profiles, string(os.PathListSeparator)))
+		}
+		if c, _, err = startChild(ctx, exe, role, env, stderr); err != nil {
 			return nil, err
 		}
 		d.children[role] = c
 	}
-	if mcpClients > 0 {
+	if cfg.mcpClients > 0 {
 		var url string
 		if c, url, err = startChild(ctx, exe, roleMCP, []string{envURL + "=" + d.url}, stderr); err != nil {
 			return nil, err
 		}
 		d.children[roleMCP] = c
 		d.mcp = &mcpHTTP{}
-		if err = d.mcp.connect(ctx, url, mcpClients); err != nil {
+		if err = d.mcp.connect(ctx, url, cfg.mcpClients); err != nil {
 			return nil, err
 		}
 	}
@@ -203,7 +216,7 @@ func xdeploy(ctx context.Context, exe string, sessions, mcpClients int, stderr i
 	if err = d.waitLive(ctx, toolRead, toolWrite); err != nil {
 		return nil, err
 	}
-	return d, d.prepareSessions(ctx, sessions)
+	return d, d.prepareSessions(ctx, cfg.sessions)
 }
 
 // rawPayload is the raw paths' request and reply: an encoded batch event.

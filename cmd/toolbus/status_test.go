@@ -60,7 +60,14 @@ func TestStoreLine(t *testing.T) {
 }
 
 func TestBenchUsage(t *testing.T) {
-	if _, _, err := exec(t.Context(), "bench", "extra"); err == nil {
-		t.Fatal("bench with an argument succeeded")
+	for _, args := range [][]string{
+		{"bench", "extra"},
+		{"bench", "--runs", "2"},              // goes with --cross-process only
+		{"bench", "--cpuprofile", "/tmp/x"},   // likewise
+		{"bench", "--cross-process", "extra"}, // no arguments either
+	} {
+		if _, _, err := exec(t.Context(), args...); err == nil {
+			t.Errorf("%v succeeded", args)
+		}
 	}
 }
