@@ -122,6 +122,16 @@ func (st *kvStore) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return kv, nil
 }
 
+// available reports whether the bucket can be reached with this login
+// (within 3 s): a stdio host on an agent's credentials cannot, and is
+// offered no tasks.
+func (st *kvStore) available(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := st.bucket(ctx)
+	return err == nil
+}
+
 // createTask stores a new record; it fails when the (session, user)
 // already keeps MaxTasks live ones.
 func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {

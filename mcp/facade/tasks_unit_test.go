@@ -7,7 +7,7 @@ import (
 
 func TestTaskMessage(t *testing.T) {
 	for _, c := range []struct {
-		name, body string
+		name, body   string
 		ours, modern bool
 	}{
 		{"tasks/get", `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}`, true, false},
