@@ -75,7 +75,9 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 		defer close(p.done)
 		defer unlink()
 		defer cancel()
-		p.res, p.err = s.run(rctx, req, runOpts{confirm: confirm})
+		// keep: a facade that closes leaves the call parked; the retry,
+		// wherever it lands, answers it (state.go).
+		p.res, p.err = s.run(rctx, req, runOpts{confirm: confirm, keep: true})
 	}()
 	select {
 	case <-p.done:
@@ -106,7 +108,12 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 			<-p.done
 			select {
 			case <-time.After(resultKept):
+				// The stored state goes too; a retry after this is refused.
+				dctx, cancel := context.WithTimeout(s.f.ctx, 10*time.Second)
+				s.f.kv.deleteState(dctx, s.id, s.user, state)
+				cancel()
 			case <-s.f.ctx.Done():
+				// Closing: the stored state stays for another process.
 			}
 			s.mu.Lock()
 			delete(s.pending, state)

@@ -52,6 +52,13 @@ func (st *kvStore) putState(ctx context.Context, id string, r *stateRecord) erro
 	return nil
 }
 
+// deleteState forgets a request state (best effort: it expires anyway).
+func (st *kvStore) deleteState(ctx context.Context, session, user, id string) {
+	if kv, err := st.bucket(ctx); err == nil {
+		_ = kv.Delete(ctx, stateKey(session, user, id))
+	}
+}
+
 // getState returns the (session, user)'s live request state id; another
 // session's or user's, a forged or an expired one is errNotFound.
 func (st *kvStore) getState(ctx context.Context, session, user, id string) (*stateRecord, error) {

@@ -308,8 +308,9 @@ func TestRetryOtherFacade(t *testing.T) {
 }
 
 // TestRequestStateRefused: a request state is honoured only for the
-// session and user it was given to, on any process; a forged one, another
-// user's or another session's is refused and answers nothing.
+// session and user it was given to, on any process, also after the
+// process that gave it closed; a forged one, another user's or another
+// session's is refused and answers nothing.
 func TestRequestStateRefused(t *testing.T) {
 	p := newPair(t, false)
 	const s = "lb-state"
@@ -362,7 +363,12 @@ func TestRequestStateRefused(t *testing.T) {
 	if err := p.bus.Admin(t.Context(), "parked.list", s, nil, &list); err != nil || len(list.Parked) != 1 || list.Parked[0].ID != parked.ID {
 		t.Fatalf("after the refused retries the call is not parked alone: %+v %v", list, err)
 	}
-	// The real retry, on the other process, confirms and returns the result.
+	// A, which asked, closes (a restart): the call stays parked, and the
+	// real retry, on the other process, confirms and returns the result.
+	p.f.Close()
+	p.mu.Lock()
+	p.backend[0] = p.newFacade(t)
+	p.mu.Unlock()
 	if text, isErr := retry("B", s, "alice", ir.RequestState); isErr || text != "deployed" {
 		t.Fatalf("alice's retry on B: %q", text)
 	}
