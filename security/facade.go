@@ -32,7 +32,8 @@ func facade(s bus.Subjects) User {
 	// write, watch, and create it when no router has.
 	mcpKV := s.Bucket(bus.BucketMCP)
 	pub = append(pub, watchStream("KV_"+mcpKV, "$KV."+mcpKV+".>")...)
-	pub = append(pub, "$KV."+mcpKV+".>", jsAPI+"DIRECT.GET.KV_"+mcpKV+".>", jsAPI+"STREAM.CREATE.KV_"+mcpKV)
+	pub = append(pub, "$KV."+mcpKV+".>", jsAPI+"DIRECT.GET.KV_"+mcpKV+".>",
+		jsAPI+"STREAM.MSG.GET.KV_"+mcpKV, jsAPI+"STREAM.CREATE.KV_"+mcpKV)
 	return User{Name: RoleFacade, Role: RoleFacade, InboxPrefix: inbox(RoleFacade), Permissions: Permissions{
 		Publish:   pub,
 		Subscribe: []string{s.Events("*"), inbox(RoleFacade) + ".>"},

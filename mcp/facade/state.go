@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
 )
 
 // stateRecord is the request state of a 2026-07-28 call waiting for the
@@ -44,9 +45,7 @@ func (st *kvStore) putState(ctx context.Context, id string, r *stateRecord) erro
 		return err
 	}
 	raw, _ := json.Marshal(r)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := kv.Create(ctx, stateKey(r.Session, r.User, id), raw); err != nil {
+	if _, err := store.Create(ctx, kv, stateKey(r.Session, r.User, id), raw, store.Bounded); err != nil {
 		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	return nil

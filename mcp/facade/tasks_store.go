@@ -88,14 +88,17 @@ var errNoStore = errors.New("facade: the tasks bucket is unavailable")
 var errNotFound = errors.New("task not found")
 
 // kvStore is the facade's bucket, bound on first use (and created with
-// the routers' configuration when none exists yet).
+// the routers' configuration when none exists yet). Reads of a
+// replicated bucket go to the stream leader and writes are
+// compare-and-set through store's helpers (docs/protocol.md 8), so a
+// process never acts on a record another process has already changed.
 type kvStore struct {
 	f  *Facade
 	mu sync.Mutex
-	kv jetstream.KeyValue
+	kv *store.KV
 }
 
-func (st *kvStore) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.kv != nil {
@@ -118,8 +121,16 @@ func (st *kvStore) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoStore, err)
 	}
-	st.kv = kv
-	return kv, nil
+	status, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	replicas := 1
+	if b, ok := status.(*jetstream.KeyValueBucketStatus); ok {
+		replicas = b.StreamInfo().Config.Replicas
+	}
+	st.kv = store.NewKV(js, kv, replicas)
+	return st.kv, nil
 }
 
 // available reports whether the bucket can be reached with this login
@@ -145,16 +156,14 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 		return fmt.Errorf("facade: %d tasks kept for this session and user (the most); wait for some to expire", len(live))
 	}
 	raw, _ := json.Marshal(r)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := kv.Create(ctx, taskKey(r.Session, r.User, r.ID), raw); err != nil {
+	if _, err := store.Create(ctx, kv, taskKey(r.Session, r.User, r.ID), raw, store.Bounded); err != nil {
 		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	return nil
 }
 
 // taskKeys lists the keys of the (session, user)'s task records.
-func (st *kvStore) taskKeys(ctx context.Context, kv jetstream.KeyValue, session, user string) ([]string, error) {
+func (st *kvStore) taskKeys(ctx context.Context, kv *store.KV, session, user string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	l, err := kv.ListKeysFiltered(ctx, "t."+session+"."+userDigest(user)+".*")
@@ -200,7 +209,7 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	return out, nil
 }
 
-func (st *kvStore) getKey(ctx context.Context, kv jetstream.KeyValue, key string) (*taskRecord, uint64, error) {
+func (st *kvStore) getKey(ctx context.Context, kv *store.KV, key string) (*taskRecord, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	e, err := kv.Get(ctx, key)
@@ -241,37 +250,46 @@ func (st *kvStore) getTask(ctx context.Context, session, user, id string) (*task
 // it is terminal already (the first end wins: a tasks/cancel, or the
 // call's result). It returns the record as stored afterwards.
 func (st *kvStore) updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error) {
+	if !idPattern.MatchString(id) {
+		return nil, errNotFound
+	}
 	kv, err := st.bucket(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for range 10 {
-		r, rev, err := st.getTask(ctx, session, user, id)
-		if err != nil {
+	var out *taskRecord
+	_, err = store.Update(ctx, kv, taskKey(session, user, id), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur == nil {
+			return nil, errNotFound
+		}
+		var r taskRecord
+		if err := json.Unmarshal(cur.Value(), &r); err != nil {
 			return nil, err
 		}
-		if r.Status.IsTerminal() {
-			return r, nil
+		if r.Session != session || r.User != user || r.ID != id {
+			return nil, errNotFound
 		}
-		change(r)
+		out = &r
+		if r.Status.IsTerminal() {
+			return nil, store.ErrNoChange
+		}
+		change(&r)
 		r.Updated = time.Now()
-		raw, _ := json.Marshal(r)
+		raw, _ := json.Marshal(&r)
 		if len(raw) > 1<<20-1024 { // too large for the bucket: say so instead
 			r.Result, r.Status, r.Error = nil, mcp.TaskStatusFailed,
 				"the result is larger than a task record holds; it is in the session's events (call "+r.CallID+")"
-			raw, _ = json.Marshal(r)
+			raw, _ = json.Marshal(&r)
 		}
-		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = kv.Update(uctx, taskKey(session, user, id), raw, rev)
-		cancel()
-		if err == nil {
-			return r, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) { // not a lost race
-			return nil, fmt.Errorf("%w: %v", errNoStore, err)
-		}
+		return raw, nil
+	})
+	if errors.Is(err, errNotFound) {
+		return nil, errNotFound
 	}
-	return nil, fmt.Errorf("%w: too many concurrent updates of task %s", errNoStore, id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return out, nil
 }
 
 // watchTask waits until the record is terminal (or gone), or ctx ends.
