@@ -286,6 +286,10 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	if s.noTasks {
 		return server.NewStdioServer(s.mcp).Listen(ctx, in, out)
 	}
+	// What the task filter started (a tasks/result waiting) ends with the
+	// connection.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	in2, out2 := s.stdioTasks(ctx, in, out)
 	return server.NewStdioServer(s.mcp).Listen(ctx, in2, out2)
 }
