@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -213,7 +214,9 @@ func TestTasksTwoFacades(t *testing.T) {
 	defer ev.Stop()
 
 	// Created on A, answered on the bus, read and waited for on B.
+	start := time.Now()
 	id := p.startTask(t, "A", s, "ask_human")
+	t.Logf("task created (record written, R3) in %s", time.Since(start))
 	replyID, parked := parkedEvent(t, ev, "ask_human")
 	if tk := p.task(t, "B", s, "tasks/get", id); tk.Status != mcp.TaskStatusWorking {
 		t.Fatalf("tasks/get on B while parked: %+v", tk)
@@ -221,10 +224,12 @@ func TestTasksTwoFacades(t *testing.T) {
 	if err := p.bus.Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("from A")}); err != nil {
 		t.Fatal(err)
 	}
+	start = time.Now()
 	res, rerr := p.rpc(t, "B", s, "alice", "tasks/result", map[string]any{"taskId": id}, false)
 	if rerr != nil {
 		t.Fatal(rerr)
 	}
+	t.Logf("tasks/result on B after the answer: %s", time.Since(start))
 	if text, isErr := resultText(t, res); isErr || text != "from A" {
 		t.Fatalf("tasks/result on B: %s", res)
 	}
@@ -237,11 +242,15 @@ func TestTasksTwoFacades(t *testing.T) {
 	}
 
 	// Created on A, cancelled on B: the bus call ends interrupted.
+	start = time.Now()
 	id = p.startTask(t, "A", s, "ask_human")
+	t.Logf("task created on a warm process: %s", time.Since(start))
 	_, parked = parkedEvent(t, ev, "ask_human")
+	start = time.Now()
 	if tk := p.task(t, "B", s, "tasks/cancel", id); tk.Status != mcp.TaskStatusCancelled {
 		t.Fatalf("tasks/cancel on B: %+v", tk)
 	}
+	t.Logf("tasks/cancel on B: %s", time.Since(start))
 	if r := endOf(t, ev, parked.ID); r.State != bus.StateInterrupted {
 		t.Fatalf("after tasks/cancel on B: %+v", r)
 	}
@@ -273,10 +282,12 @@ func TestTasksTwoFacades(t *testing.T) {
 	if r := endOf(t, ev, parked.ID); r.State != bus.StateSuccess {
 		t.Fatalf("the task's call after A closed: %+v", r)
 	}
+	start = time.Now()
 	res, rerr = p.rpc(t, "A", s, "alice", "tasks/result", map[string]any{"taskId": id}, false)
 	if rerr != nil {
 		t.Fatal(rerr)
 	}
+	t.Logf("tasks/result on the restarted A (replay of the session's events): %s", time.Since(start))
 	if text, isErr := resultText(t, res); isErr || text != "after the restart" {
 		t.Fatalf("tasks/result on the restarted A: %s", res)
 	}
