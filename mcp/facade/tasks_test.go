@@ -35,9 +35,12 @@ type pair struct {
 	next    atomic.Int64
 }
 
-func newPair(t *testing.T, cluster bool) *pair {
+func newPair(t *testing.T, cluster bool) *pair { return newPairWith(t, cluster, nil) }
+
+// newPairWith is newPair with both facades' Config changed by mod first.
+func newPairWith(t *testing.T, cluster bool, mod func(*Config)) *pair {
 	t.Helper()
-	e := startEnvRouters(t, cluster, 2, nil)
+	e := startEnvRouters(t, cluster, 2, mod)
 	p := &pair{env: e}
 	p.backend[0] = e.f
 	p.backend[1] = p.newFacade(t)
@@ -51,7 +54,7 @@ func newPair(t *testing.T, cluster bool) *pair {
 func (p *pair) newFacade(t *testing.T) *Facade {
 	t.Helper()
 	f := New(client.New(p.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}),
-		Config{Poll: p.f.cfg.Poll, ProgressEvery: p.f.cfg.ProgressEvery, Insecure: true, Confirm: ConfirmHostUser})
+		Config{Poll: p.f.cfg.Poll, ProgressEvery: p.f.cfg.ProgressEvery, Insecure: true, Confirm: ConfirmHostUser, MaxTasks: p.f.cfg.MaxTasks})
 	t.Cleanup(f.Close)
 	return f
 }
@@ -157,8 +160,13 @@ func (p *pair) task(t *testing.T, backend, s, method, id string) mcp.Task {
 // startTask creates a task of tool on backend and returns its id.
 func (p *pair) startTask(t *testing.T, backend, s, tool string) string {
 	t.Helper()
-	res, rerr := p.rpc(t, backend, s, "alice", "tools/call",
-		map[string]any{"name": tool, "arguments": map[string]any{}, "task": map[string]any{"ttl": 60000}}, false)
+	return p.startTaskTTL(t, backend, s, "alice", tool, 60000)
+}
+
+func (p *pair) startTaskTTL(t *testing.T, backend, s, user, tool string, ttl int64) string {
+	t.Helper()
+	res, rerr := p.rpc(t, backend, s, user, "tools/call",
+		map[string]any{"name": tool, "arguments": map[string]any{}, "task": map[string]any{"ttl": ttl}}, false)
 	if rerr != nil {
 		t.Fatalf("task of %s: %+v", tool, rerr)
 	}
@@ -382,5 +390,40 @@ func TestRequestStateRefused(t *testing.T) {
 	p.mu.Unlock()
 	if text, isErr := retry("B", s, "alice", ir.RequestState); isErr || text != "deployed" {
 		t.Fatalf("alice's retry on B: %q", text)
+	}
+}
+
+// TestTaskBounds: at most MaxTasks live records per session and user
+// (expired ones do not count and are not answered), a task-augmented call
+// past it refused (before anything is published: the record is written
+// first); ids that are not the facade's
+// find nothing; a tool outside the listing is refused.
+func TestTaskBounds(t *testing.T) {
+	p := newPairWith(t, false, func(c *Config) { c.MaxTasks = 2 })
+	const s = "lb-bounds"
+	ev, err := p.bus.Watch(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	gone := p.startTaskTTL(t, "A", s, "alice", "hello", 1) // expired by the next request
+	p.startTask(t, "B", s, "hello")
+	p.startTask(t, "A", s, "hello")
+	for range 3 { // the three calls ran
+		for m := bustest.Recv(t, ev.C, bound, "a batch.done"); m.Type != bus.TypeBatchDone; m = bustest.Recv(t, ev.C, bound, "a batch.done") {
+		}
+	}
+	_, rerr := p.rpc(t, "B", s, "alice", "tools/call", map[string]any{"name": "hello", "arguments": map[string]any{}, "task": map[string]any{}}, false)
+	if rerr == nil || !strings.Contains(rerr.Message, "tasks kept") {
+		t.Fatalf("a third live task: %+v", rerr)
+	}
+	p.startTaskTTL(t, "B", s, "bob", "hello", 60000) // bob's own bound
+	for _, id := range []string{gone, "../" + gone, strings.Repeat("f", 32), "*"} {
+		if _, rerr := p.rpc(t, "A", s, "alice", "tasks/get", map[string]any{"taskId": id}, false); rerr == nil || rerr.Code != mcp.INVALID_PARAMS {
+			t.Fatalf("tasks/get %q: %+v", id, rerr)
+		}
+	}
+	if _, rerr := p.rpc(t, "A", s, "alice", "tools/call", map[string]any{"name": "deploy", "task": map[string]any{}}, false); rerr == nil {
+		t.Fatal("a task of a tool outside the session's view")
 	}
 }
