@@ -245,19 +245,25 @@ func (s *session) cancelTask(ctx context.Context, id string) (any, *rpcError) {
 	return &out, nil
 }
 
-// maxFollowers bounds the tasks one facade process follows for others.
-const maxFollowers = 1000
+// maxFollowers bounds the tasks one facade process follows for others
+// (and the failures it remembers); followRetry is how long a failed
+// follow is not tried again.
+const (
+	maxFollowers = 1000
+	followRetry  = 5 * time.Second
+)
 
 // taskRunners are the tasks this process runs, and those it follows.
 type taskRunners struct {
 	f        *Facade
 	mu       sync.Mutex
-	local    map[string]struct{} // task id → run here
-	followed map[string]struct{} // task id → its end learnt here from the bus
+	local    map[string]struct{}  // task id → run here
+	followed map[string]struct{}  // task id → its end learnt here from the bus
+	failed   map[string]time.Time // task id → when following it last failed
 }
 
 func newTaskRunners(f *Facade) *taskRunners {
-	return &taskRunners{f: f, local: map[string]struct{}{}, followed: map[string]struct{}{}}
+	return &taskRunners{f: f, local: map[string]struct{}{}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
 }
 
 // count is how many tasks this process runs or follows.
@@ -303,7 +309,10 @@ func (t *taskRunners) follow(s *session, r *taskRecord) {
 	t.mu.Lock()
 	_, runs := t.local[r.ID]
 	_, follows := t.followed[r.ID]
-	if runs || follows || len(t.followed) >= maxFollowers || t.f.ctx.Err() != nil {
+	// A replay a router refused (its bounds, docs/protocol.md 3.4) is not
+	// asked again for followRetry: polls would repeat it every time.
+	recent := time.Since(t.failed[r.ID]) < followRetry
+	if runs || follows || recent || len(t.followed) >= maxFollowers || t.f.ctx.Err() != nil {
 		t.mu.Unlock()
 		return
 	}
@@ -322,6 +331,12 @@ func (t *taskRunners) follow(s *session, r *taskRecord) {
 		res, err := t.f.awaitResult(ctx, r.Session, r.ReplyID, r.CallID)
 		if err != nil {
 			t.f.cfg.Logger.Debug("facade: following task", "task", r.ID, "err", err)
+			t.mu.Lock()
+			if len(t.failed) >= maxFollowers {
+				clear(t.failed)
+			}
+			t.failed[r.ID] = time.Now()
+			t.mu.Unlock()
 			return
 		}
 		t.finish(r, toMCP(*res), nil)
