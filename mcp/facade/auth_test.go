@@ -352,15 +352,15 @@ func TestEviction(t *testing.T) {
 // refused with 503 and Retry-After rather than kept beyond the bound.
 func TestLRUFull(t *testing.T) {
 	e := startEnv(t, false, func(c *Config) { c.MaxSessions = 2 })
-	a, err := e.f.acquire(key{session: "full1", user: "u", confirm: ConfirmHostUser})
+	a, err := e.f.acquire(key{"full1", "u", ConfirmHostUser, false})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := e.f.acquire(key{session: "full2", user: "u", confirm: ConfirmHostUser})
+	b, err := e.f.acquire(key{"full2", "u", ConfirmHostUser, false})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.f.acquire(key{session: "full3", user: "u", confirm: ConfirmHostUser}); err != errFull {
+	if _, err := e.f.acquire(key{"full3", "u", ConfirmHostUser, false}); err != errFull {
 		t.Fatalf("a third session with two busy: %v", err)
 	}
 	rec := &recorder{header: http.Header{}}

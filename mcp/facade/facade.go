@@ -122,10 +122,6 @@ type key struct {
 	confirm       Confirm
 	// stdio marks the stdio host's server.
 	stdio bool
-	// noTasks: the facade's bucket is out of reach of this login (a stdio
-	// host on an agent's credentials), so no MCP tasks are offered and
-	// parked calls are held open with progress instead.
-	noTasks bool
 }
 
 // New returns a Facade over the deployment cl talks to (its connection
@@ -225,7 +221,7 @@ func (f *Facade) Handler() http.Handler {
 		if policy == "" {
 			policy = f.cfg.Confirm
 		}
-		s, err := f.acquire(key{id, ident.User, policy, false, false})
+		s, err := f.acquire(key{id, ident.User, policy, false})
 		if err != nil {
 			if errors.Is(err, errFull) {
 				w.Header().Set("Retry-After", "1")
@@ -278,7 +274,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	if !bus.ValidID(sessionID) {
 		return fmt.Errorf("facade: session id %q must match ^[A-Za-z0-9_-]{1,128}$", sessionID)
 	}
-	s, err := f.acquire(key{sessionID, user, f.cfg.Confirm, true, !f.kv.available(ctx)})
+	s, err := f.acquire(key{sessionID, user, f.cfg.Confirm, true})
 	if err != nil {
 		return err
 	}
@@ -296,12 +292,15 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 
 // session is one bus session's MCP server for one user (and policy).
 type session struct {
-	f       *Facade
-	id      string
-	user    string
-	policy  Confirm
-	stdio   bool // served over stdio (key.stdio)
-	noTasks bool // no MCP tasks (key.noTasks)
+	f      *Facade
+	id     string
+	user   string
+	policy Confirm
+	stdio  bool // served over stdio (key.stdio)
+	// noTasks: a stdio host whose login cannot reach the facade's bucket
+	// (an agent's credentials) is offered no MCP tasks; its parked calls
+	// are held open with progress instead.
+	noTasks bool
 	mcp     *server.MCPServer
 	http    *server.StreamableHTTPServer
 	dirty   chan struct{} // a watch saw a change: list again
@@ -425,7 +424,7 @@ func (f *Facade) evictOneLocked() bool {
 // back gets a new one (an MCP session id it held is unknown there: HTTP
 // 404, and the client initialises again, as MCP says).
 func (f *Facade) dropLocked(s *session) {
-	k := key{s.id, s.user, s.policy, s.stdio, s.noTasks}
+	k := key{s.id, s.user, s.policy, s.stdio}
 	delete(f.sessions, k)
 	if m := f.byID[s.id]; m != nil {
 		delete(m, s)
@@ -482,13 +481,13 @@ func (f *Facade) Sessions() int {
 // polling.
 func (f *Facade) newSession(k key) *session {
 	ctx, cancel := context.WithCancel(f.ctx)
-	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, noTasks: k.noTasks, order: map[string]int{}, dirty: make(chan struct{}, 1),
+	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, noTasks: k.stdio && !f.kv.available(f.ctx), order: map[string]int{}, dirty: make(chan struct{}, 1),
 		pending: map[string]*pending{}, ctx: ctx, cancel: cancel}
 	hooks := &server.Hooks{}
 	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx) })
 	// mcp-go advertises tasks; the facade answers them (tasks.go).
 	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter)}
-	if !k.noTasks {
+	if !s.noTasks {
 		opts = append(opts, server.WithTaskCapabilities(true, true, true))
 	}
 	if k.confirm == ConfirmHostUser {
