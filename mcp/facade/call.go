@@ -21,9 +21,9 @@ import (
 // its deadline passes: the tool's timeout_ms from the call's start (or
 // ParkWait when longer). Progress events become progress notifications
 // when the client sent a token, and so does the wait, every ProgressEvery.
-// A task-augmented call (a client that supports tasks) is the same
-// handler, run by mcp-go as a task the client polls: the task ends with
-// the call's result, or with the still-parked error at the deadline.
+// A task-augmented call (a client that supports tasks) runs the same way
+// as a task the client polls (tasks.go): it ends with the call's result,
+// or with the still-parked error at the deadline.
 func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	if req.Params.RequestState != "" {
 		return s.resume(ctx, req)
