@@ -230,7 +230,7 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		defer f.release(s)
-		if !stampNotification(w, r) || s.serveTaskHTTP(w, r) {
+		if !stampNotification(w, r) || (!s.noTasks && s.serveTaskHTTP(w, r)) {
 			return
 		}
 		s.http.ServeHTTP(w, r)
@@ -297,9 +297,9 @@ type session struct {
 	user   string
 	policy Confirm
 	stdio  bool // served over stdio (key.stdio)
-	// noTasks: a stdio host whose login cannot reach the facade's bucket
-	// (an agent's credentials) is offered no MCP tasks; its parked calls
-	// are held open with progress instead.
+	// noTasks: a facade whose login cannot reach its bucket (a stdio host
+	// on an agent's credentials) offers no MCP tasks; parked calls are
+	// held open with progress instead.
 	noTasks bool
 	mcp     *server.MCPServer
 	http    *server.StreamableHTTPServer
@@ -481,7 +481,7 @@ func (f *Facade) Sessions() int {
 // polling.
 func (f *Facade) newSession(k key) *session {
 	ctx, cancel := context.WithCancel(f.ctx)
-	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, noTasks: k.stdio && !f.kv.available(f.ctx), order: map[string]int{}, dirty: make(chan struct{}, 1),
+	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, noTasks: !f.kv.available(f.ctx), order: map[string]int{}, dirty: make(chan struct{}, 1),
 		pending: map[string]*pending{}, ctx: ctx, cancel: cancel}
 	hooks := &server.Hooks{}
 	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx) })

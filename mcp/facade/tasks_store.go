@@ -93,9 +93,10 @@ var errNotFound = errors.New("task not found")
 // compare-and-set through store's helpers (docs/protocol.md 8), so a
 // process never acts on a record another process has already changed.
 type kvStore struct {
-	f  *Facade
-	mu sync.Mutex
-	kv *store.KV
+	f      *Facade
+	mu     sync.Mutex
+	kv     *store.KV
+	failed time.Time // when the bucket was last found out of reach
 }
 
 func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
@@ -134,13 +135,26 @@ func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
 }
 
 // available reports whether the bucket can be reached with this login
-// (within 3 s): a stdio host on an agent's credentials cannot, and is
-// offered no tasks.
+// (within 3 s; a failure is remembered for a minute): a stdio host on an
+// agent's credentials cannot, nor a facade whose generated permissions
+// predate the bucket, and they are offered no tasks.
 func (st *kvStore) available(ctx context.Context) bool {
+	st.mu.Lock()
+	ok, recent := st.kv != nil, time.Since(st.failed) < time.Minute
+	st.mu.Unlock()
+	if ok || recent {
+		return ok
+	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	_, err := st.bucket(ctx)
-	return err == nil
+	if _, err := st.bucket(ctx); err != nil {
+		st.mu.Lock()
+		st.failed = time.Now()
+		st.mu.Unlock()
+		st.f.cfg.Logger.Warn("facade: no MCP tasks: the tasks bucket is out of reach of this login", "err", err)
+		return false
+	}
+	return true
 }
 
 // createTask stores a new record; it fails when the (session, user)
