@@ -12,6 +12,9 @@ const (
 	// DefaultOutputsTTL is how long a stored output (docs/protocol.md 5.9) is
 	// kept: as long as the events that refer to it.
 	DefaultOutputsTTL = 24 * time.Hour
+	// MCPStateMaxAge bounds how long the MCP facade's task records and
+	// request states are kept (BucketMCP's max age).
+	MCPStateMaxAge = 24 * time.Hour
 )
 
 // Bucket and stream names, before the prefix.
@@ -22,6 +25,7 @@ const (
 	BucketSessions = "sessions"
 	BucketParked   = "parked"
 	BucketLedger   = "ledger"
+	BucketMCP      = "mcp" // the MCP facade's tasks and request states
 	StreamEvents   = "EVENTS"
 	StreamHandoff  = "HANDOFF"
 	StreamWork     = "WORK"

@@ -28,6 +28,12 @@ func facade(s bus.Subjects) User {
 	pub = append(pub, watchStream("OBJ_"+skills, "$O."+skills+".M.>")...)
 	// The object store's watch first reads the latest metadata.
 	pub = append(pub, jsAPI+"DIRECT.GET.OBJ_"+skills+".$O."+skills+".M.>")
+	// Its own bucket of MCP tasks and request states (docs/mcp.md): read,
+	// write, watch, and create it when no router has.
+	mcpKV := s.Bucket(bus.BucketMCP)
+	pub = append(pub, watchStream("KV_"+mcpKV, "$KV."+mcpKV+".>")...)
+	pub = append(pub, "$KV."+mcpKV+".>", jsAPI+"DIRECT.GET.KV_"+mcpKV+".>",
+		jsAPI+"STREAM.MSG.GET.KV_"+mcpKV, jsAPI+"STREAM.CREATE.KV_"+mcpKV)
 	return User{Name: RoleFacade, Role: RoleFacade, InboxPrefix: inbox(RoleFacade), Permissions: Permissions{
 		Publish:   pub,
 		Subscribe: []string{s.Events("*"), inbox(RoleFacade) + ".>"},

@@ -147,6 +147,13 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		}
 		*kv.dst = NewKV(js, h, cfg.Replicas)
 	}
+	// The MCP facades' tasks and request states (docs/mcp.md).
+	if err := Retry(ctx, Provision, func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateKeyValue(ctx, MCPConfig(s, cfg.Replicas, storage))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketMCP), err)
+	}
 	var err error
 	eventsStorage := storage
 	if cfg.EventsMemory {

@@ -21,26 +21,37 @@ import (
 // its deadline passes: the tool's timeout_ms from the call's start (or
 // ParkWait when longer). Progress events become progress notifications
 // when the client sent a token, and so does the wait, every ProgressEvery.
-// A task-augmented call (a client that supports tasks) is the same
-// handler, run by mcp-go as a task the client polls: the task ends with
-// the call's result, or with the still-parked error at the deadline.
+// A task-augmented call (a client that supports tasks) runs the same way
+// as a task the client polls (tasks.go): it ends with the call's result,
+// or with the still-parked error at the deadline.
 func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	ctx, untrack := s.detachTask(ctx, req)
-	defer untrack()
 	if req.Params.RequestState != "" {
 		return s.resume(ctx, req)
 	}
 	if server.IsModernRequest(ctx) && s.mayElicit(ctx) {
 		return s.callModern(ctx, req)
 	}
-	return s.run(ctx, req, nil)
+	return s.run(ctx, req, runOpts{})
 }
 
-// run runs the call and waits for its result. With confirm, a confirm
-// park is sent on it (the caller puts it to the host's user); without,
-// it is put to the host's user through elicitation when the client
-// declared it.
-func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan<- confirmPark) (*mcp.CallToolResult, error) {
+// runOpts are the variations of run.
+type runOpts struct {
+	// confirm, when set, receives a confirm park (the caller puts it to
+	// the host's user); otherwise it is put to the host's user through
+	// elicitation when the client declared it.
+	confirm chan<- confirmPark
+	// callID and replyID, when set, are the bus call's (a task's record
+	// names them before the call is sent).
+	callID, replyID string
+	// keep leaves the bus call running when the facade closes (a task:
+	// another facade process learns its end).
+	keep bool
+	// onPark is told the park and how long it is waited for.
+	onPark func(p bus.Parked, until time.Time)
+}
+
+// run runs the call and waits for its result.
+func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error) {
 	start := time.Now()
 	input, err := json.Marshal(req.GetArguments())
 	if err != nil {
@@ -49,7 +60,10 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 	if req.GetArguments() == nil {
 		input = []byte(`{}`)
 	}
-	b := bus.Batch{Calls: []bus.Call{{ID: "mcp-" + nuid.Next(), Name: req.Params.Name, Input: input}}}
+	if o.callID == "" {
+		o.callID = "mcp-" + nuid.Next()
+	}
+	b := bus.Batch{Calls: []bus.Call{{ID: o.callID, Name: req.Params.Name, Input: input}}}
 	if s.user != "" {
 		b.User = client.Input(s.user)
 	}
@@ -65,7 +79,10 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 		return nil, err
 	}
 	defer ev.Stop()
-	replyID := client.NewReplyID()
+	replyID := o.replyID
+	if replyID == "" {
+		replyID = client.NewReplyID()
+	}
 	opts := []client.CallOption{client.WithReplyID(replyID)}
 	if d, ok := ctx.Deadline(); ok {
 		opts = append(opts, client.WithExpiry(d))
@@ -99,8 +116,11 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 	for {
 		select {
 		case <-ctx.Done():
-			// The MCP client cancelled (or went away, or cancelled the
-			// task): interrupt the call on the bus too.
+			if o.keep && s.f.ctx.Err() != nil {
+				return nil, ctx.Err() // the facade closes; the call goes on
+			}
+			// The MCP client cancelled (or went away): interrupt the call
+			// on the bus too.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = s.f.cl.Cancel(cctx, s.id, replyID)
 			cancel()
@@ -123,17 +143,6 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 			if early != nil {
 				return toMCP(*early), nil
 			}
-			if parked.Kind == "confirm" && confirm != nil {
-				confirm <- confirmPark{*parked, replyID}
-			} else if parked.Kind == "confirm" && s.mayElicit(ctx) {
-				ectx, stop := context.WithCancel(ctx)
-				elicited := make(chan struct{})
-				go func() {
-					defer close(elicited)
-					s.confirm(ectx, *parked, replyID)
-				}()
-				defer func() { stop(); <-elicited }()
-			}
 			waitFor := s.timeout(ctx, req.Params.Name)
 			if s.f.cfg.ParkWait > waitFor {
 				waitFor = s.f.cfg.ParkWait
@@ -146,6 +155,20 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, confirm chan
 				waitFor = s.f.cfg.QuietHold
 			}
 			deadline = start.Add(waitFor)
+			if o.onPark != nil {
+				o.onPark(*parked, deadline)
+			}
+			if parked.Kind == "confirm" && o.confirm != nil {
+				o.confirm <- confirmPark{p: *parked, replyID: replyID, callID: b.Calls[0].ID, started: start, deadline: deadline}
+			} else if parked.Kind == "confirm" && s.mayElicit(ctx) {
+				ectx, stop := context.WithCancel(ctx)
+				elicited := make(chan struct{})
+				go func() {
+					defer close(elicited)
+					s.confirm(ectx, *parked, replyID)
+				}()
+				defer func() { stop(); <-elicited }()
+			}
 			notify(fmt.Sprintf("waiting for %s on %s until %s", kindText(parked.Kind), parked.Subject, deadline.UTC().Format(time.RFC3339)))
 			t := time.NewTimer(time.Until(deadline))
 			defer t.Stop()

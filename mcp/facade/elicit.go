@@ -7,7 +7,6 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -42,8 +41,11 @@ func (s *session) mayElicit(ctx context.Context) bool {
 
 // confirmPark is a confirm park of a call, with the call's reply id.
 type confirmPark struct {
-	p       bus.Parked
-	replyID string
+	p        bus.Parked
+	replyID  string
+	callID   string
+	started  time.Time // when the call was sent
+	deadline time.Time // how long it is waited for
 }
 
 // pending is a call of a 2026-07-28 client that was asked for the host
@@ -73,7 +75,9 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 		defer close(p.done)
 		defer unlink()
 		defer cancel()
-		p.res, p.err = s.run(rctx, req, confirm)
+		// keep: a facade that closes leaves the call parked; the retry,
+		// wherever it lands, answers it (state.go).
+		p.res, p.err = s.run(rctx, req, runOpts{confirm: confirm, keep: true})
 	}()
 	select {
 	case <-p.done:
@@ -84,7 +88,15 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 		return nil, ctx.Err()
 	case park := <-confirm:
 		p.park = park
-		state := "confirm-" + nuid.Next()
+		state := newID()
+		// Stored, so that a retry reaching another facade process is
+		// answered there (state.go); without the bucket, this process
+		// still answers it.
+		if err := s.f.kv.putState(ctx, state, &stateRecord{Session: s.id, User: s.user, Tool: req.Params.Name, CallID: park.callID,
+			ReplyID: park.replyID, Park: park.p, Started: park.started, Deadline: park.deadline,
+			Expires: park.deadline.Add(resultKept)}); err != nil {
+			s.f.cfg.Logger.Warn("facade: request state kept in this process only", "err", err)
+		}
 		s.mu.Lock()
 		s.pending[state] = p
 		s.mu.Unlock()
@@ -96,7 +108,12 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 			<-p.done
 			select {
 			case <-time.After(resultKept):
+				// The stored state goes too; a retry after this is refused.
+				dctx, cancel := context.WithTimeout(s.f.ctx, 10*time.Second)
+				s.f.kv.deleteState(dctx, s.id, s.user, state)
+				cancel()
 			case <-s.f.ctx.Done():
+				// Closing: the stored state stays for another process.
 			}
 			s.mu.Lock()
 			delete(s.pending, state)
@@ -114,8 +131,7 @@ func (s *session) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 	p := s.pending[req.Params.RequestState]
 	s.mu.Unlock()
 	if p == nil {
-		return mcp.NewToolResultError(fmt.Sprintf("The request state %q names no call waiting for a decision here: it ended (answered elsewhere, or past its deadline) or another toolbus MCP endpoint holds it.",
-			req.Params.RequestState)), nil
+		return s.resumeStored(ctx, req)
 	}
 	if r, ok := req.Params.InputResponses["confirm"]; ok && s.policy == ConfirmHostUser {
 		if err := r.DecodeFor(mcp.MethodElicitationCreate); err == nil && r.Elicitation != nil {

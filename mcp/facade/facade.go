@@ -78,6 +78,14 @@ type Config struct {
 	// recently used idle one is dropped for a new one, and a new one is
 	// refused (HTTP 503) when all are busy. Zero means 1000.
 	MaxSessions int
+	// MaxTasks bounds the MCP task records one (session, user) keeps in
+	// the facade's bucket; a task-augmented call past it is refused. Zero
+	// means DefaultMaxTasks.
+	MaxTasks int
+	// Replicas of the facade's bucket when the facade finds none and
+	// creates it (routers create it at start, with the deployment's
+	// replicas); zero means 1.
+	Replicas int
 	// Logger receives the facade's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -102,6 +110,8 @@ type Facade struct {
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
 	store    *storeWatch
+	kv       *kvStore     // task records and request states (tasks_store.go)
+	tasks    *taskRunners // the tasks this process runs or follows
 	evicted  atomic.Int64 // MCP servers dropped, for the tests and measurements
 }
 
@@ -110,10 +120,7 @@ type Facade struct {
 type key struct {
 	session, user string
 	confirm       Confirm
-	// stdio marks the stdio host's server, which offers no MCP tasks:
-	// mcp-go's stdio transport ends a request's context when the request
-	// returns, so a task would be cancelled the moment it is created
-	// (issue 18); its parked calls are held open with progress instead.
+	// stdio marks the stdio host's server.
 	stdio bool
 }
 
@@ -148,6 +155,9 @@ func New(cl *client.Client, cfg Config) *Facade {
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = DefaultMaxSessions
 	}
+	if cfg.MaxTasks <= 0 {
+		cfg.MaxTasks = DefaultMaxTasks
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -155,6 +165,8 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg, sessions: map[key]*session{}, byID: map[string]map[*session]struct{}{},
 		lru: list.New(), ctx: ctx, stop: stop}
 	f.store = newStoreWatch(f)
+	f.kv = &kvStore{f: f}
+	f.tasks = newTaskRunners(f)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -172,21 +184,7 @@ func (f *Facade) Close() {
 
 type ctxKey int
 
-const (
-	contextKey ctxKey = iota
-	taskKey
-)
-
-// taskRef is where an HTTP request's context learns the id of the task
-// mcp-go created for it (a task-augmented tools/call).
-type taskRef struct {
-	mu sync.Mutex
-	id string
-}
-
-func (r *taskRef) set(id string) { r.mu.Lock(); r.id = id; r.mu.Unlock() }
-
-func (r *taskRef) get() string { r.mu.Lock(); defer r.mu.Unlock(); return r.id }
+const contextKey ctxKey = 0
 
 // Handler serves streamable HTTP at /mcp/<session> (also /mcp/<session>/mcp,
 // and /mcp with the session in the X-Toolbus-Session header or the
@@ -232,7 +230,7 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		defer f.release(s)
-		if !stampNotification(w, r) {
+		if !stampNotification(w, r) || (!s.noTasks && s.serveTaskHTTP(w, r)) {
 			return
 		}
 		s.http.ServeHTTP(w, r)
@@ -281,7 +279,15 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 		return err
 	}
 	defer f.release(s)
-	return server.NewStdioServer(s.mcp).Listen(ctx, in, out)
+	if s.noTasks {
+		return server.NewStdioServer(s.mcp).Listen(ctx, in, out)
+	}
+	// What the task filter started (a tasks/result waiting) ends with the
+	// connection.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in2, out2 := s.stdioTasks(ctx, in, out)
+	return server.NewStdioServer(s.mcp).Listen(ctx, in2, out2)
 }
 
 // session is one bus session's MCP server for one user (and policy).
@@ -290,12 +296,16 @@ type session struct {
 	id     string
 	user   string
 	policy Confirm
-	stdio  bool // served over stdio: no tasks (key.stdio)
-	mcp    *server.MCPServer
-	http   *server.StreamableHTTPServer
-	dirty  chan struct{} // a watch saw a change: list again
-	ctx    context.Context
-	cancel context.CancelFunc // ends its polling (eviction, Close)
+	stdio  bool // served over stdio (key.stdio)
+	// noTasks: a facade whose login cannot reach its bucket (a stdio host
+	// on an agent's credentials) offers no MCP tasks; parked calls are
+	// held open with progress instead.
+	noTasks bool
+	mcp     *server.MCPServer
+	http    *server.StreamableHTTPServer
+	dirty   chan struct{} // a watch saw a change: list again
+	ctx     context.Context
+	cancel  context.CancelFunc // ends its polling (eviction, Close)
 
 	// Guarded by f.mu.
 	elem   *list.Element
@@ -303,10 +313,9 @@ type session struct {
 	last   time.Time // when the last one began or ended
 
 	mu      sync.Mutex
-	raw     string                        // the last listing, to compare
-	order   map[string]int                // tool name → position in the listing
-	tasks   map[string]context.CancelFunc // task id → cancels its call
-	pending map[string]*pending           // request state → a call waiting for the host user's decision
+	raw     string              // the last listing, to compare
+	order   map[string]int      // tool name → position in the listing
+	pending map[string]*pending // request state → a call waiting for the host user's decision
 }
 
 // errFull: every kept MCP server is busy and MaxSessions are kept.
@@ -387,15 +396,16 @@ func (f *Facade) touchLocked(s *session, delta int) {
 	}
 }
 
-// busyLocked reports whether s serves a request or holds a call (a task,
-// a call waiting for the host user's decision): it is not dropped then.
+// busyLocked reports whether s serves a request or holds a call waiting
+// for the host user's decision: it is not dropped then. Tasks are the
+// facade's, not a session's, and survive its MCP server.
 func (s *session) busyLocked() bool {
 	if s.active > 0 {
 		return true
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.tasks) > 0 || len(s.pending) > 0
+	return len(s.pending) > 0
 }
 
 // evictOneLocked drops the least recently used idle MCP server; false
@@ -471,20 +481,14 @@ func (f *Facade) Sessions() int {
 // polling.
 func (f *Facade) newSession(k key) *session {
 	ctx, cancel := context.WithCancel(f.ctx)
-	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, order: map[string]int{}, dirty: make(chan struct{}, 1),
-		tasks: map[string]context.CancelFunc{}, pending: map[string]*pending{}, ctx: ctx, cancel: cancel}
+	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, noTasks: !f.kv.available(f.ctx), order: map[string]int{}, dirty: make(chan struct{}, 1),
+		pending: map[string]*pending{}, ctx: ctx, cancel: cancel}
 	hooks := &server.Hooks{}
 	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx) })
-	th := &server.TaskHooks{}
-	th.AddOnTaskCreated(func(ctx context.Context, m server.TaskMetrics) {
-		if r, ok := ctx.Value(taskKey).(*taskRef); ok {
-			r.set(m.TaskID)
-		}
-	})
-	th.AddOnTaskCancelled(func(_ context.Context, m server.TaskMetrics) { s.endTask(m.TaskID) })
+	// mcp-go advertises tasks; the facade answers them (tasks.go).
 	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter)}
-	if !k.stdio {
-		opts = append(opts, server.WithTaskCapabilities(true, true, true), server.WithTaskHooks(th))
+	if !s.noTasks {
+		opts = append(opts, server.WithTaskCapabilities(true, true, true))
 	}
 	if k.confirm == ConfirmHostUser {
 		opts = append(opts, server.WithElicitation())
@@ -492,40 +496,9 @@ func (f *Facade) newSession(k key) *session {
 	s.mcp = server.NewMCPServer("toolbus", "1.0.0", opts...)
 	s.http = server.NewStreamableHTTPServer(s.mcp, server.WithStreamableHTTPLogger(f.cfg.Logger),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
-			ctx = context.WithValue(ctx, taskKey, &taskRef{})
 			return context.WithValue(ctx, contextKey, r.Header.Get(f.cfg.ContextHeader))
 		}))
 	return s
-}
-
-// detachTask returns, for a task-augmented call over HTTP, a context that
-// outlives the HTTP request (mcp-go runs the task with the request's
-// context, which ends with the POST) and ends when the task is cancelled
-// (tasks/cancel), the call returns or the facade closes; otherwise ctx.
-func (s *session) detachTask(ctx context.Context, req mcp.CallToolRequest) (context.Context, func()) {
-	r, _ := ctx.Value(taskKey).(*taskRef)
-	if req.Params.Task == nil || r == nil || r.get() == "" {
-		return ctx, func() {}
-	}
-	id := r.get()
-	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	unlink := context.AfterFunc(s.f.ctx, cancel) // Close ends it too
-	s.mu.Lock()
-	s.tasks[id] = cancel
-	s.mu.Unlock()
-	return dctx, func() { unlink(); s.endTask(id) }
-}
-
-// endTask forgets task id and ends its context (cancelling its call when
-// it still runs).
-func (s *session) endTask(id string) {
-	s.mu.Lock()
-	stop, ok := s.tasks[id]
-	delete(s.tasks, id)
-	s.mu.Unlock()
-	if ok {
-		stop()
-	}
 }
 
 // changed marks the listings of bus session id (every session when id is
@@ -613,7 +586,7 @@ func (s *session) refresh(ctx context.Context) error {
 		}
 		tool := mcp.Tool{Name: l.Name, Title: l.Title, Description: l.Description, RawInputSchema: l.InputSchema,
 			RawOutputSchema: l.OutputSchema, Annotations: l.Annotations}
-		if !s.stdio {
+		if !s.noTasks {
 			tool.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 		}
 		tools = append(tools, server.ServerTool{Tool: tool, Handler: s.call})

@@ -66,8 +66,14 @@ func newClusterEnv(t *testing.T) *env { return startEnv(t, true, nil) }
 // host_user) mod may change first.
 func startEnv(t *testing.T, cluster bool, mod func(*Config)) *env {
 	t.Helper()
+	return startEnvRouters(t, cluster, 1, mod)
+}
+
+// startEnvRouters is startEnv with routers routers.
+func startEnvRouters(t *testing.T, cluster bool, routers int, mod func(*Config)) *env {
+	t.Helper()
 	e := &env{release: make(chan struct{})}
-	e.d = xtest.Run(t, xtest.Config{Cluster: cluster, Routers: 1, Heartbeat: 500 * time.Millisecond,
+	e.d = xtest.Run(t, xtest.Config{Cluster: cluster, Routers: routers, Heartbeat: 500 * time.Millisecond,
 		Router: router.Config{DefaultMode: "bypass", Logger: slog.New(slog.DiscardHandler),
 			Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta},
 				{Name: "site", Description: "Site tools an operator switches.", Scope: bus.ScopeExternal}}}})
@@ -431,10 +437,9 @@ func TestStdio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Over stdio no tasks are offered: mcp-go's stdio transport would
-	// cancel each the moment it is created (issue 18).
-	if init.Capabilities.Tasks != nil {
-		t.Fatalf("stdio offers tasks: %+v", init.Capabilities.Tasks)
+	// Over stdio tasks are offered as over HTTP (issue 18).
+	if init.Capabilities.Tasks == nil {
+		t.Fatal("stdio offers no tasks")
 	}
 	if got, want := names(t, c), busNames(t, e, "stdio1", "alice"); !slices.Equal(got, want) {
 		t.Fatalf("tools/list %v, bus %v", got, want)
@@ -445,6 +450,54 @@ func TestStdio(t *testing.T) {
 	if _, err := call(t, c, "deploy", nil, false); err == nil {
 		t.Fatal("a tool outside the session's view was called")
 	}
+	// A task over stdio runs on after its tools/call returned, to its
+	// end (it used to be cancelled at once: client: watch: context canceled).
+	ev, err := e.bus.Watch(t.Context(), "stdio1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	id := startTaskOn(t, c, "ask_human")
+	replyID, p := parkedEvent(t, ev, "ask_human")
+	if err := e.bus.Answer(t.Context(), "ask_human", "stdio1", replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("over stdio")}); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitTask(t, c, id); r.IsError || len(r.Content) != 1 || r.Content[0].(mcp.TextContent).Text != "over stdio" {
+		t.Fatalf("stdio task result %+v", r)
+	}
+}
+
+// startTaskOn sends a task-augmented tools/call of tool on c's transport
+// (mcp-go's client has no call for it) and returns the task id.
+func startTaskOn(t *testing.T, c *mcpConn, tool string) string {
+	t.Helper()
+	resp, err := c.GetTransport().SendRequest(t.Context(), transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
+		ID: mcp.NewRequestId("task-" + nuid.Next()), Method: string(mcp.MethodToolsCall),
+		Params: map[string]any{"name": tool, "arguments": map[string]any{}, "task": map[string]any{}}})
+	if err != nil || resp.Error != nil {
+		t.Fatalf("task call: %v %+v", err, resp.Error)
+	}
+	var created mcp.CreateTaskResult
+	if err := json.Unmarshal(resp.Result, &created); err != nil || created.Task.TaskId == "" {
+		t.Fatalf("create task: %s %v", resp.Result, err)
+	}
+	return created.Task.TaskId
+}
+
+// waitTask polls task id through c until completed and returns its result.
+func waitTask(t *testing.T, c *mcpConn, id string) *mcp.TaskResultResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	st, err := c.WaitForTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: id}}, 50*time.Millisecond)
+	if err != nil || st.Status != mcp.TaskStatusCompleted {
+		t.Fatalf("task %s: %+v %v", id, st, err)
+	}
+	res, err := c.TaskResult(ctx, mcp.TaskResultRequest{Params: mcp.TaskResultParams{TaskId: id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 // elicitor is a host's user who answers every confirmation with decision,
@@ -636,10 +689,10 @@ func TestProgress(t *testing.T) {
 // its deadline.
 func TestTask(t *testing.T) {
 	e := newEnv(t)
-	// Tasks came with 2025-11-25; mcp-go's client sends tasks/get and
-	// tasks/result without the metadata 2026-07-28 requires, so the test
-	// stays on 2025-11-25.
-	for _, version := range []string{mcp.ProtocolVersion20251125} {
+	// Tasks came with 2025-11-25. mcp-go's client sends tasks/get and
+	// tasks/result without the metadata 2026-07-28 requires; the facade
+	// answers them all the same (tasks.go).
+	for _, version := range []string{mcp.ProtocolVersion20251125, mcp.ProtocolVersion20260728} {
 		s := "tasks" + strings.ReplaceAll(version, "-", "")
 		c := e.connect(t, s, version, "alice")
 		if caps := c.GetServerCapabilities(); caps.Tasks == nil {

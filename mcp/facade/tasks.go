@@ -1,0 +1,467 @@
+package facade
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+// MCP tasks are the facade's, not mcp-go's: mcp-go v1.2.1 keeps tasks in
+// the memory of one MCPServer and has no pluggable store, and its stdio
+// transport ends a task with the request that made it. So the facade
+// answers tasks/get, tasks/result, tasks/cancel, tasks/list and every
+// task-augmented tools/call itself, on both transports, before mcp-go
+// reads the message; mcp-go only advertises the capability. A task is a
+// record in the facade's bucket (tasks_store.go), written before the
+// CreateTaskResult is returned; the process that created it runs the call
+// and writes its end; any other process answers from the record and, for
+// a task still working there, learns the end from the bus (the call's
+// call.result through a router's replay, docs/protocol.md 3.4) and writes
+// it. tasks/cancel anywhere cancels the bus call (P.cancel).
+
+// rpcMessage is one JSON-RPC request as the facade reads it.
+type rpcMessage struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+// taskMessage returns body as a request the facade answers itself: a
+// tasks/* request or a tools/call with params.task.
+func taskMessage(body []byte) (*rpcMessage, bool) {
+	var m rpcMessage
+	if json.Unmarshal(body, &m) != nil || m.JSONRPC != mcp.JSONRPC_VERSION || len(m.ID) == 0 || string(m.ID) == "null" {
+		return nil, false
+	}
+	switch mcp.MCPMethod(m.Method) {
+	case mcp.MethodTasksGet, mcp.MethodTasksResult, mcp.MethodTasksCancel, mcp.MethodTasksList:
+		return &m, true
+	case mcp.MethodToolsCall:
+		var p struct {
+			Task json.RawMessage `json:"task"`
+		}
+		if json.Unmarshal(m.Params, &p) == nil && len(p.Task) > 0 && string(p.Task) != "null" {
+			return &m, true
+		}
+	}
+	return nil, false
+}
+
+// modern reports whether the request states the 2026-07-28 revision in
+// its _meta. A tasks/* request without it is answered all the same
+// (mcp-go's client leaves it out, as with notifications: notify.go).
+func (m *rpcMessage) modern() bool {
+	var p struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if json.Unmarshal(m.Params, &p) != nil {
+		return false
+	}
+	var v string
+	return json.Unmarshal(p.Meta[mcp.MetaKeyProtocolVersion], &v) == nil && mcp.IsModernProtocol(v)
+}
+
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// answerTask answers m with its JSON-RPC response.
+func (s *session) answerTask(ctx context.Context, m *rpcMessage) []byte {
+	result, rerr := s.dispatchTask(ctx, m)
+	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
+	if rerr != nil {
+		resp["error"] = rerr
+	} else {
+		raw, err := json.Marshal(result)
+		var obj map[string]json.RawMessage
+		if err == nil {
+			err = json.Unmarshal(raw, &obj)
+		}
+		if err != nil {
+			resp["error"] = &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+		} else {
+			if m.modern() {
+				kind := mcp.ResultTypeComplete
+				if _, created := result.(*mcp.CreateTaskResult); created {
+					kind = "task" // the 2026-07-28 tasks extension's discriminator
+				}
+				obj["resultType"], _ = json.Marshal(kind)
+			}
+			resp["result"] = obj
+		}
+	}
+	out, _ := json.Marshal(resp)
+	return out
+}
+
+func (s *session) dispatchTask(ctx context.Context, m *rpcMessage) (any, *rpcError) {
+	var p struct {
+		TaskID string `json:"taskId"`
+	}
+	if m.Method != string(mcp.MethodToolsCall) && m.Method != string(mcp.MethodTasksList) {
+		if err := json.Unmarshal(m.Params, &p); err != nil || p.TaskID == "" {
+			return nil, &rpcError{mcp.INVALID_PARAMS, "params.taskId is required"}
+		}
+	}
+	switch mcp.MCPMethod(m.Method) {
+	case mcp.MethodToolsCall:
+		var req mcp.CallToolRequest
+		raw, _ := json.Marshal(m)
+		if err := json.Unmarshal(raw, &req); err != nil {
+			return nil, &rpcError{mcp.INVALID_PARAMS, err.Error()}
+		}
+		return s.startTask(ctx, req)
+	case mcp.MethodTasksList:
+		recs, err := s.f.kv.listTasks(ctx, s.id, s.user)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		out := mcp.ListTasksResult{Tasks: []mcp.Task{}}
+		for _, r := range recs {
+			out.Tasks = append(out.Tasks, r.task())
+		}
+		return &out, nil
+	case mcp.MethodTasksGet:
+		r, _, err := s.f.kv.getTask(ctx, s.id, s.user, p.TaskID)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		if !r.Status.IsTerminal() {
+			s.f.tasks.follow(s, r)
+		}
+		out := mcp.NewGetTaskResult(r.task())
+		return &out, nil
+	case mcp.MethodTasksResult:
+		return s.taskResult(ctx, p.TaskID)
+	default: // tasks/cancel
+		return s.cancelTask(ctx, p.TaskID)
+	}
+}
+
+func storeError(err error) *rpcError {
+	if errors.Is(err, errNotFound) {
+		return &rpcError{mcp.INVALID_PARAMS, errNotFound.Error()}
+	}
+	return &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+}
+
+// startTask stores the task's record, starts its call and returns the
+// CreateTaskResult; a tool that is not listed, or a store that cannot be
+// written, is an error and nothing is published.
+func (s *session) startTask(ctx context.Context, req mcp.CallToolRequest) (any, *rpcError) {
+	s.mu.Lock()
+	_, listed := s.order[req.Params.Name]
+	s.mu.Unlock()
+	if !listed {
+		return nil, &rpcError{mcp.INVALID_PARAMS, fmt.Sprintf("tool '%s' not found", req.Params.Name)}
+	}
+	ttl := DefaultTaskTTL
+	if t := req.Params.Task; t != nil && t.TTL != nil && *t.TTL > 0 {
+		ttl = time.Duration(*t.TTL) * time.Millisecond
+	}
+	ttl = min(ttl, bus.MCPStateMaxAge)
+	now := time.Now()
+	r := &taskRecord{ID: newID(), Session: s.id, User: s.user, Tool: req.Params.Name, CallID: "mcp-" + nuid.Next(),
+		ReplyID: client.NewReplyID(), Status: mcp.TaskStatusWorking, Created: now, Updated: now, TTLMS: ttl.Milliseconds()}
+	if err := s.f.kv.createTask(ctx, r); err != nil {
+		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+	}
+	header, _ := ctx.Value(contextKey).(string)
+	s.f.tasks.run(s, r, req, header)
+	return &mcp.CreateTaskResult{Task: r.task()}, nil
+}
+
+// taskResult waits until the task ends (or the request does) and returns
+// its CallToolResult.
+func (s *session) taskResult(ctx context.Context, id string) (any, *rpcError) {
+	r, _, err := s.f.kv.getTask(ctx, s.id, s.user, id)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if !r.Status.IsTerminal() {
+		s.f.tasks.follow(s, r)
+		wctx, cancel := context.WithDeadline(ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+		r, err = s.f.kv.watchTask(wctx, s.id, s.user, id)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, &rpcError{mcp.REQUEST_INTERRUPTED, ctx.Err().Error()}
+			}
+			return nil, storeError(err)
+		}
+	}
+	var out map[string]json.RawMessage
+	switch r.Status {
+	case mcp.TaskStatusFailed:
+		return nil, &rpcError{mcp.INTERNAL_ERROR, r.Error}
+	case mcp.TaskStatusCompleted:
+		if json.Unmarshal(r.Result, &out) != nil || out == nil {
+			return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: task record without a result"}
+		}
+	default: // cancelled
+		raw, _ := json.Marshal(mcp.NewToolResultError("The task was cancelled: " + r.Message))
+		_ = json.Unmarshal(raw, &out)
+	}
+	out["_meta"], _ = json.Marshal(mcp.RelatedTaskMeta(r.ID))
+	return out, nil
+}
+
+// cancelTask cancels the task's bus call and records it cancelled.
+func (s *session) cancelTask(ctx context.Context, id string) (any, *rpcError) {
+	r, _, err := s.f.kv.getTask(ctx, s.id, s.user, id)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if r.Status.IsTerminal() {
+		return nil, &rpcError{mcp.INVALID_PARAMS, "cannot cancel task in terminal status: " + string(r.Status)}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.f.cl.Cancel(cctx, s.id, r.ReplyID, r.CallID); err != nil {
+		return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: cancel: " + err.Error()}
+	}
+	r, err = s.f.kv.updateTask(ctx, s.id, s.user, id, func(r *taskRecord) {
+		r.Status, r.Message = mcp.TaskStatusCancelled, "Task cancelled by request"
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	out := mcp.NewCancelTaskResult(r.task())
+	return &out, nil
+}
+
+// maxFollowers bounds the tasks one facade process follows for others
+// (and the failures it remembers); followRetry is how long a failed
+// follow is not tried again.
+const (
+	maxFollowers = 1000
+	followRetry  = 5 * time.Second
+)
+
+// taskRunners are the tasks this process runs, and those it follows.
+type taskRunners struct {
+	f        *Facade
+	mu       sync.Mutex
+	local    map[string]struct{}  // task id → run here
+	followed map[string]struct{}  // task id → its end learnt here from the bus
+	failed   map[string]time.Time // task id → when following it last failed
+}
+
+func newTaskRunners(f *Facade) *taskRunners {
+	return &taskRunners{f: f, local: map[string]struct{}{}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
+}
+
+// count is how many tasks this process runs or follows.
+func (t *taskRunners) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.local) + len(t.followed)
+}
+
+// run runs the task's call until it ends (then writes its end) or the
+// facade closes: the call goes on, on the bus, and another process
+// learns its end. The call's context is the facade's, never the
+// request's, so neither an HTTP response nor a stdio request ends it.
+func (t *taskRunners) run(s *session, r *taskRecord, req mcp.CallToolRequest, header string) {
+	t.mu.Lock()
+	t.local[r.ID] = struct{}{}
+	t.mu.Unlock()
+	ctx := context.WithValue(t.f.ctx, contextKey, header)
+	t.f.wg.Add(1)
+	go func() {
+		defer t.f.wg.Done()
+		defer func() {
+			t.mu.Lock()
+			delete(t.local, r.ID)
+			t.mu.Unlock()
+		}()
+		onPark := func(p bus.Parked, until time.Time) {
+			_, _ = t.f.kv.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+				r.Message = fmt.Sprintf("parked: waiting for %s on %s until %s", kindText(p.Kind), p.Subject, until.UTC().Format(time.RFC3339))
+			})
+		}
+		res, err := s.run(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark})
+		if t.f.ctx.Err() != nil {
+			return
+		}
+		t.finish(r, res, err)
+	}()
+}
+
+// follow learns, for a task this process does not run, the end of its
+// call from the bus, and writes it; at most one follower per task here.
+func (t *taskRunners) follow(s *session, r *taskRecord) {
+	t.mu.Lock()
+	_, runs := t.local[r.ID]
+	_, follows := t.followed[r.ID]
+	// A replay a router refused (its bounds, docs/protocol.md 3.4) is not
+	// asked again for followRetry: polls would repeat it every time.
+	recent := time.Since(t.failed[r.ID]) < followRetry
+	if runs || follows || recent || len(t.followed) >= maxFollowers || t.f.ctx.Err() != nil {
+		t.mu.Unlock()
+		return
+	}
+	t.followed[r.ID] = struct{}{}
+	t.mu.Unlock()
+	t.f.wg.Add(1)
+	go func() {
+		defer t.f.wg.Done()
+		defer func() {
+			t.mu.Lock()
+			delete(t.followed, r.ID)
+			t.mu.Unlock()
+		}()
+		ctx, cancel := context.WithDeadline(t.f.ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+		defer cancel()
+		res, err := t.f.awaitResult(ctx, r.Session, r.ReplyID, r.CallID)
+		if err != nil {
+			t.f.cfg.Logger.Debug("facade: following task", "task", r.ID, "err", err)
+			t.mu.Lock()
+			if len(t.failed) >= maxFollowers {
+				clear(t.failed)
+			}
+			t.failed[r.ID] = time.Now()
+			t.mu.Unlock()
+			return
+		}
+		t.finish(r, toMCP(*res), nil)
+	}()
+}
+
+// finish records the task's end, unless it ended already (cancelled).
+func (t *taskRunners) finish(r *taskRecord, res *mcp.CallToolResult, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, uerr := t.f.kv.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+		switch {
+		case err != nil:
+			r.Status, r.Error = mcp.TaskStatusFailed, err.Error()
+		case res == nil:
+			r.Status, r.Error = mcp.TaskStatusFailed, "facade: no result"
+		default:
+			r.Status, r.Message = mcp.TaskStatusCompleted, ""
+			r.Result, _ = json.Marshal(res)
+		}
+	})
+	if uerr != nil {
+		t.f.cfg.Logger.Warn("facade: task end not recorded", "task", r.ID, "err", uerr)
+	}
+}
+
+// awaitResult waits for the call.result of call callID of batch replyID in
+// session, from the session's stored events on (a router's replay,
+// docs/protocol.md 3.4), so a result published before this began is seen.
+func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID string) (*bus.Result, error) {
+	ev, err := f.cl.Replay(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	defer ev.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-ev.C:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, errors.New("facade: events ended")
+			}
+			if e.Type != bus.TypeCallResult || e.ReplyID != replyID || e.ToolCallID != callID {
+				continue
+			}
+			var r bus.Result
+			if err := e.DataAs(&r); err != nil {
+				return nil, err
+			}
+			return &r, nil
+		}
+	}
+}
+
+// serveTaskHTTP answers a POST the facade handles itself (taskMessage);
+// false leaves the request, body intact, to mcp-go. The body was bounded
+// and buffered by stampNotification.
+func (s *session) serveTaskHTTP(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return false
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	m, ok := taskMessage(body)
+	if !ok {
+		return false
+	}
+	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.f.cfg.ContextHeader))
+	out := s.answerTask(ctx, m)
+	w.Header().Set("Content-Type", "application/json")
+	if id := r.Header.Get(mcpSessionHeader); id != "" {
+		w.Header().Set(mcpSessionHeader, id)
+	}
+	_, _ = w.Write(out)
+	return true
+}
+
+// mcpSessionHeader is streamable HTTP's MCP session header.
+const mcpSessionHeader = "Mcp-Session-Id"
+
+// stdioTasks puts the facade's task handling in front of mcp-go's stdio
+// server: lines that are task messages are answered here (each in its
+// own goroutine: tasks/result waits), the others go on to mcp-go; both
+// write through one lock, one message per write, as mcp-go does.
+func (s *session) stdioTasks(ctx context.Context, in io.Reader, out io.Writer) (io.Reader, io.Writer) {
+	lw := &lockedWriter{w: out}
+	pr, pw := io.Pipe()
+	go func() {
+		br := bufio.NewReader(in)
+		for {
+			line, err := br.ReadBytes('\n')
+			if len(bytes.TrimSpace(line)) > 0 {
+				if m, ok := taskMessage(line); ok {
+					go func() {
+						resp := s.answerTask(ctx, m)
+						_, _ = lw.Write(append(resp, '\n'))
+					}()
+				} else if _, werr := pw.Write(line); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	context.AfterFunc(ctx, func() { pw.CloseWithError(io.EOF) })
+	return pr, lw
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,340 @@
+package facade
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/store"
+)
+
+// Bounds of the records the facade keeps in its bucket (store.MCPConfig).
+const (
+	// DefaultTaskTTL is a task's TTL when the client asks for none.
+	DefaultTaskTTL = time.Hour
+	// DefaultMaxTasks bounds the task records one (session, user) keeps.
+	DefaultMaxTasks = 100
+	// taskPollMS is the poll interval the facade suggests.
+	taskPollMS = 500
+)
+
+// taskRecord is a task as stored in the bucket, under
+// t.<session>.<user digest>.<task id>: written before the CreateTaskResult
+// is returned, so any facade process answers tasks/get, tasks/result,
+// tasks/cancel and tasks/list for it.
+type taskRecord struct {
+	ID      string         `json:"id"`
+	Session string         `json:"session"`
+	User    string         `json:"user"`
+	Tool    string         `json:"tool"`
+	CallID  string         `json:"call_id"`  // the bus call
+	ReplyID string         `json:"reply_id"` // its batch's reply id
+	Status  mcp.TaskStatus `json:"status"`
+	Message string         `json:"message,omitempty"`
+	Created time.Time      `json:"created"`
+	Updated time.Time      `json:"updated"`
+	TTLMS   int64          `json:"ttl_ms"`
+	// Result is the final CallToolResult (completed), Error the JSON-RPC
+	// error's message (failed).
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+func (r *taskRecord) expired(now time.Time) bool {
+	return now.After(r.Created.Add(time.Duration(r.TTLMS) * time.Millisecond))
+}
+
+// task is the record as MCP shows it.
+func (r *taskRecord) task() mcp.Task {
+	ttl, poll := r.TTLMS, int64(taskPollMS)
+	return mcp.Task{TaskId: r.ID, Status: r.Status, StatusMessage: r.Message, CreatedAt: r.Created.UTC().Format(time.RFC3339Nano),
+		LastUpdatedAt: r.Updated.UTC().Format(time.RFC3339Nano), TTL: &ttl, PollInterval: &poll}
+}
+
+// idPattern is what a task id and a request state are: 128 random bits
+// in hex. Anything else names nothing and is never made into a key.
+var idPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// userDigest names a user in a key (users are free text).
+func userDigest(user string) string {
+	d := sha256.Sum256([]byte(user))
+	return hex.EncodeToString(d[:16])
+}
+
+func taskKey(session, user, id string) string {
+	return "t." + session + "." + userDigest(user) + "." + id
+}
+
+// errNoStore: the bucket cannot be reached; nothing was published.
+var errNoStore = errors.New("facade: the tasks bucket is unavailable")
+
+// errNotFound: no such record for this session and user.
+var errNotFound = errors.New("task not found")
+
+// kvStore is the facade's bucket, bound on first use (and created with
+// the routers' configuration when none exists yet). Reads of a
+// replicated bucket go to the stream leader and writes are
+// compare-and-set through store's helpers (docs/protocol.md 8), so a
+// process never acts on a record another process has already changed.
+type kvStore struct {
+	f      *Facade
+	mu     sync.Mutex
+	kv     *store.KV
+	failed time.Time // when the bucket was last found out of reach
+}
+
+func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.kv != nil {
+		return st.kv, nil
+	}
+	js, err := jetstream.New(st.f.nc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cfg := store.MCPConfig(st.f.cl.Subjects(), st.f.cfg.Replicas, jetstream.FileStorage)
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	status, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	replicas := 1
+	if b, ok := status.(*jetstream.KeyValueBucketStatus); ok {
+		replicas = b.StreamInfo().Config.Replicas
+	}
+	st.kv = store.NewKV(js, kv, replicas)
+	return st.kv, nil
+}
+
+// available reports whether the bucket can be reached with this login
+// (within 3 s; a failure is remembered for a minute): a stdio host on an
+// agent's credentials cannot, nor a facade whose generated permissions
+// predate the bucket, and they are offered no tasks.
+func (st *kvStore) available(ctx context.Context) bool {
+	st.mu.Lock()
+	ok, recent := st.kv != nil, time.Since(st.failed) < time.Minute
+	st.mu.Unlock()
+	if ok || recent {
+		return ok
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := st.bucket(ctx); err != nil {
+		st.mu.Lock()
+		st.failed = time.Now()
+		st.mu.Unlock()
+		st.f.cfg.Logger.Warn("facade: no MCP tasks: the tasks bucket is out of reach of this login", "err", err)
+		return false
+	}
+	return true
+}
+
+// createTask stores a new record; it fails when the (session, user)
+// already keeps MaxTasks live ones.
+func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	if live, err := st.listTasks(ctx, r.Session, r.User); err != nil {
+		return err
+	} else if len(live) >= st.f.cfg.MaxTasks {
+		return fmt.Errorf("facade: %d tasks kept for this session and user (the most); wait for some to expire", len(live))
+	}
+	raw, _ := json.Marshal(r)
+	if _, err := store.Create(ctx, kv, taskKey(r.Session, r.User, r.ID), raw, store.Bounded); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return nil
+}
+
+// taskKeys lists the keys of the (session, user)'s task records.
+func (st *kvStore) taskKeys(ctx context.Context, kv *store.KV, session, user string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := kv.ListKeysFiltered(ctx, "t."+session+"."+userDigest(user)+".*")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// listTasks returns the (session, user)'s live records, oldest first,
+// deleting the expired ones.
+func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*taskRecord, error) {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := st.taskKeys(ctx, kv, session, user)
+	if err != nil {
+		return nil, err
+	}
+	var out []*taskRecord
+	now := time.Now()
+	for _, k := range keys {
+		r, _, err := st.getKey(ctx, kv, k)
+		if err != nil {
+			continue
+		}
+		if r.expired(now) {
+			_ = kv.Delete(ctx, k)
+			continue
+		}
+		out = append(out, r)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Created.Before(out[j-1].Created); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out, nil
+}
+
+func (st *kvStore) getKey(ctx context.Context, kv *store.KV, key string) (*taskRecord, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, errNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	var r taskRecord
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, 0, fmt.Errorf("facade: task record %s: %w", key, err)
+	}
+	return &r, e.Revision(), nil
+}
+
+// getTask returns the (session, user)'s live task id, with its revision.
+func (st *kvStore) getTask(ctx context.Context, session, user, id string) (*taskRecord, uint64, error) {
+	if !idPattern.MatchString(id) {
+		return nil, 0, errNotFound
+	}
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, rev, err := st.getKey(ctx, kv, taskKey(session, user, id))
+	if err != nil {
+		return nil, 0, err
+	}
+	// The key names the session and user; the record must agree.
+	if r.Session != session || r.User != user || r.ID != id || r.expired(time.Now()) {
+		return nil, 0, errNotFound
+	}
+	return r, rev, nil
+}
+
+// updateTask applies change to the stored record, compare-and-set, unless
+// it is terminal already (the first end wins: a tasks/cancel, or the
+// call's result). It returns the record as stored afterwards.
+func (st *kvStore) updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error) {
+	if !idPattern.MatchString(id) {
+		return nil, errNotFound
+	}
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out *taskRecord
+	_, err = store.Update(ctx, kv, taskKey(session, user, id), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur == nil {
+			return nil, errNotFound
+		}
+		var r taskRecord
+		if err := json.Unmarshal(cur.Value(), &r); err != nil {
+			return nil, err
+		}
+		if r.Session != session || r.User != user || r.ID != id {
+			return nil, errNotFound
+		}
+		out = &r
+		if r.Status.IsTerminal() {
+			return nil, store.ErrNoChange
+		}
+		change(&r)
+		r.Updated = time.Now()
+		raw, _ := json.Marshal(&r)
+		if len(raw) > 1<<20-1024 { // too large for the bucket: say so instead
+			r.Result, r.Status, r.Error = nil, mcp.TaskStatusFailed,
+				"the result is larger than a task record holds; it is in the session's events (call "+r.CallID+")"
+			raw, _ = json.Marshal(&r)
+		}
+		return raw, nil
+	})
+	if errors.Is(err, errNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return out, nil
+}
+
+// watchTask waits until the record is terminal (or gone), or ctx ends.
+func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*taskRecord, error) {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.Watch(ctx, taskKey(session, user, id))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errNoStore
+			}
+			if e == nil {
+				continue // the initial values are delivered
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				return nil, errNotFound
+			}
+			var r taskRecord
+			if json.Unmarshal(e.Value(), &r) == nil && r.Status.IsTerminal() {
+				return &r, nil
+			}
+		}
+	}
+}
