@@ -78,6 +78,10 @@ type Config struct {
 	// recently used idle one is dropped for a new one, and a new one is
 	// refused (HTTP 503) when all are busy. Zero means 1000.
 	MaxSessions int
+	// MaxResource bounds the bytes of a stored output one resources/read
+	// returns; a larger one is refused with its size. Zero means
+	// DefaultMaxResource.
+	MaxResource int64
 	// Logger receives the facade's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -147,6 +151,9 @@ func New(cl *client.Client, cfg Config) *Facade {
 	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.MaxResource <= 0 {
+		cfg.MaxResource = DefaultMaxResource
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -482,7 +489,10 @@ func (f *Facade) newSession(k key) *session {
 		}
 	})
 	th.AddOnTaskCancelled(func(_ context.Context, m server.TaskMetrics) { s.endTask(m.TaskID) })
-	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter)}
+	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) { downgradeInit(res) })
+	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter),
+		server.WithToolHandlerMiddleware(downgradeMiddleware)}
+	opts = append(opts, s.resourcesOptions(hooks)...)
 	if !k.stdio {
 		opts = append(opts, server.WithTaskCapabilities(true, true, true), server.WithTaskHooks(th))
 	}
@@ -642,7 +652,7 @@ func (f *Facade) list(ctx context.Context, session, user, format string) (*bus.T
 
 // filter keeps the listed tools, in the listing's order; mcp-go applies it
 // on tools/call too.
-func (s *session) filter(_ context.Context, tools []mcp.Tool) []mcp.Tool {
+func (s *session) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]mcp.Tool, 0, len(tools))
@@ -656,5 +666,5 @@ func (s *session) filter(_ context.Context, tools []mcp.Tool) []mcp.Tool {
 			out[j], out[j-1] = out[j-1], out[j]
 		}
 	}
-	return out
+	return downgradeTools(revisionFrom(ctx), out)
 }
