@@ -500,6 +500,7 @@ func (f *Facade) newSession(k key) *session {
 		opts = append(opts, server.WithElicitation())
 	}
 	s.mcp = server.NewMCPServer("toolbus", "1.0.0", opts...)
+	s.mcp.SetResourceTemplates(s.outputsTemplate()) // readable before any listing
 	s.http = server.NewStreamableHTTPServer(s.mcp, server.WithStreamableHTTPLogger(f.cfg.Logger),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			ctx = context.WithValue(ctx, taskKey, &taskRef{})
