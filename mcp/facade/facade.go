@@ -489,7 +489,9 @@ func (f *Facade) newSession(k key) *session {
 		}
 	})
 	th.AddOnTaskCancelled(func(_ context.Context, m server.TaskMetrics) { s.endTask(m.TaskID) })
-	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) { downgradeInit(res) })
+	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
+		downgradeInit(res)
+	})
 	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter),
 		server.WithToolHandlerMiddleware(downgradeMiddleware)}
 	opts = append(opts, s.resourcesOptions(hooks)...)
