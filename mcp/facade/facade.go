@@ -310,6 +310,7 @@ type session struct {
 	last   time.Time // when the last one began or ended
 
 	mu      sync.Mutex
+	calm    calm                          // list changes not yet applied (calm.go)
 	raw     string                        // the last listing, to compare
 	order   map[string]int                // tool name → position in the listing
 	tasks   map[string]context.CancelFunc // task id → cancels its call
@@ -481,7 +482,7 @@ func (f *Facade) newSession(k key) *session {
 	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, order: map[string]int{}, dirty: make(chan struct{}, 1),
 		tasks: map[string]context.CancelFunc{}, pending: map[string]*pending{}, ctx: ctx, cancel: cancel}
 	hooks := &server.Hooks{}
-	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx) })
+	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx); s.flush() })
 	th := &server.TaskHooks{}
 	th.AddOnTaskCreated(func(ctx context.Context, m server.TaskMetrics) {
 		if r, ok := ctx.Value(taskKey).(*taskRef); ok {
@@ -587,7 +588,7 @@ func (s *session) poll() {
 		case <-again:
 		}
 		again = nil
-		_ = s.refresh(s.ctx)
+		_ = s.refresh(later(s.ctx)) // a watch or the poll: coalesced (calm.go)
 		if step++; step < len(settle) {
 			again = time.After(settle[step] - settle[step-1])
 		}
@@ -604,7 +605,8 @@ type listed struct {
 }
 
 // refresh lists the session's tools for its user and, when they changed,
-// replaces the MCP server's tools (which notifies its clients).
+// replaces the MCP server's tools (which notifies its clients): at once,
+// or, for a ctx made by later, coalesced (calm.go).
 func (s *session) refresh(ctx context.Context) error {
 	s.f.store.count()
 	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
@@ -632,8 +634,8 @@ func (s *session) refresh(ctx context.Context) error {
 		tools = append(tools, server.ServerTool{Tool: tool, Handler: s.call})
 		order[l.Name] = i
 	}
-	s.raw, s.order = string(raw), order
-	s.mcp.SetTools(tools...)
+	s.raw = string(raw)
+	s.applyLocked(ctx, tools, order) // at once, or coalesced (calm.go)
 	return nil
 }
 

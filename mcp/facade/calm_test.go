@@ -1,0 +1,239 @@
+package facade
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/mcp/bridge"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// TestMain lets the test binary be the stdio MCP server a bridge starts
+// (FACADE_TEST_STDIO_SERVER=1): tools echo, one and two, its pid written
+// to FACADE_TEST_PID_FILE.
+func TestMain(m *testing.M) {
+	if os.Getenv("FACADE_TEST_STDIO_SERVER") == "1" {
+		_ = os.WriteFile(os.Getenv("FACADE_TEST_PID_FILE"), []byte(strconv.Itoa(os.Getpid())), 0o600)
+		s := server.NewMCPServer("stdio", "1")
+		for _, name := range []string{"echo", "one", "two"} {
+			s.AddTool(mcp.NewTool(name, mcp.WithString("text"), mcp.WithReadOnlyHintAnnotation(true)),
+				func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					return mcp.NewToolResultText(r.GetString("text", "")), nil
+				})
+		}
+		if err := server.ServeStdio(s); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// countChanged counts the tools/list_changed c gets from now on.
+func countChanged(c *mcpConn) func() int {
+	for len(c.changed) > 0 {
+		<-c.changed
+	}
+	var mu sync.Mutex
+	n := 0
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-c.changed:
+				mu.Lock()
+				n++
+				mu.Unlock()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return func() int {
+		// What is sent within MaxCalm + the last settle re-listing after
+		// the change counts too.
+		<-time.After(MaxCalm + settle[len(settle)-1])
+		close(stop)
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
+}
+
+// TestCalmBurst: four workers registering at once reach a connected host
+// as at most two tools/list_changed, the last with every tool.
+func TestCalmBurst(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(t, "s1", mcp.ProtocolVersion20251125, "alice")
+	count := countChanged(c)
+	var wg sync.WaitGroup
+	tools := []string{"w1", "w2", "w3", "w4"}
+	for _, name := range tools {
+		wg.Go(func() {
+			_, err := e.d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+				return worker.Register(w, bus.ToolDef{Name: name, Description: "Burst.", ReadOnly: true},
+					func(context.Context, *worker.Call, struct{}) (string, error) { return name, nil })
+			}})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		got := busNames(t, e, "s1", "alice")
+		for _, w := range tools {
+			if !slices.Contains(got, w) {
+				return fmt.Errorf("%s not listed yet", w)
+			}
+		}
+		return nil
+	})
+	n := count()
+	if n < 1 || n > 2 {
+		t.Fatalf("%d tools/list_changed for one burst of four registrations", n)
+	}
+	got := names(t, c)
+	for _, w := range tools {
+		if !slices.Contains(got, w) {
+			t.Fatalf("the host's list lacks %s: %v", w, got)
+		}
+	}
+	t.Logf("four registrations: %d notifications", n)
+}
+
+// TestCalmBridgeRestart: a bridged mcp-go stdio server killed and
+// restarted by the bridge within its grace: a connected host gets at most
+// two tools/list_changed (none, as the bridge keeps its tools), and no
+// list it reads meanwhile lacks the server's tools.
+func TestCalmBridgeRestart(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	b, err := bridge.New(e.conn(t, xtest.RoleWorker), &bridge.File{Servers: []bridge.Server{{Name: "t", Command: os.Args[0],
+		Args: []string{"-test.run=^$"}, Cwd: dir, Env: map[string]string{"FACADE_TEST_STDIO_SERVER": "1", "FACADE_TEST_PID_FILE": pidFile}}}},
+		bridge.Config{Heartbeat: 500 * time.Millisecond, Ping: 100 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Stop(context.Background()) })
+	want := []string{"mcp__t__echo", "mcp__t__one", "mcp__t__two"}
+	if err := e.d.WaitLive(t.Context(), want...); err != nil {
+		t.Fatal(err)
+	}
+	c := e.connect(t, "s1", mcp.ProtocolVersion20251125, "alice")
+	lister := e.connect(t, "s1", mcp.ProtocolVersion20251125, "alice")
+	pid := readPID(t, pidFile)
+	count := countChanged(c)
+
+	// Read the list all through the restart.
+	stop := make(chan struct{})
+	var (
+		mu      sync.Mutex
+		partial []string
+		lists   int
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), bound)
+			res, err := lister.ListTools(ctx, mcp.ListToolsRequest{})
+			cancel()
+			if err != nil {
+				continue
+			}
+			var got []string
+			for _, tool := range res.Tools {
+				got = append(got, tool.Name)
+			}
+			mu.Lock()
+			lists++
+			for _, w := range want {
+				if !slices.Contains(got, w) {
+					partial = append(partial, fmt.Sprintf("%s missing from %v", w, got))
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		if readPID(t, pidFile) == pid {
+			return fmt.Errorf("not restarted yet")
+		}
+		return nil
+	})
+	if r, err := call(t, c, "mcp__t__echo", map[string]any{"text": "back"}, false); err != nil || textOf(r) != "back" {
+		t.Fatalf("after the restart: %+v %v", r, err)
+	}
+	n := count()
+	close(stop)
+	<-done
+	if len(partial) > 0 {
+		t.Fatalf("a partial list during the restart (%d lists): %s", lists, partial[0])
+	}
+	if n > 2 {
+		t.Fatalf("%d tools/list_changed for one restart", n)
+	}
+	t.Logf("restart: %d notifications, %d lists read, none partial", n, lists)
+}
+
+func readPID(t *testing.T, file string) int {
+	t.Helper()
+	var pid int
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		pid, err = strconv.Atoi(string(b))
+		return err
+	})
+	return pid
+}
+
+// TestCalmToggles: six list changes in a row (reset_tools switching a
+// group on and off through the bus) reach a connected host as at most
+// two tools/list_changed, and its list is the last state. Without the
+// coalescing each change is one notification.
+func TestCalmToggles(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(t, "s1", mcp.ProtocolVersion20251125, "alice")
+	count := countChanged(c)
+	for i := range 6 {
+		e.resetTools(t, "s1", map[string]bool{"ops": i%2 == 0})
+	}
+	n := count()
+	if n < 1 || n > 2 {
+		t.Fatalf("%d tools/list_changed for six changes", n)
+	}
+	if got := names(t, c); slices.Contains(got, "deploy") {
+		t.Fatalf("the host's list is not the last state: %v", got)
+	}
+	t.Logf("six changes: %d notifications", n)
+}
