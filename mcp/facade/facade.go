@@ -311,6 +311,7 @@ type session struct {
 
 	mu      sync.Mutex
 	calm    calm                          // list changes not yet applied (calm.go)
+	asked   map[string]bool               // bridged servers' questions put to a host (questions.go)
 	raw     string                        // the last listing, to compare
 	order   map[string]int                // tool name → position in the listing
 	tasks   map[string]context.CancelFunc // task id → cancels its call
@@ -494,7 +495,7 @@ func (f *Facade) newSession(k key) *session {
 		downgradeInit(res)
 	})
 	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter),
-		server.WithToolHandlerMiddleware(downgradeMiddleware)}
+		server.WithToolHandlerMiddleware(downgradeMiddleware), server.WithToolHandlerMiddleware(s.questionsMiddleware)}
 	opts = append(opts, s.resourcesOptions(hooks)...)
 	if !k.stdio {
 		opts = append(opts, server.WithTaskCapabilities(true, true, true), server.WithTaskHooks(th))
