@@ -103,3 +103,20 @@ func TestQuestionFor(t *testing.T) {
 		}
 	}
 }
+
+// FuzzQuestionFor: any parked input is a question or not, never a panic,
+// and a question taken is one of the called tool's server, for the
+// session's user.
+func FuzzQuestionFor(f *testing.F) {
+	f.Add("mcp__q__elicit", `{"server":"q","user":"alice","mode":"form","message":"?"}`, "q__ask")
+	f.Add("mcp__q__elicit", `{"server":"q","user":{"id":1}}`, "q__ask")
+	f.Add("mcp__a__b__elicit", `{"server":"a__b","user":"alice"}`, "a__b__x")
+	f.Add("mcp____elicit", `{"server":""}`, "__")
+	f.Fuzz(func(t *testing.T, name, input, prefix string) {
+		s := &session{id: "s1", user: "alice"}
+		q, ok := s.questionFor(bus.Parked{ID: "p", Name: name, Kind: bus.KindExternal, Input: json.RawMessage(input)}, prefix)
+		if ok && (name != "mcp__"+q.Server+"__elicit" || len(prefix) <= len(q.Server)+1 || prefix[:len(q.Server)+2] != q.Server+"__") {
+			t.Fatalf("took %q for %q (prefix %q)", input, name, prefix)
+		}
+	})
+}
