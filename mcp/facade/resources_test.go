@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"io"
 	"math/rand/v2"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go"
@@ -260,5 +263,52 @@ func TestResourcesCapability(t *testing.T) {
 		if c.GetServerCapabilities().Resources == nil {
 			t.Errorf("%s: no resources capability", v)
 		}
+	}
+}
+
+// TestStdioOldHostReadsStoredOutput: over stdio, a 2024-11-05 host gets a
+// stored output's link as text naming its URL, and reads the output
+// through resources/read byte for byte.
+func TestStdioOldHostReadsStoredOutput(t *testing.T) {
+	e := newEnv(t)
+	blob := randomBytes(4, 32<<10)
+	e.storedWorker(t, blob, []byte(strings.Repeat("x", 8192)), randomBytes(5, 8192))
+	cin, sout := io.Pipe()
+	sin, cout := io.Pipe()
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- e.f.ServeStdio(ctx, "stdio2", "alice", sin, sout) }()
+	t.Cleanup(func() {
+		cancel()
+		_ = cout.Close()
+		_ = sout.Close()
+		<-served
+	})
+	c := &mcpConn{Client: mcpclient.NewClient(transport.NewIO(cin, cout, io.NopCloser(strings.NewReader(""))))}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.ProtocolVersion20241105
+	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
+	if init, err := c.Initialize(t.Context(), req); err != nil || init.ProtocolVersion != mcp.ProtocolVersion20241105 || init.Capabilities.Resources == nil {
+		t.Fatalf("initialize: %+v %v", init, err)
+	}
+	r, err := call(t, c, "blob", map[string]any{}, false)
+	if err != nil || len(r.Content) != 1 {
+		t.Fatalf("blob: %+v %v", r, err)
+	}
+	text := textOf(r)
+	uri, _, _ := strings.Cut(strings.TrimPrefix(text, "[resource "), " ")
+	if !strings.HasPrefix(text, "[resource nats-object://") || !strings.Contains(uri, "#sha256=") {
+		t.Fatalf("the link as text: %q", text)
+	}
+	res, err := readResource(t, c, uri)
+	if err != nil || len(res.Contents) != 1 {
+		t.Fatalf("read %s: %+v %v", uri, res, err)
+	}
+	b, _ := res.Contents[0].(mcp.BlobResourceContents)
+	if got, _ := base64.StdEncoding.DecodeString(b.Blob); !bytes.Equal(got, blob) {
+		t.Fatalf("read %d bytes, not the stored %d", len(got), len(blob))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -123,22 +124,27 @@ func downgradeContent(rev revision, c mcp.Content) mcp.Content {
 	return c
 }
 
-// linkText names a resource link for a host that has no resource_link.
+// linkText names a resource link for a host that has no resource_link;
+// the URI stands between spaces, so it is copied whole.
 func linkText(l mcp.ResourceLink) string {
-	s := "[resource " + l.URI
+	var parts []string
 	if l.Name != "" && l.Name != l.URI {
-		s += " (" + l.Name + ")"
+		parts = append(parts, fmt.Sprintf("name %q", l.Name))
 	}
 	if l.MIMEType != "" {
-		s += ", " + l.MIMEType
+		parts = append(parts, l.MIMEType)
 	}
 	if l.Size != nil {
-		s += fmt.Sprintf(", %d bytes", *l.Size)
+		parts = append(parts, fmt.Sprintf("%d bytes", *l.Size))
+	}
+	s := "[resource " + l.URI
+	if len(parts) > 0 {
+		s += " (" + strings.Join(parts, ", ") + ")"
 	}
 	if l.Description != "" {
-		s += ": " + l.Description
+		s += " — " + l.Description
 	}
-	return s + "; read it with resources/read]"
+	return s + " — read it with resources/read]"
 }
 
 func audioText(a mcp.AudioContent) string {

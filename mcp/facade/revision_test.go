@@ -34,11 +34,11 @@ func TestDowngradeResult(t *testing.T) {
 		want    string
 	}{
 		{mcp.ProtocolVersion20241105, `{"content":[{"annotations":{"audience":["user"],"priority":0.5},"type":"text","text":"hello"},` +
-			`{"annotations":{"audience":["user"],"priority":0.5},"type":"text","text":"[resource file:///a.txt (a), text/plain, 42 bytes: The a file.; read it with resources/read]"},` +
+			`{"annotations":{"audience":["user"],"priority":0.5},"type":"text","text":"[resource file:///a.txt (name \"a\", text/plain, 42 bytes) — The a file. — read it with resources/read]"},` +
 			`{"type":"text","text":"[audio (audio/wav, about 6 bytes) left out: this MCP revision has no audio content]"},` +
 			`{"type":"image","data":"aW1n","mimeType":"image/png"}]}`},
 		{mcp.ProtocolVersion20250326, `{"content":[{"annotations":{"audience":["user"],"priority":0.5},"type":"text","text":"hello"},` +
-			`{"annotations":{"audience":["user"],"priority":0.5},"type":"text","text":"[resource file:///a.txt (a), text/plain, 42 bytes: The a file.; read it with resources/read]"},` +
+			`{"annotations":{"audience":["user"],"priority":0.5},"type":"text","text":"[resource file:///a.txt (name \"a\", text/plain, 42 bytes) — The a file. — read it with resources/read]"},` +
 			`{"type":"audio","data":"d2F2IQ==","mimeType":"audio/wav"},` +
 			`{"type":"image","data":"aW1n","mimeType":"image/png"}]}`},
 		{mcp.ProtocolVersion20250618, ""},
