@@ -159,6 +159,14 @@ func TestStoredOutputResource(t *testing.T) {
 		t.Fatalf("blob: %T %d bytes, %s %s", res.Contents[0], len(got), b.URI, b.MIMEType)
 	}
 
+	// A 2026-07-28 client (no MCP session) reads it too.
+	modern := e.connect(t, "s1", mcp.ProtocolVersion20260728, "alice")
+	if res, err := readResource(t, modern, uri); err != nil || len(res.Contents) != 1 {
+		t.Fatalf("2026-07-28 read: %+v %v", res, err)
+	} else if b, _ := res.Contents[0].(mcp.BlobResourceContents); b.Blob != base64.StdEncoding.EncodeToString(blob) {
+		t.Fatal("2026-07-28 read other bytes")
+	}
+
 	uri = storedURL(t, c, "text")
 	res, err = readResource(t, c, uri)
 	if err != nil || len(res.Contents) != 1 {
@@ -255,10 +263,11 @@ func TestBridgedResources(t *testing.T) {
 	}
 }
 
-// TestResourcesCapability: every revision is offered resources.
+// TestResourcesCapability: every revision is offered resources (2026-07-28
+// through server/discover).
 func TestResourcesCapability(t *testing.T) {
 	e := newEnv(t)
-	for _, v := range revisions[:4] {
+	for _, v := range revisions {
 		c := e.connect(t, "s1", v, "alice")
 		if c.GetServerCapabilities().Resources == nil {
 			t.Errorf("%s: no resources capability", v)
