@@ -19,6 +19,9 @@ func facade(s bus.Subjects, answers []string) User {
 	// (docs/protocol.md 6.3): bound to the parked input's digest, rules
 	// only among the suggested ones. It cannot answer external tools.
 	pub = append(pub, s.Approve("*"))
+	// The bridged servers' resources its hosts list and read
+	// (P.resources.<server>, docs/protocol.md 12).
+	pub = append(pub, s.All("resources"))
 	// The bridged servers' questions its hosts' users answer (Spec.FacadeAnswers:
 	// mcp__<server>__elicit only), and no other external tool.
 	for _, t := range answers {

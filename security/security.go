@@ -254,6 +254,12 @@ func worker(s bus.Subjects, tools []string) User {
 	// on P.result.<tool>.
 	sub := each(tools, s.Exec)
 	sub = append(sub, s.All("cancel"), "$SRV.>", inbox(RoleWorker)+".>")
+	if len(tools) == 0 {
+		// A bridge (mcp/bridge) serves its MCP servers' resources on
+		// P.resources.<server> (docs/protocol.md 12); a worker confined to
+		// some tools serves no resources.
+		sub = append(sub, s.All("resources"))
+	}
 	work := s.Stream(bus.StreamWork)
 	consumer := func(t string) string { // a wildcard must be a whole token
 		if t == "*" {

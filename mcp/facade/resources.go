@@ -172,11 +172,17 @@ func (f *Facade) listResources(ctx context.Context, srv string) (*bridge.Resourc
 	return &l, nil
 }
 
-// readBridged reads a URI of server srv through its resources verb.
+// readBridged reads a URI of server srv through its resources verb, when
+// the session still lists a tool of srv to its user.
 func (s *session) readBridged(srv string) server.ResourceHandlerFunc {
 	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 		ctx, cancel := context.WithTimeout(ctx, resourcesBudget)
 		defer cancel()
+		// Checked at each read: the session's listing may have lost the
+		// server since its resources were registered.
+		if !slices.Contains(s.bridgedServers(ctx), srv) {
+			return nil, fmt.Errorf("the MCP server %q is no longer among the session's tools' servers", srv)
+		}
 		var c bridge.ResourcesContents
 		if err := s.f.resourcesRequest(ctx, srv, bridge.TypeResourcesRead, bridge.ResourcesRead{URI: req.Params.URI},
 			bridge.TypeResourcesContents, &c); err != nil {

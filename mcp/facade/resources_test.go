@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"io"
+	"slices"
 	"math/rand/v2"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/mcp/bridge"
 	"github.com/toolbus/toolbus/worker"
@@ -319,5 +322,42 @@ func TestStdioOldHostReadsStoredOutput(t *testing.T) {
 	b, _ := res.Contents[0].(mcp.BlobResourceContents)
 	if got, _ := base64.StdEncoding.DecodeString(b.Blob); !bytes.Equal(got, blob) {
 		t.Fatalf("read %d bytes, not the stored %d", len(got), len(blob))
+	}
+}
+
+// TestBridgedResourcesConfined: a session whose listing has no tool of a
+// bridged server reads none of its resources, even a URI registered while
+// it had one, and lists none.
+func TestBridgedResourcesConfined(t *testing.T) {
+	e := newEnv(t)
+	b, err := bridge.New(e.conn(t, xtest.RoleWorker), &bridge.File{Servers: []bridge.Server{{Name: "r", Transport: bridge.TransportHTTP,
+		URL: resourceServer(t), Group: "ops"}}}, bridge.Config{Heartbeat: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Stop(context.Background()) })
+	if err := e.d.WaitLive(t.Context(), "mcp__r__echo"); err != nil {
+		t.Fatal(err)
+	}
+	e.resetTools(t, "s1", map[string]bool{"ops": true})
+	c := e.connect(t, "s1", mcp.ProtocolVersion20251125, "alice")
+	if res, err := readResource(t, c, "file:///notes.txt"); err != nil || len(res.Contents) != 1 {
+		t.Fatalf("read while listed: %+v %v", res, err)
+	}
+	e.resetTools(t, "s1", map[string]bool{"ops": false})
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		if slices.Contains(busNames(t, e, "s1", "alice"), "mcp__r__echo") {
+			return errors.New("still listed")
+		}
+		return nil
+	})
+	if _, err := readResource(t, c, "file:///notes.txt"); err == nil {
+		t.Fatal("read a resource of a server the session no longer lists")
+	}
+	if l, err := c.ListResources(t.Context(), mcp.ListResourcesRequest{}); err != nil || len(l.Resources) != 0 {
+		t.Fatalf("list: %+v %v", l, err)
 	}
 }
