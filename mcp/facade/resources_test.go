@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -359,5 +360,28 @@ func TestBridgedResourcesConfined(t *testing.T) {
 	}
 	if l, err := c.ListResources(t.Context(), mcp.ListResourcesRequest{}); err != nil || len(l.Resources) != 0 {
 		t.Fatalf("list: %+v %v", l, err)
+	}
+}
+
+// TestStoredReadCost measures resources/read of a 4 MiB and a 16 MiB (the
+// default bound) stored output; it runs only with TOOLBUS_MEASURE=1:
+//
+//	TOOLBUS_MEASURE=1 go test -count=1 -run TestStoredReadCost -v ./mcp/facade
+func TestStoredReadCost(t *testing.T) {
+	if os.Getenv("TOOLBUS_MEASURE") != "1" {
+		t.Skip("set TOOLBUS_MEASURE=1 to measure")
+	}
+	e := newEnv(t)
+	e.storedWorker(t, randomBytes(1, DefaultMaxResource), []byte("x"), randomBytes(2, 4<<20))
+	c := e.connect(t, "s1", mcp.ProtocolVersion20250618, "alice")
+	for _, tool := range []string{"huge", "blob"} {
+		uri := storedURL(t, c, tool)
+		start := time.Now()
+		res, err := readResource(t, c, uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := res.Contents[0].(mcp.BlobResourceContents)
+		t.Logf("%d bytes (%d base64 characters) read in %v", base64.StdEncoding.DecodedLen(len(b.Blob)), len(b.Blob), time.Since(start).Round(time.Millisecond))
 	}
 }
