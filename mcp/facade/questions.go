@@ -42,7 +42,9 @@ type question struct {
 func (s *session) questionsMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		srv, ok := bridgedServer(req.Params.Name)
-		if !ok || !s.mayElicit(ctx) || server.IsModernRequest(ctx) || server.ServerFromContext(ctx) == nil {
+		// A task-augmented call outlives its request, whose context the
+		// host's elicitation would need: its questions stay on the bus.
+		if !ok || req.Params.Task != nil || !s.mayElicit(ctx) || server.IsModernRequest(ctx) || server.ServerFromContext(ctx) == nil {
 			return next(ctx, req)
 		}
 		// Watch before the call is made, so its server's question is seen.
