@@ -31,6 +31,7 @@ type calm struct {
 	first   time.Time   // the first change not yet applied
 	last    time.Time   // when a change was last applied (a notification sent)
 	timer   *time.Timer // applies the pending change
+	applied string      // the listing the MCP server has (session.raw when set)
 	sent    int         // notifications sent, for the tests
 }
 
@@ -47,6 +48,14 @@ func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, or
 	c := &s.calm
 	c.tools, c.order = tools, order
 	now := time.Now()
+	if s.raw == c.applied && c.sent > 0 {
+		// Back to what the hosts have: nothing to tell them.
+		c.pending = false
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		return
+	}
 	if !isLater(ctx) {
 		s.setLocked(now)
 		return
@@ -82,7 +91,7 @@ func (s *session) setLocked(now time.Time) {
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	c.pending, c.last = false, now
+	c.pending, c.last, c.applied = false, now, s.raw
 	s.order = c.order
 	s.mcp.SetTools(c.tools...)
 	c.sent++

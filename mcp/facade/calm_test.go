@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -217,7 +218,7 @@ func readPID(t *testing.T, file string) int {
 	return pid
 }
 
-// TestCalmToggles: six list changes in a row (reset_tools switching a
+// TestCalmToggles: five list changes in a row (reset_tools switching a
 // group on and off through the bus) reach a connected host as at most
 // two tools/list_changed, and its list is the last state. Without the
 // coalescing each change is one notification.
@@ -225,15 +226,91 @@ func TestCalmToggles(t *testing.T) {
 	e := newEnv(t)
 	c := e.connect(t, "s1", mcp.ProtocolVersion20251125, "alice")
 	count := countChanged(c)
-	for i := range 6 {
+	for i := range 5 {
 		e.resetTools(t, "s1", map[string]bool{"ops": i%2 == 0})
 	}
 	n := count()
 	if n < 1 || n > 2 {
-		t.Fatalf("%d tools/list_changed for six changes", n)
+		t.Fatalf("%d tools/list_changed for five changes", n)
 	}
-	if got := names(t, c); slices.Contains(got, "deploy") {
+	if got := names(t, c); !slices.Contains(got, "deploy") {
 		t.Fatalf("the host's list is not the last state: %v", got)
 	}
-	t.Logf("six changes: %d notifications", n)
+	t.Logf("five changes: %d notifications", n)
+}
+
+// TestCalmTrailingEdge: the coalescing on a fake clock (testing/synctest):
+// a burst is applied Calm after its last change, a burst that never
+// settles MaxCalm after its first, never two within Calm, a host's own
+// listing applies at once, and a return to the applied list sends nothing.
+func TestCalmTrailingEdge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		s := &session{ctx: ctx, mcp: server.NewMCPServer("t", "1", server.WithToolCapabilities(true))}
+		change := func(raw string, lazy bool) {
+			c := ctx
+			if lazy {
+				c = later(ctx)
+			}
+			s.mu.Lock()
+			s.raw = raw
+			s.applyLocked(c, []server.ServerTool{{Tool: mcp.NewTool(raw), Handler: nil}}, map[string]int{raw: 0})
+			s.mu.Unlock()
+		}
+		sent := func() int { s.mu.Lock(); defer s.mu.Unlock(); return s.calm.sent }
+		change("a", false) // the first listing: at once
+		if sent() != 1 {
+			t.Fatalf("first listing: %d", sent())
+		}
+		// A burst of three changes 100 ms apart: one notification, Calm
+		// after the last.
+		for _, raw := range []string{"b", "c", "d"} {
+			time.Sleep(100 * time.Millisecond)
+			change(raw, true)
+		}
+		time.Sleep(Calm - time.Millisecond)
+		synctest.Wait()
+		if sent() != 1 {
+			t.Fatalf("sent before the burst settled: %d", sent())
+		}
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		if sent() != 2 || s.order["d"] != 0 || len(s.order) != 1 {
+			t.Fatalf("after the burst: %d %v", sent(), s.order)
+		}
+		// A change every 100 ms for 2 s: applied MaxCalm after the first.
+		start := time.Now()
+		for i := range 20 {
+			change(string(rune('e'+i)), true)
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+			if sent() == 3 {
+				if d := time.Since(start); d < MaxCalm || d > MaxCalm+100*time.Millisecond {
+					t.Fatalf("an unsettled burst applied after %v", d)
+				}
+				break
+			}
+		}
+		if sent() != 3 {
+			t.Fatalf("an unsettled burst never applied: %d", sent())
+		}
+		// Back to the applied list: nothing is sent.
+		s.mu.Lock()
+		applied := s.calm.applied
+		s.mu.Unlock()
+		change("zz", true)
+		change(applied, true)
+		time.Sleep(MaxCalm)
+		synctest.Wait()
+		if sent() != 3 {
+			t.Fatalf("a return to the applied list sent a notification: %d", sent())
+		}
+		// A host lists: a pending change is applied at once.
+		change("host", true)
+		s.flush()
+		if sent() != 4 || s.order["host"] != 0 {
+			t.Fatalf("flush: %d %v", sent(), s.order)
+		}
+	})
 }
