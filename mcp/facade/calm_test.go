@@ -83,8 +83,18 @@ func TestCalmBurst(t *testing.T) {
 	count := countChanged(c)
 	var wg sync.WaitGroup
 	tools := []string{"w1", "w2", "w3", "w4"}
+	var mu sync.Mutex
+	var first, final time.Time
 	for _, name := range tools {
 		wg.Go(func() {
+			defer func() {
+				mu.Lock()
+				defer mu.Unlock()
+				if now := time.Now(); first.IsZero() || now.Before(first) {
+					first = now
+				}
+				final = time.Now()
+			}()
 			_, err := e.d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
 				return worker.Register(w, bus.ToolDef{Name: name, Description: "Burst.", ReadOnly: true},
 					func(context.Context, *worker.Call, struct{}) (string, error) { return name, nil })
@@ -105,8 +115,12 @@ func TestCalmBurst(t *testing.T) {
 		return nil
 	})
 	n := count()
-	if n < 1 || n > 2 {
-		t.Fatalf("%d tools/list_changed for one burst of four registrations", n)
+	allowed := 2
+	if final.Sub(first) > Calm { // a loaded machine spread the burst out
+		allowed = len(tools) + 1
+	}
+	if n < 1 || n > allowed {
+		t.Fatalf("%d tools/list_changed for one burst of four registrations (at most %d)", n, allowed)
 	}
 	got := names(t, c)
 	for _, w := range tools {
@@ -226,12 +240,21 @@ func TestCalmToggles(t *testing.T) {
 	e := newEnv(t)
 	c := e.connect(t, "s1", mcp.ProtocolVersion20251125, "alice")
 	count := countChanged(c)
+	// Changes further apart than Calm are rightly told apart: on a
+	// loaded machine a reset_tools may take that long, and each such gap
+	// allows one more notification.
+	allowed, last := 2, time.Now()
 	for i := range 9 {
 		e.resetTools(t, "s1", map[string]bool{"ops": i%2 == 0})
+		now := time.Now()
+		if i > 0 && now.Sub(last) > Calm {
+			allowed++
+		}
+		last = now
 	}
 	n := count()
-	if n < 1 || n > 2 {
-		t.Fatalf("%d tools/list_changed for nine changes", n)
+	if n < 1 || n > allowed {
+		t.Fatalf("%d tools/list_changed for nine changes (at most %d)", n, allowed)
 	}
 	if got := names(t, c); !slices.Contains(got, "deploy") {
 		t.Fatalf("the host's list is not the last state: %v", got)
