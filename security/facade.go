@@ -5,12 +5,13 @@ import "github.com/toolbus/toolbus/bus"
 // RoleFacade is the MCP facade's login (router --mcp-listen, toolbus
 // mcp): it calls, lists, cancels and watches events in every session on
 // behalf of the hosts it authenticated, and answers the confirmations
-// their users give through elicitation. It watches the records that
+// their users give through elicitation (and the bridged servers' questions
+// of Spec.FacadeAnswers). It watches the records that
 // change a session's listing. Nothing more: no JetStream administration,
 // no exec, no registration, no admin verbs, no writes to any bucket.
 const RoleFacade = "facade"
 
-func facade(s bus.Subjects) User {
+func facade(s bus.Subjects, answers []string) User {
 	// An agent of every session, under the facade's own inbox.
 	a := agent(s, "", nil)
 	pub := append([]string{}, a.Permissions.Publish...)
@@ -18,6 +19,14 @@ func facade(s bus.Subjects) User {
 	// (docs/protocol.md 6.3): bound to the parked input's digest, rules
 	// only among the suggested ones. It cannot answer external tools.
 	pub = append(pub, s.Approve("*"))
+	// The bridged servers' resources its hosts list and read
+	// (P.resources.<server>, docs/protocol.md 12).
+	pub = append(pub, s.All("resources"))
+	// The bridged servers' questions its hosts' users answer (Spec.FacadeAnswers:
+	// mcp__<server>__elicit only), and no other external tool.
+	for _, t := range answers {
+		pub = append(pub, s.Answer(t))
+	}
 	// The watches that tell it a session's listing may have changed:
 	// ordered consumers of the KV buckets and of the skills' metadata.
 	for _, b := range []string{bus.BucketSessions, bus.BucketTools, bus.BucketGroups, bus.BucketWorkers} {

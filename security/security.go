@@ -98,6 +98,11 @@ type Spec struct {
 	// ever request-scoped, never a registered external tool or one that
 	// asks for confirmation. Empty means agents answer nothing.
 	AgentAnswers []string `json:"agent_answers,omitempty"`
+	// FacadeAnswers are the bridged servers' question tools
+	// (mcp__<server>__elicit, docs/mcp.md) whose parks the facade may
+	// answer with its host user's reply; nothing else. Empty means the
+	// facade answers no question (they wait for toolbus answer).
+	FacadeAnswers []string `json:"facade_answers,omitempty"`
 }
 
 // jsAPI is the JetStream API prefix of the account.
@@ -115,7 +120,7 @@ func Users(spec Spec) ([]User, error) {
 	if len(spec.Sessions) > 0 {
 		denySessions(s, &shared, spec.Sessions)
 	}
-	users := []User{router(s), worker(s, spec.WorkerTools), shared, approver(s, spec.ApproverTools), operator(s), facade(s)}
+	users := []User{router(s), worker(s, spec.WorkerTools), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers)}
 	for _, id := range spec.Sessions {
 		u := agent(s, id, spec.AgentAnswers)
 		u.User = spec.Bind[id]
@@ -165,9 +170,15 @@ func check(spec Spec) error {
 			return err
 		}
 	}
-	for what, tools := range map[string][]string{"worker": spec.WorkerTools, "approver": spec.ApproverTools, "agent answers": spec.AgentAnswers} {
+	for what, tools := range map[string][]string{"worker": spec.WorkerTools, "approver": spec.ApproverTools, "agent answers": spec.AgentAnswers,
+		"facade answers": spec.FacadeAnswers} {
 		if err := checkTools(what, tools); err != nil {
 			return err
+		}
+	}
+	for _, t := range spec.FacadeAnswers {
+		if !strings.HasPrefix(t, "mcp__") || !strings.HasSuffix(t, "__elicit") || len(t) <= len("mcp____elicit") {
+			return fmt.Errorf("security: facade answers: %q is not a bridged server's question tool (mcp__<server>__elicit)", t)
 		}
 	}
 	return nil
@@ -243,6 +254,12 @@ func worker(s bus.Subjects, tools []string) User {
 	// on P.result.<tool>.
 	sub := each(tools, s.Exec)
 	sub = append(sub, s.All("cancel"), "$SRV.>", inbox(RoleWorker)+".>")
+	if len(tools) == 0 {
+		// A bridge (mcp/bridge) serves its MCP servers' resources on
+		// P.resources.<server> (docs/protocol.md 12); a worker confined to
+		// some tools serves no resources.
+		sub = append(sub, s.All("resources"))
+	}
 	work := s.Stream(bus.StreamWork)
 	consumer := func(t string) string { // a wildcard must be a whole token
 		if t == "*" {

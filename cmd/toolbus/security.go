@@ -30,6 +30,7 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	workerTools := fs.String("worker-tools", "", "confine the worker user to these comma-separated tools (default: every tool)")
 	approverTools := fs.String("approver-tools", "", "confine the approver to these comma-separated tools (default: every tool)")
 	agentAnswers := fs.String("agent-answers", "", "comma-separated request-scoped tools whose parked calls agents may answer (docs/security.md: any session's)")
+	facadeAnswers := fs.String("facade-answers", "", "comma-separated bridged servers' question tools (mcp__<server>__elicit) the MCP facade may answer for its hosts' users")
 	format := fs.String("format", "conf", "conf (a nats-server authorization block), nsc (nsc commands for a JWT deployment) or json")
 	account := fs.String("account", "TOOLBUS", "with --format nsc: the account")
 	out := fs.String("out", "", "generate an nkey per user into this new directory (seeds, .env files, nats-server.conf) and print the block with their public keys; without it, passwords come from the server's environment ($TOOLBUS_<USER>_PASSWORD)")
@@ -46,7 +47,8 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return usageError(fs, "security takes one subcommand, config or agent")
 	}
 	spec := security.Spec{Prefix: *prefix, Sessions: sessions, WorkerTools: cli.SplitList(*workerTools),
-		ApproverTools: cli.SplitList(*approverTools), AgentAnswers: cli.SplitList(*agentAnswers)}
+		ApproverTools: cli.SplitList(*approverTools), AgentAnswers: cli.SplitList(*agentAnswers),
+		FacadeAnswers: cli.SplitList(*facadeAnswers)}
 	for _, h := range handlers {
 		name, tools, ok := strings.Cut(h, "=")
 		if !ok || cli.SplitList(tools) == nil {

@@ -183,7 +183,7 @@ func ElicitName(server string) string { return ToolName(server, "elicit") }
 
 // elicitSchema is the input schema of the elicit tool.
 var elicitSchema = json.RawMessage(`{"type":"object","properties":{` +
-	`"server":{"type":"string"},"mode":{"type":"string","enum":["form","url"]},"message":{"type":"string"},` +
+	`"server":{"type":"string"},"user":{},"mode":{"type":"string","enum":["form","url"]},"message":{"type":"string"},` +
 	`"requested_schema":{"type":"object"},"url":{"type":"string"},"elicitation_id":{"type":"string"},` +
 	`"calls":{"type":"array","items":{"type":"string"}},"refused":{"type":"string"}},` +
 	`"required":["server","mode","message","calls"]}`)
@@ -195,6 +195,7 @@ const elicitDescription = "An MCP server asks the user. Answer with a text block
 // elicitInput is what the parked elicit call shows its answerer.
 type elicitInput struct {
 	Server          string          `json:"server"`
+	User            json.RawMessage `json:"user,omitempty"` // the asking call's user: a facade asks only that user's host
 	Mode            string          `json:"mode"`
 	Message         string          `json:"message"`
 	RequestedSchema json.RawMessage `json:"requested_schema,omitempty"`
@@ -215,7 +216,7 @@ func (l *link) elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.Elici
 	}
 	ctx, done := o.bound(ctx)
 	defer done()
-	in := elicitInput{Server: l.s.Name, Mode: r.Params.Mode, Message: r.Params.Message, URL: r.Params.URL,
+	in := elicitInput{Server: l.s.Name, User: o.user, Mode: r.Params.Mode, Message: r.Params.Message, URL: r.Params.URL,
 		ElicitationID: r.Params.ElicitationID, Calls: o.calls}
 	if in.Mode == "" {
 		in.Mode = mcp.ElicitationModeForm

@@ -86,6 +86,10 @@ type Config struct {
 	// creates it (routers create it at start, with the deployment's
 	// replicas); zero means 1.
 	Replicas int
+	// MaxResource bounds the bytes of a stored output one resources/read
+	// returns; a larger one is refused with its size. Zero means
+	// DefaultMaxResource.
+	MaxResource int64
 	// Logger receives the facade's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -157,6 +161,9 @@ func New(cl *client.Client, cfg Config) *Facade {
 	}
 	if cfg.MaxTasks <= 0 {
 		cfg.MaxTasks = DefaultMaxTasks
+	}
+	if cfg.MaxResource <= 0 {
+		cfg.MaxResource = DefaultMaxResource
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -313,6 +320,8 @@ type session struct {
 	last   time.Time // when the last one began or ended
 
 	mu      sync.Mutex
+	calm    calm                // list changes not yet applied (calm.go)
+	asked   map[string]bool     // bridged servers' questions put to a host (questions.go)
 	raw     string              // the last listing, to compare
 	order   map[string]int      // tool name → position in the listing
 	pending map[string]*pending // request state → a call waiting for the host user's decision
@@ -484,9 +493,14 @@ func (f *Facade) newSession(k key) *session {
 	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, noTasks: !f.kv.available(f.ctx), order: map[string]int{}, dirty: make(chan struct{}, 1),
 		pending: map[string]*pending{}, ctx: ctx, cancel: cancel}
 	hooks := &server.Hooks{}
-	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx) })
+	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx); s.flush() })
+	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
+		downgradeInit(res)
+	})
 	// mcp-go advertises tasks; the facade answers them (tasks.go).
-	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter)}
+	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter),
+		server.WithToolHandlerMiddleware(downgradeMiddleware), server.WithToolHandlerMiddleware(s.questionsMiddleware)}
+	opts = append(opts, s.resourcesOptions(hooks)...)
 	if !s.noTasks {
 		opts = append(opts, server.WithTaskCapabilities(true, true, true))
 	}
@@ -494,6 +508,7 @@ func (f *Facade) newSession(k key) *session {
 		opts = append(opts, server.WithElicitation())
 	}
 	s.mcp = server.NewMCPServer("toolbus", "1.0.0", opts...)
+	s.mcp.SetResourceTemplates(s.outputsTemplate()) // readable before any listing
 	s.http = server.NewStreamableHTTPServer(s.mcp, server.WithStreamableHTTPLogger(f.cfg.Logger),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			return context.WithValue(ctx, contextKey, r.Header.Get(f.cfg.ContextHeader))
@@ -547,7 +562,7 @@ func (s *session) poll() {
 		case <-again:
 		}
 		again = nil
-		_ = s.refresh(s.ctx)
+		_ = s.refresh(later(s.ctx)) // a watch or the poll: coalesced (calm.go)
 		if step++; step < len(settle) {
 			again = time.After(settle[step] - settle[step-1])
 		}
@@ -564,7 +579,8 @@ type listed struct {
 }
 
 // refresh lists the session's tools for its user and, when they changed,
-// replaces the MCP server's tools (which notifies its clients).
+// replaces the MCP server's tools (which notifies its clients): at once,
+// or, for a ctx made by later, coalesced (calm.go).
 func (s *session) refresh(ctx context.Context) error {
 	s.f.store.count()
 	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
@@ -592,8 +608,8 @@ func (s *session) refresh(ctx context.Context) error {
 		tools = append(tools, server.ServerTool{Tool: tool, Handler: s.call})
 		order[l.Name] = i
 	}
-	s.raw, s.order = string(raw), order
-	s.mcp.SetTools(tools...)
+	s.raw = string(raw)
+	s.applyLocked(ctx, tools, order) // at once, or coalesced (calm.go)
 	return nil
 }
 
@@ -615,7 +631,7 @@ func (f *Facade) list(ctx context.Context, session, user, format string) (*bus.T
 
 // filter keeps the listed tools, in the listing's order; mcp-go applies it
 // on tools/call too.
-func (s *session) filter(_ context.Context, tools []mcp.Tool) []mcp.Tool {
+func (s *session) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]mcp.Tool, 0, len(tools))
@@ -629,5 +645,5 @@ func (s *session) filter(_ context.Context, tools []mcp.Tool) []mcp.Tool {
 			out[j], out[j-1] = out[j-1], out[j]
 		}
 	}
-	return out
+	return downgradeTools(revisionFrom(ctx), out)
 }

@@ -1,0 +1,122 @@
+package facade
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// askServer is an mcp-go server over streamable HTTP whose read-only tool
+// ask asks its client for a name (elicitation) and returns the answer.
+func askServer(t *testing.T) string {
+	t.Helper()
+	s := server.NewMCPServer("asker", "1", server.WithElicitation())
+	s.AddTool(mcp.NewTool("ask", mcp.WithDescription("Asks the user for a name."), mcp.WithReadOnlyHintAnnotation(true)),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{Message: "Your name, please.",
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}},
+					"required": []string{"name"}}}})
+			if err != nil {
+				return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
+			}
+			c, _ := json.Marshal(r.Content)
+			return mcp.NewToolResultText(string(r.Action) + " " + string(c)), nil
+		})
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(s))
+	t.Cleanup(hs.Close)
+	return hs.URL + "/mcp"
+}
+
+// hostAnswers is a host's elicitation handler that answers with result
+// and reports the message it was shown.
+type hostAnswers struct {
+	result mcp.ElicitationResult
+	asked  chan string
+}
+
+func (h *hostAnswers) Elicit(_ context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	h.asked <- r.Params.Message
+	res := h.result
+	return &res, nil
+}
+
+// TestHostAnswersBridgedQuestion: a host that declared elicitation calls
+// a bridged tool whose server asks (elicitation/create); the question,
+// parked on the bus for the host's user, is put to the host, and its
+// answer reaches the server: accepted content, then a decline.
+func TestHostAnswersBridgedQuestion(t *testing.T) {
+	e := newEnv(t)
+	e.bridgeServer(t, "q", askServer(t))
+	if err := e.d.WaitLive(t.Context(), "mcp__q__ask"); err != nil {
+		t.Fatal(err)
+	}
+	h := &hostAnswers{asked: make(chan string, 4), result: mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{
+		Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"name": "Ada"}}}}
+	c := e.connect(t, "s1", mcp.ProtocolVersion20251125, "alice", mcpclient.WithElicitationHandler(h))
+	r, err := call(t, c, "mcp__q__ask", map[string]any{}, false)
+	if err != nil || r.IsError || textOf(r) != `accept {"name":"Ada"}` {
+		t.Fatalf("answered by the host: %+v %v", r, err)
+	}
+	if msg := <-h.asked; msg != "The MCP server q asks: Your name, please." {
+		t.Fatalf("the host was shown %q", msg)
+	}
+	h.result = mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionDecline}}
+	r, err = call(t, c, "mcp__q__ask", map[string]any{}, false)
+	if err != nil || r.IsError || textOf(r) != "decline null" {
+		t.Fatalf("declined by the host: %+v %v", r, err)
+	}
+}
+
+// TestQuestionFor: only a question of the called tool's server, for the
+// session's user, parked as external, is put to a host, once.
+func TestQuestionFor(t *testing.T) {
+	s := &session{id: "s1", user: "alice"}
+	in := func(server, user string) json.RawMessage {
+		b, _ := json.Marshal(map[string]any{"server": server, "user": user, "mode": "form", "message": "?", "calls": []string{"c"}})
+		return b
+	}
+	for _, tc := range []struct {
+		name   string
+		p      bus.Parked
+		prefix string
+		want   bool
+	}{
+		{"its own", bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice")}, "q__ask", true},
+		{"again", bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice")}, "q__ask", false},
+		{"another user", bus.Parked{ID: "p2", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "bob")}, "q__ask", false},
+		{"another server", bus.Parked{ID: "p3", Name: "mcp__r__elicit", Kind: bus.KindExternal, Input: in("r", "alice")}, "q__ask", false},
+		{"a server named in the input only", bus.Parked{ID: "p4", Name: "mcp__x__elicit", Kind: bus.KindExternal, Input: in("q", "alice")}, "q__ask", false},
+		{"a confirmation", bus.Parked{ID: "p5", Name: "mcp__q__elicit", Kind: bus.KindConfirm, Input: in("q", "alice")}, "q__ask", false},
+		{"another tool", bus.Parked{ID: "p6", Name: "deploy", Kind: bus.KindExternal, Input: in("q", "alice")}, "q__ask", false},
+		{"a server whose name holds __", bus.Parked{ID: "p7", Name: "mcp__a__b__elicit", Kind: bus.KindExternal, Input: in("a__b", "alice")}, "a__b__ask", true},
+		{"bad input", bus.Parked{ID: "p8", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: json.RawMessage(`[]`)}, "q__ask", false},
+	} {
+		if _, got := s.questionFor(tc.p, tc.prefix); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// FuzzQuestionFor: any parked input is a question or not, never a panic,
+// and a question taken is one of the called tool's server, for the
+// session's user.
+func FuzzQuestionFor(f *testing.F) {
+	f.Add("mcp__q__elicit", `{"server":"q","user":"alice","mode":"form","message":"?"}`, "q__ask")
+	f.Add("mcp__q__elicit", `{"server":"q","user":{"id":1}}`, "q__ask")
+	f.Add("mcp__a__b__elicit", `{"server":"a__b","user":"alice"}`, "a__b__x")
+	f.Add("mcp____elicit", `{"server":""}`, "__")
+	f.Fuzz(func(t *testing.T, name, input, prefix string) {
+		s := &session{id: "s1", user: "alice"}
+		q, ok := s.questionFor(bus.Parked{ID: "p", Name: name, Kind: bus.KindExternal, Input: json.RawMessage(input)}, prefix)
+		if ok && (name != "mcp__"+q.Server+"__elicit" || len(prefix) <= len(q.Server)+1 || prefix[:len(q.Server)+2] != q.Server+"__") {
+			t.Fatalf("took %q for %q (prefix %q)", input, name, prefix)
+		}
+	})
+}

@@ -1,0 +1,298 @@
+package facade
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
+	"github.com/toolbus/toolbus/mcp/bridge"
+)
+
+// Resources of a session (docs/mcp.md "Facade mapping: resources"): the
+// resources and templates of the bridged servers whose tools the session
+// lists, read through P.resources.<server> (docs/protocol.md 12), and the
+// session's stored outputs (nats-object:// references of its results),
+// read through P.outputs.<session> (docs/protocol.md 5.9).
+
+// DefaultMaxResource bounds what one resources/read of a stored output
+// returns (Config.MaxResource): above it the read is refused with an
+// error naming the size and `toolbus fetch`.
+const DefaultMaxResource = 16 << 20
+
+// maxResourceServers bounds the bridged servers one listing asks.
+const maxResourceServers = 32
+
+// resourcesBudget bounds one listing of every server's resources.
+const resourcesBudget = 10 * time.Second
+
+// outputsTemplate is the URI template of the session's stored outputs.
+const outputsTemplate = offload.Scheme + "://{bucket}/{+name}"
+
+// resourcesOptions are the server options and hooks of the resources
+// capability: listed and read on demand, no subscriptions, no
+// listChanged (a bridged server's list is asked afresh each time).
+func (s *session) resourcesOptions(hooks *server.Hooks) []server.ServerOption {
+	hooks.AddBeforeListResources(func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest) { s.syncResources(ctx) })
+	hooks.AddBeforeListResourceTemplates(func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest) {
+		s.syncResources(ctx)
+	})
+	hooks.AddBeforeReadResource(func(ctx context.Context, _ any, r *mcp.ReadResourceRequest) {
+		if !strings.HasPrefix(r.Params.URI, offload.Scheme+"://") && !s.knowsResource(r.Params.URI) {
+			s.syncResources(ctx) // a URI from a result, not listed yet
+		}
+	})
+	hooks.AddAfterListResources(func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
+		if res != nil {
+			downgradeResources(revisionFrom(ctx), res.Resources)
+		}
+	})
+	hooks.AddAfterListResourceTemplates(func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
+		if res != nil {
+			downgradeTemplates(revisionFrom(ctx), res.ResourceTemplates)
+		}
+	})
+	return []server.ServerOption{server.WithResourceCapabilities(false, false)}
+}
+
+// knowsResource reports whether uri is one of the bridged resources last
+// listed.
+func (s *session) knowsResource(uri string) bool {
+	_, ok := s.mcp.ListResources()[uri]
+	return ok
+}
+
+// syncResources lists the resources of the session's bridged servers and
+// registers them (and the stored-outputs template) with the MCP server.
+// A server that fails is left out (logged); the others are listed.
+func (s *session) syncResources(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, resourcesBudget)
+	defer cancel()
+	var resources []server.ServerResource
+	templates := []server.ServerResourceTemplate{s.outputsTemplate()}
+	seen := map[string]bool{}
+	for _, srv := range s.bridgedServers(ctx) {
+		l, err := s.f.listResources(ctx, srv)
+		if err != nil {
+			s.f.cfg.Logger.Debug("facade: resources of a bridged server", "server", srv, "err", err)
+			continue
+		}
+		for _, r := range l.Resources {
+			if seen[r.URI] {
+				continue // the first server with a URI serves it (docs/mcp.md)
+			}
+			seen[r.URI] = true
+			resources = append(resources, server.ServerResource{Resource: resourceOf(r), Handler: s.readBridged(srv)})
+		}
+		for _, t := range l.Templates {
+			tp, err := templateOf(t)
+			if err != nil {
+				s.f.cfg.Logger.Debug("facade: a bridged template", "server", srv, "err", err)
+				continue
+			}
+			templates = append(templates, server.ServerResourceTemplate{Template: tp, Handler: server.ResourceTemplateHandlerFunc(s.readBridged(srv))})
+		}
+	}
+	s.mcp.SetResources(resources...)
+	s.mcp.SetResourceTemplates(templates...)
+}
+
+// bridgedServers are the MCP servers of the tools the session lists to
+// its user (the mcp.server of their definitions), sorted, at most
+// maxResourceServers.
+func (s *session) bridgedServers(ctx context.Context) []string {
+	list, err := s.f.list(ctx, s.id, s.user, bus.FormatToolbus)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, raw := range list.Tools {
+		var d struct {
+			MCP *bus.MCPRef `json:"mcp"`
+		}
+		if json.Unmarshal(raw, &d) == nil && d.MCP != nil && d.MCP.Server != "" && !slices.Contains(out, d.MCP.Server) {
+			out = append(out, d.MCP.Server)
+		}
+	}
+	slices.Sort(out)
+	if len(out) > maxResourceServers {
+		out = out[:maxResourceServers]
+	}
+	return out
+}
+
+// resourcesRequest sends one request of a bridged server's resources verb
+// and decodes its reply of type want into out.
+func (f *Facade) resourcesRequest(ctx context.Context, srv, typ string, data any, want string, out any) error {
+	e, err := bus.NewEvent(typ, "toolbus/mcp", data)
+	if err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		e.ExpiryTime = dl.UTC().Format(time.RFC3339Nano)
+	}
+	m, err := bus.SendRequest(ctx, f.nc, bridge.ResourcesSubject(f.cl.Subjects().Prefix, srv), e)
+	if err != nil {
+		return fmt.Errorf("the resources of MCP server %q: %w", srv, err)
+	}
+	r, err := bus.Decode(m)
+	if err != nil {
+		return err
+	}
+	if r.Type == bus.TypeError {
+		var be bus.Error
+		if r.DataAs(&be) == nil {
+			return &be
+		}
+		return fmt.Errorf("MCP server %q: an error reply", srv)
+	}
+	if r.Type != want {
+		return fmt.Errorf("MCP server %q answered %s, not %s", srv, r.Type, want)
+	}
+	return r.DataAs(out)
+}
+
+func (f *Facade) listResources(ctx context.Context, srv string) (*bridge.ResourcesListed, error) {
+	var l bridge.ResourcesListed
+	if err := f.resourcesRequest(ctx, srv, bridge.TypeResourcesList, bridge.ResourcesList{}, bridge.TypeResourcesListed, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// readBridged reads a URI of server srv through its resources verb, when
+// the session still lists a tool of srv to its user.
+func (s *session) readBridged(srv string) server.ResourceHandlerFunc {
+	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		ctx, cancel := context.WithTimeout(ctx, resourcesBudget)
+		defer cancel()
+		// Checked at each read: the session's listing may have lost the
+		// server since its resources were registered.
+		if !slices.Contains(s.bridgedServers(ctx), srv) {
+			return nil, fmt.Errorf("the MCP server %q is no longer among the session's tools' servers", srv)
+		}
+		var c bridge.ResourcesContents
+		if err := s.f.resourcesRequest(ctx, srv, bridge.TypeResourcesRead, bridge.ResourcesRead{URI: req.Params.URI},
+			bridge.TypeResourcesContents, &c); err != nil {
+			return nil, err
+		}
+		out := make([]mcp.ResourceContents, 0, len(c.Contents))
+		for _, b := range c.Contents {
+			uri := b.URI
+			if uri == "" {
+				uri = req.Params.URI
+			}
+			if b.Type == bus.BlockText {
+				out = append(out, mcp.TextResourceContents{URI: uri, MIMEType: b.MediaType, Text: b.Text})
+			} else {
+				out = append(out, mcp.BlobResourceContents{URI: uri, MIMEType: b.MediaType, Blob: b.Data})
+			}
+		}
+		return out, nil
+	}
+}
+
+func resourceOf(r bridge.Resource) mcp.Resource {
+	res := mcp.Resource{URI: r.URI, Name: r.Name, Title: r.Title, Description: r.Description, MIMEType: r.MediaType}
+	res.Annotations = mcpAnnotations(r.Annotations)
+	return res
+}
+
+func templateOf(t bridge.ResourceTemplate) (tp mcp.ResourceTemplate, err error) {
+	defer func() {
+		if recover() != nil {
+			err = fmt.Errorf("template %q of %s is not an RFC 6570 URI template", t.URITemplate, t.Name)
+		}
+	}()
+	tp = mcp.NewResourceTemplate(t.URITemplate, t.Name, mcp.WithTemplateDescription(t.Description), mcp.WithTemplateMIMEType(t.MediaType))
+	tp.Title = t.Title
+	tp.Annotations = mcpAnnotations(t.Annotations)
+	return tp, nil
+}
+
+func mcpAnnotations(a *bus.Annotations) *mcp.Annotations {
+	if a == nil {
+		return nil
+	}
+	ann := &mcp.Annotations{Priority: a.Priority, LastModified: a.LastModified}
+	for _, who := range a.Audience {
+		ann.Audience = append(ann.Audience, mcp.Role(who))
+	}
+	return ann
+}
+
+// outputsTemplate is the session's stored outputs as a resource template.
+func (s *session) outputsTemplate() server.ServerResourceTemplate {
+	tp := mcp.NewResourceTemplate(outputsTemplate, "toolbus_outputs",
+		mcp.WithTemplateDescription("A stored output of session "+s.id+": the nats-object:// URL of a result's data block, exactly as the result gives it (with #sha256=)."))
+	return server.ServerResourceTemplate{Template: tp, Handler: s.readOutput}
+}
+
+// errOtherSession refuses a stored output that is not the session's.
+var errOtherSession = errors.New("the stored output belongs to another session: this MCP endpoint reads only its own session's outputs")
+
+// readOutput reads a stored output of the session, byte for byte: text
+// for a text media type whose bytes are UTF-8, else a base64 blob. A
+// reference of another session is refused before anything is published;
+// an output larger than MaxResource is refused with its size.
+func (s *session) readOutput(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	uri := req.Params.URI
+	ref, err := offload.ParseRef(uri)
+	if err != nil {
+		return nil, err
+	}
+	if ref.Session() != s.id {
+		return nil, errOtherSession
+	}
+	if ref.Digest == "" {
+		return nil, fmt.Errorf("%s has no #sha256=<digest>: give the URL exactly as the result has it", uri)
+	}
+	o, err := s.f.cl.FetchSession(ctx, s.id, uri)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	if o.Size > s.f.cfg.MaxResource {
+		return nil, fmt.Errorf("the stored output is %d bytes, more than this MCP endpoint returns in one resources/read (%d bytes); read it with `toolbus fetch %s`",
+			o.Size, s.f.cfg.MaxResource, uri)
+	}
+	b, err := io.ReadAll(io.LimitReader(o, s.f.cfg.MaxResource+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) != o.Size {
+		return nil, fmt.Errorf("the stored output %s read %d of %d bytes", uri, len(b), o.Size)
+	}
+	media := o.MediaType
+	if isTextMedia(media) && utf8.Valid(b) {
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: media, Text: string(b)}}, nil
+	}
+	return []mcp.ResourceContents{mcp.BlobResourceContents{URI: uri, MIMEType: media, Blob: base64.StdEncoding.EncodeToString(b)}}, nil
+}
+
+// isTextMedia reports whether a media type is text: text/*, JSON, XML,
+// and their +json / +xml kinds.
+func isTextMedia(media string) bool {
+	mt, _, err := mime.ParseMediaType(media)
+	if err != nil {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(mt, "text/"), mt == "application/json", mt == "application/xml",
+		strings.HasSuffix(mt, "+json"), strings.HasSuffix(mt, "+xml"):
+		return true
+	}
+	return false
+}

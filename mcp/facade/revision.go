@@ -1,0 +1,212 @@
+package facade
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// Revision downgrade (docs/mcp.md "Revision downgrade"): a host gets only
+// the members and content types its MCP revision defines. The table below
+// is read from the revisions' schema.json / schema.ts
+// (modelcontextprotocol/modelcontextprotocol, schema/<revision>/):
+//
+//	member                                      since
+//	text, image, embedded resource content      2024-11-05
+//	content annotations audience, priority      2024-11-05
+//	audio content                               2025-03-26
+//	tool annotations (title and the hints)      2025-03-26
+//	resource_link content                       2025-06-18
+//	annotations.lastModified                    2025-06-18
+//	tool title, outputSchema; structuredContent 2025-06-18
+//	resource and template title                 2025-06-18
+//	tool execution (taskSupport), icons         2025-11-25
+//	the tasks server capability                 2025-11-25
+//
+// Later revisions (2026-07-28) know everything above.
+
+// revision orders the MCP revisions; an unknown or empty version is taken
+// as the newest (mcp-go negotiates only the ones it knows).
+type revision int
+
+const (
+	rev20241105 revision = iota
+	rev20250326
+	rev20250618
+	rev20251125
+	revLatest
+)
+
+func revisionOf(version string) revision {
+	switch version {
+	case mcp.ProtocolVersion20241105:
+		return rev20241105
+	case mcp.ProtocolVersion20250326:
+		return rev20250326
+	case mcp.ProtocolVersion20250618:
+		return rev20250618
+	case mcp.ProtocolVersion20251125:
+		return rev20251125
+	}
+	return revLatest
+}
+
+// revisionFrom is the revision of the request in ctx (the session's
+// negotiated one, or a 2026-07-28 request's own).
+func revisionFrom(ctx context.Context) revision {
+	return revisionOf(server.RequestProtocolVersion(ctx))
+}
+
+// downgradeTools returns tools as a host at rev can read them: a copy
+// when anything is taken away.
+func downgradeTools(rev revision, tools []mcp.Tool) []mcp.Tool {
+	if rev >= rev20251125 {
+		return tools
+	}
+	out := make([]mcp.Tool, len(tools))
+	for i, t := range tools {
+		t.Execution, t.Icons = nil, nil
+		if rev < rev20250618 {
+			t.Title, t.RawOutputSchema, t.OutputSchema, t.Meta = "", nil, mcp.ToolOutputSchema{}, nil
+		}
+		if rev < rev20250326 {
+			// mcp-go always writes "annotations"; empty it is {}.
+			t.Annotations = mcp.ToolAnnotation{}
+		}
+		out[i] = t
+	}
+	return out
+}
+
+// downgradeResult returns res as a host at rev can read it: structured
+// content only from 2025-06-18 (its JSON stays as text when the result
+// has no text of its own: toMCP added it), resource links as text naming
+// the link before 2025-06-18, audio as text naming it before 2025-03-26,
+// lastModified only from 2025-06-18.
+func downgradeResult(rev revision, res *mcp.CallToolResult) *mcp.CallToolResult {
+	if res == nil || rev >= rev20250618 {
+		return res
+	}
+	out := *res
+	out.StructuredContent = nil
+	out.Content = make([]mcp.Content, 0, len(res.Content))
+	for _, c := range res.Content {
+		out.Content = append(out.Content, downgradeContent(rev, c))
+	}
+	return &out
+}
+
+func downgradeContent(rev revision, c mcp.Content) mcp.Content {
+	switch x := c.(type) {
+	case mcp.ResourceLink:
+		return withOldAnnotations(mcp.NewTextContent(linkText(x)), x.Annotations)
+	case mcp.AudioContent:
+		if rev < rev20250326 {
+			return withOldAnnotations(mcp.NewTextContent(audioText(x)), x.Annotations)
+		}
+		x.Annotations = oldAnnotations(x.Annotations)
+		x.Meta = nil
+		return x
+	case mcp.TextContent:
+		x.Annotations, x.Meta = oldAnnotations(x.Annotations), nil
+		return x
+	case mcp.ImageContent:
+		x.Annotations, x.Meta = oldAnnotations(x.Annotations), nil
+		return x
+	case mcp.EmbeddedResource:
+		x.Annotations, x.Meta = oldAnnotations(x.Annotations), nil
+		return x
+	}
+	return c
+}
+
+// linkText names a resource link for a host that has no resource_link;
+// the URI stands between spaces, so it is copied whole.
+func linkText(l mcp.ResourceLink) string {
+	var parts []string
+	if l.Name != "" && l.Name != l.URI {
+		parts = append(parts, fmt.Sprintf("name %q", l.Name))
+	}
+	if l.MIMEType != "" {
+		parts = append(parts, l.MIMEType)
+	}
+	if l.Size != nil {
+		parts = append(parts, fmt.Sprintf("%d bytes", *l.Size))
+	}
+	s := "[resource " + l.URI
+	if len(parts) > 0 {
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	if l.Description != "" {
+		s += " — " + l.Description
+	}
+	return s + " — read it with resources/read]"
+}
+
+func audioText(a mcp.AudioContent) string {
+	n := base64.StdEncoding.DecodedLen(len(a.Data))
+	return fmt.Sprintf("[audio (%s, about %d bytes) left out: this MCP revision has no audio content]", a.MIMEType, n)
+}
+
+// oldAnnotations keeps what 2024-11-05 to 2025-03-26 define (audience,
+// priority); nil when nothing is left.
+func oldAnnotations(a *mcp.Annotations) *mcp.Annotations {
+	if a == nil || (len(a.Audience) == 0 && a.Priority == nil) {
+		return nil
+	}
+	return &mcp.Annotations{Audience: a.Audience, Priority: a.Priority}
+}
+
+func withOldAnnotations(t mcp.TextContent, a *mcp.Annotations) mcp.TextContent {
+	t.Annotations = oldAnnotations(a)
+	return t
+}
+
+// downgradeInit takes away the capabilities a host at the negotiated
+// revision does not know (tasks before 2025-11-25).
+func downgradeInit(res *mcp.InitializeResult) {
+	if res == nil {
+		return
+	}
+	if revisionOf(res.ProtocolVersion) < rev20251125 {
+		res.Capabilities.Tasks = nil
+	}
+}
+
+// downgradeResources drops the resources' titles and lastModified before
+// 2025-06-18.
+func downgradeResources(rev revision, rs []mcp.Resource) {
+	if rev >= rev20250618 {
+		return
+	}
+	for i := range rs {
+		rs[i].Title, rs[i].Meta = "", nil
+		rs[i].Annotations = oldAnnotations(rs[i].Annotations)
+	}
+}
+
+func downgradeTemplates(rev revision, ts []mcp.ResourceTemplate) {
+	if rev >= rev20250618 {
+		return
+	}
+	for i := range ts {
+		ts[i].Title, ts[i].Meta = "", nil
+		ts[i].Annotations = oldAnnotations(ts[i].Annotations)
+	}
+}
+
+// downgradeMiddleware applies downgradeResult to every tools/call result
+// (so call.go's toMCP stays revision-free).
+func downgradeMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := next(ctx, req)
+		if err != nil {
+			return res, err
+		}
+		return downgradeResult(revisionFrom(ctx), res), nil
+	}
+}

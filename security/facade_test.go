@@ -1,0 +1,57 @@
+package security_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/toolbus/toolbus/security"
+)
+
+// TestFacadeAnswers: the facade may answer the bridged servers' question
+// tools it is given (mcp__<server>__elicit) and no other external tool;
+// anything else in FacadeAnswers is refused. It may ask the bridges for
+// resources, which an unconfined worker (a bridge) may serve.
+func TestFacadeAnswers(t *testing.T) {
+	users, err := security.Users(security.Spec{FacadeAnswers: []string{"mcp__t__elicit"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := security.Lookup(users, security.RoleFacade)
+	if !ok {
+		t.Fatal("no facade user")
+	}
+	var answers []string
+	for _, p := range f.Permissions.Publish {
+		if strings.HasPrefix(p, "toolbus.answer.") {
+			answers = append(answers, p)
+		}
+	}
+	if !slices.Equal(answers, []string{"toolbus.answer.mcp__t__elicit"}) {
+		t.Fatalf("facade answers %v", answers)
+	}
+	users, _ = security.Users(security.Spec{})
+	f, _ = security.Lookup(users, security.RoleFacade)
+	for _, p := range f.Permissions.Publish {
+		if strings.HasPrefix(p, "toolbus.answer.") {
+			t.Fatalf("the default facade answers %s", p)
+		}
+	}
+	if !slices.Contains(f.Permissions.Publish, "toolbus.resources.>") {
+		t.Errorf("the facade cannot ask the bridges for resources: %v", f.Permissions.Publish)
+	}
+	w, _ := security.Lookup(users, security.RoleWorker)
+	if !slices.Contains(w.Permissions.Subscribe, "toolbus.resources.>") {
+		t.Errorf("the worker (a bridge) cannot serve resources: %v", w.Permissions.Subscribe)
+	}
+	users, _ = security.Users(security.Spec{WorkerTools: []string{"echo"}})
+	w, _ = security.Lookup(users, security.RoleWorker)
+	if slices.Contains(w.Permissions.Subscribe, "toolbus.resources.>") {
+		t.Errorf("a confined worker serves resources: %v", w.Permissions.Subscribe)
+	}
+	for _, bad := range []string{"deploy", "mcp__t__ask", "mcp____elicit", "*", "mcp__t.x__elicit"} {
+		if _, err := security.Users(security.Spec{FacadeAnswers: []string{bad}}); err == nil {
+			t.Errorf("FacadeAnswers %q accepted", bad)
+		}
+	}
+}
