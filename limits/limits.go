@@ -52,7 +52,7 @@ type Refusal struct {
 
 // RetryAfterMS is RetryAfter in whole milliseconds, rounded up, at least 1.
 func (r *Refusal) RetryAfterMS() int64 {
-	return max(1, (r.RetryAfter+time.Millisecond-1).Milliseconds())
+	return max(1, (r.RetryAfter + time.Millisecond - 1).Milliseconds())
 }
 
 // Message is the text a model reads: what was refused, and when to try.
