@@ -78,6 +78,9 @@ type ResultError struct {
 	Code    string   `json:"code"`
 	Message string   `json:"message"`
 	Details []Detail `json:"details,omitempty"`
+	// RetryAfterMS, on a limit_exceeded result of a rate or budget, is how
+	// long to wait before the same call can run (docs/protocol.md 3.3).
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // Detail is one problem found in a call's input.

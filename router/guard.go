@@ -1,0 +1,141 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/skills"
+)
+
+// Guard configures the guardrails of docs/guardrails.md: tool search,
+// quotas and rate limits. The zero value turns every one off, and the
+// router then behaves exactly as without them.
+type Guard struct {
+	// Search offers search_tools beside reset_tools (docs/protocol.md 4.2).
+	Search bool
+	// Pinned tools and groups are visible to every session.
+	Pinned groups.Pins
+	// Limits are the quotas and rate limits shared by every router.
+	Limits limits.Policy
+	// Now is the limits' clock; nil means time.Now (tests pass a fake one).
+	Now func() time.Time
+}
+
+// guard is the router's guardrails, built in startGuard.
+type guard struct {
+	lim *limits.Limiter // nil without rules
+}
+
+// startGuard sets up the guardrails' JetStream resources (only those
+// configured).
+func (r *Router) startGuard(ctx context.Context, js jetstream.JetStream) error {
+	r.guard = &guard{}
+	if len(r.cfg.Guard.Limits.Rules) > 0 {
+		lim, err := limits.New(ctx, js, r.subj, limits.Config{Policy: r.cfg.Guard.Limits, Replicas: r.cfg.Store.Replicas,
+			Memory: r.cfg.Store.Memory, Now: r.cfg.Guard.Now})
+		if err != nil {
+			return fmt.Errorf("router: %w", err)
+		}
+		r.guard.lim = lim
+	}
+	return nil
+}
+
+// limit is the quota step of a call's pipeline, after its permission
+// decision and before it runs or parks: a registry tool's call over one of
+// its limits ends limit_exceeded with retry_after_ms (docs/protocol.md
+// 3.3), and nothing runs. reset_tools, search_tools, the skill loader and
+// request-scoped tools are not counted. When the counts cannot be reached
+// the call does not run either (fail closed): it ends unavailable.
+func (b *batch) limit(c *callState) *bus.Result {
+	lim := b.r.guard.lim
+	t := c.target.Tool
+	if lim == nil || t == nil || c.target.Skill {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	ref, err := lim.Check(ctx, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
+	if err != nil {
+		b.r.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
+		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
+			"ToolUnavailableError: The limits of the tool '%s' cannot be checked right now, so it did not run. Try again shortly.", t.Def.Name)))
+	}
+	if ref == nil {
+		return nil
+	}
+	res := bus.ErrorResult(c.call, bus.CodeLimitExceeded, ref.Message(t.Def.Name))
+	res.Error.RetryAfterMS = ref.RetryAfterMS()
+	return &res
+}
+
+// search runs the built-in search_tools over what the session and its
+// user could reach, skills included.
+func (b *batch) search(ctx context.Context, c *callState) bus.Result {
+	r := b.r
+	sess := r.groups.Session(b.session)
+	var docs []groups.SkillDoc
+	if loaderShown(b.req) {
+		gs := r.groups.Groups()
+		for _, s := range r.skills.cat.Skills(userOf(b.data.User)) {
+			docs = append(docs, groups.SkillDoc{Name: s.Name, Description: s.Description, Groups: skills.GroupsOf(s.Name, gs)})
+		}
+	}
+	text, err := r.groups.View(r.reg, sess, b.req).Search(ctx, b.session, c.input, docs)
+	if err != nil {
+		var be *bus.Error
+		if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
+			return bus.ErrorResult(c.call, bus.CodeInvalidInput, be.Message)
+		}
+		return internal(c.call, err)
+	}
+	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
+}
+
+// adminGuard runs the guardrails' admin verbs (docs/protocol.md 9):
+// limits (what is used and left) and limits.reset. ok is false for any
+// other verb.
+func (r *Router) adminGuard(ctx context.Context, verb string, e *bus.Event) (out any, ok bool, err error) {
+	if verb != "limits" && verb != "limits.reset" {
+		return nil, false, nil
+	}
+	var q struct {
+		Rule    string `json:"rule,omitempty"`
+		Tool    string `json:"tool,omitempty"`
+		User    string `json:"user,omitempty"`
+		Session string `json:"session,omitempty"`
+	}
+	if len(e.Data) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(e.Data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&q); err != nil {
+			return nil, true, bus.Errorf(bus.CodeBadRequest, "%s wants {\"rule\", \"tool\", \"user\", \"session\"} (all optional): %v", verb, err)
+		}
+	}
+	lim := r.guard.lim
+	if lim == nil {
+		return map[string]any{"limits": []limits.Usage{}}, true, nil
+	}
+	call := limits.Call{Tool: q.Tool, User: q.User, Session: q.Session}
+	if t, ok := r.reg.Lookup(q.Tool); ok {
+		call.ReadOnly = t.Def.ReadOnly // write-only rules do not count a read
+	}
+	if verb == "limits.reset" {
+		n, err := lim.Reset(ctx, q.Rule, call)
+		if err != nil {
+			return nil, true, bus.Errorf(bus.CodeBadRequest, "%v", err)
+		}
+		return map[string]any{"reset": n}, true, nil
+	}
+	us, err := lim.Usage(ctx, call)
+	return map[string]any{"limits": us}, true, err
+}
