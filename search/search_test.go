@@ -43,8 +43,8 @@ func TestRanking(t *testing.T) {
 		{"weather", []int{0, 1}},          // the name counts more than the description
 		{"forecast weather", []int{1, 0}}, // both words beat one
 		{"email", []int{2}},
-		{"path", []int{3}},          // schema property names are searched
-		{"files", []int{3}},         // plurals
+		{"path", []int{3}},  // schema property names are searched
+		{"files", []int{3}}, // plurals
 		{"nothing matches", []int{}},
 		{"", []int{}},
 		{"a city", []int{0, 1}}, // "a" is everywhere and weighs little

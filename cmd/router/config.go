@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -36,6 +38,12 @@ import (
 //	  outputs_max_bytes: 4GiB  # default: no bound but the TTL
 //	  inline_output: 1MiB      # the built-in tools' outputs above it are stored
 //	  max_output: 64MiB        # the built-in tools' outputs above it are refused
+//	quotas:                    # rate limits and budgets (docs/guardrails.md)
+//	  tenants: {alice: acme}
+//	  rules: [{name: paid, tools: [web_search], per: [user], budget: {units: 1000}}]
+//	search:                    # search_tools (docs/protocol.md 4.2)
+//	  enabled: true
+//	  pinned: {tools: [whoami], groups: [core]}
 //
 // The limits flags (--events-max-age ...) override the file.
 type fileConfig struct {
@@ -45,8 +53,13 @@ type fileConfig struct {
 		Rules    []bus.Rule `json:"rules"`
 		WorkDirs []string   `json:"work_dirs"`
 	} `json:"permissions"`
-	ParkTTL string       `json:"park_ttl"`
-	Limits  limitsConfig `json:"limits"`
+	ParkTTL string        `json:"park_ttl"`
+	Limits  limitsConfig  `json:"limits"`
+	Quotas  limits.Policy `json:"quotas"`
+	Search  struct {
+		Enabled bool        `json:"enabled"`
+		Pinned  groups.Pins `json:"pinned"`
+	} `json:"search"`
 
 	parkTTL time.Duration
 }
@@ -83,6 +96,9 @@ func parseConfig(name string, b []byte) (*fileConfig, error) {
 		if cfg.Groups[i].Scope == "" {
 			cfg.Groups[i].Scope = bus.ScopeMeta
 		}
+	}
+	if err := cfg.Quotas.Check(); err != nil {
+		return nil, fmt.Errorf("config %s: quotas: %w", name, err)
 	}
 	if cfg.ParkTTL != "" {
 		d, err := time.ParseDuration(cfg.ParkTTL)
