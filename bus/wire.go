@@ -368,6 +368,12 @@ type ToolDef struct {
 	// really touch (docs/protocol.md 6.4).
 	PathBase string  `json:"path_base,omitempty"`
 	MCP      *MCPRef `json:"mcp,omitempty"`
+	// CacheTTLMS, on a read-only or idempotent tool, lets the router answer
+	// a repeated call from its result cache for this long; CacheScope says
+	// whose calls share an entry: "session" (the default), "user" or
+	// "global" (docs/protocol.md 7.2).
+	CacheTTLMS int64  `json:"cache_ttl_ms,omitempty"`
+	CacheScope string `json:"cache_scope,omitempty"`
 }
 
 // MCPRef names the MCP server tool a bridged tool stands for (docs/protocol.md

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/rcache"
 	"github.com/toolbus/toolbus/skills"
 )
 
@@ -26,13 +28,19 @@ type Guard struct {
 	Pinned groups.Pins
 	// Limits are the quotas and rate limits shared by every router.
 	Limits limits.Policy
-	// Now is the limits' clock; nil means time.Now (tests pass a fake one).
+	// Cache turns on the result cache of tools whose definition has
+	// cache_ttl_ms; off, such tools run every time.
+	Cache bool
+	// Now is the limits' and the cache's clock; nil means time.Now (tests
+	// pass a fake one).
 	Now func() time.Time
 }
 
 // guard is the router's guardrails, built in startGuard.
 type guard struct {
-	lim *limits.Limiter // nil without rules
+	lim    *limits.Limiter        // nil without rules
+	cache  *rcache.Cache          // nil when off
+	cached *prometheus.CounterVec // result cache lookups by outcome
 }
 
 // startGuard sets up the guardrails' JetStream resources (only those
@@ -47,7 +55,50 @@ func (r *Router) startGuard(ctx context.Context, js jetstream.JetStream) error {
 		}
 		r.guard.lim = lim
 	}
+	if r.cfg.Guard.Cache {
+		c, err := rcache.New(ctx, js, r.subj, rcache.Config{Replicas: r.cfg.Store.Replicas, Memory: r.cfg.Store.Memory, Now: r.cfg.Guard.Now})
+		if err != nil {
+			return fmt.Errorf("router: %w", err)
+		}
+		r.guard.cache = c
+		r.guard.cached = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_result_cache_lookups_total",
+			Help: "Result cache lookups of cacheable tool calls, by result (hit or miss)."}, []string{"tool", "result"})
+		if reg := r.cfg.Metrics; reg != nil {
+			if err := reg.Register(r.guard.cached); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					return fmt.Errorf("router: metrics: %w", err)
+				}
+				r.guard.cached = are.ExistingCollector.(*prometheus.CounterVec)
+			}
+		}
+	}
 	return nil
+}
+
+// cachedRun runs a tool call through the result cache: a call of a tool
+// with cache_ttl_ms whose key (definition, input, scope) has a stored
+// result within its TTL is answered with it, marked in its metadata
+// (docs/protocol.md 3.3), and nothing runs; otherwise the call runs and a
+// successful result is stored.
+func (r *Router) cachedRun(ctx context.Context, j *job) bus.Result {
+	c := r.guard.cache
+	if c == nil {
+		return r.runTool(ctx, j)
+	}
+	key, ok := rcache.Key(&j.tool.Def, j.session, userOf(j.user), j.call.Input)
+	if !ok {
+		return r.runTool(ctx, j)
+	}
+	if res, hit := c.Get(ctx, key); hit {
+		r.guard.cached.WithLabelValues(j.call.Name, "hit").Inc()
+		res.ID, res.Name = j.call.ID, j.call.Name
+		return res
+	}
+	r.guard.cached.WithLabelValues(j.call.Name, "miss").Inc()
+	res := r.runTool(ctx, j)
+	c.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
+	return res
 }
 
 // limit is the quota step of a call's pipeline, after its permission

@@ -11,6 +11,7 @@ import (
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -147,5 +148,53 @@ func TestSearchThroughRouter(t *testing.T) {
 	reply, err = c.Call(t.Context(), "s1", bus.Batch{Calls: []bus.Call{{ID: "s", Name: groups.SearchTools, Input: json.RawMessage(`{"query":""}`)}}})
 	if err != nil || reply.Results[0].Error == nil || reply.Results[0].Error.Code != bus.CodeInvalidInput {
 		t.Fatalf("empty query: %+v %v", reply, err)
+	}
+}
+
+// TestResultCache: a repeated call of a cached read-only tool is answered
+// from the cache, marked, without running; another user (scope user) runs
+// it again; a write tool with cache_ttl_ms is refused at registration.
+func TestResultCache(t *testing.T) {
+	d := xtest.Run(t, xtest.Config{Routers: 2, Router: router.Config{Guard: router.Guard{Cache: true}}})
+	var runs atomic.Int64
+	type in struct {
+		City string `json:"city"`
+	}
+	_, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		return worker.Register(w, bus.ToolDef{Name: "lookup", Description: "Look up a city.", ReadOnly: true, CacheTTLMS: 3600_000, CacheScope: "user"},
+			func(_ context.Context, _ *worker.Call, i in) (string, error) { runs.Add(1); return "weather in " + i.City, nil })
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WaitLive(t.Context(), "lookup"); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, d)
+	call := func(session, user, city string) bus.Result {
+		t.Helper()
+		reply, err := c.Call(t.Context(), session, bus.Batch{User: json.RawMessage(`"` + user + `"`),
+			Calls: []bus.Call{{ID: "c1", Name: "lookup", Input: json.RawMessage(`{"city":"` + city + `"}`)}}})
+		if err != nil || len(reply.Results) != 1 || reply.Results[0].State != bus.StateSuccess {
+			t.Fatalf("call: %+v %v", reply, err)
+		}
+		return reply.Results[0]
+	}
+	first := call("s1", "alice", "Oslo")
+	if strings.Contains(string(first.Metadata), "toolbus_cache") {
+		t.Fatalf("a miss is marked: %s", first.Metadata)
+	}
+	second := call("s2", "alice", "Oslo") // another session, same user: scope user
+	if runs.Load() != 1 || !strings.Contains(string(second.Metadata), `"hit":true`) || second.Output[0].Text != "weather in Oslo" {
+		t.Fatalf("runs %d, second %+v", runs.Load(), second)
+	}
+	call("s1", "bob", "Oslo")   // another user
+	call("s1", "alice", "Rome") // another input
+	if runs.Load() != 3 {
+		t.Fatalf("runs %d, want 3", runs.Load())
+	}
+	if reason, _ := registry.Check(&bus.ToolDef{Name: "w", InputSchema: json.RawMessage(`{"type":"object"}`), CacheTTLMS: 1000,
+		Permission: bus.PermissionPassthrough, RuleMatcher: bus.MatcherNone}); !strings.Contains(reason, "only for read_only or idempotent") {
+		t.Fatalf("a write tool with cache_ttl_ms: %q", reason)
 	}
 }

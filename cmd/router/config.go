@@ -41,6 +41,7 @@ import (
 //	quotas:                    # rate limits and budgets (docs/guardrails.md)
 //	  tenants: {alice: acme}
 //	  rules: [{name: paid, tools: [web_search], per: [user], budget: {units: 1000}}]
+//	cache: {enabled: true}     # result cache of tools with cache_ttl_ms
 //	search:                    # search_tools (docs/protocol.md 4.2)
 //	  enabled: true
 //	  pinned: {tools: [whoami], groups: [core]}
@@ -56,7 +57,10 @@ type fileConfig struct {
 	ParkTTL string        `json:"park_ttl"`
 	Limits  limitsConfig  `json:"limits"`
 	Quotas  limits.Policy `json:"quotas"`
-	Search  struct {
+	Cache   struct {
+		Enabled bool `json:"enabled"`
+	} `json:"cache"`
+	Search struct {
 		Enabled bool        `json:"enabled"`
 		Pinned  groups.Pins `json:"pinned"`
 	} `json:"search"`

@@ -23,7 +23,7 @@ search:
 		t.Fatalf("%+v", cfg)
 	}
 	for in, want := range map[string]string{
-		"quotas: {rules: [{name: x}]}":                          "neither a rate nor a budget",
+		"quotas: {rules: [{name: x}]}":                           "neither a rate nor a budget",
 		"quotas: {rules: [{name: x, budget: {units: 1}, y: 1}]}": "unknown field",
 		"search: {enabled: true, pinned: {tool: [a]}}":           "unknown field",
 	} {
