@@ -366,6 +366,7 @@ func (b *batch) finish(c *callState, res bus.Result) bool {
 
 // report publishes a finished call's io.toolbus.call.result and counts it.
 func (b *batch) report(c *callState, res bus.Result) {
+	b.audit(c, res) // the audit trail (guard.go)
 	if !b.cutOff() {
 		b.publishEvent(bus.TypeCallResult, c.call.ID, b.encoded(c))
 	}

@@ -6,14 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/rcache"
 	"github.com/toolbus/toolbus/skills"
 )
@@ -28,6 +32,9 @@ type Guard struct {
 	Pinned groups.Pins
 	// Limits are the quotas and rate limits shared by every router.
 	Limits limits.Policy
+	// Audit, when set, writes one audit record per call to P_AUDIT
+	// (docs/guardrails.md); nil writes none.
+	Audit *audit.Config
 	// Cache turns on the result cache of tools whose definition has
 	// cache_ttl_ms; off, such tools run every time.
 	Cache bool
@@ -38,9 +45,11 @@ type Guard struct {
 
 // guard is the router's guardrails, built in startGuard.
 type guard struct {
-	lim    *limits.Limiter        // nil without rules
-	cache  *rcache.Cache          // nil when off
-	cached *prometheus.CounterVec // result cache lookups by outcome
+	lim     *limits.Limiter        // nil without rules
+	cache   *rcache.Cache          // nil when off
+	cached  *prometheus.CounterVec // result cache lookups by outcome
+	audit   *audit.Trail           // nil when off
+	limited sync.Map               // *callState → the limit rule that refused it, until audited
 }
 
 // startGuard sets up the guardrails' JetStream resources (only those
@@ -54,6 +63,17 @@ func (r *Router) startGuard(ctx context.Context, js jetstream.JetStream) error {
 			return fmt.Errorf("router: %w", err)
 		}
 		r.guard.lim = lim
+	}
+	if ac := r.cfg.Guard.Audit; ac != nil {
+		cfg := *ac
+		cfg.Replicas, cfg.Memory = r.cfg.Store.Replicas, r.cfg.Store.Memory
+		ajs, err := jetstream.New(r.nc, jetstream.WithPublishAsyncMaxPending(4096))
+		if err != nil {
+			return fmt.Errorf("router: audit: %w", err)
+		}
+		if r.guard.audit, err = audit.New(ctx, ajs, r.subj, cfg); err != nil {
+			return fmt.Errorf("router: %w", err)
+		}
 	}
 	if r.cfg.Guard.Cache {
 		c, err := rcache.New(ctx, js, r.subj, rcache.Config{Replicas: r.cfg.Store.Replicas, Memory: r.cfg.Store.Memory, Now: r.cfg.Guard.Now})
@@ -126,6 +146,9 @@ func (b *batch) limit(c *callState) *bus.Result {
 	}
 	res := bus.ErrorResult(c.call, bus.CodeLimitExceeded, ref.Message(t.Def.Name))
 	res.Error.RetryAfterMS = ref.RetryAfterMS()
+	if b.r.guard.audit != nil {
+		b.r.guard.limited.Store(c, ref.Rule)
+	}
 	return &res
 }
 
@@ -189,4 +212,93 @@ func (r *Router) adminGuard(ctx context.Context, verb string, e *bus.Event) (out
 	}
 	us, err := lim.Usage(ctx, call)
 	return map[string]any{"limits": us}, true, err
+}
+
+// natsUser is the NATS user whose credentials alone may publish in
+// session: its bound agent user (docs/security.md); "" when the router is
+// open or the session unbound (then any agent or operator may have).
+func (r *Router) natsUser(session string) string {
+	if r.cfg.Identities == nil {
+		return ""
+	}
+	if _, bound := r.cfg.Identities.UserOf(session); bound {
+		return "session-" + session
+	}
+	return ""
+}
+
+// audit writes the audit record of a call the batch finished (every call
+// that did not park: parked calls are recorded when they end, auditParked).
+func (b *batch) audit(c *callState, res bus.Result) {
+	tr := b.r.guard.audit
+	if tr == nil {
+		return
+	}
+	sess := b.r.groups.Session(b.session)
+	rec := &audit.Record{Time: time.Now().UTC(), Router: b.r.cfg.ID, Session: b.session, ReplyID: b.replyID, CallID: c.call.ID,
+		User: userOf(b.data.User), NATSUser: b.r.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
+	if !b.start.IsZero() {
+		rec.DurationMS = time.Since(b.start).Milliseconds()
+	}
+	rec.Decision = audit.Decision{Behavior: audit.Allow, Mode: sess.Mode}
+	code := ""
+	if res.Error != nil {
+		code = res.Error.Code
+	}
+	input := c.input
+	if input == nil {
+		input = c.call.Input
+	}
+	switch t := c.target; {
+	case t.Code != "":
+		rec.Decision.Behavior = audit.Unresolved
+	case t.Reset, t.Search, t.Skill, t.External != nil:
+		rec.Decision.Behavior = audit.Builtin
+	case code == bus.CodeInvalidInput:
+		rec.Decision.Behavior = audit.Invalid
+	case code == bus.CodeLimitExceeded:
+		rec.Decision.Behavior = audit.Limit
+		if rule, ok := b.r.guard.limited.LoadAndDelete(c); ok {
+			rec.Decision.Rule = rule.(string)
+		}
+	default:
+		d := permission.Decide(permissionContext(sess), &t.Tool.Def, c.input)
+		rec.Decision.Rule = d.Reason
+		if res.State == bus.StateDenied {
+			rec.Decision.Behavior = audit.Deny
+		}
+		rec.Decision.Cached = bytes.Contains(res.Metadata, []byte(`"`+rcache.MetadataKey+`"`))
+	}
+	if err := tr.Write(rec, input); err != nil {
+		b.r.log.Warn("router: audit record not written", "session", b.session, "call", c.call.ID, "err", err)
+	}
+}
+
+// auditParked writes the audit record of a parked call that ended: asked
+// (a confirmation, naming who answered and when) or external.
+func (r *Router) auditParked(rec *external.Record, res bus.Result) {
+	tr := r.guard.audit
+	if tr == nil {
+		return
+	}
+	behavior := audit.External
+	if rec.Kind == bus.KindConfirm {
+		behavior = audit.Ask
+	}
+	a := &audit.Record{Time: time.Now().UTC(), Router: r.cfg.ID, Session: rec.Session, ReplyID: rec.ReplyID, CallID: rec.Call.ID,
+		User: userOf(rec.User), NATSUser: r.natsUser(rec.Session), Tool: rec.Call.Name, Outcome: auditOutcome(res),
+		DurationMS: time.Since(rec.Created).Milliseconds(),
+		Decision: audit.Decision{Behavior: behavior, Mode: r.groups.Session(rec.Session).Mode, Rule: rec.Reason,
+			Approver: rec.AnsweredBy, AnsweredAt: rec.AnsweredAt}}
+	if err := tr.Write(a, rec.Call.Input); err != nil {
+		r.log.Warn("router: audit record not written", "session", rec.Session, "call", rec.Call.ID, "err", err)
+	}
+}
+
+func auditOutcome(res bus.Result) audit.Outcome {
+	o := audit.Outcome{State: res.State}
+	if res.Error != nil {
+		o.Code = res.Error.Code
+	}
+	return o
 }

@@ -3,11 +3,18 @@ package router_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/limits"
@@ -162,7 +169,10 @@ func TestResultCache(t *testing.T) {
 	}
 	_, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
 		return worker.Register(w, bus.ToolDef{Name: "lookup", Description: "Look up a city.", ReadOnly: true, CacheTTLMS: 3600_000, CacheScope: "user"},
-			func(_ context.Context, _ *worker.Call, i in) (string, error) { runs.Add(1); return "weather in " + i.City, nil })
+			func(_ context.Context, _ *worker.Call, i in) (string, error) {
+				runs.Add(1)
+				return "weather in " + i.City, nil
+			})
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -196,5 +206,150 @@ func TestResultCache(t *testing.T) {
 	if reason, _ := registry.Check(&bus.ToolDef{Name: "w", InputSchema: json.RawMessage(`{"type":"object"}`), CacheTTLMS: 1000,
 		Permission: bus.PermissionPassthrough, RuleMatcher: bus.MatcherNone}); !strings.Contains(reason, "only for read_only or idempotent") {
 		t.Fatalf("a write tool with cache_ttl_ms: %q", reason)
+	}
+}
+
+// TestAuditEveryPath: each decision path leaves exactly one audit record
+// with its behavior; a confirmed call names its approver; a configured
+// secret never appears; the export filters by session, tool and time.
+func TestAuditEveryPath(t *testing.T) {
+	d := xtest.Run(t, xtest.Config{Routers: 1, Router: router.Config{
+		Groups: []bus.Group{{Name: "weather", Description: "Weather.", Scope: bus.ScopeMeta}},
+		Guard: router.Guard{Cache: true, Audit: &audit.Config{Inputs: true, Redact: []string{"password"}},
+			Limits: limits.Policy{Rules: []limits.Rule{{Name: "one-paid", Tools: []string{"paid"}, Budget: &limits.Budget{Units: 1}}}}}}})
+	type in struct {
+		City     string `json:"city,omitempty"`
+		Password string `json:"password,omitempty"`
+	}
+	_, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		run := func(context.Context, *worker.Call, in) (string, error) { return "ok", nil }
+		for _, def := range []bus.ToolDef{
+			{Name: "paid", Description: "Paid.", ReadOnly: true},
+			{Name: "lookup", Description: "Look up.", ReadOnly: true, CacheTTLMS: 3600_000},
+			{Name: "deploy", Description: "Deploy."},
+			{Name: "ext", Description: "Asks a person.", External: true, ReadOnly: true},
+		} {
+			if err := worker.Register(w, def, run); err != nil {
+				return err
+			}
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WaitLive(t.Context(), "paid", "lookup", "deploy", "ext"); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, d)
+	nc, err := d.Connect(t.Context(), xtest.RoleClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	approver := client.New(nc, client.Config{Source: "test/approver-carol"})
+	call := func(session, reply string, calls ...bus.Call) *bus.Reply {
+		t.Helper()
+		r, err := c.Call(t.Context(), session, bus.Batch{User: json.RawMessage(`"alice"`), Calls: calls}, client.WithReplyID(reply))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	since := time.Now().Add(-time.Second)
+	call("s1", "r1",
+		bus.Call{ID: "allow", Name: "paid", Input: json.RawMessage(`{"password":"hunter2"}`)},
+		bus.Call{ID: "limit", Name: "paid"},
+		bus.Call{ID: "unknown", Name: "nope"},
+		bus.Call{ID: "invalid", Name: "lookup", Input: json.RawMessage(`{"city":5}`)},
+		bus.Call{ID: "miss", Name: "lookup", Input: json.RawMessage(`{"city":"Oslo"}`)},
+		bus.Call{ID: "reset", Name: "reset_tools", Input: json.RawMessage(`{"weather":true}`)},
+	)
+	call("s1", "r2", bus.Call{ID: "hit", Name: "lookup", Input: json.RawMessage(`{"city":"Oslo"}`)})
+	r := call("s1", "r3", bus.Call{ID: "ask", Name: "deploy"}, bus.Call{ID: "ext", Name: "ext"})
+	if len(r.Parked) != 2 {
+		t.Fatalf("parked %+v", r.Parked)
+	}
+	yes := true
+	if err := approver.Confirm(t.Context(), "deploy", "s1", "r3", "ask", bus.Answer{Confirmed: &yes}); err != nil {
+		t.Fatal(err)
+	}
+	// ext parks once deploy's run is over (deploy is not concurrency-safe).
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return approver.Answer(t.Context(), "ext", "s1", "r3", "ext", bus.Answer{State: bus.StateSuccess, Output: bus.Text("done")})
+	})
+	if err := c.Admin(t.Context(), "session.mode", "s2", map[string]string{"mode": "explore"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	call("s2", "r1", bus.Call{ID: "deny", Name: "deploy"})
+	call("s1", "r1", bus.Call{ID: "allow", Name: "paid", Input: json.RawMessage(`{"password":"hunter2"}`)}) // re-sent: recorded once
+
+	want := map[string]string{"s1/allow": audit.Allow, "s1/limit": audit.Limit, "s1/unknown": audit.Unresolved, "s1/invalid": audit.Invalid,
+		"s1/miss": audit.Allow, "s1/reset": audit.Builtin, "s1/hit": audit.Allow, "s1/ask": audit.Ask, "s1/ext": audit.External, "s2/deny": audit.Deny}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	export := func(f audit.Filter) []audit.Record {
+		var out []audit.Record
+		err := audit.Export(t.Context(), js, d.Subjects(), f, func(raw json.RawMessage) error {
+			if strings.Contains(string(raw), "hunter2") {
+				t.Errorf("a secret in the audit trail: %s", raw)
+			}
+			var rec audit.Record
+			if err := json.Unmarshal(raw, &rec); err != nil {
+				return err
+			}
+			out = append(out, rec)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	var recs []audit.Record
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if recs = export(audit.Filter{Since: since}); len(recs) < len(want) {
+			return fmt.Errorf("%d records of %d", len(recs), len(want))
+		}
+		return nil
+	})
+	seen := map[string]audit.Record{}
+	for _, rec := range recs {
+		k := rec.Session + "/" + rec.CallID
+		if _, dup := seen[k]; dup {
+			t.Errorf("two records of %s", k)
+		}
+		seen[k] = rec
+		if want[k] == "" || rec.Decision.Behavior != want[k] {
+			t.Errorf("%s: behavior %q, want %q (%+v)", k, rec.Decision.Behavior, want[k], rec)
+		}
+		if rec.InputDigest == "" || rec.User != "alice" || rec.Decision.Mode == "" {
+			t.Errorf("%s: %+v", k, rec)
+		}
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("records of %d calls, want %d", len(seen), len(want))
+	}
+	if a := seen["s1/ask"]; !strings.Contains(a.Decision.Approver, "test/approver-carol") || a.Decision.AnsweredAt.IsZero() || a.Outcome.State != bus.StateSuccess {
+		t.Errorf("confirmed call: %+v", a)
+	}
+	if a := seen["s1/limit"]; a.Decision.Rule != "one-paid" || a.Outcome.Code != bus.CodeLimitExceeded {
+		t.Errorf("limited call: %+v", a)
+	}
+	if !seen["s1/hit"].Decision.Cached || seen["s1/miss"].Decision.Cached {
+		t.Errorf("cache marks: hit %+v miss %+v", seen["s1/hit"], seen["s1/miss"])
+	}
+	if in := string(seen["s1/allow"].Input); !strings.Contains(in, "[redacted]") {
+		t.Errorf("input %s", in)
+	}
+	if got := export(audit.Filter{Session: "s2"}); len(got) != 1 || got[0].CallID != "deny" {
+		t.Errorf("--session s2: %+v", got)
+	}
+	if got := export(audit.Filter{Tool: "lookup"}); len(got) != 3 {
+		t.Errorf("--tool lookup: %d records", len(got))
+	}
+	if got := export(audit.Filter{Since: time.Now().Add(time.Hour)}); len(got) != 0 {
+		t.Errorf("--since the future: %d records", len(got))
 	}
 }
