@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/limits"
@@ -42,6 +43,10 @@ import (
 //	  tenants: {alice: acme}
 //	  rules: [{name: paid, tools: [web_search], per: [user], budget: {units: 1000}}]
 //	cache: {enabled: true}     # result cache of tools with cache_ttl_ms
+//	audit:                     # one record per call in P_AUDIT (docs/operations.md)
+//	  max_age: 720h
+//	  inputs: true             # record inputs, with these members redacted:
+//	  redact: [password, token, api_key]
 //	search:                    # search_tools (docs/protocol.md 4.2)
 //	  enabled: true
 //	  pinned: {tools: [whoami], groups: [core]}
@@ -57,6 +62,7 @@ type fileConfig struct {
 	ParkTTL string        `json:"park_ttl"`
 	Limits  limitsConfig  `json:"limits"`
 	Quotas  limits.Policy `json:"quotas"`
+	Audit   *auditConfig  `json:"audit"`
 	Cache   struct {
 		Enabled bool `json:"enabled"`
 	} `json:"cache"`
@@ -252,3 +258,20 @@ func (b *byteSize) UnmarshalJSON(raw []byte) error {
 }
 
 func (b byteSize) MarshalJSON() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }
+
+// auditConfig is the audit block of the config file.
+type auditConfig struct {
+	MaxAge   duration `json:"max_age,omitempty"`
+	MaxBytes byteSize `json:"max_bytes,omitempty"`
+	Inputs   bool     `json:"inputs,omitempty"`
+	Redact   []string `json:"redact,omitempty"`
+}
+
+// config is the router's audit configuration; nil (no block) turns the
+// audit trail off.
+func (a *auditConfig) config() *audit.Config {
+	if a == nil {
+		return nil
+	}
+	return &audit.Config{MaxAge: time.Duration(a.MaxAge), MaxBytes: int64(a.MaxBytes), Inputs: a.Inputs, Redact: a.Redact}
+}

@@ -162,7 +162,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
 		Groups:       fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
 		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs, Lease: *lease,
-		Guard: router.Guard{Search: fileCfg.Search.Enabled, Pinned: fileCfg.Search.Pinned, Limits: fileCfg.Quotas, Cache: fileCfg.Cache.Enabled}})
+		Guard: router.Guard{Search: fileCfg.Search.Enabled, Pinned: fileCfg.Search.Pinned, Limits: fileCfg.Quotas, Cache: fileCfg.Cache.Enabled, Audit: fileCfg.Audit.config()}})
 	if err != nil {
 		return err
 	}
