@@ -104,9 +104,10 @@ func ParseSearch(input json.RawMessage) (SearchInput, error) {
 // toolIndex is the search index over the registry's tools, rebuilt when a
 // definition or a group changes (not on worker beats).
 type toolIndex struct {
-	tools  []*registry.Tool
-	groups []bus.Group
-	ix     *search.Index
+	regVersion uint64 // the registry's version the tools were read at
+	tools      []*registry.Tool
+	groups     []bus.Group
+	ix         *search.Index
 }
 
 type searchCache struct {
@@ -114,20 +115,29 @@ type searchCache struct {
 	cur *toolIndex
 }
 
-// index returns the index over tools, building it when tools or groups
-// differ from the last one's.
-func (s *Store) index(tools []*registry.Tool) *toolIndex {
+// index returns the index over the registry's tools, building it when
+// the tools or groups differ from the last one's. Listing the registry
+// (a sort) is skipped while its version is unchanged; a change that is
+// not a definition (a worker's beat) keeps the index.
+func (s *Store) index(reg *registry.Registry) *toolIndex {
 	gs := s.Groups()
+	ver := reg.Version()
 	s.search.mu.Lock()
 	defer s.search.mu.Unlock()
-	if c := s.search.cur; c != nil && slices.Equal(c.tools, tools) && slices.EqualFunc(c.groups, gs, bus.Group.Equal) {
+	c := s.search.cur
+	if c != nil && c.regVersion == ver && slices.EqualFunc(c.groups, gs, bus.Group.Equal) {
+		return c
+	}
+	tools := reg.Tools()
+	if c != nil && slices.Equal(c.tools, tools) && slices.EqualFunc(c.groups, gs, bus.Group.Equal) {
+		c.regVersion = ver
 		return c
 	}
 	docs := make([]search.Doc, len(tools))
 	for i, t := range tools {
 		docs[i] = toolDoc(&t.Def, gs)
 	}
-	s.search.cur = &toolIndex{tools: tools, groups: gs, ix: search.New(docs)}
+	s.search.cur = &toolIndex{regVersion: ver, tools: tools, groups: gs, ix: search.New(docs)}
 	return s.search.cur
 }
 
@@ -254,8 +264,7 @@ func (v *View) Search(ctx context.Context, session string, input json.RawMessage
 // find ranks tools and skills for query, best first, at most limit, among
 // what the session could reach.
 func (v *View) find(query string, limit int, skills []SkillDoc) []match {
-	tools := v.reg.Tools()
-	ti := v.store.index(tools)
+	ti := v.store.index(v.reg)
 	type scored struct {
 		m     match
 		score float64

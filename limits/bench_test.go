@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/store"
 )
@@ -80,4 +81,22 @@ func BenchmarkCountWithKVCAS(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkCheck is one call checked against a rate and a budget (two
+// rules), uncontended: go test -run - -bench Check ./limits/
+func BenchmarkCheck(b *testing.B) {
+	js := benchConns(b)
+	l, err := New(context.Background(), js[0], bus.NewSubjects(bus.DefaultPrefix), Config{Policy: Policy{Rules: []Rule{
+		{Name: "rate", Per: []string{PerUser}, Rate: &Rate{Calls: 1_000_000, IntervalMS: 1000}},
+		{Name: "budget", Per: []string{PerUser}, Budget: &Budget{Units: 1 << 40}},
+	}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if ref, err := l.Check(context.Background(), Call{Tool: "t", User: "alice"}); err != nil || ref != nil {
+			b.Fatal(ref, err)
+		}
+	}
 }
