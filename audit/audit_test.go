@@ -13,7 +13,7 @@ func TestRedact(t *testing.T) {
 		{`{"deep":{"list":[{"api_key":"k","n":1}]}}`, `{"deep":{"list":[{"api_key":"[redacted]","n":1}]}}`},
 		{`{"Password":{"nested":"x"}}`, `{"Password":"[redacted]"}`},
 		{`"{\"password\":\"p\"}"`, `"{\"password\":\"[redacted]\"}"`}, // the string form of an input
-		{`{"n":12345678901234567890}`, `{"n":12345678901234567890}`},    // numbers kept exactly
+		{`{"n":12345678901234567890}`, `{"n":12345678901234567890}`},  // numbers kept exactly
 		{`not json`, `"[redacted: not JSON]"`},
 		{`[1,"password"]`, `[1,"password"]`}, // values are not names
 	} {

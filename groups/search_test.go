@@ -248,3 +248,22 @@ func TestSearchShrinksListing(t *testing.T) {
 		t.Fatalf("before %d, after %v", before, after)
 	}
 }
+
+func FuzzParseSearch(f *testing.F) {
+	for _, s := range []string{`{"query":"weather"}`, `{"query":"x","limit":50,"activate":true}`, `{"query":1}`, `[]`, `{"query":"a"}{}`, ``} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		got, err := groups.ParseSearch(json.RawMessage(in))
+		if err != nil {
+			var be *bus.Error
+			if !errors.As(err, &be) || be.Code != bus.CodeInvalidInput {
+				t.Fatalf("%q: %v", in, err)
+			}
+			return
+		}
+		if strings.TrimSpace(got.Query) == "" || got.Limit < 1 || got.Limit > groups.MaxSearchLimit || len(got.Query) > groups.MaxSearchQuery {
+			t.Fatalf("%q accepted as %+v", in, got)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package rcache
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -148,3 +149,33 @@ func TestScopes(t *testing.T) {
 		t.Fatal("a changed definition keeps its key")
 	}
 }
+
+// TestOnCluster: the bucket with per-key TTLs on the 3-node cluster,
+// replicas 3; an entry stored through one node is a hit through another.
+func TestOnCluster(t *testing.T) {
+	cl := bustest.RunCluster(t)
+	open := func(node int) *Cache {
+		js, err := jetstream.New(bustest.ConnectURL(t, cl.URL(node)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := New(t.Context(), js, bus.NewSubjects(bus.DefaultPrefix), Config{Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b := open(0), open(2)
+	k, _ := Key(def(ScopeGlobal), "s1", "", json.RawMessage(`{"city":"Oslo"}`))
+	if !a.Put(t.Context(), k, time.Minute, ok("sunny")) {
+		t.Fatal("not stored")
+	}
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if _, hit := b.Get(t.Context(), k); !hit {
+			return errNoHit
+		}
+		return nil
+	})
+}
+
+var errNoHit = errors.New("no hit through the other node")
