@@ -266,7 +266,7 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		default:
 			spec, res := decide(pc, c.target, c.call, c.input)
 			if res == nil {
-				res = b.limit(c) // quotas (guard.go)
+				res = b.limit(c, spec) // quotas (guard.go)
 			}
 			switch {
 			case res != nil:

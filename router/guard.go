@@ -102,10 +102,10 @@ func (r *Router) startGuard(ctx context.Context, js jetstream.JetStream) error {
 // (docs/protocol.md 3.3), and nothing runs; otherwise the call runs and a
 // successful result is stored.
 func (r *Router) cachedRun(ctx context.Context, j *job) bus.Result {
-	c := r.guard.cache
-	if c == nil {
+	if r.guard == nil || r.guard.cache == nil {
 		return r.runTool(ctx, j)
 	}
+	c := r.guard.cache
 	key, ok := rcache.Key(&j.tool.Def, j.session, userOf(j.user), j.call.Input)
 	if !ok {
 		return r.runTool(ctx, j)
@@ -125,16 +125,25 @@ func (r *Router) cachedRun(ctx context.Context, j *job) bus.Result {
 // decision and before it runs or parks: a registry tool's call over one of
 // its limits ends limit_exceeded with retry_after_ms (docs/protocol.md
 // 3.3), and nothing runs. reset_tools, search_tools, the skill loader and
-// request-scoped tools are not counted. When the counts cannot be reached
-// the call does not run either (fail closed): it ends unavailable.
-func (b *batch) limit(c *callState) *bus.Result {
+// request-scoped tools are not counted, nor is a call of a re-sent batch
+// that the ledger or a parked record will answer (the first copy was
+// counted; read-only calls run again, and count again). When the counts
+// cannot be reached the call does not run either (fail closed): it ends
+// unavailable.
+func (b *batch) limit(c *callState, spec parkSpec) *bus.Result {
+	if b.r.guard == nil || b.r.guard.lim == nil {
+		return nil
+	}
 	lim := b.r.guard.lim
 	t := c.target.Tool
-	if lim == nil || t == nil || c.target.Skill {
+	if t == nil || c.target.Skill {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
+	if b.counted(ctx, c, spec) {
+		return nil
+	}
 	ref, err := lim.Check(ctx, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
 	if err != nil {
 		b.r.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
@@ -150,6 +159,22 @@ func (b *batch) limit(c *callState) *bus.Result {
 		b.r.guard.limited.Store(c, ref.Rule)
 	}
 	return &res
+}
+
+// counted reports whether an earlier copy of this batch already counted
+// call c: the ledger holds it (a call that is not read-only) or it was
+// parked (a call that parks).
+func (b *batch) counted(ctx context.Context, c *callState, spec parkSpec) bool {
+	key := bus.CallKey(b.session, b.replyID, c.call.ID)
+	if spec.kind != "" {
+		_, err := b.r.parked.Get(ctx, key)
+		return err == nil
+	}
+	if c.target.Tool.Def.ReadOnly {
+		return false
+	}
+	_, err := b.r.store.Ledger.Get(ctx, key)
+	return err == nil
 }
 
 // search runs the built-in search_tools over what the session and its
@@ -195,10 +220,10 @@ func (r *Router) adminGuard(ctx context.Context, verb string, e *bus.Event) (out
 			return nil, true, bus.Errorf(bus.CodeBadRequest, "%s wants {\"rule\", \"tool\", \"user\", \"session\"} (all optional): %v", verb, err)
 		}
 	}
-	lim := r.guard.lim
-	if lim == nil {
+	if r.guard == nil || r.guard.lim == nil {
 		return map[string]any{"limits": []limits.Usage{}}, true, nil
 	}
+	lim := r.guard.lim
 	call := limits.Call{Tool: q.Tool, User: q.User, Session: q.Session}
 	if t, ok := r.reg.Lookup(q.Tool); ok {
 		call.ReadOnly = t.Def.ReadOnly // write-only rules do not count a read
@@ -230,10 +255,10 @@ func (r *Router) natsUser(session string) string {
 // audit writes the audit record of a call the batch finished (every call
 // that did not park: parked calls are recorded when they end, auditParked).
 func (b *batch) audit(c *callState, res bus.Result) {
-	tr := b.r.guard.audit
-	if tr == nil {
+	if b.r.guard == nil || b.r.guard.audit == nil {
 		return
 	}
+	tr := b.r.guard.audit
 	sess := b.r.groups.Session(b.session)
 	rec := &audit.Record{Time: time.Now().UTC(), Router: b.r.cfg.ID, Session: b.session, ReplyID: b.replyID, CallID: c.call.ID,
 		User: userOf(b.data.User), NATSUser: b.r.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
@@ -277,10 +302,10 @@ func (b *batch) audit(c *callState, res bus.Result) {
 // auditParked writes the audit record of a parked call that ended: asked
 // (a confirmation, naming who answered and when) or external.
 func (r *Router) auditParked(rec *external.Record, res bus.Result) {
-	tr := r.guard.audit
-	if tr == nil {
+	if r.guard == nil || r.guard.audit == nil {
 		return
 	}
+	tr := r.guard.audit
 	behavior := audit.External
 	if rec.Kind == bus.KindConfirm {
 		behavior = audit.Ask

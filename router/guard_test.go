@@ -353,3 +353,25 @@ func TestAuditEveryPath(t *testing.T) {
 		t.Errorf("--since the future: %d records", len(got))
 	}
 }
+
+// TestLimitResentBatchCountedOnce: a re-sent batch (same reply id) gets
+// the first copy's result from the ledger, not limit_exceeded: its call
+// was counted once.
+func TestLimitResentBatchCountedOnce(t *testing.T) {
+	d, runs := guardDeployment(t, false, 1, router.Guard{Limits: limits.Policy{Rules: []limits.Rule{
+		{Name: "writes", Writes: true, Rate: &limits.Rate{Calls: 1, IntervalMS: 3600_000}}}}})
+	c := newClient(t, d)
+	for i := range 2 {
+		reply, err := c.Call(t.Context(), "s1", bus.Batch{Calls: []bus.Call{{ID: "w", Name: "deploy"}}}, client.WithReplyID("same"))
+		if err != nil || reply.Results[0].State != bus.StateSuccess {
+			t.Fatalf("copy %d: %+v %v", i, reply, err)
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("ran %d times", runs.Load())
+	}
+	reply, err := c.Call(t.Context(), "s1", bus.Batch{Calls: []bus.Call{{ID: "w", Name: "deploy"}}}, client.WithReplyID("next"))
+	if err != nil || reply.Results[0].Error == nil || reply.Results[0].Error.Code != bus.CodeLimitExceeded {
+		t.Fatalf("a new batch: %+v %v", reply, err)
+	}
+}
