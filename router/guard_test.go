@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/audit"
@@ -167,16 +168,20 @@ func TestResultCache(t *testing.T) {
 	type in struct {
 		City string `json:"city"`
 	}
-	_, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
-		return worker.Register(w, bus.ToolDef{Name: "lookup", Description: "Look up a city.", ReadOnly: true, CacheTTLMS: 3600_000, CacheScope: "user"},
-			func(_ context.Context, _ *worker.Call, i in) (string, error) {
-				runs.Add(1)
-				return "weather in " + i.City, nil
-			})
-	}})
-	if err != nil {
-		t.Fatal(err)
+	serve := func(desc string) *worker.Worker {
+		w, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+			return worker.Register(w, bus.ToolDef{Name: "lookup", Description: desc, ReadOnly: true, CacheTTLMS: 3600_000, CacheScope: "user"},
+				func(_ context.Context, _ *worker.Call, i in) (string, error) {
+					runs.Add(1)
+					return "weather in " + i.City, nil
+				})
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
 	}
+	w1 := serve("Look up a city.")
 	if err := d.WaitLive(t.Context(), "lookup"); err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +207,38 @@ func TestResultCache(t *testing.T) {
 	call("s1", "alice", "Rome") // another input
 	if runs.Load() != 3 {
 		t.Fatalf("runs %d, want 3", runs.Load())
+	}
+	// A re-registration with another definition never matches what the
+	// old one cached.
+	if err := w1.Drain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WaitGone(t.Context(), "lookup"); err != nil {
+		t.Fatal(err)
+	}
+	serve("Look up the weather of a city.")
+	if err := d.WaitLive(t.Context(), "lookup"); err != nil {
+		t.Fatal(err)
+	}
+	// Every router lists the new definition (its tools watch delivered it).
+	query := func() (*nats.Msg, error) {
+		e, err := bus.NewEvent(bus.TypeToolsQuery, "test/agent", bus.ToolsQuery{})
+		if err != nil {
+			return nil, err
+		}
+		e.SessionID = "s1"
+		return e.Msg(d.Subjects().Tools("s1"))
+	}
+	if err := d.EveryRouter(t.Context(), query, func(e *bus.Event) error {
+		if !strings.Contains(string(e.Data), "Look up the weather of a city.") {
+			return fmt.Errorf("old definition listed")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if res := call("s1", "alice", "Oslo"); strings.Contains(string(res.Metadata), "toolbus_cache") || runs.Load() != 4 {
+		t.Fatalf("after re-registration: runs %d, %+v", runs.Load(), res)
 	}
 	if reason, _ := registry.Check(&bus.ToolDef{Name: "w", InputSchema: json.RawMessage(`{"type":"object"}`), CacheTTLMS: 1000,
 		Permission: bus.PermissionPassthrough, RuleMatcher: bus.MatcherNone}); !strings.Contains(reason, "only for read_only or idempotent") {
