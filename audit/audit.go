@@ -33,7 +33,10 @@ const (
 // Defaults.
 const (
 	DefaultMaxAge = 30 * 24 * time.Hour
-	dedupeWindow  = 10 * time.Minute // a re-sent batch's results are not recorded twice
+	// MaxInput bounds the input a record carries; a larger one is left
+	// out (its digest stays), so a record always fits a message.
+	MaxInput     = 64 << 10
+	dedupeWindow = 10 * time.Minute // a re-sent batch's results are not recorded twice
 )
 
 // Decision behaviors.
@@ -62,9 +65,11 @@ type Record struct {
 	// with Config.Inputs, redacted.
 	InputDigest string          `json:"input_digest"`
 	Input       json.RawMessage `json:"input,omitempty"`
-	Decision    Decision        `json:"decision"`
-	Outcome     Outcome         `json:"outcome"`
-	DurationMS  int64           `json:"duration_ms"`
+	// InputOmitted says why Input is absent although inputs are recorded.
+	InputOmitted string   `json:"input_omitted,omitempty"`
+	Decision     Decision `json:"decision"`
+	Outcome      Outcome  `json:"outcome"`
+	DurationMS   int64    `json:"duration_ms"`
 }
 
 // Decision is how the call was decided.
@@ -156,7 +161,11 @@ func (t *Trail) Write(rec *Record, input json.RawMessage) error {
 	}
 	rec.InputDigest = bus.InputDigest(input)
 	if t.cfg.Inputs {
-		rec.Input = Redact(input, t.cfg.Redact)
+		if in := Redact(input, t.cfg.Redact); len(in) <= MaxInput {
+			rec.Input = in
+		} else {
+			rec.InputOmitted = fmt.Sprintf("larger than %d bytes", MaxInput)
+		}
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {

@@ -39,6 +39,13 @@ func TestWriteExportOnCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	big := &Record{Session: "s9", ReplyID: "r1", CallID: "big", Tool: "a"}
+	if err := trails[0].Write(big, json.RawMessage(`{"q":"`+strings.Repeat("x", MaxInput)+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if big.Input != nil || big.InputOmitted == "" || big.InputDigest == "" {
+		t.Fatalf("a large input: %+v", big)
+	}
 	again := &Record{Session: "s0", ReplyID: "r1", CallID: "c0", Tool: "a"}
 	if err := trails[1].Write(again, nil); err != nil {
 		t.Fatal(err)
@@ -61,8 +68,8 @@ func TestWriteExportOnCluster(t *testing.T) {
 		}
 		return n
 	}
-	if n := count(Filter{}); n != 6 {
-		t.Fatalf("%d records, want 6", n)
+	if n := count(Filter{}); n != 7 {
+		t.Fatalf("%d records, want 7", n)
 	}
 	if n := count(Filter{Session: "s1"}); n != 3 {
 		t.Fatalf("session s1: %d", n)
