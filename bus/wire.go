@@ -78,6 +78,9 @@ type ResultError struct {
 	Code    string   `json:"code"`
 	Message string   `json:"message"`
 	Details []Detail `json:"details,omitempty"`
+	// RetryAfterMS, on a limit_exceeded result of a rate or budget, is how
+	// long to wait before the same call can run (docs/protocol.md 3.3).
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // Detail is one problem found in a call's input.
@@ -365,6 +368,12 @@ type ToolDef struct {
 	// really touch (docs/protocol.md 6.4).
 	PathBase string  `json:"path_base,omitempty"`
 	MCP      *MCPRef `json:"mcp,omitempty"`
+	// CacheTTLMS, on a read-only or idempotent tool, lets the router answer
+	// a repeated call from its result cache for this long; CacheScope says
+	// whose calls share an entry: "session" (the default), "user" or
+	// "global" (docs/protocol.md 7.2).
+	CacheTTLMS int64  `json:"cache_ttl_ms,omitempty"`
+	CacheScope string `json:"cache_scope,omitempty"`
 }
 
 // MCPRef names the MCP server tool a bridged tool stands for (docs/protocol.md

@@ -42,6 +42,11 @@ type Config struct {
 	// saves decoding a session that has not changed since it was last
 	// read: every read that must be current goes to KV (Refresh, Load).
 	SessionCache int
+	// Search offers the search_tools meta tool beside reset_tools
+	// (docs/protocol.md 4.2); off, listings are as before.
+	Search bool
+	// Pinned tools and groups are visible to every session (search.go).
+	Pinned Pins
 	// Logger receives warnings about bad entries; nil discards.
 	Logger *slog.Logger
 }
@@ -107,6 +112,7 @@ type Store struct {
 	sessions *simplelru.LRU[string, *Session] // recently used sessions, guarded by mu
 
 	watches []*store.Watch
+	search  searchCache // the tool search index (search.go)
 }
 
 // New returns a Store over the store's groups and sessions buckets. Call

@@ -98,7 +98,24 @@ func (s *Store) Reset(ctx context.Context, session string, input json.RawMessage
 			on = append(on, k)
 		}
 	}
-	_, err = s.Update(ctx, session, func(sess *Session) error {
+	return s.activate(ctx, session, func([]string) []string { return on })
+}
+
+// activate is the one path that changes a session's meta groups, for
+// reset_tools and search_tools alike: final gets the meta groups active in
+// the latest stored session and returns the meta groups active afterwards
+// (names that are not meta groups are dropped); one compare-and-set
+// replaces the meta part of the session's active set and leaves the rest.
+// It returns the text reset_tools answers with.
+func (s *Store) activate(ctx context.Context, session string, final func(cur []string) []string) (string, error) {
+	meta := s.metaGroups()
+	isMeta := func(n string) bool {
+		return slices.ContainsFunc(meta, func(g bus.Group) bool { return g.Name == n })
+	}
+	var on []string
+	_, err := s.Update(ctx, session, func(sess *Session) error {
+		cur := slices.DeleteFunc(slices.Clone(sess.Active), func(n string) bool { return !isMeta(n) })
+		on = slices.DeleteFunc(slices.Clone(final(cur)), func(n string) bool { return !isMeta(n) })
 		sess.Active = slices.DeleteFunc(sess.Active, isMeta)
 		sess.Active = append(sess.Active, on...)
 		return nil

@@ -105,6 +105,8 @@ type Resolved struct {
 	Tool     *registry.Tool
 	External *RequestTool
 	Reset    bool
+	// Search is search_tools, which the router runs like reset_tools.
+	Search bool
 	// Skill marks the skill loader, which the router runs itself; Tool
 	// then holds its definition and schema (set by the router, never by
 	// Resolve).
@@ -128,6 +130,9 @@ func (v *View) Resolve(name string) Resolved {
 	if name == ResetTools && v.store.hasMeta() {
 		return Resolved{Reset: true}
 	}
+	if _, ok := v.store.searchDef(); ok && name == SearchTools {
+		return Resolved{Search: true}
+	}
 	t, ok := v.reg.Lookup(name)
 	if !ok {
 		return notFound
@@ -145,11 +150,11 @@ func (v *View) Resolve(name string) Resolved {
 // inactiveGroup reports whether t is visible; when it is not, it returns
 // the tool's first group in registration order.
 func (v *View) inactiveGroup(t *registry.Tool) (string, bool) {
-	if len(t.Def.Groups) == 0 {
+	if len(t.Def.Groups) == 0 || v.store.pinnedTool(t.Def.Name) {
 		return "", true
 	}
 	for _, g := range t.Def.Groups {
-		if g == bus.GroupBasic {
+		if g == bus.GroupBasic || v.store.pinnedGroup(g) {
 			return "", true
 		}
 		if v.sess.IsActive(g) {
@@ -185,6 +190,9 @@ func (v *View) Tools() []bus.ToolDef {
 			}
 		}
 		if d, ok := v.store.resetDef(); ok && v.req.external(ResetTools) == nil {
+			out = append(out, d)
+		}
+		if d, ok := v.store.searchDef(); ok && v.req.external(SearchTools) == nil {
 			out = append(out, d)
 		}
 	}

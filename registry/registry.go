@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/rcache"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/store"
 )
@@ -518,6 +519,9 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	}
 	if d.PathBase != "" && (!filepath.IsAbs(d.PathBase) || filepath.Clean(d.PathBase) != d.PathBase) {
 		return fmt.Sprintf("path_base %q must be a clean absolute path", d.PathBase), nil
+	}
+	if reason := rcache.CheckDef(d); reason != "" {
+		return reason, nil
 	}
 	if d.Durable && d.External {
 		return "an external tool cannot be durable: its calls already wait, durably, for their handler", nil

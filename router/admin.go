@@ -128,6 +128,9 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		}
 		return map[string]any{"parked": out}, nil
 	}
+	if out, ok, err := r.adminGuard(ctx, verb, e); ok {
+		return out, err
+	}
 	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
 }
 

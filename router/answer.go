@@ -354,6 +354,7 @@ func (r *Router) complete(rec *external.Record, res bus.Result) {
 	if cont, err := r.parked.GetBatch(ctx, rec.Session, rec.ReplyID); err == nil {
 		trace = [2]string{cont.TraceParent, cont.TraceState}
 	}
+	r.auditParked(rec, res) // the audit trail (guard.go)
 	ev, err := r.publishEvent(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 	if err == nil {
 		err = r.events.stored(ctx, []*sentEvent{ev})

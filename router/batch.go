@@ -107,7 +107,7 @@ func (c *callState) safe() bool {
 	switch {
 	case c.result != nil, c.early != nil, c.target.External != nil:
 		return true
-	case c.target.Reset:
+	case c.target.Reset, c.target.Search:
 		return false
 	}
 	return c.target.Tool.Def.ConcurrencySafe
@@ -178,7 +178,7 @@ func (b *batch) run(start int) bool {
 		if !b.runCalls(b.calls[i:j], j) {
 			return false // parked: the continuation takes it from here
 		}
-		if t := b.calls[i].target; (t.Reset || t.Skill) && b.calls[i].early == nil {
+		if t := b.calls[i].target; (t.Reset || t.Skill || t.Search) && b.calls[i].early == nil {
 			b.resolveFrom(j)
 		}
 		i = j
@@ -265,6 +265,9 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 			b.finish(c, *c.early)
 		default:
 			spec, res := decide(pc, c.target, c.call, c.input)
+			if res == nil {
+				res = b.limit(c, spec) // quotas (guard.go)
+			}
 			switch {
 			case res != nil:
 				b.finish(c, *res)
@@ -314,8 +317,10 @@ func (b *batch) execute(c *callState) {
 		res = b.reset(ctx, c)
 	case t.Skill:
 		res = b.loadSkill(ctx, c)
+	case t.Search:
+		res = b.search(ctx, c)
 	default:
-		res = b.r.runTool(ctx, b.job(c))
+		res = b.r.cachedRun(ctx, b.job(c)) // the result cache, then runTool (guard.go)
 	}
 	b.finish(c, res)
 }
@@ -361,6 +366,7 @@ func (b *batch) finish(c *callState, res bus.Result) bool {
 
 // report publishes a finished call's io.toolbus.call.result and counts it.
 func (b *batch) report(c *callState, res bus.Result) {
+	b.audit(c, res) // the audit trail (guard.go)
 	if !b.cutOff() {
 		b.publishEvent(bus.TypeCallResult, c.call.ID, b.encoded(c))
 	}

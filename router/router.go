@@ -81,6 +81,8 @@ type Config struct {
 	// renewed; renewals come every Store.Heartbeat. Past it, another router
 	// (a re-sent batch) takes the work over. Zero means three heartbeats.
 	Lease time.Duration
+	// Guard configures tool search, quotas and rate limits (guard.go).
+	Guard Guard
 	// Logger receives the router's logs; nil discards.
 	Logger *slog.Logger
 	// Metrics is where the router's Prometheus metrics are registered; nil
@@ -138,6 +140,7 @@ type Router struct {
 	led    *ledger
 	events *eventSink
 	skills *routerSkills
+	guard  *guard // guardrails (guard.go)
 	m      *metrics.Router
 
 	replays replayLimit // replay consumers made lately, per session (replay.go)
@@ -255,7 +258,7 @@ func (r *Router) Start(ctx context.Context) error {
 		return fmt.Errorf("router: registry: %w", err)
 	}
 	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode,
-		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, SessionCache: r.cfg.SessionCache, Logger: r.log})
+		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, SessionCache: r.cfg.SessionCache, Search: r.cfg.Guard.Search, Pinned: r.cfg.Guard.Pinned, Logger: r.log})
 	if err := r.groups.Start(runCtx); err != nil {
 		cancel()
 		r.reg.Stop()
@@ -288,6 +291,10 @@ func (r *Router) Start(ctx context.Context) error {
 		return err
 	}
 	r.stored = newOutputs(r.nc, r.subj.ObjectStore(bus.ObjectOutputs))
+	if err := r.startGuard(ctx, js); err != nil {
+		r.Stop()
+		return err
+	}
 	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
 		r.Stop()
 		return err

@@ -12,7 +12,10 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -36,6 +39,17 @@ import (
 //	  outputs_max_bytes: 4GiB  # default: no bound but the TTL
 //	  inline_output: 1MiB      # the built-in tools' outputs above it are stored
 //	  max_output: 64MiB        # the built-in tools' outputs above it are refused
+//	quotas:                    # rate limits and budgets (docs/guardrails.md)
+//	  tenants: {alice: acme}
+//	  rules: [{name: paid, tools: [web_search], per: [user], budget: {units: 1000}}]
+//	cache: {enabled: true}     # result cache of tools with cache_ttl_ms
+//	audit:                     # one record per call in P_AUDIT (docs/operations.md)
+//	  max_age: 720h
+//	  inputs: true             # record inputs, with these members redacted:
+//	  redact: [password, token, api_key]
+//	search:                    # search_tools (docs/protocol.md 4.2)
+//	  enabled: true
+//	  pinned: {tools: [whoami], groups: [core]}
 //
 // The limits flags (--events-max-age ...) override the file.
 type fileConfig struct {
@@ -45,8 +59,17 @@ type fileConfig struct {
 		Rules    []bus.Rule `json:"rules"`
 		WorkDirs []string   `json:"work_dirs"`
 	} `json:"permissions"`
-	ParkTTL string       `json:"park_ttl"`
-	Limits  limitsConfig `json:"limits"`
+	ParkTTL string        `json:"park_ttl"`
+	Limits  limitsConfig  `json:"limits"`
+	Quotas  limits.Policy `json:"quotas"`
+	Audit   *auditConfig  `json:"audit"`
+	Cache   struct {
+		Enabled bool `json:"enabled"`
+	} `json:"cache"`
+	Search struct {
+		Enabled bool        `json:"enabled"`
+		Pinned  groups.Pins `json:"pinned"`
+	} `json:"search"`
 
 	parkTTL time.Duration
 }
@@ -83,6 +106,9 @@ func parseConfig(name string, b []byte) (*fileConfig, error) {
 		if cfg.Groups[i].Scope == "" {
 			cfg.Groups[i].Scope = bus.ScopeMeta
 		}
+	}
+	if err := cfg.Quotas.Check(); err != nil {
+		return nil, fmt.Errorf("config %s: quotas: %w", name, err)
 	}
 	if cfg.ParkTTL != "" {
 		d, err := time.ParseDuration(cfg.ParkTTL)
@@ -232,3 +258,20 @@ func (b *byteSize) UnmarshalJSON(raw []byte) error {
 }
 
 func (b byteSize) MarshalJSON() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }
+
+// auditConfig is the audit block of the config file.
+type auditConfig struct {
+	MaxAge   duration `json:"max_age,omitempty"`
+	MaxBytes byteSize `json:"max_bytes,omitempty"`
+	Inputs   bool     `json:"inputs,omitempty"`
+	Redact   []string `json:"redact,omitempty"`
+}
+
+// config is the router's audit configuration; nil (no block) turns the
+// audit trail off.
+func (a *auditConfig) config() *audit.Config {
+	if a == nil {
+		return nil
+	}
+	return &audit.Config{MaxAge: time.Duration(a.MaxAge), MaxBytes: int64(a.MaxBytes), Inputs: a.Inputs, Redact: a.Redact}
+}

@@ -72,6 +72,8 @@ func init() {
 		{"skills", "ls | show <name> | push DIR | rm <name>", "list, show, push (--user U) or remove (--user U) the skills on the bus", runSkills},
 		{"fetch", "<nats-object://bucket/name#sha256=...>", "print (or with -o FILE save) a stored output, read through the routers (--direct: from the object store)", runFetch},
 		{"status", "", "show routers, workers per tool, sessions and parked calls", runStatus},
+		{"limits", "[--tool T] [--user U] [--reset [--rule R]]", "show what the quotas and rate limits have used and left for a tool, user and session, or reset them", runLimits},
+		{"audit", "[--since 1h] [--session S] [--tool T] [--json]", "export the audit trail of tool calls as JSON lines (docs/operations.md)", runAudit},
 		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
 		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR] | agent --session S [--user U] [--dir DIR]", "print the NATS permissions of the toolbus roles for a deployment, or add a per-session agent user (docs/security.md)", runSecurity},
 		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
@@ -146,7 +148,7 @@ type conn struct {
 
 // toolbusUserCommands are the commands whose --user is the toolbus
 // (runtime) user rather than the NATS one.
-var toolbusUserCommands = []string{"call", "tools", "turn", "skills", "mcp"}
+var toolbusUserCommands = []string{"call", "tools", "turn", "skills", "mcp", "limits"}
 
 // defaultSession is the session of the command line unless --session says.
 const defaultSession = "cli"

@@ -1,0 +1,302 @@
+// Package audit is the audit trail of tool calls: one record per call —
+// who (toolbus user, session, the agent's NATS user), what (tool, input
+// digest, the input where the policy allows, with the configured secret
+// fields redacted), the decision (behavior, rule or reason, mode, approver
+// and when), outcome and timing — in a stream of its own, P_AUDIT, on
+// subjects P.audit.<session>.<tool>, so any NATS consumer (a SIEM shipper)
+// reads it with a subject filter. See docs/guardrails.md and
+// docs/operations.md "Audit to a SIEM".
+package audit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
+)
+
+// Names after the deployment prefix.
+const (
+	Stream = "AUDIT" // P_AUDIT
+	kind   = "audit" // P.audit.<session>.<tool>
+)
+
+// Defaults.
+const (
+	DefaultMaxAge = 30 * 24 * time.Hour
+	// MaxInput bounds the input a record carries; a larger one is left
+	// out (its digest stays), so a record always fits a message.
+	MaxInput     = 64 << 10
+	dedupeWindow = 10 * time.Minute // a re-sent batch's results are not recorded twice
+)
+
+// Decision behaviors.
+const (
+	Allow      = "allow"      // ran (or was answered from the cache: Cached)
+	Deny       = "deny"       // a rule, the mode or a person refused it
+	Ask        = "ask"        // parked for a confirmation; Approver says who answered
+	External   = "external"   // parked for an external handler
+	Limit      = "limit"      // over a quota or rate limit
+	Invalid    = "invalid"    // the input did not validate
+	Unresolved = "unresolved" // unknown, inactive or unavailable tool
+	Builtin    = "builtin"    // reset_tools, search_tools, the skill loader, request-scoped tools
+)
+
+// Record is one audited call.
+type Record struct {
+	Time     time.Time `json:"time"`
+	Router   string    `json:"router"`
+	Session  string    `json:"session"`
+	ReplyID  string    `json:"reply_id"`
+	CallID   string    `json:"call_id"`
+	User     string    `json:"user,omitempty"`
+	NATSUser string    `json:"nats_user,omitempty"`
+	Tool     string    `json:"tool"`
+	// InputDigest is bus.InputDigest of the input, always; Input only
+	// with Config.Inputs, redacted.
+	InputDigest string          `json:"input_digest"`
+	Input       json.RawMessage `json:"input,omitempty"`
+	// InputOmitted says why Input is absent although inputs are recorded.
+	InputOmitted string   `json:"input_omitted,omitempty"`
+	Decision     Decision `json:"decision"`
+	Outcome      Outcome  `json:"outcome"`
+	DurationMS   int64    `json:"duration_ms"`
+}
+
+// Decision is how the call was decided.
+type Decision struct {
+	Behavior   string    `json:"behavior"`
+	Mode       string    `json:"mode,omitempty"`
+	Rule       string    `json:"rule,omitempty"` // the limit rule, or the permission engine's reason
+	Cached     bool      `json:"cached,omitempty"`
+	Approver   string    `json:"approver,omitempty"`
+	AnsweredAt time.Time `json:"answered_at,omitzero"`
+}
+
+// Outcome is how the call ended.
+type Outcome struct {
+	State string `json:"state"`
+	Code  string `json:"code,omitempty"`
+}
+
+// Config configures a Trail.
+type Config struct {
+	// MaxAge is how long records are kept; zero means DefaultMaxAge.
+	MaxAge time.Duration `json:"max_age,omitempty"`
+	// MaxBytes bounds the stream (the oldest records go first); zero
+	// means no bound but MaxAge.
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+	// Inputs, when true, records each call's input (redacted); otherwise
+	// only its digest.
+	Inputs bool `json:"inputs,omitempty"`
+	// Redact names input members (at any depth, case-insensitive) whose
+	// values are replaced by "[redacted]" before a record is written.
+	Redact []string `json:"redact,omitempty"`
+	// Replicas and Memory size the stream (from the store's config).
+	Replicas int  `json:"-"`
+	Memory   bool `json:"-"`
+}
+
+// Trail writes records. It is safe for concurrent use.
+type Trail struct {
+	js   jetstream.JetStream
+	subj bus.Subjects
+	cfg  Config
+}
+
+// New creates (or updates) the audit stream. js should be a JetStream
+// context of its own: records are published asynchronously through it.
+func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config) (*Trail, error) {
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = DefaultMaxAge
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = -1
+	}
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	err := store.Retry(ctx, store.Provision, func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: s.Stream(Stream), Description: "toolbus audit trail: one record per tool call",
+			Subjects: []string{s.All(kind)}, MaxAge: cfg.MaxAge, MaxBytes: cfg.MaxBytes, Discard: jetstream.DiscardOld,
+			Duplicates: dedupeWindow, Replicas: max(cfg.Replicas, 1), Storage: storage,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: stream %s: %w", s.Stream(Stream), err)
+	}
+	return &Trail{js: js, subj: s, cfg: cfg}, nil
+}
+
+// Subject is where the records of session's calls of tool go; a name that
+// is not a valid token (an unknown tool the model made up) is "_".
+func Subject(s bus.Subjects, session, tool string) string {
+	if !bus.ValidID(session) {
+		session = "_"
+	}
+	if !bus.ValidName(tool) {
+		tool = "_"
+	}
+	return s.Prefix + "." + kind + "." + session + "." + tool
+}
+
+// Write publishes rec, with input as the policy allows, without waiting
+// for the stream's acknowledgement. The call key is the message id, so a
+// call recorded twice (a re-sent batch) is stored once.
+func (t *Trail) Write(rec *Record, input json.RawMessage) error {
+	if len(input) == 0 {
+		input = json.RawMessage(`{}`) // what the tool gets for no input
+	}
+	rec.InputDigest = bus.InputDigest(input)
+	if t.cfg.Inputs {
+		if in := Redact(input, t.cfg.Redact); len(in) <= MaxInput {
+			rec.Input = in
+		} else {
+			rec.InputOmitted = fmt.Sprintf("larger than %d bytes", MaxInput)
+		}
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(Subject(t.subj, rec.Session, rec.Tool))
+	m.Data = b
+	m.Header.Set(jetstream.MsgIDHeader, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
+	_, err = t.js.PublishMsgAsync(m)
+	return err
+}
+
+// Flush waits until every record written so far is acknowledged, or ctx ends.
+func (t *Trail) Flush(ctx context.Context) error {
+	select {
+	case <-t.js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Redact returns input with the values of members named in names (at any
+// depth, case-insensitive) replaced by "[redacted]". An input that is not
+// JSON is replaced as a whole: it cannot be checked.
+func Redact(input json.RawMessage, names []string) json.RawMessage {
+	if len(names) == 0 {
+		return input
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(input))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return json.RawMessage(`"[redacted: not JSON]"`)
+	}
+	out, err := json.Marshal(redact(v, names))
+	if err != nil {
+		return json.RawMessage(`"[redacted]"`)
+	}
+	return out
+}
+
+func redact(v any, names []string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, val := range x {
+			if secret(k, names) {
+				x[k] = "[redacted]"
+			} else {
+				x[k] = redact(val, names)
+			}
+		}
+	case []any:
+		for i := range x {
+			x[i] = redact(x[i], names)
+		}
+	case string:
+		// An input given as a JSON string holding the object.
+		if s := strings.TrimSpace(x); strings.HasPrefix(s, "{") || strings.HasPrefix(s, "[") {
+			var inner any
+			if json.Unmarshal([]byte(s), &inner) == nil {
+				b, _ := json.Marshal(redact(inner, names))
+				return string(b)
+			}
+		}
+	}
+	return v
+}
+
+func secret(key string, names []string) bool {
+	for _, n := range names {
+		if strings.EqualFold(key, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// Filter selects records for Export; zero fields select all.
+type Filter struct {
+	Since   time.Time
+	Session string
+	Tool    string
+}
+
+// Export calls fn with every stored record that f selects, oldest first,
+// and returns once it has seen all that were stored when it started.
+func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter, fn func(json.RawMessage) error) error {
+	stream, err := js.Stream(ctx, s.Stream(Stream))
+	if err != nil {
+		return fmt.Errorf("audit: stream %s: %w", s.Stream(Stream), err)
+	}
+	session, tool := "*", "*"
+	if f.Session != "" {
+		session = f.Session
+	}
+	if f.Tool != "" {
+		tool = f.Tool
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.Prefix + "." + kind + "." + session + "." + tool}}
+	if !f.Since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &f.Since
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("audit: consumer: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("audit: consumer: %w", err)
+	}
+	left := info.NumPending
+	for left > 0 {
+		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return fmt.Errorf("audit: fetch: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			left--
+			if err := fn(m.Data()); err != nil {
+				return err
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("audit: fetch: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("audit: %d records announced but not delivered", left)
+		}
+	}
+	return nil
+}

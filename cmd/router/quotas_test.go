@@ -1,0 +1,43 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigQuotasAndSearch(t *testing.T) {
+	cfg, err := parseConfig("t.yaml", []byte(`
+quotas:
+  tenants: {alice: acme}
+  rules:
+    - {name: paid, tools: [web_search], per: [user], budget: {units: 1000}}
+    - {name: writes, writes: true, rate: {calls: 10, interval_ms: 60000, burst: 2}}
+audit: {max_age: 720h, inputs: true, redact: [password]}
+cache: {enabled: true}
+search:
+  enabled: true
+  pinned: {tools: [whoami], groups: [core]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Quotas.Rules) != 2 || cfg.Quotas.Rules[0].Budget.Cost != 1 || !cfg.Search.Enabled || cfg.Search.Pinned.Groups[0] != "core" {
+		t.Fatalf("%+v", cfg)
+	}
+	if a := cfg.Audit.config(); a == nil || a.MaxAge != 720*time.Hour || !a.Inputs || a.Redact[0] != "password" || !cfg.Cache.Enabled {
+		t.Fatalf("audit %+v", a)
+	}
+	if (*auditConfig)(nil).config() != nil {
+		t.Fatal("no audit block: audit on")
+	}
+	for in, want := range map[string]string{
+		"quotas: {rules: [{name: x}]}":                           "neither a rate nor a budget",
+		"quotas: {rules: [{name: x, budget: {units: 1}, y: 1}]}": "unknown field",
+		"search: {enabled: true, pinned: {tool: [a]}}":           "unknown field",
+	} {
+		if _, err := parseConfig("t.yaml", []byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", in, err, want)
+		}
+	}
+}

@@ -1,0 +1,431 @@
+package limits
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
+)
+
+// Names of the JetStream resources, after the deployment prefix.
+const (
+	BucketRates   = "limits"       // P_limits: one GCRA value per rate key
+	StreamBudgets = "LIMITS"       // P_LIMITS: counters on P.limits.<rule>.<key>.<day>
+	budgetsKind   = "limits"       // subject kind of the counters
+	budgetMaxAge  = 48 * time.Hour // a day's counter outlives its day
+)
+
+// Refusal kinds.
+const (
+	KindRate   = "rate"
+	KindBudget = "budget"
+)
+
+// Call is what a limit looks at of a call. User and Session are as the
+// router trusts them (a bound session's user comes from its credentials).
+type Call struct {
+	Tool     string
+	ReadOnly bool
+	User     string
+	Session  string
+}
+
+// Refusal is a call over one of its limits: nothing ran and nothing was
+// counted.
+type Refusal struct {
+	Rule       string
+	Kind       string // KindRate or KindBudget
+	RetryAfter time.Duration
+}
+
+// RetryAfterMS is RetryAfter in whole milliseconds, rounded up, at least 1.
+func (r *Refusal) RetryAfterMS() int64 {
+	return max(1, (r.RetryAfter + time.Millisecond - 1).Milliseconds())
+}
+
+// Message is the text a model reads: what was refused, and when to try.
+func (r *Refusal) Message(tool string) string {
+	if r.Kind == KindBudget {
+		return fmt.Sprintf("LimitExceededError: The daily budget of rule '%s' for the tool '%s' is used up. Do not call it again for %d ms (until the next UTC day); use another tool or tell the user.",
+			r.Rule, tool, r.RetryAfterMS())
+	}
+	return fmt.Sprintf("LimitExceededError: The tool '%s' was called too often (rule '%s'). Wait at least %d ms before calling it again, and make fewer calls.",
+		tool, r.Rule, r.RetryAfterMS())
+}
+
+// Config configures a Limiter.
+type Config struct {
+	// Policy is the rule set; it is checked in New.
+	Policy Policy
+	// Replicas of the bucket and stream; zero means 1.
+	Replicas int
+	// Memory keeps both in memory instead of files.
+	Memory bool
+	// Now is the clock; nil means time.Now. Tests pass a fake one.
+	Now func() time.Time
+}
+
+// Limiter checks calls against the rules. It is safe for concurrent use,
+// and any number of Limiters on one deployment share every count.
+type Limiter struct {
+	rules   []Rule
+	tenants map[string]string
+	now     func() time.Time
+	js      jetstream.JetStream
+	rates   jetstream.KeyValue
+	budgets jetstream.Stream
+	subj    bus.Subjects
+}
+
+// New checks cfg and creates (or opens) the rates bucket and the budgets
+// stream. It is idempotent and safe to run from every router at once.
+func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config) (*Limiter, error) {
+	if err := cfg.Policy.Check(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
+	}
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	l := &Limiter{rules: cfg.Policy.Rules, tenants: cfg.Policy.Tenants, now: cfg.Now, js: js, subj: s}
+	err := store.Retry(ctx, store.Provision, func(ctx context.Context) (err error) {
+		l.rates, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: s.Bucket(BucketRates), Description: "toolbus rate limits (GCRA arrival times)",
+			TTL: MaxRateSpan, Replicas: cfg.Replicas, Storage: storage,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("limits: bucket %s: %w", s.Bucket(BucketRates), err)
+	}
+	err = store.Retry(ctx, store.Provision, func(ctx context.Context) (err error) {
+		l.budgets, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: s.Stream(StreamBudgets), Description: "toolbus budgets (counters per rule, key and UTC day)",
+			Subjects: []string{s.All(budgetsKind)}, AllowMsgCounter: true, MaxAge: budgetMaxAge,
+			MaxMsgsPerSubject: 1, AllowDirect: true, Replicas: cfg.Replicas, Storage: storage,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("limits: stream %s: %w", s.Stream(StreamBudgets), err)
+	}
+	return l, nil
+}
+
+// Rules returns the checked rules. The slice must not be modified.
+func (l *Limiter) Rules() []Rule { return l.rules }
+
+// key is the part of a count's name that tells what it counts per: a
+// digest of the call's values of the rule's dimensions, so any user or
+// tool name makes a valid subject token and KV key.
+func (l *Limiter) key(r *Rule, c Call) string {
+	h := sha256.New()
+	for _, p := range r.Per {
+		var v string
+		switch p {
+		case PerTool:
+			v = c.Tool
+		case PerUser:
+			v = c.User
+		case PerSession:
+			v = c.Session
+		case PerTenant:
+			v = l.tenants[c.User]
+		}
+		fmt.Fprintf(h, "%s=%d:%s;", p, len(v), v)
+	}
+	return r.Name + "." + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// day is the UTC day of t as a subject token, and when the next one starts.
+func day(t time.Time) (string, time.Time) {
+	t = t.UTC()
+	start := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	return start.Format("20060102"), start.AddDate(0, 0, 1)
+}
+
+func (l *Limiter) budgetSubject(key string, now time.Time) string {
+	d, _ := day(now)
+	return l.subj.Prefix + "." + budgetsKind + "." + key + "." + d
+}
+
+// undo takes back what an admitted rule counted.
+type undo func(context.Context)
+
+// Check counts call c against every rule it matches, in order. When one
+// refuses it, what the earlier ones counted is taken back and the refusal
+// is returned; a nil Refusal means the call may run. An error means the
+// counts could not be reached: the caller must not run the call (fail
+// closed).
+func (l *Limiter) Check(ctx context.Context, c Call) (*Refusal, error) {
+	var undos []undo
+	rollback := func() {
+		ctx := context.WithoutCancel(ctx)
+		for _, u := range undos {
+			u(ctx)
+		}
+	}
+	now := l.now()
+	for i := range l.rules {
+		r := &l.rules[i]
+		if !r.matches(c) {
+			continue
+		}
+		key := l.key(r, c)
+		if r.Rate != nil {
+			ref, u, err := l.rate(ctx, r, key, now)
+			if err != nil || ref != nil {
+				rollback()
+				return ref, err
+			}
+			undos = append(undos, u)
+		}
+		if r.Budget != nil {
+			ref, u, err := l.budget(ctx, r, key, now)
+			if err != nil || ref != nil {
+				rollback()
+				return ref, err
+			}
+			undos = append(undos, u)
+		}
+	}
+	return nil, nil
+}
+
+// gcra is a rates bucket value: the theoretical arrival time (unix ns) and
+// a nonce, so that a write whose acknowledgement was lost is recognised as
+// this writer's own and no other's (store.Update compares values).
+type gcra struct {
+	TAT   int64  `json:"tat"`
+	Nonce string `json:"n"`
+}
+
+var errRefused = errors.New("limits: refused")
+
+// rate takes one slot of rule r's rate for key, or refuses with the time
+// until the slot frees.
+func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
+	em, tol := r.Rate.emission(), r.Rate.tolerance()
+	var ref *Refusal
+	nonce := nuid.Next()
+	_, err := store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		tat := now
+		if cur != nil {
+			var g gcra
+			if json.Unmarshal(cur.Value(), &g) == nil { // a corrupt value counts as none
+				tat = time.Unix(0, g.TAT)
+			}
+		}
+		if tat.Before(now) {
+			tat = now
+		}
+		if wait := tat.Sub(now) - tol; wait > 0 {
+			ref = &Refusal{Rule: r.Name, Kind: KindRate, RetryAfter: wait}
+			return nil, errRefused
+		}
+		ref = nil
+		return json.Marshal(gcra{TAT: tat.Add(em).UnixNano(), Nonce: nonce})
+	})
+	if errors.Is(err, errRefused) {
+		return ref, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
+	}
+	return nil, func(ctx context.Context) { l.giveBack(ctx, key, em) }, nil
+}
+
+// giveBack returns one slot of a rate taken by a call that did not run.
+func (l *Limiter) giveBack(ctx context.Context, key string, em time.Duration) {
+	_, _ = store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		var g gcra
+		if cur == nil || json.Unmarshal(cur.Value(), &g) != nil {
+			return nil, store.ErrNoChange
+		}
+		g.TAT -= int64(em)
+		g.Nonce = nuid.Next()
+		return json.Marshal(g)
+	})
+}
+
+// budget adds the call's cost to rule r's counter for key and today; past
+// the budget, the cost is taken back and the call refused until the next
+// UTC day. Each increment's acknowledged total is unique, so exactly the
+// calls that fit are admitted, whichever router counts them.
+func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
+	subject := l.budgetSubject(key, now)
+	total, err := l.incr(ctx, subject, r.Budget.Cost)
+	if err != nil {
+		return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
+	}
+	undo := func(ctx context.Context) { _, _ = l.incr(ctx, subject, -r.Budget.Cost) }
+	if total > r.Budget.Units {
+		undo(context.WithoutCancel(ctx))
+		_, next := day(now)
+		return &Refusal{Rule: r.Name, Kind: KindBudget, RetryAfter: next.Sub(now)}, nil, nil
+	}
+	return nil, undo, nil
+}
+
+// incr adds n to the counter on subject and returns its new total.
+func (l *Limiter) incr(ctx context.Context, subject string, n int64) (int64, error) {
+	m := nats.NewMsg(subject)
+	m.Header.Set("Nats-Incr", strconv.FormatInt(n, 10))
+	if n >= 0 {
+		m.Header.Set("Nats-Incr", "+"+strconv.FormatInt(n, 10))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ack, err := l.js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(ack.Value, 10, 64)
+}
+
+// Usage is what one count has used and has left.
+type Usage struct {
+	Rule string `json:"rule"`
+	Kind string `json:"kind"`
+	// Per names the values the count is for, e.g. "user=alice".
+	Per  string `json:"per"`
+	Used int64  `json:"used"`
+	Left int64  `json:"left"`
+	// Limit is the rate's burst or the budget's units.
+	Limit int64 `json:"limit"`
+	// ResetMS is how long until everything used is back (a rate) or the
+	// day ends (a budget).
+	ResetMS int64 `json:"reset_ms"`
+}
+
+// Usage reports, for every rule that would count call c (every rule when
+// c.Tool is ""), what it has used and left for c's values.
+func (l *Limiter) Usage(ctx context.Context, c Call) ([]Usage, error) {
+	now := l.now()
+	out := []Usage{}
+	for i := range l.rules {
+		r := &l.rules[i]
+		if c.Tool != "" && !r.matches(c) {
+			continue
+		}
+		key, per := l.key(r, c), l.per(r, c)
+		if r.Rate != nil {
+			u, err := l.rateUsage(ctx, r, key, now)
+			if err != nil {
+				return nil, err
+			}
+			u.Per = per
+			out = append(out, u)
+		}
+		if r.Budget != nil {
+			used, err := l.counter(ctx, l.budgetSubject(key, now))
+			if err != nil {
+				return nil, err
+			}
+			_, next := day(now)
+			out = append(out, Usage{Rule: r.Name, Kind: KindBudget, Per: per, Used: used, Left: max(0, r.Budget.Units-used),
+				Limit: r.Budget.Units, ResetMS: next.Sub(now).Milliseconds()})
+		}
+	}
+	return out, nil
+}
+
+func (l *Limiter) per(r *Rule, c Call) string {
+	var parts []string
+	for _, p := range r.Per {
+		v := map[string]string{PerTool: c.Tool, PerUser: c.User, PerSession: c.Session, PerTenant: l.tenants[c.User]}[p]
+		parts = append(parts, p+"="+v)
+	}
+	if len(parts) == 0 {
+		return "all"
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *Limiter) rateUsage(ctx context.Context, r *Rule, key string, now time.Time) (Usage, error) {
+	u := Usage{Rule: r.Name, Kind: KindRate, Limit: int64(r.Rate.Burst)}
+	e, err := l.rates.Get(ctx, key)
+	var g gcra
+	switch {
+	case store.IsNotFound(err):
+	case err != nil:
+		return u, fmt.Errorf("limits: rule %s: %w", r.Name, err)
+	default:
+		_ = json.Unmarshal(e.Value(), &g)
+	}
+	ahead := time.Unix(0, g.TAT).Sub(now)
+	if g.TAT == 0 || ahead < 0 {
+		ahead = 0
+	}
+	em := r.Rate.emission()
+	u.Used = min(u.Limit, int64((ahead+em-1)/em))
+	u.Left = u.Limit - u.Used
+	u.ResetMS = ahead.Milliseconds()
+	return u, nil
+}
+
+// counter reads a budget counter's total; 0 when it has none.
+func (l *Limiter) counter(ctx context.Context, subject string) (int64, error) {
+	m, err := l.budgets.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("limits: read %s: %w", subject, err)
+	}
+	var v struct {
+		Val string `json:"val"`
+	}
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		return 0, fmt.Errorf("limits: counter %s: %w", subject, err)
+	}
+	return strconv.ParseInt(v.Val, 10, 64)
+}
+
+// Reset forgets what rule (every rule when "") has counted for call c's
+// values: an operator's verb. It returns how many counts it cleared.
+func (l *Limiter) Reset(ctx context.Context, rule string, c Call) (int, error) {
+	n := 0
+	now := l.now()
+	for i := range l.rules {
+		r := &l.rules[i]
+		if rule != "" && r.Name != rule {
+			continue
+		}
+		key := l.key(r, c)
+		if r.Rate != nil {
+			if err := l.rates.Purge(ctx, key); err != nil && !store.IsNotFound(err) {
+				return n, fmt.Errorf("limits: reset %s: %w", r.Name, err)
+			}
+			n++
+		}
+		if r.Budget != nil {
+			if err := l.budgets.Purge(ctx, jetstream.WithPurgeSubject(l.budgetSubject(key, now))); err != nil {
+				return n, fmt.Errorf("limits: reset %s: %w", r.Name, err)
+			}
+			n++
+		}
+	}
+	if rule != "" && n == 0 {
+		return 0, fmt.Errorf("limits: no rule %s", rule)
+	}
+	return n, nil
+}

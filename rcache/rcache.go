@@ -1,0 +1,209 @@
+// Package rcache is the result cache of read-only and idempotent tools: a
+// tool definition with cache_ttl_ms lets the router answer a repeated call
+// (same tool definition, same input, same scope) from a KV bucket with a
+// TTL per key, without running the tool, and marks the answer in its
+// metadata (docs/protocol.md 3.3, 7.2). See docs/guardrails.md.
+package rcache
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
+)
+
+// Scopes of cache_scope.
+const (
+	ScopeSession = "session"
+	ScopeUser    = "user"
+	ScopeGlobal  = "global"
+)
+
+// Bounds.
+const (
+	Bucket      = "rcache"
+	MaxTTL      = 24 * time.Hour
+	MaxEntry    = 256 << 10 // bytes of one stored result; larger ones are not cached
+	MetadataKey = "toolbus_cache"
+)
+
+// CheckDef returns why d's cache fields cannot be registered, or "".
+func CheckDef(d *bus.ToolDef) string {
+	if d.CacheTTLMS == 0 && d.CacheScope == "" {
+		return ""
+	}
+	switch {
+	case d.CacheTTLMS <= 0:
+		return "cache_scope needs cache_ttl_ms > 0"
+	case d.CacheTTLMS > MaxTTL.Milliseconds():
+		return fmt.Sprintf("cache_ttl_ms %d is past %d (24 h)", d.CacheTTLMS, MaxTTL.Milliseconds())
+	case !d.ReadOnly && !d.Idempotent:
+		return "cache_ttl_ms is only for read_only or idempotent tools: a cached answer would skip a write"
+	case d.External:
+		return "cache_ttl_ms is not for external tools: their handlers answer each call"
+	case d.StateInjected:
+		return "cache_ttl_ms is not for state_injected tools: their results depend on agent state the cache key does not hold"
+	}
+	switch d.CacheScope {
+	case "", ScopeSession, ScopeUser, ScopeGlobal:
+	default:
+		return fmt.Sprintf("cache_scope %q must be session, user or global", d.CacheScope)
+	}
+	return ""
+}
+
+// Config configures a Cache.
+type Config struct {
+	Replicas int  // of the bucket; zero means 1
+	Memory   bool // keep the bucket in memory
+	// Now is the clock entries are judged by; nil means time.Now.
+	Now func() time.Time
+}
+
+// Cache is the result cache. It is safe for concurrent use; every router
+// of a deployment shares its entries.
+type Cache struct {
+	kv           jetstream.KeyValue
+	now          func() time.Time
+	hits, misses atomic.Int64
+}
+
+// New creates (or opens) the cache bucket: per-key TTLs, one value per key.
+func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config) (*Cache, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	c := &Cache{now: cfg.Now}
+	err := store.Retry(ctx, store.Provision, func(ctx context.Context) (err error) {
+		c.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: s.Bucket(Bucket), Description: "toolbus result cache of read-only and idempotent tools",
+			TTL: MaxTTL + time.Hour, LimitMarkerTTL: time.Minute, Replicas: max(cfg.Replicas, 1), Storage: storage,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rcache: bucket %s: %w", s.Bucket(Bucket), err)
+	}
+	return c, nil
+}
+
+// Key is the cache key of a call of the tool d by session and user with
+// input, and whether the call is cacheable at all. The key holds a digest
+// of the whole definition, so a re-registration with another definition
+// can never match an entry made under the old one (they expire with their
+// TTL). A user-scoped tool called without a user is cached per session.
+func Key(d *bus.ToolDef, session, user string, input json.RawMessage) (string, bool) {
+	if d.CacheTTLMS <= 0 || CheckDef(d) != "" {
+		return "", false
+	}
+	h := sha256.New()
+	def, _ := json.Marshal(d)
+	fmt.Fprintf(h, "def=%d:%s;", len(def), def)
+	switch scope := d.CacheScope; {
+	case scope == ScopeGlobal:
+		h.Write([]byte("global;"))
+	case scope == ScopeUser && user != "":
+		fmt.Fprintf(h, "user=%d:%s;", len(user), user)
+	default:
+		fmt.Fprintf(h, "session=%d:%s;", len(session), session)
+	}
+	h.Write([]byte(bus.InputDigest(input)))
+	return d.Name + "." + hex.EncodeToString(h.Sum(nil)[:20]), true
+}
+
+// entry is a stored result.
+type entry struct {
+	Stored  int64      `json:"stored"`  // unix ms
+	Expires int64      `json:"expires"` // unix ms
+	Result  bus.Result `json:"result"`
+}
+
+// Get returns the result stored under key, marked as a hit, or false. A
+// KV error counts as a miss (the call then runs).
+func (c *Cache) Get(ctx context.Context, key string) (bus.Result, bool) {
+	e, err := c.kv.Get(ctx, key)
+	if err != nil {
+		c.misses.Add(1)
+		return bus.Result{}, false
+	}
+	var en entry
+	now := c.now().UnixMilli()
+	if json.Unmarshal(e.Value(), &en) != nil || now >= en.Expires {
+		c.misses.Add(1)
+		return bus.Result{}, false
+	}
+	c.hits.Add(1)
+	res := en.Result
+	res.Metadata = mark(res.Metadata, en.Stored, now-en.Stored)
+	return res, true
+}
+
+// Put stores a successful result of a call with key for ttl. Results that
+// failed, refer to stored outputs (session-scoped objects) or are larger
+// than MaxEntry are not stored. The first result stored for a key stays
+// until it expires. Errors are ignored: the cache is an optimisation.
+func (c *Cache) Put(ctx context.Context, key string, ttl time.Duration, res bus.Result) bool {
+	if res.State != bus.StateSuccess {
+		return false
+	}
+	for _, b := range res.Output {
+		if b.URL != "" && strings.HasPrefix(b.URL, "nats-object:") {
+			return false
+		}
+	}
+	now := c.now()
+	b, err := json.Marshal(entry{Stored: now.UnixMilli(), Expires: now.Add(ttl).UnixMilli(), Result: res})
+	if err != nil || len(b) > MaxEntry {
+		return false
+	}
+	// The key's own TTL bounds storage; the expiry inside the value is
+	// what a read judges by, to the millisecond (KV TTLs are whole seconds).
+	kvTTL := max(time.Second, ttl.Round(time.Second)+time.Second)
+	_, err = c.kv.Create(ctx, key, b, jetstream.KeyTTL(kvTTL))
+	if err != nil {
+		// An expired entry still there (its TTL rounds up): replace it.
+		if e, gerr := c.kv.Get(ctx, key); gerr == nil {
+			var old entry
+			if json.Unmarshal(e.Value(), &old) == nil && now.UnixMilli() >= old.Expires {
+				if c.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())) == nil {
+					_, err = c.kv.Create(ctx, key, b, jetstream.KeyTTL(kvTTL))
+				}
+			}
+		}
+	}
+	return err == nil
+}
+
+// Stats returns the hits and misses of this process's Get calls.
+func (c *Cache) Stats() (hits, misses int64) { return c.hits.Load(), c.misses.Load() }
+
+// mark adds {"toolbus_cache": {"hit": true, "stored_at": ..., "age_ms": ...}}
+// to a result's metadata object (a new object when there was none; left
+// as it is when the worker's metadata is not an object).
+func mark(meta json.RawMessage, stored, age int64) json.RawMessage {
+	m := map[string]json.RawMessage{}
+	if len(meta) > 0 && json.Unmarshal(meta, &m) != nil {
+		return meta
+	}
+	info, _ := json.Marshal(struct {
+		Hit      bool   `json:"hit"`
+		StoredAt string `json:"stored_at"`
+		AgeMS    int64  `json:"age_ms"`
+	}{true, time.UnixMilli(stored).UTC().Format(time.RFC3339Nano), age})
+	m[MetadataKey] = info
+	out, _ := json.Marshal(m)
+	return out
+}

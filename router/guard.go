@@ -1,0 +1,329 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolbus/toolbus/audit"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/rcache"
+	"github.com/toolbus/toolbus/skills"
+)
+
+// Guard configures the guardrails of docs/guardrails.md: tool search,
+// quotas and rate limits. The zero value turns every one off, and the
+// router then behaves exactly as without them.
+type Guard struct {
+	// Search offers search_tools beside reset_tools (docs/protocol.md 4.2).
+	Search bool
+	// Pinned tools and groups are visible to every session.
+	Pinned groups.Pins
+	// Limits are the quotas and rate limits shared by every router.
+	Limits limits.Policy
+	// Audit, when set, writes one audit record per call to P_AUDIT
+	// (docs/guardrails.md); nil writes none.
+	Audit *audit.Config
+	// Cache turns on the result cache of tools whose definition has
+	// cache_ttl_ms; off, such tools run every time.
+	Cache bool
+	// Now is the limits' and the cache's clock; nil means time.Now (tests
+	// pass a fake one).
+	Now func() time.Time
+}
+
+// guard is the router's guardrails, built in startGuard.
+type guard struct {
+	lim     *limits.Limiter        // nil without rules
+	cache   *rcache.Cache          // nil when off
+	cached  *prometheus.CounterVec // result cache lookups by outcome
+	audit   *audit.Trail           // nil when off
+	limited sync.Map               // *callState → the limit rule that refused it, until audited
+}
+
+// startGuard sets up the guardrails' JetStream resources (only those
+// configured).
+func (r *Router) startGuard(ctx context.Context, js jetstream.JetStream) error {
+	r.guard = &guard{}
+	if len(r.cfg.Guard.Limits.Rules) > 0 {
+		lim, err := limits.New(ctx, js, r.subj, limits.Config{Policy: r.cfg.Guard.Limits, Replicas: r.cfg.Store.Replicas,
+			Memory: r.cfg.Store.Memory, Now: r.cfg.Guard.Now})
+		if err != nil {
+			return fmt.Errorf("router: %w", err)
+		}
+		r.guard.lim = lim
+	}
+	if ac := r.cfg.Guard.Audit; ac != nil {
+		cfg := *ac
+		cfg.Replicas, cfg.Memory = r.cfg.Store.Replicas, r.cfg.Store.Memory
+		ajs, err := jetstream.New(r.nc, jetstream.WithPublishAsyncMaxPending(4096))
+		if err != nil {
+			return fmt.Errorf("router: audit: %w", err)
+		}
+		if r.guard.audit, err = audit.New(ctx, ajs, r.subj, cfg); err != nil {
+			return fmt.Errorf("router: %w", err)
+		}
+	}
+	if r.cfg.Guard.Cache {
+		c, err := rcache.New(ctx, js, r.subj, rcache.Config{Replicas: r.cfg.Store.Replicas, Memory: r.cfg.Store.Memory, Now: r.cfg.Guard.Now})
+		if err != nil {
+			return fmt.Errorf("router: %w", err)
+		}
+		r.guard.cache = c
+		r.guard.cached = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_result_cache_lookups_total",
+			Help: "Result cache lookups of cacheable tool calls, by result (hit or miss)."}, []string{"tool", "result"})
+		if reg := r.cfg.Metrics; reg != nil {
+			if err := reg.Register(r.guard.cached); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					return fmt.Errorf("router: metrics: %w", err)
+				}
+				r.guard.cached = are.ExistingCollector.(*prometheus.CounterVec)
+			}
+		}
+	}
+	return nil
+}
+
+// cachedRun runs a tool call through the result cache: a call of a tool
+// with cache_ttl_ms whose key (definition, input, scope) has a stored
+// result within its TTL is answered with it, marked in its metadata
+// (docs/protocol.md 3.3), and nothing runs; otherwise the call runs and a
+// successful result is stored.
+func (r *Router) cachedRun(ctx context.Context, j *job) bus.Result {
+	if r.guard == nil || r.guard.cache == nil {
+		return r.runTool(ctx, j)
+	}
+	c := r.guard.cache
+	key, ok := rcache.Key(&j.tool.Def, j.session, userOf(j.user), j.call.Input)
+	if !ok {
+		return r.runTool(ctx, j)
+	}
+	if res, hit := c.Get(ctx, key); hit {
+		r.guard.cached.WithLabelValues(j.call.Name, "hit").Inc()
+		res.ID, res.Name = j.call.ID, j.call.Name
+		return res
+	}
+	r.guard.cached.WithLabelValues(j.call.Name, "miss").Inc()
+	res := r.runTool(ctx, j)
+	c.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
+	return res
+}
+
+// limit is the quota step of a call's pipeline, after its permission
+// decision and before it runs or parks: a registry tool's call over one of
+// its limits ends limit_exceeded with retry_after_ms (docs/protocol.md
+// 3.3), and nothing runs. reset_tools, search_tools, the skill loader and
+// request-scoped tools are not counted, nor is a call of a re-sent batch
+// that the ledger or a parked record will answer (the first copy was
+// counted; read-only calls run again, and count again). When the counts
+// cannot be reached the call does not run either (fail closed): it ends
+// unavailable.
+func (b *batch) limit(c *callState, spec parkSpec) *bus.Result {
+	if b.r.guard == nil || b.r.guard.lim == nil {
+		return nil
+	}
+	lim := b.r.guard.lim
+	t := c.target.Tool
+	if t == nil || c.target.Skill {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if b.counted(ctx, c, spec) {
+		return nil
+	}
+	ref, err := lim.Check(ctx, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
+	if err != nil {
+		b.r.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
+		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
+			"ToolUnavailableError: The limits of the tool '%s' cannot be checked right now, so it did not run. Try again shortly.", t.Def.Name)))
+	}
+	if ref == nil {
+		return nil
+	}
+	res := bus.ErrorResult(c.call, bus.CodeLimitExceeded, ref.Message(t.Def.Name))
+	res.Error.RetryAfterMS = ref.RetryAfterMS()
+	if b.r.guard.audit != nil {
+		b.r.guard.limited.Store(c, ref.Rule)
+	}
+	return &res
+}
+
+// counted reports whether an earlier copy of this batch already counted
+// call c: the ledger holds it (a call that is not read-only) or it was
+// parked (a call that parks).
+func (b *batch) counted(ctx context.Context, c *callState, spec parkSpec) bool {
+	key := bus.CallKey(b.session, b.replyID, c.call.ID)
+	if spec.kind != "" {
+		_, err := b.r.parked.Get(ctx, key)
+		return err == nil
+	}
+	if c.target.Tool.Def.ReadOnly {
+		return false
+	}
+	_, err := b.r.store.Ledger.Get(ctx, key)
+	return err == nil
+}
+
+// search runs the built-in search_tools over what the session and its
+// user could reach, skills included.
+func (b *batch) search(ctx context.Context, c *callState) bus.Result {
+	r := b.r
+	sess := r.groups.Session(b.session)
+	var docs []groups.SkillDoc
+	if loaderShown(b.req) {
+		gs := r.groups.Groups()
+		for _, s := range r.skills.cat.Skills(userOf(b.data.User)) {
+			docs = append(docs, groups.SkillDoc{Name: s.Name, Description: s.Description, Groups: skills.GroupsOf(s.Name, gs)})
+		}
+	}
+	text, err := r.groups.View(r.reg, sess, b.req).Search(ctx, b.session, c.input, docs)
+	if err != nil {
+		var be *bus.Error
+		if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
+			return bus.ErrorResult(c.call, bus.CodeInvalidInput, be.Message)
+		}
+		return internal(c.call, err)
+	}
+	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
+}
+
+// adminGuard runs the guardrails' admin verbs (docs/protocol.md 9):
+// limits (what is used and left) and limits.reset. ok is false for any
+// other verb.
+func (r *Router) adminGuard(ctx context.Context, verb string, e *bus.Event) (out any, ok bool, err error) {
+	if verb != "limits" && verb != "limits.reset" {
+		return nil, false, nil
+	}
+	var q struct {
+		Rule    string `json:"rule,omitempty"`
+		Tool    string `json:"tool,omitempty"`
+		User    string `json:"user,omitempty"`
+		Session string `json:"session,omitempty"`
+	}
+	if len(e.Data) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(e.Data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&q); err != nil {
+			return nil, true, bus.Errorf(bus.CodeBadRequest, "%s wants {\"rule\", \"tool\", \"user\", \"session\"} (all optional): %v", verb, err)
+		}
+	}
+	if r.guard == nil || r.guard.lim == nil {
+		return map[string]any{"limits": []limits.Usage{}}, true, nil
+	}
+	lim := r.guard.lim
+	call := limits.Call{Tool: q.Tool, User: q.User, Session: q.Session}
+	if t, ok := r.reg.Lookup(q.Tool); ok {
+		call.ReadOnly = t.Def.ReadOnly // write-only rules do not count a read
+	}
+	if verb == "limits.reset" {
+		n, err := lim.Reset(ctx, q.Rule, call)
+		if err != nil {
+			return nil, true, bus.Errorf(bus.CodeBadRequest, "%v", err)
+		}
+		return map[string]any{"reset": n}, true, nil
+	}
+	us, err := lim.Usage(ctx, call)
+	return map[string]any{"limits": us}, true, err
+}
+
+// natsUser is the NATS user whose credentials alone may publish in
+// session: its bound agent user (docs/security.md); "" when the router is
+// open or the session unbound (then any agent or operator may have).
+func (r *Router) natsUser(session string) string {
+	if r.cfg.Identities == nil {
+		return ""
+	}
+	if _, bound := r.cfg.Identities.UserOf(session); bound {
+		return "session-" + session
+	}
+	return ""
+}
+
+// audit writes the audit record of a call the batch finished (every call
+// that did not park: parked calls are recorded when they end, auditParked).
+func (b *batch) audit(c *callState, res bus.Result) {
+	if b.r.guard == nil || b.r.guard.audit == nil {
+		return
+	}
+	tr := b.r.guard.audit
+	sess := b.r.groups.Session(b.session)
+	rec := &audit.Record{Time: time.Now().UTC(), Router: b.r.cfg.ID, Session: b.session, ReplyID: b.replyID, CallID: c.call.ID,
+		User: userOf(b.data.User), NATSUser: b.r.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
+	if !b.start.IsZero() {
+		rec.DurationMS = time.Since(b.start).Milliseconds()
+	}
+	rec.Decision = audit.Decision{Behavior: audit.Allow, Mode: sess.Mode}
+	code := ""
+	if res.Error != nil {
+		code = res.Error.Code
+	}
+	input := c.input
+	if input == nil {
+		input = c.call.Input
+	}
+	switch t := c.target; {
+	case t.Code != "":
+		rec.Decision.Behavior = audit.Unresolved
+	case t.Reset, t.Search, t.Skill, t.External != nil:
+		rec.Decision.Behavior = audit.Builtin
+	case code == bus.CodeInvalidInput:
+		rec.Decision.Behavior = audit.Invalid
+	case code == bus.CodeLimitExceeded:
+		rec.Decision.Behavior = audit.Limit
+		if rule, ok := b.r.guard.limited.LoadAndDelete(c); ok {
+			rec.Decision.Rule = rule.(string)
+		}
+	default:
+		d := permission.Decide(permissionContext(sess), &t.Tool.Def, c.input)
+		rec.Decision.Rule = d.Reason
+		if res.State == bus.StateDenied {
+			rec.Decision.Behavior = audit.Deny
+		}
+		rec.Decision.Cached = bytes.Contains(res.Metadata, []byte(`"`+rcache.MetadataKey+`"`))
+	}
+	if err := tr.Write(rec, input); err != nil {
+		b.r.log.Warn("router: audit record not written", "session", b.session, "call", c.call.ID, "err", err)
+	}
+}
+
+// auditParked writes the audit record of a parked call that ended: asked
+// (a confirmation, naming who answered and when) or external.
+func (r *Router) auditParked(rec *external.Record, res bus.Result) {
+	if r.guard == nil || r.guard.audit == nil {
+		return
+	}
+	tr := r.guard.audit
+	behavior := audit.External
+	if rec.Kind == bus.KindConfirm {
+		behavior = audit.Ask
+	}
+	a := &audit.Record{Time: time.Now().UTC(), Router: r.cfg.ID, Session: rec.Session, ReplyID: rec.ReplyID, CallID: rec.Call.ID,
+		User: userOf(rec.User), NATSUser: r.natsUser(rec.Session), Tool: rec.Call.Name, Outcome: auditOutcome(res),
+		DurationMS: time.Since(rec.Created).Milliseconds(),
+		Decision: audit.Decision{Behavior: behavior, Mode: r.groups.Session(rec.Session).Mode, Rule: rec.Reason,
+			Approver: rec.AnsweredBy, AnsweredAt: rec.AnsweredAt}}
+	if err := tr.Write(a, rec.Call.Input); err != nil {
+		r.log.Warn("router: audit record not written", "session", rec.Session, "call", rec.Call.ID, "err", err)
+	}
+}
+
+func auditOutcome(res bus.Result) audit.Outcome {
+	o := audit.Outcome{State: res.State}
+	if res.Error != nil {
+		o.Code = res.Error.Code
+	}
+	return o
+}
