@@ -340,8 +340,10 @@ func (f *Facade) acquire(k key) (*session, error) {
 	if f.ctx.Err() != nil {
 		return nil, fmt.Errorf("facade: closed")
 	}
-	// Made and listed outside the lock: a listing is a round trip to a
-	// router, and other sessions are served meanwhile.
+	// The deployment's watches, the new session's listing: outside the
+	// lock, since each is a round trip and other sessions are served
+	// meanwhile.
+	f.store.start()
 	s := f.newSession(k)
 	if err := s.refresh(f.ctx); err != nil {
 		s.cancel()
@@ -369,7 +371,6 @@ func (f *Facade) acquire(k key) (*session, error) {
 	f.byID[k.session][s] = struct{}{}
 	s.elem = f.lru.PushFront(s)
 	f.touchLocked(s, 1)
-	f.store.start()
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()

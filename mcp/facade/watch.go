@@ -26,6 +26,10 @@ type storeWatch struct {
 	listings atomic.Int64 // listings asked for, for the tests and measurements
 }
 
+// firstWatchWait bounds the wait for the first attempts of the watches
+// (made at once); what is not started by then starts in the background.
+const firstWatchWait = 5 * time.Second
+
 func newStoreWatch(f *Facade) *storeWatch { return &storeWatch{f: f} }
 
 func (w *storeWatch) count() { w.listings.Add(1) }
@@ -38,13 +42,14 @@ func (w *storeWatch) start() {
 		// per session: the facade's cost stays one consumer however many
 		// sessions come and go; a write of a session nobody serves here
 		// is a map lookup.
-		w.goRetry(func(ctx context.Context) (func(), error) {
+		var firsts []<-chan struct{}
+		firsts = append(firsts, w.goRetry(func(ctx context.Context) (func(), error) {
 			return w.updates(ctx, subj.Bucket(bus.BucketSessions), func(e jetstream.KeyValueEntry) { w.f.changed(e.Key()) })
-		})
-		w.kv(subj.Bucket(bus.BucketTools), ">", func(jetstream.KeyValueEntry) { w.f.changed("") })
-		w.kv(subj.Bucket(bus.BucketGroups), ">", func(jetstream.KeyValueEntry) { w.f.changed("") })
+		}))
+		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketTools), ">", func(jetstream.KeyValueEntry) { w.f.changed("") }))
+		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketGroups), ">", func(jetstream.KeyValueEntry) { w.f.changed("") }))
 		workers := map[string]bool{}
-		w.kv(subj.Bucket(bus.BucketWorkers), ">", func(e jetstream.KeyValueEntry) {
+		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketWorkers), ">", func(e jetstream.KeyValueEntry) {
 			// A heartbeat rewrites a known key: nothing changes. A new key
 			// (a worker arrived), a leave or a deletion may change listings.
 			var v struct {
@@ -61,8 +66,8 @@ func (w *storeWatch) start() {
 				workers[e.Key()] = true
 			}
 			w.f.changed("")
-		})
-		w.goRetry(func(ctx context.Context) (func(), error) {
+		}))
+		firsts = append(firsts, w.goRetry(func(ctx context.Context) (func(), error) {
 			js, err := jetstream.New(w.f.nc)
 			if err != nil {
 				return nil, err
@@ -81,13 +86,22 @@ func (w *storeWatch) start() {
 				}
 			})
 			return func() { _ = ow.Stop(); <-done }, nil
-		})
+		}))
+		t := time.NewTimer(firstWatchWait)
+		defer t.Stop()
+		for _, first := range firsts {
+			select {
+			case <-first:
+			case <-t.C:
+				return
+			}
+		}
 	})
 }
 
-// kv watches keys of bucket with apply until the facade closes; it
-// returns a function that stops the watch sooner.
-func (w *storeWatch) kv(bucket, keys string, apply func(jetstream.KeyValueEntry)) func() {
+// kv watches keys of bucket with apply until the facade closes; the
+// channel closes when the first attempt to start it has ended.
+func (w *storeWatch) kv(bucket, keys string, apply func(jetstream.KeyValueEntry)) <-chan struct{} {
 	return w.goRetry(func(ctx context.Context) (func(), error) {
 		js, err := jetstream.New(w.f.nc)
 		if err != nil {
@@ -149,17 +163,21 @@ func follow[T any](ctx context.Context, updates <-chan T, apply func(T)) (done c
 	return done
 }
 
-// goRetry runs start, again every Poll in the background until it
-// succeeds, and stops what it started when the facade closes or the
-// returned function is called.
-func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) func() {
-	ctx, cancel := context.WithCancel(w.f.ctx)
-	// The first attempt runs here, so that a change made once the session
-	// is served is seen.
-	stop, err := start(ctx)
+// goRetry runs start in the background, again every Poll until it
+// succeeds, and stops what it started when the facade closes. The
+// channel closes when the first attempt has ended, for start to wait
+// on: a change made once the session is served is then seen, while a
+// login that may not watch (a stdio host on an agent's credentials:
+// each attempt a request timeout) holds the first session up at most
+// firstWatchWait.
+func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) <-chan struct{} {
+	ctx := w.f.ctx
+	first := make(chan struct{})
 	w.f.wg.Add(1)
 	go func() {
 		defer w.f.wg.Done()
+		stop, err := start(ctx)
+		close(first)
 		for {
 			if err == nil {
 				<-ctx.Done()
@@ -175,5 +193,5 @@ func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) func()
 			stop, err = start(ctx)
 		}
 	}()
-	return cancel
+	return first
 }
