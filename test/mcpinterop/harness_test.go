@@ -60,10 +60,13 @@ type helloIn struct {
 // confirmed in sessions whose mode is "default") and siteops (group
 // "site", which an operator activates), and the facade with alice's token
 // for every session, confirm policy host_user.
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return startEnv(t, nil) }
+
+// startEnv is newEnv with the facade's Config changed by mod first.
+func startEnv(t *testing.T, mod func(*facade.Config)) *env {
 	t.Helper()
 	e := &env{started: make(chan string, 16), ended: make(chan string, 16)}
-	e.d = xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: 500 * time.Millisecond,
+	e.d = xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: 2 * time.Second, Bound: bound,
 		Router: router.Config{DefaultMode: "bypass", Logger: slog.New(slog.DiscardHandler),
 			Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta},
 				{Name: "site", Description: "Site tools an operator switches.", Scope: bus.ScopeExternal}}}})
@@ -98,8 +101,11 @@ func newEnv(t *testing.T) *env {
 	}
 	// Poll once an hour: every list change these clients see comes from
 	// a watch, as in a deployment (the poll is only the fallback).
-	f := facade.New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}),
-		facade.Config{Auth: tokens, Poll: time.Hour, Confirm: facade.ConfirmHostUser, Logger: slog.New(slog.DiscardHandler)})
+	cfg := facade.Config{Auth: tokens, Poll: time.Hour, Confirm: facade.ConfirmHostUser, Logger: slog.New(slog.DiscardHandler)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	f := facade.New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), cfg)
 	hs := httptest.NewServer(f.Handler())
 	t.Cleanup(func() { hs.Close(); f.Close() })
 	e.base = hs.URL

@@ -26,7 +26,8 @@ func TestTypeScriptSDK(t *testing.T) {
 		t.Fatalf("connected at %q", st.Version)
 	}
 	if st := p.next(t, "list"); !slices.Equal(st.Names, []string{"deploy", "hello", "reset_tools", "wait"}) {
-		t.Fatalf("tools/list: %v", st.Names)
+		l, err := e.bus.Tools(t.Context(), s, "mcp", nil)
+		t.Fatalf("tools/list: %v; the bus lists %d (%v)", st.Names, len(l.Tools), err)
 	}
 	if st := p.next(t, "call"); st.Text != "hello ts" {
 		t.Fatalf("hello: %+v", st)
