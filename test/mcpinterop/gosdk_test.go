@@ -3,6 +3,7 @@ package mcpinterop
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -149,11 +150,20 @@ func TestGoSDK(t *testing.T) {
 			}
 			h := connectGo(t, e.url(s), version)
 
-			if got := h.names(t); !slices.Equal(got, []string{"hello", "reset_tools", "wait"}) {
+			if got := h.names(t); !slices.Equal(got, basicTools) {
 				t.Fatalf("tools/list: %v", got)
 			}
 			if text, isErr := h.call(t, "hello", map[string]any{"name": "go"}); isErr || text != "hello go" {
 				t.Fatalf("hello: %q %v", text, isErr)
+			}
+
+			// A tool with an output schema returns structuredContent.
+			res, err := h.CallTool(t.Context(), &mcp.CallToolParams{Name: "stats", Arguments: map[string]any{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if raw, _ := json.Marshal(res.StructuredContent); res.IsError || string(raw) != `{"n":3}` {
+				t.Fatalf("stats: structuredContent %s, %+v", raw, res)
 			}
 
 			// Cancel a call, then call again on the same session.

@@ -55,7 +55,20 @@ type helloIn struct {
 	Name string `json:"name"`
 }
 
+// statsOut is what the tool stats returns: the worker sends it as JSON
+// text, and the tool lists an output_schema.
+type statsOut struct {
+	N int `json:"n"`
+}
+
+// basicTools is what a new session lists.
+var basicTools = []string{"hello", "reset_tools", "stats", "wait"}
+
+// opsTools is what a session lists after reset_tools {"ops": true}.
+var opsTools = []string{"deploy", "hello", "reset_tools", "stats", "wait"}
+
 // newEnv starts a router, a worker with the tools hello (read-only),
+// stats (read-only, with an output schema),
 // wait (read-only; runs until its call is cancelled), deploy (ask:
 // confirmed in sessions whose mode is "default") and siteops (group
 // "site", which an operator activates), and the facade with alice's token
@@ -75,6 +88,9 @@ func startEnv(t *testing.T, mod func(*facade.Config)) *env {
 			worker.Register(w, bus.ToolDef{Name: "hello", Description: "Greets.", ReadOnly: true,
 				InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`)},
 				func(_ context.Context, _ *worker.Call, in helloIn) (string, error) { return "hello " + in.Name, nil }),
+			worker.Register(w, bus.ToolDef{Name: "stats", Description: "Counts; its output is a JSON object.", ReadOnly: true,
+				OutputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)},
+				func(context.Context, *worker.Call, struct{}) (statsOut, error) { return statsOut{N: 3}, nil }),
 			worker.Register(w, bus.ToolDef{Name: "wait", Description: "Runs until cancelled.", ReadOnly: true},
 				func(ctx context.Context, c *worker.Call, _ struct{}) (string, error) {
 					e.started <- c.ID
@@ -90,7 +106,7 @@ func startEnv(t *testing.T, mod func(*facade.Config)) *env {
 	if _, err := e.d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: setup}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.d.WaitLive(t.Context(), "hello", "wait", "deploy", "siteops"); err != nil {
+	if err := e.d.WaitLive(t.Context(), "hello", "stats", "wait", "deploy", "siteops"); err != nil {
 		t.Fatal(err)
 	}
 	e.bus = client.New(e.conn(t, xtest.RoleClient), client.Config{Source: "test/agent"})

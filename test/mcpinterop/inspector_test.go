@@ -69,8 +69,6 @@ func inspectHello(t *testing.T, cli string, args ...string) {
 	}
 }
 
-var basicTools = []string{"hello", "reset_tools", "wait"}
-
 // TestInspectorCLI: the MCP Inspector's CLI rewrites every URL whose path
 // does not end in /mcp to /mcp (dropping the rest of the path and the
 // query), so it is given /mcp?session=<s> or /mcp/<s>/mcp. 0.15.0 (the

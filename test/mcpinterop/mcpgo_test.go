@@ -65,7 +65,7 @@ func TestMCPGo(t *testing.T) {
 				names = append(names, tool.Name)
 			}
 			slices.Sort(names)
-			if !slices.Equal(names, []string{"deploy", "hello", "reset_tools", "wait"}) {
+			if !slices.Equal(names, opsTools) {
 				t.Fatalf("tools/list: %v", names)
 			}
 			call := func(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, error) {

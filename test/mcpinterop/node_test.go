@@ -148,6 +148,8 @@ type step struct {
 	Aborted bool     `json:"aborted"`
 	Message string   `json:"message"`
 	Kinds   []string `json:"kinds"`
+	// Structured is a result's structuredContent.
+	Structured json.RawMessage `json:"structured"`
 }
 
 // nodeProc is a running node script: its steps, and its stdin.

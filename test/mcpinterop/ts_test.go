@@ -25,12 +25,15 @@ func TestTypeScriptSDK(t *testing.T) {
 	if st := p.next(t, "connect"); st.Version != "2025-11-25" {
 		t.Fatalf("connected at %q", st.Version)
 	}
-	if st := p.next(t, "list"); !slices.Equal(st.Names, []string{"deploy", "hello", "reset_tools", "wait"}) {
+	if st := p.next(t, "list"); !slices.Equal(st.Names, opsTools) {
 		l, err := e.bus.Tools(t.Context(), s, "mcp", nil)
 		t.Fatalf("tools/list: %v; the bus lists %d (%v)", st.Names, len(l.Tools), err)
 	}
 	if st := p.next(t, "call"); st.Text != "hello ts" {
 		t.Fatalf("hello: %+v", st)
+	}
+	if st := p.next(t, "structured"); string(st.Structured) != `{"n":3}` || st.Text != `{"n":3}` {
+		t.Fatalf("stats: %+v", st)
 	}
 	p.next(t, "waiting")
 	bustest.Recv(t, e.started, bound, "the wait call at the worker")

@@ -44,6 +44,15 @@ async function main() {
 
   out({ step: 'call', text: text(await client.callTool({ name: 'hello', arguments: { name: 'ts' } })) });
 
+  // A tool with an output schema: the SDK refuses a result without
+  // structuredContent, and checks it against the schema.
+  try {
+    const res = await client.callTool({ name: 'stats', arguments: {} });
+    out({ step: 'structured', structured: res.structuredContent ?? null, text: text(res) });
+  } catch (err) {
+    out({ step: 'structured', error: String(err?.message ?? err) });
+  }
+
   // Cancel: abort the wait call once the test says it runs at the worker.
   const ac = new AbortController();
   const waiting = client.callTool({ name: 'wait', arguments: {} }, undefined, { signal: ac.signal });
