@@ -616,7 +616,11 @@ func (s *session) refresh(ctx context.Context) error {
 		if !s.stdio {
 			tool.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 		}
-		tools = append(tools, server.ServerTool{Tool: tool, Handler: s.call})
+		handler := server.ToolHandlerFunc(s.call)
+		if len(l.OutputSchema) > 0 && string(l.OutputSchema) != "null" {
+			handler = withStructured(handler) // structured.go
+		}
+		tools = append(tools, server.ServerTool{Tool: tool, Handler: handler})
 		order[l.Name] = i
 	}
 	s.raw, s.order = string(raw), order
