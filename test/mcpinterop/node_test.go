@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -152,9 +153,11 @@ type step struct {
 	Structured json.RawMessage `json:"structured"`
 }
 
-// nodeProc is a running node script: its steps, and its stdin.
+// nodeProc is a running node script: its steps (and each one's line),
+// and its stdin.
 type nodeProc struct {
 	steps  chan step
+	raws   chan []byte
 	stdin  io.WriteCloser
 	stderr *bustest.Buffer
 }
@@ -165,7 +168,7 @@ func runNode(t *testing.T, path string, args ...string) *nodeProc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	cmd := exec.CommandContext(ctx, "node", append([]string{path}, args...)...)
-	p := &nodeProc{steps: make(chan step, 32), stderr: &bustest.Buffer{}}
+	p := &nodeProc{steps: make(chan step, 32), raws: make(chan []byte, 32), stderr: &bustest.Buffer{}}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -187,6 +190,7 @@ func runNode(t *testing.T, path string, args ...string) *nodeProc {
 			if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
 				s = step{Step: "unparsed", Error: sc.Text()}
 			}
+			p.raws <- slices.Clone(sc.Bytes())
 			p.steps <- s
 		}
 	}()
@@ -203,6 +207,9 @@ func (p *nodeProc) next(t *testing.T, want string) step {
 	t.Helper()
 	select {
 	case s, ok := <-p.steps:
+		if ok {
+			<-p.raws
+		}
 		if !ok {
 			t.Fatalf("the script ended before %q; stderr: %s", want, p.stderr.String())
 		}
@@ -210,6 +217,25 @@ func (p *nodeProc) next(t *testing.T, want string) step {
 			t.Fatalf("step %+v, want %q without error; stderr: %s", s, want, p.stderr.String())
 		}
 		return s
+	case <-time.After(bound):
+		t.Fatalf("no step %q within %s; stderr: %s", want, bound, p.stderr.String())
+		panic("unreachable")
+	}
+}
+
+// nextRaw is next, returning the step's line as printed.
+func (p *nodeProc) nextRaw(t *testing.T, want string) []byte {
+	t.Helper()
+	select {
+	case s, ok := <-p.steps:
+		if !ok {
+			t.Fatalf("the script ended before %q; stderr: %s", want, p.stderr.String())
+		}
+		raw := <-p.raws
+		if s.Step != want || s.Error != "" {
+			t.Fatalf("step %s, want %q without error; stderr: %s", raw, want, p.stderr.String())
+		}
+		return raw
 	case <-time.After(bound):
 		t.Fatalf("no step %q within %s; stderr: %s", want, bound, p.stderr.String())
 		panic("unreachable")
