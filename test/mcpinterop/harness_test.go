@@ -62,16 +62,17 @@ type statsOut struct {
 }
 
 // basicTools is what a new session lists.
-var basicTools = []string{"hello", "reset_tools", "stats", "wait"}
+var basicTools = []string{"ask_human", "hello", "reset_tools", "stats", "wait"}
 
 // opsTools is what a session lists after reset_tools {"ops": true}.
-var opsTools = []string{"deploy", "hello", "reset_tools", "stats", "wait"}
+var opsTools = []string{"ask_human", "deploy", "hello", "reset_tools", "stats", "wait"}
 
 // newEnv starts a router, a worker with the tools hello (read-only),
 // stats (read-only, with an output schema),
 // wait (read-only; runs until its call is cancelled), deploy (ask:
-// confirmed in sessions whose mode is "default") and siteops (group
-// "site", which an operator activates), and the facade with alice's token
+// confirmed in sessions whose mode is "default"), siteops (group
+// "site", which an operator activates) and ask_human (external: it
+// parks until answered on the bus), and the facade with alice's token
 // for every session, confirm policy host_user.
 func newEnv(t *testing.T) *env { return startEnv(t, nil) }
 
@@ -100,13 +101,15 @@ func startEnv(t *testing.T, mod func(*facade.Config)) *env {
 				}),
 			worker.Register(w, bus.ToolDef{Name: "deploy", Description: "Deploys.", Groups: []string{"ops"}},
 				func(context.Context, *worker.Call, struct{}) (string, error) { return "deployed", nil }),
+			w.Handle(bus.ToolDef{Name: "ask_human", Description: "A person answers.", External: true, ReadOnly: true,
+				InputSchema: json.RawMessage(`{"type":"object"}`)}, nil),
 			worker.Register(w, bus.ToolDef{Name: "siteops", Description: "Site operations.", ReadOnly: true, Groups: []string{"site"}},
 				func(context.Context, *worker.Call, struct{}) (string, error) { return "site", nil }))
 	}
 	if _, err := e.d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: setup}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.d.WaitLive(t.Context(), "hello", "stats", "wait", "deploy", "siteops"); err != nil {
+	if err := e.d.WaitLive(t.Context(), "hello", "stats", "wait", "deploy", "siteops", "ask_human"); err != nil {
 		t.Fatal(err)
 	}
 	e.bus = client.New(e.conn(t, xtest.RoleClient), client.Config{Source: "test/agent"})
@@ -117,7 +120,11 @@ func startEnv(t *testing.T, mod func(*facade.Config)) *env {
 	}
 	// Poll once an hour: every list change these clients see comes from
 	// a watch, as in a deployment (the poll is only the fallback).
-	cfg := facade.Config{Auth: tokens, Poll: time.Hour, Confirm: facade.ConfirmHostUser, Logger: slog.New(slog.DiscardHandler)}
+	// QuietHold (a parked call of a host without progress token or
+	// task answered "still parked") is 3 s instead of 45 s, and progress
+	// notices come every 200 ms.
+	cfg := facade.Config{Auth: tokens, Poll: time.Hour, Confirm: facade.ConfirmHostUser, QuietHold: 3 * time.Second,
+		ProgressEvery: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -160,5 +167,26 @@ func (e *env) activate(t *testing.T, s, group string) {
 	t.Helper()
 	if err := e.bus.Admin(t.Context(), "session.activate", s, map[string]any{"groups": []string{group}}, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// parkedEvent returns the reply id and parked call of the next
+// io.toolbus.call.parked of tool on ev.
+func parkedEvent(t *testing.T, ev *client.Events, tool string) (replyID string, p bus.Parked) {
+	t.Helper()
+	timeout := time.After(bound)
+	for {
+		select {
+		case m := <-ev.C:
+			if m.Type != bus.TypeCallParked {
+				continue
+			}
+			var pe bus.ParkedEvent
+			if err := m.DataAs(&pe); err == nil && len(pe.Calls) > 0 && pe.Calls[0].Name == tool {
+				return m.ReplyID, pe.Calls[0]
+			}
+		case <-timeout:
+			t.Fatalf("no call.parked of %s within %s", tool, bound)
+		}
 	}
 }

@@ -149,6 +149,7 @@ type step struct {
 	Aborted bool     `json:"aborted"`
 	Message string   `json:"message"`
 	Kinds   []string `json:"kinds"`
+	Notices int      `json:"notices"`
 	// Structured is a result's structuredContent.
 	Structured json.RawMessage `json:"structured"`
 }

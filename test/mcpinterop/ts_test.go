@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 )
 
@@ -61,6 +62,31 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 	if st := p.next(t, "task"); st.Text != "hello task" || !slices.Contains(st.Kinds, "taskCreated") {
 		t.Fatalf("task-augmented call: %+v", st)
+	}
+
+	// Parked calls: answered on the bus while the host waits with a
+	// progress token; without one, answered "still parked" by the facade
+	// (QuietHold) and still answerable on the bus afterwards.
+	ev, err := e.bus.Watch(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	p.next(t, "parking")
+	replyID, parked := parkedEvent(t, ev, "ask_human")
+	if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")}); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.next(t, "parked"); st.IsError || st.Text != "forty-two" || st.Notices == 0 {
+		t.Fatalf("parked call with progress: %+v", st)
+	}
+	replyID, parked = parkedEvent(t, ev, "ask_human")
+	st := p.next(t, "quiet")
+	if !st.IsError || !strings.Contains(st.Text, "stays parked") || !strings.Contains(st.Text, parked.ID) {
+		t.Fatalf("parked call without progress: %+v", st)
+	}
+	if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("later")}); err != nil {
+		t.Fatalf("the quiet host's call is no longer parked: %v", err)
 	}
 	p.next(t, "done")
 }

@@ -91,6 +91,21 @@ async function main() {
   }
   out({ step: 'task', kinds, text: result });
 
+  // A parked call (an external tool) held open with progress notices
+  // until the test answers it on the bus.
+  let notices = 0;
+  const parked = client.callTool({ name: 'ask_human', arguments: {} }, undefined, {
+    onprogress: () => { notices++; }, resetTimeoutOnProgress: true,
+  });
+  out({ step: 'parking' });
+  res = await parked;
+  out({ step: 'parked', text: text(res), isError: !!res.isError, notices });
+
+  // The same without a progress token: the facade answers before the
+  // SDK's own 60 s timeout that the call is still parked.
+  res = await client.callTool({ name: 'ask_human', arguments: {} });
+  out({ step: 'quiet', text: text(res), isError: !!res.isError });
+
   await client.close();
   out({ step: 'done' });
 }
