@@ -16,10 +16,10 @@ import (
 
 // TestCancelInterruptsBusCall: every MCP call cancelled by its client
 // interrupts its bus call. When the client cancels, the request's context
-// ends and the bus call's client.Call returns with that context's error
-// at about the same moment; the wait loop used to pick the second (a
-// select between two ready cases picks either) and return without
-// cancelling on the bus, so about one cancelled call in thirty ran on
+// ends, and the bus call's client.Call returns with that context's error
+// and the session's event watch closes at about the same moment; the wait
+// loop used to pick one of those (a select between ready cases picks any)
+// and return without cancelling on the bus, so about one cancelled call in thirty ran on
 // until its deadline (found by test/mcpinterop with the Go SDK and
 // mcp-go). Repeated, so that the race shows.
 func TestCancelInterruptsBusCall(t *testing.T) {
