@@ -220,3 +220,45 @@ func TestGoSDK(t *testing.T) {
 		})
 	}
 }
+
+// TestGoSDKTwoHosts: two Go SDK hosts of one user in one session at
+// 2026-07-28, each with a call in flight under the same JSON-RPC id (they
+// made the same requests in the same order). The first host cancels its
+// call: that call is interrupted, and the other host's call is not
+// (revision 2026-07-28 has no MCP sessions, so a notifications/cancelled
+// names a request id that several hosts may be using at once).
+func TestGoSDKTwoHosts(t *testing.T) {
+	e := newEnv(t)
+	const s, version = "twohosts", "2026-07-28"
+	a, b := connectGo(t, e.url(s), version), connectGo(t, e.url(s), version)
+	ctxA, cancelA := context.WithCancel(t.Context())
+	doneA, doneB := make(chan error, 1), make(chan *mcp.CallToolResult, 1)
+	go func() {
+		_, err := a.CallTool(ctxA, &mcp.CallToolParams{Name: "wait", Arguments: map[string]any{}})
+		doneA <- err
+	}()
+	bustest.Recv(t, e.started, bound, "the first host's call at the worker")
+	go func() {
+		res, err := b.CallTool(t.Context(), &mcp.CallToolParams{Name: "wait", Arguments: map[string]any{}})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+		}
+		doneB <- res
+	}()
+	bustest.Recv(t, e.started, bound, "the second host's call at the worker")
+	cancelA()
+	if err := bustest.Recv(t, doneA, bound, "the first host's cancelled call"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first host's call: %v", err)
+	}
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		if got := a.wire.cancels(); len(got) != 1 || got[0] != http.StatusAccepted {
+			return fmt.Errorf("notifications/cancelled answered %v, want [202]", got)
+		}
+		return nil
+	})
+	bustest.Recv(t, e.ended, bound, "the first host's bus call interrupted")
+	close(e.release)
+	if res := bustest.Recv(t, doneB, bound, "the second host's call"); res.IsError || goText(res) != "released" {
+		t.Fatalf("the second host's call, which nobody cancelled: %q (isError %v)", goText(res), res.IsError)
+	}
+}

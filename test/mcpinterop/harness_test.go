@@ -46,6 +46,8 @@ type env struct {
 	// "released").
 	started chan string
 	ended   chan string
+	// release, closed, ends every wait call with the text "released".
+	release chan struct{}
 }
 
 // url is the session's URL as the README gives it to most clients.
@@ -69,7 +71,7 @@ var opsTools = []string{"ask_human", "deploy", "hello", "reset_tools", "stats", 
 
 // newEnv starts a router, a worker with the tools hello (read-only),
 // stats (read-only, with an output schema),
-// wait (read-only; runs until its call is cancelled), deploy (ask:
+// wait (read-only; runs until its call is cancelled or release is closed), deploy (ask:
 // confirmed in sessions whose mode is "default"), siteops (group
 // "site", which an operator activates) and ask_human (external: it
 // parks until answered on the bus), and the facade with alice's token
@@ -79,7 +81,7 @@ func newEnv(t *testing.T) *env { return startEnv(t, nil) }
 // startEnv is newEnv with the facade's Config changed by mod first.
 func startEnv(t *testing.T, mod func(*facade.Config)) *env {
 	t.Helper()
-	e := &env{started: make(chan string, 16), ended: make(chan string, 16)}
+	e := &env{started: make(chan string, 16), ended: make(chan string, 16), release: make(chan struct{})}
 	e.d = xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: 2 * time.Second, Bound: bound,
 		Router: router.Config{DefaultMode: "bypass", Logger: slog.New(slog.DiscardHandler),
 			Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta},
@@ -95,9 +97,13 @@ func startEnv(t *testing.T, mod func(*facade.Config)) *env {
 			worker.Register(w, bus.ToolDef{Name: "wait", Description: "Runs until cancelled.", ReadOnly: true},
 				func(ctx context.Context, c *worker.Call, _ struct{}) (string, error) {
 					e.started <- c.ID
-					<-ctx.Done()
-					e.ended <- ctx.Err().Error()
-					return "", ctx.Err()
+					select {
+					case <-ctx.Done():
+						e.ended <- ctx.Err().Error()
+						return "", ctx.Err()
+					case <-e.release:
+						return "released", nil
+					}
 				}),
 			worker.Register(w, bus.ToolDef{Name: "deploy", Description: "Deploys.", Groups: []string{"ops"}},
 				func(context.Context, *worker.Call, struct{}) (string, error) { return "deployed", nil }),
