@@ -235,6 +235,10 @@ func (f *Facade) Handler() http.Handler {
 		if !stampNotification(w, r) {
 			return
 		}
+		if modernCancel(r) { // cancelled.go
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
 		s.http.ServeHTTP(w, r)
 	})
 }
