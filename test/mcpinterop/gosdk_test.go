@@ -133,9 +133,12 @@ func goText(res *mcp.CallToolResult) string {
 
 // TestGoSDK: the Go SDK (v1.8.0) over streamable HTTP at the URL the
 // README gives, at 2025-11-25 (initialize) and 2026-07-28
-// (server/discover): list, call, a call cancelled through its context
-// (notifications/cancelled accepted with 202, the bus call interrupted)
-// and then another call on the same client session, a confirmation the
+// (server/discover): list, call, structured output, a call cancelled
+// through its context (its notifications/cancelled answered 202, never
+// the 400 that made the SDK drop its session; the bus call interrupted:
+// by the notification at 2025-11-25, by the end of the request's stream
+// at 2026-07-28, docs/mcp.md "Interop") and then another call on the same
+// client session, a confirmation the
 // host's user answers through elicitation (allow, then deny), and
 // tools/list_changed after reset_tools and after an operator's
 // session.activate. Tasks: the SDK has no client API for them in
