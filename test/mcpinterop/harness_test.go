@@ -46,6 +46,8 @@ type env struct {
 	// "released").
 	started chan string
 	ended   chan string
+	// f is the facade (ServeStdio serves `toolbus mcp`).
+	f *facade.Facade
 	// release, closed, ends every wait call with the text "released".
 	release chan struct{}
 }
@@ -137,7 +139,7 @@ func startEnv(t *testing.T, mod func(*facade.Config)) *env {
 	f := facade.New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), cfg)
 	hs := httptest.NewServer(f.Handler())
 	t.Cleanup(func() { hs.Close(); f.Close() })
-	e.base = hs.URL
+	e.base, e.f = hs.URL, f
 	return e
 }
 
