@@ -130,6 +130,13 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (
 			return nil, ctx.Err()
 		case <-done:
 			done = nil
+			if callErr != nil && ctx.Err() != nil {
+				// client.Call ended because ctx did, and this case won the
+				// select over ctx.Done: the bus call still runs
+				// (TestCancelInterruptsBusCall).
+				s.interrupt(ctx, replyID)
+				return nil, ctx.Err()
+			}
 			if callErr != nil {
 				return mcp.NewToolResultError("Error: " + callErr.Error()), nil
 			}
@@ -186,6 +193,10 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (
 			return mcp.NewToolResultError(fmt.Sprintf("The call %s of tool %s is still parked (%s) after its deadline (%s): answer it on %s (reply id %s, session %s).",
 				b.Calls[0].ID, req.Params.Name, parked.Kind, deadline.Sub(start).Round(time.Millisecond), parked.Subject, replyID, s.id)), nil
 		case e, ok := <-ev.C:
+			if !ok && ctx.Err() != nil {
+				s.interrupt(ctx, replyID) // the watch ended with ctx, before ctx.Done was picked
+				return nil, ctx.Err()
+			}
 			if !ok {
 				return nil, fmt.Errorf("facade: events ended")
 			}

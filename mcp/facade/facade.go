@@ -240,6 +240,10 @@ func (f *Facade) Handler() http.Handler {
 		if !stampNotification(w, r) || (!s.noTasks && s.serveTaskHTTP(w, r)) {
 			return
 		}
+		if modernCancel(r) { // cancelled.go
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
 		s.http.ServeHTTP(w, r)
 	})
 }
@@ -606,7 +610,11 @@ func (s *session) refresh(ctx context.Context) error {
 		if !s.noTasks {
 			tool.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 		}
-		tools = append(tools, server.ServerTool{Tool: tool, Handler: s.call})
+		handler := server.ToolHandlerFunc(s.call)
+		if len(l.OutputSchema) > 0 && string(l.OutputSchema) != "null" {
+			handler = withStructured(handler) // structured.go
+		}
+		tools = append(tools, server.ServerTool{Tool: tool, Handler: handler})
 		order[l.Name] = i
 	}
 	s.raw = string(raw)

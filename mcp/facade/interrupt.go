@@ -1,0 +1,16 @@
+package facade
+
+import (
+	"context"
+	"time"
+)
+
+// interrupt cancels the bus call of reply id replyID (docs/protocol.md
+// 5.4) for a call whose MCP request ended: the client cancelled it, went
+// away, or cancelled the task. It uses a context of its own, since ctx
+// has ended.
+func (s *session) interrupt(ctx context.Context, replyID string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = s.f.cl.Cancel(cctx, s.id, replyID)
+}
