@@ -14,17 +14,40 @@ import (
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/schemas"
 )
+
+// answers takes answers to parked calls on P.answer.<tool> and
+// P.approve.<tool> (docs/protocol.md 6.3) and turns each accepted one into
+// its call's result: Done (an external result or a denial), Repark (a
+// confirmed call of an external tool) or Run (a confirmed call), after
+// which the batch resumes when the call was the last one awaited.
+type answers struct {
+	*wire
+	base    context.Context
+	landing func() (context.Context, context.CancelFunc)
+	parked  *external.Store
+	reg     *registry.Registry
+	groups  *groups.Store
+	secured bool // the router binds users by credentials (Config.Identities)
+
+	sealAnswer func(key string, out []bus.Block) ([]bus.Block, error)
+	publish    func(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
+	stored     func(ctx context.Context, evs []*sentEvent) error
+	runTool    func(ctx context.Context, j *job) bus.Result
+	resume     func(cont *external.Batch)
+	confirming *confirmed
+}
 
 // onAnswer takes an answer to a parked call: the first valid answer wins
 // (compare-and-set on the parked record) and is acknowledged; the call's
 // result follows, and the batch resumes when it was the last one awaited.
-func (r *Router) onAnswer(m *nats.Msg) { r.answer(m, viaAnswer) }
+func (r *answers) onAnswer(m *nats.Msg) { r.answer(m, viaAnswer) }
 
 // onApprove takes a confirmation on P.approve.<tool> (docs/protocol.md
 // 6.3): the approver's subject, which carries confirmations only.
-func (r *Router) onApprove(m *nats.Msg) { r.answer(m, viaApprove) }
+func (r *answers) onApprove(m *nats.Msg) { r.answer(m, viaApprove) }
 
 // The subject kinds answers arrive on. NATS permissions are what tell
 // them apart: the approver may publish on P.approve.<tool> only, handlers
@@ -34,7 +57,7 @@ const (
 	viaApprove = "approve"
 )
 
-func (r *Router) answer(m *nats.Msg, via string) {
+func (r *answers) answer(m *nats.Msg, via string) {
 	tool, ok := r.subj.Token(m.Subject, via)
 	if !ok {
 		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject))
@@ -54,7 +77,7 @@ func (r *Router) answer(m *nats.Msg, via string) {
 		r.reject(m, err)
 		return
 	}
-	ctx, cancel := landing()
+	ctx, cancel := r.landing()
 	defer cancel()
 	check := func(rec *external.Record, a *bus.Answer) error {
 		if err := r.checkAnswer(rec, a, via); err != nil {
@@ -77,9 +100,7 @@ func (r *Router) answer(m *nats.Msg, via string) {
 		// acknowledged must find the rules in place, not ask again.
 		r.remember(ctx, rec.Session, a.Rules)
 	}
-	if err := bus.Respond(r.nc, m, r.source, bus.TypeAnswerAck, bus.AnswerAck{Accepted: true}); err != nil {
-		r.log.Warn("router: answer ack failed", "err", err)
-	}
+	r.respond(m, bus.TypeAnswerAck, bus.AnswerAck{Accepted: true}, "answer ack")
 	r.settle(rec)
 }
 
@@ -91,7 +112,7 @@ func (r *Router) answer(m *nats.Msg, via string) {
 // rules. On P.answer.<tool> a confirmation is taken only from an open
 // router (no identities), as before: its digest, when given, must match;
 // an edited input is validated against the tool's schema and normalised.
-func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) error {
+func (r *answers) checkAnswer(rec *external.Record, a *bus.Answer, via string) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
 	}
@@ -99,7 +120,7 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) er
 		return err
 	}
 	if rec.Kind == bus.KindConfirm {
-		if via == viaAnswer && r.cfg.Identities != nil {
+		if via == viaAnswer && r.secured {
 			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: on a secured router confirmations go to %s, not %s", rec.Call.ID, r.subj.Approve(rec.Call.Name), r.subj.Answer(rec.Call.Name))
 		}
 		if a.Confirmed == nil {
@@ -111,7 +132,7 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) er
 		// Required on the approver's subject of a secured router; an open
 		// router takes a confirmation without it, as before, from clients
 		// that send where the record's subject says.
-		if err := checkDigest(rec, a, via == viaApprove && r.cfg.Identities != nil); err != nil {
+		if err := checkDigest(rec, a, via == viaApprove && r.secured); err != nil {
 			return err
 		}
 		for _, rule := range a.Rules {
@@ -212,7 +233,7 @@ func checkBlock(bl bus.Block) error {
 }
 
 // remember adds a confirmation's rules to the session's permission context.
-func (r *Router) remember(ctx context.Context, session string, rules []bus.Rule) {
+func (r *answers) remember(ctx context.Context, session string, rules []bus.Rule) {
 	if len(rules) == 0 {
 		return
 	}
@@ -254,7 +275,7 @@ func deniedByUser(c bus.Call, reason string) bus.Result {
 // settle turns an accepted answer into the call's result: an external
 // answer is the result; a denial ends the call; a confirmation runs it (or
 // parks it again for its execution when the tool is external).
-func (r *Router) settle(rec *external.Record) {
+func (r *answers) settle(rec *external.Record) {
 	if rec.Kind != bus.KindConfirm {
 		r.complete(rec, answerResult(rec))
 		return
@@ -267,7 +288,7 @@ func (r *Router) settle(rec *external.Record) {
 		return
 	}
 	if t, ok := r.reg.Lookup(rec.Call.Name); ok && t.Def.External {
-		ctx, cancel := landing()
+		ctx, cancel := r.landing()
 		defer cancel()
 		if _, err := r.parked.Repark(ctx, rec.Key(), bus.KindExternal, r.source); err != nil {
 			r.complete(rec, internal(rec.Call, err))
@@ -280,7 +301,7 @@ func (r *Router) settle(rec *external.Record) {
 // runConfirmed runs a confirmed call, with its edited input, through the
 // executor as any call of its batch would run. A cancel of the batch
 // reaches it through r.confirming.
-func (r *Router) runConfirmed(rec *external.Record) bus.Result {
+func (r *answers) runConfirmed(rec *external.Record) bus.Result {
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
 	cont, err := r.parked.GetBatch(ctx, rec.Session, rec.ReplyID)
 	cancel()
@@ -309,7 +330,7 @@ func (r *Router) runConfirmed(rec *external.Record) bus.Result {
 // confirmCovered answers, as confirmed, the other calls of the same batch
 // that wait for a confirmation and that the session's rules now allow: a
 // person who said "yes, and remember" is not asked twice.
-func (r *Router) confirmCovered(answered *external.Record) {
+func (r *answers) confirmCovered(answered *external.Record) {
 	sess := r.groups.Session(answered.Session)
 	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {
 		if rec.Kind != bus.KindConfirm || rec.Call.ID == answered.Call.ID {
@@ -320,7 +341,7 @@ func (r *Router) confirmCovered(answered *external.Record) {
 			continue
 		}
 		yes := true
-		ctx, cancel := landing()
+		ctx, cancel := r.landing()
 		got, err := r.parked.Answer(ctx, rec.Key(), rec.Call.Name, &bus.Answer{Confirmed: &yes}, nil)
 		cancel()
 		if err == nil {
@@ -331,8 +352,8 @@ func (r *Router) confirmCovered(answered *external.Record) {
 
 // complete records a parked call's result, publishes it, and resumes the
 // batch when it was the last one awaited.
-func (r *Router) complete(rec *external.Record, res bus.Result) {
-	ctx, cancel := landing()
+func (r *answers) complete(rec *external.Record, res bus.Result) {
+	ctx, cancel := r.landing()
 	defer cancel()
 	if rec.Status == external.StatusAnswered {
 		if _, err := r.parked.Close(ctx, rec.Key(), res); err != nil {
@@ -354,9 +375,9 @@ func (r *Router) complete(rec *external.Record, res bus.Result) {
 	if cont, err := r.parked.GetBatch(ctx, rec.Session, rec.ReplyID); err == nil {
 		trace = [2]string{cont.TraceParent, cont.TraceState}
 	}
-	ev, err := r.publishEvent(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
+	ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 	if err == nil {
-		err = r.events.stored(ctx, []*sentEvent{ev})
+		err = r.stored(ctx, []*sentEvent{ev})
 	}
 	if err != nil {
 		r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)

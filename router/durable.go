@@ -5,26 +5,34 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
 )
 
-// workQueue is the executor of durable tools (docs/protocol.md 5.5): the call
+// workQueue is the executor of durable tools (docs/protocol.md 5.8): the call
 // is claimed in the ledger, published to the tool's work queue (P_WORK)
 // and taken by one of its workers; the worker sends the result to the
 // routers, one of which records it in the ledger entry, and the router
 // that published the call reads it there. A worker that dies mid-call
 // stops reporting progress and JetStream delivers the call to another
 // worker; the ledger entry takes one result, so the agent never sees two.
-type workQueue struct{ r *Router }
+type workQueue struct {
+	log       *slog.Logger
+	subj      bus.Subjects
+	js        jetstream.JetStream
+	led       *ledger
+	execEvent func(ctx context.Context, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error)
+}
 
 func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
-	r, l := x.r, x.r.led
+	l := x.led
 	deadline, timeout := callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
 	if timeout <= 0 {
 		return timeoutResult(j.call, 0)
@@ -32,7 +40,7 @@ func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
 	return l.claimed(ctx, j, timeout, func(claim ledgerEntry) bus.Result {
 		key := j.key()
 		if err := x.publish(ctx, j, deadline); err != nil {
-			r.log.Warn("router: durable call not queued", "key", key, "err", err)
+			x.log.Warn("router: durable call not queued", "key", key, "err", err)
 			l.abandon(key, claim.Claim)
 			if l.health.Note(err) {
 				return storeFull(j.call, l.health)
@@ -63,17 +71,16 @@ func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
 // core request. The message id is the call key: a publish retried, or a
 // claim taken again after it was abandoned, is one message.
 func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
-	r := x.r
-	e, err := r.execEvent(ctx, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
+	e, err := x.execEvent(ctx, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
 	if err != nil {
 		return err
 	}
-	m, err := e.Msg(r.subj.Work(j.call.Name))
+	m, err := e.Msg(x.subj.Work(j.call.Name))
 	if err != nil {
 		return err
 	}
 	return store.Retry(ctx, store.Bounded, func(ctx context.Context) error {
-		_, err := r.store.JS.PublishMsg(ctx, m, jetstream.WithMsgID(j.key()))
+		_, err := x.js.PublishMsg(ctx, m, jetstream.WithMsgID(j.key()))
 		return err
 	})
 }
@@ -82,7 +89,17 @@ func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) erro
 // the call's ledger entry; the reply tells the worker it may acknowledge
 // the call's message. A result for a call that already has one (an
 // earlier delivery's, a timeout, a cancel) is dropped, and says so.
-func (r *Router) onResult(m *nats.Msg) {
+// durableResults takes durable calls' results on P.result.<tool>
+// (docs/protocol.md 5.8).
+type durableResults struct {
+	*wire
+	reg     *registry.Registry
+	led     *ledger
+	landing func() (context.Context, context.CancelFunc)
+	seal    func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
+}
+
+func (r *durableResults) onResult(m *nats.Msg) {
 	tool, ok := r.subj.Token(m.Subject, "result")
 	if !ok || !bus.ValidName(tool) {
 		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject))
@@ -99,12 +116,12 @@ func (r *Router) onResult(m *nats.Msg) {
 	}
 	call := bus.Call{ID: e.ToolCallID, Name: tool}
 	res, _ := execReply(call, m)
-	res, _ = r.sealOutput(e.SessionID, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, nil)
+	res, _ = r.seal(e.SessionID, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, nil)
 	var timeout time.Duration
 	if t, ok := r.reg.Lookup(tool); ok {
 		timeout = time.Duration(t.Def.TimeoutMS) * time.Millisecond
 	}
-	ctx, cancel := landing()
+	ctx, cancel := r.landing()
 	defer cancel()
 	// As for a core request: a failure that comes at or past the call's
 	// deadline is its timeout.
@@ -113,9 +130,7 @@ func (r *Router) onResult(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	if err := bus.Respond(r.nc, m, r.source, bus.TypeExecRecorded, ack); err != nil {
-		r.log.Warn("router: durable result ack failed", "err", err)
-	}
+	r.respond(m, bus.TypeExecRecorded, ack, "durable result ack")
 }
 
 // await waits until key's entry holds a result, and returns it; false when
@@ -153,7 +168,7 @@ var errRecorded = errors.New("ledger: the call has a result already")
 // has one already (a worker's result got in first): then that one stands
 // and is returned.
 func (l *ledger) end(key string, claim ledgerEntry, res bus.Result) bus.Result {
-	ctx, cancel := landing()
+	ctx, cancel := l.landing()
 	defer cancel()
 	var first *bus.Result
 	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {

@@ -63,12 +63,13 @@ const (
 // that reaches this router gets it from memory. A claim that cannot be
 // made is answered unavailable (or store full), never run.
 type ledger struct {
-	kv     jetstream.KeyValue
-	router string
-	log    *slog.Logger
-	hits   func()
-	lease  time.Duration // a claim not renewed for this long is its dead router's
-	health *store.Health
+	kv      jetstream.KeyValue
+	router  string
+	log     *slog.Logger
+	hits    func()
+	lease   time.Duration // a claim not renewed for this long is its dead router's
+	health  *store.Health
+	landing func() (context.Context, context.CancelFunc)
 
 	mu      sync.Mutex
 	pending map[string]bus.Result   // recorded results that have not landed yet
@@ -85,6 +86,8 @@ type ledgerConfig struct {
 	hits   func()
 	lease  time.Duration // zero: three default heartbeats
 	health *store.Health // nil: not noted
+	// landing gives the context of a write that must land; nil: untracked.
+	landing func() (context.Context, context.CancelFunc)
 }
 
 func newLedger(kv jetstream.KeyValue, cfg ledgerConfig) *ledger {
@@ -97,7 +100,10 @@ func newLedger(kv jetstream.KeyValue, cfg ledgerConfig) *ledger {
 	if cfg.hits == nil {
 		cfg.hits = func() {}
 	}
-	return &ledger{kv: kv, router: cfg.router, log: cfg.log, hits: cfg.hits, lease: cfg.lease, health: cfg.health,
+	if cfg.landing == nil {
+		cfg.landing = landing
+	}
+	return &ledger{kv: kv, router: cfg.router, log: cfg.log, hits: cfg.hits, lease: cfg.lease, health: cfg.health, landing: cfg.landing,
 		pending: map[string]bus.Result{}, held: map[string]*ledgerEntry{}, prefix: nuid.Next()}
 }
 
@@ -273,7 +279,7 @@ func (l *ledger) abandon(key, claim string) {
 	l.writes.Add(1)
 	go func() {
 		defer l.writes.Done()
-		ctx, cancel := landing()
+		ctx, cancel := l.landing()
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 			var le ledgerEntry
@@ -325,7 +331,7 @@ func (l *ledger) record(key string, claim ledgerEntry, res bus.Result) bus.Resul
 	go func() {
 		defer l.writes.Done()
 		defer close(landed)
-		ctx, cancel := landing()
+		ctx, cancel := l.landing()
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 			var le ledgerEntry

@@ -109,6 +109,10 @@ func New(cfg Config) *Life {
 // Context is the parent of the component's work.
 func (l *Life) Context() context.Context { return l.base }
 
+// Background is the context of the component's watches and background
+// loops: it ends once the drain has waited for the work (or cut it off).
+func (l *Life) Background() context.Context { return l.loops }
+
 // Enter counts one piece of work that the caller runs itself; false once a
 // drain has begun (the work must not start). Each true is matched by Leave.
 func (l *Life) Enter() bool {
