@@ -23,7 +23,7 @@ type continuations struct {
 	pool    *pool.Pool
 	landing func() (context.Context, context.CancelFunc)
 	parked  *external.Store
-	led     *ledger
+	led     dedupe
 	answers *answers
 
 	fromContinuation func(cont *external.Batch) (*batch, error)
@@ -73,7 +73,7 @@ func (r *continuations) renewLeases(now time.Time) {
 	if err := r.parked.Renew(ctx, now); err != nil {
 		r.log.Warn("router: leases not renewed", "err", err)
 	}
-	if err := r.led.renew(ctx, now); err != nil {
+	if err := r.led.Renew(ctx, now); err != nil {
 		r.log.Warn("router: ledger leases not renewed", "err", err)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
@@ -144,7 +145,7 @@ type Router struct {
 	reg    *registry.Registry
 	groups *groups.Store
 	parked *external.Store
-	led    *ledger
+	led    dedupe
 	events *eventSink
 	skills *routerSkills
 
@@ -335,8 +336,8 @@ func (r *Router) build(ctx context.Context) error {
 	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
 		ParkedNow: func() int { return len(r.parked.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
-	r.led = newLedger(r.store.Ledger, ledgerConfig{router: r.cfg.ID, log: r.log, hits: r.m.DedupeHits.Inc, lease: r.cfg.Lease,
-		health: r.store.Health, landing: r.life.Landing})
+	r.led = dedupe{ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
+		Health: r.store.Health, Landing: r.life.Landing})}
 	// The router stores only what the payload limit forces (fit.go): its
 	// inline limit is the limit itself, and it never refuses an output.
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
