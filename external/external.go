@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/kvcache"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -108,11 +109,10 @@ type Store struct {
 	cfg     Config
 
 	mu       sync.RWMutex
-	parked   map[string]*Record  // key → record, only records in StatusParked
-	gone     map[string]gone     // key → the revision that took it out of parked, kept a while
-	active   map[string]*Batch   // continuations running or resumed, for lease takeovers
-	answered map[string]*Record  // records in StatusAnswered, for lease takeovers
-	leases   map[string]struct{} // continuations this store's owner works on and renews
+	parked   *kvcache.Map[*Record] // key → record, only records in StatusParked; a tombstone per key that left, kept goneMemory
+	active   map[string]*Batch     // continuations running or resumed, for lease takeovers
+	answered map[string]*Record    // records in StatusAnswered, for lease takeovers
+	leases   map[string]struct{}   // continuations this store's owner works on and renews
 	watch    *store.Watch
 	bwatch   *store.Watch
 }
@@ -125,7 +125,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}, gone: map[string]gone{}, active: map[string]*Batch{}, answered: map[string]*Record{}, leases: map[string]struct{}{}}
+	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: kvcache.New[*Record](goneMemory), active: map[string]*Batch{}, answered: map[string]*Record{}, leases: map[string]struct{}{}}
 }
 
 // TTL returns how long calls stay parked.
@@ -164,24 +164,16 @@ func (s *Store) Stop() {
 	}
 }
 
-// gone remembers that a record left the parked status, so that a late
-// delivery of an older revision cannot list it as parked again.
-type gone struct {
-	rev uint64
-	at  time.Time
-}
-
-// goneMemory is how long such a tombstone is kept.
+// goneMemory is how long the tombstone of a record that left the parked
+// status is kept, so that a late delivery of an older revision cannot list
+// it as parked again.
 const goneMemory = time.Minute
 
 func (s *Store) apply(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := e.Key()
-	if g, ok := s.gone[key]; ok && g.rev >= e.Revision() {
-		return
-	}
-	if old, ok := s.parked[key]; ok && old.rev >= e.Revision() {
+	if s.parked.Stale(key, e.Revision()) {
 		return
 	}
 	if e.Operation() != jetstream.KeyValuePut {
@@ -203,7 +195,7 @@ func (s *Store) apply(e jetstream.KeyValueEntry) {
 		}
 	}
 	if r.Status == StatusParked {
-		s.parked[key] = &r
+		s.parked.Put(key, r.rev, &r)
 	} else {
 		s.leaveLocked(key, r.rev)
 	}
@@ -211,16 +203,7 @@ func (s *Store) apply(e jetstream.KeyValueEntry) {
 
 // leaveLocked takes key out of the parked cache as of revision rev.
 func (s *Store) leaveLocked(key string, rev uint64) {
-	delete(s.parked, key)
-	now := time.Now()
-	s.gone[key] = gone{rev: rev, at: now}
-	if len(s.gone) > 1024 {
-		for k, g := range s.gone {
-			if now.Sub(g.at) > goneMemory {
-				delete(s.gone, k)
-			}
-		}
-	}
+	s.parked.Delete(key, rev)
 }
 
 // Park stores a new parked record and then, unless the caller executes the
@@ -245,7 +228,7 @@ func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 	}
 	r.rev = rev
 	s.mu.Lock()
-	s.parked[r.Key()] = r.copy() // the caller keeps r
+	s.parked.Put(r.Key(), r.rev, r.copy()) // the caller keeps r
 	s.mu.Unlock()
 	if r.RequestScoped {
 		return nil
@@ -270,9 +253,7 @@ func (s *Store) handOff(ctx context.Context, r *Record, source string) error {
 			next.rev = rev
 			*r = next
 			s.mu.Lock()
-			if old, ok := s.parked[r.Key()]; !ok || old.rev < rev {
-				s.parked[r.Key()] = r.copy()
-			}
+			s.parked.Put(r.Key(), rev, r.copy())
 			s.mu.Unlock()
 			return nil
 		}
@@ -481,9 +462,7 @@ func (s *Store) change(ctx context.Context, key string, p store.Policy, fn func(
 	r.rev = rev
 	s.mu.Lock()
 	if r.Status == StatusParked {
-		if old, ok := s.parked[key]; !ok || old.rev < rev {
-			s.parked[key] = r.copy() // the caller gets r
-		}
+		s.parked.Put(key, rev, r.copy()) // the caller gets r
 	} else {
 		s.leaveLocked(key, rev)
 	}
@@ -521,7 +500,7 @@ func (s *Store) Repark(ctx context.Context, key, kind, source string) (*Record, 
 func (s *Store) Parked(session, replyID string) []*Record {
 	s.mu.RLock()
 	var out []*Record
-	for _, r := range s.parked {
+	for _, r := range s.parked.All() {
 		if (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID) {
 			out = append(out, r)
 		}
@@ -536,7 +515,7 @@ func (s *Store) Expired(now time.Time) []*Record {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []*Record
-	for _, r := range s.parked {
+	for _, r := range s.parked.All() {
 		if now.After(r.Expires) {
 			out = append(out, r)
 		}
