@@ -27,9 +27,9 @@ type answers struct {
 	*wire
 	base    context.Context
 	landing func() (context.Context, context.CancelFunc)
-	parked  *external.Store
-	reg     *registry.Registry
-	groups  *groups.Store
+	parked  parkedCalls
+	reg     toolLookup
+	groups  sessionRules
 	secured bool // the router binds users by credentials (Config.Identities)
 
 	sealAnswer func(key string, out []bus.Block) ([]bus.Block, error)
@@ -38,6 +38,60 @@ type answers struct {
 	runTool    func(ctx context.Context, j *job) bus.Result
 	resume     func(cont *external.Batch)
 	confirming *confirmed
+}
+
+// parkedCalls is what answers uses of the parked calls and continuations
+// (external.Store).
+type parkedCalls interface {
+	Answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*external.Record, *bus.Answer) error) (*external.Record, error)
+	Repark(ctx context.Context, key, kind, source string) (*external.Record, error)
+	Close(ctx context.Context, key string, res bus.Result) (*external.Record, error)
+	GetBatch(ctx context.Context, session, replyID string) (*external.Batch, error)
+	Complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*external.Batch, bool, error)
+	Parked(session, replyID string) []*external.Record
+}
+
+// toolLookup is what answers uses of the registry.
+type toolLookup interface {
+	Lookup(name string) (*registry.Tool, bool)
+	Live(t *registry.Tool) bool
+}
+
+// sessionRules is what answers uses of the sessions: the rules a
+// confirmation remembers, and what they now allow.
+type sessionRules interface {
+	Update(ctx context.Context, id string, fn func(*groups.Session) error) (*groups.Session, error)
+	Session(id string) *groups.Session
+}
+
+var (
+	_ parkedCalls  = (*external.Store)(nil)
+	_ toolLookup   = (*registry.Registry)(nil)
+	_ sessionRules = (*groups.Store)(nil)
+)
+
+// verdict is what an accepted answer does to its call.
+type verdict int
+
+const (
+	verdictDone   verdict = iota // the answer makes the result: an external result, a denial
+	verdictRepark                // a confirmed call of an external tool waits again, for its execution
+	verdictRun                   // a confirmed call runs
+)
+
+// decideAnswer is the one decision on an accepted answer; tool is the
+// call's tool (nil when it is no longer registered). For verdictDone it
+// returns the result.
+func decideAnswer(rec *external.Record, tool *registry.Tool) (verdict, bus.Result) {
+	switch {
+	case rec.Kind != bus.KindConfirm:
+		return verdictDone, answerResult(rec)
+	case !*rec.Answer.Confirmed:
+		return verdictDone, deniedByUser(rec.Call, rec.Answer.Reason)
+	case tool != nil && tool.Def.External:
+		return verdictRepark, bus.Result{}
+	}
+	return verdictRun, bus.Result{}
 }
 
 // onAnswer takes an answer to a parked call: the first valid answer wins
@@ -79,8 +133,12 @@ func (r *answers) answer(m *nats.Msg, via string) {
 	}
 	ctx, cancel := r.landing()
 	defer cancel()
+	// The one registry lookup of this answer: the record's tool is the
+	// subject's (Answer refuses another), and check, settle and the run
+	// of a confirmed call all use it.
+	t, _ := r.reg.Lookup(tool)
 	check := func(rec *external.Record, a *bus.Answer) error {
-		if err := r.checkAnswer(rec, a, via); err != nil {
+		if err := r.checkAnswer(rec, a, via, t); err != nil {
 			return err
 		}
 		rec.AnsweredBy, rec.AnsweredAt = e.Source, time.Now().UTC()
@@ -101,7 +159,7 @@ func (r *answers) answer(m *nats.Msg, via string) {
 		r.remember(ctx, rec.Session, a.Rules)
 	}
 	r.respond(m, bus.TypeAnswerAck, bus.AnswerAck{Accepted: true}, "answer ack")
-	r.settle(rec)
+	r.settle(rec, t)
 }
 
 // checkAnswer validates an answer against the kind of call it answers and
@@ -112,7 +170,7 @@ func (r *answers) answer(m *nats.Msg, via string) {
 // rules. On P.answer.<tool> a confirmation is taken only from an open
 // router (no identities), as before: its digest, when given, must match;
 // an edited input is validated against the tool's schema and normalised.
-func (r *answers) checkAnswer(rec *external.Record, a *bus.Answer, via string) error {
+func (r *answers) checkAnswer(rec *external.Record, a *bus.Answer, via string, t *registry.Tool) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
 	}
@@ -147,8 +205,7 @@ func (r *answers) checkAnswer(rec *external.Record, a *bus.Answer, via string) e
 			return bus.Errorf(bus.CodeBadRequest, "an approver confirms call %s's parked input as it is: an edited input is refused on %s (deny it instead)", rec.Call.ID, r.subj.Approve(rec.Call.Name))
 		}
 		if *a.Confirmed && len(a.Input) > 0 {
-			t, ok := r.reg.Lookup(rec.Call.Name)
-			if !ok {
+			if t == nil {
 				return bus.Errorf(bus.CodeNotParked, "tool %s is no longer registered", rec.Call.Name)
 			}
 			input, v, err := schemas.ParseInput(a.Input)
@@ -272,48 +329,52 @@ func deniedByUser(c bus.Call, reason string) bus.Result {
 	return bus.ErrorResult(c, bus.CodeDenied, text)
 }
 
-// settle turns an accepted answer into the call's result: an external
-// answer is the result; a denial ends the call; a confirmation runs it (or
-// parks it again for its execution when the tool is external).
-func (r *answers) settle(rec *external.Record) {
-	if rec.Kind != bus.KindConfirm {
-		r.complete(rec, answerResult(rec))
-		return
+// settle turns an accepted answer into the call's result, as
+// decideAnswer says: the answer is the result; a confirmed call of an
+// external tool is parked again for its execution; a confirmed call runs.
+// tool is the call's tool when the caller looked it up (nil: looked up
+// here, once). The continuation is read once, for the run and the events.
+func (r *answers) settle(rec *external.Record, tool *registry.Tool) {
+	if tool == nil {
+		tool, _ = r.reg.Lookup(rec.Call.Name)
 	}
-	if len(rec.Answer.Rules) > 0 { // remembered by onAnswer
+	if rec.Kind == bus.KindConfirm && len(rec.Answer.Rules) > 0 { // remembered by onAnswer
 		defer r.confirmCovered(rec)
 	}
-	if !*rec.Answer.Confirmed {
-		r.complete(rec, deniedByUser(rec.Call, rec.Answer.Reason))
-		return
-	}
-	if t, ok := r.reg.Lookup(rec.Call.Name); ok && t.Def.External {
+	v, res := decideAnswer(rec, tool)
+	var cont *external.Batch
+	switch v {
+	case verdictRepark:
 		ctx, cancel := r.landing()
 		defer cancel()
 		if _, err := r.parked.Repark(ctx, rec.Key(), bus.KindExternal, r.source); err != nil {
-			r.complete(rec, internal(rec.Call, err))
+			r.complete(rec, internal(rec.Call, err), nil)
 		}
 		return
+	case verdictRun:
+		var err error
+		ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
+		cont, err = r.parked.GetBatch(ctx, rec.Session, rec.ReplyID)
+		cancel()
+		if err != nil {
+			res = internal(rec.Call, fmt.Errorf("continuation: %w", err))
+			cont = &external.Batch{} // read once: the event goes without the batch's trace
+		} else {
+			res = r.runConfirmed(rec, tool, cont)
+		}
 	}
-	r.complete(rec, r.runConfirmed(rec))
+	r.complete(rec, res, cont)
 }
 
 // runConfirmed runs a confirmed call, with its edited input, through the
 // executor as any call of its batch would run. A cancel of the batch
 // reaches it through r.confirming.
-func (r *answers) runConfirmed(rec *external.Record) bus.Result {
-	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
-	cont, err := r.parked.GetBatch(ctx, rec.Session, rec.ReplyID)
-	cancel()
-	if err != nil {
-		return internal(rec.Call, fmt.Errorf("continuation: %w", err))
-	}
+func (r *answers) runConfirmed(rec *external.Record, tool *registry.Tool, cont *external.Batch) bus.Result {
 	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
 	if err != nil {
 		return internal(rec.Call, err)
 	}
-	tool, ok := r.reg.Lookup(rec.Call.Name)
-	if !ok || !r.reg.Live(tool) || !slices.ContainsFunc(t.data.Calls, func(c bus.Call) bool { return c.ID == rec.Call.ID }) {
+	if tool == nil || !r.reg.Live(tool) || !slices.ContainsFunc(t.data.Calls, func(c bus.Call) bool { return c.ID == rec.Call.ID }) {
 		return unavailable(rec.Call)
 	}
 	input := rec.Call.Input
@@ -322,7 +383,7 @@ func (r *answers) runConfirmed(rec *external.Record) bus.Result {
 	}
 	j := &job{session: t.session, replyID: t.replyID, trace: t.trace, deadline: t.deadline, user: t.data.User,
 		context: t.data.Context, call: bus.Call{ID: rec.Call.ID, Name: rec.Call.Name, Input: input}, tool: tool}
-	ctx, cancel = context.WithCancel(r.base)
+	ctx, cancel := context.WithCancel(r.base)
 	defer r.confirming.add(rec.Session, rec.ReplyID, rec.Call.ID, cancel)()
 	return r.runTool(ctx, j)
 }
@@ -345,14 +406,15 @@ func (r *answers) confirmCovered(answered *external.Record) {
 		got, err := r.parked.Answer(ctx, rec.Key(), rec.Call.Name, &bus.Answer{Confirmed: &yes}, nil)
 		cancel()
 		if err == nil {
-			r.settle(got)
+			r.settle(got, t)
 		}
 	}
 }
 
 // complete records a parked call's result, publishes it, and resumes the
-// batch when it was the last one awaited.
-func (r *answers) complete(rec *external.Record, res bus.Result) {
+// batch when it was the last one awaited. cont is the continuation when
+// the caller read it (nil: read here, for the event's trace).
+func (r *answers) complete(rec *external.Record, res bus.Result, cont *external.Batch) {
 	ctx, cancel := r.landing()
 	defer cancel()
 	if rec.Status == external.StatusAnswered {
@@ -371,8 +433,11 @@ func (r *answers) complete(rec *external.Record, res bus.Result) {
 	// connection that then records it: the server handles one connection's
 	// messages in order, so whichever router sees the result recorded and
 	// publishes batch.done does so after this event has been delivered.
+	if cont == nil {
+		cont, _ = r.parked.GetBatch(ctx, rec.Session, rec.ReplyID)
+	}
 	var trace [2]string
-	if cont, err := r.parked.GetBatch(ctx, rec.Session, rec.ReplyID); err == nil {
+	if cont != nil {
 		trace = [2]string{cont.TraceParent, cont.TraceState}
 	}
 	ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)

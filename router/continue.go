@@ -92,7 +92,7 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 		}
 	}
 	for _, rec := range r.parked.TakeOverAnswers(ctx, cutoff) {
-		r.background(func() { r.answers.settle(rec) })
+		r.background(func() { r.answers.settle(rec, nil) })
 	}
 }
 
@@ -150,7 +150,7 @@ func (r *continuations) endParked(rec *external.Record, status string, res bus.R
 	got, err := r.parked.End(ctx, rec.Key(), status, res)
 	cancel()
 	if err == nil {
-		r.answers.complete(got, res)
+		r.answers.complete(got, res, nil)
 	}
 }
 
