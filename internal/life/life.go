@@ -17,8 +17,8 @@
 //     is left and returns after at most Config.Cleanup; Closed is closed
 //     once it has returned. Both are safe to call twice and concurrently.
 //
-// Commands drain on the first SIGINT or SIGTERM; a second one ends the
-// drain's context (Signals), so the drain cuts its work off and returns.
+// Commands drain on the first SIGINT or SIGTERM and exit at once on a
+// second one (internal/cli.Main).
 package life
 
 import (
@@ -26,11 +26,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -143,18 +140,19 @@ func (l *Life) Go(fn func(ctx context.Context)) bool {
 
 // Loop runs fn on its own goroutine until the drain has waited for the
 // work; fn returns when its context ends. A Loop started once the drain has
-// stopped the loops does not run.
-func (l *Life) Loop(fn func(ctx context.Context)) {
+// stopped the loops does not run, and Loop returns false.
+func (l *Life) Loop(fn func(ctx context.Context)) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.loops.Err() != nil {
-		return
+		return false
 	}
 	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
 		fn(l.loops)
 	}()
+	return true
 }
 
 // Landing returns the context of a write that must land, bounded by
@@ -244,7 +242,7 @@ func (l *Life) drain(ctx context.Context) error {
 	l.mu.Unlock()
 	l.landCut(ErrDeadline)
 	l.cut(ErrStopped)
-	if !wait(context.Background(), &l.bg, window()) {
+	if !wait(ctx, &l.bg, nil) && !wait(context.Background(), &l.bg, window()) {
 		l.cfg.Logger.Warn("life: background loops still running past the drain's cleanup window")
 	}
 	l.mu.Lock()
@@ -274,18 +272,4 @@ func wait(ctx context.Context, wg *sync.WaitGroup, limit <-chan time.Time) bool 
 	default:
 		return false
 	}
-}
-
-// Signals returns a context ended by the first SIGINT or SIGTERM (the
-// command starts its drain then) and drain, a function that returns the
-// context of that drain: it ends after timeout, or at once on a second
-// signal, so a second Ctrl-C cuts the drain short. stop releases both.
-func Signals(parent context.Context, timeout time.Duration) (ctx context.Context, drain func() (context.Context, context.CancelFunc), stop func()) {
-	ctx, stopFirst := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
-	drain = func() (context.Context, context.CancelFunc) {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(parent), timeout)
-		second, stopSecond := signal.NotifyContext(dctx, os.Interrupt, syscall.SIGTERM)
-		return second, func() { stopSecond(); cancel() }
-	}
-	return ctx, drain, stopFirst
 }

@@ -157,9 +157,7 @@ func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) func()
 	// The first attempt runs here, so that a change made once the session
 	// is served is seen.
 	stop, err := start(ctx)
-	w.f.wg.Add(1)
-	go func() {
-		defer w.f.wg.Done()
+	if !w.f.life.Loop(func(context.Context) {
 		for {
 			if err == nil {
 				<-ctx.Done()
@@ -174,6 +172,8 @@ func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) func()
 			}
 			stop, err = start(ctx)
 		}
-	}()
+	}) && err == nil {
+		stop() // the facade is closing: nothing runs to stop it later
+	}
 	return cancel
 }
