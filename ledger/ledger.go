@@ -422,7 +422,7 @@ type waitFor struct {
 	// the call's timeout. Zero when the batch has none.
 	expiry time.Time
 	// retry: the call may run again (idempotent with max_attempts > 1,
-	// docs/protocol.md 5.7), so a dead router's claim is taken over to run it.
+	// docs/protocol.md 5.6), so a dead router's claim is taken over to run it.
 	retry bool
 	// durable: the work queue still holds the call and any router records
 	// its worker's result (5.8), so a dead router's claim is waited for
