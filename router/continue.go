@@ -145,7 +145,7 @@ func (r *continuations) sweep(now time.Time) {
 
 // endParked moves a parked call to a final status (expired, cancelled) with
 // res as its result; the compare-and-set picks one router when several try.
-func (r *continuations) endParked(rec *external.Record, status string, res bus.Result) {
+func (r *continuations) endParked(rec *external.Record, status external.Status, res bus.Result) {
 	ctx, cancel := r.landing()
 	got, err := r.parked.End(ctx, rec.Key(), status, res)
 	cancel()
