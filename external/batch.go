@@ -113,9 +113,9 @@ func (s *Continuations) stop() {
 	}
 }
 
-// claim makes the store's router the batch's owner in phase p.
-func (s *Continuations) claim(b *Batch, p Phase, why string) {
-	b.Phase, b.Owner, b.Touched = p, s.cfg.Owner, time.Now().UTC()
+// claim makes owner (the store's router) the batch's owner in phase p.
+func claim(b *Batch, owner string, p Phase, why string) {
+	b.Phase, b.Owner, b.Touched = p, owner, time.Now().UTC()
 	if why != "" {
 		b.ResumedBy = why
 	}
@@ -141,7 +141,7 @@ func (s *Continuations) ParkBatch(ctx context.Context, b *Batch, results map[str
 				cur.Results[id] = res
 			}
 			cur.Waiting, cur.Next = waiting, next
-			s.claim(cur, PhaseRunning, "")
+			claim(cur, s.cfg.Owner, PhaseRunning, "")
 			return nil
 		})
 		if err != nil {
@@ -151,7 +151,7 @@ func (s *Continuations) ParkBatch(ctx context.Context, b *Batch, results map[str
 		return nil
 	}
 	b.Results, b.Waiting, b.Next = results, waiting, next
-	s.claim(b, PhaseRunning, "")
+	claim(b, s.cfg.Owner, PhaseRunning, "")
 	v, err := json.Marshal(b)
 	if err != nil {
 		return err
@@ -181,7 +181,7 @@ func (s *Continuations) Settle(ctx context.Context, session, replyID string, res
 		}
 		b.Phase, b.Owner = PhaseParked, ""
 		if b.Ready() {
-			s.claim(b, PhaseResumed, "run")
+			claim(b, s.cfg.Owner, PhaseResumed, "run")
 		}
 		return nil
 	})
@@ -201,7 +201,7 @@ func (s *Continuations) Complete(ctx context.Context, session, replyID, callID s
 		resume = false
 		b.Results[callID] = res
 		if b.Phase == PhaseParked && b.Ready() {
-			s.claim(b, PhaseResumed, callID)
+			claim(b, s.cfg.Owner, PhaseResumed, callID)
 			resume = true
 		}
 		return nil
@@ -277,7 +277,7 @@ func (s *Continuations) TakeOver(ctx context.Context, cutoff time.Time) []*Batch
 				return errNotOwner
 			}
 			s.cfg.Logger.Warn("external: taking over a batch whose router stopped", "session", b.Session, "reply", b.ReplyID, "owner", b.Owner)
-			s.claim(b, PhaseResumed, "takeover")
+			claim(b, s.cfg.Owner, PhaseResumed, "takeover")
 			return nil
 		})
 		if err == nil {

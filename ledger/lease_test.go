@@ -386,10 +386,8 @@ func TestLedgerRenewMany(t *testing.T) {
 			t.Fatalf("claim %d after the renewal: %s", i, e.Value())
 		}
 	}
-	ls[0].mu.Lock()
-	_, held := ls[0].held["s.r.c0"]
-	left := len(ls[0].held)
-	ls[0].mu.Unlock()
+	_, held := ls[0].held.all()["s.r.c0"]
+	left := len(ls[0].held.all())
 	if held || left != n-1 {
 		t.Fatalf("held after the renewal: c0 %v, %d claims", held, left)
 	}

@@ -87,9 +87,8 @@ type Ledger struct {
 	health  *store.Health
 	landing func() (context.Context, context.CancelFunc)
 
-	mu      sync.Mutex
-	pending map[string]bus.Result // recorded results that have not landed yet
-	held    map[string]*Entry     // running claims of this router: their leases are renewed
+	pending results // recorded results that have not landed yet
+	held    claims  // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
 	seq     atomic.Uint64
 	prefix  string
@@ -134,7 +133,7 @@ func New(kv jetstream.KeyValue, cfg Config) *Ledger {
 		}
 	}
 	return &Ledger{kv: kv, router: cfg.Router, log: cfg.Logger, hits: cfg.Hits, lease: cfg.Lease, health: cfg.Health, landing: cfg.Landing,
-		pending: map[string]bus.Result{}, held: map[string]*Entry{}, prefix: nuid.Next()}
+		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]*Entry{}}, prefix: nuid.Next()}
 }
 
 // Health is the store health the ledger notes its writes in (may be nil).
@@ -154,7 +153,7 @@ const (
 // may take; the claim tells duplicates how long to wait.
 func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (outcome, Entry) {
 	now := time.Now().UTC()
-	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: l.newClaim()}
+	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1))}
 	val, _ := json.Marshal(me)
 	// The common case in one round trip: nobody has the key.
 	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
@@ -163,7 +162,7 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 	if err == nil {
 		l.health.Note(nil)
 		me.rev = rev
-		l.hold(key, me)
+		l.held.hold(key, me)
 		return claimed, me
 	}
 	if l.health.Note(err) {
@@ -203,37 +202,87 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 		return duplicate, me
 	}
 	me.rev = rev
-	l.hold(key, me)
+	l.held.hold(key, me)
 	return claimed, me
 }
 
-func (l *Ledger) newClaim() string { return fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1)) }
+// claims are the running claims of this router, by key: their leases are
+// renewed (Renew) until they are released.
+type claims struct {
+	mu sync.Mutex
+	m  map[string]*Entry
+}
 
 // hold starts renewing the lease of this router's running claim of key;
 // release stops it.
-func (l *Ledger) hold(key string, claim Entry) {
-	l.mu.Lock()
-	l.held[key] = &claim
-	l.mu.Unlock()
+func (c *claims) hold(key string, claim Entry) {
+	c.mu.Lock()
+	c.m[key] = &claim
+	c.mu.Unlock()
 }
 
-func (l *Ledger) release(key, claim string) {
-	l.mu.Lock()
-	if h, ok := l.held[key]; ok && h.Claim == claim {
-		delete(l.held, key)
+func (c *claims) release(key, claim string) {
+	c.mu.Lock()
+	if h, ok := c.m[key]; ok && h.Claim == claim {
+		delete(c.m, key)
 	}
-	l.mu.Unlock()
+	c.mu.Unlock()
 }
 
 // current returns claim as this router holds it now (its latest revision,
 // after renewals).
-func (l *Ledger) current(key string, claim Entry) Entry {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if h, ok := l.held[key]; ok && h.Claim == claim.Claim {
+func (c *claims) current(key string, claim Entry) Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h, ok := c.m[key]; ok && h.Claim == claim.Claim {
 		return *h
 	}
 	return claim
+}
+
+// all returns a copy of every claim held.
+func (c *claims) all() map[string]Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]Entry, len(c.m))
+	for key, h := range c.m {
+		out[key] = *h
+	}
+	return out
+}
+
+// renewed notes a renewal of claim at revision rev.
+func (c *claims) renewed(key string, claim Entry, rev uint64) {
+	c.mu.Lock()
+	if h, ok := c.m[key]; ok && h.Claim == claim.Claim {
+		h.rev, h.Touched = rev, claim.Touched
+	}
+	c.mu.Unlock()
+}
+
+// results are the recorded results whose records have not landed yet.
+type results struct {
+	mu sync.Mutex
+	m  map[string]bus.Result
+}
+
+func (r *results) put(key string, res bus.Result) {
+	r.mu.Lock()
+	r.m[key] = res
+	r.mu.Unlock()
+}
+
+func (r *results) drop(key string) {
+	r.mu.Lock()
+	delete(r.m, key)
+	r.mu.Unlock()
+}
+
+func (r *results) get(key string) (bus.Result, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res, ok := r.m[key]
+	return res, ok
 }
 
 // Renew renews the lease of every running claim this router holds: one
@@ -242,12 +291,7 @@ func (l *Ledger) current(key string, claim Entry) Entry {
 // found the lease stale and took the claim over) is let go. It runs every
 // heartbeat, beside the renewal of parked batches' and answers' leases.
 func (l *Ledger) Renew(ctx context.Context, now time.Time) error {
-	l.mu.Lock()
-	claims := make(map[string]Entry, len(l.held))
-	for key, h := range l.held {
-		claims[key] = *h
-	}
-	l.mu.Unlock()
+	claims := l.held.all()
 	// Concurrently, a few at a time: a router running thousands of long
 	// calls renews them all within the heartbeat, not one round trip after
 	// another.
@@ -282,11 +326,7 @@ func (l *Ledger) renewOne(ctx context.Context, key string, c Entry, now time.Tim
 		rev, err := l.kv.Update(ctx, key, val, c.rev)
 		l.health.Note(err)
 		if err == nil {
-			l.mu.Lock()
-			if h, ok := l.held[key]; ok && h.Claim == c.Claim {
-				h.rev, h.Touched = rev, c.Touched
-			}
-			l.mu.Unlock()
+			l.held.renewed(key, c, rev)
 			return nil
 		}
 		if !store.IsConflict(err) {
@@ -296,7 +336,7 @@ func (l *Ledger) renewOne(ctx context.Context, key string, c Entry, now time.Tim
 		var le Entry
 		if err != nil || json.Unmarshal(e.Value(), &le) != nil || le.Claim != c.Claim || le.State != stateRunning {
 			if err == nil || store.IsNotFound(err) {
-				l.release(key, c.Claim)
+				l.held.release(key, c.Claim)
 			}
 			return err
 		}
@@ -339,8 +379,8 @@ func (l *Ledger) Abandon(key, claim string) {
 // and the write goes on, retried until it lands, while recorded answers for
 // key from memory.
 func (l *Ledger) Record(key string, claim Entry, res bus.Result) bus.Result {
-	claim = l.current(key, claim)
-	defer l.release(key, claim.Claim)
+	claim = l.held.current(key, claim)
+	defer l.held.release(key, claim.Claim)
 	claim.State, claim.Result = stateDone, &res
 	val, _ := json.Marshal(claim)
 	// The common case in one round trip: the claim is as this router left it.
@@ -356,9 +396,7 @@ func (l *Ledger) Record(key string, claim Entry, res bus.Result) bus.Result {
 			return other
 		}
 	}
-	l.mu.Lock()
-	l.pending[key] = res
-	l.mu.Unlock()
+	l.pending.put(key, res)
 	landed := make(chan struct{})
 	l.writes.Add(1)
 	go func() {
@@ -377,9 +415,7 @@ func (l *Ledger) Record(key string, claim Entry, res bus.Result) bus.Result {
 		if err != nil {
 			l.log.Error("ledger: ledger record failed", "key", key, "err", err)
 		}
-		l.mu.Lock()
-		delete(l.pending, key)
-		l.mu.Unlock()
+		l.pending.drop(key)
 	}()
 	if isFull {
 		return res // it lands when space comes back; the agent need not wait for that
@@ -401,15 +437,6 @@ func (l *Ledger) takenOver(ctx context.Context, key, claim string) (bus.Result, 
 	}
 	l.log.Warn("ledger: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
 	return *le.Result, true
-}
-
-// recorded returns a result of key that this router holds in memory while
-// its record is landing.
-func (l *Ledger) recorded(key string) (bus.Result, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	res, ok := l.pending[key]
-	return res, ok
 }
 
 // waitFor is what a duplicate knows of the call it waits for.
@@ -458,7 +485,7 @@ func pollEvery(lease time.Duration) time.Duration {
 // recorded. The wait never outlasts w.expiry. A watch that misses an
 // update is covered by reading the entry from the bucket's leader.
 func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Result, claim *Entry) {
-	if res, ok := l.recorded(key); ok {
+	if res, ok := l.pending.get(key); ok {
 		l.hits()
 		return res, nil
 	}
@@ -552,7 +579,7 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 // could not be written.
 func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, w waitFor) (bus.Result, *Entry, bool) {
 	now := time.Now().UTC()
-	next := Entry{Router: l.router, Claim: l.newClaim(), Deadline: le.Deadline}
+	next := Entry{Router: l.router, Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1)), Deadline: le.Deadline}
 	var res bus.Result
 	switch {
 	case w.durable && now.Before(le.Deadline.Add(TimeoutGrace)):
@@ -591,7 +618,7 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, w waitFor) 
 		"touched", le.Touched, "rerun", w.retry && !w.durable)
 	if next.State == stateRunning {
 		next.rev = rev
-		l.hold(key, next)
+		l.held.hold(key, next)
 		return bus.Result{}, &next, true
 	}
 	return res, nil, true
@@ -644,18 +671,18 @@ func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) bus.Re
 // refuses for want of space answers store full.
 func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.Result) bus.Result {
 	key := c.Key
-	if res, ok := l.recorded(key); ok {
+	if res, ok := l.pending.get(key); ok {
 		l.hits()
 		return res
 	}
 	switch how, claim := l.claim(ctx, key, c.Timeout); how {
 	case claimed:
-		defer l.release(key, claim.Claim)
+		defer l.held.release(key, claim.Claim)
 		return run(claim)
 	case duplicate:
 		res, taken := l.wait(ctx, key, waitFor{call: c.Call, timeout: c.Timeout, expiry: c.Expiry, retry: c.Retry, durable: c.Durable})
 		if taken != nil {
-			defer l.release(key, taken.Claim)
+			defer l.held.release(key, taken.Claim)
 			return run(*taken)
 		}
 		return res
