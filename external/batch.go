@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,9 +85,37 @@ func (b *Batch) IsCancelled(id string) bool {
 	return slices.Contains(b.Cancelled, "*") || slices.Contains(b.Cancelled, id)
 }
 
-// claim makes the store's router the batch's owner in phase p.
-func (s *Store) claim(b *Batch, p Phase, why string) {
-	b.Phase, b.Owner, b.Touched = p, s.cfg.Owner, time.Now().UTC()
+// Continuations holds the continuations of parked batches (keys
+// <session>.<replyid>): a watch-fed cache of the active ones, for lease
+// takeovers, and the set this router renews.
+type Continuations struct {
+	shared
+
+	mu     sync.RWMutex
+	active map[string]*Batch  // continuations running or resumed, for lease takeovers
+	leases leaseSet[batchKey] // continuations this router works on and renews
+	watch  *store.Watch
+}
+
+// start loads the cache of continuations and keeps it fed.
+func (s *Continuations) start(ctx context.Context) error {
+	w, err := store.WatchKV(ctx, s.kv, "*.*", s.applyBatch)
+	if err != nil {
+		return err
+	}
+	s.watch = w
+	return waitReady(ctx, w)
+}
+
+func (s *Continuations) stop() {
+	if s.watch != nil {
+		s.watch.Stop()
+	}
+}
+
+// claim makes owner (the store's router) the batch's owner in phase p.
+func claim(b *Batch, owner string, p Phase, why string) {
+	b.Phase, b.Owner, b.Touched = p, owner, time.Now().UTC()
 	if why != "" {
 		b.ResumedBy = why
 	}
@@ -103,7 +131,7 @@ var ErrParkedBefore = errors.New("external: this batch parked before")
 // A batch that never parked (b read from no continuation) is created, and
 // ErrParkedBefore says a copy of it parked first; a resumed one that parks
 // more is updated, as long as this router still owns it.
-func (s *Store) ParkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int) error {
+func (s *Continuations) ParkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int) error {
 	if b.rev != 0 {
 		got, err := s.update(ctx, b.Session, b.ReplyID, func(cur *Batch) error {
 			if cur.Owner != s.cfg.Owner || !cur.Active() {
@@ -113,7 +141,7 @@ func (s *Store) ParkBatch(ctx context.Context, b *Batch, results map[string]bus.
 				cur.Results[id] = res
 			}
 			cur.Waiting, cur.Next = waiting, next
-			s.claim(cur, PhaseRunning, "")
+			claim(cur, s.cfg.Owner, PhaseRunning, "")
 			return nil
 		})
 		if err != nil {
@@ -123,7 +151,7 @@ func (s *Store) ParkBatch(ctx context.Context, b *Batch, results map[string]bus.
 		return nil
 	}
 	b.Results, b.Waiting, b.Next = results, waiting, next
-	s.claim(b, PhaseRunning, "")
+	claim(b, s.cfg.Owner, PhaseRunning, "")
 	v, err := json.Marshal(b)
 	if err != nil {
 		return err
@@ -136,7 +164,7 @@ func (s *Store) ParkBatch(ctx context.Context, b *Batch, results map[string]bus.
 		return fmt.Errorf("external: batch %s: %w", b.Key(), err)
 	}
 	b.rev = rev
-	s.hold(b.Key())
+	s.leases.hold(batchKey(b.Key()))
 	return nil
 }
 
@@ -144,7 +172,7 @@ func (s *Store) ParkBatch(ctx context.Context, b *Batch, results map[string]bus.
 // continuation, and the batch waits for its answers (resume false), or,
 // when every answer came in during the run, this router goes on with it
 // (resume true, the lease held).
-func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
+func (s *Continuations) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
 	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
 		for id, res := range results {
 			if _, ok := b.Results[id]; !ok {
@@ -153,12 +181,12 @@ func (s *Store) Settle(ctx context.Context, session, replyID string, results map
 		}
 		b.Phase, b.Owner = PhaseParked, ""
 		if b.Ready() {
-			s.claim(b, PhaseResumed, "run")
+			claim(b, s.cfg.Owner, PhaseResumed, "run")
 		}
 		return nil
 	})
 	if err != nil {
-		s.release(BatchKey(session, replyID))
+		s.leases.release(batchKey(BatchKey(session, replyID)))
 		return nil, false, err
 	}
 	return b, s.track(b), nil
@@ -167,13 +195,13 @@ func (s *Store) Settle(ctx context.Context, session, replyID string, results map
 // Complete records the result of a parked call of the batch. Exactly one
 // completion finds the batch ready in the compare-and-set that adds its
 // result: that one resumes it (resume true, the lease held).
-func (s *Store) Complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
+func (s *Continuations) Complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
 	var resume bool
 	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
 		resume = false
 		b.Results[callID] = res
 		if b.Phase == PhaseParked && b.Ready() {
-			s.claim(b, PhaseResumed, callID)
+			claim(b, s.cfg.Owner, PhaseResumed, callID)
 			resume = true
 		}
 		return nil
@@ -182,14 +210,14 @@ func (s *Store) Complete(ctx context.Context, session, replyID, callID string, r
 		return nil, false, err
 	}
 	if resume {
-		s.hold(b.Key())
+		s.leases.hold(batchKey(b.Key()))
 	}
 	return b, resume, nil
 }
 
 // Cancel marks calls of a parked batch (all when ids is empty) so that
 // they never run when it resumes. A batch that never parked is no error.
-func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) error {
+func (s *Continuations) Cancel(ctx context.Context, session, replyID string, ids []string) error {
 	marks := ids
 	if len(marks) == 0 {
 		marks = []string{"*"}
@@ -208,18 +236,12 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 	return err
 }
 
-// Renew renews the lease of every batch and answered call this router
-// holds. One that another router took over, or that moved on, is let go.
-func (s *Store) Renew(ctx context.Context, now time.Time) error {
+// renew renews the lease of every continuation this router holds; one
+// that another router took over, or that moved on, is let go.
+func (s *Continuations) renew(ctx context.Context, now time.Time) error {
 	var failed error
-	for _, key := range s.held() {
-		if strings.Count(key, ".") == 2 { // a call key: an answered call
-			if err := s.renewAnswer(ctx, key, now); err != nil {
-				failed = err
-			}
-			continue
-		}
-		session, replyID, _ := splitBatchKey(key)
+	for _, key := range s.leases.held() {
+		session, replyID, _ := splitBatchKey(string(key))
 		_, err := s.update(ctx, session, replyID, func(b *Batch) error {
 			if b.Owner != s.cfg.Owner || !b.Active() {
 				return errNotOwner
@@ -230,7 +252,7 @@ func (s *Store) Renew(ctx context.Context, now time.Time) error {
 		switch {
 		case err == nil:
 		case errors.Is(err, errNotOwner), store.IsNotFound(err):
-			s.release(key)
+			s.leases.release(key)
 		default:
 			failed = err
 		}
@@ -240,75 +262,14 @@ func (s *Store) Renew(ctx context.Context, now time.Time) error {
 
 var errNotOwner = errors.New("external: not the owner of the batch")
 
-// TakeOverAnswersPeek returns, from the watch-fed cache, the keys of the
-// answered calls whose lease is older than cutoff and not this router's:
-// TakeOverAnswers' candidates.
-func (s *Store) TakeOverAnswersPeek(cutoff time.Time) []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var stale []string
-	for key, r := range s.answered {
-		if _, mine := s.leases[key]; !mine && r.Touched.Before(cutoff) {
-			stale = append(stale, key)
-		}
-	}
-	return stale
-}
-
-// renewAnswer renews the lease of an answered call this router makes the
-// result of.
-func (s *Store) renewAnswer(ctx context.Context, key string, now time.Time) error {
-	_, err := store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		var r Record
-		if cur == nil || json.Unmarshal(cur.Value(), &r) != nil || r.Status != StatusAnswered || r.Owner != s.cfg.Owner {
-			return nil, errNotOwner
-		}
-		r.Touched = now.UTC()
-		return json.Marshal(&r)
-	})
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, errNotOwner):
-		s.release(key)
-		return nil
-	}
-	return err
-}
-
-// TakeOverAnswers claims the answered calls whose router has not renewed
-// its lease since cutoff: it died after taking the answer and before
-// making the call's result (a confirmed call it was running never
-// reported). The compare-and-set picks one router per call; the records
-// returned are this router's to settle again (a confirmed call runs
-// through the ledger, so a side effect is not repeated: its outcome may be
-// unknown).
-func (s *Store) TakeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
-	var out []*Record
-	for _, key := range s.TakeOverAnswersPeek(cutoff) {
-		r, err := s.change(ctx, key, store.Bounded, func(r *Record) error {
-			if r.Status != StatusAnswered || !r.Touched.Before(cutoff) {
-				return errNotOwner
-			}
-			s.cfg.Logger.Warn("external: taking over an answer whose router stopped", "key", key, "owner", r.Owner)
-			r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
-			return nil
-		})
-		if err == nil {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // TakeOver claims the active batches whose owner has not renewed its lease
 // since cutoff (a router that died, or was cut off by its drain deadline,
 // while running part of the batch). The compare-and-set picks one router
 // per batch; the batches returned are this router's to repair.
-func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) []*Batch {
+func (s *Continuations) TakeOver(ctx context.Context, cutoff time.Time) []*Batch {
 	var out []*Batch
 	for _, stale := range s.Stale(cutoff) {
-		if stale.Owner == s.cfg.Owner && s.holds(stale.Key()) {
+		if stale.Owner == s.cfg.Owner && s.leases.holds(batchKey(stale.Key())) {
 			continue // this router is working on it: its renewal is late, not gone
 		}
 		b, err := s.update(ctx, stale.Session, stale.ReplyID, func(b *Batch) error {
@@ -316,11 +277,11 @@ func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) []*Batch {
 				return errNotOwner
 			}
 			s.cfg.Logger.Warn("external: taking over a batch whose router stopped", "session", b.Session, "reply", b.ReplyID, "owner", b.Owner)
-			s.claim(b, PhaseResumed, "takeover")
+			claim(b, s.cfg.Owner, PhaseResumed, "takeover")
 			return nil
 		})
 		if err == nil {
-			s.hold(b.Key())
+			s.leases.hold(batchKey(b.Key()))
 			out = append(out, b)
 		}
 	}
@@ -328,8 +289,8 @@ func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) []*Batch {
 }
 
 // Finish removes the continuation of a batch whose batch.done went out.
-func (s *Store) Finish(ctx context.Context, b *Batch) error {
-	defer s.release(b.Key())
+func (s *Continuations) Finish(ctx context.Context, b *Batch) error {
+	defer s.leases.release(batchKey(b.Key()))
 	if _, err := store.Delete(ctx, s.kv, b.Key(), store.Bounded); err != nil {
 		return fmt.Errorf("external: delete batch %s: %w", b.Key(), err)
 	}
@@ -338,10 +299,10 @@ func (s *Store) Finish(ctx context.Context, b *Batch) error {
 
 // Release stops renewing the lease of a batch this router works on (a drain
 // cut it off): once the lease is stale another router takes it over.
-func (s *Store) Release(b *Batch) { s.release(b.Key()) }
+func (s *Continuations) Release(b *Batch) { s.leases.release(batchKey(b.Key())) }
 
 // GetBatch reads a continuation.
-func (s *Store) GetBatch(ctx context.Context, session, replyID string) (*Batch, error) {
+func (s *Continuations) GetBatch(ctx context.Context, session, replyID string) (*Batch, error) {
 	e, err := s.kv.Get(ctx, BatchKey(session, replyID))
 	if err != nil {
 		return nil, err
@@ -360,7 +321,7 @@ func (s *Store) GetBatch(ctx context.Context, session, replyID string) (*Batch, 
 // transient errors are retried until the write lands or ctx ends
 // (store.UntilLanded). It returns an error satisfying store.IsNotFound when
 // there is no continuation.
-func (s *Store) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
+func (s *Continuations) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
 	key := BatchKey(session, replyID)
 	var b *Batch
 	rev, err := store.Update(ctx, s.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -388,44 +349,13 @@ func (s *Store) update(ctx context.Context, session, replyID string, fn func(*Ba
 
 // track keeps the lease of b held while this router owns it, and reports
 // whether it does.
-func (s *Store) track(b *Batch) bool {
+func (s *Continuations) track(b *Batch) bool {
 	if b.Active() && b.Owner == s.cfg.Owner {
-		s.hold(b.Key())
+		s.leases.hold(batchKey(b.Key()))
 		return true
 	}
-	s.release(b.Key())
+	s.leases.release(batchKey(b.Key()))
 	return false
-}
-
-// hold, release, holds and held keep the set of batches whose lease this
-// router renews.
-func (s *Store) hold(key string) {
-	s.mu.Lock()
-	s.leases[key] = struct{}{}
-	s.mu.Unlock()
-}
-
-func (s *Store) release(key string) {
-	s.mu.Lock()
-	delete(s.leases, key)
-	s.mu.Unlock()
-}
-
-func (s *Store) holds(key string) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	_, ok := s.leases[key]
-	return ok
-}
-
-func (s *Store) held() []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]string, 0, len(s.leases))
-	for k := range s.leases {
-		out = append(out, k)
-	}
-	return out
 }
 
 // splitBatchKey splits <session>.<replyid>.
@@ -439,7 +369,7 @@ func splitBatchKey(key string) (session, replyID string, ok bool) {
 }
 
 // applyBatch keeps the cache of continuations routers are working on.
-func (s *Store) applyBatch(e jetstream.KeyValueEntry) {
+func (s *Continuations) applyBatch(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := e.Key()
@@ -465,7 +395,7 @@ func (s *Store) applyBatch(e jetstream.KeyValueEntry) {
 // Stale returns, from the watch-fed cache, the continuations that are
 // running or resumed but whose owner has not renewed its lease since
 // before cutoff: TakeOver's candidates.
-func (s *Store) Stale(cutoff time.Time) []*Batch {
+func (s *Continuations) Stale(cutoff time.Time) []*Batch {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []*Batch

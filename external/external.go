@@ -26,16 +26,26 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/kvcache"
 	"github.com/toolbus/toolbus/store"
 )
 
+// Status is where a parked call record stands (docs/protocol.md 6.1):
+//
+//	Park:    (new) ─────▶ parked
+//	Answer:  parked ────▶ answered   the first valid answer wins
+//	Close:   answered ──▶ done       the result made from the answer
+//	End:     parked ────▶ expired | cancelled
+//	Repark:  answered ──▶ parked     a confirmed call of an external tool
+type Status string
+
 // Statuses of a parked record.
 const (
-	StatusParked    = "parked"    // waiting for an answer
-	StatusAnswered  = "answered"  // an answer won; the result is being made
-	StatusDone      = "done"      // the result is recorded
-	StatusExpired   = "expired"   // nobody answered in time
-	StatusCancelled = "cancelled" // the agent cancelled the call
+	StatusParked    Status = "parked"    // waiting for an answer
+	StatusAnswered  Status = "answered"  // an answer won; the result is being made
+	StatusDone      Status = "done"      // the result is recorded
+	StatusExpired   Status = "expired"   // nobody answered in time
+	StatusCancelled Status = "cancelled" // the agent cancelled the call
 )
 
 // Record is a parked call.
@@ -54,7 +64,7 @@ type Record struct {
 	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
 	Reason         string          `json:"reason,omitempty"`
 	RequestScoped  bool            `json:"request_scoped,omitempty"`
-	Status         string          `json:"status"`
+	Status         Status          `json:"status"`
 	Answer         *bus.Answer     `json:"answer,omitempty"`
 	Result         *bus.Result     `json:"result,omitempty"`
 	HandoffSeq     uint64          `json:"handoff_seq,omitempty"`
@@ -98,23 +108,34 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Store holds parked calls and batch continuations. It is safe for
+// Store is the parked calls of one deployment (Calls: the records and
+// their handoff) and the continuations of the batches they belong to
+// (Continuations: phases and leases), over P_parked. It is safe for
 // concurrent use.
 type Store struct {
-	kv      jetstream.KeyValue
-	js      jetstream.JetStream
-	handoff jetstream.Stream
-	subj    bus.Subjects
-	cfg     Config
+	*Calls
+	*Continuations
+	cfg Config
+}
+
+// shared is what Calls and Continuations both use.
+type shared struct {
+	kv  jetstream.KeyValue
+	cfg Config
+}
+
+// Calls holds the parked call records (keys <session>.<replyid>.<callid>):
+// a watch-fed cache of those in status parked, the answered ones whose
+// lease may be taken over, and the answered ones this router renews.
+type Calls struct {
+	shared
+	handoff handoff
 
 	mu       sync.RWMutex
-	parked   map[string]*Record  // key → record, only records in StatusParked
-	gone     map[string]gone     // key → the revision that took it out of parked, kept a while
-	active   map[string]*Batch   // continuations running or resumed, for lease takeovers
-	answered map[string]*Record  // records in StatusAnswered, for lease takeovers
-	leases   map[string]struct{} // continuations this store's owner works on and renews
+	parked   *kvcache.Map[*Record] // key → record, only records in StatusParked; a tombstone per key that left, kept goneMemory
+	answered map[string]*Record    // records in StatusAnswered, for lease takeovers
+	leases   leaseSet[callKey]     // answered calls this router makes the result of
 	watch    *store.Watch
-	bwatch   *store.Watch
 }
 
 // New returns a Store; call Start before use.
@@ -125,67 +146,85 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{kv: st.Parked, js: st.JS, handoff: st.Handoff, subj: subj, cfg: cfg, parked: map[string]*Record{}, gone: map[string]gone{}, active: map[string]*Batch{}, answered: map[string]*Record{}, leases: map[string]struct{}{}}
+	sh := shared{kv: st.Parked, cfg: cfg}
+	return &Store{cfg: cfg,
+		Calls: &Calls{shared: sh, handoff: handoff{js: st.JS, stream: st.Handoff, subj: subj, log: cfg.Logger},
+			parked: kvcache.New[*Record](goneMemory), answered: map[string]*Record{}, leases: newLeaseSet[callKey]()},
+		Continuations: &Continuations{shared: sh, active: map[string]*Batch{}, leases: newLeaseSet[batchKey]()},
+	}
 }
 
 // TTL returns how long calls stay parked.
 func (s *Store) TTL() time.Duration { return s.cfg.TTL }
 
-// Start loads the cache of parked records and keeps it fed.
+// Start loads the caches of parked records and of continuations and keeps
+// them fed.
 func (s *Store) Start(ctx context.Context) error {
+	if err := s.Calls.start(ctx); err != nil {
+		return err
+	}
+	if err := s.Continuations.start(ctx); err != nil {
+		s.Calls.stop()
+		return err
+	}
+	return nil
+}
+
+// Stop ends the watches; safe to call twice.
+func (s *Store) Stop() {
+	s.Calls.stop()
+	s.Continuations.stop()
+}
+
+// Renew renews the lease of every continuation and answered call this
+// router holds. One that another router took over, or that moved on, is
+// let go.
+func (s *Store) Renew(ctx context.Context, now time.Time) error {
+	return errors.Join(s.Continuations.renew(ctx, now), s.Calls.renew(ctx, now))
+}
+
+// start loads the cache of parked records and keeps it fed.
+func (s *Calls) start(ctx context.Context) error {
 	w, err := store.WatchKV(ctx, s.kv, "*.*.*", s.apply)
 	if err != nil {
 		return err
 	}
 	s.watch = w
-	bw, err := store.WatchKV(ctx, s.kv, "*.*", s.applyBatch)
-	if err != nil {
+	return waitReady(ctx, w)
+}
+
+func (s *Calls) stop() {
+	if s.watch != nil {
+		s.watch.Stop()
+	}
+}
+
+// waitReady waits until w has loaded the initial values, or ctx ends (w
+// stopped).
+func waitReady(ctx context.Context, w *store.Watch) error {
+	select {
+	case <-w.Ready():
+		return nil
+	case <-ctx.Done():
 		w.Stop()
-		return err
-	}
-	s.bwatch = bw
-	for _, x := range []*store.Watch{w, bw} {
-		select {
-		case <-x.Ready():
-		case <-ctx.Done():
-			s.Stop()
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// Stop ends the watch; safe to call twice.
-func (s *Store) Stop() {
-	for _, w := range []*store.Watch{s.watch, s.bwatch} {
-		if w != nil {
-			w.Stop()
-		}
+		return ctx.Err()
 	}
 }
 
-// gone remembers that a record left the parked status, so that a late
-// delivery of an older revision cannot list it as parked again.
-type gone struct {
-	rev uint64
-	at  time.Time
-}
-
-// goneMemory is how long such a tombstone is kept.
+// goneMemory is how long the tombstone of a record that left the parked
+// status is kept, so that a late delivery of an older revision cannot list
+// it as parked again.
 const goneMemory = time.Minute
 
-func (s *Store) apply(e jetstream.KeyValueEntry) {
+func (s *Calls) apply(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := e.Key()
-	if g, ok := s.gone[key]; ok && g.rev >= e.Revision() {
-		return
-	}
-	if old, ok := s.parked[key]; ok && old.rev >= e.Revision() {
+	if s.parked.Stale(key, e.Revision()) {
 		return
 	}
 	if e.Operation() != jetstream.KeyValuePut {
-		s.leaveLocked(key, e.Revision())
+		s.parked.Delete(key, e.Revision())
 		delete(s.answered, key)
 		return
 	}
@@ -203,23 +242,9 @@ func (s *Store) apply(e jetstream.KeyValueEntry) {
 		}
 	}
 	if r.Status == StatusParked {
-		s.parked[key] = &r
+		s.parked.Put(key, r.rev, &r)
 	} else {
-		s.leaveLocked(key, r.rev)
-	}
-}
-
-// leaveLocked takes key out of the parked cache as of revision rev.
-func (s *Store) leaveLocked(key string, rev uint64) {
-	delete(s.parked, key)
-	now := time.Now()
-	s.gone[key] = gone{rev: rev, at: now}
-	if len(s.gone) > 1024 {
-		for k, g := range s.gone {
-			if now.Sub(g.at) > goneMemory {
-				delete(s.gone, k)
-			}
-		}
+		s.parked.Delete(key, r.rev)
 	}
 }
 
@@ -228,13 +253,13 @@ func (s *Store) leaveLocked(key string, rev uint64) {
 // through JetStream so the P_HANDOFF stream keeps it. The record comes first
 // (docs/protocol.md 6): a handler that answers the moment the request arrives
 // finds the call parked. source is the CloudEvents source of the router.
-func (s *Store) Park(ctx context.Context, r *Record, source string) error {
+func (s *Calls) Park(ctx context.Context, r *Record, source string) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = StatusParked, now, now.Add(s.cfg.TTL)
 	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
 	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
 	// from the tool; an open router still takes it on the old subject.
-	r.Subject, r.InputDigest = s.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
+	r.Subject, r.InputDigest = s.handoff.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -245,7 +270,7 @@ func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 	}
 	r.rev = rev
 	s.mu.Lock()
-	s.parked[r.Key()] = r.copy() // the caller keeps r
+	s.parked.Put(r.Key(), r.rev, r.copy()) // the caller keeps r
 	s.mu.Unlock()
 	if r.RequestScoped {
 		return nil
@@ -256,8 +281,8 @@ func (s *Store) Park(ctx context.Context, r *Record, source string) error {
 // handOff publishes r's request and notes its stream sequence in the record,
 // so that whoever takes the call out of parked removes the request. When an
 // answer got in first, the request is removed here instead.
-func (s *Store) handOff(ctx context.Context, r *Record, source string) error {
-	seq, err := s.publishHandoff(ctx, r, source)
+func (s *Calls) handOff(ctx context.Context, r *Record, source string) error {
+	seq, err := s.handoff.publish(ctx, r, source)
 	if err != nil {
 		return err
 	}
@@ -270,9 +295,7 @@ func (s *Store) handOff(ctx context.Context, r *Record, source string) error {
 			next.rev = rev
 			*r = next
 			s.mu.Lock()
-			if old, ok := s.parked[r.Key()]; !ok || old.rev < rev {
-				s.parked[r.Key()] = r.copy()
-			}
+			s.parked.Put(r.Key(), rev, r.copy())
 			s.mu.Unlock()
 			return nil
 		}
@@ -282,7 +305,7 @@ func (s *Store) handOff(ctx context.Context, r *Record, source string) error {
 		return nil
 	})
 	if err != nil {
-		s.dropHandoff(&Record{HandoffSeq: seq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
+		s.handoff.drop(&Record{HandoffSeq: seq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
 		if errors.Is(err, bus.ErrNotParked) || errors.Is(err, bus.ErrAlreadyAnswered) {
 			return nil // answered, expired or cancelled already: the request is no longer needed
 		}
@@ -305,16 +328,26 @@ type Request struct {
 	Expires        time.Time       `json:"expires"`
 }
 
+// handoff publishes parked calls' requests through JetStream so the
+// P_HANDOFF stream keeps them (docs/protocol.md 6.2), and removes them once
+// answered, expired or cancelled.
+type handoff struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	subj   bus.Subjects
+	log    *slog.Logger
+}
+
 // confirmRequest is Request with suggested_rules always present.
 type confirmRequest struct {
 	Request
 	SuggestedRules []bus.Rule `json:"suggested_rules"`
 }
 
-func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (uint64, error) {
-	typ, subject := bus.TypeExternalReq, s.subj.External(r.Call.Name)
+func (h handoff) publish(ctx context.Context, r *Record, source string) (uint64, error) {
+	typ, subject := bus.TypeExternalReq, h.subj.External(r.Call.Name)
 	if r.Kind == bus.KindConfirm {
-		typ, subject = bus.TypeConfirmReq, s.subj.Confirm(r.Call.Name)
+		typ, subject = bus.TypeConfirmReq, h.subj.Confirm(r.Call.Name)
 	}
 	req := Request{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
 	var data any = req
@@ -340,7 +373,7 @@ func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (u
 	// message; a repark (a new kind) has a new type and so a new message.
 	var ack *jetstream.PubAck
 	err = store.Retry(ctx, store.Bounded, func(ctx context.Context) (err error) {
-		ack, err = s.js.PublishMsg(ctx, m, jetstream.WithMsgID(typ+"/"+r.Key()))
+		ack, err = h.js.PublishMsg(ctx, m, jetstream.WithMsgID(typ+"/"+r.Key()))
 		return err
 	})
 	if err != nil {
@@ -351,19 +384,19 @@ func (s *Store) publishHandoff(ctx context.Context, r *Record, source string) (u
 
 // dropHandoff removes a record's request from the handoff stream: it is
 // answered, expired or cancelled, so no handler should see it any more.
-func (s *Store) dropHandoff(r *Record) {
+func (h handoff) drop(r *Record) {
 	if r.HandoffSeq == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.handoff.DeleteMsg(ctx, r.HandoffSeq); err != nil && !strings.Contains(err.Error(), "not found") {
-		s.cfg.Logger.Debug("external: handoff delete", "key", r.Key(), "err", err)
+	if err := h.stream.DeleteMsg(ctx, r.HandoffSeq); err != nil && !strings.Contains(err.Error(), "not found") {
+		h.log.Debug("external: handoff delete", "key", r.Key(), "err", err)
 	}
 }
 
 // Get reads a record from KV.
-func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
+func (s *Calls) Get(ctx context.Context, key string) (*Record, error) {
 	e, err := s.kv.Get(ctx, key)
 	if err != nil {
 		return nil, err
@@ -382,7 +415,7 @@ func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
 // bus.ErrNotParked when the record is missing or in another status,
 // bus.ErrAlreadyAnswered when from is parked and an answer already won.
 // Answer, Close and End are the transitions the router makes.
-func (s *Store) Transition(ctx context.Context, key, from string, p store.Policy, fn func(*Record) error) (*Record, error) {
+func (s *Calls) Transition(ctx context.Context, key string, from Status, p store.Policy, fn func(*Record) error) (*Record, error) {
 	return s.change(ctx, key, p, func(r *Record) error {
 		if r.Status != from {
 			return wrongStatus(r, from)
@@ -391,7 +424,7 @@ func (s *Store) Transition(ctx context.Context, key, from string, p store.Policy
 	})
 }
 
-func wrongStatus(r *Record, from string) error {
+func wrongStatus(r *Record, from Status) error {
 	if from == StatusParked && (r.Status == StatusAnswered || r.Status == StatusDone && r.Answer != nil) {
 		return bus.Errorf(bus.CodeAlreadyAnswered, "call %s was already answered", r.Call.ID)
 	}
@@ -404,22 +437,8 @@ func wrongStatus(r *Record, from string) error {
 // returned and changes nothing. An answer for another tool's call, or for
 // a call that is not parked, is bus.ErrNotParked; one after the winner is
 // bus.ErrAlreadyAnswered.
-func (s *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*Record, *bus.Answer) error) (*Record, error) {
-	r, err := s.answer(ctx, key, tool, a, check)
-	if store.IsFull(err) {
-		// Nothing changed, and nothing will until someone frees space: the
-		// answerer hears so at once and may answer again later.
-		return nil, fmt.Errorf("%s: the answer was not recorded: %w", store.FullText, err)
-	}
-	return r, err
-}
-
-// answerPolicy retries an answer's write until it lands or the caller's
-// context ends, but not through a full store (store.Policy.RideOutFull).
-var answerPolicy = store.Policy{}
-
-func (s *Store) answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*Record, *bus.Answer) error) (*Record, error) {
-	return s.change(ctx, key, answerPolicy, func(r *Record) error {
+func (s *Calls) Answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*Record, *bus.Answer) error) (*Record, error) {
+	r, err := s.change(ctx, key, answerPolicy, func(r *Record) error {
 		if r.Call.Name != tool {
 			return bus.Errorf(bus.CodeNotParked, "no call %s of tool %s is parked in session %s, reply %s", r.Call.ID, tool, r.Session, r.ReplyID)
 		}
@@ -435,10 +454,20 @@ func (s *Store) answer(ctx context.Context, key, tool string, a *bus.Answer, che
 		r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
 		return nil
 	})
+	if store.IsFull(err) {
+		// Nothing changed, and nothing will until someone frees space: the
+		// answerer hears so at once and may answer again later.
+		return nil, fmt.Errorf("%s: the answer was not recorded: %w", store.FullText, err)
+	}
+	return r, err
 }
 
+// answerPolicy retries an answer's write until it lands or the caller's
+// context ends, but not through a full store (store.Policy.RideOutFull).
+var answerPolicy = store.Policy{}
+
 // Close records the result made from an answered call's answer.
-func (s *Store) Close(ctx context.Context, key string, res bus.Result) (*Record, error) {
+func (s *Calls) Close(ctx context.Context, key string, res bus.Result) (*Record, error) {
 	return s.Transition(ctx, key, StatusAnswered, store.UntilLanded, func(r *Record) error {
 		r.Status, r.Result = StatusDone, &res
 		return nil
@@ -448,7 +477,7 @@ func (s *Store) Close(ctx context.Context, key string, res bus.Result) (*Record,
 // End takes a call out of parked without an answer, to status (expired or
 // cancelled) with res as its result; when several routers try, one wins
 // and the others get bus.ErrNotParked or bus.ErrAlreadyAnswered.
-func (s *Store) End(ctx context.Context, key, status string, res bus.Result) (*Record, error) {
+func (s *Calls) End(ctx context.Context, key string, status Status, res bus.Result) (*Record, error) {
 	return s.Transition(ctx, key, StatusParked, store.UntilLanded, func(r *Record) error {
 		r.Status, r.Result = status, &res
 		return nil
@@ -457,7 +486,7 @@ func (s *Store) End(ctx context.Context, key, status string, res bus.Result) (*R
 
 // change applies fn to the record key with compare-and-set and keeps the
 // cache and the handoff stream in step with the outcome.
-func (s *Store) change(ctx context.Context, key string, p store.Policy, fn func(*Record) error) (*Record, error) {
+func (s *Calls) change(ctx context.Context, key string, p store.Policy, fn func(*Record) error) (*Record, error) {
 	var r *Record
 	rev, err := store.Update(ctx, s.kv, key, p, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		if cur == nil {
@@ -481,27 +510,25 @@ func (s *Store) change(ctx context.Context, key string, p store.Policy, fn func(
 	r.rev = rev
 	s.mu.Lock()
 	if r.Status == StatusParked {
-		if old, ok := s.parked[key]; !ok || old.rev < rev {
-			s.parked[key] = r.copy() // the caller gets r
-		}
+		s.parked.Put(key, rev, r.copy()) // the caller gets r
 	} else {
-		s.leaveLocked(key, rev)
+		s.parked.Delete(key, rev)
 	}
 	if r.Status == StatusAnswered && r.Owner == s.cfg.Owner {
-		s.leases[key] = struct{}{} // this router makes the call's result: it renews the lease
+		s.leases.hold(callKey(key)) // this router makes the call's result: it renews the lease
 	} else {
-		delete(s.leases, key)
+		s.leases.release(callKey(key))
 	}
 	s.mu.Unlock()
 	if r.Status != StatusParked {
-		s.dropHandoff(r)
+		s.handoff.drop(r)
 	}
 	return r, nil
 }
 
 // Repark turns an answered record into a parked one of another kind (a
 // confirmed call of an external tool now waits for its execution).
-func (s *Store) Repark(ctx context.Context, key, kind, source string) (*Record, error) {
+func (s *Calls) Repark(ctx context.Context, key, kind, source string) (*Record, error) {
 	r, err := s.Transition(ctx, key, StatusAnswered, store.UntilLanded, func(r *Record) error {
 		r.Kind, r.Status, r.Answer, r.SuggestedRules, r.Reason, r.HandoffSeq = kind, StatusParked, nil, nil, "", 0
 		r.Expires = time.Now().UTC().Add(s.cfg.TTL)
@@ -518,10 +545,10 @@ func (s *Store) Repark(ctx context.Context, key, kind, source string) (*Record, 
 
 // Parked returns the parked records of a session ("" for all), optionally of
 // one reply id, oldest first, from the cache.
-func (s *Store) Parked(session, replyID string) []*Record {
+func (s *Calls) Parked(session, replyID string) []*Record {
 	s.mu.RLock()
 	var out []*Record
-	for _, r := range s.parked {
+	for _, r := range s.parked.All() {
 		if (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID) {
 			out = append(out, r)
 		}
@@ -532,12 +559,76 @@ func (s *Store) Parked(session, replyID string) []*Record {
 }
 
 // Expired returns the parked records whose time is up.
-func (s *Store) Expired(now time.Time) []*Record {
+func (s *Calls) Expired(now time.Time) []*Record {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []*Record
-	for _, r := range s.parked {
+	for _, r := range s.parked.All() {
 		if now.After(r.Expires) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TakeOverAnswersPeek returns, from the watch-fed cache, the keys of the
+// answered calls whose lease is older than cutoff and not this router's:
+// TakeOverAnswers' candidates.
+func (s *Calls) TakeOverAnswersPeek(cutoff time.Time) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var stale []string
+	for key, r := range s.answered {
+		if !s.leases.holds(callKey(key)) && r.Touched.Before(cutoff) {
+			stale = append(stale, key)
+		}
+	}
+	return stale
+}
+
+// renew renews the lease of every answered call this router makes the
+// result of; one that moved on is let go.
+func (s *Calls) renew(ctx context.Context, now time.Time) error {
+	var failed error
+	for _, key := range s.leases.held() {
+		_, err := store.Update(ctx, s.kv, string(key), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+			var r Record
+			if cur == nil || json.Unmarshal(cur.Value(), &r) != nil || r.Status != StatusAnswered || r.Owner != s.cfg.Owner {
+				return nil, errNotOwner
+			}
+			r.Touched = now.UTC()
+			return json.Marshal(&r)
+		})
+		switch {
+		case err == nil:
+		case errors.Is(err, errNotOwner):
+			s.leases.release(key)
+		default:
+			failed = err
+		}
+	}
+	return failed
+}
+
+// TakeOverAnswers claims the answered calls whose router has not renewed
+// its lease since cutoff: it died after taking the answer and before
+// making the call's result (a confirmed call it was running never
+// reported). The compare-and-set picks one router per call; the records
+// returned are this router's to settle again (a confirmed call runs
+// through the ledger, so a side effect is not repeated: its outcome may be
+// unknown).
+func (s *Calls) TakeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
+	var out []*Record
+	for _, key := range s.TakeOverAnswersPeek(cutoff) {
+		r, err := s.change(ctx, key, store.Bounded, func(r *Record) error {
+			if r.Status != StatusAnswered || !r.Touched.Before(cutoff) {
+				return errNotOwner
+			}
+			s.cfg.Logger.Warn("external: taking over an answer whose router stopped", "key", key, "owner", r.Owner)
+			r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
+			return nil
+		})
+		if err == nil {
 			out = append(out, r)
 		}
 	}

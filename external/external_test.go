@@ -275,7 +275,7 @@ func TestTransition(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		key  string
-		from string
+		from external.Status
 		want *bus.Error
 	}{
 		{"second answer", key, external.StatusParked, bus.ErrAlreadyAnswered},
@@ -309,8 +309,8 @@ func TestTransition(t *testing.T) {
 }
 
 func TestTransitionOutOfParkedWithoutAnswer(t *testing.T) {
-	for _, status := range []string{external.StatusExpired, external.StatusCancelled} {
-		t.Run(status, func(t *testing.T) {
+	for _, status := range []external.Status{external.StatusExpired, external.StatusCancelled} {
+		t.Run(string(status), func(t *testing.T) {
 			st := newStore(t)
 			s := start(t, st)
 			r := park(t, s, record("s1", "r1", "c1"))

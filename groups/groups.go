@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/kvcache"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -106,8 +107,7 @@ type Store struct {
 	cfg        Config
 
 	mu       sync.RWMutex
-	groups   map[string]*group
-	deleted  map[string]uint64                // tombstones: the revision each deleted group was deleted at or after
+	groups   *kvcache.Map[*group]             // by name, with the tombstones of deleted groups
 	ordered  []bus.Group                      // meta and external groups in registration order; rebuilt on change
 	sessions *simplelru.LRU[string, *Session] // recently used sessions, guarded by mu
 
@@ -132,7 +132,7 @@ func New(st *store.Store, cfg Config) *Store {
 	}
 	sessions, _ := simplelru.NewLRU[string, *Session](cfg.SessionCache, nil) // errors only for a size <= 0
 	return &Store{groupsKV: st.Groups, sessionsKV: st.Sessions, cfg: cfg,
-		groups: map[string]*group{}, deleted: map[string]uint64{}, sessions: sessions}
+		groups: kvcache.New[*group](0), sessions: sessions}
 }
 
 // Start loads the group cache and keeps it fed until ctx ends or Stop.
@@ -164,18 +164,24 @@ func (s *Store) Stop() {
 }
 
 func (s *Store) applyGroup(e jetstream.KeyValueEntry) {
-	if e.Operation() != jetstream.KeyValuePut {
-		s.mu.Lock()
-		s.forget(e.Key(), e.Revision())
-		s.mu.Unlock()
-		return
-	}
-	var rec groupRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil || CheckGroup(&rec.Group) != nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed, err := s.groups.Apply(e, func(val []byte) (*group, bool, error) {
+		var rec groupRecord
+		if err := json.Unmarshal(val, &rec); err != nil {
+			return nil, false, err
+		}
+		if err := CheckGroup(&rec.Group); err != nil {
+			return nil, false, err
+		}
+		return newGroup(rec.Group, e.Revision(), rec.Registered), true, nil
+	})
+	if err != nil {
 		s.cfg.Logger.Warn("groups: ignoring bad group entry", "group", e.Key())
-		return
 	}
-	s.putGroup(rec.Group, e.Revision(), rec.Registered)
+	if changed {
+		s.reorder()
+	}
 }
 
 // groupRecord is a P_groups value: the group's JSON with "registered", when
@@ -185,37 +191,26 @@ type groupRecord struct {
 	Registered int64 `json:"registered"`
 }
 
-func (s *Store) putGroup(g bus.Group, rev uint64, order int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if old, ok := s.groups[g.Name]; ok && old.rev > rev || rev <= s.deleted[g.Name] {
-		return
-	}
-	delete(s.deleted, g.Name)
+// newGroup is the cached form of g at revision rev, first put at order
+// (unix ns; zero: before records carried it, the revision stands in).
+func newGroup(g bus.Group, rev uint64, order int64) *group {
 	if order == 0 {
 		order = int64(rev)
 	}
-	s.groups[g.Name] = &group{def: g, order: order, rev: rev}
-	s.reorder()
+	return &group{def: g, order: order, rev: rev}
 }
 
-// forget drops group name, deleted at revision rev or later, and keeps rev
-// as its tombstone so that a late delivery of an older put cannot bring it
-// back. s.mu must be held.
-func (s *Store) forget(name string, rev uint64) {
-	if old, ok := s.groups[name]; ok {
-		if old.rev > rev {
-			return
-		}
-		delete(s.groups, name)
+func (s *Store) putGroup(g bus.Group, rev uint64, order int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.groups.Put(g.Name, rev, newGroup(g, rev, order)) {
 		s.reorder()
 	}
-	s.deleted[name] = max(s.deleted[name], rev)
 }
 
 func (s *Store) reorder() {
-	gs := make([]*group, 0, len(s.groups))
-	for _, g := range s.groups {
+	gs := make([]*group, 0, s.groups.Len())
+	for _, g := range s.groups.All() {
 		gs = append(gs, g)
 	}
 	slices.SortFunc(gs, func(a, b *group) int {
@@ -250,7 +245,7 @@ func (s *Store) Put(ctx context.Context, g bus.Group) error {
 	}
 	registered := time.Now().UnixNano()
 	s.mu.RLock()
-	cur, ok := s.groups[g.Name]
+	cur, ok := s.groups.Get(g.Name)
 	s.mu.RUnlock()
 	if ok {
 		if cur.def.Equal(g) {
@@ -278,10 +273,9 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return fmt.Errorf("groups: delete %s: %w", name, err)
 	}
 	s.mu.Lock()
-	if old, ok := s.groups[name]; ok {
-		rev = max(rev, old.rev)
+	if s.groups.Delete(name, max(rev, s.groups.Rev(name))) {
+		s.reorder()
 	}
-	s.forget(name, rev)
 	s.mu.Unlock()
 	return nil
 }
@@ -290,7 +284,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 func (s *Store) Group(name string) (bus.Group, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	g, ok := s.groups[name]
+	g, ok := s.groups.Get(name)
 	if !ok {
 		return bus.Group{}, false
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/kvcache"
 	"github.com/toolbus/toolbus/rcache"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/store"
@@ -54,8 +55,7 @@ type Registry struct {
 	health  *store.Health // where liveness writes note a full store
 
 	mu       sync.RWMutex
-	byName   map[string]*Tool
-	deleted  map[string]uint64          // tombstones: the revision each deleted tool was deleted at or after
+	cache    *kvcache.Map[*Tool]        // by name, with the tombstones of deleted tools
 	liveness map[string]map[string]beat // tool → worker → last beat
 	version  uint64                     // bumped on every change
 	probed   map[string]time.Time       // when Refresh last listed a tool's workers in KV
@@ -81,7 +81,7 @@ func New(st *store.Store, cfg Config) *Registry {
 		cfg.Now = time.Now
 	}
 	return &Registry{tools: st.Tools, workers: st.Workers, cfg: cfg, health: st.Health, workConsumer: st.WorkConsumer, consumers: map[string]bool{},
-		byName: map[string]*Tool{}, deleted: map[string]uint64{}, probed: map[string]time.Time{}, liveness: map[string]map[string]beat{}, ready: make(chan struct{})}
+		cache: kvcache.New[*Tool](0), probed: map[string]time.Time{}, liveness: map[string]map[string]beat{}, ready: make(chan struct{})}
 }
 
 // Start begins watching both buckets and returns once the initial values are
@@ -120,45 +120,30 @@ func (r *Registry) Stop() {
 }
 
 func (r *Registry) applyTool(e jetstream.KeyValueEntry) {
-	name := e.Key()
-	if e.Operation() != jetstream.KeyValuePut {
-		r.mu.Lock()
-		r.forget(name, e.Revision())
-		r.mu.Unlock()
-		return
-	}
-	t, err := parseTool(e.Value())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	changed, err := r.cache.Apply(e, func(val []byte) (*Tool, bool, error) {
+		t, err := parseTool(val)
+		if err == nil {
+			t.rev = e.Revision()
+		}
+		return t, err == nil, err
+	})
 	if err != nil {
-		r.cfg.Logger.Warn("registry: ignoring bad tool entry", "tool", name, "err", err)
-		return
+		r.cfg.Logger.Warn("registry: ignoring bad tool entry", "tool", e.Key(), "err", err)
 	}
-	t.rev = e.Revision()
-	r.put(t)
+	if changed {
+		r.version++
+	}
 }
 
+// put caches t, unless a newer revision of it, or its delete, is cached.
 func (r *Registry) put(t *Tool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.byName[t.Def.Name]; ok && old.rev > t.rev || t.rev <= r.deleted[t.Def.Name] {
-		return
-	}
-	delete(r.deleted, t.Def.Name)
-	r.byName[t.Def.Name] = t
-	r.version++
-}
-
-// forget drops tool name, deleted at revision rev or later, and keeps rev as
-// its tombstone so that a late delivery of an older put cannot bring it
-// back. r.mu must be held.
-func (r *Registry) forget(name string, rev uint64) {
-	if old, ok := r.byName[name]; ok {
-		if old.rev > rev {
-			return
-		}
-		delete(r.byName, name)
+	if r.cache.Put(t.Def.Name, t.rev, t) {
 		r.version++
 	}
-	r.deleted[name] = max(r.deleted[name], rev)
 }
 
 // A P_tools value is the definition's JSON with one more key, "registered":
@@ -339,7 +324,7 @@ func (r *Registry) Refresh(ctx context.Context, name string) error {
 // Lookup returns the tool named name, live or not.
 func (r *Registry) Lookup(name string) (*Tool, bool) {
 	r.mu.RLock()
-	t, ok := r.byName[name]
+	t, ok := r.cache.Get(name)
 	r.mu.RUnlock()
 	return t, ok
 }
@@ -384,8 +369,8 @@ func (r *Registry) Workers() map[string]int {
 // Tools returns every registered tool in the order it was first registered.
 func (r *Registry) Tools() []*Tool {
 	r.mu.RLock()
-	out := make([]*Tool, 0, len(r.byName))
-	for _, t := range r.byName {
+	out := make([]*Tool, 0, r.cache.Len())
+	for _, t := range r.cache.All() {
 		out = append(out, t)
 	}
 	r.mu.RUnlock()
@@ -618,10 +603,9 @@ func (r *Registry) Delete(ctx context.Context, name string) error {
 		return fmt.Errorf("registry: delete %s: %w", name, err)
 	}
 	r.mu.Lock()
-	if old, ok := r.byName[name]; ok {
-		rev = max(rev, old.rev)
+	if r.cache.Delete(name, max(rev, r.cache.Rev(name))) {
+		r.version++
 	}
-	r.forget(name, rev)
 	r.mu.Unlock()
 	return nil
 }

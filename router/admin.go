@@ -2,13 +2,127 @@ package router
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/skills"
+	"github.com/toolbus/toolbus/store"
 )
+
+// registrar takes workers' registrations and heartbeats on P.register
+// (docs/protocol.md 7.1): the groups they bring, then their tools.
+type registrar struct {
+	*wire
+	base   context.Context
+	groups interface {
+		Put(ctx context.Context, g bus.Group) error
+	}
+	reg interface {
+		Register(ctx context.Context, reg bus.Register) (bus.RegisterAck, error)
+	}
+}
+
+func (x *registrar) onRegister(m *nats.Msg) {
+	e, err := x.decode(m, "", bus.TypeRegister)
+	if err != nil {
+		x.reject(m, err)
+		return
+	}
+	var reg bus.Register
+	if err := e.DataAs(&reg); err != nil {
+		x.reject(m, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
+	defer cancel()
+	var groupRejects []bus.Rejection
+	if !reg.Leaving {
+		for _, g := range reg.Groups {
+			if err := x.groups.Put(ctx, g); err != nil {
+				var be *bus.Error
+				if !errors.As(err, &be) {
+					x.reject(m, err)
+					return
+				}
+				groupRejects = append(groupRejects, bus.Rejection{Name: g.Name, Reason: be.Message})
+			}
+		}
+	}
+	ack, err := x.reg.Register(ctx, reg)
+	if err != nil {
+		x.reject(m, err)
+		return
+	}
+	ack.Rejected = append(ack.Rejected, groupRejects...)
+	x.respond(m, bus.TypeRegisterAck, ack, "register ack")
+}
+
+// adminVerbs serves P.admin.<verb> (docs/protocol.md 9).
+type adminVerbs struct {
+	*wire
+	base   context.Context
+	id     string
+	reg    *registry.Registry
+	groups *groups.Store
+	parked *external.Store
+	store  *store.Store
+	skills *skills.Catalogue
+	guard  *guard // the guardrails' verbs (guard.go)
+}
+
+func (x *adminVerbs) onAdmin(m *nats.Msg) {
+	verb, _ := strings.CutPrefix(m.Subject, x.subj.Prefix+".admin.")
+	e, err := x.decode(m, "", bus.TypeAdmin)
+	if err != nil {
+		x.reject(m, err)
+		return
+	}
+	if e.SessionID != "" && !bus.ValidID(e.SessionID) {
+		x.reject(m, bus.Errorf(bus.CodeBadEvent, "sessionid %q is not valid", e.SessionID))
+		return
+	}
+	ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
+	defer cancel()
+	out, err := x.run(ctx, verb, e)
+	if err != nil {
+		x.reject(m, err)
+		return
+	}
+	x.respond(m, bus.TypeAdminReply, out, "admin reply")
+}
+
+// run runs one verb of docs/protocol.md section 9.
+func (x *adminVerbs) run(ctx context.Context, verb string, e *bus.Event) (any, error) {
+	switch verb {
+	case "tools.delete":
+		var d struct {
+			Name string `json:"name"`
+		}
+		if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
+			return nil, bus.Errorf(bus.CodeBadRequest, "tools.delete wants {\"name\": <tool name>}")
+		}
+		if err := x.reg.Delete(ctx, d.Name); err != nil {
+			return nil, err
+		}
+		return map[string]any{"deleted": d.Name}, nil
+	case "status":
+		return x.status(ctx), nil
+	case "skills.list":
+		return x.skillsList(), nil
+	case "parked.list":
+		return x.parkedList(e.SessionID), nil
+	}
+	return x.sessionVerb(ctx, verb, e)
+}
 
 // sessionView is the reply of session.get.
 type sessionView struct {
@@ -19,7 +133,8 @@ type sessionView struct {
 }
 
 // adminGroups runs the group and session verbs.
-func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (any, error) {
+// sessionVerb runs the verbs on groups and sessions.
+func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event) (any, error) {
 	needSession := func() error {
 		if e.SessionID == "" {
 			return bus.Errorf(bus.CodeBadRequest, "%s needs the sessionid attribute", verb)
@@ -32,7 +147,7 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		if err != nil {
 			return nil, bus.Errorf(bus.CodeBadRequest, "groups.put wants a group definition: %s", strings.TrimPrefix(err.Error(), bus.CodeBadRequest+": "))
 		}
-		if err := r.groups.Put(ctx, g); err != nil {
+		if err := x.groups.Put(ctx, g); err != nil {
 			return nil, err
 		}
 		return map[string]any{"group": g.Name}, nil
@@ -43,7 +158,7 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "groups.delete wants {\"name\": <group name>}")
 		}
-		if err := r.groups.Delete(ctx, d.Name); err != nil {
+		if err := x.groups.Delete(ctx, d.Name); err != nil {
 			return nil, err
 		}
 		return map[string]any{"deleted": d.Name}, nil
@@ -53,12 +168,12 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		}
 		// Read from KV: the answer must show every write acknowledged so far,
 		// through whichever router.
-		return r.sessionView(e.SessionID, r.groups.Refresh(ctx, e.SessionID)), nil
+		return x.sessionView(e.SessionID, x.groups.Refresh(ctx, e.SessionID)), nil
 	case "session.delete":
 		if err := needSession(); err != nil {
 			return nil, err
 		}
-		if err := r.groups.DeleteSession(ctx, e.SessionID); err != nil {
+		if err := x.groups.DeleteSession(ctx, e.SessionID); err != nil {
 			return nil, err
 		}
 		return map[string]any{"deleted": e.SessionID}, nil
@@ -77,7 +192,7 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 			d.Active = new(true)
 		}
 		for _, name := range d.Groups {
-			g, ok := r.groups.Group(name)
+			g, ok := x.groups.Group(name)
 			if !ok {
 				return nil, bus.Errorf(bus.CodeBadRequest, "group %q does not exist", name)
 			}
@@ -85,7 +200,7 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 				return nil, bus.Errorf(bus.CodeBadRequest, "group %q has scope %s; only external-scope groups are switched by operators (meta groups by reset_tools)", name, g.Scope)
 			}
 		}
-		sess, err := r.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
+		sess, err := x.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
 			s.Active = slices.DeleteFunc(s.Active, func(g string) bool { return slices.Contains(d.Groups, g) })
 			if *d.Active {
 				s.Active = append(s.Active, d.Groups...)
@@ -95,7 +210,7 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		if err != nil {
 			return nil, err
 		}
-		return r.sessionView(e.SessionID, sess), nil
+		return x.sessionView(e.SessionID, sess), nil
 	case "session.mode":
 		if err := needSession(); err != nil {
 			return nil, err
@@ -106,52 +221,51 @@ func (r *Router) adminGroups(ctx context.Context, verb string, e *bus.Event) (an
 		if err := e.DataAs(&d); err != nil || !permission.ValidMode(d.Mode) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "session.mode wants {\"mode\": \"default|accept_edits|explore|bypass|dont_ask\"}")
 		}
-		sess, err := r.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
+		sess, err := x.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
 			s.Mode = d.Mode
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		return r.sessionView(e.SessionID, sess), nil
-	case "status":
-		return r.status(ctx), nil
-	case "skills.list":
-		return r.skillsList(), nil
-	case "parked.list":
-		recs := r.parked.Parked(e.SessionID, "")
-		out := make([]bus.ParkedCall, len(recs))
-		for i, rec := range recs {
-			out[i] = bus.ParkedCall{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,
-				Input: rec.Call.Input, InputDigest: rec.InputDigest, Kind: rec.Kind, Subject: rec.Subject, SuggestedRules: rec.SuggestedRules,
-				Reason: rec.Reason, Created: rec.Created, Expires: rec.Expires}
-		}
-		return map[string]any{"parked": out}, nil
+		return x.sessionView(e.SessionID, sess), nil
 	}
-	if out, ok, err := r.adminGuard(ctx, verb, e); ok {
+	if out, ok, err := x.guard.admin(ctx, verb, e); ok {
 		return out, err
 	}
 	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
 }
 
-func (r *Router) sessionView(id string, sess *groups.Session) sessionView {
-	return sessionView{Session: id, Stored: sess.Revision() != 0, Groups: r.groups.View(r.reg, sess, nil).Groups(), State: sess}
+// parkedList lists the calls parked in a session (all when "").
+func (x *adminVerbs) parkedList(session string) map[string]any {
+	recs := x.parked.Parked(session, "")
+	out := make([]bus.ParkedCall, len(recs))
+	for i, rec := range recs {
+		out[i] = bus.ParkedCall{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,
+			Input: rec.Call.Input, InputDigest: rec.InputDigest, Kind: rec.Kind, Subject: rec.Subject, SuggestedRules: rec.SuggestedRules,
+			Reason: rec.Reason, Created: rec.Created, Expires: rec.Expires}
+	}
+	return map[string]any{"parked": out}
 }
 
-func (r *Router) status(ctx context.Context) bus.Status {
-	live := r.reg.Workers()
-	st := bus.Status{Router: r.cfg.ID, Tools: []bus.ToolStatus{}, Groups: len(r.groups.Groups()),
-		Sessions: r.groups.Sessions(), Parked: len(r.parked.Parked("", "")), Store: bus.StoreStatus{State: "ok"}}
+func (x *adminVerbs) sessionView(id string, sess *groups.Session) sessionView {
+	return sessionView{Session: id, Stored: sess.Revision() != 0, Groups: x.groups.View(x.reg, sess, nil).Groups(), State: sess}
+}
+
+func (x *adminVerbs) status(ctx context.Context) bus.Status {
+	live := x.reg.Workers()
+	st := bus.Status{Router: x.id, Tools: []bus.ToolStatus{}, Groups: len(x.groups.Groups()),
+		Sessions: x.groups.Sessions(), Parked: len(x.parked.Parked("", "")), Store: bus.StoreStatus{State: "ok"}}
 	// The sessions stored in KV, not only those this router holds decoded:
 	// the bucket keeps one record per session (history 1).
-	if kvs, err := r.store.Sessions.Status(ctx); err == nil {
+	if kvs, err := x.store.Sessions.Status(ctx); err == nil {
 		n := int(kvs.Values())
 		st.SessionsStored = &n
 	}
-	if full, why, since := r.store.Health.Full(); full {
+	if full, why, since := x.store.Health.Full(); full {
 		st.Store = bus.StoreStatus{State: "full", Error: why, Since: &since}
 	}
-	for _, t := range r.reg.Tools() {
+	for _, t := range x.reg.Tools() {
 		g := t.Def.Groups
 		if len(g) == 0 {
 			g = []string{bus.GroupBasic} // where a tool without groups is (docs/protocol.md 7.2)

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/life"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
@@ -32,91 +34,90 @@ const (
 	pendingLimit = 256 << 20
 )
 
+// admission hands out the router's MaxInflight slots.
 type admission struct {
+	*wire
+	life      *life.Life
+	sem       chan struct{}
+	maxQueued int
+	queueWait time.Duration
+
 	waiting atomic.Int64
 	busy    atomic.Int64 // busy replies sent
 }
 
-// sheds reports whether a message on subject may be answered busy.
-func (r *Router) sheds(subject string) bool {
-	return subject == r.subj.All("call") || subject == r.subj.All("tools")
-}
-
 // admit takes a slot for m, waiting as described above; false means m was
-// answered busy and must not be handled.
-func (r *Router) admit(m *nats.Msg, shed bool) bool {
+// not given one and the caller queues it (wait). shed says whether m is a
+// batch or tools query that may be answered busy.
+func (a *admission) admit(m *nats.Msg, shed bool) bool {
 	select {
-	case r.sem <- struct{}{}:
+	case a.sem <- struct{}{}:
 		return true
 	default:
 	}
 	if !shed || m.Reply == "" {
-		r.sem <- struct{}{} // back-pressure
+		a.sem <- struct{}{} // back-pressure
 		return true
 	}
 	return false
 }
 
-// wait queues m for a slot for at most QueueWait, then runs h on it; it is
-// called only after admit found no slot for a sheddable message, and
-// answers busy when the queue is full or the wait ends.
-func (r *Router) wait(h func(*nats.Msg), m *nats.Msg) {
-	if r.adm.waiting.Add(1) > int64(r.cfg.MaxQueued) {
-		r.adm.waiting.Add(-1)
-		r.busy(m)
-		r.work.Done()
+// wait queues m for a slot, at most queueWait and behind at most maxQueued
+// others, and runs run once it has one; else m is answered busy. The
+// caller's Enter on the life is matched here when run does not run.
+func (a *admission) wait(m *nats.Msg, run func()) {
+	if a.waiting.Add(1) > int64(a.maxQueued) {
+		a.waiting.Add(-1)
+		a.refuse(m)
 		return
 	}
 	go func() {
-		t := time.NewTimer(r.cfg.QueueWait)
+		t := time.NewTimer(a.queueWait)
 		defer t.Stop()
 		select {
-		case r.sem <- struct{}{}:
-			r.adm.waiting.Add(-1)
-			r.mu.Lock()
-			closed := r.closed
-			r.mu.Unlock()
-			if closed { // draining: another router of the queue group takes the re-send
-				<-r.sem
-				r.busy(m)
-				r.work.Done()
+		case a.sem <- struct{}{}:
+			a.waiting.Add(-1)
+			if a.life.Draining() { // another router of the queue group takes the re-send
+				<-a.sem
+				a.refuse(m)
 				return
 			}
-			r.handle(h, m)
+			run()
 		case <-t.C:
-			r.adm.waiting.Add(-1)
-			r.busy(m)
-			r.work.Done()
+			a.waiting.Add(-1)
+			a.refuse(m)
 		}
 	}()
 }
 
-// busy answers m busy: nothing of it ran.
-func (r *Router) busy(m *nats.Msg) {
-	r.adm.busy.Add(1)
-	r.m.Rejected.WithLabelValues(bus.CodeBusy).Inc()
-	if err := bus.RespondError(r.nc, m, r.source, &bus.Error{Code: bus.CodeBusy, Message: bus.BusyText}); err != nil {
-		r.log.Warn("router: busy reply failed", "err", err)
+// refuse answers m busy and ends its work.
+func (a *admission) refuse(m *nats.Msg) {
+	a.reply(m)
+	a.life.Leave()
+}
+
+// reply answers m busy (docs/protocol.md 1).
+func (a *admission) reply(m *nats.Msg) {
+	a.busy.Add(1)
+	a.m.Rejected.WithLabelValues(bus.CodeBusy).Inc()
+	if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: bus.BusyText}); err != nil {
+		a.log.Warn("router: busy reply failed", "err", err)
 	}
 }
 
 // BusyReplies counts the busy replies this router has sent.
 func (r *Router) BusyReplies() int64 { return r.adm.busy.Load() }
 
-// watchDropped logs messages the NATS client dropped as a slow consumer
-// (which the pending limits above should make impossible): their senders
-// got no reply.
-func (r *Router) watchDropped(last map[*nats.Subscription]int) {
-	r.mu.Lock()
-	subs := r.subs
-	r.mu.Unlock()
+// watchDropped logs and counts the messages the NATS client dropped on
+// subs since the last look (last holds the counts seen).
+func (a *admission) watchDropped(subs []*nats.Subscription, last map[*nats.Subscription]int) {
 	for _, s := range subs {
 		n, err := s.Dropped()
 		if err != nil || n <= last[s] {
 			continue
 		}
-		r.log.Error("router: the NATS client dropped messages as a slow consumer; their senders got no reply", "subject", s.Subject, "dropped", n-last[s])
-		r.m.Rejected.WithLabelValues("dropped").Add(float64(n - last[s]))
+		a.log.Error("router: the NATS client dropped messages as a slow consumer; their senders got no reply", "subject", s.Subject, "dropped", n-last[s])
+		a.m.Rejected.WithLabelValues("dropped").Add(float64(n - last[s]))
 		last[s] = n
 	}
 }

@@ -14,17 +14,95 @@ import (
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/schemas"
 )
+
+// answers takes answers to parked calls on P.answer.<tool> and
+// P.approve.<tool> (docs/protocol.md 6.3) and turns each accepted one into
+// its call's result: Done (an external result or a denial), Repark (a
+// confirmed call of an external tool) or Run (a confirmed call), after
+// which the batch resumes when the call was the last one awaited.
+type answers struct {
+	*wire
+	base    context.Context
+	landing func() (context.Context, context.CancelFunc)
+	parked  parkedCalls
+	reg     toolLookup
+	groups  sessionRules
+	secured bool // the router binds users by credentials (Config.Identities)
+
+	sealAnswer func(key string, out []bus.Block) ([]bus.Block, error)
+	publish    func(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
+	stored     func(ctx context.Context, evs []*sentEvent) error
+	runTool    func(ctx context.Context, j *job) bus.Result
+	resume     func(cont *external.Batch)
+	confirming *confirmed
+	guard      *guard // the audit trail of parked calls (guard.go)
+}
+
+// parkedCalls is what answers uses of the parked calls and continuations
+// (external.Store).
+type parkedCalls interface {
+	Answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*external.Record, *bus.Answer) error) (*external.Record, error)
+	Repark(ctx context.Context, key, kind, source string) (*external.Record, error)
+	Close(ctx context.Context, key string, res bus.Result) (*external.Record, error)
+	GetBatch(ctx context.Context, session, replyID string) (*external.Batch, error)
+	Complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*external.Batch, bool, error)
+	Parked(session, replyID string) []*external.Record
+}
+
+// toolLookup is what answers uses of the registry.
+type toolLookup interface {
+	Lookup(name string) (*registry.Tool, bool)
+	Live(t *registry.Tool) bool
+}
+
+// sessionRules is what answers uses of the sessions: the rules a
+// confirmation remembers, and what they now allow.
+type sessionRules interface {
+	Update(ctx context.Context, id string, fn func(*groups.Session) error) (*groups.Session, error)
+	Session(id string) *groups.Session
+}
+
+var (
+	_ parkedCalls  = (*external.Store)(nil)
+	_ toolLookup   = (*registry.Registry)(nil)
+	_ sessionRules = (*groups.Store)(nil)
+)
+
+// verdict is what an accepted answer does to its call.
+type verdict int
+
+const (
+	verdictDone   verdict = iota // the answer makes the result: an external result, a denial
+	verdictRepark                // a confirmed call of an external tool waits again, for its execution
+	verdictRun                   // a confirmed call runs
+)
+
+// decideAnswer is the one decision on an accepted answer; tool is the
+// call's tool (nil when it is no longer registered). For verdictDone it
+// returns the result.
+func decideAnswer(rec *external.Record, tool *registry.Tool) (verdict, bus.Result) {
+	switch {
+	case rec.Kind != bus.KindConfirm:
+		return verdictDone, answerResult(rec)
+	case !*rec.Answer.Confirmed:
+		return verdictDone, deniedByUser(rec.Call, rec.Answer.Reason)
+	case tool != nil && tool.Def.External:
+		return verdictRepark, bus.Result{}
+	}
+	return verdictRun, bus.Result{}
+}
 
 // onAnswer takes an answer to a parked call: the first valid answer wins
 // (compare-and-set on the parked record) and is acknowledged; the call's
 // result follows, and the batch resumes when it was the last one awaited.
-func (r *Router) onAnswer(m *nats.Msg) { r.answer(m, viaAnswer) }
+func (r *answers) onAnswer(m *nats.Msg) { r.answer(m, viaAnswer) }
 
 // onApprove takes a confirmation on P.approve.<tool> (docs/protocol.md
 // 6.3): the approver's subject, which carries confirmations only.
-func (r *Router) onApprove(m *nats.Msg) { r.answer(m, viaApprove) }
+func (r *answers) onApprove(m *nats.Msg) { r.answer(m, viaApprove) }
 
 // The subject kinds answers arrive on. NATS permissions are what tell
 // them apart: the approver may publish on P.approve.<tool> only, handlers
@@ -34,7 +112,7 @@ const (
 	viaApprove = "approve"
 )
 
-func (r *Router) answer(m *nats.Msg, via string) {
+func (r *answers) answer(m *nats.Msg, via string) {
 	tool, ok := r.subj.Token(m.Subject, via)
 	if !ok {
 		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject))
@@ -54,10 +132,14 @@ func (r *Router) answer(m *nats.Msg, via string) {
 		r.reject(m, err)
 		return
 	}
-	ctx, cancel := landing()
+	ctx, cancel := r.landing()
 	defer cancel()
+	// The one registry lookup of this answer: the record's tool is the
+	// subject's (Answer refuses another), and check, settle and the run
+	// of a confirmed call all use it.
+	t, _ := r.reg.Lookup(tool)
 	check := func(rec *external.Record, a *bus.Answer) error {
-		if err := r.checkAnswer(rec, a, via); err != nil {
+		if err := r.checkAnswer(rec, a, via, t); err != nil {
 			return err
 		}
 		rec.AnsweredBy, rec.AnsweredAt = e.Source, time.Now().UTC()
@@ -77,10 +159,8 @@ func (r *Router) answer(m *nats.Msg, via string) {
 		// acknowledged must find the rules in place, not ask again.
 		r.remember(ctx, rec.Session, a.Rules)
 	}
-	if err := bus.Respond(r.nc, m, r.source, bus.TypeAnswerAck, bus.AnswerAck{Accepted: true}); err != nil {
-		r.log.Warn("router: answer ack failed", "err", err)
-	}
-	r.settle(rec)
+	r.respond(m, bus.TypeAnswerAck, bus.AnswerAck{Accepted: true}, "answer ack")
+	r.settle(rec, t)
 }
 
 // checkAnswer validates an answer against the kind of call it answers and
@@ -91,7 +171,7 @@ func (r *Router) answer(m *nats.Msg, via string) {
 // rules. On P.answer.<tool> a confirmation is taken only from an open
 // router (no identities), as before: its digest, when given, must match;
 // an edited input is validated against the tool's schema and normalised.
-func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) error {
+func (r *answers) checkAnswer(rec *external.Record, a *bus.Answer, via string, t *registry.Tool) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
 	}
@@ -99,7 +179,7 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) er
 		return err
 	}
 	if rec.Kind == bus.KindConfirm {
-		if via == viaAnswer && r.cfg.Identities != nil {
+		if via == viaAnswer && r.secured {
 			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: on a secured router confirmations go to %s, not %s", rec.Call.ID, r.subj.Approve(rec.Call.Name), r.subj.Answer(rec.Call.Name))
 		}
 		if a.Confirmed == nil {
@@ -111,7 +191,7 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) er
 		// Required on the approver's subject of a secured router; an open
 		// router takes a confirmation without it, as before, from clients
 		// that send where the record's subject says.
-		if err := checkDigest(rec, a, via == viaApprove && r.cfg.Identities != nil); err != nil {
+		if err := checkDigest(rec, a, via == viaApprove && r.secured); err != nil {
 			return err
 		}
 		for _, rule := range a.Rules {
@@ -126,8 +206,7 @@ func (r *Router) checkAnswer(rec *external.Record, a *bus.Answer, via string) er
 			return bus.Errorf(bus.CodeBadRequest, "an approver confirms call %s's parked input as it is: an edited input is refused on %s (deny it instead)", rec.Call.ID, r.subj.Approve(rec.Call.Name))
 		}
 		if *a.Confirmed && len(a.Input) > 0 {
-			t, ok := r.reg.Lookup(rec.Call.Name)
-			if !ok {
+			if t == nil {
 				return bus.Errorf(bus.CodeNotParked, "tool %s is no longer registered", rec.Call.Name)
 			}
 			input, v, err := schemas.ParseInput(a.Input)
@@ -212,7 +291,7 @@ func checkBlock(bl bus.Block) error {
 }
 
 // remember adds a confirmation's rules to the session's permission context.
-func (r *Router) remember(ctx context.Context, session string, rules []bus.Rule) {
+func (r *answers) remember(ctx context.Context, session string, rules []bus.Rule) {
 	if len(rules) == 0 {
 		return
 	}
@@ -251,48 +330,52 @@ func deniedByUser(c bus.Call, reason string) bus.Result {
 	return bus.ErrorResult(c, bus.CodeDenied, text)
 }
 
-// settle turns an accepted answer into the call's result: an external
-// answer is the result; a denial ends the call; a confirmation runs it (or
-// parks it again for its execution when the tool is external).
-func (r *Router) settle(rec *external.Record) {
-	if rec.Kind != bus.KindConfirm {
-		r.complete(rec, answerResult(rec))
-		return
+// settle turns an accepted answer into the call's result, as
+// decideAnswer says: the answer is the result; a confirmed call of an
+// external tool is parked again for its execution; a confirmed call runs.
+// tool is the call's tool when the caller looked it up (nil: looked up
+// here, once). The continuation is read once, for the run and the events.
+func (r *answers) settle(rec *external.Record, tool *registry.Tool) {
+	if tool == nil {
+		tool, _ = r.reg.Lookup(rec.Call.Name)
 	}
-	if len(rec.Answer.Rules) > 0 { // remembered by onAnswer
+	if rec.Kind == bus.KindConfirm && len(rec.Answer.Rules) > 0 { // remembered by onAnswer
 		defer r.confirmCovered(rec)
 	}
-	if !*rec.Answer.Confirmed {
-		r.complete(rec, deniedByUser(rec.Call, rec.Answer.Reason))
-		return
-	}
-	if t, ok := r.reg.Lookup(rec.Call.Name); ok && t.Def.External {
-		ctx, cancel := landing()
+	v, res := decideAnswer(rec, tool)
+	var cont *external.Batch
+	switch v {
+	case verdictRepark:
+		ctx, cancel := r.landing()
 		defer cancel()
 		if _, err := r.parked.Repark(ctx, rec.Key(), bus.KindExternal, r.source); err != nil {
-			r.complete(rec, internal(rec.Call, err))
+			r.complete(rec, internal(rec.Call, err), nil)
 		}
 		return
+	case verdictRun:
+		var err error
+		ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
+		cont, err = r.parked.GetBatch(ctx, rec.Session, rec.ReplyID)
+		cancel()
+		if err != nil {
+			res = internal(rec.Call, fmt.Errorf("continuation: %w", err))
+			cont = &external.Batch{} // read once: the event goes without the batch's trace
+		} else {
+			res = r.runConfirmed(rec, tool, cont)
+		}
 	}
-	r.complete(rec, r.runConfirmed(rec))
+	r.complete(rec, res, cont)
 }
 
 // runConfirmed runs a confirmed call, with its edited input, through the
 // executor as any call of its batch would run. A cancel of the batch
 // reaches it through r.confirming.
-func (r *Router) runConfirmed(rec *external.Record) bus.Result {
-	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
-	cont, err := r.parked.GetBatch(ctx, rec.Session, rec.ReplyID)
-	cancel()
-	if err != nil {
-		return internal(rec.Call, fmt.Errorf("continuation: %w", err))
-	}
+func (r *answers) runConfirmed(rec *external.Record, tool *registry.Tool, cont *external.Batch) bus.Result {
 	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
 	if err != nil {
 		return internal(rec.Call, err)
 	}
-	tool, ok := r.reg.Lookup(rec.Call.Name)
-	if !ok || !r.reg.Live(tool) || !slices.ContainsFunc(t.data.Calls, func(c bus.Call) bool { return c.ID == rec.Call.ID }) {
+	if tool == nil || !r.reg.Live(tool) || !slices.ContainsFunc(t.data.Calls, func(c bus.Call) bool { return c.ID == rec.Call.ID }) {
 		return unavailable(rec.Call)
 	}
 	input := rec.Call.Input
@@ -301,7 +384,7 @@ func (r *Router) runConfirmed(rec *external.Record) bus.Result {
 	}
 	j := &job{session: t.session, replyID: t.replyID, trace: t.trace, deadline: t.deadline, user: t.data.User,
 		context: t.data.Context, call: bus.Call{ID: rec.Call.ID, Name: rec.Call.Name, Input: input}, tool: tool}
-	ctx, cancel = context.WithCancel(r.base)
+	ctx, cancel := context.WithCancel(r.base)
 	defer r.confirming.add(rec.Session, rec.ReplyID, rec.Call.ID, cancel)()
 	return r.runTool(ctx, j)
 }
@@ -309,7 +392,7 @@ func (r *Router) runConfirmed(rec *external.Record) bus.Result {
 // confirmCovered answers, as confirmed, the other calls of the same batch
 // that wait for a confirmation and that the session's rules now allow: a
 // person who said "yes, and remember" is not asked twice.
-func (r *Router) confirmCovered(answered *external.Record) {
+func (r *answers) confirmCovered(answered *external.Record) {
 	sess := r.groups.Session(answered.Session)
 	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {
 		if rec.Kind != bus.KindConfirm || rec.Call.ID == answered.Call.ID {
@@ -320,19 +403,20 @@ func (r *Router) confirmCovered(answered *external.Record) {
 			continue
 		}
 		yes := true
-		ctx, cancel := landing()
+		ctx, cancel := r.landing()
 		got, err := r.parked.Answer(ctx, rec.Key(), rec.Call.Name, &bus.Answer{Confirmed: &yes}, nil)
 		cancel()
 		if err == nil {
-			r.settle(got)
+			r.settle(got, t)
 		}
 	}
 }
 
 // complete records a parked call's result, publishes it, and resumes the
-// batch when it was the last one awaited.
-func (r *Router) complete(rec *external.Record, res bus.Result) {
-	ctx, cancel := landing()
+// batch when it was the last one awaited. cont is the continuation when
+// the caller read it (nil: read here, for the event's trace).
+func (r *answers) complete(rec *external.Record, res bus.Result, cont *external.Batch) {
+	ctx, cancel := r.landing()
 	defer cancel()
 	if rec.Status == external.StatusAnswered {
 		if _, err := r.parked.Close(ctx, rec.Key(), res); err != nil {
@@ -350,14 +434,17 @@ func (r *Router) complete(rec *external.Record, res bus.Result) {
 	// connection that then records it: the server handles one connection's
 	// messages in order, so whichever router sees the result recorded and
 	// publishes batch.done does so after this event has been delivered.
+	if cont == nil {
+		cont, _ = r.parked.GetBatch(ctx, rec.Session, rec.ReplyID)
+	}
 	var trace [2]string
-	if cont, err := r.parked.GetBatch(ctx, rec.Session, rec.ReplyID); err == nil {
+	if cont != nil {
 		trace = [2]string{cont.TraceParent, cont.TraceState}
 	}
-	r.auditParked(rec, res) // the audit trail (guard.go)
-	ev, err := r.publishEvent(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
+	r.guard.recordParked(rec, res) // the audit trail (guard.go)
+	ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 	if err == nil {
-		err = r.events.stored(ctx, []*sentEvent{ev})
+		err = r.stored(ctx, []*sentEvent{ev})
 	}
 	if err != nil {
 		r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)

@@ -320,7 +320,7 @@ func (b *batch) execute(c *callState) {
 	case t.Search:
 		res = b.search(ctx, c)
 	default:
-		res = b.r.cachedRun(ctx, b.job(c)) // the result cache, then runTool (guard.go)
+		res = b.r.guard.cachedRun(ctx, b.job(c)) // the result cache, then runTool (guard.go)
 	}
 	b.finish(c, res)
 }

@@ -12,13 +12,22 @@ import (
 	"github.com/toolbus/toolbus/external"
 )
 
+// canceller takes cancels on P.cancel.<session> (docs/protocol.md 3.5):
+// every router gets each one and ends what it runs of the batch.
+type canceller struct {
+	*wire
+	running    func(key string) *batch
+	confirming *confirmed
+	parked     func(session, replyID string, ids []string) // cancels the batch's parked and queued calls
+}
+
 // onCancel ends the named calls of a batch running on this router: running
 // calls have their exec request abandoned (the worker cancels their context
 // from the same event), and calls not yet started never start. Every router
 // receives the cancel; those without the batch ignore it. A malformed
 // cancel sent with a reply subject is answered with io.toolbus.error (by
 // every router; the sender reads the first).
-func (r *Router) onCancel(m *nats.Msg) {
+func (r *canceller) onCancel(m *nats.Msg) {
 	e, err := r.decode(m, "cancel", bus.TypeCallCancel)
 	if err == nil && e.ReplyID == "" {
 		err = bus.Errorf(bus.CodeBadEvent, "a cancel needs the replyid of the batch")
@@ -33,14 +42,11 @@ func (r *Router) onCancel(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	r.mu.Lock()
-	b := r.batches[external.BatchKey(e.SessionID, e.ReplyID)]
-	r.mu.Unlock()
-	if b != nil {
+	if b := r.running(external.BatchKey(e.SessionID, e.ReplyID)); b != nil {
 		b.interrupt(c.Calls)
 	}
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
-	r.cancelParked(e.SessionID, e.ReplyID, c.Calls)
+	r.parked(e.SessionID, e.ReplyID, c.Calls)
 }
 
 // confirmed holds the cancel functions of the confirmed calls running on

@@ -8,10 +8,30 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/internal/life"
+	"github.com/toolbus/toolbus/internal/pool"
 )
 
+// continuations runs the parked batches of this router's deployment
+// (docs/protocol.md 6.1): it resumes a batch whose awaited calls have all
+// finished, renews the leases of the work this router holds, takes over
+// the work of routers that stopped renewing theirs, expires parked calls
+// and cancels them.
+type continuations struct {
+	*wire
+	life    *life.Life
+	pool    *pool.Pool
+	landing func() (context.Context, context.CancelFunc)
+	parked  *external.Store
+	led     dedupe
+	answers *answers
+
+	fromContinuation func(cont *external.Batch) (*batch, error)
+	track, untrack   func(b *batch)
+}
+
 // resume runs the rest of a batch whose awaited calls have all finished.
-func (r *Router) resume(cont *external.Batch) {
+func (r *continuations) resume(cont *external.Batch) {
 	if b := r.continuation(cont); b != nil {
 		defer r.untrack(b)
 		b.finishRest(b.run(cont.Next))
@@ -20,7 +40,7 @@ func (r *Router) resume(cont *external.Batch) {
 
 // continuation rebuilds and tracks the batch of cont; nil (logged) when
 // the record cannot be used. The caller untracks it.
-func (r *Router) continuation(cont *external.Batch) *batch {
+func (r *continuations) continuation(cont *external.Batch) *batch {
 	b, err := r.fromContinuation(cont)
 	if err != nil {
 		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
@@ -47,13 +67,13 @@ func (b *batch) finishRest(complete bool) {
 
 // renewLeases renews the lease of every continuation, answered call and
 // running ledger claim this router works on.
-func (r *Router) renewLeases(now time.Time) {
-	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
+func (r *continuations) renewLeases(now time.Time) {
+	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
 	defer cancel()
 	if err := r.parked.Renew(ctx, now); err != nil {
 		r.log.Warn("router: leases not renewed", "err", err)
 	}
-	if err := r.led.renew(ctx, now); err != nil {
+	if err := r.led.Renew(ctx, now); err != nil {
 		r.log.Warn("router: ledger leases not renewed", "err", err)
 	}
 }
@@ -62,8 +82,8 @@ func (r *Router) renewLeases(now time.Time) {
 // (a router that died while running part of a parked batch), and settles
 // again the answers whose router died before it made their result (a
 // confirmed call it was running never reported).
-func (r *Router) takeOver(now time.Time, lease time.Duration) {
-	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
+func (r *continuations) takeOver(now time.Time, lease time.Duration) {
+	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
 	defer cancel()
 	cutoff := now.Add(-lease)
 	for _, cont := range r.parked.TakeOver(ctx, cutoff) {
@@ -72,23 +92,17 @@ func (r *Router) takeOver(now time.Time, lease time.Duration) {
 		}
 	}
 	for _, rec := range r.parked.TakeOverAnswers(ctx, cutoff) {
-		r.background(func() { r.settle(rec) })
+		r.background(func() { r.answers.settle(rec, nil) })
 	}
 }
 
 // background runs fn as work of the router (a drain waits for it); false
 // when the router is closing and fn did not run.
-func (r *Router) background(fn func()) bool {
-	r.mu.Lock()
-	closed := r.closed
-	if !closed {
-		r.work.Add(1)
-	}
-	r.mu.Unlock()
-	if closed {
+func (r *continuations) background(fn func()) bool {
+	if !r.life.Enter() {
 		return false
 	}
-	r.pool.Go(func() { defer r.work.Done(); fn() })
+	r.pool.Go(func() { defer r.life.Leave(); fn() })
 	return true
 }
 
@@ -96,7 +110,7 @@ func (r *Router) background(fn func()) bool {
 // calls of its last run that never got a result run again (the ledger keeps
 // side-effecting ones from running twice), then the batch waits for its
 // answers or goes on.
-func (r *Router) repair(cont *external.Batch) {
+func (r *continuations) repair(cont *external.Batch) {
 	b := r.continuation(cont)
 	if b == nil {
 		return
@@ -123,7 +137,7 @@ func (r *Router) repair(cont *external.Batch) {
 }
 
 // sweep expires the parked calls whose time is up.
-func (r *Router) sweep(now time.Time) {
+func (r *continuations) sweep(now time.Time) {
 	for _, rec := range r.parked.Expired(now) {
 		r.endParked(rec, external.StatusExpired, parkTimeout(rec.Call, r.parked.TTL()))
 	}
@@ -131,23 +145,23 @@ func (r *Router) sweep(now time.Time) {
 
 // endParked moves a parked call to a final status (expired, cancelled) with
 // res as its result; the compare-and-set picks one router when several try.
-func (r *Router) endParked(rec *external.Record, status string, res bus.Result) {
-	ctx, cancel := landing()
+func (r *continuations) endParked(rec *external.Record, status external.Status, res bus.Result) {
+	ctx, cancel := r.landing()
 	got, err := r.parked.End(ctx, rec.Key(), status, res)
 	cancel()
 	if err == nil {
-		r.complete(got, res)
+		r.answers.complete(got, res, nil)
 	}
 }
 
 // cancelParked interrupts the parked calls of a reply (all when ids is
 // empty) and marks its queued calls so they never run.
-func (r *Router) cancelParked(session, replyID string, ids []string) {
+func (r *continuations) cancelParked(session, replyID string, ids []string) {
 	recs := r.parked.Parked(session, replyID)
 	if len(recs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.life.Context(), 10*time.Second)
 	err := r.parked.Cancel(ctx, session, replyID, ids)
 	cancel()
 	if err != nil {

@@ -3,45 +3,52 @@ package router
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/ledger"
+	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
 )
 
-// workQueue is the executor of durable tools (docs/protocol.md 5.5): the call
+// workQueue is the executor of durable tools (docs/protocol.md 5.8): the call
 // is claimed in the ledger, published to the tool's work queue (P_WORK)
 // and taken by one of its workers; the worker sends the result to the
 // routers, one of which records it in the ledger entry, and the router
 // that published the call reads it there. A worker that dies mid-call
 // stops reporting progress and JetStream delivers the call to another
 // worker; the ledger entry takes one result, so the agent never sees two.
-type workQueue struct{ r *Router }
+type workQueue struct {
+	log       *slog.Logger
+	subj      bus.Subjects
+	js        jetstream.JetStream
+	led       dedupe
+	execEvent func(ctx context.Context, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error)
+}
 
 func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
-	r, l := x.r, x.r.led
+	l := x.led
 	deadline, timeout := callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
 	if timeout <= 0 {
 		return timeoutResult(j.call, 0)
 	}
-	return l.claimed(ctx, j, timeout, func(claim ledgerEntry) bus.Result {
+	return l.Claimed(ctx, ledgerCall(j, timeout), func(claim ledger.Entry) bus.Result {
 		key := j.key()
 		if err := x.publish(ctx, j, deadline); err != nil {
-			r.log.Warn("router: durable call not queued", "key", key, "err", err)
-			l.abandon(key, claim.Claim)
-			if l.health.Note(err) {
-				return storeFull(j.call, l.health)
+			x.log.Warn("router: durable call not queued", "key", key, "err", err)
+			l.Abandon(key, claim.Claim)
+			if l.Health().Note(err) {
+				return ledger.StoreFull(j.call, l.Health())
 			}
-			return unavailableLedger(j.call)
+			return ledger.Unavailable(j.call)
 		}
 		wctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))
 		defer cancel()
-		if res, ok := l.await(wctx, key); ok {
+		if res, ok := l.Await(wctx, key); ok {
 			return res
 		}
 		// No result by the deadline, or the call was cancelled or cut off:
@@ -55,7 +62,7 @@ func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
 		case ctx.Err() != nil:
 			end = interrupted(j.call)
 		}
-		return l.end(key, claim, end)
+		return l.End(key, claim, end)
 	})
 }
 
@@ -63,17 +70,16 @@ func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
 // core request. The message id is the call key: a publish retried, or a
 // claim taken again after it was abandoned, is one message.
 func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
-	r := x.r
-	e, err := r.execEvent(ctx, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
+	e, err := x.execEvent(ctx, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
 	if err != nil {
 		return err
 	}
-	m, err := e.Msg(r.subj.Work(j.call.Name))
+	m, err := e.Msg(x.subj.Work(j.call.Name))
 	if err != nil {
 		return err
 	}
 	return store.Retry(ctx, store.Bounded, func(ctx context.Context) error {
-		_, err := r.store.JS.PublishMsg(ctx, m, jetstream.WithMsgID(j.key()))
+		_, err := x.js.PublishMsg(ctx, m, jetstream.WithMsgID(j.key()))
 		return err
 	})
 }
@@ -82,7 +88,17 @@ func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) erro
 // the call's ledger entry; the reply tells the worker it may acknowledge
 // the call's message. A result for a call that already has one (an
 // earlier delivery's, a timeout, a cancel) is dropped, and says so.
-func (r *Router) onResult(m *nats.Msg) {
+// durableResults takes durable calls' results on P.result.<tool>
+// (docs/protocol.md 5.8).
+type durableResults struct {
+	*wire
+	reg     *registry.Registry
+	led     dedupe
+	landing func() (context.Context, context.CancelFunc)
+	seal    func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
+}
+
+func (r *durableResults) onResult(m *nats.Msg) {
 	tool, ok := r.subj.Token(m.Subject, "result")
 	if !ok || !bus.ValidName(tool) {
 		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject))
@@ -99,112 +115,19 @@ func (r *Router) onResult(m *nats.Msg) {
 	}
 	call := bus.Call{ID: e.ToolCallID, Name: tool}
 	res, _ := execReply(call, m)
-	res, _ = r.sealOutput(e.SessionID, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, nil)
+	res, _ = r.seal(e.SessionID, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, nil)
 	var timeout time.Duration
 	if t, ok := r.reg.Lookup(tool); ok {
 		timeout = time.Duration(t.Def.TimeoutMS) * time.Millisecond
 	}
-	ctx, cancel := landing()
+	ctx, cancel := r.landing()
 	defer cancel()
 	// As for a core request: a failure that comes at or past the call's
 	// deadline is its timeout.
-	ack, err := r.led.recordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout))
+	ack, err := r.led.RecordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout))
 	if err != nil {
 		r.reject(m, err)
 		return
 	}
-	if err := bus.Respond(r.nc, m, r.source, bus.TypeExecRecorded, ack); err != nil {
-		r.log.Warn("router: durable result ack failed", "err", err)
-	}
-}
-
-// await waits until key's entry holds a result, and returns it; false when
-// ctx ends first.
-func (l *ledger) await(ctx context.Context, key string) (bus.Result, bool) {
-	w, err := l.kv.Watch(ctx, key)
-	if err != nil {
-		return bus.Result{}, false
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return bus.Result{}, false
-		case u, ok := <-w.Updates():
-			if !ok {
-				return bus.Result{}, false
-			}
-			if u == nil || u.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var le ledgerEntry
-			if json.Unmarshal(u.Value(), &le) == nil && le.State == ledgerDone && le.Result != nil {
-				l.hits()
-				return *le.Result, true
-			}
-		}
-	}
-}
-
-// errRecorded stops a compare-and-set whose entry has its result already.
-var errRecorded = errors.New("ledger: the call has a result already")
-
-// end records res as the result of the claimed call key, unless the entry
-// has one already (a worker's result got in first): then that one stands
-// and is returned.
-func (l *ledger) end(key string, claim ledgerEntry, res bus.Result) bus.Result {
-	ctx, cancel := landing()
-	defer cancel()
-	var first *bus.Result
-	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		var le ledgerEntry
-		if cur != nil && json.Unmarshal(cur.Value(), &le) == nil && le.State == ledgerDone && le.Result != nil {
-			first = le.Result
-			return nil, errRecorded
-		}
-		claim.State, claim.Result = ledgerDone, &res
-		return json.Marshal(claim)
-	})
-	switch {
-	case first != nil:
-		return *first
-	case err != nil:
-		l.log.Error("router: durable call's end not recorded", "key", key, "err", err)
-	}
-	return res
-}
-
-// recordResult records a durable call's result from its worker in the
-// call's running entry.
-// A failed result that comes past the entry's deadline is recorded as
-// late, the call's timeout.
-func (l *ledger) recordResult(ctx context.Context, key string, res, late bus.Result) (bus.ExecRecorded, error) {
-	var why string
-	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		var le ledgerEntry
-		switch {
-		case cur == nil:
-			why = "no call of this key is running (its ledger entry expired or never was)"
-		case json.Unmarshal(cur.Value(), &le) != nil:
-			why = "the call's ledger entry is corrupt"
-		case le.State == ledgerDone:
-			why = "the call has a result already"
-		case le.State == ledgerAbandoned:
-			why = "the call was abandoned"
-		default:
-			le.State, le.Result = ledgerDone, &res
-			if res.State != bus.StateSuccess && !time.Now().Before(le.Deadline) {
-				le.Result = &late
-			}
-			return json.Marshal(le)
-		}
-		return nil, errRecorded
-	})
-	if errors.Is(err, errRecorded) {
-		return bus.ExecRecorded{Recorded: false, Reason: why}, nil
-	}
-	if err != nil {
-		return bus.ExecRecorded{}, fmt.Errorf("ledger: record %s: %w", key, err)
-	}
-	return bus.ExecRecorded{Recorded: true}, nil
+	r.respond(m, bus.TypeExecRecorded, ack, "durable result ack")
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/rcache"
+	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/skills"
 )
 
@@ -43,8 +46,17 @@ type Guard struct {
 	Now func() time.Time
 }
 
-// guard is the router's guardrails, built in startGuard.
+// guard is the router's guardrails, built by newGuard; its methods are
+// the steps and verbs the pipeline and the handlers call, each a no-op
+// for a guardrail that is off (or a nil guard).
 type guard struct {
+	id      string // the router's
+	log     *slog.Logger
+	ids     Identities
+	reg     *registry.Registry
+	groups  *groups.Store
+	runTool func(ctx context.Context, j *job) bus.Result
+
 	lim     *limits.Limiter        // nil without rules
 	cache   *rcache.Cache          // nil when off
 	cached  *prometheus.CounterVec // result cache lookups by outcome
@@ -52,44 +64,43 @@ type guard struct {
 	limited sync.Map               // *callState → the limit rule that refused it, until audited
 }
 
-// startGuard sets up the guardrails' JetStream resources (only those
+// newGuardrails sets up the guardrails' JetStream resources (only those
 // configured).
-func (r *Router) startGuard(ctx context.Context, js jetstream.JetStream) error {
-	r.guard = &guard{}
-	if len(r.cfg.Guard.Limits.Rules) > 0 {
-		lim, err := limits.New(ctx, js, r.subj, limits.Config{Policy: r.cfg.Guard.Limits, Replicas: r.cfg.Store.Replicas,
-			Memory: r.cfg.Store.Memory, Now: r.cfg.Guard.Now})
+func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, subj bus.Subjects, cfg Config, g *guard) error {
+	if len(cfg.Guard.Limits.Rules) > 0 {
+		lim, err := limits.New(ctx, js, subj, limits.Config{Policy: cfg.Guard.Limits, Replicas: cfg.Store.Replicas,
+			Memory: cfg.Store.Memory, Now: cfg.Guard.Now})
 		if err != nil {
 			return fmt.Errorf("router: %w", err)
 		}
-		r.guard.lim = lim
+		g.lim = lim
 	}
-	if ac := r.cfg.Guard.Audit; ac != nil {
-		cfg := *ac
-		cfg.Replicas, cfg.Memory = r.cfg.Store.Replicas, r.cfg.Store.Memory
-		ajs, err := jetstream.New(r.nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if ac := cfg.Guard.Audit; ac != nil {
+		acfg := *ac
+		acfg.Replicas, acfg.Memory = cfg.Store.Replicas, cfg.Store.Memory
+		ajs, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 		if err != nil {
 			return fmt.Errorf("router: audit: %w", err)
 		}
-		if r.guard.audit, err = audit.New(ctx, ajs, r.subj, cfg); err != nil {
+		if g.audit, err = audit.New(ctx, ajs, subj, acfg); err != nil {
 			return fmt.Errorf("router: %w", err)
 		}
 	}
-	if r.cfg.Guard.Cache {
-		c, err := rcache.New(ctx, js, r.subj, rcache.Config{Replicas: r.cfg.Store.Replicas, Memory: r.cfg.Store.Memory, Now: r.cfg.Guard.Now})
+	if cfg.Guard.Cache {
+		c, err := rcache.New(ctx, js, subj, rcache.Config{Replicas: cfg.Store.Replicas, Memory: cfg.Store.Memory, Now: cfg.Guard.Now})
 		if err != nil {
 			return fmt.Errorf("router: %w", err)
 		}
-		r.guard.cache = c
-		r.guard.cached = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_result_cache_lookups_total",
+		g.cache = c
+		g.cached = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_result_cache_lookups_total",
 			Help: "Result cache lookups of cacheable tool calls, by result (hit or miss)."}, []string{"tool", "result"})
-		if reg := r.cfg.Metrics; reg != nil {
-			if err := reg.Register(r.guard.cached); err != nil {
+		if reg := cfg.Metrics; reg != nil {
+			if err := reg.Register(g.cached); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
 					return fmt.Errorf("router: metrics: %w", err)
 				}
-				r.guard.cached = are.ExistingCollector.(*prometheus.CounterVec)
+				g.cached = are.ExistingCollector.(*prometheus.CounterVec)
 			}
 		}
 	}
@@ -101,22 +112,22 @@ func (r *Router) startGuard(ctx context.Context, js jetstream.JetStream) error {
 // result within its TTL is answered with it, marked in its metadata
 // (docs/protocol.md 3.3), and nothing runs; otherwise the call runs and a
 // successful result is stored.
-func (r *Router) cachedRun(ctx context.Context, j *job) bus.Result {
-	if r.guard == nil || r.guard.cache == nil {
-		return r.runTool(ctx, j)
+func (g *guard) cachedRun(ctx context.Context, j *job) bus.Result {
+	if g.cache == nil {
+		return g.runTool(ctx, j)
 	}
-	c := r.guard.cache
+	c := g.cache
 	key, ok := rcache.Key(&j.tool.Def, j.session, userOf(j.user), j.call.Input)
 	if !ok {
-		return r.runTool(ctx, j)
+		return g.runTool(ctx, j)
 	}
 	if res, hit := c.Get(ctx, key); hit {
-		r.guard.cached.WithLabelValues(j.call.Name, "hit").Inc()
+		g.cached.WithLabelValues(j.call.Name, "hit").Inc()
 		res.ID, res.Name = j.call.ID, j.call.Name
 		return res
 	}
-	r.guard.cached.WithLabelValues(j.call.Name, "miss").Inc()
-	res := r.runTool(ctx, j)
+	g.cached.WithLabelValues(j.call.Name, "miss").Inc()
+	res := g.runTool(ctx, j)
 	c.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
 	return res
 }
@@ -203,7 +214,7 @@ func (b *batch) search(ctx context.Context, c *callState) bus.Result {
 // adminGuard runs the guardrails' admin verbs (docs/protocol.md 9):
 // limits (what is used and left) and limits.reset. ok is false for any
 // other verb.
-func (r *Router) adminGuard(ctx context.Context, verb string, e *bus.Event) (out any, ok bool, err error) {
+func (g *guard) admin(ctx context.Context, verb string, e *bus.Event) (out any, ok bool, err error) {
 	if verb != "limits" && verb != "limits.reset" {
 		return nil, false, nil
 	}
@@ -220,12 +231,12 @@ func (r *Router) adminGuard(ctx context.Context, verb string, e *bus.Event) (out
 			return nil, true, bus.Errorf(bus.CodeBadRequest, "%s wants {\"rule\", \"tool\", \"user\", \"session\"} (all optional): %v", verb, err)
 		}
 	}
-	if r.guard == nil || r.guard.lim == nil {
+	if g.lim == nil {
 		return map[string]any{"limits": []limits.Usage{}}, true, nil
 	}
-	lim := r.guard.lim
+	lim := g.lim
 	call := limits.Call{Tool: q.Tool, User: q.User, Session: q.Session}
-	if t, ok := r.reg.Lookup(q.Tool); ok {
+	if t, ok := g.reg.Lookup(q.Tool); ok {
 		call.ReadOnly = t.Def.ReadOnly // write-only rules do not count a read
 	}
 	if verb == "limits.reset" {
@@ -242,18 +253,18 @@ func (r *Router) adminGuard(ctx context.Context, verb string, e *bus.Event) (out
 // natsUser is the NATS user whose credentials alone may publish in
 // session: its bound agent user (docs/security.md); "" when the router is
 // open or the session unbound (then any agent or operator may have).
-func (r *Router) natsUser(session string) string {
-	if r.cfg.Identities == nil {
+func (g *guard) natsUser(session string) string {
+	if g.ids == nil {
 		return ""
 	}
-	if _, bound := r.cfg.Identities.UserOf(session); bound {
+	if _, bound := g.ids.UserOf(session); bound {
 		return "session-" + session
 	}
 	return ""
 }
 
 // audit writes the audit record of a call the batch finished (every call
-// that did not park: parked calls are recorded when they end, auditParked).
+// that did not park: parked calls are recorded when they end, recordParked).
 func (b *batch) audit(c *callState, res bus.Result) {
 	if b.r.guard == nil || b.r.guard.audit == nil {
 		return
@@ -261,7 +272,7 @@ func (b *batch) audit(c *callState, res bus.Result) {
 	tr := b.r.guard.audit
 	sess := b.r.groups.Session(b.session)
 	rec := &audit.Record{Time: time.Now().UTC(), Router: b.r.cfg.ID, Session: b.session, ReplyID: b.replyID, CallID: c.call.ID,
-		User: userOf(b.data.User), NATSUser: b.r.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
+		User: userOf(b.data.User), NATSUser: b.r.guard.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
 	if !b.start.IsZero() {
 		rec.DurationMS = time.Since(b.start).Milliseconds()
 	}
@@ -299,24 +310,24 @@ func (b *batch) audit(c *callState, res bus.Result) {
 	}
 }
 
-// auditParked writes the audit record of a parked call that ended: asked
+// recordParked writes the audit record of a parked call that ended: asked
 // (a confirmation, naming who answered and when) or external.
-func (r *Router) auditParked(rec *external.Record, res bus.Result) {
-	if r.guard == nil || r.guard.audit == nil {
+func (g *guard) recordParked(rec *external.Record, res bus.Result) {
+	if g == nil || g.audit == nil {
 		return
 	}
-	tr := r.guard.audit
+	tr := g.audit
 	behavior := audit.External
 	if rec.Kind == bus.KindConfirm {
 		behavior = audit.Ask
 	}
-	a := &audit.Record{Time: time.Now().UTC(), Router: r.cfg.ID, Session: rec.Session, ReplyID: rec.ReplyID, CallID: rec.Call.ID,
-		User: userOf(rec.User), NATSUser: r.natsUser(rec.Session), Tool: rec.Call.Name, Outcome: auditOutcome(res),
+	a := &audit.Record{Time: time.Now().UTC(), Router: g.id, Session: rec.Session, ReplyID: rec.ReplyID, CallID: rec.Call.ID,
+		User: userOf(rec.User), NATSUser: g.natsUser(rec.Session), Tool: rec.Call.Name, Outcome: auditOutcome(res),
 		DurationMS: time.Since(rec.Created).Milliseconds(),
-		Decision: audit.Decision{Behavior: behavior, Mode: r.groups.Session(rec.Session).Mode, Rule: rec.Reason,
+		Decision: audit.Decision{Behavior: behavior, Mode: g.groups.Session(rec.Session).Mode, Rule: rec.Reason,
 			Approver: rec.AnsweredBy, AnsweredAt: rec.AnsweredAt}}
 	if err := tr.Write(a, rec.Call.Input); err != nil {
-		r.log.Warn("router: audit record not written", "session", rec.Session, "call", rec.Call.ID, "err", err)
+		g.log.Warn("router: audit record not written", "session", rec.Session, "call", rec.Call.ID, "err", err)
 	}
 }
 

@@ -25,11 +25,15 @@ type Identities interface {
 // an unbound session runs as no user, and a claim there is refused, since
 // no credential backs it. A refusal is a denied *bus.Error and nothing
 // runs.
-func (r *Router) identify(session string, claimed json.RawMessage) (json.RawMessage, error) {
-	if r.cfg.Identities == nil {
+// identities checks a batch's or query's claimed user against the
+// session's credentials (Config.Identities; nil: open router).
+type identities struct{ ids Identities }
+
+func (x identities) identify(session string, claimed json.RawMessage) (json.RawMessage, error) {
+	if x.ids == nil {
 		return claimed, nil
 	}
-	user, bound := r.cfg.Identities.UserOf(session)
+	user, bound := x.ids.UserOf(session)
 	none := userOf(claimed) == ""
 	switch {
 	case bound && (none || isString(claimed) && userOf(claimed) == user):

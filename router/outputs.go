@@ -27,18 +27,20 @@ const outputsBudget = 30 * time.Second
 
 // outputs is the router's side of the outputs object store.
 type outputs struct {
-	st  *offload.Store
-	srv *offload.Server
+	*wire
+	base context.Context
+	st   *offload.Store
+	srv  *offload.Server
 }
 
-func newOutputs(nc *nats.Conn, bucket string) *outputs {
-	st := offload.NewStore(nc, bucket)
-	return &outputs{st: st, srv: offload.NewServer(st, offload.Window(nc.MaxPayload()))}
+func newOutputs(w *wire, base context.Context, bucket string) *outputs {
+	st := offload.NewStore(w.nc, bucket)
+	return &outputs{wire: w, base: base, st: st, srv: offload.NewServer(st, offload.Window(w.nc.MaxPayload()))}
 }
 
 // onOutputs serves io.toolbus.output.get on P.outputs.<session>: one
 // window of a stored output of that session, or an io.toolbus.error.
-func (r *Router) onOutputs(m *nats.Msg) {
+func (r *outputs) onOutputs(m *nats.Msg) {
 	e, err := r.decode(m, "outputs", offload.TypeGet)
 	if err != nil {
 		r.reject(m, err)
@@ -51,14 +53,12 @@ func (r *Router) onOutputs(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(r.base, outputsBudget)
 	defer cancel()
-	c, err := r.stored.srv.Serve(ctx, e.SessionID, g)
+	c, err := r.srv.Serve(ctx, e.SessionID, g)
 	if err != nil {
 		r.reject(m, err)
 		return
 	}
-	if err := bus.Respond(r.nc, m, r.source, offload.TypeChunk, c); err != nil {
-		r.log.Warn("router: output chunk reply failed", "err", err)
-	}
+	r.respond(m, offload.TypeChunk, c, "output chunk reply")
 }
 
 // sealOutput checks the stored outputs a worker's result refers to
@@ -66,13 +66,13 @@ func (r *Router) onOutputs(m *nats.Msg) {
 // reference to an object that is not this call's own turns the result
 // into a tool_error saying so, and its state patch is dropped, as for any
 // invalid output block (protocol 3.3).
-func (r *Router) sealOutput(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage) {
+func (r *outputs) sealOutput(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage) {
 	if !hasStored(res.Output) {
 		return res, patch
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), outputsBudget)
 	defer cancel()
-	out, err := r.stored.st.Seal(ctx, key, res.Output)
+	out, err := r.st.Seal(ctx, key, res.Output)
 	if err != nil {
 		var be *offload.BlockError
 		if errors.As(err, &be) {
@@ -88,13 +88,13 @@ func (r *Router) sealOutput(session, key string, res bus.Result, patch json.RawM
 
 // sealAnswer is sealOutput for an external answer: a refused reference is
 // a bad_request and the call stays parked.
-func (r *Router) sealAnswer(key string, out []bus.Block) ([]bus.Block, error) {
+func (r *outputs) sealAnswer(key string, out []bus.Block) ([]bus.Block, error) {
 	if !hasStored(out) {
 		return out, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), outputsBudget)
 	defer cancel()
-	sealed, err := r.stored.st.Seal(ctx, key, out)
+	sealed, err := r.st.Seal(ctx, key, out)
 	if err != nil {
 		var be *offload.BlockError
 		if errors.As(err, &be) {

@@ -62,7 +62,16 @@ func (l *replayLimit) take(session string, now time.Time) bool {
 // allowed to create one could have the server publish its session's events
 // on any subject (docs/security.md). Here the router sets the filter, pull
 // mode, acks none, memory storage and an inactivity threshold.
-func (r *Router) onReplay(m *nats.Msg) {
+// replays serves P.replay.<session> (docs/protocol.md 3.4): an ephemeral
+// consumer over the session's events, bounded per session and in all.
+type replays struct {
+	*wire
+	base   context.Context
+	events jetstream.Stream
+	limit  replayLimit
+}
+
+func (r *replays) onReplay(m *nats.Msg) {
 	e, err := r.decode(m, "replay", bus.TypeReplay)
 	if err != nil {
 		r.reject(m, err)
@@ -83,27 +92,25 @@ func (r *Router) onReplay(m *nats.Msg) {
 		InactiveThreshold: replayIdle,
 		// As many replicas as the stream, so a node's loss does not
 		// take the consumer with it (the client asks again if it does).
-		Replicas: r.store.Events.CachedInfo().Config.Replicas,
+		Replicas: r.events.CachedInfo().Config.Replicas,
 	}
 	if q.StartSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, q.StartSeq
 	}
-	if !r.replays.take(e.SessionID, time.Now()) {
+	if !r.limit.take(e.SessionID, time.Now()) {
 		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "session %s asked for more than %d replays within %v; reuse one", e.SessionID, maxSessionReplays, replayIdle))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
 	defer cancel()
-	if info, err := r.store.Events.Info(ctx); err == nil && info.State.Consumers >= maxReplays {
+	if info, err := r.events.Info(ctx); err == nil && info.State.Consumers >= maxReplays {
 		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "the events stream holds %d consumers; no replay is made past %d until idle ones go", info.State.Consumers, maxReplays))
 		return
 	}
-	if _, err := r.store.Events.CreateConsumer(ctx, cfg); err != nil {
+	if _, err := r.events.CreateConsumer(ctx, cfg); err != nil {
 		r.reject(m, bus.Errorf(bus.CodeUnavailable, "replay of session %s: %v", e.SessionID, err))
 		return
 	}
 	ready := bus.ReplayReady{Stream: r.subj.Stream(bus.StreamEvents), Consumer: cfg.Name, Idle: replayIdle.String()}
-	if err := bus.Respond(r.nc, m, r.source, bus.TypeReplayReady, ready); err != nil {
-		r.log.Warn("router: replay reply failed", "err", err)
-	}
+	r.respond(m, bus.TypeReplayReady, ready, "replay reply")
 }

@@ -1,18 +1,24 @@
 // Package router is the stateless router of toolbus: it receives batches of
 // tool calls, checks them, resolves and validates each call, fans the calls
-// out to worker queue groups in the order docs/protocol.md 5.2 prescribes, and
+// out to worker queue groups in the order docs/protocol.md 5.5 prescribes, and
 // reports results, events and the batch reply. Every piece of shared state
 // lives in JetStream, read on the hot path from watch-fed caches, so any
 // number of routers serve one deployment interchangeably.
+//
+// Router itself is a thin shell (docs/router.md): it builds the subsystems
+// once, subscribes, decodes and dispatches each message to the handler
+// type of its subject (registrar, adminVerbs, toolsLister, answers,
+// canceller, continuations, durableResults, outputs, replays), and owns the
+// lifecycle through internal/life.
 package router
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,10 +31,13 @@ import (
 	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -81,7 +90,8 @@ type Config struct {
 	// renewed; renewals come every Store.Heartbeat. Past it, another router
 	// (a re-sent batch) takes the work over. Zero means three heartbeats.
 	Lease time.Duration
-	// Guard configures tool search, quotas and rate limits (guard.go).
+	// Guard configures tool search, quotas and rate limits, the result
+	// cache and the audit trail (guard.go).
 	Guard Guard
 	// Logger receives the router's logs; nil discards.
 	Logger *slog.Logger
@@ -122,32 +132,39 @@ func (l *Limits) defaults() {
 	}
 }
 
-// Router serves the router subjects of one deployment.
+// Router serves the router subjects of one deployment: the shell that
+// builds the subsystems, subscribes, dispatches and drains. The handlers
+// are small types with their own dependencies (docs/router.md).
 type Router struct {
-	nc     *nats.Conn
-	cfg    Config
-	subj   bus.Subjects
-	source string
-	log    *slog.Logger
-	sem    chan struct{}
-	adm    admission
-	pool   *pool.Pool
+	*wire // connection, subjects, source, logger, metrics: decode, reject, respond
+	cfg   Config
+	life  *life.Life
+	base  context.Context // life's: the parent of every handler's and batch's context
+	sem   chan struct{}
+	adm   *admission
+	pool  *pool.Pool
 
 	store  *store.Store
 	reg    *registry.Registry
 	groups *groups.Store
 	parked *external.Store
-	led    *ledger
+	led    dedupe
 	events *eventSink
 	skills *routerSkills
 	guard  *guard // guardrails (guard.go)
-	m      *metrics.Router
 
-	replays replayLimit // replay consumers made lately, per session (replay.go)
+	// The handlers, built in Start.
+	answers  *answers
+	conts    *continuations
+	handlers []route
 
+	// Ports of the batch pipeline (batch.go, exec.go) bound in Start.
+	identify   func(session string, claimed json.RawMessage) (json.RawMessage, error)
+	sealOutput func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
+	skillView  func(sess *groups.Session, user string) *skills.View
+
+	subs       subscriptions
 	mu         sync.Mutex
-	subs       []*nats.Subscription
-	svc        micro.Service
 	batches    map[string]*batch // sessionid/replyid → running batch
 	execMu     sync.Mutex
 	execs      map[*execWatch]struct{} // exec requests in flight
@@ -156,33 +173,31 @@ type Router struct {
 	exec       executor                // runs tool calls on workers
 	durable    executor                // runs durable tools' calls through their work queues
 	confirming confirmed               // confirmed calls running outside any batch
-	closed     bool
-	work       sync.WaitGroup
-	bg         sync.WaitGroup // background loops
-	stop       context.CancelFunc
-	once       sync.Once
-	stopErr    error
 
-	// base is the parent of every handler's and batch's context, made in
-	// Start; cut cancels it, with errDrainDeadline when a drain's deadline
-	// passes with work in flight.
-	base     context.Context
-	cut      context.CancelCauseFunc
-	closedCh chan struct{} // closed once Drain has returned
+	once     sync.Once
+	stopErr  error
+	cutCalls int         // calls in flight when a drain's deadline passed
+	cut      atomic.Bool // a drain's deadline cut work off
+}
+
+// route is one subscription of the router: a subject, its queue group ("":
+// every router gets it), its handler, and whether a full router answers it
+// busy (admit.go).
+type route struct {
+	subject, queue string
+	h              func(*nats.Msg)
+	shed           bool
 }
 
 // errDrainDeadline is the cause of the contexts cut off by a drain's
 // deadline.
-var errDrainDeadline = errors.New("router: cut off by the drain deadline")
-
-// errStopped is the cause of the base context once the router stopped.
-var errStopped = errors.New("router: stopped")
+var errDrainDeadline = life.ErrDeadline
 
 // StopTimeout is the drain deadline of Stop.
 const StopTimeout = 5 * time.Second
 
 // drainCleanup bounds the wait, past a drain's deadline, for the handlers
-// whose context was just cancelled to return.
+// whose context was just cancelled and the writes that must land.
 const drainCleanup = 2 * time.Second
 
 // New returns a Router on nc. Call Start to serve.
@@ -228,135 +243,175 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	if cfg.Lease <= 0 {
 		cfg.Lease = 3 * cfg.Store.Heartbeat
 	}
-	r := &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
-		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
-		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}, closedCh: make(chan struct{})}
-	r.exec, r.durable = requestReply{r}, workQueue{r}
+	log := cfg.Logger.With("router", cfg.ID)
+	w := &wire{nc: nc, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID, log: log}
+	r := &Router{wire: w, cfg: cfg, sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
+		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}}
+	r.life = life.New(life.Config{Cleanup: drainCleanup, LandBudget: landBudget, Logger: log, OnDeadline: func() {
+		r.cutCalls = r.callsInFlight()
+		r.cut.Store(true)
+	}})
+	r.base = r.life.Context()
+	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued, queueWait: cfg.QueueWait}
+	r.identify = identities{cfg.Identities}.identify
+	r.exec = requestReply{r}
 	return r, nil
 }
 
 // ID returns the router's instance id.
 func (r *Router) ID() string { return r.cfg.ID }
 
-// Start creates the JetStream resources, loads the caches and subscribes.
-// It returns once the router serves, or with the first error.
-func (r *Router) Start(ctx context.Context) error {
-	js, err := jetstream.New(r.nc)
-	if err != nil {
-		return fmt.Errorf("router: jetstream: %w", err)
-	}
-	r.store, err = store.Setup(ctx, js, r.subj, r.cfg.Store)
-	if err != nil {
-		return err
-	}
-	r.base, r.cut = context.WithCancelCause(context.Background())
-	runCtx, cancel := context.WithCancel(r.base)
-	r.stop = cancel
-	r.reg = registry.New(r.store, registry.Config{Heartbeat: r.cfg.Store.Heartbeat, Logger: r.log})
-	if err := r.reg.Start(runCtx); err != nil {
-		cancel()
-		return fmt.Errorf("router: registry: %w", err)
-	}
-	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode,
-		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, SessionCache: r.cfg.SessionCache, Search: r.cfg.Guard.Search, Pinned: r.cfg.Guard.Pinned, Logger: r.log})
-	if err := r.groups.Start(runCtx); err != nil {
-		cancel()
-		r.reg.Stop()
-		return fmt.Errorf("router: groups: %w", err)
-	}
-	if err := r.startSkills(runCtx); err != nil {
-		cancel()
-		r.reg.Stop()
-		r.groups.Stop()
-		return err
-	}
-	r.parked = external.New(r.store, r.subj, external.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Logger: r.log})
-	if err := r.parked.Start(runCtx); err != nil {
-		r.Stop()
-		return fmt.Errorf("router: parked calls: %w", err)
-	}
-	for _, g := range r.cfg.Groups {
-		if err := r.groups.Put(ctx, g); err != nil {
-			r.Stop()
-			return fmt.Errorf("router: config group %s: %w", g.Name, err)
-		}
-	}
-	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
-		ParkedNow: func() int { return len(r.parked.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
-	r.led = newLedger(r.store.Ledger, ledgerConfig{router: r.cfg.ID, log: r.log, hits: r.m.DedupeHits.Inc, lease: r.cfg.Lease, health: r.store.Health})
-	// The router stores only what the payload limit forces (fit.go): its
-	// inline limit is the limit itself, and it never refuses an output.
-	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
-		r.Stop()
-		return err
-	}
-	r.stored = newOutputs(r.nc, r.subj.ObjectStore(bus.ObjectOutputs))
-	if err := r.startGuard(ctx, js); err != nil {
-		r.Stop()
-		return err
-	}
-	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
-		r.Stop()
-		return err
-	}
-	q := r.subj.RouterQueue()
-	for _, s := range []struct {
-		subject, queue string
-		h              func(*nats.Msg)
-	}{
-		{r.subj.All("call"), q, r.onBatch},
-		{r.subj.All("tools"), q, r.onTools},
-		{r.subj.Register(), q, r.onRegister},
-		{r.subj.All("admin"), q, r.onAdmin},
-		{r.subj.All("answer"), q, r.onAnswer},
-		{r.subj.All("approve"), q, r.onApprove},
-		{r.subj.All("replay"), q, r.onReplay},
-		{r.subj.All("result"), q, r.onResult},
-		{r.subj.All("cancel"), "", r.onCancel},
-		{r.subj.All("outputs"), q, r.onOutputs},
-	} {
-		h, shed := s.h, r.sheds(s.subject)
-		sub, err := r.nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { r.dispatch(h, m, shed) })
+// Start creates the JetStream resources, builds the subsystems and the
+// handlers, and subscribes. It returns once the router serves, or with the
+// first error, after undoing what it did (one unwind: the drain's).
+func (r *Router) Start(ctx context.Context) (err error) {
+	defer func() {
 		if err != nil {
 			r.Stop()
-			return fmt.Errorf("router: subscribe %s: %w", s.subject, err)
 		}
-		_ = sub.SetPendingLimits(pendingMsgs, pendingLimit)
-		r.mu.Lock()
-		r.subs = append(r.subs, sub)
-		r.mu.Unlock()
+	}()
+	if err := r.build(ctx); err != nil {
+		return err
+	}
+	r.bind()
+	for _, s := range r.handlers {
+		if err := r.subs.add(r.nc, s, r.dispatch); err != nil {
+			return err
+		}
 	}
 	// Routers show up in NATS micro discovery (`nats micro ls`, `toolbus status`).
 	svc, err := micro.AddService(r.nc, micro.Config{Name: "toolbus-router", Version: "1.0.0",
 		Description: "toolbus router " + r.cfg.ID, Metadata: map[string]string{"router": r.cfg.ID, "prefix": r.subj.Prefix}})
 	if err != nil {
-		r.Stop()
 		return fmt.Errorf("router: micro service: %w", err)
 	}
-	r.mu.Lock()
-	r.svc = svc
-	r.mu.Unlock()
+	r.subs.setService(svc)
 	if err := bus.Flush(ctx, r.nc); err != nil {
-		r.Stop()
 		return fmt.Errorf("router: flush: %w", err)
 	}
-	interval := min(max(r.parked.TTL()/10, 10*time.Millisecond), time.Second)
-	r.bg.Add(3)
-	hb := r.cfg.Store.Heartbeat
-	go func() { defer r.bg.Done(); every(runCtx, interval, r.sweep) }()
-	go func() { defer r.bg.Done(); every(runCtx, hb, func(now time.Time) { r.watchWorkers(now, hb) }) }()
-	go func() {
-		defer r.bg.Done()
-		every(runCtx, hb, func(now time.Time) { r.renewLeases(now); r.takeOver(now, r.cfg.Lease) })
-	}()
-	r.bg.Add(1)
-	go func() {
-		defer r.bg.Done()
-		dropped := map[*nats.Subscription]int{}
-		every(runCtx, hb, func(time.Time) { r.watchDropped(dropped) })
-	}()
+	r.loops()
 	r.log.Info("router serving", "prefix", r.subj.Prefix)
 	return nil
+}
+
+// build makes the subsystems, each one's stop a step of the unwind.
+func (r *Router) build(ctx context.Context) error {
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		return fmt.Errorf("router: jetstream: %w", err)
+	}
+	if r.store, err = store.Setup(ctx, js, r.subj, r.cfg.Store); err != nil {
+		return err
+	}
+	bg := r.life.Background()
+	r.life.Defer(func() {
+		// Handlers that have not returned by the end of the cleanup
+		// window end on their own.
+		if r.cut.Load() {
+			go r.pool.Close()
+		} else {
+			r.pool.Close()
+		}
+	})
+	r.reg = registry.New(r.store, registry.Config{Heartbeat: r.cfg.Store.Heartbeat, Logger: r.log})
+	if err := r.reg.Start(bg); err != nil {
+		return fmt.Errorf("router: registry: %w", err)
+	}
+	r.life.Defer(r.reg.Stop)
+	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode,
+		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, SessionCache: r.cfg.SessionCache, Search: r.cfg.Guard.Search, Pinned: r.cfg.Guard.Pinned, Logger: r.log})
+	if err := r.groups.Start(bg); err != nil {
+		return fmt.Errorf("router: groups: %w", err)
+	}
+	r.life.Defer(r.groups.Stop)
+	if r.skills, err = startSkills(bg, r.cfg.Skills, r.store, r.log); err != nil {
+		return err
+	}
+	r.life.Defer(r.skills.cat.Stop)
+	r.parked = external.New(r.store, r.subj, external.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Logger: r.log})
+	if err := r.parked.Start(bg); err != nil {
+		return fmt.Errorf("router: parked calls: %w", err)
+	}
+	r.life.Defer(r.parked.Stop)
+	for _, g := range r.cfg.Groups {
+		if err := r.groups.Put(ctx, g); err != nil {
+			return fmt.Errorf("router: config group %s: %w", g.Name, err)
+		}
+	}
+	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
+		ParkedNow: func() int { return len(r.parked.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
+	r.led = dedupe{ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
+		Health: r.store.Health, Landing: r.life.Landing})}
+	// The router stores only what the payload limit forces (fit.go): its
+	// inline limit is the limit itself, and it never refuses an output.
+	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
+		return err
+	}
+	r.stored = newOutputs(r.wire, r.base, r.subj.ObjectStore(bus.ObjectOutputs))
+	r.guard = &guard{id: r.cfg.ID, log: r.log, ids: r.cfg.Identities, reg: r.reg, groups: r.groups, runTool: r.runTool}
+	if err := newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.guard); err != nil {
+		return err
+	}
+	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
+		return err
+	}
+	return nil
+}
+
+// bind builds the handler types over the subsystems, and the routes.
+func (r *Router) bind() {
+	r.sealOutput, r.skillView = r.stored.sealOutput, r.skills.view(r.groups)
+	r.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, execEvent: r.execEvent}
+	r.answers = &answers{wire: r.wire, base: r.base, landing: r.life.Landing, parked: r.parked, reg: r.reg, groups: r.groups,
+		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: r.publishEvent, stored: r.events.stored,
+		runTool: r.runTool, confirming: &r.confirming, guard: r.guard}
+	r.conts = &continuations{wire: r.wire, life: r.life, pool: r.pool, landing: r.life.Landing, parked: r.parked, led: r.led,
+		answers: r.answers, fromContinuation: r.fromContinuation, track: r.track, untrack: r.untrack}
+	r.answers.resume = r.conts.resume
+	reg := &registrar{wire: r.wire, base: r.base, groups: r.groups, reg: r.reg}
+	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
+		store: r.store, skills: r.skills.cat, guard: r.guard}
+	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.identify}
+	cancels := &canceller{wire: r.wire, running: r.running, confirming: &r.confirming, parked: r.conts.cancelParked}
+	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
+	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events}
+	q := r.subj.RouterQueue()
+	r.handlers = []route{
+		{r.subj.All("call"), q, r.onBatch, true},
+		{r.subj.All("tools"), q, tools.onTools, true},
+		{r.subj.Register(), q, reg.onRegister, false},
+		{r.subj.All("admin"), q, admin.onAdmin, false},
+		{r.subj.All("answer"), q, r.answers.onAnswer, false},
+		{r.subj.All("approve"), q, r.answers.onApprove, false},
+		{r.subj.All("replay"), q, replay.onReplay, false},
+		{r.subj.All("result"), q, results.onResult, false},
+		{r.subj.All("cancel"), "", cancels.onCancel, false},
+		{r.subj.All("outputs"), q, r.stored.onOutputs, false},
+	}
+}
+
+// loops starts the background loops: expiry of parked calls, the watchdog
+// of exec requests, lease renewal and takeover, and the watch for messages
+// dropped as a slow consumer.
+func (r *Router) loops() {
+	interval := min(max(r.parked.TTL()/10, 10*time.Millisecond), time.Second)
+	hb := r.cfg.Store.Heartbeat
+	r.life.Loop(func(ctx context.Context) { every(ctx, interval, r.conts.sweep) })
+	r.life.Loop(func(ctx context.Context) { every(ctx, hb, func(now time.Time) { r.watchWorkers(now, hb) }) })
+	r.life.Loop(func(ctx context.Context) {
+		every(ctx, hb, func(now time.Time) { r.conts.renewLeases(now); r.conts.takeOver(now, r.cfg.Lease) })
+	})
+	r.life.Loop(func(ctx context.Context) {
+		dropped := map[*nats.Subscription]int{}
+		every(ctx, hb, func(time.Time) { r.adm.watchDropped(r.subs.all(), dropped) })
+	})
+}
+
+// running returns the batch of key running on this router, or nil.
+func (r *Router) running(key string) *batch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.batches[key]
 }
 
 // dispatch runs h in its own goroutine, bounded by MaxInflight; when every
@@ -364,9 +419,7 @@ func (r *Router) Start(ctx context.Context) error {
 // answered busy, and any other blocks this subscription's delivery
 // (back-pressure; admit.go).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	if !r.life.Enter() {
 		if m.Subject == r.subj.Register() {
 			// A draining router still records heartbeats (see drain), on
 			// the subscription's own goroutine: the work it waits for is
@@ -375,10 +428,8 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		}
 		return
 	}
-	r.work.Add(1)
-	r.mu.Unlock()
-	if !r.admit(m, shed) {
-		r.wait(h, m)
+	if !r.adm.admit(m, shed) {
+		r.adm.wait(m, func() { r.handle(h, m) })
 		return
 	}
 	r.handle(h, m)
@@ -395,7 +446,7 @@ func (r *Router) handle(h func(*nats.Msg), m *nats.Msg) {
 				_ = bus.RespondError(r.nc, m, r.source, bus.Errorf(bus.CodeInternal, "router failed on this message"))
 			}
 			<-r.sem
-			r.work.Done()
+			r.life.Leave()
 		}()
 		h(m)
 	})
@@ -409,117 +460,40 @@ func (r *Router) Stop() {
 }
 
 // Closed is closed once Drain (or Stop) has returned.
-func (r *Router) Closed() <-chan struct{} { return r.closedCh }
+func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 
 // Drain stops the router: it stops taking messages at once (other routers
 // of the queue group get them), lets the work in flight finish until ctx
 // ends, then cancels what is left and returns after at most a short
-// cleanup, then stops its caches. Results already given to agents are
-// still recorded in the ledger, bounded as they are. A batch cut off by the
-// deadline gets no reply, no further events and no batch.done: a call it
-// was running is recorded unknown_outcome in the ledger when it is not
-// read-only, so a re-sent batch gets that on any router, and runs again
+// cleanup (internal/life), then stops its caches. Results already given to
+// agents are still recorded in the ledger within that cleanup. A batch cut
+// off by the deadline gets no reply, no further events and no batch.done: a
+// call it was running is recorded unknown_outcome in the ledger when it is
+// not read-only, so a re-sent batch gets that on any router, and runs again
 // when it is. Drain returns nil when nothing was cut off, else an error
 // that wraps ctx's and counts the calls cut off (also logged). It is safe
 // to call twice and concurrently; later calls wait for the first and
 // return its result.
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
-		r.stopErr = r.drain(ctx)
-		close(r.closedCh)
+		register := r.subs.drain(ctx, r.nc, r.subj.Register())
+		// Registrations stay served until the work is done: heartbeats
+		// are not new work, and without them (with no other router to
+		// record them) the watchdog would take the workers of the calls
+		// still running for vanished. The unwind drains them first.
+		r.life.Defer(func() {
+			if register != nil {
+				_ = register.Drain()
+				waitClosed(ctx, register)
+			}
+		})
+		if err := r.life.Drain(ctx); err != nil {
+			r.log.Warn("router: drain deadline passed; calls cut off (a re-sent batch recovers them through the ledger)", "calls", r.cutCalls)
+			r.stopErr = fmt.Errorf("router: drain: %d calls cut off: %w", r.cutCalls, ctx.Err())
+		}
 	})
-	<-r.closedCh
+	<-r.life.Closed()
 	return r.stopErr
-}
-
-func (r *Router) drain(ctx context.Context) error {
-	r.mu.Lock()
-	subs, svc := r.subs, r.svc
-	r.mu.Unlock()
-	if svc != nil {
-		_ = svc.Stop()
-	}
-	// Unsubscribed on the server at once; messages already delivered to
-	// this router are still handled. Registrations stay served until the
-	// work is done: heartbeats are not new work, and without them (with no
-	// other router to record them) the watchdog would take the workers of
-	// the calls still running for vanished.
-	var register *nats.Subscription
-	for _, s := range subs {
-		if s.Subject == r.subj.Register() {
-			register = s
-			continue
-		}
-		_ = s.Drain()
-	}
-	if len(subs) > 0 {
-		_ = bus.Flush(ctx, r.nc)
-	}
-	for _, s := range subs {
-		if s != register {
-			waitClosed(ctx, s)
-		}
-	}
-	defer func() {
-		if register != nil {
-			_ = register.Drain()
-			waitClosed(ctx, register)
-		}
-	}()
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
-	done := make(chan struct{})
-	go func() { r.work.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		n := r.callsInFlight()
-		if r.cut != nil {
-			r.cut(errDrainDeadline)
-		}
-		select {
-		case <-done:
-		case <-time.After(drainCleanup):
-		}
-		r.log.Warn("router: drain deadline passed; calls cut off (a re-sent batch recovers them through the ledger)", "calls", n)
-		err = fmt.Errorf("router: drain: %d calls cut off: %w", n, ctx.Err())
-	}
-	if r.led != nil {
-		// Results already given to agents must be recorded: the
-		// ledger's writes get the drain's time, and then a little.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if err := r.led.stop(lctx); err != nil {
-			r.log.Error("router: drain", "err", err)
-		}
-		cancel()
-	}
-	if r.cut != nil {
-		r.cut(errStopped)
-	}
-	if r.stop != nil {
-		r.stop()
-	}
-	r.bg.Wait()
-	if err == nil {
-		r.pool.Close()
-	} else {
-		go r.pool.Close() // handlers that have not returned yet end on their own
-	}
-	if r.parked != nil {
-		r.parked.Stop()
-	}
-	if r.reg != nil {
-		r.reg.Stop()
-	}
-	if r.groups != nil {
-		r.groups.Stop()
-	}
-	if r.skills != nil {
-		r.skills.cat.Stop()
-	}
-	return err
 }
 
 // callsInFlight counts the calls this router has started and not finished.
@@ -543,6 +517,66 @@ func (r *Router) callsInFlight() int {
 	return n
 }
 
+// subscriptions are the router's subscriptions and its micro service.
+type subscriptions struct {
+	mu   sync.Mutex
+	list []*nats.Subscription
+	svc  micro.Service
+}
+
+// add subscribes one route, its messages dispatched by dispatch.
+func (x *subscriptions) add(nc *nats.Conn, s route, dispatch func(h func(*nats.Msg), m *nats.Msg, shed bool)) error {
+	sub, err := nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { dispatch(s.h, m, s.shed) })
+	if err != nil {
+		return fmt.Errorf("router: subscribe %s: %w", s.subject, err)
+	}
+	_ = sub.SetPendingLimits(pendingMsgs, pendingLimit)
+	x.mu.Lock()
+	x.list = append(x.list, sub)
+	x.mu.Unlock()
+	return nil
+}
+
+func (x *subscriptions) setService(svc micro.Service) {
+	x.mu.Lock()
+	x.svc = svc
+	x.mu.Unlock()
+}
+
+func (x *subscriptions) all() []*nats.Subscription {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.list
+}
+
+// drain stops the micro service and drains every subscription but the one
+// on keep (the registrations'), which it returns: unsubscribed on the
+// server at once, messages already delivered are still handled.
+func (x *subscriptions) drain(ctx context.Context, nc *nats.Conn, keep string) (kept *nats.Subscription) {
+	x.mu.Lock()
+	subs, svc := x.list, x.svc
+	x.mu.Unlock()
+	if svc != nil {
+		_ = svc.Stop()
+	}
+	for _, s := range subs {
+		if s.Subject == keep {
+			kept = s
+			continue
+		}
+		_ = s.Drain()
+	}
+	if len(subs) > 0 {
+		_ = bus.Flush(ctx, nc)
+	}
+	for _, s := range subs {
+		if s != kept {
+			waitClosed(ctx, s)
+		}
+	}
+	return kept
+}
+
 func waitClosed(ctx context.Context, s *nats.Subscription) {
 	ch := s.StatusChanged(nats.SubscriptionClosed)
 	if !s.IsValid() {
@@ -555,135 +589,13 @@ func waitClosed(ctx context.Context, s *nats.Subscription) {
 	}
 }
 
-// reject answers m with an io.toolbus.error.
-func (r *Router) reject(m *nats.Msg, err error) {
-	var be *bus.Error
-	if !errors.As(err, &be) {
-		be = bus.Errorf(bus.CodeInternal, "%v", err)
-	}
-	r.m.Rejected.WithLabelValues(be.Code).Inc()
-	if be.Code == bus.CodeInternal {
-		r.log.Error("router: internal error", "subject", m.Subject, "err", err)
-	} else {
-		r.log.Debug("router: rejected", "subject", m.Subject, "code", be.Code, "msg", be.Message)
-	}
-	if err := bus.RespondError(r.nc, m, r.source, be); err != nil {
-		r.log.Warn("router: error reply failed", "err", err)
-	}
-}
-
-// decode reads m's event, checks its type, and checks that its sessionid
-// matches the subject token of kind (the token becomes the session id when
-// the attribute is absent).
-func (r *Router) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
-	e, err := bus.Decode(m)
-	if err != nil {
-		return nil, err
-	}
-	if e.Type != typ {
-		return nil, bus.Errorf(bus.CodeBadEvent, "expected an event of type %s on %s, got %q", typ, m.Subject, e.Type)
-	}
-	if kind == "" {
-		return e, nil
-	}
-	token, ok := r.subj.Token(m.Subject, kind)
-	if !ok || !bus.ValidID(token) {
-		return nil, bus.Errorf(bus.CodeBadEvent, "subject %q does not end in a valid session id", m.Subject)
-	}
-	switch e.SessionID {
-	case "":
-		e.SessionID = token
-	case token:
-	default:
-		return nil, bus.Errorf(bus.CodeBadEvent, "sessionid %q differs from the subject's session %q", e.SessionID, token)
-	}
-	return e, nil
-}
-
-func (r *Router) onRegister(m *nats.Msg) {
-	e, err := r.decode(m, "", bus.TypeRegister)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	var reg bus.Register
-	if err := e.DataAs(&reg); err != nil {
-		r.reject(m, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
-	defer cancel()
-	var groupRejects []bus.Rejection
-	if !reg.Leaving {
-		for _, g := range reg.Groups {
-			if err := r.groups.Put(ctx, g); err != nil {
-				var be *bus.Error
-				if !errors.As(err, &be) {
-					r.reject(m, err)
-					return
-				}
-				groupRejects = append(groupRejects, bus.Rejection{Name: g.Name, Reason: be.Message})
-			}
-		}
-	}
-	ack, err := r.reg.Register(ctx, reg)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	ack.Rejected = append(ack.Rejected, groupRejects...)
-	if err := bus.Respond(r.nc, m, r.source, bus.TypeRegisterAck, ack); err != nil {
-		r.log.Warn("router: register ack failed", "err", err)
-	}
-}
-
-func (r *Router) onAdmin(m *nats.Msg) {
-	verb, _ := strings.CutPrefix(m.Subject, r.subj.Prefix+".admin.")
-	e, err := r.decode(m, "", bus.TypeAdmin)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	if e.SessionID != "" && !bus.ValidID(e.SessionID) {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "sessionid %q is not valid", e.SessionID))
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
-	defer cancel()
-	out, err := r.admin(ctx, verb, e)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	if err := bus.Respond(r.nc, m, r.source, bus.TypeAdminReply, out); err != nil {
-		r.log.Warn("router: admin reply failed", "err", err)
-	}
-}
-
-// admin runs one verb of docs/protocol.md section 9.
-func (r *Router) admin(ctx context.Context, verb string, e *bus.Event) (any, error) {
-	switch verb {
-	case "tools.delete":
-		var d struct {
-			Name string `json:"name"`
-		}
-		if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
-			return nil, bus.Errorf(bus.CodeBadRequest, "tools.delete wants {\"name\": <tool name>}")
-		}
-		if err := r.reg.Delete(ctx, d.Name); err != nil {
-			return nil, err
-		}
-		return map[string]any{"deleted": d.Name}, nil
-	}
-	return r.adminGroups(ctx, verb, e)
-}
-
 // landBudget bounds the writes that end a call (a recorded result, an
 // answer, a continuation): they are retried until they land, through a
 // leader election or a node's restart, for at most this long.
 const landBudget = 2 * time.Minute
 
-// landing returns the context of a write that ends a call.
+// landing returns the context of a write that ends a call, not tracked by
+// the drain (the handler types use their life's Landing, which is).
 func landing() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), landBudget)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/skills"
+	"github.com/toolbus/toolbus/store"
 )
 
 // routerSkills is the router's skill catalogue and the compiled loader
@@ -28,13 +30,12 @@ type routerSkills struct {
 // cache starts again (sets of visible skills are few in practice).
 const maxLoaderSchemas = 256
 
-func (r *Router) startSkills(ctx context.Context) error {
-	cat := skills.NewCatalogue(skills.Config{Dirs: r.cfg.Skills, Objects: r.store.Skills, Logger: r.log})
+func startSkills(ctx context.Context, dirs []string, st *store.Store, log *slog.Logger) (*routerSkills, error) {
+	cat := skills.NewCatalogue(skills.Config{Dirs: dirs, Objects: st.Skills, Logger: log})
 	if err := cat.Start(ctx); err != nil {
-		return fmt.Errorf("router: skills: %w", err)
+		return nil, fmt.Errorf("router: skills: %w", err)
 	}
-	r.skills = &routerSkills{cat: cat, schemas: map[string]*schemas.Schema{}}
-	return nil
+	return &routerSkills{cat: cat, schemas: map[string]*schemas.Schema{}}, nil
 }
 
 // Skills returns the router's skill catalogue.
@@ -59,8 +60,10 @@ func userOf(raw json.RawMessage) string {
 }
 
 // skillView is what a session of user sees of the catalogue.
-func (r *Router) skillView(sess *groups.Session, user string) *skills.View {
-	return skills.NewView(r.skills.cat.Skills(user), r.groups.Groups(), sess.IsActive)
+func (s *routerSkills) view(gs *groups.Store) func(sess *groups.Session, user string) *skills.View {
+	return func(sess *groups.Session, user string) *skills.View {
+		return skills.NewView(s.cat.Skills(user), gs.Groups(), sess.IsActive)
+	}
 }
 
 // loaderShown reports whether the request lets the loader be seen: not in
@@ -75,11 +78,11 @@ func loaderShown(req *groups.Request) bool {
 // skillListing puts load_skill_through_path into a listing after
 // reset_tools (before the request's external tools) when a skill is
 // visible, and returns the skills_prompt.
-func (r *Router) skillListing(view *groups.View, req *groups.Request, user string, defs []bus.ToolDef) ([]bus.ToolDef, string) {
+func (s *routerSkills) listing(gs *groups.Store, view *groups.View, req *groups.Request, user string, defs []bus.ToolDef) ([]bus.ToolDef, string) {
 	if !loaderShown(req) {
 		return defs, ""
 	}
-	sv := r.skillView(view.Session(), user)
+	sv := s.view(gs)(view.Session(), user)
 	def, ok := sv.LoaderDef()
 	if !ok {
 		return defs, ""
@@ -151,10 +154,10 @@ func (b *batch) loadSkill(ctx context.Context, c *callState) bus.Result {
 
 // skillsList is the reply of skills.list: every served skill, shared ones
 // (after priority) and every user-scoped one.
-func (r *Router) skillsList() map[string]any {
-	gs := r.groups.Groups()
+func (x *adminVerbs) skillsList() map[string]any {
+	gs := x.groups.Groups()
 	out := []bus.SkillInfo{}
-	for _, s := range r.skills.cat.All() {
+	for _, s := range x.skills.All() {
 		g := skills.GroupsOf(s.Name, gs)
 		if g == nil {
 			g = []string{}

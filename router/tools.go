@@ -2,16 +2,28 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/schemas"
 )
 
-func (r *Router) onTools(m *nats.Msg) {
+// toolsLister answers P.tools.<session> (docs/protocol.md 4.1).
+type toolsLister struct {
+	*wire
+	base     context.Context
+	reg      *registry.Registry
+	groups   *groups.Store
+	skills   *routerSkills
+	identify func(session string, claimed json.RawMessage) (json.RawMessage, error)
+}
+
+func (r *toolsLister) onTools(m *nats.Msg) {
 	e, err := r.decode(m, "tools", bus.TypeToolsQuery)
 	if err != nil {
 		r.reject(m, err)
@@ -33,13 +45,11 @@ func (r *Router) onTools(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	if err := bus.Respond(r.nc, m, r.source, bus.TypeToolsList, list); err != nil {
-		r.log.Warn("router: tools reply failed", "err", err)
-	}
+	r.respond(m, bus.TypeToolsList, list, "tools reply")
 }
 
 // list builds the tool list a session's model sees.
-func (r *Router) list(session string, q bus.ToolsQuery) (*bus.ToolsList, error) {
+func (r *toolsLister) list(session string, q bus.ToolsQuery) (*bus.ToolsList, error) {
 	req, err := groups.CheckRequest(q.Request)
 	if err != nil {
 		return nil, err
@@ -49,7 +59,7 @@ func (r *Router) list(session string, q bus.ToolsQuery) (*bus.ToolsList, error) 
 	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
 	defer cancel()
 	view := r.groups.View(r.reg, r.groups.Refresh(ctx, session), req)
-	defs, prompt := r.skillListing(view, req, userOf(q.User), view.Tools())
+	defs, prompt := r.skills.listing(r.groups, view, req, userOf(q.User), view.Tools())
 	tools, err := schemas.Export(q.Format, defs)
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)

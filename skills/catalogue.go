@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // Config configures a Catalogue.
@@ -38,6 +40,7 @@ type Catalogue struct {
 
 	watch   jetstream.ObjectWatcher
 	started bool
+	life    *life.Life // the watch runs as its loop
 	ready   chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -54,7 +57,7 @@ func NewCatalogue(cfg Config) *Catalogue {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Catalogue{cfg: cfg, log: cfg.Logger, local: map[string]*Skill{}, objects: map[string]objectSkill{},
-		errs: map[string]error{}, ready: make(chan struct{}), done: make(chan struct{})}
+		errs: map[string]error{}, ready: make(chan struct{}), done: make(chan struct{}), life: life.New(life.Config{Logger: cfg.Logger})}
 }
 
 // Start reads the folders and starts watching the object store; it returns
@@ -88,7 +91,12 @@ func (c *Catalogue) Start(ctx context.Context) error {
 		return fmt.Errorf("skills: watch the object store: %w", err)
 	}
 	c.watch = w
-	go c.run(ctx, w)
+	c.life.Loop(func(lctx context.Context) {
+		rctx, cancel := context.WithCancel(ctx) // Start's context, or the drain
+		defer context.AfterFunc(lctx, cancel)()
+		defer cancel()
+		c.run(rctx, w)
+	})
 	select {
 	case <-c.ready:
 		return nil
@@ -184,18 +192,25 @@ func (c *Catalogue) byDigest(d string) *Skill {
 	return nil
 }
 
-// Stop ends the watch. It is safe to call twice.
-func (c *Catalogue) Stop() {
+// Drain ends the watch, waiting for it until ctx ends, then at most a
+// short cleanup (internal/life). It is safe to call twice and concurrently.
+func (c *Catalogue) Drain(ctx context.Context) error {
 	if !c.started {
-		return
+		return nil
 	}
 	c.once.Do(func() {
 		if c.watch != nil {
 			_ = c.watch.Stop()
 		}
 	})
-	<-c.done
+	return c.life.Drain(ctx)
 }
+
+// Closed is closed once Drain (or Stop) has returned.
+func (c *Catalogue) Closed() <-chan struct{} { return c.life.Closed() }
+
+// Stop is Drain without a deadline. It is safe to call twice.
+func (c *Catalogue) Stop() { _ = c.Drain(context.Background()) }
 
 // Skills returns the skills user sees before group visibility, one per
 // name, sorted by name: local folders (the later one winning), then the

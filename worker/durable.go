@@ -83,14 +83,14 @@ func (w *Worker) work(t *tool, msg jetstream.Msg, ackWait time.Duration) {
 			return
 		}
 	}
-	key := w.accept(t, e, err)
+	key, tracked := w.accept(t, e, err)
 	rp := &workReply{w: w, msg: msg, tool: t.def.Name, stop: make(chan struct{})}
 	if e != nil {
 		rp.deadline, _ = e.Expiry()
 	}
 	go rp.beat(max(ackWait/3, 10*time.Millisecond))
 	w.pool.Go(func() {
-		defer w.release(key)
+		defer w.release(key, tracked)
 		w.serve(t, m, e, err, rp)
 	})
 }

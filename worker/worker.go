@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/tracing"
@@ -101,9 +102,6 @@ type Worker struct {
 	started   bool
 	cancelSub *nats.Subscription
 	svc       micro.Service
-	running   int           // calls accepted and not yet answered
-	idle      chan struct{} // closed when running drops to zero after Stop began
-	stopping  bool
 	obs       Observer
 
 	registered chan struct{}
@@ -113,10 +111,12 @@ type Worker struct {
 	stopOnce   sync.Once
 	stopErr    error
 
-	// base is the parent of every call's context; cut cancels it (with
-	// errDrained) when a drain's deadline passes with calls still running.
+	// life counts the calls accepted and not yet answered; its Context,
+	// base, is the parent of every call's context, cancelled with
+	// errDrained when a drain's deadline passes with calls still running.
+	life   *life.Life
 	base   context.Context
-	cut    context.CancelCauseFunc
+	cutN   int           // calls running when the drain's deadline passed
 	closed chan struct{} // closed when Drain has returned
 }
 
@@ -154,11 +154,17 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	base, cut := context.WithCancelCause(context.Background())
-	return &Worker{off: off, base: base, cut: cut, closed: make(chan struct{}), nc: nc, cfg: cfg, subj: subj, source: "toolbus/worker/" + cfg.ID,
+	var w *Worker
+	lf := life.New(life.Config{Cleanup: drainCleanup, Logger: cfg.Logger, OnDeadline: func() {
+		w.mu.Lock()
+		w.cutN = len(w.queued)
+		w.mu.Unlock()
+	}})
+	w = &Worker{off: off, life: lf, base: lf.Context(), closed: make(chan struct{}), nc: nc, cfg: cfg, subj: subj, source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
 		inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}, registered: make(chan struct{}),
-		obs: cfg.Observer}, nil
+		obs: cfg.Observer}
+	return w, nil
 }
 
 // ID returns the worker's instance id.
@@ -349,40 +355,39 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	// waiting for one is already listed in the heartbeats (routers end calls
 	// that no live worker lists as vanished).
 	e, err := bus.Decode(m)
-	key := w.accept(t, e, err)
+	key, tracked := w.accept(t, e, err)
 	w.obs.Waiting(1)
 	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
 	w.obs.Waiting(-1)
 	w.pool.Go(func() {
-		defer w.release(key)
+		defer w.release(key, tracked)
 		w.serve(t, m, e, err, coreReply{w, m})
 	})
 }
 
 // accept counts a call the worker took, listed in its heartbeats by key
-// from now until release.
-func (w *Worker) accept(t *tool, e *bus.Event, err error) (key string) {
+// from now until release; tracked says whether a drain waits for it (one
+// delivered after the drain began is served, not waited for).
+func (w *Worker) accept(t *tool, e *bus.Event, err error) (key string, tracked bool) {
+	tracked = w.life.Enter()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.running++
 	if err == nil && e.SessionID != "" && e.ReplyID != "" && e.ToolCallID != "" {
 		key = bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID)
 		w.queued[key] = t.def.Name
 	}
-	return key
+	return key, tracked
 }
 
 // release ends what accept began, and frees the call's slot.
-func (w *Worker) release(key string) {
+func (w *Worker) release(key string, tracked bool) {
 	<-w.sem
 	w.mu.Lock()
 	delete(w.queued, key)
-	w.running--
-	if w.running == 0 && w.stopping && w.idle != nil {
-		close(w.idle)
-		w.idle = nil
-	}
 	w.mu.Unlock()
+	if tracked {
+		w.life.Leave()
+	}
 }
 
 // replier answers one exec request: over core request/reply, or through
@@ -537,7 +542,7 @@ func (w *Worker) fit(ctx context.Context, t *tool, key string, res *bus.ExecResu
 
 var (
 	errCancelled = errors.New("cancelled by the agent")
-	errDrained   = errors.New("cut off by the worker's drain deadline")
+	errDrained   = life.ErrDeadline
 )
 
 // cancelMemory is how long a worker remembers a cancel, so that an exec
@@ -699,29 +704,9 @@ func (w *Worker) drain(ctx context.Context) error {
 		}
 	}
 	_ = bus.Flush(ctx, w.nc)
-	w.mu.Lock()
-	w.stopping = true
-	var idle chan struct{}
-	if w.running > 0 {
-		idle = make(chan struct{})
-		w.idle = idle
-	}
-	w.mu.Unlock()
-	if idle != nil {
-		select {
-		case <-idle:
-		case <-ctx.Done():
-			w.mu.Lock()
-			n := w.running
-			w.mu.Unlock()
-			w.cut(errDrained)
-			select {
-			case <-idle:
-			case <-time.After(drainCleanup):
-			}
-			w.log.Warn("worker: drain deadline passed; calls cut off", "calls", n)
-			err = fmt.Errorf("worker: drain: %d calls cut off: %w", n, ctx.Err())
-		}
+	if lerr := w.life.Drain(ctx); lerr != nil {
+		w.log.Warn("worker: drain deadline passed; calls cut off", "calls", w.cutN)
+		err = fmt.Errorf("worker: drain: %d calls cut off: %w", w.cutN, ctx.Err())
 	}
 	if w.cancelSub != nil {
 		_ = w.cancelSub.Unsubscribe()

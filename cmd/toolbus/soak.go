@@ -1,104 +1,43 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"slices"
-	"sort"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/soak"
 	"github.com/toolbus/toolbus/natsconn"
-	"github.com/toolbus/toolbus/worker"
 )
 
-// soakHelp is the long help of toolbus soak: what it runs and what each
-// counter means (docs/operations.md, "Soak", says the same).
-const soakHelp = `Runs a deployment of 2 routers and 3 toolworkers as separate processes (the real
-router and toolworker binaries: --bin DIR, else next to toolbus, else $PATH, else built
-from the module when run inside it) on a 3-node NATS cluster with replicas 3 started in
-this process (or on --nats URL, without NATS faults), drives agents through many sessions
-with side-effecting, read-only, durable and parked calls, answers parked calls as an external
-handler and approver would, and SIGKILLs and restarts a worker, a router and (with its own
-cluster) stops and restarts the NATS node leading a stream, one fault every --fault-every.
-
-Agents behave as docs/protocol.md says: a batch that gets no reply (time-out, no router)
-or an unavailable result is sent again with the same reply id; a parked batch is followed
-through the events stream and re-sent every 10 s as a status check; unknown_outcome is
-final (never run again). Every batch carries expirytime = first send + --batch-deadline.
-
-Counters (every call counts once, however often its batch was sent):
-  calls        tool calls the agents sent
-  completed    calls that got a final result: any result but unavailable (success, an error
-               such as unknown_outcome or timeout, ...) by their batch's expirytime + --grace
-  lost         calls - completed: no final result by the batch's expirytime (or the
-               accepted answer, when later) + --grace, although the agent re-sent the batch
-  duplicated   calls whose side effect was observed twice (record_effect and
-               record_effect_confirm append one line per execution, with the call id, to an
-               effects file), or that were given two different final results (calls that
-               are not read-only: from replies, re-sends, call.result and batch.done events)
-  parked_lost  parked calls whose answer was accepted but that never completed
-  faults       the faults injected, with the time, the victim and how long it was down
-  p50_ms, p99_ms  first send to final result, completed calls that do not park
-The JSON report adds by_kind, errors (final error results by code), unknown_outcome_ran
-(unknown outcomes whose effect did happen), durable_reruns (runs of a durable call after
-its effect had happened: redeliveries, which its tool absorbs), handoff_missed, batch_done_missing,
-wrong_results and problems (each lost, duplicated or wrong call with its event trail).
-The command fails when anything was lost, duplicated or wrong.`
-
-// soakOptions are the flags of toolbus soak.
-type soakOptions struct {
-	duration      time.Duration
-	faultEvery    time.Duration
-	down          time.Duration
-	grace         time.Duration
-	batchDeadline time.Duration
-	agents        int
-	natsURL       string
-	prefix        string
-	replicas      int
-	bin           string
-	keep          bool
-	asJSON        bool
-	dir           string
-	// conn holds the credentials and TLS settings for --nats (flags and the
-	// nats CLI's environment); the soak's own cluster needs none.
-	conn natsconn.Config
-}
-
+// runSoak is toolbus soak: flags in, internal/soak runs, the report out.
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("toolbus soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	o := &soakOptions{}
-	fs.StringVar(&o.natsURL, "nats", "", "NATS URL(s) to run the deployment on; empty starts a 3-node cluster in this process")
-	fs.StringVar(&o.prefix, "prefix", "", "subject prefix of the soak's deployment (default soak<random>, so it shares nothing)")
-	fs.DurationVar(&o.duration, "duration", time.Minute, "how long agents send new batches (then the batches under way finish)")
-	fs.DurationVar(&o.faultEvery, "fault-every", 0, "time between faults (default duration/3, at most 30s; negative: no faults)")
-	fs.DurationVar(&o.down, "down", 2*time.Second, "how long a killed process stays down (a NATS node twice that)")
-	fs.DurationVar(&o.grace, "grace", time.Minute, "how long past a batch's expirytime its agent still waits and re-sends")
-	fs.DurationVar(&o.batchDeadline, "batch-deadline", time.Minute, "each batch's expirytime, from its first send")
-	fs.IntVar(&o.agents, "agents", 8, "agents sending batches at once")
-	fs.IntVar(&o.replicas, "replicas", 0, "JetStream replicas (default 3 on the soak's own cluster, 1 with --nats)")
-	fs.StringVar(&o.bin, "bin", "", "directory holding the router and toolworker executables")
-	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (process logs, effects file) even when nothing went wrong")
-	fs.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
+	o := &soak.Options{}
+	var keep, asJSON bool
+	fs.StringVar(&o.NATSURL, "nats", "", "NATS URL(s) to run the deployment on; empty starts a 3-node cluster in this process")
+	fs.StringVar(&o.Prefix, "prefix", "", "subject prefix of the soak's deployment (default soak<random>, so it shares nothing)")
+	fs.DurationVar(&o.Duration, "duration", time.Minute, "how long agents send new batches (then the batches under way finish)")
+	fs.DurationVar(&o.FaultEvery, "fault-every", 0, "time between faults (default duration/3, at most 30s; negative: no faults)")
+	fs.DurationVar(&o.Down, "down", 2*time.Second, "how long a killed process stays down (a NATS node twice that)")
+	fs.DurationVar(&o.Grace, "grace", time.Minute, "how long past a batch's expirytime its agent still waits and re-sends")
+	fs.DurationVar(&o.BatchDeadline, "batch-deadline", time.Minute, "each batch's expirytime, from its first send")
+	fs.IntVar(&o.Agents, "agents", 8, "agents sending batches at once")
+	fs.IntVar(&o.Replicas, "replicas", 0, "JetStream replicas (default 3 on the soak's own cluster, 1 with --nats)")
+	fs.StringVar(&o.Bin, "bin", "", "directory holding the router and toolworker executables")
+	fs.BoolVar(&keep, "keep", false, "keep the work directory (process logs, effects file) even when nothing went wrong")
+	fs.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	verbose := fs.Bool("v", false, "print progress to stderr")
-	o.conn = natsconn.FromEnv()
-	o.conn.RegisterAuthFlags(fs)
+	o.Conn = natsconn.FromEnv()
+	o.Conn.RegisterAuthFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolbus soak [flags]\n\n%s\n\nflags:\n", soakHelp)
+		fmt.Fprintf(fs.Output(), "usage: toolbus soak [flags]\n\n%s\n\nflags:\n", soak.Help)
 		fs.PrintDefaults()
 	}
 	pos, err := parse(fs, args)
@@ -109,30 +48,30 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("soak takes no arguments, got %q", pos[0])
 	}
 	switch {
-	case o.duration <= 0:
-		return fmt.Errorf("--duration must be positive, got %v", o.duration)
-	case o.agents < 1:
-		return fmt.Errorf("--agents must be at least 1, got %d", o.agents)
-	case o.grace <= 0 || o.batchDeadline <= 0:
+	case o.Duration <= 0:
+		return fmt.Errorf("--duration must be positive, got %v", o.Duration)
+	case o.Agents < 1:
+		return fmt.Errorf("--agents must be at least 1, got %d", o.Agents)
+	case o.Grace <= 0 || o.BatchDeadline <= 0:
 		return fmt.Errorf("--grace and --batch-deadline must be positive")
-	case o.replicas < 0 || o.replicas > 5:
-		return fmt.Errorf("--replicas must be 1 to 5, got %d", o.replicas)
-	case o.down < 0:
+	case o.Replicas < 0 || o.Replicas > 5:
+		return fmt.Errorf("--replicas must be 1 to 5, got %d", o.Replicas)
+	case o.Down < 0:
 		return fmt.Errorf("--down must not be negative")
 	}
-	if o.prefix == "" {
-		o.prefix = fmt.Sprintf("soak%06x", rand.Uint32()&0xffffff)
-	} else if !bus.ValidName(o.prefix) {
-		return fmt.Errorf("--prefix %q must match ^[A-Za-z0-9_-]{1,64}$", o.prefix)
+	if o.Prefix == "" {
+		o.Prefix = fmt.Sprintf("soak%06x", rand.Uint32()&0xffffff)
+	} else if !bus.ValidName(o.Prefix) {
+		return fmt.Errorf("--prefix %q must match ^[A-Za-z0-9_-]{1,64}$", o.Prefix)
 	}
-	if o.replicas == 0 {
-		o.replicas = 3
-		if o.natsURL != "" {
-			o.replicas = 1
+	if o.Replicas == 0 {
+		o.Replicas = 3
+		if o.NATSURL != "" {
+			o.Replicas = 1
 		}
 	}
-	if o.faultEvery == 0 {
-		o.faultEvery = min(30*time.Second, o.duration/3)
+	if o.FaultEvery == 0 {
+		o.FaultEvery = min(30*time.Second, o.Duration/3)
 	}
 	logf := func(string, ...any) {}
 	if *verbose {
@@ -140,501 +79,37 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stderr, "%s soak: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 		}
 	}
-	if o.dir, err = os.MkdirTemp("", "toolbus-soak-*"); err != nil {
+	if o.Dir, err = os.MkdirTemp("", "toolbus-soak-*"); err != nil {
 		return err
 	}
 	stop := func() {}
 	if !*verbose {
-		stop = progressLine(stderr, "soak running", o.duration)
+		stop = progressLine(stderr, "soak running", o.Duration)
 	}
-	rep, err := soak(ctx, o, logf)
+	rep, err := soak.Run(ctx, o, logf)
 	stop()
 	if err != nil {
-		fmt.Fprintf(stderr, "soak: work directory kept: %s\n", o.dir)
+		fmt.Fprintf(stderr, "soak: work directory kept: %s\n", o.Dir)
 		return err
 	}
 	failed := rep.Lost > 0 || rep.Duplicated > 0 || rep.ParkedLost > 0 || rep.WrongResults > 0 || rep.BatchDoneMissing > 0
-	if failed || o.keep {
-		rep.WorkDir = o.dir
+	if failed || keep {
+		rep.WorkDir = o.Dir
 	} else {
-		_ = os.RemoveAll(o.dir)
+		_ = os.RemoveAll(o.Dir)
 	}
-	if o.asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			return err
 		}
 	} else {
-		rep.write(stdout)
+		rep.Write(stdout)
 	}
 	if failed {
 		return fmt.Errorf("soak: %d lost, %d duplicated, %d parked lost, %d wrong results, %d batches without batch.done (logs in %s)",
-			rep.Lost, rep.Duplicated, rep.ParkedLost, rep.WrongResults, rep.BatchDoneMissing, o.dir)
+			rep.Lost, rep.Duplicated, rep.ParkedLost, rep.WrongResults, rep.BatchDoneMissing, o.Dir)
 	}
 	return nil
-}
-
-// soakReport is the soak's result.
-type soakReport struct {
-	Calls            int                        `json:"calls"`
-	Completed        int                        `json:"completed"`
-	Lost             int                        `json:"lost"`
-	Duplicated       int                        `json:"duplicated"`
-	ParkedLost       int                        `json:"parked_lost"`
-	Faults           []soakFault                `json:"faults"`
-	P50MS            float64                    `json:"p50_ms"`
-	P99MS            float64                    `json:"p99_ms"`
-	DurationS        float64                    `json:"duration_s"`
-	Batches          int                        `json:"batches"`
-	Sessions         int                        `json:"sessions"`
-	Resends          int                        `json:"resends"`
-	Succeeded        int                        `json:"succeeded"`
-	Errors           map[string]int             `json:"errors"`
-	UnknownRan       int                        `json:"unknown_outcome_ran"`
-	HandoffMissed    int                        `json:"handoff_missed"`
-	BatchDoneMissing int                        `json:"batch_done_missing"`
-	WrongResults     int                        `json:"wrong_results"`
-	Effects          int                        `json:"effects"`
-	DurableReruns    int                        `json:"durable_reruns"`
-	ByKind           map[string]*soakKindReport `json:"by_kind"`
-	Problems         []soakProblem              `json:"problems"`
-	NATS             string                     `json:"nats"`
-	Prefix           string                     `json:"prefix"`
-	Binaries         string                     `json:"binaries"`
-	WorkDir          string                     `json:"work_dir,omitempty"`
-}
-
-// soakKindReport is one call kind's share of the report.
-type soakKindReport struct {
-	Calls      int     `json:"calls"`
-	Completed  int     `json:"completed"`
-	Succeeded  int     `json:"succeeded"`
-	Lost       int     `json:"lost"`
-	Duplicated int     `json:"duplicated"`
-	P50MS      float64 `json:"p50_ms"`
-	P99MS      float64 `json:"p99_ms"`
-	lat        []time.Duration
-}
-
-// soakProblem is one call that went wrong, with its trail.
-type soakProblem struct {
-	Call  string   `json:"call"`
-	Kind  string   `json:"kind"`
-	What  string   `json:"what"`
-	Trail []string `json:"trail"`
-}
-
-// soakMaxProblems bounds the problems listed.
-const soakMaxProblems = 50
-
-// soak runs the deployment, the load and the faults, and counts.
-func soak(ctx context.Context, o *soakOptions, logf func(string, ...any)) (*soakReport, error) {
-	bins, err := findSoakBinaries(ctx, o.bin, o.dir, logf)
-	if err != nil {
-		return nil, err
-	}
-	logf("router %s, toolworker %s (%s)", bins.router, bins.worker, bins.from)
-	d, err := startSoakDeploy(ctx, o, bins, logf)
-	if err != nil {
-		return nil, err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			d.stop()
-		}
-	}()
-	var conns []*nats.Conn
-	defer func() {
-		for _, nc := range conns {
-			nc.Close()
-		}
-	}()
-	cfg := natsconn.Config{URLs: d.url}
-	if d.cluster == nil {
-		cfg = o.conn
-		cfg.URLs = d.url
-	}
-	connect := func(name string) (*nats.Conn, error) {
-		nc, err := cfg.Connect("toolbus-soak-"+name, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-		if err != nil {
-			return nil, fmt.Errorf("connect %s: %w", natsconn.Redact(d.url), err)
-		}
-		conns = append(conns, nc)
-		return nc, nil
-	}
-	// The external tool: registered by the soak, its own handler.
-	hnc, err := connect("handler")
-	if err != nil {
-		return nil, err
-	}
-	hw, err := worker.New(hnc, worker.Config{Prefix: o.prefix, Heartbeat: soakHeartbeat})
-	if err != nil {
-		return nil, err
-	}
-	err = worker.Register(hw, bus.ToolDef{Name: soakExternalTool, Description: "Ask the soak's approver (external).",
-		External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow},
-		func(context.Context, *worker.Call, struct{}) (string, error) {
-			return "", errors.New("external: never run")
-		})
-	if err != nil {
-		return nil, err
-	}
-	if err := hw.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer hw.Stop()
-	cl := client.New(hnc, client.Config{Prefix: o.prefix, Source: "soak/approver"})
-	if err := waitSoakLive(ctx, cl); err != nil {
-		return nil, err
-	}
-	logf("deployment live: %d routers, %d workers on %s, prefix %s", soakRouters, soakWorkers, d.url, o.prefix)
-
-	t := newSoakTracker()
-	l := &soakLoad{o: o, t: t, subj: bus.NewSubjects(o.prefix), run: fmt.Sprintf("%08x", rand.Uint32())}
-	runCtx, stopRun := context.WithCancel(ctx) // consumers and the approver, until the counting
-	defer stopRun()
-	l.appr = &soakApprover{l: l, cl: cl, ctx: runCtx, rand: rand.New(rand.NewPCG(7, uint64(t.start.UnixNano())))}
-	enc, err := connect("events")
-	if err != nil {
-		return nil, err
-	}
-	if err := l.events(runCtx, enc); err != nil {
-		return nil, err
-	}
-	if err := l.appr.follow(runCtx, hnc); err != nil {
-		return nil, err
-	}
-
-	loadCtx, endLoad := context.WithTimeout(ctx, o.duration)
-	defer endLoad()
-	var wg sync.WaitGroup
-	for i := range o.agents {
-		nc, err := connect(fmt.Sprintf("agent%d", i))
-		if err != nil {
-			endLoad()
-			wg.Wait()
-			return nil, err
-		}
-		wg.Go(func() { l.agent(loadCtx, ctx, i, nc) })
-	}
-	var faults []soakFault
-	fdone := make(chan struct{})
-	go func() {
-		defer close(fdone)
-		if o.faultEvery < 0 {
-			return
-		}
-		for n := 0; ; n++ {
-			sleepCtx(loadCtx, o.faultEvery)
-			if loadCtx.Err() != nil {
-				return
-			}
-			f := d.inject(loadCtx, n, t.start, o.down)
-			logf("fault %d at %.1fs: %s %s, down %d ms %s", n+1, float64(f.AtMS)/1000, f.Kind, f.Target, f.DownMS, f.Error)
-			faults = append(faults, f)
-		}
-	}()
-	<-loadCtx.Done()
-	logf("load over: finishing the batches under way")
-	<-fdone
-	wg.Wait()
-	elapsed := time.Since(t.start)
-	// batch.done events of the last batches may trail their replies.
-	for range 50 {
-		if missingBatchDone(t) == 0 {
-			break
-		}
-		sleepCtx(ctx, 200*time.Millisecond)
-	}
-	stopRun()
-	logf("stopping the deployment")
-	d.stop()
-	stopped = true
-	counts, err := readEffects(d.effects)
-	if err != nil {
-		return nil, err
-	}
-	rep := t.report(counts, faults, elapsed)
-	rep.NATS, rep.Prefix, rep.Binaries = d.url, o.prefix, bins.from
-	if d.cluster != nil {
-		rep.NATS = "3-node cluster in the soak process, replicas 3: " + d.url
-	}
-	return rep, ctx.Err()
-}
-
-// waitSoakLive waits until a router sees every tool of the soak with all
-// its workers live.
-func waitSoakLive(ctx context.Context, cl *client.Client) error {
-	want := map[string]int{}
-	for _, k := range soakKinds {
-		if k.tool != soakExternalTool {
-			want[k.tool] = soakWorkers
-		}
-	}
-	deadline := time.Now().Add(soakReady)
-	var last string
-	for time.Now().Before(deadline) {
-		var st bus.Status
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := cl.Admin(actx, "status", "", nil, &st)
-		cancel()
-		if err == nil {
-			missing := []string{}
-			ext := false
-			for tool, n := range want {
-				got := 0
-				for _, ts := range st.Tools {
-					if ts.Name == tool {
-						got = ts.LiveWorkers
-					}
-				}
-				if got < n {
-					missing = append(missing, fmt.Sprintf("%s (%d of %d workers)", tool, got, n))
-				}
-			}
-			for _, ts := range st.Tools {
-				ext = ext || ts.Name == soakExternalTool && ts.External
-			}
-			if !ext {
-				missing = append(missing, soakExternalTool)
-			}
-			if len(missing) == 0 {
-				return nil
-			}
-			sort.Strings(missing)
-			last = "not live: " + strings.Join(missing, ", ") + " (a toolworker without the effect tools of $TOOLWORKER_EFFECTS_FILE is an older build)"
-		} else {
-			last = err.Error()
-		}
-		sleepCtx(ctx, 200*time.Millisecond)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-	}
-	return fmt.Errorf("soak: the deployment did not come up within %v: %s", soakReady, last)
-}
-
-// readEffects counts the effect records per call key.
-func readEffects(path string) (map[string][]string, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return map[string][]string{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string][]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var rec struct {
-			Key string `json:"key"`
-		}
-		if json.Unmarshal(sc.Bytes(), &rec) != nil || rec.Key == "" {
-			continue // a line cut by a kill: no effect to count
-		}
-		out[rec.Key] = append(out[rec.Key], sc.Text())
-	}
-	return out, sc.Err()
-}
-
-// missingBatchDone counts finished batches without a batch.done event.
-func missingBatchDone(t *soakTracker) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for _, b := range t.list {
-		if !b.done && batchFinal(b) {
-			n++
-		}
-	}
-	return n
-}
-
-func batchFinal(b *soakBatch) bool {
-	for _, c := range b.calls {
-		if c.final == nil {
-			return false
-		}
-	}
-	return true
-}
-
-// report counts; effects holds the effect records per call key.
-func (t *soakTracker) report(effects map[string][]string, faults []soakFault, elapsed time.Duration) *soakReport {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	rep := &soakReport{Faults: faults, Errors: map[string]int{}, ByKind: map[string]*soakKindReport{},
-		DurationS: elapsed.Round(time.Millisecond).Seconds(), Problems: []soakProblem{}}
-	if rep.Faults == nil {
-		rep.Faults = []soakFault{}
-	}
-	for _, k := range soakKinds {
-		rep.ByKind[k.name] = &soakKindReport{}
-	}
-	sessions := map[string]bool{}
-	var lat []time.Duration
-	for _, b := range t.list {
-		rep.Batches++
-		rep.Resends += max(0, b.sends-1)
-		sessions[b.session] = true
-		if !b.done && batchFinal(b) {
-			rep.BatchDoneMissing++
-			for _, c := range b.calls {
-				t.problem(rep, c, "its batch completed but no batch.done event came")
-			}
-		}
-	}
-	rep.Sessions = len(sessions)
-	for _, c := range t.order {
-		k := rep.ByKind[c.kind.name]
-		rep.Calls++
-		k.Calls++
-		recs := effects[c.key]
-		for _, r := range recs {
-			t.step(c, "effects file: %s", r)
-			if strings.Contains(r, `"repeat":true`) {
-				rep.DurableReruns++ // a redelivered durable run that found its effect done
-				continue
-			}
-			c.effects++
-		}
-		rep.Effects += c.effects
-		var dup []string
-		if c.effects > 1 {
-			dup = append(dup, fmt.Sprintf("its side effect ran %d times", c.effects))
-		}
-		if c.kind.once && len(c.seen) > 1 {
-			var all []string
-			for s, from := range c.seen {
-				all = append(all, fmt.Sprintf("%q (first in %s)", clip(s), from))
-			}
-			slices.Sort(all)
-			dup = append(dup, "it was given different results: "+strings.Join(all, " and "))
-		}
-		if len(dup) > 0 {
-			rep.Duplicated++
-			k.Duplicated++
-			t.problem(rep, c, "duplicated: "+strings.Join(dup, "; "))
-		}
-		if c.final == nil {
-			rep.Lost++
-			k.Lost++
-			what := "lost: no final result"
-			if c.kind.park != "" && !c.answered.IsZero() {
-				rep.ParkedLost++
-				what = "parked lost: answered, never completed"
-			}
-			t.problem(rep, c, what)
-			continue
-		}
-		rep.Completed++
-		k.Completed++
-		r := c.final
-		if r.State == bus.StateSuccess {
-			if summary(*r) != "success/: "+c.want {
-				rep.WrongResults++
-				t.problem(rep, c, fmt.Sprintf("wrong result: want %q", c.want))
-			} else if c.kind.effect && c.effects == 0 {
-				rep.WrongResults++
-				t.problem(rep, c, "success without its side effect")
-			} else {
-				rep.Succeeded++
-				k.Succeeded++
-			}
-		} else {
-			code := r.State
-			if r.Error != nil {
-				code = r.Error.Code
-			}
-			rep.Errors[code]++
-			switch {
-			case code == bus.CodeUnknownOutcome && c.kind.durable:
-				rep.WrongResults++
-				t.problem(rep, c, "unknown_outcome for a durable call (its call should have gone to another worker)")
-			case code == bus.CodeUnknownOutcome:
-				if c.effects > 0 {
-					rep.UnknownRan++
-				}
-			case code == bus.CodeTimeout:
-			default: // neither a fault's honest outcome nor a success
-				rep.WrongResults++
-				t.problem(rep, c, "unexpected error result "+code)
-			}
-		}
-		d := c.finalAt.Sub(c.batch.first)
-		k.lat = append(k.lat, d)
-		if c.kind.park == "" {
-			lat = append(lat, d)
-		}
-	}
-	rep.HandoffMissed = t.handoffMissed
-	rep.P50MS, rep.P99MS = percentiles(lat)
-	for _, k := range rep.ByKind {
-		k.P50MS, k.P99MS = percentiles(k.lat)
-	}
-	return rep
-}
-
-// problem lists c (up to soakMaxProblems) with its trail; t.mu is held.
-func (t *soakTracker) problem(rep *soakReport, c *soakCall, what string) {
-	if len(rep.Problems) >= soakMaxProblems {
-		return
-	}
-	p := soakProblem{Call: c.key, Kind: c.kind.name, What: what}
-	p.Trail = append(p.Trail, fmt.Sprintf("%8.3fs batch first sent (%d calls, sent %d times)", c.batch.first.Sub(t.start).Seconds(), len(c.batch.calls), c.batch.sends))
-	for _, s := range c.trail {
-		p.Trail = append(p.Trail, fmt.Sprintf("%8.3fs %s", s.at.Seconds(), s.what))
-	}
-	rep.Problems = append(rep.Problems, p)
-}
-
-// percentiles returns the 50th and 99th percentile in milliseconds.
-func percentiles(d []time.Duration) (p50, p99 float64) {
-	if len(d) == 0 {
-		return 0, 0
-	}
-	slices.Sort(d)
-	at := func(q float64) float64 {
-		i := int(q * float64(len(d)-1))
-		return float64(d[i].Microseconds()) / 1000
-	}
-	return at(0.50), at(0.99)
-}
-
-// write prints the report for people.
-func (r *soakReport) write(w io.Writer) {
-	fmt.Fprintf(w, "soak: %.0f s on %s (prefix %s, binaries %s)\n", r.DurationS, r.NATS, r.Prefix, r.Binaries)
-	fmt.Fprintf(w, "  calls %d in %d batches over %d sessions (%d re-sends): completed %d, succeeded %d\n",
-		r.Calls, r.Batches, r.Sessions, r.Resends, r.Completed, r.Succeeded)
-	fmt.Fprintf(w, "  lost %d, duplicated %d, parked lost %d, wrong results %d, batches without batch.done %d\n",
-		r.Lost, r.Duplicated, r.ParkedLost, r.WrongResults, r.BatchDoneMissing)
-	fmt.Fprintf(w, "  errors %v; unknown outcomes whose effect happened %d; missed handoffs %d; effects %d; durable re-runs %d\n",
-		r.Errors, r.UnknownRan, r.HandoffMissed, r.Effects, r.DurableReruns)
-	fmt.Fprintf(w, "  latency p50 %.1f ms, p99 %.1f ms (calls that do not park)\n", r.P50MS, r.P99MS)
-	kinds := make([]string, 0, len(r.ByKind))
-	for k := range r.ByKind {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, name := range kinds {
-		k := r.ByKind[name]
-		fmt.Fprintf(w, "    %-16s calls %6d  completed %6d  succeeded %6d  lost %d  duplicated %d  p50 %7.1f ms  p99 %8.1f ms\n",
-			name, k.Calls, k.Completed, k.Succeeded, k.Lost, k.Duplicated, k.P50MS, k.P99MS)
-	}
-	fmt.Fprintf(w, "  faults (%d):\n", len(r.Faults))
-	for _, f := range r.Faults {
-		fmt.Fprintf(w, "    %7.1fs %-15s %s, down %d ms %s\n", float64(f.AtMS)/1000, f.Kind, f.Target, f.DownMS, f.Error)
-	}
-	for _, p := range r.Problems {
-		fmt.Fprintf(w, "  problem %s (%s): %s\n", p.Call, p.Kind, p.What)
-		for _, s := range p.Trail {
-			fmt.Fprintf(w, "      %s\n", s)
-		}
-	}
-	if r.WorkDir != "" {
-		fmt.Fprintf(w, "  work directory (logs, effects file): %s\n", r.WorkDir)
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/soak"
 )
 
 // TestSoakSmoke runs a 15-second soak: 2 router and 3 toolworker processes
@@ -25,7 +26,7 @@ func TestSoakSmoke(t *testing.T) {
 	var stdout, stderr bustest.Buffer
 	err := run(ctx, []string{"soak", "--duration", "15s", "--fault-every", "5s", "--json", "-v"}, &stdout, &stderr)
 	t.Logf("stderr:\n%s", stderr.String())
-	var rep soakReport
+	var rep soak.Report
 	if jerr := json.Unmarshal([]byte(stdout.String()), &rep); jerr != nil {
 		t.Fatalf("report %q: %v (soak: %v)", stdout.String(), jerr, err)
 	}

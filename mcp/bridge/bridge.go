@@ -30,6 +30,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -75,8 +76,7 @@ type Bridge struct {
 	links  []*link
 
 	subs     []*nats.Subscription // the resources verb, one per server
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	life     *life.Life           // the links run as its loops
 	stopOnce sync.Once
 }
 
@@ -112,7 +112,7 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Bridge{nc: nc, cfg: cfg, file: f, client: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})}
+	b := &Bridge{nc: nc, cfg: cfg, file: f, life: life.New(life.Config{Logger: cfg.Logger}), client: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})}
 	for i := range f.Servers {
 		s := &f.Servers[i]
 		b.links = append(b.links, &link{b: b, s: s, log: cfg.Logger.With("mcp_server", s.Name),
@@ -132,29 +132,25 @@ func (b *Bridge) Start(ctx context.Context) error {
 		}
 		b.subs = append(b.subs, sub)
 	}
-	ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, l := range b.links {
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			l.run(ctx)
-		}()
+		b.life.Loop(l.run)
 	}
 	return nil
 }
 
-// Stop disconnects every server and withdraws its tools, draining the
-// calls in flight until ctx ends.
-func (b *Bridge) Stop(ctx context.Context) error {
-	b.stopOnce.Do(func() {
-		b.unsubscribe()
-		if b.cancel != nil {
-			b.cancel()
-		}
-		b.wg.Wait()
-	})
-	return nil
+// Drain disconnects every server and withdraws its tools, waiting for them
+// until ctx ends, then at most a short cleanup (internal/life). It is safe
+// to call twice and concurrently.
+func (b *Bridge) Drain(ctx context.Context) error {
+	b.stopOnce.Do(b.unsubscribe)
+	return b.life.Drain(ctx)
 }
+
+// Stop is Drain.
+func (b *Bridge) Stop(ctx context.Context) error { return b.Drain(ctx) }
+
+// Closed is closed once Drain (or Stop) has returned.
+func (b *Bridge) Closed() <-chan struct{} { return b.life.Closed() }
 
 func (b *Bridge) unsubscribe() {
 	for _, s := range b.subs {

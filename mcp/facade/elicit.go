@@ -102,9 +102,7 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 		s.mu.Unlock()
 		// A call that ended (answered by someone else, or past its
 		// deadline) keeps its result for the retry a while.
-		s.f.wg.Add(1)
-		go func() {
-			defer s.f.wg.Done()
+		s.f.life.Loop(func(context.Context) {
 			<-p.done
 			select {
 			case <-time.After(resultKept):
@@ -118,7 +116,7 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 			s.mu.Lock()
 			delete(s.pending, state)
 			s.mu.Unlock()
-		}()
+		})
 		return server.NewInputRequestBuilder(state).Elicit("confirm", s.confirmParams(park.p)).ToolResult(), nil
 	}
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // Config configures a Facade.
@@ -110,9 +111,8 @@ type Facade struct {
 	sessions map[key]*session
 	byID     map[string]map[*session]struct{} // bus session → its MCP servers
 	lru      *list.List                       // of *session, most recently used first
-	ctx      context.Context
-	stop     context.CancelFunc
-	wg       sync.WaitGroup
+	ctx      context.Context                  // life's Background: ends when the facade drains
+	life     *life.Life
 	store    *storeWatch
 	kv       *kvStore     // task records and request states (tasks_store.go)
 	tasks    *taskRunners // the tasks this process runs or follows
@@ -168,26 +168,26 @@ func New(cl *client.Client, cfg Config) *Facade {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	ctx, stop := context.WithCancel(context.Background())
+	lf := life.New(life.Config{Logger: cfg.Logger})
 	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg, sessions: map[key]*session{}, byID: map[string]map[*session]struct{}{},
-		lru: list.New(), ctx: ctx, stop: stop}
+		lru: list.New(), ctx: lf.Background(), life: lf}
 	f.store = newStoreWatch(f)
 	f.kv = &kvStore{f: f}
 	f.tasks = newTaskRunners(f)
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		f.sweep()
-	}()
+	f.life.Loop(func(context.Context) { f.sweep() })
 	return f
 }
 
-// Close stops every session's watching and polling. It is safe to call
-// twice.
-func (f *Facade) Close() {
-	f.stop()
-	f.wg.Wait()
-}
+// Drain stops every session's watching and polling, waiting for them until
+// ctx ends, then at most a short cleanup (internal/life). It is safe to
+// call twice and concurrently.
+func (f *Facade) Drain(ctx context.Context) error { return f.life.Drain(ctx) }
+
+// Closed is closed once Drain (or Close) has returned.
+func (f *Facade) Closed() <-chan struct{} { return f.life.Closed() }
+
+// Close is Drain without a deadline. It is safe to call twice.
+func (f *Facade) Close() { _ = f.Drain(context.Background()) }
 
 type ctxKey int
 
@@ -375,11 +375,7 @@ func (f *Facade) acquire(k key) (*session, error) {
 	f.byID[k.session][s] = struct{}{}
 	s.elem = f.lru.PushFront(s)
 	f.touchLocked(s, 1)
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		s.poll()
-	}()
+	f.life.Loop(func(context.Context) { s.poll() })
 	return s, nil
 }
 

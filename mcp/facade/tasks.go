@@ -282,14 +282,15 @@ func (t *taskRunners) run(s *session, r *taskRecord, req mcp.CallToolRequest, he
 	t.local[r.ID] = struct{}{}
 	t.mu.Unlock()
 	ctx := context.WithValue(t.f.ctx, contextKey, header)
-	t.f.wg.Add(1)
-	go func() {
-		defer t.f.wg.Done()
-		defer func() {
-			t.mu.Lock()
-			delete(t.local, r.ID)
-			t.mu.Unlock()
-		}()
+	done := func() {
+		t.mu.Lock()
+		delete(t.local, r.ID)
+		t.mu.Unlock()
+	}
+	// Closing: the record stays working and another process follows the
+	// call's end on the bus.
+	if !t.f.life.Loop(func(context.Context) {
+		defer done()
 		onPark := func(p bus.Parked, until time.Time) {
 			_, _ = t.f.kv.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
 				r.Message = fmt.Sprintf("parked: waiting for %s on %s until %s", kindText(p.Kind), p.Subject, until.UTC().Format(time.RFC3339))
@@ -300,7 +301,9 @@ func (t *taskRunners) run(s *session, r *taskRecord, req mcp.CallToolRequest, he
 			return
 		}
 		t.finish(r, res, err)
-	}()
+	}) {
+		done()
+	}
 }
 
 // follow learns, for a task this process does not run, the end of its
@@ -318,14 +321,13 @@ func (t *taskRunners) follow(s *session, r *taskRecord) {
 	}
 	t.followed[r.ID] = struct{}{}
 	t.mu.Unlock()
-	t.f.wg.Add(1)
-	go func() {
-		defer t.f.wg.Done()
-		defer func() {
-			t.mu.Lock()
-			delete(t.followed, r.ID)
-			t.mu.Unlock()
-		}()
+	done := func() {
+		t.mu.Lock()
+		delete(t.followed, r.ID)
+		t.mu.Unlock()
+	}
+	if !t.f.life.Loop(func(context.Context) {
+		defer done()
 		ctx, cancel := context.WithDeadline(t.f.ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
 		defer cancel()
 		res, err := t.f.awaitResult(ctx, r.Session, r.ReplyID, r.CallID)
@@ -340,7 +342,9 @@ func (t *taskRunners) follow(s *session, r *taskRecord) {
 			return
 		}
 		t.finish(r, toMCP(*res), nil)
-	}()
+	}) {
+		done()
+	}
 }
 
 // finish records the task's end, unless it ended already (cancelled).

@@ -173,9 +173,7 @@ func follow[T any](ctx context.Context, updates <-chan T, apply func(T)) (done c
 func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) <-chan struct{} {
 	ctx := w.f.ctx
 	first := make(chan struct{})
-	w.f.wg.Add(1)
-	go func() {
-		defer w.f.wg.Done()
+	if !w.f.life.Loop(func(context.Context) {
 		stop, err := start(ctx)
 		close(first)
 		for {
@@ -192,6 +190,8 @@ func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) <-chan
 			}
 			stop, err = start(ctx)
 		}
-	}()
+	}) {
+		close(first) // the facade is closing: nothing to start
+	}
 	return first
 }

@@ -1,4 +1,4 @@
-package main
+package soak
 
 import (
 	"context"
@@ -205,7 +205,7 @@ func (t *soakTracker) giveUp(b *soakBatch, grace time.Duration) time.Time {
 
 // soakLoad drives the agents and the approver.
 type soakLoad struct {
-	o    *soakOptions
+	o    *Options
 	t    *soakTracker
 	subj bus.Subjects
 	run  string // the run's id, in every session and reply id
@@ -216,7 +216,7 @@ type soakLoad struct {
 // (or given up) first. stop ends it at once (the operator interrupted).
 func (l *soakLoad) agent(ctx, stop context.Context, i int, nc *nats.Conn) {
 	r := rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano())))
-	cl := client.New(nc, client.Config{Prefix: l.o.prefix, Source: fmt.Sprintf("soak/agent%d", i)})
+	cl := client.New(nc, client.Config{Prefix: l.o.Prefix, Source: fmt.Sprintf("soak/agent%d", i)})
 	for n := 0; ctx.Err() == nil; n++ {
 		b := &soakBatch{session: fmt.Sprintf("%s-a%d-s%d", l.run, i, n/soakBatchesPerSession),
 			reply: fmt.Sprintf("%s-a%d-b%d", l.run, i, n), signal: make(chan struct{}, 1)}
@@ -228,7 +228,7 @@ func (l *soakLoad) agent(ctx, stop context.Context, i int, nc *nats.Conn) {
 				input: in, want: want, batch: b, seen: map[string]string{}})
 		}
 		b.first = time.Now()
-		b.expiry = b.first.Add(l.o.batchDeadline)
+		b.expiry = b.first.Add(l.o.BatchDeadline)
 		l.t.add(b)
 		l.runBatch(stop, cl, b)
 		sleepCtx(ctx, time.Duration(20+r.IntN(180))*time.Millisecond)
@@ -250,11 +250,11 @@ func (l *soakLoad) runBatch(stop context.Context, cl *client.Client, b *soakBatc
 		if len(pend) == 0 {
 			return
 		}
-		if time.Now().After(l.t.giveUp(b, l.o.grace)) || stop.Err() != nil {
+		if time.Now().After(l.t.giveUp(b, l.o.Grace)) || stop.Err() != nil {
 			l.t.mu.Lock()
 			for _, c := range pend {
 				c.lost = true
-				l.t.step(c, "agent gave up: no final result by the batch's expirytime + %v grace after %d sends", l.o.grace, b.sends)
+				l.t.step(c, "agent gave up: no final result by the batch's expirytime + %v grace after %d sends", l.o.Grace, b.sends)
 			}
 			l.t.mu.Unlock()
 			return
@@ -327,7 +327,7 @@ func (l *soakLoad) wait(stop context.Context, b *soakBatch, d time.Duration) {
 // events follows every session's events through the events stream (an
 // ordered consumer, so a node loss does not skip any).
 func (l *soakLoad) events(ctx context.Context, nc *nats.Conn) error {
-	cl := client.New(nc, client.Config{Prefix: l.o.prefix, Source: "soak/events"})
+	cl := client.New(nc, client.Config{Prefix: l.o.Prefix, Source: "soak/events"})
 	evs, err := cl.Replay(ctx, "*")
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package soak
 
 import (
 	"bufio"
@@ -227,16 +227,16 @@ type soakDeploy struct {
 
 // startSoakDeploy starts NATS (unless url is given), the routers and the
 // workers.
-func startSoakDeploy(ctx context.Context, o *soakOptions, bins soakBinaries, logf func(string, ...any)) (d *soakDeploy, err error) {
-	d = &soakDeploy{dir: o.dir, url: o.natsURL, prefix: o.prefix, effects: filepath.Join(o.dir, "effects.jsonl")}
+func startSoakDeploy(ctx context.Context, o *Options, bins soakBinaries, logf func(string, ...any)) (d *soakDeploy, err error) {
+	d = &soakDeploy{dir: o.Dir, url: o.NATSURL, prefix: o.Prefix, effects: filepath.Join(o.Dir, "effects.jsonl")}
 	defer func() {
 		if err != nil {
 			d.stop()
 		}
 	}()
 	if d.url == "" {
-		logf("starting a 3-node NATS cluster (JetStream, stores in %s)", filepath.Join(o.dir, "nats"))
-		if d.cluster, err = embedded.StartCluster(embedded.ClusterConfig{Dir: filepath.Join(o.dir, "nats"), Name: "soak"}); err != nil {
+		logf("starting a 3-node NATS cluster (JetStream, stores in %s)", filepath.Join(o.Dir, "nats"))
+		if d.cluster, err = embedded.StartCluster(embedded.ClusterConfig{Dir: filepath.Join(o.Dir, "nats"), Name: "soak"}); err != nil {
 			return nil, err
 		}
 		d.url = d.cluster.URLs(0)
@@ -245,15 +245,15 @@ func startSoakDeploy(ctx context.Context, o *soakOptions, bins soakBinaries, log
 	env := childEnv(o, d.cluster == nil)
 	for i := range soakRouters {
 		d.routers = append(d.routers, &soakProc{role: "router", slot: i, bin: bins.router,
-			log: filepath.Join(o.dir, fmt.Sprintf("router%d.log", i)), env: env,
+			log: filepath.Join(o.Dir, fmt.Sprintf("router%d.log", i)), env: env,
 			args: func(id string) []string {
-				return []string{"--nats", d.urlFrom(i), "--prefix", d.prefix, "--replicas", strconv.Itoa(o.replicas),
+				return []string{"--nats", d.urlFrom(i), "--prefix", d.prefix, "--replicas", strconv.Itoa(o.Replicas),
 					"--heartbeat", hb, "--work-ack-wait", soakWorkAckWait.String(), "--builtin=false", "--id", id}
 			}})
 	}
 	for i := range soakWorkers {
 		d.workers = append(d.workers, &soakProc{role: "worker", slot: i, bin: bins.worker,
-			log: filepath.Join(o.dir, fmt.Sprintf("worker%d.log", i)),
+			log: filepath.Join(o.Dir, fmt.Sprintf("worker%d.log", i)),
 			env: append(slices.Clone(env), "TOOLWORKER_EFFECTS_FILE="+d.effects),
 			args: func(id string) []string {
 				return []string{"--nats", d.urlFrom(i + 1), "--prefix", d.prefix, "--heartbeat", hb, "--id", id}
@@ -274,7 +274,7 @@ func startSoakDeploy(ctx context.Context, o *soakOptions, bins soakBinaries, log
 // cluster could only get in the way; joining --nats, the credentials and
 // TLS settings of the soak's flags are given to them through those
 // variables (not the inbox prefix: routers use their own).
-func childEnv(o *soakOptions, joining bool) []string {
+func childEnv(o *Options, joining bool) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NATS_") {
@@ -282,7 +282,7 @@ func childEnv(o *soakOptions, joining bool) []string {
 		}
 	}
 	if joining {
-		c := o.conn
+		c := o.Conn
 		for _, v := range [][2]string{{natsconn.EnvCreds, c.Creds}, {natsconn.EnvNKey, c.NKey}, {natsconn.EnvUser, c.User},
 			{natsconn.EnvPassword, c.Password}, {natsconn.EnvToken, c.Token}, {natsconn.EnvCA, c.CA},
 			{natsconn.EnvCert, c.Cert}, {natsconn.EnvKey, c.Key}} {

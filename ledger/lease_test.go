@@ -1,4 +1,4 @@
-package router
+package ledger
 
 import (
 	"context"
@@ -22,19 +22,19 @@ func TestStale(t *testing.T) {
 	far := t0.Add(time.Hour)
 	for _, tc := range []struct {
 		name  string
-		le    ledgerEntry
+		le    Entry
 		now   time.Time
 		seen  time.Time
 		stale bool
 	}{
-		{"fresh lease", ledgerEntry{Touched: t0, Deadline: far}, t0.Add(time.Second), t0, false},
-		{"lease at its end", ledgerEntry{Touched: t0, Deadline: far}, t0.Add(lease), t0.Add(lease), false},
-		{"lease past its end", ledgerEntry{Touched: t0, Deadline: far}, t0.Add(lease + time.Millisecond), t0.Add(lease), true},
-		{"owner's clock ahead, not seen changing", ledgerEntry{Touched: t0.Add(time.Minute), Deadline: far}, t0.Add(lease + time.Second), t0, true},
-		{"owner's clock ahead, seen changing", ledgerEntry{Touched: t0.Add(time.Minute), Deadline: far}, t0.Add(lease + time.Second), t0.Add(lease), false},
-		{"no lease, before the deadline and grace", ledgerEntry{Deadline: t0}, t0.Add(ledgerGrace), t0, false},
-		{"no lease, past the deadline and grace", ledgerEntry{Deadline: t0}, t0.Add(ledgerGrace + time.Millisecond), t0, true},
-		{"lease renewed, past the deadline and grace", ledgerEntry{Touched: t0.Add(time.Hour), Deadline: t0}, t0.Add(time.Hour), t0.Add(time.Hour), true},
+		{"fresh lease", Entry{Touched: t0, Deadline: far}, t0.Add(time.Second), t0, false},
+		{"lease at its end", Entry{Touched: t0, Deadline: far}, t0.Add(lease), t0.Add(lease), false},
+		{"lease past its end", Entry{Touched: t0, Deadline: far}, t0.Add(lease + time.Millisecond), t0.Add(lease), true},
+		{"owner's clock ahead, not seen changing", Entry{Touched: t0.Add(time.Minute), Deadline: far}, t0.Add(lease + time.Second), t0, true},
+		{"owner's clock ahead, seen changing", Entry{Touched: t0.Add(time.Minute), Deadline: far}, t0.Add(lease + time.Second), t0.Add(lease), false},
+		{"no lease, before the deadline and grace", Entry{Deadline: t0}, t0.Add(grace), t0, false},
+		{"no lease, past the deadline and grace", Entry{Deadline: t0}, t0.Add(grace + time.Millisecond), t0, true},
+		{"lease renewed, past the deadline and grace", Entry{Touched: t0.Add(time.Hour), Deadline: t0}, t0.Add(time.Hour), t0.Add(time.Hour), true},
 	} {
 		if got := stale(tc.le, tc.now, tc.seen, lease); got != tc.stale {
 			t.Errorf("%s: stale %v, want %v", tc.name, got, tc.stale)
@@ -73,7 +73,7 @@ func TestLedgerLeaseLapses(t *testing.T) {
 		t.Errorf("re-sends answered %v after the claim, lease %v", took, lease)
 	}
 	t.Logf("answered %v after the claim (lease %v)", took, lease)
-	res := ls[0].record("s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("late")})
+	res := ls[0].Record("s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("late")})
 	if res.Error == nil || res.Error.Code != bus.CodeUnknownOutcome {
 		t.Fatalf("the dead router's late record: %+v", res)
 	}
@@ -81,8 +81,8 @@ func TestLedgerLeaseLapses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var le ledgerEntry
-	if err := json.Unmarshal(e.Value(), &le); err != nil || le.State != ledgerDone || le.Result.Error.Code != bus.CodeUnknownOutcome {
+	var le Entry
+	if err := json.Unmarshal(e.Value(), &le); err != nil || le.State != stateDone || le.Result.Error.Code != bus.CodeUnknownOutcome {
 		t.Fatalf("the entry after the takeover: %s", e.Value())
 	}
 }
@@ -106,7 +106,7 @@ func TestLedgerLeaseRenewed(t *testing.T) {
 		if now.After(until) {
 			break
 		}
-		if err := ls[0].renew(ctx, now); err != nil {
+		if err := ls[0].Renew(ctx, now); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -116,7 +116,7 @@ func TestLedgerLeaseRenewed(t *testing.T) {
 		}
 	}
 	tick.Stop()
-	ls[0].record("s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
+	ls[0].Record("s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
 	bustest.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
 		select {
 		case r := <-got:
@@ -140,7 +140,7 @@ func TestLedgerLeaseRetry(t *testing.T) {
 	w := waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Hour, retry: true}
 	type out struct {
 		res   bus.Result
-		claim *ledgerEntry
+		claim *Entry
 	}
 	outs := make(chan out, 2)
 	for _, l := range ls[1:] {
@@ -153,13 +153,13 @@ func TestLedgerLeaseRetry(t *testing.T) {
 	if first.claim == nil {
 		t.Fatalf("no re-send took the claim over to run again: %+v", first.res)
 	}
-	var runner *ledger
+	var runner *Ledger
 	for _, l := range ls[1:] {
 		if l.router == first.claim.Router {
 			runner = l
 		}
 	}
-	runner.record("s.r.c1", *first.claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("rerun")})
+	runner.Record("s.r.c1", *first.claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("rerun")})
 	second := <-outs
 	if second.claim != nil || textOf(second.res.Output) != "rerun" {
 		t.Fatalf("the other re-send: %+v %+v", second.res, second.claim)
@@ -267,15 +267,15 @@ func TestLedgerLeaseTimers(t *testing.T) {
 	t.Run("dead router", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			kv := &fakeKV{}
-			owner := newLedger(kv, ledgerConfig{router: "dead", lease: lease})
-			waiter := newLedger(kv, ledgerConfig{router: "b", lease: lease})
+			owner := New(kv, Config{Router: "dead", Lease: lease})
+			waiter := New(kv, Config{Router: "b", Lease: lease})
 			if how, _ := owner.claim(t.Context(), "k", time.Hour); how != claimed {
 				t.Fatal(how)
 			}
 			// Two renewals, then the router dies.
 			for range 2 {
 				time.Sleep(hb)
-				if err := owner.renew(t.Context(), time.Now()); err != nil {
+				if err := owner.Renew(t.Context(), time.Now()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -293,9 +293,9 @@ func TestLedgerLeaseTimers(t *testing.T) {
 	t.Run("dead router, store full", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			kv := &fakeKV{}
-			owner := newLedger(kv, ledgerConfig{router: "dead", lease: lease})
+			owner := New(kv, Config{Router: "dead", Lease: lease})
 			h := &store.Health{}
-			waiter := newLedger(kv, ledgerConfig{router: "b", lease: lease, health: h})
+			waiter := New(kv, Config{Router: "b", Lease: lease, Health: h})
 			owner.claim(t.Context(), "k", time.Hour)
 			kv.mu.Lock()
 			kv.refuse = &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}
@@ -313,8 +313,8 @@ func TestLedgerLeaseTimers(t *testing.T) {
 	t.Run("expirytime inside the lease", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			kv := &fakeKV{}
-			owner := newLedger(kv, ledgerConfig{router: "a", lease: lease})
-			waiter := newLedger(kv, ledgerConfig{router: "b", lease: lease})
+			owner := New(kv, Config{Router: "a", Lease: lease})
+			waiter := New(kv, Config{Router: "b", Lease: lease})
 			owner.claim(t.Context(), "k", time.Hour)
 			start := time.Now()
 			r, _ := waiter.wait(t.Context(), "k", waitFor{call: call, timeout: time.Hour, expiry: start.Add(4 * time.Second)})
@@ -329,8 +329,8 @@ func TestLedgerLeaseTimers(t *testing.T) {
 	t.Run("renewed for an hour", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			kv := &fakeKV{}
-			owner := newLedger(kv, ledgerConfig{router: "a", lease: lease})
-			waiter := newLedger(kv, ledgerConfig{router: "b", lease: lease})
+			owner := New(kv, Config{Router: "a", Lease: lease})
+			waiter := New(kv, Config{Router: "b", Lease: lease})
 			_, claim := owner.claim(t.Context(), "k", 2*time.Hour)
 			ctx, cancel := context.WithCancel(t.Context())
 			go func() {
@@ -338,9 +338,9 @@ func TestLedgerLeaseTimers(t *testing.T) {
 				defer tick.Stop()
 				for i := 0; i < int(time.Hour/hb); i++ {
 					now := <-tick.C
-					_ = owner.renew(ctx, now)
+					_ = owner.Renew(ctx, now)
 				}
-				owner.record("k", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
+				owner.Record("k", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
 				cancel()
 			}()
 			start := time.Now()
@@ -350,23 +350,6 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			}
 		})
 	})
-}
-
-// While the store is full, a call that finds no live worker is told the
-// store is full (the workers' heartbeats are refused too), not that no
-// worker serves the tool.
-func TestStoreFullOr(t *testing.T) {
-	call := bus.Call{ID: "c1", Name: "t"}
-	none := unavailable(call)
-	var h store.Health
-	if got := storeFullOr(call, &h, &none); got != &none {
-		t.Fatalf("with the store healthy: %+v", got)
-	}
-	h.Note(&jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"})
-	got := storeFullOr(call, &h, &none)
-	if got.Error.Code != bus.CodeInternal || textOf(got.Output) != "InternalError: store full: no live worker of tool 't' can be seen while JetStream refuses the workers' heartbeats (insufficient resources); it did not run. Call it again once the operator has freed space." {
-		t.Fatalf("with the store full: %+v", got)
-	}
 }
 
 // One renewal renews every running claim the router holds, and lets go of
@@ -390,7 +373,7 @@ func TestLedgerRenewMany(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(time.Minute).UTC()
-	if err := ls[0].renew(ctx, at); err != nil {
+	if err := ls[0].Renew(ctx, at); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i < n; i++ {
@@ -398,15 +381,13 @@ func TestLedgerRenewMany(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var le ledgerEntry
-		if err := json.Unmarshal(e.Value(), &le); err != nil || !le.Touched.Equal(at) || le.State != ledgerRunning {
+		var le Entry
+		if err := json.Unmarshal(e.Value(), &le); err != nil || !le.Touched.Equal(at) || le.State != stateRunning {
 			t.Fatalf("claim %d after the renewal: %s", i, e.Value())
 		}
 	}
-	ls[0].mu.Lock()
-	_, held := ls[0].held["s.r.c0"]
-	left := len(ls[0].held)
-	ls[0].mu.Unlock()
+	_, held := ls[0].held.all()["s.r.c0"]
+	left := len(ls[0].held.all())
 	if held || left != n-1 {
 		t.Fatalf("held after the renewal: c0 %v, %d claims", held, left)
 	}

@@ -1,0 +1,142 @@
+// Package kvcache is the one watch-fed cache of KV entries with tombstones
+// (docs/protocol.md 8), used by the registry (P_tools), groups (P_groups)
+// and external (P_parked).
+//
+// A KV watch may deliver an older revision of a key after a newer one has
+// been applied (a re-created watch, a write applied locally before its
+// delivery), and a deleted key's old puts may arrive after its delete. Map
+// keeps, per key, the revision it holds and, for a key taken out, the
+// revision it was taken out at (its tombstone), and refuses whatever is
+// older.
+//
+// A Map is not safe for concurrent use: each user guards it with the lock
+// that already guards what it derives from it (an ordering, a version).
+package kvcache
+
+import (
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// pruneAt is the number of tombstones past which those older than the
+// Map's keep are dropped.
+const pruneAt = 1024
+
+type item[V any] struct {
+	v   V
+	rev uint64
+}
+
+type tomb struct {
+	rev uint64
+	at  time.Time
+}
+
+// Map holds the current value of each key and the tombstones of the keys
+// taken out.
+type Map[V any] struct {
+	vals map[string]item[V]
+	dead map[string]tomb
+	keep time.Duration
+	now  func() time.Time
+}
+
+// New returns an empty Map whose tombstones are kept for keep (zero: for
+// as long as the Map lives; fit for buckets whose keys are few, as tools
+// and groups).
+func New[V any](keep time.Duration) *Map[V] {
+	return &Map[V]{vals: map[string]item[V]{}, dead: map[string]tomb{}, keep: keep, now: time.Now}
+}
+
+// Stale reports whether revision rev of key is no newer than what the Map
+// knows of key: the value it holds, or its tombstone.
+func (m *Map[V]) Stale(key string, rev uint64) bool {
+	if t, ok := m.dead[key]; ok && rev <= t.rev {
+		return true
+	}
+	it, ok := m.vals[key]
+	return ok && rev <= it.rev
+}
+
+// Put stores v as key's value at revision rev, unless the Map holds a
+// newer value or a tombstone at rev or later; it reports whether it stored.
+// An equal revision replaces the held value (the same entry, delivered
+// again).
+func (m *Map[V]) Put(key string, rev uint64, v V) bool {
+	if t, ok := m.dead[key]; ok && rev <= t.rev {
+		return false
+	}
+	if it, ok := m.vals[key]; ok && it.rev > rev {
+		return false
+	}
+	delete(m.dead, key)
+	m.vals[key] = item[V]{v: v, rev: rev}
+	return true
+}
+
+// Delete takes key out as of revision rev, unless the Map holds a newer
+// value, and keeps rev as its tombstone; it reports whether a held value
+// was dropped.
+func (m *Map[V]) Delete(key string, rev uint64) bool {
+	it, held := m.vals[key]
+	if held && it.rev > rev {
+		return false
+	}
+	delete(m.vals, key)
+	now := m.now()
+	if t, ok := m.dead[key]; !ok || t.rev < rev {
+		m.dead[key] = tomb{rev: rev, at: now}
+	}
+	if m.keep > 0 && len(m.dead) > pruneAt {
+		for k, t := range m.dead {
+			if now.Sub(t.at) > m.keep {
+				delete(m.dead, k)
+			}
+		}
+	}
+	return held
+}
+
+// Get returns key's value.
+func (m *Map[V]) Get(key string) (V, bool) {
+	it, ok := m.vals[key]
+	return it.v, ok
+}
+
+// Rev returns the revision of key's value; zero when none is held.
+func (m *Map[V]) Rev(key string) uint64 { return m.vals[key].rev }
+
+// Len returns the number of values held.
+func (m *Map[V]) Len() int { return len(m.vals) }
+
+// All yields every key and value held, in no order.
+func (m *Map[V]) All() iter.Seq2[string, V] {
+	return func(yield func(string, V) bool) {
+		for k, it := range m.vals {
+			if !yield(k, it.v) {
+				return
+			}
+		}
+	}
+}
+
+// Apply applies one watch delivery: a delete or purge takes the key out; a
+// put is decoded, and stored when decode says keep, taken out (as of its
+// revision) when it does not. A stale delivery changes nothing. It reports
+// whether the Map changed, and decode's error, which changes nothing.
+func (m *Map[V]) Apply(e jetstream.KeyValueEntry, decode func(val []byte) (v V, keep bool, err error)) (changed bool, err error) {
+	key, rev := e.Key(), e.Revision()
+	if e.Operation() != jetstream.KeyValuePut {
+		return m.Delete(key, rev), nil
+	}
+	v, keep, err := decode(e.Value())
+	if err != nil {
+		return false, err
+	}
+	if !keep {
+		return m.Delete(key, rev), nil
+	}
+	return m.Put(key, rev, v), nil
+}

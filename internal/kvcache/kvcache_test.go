@@ -1,0 +1,116 @@
+package kvcache
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+type entry struct {
+	key string
+	val string
+	rev uint64
+	op  jetstream.KeyValueOp
+}
+
+func (e entry) Bucket() string                  { return "b" }
+func (e entry) Key() string                     { return e.key }
+func (e entry) Value() []byte                   { return []byte(e.val) }
+func (e entry) Revision() uint64                { return e.rev }
+func (e entry) Created() time.Time              { return time.Time{} }
+func (e entry) Delta() uint64                   { return 0 }
+func (e entry) Operation() jetstream.KeyValueOp { return e.op }
+
+func put(key, val string, rev uint64) entry { return entry{key, val, rev, jetstream.KeyValuePut} }
+func del(key string, rev uint64) entry      { return entry{key, "", rev, jetstream.KeyValueDelete} }
+
+// decode keeps every value but "gone" (a put that takes the key out, as a
+// parked record that was answered) and refuses "bad".
+func decode(b []byte) (string, bool, error) {
+	switch string(b) {
+	case "bad":
+		return "", false, errors.New("bad entry")
+	case "gone":
+		return "", false, nil
+	}
+	return string(b), true, nil
+}
+
+func TestApply(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []entry
+		want    string // the value held for k ("" none)
+		changed bool   // whether the last entry changed the map
+	}{
+		{"a put", []entry{put("k", "a", 1)}, "a", true},
+		{"a newer put replaces", []entry{put("k", "a", 1), put("k", "b", 2)}, "b", true},
+		{"an older put is refused", []entry{put("k", "b", 2), put("k", "a", 1)}, "b", false},
+		{"the same put again", []entry{put("k", "a", 1), put("k", "a", 1)}, "a", true},
+		{"a delete", []entry{put("k", "a", 1), del("k", 2)}, "", true},
+		{"an older put after a delete is refused", []entry{put("k", "a", 1), del("k", 3), put("k", "a", 2)}, "", false},
+		{"a put at the tombstone's revision is refused", []entry{del("k", 3), put("k", "a", 3)}, "", false},
+		{"a newer put after a delete", []entry{del("k", 3), put("k", "c", 4)}, "c", true},
+		{"a delete older than the value is refused", []entry{put("k", "b", 5), del("k", 4)}, "b", false},
+		{"a put that takes the key out", []entry{put("k", "a", 1), put("k", "gone", 2)}, "", true},
+		{"after a put that took it out, an older one is refused", []entry{put("k", "gone", 2), put("k", "a", 1)}, "", false},
+		{"a bad entry changes nothing", []entry{put("k", "a", 1), put("k", "bad", 2)}, "a", false},
+		{"a delete of a key never held", []entry{del("k", 1)}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New[string](0)
+			var changed bool
+			for _, e := range tc.entries {
+				changed, _ = m.Apply(e, decode)
+			}
+			if got, _ := m.Get("k"); got != tc.want {
+				t.Errorf("holds %q, want %q", got, tc.want)
+			}
+			if changed != tc.changed {
+				t.Errorf("last entry changed %v, want %v", changed, tc.changed)
+			}
+		})
+	}
+}
+
+func TestStale(t *testing.T) {
+	m := New[string](0)
+	m.Put("k", 5, "a")
+	m.Delete("d", 7)
+	for _, tc := range []struct {
+		key   string
+		rev   uint64
+		stale bool
+	}{{"k", 4, true}, {"k", 5, true}, {"k", 6, false}, {"d", 7, true}, {"d", 8, false}, {"new", 1, false}} {
+		if got := m.Stale(tc.key, tc.rev); got != tc.stale {
+			t.Errorf("Stale(%s, %d) = %v, want %v", tc.key, tc.rev, got, tc.stale)
+		}
+	}
+}
+
+// Tombstones older than keep go once there are many; younger ones stay.
+func TestTombstonesPruned(t *testing.T) {
+	m := New[string](time.Minute)
+	now := time.Unix(1000, 0)
+	m.now = func() time.Time { return now }
+	m.Delete("old", 1)
+	now = now.Add(2 * time.Minute)
+	for i := range pruneAt {
+		m.Delete(string(rune('a'+i%26))+string(rune(i)), uint64(i+2))
+	}
+	if _, ok := m.dead["old"]; ok {
+		t.Error("a tombstone older than keep survived the pruning")
+	}
+	if len(m.dead) != pruneAt {
+		t.Errorf("%d tombstones, want the %d young ones", len(m.dead), pruneAt)
+	}
+	forever := New[string](0)
+	for i := range pruneAt + 10 {
+		forever.Delete(string(rune(i)), 1)
+	}
+	if len(forever.dead) != pruneAt+10 {
+		t.Error("a Map with keep 0 dropped tombstones")
+	}
+}

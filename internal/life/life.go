@@ -1,0 +1,275 @@
+// Package life is the one lifecycle of toolbus's long-running components
+// (router, worker, MCP bridge and facade, skills catalogue): the same verbs
+// everywhere, bounded by the drain's context.
+//
+//   - Context is the parent of every piece of work: a drain whose deadline
+//     passes cancels it with ErrDeadline as the cause, and the end of the
+//     drain with ErrStopped.
+//   - Go (or Enter and Leave, for work run on a pool of the caller's) runs
+//     tracked work; once a drain has begun it refuses new work.
+//   - Landing gives the context of a write that must land (a recorded
+//     result, an answer): Drain waits for it too, and cuts it off only at
+//     the end of the cleanup window.
+//   - Loop runs a background loop, stopped once the work is done.
+//   - Defer registers an unwind step; a failed Start and a drain run the
+//     same steps, in reverse order, once.
+//   - Drain(ctx) stops taking work, waits until ctx ends, then cancels what
+//     is left and returns after at most Config.Cleanup; Closed is closed
+//     once it has returned. Both are safe to call twice and concurrently.
+//
+// Commands drain on the first SIGINT or SIGTERM and exit at once on a
+// second one (internal/cli.Main).
+package life
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ErrDeadline is the cause of the contexts cut off by a drain's deadline.
+var ErrDeadline = errors.New("cut off by the drain deadline")
+
+// ErrStopped is the cause of Context once the drain has ended.
+var ErrStopped = errors.New("stopped")
+
+// Defaults of Config.
+const (
+	DefaultCleanup    = 2 * time.Second
+	DefaultLandBudget = 2 * time.Minute
+)
+
+// Config configures a Life; every zero value has a working default.
+type Config struct {
+	// Cleanup bounds the wait, past the drain's deadline, for the work
+	// whose context was just cancelled and for the landing writes still
+	// in flight; zero means DefaultCleanup.
+	Cleanup time.Duration
+	// LandBudget bounds one landing write when no drain cuts it first;
+	// zero means DefaultLandBudget.
+	LandBudget time.Duration
+	// OnDeadline, when set, is called once when the drain's deadline
+	// passes with work in flight, just before that work is cancelled (to
+	// count it, say).
+	OnDeadline func()
+	// Logger receives the drain's warnings; nil discards.
+	Logger *slog.Logger
+}
+
+// Life tracks the work of one component. The zero value is not usable;
+// call New.
+type Life struct {
+	cfg Config
+
+	base      context.Context
+	cut       context.CancelCauseFunc
+	land      context.Context // parent of landing writes: cut only at the end of the cleanup window
+	landCut   context.CancelCauseFunc
+	loops     context.Context // background loops: stopped once the work is done
+	stopLoops context.CancelFunc
+
+	mu       sync.Mutex
+	draining bool
+	landOpen bool // landing writes are taken (until the end of the cleanup window)
+	work     sync.WaitGroup
+	landing  sync.WaitGroup
+	bg       sync.WaitGroup
+	unwind   []func()
+
+	once   sync.Once
+	closed chan struct{}
+	err    error
+}
+
+// New returns a Life that takes work.
+func New(cfg Config) *Life {
+	if cfg.Cleanup <= 0 {
+		cfg.Cleanup = DefaultCleanup
+	}
+	if cfg.LandBudget <= 0 {
+		cfg.LandBudget = DefaultLandBudget
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Life{cfg: cfg, closed: make(chan struct{}), landOpen: true}
+	l.base, l.cut = context.WithCancelCause(context.Background())
+	l.land, l.landCut = context.WithCancelCause(context.Background())
+	l.loops, l.stopLoops = context.WithCancel(l.base)
+	return l
+}
+
+// Context is the parent of the component's work.
+func (l *Life) Context() context.Context { return l.base }
+
+// Background is the context of the component's watches and background
+// loops: it ends once the drain has waited for the work (or cut it off).
+func (l *Life) Background() context.Context { return l.loops }
+
+// Enter counts one piece of work that the caller runs itself; false once a
+// drain has begun (the work must not start). Each true is matched by Leave.
+func (l *Life) Enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.draining {
+		return false
+	}
+	l.work.Add(1)
+	return true
+}
+
+// Leave ends a piece of work counted by Enter.
+func (l *Life) Leave() { l.work.Done() }
+
+// Go runs fn on its own goroutine as tracked work, with Context; false
+// (fn not run) once a drain has begun.
+func (l *Life) Go(fn func(ctx context.Context)) bool {
+	if !l.Enter() {
+		return false
+	}
+	go func() {
+		defer l.Leave()
+		fn(l.base)
+	}()
+	return true
+}
+
+// Loop runs fn on its own goroutine until the drain has waited for the
+// work; fn returns when its context ends. A Loop started once the drain has
+// stopped the loops does not run, and Loop returns false.
+func (l *Life) Loop(fn func(ctx context.Context)) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.loops.Err() != nil {
+		return false
+	}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		fn(l.loops)
+	}()
+	return true
+}
+
+// Landing returns the context of a write that must land, bounded by
+// Config.LandBudget: a drain waits for it (its cancel function, which must
+// be called) and cuts it off, with ErrDeadline, only at the end of its
+// cleanup window. Past that window it returns a context already cut.
+func (l *Life) Landing() (context.Context, context.CancelFunc) {
+	l.mu.Lock()
+	if !l.landOpen {
+		l.mu.Unlock()
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(ErrStopped)
+		return ctx, func() {}
+	}
+	l.landing.Add(1)
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(l.land, l.cfg.LandBudget)
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			cancel()
+			l.landing.Done()
+		})
+	}
+}
+
+// Defer registers fn as a step of the unwind, run once at the end of the
+// drain, the last registered first.
+func (l *Life) Defer(fn func()) {
+	l.mu.Lock()
+	l.unwind = append(l.unwind, fn)
+	l.mu.Unlock()
+}
+
+// Draining reports whether a drain has begun.
+func (l *Life) Draining() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.draining
+}
+
+// Closed is closed once Drain has returned.
+func (l *Life) Closed() <-chan struct{} { return l.closed }
+
+// Drain stops taking work, waits for the work in flight and the landing
+// writes until ctx ends, then cancels what is left (ErrDeadline) and waits
+// at most Config.Cleanup more, then stops the loops and runs the unwind. It
+// returns nil when no work was cut off, else an error wrapping ctx's. Later
+// and concurrent calls wait for the first and return its result.
+func (l *Life) Drain(ctx context.Context) error {
+	l.once.Do(func() {
+		l.err = l.drain(ctx)
+		close(l.closed)
+	})
+	<-l.closed
+	return l.err
+}
+
+func (l *Life) drain(ctx context.Context) error {
+	l.mu.Lock()
+	l.draining = true
+	l.mu.Unlock()
+	var cleanup <-chan time.Time // the window that starts when ctx ends
+	window := func() <-chan time.Time {
+		if cleanup == nil {
+			cleanup = time.After(l.cfg.Cleanup)
+		}
+		return cleanup
+	}
+	var err error
+	if !wait(ctx, &l.work, nil) {
+		if l.cfg.OnDeadline != nil {
+			l.cfg.OnDeadline()
+		}
+		l.cut(ErrDeadline)
+		err = fmt.Errorf("work cut off: %w", ctx.Err())
+		if !wait(context.Background(), &l.work, window()) {
+			l.cfg.Logger.Warn("life: work still running past the drain's cleanup window")
+		}
+	}
+	if !wait(ctx, &l.landing, nil) && !wait(context.Background(), &l.landing, window()) {
+		l.cfg.Logger.Warn("life: writes that must land cut off by the drain deadline")
+	}
+	l.mu.Lock()
+	l.landOpen = false
+	l.stopLoops()
+	l.mu.Unlock()
+	l.landCut(ErrDeadline)
+	l.cut(ErrStopped)
+	if !wait(ctx, &l.bg, nil) && !wait(context.Background(), &l.bg, window()) {
+		l.cfg.Logger.Warn("life: background loops still running past the drain's cleanup window")
+	}
+	l.mu.Lock()
+	steps := slices.Clone(l.unwind)
+	l.unwind = nil
+	l.mu.Unlock()
+	for _, fn := range slices.Backward(steps) {
+		fn()
+	}
+	return err
+}
+
+// wait waits for wg until ctx ends or, when limit is not nil, until it
+// fires; false when wg did not finish.
+func wait(ctx context.Context, wg *sync.WaitGroup, limit <-chan time.Time) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	case <-limit:
+	}
+	select { // both ready: the work did finish
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,831 @@
+// Package ledger is the dedupe ledger of toolbus (docs/protocol.md 3.1,
+// 5.7, 5.8): each call that is not read-only runs at most once per
+// (session, reply id, call id) within the dedupe window, through one P_ledger
+// entry per call key whose state machine is
+//
+//	(none) ──claim──▶ running ──record──▶ done
+//	                     │  ▲
+//	         abandon     │  └── renew (the lease, every heartbeat)
+//	                     ▼
+//	                 abandoned ──claim──▶ running
+//
+// and a running entry whose lease lapsed (its router died) is taken over
+// by compare-and-set by exactly one re-send: done with unknown_outcome, a
+// run again (a retryable call), or, for a durable call, a wait to its
+// deadline and then its timeout.
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
+)
+
+// Entry is the P_ledger record of one call that is not read-only; the
+// claim a run holds is one too.
+type Entry struct {
+	State    string    `json:"state"` // running, done or abandoned
+	Router   string    `json:"router"`
+	Claim    string    `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
+	Deadline time.Time `json:"deadline"`
+	// Touched is the lease of a running claim: its router renews it every
+	// heartbeat while the call runs (as the lease of an answered parked
+	// call, docs/protocol.md 6.1), and a re-send that finds it stale knows the
+	// router died. Absent in the entries of routers without leases.
+	Touched time.Time   `json:"touched,omitzero"`
+	Result  *bus.Result `json:"result,omitempty"`
+
+	rev uint64 // the revision of this router's claim
+}
+
+const (
+	stateRunning = "running"
+	stateDone    = "done"
+	// stateAbandoned is a claim whose call never ran: the claim could not
+	// be confirmed, so the call was answered unavailable. A re-send may
+	// claim it again.
+	stateAbandoned = "abandoned"
+	// grace is how long past a running entry's deadline a duplicate
+	// waits before it gives up with unknown_outcome. It covers a record
+	// that is late because the bucket was electing a leader.
+	grace = 30 * time.Second
+	// claimBudget bounds the attempts to claim a call; past it the call is
+	// unavailable, which is safe to re-send.
+	claimBudget = 20 * time.Second
+	// recordWait is how long a call's result waits for its record before
+	// it is given to the agent anyway.
+	recordWait = 2 * time.Second
+)
+
+// Ledger runs each call that is not read-only at most once per (session,
+// reply id, call id) within the dedupe window (docs/protocol.md 3.1).
+//
+// The first router to claim the key runs the call and records its result;
+// a re-sent batch gets the recorded result, waiting for it while the first
+// run is still going and its router renews the claim's lease. A result is
+// given to the agent as soon as the worker answers: its record is written
+// in the background and retried until it lands, and meanwhile a re-send
+// that reaches this router gets it from memory. A claim that cannot be
+// made is answered unavailable (or store full), never run.
+type Ledger struct {
+	kv      jetstream.KeyValue
+	router  string
+	log     *slog.Logger
+	hits    func()
+	lease   time.Duration // a claim not renewed for this long is its dead router's
+	health  *store.Health
+	landing func() (context.Context, context.CancelFunc)
+
+	pending results // recorded results that have not landed yet
+	held    claims  // running claims of this router: their leases are renewed
+	writes  sync.WaitGroup
+	seq     atomic.Uint64
+	prefix  string
+}
+
+// Config configures a Ledger; every zero value has a working default.
+type Config struct {
+	// Router is the id of the router whose claims these are.
+	Router string
+	// Logger receives the ledger's logs; nil discards.
+	Logger *slog.Logger
+	// Hits is called for each call answered from the ledger; nil: not counted.
+	Hits func()
+	// Lease is how long a running claim lives without being renewed; zero
+	// means three default heartbeats.
+	Lease time.Duration
+	// Health is noted with each write's outcome; nil: not noted.
+	Health *store.Health
+	// Landing gives the context of a write that must land (a recorded
+	// result, an abandoned claim); nil means a context of two minutes that
+	// nothing waits for.
+	Landing func() (context.Context, context.CancelFunc)
+}
+
+// landBudget bounds a write that must land when Config.Landing is nil.
+const landBudget = 2 * time.Minute
+
+// New returns the Ledger of router cfg.Router over kv (P_ledger).
+func New(kv jetstream.KeyValue, cfg Config) *Ledger {
+	if cfg.Lease <= 0 {
+		cfg.Lease = 3 * bus.DefaultHeartbeat
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Hits == nil {
+		cfg.Hits = func() {}
+	}
+	if cfg.Landing == nil {
+		cfg.Landing = func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), landBudget)
+		}
+	}
+	return &Ledger{kv: kv, router: cfg.Router, log: cfg.Logger, hits: cfg.Hits, lease: cfg.Lease, health: cfg.Health, landing: cfg.Landing,
+		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]*Entry{}}, prefix: nuid.Next()}
+}
+
+// Health is the store health the ledger notes its writes in (may be nil).
+func (l *Ledger) Health() *store.Health { return l.health }
+
+// outcome says how a claim went.
+type outcome int
+
+const (
+	claimed   outcome = iota // this router runs the call
+	duplicate                // another run has the call: wait for its record
+	failed                   // the ledger could not be written: unavailable
+	full                     // the store refused the claim for want of space
+)
+
+// claim tries to become the one run of key. timeout is how long the call
+// may take; the claim tells duplicates how long to wait.
+func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (outcome, Entry) {
+	now := time.Now().UTC()
+	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1))}
+	val, _ := json.Marshal(me)
+	// The common case in one round trip: nobody has the key.
+	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+	rev, err := l.kv.Create(actx, key, val)
+	acancel()
+	if err == nil {
+		l.health.Note(nil)
+		me.rev = rev
+		l.held.hold(key, me)
+		return claimed, me
+	}
+	if l.health.Note(err) {
+		// Out of space: every retry would be refused the same way, and
+		// nothing was written (a create that is refused stores nothing).
+		l.log.Warn("ledger: ledger claim refused: store full", "key", key, "err", err)
+		return full, me
+	}
+	cctx, cancel := context.WithTimeout(ctx, claimBudget)
+	defer cancel()
+	var held bool
+	rev, err = store.Update(cctx, l.kv, key, store.Policy{Budget: claimBudget}, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		held = false
+		if cur != nil {
+			var le Entry
+			switch err := json.Unmarshal(cur.Value(), &le); {
+			case err == nil && le.Claim == me.Claim:
+				return nil, store.ErrNoChange // the first create landed; its ack was lost
+			case err != nil || le.State != stateAbandoned:
+				held = true
+				return nil, store.ErrNoChange
+			}
+		}
+		return val, nil
+	})
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			l.log.Warn("ledger: ledger claim failed", "key", key, "err", err)
+			l.Abandon(key, me.Claim)
+		}
+		if l.health.Note(err) {
+			return full, me
+		}
+		return failed, me
+	case held:
+		return duplicate, me
+	}
+	me.rev = rev
+	l.held.hold(key, me)
+	return claimed, me
+}
+
+// claims are the running claims of this router, by key: their leases are
+// renewed (Renew) until they are released.
+type claims struct {
+	mu sync.Mutex
+	m  map[string]*Entry
+}
+
+// hold starts renewing the lease of this router's running claim of key;
+// release stops it.
+func (c *claims) hold(key string, claim Entry) {
+	c.mu.Lock()
+	c.m[key] = &claim
+	c.mu.Unlock()
+}
+
+func (c *claims) release(key, claim string) {
+	c.mu.Lock()
+	if h, ok := c.m[key]; ok && h.Claim == claim {
+		delete(c.m, key)
+	}
+	c.mu.Unlock()
+}
+
+// current returns claim as this router holds it now (its latest revision,
+// after renewals).
+func (c *claims) current(key string, claim Entry) Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h, ok := c.m[key]; ok && h.Claim == claim.Claim {
+		return *h
+	}
+	return claim
+}
+
+// all returns a copy of every claim held.
+func (c *claims) all() map[string]Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]Entry, len(c.m))
+	for key, h := range c.m {
+		out[key] = *h
+	}
+	return out
+}
+
+// renewed notes a renewal of claim at revision rev.
+func (c *claims) renewed(key string, claim Entry, rev uint64) {
+	c.mu.Lock()
+	if h, ok := c.m[key]; ok && h.Claim == claim.Claim {
+		h.rev, h.Touched = rev, claim.Touched
+	}
+	c.mu.Unlock()
+}
+
+// results are the recorded results whose records have not landed yet.
+type results struct {
+	mu sync.Mutex
+	m  map[string]bus.Result
+}
+
+func (r *results) put(key string, res bus.Result) {
+	r.mu.Lock()
+	r.m[key] = res
+	r.mu.Unlock()
+}
+
+func (r *results) drop(key string) {
+	r.mu.Lock()
+	delete(r.m, key)
+	r.mu.Unlock()
+}
+
+func (r *results) get(key string) (bus.Result, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res, ok := r.m[key]
+	return res, ok
+}
+
+// Renew renews the lease of every running claim this router holds: one
+// compare-and-set per claim on the revision it holds. A claim that moved on
+// (a durable call's result recorded by another router, or a re-send that
+// found the lease stale and took the claim over) is let go. It runs every
+// heartbeat, beside the renewal of parked batches' and answers' leases.
+func (l *Ledger) Renew(ctx context.Context, now time.Time) error {
+	claims := l.held.all()
+	// Concurrently, a few at a time: a router running thousands of long
+	// calls renews them all within the heartbeat, not one round trip after
+	// another.
+	var (
+		mu     sync.Mutex
+		failed error
+		wg     sync.WaitGroup
+		slots  = make(chan struct{}, renewParallel)
+	)
+	for key, c := range claims {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := l.renewOne(ctx, key, c, now); err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failed
+}
+
+// renewParallel bounds the lease renewals in flight at once.
+const renewParallel = 32
+
+func (l *Ledger) renewOne(ctx context.Context, key string, c Entry, now time.Time) error {
+	for range 2 { // a conflict: read the entry once and try again if it is still ours
+		c.Touched = now.UTC()
+		val, _ := json.Marshal(c)
+		rev, err := l.kv.Update(ctx, key, val, c.rev)
+		l.health.Note(err)
+		if err == nil {
+			l.held.renewed(key, c, rev)
+			return nil
+		}
+		if !store.IsConflict(err) {
+			return err
+		}
+		e, err := l.kv.Get(ctx, key)
+		var le Entry
+		if err != nil || json.Unmarshal(e.Value(), &le) != nil || le.Claim != c.Claim || le.State != stateRunning {
+			if err == nil || store.IsNotFound(err) {
+				l.held.release(key, c.Claim)
+			}
+			return err
+		}
+		c.rev = e.Revision()
+	}
+	return nil
+}
+
+// Abandon marks a claim whose outcome is unknown as abandoned, in the
+// background: the call did not run, and a re-send must be able to claim it
+// rather than wait for a result that will never come.
+func (l *Ledger) Abandon(key, claim string) {
+	l.writes.Add(1)
+	go func() {
+		defer l.writes.Done()
+		ctx, cancel := l.landing()
+		defer cancel()
+		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+			var le Entry
+			if cur == nil || json.Unmarshal(cur.Value(), &le) != nil || le.Claim != claim || le.State != stateRunning {
+				return nil, store.ErrNoChange // not ours, or never written
+			}
+			le.State = stateAbandoned
+			return json.Marshal(le)
+		})
+		if err != nil {
+			l.log.Error("ledger: abandoned ledger claim not released", "key", key, "err", err)
+		}
+	}()
+}
+
+// Record stores the result of a claimed call and returns the result the
+// agent gets: res, or, when a re-send took the claim over because this
+// router's lease had lapsed (it was cut off from the store for three
+// heartbeats), the result that re-send recorded, so that the call has one
+// answer. It waits up to recordWait for the write to land, so that a
+// result is normally recorded before anyone hears of it (a router that
+// dies after telling the agent would otherwise leave a re-send nothing but
+// unknown_outcome); past that (the bucket is electing a leader) it returns
+// and the write goes on, retried until it lands, while recorded answers for
+// key from memory.
+func (l *Ledger) Record(key string, claim Entry, res bus.Result) bus.Result {
+	claim = l.held.current(key, claim)
+	defer l.held.release(key, claim.Claim)
+	claim.State, claim.Result = stateDone, &res
+	val, _ := json.Marshal(claim)
+	// The common case in one round trip: the claim is as this router left it.
+	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
+	defer cancel()
+	_, err := l.kv.Update(ctx, key, val, claim.rev)
+	isFull := l.health.Note(err)
+	if err == nil {
+		return res
+	}
+	if store.IsConflict(err) {
+		if other, ok := l.takenOver(ctx, key, claim.Claim); ok {
+			return other
+		}
+	}
+	l.pending.put(key, res)
+	landed := make(chan struct{})
+	l.writes.Add(1)
+	go func() {
+		defer l.writes.Done()
+		defer close(landed)
+		ctx, cancel := l.landing()
+		defer cancel()
+		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+			var le Entry
+			if cur != nil && json.Unmarshal(cur.Value(), &le) == nil && le.Claim != claim.Claim {
+				return nil, fmt.Errorf("ledger entry %s was claimed again (%s)", key, le.State)
+			}
+			return val, nil
+		})
+		l.health.Note(err)
+		if err != nil {
+			l.log.Error("ledger: ledger record failed", "key", key, "err", err)
+		}
+		l.pending.drop(key)
+	}()
+	if isFull {
+		return res // it lands when space comes back; the agent need not wait for that
+	}
+	select { // the rest of recordWait
+	case <-landed:
+	case <-ctx.Done():
+	}
+	return res
+}
+
+// takenOver returns the result recorded in key's entry by the router that
+// took over claim, if one did.
+func (l *Ledger) takenOver(ctx context.Context, key, claim string) (bus.Result, bool) {
+	e, err := l.kv.Get(ctx, key)
+	var le Entry
+	if err != nil || json.Unmarshal(e.Value(), &le) != nil || le.Claim == claim || le.State != stateDone || le.Result == nil {
+		return bus.Result{}, false
+	}
+	l.log.Warn("ledger: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
+	return *le.Result, true
+}
+
+// waitFor is what a duplicate knows of the call it waits for.
+type waitFor struct {
+	call bus.Call
+	// timeout is how long the first run may take; it bounds the wait for
+	// an entry of a router without leases (no Touched).
+	timeout time.Duration
+	// expiry is the re-sent batch's expirytime: the wait ends then, with
+	// the call's timeout. Zero when the batch has none.
+	expiry time.Time
+	// retry: the call may run again (idempotent with max_attempts > 1,
+	// docs/protocol.md 5.6), so a dead router's claim is taken over to run it.
+	retry bool
+	// durable: the work queue still holds the call and any router records
+	// its worker's result (5.8), so a dead router's claim is waited for
+	// until its deadline, and then ends as the timeout its router would
+	// have recorded.
+	durable bool
+}
+
+// stale reports whether the router of a running entry is gone: its lease
+// was not renewed for lease, by the owner's clock (Touched) or by this
+// router's since it last saw the entry change (seen; so a clock behind
+// the owner's does not wait longer). An entry without a lease (a router of
+// an earlier revision) is stale once past its deadline and grace.
+func stale(le Entry, now, seen time.Time, lease time.Duration) bool {
+	if now.After(le.Deadline.Add(grace)) {
+		return true
+	}
+	return !le.Touched.IsZero() && (now.Sub(le.Touched) > lease || now.Sub(seen) > lease)
+}
+
+// pollEvery is how often a duplicate looks at the entry it waits for when
+// the watch brings nothing: a third of the lease, at most a second.
+func pollEvery(lease time.Duration) time.Duration {
+	return min(max(lease/3, 10*time.Millisecond), time.Second)
+}
+
+// wait returns the recorded result of key, waiting while another run has
+// it and its router renews the claim's lease. When the lease is stale
+// (that router died) it ends the call at once: the one re-send whose
+// compare-and-set takes the claim over records unknown_outcome (the call
+// may have run), or runs the call again when w.retry allows (claim is then
+// this router's, to run); every other duplicate gets what that one
+// recorded. The wait never outlasts w.expiry. A watch that misses an
+// update is covered by reading the entry from the bucket's leader.
+func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Result, claim *Entry) {
+	if res, ok := l.pending.get(key); ok {
+		l.hits()
+		return res, nil
+	}
+	start := time.Now()
+	watch, err := l.kv.Watch(ctx, key)
+	var updates <-chan jetstream.KeyValueEntry
+	if err == nil {
+		defer func() { _ = watch.Stop() }()
+		updates = watch.Updates()
+	}
+	var expired <-chan time.Time
+	if !w.expiry.IsZero() {
+		t := time.NewTimer(time.Until(w.expiry))
+		defer t.Stop()
+		expired = t.C
+	}
+	poll := time.NewTicker(pollEvery(l.lease))
+	defer poll.Stop()
+	var (
+		last   *Entry  // the entry as last read
+		seen   = start // when this router last saw it change
+		reread = updates == nil
+	)
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return interrupted(w.call), nil
+		case <-expired:
+			return timeoutResult(w.call, max(w.expiry.Sub(start), 0).Round(time.Millisecond)), nil
+		case now := <-poll.C:
+			switch {
+			case reread:
+			case last == nil: // the watch has not delivered the entry yet
+				if now.Sub(start) < l.lease {
+					continue
+				}
+			case !stale(*last, now, seen, l.lease):
+				continue
+			}
+			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			e, err = l.kv.Get(gctx, key)
+			cancel()
+			switch {
+			case store.IsNotFound(err):
+				return UnknownOutcome(w.call), nil // the entry left the dedupe window unrecorded
+			case err != nil:
+				continue // the expiry, or the entry's deadline, bounds this
+			}
+		case u, ok := <-updates:
+			if !ok {
+				updates, reread = nil, true
+				continue
+			}
+			if u == nil || u.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			e = u
+		}
+		var le Entry
+		if json.Unmarshal(e.Value(), &le) != nil {
+			return internal(w.call, fmt.Errorf("ledger entry %s is corrupt", key)), nil
+		}
+		le.rev = e.Revision()
+		now := time.Now()
+		if last == nil || le.rev != last.rev {
+			seen = now
+		}
+		last, reread = &le, updates == nil
+		switch {
+		case le.State == stateDone && le.Result != nil:
+			l.hits()
+			return *le.Result, nil
+		case le.State == stateAbandoned:
+			// The first run never happened; it answered unavailable.
+			return Unavailable(w.call), nil
+		case !stale(le, now, seen, l.lease):
+			continue
+		}
+		res, claim, ok := l.takeOver(ctx, key, le, w)
+		if ok {
+			return res, claim
+		}
+		reread = true // lost the race, or the write failed: read again
+	}
+}
+
+// takeOver ends a running entry whose router is gone, with compare-and-set
+// on the revision read, so that of the duplicates that find it stale
+// exactly one decides. ok false: the entry changed first (read it again) or
+// could not be written.
+func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, w waitFor) (bus.Result, *Entry, bool) {
+	now := time.Now().UTC()
+	next := Entry{Router: l.router, Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1)), Deadline: le.Deadline}
+	var res bus.Result
+	switch {
+	case w.durable && now.Before(le.Deadline.Add(TimeoutGrace)):
+		return bus.Result{}, nil, false // its worker may still report: wait for the deadline
+	case w.durable:
+		res = timeoutResult(w.call, w.timeout)
+	case w.retry:
+		next.State, next.Touched, next.Deadline = stateRunning, now, now.Add(w.timeout)
+	default:
+		res = UnknownOutcome(w.call)
+	}
+	if next.State == "" {
+		next.State, next.Result = stateDone, &res
+	}
+	val, _ := json.Marshal(next)
+	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rev, err := l.kv.Update(uctx, key, val, le.rev)
+	cancel()
+	if l.health.Note(err) {
+		// The store refuses the takeover, and will until someone frees
+		// space: the dead router's call may have run, and nothing more
+		// can be known or recorded now.
+		l.log.Warn("ledger: stale ledger claim not taken over: store full", "key", key, "err", err)
+		if next.State == stateRunning || w.durable {
+			res = UnknownOutcome(w.call)
+		}
+		return res, nil, true
+	}
+	if err != nil {
+		if !store.IsConflict(err) {
+			l.log.Warn("ledger: stale ledger claim not taken over", "key", key, "err", err)
+		}
+		return bus.Result{}, nil, false
+	}
+	l.log.Warn("ledger: took over a ledger claim whose router stopped renewing its lease", "key", key, "owner", le.Router,
+		"touched", le.Touched, "rerun", w.retry && !w.durable)
+	if next.State == stateRunning {
+		next.rev = rev
+		l.held.hold(key, next)
+		return bus.Result{}, &next, true
+	}
+	return res, nil, true
+}
+
+// Stop waits until the records in flight have landed or ctx ends.
+func (l *Ledger) Stop(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { l.writes.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return errors.New("ledger: records still in flight")
+	}
+}
+
+// Call is what the ledger knows of one call.
+type Call struct {
+	// Key is the call key (session.replyid.callid), as in P_parked.
+	Key  string
+	Call bus.Call
+	// Timeout is how long the run may take; duplicates wait that long for
+	// an entry of a router without leases.
+	Timeout time.Duration
+	// Expiry is the batch's expirytime: a duplicate's wait ends then, with
+	// the call's timeout. Zero when the batch has none.
+	Expiry time.Time
+	// Retry: the call may run again (idempotent with max_attempts > 1,
+	// docs/protocol.md 5.6), so a dead router's claim is taken over to run it.
+	Retry bool
+	// Durable: the work queue holds the call (5.8); a dead router's claim
+	// is waited for until its deadline.
+	Durable bool
+}
+
+// Once runs run at most once per c.Key within the dedupe window and
+// records its result (Claimed, then Record).
+func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) bus.Result {
+	return l.Claimed(ctx, c, func(claim Entry) bus.Result {
+		return l.Record(c.Key, claim, run())
+	})
+}
+
+// Claimed is the one dedupe decision for a call key: the first claim runs
+// run (which records the result in the entry), a duplicate (a re-sent
+// batch, on any router) gets the recorded result, waiting for it while the
+// first run is still going (and ending it when that run's router died), a
+// claim that cannot be written answers unavailable, and one the store
+// refuses for want of space answers store full.
+func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.Result) bus.Result {
+	key := c.Key
+	if res, ok := l.pending.get(key); ok {
+		l.hits()
+		return res
+	}
+	switch how, claim := l.claim(ctx, key, c.Timeout); how {
+	case claimed:
+		defer l.held.release(key, claim.Claim)
+		return run(claim)
+	case duplicate:
+		res, taken := l.wait(ctx, key, waitFor{call: c.Call, timeout: c.Timeout, expiry: c.Expiry, retry: c.Retry, durable: c.Durable})
+		if taken != nil {
+			defer l.held.release(key, taken.Claim)
+			return run(*taken)
+		}
+		return res
+	case full:
+		return StoreFull(c.Call, l.health)
+	default:
+		if ctx.Err() != nil {
+			return interrupted(c.Call)
+		}
+		return Unavailable(c.Call)
+	}
+}
+
+// StoreFull is the result of a call that did not run because JetStream
+// refused its record for want of space (docs/protocol.md 3.3, `internal`).
+func StoreFull(c bus.Call, h *store.Health) bus.Result {
+	_, why, _ := h.Full()
+	if why == "" {
+		why = "insufficient resources"
+	}
+	return bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf(
+		"InternalError: %s: JetStream refused to record the call of tool '%s' (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
+}
+
+// Unavailable is the result of a call that did not run because its claim
+// could not be written: safe to call again.
+func Unavailable(c bus.Call) bus.Result {
+	return bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf(
+		"UnavailableError: The tool '%s' did not run: its run could not be recorded, so it is safe to call again.", c.Name))
+}
+
+// UnknownOutcome is the result of a call whose run did not report back.
+func UnknownOutcome(c bus.Call) bus.Result {
+	return bus.ErrorResult(c, bus.CodeUnknownOutcome, fmt.Sprintf(
+		"UnknownOutcomeError: The earlier run of tool '%s' for this call did not report back; it may or may not have taken effect.", c.Name))
+}
+
+// Await waits until key's entry holds a result, and returns it; false when
+// ctx ends first.
+func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
+	w, err := l.kv.Watch(ctx, key)
+	if err != nil {
+		return bus.Result{}, false
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return bus.Result{}, false
+		case u, ok := <-w.Updates():
+			if !ok {
+				return bus.Result{}, false
+			}
+			if u == nil || u.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var le Entry
+			if json.Unmarshal(u.Value(), &le) == nil && le.State == stateDone && le.Result != nil {
+				l.hits()
+				return *le.Result, true
+			}
+		}
+	}
+}
+
+// errRecorded stops a compare-and-set whose entry has its result already.
+var errRecorded = errors.New("ledger: the call has a result already")
+
+// End records res as the result of the claimed call key, unless the entry
+// has one already (a worker's result got in first): then that one stands
+// and is returned.
+func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
+	ctx, cancel := l.landing()
+	defer cancel()
+	var first *bus.Result
+	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		var le Entry
+		if cur != nil && json.Unmarshal(cur.Value(), &le) == nil && le.State == stateDone && le.Result != nil {
+			first = le.Result
+			return nil, errRecorded
+		}
+		claim.State, claim.Result = stateDone, &res
+		return json.Marshal(claim)
+	})
+	switch {
+	case first != nil:
+		return *first
+	case err != nil:
+		l.log.Error("ledger: durable call's end not recorded", "key", key, "err", err)
+	}
+	return res
+}
+
+// RecordResult records a durable call's result from its worker in the
+// call's running entry.
+// A failed result that comes past the entry's deadline is recorded as
+// late, the call's timeout.
+func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Result) (bus.ExecRecorded, error) {
+	var why string
+	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		var le Entry
+		switch {
+		case cur == nil:
+			why = "no call of this key is running (its ledger entry expired or never was)"
+		case json.Unmarshal(cur.Value(), &le) != nil:
+			why = "the call's ledger entry is corrupt"
+		case le.State == stateDone:
+			why = "the call has a result already"
+		case le.State == stateAbandoned:
+			why = "the call was abandoned"
+		default:
+			le.State, le.Result = stateDone, &res
+			if res.State != bus.StateSuccess && !time.Now().Before(le.Deadline) {
+				le.Result = &late
+			}
+			return json.Marshal(le)
+		}
+		return nil, errRecorded
+	})
+	if errors.Is(err, errRecorded) {
+		return bus.ExecRecorded{Recorded: false, Reason: why}, nil
+	}
+	if err != nil {
+		return bus.ExecRecorded{}, fmt.Errorf("ledger: record %s: %w", key, err)
+	}
+	return bus.ExecRecorded{Recorded: true}, nil
+}
+
+// TimeoutGrace is how long past a call's deadline the router still waits
+// for the worker's reply before it reports the timeout itself.
+const TimeoutGrace = 50 * time.Millisecond
+
+// The results the ledger gives that the router gives too, with the same
+// texts (docs/protocol.md 3.3).
+
+func timeoutResult(c bus.Call, d time.Duration) bus.Result {
+	return bus.ErrorResult(c, bus.CodeTimeout, "Tool execution timeout after "+d.String())
+}
+
+func interrupted(c bus.Call) bus.Result {
+	return bus.ErrorResult(c, bus.CodeInterrupted, bus.InterruptedText)
+}
+
+func internal(c bus.Call, err error) bus.Result {
+	return bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf("InternalError: %v", err))
+}

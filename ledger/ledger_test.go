@@ -1,0 +1,155 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/store"
+)
+
+func newTestLedger(t *testing.T, routers ...string) []*Ledger {
+	return newTestLedgerLease(t, 0, routers...)
+}
+
+// newTestLedgerLease is newTestLedger with the routers' lease.
+func newTestLedgerLease(t *testing.T, lease time.Duration, routers ...string) []*Ledger {
+	t.Helper()
+	nc := bustest.Connect(t, bustest.RunServer(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Setup(t.Context(), js, bus.NewSubjects("toolbus"), store.Config{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*Ledger
+	for _, id := range routers {
+		out = append(out, New(st.Ledger, Config{Router: id, Logger: slog.New(slog.DiscardHandler), Lease: lease}))
+	}
+	return out
+}
+
+func TestLedgerClaimOnce(t *testing.T) {
+	ls := newTestLedger(t, "a", "b")
+	ctx := t.Context()
+	how, claim := ls[0].claim(ctx, "s.r.c1", time.Second)
+	if how != claimed || claim.rev == 0 {
+		t.Fatalf("first claim: %v %+v", how, claim)
+	}
+	for _, l := range ls {
+		if how, _ := l.claim(ctx, "s.r.c1", time.Second); how != duplicate {
+			t.Fatalf("router %s claimed a held key: %v", l.router, how)
+		}
+	}
+	res := bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
+	ls[0].Record("s.r.c1", claim, res)
+	for _, l := range ls {
+		got := waitRes(l.wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Second}))
+		if got.State != bus.StateSuccess || textOf(got.Output) != "done" {
+			t.Fatalf("router %s waited for %+v", l.router, got)
+		}
+	}
+}
+
+// A duplicate that waits while the first run goes on gets its result the
+// moment it is recorded.
+func TestLedgerWaitForRunning(t *testing.T) {
+	ls := newTestLedger(t, "a", "b")
+	ctx := t.Context()
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute)
+	got := make(chan bus.Result, 1)
+	var waiting atomic.Bool
+	go func() {
+		waiting.Store(true)
+		got <- waitRes(ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Minute}))
+	}()
+	bustest.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+		if !waiting.Load() {
+			return context.DeadlineExceeded
+		}
+		return nil
+	})
+	ls[0].Record("s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("late")})
+	select {
+	case r := <-got:
+		if textOf(r.Output) != "late" {
+			t.Fatalf("waited for %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the duplicate never got the recorded result")
+	}
+}
+
+// An abandoned claim (the claim's outcome was unknown, the call never ran)
+// may be claimed again; a duplicate that finds it gets unavailable.
+func TestLedgerAbandoned(t *testing.T) {
+	ls := newTestLedger(t, "a", "b")
+	ctx := t.Context()
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute)
+	ls[0].Abandon("s.r.c1", claim.Claim)
+	if err := ls[0].Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, err := ls[0].kv.Get(ctx, "s.r.c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var le Entry
+	if err := json.Unmarshal(e.Value(), &le); err != nil || le.State != stateAbandoned {
+		t.Fatalf("after abandon: %s %v", e.Value(), err)
+	}
+	if r := waitRes(ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeUnavailable {
+		t.Fatalf("a wait on an abandoned claim: %+v", r)
+	}
+	if how, _ := ls[1].claim(ctx, "s.r.c1", time.Minute); how != claimed {
+		t.Fatalf("an abandoned claim was not claimed again: %v", how)
+	}
+	// Abandoning someone else's claim changes nothing.
+	ls[0].Abandon("s.r.c1", claim.Claim)
+	if err := ls[0].Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if how, _ := ls[0].claim(ctx, "s.r.c1", time.Minute); how != duplicate {
+		t.Fatalf("a live claim was released by another's abandon: %v", how)
+	}
+}
+
+// A run whose deadline and grace have passed without a record ends
+// unknown_outcome; an ended context ends the wait interrupted.
+func TestLedgerWaitGivesUp(t *testing.T) {
+	ls := newTestLedger(t, "a", "b")
+	ctx := t.Context()
+	past := Entry{State: stateRunning, Router: "a", Claim: "old", Deadline: time.Now().Add(-2 * grace)}
+	v, _ := json.Marshal(past)
+	if _, err := ls[0].kv.Create(ctx, "s.r.c1", v); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitRes(ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: 0})); r.Error == nil || r.Error.Code != bus.CodeUnknownOutcome {
+		t.Fatalf("a run long past its deadline: %+v", r)
+	}
+	_, _ = ls[0].claim(ctx, "s.r.c2", time.Minute)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if r := waitRes(ls[1].wait(cctx, "s.r.c2", waitFor{call: bus.Call{ID: "c2", Name: "t"}, timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeInterrupted {
+		t.Fatalf("a cancelled wait: %+v", r)
+	}
+}
+
+func waitRes(res bus.Result, _ *Entry) bus.Result { return res }
+
+func textOf(blocks []bus.Block) string {
+	var s string
+	for _, b := range blocks {
+		s += b.Text
+	}
+	return s
+}

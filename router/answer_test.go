@@ -1,0 +1,150 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/registry"
+)
+
+// fakeParked counts what answers asks of the parked calls.
+type fakeParked struct {
+	cont      *external.Batch
+	getErr    error
+	resume    bool
+	gets      int
+	completes []bus.Result
+	reparks   int
+	closes    int
+}
+
+func (f *fakeParked) Answer(context.Context, string, string, *bus.Answer, func(*external.Record, *bus.Answer) error) (*external.Record, error) {
+	return nil, errors.New("not used")
+}
+func (f *fakeParked) Repark(context.Context, string, string, string) (*external.Record, error) {
+	f.reparks++
+	return &external.Record{}, nil
+}
+func (f *fakeParked) Close(context.Context, string, bus.Result) (*external.Record, error) {
+	f.closes++
+	return &external.Record{}, nil
+}
+func (f *fakeParked) GetBatch(context.Context, string, string) (*external.Batch, error) {
+	f.gets++
+	return f.cont, f.getErr
+}
+func (f *fakeParked) Complete(_ context.Context, _, _, _ string, res bus.Result) (*external.Batch, bool, error) {
+	f.completes = append(f.completes, res)
+	return f.cont, f.resume, nil
+}
+func (f *fakeParked) Parked(string, string) []*external.Record { return nil }
+
+// fakeTools counts registry lookups.
+type fakeTools struct {
+	tools   map[string]*registry.Tool
+	lookups int
+}
+
+func (f *fakeTools) Lookup(name string) (*registry.Tool, bool) {
+	f.lookups++
+	t, ok := f.tools[name]
+	return t, ok
+}
+func (f *fakeTools) Live(*registry.Tool) bool { return true }
+
+type fakeSessions struct{}
+
+func (fakeSessions) Update(context.Context, string, func(*groups.Session) error) (*groups.Session, error) {
+	return nil, nil
+}
+func (fakeSessions) Session(string) *groups.Session { return nil }
+
+// One answer, one registry lookup and at most one continuation read, for
+// every verdict: the answer is the result (Done), the call waits again
+// (Repark), or it runs; Resume when it was the last one awaited.
+func TestSettle(t *testing.T) {
+	yes, no := true, false
+	call := bus.Call{ID: "c1", Name: "tool", Input: []byte(`{}`)}
+	cont := &external.Batch{Session: "s", ReplyID: "r", Data: bus.Batch{Calls: []bus.Call{call}}}
+	ran := bus.Result{ID: "c1", Name: "tool", State: bus.StateSuccess, Output: bus.Text("ran")}
+	for _, tc := range []struct {
+		name     string
+		kind     string
+		answer   bus.Answer
+		tool     *registry.Tool // nil: not registered
+		getErr   error
+		resume   bool
+		verdict  verdict
+		code     string // the completed result's error code ("" success)
+		text     string
+		gets     int
+		reparks  int
+		runs     int
+		resumed  bool
+		complete bool
+	}{
+		{name: "external result: done", kind: bus.KindExternal, answer: bus.Answer{State: bus.StateSuccess, Output: bus.Text("out")},
+			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool", External: true}}, verdict: verdictDone, text: "out", gets: 1, complete: true},
+		{name: "external error: done, tool_error", kind: bus.KindExternal, answer: bus.Answer{State: bus.StateError, Output: bus.Text("bad")},
+			verdict: verdictDone, code: bus.CodeToolError, gets: 1, complete: true},
+		{name: "denied: done", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &no, Reason: "not now"},
+			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: verdictDone, code: bus.CodeDenied, gets: 1, complete: true},
+		{name: "confirmed, external tool: repark", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &yes},
+			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool", External: true}}, verdict: verdictRepark, reparks: 1},
+		{name: "confirmed: run", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &yes},
+			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: verdictRun, text: "ran", gets: 1, runs: 1, complete: true},
+		{name: "confirmed, last awaited: run and resume", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &yes}, resume: true,
+			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: verdictRun, text: "ran", gets: 1, runs: 1, resumed: true, complete: true},
+		{name: "confirmed, tool gone: unavailable", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &yes},
+			verdict: verdictRun, code: bus.CodeUnavailable, gets: 1, complete: true},
+		{name: "confirmed, continuation unreadable: internal", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &yes}, getErr: errors.New("kv down"),
+			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: verdictRun, code: bus.CodeInternal, gets: 1, complete: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &external.Record{Session: "s", ReplyID: "r", Call: call, Kind: tc.kind, Status: external.StatusDone, Answer: &tc.answer}
+			if v, _ := decideAnswer(rec, tc.tool); v != tc.verdict {
+				t.Errorf("decideAnswer = %v, want %v", v, tc.verdict)
+			}
+			parked := &fakeParked{cont: cont, getErr: tc.getErr, resume: tc.resume}
+			tools := &fakeTools{tools: map[string]*registry.Tool{}}
+			if tc.tool != nil {
+				tools.tools["tool"] = tc.tool
+			}
+			runs, resumed := 0, false
+			a := &answers{wire: &wire{log: slog.New(slog.DiscardHandler)}, base: t.Context(),
+				landing: func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) },
+				parked:  parked, reg: tools, groups: fakeSessions{}, confirming: &confirmed{},
+				publish: func(string, string, string, string, [2]string, any) (*sentEvent, error) { return nil, nil },
+				stored:  func(context.Context, []*sentEvent) error { return nil },
+				runTool: func(context.Context, *job) bus.Result { runs++; return ran },
+				resume:  func(*external.Batch) { resumed = true },
+			}
+			a.settle(rec, nil) // as a takeover does: settle looks the tool up itself
+			if tools.lookups != 1 || parked.gets != tc.gets {
+				t.Errorf("%d registry lookups and %d continuation reads, want 1 and %d", tools.lookups, parked.gets, tc.gets)
+			}
+			if parked.reparks != tc.reparks || runs != tc.runs || resumed != tc.resumed {
+				t.Errorf("reparks %d, runs %d, resumed %v; want %d, %d, %v", parked.reparks, runs, resumed, tc.reparks, tc.runs, tc.resumed)
+			}
+			if (len(parked.completes) == 1) != tc.complete {
+				t.Fatalf("completed %d times, want %v", len(parked.completes), tc.complete)
+			}
+			if !tc.complete {
+				return
+			}
+			res := parked.completes[0]
+			code := ""
+			if res.Error != nil {
+				code = res.Error.Code
+			}
+			if code != tc.code || tc.text != "" && textOf(res.Output) != tc.text {
+				t.Errorf("result %s %q, want %s %q", code, textOf(res.Output), tc.code, tc.text)
+			}
+		})
+	}
+}
