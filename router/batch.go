@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -166,8 +167,15 @@ func (b *batch) run(start int) bool {
 	// (docs/protocol.md 4.2): the session is read from KV once per run of the
 	// batch, into the cache that resolution and permission decisions read,
 	// so a write acknowledged through another router a moment ago counts.
+	// A new batch that carries a session revision (docs/protocol.md 4.2)
+	// skips the read when the cache is at least that new and the sessions
+	// watch knows of nothing newer (sessions.go).
+	var rev uint64
+	if start == 0 && !b.start.IsZero() {
+		rev = b.data.SessionRev
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-	b.r.groups.Refresh(ctx, b.session)
+	b.r.sessions.snapshot(ctx, b.session, rev)
 	cancel()
 	b.resolveFrom(start)
 	for i := start; i < len(b.calls); {
@@ -359,9 +367,10 @@ func (b *batch) finish(c *callState, res bus.Result) bool {
 	return true
 }
 
-// report publishes a finished call's io.toolbus.call.result and counts it.
+// report publishes a finished call's io.toolbus.call.result when it gets
+// one (ownEvent), and counts it.
 func (b *batch) report(c *callState, res bus.Result) {
-	if !b.cutOff() {
+	if b.ownEvent(res) && !b.cutOff() {
 		b.publishEvent(bus.TypeCallResult, c.call.ID, b.encoded(c))
 	}
 	tool := metrics.UnknownTool
@@ -372,6 +381,15 @@ func (b *batch) report(c *callState, res bus.Result) {
 	if !b.start.IsZero() {
 		b.r.m.Latency.WithLabelValues(tool).Observe(metrics.Since(b.start))
 	}
+}
+
+// ownEvent reports whether a result gets an io.toolbus.call.result of its
+// own (docs/protocol.md 3.4): when the batch asks for one per call, when it
+// finishes after the reply (a continuation's calls), and when a cancel
+// ended it. Any other result comes back in the reply, and batch.done,
+// stored before the reply, carries it: one stored event per batch.
+func (b *batch) ownEvent(res bus.Result) bool {
+	return b.data.Events == bus.EventsCalls || b.start.IsZero() || res.State == bus.StateInterrupted
 }
 
 // encoded returns the JSON of c's result, encoding it the first time.
@@ -436,7 +454,11 @@ func (b *batch) reply(subject string) {
 	}
 	pj, err := fastjson.Marshal(parked)
 	if err == nil {
-		buf = append(append(buf, pj...), '}')
+		buf = append(buf, pj...)
+		if rev := b.r.sessions.revision(b.session); rev > 0 {
+			buf = strconv.AppendUint(append(buf, `,"sessionrev":`...), rev, 10)
+		}
+		buf = append(buf, '}')
 		var e *bus.Event
 		if e, err = b.event(bus.TypeCallReply, "", json.RawMessage(buf)); err == nil {
 			err = bus.Publish(b.r.nc, subject, e)

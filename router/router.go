@@ -134,11 +134,13 @@ type Router struct {
 	store  *store.Store
 	reg    *registry.Registry
 	groups *groups.Store
-	parked *external.Store
-	led    *ledger
-	events *eventSink
-	skills *routerSkills
-	m      *metrics.Router
+	// sessions decides when a batch's session is read from KV (sessions.go)
+	sessions *sessionCache
+	parked   *external.Store
+	led      *ledger
+	events   *eventSink
+	skills   *routerSkills
+	m        *metrics.Router
 
 	replays replayLimit // replay consumers made lately, per session (replay.go)
 
@@ -260,6 +262,10 @@ func (r *Router) Start(ctx context.Context) error {
 		cancel()
 		r.reg.Stop()
 		return fmt.Errorf("router: groups: %w", err)
+	}
+	r.sessions = newSessionCache(r.groups, r.store.Sessions, r.cfg.SessionCache)
+	if err := r.sessions.start(runCtx); err != nil {
+		r.log.Warn("router: sessions not watched; every batch reads its session", "err", err)
 	}
 	if err := r.startSkills(runCtx); err != nil {
 		cancel()
@@ -508,6 +514,9 @@ func (r *Router) drain(ctx context.Context) error {
 	}
 	if r.groups != nil {
 		r.groups.Stop()
+	}
+	if r.sessions != nil {
+		r.sessions.close()
 	}
 	if r.skills != nil {
 		r.skills.cat.Stop()
