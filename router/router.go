@@ -139,6 +139,7 @@ type Router struct {
 	parked   *external.Store
 	led      *ledger
 	events   *eventSink
+	pipe     *pipeline // the batch pipeline over its ports (ports.go)
 	skills   *routerSkills
 	m        *metrics.Router
 
@@ -147,14 +148,13 @@ type Router struct {
 	mu         sync.Mutex
 	subs       []*nats.Subscription
 	svc        micro.Service
-	batches    map[string]*batch // sessionid/replyid → running batch
-	execMu     sync.Mutex
-	execs      map[*execWatch]struct{} // exec requests in flight
-	outputs    *offload.Offloader      // stores outputs that would take a batch's messages past the payload limit
-	stored     *outputs                // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
-	exec       executor                // runs tool calls on workers
-	durable    executor                // runs durable tools' calls through their work queues
-	confirming confirmed               // confirmed calls running outside any batch
+	batches    map[string]*batch  // sessionid/replyid → running batch
+	execs      execWatches        // exec requests in flight (exec.go)
+	outputs    *offload.Offloader // stores outputs that would take a batch's messages past the payload limit
+	stored     *outputs           // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
+	exec       executor           // runs tool calls on workers
+	durable    executor           // runs durable tools' calls through their work queues
+	confirming confirmed          // confirmed calls running outside any batch
 	closed     bool
 	work       sync.WaitGroup
 	bg         sync.WaitGroup // background loops
@@ -229,8 +229,8 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}
 	r := &Router{nc: nc, cfg: cfg, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID,
 		log: cfg.Logger.With("router", cfg.ID), sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
-		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}, closedCh: make(chan struct{})}
-	r.exec, r.durable = requestReply{r}, workQueue{r}
+		batches: map[string]*batch{}, closedCh: make(chan struct{})}
+	r.durable = workQueue{r} // r.exec is wired in Start (newRequestReply)
 	return r, nil
 }
 
@@ -298,6 +298,8 @@ func (r *Router) Start(ctx context.Context) error {
 		r.Stop()
 		return err
 	}
+	r.exec = r.newRequestReply()
+	r.pipe = r.newPipeline()
 	q := r.subj.RouterQueue()
 	for _, s := range []struct {
 		subject, queue string
