@@ -256,7 +256,10 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		}
 		wg.Wait()
 	}
-	if len(parks) == 0 {
+	if len(parks) == 0 || b.cont == nil {
+		// Nothing parked (past the session's limit, or the continuation
+		// could not be written): every call of the run has its result,
+		// and the batch goes on.
 		return true
 	}
 	return b.settleRun(next)

@@ -52,6 +52,9 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 			s.adopt(ctx, b, calls, specs)
 			return false
 		}
+		if first {
+			b.cont = nil // nothing was recorded: there is no continuation to settle
+		}
 		for _, c := range calls {
 			b.finish(c, internal(c.call, err))
 		}
