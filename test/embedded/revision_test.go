@@ -303,17 +303,24 @@ func startOldWorker(t *testing.T, e *env, id string, def bus.ToolDef) *oldWorker
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	def.ConcurrencySafe, def.ReadOnly = true, true
-	if len(def.InputSchema) == 0 {
-		def.InputSchema = objectSchema(`{}`)
-	}
-	register := func() {
+	// The definition handle gives the new worker's tools: a different one
+	// would be rejected as a conflict, and the old worker served unseen.
+	def.ConcurrencySafe, def.ReadOnly, def.Permission = true, true, bus.PermissionAllow
+	def.InputSchema = objectSchema(`{}`)
+	def.Description = "Test tool " + def.Name + "."
+	register := func() *nats.Msg {
 		ev, _ := bus.NewEvent(bus.TypeRegister, "old/"+id, bus.Register{Worker: id, Tools: []bus.ToolDef{def}})
-		ctx, cancel := context.WithTimeout(t.Context(), bound)
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
-		_, _ = bus.SendRequest(ctx, nc, "toolbus.register", ev)
+		m, _ := bus.SendRequest(ctx, nc, "toolbus.register", ev)
+		return m
 	}
-	register()
+	var ack bus.RegisterAck
+	if m := register(); m == nil {
+		t.Fatal("no register ack")
+	} else if ev, err := bus.Decode(m); err != nil || ev.DataAs(&ack) != nil || len(ack.Accepted) != 1 {
+		t.Fatalf("old worker's registration: %v %s", err, m.Data)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
