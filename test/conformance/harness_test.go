@@ -1132,7 +1132,12 @@ func (s *sys) list(t testing.TB, session string, query M) ToolsList {
 		t.Fatalf("tools reply %s %s", e.Type, e.Data)
 	}
 	fromRouter(t, e)
-	wantKeys(t, "tools.list data", e.Data, "tools", "groups", "skills_prompt")
+	// sessionrev (docs/protocol.md 4.1, 4.2) once the session is stored.
+	if slices.Contains(keys(t, e.Data), "sessionrev") {
+		wantKeys(t, "tools.list data", e.Data, "tools", "groups", "skills_prompt", "sessionrev")
+	} else {
+		wantKeys(t, "tools.list data", e.Data, "tools", "groups", "skills_prompt")
+	}
 	var l ToolsList
 	dataAs(t, e, &l)
 	return l

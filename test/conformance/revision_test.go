@@ -32,5 +32,5 @@ func TestOneStoredEventPerBatch(t *testing.T) {
 			}
 		})
 	}
-	wantError(t, s.callRaw(t, "s1", "r4", M{"calls": []Call{{ID: "c1", Name: "a"}}, "events": "each"}), "bad_request", "events")
+	wantError(t, s.callRaw(t, "s1", "r4", M{"calls": []Call{{ID: "c1", Name: "a"}}, "events": "each"}), "bad_request", `events "each" must be "batch" (the default) or "calls"`)
 }
