@@ -17,9 +17,11 @@ func IsBinary(h nats.Header) bool { return isBinary(h) }
 // as in structured mode. The header is the message's own.
 func BinaryMsg(subject string, e *Event) *nats.Msg {
 	h := make(nats.Header, 16)
+	vals := make([]string, 0, 16) // one backing array for every header's value
 	set := func(k, v string) {
 		if v != "" {
-			h[k] = []string{headerValue(v)}
+			vals = append(vals, headerValue(v))
+			h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 		}
 	}
 	set("ce-specversion", e.SpecVersion)
@@ -38,12 +40,10 @@ func BinaryMsg(subject string, e *Event) *nats.Msg {
 	if ct == "" {
 		ct = ContentTypeJSON
 	}
-	h[HeaderContentType] = []string{ct}
+	set(HeaderContentType, ct)
 	if e.TraceParent != "" {
-		h[HeaderTraceParent] = []string{e.TraceParent}
-		if e.TraceState != "" {
-			h[HeaderTraceState] = []string{e.TraceState}
-		}
+		set(HeaderTraceParent, e.TraceParent)
+		set(HeaderTraceState, e.TraceState)
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: e.Data}
 }

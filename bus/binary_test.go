@@ -109,3 +109,25 @@ func FuzzBinaryExecHeaders(f *testing.F) {
 		}
 	})
 }
+
+// TestBinaryManyHeaders: past the attributes a message usually has, an
+// attribute given twice with different values is still bad_event, and
+// equal values are still accepted.
+func TestBinaryManyHeaders(t *testing.T) {
+	for _, differ := range []bool{false, true} {
+		h := bus.BinaryMsg("x", execEvent(t)).Header
+		for i := range 40 {
+			h["ce-ext"+string(rune('a'+i%26))+string(rune('a'+i/26))] = []string{"v"}
+		}
+		h["ce-extab"] = []string{"v"}
+		if differ {
+			h["Ce-Extab"] = []string{"w"}
+		} else {
+			h["Ce-Extab"] = []string{"v"}
+		}
+		_, err := bus.Decode(&nats.Msg{Subject: "x", Header: h, Data: []byte(`{}`)})
+		if differ != (err != nil) {
+			t.Fatalf("differ %v: %v", differ, err)
+		}
+	}
+}

@@ -175,9 +175,7 @@ func (b *batch) run(start int) bool {
 	if start == 0 && !b.start.IsZero() {
 		rev = b.data.SessionRev
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-	b.p.sessions.snapshot(ctx, b.session, rev)
-	cancel()
+	b.p.sessions.snapshot(b.ctx, b.session, rev)
 	b.resolveFrom(start)
 	for i := start; i < len(b.calls); {
 		if b.cutOff() {

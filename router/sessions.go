@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -126,8 +127,14 @@ func (s *sessionCache) snapshot(ctx context.Context, id string, rev uint64) *gro
 		return cur
 	}
 	s.reads.Add(1)
+	ctx, cancel := context.WithTimeout(ctx, sessionReadTimeout)
+	defer cancel()
 	return s.groups.Refresh(ctx, id)
 }
+
+// sessionReadTimeout bounds one read of a batch's session; past it the
+// cache serves (groups.Refresh falls back to it on an error).
+const sessionReadTimeout = 5 * time.Second
 
 // canSkip is the rule of docs/protocol.md 4.2: a batch that sent revision
 // asked may be served from a cached session at revision have when asked is
