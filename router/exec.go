@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -178,15 +179,15 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	// The worker's context ends at the deadline; its reply ("context
 	// deadline exceeded") may then race the router's own timer, so the
 	// router waits a little longer and judges by the clock.
-	rctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))
+	// One context (and timer) per attempt: the watchdog cancels it too,
+	// marking the watch vanished first.
+	wctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))
 	defer cancel()
-	wctx, vanish := context.WithCancelCause(rctx)
-	defer vanish(nil)
-	w := x.watch.add(j.call.Name, j.key(), vanish)
+	w := x.watch.add(j.call.Name, j.key(), cancel)
 	defer x.watch.remove(w)
 	resp, err := x.nc.RequestMsgWithContext(wctx, x.execMsg(j.call.Name, e))
 	if err != nil {
-		return requestFailed(ctx, wctx, err, j, timeout)
+		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
 	res, patch := execReply(j.call, resp)
 	res, patch = x.seal(j.session, j.key(), res, patch)
@@ -252,8 +253,8 @@ func callDeadline(now time.Time, timeoutMS int64, batch time.Time) (deadline tim
 
 // requestFailed turns an exec request that got no reply into the call's
 // result; retry says whether another attempt may run it. ctx is the call's
-// context, wctx the request's.
-func requestFailed(ctx, wctx context.Context, err error, j *job, timeout time.Duration) (bus.Result, bool) {
+// context; vanished says the watchdog ended the request.
+func requestFailed(ctx context.Context, err error, vanished bool, j *job, timeout time.Duration) (bus.Result, bool) {
 	def := &j.tool.Def
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
@@ -264,7 +265,7 @@ func requestFailed(ctx, wctx context.Context, err error, j *job, timeout time.Du
 		return unknownOutcome(j.call), false
 	case ctx.Err() != nil:
 		return interrupted(j.call), false
-	case context.Cause(wctx) == errVanished:
+	case vanished && !errors.Is(err, context.DeadlineExceeded):
 		// The worker that took the call stopped beating without finishing
 		// it: a read-only or idempotent call may run again elsewhere.
 		return unknownOutcome(j.call), def.ReadOnly || def.Idempotent
@@ -389,14 +390,12 @@ func (r *Router) patchState(session string, def *bus.ToolDef, patch json.RawMess
 	return err
 }
 
-// errVanished cancels an exec request whose worker is gone.
-var errVanished = errors.New("the worker running the call vanished")
-
 // execWatch is an exec request in flight, watched for a vanished worker.
 type execWatch struct {
 	tool, key string
 	since     time.Time
-	vanish    context.CancelCauseFunc
+	cancel    context.CancelFunc
+	vanished  atomic.Bool // set by the watchdog before it cancels
 }
 
 // execWatches is the set of exec requests in flight, which the watchdog
@@ -406,8 +405,8 @@ type execWatches struct {
 	m  map[*execWatch]struct{}
 }
 
-func (x *execWatches) add(tool, key string, vanish context.CancelCauseFunc) *execWatch {
-	w := &execWatch{tool: tool, key: key, since: time.Now(), vanish: vanish}
+func (x *execWatches) add(tool, key string, cancel context.CancelFunc) *execWatch {
+	w := &execWatch{tool: tool, key: key, since: time.Now(), cancel: cancel}
 	x.mu.Lock()
 	if x.m == nil {
 		x.m = map[*execWatch]struct{}{}
@@ -444,7 +443,8 @@ func (r *Router) watchWorkers(now time.Time, hb time.Duration) {
 	r.execs.mu.Unlock()
 	for _, w := range lost {
 		r.log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.key)
-		w.vanish(errVanished)
+		w.vanished.Store(true)
+		w.cancel()
 	}
 }
 
