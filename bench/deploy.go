@@ -262,8 +262,9 @@ func (d *deployment) addSleepers(ctx context.Context, n int) error {
 
 // startBare starts the bare forwarder: it serves the bare client's batches
 // by sending a prepared exec request to the real worker and, when the worker
-// answers, publishing the two events a router publishes (call.result and
-// batch.done, into the events stream) and a prepared reply. It does what the
+// answers, publishing the one event a router publishes (batch.done, into
+// the events stream: docs/protocol.md 3.4) and a prepared reply; the exec
+// goes in binary mode, as a router sends it to the worker SDK (5.1). It does what the
 // router's messages cost the client, the worker and the server, and no
 // router work, so toolbus minus bare estimates the router's own share.
 func (d *deployment) startBare(ctx context.Context) error {
@@ -274,10 +275,7 @@ func (d *deployment) startBare(ctx context.Context) error {
 	}
 	exec.SessionID, exec.ReplyID, exec.ToolCallID = "bench-0", "bare", "c1"
 	exec.ExpiryTime = time.Now().Add(365 * 24 * time.Hour).UTC().Format(time.RFC3339Nano)
-	execMsg, err := exec.Msg(bus.NewSubjects("").Exec(toolRead))
-	if err != nil {
-		return err
-	}
+	execMsg := bus.BinaryMsg(bus.NewSubjects("").Exec(toolRead), exec)
 	res := bus.Result{ID: "c1", Name: toolRead, State: bus.StateSuccess, Output: bus.Text("hello")}
 	mk := func(typ string, data any) (*nats.Msg, error) {
 		e, err := bus.NewEvent(typ, "bench/bare", data)
@@ -289,10 +287,6 @@ func (d *deployment) startBare(ctx context.Context) error {
 			e.Subject, e.ToolCallID = "c1", "c1"
 		}
 		return e.Msg(bus.NewSubjects("").Events("bench-0"))
-	}
-	resultMsg, err := mk(bus.TypeCallResult, res)
-	if err != nil {
-		return err
 	}
 	doneMsg, err := mk(bus.TypeBatchDone, bus.BatchDone{Results: []bus.Result{res}})
 	if err != nil {
@@ -318,7 +312,6 @@ func (d *deployment) startBare(ctx context.Context) error {
 			return
 		}
 		s2, err = nc.Subscribe(bareBack+">", func(m *nats.Msg) {
-			send(resultMsg, resultMsg.Subject)
 			send(doneMsg, doneMsg.Subject)
 			send(replyMsg, m.Subject[len(bareBack):])
 		})

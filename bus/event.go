@@ -313,8 +313,26 @@ func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 	// the same attribute (ce-id and Ce-Id; content-type and
 	// ce-datacontenttype): with different values that is bad_event, never
 	// a choice that depends on the header map's order.
-	from := map[string]string{} // attribute → header name it came from
-	vals := map[string]string{}
+	// Few attributes: a slice scanned linearly costs less than two maps;
+	// past 16 an index keeps the scan linear in the headers.
+	type seenAttr struct{ name, header, val string }
+	seen := make([]seenAttr, 0, 16)
+	var index map[string]int
+	find := func(name string) (seenAttr, bool) {
+		if index != nil {
+			i, ok := index[name]
+			if !ok {
+				return seenAttr{}, false
+			}
+			return seen[i], true
+		}
+		for _, p := range seen {
+			if p.name == name {
+				return p, true
+			}
+		}
+		return seenAttr{}, false
+	}
 	for k, vs := range h {
 		lk := strings.ToLower(k)
 		var name, v string
@@ -336,14 +354,22 @@ func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 			// the bytes into U+FFFD, so the event would change on the way.
 			return nil, Errorf(CodeBadEvent, "header %s is not UTF-8", k)
 		}
-		if prev, ok := from[name]; ok {
-			if vals[name] != v {
-				a, b := min(prev, k), max(prev, k)
+		if p, ok := find(name); ok {
+			if p.val != v {
+				a, b := min(p.header, k), max(p.header, k)
 				return nil, Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
 			}
 			continue
 		}
-		from[name], vals[name] = k, v
+		seen = append(seen, seenAttr{name, k, v})
+		if index == nil && len(seen) > 16 {
+			index = make(map[string]int, 2*len(seen))
+			for i, p := range seen {
+				index[p.name] = i
+			}
+		} else if index != nil {
+			index[name] = len(seen) - 1
+		}
 		switch name {
 		case "specversion":
 			e.SpecVersion = v

@@ -24,7 +24,21 @@ type Batch struct {
 	User    json.RawMessage `json:"user,omitempty"`
 	Context json.RawMessage `json:"context,omitempty"`
 	Request *Request        `json:"request,omitempty"`
+	// Events is EventsCalls for a call.result event per call beside
+	// batch.done; "" (or EventsBatch) stores only batch.done for the calls
+	// whose results come back in the reply (docs/protocol.md 3.4).
+	Events string `json:"events,omitempty"`
+	// SessionRev is the session revision of an earlier reply or listing of
+	// this session, sent back so that a router whose cached session is at
+	// least as new skips the session's read (docs/protocol.md 4.2); 0: absent.
+	SessionRev uint64 `json:"sessionrev,omitempty"`
 }
+
+// Values of Batch.Events.
+const (
+	EventsBatch = "batch" // the default: batch.done carries the results given in the reply
+	EventsCalls = "calls" // a call.result per call as well
+)
 
 // Request is the request-scoped tool configuration of a batch or a query.
 type Request struct {
@@ -43,6 +57,9 @@ type ExternalTool struct {
 type Reply struct {
 	Results []Result `json:"results"`
 	Parked  []Parked `json:"parked"`
+	// SessionRev is the session record's KV revision as the router knew it
+	// when it replied; 0 (absent) when the session is not stored.
+	SessionRev uint64 `json:"sessionrev,omitempty"`
 }
 
 // Parked describes a call that waits for an answer on Subject.
@@ -264,6 +281,9 @@ type ToolsList struct {
 	Tools        []json.RawMessage `json:"tools"`
 	Groups       []GroupInfo       `json:"groups"`
 	SkillsPrompt string            `json:"skills_prompt"`
+	// SessionRev is the session record's KV revision the listing was made
+	// from; 0 (absent) when the session is not stored.
+	SessionRev uint64 `json:"sessionrev,omitempty"`
 }
 
 // GroupInfo is a group as listed for a session.
@@ -280,6 +300,11 @@ type Register struct {
 	Groups  []Group   `json:"groups,omitempty"`
 	Tools   []ToolDef `json:"tools,omitempty"`
 	Leaving bool      `json:"leaving,omitempty"`
+	// BinaryExec says the worker takes io.toolbus.exec in CloudEvents
+	// binary mode (docs/protocol.md 5.1) and answers each request in the
+	// mode it came in; false: structured mode only (a worker of the
+	// previous revision).
+	BinaryExec bool `json:"binary_exec,omitempty"`
 	// InFlight lists, per tool, the calls the worker is running, as
 	// CallKey values: routers use it to tell a worker that vanished
 	// mid-call from a slow one (an extension of docs/protocol.md 7). A worker

@@ -51,6 +51,7 @@ type Client struct {
 	cfg   Config
 	off   *offload.Offloader
 	owned bool // dialed by Dial: Close closes it
+	revs  sessionRevs
 }
 
 // New returns a Client on nc.
@@ -124,6 +125,7 @@ func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...
 	if err := c.request(ctx, c.subj.Call(session), e, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
 		return nil, err
 	}
+	c.revs.saw(session, reply.SessionRev)
 	return &reply, nil
 }
 
@@ -138,6 +140,9 @@ func (c *Client) Publish(session string, b bus.Batch, opts ...CallOption) (strin
 }
 
 func (c *Client) batchEvent(session string, b bus.Batch, opts []CallOption) (*bus.Event, error) {
+	if b.SessionRev == 0 {
+		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
+	}
 	e, err := c.event(bus.TypeCallBatch, session, b)
 	if err != nil {
 		return nil, err
@@ -247,6 +252,7 @@ func (c *Client) Query(ctx context.Context, session string, q bus.ToolsQuery) (*
 	if err := c.request(ctx, c.subj.Tools(session), e, bus.TypeToolsList, &list, 10*time.Second); err != nil {
 		return nil, err
 	}
+	c.revs.saw(session, list.SessionRev)
 	return &list, nil
 }
 
@@ -280,6 +286,8 @@ func (c *Client) Answer(ctx context.Context, tool, session, replyID, callID stri
 		}
 		a.Output = out
 	}
+	c.revs.forget(session) // an answer may add a rule to the session
+	defer c.revs.forget(session)
 	e, err := c.event(bus.TypeAnswer, session, a)
 	if err != nil {
 		return err
@@ -302,6 +310,8 @@ func (c *Client) Answer(ctx context.Context, tool, session, replyID, callID stri
 // among the call's suggested_rules. An edited a.Input is refused there; an
 // open router still takes one through Answer on P.answer.<tool>.
 func (c *Client) Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
+	c.revs.forget(session) // a confirmation may add a rule to the session
+	defer c.revs.forget(session)
 	e, err := c.event(bus.TypeAnswer, session, a)
 	if err != nil {
 		return err
@@ -323,6 +333,8 @@ func (c *Client) Admin(ctx context.Context, verb, session string, data, out any)
 	if data == nil {
 		data = struct{}{}
 	}
+	c.revs.forget(session) // the verb may write the session (and again once it did)
+	defer c.revs.forget(session)
 	e, err := c.event(bus.TypeAdmin, session, data)
 	if err != nil {
 		return err

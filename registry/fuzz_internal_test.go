@@ -34,3 +34,19 @@ func FuzzParseTool(f *testing.F) {
 		}
 	})
 }
+
+func TestEncodeBeat(t *testing.T) {
+	for _, tc := range []struct {
+		v    beatValue
+		want string
+	}{
+		{beatValue{}, `{}`},
+		{beatValue{InFlight: []string{}}, `{"inflight":[]}`},
+		{beatValue{InFlight: []string{"s.r.c"}, Binary: true}, `{"inflight":["s.r.c"],"binary":true}`},
+		{beatValue{Binary: true}, `{"binary":true}`},
+	} {
+		if got := string(encodeBeat(tc.v)); got != tc.want {
+			t.Errorf("encodeBeat(%+v) = %s, want %s", tc.v, got, tc.want)
+		}
+	}
+}

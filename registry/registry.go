@@ -185,6 +185,7 @@ type beat struct {
 	rev      uint64
 	left     bool     // the worker said it is leaving
 	inflight []string // calls of the tool the worker was running (bus.CallKey); nil: it does not say
+	binary   bool     // the worker takes io.toolbus.exec in binary mode (docs/protocol.md 5.1)
 }
 
 // beatValue is a P_workers value.
@@ -193,6 +194,8 @@ type beatValue struct {
 	// InFlight is absent for a worker that does not report its calls in
 	// flight, and a list, possibly empty, for one that does.
 	InFlight []string `json:"inflight,omitempty"`
+	// Binary says the worker takes exec requests in binary mode.
+	Binary bool `json:"binary,omitempty"`
 }
 
 // leftValue is the liveness value of a worker that left; it expires with
@@ -210,7 +213,7 @@ func (r *Registry) applyWorker(e jetstream.KeyValueEntry) {
 	}
 	var v beatValue
 	_ = json.Unmarshal(e.Value(), &v)
-	r.setBeat(tool, worker, beat{at: r.cfg.Now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight}, false)
+	r.setBeat(tool, worker, beat{at: r.cfg.Now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight, binary: v.Binary}, false)
 }
 
 // Troubled reports whether a liveness write failed within the last four
@@ -239,9 +242,47 @@ func (r *Registry) MayHold(tool, key string) bool {
 	return false
 }
 
+// encodeBeat is a beat's P_workers value: inflight present (possibly
+// empty) only for a worker that reports its calls, binary only when true.
+func encodeBeat(v beatValue) []byte {
+	b := []byte{'{'}
+	if v.InFlight != nil {
+		in, _ := json.Marshal(v.InFlight)
+		b = append(append(b, `"inflight":`...), in...)
+	}
+	if v.Binary {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, `"binary":true`...)
+	}
+	return append(b, '}')
+}
+
+// BinaryExec reports whether every live worker of the tool takes
+// io.toolbus.exec in CloudEvents binary mode (docs/protocol.md 5.1): one
+// of the previous revision in the queue group, or none live, means
+// structured mode.
+func (r *Registry) BinaryExec(tool string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
+	n := 0
+	for _, b := range r.liveness[tool] {
+		if b.left || !b.at.After(cutoff) {
+			continue
+		}
+		if !b.binary {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
 // sawBeat records a beat that this router took but could not store: the
 // worker is live from now, at the revision the cache holds.
-func (r *Registry) sawBeat(tool, worker string, inflight []string) {
+func (r *Registry) sawBeat(tool, worker string, inflight []string, binary bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.liveness[tool]
@@ -250,7 +291,7 @@ func (r *Registry) sawBeat(tool, worker string, inflight []string) {
 		r.liveness[tool] = m
 	}
 	b := m[worker]
-	b.at, b.left, b.inflight = r.cfg.Now(), false, inflight
+	b.at, b.left, b.inflight, b.binary = r.cfg.Now(), false, inflight, binary
 	m[worker] = b
 	r.version++
 }
@@ -430,14 +471,15 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 			}
 		}
 		key := name + "." + reg.Worker
-		val, inflight := []byte(`{}`), []string(nil)
+		bv := beatValue{Binary: reg.BinaryExec}
 		if reg.InFlight != nil { // the worker reports its calls in flight
-			inflight = reg.InFlight[name]
-			if inflight == nil {
-				inflight = []string{}
+			bv.InFlight = reg.InFlight[name]
+			if bv.InFlight == nil {
+				bv.InFlight = []string{}
 			}
-			val, _ = json.Marshal(map[string][]string{"inflight": inflight})
 		}
+		inflight := bv.InFlight
+		val := encodeBeat(bv)
 		rev, err := r.workers.Put(ctx, key, val)
 		full := r.health.Note(err)
 		if err != nil {
@@ -449,13 +491,13 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 			r.mu.Lock()
 			r.trouble = r.cfg.Now()
 			r.mu.Unlock()
-			r.sawBeat(name, reg.Worker, inflight)
+			r.sawBeat(name, reg.Worker, inflight, reg.BinaryExec)
 			if full {
 				continue // the worker is live; the router reports the store full (status)
 			}
 			return ack, fmt.Errorf("registry: liveness %s: %w", key, err)
 		}
-		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev, inflight: inflight}, false)
+		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev, inflight: inflight, binary: reg.BinaryExec}, false)
 	}
 	return ack, nil
 }

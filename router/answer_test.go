@@ -57,12 +57,12 @@ func (f *fakeTools) Lookup(name string) (*registry.Tool, bool) {
 }
 func (f *fakeTools) Live(*registry.Tool) bool { return true }
 
-type fakeSessions struct{}
+type fakeRules struct{}
 
-func (fakeSessions) Update(context.Context, string, func(*groups.Session) error) (*groups.Session, error) {
+func (fakeRules) Update(context.Context, string, func(*groups.Session) error) (*groups.Session, error) {
 	return nil, nil
 }
-func (fakeSessions) Session(string) *groups.Session { return nil }
+func (fakeRules) Session(string) *groups.Session { return nil }
 
 // One answer, one registry lookup and at most one continuation read, for
 // every verdict: the answer is the result (Done), the call waits again
@@ -118,7 +118,7 @@ func TestSettle(t *testing.T) {
 			runs, resumed := 0, false
 			a := &answers{wire: &wire{log: slog.New(slog.DiscardHandler)}, base: t.Context(),
 				landing: func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) },
-				parked:  parked, reg: tools, groups: fakeSessions{}, confirming: &confirmed{},
+				parked:  parked, reg: tools, groups: fakeRules{}, confirming: &confirmed{},
 				publish: func(string, string, string, string, [2]string, any) (*sentEvent, error) { return nil, nil },
 				stored:  func(context.Context, []*sentEvent) error { return nil },
 				runTool: func(context.Context, *job) bus.Result { runs++; return ran },

@@ -3,32 +3,29 @@ package router
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
-	fastjson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
-	"github.com/toolbus/toolbus/metrics"
 )
 
-// The pipeline of one batch, each step in its own place:
+// The pipeline of one batch, each step in its own place, each over the
+// ports it needs (ports.go), none holding the Router:
 //
-//	checkTurn (turn.go)         decode and check the event
-//	run: session snapshot       one KV read of the session per run
-//	resolveFrom → validate      what each call runs, its input checked (validate.go)
-//	nextRun (plan.go)           the run plan of docs/protocol.md 5.2
-//	decide (decide.go)          permissions: run, deny, or park
-//	park / settleRun (park.go)  parked calls and the continuation, owned by external
-//	execute → runTool (exec.go) the executor, through the ledger (ledger.go) when not read-only
-//	finish → report             the call's result event, once
-//	done / reply                batch.done, then the reply
+//	checkTurn (turn.go)          decode and check the event
+//	run: session snapshot        sessionPort.snapshot: a KV read, or the cache when sessionrev allows (sessions.go)
+//	resolveStep → validate       what each call runs, its input checked (resolve.go, validate.go)
+//	nextRun (plan.go)            the run plan of docs/protocol.md 5.5
+//	decide (decide.go)           permissions: run, deny, or park
+//	parkStep (park.go)           parked calls and the continuation, over continuationPort
+//	execStep (exec.go)           runnerPort: the executor, through the ledger when not read-only
+//	finish → reportStep          the result once; its call.result only when it gets one (events.go)
+//	done / reply (events.go)     batch.done, stored, then the reply
 //
 // A new batch, a re-sent one (the ledger and the continuation answer for
 // what ran before: dedupe.go), a resumed continuation and a repaired one
@@ -37,7 +34,7 @@ import (
 // batch is one model turn in flight on this router: a new batch, or the
 // continuation of one whose parked calls have all been answered.
 type batch struct {
-	r *Router
+	p *pipeline
 	turn
 	calls  []*callState
 	ctx    context.Context
@@ -68,12 +65,15 @@ type callState struct {
 }
 
 // newBatch starts the batch of a turn.
-func (r *Router) newBatch(t turn, start time.Time) *batch {
-	b := &batch{r: r, turn: t, start: start, calls: make([]*callState, len(t.data.Calls))}
+func (r *Router) newBatch(t turn, start time.Time) *batch { return r.pipe.newBatch(t, start) }
+
+// newBatch starts the batch of a turn on the pipeline.
+func (p *pipeline) newBatch(t turn, start time.Time) *batch {
+	b := &batch{p: p, turn: t, start: start, calls: make([]*callState, len(t.data.Calls))}
 	for i, c := range t.data.Calls {
 		b.calls[i] = &callState{call: c}
 	}
-	b.ctx, b.cancel = context.WithCancel(r.base)
+	b.ctx, b.cancel = context.WithCancel(p.base)
 	return b
 }
 
@@ -94,11 +94,13 @@ func (r *Router) fromContinuation(cont *external.Batch) (*batch, error) {
 	return b, nil
 }
 
-// safe is callState.safe under the batch's lock.
-func (b *batch) safe(k int) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.calls[k].safe()
+// safeAt is callState.safe of b's call k under the batch's lock.
+func safeAt(b *batch) func(k int) bool {
+	return func(k int) bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.calls[k].safe()
+	}
 }
 
 // safe reports whether the call may run beside others: unknown and failed
@@ -130,7 +132,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 	r.m.Batches.Inc()
 	r.track(b)
 	defer r.untrack(b)
-	if err := r.groups.Touch(b.ctx, b.session); err != nil {
+	if err := b.p.sessions.touch(b.ctx, b.session); err != nil {
 		r.log.Warn("router: session not touched", "session", b.session, "err", err)
 	}
 	complete := b.run(0)
@@ -166,15 +168,20 @@ func (b *batch) run(start int) bool {
 	// (docs/protocol.md 4.2): the session is read from KV once per run of the
 	// batch, into the cache that resolution and permission decisions read,
 	// so a write acknowledged through another router a moment ago counts.
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-	b.r.groups.Refresh(ctx, b.session)
-	cancel()
+	// A new batch that carries a session revision (docs/protocol.md 4.2)
+	// skips the read when the cache is at least that new and the sessions
+	// watch knows of nothing newer (sessions.go).
+	var rev uint64
+	if start == 0 && !b.start.IsZero() {
+		rev = b.data.SessionRev
+	}
+	b.p.sessions.snapshot(b.ctx, b.session, rev)
 	b.resolveFrom(start)
 	for i := start; i < len(b.calls); {
 		if b.cutOff() {
 			return false
 		}
-		j := nextRun(i, len(b.calls), b.safe)
+		j := nextRun(i, len(b.calls), safeAt(b))
 		if !b.runCalls(b.calls[i:j], j) {
 			return false // parked: the continuation takes it from here
 		}
@@ -194,63 +201,20 @@ func (b *batch) cutOff() bool { return context.Cause(b.ctx) == errDrainDeadline 
 // so that another router takes its continuation over.
 func (b *batch) release() {
 	if b.cont != nil {
-		b.r.parked.Release(b.cont)
+		b.p.conts.Release(b.cont)
 	}
 }
 
-// resolveFrom resolves the calls from index i on that have no result yet,
-// against the session as the cache holds it (run refreshed it from KV). A
-// call that resolves to an unknown or unavailable tool is resolved again
-// after the tool is read from KV: its registration may have been
-// acknowledged through another router a moment ago.
-func (b *batch) resolveFrom(i int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	view := b.r.groups.View(b.r.reg, b.r.groups.Session(b.session), b.req)
-	var missing []string
-	for _, c := range b.calls[i:] {
-		if c.result == nil {
-			b.resolve(view, c)
-			if code := c.target.Code; (code == bus.CodeUnknownTool || code == bus.CodeUnavailable) &&
-				bus.ValidName(c.call.Name) && !slices.Contains(missing, c.call.Name) {
-				missing = append(missing, c.call.Name)
-			}
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-	defer cancel()
-	for _, name := range missing {
-		if err := b.r.reg.Refresh(ctx, name); err != nil {
-			b.r.log.Warn("router: tool not read from KV", "tool", name, "err", err)
-		}
-	}
-	view = b.r.groups.View(b.r.reg, b.r.groups.Session(b.session), b.req)
-	for _, c := range b.calls[i:] {
-		if c.result == nil && slices.Contains(missing, c.call.Name) {
-			b.resolve(view, c)
-		}
-	}
-}
-
-// resolve finds what the call runs and validates its input; a call that
-// cannot run gets its early result, reported when its run comes.
-func (b *batch) resolve(view *groups.View, c *callState) {
-	c.target = b.resolveName(view, c.call.Name)
-	c.input, c.early = validate(c.call, c.target)
-	if c.early != nil && c.target.Code == bus.CodeUnavailable {
-		c.early = storeFullOr(c.call, b.r.store.Health, c.early)
-	}
-}
+// resolveFrom resolves the calls from index i on that have no result yet
+// (resolveStep).
+func (b *batch) resolveFrom(i int) { b.p.resolve.from(b, i) }
 
 // runCalls runs one run (next is the index after it). Calls that cannot run
 // finish at once; the others are decided by the permission engine, then
 // parked or executed, those of a safe run in parallel. It reports false when
 // calls parked and the batch must wait.
 func (b *batch) runCalls(run []*callState, next int) bool {
-	pc := permissionContext(b.r.groups.Session(b.session))
+	pc := permissionContext(b.p.sessions.session(b.session))
 	var execs, parks []*callState
 	var specs []parkSpec
 	for _, c := range run {
@@ -266,7 +230,7 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		default:
 			spec, res := decide(pc, c.target, c.call, c.input)
 			if res == nil {
-				res = b.limit(c, spec) // quotas (guard.go)
+				res = b.p.guard.limit(b, c, spec) // quotas (guard.go)
 			}
 			switch {
 			case res != nil:
@@ -279,9 +243,9 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		}
 	}
 	if len(parks) > 0 {
-		parks, specs = b.reuseParked(parks, specs)
+		parks, specs = b.p.park.reuse(b, parks, specs)
 	}
-	if len(parks) > 0 && !b.park(parks, specs, next) {
+	if len(parks) > 0 && !b.p.park.park(b, parks, specs, next) {
 		return false // a re-sent batch found the first one parked
 	}
 	if len(execs) == 1 {
@@ -293,14 +257,21 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		}
 		wg.Wait()
 	}
-	if len(parks) == 0 {
+	if len(parks) == 0 || b.cont == nil {
+		// Nothing parked (past the session's limit, or the continuation
+		// could not be written): every call of the run has its result,
+		// and the batch goes on.
 		return true
 	}
 	return b.settleRun(next)
 }
 
-// execute runs c: the router's own built-ins here, a tool through the
-// executor, and finishes it.
+// settleRun hands a run with parked calls over to the continuation
+// (parkStep.settle); true when the batch goes on here.
+func (b *batch) settleRun(next int) bool { return b.p.park.settle(b, next) }
+
+// execute runs c (execStep) and finishes it, unless a cancel finished it
+// first.
 func (b *batch) execute(c *callState) {
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
@@ -311,38 +282,7 @@ func (b *batch) execute(c *callState) {
 	}
 	c.cancel = cancel
 	b.mu.Unlock()
-	var res bus.Result
-	switch t := c.target; {
-	case t.Reset:
-		res = b.reset(ctx, c)
-	case t.Skill:
-		res = b.loadSkill(ctx, c)
-	case t.Search:
-		res = b.search(ctx, c)
-	default:
-		res = b.r.guard.cachedRun(ctx, b.job(c)) // the result cache, then runTool (guard.go)
-	}
-	b.finish(c, res)
-}
-
-// job is what the executor needs of call c.
-func (b *batch) job(c *callState) *job {
-	return &job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
-		user: b.data.User, context: b.data.Context,
-		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}, tool: c.target.Tool}
-}
-
-// reset runs the built-in reset_tools.
-func (b *batch) reset(ctx context.Context, c *callState) bus.Result {
-	text, err := b.r.groups.Reset(ctx, b.session, c.input)
-	if err != nil {
-		var be *bus.Error
-		if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
-			return bus.ErrorResult(c.call, bus.CodeInvalidInput, be.Message)
-		}
-		return internal(c.call, err)
-	}
-	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
+	b.finish(c, b.p.exec.run(ctx, b, c))
 }
 
 func unavailable(c bus.Call) bus.Result {
@@ -352,7 +292,7 @@ func unavailable(c bus.Call) bus.Result {
 // finish records c's result once and publishes its io.toolbus.call.result.
 // It reports false when the call already had a result (e.g. interrupted).
 func (b *batch) finish(c *callState, res bus.Result) bool {
-	res = b.fit(c, res)
+	res = b.p.fit.fit(b, c, res)
 	b.mu.Lock()
 	if c.result != nil {
 		b.mu.Unlock()
@@ -364,94 +304,29 @@ func (b *batch) finish(c *callState, res bus.Result) bool {
 	return true
 }
 
-// report publishes a finished call's io.toolbus.call.result and counts it.
-func (b *batch) report(c *callState, res bus.Result) {
-	b.audit(c, res) // the audit trail (guard.go)
-	if !b.cutOff() {
-		b.publishEvent(bus.TypeCallResult, c.call.ID, b.encoded(c))
-	}
-	tool := metrics.UnknownTool
-	if c.target.Code == "" || c.target.Code == bus.CodeInactiveTool || c.target.Code == bus.CodeUnavailable {
-		tool = c.call.Name
-	}
-	b.r.m.Calls.WithLabelValues(tool, res.State).Inc()
-	if !b.start.IsZero() {
-		b.r.m.Latency.WithLabelValues(tool).Observe(metrics.Since(b.start))
-	}
-}
+// report publishes a finished call's io.toolbus.call.result when it gets
+// one, and counts it (reportStep).
+func (b *batch) report(c *callState, res bus.Result) { b.p.report.result(b, c, res) }
 
-// encoded returns the JSON of c's result, encoding it the first time.
-func (b *batch) encoded(c *callState) json.RawMessage {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c.raw == nil {
-		raw, err := fastjson.Marshal(c.result)
-		if err != nil {
-			raw, _ = fastjson.Marshal(internal(c.call, err))
-		}
-		c.raw = raw
-	}
-	return c.raw
-}
-
-// done publishes batch.done with every result in call order, waits until
-// the events stream holds the batch's events, and removes the
-// continuation of a batch that parked.
+// done publishes batch.done, waits until the events stream holds the
+// batch's events, and removes the continuation of a batch that parked.
 func (b *batch) done() {
-	b.publishing.Wait()
-	buf := append(make([]byte, 0, 256), `{"results":[`...)
-	for i, c := range b.calls {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, b.encoded(c)...)
-	}
-	buf = append(buf, "]}"...)
-	b.publishEvent(bus.TypeBatchDone, "", json.RawMessage(buf))
-	b.stored()
+	b.p.report.done(b)
 	if b.cont != nil {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), 10*time.Second)
 		defer cancel()
-		if err := b.r.parked.Finish(ctx, b.cont); err != nil {
-			b.r.log.Warn("router: continuation not removed", "session", b.session, "reply", b.replyID, "err", err)
+		if err := b.p.conts.Finish(ctx, b.cont); err != nil {
+			b.p.log.Warn("router: continuation not removed", "session", b.session, "reply", b.replyID, "err", err)
 		}
 	}
 }
 
-// reply sends io.toolbus.call.reply: the finished results in call order
-// and the parked calls. Each result is encoded once, for its event, the
-// reply and batch.done alike.
-func (b *batch) reply(subject string) {
-	buf := make([]byte, 0, 256)
-	buf = append(buf, `{"results":[`...)
-	n := 0
-	for _, c := range b.calls {
-		if c.result == nil {
-			continue
-		}
-		if n > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, b.encoded(c)...)
-		n++
-	}
-	buf = append(buf, `],"parked":`...)
-	parked := b.parked
-	if parked == nil {
-		parked = []bus.Parked{}
-	}
-	pj, err := fastjson.Marshal(parked)
-	if err == nil {
-		buf = append(append(buf, pj...), '}')
-		var e *bus.Event
-		if e, err = b.event(bus.TypeCallReply, "", json.RawMessage(buf)); err == nil {
-			err = bus.Publish(b.r.nc, subject, e)
-		}
-	}
-	if err != nil {
-		b.r.log.Warn("router: reply failed", "session", b.session, "reply", b.replyID, "err", err)
-	}
-}
+// stored waits until the events stream holds every event the batch has
+// published so far.
+func (b *batch) stored() { b.p.report.stored(b) }
+
+// reply sends io.toolbus.call.reply (reportStep.reply).
+func (b *batch) reply(subject string) { b.p.report.reply(b, subject) }
 
 // track makes a batch reachable by cancels; untrack forgets it.
 func (r *Router) track(b *batch) {
@@ -470,62 +345,13 @@ func (r *Router) untrack(b *batch) {
 	b.cancel()
 }
 
-// event builds an event about the batch from this router.
-func (b *batch) event(typ, callID string, data any) (*bus.Event, error) {
-	return b.r.eventFor(typ, b.session, b.replyID, callID, b.trace, data)
-}
-
 // eventFor builds an event about a call or batch from this router.
 func (r *Router) eventFor(typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
-	e, err := bus.NewEvent(typ, r.source, data)
-	if err != nil {
-		return nil, err
-	}
-	e.SessionID, e.ReplyID, e.TraceParent, e.TraceState = session, replyID, trace[0], trace[1]
-	if callID != "" {
-		e.Subject, e.ToolCallID = callID, callID
-	}
-	return e, nil
-}
-
-// publishEvent publishes an event on the batch's session events subject,
-// through the events stream; stored waits for it.
-func (b *batch) publishEvent(typ, callID string, data any) {
-	ev, err := b.r.publishEvent(typ, b.session, b.replyID, callID, b.trace, data)
-	if err != nil {
-		b.r.log.Warn("router: event not published", "type", typ, "session", b.session, "err", err)
-		return
-	}
-	b.mu.Lock()
-	b.sent = append(b.sent, ev)
-	b.mu.Unlock()
+	return newRouterEvent(r.source, typ, session, replyID, callID, trace, data)
 }
 
 // publishEvent publishes an event on a session's events subject, through
 // the events stream, and returns at once; events.stored waits for it.
 func (r *Router) publishEvent(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
-	e, err := r.eventFor(typ, session, replyID, callID, trace, data)
-	if err != nil {
-		return nil, err
-	}
-	m, err := e.Msg(r.subj.Events(session))
-	if err != nil {
-		return nil, err
-	}
-	return r.events.publish(m, e.ID), nil
-}
-
-// stored waits until the events stream holds every event the batch has
-// published so far.
-func (b *batch) stored() {
-	b.mu.Lock()
-	sent := b.sent
-	b.sent = nil
-	b.mu.Unlock()
-	if len(sent) == 0 {
-		return
-	}
-	ctx, cancel := landing()
-	defer cancel()
-	_ = b.r.events.stored(ctx, sent)
+	return routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}.publish(typ, session, replyID, callID, trace, data)
 }

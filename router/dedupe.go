@@ -17,22 +17,22 @@ import (
 //   - a call that is not read-only: its P_ledger entry (ledger.once, in
 //     runTool), which runs it at most once and gives a re-send its result;
 //   - a batch that parked: its continuation, which ParkBatch finds there
-//     (adoptParked: the reply describes the first copy's state);
+//     (parkStep.adopt: the reply describes the first copy's state);
 //   - a parked call that settled since: its P_parked record (reuseParked:
 //     the re-send gets the result, nothing parks again).
 //
 // Read-only calls simply run again.
 
-// reuseParked finishes, with the result an earlier copy of this batch
+// reuse finishes, with the result an earlier copy of this batch
 // recorded, each call that copy parked and that has settled since
 // (answered, expired or cancelled). It returns the calls still to park.
-func (b *batch) reuseParked(calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
+func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	var keep []*callState
 	var keepSpecs []parkSpec
 	for i, c := range calls {
-		rec, err := b.r.parked.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
+		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		if err == nil && rec.Status != external.StatusParked && rec.Result != nil {
 			b.finish(c, *rec.Result)
 			continue
@@ -42,14 +42,14 @@ func (b *batch) reuseParked(calls []*callState, specs []parkSpec) ([]*callState,
 	return keep, keepSpecs
 }
 
-// adoptParked fills the batch from the continuation of the same reply id
+// adopt fills the batch from the continuation of the same reply id
 // that an earlier copy of this batch left. Each awaited call is read from
 // KV (through the leader), not from the watch-fed cache: the earlier copy
 // may have parked it a moment ago, or may still be parking it; then it is
 // described as this copy decided it (spec), which is how the earlier copy
 // parks it.
-func (b *batch) adoptParked(ctx context.Context, calls []*callState, specs []parkSpec) {
-	cont, err := b.r.parked.GetBatch(ctx, b.session, b.replyID)
+func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec) {
+	cont, err := s.conts.GetBatch(ctx, b.session, b.replyID)
 	if err != nil {
 		return
 	}
@@ -69,7 +69,7 @@ func (b *batch) adoptParked(ctx context.Context, calls []*callState, specs []par
 		if !slices.Contains(cont.Waiting, c.call.ID) {
 			continue
 		}
-		rec, err := b.r.parked.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
+		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		switch {
 		case err == nil && rec.Status == external.StatusParked:
 			b.parked = append(b.parked, parkedOf(rec))
@@ -83,12 +83,12 @@ func (b *batch) adoptParked(ctx context.Context, calls []*callState, specs []par
 				spec = parkSpec{kind: bus.KindExternal}
 			}
 			b.parked = append(b.parked, bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: spec.kind,
-				Subject: b.r.subj.Answer(c.call.Name), SuggestedRules: spec.suggested})
+				Subject: s.subj.Answer(c.call.Name), SuggestedRules: spec.suggested})
 		}
 	}
 	for _, c := range b.calls[min(cont.Next, len(b.calls)):] {
 		if c.result == nil {
-			b.parked = append(b.parked, b.queued(c))
+			b.parked = append(b.parked, s.queued(c))
 		}
 	}
 }

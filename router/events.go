@@ -2,13 +2,19 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
+
+	fastjson "github.com/goccy/go-json"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -101,4 +107,154 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 		}
 	}
 	return failed
+}
+
+// reportStep reports a batch's results: each call's io.toolbus.call.result
+// when it gets one (docs/protocol.md 3.4), batch.done, the wait for the
+// events stream, and the reply.
+type reportStep struct {
+	guard    *guard // the audit trail (guard.go)
+	events   eventPort
+	sessions sessionPort // the reply's session revision
+	m        *metrics.Router
+	log      *slog.Logger
+}
+
+// result publishes a finished call's io.toolbus.call.result when it gets
+// one (ownEvent), and counts it.
+func (s reportStep) result(b *batch, c *callState, res bus.Result) {
+	s.guard.record(b, c, res)
+	if ownEvent(b, res) && !b.cutOff() {
+		s.publish(b, bus.TypeCallResult, c.call.ID, encoded(b, c))
+	}
+	if s.m == nil {
+		return
+	}
+	tool := metrics.UnknownTool
+	if c.target.Code == "" || c.target.Code == bus.CodeInactiveTool || c.target.Code == bus.CodeUnavailable {
+		tool = c.call.Name
+	}
+	s.m.Calls.WithLabelValues(tool, res.State).Inc()
+	if !b.start.IsZero() {
+		s.m.Latency.WithLabelValues(tool).Observe(metrics.Since(b.start))
+	}
+}
+
+// ownEvent reports whether a result gets an io.toolbus.call.result of its
+// own (docs/protocol.md 3.4): when the batch asks for one per call, when it
+// finishes after the reply (a continuation's calls), and when a cancel
+// ended it. Any other result comes back in the reply, and batch.done,
+// stored before the reply, carries it: one stored event per batch.
+func ownEvent(b *batch, res bus.Result) bool {
+	return b.data.Events == bus.EventsCalls || b.start.IsZero() || res.State == bus.StateInterrupted
+}
+
+// encoded returns the JSON of c's result, encoding it the first time: once
+// for its event, the reply and batch.done alike.
+func encoded(b *batch, c *callState) json.RawMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.raw == nil {
+		raw, err := fastjson.Marshal(c.result)
+		if err != nil {
+			raw, _ = fastjson.Marshal(internal(c.call, err))
+		}
+		c.raw = raw
+	}
+	return c.raw
+}
+
+// done publishes batch.done with every result in call order and waits
+// until the events stream holds the batch's events.
+func (s reportStep) done(b *batch) {
+	b.publishing.Wait()
+	buf := append(make([]byte, 0, 256), `{"results":[`...)
+	for i, c := range b.calls {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, encoded(b, c)...)
+	}
+	buf = append(buf, "]}"...)
+	s.publish(b, bus.TypeBatchDone, "", json.RawMessage(buf))
+	s.stored(b)
+}
+
+// reply sends io.toolbus.call.reply: the finished results in call order,
+// the parked calls, and the session's revision (docs/protocol.md 3.2).
+func (s reportStep) reply(b *batch, subject string) {
+	buf := make([]byte, 0, 256)
+	buf = append(buf, `{"results":[`...)
+	n := 0
+	for _, c := range b.calls {
+		if c.result == nil {
+			continue
+		}
+		if n > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, encoded(b, c)...)
+		n++
+	}
+	buf = append(buf, `],"parked":`...)
+	parked := b.parked
+	if parked == nil {
+		parked = []bus.Parked{}
+	}
+	pj, err := fastjson.Marshal(parked)
+	if err == nil {
+		buf = append(buf, pj...)
+		if rev := s.sessions.revision(b.session); rev > 0 {
+			buf = strconv.AppendUint(append(buf, `,"sessionrev":`...), rev, 10)
+		}
+		buf = append(buf, '}')
+		var e *bus.Event
+		if e, err = s.events.event(bus.TypeCallReply, b.session, b.replyID, "", b.trace, json.RawMessage(buf)); err == nil {
+			err = s.events.reply(subject, e)
+		}
+	}
+	if err != nil {
+		s.log.Warn("router: reply failed", "session", b.session, "reply", b.replyID, "err", err)
+	}
+}
+
+// publish publishes an event about b on its session's events subject,
+// through the events stream; stored waits for it.
+func (s reportStep) publish(b *batch, typ, callID string, data any) {
+	ev, err := s.events.publish(typ, b.session, b.replyID, callID, b.trace, data)
+	if err != nil {
+		s.log.Warn("router: event not published", "type", typ, "session", b.session, "err", err)
+		return
+	}
+	b.mu.Lock()
+	b.sent = append(b.sent, ev)
+	b.mu.Unlock()
+}
+
+// stored waits until the events stream holds every event b has published
+// so far.
+func (s reportStep) stored(b *batch) {
+	b.mu.Lock()
+	sent := b.sent
+	b.sent = nil
+	b.mu.Unlock()
+	if len(sent) == 0 {
+		return
+	}
+	ctx, cancel := landing()
+	defer cancel()
+	_ = s.events.stored(ctx, sent)
+}
+
+// newRouterEvent builds an event about a call or batch from source.
+func newRouterEvent(source, typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
+	e, err := bus.NewEvent(typ, source, data)
+	if err != nil {
+		return nil, err
+	}
+	e.SessionID, e.ReplyID, e.TraceParent, e.TraceState = session, replyID, trace[0], trace[1]
+	if callID != "" {
+		e.Subject, e.ToolCallID = callID, callID
+	}
+	return e, nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -33,6 +35,47 @@ type job struct {
 
 // key is the call's ledger and P_parked key.
 func (j *job) key() string { return bus.CallKey(j.session, j.replyID, j.call.ID) }
+
+// execStep runs a call that may run now: reset_tools and the skill loader
+// here, a tool through the runner (its executor, the ledger).
+type execStep struct {
+	runner   runnerPort
+	sessions sessionPort
+	guard    *guard // search_tools and the result cache (guard.go)
+}
+
+// run runs call c of batch b under ctx and returns its result.
+func (s execStep) run(ctx context.Context, b *batch, c *callState) bus.Result {
+	switch t := c.target; {
+	case t.Reset:
+		return s.reset(ctx, b.session, c)
+	case t.Skill:
+		return s.runner.loadSkill(ctx, b.session, b.data.User, c.call, c.input)
+	case t.Search:
+		return s.guard.search(ctx, b, c)
+	}
+	return s.guard.cachedRun(ctx, jobOf(b, c), s.runner.runTool)
+}
+
+// jobOf is what the executor needs of call c of batch b.
+func jobOf(b *batch, c *callState) *job {
+	return &job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
+		user: b.data.User, context: b.data.Context,
+		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}, tool: c.target.Tool}
+}
+
+// reset runs the built-in reset_tools.
+func (s execStep) reset(ctx context.Context, session string, c *callState) bus.Result {
+	text, err := s.sessions.reset(ctx, session, c.input)
+	if err != nil {
+		var be *bus.Error
+		if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
+			return bus.ErrorResult(c.call, bus.CodeInvalidInput, be.Message)
+		}
+		return internal(c.call, err)
+	}
+	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
+}
 
 // executor runs a job on a tool's workers and returns its result. Today
 // one executor serves every tool (core request/reply to the tool's queue
@@ -65,8 +108,37 @@ func (r *Router) runTool(ctx context.Context, j *job) bus.Result {
 
 // requestReply is the executor of core NATS request/reply: io.toolbus.exec
 // to the tool's queue group, retrying read-only or idempotent tools on
-// unavailable and timeout when max_attempts allows.
-type requestReply struct{ r *Router }
+// unavailable and timeout when max_attempts allows. It sends the request
+// in CloudEvents binary mode when every live worker of the tool said it
+// takes it (docs/protocol.md 5.1), else in structured mode.
+type requestReply struct {
+	nc     requester
+	subj   bus.Subjects
+	source string
+	binary func(tool string) bool                                             // every live worker takes binary exec
+	state  func(ctx context.Context, session string) (json.RawMessage, error) // the agent state, for state_injected tools
+	seal   func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
+	patch  func(session string, def *bus.ToolDef, patch json.RawMessage) error
+	watch  *execWatches // the watchdog's view of requests in flight
+}
+
+// requester is the part of *nats.Conn an exec request needs.
+type requester interface {
+	RequestMsgWithContext(ctx context.Context, m *nats.Msg) (*nats.Msg, error)
+}
+
+// newRequestReply wires the core executor from a started Router.
+func (r *Router) newRequestReply() requestReply {
+	return requestReply{nc: r.nc, subj: r.subj, source: r.source, binary: r.reg.BinaryExec,
+		state: func(ctx context.Context, session string) (json.RawMessage, error) {
+			sess, err := r.groups.Load(ctx, session)
+			if err != nil {
+				return nil, err
+			}
+			return sess.State, nil
+		},
+		seal: r.sealOutput, patch: r.patchState, watch: &r.execs}
+}
 
 func (x requestReply) exec(ctx context.Context, j *job) bus.Result {
 	def := &j.tool.Def
@@ -88,43 +160,42 @@ func (x requestReply) exec(ctx context.Context, j *job) bus.Result {
 // attempt makes one exec request; retry reports an unavailable or timeout
 // outcome.
 func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Result, bool) {
-	r := x.r
 	deadline, timeout := callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
 	if timeout <= 0 {
 		return timeoutResult(j.call, 0), false
 	}
 	req := bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: attempt}
 	if j.tool.Def.StateInjected {
-		sess, err := r.groups.Load(ctx, j.session)
+		state, err := x.state(ctx, j.session)
 		if err != nil {
 			return internal(j.call, err), false
 		}
-		req.State = sess.State
+		req.State = state
 		if len(req.State) == 0 {
 			req.State = json.RawMessage(`{}`)
 		}
 	}
-	e, err := r.execEvent(ctx, j, req, deadline)
+	e, err := execEvent(ctx, x.source, j, req, deadline)
 	if err != nil {
 		return internal(j.call, err), false
 	}
 	// The worker's context ends at the deadline; its reply ("context
 	// deadline exceeded") may then race the router's own timer, so the
 	// router waits a little longer and judges by the clock.
-	rctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))
+	// One context (and timer) per attempt: the watchdog cancels it too,
+	// marking the watch vanished first.
+	wctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))
 	defer cancel()
-	wctx, vanish := context.WithCancelCause(rctx)
-	defer vanish(nil)
-	w := r.watchExec(j.call.Name, j.key(), vanish)
-	defer r.unwatchExec(w)
-	resp, err := bus.SendRequest(wctx, r.nc, r.subj.Exec(j.call.Name), e)
+	w := x.watch.add(j.call.Name, j.key(), cancel)
+	defer x.watch.remove(w)
+	resp, err := x.nc.RequestMsgWithContext(wctx, x.execMsg(j.call.Name, e))
 	if err != nil {
-		return requestFailed(ctx, wctx, err, j, timeout)
+		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
 	res, patch := execReply(j.call, resp)
-	res, patch = r.sealOutput(j.session, j.key(), res, patch)
+	res, patch = x.seal(j.session, j.key(), res, patch)
 	if patch != nil {
-		if err := r.patchState(j.session, &j.tool.Def, patch); err != nil {
+		if err := x.patch(j.session, &j.tool.Def, patch); err != nil {
 			var be *bus.Error
 			if errors.As(err, &be) && be.Code == bus.CodeToolError { // the worker's fault
 				res = bus.ErrorResult(j.call, bus.CodeToolError, be.Message)
@@ -139,10 +210,29 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	return res, false
 }
 
+// execMsg is the message of exec event e to tool's queue group: binary
+// mode when every live worker of the tool takes it, else structured.
+func (x requestReply) execMsg(tool string, e *bus.Event) *nats.Msg {
+	subject := x.subj.Exec(tool)
+	if x.binary != nil && x.binary(tool) {
+		return bus.BinaryMsg(subject, e)
+	}
+	m, err := e.Msg(subject)
+	if err != nil { // cannot happen: the data is JSON made here
+		return bus.BinaryMsg(subject, e)
+	}
+	return m
+}
+
 // execEvent is the io.toolbus.exec of job j (docs/protocol.md 5.1), for a core
 // request and a durable call's work message alike.
 func (r *Router) execEvent(ctx context.Context, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
-	e, err := bus.NewEvent(bus.TypeExec, r.source, req)
+	return execEvent(ctx, r.source, j, req, deadline)
+}
+
+// execEvent is the io.toolbus.exec of job j from source.
+func execEvent(ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
+	e, err := bus.NewEvent(bus.TypeExec, source, req)
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +256,8 @@ func callDeadline(now time.Time, timeoutMS int64, batch time.Time) (deadline tim
 
 // requestFailed turns an exec request that got no reply into the call's
 // result; retry says whether another attempt may run it. ctx is the call's
-// context, wctx the request's.
-func requestFailed(ctx, wctx context.Context, err error, j *job, timeout time.Duration) (bus.Result, bool) {
+// context; vanished says the watchdog ended the request.
+func requestFailed(ctx context.Context, err error, vanished bool, j *job, timeout time.Duration) (bus.Result, bool) {
 	def := &j.tool.Def
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
@@ -178,7 +268,7 @@ func requestFailed(ctx, wctx context.Context, err error, j *job, timeout time.Du
 		return unknownOutcome(j.call), false
 	case ctx.Err() != nil:
 		return interrupted(j.call), false
-	case context.Cause(wctx) == errVanished:
+	case vanished && !errors.Is(err, context.DeadlineExceeded):
 		// The worker that took the call stopped beating without finishing
 		// it: a read-only or idempotent call may run again elsewhere.
 		return unknownOutcome(j.call), def.ReadOnly || def.Idempotent
@@ -303,28 +393,36 @@ func (r *Router) patchState(session string, def *bus.ToolDef, patch json.RawMess
 	return err
 }
 
-// errVanished cancels an exec request whose worker is gone.
-var errVanished = errors.New("the worker running the call vanished")
-
 // execWatch is an exec request in flight, watched for a vanished worker.
 type execWatch struct {
 	tool, key string
 	since     time.Time
-	vanish    context.CancelCauseFunc
+	cancel    context.CancelFunc
+	vanished  atomic.Bool // set by the watchdog before it cancels
 }
 
-func (r *Router) watchExec(tool, key string, vanish context.CancelCauseFunc) *execWatch {
-	w := &execWatch{tool: tool, key: key, since: time.Now(), vanish: vanish}
-	r.execMu.Lock()
-	r.execs[w] = struct{}{}
-	r.execMu.Unlock()
+// execWatches is the set of exec requests in flight, which the watchdog
+// (watchWorkers) ends when their worker vanished.
+type execWatches struct {
+	mu sync.Mutex
+	m  map[*execWatch]struct{}
+}
+
+func (x *execWatches) add(tool, key string, cancel context.CancelFunc) *execWatch {
+	w := &execWatch{tool: tool, key: key, since: time.Now(), cancel: cancel}
+	x.mu.Lock()
+	if x.m == nil {
+		x.m = map[*execWatch]struct{}{}
+	}
+	x.m[w] = struct{}{}
+	x.mu.Unlock()
 	return w
 }
 
-func (r *Router) unwatchExec(w *execWatch) {
-	r.execMu.Lock()
-	delete(r.execs, w)
-	r.execMu.Unlock()
+func (x *execWatches) remove(w *execWatch) {
+	x.mu.Lock()
+	delete(x.m, w)
+	x.mu.Unlock()
 }
 
 // watchWorkers runs every heartbeat: an exec request older than three
@@ -338,17 +436,18 @@ func (r *Router) watchWorkers(now time.Time, hb time.Duration) {
 	if r.reg.Troubled(now) {
 		return // beats may be missing for want of a bucket, not of workers
 	}
-	r.execMu.Lock()
+	r.execs.mu.Lock()
 	var lost []*execWatch
-	for w := range r.execs {
+	for w := range r.execs.m {
 		if now.Sub(w.since) > 3*hb && !r.reg.MayHold(w.tool, w.key) {
 			lost = append(lost, w)
 		}
 	}
-	r.execMu.Unlock()
+	r.execs.mu.Unlock()
 	for _, w := range lost {
 		r.log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.key)
-		w.vanish(errVanished)
+		w.vanished.Store(true)
+		w.cancel()
 	}
 }
 

@@ -15,6 +15,13 @@ import (
 // before any message carries it: the call's event, the reply and
 // batch.done then show the same reference.
 
+// fitStep is the step that keeps a batch's aggregate messages within the
+// payload limit, over the output port.
+type fitStep struct {
+	outputs    outputPort   // nil: nothing is stored (and nothing checked)
+	maxPayload func() int64 // the connection's payload limit
+}
+
 // fitReserve is kept free in each aggregate message for the envelope, the
 // parked list and the other members.
 const fitReserve = 64 << 10
@@ -23,11 +30,11 @@ const fitReserve = 64 << 10
 // so far and res would not fit in one message. The check and the
 // reservation of res's bytes are one step under the batch's lock, so calls
 // finishing at once cannot each count on the same room.
-func (b *batch) fit(c *callState, res bus.Result) bus.Result {
-	if b.r.outputs == nil {
+func (s fitStep) fit(b *batch, c *callState, res bus.Result) bus.Result {
+	if s.outputs == nil {
 		return res
 	}
-	room := int64(b.r.nc.MaxPayload()) - fitReserve
+	room := s.maxPayload() - fitReserve
 	dup := res.State != bus.StateSuccess
 	size := offload.Bound(res.Output, dup) // cheap, and exact enough for small outputs
 	if size > 64<<10 {
@@ -44,7 +51,7 @@ func (b *batch) fit(c *callState, res bus.Result) bus.Result {
 	c.size = resultOverhead // held while its output is stored
 	b.mu.Unlock()
 	// Fit bounds its own store writes (offload.PutTimeout), past a cancel too.
-	out, err := b.r.outputs.Fit(b.ctx, bus.CallKey(b.session, b.replyID, c.call.ID), res.Output, int(taken)+fitReserve, dup)
+	out, err := s.outputs.Fit(b.ctx, bus.CallKey(b.session, b.replyID, c.call.ID), res.Output, int(taken)+fitReserve, dup)
 	if err != nil {
 		return internal(c.call, fmt.Errorf("the batch's results do not fit in one message and this output could not be stored: %w", err))
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/toolbus/toolbus/rcache"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/skills"
+	"github.com/toolbus/toolbus/store"
 )
 
 // Guard configures the guardrails of docs/guardrails.md: tool search,
@@ -50,12 +51,14 @@ type Guard struct {
 // the steps and verbs the pipeline and the handlers call, each a no-op
 // for a guardrail that is off (or a nil guard).
 type guard struct {
-	id      string // the router's
-	log     *slog.Logger
-	ids     Identities
-	reg     *registry.Registry
-	groups  *groups.Store
-	runTool func(ctx context.Context, j *job) bus.Result
+	id     string // the router's
+	log    *slog.Logger
+	ids    Identities
+	reg    *registry.Registry
+	groups *groups.Store
+	parked *external.Store // a re-sent batch's parked calls were counted (counted)
+	ledger *store.KV       // so were its recorded ones
+	skills *routerSkills   // search_tools finds skills too
 
 	lim     *limits.Limiter        // nil without rules
 	cache   *rcache.Cache          // nil when off
@@ -112,14 +115,14 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 // result within its TTL is answered with it, marked in its metadata
 // (docs/protocol.md 3.3), and nothing runs; otherwise the call runs and a
 // successful result is stored.
-func (g *guard) cachedRun(ctx context.Context, j *job) bus.Result {
-	if g.cache == nil {
-		return g.runTool(ctx, j)
+func (g *guard) cachedRun(ctx context.Context, j *job, run func(context.Context, *job) bus.Result) bus.Result {
+	if g == nil || g.cache == nil {
+		return run(ctx, j)
 	}
 	c := g.cache
 	key, ok := rcache.Key(&j.tool.Def, j.session, userOf(j.user), j.call.Input)
 	if !ok {
-		return g.runTool(ctx, j)
+		return run(ctx, j)
 	}
 	if res, hit := c.Get(ctx, key); hit {
 		g.cached.WithLabelValues(j.call.Name, "hit").Inc()
@@ -127,7 +130,7 @@ func (g *guard) cachedRun(ctx context.Context, j *job) bus.Result {
 		return res
 	}
 	g.cached.WithLabelValues(j.call.Name, "miss").Inc()
-	res := g.runTool(ctx, j)
+	res := run(ctx, j)
 	c.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
 	return res
 }
@@ -141,23 +144,23 @@ func (g *guard) cachedRun(ctx context.Context, j *job) bus.Result {
 // counted; read-only calls run again, and count again). When the counts
 // cannot be reached the call does not run either (fail closed): it ends
 // unavailable.
-func (b *batch) limit(c *callState, spec parkSpec) *bus.Result {
-	if b.r.guard == nil || b.r.guard.lim == nil {
+func (g *guard) limit(b *batch, c *callState, spec parkSpec) *bus.Result {
+	if g == nil || g.lim == nil {
 		return nil
 	}
-	lim := b.r.guard.lim
+	lim := g.lim
 	t := c.target.Tool
 	if t == nil || c.target.Skill {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
-	if b.counted(ctx, c, spec) {
+	if g.counted(ctx, b, c, spec) {
 		return nil
 	}
 	ref, err := lim.Check(ctx, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
 	if err != nil {
-		b.r.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
+		g.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
 		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
 			"ToolUnavailableError: The limits of the tool '%s' cannot be checked right now, so it did not run. Try again shortly.", t.Def.Name)))
 	}
@@ -166,8 +169,8 @@ func (b *batch) limit(c *callState, spec parkSpec) *bus.Result {
 	}
 	res := bus.ErrorResult(c.call, bus.CodeLimitExceeded, ref.Message(t.Def.Name))
 	res.Error.RetryAfterMS = ref.RetryAfterMS()
-	if b.r.guard.audit != nil {
-		b.r.guard.limited.Store(c, ref.Rule)
+	if g.audit != nil {
+		g.limited.Store(c, ref.Rule)
 	}
 	return &res
 }
@@ -175,32 +178,31 @@ func (b *batch) limit(c *callState, spec parkSpec) *bus.Result {
 // counted reports whether an earlier copy of this batch already counted
 // call c: the ledger holds it (a call that is not read-only) or it was
 // parked (a call that parks).
-func (b *batch) counted(ctx context.Context, c *callState, spec parkSpec) bool {
+func (g *guard) counted(ctx context.Context, b *batch, c *callState, spec parkSpec) bool {
 	key := bus.CallKey(b.session, b.replyID, c.call.ID)
 	if spec.kind != "" {
-		_, err := b.r.parked.Get(ctx, key)
+		_, err := g.parked.Get(ctx, key)
 		return err == nil
 	}
 	if c.target.Tool.Def.ReadOnly {
 		return false
 	}
-	_, err := b.r.store.Ledger.Get(ctx, key)
+	_, err := g.ledger.Get(ctx, key)
 	return err == nil
 }
 
 // search runs the built-in search_tools over what the session and its
 // user could reach, skills included.
-func (b *batch) search(ctx context.Context, c *callState) bus.Result {
-	r := b.r
-	sess := r.groups.Session(b.session)
+func (g *guard) search(ctx context.Context, b *batch, c *callState) bus.Result {
+	sess := g.groups.Session(b.session)
 	var docs []groups.SkillDoc
-	if loaderShown(b.req) {
-		gs := r.groups.Groups()
-		for _, s := range r.skills.cat.Skills(userOf(b.data.User)) {
+	if loaderShown(b.req) && g.skills != nil {
+		gs := g.groups.Groups()
+		for _, s := range g.skills.cat.Skills(userOf(b.data.User)) {
 			docs = append(docs, groups.SkillDoc{Name: s.Name, Description: s.Description, Groups: skills.GroupsOf(s.Name, gs)})
 		}
 	}
-	text, err := r.groups.View(r.reg, sess, b.req).Search(ctx, b.session, c.input, docs)
+	text, err := g.groups.View(g.reg, sess, b.req).Search(ctx, b.session, c.input, docs)
 	if err != nil {
 		var be *bus.Error
 		if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
@@ -263,16 +265,16 @@ func (g *guard) natsUser(session string) string {
 	return ""
 }
 
-// audit writes the audit record of a call the batch finished (every call
+// record writes the audit record of a call the batch finished (every call
 // that did not park: parked calls are recorded when they end, recordParked).
-func (b *batch) audit(c *callState, res bus.Result) {
-	if b.r.guard == nil || b.r.guard.audit == nil {
+func (g *guard) record(b *batch, c *callState, res bus.Result) {
+	if g == nil || g.audit == nil {
 		return
 	}
-	tr := b.r.guard.audit
-	sess := b.r.groups.Session(b.session)
-	rec := &audit.Record{Time: time.Now().UTC(), Router: b.r.cfg.ID, Session: b.session, ReplyID: b.replyID, CallID: c.call.ID,
-		User: userOf(b.data.User), NATSUser: b.r.guard.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
+	tr := g.audit
+	sess := g.groups.Session(b.session)
+	rec := &audit.Record{Time: time.Now().UTC(), Router: g.id, Session: b.session, ReplyID: b.replyID, CallID: c.call.ID,
+		User: userOf(b.data.User), NATSUser: g.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
 	if !b.start.IsZero() {
 		rec.DurationMS = time.Since(b.start).Milliseconds()
 	}
@@ -294,7 +296,7 @@ func (b *batch) audit(c *callState, res bus.Result) {
 		rec.Decision.Behavior = audit.Invalid
 	case code == bus.CodeLimitExceeded:
 		rec.Decision.Behavior = audit.Limit
-		if rule, ok := b.r.guard.limited.LoadAndDelete(c); ok {
+		if rule, ok := g.limited.LoadAndDelete(c); ok {
 			rec.Decision.Rule = rule.(string)
 		}
 	default:
@@ -306,7 +308,7 @@ func (b *batch) audit(c *callState, res bus.Result) {
 		rec.Decision.Cached = bytes.Contains(res.Metadata, []byte(`"`+rcache.MetadataKey+`"`))
 	}
 	if err := tr.Write(rec, input); err != nil {
-		b.r.log.Warn("router: audit record not written", "session", b.session, "call", c.call.ID, "err", err)
+		g.log.Warn("router: audit record not written", "session", b.session, "call", c.call.ID, "err", err)
 	}
 }
 

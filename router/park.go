@@ -5,21 +5,33 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 )
 
-// park records the batch's continuation and parks the calls. It reports
-// false when the batch was parked before (a re-sent batch): then the reply
+// parkStep parks the calls of a run that wait for an answer, records the
+// batch's continuation, and hands the run over to it (docs/protocol.md 6.1),
+// over the continuation port alone.
+type parkStep struct {
+	conts     continuationPort
+	subj      bus.Subjects
+	source    string // the parked records' owner
+	maxParked int    // calls one session may have parked at once
+	parked    *prometheus.CounterVec
+}
+
+// park records b's continuation and parks the calls. It reports false
+// when the batch was parked before (a re-sent batch): then the reply
 // describes the first one's state and nothing else runs.
-func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
-	r := b.r
-	if n := len(r.parked.Parked(b.session, "")); n+len(calls) > r.cfg.Limits.MaxParked {
+func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int) bool {
+	if n := len(s.conts.Parked(b.session, "")); n+len(calls) > s.maxParked {
 		// Past the session's limit nothing more parks: these calls end
 		// here, and the batch goes on.
 		for _, c := range calls {
 			b.finish(c, bus.ErrorResult(c.call, bus.CodeLimitExceeded, fmt.Sprintf(
-				"LimitExceededError: The session has %d calls waiting for an answer; at most %d may wait at once. Answer or cancel some first.", n, r.cfg.Limits.MaxParked)))
+				"LimitExceededError: The session has %d calls waiting for an answer; at most %d may wait at once. Answer or cancel some first.", n, s.maxParked)))
 		}
 		return true
 	}
@@ -34,11 +46,14 @@ func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 		b.cont = &external.Batch{Session: b.session, ReplyID: b.replyID, TraceParent: b.trace[0], TraceState: b.trace[1],
 			Expiry: b.expiry, Data: b.data}
 	}
-	if err := r.parked.ParkBatch(ctx, b.cont, b.results(), waiting, next); err != nil {
+	if err := s.conts.ParkBatch(ctx, b.cont, resultsOf(b), waiting, next); err != nil {
 		if errors.Is(err, external.ErrParkedBefore) {
 			b.cont = nil
-			b.adoptParked(ctx, calls, specs)
+			s.adopt(ctx, b, calls, specs)
 			return false
+		}
+		if first {
+			b.cont = nil // nothing was recorded: there is no continuation to settle
 		}
 		for _, c := range calls {
 			b.finish(c, internal(c.call, err))
@@ -50,18 +65,20 @@ func (b *batch) park(calls []*callState, specs []parkSpec, next int) bool {
 		rec := &external.Record{Session: b.session, ReplyID: b.replyID, Call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input},
 			Kind: specs[i].kind, User: b.data.User, Context: b.data.Context, SuggestedRules: specs[i].suggested,
 			Reason: specs[i].reason, RequestScoped: specs[i].requestScoped}
-		if err := r.parked.Park(ctx, rec, r.source); err != nil {
+		if err := s.conts.Park(ctx, rec, s.source); err != nil {
 			b.finish(c, internal(c.call, err))
 			continue
 		}
-		r.m.Parked.WithLabelValues(rec.Kind).Inc()
+		if s.parked != nil {
+			s.parked.WithLabelValues(rec.Kind).Inc()
+		}
 		b.parked = append(b.parked, parkedOf(rec))
 	}
 	for _, c := range b.calls[next:] {
-		b.parked = append(b.parked, b.queued(c))
+		b.parked = append(b.parked, s.queued(c))
 	}
 	if first { // once per batch (docs/protocol.md 3.4), not again when a resumed batch parks more
-		b.publishEvent(bus.TypeCallParked, "", bus.ParkedEvent{Calls: b.parked})
+		b.p.report.publish(b, bus.TypeCallParked, "", bus.ParkedEvent{Calls: b.parked})
 	}
 	return true
 }
@@ -73,13 +90,13 @@ func parkedOf(rec *external.Record) bus.Parked {
 }
 
 // queued is a call held back behind parked ones, as the reply lists it.
-func (b *batch) queued(c *callState) bus.Parked {
+func (s parkStep) queued(c *callState) bus.Parked {
 	return bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: bus.KindQueued,
-		Subject: b.r.subj.Answer(c.call.Name)}
+		Subject: s.subj.Answer(c.call.Name)}
 }
 
-// results collects the results the batch has so far.
-func (b *batch) results() map[string]bus.Result {
+// resultsOf collects the results batch b has so far.
+func resultsOf(b *batch) map[string]bus.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make(map[string]bus.Result, len(b.calls))
@@ -91,16 +108,16 @@ func (b *batch) results() map[string]bus.Result {
 	return out
 }
 
-// settleRun hands a run with parked calls over to the continuation, once
-// the run's other calls have finished. When every answer came in already,
-// the batch goes on here (true); otherwise the router that records the last
+// settle hands a run with parked calls over to the continuation, once the
+// run's other calls have finished. When every answer came in already, the
+// batch goes on here (true); otherwise the router that records the last
 // answer resumes it.
-func (b *batch) settleRun(next int) bool {
+func (s parkStep) settle(b *batch, next int) bool {
 	ctx, cancel := landing()
 	defer cancel()
-	cont, resume, err := b.r.parked.Settle(ctx, b.session, b.replyID, b.results())
+	cont, resume, err := s.conts.Settle(ctx, b.session, b.replyID, resultsOf(b))
 	if err != nil {
-		b.r.log.Error("router: continuation not saved", "session", b.session, "reply", b.replyID, "err", err)
+		b.p.log.Error("router: continuation not saved", "session", b.session, "reply", b.replyID, "err", err)
 		return false
 	}
 	b.cont = cont

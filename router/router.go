@@ -147,11 +147,14 @@ type Router struct {
 	store  *store.Store
 	reg    *registry.Registry
 	groups *groups.Store
-	parked *external.Store
-	led    dedupe
-	events *eventSink
-	skills *routerSkills
-	guard  *guard // guardrails (guard.go)
+	// sessions decides when a batch's session is read from KV (sessions.go)
+	sessions *sessionCache
+	parked   *external.Store
+	led      dedupe
+	events   *eventSink
+	pipe     *pipeline // the batch pipeline over its ports (ports.go)
+	skills   *routerSkills
+	guard    *guard // guardrails (guard.go)
 
 	// The handlers, built in Start.
 	answers  *answers
@@ -165,14 +168,13 @@ type Router struct {
 
 	subs       subscriptions
 	mu         sync.Mutex
-	batches    map[string]*batch // sessionid/replyid → running batch
-	execMu     sync.Mutex
-	execs      map[*execWatch]struct{} // exec requests in flight
-	outputs    *offload.Offloader      // stores outputs that would take a batch's messages past the payload limit
-	stored     *outputs                // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
-	exec       executor                // runs tool calls on workers
-	durable    executor                // runs durable tools' calls through their work queues
-	confirming confirmed               // confirmed calls running outside any batch
+	batches    map[string]*batch  // sessionid/replyid → running batch
+	execs      execWatches        // exec requests in flight (exec.go)
+	outputs    *offload.Offloader // stores outputs that would take a batch's messages past the payload limit
+	stored     *outputs           // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
+	exec       executor           // runs tool calls on workers
+	durable    executor           // runs durable tools' calls through their work queues
+	confirming confirmed          // confirmed calls running outside any batch
 
 	once     sync.Once
 	stopErr  error
@@ -246,7 +248,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	log := cfg.Logger.With("router", cfg.ID)
 	w := &wire{nc: nc, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID, log: log}
 	r := &Router{wire: w, cfg: cfg, sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
-		batches: map[string]*batch{}, execs: map[*execWatch]struct{}{}}
+		batches: map[string]*batch{}}
 	r.life = life.New(life.Config{Cleanup: drainCleanup, LandBudget: landBudget, Logger: log, OnDeadline: func() {
 		r.cutCalls = r.callsInFlight()
 		r.cut.Store(true)
@@ -254,7 +256,6 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	r.base = r.life.Context()
 	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued, queueWait: cfg.QueueWait}
 	r.identify = identities{cfg.Identities}.identify
-	r.exec = requestReply{r}
 	return r, nil
 }
 
@@ -324,6 +325,11 @@ func (r *Router) build(ctx context.Context) error {
 		return fmt.Errorf("router: groups: %w", err)
 	}
 	r.life.Defer(r.groups.Stop)
+	r.sessions = newSessionCache(r.groups, r.store.Sessions, r.cfg.SessionCache)
+	if err := r.sessions.start(bg); err != nil {
+		r.log.Warn("router: sessions not watched; every batch reads its session", "err", err)
+	}
+	r.life.Defer(r.sessions.close)
 	if r.skills, err = startSkills(bg, r.cfg.Skills, r.store, r.log); err != nil {
 		return err
 	}
@@ -348,13 +354,16 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	r.stored = newOutputs(r.wire, r.base, r.subj.ObjectStore(bus.ObjectOutputs))
-	r.guard = &guard{id: r.cfg.ID, log: r.log, ids: r.cfg.Identities, reg: r.reg, groups: r.groups, runTool: r.runTool}
+	r.guard = &guard{id: r.cfg.ID, log: r.log, ids: r.cfg.Identities, reg: r.reg, groups: r.groups, parked: r.parked,
+		ledger: r.store.Ledger, skills: r.skills}
 	if err := newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.guard); err != nil {
 		return err
 	}
 	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
 		return err
 	}
+	r.exec = r.newRequestReply()
+	r.pipe = r.newPipeline()
 	return nil
 }
 

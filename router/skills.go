@@ -94,15 +94,15 @@ func (s *routerSkills) listing(gs *groups.Store, view *groups.View, req *groups.
 
 // resolveName resolves a call's name: the skill loader when it is shown
 // and a skill is visible, else as the group view says.
-func (b *batch) resolveName(view *groups.View, name string) groups.Resolved {
-	if name != skills.LoaderName || !loaderShown(b.req) {
+func (r *Router) resolveName(view *groups.View, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
+	if name != skills.LoaderName || !loaderShown(req) {
 		return view.Resolve(name)
 	}
-	def, ok := b.r.skillView(view.Session(), userOf(b.data.User)).LoaderDef()
+	def, ok := r.skillView(view.Session(), userOf(user)).LoaderDef()
 	if !ok {
 		return view.Resolve(name)
 	}
-	schema, err := b.r.skills.schema(def.InputSchema)
+	schema, err := r.skills.schema(def.InputSchema)
 	if err != nil { // cannot happen: the schema is built here
 		return groups.Resolved{Code: bus.CodeInternal, Message: fmt.Sprintf("InternalError: %v", err)}
 	}
@@ -129,15 +129,14 @@ func (s *routerSkills) schema(raw json.RawMessage) (*schemas.Schema, error) {
 // loadSkill runs load_skill_through_path: read-only for the skill, never
 // asked about, not in the ledger; a successful load adds, for this session
 // only, the groups whose activate_on_skill names the skill.
-func (b *batch) loadSkill(ctx context.Context, c *callState) bus.Result {
-	r := b.r
+func (r *Router) loadSkill(ctx context.Context, session string, user json.RawMessage, call bus.Call, input json.RawMessage) bus.Result {
 	gs := r.groups.Groups()
-	out := r.skillView(r.groups.Session(b.session), userOf(b.data.User)).Load(gs, c.input)
+	out := r.skillView(r.groups.Session(session), userOf(user)).Load(gs, input)
 	if out.Code != "" {
-		return bus.ErrorResult(c.call, out.Code, textOf(out.Output))
+		return bus.ErrorResult(call, out.Code, textOf(out.Output))
 	}
 	if len(out.Activate) > 0 {
-		_, err := r.groups.Update(ctx, b.session, func(s *groups.Session) error {
+		_, err := r.groups.Update(ctx, session, func(s *groups.Session) error {
 			for _, g := range out.Activate {
 				if !slices.Contains(s.Active, g) {
 					s.Active = append(s.Active, g)
@@ -146,10 +145,10 @@ func (b *batch) loadSkill(ctx context.Context, c *callState) bus.Result {
 			return nil
 		})
 		if err != nil {
-			return internal(c.call, err)
+			return internal(call, err)
 		}
 	}
-	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: out.Output}
+	return bus.Result{ID: call.ID, Name: call.Name, State: bus.StateSuccess, Output: out.Output}
 }
 
 // skillsList is the reply of skills.list: every served skill, shared ones

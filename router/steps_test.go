@@ -51,6 +51,9 @@ func TestCheckTurn(t *testing.T) {
 		{"unknown request member is refused", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}],"request":{"tools":[]}}`, nil, bus.CodeBadRequest, `unknown member "tools"`},
 		{"bad expiry", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}]}`, func(e *bus.Event) { e.ExpiryTime = "tomorrow" }, bus.CodeBadEvent, "expirytime"},
 		{"input too large", "r1", `{"calls":[{"id":"c1","name":"echo","input":{"text":"` + strings.Repeat("x", 200) + `"}}]}`, nil, bus.CodeBadRequest, "at most 128 are allowed"},
+		{"events calls", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}],"events":"calls"}`, nil, "", ""},
+		{"events batch", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}],"events":"batch"}`, nil, "", ""},
+		{"bad events", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}],"events":"each"}`, nil, bus.CodeBadRequest, `events "each"`},
 		{"bad request mode", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}],"request":{"mode":"sideways"}}`, nil, bus.CodeBadRequest, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

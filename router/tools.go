@@ -64,5 +64,5 @@ func (r *toolsLister) list(session string, q bus.ToolsQuery) (*bus.ToolsList, er
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)
 	}
-	return &bus.ToolsList{Tools: tools, Groups: view.Groups(), SkillsPrompt: prompt}, nil
+	return &bus.ToolsList{Tools: tools, Groups: view.Groups(), SkillsPrompt: prompt, SessionRev: view.Session().Revision()}, nil
 }

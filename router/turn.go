@@ -40,6 +40,11 @@ func checkTurn(e *bus.Event, lim Limits) (turn, error) {
 	if n > lim.MaxCalls {
 		return turn{}, bus.Errorf(bus.CodeBadRequest, "the batch has %d calls; at most %d are allowed", n, lim.MaxCalls)
 	}
+	switch data.Events {
+	case "", bus.EventsBatch, bus.EventsCalls:
+	default:
+		return turn{}, bus.Errorf(bus.CodeBadRequest, "events %q must be \"batch\" (the default) or \"calls\"", data.Events)
+	}
 	seen := make(map[string]struct{}, n)
 	for _, c := range data.Calls {
 		if !bus.ValidID(c.ID) {

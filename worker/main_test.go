@@ -191,6 +191,13 @@ func (f *fixture) request(t *testing.T, m *nats.Msg) *bus.Event {
 
 func decodeReply(t *testing.T, resp *nats.Msg) *bus.Event {
 	t.Helper()
+	if bus.IsBinary(resp.Header) { // the answer to a binary-mode request (docs/protocol.md 5.2)
+		ev, err := bus.Decode(resp)
+		if err != nil {
+			t.Fatalf("binary reply is not a CloudEvent: %v", err)
+		}
+		return ev
+	}
 	if ct := resp.Header.Get(bus.HeaderContentType); ct != bus.ContentTypeEvent {
 		t.Errorf("reply content-type = %q, want %q", ct, bus.ContentTypeEvent)
 	}

@@ -300,7 +300,9 @@ func (w *Worker) heartbeat(ctx context.Context) {
 func (w *Worker) registration() bus.Register {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups, InFlight: map[string][]string{}}
+	// BinaryExec: this worker reads exec requests in either mode and
+	// answers each in the mode it came in (docs/protocol.md 5.1).
+	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups, InFlight: map[string][]string{}, BinaryExec: true}
 	for _, t := range w.tools {
 		reg.Tools = append(reg.Tools, t.def)
 	}
@@ -406,7 +408,11 @@ type coreReply struct {
 
 func (r coreReply) result(out *bus.Event) {
 	if r.m.Reply != "" {
-		if err := bus.Publish(r.w.nc, r.m.Reply, out); err != nil {
+		send := bus.Publish
+		if bus.IsBinary(r.m.Header) { // answered in the mode it was asked in
+			send = bus.PublishBinary
+		}
+		if err := send(r.w.nc, r.m.Reply, out); err != nil {
 			r.w.log.Warn("worker: reply failed", "subject", r.m.Subject, "call", out.ToolCallID, "err", err)
 		}
 	}

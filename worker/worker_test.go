@@ -489,6 +489,45 @@ func TestMalformedExec(t *testing.T) {
 	wantText(t, execResult(t, f.request(t, &nats.Msg{Subject: f.subj.Exec("echo"), Header: h, Data: body})), bus.StateSuccess, "echo")
 }
 
+// TestExecModes: a structured request is answered in structured mode, a
+// binary one in binary mode, with the same result (docs/protocol.md 5.1,
+// 5.2); the registration says the worker takes binary exec.
+func TestExecModes(t *testing.T) {
+	f := newFixture(t, true)
+	f.startWorker(worker.Config{}, func(w *worker.Worker) {
+		raw(t, w, "echo", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			return textOut("echo " + c.ID), nil
+		})
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	for _, binary := range []bool{false, true} {
+		e := execEvent(t, "echo", "c1", `{}`)
+		m, err := e.Msg(f.subj.Exec("echo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if binary {
+			m = bus.BinaryMsg(f.subj.Exec("echo"), e)
+		}
+		resp, err := f.nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bus.IsBinary(resp.Header); got != binary {
+			t.Fatalf("request binary %v, reply binary %v", binary, got)
+		}
+		ev, err := bus.Decode(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.ToolCallID != "c1" || ev.SessionID != e.SessionID || ev.ReplyID != e.ReplyID {
+			t.Fatalf("reply attributes %+v", ev)
+		}
+		wantText(t, execResult(t, ev), bus.StateSuccess, "echo c1")
+	}
+}
+
 func TestDrainLetsCallsFinish(t *testing.T) {
 	f := newFixture(t, true)
 	g := newGate()

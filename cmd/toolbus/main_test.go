@@ -306,7 +306,8 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
-		if !strings.Contains(stdout.String(), " io.toolbus.call.result c1 echo success: hello watcher\n") {
+		// docs/protocol.md 3.4: the result comes in batch.done, one line per call.
+		if !strings.Contains(stdout.String(), " io.toolbus.batch.done c1 echo success: hello watcher\n") {
 			return fmt.Errorf("no result line in:\n%s", stdout.String())
 		}
 		return nil
@@ -335,7 +336,7 @@ func TestWatchReplay(t *testing.T) {
 		done <- run(ctx, []string{"watch", "--replay", "--session", "*", "--nats", d.url}, &stdout, &stderr)
 	}()
 	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
-		if !strings.Contains(stdout.String(), " w2 io.toolbus.call.result c1 echo success: earlier\n") {
+		if !strings.Contains(stdout.String(), " w2 io.toolbus.batch.done c1 echo success: earlier\n") {
 			return fmt.Errorf("no replayed result line in:\n%s", stdout.String())
 		}
 		return nil

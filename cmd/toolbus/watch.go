@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -44,7 +46,8 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer events.Stop()
 	fmt.Fprintf(stderr, "watching %s (Ctrl-C to stop)\n", cl.Subjects().Events(cn.session))
-	line := func(e *bus.Event) ([]byte, error) { return []byte(eventLine(e, all)), nil }
+	var lines watchLines
+	line := func(e *bus.Event) ([]byte, error) { return []byte(lines.of(e, all)), nil }
 	if *asJSON {
 		line = (*bus.Event).Encode
 	}
@@ -74,4 +77,48 @@ func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, lin
 			}
 		}
 	}
+}
+
+// watchLines renders events for `toolbus watch`. A batch whose results came
+// back in its reply stores only batch.done (docs/protocol.md 3.4), so after
+// batch.done's summary each result that had no call.result of its own gets
+// a line of its own, in the call.result line's form under batch.done's type.
+type watchLines struct {
+	seen map[string]bool // reply/call of the call.result events printed
+}
+
+// maxWatchSeen bounds watchLines.seen; past it the memory starts afresh
+// (a result may then be printed twice, never lost).
+const maxWatchSeen = 4096
+
+func (l *watchLines) of(e *bus.Event, withSession bool) string {
+	out := eventLine(e, withSession)
+	switch e.Type {
+	case bus.TypeCallResult:
+		if l.seen == nil || len(l.seen) >= maxWatchSeen {
+			l.seen = map[string]bool{}
+		}
+		l.seen[e.ReplyID+"/"+e.ToolCallID] = true
+	case bus.TypeBatchDone:
+		var d bus.BatchDone
+		if e.DataAs(&d) != nil {
+			break
+		}
+		for _, r := range d.Results {
+			if l.seen[e.ReplyID+"/"+r.ID] {
+				delete(l.seen, e.ReplyID+"/"+r.ID)
+				continue
+			}
+			res := *e
+			res.ToolCallID = r.ID
+			res.Type = bus.TypeCallResult // rendered as a result
+			raw, err := json.Marshal(r)
+			if err != nil {
+				continue
+			}
+			res.Data = raw
+			out += "\n" + strings.Replace(eventLine(&res, withSession), bus.TypeCallResult, bus.TypeBatchDone, 1)
+		}
+	}
+	return out
 }

@@ -11,10 +11,17 @@ const log = (o) => console.log(JSON.stringify(o));
 const tools = async (req) => (await request(nc, `${P}.tools.${session}`,
   event("io.toolbus.tools.query", source, { format: "openai", ...(req && { request: req }) }, { sessionid: session }))).data.tools;
 
+// sessionrev is the session revision of the last reply (docs/protocol.md
+// 4.2), sent back with the next batch so that a router whose cached session
+// is that new need not read it.
+let sessionrev;
+
 // call sends one batch (the event id is the reply id) and returns the
 // reply; onEvent sees every event of the batch until io.toolbus.batch.done,
-// which done resolves to.
+// which done resolves to. Only calls that finish after the reply (parked
+// ones here) get an io.toolbus.call.result of their own (3.4).
 async function call(replyId, data, onEvent = () => {}) {
+  if (sessionrev) data = { ...data, sessionrev };
   const sub = nc.subscribe(`${P}.events.${session}`);
   await nc.flush(); // subscribed before the batch goes out
   const timer = setTimeout(() => sub.unsubscribe(), 20000);
@@ -33,6 +40,7 @@ async function call(replyId, data, onEvent = () => {}) {
   })();
   const reply = await request(nc, `${P}.call.${session}`,
     event("io.toolbus.call.batch", source, data, { id: replyId, sessionid: session }), 20000);
+  if (reply.data.sessionrev) sessionrev = reply.data.sessionrev;
   return { reply: reply.data, done };
 }
 

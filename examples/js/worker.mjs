@@ -1,5 +1,6 @@
 // A toolbus worker: two tools (js_count reports progress), heartbeats, and
-// leaving on exit. Written from docs/protocol.md (sections 5 and 7).
+// leaving on exit. Written from docs/protocol.md (sections 5 and 7). It declares
+// no binary_exec (7.1), so routers send it structured mode only (5.1).
 import { P, open, event, publish, request, wire, text } from "./lib.mjs";
 
 const id = process.env.WORKER_ID || `js-${process.pid}`;

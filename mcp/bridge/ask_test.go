@@ -36,7 +36,7 @@ func (e *env) publish2(tool, id string, input any) (*client.Events, string) {
 	}
 	e.t.Cleanup(ev.Stop)
 	reply, err := e.client.Publish("s1", bus.Batch{Calls: []bus.Call{{ID: id, Name: tool, Input: client.Input(input)}},
-		User: json.RawMessage(`"alice"`)})
+		User: json.RawMessage(`"alice"`), Events: bus.EventsCalls}) // follows results one by one (docs/protocol.md 3.4)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestAsk(t *testing.T) {
 			ctx, cancel = context.WithTimeout(t.Context(), bound)
 			defer cancel()
 			rep, err := e.client.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "s1", Name: "mcp__t__sample", Input: client.Input(map[string]any{})}},
-				User: json.RawMessage(`"alice"`)})
+				User: json.RawMessage(`"alice"`), Events: bus.EventsCalls}) // follows results one by one (docs/protocol.md 3.4)
 			if err != nil || len(rep.Results) != 1 || text(rep.Results[0]) != "llm: 4" {
 				t.Fatalf("sampling: %+v %v", rep, err)
 			}

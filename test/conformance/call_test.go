@@ -22,8 +22,11 @@ func TestReplyAndEventOrder(t *testing.T) {
 	}, def("slow"), def("fast"))
 
 	ev := s.watch(t, "s1")
-	p := s.callAsync(t, "s1", "turn1", callsData(
-		Call{ID: "c1", Name: "slow"}, Call{ID: "c2", Name: "fast"}, Call{ID: "c3", Name: "nope"}))
+	// "events": "calls" (docs/protocol.md 3.4): a call.result per call, in
+	// completion order, beside batch.done.
+	data := callsData(Call{ID: "c1", Name: "slow"}, Call{ID: "c2", Name: "fast"}, Call{ID: "c3", Name: "nope"})
+	data["events"] = "calls"
+	p := s.callAsync(t, "s1", "turn1", data)
 	// The fast and the unknown call finish first; only then does slow.
 	first := ev.until(func(e *Event) bool { return e.Type == tCallResult && e.ToolCallID == "c2" })
 	release.open()
@@ -39,6 +42,7 @@ func TestReplyAndEventOrder(t *testing.T) {
 		t.Errorf("call.result order %v: want completion order, slow c1 last", order)
 	}
 	done := checkBatchEvents(t, es, "s1", "turn1", "c1", "c2", "c3")
+	checkCallResults(t, es, "turn1", "c1", "c2", "c3")
 	wantSuccess(t, done[0], "slow ran")
 	wantSuccess(t, done[1], "fast ran")
 	wantFailure(t, done[2], "error", "unknown_tool", "ToolNotFoundError: The tool named 'nope' doesn't exist.")

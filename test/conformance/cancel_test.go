@@ -38,7 +38,9 @@ func TestCancelRunningCalls(t *testing.T) {
 	b := newBlocker()
 	s.serve(t, b.handle, def("block"), def("quick"))
 	ev := s.watch(t, "s1")
-	p := s.callAsync(t, "s1", "r1", callsData(Call{ID: "c1", Name: "block"}, Call{ID: "c2", Name: "quick"}, Call{ID: "c3", Name: "block"}))
+	data := callsData(Call{ID: "c1", Name: "block"}, Call{ID: "c2", Name: "quick"}, Call{ID: "c3", Name: "block"})
+	data["events"] = "calls" // to see quick finish (docs/protocol.md 3.4)
+	p := s.callAsync(t, "s1", "r1", data)
 	waitChan(t, b.started, "first call started")
 	waitChan(t, b.started, "second call started")
 	first := ev.until(func(e *Event) bool { return e.Type == tCallResult && e.ToolCallID == "c2" }) // quick finished

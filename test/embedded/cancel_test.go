@@ -134,7 +134,7 @@ func TestCancel(t *testing.T) {
 				})
 				t.Fatalf("%d of %d call.result events of a cancelled batch came after its batch.done", len(calls)-before, len(calls))
 			}
-			checkBatchEvents(t, events, session, replyID, calls, reply.Results)
+			checkBatchEvents(t, events, session, replyID, calls, reply.Results, "c1", "c2") // cancelled: docs/protocol.md 3.4
 		})
 	})
 

@@ -143,7 +143,8 @@ func TestDurableRedeliveredAfterWorkerKilled(t *testing.T) {
 	if f, s := firstRuns.Load(), secondRuns.Load(); f != 1 || s != 1 {
 		t.Fatalf("runs: first worker %d, second %d; want 1 and 1", f, s)
 	}
-	// One call.result for the call in the session's events.
+	// One result for the call in the session's events: batch.done's, and no
+	// call.result, the result came back in the reply (docs/protocol.md 3.4).
 	rp, err := e.client.Replay(testCtx(t), "d2")
 	if err != nil {
 		t.Fatal(err)
@@ -156,8 +157,11 @@ func TestDurableRedeliveredAfterWorkerKilled(t *testing.T) {
 			n++
 		}
 	}
-	if n != 1 {
-		t.Fatalf("%d call.result events for the call, want 1", n)
+	if n != 0 {
+		t.Fatalf("%d call.result events for the call, want none", n)
+	}
+	if last := evs[len(evs)-1]; last.Type != bus.TypeBatchDone {
+		t.Fatalf("last event %s, want batch.done", last.Type)
 	}
 	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		if n := workLeft(t, e); n != 0 {

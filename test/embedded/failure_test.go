@@ -62,7 +62,7 @@ func TestFailureIsolation(t *testing.T) {
 	done := make(chan out, 1)
 	ctx := testCtx(t)
 	go func() {
-		r, err := e.client.Call(ctx, session, bus.Batch{Calls: calls}, client.WithReplyID(replyID))
+		r, err := e.client.Call(ctx, session, bus.Batch{Calls: calls, Events: bus.EventsCalls}, client.WithReplyID(replyID))
 		done <- out{r, err}
 	}()
 	// Both failures are finished on the router while the siblings run.

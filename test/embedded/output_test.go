@@ -40,7 +40,8 @@ func TestOutputPassThrough(t *testing.T) {
 	for name, out := range outputs {
 		t.Run(name, func(t *testing.T) {
 			ev := e.watch(t, "out-"+name)
-			reply := e.call(t, "out-"+name, []bus.Call{{ID: "c1", Name: name}})
+			// "events": "calls": the call.result event must carry the reply's result.
+			reply := e.batch(t, "out-"+name, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: name}}, Events: bus.EventsCalls})
 			r := reply.Results[0]
 			want := bus.Result{ID: "c1", Name: name, State: bus.StateSuccess, Output: out.Output, Metadata: out.Metadata}
 			if want.Output == nil {

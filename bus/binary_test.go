@@ -1,0 +1,133 @@
+package bus_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// execEvent is an io.toolbus.exec as a router sends it.
+func execEvent(t testing.TB) *bus.Event {
+	t.Helper()
+	e, err := bus.NewEvent(bus.TypeExec, "toolbus/router/r1", bus.ExecRequest{
+		Call: bus.Call{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hi"}`)}, Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SessionID, e.ReplyID, e.ToolCallID = "s1", "r1", "c1"
+	e.ExpiryTime = "2030-01-02T03:04:05.006Z"
+	return e
+}
+
+// TestBinaryMsgRoundTrip: BinaryMsg is what Decode reads back, attribute
+// for attribute, with values that need percent-encoding and values that
+// need none; IsBinary tells the two modes apart.
+func TestBinaryMsgRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*bus.Event)
+	}{
+		{"plain", func(*bus.Event) {}},
+		{"trace", func(e *bus.Event) {
+			e.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+			e.TraceState = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+		}},
+		{"source needing escapes", func(e *bus.Event) { e.Source = "my agent/ü%20x" }},
+		{"subject", func(e *bus.Event) { e.Subject = "c1" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := execEvent(t)
+			tc.edit(e)
+			m := bus.BinaryMsg("toolbus.exec.echo", e)
+			if !bus.IsBinary(m.Header) {
+				t.Fatal("not binary")
+			}
+			got, err := bus.Decode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, _ := json.Marshal(e)
+			b, _ := json.Marshal(got)
+			if string(a) != string(b) {
+				t.Fatalf("round trip\n got %s\nwant %s", b, a)
+			}
+			sm, err := e.Msg("x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bus.IsBinary(sm.Header) {
+				t.Fatal("structured message taken for binary")
+			}
+		})
+	}
+}
+
+// FuzzBinaryExecHeaders: the ce- headers of an exec request or result
+// (docs/protocol.md 1, 5.1) as anyone may send them. Decode never panics;
+// it accepts or refuses with bad_event; what it accepts, BinaryMsg encodes
+// back to a message that decodes to the same event.
+func FuzzBinaryExecHeaders(f *testing.F) {
+	f.Add("1.0", "id1", "toolbus/router/r1", bus.TypeExec, "s1", "r1", "c1", "", "Ce-Id", "id1", []byte(`{"call":{"id":"c1","name":"echo"}}`))
+	f.Add("1.0", "id1", "src", bus.TypeExecResult, "s1", "r1", "c1", "2030-01-02T03:04:05Z", "ce-id", "other", []byte(`{"state":"success","output":[]}`))
+	f.Add("1.0", "%ZZ", "src", bus.TypeExec, "s1", "r1", "c1", "", "content-type", "text/plain", []byte(`{}`))
+	f.Add("1.0", "id", "s%C3%28", bus.TypeExec, "", "", "", "", "ce-specversion", "0.3", []byte(`not json`))
+	f.Add("", "", "", "", "", "", "", "", "", "", []byte(nil))
+	f.Fuzz(func(t *testing.T, spec, id, source, typ, session, reply, call, expiry, extraKey, extraVal string, body []byte) {
+		h := nats.Header{}
+		for k, v := range map[string]string{"ce-specversion": spec, "ce-id": id, "ce-source": source, "ce-type": typ,
+			"ce-sessionid": session, "ce-replyid": reply, "ce-toolcallid": call, "ce-expirytime": expiry} {
+			if v != "" {
+				h[k] = []string{v}
+			}
+		}
+		if extraKey != "" {
+			h[extraKey] = append(h[extraKey], extraVal)
+		}
+		e, err := bus.Decode(&nats.Msg{Subject: "toolbus.exec.echo", Header: h, Data: body})
+		if err != nil {
+			var be *bus.Error
+			if !errors.As(err, &be) || be.Code != bus.CodeBadEvent {
+				t.Fatalf("refused with %v, want bad_event", err)
+			}
+			return
+		}
+		if e.DataContentType == "" {
+			e.DataContentType = bus.ContentTypeJSON // BinaryMsg states the default
+		}
+		again, err := bus.Decode(bus.BinaryMsg("toolbus.exec.echo", e))
+		if err != nil {
+			t.Fatalf("re-encoded event refused: %v", err)
+		}
+		a, _ := json.Marshal(e)
+		b, _ := json.Marshal(again)
+		if string(a) != string(b) {
+			t.Fatalf("not a fixed point\n got %s\nwant %s", b, a)
+		}
+	})
+}
+
+// TestBinaryManyHeaders: past the attributes a message usually has, an
+// attribute given twice with different values is still bad_event, and
+// equal values are still accepted.
+func TestBinaryManyHeaders(t *testing.T) {
+	for _, differ := range []bool{false, true} {
+		h := bus.BinaryMsg("x", execEvent(t)).Header
+		for i := range 40 {
+			h["ce-ext"+string(rune('a'+i%26))+string(rune('a'+i/26))] = []string{"v"}
+		}
+		h["ce-extab"] = []string{"v"}
+		if differ {
+			h["Ce-Extab"] = []string{"w"}
+		} else {
+			h["Ce-Extab"] = []string{"v"}
+		}
+		_, err := bus.Decode(&nats.Msg{Subject: "x", Header: h, Data: []byte(`{}`)})
+		if differ != (err != nil) {
+			t.Fatalf("differ %v: %v", differ, err)
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/groups"
+)
+
+// The ports of the batch pipeline: everything a step of a batch needs from
+// outside it, as small interfaces, so that each step is tested with fakes
+// (steps_test.go, ports_test.go) and none holds the Router. newPipeline is
+// the one place that wires them from a running Router.
+//
+//	sessionPort      the session: a snapshot per run, the cache, reset_tools
+//	resolverPort     what a call's name runs: groups, registry, skills
+//	continuationPort parked calls and parked batches (external)
+//	runnerPort       the executors: a tool call, the skill loader
+//	eventPort        session events through the events stream, the reply
+//	outputPort       storing an output that would not fit (fit.go)
+
+// sessionPort is the session as the steps of a batch see it.
+type sessionPort interface {
+	// snapshot makes the session current for a run of a batch: read from
+	// KV unless rev (the batch's sessionrev) lets the cache serve
+	// (sessions.go); the session it returns is what the run decides with.
+	snapshot(ctx context.Context, id string, rev uint64) *groups.Session
+	// session is the session as this router last read or wrote it.
+	session(id string) *groups.Session
+	// revision is the session's KV revision as this router knows it.
+	revision(id string) uint64
+	// touch keeps a session in use from expiring.
+	touch(ctx context.Context, id string) error
+	// reset runs reset_tools.
+	reset(ctx context.Context, id string, input json.RawMessage) (string, error)
+}
+
+// resolverPort says what a call's name runs in a session.
+type resolverPort interface {
+	// resolve resolves name against the session, the batch's request and
+	// (for skills) its user.
+	resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved
+	// refresh reads a tool from KV into the cache: a registration
+	// acknowledged through another router may not have reached this one.
+	refresh(ctx context.Context, name string) error
+}
+
+// continuationPort is the record of parked calls and parked batches
+// (docs/protocol.md 6.1); external.Store serves it.
+type continuationPort interface {
+	ParkBatch(ctx context.Context, b *external.Batch, results map[string]bus.Result, waiting []string, next int) error
+	Park(ctx context.Context, rec *external.Record, source string) error
+	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*external.Batch, bool, error)
+	Finish(ctx context.Context, b *external.Batch) error
+	Release(b *external.Batch)
+	Get(ctx context.Context, key string) (*external.Record, error)
+	GetBatch(ctx context.Context, session, replyID string) (*external.Batch, error)
+	Parked(session, replyID string) []*external.Record
+}
+
+var _ continuationPort = (*external.Store)(nil)
+
+// runnerPort runs what a call resolved to: a tool through its executor
+// (exec.go, durable.go, the ledger), or the skill loader.
+type runnerPort interface {
+	runTool(ctx context.Context, j *job) bus.Result
+	loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result
+}
+
+// eventPort publishes a session's events through the events stream and
+// sends replies.
+type eventPort interface {
+	// publish sends an event on the session's events subject and returns
+	// at once; stored waits for the stream to hold it.
+	publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
+	stored(ctx context.Context, evs []*sentEvent) error
+	// reply sends an event to a reply subject (core NATS).
+	reply(subject string, e *bus.Event) error
+	// event builds an event from this router.
+	event(typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error)
+}
+
+// outputPort stores the output of a result that would take the batch's
+// aggregate messages past the payload limit (fit.go).
+type outputPort interface {
+	Fit(ctx context.Context, key string, out []bus.Block, used int, dup bool) ([]bus.Block, error)
+}
+
+// pipeline is the batch pipeline with its ports wired: each step a small
+// value over the ports it needs. A batch holds the pipeline, never the
+// Router.
+type pipeline struct {
+	sessions sessionPort
+	conts    continuationPort
+	resolve  resolveStep
+	exec     execStep
+	park     parkStep
+	report   reportStep
+	fit      fitStep
+	guard    *guard // quotas (guard.go); the exec and report steps hold it too
+	log      *slog.Logger
+	// base is the parent of every batch's context (the Router's).
+	base context.Context
+}
+
+// newPipeline wires the batch pipeline from a started Router: the one
+// constructor that knows both (docs/router.md, "Ports").
+func (r *Router) newPipeline() *pipeline {
+	var outputs outputPort
+	if r.outputs != nil {
+		outputs = r.outputs
+	}
+	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
+	return &pipeline{
+		sessions: routerSessions{cache: r.sessions, groups: r.groups},
+		conts:    r.parked,
+		resolve:  resolveStep{tools: routerResolver{r}, health: r.store.Health, log: r.log},
+		exec:     execStep{runner: routerRunner{r}, sessions: routerSessions{cache: r.sessions, groups: r.groups}, guard: r.guard},
+		park:     parkStep{conts: r.parked, subj: r.subj, source: r.source, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
+		report:   reportStep{guard: r.guard, events: ev, sessions: routerSessions{cache: r.sessions, groups: r.groups}, m: r.m, log: r.log},
+		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
+		guard:    r.guard,
+		log:      r.log,
+		base:     r.base,
+	}
+}
+
+// The adapters below are the ports over the Router's parts; each is a
+// few lines, so the wiring is visible in one place.
+
+// routerSessions is the sessionPort over groups.Store and the session
+// revision cache.
+type routerSessions struct {
+	cache  *sessionCache
+	groups *groups.Store
+}
+
+func (s routerSessions) snapshot(ctx context.Context, id string, rev uint64) *groups.Session {
+	return s.cache.snapshot(ctx, id, rev)
+}
+func (s routerSessions) session(id string) *groups.Session { return s.groups.Session(id) }
+func (s routerSessions) revision(id string) uint64         { return s.cache.revision(id) }
+func (s routerSessions) touch(ctx context.Context, id string) error {
+	return s.groups.Touch(ctx, id)
+}
+func (s routerSessions) reset(ctx context.Context, id string, input json.RawMessage) (string, error) {
+	return s.groups.Reset(ctx, id, input)
+}
+
+// routerResolver is the resolverPort over groups, registry and skills.
+type routerResolver struct{ r *Router }
+
+func (x routerResolver) resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
+	return x.r.resolveName(x.r.groups.View(x.r.reg, sess, req), req, user, name)
+}
+func (x routerResolver) refresh(ctx context.Context, name string) error {
+	return x.r.reg.Refresh(ctx, name)
+}
+
+// routerRunner is the runnerPort over the Router's executors.
+type routerRunner struct{ r *Router }
+
+func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result { return x.r.runTool(ctx, j) }
+func (x routerRunner) loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result {
+	return x.r.loadSkill(ctx, session, user, c, input)
+}
+
+// routerEvents is the eventPort over the events sink and the connection.
+type routerEvents struct {
+	nc     *nats.Conn
+	subj   bus.Subjects
+	source string
+	sink   *eventSink
+}
+
+func (x routerEvents) event(typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
+	return newRouterEvent(x.source, typ, session, replyID, callID, trace, data)
+}
+
+func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
+	e, err := x.event(typ, session, replyID, callID, trace, data)
+	if err != nil {
+		return nil, err
+	}
+	m, err := e.Msg(x.subj.Events(session))
+	if err != nil {
+		return nil, err
+	}
+	return x.sink.publish(m, e.ID), nil
+}
+
+func (x routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
+	return x.sink.stored(ctx, evs)
+}
+
+func (x routerEvents) reply(subject string, e *bus.Event) error { return bus.Publish(x.nc, subject, e) }

@@ -1,0 +1,400 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/registry"
+)
+
+// Fakes of the pipeline's ports: structs with func fields (and a record of
+// what they were asked), so that each step runs without NATS or a Router.
+
+type fakeSessions struct {
+	sess   *groups.Session
+	rev    uint64
+	resets []string
+}
+
+func (f *fakeSessions) snapshot(context.Context, string, uint64) *groups.Session { return f.sess }
+func (f *fakeSessions) session(string) *groups.Session                           { return f.sess }
+func (f *fakeSessions) revision(string) uint64                                   { return f.rev }
+func (f *fakeSessions) touch(context.Context, string) error                      { return nil }
+func (f *fakeSessions) reset(_ context.Context, _ string, in json.RawMessage) (string, error) {
+	f.resets = append(f.resets, string(in))
+	if strings.Contains(string(in), "bad") {
+		return "", bus.Errorf(bus.CodeInvalidInput, "Invalid group name(s): bad.")
+	}
+	return "The currently activated tool group(s): ops.", nil
+}
+
+type fakeResolver struct {
+	known     map[string]*registry.Tool // what resolves
+	refreshed []string
+	onRefresh map[string]*registry.Tool // what becomes known once read from KV
+}
+
+func (f *fakeResolver) resolve(_ *groups.Session, _ *groups.Request, _ json.RawMessage, name string) groups.Resolved {
+	if name == "reset_tools" {
+		return groups.Resolved{Reset: true}
+	}
+	if t, ok := f.known[name]; ok {
+		return groups.Resolved{Tool: t}
+	}
+	return groups.Resolved{Code: bus.CodeUnknownTool, Message: "ToolNotFoundError: " + name}
+}
+
+func (f *fakeResolver) refresh(_ context.Context, name string) error {
+	f.refreshed = append(f.refreshed, name)
+	if t, ok := f.onRefresh[name]; ok {
+		f.known[name] = t
+	}
+	return nil
+}
+
+type fakeRunner struct {
+	mu    sync.Mutex
+	tools []string
+	skill int
+}
+
+func (f *fakeRunner) runTool(_ context.Context, j *job) bus.Result {
+	f.mu.Lock()
+	f.tools = append(f.tools, j.call.ID)
+	f.mu.Unlock()
+	return bus.Result{ID: j.call.ID, Name: j.call.Name, State: bus.StateSuccess, Output: bus.Text("ran " + j.call.ID)}
+}
+
+func (f *fakeRunner) loadSkill(_ context.Context, _ string, _ json.RawMessage, c bus.Call, _ json.RawMessage) bus.Result {
+	f.skill++
+	return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text("skill")}
+}
+
+type fakeEvents struct {
+	mu      sync.Mutex
+	types   []string // type:callid of every event published
+	replies []*bus.Event
+}
+
+func (f *fakeEvents) event(typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
+	return newRouterEvent("toolbus/router/test", typ, session, replyID, callID, trace, data)
+}
+
+func (f *fakeEvents) publish(typ, _, _, callID string, _ [2]string, _ any) (*sentEvent, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.types = append(f.types, strings.TrimPrefix(typ, "io.toolbus.")+":"+callID)
+	return &sentEvent{}, nil
+}
+
+func (f *fakeEvents) stored(context.Context, []*sentEvent) error { return nil }
+
+func (f *fakeEvents) reply(_ string, e *bus.Event) error {
+	f.replies = append(f.replies, e)
+	return nil
+}
+
+type fakeConts struct {
+	parked     []*external.Record
+	parkBefore bool
+	batches    int
+	settle     func() (*external.Batch, bool, error)
+}
+
+func (f *fakeConts) ParkBatch(_ context.Context, b *external.Batch, _ map[string]bus.Result, _ []string, _ int) error {
+	if f.parkBefore {
+		return external.ErrParkedBefore
+	}
+	f.batches++
+	return nil
+}
+func (f *fakeConts) Park(_ context.Context, rec *external.Record, _ string) error {
+	rec.Subject = "toolbus.answer." + rec.Call.Name
+	f.parked = append(f.parked, rec)
+	return nil
+}
+func (f *fakeConts) Settle(context.Context, string, string, map[string]bus.Result) (*external.Batch, bool, error) {
+	if f.settle != nil {
+		return f.settle()
+	}
+	return &external.Batch{}, false, nil
+}
+func (f *fakeConts) Finish(context.Context, *external.Batch) error { return nil }
+func (f *fakeConts) Release(*external.Batch)                       {}
+func (f *fakeConts) Get(context.Context, string) (*external.Record, error) {
+	return nil, errors.New("not found")
+}
+func (f *fakeConts) GetBatch(context.Context, string, string) (*external.Batch, error) {
+	return &external.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}, nil
+}
+func (f *fakeConts) Parked(string, string) []*external.Record { return f.parked }
+
+var _ continuationPort = (*fakeConts)(nil)
+
+// fakePipeline wires a pipeline from fakes.
+type fakePipeline struct {
+	sessions *fakeSessions
+	resolver *fakeResolver
+	runner   *fakeRunner
+	events   *fakeEvents
+	conts    *fakeConts
+	p        *pipeline
+}
+
+func newFakePipeline(t *testing.T, tools ...bus.ToolDef) *fakePipeline {
+	t.Helper()
+	f := &fakePipeline{sessions: &fakeSessions{sess: &groups.Session{Mode: "default"}, rev: 7},
+		resolver: &fakeResolver{known: map[string]*registry.Tool{}, onRefresh: map[string]*registry.Tool{}},
+		runner:   &fakeRunner{}, events: &fakeEvents{}, conts: &fakeConts{}}
+	for _, d := range tools {
+		d.Permission = bus.PermissionAllow
+		f.resolver.known[d.Name] = tool(t, d)
+	}
+	log := slog.New(slog.DiscardHandler)
+	f.p = &pipeline{sessions: f.sessions, conts: f.conts, log: log, base: context.Background(),
+		resolve: resolveStep{tools: f.resolver, log: log},
+		exec:    execStep{runner: f.runner, sessions: f.sessions},
+		park:    parkStep{conts: f.conts, subj: bus.NewSubjects(""), source: "toolbus/router/test", maxParked: 2},
+		report:  reportStep{events: f.events, sessions: f.sessions, log: log},
+		fit:     fitStep{}}
+	return f
+}
+
+// batchOf is a new batch of calls on the fake pipeline.
+func (f *fakePipeline) batchOf(t *testing.T, events string, calls ...bus.Call) *batch {
+	t.Helper()
+	tn, err := newTurn("s1", "r1", [2]string{}, "", bus.Batch{Calls: calls, Events: events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.p.newBatch(tn, time.Now())
+}
+
+func call(id, name string) bus.Call {
+	return bus.Call{ID: id, Name: name, Input: json.RawMessage(`{}`)}
+}
+
+// TestPipelineEvents: the events a batch publishes, by what it asked and
+// how its calls ended (docs/protocol.md 3.4), and the reply's sessionrev.
+func TestPipelineEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events string
+		cont   bool // a continuation: its calls finish after the reply
+		want   []string
+	}{
+		{"default: batch.done only", "", false, []string{"batch.done:"}},
+		{"explicit batch", bus.EventsBatch, false, []string{"batch.done:"}},
+		{"events calls", bus.EventsCalls, false, []string{"call.result:c1", "call.result:c2", "batch.done:"}},
+		{"continuation", "", true, []string{"call.result:c1", "call.result:c2", "batch.done:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakePipeline(t, bus.ToolDef{Name: "echo", ReadOnly: true})
+			b := f.batchOf(t, tc.events, call("c1", "echo"), call("c2", "nope"))
+			if tc.cont {
+				b.start = time.Time{}
+			}
+			if !b.run(0) {
+				t.Fatal("batch did not complete")
+			}
+			b.done()
+			b.reply("_INBOX.x")
+			got := slices.Clone(f.events.types)
+			slices.Sort(got[:len(got)-1])
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("events %v, want %v", got, tc.want)
+			}
+			var r bus.Reply
+			if err := f.events.replies[0].DataAs(&r); err != nil {
+				t.Fatal(err)
+			}
+			if r.SessionRev != 7 || len(r.Results) != 2 || r.Results[0].State != bus.StateSuccess || r.Results[1].Error.Code != bus.CodeUnknownTool {
+				t.Fatalf("reply %s", f.events.replies[0].Data)
+			}
+		})
+	}
+}
+
+// TestOwnEvent: which results get an io.toolbus.call.result of their own.
+func TestOwnEvent(t *testing.T) {
+	now := time.Now()
+	ok := bus.Result{State: bus.StateSuccess}
+	cancelled := bus.Result{State: bus.StateInterrupted}
+	for _, tc := range []struct {
+		name   string
+		events string
+		start  time.Time
+		res    bus.Result
+		want   bool
+	}{
+		{"in the reply", "", now, ok, false},
+		{"asked per call", bus.EventsCalls, now, ok, true},
+		{"after the reply", "", time.Time{}, ok, true},
+		{"cancelled", "", now, cancelled, true},
+	} {
+		b := &batch{start: tc.start}
+		b.data.Events = tc.events
+		if got := ownEvent(b, tc.res); got != tc.want {
+			t.Errorf("%s: ownEvent %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestResolveStepRefreshes: a call that resolves to an unknown tool is
+// resolved again after the tool is read from KV, once per name.
+func TestResolveStepRefreshes(t *testing.T) {
+	f := newFakePipeline(t)
+	f.resolver.onRefresh["late"] = tool(t, bus.ToolDef{Name: "late", ReadOnly: true, Permission: bus.PermissionAllow})
+	b := f.batchOf(t, "", call("c1", "late"), call("c2", "late"), call("c3", "gone"), call("c4", "bad name!"))
+	b.resolveFrom(0)
+	if !slices.Equal(f.resolver.refreshed, []string{"late", "gone"}) {
+		t.Fatalf("refreshed %v, want late and gone once each (not an invalid name)", f.resolver.refreshed)
+	}
+	for i, want := range []string{"", "", bus.CodeUnknownTool, bus.CodeUnknownTool} {
+		if got := b.calls[i].target.Code; got != want {
+			t.Errorf("call %d: code %q, want %q", i, got, want)
+		}
+	}
+}
+
+// TestExecStep: reset_tools and the skill loader run in the router, a tool
+// through the runner; reset_tools' invalid input is its own result.
+func TestExecStep(t *testing.T) {
+	f := newFakePipeline(t, bus.ToolDef{Name: "echo", ReadOnly: true})
+	b := f.batchOf(t, "", call("c1", "echo"), bus.Call{ID: "c2", Name: "reset_tools", Input: json.RawMessage(`{"ops":true}`)},
+		bus.Call{ID: "c3", Name: "reset_tools", Input: json.RawMessage(`{"bad":true}`)})
+	b.resolveFrom(0)
+	b.calls = append(b.calls, &callState{call: call("c4", "load_skill_through_path"), target: groups.Resolved{Skill: true}})
+	want := []struct{ state, code string }{{bus.StateSuccess, ""}, {bus.StateSuccess, ""}, {bus.StateError, bus.CodeInvalidInput}, {bus.StateSuccess, ""}}
+	for i, c := range b.calls {
+		res := f.p.exec.run(context.Background(), b, c)
+		if res.State != want[i].state || want[i].code != "" && (res.Error == nil || res.Error.Code != want[i].code) {
+			t.Errorf("call %s: %+v", c.call.ID, res)
+		}
+	}
+	if !slices.Equal(f.runner.tools, []string{"c1"}) || f.runner.skill != 1 || len(f.sessions.resets) != 2 {
+		t.Fatalf("runner ran %v, skills %d, resets %v", f.runner.tools, f.runner.skill, f.sessions.resets)
+	}
+}
+
+// TestParkStep: an external call parks (its record, the continuation, one
+// call.parked, queued calls listed); past the session's limit it ends
+// limit_exceeded instead; a batch parked before adopts the first copy's
+// state and runs nothing.
+func TestParkStep(t *testing.T) {
+	ext := bus.ToolDef{Name: "ext", External: true}
+	t.Run("parks", func(t *testing.T) {
+		f := newFakePipeline(t, ext, bus.ToolDef{Name: "echo", ReadOnly: true})
+		b := f.batchOf(t, "", call("p1", "ext"), call("c2", "echo"))
+		b.calls[1].target.Tool = f.resolver.known["echo"]
+		b.calls[1].target.Tool.Def.ConcurrencySafe = false // held back behind the park
+		if b.run(0) {
+			t.Fatal("a batch with a parked call completed")
+		}
+		if len(f.conts.parked) != 1 || f.conts.batches != 1 {
+			t.Fatalf("parked %d records, %d continuations", len(f.conts.parked), f.conts.batches)
+		}
+		if len(b.parked) != 2 || b.parked[0].Kind != bus.KindExternal || b.parked[1].Kind != bus.KindQueued {
+			t.Fatalf("reply's parked %+v", b.parked)
+		}
+		if !slices.Equal(f.events.types, []string{"call.parked:"}) {
+			t.Fatalf("events %v", f.events.types)
+		}
+	})
+	t.Run("limit", func(t *testing.T) {
+		f := newFakePipeline(t, ext)
+		f.conts.parked = make([]*external.Record, 2) // the session's limit (2) is reached
+		b := f.batchOf(t, "", call("p1", "ext"))
+		if !b.run(0) {
+			t.Fatal("a call past the limit parked")
+		}
+		if c := b.calls[0].result; c == nil || c.Error == nil || c.Error.Code != bus.CodeLimitExceeded {
+			t.Fatalf("result %+v", c)
+		}
+	})
+	t.Run("parked before", func(t *testing.T) {
+		f := newFakePipeline(t, ext)
+		f.conts.parkBefore = true
+		b := f.batchOf(t, "", call("p1", "ext"))
+		if b.run(0) || len(f.conts.parked) != 0 {
+			t.Fatalf("a re-sent batch parked again: %d", len(f.conts.parked))
+		}
+		if len(b.parked) != 1 || b.parked[0].ID != "p1" {
+			t.Fatalf("reply's parked %+v", b.parked)
+		}
+	})
+}
+
+// TestCanSkip is the rule of docs/protocol.md 4.2 for skipping a batch's
+// session read.
+func TestCanSkip(t *testing.T) {
+	for _, tc := range []struct {
+		asked, have uint64
+		current     bool
+		want        bool
+	}{
+		{0, 9, true, false},  // no sessionrev: read as before
+		{5, 9, true, true},   // cache newer than the agent's revision
+		{9, 9, true, true},   // equal
+		{10, 9, true, false}, // the agent saw a write this router has not
+		{5, 9, false, false}, // the watch saw a newer write
+		{5, 0, true, false},  // not cached
+	} {
+		if got := canSkip(tc.asked, tc.have, tc.current); got != tc.want {
+			t.Errorf("canSkip(%d, %d, %v) = %v, want %v", tc.asked, tc.have, tc.current, got, tc.want)
+		}
+	}
+}
+
+// TestSessionCacheWatch: what the watch delivers makes cached sessions
+// stale; past its bound every older cached session counts as stale.
+func TestSessionCacheWatch(t *testing.T) {
+	c := &sessionCache{newer: map[string]uint64{}, limit: 2, ready: true}
+	if !c.current("a", 3) {
+		t.Fatal("nothing seen: current")
+	}
+	c.seen("a", 5)
+	if c.current("a", 3) || !c.current("a", 5) || !c.current("b", 1) {
+		t.Fatal("a write of a at 5 must make a@3 stale, and only it")
+	}
+	c.seen("b", 6)
+	c.seen("c", 7) // past the bound: floor 6
+	if c.current("a", 5) || c.current("b", 5) || !c.current("b", 6) || !c.current("c", 7) || c.current("c", 6) {
+		t.Fatalf("after the overflow: floor %d, newer %v", c.floor, c.newer)
+	}
+	c.ready = false
+	if c.current("c", 7) {
+		t.Fatal("without a watch nothing is current")
+	}
+}
+
+// TestExecMsgMode: binary mode when every live worker takes it, else
+// structured (docs/protocol.md 5.1); both decode to the same event.
+func TestExecMsgMode(t *testing.T) {
+	e, err := bus.NewEvent(bus.TypeExec, "toolbus/router/r1", bus.ExecRequest{Call: call("c1", "echo"), Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SessionID, e.ReplyID, e.ToolCallID, e.ExpiryTime = "s1", "r1", "c1", "2030-01-01T00:00:00Z"
+	for _, binary := range []bool{false, true} {
+		x := requestReply{subj: bus.NewSubjects(""), binary: func(string) bool { return binary }}
+		m := x.execMsg("echo", e)
+		if m.Subject != "toolbus.exec.echo" || bus.IsBinary(m.Header) != binary {
+			t.Fatalf("binary %v: subject %s, header %v", binary, m.Subject, m.Header)
+		}
+		got, err := bus.Decode(m)
+		if err != nil || got.ID != e.ID || got.ToolCallID != "c1" || string(got.Data) != string(e.Data) {
+			t.Fatalf("binary %v: decoded %+v, %v", binary, got, err)
+		}
+	}
+}
