@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -362,14 +363,14 @@ func (r *Router) build(ctx context.Context) error {
 	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
 		return err
 	}
-	r.exec = r.newRequestReply()
-	r.pipe = r.newPipeline()
 	return nil
 }
 
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
 	r.sealOutput, r.skillView = r.stored.sealOutput, r.skills.view(r.groups)
+	r.exec = r.newRequestReply() // after sealOutput: it seals the workers' outputs
+	r.pipe = r.newPipeline()
 	r.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, execEvent: r.execEvent}
 	r.answers = &answers{wire: r.wire, base: r.base, landing: r.life.Landing, parked: r.parked, reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: r.publishEvent, stored: r.events.stored,
@@ -451,7 +452,7 @@ func (r *Router) handle(h func(*nats.Msg), m *nats.Msg) {
 		defer func() {
 			r.m.Inflight.Dec()
 			if p := recover(); p != nil {
-				r.log.Error("router: handler panicked", "subject", m.Subject, "panic", p)
+				r.log.Error("router: handler panicked", "subject", m.Subject, "panic", p, "stack", string(debug.Stack()))
 				_ = bus.RespondError(r.nc, m, r.source, bus.Errorf(bus.CodeInternal, "router failed on this message"))
 			}
 			<-r.sem
