@@ -64,9 +64,6 @@ type callState struct {
 	cancel context.CancelFunc
 }
 
-// newBatch starts the batch of a turn.
-func (r *Router) newBatch(t turn, start time.Time) *batch { return r.pipe.newBatch(t, start) }
-
 // newBatch starts the batch of a turn on the pipeline.
 func (p *pipeline) newBatch(t turn, start time.Time) *batch {
 	b := &batch{p: p, turn: t, start: start, calls: make([]*callState, len(t.data.Calls))}
@@ -79,12 +76,12 @@ func (p *pipeline) newBatch(t turn, start time.Time) *batch {
 
 // fromContinuation rebuilds a batch from its continuation, with the
 // results recorded so far.
-func (r *Router) fromContinuation(cont *external.Batch) (*batch, error) {
+func (p *pipeline) fromContinuation(cont *external.Batch) (*batch, error) {
 	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
 	if err != nil {
 		return nil, err
 	}
-	b := r.newBatch(t, time.Time{})
+	b := p.newBatch(t, time.Time{})
 	b.cont = cont
 	for _, c := range b.calls {
 		if res, ok := cont.Results[c.call.ID]; ok {
@@ -128,10 +125,10 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	b := r.newBatch(t, time.Now())
+	b := r.pipe.newBatch(t, time.Now())
 	r.m.Batches.Inc()
-	r.track(b)
-	defer r.untrack(b)
+	r.batches.track(b)
+	defer r.batches.untrack(b)
 	if err := b.p.sessions.touch(b.ctx, b.session); err != nil {
 		r.log.Warn("router: session not touched", "session", b.session, "err", err)
 	}
@@ -144,7 +141,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 	// continuation (parked and queued calls), which cancelParked handles
 	// once. Left tracked until the reply, the batch would also interrupt
 	// them itself, and each would get two results.
-	r.untrack(b)
+	r.batches.untrack(b)
 	if complete {
 		b.done()
 	} else {
@@ -327,31 +324,3 @@ func (b *batch) stored() { b.p.report.stored(b) }
 
 // reply sends io.toolbus.call.reply (reportStep.reply).
 func (b *batch) reply(subject string) { b.p.report.reply(b, subject) }
-
-// track makes a batch reachable by cancels; untrack forgets it.
-func (r *Router) track(b *batch) {
-	r.mu.Lock()
-	r.batches[external.BatchKey(b.session, b.replyID)] = b
-	r.mu.Unlock()
-}
-
-func (r *Router) untrack(b *batch) {
-	key := external.BatchKey(b.session, b.replyID)
-	r.mu.Lock()
-	if r.batches[key] == b {
-		delete(r.batches, key)
-	}
-	r.mu.Unlock()
-	b.cancel()
-}
-
-// eventFor builds an event about a call or batch from this router.
-func (r *Router) eventFor(typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
-	return newRouterEvent(r.source, typ, session, replyID, callID, trace, data)
-}
-
-// publishEvent publishes an event on a session's events subject, through
-// the events stream, and returns at once; events.stored waits for it.
-func (r *Router) publishEvent(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
-	return routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}.publish(typ, session, replyID, callID, trace, data)
-}

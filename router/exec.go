@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,21 +85,29 @@ type executor interface {
 	exec(ctx context.Context, j *job) bus.Result
 }
 
+// toolRunner runs a tool call through the executor its definition asks
+// for, and the dedupe ledger.
+type toolRunner struct {
+	exec    executor // core request/reply to the workers
+	durable executor // durable tools' work queues
+	led     dedupe
+}
+
 // runTool runs a tool call, in a span of its own: a durable tool's through
 // its work queue (which records in the ledger itself), another tool's
 // through the dedupe ledger when it is not read-only (at most once per call
 // key), straight to the executor when it is.
-func (r *Router) runTool(ctx context.Context, j *job) bus.Result {
+func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 	ctx, span := tracing.StartTool(tracing.Extract(ctx, j.trace[0], j.trace[1]), trace.SpanKindClient, j.call.Name, j.call.ID, j.session)
 	defer span.End()
 	var res bus.Result
 	switch def := &j.tool.Def; {
 	case def.Durable:
-		res = r.durable.exec(ctx, j)
+		res = t.durable.exec(ctx, j)
 	case def.ReadOnly:
-		res = r.exec.exec(ctx, j)
+		res = t.exec.exec(ctx, j)
 	default:
-		res = r.led.once(ctx, j, r.exec)
+		res = t.led.once(ctx, j, t.exec)
 	}
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
@@ -137,7 +146,10 @@ func (r *Router) newRequestReply() requestReply {
 			}
 			return sess.State, nil
 		},
-		seal: r.sealOutput, patch: r.patchState, watch: &r.execs}
+		seal: r.sealOutput, watch: &r.execs,
+		patch: func(session string, def *bus.ToolDef, patch json.RawMessage) error {
+			return patchState(r.groups, session, def, patch)
+		}}
 }
 
 func (x requestReply) exec(ctx context.Context, j *job) bus.Result {
@@ -224,13 +236,8 @@ func (x requestReply) execMsg(tool string, e *bus.Event) *nats.Msg {
 	return m
 }
 
-// execEvent is the io.toolbus.exec of job j (docs/protocol.md 5.1), for a core
-// request and a durable call's work message alike.
-func (r *Router) execEvent(ctx context.Context, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
-	return execEvent(ctx, r.source, j, req, deadline)
-}
-
-// execEvent is the io.toolbus.exec of job j from source.
+// execEvent is the io.toolbus.exec of job j from source (docs/protocol.md
+// 5.1), for a core request and a durable call's work message alike.
 func execEvent(ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
 	e, err := bus.NewEvent(bus.TypeExec, source, req)
 	if err != nil {
@@ -372,13 +379,13 @@ func textOf(blocks []bus.Block) string {
 // patchState applies a worker's JSON merge patch (RFC 7386) to the
 // session's agent state, with compare-and-set so that concurrent patches
 // from two calls both land.
-func (r *Router) patchState(session string, def *bus.ToolDef, patch json.RawMessage) error {
+func patchState(gs *groups.Store, session string, def *bus.ToolDef, patch json.RawMessage) error {
 	if !def.StateInjected {
 		return bus.Errorf(bus.CodeToolError, "Error: the tool returned a state_patch but is not registered with state_injected; the patch was not applied.")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := r.groups.Update(ctx, session, func(s *groups.Session) error {
+	_, err := gs.Update(ctx, session, func(s *groups.Session) error {
 		cur := s.State
 		if len(cur) == 0 {
 			cur = json.RawMessage(`{}`)
@@ -432,20 +439,20 @@ func (x *execWatches) remove(w *execWatch) {
 // timeout. While a live worker of the tool does not report its calls in
 // flight (a worker written from docs/protocol.md alone), nothing can be told and
 // the call waits for its timeout.
-func (r *Router) watchWorkers(now time.Time, hb time.Duration) {
-	if r.reg.Troubled(now) {
+func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registry.Registry, log *slog.Logger) {
+	if reg.Troubled(now) {
 		return // beats may be missing for want of a bucket, not of workers
 	}
-	r.execs.mu.Lock()
+	x.mu.Lock()
 	var lost []*execWatch
-	for w := range r.execs.m {
-		if now.Sub(w.since) > 3*hb && !r.reg.MayHold(w.tool, w.key) {
+	for w := range x.m {
+		if now.Sub(w.since) > 3*hb && !reg.MayHold(w.tool, w.key) {
 			lost = append(lost, w)
 		}
 	}
-	r.execs.mu.Unlock()
+	x.mu.Unlock()
 	for _, w := range lost {
-		r.log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.key)
+		log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.key)
 		w.vanished.Store(true)
 		w.cancel()
 	}

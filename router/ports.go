@@ -110,12 +110,11 @@ type pipeline struct {
 
 // newPipeline wires the batch pipeline from a started Router: the one
 // constructor that knows both (docs/router.md, "Ports").
-func (r *Router) newPipeline() *pipeline {
+func (r *Router) newPipeline(ev routerEvents) *pipeline {
 	var outputs outputPort
 	if r.outputs != nil {
 		outputs = r.outputs
 	}
-	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
 	return &pipeline{
 		sessions: routerSessions{cache: r.sessions, groups: r.groups},
 		conts:    r.parked,
@@ -156,7 +155,7 @@ func (s routerSessions) reset(ctx context.Context, id string, input json.RawMess
 type routerResolver struct{ r *Router }
 
 func (x routerResolver) resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
-	return x.r.resolveName(x.r.groups.View(x.r.reg, sess, req), req, user, name)
+	return x.r.skills.resolveName(x.r.groups.View(x.r.reg, sess, req), req, user, name)
 }
 func (x routerResolver) refresh(ctx context.Context, name string) error {
 	return x.r.reg.Refresh(ctx, name)
@@ -165,9 +164,11 @@ func (x routerResolver) refresh(ctx context.Context, name string) error {
 // routerRunner is the runnerPort over the Router's executors.
 type routerRunner struct{ r *Router }
 
-func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result { return x.r.runTool(ctx, j) }
+func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result {
+	return x.r.tools.runTool(ctx, j)
+}
 func (x routerRunner) loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result {
-	return x.r.loadSkill(ctx, session, user, c, input)
+	return x.r.skills.loadSkill(ctx, session, user, c, input)
 }
 
 // routerEvents is the eventPort over the events sink and the connection.

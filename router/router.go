@@ -168,13 +168,11 @@ type Router struct {
 	skillView  func(sess *groups.Session, user string) *skills.View
 
 	subs       subscriptions
-	mu         sync.Mutex
-	batches    map[string]*batch  // sessionid/replyid → running batch
+	batches    runningBatches     // running.go
 	execs      execWatches        // exec requests in flight (exec.go)
 	outputs    *offload.Offloader // stores outputs that would take a batch's messages past the payload limit
 	stored     *outputs           // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
-	exec       executor           // runs tool calls on workers
-	durable    executor           // runs durable tools' calls through their work queues
+	tools      toolRunner         // runs tool calls on workers, through work queues and the ledger (exec.go)
 	confirming confirmed          // confirmed calls running outside any batch
 
 	once     sync.Once
@@ -248,10 +246,9 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}
 	log := cfg.Logger.With("router", cfg.ID)
 	w := &wire{nc: nc, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID, log: log}
-	r := &Router{wire: w, cfg: cfg, sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute),
-		batches: map[string]*batch{}}
+	r := &Router{wire: w, cfg: cfg, sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute)}
 	r.life = life.New(life.Config{Cleanup: drainCleanup, LandBudget: landBudget, Logger: log, OnDeadline: func() {
-		r.cutCalls = r.callsInFlight()
+		r.cutCalls = r.batches.callsInFlight()
 		r.cut.Store(true)
 	}})
 	r.base = r.life.Context()
@@ -331,7 +328,7 @@ func (r *Router) build(ctx context.Context) error {
 		r.log.Warn("router: sessions not watched; every batch reads its session", "err", err)
 	}
 	r.life.Defer(r.sessions.close)
-	if r.skills, err = startSkills(bg, r.cfg.Skills, r.store, r.log); err != nil {
+	if r.skills, err = startSkills(bg, r.cfg.Skills, r.store, r.groups, r.log); err != nil {
 		return err
 	}
 	r.life.Defer(r.skills.cat.Stop)
@@ -368,21 +365,26 @@ func (r *Router) build(ctx context.Context) error {
 
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
-	r.sealOutput, r.skillView = r.stored.sealOutput, r.skills.view(r.groups)
-	r.exec = r.newRequestReply() // after sealOutput: it seals the workers' outputs
-	r.pipe = r.newPipeline()
-	r.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, execEvent: r.execEvent}
+	r.sealOutput, r.skillView = r.stored.sealOutput, r.skills.view
+	r.tools.exec = r.newRequestReply() // after sealOutput: it seals the workers' outputs
+	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
+	r.pipe = r.newPipeline(ev)
+	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led,
+		execEvent: func(ctx context.Context, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
+			return execEvent(ctx, r.source, j, req, deadline)
+		}}
+	r.tools.led = r.led
 	r.answers = &answers{wire: r.wire, base: r.base, landing: r.life.Landing, parked: r.parked, reg: r.reg, groups: r.groups,
-		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: r.publishEvent, stored: r.events.stored,
-		runTool: r.runTool, confirming: &r.confirming, guard: r.guard}
+		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: ev.publish, stored: r.events.stored,
+		runTool: r.tools.runTool, confirming: &r.confirming, guard: r.guard}
 	r.conts = &continuations{wire: r.wire, life: r.life, pool: r.pool, landing: r.life.Landing, parked: r.parked, led: r.led,
-		answers: r.answers, fromContinuation: r.fromContinuation, track: r.track, untrack: r.untrack}
+		answers: r.answers, fromContinuation: r.pipe.fromContinuation, track: r.batches.track, untrack: r.batches.untrack}
 	r.answers.resume = r.conts.resume
 	reg := &registrar{wire: r.wire, base: r.base, groups: r.groups, reg: r.reg}
 	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, guard: r.guard}
 	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.identify}
-	cancels := &canceller{wire: r.wire, running: r.running, confirming: &r.confirming, parked: r.conts.cancelParked}
+	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
 	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events}
 	q := r.subj.RouterQueue()
@@ -407,7 +409,9 @@ func (r *Router) loops() {
 	interval := min(max(r.parked.TTL()/10, 10*time.Millisecond), time.Second)
 	hb := r.cfg.Store.Heartbeat
 	r.life.Loop(func(ctx context.Context) { every(ctx, interval, r.conts.sweep) })
-	r.life.Loop(func(ctx context.Context) { every(ctx, hb, func(now time.Time) { r.watchWorkers(now, hb) }) })
+	r.life.Loop(func(ctx context.Context) {
+		every(ctx, hb, func(now time.Time) { r.execs.watchWorkers(now, hb, r.reg, r.log) })
+	})
 	r.life.Loop(func(ctx context.Context) {
 		every(ctx, hb, func(now time.Time) { r.conts.renewLeases(now); r.conts.takeOver(now, r.cfg.Lease) })
 	})
@@ -415,13 +419,6 @@ func (r *Router) loops() {
 		dropped := map[*nats.Subscription]int{}
 		every(ctx, hb, func(time.Time) { r.adm.watchDropped(r.subs.all(), dropped) })
 	})
-}
-
-// running returns the batch of key running on this router, or nil.
-func (r *Router) running(key string) *batch {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.batches[key]
 }
 
 // dispatch runs h in its own goroutine, bounded by MaxInflight; when every
@@ -504,27 +501,6 @@ func (r *Router) Drain(ctx context.Context) error {
 	})
 	<-r.life.Closed()
 	return r.stopErr
-}
-
-// callsInFlight counts the calls this router has started and not finished.
-func (r *Router) callsInFlight() int {
-	r.mu.Lock()
-	bs := make([]*batch, 0, len(r.batches))
-	for _, b := range r.batches {
-		bs = append(bs, b)
-	}
-	r.mu.Unlock()
-	n := 0
-	for _, b := range bs {
-		b.mu.Lock()
-		for _, c := range b.calls {
-			if c.result == nil && c.cancel != nil {
-				n++
-			}
-		}
-		b.mu.Unlock()
-	}
-	return n
 }
 
 // subscriptions are the router's subscriptions and its micro service.

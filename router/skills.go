@@ -20,7 +20,8 @@ import (
 // routerSkills is the router's skill catalogue and the compiled loader
 // schemas, one per set of visible skill names.
 type routerSkills struct {
-	cat *skills.Catalogue
+	cat    *skills.Catalogue
+	groups *groups.Store
 
 	mu      sync.Mutex
 	schemas map[string]*schemas.Schema // loader schema JSON → compiled
@@ -30,12 +31,12 @@ type routerSkills struct {
 // cache starts again (sets of visible skills are few in practice).
 const maxLoaderSchemas = 256
 
-func startSkills(ctx context.Context, dirs []string, st *store.Store, log *slog.Logger) (*routerSkills, error) {
+func startSkills(ctx context.Context, dirs []string, st *store.Store, gs *groups.Store, log *slog.Logger) (*routerSkills, error) {
 	cat := skills.NewCatalogue(skills.Config{Dirs: dirs, Objects: st.Skills, Logger: log})
 	if err := cat.Start(ctx); err != nil {
 		return nil, fmt.Errorf("router: skills: %w", err)
 	}
-	return &routerSkills{cat: cat, schemas: map[string]*schemas.Schema{}}, nil
+	return &routerSkills{cat: cat, groups: gs, schemas: map[string]*schemas.Schema{}}, nil
 }
 
 // Skills returns the router's skill catalogue.
@@ -59,11 +60,9 @@ func userOf(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// skillView is what a session of user sees of the catalogue.
-func (s *routerSkills) view(gs *groups.Store) func(sess *groups.Session, user string) *skills.View {
-	return func(sess *groups.Session, user string) *skills.View {
-		return skills.NewView(s.cat.Skills(user), gs.Groups(), sess.IsActive)
-	}
+// view is what a session of user sees of the catalogue.
+func (s *routerSkills) view(sess *groups.Session, user string) *skills.View {
+	return skills.NewView(s.cat.Skills(user), s.groups.Groups(), sess.IsActive)
 }
 
 // loaderShown reports whether the request lets the loader be seen: not in
@@ -78,11 +77,11 @@ func loaderShown(req *groups.Request) bool {
 // skillListing puts load_skill_through_path into a listing after
 // reset_tools (before the request's external tools) when a skill is
 // visible, and returns the skills_prompt.
-func (s *routerSkills) listing(gs *groups.Store, view *groups.View, req *groups.Request, user string, defs []bus.ToolDef) ([]bus.ToolDef, string) {
+func (s *routerSkills) listing(view *groups.View, req *groups.Request, user string, defs []bus.ToolDef) ([]bus.ToolDef, string) {
 	if !loaderShown(req) {
 		return defs, ""
 	}
-	sv := s.view(gs)(view.Session(), user)
+	sv := s.view(view.Session(), user)
 	def, ok := sv.LoaderDef()
 	if !ok {
 		return defs, ""
@@ -94,15 +93,15 @@ func (s *routerSkills) listing(gs *groups.Store, view *groups.View, req *groups.
 
 // resolveName resolves a call's name: the skill loader when it is shown
 // and a skill is visible, else as the group view says.
-func (r *Router) resolveName(view *groups.View, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
+func (s *routerSkills) resolveName(view *groups.View, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
 	if name != skills.LoaderName || !loaderShown(req) {
 		return view.Resolve(name)
 	}
-	def, ok := r.skillView(view.Session(), userOf(user)).LoaderDef()
+	def, ok := s.view(view.Session(), userOf(user)).LoaderDef()
 	if !ok {
 		return view.Resolve(name)
 	}
-	schema, err := r.skills.schema(def.InputSchema)
+	schema, err := s.schema(def.InputSchema)
 	if err != nil { // cannot happen: the schema is built here
 		return groups.Resolved{Code: bus.CodeInternal, Message: fmt.Sprintf("InternalError: %v", err)}
 	}
@@ -129,17 +128,17 @@ func (s *routerSkills) schema(raw json.RawMessage) (*schemas.Schema, error) {
 // loadSkill runs load_skill_through_path: read-only for the skill, never
 // asked about, not in the ledger; a successful load adds, for this session
 // only, the groups whose activate_on_skill names the skill.
-func (r *Router) loadSkill(ctx context.Context, session string, user json.RawMessage, call bus.Call, input json.RawMessage) bus.Result {
-	gs := r.groups.Groups()
-	out := r.skillView(r.groups.Session(session), userOf(user)).Load(gs, input)
+func (s *routerSkills) loadSkill(ctx context.Context, session string, user json.RawMessage, call bus.Call, input json.RawMessage) bus.Result {
+	gs := s.groups.Groups()
+	out := s.view(s.groups.Session(session), userOf(user)).Load(gs, input)
 	if out.Code != "" {
 		return bus.ErrorResult(call, out.Code, textOf(out.Output))
 	}
 	if len(out.Activate) > 0 {
-		_, err := r.groups.Update(ctx, session, func(s *groups.Session) error {
+		_, err := s.groups.Update(ctx, session, func(sess *groups.Session) error {
 			for _, g := range out.Activate {
-				if !slices.Contains(s.Active, g) {
-					s.Active = append(s.Active, g)
+				if !slices.Contains(sess.Active, g) {
+					sess.Active = append(sess.Active, g)
 				}
 			}
 			return nil

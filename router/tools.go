@@ -59,7 +59,7 @@ func (r *toolsLister) list(session string, q bus.ToolsQuery) (*bus.ToolsList, er
 	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
 	defer cancel()
 	view := r.groups.View(r.reg, r.groups.Refresh(ctx, session), req)
-	defs, prompt := r.skills.listing(r.groups, view, req, userOf(q.User), view.Tools())
+	defs, prompt := r.skills.listing(view, req, userOf(q.User), view.Tools())
 	tools, err := schemas.Export(q.Format, defs)
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)
