@@ -434,26 +434,6 @@ func isBinary(h nats.Header) bool {
 // EncodeBinary returns the headers and body of e in binary mode; it is the
 // inverse of Decode for such messages and serves clients and tests.
 func EncodeBinary(e *Event) (nats.Header, []byte) {
-	h := nats.Header{}
-	set := func(k, v string) {
-		if v != "" {
-			h["ce-"+k] = []string{url.PathEscape(v)}
-		}
-	}
-	set("specversion", e.SpecVersion)
-	set("id", e.ID)
-	set("source", e.Source)
-	set("type", e.Type)
-	set("subject", e.Subject)
-	set("time", e.Time)
-	set("sessionid", e.SessionID)
-	set("replyid", e.ReplyID)
-	set("toolcallid", e.ToolCallID)
-	set("traceparent", e.TraceParent)
-	set("tracestate", e.TraceState)
-	set("expirytime", e.ExpiryTime)
-	if e.DataContentType != "" {
-		h[HeaderContentType] = []string{e.DataContentType}
-	}
-	return h, e.Data
+	m := BinaryMsg("", e)
+	return m.Header, m.Data
 }
