@@ -113,7 +113,8 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 // when it gets one (docs/protocol.md 3.4), batch.done, the wait for the
 // events stream, and the reply.
 type reportStep struct {
-	guard    *guard // the audit trail (guard.go)
+	guard    *guard      // the audit trail (guard.go)
+	landing  landingFunc // the router's tracked writes (nil: untracked)
 	events   eventPort
 	sessions sessionPort // the reply's session revision
 	m        *metrics.Router
@@ -241,7 +242,7 @@ func (s reportStep) stored(b *batch) {
 	if len(sent) == 0 {
 		return
 	}
-	ctx, cancel := landing()
+	ctx, cancel := s.landing.start()
 	defer cancel()
 	_ = s.events.stored(ctx, sent)
 }

@@ -20,6 +20,7 @@ type parkStep struct {
 	source    string // the parked records' owner
 	maxParked int    // calls one session may have parked at once
 	parked    *prometheus.CounterVec
+	landing   landingFunc // the router's tracked writes (nil: untracked)
 }
 
 // park records b's continuation and parks the calls. It reports false
@@ -35,7 +36,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 		}
 		return true
 	}
-	ctx, cancel := landing()
+	ctx, cancel := s.landing.start()
 	defer cancel()
 	waiting := make([]string, len(calls))
 	for i, c := range calls {
@@ -113,7 +114,7 @@ func resultsOf(b *batch) map[string]bus.Result {
 // batch goes on here (true); otherwise the router that records the last
 // answer resumes it.
 func (s parkStep) settle(b *batch, next int) bool {
-	ctx, cancel := landing()
+	ctx, cancel := s.landing.start()
 	defer cancel()
 	cont, resume, err := s.conts.Settle(ctx, b.session, b.replyID, resultsOf(b))
 	if err != nil {

@@ -585,3 +585,15 @@ const landBudget = 2 * time.Minute
 func landing() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), landBudget)
 }
+
+// landingFunc gives the context of a write that must land: the router's
+// life.Landing, which a drain waits for; nil gives an untracked one
+// (steps under test).
+type landingFunc func() (context.Context, context.CancelFunc)
+
+func (f landingFunc) start() (context.Context, context.CancelFunc) {
+	if f == nil {
+		return landing()
+	}
+	return f()
+}
