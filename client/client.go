@@ -286,7 +286,14 @@ func (c *Client) Answer(ctx context.Context, tool, session, replyID, callID stri
 		}
 		a.Output = out
 	}
-	c.revs.forget(session) // an answer may add a rule to the session
+	return c.sendAnswer(ctx, c.subj.Answer(tool), session, replyID, callID, a, "answer")
+}
+
+// sendAnswer sends an answer or a confirmation (what) to subject and
+// waits for the router's acknowledgement. Either may add a rule to the
+// session, so its revision is forgotten around it (docs/protocol.md 4.2).
+func (c *Client) sendAnswer(ctx context.Context, subject, session, replyID, callID string, a bus.Answer, what string) error {
+	c.revs.forget(session)
 	defer c.revs.forget(session)
 	e, err := c.event(bus.TypeAnswer, session, a)
 	if err != nil {
@@ -294,11 +301,11 @@ func (c *Client) Answer(ctx context.Context, tool, session, replyID, callID stri
 	}
 	e.ReplyID, e.ToolCallID = replyID, callID
 	var ack bus.AnswerAck
-	if err := c.request(ctx, c.subj.Answer(tool), e, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
+	if err := c.request(ctx, subject, e, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
 		return err
 	}
 	if !ack.Accepted {
-		return bus.Errorf(bus.CodeInternal, "answer not accepted")
+		return bus.Errorf(bus.CodeInternal, "%s not accepted", what)
 	}
 	return nil
 }
@@ -310,21 +317,7 @@ func (c *Client) Answer(ctx context.Context, tool, session, replyID, callID stri
 // among the call's suggested_rules. An edited a.Input is refused there; an
 // open router still takes one through Answer on P.answer.<tool>.
 func (c *Client) Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
-	c.revs.forget(session) // a confirmation may add a rule to the session
-	defer c.revs.forget(session)
-	e, err := c.event(bus.TypeAnswer, session, a)
-	if err != nil {
-		return err
-	}
-	e.ReplyID, e.ToolCallID = replyID, callID
-	var ack bus.AnswerAck
-	if err := c.request(ctx, c.subj.Approve(tool), e, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
-		return err
-	}
-	if !ack.Accepted {
-		return bus.Errorf(bus.CodeInternal, "confirmation not accepted")
-	}
-	return nil
+	return c.sendAnswer(ctx, c.subj.Approve(tool), session, replyID, callID, a, "confirmation")
 }
 
 // Admin runs an admin verb (docs/protocol.md section 9) and decodes the reply's
