@@ -413,13 +413,15 @@ func TestHTTP(t *testing.T) {
 	}
 }
 
-func TestStdio(t *testing.T) {
-	e := newEnv(t)
+// stdioClient starts an mcp-go client over pipes to the facade's
+// ServeStdio for session and user, stopped when the test ends.
+func (e *env) stdioClient(t *testing.T, session, user string) *mcpConn {
+	t.Helper()
 	cin, sout := io.Pipe() // server → client
 	sin, cout := io.Pipe() // client → server
 	ctx, cancel := context.WithCancel(t.Context())
 	served := make(chan error, 1)
-	go func() { served <- e.f.ServeStdio(ctx, "stdio1", "alice", sin, sout) }()
+	go func() { served <- e.f.ServeStdio(ctx, session, user, sin, sout) }()
 	t.Cleanup(func() {
 		cancel()
 		_ = cout.Close()
@@ -430,6 +432,12 @@ func TestStdio(t *testing.T) {
 	if err := c.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func TestStdio(t *testing.T) {
+	e := newEnv(t)
+	c := e.stdioClient(t, "stdio1", "alice")
 	req := mcp.InitializeRequest{}
 	req.Params.ProtocolVersion = mcp.ProtocolVersion20251125
 	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}

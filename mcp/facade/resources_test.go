@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
@@ -14,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	mcpclient "github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go"
@@ -286,21 +283,7 @@ func TestStdioOldHostReadsStoredOutput(t *testing.T) {
 	e := newEnv(t)
 	blob := randomBytes(4, 32<<10)
 	e.storedWorker(t, blob, []byte(strings.Repeat("x", 8192)), randomBytes(5, 8192))
-	cin, sout := io.Pipe()
-	sin, cout := io.Pipe()
-	ctx, cancel := context.WithCancel(t.Context())
-	served := make(chan error, 1)
-	go func() { served <- e.f.ServeStdio(ctx, "stdio2", "alice", sin, sout) }()
-	t.Cleanup(func() {
-		cancel()
-		_ = cout.Close()
-		_ = sout.Close()
-		<-served
-	})
-	c := &mcpConn{Client: mcpclient.NewClient(transport.NewIO(cin, cout, io.NopCloser(strings.NewReader(""))))}
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	c := e.stdioClient(t, "stdio2", "alice")
 	req := mcp.InitializeRequest{}
 	req.Params.ProtocolVersion = mcp.ProtocolVersion20241105
 	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
