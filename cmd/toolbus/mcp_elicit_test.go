@@ -3,13 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
+	"github.com/toolbus/toolbus/mcp/mcptest"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -22,21 +19,8 @@ import (
 // the accepted content reaches the server, whose tool returns it.
 func TestAnswerBridgedElicitation(t *testing.T) {
 	d := newDeployment(t)
-	s := server.NewMCPServer("asker", "1", server.WithElicitation())
-	s.AddTool(mcp.NewTool("ask", mcp.WithDescription("Asks the user for a name."), mcp.WithReadOnlyHintAnnotation(true)),
-		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			r, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{Message: "Your name, please.",
-				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}},
-					"required": []string{"name"}}}})
-			if err != nil {
-				return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
-			}
-			c, _ := json.Marshal(r.Content)
-			return mcp.NewToolResultText(string(r.Action) + " " + string(c)), nil
-		})
-	hs := httptest.NewServer(server.NewStreamableHTTPServer(s))
-	t.Cleanup(hs.Close)
-	b, err := bridge.New(d.conn(t), &bridge.File{Servers: []bridge.Server{{Name: "t", Transport: bridge.TransportHTTP, URL: hs.URL + "/mcp"}}},
+	askURL := mcptest.AskServer(t)
+	b, err := bridge.New(d.conn(t), &bridge.File{Servers: []bridge.Server{{Name: "t", Transport: bridge.TransportHTTP, URL: askURL}}},
 		bridge.Config{Heartbeat: testHeartbeat})
 	if err != nil {
 		t.Fatal(err)

@@ -3,36 +3,14 @@ package facade
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
+	"github.com/toolbus/toolbus/mcp/mcptest"
 	"testing"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
 )
-
-// askServer is an mcp-go server over streamable HTTP whose read-only tool
-// ask asks its client for a name (elicitation) and returns the answer.
-func askServer(t *testing.T) string {
-	t.Helper()
-	s := server.NewMCPServer("asker", "1", server.WithElicitation())
-	s.AddTool(mcp.NewTool("ask", mcp.WithDescription("Asks the user for a name."), mcp.WithReadOnlyHintAnnotation(true)),
-		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			r, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{Message: "Your name, please.",
-				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}},
-					"required": []string{"name"}}}})
-			if err != nil {
-				return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
-			}
-			c, _ := json.Marshal(r.Content)
-			return mcp.NewToolResultText(string(r.Action) + " " + string(c)), nil
-		})
-	hs := httptest.NewServer(server.NewStreamableHTTPServer(s))
-	t.Cleanup(hs.Close)
-	return hs.URL + "/mcp"
-}
 
 // hostAnswers is a host's elicitation handler that answers with result
 // and reports the message it was shown.
@@ -53,7 +31,7 @@ func (h *hostAnswers) Elicit(_ context.Context, r mcp.ElicitationRequest) (*mcp.
 // answer reaches the server: accepted content, then a decline.
 func TestHostAnswersBridgedQuestion(t *testing.T) {
 	e := newEnv(t)
-	e.bridgeServer(t, "q", askServer(t))
+	e.bridgeServer(t, "q", mcptest.AskServer(t))
 	if err := e.d.WaitLive(t.Context(), "mcp__q__ask"); err != nil {
 		t.Fatal(err)
 	}
