@@ -22,6 +22,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/memtune"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
 	"github.com/toolbus/toolbus/store"
@@ -262,8 +263,10 @@ func childConnect(url, role string) (*nats.Conn, error) {
 
 // childRouter runs one router with the defaults of cmd/router (one
 // replica, the default heartbeat, work ack wait, limits and session
-// cache, events on disk) and the bench group; no built-in tools.
+// cache, events on disk, the collector's settings) and the bench group;
+// no built-in tools.
 func childRouter(ctx context.Context, nc *nats.Conn) (func(), error) {
+	memtune.Apply(memtune.DefaultGCPercent, memtune.DefaultMemoryLimit)
 	r, err := router.New(nc, router.Config{
 		Store:  store.Config{Replicas: 1, Heartbeat: bus.DefaultHeartbeat, WorkAckWait: store.DefaultWorkAckWait},
 		Groups: []bus.Group{{Name: benchGroup, Description: "Benchmark tools.", Scope: bus.ScopeMeta}},

@@ -179,7 +179,11 @@ const (
 // MarshalJSON writes the block by hand (blocks are encoded on every call);
 // a text block always has "text", even when empty.
 func (b Block) MarshalJSON() ([]byte, error) {
-	out := make([]byte, 0, 32+len(b.Text)+len(b.Data)+len(b.URL))
+	return b.appendJSON(make([]byte, 0, 32+len(b.Text)+len(b.Data)+len(b.URL)))
+}
+
+// appendJSON appends the block as MarshalJSON writes it.
+func (b *Block) appendJSON(out []byte) ([]byte, error) {
 	out = append(out, `{"type":`...)
 	out = appendString(out, b.Type)
 	if b.Text != "" || b.Type == BlockText {

@@ -156,9 +156,10 @@ func encoded(b *batch, c *callState) json.RawMessage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if c.raw == nil {
-		raw, err := fastjson.Marshal(c.result)
+		raw, err := c.result.AppendJSON(make([]byte, 0, c.result.Size()))
 		if err != nil {
-			raw, _ = fastjson.Marshal(internal(c.call, err))
+			in := internal(c.call, err)
+			raw, _ = in.AppendJSON(nil)
 		}
 		c.raw = raw
 	}

@@ -239,7 +239,8 @@ func (x requestReply) execMsg(tool string, e *bus.Event) *nats.Msg {
 // execEvent is the io.toolbus.exec of job j from source (docs/protocol.md
 // 5.1), for a core request and a durable call's work message alike.
 func execEvent(ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
-	e, err := bus.NewEvent(bus.TypeExec, source, req)
+	size := 96 + len(req.Call.ID) + len(req.Call.Name) + len(req.Call.Input) + len(req.User) + len(req.Context) + len(req.State)
+	e, err := bus.NewEvent(bus.TypeExec, source, json.RawMessage(req.AppendJSON(make([]byte, 0, size))))
 	if err != nil {
 		return nil, err
 	}

@@ -516,10 +516,12 @@ func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp replier
 			"Error: the result of tool '%s' has %d bytes of metadata and state patch, more than the NATS payload limit of %d bytes allows; the state patch was not applied.",
 			t.def.Name, extra, w.nc.MaxPayload()))}
 	}
-	out, err := bus.NewEvent(bus.TypeExecResult, w.source, res)
+	data, err := res.AppendJSON(make([]byte, 0, res.Size()))
 	if err != nil {
-		out, _ = bus.NewEvent(bus.TypeExecResult, w.source, bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())})
+		failed := bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())}
+		data, _ = failed.AppendJSON(nil)
 	}
+	out, _ := bus.NewEvent(bus.TypeExecResult, w.source, json.RawMessage(data))
 	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
 	rp.result(out)
 }

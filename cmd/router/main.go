@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/memtune"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
@@ -69,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
 	limitsFlags := limitFlags(fs)
+	gcPercent := fs.Int("gc-percent", memtune.DefaultGCPercent, "the collector's GOGC unless the environment sets GOGC (docs/operations.md)")
+	memLimit := fs.Int64("memory-limit-mib", memtune.DefaultMemoryLimit>>20, "soft memory limit in MiB unless the environment sets GOMEMLIMIT; 0: none (docs/operations.md)")
 	observe := cli.ObserveFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,6 +85,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer obs.Stop()
 	log, reg := obs.Log, obs.Metrics
+	gc := memtune.Apply(*gcPercent, *memLimit<<20)
+	log.Debug("collector", "gc_percent", gc.GCPercent, "memory_limit", gc.MemoryLimit, "from_env", gc.FromEnv)
 	fileCfg, err := loadConfig(*configPath)
 	if err != nil {
 		return err

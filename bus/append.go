@@ -1,0 +1,159 @@
+package bus
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// AppendJSON appends r as JSON, the bytes json.Marshal would give up to
+// insignificant whitespace inside the raw members (which it copies as they
+// are: the router has checked every one) and HTML characters (which it
+// does not escape). The exec request is sent once per call attempt: this
+// writes it without reflection and with a flat stack, so a router
+// goroutine whose stack the collector shrank need not grow it again.
+func (r *ExecRequest) AppendJSON(b []byte) []byte {
+	b = append(b, `{"call":{"id":`...)
+	b = appendString(b, r.Call.ID)
+	b = append(b, `,"name":`...)
+	b = appendString(b, r.Call.Name)
+	if len(r.Call.Input) > 0 {
+		b = append(b, `,"input":`...)
+		b = append(b, r.Call.Input...)
+	}
+	b = append(b, `},"user":`...)
+	b = appendRaw(b, r.User)
+	b = append(b, `,"context":`...)
+	b = appendRaw(b, r.Context)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(r.Attempt), 10)
+	if len(r.State) > 0 {
+		b = append(b, `,"state":`...)
+		b = append(b, r.State...)
+	}
+	return append(b, '}')
+}
+
+// appendRaw appends a raw JSON member, null when it is empty (as
+// json.Marshal writes a nil json.RawMessage).
+func appendRaw(b []byte, raw json.RawMessage) []byte {
+	if len(raw) == 0 {
+		return append(b, "null"...)
+	}
+	return append(b, raw...)
+}
+
+// AppendJSON appends r as JSON, the value json.Marshal gives (see
+// ExecRequest.AppendJSON): a result is encoded once per call, for its
+// event, the reply and batch.done alike.
+func (r *Result) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"id":`...)
+	b = appendString(b, r.ID)
+	b = append(b, `,"name":`...)
+	b = appendString(b, r.Name)
+	b = append(b, `,"state":`...)
+	b = appendString(b, r.State)
+	b, err := appendOutput(b, r.Output)
+	if err != nil {
+		return nil, err
+	}
+	if e := r.Error; e != nil {
+		b = append(b, `,"error":{"code":`...)
+		b = appendString(b, e.Code)
+		b = append(b, `,"message":`...)
+		b = appendString(b, e.Message)
+		if len(e.Details) > 0 {
+			b = append(b, `,"details":[`...)
+			for i, d := range e.Details {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, `{"path":`...)
+				b = appendString(b, d.Path)
+				b = append(b, `,"message":`...)
+				b = appendString(b, d.Message)
+				b = append(b, '}')
+			}
+			b = append(b, ']')
+		}
+		if e.RetryAfterMS != 0 {
+			b = append(b, `,"retry_after_ms":`...)
+			b = strconv.AppendInt(b, e.RetryAfterMS, 10)
+		}
+		b = append(b, '}')
+	}
+	if len(r.Metadata) > 0 {
+		if !json.Valid(r.Metadata) {
+			return nil, errInvalidRaw("metadata")
+		}
+		b = append(b, `,"metadata":`...)
+		b = append(b, r.Metadata...)
+	}
+	return append(b, '}'), nil
+}
+
+// AppendJSON appends r as JSON, the value json.Marshal gives (see
+// ExecRequest.AppendJSON): a worker sends one per call.
+func (r *ExecResult) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"state":`...)
+	b = appendString(b, r.State)
+	b, err := appendOutput(b, r.Output)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range [...]struct {
+		key string
+		raw json.RawMessage
+	}{{`,"metadata":`, r.Metadata}, {`,"state_patch":`, r.StatePatch}} {
+		if len(f.raw) > 0 {
+			if !json.Valid(f.raw) {
+				return nil, errInvalidRaw(f.key[2 : len(f.key)-2])
+			}
+			b = append(b, f.key...)
+			b = append(b, f.raw...)
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// errInvalidRaw says that a raw JSON member is not JSON, as json.Marshal
+// refuses to write it.
+func errInvalidRaw(member string) error {
+	return fmt.Errorf("bus: %s is not valid JSON", member)
+}
+
+// appendOutput appends the "output" member: null for a nil slice, as
+// json.Marshal writes it.
+func appendOutput(b []byte, out []Block) ([]byte, error) {
+	b = append(b, `,"output":`...)
+	if out == nil {
+		return append(b, "null"...), nil
+	}
+	b = append(b, '[')
+	for i := range out {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = out[i].appendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, ']'), nil
+}
+
+// Size is a first guess at the bytes of r's JSON, for a buffer.
+func (r *Result) Size() int { return 96 + len(r.ID) + len(r.Name) + len(r.Metadata) + outputSize(r.Output) }
+
+// Size is a first guess at the bytes of r's JSON, for a buffer.
+func (r *ExecResult) Size() int {
+	return 48 + len(r.Metadata) + len(r.StatePatch) + outputSize(r.Output)
+}
+
+func outputSize(out []Block) int {
+	n := 2
+	for i := range out {
+		n += 48 + len(out[i].Text) + len(out[i].Data) + len(out[i].URL)
+	}
+	return n
+}

@@ -1,0 +1,133 @@
+package bus
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+// AppendJSON gives the JSON json.Marshal gives: the same value once
+// decoded (AppendJSON leaves U+2028, U+2029 and HTML characters as they
+// are, which json.Marshal escapes).
+func TestExecRequestAppendJSON(t *testing.T) {
+	for _, r := range []ExecRequest{
+		{},
+		{Call: Call{ID: "c1", Name: "get_weather", Input: json.RawMessage(`{"city":"Paris"}`)}, Attempt: 1},
+		{Call: Call{ID: "c\"2", Name: "n\\a<m>e\u2028\x01"}, User: json.RawMessage(`{"id":"u"}`),
+			Context: json.RawMessage(`[1, 2]`), Attempt: 3, State: json.RawMessage(`{"k":true}`)},
+		{Call: Call{ID: "\xff", Name: "é"}, Attempt: -1},
+	} {
+		got := r.AppendJSON(nil)
+		want, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := decoded(t, got), decoded(t, want); !reflect.DeepEqual(g, w) {
+			t.Errorf("AppendJSON\n got %s\nwant %s", got, want)
+		}
+	}
+}
+
+// decoded is b decoded into any.
+func decoded(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%q: %v", b, err)
+	}
+	return v
+}
+
+func FuzzExecRequestAppendJSON(f *testing.F) {
+	f.Add("c1", "tool", `{"a":1}`, 2)
+	f.Add("", "\x00\"\\", ``, 0)
+	f.Fuzz(func(t *testing.T, id, name, input string, attempt int) {
+		r := ExecRequest{Call: Call{ID: id, Name: name}, Attempt: attempt}
+		if json.Valid([]byte(input)) {
+			r.Call.Input = json.RawMessage(input)
+		}
+		got := r.AppendJSON(nil)
+		want, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := decoded(t, got), decoded(t, want); !reflect.DeepEqual(g, w) {
+			t.Fatalf("AppendJSON %q, json.Marshal %q", got, want)
+		}
+	})
+}
+
+func TestResultAppendJSON(t *testing.T) {
+	prio := 0.25
+	results := []Result{
+		{},
+		{ID: "c1", Name: "t", State: StateSuccess, Output: Text("hi\n\"there\"")},
+		{ID: "c2", Name: "t", State: StateSuccess, Output: []Block{}, Metadata: json.RawMessage(`{"toolbus_cache":{"hit":true}}`)},
+		ErrorResult(Call{ID: "c3", Name: "t"}, CodeInvalidInput, "bad <input>", Detail{Path: "/a", Message: "m"}, Detail{Path: "", Message: "\x00"}),
+		{ID: "c4", Name: "t", State: StateError, Output: Text("slow"), Error: &ResultError{Code: CodeLimitExceeded, Message: "wait", RetryAfterMS: 1500}},
+		{ID: "c5", Name: "t", State: StateSuccess, Output: []Block{{Type: BlockData, MediaType: "image/png", URL: "nats-object://o/k", Size: 12,
+			URI: "u", Name: "n", Title: "ti", Description: "d", Annotations: &Annotations{Audience: []string{AudienceUser}, Priority: &prio}}}},
+	}
+	for _, r := range results {
+		got, err := r.AppendJSON(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := decoded(t, got), decoded(t, want); !reflect.DeepEqual(g, w) {
+			t.Errorf("Result.AppendJSON\n got %s\nwant %s", got, want)
+		}
+		x := ExecResult{State: r.State, Output: r.Output, Metadata: r.Metadata, StatePatch: r.Metadata}
+		got, err = x.AppendJSON(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, err = json.Marshal(&x); err != nil {
+			t.Fatal(err)
+		}
+		if g, w := decoded(t, got), decoded(t, want); !reflect.DeepEqual(g, w) {
+			t.Errorf("ExecResult.AppendJSON\n got %s\nwant %s", got, want)
+		}
+	}
+}
+
+func FuzzResultAppendJSON(f *testing.F) {
+	f.Add("c1", "success", "text", "hi", "", int64(0), "", "", `{"a":1}`)
+	f.Add("", "", "data", "", "aGk=", int64(3), "invalid_input", "\xff", ``)
+	f.Fuzz(func(t *testing.T, id, state, typ, text, data string, size int64, code, msg, meta string) {
+		r := Result{ID: id, Name: id, State: state, Output: []Block{{Type: typ, Text: text, Data: data, Size: size}}}
+		if code != "" {
+			r.Error = &ResultError{Code: code, Message: msg, Details: []Detail{{Path: msg, Message: code}}, RetryAfterMS: size}
+		}
+		if json.Valid([]byte(meta)) {
+			r.Metadata = json.RawMessage(meta)
+		}
+		got, err := r.AppendJSON(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := decoded(t, got), decoded(t, want); !reflect.DeepEqual(g, w) {
+			t.Fatalf("AppendJSON %q, json.Marshal %q", got, want)
+		}
+	})
+}
+
+// A raw member that is not JSON is refused, as json.Marshal refuses it.
+func TestAppendJSONInvalidRaw(t *testing.T) {
+	bad := json.RawMessage(`{"a":`)
+	if _, err := (&Result{Metadata: bad}).AppendJSON(nil); err == nil {
+		t.Error("Result with invalid metadata encoded")
+	}
+	for _, x := range []ExecResult{{Metadata: bad}, {StatePatch: bad}} {
+		if _, err := x.AppendJSON(nil); err == nil || json.Valid(bad) {
+			t.Errorf("%+v encoded", x)
+		}
+	}
+}
