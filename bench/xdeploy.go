@@ -393,6 +393,9 @@ func (d *xdeployment) profile(ctx context.Context, file string, dur time.Duratio
 	after, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &off})
 	out.Calls, out.Seconds = l.total, l.wall.Seconds()
 	out.RouterCPUUSPerCall = perCallOf(float64(after.CPUNS-before.CPUNS)/1e3, l.total)
+	if err == nil {
+		out.Shares, err = SplitProfile(file, l.total)
+	}
 	return out, errors.Join(lerr, err)
 }
 

@@ -116,6 +116,7 @@ type Profile struct {
 	Calls              int64   `json:"calls"`
 	Seconds            float64 `json:"seconds"`
 	RouterCPUUSPerCall float64 `json:"router_cpu_us_per_call"` // getrusage over the profile
+	Shares             []Share `json:"shares,omitempty"`       // the profile's samples by kind (SplitProfile)
 }
 
 // CrossConfig echoes the options of the run.
@@ -246,6 +247,9 @@ func (r *CrossReport) WriteTable(w io.Writer) {
 	for _, p := range r.Profiles {
 		fmt.Fprintf(w, "router CPU profile: %s, %d calls from %d callers in %.1f s, router %.1f µs per call (go tool pprof -top %s)\n",
 			p.File, p.Calls, p.Callers, p.Seconds, p.RouterCPUUSPerCall, p.File)
+		for _, sh := range p.Shares {
+			fmt.Fprintf(w, "  %6.1f µs  %4.1f%%  %s\n", sh.USPerCall, sh.Percent, sh.Kind)
+		}
 	}
 }
 

@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/google/pprof/profile"
+)
+
+// Share is the part of a CPU profile one kind of work took.
+type Share struct {
+	Kind      string  `json:"kind"`
+	USPerCall float64 `json:"us_per_call"`
+	Percent   float64 `json:"percent"`
+}
+
+// shareKinds sorts a sample by its stack, the innermost frame first:
+// the first kind with a frame that starts with one of its prefixes
+// anywhere on the stack takes the sample. The collector and the
+// allocator come first (they run inside everything else), then the
+// kernel's sends and receives, then what the stack says it is doing.
+var shareKinds = []struct {
+	kind     string
+	prefixes []string
+}{
+	{"garbage collector (marking, assists, sweeping)", []string{"runtime.gcBgMarkWorker", "runtime.gcAssistAlloc", "runtime.bgsweep", "runtime.bgscavenge", "runtime.gcStart", "runtime.markroot"}},
+	{"stack growth", []string{"runtime.newstack", "runtime.copystack"}},
+	{"allocation", []string{"runtime.mallocgc", "runtime.newobject", "runtime.makeslice", "runtime.growslice", "runtime.makemap", "runtime.mapassign"}},
+	{"socket writes (sending messages)", []string{"syscall.write", "syscall.Write", "internal/poll.(*FD).Write", "internal/poll.(*FD).Writev"}},
+	{"socket reads (receiving messages)", []string{"syscall.read", "syscall.Read", "internal/poll.(*FD).Read"}},
+	{"scheduler, preemption and wakeups", []string{"runtime.asyncPreempt", "runtime.schedule", "runtime.findRunnable", "runtime.park_m", "runtime.futex", "runtime.notewakeup", "runtime.ready", "runtime.goready", "runtime.wakep", "runtime.selectgo", "runtime.chansend", "runtime.chanrecv", "runtime.netpoll", "runtime.mcall", "runtime.goexit0", "runtime.lock", "runtime.unlock"}},
+	{"JSON", []string{"github.com/goccy/go-json", "encoding/json", "github.com/toolbus/toolbus/bus.appendString", "github.com/toolbus/toolbus/bus.(*ExecRequest).AppendJSON", "github.com/toolbus/toolbus/bus.(*Result).AppendJSON", "github.com/santhosh-tekuri/jsonschema"}},
+	{"JetStream client (publish, acknowledgement)", []string{"github.com/nats-io/nats.go/jetstream"}},
+	{"NATS client (parse, dispatch, headers, publish)", []string{"github.com/nats-io/nats.go", "github.com/nats-io/nats%2ego"}},
+	{"contexts and timers", []string{"context.", "time."}},
+	{"toolbus", []string{"github.com/toolbus/toolbus/"}},
+}
+
+// otherKind is the kind of a sample no shareKinds entry took.
+const otherKind = "other (runtime, profiler)"
+
+// SplitProfile reads the CPU profile in file and returns how its samples
+// divide by kind, as µs per call over calls, largest first.
+func SplitProfile(file string, calls int64) ([]Share, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", file, err)
+	}
+	return splitSamples(p, calls)
+}
+
+// splitSamples divides p's CPU time by kind.
+func splitSamples(p *profile.Profile, calls int64) ([]Share, error) {
+	vi := -1
+	for i, st := range p.SampleType {
+		if st.Type == "cpu" && st.Unit == "nanoseconds" {
+			vi = i
+		}
+	}
+	if vi < 0 {
+		return nil, fmt.Errorf("bench: the profile has no cpu nanoseconds")
+	}
+	ns := map[string]int64{}
+	var total int64
+	for _, s := range p.Sample {
+		v := s.Value[vi]
+		ns[kindOf(s)] += v
+		total += v
+	}
+	out := make([]Share, 0, len(ns))
+	for k, v := range ns {
+		sh := Share{Kind: k, Percent: 100 * float64(v) / float64(max(total, 1))}
+		if calls > 0 {
+			sh.USPerCall = float64(v) / 1e3 / float64(calls)
+		}
+		out = append(out, sh)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Percent != out[j].Percent {
+			return out[i].Percent > out[j].Percent
+		}
+		return out[i].Kind < out[j].Kind
+	})
+	return out, nil
+}
+
+// kindOf is the shareKinds kind of sample s.
+func kindOf(s *profile.Sample) string {
+	for _, k := range shareKinds {
+		for _, loc := range s.Location {
+			for _, line := range loc.Line {
+				if line.Function == nil {
+					continue
+				}
+				for _, pre := range k.prefixes {
+					if strings.HasPrefix(line.Function.Name, pre) {
+						return k.kind
+					}
+				}
+			}
+		}
+	}
+	return otherKind
+}
