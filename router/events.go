@@ -73,6 +73,12 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 	var failed error
 	for _, ev := range evs {
 		if ev.err == nil {
+			select {
+			case <-ev.ack.Ok(): // mostly here already: no timer then
+				s.health.Note(nil)
+				continue
+			default:
+			}
 			// An acknowledgement lost while the stream changes leader may
 			// never resolve the future: it gets ackWait, then the event is
 			// published again.
