@@ -73,29 +73,18 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 	var failed error
 	for _, ev := range evs {
 		if ev.err == nil {
-			select {
-			case <-ev.ack.Ok(): // mostly here already: no timer then
-				s.health.Note(nil)
-				continue
-			default:
-			}
-			// An acknowledgement lost while the stream changes leader may
-			// never resolve the future: it gets ackWait, then the event is
-			// published again.
-			t := time.NewTimer(ackWait)
+			// An acknowledgement lost while the stream changes leader
+			// would never resolve the future: the publisher's async
+			// timeout (ackWait, newEventSink) resolves it with
+			// ErrAsyncPublishTimeout, and the event is published again.
 			select {
 			case <-ev.ack.Ok():
-				t.Stop()
 				s.health.Note(nil)
 				continue
 			case ev.err = <-ev.ack.Err():
-			case <-t.C:
-				ev.err = jetstream.ErrAsyncPublishTimeout
 			case <-ctx.Done():
-				t.Stop()
 				return ctx.Err()
 			}
-			t.Stop()
 		}
 		if s.health.Note(ev.err) {
 			s.log.Error("router: event not stored: store full", "subject", ev.m.Subject, "id", ev.id, "err", ev.err)
