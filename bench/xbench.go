@@ -89,11 +89,18 @@ func (o *CrossOptions) defaults() error {
 }
 
 // writeProfile names the write calls' profile next to file.
-func writeProfile(file string) string {
+func writeProfile(file string) string { return profileBeside(file, "write") }
+
+// workerProfile names the worker process's profile (read-only calls) next
+// to file.
+func workerProfile(file string) string { return profileBeside(file, "worker") }
+
+// profileBeside is file with .kind before its extension.
+func profileBeside(file, kind string) string {
 	if i := strings.LastIndex(file, "."); i > strings.LastIndex(file, "/") {
-		return file[:i] + ".write" + file[i:]
+		return file[:i] + "." + kind + file[i:]
 	}
-	return file + ".write"
+	return file + "." + kind
 }
 
 // RunCross runs the cross-process comparison Options.Runs times, each on
@@ -130,9 +137,12 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 	run := CrossRun{Run: n, LoadAvgStart: loadAvg()}
 	logf("bench: run %d: starting nats-server, router, relay forwarder and worker processes", n)
 	mid := nearest(opts.Callers, 16)
-	var profiles []string
+	var profiles map[string][]string
 	if opts.CPUProfile != "" && last {
-		profiles = []string{opts.CPUProfile, writeProfile(opts.CPUProfile)}
+		profiles = map[string][]string{
+			roleRouter: {opts.CPUProfile, writeProfile(opts.CPUProfile)},
+			roleWorker: {workerProfile(opts.CPUProfile)},
+		}
 	}
 	d, err := xdeploy(ctx, xconfig{exe: opts.Exe, sessions: top, mcpClients: mid, profiles: profiles, stderr: opts.ChildStderr})
 	if err != nil {
@@ -204,16 +214,19 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 	}
 	if opts.CPUProfile != "" {
 		for _, p := range []struct {
-			file string
-			fn   callFunc
-		}{{opts.CPUProfile, paths[1].fn}, {writeProfile(opts.CPUProfile), paths[2].fn}} {
+			files map[string]string
+			fn    callFunc
+		}{
+			{map[string]string{roleRouter: opts.CPUProfile, roleWorker: workerProfile(opts.CPUProfile)}, paths[1].fn},
+			{map[string]string{roleRouter: writeProfile(opts.CPUProfile)}, paths[2].fn},
+		} {
 			window := opts.ProfileWindow
-			logf("bench: router CPU profile, %d callers, %v: %s", top, window, p.file)
-			prof, err := d.profile(ctx, p.file, window, top, p.fn)
+			logf("bench: CPU profiles, %d callers, %v: %v", top, window, p.files)
+			profs, err := d.profile(ctx, p.files, window, top, p.fn)
 			if err != nil {
 				return fail(fmt.Errorf("bench: profile: %w", err))
 			}
-			rep.Profiles = append(rep.Profiles, prof)
+			rep.Profiles = append(rep.Profiles, profs...)
 		}
 	}
 	if opts.Sessions > 0 {

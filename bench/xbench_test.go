@@ -76,7 +76,7 @@ func TestCrossDeployment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	file := filepath.Join(t.TempDir(), "router.prof")
-	d, err := xdeploy(ctx, xconfig{exe: exe, sessions: 2, mcpClients: 2, profiles: []string{file}})
+	d, err := xdeploy(ctx, xconfig{exe: exe, sessions: 2, mcpClients: 2, profiles: map[string][]string{roleRouter: {file}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +127,12 @@ func TestCrossDeployment(t *testing.T) {
 	}
 
 	// A profile while calls run is written and stopped.
-	prof, err := d.profile(ctx, file, 200*time.Millisecond, 2, d.callTool(toolRead))
+	profs, err := d.profile(ctx, map[string]string{roleRouter: file}, 200*time.Millisecond, 2, d.callTool(toolRead))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if prof.Calls <= 0 || prof.RouterCPUUSPerCall <= 0 || prof.File != file {
-		t.Errorf("profile %+v", prof)
+	if len(profs) != 1 || profs[0].Calls <= 0 || profs[0].CPUUSPerCall <= 0 || profs[0].File != file || profs[0].Role != roleRouter || len(profs[0].Shares) == 0 {
+		t.Errorf("profiles %+v", profs)
 	}
 	if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
 		t.Errorf("profile %s: %v", file, err)

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,11 +151,11 @@ type xdeployment struct {
 
 // xconfig describes a cross-process deployment.
 type xconfig struct {
-	exe        string    // the binary run as each part
-	sessions   int       // sessions with the bench group active
-	mcpClients int       // > 0: mcp-go's server in a process, and that many clients here
-	profiles   []string  // the only files the router process may write CPU profiles to
-	stderr     io.Writer // the processes' logs; nil keeps the last lines only
+	exe        string              // the binary run as each part
+	sessions   int                 // sessions with the bench group active
+	mcpClients int                 // > 0: mcp-go's server in a process, and that many clients here
+	profiles   map[string][]string // by role: the only files the process may write CPU profiles to
+	stderr     io.Writer           // the processes' logs; nil keeps the last lines only
 }
 
 // xdeploy starts the processes in dependency order, waits until the
@@ -178,8 +180,8 @@ func xdeploy(ctx context.Context, cfg xconfig) (d *xdeployment, err error) {
 	d.children[roleNATS] = c
 	for _, role := range []string{roleRouter, roleRelay, roleWorker} {
 		env := []string{envURL + "=" + d.url}
-		if role == roleRouter {
-			env = append(env, envProfiles+"="+strings.Join(cfg.profiles, string(os.PathListSeparator)))
+		if files := cfg.profiles[role]; len(files) > 0 {
+			env = append(env, envProfiles+"="+strings.Join(files, string(os.PathListSeparator)))
 		}
 		if c, _, err = startChild(ctx, exe, role, env, stderr); err != nil {
 			return nil, err
@@ -382,21 +384,32 @@ func (d *xdeployment) measureLoad(ctx context.Context, dur time.Duration, caller
 
 // profile runs a load while the router process writes a CPU profile to
 // file, and returns the calls made and the router's CPU over them.
-func (d *xdeployment) profile(ctx context.Context, file string, dur time.Duration, callers int, fn callFunc) (Profile, error) {
-	out := Profile{File: file, Callers: callers}
-	before, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &file})
-	if err != nil {
-		return out, err
+func (d *xdeployment) profile(ctx context.Context, files map[string]string, dur time.Duration, callers int, fn callFunc) ([]Profile, error) {
+	roles := slices.Sorted(maps.Keys(files))
+	before := map[string]childStats{}
+	for _, role := range roles {
+		file := files[role]
+		st, err := d.stats(ctx, role, ctlRequest{Profile: &file})
+		if err != nil {
+			return nil, err
+		}
+		before[role] = st
 	}
 	l, lerr := runLoad(ctx, dur, callers, fn)
-	off := ""
-	after, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &off})
-	out.Calls, out.Seconds = l.total, l.wall.Seconds()
-	out.RouterCPUUSPerCall = perCallOf(float64(after.CPUNS-before.CPUNS)/1e3, l.total)
-	if err == nil {
-		out.Shares, err = SplitProfile(file, l.total)
+	errs := []error{lerr}
+	var out []Profile
+	for _, role := range roles {
+		off := ""
+		after, err := d.stats(ctx, role, ctlRequest{Profile: &off})
+		p := Profile{Role: role, File: files[role], Callers: callers, Calls: l.total, Seconds: l.wall.Seconds(),
+			CPUUSPerCall: perCallOf(float64(after.CPUNS-before[role].CPUNS)/1e3, l.total)}
+		if err == nil {
+			p.Shares, err = SplitProfile(p.File, l.total)
+		}
+		errs = append(errs, err)
+		out = append(out, p)
 	}
-	return out, errors.Join(lerr, err)
+	return out, errors.Join(errs...)
 }
 
 func (d *xdeployment) relay(ctx context.Context, _ int) error {

@@ -111,12 +111,13 @@ type CrossSessions struct {
 // that its samples can be turned into µs per call (seconds on the stack /
 // calls).
 type Profile struct {
-	File               string  `json:"file"`
-	Callers            int     `json:"callers"`
-	Calls              int64   `json:"calls"`
-	Seconds            float64 `json:"seconds"`
-	RouterCPUUSPerCall float64 `json:"router_cpu_us_per_call"` // getrusage over the profile
-	Shares             []Share `json:"shares,omitempty"`       // the profile's samples by kind (SplitProfile)
+	Role         string  `json:"role"` // the process profiled: router or worker
+	File         string  `json:"file"`
+	Callers      int     `json:"callers"`
+	Calls        int64   `json:"calls"`
+	Seconds      float64 `json:"seconds"`
+	CPUUSPerCall float64 `json:"cpu_us_per_call"`  // the process's getrusage over the profile
+	Shares       []Share `json:"shares,omitempty"` // the profile's samples by kind (SplitProfile)
 }
 
 // CrossConfig echoes the options of the run.
@@ -245,8 +246,8 @@ func (r *CrossReport) WriteTable(w io.Writer) {
 			metWord(s.PeakRSSMiB <= 150))
 	}
 	for _, p := range r.Profiles {
-		fmt.Fprintf(w, "router CPU profile: %s, %d calls from %d callers in %.1f s, router %.1f µs per call (go tool pprof -top %s)\n",
-			p.File, p.Calls, p.Callers, p.Seconds, p.RouterCPUUSPerCall, p.File)
+		fmt.Fprintf(w, "%s CPU profile: %s, %d calls from %d callers in %.1f s, %.1f µs per call (go tool pprof -top %s)\n",
+			p.Role, p.File, p.Calls, p.Callers, p.Seconds, p.CPUUSPerCall, p.File)
 		for _, sh := range p.Shares {
 			fmt.Fprintf(w, "  %6.1f µs  %4.1f%%  %s\n", sh.USPerCall, sh.Percent, sh.Kind)
 		}

@@ -21,7 +21,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	cross := fs.Bool("cross-process", false, "the cross-process comparison: nats-server, router, relay forwarder and worker each in its own process (docs/performance.md)")
 	runs := fs.Int("runs", 0, "--cross-process: runs on fresh processes (default 3)")
-	cpuprofile := fs.String("cpuprofile", "", "--cross-process: FILE for CPU profiles of the router process after the last run (read-only calls at the most callers, at least 10 s; write calls in FILE with .write before the extension)")
+	cpuprofile := fs.String("cpuprofile", "", "--cross-process: FILE for CPU profiles after the last run, at the most callers, at least 10 s each: the router process during read-only calls (FILE), the worker process meanwhile (.worker before the extension), the router during write calls (.write); each split by kind of work in the report")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
