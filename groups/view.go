@@ -116,7 +116,8 @@ type Resolved struct {
 	Message string
 }
 
-// Resolve finds what a call named name runs, in the order of DESIGN.md:
+// Resolve finds what a call named name runs, in the order of docs/protocol.md
+// 4.3 (merge modes):
 // request-scoped external tools first, then reset_tools, then the registry
 // filtered by active groups and live workers.
 func (v *View) Resolve(name string) Resolved {

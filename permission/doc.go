@@ -1,6 +1,6 @@
 // Package permission decides whether a tool call may run, must be confirmed,
 // or is refused, from a session's permission context: a mode, allow, deny and
-// ask rules, and working directories (DESIGN.md, Permissions).
+// ask rules, and working directories (docs/protocol.md 6.4, docs/permission.md).
 //
 // Decide applies the checks in a fixed order: deny rules, ask rules,
 // read-only tools, the dangerous-path safety check, then the mode (the tool's

@@ -6,7 +6,7 @@ import (
 )
 
 // permFixture serves tools that cover each branch of the permission
-// decision (DESIGN.md, Permissions; docs/permission.md):
+// decision (docs/protocol.md 6.4; docs/permission.md):
 //   - look: read-only, passthrough
 //   - write: passthrough, not read-only
 //   - allowed: permission allow
