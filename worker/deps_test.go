@@ -9,8 +9,9 @@ import (
 // TestLibraryPackagesStayLight checks that the library packages stay
 // light (the team's rule for client and worker): an agent that imports
 // client, or a tool author who imports worker, links no NATS server,
-// metrics library, OpenTelemetry SDK or exporter, gRPC or MCP SDK. Metrics come in through worker.Observer and exporters
-// are set up by the commands (internal/cli).
+// metrics library, OpenTelemetry SDK or exporter, gRPC or MCP SDK.
+// Metrics come in through worker.Observer and exporters are set up by the
+// commands (internal/cli).
 func TestLibraryPackagesStayLight(t *testing.T) {
 	gocmd, err := exec.LookPath("go")
 	if err != nil {
