@@ -157,3 +157,8 @@ func outputSize(out []Block) int {
 	}
 	return n
 }
+
+// AppendJSONString appends s as a JSON string, as the bus's encoders
+// write strings: quotes, backslashes and control characters escaped,
+// invalid UTF-8 replaced by U+FFFD.
+func AppendJSONString(b []byte, s string) []byte { return appendString(b, s) }

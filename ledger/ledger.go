@@ -154,7 +154,7 @@ const (
 func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (outcome, Entry) {
 	now := time.Now().UTC()
 	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1))}
-	val, _ := json.Marshal(me)
+	val := encode(&me)
 	// The common case in one round trip: nobody has the key.
 	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 	rev, err := l.kv.Create(actx, key, val)
@@ -322,7 +322,7 @@ const renewParallel = 32
 func (l *Ledger) renewOne(ctx context.Context, key string, c Entry, now time.Time) error {
 	for range 2 { // a conflict: read the entry once and try again if it is still ours
 		c.Touched = now.UTC()
-		val, _ := json.Marshal(c)
+		val := encode(&c)
 		rev, err := l.kv.Update(ctx, key, val, c.rev)
 		l.health.Note(err)
 		if err == nil {
@@ -360,7 +360,7 @@ func (l *Ledger) Abandon(key, claim string) {
 				return nil, store.ErrNoChange // not ours, or never written
 			}
 			le.State = stateAbandoned
-			return json.Marshal(le)
+			return encode(&le), nil
 		})
 		if err != nil {
 			l.log.Error("ledger: abandoned ledger claim not released", "key", key, "err", err)
@@ -382,7 +382,7 @@ func (l *Ledger) Record(key string, claim Entry, res bus.Result) bus.Result {
 	claim = l.held.current(key, claim)
 	defer l.held.release(key, claim.Claim)
 	claim.State, claim.Result = stateDone, &res
-	val, _ := json.Marshal(claim)
+	val := encode(&claim)
 	// The common case in one round trip: the claim is as this router left it.
 	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
 	defer cancel()
@@ -594,7 +594,7 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, w waitFor) 
 	if next.State == "" {
 		next.State, next.Result = stateDone, &res
 	}
-	val, _ := json.Marshal(next)
+	val := encode(&next)
 	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	rev, err := l.kv.Update(uctx, key, val, le.rev)
 	cancel()
@@ -765,7 +765,7 @@ func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
 			return nil, errRecorded
 		}
 		claim.State, claim.Result = stateDone, &res
-		return json.Marshal(claim)
+		return encode(&claim), nil
 	})
 	switch {
 	case first != nil:
@@ -798,7 +798,7 @@ func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Res
 			if res.State != bus.StateSuccess && !time.Now().Before(le.Deadline) {
 				le.Result = &late
 			}
-			return json.Marshal(le)
+			return encode(&le), nil
 		}
 		return nil, errRecorded
 	})

@@ -1,0 +1,45 @@
+package ledger
+
+import (
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// encode is e as its KV value: the JSON json.Marshal gives, written by
+// hand (a write call puts its entry twice, claim and record, and a
+// recorded entry carries the whole result).
+func encode(e *Entry) []byte {
+	b := make([]byte, 0, 160+len(e.Router)+len(e.Claim))
+	b = append(b, `{"state":`...)
+	b = bus.AppendJSONString(b, e.State)
+	b = append(b, `,"router":`...)
+	b = bus.AppendJSONString(b, e.Router)
+	if e.Claim != "" {
+		b = append(b, `,"claim":`...)
+		b = bus.AppendJSONString(b, e.Claim)
+	}
+	b = append(b, `,"deadline":`...)
+	b = appendTime(b, e.Deadline)
+	if !e.Touched.IsZero() {
+		b = append(b, `,"touched":`...)
+		b = appendTime(b, e.Touched)
+	}
+	if e.Result != nil {
+		raw, err := e.Result.AppendJSON(make([]byte, 0, e.Result.Size()))
+		if err != nil { // metadata that is not JSON: the result says so
+			failed := bus.ErrorResult(bus.Call{ID: e.Result.ID, Name: e.Result.Name}, bus.CodeInternal, "InternalError: "+err.Error())
+			raw, _ = failed.AppendJSON(nil)
+		}
+		b = append(b, `,"result":`...)
+		b = append(b, raw...)
+	}
+	return append(b, '}')
+}
+
+// appendTime appends t as time.Time's MarshalJSON writes it.
+func appendTime(b []byte, t time.Time) []byte {
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
+}
