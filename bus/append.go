@@ -143,7 +143,9 @@ func appendOutput(b []byte, out []Block) ([]byte, error) {
 }
 
 // Size is a first guess at the bytes of r's JSON, for a buffer.
-func (r *Result) Size() int { return 96 + len(r.ID) + len(r.Name) + len(r.Metadata) + outputSize(r.Output) }
+func (r *Result) Size() int {
+	return 96 + len(r.ID) + len(r.Name) + len(r.Metadata) + outputSize(r.Output)
+}
 
 // Size is a first guess at the bytes of r's JSON, for a buffer.
 func (r *ExecResult) Size() int {
