@@ -4,13 +4,11 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -45,13 +43,17 @@ type Config struct {
 }
 
 // Client talks to the routers of one deployment. It is safe for concurrent use.
+//
+// Its exported methods are the protocol's verbs, one each, flat on
+// purpose (docs/client.md says why); what they share, making and sending
+// an event and reading the reply, is the requester's (request.go).
 type Client struct {
 	nc    *nats.Conn
 	subj  bus.Subjects
 	cfg   Config
 	off   *offload.Offloader
 	owned bool // dialed by Dial: Close closes it
-	revs  sessionRevs
+	rq    *requester
 }
 
 // New returns a Client on nc.
@@ -62,7 +64,8 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	subj := bus.NewSubjects(cfg.Prefix)
 	// offload.New fails only on bad jetstream options, and passes none.
 	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
-	return &Client{nc: nc, subj: subj, cfg: cfg, off: off}
+	return &Client{nc: nc, subj: subj, cfg: cfg, off: off,
+		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout}}
 }
 
 // Dial connects with conn (natsconn.FromEnv() reads the nats CLI's
@@ -117,122 +120,26 @@ func WithTraceParent(tp string) CallOption { return func(e *bus.Event) { e.Trace
 // results and parked calls. A rejected batch returns a *bus.Error
 // (errors.Is(err, bus.ErrBadRequest) etc).
 func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
-	e, err := c.batchEvent(session, b, opts)
+	e, err := c.rq.batchEvent(session, b, opts)
 	if err != nil {
 		return nil, err
 	}
 	var reply bus.Reply
-	if err := c.request(ctx, c.subj.Call(session), e, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
+	if err := c.rq.request(ctx, c.subj.Call(session), e, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
 		return nil, err
 	}
-	c.revs.saw(session, reply.SessionRev)
+	c.rq.revs.saw(session, reply.SessionRev)
 	return &reply, nil
 }
 
 // Publish sends a batch without waiting; results arrive as events on the
 // session's events subject. It returns the reply id.
 func (c *Client) Publish(session string, b bus.Batch, opts ...CallOption) (string, error) {
-	e, err := c.batchEvent(session, b, opts)
+	e, err := c.rq.batchEvent(session, b, opts)
 	if err != nil {
 		return "", err
 	}
 	return e.ID, bus.Publish(c.nc, c.subj.Call(session), e)
-}
-
-func (c *Client) batchEvent(session string, b bus.Batch, opts []CallOption) (*bus.Event, error) {
-	if b.SessionRev == 0 {
-		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
-	}
-	e, err := c.event(bus.TypeCallBatch, session, b)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range opts {
-		o(e)
-	}
-	return e, nil
-}
-
-func (c *Client) event(typ, session string, data any) (*bus.Event, error) {
-	if session != "" && !bus.ValidID(session) {
-		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q must match ^[A-Za-z0-9_-]{1,128}$", session)
-	}
-	e, err := bus.NewEvent(typ, c.cfg.Source, data)
-	if err != nil {
-		return nil, err
-	}
-	e.SessionID = session
-	return e, nil
-}
-
-// request sends e to subject and decodes a reply of type want into out; an
-// io.toolbus.error reply becomes a *bus.Error.
-func (c *Client) request(ctx context.Context, subject string, e *bus.Event, want string, out any, def time.Duration) error {
-	if _, ok := ctx.Deadline(); !ok {
-		if c.cfg.Timeout > 0 {
-			def = c.cfg.Timeout
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, def)
-		defer cancel()
-	}
-	resp, err := c.send(ctx, subject, e)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("client: no router serves %s: %w", subject, err)
-		}
-		return fmt.Errorf("client: %s: %w", subject, err)
-	}
-	re, err := bus.Decode(resp)
-	if err != nil {
-		return fmt.Errorf("client: reply: %w", err)
-	}
-	if re.Type == bus.TypeError {
-		be := new(bus.Error)
-		if err := re.DataAs(be); err != nil {
-			return err
-		}
-		return be
-	}
-	if re.Type != want {
-		return fmt.Errorf("client: expected %s, got %s", want, re.Type)
-	}
-	if out == nil {
-		return nil
-	}
-	return re.DataAs(out)
-}
-
-// send sends e as a request; a busy reply (docs/protocol.md 1: nothing ran) is
-// retried with the same event after a short, growing, jittered backoff
-// until ctx ends, when the last reply is returned.
-func (c *Client) send(ctx context.Context, subject string, e *bus.Event) (*nats.Msg, error) {
-	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		resp, err := bus.SendRequest(ctx, c.nc, subject, e)
-		if err != nil || !isBusy(resp) {
-			return resp, err
-		}
-		t := time.NewTimer(backoff/2 + rand.N(backoff))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return resp, nil
-		case <-t.C:
-		}
-	}
-}
-
-// isBusy reports whether resp is an io.toolbus.error with code busy.
-func isBusy(resp *nats.Msg) bool {
-	if len(resp.Data) > 4096 || !bytes.Contains(resp.Data, []byte(`"busy"`)) {
-		return false // an error event is small; spare big replies a decoding
-	}
-	re, err := bus.Decode(resp)
-	if err != nil || re.Type != bus.TypeError {
-		return false
-	}
-	var be bus.Error
-	return re.DataAs(&be) == nil && be.Code == bus.CodeBusy
 }
 
 // Tools asks which tools the session's model sees, in format (bus.Format*;
@@ -244,21 +151,21 @@ func (c *Client) Tools(ctx context.Context, session, format string, req *bus.Req
 // Query is Tools with the whole query: a user (docs/protocol.md 4.1: it selects
 // the user's skills) as well as the format and request.
 func (c *Client) Query(ctx context.Context, session string, q bus.ToolsQuery) (*bus.ToolsList, error) {
-	e, err := c.event(bus.TypeToolsQuery, session, q)
+	e, err := c.rq.event(bus.TypeToolsQuery, session, q)
 	if err != nil {
 		return nil, err
 	}
 	var list bus.ToolsList
-	if err := c.request(ctx, c.subj.Tools(session), e, bus.TypeToolsList, &list, 10*time.Second); err != nil {
+	if err := c.rq.request(ctx, c.subj.Tools(session), e, bus.TypeToolsList, &list, 10*time.Second); err != nil {
 		return nil, err
 	}
-	c.revs.saw(session, list.SessionRev)
+	c.rq.revs.saw(session, list.SessionRev)
 	return &list, nil
 }
 
 // Cancel interrupts the calls of reply id (all of them when calls is empty).
 func (c *Client) Cancel(ctx context.Context, session, replyID string, calls ...string) error {
-	e, err := c.event(bus.TypeCallCancel, session, bus.Cancel{Calls: calls})
+	e, err := c.rq.event(bus.TypeCallCancel, session, bus.Cancel{Calls: calls})
 	if err != nil {
 		return err
 	}
@@ -286,28 +193,7 @@ func (c *Client) Answer(ctx context.Context, tool, session, replyID, callID stri
 		}
 		a.Output = out
 	}
-	return c.sendAnswer(ctx, c.subj.Answer(tool), session, replyID, callID, a, "answer")
-}
-
-// sendAnswer sends an answer or a confirmation (what) to subject and
-// waits for the router's acknowledgement. Either may add a rule to the
-// session, so its revision is forgotten around it (docs/protocol.md 4.2).
-func (c *Client) sendAnswer(ctx context.Context, subject, session, replyID, callID string, a bus.Answer, what string) error {
-	c.revs.forget(session)
-	defer c.revs.forget(session)
-	e, err := c.event(bus.TypeAnswer, session, a)
-	if err != nil {
-		return err
-	}
-	e.ReplyID, e.ToolCallID = replyID, callID
-	var ack bus.AnswerAck
-	if err := c.request(ctx, subject, e, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
-		return err
-	}
-	if !ack.Accepted {
-		return bus.Errorf(bus.CodeInternal, "%s not accepted", what)
-	}
-	return nil
+	return c.rq.sendAnswer(ctx, c.subj.Answer(tool), session, replyID, callID, a, "answer")
 }
 
 // Confirm answers a call parked for a confirmation on P.approve.<tool>,
@@ -317,7 +203,7 @@ func (c *Client) sendAnswer(ctx context.Context, subject, session, replyID, call
 // among the call's suggested_rules. An edited a.Input is refused there; an
 // open router still takes one through Answer on P.answer.<tool>.
 func (c *Client) Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
-	return c.sendAnswer(ctx, c.subj.Approve(tool), session, replyID, callID, a, "confirmation")
+	return c.rq.sendAnswer(ctx, c.subj.Approve(tool), session, replyID, callID, a, "confirmation")
 }
 
 // Admin runs an admin verb (docs/protocol.md section 9) and decodes the reply's
@@ -326,13 +212,13 @@ func (c *Client) Admin(ctx context.Context, verb, session string, data, out any)
 	if data == nil {
 		data = struct{}{}
 	}
-	c.revs.forget(session) // the verb may write the session (and again once it did)
-	defer c.revs.forget(session)
-	e, err := c.event(bus.TypeAdmin, session, data)
+	c.rq.revs.forget(session) // the verb may write the session (and again once it did)
+	defer c.rq.revs.forget(session)
+	e, err := c.rq.event(bus.TypeAdmin, session, data)
 	if err != nil {
 		return err
 	}
-	return c.request(ctx, c.subj.Admin(verb), e, bus.TypeAdminReply, out, 10*time.Second)
+	return c.rq.request(ctx, c.subj.Admin(verb), e, bus.TypeAdminReply, out, 10*time.Second)
 }
 
 // Events is a stream of a session's events.
@@ -458,12 +344,12 @@ type replayer struct {
 
 // open asks a router for a consumer from r.next and consumes it.
 func (r *replayer) open(ctx context.Context) error {
-	e, err := r.c.event(bus.TypeReplay, r.session, bus.Replay{StartSeq: r.next.Load()})
+	e, err := r.c.rq.event(bus.TypeReplay, r.session, bus.Replay{StartSeq: r.next.Load()})
 	if err != nil {
 		return err
 	}
 	var ready bus.ReplayReady
-	if err := r.c.request(ctx, r.c.subj.Replay(r.session), e, bus.TypeReplayReady, &ready, 10*time.Second); err != nil {
+	if err := r.c.rq.request(ctx, r.c.subj.Replay(r.session), e, bus.TypeReplayReady, &ready, 10*time.Second); err != nil {
 		return err
 	}
 	cons, err := r.js.Consumer(ctx, ready.Stream, ready.Consumer)
@@ -569,7 +455,7 @@ func (c *Client) FetchSession(ctx context.Context, session, ref string) (*Output
 	if r.Digest == "" {
 		return nil, fmt.Errorf("client: fetch: %s has no #sha256=<digest>: give the url exactly as the result has it", ref)
 	}
-	first, err := c.window(ctx, session, ref, 0)
+	first, err := c.rq.window(ctx, session, ref, 0)
 	if err != nil {
 		return nil, fmt.Errorf("client: fetch: %w", err)
 	}
@@ -583,7 +469,7 @@ func (c *Client) FetchSession(ctx context.Context, session, ref string) (*Output
 			pending = nil
 			return b, nil
 		}
-		ch, err := c.window(ctx, session, ref, off)
+		ch, err := c.rq.window(ctx, session, ref, off)
 		if err != nil {
 			return nil, err
 		}
@@ -592,19 +478,6 @@ func (c *Client) FetchSession(ctx context.Context, session, ref string) (*Output
 		}
 		return ch.Data, nil
 	}), nil
-}
-
-// window asks a router for the bytes of ref from off.
-func (c *Client) window(ctx context.Context, session, ref string, off int64) (*offload.Chunk, error) {
-	e, err := c.event(offload.TypeGet, session, offload.Get{URL: ref, Offset: off})
-	if err != nil {
-		return nil, err
-	}
-	var ch offload.Chunk
-	if err := c.request(ctx, c.subj.Outputs(session), e, offload.TypeChunk, &ch, 30*time.Second); err != nil {
-		return nil, err
-	}
-	return &ch, nil
 }
 
 // FetchDirect opens a stored output by reading the outputs object store

@@ -20,13 +20,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/kvcache"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -125,17 +123,14 @@ type shared struct {
 }
 
 // Calls holds the parked call records (keys <session>.<replyid>.<callid>):
-// a watch-fed cache of those in status parked, the answered ones whose
-// lease may be taken over, and the answered ones this router renews.
+// their compare-and-set transitions and handoff requests, and the answered
+// calls this router renews the lease of. It embeds callCache, the
+// watch-fed cache of the records (cache.go).
 type Calls struct {
 	shared
+	*callCache
 	handoff handoff
-
-	mu       sync.RWMutex
-	parked   *kvcache.Map[*Record] // key → record, only records in StatusParked; a tombstone per key that left, kept goneMemory
-	answered map[string]*Record    // records in StatusAnswered, for lease takeovers
-	leases   leaseSet[callKey]     // answered calls this router makes the result of
-	watch    *store.Watch
+	leases  leaseSet[callKey] // answered calls this router makes the result of
 }
 
 // New returns a Store; call Start before use.
@@ -149,7 +144,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	sh := shared{kv: st.Parked, cfg: cfg}
 	return &Store{cfg: cfg,
 		Calls: &Calls{shared: sh, handoff: handoff{js: st.JS, stream: st.Handoff, subj: subj, log: cfg.Logger},
-			parked: kvcache.New[*Record](goneMemory), answered: map[string]*Record{}, leases: newLeaseSet[callKey]()},
+			callCache: newCallCache(st.Parked, cfg.Logger), leases: newLeaseSet[callKey]()},
 		Continuations: &Continuations{shared: sh, active: map[string]*Batch{}, leases: newLeaseSet[batchKey]()},
 	}
 }
@@ -183,22 +178,6 @@ func (s *Store) Renew(ctx context.Context, now time.Time) error {
 	return errors.Join(s.Continuations.renew(ctx, now), s.Calls.renew(ctx, now))
 }
 
-// start loads the cache of parked records and keeps it fed.
-func (s *Calls) start(ctx context.Context) error {
-	w, err := store.WatchKV(ctx, s.kv, "*.*.*", s.apply)
-	if err != nil {
-		return err
-	}
-	s.watch = w
-	return waitReady(ctx, w)
-}
-
-func (s *Calls) stop() {
-	if s.watch != nil {
-		s.watch.Stop()
-	}
-}
-
 // waitReady waits until w has loaded the initial values, or ctx ends (w
 // stopped).
 func waitReady(ctx context.Context, w *store.Watch) error {
@@ -208,43 +187,6 @@ func waitReady(ctx context.Context, w *store.Watch) error {
 	case <-ctx.Done():
 		w.Stop()
 		return ctx.Err()
-	}
-}
-
-// goneMemory is how long the tombstone of a record that left the parked
-// status is kept, so that a late delivery of an older revision cannot list
-// it as parked again.
-const goneMemory = time.Minute
-
-func (s *Calls) apply(e jetstream.KeyValueEntry) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := e.Key()
-	if s.parked.Stale(key, e.Revision()) {
-		return
-	}
-	if e.Operation() != jetstream.KeyValuePut {
-		s.parked.Delete(key, e.Revision())
-		delete(s.answered, key)
-		return
-	}
-	var r Record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		s.cfg.Logger.Warn("external: ignoring bad parked record", "key", key)
-		return
-	}
-	r.rev = e.Revision()
-	if old, ok := s.answered[key]; !ok || old.rev < r.rev {
-		if r.Status == StatusAnswered {
-			s.answered[key] = &r
-		} else {
-			delete(s.answered, key)
-		}
-	}
-	if r.Status == StatusParked {
-		s.parked.Put(key, r.rev, &r)
-	} else {
-		s.parked.Delete(key, r.rev)
 	}
 }
 
@@ -269,9 +211,7 @@ func (s *Calls) Park(ctx context.Context, r *Record, source string) error {
 		return fmt.Errorf("external: park %s: %w", r.Key(), err)
 	}
 	r.rev = rev
-	s.mu.Lock()
-	s.parked.Put(r.Key(), r.rev, r.copy()) // the caller keeps r
-	s.mu.Unlock()
+	s.note(r.Key(), r) // a copy: the caller keeps r
 	if r.RequestScoped {
 		return nil
 	}
@@ -294,9 +234,7 @@ func (s *Calls) handOff(ctx context.Context, r *Record, source string) error {
 		if rev, err := s.kv.Update(ctx, r.Key(), b, r.rev); err == nil {
 			next.rev = rev
 			*r = next
-			s.mu.Lock()
-			s.parked.Put(r.Key(), rev, r.copy())
-			s.mu.Unlock()
+			s.note(r.Key(), r)
 			return nil
 		}
 	}
@@ -508,18 +446,12 @@ func (s *Calls) change(ctx context.Context, key string, p store.Policy, fn func(
 		return nil, fmt.Errorf("external: update %s: %w", key, err)
 	}
 	r.rev = rev
-	s.mu.Lock()
-	if r.Status == StatusParked {
-		s.parked.Put(key, rev, r.copy()) // the caller gets r
-	} else {
-		s.parked.Delete(key, rev)
-	}
+	s.note(key, r) // a copy: the caller gets r
 	if r.Status == StatusAnswered && r.Owner == s.cfg.Owner {
 		s.leases.hold(callKey(key)) // this router makes the call's result: it renews the lease
 	} else {
 		s.leases.release(callKey(key))
 	}
-	s.mu.Unlock()
 	if r.Status != StatusParked {
 		s.handoff.drop(r)
 	}
@@ -543,47 +475,11 @@ func (s *Calls) Repark(ctx context.Context, key, kind, source string) (*Record, 
 	return r, nil
 }
 
-// Parked returns the parked records of a session ("" for all), optionally of
-// one reply id, oldest first, from the cache.
-func (s *Calls) Parked(session, replyID string) []*Record {
-	s.mu.RLock()
-	var out []*Record
-	for _, r := range s.parked.All() {
-		if (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID) {
-			out = append(out, r)
-		}
-	}
-	s.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *Record) int { return a.Created.Compare(b.Created) })
-	return out
-}
-
-// Expired returns the parked records whose time is up.
-func (s *Calls) Expired(now time.Time) []*Record {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var out []*Record
-	for _, r := range s.parked.All() {
-		if now.After(r.Expires) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // TakeOverAnswersPeek returns, from the watch-fed cache, the keys of the
 // answered calls whose lease is older than cutoff and not this router's:
 // TakeOverAnswers' candidates.
 func (s *Calls) TakeOverAnswersPeek(cutoff time.Time) []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var stale []string
-	for key, r := range s.answered {
-		if !s.leases.holds(callKey(key)) && r.Touched.Before(cutoff) {
-			stale = append(stale, key)
-		}
-	}
-	return stale
+	return slices.DeleteFunc(s.answeredBefore(cutoff), func(key string) bool { return s.leases.holds(callKey(key)) })
 }
 
 // renew renews the lease of every answered call this router makes the

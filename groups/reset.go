@@ -14,60 +14,24 @@ import (
 const resetDescription = "Activate or deactivate tool groups. Pass the final set: every group set to true is active " +
 	"afterwards and every other group is inactive. Deactivate groups you no longer need."
 
-func (s *Store) hasMeta() bool {
-	for _, g := range s.Groups() {
-		if g.Scope == bus.ScopeMeta {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *Store) metaGroups() []bus.Group {
-	var out []bus.Group
-	for _, g := range s.Groups() {
-		if g.Scope == bus.ScopeMeta {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
-// resetDef returns the definition of reset_tools: one boolean property per
-// meta group in registration order, "default": false, the group's
-// description, and no "required". It reports false without meta groups.
-func (s *Store) resetDef() (bus.ToolDef, bool) {
-	meta := s.metaGroups()
-	if len(meta) == 0 {
-		return bus.ToolDef{}, false
-	}
-	// Properties are written by hand so that their order is registration order.
-	var b bytes.Buffer
-	b.WriteString(`{"type":"object","properties":{`)
-	for i, g := range meta {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		name, _ := json.Marshal(g.Name)
-		desc, _ := json.Marshal(g.Description)
-		fmt.Fprintf(&b, `%s:{"type":"boolean","default":false,"description":%s}`, name, desc)
-	}
-	b.WriteString(`}}`)
-	d := bus.ToolDef{Name: ResetTools, Description: resetDescription, InputSchema: b.Bytes(), ConcurrencySafe: false}
-	d.Defaults()
-	return d, true
+// activation switches a session's meta groups: reset_tools (Reset) and
+// the path search_tools shares with it (activate), one compare-and-set of
+// the session each.
+type activation struct {
+	defs     *definitions
+	sessions *sessions
 }
 
 // Reset runs reset_tools for a session: input is the final set of meta
 // groups. Validation comes first and changes nothing on failure. It
 // returns the result text, or an invalid_input *bus.Error whose message is
 // the text the model reads.
-func (s *Store) Reset(ctx context.Context, session string, input json.RawMessage) (string, error) {
+func (a *activation) Reset(ctx context.Context, session string, input json.RawMessage) (string, error) {
 	keys, vals, err := orderedObject(input)
 	if err != nil {
 		return "", bus.Errorf(bus.CodeInvalidInput, "Invalid arguments: %v", err)
 	}
-	meta := s.metaGroups()
+	meta := a.defs.metaGroups()
 	isMeta := func(n string) bool {
 		return slices.ContainsFunc(meta, func(g bus.Group) bool { return g.Name == n })
 	}
@@ -98,7 +62,7 @@ func (s *Store) Reset(ctx context.Context, session string, input json.RawMessage
 			on = append(on, k)
 		}
 	}
-	return s.activate(ctx, session, func([]string) []string { return on })
+	return a.activate(ctx, session, func([]string) []string { return on })
 }
 
 // activate is the one path that changes a session's meta groups, for
@@ -107,13 +71,13 @@ func (s *Store) Reset(ctx context.Context, session string, input json.RawMessage
 // (names that are not meta groups are dropped); one compare-and-set
 // replaces the meta part of the session's active set and leaves the rest.
 // It returns the text reset_tools answers with.
-func (s *Store) activate(ctx context.Context, session string, final func(cur []string) []string) (string, error) {
-	meta := s.metaGroups()
+func (a *activation) activate(ctx context.Context, session string, final func(cur []string) []string) (string, error) {
+	meta := a.defs.metaGroups()
 	isMeta := func(n string) bool {
 		return slices.ContainsFunc(meta, func(g bus.Group) bool { return g.Name == n })
 	}
 	var on []string
-	_, err := s.Update(ctx, session, func(sess *Session) error {
+	_, err := a.sessions.Update(ctx, session, func(sess *Session) error {
 		cur := slices.DeleteFunc(slices.Clone(sess.Active), func(n string) bool { return !isMeta(n) })
 		on = slices.DeleteFunc(slices.Clone(final(cur)), func(n string) bool { return !isMeta(n) })
 		sess.Active = slices.DeleteFunc(sess.Active, isMeta)

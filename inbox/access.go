@@ -74,15 +74,52 @@ func Loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// auth tells whether r carries the token: in the cookie, or (for a first
+// gate is the token every request must carry.
+type gate struct{ token string }
+
+// guard checks the token and sets the headers every answer carries.
+func (s *Server) guard(next http.Handler) http.Handler { return gate{token: s.cfg.Token}.wrap(next) }
+
+// wrap is guard for the gate's token.
+func (s gate) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'none'")
+		if tok := r.URL.Query().Get("token"); tok != "" && r.Method == http.MethodGet && r.URL.Path == "/" {
+			if !s.same(tok) {
+				http.Error(w, "401 unauthorized: the token is wrong; open the URL the inbox printed at start", http.StatusUnauthorized)
+				return
+			}
+			// The token leaves the address bar (and the history) at once.
+			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
+		if !s.authorized(r) {
+			http.Error(w, "401 unauthorized: open the URL the inbox printed at start (with ?token=...)", http.StatusUnauthorized)
+			return
+		}
+		if r.Method == http.MethodPost && !s.same(r.Header.Get(TokenHeader)) {
+			http.Error(w, "403 forbidden: a POST needs the "+TokenHeader+" header", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authorized tells whether r carries the token: in the cookie, or (for a first
 // visit from the printed URL) in the query.
-func (s *Server) authorized(r *http.Request) bool {
+func (s gate) authorized(r *http.Request) bool {
 	if c, err := r.Cookie(CookieName); err == nil && s.same(c.Value) {
 		return true
 	}
 	return s.same(r.Header.Get(TokenHeader))
 }
 
-func (s *Server) same(v string) bool {
-	return v != "" && subtle.ConstantTimeCompare([]byte(v), []byte(s.cfg.Token)) == 1
+func (s gate) same(v string) bool {
+	return v != "" && subtle.ConstantTimeCompare([]byte(v), []byte(s.token)) == 1
 }

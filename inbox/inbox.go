@@ -20,8 +20,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -30,7 +28,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -81,22 +78,24 @@ type Item struct {
 	Note string `json:"note,omitempty"`
 }
 
-// Server is the inbox. It is safe for concurrent use.
+// Server is the inbox. It owns records, the waiting calls it keeps in
+// memory (records.go, embedded), and checks every request with a gate over
+// its token (access.go); it declares the lifecycle, the page and its API
+// (serve*, act, the approver's polling). It is safe for concurrent use.
 type Server struct {
+	*records
+
 	cl   *client.Client
 	js   jetstream.JetStream
 	subj bus.Subjects
 	cfg  Config
 	page *template.Template
-	kv   jetstream.KeyValue
 	// tools are the tool definitions, for external answers' output
 	// schemas; nil for the approver, which answers no external call.
 	tools jetstream.KeyValue
 
-	mu      sync.Mutex
-	items   map[string]Item
-	changed chan struct{} // closed and replaced on every change
-	stop    func()        // ends the watch or the polling
+	mu   sync.Mutex
+	stop func() // ends the watch or the polling
 }
 
 // New returns a Server answering on nc; call Start before serving.
@@ -125,7 +124,7 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("inbox: page: %w", err)
 	}
 	return &Server{cl: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: cfg.Source}), js: js,
-		subj: bus.NewSubjects(cfg.Prefix), cfg: cfg, page: page, items: map[string]Item{}, changed: make(chan struct{})}, nil
+		subj: bus.NewSubjects(cfg.Prefix), cfg: cfg, page: page, records: newRecords(cfg.MaxItems, cfg.Approver, cfg.Logger)}, nil
 }
 
 // Start watches the parked records (the call records only, keys
@@ -137,7 +136,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inbox: parked calls: %w (is a router running, and may this login read them?)", err)
 	}
-	s.kv = kv
+	s.records.kv = kv
 	if s.cfg.Approver {
 		return s.startPolling(ctx)
 	}
@@ -171,99 +170,6 @@ func (s *Server) Stop() {
 	}
 }
 
-// apply keeps the items in step with one parked record.
-func (s *Server) apply(e jetstream.KeyValueEntry) {
-	it, ok := s.item(e)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if old, had := s.items[e.Key()]; had && old.Revision > e.Revision() {
-		return // a late delivery (a fresh get came first)
-	}
-	if ok {
-		s.items[e.Key()] = it
-	} else if _, had := s.items[e.Key()]; had {
-		delete(s.items, e.Key())
-	} else {
-		return
-	}
-	s.changedLocked()
-}
-
-// drop forgets the call key.
-func (s *Server) drop(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, had := s.items[key]; had {
-		delete(s.items, key)
-		s.changedLocked()
-	}
-}
-
-func (s *Server) changedLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
-// item is the entry as a waiting call; false when it waits for nothing.
-func (s *Server) item(e jetstream.KeyValueEntry) (Item, bool) {
-	if e.Operation() != jetstream.KeyValuePut {
-		return Item{}, false
-	}
-	var r external.Record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		s.cfg.Logger.Warn("inbox: ignoring a bad parked record", "key", e.Key(), "err", err)
-		return Item{}, false
-	}
-	if r.Status != external.StatusParked || (r.Kind != bus.KindConfirm && r.Kind != bus.KindExternal) {
-		return Item{}, false
-	}
-	digest := r.InputDigest
-	if digest == "" {
-		digest = bus.InputDigest(r.Call.Input)
-	}
-	it := Item{Key: e.Key(), Revision: e.Revision(), Session: r.Session, ReplyID: r.ReplyID, ID: r.Call.ID, Tool: r.Call.Name,
-		Kind: r.Kind, User: r.User, Context: r.Context, Input: r.Call.Input, InputDigest: digest,
-		SuggestedRules: r.SuggestedRules, Reason: r.Reason, Created: r.Created, Expires: r.Expires}
-	switch {
-	case r.RequestScoped:
-		it.Note = "a request-scoped tool: the agent that called it answers it"
-	case r.Kind == bus.KindExternal && s.cfg.Approver:
-		it.Note = "this inbox logs in as the approver, which answers confirmations only: the tool's handler (or `toolbus answer` as the operator) answers it"
-	}
-	return it, true
-}
-
-// snapshot returns the waiting calls oldest first, at most MaxItems, the
-// total count, and the channel closed at the next change.
-func (s *Server) snapshot() ([]Item, int, <-chan struct{}) {
-	s.mu.Lock()
-	out := make([]Item, 0, len(s.items))
-	for _, it := range s.items {
-		out = append(out, it)
-	}
-	ch := s.changed
-	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b Item) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Key, b.Key)
-	})
-	n := len(out)
-	if n > s.cfg.MaxItems {
-		out = out[:s.cfg.MaxItems]
-	}
-	return out, n, ch
-}
-
-// lookup returns the waiting call key.
-func (s *Server) lookup(key string) (Item, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	it, ok := s.items[key]
-	return it, ok
-}
-
 // Handler returns the page, its assets and its API. Every request needs
 // the token (the cookie set by the first visit with ?token=, or the
 // header); POSTs need the header.
@@ -276,37 +182,6 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/calls", s.serveCalls)
 	mux.HandleFunc("POST /api/act", s.serveAct)
 	return s.guard(mux)
-}
-
-// guard checks the token and sets the headers every answer carries.
-func (s *Server) guard(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'none'")
-		if tok := r.URL.Query().Get("token"); tok != "" && r.Method == http.MethodGet && r.URL.Path == "/" {
-			if !s.same(tok) {
-				http.Error(w, "401 unauthorized: the token is wrong; open the URL the inbox printed at start", http.StatusUnauthorized)
-				return
-			}
-			// The token leaves the address bar (and the history) at once.
-			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.cfg.Token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-			http.Redirect(w, r, "/", http.StatusSeeOther)
-			return
-		}
-		if !s.authorized(r) {
-			http.Error(w, "401 unauthorized: open the URL the inbox printed at start (with ?token=...)", http.StatusUnauthorized)
-			return
-		}
-		if r.Method == http.MethodPost && !s.same(r.Header.Get(TokenHeader)) {
-			http.Error(w, "403 forbidden: a POST needs the "+TokenHeader+" header", http.StatusForbidden)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request) {

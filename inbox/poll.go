@@ -2,11 +2,8 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -61,32 +58,8 @@ func (s *Server) pollOnce(ctx context.Context) error {
 		}
 		s.refresh(lctx, key)
 	}
-	s.mu.Lock()
-	var gone []string
-	for key := range s.items {
-		if !seen[key] {
-			gone = append(gone, key)
-		}
-	}
-	s.mu.Unlock()
-	for _, key := range gone {
+	for _, key := range s.absent(seen) {
 		s.drop(key)
 	}
 	return nil
-}
-
-// refresh reads the record of call key and applies it; a record that is
-// gone is dropped. It reports whether the read succeeded.
-func (s *Server) refresh(ctx context.Context, key string) bool {
-	e, err := s.kv.Get(ctx, key)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-		s.drop(key)
-		return true
-	case err != nil:
-		s.cfg.Logger.Warn("inbox: read parked call", "key", key, "err", err)
-		return false
-	}
-	s.apply(e)
-	return true
 }

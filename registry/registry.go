@@ -7,15 +7,13 @@
 package registry
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,26 +44,25 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Registry is the cache of tools and workers of one deployment. It is safe
-// for concurrent use.
+// Registry is the cache of tools and workers of one deployment, and the
+// decisions on registrations. It is the owner of two parts, embedded so
+// that its callers keep one handle: catalog, the definitions of P_tools
+// (catalog.go: Lookup, Tools, Delete), and liveness, the workers' beats in
+// P_workers (liveness.go: Live, Workers, MayHold, BinaryExec, Troubled).
+// It declares the lifecycle, Refresh and Register itself. It is safe for
+// concurrent use.
 type Registry struct {
-	tools   jetstream.KeyValue
-	workers jetstream.KeyValue
+	*catalog
+	*liveness
+
 	cfg     Config
-	health  *store.Health // where liveness writes note a full store
-
-	mu       sync.RWMutex
-	cache    *kvcache.Map[*Tool]        // by name, with the tombstones of deleted tools
-	liveness map[string]map[string]beat // tool → worker → last beat
-	version  uint64                     // bumped on every change
-	probed   map[string]time.Time       // when Refresh last listed a tool's workers in KV
-	trouble  time.Time                  // when a liveness write last failed
-
+	version atomic.Uint64 // bumped on every change of either part
 	watches []*store.Watch
 	ready   chan struct{}
 
 	workConsumer func(ctx context.Context, tool string) error // makes a durable tool's work consumer
-	consumers    map[string]bool                              // durable tools whose consumer exists
+	mu           sync.Mutex
+	consumers    map[string]bool // durable tools whose consumer exists, guarded by mu
 }
 
 // New returns a Registry over the store's tools and workers buckets. Call
@@ -80,18 +77,21 @@ func New(st *store.Store, cfg Config) *Registry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Registry{tools: st.Tools, workers: st.Workers, cfg: cfg, health: st.Health, workConsumer: st.WorkConsumer, consumers: map[string]bool{},
-		cache: kvcache.New[*Tool](0), probed: map[string]time.Time{}, liveness: map[string]map[string]beat{}, ready: make(chan struct{})}
+	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer, consumers: map[string]bool{}, ready: make(chan struct{})}
+	r.catalog = &catalog{kv: st.Tools, log: cfg.Logger, version: &r.version, cache: kvcache.New[*Tool](0)}
+	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: cfg.Now, health: st.Health, version: &r.version,
+		beats: map[string]map[string]beat{}, probed: map[string]time.Time{}}
+	return r
 }
 
 // Start begins watching both buckets and returns once the initial values are
 // loaded or ctx ends. The watches run until ctx ends or Stop is called.
 func (r *Registry) Start(ctx context.Context) error {
-	tw, err := store.WatchKV(ctx, r.tools, ">", r.applyTool)
+	tw, err := store.WatchKV(ctx, r.catalog.kv, ">", r.applyTool)
 	if err != nil {
 		return err
 	}
-	ww, err := store.WatchKV(ctx, r.workers, ">", r.applyWorker)
+	ww, err := store.WatchKV(ctx, r.liveness.kv, ">", r.applyWorker)
 	if err != nil {
 		tw.Stop()
 		return err
@@ -119,206 +119,9 @@ func (r *Registry) Stop() {
 	}
 }
 
-func (r *Registry) applyTool(e jetstream.KeyValueEntry) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	changed, err := r.cache.Apply(e, func(val []byte) (*Tool, bool, error) {
-		t, err := parseTool(val)
-		if err == nil {
-			t.rev = e.Revision()
-		}
-		return t, err == nil, err
-	})
-	if err != nil {
-		r.cfg.Logger.Warn("registry: ignoring bad tool entry", "tool", e.Key(), "err", err)
-	}
-	if changed {
-		r.version++
-	}
-}
-
-// put caches t, unless a newer revision of it, or its delete, is cached.
-func (r *Registry) put(t *Tool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cache.Put(t.Def.Name, t.rev, t) {
-		r.version++
-	}
-}
-
-// A P_tools value is the definition's JSON with one more key, "registered":
-// when the tool was first registered (unix ns). Every router orders the
-// listing by it, whenever it started and however often the tool changed.
-const registeredKey = `"registered"`
-
-// encodeRecord returns the stored value of d.
-func encodeRecord(d *bus.ToolDef, registered int64) ([]byte, error) {
-	b, err := json.Marshal(d)
-	if err != nil {
-		return nil, err
-	}
-	return fmt.Appendf(b[:len(b)-1], `,%s:%d}`, registeredKey, registered), nil
-}
-
-func parseTool(b []byte) (*Tool, error) {
-	var d bus.ToolDef
-	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, err
-	}
-	var meta struct {
-		Registered int64 `json:"registered"`
-	}
-	_ = json.Unmarshal(b, &meta)
-	if len(d.InputSchema) == 0 || string(d.InputSchema) == "null" {
-		d.InputSchema = json.RawMessage(`{"type":"object","properties":{}}`)
-	}
-	s, err := schemas.Compile(d.InputSchema)
-	if err != nil {
-		return nil, err
-	}
-	return &Tool{Def: d, Schema: s, order: meta.Registered}, nil
-}
-
-// beat is what a router knows of one worker serving one tool.
-type beat struct {
-	at       time.Time // local time the beat was seen: no clock is compared with the server's
-	rev      uint64
-	left     bool     // the worker said it is leaving
-	inflight []string // calls of the tool the worker was running (bus.CallKey); nil: it does not say
-	binary   bool     // the worker takes io.toolbus.exec in binary mode (docs/protocol.md 5.1)
-}
-
-// beatValue is a P_workers value.
-type beatValue struct {
-	Left bool `json:"left,omitempty"`
-	// InFlight is absent for a worker that does not report its calls in
-	// flight, and a list, possibly empty, for one that does.
-	InFlight []string `json:"inflight,omitempty"`
-	// Binary says the worker takes exec requests in binary mode.
-	Binary bool `json:"binary,omitempty"`
-}
-
-// leftValue is the liveness value of a worker that left; it expires with
-// the bucket's TTL like any beat.
-var leftValue = []byte(`{"left":true}`)
-
-func (r *Registry) applyWorker(e jetstream.KeyValueEntry) {
-	tool, worker, ok := strings.Cut(e.Key(), ".")
-	if !ok {
-		return
-	}
-	if e.Operation() != jetstream.KeyValuePut {
-		r.setBeat(tool, worker, beat{rev: e.Revision()}, true)
-		return
-	}
-	var v beatValue
-	_ = json.Unmarshal(e.Value(), &v)
-	r.setBeat(tool, worker, beat{at: r.cfg.Now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight, binary: v.Binary}, false)
-}
-
-// Troubled reports whether a liveness write failed within the last four
-// heartbeats: the workers bucket could not take beats (a leader election, a
-// node down), so beats that look missed may never have been stored, and
-// nobody should be declared gone for them.
-func (r *Registry) Troubled(now time.Time) bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return !r.trouble.IsZero() && now.Sub(r.trouble) < 4*r.cfg.Heartbeat
-}
-
-// MayHold reports whether a live worker of the tool may be running the call
-// key (bus.CallKey): one said so in its latest beat, or one does not report
-// its calls in flight at all (a worker written from docs/protocol.md alone), so
-// nobody can tell.
-func (r *Registry) MayHold(tool, key string) bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
-	for _, b := range r.liveness[tool] {
-		if !b.left && b.at.After(cutoff) && (b.inflight == nil || slices.Contains(b.inflight, key)) {
-			return true
-		}
-	}
-	return false
-}
-
-// encodeBeat is a beat's P_workers value: inflight present (possibly
-// empty) only for a worker that reports its calls, binary only when true.
-func encodeBeat(v beatValue) []byte {
-	b := []byte{'{'}
-	if v.InFlight != nil {
-		in, _ := json.Marshal(v.InFlight)
-		b = append(append(b, `"inflight":`...), in...)
-	}
-	if v.Binary {
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		b = append(b, `"binary":true`...)
-	}
-	return append(b, '}')
-}
-
-// BinaryExec reports whether every live worker of the tool takes
-// io.toolbus.exec in CloudEvents binary mode (docs/protocol.md 5.1): one
-// of the previous revision in the queue group, or none live, means
-// structured mode.
-func (r *Registry) BinaryExec(tool string) bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
-	n := 0
-	for _, b := range r.liveness[tool] {
-		if b.left || !b.at.After(cutoff) {
-			continue
-		}
-		if !b.binary {
-			return false
-		}
-		n++
-	}
-	return n > 0
-}
-
-// sawBeat records a beat that this router took but could not store: the
-// worker is live from now, at the revision the cache holds.
-func (r *Registry) sawBeat(tool, worker string, inflight []string, binary bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.liveness[tool]
-	if m == nil {
-		m = map[string]beat{}
-		r.liveness[tool] = m
-	}
-	b := m[worker]
-	b.at, b.left, b.inflight, b.binary = r.cfg.Now(), false, inflight, binary
-	m[worker] = b
-	r.version++
-}
-
-// setBeat records b unless a newer revision is known already; remove drops
-// the entry instead (a delete or purge).
-func (r *Registry) setBeat(tool, worker string, b beat, remove bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.liveness[tool]
-	if old, ok := m[worker]; ok && old.rev >= b.rev {
-		return
-	}
-	r.version++
-	if remove {
-		delete(m, worker)
-		if len(m) == 0 {
-			delete(r.liveness, tool)
-		}
-		return
-	}
-	if m == nil {
-		m = map[string]beat{}
-		r.liveness[tool] = m
-	}
-	m[worker] = b
-}
+// Version changes whenever the cache changes; callers use it to invalidate
+// what they derived from the cache.
+func (r *Registry) Version() uint64 { return r.version.Load() }
 
 // Refresh reads tool name, and the liveness of its workers when the cache
 // has none live, from KV into the cache. Routers call it for a call that the
@@ -326,7 +129,7 @@ func (r *Registry) setBeat(tool, worker string, b beat, remove bool) {
 // acknowledged through another router a moment ago may not have reached
 // this router's watch yet.
 func (r *Registry) Refresh(ctx context.Context, name string) error {
-	e, err := r.tools.Get(ctx, name)
+	e, err := r.catalog.kv.Get(ctx, name)
 	if store.IsNotFound(err) {
 		return nil
 	}
@@ -338,95 +141,7 @@ func (r *Registry) Refresh(ctx context.Context, name string) error {
 	if !ok || r.Live(t) {
 		return nil
 	}
-	// Listing keys costs the server a consumer: a tool whose workers are
-	// all gone, called again and again, is listed at most once a heartbeat.
-	now := r.cfg.Now()
-	r.mu.Lock()
-	recent := now.Sub(r.probed[name]) < r.cfg.Heartbeat
-	if !recent {
-		r.probed[name] = now
-	}
-	r.mu.Unlock()
-	if recent {
-		return nil
-	}
-	keys, err := r.workers.ListKeysFiltered(ctx, name+".*")
-	if err != nil {
-		return err
-	}
-	for key := range keys.Keys() {
-		if e, err := r.workers.Get(ctx, key); err == nil {
-			r.applyWorker(e)
-		}
-	}
-	return nil
-}
-
-// Lookup returns the tool named name, live or not.
-func (r *Registry) Lookup(name string) (*Tool, bool) {
-	r.mu.RLock()
-	t, ok := r.cache.Get(name)
-	r.mu.RUnlock()
-	return t, ok
-}
-
-// Live reports whether a call to the tool can be served: it is external, or
-// at least one worker has beaten within three heartbeats.
-func (r *Registry) Live(t *Tool) bool {
-	if t.Def.External {
-		return true
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.liveLocked(t.Def.Name, "")
-}
-
-func (r *Registry) liveLocked(tool, except string) bool {
-	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
-	for w, b := range r.liveness[tool] {
-		if w != except && !b.left && b.at.After(cutoff) {
-			return true
-		}
-	}
-	return false
-}
-
-// Workers returns the number of live workers per tool.
-func (r *Registry) Workers() map[string]int {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	cutoff := r.cfg.Now().Add(-3 * r.cfg.Heartbeat)
-	out := map[string]int{}
-	for tool, ws := range r.liveness {
-		for _, b := range ws {
-			if !b.left && b.at.After(cutoff) {
-				out[tool]++
-			}
-		}
-	}
-	return out
-}
-
-// Tools returns every registered tool in the order it was first registered.
-func (r *Registry) Tools() []*Tool {
-	r.mu.RLock()
-	out := make([]*Tool, 0, r.cache.Len())
-	for _, t := range r.cache.All() {
-		out = append(out, t)
-	}
-	r.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *Tool) int {
-		return cmp.Or(cmp.Compare(a.order, b.order), cmp.Compare(a.Def.Name, b.Def.Name))
-	})
-	return out
-}
-
-// Version changes whenever the cache changes; callers use it to invalidate
-// what they derived from the cache.
-func (r *Registry) Version() uint64 {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.version
+	return r.probe(ctx, name)
 }
 
 // Register applies one registration or heartbeat: each definition is checked
@@ -470,7 +185,6 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 				return ack, err
 			}
 		}
-		key := name + "." + reg.Worker
 		bv := beatValue{Binary: reg.BinaryExec}
 		if reg.InFlight != nil { // the worker reports its calls in flight
 			bv.InFlight = reg.InFlight[name]
@@ -478,26 +192,9 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 				bv.InFlight = []string{}
 			}
 		}
-		inflight := bv.InFlight
-		val := encodeBeat(bv)
-		rev, err := r.workers.Put(ctx, key, val)
-		full := r.health.Note(err)
-		if err != nil {
-			// This router saw the beat: the worker is live whatever the
-			// bucket took. The cache keeps it so (at the revision it
-			// holds), so that a store that refuses writes does not make
-			// every tool look dead here; the other routers see the worker
-			// again when the bucket takes beats again.
-			r.mu.Lock()
-			r.trouble = r.cfg.Now()
-			r.mu.Unlock()
-			r.sawBeat(name, reg.Worker, inflight, reg.BinaryExec)
-			if full {
-				continue // the worker is live; the router reports the store full (status)
-			}
-			return ack, fmt.Errorf("registry: liveness %s: %w", key, err)
+		if err := r.record(ctx, name, reg.Worker, bv); err != nil {
+			return ack, err
 		}
-		r.setBeat(name, reg.Worker, beat{at: r.cfg.Now(), rev: rev, inflight: inflight, binary: reg.BinaryExec}, false)
 	}
 	return ack, nil
 }
@@ -505,9 +202,9 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 // ensureConsumer makes the work consumer of durable tool name once per
 // router process (CreateOrUpdate is idempotent, so routers racing is fine).
 func (r *Registry) ensureConsumer(ctx context.Context, name string) error {
-	r.mu.RLock()
+	r.mu.Lock()
 	done := r.consumers[name]
-	r.mu.RUnlock()
+	r.mu.Unlock()
 	if done {
 		return nil
 	}
@@ -582,7 +279,7 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 		registered int64
 		same       *Tool
 	)
-	rev, err := store.Update(ctx, r.tools, d.Name, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
+	rev, err := store.Update(ctx, r.catalog.kv, d.Name, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
 		reason, same, registered = "", nil, time.Now().UnixNano()
 		if entry != nil {
 			if cur, perr := parseTool(entry.Value()); perr == nil {
@@ -590,9 +287,7 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 					same = cur
 					return nil, store.ErrNoChange
 				}
-				r.mu.RLock()
-				conflict := !cur.Def.External && r.liveLocked(d.Name, worker)
-				r.mu.RUnlock()
+				conflict := !cur.Def.External && r.liveExcept(d.Name, worker)
 				if conflict {
 					reason = fmt.Sprintf("conflicts with a different live definition of %q", d.Name)
 					return nil, store.ErrNoChange
@@ -614,40 +309,4 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	}
 	r.put(&Tool{Def: d, Schema: s, rev: rev, order: registered})
 	return "", nil
-}
-
-// leave marks a worker gone at once: its liveness entries are overwritten
-// with a "left" value (not deleted, so that a heartbeat still in flight, with
-// an older revision, cannot bring it back in any router's cache).
-func (r *Registry) leave(ctx context.Context, worker string) error {
-	r.mu.RLock()
-	var tools []string
-	for tool, ws := range r.liveness {
-		if _, ok := ws[worker]; ok {
-			tools = append(tools, tool)
-		}
-	}
-	r.mu.RUnlock()
-	for _, tool := range tools {
-		rev, err := r.workers.Put(ctx, tool+"."+worker, leftValue)
-		if err != nil {
-			return fmt.Errorf("registry: leave %s.%s: %w", tool, worker, err)
-		}
-		r.setBeat(tool, worker, beat{rev: rev, left: true}, false)
-	}
-	return nil
-}
-
-// Delete removes a tool definition (the admin verb tools.delete).
-func (r *Registry) Delete(ctx context.Context, name string) error {
-	rev, err := store.Delete(ctx, r.tools, name, store.Bounded)
-	if err != nil {
-		return fmt.Errorf("registry: delete %s: %w", name, err)
-	}
-	r.mu.Lock()
-	if r.cache.Delete(name, max(rev, r.cache.Rev(name))) {
-		r.version++
-	}
-	r.mu.Unlock()
-	return nil
 }

@@ -28,7 +28,7 @@ type Call struct {
 	// State is the session's agent state (state_injected tools only).
 	State json.RawMessage
 
-	w           *Worker
+	w           *executor
 	cancel      func(error)
 	traceParent string
 	traceState  string

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,15 +13,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
 	"github.com/toolbus/toolbus/natsconn"
-	"github.com/toolbus/toolbus/tracing"
 )
 
 // Config configures a Worker.
@@ -94,22 +90,24 @@ type Worker struct {
 	log    *slog.Logger
 	off    *offload.Offloader
 
+	// The parts: the table of calls accepted, running and cancelled
+	// (calls.go), the registrations and heartbeats (register.go), and the
+	// executor that runs one call and makes its result (exec.go).
+	calls *callTable
+	reg   *registrar
+	exec  *executor
+
 	mu        sync.Mutex
 	tools     []*tool
-	inflight  map[string]*Call     // bus.CallKey → call
-	queued    map[string]string    // bus.CallKey → tool, from arrival to reply
-	cancelled map[string]time.Time // keys of cancels seen lately: bus.CallKey, with an empty call id for a whole reply
 	started   bool
 	cancelSub *nats.Subscription
 	svc       micro.Service
 	obs       Observer
 
-	registered chan struct{}
-	regOnce    sync.Once
-	loops      sync.WaitGroup // heartbeat loop
-	stopLoop   context.CancelFunc
-	stopOnce   sync.Once
-	stopErr    error
+	loops    sync.WaitGroup // heartbeat loop
+	stopLoop context.CancelFunc
+	stopOnce sync.Once
+	stopErr  error
 
 	// life counts the calls accepted and not yet answered; its Context,
 	// base, is the parent of every call's context, cancelled with
@@ -156,14 +154,16 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	var w *Worker
 	lf := life.New(life.Config{Cleanup: drainCleanup, Logger: cfg.Logger, OnDeadline: func() {
+		n := w.calls.queuedLen()
 		w.mu.Lock()
-		w.cutN = len(w.queued)
+		w.cutN = n
 		w.mu.Unlock()
 	}})
 	w = &Worker{off: off, life: lf, base: lf.Context(), closed: make(chan struct{}), nc: nc, cfg: cfg, subj: subj, source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
-		inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}, registered: make(chan struct{}),
-		obs: cfg.Observer}
+		calls: newCallTable(subj), obs: cfg.Observer}
+	w.reg = &registrar{nc: nc, subj: subj, source: w.source, every: cfg.Heartbeat, log: w.log, what: w.registration, registered: make(chan struct{})}
+	w.exec = &executor{nc: nc, subj: subj, source: w.source, log: w.log, off: off, obs: cfg.Observer, base: w.base, calls: w.calls}
 	return w, nil
 }
 
@@ -192,7 +192,7 @@ func (w *Worker) Handle(def bus.ToolDef, h Handler) error {
 }
 
 // Registered is closed once a router has acknowledged the first registration.
-func (w *Worker) Registered() <-chan struct{} { return w.registered }
+func (w *Worker) Registered() <-chan struct{} { return w.reg.registered }
 
 // Start subscribes every tool in its queue group and the cancel subject,
 // registers with the routers, and keeps registering every heartbeat until
@@ -208,7 +208,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Unlock()
 
 	var err error
-	w.cancelSub, err = w.nc.Subscribe(w.subj.All("cancel"), w.onCancel)
+	w.cancelSub, err = w.nc.Subscribe(w.subj.All("cancel"), w.calls.onCancel)
 	if err != nil {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
@@ -244,7 +244,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		err = w.svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(w.subj.Exec(t.def.Name)),
 			micro.WithEndpointQueueGroup(w.subj.ExecQueue(t.def.Name)),
 			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
-			micro.WithEndpointPendingLimits(w.pendingLimits()))
+			micro.WithEndpointPendingLimits(pendingLimits(w.cfg.MaxConcurrent)))
 		if err != nil {
 			return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
 		}
@@ -254,9 +254,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	w.stopLoop = cancel
-	w.register(ctx)
+	w.reg.register(ctx)
 	w.loops.Add(1)
-	go w.heartbeat(loopCtx)
+	go func() {
+		defer w.loops.Done()
+		w.reg.heartbeat(loopCtx)
+	}()
 	for _, t := range tools {
 		if t.def.Durable {
 			w.loops.Add(1)
@@ -271,85 +274,22 @@ func (w *Worker) Start(ctx context.Context) error {
 // 1024, and at most 64 MiB. Beyond them NATS drops requests (a slow
 // consumer), and the router reports those calls as timed out or retries
 // them elsewhere, as for a worker that never answered.
-func (w *Worker) pendingLimits() (msgs, bytes int) {
-	return max(4*w.cfg.MaxConcurrent, 1024), 64 << 20
+func pendingLimits(maxConcurrent int) (msgs, bytes int) {
+	return max(4*maxConcurrent, 1024), 64 << 20
 }
 
-// heartbeat registers every beat until ctx ends. A registration already
-// sent is not abandoned when ctx ends: it is waited for until a router
-// answers it or a beat passes, so that Drain, which waits for this loop,
-// sends its leave after it and a router cannot apply the heartbeat after
-// the leave (which kept the worker's tools listed for three more beats).
-func (w *Worker) heartbeat(ctx context.Context) {
-	defer w.loops.Done()
-	t := time.NewTicker(w.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if ctx.Err() != nil {
-				return
-			}
-			w.register(context.WithoutCancel(ctx))
-		}
-	}
-}
-
+// registration is what every beat sends: the tools, and the calls
+// accepted, running or waiting for a slot.
 func (w *Worker) registration() bus.Register {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	// BinaryExec: this worker reads exec requests in either mode and
 	// answers each in the mode it came in (docs/protocol.md 5.1).
-	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups, InFlight: map[string][]string{}, BinaryExec: true}
+	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups, InFlight: w.calls.queuedByTool(), BinaryExec: true}
+	w.mu.Lock()
 	for _, t := range w.tools {
 		reg.Tools = append(reg.Tools, t.def)
 	}
-	for key, tool := range w.queued { // accepted, running or waiting for a slot
-		reg.InFlight[tool] = append(reg.InFlight[tool], key)
-	}
+	w.mu.Unlock()
 	return reg
-}
-
-// register sends one registration and logs its outcome.
-func (w *Worker) register(ctx context.Context) {
-	ack, err := w.send(ctx, w.registration())
-	if err != nil {
-		w.log.Warn("worker: registration not acknowledged", "err", err)
-		return
-	}
-	for _, r := range ack.Rejected {
-		w.log.Error("worker: tool rejected", "tool", r.Name, "reason", r.Reason)
-	}
-	w.regOnce.Do(func() { close(w.registered) })
-}
-
-func (w *Worker) send(ctx context.Context, reg bus.Register) (*bus.RegisterAck, error) {
-	e, err := bus.NewEvent(bus.TypeRegister, w.source, reg)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.Heartbeat)
-	defer cancel()
-	resp, err := bus.SendRequest(ctx, w.nc, w.subj.Register(), e)
-	if err != nil {
-		return nil, err
-	}
-	re, err := bus.Decode(resp)
-	if err != nil {
-		return nil, err
-	}
-	if re.Type == bus.TypeError {
-		var be bus.Error
-		_ = re.DataAs(&be)
-		return nil, &be
-	}
-	var ack bus.RegisterAck
-	if err := re.DataAs(&ack); err != nil {
-		return nil, err
-	}
-	return &ack, nil
 }
 
 func (w *Worker) onExec(t *tool, m *nats.Msg) {
@@ -363,7 +303,7 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	w.obs.Waiting(-1)
 	w.pool.Go(func() {
 		defer w.release(key, tracked)
-		w.serve(t, m, e, err, coreReply{w, m})
+		w.exec.serve(t, m, e, err, coreReply{w.exec, m})
 	})
 }
 
@@ -372,11 +312,9 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 // delivered after the drain began is served, not waited for).
 func (w *Worker) accept(t *tool, e *bus.Event, err error) (key string, tracked bool) {
 	tracked = w.life.Enter()
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if err == nil && e.SessionID != "" && e.ReplyID != "" && e.ToolCallID != "" {
 		key = bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID)
-		w.queued[key] = t.def.Name
+		w.calls.queue(key, t.def.Name)
 	}
 	return key, tracked
 }
@@ -384,9 +322,7 @@ func (w *Worker) accept(t *tool, e *bus.Event, err error) (key string, tracked b
 // release ends what accept began, and frees the call's slot.
 func (w *Worker) release(key string, tracked bool) {
 	<-w.sem
-	w.mu.Lock()
-	delete(w.queued, key)
-	w.mu.Unlock()
+	w.calls.unqueue(key)
 	if tracked {
 		w.life.Leave()
 	}
@@ -402,7 +338,7 @@ type replier interface {
 
 // coreReply answers on the request's reply subject.
 type coreReply struct {
-	w *Worker
+	w *executor
 	m *nats.Msg
 }
 
@@ -422,132 +358,6 @@ func (r coreReply) refuse(be *bus.Error) { _ = bus.RespondError(r.w.nc, r.m, r.w
 
 func (r coreReply) drop() {}
 
-func (w *Worker) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp replier) {
-	if err == nil && e.Type != bus.TypeExec {
-		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
-	}
-	var req bus.ExecRequest
-	if err == nil {
-		err = e.DataAs(&req)
-	}
-	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(req.Call.ID)) {
-		err = bus.Errorf(bus.CodeBadEvent, "an exec request needs valid sessionid, replyid and call id")
-	}
-	if err == nil && req.Call.Name != t.def.Name {
-		err = bus.Errorf(bus.CodeBadEvent, "call names tool %q on the subject of %q", req.Call.Name, t.def.Name)
-	}
-	if err != nil {
-		var be *bus.Error
-		if !errors.As(err, &be) {
-			be = bus.Errorf(bus.CodeBadEvent, "%v", err)
-		}
-		rp.refuse(be)
-		return
-	}
-	start := time.Now()
-	w.obs.Running(1)
-	defer w.obs.Running(-1)
-	if w.base.Err() != nil {
-		rp.drop()
-		return // the drain's deadline passed before the call got a slot: never start it, never answer
-	}
-	ctx, cancel := context.WithCancelCause(tracing.Extract(w.base, e.TraceParent, e.TraceState))
-	defer cancel(nil)
-	ctx, span := tracing.StartTool(ctx, trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
-	defer span.End()
-	tp, ts := tracing.Inject(ctx, e.TraceParent, e.TraceState)
-	if exp, _ := e.Expiry(); !exp.IsZero() {
-		var c2 context.CancelFunc
-		ctx, c2 = context.WithDeadline(ctx, exp)
-		defer c2()
-	}
-	c := &Call{ID: req.Call.ID, Name: req.Call.Name, SessionID: e.SessionID, ReplyID: e.ReplyID,
-		Input: req.Call.Input, User: absentIfNull(req.User), Context: absentIfNull(req.Context), Attempt: req.Attempt, State: req.State,
-		w: w, cancel: cancel, traceParent: tp, traceState: ts}
-	key := bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
-	w.mu.Lock()
-	w.inflight[key] = c
-	_, replyCancelled := w.cancelled[bus.CallKey(e.SessionID, e.ReplyID, "")]
-	_, callCancelled := w.cancelled[key]
-	w.mu.Unlock()
-	if replyCancelled || callCancelled {
-		// The cancel overtook this request (it was sent before the router
-		// saw the cancel): never start it.
-		cancel(errCancelled)
-	}
-	defer func() {
-		w.mu.Lock()
-		if w.inflight[key] == c {
-			delete(w.inflight, key)
-		}
-		w.mu.Unlock()
-	}()
-
-	var res *bus.ExecResult
-	if context.Cause(ctx) != errCancelled {
-		res = w.run(ctx, t, c)
-	}
-	if context.Cause(ctx) == errDrained {
-		// Cut off by the drain's deadline: no answer, as from a worker
-		// that stopped. The routers see the call vanish once this worker
-		// has left: unknown_outcome, or a retry for read-only and
-		// idempotent tools.
-		w.log.Warn("worker: call cut off by the drain deadline", "tool", t.def.Name, "call", c.ID)
-		rp.drop()
-		return
-	}
-	if context.Cause(ctx) == errCancelled {
-		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
-	}
-	t.calls.Add(1)
-	t.nanos.Add(int64(time.Since(start)))
-	if res.State != bus.StateSuccess {
-		t.errors.Add(1)
-	}
-	res = w.fit(ctx, t, key, res)
-	w.obs.Finished(t.def.Name, res.State, time.Since(start))
-	if res.State != bus.StateSuccess {
-		span.SetStatus(codes.Error, res.State)
-	}
-	if extra := len(res.Metadata) + len(res.StatePatch); int64(extra) > w.nc.MaxPayload()-offload.Reserve {
-		// The output was fitted; only the metadata or the state patch can
-		// still be too large to send.
-		res = &bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf(
-			"Error: the result of tool '%s' has %d bytes of metadata and state patch, more than the NATS payload limit of %d bytes allows; the state patch was not applied.",
-			t.def.Name, extra, w.nc.MaxPayload()))}
-	}
-	data, err := res.AppendJSON(make([]byte, 0, res.Size()))
-	if err != nil {
-		failed := bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())}
-		data, _ = failed.AppendJSON(nil)
-	}
-	out, _ := bus.NewEvent(bus.TypeExecResult, w.source, json.RawMessage(data))
-	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
-	rp.result(out)
-}
-
-// fit makes a result's output fit the message (offload.Fit): large blocks
-// go to the outputs object store. An output above MaxOutput, or one that
-// cannot be stored, turns the result into an error that says so, with
-// neither output nor state patch: nothing of it takes effect.
-func (w *Worker) fit(ctx context.Context, t *tool, key string, res *bus.ExecResult) *bus.ExecResult {
-	out, err := w.off.Fit(ctx, key, res.Output, len(res.Metadata)+len(res.StatePatch), res.State != bus.StateSuccess)
-	if err == nil {
-		r := *res
-		r.Output = out
-		return &r
-	}
-	var tl *offload.TooLargeError
-	var msg string
-	if errors.As(err, &tl) {
-		msg = fmt.Sprintf("Error: the output of tool '%s' is %d bytes, more than this worker's limit of %d bytes; it was neither sent nor stored.", t.def.Name, tl.Size, tl.Max)
-	} else {
-		msg = fmt.Sprintf("Error: the output of tool '%s' is too large to send inline and could not be stored: %v", t.def.Name, err)
-	}
-	w.log.Warn("worker: output not kept", "tool", t.def.Name, "key", key, "err", err)
-	return &bus.ExecResult{State: bus.StateError, Output: bus.Text(msg)}
-}
-
 var (
 	errCancelled = errors.New("cancelled by the agent")
 	errDrained   = life.ErrDeadline
@@ -556,79 +366,6 @@ var (
 // cancelMemory is how long a worker remembers a cancel, so that an exec
 // request that was already on its way when the cancel went out never runs.
 const cancelMemory = 2 * time.Minute
-
-// run calls the handler, turning panics and errors into error results.
-func (w *Worker) run(ctx context.Context, t *tool, c *Call) (res *bus.ExecResult) {
-	defer func() {
-		if p := recover(); p != nil {
-			w.log.Error("worker: tool panicked", "tool", t.def.Name, "panic", p)
-			res = &bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf("Error: tool %s failed: %v", t.def.Name, p))}
-		}
-	}()
-	res, err := t.h(ctx, c)
-	if err != nil {
-		return &bus.ExecResult{State: bus.StateError, Output: bus.Text("Error: " + err.Error())}
-	}
-	if res == nil {
-		res = &bus.ExecResult{State: bus.StateSuccess}
-	}
-	if res.State == "" {
-		res.State = bus.StateSuccess
-	}
-	if res.Output == nil {
-		res.Output = []bus.Block{}
-	}
-	if c.patch != nil {
-		if !t.def.StateInjected {
-			return &bus.ExecResult{State: bus.StateError, Output: bus.Text("Error: tool " + t.def.Name + " set a state patch but is not state_injected")}
-		}
-		res.StatePatch = c.patch
-	}
-	return res
-}
-
-func (w *Worker) onCancel(m *nats.Msg) {
-	session, ok := w.subj.Token(m.Subject, "cancel")
-	if !ok {
-		return
-	}
-	e, err := bus.Decode(m)
-	if err != nil || e.Type != bus.TypeCallCancel || e.ReplyID == "" {
-		return
-	}
-	var c bus.Cancel
-	if len(e.Data) > 0 {
-		_ = json.Unmarshal(e.Data, &c)
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	now := time.Now()
-	for k, at := range w.cancelled {
-		if now.Sub(at) > cancelMemory {
-			delete(w.cancelled, k)
-		}
-	}
-	if len(c.Calls) == 0 {
-		w.cancelled[bus.CallKey(session, e.ReplyID, "")] = now
-	}
-	for _, id := range c.Calls {
-		w.cancelled[bus.CallKey(session, e.ReplyID, id)] = now
-	}
-	if len(c.Calls) == 0 {
-		prefix := bus.CallKey(session, e.ReplyID, "") // identifiers hold no dots
-		for k, call := range w.inflight {
-			if len(k) > len(prefix) && strings.HasPrefix(k, prefix) {
-				call.cancel(errCancelled)
-			}
-		}
-		return
-	}
-	for _, id := range c.Calls {
-		if call, ok := w.inflight[bus.CallKey(session, e.ReplyID, id)]; ok {
-			call.cancel(errCancelled)
-		}
-	}
-}
 
 // StopTimeout is the drain deadline of Stop.
 const StopTimeout = 5 * time.Second
@@ -696,7 +433,7 @@ func (w *Worker) drain(ctx context.Context) error {
 	if w.nc.IsConnected() {
 		// Routers stop choosing this worker before its subscriptions go.
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		if _, err := w.send(sctx, bus.Register{Worker: w.cfg.ID, Leaving: true}); err != nil {
+		if _, err := w.reg.send(sctx, bus.Register{Worker: w.cfg.ID, Leaving: true}); err != nil {
 			w.log.Debug("worker: leaving not acknowledged", "err", err)
 		}
 		cancel()

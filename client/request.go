@@ -1,0 +1,157 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
+)
+
+// requester is what the Client's verbs share: it makes an event of the
+// agent's source for a session, sends it as a request (retrying a busy
+// reply), and reads the reply of the type wanted, or the router's error;
+// and it keeps the sessions' revisions that batches echo (sessionrev.go).
+type requester struct {
+	nc      *nats.Conn
+	subj    bus.Subjects
+	source  string
+	timeout time.Duration // Config.Timeout: for requests whose context has no deadline
+	revs    sessionRevs
+}
+
+func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (*bus.Event, error) {
+	if b.SessionRev == 0 {
+		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
+	}
+	e, err := c.event(bus.TypeCallBatch, session, b)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	return e, nil
+}
+
+func (c *requester) event(typ, session string, data any) (*bus.Event, error) {
+	if session != "" && !bus.ValidID(session) {
+		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q must match ^[A-Za-z0-9_-]{1,128}$", session)
+	}
+	e, err := bus.NewEvent(typ, c.source, data)
+	if err != nil {
+		return nil, err
+	}
+	e.SessionID = session
+	return e, nil
+}
+
+// request sends e to subject and decodes a reply of type want into out; an
+// io.toolbus.error reply becomes a *bus.Error.
+func (c *requester) request(ctx context.Context, subject string, e *bus.Event, want string, out any, def time.Duration) error {
+	if _, ok := ctx.Deadline(); !ok {
+		if c.timeout > 0 {
+			def = c.timeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, def)
+		defer cancel()
+	}
+	resp, err := c.send(ctx, subject, e)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("client: no router serves %s: %w", subject, err)
+		}
+		return fmt.Errorf("client: %s: %w", subject, err)
+	}
+	re, err := bus.Decode(resp)
+	if err != nil {
+		return fmt.Errorf("client: reply: %w", err)
+	}
+	if re.Type == bus.TypeError {
+		be := new(bus.Error)
+		if err := re.DataAs(be); err != nil {
+			return err
+		}
+		return be
+	}
+	if re.Type != want {
+		return fmt.Errorf("client: expected %s, got %s", want, re.Type)
+	}
+	if out == nil {
+		return nil
+	}
+	return re.DataAs(out)
+}
+
+// send sends e as a request; a busy reply (docs/protocol.md 1: nothing ran) is
+// retried with the same event after a short, growing, jittered backoff
+// until ctx ends, when the last reply is returned.
+func (c *requester) send(ctx context.Context, subject string, e *bus.Event) (*nats.Msg, error) {
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		resp, err := bus.SendRequest(ctx, c.nc, subject, e)
+		if err != nil || !isBusy(resp) {
+			return resp, err
+		}
+		t := time.NewTimer(backoff/2 + rand.N(backoff))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return resp, nil
+		case <-t.C:
+		}
+	}
+}
+
+// isBusy reports whether resp is an io.toolbus.error with code busy.
+func isBusy(resp *nats.Msg) bool {
+	if len(resp.Data) > 4096 || !bytes.Contains(resp.Data, []byte(`"busy"`)) {
+		return false // an error event is small; spare big replies a decoding
+	}
+	re, err := bus.Decode(resp)
+	if err != nil || re.Type != bus.TypeError {
+		return false
+	}
+	var be bus.Error
+	return re.DataAs(&be) == nil && be.Code == bus.CodeBusy
+}
+
+// sendAnswer sends an answer or a confirmation (what) to subject and
+// waits for the router's acknowledgement. Either may add a rule to the
+// session, so its revision is forgotten around it (docs/protocol.md 4.2).
+func (c *requester) sendAnswer(ctx context.Context, subject, session, replyID, callID string, a bus.Answer, what string) error {
+	c.revs.forget(session)
+	defer c.revs.forget(session)
+	e, err := c.event(bus.TypeAnswer, session, a)
+	if err != nil {
+		return err
+	}
+	e.ReplyID, e.ToolCallID = replyID, callID
+	var ack bus.AnswerAck
+	if err := c.request(ctx, subject, e, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
+		return err
+	}
+	if !ack.Accepted {
+		return bus.Errorf(bus.CodeInternal, "%s not accepted", what)
+	}
+	return nil
+}
+
+// window asks a router for the bytes of ref from off.
+func (c *requester) window(ctx context.Context, session, ref string, off int64) (*offload.Chunk, error) {
+	e, err := c.event(offload.TypeGet, session, offload.Get{URL: ref, Offset: off})
+	if err != nil {
+		return nil, err
+	}
+	var ch offload.Chunk
+	if err := c.request(ctx, c.subj.Outputs(session), e, offload.TypeChunk, &ch, 30*time.Second); err != nil {
+		return nil, err
+	}
+	return &ch, nil
+}

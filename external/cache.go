@@ -1,0 +1,140 @@
+package external
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/kvcache"
+	"github.com/toolbus/toolbus/store"
+)
+
+// callCache is the watch-fed cache of the parked call records: those in
+// status parked (with a tombstone per key that left, kept goneMemory) and
+// those in status answered, whose lease another router may take over.
+// Calls notes its own writes in it (note). Safe for concurrent use.
+type callCache struct {
+	src jetstream.KeyValue // P_parked, watched on keys *.*.*
+	log *slog.Logger
+
+	mu       sync.RWMutex
+	parked   *kvcache.Map[*Record] // key → record, only records in StatusParked; a tombstone per key that left, kept goneMemory
+	answered map[string]*Record    // records in StatusAnswered, for lease takeovers
+	watch    *store.Watch
+}
+
+func newCallCache(kv jetstream.KeyValue, log *slog.Logger) *callCache {
+	return &callCache{src: kv, log: log, parked: kvcache.New[*Record](goneMemory), answered: map[string]*Record{}}
+}
+
+// start loads the cache of parked records and keeps it fed.
+func (c *callCache) start(ctx context.Context) error {
+	w, err := store.WatchKV(ctx, c.src, "*.*.*", c.apply)
+	if err != nil {
+		return err
+	}
+	c.watch = w
+	return waitReady(ctx, w)
+}
+
+func (c *callCache) stop() {
+	if c.watch != nil {
+		c.watch.Stop()
+	}
+}
+
+// goneMemory is how long the tombstone of a record that left the parked
+// status is kept, so that a late delivery of an older revision cannot list
+// it as parked again.
+const goneMemory = time.Minute
+
+func (c *callCache) apply(e jetstream.KeyValueEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := e.Key()
+	if c.parked.Stale(key, e.Revision()) {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		c.parked.Delete(key, e.Revision())
+		delete(c.answered, key)
+		return
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		c.log.Warn("external: ignoring bad parked record", "key", key)
+		return
+	}
+	r.rev = e.Revision()
+	if old, ok := c.answered[key]; !ok || old.rev < r.rev {
+		if r.Status == StatusAnswered {
+			c.answered[key] = &r
+		} else {
+			delete(c.answered, key)
+		}
+	}
+	if r.Status == StatusParked {
+		c.parked.Put(key, r.rev, &r)
+	} else {
+		c.parked.Delete(key, r.rev)
+	}
+}
+
+// note caches a copy of r, which this router just wrote at r.rev under
+// key: listed while parked, a tombstone once it left.
+func (c *callCache) note(key string, r *Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.Status == StatusParked {
+		c.parked.Put(key, r.rev, r.copy())
+	} else {
+		c.parked.Delete(key, r.rev)
+	}
+}
+
+// Parked returns the parked records of a session ("" for all), optionally of
+// one reply id, oldest first, from the cache.
+func (c *callCache) Parked(session, replyID string) []*Record {
+	c.mu.RLock()
+	var out []*Record
+	for _, r := range c.parked.All() {
+		if (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID) {
+			out = append(out, r)
+		}
+	}
+	c.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *Record) int { return a.Created.Compare(b.Created) })
+	return out
+}
+
+// Expired returns the parked records whose time is up.
+func (c *callCache) Expired(now time.Time) []*Record {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []*Record
+	for _, r := range c.parked.All() {
+		if now.After(r.Expires) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// answeredBefore returns the keys of the answered calls whose lease was
+// last renewed before cutoff.
+func (c *callCache) answeredBefore(cutoff time.Time) []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var stale []string
+	for key, r := range c.answered {
+		if r.Touched.Before(cutoff) {
+			stale = append(stale, key)
+		}
+	}
+	return stale
+}

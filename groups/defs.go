@@ -1,0 +1,237 @@
+package groups
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/kvcache"
+	"github.com/toolbus/toolbus/store"
+)
+
+type group struct {
+	def   bus.Group
+	order int64 // when the group was first put (unix ns), stored with it
+	rev   uint64
+}
+
+// definitions is the group definitions of P_groups: a watch-fed cache
+// (with the tombstones of deleted groups), the registration order every
+// router lists them in, and the writes (Put, Delete). Safe for concurrent
+// use.
+type definitions struct {
+	kv  jetstream.KeyValue
+	log *slog.Logger
+
+	mu      sync.RWMutex
+	groups  *kvcache.Map[*group] // by name, with the tombstones of deleted groups
+	ordered []bus.Group          // meta and external groups in registration order; rebuilt on change
+
+	watches []*store.Watch
+}
+
+func newDefinitions(kv jetstream.KeyValue, log *slog.Logger) *definitions {
+	return &definitions{kv: kv, log: log, groups: kvcache.New[*group](0)}
+}
+
+// start loads the cache and keeps it fed until ctx ends or stop.
+func (d *definitions) start(ctx context.Context) error {
+	gw, err := store.WatchKV(ctx, d.kv, ">", d.applyGroup)
+	if err != nil {
+		return err
+	}
+	d.watches = []*store.Watch{gw}
+	for _, w := range d.watches {
+		select {
+		case <-w.Ready():
+		case <-ctx.Done():
+			d.stop()
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// stop ends the watches; safe to call twice.
+func (d *definitions) stop() {
+	for _, w := range d.watches {
+		w.Stop()
+	}
+}
+
+func (d *definitions) applyGroup(e jetstream.KeyValueEntry) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	changed, err := d.groups.Apply(e, func(val []byte) (*group, bool, error) {
+		var rec groupRecord
+		if err := json.Unmarshal(val, &rec); err != nil {
+			return nil, false, err
+		}
+		if err := CheckGroup(&rec.Group); err != nil {
+			return nil, false, err
+		}
+		return newGroup(rec.Group, e.Revision(), rec.Registered), true, nil
+	})
+	if err != nil {
+		d.log.Warn("groups: ignoring bad group entry", "group", e.Key())
+	}
+	if changed {
+		d.reorder()
+	}
+}
+
+// groupRecord is a P_groups value: the group's JSON with "registered", when
+// it was first put (unix ns), so every router lists groups in one order.
+type groupRecord struct {
+	bus.Group
+	Registered int64 `json:"registered"`
+}
+
+// newGroup is the cached form of g at revision rev, first put at order
+// (unix ns; zero: before records carried it, the revision stands in).
+func newGroup(g bus.Group, rev uint64, order int64) *group {
+	if order == 0 {
+		order = int64(rev)
+	}
+	return &group{def: g, order: order, rev: rev}
+}
+
+func (d *definitions) putGroup(g bus.Group, rev uint64, order int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.groups.Put(g.Name, rev, newGroup(g, rev, order)) {
+		d.reorder()
+	}
+}
+
+// reorder rebuilds the ordered list; the caller holds mu.
+func (d *definitions) reorder() {
+	gs := make([]*group, 0, d.groups.Len())
+	for _, g := range d.groups.All() {
+		gs = append(gs, g)
+	}
+	slices.SortFunc(gs, func(a, b *group) int {
+		return cmp.Or(cmp.Compare(a.order, b.order), cmp.Compare(a.def.Name, b.def.Name))
+	})
+	d.ordered = make([]bus.Group, len(gs))
+	for i, g := range gs {
+		d.ordered[i] = g.def
+	}
+}
+
+// Put stores a group definition when it is new or changed.
+func (d *definitions) Put(ctx context.Context, g bus.Group) error {
+	if g.Scope == "" {
+		g.Scope = bus.ScopeMeta
+	}
+	if err := CheckGroup(&g); err != nil {
+		return err
+	}
+	registered := time.Now().UnixNano()
+	d.mu.RLock()
+	cur, ok := d.groups.Get(g.Name)
+	d.mu.RUnlock()
+	if ok {
+		if cur.def.Equal(g) {
+			return nil
+		}
+		registered = cur.order // an update keeps the group's place
+	}
+	b, err := json.Marshal(groupRecord{Group: g, Registered: registered})
+	if err != nil {
+		return err
+	}
+	rev, err := d.kv.Put(ctx, g.Name, b)
+	if err != nil {
+		return fmt.Errorf("groups: put %s: %w", g.Name, err)
+	}
+	d.putGroup(g, rev, registered)
+	return nil
+}
+
+// Delete removes a group definition; sessions keep nothing of it that
+// matters, since an undefined group is never active.
+func (d *definitions) Delete(ctx context.Context, name string) error {
+	rev, err := store.Delete(ctx, d.kv, name, store.Bounded)
+	if err != nil {
+		return fmt.Errorf("groups: delete %s: %w", name, err)
+	}
+	d.mu.Lock()
+	if d.groups.Delete(name, max(rev, d.groups.Rev(name))) {
+		d.reorder()
+	}
+	d.mu.Unlock()
+	return nil
+}
+
+// Group returns the definition of a group.
+func (d *definitions) Group(name string) (bus.Group, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	g, ok := d.groups.Get(name)
+	if !ok {
+		return bus.Group{}, false
+	}
+	return g.def, true
+}
+
+// Groups returns the defined groups (basic excluded) in registration order.
+// The slice must not be modified.
+func (d *definitions) Groups() []bus.Group {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.ordered
+}
+
+func (d *definitions) hasMeta() bool {
+	for _, g := range d.Groups() {
+		if g.Scope == bus.ScopeMeta {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *definitions) metaGroups() []bus.Group {
+	var out []bus.Group
+	for _, g := range d.Groups() {
+		if g.Scope == bus.ScopeMeta {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// resetDef returns the definition of reset_tools: one boolean property per
+// meta group in registration order, "default": false, the group's
+// description, and no "required". It reports false without meta groups.
+func (d *definitions) resetDef() (bus.ToolDef, bool) {
+	meta := d.metaGroups()
+	if len(meta) == 0 {
+		return bus.ToolDef{}, false
+	}
+	// Properties are written by hand so that their order is registration order.
+	var b bytes.Buffer
+	b.WriteString(`{"type":"object","properties":{`)
+	for i, g := range meta {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(g.Name)
+		desc, _ := json.Marshal(g.Description)
+		fmt.Fprintf(&b, `%s:{"type":"boolean","default":false,"description":%s}`, name, desc)
+	}
+	b.WriteString(`}}`)
+	t := bus.ToolDef{Name: ResetTools, Description: resetDescription, InputSchema: b.Bytes(), ConcurrencySafe: false}
+	t.Defaults()
+	return t, true
+}

@@ -1,0 +1,216 @@
+package groups
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/store"
+)
+
+// sessions is the per-session state of P_sessions: a bounded cache of the
+// recently used sessions (least recently used dropped first), the reads
+// that must be current (Refresh, Load) and the compare-and-set writes
+// (Update, Touch, DeleteSession). A session it has not seen starts from
+// the defaults and each defined group's active_by_default (defs). Safe for
+// concurrent use.
+type sessions struct {
+	kv   jetstream.KeyValue
+	defs *definitions // for a fresh session's active_by_default groups
+	cfg  Config
+
+	mu  sync.RWMutex
+	lru *simplelru.LRU[string, *Session] // recently used sessions, guarded by mu
+}
+
+func newSessions(kv jetstream.KeyValue, defs *definitions, cfg Config) *sessions {
+	lru, _ := simplelru.NewLRU[string, *Session](cfg.SessionCache, nil) // errors only for a size <= 0
+	return &sessions{kv: kv, defs: defs, cfg: cfg, lru: lru}
+}
+
+// Session returns the session's state as this router last read or wrote
+// it; a session it has not seen (or no longer caches) starts from each
+// group's active_by_default and the default mode. Reads that must see
+// writes made through other routers use Refresh. The returned value must
+// not be modified.
+func (s *sessions) Session(id string) *Session {
+	s.mu.RLock() // Peek: Refresh, once per batch run, keeps the recency
+	sess, ok := s.lru.Peek(id)
+	s.mu.RUnlock()
+	if ok {
+		return sess
+	}
+	return s.fresh()
+}
+
+func (s *sessions) fresh() *Session {
+	sess := &Session{Active: []string{}, Mode: s.cfg.DefaultMode,
+		Rules: slices.Clone(s.cfg.DefaultRules), WorkDirs: slices.Clone(s.cfg.DefaultWorkDirs)}
+	for _, g := range s.defs.Groups() {
+		if g.ActiveByDefault {
+			sess.Active = append(sess.Active, g.Name)
+		}
+	}
+	return sess
+}
+
+// Touch rewrites a stored session that is in use when half of its idle TTL
+// has passed since its last write, so that the bucket's TTL only ever
+// removes sessions nobody uses. It is cheap when nothing is due.
+func (s *sessions) Touch(ctx context.Context, id string) error {
+	s.mu.Lock()
+	sess, ok := s.lru.Peek(id)
+	s.mu.Unlock()
+	if !ok || time.Since(sess.Updated) < s.cfg.IdleTTL/2 {
+		return nil
+	}
+	_, err := s.Update(ctx, id, func(*Session) error { return nil })
+	return err
+}
+
+// Load reads a session from KV rather than the cache: for the rare reads
+// that must see every write already acknowledged (agent state).
+func (s *sessions) Load(ctx context.Context, id string) (*Session, error) {
+	entry, err := s.kv.Get(ctx, id)
+	if store.IsNotFound(err) {
+		return s.fresh(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("groups: read session %s: %w", id, err)
+	}
+	return decodeSession(entry)
+}
+
+func decodeSession(entry jetstream.KeyValueEntry) (*Session, error) {
+	sess := new(Session)
+	if err := json.Unmarshal(entry.Value(), sess); err != nil {
+		return nil, fmt.Errorf("groups: session %s is corrupt: %w", entry.Key(), err)
+	}
+	sess.rev = entry.Revision()
+	return sess, nil
+}
+
+// Refresh reads a session from KV, updates the cache with it, and returns
+// it; on a KV error it falls back to the cache. Routers use it where a stale
+// cache would give a wrong answer that a user sees: once per run of a batch,
+// a listing, session.get.
+func (s *sessions) Refresh(ctx context.Context, id string) *Session {
+	asked := time.Now()
+	entry, err := s.kv.Get(ctx, id)
+	var sess *Session
+	switch {
+	case store.IsNotFound(err):
+		sess = s.fresh()
+	case err != nil:
+		return s.Session(id)
+	default:
+		s.mu.Lock()
+		old, ok := s.lru.Get(id)
+		s.mu.Unlock()
+		if ok && old.rev >= entry.Revision() { // the cache is current: nothing to decode
+			return old
+		}
+		if sess, err = decodeSession(entry); err != nil {
+			return s.Session(id)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess.rev == 0 { // not stored (any more)
+		// An entry cached before the read was deleted since; one cached
+		// after it may be a write the read did not see yet.
+		if old, ok := s.lru.Peek(id); ok {
+			if old.cached.After(asked) {
+				return old
+			}
+			s.lru.Remove(id)
+		}
+		return sess
+	}
+	if old, ok := s.lru.Peek(id); ok && old.rev >= sess.rev {
+		return old
+	}
+	sess.cached = time.Now()
+	s.lru.Add(id, sess)
+	return sess
+}
+
+// Stored reports whether the session exists in KV as far as the cache
+// knows (a session dropped from the cache counts as not stored).
+func (s *sessions) Stored(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lru.Contains(id)
+}
+
+// ErrAbort may be returned by an Update function to leave the session as it is.
+var ErrAbort = errors.New("groups: update aborted")
+
+// Update changes a session with compare-and-set: fn gets a private copy of
+// the latest stored state (or a fresh session) and edits it; the write is
+// retried with fresh state when another router wrote in between, so no
+// update is ever lost. fn may run more than once. When fn returns an error
+// nothing is written and the error is returned.
+func (s *sessions) Update(ctx context.Context, id string, fn func(*Session) error) (*Session, error) {
+	var next *Session
+	var fnErr error
+	rev, err := store.Update(ctx, s.kv, id, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
+		cur := s.fresh()
+		if entry != nil {
+			cur = new(Session)
+			if err := json.Unmarshal(entry.Value(), cur); err != nil {
+				cur = s.fresh() // a corrupt record is replaced, not propagated
+			}
+			cur.rev = entry.Revision()
+		}
+		next = cur.clone()
+		if fnErr = fn(next); fnErr != nil {
+			return nil, fnErr
+		}
+		next.Updated = time.Now().UTC()
+		b, err := json.Marshal(next)
+		if err != nil {
+			return nil, fmt.Errorf("groups: encode session %s: %w", id, err)
+		}
+		return b, nil
+	})
+	switch {
+	case fnErr != nil:
+		return nil, fnErr
+	case err != nil:
+		return nil, fmt.Errorf("groups: write session %s: %w", id, err)
+	}
+	next.rev = rev
+	s.mu.Lock()
+	if old, ok := s.lru.Peek(id); !ok || old.rev < rev {
+		next.cached = time.Now()
+		s.lru.Add(id, next)
+	}
+	s.mu.Unlock()
+	return next, nil
+}
+
+// DeleteSession forgets a session.
+func (s *sessions) DeleteSession(ctx context.Context, id string) error {
+	if err := s.kv.Delete(ctx, id); err != nil && !store.IsNotFound(err) {
+		return fmt.Errorf("groups: delete session %s: %w", id, err)
+	}
+	s.mu.Lock()
+	s.lru.Remove(id)
+	s.mu.Unlock()
+	return nil
+}
+
+// Sessions returns how many sessions the cache holds.
+func (s *sessions) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lru.Len()
+}

@@ -1,0 +1,128 @@
+package worker
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// callTable is what the worker knows of its calls: those accepted, from
+// arrival to reply (listed in every beat, so routers see which calls a
+// live worker holds), those running (cancellable by key), and the
+// cancels seen lately. Safe for concurrent use.
+type callTable struct {
+	subj bus.Subjects
+
+	mu        sync.Mutex
+	inflight  map[string]*Call     // bus.CallKey → call
+	queued    map[string]string    // bus.CallKey → tool, from arrival to reply
+	cancelled map[string]time.Time // keys of cancels seen lately: bus.CallKey, with an empty call id for a whole reply
+}
+
+func newCallTable(subj bus.Subjects) *callTable {
+	return &callTable{subj: subj, inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}}
+}
+
+// queue lists call key of tool from its arrival; unqueue ends that once
+// it is answered.
+func (ct *callTable) queue(key, tool string) {
+	ct.mu.Lock()
+	ct.queued[key] = tool
+	ct.mu.Unlock()
+}
+
+func (ct *callTable) unqueue(key string) {
+	ct.mu.Lock()
+	delete(ct.queued, key)
+	ct.mu.Unlock()
+}
+
+// queuedLen counts the calls accepted and not yet answered.
+func (ct *callTable) queuedLen() int {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	return len(ct.queued)
+}
+
+// queuedByTool is the registration's "inflight": per tool, the keys of
+// its calls accepted and not yet answered.
+func (ct *callTable) queuedByTool() map[string][]string {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	out := map[string][]string{}
+	for key, tool := range ct.queued { // accepted, running or waiting for a slot
+		out[tool] = append(out[tool], key)
+	}
+	return out
+}
+
+// begin lists c as running under key and reports whether a cancel of it,
+// or of its whole reply, came first (the cancel overtook the request).
+func (ct *callTable) begin(key string, c *Call) (cancelled bool) {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	ct.inflight[key] = c
+	_, replyCancelled := ct.cancelled[bus.CallKey(c.SessionID, c.ReplyID, "")]
+	_, callCancelled := ct.cancelled[key]
+	return replyCancelled || callCancelled
+}
+
+// end unlists c, unless another call took its key since.
+func (ct *callTable) end(key string, c *Call) {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if ct.inflight[key] == c {
+		delete(ct.inflight, key)
+	}
+}
+
+// onCancel takes a cancel of P.cancel.<session>: it cancels the named
+// calls running (all of the reply's without names) and remembers the
+// cancel for cancelMemory, so a request still on its way never starts.
+func (ct *callTable) onCancel(m *nats.Msg) {
+	session, ok := ct.subj.Token(m.Subject, "cancel")
+	if !ok {
+		return
+	}
+	e, err := bus.Decode(m)
+	if err != nil || e.Type != bus.TypeCallCancel || e.ReplyID == "" {
+		return
+	}
+	var c bus.Cancel
+	if len(e.Data) > 0 {
+		_ = json.Unmarshal(e.Data, &c)
+	}
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	now := time.Now()
+	for k, at := range ct.cancelled {
+		if now.Sub(at) > cancelMemory {
+			delete(ct.cancelled, k)
+		}
+	}
+	if len(c.Calls) == 0 {
+		ct.cancelled[bus.CallKey(session, e.ReplyID, "")] = now
+	}
+	for _, id := range c.Calls {
+		ct.cancelled[bus.CallKey(session, e.ReplyID, id)] = now
+	}
+	if len(c.Calls) == 0 {
+		prefix := bus.CallKey(session, e.ReplyID, "") // identifiers hold no dots
+		for k, call := range ct.inflight {
+			if len(k) > len(prefix) && strings.HasPrefix(k, prefix) {
+				call.cancel(errCancelled)
+			}
+		}
+		return
+	}
+	for _, id := range c.Calls {
+		if call, ok := ct.inflight[bus.CallKey(session, e.ReplyID, id)]; ok {
+			call.cancel(errCancelled)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package worker
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// callTable is tested alone here, without a server.
+
+func cancelMsg(t *testing.T, subject, replyID string, calls ...string) *nats.Msg {
+	t.Helper()
+	e, err := bus.NewEvent(bus.TypeCallCancel, "test", bus.Cancel{Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ReplyID = replyID
+	m, err := e.Msg(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestCallTableQueued(t *testing.T) {
+	ct := newCallTable(bus.NewSubjects(""))
+	ct.queue("s.r.a", "t1")
+	ct.queue("s.r.b", "t1")
+	ct.queue("s.r.c", "t2")
+	ct.unqueue("s.r.b")
+	ct.unqueue("s.r.none")
+	got := ct.queuedByTool()
+	if ct.queuedLen() != 2 || !slices.Equal(got["t1"], []string{"s.r.a"}) || !slices.Equal(got["t2"], []string{"s.r.c"}) {
+		t.Fatalf("queued %v (%d)", got, ct.queuedLen())
+	}
+}
+
+func TestCallTableCancel(t *testing.T) {
+	type call struct{ session, reply, id string }
+	for _, tc := range []struct {
+		name      string
+		running   []call
+		msg       func(t *testing.T) *nats.Msg
+		cancelled []string // running calls whose context was cancelled
+		later     call     // a request that arrives after the cancel
+		laterCut  bool
+	}{
+		{"one call", []call{{"s1", "r1", "a"}, {"s1", "r1", "b"}},
+			func(t *testing.T) *nats.Msg { return cancelMsg(t, "toolbus.cancel.s1", "r1", "a") },
+			[]string{"a"}, call{"s1", "r1", "c"}, false},
+		{"the whole reply", []call{{"s1", "r1", "a"}, {"s1", "r2", "b"}},
+			func(t *testing.T) *nats.Msg { return cancelMsg(t, "toolbus.cancel.s1", "r1") },
+			[]string{"a"}, call{"s1", "r1", "c"}, true},
+		{"overtaken request", nil,
+			func(t *testing.T) *nats.Msg { return cancelMsg(t, "toolbus.cancel.s1", "r1", "x") },
+			nil, call{"s1", "r1", "x"}, true},
+		{"another session", []call{{"s1", "r1", "a"}},
+			func(t *testing.T) *nats.Msg { return cancelMsg(t, "toolbus.cancel.s2", "r1") },
+			nil, call{"s1", "r1", "b"}, false},
+		{"not a cancel subject", []call{{"s1", "r1", "a"}},
+			func(t *testing.T) *nats.Msg { return cancelMsg(t, "toolbus.cancel.s1.more", "r1") },
+			nil, call{"s1", "r1", "b"}, false},
+		{"no reply id", []call{{"s1", "r1", "a"}},
+			func(t *testing.T) *nats.Msg { return cancelMsg(t, "toolbus.cancel.s1", "") },
+			nil, call{"s1", "r1", "b"}, false},
+		{"garbage", []call{{"s1", "r1", "a"}},
+			func(*testing.T) *nats.Msg { return &nats.Msg{Subject: "toolbus.cancel.s1", Data: []byte("{")} },
+			nil, call{"s1", "r1", "b"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ct := newCallTable(bus.NewSubjects(""))
+			var got []string
+			for _, c := range tc.running {
+				id := c.id
+				call := &Call{ID: id, SessionID: c.session, ReplyID: c.reply, cancel: func(err error) {
+					if errors.Is(err, errCancelled) {
+						got = append(got, id)
+					}
+				}}
+				if ct.begin(bus.CallKey(c.session, c.reply, c.id), call) {
+					t.Fatalf("call %s cancelled before any cancel", id)
+				}
+			}
+			ct.onCancel(tc.msg(t))
+			slices.Sort(got)
+			if !slices.Equal(got, tc.cancelled) {
+				t.Fatalf("cancelled %v, want %v", got, tc.cancelled)
+			}
+			l := &Call{ID: tc.later.id, SessionID: tc.later.session, ReplyID: tc.later.reply}
+			key := bus.CallKey(l.SessionID, l.ReplyID, l.ID)
+			if cut := ct.begin(key, l); cut != tc.laterCut {
+				t.Fatalf("a later request cut off: %v, want %v", cut, tc.laterCut)
+			}
+			ct.end(key, &Call{})
+			if ct.inflight[key] != l {
+				t.Fatal("end of another call unlisted this one")
+			}
+			ct.end(key, l)
+			if _, ok := ct.inflight[key]; ok {
+				t.Fatal("end left the call listed")
+			}
+		})
+	}
+}

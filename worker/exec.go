@@ -1,0 +1,179 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
+	"github.com/toolbus/toolbus/tracing"
+)
+
+// executor runs one call: it checks the exec request, runs the handler
+// under the call's context (a child of the worker's base context, with
+// the request's deadline and trace), fits the output and answers through
+// a replier. It holds what a call needs, not the Worker.
+type executor struct {
+	nc     *nats.Conn
+	subj   bus.Subjects
+	source string
+	log    *slog.Logger
+	off    *offload.Offloader
+	obs    Observer
+	base   context.Context // ends with errDrained when a drain's deadline passes
+	calls  *callTable
+}
+
+// serve checks one exec request, runs the call and answers through rp.
+func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp replier) {
+	if err == nil && e.Type != bus.TypeExec {
+		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
+	}
+	var req bus.ExecRequest
+	if err == nil {
+		err = e.DataAs(&req)
+	}
+	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(req.Call.ID)) {
+		err = bus.Errorf(bus.CodeBadEvent, "an exec request needs valid sessionid, replyid and call id")
+	}
+	if err == nil && req.Call.Name != t.def.Name {
+		err = bus.Errorf(bus.CodeBadEvent, "call names tool %q on the subject of %q", req.Call.Name, t.def.Name)
+	}
+	if err != nil {
+		var be *bus.Error
+		if !errors.As(err, &be) {
+			be = bus.Errorf(bus.CodeBadEvent, "%v", err)
+		}
+		rp.refuse(be)
+		return
+	}
+	start := time.Now()
+	w.obs.Running(1)
+	defer w.obs.Running(-1)
+	if w.base.Err() != nil {
+		rp.drop()
+		return // the drain's deadline passed before the call got a slot: never start it, never answer
+	}
+	ctx, cancel := context.WithCancelCause(tracing.Extract(w.base, e.TraceParent, e.TraceState))
+	defer cancel(nil)
+	ctx, span := tracing.StartTool(ctx, trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
+	defer span.End()
+	tp, ts := tracing.Inject(ctx, e.TraceParent, e.TraceState)
+	if exp, _ := e.Expiry(); !exp.IsZero() {
+		var c2 context.CancelFunc
+		ctx, c2 = context.WithDeadline(ctx, exp)
+		defer c2()
+	}
+	c := &Call{ID: req.Call.ID, Name: req.Call.Name, SessionID: e.SessionID, ReplyID: e.ReplyID,
+		Input: req.Call.Input, User: absentIfNull(req.User), Context: absentIfNull(req.Context), Attempt: req.Attempt, State: req.State,
+		w: w, cancel: cancel, traceParent: tp, traceState: ts}
+	key := bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
+	if w.calls.begin(key, c) {
+		// The cancel overtook this request (it was sent before the router
+		// saw the cancel): never start it.
+		cancel(errCancelled)
+	}
+	defer w.calls.end(key, c)
+
+	var res *bus.ExecResult
+	if context.Cause(ctx) != errCancelled {
+		res = w.run(ctx, t, c)
+	}
+	if context.Cause(ctx) == errDrained {
+		// Cut off by the drain's deadline: no answer, as from a worker
+		// that stopped. The routers see the call vanish once this worker
+		// has left: unknown_outcome, or a retry for read-only and
+		// idempotent tools.
+		w.log.Warn("worker: call cut off by the drain deadline", "tool", t.def.Name, "call", c.ID)
+		rp.drop()
+		return
+	}
+	if context.Cause(ctx) == errCancelled {
+		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
+	}
+	t.calls.Add(1)
+	t.nanos.Add(int64(time.Since(start)))
+	if res.State != bus.StateSuccess {
+		t.errors.Add(1)
+	}
+	res = w.fit(ctx, t, key, res)
+	w.obs.Finished(t.def.Name, res.State, time.Since(start))
+	if res.State != bus.StateSuccess {
+		span.SetStatus(codes.Error, res.State)
+	}
+	if extra := len(res.Metadata) + len(res.StatePatch); int64(extra) > w.nc.MaxPayload()-offload.Reserve {
+		// The output was fitted; only the metadata or the state patch can
+		// still be too large to send.
+		res = &bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf(
+			"Error: the result of tool '%s' has %d bytes of metadata and state patch, more than the NATS payload limit of %d bytes allows; the state patch was not applied.",
+			t.def.Name, extra, w.nc.MaxPayload()))}
+	}
+	data, err := res.AppendJSON(make([]byte, 0, res.Size()))
+	if err != nil {
+		failed := bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())}
+		data, _ = failed.AppendJSON(nil)
+	}
+	out, _ := bus.NewEvent(bus.TypeExecResult, w.source, json.RawMessage(data))
+	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
+	rp.result(out)
+}
+
+// fit makes a result's output fit the message (offload.Fit): large blocks
+// go to the outputs object store. An output above MaxOutput, or one that
+// cannot be stored, turns the result into an error that says so, with
+// neither output nor state patch: nothing of it takes effect.
+func (w *executor) fit(ctx context.Context, t *tool, key string, res *bus.ExecResult) *bus.ExecResult {
+	out, err := w.off.Fit(ctx, key, res.Output, len(res.Metadata)+len(res.StatePatch), res.State != bus.StateSuccess)
+	if err == nil {
+		r := *res
+		r.Output = out
+		return &r
+	}
+	var tl *offload.TooLargeError
+	var msg string
+	if errors.As(err, &tl) {
+		msg = fmt.Sprintf("Error: the output of tool '%s' is %d bytes, more than this worker's limit of %d bytes; it was neither sent nor stored.", t.def.Name, tl.Size, tl.Max)
+	} else {
+		msg = fmt.Sprintf("Error: the output of tool '%s' is too large to send inline and could not be stored: %v", t.def.Name, err)
+	}
+	w.log.Warn("worker: output not kept", "tool", t.def.Name, "key", key, "err", err)
+	return &bus.ExecResult{State: bus.StateError, Output: bus.Text(msg)}
+}
+
+// run calls the handler, turning panics and errors into error results.
+func (w *executor) run(ctx context.Context, t *tool, c *Call) (res *bus.ExecResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Error("worker: tool panicked", "tool", t.def.Name, "panic", p)
+			res = &bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf("Error: tool %s failed: %v", t.def.Name, p))}
+		}
+	}()
+	res, err := t.h(ctx, c)
+	if err != nil {
+		return &bus.ExecResult{State: bus.StateError, Output: bus.Text("Error: " + err.Error())}
+	}
+	if res == nil {
+		res = &bus.ExecResult{State: bus.StateSuccess}
+	}
+	if res.State == "" {
+		res.State = bus.StateSuccess
+	}
+	if res.Output == nil {
+		res.Output = []bus.Block{}
+	}
+	if c.patch != nil {
+		if !t.def.StateInjected {
+			return &bus.ExecResult{State: bus.StateError, Output: bus.Text("Error: tool " + t.def.Name + " set a state patch but is not state_injected")}
+		}
+		res.StatePatch = c.patch
+	}
+	return res
+}
