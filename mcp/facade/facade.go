@@ -173,7 +173,7 @@ func New(cl *client.Client, cfg Config) *Facade {
 		lru: list.New(), ctx: lf.Background(), life: lf}
 	f.store = newStoreWatch(f)
 	f.kv = &kvStore{f: f}
-	f.tasks = newTaskRunners(f)
+	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cfg.Logger)
 	f.life.Loop(func(context.Context) { f.sweep() })
 	return f
 }
@@ -237,7 +237,7 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		defer f.release(s)
-		if !stampNotification(w, r) || (!s.noTasks && s.serveTaskHTTP(w, r)) {
+		if !stampNotification(w, r) || (!s.noTasks && s.tasks.serveHTTP(w, r)) {
 			return
 		}
 		if modernCancel(r) { // cancelled.go
@@ -297,7 +297,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	// connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in2, out2 := s.stdioTasks(ctx, in, out)
+	in2, out2 := s.tasks.stdio(ctx, in, out)
 	return server.NewStdioServer(s.mcp).Listen(ctx, in2, out2)
 }
 
@@ -318,17 +318,24 @@ type session struct {
 	ctx     context.Context
 	cancel  context.CancelFunc // ends its polling (eviction, Close)
 
+	// Its parts, each over what it needs (newSession wires them; the
+	// session itself keeps the tool listing and its calm, calm.go).
+	calls     *caller    // calls and cancellation (call.go)
+	confirms  *confirmer // the host user's confirmations (elicit.go, state.go)
+	questions *relayer   // bridged servers' questions to the host (questions.go)
+	resources *resources // resources/* (resources.go)
+	tasks     *taskFront // tasks/* and task-augmented calls (tasks.go)
+	asked     claims     // the questions its hosts are asked (questions.go)
+
 	// Guarded by f.mu.
 	elem   *list.Element
 	active int       // requests (or a stdio connection) being served
 	last   time.Time // when the last one began or ended
 
-	mu      sync.Mutex
-	calm    calm                // list changes not yet applied (calm.go)
-	asked   map[string]bool     // bridged servers' questions put to a host (questions.go)
-	raw     string              // the last listing, to compare
-	order   map[string]int      // tool name → position in the listing
-	pending map[string]*pending // request state → a call waiting for the host user's decision
+	mu    sync.Mutex
+	calm  calm           // list changes not yet applied (calm.go)
+	raw   string         // the last listing, to compare
+	order map[string]int // tool name → position in the listing
 }
 
 // errFull: every kept MCP server is busy and MaxSessions are kept.
@@ -410,12 +417,7 @@ func (f *Facade) touchLocked(s *session, delta int) {
 // for the host user's decision: it is not dropped then. Tasks are the
 // facade's, not a session's, and survive its MCP server.
 func (s *session) busyLocked() bool {
-	if s.active > 0 {
-		return true
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.pending) > 0
+	return s.active > 0 || s.confirms.busy()
 }
 
 // evictOneLocked drops the least recently used idle MCP server; false
@@ -492,7 +494,8 @@ func (f *Facade) Sessions() int {
 func (f *Facade) newSession(k key) *session {
 	ctx, cancel := context.WithCancel(f.ctx)
 	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, noTasks: !f.kv.available(f.ctx), order: map[string]int{}, dirty: make(chan struct{}, 1),
-		pending: map[string]*pending{}, ctx: ctx, cancel: cancel}
+		ctx: ctx, cancel: cancel}
+	f.wire(s)
 	hooks := &server.Hooks{}
 	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx); s.flush() })
 	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
@@ -500,8 +503,8 @@ func (f *Facade) newSession(k key) *session {
 	})
 	// mcp-go advertises tasks; the facade answers them (tasks.go).
 	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter),
-		server.WithToolHandlerMiddleware(downgradeMiddleware), server.WithToolHandlerMiddleware(s.questionsMiddleware)}
-	opts = append(opts, s.resourcesOptions(hooks)...)
+		server.WithToolHandlerMiddleware(downgradeMiddleware), server.WithToolHandlerMiddleware(s.questions.middleware)}
+	opts = append(opts, s.resources.options(hooks)...)
 	if !s.noTasks {
 		opts = append(opts, server.WithTaskCapabilities(true, true, true))
 	}
@@ -509,12 +512,47 @@ func (f *Facade) newSession(k key) *session {
 		opts = append(opts, server.WithElicitation())
 	}
 	s.mcp = server.NewMCPServer("toolbus", "1.0.0", opts...)
-	s.mcp.SetResourceTemplates(s.outputsTemplate()) // readable before any listing
+	s.resources.mcp = s.mcp
+	s.mcp.SetResourceTemplates(s.resources.outputsTemplate()) // readable before any listing
 	s.http = server.NewStreamableHTTPServer(s.mcp, server.WithStreamableHTTPLogger(f.cfg.Logger),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			return context.WithValue(ctx, contextKey, r.Header.Get(f.cfg.ContextHeader))
 		}))
 	return s
+}
+
+// wire makes s's parts, each over what it needs of the facade and the
+// session: the one place that knows both (docs/mcp.md "Structure").
+func (f *Facade) wire(s *session) {
+	s.confirms = &confirmer{bus: f.cl, session: s.id, user: s.user, policy: s.policy, remember: f.cfg.Auth == nil,
+		closing: f.ctx, loop: f.life.Loop, states: f.kv, await: f.awaitResult, log: f.cfg.Logger, pending: map[string]*pending{}}
+	s.calls = &caller{bus: f.cl, session: s.id, user: s.user, closing: f.ctx, list: f.list,
+		cfg:       callConfig{contextHeader: f.cfg.ContextHeader, parkWait: f.cfg.ParkWait, quietHold: f.cfg.QuietHold, progressEvery: f.cfg.ProgressEvery},
+		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
+	s.confirms.run = s.calls.run
+	s.questions = &relayer{bus: f.cl, session: s.id, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
+	s.resources = &resources{session: s.id, user: s.user, list: f.list, verb: resourcesVerb{nc: f.nc, prefix: f.cl.Subjects().Prefix},
+		fetch: f.cl, maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
+	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
+		run: s.calls.run, contextHeader: f.cfg.ContextHeader}
+}
+
+// listed reports whether the session lists the tool to its user now.
+func (s *session) listed(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.order[name]
+	return ok
+}
+
+// confirmParams is the confirmation s's host's user is shown for p.
+func (s *session) confirmParams(p bus.Parked) mcp.ElicitationParams {
+	return confirmParams(p, s.f.cfg.Auth == nil)
+}
+
+// awaitResult waits for a call's result on the bus (tasks.go).
+func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID string) (*bus.Result, error) {
+	return awaitResult(ctx, f.cl, session, replyID, callID)
 }
 
 // changed marks the listings of bus session id (every session when id is
