@@ -114,18 +114,28 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	}
 	b := &Bridge{nc: nc, cfg: cfg, file: f, life: life.New(life.Config{Logger: cfg.Logger}), client: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})}
 	for i := range f.Servers {
-		s := &f.Servers[i]
-		b.links = append(b.links, &link{b: b, s: s, log: cfg.Logger.With("mcp_server", s.Name),
-			fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), questions: make(chan struct{}, maxQuestions), readers: make(chan struct{}, maxReaders), progress: map[string]*inflight{}})
+		b.links = append(b.links, b.newLink(&f.Servers[i]))
 	}
 	return b, nil
+}
+
+// newLink makes server s's link and wires its parts, each over what it
+// needs of the bridge and the link: the one place that knows both
+// (docs/mcp.md "Structure").
+func (b *Bridge) newLink(s *Server) *link {
+	log := b.cfg.Logger.With("mcp_server", s.Name)
+	l := &link{b: b, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*inflight{}}
+	l.asks = &asker{s: s, defaultRoots: b.cfg.Roots, bus: b.client, origin: l.origin, questions: make(chan struct{}, maxQuestions), log: log}
+	l.res = &resourceServer{s: s, nc: b.nc, prefix: b.cfg.Prefix, id: b.cfg.ID, conn: l.connection, readers: make(chan struct{}, maxReaders), log: log}
+	l.calls = &caller{s: s, conn: l.connection, track: l.track, lost: func() { signal(l.fail) }, retry: b.cfg.Grace > 0, log: log}
+	return l
 }
 
 // Start connects every server in the background and returns at once;
 // servers that cannot be reached yet are retried with backoff.
 func (b *Bridge) Start(ctx context.Context) error {
 	for _, l := range b.links {
-		sub, err := l.serveResources()
+		sub, err := l.res.serveResources()
 		if err != nil {
 			b.unsubscribe()
 			return fmt.Errorf("bridge: resources of %s: %w", l.s.Name, err)
@@ -173,14 +183,18 @@ func (b *Bridge) Tools(server string) []string {
 }
 
 // link is one server: its connection, its worker, its calls' progress.
+// It owns the connection's lifecycle (connect, list and register, ping,
+// reconnect within the grace); its parts serve what runs over it.
 type link struct {
 	b   *Bridge
 	s   *Server
 	log *slog.Logger
 
+	asks  *asker          // the server's requests: roots, elicitation, sampling (ask.go)
+	res   *resourceServer // the resources verb (resources.go)
+	calls *caller         // the tools' bus calls (handler, task.go)
+
 	fail, refresh chan struct{}
-	questions     chan struct{} // a semaphore of maxQuestions (ask.go)
-	readers       chan struct{} // a semaphore of maxReaders (resources.go)
 
 	// pub serialises changing the worker: publish and the grace period's
 	// withdrawal.
@@ -266,7 +280,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	if l.s.Transport != TransportSSE {
 		// mcp-go's SSE client cannot answer a server's requests: declaring
 		// capabilities there would leave the server waiting.
-		opts = append(opts, l.clientOptions()...)
+		opts = append(opts, l.asks.clientOptions()...)
 	}
 	cl := mcpclient.NewClient(tr, opts...)
 	cl.OnNotification(l.onNotification)
@@ -456,7 +470,7 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	}
 	names := make([]string, 0, len(defs))
 	for _, d := range defs {
-		if err := w.Handle(d, l.handler(d.MCP.Tool, d.MCP.TaskSupport == string(mcp.TaskSupportRequired), d.ReadOnly || d.Idempotent)); err != nil {
+		if err := w.Handle(d, l.calls.handler(d.MCP.Tool, d.MCP.TaskSupport == string(mcp.TaskSupportRequired), d.ReadOnly || d.Idempotent)); err != nil {
 			return err
 		}
 		names = append(names, d.Name)
@@ -526,10 +540,39 @@ func progressText(f map[string]any) string {
 	return msg + " (" + p + ")"
 }
 
+// caller runs the bus calls of a server's tools on its connection.
+type caller struct {
+	s *Server
+	// conn is the server's connection other than dead, waiting while it
+	// is reconnected (link.connection).
+	conn func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface)
+	// track notes a call in flight under its progress token until the
+	// function it returns is called (link.track).
+	track func(token string, f *inflight) (untrack func())
+	lost  func() // the connection failed: reconnect
+	// retry: a read-only or idempotent call cut by a failed connection
+	// runs once more on the new one (Config.Grace > 0).
+	retry bool
+	log   *slog.Logger
+}
+
+// track notes a call in flight under its progress token (its progress
+// notifications and the server's requests find it) until untrack.
+func (l *link) track(token string, f *inflight) (untrack func()) {
+	l.mu.Lock()
+	l.progress[token] = f
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		delete(l.progress, token)
+		l.mu.Unlock()
+	}
+}
+
 // handler calls the MCP tool named tool, as a task when asTask (task.go).
 // A call that fails because the connection did is made once more on the
 // reconnected server when retry (read-only or idempotent tools).
-func (l *link) handler(tool string, asTask, retry bool) worker.Handler {
+func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 	return func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
 		var args map[string]any
 		if len(c.Input) > 0 {
@@ -539,23 +582,16 @@ func (l *link) handler(tool string, asTask, retry bool) worker.Handler {
 		}
 		token := bus.CallKey(c.SessionID, c.ReplyID, c.ID) + "." + strconv.Itoa(c.Attempt) + "." + nuid.Next()
 		f := &inflight{call: c, ctx: ctx}
-		l.mu.Lock()
-		l.progress[token] = f
-		l.mu.Unlock()
-		defer func() {
-			l.mu.Lock()
-			delete(l.progress, token)
-			l.mu.Unlock()
-		}()
+		defer cr.track(token, f)()
 		req := mcp.CallToolRequest{}
 		req.Params.Name = tool
 		req.Params.Arguments = args
 		req.Params.Meta = &mcp.Meta{ProgressToken: token}
 		var dead *mcpclient.Client
 		for attempt := 0; ; attempt++ {
-			cl, tr := l.connection(ctx, dead)
+			cl, tr := cr.conn(ctx, dead)
 			if cl == nil {
-				return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", l.s.Name)), nil
+				return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", cr.s.Name)), nil
 			}
 			rctx, ids := withRequestIDs(ctx, f)
 			var (
@@ -563,15 +599,15 @@ func (l *link) handler(tool string, asTask, retry bool) worker.Handler {
 				err error
 			)
 			if asTask {
-				res, err = l.callTask(rctx, cl, tr, req, c)
+				res, err = cr.callTask(rctx, cl, tr, req, c)
 			} else {
 				res, err = cl.CallTool(rctx, req)
 			}
 			if err == nil {
 				return Result(res), nil
 			}
-			out, lost := l.failed(ctx, tr, ids, err)
-			if lost && retry && attempt == 0 && l.b.cfg.Grace > 0 {
+			out, lost := cr.failed(ctx, tr, ids, err)
+			if lost && retry && attempt == 0 && cr.retry {
 				dead = cl
 				continue
 			}
@@ -582,7 +618,7 @@ func (l *link) handler(tool string, asTask, retry bool) worker.Handler {
 
 // failed turns a failed MCP call into its result; lost reports that the
 // connection failed (and l is told so).
-func (l *link) failed(ctx context.Context, tr transport.Interface, ids *requestIDs, err error) (_ *bus.ExecResult, lost bool) {
+func (cr *caller) failed(ctx context.Context, tr transport.Interface, ids *requestIDs, err error) (_ *bus.ExecResult, lost bool) {
 	// The SSE transport answers a deadline with its own time-out error a
 	// moment before ctx reports it.
 	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
@@ -593,14 +629,14 @@ func (l *link) failed(ctx context.Context, tr transport.Interface, ids *requestI
 			cause = context.Cause(ctx)
 		}
 		if h, ok := tr.(*httpTransport); ok {
-			h.cancel(ids, cause.Error(), l.log)
+			h.cancel(ids, cause.Error(), cr.log)
 		}
 		return errorResult("Error: " + cause.Error()), false
 	}
 	var te *transport.Error
 	if errors.As(err, &te) || errors.Is(err, transport.ErrSessionTerminated) {
-		signal(l.fail)
-		return errorResult(fmt.Sprintf("Error: MCP server %q failed: %v", l.s.Name, err)), true
+		cr.lost()
+		return errorResult(fmt.Sprintf("Error: MCP server %q failed: %v", cr.s.Name, err)), true
 	}
 	return errorResult("Error: " + err.Error()), false
 }

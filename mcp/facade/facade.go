@@ -107,16 +107,14 @@ type Facade struct {
 	cl  *client.Client
 	cfg Config
 
-	mu       sync.Mutex
-	sessions map[key]*session
-	byID     map[string]map[*session]struct{} // bus session → its MCP servers
-	lru      *list.List                       // of *session, most recently used first
-	ctx      context.Context                  // life's Background: ends when the facade drains
-	life     *life.Life
-	store    *storeWatch
-	kv       *kvStore     // task records and request states (tasks_store.go)
-	tasks    *taskRunners // the tasks this process runs or follows
-	evicted  atomic.Int64 // MCP servers dropped, for the tests and measurements
+	ctx     context.Context // life's Background: ends when the facade drains
+	life    *life.Life
+	gate    *gatekeeper  // the HTTP front's authentication (auth.go)
+	table   *table       // the (session, user) MCP servers kept, and their eviction (table.go)
+	store   *storeWatch  // the deployment's watches (watch.go)
+	kv      *kvStore     // task records and request states (tasks_store.go)
+	tasks   *taskRunners // the tasks this process runs or follows
+	evicted atomic.Int64 // MCP servers dropped, for the tests and measurements
 }
 
 // key names a session's MCP server: the bus session, the user and the
@@ -169,12 +167,14 @@ func New(cl *client.Client, cfg Config) *Facade {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	lf := life.New(life.Config{Logger: cfg.Logger})
-	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg, sessions: map[key]*session{}, byID: map[string]map[*session]struct{}{},
-		lru: list.New(), ctx: lf.Background(), life: lf}
-	f.store = newStoreWatch(f)
-	f.kv = &kvStore{f: f}
+	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg, ctx: lf.Background(), life: lf}
+	f.gate = &gatekeeper{auth: cfg.Auth, userHeader: cfg.UserHeader, log: cfg.Logger}
+	f.table = newTable(f.ctx, cfg.Idle, cfg.MaxSessions, &f.evicted)
+	f.store = &storeWatch{nc: f.nc, subj: cl.Subjects(), closing: f.ctx, loop: f.life.Loop, changed: f.table.changed,
+		poll: cfg.Poll, log: cfg.Logger}
+	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger}
 	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cfg.Logger)
-	f.life.Loop(func(context.Context) { f.sweep() })
+	f.life.Loop(func(context.Context) { f.table.sweep() })
 	return f
 }
 
@@ -207,7 +207,7 @@ const contextKey ctxKey = 0
 // session comes from the path.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if f.serveMetadata(w, r) {
+		if f.gate.serveMetadata(w, r) {
 			return
 		}
 		id, ok := sessionOf(r)
@@ -217,10 +217,10 @@ func (f *Facade) Handler() http.Handler {
 		}
 		if f.cfg.Auth == nil && !f.cfg.Insecure {
 			f.cfg.Logger.Error("facade: HTTP served with neither Auth nor Insecure; refusing every request")
-			f.unauthorized(w, errors.New("the facade has no authentication configured"))
+			f.gate.unauthorized(w, errors.New("the facade has no authentication configured"))
 			return
 		}
-		ident, ok := f.gate(w, r, id)
+		ident, ok := f.gate.gate(w, r, id)
 		if !ok {
 			return
 		}
@@ -327,7 +327,7 @@ type session struct {
 	tasks     *taskFront // tasks/* and task-augmented calls (tasks.go)
 	asked     claims     // the questions its hosts are asked (questions.go)
 
-	// Guarded by f.mu.
+	// Guarded by the table's mu.
 	elem   *list.Element
 	active int       // requests (or a stdio connection) being served
 	last   time.Time // when the last one began or ended
@@ -338,156 +338,37 @@ type session struct {
 	order map[string]int // tool name → position in the listing
 }
 
-// errFull: every kept MCP server is busy and MaxSessions are kept.
-var errFull = errors.New("facade: too many MCP sessions in use; retry later")
-
 // acquire returns k's MCP server, made (and listed once) when there is
 // none, and counts a request on it until release. A new one takes the
 // place of the least recently used idle one when MaxSessions are kept.
 func (f *Facade) acquire(k key) (*session, error) {
-	if s := f.use(k); s != nil {
+	if s := f.table.use(k); s != nil {
 		return s, nil
 	}
 	if f.ctx.Err() != nil {
 		return nil, fmt.Errorf("facade: closed")
 	}
 	// The deployment's watches, the new session's listing: outside the
-	// lock, since each is a round trip and other sessions are served
-	// meanwhile.
+	// table's lock, since each is a round trip and other sessions are
+	// served meanwhile.
 	f.store.start()
 	s := f.newSession(k)
 	if err := s.refresh(f.ctx); err != nil {
 		s.cancel()
 		return nil, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ctx.Err() != nil {
+	got, err := f.table.add(k, s, func() { f.life.Loop(func(context.Context) { s.poll() }) })
+	if got != s {
 		s.cancel()
-		return nil, fmt.Errorf("facade: closed")
 	}
-	if other, ok := f.sessions[k]; ok { // made meanwhile by another request
-		s.cancel()
-		f.touchLocked(other, 1)
-		return other, nil
-	}
-	if len(f.sessions) >= f.cfg.MaxSessions && !f.evictOneLocked() {
-		s.cancel()
-		return nil, errFull
-	}
-	f.sessions[k] = s
-	if f.byID[k.session] == nil {
-		f.byID[k.session] = map[*session]struct{}{}
-	}
-	f.byID[k.session][s] = struct{}{}
-	s.elem = f.lru.PushFront(s)
-	f.touchLocked(s, 1)
-	f.life.Loop(func(context.Context) { s.poll() })
-	return s, nil
-}
-
-// use counts a request on k's MCP server when there is one.
-func (f *Facade) use(k key) *session {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, ok := f.sessions[k]
-	if !ok {
-		return nil
-	}
-	f.touchLocked(s, 1)
-	return s
+	return got, err
 }
 
 // release ends a request counted by acquire.
-func (f *Facade) release(s *session) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.touchLocked(s, -1)
-}
-
-func (f *Facade) touchLocked(s *session, delta int) {
-	s.active += delta
-	s.last = time.Now()
-	if s.elem != nil {
-		f.lru.MoveToFront(s.elem)
-	}
-}
-
-// busyLocked reports whether s serves a request or holds a call waiting
-// for the host user's decision: it is not dropped then. Tasks are the
-// facade's, not a session's, and survive its MCP server.
-func (s *session) busyLocked() bool {
-	return s.active > 0 || s.confirms.busy()
-}
-
-// evictOneLocked drops the least recently used idle MCP server; false
-// when all are busy.
-func (f *Facade) evictOneLocked() bool {
-	for e := f.lru.Back(); e != nil; e = e.Prev() {
-		if s := e.Value.(*session); !s.busyLocked() {
-			f.dropLocked(s)
-			return true
-		}
-	}
-	return false
-}
-
-// dropLocked forgets s and stops its polling. A client of it that comes
-// back gets a new one (an MCP session id it held is unknown there: HTTP
-// 404, and the client initialises again, as MCP says).
-func (f *Facade) dropLocked(s *session) {
-	k := key{s.id, s.user, s.policy, s.stdio}
-	delete(f.sessions, k)
-	if m := f.byID[s.id]; m != nil {
-		delete(m, s)
-		if len(m) == 0 {
-			delete(f.byID, s.id)
-		}
-	}
-	f.lru.Remove(s.elem)
-	s.elem = nil
-	s.cancel()
-	f.evicted.Add(1)
-}
-
-// sweep drops the MCP servers idle for longer than Idle, until the
-// facade closes.
-func (f *Facade) sweep() {
-	every := min(f.cfg.Idle/2, time.Minute)
-	every = max(every, 10*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-f.ctx.Done():
-			return
-		case now := <-t.C:
-			f.dropIdle(now)
-		}
-	}
-}
-
-func (f *Facade) dropIdle(now time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for e := f.lru.Back(); e != nil; {
-		s := e.Value.(*session)
-		e = e.Prev()
-		if now.Sub(s.last) <= f.cfg.Idle {
-			return // the rest were used more recently
-		}
-		if !s.busyLocked() {
-			f.dropLocked(s)
-		}
-	}
-}
+func (f *Facade) release(s *session) { f.table.release(s) }
 
 // Sessions returns how many (session, user) MCP servers are kept.
-func (f *Facade) Sessions() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.sessions)
-}
+func (f *Facade) Sessions() int { return f.table.len() }
 
 // newSession makes k's MCP server; nothing runs until acquire starts its
 // polling.
@@ -553,28 +434,6 @@ func (s *session) confirmParams(p bus.Parked) mcp.ElicitationParams {
 // awaitResult waits for a call's result on the bus (tasks.go).
 func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID string) (*bus.Result, error) {
 	return awaitResult(ctx, f.cl, session, replyID, callID)
-}
-
-// changed marks the listings of bus session id (every session when id is
-// "") to be compared with the bus at once.
-func (f *Facade) changed(id string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	mark := func(s *session) {
-		select {
-		case s.dirty <- struct{}{}:
-		default:
-		}
-	}
-	if id != "" {
-		for s := range f.byID[id] {
-			mark(s)
-		}
-		return
-	}
-	for _, s := range f.sessions {
-		mark(s)
-	}
 }
 
 // settle are the delays after a watched change at which the session is
