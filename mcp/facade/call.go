@@ -165,7 +165,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	for {
 		select {
 		case <-ctx.Done():
-			if o.keep && c.closing.Err() != nil {
+			if !interruptOnEnd(o.keep, c.closing) {
 				return nil, ctx.Err() // the facade closes; the call goes on
 			}
 			// The MCP client cancelled (or went away): interrupt the call
@@ -183,7 +183,9 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				// client.Call ended because ctx did, and this case won the
 				// select over ctx.Done: the bus call still runs
 				// (TestCancelInterruptsBusCall).
-				c.interrupt(ctx, replyID)
+				if interruptOnEnd(o.keep, c.closing) {
+					c.interrupt(ctx, replyID)
+				}
 				return nil, ctx.Err()
 			}
 			if callErr != nil {
@@ -233,7 +235,10 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				b.Calls[0].ID, req.Params.Name, parked.Kind, deadline.Sub(start).Round(time.Millisecond), parked.Subject, replyID, c.session)), nil
 		case e, ok := <-ev.C:
 			if !ok && ctx.Err() != nil {
-				c.interrupt(ctx, replyID) // the watch ended with ctx, before ctx.Done was picked
+				// The watch ended with ctx, before ctx.Done was picked.
+				if interruptOnEnd(o.keep, c.closing) {
+					c.interrupt(ctx, replyID)
+				}
 				return nil, ctx.Err()
 			}
 			if !ok {
@@ -260,6 +265,17 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			}
 		}
 	}
+}
+
+// interruptOnEnd reports whether a call whose context ended is
+// interrupted on the bus: always, but for a kept call (a task's) when the
+// facade closes, which stays parked for another process to learn its end.
+// Every way run sees its context end asks it: ctx.Done, client.Call
+// ending with ctx, and the session's watch closing with ctx, whichever
+// the select picks first (the last two used to interrupt a task's call as
+// its facade closed).
+func interruptOnEnd(keep bool, closing context.Context) bool {
+	return !keep || closing.Err() == nil
 }
 
 // timeout is the tool's timeout_ms as the user's listing of the session
