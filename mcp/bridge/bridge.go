@@ -124,7 +124,7 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 // (docs/mcp.md "Structure").
 func (b *Bridge) newLink(s *Server) *link {
 	log := b.cfg.Logger.With("mcp_server", s.Name)
-	l := &link{b: b, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*inflight{}}
+	l := &link{nc: b.nc, cfg: b.cfg, groups: b.file.Groups, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*inflight{}}
 	l.asks = &asker{s: s, defaultRoots: b.cfg.Roots, bus: b.client, origin: l.origin, questions: make(chan struct{}, maxQuestions), log: log}
 	l.res = &resourceServer{s: s, nc: b.nc, prefix: b.cfg.Prefix, id: b.cfg.ID, conn: l.connection, readers: make(chan struct{}, maxReaders), log: log}
 	l.calls = &caller{s: s, conn: l.connection, track: l.track, lost: func() { signal(l.fail) }, retry: b.cfg.Grace > 0, log: log}
@@ -186,9 +186,11 @@ func (b *Bridge) Tools(server string) []string {
 // It owns the connection's lifecycle (connect, list and register, ping,
 // reconnect within the grace); its parts serve what runs over it.
 type link struct {
-	b   *Bridge
-	s   *Server
-	log *slog.Logger
+	nc     *nats.Conn
+	cfg    Config      // the bridge's
+	groups []bus.Group // the file's, sent with the worker's registration
+	s      *Server
+	log    *slog.Logger
 
 	asks  *asker          // the server's requests: roots, elicitation, sampling (ask.go)
 	res   *resourceServer // the resources verb (resources.go)
@@ -230,7 +232,7 @@ func signal(c chan struct{}) {
 
 // run keeps the server connected until ctx ends.
 func (l *link) run(ctx context.Context) {
-	backoff := l.b.cfg.MinBackoff
+	backoff := l.cfg.MinBackoff
 	for {
 		// Drop a failure signalled by the previous connection.
 		select {
@@ -239,7 +241,7 @@ func (l *link) run(ctx context.Context) {
 		}
 		connected, err := l.session(ctx)
 		switch {
-		case ctx.Err() != nil || l.b.cfg.Grace < 0:
+		case ctx.Err() != nil || l.cfg.Grace < 0:
 			l.withdraw()
 		case connected:
 			// The grace period runs from the disconnection; failed
@@ -250,7 +252,7 @@ func (l *link) run(ctx context.Context) {
 			return
 		}
 		if connected {
-			backoff = l.b.cfg.MinBackoff
+			backoff = l.cfg.MinBackoff
 		}
 		l.log.Warn("bridge: MCP server disconnected; reconnecting", "err", err, "backoff", backoff)
 		t := time.NewTimer(backoff)
@@ -260,7 +262,7 @@ func (l *link) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		backoff = min(backoff*2, l.b.cfg.MaxBackoff)
+		backoff = min(backoff*2, l.cfg.MaxBackoff)
 	}
 }
 
@@ -315,7 +317,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 		return false, err
 	}
 	l.log.Info("bridge: MCP server connected", "tools", len(l.names))
-	ping := time.NewTicker(l.b.cfg.Ping)
+	ping := time.NewTicker(l.cfg.Ping)
 	defer ping.Stop()
 	for {
 		select {
@@ -328,7 +330,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 				return true, err
 			}
 		case <-ping.C:
-			pctx, cancel := context.WithTimeout(ctx, l.b.cfg.PingTimeout)
+			pctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
 			err := cl.Ping(pctx)
 			cancel()
 			if err != nil && ctx.Err() == nil {
@@ -372,14 +374,14 @@ func (l *link) graceful() {
 	l.epoch++
 	epoch := l.epoch
 	l.mu.Unlock()
-	time.AfterFunc(l.b.cfg.Grace, func() {
+	time.AfterFunc(l.cfg.Grace, func() {
 		l.pub.Lock()
 		defer l.pub.Unlock()
 		l.mu.Lock()
 		down := l.cl == nil && l.epoch == epoch && l.w != nil
 		l.mu.Unlock()
 		if down {
-			l.log.Warn("bridge: MCP server still down after the grace period; its tools are withdrawn", "grace", l.b.cfg.Grace)
+			l.log.Warn("bridge: MCP server still down after the grace period; its tools are withdrawn", "grace", l.cfg.Grace)
 			l.stopWorker()
 		}
 	})
@@ -461,10 +463,10 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	}
 	l.mu.Lock()
 	l.gen++
-	id := l.b.cfg.ID + "-" + l.s.Name + "-" + strconv.Itoa(l.gen)
+	id := l.cfg.ID + "-" + l.s.Name + "-" + strconv.Itoa(l.gen)
 	l.mu.Unlock()
-	w, err := worker.New(l.b.nc, worker.Config{ID: id, Prefix: l.b.cfg.Prefix, Heartbeat: l.b.cfg.Heartbeat,
-		MaxConcurrent: l.b.cfg.MaxConcurrent, Groups: l.b.file.Groups, Logger: l.log})
+	w, err := worker.New(l.nc, worker.Config{ID: id, Prefix: l.cfg.Prefix, Heartbeat: l.cfg.Heartbeat,
+		MaxConcurrent: l.cfg.MaxConcurrent, Groups: l.groups, Logger: l.log})
 	if err != nil {
 		return err
 	}
