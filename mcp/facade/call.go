@@ -51,14 +51,33 @@ type caller struct {
 	confirm   func(ctx context.Context, p bus.Parked, replyID string)
 }
 
-// callBus is what a call needs of the bus (client.Client).
+// callBus is what a call needs of the bus (clientBus over client.Client;
+// a fake in parts_test.go).
 type callBus interface {
-	Watch(ctx context.Context, session string) (*client.Events, error)
+	Watch(ctx context.Context, session string) (events, error)
 	Call(ctx context.Context, session string, b bus.Batch, opts ...client.CallOption) (*bus.Reply, error)
 	Cancel(ctx context.Context, session, replyID string, calls ...string) error
 }
 
-var _ callBus = (*client.Client)(nil)
+// events is a session's event stream (client.Events): C closes after
+// Stop, or once the watch's context ends.
+type events struct {
+	C    <-chan *bus.Event
+	Stop func()
+}
+
+// clientBus is callBus over a client.
+type clientBus struct{ *client.Client }
+
+var _ callBus = clientBus{}
+
+func (b clientBus) Watch(ctx context.Context, session string) (events, error) {
+	ev, err := b.Client.Watch(ctx, session)
+	if err != nil {
+		return events{}, err
+	}
+	return events{C: ev.C, Stop: ev.Stop}, nil
+}
 
 // listFunc lists a session's tools in a format as a user sees them
 // (Facade.list).

@@ -318,7 +318,7 @@ type session struct {
 	ctx     context.Context
 	cancel  context.CancelFunc // ends its polling (eviction, Close)
 
-	// Its parts, each over what it needs (newSession wires them; the
+	// Its parts, each over what it needs (Facade.wire makes them; the
 	// session itself keeps the tool listing and its calm, calm.go).
 	calls     *caller    // calls and cancellation (call.go)
 	confirms  *confirmer // the host user's confirmations (elicit.go, state.go)
@@ -407,7 +407,7 @@ func (f *Facade) newSession(k key) *session {
 func (f *Facade) wire(s *session) {
 	s.confirms = &confirmer{bus: f.cl, session: s.id, user: s.user, policy: s.policy, remember: f.cfg.Auth == nil,
 		closing: f.ctx, loop: f.life.Loop, states: f.kv, await: f.awaitResult, log: f.cfg.Logger, pending: map[string]*pending{}}
-	s.calls = &caller{bus: f.cl, session: s.id, user: s.user, closing: f.ctx, list: f.list,
+	s.calls = &caller{bus: clientBus{f.cl}, session: s.id, user: s.user, closing: f.ctx, list: f.list,
 		cfg:       callConfig{contextHeader: f.cfg.ContextHeader, parkWait: f.cfg.ParkWait, quietHold: f.cfg.QuietHold, progressEvery: f.cfg.ProgressEvery},
 		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
 	s.confirms.run = s.calls.run

@@ -9,11 +9,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
 )
 
 // The parts of a session and of the Facade that are pure logic, on their
@@ -228,6 +233,83 @@ func TestGatekeeper(t *testing.T) {
 			t.Errorf("%s: ok %v, HTTP %d, want %d", tc.name, ok, w.Code, tc.status)
 		case tc.status == http.StatusUnauthorized && !strings.HasPrefix(w.Header().Get("WWW-Authenticate"), "Bearer"):
 			t.Errorf("%s: no challenge", tc.name)
+		}
+	}
+}
+
+// fakeCallBus parks every call at once and counts P.cancel; its watch
+// closes when the watch's context ends, as client.Watch's does.
+type fakeCallBus struct {
+	mu      sync.Mutex
+	cancels int
+}
+
+func (f *fakeCallBus) Watch(ctx context.Context, _ string) (events, error) {
+	ch := make(chan *bus.Event)
+	ctx, cancel := context.WithCancel(ctx)
+	context.AfterFunc(ctx, func() { close(ch) })
+	return events{C: ch, Stop: cancel}, nil
+}
+
+func (f *fakeCallBus) Call(context.Context, string, bus.Batch, ...client.CallOption) (*bus.Reply, error) {
+	return &bus.Reply{Parked: []bus.Parked{{ID: "p1", Name: "ask", Kind: bus.KindExternal, Subject: "P.answer.ask"}}}, nil
+}
+
+func (f *fakeCallBus) Cancel(context.Context, string, string, ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cancels++
+	return nil
+}
+
+// TestCallerEnd: a parked call whose request ends is interrupted on the
+// bus exactly once; a task's call (keep) whose facade closes never is,
+// whichever of ctx.Done and the closed watch run picks first (both are
+// ready together, so a hundred rounds would see the watch's way taken).
+func TestCallerEnd(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		for range 100 {
+			fb := &fakeCallBus{}
+			closing, closeFacade := context.WithCancel(context.Background())
+			c := &caller{bus: fb, session: "s1", user: "alice", closing: closing,
+				cfg: callConfig{quietHold: time.Hour, progressEvery: time.Hour},
+				list: func(context.Context, string, string, string) (*bus.ToolsList, error) {
+					return nil, errors.New("no listing")
+				},
+				mayElicit: func(context.Context) bool { return false },
+			}
+			// A task's call runs on the facade's context; a host's on its
+			// request's.
+			ctx, endRequest := context.WithCancel(closing)
+			parked := make(chan struct{})
+			done := make(chan error, 1)
+			req := mcp.CallToolRequest{}
+			req.Params.Name = "ask"
+			go func() {
+				_, err := c.run(ctx, req, runOpts{keep: keep, onPark: func(bus.Parked, time.Time) { close(parked) }})
+				done <- err
+			}()
+			bustest.Recv(t, parked, 10*time.Second, "the park")
+			if keep {
+				closeFacade()
+			} else {
+				endRequest()
+			}
+			if err := bustest.Recv(t, done, 10*time.Second, "run's end"); err == nil {
+				t.Fatal("run ended without its context's error")
+			}
+			want := 1
+			if keep {
+				want = 0
+			}
+			fb.mu.Lock()
+			got := fb.cancels
+			fb.mu.Unlock()
+			endRequest()
+			closeFacade()
+			if got != want {
+				t.Fatalf("keep %v: %d cancels, want %d", keep, got, want)
+			}
 		}
 	}
 }
