@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -51,14 +52,35 @@ func capabilities() mcp.ClientCapabilities {
 	return c
 }
 
+// asker answers a server's requests of the bridge (roots, elicitation,
+// sampling) on behalf of the bus call behind them (origin), asking on the
+// bus through bus.
+type asker struct {
+	s            *Server
+	defaultRoots []string // Config.Roots, when the server has none
+	bus          askBus
+	origin       func(ctx context.Context) (*origin, error) // link.origin
+	questions    chan struct{}                              // a semaphore of maxQuestions
+	log          *slog.Logger
+}
+
+// askBus is what asking on the bus needs (client.Client).
+type askBus interface {
+	Watch(ctx context.Context, session string) (*client.Events, error)
+	Call(ctx context.Context, session string, b bus.Batch, opts ...client.CallOption) (*bus.Reply, error)
+	Cancel(ctx context.Context, session, replyID string, calls ...string) error
+}
+
+var _ askBus = (*client.Client)(nil)
+
 // clientOptions are the mcp-go client options that answer the server's
-// requests on l's behalf.
-func (l *link) clientOptions() []mcpclient.ClientOption {
+// requests.
+func (a *asker) clientOptions() []mcpclient.ClientOption {
 	return []mcpclient.ClientOption{
 		mcpclient.WithClientCapabilities(capabilities()),
-		mcpclient.WithRootsHandler(rootsFunc(l.roots)),
-		mcpclient.WithElicitationHandler(elicitFunc(l.elicit)),
-		mcpclient.WithSamplingHandler(samplingFunc(l.sample)),
+		mcpclient.WithRootsHandler(rootsFunc(a.roots)),
+		mcpclient.WithElicitationHandler(elicitFunc(a.elicit)),
+		mcpclient.WithSamplingHandler(samplingFunc(a.sample)),
 	}
 }
 
@@ -81,10 +103,10 @@ func (f samplingFunc) CreateMessage(ctx context.Context, r mcp.CreateMessageRequ
 // roots answers roots/list: the server's configured roots, else the
 // bridge's (the worker's --workdir), as file:// URIs. Nothing else of the
 // machine is named.
-func (l *link) roots(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-	list := l.s.Roots
+func (a *asker) roots(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+	list := a.s.Roots
 	if len(list) == 0 {
-		list = l.b.cfg.Roots
+		list = a.defaultRoots
 	}
 	out := &mcp.ListRootsResult{Roots: []mcp.Root{}}
 	for _, r := range list {
@@ -209,14 +231,14 @@ type elicitInput struct {
 // the origin's session and returns the answer, checked against the
 // requested schema (a misfit is parked again, at most maxElicitRounds
 // times, then cancelled).
-func (l *link) elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
-	o, err := l.origin(ctx)
+func (a *asker) elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	o, err := a.origin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	ctx, done := o.bound(ctx)
 	defer done()
-	in := elicitInput{Server: l.s.Name, User: o.user, Mode: r.Params.Mode, Message: r.Params.Message, URL: r.Params.URL,
+	in := elicitInput{Server: a.s.Name, User: o.user, Mode: r.Params.Mode, Message: r.Params.Message, URL: r.Params.URL,
 		ElicitationID: r.Params.ElicitationID, Calls: o.calls}
 	if in.Mode == "" {
 		in.Mode = mcp.ElicitationModeForm
@@ -232,10 +254,10 @@ func (l *link) elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.Elici
 			return nil, fmt.Errorf("requested schema: %w", err)
 		}
 	}
-	name := ElicitName(l.s.Name)
+	name := ElicitName(a.s.Name)
 	tool := bus.ExternalTool{Name: name, Description: elicitDescription, InputSchema: elicitSchema}
 	for range maxElicitRounds {
-		res, err := l.ask(ctx, o, bus.Call{Name: name, Input: mustJSON(in)}, &bus.Request{MergeMode: "external_only", ExternalTools: []bus.ExternalTool{tool}})
+		res, err := a.ask(ctx, o, bus.Call{Name: name, Input: mustJSON(in)}, &bus.Request{MergeMode: "external_only", ExternalTools: []bus.ExternalTool{tool}})
 		if err != nil {
 			return nil, err
 		}
@@ -243,7 +265,7 @@ func (l *link) elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.Elici
 		if why == "" {
 			return out, nil
 		}
-		l.log.Warn("bridge: elicitation answer refused; asking again", "why", why)
+		a.log.Warn("bridge: elicitation answer refused; asking again", "why", why)
 		in.Refused = "the previous answer was refused: " + why
 	}
 	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionCancel}}, nil
@@ -342,38 +364,38 @@ var errNoSampling = errors.New("sampling is refused: no sampling_tool is configu
 // sample answers sampling/createMessage through the server's
 // sampling_tool: a call of that bus tool in the origin's session, with the
 // request's params as input; its text becomes the assistant's message.
-func (l *link) sample(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	if l.s.SamplingTool == "" {
-		return nil, fmt.Errorf("MCP server %q: %w", l.s.Name, errNoSampling)
+func (a *asker) sample(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	if a.s.SamplingTool == "" {
+		return nil, fmt.Errorf("MCP server %q: %w", a.s.Name, errNoSampling)
 	}
-	o, err := l.origin(ctx)
+	o, err := a.origin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	ctx, done := o.bound(ctx)
 	defer done()
-	res, err := l.ask(ctx, o, bus.Call{Name: l.s.SamplingTool, Input: mustJSON(r.CreateMessageParams)}, nil)
+	res, err := a.ask(ctx, o, bus.Call{Name: a.s.SamplingTool, Input: mustJSON(r.CreateMessageParams)}, nil)
 	if err != nil {
 		return nil, err
 	}
 	if res.State != bus.StateSuccess {
-		return nil, fmt.Errorf("sampling tool %s: %s: %s", l.s.SamplingTool, res.State, answerText(res.Output))
+		return nil, fmt.Errorf("sampling tool %s: %s: %s", a.s.SamplingTool, res.State, answerText(res.Output))
 	}
-	return &mcp.CreateMessageResult{Model: l.s.SamplingTool, StopReason: "endTurn",
+	return &mcp.CreateMessageResult{Model: a.s.SamplingTool, StopReason: "endTurn",
 		SamplingMessage: mcp.SamplingMessage{Role: mcp.RoleAssistant, Content: mcp.NewTextContent(answerText(res.Output))}}, nil
 }
 
 // ask runs one call in o's session on the server's behalf and waits for
 // its result (after its park, if it parks) until ctx ends; then the call
 // is cancelled.
-func (l *link) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request) (bus.Result, error) {
+func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request) (bus.Result, error) {
 	select {
-	case l.questions <- struct{}{}:
-		defer func() { <-l.questions }()
+	case a.questions <- struct{}{}:
+		defer func() { <-a.questions }()
 	default:
-		return bus.Result{}, fmt.Errorf("MCP server %q already has %d questions waiting; refused", l.s.Name, maxQuestions)
+		return bus.Result{}, fmt.Errorf("MCP server %q already has %d questions waiting; refused", a.s.Name, maxQuestions)
 	}
-	cl := l.b.client
+	cl := a.bus
 	c.ID = "mcp-" + nuid.Next()
 	replyID := client.NewReplyID()
 	ev, err := cl.Watch(ctx, o.session)

@@ -114,18 +114,28 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	}
 	b := &Bridge{nc: nc, cfg: cfg, file: f, life: life.New(life.Config{Logger: cfg.Logger}), client: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})}
 	for i := range f.Servers {
-		s := &f.Servers[i]
-		b.links = append(b.links, &link{b: b, s: s, log: cfg.Logger.With("mcp_server", s.Name),
-			fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), questions: make(chan struct{}, maxQuestions), readers: make(chan struct{}, maxReaders), progress: map[string]*inflight{}})
+		b.links = append(b.links, b.newLink(&f.Servers[i]))
 	}
 	return b, nil
+}
+
+// newLink makes server s's link and wires its parts, each over what it
+// needs of the bridge and the link: the one place that knows both
+// (docs/mcp.md "Structure").
+func (b *Bridge) newLink(s *Server) *link {
+	log := b.cfg.Logger.With("mcp_server", s.Name)
+	l := &link{nc: b.nc, cfg: b.cfg, groups: b.file.Groups, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*inflight{}}
+	l.asks = &asker{s: s, defaultRoots: b.cfg.Roots, bus: b.client, origin: l.origin, questions: make(chan struct{}, maxQuestions), log: log}
+	l.res = &resourceServer{s: s, nc: b.nc, prefix: b.cfg.Prefix, id: b.cfg.ID, conn: l.connection, readers: make(chan struct{}, maxReaders), log: log}
+	l.calls = &caller{s: s, conn: l.connection, track: l.track, lost: func() { signal(l.fail) }, retry: b.cfg.Grace > 0, log: log}
+	return l
 }
 
 // Start connects every server in the background and returns at once;
 // servers that cannot be reached yet are retried with backoff.
 func (b *Bridge) Start(ctx context.Context) error {
 	for _, l := range b.links {
-		sub, err := l.serveResources()
+		sub, err := l.res.serveResources()
 		if err != nil {
 			b.unsubscribe()
 			return fmt.Errorf("bridge: resources of %s: %w", l.s.Name, err)
@@ -173,14 +183,20 @@ func (b *Bridge) Tools(server string) []string {
 }
 
 // link is one server: its connection, its worker, its calls' progress.
+// It owns the connection's lifecycle (connect, list and register, ping,
+// reconnect within the grace); its parts serve what runs over it.
 type link struct {
-	b   *Bridge
-	s   *Server
-	log *slog.Logger
+	nc     *nats.Conn
+	cfg    Config      // the bridge's
+	groups []bus.Group // the file's, sent with the worker's registration
+	s      *Server
+	log    *slog.Logger
+
+	asks  *asker          // the server's requests: roots, elicitation, sampling (ask.go)
+	res   *resourceServer // the resources verb (resources.go)
+	calls *caller         // the tools' bus calls (handler, task.go)
 
 	fail, refresh chan struct{}
-	questions     chan struct{} // a semaphore of maxQuestions (ask.go)
-	readers       chan struct{} // a semaphore of maxReaders (resources.go)
 
 	// pub serialises changing the worker: publish and the grace period's
 	// withdrawal.
@@ -216,7 +232,7 @@ func signal(c chan struct{}) {
 
 // run keeps the server connected until ctx ends.
 func (l *link) run(ctx context.Context) {
-	backoff := l.b.cfg.MinBackoff
+	backoff := l.cfg.MinBackoff
 	for {
 		// Drop a failure signalled by the previous connection.
 		select {
@@ -225,7 +241,7 @@ func (l *link) run(ctx context.Context) {
 		}
 		connected, err := l.session(ctx)
 		switch {
-		case ctx.Err() != nil || l.b.cfg.Grace < 0:
+		case ctx.Err() != nil || l.cfg.Grace < 0:
 			l.withdraw()
 		case connected:
 			// The grace period runs from the disconnection; failed
@@ -236,7 +252,7 @@ func (l *link) run(ctx context.Context) {
 			return
 		}
 		if connected {
-			backoff = l.b.cfg.MinBackoff
+			backoff = l.cfg.MinBackoff
 		}
 		l.log.Warn("bridge: MCP server disconnected; reconnecting", "err", err, "backoff", backoff)
 		t := time.NewTimer(backoff)
@@ -246,7 +262,7 @@ func (l *link) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		backoff = min(backoff*2, l.b.cfg.MaxBackoff)
+		backoff = min(backoff*2, l.cfg.MaxBackoff)
 	}
 }
 
@@ -266,7 +282,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	if l.s.Transport != TransportSSE {
 		// mcp-go's SSE client cannot answer a server's requests: declaring
 		// capabilities there would leave the server waiting.
-		opts = append(opts, l.clientOptions()...)
+		opts = append(opts, l.asks.clientOptions()...)
 	}
 	cl := mcpclient.NewClient(tr, opts...)
 	cl.OnNotification(l.onNotification)
@@ -301,7 +317,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 		return false, err
 	}
 	l.log.Info("bridge: MCP server connected", "tools", len(l.names))
-	ping := time.NewTicker(l.b.cfg.Ping)
+	ping := time.NewTicker(l.cfg.Ping)
 	defer ping.Stop()
 	for {
 		select {
@@ -314,7 +330,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 				return true, err
 			}
 		case <-ping.C:
-			pctx, cancel := context.WithTimeout(ctx, l.b.cfg.PingTimeout)
+			pctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
 			err := cl.Ping(pctx)
 			cancel()
 			if err != nil && ctx.Err() == nil {
@@ -358,14 +374,14 @@ func (l *link) graceful() {
 	l.epoch++
 	epoch := l.epoch
 	l.mu.Unlock()
-	time.AfterFunc(l.b.cfg.Grace, func() {
+	time.AfterFunc(l.cfg.Grace, func() {
 		l.pub.Lock()
 		defer l.pub.Unlock()
 		l.mu.Lock()
 		down := l.cl == nil && l.epoch == epoch && l.w != nil
 		l.mu.Unlock()
 		if down {
-			l.log.Warn("bridge: MCP server still down after the grace period; its tools are withdrawn", "grace", l.b.cfg.Grace)
+			l.log.Warn("bridge: MCP server still down after the grace period; its tools are withdrawn", "grace", l.cfg.Grace)
 			l.stopWorker()
 		}
 	})
@@ -447,16 +463,16 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	}
 	l.mu.Lock()
 	l.gen++
-	id := l.b.cfg.ID + "-" + l.s.Name + "-" + strconv.Itoa(l.gen)
+	id := l.cfg.ID + "-" + l.s.Name + "-" + strconv.Itoa(l.gen)
 	l.mu.Unlock()
-	w, err := worker.New(l.b.nc, worker.Config{ID: id, Prefix: l.b.cfg.Prefix, Heartbeat: l.b.cfg.Heartbeat,
-		MaxConcurrent: l.b.cfg.MaxConcurrent, Groups: l.b.file.Groups, Logger: l.log})
+	w, err := worker.New(l.nc, worker.Config{ID: id, Prefix: l.cfg.Prefix, Heartbeat: l.cfg.Heartbeat,
+		MaxConcurrent: l.cfg.MaxConcurrent, Groups: l.groups, Logger: l.log})
 	if err != nil {
 		return err
 	}
 	names := make([]string, 0, len(defs))
 	for _, d := range defs {
-		if err := w.Handle(d, l.handler(d.MCP.Tool, d.MCP.TaskSupport == string(mcp.TaskSupportRequired), d.ReadOnly || d.Idempotent)); err != nil {
+		if err := w.Handle(d, l.calls.handler(d.MCP.Tool, d.MCP.TaskSupport == string(mcp.TaskSupportRequired), d.ReadOnly || d.Idempotent)); err != nil {
 			return err
 		}
 		names = append(names, d.Name)
@@ -526,10 +542,39 @@ func progressText(f map[string]any) string {
 	return msg + " (" + p + ")"
 }
 
+// caller runs the bus calls of a server's tools on its connection.
+type caller struct {
+	s *Server
+	// conn is the server's connection other than dead, waiting while it
+	// is reconnected (link.connection).
+	conn func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface)
+	// track notes a call in flight under its progress token until the
+	// function it returns is called (link.track).
+	track func(token string, f *inflight) (untrack func())
+	lost  func() // the connection failed: reconnect
+	// retry: a read-only or idempotent call cut by a failed connection
+	// runs once more on the new one (Config.Grace > 0).
+	retry bool
+	log   *slog.Logger
+}
+
+// track notes a call in flight under its progress token (its progress
+// notifications and the server's requests find it) until untrack.
+func (l *link) track(token string, f *inflight) (untrack func()) {
+	l.mu.Lock()
+	l.progress[token] = f
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		delete(l.progress, token)
+		l.mu.Unlock()
+	}
+}
+
 // handler calls the MCP tool named tool, as a task when asTask (task.go).
 // A call that fails because the connection did is made once more on the
 // reconnected server when retry (read-only or idempotent tools).
-func (l *link) handler(tool string, asTask, retry bool) worker.Handler {
+func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 	return func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
 		var args map[string]any
 		if len(c.Input) > 0 {
@@ -539,23 +584,16 @@ func (l *link) handler(tool string, asTask, retry bool) worker.Handler {
 		}
 		token := bus.CallKey(c.SessionID, c.ReplyID, c.ID) + "." + strconv.Itoa(c.Attempt) + "." + nuid.Next()
 		f := &inflight{call: c, ctx: ctx}
-		l.mu.Lock()
-		l.progress[token] = f
-		l.mu.Unlock()
-		defer func() {
-			l.mu.Lock()
-			delete(l.progress, token)
-			l.mu.Unlock()
-		}()
+		defer cr.track(token, f)()
 		req := mcp.CallToolRequest{}
 		req.Params.Name = tool
 		req.Params.Arguments = args
 		req.Params.Meta = &mcp.Meta{ProgressToken: token}
 		var dead *mcpclient.Client
 		for attempt := 0; ; attempt++ {
-			cl, tr := l.connection(ctx, dead)
+			cl, tr := cr.conn(ctx, dead)
 			if cl == nil {
-				return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", l.s.Name)), nil
+				return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", cr.s.Name)), nil
 			}
 			rctx, ids := withRequestIDs(ctx, f)
 			var (
@@ -563,15 +601,15 @@ func (l *link) handler(tool string, asTask, retry bool) worker.Handler {
 				err error
 			)
 			if asTask {
-				res, err = l.callTask(rctx, cl, tr, req, c)
+				res, err = cr.callTask(rctx, cl, tr, req, c)
 			} else {
 				res, err = cl.CallTool(rctx, req)
 			}
 			if err == nil {
 				return Result(res), nil
 			}
-			out, lost := l.failed(ctx, tr, ids, err)
-			if lost && retry && attempt == 0 && l.b.cfg.Grace > 0 {
+			out, lost := cr.failed(ctx, tr, ids, err)
+			if lost && retry && attempt == 0 && cr.retry {
 				dead = cl
 				continue
 			}
@@ -582,7 +620,7 @@ func (l *link) handler(tool string, asTask, retry bool) worker.Handler {
 
 // failed turns a failed MCP call into its result; lost reports that the
 // connection failed (and l is told so).
-func (l *link) failed(ctx context.Context, tr transport.Interface, ids *requestIDs, err error) (_ *bus.ExecResult, lost bool) {
+func (cr *caller) failed(ctx context.Context, tr transport.Interface, ids *requestIDs, err error) (_ *bus.ExecResult, lost bool) {
 	// The SSE transport answers a deadline with its own time-out error a
 	// moment before ctx reports it.
 	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
@@ -593,14 +631,14 @@ func (l *link) failed(ctx context.Context, tr transport.Interface, ids *requestI
 			cause = context.Cause(ctx)
 		}
 		if h, ok := tr.(*httpTransport); ok {
-			h.cancel(ids, cause.Error(), l.log)
+			h.cancel(ids, cause.Error(), cr.log)
 		}
 		return errorResult("Error: " + cause.Error()), false
 	}
 	var te *transport.Error
 	if errors.As(err, &te) || errors.Is(err, transport.ErrSessionTerminated) {
-		signal(l.fail)
-		return errorResult(fmt.Sprintf("Error: MCP server %q failed: %v", l.s.Name, err)), true
+		cr.lost()
+		return errorResult(fmt.Sprintf("Error: MCP server %q failed: %v", cr.s.Name, err)), true
 	}
 	return errorResult("Error: " + err.Error()), false
 }

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nats.go"
 
@@ -81,41 +84,52 @@ type ResourcesContents struct {
 	Contents []bus.Block `json:"contents"`
 }
 
-// serveResources subscribes l's resources verb; the subscription lives as
-// long as the bridge.
-func (l *link) serveResources() (*nats.Subscription, error) {
-	subj := ResourcesSubject(l.b.cfg.Prefix, l.s.Name)
-	queue := bus.NewSubjects(l.b.cfg.Prefix).Prefix + "-resources-" + l.s.Name
-	return l.b.nc.QueueSubscribe(subj, queue, func(m *nats.Msg) {
+// resourceServer serves a server's resources verb (P.resources.<server>)
+// over its connection (conn: link.connection).
+type resourceServer struct {
+	s          *Server
+	nc         *nats.Conn
+	prefix, id string // Config.Prefix, Config.ID
+	conn       func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface)
+	readers    chan struct{} // a semaphore of maxReaders
+	log        *slog.Logger
+}
+
+// serveResources subscribes the server's resources verb; the
+// subscription lives as long as the bridge.
+func (rs *resourceServer) serveResources() (*nats.Subscription, error) {
+	subj := ResourcesSubject(rs.prefix, rs.s.Name)
+	queue := bus.NewSubjects(rs.prefix).Prefix + "-resources-" + rs.s.Name
+	return rs.nc.QueueSubscribe(subj, queue, func(m *nats.Msg) {
 		select {
-		case l.readers <- struct{}{}:
+		case rs.readers <- struct{}{}:
 		default:
-			_ = bus.RespondError(l.b.nc, m, l.source(), bus.Errorf(bus.CodeLimitExceeded,
-				"MCP server %q already has %d resource requests in flight; try again", l.s.Name, maxReaders))
+			_ = bus.RespondError(rs.nc, m, rs.source(), bus.Errorf(bus.CodeLimitExceeded,
+				"MCP server %q already has %d resource requests in flight; try again", rs.s.Name, maxReaders))
 			return
 		}
 		go func() {
-			defer func() { <-l.readers }()
-			l.resourceRequest(m)
+			defer func() { <-rs.readers }()
+			rs.resourceRequest(m)
 		}()
 	})
 }
 
-func (l *link) source() string { return "toolbus/bridge/" + l.b.cfg.ID }
+func (rs *resourceServer) source() string { return "toolbus/bridge/" + rs.id }
 
 // resourceRequest answers one request of the resources verb.
-func (l *link) resourceRequest(m *nats.Msg) {
-	typ, data, err := l.resources(m)
+func (rs *resourceServer) resourceRequest(m *nats.Msg) {
+	typ, data, err := rs.resources(m)
 	if err != nil {
 		var be *bus.Error
 		if !errors.As(err, &be) {
 			be = bus.Errorf(bus.CodeInternal, "%v", err)
 		}
-		_ = bus.RespondError(l.b.nc, m, l.source(), be)
+		_ = bus.RespondError(rs.nc, m, rs.source(), be)
 		return
 	}
 	b, err := json.Marshal(data)
-	if err == nil && int64(len(b)) > l.b.nc.MaxPayload()-64<<10 {
+	if err == nil && int64(len(b)) > rs.nc.MaxPayload()-64<<10 {
 		err = bus.Errorf(bus.CodeLimitExceeded, "the resource is %d bytes, more than a message may carry", len(b))
 	}
 	if err != nil {
@@ -123,29 +137,29 @@ func (l *link) resourceRequest(m *nats.Msg) {
 		if !errors.As(err, &be) {
 			be = bus.Errorf(bus.CodeInternal, "%v", err)
 		}
-		_ = bus.RespondError(l.b.nc, m, l.source(), be)
+		_ = bus.RespondError(rs.nc, m, rs.source(), be)
 		return
 	}
-	_ = bus.Respond(l.b.nc, m, l.source(), typ, json.RawMessage(b))
+	_ = bus.Respond(rs.nc, m, rs.source(), typ, json.RawMessage(b))
 }
 
-func (l *link) resources(m *nats.Msg) (string, any, error) {
+func (rs *resourceServer) resources(m *nats.Msg) (string, any, error) {
 	e, err := bus.Decode(m)
 	if err != nil {
 		return "", nil, bus.Errorf(bus.CodeBadEvent, "%v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.s.setupTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), rs.s.setupTimeout())
 	defer cancel()
 	if exp, err := e.Expiry(); err == nil && !exp.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, exp)
 		defer cancel()
 	}
-	cl, _ := l.connection(ctx, nil)
+	cl, _ := rs.conn(ctx, nil)
 	if cl == nil {
-		return "", nil, bus.Errorf(bus.CodeUnavailable, "MCP server %q is not connected", l.s.Name)
+		return "", nil, bus.Errorf(bus.CodeUnavailable, "MCP server %q is not connected", rs.s.Name)
 	}
 	if cl.GetServerCapabilities().Resources == nil {
-		return "", nil, bus.Errorf(bus.CodeUnavailable, "MCP server %q has no resources", l.s.Name)
+		return "", nil, bus.Errorf(bus.CodeUnavailable, "MCP server %q has no resources", rs.s.Name)
 	}
 	switch e.Type {
 	case TypeResourcesList:
@@ -153,7 +167,7 @@ func (l *link) resources(m *nats.Msg) (string, any, error) {
 		if err := strictData(e, &q); err != nil {
 			return "", nil, err
 		}
-		out, err := l.listResources(ctx, cl)
+		out, err := rs.listResources(ctx, cl)
 		return TypeResourcesListed, out, err
 	case TypeResourcesRead:
 		var q ResourcesRead
@@ -190,11 +204,11 @@ func strictData(e *bus.Event, v any) error {
 	return nil
 }
 
-func (l *link) listResources(ctx context.Context, cl interface {
+func (rs *resourceServer) listResources(ctx context.Context, cl interface {
 	ListResourcesByPage(context.Context, mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error)
 	ListResourceTemplatesByPage(context.Context, mcp.ListResourceTemplatesRequest) (*mcp.ListResourceTemplatesResult, error)
 }) (*ResourcesListed, error) {
-	out := &ResourcesListed{Server: l.s.Name, Resources: []Resource{}, Templates: []ResourceTemplate{}}
+	out := &ResourcesListed{Server: rs.s.Name, Resources: []Resource{}, Templates: []ResourceTemplate{}}
 	var req mcp.ListResourcesRequest
 	for {
 		page, err := cl.ListResourcesByPage(ctx, req)
@@ -206,7 +220,7 @@ func (l *link) listResources(ctx context.Context, cl interface {
 				out.Truncated = true
 				break
 			}
-			out.Resources = append(out.Resources, Resource{Name: ToolName(l.s.Name, r.Name), URI: r.URI, Title: r.Title,
+			out.Resources = append(out.Resources, Resource{Name: ToolName(rs.s.Name, r.Name), URI: r.URI, Title: r.Title,
 				Description: r.Description, MediaType: r.MIMEType, Annotations: annotate(bus.Block{}, r.Annotations).Annotations})
 		}
 		if page.NextCursor == "" || out.Truncated || page.NextCursor == req.Params.Cursor {
@@ -219,7 +233,7 @@ func (l *link) listResources(ctx context.Context, cl interface {
 		page, err := cl.ListResourceTemplatesByPage(ctx, treq)
 		if err != nil {
 			// Templates are optional: a server without them may refuse.
-			l.log.Debug("bridge: resources/templates/list", "err", err)
+			rs.log.Debug("bridge: resources/templates/list", "err", err)
 			break
 		}
 		for _, t := range page.ResourceTemplates {
@@ -231,7 +245,7 @@ func (l *link) listResources(ctx context.Context, cl interface {
 			if t.URITemplate != nil && t.URITemplate.Template != nil {
 				raw = t.URITemplate.Raw()
 			}
-			out.Templates = append(out.Templates, ResourceTemplate{Name: ToolName(l.s.Name, t.Name), URITemplate: raw, Title: t.Title,
+			out.Templates = append(out.Templates, ResourceTemplate{Name: ToolName(rs.s.Name, t.Name), URITemplate: raw, Title: t.Title,
 				Description: t.Description, MediaType: t.MIMEType, Annotations: annotate(bus.Block{}, t.Annotations).Annotations})
 		}
 		if page.NextCursor == "" || out.Truncated || page.NextCursor == treq.Params.Cursor {

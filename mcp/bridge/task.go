@@ -27,14 +27,14 @@ import (
 const taskPoll = 500 * time.Millisecond
 
 // callTask runs req as an MCP task on cl through tr.
-func (l *link) callTask(ctx context.Context, cl *mcpclient.Client, tr transport.Interface, req mcp.CallToolRequest, c *worker.Call) (*mcp.CallToolResult, error) {
+func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, tr transport.Interface, req mcp.CallToolRequest, c *worker.Call) (*mcp.CallToolResult, error) {
 	req.Params.Task = &mcp.TaskParams{}
 	// mcp-go's CallTool cannot read a CreateTaskResult (it has no
 	// content), so tools/call goes through the transport with an id of
 	// the bridge's own, which mcp-go's numeric ids never meet.
 	// The creation is not cut short by the call's cancellation: a task
 	// the server made must be known, to be cancelled (below).
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.s.setupTimeout())
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cr.s.setupTimeout())
 	resp, err := tr.SendRequest(cctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
 		ID: mcp.NewRequestId("toolbus-task-" + nuid.Next()), Method: string(mcp.MethodToolsCall), Params: req.Params})
 	cancel()
@@ -58,7 +58,7 @@ func (l *link) callTask(ctx context.Context, cl *mcpclient.Client, tr transport.
 		if !done {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			if _, err := cl.CancelTask(cctx, mcp.CancelTaskRequest{Params: mcp.CancelTaskParams{TaskId: id}}); err != nil {
-				l.log.Warn("bridge: tasks/cancel", "task", id, "err", err)
+				cr.log.Warn("bridge: tasks/cancel", "task", id, "err", err)
 			}
 			cancel()
 		}

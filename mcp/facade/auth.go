@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -146,28 +147,38 @@ func metadataURL(resource string) (string, error) {
 	return u.Scheme + "://" + u.Host + server.WellKnownProtectedResourcePath + path, nil
 }
 
+// gatekeeper is the HTTP front's authentication: every request is
+// authenticated and checked against its identity before anything else
+// (docs/mcp.md "Authentication and identity"), and the RFC 9728
+// metadata is served.
+type gatekeeper struct {
+	auth       Authenticator // nil: insecure (Config.Insecure was checked)
+	userHeader string
+	log        *slog.Logger
+}
+
 // gate authenticates r and checks the identity against the bus session
 // and the user header; it answers the refusal itself (false) or returns
 // the identity to act for.
-func (f *Facade) gate(w http.ResponseWriter, r *http.Request, session string) (Identity, bool) {
-	claimed := r.Header.Get(f.cfg.UserHeader)
-	if f.cfg.Auth == nil { // insecure: Config.Insecure was checked in New
+func (f *gatekeeper) gate(w http.ResponseWriter, r *http.Request, session string) (Identity, bool) {
+	claimed := r.Header.Get(f.userHeader)
+	if f.auth == nil { // insecure: Config.Insecure was checked in New
 		return Identity{Name: "insecure", User: claimed, Sessions: Sessions{"*"}}, true
 	}
-	id, err := f.cfg.Auth.Authenticate(r)
+	id, err := f.auth.Authenticate(r)
 	if err != nil {
 		f.unauthorized(w, err)
 		return Identity{}, false
 	}
 	if !id.Sessions.Allows(session) {
-		f.cfg.Logger.Info("facade: session refused", "identity", id.Name, "session", session)
+		f.log.Info("facade: session refused", "identity", id.Name, "session", session)
 		f.forbidden(w, fmt.Sprintf("the credential %q may not use session %q", id.Name, session),
 			`error="insufficient_scope", scope="toolbus:session:`+session+`"`)
 		return Identity{}, false
 	}
 	if claimed != "" && claimed != id.User {
-		f.cfg.Logger.Info("facade: claimed user refused", "identity", id.Name, "claimed", claimed)
-		f.forbidden(w, fmt.Sprintf("the %s header %q is not the credential's user", f.cfg.UserHeader, claimed), "")
+		f.log.Info("facade: claimed user refused", "identity", id.Name, "claimed", claimed)
+		f.forbidden(w, fmt.Sprintf("the %s header %q is not the credential's user", f.userHeader, claimed), "")
 		return Identity{}, false
 	}
 	return id, true
@@ -175,12 +186,12 @@ func (f *Facade) gate(w http.ResponseWriter, r *http.Request, session string) (I
 
 // challenge is the WWW-Authenticate value with params (RFC 6750 3, RFC
 // 9728 5.1).
-func (f *Facade) challenge(params string) string {
+func (f *gatekeeper) challenge(params string) string {
 	var parts []string
 	if params != "" {
 		parts = append(parts, params)
 	}
-	if m, ok := f.cfg.Auth.(MetadataProvider); ok {
+	if m, ok := f.auth.(MetadataProvider); ok {
 		parts = append(parts, `resource_metadata="`+m.MetadataURL()+`"`)
 	}
 	if len(parts) == 0 {
@@ -189,7 +200,7 @@ func (f *Facade) challenge(params string) string {
 	return "Bearer " + strings.Join(parts, ", ")
 }
 
-func (f *Facade) unauthorized(w http.ResponseWriter, err error) {
+func (f *gatekeeper) unauthorized(w http.ResponseWriter, err error) {
 	params := ""
 	if !errors.Is(err, ErrNoCredentials) {
 		// RFC 6750 3: a token was given and is not good; the description
@@ -200,7 +211,7 @@ func (f *Facade) unauthorized(w http.ResponseWriter, err error) {
 	writeHTTPError(w, http.StatusUnauthorized, "unauthorized: "+err.Error())
 }
 
-func (f *Facade) forbidden(w http.ResponseWriter, msg, params string) {
+func (f *gatekeeper) forbidden(w http.ResponseWriter, msg, params string) {
 	if params != "" {
 		w.Header().Set("WWW-Authenticate", f.challenge(params))
 	}
@@ -230,12 +241,12 @@ func quoteSafe(s string) string {
 
 // serveMetadata answers the RFC 9728 metadata at the well-known path and
 // every path below it (the path-suffixed form of a resource with a path).
-func (f *Facade) serveMetadata(w http.ResponseWriter, r *http.Request) bool {
+func (f *gatekeeper) serveMetadata(w http.ResponseWriter, r *http.Request) bool {
 	p := r.URL.Path
 	if p != server.WellKnownProtectedResourcePath && !strings.HasPrefix(p, server.WellKnownProtectedResourcePath+"/") {
 		return false
 	}
-	m, ok := f.cfg.Auth.(MetadataProvider)
+	m, ok := f.auth.(MetadataProvider)
 	if !ok {
 		http.NotFound(w, r)
 		return true

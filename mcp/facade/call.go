@@ -26,12 +26,80 @@ import (
 // or with the still-parked error at the deadline.
 func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	if req.Params.RequestState != "" {
-		return s.resume(ctx, req)
+		return s.confirms.resume(ctx, req)
 	}
-	if server.IsModernRequest(ctx) && s.mayElicit(ctx) {
-		return s.callModern(ctx, req)
+	if server.IsModernRequest(ctx) && s.confirms.mayElicit(ctx) {
+		return s.confirms.callModern(ctx, req)
 	}
-	return s.run(ctx, req, runOpts{})
+	return s.calls.run(ctx, req, runOpts{})
+}
+
+// caller runs a session's tools/call on the bus (calls and
+// cancellation): the one-call batch, the wait for a parked call with its
+// progress notices, and P.cancel when the MCP request ends first. The
+// confirmations it meets are the confirmer's (elicit.go), through
+// mayElicit and confirm.
+type caller struct {
+	bus           callBus
+	session, user string
+	cfg           callConfig
+	// closing ends when the facade closes (a task's call then goes on).
+	closing context.Context
+	// list is the session's listing (Facade.list), for a tool's timeout_ms.
+	list      listFunc
+	mayElicit func(context.Context) bool
+	confirm   func(ctx context.Context, p bus.Parked, replyID string)
+}
+
+// callBus is what a call needs of the bus (clientBus over client.Client;
+// a fake in parts_test.go).
+type callBus interface {
+	Watch(ctx context.Context, session string) (events, error)
+	Call(ctx context.Context, session string, b bus.Batch, opts ...client.CallOption) (*bus.Reply, error)
+	Cancel(ctx context.Context, session, replyID string, calls ...string) error
+}
+
+// events is a session's event stream (client.Events): C closes after
+// Stop, or once the watch's context ends.
+type events struct {
+	C    <-chan *bus.Event
+	Stop func()
+}
+
+// clientBus is callBus over a client.
+type clientBus struct{ *client.Client }
+
+var _ callBus = clientBus{}
+
+func (b clientBus) Watch(ctx context.Context, session string) (events, error) {
+	ev, err := b.Client.Watch(ctx, session)
+	if err != nil {
+		return events{}, err
+	}
+	return events{C: ev.C, Stop: ev.Stop}, nil
+}
+
+// listFunc lists a session's tools in a format as a user sees them
+// (Facade.list).
+type listFunc func(ctx context.Context, session, user, format string) (*bus.ToolsList, error)
+
+// callConfig is the part of Config a call reads.
+type callConfig struct {
+	contextHeader                      string
+	parkWait, quietHold, progressEvery time.Duration
+}
+
+// parkFor is how long a parked call is waited for: the tool's timeout
+// (or ParkWait when longer), but no longer than QuietHold for a quiet
+// host, one that can be kept informed neither by progress nor by a task
+// and gives up on its own (60 s in the TypeScript SDK): it is answered
+// before that, and the call stays parked (issue 18).
+func (c callConfig) parkFor(timeout time.Duration, quiet bool) time.Duration {
+	wait := max(timeout, c.parkWait)
+	if quiet && wait > c.quietHold {
+		wait = c.quietHold
+	}
+	return wait
 }
 
 // runOpts are the variations of run.
@@ -51,7 +119,7 @@ type runOpts struct {
 }
 
 // run runs the call and waits for its result.
-func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error) {
+func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error) {
 	start := time.Now()
 	input, err := json.Marshal(req.GetArguments())
 	if err != nil {
@@ -64,17 +132,17 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (
 		o.callID = "mcp-" + nuid.Next()
 	}
 	b := bus.Batch{Calls: []bus.Call{{ID: o.callID, Name: req.Params.Name, Input: input}}}
-	if s.user != "" {
-		b.User = client.Input(s.user)
+	if c.user != "" {
+		b.User = client.Input(c.user)
 	}
-	if c, _ := ctx.Value(contextKey).(string); c != "" {
-		if !json.Valid([]byte(c)) {
-			return mcp.NewToolResultError(fmt.Sprintf("the %s header is not JSON", s.f.cfg.ContextHeader)), nil
+	if h, _ := ctx.Value(contextKey).(string); h != "" {
+		if !json.Valid([]byte(h)) {
+			return mcp.NewToolResultError(fmt.Sprintf("the %s header is not JSON", c.cfg.contextHeader)), nil
 		}
-		b.Context = json.RawMessage(c)
+		b.Context = json.RawMessage(h)
 	}
 	// Watch before calling, so that nothing the call publishes is missed.
-	ev, err := s.f.cl.Watch(ctx, s.id)
+	ev, err := c.bus.Watch(ctx, c.session)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +160,7 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (
 	var callErr error
 	go func() {
 		defer close(done)
-		reply, callErr = s.f.cl.Call(ctx, s.id, b, opts...)
+		reply, callErr = c.bus.Call(ctx, c.session, b, opts...)
 	}()
 	var token mcp.ProgressToken
 	if req.Params.Meta != nil {
@@ -116,13 +184,13 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (
 	for {
 		select {
 		case <-ctx.Done():
-			if o.keep && s.f.ctx.Err() != nil {
+			if !interruptOnEnd(o.keep, c.closing) {
 				return nil, ctx.Err() // the facade closes; the call goes on
 			}
 			// The MCP client cancelled (or went away): interrupt the call
 			// on the bus too.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = s.f.cl.Cancel(cctx, s.id, replyID)
+			_ = c.bus.Cancel(cctx, c.session, replyID)
 			cancel()
 			if done != nil {
 				<-done
@@ -134,7 +202,9 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (
 				// client.Call ended because ctx did, and this case won the
 				// select over ctx.Done: the bus call still runs
 				// (TestCancelInterruptsBusCall).
-				s.interrupt(ctx, replyID)
+				if interruptOnEnd(o.keep, c.closing) {
+					c.interrupt(ctx, replyID)
+				}
 				return nil, ctx.Err()
 			}
 			if callErr != nil {
@@ -150,29 +220,19 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (
 			if early != nil {
 				return toMCP(*early), nil
 			}
-			waitFor := s.timeout(ctx, req.Params.Name)
-			if s.f.cfg.ParkWait > waitFor {
-				waitFor = s.f.cfg.ParkWait
-			}
-			// A host that can be kept informed neither by progress nor by
-			// a task gives up on its own (60 s in the TypeScript SDK):
-			// answer before that, and leave the call parked (issue 18).
 			quiet := token == nil && req.Params.Task == nil
-			if quiet && waitFor > s.f.cfg.QuietHold {
-				waitFor = s.f.cfg.QuietHold
-			}
-			deadline = start.Add(waitFor)
+			deadline = start.Add(c.cfg.parkFor(c.timeout(ctx, req.Params.Name), quiet))
 			if o.onPark != nil {
 				o.onPark(*parked, deadline)
 			}
 			if parked.Kind == "confirm" && o.confirm != nil {
 				o.confirm <- confirmPark{p: *parked, replyID: replyID, callID: b.Calls[0].ID, started: start, deadline: deadline}
-			} else if parked.Kind == "confirm" && s.mayElicit(ctx) {
+			} else if parked.Kind == "confirm" && c.mayElicit(ctx) {
 				ectx, stop := context.WithCancel(ctx)
 				elicited := make(chan struct{})
 				go func() {
 					defer close(elicited)
-					s.confirm(ectx, *parked, replyID)
+					c.confirm(ectx, *parked, replyID)
 				}()
 				defer func() { stop(); <-elicited }()
 			}
@@ -180,7 +240,7 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (
 			t := time.NewTimer(time.Until(deadline))
 			defer t.Stop()
 			wait = t.C
-			p := time.NewTicker(s.f.cfg.ProgressEvery)
+			p := time.NewTicker(c.cfg.progressEvery)
 			defer p.Stop()
 			tick = p.C
 		case <-tick:
@@ -188,13 +248,16 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (
 				time.Until(deadline).Round(time.Second)))
 		case <-wait:
 			if token == nil && req.Params.Task == nil {
-				return mcp.NewToolResultError(stillParkedText(b.Calls[0].ID, req.Params.Name, parked.Kind, parked.Subject, replyID, s.id)), nil
+				return mcp.NewToolResultError(stillParkedText(b.Calls[0].ID, req.Params.Name, parked.Kind, parked.Subject, replyID, c.session)), nil
 			}
 			return mcp.NewToolResultError(fmt.Sprintf("The call %s of tool %s is still parked (%s) after its deadline (%s): answer it on %s (reply id %s, session %s).",
-				b.Calls[0].ID, req.Params.Name, parked.Kind, deadline.Sub(start).Round(time.Millisecond), parked.Subject, replyID, s.id)), nil
+				b.Calls[0].ID, req.Params.Name, parked.Kind, deadline.Sub(start).Round(time.Millisecond), parked.Subject, replyID, c.session)), nil
 		case e, ok := <-ev.C:
 			if !ok && ctx.Err() != nil {
-				s.interrupt(ctx, replyID) // the watch ended with ctx, before ctx.Done was picked
+				// The watch ended with ctx, before ctx.Done was picked.
+				if interruptOnEnd(o.keep, c.closing) {
+					c.interrupt(ctx, replyID)
+				}
 				return nil, ctx.Err()
 			}
 			if !ok {
@@ -223,11 +286,22 @@ func (s *session) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (
 	}
 }
 
+// interruptOnEnd reports whether a call whose context ended is
+// interrupted on the bus: always, but for a kept call (a task's) when the
+// facade closes, which stays parked for another process to learn its end.
+// Every way run sees its context end asks it: ctx.Done, client.Call
+// ending with ctx, and the session's watch closing with ctx, whichever
+// the select picks first (the last two used to interrupt a task's call as
+// its facade closed).
+func interruptOnEnd(keep bool, closing context.Context) bool {
+	return !keep || closing.Err() == nil
+}
+
 // timeout is the tool's timeout_ms as the user's listing of the session
 // has it; bus.DefaultTimeoutMS when the listing fails or lacks the tool.
-func (s *session) timeout(ctx context.Context, name string) time.Duration {
+func (c *caller) timeout(ctx context.Context, name string) time.Duration {
 	ms := int64(bus.DefaultTimeoutMS)
-	if list, err := s.f.list(ctx, s.id, s.user, bus.FormatToolbus); err == nil {
+	if list, err := c.list(ctx, c.session, c.user, bus.FormatToolbus); err == nil {
 		for _, raw := range list.Tools {
 			var d struct {
 				Name      string `json:"name"`

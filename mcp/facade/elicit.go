@@ -3,12 +3,15 @@ package facade
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 )
 
 // Choices of the confirmation put to the host's user.
@@ -35,8 +38,61 @@ func canElicit(ctx context.Context) bool {
 // confirm at all; under ConfirmHostUser it confirms only the call its own
 // request started (that call's reply id and park), in a session its
 // identity may use, as its own user: never another user's call.
-func (s *session) mayElicit(ctx context.Context) bool {
-	return s.policy == ConfirmHostUser && canElicit(ctx)
+func (c *confirmer) mayElicit(ctx context.Context) bool {
+	return c.policy == ConfirmHostUser && canElicit(ctx)
+}
+
+// confirmer owns a session's confirmations put to the host's user
+// (docs/mcp.md "Who confirms"): the elicitation up to 2025-11-25, and the
+// 2026-07-28 multi round-trip, whose calls wait for the retry in pending
+// here and in the request states of the facade's bucket (state.go).
+type confirmer struct {
+	bus           confirmBus
+	session, user string
+	policy        Confirm
+	// remember: the host's user may choose "allow and remember". A rule
+	// is the session's, for every user of it, so only an unauthenticated
+	// facade (stdio, insecure loopback: one desktop user) offers it; an
+	// authenticated host user confirms one call at a time.
+	remember bool
+	// closing ends when the facade closes; loop runs a goroutine the
+	// facade owns (life.Loop).
+	closing context.Context
+	loop    func(func(context.Context)) bool
+	states  stateStore
+	// await waits for a call's result on the bus (awaitResult); run runs
+	// a call (caller.run).
+	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)
+	run   func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error)
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]*pending // request state → a call waiting for the host user's decision
+}
+
+// confirmBus is what a confirmation needs of the bus (client.Client).
+type confirmBus interface {
+	Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error
+}
+
+// stateStore keeps the 2026-07-28 request states (kvStore, state.go).
+type stateStore interface {
+	putState(ctx context.Context, id string, r *stateRecord) error
+	getState(ctx context.Context, session, user, id string) (*stateRecord, error)
+	deleteState(ctx context.Context, session, user, id string)
+}
+
+var (
+	_ confirmBus = (*client.Client)(nil)
+	_ stateStore = (*kvStore)(nil)
+)
+
+// busy reports whether a call waits for the host user's decision: the
+// session's MCP server is not dropped then.
+func (c *confirmer) busy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending) > 0
 }
 
 // confirmPark is a confirm park of a call, with the call's reply id.
@@ -66,9 +122,9 @@ type pending struct {
 // with a request state naming the call, which goes on in the background;
 // the client's retry (resume) answers the park with the decision and
 // waits for the result.
-func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	unlink := context.AfterFunc(s.f.ctx, cancel) // Close ends it too
+	unlink := context.AfterFunc(c.closing, cancel) // Close ends it too
 	confirm := make(chan confirmPark, 1)
 	p := &pending{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -77,7 +133,7 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 		defer cancel()
 		// keep: a facade that closes leaves the call parked; the retry,
 		// wherever it lands, answers it (state.go).
-		p.res, p.err = s.run(rctx, req, runOpts{confirm: confirm, keep: true})
+		p.res, p.err = c.run(rctx, req, runOpts{confirm: confirm, keep: true})
 	}()
 	select {
 	case <-p.done:
@@ -92,55 +148,55 @@ func (s *session) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp
 		// Stored, so that a retry reaching another facade process is
 		// answered there (state.go); without the bucket, this process
 		// still answers it.
-		if err := s.f.kv.putState(ctx, state, &stateRecord{Session: s.id, User: s.user, Tool: req.Params.Name, CallID: park.callID,
+		if err := c.states.putState(ctx, state, &stateRecord{Session: c.session, User: c.user, Tool: req.Params.Name, CallID: park.callID,
 			ReplyID: park.replyID, Park: park.p, Started: park.started, Deadline: park.deadline,
 			Expires: park.deadline.Add(resultKept)}); err != nil {
-			s.f.cfg.Logger.Warn("facade: request state kept in this process only", "err", err)
+			c.log.Warn("facade: request state kept in this process only", "err", err)
 		}
-		s.mu.Lock()
-		s.pending[state] = p
-		s.mu.Unlock()
+		c.mu.Lock()
+		c.pending[state] = p
+		c.mu.Unlock()
 		// A call that ended (answered by someone else, or past its
 		// deadline) keeps its result for the retry a while.
-		s.f.life.Loop(func(context.Context) {
+		c.loop(func(context.Context) {
 			<-p.done
 			select {
 			case <-time.After(resultKept):
 				// The stored state goes too; a retry after this is refused.
-				dctx, cancel := context.WithTimeout(s.f.ctx, 10*time.Second)
-				s.f.kv.deleteState(dctx, s.id, s.user, state)
+				dctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
+				c.states.deleteState(dctx, c.session, c.user, state)
 				cancel()
-			case <-s.f.ctx.Done():
+			case <-c.closing.Done():
 				// Closing: the stored state stays for another process.
 			}
-			s.mu.Lock()
-			delete(s.pending, state)
-			s.mu.Unlock()
+			c.mu.Lock()
+			delete(c.pending, state)
+			c.mu.Unlock()
 		})
-		return server.NewInputRequestBuilder(state).Elicit("confirm", s.confirmParams(park.p)).ToolResult(), nil
+		return server.NewInputRequestBuilder(state).Elicit("confirm", confirmParams(park.p, c.remember)).ToolResult(), nil
 	}
 }
 
 // resume is the retry of a call that asked for the host user's decision:
 // the decision answers the park (the first answer wins), and the call's
 // result is waited for.
-func (s *session) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	s.mu.Lock()
-	p := s.pending[req.Params.RequestState]
-	s.mu.Unlock()
+func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	c.mu.Lock()
+	p := c.pending[req.Params.RequestState]
+	c.mu.Unlock()
 	if p == nil {
-		return s.resumeStored(ctx, req)
+		return c.resumeStored(ctx, req)
 	}
-	if r, ok := req.Params.InputResponses["confirm"]; ok && s.policy == ConfirmHostUser {
+	if r, ok := req.Params.InputResponses["confirm"]; ok && c.policy == ConfirmHostUser {
 		if err := r.DecodeFor(mcp.MethodElicitationCreate); err == nil && r.Elicitation != nil {
-			s.decide(ctx, p.park.p, p.park.replyID, r.Elicitation)
+			c.decide(ctx, p.park.p, p.park.replyID, r.Elicitation)
 		}
 	}
 	select {
 	case <-p.done:
-		s.mu.Lock()
-		delete(s.pending, req.Params.RequestState)
-		s.mu.Unlock()
+		c.mu.Lock()
+		delete(c.pending, req.Params.RequestState)
+		c.mu.Unlock()
 		return p.res, p.err
 	case <-ctx.Done():
 		p.cancel()
@@ -153,16 +209,11 @@ func (s *session) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 // waits for the client's retry once the call has ended.
 const resultKept = time.Minute
 
-// remember reports whether the host's user may choose "allow and
-// remember": a rule is the session's, for every user of it, so only an
-// unauthenticated facade (stdio, insecure loopback: one desktop user)
-// offers it; an authenticated host user confirms one call at a time.
-func (s *session) remember() bool { return s.f.cfg.Auth == nil }
-
-// confirmParams is the elicitation that asks the host's user about p.
-func (s *session) confirmParams(p bus.Parked) mcp.ElicitationParams {
+// confirmParams is the elicitation that asks the host's user about p;
+// "allow and remember" is offered only when remember (confirmer.remember).
+func confirmParams(p bus.Parked, remember bool) mcp.ElicitationParams {
 	choices := []string{choiceAllow, choiceDeny}
-	if s.remember() {
+	if remember {
 		choices = []string{choiceAllow, choiceAllowAlways, choiceDeny}
 	}
 	return mcp.ElicitationParams{Message: fmt.Sprintf("Allow the tool %s to run with input %s?", p.Name, p.Input),
@@ -176,18 +227,18 @@ func (s *session) confirmParams(p bus.Parked) mcp.ElicitationParams {
 // allowing the tool in this session), or deny. A decline or cancel leaves
 // the park for other approvers; an answer that comes second is ignored,
 // the first answer from anywhere wins.
-func (s *session) confirm(ctx context.Context, p bus.Parked, replyID string) {
-	req := mcp.ElicitationRequest{Params: s.confirmParams(p)}
+func (c *confirmer) confirm(ctx context.Context, p bus.Parked, replyID string) {
+	req := mcp.ElicitationRequest{Params: confirmParams(p, c.remember)}
 	res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, req)
 	if err != nil {
 		return
 	}
-	s.decide(ctx, p, replyID, res)
+	c.decide(ctx, p, replyID, res)
 }
 
 // decide answers the park with the host user's choice; a decline, a
 // cancel or an unknown choice leaves it to the others.
-func (s *session) decide(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult) {
+func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult) {
 	if res.Action != mcp.ElicitationResponseActionAccept {
 		return
 	}
@@ -199,10 +250,10 @@ func (s *session) decide(ctx context.Context, p bus.Parked, replyID string, res 
 	yes := decision == choiceAllow || decision == choiceAllowAlways
 	// Bound to the exact input the host's user saw (docs/protocol.md 6.3).
 	a := bus.Answer{Confirmed: &yes, InputDigest: bus.InputDigest(p.Input)}
-	if decision == choiceAllowAlways && s.remember() {
+	if decision == choiceAllowAlways && c.remember {
 		a.Rules = p.SuggestedRules
 	}
-	if err := s.f.cl.Confirm(ctx, p.Name, s.id, replyID, p.ID, a); err != nil {
-		s.f.cfg.Logger.Debug("facade: elicited answer not taken", "tool", p.Name, "err", err)
+	if err := c.bus.Confirm(ctx, p.Name, c.session, replyID, p.ID, a); err != nil {
+		c.log.Debug("facade: elicited answer not taken", "tool", p.Name, "err", err)
 	}
 }

@@ -107,16 +107,14 @@ type Facade struct {
 	cl  *client.Client
 	cfg Config
 
-	mu       sync.Mutex
-	sessions map[key]*session
-	byID     map[string]map[*session]struct{} // bus session → its MCP servers
-	lru      *list.List                       // of *session, most recently used first
-	ctx      context.Context                  // life's Background: ends when the facade drains
-	life     *life.Life
-	store    *storeWatch
-	kv       *kvStore     // task records and request states (tasks_store.go)
-	tasks    *taskRunners // the tasks this process runs or follows
-	evicted  atomic.Int64 // MCP servers dropped, for the tests and measurements
+	ctx     context.Context // life's Background: ends when the facade drains
+	life    *life.Life
+	gate    *gatekeeper  // the HTTP front's authentication (auth.go)
+	table   *table       // the (session, user) MCP servers kept, and their eviction (table.go)
+	store   *storeWatch  // the deployment's watches (watch.go)
+	kv      *kvStore     // task records and request states (tasks_store.go)
+	tasks   *taskRunners // the tasks this process runs or follows
+	evicted atomic.Int64 // MCP servers dropped, for the tests and measurements
 }
 
 // key names a session's MCP server: the bus session, the user and the
@@ -169,12 +167,14 @@ func New(cl *client.Client, cfg Config) *Facade {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	lf := life.New(life.Config{Logger: cfg.Logger})
-	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg, sessions: map[key]*session{}, byID: map[string]map[*session]struct{}{},
-		lru: list.New(), ctx: lf.Background(), life: lf}
-	f.store = newStoreWatch(f)
-	f.kv = &kvStore{f: f}
-	f.tasks = newTaskRunners(f)
-	f.life.Loop(func(context.Context) { f.sweep() })
+	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg, ctx: lf.Background(), life: lf}
+	f.gate = &gatekeeper{auth: cfg.Auth, userHeader: cfg.UserHeader, log: cfg.Logger}
+	f.table = newTable(f.ctx, cfg.Idle, cfg.MaxSessions, &f.evicted)
+	f.store = &storeWatch{nc: f.nc, subj: cl.Subjects(), closing: f.ctx, loop: f.life.Loop, changed: f.table.changed,
+		poll: cfg.Poll, log: cfg.Logger}
+	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger}
+	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cfg.Logger)
+	f.life.Loop(func(context.Context) { f.table.sweep() })
 	return f
 }
 
@@ -207,7 +207,7 @@ const contextKey ctxKey = 0
 // session comes from the path.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if f.serveMetadata(w, r) {
+		if f.gate.serveMetadata(w, r) {
 			return
 		}
 		id, ok := sessionOf(r)
@@ -217,10 +217,10 @@ func (f *Facade) Handler() http.Handler {
 		}
 		if f.cfg.Auth == nil && !f.cfg.Insecure {
 			f.cfg.Logger.Error("facade: HTTP served with neither Auth nor Insecure; refusing every request")
-			f.unauthorized(w, errors.New("the facade has no authentication configured"))
+			f.gate.unauthorized(w, errors.New("the facade has no authentication configured"))
 			return
 		}
-		ident, ok := f.gate(w, r, id)
+		ident, ok := f.gate.gate(w, r, id)
 		if !ok {
 			return
 		}
@@ -237,7 +237,7 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		defer f.release(s)
-		if !stampNotification(w, r) || (!s.noTasks && s.serveTaskHTTP(w, r)) {
+		if !stampNotification(w, r) || (!s.noTasks && s.tasks.serveHTTP(w, r)) {
 			return
 		}
 		if modernCancel(r) { // cancelled.go
@@ -297,7 +297,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	// connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in2, out2 := s.stdioTasks(ctx, in, out)
+	in2, out2 := s.tasks.stdio(ctx, in, out)
 	return server.NewStdioServer(s.mcp).Listen(ctx, in2, out2)
 }
 
@@ -318,181 +318,65 @@ type session struct {
 	ctx     context.Context
 	cancel  context.CancelFunc // ends its polling (eviction, Close)
 
-	// Guarded by f.mu.
+	// Its parts, each over what it needs (Facade.wire makes them; the
+	// session itself keeps the tool listing and its calm, calm.go).
+	calls     *caller    // calls and cancellation (call.go)
+	confirms  *confirmer // the host user's confirmations (elicit.go, state.go)
+	questions *relayer   // bridged servers' questions to the host (questions.go)
+	resources *resources // resources/* (resources.go)
+	tasks     *taskFront // tasks/* and task-augmented calls (tasks.go)
+	asked     claims     // the questions its hosts are asked (questions.go)
+
+	// Guarded by the table's mu.
 	elem   *list.Element
 	active int       // requests (or a stdio connection) being served
 	last   time.Time // when the last one began or ended
 
-	mu      sync.Mutex
-	calm    calm                // list changes not yet applied (calm.go)
-	asked   map[string]bool     // bridged servers' questions put to a host (questions.go)
-	raw     string              // the last listing, to compare
-	order   map[string]int      // tool name → position in the listing
-	pending map[string]*pending // request state → a call waiting for the host user's decision
+	mu    sync.Mutex
+	calm  calm           // list changes not yet applied (calm.go)
+	raw   string         // the last listing, to compare
+	order map[string]int // tool name → position in the listing
 }
-
-// errFull: every kept MCP server is busy and MaxSessions are kept.
-var errFull = errors.New("facade: too many MCP sessions in use; retry later")
 
 // acquire returns k's MCP server, made (and listed once) when there is
 // none, and counts a request on it until release. A new one takes the
 // place of the least recently used idle one when MaxSessions are kept.
 func (f *Facade) acquire(k key) (*session, error) {
-	if s := f.use(k); s != nil {
+	if s := f.table.use(k); s != nil {
 		return s, nil
 	}
 	if f.ctx.Err() != nil {
 		return nil, fmt.Errorf("facade: closed")
 	}
 	// The deployment's watches, the new session's listing: outside the
-	// lock, since each is a round trip and other sessions are served
-	// meanwhile.
+	// table's lock, since each is a round trip and other sessions are
+	// served meanwhile.
 	f.store.start()
 	s := f.newSession(k)
 	if err := s.refresh(f.ctx); err != nil {
 		s.cancel()
 		return nil, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ctx.Err() != nil {
+	got, err := f.table.add(k, s, func() { f.life.Loop(func(context.Context) { s.poll() }) })
+	if got != s {
 		s.cancel()
-		return nil, fmt.Errorf("facade: closed")
 	}
-	if other, ok := f.sessions[k]; ok { // made meanwhile by another request
-		s.cancel()
-		f.touchLocked(other, 1)
-		return other, nil
-	}
-	if len(f.sessions) >= f.cfg.MaxSessions && !f.evictOneLocked() {
-		s.cancel()
-		return nil, errFull
-	}
-	f.sessions[k] = s
-	if f.byID[k.session] == nil {
-		f.byID[k.session] = map[*session]struct{}{}
-	}
-	f.byID[k.session][s] = struct{}{}
-	s.elem = f.lru.PushFront(s)
-	f.touchLocked(s, 1)
-	f.life.Loop(func(context.Context) { s.poll() })
-	return s, nil
-}
-
-// use counts a request on k's MCP server when there is one.
-func (f *Facade) use(k key) *session {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, ok := f.sessions[k]
-	if !ok {
-		return nil
-	}
-	f.touchLocked(s, 1)
-	return s
+	return got, err
 }
 
 // release ends a request counted by acquire.
-func (f *Facade) release(s *session) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.touchLocked(s, -1)
-}
-
-func (f *Facade) touchLocked(s *session, delta int) {
-	s.active += delta
-	s.last = time.Now()
-	if s.elem != nil {
-		f.lru.MoveToFront(s.elem)
-	}
-}
-
-// busyLocked reports whether s serves a request or holds a call waiting
-// for the host user's decision: it is not dropped then. Tasks are the
-// facade's, not a session's, and survive its MCP server.
-func (s *session) busyLocked() bool {
-	if s.active > 0 {
-		return true
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.pending) > 0
-}
-
-// evictOneLocked drops the least recently used idle MCP server; false
-// when all are busy.
-func (f *Facade) evictOneLocked() bool {
-	for e := f.lru.Back(); e != nil; e = e.Prev() {
-		if s := e.Value.(*session); !s.busyLocked() {
-			f.dropLocked(s)
-			return true
-		}
-	}
-	return false
-}
-
-// dropLocked forgets s and stops its polling. A client of it that comes
-// back gets a new one (an MCP session id it held is unknown there: HTTP
-// 404, and the client initialises again, as MCP says).
-func (f *Facade) dropLocked(s *session) {
-	k := key{s.id, s.user, s.policy, s.stdio}
-	delete(f.sessions, k)
-	if m := f.byID[s.id]; m != nil {
-		delete(m, s)
-		if len(m) == 0 {
-			delete(f.byID, s.id)
-		}
-	}
-	f.lru.Remove(s.elem)
-	s.elem = nil
-	s.cancel()
-	f.evicted.Add(1)
-}
-
-// sweep drops the MCP servers idle for longer than Idle, until the
-// facade closes.
-func (f *Facade) sweep() {
-	every := min(f.cfg.Idle/2, time.Minute)
-	every = max(every, 10*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-f.ctx.Done():
-			return
-		case now := <-t.C:
-			f.dropIdle(now)
-		}
-	}
-}
-
-func (f *Facade) dropIdle(now time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for e := f.lru.Back(); e != nil; {
-		s := e.Value.(*session)
-		e = e.Prev()
-		if now.Sub(s.last) <= f.cfg.Idle {
-			return // the rest were used more recently
-		}
-		if !s.busyLocked() {
-			f.dropLocked(s)
-		}
-	}
-}
+func (f *Facade) release(s *session) { f.table.release(s) }
 
 // Sessions returns how many (session, user) MCP servers are kept.
-func (f *Facade) Sessions() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.sessions)
-}
+func (f *Facade) Sessions() int { return f.table.len() }
 
 // newSession makes k's MCP server; nothing runs until acquire starts its
 // polling.
 func (f *Facade) newSession(k key) *session {
 	ctx, cancel := context.WithCancel(f.ctx)
 	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, noTasks: !f.kv.available(f.ctx), order: map[string]int{}, dirty: make(chan struct{}, 1),
-		pending: map[string]*pending{}, ctx: ctx, cancel: cancel}
+		ctx: ctx, cancel: cancel}
+	f.wire(s)
 	hooks := &server.Hooks{}
 	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx); s.flush() })
 	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
@@ -500,8 +384,8 @@ func (f *Facade) newSession(k key) *session {
 	})
 	// mcp-go advertises tasks; the facade answers them (tasks.go).
 	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter),
-		server.WithToolHandlerMiddleware(downgradeMiddleware), server.WithToolHandlerMiddleware(s.questionsMiddleware)}
-	opts = append(opts, s.resourcesOptions(hooks)...)
+		server.WithToolHandlerMiddleware(downgradeMiddleware), server.WithToolHandlerMiddleware(s.questions.middleware)}
+	opts = append(opts, s.resources.options(hooks)...)
 	if !s.noTasks {
 		opts = append(opts, server.WithTaskCapabilities(true, true, true))
 	}
@@ -509,7 +393,8 @@ func (f *Facade) newSession(k key) *session {
 		opts = append(opts, server.WithElicitation())
 	}
 	s.mcp = server.NewMCPServer("toolbus", "1.0.0", opts...)
-	s.mcp.SetResourceTemplates(s.outputsTemplate()) // readable before any listing
+	s.resources.mcp = s.mcp
+	s.mcp.SetResourceTemplates(s.resources.outputsTemplate()) // readable before any listing
 	s.http = server.NewStreamableHTTPServer(s.mcp, server.WithStreamableHTTPLogger(f.cfg.Logger),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			return context.WithValue(ctx, contextKey, r.Header.Get(f.cfg.ContextHeader))
@@ -517,26 +402,38 @@ func (f *Facade) newSession(k key) *session {
 	return s
 }
 
-// changed marks the listings of bus session id (every session when id is
-// "") to be compared with the bus at once.
-func (f *Facade) changed(id string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	mark := func(s *session) {
-		select {
-		case s.dirty <- struct{}{}:
-		default:
-		}
-	}
-	if id != "" {
-		for s := range f.byID[id] {
-			mark(s)
-		}
-		return
-	}
-	for _, s := range f.sessions {
-		mark(s)
-	}
+// wire makes s's parts, each over what it needs of the facade and the
+// session: the one place that knows both (docs/mcp.md "Structure").
+func (f *Facade) wire(s *session) {
+	s.confirms = &confirmer{bus: f.cl, session: s.id, user: s.user, policy: s.policy, remember: f.cfg.Auth == nil,
+		closing: f.ctx, loop: f.life.Loop, states: f.kv, await: f.awaitResult, log: f.cfg.Logger, pending: map[string]*pending{}}
+	s.calls = &caller{bus: clientBus{f.cl}, session: s.id, user: s.user, closing: f.ctx, list: f.list,
+		cfg:       callConfig{contextHeader: f.cfg.ContextHeader, parkWait: f.cfg.ParkWait, quietHold: f.cfg.QuietHold, progressEvery: f.cfg.ProgressEvery},
+		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
+	s.confirms.run = s.calls.run
+	s.questions = &relayer{bus: f.cl, session: s.id, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
+	s.resources = &resources{session: s.id, user: s.user, list: f.list, verb: resourcesVerb{nc: f.nc, prefix: f.cl.Subjects().Prefix},
+		fetch: f.cl, maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
+	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
+		run: s.calls.run, contextHeader: f.cfg.ContextHeader}
+}
+
+// listed reports whether the session lists the tool to its user now.
+func (s *session) listed(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.order[name]
+	return ok
+}
+
+// confirmParams is the confirmation s's host's user is shown for p.
+func (s *session) confirmParams(p bus.Parked) mcp.ElicitationParams {
+	return confirmParams(p, s.f.cfg.Auth == nil)
+}
+
+// awaitResult waits for a call's result on the bus (tasks.go).
+func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID string) (*bus.Result, error) {
+	return awaitResult(ctx, f.cl, session, replyID, callID)
 }
 
 // settle are the delays after a watched change at which the session is

@@ -9,8 +9,8 @@ import (
 // 5.4) for a call whose MCP request ended: the client cancelled it, went
 // away, or cancelled the task. It uses a context of its own, since ctx
 // has ended.
-func (s *session) interrupt(ctx context.Context, replyID string) {
+func (c *caller) interrupt(ctx context.Context, replyID string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = s.f.cl.Cancel(cctx, s.id, replyID)
+	_ = c.bus.Cancel(cctx, c.session, replyID)
 }

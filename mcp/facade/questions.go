@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -37,24 +38,45 @@ type question struct {
 	Refused         string          `json:"refused,omitempty"`
 }
 
-// questionsMiddleware relays the questions of a bridged tool's server to
-// the host for as long as the host's call of it runs.
-func (s *session) questionsMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+// relayer puts a session's bridged servers' questions to its host: it
+// watches the session while the host calls a bridged tool, takes the
+// questions meant for the host (take: session.questionFor, which claims
+// them) and answers their parks with the host's choice.
+type relayer struct {
+	bus       questionBus
+	session   string
+	mayElicit func(context.Context) bool
+	take      func(p bus.Parked, prefix string) (question, bool)
+	release   func(id string) // a taken question is done with
+	log       *slog.Logger
+}
+
+// questionBus is what relaying questions needs of the bus (client.Client).
+type questionBus interface {
+	Watch(ctx context.Context, session string) (*client.Events, error)
+	Answer(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error
+}
+
+var _ questionBus = (*client.Client)(nil)
+
+// middleware relays the questions of a bridged tool's server to the host
+// for as long as the host's call of it runs.
+func (q *relayer) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		srv, ok := bridgedServer(req.Params.Name)
 		// A task-augmented call outlives its request, whose context the
 		// host's elicitation would need: its questions stay on the bus.
-		if !ok || req.Params.Task != nil || !s.mayElicit(ctx) || server.IsModernRequest(ctx) || server.ServerFromContext(ctx) == nil {
+		if !ok || req.Params.Task != nil || !q.mayElicit(ctx) || server.IsModernRequest(ctx) || server.ServerFromContext(ctx) == nil {
 			return next(ctx, req)
 		}
 		// Watch before the call is made, so its server's question is seen.
-		ev, err := s.f.cl.Watch(ctx, s.id)
+		ev, err := q.bus.Watch(ctx, q.session)
 		if err != nil {
 			return next(ctx, req)
 		}
 		rctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		wg.Go(func() { s.relay(rctx, ev, srv, &wg) })
+		wg.Go(func() { q.relay(rctx, ev, srv, &wg) })
 		defer func() { stop(); ev.Stop(); wg.Wait() }()
 		return next(ctx, req)
 	}
@@ -70,7 +92,7 @@ func bridgedServer(name string) (string, bool) {
 
 // relay puts every question of srv parked in the session for the
 // session's user to the host, until ctx ends.
-func (s *session) relay(ctx context.Context, ev *client.Events, prefix string, wg *sync.WaitGroup) {
+func (q *relayer) relay(ctx context.Context, ev *client.Events, prefix string, wg *sync.WaitGroup) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -87,12 +109,12 @@ func (s *session) relay(ctx context.Context, ev *client.Events, prefix string, w
 				continue
 			}
 			for _, p := range pe.Calls {
-				q, ok := s.questionFor(p, prefix)
+				qn, ok := q.take(p, prefix)
 				if !ok {
 					continue
 				}
 				replyID := e.ReplyID
-				wg.Go(func() { s.askHost(ctx, replyID, p, q) })
+				wg.Go(func() { q.askHost(ctx, replyID, p, qn) })
 			}
 		}
 	}
@@ -100,42 +122,56 @@ func (s *session) relay(ctx context.Context, ev *client.Events, prefix string, w
 
 // questionFor reports whether p is a question of a server the call's
 // tool name starts with (mcp__<server>__), for the session's user, not
-// yet put to a host.
+// yet put to a host; it claims a question it takes.
 func (s *session) questionFor(p bus.Parked, prefix string) (question, bool) {
+	q, ok := parseQuestion(p, prefix, s.user)
+	return q, ok && s.asked.claim(p.ID)
+}
+
+// parseQuestion reports whether p is a question of a server the call's
+// tool name starts with (mcp__<server>__), for user.
+func parseQuestion(p bus.Parked, prefix, user string) (question, bool) {
 	var q question
 	if p.Kind != bus.KindExternal || !strings.HasPrefix(p.Name, "mcp__") || !strings.HasSuffix(p.Name, "__elicit") ||
 		json.Unmarshal(p.Input, &q) != nil || p.Name != bridge.ElicitName(q.Server) || !strings.HasPrefix(prefix, q.Server+"__") {
 		return q, false
 	}
-	var user string
-	if len(q.User) > 0 && json.Unmarshal(q.User, &user) != nil {
+	var asker string
+	if len(q.User) > 0 && json.Unmarshal(q.User, &asker) != nil {
 		return q, false
 	}
-	if user != s.user {
+	if asker != user {
 		return q, false // another user's question: never this host's
 	}
-	return q, s.claim(p.ID)
+	return q, true
+}
+
+// claims are the bridged servers' questions a session's hosts are being
+// asked (park ids); the zero value is ready.
+type claims struct {
+	mu  sync.Mutex
+	ids map[string]bool
 }
 
 // claim marks park id as put to a host of this session; false when one
-// already has it.
-func (s *session) claim(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.asked == nil {
-		s.asked = map[string]bool{}
+// already has it, or maxAsked are asked.
+func (c *claims) claim(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ids == nil {
+		c.ids = map[string]bool{}
 	}
-	if s.asked[id] || len(s.asked) >= maxAsked {
+	if c.ids[id] || len(c.ids) >= maxAsked {
 		return false
 	}
-	s.asked[id] = true
+	c.ids[id] = true
 	return true
 }
 
-func (s *session) unclaim(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.asked, id)
+func (c *claims) unclaim(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.ids, id)
 }
 
 // maxAsked bounds the questions a session's hosts are asked at once.
@@ -143,16 +179,16 @@ const maxAsked = 64
 
 // askHost asks the host of ctx the question and answers park p with its
 // choice.
-func (s *session) askHost(ctx context.Context, replyID string, p bus.Parked, q question) {
-	defer s.unclaim(p.ID)
-	params := mcp.ElicitationParams{Mode: q.Mode, Message: questionText(q), URL: q.URL, ElicitationID: q.ElicitationID}
-	if q.Mode == mcp.ElicitationModeURL {
+func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn question) {
+	defer q.release(p.ID)
+	params := mcp.ElicitationParams{Mode: qn.Mode, Message: questionText(qn), URL: qn.URL, ElicitationID: qn.ElicitationID}
+	if qn.Mode == mcp.ElicitationModeURL {
 		if !canElicitURL(ctx) {
 			return
 		}
-	} else if len(q.RequestedSchema) > 0 {
+	} else if len(qn.RequestedSchema) > 0 {
 		var schema map[string]any
-		if json.Unmarshal(q.RequestedSchema, &schema) != nil {
+		if json.Unmarshal(qn.RequestedSchema, &schema) != nil {
 			return
 		}
 		params.RequestedSchema = schema
@@ -174,8 +210,8 @@ func (s *session) askHost(ctx context.Context, replyID string, p bus.Parked, q q
 		return // cancel: left to `toolbus answer` and the approvers
 	}
 	text, _ := json.Marshal(answer)
-	if err := s.f.cl.Answer(ctx, p.Name, s.id, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(string(text))}); err != nil {
-		s.f.cfg.Logger.Debug("facade: the host's answer to a bridged server's question not taken", "tool", p.Name, "err", err)
+	if err := q.bus.Answer(ctx, p.Name, q.session, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(string(text))}); err != nil {
+		q.log.Debug("facade: the host's answer to a bridged server's question not taken", "tool", p.Name, "err", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"slices"
 	"strings"
@@ -15,9 +16,11 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp/bridge"
 )
 
@@ -41,10 +44,31 @@ const resourcesBudget = 10 * time.Second
 // outputsTemplate is the URI template of the session's stored outputs.
 const outputsTemplate = offload.Scheme + "://{bucket}/{+name}"
 
-// resourcesOptions are the server options and hooks of the resources
-// capability: listed and read on demand, no subscriptions, no
-// listChanged (a bridged server's list is asked afresh each time).
-func (s *session) resourcesOptions(hooks *server.Hooks) []server.ServerOption {
+// resources owns a session's resources: the bridged servers' (listed and
+// read through their resources verb) and the stored outputs' template.
+// mcp is set once the MCP server is made (newSession); the hooks read it
+// only when a request comes.
+type resources struct {
+	session, user string
+	mcp           *server.MCPServer
+	list          listFunc
+	verb          resourcesVerb
+	fetch         outputFetcher
+	maxResource   int64
+	log           *slog.Logger
+}
+
+// outputFetcher reads a session's stored output (client.Client).
+type outputFetcher interface {
+	FetchSession(ctx context.Context, session, ref string) (*client.Output, error)
+}
+
+var _ outputFetcher = (*client.Client)(nil)
+
+// options are the server options and hooks of the resources capability:
+// listed and read on demand, no subscriptions, no listChanged (a bridged
+// server's list is asked afresh each time).
+func (s *resources) options(hooks *server.Hooks) []server.ServerOption {
 	hooks.AddBeforeListResources(func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest) { s.syncResources(ctx) })
 	hooks.AddBeforeListResourceTemplates(func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest) {
 		s.syncResources(ctx)
@@ -69,7 +93,7 @@ func (s *session) resourcesOptions(hooks *server.Hooks) []server.ServerOption {
 
 // knowsResource reports whether uri is one of the bridged resources last
 // listed.
-func (s *session) knowsResource(uri string) bool {
+func (s *resources) knowsResource(uri string) bool {
 	_, ok := s.mcp.ListResources()[uri]
 	return ok
 }
@@ -77,16 +101,16 @@ func (s *session) knowsResource(uri string) bool {
 // syncResources lists the resources of the session's bridged servers and
 // registers them (and the stored-outputs template) with the MCP server.
 // A server that fails is left out (logged); the others are listed.
-func (s *session) syncResources(ctx context.Context) {
+func (s *resources) syncResources(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, resourcesBudget)
 	defer cancel()
 	var resources []server.ServerResource
 	templates := []server.ServerResourceTemplate{s.outputsTemplate()}
 	seen := map[string]bool{}
 	for _, srv := range s.bridgedServers(ctx) {
-		l, err := s.f.listResources(ctx, srv)
+		l, err := s.verb.list(ctx, srv)
 		if err != nil {
-			s.f.cfg.Logger.Debug("facade: resources of a bridged server", "server", srv, "err", err)
+			s.log.Debug("facade: resources of a bridged server", "server", srv, "err", err)
 			continue
 		}
 		for _, r := range l.Resources {
@@ -99,7 +123,7 @@ func (s *session) syncResources(ctx context.Context) {
 		for _, t := range l.Templates {
 			tp, err := templateOf(t)
 			if err != nil {
-				s.f.cfg.Logger.Debug("facade: a bridged template", "server", srv, "err", err)
+				s.log.Debug("facade: a bridged template", "server", srv, "err", err)
 				continue
 			}
 			templates = append(templates, server.ServerResourceTemplate{Template: tp, Handler: server.ResourceTemplateHandlerFunc(s.readBridged(srv))})
@@ -112,8 +136,8 @@ func (s *session) syncResources(ctx context.Context) {
 // bridgedServers are the MCP servers of the tools the session lists to
 // its user (the mcp.server of their definitions), sorted, at most
 // maxResourceServers.
-func (s *session) bridgedServers(ctx context.Context) []string {
-	list, err := s.f.list(ctx, s.id, s.user, bus.FormatToolbus)
+func (s *resources) bridgedServers(ctx context.Context) []string {
+	list, err := s.list(ctx, s.session, s.user, bus.FormatToolbus)
 	if err != nil {
 		return nil
 	}
@@ -133,9 +157,16 @@ func (s *session) bridgedServers(ctx context.Context) []string {
 	return out
 }
 
-// resourcesRequest sends one request of a bridged server's resources verb
-// and decodes its reply of type want into out.
-func (f *Facade) resourcesRequest(ctx context.Context, srv, typ string, data any, want string, out any) error {
+// resourcesVerb asks the bridged servers' resources verb
+// (P.resources.<server>, docs/protocol.md 12) on the facade's connection.
+type resourcesVerb struct {
+	nc     *nats.Conn
+	prefix string
+}
+
+// request sends one request of a bridged server's resources verb and
+// decodes its reply of type want into out.
+func (f resourcesVerb) request(ctx context.Context, srv, typ string, data any, want string, out any) error {
 	e, err := bus.NewEvent(typ, "toolbus/mcp", data)
 	if err != nil {
 		return err
@@ -143,7 +174,7 @@ func (f *Facade) resourcesRequest(ctx context.Context, srv, typ string, data any
 	if dl, ok := ctx.Deadline(); ok {
 		e.ExpiryTime = dl.UTC().Format(time.RFC3339Nano)
 	}
-	m, err := bus.SendRequest(ctx, f.nc, bridge.ResourcesSubject(f.cl.Subjects().Prefix, srv), e)
+	m, err := bus.SendRequest(ctx, f.nc, bridge.ResourcesSubject(f.prefix, srv), e)
 	if err != nil {
 		return fmt.Errorf("the resources of MCP server %q: %w", srv, err)
 	}
@@ -164,9 +195,9 @@ func (f *Facade) resourcesRequest(ctx context.Context, srv, typ string, data any
 	return r.DataAs(out)
 }
 
-func (f *Facade) listResources(ctx context.Context, srv string) (*bridge.ResourcesListed, error) {
+func (f resourcesVerb) list(ctx context.Context, srv string) (*bridge.ResourcesListed, error) {
 	var l bridge.ResourcesListed
-	if err := f.resourcesRequest(ctx, srv, bridge.TypeResourcesList, bridge.ResourcesList{}, bridge.TypeResourcesListed, &l); err != nil {
+	if err := f.request(ctx, srv, bridge.TypeResourcesList, bridge.ResourcesList{}, bridge.TypeResourcesListed, &l); err != nil {
 		return nil, err
 	}
 	return &l, nil
@@ -174,7 +205,7 @@ func (f *Facade) listResources(ctx context.Context, srv string) (*bridge.Resourc
 
 // readBridged reads a URI of server srv through its resources verb, when
 // the session still lists a tool of srv to its user.
-func (s *session) readBridged(srv string) server.ResourceHandlerFunc {
+func (s *resources) readBridged(srv string) server.ResourceHandlerFunc {
 	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 		ctx, cancel := context.WithTimeout(ctx, resourcesBudget)
 		defer cancel()
@@ -184,7 +215,7 @@ func (s *session) readBridged(srv string) server.ResourceHandlerFunc {
 			return nil, fmt.Errorf("the MCP server %q is no longer among the session's tools' servers", srv)
 		}
 		var c bridge.ResourcesContents
-		if err := s.f.resourcesRequest(ctx, srv, bridge.TypeResourcesRead, bridge.ResourcesRead{URI: req.Params.URI},
+		if err := s.verb.request(ctx, srv, bridge.TypeResourcesRead, bridge.ResourcesRead{URI: req.Params.URI},
 			bridge.TypeResourcesContents, &c); err != nil {
 			return nil, err
 		}
@@ -234,9 +265,9 @@ func mcpAnnotations(a *bus.Annotations) *mcp.Annotations {
 }
 
 // outputsTemplate is the session's stored outputs as a resource template.
-func (s *session) outputsTemplate() server.ServerResourceTemplate {
+func (s *resources) outputsTemplate() server.ServerResourceTemplate {
 	tp := mcp.NewResourceTemplate(outputsTemplate, "toolbus_outputs",
-		mcp.WithTemplateDescription("A stored output of session "+s.id+": the nats-object:// URL of a result's data block, exactly as the result gives it (with #sha256=)."))
+		mcp.WithTemplateDescription("A stored output of session "+s.session+": the nats-object:// URL of a result's data block, exactly as the result gives it (with #sha256=)."))
 	return server.ServerResourceTemplate{Template: tp, Handler: s.readOutput}
 }
 
@@ -247,28 +278,28 @@ var errOtherSession = errors.New("the stored output belongs to another session: 
 // for a text media type whose bytes are UTF-8, else a base64 blob. A
 // reference of another session is refused before anything is published;
 // an output larger than MaxResource is refused with its size.
-func (s *session) readOutput(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+func (s *resources) readOutput(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 	uri := req.Params.URI
 	ref, err := offload.ParseRef(uri)
 	if err != nil {
 		return nil, err
 	}
-	if ref.Session() != s.id {
+	if ref.Session() != s.session {
 		return nil, errOtherSession
 	}
 	if ref.Digest == "" {
 		return nil, fmt.Errorf("%s has no #sha256=<digest>: give the URL exactly as the result has it", uri)
 	}
-	o, err := s.f.cl.FetchSession(ctx, s.id, uri)
+	o, err := s.fetch.FetchSession(ctx, s.session, uri)
 	if err != nil {
 		return nil, err
 	}
 	defer o.Close()
-	if o.Size > s.f.cfg.MaxResource {
+	if o.Size > s.maxResource {
 		return nil, fmt.Errorf("the stored output is %d bytes, more than this MCP endpoint returns in one resources/read (%d bytes); read it with `toolbus fetch %s`",
-			o.Size, s.f.cfg.MaxResource, uri)
+			o.Size, s.maxResource, uri)
 	}
-	b, err := io.ReadAll(io.LimitReader(o, s.f.cfg.MaxResource+1))
+	b, err := io.ReadAll(io.LimitReader(o, s.maxResource+1))
 	if err != nil {
 		return nil, err
 	}

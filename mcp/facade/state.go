@@ -88,8 +88,8 @@ func (st *kvStore) getState(ctx context.Context, session, user, id string) (*sta
 // one, before a restart) asked the host user about: the decision answers
 // the park on the bus (the first answer wins), and the call's result is
 // waited for on the bus until the call's deadline.
-func (s *session) resumeStored(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	r, err := s.f.kv.getState(ctx, s.id, s.user, req.Params.RequestState)
+func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	r, err := c.states.getState(ctx, c.session, c.user, req.Params.RequestState)
 	if errors.Is(err, errNotFound) {
 		return mcp.NewToolResultError(fmt.Sprintf("The request state %q names no call of this session and user waiting for a decision: "+
 			"it ended (answered elsewhere, or past its deadline), or it was never given here.", req.Params.RequestState)), nil
@@ -97,17 +97,17 @@ func (s *session) resumeStored(ctx context.Context, req mcp.CallToolRequest) (*m
 	if err != nil {
 		return mcp.NewToolResultError("Error: " + err.Error()), nil
 	}
-	if in, ok := req.Params.InputResponses["confirm"]; ok && s.policy == ConfirmHostUser {
+	if in, ok := req.Params.InputResponses["confirm"]; ok && c.policy == ConfirmHostUser {
 		if err := in.DecodeFor(mcp.MethodElicitationCreate); err == nil && in.Elicitation != nil {
-			s.decide(ctx, r.Park, r.ReplyID, in.Elicitation)
+			c.decide(ctx, r.Park, r.ReplyID, in.Elicitation)
 		}
 	}
 	wctx, cancel := context.WithDeadline(ctx, r.Deadline)
 	defer cancel()
-	res, err := s.f.awaitResult(wctx, s.id, r.ReplyID, r.CallID)
+	res, err := c.await(wctx, c.session, r.ReplyID, r.CallID)
 	if err != nil {
 		if ctx.Err() == nil && wctx.Err() != nil {
-			return mcp.NewToolResultError(stillParkedText(r.CallID, r.Tool, r.Park.Kind, r.Park.Subject, r.ReplyID, s.id)), nil
+			return mcp.NewToolResultError(stillParkedText(r.CallID, r.Tool, r.Park.Kind, r.Park.Subject, r.ReplyID, c.session)), nil
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

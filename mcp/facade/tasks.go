@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -80,9 +81,38 @@ type rpcError struct {
 	Message string `json:"message"`
 }
 
-// answerTask answers m with its JSON-RPC response.
-func (s *session) answerTask(ctx context.Context, m *rpcMessage) []byte {
-	result, rerr := s.dispatchTask(ctx, m)
+// taskFront answers a session's task messages (taskMessage) on both
+// transports: it dispatches them to the records in the facade's bucket
+// (store) and to the tasks this process runs or follows (runners).
+type taskFront struct {
+	session, user string
+	store         taskStore
+	runners       *taskRunners
+	cancel        func(ctx context.Context, session, replyID string, calls ...string) error
+	// listed reports whether the session lists a tool to its user now;
+	// run runs a call (caller.run).
+	listed        func(name string) bool
+	run           runFunc
+	contextHeader string
+}
+
+// runFunc runs a tools/call on the bus (caller.run).
+type runFunc func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error)
+
+// taskStore keeps the task records (kvStore, tasks_store.go).
+type taskStore interface {
+	createTask(ctx context.Context, r *taskRecord) error
+	listTasks(ctx context.Context, session, user string) ([]*taskRecord, error)
+	getTask(ctx context.Context, session, user, id string) (*taskRecord, uint64, error)
+	updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error)
+	watchTask(ctx context.Context, session, user, id string) (*taskRecord, error)
+}
+
+var _ taskStore = (*kvStore)(nil)
+
+// answer answers m with its JSON-RPC response.
+func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
+	result, rerr := s.dispatch(ctx, m)
 	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
 	if rerr != nil {
 		resp["error"] = rerr
@@ -109,7 +139,7 @@ func (s *session) answerTask(ctx context.Context, m *rpcMessage) []byte {
 	return out
 }
 
-func (s *session) dispatchTask(ctx context.Context, m *rpcMessage) (any, *rpcError) {
+func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError) {
 	var p struct {
 		TaskID string `json:"taskId"`
 	}
@@ -125,9 +155,9 @@ func (s *session) dispatchTask(ctx context.Context, m *rpcMessage) (any, *rpcErr
 		if err := json.Unmarshal(raw, &req); err != nil {
 			return nil, &rpcError{mcp.INVALID_PARAMS, err.Error()}
 		}
-		return s.startTask(ctx, req)
+		return s.start(ctx, req)
 	case mcp.MethodTasksList:
-		recs, err := s.f.kv.listTasks(ctx, s.id, s.user)
+		recs, err := s.store.listTasks(ctx, s.session, s.user)
 		if err != nil {
 			return nil, storeError(err)
 		}
@@ -137,17 +167,17 @@ func (s *session) dispatchTask(ctx context.Context, m *rpcMessage) (any, *rpcErr
 		}
 		return &out, nil
 	case mcp.MethodTasksGet:
-		r, _, err := s.f.kv.getTask(ctx, s.id, s.user, p.TaskID)
+		r, _, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
 		if err != nil {
 			return nil, storeError(err)
 		}
 		if !r.Status.IsTerminal() {
-			s.f.tasks.follow(s, r)
+			s.runners.follow(r)
 		}
 		out := mcp.NewGetTaskResult(r.task())
 		return &out, nil
 	case mcp.MethodTasksResult:
-		return s.taskResult(ctx, p.TaskID)
+		return s.result(ctx, p.TaskID)
 	default: // tasks/cancel
 		return s.cancelTask(ctx, p.TaskID)
 	}
@@ -163,11 +193,8 @@ func storeError(err error) *rpcError {
 // startTask stores the task's record, starts its call and returns the
 // CreateTaskResult; a tool that is not listed, or a store that cannot be
 // written, is an error and nothing is published.
-func (s *session) startTask(ctx context.Context, req mcp.CallToolRequest) (any, *rpcError) {
-	s.mu.Lock()
-	_, listed := s.order[req.Params.Name]
-	s.mu.Unlock()
-	if !listed {
+func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *rpcError) {
+	if !s.listed(req.Params.Name) {
 		return nil, &rpcError{mcp.INVALID_PARAMS, fmt.Sprintf("tool '%s' not found", req.Params.Name)}
 	}
 	ttl := DefaultTaskTTL
@@ -176,27 +203,27 @@ func (s *session) startTask(ctx context.Context, req mcp.CallToolRequest) (any, 
 	}
 	ttl = min(ttl, bus.MCPStateMaxAge)
 	now := time.Now()
-	r := &taskRecord{ID: newID(), Session: s.id, User: s.user, Tool: req.Params.Name, CallID: "mcp-" + nuid.Next(),
+	r := &taskRecord{ID: newID(), Session: s.session, User: s.user, Tool: req.Params.Name, CallID: "mcp-" + nuid.Next(),
 		ReplyID: client.NewReplyID(), Status: mcp.TaskStatusWorking, Created: now, Updated: now, TTLMS: ttl.Milliseconds()}
-	if err := s.f.kv.createTask(ctx, r); err != nil {
+	if err := s.store.createTask(ctx, r); err != nil {
 		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
 	}
 	header, _ := ctx.Value(contextKey).(string)
-	s.f.tasks.run(s, r, req, header)
+	s.runners.run(r, req, header, s.run)
 	return &mcp.CreateTaskResult{Task: r.task()}, nil
 }
 
-// taskResult waits until the task ends (or the request does) and returns
+// result waits until the task ends (or the request does) and returns
 // its CallToolResult.
-func (s *session) taskResult(ctx context.Context, id string) (any, *rpcError) {
-	r, _, err := s.f.kv.getTask(ctx, s.id, s.user, id)
+func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
+	r, _, err := s.store.getTask(ctx, s.session, s.user, id)
 	if err != nil {
 		return nil, storeError(err)
 	}
 	if !r.Status.IsTerminal() {
-		s.f.tasks.follow(s, r)
+		s.runners.follow(r)
 		wctx, cancel := context.WithDeadline(ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
-		r, err = s.f.kv.watchTask(wctx, s.id, s.user, id)
+		r, err = s.store.watchTask(wctx, s.session, s.user, id)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -222,8 +249,8 @@ func (s *session) taskResult(ctx context.Context, id string) (any, *rpcError) {
 }
 
 // cancelTask cancels the task's bus call and records it cancelled.
-func (s *session) cancelTask(ctx context.Context, id string) (any, *rpcError) {
-	r, _, err := s.f.kv.getTask(ctx, s.id, s.user, id)
+func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) {
+	r, _, err := s.store.getTask(ctx, s.session, s.user, id)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -232,10 +259,10 @@ func (s *session) cancelTask(ctx context.Context, id string) (any, *rpcError) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := s.f.cl.Cancel(cctx, s.id, r.ReplyID, r.CallID); err != nil {
+	if err := s.cancel(cctx, s.session, r.ReplyID, r.CallID); err != nil {
 		return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: cancel: " + err.Error()}
 	}
-	r, err = s.f.kv.updateTask(ctx, s.id, s.user, id, func(r *taskRecord) {
+	r, err = s.store.updateTask(ctx, s.session, s.user, id, func(r *taskRecord) {
 		r.Status, r.Message = mcp.TaskStatusCancelled, "Task cancelled by request"
 	})
 	if err != nil {
@@ -255,15 +282,23 @@ const (
 
 // taskRunners are the tasks this process runs, and those it follows.
 type taskRunners struct {
-	f        *Facade
+	// closing ends when the facade closes; loop runs a goroutine the
+	// facade owns (life.Loop).
+	closing context.Context
+	loop    func(func(context.Context)) bool
+	store   taskStore
+	await   func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)
+	log     *slog.Logger
+
 	mu       sync.Mutex
 	local    map[string]struct{}  // task id → run here
 	followed map[string]struct{}  // task id → its end learnt here from the bus
 	failed   map[string]time.Time // task id → when following it last failed
 }
 
-func newTaskRunners(f *Facade) *taskRunners {
-	return &taskRunners{f: f, local: map[string]struct{}{}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
+func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,
+	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error), log *slog.Logger) *taskRunners {
+	return &taskRunners{closing: closing, loop: loop, store: store, await: await, log: log, local: map[string]struct{}{}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
 }
 
 // count is how many tasks this process runs or follows.
@@ -277,11 +312,11 @@ func (t *taskRunners) count() int {
 // facade closes: the call goes on, on the bus, and another process
 // learns its end. The call's context is the facade's, never the
 // request's, so neither an HTTP response nor a stdio request ends it.
-func (t *taskRunners) run(s *session, r *taskRecord, req mcp.CallToolRequest, header string) {
+func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, call runFunc) {
 	t.mu.Lock()
 	t.local[r.ID] = struct{}{}
 	t.mu.Unlock()
-	ctx := context.WithValue(t.f.ctx, contextKey, header)
+	ctx := context.WithValue(t.closing, contextKey, header)
 	done := func() {
 		t.mu.Lock()
 		delete(t.local, r.ID)
@@ -289,15 +324,15 @@ func (t *taskRunners) run(s *session, r *taskRecord, req mcp.CallToolRequest, he
 	}
 	// Closing: the record stays working and another process follows the
 	// call's end on the bus.
-	if !t.f.life.Loop(func(context.Context) {
+	if !t.loop(func(context.Context) {
 		defer done()
 		onPark := func(p bus.Parked, until time.Time) {
-			_, _ = t.f.kv.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+			_, _ = t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
 				r.Message = fmt.Sprintf("parked: waiting for %s on %s until %s", kindText(p.Kind), p.Subject, until.UTC().Format(time.RFC3339))
 			})
 		}
-		res, err := s.run(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark})
-		if t.f.ctx.Err() != nil {
+		res, err := call(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark})
+		if t.closing.Err() != nil {
 			return
 		}
 		t.finish(r, res, err)
@@ -308,14 +343,14 @@ func (t *taskRunners) run(s *session, r *taskRecord, req mcp.CallToolRequest, he
 
 // follow learns, for a task this process does not run, the end of its
 // call from the bus, and writes it; at most one follower per task here.
-func (t *taskRunners) follow(s *session, r *taskRecord) {
+func (t *taskRunners) follow(r *taskRecord) {
 	t.mu.Lock()
 	_, runs := t.local[r.ID]
 	_, follows := t.followed[r.ID]
 	// A replay a router refused (its bounds, docs/protocol.md 3.4) is not
 	// asked again for followRetry: polls would repeat it every time.
 	recent := time.Since(t.failed[r.ID]) < followRetry
-	if runs || follows || recent || len(t.followed) >= maxFollowers || t.f.ctx.Err() != nil {
+	if runs || follows || recent || len(t.followed) >= maxFollowers || t.closing.Err() != nil {
 		t.mu.Unlock()
 		return
 	}
@@ -326,13 +361,13 @@ func (t *taskRunners) follow(s *session, r *taskRecord) {
 		delete(t.followed, r.ID)
 		t.mu.Unlock()
 	}
-	if !t.f.life.Loop(func(context.Context) {
+	if !t.loop(func(context.Context) {
 		defer done()
-		ctx, cancel := context.WithDeadline(t.f.ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+		ctx, cancel := context.WithDeadline(t.closing, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
 		defer cancel()
-		res, err := t.f.awaitResult(ctx, r.Session, r.ReplyID, r.CallID)
+		res, err := t.await(ctx, r.Session, r.ReplyID, r.CallID)
 		if err != nil {
-			t.f.cfg.Logger.Debug("facade: following task", "task", r.ID, "err", err)
+			t.log.Debug("facade: following task", "task", r.ID, "err", err)
 			t.mu.Lock()
 			if len(t.failed) >= maxFollowers {
 				clear(t.failed)
@@ -351,7 +386,7 @@ func (t *taskRunners) follow(s *session, r *taskRecord) {
 func (t *taskRunners) finish(r *taskRecord, res *mcp.CallToolResult, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, uerr := t.f.kv.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+	_, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
 		switch {
 		case err != nil:
 			r.Status, r.Error = mcp.TaskStatusFailed, err.Error()
@@ -363,15 +398,22 @@ func (t *taskRunners) finish(r *taskRecord, res *mcp.CallToolResult, err error) 
 		}
 	})
 	if uerr != nil {
-		t.f.cfg.Logger.Warn("facade: task end not recorded", "task", r.ID, "err", uerr)
+		t.log.Warn("facade: task end not recorded", "task", r.ID, "err", uerr)
 	}
 }
+
+// replayer replays a session's stored events (client.Client).
+type replayer interface {
+	Replay(ctx context.Context, session string) (*client.Events, error)
+}
+
+var _ replayer = (*client.Client)(nil)
 
 // awaitResult waits for the call.result of call callID of batch replyID in
 // session, from the session's stored events on (a router's replay,
 // docs/protocol.md 3.4), so a result published before this began is seen.
-func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID string) (*bus.Result, error) {
-	ev, err := f.cl.Replay(ctx, session)
+func awaitResult(ctx context.Context, cl replayer, session, replyID, callID string) (*bus.Result, error) {
+	ev, err := cl.Replay(ctx, session)
 	if err != nil {
 		return nil, err
 	}
@@ -402,7 +444,7 @@ func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID strin
 // serveTaskHTTP answers a POST the facade handles itself (taskMessage);
 // false leaves the request, body intact, to mcp-go. The body was bounded
 // and buffered by stampNotification.
-func (s *session) serveTaskHTTP(w http.ResponseWriter, r *http.Request) bool {
+func (s *taskFront) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodPost || r.Body == nil {
 		return false
 	}
@@ -415,8 +457,8 @@ func (s *session) serveTaskHTTP(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		return false
 	}
-	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.f.cfg.ContextHeader))
-	out := s.answerTask(ctx, m)
+	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.contextHeader))
+	out := s.answer(ctx, m)
 	w.Header().Set("Content-Type", "application/json")
 	if id := r.Header.Get(mcpSessionHeader); id != "" {
 		w.Header().Set(mcpSessionHeader, id)
@@ -432,7 +474,7 @@ const mcpSessionHeader = "Mcp-Session-Id"
 // server: lines that are task messages are answered here (each in its
 // own goroutine: tasks/result waits), the others go on to mcp-go; both
 // write through one lock, one message per write, as mcp-go does.
-func (s *session) stdioTasks(ctx context.Context, in io.Reader, out io.Writer) (io.Reader, io.Writer) {
+func (s *taskFront) stdio(ctx context.Context, in io.Reader, out io.Writer) (io.Reader, io.Writer) {
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	go func() {
@@ -442,7 +484,7 @@ func (s *session) stdioTasks(ctx context.Context, in io.Reader, out io.Writer) (
 			if len(bytes.TrimSpace(line)) > 0 {
 				if m, ok := taskMessage(line); ok {
 					go func() {
-						resp := s.answerTask(ctx, m)
+						resp := s.answer(ctx, m)
 						_, _ = lw.Write(append(resp, '\n'))
 					}()
 				} else if _, werr := pw.Write(line); werr != nil {

@@ -8,12 +8,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
 
 	"github.com/toolbus/toolbus/store"
 )
@@ -93,7 +97,12 @@ var errNotFound = errors.New("task not found")
 // compare-and-set through store's helpers (docs/protocol.md 8), so a
 // process never acts on a record another process has already changed.
 type kvStore struct {
-	f      *Facade
+	nc       *nats.Conn
+	subj     bus.Subjects
+	replicas int // when the facade creates the bucket
+	maxTasks int // live records per (session, user)
+	log      *slog.Logger
+
 	mu     sync.Mutex
 	kv     *store.KV
 	failed time.Time // when the bucket was last found out of reach
@@ -105,13 +114,13 @@ func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
 	if st.kv != nil {
 		return st.kv, nil
 	}
-	js, err := jetstream.New(st.f.nc)
+	js, err := jetstream.New(st.nc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cfg := store.MCPConfig(st.f.cl.Subjects(), st.f.cfg.Replicas, jetstream.FileStorage)
+	cfg := store.MCPConfig(st.subj, st.replicas, jetstream.FileStorage)
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)
@@ -151,7 +160,7 @@ func (st *kvStore) available(ctx context.Context) bool {
 		st.mu.Lock()
 		st.failed = time.Now()
 		st.mu.Unlock()
-		st.f.cfg.Logger.Warn("facade: no MCP tasks: the tasks bucket is out of reach of this login", "err", err)
+		st.log.Warn("facade: no MCP tasks: the tasks bucket is out of reach of this login", "err", err)
 		return false
 	}
 	return true
@@ -166,7 +175,7 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	}
 	if live, err := st.listTasks(ctx, r.Session, r.User); err != nil {
 		return err
-	} else if len(live) >= st.f.cfg.MaxTasks {
+	} else if len(live) >= st.maxTasks {
 		return fmt.Errorf("facade: %d tasks kept for this session and user (the most); wait for some to expire", len(live))
 	}
 	raw, _ := json.Marshal(r)

@@ -3,10 +3,12 @@ package facade
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -21,7 +23,17 @@ import (
 // (no router has started) is watched once it does; until then, and for
 // what no watch sees, the sessions' Poll lists again.
 type storeWatch struct {
-	f        *Facade
+	nc   *nats.Conn
+	subj bus.Subjects
+	// closing ends when the facade closes; loop runs a goroutine the
+	// facade owns (life.Loop); changed marks the listings of a session
+	// ("": every session) to compare with the bus.
+	closing context.Context
+	loop    func(func(context.Context)) bool
+	changed func(id string)
+	poll    time.Duration // a watch that failed to start is tried again
+	log     *slog.Logger
+
 	once     sync.Once
 	listings atomic.Int64 // listings asked for, for the tests and measurements
 }
@@ -30,24 +42,22 @@ type storeWatch struct {
 // (made at once); what is not started by then starts in the background.
 const firstWatchWait = 5 * time.Second
 
-func newStoreWatch(f *Facade) *storeWatch { return &storeWatch{f: f} }
-
 func (w *storeWatch) count() { w.listings.Add(1) }
 
 // start starts the deployment-wide watches, once.
 func (w *storeWatch) start() {
 	w.once.Do(func() {
-		subj := w.f.cl.Subjects()
+		subj := w.subj
 		// One watch of every session's record (new writes only), not one
 		// per session: the facade's cost stays one consumer however many
 		// sessions come and go; a write of a session nobody serves here
 		// is a map lookup.
 		var firsts []<-chan struct{}
 		firsts = append(firsts, w.goRetry(func(ctx context.Context) (func(), error) {
-			return w.updates(ctx, subj.Bucket(bus.BucketSessions), func(e jetstream.KeyValueEntry) { w.f.changed(e.Key()) })
+			return w.updates(ctx, subj.Bucket(bus.BucketSessions), func(e jetstream.KeyValueEntry) { w.changed(e.Key()) })
 		}))
-		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketTools), ">", func(jetstream.KeyValueEntry) { w.f.changed("") }))
-		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketGroups), ">", func(jetstream.KeyValueEntry) { w.f.changed("") }))
+		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketTools), ">", func(jetstream.KeyValueEntry) { w.changed("") }))
+		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketGroups), ">", func(jetstream.KeyValueEntry) { w.changed("") }))
 		workers := map[string]bool{}
 		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketWorkers), ">", func(e jetstream.KeyValueEntry) {
 			// A heartbeat rewrites a known key: nothing changes. A new key
@@ -65,10 +75,10 @@ func (w *storeWatch) start() {
 			} else {
 				workers[e.Key()] = true
 			}
-			w.f.changed("")
+			w.changed("")
 		}))
 		firsts = append(firsts, w.goRetry(func(ctx context.Context) (func(), error) {
-			js, err := jetstream.New(w.f.nc)
+			js, err := jetstream.New(w.nc)
 			if err != nil {
 				return nil, err
 			}
@@ -82,7 +92,7 @@ func (w *storeWatch) start() {
 			}
 			done := follow(ctx, ow.Updates(), func(info *jetstream.ObjectInfo) {
 				if info != nil {
-					w.f.changed("")
+					w.changed("")
 				}
 			})
 			return func() { _ = ow.Stop(); <-done }, nil
@@ -103,7 +113,7 @@ func (w *storeWatch) start() {
 // channel closes when the first attempt to start it has ended.
 func (w *storeWatch) kv(bucket, keys string, apply func(jetstream.KeyValueEntry)) <-chan struct{} {
 	return w.goRetry(func(ctx context.Context) (func(), error) {
-		js, err := jetstream.New(w.f.nc)
+		js, err := jetstream.New(w.nc)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +132,7 @@ func (w *storeWatch) kv(bucket, keys string, apply func(jetstream.KeyValueEntry)
 // updates watches the new writes to every key of bucket with apply; it
 // returns a function that stops the watch.
 func (w *storeWatch) updates(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry)) (func(), error) {
-	js, err := jetstream.New(w.f.nc)
+	js, err := jetstream.New(w.nc)
 	if err != nil {
 		return nil, err
 	}
@@ -171,9 +181,9 @@ func follow[T any](ctx context.Context, updates <-chan T, apply func(T)) (done c
 // each attempt a request timeout) holds the first session up at most
 // firstWatchWait.
 func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) <-chan struct{} {
-	ctx := w.f.ctx
+	ctx := w.closing
 	first := make(chan struct{})
-	if !w.f.life.Loop(func(context.Context) {
+	if !w.loop(func(context.Context) {
 		stop, err := start(ctx)
 		close(first)
 		for {
@@ -182,11 +192,11 @@ func (w *storeWatch) goRetry(start func(context.Context) (func(), error)) <-chan
 				stop()
 				return
 			}
-			w.f.cfg.Logger.Debug("facade: watch not started yet", "err", err)
+			w.log.Debug("facade: watch not started yet", "err", err)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(w.f.cfg.Poll):
+			case <-time.After(w.poll):
 			}
 			stop, err = start(ctx)
 		}

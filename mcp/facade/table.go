@@ -1,0 +1,188 @@
+package facade
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// table is the (session, user) MCP servers a facade keeps: found by key
+// and by bus session (for the watches' changes), bounded by MaxSessions
+// with the least recently used idle one dropped for a new one, and swept
+// of those idle for longer than Idle (docs/mcp.md "Idle eviction").
+type table struct {
+	closing context.Context // the facade's: nothing is added once it ends
+	idle    time.Duration
+	max     int
+	evicted *atomic.Int64 // MCP servers dropped (Facade.evicted)
+
+	mu       sync.Mutex
+	sessions map[key]*session
+	byID     map[string]map[*session]struct{} // bus session → its MCP servers
+	lru      *list.List                       // of *session, most recently used first
+}
+
+// errFull: every kept MCP server is busy and MaxSessions are kept.
+var errFull = errors.New("facade: too many MCP sessions in use; retry later")
+
+func newTable(closing context.Context, idle time.Duration, max int, evicted *atomic.Int64) *table {
+	return &table{closing: closing, idle: idle, max: max, evicted: evicted, sessions: map[key]*session{},
+		byID: map[string]map[*session]struct{}{}, lru: list.New()}
+}
+
+// use counts a request on k's MCP server when there is one.
+func (t *table) use(k key) *session {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.sessions[k]
+	if !ok {
+		return nil
+	}
+	t.touchLocked(s, 1)
+	return s
+}
+
+// add keeps s as k's MCP server, counts a request on it and calls start
+// (its polling), all under the lock; it returns the one made meanwhile by
+// another request instead, counted the same. The least recently used idle
+// one makes room when max are kept; errFull when all are busy.
+func (t *table) add(k key, s *session, start func()) (*session, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing.Err() != nil {
+		return nil, fmt.Errorf("facade: closed")
+	}
+	if other, ok := t.sessions[k]; ok {
+		t.touchLocked(other, 1)
+		return other, nil
+	}
+	if len(t.sessions) >= t.max && !t.evictOneLocked() {
+		return nil, errFull
+	}
+	t.sessions[k] = s
+	if t.byID[k.session] == nil {
+		t.byID[k.session] = map[*session]struct{}{}
+	}
+	t.byID[k.session][s] = struct{}{}
+	s.elem = t.lru.PushFront(s)
+	t.touchLocked(s, 1)
+	start()
+	return s, nil
+}
+
+// release ends a request counted by use or add.
+func (t *table) release(s *session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.touchLocked(s, -1)
+}
+
+func (t *table) touchLocked(s *session, delta int) {
+	s.active += delta
+	s.last = time.Now()
+	if s.elem != nil {
+		t.lru.MoveToFront(s.elem)
+	}
+}
+
+// busyLocked reports whether s serves a request or holds a call waiting
+// for the host user's decision: it is not dropped then. Tasks are the
+// facade's, not a session's, and survive its MCP server.
+func (t *table) busyLocked(s *session) bool {
+	return s.active > 0 || s.confirms.busy()
+}
+
+// evictOneLocked drops the least recently used idle MCP server; false
+// when all are busy.
+func (t *table) evictOneLocked() bool {
+	for e := t.lru.Back(); e != nil; e = e.Prev() {
+		if s := e.Value.(*session); !t.busyLocked(s) {
+			t.dropLocked(s)
+			return true
+		}
+	}
+	return false
+}
+
+// dropLocked forgets s and stops its polling. A client of it that comes
+// back gets a new one (an MCP session id it held is unknown there: HTTP
+// 404, and the client initialises again, as MCP says).
+func (t *table) dropLocked(s *session) {
+	k := key{s.id, s.user, s.policy, s.stdio}
+	delete(t.sessions, k)
+	if m := t.byID[s.id]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(t.byID, s.id)
+		}
+	}
+	t.lru.Remove(s.elem)
+	s.elem = nil
+	s.cancel()
+	t.evicted.Add(1)
+}
+
+// sweep drops the MCP servers idle for longer than idle, until the
+// facade closes.
+func (t *table) sweep() {
+	every := min(t.idle/2, time.Minute)
+	every = max(every, 10*time.Millisecond)
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-t.closing.Done():
+			return
+		case now := <-tk.C:
+			t.dropIdle(now)
+		}
+	}
+}
+
+func (t *table) dropIdle(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for e := t.lru.Back(); e != nil; {
+		s := e.Value.(*session)
+		e = e.Prev()
+		if now.Sub(s.last) <= t.idle {
+			return // the rest were used more recently
+		}
+		if !t.busyLocked(s) {
+			t.dropLocked(s)
+		}
+	}
+}
+
+// len is how many MCP servers are kept.
+func (t *table) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sessions)
+}
+
+// changed marks the listings of bus session id (every session when id is
+// "") to be compared with the bus at once.
+func (t *table) changed(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	mark := func(s *session) {
+		select {
+		case s.dirty <- struct{}{}:
+		default:
+		}
+	}
+	if id != "" {
+		for s := range t.byID[id] {
+			mark(s)
+		}
+		return
+	}
+	for _, s := range t.sessions {
+		mark(s)
+	}
+}
