@@ -116,6 +116,11 @@ type Resolved struct {
 	Message string
 }
 
+// notFound is the resolution of a name nothing serves.
+func notFound(name string) Resolved {
+	return Resolved{Code: bus.CodeUnknownTool, Message: fmt.Sprintf("ToolNotFoundError: The tool named '%s' doesn't exist.", name)}
+}
+
 // Resolve finds what a call named name runs, in the order of docs/protocol.md
 // 4.3 (merge modes):
 // request-scoped external tools first, then reset_tools, then the registry
@@ -124,9 +129,8 @@ func (v *View) Resolve(name string) Resolved {
 	if t := v.req.external(name); t != nil {
 		return Resolved{External: t}
 	}
-	notFound := Resolved{Code: bus.CodeUnknownTool, Message: fmt.Sprintf("ToolNotFoundError: The tool named '%s' doesn't exist.", name)}
 	if v.req.Mode == bus.MergeExternalOnly {
-		return notFound
+		return notFound(name)
 	}
 	if name == ResetTools && v.store.hasMeta() {
 		return Resolved{Reset: true}
@@ -136,7 +140,7 @@ func (v *View) Resolve(name string) Resolved {
 	}
 	t, ok := v.reg.Lookup(name)
 	if !ok {
-		return notFound
+		return notFound(name)
 	}
 	if g, ok := v.inactiveGroup(t); !ok {
 		return Resolved{Code: bus.CodeInactiveTool, Message: fmt.Sprintf(

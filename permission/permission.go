@@ -104,7 +104,7 @@ func (c *call) decide(pc Context, mode string) Decision {
 		}
 	}
 	if c.def.ReadOnly {
-		return Decision{Behavior: Allow, Reason: fmt.Sprintf("tool %s is read-only", c.def.Name)}
+		return Decision{Behavior: Allow, Reason: "tool " + c.def.Name + " is read-only"}
 	}
 	if mode == Explore {
 		return Decision{Behavior: Deny, Reason: "explore mode denies tools that are not read-only"}
@@ -114,7 +114,7 @@ func (c *call) decide(pc Context, mode string) Decision {
 	}
 	if mode == Bypass {
 		if c.def.Permission == bus.PermissionAllow {
-			return Decision{Behavior: Allow, Reason: fmt.Sprintf("tool %s allows it", c.def.Name)}
+			return Decision{Behavior: Allow, Reason: "tool " + c.def.Name + " allows it"}
 		}
 		if reason, ok := c.allowed(pc.Rules); ok {
 			return Decision{Behavior: Allow, Reason: reason}
@@ -124,7 +124,7 @@ func (c *call) decide(pc Context, mode string) Decision {
 	// Default, AcceptEdits and DontAsk.
 	switch c.def.Permission {
 	case bus.PermissionAllow:
-		return Decision{Behavior: Allow, Reason: fmt.Sprintf("tool %s allows it", c.def.Name)}
+		return Decision{Behavior: Allow, Reason: "tool " + c.def.Name + " allows it"}
 	case bus.PermissionAsk:
 		return Decision{Behavior: Ask, Reason: fmt.Sprintf("tool %s asks for confirmation", c.def.Name)}
 	case bus.PermissionPassthrough, "":

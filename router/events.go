@@ -55,10 +55,11 @@ var eventsPolicy = store.Policy{}
 
 // sentEvent is an event on its way to the stream.
 type sentEvent struct {
-	m   *nats.Msg
-	id  string
-	ack jetstream.PubAckFuture
-	err error
+	m     *nats.Msg
+	id    string
+	ack   jetstream.PubAckFuture
+	err   error
+	acked bool // the ack was taken (its channel holds it once)
 }
 
 // publish sends m, whose event id is id, and returns at once.
@@ -67,11 +68,36 @@ func (s *eventSink) publish(m *nats.Msg, id string) *sentEvent {
 	return &sentEvent{m: m, id: id, ack: ack, err: err}
 }
 
+// acked reports, without waiting, whether the stream has acknowledged
+// every event of evs (mostly so by the time a batch is done), marking
+// those it takes the acknowledgement of: a future's channel holds it once.
+func acked(evs []*sentEvent) bool {
+	for _, ev := range evs {
+		if ev.err != nil || ev.ack == nil {
+			return false
+		}
+		if ev.acked {
+			continue
+		}
+		select {
+		case <-ev.ack.Ok():
+			ev.acked = true
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // stored waits until the stream holds every event of evs, publishing again
 // those whose first publish failed, until ctx ends.
 func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 	var failed error
 	for _, ev := range evs {
+		if ev.acked {
+			s.health.Note(nil)
+			continue
+		}
 		if ev.err == nil {
 			// An acknowledgement lost while the stream changes leader
 			// would never resolve the future: the publisher's async
@@ -79,6 +105,7 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 			// ErrAsyncPublishTimeout, and the event is published again.
 			select {
 			case <-ev.ack.Ok():
+				ev.acked = true
 				s.health.Note(nil)
 				continue
 			case ev.err = <-ev.ack.Err():
@@ -236,6 +263,10 @@ func (s reportStep) stored(b *batch) {
 	b.sent = nil
 	b.mu.Unlock()
 	if len(sent) == 0 {
+		return
+	}
+	if acked(sent) { // nothing to wait for: no landing context either
+		_ = s.events.stored(context.Background(), sent)
 		return
 	}
 	ctx, cancel := s.landing.start()
