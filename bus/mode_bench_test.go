@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -41,15 +42,27 @@ func BenchmarkDecodeModes(b *testing.B) {
 	})
 }
 
-// headerBlock is h as NATS sends it.
+// headerBlock is h as nats.go writes it on the wire (Msg.headerBytes).
 func headerBlock(h nats.Header) []byte {
-	out := []byte("NATS/1.0\r\n")
+	n := len("NATS/1.0\r\n\r\n")
 	for k, vs := range h {
 		for _, v := range vs {
-			out = append(out, k+": "+v+"\r\n"...)
+			n += len(k) + len(v) + 4
 		}
 	}
-	return append(out, "\r\n"...)
+	var b bytes.Buffer
+	b.Grow(n)
+	b.WriteString("NATS/1.0\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			b.WriteString(k)
+			b.WriteString(": ")
+			b.WriteString(v)
+			b.WriteString("\r\n")
+		}
+	}
+	b.WriteString("\r\n")
+	return b.Bytes()
 }
 
 func BenchmarkDecodeBinaryParts(b *testing.B) {
@@ -84,6 +97,41 @@ func BenchmarkDecodeBinaryParts(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := e.Msg("toolbus.call.s1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// One exec request's whole trip through the codecs in each mode: the
+// sender's encoding into the bytes NATS sends (nats.go writes the header
+// block), the receiver's decoding from them.
+func BenchmarkExecRoundTripModes(b *testing.B) {
+	req := bus.ExecRequest{Call: bus.Call{ID: "toolu_01", Name: "get_weather", Input: json.RawMessage(`{"city":"Oslo"}`)},
+		User: json.RawMessage(`"alice"`), Context: json.RawMessage(`{"tenant":"acme"}`), Attempt: 1}
+	e, _ := bus.NewEvent(bus.TypeExec, "toolbus/router/r1", json.RawMessage(req.AppendJSON(nil)))
+	e.SessionID, e.ReplyID, e.ToolCallID, e.ExpiryTime = "s1", "turn-2", "toolu_01", "2026-12-01T10:46:34.452201362Z"
+	b.Run("structured", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m, err := e.Msg("toolbus.exec.get_weather")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := bus.Decode(&nats.Msg{Subject: m.Subject, Data: m.Data}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("binary", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m := bus.BinaryMsg("toolbus.exec.get_weather", e)
+			h, err := nats.DecodeHeadersMsg(headerBlock(m.Header))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := bus.Decode(&nats.Msg{Subject: m.Subject, Header: h, Data: m.Data}); err != nil {
 				b.Fatal(err)
 			}
 		}
