@@ -164,3 +164,63 @@ func outputSize(out []Block) int {
 // write strings: quotes, backslashes and control characters escaped,
 // invalid UTF-8 replaced by U+FFFD.
 func AppendJSONString(b []byte, s string) []byte { return appendString(b, s) }
+
+// AppendJSON appends b as JSON, the value json.Marshal gives (see
+// ExecRequest.AppendJSON): an agent sends one per model turn. A raw member
+// that is not JSON is refused, as json.Marshal refuses it.
+func (b *Batch) AppendJSON(out []byte) ([]byte, error) {
+	out = append(out, `{"calls":`...)
+	if b.Calls == nil {
+		out = append(out, "null"...)
+	} else {
+		out = append(out, '[')
+		for i := range b.Calls {
+			c := &b.Calls[i]
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, `{"id":`...)
+			out = appendString(out, c.ID)
+			out = append(out, `,"name":`...)
+			out = appendString(out, c.Name)
+			if len(c.Input) > 0 {
+				if !json.Valid(c.Input) {
+					return nil, errInvalidRaw("calls[" + strconv.Itoa(i) + "].input")
+				}
+				out = append(out, `,"input":`...)
+				out = append(out, c.Input...)
+			}
+			out = append(out, '}')
+		}
+		out = append(out, ']')
+	}
+	for _, f := range [...]struct {
+		key string
+		raw json.RawMessage
+	}{{`,"user":`, b.User}, {`,"context":`, b.Context}} {
+		if len(f.raw) > 0 {
+			if !json.Valid(f.raw) {
+				return nil, errInvalidRaw(f.key[2 : len(f.key)-2])
+			}
+			out = append(out, f.key...)
+			out = append(out, f.raw...)
+		}
+	}
+	if b.Request != nil { // rare, and a tree of definitions: json.Marshal
+		r, err := json.Marshal(b.Request)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, `,"request":`...)
+		out = append(out, r...)
+	}
+	if b.Events != "" {
+		out = append(out, `,"events":`...)
+		out = appendString(out, b.Events)
+	}
+	if b.SessionRev != 0 {
+		out = append(out, `,"sessionrev":`...)
+		out = strconv.AppendUint(out, b.SessionRev, 10)
+	}
+	return append(out, '}'), nil
+}

@@ -131,3 +131,52 @@ func TestAppendJSONInvalidRaw(t *testing.T) {
 		}
 	}
 }
+
+func TestBatchAppendJSON(t *testing.T) {
+	for _, b := range []Batch{
+		{},
+		{Calls: []Call{}},
+		{Calls: []Call{{ID: "c1", Name: "get_weather", Input: json.RawMessage(`{"city": "Oslo"}`)}, {ID: "c2", Name: "n\"x"}},
+			User: json.RawMessage(`"alice"`), Context: json.RawMessage(`{"tenant":"acme"}`), Events: EventsCalls, SessionRev: 42},
+		{Calls: []Call{{ID: "c1", Name: "pick"}}, Request: &Request{MergeMode: MergeExternalOnly,
+			ExternalTools: []ExternalTool{{Name: "pick", Description: "Pick.", InputSchema: json.RawMessage(`{"type":"object"}`)}}}},
+	} {
+		got, err := b.AppendJSON(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := decoded(t, got), decoded(t, want); !reflect.DeepEqual(g, w) {
+			t.Errorf("Batch.AppendJSON\n got %s\nwant %s", got, want)
+		}
+	}
+	for _, b := range []Batch{
+		{Calls: []Call{{ID: "c1", Name: "t", Input: json.RawMessage(`{`)}}},
+		{User: json.RawMessage(`nope`)},
+		{Context: json.RawMessage(`[1,`)},
+	} {
+		if _, err := b.AppendJSON(nil); err == nil {
+			t.Errorf("%+v encoded", b)
+		}
+	}
+}
+
+func FuzzBatchAppendJSON(f *testing.F) {
+	f.Add("c1", "tool", `{"a":1}`, `"u"`, "calls", uint64(3))
+	f.Fuzz(func(t *testing.T, id, name, input, user, events string, rev uint64) {
+		b := Batch{Calls: []Call{{ID: id, Name: name, Input: json.RawMessage(input)}}, User: json.RawMessage(user), Events: events, SessionRev: rev}
+		got, err := b.AppendJSON(nil)
+		want, werr := json.Marshal(&b)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("AppendJSON error %v, json.Marshal error %v", err, werr)
+		}
+		if err == nil {
+			if g, w := decoded(t, got), decoded(t, want); !reflect.DeepEqual(g, w) {
+				t.Fatalf("AppendJSON %q, json.Marshal %q", got, want)
+			}
+		}
+	})
+}

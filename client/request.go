@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -30,7 +31,11 @@ func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (
 	if b.SessionRev == 0 {
 		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
 	}
-	e, err := c.event(bus.TypeCallBatch, session, b)
+	data, err := b.AppendJSON(make([]byte, 0, batchSize(&b)))
+	if err != nil {
+		return nil, bus.Errorf(bus.CodeBadRequest, "batch: %v", err)
+	}
+	e, err := c.event(bus.TypeCallBatch, session, json.RawMessage(data))
 	if err != nil {
 		return nil, err
 	}
@@ -38,6 +43,15 @@ func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (
 		o(e)
 	}
 	return e, nil
+}
+
+// batchSize is a first guess at the bytes of b's JSON, for a buffer.
+func batchSize(b *bus.Batch) int {
+	n := 64 + len(b.User) + len(b.Context)
+	for i := range b.Calls {
+		n += 32 + len(b.Calls[i].ID) + len(b.Calls[i].Name) + len(b.Calls[i].Input)
+	}
+	return n
 }
 
 func (c *requester) event(typ, session string, data any) (*bus.Event, error) {
