@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
@@ -130,7 +132,15 @@ func TestRevisionStoredEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 		collect(t, ev, batchDone(reply))
-		got := typesOf(storedOf(t, e.nc, "rev-3"), reply)
+		// The watch sees batch.done as it is published; the stream may
+		// store it a moment later.
+		var got []string
+		bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+			if got = typesOf(storedOf(t, e.nc, "rev-3"), reply); !slices.Contains(got, "batch.done") {
+				return fmt.Errorf("batch.done not stored yet: %v", got)
+			}
+			return nil
+		})
 		if want := []string{"call.parked", "call.result:p1", "batch.done"}; !slices.Equal(got, want) {
 			t.Fatalf("stored %v, want %v", got, want)
 		}
