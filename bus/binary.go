@@ -2,6 +2,7 @@ package bus
 
 import (
 	"net/url"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 )
@@ -16,8 +17,12 @@ func IsBinary(h nats.Header) bool { return isBinary(h) }
 // data. Trace context is copied into traceparent and tracestate headers
 // as in structured mode. The header is the message's own.
 func BinaryMsg(subject string, e *Event) *nats.Msg {
-	h := make(nats.Header, 16)
-	vals := make([]string, 0, 16) // one backing array for every header's value
+	return binaryMsg(subject, e, make(nats.Header, 16), make([]string, 0, 16))
+}
+
+// binaryMsg is BinaryMsg into h, with vals as the one backing array of
+// every header's value.
+func binaryMsg(subject string, e *Event, h nats.Header, vals []string) *nats.Msg {
 	set := func(k, v string) {
 		if v != "" {
 			vals = append(vals, headerValue(v))
@@ -64,5 +69,36 @@ func headerValue(v string) string {
 
 // PublishBinary sends e on subject in binary mode.
 func PublishBinary(p Publisher, subject string, e *Event) error {
-	return p.PublishMsg(BinaryMsg(subject, e))
+	nc, ok := p.(*nats.Conn)
+	if !ok {
+		return p.PublishMsg(BinaryMsg(subject, e))
+	}
+	var err error
+	WithBinaryMsg(subject, e, func(m *nats.Msg) { err = nc.PublishMsg(m) })
+	return err
+}
+
+// binaryHeaders are header maps and value arrays for messages nats.go
+// writes out before its send returns (a core publish or request): used
+// once sent, they serve the next message.
+var binaryHeaders = sync.Pool{New: func() any {
+	return &headerBuf{h: make(nats.Header, 16), vals: make([]string, 0, 16)}
+}}
+
+type headerBuf struct {
+	h    nats.Header
+	vals []string
+}
+
+// WithBinaryMsg calls send with e on subject in binary mode, in a
+// message whose header is reused once send returns: send must not keep
+// the message (a core publish or request keeps nothing of it; a
+// JetStream publish, which may send it again, does).
+func WithBinaryMsg(subject string, e *Event, send func(*nats.Msg)) {
+	b := binaryHeaders.Get().(*headerBuf)
+	m := binaryMsg(subject, e, b.h, b.vals[:0])
+	send(m)
+	clear(b.h)
+	clear(b.vals[:cap(b.vals)])
+	binaryHeaders.Put(b)
 }

@@ -131,3 +131,23 @@ func TestBinaryManyHeaders(t *testing.T) {
 		}
 	}
 }
+
+// A reused header carries nothing of the message before it: an event
+// without trace context after one with it has no traceparent.
+func TestWithBinaryMsgReuse(t *testing.T) {
+	with, _ := bus.NewEvent(bus.TypeExec, "r", json.RawMessage(`{}`))
+	with.TraceParent, with.TraceState, with.SessionID = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=v", "s1"
+	without, _ := bus.NewEvent(bus.TypeExecResult, "w", json.RawMessage(`{"state":"success","output":[]}`))
+	for i, e := range []*bus.Event{with, without, with, without} {
+		bus.WithBinaryMsg("x", e, func(m *nats.Msg) {
+			got, err := bus.Decode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.ID != e.ID || got.Type != e.Type || got.TraceParent != e.TraceParent || got.SessionID != e.SessionID ||
+				m.Header.Get(bus.HeaderTraceParent) != e.TraceParent || len(m.Header) == 0 {
+				t.Fatalf("message %d: decoded %+v from %v", i, got, m.Header)
+			}
+		})
+	}
+}

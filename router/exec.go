@@ -200,7 +200,8 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	defer cancel()
 	w := x.watch.add(j.call.Name, j.key(), cancel)
 	defer x.watch.remove(w)
-	resp, err := x.nc.RequestMsgWithContext(wctx, x.execMsg(j.call.Name, e))
+	var resp *nats.Msg
+	x.sendExec(j.call.Name, e, func(m *nats.Msg) { resp, err = x.nc.RequestMsgWithContext(wctx, m) })
 	if err != nil {
 		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
@@ -222,18 +223,25 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	return res, false
 }
 
-// execMsg is the message of exec event e to tool's queue group: binary
-// mode when every live worker of the tool takes it, else structured.
-func (x requestReply) execMsg(tool string, e *bus.Event) *nats.Msg {
+// sendExec calls send with the message of exec event e to tool's queue
+// group: binary mode when every live worker of the tool takes it, else
+// structured. A binary message's header is reused once send returns (a
+// core request keeps nothing of it).
+func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
 	subject := x.subj.Exec(tool)
 	if x.binary != nil && x.binary(tool) {
-		return bus.BinaryMsg(subject, e)
+		if _, ok := x.nc.(*nats.Conn); ok {
+			bus.WithBinaryMsg(subject, e, send)
+		} else {
+			send(bus.BinaryMsg(subject, e))
+		}
+		return
 	}
 	m, err := e.Msg(subject)
 	if err != nil { // cannot happen: the data is JSON made here
-		return bus.BinaryMsg(subject, e)
+		m = bus.BinaryMsg(subject, e)
 	}
-	return m
+	send(m)
 }
 
 // execEvent is the io.toolbus.exec of job j from source (docs/protocol.md

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
@@ -388,13 +390,19 @@ func TestExecMsgMode(t *testing.T) {
 	e.SessionID, e.ReplyID, e.ToolCallID, e.ExpiryTime = "s1", "r1", "c1", "2030-01-01T00:00:00Z"
 	for _, binary := range []bool{false, true} {
 		x := requestReply{subj: bus.NewSubjects(""), binary: func(string) bool { return binary }}
-		m := x.execMsg("echo", e)
-		if m.Subject != "toolbus.exec.echo" || bus.IsBinary(m.Header) != binary {
-			t.Fatalf("binary %v: subject %s, header %v", binary, m.Subject, m.Header)
-		}
-		got, err := bus.Decode(m)
-		if err != nil || got.ID != e.ID || got.ToolCallID != "c1" || string(got.Data) != string(e.Data) {
-			t.Fatalf("binary %v: decoded %+v, %v", binary, got, err)
+		sent := 0
+		x.sendExec("echo", e, func(m *nats.Msg) {
+			sent++
+			if m.Subject != "toolbus.exec.echo" || bus.IsBinary(m.Header) != binary {
+				t.Fatalf("binary %v: subject %s, header %v", binary, m.Subject, m.Header)
+			}
+			got, err := bus.Decode(m)
+			if err != nil || got.ID != e.ID || got.ToolCallID != "c1" || string(got.Data) != string(e.Data) {
+				t.Fatalf("binary %v: decoded %+v, %v", binary, got, err)
+			}
+		})
+		if sent != 1 {
+			t.Fatalf("binary %v: sent %d times", binary, sent)
 		}
 	}
 }
