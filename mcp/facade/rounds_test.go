@@ -1,12 +1,17 @@
 package facade
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/mcp/mcptest"
@@ -117,5 +122,188 @@ func TestQuestionParams(t *testing.T) {
 		if ok && !strings.HasPrefix(p.Message, "The MCP server q asks: ") {
 			t.Errorf("%s: message %q", tc.name, p.Message)
 		}
+	}
+}
+
+// askTwiceServer is an mcp-go server over streamable HTTP whose tool
+// ask2 asks its client for a name, then for a colour, and returns
+// "<name> <colour>" (a decline or cancel ends it with "<action> at <n>").
+func askTwiceServer(t *testing.T) string {
+	t.Helper()
+	s := server.NewMCPServer("asker2", "1", server.WithElicitation())
+	s.AddTool(mcp.NewTool("ask2", mcp.WithDescription("Asks twice."), mcp.WithReadOnlyHintAnnotation(true)),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var got []string
+			for i, field := range []string{"name", "colour"} {
+				r, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{Message: "Your " + field + ", please.",
+					RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{field: map[string]any{"type": "string"}},
+						"required": []string{field}}}})
+				if err != nil {
+					return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
+				}
+				if r.Action != mcp.ElicitationResponseActionAccept {
+					return mcp.NewToolResultText(fmt.Sprintf("%s at %d", r.Action, i+1)), nil
+				}
+				c, _ := r.Content.(map[string]any)
+				v, _ := c[field].(string)
+				got = append(got, v)
+			}
+			return mcp.NewToolResultText(strings.Join(got, " ")), nil
+		})
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(s))
+	t.Cleanup(hs.Close)
+	return hs.URL + "/mcp"
+}
+
+// TestQuestionRetryOtherFacade: mcp-go's 2026-07-28 client behind the
+// alternating address calls a bridged tool that asks twice: each round's
+// retry reaches the other process, which publishes the answer, waits for
+// the call on the bus (a router's replay) and returns the next question,
+// then the tool's result.
+func TestQuestionRetryOtherFacade(t *testing.T) {
+	p := newPair(t, false)
+	p.bridgeServer(t, "q2", askTwiceServer(t))
+	if err := p.d.WaitLive(t.Context(), "mcp__q2__ask2"); err != nil {
+		t.Fatal(err)
+	}
+	answers := map[string]map[string]any{"The MCP server q2 asks: Your name, please.": {"name": "Ada"},
+		"The MCP server q2 asks: Your colour, please.": {"colour": "teal"}}
+	h := &scriptedHost{answers: answers, asked: make(chan string, 4)}
+	env := *p.env
+	env.url = p.url
+	c := env.connect(t, "lb-q", mcp.ProtocolVersion20260728, "alice", mcpclient.WithElicitationHandler(h))
+	r, err := call(t, c, "mcp__q2__ask2", map[string]any{}, false)
+	if err != nil || r.IsError || textOf(r) != "Ada teal" {
+		t.Fatalf("two rounds on two processes: %+v %v", r, err)
+	}
+	if got := []string{<-h.asked, <-h.asked}; got[0] != "The MCP server q2 asks: Your name, please." || !strings.Contains(got[1], "colour") {
+		t.Fatalf("the host was asked %q", got)
+	}
+	if by := p.servedBy("tools/call"); len(by) != 3 || by[0] == by[1] || by[1] == by[2] {
+		t.Fatalf("tools/call and its retries served by %v, want alternating processes", by)
+	}
+}
+
+// scriptedHost answers each message it is shown with its content.
+type scriptedHost struct {
+	answers map[string]map[string]any
+	asked   chan string
+}
+
+func (h *scriptedHost) Elicit(_ context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	h.asked <- r.Params.Message
+	c, ok := h.answers[r.Params.Message]
+	if !ok {
+		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionDecline}}, nil
+	}
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept, Content: c}}, nil
+}
+
+// inputRequired is an input_required result as a raw client reads it.
+type inputRequired struct {
+	ResultType    string `json:"resultType"`
+	RequestState  string `json:"requestState"`
+	InputRequests map[string]struct {
+		Method string `json:"method"`
+		Params struct {
+			Message string `json:"message"`
+		} `json:"params"`
+	} `json:"inputRequests"`
+}
+
+// TestQuestionStateRefused (raw JSON-RPC over HTTP at 2026-07-28): a
+// question's request state is honoured only for its session and user, on
+// either process; a forged, malformed, another user's or another
+// session's one, and one superseded by the next round, are refused and
+// publish nothing (the question stays parked); a cancel leaves the
+// question on the bus; the real retries on the other process decline the
+// second question, which reaches the server.
+func TestQuestionStateRefused(t *testing.T) {
+	p := newPairWith(t, false, func(c *Config) { c.QuietHold = 2 * time.Second })
+	p.bridgeServer(t, "q2", askTwiceServer(t))
+	if err := p.d.WaitLive(t.Context(), "mcp__q2__ask2"); err != nil {
+		t.Fatal(err)
+	}
+	const s = "lb-qstate"
+	callParams := func(extra map[string]any) map[string]any {
+		m := map[string]any{"name": "mcp__q2__ask2", "arguments": map[string]any{}}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	decode := func(what string, res json.RawMessage, rerr *rpcError) inputRequired {
+		t.Helper()
+		var ir inputRequired
+		if rerr != nil || json.Unmarshal(res, &ir) != nil || ir.ResultType != "input_required" || ir.RequestState == "" ||
+			ir.InputRequests["question"].Method != "elicitation/create" {
+			t.Fatalf("%s: %s %+v", what, res, rerr)
+		}
+		return ir
+	}
+	res, rerr := p.rpc(t, "A", s, "alice", "tools/call", callParams(nil), true)
+	ir1 := decode("tools/call", res, rerr)
+	if msg := ir1.InputRequests["question"].Params.Message; msg != "The MCP server q2 asks: Your name, please." {
+		t.Fatalf("first question %q", msg)
+	}
+	stillParked := func(what string) {
+		t.Helper()
+		var list struct {
+			Parked []bus.ParkedCall `json:"parked"`
+		}
+		if err := p.bus.Admin(t.Context(), "parked.list", s, nil, &list); err != nil || len(list.Parked) != 1 || list.Parked[0].Name != "mcp__q2__elicit" {
+			t.Fatalf("%s: the question is not parked alone: %+v %v", what, list, err)
+		}
+	}
+	stillParked("asked")
+	answer := func(content map[string]any) map[string]any {
+		return map[string]any{"question": map[string]any{"action": "accept", "content": content}}
+	}
+	retry := func(backend, session, user, state string, in map[string]any) (json.RawMessage, *rpcError) {
+		t.Helper()
+		return p.rpc(t, backend, session, user, "tools/call", callParams(map[string]any{"requestState": state, "inputResponses": in}), true)
+	}
+	refused := func(what, backend, session, user, state string) {
+		t.Helper()
+		res, rerr := retry(backend, session, user, state, answer(map[string]any{"name": "Mallory"}))
+		if rerr != nil {
+			t.Fatalf("%s on %s: %+v", what, backend, rerr)
+		}
+		if text, isErr := resultText(t, res); !isErr || !strings.Contains(text, "names no call") {
+			t.Fatalf("%s on %s: %s", what, backend, res)
+		}
+	}
+	for _, c := range []struct{ name, session, user, state string }{
+		{"another user", s, "bob", ir1.RequestState},
+		{"another session", s + "-other", "alice", ir1.RequestState},
+		{"forged", s, "alice", strings.Repeat("0", 32)},
+		{"not an id", s, "alice", "../" + ir1.RequestState},
+	} {
+		for _, backend := range []string{"A", "B"} {
+			refused(c.name, backend, c.session, c.user, c.state)
+		}
+	}
+	stillParked("after the refused retries")
+	// The real retry on B: the answer reaches the server, whose next
+	// question is the next round.
+	res, rerr = retry("B", s, "alice", ir1.RequestState, answer(map[string]any{"name": "Ada"}))
+	ir2 := decode("the first retry", res, rerr)
+	if msg := ir2.InputRequests["question"].Params.Message; msg != "The MCP server q2 asks: Your colour, please." {
+		t.Fatalf("second question %q", msg)
+	}
+	for _, backend := range []string{"A", "B"} {
+		refused("superseded", backend, s, "alice", ir1.RequestState)
+	}
+	stillParked("after the superseded retries")
+	// A cancel publishes nothing: the question stays on the bus, and the
+	// retry waits for the call until its request's hold (QuietHold).
+	res, rerr = retry("B", s, "alice", ir2.RequestState, map[string]any{"question": map[string]any{"action": "cancel"}})
+	if text, isErr := resultText(t, res); rerr != nil || !isErr || !strings.Contains(text, "still running") {
+		t.Fatalf("the cancel on B: %s %+v", res, rerr)
+	}
+	stillParked("after a cancel")
+	res, rerr = retry("A", s, "alice", ir2.RequestState, map[string]any{"question": map[string]any{"action": "decline"}})
+	if text, isErr := resultText(t, res); rerr != nil || isErr || text != "decline at 2" {
+		t.Fatalf("the decline on A: %s %+v", res, rerr)
 	}
 }

@@ -429,16 +429,40 @@ func awaitResult(ctx context.Context, cl replayer, session, replyID, callID stri
 				}
 				return nil, errors.New("facade: events ended")
 			}
-			if e.Type != bus.TypeCallResult || e.ReplyID != replyID || e.ToolCallID != callID {
-				continue
+			if r, ok := resultOf(e, replyID, callID); ok {
+				return r, nil
 			}
-			var r bus.Result
-			if err := e.DataAs(&r); err != nil {
-				return nil, err
-			}
-			return &r, nil
 		}
 	}
+}
+
+// resultOf returns call callID's result of batch replyID carried by e:
+// its call.result, or the batch.done of a batch that parked nothing (no
+// call.result of its own, docs/protocol.md 3.4: a bridged tool's call
+// whose server asked runs without parking).
+func resultOf(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
+	if e.ReplyID != replyID {
+		return nil, false
+	}
+	switch e.Type {
+	case bus.TypeCallResult:
+		var r bus.Result
+		if e.ToolCallID != callID || e.DataAs(&r) != nil {
+			return nil, false
+		}
+		return &r, true
+	case bus.TypeBatchDone:
+		var d bus.BatchDone
+		if e.DataAs(&d) != nil {
+			return nil, false
+		}
+		for i := range d.Results {
+			if d.Results[i].ID == callID {
+				return &d.Results[i], true
+			}
+		}
+	}
+	return nil, false
 }
 
 // serveTaskHTTP answers a POST the facade handles itself (taskMessage);
