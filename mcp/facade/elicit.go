@@ -70,6 +70,9 @@ type confirmer struct {
 	// holds is how long a call may last and one request of it is held
 	// (caller.holds).
 	questions questionSource
+	// cancel interrupts a call on the bus (P.cancel) whose retry the host
+	// gave up on another process than the one running it.
+	cancel func(ctx context.Context, session, replyID string, calls ...string) error
 	holds     func(ctx context.Context, req mcp.CallToolRequest) (call, request time.Duration)
 
 	mu      sync.Mutex

@@ -412,7 +412,7 @@ func (f *Facade) wire(s *session) {
 		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
 	s.confirms.run, s.confirms.holds = s.calls.run, s.calls.holds
 	s.questions = &relayer{bus: f.cl, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
-	s.confirms.questions = s.questions
+	s.confirms.questions, s.confirms.cancel = s.questions, f.cl.Cancel
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, verb: resourcesVerb{nc: f.nc, prefix: f.cl.Subjects().Prefix},
 		fetch: f.cl, maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
 	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,

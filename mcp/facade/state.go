@@ -27,20 +27,20 @@ const kindQuestion = "question"
 // retry's own session and user, so a state of another session or user,
 // a forged or an expired one, finds nothing and is refused.
 type stateRecord struct {
-	Session  string     `json:"session"`
-	User     string     `json:"user"`
-	Tool     string     `json:"tool"`
-	CallID   string     `json:"call_id"`
-	ReplyID  string     `json:"reply_id"`
-	Park     bus.Parked `json:"park"`
+	Session string     `json:"session"`
+	User    string     `json:"user"`
+	Tool    string     `json:"tool"`
+	CallID  string     `json:"call_id"`
+	ReplyID string     `json:"reply_id"`
+	Park    bus.Parked `json:"park"`
 	// Kind is kindQuestion for a bridged server's question of the call
 	// (Park is its park, AskReplyID the reply id of the bridge's batch
 	// that parked it); "" for a confirmation of the call.
-	Kind       string `json:"kind,omitempty"`
-	AskReplyID string `json:"ask_reply_id,omitempty"`
-	Started  time.Time  `json:"started"`
-	Deadline time.Time  `json:"deadline"` // how long the call is waited for
-	Expires  time.Time  `json:"expires"`  // the state is refused after this
+	Kind       string    `json:"kind,omitempty"`
+	AskReplyID string    `json:"ask_reply_id,omitempty"`
+	Started    time.Time `json:"started"`
+	Deadline   time.Time `json:"deadline"` // how long the call is waited for
+	Expires    time.Time `json:"expires"`  // the state is refused after this
 }
 
 func stateKey(session, user, id string) string {
@@ -154,6 +154,14 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 				return toMCP(*d.res), nil
 			}
 			if ctx.Err() != nil {
+				// The host gave the retry up: at 2026-07-28 the end of a
+				// request cancels it (docs/mcp.md "Interop"), as on the
+				// process that runs the call (resume).
+				if interruptOnEnd(true, c.closing) {
+					cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					_ = c.cancel(cctx, c.session, r.ReplyID)
+					cancel()
+				}
 				return nil, ctx.Err()
 			}
 			if wctx.Err() != nil && r.Kind == kindQuestion {
