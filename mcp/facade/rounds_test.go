@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp/mcptest"
 )
 
@@ -305,5 +306,46 @@ func TestQuestionStateRefused(t *testing.T) {
 	res, rerr = retry("A", s, "alice", ir2.RequestState, map[string]any{"question": map[string]any{"action": "decline"}})
 	if text, isErr := resultText(t, res); rerr != nil || isErr || text != "decline at 2" {
 		t.Fatalf("the decline on A: %s %+v", res, rerr)
+	}
+}
+
+// TestQuestionOfAnotherUser: a question a bridged server asks for bob's
+// call, parked in the same session, is never put to alice's 2026-07-28
+// host calling the same tool: she is asked her own call's question once,
+// and bob's stays parked for him.
+func TestQuestionOfAnotherUser(t *testing.T) {
+	e := newEnv(t)
+	e.bridgeServer(t, "q", mcptest.AskServer(t))
+	if err := e.d.WaitLive(t.Context(), "mcp__q__ask"); err != nil {
+		t.Fatal(err)
+	}
+	const s = "s-users"
+	ev, err := e.bus.Watch(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	bobs := client.NewReplyID()
+	go func() {
+		_, _ = e.bus.Call(t.Context(), s, bus.Batch{User: client.Input("bob"), Calls: []bus.Call{{ID: "bob-1", Name: "mcp__q__ask", Input: json.RawMessage(`{}`)}}},
+			client.WithReplyID(bobs))
+	}()
+	t.Cleanup(func() { _ = e.bus.Cancel(context.Background(), s, bobs) })
+	_, bobQ := parkedEvent(t, ev, "mcp__q__elicit")
+	h := &hostAnswers{asked: make(chan string, 4), result: mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{
+		Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"name": "Ada"}}}}
+	c := e.connect(t, s, mcp.ProtocolVersion20260728, "alice", mcpclient.WithElicitationHandler(h))
+	r, err := call(t, c, "mcp__q__ask", map[string]any{}, false)
+	if err != nil || r.IsError || textOf(r) != `accept {"name":"Ada"}` {
+		t.Fatalf("alice's call: %+v %v", r, err)
+	}
+	if n := len(h.asked); n != 1 {
+		t.Fatalf("alice's host was asked %d times, want once", n)
+	}
+	var list struct {
+		Parked []bus.ParkedCall `json:"parked"`
+	}
+	if err := e.bus.Admin(t.Context(), "parked.list", s, nil, &list); err != nil || len(list.Parked) != 1 || list.Parked[0].ID != bobQ.ID {
+		t.Fatalf("bob's question is not parked alone: %+v %v", list, err)
 	}
 }
