@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -348,4 +349,71 @@ func TestQuestionOfAnotherUser(t *testing.T) {
 	if err := e.bus.Admin(t.Context(), "parked.list", s, nil, &list); err != nil || len(list.Parked) != 1 || list.Parked[0].ID != bobQ.ID {
 		t.Fatalf("bob's question is not parked alone: %+v %v", list, err)
 	}
+}
+
+// FuzzQuestionOf: any parked input is a question of the call or not,
+// never a panic; one taken is of the tool's server, for the user, and
+// names the call.
+func FuzzQuestionOf(f *testing.F) {
+	f.Add("mcp__q__elicit", `{"server":"q","user":"alice","mode":"form","message":"?","calls":["c1"]}`, "mcp__q__ask", "c1")
+	f.Add("mcp__q__elicit", `{"server":"q","user":"alice","calls":"c1"}`, "mcp__q__ask", "c1")
+	f.Add("mcp__a__b__elicit", `{"server":"a__b","user":"alice","calls":["x","c1"]}`, "mcp__a__b__x", "c1")
+	f.Add("mcp____elicit", `{"server":"","calls":[""]}`, "mcp____", "")
+	f.Fuzz(func(t *testing.T, name, input, tool, callID string) {
+		q, ok := questionOf(bus.Parked{ID: "p", Name: name, Kind: bus.KindExternal, Input: json.RawMessage(input)}, tool, callID, "alice")
+		if !ok {
+			return
+		}
+		var user string
+		_ = json.Unmarshal(q.User, &user)
+		if name != "mcp__"+q.Server+"__elicit" || !strings.HasPrefix(tool, "mcp__"+q.Server+"__") || user != "alice" || !slices.Contains(q.Calls, callID) {
+			t.Fatalf("took %q for %q (tool %q, call %q)", input, name, tool, callID)
+		}
+	})
+}
+
+// TestNewRound: a round's record and input request, per kind.
+func TestNewRound(t *testing.T) {
+	c := &confirmer{}
+	start := time.Now()
+	base := stateRecord{Session: "s1", User: "alice", Tool: "mcp__q__ask", CallID: "c1", ReplyID: "r1", Started: start, Deadline: start.Add(time.Minute)}
+	qin, _ := json.Marshal(map[string]any{"server": "q", "user": "alice", "mode": "form", "message": "Name?", "calls": []string{"c1"}})
+	qp := bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: qin}
+	qn, _ := questionOf(qp, "mcp__q__ask", "c1", "alice")
+	state, r, res := c.newRound(t.Context(), base, ask{question: &asked{p: qp, replyID: "r2", q: qn}})
+	if !idPattern.MatchString(state) || r.Kind != kindQuestion || r.AskReplyID != "r2" || r.Park.ID != "p1" || r.ReplyID != "r1" ||
+		!r.Expires.Equal(base.Deadline.Add(resultKept)) || res.RequestState != state || res.ResultType != mcp.ResultTypeInputRequired {
+		t.Fatalf("question round: %s %+v %+v", state, r, res)
+	}
+	if in, ok := res.InputRequests[inputQuestion]; !ok || len(res.InputRequests) != 1 || in.Method != mcp.MethodElicitationCreate {
+		t.Fatalf("question round's input requests: %+v", res.InputRequests)
+	}
+	cp := bus.Parked{ID: "p2", Name: "deploy", Kind: bus.KindConfirm, Input: json.RawMessage(`{}`)}
+	dl := start.Add(30 * time.Second)
+	state2, r, res := c.newRound(t.Context(), base, ask{confirm: &confirmPark{p: cp, replyID: "r1", callID: "c1", deadline: dl}})
+	if state2 == state || r.Kind != "" || r.Park.ID != "p2" || !r.Deadline.Equal(dl) || res.InputRequests[inputConfirm].Method != mcp.MethodElicitationCreate {
+		t.Fatalf("confirm round: %+v %+v", r, res)
+	}
+}
+
+// TestForwardAsks: confirm parks and questions become rounds in order,
+// until the call's context ends; a closed question stream is no end.
+func TestForwardAsks(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	confirm := make(chan confirmPark, 1)
+	questions := make(chan asked, 1)
+	asks := make(chan ask)
+	done := make(chan struct{})
+	go func() { defer close(done); forwardAsks(ctx, confirm, questions, asks) }()
+	questions <- asked{replyID: "q1"}
+	if a := <-asks; a.question == nil || a.question.replyID != "q1" {
+		t.Fatalf("first round: %+v", a)
+	}
+	close(questions)
+	confirm <- confirmPark{replyID: "c1"}
+	if a := <-asks; a.confirm == nil || a.confirm.replyID != "c1" {
+		t.Fatalf("second round: %+v", a)
+	}
+	cancel()
+	<-done
 }
