@@ -34,10 +34,12 @@ func TestModernHostAnswersBridgedQuestion(t *testing.T) {
 	h := &hostAnswers{asked: make(chan string, 4), result: mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{
 		Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"name": "Ada"}}}}
 	c := e.connect(t, "s1", mcp.ProtocolVersion20260728, "alice", mcpclient.WithElicitationHandler(h))
+	began := time.Now()
 	r, err := call(t, c, "mcp__q__ask", map[string]any{}, false)
 	if err != nil || r.IsError || textOf(r) != `accept {"name":"Ada"}` {
 		t.Fatalf("answered by the host: %+v %v", r, err)
 	}
+	t.Logf("a call with one question, two requests on one process: %v", time.Since(began))
 	if msg := <-h.asked; msg != "The MCP server q asks: Your name, please." {
 		t.Fatalf("the host was shown %q", msg)
 	}
@@ -174,7 +176,9 @@ func TestQuestionRetryOtherFacade(t *testing.T) {
 	env := *p.env
 	env.url = p.url
 	c := env.connect(t, "lb-q", mcp.ProtocolVersion20260728, "alice", mcpclient.WithElicitationHandler(h))
+	began := time.Now()
 	r, err := call(t, c, "mcp__q2__ask2", map[string]any{}, false)
+	t.Logf("a call with two questions, three requests on alternating processes: %v", time.Since(began))
 	if err != nil || r.IsError || textOf(r) != "Ada teal" {
 		t.Fatalf("two rounds on two processes: %+v %v", r, err)
 	}
