@@ -73,7 +73,7 @@ type confirmer struct {
 	// cancel interrupts a call on the bus (P.cancel) whose retry the host
 	// gave up on another process than the one running it.
 	cancel func(ctx context.Context, session, replyID string, calls ...string) error
-	holds     func(ctx context.Context, req mcp.CallToolRequest) (call, request time.Duration)
+	holds  func(ctx context.Context, req mcp.CallToolRequest) (call, request time.Duration)
 
 	mu      sync.Mutex
 	pending map[string]*round // request state → a call waiting for its host (rounds.go)
