@@ -416,7 +416,7 @@ func (f *Facade) wire(s *session) {
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, verb: resourcesVerb{nc: f.nc, prefix: f.cl.Subjects().Prefix},
 		fetch: f.cl, maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
 	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
-		run: s.calls.run, contextHeader: f.cfg.ContextHeader}
+		run: s.calls.run, contextHeader: f.cfg.ContextHeader, questions: s.questions.watchCall}
 }
 
 // listed reports whether the session lists the tool to its user now.

@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp/mcptest"
 )
@@ -420,4 +421,44 @@ func TestForwardAsks(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestTaskQuestionStatus: a task-augmented call (2025-11-25 shapes) of a
+// bridged tool whose server asks keeps working with a status message
+// naming the question and where it is answered, read on the other
+// process; answered on the bus (as `toolbus answer` does), the task
+// completes with the server's result.
+func TestTaskQuestionStatus(t *testing.T) {
+	p := newPair(t, false)
+	p.bridgeServer(t, "q", mcptest.AskServer(t))
+	if err := p.d.WaitLive(t.Context(), "mcp__q__ask"); err != nil {
+		t.Fatal(err)
+	}
+	const s = "lb-task-q"
+	ev, err := p.bus.Watch(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	if got := names(t, p.env.connect(t, s, mcp.ProtocolVersion20251125, "alice")); !slices.Contains(got, "mcp__q__ask") {
+		t.Fatalf("listed: %v", got)
+	}
+	id := p.startTask(t, "A", s, "mcp__q__ask")
+	replyID, q := parkedEvent(t, ev, "mcp__q__elicit")
+	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		tk := p.task(t, "B", s, "tasks/get", id)
+		if tk.Status != mcp.TaskStatusWorking || !strings.Contains(tk.StatusMessage, "The MCP server q asks: Your name, please.") ||
+			!strings.Contains(tk.StatusMessage, q.ID) {
+			return fmt.Errorf("task: %+v", tk)
+		}
+		return nil
+	})
+	if err := p.bus.Answer(t.Context(), q.Name, s, replyID, q.ID, bus.Answer{State: bus.StateSuccess,
+		Output: bus.Text(`{"action":"accept","content":{"name":"Ada"}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	res, rerr := p.rpc(t, "B", s, "alice", "tasks/result", map[string]any{"taskId": id}, false)
+	if text, isErr := resultText(t, res); rerr != nil || isErr || text != `accept {"name":"Ada"}` {
+		t.Fatalf("tasks/result: %s %+v", res, rerr)
+	}
 }

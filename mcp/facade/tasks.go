@@ -94,7 +94,14 @@ type taskFront struct {
 	listed        func(name string) bool
 	run           runFunc
 	contextHeader string
+	// questions are the bridged server's questions of a task's call
+	// (relayer.watchCall), shown in its status message.
+	questions watchFunc
 }
+
+// watchFunc yields the bridged server's questions of a call
+// (relayer.watchCall).
+type watchFunc func(ctx context.Context, tool, callID string) (<-chan asked, error)
 
 // runFunc runs a tools/call on the bus (caller.run).
 type runFunc func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error)
@@ -209,7 +216,7 @@ func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *r
 		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
 	}
 	header, _ := ctx.Value(contextKey).(string)
-	s.runners.run(r, req, header, s.run)
+	s.runners.run(r, req, header, s.run, s.questions)
 	return &mcp.CreateTaskResult{Task: r.task()}, nil
 }
 
@@ -312,7 +319,7 @@ func (t *taskRunners) count() int {
 // facade closes: the call goes on, on the bus, and another process
 // learns its end. The call's context is the facade's, never the
 // request's, so neither an HTTP response nor a stdio request ends it.
-func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, call runFunc) {
+func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, call runFunc, questions watchFunc) {
 	t.mu.Lock()
 	t.local[r.ID] = struct{}{}
 	t.mu.Unlock()
@@ -331,7 +338,9 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 				r.Message = fmt.Sprintf("parked: waiting for %s on %s until %s", kindText(p.Kind), p.Subject, until.UTC().Format(time.RFC3339))
 			})
 		}
+		stop := t.showQuestions(ctx, r, questions)
 		res, err := call(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark})
+		stop()
 		if t.closing.Err() != nil {
 			return
 		}
@@ -339,6 +348,44 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	}) {
 		done()
 	}
+}
+
+// showQuestions writes each question the task's bridged server asks of
+// its call into the record's status message (the status stays working:
+// the facade puts no question through tasks, docs/mcp.md "Not done"),
+// saying where it is answered, until stop.
+func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, questions watchFunc) (stop func()) {
+	if questions == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	qs, err := questions(ctx, r.Tool, r.CallID)
+	if err != nil || qs == nil {
+		cancel()
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case a := <-qs:
+				_, _ = t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+					r.Message = questionStatus(a)
+				})
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// questionStatus is a task's status message while its bridged server's
+// question a waits on the bus.
+func questionStatus(a asked) string {
+	return fmt.Sprintf("waiting for an answer: %s (parked call %s of %s: answer it with toolbus answer, or on %s)",
+		questionText(a.q), a.p.ID, a.p.Name, a.p.Subject)
 }
 
 // follow learns, for a task this process does not run, the end of its
