@@ -75,10 +75,8 @@ type round struct {
 // the first round, if any comes before the call ends, is returned as
 // input_required.
 func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	callFor, _ := c.holds(ctx, req)
-	start := time.Now()
 	p := &pending{done: make(chan struct{}), base: stateRecord{Session: c.session, User: c.user, Tool: req.Params.Name,
-		CallID: "mcp-" + nuid.Next(), ReplyID: client.NewReplyID(), Started: start, Deadline: start.Add(callFor)}}
+		CallID: "mcp-" + nuid.Next(), ReplyID: client.NewReplyID(), Started: time.Now()}}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
 	unlink := context.AfterFunc(c.closing, cancel) // Close ends it too
@@ -111,11 +109,29 @@ func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*m
 			if !hostCan(ctx, a) {
 				continue // a URL question this host cannot open: left to the bus
 			}
+			c.settleDeadline(ctx, p, req)
 			res := c.issue(ctx, p, a)
 			c.loop(func(context.Context) { c.keepResult(p) })
 			return res, nil
 		}
 	}
+}
+
+// settleDeadline gives the pending call its deadline (the tool's
+// timeout_ms from its start, or ParkWait when longer) once it first asks:
+// a call that never asks costs no listing for it. Guarded by the call's
+// rounds: one request of the call at a time reaches it.
+func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.CallToolRequest) {
+	c.mu.Lock()
+	set := !p.base.Deadline.IsZero()
+	c.mu.Unlock()
+	if set {
+		return
+	}
+	callFor, _ := c.holds(ctx, req)
+	c.mu.Lock()
+	p.base.Deadline = p.base.Started.Add(callFor)
+	c.mu.Unlock()
 }
 
 // forwardAsks passes a call's confirm parks and questions on as rounds
@@ -158,7 +174,10 @@ func hostCan(ctx context.Context, a ask) bool {
 // does), makes it the call's current one (the previous one is refused
 // from now on), and returns the input_required result asking for a.
 func (c *confirmer) issue(ctx context.Context, p *pending, a ask) *mcp.CallToolResult {
-	state, r, res := c.newRound(ctx, p.base, a)
+	c.mu.Lock()
+	base := p.base
+	c.mu.Unlock()
+	state, r, res := c.newRound(ctx, base, a)
 	if err := c.states.putState(ctx, state, r); err != nil {
 		c.log.Warn("facade: request state kept in this process only", "err", err)
 	}
@@ -251,10 +270,14 @@ func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 			return nil, ctx.Err()
 		case a := <-p.asks:
 			if hostCan(ctx, a) {
+				c.settleDeadline(ctx, p, req)
 				return c.issue(ctx, p, a), nil
 			}
 		case <-t.C:
-			return mcp.NewToolResultError(stillRunningText(p.base, c.session)), nil
+			c.mu.Lock()
+			base := p.base
+			c.mu.Unlock()
+			return mcp.NewToolResultError(stillRunningText(base, c.session)), nil
 		}
 	}
 }
