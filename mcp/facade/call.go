@@ -297,6 +297,15 @@ func interruptOnEnd(keep bool, closing context.Context) bool {
 	return !keep || closing.Err() == nil
 }
 
+// holds returns how long a call of req may last (the tool's timeout_ms,
+// or ParkWait when longer) and how long one request of it is held (no
+// longer than QuietHold for a quiet host: parkFor).
+func (c *caller) holds(ctx context.Context, req mcp.CallToolRequest) (call, request time.Duration) {
+	t := c.timeout(ctx, req.Params.Name)
+	quiet := (req.Params.Meta == nil || req.Params.Meta.ProgressToken == nil) && req.Params.Task == nil
+	return c.cfg.parkFor(t, false), c.cfg.parkFor(t, quiet)
+}
+
 // timeout is the tool's timeout_ms as the user's listing of the session
 // has it; bus.DefaultTimeoutMS when the listing fails or lacks the tool.
 func (c *caller) timeout(ctx context.Context, name string) time.Duration {

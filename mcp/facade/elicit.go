@@ -66,8 +66,17 @@ type confirmer struct {
 	run   func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error)
 	log   *slog.Logger
 
+	// questions are the bridged servers' questions of a call (relayer);
+	// holds is how long a call may last and one request of it is held
+	// (caller.holds).
+	questions questionSource
+	// cancel interrupts a call on the bus (P.cancel) whose retry the host
+	// gave up on another process than the one running it.
+	cancel func(ctx context.Context, session, replyID string, calls ...string) error
+	holds  func(ctx context.Context, req mcp.CallToolRequest) (call, request time.Duration)
+
 	mu      sync.Mutex
-	pending map[string]*pending // request state → a call waiting for the host user's decision
+	pending map[string]*round // request state → a call waiting for its host (rounds.go)
 }
 
 // confirmBus is what a confirmation needs of the bus (client.Client).
@@ -103,111 +112,6 @@ type confirmPark struct {
 	started  time.Time // when the call was sent
 	deadline time.Time // how long it is waited for
 }
-
-// pending is a call of a 2026-07-28 client that was asked for the host
-// user's decision (multi round-trip: the tools/call returned
-// input_required) and goes on meanwhile, until the retry brings the
-// decision, someone else answers, or its deadline passes.
-type pending struct {
-	park   confirmPark
-	cancel context.CancelFunc
-	done   chan struct{}
-	res    *mcp.CallToolResult
-	err    error
-}
-
-// callModern runs a call of a 2026-07-28 client that declared
-// elicitation. Server-initiated requests are gone in that revision, so a
-// confirm park returns an input_required result asking for the decision,
-// with a request state naming the call, which goes on in the background;
-// the client's retry (resume) answers the park with the decision and
-// waits for the result.
-func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	unlink := context.AfterFunc(c.closing, cancel) // Close ends it too
-	confirm := make(chan confirmPark, 1)
-	p := &pending{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		defer unlink()
-		defer cancel()
-		// keep: a facade that closes leaves the call parked; the retry,
-		// wherever it lands, answers it (state.go).
-		p.res, p.err = c.run(rctx, req, runOpts{confirm: confirm, keep: true})
-	}()
-	select {
-	case <-p.done:
-		return p.res, p.err
-	case <-ctx.Done():
-		cancel()
-		<-p.done
-		return nil, ctx.Err()
-	case park := <-confirm:
-		p.park = park
-		state := newID()
-		// Stored, so that a retry reaching another facade process is
-		// answered there (state.go); without the bucket, this process
-		// still answers it.
-		if err := c.states.putState(ctx, state, &stateRecord{Session: c.session, User: c.user, Tool: req.Params.Name, CallID: park.callID,
-			ReplyID: park.replyID, Park: park.p, Started: park.started, Deadline: park.deadline,
-			Expires: park.deadline.Add(resultKept)}); err != nil {
-			c.log.Warn("facade: request state kept in this process only", "err", err)
-		}
-		c.mu.Lock()
-		c.pending[state] = p
-		c.mu.Unlock()
-		// A call that ended (answered by someone else, or past its
-		// deadline) keeps its result for the retry a while.
-		c.loop(func(context.Context) {
-			<-p.done
-			select {
-			case <-time.After(resultKept):
-				// The stored state goes too; a retry after this is refused.
-				dctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
-				c.states.deleteState(dctx, c.session, c.user, state)
-				cancel()
-			case <-c.closing.Done():
-				// Closing: the stored state stays for another process.
-			}
-			c.mu.Lock()
-			delete(c.pending, state)
-			c.mu.Unlock()
-		})
-		return server.NewInputRequestBuilder(state).Elicit("confirm", confirmParams(park.p, c.remember)).ToolResult(), nil
-	}
-}
-
-// resume is the retry of a call that asked for the host user's decision:
-// the decision answers the park (the first answer wins), and the call's
-// result is waited for.
-func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	c.mu.Lock()
-	p := c.pending[req.Params.RequestState]
-	c.mu.Unlock()
-	if p == nil {
-		return c.resumeStored(ctx, req)
-	}
-	if r, ok := req.Params.InputResponses["confirm"]; ok && c.policy == ConfirmHostUser {
-		if err := r.DecodeFor(mcp.MethodElicitationCreate); err == nil && r.Elicitation != nil {
-			c.decide(ctx, p.park.p, p.park.replyID, r.Elicitation)
-		}
-	}
-	select {
-	case <-p.done:
-		c.mu.Lock()
-		delete(c.pending, req.Params.RequestState)
-		c.mu.Unlock()
-		return p.res, p.err
-	case <-ctx.Done():
-		p.cancel()
-		<-p.done
-		return nil, ctx.Err()
-	}
-}
-
-// resultKept is how long the result of a call that asked for a decision
-// waits for the client's retry once the call has ended.
-const resultKept = time.Minute
 
 // confirmParams is the elicitation that asks the host's user about p;
 // "allow and remember" is offered only when remember (confirmer.remember).

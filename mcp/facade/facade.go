@@ -406,16 +406,17 @@ func (f *Facade) newSession(k key) *session {
 // session: the one place that knows both (docs/mcp.md "Structure").
 func (f *Facade) wire(s *session) {
 	s.confirms = &confirmer{bus: f.cl, session: s.id, user: s.user, policy: s.policy, remember: f.cfg.Auth == nil,
-		closing: f.ctx, loop: f.life.Loop, states: f.kv, await: f.awaitResult, log: f.cfg.Logger, pending: map[string]*pending{}}
+		closing: f.ctx, loop: f.life.Loop, states: f.kv, await: f.awaitResult, log: f.cfg.Logger, pending: map[string]*round{}}
 	s.calls = &caller{bus: clientBus{f.cl}, session: s.id, user: s.user, closing: f.ctx, list: f.list,
 		cfg:       callConfig{contextHeader: f.cfg.ContextHeader, parkWait: f.cfg.ParkWait, quietHold: f.cfg.QuietHold, progressEvery: f.cfg.ProgressEvery},
 		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
-	s.confirms.run = s.calls.run
-	s.questions = &relayer{bus: f.cl, session: s.id, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
+	s.confirms.run, s.confirms.holds = s.calls.run, s.calls.holds
+	s.questions = &relayer{bus: f.cl, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
+	s.confirms.questions, s.confirms.cancel = s.questions, f.cl.Cancel
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, verb: resourcesVerb{nc: f.nc, prefix: f.cl.Subjects().Prefix},
 		fetch: f.cl, maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
 	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
-		run: s.calls.run, contextHeader: f.cfg.ContextHeader}
+		run: s.calls.run, contextHeader: f.cfg.ContextHeader, questions: s.questions.watchCall}
 }
 
 // listed reports whether the session lists the tool to its user now.

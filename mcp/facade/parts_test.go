@@ -111,7 +111,7 @@ func TestClaims(t *testing.T) {
 func fakeSession(id, user string) *session {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &session{id: id, user: user, policy: ConfirmApprovers, dirty: make(chan struct{}, 1), ctx: ctx, cancel: cancel,
-		confirms: &confirmer{pending: map[string]*pending{}}}
+		confirms: &confirmer{pending: map[string]*round{}}}
 }
 
 // TestTable: the session table on its own: a new session is counted, the
@@ -155,7 +155,7 @@ func TestTable(t *testing.T) {
 		t.Fatalf("the least recently used idle one (b) was not dropped: evicted %d", evicted.Load())
 	}
 	// A call waiting for the host user's decision keeps its session.
-	c.confirms.pending["state"] = &pending{}
+	c.confirms.pending["state"] = &round{}
 	tb.release(c)
 	tb.dropIdle(time.Now().Add(2 * time.Minute))
 	if tb.use(k("c")) != c || tb.use(k("a")) != nil || a.ctx.Err() == nil {

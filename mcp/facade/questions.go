@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -35,6 +36,7 @@ type question struct {
 	RequestedSchema json.RawMessage `json:"requested_schema,omitempty"`
 	URL             string          `json:"url,omitempty"`
 	ElicitationID   string          `json:"elicitation_id,omitempty"`
+	Calls           []string        `json:"calls,omitempty"`
 	Refused         string          `json:"refused,omitempty"`
 }
 
@@ -45,6 +47,7 @@ type question struct {
 type relayer struct {
 	bus       questionBus
 	session   string
+	user      string
 	mayElicit func(context.Context) bool
 	take      func(p bus.Parked, prefix string) (question, bool)
 	release   func(id string) // a taken question is done with
@@ -181,23 +184,43 @@ const maxAsked = 64
 // choice.
 func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn question) {
 	defer q.release(p.ID)
-	params := mcp.ElicitationParams{Mode: qn.Mode, Message: questionText(qn), URL: qn.URL, ElicitationID: qn.ElicitationID}
-	if qn.Mode == mcp.ElicitationModeURL {
-		if !canElicitURL(ctx) {
-			return
-		}
-	} else if len(qn.RequestedSchema) > 0 {
-		var schema map[string]any
-		if json.Unmarshal(qn.RequestedSchema, &schema) != nil {
-			return
-		}
-		params.RequestedSchema = schema
-	} else {
-		params.RequestedSchema = map[string]any{"type": "object"}
+	params, ok := questionParams(qn, canElicitURL(ctx))
+	if !ok {
+		return
 	}
 	res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: params})
 	if err != nil || res == nil {
 		return
+	}
+	q.answerQuestion(ctx, asked{p: p, replyID: replyID, q: qn}, res)
+}
+
+// questionParams is the elicitation that puts qn to a host; false when the
+// host cannot show it (a URL question to a host without URL elicitation,
+// a requested schema that is not an object).
+func questionParams(qn question, url bool) (mcp.ElicitationParams, bool) {
+	params := mcp.ElicitationParams{Mode: qn.Mode, Message: questionText(qn), URL: qn.URL, ElicitationID: qn.ElicitationID}
+	switch {
+	case qn.Mode == mcp.ElicitationModeURL:
+		return params, url
+	case len(qn.RequestedSchema) > 0:
+		var schema map[string]any
+		if json.Unmarshal(qn.RequestedSchema, &schema) != nil || schema == nil {
+			return params, false
+		}
+		params.RequestedSchema = schema
+	default:
+		params.RequestedSchema = map[string]any{"type": "object"}
+	}
+	return params, true
+}
+
+// hostAnswer is the answer text of the park for the host's response: the
+// action with an accept's content; false for a cancel (or anything else),
+// which leaves the question to `toolbus answer` and the approvers.
+func hostAnswer(res *mcp.ElicitationResult) (string, bool) {
+	if res == nil {
+		return "", false
 	}
 	answer := map[string]any{"action": string(res.Action)}
 	switch res.Action {
@@ -207,12 +230,92 @@ func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn 
 		}
 	case mcp.ElicitationResponseActionDecline:
 	default:
-		return // cancel: left to `toolbus answer` and the approvers
+		return "", false
 	}
-	text, _ := json.Marshal(answer)
-	if err := q.bus.Answer(ctx, p.Name, q.session, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(string(text))}); err != nil {
-		q.log.Debug("facade: the host's answer to a bridged server's question not taken", "tool", p.Name, "err", err)
+	text, err := json.Marshal(answer)
+	return string(text), err == nil
+}
+
+// answerQuestion answers the question's park with the host's response
+// (hostAnswer); it reports whether an answer was published.
+func (q *relayer) answerQuestion(ctx context.Context, a asked, res *mcp.ElicitationResult) bool {
+	text, ok := hostAnswer(res)
+	if !ok {
+		return false
 	}
+	if err := q.bus.Answer(ctx, a.p.Name, q.session, a.replyID, a.p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(text)}); err != nil {
+		q.log.Debug("facade: the host's answer to a bridged server's question not taken", "tool", a.p.Name, "err", err)
+	}
+	return true
+}
+
+// asked is a bridged server's question as a park: the park, the reply id
+// of the bridge's batch that parked it, and the question it carries.
+type asked struct {
+	p       bus.Parked
+	replyID string
+	q       question
+}
+
+// questionOf reports whether p is a question of the call callID of tool
+// (mcp__<server>__<name>), for user: parseQuestion's checks, and the
+// question names the call among its asking calls. A 2026-07-28 host is
+// asked only its own call's questions.
+func questionOf(p bus.Parked, tool, callID, user string) (question, bool) {
+	prefix, ok := bridgedServer(tool)
+	if !ok {
+		return question{}, false
+	}
+	q, ok := parseQuestion(p, prefix, user)
+	return q, ok && slices.Contains(q.Calls, callID)
+}
+
+// watchCall returns the questions parked for the call callID of tool, for
+// the session's user, each once, until ctx ends; nil (and no watch) when
+// tool is not a bridged one. The watch is made before it returns, so a
+// question parked afterwards is seen.
+func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan asked, error) {
+	if _, ok := bridgedServer(tool); !ok {
+		return nil, nil
+	}
+	ev, err := q.bus.Watch(ctx, q.session)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan asked)
+	go func() {
+		defer ev.Stop()
+		seen := map[string]bool{}
+		for {
+			var e *bus.Event
+			var ok bool
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok = <-ev.C:
+				if !ok {
+					return
+				}
+			}
+			var pe bus.ParkedEvent
+			if e.Type != bus.TypeCallParked || e.DataAs(&pe) != nil {
+				continue
+			}
+			for _, p := range pe.Calls {
+				qn, ok := questionOf(p, tool, callID, q.user)
+				if !ok || seen[p.ID] || len(seen) >= maxAsked {
+					continue
+				}
+				seen[p.ID] = true
+				select {
+				case out <- asked{p: p, replyID: e.ReplyID, q: qn}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
 }
 
 // questionText is the message the host's user reads: the server's own,
@@ -226,8 +329,11 @@ func questionText(q question) string {
 }
 
 // canElicitURL reports whether the client of ctx declared URL-mode
-// elicitation.
+// elicitation (in 2026-07-28, in the request's _meta).
 func canElicitURL(ctx context.Context) bool {
+	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		return info.ClientCapabilities != nil && info.ClientCapabilities.Elicitation != nil && info.ClientCapabilities.Elicitation.URL != nil
+	}
 	c, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
 	return ok && c.GetClientCapabilities().Elicitation != nil && c.GetClientCapabilities().Elicitation.URL != nil
 }

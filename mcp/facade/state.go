@@ -14,8 +14,12 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// stateRecord is the request state of a 2026-07-28 call waiting for the
-// host user's decision (an input_required result), stored under
+// kindQuestion marks a request state asking a bridged server's question.
+const kindQuestion = "question"
+
+// stateRecord is the request state of a 2026-07-28 call waiting for its
+// host's user (an input_required result: a decision, or the answer to a
+// bridged server's question, rounds.go), stored under
 // r.<session>.<user digest>.<state> in the facade's bucket: the client's
 // retry may reach any facade process, which answers the park and waits
 // for the call's result on the bus. The state the client holds is 128
@@ -23,15 +27,20 @@ import (
 // retry's own session and user, so a state of another session or user,
 // a forged or an expired one, finds nothing and is refused.
 type stateRecord struct {
-	Session  string     `json:"session"`
-	User     string     `json:"user"`
-	Tool     string     `json:"tool"`
-	CallID   string     `json:"call_id"`
-	ReplyID  string     `json:"reply_id"`
-	Park     bus.Parked `json:"park"`
-	Started  time.Time  `json:"started"`
-	Deadline time.Time  `json:"deadline"` // how long the call is waited for
-	Expires  time.Time  `json:"expires"`  // the state is refused after this
+	Session string     `json:"session"`
+	User    string     `json:"user"`
+	Tool    string     `json:"tool"`
+	CallID  string     `json:"call_id"`
+	ReplyID string     `json:"reply_id"`
+	Park    bus.Parked `json:"park"`
+	// Kind is kindQuestion for a bridged server's question of the call
+	// (Park is its park, AskReplyID the reply id of the bridge's batch
+	// that parked it); "" for a confirmation of the call.
+	Kind       string    `json:"kind,omitempty"`
+	AskReplyID string    `json:"ask_reply_id,omitempty"`
+	Started    time.Time `json:"started"`
+	Deadline   time.Time `json:"deadline"` // how long the call is waited for
+	Expires    time.Time `json:"expires"`  // the state is refused after this
 }
 
 func stateKey(session, user, id string) string {
@@ -85,34 +94,90 @@ func (st *kvStore) getState(ctx context.Context, session, user, id string) (*sta
 }
 
 // resumeStored is the retry of a call another facade process (or this
-// one, before a restart) asked the host user about: the decision answers
-// the park on the bus (the first answer wins), and the call's result is
-// waited for on the bus until the call's deadline.
+// one, before a restart) asked its host about: the answer is published on
+// the bus (the first answer wins), and the call is waited for on the bus
+// until its deadline: its result (a router's replay, so one published
+// before is seen), or the next question its bridged server asks of it,
+// which becomes the next round (this state is then superseded).
 func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	r, err := c.states.getState(ctx, c.session, c.user, req.Params.RequestState)
 	if errors.Is(err, errNotFound) {
-		return mcp.NewToolResultError(fmt.Sprintf("The request state %q names no call of this session and user waiting for a decision: "+
-			"it ended (answered elsewhere, or past its deadline), or it was never given here.", req.Params.RequestState)), nil
+		return unknownState(req.Params.RequestState), nil
 	}
 	if err != nil {
 		return mcp.NewToolResultError("Error: " + err.Error()), nil
 	}
-	if in, ok := req.Params.InputResponses["confirm"]; ok && c.policy == ConfirmHostUser {
-		if err := in.DecodeFor(mcp.MethodElicitationCreate); err == nil && in.Elicitation != nil {
-			c.decide(ctx, r.Park, r.ReplyID, in.Elicitation)
-		}
-	}
-	wctx, cancel := context.WithDeadline(ctx, r.Deadline)
+	_, hold := c.holds(ctx, req)
+	wctx, cancel := context.WithDeadline(ctx, earliest(r.Deadline, time.Now().Add(hold)))
 	defer cancel()
-	res, err := c.await(wctx, c.session, r.ReplyID, r.CallID)
+	// Watch before answering, so the question the answer leads to is seen.
+	next, err := c.questions.watchCall(wctx, r.Tool, r.CallID)
 	if err != nil {
-		if ctx.Err() == nil && wctx.Err() != nil {
-			return mcp.NewToolResultError(stillParkedText(r.CallID, r.Tool, r.Park.Kind, r.Park.Subject, r.ReplyID, c.session)), nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return mcp.NewToolResultError("Error: " + err.Error()), nil
+		c.log.Warn("facade: a bridged server's questions of this call are left to the bus", "tool", r.Tool, "err", err)
 	}
-	return toMCP(*res), nil
+	a := ask{confirm: &confirmPark{p: r.Park, replyID: r.ReplyID, callID: r.CallID, started: r.Started, deadline: r.Deadline}}
+	if r.Kind == kindQuestion {
+		qn, ok := questionOf(r.Park, r.Tool, r.CallID, c.user)
+		if !ok {
+			return unknownState(req.Params.RequestState), nil
+		}
+		a = ask{question: &asked{p: r.Park, replyID: r.AskReplyID, q: qn}}
+	}
+	c.answer(ctx, a, req.Params.InputResponses)
+	type awaited struct {
+		res *bus.Result
+		err error
+	}
+	done := make(chan awaited, 1)
+	go func() {
+		res, err := c.await(wctx, c.session, r.ReplyID, r.CallID)
+		done <- awaited{res, err}
+	}()
+	for {
+		select {
+		case q := <-next:
+			if !hostCan(ctx, ask{question: &q}) {
+				continue
+			}
+			base := *r
+			base.Kind, base.AskReplyID = "", ""
+			state, nr, res := c.newRound(ctx, base, ask{question: &q})
+			if err := c.states.putState(ctx, state, nr); err != nil {
+				return mcp.NewToolResultError("Error: " + err.Error()), nil
+			}
+			c.forget(req.Params.RequestState)
+			cancel()
+			<-done
+			return res, nil
+		case d := <-done:
+			if d.err == nil {
+				return toMCP(*d.res), nil
+			}
+			if ctx.Err() != nil {
+				// The host gave the retry up: at 2026-07-28 the end of a
+				// request cancels it (docs/mcp.md "Interop"), as on the
+				// process that runs the call (resume).
+				if interruptOnEnd(true, c.closing) {
+					cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					_ = c.cancel(cctx, c.session, r.ReplyID)
+					cancel()
+				}
+				return nil, ctx.Err()
+			}
+			if wctx.Err() != nil && r.Kind == kindQuestion {
+				return mcp.NewToolResultError(stillRunningText(*r, c.session)), nil
+			}
+			if wctx.Err() != nil {
+				return mcp.NewToolResultError(stillParkedText(r.CallID, r.Tool, r.Park.Kind, r.Park.Subject, r.ReplyID, c.session)), nil
+			}
+			return mcp.NewToolResultError("Error: " + d.err.Error()), nil
+		}
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

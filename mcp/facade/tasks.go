@@ -94,7 +94,14 @@ type taskFront struct {
 	listed        func(name string) bool
 	run           runFunc
 	contextHeader string
+	// questions are the bridged server's questions of a task's call
+	// (relayer.watchCall), shown in its status message.
+	questions watchFunc
 }
+
+// watchFunc yields the bridged server's questions of a call
+// (relayer.watchCall).
+type watchFunc func(ctx context.Context, tool, callID string) (<-chan asked, error)
 
 // runFunc runs a tools/call on the bus (caller.run).
 type runFunc func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error)
@@ -209,7 +216,7 @@ func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *r
 		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
 	}
 	header, _ := ctx.Value(contextKey).(string)
-	s.runners.run(r, req, header, s.run)
+	s.runners.run(r, req, header, s.run, s.questions)
 	return &mcp.CreateTaskResult{Task: r.task()}, nil
 }
 
@@ -312,7 +319,7 @@ func (t *taskRunners) count() int {
 // facade closes: the call goes on, on the bus, and another process
 // learns its end. The call's context is the facade's, never the
 // request's, so neither an HTTP response nor a stdio request ends it.
-func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, call runFunc) {
+func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, call runFunc, questions watchFunc) {
 	t.mu.Lock()
 	t.local[r.ID] = struct{}{}
 	t.mu.Unlock()
@@ -331,7 +338,9 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 				r.Message = fmt.Sprintf("parked: waiting for %s on %s until %s", kindText(p.Kind), p.Subject, until.UTC().Format(time.RFC3339))
 			})
 		}
+		stop := t.showQuestions(ctx, r, questions)
 		res, err := call(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark})
+		stop()
 		if t.closing.Err() != nil {
 			return
 		}
@@ -339,6 +348,44 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	}) {
 		done()
 	}
+}
+
+// showQuestions writes each question the task's bridged server asks of
+// its call into the record's status message (the status stays working:
+// the facade puts no question through tasks, docs/mcp.md "Not done"),
+// saying where it is answered, until stop.
+func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, questions watchFunc) (stop func()) {
+	if questions == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	qs, err := questions(ctx, r.Tool, r.CallID)
+	if err != nil || qs == nil {
+		cancel()
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case a := <-qs:
+				_, _ = t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+					r.Message = questionStatus(a)
+				})
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// questionStatus is a task's status message while its bridged server's
+// question a waits on the bus.
+func questionStatus(a asked) string {
+	return fmt.Sprintf("waiting for an answer: %s (parked call %s of %s: answer it with toolbus answer, or on %s)",
+		questionText(a.q), a.p.ID, a.p.Name, a.p.Subject)
 }
 
 // follow learns, for a task this process does not run, the end of its
@@ -429,16 +476,40 @@ func awaitResult(ctx context.Context, cl replayer, session, replyID, callID stri
 				}
 				return nil, errors.New("facade: events ended")
 			}
-			if e.Type != bus.TypeCallResult || e.ReplyID != replyID || e.ToolCallID != callID {
-				continue
+			if r, ok := resultOf(e, replyID, callID); ok {
+				return r, nil
 			}
-			var r bus.Result
-			if err := e.DataAs(&r); err != nil {
-				return nil, err
-			}
-			return &r, nil
 		}
 	}
+}
+
+// resultOf returns call callID's result of batch replyID carried by e:
+// its call.result, or the batch.done of a batch that parked nothing (no
+// call.result of its own, docs/protocol.md 3.4: a bridged tool's call
+// whose server asked runs without parking).
+func resultOf(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
+	if e.ReplyID != replyID {
+		return nil, false
+	}
+	switch e.Type {
+	case bus.TypeCallResult:
+		var r bus.Result
+		if e.ToolCallID != callID || e.DataAs(&r) != nil {
+			return nil, false
+		}
+		return &r, true
+	case bus.TypeBatchDone:
+		var d bus.BatchDone
+		if e.DataAs(&d) != nil {
+			return nil, false
+		}
+		for i := range d.Results {
+			if d.Results[i].ID == callID {
+				return &d.Results[i], true
+			}
+		}
+	}
+	return nil, false
 }
 
 // serveTaskHTTP answers a POST the facade handles itself (taskMessage);

@@ -54,7 +54,8 @@ func newPairWith(t *testing.T, cluster bool, mod func(*Config)) *pair {
 func (p *pair) newFacade(t *testing.T) *Facade {
 	t.Helper()
 	f := New(client.New(p.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}),
-		Config{Poll: p.f.cfg.Poll, ProgressEvery: p.f.cfg.ProgressEvery, Insecure: true, Confirm: ConfirmHostUser, MaxTasks: p.f.cfg.MaxTasks})
+		Config{Poll: p.f.cfg.Poll, ProgressEvery: p.f.cfg.ProgressEvery, Insecure: true, Confirm: ConfirmHostUser, MaxTasks: p.f.cfg.MaxTasks,
+			QuietHold: p.f.cfg.QuietHold})
 	t.Cleanup(f.Close)
 	return f
 }

@@ -1,0 +1,321 @@
+package facade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/client"
+)
+
+// The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and
+// "Bridged servers' questions reach the host"): that revision has no
+// server-initiated requests, so what a call needs of its host's user —
+// a confirmation of the call, or a question the bridged server of the
+// call asks (a parked mcp__<server>__elicit call for that user, naming
+// this call) — ends the request with an input_required result carrying
+// one elicitation input request and a request state. The bus call goes
+// on meanwhile. The retry brings the answer, which is published on the
+// bus (P.confirm or P.answer), and waits again for the call: its result,
+// or the next round. A request state is 128 random bits, stored in the
+// facade's bucket under the retry's own session and user (state.go), so
+// a retry reaching another facade process is served there, and a state
+// of another session or user, a forged, expired or superseded one finds
+// nothing.
+
+// Input request keys of the two kinds of rounds.
+const (
+	inputConfirm  = "confirm"
+	inputQuestion = "question"
+)
+
+// ask is what a 2026-07-28 call waits on its host for: a confirm park of
+// the call, or a bridged server's question of it (questions.go).
+type ask struct {
+	confirm  *confirmPark
+	question *asked
+}
+
+// questionSource is what rounds need of the bridged servers' questions
+// (relayer, questions.go).
+type questionSource interface {
+	watchCall(ctx context.Context, tool, callID string) (<-chan asked, error)
+	answerQuestion(ctx context.Context, a asked, res *mcp.ElicitationResult) bool
+}
+
+var _ questionSource = (*relayer)(nil)
+
+// pending is a call of a 2026-07-28 client that asked its host and goes
+// on meanwhile, until it ends (its result kept for the retry a while) or
+// the facade closes.
+type pending struct {
+	base   stateRecord // the call: session, user, tool, ids, start, deadline
+	asks   <-chan ask  // the next rounds, as the call meets them
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    *mcp.CallToolResult
+	err    error
+	state  string // its current request state; guarded by confirmer.mu
+}
+
+// round is one request state of a pending call: what it asked.
+type round struct {
+	p *pending
+	a ask
+}
+
+// callModern runs a call of a 2026-07-28 client that declared
+// elicitation: in the background, on the facade's own context, with its
+// confirm parks and its bridged server's questions forwarded as rounds;
+// the first round, if any comes before the call ends, is returned as
+// input_required.
+func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	p := &pending{done: make(chan struct{}), base: stateRecord{Session: c.session, User: c.user, Tool: req.Params.Name,
+		CallID: "mcp-" + nuid.Next(), ReplyID: client.NewReplyID(), Started: time.Now()}}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	unlink := context.AfterFunc(c.closing, cancel) // Close ends it too
+	// Watch before the call is made, so its server's first question is seen.
+	questions, err := c.questions.watchCall(rctx, req.Params.Name, p.base.CallID)
+	if err != nil {
+		c.log.Warn("facade: a bridged server's questions of this call are left to the bus", "tool", req.Params.Name, "err", err)
+	}
+	confirm := make(chan confirmPark, 1)
+	asks := make(chan ask)
+	p.asks = asks
+	go forwardAsks(rctx, confirm, questions, asks)
+	go func() {
+		defer close(p.done)
+		defer unlink()
+		defer cancel()
+		// keep: a facade that closes leaves the call running or parked;
+		// the retry, wherever it lands, goes on with it (state.go).
+		p.res, p.err = c.run(rctx, req, runOpts{confirm: confirm, keep: true, callID: p.base.CallID, replyID: p.base.ReplyID})
+	}()
+	for {
+		select {
+		case <-p.done:
+			return p.res, p.err
+		case <-ctx.Done():
+			cancel()
+			<-p.done
+			return nil, ctx.Err()
+		case a := <-asks:
+			if !hostCan(ctx, a) {
+				continue // a URL question this host cannot open: left to the bus
+			}
+			c.settleDeadline(ctx, p, req)
+			res := c.issue(ctx, p, a)
+			c.loop(func(context.Context) { c.keepResult(p) })
+			return res, nil
+		}
+	}
+}
+
+// settleDeadline gives the pending call its deadline (the tool's
+// timeout_ms from its start, or ParkWait when longer) once it first asks:
+// a call that never asks costs no listing for it. Guarded by the call's
+// rounds: one request of the call at a time reaches it.
+func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.CallToolRequest) {
+	c.mu.Lock()
+	set := !p.base.Deadline.IsZero()
+	c.mu.Unlock()
+	if set {
+		return
+	}
+	callFor, _ := c.holds(ctx, req)
+	c.mu.Lock()
+	p.base.Deadline = p.base.Started.Add(callFor)
+	c.mu.Unlock()
+}
+
+// forwardAsks passes a call's confirm parks and questions on as rounds
+// until ctx ends.
+func forwardAsks(ctx context.Context, confirm <-chan confirmPark, questions <-chan asked, asks chan<- ask) {
+	for {
+		var a ask
+		select {
+		case <-ctx.Done():
+			return
+		case cp := <-confirm:
+			a.confirm = &cp
+		case q, ok := <-questions:
+			if !ok {
+				questions = nil
+				continue
+			}
+			a.question = &q
+		}
+		select {
+		case asks <- a:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// hostCan reports whether the host of ctx can be asked a: a URL question
+// only of a host that declared URL elicitation.
+func hostCan(ctx context.Context, a ask) bool {
+	if a.question == nil {
+		return true
+	}
+	_, ok := questionParams(a.question.q, canElicitURL(ctx))
+	return ok
+}
+
+// issue makes a's request state for the pending call (stored, so that any
+// facade process takes the retry; without the bucket this process still
+// does), makes it the call's current one (the previous one is refused
+// from now on), and returns the input_required result asking for a.
+func (c *confirmer) issue(ctx context.Context, p *pending, a ask) *mcp.CallToolResult {
+	c.mu.Lock()
+	base := p.base
+	c.mu.Unlock()
+	state, r, res := c.newRound(ctx, base, a)
+	if err := c.states.putState(ctx, state, r); err != nil {
+		c.log.Warn("facade: request state kept in this process only", "err", err)
+	}
+	c.mu.Lock()
+	old := p.state
+	p.state = state
+	delete(c.pending, old)
+	c.pending[state] = &round{p: p, a: a}
+	c.mu.Unlock()
+	if old != "" {
+		c.forget(old)
+	}
+	return res
+}
+
+// newRound is the request state, its record and the input_required
+// result of round a of the call base.
+func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (string, *stateRecord, *mcp.CallToolResult) {
+	r := base
+	key, params := inputConfirm, mcp.ElicitationParams{}
+	if a.confirm != nil {
+		r.Park, r.Deadline = a.confirm.p, a.confirm.deadline
+		params = confirmParams(a.confirm.p, c.remember)
+	} else {
+		r.Kind, r.Park, r.AskReplyID = kindQuestion, a.question.p, a.question.replyID
+		key, params = inputQuestion, mustParams(questionParams(a.question.q, canElicitURL(ctx)))
+	}
+	r.Expires = r.Deadline.Add(resultKept)
+	state := newID()
+	return state, &r, server.NewInputRequestBuilder(state).Elicit(key, params).ToolResult()
+}
+
+func mustParams(p mcp.ElicitationParams, _ bool) mcp.ElicitationParams { return p }
+
+// forget deletes a request state from the bucket (best effort: it
+// expires anyway).
+func (c *confirmer) forget(state string) {
+	dctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
+	defer cancel()
+	c.states.deleteState(dctx, c.session, c.user, state)
+}
+
+// keepResult keeps the result of a call that ended for its retry a
+// while, then forgets its request state.
+func (c *confirmer) keepResult(p *pending) {
+	<-p.done
+	select {
+	case <-time.After(resultKept):
+	case <-c.closing.Done():
+		// Closing: the stored state stays for another process.
+		c.mu.Lock()
+		delete(c.pending, p.state)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Lock()
+	state := p.state
+	delete(c.pending, state)
+	c.mu.Unlock()
+	c.forget(state)
+}
+
+// resume is the retry of a call that asked its host: the answer is
+// published (the first answer wins), and the call is waited for again:
+// its result, or its next round.
+func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	c.mu.Lock()
+	rd := c.pending[req.Params.RequestState]
+	c.mu.Unlock()
+	if rd == nil {
+		return c.resumeStored(ctx, req)
+	}
+	// A state another process superseded (it served a later round) is
+	// gone from the bucket: refused here too.
+	if _, err := c.states.getState(ctx, c.session, c.user, req.Params.RequestState); errors.Is(err, errNotFound) {
+		return unknownState(req.Params.RequestState), nil
+	}
+	p := rd.p
+	c.answer(ctx, rd.a, req.Params.InputResponses)
+	_, hold := c.holds(ctx, req)
+	t := time.NewTimer(hold)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return p.res, p.err
+		case <-ctx.Done():
+			p.cancel()
+			<-p.done
+			return nil, ctx.Err()
+		case a := <-p.asks:
+			if hostCan(ctx, a) {
+				c.settleDeadline(ctx, p, req)
+				return c.issue(ctx, p, a), nil
+			}
+		case <-t.C:
+			c.mu.Lock()
+			base := p.base
+			c.mu.Unlock()
+			return mcp.NewToolResultError(stillRunningText(base, c.session)), nil
+		}
+	}
+}
+
+// answer publishes the host's response to round a: a confirmation's
+// decision (P.confirm), a question's answer (P.answer); a response
+// missing, malformed or cancelling publishes nothing.
+func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
+	key := inputConfirm
+	if a.question != nil {
+		key = inputQuestion
+	}
+	r, ok := in[key]
+	if !ok || r.DecodeFor(mcp.MethodElicitationCreate) != nil || r.Elicitation == nil {
+		return
+	}
+	switch {
+	case a.confirm != nil && c.policy == ConfirmHostUser:
+		c.decide(ctx, a.confirm.p, a.confirm.replyID, r.Elicitation)
+	case a.question != nil:
+		c.questions.answerQuestion(ctx, *a.question, r.Elicitation)
+	}
+}
+
+// unknownState is the answer to a retry whose request state names
+// nothing of this session and user.
+func unknownState(state string) *mcp.CallToolResult {
+	return mcp.NewToolResultError(fmt.Sprintf("The request state %q names no call of this session and user waiting for its host: "+
+		"it ended (answered elsewhere, or past its deadline), it was superseded by a later one, or it was never given here.", state))
+}
+
+// stillRunningText tells the model that the call goes on on the bus
+// after its host answered, and how its result reaches it.
+func stillRunningText(r stateRecord, session string) string {
+	return fmt.Sprintf("The call %s of tool %s is still running on the bus (reply id %s, session %s): its result will appear "+
+		"in the session's events. Do not call the tool again for this.", r.CallID, r.Tool, r.ReplyID, session)
+}
+
+// resultKept is how long the result of a call that asked its host waits
+// for the client's retry once the call has ended.
+const resultKept = time.Minute
