@@ -206,15 +206,16 @@ func TestRunCrossQuick(t *testing.T) {
 	if rep.Sessions == nil || rep.Sessions.Count != 300 || rep.Sessions.Cached < 300 || rep.Sessions.RSSMiBAfter <= 0 || rep.Sessions.PeakRSSMiB <= 0 {
 		t.Errorf("sessions: %+v", rep.Sessions)
 	}
-	if len(rep.Profiles) != 2 {
-		t.Fatalf("profiles %v, want 2", rep.Profiles)
+	if len(rep.Profiles) != 3 {
+		t.Fatalf("profiles %v, want 3 (router read-only, worker, router write)", rep.Profiles)
 	}
-	for _, p := range rep.Profiles {
-		if fi, err := os.Stat(p.File); err != nil || fi.Size() == 0 || p.Calls <= 0 {
-			t.Errorf("profile %+v: %v", p, err)
+	for i, role := range []string{roleRouter, roleWorker, roleRouter} {
+		p := rep.Profiles[i]
+		if fi, err := os.Stat(p.File); err != nil || fi.Size() == 0 || p.Calls <= 0 || p.Role != role || len(p.Shares) == 0 {
+			t.Errorf("profile %d %+v: %v", i, p, err)
 		}
 	}
-	for _, want := range []string{"run 1", "run 2", "throughput_4", "router_cpu_write_us", "others' cores", "router process memory", "mcp-go HTTP", "vs_mcp_http_4"} {
+	for _, want := range []string{"run 1", "run 2", "throughput_4", "router_cpu_write_us", "others' cores", "router process memory", "mcp-go HTTP", "vs_mcp_http_4", "worker CPU profile", "allocation"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
