@@ -55,10 +55,16 @@ func newEnv(t *testing.T, routers int) *env {
 // cluster it returns once every node sees the routers' subscriptions.
 func startEnv(t *testing.T, routers int, cluster bool, rc router.Config) *env {
 	t.Helper()
+	return startEnvBeat(t, routers, cluster, rc, testHeartbeat)
+}
+
+// startEnvBeat is startEnv with the routers' and workers' heartbeat hb.
+func startEnvBeat(t *testing.T, routers int, cluster bool, rc router.Config, hb time.Duration) *env {
+	t.Helper()
 	if rc.Logger == nil {
 		rc.Logger = testLogger()
 	}
-	d := xtest.Run(t, xtest.Config{Cluster: cluster, Routers: routers, Router: rc, Heartbeat: testHeartbeat, Bound: bound})
+	d := xtest.Run(t, xtest.Config{Cluster: cluster, Routers: routers, Router: rc, Heartbeat: hb, Bound: bound})
 	e := &env{t: t, d: d, srv: d.Server, cluster: d.Cluster,
 		routers: slices.Clone(d.Routers), rconns: slices.Clone(d.RouterConns)}
 	e.nc = e.connect(t)

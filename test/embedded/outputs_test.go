@@ -82,7 +82,10 @@ func fetched(t *testing.T, cl *client.Client, out []bus.Block) (stored []bus.Blo
 // inline and one byte more is stored; a worker's small inline limit stores
 // small outputs; a data block is stored as its decoded bytes.
 func TestLargeOutputs(t *testing.T) {
-	e := newEnv(t, 2)
+	// A worker storing 20 MiB on a replicated cluster under -race on a busy
+	// machine can miss the test heartbeat's three beats (1.5 s) and be
+	// judged vanished (unknown_outcome): these calls get 2 s beats.
+	e := startEnvBeat(t, 2, onCluster(t), router.Config{}, 2*time.Second)
 	huge := bigText(20 << 20)
 	atLimit := textOfSize(t, offload.DefaultInlineLimit)
 	overLimit := atLimit + "x"
