@@ -215,7 +215,10 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	now := time.Now()
 	for _, k := range keys {
 		r, _, err := st.getKey(ctx, kv, k)
-		if err != nil {
+		if errors.Is(err, errNoStore) { // a record not read is not a record not kept: the bound fails closed
+			return nil, err
+		}
+		if err != nil { // deleted since the listing, or not a record
 			continue
 		}
 		if r.expired(now) {
