@@ -64,7 +64,15 @@ type guard struct {
 	cache   *rcache.Cache          // nil when off
 	cached  *prometheus.CounterVec // result cache lookups by outcome
 	audit   *audit.Trail           // nil when off
+	lost    prometheus.Counter     // audit records that could not be stored
+	pending sync.Map               // *batch → *auditPending: its records not yet known stored
 	limited sync.Map               // *callState → the limit rule that refused it, until audited
+}
+
+// auditPending is a batch's audit records on their way to P_AUDIT.
+type auditPending struct {
+	mu sync.Mutex
+	ps []*audit.Pending
 }
 
 // newGuardrails sets up the guardrails' JetStream resources (only those
@@ -81,12 +89,14 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 	if ac := cfg.Guard.Audit; ac != nil {
 		acfg := *ac
 		acfg.Replicas, acfg.Memory = cfg.Store.Replicas, cfg.Store.Memory
-		ajs, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
-		if err != nil {
-			return fmt.Errorf("router: audit: %w", err)
-		}
-		if g.audit, err = audit.New(ctx, ajs, subj, acfg); err != nil {
+		var err error
+		if g.audit, err = audit.New(ctx, nc, subj, acfg); err != nil {
 			return fmt.Errorf("router: %w", err)
+		}
+		lost := prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_records_lost_total",
+			Help: "Audit records the router could not store in P_AUDIT (each one is logged in full)."})
+		if g.lost, err = register(cfg.Metrics, lost); err != nil {
+			return err
 		}
 	}
 	if cfg.Guard.Cache {
@@ -95,19 +105,32 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 			return fmt.Errorf("router: %w", err)
 		}
 		g.cache = c
-		g.cached = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_result_cache_lookups_total",
+		cached := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_result_cache_lookups_total",
 			Help: "Result cache lookups of cacheable tool calls, by result (hit or miss)."}, []string{"tool", "result"})
-		if reg := cfg.Metrics; reg != nil {
-			if err := reg.Register(g.cached); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					return fmt.Errorf("router: metrics: %w", err)
-				}
-				g.cached = are.ExistingCollector.(*prometheus.CounterVec)
-			}
+		if g.cached, err = register(cfg.Metrics, cached); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// register registers c with reg (when set), or returns the collector of
+// that name already registered (a second router in one process).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if reg == nil {
+		return c, nil
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return c, fmt.Errorf("router: metrics: %w", err)
+		}
+		if got, ok := are.ExistingCollector.(C); ok {
+			return got, nil
+		}
+		return c, fmt.Errorf("router: metrics: %w", err)
+	}
+	return c, nil
 }
 
 // cachedRun runs a tool call through the result cache: a call of a tool
@@ -265,8 +288,9 @@ func (g *guard) natsUser(session string) string {
 	return ""
 }
 
-// record writes the audit record of a call the batch finished (every call
-// that did not park: parked calls are recorded when they end, recordParked).
+// record publishes the audit record of a call the batch finished (every
+// call that did not park: parked calls are recorded when they end,
+// recordParked) without waiting; audited waits for it before the reply.
 func (g *guard) record(b *batch, c *callState, res bus.Result) {
 	if g == nil || g.audit == nil {
 		return
@@ -307,13 +331,62 @@ func (g *guard) record(b *batch, c *callState, res bus.Result) {
 		}
 		rec.Decision.Cached = bytes.Contains(res.Metadata, []byte(`"`+rcache.MetadataKey+`"`))
 	}
-	if err := tr.Write(rec, input); err != nil {
-		g.log.Warn("router: audit record not written", "session", b.session, "call", c.call.ID, "err", err)
+	p, err := tr.Write(rec, input)
+	if err != nil {
+		g.lose(rec, nil, err)
+		return
+	}
+	v, ok := g.pending.Load(b)
+	if !ok {
+		v, _ = g.pending.LoadOrStore(b, &auditPending{})
+	}
+	ap := v.(*auditPending)
+	ap.mu.Lock()
+	ap.ps = append(ap.ps, p)
+	ap.mu.Unlock()
+}
+
+// audited waits until P_AUDIT holds the audit records of b's calls
+// reported so far, published as they finished; reportStep.stored calls it
+// once the batch's events are stored, so the two waits overlap and the
+// reply, sent after both, follows every record of the calls it carries
+// (docs/guardrails.md "Audit trail"). A record that cannot be stored
+// within the landing budget is counted and logged in full (lose), and the
+// reply goes out: the calls ran.
+func (g *guard) audited(b *batch, landing landingFunc) {
+	if g == nil || g.audit == nil {
+		return
+	}
+	v, ok := g.pending.LoadAndDelete(b)
+	if !ok {
+		return
+	}
+	ap := v.(*auditPending)
+	ap.mu.Lock()
+	ps := ap.ps
+	ap.mu.Unlock()
+	ctx, cancel := landing.start()
+	defer cancel()
+	for _, p := range g.audit.Stored(ctx, ps) {
+		g.lose(nil, p.Data(), p.Err())
 	}
 }
 
+// lose counts an audit record that could not be stored and logs it in
+// full (rec, or its encoding data), so that a log shipper still has it.
+func (g *guard) lose(rec *audit.Record, data []byte, err error) {
+	if g.lost != nil {
+		g.lost.Inc()
+	}
+	if data == nil && rec != nil {
+		data, _ = json.Marshal(rec)
+	}
+	g.log.Error("router: audit record not stored", "record", json.RawMessage(data), "err", err)
+}
+
 // recordParked writes the audit record of a parked call that ended: asked
-// (a confirmation, naming who answered and when) or external.
+// (a confirmation, naming who answered and when) or external, and waits
+// until P_AUDIT holds it.
 func (g *guard) recordParked(rec *external.Record, res bus.Result) {
 	if g == nil || g.audit == nil {
 		return
@@ -328,8 +401,18 @@ func (g *guard) recordParked(rec *external.Record, res bus.Result) {
 		DurationMS: time.Since(rec.Created).Milliseconds(),
 		Decision: audit.Decision{Behavior: behavior, Mode: g.groups.Session(rec.Session).Mode, Rule: rec.Reason,
 			Approver: rec.AnsweredBy, AnsweredAt: rec.AnsweredAt}}
-	if err := tr.Write(a, rec.Call.Input); err != nil {
-		g.log.Warn("router: audit record not written", "session", rec.Session, "call", rec.Call.ID, "err", err)
+	p, err := tr.Write(a, rec.Call.Input)
+	if err != nil {
+		g.lose(a, nil, err)
+		return
+	}
+	// Stored before the call's result is recorded and its batch goes on
+	// (answers.complete): a parked call ends at a person's pace, so the
+	// round trip is not worth overlapping.
+	ctx, cancel := landing()
+	defer cancel()
+	for _, p := range tr.Stored(ctx, []*audit.Pending{p}) {
+		g.lose(a, p.Data(), p.Err())
 	}
 }
 
