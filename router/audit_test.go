@@ -1,0 +1,99 @@
+package router_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/audit"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/router"
+)
+
+// TestAuditDurableOnCluster: on the 3-node cluster (replicas 3) a reply
+// follows every audit record of its batch. While P_AUDIT's leader steps
+// down during batches, every call is recorded once — none lost, none
+// doubled — and the records are there as soon as each reply is (read
+// without waiting). Then the router is killed the moment a reply arrives,
+// and every record of that batch is stored.
+func TestAuditDurableOnCluster(t *testing.T) {
+	d, _ := guardDeployment(t, true, 1, router.Guard{Audit: &audit.Config{}})
+	c := newClient(t, d)
+	nc, err := d.Connect(t.Context(), xtest.RoleClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// stored reads the trail once: what the stream holds now. A read
+	// refused while the stream elects a leader is read again (the writes
+	// are all over: the router wrote before its reply).
+	stored := func() (calls map[string]int) {
+		t.Helper()
+		bustest.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
+			calls = map[string]int{}
+			return audit.Export(t.Context(), js, d.Subjects(), audit.Filter{}, func(raw json.RawMessage) error {
+				var rec audit.Record
+				if err := json.Unmarshal(raw, &rec); err != nil {
+					return err
+				}
+				calls[rec.ReplyID+"/"+rec.CallID]++
+				return nil
+			})
+		})
+		return calls
+	}
+	const perBatch = 8
+	batch := func(reply string) {
+		t.Helper()
+		calls := make([]bus.Call, perBatch)
+		for i := range calls {
+			calls[i] = bus.Call{ID: fmt.Sprintf("c%d", i), Name: "paid"}
+		}
+		r, err := c.Call(t.Context(), "s1", bus.Batch{Calls: calls}, client.WithReplyID(reply))
+		if err != nil || len(r.Results) != perBatch {
+			t.Fatalf("batch %s: %+v %v", reply, r, err)
+		}
+	}
+	check := func(got map[string]int, replies ...string) {
+		t.Helper()
+		for _, reply := range replies {
+			for i := range perBatch {
+				if k := fmt.Sprintf("%s/c%d", reply, i); got[k] != 1 {
+					t.Errorf("%s: %d records, want 1", k, got[k])
+				}
+			}
+		}
+	}
+	stepdown := "$JS.API.STREAM.LEADER.STEPDOWN." + d.Subjects().Stream(audit.Stream)
+	var replies []string
+	for i := range 6 {
+		reply := fmt.Sprintf("r%d", i)
+		if i%2 == 1 {
+			// The leader steps down as the batch is sent: its calls'
+			// records are published during the election.
+			if err := nc.Publish(stepdown, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		batch(reply)
+		replies = append(replies, reply)
+		check(stored(), replies...)
+	}
+	if got := stored(); len(got) != len(replies)*perBatch {
+		t.Fatalf("%d calls recorded, want %d", len(got), len(replies)*perBatch)
+	}
+	// The router dies the moment the reply is in: its connection is cut,
+	// nothing is drained.
+	batch("last")
+	d.RouterConns[0].Close()
+	check(stored(), "last")
+}
