@@ -67,6 +67,7 @@ type guard struct {
 	lost    prometheus.Counter     // audit records that could not be stored
 	pending sync.Map               // *batch → *auditPending: its records not yet known stored
 	limited sync.Map               // *callState → the limit rule that refused it, until audited
+	missed  sync.Map               // call key → its cache key: looked up by the quota step, a miss
 }
 
 // auditPending is a batch's audit records on their way to P_AUDIT.
@@ -137,25 +138,61 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 // with cache_ttl_ms whose key (definition, input, scope) has a stored
 // result within its TTL is answered with it, marked in its metadata
 // (docs/protocol.md 3.3), and nothing runs; otherwise the call runs and a
-// successful result is stored.
+// successful result is stored. A call the quota step already looked up
+// (a miss: limit, cacheHit) is not looked up again.
 func (g *guard) cachedRun(ctx context.Context, j *job, run func(context.Context, *job) bus.Result) bus.Result {
 	if g == nil || g.cache == nil {
 		return run(ctx, j)
 	}
-	c := g.cache
-	key, ok := rcache.Key(&j.tool.Def, j.session, userOf(j.user), j.call.Input)
-	if !ok {
-		return run(ctx, j)
+	var key string
+	if k, looked := g.missed.LoadAndDelete(j.key()); looked {
+		key = k.(string)
+	} else {
+		var ok, hit bool
+		var res bus.Result
+		if key, res, ok, hit = g.lookup(ctx, j.tool, j.session, j.user, j.call); !ok {
+			return run(ctx, j)
+		} else if hit {
+			return res
+		}
 	}
-	if res, hit := c.Get(ctx, key); hit {
-		g.cached.WithLabelValues(j.call.Name, "hit").Inc()
-		res.ID, res.Name = j.call.ID, j.call.Name
-		return res
-	}
-	g.cached.WithLabelValues(j.call.Name, "miss").Inc()
 	res := run(ctx, j)
-	c.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
+	g.cache.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
 	return res
+}
+
+// lookup looks call (its input validated) of tool t up in the result
+// cache, and counts the lookup: ok is false for a call the cache does not
+// serve, hit true with the stored result, renamed for this call.
+func (g *guard) lookup(ctx context.Context, t *registry.Tool, session string, user json.RawMessage, call bus.Call) (key string, res bus.Result, ok, hit bool) {
+	key, ok = rcache.Key(&t.Def, session, userOf(user), call.Input)
+	if !ok {
+		return "", bus.Result{}, false, false
+	}
+	if res, hit = g.cache.Get(ctx, key); hit {
+		g.cached.WithLabelValues(call.Name, "hit").Inc()
+		res.ID, res.Name = call.ID, call.Name
+		return key, res, true, true
+	}
+	g.cached.WithLabelValues(call.Name, "miss").Inc()
+	return key, bus.Result{}, true, false
+}
+
+// cacheHit is the result cache's answer to call c when it has one, looked
+// up before the call is counted: a hit runs nothing and costs nothing, so
+// only the rules with cache_hits count it (docs/guardrails.md "When a
+// call counts"). A miss is remembered for cachedRun, which then stores
+// the call's result without looking it up again.
+func (g *guard) cacheHit(ctx context.Context, b *batch, c *callState) (bus.Result, bool) {
+	if g.cache == nil || c.target.Tool.Def.CacheTTLMS <= 0 {
+		return bus.Result{}, false
+	}
+	call := bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}
+	key, res, ok, hit := g.lookup(ctx, c.target.Tool, b.session, b.data.User, call)
+	if ok && !hit {
+		g.missed.Store(bus.CallKey(b.session, b.replyID, c.call.ID), key)
+	}
+	return res, hit
 }
 
 // limit is the quota step of a call's pipeline, after its permission
@@ -164,9 +201,10 @@ func (g *guard) cachedRun(ctx context.Context, j *job, run func(context.Context,
 // 3.3), and nothing runs. reset_tools, search_tools, the skill loader and
 // request-scoped tools are not counted, nor is a call of a re-sent batch
 // that the ledger or a parked record will answer (the first copy was
-// counted; read-only calls run again, and count again). When the counts
-// cannot be reached the call does not run either (fail closed): it ends
-// unavailable.
+// counted; read-only calls run again, and count again), nor a call the
+// result cache answers (cacheHit: only rules with cache_hits count it; the
+// hit is the call's result). When the counts cannot be reached the call
+// does not run either (fail closed): it ends unavailable.
 func (g *guard) limit(b *batch, c *callState, spec parkSpec) *bus.Result {
 	if g == nil || g.lim == nil {
 		return nil
@@ -178,10 +216,31 @@ func (g *guard) limit(b *batch, c *callState, spec parkSpec) *bus.Result {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
+	call := limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session}
+	if spec.kind == "" { // a call that parks is looked up when it runs, if ever
+		if res, hit := g.cacheHit(ctx, b, c); hit {
+			call.CacheHit = true
+			ref, err := lim.Check(ctx, call)
+			if err != nil || ref != nil {
+				return g.refuse(c, t, ref, err)
+			}
+			return &res
+		}
+	}
 	if g.counted(ctx, b, c, spec) {
 		return nil
 	}
-	ref, err := lim.Check(ctx, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
+	ref, err := lim.Check(ctx, call)
+	if err != nil || ref != nil {
+		g.missed.Delete(bus.CallKey(b.session, b.replyID, c.call.ID)) // it will not run
+		return g.refuse(c, t, ref, err)
+	}
+	return nil
+}
+
+// refuse is the result of call c of tool t that its limits refused (ref),
+// or that could not be checked (err); nil when neither.
+func (g *guard) refuse(c *callState, t *registry.Tool, ref *limits.Refusal, err error) *bus.Result {
 	if err != nil {
 		g.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
 		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
@@ -292,7 +351,13 @@ func (g *guard) natsUser(session string) string {
 // call that did not park: parked calls are recorded when they end,
 // recordParked) without waiting; audited waits for it before the reply.
 func (g *guard) record(b *batch, c *callState, res bus.Result) {
-	if g == nil || g.audit == nil {
+	if g == nil {
+		return
+	}
+	if res.State == bus.StateInterrupted && g.cache != nil && g.lim != nil {
+		g.missed.Delete(bus.CallKey(b.session, b.replyID, c.call.ID)) // it may never have run
+	}
+	if g.audit == nil {
 		return
 	}
 	tr := g.audit
