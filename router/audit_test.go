@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/worker"
 )
 
 // TestAuditDurableOnCluster: on the 3-node cluster (replicas 3) a reply
@@ -96,4 +98,42 @@ func TestAuditDurableOnCluster(t *testing.T) {
 	batch("last")
 	d.RouterConns[0].Close()
 	check(stored(), "last")
+}
+
+// BenchmarkAuditedReply is a one-call batch's round trip with the audit
+// trail off and on (its record stored before the reply, beside
+// batch.done), on one node:
+//
+//	go test -run - -bench AuditedReply -benchtime 300x ./router/
+func BenchmarkAuditedReply(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		audit *audit.Config
+	}{{"off", nil}, {"on", &audit.Config{}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			d := xtest.Run(b, xtest.Config{Routers: 1, Router: router.Config{Guard: router.Guard{Audit: tc.audit}}})
+			_, err := d.AddWorker(b.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+				return worker.Register(w, bus.ToolDef{Name: "paid", Description: "A lookup.", ReadOnly: true},
+					func(context.Context, *worker.Call, noInput) (string, error) { return "ok", nil })
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := d.WaitLive(b.Context(), "paid"); err != nil {
+				b.Fatal(err)
+			}
+			nc, err := d.Connect(b.Context(), xtest.RoleClient)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := client.New(nc, client.Config{Source: "bench/agent", Timeout: time.Minute})
+			calls := []bus.Call{{ID: "c1", Name: "paid"}}
+			b.ResetTimer()
+			for b.Loop() {
+				if r, err := c.Call(b.Context(), "s1", bus.Batch{Calls: calls}); err != nil || r.Results[0].State != bus.StateSuccess {
+					b.Fatal(r, err)
+				}
+			}
+		})
+	}
 }
