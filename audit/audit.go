@@ -33,6 +33,8 @@ const (
 // Defaults.
 const (
 	DefaultMaxAge = 30 * 24 * time.Hour
+	// DefaultMaxWait is Config.MaxWait's default.
+	DefaultMaxWait = 30 * time.Second
 	// MaxInput bounds the input a record carries; a larger one is left
 	// out (its digest stays), so a record always fits a message.
 	MaxInput     = 64 << 10
@@ -101,6 +103,11 @@ type Config struct {
 	// Redact names input members (at any depth, case-insensitive) whose
 	// values are replaced by "[redacted]" before a record is written.
 	Redact []string `json:"redact,omitempty"`
+	// MaxWait bounds how long a reply waits for its calls' records to be
+	// stored, retries included; past it a record is counted lost (and
+	// logged) and the reply goes out. Zero means DefaultMaxWait, which
+	// rides out a leader election (a few seconds).
+	MaxWait time.Duration `json:"max_wait,omitempty"`
 	// Replicas and Memory size the stream (from the store's config).
 	Replicas int  `json:"-"`
 	Memory   bool `json:"-"`
@@ -132,6 +139,9 @@ func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail
 	}
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = -1
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = DefaultMaxWait
 	}
 	storage := jetstream.FileStorage
 	if cfg.Memory {
@@ -221,7 +231,7 @@ func (p *Pending) Err() error { return p.err }
 // Stored waits until the stream holds every record of ps, publishing again
 // (with the same message id, which the stream stores once) those whose
 // publish failed or whose acknowledgement did not come within AckWait,
-// until ctx ends — but not through a full store (the stream's own limits
+// until ctx ends or Config.MaxWait has passed — but not through a full store (the stream's own limits
 // discard old records; a full account or server refuses a record as long
 // as nobody frees space), as the batch's events are (router/events.go).
 // Records go in rounds: all of a round are published together and share
@@ -229,6 +239,8 @@ func (p *Pending) Err() error { return p.err }
 // one AckWait, not one per record. It returns the records it could not
 // store, each with its Err: none when every one is stored.
 func (t *Trail) Stored(ctx context.Context, ps []*Pending) (lost []*Pending) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.MaxWait)
+	defer cancel()
 	todo := make([]*Pending, 0, len(ps))
 	for _, p := range ps {
 		if p != nil {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
@@ -136,4 +140,60 @@ func BenchmarkAuditedReply(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestAuditRecordLostIsCounted: a record the trail cannot store (its
+// stream is gone) does not fail the call: the reply comes after the
+// trail's max_wait, the record is counted in
+// toolbus_audit_records_lost_total and logged in full (redacted).
+func TestAuditRecordLostIsCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var logs bustest.Buffer
+	d, _ := guardDeployment(t, false, 1, router.Guard{Audit: &audit.Config{MaxWait: time.Second, Inputs: true, Redact: []string{"token"}}},
+		func(c *router.Config) {
+			c.Metrics = reg
+			c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+		})
+	nc, err := d.Connect(t.Context(), xtest.RoleClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(t.Context(), d.Subjects().Stream(audit.Stream)); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, d)
+	r, err := c.Call(t.Context(), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "paid"},
+		{ID: "c2", Name: "paid", Input: json.RawMessage(`{"token":"hunter2"}`)}}}) // invalid: still recorded
+	if err != nil || len(r.Results) != 2 || r.Results[0].State != bus.StateSuccess || r.Results[1].Error == nil {
+		t.Fatalf("reply %+v %v", r, err)
+	}
+	if n := testutil.ToFloat64(lostCounter(t, reg)); n != 2 {
+		t.Fatalf("toolbus_audit_records_lost_total = %v, want 2", n)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "audit record not stored") || !strings.Contains(out, `"call_id":"c1"`) || !strings.Contains(out, `[redacted]`) || strings.Contains(out, "hunter2") {
+		t.Fatalf("log:\n%s", out)
+	}
+}
+
+// lostCounter is the router's toolbus_audit_records_lost_total in reg.
+func lostCounter(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "toolbus_audit_records_lost_total" {
+			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "lost"})
+			c.Add(mf.GetMetric()[0].GetCounter().GetValue())
+			return c
+		}
+	}
+	t.Fatal("toolbus_audit_records_lost_total is not registered")
+	return nil
 }
