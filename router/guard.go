@@ -65,7 +65,7 @@ type guard struct {
 	cached  *prometheus.CounterVec // result cache lookups by outcome
 	audit   *audit.Trail           // nil when off
 	lost    prometheus.Counter     // audit records that could not be stored
-	pending sync.Map               // *batch → *auditPending: its records not yet known stored
+	pending sync.Map               // *batch → *auditPending: its records not yet known stored (a batch cut off by the drain deadline leaves its entry: the router is stopping)
 	limited sync.Map               // *callState → the limit rule that refused it, until audited
 	missed  sync.Map               // call key → its cache key: looked up by the quota step, a miss
 }
@@ -416,8 +416,8 @@ func (g *guard) record(b *batch, c *callState, res bus.Result) {
 // once the batch's events are stored, so the two waits overlap and the
 // reply, sent after both, follows every record of the calls it carries
 // (docs/guardrails.md "Audit trail"). A record that cannot be stored
-// within the landing budget is counted and logged in full (lose), and the
-// reply goes out: the calls ran.
+// within the trail's max_wait is counted and logged in full (lose), and
+// the reply goes out: the calls ran.
 func (g *guard) audited(b *batch, landing landingFunc) {
 	if g == nil || g.audit == nil {
 		return
