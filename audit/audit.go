@@ -386,6 +386,41 @@ func secret(key string, names []string) bool {
 	return false
 }
 
+// exportRetries bounds how often Export asks again for a batch nobody
+// answered (about 5 s in all).
+const exportRetries = 10
+
+// fetch passes up to limit records of cons to fn and returns how many.
+func fetch(ctx context.Context, cons jetstream.Consumer, limit int, fn func(json.RawMessage) error) (int, error) {
+	batch, err := cons.Fetch(limit, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		return 0, fmt.Errorf("audit: fetch: %w", err)
+	}
+	n := 0
+	for m := range batch.Messages() {
+		n++
+		if err := fn(m.Data()); err != nil {
+			return n, err
+		}
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return n, fmt.Errorf("audit: fetch: %w", err)
+	}
+	return n, ctx.Err()
+}
+
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Filter selects records for Export; zero fields select all.
 type Filter struct {
 	Since   time.Time
@@ -420,23 +455,21 @@ func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filte
 		return fmt.Errorf("audit: consumer: %w", err)
 	}
 	left := info.NumPending
+	retries := 0
 	for left > 0 {
-		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return fmt.Errorf("audit: fetch: %w", err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			left--
-			if err := fn(m.Data()); err != nil {
+		n, err := fetch(ctx, cons, int(min(left, 256)), fn)
+		left -= uint64(n)
+		switch {
+		case err != nil && n == 0 && errors.Is(err, nats.ErrNoResponders) && retries < exportRetries:
+			// The consumer's server is not answering yet (a cluster
+			// under load, a leader moving): ask again after a moment.
+			retries++
+			if err := pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 				return err
 			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return fmt.Errorf("audit: fetch: %w", err)
-		}
-		if n == 0 {
+		case err != nil:
+			return err
+		case n == 0:
 			return fmt.Errorf("audit: %d records announced but not delivered", left)
 		}
 	}
