@@ -33,6 +33,8 @@ const (
 // Defaults.
 const (
 	DefaultMaxAge = 30 * 24 * time.Hour
+	// DefaultMaxWait is Config.MaxWait's default.
+	DefaultMaxWait = 30 * time.Second
 	// MaxInput bounds the input a record carries; a larger one is left
 	// out (its digest stays), so a record always fits a message.
 	MaxInput     = 64 << 10
@@ -101,6 +103,11 @@ type Config struct {
 	// Redact names input members (at any depth, case-insensitive) whose
 	// values are replaced by "[redacted]" before a record is written.
 	Redact []string `json:"redact,omitempty"`
+	// MaxWait bounds how long a reply waits for its calls' records to be
+	// stored, retries included; past it a record is counted lost (and
+	// logged) and the reply goes out. Zero means DefaultMaxWait, which
+	// rides out a leader election (a few seconds).
+	MaxWait time.Duration `json:"max_wait,omitempty"`
 	// Replicas and Memory size the stream (from the store's config).
 	Replicas int  `json:"-"`
 	Memory   bool `json:"-"`
@@ -113,20 +120,34 @@ type Trail struct {
 	cfg  Config
 }
 
-// New creates (or updates) the audit stream. js should be a JetStream
-// context of its own: records are published asynchronously through it.
-func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config) (*Trail, error) {
+// MaxInFlight bounds the records published and not yet acknowledged; a
+// writer past it waits a moment, then its record is refused at once and
+// Stored publishes it again.
+const MaxInFlight = 4096
+
+// New creates (or updates) the audit stream. Records are published
+// asynchronously through a JetStream context of the Trail's own on nc,
+// whose acknowledgements time out after AckWait (a lost one would hold its
+// place in MaxInFlight for ever).
+func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(MaxInFlight), jetstream.WithPublishAsyncTimeout(AckWait))
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = DefaultMaxAge
 	}
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = -1
 	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = DefaultMaxWait
+	}
 	storage := jetstream.FileStorage
 	if cfg.Memory {
 		storage = jetstream.MemoryStorage
 	}
-	err := store.Retry(ctx, store.Provision, func(ctx context.Context) error {
+	err = store.Retry(ctx, store.Provision, func(ctx context.Context) error {
 		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name: s.Stream(Stream), Description: "toolbus audit trail: one record per tool call",
 			Subjects: []string{s.All(kind)}, MaxAge: cfg.MaxAge, MaxBytes: cfg.MaxBytes, Discard: jetstream.DiscardOld,
@@ -153,9 +174,12 @@ func Subject(s bus.Subjects, session, tool string) string {
 }
 
 // Write publishes rec, with input as the policy allows, without waiting
-// for the stream's acknowledgement. The call key is the message id, so a
-// call recorded twice (a re-sent batch) is stored once.
-func (t *Trail) Write(rec *Record, input json.RawMessage) error {
+// for the stream's acknowledgement: Stored waits for it. The call key is
+// the message id, so a call recorded twice (a re-sent batch, a publish
+// retried after a lost acknowledgement) is stored once. An error means the
+// record could not be encoded; a publish that fails at once is retried by
+// Stored.
+func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`) // what the tool gets for no input
 	}
@@ -169,16 +193,134 @@ func (t *Trail) Write(rec *Record, input json.RawMessage) error {
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m := nats.NewMsg(Subject(t.subj, rec.Session, rec.Tool))
 	m.Data = b
-	m.Header.Set(jetstream.MsgIDHeader, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
-	_, err = t.js.PublishMsgAsync(m)
-	return err
+	id := bus.CallKey(rec.Session, rec.ReplyID, rec.CallID)
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	p := &Pending{msg: m, id: id}
+	p.ack, p.err = t.js.PublishMsgAsync(m)
+	return p, nil
 }
 
-// Flush waits until every record written so far is acknowledged, or ctx ends.
+// AckWait is how long Stored waits for a record's acknowledgement before
+// publishing it again (an acknowledgement lost in a leader change never
+// arrives).
+const AckWait = 5 * time.Second
+
+// Pending is a record on its way to the stream.
+type Pending struct {
+	msg *nats.Msg
+	id  string
+	ack jetstream.PubAckFuture
+	err error
+	// retried says Stored published it again (tests count them).
+	retried bool
+}
+
+// ID is the record's message id: its call key.
+func (p *Pending) ID() string { return p.id }
+
+// Data is the record as written.
+func (p *Pending) Data() []byte { return p.msg.Data }
+
+// Err is why the record is not stored (after Stored), or nil.
+func (p *Pending) Err() error { return p.err }
+
+// Stored waits until the stream holds every record of ps, publishing again
+// (with the same message id, which the stream stores once) those whose
+// publish failed or whose acknowledgement did not come within AckWait,
+// until ctx ends or Config.MaxWait has passed — but not through a full store (the stream's own limits
+// discard old records; a full account or server refuses a record as long
+// as nobody frees space), as the batch's events are (router/events.go).
+// Records go in rounds: all of a round are published together and share
+// one AckWait, so a leader change that loses every acknowledgement costs
+// one AckWait, not one per record. It returns the records it could not
+// store, each with its Err: none when every one is stored.
+func (t *Trail) Stored(ctx context.Context, ps []*Pending) (lost []*Pending) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.MaxWait)
+	defer cancel()
+	todo := make([]*Pending, 0, len(ps))
+	for _, p := range ps {
+		if p != nil {
+			todo = append(todo, p)
+		}
+	}
+	backoff := 10 * time.Millisecond
+	for len(todo) > 0 {
+		again := todo[:0:0]
+		for _, p := range awaitAll(ctx, todo) {
+			if ctx.Err() != nil || store.IsFull(p.err) || !store.IsTransient(p.err) {
+				lost = append(lost, p)
+			} else {
+				again = append(again, p)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return append(lost, again...)
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, time.Second)
+		for _, p := range again {
+			p.retried = true
+			p.ack, p.err = t.js.PublishMsgAsync(p.msg)
+		}
+		todo = again
+	}
+	return lost
+}
+
+// awaitAll waits for the acknowledgements of ps for at most AckWait in
+// all, and returns those that failed, each with its err set.
+func awaitAll(ctx context.Context, ps []*Pending) (failed []*Pending) {
+	timer := time.NewTimer(AckWait)
+	defer timer.Stop()
+	expired := false
+	for _, p := range ps {
+		if p.err == nil {
+			expired, p.err = ack(ctx, p, timer.C, expired)
+		}
+		if p.err != nil {
+			failed = append(failed, p)
+		}
+	}
+	return failed
+}
+
+// ack waits for p's acknowledgement until expiry fires (or fired:
+// expired), or ctx ends.
+func ack(ctx context.Context, p *Pending, expiry <-chan time.Time, expired bool) (bool, error) {
+	if expired {
+		select {
+		case <-p.ack.Ok():
+			return true, nil
+		case err := <-p.ack.Err():
+			return true, err
+		default:
+			return true, jetstream.ErrAsyncPublishTimeout
+		}
+	}
+	select {
+	case <-p.ack.Ok():
+		return false, nil
+	case err := <-p.ack.Err():
+		return false, err
+	case <-expiry:
+		return true, jetstream.ErrAsyncPublishTimeout
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// Flush waits until every record written so far is acknowledged, or ctx
+// ends (the asynchronous publishes only: Stored is what retries).
 func (t *Trail) Flush(ctx context.Context) error {
 	select {
 	case <-t.js.PublishAsyncComplete():
@@ -244,6 +386,41 @@ func secret(key string, names []string) bool {
 	return false
 }
 
+// exportRetries bounds how often Export asks again for a batch nobody
+// answered (about 5 s in all).
+const exportRetries = 10
+
+// fetch passes up to limit records of cons to fn and returns how many.
+func fetch(ctx context.Context, cons jetstream.Consumer, limit int, fn func(json.RawMessage) error) (int, error) {
+	batch, err := cons.Fetch(limit, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		return 0, fmt.Errorf("audit: fetch: %w", err)
+	}
+	n := 0
+	for m := range batch.Messages() {
+		n++
+		if err := fn(m.Data()); err != nil {
+			return n, err
+		}
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return n, fmt.Errorf("audit: fetch: %w", err)
+	}
+	return n, ctx.Err()
+}
+
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Filter selects records for Export; zero fields select all.
 type Filter struct {
 	Since   time.Time
@@ -278,23 +455,21 @@ func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filte
 		return fmt.Errorf("audit: consumer: %w", err)
 	}
 	left := info.NumPending
+	retries := 0
 	for left > 0 {
-		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return fmt.Errorf("audit: fetch: %w", err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			left--
-			if err := fn(m.Data()); err != nil {
+		n, err := fetch(ctx, cons, int(min(left, 256)), fn)
+		left -= uint64(n)
+		switch {
+		case err != nil && n == 0 && errors.Is(err, nats.ErrNoResponders) && retries < exportRetries:
+			// The consumer's server is not answering yet (a cluster
+			// under load, a leader moving): ask again after a moment.
+			retries++
+			if err := pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 				return err
 			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return fmt.Errorf("audit: fetch: %w", err)
-		}
-		if n == 0 {
+		case err != nil:
+			return err
+		case n == 0:
 			return fmt.Errorf("audit: %d records announced but not delivered", left)
 		}
 	}

@@ -22,11 +22,12 @@ func TestWriteExportOnCluster(t *testing.T) {
 	var trails []*Trail
 	var js jetstream.JetStream
 	for _, node := range []int{0, 2} {
-		j, err := jetstream.New(bustest.ConnectURL(t, cl.URL(node)))
+		nc := bustest.ConnectURL(t, cl.URL(node))
+		j, err := jetstream.New(nc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr, err := New(t.Context(), j, s, Config{Replicas: 3, Inputs: true, Redact: []string{"token"}})
+		tr, err := New(t.Context(), nc, s, Config{Replicas: 3, Inputs: true, Redact: []string{"token"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,19 +36,19 @@ func TestWriteExportOnCluster(t *testing.T) {
 	for i := range 6 {
 		rec := &Record{Time: time.Now(), Session: fmt.Sprintf("s%d", i%2), ReplyID: "r1", CallID: fmt.Sprintf("c%d", i), Tool: []string{"a", "b", "c"}[i%3],
 			Decision: Decision{Behavior: Allow}, Outcome: Outcome{State: bus.StateSuccess}}
-		if err := trails[i%2].Write(rec, json.RawMessage(`{"token":"secret-value"}`)); err != nil {
+		if _, err := trails[i%2].Write(rec, json.RawMessage(`{"token":"secret-value"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	big := &Record{Session: "s9", ReplyID: "r1", CallID: "big", Tool: "a"}
-	if err := trails[0].Write(big, json.RawMessage(`{"q":"`+strings.Repeat("x", MaxInput)+`"}`)); err != nil {
+	if _, err := trails[0].Write(big, json.RawMessage(`{"q":"`+strings.Repeat("x", MaxInput)+`"}`)); err != nil {
 		t.Fatal(err)
 	}
 	if big.Input != nil || big.InputOmitted == "" || big.InputDigest == "" {
 		t.Fatalf("a large input: %+v", big)
 	}
 	again := &Record{Session: "s0", ReplyID: "r1", CallID: "c0", Tool: "a"}
-	if err := trails[1].Write(again, nil); err != nil {
+	if _, err := trails[1].Write(again, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, tr := range trails {

@@ -101,44 +101,135 @@ func ParseSearch(input json.RawMessage) (SearchInput, error) {
 	return in, nil
 }
 
-// toolIndex is the search index over the registry's tools, rebuilt when a
-// definition or a group changes (not on worker beats).
+// toolIndex is the search index over the registry's tools, changed one
+// tool at a time when a definition or a group changes (not on worker
+// beats): a tool's document id stays its own while it is registered.
 type toolIndex struct {
 	regVersion uint64 // the registry's version the tools were read at
-	tools      []*registry.Tool
 	groups     []bus.Group
 	ix         *search.Index
+	ids        map[string]int   // tool name → its document
+	tools      []*registry.Tool // by document id; nil for a free one
+	seen       []uint64         // by document id: the last sync that saw it
+	syncs      uint64
+	// list and listIDs are the last listing synced and its tools'
+	// document ids, by position: the registry lists in registration
+	// order, so most of a new listing is found here without a map lookup.
+	list    []*registry.Tool
+	listIDs []int
 }
 
+// searchCache holds the index; mu guards it: written by sync, read while a
+// search maps documents to tools.
 type searchCache struct {
-	mu  sync.Mutex
+	mu  sync.RWMutex
 	cur *toolIndex
 }
 
-// index returns the index over the registry's tools, building it when
-// the tools or groups differ from the last one's. Listing the registry
-// (a sort) is skipped while its version is unchanged; a change that is
-// not a definition (a worker's beat) keeps the index.
-func (s *Store) index(reg *registry.Registry) *toolIndex {
+// index returns the index over the registry's tools, read-locked (the
+// caller calls done when its search is over), first bringing it up to
+// date when the registry's version or the groups changed (sync).
+func (s *Store) index(reg *registry.Registry) (ti *toolIndex, done func()) {
 	gs := s.Groups()
 	ver := reg.Version()
+	s.search.mu.RLock()
+	if c := s.search.cur; c != nil && c.regVersion == ver && slices.EqualFunc(c.groups, gs, bus.Group.Equal) {
+		return c, s.search.mu.RUnlock
+	}
+	s.search.mu.RUnlock()
+	tools := reg.Tools() // outside the lock: searches hold it while they ask the registry
 	s.search.mu.Lock()
-	defer s.search.mu.Unlock()
-	c := s.search.cur
-	if c != nil && c.regVersion == ver && slices.EqualFunc(c.groups, gs, bus.Group.Equal) {
-		return c
+	if s.search.cur == nil {
+		s.search.cur = newToolIndex()
 	}
-	tools := reg.Tools()
-	if c != nil && slices.Equal(c.tools, tools) && slices.EqualFunc(c.groups, gs, bus.Group.Equal) {
-		c.regVersion = ver
-		return c
-	}
-	docs := make([]search.Doc, len(tools))
+	s.search.cur.sync(tools, ver, gs)
+	s.search.mu.Unlock()
+	s.search.mu.RLock()
+	return s.search.cur, s.search.mu.RUnlock
+}
+
+func newToolIndex() *toolIndex {
+	return &toolIndex{ix: search.New(nil), ids: map[string]int{}}
+}
+
+// sync brings the index to tools and groups gs: a tool not indexed yet is
+// added, one whose definition changed (another *registry.Tool) or one of
+// whose groups changed is indexed again, one no longer registered is
+// removed; the others are not touched. Listing the registry (a sort) is
+// the caller's, once per registry version; sync keeps tools, which must
+// not change afterwards (Registry.Tools returns a new slice each time).
+func (ti *toolIndex) sync(tools []*registry.Tool, ver uint64, gs []bus.Group) {
+	changed := changedGroups(ti.groups, gs)
+	ti.syncs++
+	ids := make([]int, len(tools))
 	for i, t := range tools {
-		docs[i] = toolDoc(&t.Def, gs)
+		if i < len(ti.list) && ti.list[i] == t {
+			id := ti.listIDs[i] // the same tool at the same place: unchanged
+			if inGroups(&t.Def, changed) {
+				ti.ix.Replace(id, toolDoc(&t.Def, gs))
+			}
+			ids[i], ti.seen[id] = id, ti.syncs
+			continue
+		}
+		id, ok := ti.ids[t.Def.Name]
+		switch {
+		case !ok:
+			id = ti.ix.Add(toolDoc(&t.Def, gs))
+			ti.ids[t.Def.Name] = id
+			if id == len(ti.tools) {
+				ti.tools, ti.seen = append(ti.tools, nil), append(ti.seen, 0)
+			}
+		case ti.tools[id] != t || inGroups(&t.Def, changed):
+			ti.ix.Replace(id, toolDoc(&t.Def, gs))
+		}
+		ti.tools[id], ti.seen[id], ids[i] = t, ti.syncs, id
 	}
-	s.search.cur = &toolIndex{regVersion: ver, tools: tools, groups: gs, ix: search.New(docs)}
-	return s.search.cur
+	if len(ti.ids) > len(tools) {
+		for name, id := range ti.ids {
+			if ti.seen[id] != ti.syncs {
+				ti.ix.Remove(id)
+				delete(ti.ids, name)
+				ti.tools[id] = nil
+			}
+		}
+	}
+	ti.regVersion, ti.groups, ti.list, ti.listIDs = ver, gs, tools, ids
+}
+
+// changedGroups names the groups that differ between old and cur: added,
+// removed, or with another definition; nil when none does.
+func changedGroups(old, cur []bus.Group) map[string]bool {
+	if slices.EqualFunc(old, cur, bus.Group.Equal) {
+		return nil
+	}
+	was := make(map[string]bus.Group, len(old))
+	for _, g := range old {
+		was[g.Name] = g
+	}
+	out := map[string]bool{}
+	for _, g := range cur {
+		if o, ok := was[g.Name]; !ok || !o.Equal(g) {
+			out[g.Name] = true
+		}
+		delete(was, g.Name)
+	}
+	for name := range was {
+		out[name] = true
+	}
+	return out
+}
+
+// inGroups reports whether d is in one of the named groups.
+func inGroups(d *bus.ToolDef, names map[string]bool) bool {
+	if len(names) == 0 {
+		return false
+	}
+	for _, g := range d.Groups {
+		if names[g] {
+			return true
+		}
+	}
+	return false
 }
 
 // toolDoc is what a tool is searched by: its name (counted thrice), title
@@ -159,7 +250,7 @@ func toolDoc(d *bus.ToolDef, gs []bus.Group) search.Doc {
 			fs = append(fs, search.Field{Text: g.Name + " " + g.Description})
 		}
 	}
-	return search.Doc{Fields: fs}
+	return search.Doc{Fields: fs, Key: d.Name}
 }
 
 // match is one search result.
@@ -264,7 +355,8 @@ func (v *View) Search(ctx context.Context, session string, input json.RawMessage
 // find ranks tools and skills for query, best first, at most limit, among
 // what the session could reach.
 func (v *View) find(query string, limit int, skills []SkillDoc) []match {
-	ti := v.store.index(v.reg)
+	ti, done := v.store.index(v.reg)
+	defer done()
 	type scored struct {
 		m     match
 		score float64

@@ -267,3 +267,59 @@ func FuzzParseSearch(f *testing.F) {
 		}
 	})
 }
+
+// TestSearchFollowsChanges: after the index is built, a re-registered
+// definition is found by its new words and no longer by its old ones, a
+// group's new description reaches its tools, a new tool is found, and a
+// deleted one is not (the index changes incrementally: docs/guardrails.md).
+func TestSearchFollowsChanges(t *testing.T) {
+	r, s := searchFixture(t, searchCfg)
+	found := func(query string) []string {
+		t.Helper()
+		text, err := runSearch(t, r, s, "s1", fmt.Sprintf(`{"query":%q}`, query))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return foundNames(text)
+	}
+	if got := found("conditions"); !slices.Equal(got, []string{"get_weather"}) {
+		t.Fatalf("before: %v", got)
+	}
+	register := func(defs ...bus.ToolDef) {
+		t.Helper()
+		if ack, err := r.Register(t.Context(), bus.Register{Worker: "w1", Tools: defs}); err != nil || len(ack.Rejected) != 0 {
+			t.Fatalf("register: %+v %v", ack, err)
+		}
+	}
+	obj := json.RawMessage(`{"type":"object"}`)
+	register(bus.ToolDef{Name: "get_weather", Description: "Temperature and wind in a town.", InputSchema: obj, Groups: []string{"weather"}},
+		bus.ToolDef{Name: "get_tides", Description: "Tide tables of a harbour.", InputSchema: obj, Groups: []string{"weather"}})
+	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+		if got := found("wind"); !slices.Equal(got, []string{"get_weather"}) {
+			return fmt.Errorf("new words: %v", got)
+		}
+		return nil
+	})
+	if got := found("conditions"); len(got) != 0 {
+		t.Errorf("old words still find %v", got)
+	}
+	if got := found("harbour"); !slices.Equal(got, []string{"get_tides"}) {
+		t.Errorf("a new tool: %v", got)
+	}
+	put(t, s, bus.Group{Name: "mail", Description: "Post and parcels.", Scope: bus.ScopeMeta})
+	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+		if got := found("parcels"); !slices.Equal(got, []string{"help_desk", "send_email"}) && !slices.Equal(got, []string{"send_email", "help_desk"}) {
+			return fmt.Errorf("a group's new description: %v", got)
+		}
+		return nil
+	})
+	if err := r.Delete(t.Context(), "get_tides"); err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+		if got := found("harbour"); len(got) != 0 {
+			return fmt.Errorf("a deleted tool: %v", got)
+		}
+		return nil
+	})
+}

@@ -54,6 +54,10 @@ type Rule struct {
 	Rate *Rate `json:"rate,omitempty"`
 	// Budget, when set, bounds units per UTC day.
 	Budget *Budget `json:"budget,omitempty"`
+	// CacheHits, when true, counts calls the result cache answers too.
+	// By default a hit runs nothing and costs nothing, so no rule counts
+	// it (docs/guardrails.md "When a call counts").
+	CacheHits bool `json:"cache_hits,omitempty"`
 }
 
 // Rate allows Calls per IntervalMS on average, and up to Burst at once.
@@ -151,7 +155,7 @@ func (r *Rule) check() error {
 
 // matches reports whether the rule counts call c.
 func (r *Rule) matches(c Call) bool {
-	if r.Writes && c.ReadOnly {
+	if r.Writes && c.ReadOnly || c.CacheHit && !r.CacheHits {
 		return false
 	}
 	return len(r.Tools) == 0 || slices.Contains(r.Tools, c.Tool)

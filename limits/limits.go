@@ -40,6 +40,9 @@ type Call struct {
 	ReadOnly bool
 	User     string
 	Session  string
+	// CacheHit says the result cache answers the call: only rules with
+	// CacheHits count it.
+	CacheHit bool
 }
 
 // Refusal is a call over one of its limits: nothing ran and nothing was

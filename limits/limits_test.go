@@ -328,3 +328,63 @@ func TestTenantFromConfigOnly(t *testing.T) {
 		t.Fatalf("unmapped users share one tenant: %+v %v", ref, err)
 	}
 }
+
+// TestRuleMatches: what a rule counts, cache hits included (pure logic).
+func TestRuleMatches(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rule Rule
+		call Call
+		want bool
+	}{
+		{"every tool", Rule{}, Call{Tool: "a"}, true},
+		{"named tool", Rule{Tools: []string{"a"}}, Call{Tool: "a"}, true},
+		{"other tool", Rule{Tools: []string{"a"}}, Call{Tool: "b"}, false},
+		{"writes: a write", Rule{Writes: true}, Call{Tool: "a"}, true},
+		{"writes: a read", Rule{Writes: true}, Call{Tool: "a", ReadOnly: true}, false},
+		{"a cache hit by default", Rule{}, Call{Tool: "a", ReadOnly: true, CacheHit: true}, false},
+		{"a cache hit, cache_hits", Rule{CacheHits: true}, Call{Tool: "a", ReadOnly: true, CacheHit: true}, true},
+		{"a miss, cache_hits", Rule{CacheHits: true}, Call{Tool: "a", ReadOnly: true}, true},
+		{"a cache hit, cache_hits, other tool", Rule{CacheHits: true, Tools: []string{"b"}}, Call{Tool: "a", CacheHit: true}, false},
+	} {
+		if got := tc.rule.matches(tc.call); got != tc.want {
+			t.Errorf("%s: matches = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestCacheHitsCountOnlyWhereAsked: a call answered by the cache spends
+// no budget and no rate unless the rule says cache_hits; a miss then
+// spends as before.
+func TestCacheHitsCountOnlyWhereAsked(t *testing.T) {
+	s := bustest.RunServer(t)
+	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	l := newLimiter(t, bustest.Connect(t, s), Policy{Rules: []Rule{
+		{Name: "budget", Tools: []string{"a"}, Budget: &Budget{Units: 1}},
+		{Name: "rate", Tools: []string{"a"}, Rate: &Rate{Calls: 1, IntervalMS: 3600_000}},
+		{Name: "hits", Tools: []string{"h"}, CacheHits: true, Budget: &Budget{Units: 1}},
+	}}, 1, clk.Now)
+	hit := Call{Tool: "a", ReadOnly: true, CacheHit: true}
+	for i := range 5 {
+		if ref, err := l.Check(t.Context(), hit); err != nil || ref != nil {
+			t.Fatalf("hit %d: %+v %v", i, ref, err)
+		}
+	}
+	miss := Call{Tool: "a", ReadOnly: true}
+	if ref, err := l.Check(t.Context(), miss); err != nil || ref != nil {
+		t.Fatalf("first miss: %+v %v", ref, err)
+	}
+	if ref, err := l.Check(t.Context(), miss); err != nil || ref == nil || ref.Rule != "budget" {
+		t.Fatalf("second miss: %+v %v, want refused by budget", ref, err)
+	}
+	if ref, err := l.Check(t.Context(), hit); err != nil || ref != nil {
+		t.Fatalf("a hit once the budget is spent: %+v %v", ref, err)
+	}
+	h := Call{Tool: "h", ReadOnly: true, CacheHit: true}
+	if ref, err := l.Check(t.Context(), h); err != nil || ref != nil {
+		t.Fatalf("cache_hits, first hit: %+v %v", ref, err)
+	}
+	if ref, err := l.Check(t.Context(), h); err != nil || ref == nil || ref.Rule != "hits" {
+		t.Fatalf("cache_hits, second hit: %+v %v, want refused", ref, err)
+	}
+}

@@ -256,8 +256,9 @@ func (s reportStep) publish(b *batch, typ, callID string, data any) {
 }
 
 // stored waits until the events stream holds every event b has published
-// so far.
+// so far, and P_AUDIT its audit records.
 func (s reportStep) stored(b *batch) {
+	defer s.guard.audited(b, s.landing) // and its audit records, in flight beside them (guard.go)
 	b.mu.Lock()
 	sent := b.sent
 	b.sent = nil

@@ -64,7 +64,16 @@ type guard struct {
 	cache   *rcache.Cache          // nil when off
 	cached  *prometheus.CounterVec // result cache lookups by outcome
 	audit   *audit.Trail           // nil when off
+	lost    prometheus.Counter     // audit records that could not be stored
+	pending sync.Map               // *batch → *auditPending: its records not yet known stored (a batch cut off by the drain deadline leaves its entry: the router is stopping)
 	limited sync.Map               // *callState → the limit rule that refused it, until audited
+	missed  sync.Map               // call key → its cache key: looked up by the quota step, a miss
+}
+
+// auditPending is a batch's audit records on their way to P_AUDIT.
+type auditPending struct {
+	mu sync.Mutex
+	ps []*audit.Pending
 }
 
 // newGuardrails sets up the guardrails' JetStream resources (only those
@@ -81,12 +90,14 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 	if ac := cfg.Guard.Audit; ac != nil {
 		acfg := *ac
 		acfg.Replicas, acfg.Memory = cfg.Store.Replicas, cfg.Store.Memory
-		ajs, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
-		if err != nil {
-			return fmt.Errorf("router: audit: %w", err)
-		}
-		if g.audit, err = audit.New(ctx, ajs, subj, acfg); err != nil {
+		var err error
+		if g.audit, err = audit.New(ctx, nc, subj, acfg); err != nil {
 			return fmt.Errorf("router: %w", err)
+		}
+		lost := prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_records_lost_total",
+			Help: "Audit records the router could not store in P_AUDIT (each one is logged in full)."})
+		if g.lost, err = register(cfg.Metrics, lost); err != nil {
+			return err
 		}
 	}
 	if cfg.Guard.Cache {
@@ -95,44 +106,93 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 			return fmt.Errorf("router: %w", err)
 		}
 		g.cache = c
-		g.cached = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_result_cache_lookups_total",
+		cached := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_result_cache_lookups_total",
 			Help: "Result cache lookups of cacheable tool calls, by result (hit or miss)."}, []string{"tool", "result"})
-		if reg := cfg.Metrics; reg != nil {
-			if err := reg.Register(g.cached); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					return fmt.Errorf("router: metrics: %w", err)
-				}
-				g.cached = are.ExistingCollector.(*prometheus.CounterVec)
-			}
+		if g.cached, err = register(cfg.Metrics, cached); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// register registers c with reg (when set), or returns the collector of
+// that name already registered (a second router in one process).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if reg == nil {
+		return c, nil
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return c, fmt.Errorf("router: metrics: %w", err)
+		}
+		if got, ok := are.ExistingCollector.(C); ok {
+			return got, nil
+		}
+		return c, fmt.Errorf("router: metrics: %w", err)
+	}
+	return c, nil
 }
 
 // cachedRun runs a tool call through the result cache: a call of a tool
 // with cache_ttl_ms whose key (definition, input, scope) has a stored
 // result within its TTL is answered with it, marked in its metadata
 // (docs/protocol.md 3.3), and nothing runs; otherwise the call runs and a
-// successful result is stored.
+// successful result is stored. A call the quota step already looked up
+// (a miss: limit, cacheHit) is not looked up again.
 func (g *guard) cachedRun(ctx context.Context, j *job, run func(context.Context, *job) bus.Result) bus.Result {
 	if g == nil || g.cache == nil {
 		return run(ctx, j)
 	}
-	c := g.cache
-	key, ok := rcache.Key(&j.tool.Def, j.session, userOf(j.user), j.call.Input)
-	if !ok {
-		return run(ctx, j)
+	var key string
+	if k, looked := g.missed.LoadAndDelete(j.key()); looked {
+		key = k.(string)
+	} else {
+		var ok, hit bool
+		var res bus.Result
+		if key, res, ok, hit = g.lookup(ctx, j.tool, j.session, j.user, j.call); !ok {
+			return run(ctx, j)
+		} else if hit {
+			return res
+		}
 	}
-	if res, hit := c.Get(ctx, key); hit {
-		g.cached.WithLabelValues(j.call.Name, "hit").Inc()
-		res.ID, res.Name = j.call.ID, j.call.Name
-		return res
-	}
-	g.cached.WithLabelValues(j.call.Name, "miss").Inc()
 	res := run(ctx, j)
-	c.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
+	g.cache.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
 	return res
+}
+
+// lookup looks call (its input validated) of tool t up in the result
+// cache, and counts the lookup: ok is false for a call the cache does not
+// serve, hit true with the stored result, renamed for this call.
+func (g *guard) lookup(ctx context.Context, t *registry.Tool, session string, user json.RawMessage, call bus.Call) (key string, res bus.Result, ok, hit bool) {
+	key, ok = rcache.Key(&t.Def, session, userOf(user), call.Input)
+	if !ok {
+		return "", bus.Result{}, false, false
+	}
+	if res, hit = g.cache.Get(ctx, key); hit {
+		g.cached.WithLabelValues(call.Name, "hit").Inc()
+		res.ID, res.Name = call.ID, call.Name
+		return key, res, true, true
+	}
+	g.cached.WithLabelValues(call.Name, "miss").Inc()
+	return key, bus.Result{}, true, false
+}
+
+// cacheHit is the result cache's answer to call c when it has one, looked
+// up before the call is counted: a hit runs nothing and costs nothing, so
+// only the rules with cache_hits count it (docs/guardrails.md "When a
+// call counts"). A miss is remembered for cachedRun, which then stores
+// the call's result without looking it up again.
+func (g *guard) cacheHit(ctx context.Context, b *batch, c *callState) (bus.Result, bool) {
+	if g.cache == nil || c.target.Tool.Def.CacheTTLMS <= 0 {
+		return bus.Result{}, false
+	}
+	call := bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}
+	key, res, ok, hit := g.lookup(ctx, c.target.Tool, b.session, b.data.User, call)
+	if ok && !hit {
+		g.missed.Store(bus.CallKey(b.session, b.replyID, c.call.ID), key)
+	}
+	return res, hit
 }
 
 // limit is the quota step of a call's pipeline, after its permission
@@ -141,9 +201,10 @@ func (g *guard) cachedRun(ctx context.Context, j *job, run func(context.Context,
 // 3.3), and nothing runs. reset_tools, search_tools, the skill loader and
 // request-scoped tools are not counted, nor is a call of a re-sent batch
 // that the ledger or a parked record will answer (the first copy was
-// counted; read-only calls run again, and count again). When the counts
-// cannot be reached the call does not run either (fail closed): it ends
-// unavailable.
+// counted; read-only calls run again, and count again), nor a call the
+// result cache answers (cacheHit: only rules with cache_hits count it; the
+// hit is the call's result). When the counts cannot be reached the call
+// does not run either (fail closed): it ends unavailable.
 func (g *guard) limit(b *batch, c *callState, spec parkSpec) *bus.Result {
 	if g == nil || g.lim == nil {
 		return nil
@@ -155,10 +216,31 @@ func (g *guard) limit(b *batch, c *callState, spec parkSpec) *bus.Result {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
+	call := limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session}
+	if spec.kind == "" { // a call that parks is looked up when it runs, if ever
+		if res, hit := g.cacheHit(ctx, b, c); hit {
+			call.CacheHit = true
+			ref, err := lim.Check(ctx, call)
+			if err != nil || ref != nil {
+				return g.refuse(c, t, ref, err)
+			}
+			return &res
+		}
+	}
 	if g.counted(ctx, b, c, spec) {
 		return nil
 	}
-	ref, err := lim.Check(ctx, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
+	ref, err := lim.Check(ctx, call)
+	if err != nil || ref != nil {
+		g.missed.Delete(bus.CallKey(b.session, b.replyID, c.call.ID)) // it will not run
+		return g.refuse(c, t, ref, err)
+	}
+	return nil
+}
+
+// refuse is the result of call c of tool t that its limits refused (ref),
+// or that could not be checked (err); nil when neither.
+func (g *guard) refuse(c *callState, t *registry.Tool, ref *limits.Refusal, err error) *bus.Result {
 	if err != nil {
 		g.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
 		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
@@ -265,10 +347,17 @@ func (g *guard) natsUser(session string) string {
 	return ""
 }
 
-// record writes the audit record of a call the batch finished (every call
-// that did not park: parked calls are recorded when they end, recordParked).
+// record publishes the audit record of a call the batch finished (every
+// call that did not park: parked calls are recorded when they end,
+// recordParked) without waiting; audited waits for it before the reply.
 func (g *guard) record(b *batch, c *callState, res bus.Result) {
-	if g == nil || g.audit == nil {
+	if g == nil {
+		return
+	}
+	if res.State == bus.StateInterrupted && g.cache != nil && g.lim != nil {
+		g.missed.Delete(bus.CallKey(b.session, b.replyID, c.call.ID)) // it may never have run
+	}
+	if g.audit == nil {
 		return
 	}
 	tr := g.audit
@@ -307,13 +396,62 @@ func (g *guard) record(b *batch, c *callState, res bus.Result) {
 		}
 		rec.Decision.Cached = bytes.Contains(res.Metadata, []byte(`"`+rcache.MetadataKey+`"`))
 	}
-	if err := tr.Write(rec, input); err != nil {
-		g.log.Warn("router: audit record not written", "session", b.session, "call", c.call.ID, "err", err)
+	p, err := tr.Write(rec, input)
+	if err != nil {
+		g.lose(rec, nil, err)
+		return
+	}
+	v, ok := g.pending.Load(b)
+	if !ok {
+		v, _ = g.pending.LoadOrStore(b, &auditPending{})
+	}
+	ap := v.(*auditPending)
+	ap.mu.Lock()
+	ap.ps = append(ap.ps, p)
+	ap.mu.Unlock()
+}
+
+// audited waits until P_AUDIT holds the audit records of b's calls
+// reported so far, published as they finished; reportStep.stored calls it
+// once the batch's events are stored, so the two waits overlap and the
+// reply, sent after both, follows every record of the calls it carries
+// (docs/guardrails.md "Audit trail"). A record that cannot be stored
+// within the trail's max_wait is counted and logged in full (lose), and
+// the reply goes out: the calls ran.
+func (g *guard) audited(b *batch, landing landingFunc) {
+	if g == nil || g.audit == nil {
+		return
+	}
+	v, ok := g.pending.LoadAndDelete(b)
+	if !ok {
+		return
+	}
+	ap := v.(*auditPending)
+	ap.mu.Lock()
+	ps := ap.ps
+	ap.mu.Unlock()
+	ctx, cancel := landing.start()
+	defer cancel()
+	for _, p := range g.audit.Stored(ctx, ps) {
+		g.lose(nil, p.Data(), p.Err())
 	}
 }
 
+// lose counts an audit record that could not be stored and logs it in
+// full (rec, or its encoding data), so that a log shipper still has it.
+func (g *guard) lose(rec *audit.Record, data []byte, err error) {
+	if g.lost != nil {
+		g.lost.Inc()
+	}
+	if data == nil && rec != nil {
+		data, _ = json.Marshal(rec)
+	}
+	g.log.Error("router: audit record not stored", "record", json.RawMessage(data), "err", err)
+}
+
 // recordParked writes the audit record of a parked call that ended: asked
-// (a confirmation, naming who answered and when) or external.
+// (a confirmation, naming who answered and when) or external, and waits
+// until P_AUDIT holds it.
 func (g *guard) recordParked(rec *external.Record, res bus.Result) {
 	if g == nil || g.audit == nil {
 		return
@@ -328,8 +466,18 @@ func (g *guard) recordParked(rec *external.Record, res bus.Result) {
 		DurationMS: time.Since(rec.Created).Milliseconds(),
 		Decision: audit.Decision{Behavior: behavior, Mode: g.groups.Session(rec.Session).Mode, Rule: rec.Reason,
 			Approver: rec.AnsweredBy, AnsweredAt: rec.AnsweredAt}}
-	if err := tr.Write(a, rec.Call.Input); err != nil {
-		g.log.Warn("router: audit record not written", "session", rec.Session, "call", rec.Call.ID, "err", err)
+	p, err := tr.Write(a, rec.Call.Input)
+	if err != nil {
+		g.lose(a, nil, err)
+		return
+	}
+	// Stored before the call's result is recorded and its batch goes on
+	// (answers.complete): a parked call ends at a person's pace, so the
+	// round trip is not worth overlapping.
+	ctx, cancel := landing()
+	defer cancel()
+	for _, p := range tr.Stored(ctx, []*audit.Pending{p}) {
+		g.lose(a, p.Data(), p.Err())
 	}
 }
 

@@ -28,10 +28,13 @@ type noInput struct{}
 
 // guardDeployment starts routers with cfg and a worker serving paid
 // (read-only), deploy (a write tool) and get_weather (group weather).
-func guardDeployment(t *testing.T, cluster bool, routers int, g router.Guard) (*xtest.Deployment, *atomic.Int64) {
+func guardDeployment(t *testing.T, cluster bool, routers int, g router.Guard, opts ...func(*router.Config)) (*xtest.Deployment, *atomic.Int64) {
 	t.Helper()
-	d := xtest.Run(t, xtest.Config{Cluster: cluster, Routers: routers, Router: router.Config{Guard: g,
-		Groups: []bus.Group{{Name: "weather", Description: "Weather forecasts.", Scope: bus.ScopeMeta}}}})
+	rc := router.Config{Guard: g, Groups: []bus.Group{{Name: "weather", Description: "Weather forecasts.", Scope: bus.ScopeMeta}}}
+	for _, o := range opts {
+		o(&rc)
+	}
+	d := xtest.Run(t, xtest.Config{Cluster: cluster, Routers: routers, Router: rc})
 	var runs atomic.Int64
 	_, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
 		run := func(context.Context, *worker.Call, noInput) (string, error) { runs.Add(1); return "ok", nil }

@@ -1,7 +1,13 @@
 // Package search ranks documents against a query of words with BM25: the
 // index behind the search_tools meta tool (docs/protocol.md 4.2). It is pure
-// and small: a document is a few weighted fields of text, an index is built
-// once for a set of documents and read by any number of goroutines.
+// and small: a document is a few weighted fields of text; an index is built
+// for a set of documents, changed one document at a time (Add, Remove,
+// Replace: each touches only that document's postings and the length
+// statistics), and read by any number of goroutines.
+//
+// Every statistic is an integer (weighted term counts, document lengths,
+// their total), so an index changed incrementally scores, and ranks, every
+// document exactly as one rebuilt from the same documents.
 package search
 
 import (
@@ -9,6 +15,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -18,68 +25,166 @@ const (
 	b  = 0.75
 )
 
+// MaxWeight bounds a field's weight, so a document's length stays a small
+// exact integer.
+const MaxWeight = 100
+
 // Field is one piece of a document's text and how much a word in it counts.
 type Field struct {
 	Text   string
-	Weight int // a word counts Weight times; zero means 1
+	Weight int // a word counts Weight times; zero (or less) means 1, at most MaxWeight
 }
 
 // Doc is one searchable document.
 type Doc struct {
 	Fields []Field
+	// Key orders documents of equal score (then their ids): give each a
+	// unique key (a tool's name) and the ranking does not depend on the
+	// ids, so an index built in another order ranks the same.
+	Key string
 }
 
 type posting struct {
 	doc int32
-	tf  float32
+	tf  uint32 // the weighted count of the term in the document
 }
 
-// Index is an immutable BM25 index.
+// slot is one document of the index; a free one has live false.
+type slot struct {
+	live  bool
+	len   int64    // the weighted count of all its terms
+	key   string   // Doc.Key
+	terms []string // its distinct terms: what Remove takes out
+}
+
+// Index is a BM25 index. Search may run concurrently with anything;
+// Add, Remove and Replace wait for searches in progress.
 type Index struct {
+	mu       sync.RWMutex
 	postings map[string][]posting
-	lens     []float32
-	avg      float64
+	docs     []slot
+	free     []int32 // free slots, reused by Add
+	live     int
+	total    int64 // the sum of the live documents' lengths
 }
 
 // Hit is one document that matches, with its score.
 type Hit struct {
-	Doc   int // the document's position in the slice given to New
+	Doc   int // the document's id: its position in the slice given to New, or what Add returned
 	Score float64
 }
 
-// New indexes docs.
+// New indexes docs; docs[i] gets id i.
 func New(docs []Doc) *Index {
-	ix := &Index{postings: map[string][]posting{}, lens: make([]float32, len(docs))}
-	var total float64
-	tf := map[string]float32{}
-	for i, d := range docs {
-		clear(tf)
-		var n float32
-		for _, f := range d.Fields {
-			w := float32(max(f.Weight, 1))
-			for _, t := range Tokens(f.Text) {
-				tf[t] += w
-				n += w
-			}
-		}
-		for t, c := range tf {
-			ix.postings[t] = append(ix.postings[t], posting{doc: int32(i), tf: c})
-		}
-		ix.lens[i] = n
-		total += float64(n)
-	}
-	if len(docs) > 0 {
-		ix.avg = total / float64(len(docs))
+	ix := &Index{postings: map[string][]posting{}, docs: make([]slot, 0, len(docs))}
+	tf := map[string]uint32{}
+	for _, d := range docs {
+		ix.insert(int32(len(ix.docs)), d, tf, true)
 	}
 	return ix
 }
 
+// Add indexes d and returns its id (a free id is reused).
+func (ix *Index) Add(d Doc) int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	id := int32(len(ix.docs))
+	grow := true
+	if n := len(ix.free); n > 0 {
+		id, ix.free, grow = ix.free[n-1], ix.free[:n-1], false
+	}
+	ix.insert(id, d, map[string]uint32{}, grow)
+	return int(id)
+}
+
+// Remove takes document id out; false when there is none.
+func (ix *Index) Remove(id int) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if !ix.remove(id) {
+		return false
+	}
+	ix.free = append(ix.free, int32(id))
+	return true
+}
+
+// Replace indexes d as document id, in place of what it was; false (and
+// nothing changes) when there is no document id.
+func (ix *Index) Replace(id int, d Doc) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if !ix.remove(id) {
+		return false
+	}
+	ix.insert(int32(id), d, map[string]uint32{}, false)
+	return true
+}
+
+// insert indexes d as document id (a new slot at the end when grow, else
+// the free slot id), counting its terms in tf (cleared first).
+func (ix *Index) insert(id int32, d Doc, tf map[string]uint32, grow bool) {
+	clear(tf)
+	var n int64
+	for _, f := range d.Fields {
+		w := uint32(min(max(f.Weight, 1), MaxWeight))
+		for _, t := range Tokens(f.Text) {
+			tf[t] += w
+			n += int64(w)
+		}
+	}
+	sl := slot{live: true, len: n, key: d.Key, terms: make([]string, 0, len(tf))}
+	for t, c := range tf {
+		ix.postings[t] = append(ix.postings[t], posting{doc: id, tf: c})
+		sl.terms = append(sl.terms, t)
+	}
+	if grow {
+		ix.docs = append(ix.docs, sl)
+	} else {
+		ix.docs[id] = sl
+	}
+	ix.live++
+	ix.total += n
+}
+
+// remove takes document id's postings and length out, leaving its slot free.
+func (ix *Index) remove(id int) bool {
+	if id < 0 || id >= len(ix.docs) || !ix.docs[id].live {
+		return false
+	}
+	sl := &ix.docs[id]
+	for _, t := range sl.terms {
+		ps := ix.postings[t]
+		i := slices.IndexFunc(ps, func(p posting) bool { return p.doc == int32(id) })
+		if i < 0 {
+			continue // cannot happen: every term of a slot has its posting
+		}
+		// The order of a term's postings does not matter: scores are summed
+		// per document over the query's terms in order, and hits are
+		// ordered by score, key and id.
+		ps[i] = ps[len(ps)-1]
+		if ps = ps[:len(ps)-1]; len(ps) == 0 {
+			delete(ix.postings, t)
+		} else {
+			ix.postings[t] = ps
+		}
+	}
+	ix.live--
+	ix.total -= sl.len
+	*sl = slot{}
+	return true
+}
+
 // Len is the number of documents.
-func (ix *Index) Len() int { return len(ix.lens) }
+func (ix *Index) Len() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.live
+}
 
 // Search scores every document that holds a word of query and returns
-// those keep accepts, best first (ties by position), at most k of them.
-// keep nil accepts all.
+// those keep accepts, best first (ties by key, then id), at most k of
+// them. keep nil accepts all; it is called with the index read-locked, so
+// it must not change the index.
 func (ix *Index) Search(query string, k int, keep func(doc int) bool) []Hit {
 	if k <= 0 {
 		return nil
@@ -87,9 +192,15 @@ func (ix *Index) Search(query string, k int, keep func(doc int) bool) []Hit {
 	terms := Tokens(query)
 	slices.Sort(terms)
 	terms = slices.Compact(terms)
-	scores := make([]float64, len(ix.lens)) // dense: a query's words reach many documents
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if ix.live == 0 {
+		return nil
+	}
+	scores := make([]float64, len(ix.docs)) // dense: a query's words reach many documents
 	var touched []int32
-	n := float64(len(ix.lens))
+	n := float64(ix.live)
+	avg := float64(ix.total) / n
 	for _, t := range terms {
 		ps := ix.postings[t]
 		if len(ps) == 0 {
@@ -98,14 +209,16 @@ func (ix *Index) Search(query string, k int, keep func(doc int) bool) []Hit {
 		idf := math.Log(1 + (n-float64(len(ps))+0.5)/(float64(len(ps))+0.5))
 		for _, p := range ps {
 			tf := float64(p.tf)
-			norm := 1 - b + b*float64(ix.lens[p.doc])/ix.avg
+			norm := 1 - b + b*float64(ix.docs[p.doc].len)/avg
 			if scores[p.doc] == 0 {
 				touched = append(touched, p.doc)
 			}
 			scores[p.doc] += idf * tf * (k1 + 1) / (tf + k1*norm)
 		}
 	}
-	better := func(x, y Hit) int { return cmp.Or(cmp.Compare(y.Score, x.Score), cmp.Compare(x.Doc, y.Doc)) }
+	better := func(x, y Hit) int {
+		return cmp.Or(cmp.Compare(y.Score, x.Score), cmp.Compare(ix.docs[x.Doc].key, ix.docs[y.Doc].key), cmp.Compare(x.Doc, y.Doc))
+	}
 	hits := make([]Hit, 0, k+1) // the best k so far, best first
 	for _, d := range touched {
 		h := Hit{Doc: int(d), Score: scores[d]}

@@ -88,21 +88,51 @@ func FuzzTokens(f *testing.F) {
 	})
 }
 
-// BenchmarkSearch10k is one query over 10,000 tools:
-// go test -run - -bench Search10k ./search/
-func BenchmarkSearch10k(b *testing.B) {
+// docs10k are 10,000 tools like the registry's: go test -run - -bench 10k ./search/
+func docs10k() []Doc {
 	words := []string{"create", "read", "update", "delete", "list", "issue", "file", "user", "invoice", "weather", "ticket", "repo", "branch", "email", "calendar", "event", "order", "payment", "report", "chart"}
 	var ds []Doc
 	for i := range 10000 {
 		name := fmt.Sprintf("mcp__srv%d__%s_%s_%d", i%40, words[i%20], words[(i/20)%20], i)
 		desc := fmt.Sprintf("%s the %s of a %s, with %s and %s.", words[(i*7)%20], words[(i*3)%20], words[(i*11)%20], words[(i*13)%20], words[(i*17)%20])
-		ds = append(ds, Doc{Fields: []Field{{Text: name, Weight: 3}, {Text: desc}, {Text: "id name body", Weight: 2}}})
+		ds = append(ds, Doc{Key: name, Fields: []Field{{Text: name, Weight: 3}, {Text: desc}, {Text: "id name body", Weight: 2}}})
 	}
-	ix := New(ds)
+	return ds
+}
+
+// BenchmarkSearch10k is one query over 10,000 tools.
+func BenchmarkSearch10k(b *testing.B) {
+	ix := New(docs10k())
 	b.ResetTimer()
 	for b.Loop() {
 		ix.Search("create an invoice for a payment", 10, nil)
 	}
+}
+
+// BenchmarkChange10k is one tool's definition changing in an index of
+// 10,000 (Replace: its old postings out, its new ones in), and one tool
+// removed and another added.
+func BenchmarkChange10k(b *testing.B) {
+	ds := docs10k()
+	b.Run("replace", func(b *testing.B) {
+		ix := New(ds)
+		i := 0
+		for b.Loop() {
+			d := ds[i%len(ds)]
+			d.Fields = append(slices.Clone(d.Fields), Field{Text: fmt.Sprintf("version %d", i)})
+			ix.Replace(i%len(ds), d)
+			i++
+		}
+	})
+	b.Run("remove+add", func(b *testing.B) {
+		ix := New(ds)
+		i := 0
+		for b.Loop() {
+			ix.Remove(i % len(ds))
+			ix.Add(ds[i%len(ds)])
+			i++
+		}
+	})
 }
 
 func BenchmarkIndex10k(b *testing.B) {

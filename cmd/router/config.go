@@ -45,6 +45,7 @@ import (
 //	cache: {enabled: true}     # result cache of tools with cache_ttl_ms
 //	audit:                     # one record per call in P_AUDIT (docs/operations.md)
 //	  max_age: 720h
+//	  max_wait: 30s            # a reply waits at most this for its records
 //	  inputs: true             # record inputs, with these members redacted:
 //	  redact: [password, token, api_key]
 //	search:                    # search_tools (docs/protocol.md 4.2)
@@ -263,6 +264,7 @@ func (b byteSize) MarshalJSON() ([]byte, error) { return []byte(strconv.FormatIn
 type auditConfig struct {
 	MaxAge   duration `json:"max_age,omitempty"`
 	MaxBytes byteSize `json:"max_bytes,omitempty"`
+	MaxWait  duration `json:"max_wait,omitempty"`
 	Inputs   bool     `json:"inputs,omitempty"`
 	Redact   []string `json:"redact,omitempty"`
 }
@@ -273,5 +275,5 @@ func (a *auditConfig) config() *audit.Config {
 	if a == nil {
 		return nil
 	}
-	return &audit.Config{MaxAge: time.Duration(a.MaxAge), MaxBytes: int64(a.MaxBytes), Inputs: a.Inputs, Redact: a.Redact}
+	return &audit.Config{MaxAge: time.Duration(a.MaxAge), MaxBytes: int64(a.MaxBytes), MaxWait: time.Duration(a.MaxWait), Inputs: a.Inputs, Redact: a.Redact}
 }

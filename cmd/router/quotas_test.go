@@ -13,7 +13,8 @@ quotas:
   rules:
     - {name: paid, tools: [web_search], per: [user], budget: {units: 1000}}
     - {name: writes, writes: true, rate: {calls: 10, interval_ms: 60000, burst: 2}}
-audit: {max_age: 720h, inputs: true, redact: [password]}
+    - {name: shown, tools: [read_record], cache_hits: true, budget: {units: 20}}
+audit: {max_age: 720h, max_wait: 10s, inputs: true, redact: [password]}
 cache: {enabled: true}
 search:
   enabled: true
@@ -22,10 +23,10 @@ search:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Quotas.Rules) != 2 || cfg.Quotas.Rules[0].Budget.Cost != 1 || !cfg.Search.Enabled || cfg.Search.Pinned.Groups[0] != "core" {
+	if len(cfg.Quotas.Rules) != 3 || cfg.Quotas.Rules[0].Budget.Cost != 1 || !cfg.Quotas.Rules[2].CacheHits || !cfg.Search.Enabled || cfg.Search.Pinned.Groups[0] != "core" {
 		t.Fatalf("%+v", cfg)
 	}
-	if a := cfg.Audit.config(); a == nil || a.MaxAge != 720*time.Hour || !a.Inputs || a.Redact[0] != "password" || !cfg.Cache.Enabled {
+	if a := cfg.Audit.config(); a == nil || a.MaxAge != 720*time.Hour || a.MaxWait != 10*time.Second || !a.Inputs || a.Redact[0] != "password" || !cfg.Cache.Enabled {
 		t.Fatalf("audit %+v", a)
 	}
 	if (*auditConfig)(nil).config() != nil {
