@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -19,7 +20,7 @@ func (r *ExecRequest) AppendJSON(b []byte) []byte {
 	b = appendString(b, r.Call.Name)
 	if len(r.Call.Input) > 0 {
 		b = append(b, `,"input":`...)
-		b = append(b, r.Call.Input...)
+		b = appendCompact(b, r.Call.Input)
 	}
 	b = append(b, `},"user":`...)
 	b = appendRaw(b, r.User)
@@ -29,18 +30,53 @@ func (r *ExecRequest) AppendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, int64(r.Attempt), 10)
 	if len(r.State) > 0 {
 		b = append(b, `,"state":`...)
-		b = append(b, r.State...)
+		b = appendCompact(b, r.State)
 	}
 	return append(b, '}')
 }
 
 // appendRaw appends a raw JSON member, null when it is empty (as
-// json.Marshal writes a nil json.RawMessage).
+// json.Marshal writes a nil json.RawMessage), compacted.
 func appendRaw(b []byte, raw json.RawMessage) []byte {
 	if len(raw) == 0 {
 		return append(b, "null"...)
 	}
-	return append(b, raw...)
+	return appendCompact(b, raw)
+}
+
+// appendCompact appends raw without insignificant whitespace, as
+// json.Marshal writes a json.RawMessage: a worker sees an agent's user and
+// context as the router would have written them. JSON without whitespace
+// bytes is copied as it is; raw that is not JSON is copied too (the
+// callers that take raw from outside check it first).
+func appendCompact(b []byte, raw []byte) []byte {
+	if !hasSpace(raw) {
+		return append(b, raw...)
+	}
+	buf := bytes.NewBuffer(b)
+	if err := json.Compact(buf, raw); err != nil {
+		return append(b, raw...)
+	}
+	return buf.Bytes()
+}
+
+// hasSpace reports whether raw holds a byte JSON counts as whitespace.
+func hasSpace(raw []byte) bool {
+	for _, c := range raw {
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+			return true
+		}
+	}
+	return false
+}
+
+// appendChecked appends raw compacted, or fails naming member when raw is
+// not JSON, as json.Marshal refuses it.
+func appendChecked(b []byte, raw []byte, member string) ([]byte, error) {
+	if !json.Valid(raw) {
+		return nil, errInvalidRaw(member)
+	}
+	return appendCompact(b, raw), nil
 }
 
 // AppendJSON appends r as JSON, the value json.Marshal gives (see
@@ -83,11 +119,10 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, '}')
 	}
 	if len(r.Metadata) > 0 {
-		if !json.Valid(r.Metadata) {
-			return nil, errInvalidRaw("metadata")
-		}
 		b = append(b, `,"metadata":`...)
-		b = append(b, r.Metadata...)
+		if b, err = appendChecked(b, r.Metadata, "metadata"); err != nil {
+			return nil, err
+		}
 	}
 	return append(b, '}'), nil
 }
@@ -106,11 +141,10 @@ func (r *ExecResult) AppendJSON(b []byte) ([]byte, error) {
 		raw json.RawMessage
 	}{{`,"metadata":`, r.Metadata}, {`,"state_patch":`, r.StatePatch}} {
 		if len(f.raw) > 0 {
-			if !json.Valid(f.raw) {
-				return nil, errInvalidRaw(f.key[2 : len(f.key)-2])
-			}
 			b = append(b, f.key...)
-			b = append(b, f.raw...)
+			if b, err = appendChecked(b, f.raw, f.key[2:len(f.key)-2]); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return append(b, '}'), nil
@@ -184,11 +218,11 @@ func (b *Batch) AppendJSON(out []byte) ([]byte, error) {
 			out = append(out, `,"name":`...)
 			out = appendString(out, c.Name)
 			if len(c.Input) > 0 {
-				if !json.Valid(c.Input) {
-					return nil, errInvalidRaw("calls[" + strconv.Itoa(i) + "].input")
-				}
 				out = append(out, `,"input":`...)
-				out = append(out, c.Input...)
+				var err error
+				if out, err = appendChecked(out, c.Input, "calls["+strconv.Itoa(i)+"].input"); err != nil {
+					return nil, err
+				}
 			}
 			out = append(out, '}')
 		}
@@ -199,11 +233,11 @@ func (b *Batch) AppendJSON(out []byte) ([]byte, error) {
 		raw json.RawMessage
 	}{{`,"user":`, b.User}, {`,"context":`, b.Context}} {
 		if len(f.raw) > 0 {
-			if !json.Valid(f.raw) {
-				return nil, errInvalidRaw(f.key[2 : len(f.key)-2])
-			}
 			out = append(out, f.key...)
-			out = append(out, f.raw...)
+			var err error
+			if out, err = appendChecked(out, f.raw, f.key[2:len(f.key)-2]); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if b.Request != nil { // rare, and a tree of definitions: json.Marshal

@@ -3,6 +3,7 @@ package bus
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -154,4 +155,29 @@ func FuzzBatchAppendJSON(f *testing.F) {
 			sameAsMarshal(t, got, &b)
 		}
 	})
+}
+
+// Raw members are written compacted, as json.Marshal writes a
+// json.RawMessage: a worker sees an agent's user and context byte for byte
+// as before the encoders were written by hand.
+func TestAppendJSONCompactsRaw(t *testing.T) {
+	spaced := json.RawMessage(`{"id": "u 1", "roles": ["admin", "ops"],
+	"n": 2.50}`)
+	const compact = `{"id":"u 1","roles":["admin","ops"],"n":2.50}`
+	req := ExecRequest{Call: Call{ID: "c1", Name: "t", Input: spaced}, User: spaced, Context: spaced, Attempt: 1, State: spaced}
+	res := Result{ID: "c1", Name: "t", State: StateSuccess, Output: Text("x"), Metadata: spaced}
+	xres := ExecResult{State: StateSuccess, Metadata: spaced, StatePatch: spaced}
+	batch := Batch{Calls: []Call{{ID: "c1", Name: "t", Input: spaced}}, User: spaced, Context: spaced}
+	r1, _ := res.AppendJSON(nil)
+	r2, _ := xres.AppendJSON(nil)
+	r3, _ := batch.AppendJSON(nil)
+	for _, got := range [][]byte{req.AppendJSON(nil), r1, r2, r3} {
+		if n := strings.Count(string(got), compact); n == 0 || strings.Contains(string(got), "\n") || strings.Contains(string(got), `"id": `) {
+			t.Errorf("%s: raw members not compacted", got)
+		}
+		want, _ := json.Marshal(json.RawMessage(got))
+		if string(want) != string(got) {
+			t.Errorf("got %s, json.Marshal would write %s", got, want)
+		}
+	}
 }
