@@ -215,7 +215,7 @@ func TestRunCrossQuick(t *testing.T) {
 			t.Errorf("profile %d %+v: %v", i, p, err)
 		}
 	}
-	for _, want := range []string{"run 1", "run 2", "throughput_4", "router_cpu_write_us", "others' cores", "router process memory", "mcp-go HTTP", "vs_mcp_http_4", "worker CPU profile", "allocation"} {
+	for _, want := range []string{"run 1", "run 2", "throughput_4", "router_cpu_write_us", "others' cores", "router process memory", "mcp-go HTTP", "vs_mcp_http_4", "worker CPU profile"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}

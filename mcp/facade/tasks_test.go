@@ -414,9 +414,14 @@ func TestTaskBounds(t *testing.T) {
 		for m := bustest.Recv(t, ev.C, bound, "a batch.done"); m.Type != bus.TypeBatchDone; m = bustest.Recv(t, ev.C, bound, "a batch.done") {
 		}
 	}
-	_, rerr := p.rpc(t, "B", s, "alice", "tools/call", map[string]any{"name": "hello", "arguments": map[string]any{}, "task": map[string]any{}}, false)
+	res, rerr := p.rpc(t, "B", s, "alice", "tools/call", map[string]any{"name": "hello", "arguments": map[string]any{}, "task": map[string]any{}}, false)
 	if rerr == nil || !strings.Contains(rerr.Message, "tasks kept") {
-		t.Fatalf("a third live task: %+v", rerr)
+		live, lerr := p.backend[1].kv.listTasks(t.Context(), s, "alice")
+		var ids []string
+		for _, r := range live {
+			ids = append(ids, r.ID+"@"+r.Created.Format(time.RFC3339Nano)+"/"+string(r.Status))
+		}
+		t.Fatalf("a third live task: %+v, result %s; live now %v (%v), gone %s", rerr, res, ids, lerr, gone)
 	}
 	p.startTaskTTL(t, "B", s, "bob", "hello", 60000) // bob's own bound
 	for _, id := range []string{gone, "../" + gone, strings.Repeat("f", 32), "*"} {
