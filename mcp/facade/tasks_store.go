@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -167,16 +168,35 @@ func (st *kvStore) available(ctx context.Context) bool {
 }
 
 // createTask stores a new record; it fails when the (session, user)
-// already keeps MaxTasks live ones.
+// already keeps MaxTasks live ones. The count is the (session, user)'s
+// task index, changed by compare-and-set: exact, and the same for every
+// facade process at once (a listing of the keys can miss a record written
+// a moment before, and two processes that each listed would both admit).
 func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
 		return err
 	}
-	if live, err := st.listTasks(ctx, r.Session, r.User); err != nil {
-		return err
-	} else if len(live) >= st.maxTasks {
-		return fmt.Errorf("facade: %d tasks kept for this session and user (the most); wait for some to expire", len(live))
+	_, err = store.Update(ctx, kv, indexKey(r.Session, r.User), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		var idx taskIndex
+		if cur != nil && len(cur.Value()) > 0 {
+			if err := json.Unmarshal(cur.Value(), &idx); err != nil {
+				return nil, fmt.Errorf("facade: task index of this session and user: %w", err)
+			}
+		}
+		idx.prune(time.Now())
+		if len(idx.Tasks) >= st.maxTasks {
+			return nil, errTooManyTasks{len(idx.Tasks)}
+		}
+		idx.Tasks = append(idx.Tasks, indexEntry{ID: r.ID, Expires: r.Created.Add(time.Duration(r.TTLMS) * time.Millisecond)})
+		return json.Marshal(&idx)
+	})
+	var full errTooManyTasks
+	if errors.As(err, &full) {
+		return full
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	raw, _ := json.Marshal(r)
 	if _, err := store.Create(ctx, kv, taskKey(r.Session, r.User, r.ID), raw, store.Bounded); err != nil {
@@ -184,6 +204,32 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	}
 	return nil
 }
+
+// errTooManyTasks: the (session, user) keeps MaxTasks live tasks.
+type errTooManyTasks struct{ live int }
+
+func (e errTooManyTasks) Error() string {
+	return fmt.Sprintf("facade: %d tasks kept for this session and user (the most); wait for some to expire", e.live)
+}
+
+// taskIndex is the (session, user)'s live tasks: their ids and when
+// each expires.
+type taskIndex struct {
+	Tasks []indexEntry `json:"tasks"`
+}
+
+type indexEntry struct {
+	ID      string    `json:"id"`
+	Expires time.Time `json:"expires"`
+}
+
+// prune drops the entries expired at now.
+func (idx *taskIndex) prune(now time.Time) {
+	idx.Tasks = slices.DeleteFunc(idx.Tasks, func(e indexEntry) bool { return !now.Before(e.Expires) })
+}
+
+// indexKey is the key of the (session, user)'s task index.
+func indexKey(session, user string) string { return "i." + session + "." + userDigest(user) }
 
 // taskKeys lists the keys of the (session, user)'s task records.
 func (st *kvStore) taskKeys(ctx context.Context, kv *store.KV, session, user string) ([]string, error) {
@@ -210,6 +256,19 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	keys, err := st.taskKeys(ctx, kv, session, user)
 	if err != nil {
 		return nil, err
+	}
+	// The index names the records a listing may not show yet.
+	if e, err := kv.Get(ctx, indexKey(session, user)); err == nil {
+		var idx taskIndex
+		if json.Unmarshal(e.Value(), &idx) == nil {
+			for _, t := range idx.Tasks {
+				if k := taskKey(session, user, t.ID); !slices.Contains(keys, k) {
+					keys = append(keys, k)
+				}
+			}
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	var out []*taskRecord
 	now := time.Now()

@@ -433,3 +433,33 @@ func TestTaskBounds(t *testing.T) {
 		t.Fatal("a task of a tool outside the session's view")
 	}
 }
+
+// Task creations racing through two facade processes for one session and
+// user are admitted exactly up to the bound: the count is one
+// compare-and-set index, not what each process happens to list.
+func TestTaskBoundAcrossFacades(t *testing.T) {
+	p := newPairWith(t, false, func(c *Config) { c.MaxTasks = 2 })
+	const s = "lb-race"
+	var wg sync.WaitGroup
+	var admitted, refused atomic.Int32
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, rerr := p.rpc(t, []string{"A", "B"}[i%2], s, "alice", "tools/call",
+				map[string]any{"name": "hello", "arguments": map[string]any{}, "task": map[string]any{"ttl": 60000}}, false)
+			switch {
+			case rerr == nil:
+				admitted.Add(1)
+			case strings.Contains(rerr.Message, "tasks kept"):
+				refused.Add(1)
+			default:
+				t.Errorf("task creation: %+v", rerr)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 2 || refused.Load() != 4 {
+		t.Fatalf("%d admitted, %d refused; want 2 and 4", admitted.Load(), refused.Load())
+	}
+}
