@@ -218,6 +218,10 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			}
 			parked = &reply.Parked[0]
 			if early != nil {
+				// Answered before the reply came in: the host with a
+				// token still hears that the call parked, as it would
+				// have a moment later.
+				notify(fmt.Sprintf("waited for %s on %s", kindText(parked.Kind), parked.Subject))
 				return toMCP(*early), nil
 			}
 			quiet := token == nil && req.Params.Task == nil
