@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -101,10 +102,10 @@ func TestStoredThroughLeaderChanges(t *testing.T) {
 	t.Logf("%d records, %d leader changes, %d publishes retried: none lost, none doubled", n, stepdowns, retried)
 }
 
-// TestStoredRetriesFailedPublishes: records whose publish failed (no
-// stream answered: here it is gone for a moment) are published again by
-// Stored and stored once each.
-func TestStoredRetriesFailedPublishes(t *testing.T) {
+// trailWithoutStream is a trail on one server whose stream was deleted
+// after the trail made it.
+func trailWithoutStream(t *testing.T) (*Trail, *nats.Conn, jetstream.JetStream, bus.Subjects) {
+	t.Helper()
 	srv := bustest.RunServer(t)
 	s := bus.NewSubjects(bus.DefaultPrefix)
 	nc := bustest.Connect(t, srv)
@@ -119,6 +120,14 @@ func TestStoredRetriesFailedPublishes(t *testing.T) {
 	if err := js.DeleteStream(t.Context(), s.Stream(Stream)); err != nil {
 		t.Fatal(err)
 	}
+	return tr, nc, js, s
+}
+
+// TestStoredRetriesFailedPublishes: records whose publish failed (no
+// stream answered: here it is gone for a moment) are published again by
+// Stored and stored once each.
+func TestStoredRetriesFailedPublishes(t *testing.T) {
+	tr, nc, js, s := trailWithoutStream(t)
 	const n = 50
 	var ps []*Pending
 	for i := range n {
@@ -154,20 +163,7 @@ func TestStoredRetriesFailedPublishes(t *testing.T) {
 // is reported lost with its error, not dropped silently, and Stored
 // returns within its context.
 func TestStoredReportsLost(t *testing.T) {
-	srv := bustest.RunServer(t)
-	s := bus.NewSubjects(bus.DefaultPrefix)
-	nc := bustest.Connect(t, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := New(t.Context(), nc, s, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteStream(t.Context(), s.Stream(Stream)); err != nil {
-		t.Fatal(err)
-	}
+	tr, _, _, _ := trailWithoutStream(t)
 	p, err := tr.Write(record("s1", 0), json.RawMessage(`{"q":1}`))
 	if err != nil {
 		t.Fatal(err)
