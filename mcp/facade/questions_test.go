@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"github.com/toolbus/toolbus/mcp/mcptest"
 	"testing"
+	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -30,6 +31,13 @@ func (h *hostAnswers) Elicit(_ context.Context, r mcp.ElicitationRequest) (*mcp.
 // parked on the bus for the host's user, is put to the host, and its
 // answer reaches the server: accepted content, then a decline.
 func TestHostAnswersBridgedQuestion(t *testing.T) {
+	hostAnswersQuestion(t, mcp.ProtocolVersion20251125)
+}
+
+// hostAnswersQuestion: a host at version calls a bridged tool whose server
+// asks; the host's answer reaches the server, accepted content then a
+// decline.
+func hostAnswersQuestion(t *testing.T, version string) {
 	e := newEnv(t)
 	e.bridgeServer(t, "q", mcptest.AskServer(t))
 	if err := e.d.WaitLive(t.Context(), "mcp__q__ask"); err != nil {
@@ -37,11 +45,13 @@ func TestHostAnswersBridgedQuestion(t *testing.T) {
 	}
 	h := &hostAnswers{asked: make(chan string, 4), result: mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{
 		Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"name": "Ada"}}}}
-	c := e.connect(t, "s1", mcp.ProtocolVersion20251125, "alice", mcpclient.WithElicitationHandler(h))
+	c := e.connect(t, "s1", version, "alice", mcpclient.WithElicitationHandler(h))
+	began := time.Now()
 	r, err := call(t, c, "mcp__q__ask", map[string]any{}, false)
 	if err != nil || r.IsError || textOf(r) != `accept {"name":"Ada"}` {
 		t.Fatalf("answered by the host: %+v %v", r, err)
 	}
+	t.Logf("%s: a call with one question answered: %v", version, time.Since(began))
 	if msg := <-h.asked; msg != "The MCP server q asks: Your name, please." {
 		t.Fatalf("the host was shown %q", msg)
 	}

@@ -27,28 +27,7 @@ import (
 // server and the retry returns the tool's result: accepted content, then
 // a decline.
 func TestModernHostAnswersBridgedQuestion(t *testing.T) {
-	e := newEnv(t)
-	e.bridgeServer(t, "q", mcptest.AskServer(t))
-	if err := e.d.WaitLive(t.Context(), "mcp__q__ask"); err != nil {
-		t.Fatal(err)
-	}
-	h := &hostAnswers{asked: make(chan string, 4), result: mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{
-		Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"name": "Ada"}}}}
-	c := e.connect(t, "s1", mcp.ProtocolVersion20260728, "alice", mcpclient.WithElicitationHandler(h))
-	began := time.Now()
-	r, err := call(t, c, "mcp__q__ask", map[string]any{}, false)
-	if err != nil || r.IsError || textOf(r) != `accept {"name":"Ada"}` {
-		t.Fatalf("answered by the host: %+v %v", r, err)
-	}
-	t.Logf("a call with one question, two requests on one process: %v", time.Since(began))
-	if msg := <-h.asked; msg != "The MCP server q asks: Your name, please." {
-		t.Fatalf("the host was shown %q", msg)
-	}
-	h.result = mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionDecline}}
-	r, err = call(t, c, "mcp__q__ask", map[string]any{}, false)
-	if err != nil || r.IsError || textOf(r) != "decline null" {
-		t.Fatalf("declined by the host: %+v %v", r, err)
-	}
+	hostAnswersQuestion(t, mcp.ProtocolVersion20260728)
 }
 
 // TestQuestionOf: a 2026-07-28 host is asked only a question of its own
