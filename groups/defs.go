@@ -166,7 +166,7 @@ func (d *definitions) Delete(ctx context.Context, name string) error {
 		return fmt.Errorf("groups: delete %s: %w", name, err)
 	}
 	d.mu.Lock()
-	if d.groups.Delete(name, max(rev, d.groups.Rev(name))) {
+	if d.groups.DeleteOwn(name, rev) {
 		d.reorder()
 	}
 	d.mu.Unlock()

@@ -120,7 +120,7 @@ func (c *catalog) Delete(ctx context.Context, name string) error {
 		return fmt.Errorf("registry: delete %s: %w", name, err)
 	}
 	c.mu.Lock()
-	if c.cache.Delete(name, max(rev, c.cache.Rev(name))) {
+	if c.cache.DeleteOwn(name, rev) {
 		c.version.Add(1)
 	}
 	c.mu.Unlock()

@@ -76,6 +76,11 @@ func (m *Map[V]) Put(key string, rev uint64, v V) bool {
 	return true
 }
 
+// DeleteOwn takes key out after this process deleted it in KV at revision
+// rev (0 when KV held nothing): the value held goes whatever its
+// revision, as Delete at the larger of rev and the held revision.
+func (m *Map[V]) DeleteOwn(key string, rev uint64) bool { return m.Delete(key, max(rev, m.Rev(key))) }
+
 // Delete takes key out as of revision rev, unless the Map holds a newer
 // value, and keeps rev as its tombstone; it reports whether a held value
 // was dropped.

@@ -114,3 +114,19 @@ func TestTombstonesPruned(t *testing.T) {
 		t.Error("a Map with keep 0 dropped tombstones")
 	}
 }
+
+// DeleteOwn drops the value held whatever its revision (the process
+// itself deleted the key), and its tombstone refuses the older write.
+func TestDeleteOwn(t *testing.T) {
+	m := New[string](time.Minute)
+	m.Put("k", 5, "v")
+	if !m.DeleteOwn("k", 0) { // KV held nothing: the revision is unknown
+		t.Fatal("the held value stayed")
+	}
+	if m.Put("k", 4, "old") || m.Put("k", 5, "again") {
+		t.Fatal("a write at or below the held revision came back")
+	}
+	if !m.Put("k", 6, "new") {
+		t.Fatal("a newer write refused")
+	}
+}
