@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -31,14 +30,7 @@ import (
 func TestAuditDurableOnCluster(t *testing.T) {
 	d, _ := guardDeployment(t, true, 1, router.Guard{Audit: &audit.Config{}})
 	c := newClient(t, d)
-	nc, err := d.Connect(t.Context(), xtest.RoleClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := clientJS(t, d)
 	// stored reads the trail once: what the stream holds now. A read
 	// refused while the stream elects a leader is read again (the writes
 	// are all over: the router wrote before its reply).
@@ -154,14 +146,7 @@ func TestAuditRecordLostIsCounted(t *testing.T) {
 			c.Metrics = reg
 			c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 		})
-	nc, err := d.Connect(t.Context(), xtest.RoleClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := clientJS(t, d)
 	if err := js.DeleteStream(t.Context(), d.Subjects().Stream(audit.Stream)); err != nil {
 		t.Fatal(err)
 	}

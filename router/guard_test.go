@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
@@ -282,10 +281,7 @@ func TestAuditEveryPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, d)
-	nc, err := d.Connect(t.Context(), xtest.RoleClient)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := clientJS(t, d)
 	approver := client.New(nc, client.Config{Source: "test/approver-carol"})
 	call := func(session, reply string, calls ...bus.Call) *bus.Reply {
 		t.Helper()
@@ -325,10 +321,6 @@ func TestAuditEveryPath(t *testing.T) {
 
 	want := map[string]string{"s1/allow": audit.Allow, "s1/limit": audit.Limit, "s1/unknown": audit.Unresolved, "s1/invalid": audit.Invalid,
 		"s1/miss": audit.Allow, "s1/reset": audit.Builtin, "s1/hit": audit.Allow, "s1/ask": audit.Ask, "s1/ext": audit.External, "s2/deny": audit.Deny}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	export := func(f audit.Filter) []audit.Record {
 		var out []audit.Record
 		err := audit.Export(t.Context(), js, d.Subjects(), f, func(raw json.RawMessage) error {

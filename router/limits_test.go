@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"runtime"
 	"strings"
 	"testing"
@@ -17,11 +19,28 @@ import (
 
 func newClient(t *testing.T, d *xtest.Deployment) *client.Client {
 	t.Helper()
+	return client.New(clientConn(t, d), client.Config{Source: "test/agent", Timeout: time.Minute})
+}
+
+// clientConn is a client's connection to d.
+func clientConn(t *testing.T, d *xtest.Deployment) *nats.Conn {
+	t.Helper()
 	nc, err := d.Connect(t.Context(), xtest.RoleClient)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client.New(nc, client.Config{Source: "test/agent", Timeout: time.Minute})
+	return nc
+}
+
+// clientJS is a client's connection to d and its JetStream context.
+func clientJS(t *testing.T, d *xtest.Deployment) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc := clientConn(t, d)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
 
 // TestRequestScopedCompiledOnce: a request-scoped tool re-sent in every
