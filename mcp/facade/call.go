@@ -179,6 +179,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	}
 	var parked *bus.Parked
 	var early *bus.Result // a result event read before the reply
+	announced := false    // the host heard of the park from its call.parked event
 	var wait, tick <-chan time.Time
 	var deadline time.Time
 	for {
@@ -211,6 +212,22 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				return mcp.NewToolResultError("Error: " + callErr.Error()), nil
 			}
 			if len(reply.Results) > 0 {
+				// Answered before the reply was sent: the call.parked
+				// event, if the watch holds it, still tells the host.
+			drain:
+				for !announced {
+					select {
+					case e, ok := <-ev.C:
+						if !ok {
+							break drain
+						}
+						if e.Type == bus.TypeCallParked && e.ReplyID == replyID {
+							announced = announceParked(e, b.Calls[0].ID, notify)
+						}
+					default:
+						break drain
+					}
+				}
 				return toMCP(reply.Results[0]), nil
 			}
 			if len(reply.Parked) == 0 {
@@ -221,7 +238,9 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				// Answered before the reply came in: the host with a
 				// token still hears that the call parked, as it would
 				// have a moment later.
-				notify(fmt.Sprintf("waited for %s on %s", kindText(parked.Kind), parked.Subject))
+				if !announced {
+					notify(fmt.Sprintf("waited for %s on %s", kindText(parked.Kind), parked.Subject))
+				}
 				return toMCP(*early), nil
 			}
 			quiet := token == nil && req.Params.Task == nil
@@ -267,7 +286,16 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			if !ok {
 				return nil, fmt.Errorf("facade: events ended")
 			}
-			if e.ReplyID != replyID || e.ToolCallID != b.Calls[0].ID {
+			if e.ReplyID != replyID {
+				continue
+			}
+			if e.Type == bus.TypeCallParked && parked == nil && !announced {
+				// The park, seen before the reply: an answer may finish
+				// the call before the reply says it parked (or in it).
+				announced = announceParked(e, b.Calls[0].ID, notify)
+				continue
+			}
+			if e.ToolCallID != b.Calls[0].ID {
 				continue
 			}
 			switch e.Type {
@@ -288,6 +316,22 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			}
 		}
 	}
+}
+
+// announceParked tells the host through notify that call id parked, when
+// e (a call.parked event) names it; it reports whether it did.
+func announceParked(e *bus.Event, id string, notify func(string)) bool {
+	var pe bus.ParkedEvent
+	if e.DataAs(&pe) != nil {
+		return false
+	}
+	for _, p := range pe.Calls {
+		if p.ID == id {
+			notify(fmt.Sprintf("waiting for %s on %s", kindText(p.Kind), p.Subject))
+			return true
+		}
+	}
+	return false
 }
 
 // interruptOnEnd reports whether a call whose context ended is
