@@ -27,6 +27,7 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/mcp/mcptest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/worker"
@@ -326,24 +327,10 @@ func waitChanged(t *testing.T, c *mcpConn) {
 	}
 }
 
-// parkedEvent waits for the call.parked event of tool on ev.
+// parkedEvent is mcptest.ParkedEvent within bound.
 func parkedEvent(t *testing.T, ev *client.Events, tool string) (replyID string, p bus.Parked) {
 	t.Helper()
-	timeout := time.After(bound)
-	for {
-		select {
-		case m := <-ev.C:
-			if m.Type != bus.TypeCallParked {
-				continue
-			}
-			var pe bus.ParkedEvent
-			if err := m.DataAs(&pe); err == nil && len(pe.Calls) > 0 && pe.Calls[0].Name == tool {
-				return m.ReplyID, pe.Calls[0]
-			}
-		case <-timeout:
-			t.Fatalf("no call.parked of %s", tool)
-		}
-	}
+	return mcptest.ParkedEvent(t, ev, tool, bound)
 }
 
 // revisions are every protocol revision mcp-go speaks.

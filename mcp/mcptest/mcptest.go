@@ -6,9 +6,13 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 )
 
 // AskServer starts an mcp-go server over streamable HTTP whose read-only
@@ -32,4 +36,25 @@ func AskServer(t testing.TB) string {
 	hs := httptest.NewServer(server.NewStreamableHTTPServer(s))
 	t.Cleanup(hs.Close)
 	return hs.URL + "/mcp"
+}
+
+// ParkedEvent waits up to bound for the next io.toolbus.call.parked of
+// tool on ev and returns its reply id and parked call.
+func ParkedEvent(t testing.TB, ev *client.Events, tool string, bound time.Duration) (replyID string, p bus.Parked) {
+	t.Helper()
+	timeout := time.After(bound)
+	for {
+		select {
+		case m := <-ev.C:
+			if m.Type != bus.TypeCallParked {
+				continue
+			}
+			var pe bus.ParkedEvent
+			if err := m.DataAs(&pe); err == nil && len(pe.Calls) > 0 && pe.Calls[0].Name == tool {
+				return m.ReplyID, pe.Calls[0]
+			}
+		case <-timeout:
+			t.Fatalf("no call.parked of %s within %s", tool, bound)
+		}
+	}
 }

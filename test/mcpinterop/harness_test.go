@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/xtest"
 	"github.com/toolbus/toolbus/mcp/facade"
+	"github.com/toolbus/toolbus/mcp/mcptest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -178,23 +179,8 @@ func (e *env) activate(t *testing.T, s, group string) {
 	}
 }
 
-// parkedEvent returns the reply id and parked call of the next
-// io.toolbus.call.parked of tool on ev.
+// parkedEvent is mcptest.ParkedEvent within bound.
 func parkedEvent(t *testing.T, ev *client.Events, tool string) (replyID string, p bus.Parked) {
 	t.Helper()
-	timeout := time.After(bound)
-	for {
-		select {
-		case m := <-ev.C:
-			if m.Type != bus.TypeCallParked {
-				continue
-			}
-			var pe bus.ParkedEvent
-			if err := m.DataAs(&pe); err == nil && len(pe.Calls) > 0 && pe.Calls[0].Name == tool {
-				return m.ReplyID, pe.Calls[0]
-			}
-		case <-timeout:
-			t.Fatalf("no call.parked of %s within %s", tool, bound)
-		}
-	}
+	return mcptest.ParkedEvent(t, ev, tool, bound)
 }
