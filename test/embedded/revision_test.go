@@ -46,7 +46,7 @@ func storedOf(t *testing.T, nc *nats.Conn, session string) []*bus.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := c.FetchNoWait(n)
+	batch, err := c.Fetch(n, jetstream.FetchMaxWait(bound)) // NoWait may return before the consumer delivers
 	if err != nil {
 		t.Fatal(err)
 	}
