@@ -32,6 +32,11 @@ async def request(nc: Any, subject: str, e: ev.Event, want: str, timeout: float)
             raise NoRouterError(f"no router serves {subject}") from None
         except nats.errors.TimeoutError:
             raise TimeoutError(f"no reply on {subject} within {timeout:g}s") from None
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError, nats.errors.ConnectionReconnectingError,
+                nats.errors.OutboundBufferLimitError, nats.errors.StaleConnectionError) as err:
+            raise NoRouterError(f"the NATS connection is gone: {type(err).__name__}: {err}") from None
+        except nats.errors.MaxPayloadError as err:
+            raise BusError(f"the message is larger than the server's max_payload: {err}", ev.CODE_BAD_REQUEST) from None
         re = ev.decode(msg.data, msg.headers)
         if re.type == ev.TYPE_ERROR:
             code, message = error_of(re)
