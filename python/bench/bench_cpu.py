@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,8 +56,17 @@ async def serve(kind: str, url: str) -> None:
         w = await toolbus.Worker.connect(url, id="bench-worker")
         w.add(bench_echo)
         await w.start()
+    prof = None
+    if os.environ.get("BENCH_PROFILE"):  # BENCH_PROFILE=file: cProfile the responder
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(os.environ["BENCH_PROFILE"] + "." + kind)
 
 
 def child(kind: str, url: str) -> subprocess.Popen[str]:
@@ -137,7 +147,7 @@ async def main() -> None:
         finally:
             rp.terminate()
             rp.wait(20)
-    print(f"calls: {a.calls} sequential (after {a.warmup} warm-up), Python {sys.version.split()[0]}, nats-py {nats.__version__}")
+    print(f"calls: {a.calls} sequential (after {a.warmup} warm-up), Python {sys.version.split()[0]}, nats-py {version('nats-py')}")
     print(f"{'side':<10} {'raw nats-py µs/call':>20} {'toolbus µs/call':>16} {'ratio':>6}")
     print(f"{'requester':<10} {raw[0]:>20.1f} {bus[0]:>16.1f} {bus[0] / raw[0]:>6.2f}")
     print(f"{'responder':<10} {raw[1]:>20.1f} {bus[1]:>16.1f} {bus[1] / raw[1]:>6.2f}")
