@@ -13,6 +13,7 @@ import nats
 
 from . import _rpc
 from . import event as ev
+from .event import _q
 from .errors import ProtocolError, ToolbusError
 from .model import ModelReply, parse_model_turn
 from .offload import DEFAULT_INLINE_LIMIT, DEFAULT_MAX_OUTPUT, Offloader, parse_ref
@@ -228,7 +229,7 @@ class Client:
 
     def _event(self, typ: str, session: str, data: Any) -> ev.Event:
         if session and not ev.valid_id(session):
-            raise ProtocolError(f"session id {session!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
+            raise ProtocolError(f"session id {_q(session)} must match ^[A-Za-z0-9_-]{{1,128}}$")
         return ev.Event(typ, self.source, data, sessionid=session)
 
     def _timeout(self, timeout: float | None, default: float) -> float:
@@ -254,7 +255,7 @@ class Client:
         e = self._event(ev.TYPE_CALL_BATCH, session, data)
         if reply_id:
             if not ev.valid_id(reply_id):
-                raise ProtocolError(f"reply id {reply_id!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
+                raise ProtocolError(f"reply id {_q(reply_id)} must match ^[A-Za-z0-9_-]{{1,128}}$")
             e.id = reply_id
         if expiry is not None:
             ts = expiry.timestamp() if isinstance(expiry, _dt.datetime) else float(expiry)
@@ -287,13 +288,13 @@ class Client:
     def events(self, session: str) -> EventStream:
         """Live events of a session; use ``async with c.events(s) as stream`` before sending the batch."""
         if session != "*" and not ev.valid_id(session):
-            raise ProtocolError(f"session id {session!r} is not valid")
+            raise ProtocolError(f"session id {_q(session)} is not valid")
         return EventStream(self.nc, self.subjects.events(session))
 
     def replay(self, session: str, start_seq: int = 0) -> ReplayStream:
         """A session's stored events (3.4), through a router: ``async with c.replay(s) as stored``."""
         if not ev.valid_id(session):
-            raise ProtocolError(f"session id {session!r} is not valid")
+            raise ProtocolError(f"session id {_q(session)} is not valid")
         return ReplayStream(self, session, start_seq)
 
     def requests(self, tool: str, kind: str = "external") -> EventStream:
@@ -303,7 +304,7 @@ class Client:
         or :meth:`confirm`. Requests published before the stream opened are not seen.
         """
         if not ev.valid_name(tool) or kind not in ("external", "confirm"):
-            raise ProtocolError(f"requests({tool!r}, {kind!r}): a valid tool name and kind external or confirm are needed", "bad_request")
+            raise ProtocolError(f"requests({_q(tool)}, {_q(kind)}): a valid tool name and kind external or confirm are needed", "bad_request")
         subj = self.subjects.external(tool) if kind == "external" else self.subjects.confirm(tool)
         return EventStream(self.nc, subj)
 
@@ -348,7 +349,7 @@ class Client:
         """Answer an external (or request-scoped) call on ``P.answer.<tool>`` (6.3); large outputs are stored first."""
         for v, n in ((session, "session"), (reply_id, "reply"), (call_id, "call")):
             if not ev.valid_id(v):
-                raise ProtocolError(f"an answer needs valid session, reply and call ids ({n} id {v!r})")
+                raise ProtocolError(f"an answer needs valid session, reply and call ids ({n} id {_q(v)})")
         blocks = to_blocks(output)
         blocks = await self._off.fit(f"{session}.{reply_id}.{call_id}", blocks, 0, state == "error")
         await self._answer(self.subjects.answer(tool), session, reply_id, call_id, Answer(state=state, output=blocks), "answer", timeout)

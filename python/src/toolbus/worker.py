@@ -14,6 +14,7 @@ import nats
 import nats.errors
 
 from . import event as ev
+from .event import _q
 from .errors import ProtocolError, RegistrationError, ToolError
 from .offload import DEFAULT_INLINE_LIMIT, DEFAULT_MAX_OUTPUT, RESERVE, Offloader, TooLargeError
 from .records import Block, Group, Rejection, ToolDef, blocks_json, to_blocks
@@ -52,7 +53,7 @@ class Worker:
                  logger: logging.Logger | None = None) -> None:
         self.id = id or ev.new_id()
         if not ev.valid_id(self.id):
-            raise ValueError(f"worker id {self.id!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
+            raise ValueError(f"worker id {_q(self.id)} must match ^[A-Za-z0-9_-]{{1,128}}$")
         self.nc = nc
         self.subjects = ev.Subjects(prefix)
         self.source = "toolbus/worker/" + self.id
@@ -103,7 +104,7 @@ class Worker:
         """
         d = definition if isinstance(definition, ToolDef) else ToolDef.from_json(definition)
         if handler is None and not d.external:
-            raise ValueError(f"tool {d.name!r} needs a handler (only an external tool has none)")
+            raise ValueError(f"tool {_q(d.name)} needs a handler (only an external tool has none)")
 
         async def none(ctx: ToolContext) -> Any:
             raise ToolError(f"Error: the external tool {d.name} is not run by a worker")
@@ -115,9 +116,9 @@ class Worker:
         if self._started:
             raise RuntimeError("worker: tools are added before start()")
         if not ev.valid_name(t.name):
-            raise ValueError(f"tool name {t.name!r} must match ^[A-Za-z0-9_-]{{1,64}}$")
+            raise ValueError(f"tool name {_q(t.name)} must match ^[A-Za-z0-9_-]{{1,64}}$")
         if t.name in self._tools:
-            raise ValueError(f"tool {t.name!r} added twice")
+            raise ValueError(f"tool {_q(t.name)} added twice")
         self._tools[t.name] = _Served(t)
 
     # ---- lifecycle ----
@@ -323,7 +324,7 @@ class Worker:
         if not (ev.valid_id(e.sessionid) and ev.valid_id(e.replyid) and ev.valid_id(c["id"])):
             raise ProtocolError("an exec request needs valid sessionid, replyid and call id")
         if c.get("name") != s.tool.name:
-            raise ProtocolError(f"call names tool {c.get('name')!r} on the subject of {s.tool.name!r}")
+            raise ProtocolError(f"call names tool {_q(c.get('name'))} on the subject of {_q(s.tool.name)}")
         return d
 
     async def _serve_one(self, s: _Served, msg: Any, e: ev.Event | None, err: ProtocolError | None, call: _Call | None, work: Any) -> None:
@@ -588,7 +589,7 @@ def _error(text: str) -> ToolResult:
 def _as_result(value: Any) -> ToolResult:
     if isinstance(value, ToolResult):
         if value.state not in (ev.STATE_SUCCESS, ev.STATE_ERROR, ev.STATE_INTERRUPTED):
-            raise ValueError(f"state {value.state!r} is not success, error or interrupted")
+            raise ValueError(f"state {_q(value.state)} is not success, error or interrupted")
         return ToolResult(to_blocks(value.output), value.state, value.metadata, value.state_patch)
     if value is None:
         return ToolResult([])
