@@ -209,3 +209,39 @@ async def test_nats_goes_away_mid_call(bins, tmpdir_session):
         await asyncio.wait_for(c.close(), 30)
     finally:
         stop_router(r)
+
+
+async def test_fetch_refuses_forged_bytes(router):
+    """A responder on P.outputs (here under a prefix no router serves) that sends other bytes is caught by the digest."""
+    import base64
+    import hashlib
+
+    nc = await nats.connect(router.url)
+    real = b"the recorded output"
+    digest = hashlib.sha256(real).hexdigest()
+    url = f"nats-object://evil_outputs/s1.r.c.{'0' * 32}.0#sha256={digest}"
+    mode = {"data": b"forged output!!!!!!"}
+
+    async def on(m):
+        data = mode["data"]
+        out = ev.Event(ev.TYPE_OUTPUT_CHUNK, "toolbus/router/evil", {"url": url, "media_type": "text/plain", "size": len(data),
+                                                                    "digest": mode.get("digest", digest), "offset": 0,
+                                                                    "data": base64.b64encode(data).decode()})
+        body, headers = ev.encode_structured(out)
+        await nc.publish(m.reply, body, headers=headers)
+
+    await nc.subscribe("evil.outputs.s1", cb=on)
+    c = toolbus.Client(nc, prefix="evil")
+    try:
+        with pytest.raises(toolbus.ToolbusError, match="do not hash to the url's digest"):
+            await c.fetch(url)
+        mode["digest"] = "f" * 64
+        with pytest.raises(toolbus.ToolbusError, match="changed while it was read"):
+            await c.fetch(url)
+        mode.pop("digest")
+        mode["data"] = real
+        assert await c.fetch(url) == real
+        with pytest.raises(toolbus.ProtocolError, match="has no #sha256"):
+            await c.fetch(url.split("#")[0])
+    finally:
+        await nc.close()
