@@ -4,7 +4,6 @@ results in both modes, the same refusals. Compared against cmd/toolworker on one
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 

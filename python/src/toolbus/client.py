@@ -160,10 +160,9 @@ class ReplayStream:
                 msgs = await self._psub.fetch(64, timeout=wait)
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
                 continue
-            except nats.errors.Error as err:  # the consumer is gone: ask a router again from where we are
+            except nats.errors.Error:  # the consumer is gone: ask a router again from where we are
                 if self._c.nc.is_closed:
                     raise
-                del err
                 await _quiet_unsub(self._psub)
                 await self._open()
                 continue
