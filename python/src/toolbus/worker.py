@@ -50,8 +50,9 @@ class Worker:
     def __init__(self, nc: Any, *, id: str | None = None, prefix: str = "toolbus", heartbeat: float = ev.DEFAULT_HEARTBEAT,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT, groups: Sequence[Group | dict[str, Any]] = (),
                  inline_limit: int = DEFAULT_INLINE_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None, binary_exec: bool = True) -> None:
         self.id = id or ev.new_id()
+        self.binary_exec = binary_exec
         if not ev.valid_id(self.id):
             raise ValueError(f"worker id {_q(self.id)} must match ^[A-Za-z0-9_-]{{1,128}}$")
         self.nc = nc
@@ -227,7 +228,8 @@ class Worker:
         tools = [s.tool.definition.to_json() for s in self._tools.values() if not s.rejected]
         if tools:
             data["tools"] = tools
-        data["binary_exec"] = True
+        if self.binary_exec:
+            data["binary_exec"] = True
         data["inflight"] = inflight
         return data
 
