@@ -40,6 +40,7 @@ async def test_python_worker_matches_go_worker(router, client):
             regs.setdefault(e.source, e.data)
 
     await nc.subscribe("toolbus.register", cb=on_register)
+    await nc.flush()
     go = subprocess.Popen([str(router.bins["toolworker"]), "--id", "go-wire"], env={**os.environ, "NATS_URL": router.url},
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     name = unique("py_word_count")
@@ -54,7 +55,7 @@ async def test_python_worker_matches_go_worker(router, client):
     await w.start()
     try:
         await wait_listed(client, "word_count")
-        for _ in range(100):
+        for _ in range(300):
             if "toolbus/worker/go-wire" in regs and "toolbus/worker/py-wire" in regs:
                 break
             await asyncio.sleep(0.1)
