@@ -458,6 +458,7 @@ class _Executor:
     async def _refuse(self, msg: Any, x: ProtocolError, work: Any) -> None:
         if work is not None:
             self.log.warning("worker: malformed durable call dropped: %s", x)
+            _stop_beat(work)
             await _quiet(work.term())
             return
         self.log.warning("worker: refused a malformed exec on %s: %s", msg.subject, x.message)
@@ -468,6 +469,7 @@ class _Executor:
 
     async def _drop(self, work: Any) -> None:
         if work is not None:
+            _stop_beat(work)
             await _quiet(work.nak())  # cut off by the drain: another worker takes it at once
 
     # ---- cancel (5.4) ----
@@ -560,8 +562,8 @@ async def _work(x: _Executor, s: _Served, m: Any, ack_wait: float) -> None:
     m._toolbus_beater = beater  # stopped once the result is recorded or the call dropped
     await x.accept(s, m, m)
 
+
 async def _record(x: _Executor, s: _Served, m: Any, out: ev.Event, deadline: float | None) -> None:
-    beater = getattr(m, "_toolbus_beater", None)
     until = (deadline or time.time()) + 60.0
     delay = 0.01
     try:
@@ -578,9 +580,7 @@ async def _record(x: _Executor, s: _Served, m: Any, out: ev.Event, deadline: flo
             delay = min(2 * delay, 1.0)
         x.log.error("worker: durable result not recorded: %s %s", s.tool.name, out.toolcallid)
     finally:
-        if beater is not None:
-            beater.cancel()
-
+        _stop_beat(m)
 
 
 async def _send_register(w: Worker, data: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -597,6 +597,13 @@ async def _heartbeat(w: Worker) -> None:
     while True:
         await asyncio.sleep(w.heartbeat)
         await w._register()
+
+
+def _stop_beat(m: Any) -> None:
+    """Stop a durable call's +WPI progress beats (5.8)."""
+    beater = getattr(m, "_toolbus_beater", None)
+    if beater is not None:
+        beater.cancel()
 
 
 def _error(text: str) -> ToolResult:
