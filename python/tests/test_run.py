@@ -168,3 +168,56 @@ async def test_class_and_pydantic_tools_and_inflight(client, worker_factory, ses
     gate.set()
     assert (await call).results[0].ok
     assert w.registration()["inflight"] == {}
+
+
+DYING_WORKER = """
+import asyncio, sys, toolbus
+
+@toolbus.tool(name="py_durable_die", read_only=True, durable=True)
+async def die(x: int) -> str:
+    print("taken", flush=True)
+    await asyncio.sleep(3600)
+    return "never"
+
+asyncio.run(toolbus.serve(die, url=sys.argv[1], heartbeat=1.0))
+"""
+
+
+async def test_durable_call_survives_its_worker(bins, tmpdir_session):
+    """A durable call whose Python worker is killed mid-call is run to completion by another worker (5.8)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, start_router, stop_router, wait_ready
+
+    r = start_router(tmpdir_session, bins, "--heartbeat", "1s", "--work-ack-wait", "2s")
+    dying = None
+    try:
+        await wait_ready(r.url, r.proc, r.log)
+        dying = subprocess.Popen([sys.executable, "-c", DYING_WORKER, r.url], stdout=subprocess.PIPE,
+                                 env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "python" / "src")})
+        c = await toolbus.Client.connect(r.url)
+        while "py_durable_die" not in (await c.tools("d")).names:
+            await asyncio.sleep(0.1)
+        call = asyncio.create_task(c.call("d", [{"id": "c1", "name": "py_durable_die", "input": {"x": 21}}], timeout=120))
+        assert dying.stdout is not None
+        line = await asyncio.to_thread(dying.stdout.readline)
+        assert line.strip() == b"taken"
+        dying.kill()
+        dying.wait(20)
+
+        @toolbus.tool(name="py_durable_die", read_only=True, durable=True)
+        async def finish(x: int) -> str:
+            return str(2 * x)
+
+        w = await toolbus.Worker.connect(r.url, heartbeat=1.0)
+        w.add(finish)
+        await w.start()
+        reply = await asyncio.wait_for(call, 120)
+        assert reply.results[0].ok and reply.results[0].text == "42", reply
+        await w.drain()
+        await c.close()
+    finally:
+        if dying is not None and dying.poll() is None:
+            dying.kill()
+        stop_router(r)
