@@ -91,6 +91,10 @@ async def test_malformed_batches(client, router, session):
     with pytest.raises(toolbus.BusError) as ei:
         await client.call(session, [{"id": "c1", "name": "echo"}], events="each")
     assert ei.value.code == "bad_request" and 'events "each"' in ei.value.message
+    # Past the server's max_payload: refused by the client before anything is sent.
+    with pytest.raises(toolbus.BusError, match="max_payload") as ei:
+        await client.call(session, [{"id": "c1", "name": "echo", "input": {"text": "x" * (client.nc.max_payload + 1)}}])
+    assert ei.value.code == "bad_request"
     # Raw bytes that are not a CloudEvent, and a wrong type, straight on the subject.
     for body in (b"{not json", json.dumps({"specversion": "1.0", "id": "x", "source": "s", "type": "io.toolbus.answer"}).encode()):
         msg = await client.nc.request(f"toolbus.call.{session}", body, timeout=10)
