@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -386,7 +387,7 @@ func (r *Router) bind() {
 	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.identify}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
-	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events}
+	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, handoff: r.store.Handoff}
 	q := r.subj.RouterQueue()
 	r.handlers = []route{
 		{r.subj.All("call"), q, r.onBatch, true},
@@ -396,6 +397,7 @@ func (r *Router) bind() {
 		{r.subj.All("answer"), q, r.answers.onAnswer, false},
 		{r.subj.All("approve"), q, r.answers.onApprove, false},
 		{r.subj.All("replay"), q, replay.onReplay, false},
+		{r.subj.All("handoff"), q, replay.onHandoff, false},
 		{r.subj.All("result"), q, results.onResult, false},
 		{r.subj.All("cancel"), "", cancels.onCancel, false},
 		{r.subj.All("outputs"), q, r.stored.onOutputs, false},
@@ -426,6 +428,14 @@ func (r *Router) loops() {
 // answered busy, and any other blocks this subscription's delivery
 // (back-pressure; admit.go).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
+	if !r.replyAllowed(m.Reply) {
+		// The router answers with its own permissions: a reply subject
+		// of the JetStream API, a bucket, the protocol's subjects or its
+		// own inboxes would have it act for the sender (docs/security.md).
+		r.m.Rejected.WithLabelValues("bad_reply").Inc()
+		r.log.Debug("router: reply subject refused; answering nothing", "subject", m.Subject, "reply", m.Reply)
+		m.Reply = ""
+	}
 	if !r.life.Enter() {
 		if m.Subject == r.subj.Register() {
 			// A draining router still records heartbeats (see drain), on
@@ -440,6 +450,25 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		return
 	}
 	r.handle(h, m)
+}
+
+// replyAllowed reports whether the router may answer on reply: an inbox,
+// never a subject that starts with "$" (the JetStream API, buckets, object
+// stores, the system account's subjects), the deployment's own subjects
+// (P.>), nor the router connection's own inbox prefix when it has one
+// (where workers send results). A router publishes with the widest
+// permissions of the deployment; a reply subject is chosen by the sender.
+func (r *Router) replyAllowed(reply string) bool {
+	if reply == "" {
+		return true
+	}
+	if strings.HasPrefix(reply, "$") || strings.HasPrefix(reply, r.subj.Prefix+".") {
+		return false
+	}
+	if p := strings.TrimSuffix(r.nc.Opts.InboxPrefix, "."); p != "" && p != "_INBOX" && strings.HasPrefix(reply, p+".") {
+		return false
+	}
+	return true
 }
 
 // handle runs h on m in the slot the caller took.
