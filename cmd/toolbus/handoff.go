@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 )
