@@ -212,14 +212,6 @@ func each(tools []string, f func(string) string) []string {
 	return out
 }
 
-// createConsumer allows creating a consumer on stream filtered on
-// subject: the server checks that the filter in the API subject is the
-// consumer's. Consumer names of ordered consumers are random, hence the
-// wildcard.
-func createConsumer(stream, subject string) string {
-	return jsAPI + "CONSUMER.CREATE." + stream + ".*." + subject
-}
-
 // followHandoff allows asking a router for a consumer of the handoff
 // requests of kind for tools (every tool when empty) and pulling from it
 // through the router (P.handoff.<kind>[.<tool>], docs/protocol.md 6.2): no
