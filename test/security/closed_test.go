@@ -141,15 +141,17 @@ func errorText(t *testing.T, m *nats.Msg, name string) string {
 	return be.Code + " " + strings.ReplaceAll(be.Message, name, "X")
 }
 
-// TestNoPushConsumer: neither the approver nor a handler may create a
-// JetStream consumer (a push consumer's deliver_subject, which nats-server
-// checks against nothing, would let it write the handoff requests into a
-// session's events or a bucket); they read the handoff through
-// router-made consumers, each only its own kind and tools.
+// TestNoPushConsumer: neither the approver, a handler nor the MCP facade
+// may create a JetStream consumer (a push consumer's deliver_subject,
+// which nats-server checks against nothing, would let it write the handoff
+// requests or a bucket's records into a session's events or a bucket);
+// approver and handlers read the handoff through router-made consumers,
+// each only its own kind and tools; the facade follows the buckets with
+// subscriptions.
 func TestNoPushConsumer(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
-	ap, hl := d.conn("approver"), d.conn("handler-picker")
+	ap, hl, fl := d.conn("approver"), d.conn("handler-picker"), d.conn("facade")
 	push, _ := json.Marshal(map[string]any{"stream_name": "TOOLBUS_HANDOFF", "config": map[string]any{
 		"deliver_subject": "toolbus.events.s1", "filter_subject": "toolbus.confirm.deploy", "ack_policy": "none"}})
 	for _, c := range []struct {
@@ -161,6 +163,9 @@ func TestNoPushConsumer(t *testing.T) {
 			"$JS.API.CONSUMER.MSG.NEXT.TOOLBUS_HANDOFF.approver", "toolbus.handoff.external.pick", "toolbus.handoff.external"}},
 		{hl, []string{"$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF.x.toolbus.external.pick", "$JS.API.CONSUMER.DURABLE.CREATE.TOOLBUS_HANDOFF.handler-picker",
 			"$JS.API.CONSUMER.INFO.TOOLBUS_HANDOFF.handler-picker", "toolbus.handoff.confirm", "toolbus.handoff.confirm.deploy", "toolbus.handoff.external.deploy"}},
+		{fl, []string{"$JS.API.CONSUMER.CREATE.KV_toolbus_tools.x.$KV.toolbus_tools.>", "$JS.API.CONSUMER.CREATE.KV_toolbus_mcp.x.$KV.toolbus_mcp.>",
+			"$JS.API.CONSUMER.CREATE.OBJ_toolbus_skills.x.$O.toolbus_skills.M.>", "$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF.x.toolbus.confirm.deploy",
+			"toolbus.handoff.confirm"}},
 	} {
 		for _, s := range c.subjects {
 			must(t, c.l.nc.Publish(s, push))
