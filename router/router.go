@@ -460,13 +460,20 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 // (where workers send results). A router publishes with the widest
 // permissions of the deployment; a reply subject is chosen by the sender.
 func (r *Router) replyAllowed(reply string) bool {
+	return replyAllowedFor(reply, r.subj.Prefix, r.nc.Opts.InboxPrefix)
+}
+
+// replyAllowedFor is replyAllowed for a deployment prefix and the router
+// connection's inbox prefix ("" or "_INBOX": the shared default, not
+// excluded).
+func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	if reply == "" {
 		return true
 	}
-	if strings.HasPrefix(reply, "$") || strings.HasPrefix(reply, r.subj.Prefix+".") {
+	if strings.HasPrefix(reply, "$") || strings.HasPrefix(reply, prefix+".") {
 		return false
 	}
-	if p := strings.TrimSuffix(r.nc.Opts.InboxPrefix, "."); p != "" && p != "_INBOX" && strings.HasPrefix(reply, p+".") {
+	if p := strings.TrimSuffix(inboxPrefix, "."); p != "" && p != "_INBOX" && strings.HasPrefix(reply, p+".") {
 		return false
 	}
 	return true
