@@ -278,7 +278,8 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 // session ("*", the operator's), an ordered consumer of its own.
 func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	if bus.ValidID(session) {
-		ev, err := c.follow(ctx, &follower{subject: c.subj.Replay(session), session: session, create: bus.TypeReplay, ready: bus.TypeReplayReady})
+		f := &follower{c: c, subject: c.subj.Replay(session), session: session, create: bus.TypeReplay, ready: bus.TypeReplayReady}
+		ev, err := f.start(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("client: replay: %w", err)
 		}

@@ -172,11 +172,11 @@ func (p replyTo) PublishMsg(m *nats.Msg) error {
 	return p.nc.PublishMsg(m)
 }
 
-// follow starts a follower and returns its events.
-func (c *Client) follow(ctx context.Context, f *follower) (*Events, error) {
+// start asks for the follower's consumer and follows it, returning its
+// events.
+func (f *follower) start(ctx context.Context) (*Events, error) {
 	ch := make(chan *bus.Event, 1024)
 	ctx, cancel := context.WithCancel(ctx)
-	f.c = c
 	f.deliver = func(m *nats.Msg) bool {
 		e, err := bus.Decode(m)
 		if err != nil {
@@ -213,7 +213,8 @@ func (c *Client) FollowHandoff(ctx context.Context, kind, tool string) (*Events,
 	if tool != "" && !bus.ValidName(tool) {
 		return nil, bus.Errorf(bus.CodeBadRequest, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$", tool)
 	}
-	ev, err := c.follow(ctx, &follower{subject: c.subj.Handoff(kind, tool), create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady})
+	f := &follower{c: c, subject: c.subj.Handoff(kind, tool), create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady}
+	ev, err := f.start(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("client: follow %s: %w", c.subj.Handoff(kind, tool), err)
 	}
