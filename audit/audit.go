@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
@@ -51,6 +52,10 @@ const (
 	Invalid    = "invalid"    // the input did not validate
 	Unresolved = "unresolved" // unknown, inactive or unavailable tool
 	Builtin    = "builtin"    // reset_tools, search_tools, the skill loader, request-scoped tools
+	// Refused: a batch or tools query the router refused whole before
+	// any call ran (bad_event, bad_request, a denied user claim); the
+	// record has no call id, Decision.Rule says why.
+	Refused = "refused"
 )
 
 // Record is one audited call.
@@ -72,6 +77,9 @@ type Record struct {
 	Decision     Decision `json:"decision"`
 	Outcome      Outcome  `json:"outcome"`
 	DurationMS   int64    `json:"duration_ms"`
+	// Suppressed counts the refusals of the same caller that were not
+	// recorded since its previous refusal record (Refusals' rate bound).
+	Suppressed int64 `json:"suppressed,omitempty"`
 }
 
 // Decision is how the call was decided.
@@ -198,6 +206,23 @@ func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 	m := nats.NewMsg(Subject(t.subj, rec.Session, rec.Tool))
 	m.Data = b
 	id := bus.CallKey(rec.Session, rec.ReplyID, rec.CallID)
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	p := &Pending{msg: m, id: id}
+	p.ack, p.err = t.js.PublishMsgAsync(m)
+	return p, nil
+}
+
+// WriteRefusal publishes rec, the record of a refused batch or query
+// (Decision.Behavior Refused), as Write does a call's, with a message id
+// of its own: refusals repeat, and each is a record.
+func (t *Trail) WriteRefusal(rec *Record) (*Pending, error) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(Subject(t.subj, rec.Session, rec.Tool))
+	m.Data = b
+	id := "refused." + rec.Router + "." + nuid.Next()
 	m.Header.Set(jetstream.MsgIDHeader, id)
 	p := &Pending{msg: m, id: id}
 	p.ack, p.err = t.js.PublishMsgAsync(m)

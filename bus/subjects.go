@@ -45,6 +45,16 @@ func (s Subjects) Work(tool string) string       { return s.p + "work." + tool }
 func (s Subjects) Result(tool string) string     { return s.p + "result." + tool }
 func (s Subjects) All(kind string) string        { return s.p + kind + ".>" } // every token of one kind
 
+// Handoff is where a handler or approver asks a router to follow the
+// handoff requests of kind ("external" or "confirm") for tool, or for every
+// tool when tool is "" (P.handoff.<kind>[.<tool>], docs/protocol.md 6.2).
+func (s Subjects) Handoff(kind, tool string) string {
+	if tool == "" {
+		return s.p + "handoff." + kind
+	}
+	return s.p + "handoff." + kind + "." + tool
+}
+
 // Queue groups and the durable tools' work consumers: P-<name>.
 
 func (s Subjects) RouterQueue() string             { return s.Prefix + "-router" }

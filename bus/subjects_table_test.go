@@ -24,6 +24,8 @@ func TestSubjectsTable(t *testing.T) {
 		{"Answer", s.Answer("echo"), "toolbus.answer.echo", "answer", "echo"},
 		{"Approve", s.Approve("echo"), "toolbus.approve.echo", "approve", "echo"},
 		{"Replay", s.Replay("s1"), "toolbus.replay.s1", "replay", "s1"},
+		{"Handoff", s.Handoff("confirm", "echo"), "toolbus.handoff.confirm.echo", "", ""},
+		{"HandoffAll", s.Handoff("external", ""), "toolbus.handoff.external", "handoff", "external"},
 		{"Register", s.Register(), "toolbus.register", "", ""},
 		{"Admin", s.Admin("tools.delete"), "toolbus.admin.tools.delete", "", ""},
 		{"Outputs", s.Outputs("s1"), "toolbus.outputs.s1", "outputs", "s1"},

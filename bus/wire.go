@@ -2,11 +2,14 @@ package bus
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base32"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -573,4 +576,62 @@ type ReplayReady struct {
 	Stream   string `json:"stream"`
 	Consumer string `json:"consumer"`
 	Idle     string `json:"idle"`
+}
+
+// HandoffFollow is the data of io.toolbus.handoff.follow (docs/protocol.md
+// 6.2): a handler or approver asks a router for a pull consumer of the
+// handoff requests its subject names. StartSeq, when set, is the first
+// stream sequence wanted; zero means every request the stream keeps.
+type HandoffFollow struct {
+	StartSeq uint64 `json:"start_seq,omitempty"`
+}
+
+// ConsumerNext is the data of io.toolbus.consumer.next (docs/protocol.md
+// 3.4): pull up to Batch messages (1 to MaxConsumerBatch; zero means 64)
+// from the router-made consumer named Consumer, waiting up to ExpiresMS
+// milliseconds (0 to MaxConsumerWaitMS; zero means answer at once). The
+// router relays the pull to JetStream with the request's reply subject, so
+// the messages and JetStream's closing status come from the server itself.
+type ConsumerNext struct {
+	Consumer  string `json:"consumer"`
+	Batch     int    `json:"batch,omitempty"`
+	ExpiresMS int64  `json:"expires_ms,omitempty"`
+}
+
+// ConsumerStop is the data of io.toolbus.consumer.stop: delete the
+// router-made consumer named Consumer (no reply; the server drops an idle
+// one anyway).
+type ConsumerStop struct {
+	Consumer string `json:"consumer"`
+}
+
+// Bounds of a relayed pull (io.toolbus.consumer.next).
+const (
+	MaxConsumerBatch  = 256
+	MaxConsumerWaitMS = 30_000
+)
+
+// NewConsumerName returns a router-made consumer's name: kind ("replay",
+// "handoff"), a dash and 128 random bits in lowercase base32 (26
+// characters). Knowing a name grants nothing (a router serves it only on
+// the subject it was made for); it is random so that no one can guess one.
+func NewConsumerName(kind string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return kind + "-" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// ValidConsumerName reports whether name has the form NewConsumerName
+// makes for kind.
+func ValidConsumerName(kind, name string) bool {
+	rest, ok := strings.CutPrefix(name, kind+"-")
+	if !ok || len(rest) != 26 {
+		return false
+	}
+	for _, c := range rest {
+		if (c < 'a' || c > 'z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
 }

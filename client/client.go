@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -274,17 +273,31 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 // Replay streams the session's events kept by the events stream, from the
 // first one still kept, then live ones: through the pull consumer a router
 // makes for the session on request (P.replay.<session>, docs/protocol.md
-// 3.4), made again from the next sequence when it is lost (a node's
-// restart); or, for every session ("*", the operator's), an ordered
-// consumer of its own.
+// 3.4), pulled through the router (io.toolbus.consumer.next) and made again
+// from the next sequence when it is lost (a node's restart); or, for every
+// session ("*", the operator's), an ordered consumer of its own.
 func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
+	if bus.ValidID(session) {
+		f := &follower{c: c, subject: c.subj.Replay(session), session: session, create: bus.TypeReplay, ready: bus.TypeReplayReady}
+		ev, err := f.start(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("client: replay: %w", err)
+		}
+		return ev, nil
+	}
 	js, err := jetstream.New(c.nc)
 	if err != nil {
 		return nil, err
 	}
 	ch := make(chan *bus.Event, 1024)
 	ctx, cancel := context.WithCancel(ctx)
-	deliver := func(m jetstream.Msg) {
+	cons, err := js.OrderedConsumer(ctx, c.subj.Stream(bus.StreamEvents), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.subj.Events(session)}})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("client: replay: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
 		e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 		if err != nil {
 			return
@@ -293,136 +306,18 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 		case ch <- e:
 		case <-ctx.Done():
 		}
-	}
-	if !bus.ValidID(session) {
-		cons, err := js.OrderedConsumer(ctx, c.subj.Stream(bus.StreamEvents), jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{c.subj.Events(session)}})
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("client: replay: %w", err)
-		}
-		cc, err := cons.Consume(deliver)
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("client: replay: %w", err)
-		}
-		go func() {
-			<-ctx.Done()
-			cc.Stop()
-			<-cc.Closed()
-			close(ch)
-		}()
-		return &Events{C: ch, stop: cancel}, nil
-	}
-	rp := &replayer{c: c, js: js, session: session, deliver: deliver, lost: make(chan struct{}, 1)}
-	if err := rp.open(ctx); err != nil {
+	})
+	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("client: replay: %w", err)
 	}
 	go func() {
-		rp.run(ctx)
+		<-ctx.Done()
+		cc.Stop()
+		<-cc.Closed()
 		close(ch)
 	}()
 	return &Events{C: ch, stop: cancel}, nil
-}
-
-// replayer follows a router-made replay consumer, and asks for another
-// one from the next sequence when it is lost.
-type replayer struct {
-	c       *Client
-	js      jetstream.JetStream
-	session string
-	deliver func(jetstream.Msg)
-	lost    chan struct{}
-
-	next   atomic.Uint64 // the stream sequence wanted next
-	stream string
-	name   string
-	cons   jetstream.Consumer
-	cc     jetstream.ConsumeContext
-}
-
-// open asks a router for a consumer from r.next and consumes it.
-func (r *replayer) open(ctx context.Context) error {
-	e, err := r.c.rq.event(bus.TypeReplay, r.session, bus.Replay{StartSeq: r.next.Load()})
-	if err != nil {
-		return err
-	}
-	var ready bus.ReplayReady
-	if err := r.c.rq.request(ctx, r.c.subj.Replay(r.session), e, bus.TypeReplayReady, &ready, 10*time.Second); err != nil {
-		return err
-	}
-	cons, err := r.js.Consumer(ctx, ready.Stream, ready.Consumer)
-	if err != nil {
-		return err
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if md, err := m.Metadata(); err == nil {
-			r.next.Store(md.Sequence.Stream + 1)
-		}
-		r.deliver(m)
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrNoHeartbeat) {
-			select {
-			case r.lost <- struct{}{}:
-			default:
-			}
-		}
-	}))
-	if err != nil {
-		r.drop()
-		return err
-	}
-	r.stream, r.name, r.cons, r.cc = ready.Stream, ready.Consumer, cons, cc
-	return nil
-}
-
-// run follows the consumer until ctx ends, then stops and deletes it.
-func (r *replayer) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			r.stop()
-			return
-		case <-r.lost:
-		}
-		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := r.cons.Info(ictx)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			continue // a missed heartbeat only: Consume pulls again
-		}
-		r.stop()
-		for ctx.Err() == nil && r.open(ctx) != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-		if ctx.Err() != nil {
-			return
-		}
-	}
-}
-
-func (r *replayer) stop() {
-	if r.cc != nil {
-		r.cc.Stop()
-		<-r.cc.Closed()
-		r.cc = nil
-	}
-	r.drop()
-}
-
-// drop deletes the consumer, which the server would drop once idle anyway.
-func (r *replayer) drop() {
-	if r.name == "" {
-		return
-	}
-	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = r.js.DeleteConsumer(dctx, r.stream, r.name)
-	r.name = ""
 }
 
 // Output is a stored output opened for reading (protocol 5.9): Read

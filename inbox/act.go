@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -43,11 +44,19 @@ type Outcome struct {
 	Code string `json:"code,omitempty"`
 }
 
+// isJSON reports whether a Content-Type is application/json, with
+// parameters or not (charset=utf-8), and nothing else: application/jsonx
+// or a text/plain a form can send without a preflight are refused.
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
+}
+
 // maxAct bounds an Act's body.
 const maxAct = 1 << 20
 
 func (s *Server) serveAct(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+	if !isJSON(r.Header.Get("Content-Type")) {
 		writeJSON(w, http.StatusUnsupportedMediaType, Outcome{Code: bus.CodeBadRequest, Message: "send application/json"})
 		return
 	}

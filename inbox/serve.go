@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/skills"
 )
 
 // Running is an inbox serving HTTP.
@@ -85,4 +89,55 @@ func (r *Running) Banner() string {
 		return fmt.Sprintf("toolbus: approval inbox on http://%s — open %s (the token was generated now; --inbox-token or a token file keeps one)", r.Addr, r.URL)
 	}
 	return fmt.Sprintf("toolbus: approval inbox on http://%s — open http://%s/?token=<the token>", r.Addr, r.Addr)
+}
+
+// Token is the token the inbox requires.
+func (r *Running) Token() string { return r.s.cfg.Token }
+
+// TokenFile is the file SaveToken writes in its directory.
+const TokenFile = "inbox.token"
+
+// SaveToken writes token to dir/inbox.token, mode 0600, and returns the
+// file's path: a router keeps a generated token there rather than in its
+// log. dir must be private (0700 or tighter, owned by this process's
+// user, not a symlink); "" means toolbus/ under the user's cache directory,
+// made 0700. The file is replaced through a rename, so a link planted at
+// its name is replaced, never followed.
+func SaveToken(dir, token string) (string, error) {
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("inbox: no directory for the token: %w", err)
+		}
+		dir = filepath.Join(cache, "toolbus")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", fmt.Errorf("inbox: %w", err)
+		}
+	}
+	if err := skills.CheckPrivate(dir); err != nil {
+		return "", fmt.Errorf("inbox: the token's directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "."+TokenFile+"-*")
+	if err != nil {
+		return "", fmt.Errorf("inbox: %w", err)
+	}
+	_, err = f.WriteString(token + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	path := filepath.Join(dir, TokenFile)
+	if err == nil {
+		err = os.Rename(f.Name(), path) // CreateTemp made it 0600
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", fmt.Errorf("inbox: %w", err)
+	}
+	return path, nil
+}
+
+// BannerSaved is Banner for a generated token kept in file: the line
+// names the file, never the token.
+func (r *Running) BannerSaved(file string) string {
+	return fmt.Sprintf("toolbus: approval inbox on http://%s — open http://%s/?token=<the token in %s> (generated now; --inbox-token-file keeps one)", r.Addr, r.Addr, file)
 }

@@ -122,6 +122,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 		t.data.User, err = r.identify(t.session, t.data.User)
 	}
 	if err != nil {
+		r.auditRefusal(m, "call", e, err)
 		r.reject(m, err)
 		return
 	}

@@ -60,14 +60,18 @@ type guard struct {
 	ledger *store.KV       // so were its recorded ones
 	skills *routerSkills   // search_tools finds skills too
 
-	lim     *limits.Limiter        // nil without rules
-	cache   *rcache.Cache          // nil when off
-	cached  *prometheus.CounterVec // result cache lookups by outcome
-	audit   *audit.Trail           // nil when off
-	lost    prometheus.Counter     // audit records that could not be stored
-	pending sync.Map               // *batch → *auditPending: its records not yet known stored (a batch cut off by the drain deadline leaves its entry: the router is stopping)
-	limited sync.Map               // *callState → the limit rule that refused it, until audited
-	missed  sync.Map               // call key → its cache key: looked up by the quota step, a miss
+	lim    *limits.Limiter        // nil without rules
+	cache  *rcache.Cache          // nil when off
+	cached *prometheus.CounterVec // result cache lookups by outcome
+	audit  *audit.Trail           // nil when off
+	lost   prometheus.Counter     // audit records that could not be stored
+	// refusals bounds the records of refused batches per caller
+	// (refused.go); suppressed counts those past the bound.
+	refusals   audit.Refusals
+	suppressed prometheus.Counter
+	pending    sync.Map // *batch → *auditPending: its records not yet known stored (a batch cut off by the drain deadline leaves its entry: the router is stopping)
+	limited    sync.Map // *callState → the limit rule that refused it, until audited
+	missed     sync.Map // call key → its cache key: looked up by the quota step, a miss
 }
 
 // auditPending is a batch's audit records on their way to P_AUDIT.
@@ -97,6 +101,11 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 		lost := prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_records_lost_total",
 			Help: "Audit records the router could not store in P_AUDIT (each one is logged in full)."})
 		if g.lost, err = register(cfg.Metrics, lost); err != nil {
+			return err
+		}
+		suppressed := prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_refusals_suppressed_total",
+			Help: "Refused batches and queries not recorded in P_AUDIT because their caller was past its rate (docs/guardrails.md)."})
+		if g.suppressed, err = register(cfg.Metrics, suppressed); err != nil {
 			return err
 		}
 	}

@@ -2,13 +2,15 @@ package router
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -23,6 +25,12 @@ const (
 	maxSessionReplays = 8
 	maxReplays        = 1024
 )
+
+// defaultBatch is a relayed pull's batch when the request names none.
+const defaultBatch = 64
+
+// jsAPI is the JetStream API prefix the router's relayed pulls go to.
+const jsAPI = "$JS.API."
 
 // replayLimit counts the replay consumers one router made per session
 // within replayIdle. The zero value is ready.
@@ -54,30 +62,111 @@ func (l *replayLimit) take(session string, now time.Time) bool {
 	return true
 }
 
-// onReplay makes, for the agent that asked on P.replay.<session>, a pull
-// consumer of P_EVENTS filtered on that session's events, and answers its
-// name (docs/protocol.md 3.4). Agents create no JetStream consumer
-// themselves: nats-server checks neither a consumer's deliver_subject
-// against its creator's permissions nor whether it is durable, so an agent
-// allowed to create one could have the server publish its session's events
-// on any subject (docs/security.md). Here the router sets the filter, pull
-// mode, acks none, memory storage and an inactivity threshold.
-// replays serves P.replay.<session> (docs/protocol.md 3.4): an ephemeral
-// consumer over the session's events, bounded per session and in all.
+// replays serves the router-made consumers (docs/protocol.md 3.4, 6.2):
+// replay of a session's stored events on P.replay.<session>, and the
+// handoff requests of handlers and approvers on P.handoff.<kind>[.<tool>].
+// On each subject a participant asks for a consumer, pulls from it and
+// stops it; the router makes the consumer (pull mode, the filter the
+// subject grants, acks none, an inactivity threshold), checks on every
+// pull and stop that the named consumer has that very filter, and relays
+// the pull to JetStream with the request's reply subject. So nobody but
+// the router and the operator creates a consumer (nats-server checks a
+// push consumer's deliver_subject against nothing), and NATS' own subject
+// permissions on P.replay.<s> and P.handoff.<kind>.<t> decide whose
+// consumers one may read: knowing another session's consumer name grants
+// nothing.
 type replays struct {
 	*wire
-	base   context.Context
-	events jetstream.Stream
-	limit  replayLimit
+	base    context.Context
+	events  jetstream.Stream
+	handoff jetstream.Stream
+	limit   replayLimit
+}
+
+// feed is what a request subject grants: consumers of stream filtered on
+// filter, named kind-<random>, counted under key, made with the reply type
+// ready after a request of type create.
+type feed struct {
+	stream              jetstream.Stream
+	filter, key, kind   string
+	create, ready, what string
 }
 
 func (r *replays) onReplay(m *nats.Msg) {
-	e, err := r.decode(m, "replay", bus.TypeReplay)
+	e, err := bus.Decode(m)
 	if err != nil {
 		r.reject(m, err)
 		return
 	}
-	var q bus.Replay
+	token, ok := r.subj.Token(m.Subject, "replay")
+	if !ok || !bus.ValidID(token) {
+		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not end in a valid session id", m.Subject))
+		return
+	}
+	if e.SessionID != "" && e.SessionID != token {
+		r.reject(m, bus.Errorf(bus.CodeBadEvent, "sessionid %q differs from the subject's session %q", e.SessionID, token))
+		return
+	}
+	r.serve(m, e, feed{stream: r.events, filter: r.subj.Events(token), key: "replay " + token, kind: "replay",
+		create: bus.TypeReplay, ready: bus.TypeReplayReady, what: "session " + token})
+}
+
+func (r *replays) onHandoff(m *nats.Msg) {
+	e, err := bus.Decode(m)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	filter, ok := r.handoffFilter(m.Subject)
+	if !ok || r.handoff == nil {
+		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q is not %s or %s", m.Subject, r.subj.Handoff("{external,confirm}", ""), r.subj.Handoff("{external,confirm}", "<tool>")))
+		return
+	}
+	r.serve(m, e, feed{stream: r.handoff, filter: filter, key: "handoff " + filter, kind: "handoff",
+		create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady, what: filter})
+}
+
+// handoffFilter is the stream filter P.handoff.<kind>[.<tool>] grants:
+// P.<kind>.<tool>, or P.<kind>.* without a tool.
+func (r *replays) handoffFilter(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, r.subj.Handoff("", "")) // "P.handoff."
+	if !ok {
+		return "", false
+	}
+	kind, tool, hasTool := strings.Cut(rest, ".")
+	if hasTool && !bus.ValidName(tool) {
+		return "", false
+	}
+	if !hasTool {
+		tool = "*"
+	}
+	switch kind {
+	case "external":
+		return r.subj.External(tool), true
+	case "confirm":
+		return r.subj.Confirm(tool), true
+	}
+	return "", false
+}
+
+// serve answers the three requests of a feed's subject.
+func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
+	switch e.Type {
+	case f.create:
+		r.make(m, e, f)
+	case bus.TypeConsumerNext:
+		r.next(m, e, f)
+	case bus.TypeConsumerStop:
+		r.stop(m, e, f)
+	default:
+		r.reject(m, bus.Errorf(bus.CodeBadEvent, "expected an event of type %s, %s or %s on %s, got %q", f.create, bus.TypeConsumerNext, bus.TypeConsumerStop, m.Subject, e.Type))
+	}
+}
+
+// make creates a consumer of f from the requested start sequence and
+// answers its name.
+func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
+	var q bus.Replay // io.toolbus.handoff.follow has the same data
 	if len(e.Data) > 0 {
 		if err := e.DataAs(&q); err != nil {
 			r.reject(m, err)
@@ -85,32 +174,109 @@ func (r *replays) onReplay(m *nats.Msg) {
 		}
 	}
 	cfg := jetstream.ConsumerConfig{
-		Name:              "replay-" + nuid.Next(),
-		FilterSubject:     r.subj.Events(e.SessionID),
+		Name:              bus.NewConsumerName(f.kind),
+		FilterSubject:     f.filter,
 		AckPolicy:         jetstream.AckNonePolicy,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: replayIdle,
 		// As many replicas as the stream, so a node's loss does not
 		// take the consumer with it (the client asks again if it does).
-		Replicas: r.events.CachedInfo().Config.Replicas,
+		Replicas: f.stream.CachedInfo().Config.Replicas,
 	}
 	if q.StartSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, q.StartSeq
 	}
-	if !r.limit.take(e.SessionID, time.Now()) {
-		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "session %s asked for more than %d replays within %v; reuse one", e.SessionID, maxSessionReplays, replayIdle))
+	if !r.limit.take(f.key, time.Now()) {
+		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "%s asked for more than %d consumers within %v; reuse one", f.what, maxSessionReplays, replayIdle))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
 	defer cancel()
-	if info, err := r.events.Info(ctx); err == nil && info.State.Consumers >= maxReplays {
-		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "the events stream holds %d consumers; no replay is made past %d until idle ones go", info.State.Consumers, maxReplays))
+	if info, err := f.stream.Info(ctx); err == nil && info.State.Consumers >= maxReplays {
+		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "the stream holds %d consumers; none is made past %d until idle ones go", info.State.Consumers, maxReplays))
 		return
 	}
-	if _, err := r.events.CreateConsumer(ctx, cfg); err != nil {
-		r.reject(m, bus.Errorf(bus.CodeUnavailable, "replay of session %s: %v", e.SessionID, err))
+	if _, err := f.stream.CreateConsumer(ctx, cfg); err != nil {
+		r.reject(m, bus.Errorf(bus.CodeUnavailable, "consumer for %s: %v", f.what, err))
 		return
 	}
-	ready := bus.ReplayReady{Stream: r.subj.Stream(bus.StreamEvents), Consumer: cfg.Name, Idle: replayIdle.String()}
-	r.respond(m, bus.TypeReplayReady, ready, "replay reply")
+	ready := bus.ReplayReady{Stream: f.stream.CachedInfo().Config.Name, Consumer: cfg.Name, Idle: replayIdle.String()}
+	r.respond(m, f.ready, ready, "consumer reply")
+}
+
+// next relays a pull from a consumer of f to JetStream, with m's reply
+// subject: the messages and the closing status go straight to the asker.
+func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) {
+	var q bus.ConsumerNext
+	if err := e.DataAs(&q); err != nil {
+		r.reject(m, err)
+		return
+	}
+	if q.Batch == 0 {
+		q.Batch = defaultBatch
+	}
+	if q.Batch < 0 || q.Batch > bus.MaxConsumerBatch || q.ExpiresMS < 0 || q.ExpiresMS > bus.MaxConsumerWaitMS {
+		r.reject(m, bus.Errorf(bus.CodeBadRequest, "batch must be 1 to %d and expires_ms 0 to %d", bus.MaxConsumerBatch, bus.MaxConsumerWaitMS))
+		return
+	}
+	if m.Reply == "" {
+		return // nowhere to deliver
+	}
+	stream, err := r.owned(f, q.Consumer)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	pull := struct {
+		Batch   int           `json:"batch"`
+		Expires time.Duration `json:"expires,omitempty"`
+		NoWait  bool          `json:"no_wait,omitempty"`
+	}{Batch: q.Batch, Expires: time.Duration(q.ExpiresMS) * time.Millisecond, NoWait: q.ExpiresMS == 0}
+	body, _ := json.Marshal(pull)
+	if err := r.nc.PublishMsg(&nats.Msg{Subject: jsAPI + "CONSUMER.MSG.NEXT." + stream + "." + q.Consumer, Reply: m.Reply, Data: body}); err != nil {
+		r.reject(m, bus.Errorf(bus.CodeUnavailable, "pull from %s: %v", q.Consumer, err))
+	}
+}
+
+// stop deletes a consumer of f.
+func (r *replays) stop(m *nats.Msg, e *bus.Event, f feed) {
+	var q bus.ConsumerStop
+	if err := e.DataAs(&q); err != nil {
+		r.reject(m, err)
+		return
+	}
+	if _, err := r.owned(f, q.Consumer); err != nil {
+		r.reject(m, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
+	defer cancel()
+	if err := f.stream.DeleteConsumer(ctx, q.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		r.reject(m, bus.Errorf(bus.CodeUnavailable, "stop %s: %v", q.Consumer, err))
+	}
+}
+
+// owned checks that name is a router-made pull consumer of f's stream
+// filtered on f's filter, and returns the stream's name. An unknown name
+// and another subject's consumer get the same refusal, so the answer tells
+// nothing about other sessions.
+func (r *replays) owned(f feed, name string) (string, error) {
+	refused := bus.Errorf(bus.CodeBadRequest, "no consumer %q for %s (ask for one with %s)", name, f.what, f.create)
+	if !bus.ValidConsumerName(f.kind, name) {
+		return "", refused
+	}
+	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
+	defer cancel()
+	c, err := f.stream.Consumer(ctx, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return "", refused
+	}
+	if err != nil {
+		return "", bus.Errorf(bus.CodeUnavailable, "look up %s: %v", name, err)
+	}
+	cfg := c.CachedInfo().Config
+	if cfg.DeliverSubject != "" || cfg.FilterSubject != f.filter || len(cfg.FilterSubjects) > 0 {
+		return "", refused
+	}
+	return c.CachedInfo().Stream, nil
 }

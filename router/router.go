@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -383,10 +384,11 @@ func (r *Router) bind() {
 	reg := &registrar{wire: r.wire, base: r.base, groups: r.groups, reg: r.reg}
 	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, guard: r.guard}
-	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.identify}
+	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.identify,
+		refused: func(m *nats.Msg, e *bus.Event, err error) { r.auditRefusal(m, "tools", e, err) }}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
-	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events}
+	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, handoff: r.store.Handoff}
 	q := r.subj.RouterQueue()
 	r.handlers = []route{
 		{r.subj.All("call"), q, r.onBatch, true},
@@ -396,6 +398,7 @@ func (r *Router) bind() {
 		{r.subj.All("answer"), q, r.answers.onAnswer, false},
 		{r.subj.All("approve"), q, r.answers.onApprove, false},
 		{r.subj.All("replay"), q, replay.onReplay, false},
+		{r.subj.All("handoff"), q, replay.onHandoff, false},
 		{r.subj.All("result"), q, results.onResult, false},
 		{r.subj.All("cancel"), "", cancels.onCancel, false},
 		{r.subj.All("outputs"), q, r.stored.onOutputs, false},
@@ -426,6 +429,14 @@ func (r *Router) loops() {
 // answered busy, and any other blocks this subscription's delivery
 // (back-pressure; admit.go).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
+	if !r.replyAllowed(m.Reply) {
+		// The router answers with its own permissions: a reply subject
+		// of the JetStream API, a bucket, the protocol's subjects or its
+		// own inboxes would have it act for the sender (docs/security.md).
+		r.m.Rejected.WithLabelValues("bad_reply").Inc()
+		r.log.Debug("router: reply subject refused; answering nothing", "subject", m.Subject, "reply", m.Reply)
+		m.Reply = ""
+	}
 	if !r.life.Enter() {
 		if m.Subject == r.subj.Register() {
 			// A draining router still records heartbeats (see drain), on
@@ -440,6 +451,32 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		return
 	}
 	r.handle(h, m)
+}
+
+// replyAllowed reports whether the router may answer on reply: an inbox,
+// never a subject that starts with "$" (the JetStream API, buckets, object
+// stores, the system account's subjects), the deployment's own subjects
+// (P.>), nor the router connection's own inbox prefix when it has one
+// (where workers send results). A router publishes with the widest
+// permissions of the deployment; a reply subject is chosen by the sender.
+func (r *Router) replyAllowed(reply string) bool {
+	return replyAllowedFor(reply, r.subj.Prefix, r.nc.Opts.InboxPrefix)
+}
+
+// replyAllowedFor is replyAllowed for a deployment prefix and the router
+// connection's inbox prefix ("" or "_INBOX": the shared default, not
+// excluded).
+func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
+	if reply == "" {
+		return true
+	}
+	if strings.HasPrefix(reply, "$") || strings.HasPrefix(reply, prefix+".") {
+		return false
+	}
+	if p := strings.TrimSuffix(inboxPrefix, "."); p != "" && p != "_INBOX" && strings.HasPrefix(reply, p+".") {
+		return false
+	}
+	return true
 }
 
 // handle runs h on m in the slot the caller took.

@@ -21,27 +21,27 @@ type toolsLister struct {
 	groups   *groups.Store
 	skills   *routerSkills
 	identify func(session string, claimed json.RawMessage) (json.RawMessage, error)
+	// refused records a refused query in the audit trail (refused.go).
+	refused func(m *nats.Msg, e *bus.Event, err error)
 }
 
 func (r *toolsLister) onTools(m *nats.Msg) {
 	e, err := r.decode(m, "tools", bus.TypeToolsQuery)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
 	var q bus.ToolsQuery
-	if len(e.Data) > 0 {
-		if err := e.DataAs(&q); err != nil {
-			r.reject(m, err)
-			return
-		}
+	if err == nil && len(e.Data) > 0 {
+		err = e.DataAs(&q)
 	}
-	if q.User, err = r.identify(e.SessionID, q.User); err != nil {
-		r.reject(m, err)
-		return
+	if err == nil {
+		q.User, err = r.identify(e.SessionID, q.User)
 	}
-	list, err := r.list(e.SessionID, q)
+	var list *bus.ToolsList
+	if err == nil {
+		list, err = r.list(e.SessionID, q)
+	}
 	if err != nil {
+		if r.refused != nil {
+			r.refused(m, e, err)
+		}
 		r.reject(m, err)
 		return
 	}

@@ -320,3 +320,34 @@ func (b *Bindings) UserOf(session string) (string, bool) {
 	u, ok := b.m[session]
 	return u, ok
 }
+
+// Refresh rewrites dir's nats-server.conf and users.json from its spec
+// when the users this version makes from it differ from the users.json
+// there (a directory written by an older version, whose permissions may
+// hold what this one closed), keeping every user's key. It reports
+// whether it rewrote them. A running server must then reload (router
+// --secure starts after it, and polls users.json).
+func Refresh(dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, UsersFile)); errors.Is(err, os.ErrNotExist) {
+		return false, nil // a configuration made by hand: left as it is
+	}
+	spec, err := LoadSpec(dir)
+	if err != nil {
+		return false, err
+	}
+	users, err := Users(spec)
+	if err != nil {
+		return false, err
+	}
+	old, err := os.ReadFile(filepath.Join(dir, UsersFile))
+	if err != nil {
+		return false, fmt.Errorf("security: %w", err)
+	}
+	if string(old) == JSON(users) {
+		return false, nil
+	}
+	if err := write(dir, envURL(dir), spec, users); err != nil {
+		return false, err
+	}
+	return true, nil
+}

@@ -144,3 +144,45 @@ func FuzzParseBindings(f *testing.F) {
 		}
 	})
 }
+
+// TestRefresh: a directory written by an older version (here: the agent
+// may still pull any consumer of the events stream by name, issue 26) is
+// rewritten with this version's permissions at the next start, every key
+// kept; an up-to-date one, or one without users.json, is left alone.
+func TestRefresh(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	if _, err := security.Generate(dir, "", security.Spec{Sessions: []string{"s1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := security.Refresh(dir); err != nil || changed {
+		t.Fatalf("fresh directory: %v %v", changed, err)
+	}
+	usersFile := filepath.Join(dir, security.UsersFile)
+	b, _ := os.ReadFile(usersFile)
+	old := strings.Replace(string(b), `"toolbus.replay.*"`, `"toolbus.replay.*", "$JS.API.CONSUMER.MSG.NEXT.TOOLBUS_EVENTS.*"`, 1)
+	if old == string(b) {
+		t.Fatal("no agent replay permission to age")
+	}
+	if err := os.WriteFile(usersFile, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := os.ReadFile(security.SeedFile(dir, "agent"))
+	if changed, err := security.Refresh(dir); err != nil || !changed {
+		t.Fatalf("aged directory: %v %v", changed, err)
+	}
+	after, _ := os.ReadFile(usersFile)
+	conf, _ := os.ReadFile(filepath.Join(dir, security.ServerConfigFile))
+	if strings.Contains(string(after), "CONSUMER.MSG.NEXT.TOOLBUS_EVENTS") || strings.Contains(string(conf), "CONSUMER.MSG.NEXT.TOOLBUS_EVENTS") {
+		t.Fatal("the old permission survived the refresh")
+	}
+	if now, _ := os.ReadFile(security.SeedFile(dir, "agent")); string(now) != string(seed) {
+		t.Fatal("the agent's key changed")
+	}
+	hand := t.TempDir()
+	if err := os.WriteFile(filepath.Join(hand, security.ServerConfigFile), []byte("listen: 127.0.0.1:4222\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := security.Refresh(hand); err != nil || changed {
+		t.Fatalf("hand-made configuration: %v %v", changed, err)
+	}
+}

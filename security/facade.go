@@ -6,9 +6,10 @@ import "github.com/toolbus/toolbus/bus"
 // mcp): it calls, lists, cancels and watches events in every session on
 // behalf of the hosts it authenticated, and answers the confirmations
 // their users give through elicitation (and the bridged servers' questions
-// of Spec.FacadeAnswers). It watches the records that
-// change a session's listing. Nothing more: no JetStream administration,
-// no exec, no registration, no admin verbs, no writes to any bucket.
+// of Spec.FacadeAnswers). It follows the writes that change a session's
+// listing (subscriptions, no consumers). Nothing more: no JetStream
+// administration, no consumer, no exec, no registration, no admin verbs,
+// no writes to any bucket but its own.
 const RoleFacade = "facade"
 
 func facade(s bus.Subjects, answers []string) User {
@@ -27,33 +28,23 @@ func facade(s bus.Subjects, answers []string) User {
 	for _, t := range answers {
 		pub = append(pub, s.Answer(t))
 	}
-	// The watches that tell it a session's listing may have changed:
-	// ordered consumers of the KV buckets and of the skills' metadata.
+	// The writes that tell it a session's listing may have changed: plain
+	// subscriptions to the buckets' and the skills' metadata subjects (read
+	// below), never a consumer (its deliver subject would be unchecked).
+	sub := []string{s.Events("*"), inbox(RoleFacade) + ".>"}
 	for _, b := range []string{bus.BucketSessions, bus.BucketTools, bus.BucketGroups, bus.BucketWorkers} {
-		name := s.Bucket(b)
-		pub = append(pub, watchStream("KV_"+name, "$KV."+name+".>")...)
+		sub = append(sub, "$KV."+s.Bucket(b)+".>")
 	}
-	skills := s.ObjectStore(bus.ObjectSkills)
-	pub = append(pub, watchStream("OBJ_"+skills, "$O."+skills+".M.>")...)
-	// The object store's watch first reads the latest metadata.
-	pub = append(pub, jsAPI+"DIRECT.GET.OBJ_"+skills+".$O."+skills+".M.>")
-	// Its own bucket of MCP tasks and request states (docs/mcp.md): read,
-	// write, watch, and create it when no router has.
+	sub = append(sub, "$O."+s.ObjectStore(bus.ObjectSkills)+".M.>")
+	// Its own bucket of MCP tasks and request states (docs/mcp.md): read
+	// (gets, the stream's info for its keys), write, follow a task's key,
+	// and create it when no router has.
 	mcpKV := s.Bucket(bus.BucketMCP)
-	pub = append(pub, watchStream("KV_"+mcpKV, "$KV."+mcpKV+".>")...)
-	pub = append(pub, "$KV."+mcpKV+".>", jsAPI+"DIRECT.GET.KV_"+mcpKV+".>",
+	pub = append(pub, jsAPI+"STREAM.INFO.KV_"+mcpKV, "$KV."+mcpKV+".>", jsAPI+"DIRECT.GET.KV_"+mcpKV+".>",
 		jsAPI+"STREAM.MSG.GET.KV_"+mcpKV, jsAPI+"STREAM.CREATE.KV_"+mcpKV)
+	sub = append(sub, "$KV."+mcpKV+".>")
 	return User{Name: RoleFacade, Role: RoleFacade, InboxPrefix: inbox(RoleFacade), Permissions: Permissions{
 		Publish:   pub,
-		Subscribe: []string{s.Events("*"), inbox(RoleFacade) + ".>"},
+		Subscribe: sub,
 	}}
-}
-
-// watchStream allows an ordered consumer of stream filtered on subject
-// (a KV or object store watch): the stream's info, the consumer's
-// creation, info and deletion, and its flow control replies.
-func watchStream(stream, subject string) []string {
-	return []string{jsAPI + "STREAM.INFO." + stream, createConsumer(stream, subject),
-		jsAPI + "CONSUMER.INFO." + stream + ".*", jsAPI + "CONSUMER.DELETE." + stream + ".*",
-		"$JS.FC." + stream + ".>"}
 }

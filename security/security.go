@@ -212,22 +212,15 @@ func each(tools []string, f func(string) string) []string {
 	return out
 }
 
-// createConsumer allows creating a consumer on stream filtered on
-// subject: the server checks that the filter in the API subject is the
-// consumer's. Consumer names of ordered consumers are random, hence the
-// wildcard.
-func createConsumer(stream, subject string) string {
-	return jsAPI + "CONSUMER.CREATE." + stream + ".*." + subject
-}
-
-// useConsumers allows fetching from, looking up and deleting the
-// consumers of stream whose names one knows.
-func useConsumers(stream string) []string {
-	return []string{
-		jsAPI + "CONSUMER.MSG.NEXT." + stream + ".*",
-		jsAPI + "CONSUMER.INFO." + stream + ".*",
-		jsAPI + "CONSUMER.DELETE." + stream + ".*",
+// followHandoff allows asking a router for a consumer of the handoff
+// requests of kind for tools (every tool when empty) and pulling from it
+// through the router (P.handoff.<kind>[.<tool>], docs/protocol.md 6.2): no
+// JetStream API at all, so no consumer with a deliver subject.
+func followHandoff(s bus.Subjects, kind string, tools []string) []string {
+	if len(tools) == 0 {
+		return []string{s.Handoff(kind, ""), s.Handoff(kind, "*")}
 	}
+	return each(tools, func(t string) string { return s.Handoff(kind, t) })
 }
 
 func router(s bus.Subjects) User {
@@ -302,12 +295,13 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	if session != "" {
 		name, role, tok = "session-"+session, RoleSession, session
 	}
-	// Replay: a router makes the consumer (P.replay.<s>); the agent pulls
-	// from it, looks it up and deletes it. An agent creates no consumer
-	// itself: nats-server checks neither a push consumer's deliver_subject
-	// against its creator's permissions nor durability (docs/security.md).
+	// Replay: a router makes the consumer, relays the agent's pulls and
+	// stops it, all on P.replay.<s>, after checking that the consumer is
+	// that session's. An agent uses no JetStream API at all: nats-server
+	// checks neither a push consumer's deliver_subject against its
+	// creator's permissions nor durability, and a consumer name in an API
+	// subject cannot be confined to a session (docs/security.md).
 	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok), s.Replay(tok)}
-	pub = append(pub, useConsumers(s.Stream(bus.StreamEvents))...)
 	for _, t := range answers {
 		pub = append(pub, s.Answer(t))
 	}
@@ -335,17 +329,13 @@ func denySessions(s bus.Subjects, u *User, sessions []string) {
 
 func handler(s bus.Subjects, h Handler) User {
 	name := "handler-" + h.Name
-	stream := s.Stream(bus.StreamHandoff)
 	var pub, sub []string
 	for _, t := range h.Tools {
 		pub = append(pub, s.Answer(t))
-		pub = append(pub, createConsumer(stream, s.External(t)))
 		sub = append(sub, s.External(t))
 	}
-	// Its durable handoff consumer, when it keeps one, is named after the
-	// user; it may ack that one's messages.
-	pub = append(pub, useConsumers(stream)...)
-	pub = append(pub, "$JS.ACK."+stream+"."+name+".>")
+	// Its tools' stored requests through a router (no JetStream API).
+	pub = append(pub, followHandoff(s, "external", h.Tools)...)
 	pub = append(pub, outputsWrite(s)...)
 	sub = append(sub, inbox(name)+".>")
 	return User{Name: name, Role: RoleHandler, Tools: h.Tools, InboxPrefix: inbox(name), Permissions: Permissions{Publish: pub, Subscribe: sub}}
@@ -355,13 +345,11 @@ func approver(s bus.Subjects, tools []string) User {
 	// Confirmations only, on their own subject: the router refuses an
 	// edited input or an unsuggested rule from it, and the approver
 	// cannot answer external calls (P.answer.<tool>) at all.
-	stream := s.Stream(bus.StreamHandoff)
+	// The stored confirmation requests through a router (P.handoff.confirm,
+	// no consumer of its own, so no deliver subject).
 	pub := each(tools, s.Approve)
-	for _, t := range each(tools, s.Confirm) {
-		pub = append(pub, createConsumer(stream, t))
-	}
-	pub = append(pub, useConsumers(stream)...)
-	pub = append(pub, "$JS.ACK."+stream+"."+RoleApprover+".>", s.Admin("parked.list"))
+	pub = append(pub, followHandoff(s, "confirm", tools)...)
+	pub = append(pub, s.Admin("parked.list"))
 	// The approval inbox (docs/inbox.md) reads a waiting call's record by
 	// its key, for its revision and user: direct gets of call records
 	// (<session>.<replyid>.<callid>) only, never a continuation's, and no
@@ -378,7 +366,7 @@ func operator(s bus.Subjects) User {
 	// It may not execute tools directly nor register as a worker.
 	return User{Name: RoleOperator, Role: RoleOperator, InboxPrefix: inbox(RoleOperator), Permissions: Permissions{
 		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"), s.All("approve"), s.All("replay"), s.All("outputs"),
-			"$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>",
+			s.All("handoff"), "$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>",
 			"$JS.FC.OBJ_" + s.ObjectStore(bus.ObjectOutputs) + ".>"}, // flow control of `nats object get`'s ordered consumer
 		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
 	}}

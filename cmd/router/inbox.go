@@ -25,7 +25,7 @@ type inboxOptions struct {
 func inboxFlags(fs *flag.FlagSet) *inboxOptions {
 	o := &inboxOptions{}
 	fs.StringVar(&o.listen, "inbox-listen", "", "host:port: serve the approval inbox there (docs/inbox.md); beyond loopback it needs --inbox-token or --inbox-token-file")
-	fs.StringVar(&o.token, "inbox-token", "", "the inbox page's token (default: a random one, printed at start)")
+	fs.StringVar(&o.token, "inbox-token", "", "the inbox page's token (default: a random one, kept in inbox.token in the --secure directory or the user cache directory's toolbus/, whose path is printed at start)")
 	fs.StringVar(&o.tokenFile, "inbox-token-file", "", "FILE whose first line is the inbox page's token")
 	return o
 }
@@ -67,6 +67,18 @@ func (o *inboxOptions) serve(ctx context.Context, router natsconn.Config, secure
 		nc.Close()
 		return nil, err
 	}
-	fmt.Fprintln(stdout, r.Banner())
+	if !r.Generated {
+		fmt.Fprintln(stdout, r.Banner())
+		return func() { r.Close(); nc.Close() }, nil
+	}
+	// A generated token goes to a private file, never to the router's
+	// output (a log collector keeps that).
+	file, err := inbox.SaveToken(secureDir, r.Token())
+	if err != nil {
+		r.Close()
+		nc.Close()
+		return nil, fmt.Errorf("--inbox-listen: %w (or give --inbox-token-file)", err)
+	}
+	fmt.Fprintln(stdout, r.BannerSaved(file))
 	return func() { r.Close(); nc.Close() }, nil
 }

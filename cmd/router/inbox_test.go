@@ -93,3 +93,48 @@ func TestSecureInbox(t *testing.T) {
 		return err
 	})
 }
+
+// TestInboxTokenNotLogged: a token the router generates for the inbox is
+// kept in a private file (mode 0600, in the --secure directory), whose
+// path the router prints; the token itself is in neither its output nor
+// its log. The page then takes the token from the file, and an action
+// sent as application/jsonx (a look-alike type) is refused with 415.
+func TestInboxTokenNotLogged(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	m, stderr := startRun(t, []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"),
+		"--heartbeat", "500ms", "--inbox-listen", "127.0.0.1:0"},
+		regexp.MustCompile(`(?s)^(.*approval inbox on (http://\S+) — open \S+=<the token in (\S+)>.*)$`))
+	out, base, file := m[1], m[2], m[3]
+	if file != filepath.Join(dir, inbox.TokenFile) {
+		t.Fatalf("token kept in %s, want %s", file, filepath.Join(dir, inbox.TokenFile))
+	}
+	fi, err := os.Lstat(file)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v, want mode 0600", err, fi)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(b))
+	if len(token) < 32 || strings.Contains(out, token) || strings.Contains(stderr.String(), token) {
+		t.Fatalf("the generated token %q is in the router's output or log:\n%s\n%s", token, out, stderr.String())
+	}
+	do := func(ct string) int {
+		req, _ := http.NewRequest(http.MethodPost, base+"/api/act", strings.NewReader(`{}`))
+		req.Header.Set(inbox.TokenHeader, token)
+		req.Header.Set("Content-Type", ct)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := do("application/jsonx"); got != http.StatusUnsupportedMediaType {
+		t.Fatalf("an action as application/jsonx: %d, want 415", got)
+	}
+	if got := do("application/json"); got == http.StatusUnsupportedMediaType || got == http.StatusForbidden || got == http.StatusUnauthorized {
+		t.Fatalf("an action as application/json with the file's token: %d", got)
+	}
+}

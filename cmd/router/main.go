@@ -259,6 +259,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 	cfgFile := filepath.Join(dir, security.ServerConfigFile)
 	if _, err := os.Stat(cfgFile); err == nil {
+		if refreshed, err := security.Refresh(dir); err != nil {
+			return "", fmt.Errorf("--secure %s: %w", dir, err)
+		} else if refreshed {
+			fmt.Fprintf(stdout, "toolbus: updated the permissions in %s to this version's (keys kept)\n", dir)
+		}
 		fmt.Fprintf(stdout, "toolbus: secured with %s; each role logs in with %s/<role>.nk (source %s/<role>.env)\n", cfgFile, dir, dir)
 		return cfgFile, nil
 	}

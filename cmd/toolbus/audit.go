@@ -75,7 +75,10 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if r.Outcome.Code != "" {
 			out += " " + r.Outcome.Code
 		}
-		_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Time.Format(time.RFC3339), r.Session, r.CallID, r.Tool, r.User, r.Decision.Behavior, by, out, r.DurationMS)
+		if r.Suppressed > 0 {
+			out += fmt.Sprintf(" (+%d refusals not recorded)", r.Suppressed)
+		}
+		_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Time.Format(time.RFC3339), r.Session, orDash(r.CallID), orDash(r.Tool), r.User, r.Decision.Behavior, by, out, r.DurationMS)
 		return err
 	})
 	if err != nil {

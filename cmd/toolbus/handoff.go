@@ -8,9 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 )
@@ -41,55 +38,37 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 			return err
 		}
 	}
-	nc, err := cn.connect(ctx)
+	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	subj := bus.NewSubjects(cn.prefix)
-	subject := subj.External(tool)
+	defer closeConn()
+	kind, subject := "external", bus.NewSubjects(cn.prefix).External(tool)
 	if *confirm {
-		subject = subj.Confirm(tool)
+		kind, subject = "confirm", bus.NewSubjects(cn.prefix).Confirm(tool)
 	}
-	stream := subj.Stream(bus.StreamHandoff)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
+	forTool := tool
+	if tool == "*" {
+		forTool = ""
 	}
-	// An ordered consumer delivers everything the stream keeps, oldest
+	// A router's consumer delivers everything the stream keeps, oldest
 	// first, then what arrives: requests stay in the stream until they are
 	// answered or expire, so this shows what was asked while nobody watched.
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	// The router makes it and relays the pulls (P.handoff.<kind>[.<tool>]),
+	// so handlers and approvers need no JetStream permission.
+	ev, err := cl.FollowHandoff(ctx, kind, forTool)
 	if err != nil {
-		return fmt.Errorf("follow %s in stream %s: %w", subject, stream, err)
+		return fmt.Errorf("follow %s: %w", subject, err)
 	}
-	msgs := make(chan jetstream.Msg, 64)
-	cctx, cancel := context.WithCancel(ctx)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-cctx.Done():
-		}
-	})
-	if err != nil {
-		cancel()
-		return fmt.Errorf("follow %s in stream %s: %w", subject, stream, err)
-	}
-	defer func() {
-		cancel()
-		cc.Stop()
-		<-cc.Closed()
-	}()
-	fmt.Fprintf(stderr, "following %s in stream %s from its oldest request (Ctrl-C to stop)\n", subject, stream)
+	defer ev.Stop()
+	fmt.Fprintf(stderr, "following %s in stream %s from its oldest request (Ctrl-C to stop)\n", subject, bus.NewSubjects(cn.prefix).Stream(bus.StreamHandoff))
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case m := <-msgs:
-			e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-			if err != nil {
-				fmt.Fprintf(stderr, "skipping a malformed request on %s: %v\n", m.Subject(), err)
-				continue
+		case e, ok := <-ev.C:
+			if !ok {
+				return nil
 			}
 			if cn.session != allSessions && e.SessionID != cn.session {
 				continue

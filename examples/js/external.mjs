@@ -1,8 +1,8 @@
 // An external handler: it registers the external tool ask_human, reads its
 // requests from the handoff stream (also those made while it was offline)
-// and answers each. Written from docs/protocol.md (sections 6 and 8).
-import { jetstream } from "@nats-io/jetstream";
-import { P, open, event, request, text } from "./lib.mjs";
+// through a router-made consumer, and answers each. Written from
+// docs/protocol.md (sections 6 and 8).
+import { P, open, event, request, text, follow } from "./lib.mjs";
 
 const source = "js/external-handler";
 const tool = "ask_human";
@@ -15,13 +15,10 @@ await request(nc, `${P}.register`, event("io.toolbus.register", source, {
   }],
 }));
 
-const js = jetstream(nc);
-const consumer = await js.consumers.get(`${P.toUpperCase()}_HANDOFF`, { filter_subjects: [`${P}.external.${tool}`] });
-const messages = await consumer.consume();
+const messages = follow(nc, `${P}.handoff.external.${tool}`, "io.toolbus.handoff.follow", source);
 console.log(JSON.stringify({ ready: tool }));
 
 async function stop() {
-  await messages.close();
   await nc.drain();
   process.exit(0);
 }

@@ -33,7 +33,7 @@ import (
 const bound = 90 * time.Second
 
 // packages are the npm packages the examples import.
-var packages = []string{"@nats-io/transport-node@3.4.0", "@nats-io/jetstream@3.4.0"}
+var packages = []string{"@nats-io/transport-node@3.4.0"}
 
 // setup finds node and npm (skipping the test without them), installs the
 // packages into a temporary directory and copies the examples beside them.

@@ -1,6 +1,6 @@
 // The little every toolbus participant needs: CloudEvents in structured JSON
 // mode on NATS (docs/protocol.md, section 1).
-import { connect, headers } from "@nats-io/transport-node";
+import { connect, createInbox, headers } from "@nats-io/transport-node";
 
 export const P = process.env.TOOLBUS_PREFIX || "toolbus";
 
@@ -43,3 +43,49 @@ export async function request(nc, subject, ev, timeout = 10000) {
 }
 
 export const text = (s) => [{ type: "text", text: s }];
+
+// follow yields the stored messages of a consumer a router makes for
+// subject (docs/protocol.md 3.4 and 6.2): it asks for one with an event of
+// type create, then pulls through the router (io.toolbus.consumer.next: the
+// router relays the pull to JetStream with this inbox as the reply, so the
+// messages come from the server itself), and asks for another from the
+// next sequence when the consumer is lost. It needs no JetStream
+// permission: on a secured deployment, handlers and agents have none.
+export async function* follow(nc, subject, create, source, attrs = {}) {
+  let consumer = null;
+  let next = 0;
+  while (!nc.isClosed()) {
+    if (!consumer) {
+      try {
+        consumer = (await request(nc, subject, event(create, source, next ? { start_seq: next } : {}, attrs))).data.consumer;
+      } catch {
+        await new Promise((r) => setTimeout(r, 1000));
+        continue;
+      }
+    }
+    let lost = true;
+    try {
+      const inbox = createInbox();
+      const sub = nc.subscribe(inbox);
+      const timer = setTimeout(() => sub.unsubscribe(), 15000); // no closing status: lost
+      const [body, opts] = wire(event("io.toolbus.consumer.next", source, { consumer, batch: 64, expires_ms: 5000 }, attrs));
+      nc.publish(subject, body, { ...opts, reply: inbox });
+      let got = 0;
+      for await (const m of sub) {
+        const code = m.headers ? m.headers.code : 0;
+        if (code === 100) continue; // a heartbeat
+        if (code === 404 || code === 408) { lost = false; break; } // nothing more now: pull again
+        if (code !== 0 || m.subject === inbox) break; // 409 consumer gone, or the router refused
+        const t = m.reply.split("."); // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...
+        next = Number(t[t.length > 9 ? 7 : 5]) + 1;
+        yield m;
+        if (++got === 64) { lost = false; break; }
+      }
+      clearTimeout(timer);
+      sub.unsubscribe();
+    } catch {
+      if (nc.isClosed()) return;
+    }
+    if (lost) consumer = null;
+  }
+}

@@ -233,7 +233,7 @@ func (f *Facade) Handler() http.Handler {
 			if errors.Is(err, errFull) {
 				w.Header().Set("Retry-After", "1")
 			}
-			writeHTTPError(w, http.StatusServiceUnavailable, err.Error())
+			writeHTTPError(w, acquireStatus(err), err.Error())
 			return
 		}
 		defer f.release(s)
@@ -246,6 +246,18 @@ func (f *Facade) Handler() http.Handler {
 		}
 		s.http.ServeHTTP(w, r)
 	})
+}
+
+// acquireStatus is the HTTP status of a session the facade could not
+// serve: 403 when the router refused the identity (denied: on a secured
+// router the session is bound to another user, docs/security.md), else
+// 503 (full, closing, no router).
+func acquireStatus(err error) int {
+	var be *bus.Error
+	if errors.As(err, &be) && be.Code == bus.CodeDenied {
+		return http.StatusForbidden
+	}
+	return http.StatusServiceUnavailable
 }
 
 // SessionHeader names the bus session of a request to /mcp, for clients

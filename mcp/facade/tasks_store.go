@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -106,7 +107,8 @@ type kvStore struct {
 
 	mu     sync.Mutex
 	kv     *store.KV
-	failed time.Time // when the bucket was last found out of reach
+	stream jetstream.Stream // the bucket's, for listing keys
+	failed time.Time        // when the bucket was last found out of reach
 }
 
 func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
@@ -140,7 +142,11 @@ func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
 	if b, ok := status.(*jetstream.KeyValueBucketStatus); ok {
 		replicas = b.StreamInfo().Config.Replicas
 	}
-	st.kv = store.NewKV(js, kv, replicas)
+	stream, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	st.kv, st.stream = store.NewKV(js, kv, replicas), stream
 	return st.kv, nil
 }
 
@@ -231,17 +237,24 @@ func (idx *taskIndex) prune(now time.Time) {
 // indexKey is the key of the (session, user)'s task index.
 func indexKey(session, user string) string { return "i." + session + "." + userDigest(user) }
 
-// taskKeys lists the keys of the (session, user)'s task records.
+// taskKeys lists the keys of the (session, user)'s task records (deleted
+// ones too; getKey tells them): the subjects the bucket's stream holds
+// under them, from the stream's info, not a key listing, which would
+// create a consumer (the facade creates none, docs/security.md).
 func (st *kvStore) taskKeys(ctx context.Context, kv *store.KV, session, user string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	l, err := kv.ListKeysFiltered(ctx, "t."+session+"."+userDigest(user)+".*")
+	prefix := "$KV." + kv.Bucket() + "."
+	st.mu.Lock()
+	stream := st.stream
+	st.mu.Unlock()
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+"t."+session+"."+userDigest(user)+".*"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoStore, err)
 	}
-	var keys []string
-	for k := range l.Keys() {
-		keys = append(keys, k)
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		keys = append(keys, strings.TrimPrefix(subject, prefix))
 	}
 	return keys, nil
 }
@@ -377,35 +390,49 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 	return out, nil
 }
 
-// watchTask waits until the record is terminal (or gone), or ctx ends.
+// watchTask waits until the record is terminal (or gone), or ctx ends:
+// a subscription to the key's subject (what a write publishes), then its
+// current value. No KV watch: it would create a consumer.
 func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*taskRecord, error) {
 	kv, err := st.bucket(ctx)
 	if err != nil {
 		return nil, err
 	}
-	w, err := kv.Watch(ctx, taskKey(session, user, id))
+	key := taskKey(session, user, id)
+	msgs := make(chan *nats.Msg, 64)
+	sub, err := st.nc.ChanSubscribe("$KV."+kv.Bucket()+"."+key, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoStore, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := bus.Flush(ctx, st.nc); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	switch r, _, err := st.getKey(ctx, kv, key); {
+	case err != nil:
+		return nil, err // errNotFound: deleted since the caller read it
+	case r.Status.IsTerminal():
+		return r, nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errNoStore
-			}
-			if e == nil {
-				continue // the initial values are delivered
-			}
-			if e.Operation() != jetstream.KeyValuePut {
+		case m := <-msgs:
+			if kvDeleted(m) {
 				return nil, errNotFound
 			}
 			var r taskRecord
-			if json.Unmarshal(e.Value(), &r) == nil && r.Status.IsTerminal() {
+			if json.Unmarshal(m.Data, &r) == nil && r.Status.IsTerminal() {
 				return &r, nil
 			}
 		}
 	}
+}
+
+// kvDeleted reports whether m, published on a KV key's subject, deletes
+// or purges it.
+func kvDeleted(m *nats.Msg) bool {
+	op := m.Header.Get("KV-Operation")
+	return op == "DEL" || op == "PURGE"
 }

@@ -4,15 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/store"
 )
 
 // storeWatch turns writes to the deployment's KV buckets into listings:
@@ -44,59 +43,45 @@ const firstWatchWait = 5 * time.Second
 
 func (w *storeWatch) count() { w.listings.Add(1) }
 
-// start starts the deployment-wide watches, once.
+// start starts the deployment-wide watches, once. Each is a plain
+// subscription to what a write publishes (a bucket's $KV subjects, the
+// skills' metadata subjects), not a JetStream watch: the facade creates no
+// consumer, whose deliver subject nats-server would check against nothing
+// (docs/security.md). What a subscription misses (a reconnection), the
+// sessions' Poll lists again.
 func (w *storeWatch) start() {
 	w.once.Do(func() {
 		subj := w.subj
-		// One watch of every session's record (new writes only), not one
-		// per session: the facade's cost stays one consumer however many
-		// sessions come and go; a write of a session nobody serves here
-		// is a map lookup.
-		var firsts []<-chan struct{}
-		firsts = append(firsts, w.goRetry(func(ctx context.Context) (func(), error) {
-			return w.updates(ctx, subj.Bucket(bus.BucketSessions), func(e jetstream.KeyValueEntry) { w.changed(e.Key()) })
-		}))
-		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketTools), ">", func(jetstream.KeyValueEntry) { w.changed("") }))
-		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketGroups), ">", func(jetstream.KeyValueEntry) { w.changed("") }))
+		// One subscription to every session's record, not one per
+		// session: a write of a session nobody serves here is a map
+		// lookup.
+		sessions := "$KV." + subj.Bucket(bus.BucketSessions) + "."
+		firsts := []<-chan struct{}{
+			w.sub(sessions+">", func(m *nats.Msg) { w.changed(strings.TrimPrefix(m.Subject, sessions)) }),
+			w.sub("$KV."+subj.Bucket(bus.BucketTools)+".>", func(*nats.Msg) { w.changed("") }),
+			w.sub("$KV."+subj.Bucket(bus.BucketGroups)+".>", func(*nats.Msg) { w.changed("") }),
+		}
 		workers := map[string]bool{}
-		firsts = append(firsts, w.kv(subj.Bucket(bus.BucketWorkers), ">", func(e jetstream.KeyValueEntry) {
+		firsts = append(firsts, w.sub("$KV."+subj.Bucket(bus.BucketWorkers)+".>", func(m *nats.Msg) {
 			// A heartbeat rewrites a known key: nothing changes. A new key
-			// (a worker arrived), a leave or a deletion may change listings.
+			// (a worker arrived, or first seen here), a leave or a
+			// deletion may change listings.
 			var v struct {
 				Left bool `json:"left"`
 			}
-			_ = json.Unmarshal(e.Value(), &v)
-			gone := e.Operation() != jetstream.KeyValuePut || v.Left
-			if gone == !workers[e.Key()] {
+			_ = json.Unmarshal(m.Data, &v)
+			gone := kvDeleted(m) || v.Left
+			if gone == !workers[m.Subject] {
 				return
 			}
 			if gone {
-				delete(workers, e.Key())
+				delete(workers, m.Subject)
 			} else {
-				workers[e.Key()] = true
+				workers[m.Subject] = true
 			}
 			w.changed("")
 		}))
-		firsts = append(firsts, w.goRetry(func(ctx context.Context) (func(), error) {
-			js, err := jetstream.New(w.nc)
-			if err != nil {
-				return nil, err
-			}
-			obs, err := js.ObjectStore(ctx, subj.ObjectStore(bus.ObjectSkills))
-			if err != nil {
-				return nil, err
-			}
-			ow, err := obs.Watch(ctx, jetstream.UpdatesOnly())
-			if err != nil {
-				return nil, err
-			}
-			done := follow(ctx, ow.Updates(), func(info *jetstream.ObjectInfo) {
-				if info != nil {
-					w.changed("")
-				}
-			})
-			return func() { _ = ow.Stop(); <-done }, nil
-		}))
+		firsts = append(firsts, w.sub("$O."+subj.ObjectStore(bus.ObjectSkills)+".M.>", func(*nats.Msg) { w.changed("") }))
 		t := time.NewTimer(firstWatchWait)
 		defer t.Stop()
 		for _, first := range firsts {
@@ -109,47 +94,23 @@ func (w *storeWatch) start() {
 	})
 }
 
-// kv watches keys of bucket with apply until the facade closes; the
-// channel closes when the first attempt to start it has ended.
-func (w *storeWatch) kv(bucket, keys string, apply func(jetstream.KeyValueEntry)) <-chan struct{} {
+// sub subscribes to subject with apply until the facade closes; the
+// channel closes when the first attempt to subscribe has ended. apply
+// runs on one goroutine per subscription.
+func (w *storeWatch) sub(subject string, apply func(*nats.Msg)) <-chan struct{} {
 	return w.goRetry(func(ctx context.Context) (func(), error) {
-		js, err := jetstream.New(w.nc)
+		msgs := make(chan *nats.Msg, 1024)
+		s, err := w.nc.ChanSubscribe(subject, msgs)
 		if err != nil {
 			return nil, err
 		}
-		kv, err := js.KeyValue(ctx, bucket)
-		if err != nil {
+		if err := bus.Flush(ctx, w.nc); err != nil {
+			_ = s.Unsubscribe()
 			return nil, err
 		}
-		kw, err := store.WatchKV(ctx, kv, keys, apply)
-		if err != nil {
-			return nil, err
-		}
-		return kw.Stop, nil
+		done := follow(ctx, msgs, apply)
+		return func() { _ = s.Unsubscribe(); <-done }, nil
 	})
-}
-
-// updates watches the new writes to every key of bucket with apply; it
-// returns a function that stops the watch.
-func (w *storeWatch) updates(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry)) (func(), error) {
-	js, err := jetstream.New(w.nc)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		return nil, err
-	}
-	kw, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
-	if err != nil {
-		return nil, err
-	}
-	done := follow(ctx, kw.Updates(), func(e jetstream.KeyValueEntry) {
-		if e != nil {
-			apply(e)
-		}
-	})
-	return func() { _ = kw.Stop(); <-done }, nil
 }
 
 // follow applies every update of a watch until ctx ends or the watch

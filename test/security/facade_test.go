@@ -170,3 +170,31 @@ func TestFacadeIdentity(t *testing.T) {
 		fl.denySubscribe(s)
 	}
 }
+
+// TestFacadeBindingRefused403: a facade identity whose user is not the
+// session's bound user (mallory's token grants s1, which is bound to
+// alice) is refused by the router; the host gets 403 with the reason,
+// not 503 (which says "try again").
+func TestFacadeBindingRefused403(t *testing.T) {
+	d := newDeployment(t)
+	d.startWorker()
+	const malloryToken = "token-of-mallory-000000003"
+	tk, err := facade.ParseTokens("test", []byte("tokens:\n- {name: mallory, token: "+facade.HashToken(malloryToken)+", user: mallory, sessions: [s1]}\n"))
+	must(t, err)
+	f := facade.New(client.New(d.conn(security.RoleFacade).nc, client.Config{Source: "toolbus/mcp"}), facade.Config{Auth: tk, Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(func() { hs.Close(); f.Close() })
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost, hs.URL+"/mcp/s1", strings.NewReader(body))
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+malloryToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "alice") {
+		t.Fatalf("mallory on s1 (bound to alice): %d %s, want 403 naming the binding", resp.StatusCode, b)
+	}
+}

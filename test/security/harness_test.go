@@ -54,7 +54,7 @@ type deployment struct {
 	users []security.User
 }
 
-func newDeployment(t *testing.T) *deployment {
+func newDeployment(t *testing.T, configure ...func(*router.Config)) *deployment {
 	t.Helper()
 	dir := t.TempDir()
 	users, err := security.Generate(filepath.Join(dir, "secure"), "", spec)
@@ -71,7 +71,11 @@ func newDeployment(t *testing.T) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := router.New(d.conn("router").nc, router.Config{Logger: slog.New(slog.DiscardHandler), Store: store.Config{Heartbeat: testHeartbeat}, Identities: ids})
+	cfg := router.Config{Logger: slog.New(slog.DiscardHandler), Store: store.Config{Heartbeat: testHeartbeat}, Identities: ids}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	r, err := router.New(d.conn("router").nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

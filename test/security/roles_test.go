@@ -3,10 +3,8 @@ package security
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -128,21 +126,30 @@ func TestAllowedPaths(t *testing.T) {
 	}
 }
 
-// readHandoff reads the first request on subject from the handoff stream
-// through an ordered consumer, as `toolbus watch-handoff` does.
+// readHandoff reads the first request on subject (toolbus.<kind>.<tool>)
+// from the handoff stream through a router-made consumer, as `toolbus
+// watch-handoff` does.
 func readHandoff(t *testing.T, l *login, subject string) *bus.Event {
 	t.Helper()
-	js, err := jetstream.New(l.nc)
-	must(t, err)
+	parts := strings.Split(subject, ".")
+	if len(parts) != 3 {
+		t.Fatalf("handoff subject %q", subject)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, "TOOLBUS_HANDOFF", jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	ev, err := l.client().FollowHandoff(ctx, parts[1], parts[2])
 	must(t, err)
-	m, err := cons.Next(jetstream.FetchMaxWait(bound))
-	must(t, err)
-	e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-	must(t, err)
-	return e
+	defer ev.Stop()
+	select {
+	case e, ok := <-ev.C:
+		if !ok {
+			t.Fatalf("no request on %s", subject)
+		}
+		return e
+	case <-ctx.Done():
+		t.Fatalf("no request on %s", subject)
+	}
+	return nil
 }
 
 // digestOf is the input_digest of a handoff request.

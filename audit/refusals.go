@@ -1,0 +1,73 @@
+package audit
+
+import (
+	"sync"
+	"time"
+)
+
+// Refusal records are bounded per caller, so that a flood of refused
+// batches cannot fill the trail: each caller gets at most RefusalBurst
+// records per RefusalWindow; the refusals past that are counted, and the
+// caller's next record carries the count (Record.Suppressed).
+const (
+	RefusalBurst  = 10
+	RefusalWindow = time.Minute
+	// maxCallers bounds the callers followed at once; past it, windows
+	// that ended are dropped first, then the whole table (their counts of
+	// suppressed records are lost, never a record beyond the burst).
+	maxCallers = 4096
+)
+
+// Refusals decides which refusals of a caller are recorded. The zero value
+// is ready; it is safe for concurrent use.
+type Refusals struct {
+	mu sync.Mutex
+	m  map[string]*refusalWindow
+}
+
+type refusalWindow struct {
+	start      time.Time
+	n          int   // records in this window
+	suppressed int64 // refusals not recorded since the caller's last record
+}
+
+// Take reports whether a refusal of caller at now is recorded, and if so
+// how many of its refusals were not recorded before it.
+func (r *Refusals) Take(caller string, now time.Time) (record bool, suppressed int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]*refusalWindow{}
+	}
+	w := r.m[caller]
+	if w == nil {
+		if len(r.m) >= maxCallers {
+			r.prune(now)
+		}
+		w = &refusalWindow{start: now}
+		r.m[caller] = w
+	}
+	if now.Sub(w.start) >= RefusalWindow {
+		w.start, w.n = now, 0
+	}
+	if w.n >= RefusalBurst {
+		w.suppressed++
+		return false, 0
+	}
+	w.n++
+	suppressed, w.suppressed = w.suppressed, 0
+	return true, suppressed
+}
+
+// prune drops the callers whose window ended, or every caller when none
+// did.
+func (r *Refusals) prune(now time.Time) {
+	for k, w := range r.m {
+		if now.Sub(w.start) >= RefusalWindow {
+			delete(r.m, k)
+		}
+	}
+	if len(r.m) >= maxCallers {
+		clear(r.m)
+	}
+}

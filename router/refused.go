@@ -1,0 +1,92 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/audit"
+	"github.com/toolbus/toolbus/bus"
+)
+
+// unboundCaller is the one caller every unbound session's refusals count
+// against: any agent, the facade or the operator may publish there, and a
+// session id is the sender's to vary, so one bound for all of them keeps a
+// flood from filling the trail.
+const unboundCaller = "unbound"
+
+// refusedWait bounds the wait for a refusal's record to be stored.
+const refusedWait = 5 * time.Second
+
+// refused records a batch or tools query of session refused whole before
+// any call ran (docs/guardrails.md "Audit trail"): a denied user claim,
+// bad_request, bad_event. The caller is who may publish in the session:
+// its bound agent user, or every unbound session's callers together. At
+// most audit.RefusalBurst records per caller and minute; the refusals past
+// that are counted, in toolbus_audit_refusals_suppressed_total and in the
+// caller's next record (suppressed). Refusals that are not the caller's
+// doing (busy, unavailable, internal) are not recorded here.
+func (g *guard) refused(session, replyID, kind string, err error) {
+	if g == nil || g.audit == nil || !bus.ValidID(session) {
+		return
+	}
+	var be *bus.Error
+	if !errors.As(err, &be) {
+		return
+	}
+	switch be.Code {
+	case bus.CodeBadEvent, bus.CodeBadRequest, bus.CodeDenied, bus.CodeLimitExceeded:
+	default:
+		return
+	}
+	caller := g.natsUser(session)
+	if caller == "" {
+		caller = unboundCaller
+	}
+	ok, suppressed := g.refusals.Take(caller, time.Now())
+	if !ok {
+		if g.suppressed != nil {
+			g.suppressed.Inc()
+		}
+		return
+	}
+	if !bus.ValidID(replyID) {
+		replyID = ""
+	}
+	rec := &audit.Record{Time: time.Now().UTC(), Router: g.id, Session: session, ReplyID: replyID, NATSUser: g.natsUser(session),
+		Decision: audit.Decision{Behavior: audit.Refused, Rule: kind + ": " + be.Message}, Outcome: audit.Outcome{State: bus.StateError, Code: be.Code},
+		Suppressed: suppressed}
+	if g.ids != nil {
+		rec.User, _ = g.ids.UserOf(session)
+	}
+	p, err := g.audit.WriteRefusal(rec)
+	if err != nil {
+		g.lose(rec, nil, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), refusedWait)
+	defer cancel()
+	for _, p := range g.audit.Stored(ctx, []*audit.Pending{p}) {
+		g.lose(nil, p.Data(), p.Err())
+	}
+}
+
+// auditRefusal records the refusal of m, a request on P.<kind>.<session>
+// (e its event, when it decoded), as refused does.
+func (r *Router) auditRefusal(m *nats.Msg, kind string, e *bus.Event, err error) {
+	session, ok := r.subj.Token(m.Subject, kind)
+	if !ok {
+		return
+	}
+	replyID := ""
+	if e != nil {
+		replyID = e.ID
+	}
+	what := "batch"
+	if kind == "tools" {
+		what = "tools query"
+	}
+	r.guard.refused(session, replyID, what, err)
+}
