@@ -32,7 +32,7 @@ func runShellChild() bool {
 		return false
 	}
 	cmd := os.Getenv(envShellChild + "_CMD")
-	s, err := NewShell(ShellConfig{Dir: dir})
+	s, err := NewShell(ShellConfig{Dir: dir, AsRoot: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -284,7 +284,7 @@ func TestShellUser(t *testing.T) {
 func BenchmarkShellTrue(b *testing.B) {
 	for _, launcher := range []bool{true, false} {
 		b.Run(fmt.Sprintf("launcher=%v", launcher), func(b *testing.B) {
-			s, err := NewShell(ShellConfig{Dir: b.TempDir()})
+			s, err := NewShell(ShellConfig{Dir: b.TempDir(), AsRoot: true})
 			if err != nil {
 				b.Fatal(err)
 			}
