@@ -238,3 +238,76 @@ func TestShellNotRootByDefault(t *testing.T) {
 		t.Error("ShellUserFor")
 	}
 }
+
+// TestShellKernelRunsOnlyListed: with an allow-list and Landlock, a
+// repository config that the check did not see written (planted here
+// directly, as a route the check does not know would) still runs no
+// filter, textconv or hook: git may execute only the listed programs, no
+// shell is started, and nothing in the base directory is executable.
+func TestShellKernelRunsOnlyListed(t *testing.T) {
+	dir := t.TempDir()
+	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "cp", "cat"}})
+	if !s.landlock {
+		t.Skip("no Landlock here")
+	}
+	r3 := filepath.Join(dir, "r3")
+	for _, c := range []string{"git init -q r3", "cp /usr/bin/id r3/myid"} {
+		if out, err := s.Run(t.Context(), "", ShellIn{Command: c}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
+			t.Fatalf("%s: %q %v", c, out, err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(r3, "myid"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(r3, ".git", "config"), "[core]\n\trepositoryformatversion = 0\n[user]\n\tname = x\n\temail = x@y\n"+
+		"[filter \"a\"]\n\tclean = touch ../pwned-clean\n\tsmudge = touch ../pwned-smudge\n\trequired = false\n"+
+		"[filter \"b\"]\n\tclean = sh -c 'id > ../pwned-sh'\n"+
+		"[filter \"c\"]\n\tclean = ./myid\n"+
+		"[diff \"d\"]\n\ttextconv = touch ../pwned-textconv\n")
+	mustWrite(t, filepath.Join(r3, ".gitattributes"), "a.md filter=a\nb.md filter=b\nc.md filter=c\n*.md diff=d\n")
+	for _, n := range []string{"a.md", "b.md", "c.md"} {
+		mustWrite(t, filepath.Join(r3, n), "x\n")
+	}
+	mustWrite(t, filepath.Join(r3, ".git", "hooks", "pre-commit"), "#!/bin/sh\ntouch ../../pwned-hook\n")
+	if err := os.Chmod(filepath.Join(r3, ".git", "hooks", "pre-commit"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Run(t.Context(), "", ShellIn{Command: "git -C r3 add a.md b.md c.md; git -C r3 -c user.name=x commit -qm x; git -C r3 diff HEAD; cat r3/a.md"})
+	if err == nil {
+		// The -c above is refused by the check; run the rest plainly.
+		t.Fatalf("git -c accepted: %s", out)
+	}
+	out, err = s.Run(t.Context(), "", ShellIn{Command: "git -C r3 add a.md b.md c.md; git -C r3 commit -qm x --author='x <x@y>'; git -C r3 log -p; cp r3/b.md r3/a.md; git -C r3 diff -- a.md; git -C r3 show HEAD:a.md"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"pwned-clean", "pwned-smudge", "pwned-sh", "pwned-textconv", "pwned-hook"} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			t.Errorf("%s exists: a program outside the list ran\n%s", n, out)
+		}
+	}
+	if !strings.Contains(out, "cannot run") && !strings.Contains(out, "Permission denied") {
+		t.Errorf("no sign of a refused exec:\n%s", out)
+	}
+	// The run-time check: a name the interpreter meets that is not listed.
+	var stdout, stderr capped
+	stdout.max, stderr.max = 1000, 1000
+	spec := sandboxSpec{Command: "cat /etc/hostname", Dir: s.Dir, Tmp: t.TempDir(), Landlock: true, UID: -1, GID: -1,
+		Interp: true, ExecFiles: s.execFiles, ExecDirs: s.execDirs, Names: []string{"git"}}
+	state, _ := s.exec(t.Context(), spec, []string{"PATH=" + DefaultShellPath}, &stdout, &stderr)
+	if state == nil || state.ExitCode() == 0 || !strings.Contains(stderr.text(), "cat is not an allowed program") {
+		t.Errorf("run-time check: %v %q %q", state, stdout.text(), stderr.text())
+	}
+	// A write redirection does not follow a symlink.
+	if err := os.Symlink("r3/.git", filepath.Join(dir, "made-later")); err != nil {
+		t.Fatal(err)
+	}
+	spec.Command, spec.Names = "cat r3/a.md > made-later/config", []string{"cat"}
+	stdout, stderr = capped{max: 1000}, capped{max: 1000}
+	if state, _ := s.exec(t.Context(), spec, []string{"PATH=" + DefaultShellPath}, &stdout, &stderr); state == nil || state.ExitCode() == 0 {
+		t.Errorf("write through a link: %v %q", state, stderr.text())
+	}
+	if b, _ := os.ReadFile(filepath.Join(r3, ".git", "config")); !strings.Contains(string(b), "filter") {
+		t.Errorf("config overwritten: %q", b)
+	}
+}

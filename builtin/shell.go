@@ -87,7 +87,10 @@ type Shell struct {
 	launcher bool        // through the sandbox launcher (Linux, hooked)
 	landlock bool        // the launcher applies Landlock
 	files    *Files      // resolves paths for git -C and the like
-	lookup   func(string) (string, bool)
+	// With an allow-list and the launcher: the files and directories the
+	// kernel lets the command execute (execList).
+	execFiles, execDirs []string
+	lookup              func(string) (string, bool)
 }
 
 // credential is a resolved --shell-user.
@@ -133,9 +136,19 @@ func NewShell(cfg ShellConfig) (*Shell, error) {
 	abi := landlockABI()
 	s.launcher = hooked.Load() && sandboxSupported
 	s.landlock = s.launcher && abi > 0
+	if s.restricted() && s.launcher {
+		path := DefaultShellPath
+		if v, ok := s.lookup("PATH"); ok && slices.Contains(s.env, "PATH") {
+			path = v
+		}
+		s.execFiles, s.execDirs = execList(append(slices.Clone(s.Allow), s.Trust...), path)
+	}
 	switch {
+	case s.landlock && s.restricted():
+		log.Info("shell: kernel sandbox active (Landlock); the kernel executes only the allow-listed programs", "landlock_abi", abi, "dir", s.Dir, "user", userName,
+			"executable", strings.Join(append(slices.Clone(s.execFiles), s.execDirs...), ","))
 	case s.landlock:
-		log.Info("shell: kernel sandbox active (Landlock)", "landlock_abi", abi, "dir", s.Dir, "user", cfg.User)
+		log.Info("shell: kernel sandbox active (Landlock)", "landlock_abi", abi, "dir", s.Dir, "user", userName)
 	case s.launcher:
 		log.Warn("shell: no kernel sandbox: this kernel has no Landlock, so commands reach every file their user can", "dir", s.Dir, "user", cfg.User)
 	default:
@@ -284,6 +297,10 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 	}
 	env := shellEnv(s.lookup, s.env, s.Dir, tmp, s.restricted())
 	spec := sandboxSpec{Command: in.Command, Dir: s.Dir, Tmp: tmp, Landlock: s.landlock, UID: -1, GID: -1}
+	if s.restricted() && s.launcher {
+		spec.Interp, spec.ExecFiles, spec.ExecDirs = true, s.execFiles, s.execDirs
+		spec.Names = append(slices.Clone(s.Allow), s.Trust...)
+	}
 	if s.cred != nil {
 		spec.UID, spec.GID, spec.Groups = s.cred.uid, s.cred.gid, s.cred.groups
 	}
