@@ -243,7 +243,7 @@ func (s *Shell) def() bus.ToolDef {
 		desc += " To run a skill's script, set skill to the skill's name and refer to its files through $SKILL_DIR, e.g. \"sh $SKILL_DIR/scripts/run.sh\"."
 	}
 	return bus.ToolDef{Name: "shell", Description: desc, InputSchema: json.RawMessage(schema + `},"required":["command"]}`),
-		ReadOnly: false, ConcurrencySafe: false, RuleMatcher: bus.MatcherCommand, RuleField: "command",
+		ReadOnly: false, ConcurrencySafe: false, RuleMatcher: bus.MatcherCommand, RuleField: "command", PathBase: s.Dir,
 		TimeoutMS: int64((MaxShellTimeout + 10*time.Second) / time.Millisecond)}
 }
 

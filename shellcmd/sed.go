@@ -130,8 +130,15 @@ type sedParser struct {
 	i int
 }
 
-func (p *sedParser) eof() bool  { return p.i >= len(p.s) }
-func (p *sedParser) peek() byte { return p.s[p.i] }
+func (p *sedParser) eof() bool { return p.i >= len(p.s) }
+
+// peek is the next byte, 0 at the end.
+func (p *sedParser) peek() byte {
+	if p.eof() {
+		return 0
+	}
+	return p.s[p.i]
+}
 
 func (p *sedParser) skip(set string) {
 	for !p.eof() && strings.IndexByte(set, p.peek()) >= 0 {

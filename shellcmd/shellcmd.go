@@ -7,6 +7,7 @@
 package shellcmd
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -114,6 +115,9 @@ type Write struct {
 	Path string
 	// By says what writes it: "redirection", "cp", "sed -i", ...
 	By string
+	// Raw is the target's text in the command, expansions included (for
+	// a program's computed write, all its arguments); set by Writes.
+	Raw string
 }
 
 // devices are redirection targets that are not files of the base directory.
@@ -159,17 +163,34 @@ func isNumber(s string) bool {
 	return true
 }
 
-// Writes returns every write of cmd it can see, in both parses:
-// redirection targets, and the write operands of the programs that have a
-// profile (a refused or unreadable use of one is a write with Path "").
-// Relative paths are relative to the directory the command starts in; when
-// the command changes directory (cd, pushd, popd), every relative target
-// becomes a computed one. A program with no profile adds nothing: its
-// writes cannot be seen. err is the parse error.
+// Writes returns every write of cmd it can see, in each parse (POSIX sh
+// and bash; one that fails is skipped): redirection targets, and the
+// write operands of the programs that have a profile (a refused or
+// computed use of one is a write with Path ""). Relative paths are
+// relative to the directory the command starts in; when the command
+// changes directory (cd, pushd, popd), every relative target becomes a
+// computed one. A program with no profile adds nothing: its writes cannot
+// be seen. err is set when neither grammar parses cmd.
 func Writes(cmd string) ([]Write, error) {
-	files, err := Parse(cmd)
-	if err != nil {
-		return nil, err
+	var files []*syntax.File
+	var firstErr error
+	for _, opt := range []syntax.ParserOption{posixParser, bashParser} {
+		f, err := syntax.NewParser(opt).Parse(strings.NewReader(cmd), "")
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		files = append(files, f)
+	}
+	if len(files) == 0 {
+		return nil, firstErr
+	}
+	text := func(from, to syntax.Pos) string {
+		a, b := int(from.Offset()), int(to.Offset())
+		if a < 0 || b > len(cmd) || a > b {
+			return ""
+		}
+		return cmd[a:b]
 	}
 	var out []Write
 	moved := false
@@ -178,11 +199,19 @@ func Writes(cmd string) ([]Write, error) {
 			switch n := n.(type) {
 			case *syntax.Redirect:
 				if w, ok := RedirectWrite(n); ok {
+					w.Raw = text(n.Word.Pos(), n.Word.End())
 					out = append(out, w)
 				}
 			case *syntax.CallExpr:
 				ws, cd := callWrites(n)
-				out = append(out, ws...)
+				for _, w := range ws {
+					if w.Path == "" && len(n.Args) > 1 {
+						w.Raw = text(n.Args[1].Pos(), n.Args[len(n.Args)-1].End())
+					} else {
+						w.Raw = w.Path
+					}
+					out = append(out, w)
+				}
 				moved = moved || cd
 			}
 			return true
