@@ -54,6 +54,7 @@ func checkTar(args []string) ([]Write, error) {
 		}
 		args = append(conv, rest...)
 	}
+	raw := args
 	opts, _ := getopt(args, tarValued, tarLongValued)
 	force := false
 	for _, o := range opts {
@@ -91,6 +92,22 @@ func checkTar(args []string) ([]Write, error) {
 				}
 				out = append(out, Write{Path: o.value, By: "tar " + o.name})
 			}
+		}
+	}
+	// Whatever takes it as a value, a cluster holding x, I or F is
+	// refused (an old-style "tar 0C -x" reads -x as C's directory; an
+	// error of this reading must not let extraction through).
+	for _, a := range raw {
+		name, _, _ := strings.Cut(a, "=")
+		for _, r := range tarRefused {
+			if strings.HasPrefix(a, "--") && isLong(name, r.name) {
+				return nil, refusedf("tar %s %s", name, r.why)
+			}
+		}
+	}
+	for i, a := range raw {
+		if (i == 0 || strings.HasPrefix(a, "-")) && !strings.HasPrefix(a, "--") && strings.ContainsAny(a, "xIF") {
+			return nil, refusedf("tar %s: -x writes whatever file names the archive holds, -I and -F run a program of the caller's choosing; with an allow-list tar may create, list and compare", a)
 		}
 	}
 	return out, nil
