@@ -1,7 +1,6 @@
 package builtin
 
 import (
-	"bufio"
 	"context"
 	"debug/elf"
 	"os"
@@ -22,8 +21,7 @@ import (
 // execList resolves the allow-listed and trusted names on path (a name
 // the interpreter runs as a builtin, such as cd or echo, may be missing)
 // and adds what the kernel opens to execute them: an ELF program's
-// interpreter (the dynamic loader), a script's #! interpreter (and the
-// program /usr/bin/env names). dirs are directories whose files may all
+// interpreter (the dynamic loader). dirs are directories whose files may all
 // be executed: git's exec-path.
 func execList(names []string, path string) (files, dirs []string) {
 	add := func(p string) {
@@ -37,11 +35,8 @@ func execList(names []string, path string) (files, dirs []string) {
 			continue
 		}
 		add(p)
-		for _, extra := range interpreters(p, path) {
+		for _, extra := range interpreters(p) {
 			add(extra)
-			for _, e := range interpreters(extra, path) {
-				add(e)
-			}
 		}
 		if filepath.Base(n) == "git" {
 			if d := gitExecPath(p); d != "" {
@@ -77,43 +72,26 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
-// interpreters returns what the kernel opens to execute p: the ELF
-// interpreter, or a script's #! program (and, for /usr/bin/env, the
-// program it names, found on path).
-func interpreters(p, path string) []string {
-	if f, err := elf.Open(p); err == nil {
-		defer f.Close()
-		for _, prog := range f.Progs {
-			if prog.Type == elf.PT_INTERP {
-				b := make([]byte, prog.Filesz)
-				if _, err := prog.ReadAt(b, 0); err == nil {
-					return []string{strings.TrimRight(string(b), "\x00")}
-				}
-			}
-		}
-		return nil
-	}
-	fh, err := os.Open(p)
+// interpreters returns what the kernel opens to execute the ELF program
+// p: its interpreter (the dynamic loader). A script's #! interpreter is
+// not added: a shell there would let every listed program's
+// configuration start any command through it; the operator lists the
+// interpreter (with --shell-trust) if a script must run.
+func interpreters(p string) []string {
+	f, err := elf.Open(p)
 	if err != nil {
 		return nil
 	}
-	defer fh.Close()
-	line, _ := bufio.NewReader(fh).ReadString('\n')
-	rest, ok := strings.CutPrefix(line, "#!")
-	if !ok {
-		return nil
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 {
-		return nil
-	}
-	out := []string{f[0]}
-	if filepath.Base(f[0]) == "env" && len(f) > 1 {
-		if q := lookPath(f[len(f)-1], path); q != "" {
-			out = append(out, q)
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			b := make([]byte, prog.Filesz)
+			if _, err := prog.ReadAt(b, 0); err == nil {
+				return []string{strings.TrimRight(string(b), "\x00")}
+			}
 		}
 	}
-	return out
+	return nil
 }
 
 // gitExecPath asks git where its helper programs live (remote helpers
