@@ -12,7 +12,7 @@ import (
 
 // protectAllow is an allow-list of programs with profiles that write.
 var protectAllow = []string{"cat", "echo", "cp", "mv", "sed", "tar", "find", "tee", "ln", "touch", "dd", "sort",
-	"uniq", "chmod", "git", "mkdir", "rm", "cd", "ls", "printf", "file", "xxd", "install", "gzip"}
+	"uniq", "chmod", "git", "mkdir", "rm", "cd", "pushd", "ls", "printf", "file", "xxd", "install", "gzip"}
 
 // TestShellProtectedWrites: every route into .git and into the dotfiles
 // git or a shell reads that the issue-26 attack named (and their
@@ -42,21 +42,23 @@ func TestShellProtectedWrites(t *testing.T) {
 	}
 	for cmd, want := range map[string]string{
 		// Redirections, literal or not.
-		"cat x > .gitconfig":        `may not write ".gitconfig" (redirection): .gitconfig is protected`,
-		"echo x > .bashrc":          ".bashrc is protected",
-		"echo x > sub/.profile":     ".profile is protected",
-		"echo x >> .GIT/config":     ".GIT is protected",
-		"echo x &> .git/x":          "must parse as plain POSIX sh",
-		"echo x >| .git/x":          ".git is protected",
-		"echo x <> .git/x":          ".git is protected",
-		"echo x >& .git/x":          ".git is protected",
-		`echo x > "$HOME/.git/x"`:   "target must be written out plainly",
-		"echo x > $PWD/.git/x":      "target must be written out plainly",
-		"echo x > ~/.git/x":         "target must be written out plainly",
-		"echo x > .gi?/config":      "target must be written out plainly",
-		"echo x > lnk/config":       `may not write "lnk/config" (redirection): .git is protected`,
-		"echo x > r3/.git/config":   ".git is protected",
-		"cd .git && cat x > config": `may not write ".git" (cd)`,
+		"cat x > .gitconfig":                         `may not write ".gitconfig" (redirection): .gitconfig is protected`,
+		"echo x > .bashrc":                           ".bashrc is protected",
+		"echo x > sub/.profile":                      ".profile is protected",
+		"echo x >> .GIT/config":                      ".GIT is protected",
+		"echo x &> .git/x":                           "must parse as plain POSIX sh",
+		"echo x >| .git/x":                           ".git is protected",
+		"echo x <> .git/x":                           ".git is protected",
+		"echo x >& .git/x":                           ".git is protected",
+		`echo x > "$HOME/.git/x"`:                    "target must be written out plainly",
+		"echo x > $PWD/.git/x":                       "target must be written out plainly",
+		"echo x > ~/.git/x":                          "target must be written out plainly",
+		"echo x > .gi?/config":                       "target must be written out plainly",
+		"echo x > lnk/config":                        `may not write "lnk/config" (redirection): .git is protected`,
+		"echo x > r3/.git/config":                    ".git is protected",
+		"cd .git && cat x > config":                  `may not write ".git" (cd)`,
+		"for d in .git; do cd $d; done; cp x config": "cd's arguments must be written out plainly",
+		"pushd r3/.git":                              ".git is protected",
 		// Programs that write their operands.
 		"cp x .git/config":                        `(cp): .git is protected`,
 		"cp x lnk/config":                         `"lnk/config" (cp): .git is protected`,

@@ -70,8 +70,11 @@ var profiles = func() map[string]Profile {
 	for _, w := range allOperands {
 		m[w] = Profile{Plain: true, check: everyArg(w)}
 	}
+	// cd and pushd move where relative writes land: their directory is
+	// checked like a write, so it must be plain (a for loop's variable
+	// could otherwise hold .git).
 	for _, d := range []string{"cd", "pushd"} {
-		m[d] = Profile{check: everyArg(d)}
+		m[d] = Profile{Plain: true, check: everyArg(d)}
 	}
 	m["popd"] = Profile{}
 	m["printf"] = Profile{check: checkPrintf}
