@@ -126,7 +126,10 @@ func TestShellProtectedWrites(t *testing.T) {
 		"file -C -m x":                            "file -C writes",
 		// git's own routes into .git.
 		"git -C r3 checkout-index -f --prefix=.git/ config": "may not be given \"--prefix=.git/\"",
-		"git -C r3/.git status":                             `may not be given "r3/.git"`,
+		"git -C r3/.git status":                             `(git -C): .git is protected`,
+		"git -C lnk status":                                 `may not write "lnk" (git -C): .git is protected`,
+		"git init --separate-git-dir=cfg r4":                "--separate-git-dir puts",
+		"git clone --separate=cfg r3 r4":                    "--separate puts",
 		"git clone r3 r3/.git/x":                            ".git is protected",
 		"git diff --output=.git/config":                     ".git is protected",
 		"git diff --output .gitconfig":                      ".gitconfig is protected",

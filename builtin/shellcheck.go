@@ -342,6 +342,9 @@ func (c *checker) git(vals []string) error {
 			if c.inside == nil || !c.inside(val) {
 				return refused("shell refused: git %s %s is outside the base directory", opt, val)
 			}
+			if err := c.writable(shellcmd.Write{Path: val, By: "git -C"}); err != nil {
+				return err
+			}
 		case strings.HasPrefix(vals[i], "-C"):
 			if c.inside == nil || !c.inside(strings.TrimPrefix(vals[i], "-C")) {
 				return refused("shell refused: git %s is outside the base directory", vals[i])
@@ -393,6 +396,8 @@ func gitSubcommand(sub string, args []string) error {
 			return refused("shell refused: git %s --help starts a viewer that config chooses", sub)
 		case longOpt(opt, "--template"):
 			return refused("shell refused: git %s --template copies hooks and config from anywhere", sub)
+		case longOpt(opt, "--separate-git-dir"):
+			return refused("shell refused: git %s %s puts the repository's config where its name does not say .git", sub, opt)
 		case shortOpt(a, 'u') && (sub == "clone" || sub == "ls-remote"):
 			return refused("shell refused: git %s -u runs a program of the caller's choosing", sub)
 		case (shortOpt(a, 'c') || longOpt(opt, "--config")) && remote:
