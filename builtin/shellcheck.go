@@ -396,6 +396,8 @@ func gitSubcommand(sub string, args []string) error {
 			return refused("shell refused: git %s --help starts a viewer that config chooses", sub)
 		case longOpt(opt, "--template"):
 			return refused("shell refused: git %s --template copies hooks and config from anywhere", sub)
+		case sub == "checkout-index" && longOpt(opt, "--prefix"):
+			return refused("shell refused: git checkout-index --prefix writes files wherever the prefix leads, through symlinks in it too (issue 26 wrote .git/config so)")
 		case longOpt(opt, "--separate-git-dir"):
 			return refused("shell refused: git %s %s puts the repository's config where its name does not say .git", sub, opt)
 		case shortOpt(a, 'u') && (sub == "clone" || sub == "ls-remote"):
