@@ -299,6 +299,18 @@ func BenchmarkShellTrue(b *testing.B) {
 			}
 		})
 	}
+	// With an allow-list: the interpreter and the narrower Landlock rules.
+	b.Run("allow-list", func(b *testing.B) {
+		s, err := NewShell(ShellConfig{Dir: b.TempDir(), AsRoot: true, Allow: []string{"ls"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if out, err := s.Run(b.Context(), "", ShellIn{Command: "ls"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
+				b.Fatal(out, err)
+			}
+		}
+	})
 }
 
 func TestShellLogsSandbox(t *testing.T) {
