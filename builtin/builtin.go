@@ -35,8 +35,15 @@ type Config struct {
 	// ShellEnv names the variables of this process's environment that
 	// shell commands get (ShellConfig.Env); none by default.
 	ShellEnv []string
-	// ShellUser, when set, is the OS user shell commands run as.
+	// ShellTrust are programs shell may start with any arguments
+	// (ShellConfig.Trust).
+	ShellTrust []string
+	// ShellUser, when set, is the OS user shell commands run as; empty: a
+	// root process runs them as DefaultShellUser unless ShellAsRoot.
 	ShellUser string
+	// ShellAsRoot keeps a root process's commands as root without
+	// ShellUser (ShellConfig.AsRoot).
+	ShellAsRoot bool
 	// Skills, when set, lets shell run skills' scripts (ShellIn.Skill).
 	Skills SkillFiles
 	// Logger gets the shell's line about the kernel sandbox; nil discards.
@@ -62,7 +69,7 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 		return err
 	}
 	// The shell's settings are checked before anything is registered.
-	sh, err := NewShell(ShellConfig{Dir: f.Base(), Allow: cfg.ShellAllow, Env: cfg.ShellEnv, User: cfg.ShellUser, Skills: cfg.Skills, Logger: cfg.Logger})
+	sh, err := NewShell(ShellConfig{Dir: f.Base(), Allow: cfg.ShellAllow, Trust: cfg.ShellTrust, Env: cfg.ShellEnv, User: cfg.ShellUser, AsRoot: cfg.ShellAsRoot, Skills: cfg.Skills, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}

@@ -269,6 +269,11 @@ func newShell(t *testing.T, cfg ShellConfig) *Shell {
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
 	}
+	// These tests write into root-owned temporary directories; the
+	// default user (not root) has its own test, TestShellNotRootByDefault.
+	if cfg.User == "" {
+		cfg.AsRoot = true
+	}
 	s, err := NewShell(cfg)
 	if err != nil {
 		t.Fatal(err)

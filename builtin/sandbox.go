@@ -29,9 +29,16 @@ type sandboxSpec struct {
 	Tmp      string   `json:"tmp"`            // the call's TMPDIR: read, write
 	Read     []string `json:"read,omitempty"` // read and execute (system directories, the skill's)
 	Landlock bool     `json:"landlock"`
-	UID      int      `json:"uid"` // -1: keep the router's
-	GID      int      `json:"gid"`
-	Groups   []int    `json:"groups,omitempty"`
+	// Interp runs the command with the in-process interpreter instead of
+	// /bin/sh, and (with Landlock) grants the execute right only on
+	// ExecFiles and ExecDirs; Names are the command names it lets run.
+	Interp    bool     `json:"interp,omitempty"`
+	ExecFiles []string `json:"exec_files,omitempty"`
+	ExecDirs  []string `json:"exec_dirs,omitempty"`
+	Names     []string `json:"names,omitempty"`
+	UID       int      `json:"uid"` // -1: keep the router's
+	GID       int      `json:"gid"`
+	Groups    []int    `json:"groups,omitempty"`
 }
 
 func (s sandboxSpec) encode() string {

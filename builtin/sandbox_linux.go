@@ -227,6 +227,9 @@ func execStage() int {
 	}
 	// Dies with the launcher (set after the switch of user, which clears it).
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0)
+	if spec.Interp {
+		return interpret(spec)
+	}
 	err = syscall.Exec("/bin/sh", []string{"sh", "-c", spec.Command}, os.Environ())
 	fmt.Fprintf(os.Stderr, "toolbus-sandbox: exec /bin/sh: %v\n", err)
 	return 126
@@ -240,6 +243,9 @@ func execStage() int {
 func restrict(spec sandboxSpec) error {
 	cfg := landlock.Config{HandledAccessFS: landlock.V11.HandledAccessFS, Scoped: landlock.V11.Scoped}.BestEffort()
 	read := append(append([]string{}, systemReadDirs...), spec.Read...)
+	if spec.Interp {
+		return cfg.Restrict(execOnlyRules(spec, read)...)
+	}
 	return cfg.Restrict(
 		landlock.RODirs(read...).IgnoreIfMissing(),
 		landlock.RWDirs(spec.Dir, spec.Tmp).WithRefer(),
@@ -264,4 +270,33 @@ func dropTo(spec sandboxSpec) error {
 		return fmt.Errorf("setuid %d: %w", spec.UID, err)
 	}
 	return nil
+}
+
+// Rights without execute: reading, and in the base directory and TMPDIR
+// writing.
+const (
+	readNoExec  = llsys.AccessFSReadFile | llsys.AccessFSReadDir
+	writeNoExec = readNoExec | llsys.AccessFSWriteFile | llsys.AccessFSRemoveDir | llsys.AccessFSRemoveFile |
+		llsys.AccessFSMakeDir | llsys.AccessFSMakeReg | llsys.AccessFSMakeSym | llsys.AccessFSMakeFifo |
+		llsys.AccessFSMakeSock | llsys.AccessFSTruncate | llsys.AccessFSRefer
+)
+
+// execOnlyRules are restrict's rules for an allow-listed command: the same
+// reads and writes, but the execute right only on the listed programs,
+// their interpreters and git's exec-path; nothing under the base
+// directory, TMPDIR or the system directories is executable otherwise.
+func execOnlyRules(spec sandboxSpec, read []string) []landlock.Rule {
+	rules := []landlock.Rule{
+		landlock.PathAccess(readNoExec, read...).IgnoreIfMissing(),
+		landlock.PathAccess(writeNoExec, spec.Dir, spec.Tmp),
+		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full").IgnoreIfMissing(),
+		landlock.ROFiles("/dev/urandom", "/dev/random").IgnoreIfMissing(),
+	}
+	if len(spec.ExecFiles) > 0 {
+		rules = append(rules, landlock.PathAccess(llsys.AccessFSExecute|llsys.AccessFSReadFile, spec.ExecFiles...).IgnoreIfMissing())
+	}
+	if len(spec.ExecDirs) > 0 {
+		rules = append(rules, landlock.PathAccess(llsys.AccessFSExecute|readNoExec, spec.ExecDirs...).IgnoreIfMissing())
+	}
+	return rules
 }

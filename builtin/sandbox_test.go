@@ -32,7 +32,7 @@ func runShellChild() bool {
 		return false
 	}
 	cmd := os.Getenv(envShellChild + "_CMD")
-	s, err := NewShell(ShellConfig{Dir: dir})
+	s, err := NewShell(ShellConfig{Dir: dir, AsRoot: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -284,7 +284,7 @@ func TestShellUser(t *testing.T) {
 func BenchmarkShellTrue(b *testing.B) {
 	for _, launcher := range []bool{true, false} {
 		b.Run(fmt.Sprintf("launcher=%v", launcher), func(b *testing.B) {
-			s, err := NewShell(ShellConfig{Dir: b.TempDir()})
+			s, err := NewShell(ShellConfig{Dir: b.TempDir(), AsRoot: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -299,6 +299,18 @@ func BenchmarkShellTrue(b *testing.B) {
 			}
 		})
 	}
+	// With an allow-list: the interpreter and the narrower Landlock rules.
+	b.Run("allow-list", func(b *testing.B) {
+		s, err := NewShell(ShellConfig{Dir: b.TempDir(), AsRoot: true, Allow: []string{"ls"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if out, err := s.Run(b.Context(), "", ShellIn{Command: "ls"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
+				b.Fatal(out, err)
+			}
+		}
+	})
 }
 
 func TestShellLogsSandbox(t *testing.T) {

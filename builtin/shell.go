@@ -57,9 +57,17 @@ type ShellConfig struct {
 	// passes the router's PATH instead of DefaultShellPath. NATS_*,
 	// TOOLBUS_* and the variables the shell sets are refused.
 	Env []string
+	// Trust are programs the command may start with any arguments,
+	// unchecked: the operator trusts them with anything (an interpreter, a
+	// build tool, a program with no profile). They count as allowed.
+	Trust []string
 	// User, when set, is the OS user the commands run as (the router must
-	// run as root, and Dir must be usable by that user).
+	// run as root, and Dir must be usable by that user). Empty: a router
+	// running as root runs them as DefaultShellUser, unless AsRoot.
 	User string
+	// AsRoot keeps a root router's commands as root when User is empty
+	// (--shell-as-root); NewShell logs a warning.
+	AsRoot bool
 	// Skills, when set, lets the command run skills' scripts.
 	Skills SkillFiles
 	// Logger gets the line saying whether the kernel sandbox is on; nil
@@ -70,7 +78,8 @@ type ShellConfig struct {
 // Shell runs commands in a base directory. Create it with NewShell.
 type Shell struct {
 	Dir    string     // the base directory, absolute and symlinks resolved
-	Allow  []string   // programs it may start; empty means any
+	Allow  []string   // programs it may start; empty (and no Trust) means any
+	Trust  []string   // programs it may start with any arguments
 	Skills SkillFiles // nil: no skill scripts
 
 	env      []string    // names passed from the router's environment
@@ -78,7 +87,10 @@ type Shell struct {
 	launcher bool        // through the sandbox launcher (Linux, hooked)
 	landlock bool        // the launcher applies Landlock
 	files    *Files      // resolves paths for git -C and the like
-	lookup   func(string) (string, bool)
+	// With an allow-list and the launcher: the files and directories the
+	// kernel lets the command execute (execList).
+	execFiles, execDirs []string
+	lookup              func(string) (string, bool)
 }
 
 // credential is a resolved --shell-user.
@@ -96,34 +108,100 @@ func NewShell(cfg ShellConfig) (*Shell, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAllowList(cfg.Allow); err != nil {
+	if err := checkAllowList(cfg.Allow, cfg.Trust); err != nil {
 		return nil, err
 	}
 	if err := checkEnvNames(cfg.Env); err != nil {
 		return nil, err
 	}
-	s := &Shell{Dir: f.Base(), Allow: slices.Clone(cfg.Allow), Skills: cfg.Skills, env: slices.Clone(cfg.Env), files: f, lookup: os.LookupEnv}
-	if cfg.User != "" {
-		if s.cred, err = lookupUser(cfg.User); err != nil {
-			return nil, err
-		}
-	}
+	s := &Shell{Dir: f.Base(), Allow: slices.Clone(cfg.Allow), Trust: slices.Clone(cfg.Trust), Skills: cfg.Skills, env: slices.Clone(cfg.Env), files: f, lookup: os.LookupEnv}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	userName := ShellUserFor(cfg.User, cfg.AsRoot)
+	switch {
+	case userName == DefaultShellUser && cfg.User == "":
+		s.cred = defaultCredential()
+	case userName != "":
+		if s.cred, err = lookupUser(userName); err != nil {
+			return nil, err
+		}
+	case os.Geteuid() == 0:
+		log.Warn("shell: commands run as root (--shell-as-root): they can read every file the sandbox leaves readable (/etc/shadow among them) and change what root owns in the base directory", "dir", s.Dir)
+	}
+	if s.cred != nil && !writableBy(s.Dir, s.cred) {
+		log.Warn("shell: the base directory is not writable by the shell's user, so commands that write fail; give it to that user (chown) or name another with --shell-user", "dir", s.Dir, "uid", s.cred.uid)
+	}
 	abi := landlockABI()
 	s.launcher = hooked.Load() && sandboxSupported
 	s.landlock = s.launcher && abi > 0
+	if s.restricted() && s.launcher {
+		path := DefaultShellPath
+		if v, ok := s.lookup("PATH"); ok && slices.Contains(s.env, "PATH") {
+			path = v
+		}
+		s.execFiles, s.execDirs = execList(append(slices.Clone(s.Allow), s.Trust...), path)
+	}
 	switch {
+	case s.landlock && s.restricted():
+		log.Info("shell: kernel sandbox active (Landlock); the kernel executes only the allow-listed programs", "landlock_abi", abi, "dir", s.Dir, "user", userName,
+			"executable", strings.Join(append(slices.Clone(s.execFiles), s.execDirs...), ","))
 	case s.landlock:
-		log.Info("shell: kernel sandbox active (Landlock)", "landlock_abi", abi, "dir", s.Dir, "user", cfg.User)
+		log.Info("shell: kernel sandbox active (Landlock)", "landlock_abi", abi, "dir", s.Dir, "user", userName)
 	case s.launcher:
 		log.Warn("shell: no kernel sandbox: this kernel has no Landlock, so commands reach every file their user can", "dir", s.Dir, "user", cfg.User)
 	default:
 		log.Warn("shell: no kernel sandbox and no subreaper: the binary does not call builtin.RunSandboxChild or the OS is not Linux; a command's setsid children can outlive it", "dir", s.Dir, "user", cfg.User)
 	}
 	return s, nil
+}
+
+// DefaultShellUser is the user a root router runs commands as without
+// --shell-user or --shell-as-root (uid and gid 65534 where it does not
+// exist).
+const DefaultShellUser = "nobody"
+
+// ShellUserFor returns the user shell commands run as for the flags
+// --shell-user user and --shell-as-root asRoot: user when set, else
+// DefaultShellUser when this process is root and asRoot is false, else ""
+// (this process's own user).
+func ShellUserFor(user string, asRoot bool) string {
+	switch {
+	case user != "":
+		return user
+	case os.Geteuid() == 0 && !asRoot:
+		return DefaultShellUser
+	}
+	return ""
+}
+
+// defaultCredential is DefaultShellUser's, or 65534:65534 with no such
+// user.
+func defaultCredential() *credential {
+	if c, err := lookupUser(DefaultShellUser); err == nil {
+		return c
+	}
+	return &credential{uid: 65534, gid: 65534, groups: []int{65534}}
+}
+
+// writableBy says whether the directory's mode lets c create files in it.
+func writableBy(dir string, c *credential) bool {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return false
+	}
+	uid, gid, ok := fileOwner(fi)
+	m := fi.Mode().Perm()
+	switch {
+	case !ok:
+		return true // not knowable here
+	case uid == c.uid:
+		return m&0o300 == 0o300
+	case gid == c.gid || slices.Contains(c.groups, gid):
+		return m&0o030 == 0o030
+	}
+	return m&0o003 == 0o003
 }
 
 // lookupUser resolves name, refusing a user that does not exist or one
@@ -157,27 +235,31 @@ const shellSchemaBase = `{"type":"object","properties":{"command":{"type":"strin
 func (s *Shell) def() bus.ToolDef {
 	schema := shellSchemaBase
 	desc := "Run a shell command in the base directory " + s.Dir + " and return its exit code, stdout and stderr (each cut after 30000 characters)."
-	if len(s.Allow) > 0 {
-		desc += " Only these programs may be started: " + strings.Join(s.Allow, ", ") + "."
+	if s.restricted() {
+		desc += " Only these programs may be started: " + strings.Join(append(slices.Clone(s.Allow), s.Trust...), ", ") + "."
 	}
 	if s.Skills != nil {
 		schema += `,"skill":{"type":"string","description":"The name of a skill whose scripts the command runs: its files are put in a folder, $SKILL_DIR names it, and the output says where it is."}`
 		desc += " To run a skill's script, set skill to the skill's name and refer to its files through $SKILL_DIR, e.g. \"sh $SKILL_DIR/scripts/run.sh\"."
 	}
 	return bus.ToolDef{Name: "shell", Description: desc, InputSchema: json.RawMessage(schema + `},"required":["command"]}`),
-		ReadOnly: false, ConcurrencySafe: false, RuleMatcher: bus.MatcherCommand, RuleField: "command",
+		ReadOnly: false, ConcurrencySafe: false, RuleMatcher: bus.MatcherCommand, RuleField: "command", PathBase: s.Dir,
 		TimeoutMS: int64((MaxShellTimeout + 10*time.Second) / time.Millisecond)}
 }
 
 // checkAllowed refuses a command that starts a program outside the
 // allow-list, or that could start one the check cannot see.
 func (s *Shell) checkAllowed(cmd string) error {
-	if len(s.Allow) == 0 {
+	if !s.restricted() {
 		return nil
 	}
-	c := &checker{allow: s.Allow, inside: s.inside}
+	c := &checker{allow: s.Allow, trust: s.Trust, inside: s.inside, resolve: func(p string) (string, error) { return s.files.resolve("shell", p) }}
 	return c.check(cmd)
 }
+
+// restricted says whether there is an allow-list (of checked or trusted
+// programs).
+func (s *Shell) restricted() bool { return len(s.Allow)+len(s.Trust) > 0 }
 
 // inside says whether p (relative to the base directory, or absolute)
 // resolves inside the base directory.
@@ -213,8 +295,12 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 			return "", refused("shell: the command could not run: %v", err)
 		}
 	}
-	env := shellEnv(s.lookup, s.env, s.Dir, tmp, len(s.Allow) > 0)
+	env := shellEnv(s.lookup, s.env, s.Dir, tmp, s.restricted())
 	spec := sandboxSpec{Command: in.Command, Dir: s.Dir, Tmp: tmp, Landlock: s.landlock, UID: -1, GID: -1}
+	if s.restricted() && s.launcher {
+		spec.Interp, spec.ExecFiles, spec.ExecDirs = true, s.execFiles, s.execDirs
+		spec.Names = append(slices.Clone(s.Allow), s.Trust...)
+	}
 	if s.cred != nil {
 		spec.UID, spec.GID, spec.Groups = s.cred.uid, s.cred.gid, s.cred.groups
 	}
@@ -334,6 +420,9 @@ func (s *Shell) register(w *worker.Worker) error {
 // caller that must prepare files for that user (the skills directory).
 func LookupShellUser(name string) (uid, gid int, err error) {
 	c, err := lookupUser(name)
+	if err != nil && name == DefaultShellUser {
+		c, err = defaultCredential(), nil
+	}
 	if err != nil {
 		return 0, 0, err
 	}

@@ -3,6 +3,7 @@
 package builtin
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -29,4 +30,13 @@ func killGroup(cmd *exec.Cmd) {
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
+}
+
+// fileOwner returns fi's owner and group.
+func fileOwner(fi os.FileInfo) (uid, gid int, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return int(st.Uid), int(st.Gid), true
 }

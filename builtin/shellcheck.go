@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/toolbus/toolbus/shellcmd"
 	"mvdan.cc/sh/v3/syntax"
 )
 
@@ -35,14 +36,27 @@ var wrappers = []string{
 var allowName = regexp.MustCompile(`^(/[A-Za-z0-9._+-]+)*/?[A-Za-z0-9_+-][A-Za-z0-9._+-]*$`)
 
 // checkAllowList refuses an allow-list entry that is not a plain program
-// name or absolute path, or that names a wrapper.
-func checkAllowList(allow []string) error {
-	for _, a := range allow {
-		if !allowName.MatchString(a) || strings.HasSuffix(a, "/") {
-			return fmt.Errorf("--shell-allow: %q is not a program name or an absolute path", a)
+// name or absolute path, that names a wrapper, or that has no profile
+// (shellcmd) unless it is trusted; trusted entries are checked for their
+// shape and wrappers alike.
+func checkAllowList(allow, trust []string) error {
+	for _, list := range []struct {
+		flag  string
+		names []string
+	}{{"--shell-allow", allow}, {"--shell-trust", trust}} {
+		for _, a := range list.names {
+			if !allowName.MatchString(a) || strings.HasSuffix(a, "/") {
+				return fmt.Errorf("%s: %q is not a program name or an absolute path", list.flag, a)
+			}
+			if slices.Contains(wrappers, filepath.Base(a)) {
+				return fmt.Errorf("%s: %s runs its arguments as another program, so it cannot be allow-listed", list.flag, a)
+			}
 		}
-		if slices.Contains(wrappers, filepath.Base(a)) {
-			return fmt.Errorf("--shell-allow: %s runs its arguments as another program, so it cannot be allow-listed", a)
+	}
+	for _, a := range allow {
+		if _, ok := shellcmd.Lookup(filepath.Base(a)); !ok && !slices.Contains(trust, a) {
+			return fmt.Errorf("--shell-allow: toolbus has no profile of %s (which of its options run programs or write files), so the allow-list cannot hold it; "+
+				"list it under --shell-trust instead to let commands start it with any arguments, trusting it with anything (docs/builtin.md)", a)
 		}
 	}
 	return nil
@@ -51,27 +65,25 @@ func checkAllowList(allow []string) error {
 // checker checks one command against an allow-list.
 type checker struct {
 	allow []string
+	// trust are programs started with any arguments, unchecked.
+	trust []string
 	// inside says whether a path given to git -C, --git-dir or
 	// --work-tree is inside the base directory.
 	inside func(p string) bool
+	// resolve returns a path (relative to the base directory, or
+	// absolute) with the symlinks that exist now resolved, relative to the
+	// base directory; an error for a path outside it. nil: no resolution.
+	resolve func(p string) (string, error)
 }
-
-var (
-	posixParser = syntax.Variant(syntax.LangPOSIX)
-	bashParser  = syntax.Variant(syntax.LangBash)
-)
 
 // check parses cmd and checks every command in it; the error is the
 // refusal's text.
 func (c *checker) check(cmd string) error {
-	for _, v := range []struct {
-		name string
-		opt  syntax.ParserOption
-	}{{"sh", posixParser}, {"bash", bashParser}} {
-		f, err := syntax.NewParser(v.opt).Parse(strings.NewReader(cmd), "")
-		if err != nil {
-			return refused("shell refused: with an allow-list the command must parse as plain POSIX sh (%s: %v)", v.name, err)
-		}
+	files, err := shellcmd.Parse(cmd)
+	if err != nil {
+		return refused("shell refused: with an allow-list the command must parse as plain POSIX sh (%v)", err)
+	}
+	for _, f := range files {
 		if err := c.file(f); err != nil {
 			return err
 		}
@@ -118,10 +130,11 @@ func (c *checker) node(n syntax.Node) error {
 	case *syntax.ExtGlob:
 		return refused("shell refused: with an allow-list the command may not use extended globs")
 	case *syntax.Redirect:
-		if n.Word != nil {
-			if w, ok := static(n.Word); ok && inGitDir(w.value) {
-				return refused("shell refused: with an allow-list the command may not redirect into a .git directory (git's config and hooks run programs)")
+		if w, ok := shellcmd.RedirectWrite(n); ok {
+			if w.Path == "" {
+				return refused("shell refused: with an allow-list a redirection's target must be written out plainly (no $, glob or ~), so that the check sees which file it writes")
 			}
+			return c.writable(w)
 		}
 	}
 	return nil
@@ -147,20 +160,88 @@ func (c *checker) call(n *syntax.CallExpr) error {
 	if slices.Contains(wrappers, name.value) {
 		return refused("shell refused: %s runs its arguments as another program, which an allow-list cannot check", name.value)
 	}
-	if !slices.Contains(c.allow, name.value) {
-		return refused("shell refused: the program %q is not allowed; allowed programs: %s", name.value, strings.Join(c.allow, ", "))
+	if slices.Contains(c.trust, name.value) {
+		return nil // trusted with anything
 	}
-	switch filepath.Base(name.value) {
-	case "git":
-		return c.git(n.Args[1:])
-	case "find":
-		return checkFind(n.Args[1:])
+	if !slices.Contains(c.allow, name.value) {
+		return refused("shell refused: the program %q is not allowed; allowed programs: %s", name.value, strings.Join(append(slices.Clone(c.allow), c.trust...), ", "))
+	}
+	prog := filepath.Base(name.value)
+	p, ok := shellcmd.Lookup(prog)
+	if !ok {
+		return refused("shell refused: toolbus has no profile of %s, so an allow-list cannot hold it (the operator may trust it with --shell-trust)", name.value)
+	}
+	if !p.Plain {
+		return c.profiled(prog, p, n.Args[1:])
+	}
+	vals, err := staticArgs(prog, n.Args[1:])
+	if err != nil {
+		return err
+	}
+	if prog == "git" {
+		if err := c.git(vals); err != nil {
+			return err
+		}
+		for _, a := range vals {
+			if pn, bad := shellcmd.ProtectedArg(a); bad {
+				return refused("shell refused: with an allow-list git may not be given %q: %s is protected (git or a shell reads it as configuration that can run programs)", a, pn)
+			}
+		}
+	}
+	writes, err := p.Check(vals)
+	if err != nil {
+		return refused("shell refused: %v", err)
+	}
+	for _, w := range writes {
+		if err := c.writable(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// profiled checks a program whose arguments need not be plain (readers,
+// cd): its plain arguments go through its profile, the others are left
+// as they are.
+func (c *checker) profiled(prog string, p shellcmd.Profile, args []*syntax.Word) error {
+	var vals []string
+	for _, a := range args {
+		if w, ok := static(a); ok && !w.glob {
+			vals = append(vals, w.value)
+		}
+	}
+	writes, err := p.Check(vals)
+	if err != nil {
+		return refused("shell refused: %v", err)
+	}
+	for _, w := range writes {
+		if err := c.writable(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writable refuses a write into a protected path, as written or with the
+// symlinks that exist now resolved.
+func (c *checker) writable(w shellcmd.Write) error {
+	if w.Path == "" {
+		return refused("shell refused: with an allow-list %s's target must be written out plainly, so that the check sees which file it writes", w.By)
+	}
+	name, bad := shellcmd.Protected(w.Path)
+	if !bad && c.resolve != nil {
+		if r, err := c.resolve(w.Path); err == nil {
+			name, bad = shellcmd.Protected(r)
+		}
+	}
+	if bad {
+		return refused("shell refused: with an allow-list the command may not write %q (%s): %s is protected, since git or a shell reads it as configuration that can run programs", w.Path, w.By, name)
 	}
 	return nil
 }
 
 // word is a word's value when it has no expansion; glob says that it has
-// an unquoted *, ?, [ or { (which the shell may turn into other words).
+// an unquoted *, ?, [, { or ~ (which the shell may turn into other words).
 type word struct {
 	value string
 	glob  bool
@@ -168,63 +249,8 @@ type word struct {
 
 // static returns w's value when w is made only of literal text and quotes.
 func static(w *syntax.Word) (word, bool) {
-	var out word
-	var b strings.Builder
-	for _, p := range w.Parts {
-		switch p := p.(type) {
-		case *syntax.Lit:
-			v, g := unescape(p.Value, false)
-			b.WriteString(v)
-			out.glob = out.glob || g
-		case *syntax.SglQuoted:
-			if p.Dollar {
-				return word{}, false
-			}
-			b.WriteString(p.Value)
-		case *syntax.DblQuoted:
-			if p.Dollar {
-				return word{}, false
-			}
-			for _, q := range p.Parts {
-				lit, ok := q.(*syntax.Lit)
-				if !ok {
-					return word{}, false
-				}
-				v, _ := unescape(lit.Value, true)
-				b.WriteString(v)
-			}
-		default:
-			return word{}, false
-		}
-	}
-	out.value = b.String()
-	return out, true
-}
-
-// unescape removes the shell's backslashes from a literal (inside double
-// quotes only before $ ` " \ and newline) and says whether an unescaped
-// glob or brace character is left.
-func unescape(s string, quoted bool) (string, bool) {
-	var b strings.Builder
-	glob := false
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		if ch == '\\' && i+1 < len(s) {
-			n := s[i+1]
-			if !quoted || strings.IndexByte("$`\"\\\n", n) >= 0 {
-				i++
-				if n != '\n' {
-					b.WriteByte(n)
-				}
-				continue
-			}
-		}
-		if !quoted && strings.IndexByte("*?[{~", ch) >= 0 {
-			glob = true
-		}
-		b.WriteByte(ch)
-	}
-	return b.String(), glob
+	v, ok := shellcmd.Static(w)
+	return word{value: v.Value, glob: v.Glob}, ok
 }
 
 // staticArgs returns the values of args, refusing an expansion anywhere
@@ -241,6 +267,9 @@ func staticArgs(prog string, args []*syntax.Word) ([]string, error) {
 		if w.glob && !dashes {
 			return nil, refused("shell refused: with an allow-list %s's arguments may not hold unquoted *, ?, [, { or ~ before --, since a file name could become an option; quote them or put them after --", prog)
 		}
+		if w.glob && dotGlob(w.value) {
+			return nil, refused("shell refused: with an allow-list %s's arguments may not hold a pattern that can match a name starting with a dot (%s), nor braces or ~; write the names out", prog, w.value)
+		}
 		if w.value == "--" {
 			dashes = true
 		}
@@ -249,19 +278,19 @@ func staticArgs(prog string, args []*syntax.Word) ([]string, error) {
 	return out, nil
 }
 
-// checkFind refuses find's actions that run programs.
-func checkFind(args []*syntax.Word) error {
-	vals, err := staticArgs("find", args)
-	if err != nil {
-		return err
+// dotGlob says whether the glob word v could expand to a name starting
+// with a dot (a component that starts with "." or a backslash), or holds
+// a brace or tilde expansion, which make any name.
+func dotGlob(v string) bool {
+	if strings.ContainsAny(v, "{~") {
+		return true
 	}
-	for _, v := range vals {
-		switch v {
-		case "-exec", "-execdir", "-ok", "-okdir":
-			return refused("shell refused: find %s runs other programs, which an allow-list cannot check", v)
+	for _, seg := range strings.Split(v, "/") {
+		if strings.HasPrefix(seg, ".") && seg != "." && seg != ".." || strings.HasPrefix(seg, "\\") {
+			return true
 		}
 	}
-	return nil
+	return false
 }
 
 // gitCommands are the git subcommands the allow-list lets through; any
@@ -286,11 +315,7 @@ var gitCommands = []string{
 // base directory, a known subcommand (so no alias), no config writes, no
 // program-running options (--upload-pack, --receive-pack, --exec, -x,
 // submodule foreach, bisect run) and no ext:: transport.
-func (c *checker) git(args []*syntax.Word) error {
-	vals, err := staticArgs("git", args)
-	if err != nil {
-		return err
-	}
+func (c *checker) git(vals []string) error {
 	for _, v := range vals {
 		if strings.Contains(strings.ToLower(v), "ext::") {
 			return refused("shell refused: git's ext:: transport runs programs")
@@ -316,6 +341,9 @@ func (c *checker) git(args []*syntax.Word) error {
 			}
 			if c.inside == nil || !c.inside(val) {
 				return refused("shell refused: git %s %s is outside the base directory", opt, val)
+			}
+			if err := c.writable(shellcmd.Write{Path: val, By: "git -C"}); err != nil {
+				return err
 			}
 		case strings.HasPrefix(vals[i], "-C"):
 			if c.inside == nil || !c.inside(strings.TrimPrefix(vals[i], "-C")) {
@@ -368,6 +396,10 @@ func gitSubcommand(sub string, args []string) error {
 			return refused("shell refused: git %s --help starts a viewer that config chooses", sub)
 		case longOpt(opt, "--template"):
 			return refused("shell refused: git %s --template copies hooks and config from anywhere", sub)
+		case sub == "checkout-index" && longOpt(opt, "--prefix"):
+			return refused("shell refused: git checkout-index --prefix writes files wherever the prefix leads, through symlinks in it too (issue 26 wrote .git/config so)")
+		case longOpt(opt, "--separate-git-dir"):
+			return refused("shell refused: git %s %s puts the repository's config where its name does not say .git", sub, opt)
 		case shortOpt(a, 'u') && (sub == "clone" || sub == "ls-remote"):
 			return refused("shell refused: git %s -u runs a program of the caller's choosing", sub)
 		case (shortOpt(a, 'c') || longOpt(opt, "--config")) && remote:

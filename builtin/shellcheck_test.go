@@ -15,7 +15,7 @@ func TestShellAllowList(t *testing.T) {
 	if err := os.Symlink("/", filepath.Join(dir, "up")); err != nil {
 		t.Fatal(err)
 	}
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"ls", "echo", "git", "find", "true", "cat", "sh"}})
+	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"ls", "echo", "git", "find", "true", "cat"}, Trust: []string{"sh"}})
 	for _, cmd := range []string{
 		"ls -la",
 		"echo hi && ls | cat || true",
@@ -61,7 +61,7 @@ func TestShellAllowList(t *testing.T) {
 		"echo `id`":               `"id" is not allowed`,
 		"echo \"$(id)\"":          `"id" is not allowed`,
 		"cat <(id)":               "must parse as plain POSIX sh",
-		"ls > $(id)":              `"id" is not allowed`,
+		"ls > $(id)":              "target must be written out plainly",
 		"cat <<EOF\n$(id)\nEOF":   `"id" is not allowed`,
 		"echo ${X:-$(id)}":        `"id" is not allowed`,
 		"if true; then id; fi":    `"id" is not allowed`,
@@ -159,8 +159,8 @@ func TestShellAllowList(t *testing.T) {
 		"git ?c alias.x=!id x":                  "unquoted",
 		"git fetch *":                           "unquoted",
 		"git {-c,alias.x=!id} x":                "unquoted",
-		"echo '[core]' >> .git/config":          "may not redirect into a .git directory",
-		"echo x > sub/.git/hooks/post-checkout": "may not redirect into a .git directory",
+		"echo '[core]' >> .git/config":          `may not write ".git/config" (redirection): .git is protected`,
+		"echo x > sub/.git/hooks/post-checkout": `may not write "sub/.git/hooks/post-checkout" (redirection): .git is protected`,
 	} {
 		err := s.checkAllowed(cmd)
 		if err == nil || !strings.HasPrefix(err.Error(), "shell refused: ") || !strings.Contains(err.Error(), want) {
@@ -170,12 +170,12 @@ func TestShellAllowList(t *testing.T) {
 }
 
 func TestShellAllowListConfig(t *testing.T) {
-	for _, allow := range [][]string{{"env"}, {"ls", "xargs"}, {"/usr/bin/timeout"}, {"a b"}, {"$X"}, {"../ls"}, {""}} {
+	for _, allow := range [][]string{{"env"}, {"ls", "xargs"}, {"/usr/bin/timeout"}, {"a b"}, {"$X"}, {"../ls"}, {""}, {"sh"}, {"python3"}, {"awk"}} {
 		if _, err := NewShell(ShellConfig{Dir: t.TempDir(), Allow: allow}); err == nil {
 			t.Errorf("allow-list %q accepted", allow)
 		}
 	}
-	if _, err := NewShell(ShellConfig{Dir: t.TempDir(), Allow: []string{"git", "/usr/bin/ls", "python3", "g++"}}); err != nil {
+	if _, err := NewShell(ShellConfig{Dir: t.TempDir(), Allow: []string{"git", "/usr/bin/ls"}, Trust: []string{"python3", "g++"}}); err != nil {
 		t.Fatal(err)
 	}
 }

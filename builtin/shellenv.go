@@ -25,7 +25,8 @@ func checkEnvNames(names []string) error {
 			return fmt.Errorf("--shell-env: %q is not an environment variable name", n)
 		case strings.HasPrefix(u, "NATS_"), strings.HasPrefix(u, "TOOLBUS_"), strings.HasPrefix(u, "OTEL_EXPORTER_OTLP") && strings.Contains(u, "HEADERS"):
 			return fmt.Errorf("--shell-env: %s may hold the router's credentials; the shell never gets it", n)
-		case slices.Contains([]string{"HOME", "TMPDIR", "SKILL_DIR", "PWD", "OLDPWD"}, u), strings.HasPrefix(u, "GIT_CONFIG"):
+		case slices.Contains([]string{"HOME", "TMPDIR", "SKILL_DIR", "PWD", "OLDPWD"}, u), strings.HasPrefix(u, "GIT_CONFIG"), strings.HasPrefix(u, "GIT_ATTR"),
+			slices.Contains([]string{"GIT_PAGER", "GIT_EDITOR", "PAGER", "GIT_TERMINAL_PROMPT"}, u):
 			return fmt.Errorf("--shell-env: the shell sets %s itself", n)
 		}
 	}
@@ -51,6 +52,19 @@ var gitHardening = [][2]string{
 	{"diff.external", ""},
 	{"gpg.program", "gpg"},
 	{"gpg.ssh.program", "ssh-keygen"},
+	{"core.attributesFile", "/dev/null"},
+	{"commit.gpgSign", "false"},
+	{"tag.gpgSign", "false"},
+	{"gpg.format", "openpgp"},
+	{"gpg.openpgp.program", "gpg"},
+	{"gpg.x509.program", "gpgsm"},
+	{"gpg.ssh.defaultKeyCommand", ""},
+	{"submodule.recurse", "false"},
+	{"protocol.allow", "never"},
+	{"protocol.https.allow", "always"},
+	{"protocol.http.allow", "always"},
+	{"protocol.ssh.allow", "always"},
+	{"protocol.git.allow", "always"},
 	{"protocol.ext.allow", "never"},
 	// Local transports run remote.<name>.uploadpack on this machine.
 	{"protocol.file.allow", "never"},
@@ -87,6 +101,12 @@ func shellEnv(lookup func(string) (string, bool), names []string, home, tmp stri
 			add(fmt.Sprintf("GIT_CONFIG_KEY_%d", i), kv[0])
 			add(fmt.Sprintf("GIT_CONFIG_VALUE_%d", i), kv[1])
 		}
+		// No system or global config (HOME is the base directory, so
+		// $HOME/.gitconfig would be a file the agent writes), no system
+		// attributes.
+		add("GIT_CONFIG_NOSYSTEM", "1")
+		add("GIT_CONFIG_GLOBAL", "/dev/null")
+		add("GIT_ATTR_NOSYSTEM", "1")
 		add("GIT_TERMINAL_PROMPT", "0")
 		add("GIT_PAGER", "cat") // over pager.<command> too
 		add("PAGER", "cat")

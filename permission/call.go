@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/shellcmd"
 )
 
 // call is one call prepared for matching: the rule field read once, the
@@ -23,9 +24,14 @@ type call struct {
 	parts []string // the command split into simple commands, for allow rules
 	split bool     // parts can be trusted: no substitution, quotes closed
 	loose []string // candidates for deny and ask rules: the whole command, then pieces
+	// The command's writes (shellcmd.Writes): each seen target as a call
+	// of WriteTool, and the text of those computed at run time.
+	writes []*call
+	unseen []string
 
 	// path matcher
 	paths    []string          // the cleaned absolute path, then its resolved form when it differs
+	by       string            // for a command's write: what writes it
 	bases    []string          // absolute bases of relative patterns
 	resolved map[string]string // resolve cache
 }
@@ -43,6 +49,7 @@ func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
 	case bus.MatcherCommand:
 		c.parts, c.split = splitCommand(c.value)
 		c.loose = looseParts(c.value)
+		c.readWrites(workDirs)
 	case bus.MatcherPath:
 		c.resolved = map[string]string{}
 		c.bases = bases(workDirs)
@@ -267,6 +274,95 @@ func bases(workDirs []string) []string {
 			wd = string(filepath.Separator)
 		}
 		out = append(out, wd)
+	}
+	return out
+}
+
+// WriteTool is the tool whose rules and dangerous-path check judge the
+// files a command writes (redirections, sed -i, cp ...): each write of a
+// rule_matcher "command" call is decided as a call of write_file on its
+// target, relative to the command tool's path_base.
+const WriteTool = "write_file"
+
+// readWrites finds the command's writes; a command that parses in
+// neither grammar has none that can be seen (and no allow pattern covers
+// it either, as its parts are not trusted).
+func (c *call) readWrites(workDirs []string) {
+	ws, err := shellcmd.Writes(c.value)
+	if err != nil {
+		return
+	}
+	def := &bus.ToolDef{Name: WriteTool, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: c.def.PathBase}
+	for _, w := range ws {
+		if w.Path == "" {
+			c.unseen = append(c.unseen, w.Raw)
+			continue
+		}
+		in, _ := json.Marshal(map[string]string{"path": w.Path})
+		wc := newCall(def, in, workDirs)
+		wc.by = w.By
+		c.writes = append(c.writes, wc)
+	}
+}
+
+// writeMatches reports whether the deny or ask rule r matches one of the
+// command's writes, as a rule of WriteTool (or "*").
+func (c *call) writeMatches(r bus.Rule) bool {
+	return slices.ContainsFunc(c.writes, func(w *call) bool { return w.matches(r) })
+}
+
+// toolWide reports whether an allow rule without a pattern covers the
+// call's tool: such a rule trusts the tool with anything.
+func toolWide(rules []bus.Rule, def *bus.ToolDef) bool {
+	return slices.ContainsFunc(rules, func(r bus.Rule) bool {
+		return behavior(r) == Allow && r.Pattern == "" && toolMatches(r, def)
+	})
+}
+
+// writesGranted reports whether every write of the command is one that
+// write_file would be allowed to make without asking: by an allow rule of
+// WriteTool, or in accept_edits inside the working directories; a
+// computed target never is. It names the first write that is not.
+func (c *call) writesGranted(pc Context, mode string) (string, bool) {
+	if len(c.unseen) > 0 {
+		return fmt.Sprintf("its write to %s is computed when it runs, so no rule can allow it", c.unseen[0]), false
+	}
+	for _, w := range c.writes {
+		if _, ok := w.allowed(pc.Rules); ok {
+			continue
+		}
+		if mode == AcceptEdits && w.inside(editDirs(pc, w.def)) {
+			continue
+		}
+		return fmt.Sprintf("no %s rule allows its write to %s (%s)", WriteTool, w.real(), w.by), false
+	}
+	return "", true
+}
+
+// editDirs are the directories accept_edits allows edits in.
+func editDirs(pc Context, def *bus.ToolDef) []string {
+	if len(pc.WorkDirs) == 0 && def.PathBase != "" {
+		return []string{def.PathBase}
+	}
+	return pc.WorkDirs
+}
+
+// suggestWrites returns WriteTool rules that would allow the command's
+// writes that no rule allows yet (none for a computed target).
+func (c *call) suggestWrites(rules []bus.Rule) []bus.Rule {
+	if len(c.unseen) > 0 {
+		return nil
+	}
+	var out []bus.Rule
+	for _, w := range c.writes {
+		if _, ok := w.allowed(rules); ok {
+			continue
+		}
+		for _, r := range w.suggest(rules) {
+			if r.Pattern != "" && !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
 	}
 	return out
 }

@@ -2,10 +2,12 @@ package permission_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/shellcmd"
 )
 
 // FuzzMatches checks that matching, deciding and checking rules never panic,
@@ -62,6 +64,34 @@ func FuzzMatches(f *testing.F) {
 				if err := permission.CheckRule(r); err != nil {
 					t.Fatalf("suggested an invalid rule: %v", err)
 				}
+			}
+		}
+	})
+}
+
+// FuzzCommandWrites: whatever comes before it, a command line that ends
+// with a write to a dangerous file is never allowed, by a rule for the
+// program, a rule for the whole tool, or bypass mode.
+func FuzzCommandWrites(f *testing.F) {
+	for _, s := range []string{"ls", "git status && ls", "echo 'a;b' | cat", "(cd sub)", "ls \\", "x=1", "ls |", "# c", "sed -i s/a/b/ f", ""} {
+		f.Add(s, uint8(0))
+	}
+	targets := []string{"> .gitconfig", ">> .git/config", ">| sub/.bashrc", "&> .profile", "> ./.GIT/hooks/pre-commit", `> "$HOME/.gitconfig"`,
+		"> $PWD/.git/x", "| tee .git/config", "&& sed -i s/a/b/ .git/config", "&& cp a .gitconfig"}
+	shell := &bus.ToolDef{Name: "shell", RuleMatcher: bus.MatcherCommand, RuleField: "command", PathBase: f.TempDir()}
+	rules := []bus.Rule{{Tool: "shell"}, {Tool: "shell", Pattern: "cat:*"}, {Tool: "shell", Pattern: "ls:*"}, {Tool: permission.WriteTool}}
+	f.Fuzz(func(t *testing.T, prefix string, which uint8) {
+		if _, err := shellcmd.Parse(prefix); err != nil || strings.Contains(prefix, "<<") {
+			return // the appended line might be read as part of a quote or a here-document
+		}
+		cmd := prefix + "\ncat x " + targets[int(which)%len(targets)]
+		in, err := json.Marshal(map[string]string{"command": cmd})
+		if err != nil {
+			return
+		}
+		for _, mode := range []string{permission.Default, permission.AcceptEdits, permission.Bypass} {
+			if d := permission.Decide(permission.Context{Mode: mode, Rules: rules}, shell, in); d.Behavior == permission.Allow {
+				t.Fatalf("%s allowed %q: %s", mode, cmd, d.Reason)
 			}
 		}
 	})

@@ -9,19 +9,15 @@ import (
 	"strings"
 
 	"github.com/toolbus/toolbus/bus"
-)
-
-// Dangerous names, compared case-insensitively (macOS and Windows file
-// systems usually are): files by base name, directories anywhere in a path.
-var (
-	dangerousFiles = []string{".env", ".bashrc", ".bash_profile", ".zshrc", ".profile",
-		".gitconfig", ".gitmodules", ".netrc", ".npmrc", ".pypirc", ".mcp.json"}
-	dangerousDirs = []string{".git", ".ssh", ".vscode", ".idea", ".aws", ".gnupg"}
+	"github.com/toolbus/toolbus/shellcmd"
 )
 
 // dangerous reports whether the call's path, as written or resolved, is a
 // dangerous file or lies in a dangerous directory, and says which.
 func (c *call) dangerous() (string, bool) {
+	if c.def.RuleMatcher == bus.MatcherCommand && c.ok {
+		return c.dangerousWrite()
+	}
 	if c.def.RuleMatcher != bus.MatcherPath || !c.ok {
 		return "", false
 	}
@@ -38,19 +34,29 @@ func (c *call) dangerous() (string, bool) {
 	return "", false
 }
 
-func dangerousName(p string) (string, bool) {
-	segs := strings.Split(filepath.ToSlash(p), "/")
-	for _, s := range segs {
-		if slices.Contains(dangerousDirs, strings.ToLower(s)) {
-			return s, true
+// dangerousWrite is dangerous for a command: one of its writes (a
+// redirection, sed -i, cp ...) reaches a dangerous path as write_file
+// would, or a computed target's text names one.
+func (c *call) dangerousWrite() (string, bool) {
+	for _, w := range c.writes {
+		if reason, ok := w.dangerous(); ok {
+			return fmt.Sprintf("the command (%s) %s", w.by, reason), true
 		}
 	}
-	base := strings.ToLower(segs[len(segs)-1])
-	if slices.Contains(dangerousFiles, base) || strings.HasPrefix(base, ".env.") {
-		return segs[len(segs)-1], true
+	unquote := strings.NewReplacer(`"`, "", `'`, "", `\`, "")
+	for _, raw := range c.unseen {
+		for _, f := range strings.Fields(unquote.Replace(raw)) {
+			if name, ok := dangerousName(f); ok {
+				return fmt.Sprintf("the command writes to a computed path that names the dangerous %s (%s)", name, raw), true
+			}
+		}
 	}
 	return "", false
 }
+
+// dangerousName is shellcmd.Protected: the same names an allow-listed
+// shell refuses to write.
+func dangerousName(p string) (string, bool) { return shellcmd.Protected(p) }
 
 // maxLinks bounds the symlinks followed while resolving one path, as the
 // kernel does (ELOOP).

@@ -94,12 +94,12 @@ func Decide(pc Context, def *bus.ToolDef, input json.RawMessage) Decision {
 
 func (c *call) decide(pc Context, mode string) Decision {
 	for _, r := range pc.Rules {
-		if behavior(r) == Deny && c.matches(r) {
+		if behavior(r) == Deny && (c.matches(r) || c.writeMatches(r)) {
 			return Decision{Behavior: Deny, Reason: fmt.Sprintf("rule %s denies it", ruleString(r))}
 		}
 	}
 	for _, r := range pc.Rules {
-		if behavior(r) == Ask && c.matches(r) {
+		if behavior(r) == Ask && (c.matches(r) || c.writeMatches(r)) {
 			return Decision{Behavior: Ask, Reason: fmt.Sprintf("rule %s asks for confirmation", ruleString(r))}
 		}
 	}
@@ -132,6 +132,11 @@ func (c *call) decide(pc Context, mode string) Decision {
 		return Decision{Behavior: Ask, Reason: fmt.Sprintf("tool %s has an unknown permission check %q", c.def.Name, c.def.Permission)}
 	}
 	if reason, ok := c.allowed(pc.Rules); ok {
+		// A rule for a program never grants a write that write_file
+		// would ask for.
+		if why, ok := c.writesGranted(pc, mode); !ok && !toolWide(pc.Rules, c.def) {
+			return Decision{Behavior: Ask, Reason: reason + " as a command, but " + why, SuggestedRules: c.suggestWrites(pc.Rules)}
+		}
 		return Decision{Behavior: Allow, Reason: reason}
 	}
 	edits := pc.WorkDirs

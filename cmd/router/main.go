@@ -64,7 +64,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	workdir := fs.String("workdir", "", "base directory of the built-in file tools and shell; empty serves neither")
 	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start, checked on the parsed command (default: any; docs/builtin.md says what it is and is not)")
 	shellEnv := fs.String("shell-env", "", "comma-separated variables of the router's environment the shell's commands get (default: none; PATH passes the router's PATH; NATS_* and TOOLBUS_* are refused)")
-	shellUser := fs.String("shell-user", "", "OS user the shell's commands run as (the router must run as root; the workdir must be usable by that user)")
+	shellUser := fs.String("shell-user", "", "OS user the shell's commands run as (the router must run as root; the workdir must be usable by that user); default: nobody when the router runs as root")
+	shellTrust := fs.String("shell-trust", "", "comma-separated programs the built-in shell may start with ANY arguments, unchecked: trusted with anything (interpreters, build tools, programs with no profile; docs/builtin.md)")
+	shellAsRoot := fs.Bool("shell-as-root", false, "run the shell's commands as root when the router runs as root and --shell-user is not set (default: as nobody); logged as a warning")
 	mcpOpts := mcpFlags(fs)
 	inboxOpts := inboxFlags(fs)
 	var skillDirs dirList
@@ -179,10 +181,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
 			InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		if err == nil {
-			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow), ShellEnv: cli.SplitList(*shellEnv), ShellUser: *shellUser, Logger: log}
+			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow), ShellTrust: cli.SplitList(*shellTrust), ShellEnv: cli.SplitList(*shellEnv),
+				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Logger: log}
 			if *workdir != "" {
 				var m *skills.Materializer
-				if m, err = skillsMaterializer(r.Skills(), *data, r.ID(), *shellUser); err == nil {
+				if m, err = skillsMaterializer(r.Skills(), *data, r.ID(), builtin.ShellUserFor(*shellUser, *shellAsRoot)); err == nil {
 					defer m.Close()
 					cfg.Skills = m
 				}

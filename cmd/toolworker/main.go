@@ -53,7 +53,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	workdir := fs.String("workdir", "", "with --builtin: base directory of the file tools and shell; empty serves neither. With --mcp-config: the bridged servers' roots")
 	shellAllow := fs.String("shell-allow", "", "with --builtin: comma-separated programs shell may start, checked on the parsed command (default: any; see docs/builtin.md)")
 	shellEnv := fs.String("shell-env", "", "with --builtin: comma-separated variables of this environment shell's commands get (default: none; NATS_* and TOOLBUS_* are refused)")
-	shellUser := fs.String("shell-user", "", "with --builtin: OS user shell's commands run as (toolworker must run as root; the workdir must be usable by that user)")
+	shellUser := fs.String("shell-user", "", "with --builtin: OS user shell's commands run as (toolworker must run as root; the workdir must be usable by that user); default: nobody when toolworker runs as root")
+	shellTrust := fs.String("shell-trust", "", "with --builtin: comma-separated programs shell may start with ANY arguments, unchecked: trusted with anything (docs/builtin.md)")
+	shellAsRoot := fs.Bool("shell-as-root", false, "with --builtin: run shell's commands as root when toolworker runs as root and --shell-user is not set (default: as nobody)")
 	mcpConfig := fs.String("mcp-config", "", "also bridge the MCP servers listed in this YAML or JSON file (docs/mcp.md)")
 	demo := fs.Bool("demo", true, "serve the example tools (off by default with --mcp-config, so bridged servers stand alone)")
 	observe := cli.ObserveFlags(fs)
@@ -113,14 +115,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *withBuiltin {
 		stop, err := registerBuiltin(ctx, nc, w, *prefix, *id, *workdir,
-			builtin.Config{ShellAllow: cli.SplitList(*shellAllow), ShellEnv: cli.SplitList(*shellEnv), ShellUser: *shellUser, Logger: log})
+			builtin.Config{ShellAllow: cli.SplitList(*shellAllow), ShellTrust: cli.SplitList(*shellTrust), ShellEnv: cli.SplitList(*shellEnv),
+				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Logger: log})
 		if err != nil {
 			return err
 		}
 		defer stop()
 		names = append(slices.Clone(names), "built-in tools")
-	} else if *shellAllow != "" || *shellEnv != "" || *shellUser != "" || *workdir != "" && *mcpConfig == "" {
-		return fmt.Errorf("--workdir, --shell-allow, --shell-env and --shell-user need --builtin (--workdir also works with --mcp-config)")
+	} else if *shellAllow != "" || *shellTrust != "" || *shellEnv != "" || *shellUser != "" || *shellAsRoot || *workdir != "" && *mcpConfig == "" {
+		return fmt.Errorf("--workdir, --shell-allow, --shell-trust, --shell-env, --shell-user and --shell-as-root need --builtin (--workdir also works with --mcp-config)")
 	}
 	if *mcpConfig != "" {
 		stop, err := startBridge(ctx, nc, *mcpConfig, *prefix, *id, *workdir, *heartbeat, *maxConcurrent, log)
@@ -204,8 +207,8 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 			id = w.ID()
 		}
 		gid := -1
-		if cfg.ShellUser != "" {
-			if _, gid, err = builtin.LookupShellUser(cfg.ShellUser); err != nil {
+		if u := builtin.ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot); u != "" {
+			if _, gid, err = builtin.LookupShellUser(u); err != nil {
 				cat.Stop()
 				return nil, err
 			}

@@ -265,7 +265,7 @@ func TestShellRunsSkillScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.addWorker(func(w *worker.Worker) {
-		if err := builtin.RegisterWith(w, builtin.Config{WorkDir: t.TempDir(), Skills: m, ShellAllow: []string{"sh", "echo"}}); err != nil {
+		if err := builtin.RegisterWith(w, builtin.Config{WorkDir: t.TempDir(), Skills: m, ShellAllow: []string{"echo"}, ShellTrust: []string{"sh"}, ShellAsRoot: true}); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -1,0 +1,251 @@
+package shellcmd
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Profile is what toolbus knows of a program's command line: which
+// options run other programs or write files in ways a check cannot follow
+// (refused), and which arguments name the files it writes.
+type Profile struct {
+	// Plain says that the program's arguments must be written out
+	// plainly (no expansion, no glob): its options decide what it runs or
+	// writes. Programs that only read need not.
+	Plain bool
+	check func(args []string) ([]Write, error)
+}
+
+// Writer reports whether the program's arguments must be plain (see
+// Plain).
+func (p Profile) Writer() bool { return p.Plain }
+
+// Check returns the files args (the plain arguments after the program's
+// name) make the program write, or an error saying which option is
+// refused and why.
+func (p Profile) Check(args []string) ([]Write, error) {
+	if p.check == nil {
+		return nil, nil
+	}
+	return p.check(args)
+}
+
+// Lookup returns the profile of the program with base name name.
+func Lookup(name string) (Profile, bool) {
+	p, ok := profiles[name]
+	return p, ok
+}
+
+// Profiles returns the names of the programs that have a profile, sorted.
+func Profiles() []string {
+	out := make([]string, 0, len(profiles))
+	for n := range profiles {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// readers write nothing but their standard output and run nothing.
+var readers = []string{
+	"[", "b2sum", "base32", "base64", "basename", "cat", "cksum", "cmp", "column", "comm", "cut",
+	"df", "diff", "dirname", "du", "echo", "expr", "false", "fold", "grep", "head", "id", "jq", "ls", "md5sum", "nl", "nproc", "od", "paste", "printenv", "pwd",
+	"readlink", "realpath", "rev", "seq", "sha1sum", "sha256sum", "sha512sum", "sleep", "stat",
+	"strings", "tac", "tail", "test", "tr", "true", "uname", "wc", "whoami",
+}
+
+// allOperands writers: every argument may name a file they create,
+// change, move, link or remove.
+var allOperands = []string{
+	"bunzip2", "bzip2", "chgrp", "chmod", "chown", "cp", "gzip", "install", "link", "ln",
+	"mkdir", "mktemp", "mv", "rm", "rmdir", "shred", "split", "tee", "touch", "truncate", "unlink", "unxz", "xz",
+}
+
+var profiles = func() map[string]Profile {
+	m := map[string]Profile{}
+	for _, r := range readers {
+		m[r] = Profile{}
+	}
+	for _, w := range allOperands {
+		m[w] = Profile{Plain: true, check: everyArg(w)}
+	}
+	// cd and pushd move where relative writes land: their directory is
+	// checked like a write, so it must be plain (a for loop's variable
+	// could otherwise hold .git).
+	for _, d := range []string{"cd", "pushd"} {
+		m[d] = Profile{Plain: true, check: everyArg(d)}
+	}
+	m["popd"] = Profile{}
+	m["printf"] = Profile{check: checkPrintf}
+	m["date"] = Profile{check: checkDate}
+	m["file"] = Profile{Plain: true, check: checkFile}
+	m["sed"] = Profile{Plain: true, check: checkSed}
+	m["tar"] = Profile{Plain: true, check: checkTar}
+	m["find"] = Profile{Plain: true, check: checkFind}
+	m["sort"] = Profile{Plain: true, check: checkSort}
+	m["uniq"] = Profile{Plain: true, check: secondOperand("uniq", "fsw", nil)}
+	m["xxd"] = Profile{Plain: true, check: secondOperand("xxd", "cglsoCn", nil)}
+	m["dd"] = Profile{Plain: true, check: checkDD}
+	m["git"] = Profile{Plain: true, check: checkGit}
+	return m
+}()
+
+func refusedf(format string, a ...any) error { return fmt.Errorf(format, a...) }
+
+// everyArg counts every argument but "--" as a file written, and for
+// options also what follows "=" or the letter (-t DIR, --target-directory=DIR).
+func everyArg(prog string) func([]string) ([]Write, error) {
+	return func(args []string) ([]Write, error) {
+		var out []Write
+		for _, a := range args {
+			switch {
+			case a == "--" || a == "-":
+			case strings.HasPrefix(a, "--"):
+				if _, v, ok := strings.Cut(a, "="); ok && v != "" {
+					out = append(out, Write{Path: v, By: prog})
+				}
+			case strings.HasPrefix(a, "-"):
+				// A value attached to a short option: -t.git/ -S.bak.
+				if len(a) > 2 {
+					out = append(out, Write{Path: a[2:], By: prog})
+				}
+			default:
+				out = append(out, Write{Path: a, By: prog})
+			}
+		}
+		return out, nil
+	}
+}
+
+// getopt splits args into options and operands the way GNU getopt_long
+// does (options anywhere, "--" ends them): short lists the letters that
+// take a value, long the long options that do (a unique prefix of one
+// counts as it, as GNU accepts abbreviations).
+type option struct {
+	name  string // "-x" or "--long" as written (before "=")
+	value string
+}
+
+func getopt(args []string, short string, long []string) (opts []option, operands []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return opts, append(operands, args[i+1:]...)
+		case strings.HasPrefix(a, "--"):
+			name, val, has := strings.Cut(a, "=")
+			if !has && takesValue(name, long) && i+1 < len(args) {
+				i++
+				val = args[i]
+			}
+			opts = append(opts, option{name: name, value: val})
+		case len(a) > 1 && a[0] == '-':
+			for j := 1; j < len(a); j++ {
+				c := a[j]
+				if strings.IndexByte(short, c) < 0 {
+					opts = append(opts, option{name: "-" + string(c)})
+					continue
+				}
+				val := a[j+1:]
+				if val == "" && i+1 < len(args) {
+					i++
+					val = args[i]
+				}
+				opts = append(opts, option{name: "-" + string(c), value: val})
+				break
+			}
+		default:
+			operands = append(operands, a)
+		}
+	}
+	return opts, operands
+}
+
+// takesValue reports whether the long option name (or an abbreviation of
+// one) is in long.
+func takesValue(name string, long []string) bool {
+	return slices.ContainsFunc(long, func(l string) bool { return isLong(name, l) })
+}
+
+// isLong reports whether name is the long option full or an abbreviation
+// of it (at least one letter after "--").
+func isLong(name, full string) bool {
+	return len(name) > 2 && strings.HasPrefix(full, name)
+}
+
+func checkPrintf(args []string) ([]Write, error) {
+	if len(args) > 0 && strings.HasPrefix(args[0], "-v") {
+		return nil, refusedf("printf -v sets a variable, which would reach the programs the command starts")
+	}
+	return nil, nil
+}
+
+func checkFile(args []string) ([]Write, error) {
+	opts, _ := getopt(args, "efFmP", []string{"--exclude", "--exclude-quiet", "--separator", "--magic-file", "--files-from", "--parameter"})
+	for _, o := range opts {
+		if o.name == "-C" || isLong(o.name, "--compile") {
+			return nil, refusedf("file -C writes a compiled magic file")
+		}
+	}
+	return nil, nil
+}
+
+func checkFind(args []string) ([]Write, error) {
+	for _, a := range args {
+		switch a {
+		case "-exec", "-execdir", "-ok", "-okdir":
+			return nil, refusedf("find %s runs other programs", a)
+		case "-fprint", "-fprint0", "-fprintf", "-fls":
+			return nil, refusedf("find %s writes a file of the caller's choosing", a)
+		}
+	}
+	return nil, nil
+}
+
+func checkSort(args []string) ([]Write, error) {
+	opts, _ := getopt(args, "oTSktg", []string{"--output", "--temporary-directory", "--buffer-size", "--key",
+		"--field-separator", "--files0-from", "--random-source", "--batch-size", "--parallel", "--sort", "--compress-program"})
+	var out []Write
+	for _, o := range opts {
+		switch {
+		case isLong(o.name, "--compress-program"):
+			return nil, refusedf("sort --compress-program runs a program of the caller's choosing")
+		case o.name == "-o" || isLong(o.name, "--output"), o.name == "-T" || isLong(o.name, "--temporary-directory"):
+			out = append(out, Write{Path: o.value, By: "sort " + o.name})
+		}
+	}
+	return out, nil
+}
+
+// secondOperand is for programs whose second operand is their output
+// file (uniq IN OUT, xxd IN OUT).
+func secondOperand(prog, short string, long []string) func([]string) ([]Write, error) {
+	return func(args []string) ([]Write, error) {
+		_, ops := getopt(args, short, long)
+		if len(ops) >= 2 {
+			return []Write{{Path: ops[1], By: prog}}, nil
+		}
+		return nil, nil
+	}
+}
+
+func checkDD(args []string) ([]Write, error) {
+	var out []Write
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "of="); ok {
+			out = append(out, Write{Path: v, By: "dd of="})
+		}
+	}
+	return out, nil
+}
+
+func checkDate(args []string) ([]Write, error) {
+	opts, _ := getopt(args, "dfrsI", []string{"--date", "--file", "--reference", "--set", "--iso-8601", "--rfc-3339"})
+	for _, o := range opts {
+		if o.name == "-s" || isLong(o.name, "--set") {
+			return nil, refusedf("date %s sets the system clock", o.name)
+		}
+	}
+	return nil, nil
+}

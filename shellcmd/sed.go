@@ -1,0 +1,267 @@
+package shellcmd
+
+import (
+	"strings"
+)
+
+// checkSed refuses sed's ways to run programs and to write files other
+// than its operands: the e command, the s command's e and w flags, the w
+// and W commands, and a script read from a file (-f), which cannot be
+// checked. With -i (--in-place) every file operand is written.
+func checkSed(args []string) ([]Write, error) {
+	var scripts, ops []string
+	inPlace, haveE := false, false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			ops = append(ops, args[i+1:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "--"):
+			name, val, has := strings.Cut(a, "=")
+			switch {
+			case isLong(name, "--expression"):
+				if !has {
+					if i+1 >= len(args) {
+						return nil, refusedf("sed %s needs a script", name)
+					}
+					i++
+					val = args[i]
+				}
+				scripts, haveE = append(scripts, val), true
+			case isLong(name, "--file"):
+				return nil, refusedf("sed %s reads its script from a file, which the check cannot see", name)
+			case isLong(name, "--in-place"):
+				inPlace = true
+			case isLong(name, "--line-length"):
+				if !has {
+					i++
+				}
+			}
+		case len(a) > 1 && a[0] == '-':
+		letters:
+			for j := 1; j < len(a); j++ {
+				switch a[j] {
+				case 'i':
+					inPlace = true
+					break letters // the rest is the backup suffix
+				case 'f':
+					return nil, refusedf("sed -f reads its script from a file, which the check cannot see")
+				case 'e', 'l':
+					val := a[j+1:]
+					if val == "" {
+						if i+1 >= len(args) {
+							return nil, refusedf("sed -%c needs a value", a[j])
+						}
+						i++
+						val = args[i]
+					}
+					if a[j] == 'e' {
+						scripts, haveE = append(scripts, val), true
+					}
+					break letters
+				}
+			}
+		default:
+			ops = append(ops, a)
+		}
+	}
+	if !haveE {
+		if len(ops) == 0 {
+			return nil, refusedf("sed has no script")
+		}
+		scripts, ops = ops[:1], ops[1:]
+	}
+	for _, s := range scripts {
+		if err := sedScript(s); err != nil {
+			return nil, err
+		}
+	}
+	if !inPlace {
+		return nil, nil
+	}
+	out := make([]Write, 0, len(ops))
+	for _, o := range ops {
+		out = append(out, Write{Path: o, By: "sed -i"})
+	}
+	return out, nil
+}
+
+// sedScript reads a GNU sed script far enough to find every command and
+// every s flag; what it cannot read is refused.
+func sedScript(s string) error {
+	p := &sedParser{s: s}
+	for {
+		p.skip(" \t\n;")
+		if p.eof() {
+			return nil
+		}
+		if p.peek() == '#' {
+			p.toEOL()
+			continue
+		}
+		if err := p.address(); err != nil {
+			return err
+		}
+		p.skip(" \t")
+		if !p.eof() && p.peek() == ',' {
+			p.i++
+			p.skip(" \t")
+			if err := p.address(); err != nil {
+				return err
+			}
+		}
+		p.skip(" \t")
+		for !p.eof() && p.peek() == '!' {
+			p.i++
+			p.skip(" \t")
+		}
+		if p.eof() {
+			return refusedf("sed script ends after an address")
+		}
+		if err := p.command(); err != nil {
+			return err
+		}
+	}
+}
+
+type sedParser struct {
+	s string
+	i int
+}
+
+func (p *sedParser) eof() bool { return p.i >= len(p.s) }
+
+// peek is the next byte, 0 at the end.
+func (p *sedParser) peek() byte {
+	if p.eof() {
+		return 0
+	}
+	return p.s[p.i]
+}
+
+func (p *sedParser) skip(set string) {
+	for !p.eof() && strings.IndexByte(set, p.peek()) >= 0 {
+		p.i++
+	}
+}
+
+// toEOL skips to the end of the line (past backslash-newline pairs).
+func (p *sedParser) toEOL() {
+	for !p.eof() && p.peek() != '\n' {
+		if p.peek() == '\\' {
+			p.i++
+		}
+		p.i++
+	}
+}
+
+// toEnd skips a label or similar argument, which ends at ; or a newline.
+func (p *sedParser) toEnd() {
+	for !p.eof() && p.peek() != '\n' && p.peek() != ';' {
+		p.i++
+	}
+}
+
+// delimited skips text up to the unescaped delimiter d and past it.
+func (p *sedParser) delimited(d byte) error {
+	for !p.eof() {
+		c := p.peek()
+		p.i++
+		switch {
+		case c == '\\':
+			p.i++
+		case c == d:
+			return nil
+		}
+	}
+	return refusedf("sed script has an unterminated expression")
+}
+
+func (p *sedParser) address() error {
+	switch c := p.peek(); {
+	case c >= '0' && c <= '9', c == '+', c == '~':
+		p.i++
+		p.skip("0123456789~")
+	case c == '$':
+		p.i++
+	case c == '/', c == '\\':
+		d := byte('/')
+		p.i++
+		if c == '\\' {
+			if p.eof() {
+				return refusedf("sed script ends in an address")
+			}
+			d = p.peek()
+			p.i++
+		}
+		if err := p.delimited(d); err != nil {
+			return err
+		}
+		p.skip("IM")
+	}
+	return nil
+}
+
+// command reads one command at p.i.
+func (p *sedParser) command() error {
+	c := p.peek()
+	p.i++
+	switch c {
+	case '{', '}', '=', 'd', 'D', 'g', 'G', 'h', 'H', 'n', 'N', 'p', 'P', 'x', 'z', 'F':
+	case 'l', 'L', 'q', 'Q':
+		p.skip(" \t0123456789")
+	case ':', 'b', 't', 'T', 'v':
+		p.toEnd()
+	case 'a', 'i', 'c', 'r', 'R':
+		p.toEOL()
+	case 'w', 'W':
+		return refusedf("sed's %c command writes a file of the caller's choosing", c)
+	case 'e':
+		return refusedf("sed's e command runs other programs")
+	case 's':
+		return p.substitute()
+	case 'y':
+		if p.eof() {
+			return refusedf("sed script ends in a y command")
+		}
+		d := p.peek()
+		p.i++
+		if err := p.delimited(d); err != nil {
+			return err
+		}
+		return p.delimited(d)
+	default:
+		return refusedf("sed command %q is not one the check knows", string(c))
+	}
+	return nil
+}
+
+func (p *sedParser) substitute() error {
+	if p.eof() || p.peek() == '\n' || p.peek() == '\\' {
+		return refusedf("sed s command has no delimiter")
+	}
+	d := p.peek()
+	p.i++
+	if err := p.delimited(d); err != nil {
+		return err
+	}
+	if err := p.delimited(d); err != nil {
+		return err
+	}
+	for !p.eof() {
+		switch f := p.peek(); {
+		case f == 'e':
+			return refusedf("sed's s///e flag runs the pattern space as a command")
+		case f == 'w':
+			return refusedf("sed's s///w flag writes a file of the caller's choosing")
+		case f == 'g', f == 'p', f == 'i', f == 'I', f == 'm', f == 'M', f >= '0' && f <= '9':
+			p.i++
+		case f == ';', f == '\n', f == '}', f == ' ', f == '\t', f == '#':
+			return nil
+		default:
+			return refusedf("sed s command has the unknown flag %q", string(f))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,270 @@
+// Package shellcmd reads a shell command's syntax tree (mvdan.cc/sh) for
+// what it writes and for the options of its programs that run other
+// programs or write files: the per-program profiles of docs/builtin.md.
+// The built-in shell's allow-list check refuses what a profile refuses and
+// every write into a protected path; the permission package treats every
+// write it finds as a write_file call on its target.
+package shellcmd
+
+import (
+	"cmp"
+	"fmt"
+	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+var (
+	posixParser = syntax.Variant(syntax.LangPOSIX)
+	bashParser  = syntax.Variant(syntax.LangBash)
+)
+
+// Parse parses cmd as POSIX sh (what /bin/sh, dash, runs) and as bash (in
+// case /bin/sh is bash) and returns both trees; a command must pass its
+// checks on both.
+func Parse(cmd string) ([]*syntax.File, error) {
+	var out []*syntax.File
+	for _, v := range []struct {
+		name string
+		opt  syntax.ParserOption
+	}{{"sh", posixParser}, {"bash", bashParser}} {
+		f, err := syntax.NewParser(v.opt).Parse(strings.NewReader(cmd), "")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", v.name, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// Word is a word's value when it has no expansion; Glob says that it has an
+// unquoted *, ?, [, { or ~ (which the shell may turn into other words).
+type Word struct {
+	Value string
+	Glob  bool
+}
+
+// Static returns w's value when w is made only of literal text and quotes
+// (no $, no `...`, no $'...').
+func Static(w *syntax.Word) (Word, bool) {
+	var out Word
+	var b strings.Builder
+	for _, p := range w.Parts {
+		switch p := p.(type) {
+		case *syntax.Lit:
+			v, g := unescape(p.Value, false)
+			b.WriteString(v)
+			out.Glob = out.Glob || g
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				return Word{}, false
+			}
+			b.WriteString(p.Value)
+		case *syntax.DblQuoted:
+			if p.Dollar {
+				return Word{}, false
+			}
+			for _, q := range p.Parts {
+				lit, ok := q.(*syntax.Lit)
+				if !ok {
+					return Word{}, false
+				}
+				v, _ := unescape(lit.Value, true)
+				b.WriteString(v)
+			}
+		default:
+			return Word{}, false
+		}
+	}
+	out.Value = b.String()
+	return out, true
+}
+
+// unescape removes the shell's backslashes from a literal (inside double
+// quotes only before $ ` " \ and newline) and says whether an unescaped
+// glob, brace or tilde character is left.
+func unescape(s string, quoted bool) (string, bool) {
+	var b strings.Builder
+	glob := false
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if ch == '\\' && i+1 < len(s) {
+			n := s[i+1]
+			if !quoted || strings.IndexByte("$`\"\\\n", n) >= 0 {
+				i++
+				if n != '\n' {
+					b.WriteByte(n)
+				}
+				continue
+			}
+		}
+		if !quoted && strings.IndexByte("*?[{~", ch) >= 0 {
+			glob = true
+		}
+		b.WriteByte(ch)
+	}
+	return b.String(), glob
+}
+
+// Write is a file a command writes (or, for cd, a directory its relative
+// writes then land in).
+type Write struct {
+	// Path is the target as written; "" when it is computed at run time
+	// (an expansion, a glob) or cannot be seen (a sed script in a file,
+	// tar's extraction).
+	Path string
+	// By says what writes it: "redirection", "cp", "sed -i", ...
+	By string
+	// Raw is the target's text in the command, expansions included (for
+	// a program's computed write, all its arguments); set by Writes.
+	Raw string
+}
+
+// devices are redirection targets that are not files of the base directory.
+var devices = []string{"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero", "/dev/full"}
+
+// RedirectWrite returns the file a redirection writes: >, >>, >|, <>, &>,
+// &>>, and >& with a target that is not a descriptor number or "-". ok is
+// false for reads, here-documents, descriptor copies and the devices above.
+func RedirectWrite(r *syntax.Redirect) (Write, bool) {
+	if r.Word == nil {
+		return Write{}, false
+	}
+	switch r.Op {
+	case syntax.RdrOut, syntax.AppOut, syntax.ClbOut, syntax.RdrInOut, syntax.RdrAll, syntax.AppAll:
+	case syntax.DplOut:
+		if w, ok := Static(r.Word); ok && !w.Glob && (w.Value == "-" || isNumber(w.Value)) {
+			return Write{}, false
+		}
+	default:
+		return Write{}, false
+	}
+	w, ok := Static(r.Word)
+	if !ok || w.Glob {
+		return Write{By: "redirection"}, true
+	}
+	for _, d := range devices {
+		if w.Value == d {
+			return Write{}, false
+		}
+	}
+	return Write{Path: w.Value, By: "redirection"}, true
+}
+
+func isNumber(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Writes returns every write of cmd it can see, in each parse (POSIX sh
+// and bash; one that fails is skipped): redirection targets, and the
+// write operands of the programs that have a profile (a refused or
+// computed use of one is a write with Path ""). Relative paths are
+// relative to the directory the command starts in; when the command
+// changes directory (cd, pushd, popd), every relative target becomes a
+// computed one. A program with no profile adds nothing: its writes cannot
+// be seen. err is set when neither grammar parses cmd.
+func Writes(cmd string) ([]Write, error) {
+	var files []*syntax.File
+	var firstErr error
+	for _, opt := range []syntax.ParserOption{posixParser, bashParser} {
+		f, err := syntax.NewParser(opt).Parse(strings.NewReader(cmd), "")
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		files = append(files, f)
+	}
+	if len(files) == 0 {
+		return nil, firstErr
+	}
+	text := func(from, to syntax.Pos) string {
+		a, b := int(from.Offset()), int(to.Offset())
+		if a < 0 || b > len(cmd) || a > b {
+			return ""
+		}
+		return cmd[a:b]
+	}
+	var out []Write
+	moved := false
+	for _, f := range files {
+		syntax.Walk(f, func(n syntax.Node) bool {
+			switch n := n.(type) {
+			case *syntax.Redirect:
+				if w, ok := RedirectWrite(n); ok {
+					w.Raw = text(n.Word.Pos(), n.Word.End())
+					out = append(out, w)
+				}
+			case *syntax.CallExpr:
+				ws, cd := callWrites(n)
+				for _, w := range ws {
+					if w.Path == "" && len(n.Args) > 1 {
+						w.Raw = text(n.Args[1].Pos(), n.Args[len(n.Args)-1].End())
+					} else {
+						w.Raw = w.Path
+					}
+					out = append(out, w)
+				}
+				moved = moved || cd
+			}
+			return true
+		})
+	}
+	if moved {
+		for i := range out {
+			if !strings.HasPrefix(out[i].Path, "/") {
+				out[i].Path = ""
+			}
+		}
+	}
+	return out, nil
+}
+
+// callWrites returns the writes of one simple command with a profile, and
+// whether it changes directory.
+func callWrites(n *syntax.CallExpr) ([]Write, bool) {
+	if len(n.Args) == 0 {
+		return nil, false
+	}
+	name, ok := Static(n.Args[0])
+	if !ok || name.Glob {
+		return nil, false
+	}
+	base := name.Value[strings.LastIndexByte(name.Value, '/')+1:]
+	p, ok := Lookup(base)
+	if !ok {
+		return nil, false
+	}
+	args, static := make([]string, 0, len(n.Args)-1), true
+	for _, a := range n.Args[1:] {
+		w, ok := Static(a)
+		if !ok || w.Glob {
+			static = false
+			break
+		}
+		args = append(args, w.Value)
+	}
+	cd := base == "cd" || base == "pushd" || base == "popd"
+	if !static {
+		if p.Writer() {
+			return []Write{{By: base}}, cd
+		}
+		return nil, cd
+	}
+	targets, err := p.Check(args)
+	if err != nil {
+		return []Write{{By: base}}, cd
+	}
+	out := make([]Write, 0, len(targets))
+	for _, t := range targets {
+		out = append(out, Write{Path: t.Path, By: t.By})
+	}
+	return out, cd
+}

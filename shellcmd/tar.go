@@ -1,0 +1,114 @@
+package shellcmd
+
+import (
+	"strings"
+)
+
+// tar's letters that take a value (GNU tar), in old style (tar cf x) and
+// short options.
+const tarValued = "fgCTXIFKNLbHV"
+
+// tarRefused are GNU tar's long options that run programs, and extraction,
+// which writes whatever names the archive holds (.git/config among them).
+var tarRefused = []struct{ name, why string }{
+	{"--use-compress-program", "runs a program of the caller's choosing"},
+	{"--to-command", "runs a program of the caller's choosing"},
+	{"--checkpoint-action", "can run a program of the caller's choosing"},
+	{"--info-script", "runs a program of the caller's choosing"},
+	{"--new-volume-script", "runs a program of the caller's choosing"},
+	{"--rsh-command", "runs a program of the caller's choosing"},
+	{"--rmt-command", "runs a program of the caller's choosing"},
+	{"--extract", "writes whatever file names the archive holds, which the check cannot see; with an allow-list tar may create, list and compare"},
+	{"--get", "writes whatever file names the archive holds, which the check cannot see; with an allow-list tar may create, list and compare"},
+}
+
+// tarWriting are the long options whose value is a file tar writes.
+var tarWriting = []string{"--file", "--listed-incremental", "--index-file", "--volno-file", "--directory"}
+
+// tarLongValued are GNU tar's long options that take a separate value.
+var tarLongValued = []string{"--file", "--listed-incremental", "--index-file", "--volno-file", "--directory",
+	"--files-from", "--exclude-from", "--starting-file", "--newer", "--after-date", "--newer-mtime", "--tape-length",
+	"--blocking-factor", "--format", "--label", "--owner", "--group", "--mode", "--mtime", "--transform", "--xform",
+	"--exclude", "--record-size", "--strip-components", "--use-compress-program", "--to-command",
+	"--checkpoint-action", "--info-script", "--new-volume-script", "--rsh-command", "--rmt-command", "--suffix"}
+
+// checkTar refuses tar's options that run programs (-I, -F, --to-command,
+// --checkpoint-action=exec ...), extraction (-x), and a remote archive
+// (host:file runs rsh); the archive (-f), the incremental snapshot (-g)
+// and -C are files or places it writes.
+func checkTar(args []string) ([]Write, error) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		// Old style: "tar czf out.tgz dir": letters first, their values
+		// follow in order.
+		old := args[0]
+		rest := args[1:]
+		var conv []string
+		for i := 0; i < len(old); i++ {
+			c := old[i]
+			if strings.IndexByte(tarValued, c) >= 0 && len(rest) > 0 {
+				conv = append(conv, "-"+string(c), rest[0])
+				rest = rest[1:]
+				continue
+			}
+			conv = append(conv, "-"+string(c))
+		}
+		args = append(conv, rest...)
+	}
+	raw := args
+	opts, _ := getopt(args, tarValued, tarLongValued)
+	force := false
+	for _, o := range opts {
+		if isLong(o.name, "--force-local") {
+			force = true
+		}
+	}
+	var out []Write
+	for _, o := range opts {
+		switch o.name {
+		case "-I":
+			return nil, refusedf("tar -I runs a program of the caller's choosing")
+		case "-F":
+			return nil, refusedf("tar -F runs a program of the caller's choosing")
+		case "-x":
+			return nil, refusedf("tar -x writes whatever file names the archive holds, which the check cannot see; with an allow-list tar may create, list and compare")
+		case "-f", "-g", "-C":
+			if o.name == "-f" && !force && strings.Contains(o.value, ":") {
+				return nil, refusedf("tar -f %s names a remote archive, which runs rsh (add --force-local for a local file)", o.value)
+			}
+			if o.value != "-" {
+				out = append(out, Write{Path: o.value, By: "tar " + o.name})
+			}
+			continue
+		}
+		for _, r := range tarRefused {
+			if isLong(o.name, r.name) {
+				return nil, refusedf("tar %s %s", o.name, r.why)
+			}
+		}
+		for _, w := range tarWriting {
+			if isLong(o.name, w) && o.value != "-" {
+				if w == "--file" && !force && strings.Contains(o.value, ":") {
+					return nil, refusedf("tar %s=%s names a remote archive, which runs rsh (add --force-local for a local file)", o.name, o.value)
+				}
+				out = append(out, Write{Path: o.value, By: "tar " + o.name})
+			}
+		}
+	}
+	// Whatever takes it as a value, a cluster holding x, I or F is
+	// refused (an old-style "tar 0C -x" reads -x as C's directory; an
+	// error of this reading must not let extraction through).
+	for _, a := range raw {
+		name, _, _ := strings.Cut(a, "=")
+		for _, r := range tarRefused {
+			if strings.HasPrefix(a, "--") && isLong(name, r.name) {
+				return nil, refusedf("tar %s %s", name, r.why)
+			}
+		}
+	}
+	for i, a := range raw {
+		if (i == 0 || strings.HasPrefix(a, "-")) && !strings.HasPrefix(a, "--") && strings.ContainsAny(a, "xIF") {
+			return nil, refusedf("tar %s: -x writes whatever file names the archive holds, -I and -F run a program of the caller's choosing; with an allow-list tar may create, list and compare", a)
+		}
+	}
+	return out, nil
+}
