@@ -1,0 +1,22 @@
+#!/bin/sh
+# Runs the Java SDK's tests (java/, examples/java/) against a real router.
+# Builds the Go binaries the tests start into .cache/bin first, then runs
+# Maven quietly with its own cache (~/.m2); set MVN_OFFLINE=1 to run offline
+# once the dependencies are cached. Exit code: Maven's.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+command -v mvn >/dev/null 2>&1 || { echo "java/test.sh: mvn (Maven 3.8+) is not installed" >&2; exit 1; }
+command -v java >/dev/null 2>&1 || { echo "java/test.sh: java (JDK 17+) is not installed" >&2; exit 1; }
+mkdir -p .cache/bin
+for cmd in router toolbus toolworker; do
+	go build -o ".cache/bin/$cmd" "./cmd/$cmd"
+done
+offline=""
+[ "${MVN_OFFLINE:-0}" = 1 ] && offline="-o"
+set +e
+nice -n "${NICE:-10}" mvn -B -q $offline -f java/pom.xml \
+	-Dtoolbus.prebuilt=true -Dtoolbus.root="$root" \
+	-Dstyle.color=never verify "$@"
+code=$?
+exit $code
