@@ -52,7 +52,7 @@ public final class AddAgent {
   /** Runs one conversation on the bus at url and returns the agent's answer. */
   public static String run(String url) throws Exception {
     try (ToolbusClient client = ToolbusClient.connect(url).source("java-add-agent").build();
-        BusToolkit tools = BusToolkit.of(client, "java-example")) {
+        BusToolkit tools = BusToolkit.builder(client, "java-example").build()) {
       ReActAgent agent = ReActAgent.builder().name("adder").sysPrompt("You add numbers with java_add.")
           .model(new ScriptedModel()).toolkit(tools).build();
       Msg answer = agent.call(UserMessage.builder().content(TextBlock.builder().text("What is 2 + 3?").build()).build())

@@ -70,7 +70,7 @@ final class CallTable {
       if (!Codes.CALL_CANCEL.equals(e.type) || e.replyid == null || e.replyid.isEmpty()) {
         return;
       }
-      if (e.data != null) {
+      if (e.hasData()) {
         e.dataTree().path("calls").forEach(n -> calls.add(n.asText()));
       }
     } catch (BusException ex) {

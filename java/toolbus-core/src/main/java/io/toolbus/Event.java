@@ -44,8 +44,10 @@ public final class Event {
   public String traceparent;
   public String tracestate;
   public String expirytime;
-  /** The data as JSON bytes; null when absent. */
-  public byte[] data;
+  /** The data as JSON bytes; null when absent (see {@link #data()}). */
+  private byte[] data;
+  /** The data as parsed when the event was decoded (structured mode), to spare a second parse. */
+  private JsonNode tree;
 
   private static final JsonFactory FACTORY = Json.MAPPER.getFactory();
   private static final DateTimeFormatter TIME =
@@ -71,29 +73,48 @@ public final class Event {
     return TIME.format(Instant.now());
   }
 
+  /** The data as JSON bytes; null when absent. */
+  public byte[] data() {
+    if (data == null && tree != null) {
+      data = Json.bytes(tree);
+    }
+    return data;
+  }
+
+  /** Reports whether the event has data. */
+  public boolean hasData() {
+    return tree != null || (data != null && data.length > 0);
+  }
+
   /** Sets the data: null, raw JSON bytes, a JsonNode or any value Jackson encodes. */
   public Event setData(Object v) {
     if (v == null) {
       data = null;
+      tree = null;
     } else if (v instanceof byte[] b) {
       data = b;
+      tree = null;
     } else {
       data = Json.bytes(v);
+      tree = v instanceof JsonNode n ? n : null;
     }
     return this;
   }
 
   /** The data as a JSON tree (NullNode when absent); bad_event when it is not JSON. */
   public JsonNode dataTree() {
-    if (data == null || data.length == 0) {
+    if (tree == null && (data == null || data.length == 0)) {
       return com.fasterxml.jackson.databind.node.NullNode.getInstance();
     }
-    return Json.parse(data, Codes.BAD_EVENT, type + ": data");
+    if (tree == null) {
+      tree = Json.parse(data, Codes.BAD_EVENT, type + ": data");
+    }
+    return tree;
   }
 
   /** Decodes the data into type: bad_event for a missing data, the decoder's code otherwise. */
   public <T> T dataAs(Class<T> cls, String code) {
-    if (data == null || data.length == 0) {
+    if (!hasData()) {
       throw new BusException(Codes.BAD_EVENT, type + ": data is missing");
     }
     return Json.decode(dataTree(), cls, code, type + ": data");
@@ -179,7 +200,10 @@ public final class Event {
       field(g, "traceparent", traceparent);
       field(g, "tracestate", tracestate);
       field(g, "expirytime", expirytime);
-      if (data != null && data.length > 0) {
+      if (data == null && tree != null) {
+        g.writeFieldName("data");
+        g.writeTree(tree);
+      } else if (data != null && data.length > 0) {
         g.writeFieldName("data");
         g.writeRawValue(new String(data, StandardCharsets.UTF_8));
       }
@@ -229,7 +253,8 @@ public final class Event {
       String k = f.getKey();
       JsonNode v = f.getValue();
       if (k.equals("data")) {
-        e.data = v.isNull() ? null : Json.bytes(v);
+        e.data = null;
+        e.tree = v.isNull() ? null : v;
         continue;
       }
       if (k.equals("data_base64")) {
@@ -255,10 +280,11 @@ public final class Event {
       e.set(k, v.asText());
     }
     if (base64 != null && base64.length > 0) {
-      if (e.data != null) {
+      if (e.tree != null) {
         throw bad("data and data_base64 are both set");
       }
       e.data = base64;
+      e.tree = null;
     }
     return e.validate();
   }
@@ -348,7 +374,7 @@ public final class Event {
     if (body == null || new String(body, StandardCharsets.UTF_8).isBlank()) {
       e.data = null;
     } else {
-      Json.parse(body, Codes.BAD_EVENT, "binary-mode data");
+      e.tree = Json.parse(body, Codes.BAD_EVENT, "binary-mode data");
       e.data = body;
     }
     return e.validate();
@@ -426,7 +452,7 @@ public final class Event {
       }
     }
     return NatsMessage.builder().subject(natsSubject).replyTo(replyTo).headers(h)
-        .data(data == null ? new byte[0] : data).build();
+        .data(data() == null ? new byte[0] : data()).build();
   }
 
   @Override

@@ -66,6 +66,24 @@ final class Offloader {
     return n;
   }
 
+  /** An upper bound of size(out, dup) from the strings' lengths (JSON escapes at most 6 bytes per char). */
+  static long bound(List<Block> out, boolean dup) {
+    long n = 2;
+    for (Block b : out) {
+      long strings = len(b.type()) + len(b.text()) + len(b.mediaType()) + len(b.data()) + len(b.url())
+          + len(b.uri()) + len(b.name()) + len(b.title()) + len(b.description());
+      n += 256 + 6 * strings + (b.annotations() == null ? 0 : 256 + 64L * (b.annotations().audience() == null ? 0 : b.annotations().audience().size()) + 6 * len(b.annotations().lastModified()));
+      if (dup) {
+        n += 96 + 6 * (len(b.type()) + len(b.text()));
+      }
+    }
+    return n;
+  }
+
+  private static long len(String s) {
+    return s == null ? 0 : s.length();
+  }
+
   static long blockSize(Block b, boolean dup) {
     long n = Json.bytes(b).length;
     return dup && "text".equals(b.type()) ? 2 * n : n;
@@ -74,6 +92,9 @@ final class Offloader {
   /** The output fitted under the inline limit; throws TooLarge past the ceiling. */
   List<Block> fit(String key, List<Block> out, int extra, boolean dup) throws IOException {
     long limit = inline(extra);
+    if (bound(out, dup) <= Math.min(limit, max)) {
+      return out; // the usual small output: no encoding to measure it
+    }
     long size = size(out, dup);
     if (size > max) {
       throw new TooLarge(size, max);

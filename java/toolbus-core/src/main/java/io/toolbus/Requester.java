@@ -25,7 +25,6 @@ final class Requester {
   /** Sends e to subject and returns the reply event, which must be of type want. */
   Event request(String subject, Event e, String want, Duration timeout) {
     long deadline = System.nanoTime() + timeout.toNanos();
-    byte[] body = e.encode();
     for (long backoff = 10; ; backoff = Math.min(2 * backoff, 1000)) {
       Message resp = send(subject, e, deadline);
       Event re = Event.decode(resp);

@@ -6,10 +6,7 @@ import io.agentscope.core.agent.RuntimeContext;
 import io.agentscope.core.event.AgentEvent;
 import io.agentscope.core.event.RequireExternalExecutionEvent;
 import io.agentscope.core.event.RequireUserConfirmEvent;
-import io.agentscope.core.message.Msg;
 import io.agentscope.core.message.ToolResultBlock;
-import io.agentscope.core.message.ToolResultMessage;
-import io.agentscope.core.message.ToolResultState;
 import io.agentscope.core.message.ToolUseBlock;
 import io.agentscope.core.model.ExecutionConfig;
 import io.agentscope.core.model.ToolSchema;
@@ -17,10 +14,8 @@ import io.agentscope.core.tool.AgentTool;
 import io.agentscope.core.tool.ToolCallParam;
 import io.agentscope.core.tool.ToolSuspendException;
 import io.agentscope.core.tool.Toolkit;
-import io.toolbus.Answer;
 import io.toolbus.Batch;
 import io.toolbus.Codes;
-import io.toolbus.Event;
 import io.toolbus.EventWatch;
 import io.toolbus.Json;
 import io.toolbus.Parked;
@@ -28,7 +23,6 @@ import io.toolbus.Reply;
 import io.toolbus.Result;
 import io.toolbus.ToolbusClient;
 import io.toolbus.ToolsList;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
@@ -43,77 +37,104 @@ import reactor.core.scheduler.Schedulers;
 
 /**
  * toolbus as a ReActAgent's {@link Toolkit}: the agent sees the tools the bus lists for one
- * session (groups, reset_tools, the skill loader, request-scoped tools) and every turn's tool
- * calls run as one bus batch. A call the bus parks (an external tool, a confirmation, a
- * request-scoped tool) suspends the agent the AgentScope way (a suspended ToolResultBlock, the
- * agent's reply ending with TOOL_SUSPENDED) and is announced with AgentScope's own
- * {@link RequireExternalExecutionEvent} / {@link RequireUserConfirmEvent} to {@link
- * #onEvent} listeners; {@link #awaitResults} waits until it is answered from anywhere and returns
- * the message that resumes the agent. Close it to stop watching the session.
+ * session (groups, reset_tools, the skill loader, request-scoped tools) and each turn's tool calls
+ * run as one bus batch. With {@code enableMetaTool(true)} the agent sees AgentScope's
+ * reset_equipped_tools over the bus's groups instead of reset_tools. A call the bus parks (an
+ * external tool, a confirmation, a request-scoped tool) suspends the agent the AgentScope way (a
+ * suspended ToolResultBlock; the reply ends with TOOL_SUSPENDED) and is announced with
+ * AgentScope's own {@link RequireExternalExecutionEvent} / {@link RequireUserConfirmEvent};
+ * {@link #parked()} resumes it once answered from anywhere. Close it to stop following events.
  */
 public class BusToolkit extends Toolkit implements AutoCloseable {
   private final Shared sh;
 
   /** State shared by the copies ReActAgent makes of its toolkit. */
   private static final class Shared {
-    final ToolbusClient client;
-    final String session;
-    volatile JsonNode user;
-    volatile JsonNode context;
+    ToolbusClient client;
+    String session;
+    JsonNode user;
+    JsonNode context;
     volatile BusRequestConfig request;
+    volatile boolean agentScopeMeta;
+    volatile ToolsList last;
     final Map<String, AgentTool> tools = new ConcurrentHashMap<>();
-    final Map<String, String> replyOf = new ConcurrentHashMap<>(); // call id -> reply id
-    final Map<String, Result> results = new ConcurrentHashMap<>(); // reply.call -> result
     final List<Consumer<AgentEvent>> listeners = new CopyOnWriteArrayList<>();
-    volatile String skillsPrompt = "";
+    ParkedCalls parked;
     EventWatch watch;
-
-    Shared(ToolbusClient client, String session) {
-      this.client = client;
-      this.session = session;
-    }
   }
 
   private BusToolkit(Shared sh) {
     this.sh = sh;
   }
 
-  /** A toolkit for session on the bus the client talks to. */
-  public static BusToolkit of(ToolbusClient client, String session) {
-    Shared sh = new Shared(client, io.toolbus.Ids.requireId("session id", session));
-    BusToolkit k = new BusToolkit(sh);
-    sh.watch = client.watch(session, k::onBusEvent);
-    return k;
+  /** A toolkit for session on the bus client talks to. */
+  public static Builder builder(ToolbusClient client, String session) {
+    return new Builder(client, io.toolbus.Ids.requireId("session id", session));
   }
 
-  /** The runtime user sent with every batch and listing (selects skills; reaches workers). */
-  public BusToolkit user(Object u) { sh.user = u == null ? null : Json.tree(u); return this; }
+  /** Configures a BusToolkit. */
+  public static final class Builder {
+    private final Shared sh = new Shared();
 
-  /** The runtime context sent with every batch (reaches workers, never the model). */
-  public BusToolkit context(Object c) { sh.context = c == null ? null : Json.tree(c); return this; }
+    private Builder(ToolbusClient client, String session) {
+      sh.client = client;
+      sh.session = session;
+    }
+
+    /** The runtime user of every batch and listing (selects skills; reaches workers). */
+    public Builder user(Object u) { sh.user = u == null ? null : Json.tree(u); return this; }
+    /** The runtime context of every batch (reaches workers, never the model). */
+    public Builder context(Object c) { sh.context = c == null ? null : Json.tree(c); return this; }
+    /** Request-scoped tools and their merge mode (see {@link BusToolkit#request}). */
+    public Builder request(BusRequestConfig r) { sh.request = r; return this; }
+    /** A listener of AgentScope's suspension events for parked calls. */
+    public Builder onEvent(Consumer<AgentEvent> l) { sh.listeners.add(l); return this; }
+
+    public BusToolkit build() {
+      sh.parked = new ParkedCalls(sh.client, sh.session);
+      sh.watch = sh.client.watch(sh.session, sh.parked::onEvent);
+      return new BusToolkit(sh);
+    }
+  }
 
   /** Request-scoped tools and their merge mode for the following listings and batches; null clears. */
-  public BusToolkit request(BusRequestConfig r) { sh.request = r; return this; }
+  public BusToolkit request(BusRequestConfig r) {
+    sh.request = r;
+    return this;
+  }
 
-  /** Listens for AgentScope's suspension events of parked calls. */
-  public BusToolkit onEvent(Consumer<AgentEvent> l) { sh.listeners.add(l); return this; }
-
-  public String session() { return sh.session; }
+  /** The calls left parked: await their results, answer or confirm them. */
+  public ParkedCalls parked() {
+    return sh.parked;
+  }
 
   /** The skills prompt of the last listing (docs/protocol.md 10). */
-  public String skillsPrompt() { return sh.skillsPrompt; }
+  public String skillsPrompt() {
+    ToolsList l = sh.last;
+    return l == null || l.skillsPrompt() == null ? "" : l.skillsPrompt();
+  }
 
-  // ---- what the model sees ----
+  /** ReActAgent calls this when built with enableMetaTool(true): show reset_equipped_tools. */
+  @Override
+  public void registerMetaTool() {
+    sh.agentScopeMeta = true;
+  }
 
   @Override
   public List<ToolSchema> getToolSchemas() {
     ToolsList l = sh.client.tools(sh.session, "toolbus", sh.request == null ? null : sh.request.toRequest(), sh.user);
-    sh.skillsPrompt = l.skillsPrompt() == null ? "" : l.skillsPrompt();
+    sh.last = l;
     List<ToolSchema> out = new ArrayList<>();
     for (JsonNode def : l.tools()) {
       BusTool t = new BusTool(this, def);
+      if (sh.agentScopeMeta && MetaTool.BUS_NAME.equals(t.getName()) && !def.path("external").asBoolean(false)) {
+        continue; // the bus's meta tool, shown as AgentScope's below
+      }
       sh.tools.put(t.getName(), t);
       out.add(ToolSchema.builder().name(t.getName()).description(t.getDescription()).parameters(t.getParameters()).build());
+    }
+    if (sh.agentScopeMeta) {
+      out.add(MetaTool.schema(l));
     }
     return out;
   }
@@ -134,13 +155,11 @@ public class BusToolkit extends Toolkit implements AutoCloseable {
     return new LinkedHashSet<>(sh.tools.keySet());
   }
 
-  /** The copy ReActAgent's builder makes shares this toolkit's session and watch. */
+  /** The copy ReActAgent's builder makes shares this toolkit's session and event watch. */
   @Override
   public Toolkit copy() {
     return new BusToolkit(sh);
   }
-
-  // ---- running calls ----
 
   @Override
   public Mono<ToolResultBlock> callTool(ToolCallParam param) {
@@ -154,28 +173,49 @@ public class BusToolkit extends Toolkit implements AutoCloseable {
   }
 
   private List<ToolResultBlock> runBatch(List<ToolUseBlock> calls, RuntimeContext rc) {
+    Map<String, ToolResultBlock> byId = new LinkedHashMap<>();
+    Map<String, Map<String, Object>> meta = new LinkedHashMap<>();
     Batch.Builder b = Batch.builder();
+    int sent = 0;
     for (ToolUseBlock u : calls) {
-      b.call(u.getId(), u.getName(), u.getContent() != null && !u.getContent().isBlank() ? u.getContent() : (Object) u.getInput());
+      String input = u.getContent() != null && !u.getContent().isBlank() ? u.getContent() : Json.text(u.getInput());
+      if (sh.agentScopeMeta && MetaTool.NAME.equals(u.getName()) && sh.last != null) {
+        Map<String, Object> in = MetaTool.parse(input);
+        ToolResultBlock refused = MetaTool.check(u.getId(), input, in, sh.last);
+        if (refused != null) {
+          byId.put(u.getId(), refused);
+          continue;
+        }
+        meta.put(u.getId(), in);
+        b.call(u.getId(), MetaTool.BUS_NAME, MetaTool.busInput(in));
+      } else {
+        b.call(u.getId(), u.getName(), input);
+      }
+      sent++;
     }
-    JsonNode user = sh.user;
-    if (user == null && rc != null && rc.getUserId() != null) {
-      user = Json.tree(rc.getUserId());
+    if (sent > 0) {
+      JsonNode user = sh.user != null ? sh.user : rc != null && rc.getUserId() != null ? Json.tree(rc.getUserId()) : null;
+      b.user(user).context(sh.context).request(sh.request == null ? null : sh.request.toRequest());
+      String replyId = ToolbusClient.newReplyId();
+      Reply r = sh.client.call(sh.session, replyId, b.build(), null);
+      for (Result res : r.results()) {
+        Map<String, Object> in = meta.get(res.id());
+        byId.put(res.id(), in != null && res.ok()
+            ? Results.text(res.id(), MetaTool.NAME, MetaTool.reply(in, sh.last))
+            : Results.toAgentScope(res, inputOf(calls, res.id()), schemaOf(res.name())));
+      }
+      suspend(calls, r.parked(), replyId, byId);
     }
-    b.user(user).context(sh.context);
-    if (sh.request != null) {
-      b.request(sh.request.toRequest());
-    }
-    String replyId = ToolbusClient.newReplyId();
-    Reply r = sh.client.call(sh.session, replyId, b.build(), null);
+    List<ToolResultBlock> out = new ArrayList<>();
+    calls.forEach(u -> out.add(byId.get(u.getId())));
+    return out;
+  }
+
+  private void suspend(List<ToolUseBlock> calls, List<Parked> parked, String replyId, Map<String, ToolResultBlock> byId) {
     List<ToolUseBlock> external = new ArrayList<>();
     List<ToolUseBlock> confirm = new ArrayList<>();
-    Map<String, ToolResultBlock> byId = new LinkedHashMap<>();
-    for (Result res : r.results()) {
-      byId.put(res.id(), toAgentScope(res));
-    }
-    for (Parked p : r.parked()) {
-      sh.replyOf.put(p.id(), replyId);
+    for (Parked p : parked) {
+      sh.parked.parked(p.id(), replyId);
       ToolUseBlock u = calls.stream().filter(c -> c.getId().equals(p.id())).findFirst().orElseThrow();
       String reason = switch (p.kind()) {
         case Codes.KIND_CONFIRM -> "[Awaiting user confirmation]";
@@ -185,119 +225,28 @@ public class BusToolkit extends Toolkit implements AutoCloseable {
       byId.put(p.id(), ToolResultBlock.suspended(u, new ToolSuspendException(reason)));
       (Codes.KIND_CONFIRM.equals(p.kind()) ? confirm : external).add(u);
     }
+    List<AgentEvent> events = new ArrayList<>();
     if (!external.isEmpty()) {
-      emit(new RequireExternalExecutionEvent(replyId, external));
+      events.add(new RequireExternalExecutionEvent(replyId, external));
     }
     if (!confirm.isEmpty()) {
-      emit(new RequireUserConfirmEvent(replyId, confirm));
+      events.add(new RequireUserConfirmEvent(replyId, confirm));
     }
-    List<ToolResultBlock> out = new ArrayList<>();
+    events.forEach(e -> sh.listeners.forEach(l -> l.accept(e)));
+  }
+
+  private static String inputOf(List<ToolUseBlock> calls, String id) {
     for (ToolUseBlock u : calls) {
-      out.add(byId.get(u.getId()));
-    }
-    return out;
-  }
-
-  private void emit(AgentEvent e) {
-    for (Consumer<AgentEvent> l : sh.listeners) {
-      l.accept(e);
-    }
-  }
-
-  /** A bus result as AgentScope's ToolResultBlock, state and texts kept. */
-  static ToolResultBlock toAgentScope(Result r) {
-    ToolResultState st = switch (r.state()) {
-      case Codes.STATE_SUCCESS -> ToolResultState.SUCCESS;
-      case Codes.STATE_DENIED -> ToolResultState.DENIED;
-      case Codes.STATE_INTERRUPTED -> ToolResultState.INTERRUPTED;
-      default -> ToolResultState.ERROR;
-    };
-    Map<String, Object> meta = new LinkedHashMap<>();
-    if (r.error() != null) {
-      meta.put("toolbus_code", r.error().code());
-    }
-    return new ToolResultBlock(r.id(), r.name(), Blocks.toAgentScope(r.output()), meta, st);
-  }
-
-  // ---- parked calls ----
-
-  private void onBusEvent(Event e) {
-    if (Codes.CALL_RESULT.equals(e.type) || Codes.BATCH_DONE.equals(e.type)) {
-      JsonNode d = e.dataTree();
-      List<JsonNode> rs = new ArrayList<>();
-      if (Codes.CALL_RESULT.equals(e.type)) {
-        rs.add(d);
-      } else {
-        d.path("results").forEach(rs::add);
-      }
-      for (JsonNode n : rs) {
-        Result r = Json.decode(n, Result.class, Codes.BAD_EVENT, e.type);
-        sh.results.put(e.replyid + "." + r.id(), r);
-      }
-      synchronized (sh.results) {
-        sh.results.notifyAll();
+      if (u.getId().equals(id)) {
+        return u.getContent() != null && !u.getContent().isBlank() ? u.getContent() : Json.text(u.getInput());
       }
     }
+    return null;
   }
 
-  /** The ids of the suspended calls of an agent's TOOL_SUSPENDED reply. */
-  public static List<String> suspendedIds(Msg suspended) {
-    List<String> ids = new ArrayList<>();
-    for (ToolResultBlock b : suspended.getContentBlocks(ToolResultBlock.class)) {
-      if (b.isSuspended()) {
-        ids.add(b.getId());
-      }
-    }
-    return ids;
-  }
-
-  /**
-   * Waits until every suspended call of the agent's reply has its result on the bus (answered
-   * from anywhere: another process, {@code toolbus confirm}, {@link #answer}) and returns the
-   * message that resumes the agent: {@code agent.call(toolkit.awaitResults(reply, timeout))}.
-   */
-  public Msg awaitResults(Msg suspended, Duration timeout) throws InterruptedException {
-    List<String> ids = suspendedIds(suspended);
-    long end = System.nanoTime() + timeout.toNanos();
-    List<ToolResultBlock> out = new ArrayList<>();
-    synchronized (sh.results) {
-      for (String id : ids) {
-        String key = sh.replyOf.get(id) + "." + id;
-        for (long left = end - System.nanoTime(); !sh.results.containsKey(key); left = end - System.nanoTime()) {
-          if (left <= 0) {
-            throw new IllegalStateException("call " + id + " was not answered within " + timeout);
-          }
-          sh.results.wait(Math.max(1, left / 1_000_000));
-        }
-        out.add(toAgentScope(sh.results.get(key)));
-      }
-    }
-    return new ToolResultMessage(out);
-  }
-
-  /**
-   * Answers parked external or request-scoped calls on the bus with the caller's own results, as
-   * AgentScope's caller would hand them to the agent. Then resume with {@link #awaitResults}.
-   */
-  public void answer(ToolResultBlock... results) {
-    for (ToolResultBlock r : results) {
-      String reply = sh.replyOf.get(r.getId());
-      if (reply == null) {
-        throw new IllegalArgumentException("Invalid tool result ID: " + r.getId() + " is not a parked call of this toolkit");
-      }
-      List<io.toolbus.Block> out = Blocks.toBus(r.getOutput());
-      Answer a = r.getState() == ToolResultState.ERROR ? Answer.error(out) : Answer.success(out);
-      sh.client.answer(sh.session, reply, r.getId(), r.getName(), a);
-    }
-  }
-
-  /** Allows or denies a call parked for confirmation (the bus's P.approve subject). */
-  public void confirm(String callId, String tool, boolean allow, String reason) {
-    String reply = sh.replyOf.get(callId);
-    if (reply == null) {
-      throw new IllegalArgumentException("call " + callId + " is not a parked call of this toolkit");
-    }
-    sh.client.confirm(sh.session, reply, callId, tool, allow, reason);
+  private Map<String, Object> schemaOf(String name) {
+    AgentTool t = sh.tools.get(name);
+    return t == null ? null : t.getParameters();
   }
 
   @Override
