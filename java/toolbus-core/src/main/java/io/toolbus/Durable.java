@@ -57,19 +57,19 @@ final class Durable {
       }
       Duration ackWait = cc.getCachedConsumerInfo().getConsumerConfiguration().getAckWait();
       while (!stopped) {
-        w.slots().acquire();
+        w.intake().slots().acquire();
         Message m;
         try {
           m = cc.next(Duration.ofSeconds(5));
         } catch (Exception e) {
-          w.slots().release();
+          w.intake().slots().release();
           if (!stopped) {
             Thread.sleep(100);
           }
           continue;
         }
         if (m == null) {
-          w.slots().release();
+          w.intake().slots().release();
           continue;
         }
         work(m, ackWait);
@@ -85,11 +85,11 @@ final class Durable {
       Instant exp = ch.e().expiry();
       if (exp != null && Instant.now().isAfter(exp)) {
         m.term(); // its router has ended the call: it must never run
-        w.slots().release();
+        w.intake().slots().release();
         return;
       }
     }
-    String key = w.accept(t, ch);
+    String key = w.intake().accept(t, ch);
     WorkReply rp = new WorkReply(m, ch.err() == null ? ch.e().expiry() : null);
     Thread beat = new Thread(() -> {
       try {
@@ -105,13 +105,13 @@ final class Durable {
     }, "toolbus-durable-beat");
     beat.setDaemon(true);
     beat.start();
-    w.pool().execute(() -> {
+    w.intake().pool().execute(() -> {
       try {
         exec.serve(t, ch, rp);
       } finally {
         rp.done = true;
         beat.interrupt();
-        w.release(key, true);
+        w.intake().release(key, true);
       }
     });
   }
@@ -131,7 +131,7 @@ final class Durable {
       done = true;
       Instant until = (deadline == null ? Instant.now() : deadline).plus(Duration.ofMinutes(1));
       Requester rq = new Requester(w.connection());
-      for (long delay = 10; Instant.now().isBefore(until) && !w.cutOff(); delay = Math.min(2 * delay, 1000)) {
+      for (long delay = 10; Instant.now().isBefore(until) && !w.intake().isCutOff(); delay = Math.min(2 * delay, 1000)) {
         try {
           rq.request(w.subjects().result(t.def().name()), out, Codes.EXEC_RECORDED, Duration.ofSeconds(5));
           m.ackSync(Duration.ofSeconds(5)); // recorded, or another result was first

@@ -55,7 +55,7 @@ final class Executor {
       rp.refuse(ch.err());
       return;
     }
-    if (w.cutOff()) {
+    if (w.intake().isCutOff()) {
       rp.drop();
       return;
     }

@@ -28,6 +28,7 @@ public final class ToolbusClient implements AutoCloseable {
   private final String source;
   private final Duration timeout;
   private final Requester rq;
+  private final Sender tx;
   private final Offloader off;
   private final Map<String, Long> revs = new ConcurrentHashMap<>();
 
@@ -38,6 +39,7 @@ public final class ToolbusClient implements AutoCloseable {
     this.source = b.source;
     this.timeout = b.timeout;
     this.rq = new Requester(nc);
+    this.tx = new Sender(this, nc, rq, b.source, revs);
     this.off = new Offloader(nc, subj.outputsBucket(), b.inlineLimit, b.maxOutput);
   }
 
@@ -76,51 +78,14 @@ public final class ToolbusClient implements AutoCloseable {
     public ToolbusClient build() { return new ToolbusClient(this); }
   }
 
-  public Connection connection() {
-    return nc;
-  }
-
-  public Subjects subjects() {
-    return subj;
-  }
-
-  /** A fresh reply id. */
-  public static String newReplyId() {
-    return Ids.next();
-  }
-
-  private Event event(String type, String session, Object data) {
-    if (session != null) {
-      Ids.requireId("session id", session);
-    }
-    Event e = Event.of(type, source, data);
-    e.sessionid = session;
-    return e;
-  }
-
-  private Event batchEvent(String session, String replyId, Batch b, Instant expiry) {
-    if (b == null || b.calls() == null) {
-      throw new BusException(Codes.BAD_REQUEST, "a batch needs calls");
-    }
-    Long rev = revs.get(session == null ? "" : session);
-    Event e = event(Codes.CALL_BATCH, session, b.sessionrev() == null && rev != null ? b.withSessionRev(rev) : b);
-    if (replyId != null) {
-      e.id = Ids.requireId("reply id", replyId);
-    }
-    if (expiry != null) {
-      e.expirytime = expiry.toString();
-    }
-    return e;
-  }
-
   /** Runs a batch with a fresh reply id and waits for its reply. */
   public Reply call(String session, Batch b) {
-    return call(session, newReplyId(), b, null);
+    return call(session, Ids.next(), b, null);
   }
 
   /** Runs a batch as reply replyId, with an optional deadline, and waits for its reply. */
   public Reply call(String session, String replyId, Batch b, Instant expiry) {
-    Event e = batchEvent(session, replyId, b, expiry);
+    Event e = tx.batchEvent(session, replyId, b, expiry);
     Event re = rq.request(subj.call(session), e, Codes.CALL_REPLY, timeout);
     Reply r = re.dataAs(Reply.class, Codes.BAD_EVENT);
     if (r.sessionrev() != null && r.sessionrev() > 0) {
@@ -131,17 +96,16 @@ public final class ToolbusClient implements AutoCloseable {
 
   /** Publishes a batch without waiting; follow it with {@link #watch}. Returns the reply id. */
   public String publish(String session, String replyId, Batch b) {
-    Event e = batchEvent(session, replyId == null ? newReplyId() : replyId, b, null);
+    Event e = tx.batchEvent(session, replyId == null ? Ids.next() : replyId, b, null);
     nc.publish(e.toMessage(subj.call(session), null));
     return e.id;
   }
 
-  /** Lists the tools the session sees, in format (toolbus, openai, openai-responses, anthropic, gemini, mcp). */
-  public ToolsList tools(String session, String format, Request request) {
-    return tools(session, format, request, null);
-  }
-
-  /** Lists tools; user selects the skills visible to that user. */
+  /**
+   * Lists the tools the session sees, in format (toolbus, openai, openai-responses, anthropic,
+   * gemini, mcp; null is toolbus), with the request-scoped tools of request (may be null); user
+   * (may be null) selects the skills visible to that user.
+   */
   public ToolsList tools(String session, String format, Request request, Object user) {
     ObjectNode q = Json.MAPPER.createObjectNode();
     if (format != null) {
@@ -153,7 +117,7 @@ public final class ToolbusClient implements AutoCloseable {
     if (user != null) {
       q.set("user", Json.tree(user));
     }
-    Event re = rq.request(subj.tools(session), event(Codes.TOOLS_QUERY, session, q), Codes.TOOLS_LIST, Duration.ofSeconds(10));
+    Event re = rq.request(subj.tools(session), tx.event(Codes.TOOLS_QUERY, session, q), Codes.TOOLS_LIST, Duration.ofSeconds(10));
     ToolsList l = re.dataAs(ToolsList.class, Codes.BAD_EVENT);
     if (l.sessionrev() != null && l.sessionrev() > 0) {
       revs.put(session, l.sessionrev());
@@ -163,7 +127,7 @@ public final class ToolbusClient implements AutoCloseable {
 
   /** Cancels the named calls of a reply (every call when none is named). */
   public void cancel(String session, String replyId, String... calls) {
-    Event e = event(Codes.CALL_CANCEL, session, calls.length == 0 ? null : Map.of("calls", List.of(calls)));
+    Event e = tx.event(Codes.CALL_CANCEL, session, calls.length == 0 ? null : Map.of("calls", List.of(calls)));
     e.replyid = Ids.requireId("reply id", replyId);
     nc.publish(e.toMessage(subj.cancel(session), null));
     try {
@@ -185,39 +149,18 @@ public final class ToolbusClient implements AutoCloseable {
         throw new BusException(Codes.BAD_REQUEST, "answer of " + callId + ": " + e.getMessage(), e);
       }
     }
-    sendAnswer(subj.answer(Ids.requireName("tool", tool)), session, replyId, callId, a);
+    tx.sendAnswer(subj.answer(Ids.requireName("tool", tool)), session, replyId, callId, a);
   }
 
   /** Confirms (or denies) a call parked for confirmation, on P.approve.<tool> (6.3). */
   public void confirm(String session, String replyId, String callId, String tool, Answer a) {
-    sendAnswer(subj.approve(Ids.requireName("tool", tool)), session, replyId, callId, a);
+    tx.sendAnswer(subj.approve(Ids.requireName("tool", tool)), session, replyId, callId, a);
   }
 
   /** Allows or denies a parked call, with the input_digest read from parked.list. */
   public void confirm(String session, String replyId, String callId, String tool, boolean allow, String reason) {
-    String digest = parkedDigest(session, replyId, callId);
+    String digest = tx.parkedDigest(session, replyId, callId);
     confirm(session, replyId, callId, tool, allow ? Answer.confirm(digest, null) : Answer.deny(digest, reason));
-  }
-
-  private String parkedDigest(String session, String replyId, String callId) {
-    JsonNode list = admin("parked.list", session, Map.of());
-    for (JsonNode p : list.path("parked")) {
-      if (replyId.equals(p.path("reply_id").asText()) && callId.equals(p.path("id").asText())) {
-        return p.path("input_digest").asText(null);
-      }
-    }
-    throw new BusException(Codes.NOT_PARKED, "call " + callId + " of reply " + replyId + " is not parked in session " + session);
-  }
-
-  private void sendAnswer(String subject, String session, String replyId, String callId, Answer a) {
-    revs.remove(session);
-    Event e = event(Codes.ANSWER, session, a);
-    e.replyid = Ids.requireId("reply id", replyId);
-    e.toolcallid = Ids.requireId("call id", callId);
-    Event re = rq.request(subject, e, Codes.ANSWER_ACK, Duration.ofSeconds(10));
-    if (!re.dataTree().path("accepted").asBoolean(false)) {
-      throw new BusException(Codes.INTERNAL, "answer not accepted");
-    }
   }
 
   /** Sends an admin verb (section 9) and returns its reply data. */
@@ -225,7 +168,7 @@ public final class ToolbusClient implements AutoCloseable {
     if (session != null) {
       revs.remove(session);
     }
-    Event re = rq.request(subj.admin(verb), event(Codes.ADMIN, session, data == null ? Map.of() : data), Codes.ADMIN_REPLY, Duration.ofSeconds(10));
+    Event re = rq.request(subj.admin(verb), tx.event(Codes.ADMIN, session, data == null ? Map.of() : data), Codes.ADMIN_REPLY, Duration.ofSeconds(10));
     return re.dataTree();
   }
 
@@ -255,7 +198,7 @@ public final class ToolbusClient implements AutoCloseable {
     String media = null;
     long size = -1;
     do {
-      Event e = event(Codes.OUTPUT_GET, session, Map.of("url", url, "offset", offset));
+      Event e = tx.event(Codes.OUTPUT_GET, session, Map.of("url", url, "offset", offset));
       JsonNode ch = rq.request(subj.outputs(session), e, Codes.OUTPUT_CHUNK, Duration.ofSeconds(30)).dataTree();
       if (size >= 0 && ch.path("size").asLong() != size || !want.equals(ch.path("digest").asText()) || ch.path("offset").asLong() != offset) {
         throw new BusException(Codes.INTERNAL, "fetch " + url + ": the router served another object or window");

@@ -11,10 +11,8 @@ import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
-import java.util.concurrent.Semaphore;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -27,7 +25,6 @@ import java.util.concurrent.atomic.AtomicInteger;
  * drains with a 5 s deadline.
  */
 public final class Worker implements AutoCloseable {
-  private static final System.Logger LOG = System.getLogger("io.toolbus.Worker");
 
   /** A tool served: its definition and handler. */
   record Tool(ToolDef def, Handler handler) {}
@@ -43,17 +40,14 @@ public final class Worker implements AutoCloseable {
   private final Offloader off;
   private final List<Tool> tools = new ArrayList<>();
   private final CallTable calls;
-  private final Semaphore slots;
-  private final ExecutorService pool;
+  private final Intake intake;
+  private final Registrar reg;
   private final ScheduledExecutorService timers;
   private final Executor exec;
   private final List<Dispatcher> dispatchers = new ArrayList<>();
   private final List<Durable> durables = new ArrayList<>();
-  private final AtomicInteger accepted = new AtomicInteger();
   private volatile boolean started;
-  private volatile boolean cutOff;
   private volatile boolean closed;
-  private volatile JsonNode lastAck;
 
   private Worker(Builder b) {
     this.nc = b.nc;
@@ -66,14 +60,14 @@ public final class Worker implements AutoCloseable {
     this.groups = List.copyOf(b.groups);
     this.off = new Offloader(nc, subj.outputsBucket(), b.inlineLimit, b.maxOutput);
     this.calls = new CallTable(subj);
-    this.slots = new Semaphore(maxConcurrent);
     AtomicInteger n = new AtomicInteger();
     ThreadFactory tf = r -> {
       Thread t = new Thread(r, "toolbus-worker-" + id + "-" + n.incrementAndGet());
       t.setDaemon(true);
       return t;
     };
-    this.pool = Executors.newCachedThreadPool(tf);
+    this.intake = new Intake(maxConcurrent, tf, calls);
+    this.reg = new Registrar(nc, subj, id, source, groups, heartbeat, this::definitions, calls);
     this.timers = Executors.newScheduledThreadPool(1, tf);
     this.exec = new Executor(this, calls, timers);
   }
@@ -130,7 +124,6 @@ public final class Worker implements AutoCloseable {
   Subjects subjects() { return subj; }
   String source() { return source; }
   Offloader offloader() { return off; }
-  boolean cutOff() { return cutOff; }
 
   /** Adds a raw tool: its handler gets the input as JSON. */
   public synchronized Worker tool(ToolDef def, Handler h) {
@@ -152,7 +145,17 @@ public final class Worker implements AutoCloseable {
     return tool(d, c -> h.handle(c, Json.decode(c.input(), in, Codes.INVALID_INPUT, "input")));
   }
 
-  /** Subscribes every tool, registers, and beats until closed. Returns the first ack's data. */
+  private synchronized List<ToolDef> definitions() {
+    List<ToolDef> defs = new ArrayList<>();
+    tools.forEach(t -> defs.add(t.def()));
+    return defs;
+  }
+
+  Intake intake() {
+    return intake;
+  }
+
+  /** Subscribes every tool, registers, and beats until closed. Returns the first ack's data: {"accepted", "rejected"}. */
   public synchronized JsonNode start() {
     if (started) {
       throw new IllegalStateException("worker: already started");
@@ -177,95 +180,31 @@ public final class Worker implements AutoCloseable {
     } catch (Exception e) {
       throw new BusException(Codes.INTERNAL, "worker: flush: " + e.getMessage(), e);
     }
-    lastAck = register();
-    timers.scheduleAtFixedRate(this::beat, heartbeat.toMillis(), heartbeat.toMillis(), TimeUnit.MILLISECONDS);
+    JsonNode ack = reg.register();
+    timers.scheduleAtFixedRate(reg::beat, heartbeat.toMillis(), heartbeat.toMillis(), TimeUnit.MILLISECONDS);
     durables.forEach(Durable::start);
-    return lastAck;
-  }
-
-  /** The last registration ack's data: {"accepted": [...], "rejected": [...]}; null before one. */
-  public JsonNode lastAck() {
-    return lastAck;
-  }
-
-  private void beat() {
-    try {
-      lastAck = register();
-    } catch (RuntimeException e) {
-      LOG.log(System.Logger.Level.WARNING, "worker: registration not acknowledged: " + e.getMessage());
-    }
-  }
-
-  private JsonNode register() {
-    ObjectNode reg = Json.MAPPER.createObjectNode();
-    reg.put("worker", id);
-    if (!groups.isEmpty()) {
-      reg.set("groups", Json.tree(groups));
-    }
-    List<ToolDef> defs = new ArrayList<>();
-    tools.forEach(t -> defs.add(t.def()));
-    reg.set("tools", Json.tree(defs));
-    reg.set("inflight", Json.tree(calls.byTool()));
-    reg.put("binary_exec", true);
-    JsonNode ack = sendRegister(reg, heartbeat);
-    for (JsonNode r : ack.path("rejected")) {
-      LOG.log(System.Logger.Level.ERROR, "worker: tool " + r.path("name").asText() + " rejected: " + r.path("reason").asText());
-    }
     return ack;
-  }
-
-  private JsonNode sendRegister(ObjectNode reg, Duration timeout) {
-    Event e = Event.of(Codes.REGISTER, source, reg);
-    return new Requester(nc).request(subj.register(), e, Codes.REGISTER_ACK, timeout).dataTree();
   }
 
   private void onExec(Tool t, Message m) {
     Executor.Checked ch = Executor.check(t, m);
-    String key = accept(t, ch);
+    String key = intake.accept(t, ch);
     try {
-      slots.acquire(); // back-pressure: blocks this tool's subscription only
+      intake.slots().acquire(); // back-pressure: blocks this tool's subscription only
     } catch (InterruptedException ie) {
       Thread.currentThread().interrupt();
-      release(key, false);
+      intake.release(key, false);
       return;
     }
     Replier rp = new CoreReply(m);
-    pool.execute(() -> {
+    intake.pool().execute(() -> {
       try {
         exec.serve(t, ch, rp);
       } finally {
-        release(key, true);
+        intake.release(key, true);
       }
     });
   }
-
-  /** Counts a call taken, listed in heartbeats from now until release. */
-  String accept(Tool t, Executor.Checked ch) {
-    accepted.incrementAndGet();
-    if (ch.err() == null) {
-      String key = Ids.callKey(ch.e().sessionid, ch.e().replyid, ch.data().path("call").path("id").asText());
-      calls.queue(key, t.def().name());
-      return key;
-    }
-    return null;
-  }
-
-  void release(String key, boolean slot) {
-    if (slot) {
-      slots.release();
-    }
-    if (key != null) {
-      calls.unqueue(key);
-    }
-    synchronized (accepted) {
-      accepted.decrementAndGet();
-      accepted.notifyAll();
-    }
-  }
-
-  Semaphore slots() { return slots; }
-  ExecutorService pool() { return pool; }
-  boolean isClosed() { return closed; }
 
   /** Answers on the request's reply subject, in the mode the request came in. */
   private final class CoreReply implements Replier {
@@ -310,12 +249,7 @@ public final class Worker implements AutoCloseable {
     timers.shutdownNow();
     durables.forEach(Durable::stop);
     if (started && nc.getStatus() == Connection.Status.CONNECTED) {
-      try {
-        ObjectNode leave = Json.MAPPER.createObjectNode().put("worker", id).put("leaving", true);
-        sendRegister(leave, Duration.ofSeconds(1));
-      } catch (RuntimeException e) {
-        LOG.log(System.Logger.Level.DEBUG, "worker: leaving not acknowledged: " + e.getMessage());
-      }
+      reg.leave();
     }
     for (Dispatcher d : dispatchers) {
       try {
@@ -324,23 +258,13 @@ public final class Worker implements AutoCloseable {
         nc.closeDispatcher(d);
       }
     }
-    synchronized (accepted) {
-      for (long left = end - System.nanoTime(); accepted.get() > 0 && left > 0; left = end - System.nanoTime()) {
-        accepted.wait(Math.max(1, TimeUnit.NANOSECONDS.toMillis(left)));
-      }
-    }
-    int cut = accepted.get();
+    int cut = intake.awaitIdle(end);
     if (cut > 0) {
-      cutOff = true;
+      intake.cutOff();
       calls.runningCalls().forEach(c -> c.stop(ToolCall.Stop.DRAINED));
-      synchronized (accepted) {
-        long stopBy = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
-        for (long left = stopBy - System.nanoTime(); accepted.get() > 0 && left > 0; left = stopBy - System.nanoTime()) {
-          accepted.wait(Math.max(1, TimeUnit.NANOSECONDS.toMillis(left)));
-        }
-      }
+      intake.awaitIdle(System.nanoTime() + TimeUnit.SECONDS.toNanos(1));
     }
-    pool.shutdownNow();
+    intake.pool().shutdownNow();
     if (owned) {
       nc.close();
     }

@@ -126,7 +126,7 @@ class BusTest {
   void listsToolsInEveryFormat() {
     String s = Router.session();
     for (String f : List.of("toolbus", "openai", "openai-responses", "anthropic", "gemini", "mcp")) {
-      ToolsList l = client.tools(s, f, null);
+      ToolsList l = client.tools(s, f, null, null);
       JsonNode add = l.tools().stream().filter(t -> Json.text(t).contains("\"j_add\"")).findFirst().orElseThrow();
       switch (f) {
         case "toolbus" -> {
@@ -141,7 +141,7 @@ class BusTest {
         default -> assertTrue(add.path("annotations").path("readOnlyHint").asBoolean());
       }
     }
-    BusException e = assertThrows(BusException.class, () -> client.tools(s, "xml", null));
+    BusException e = assertThrows(BusException.class, () -> client.tools(s, "xml", null, null));
     assertEquals("bad_request", e.code());
   }
 

@@ -72,7 +72,7 @@ class EventTest {
   void binaryRefusals(String[] extra, String body, String why) {
     Headers h = new Headers().put("ce-specversion", "1.0").put("ce-id", "x").put("ce-source", "s")
         .put("ce-type", "t").put("content-type", "application/json").put(extra[0], extra[1]);
-    BusException e = assertThrows(BusException.class, () -> Event.decodeBinary(h, body.getBytes(StandardCharsets.UTF_8)));
+    BusException e = assertThrows(BusException.class, () -> BinaryMode.decode(h, body.getBytes(StandardCharsets.UTF_8)));
     assertEquals(Codes.BAD_EVENT, e.code());
     assertEquals(true, e.getMessage().contains(why), e.getMessage());
   }
@@ -88,6 +88,6 @@ class EventTest {
     assertEquals("s1", d.sessionid);
     assertArrayEquals(e.data(), d.data());
     Headers same = new Headers().put("ce-specversion", "1.0").put("ce-id", "x").put("Ce-Id", "x").put("ce-source", "s").put("ce-type", "t");
-    assertEquals("x", Event.decodeBinary(same, new byte[0]).id);
+    assertEquals("x", BinaryMode.decode(same, new byte[0]).id);
   }
 }

@@ -12,19 +12,12 @@ import io.agentscope.core.model.ExecutionConfig;
 import io.agentscope.core.model.ToolSchema;
 import io.agentscope.core.tool.AgentTool;
 import io.agentscope.core.tool.ToolCallParam;
-import io.agentscope.core.tool.ToolSuspendException;
 import io.agentscope.core.tool.Toolkit;
-import io.toolbus.Batch;
-import io.toolbus.Codes;
 import io.toolbus.EventWatch;
 import io.toolbus.Json;
-import io.toolbus.Parked;
-import io.toolbus.Reply;
-import io.toolbus.Result;
 import io.toolbus.ToolbusClient;
 import io.toolbus.ToolsList;
 import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
@@ -169,84 +162,9 @@ public class BusToolkit extends Toolkit implements AutoCloseable {
   /** Runs the turn's calls as one bus batch; parked calls come back suspended. */
   @Override
   public Mono<List<ToolResultBlock>> callTools(List<ToolUseBlock> calls, ExecutionConfig cfg, Agent agent, RuntimeContext rc) {
-    return Mono.fromCallable(() -> runBatch(calls, rc)).subscribeOn(Schedulers.boundedElastic());
-  }
-
-  private List<ToolResultBlock> runBatch(List<ToolUseBlock> calls, RuntimeContext rc) {
-    Map<String, ToolResultBlock> byId = new LinkedHashMap<>();
-    Map<String, Map<String, Object>> meta = new LinkedHashMap<>();
-    Batch.Builder b = Batch.builder();
-    int sent = 0;
-    for (ToolUseBlock u : calls) {
-      String input = u.getContent() != null && !u.getContent().isBlank() ? u.getContent() : Json.text(u.getInput());
-      if (sh.agentScopeMeta && MetaTool.NAME.equals(u.getName()) && sh.last != null) {
-        Map<String, Object> in = MetaTool.parse(input);
-        ToolResultBlock refused = MetaTool.check(u.getId(), input, in, sh.last);
-        if (refused != null) {
-          byId.put(u.getId(), refused);
-          continue;
-        }
-        meta.put(u.getId(), in);
-        b.call(u.getId(), MetaTool.BUS_NAME, MetaTool.busInput(in));
-      } else {
-        b.call(u.getId(), u.getName(), input);
-      }
-      sent++;
-    }
-    if (sent > 0) {
-      JsonNode user = sh.user != null ? sh.user : rc != null && rc.getUserId() != null ? Json.tree(rc.getUserId()) : null;
-      b.user(user).context(sh.context).request(sh.request == null ? null : sh.request.toRequest());
-      String replyId = ToolbusClient.newReplyId();
-      Reply r = sh.client.call(sh.session, replyId, b.build(), null);
-      for (Result res : r.results()) {
-        Map<String, Object> in = meta.get(res.id());
-        byId.put(res.id(), in != null && res.ok()
-            ? Results.text(res.id(), MetaTool.NAME, MetaTool.reply(in, sh.last))
-            : Results.toAgentScope(res, inputOf(calls, res.id()), schemaOf(res.name())));
-      }
-      suspend(calls, r.parked(), replyId, byId);
-    }
-    List<ToolResultBlock> out = new ArrayList<>();
-    calls.forEach(u -> out.add(byId.get(u.getId())));
-    return out;
-  }
-
-  private void suspend(List<ToolUseBlock> calls, List<Parked> parked, String replyId, Map<String, ToolResultBlock> byId) {
-    List<ToolUseBlock> external = new ArrayList<>();
-    List<ToolUseBlock> confirm = new ArrayList<>();
-    for (Parked p : parked) {
-      sh.parked.parked(p.id(), replyId);
-      ToolUseBlock u = calls.stream().filter(c -> c.getId().equals(p.id())).findFirst().orElseThrow();
-      String reason = switch (p.kind()) {
-        case Codes.KIND_CONFIRM -> "[Awaiting user confirmation]";
-        case Codes.KIND_QUEUED -> "[Awaiting the answers of earlier calls]";
-        default -> null; // AgentScope's own "[Awaiting external execution]"
-      };
-      byId.put(p.id(), ToolResultBlock.suspended(u, new ToolSuspendException(reason)));
-      (Codes.KIND_CONFIRM.equals(p.kind()) ? confirm : external).add(u);
-    }
-    List<AgentEvent> events = new ArrayList<>();
-    if (!external.isEmpty()) {
-      events.add(new RequireExternalExecutionEvent(replyId, external));
-    }
-    if (!confirm.isEmpty()) {
-      events.add(new RequireUserConfirmEvent(replyId, confirm));
-    }
-    events.forEach(e -> sh.listeners.forEach(l -> l.accept(e)));
-  }
-
-  private static String inputOf(List<ToolUseBlock> calls, String id) {
-    for (ToolUseBlock u : calls) {
-      if (u.getId().equals(id)) {
-        return u.getContent() != null && !u.getContent().isBlank() ? u.getContent() : Json.text(u.getInput());
-      }
-    }
-    return null;
-  }
-
-  private Map<String, Object> schemaOf(String name) {
-    AgentTool t = sh.tools.get(name);
-    return t == null ? null : t.getParameters();
+    return Mono.fromCallable(() -> new Turn(sh.client, sh.session, sh.parked, sh.tools, sh.listeners)
+        .run(calls, sh.user, sh.context, sh.request, sh.agentScopeMeta ? sh.last : null, rc))
+        .subscribeOn(Schedulers.boundedElastic());
   }
 
   @Override
