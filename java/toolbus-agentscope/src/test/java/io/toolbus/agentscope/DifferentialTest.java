@@ -54,15 +54,21 @@ class DifferentialTest {
 
   @BeforeAll
   static void setUp() throws Exception {
-    router = Router.start("--builtin=false");
+    java.nio.file.Path skills = java.nio.file.Files.createTempDirectory("toolbus-skills");
+    java.nio.file.Path pdf = java.nio.file.Files.createDirectories(skills.resolve("pdf"));
+    java.nio.file.Files.writeString(pdf.resolve("SKILL.md"),
+        "---\nname: pdf\ndescription: Work with PDF files.\n---\nCount pages with pdf_pages.\n");
+    router = Router.start("--builtin=false", "--skills", skills.toString());
     nc = router.connect();
     client = ToolbusClient.builder(nc).source("agentscope-test").build();
     worker = Worker.builder(nc).id("as-" + io.toolbus.Ids.next())
-        .group(Group.meta("database", "Database tools")).build();
+        .group(Group.meta("database", "Database tools"))
+        .group(Group.meta("pdf_tools", "PDF tools").withActivateOnSkill("pdf")).build();
     AgentScopeTools.builder()
         .tool(new SeedTools.SimpleTools()).tool(new SeedTools.WebSearchTool())
         .tool(new SeedTools.HumanApprovalTool()).tool(new SeedTools.DeployTools())
         .tool(new SeedTools.DatabaseTools()).group("query_db", "database")
+        .tool(new SeedTools.PdfTools()).group("pdf_pages", "pdf_tools")
         .inject("user_context", SeedTools.UserContext.class)
         .build().serveOn(worker);
     var ack = worker.start();
@@ -218,6 +224,8 @@ class DifferentialTest {
     Toolkit tk = inProcess();
     tk.createToolGroup("database", "Database tools", false);
     tk.registration().tool(new SeedTools.DatabaseTools()).group("database").apply();
+    tk.createToolGroup("pdf_tools", "PDF tools", false); // the bus deployment has this meta group too
+    tk.registration().tool(new SeedTools.PdfTools()).group("pdf_tools").apply();
     ScriptedModel a = new ScriptedModel(List.of(calls(use("g1", "reset_equipped_tools", Map.of("to_activate", List.of("database")))),
         calls(use("g2", "query_db", Map.of("sql", "select 1"))), text("ok")));
     agent(a, tk, true).call(List.of(ask("db")), ctx("s-grp")).block(Duration.ofSeconds(60));
@@ -283,6 +291,24 @@ class DifferentialTest {
     } catch (IllegalArgumentException e) {
       assertEquals("AGENT_ONLY cannot include external tools", e.getMessage());
     }
+  }
+
+  @Test
+  void aSkillActivatesItsToolGroup() throws Exception {
+    String session = Router.session();
+    ScriptedModel m = new ScriptedModel(List.of(
+        calls(use("k1", "load_skill_through_path", Map.of("skillId", "pdf", "path", "SKILL.md"))),
+        calls(use("k2", "pdf_pages", Map.of("file", "a.pdf"))), text("3 pages")));
+    try (BusToolkit tk = bus(session)) {
+      Msg r = agent(m, tk, true).call(List.of(ask("pages?")), ctx(session)).block(Duration.ofSeconds(60));
+      assertEquals("3 pages", r.getTextContent());
+      assertTrue(tk.skillsPrompt().contains("## pdf"), tk.skillsPrompt());
+    }
+    assertTrue(m.toolsSeen.get(0).containsKey("load_skill_through_path"));
+    assertFalse(m.toolsSeen.get(0).containsKey("pdf_pages"));
+    assertTrue(m.toolsSeen.get(1).containsKey("pdf_pages"));
+    assertTrue(m.resultsSeen.get("k1").startsWith("Skill: pdf\nDescription: Work with PDF files."), m.resultsSeen.get("k1"));
+    assertEquals("\"a.pdf has 3 pages\"", m.resultsSeen.get("k2"));
   }
 
   static List<String> names(List<ToolSchema> l) {

@@ -83,4 +83,12 @@ final class SeedTools {
       return "1 row for " + sql;
     }
   }
+
+  /** A skill's tools, bound to the skill by their group (the page's SkillToolGroup). */
+  static final class PdfTools {
+    @Tool(name = "pdf_pages", description = "Count a PDF's pages.", readOnly = true)
+    public String pages(@ToolParam(name = "file", description = "The PDF") String file) {
+      return file + " has 3 pages";
+    }
+  }
 }
