@@ -41,7 +41,12 @@ public record Answer(
     return new Answer(state, out, confirmed, input, rules, inputDigest, reason);
   }
 
-  /** The input_digest of a parked input: "sha256:" and the hex SHA-256 of its compact JSON. */
+  /**
+   * The input_digest of a parked input: "sha256:" and the hex SHA-256 of its compact JSON as
+   * Jackson writes it. The router hashes Go's spelling, which escapes {@code <}, {@code >} and
+   * {@code &}: for such inputs prefer {@link ToolbusClient#confirm(String, String, String, String,
+   * boolean, String)}, which uses the digest the router lists.
+   */
   public static String digest(JsonNode input) {
     try {
       byte[] sum = java.security.MessageDigest.getInstance("SHA-256").digest(Json.bytes(input));
