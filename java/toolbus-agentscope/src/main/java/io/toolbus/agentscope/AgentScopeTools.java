@@ -8,6 +8,7 @@ import io.agentscope.core.message.ToolUseBlock;
 import io.agentscope.core.permission.PermissionBehavior;
 import io.agentscope.core.permission.PermissionDecision;
 import io.agentscope.core.permission.PermissionContextState;
+import io.agentscope.core.state.AgentState;
 import io.agentscope.core.tool.AgentTool;
 import io.agentscope.core.tool.ToolBase;
 import io.agentscope.core.tool.ToolCallParam;
@@ -138,9 +139,18 @@ public final class AgentScopeTools {
     ToolUseBlock use = new ToolUseBlock(c.key(), name, input, Json.text(c.input()), null);
     calls.put(c.key(), c);
     try {
-      ToolCallParam p = ToolCallParam.builder().toolUseBlock(use).input(input).runtimeContext(context(c)).build();
+      RuntimeContext rc = context(c);
+      AgentState state = t instanceof ToolBase tb && tb.isStateInjected() ? SessionState.read(c) : null;
+      String before = state == null ? null : state.toJson();
+      if (state != null) {
+        rc.setAgentState(state);
+      }
+      ToolCallParam p = ToolCallParam.builder().toolUseBlock(use).input(input).runtimeContext(rc).build();
       Duration wait = c.deadline() == null ? Duration.ofMinutes(5) : Duration.between(Instant.now(), c.deadline()).plusSeconds(1);
       ToolResultBlock r = toolkit.callTool(p).block(wait.isNegative() ? Duration.ofMillis(1) : wait);
+      if (state != null && !state.toJson().equals(before)) {
+        SessionState.write(c, state);
+      }
       return result(r);
     } finally {
       calls.remove(c.key());

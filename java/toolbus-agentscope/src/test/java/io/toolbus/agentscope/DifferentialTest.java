@@ -69,6 +69,7 @@ class DifferentialTest {
         .tool(new SeedTools.HumanApprovalTool()).tool(new SeedTools.DeployTools())
         .tool(new SeedTools.DatabaseTools()).group("query_db", "database")
         .tool(new SeedTools.PdfTools()).group("pdf_pages", "pdf_tools")
+        .tool(new SeedTools.NotesTool())
         .inject("user_context", SeedTools.UserContext.class)
         .build().serveOn(worker);
     var ack = worker.start();
@@ -309,6 +310,25 @@ class DifferentialTest {
     assertTrue(m.toolsSeen.get(1).containsKey("pdf_pages"));
     assertTrue(m.resultsSeen.get("k1").startsWith("Skill: pdf\nDescription: Work with PDF files."), m.resultsSeen.get("k1"));
     assertEquals("\"a.pdf has 3 pages\"", m.resultsSeen.get("k2"));
+  }
+
+  @Test
+  void stateInjectedToolsKeepTheAgentState() throws Exception {
+    List<List<ContentBlock>> script = List.of(calls(use("n1", "notes", Map.of("note", "blue"))),
+        calls(use("n2", "notes", Map.of())), text("ok"));
+    Toolkit tk = inProcess();
+    tk.registerTool(new SeedTools.NotesTool());
+    ScriptedModel a = new ScriptedModel(script);
+    agent(a, tk, false).call(List.of(ask("note")), ctx("s-notes")).block(Duration.ofSeconds(60));
+    String session = Router.session();
+    ScriptedModel b = new ScriptedModel(script);
+    try (BusToolkit bt = bus(session)) {
+      agent(b, bt, false).call(List.of(ask("note")), ctx(session)).block(Duration.ofSeconds(60));
+    }
+    assertEquals("the note is blue", a.resultsSeen.get("n2"));
+    assertEquals(a.resultsSeen, b.resultsSeen);
+    var state = client.admin("session.get", session, Map.of()).path("state").path("state");
+    assertEquals("blue", state.path("agentscope").path("summary").asText(), state.toString());
   }
 
   static List<String> names(List<ToolSchema> l) {

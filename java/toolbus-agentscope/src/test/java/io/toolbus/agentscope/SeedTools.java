@@ -91,4 +91,30 @@ final class SeedTools {
       return file + " has 3 pages";
     }
   }
+
+  /** A stateInjected ToolBase: keeps a note in the AgentState's summary (set it, or read it back). */
+  static final class NotesTool extends ToolBase {
+    NotesTool() {
+      super("notes", "Keep a note, or read it back.", Map.of("type", "object",
+          "properties", Map.of("note", Map.of("type", "string", "description", "The note to keep"))),
+          false, false, false, null, false, true);
+    }
+
+    @Override
+    public Mono<ToolResultBlock> callAsync(ToolCallParam param) {
+      io.agentscope.core.state.AgentState st = io.agentscope.core.agent.RuntimeContext.resolveAgentState(
+          param.getRuntimeContext(), param.getAgent());
+      Object note = param.getInput().get("note");
+      if (note != null) {
+        st.setSummary(note.toString());
+        return Mono.just(ToolResultBlock.text("kept"));
+      }
+      return Mono.just(ToolResultBlock.text("the note is " + st.getSummary()));
+    }
+
+    @Override
+    public Mono<PermissionDecision> checkPermissions(Map<String, Object> input, PermissionContextState ctx) {
+      return Mono.just(PermissionDecision.allow("only the session's own note"));
+    }
+  }
 }
