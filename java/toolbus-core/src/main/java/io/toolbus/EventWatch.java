@@ -20,10 +20,29 @@ public final class EventWatch implements AutoCloseable {
   private final Connection nc;
   private final Dispatcher d;
   private final BlockingQueue<Event> queue = new LinkedBlockingQueue<>(65536);
+  private final java.util.concurrent.atomic.AtomicInteger busy = new java.util.concurrent.atomic.AtomicInteger();
 
   EventWatch(Connection nc, String subject, Consumer<Event> listener) {
     this.nc = nc;
     this.d = nc.createDispatcher(m -> {
+      busy.incrementAndGet();
+      try {
+        deliver(m, listener);
+      } finally {
+        busy.decrementAndGet();
+      }
+    });
+    d.subscribe(subject);
+    try {
+      nc.flush(Duration.ofSeconds(10));
+    } catch (Exception ex) {
+      close();
+      throw new BusException(Codes.INTERNAL, "watch " + subject + ": " + ex.getMessage(), ex);
+    }
+  }
+
+  private void deliver(io.nats.client.Message m, Consumer<Event> listener) {
+    {
       Event e;
       try {
         e = Event.decode(m);
@@ -35,13 +54,6 @@ public final class EventWatch implements AutoCloseable {
       } else {
         queue.offer(e);
       }
-    });
-    d.subscribe(subject);
-    try {
-      nc.flush(Duration.ofSeconds(10));
-    } catch (Exception ex) {
-      close();
-      throw new BusException(Codes.INTERNAL, "watch " + subject + ": " + ex.getMessage(), ex);
     }
   }
 
@@ -74,6 +86,16 @@ public final class EventWatch implements AutoCloseable {
       out.add(Json.decode(r, Result.class, Codes.BAD_EVENT, "batch.done result"));
     }
     return out;
+  }
+
+  /** Waits until every event received so far has been handed over (at most timeout). */
+  public void settle(Duration timeout) throws InterruptedException {
+    long end = System.nanoTime() + timeout.toNanos();
+    for (int idle = 0; idle < 2 && System.nanoTime() < end; ) {
+      // idle twice in a row: a message taken off the queue is in the handler by the second look
+      idle = d.getPendingMessageCount() == 0 && busy.get() == 0 ? idle + 1 : 0;
+      Thread.sleep(1); // bounded: the dispatcher drains what is already queued
+    }
   }
 
   @Override

@@ -162,9 +162,29 @@ public class BusToolkit extends Toolkit implements AutoCloseable {
   /** Runs the turn's calls as one bus batch; parked calls come back suspended. */
   @Override
   public Mono<List<ToolResultBlock>> callTools(List<ToolUseBlock> calls, ExecutionConfig cfg, Agent agent, RuntimeContext rc) {
-    return Mono.fromCallable(() -> new Turn(sh.client, sh.session, sh.parked, sh.tools, sh.listeners)
+    return Mono.fromCallable(() -> new Turn(sh.client, sh.session, sh.parked, sh.tools, sh.listeners, this::settle)
         .run(calls, sh.user, sh.context, sh.request, sh.agentScopeMeta ? sh.last : null, rc))
         .subscribeOn(Schedulers.boundedElastic());
+  }
+
+  /** Bus progress of a running call reaches ReActAgent's streaming as AgentScope chunks. */
+  @Override
+  public void setInternalChunkCallback(java.util.function.BiConsumer<ToolUseBlock, ToolResultBlock> cb) {
+    sh.parked.chunks(true, cb);
+  }
+
+  /** Bus progress of a running call reaches cb as AgentScope chunks (ToolEmitter's). */
+  @Override
+  public void setChunkCallback(java.util.function.BiConsumer<ToolUseBlock, ToolResultBlock> cb) {
+    sh.parked.chunks(false, cb);
+  }
+
+  private void settle() {
+    try {
+      sh.watch.settle(java.time.Duration.ofSeconds(1));
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
   }
 
   @Override

@@ -5,6 +5,7 @@ import io.agentscope.core.message.Msg;
 import io.agentscope.core.message.ToolResultBlock;
 import io.agentscope.core.message.ToolResultMessage;
 import io.agentscope.core.message.ToolResultState;
+import io.agentscope.core.message.ToolUseBlock;
 import io.toolbus.Answer;
 import io.toolbus.Codes;
 import io.toolbus.Event;
@@ -16,6 +17,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.BiConsumer;
 
 /**
  * The calls a {@link BusToolkit} left parked: it follows the session's events, so that a call
@@ -27,6 +29,8 @@ public final class ParkedCalls {
   private final String session;
   private final Map<String, String> replyOf = new ConcurrentHashMap<>(); // call id -> reply id
   private final Map<String, Result> results = new ConcurrentHashMap<>(); // reply.call -> result
+  private final Map<String, ToolUseBlock> running = new ConcurrentHashMap<>(); // call id -> use
+  private final Map<Boolean, BiConsumer<ToolUseBlock, ToolResultBlock>> chunks = new ConcurrentHashMap<>();
 
   ParkedCalls(ToolbusClient client, String session) {
     this.client = client;
@@ -37,8 +41,45 @@ public final class ParkedCalls {
     replyOf.put(callId, replyId);
   }
 
-  /** Takes call.result and batch.done events of the session. */
+  /**
+   * Sets the receiver of the running calls' progress, as AgentScope's chunk callbacks get it:
+   * the internal one (ReActAgent's, replaced every acting step) or the user's; null removes it.
+   */
+  void chunks(boolean internal, BiConsumer<ToolUseBlock, ToolResultBlock> cb) {
+    if (cb == null) {
+      chunks.remove(internal);
+    } else {
+      chunks.put(internal, cb);
+    }
+  }
+
+  /** Marks calls as running (their progress goes to the chunk callbacks) or, with false, done. */
+  void running(List<ToolUseBlock> uses, boolean on) {
+    uses.forEach(u -> {
+      if (on) {
+        running.put(u.getId(), u);
+      } else {
+        running.remove(u.getId(), u);
+      }
+    });
+  }
+
+  /** Takes call.progress, call.result and batch.done events of the session. */
   void onEvent(Event e) {
+    if (Codes.CALL_PROGRESS.equals(e.type)) {
+      ToolUseBlock u = e.toolcallid == null ? null : running.get(e.toolcallid);
+      if (u != null) {
+        try {
+          List<io.toolbus.Block> out = Json.MAPPER.convertValue(e.dataTree().path("output"),
+              Json.MAPPER.getTypeFactory().constructCollectionType(List.class, io.toolbus.Block.class));
+          ToolResultBlock chunk = ToolResultBlock.of(Blocks.toAgentScope(out));
+          chunks.values().forEach(cb -> cb.accept(u, chunk));
+        } catch (RuntimeException ex) {
+          // a malformed progress event changes nothing
+        }
+      }
+      return;
+    }
     if (!Codes.CALL_RESULT.equals(e.type) && !Codes.BATCH_DONE.equals(e.type)) {
       return;
     }

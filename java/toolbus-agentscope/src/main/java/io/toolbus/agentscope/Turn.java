@@ -33,9 +33,11 @@ final class Turn {
   private final ParkedCalls parked;
   private final Map<String, AgentTool> tools;
   private final List<Consumer<AgentEvent>> listeners;
+  private final Runnable settle;
 
   Turn(ToolbusClient client, String session, ParkedCalls parked, Map<String, AgentTool> tools,
-      List<Consumer<AgentEvent>> listeners) {
+      List<Consumer<AgentEvent>> listeners, Runnable settle) {
+    this.settle = settle;
     this.client = client;
     this.session = session;
     this.parked = parked;
@@ -70,7 +72,14 @@ final class Turn {
       JsonNode user = userCfg != null ? userCfg : rc != null && rc.getUserId() != null ? Json.tree(rc.getUserId()) : null;
       b.user(user).context(context).request(request == null ? null : request.toRequest());
       String replyId = io.toolbus.Ids.next();
-      Reply r = client.call(session, replyId, b.build(), null);
+      parked.running(calls, true);
+      Reply r;
+      try {
+        r = client.call(session, replyId, b.build(), null);
+        settle.run(); // progress published before the result is in the watch's queue: hand it over
+      } finally {
+        parked.running(calls, false);
+      }
       for (Result res : r.results()) {
         Map<String, Object> in = metaCalls.get(res.id());
         byId.put(res.id(), in != null && res.ok()

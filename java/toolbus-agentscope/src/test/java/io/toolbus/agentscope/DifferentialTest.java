@@ -331,6 +331,29 @@ class DifferentialTest {
     assertEquals("blue", state.path("agentscope").path("summary").asText(), state.toString());
   }
 
+  @Test
+  void progressStreamsAsAgentScopeDeltas() throws Exception {
+    List<List<ContentBlock>> script = List.of(calls(use("p1", "count_to", Map.of("n", 3))), text("ok"));
+    List<String> local = deltas(agent(new ScriptedModel(script), inProcess(), false), "s-stream");
+    String session = Router.session();
+    List<String> remote;
+    try (BusToolkit bt = bus(session)) {
+      remote = deltas(agent(new ScriptedModel(script), bt, false), session);
+    }
+    assertEquals(List.of("at 1", "at 2", "at 3"), local);
+    assertEquals(local, remote);
+  }
+
+  /** The ToolResultTextDeltaEvent texts of one streamed turn. */
+  static List<String> deltas(ReActAgent agent, String session) {
+    List<String> out = new ArrayList<>();
+    agent.streamEvents(List.of(ask("count")), ctx(session))
+        .filter(e -> e instanceof io.agentscope.core.event.ToolResultTextDeltaEvent)
+        .map(e -> ((io.agentscope.core.event.ToolResultTextDeltaEvent) e).getDelta())
+        .doOnNext(out::add).blockLast(Duration.ofSeconds(60));
+    return out;
+  }
+
   static List<String> names(List<ToolSchema> l) {
     List<String> out = new ArrayList<>();
     l.forEach(t -> out.add(t.getName()));
