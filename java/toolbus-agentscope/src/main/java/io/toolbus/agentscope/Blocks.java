@@ -1,0 +1,56 @@
+package io.toolbus.agentscope;
+
+import io.agentscope.core.message.Base64Source;
+import io.agentscope.core.message.ContentBlock;
+import io.agentscope.core.message.ImageBlock;
+import io.agentscope.core.message.TextBlock;
+import io.agentscope.core.message.URLSource;
+import io.toolbus.Block;
+import io.toolbus.Json;
+import java.util.ArrayList;
+import java.util.List;
+
+/** Converts output blocks between toolbus (docs/protocol.md 3.3) and AgentScope content blocks. */
+final class Blocks {
+  private Blocks() {}
+
+  /** AgentScope content as toolbus blocks: text as text, anything else as its JSON text. */
+  static List<Block> toBus(List<ContentBlock> content) {
+    List<Block> out = new ArrayList<>();
+    if (content == null) {
+      return out;
+    }
+    for (ContentBlock c : content) {
+      if (c instanceof TextBlock t) {
+        out.add(Block.text(t.getText()));
+      } else if (c instanceof ImageBlock img && img.getSource() instanceof Base64Source b) {
+        out.add(new Block("data", null, b.getMediaType(), b.getData(), null, null, null, null, null, null, null));
+      } else if (c instanceof ImageBlock img && img.getSource() instanceof URLSource u) {
+        out.add(Block.url("image/*", u.getUrl(), null));
+      } else {
+        out.add(Block.text(Json.text(c)));
+      }
+    }
+    return out;
+  }
+
+  /** toolbus blocks as AgentScope content: text as TextBlock, data as DataBlock-like text. */
+  static List<ContentBlock> toAgentScope(List<Block> blocks) {
+    List<ContentBlock> out = new ArrayList<>();
+    if (blocks == null) {
+      return out;
+    }
+    for (Block b : blocks) {
+      if ("text".equals(b.type())) {
+        out.add(TextBlock.builder().text(b.text()).build());
+      } else if (b.data() != null && b.mediaType() != null && b.mediaType().startsWith("image/")) {
+        out.add(ImageBlock.builder().source(Base64Source.builder().mediaType(b.mediaType()).data(b.data()).build()).build());
+      } else if (b.url() != null && b.mediaType() != null && b.mediaType().startsWith("image/") && !b.isStoredOutput()) {
+        out.add(ImageBlock.builder().source(URLSource.builder().url(b.url()).build()).build());
+      } else {
+        out.add(TextBlock.builder().text(Json.text(b)).build());
+      }
+    }
+    return out;
+  }
+}

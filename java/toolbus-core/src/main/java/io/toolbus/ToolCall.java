@@ -1,0 +1,149 @@
+package io.toolbus;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.IOException;
+import java.time.Instant;
+import java.util.Arrays;
+import java.util.List;
+
+/**
+ * What a tool receives besides its input (docs/protocol.md 5.1): the call's identifiers, the
+ * batch's runtime context (never shown to the model), the session's agent state for
+ * state_injected tools, a progress emitter, a state patch, and cancellation.
+ */
+public final class ToolCall {
+  /** Why a call stopped early. */
+  enum Stop { CANCELLED, DRAINED, DEADLINE }
+
+  private final String id;
+  private final String name;
+  private final String sessionId;
+  private final String replyId;
+  private final JsonNode input;
+  private final JsonNode user;
+  private final JsonNode context;
+  private final int attempt;
+  private final JsonNode state;
+  private final Instant deadline;
+  private final Worker worker;
+
+  private volatile Stop stop;
+  private volatile Thread runner;
+  private int seq;
+  private JsonNode patch;
+
+  ToolCall(String id, String name, String sessionId, String replyId, JsonNode input, JsonNode user,
+      JsonNode context, int attempt, JsonNode state, Instant deadline, Worker worker) {
+    this.id = id;
+    this.name = name;
+    this.sessionId = sessionId;
+    this.replyId = replyId;
+    this.input = input;
+    this.user = user;
+    this.context = context;
+    this.attempt = attempt;
+    this.state = state;
+    this.deadline = deadline;
+    this.worker = worker;
+  }
+
+  public String id() { return id; }
+  public String name() { return name; }
+  public String sessionId() { return sessionId; }
+  public String replyId() { return replyId; }
+  /** The input object, already validated against the schema by the router. */
+  public JsonNode input() { return input; }
+  /** The batch's user; null when it had none. */
+  public JsonNode user() { return user; }
+  /** The batch's runtime context; null when it had none. */
+  public JsonNode context() { return context; }
+  /** Counts from 1; grows when the router retries. */
+  public int attempt() { return attempt; }
+  /** The session's agent state (state_injected tools only); null otherwise. */
+  public JsonNode state() { return state; }
+  /** The call's deadline (its expirytime), or null. */
+  public Instant deadline() { return deadline; }
+  /** The call key {@code <session>.<replyid>.<callid>}. */
+  public String key() { return Ids.callKey(sessionId, replyId, id); }
+
+  /** The user when it is a JSON string, else its JSON text; null when absent. */
+  public String userString() {
+    return user == null ? null : user.isTextual() ? user.asText() : Json.text(user);
+  }
+
+  /** Decodes the runtime context's member key into type; null when absent. */
+  public <T> T contextValue(String key, Class<T> type) {
+    if (context == null || !context.isObject() || !context.has(key)) {
+      return null;
+    }
+    return Json.decode(context.get(key), type, Codes.BAD_REQUEST, "context." + key);
+  }
+
+  /** Reports whether the agent cancelled the call (or the worker's drain or deadline ended it). */
+  public boolean cancelled() {
+    return stop != null;
+  }
+
+  /** Throws InterruptedException when the call was cancelled: a check for long loops. */
+  public void checkCancelled() throws InterruptedException {
+    if (stop != null || Thread.currentThread().isInterrupted()) {
+      throw new InterruptedException("the call " + id + " was cancelled");
+    }
+  }
+
+  Stop stopped() {
+    return stop;
+  }
+
+  void bind(Thread t) {
+    runner = t;
+  }
+
+  void stop(Stop why) {
+    synchronized (this) {
+      if (stop != null) {
+        return;
+      }
+      stop = why;
+    }
+    Thread t = runner;
+    if (t != null) {
+      t.interrupt();
+    }
+  }
+
+  /**
+   * Publishes an io.toolbus.call.progress event with blocks on the session's events subject
+   * (5.3). It never becomes part of the result. Large blocks are stored as for results.
+   */
+  public void progress(Block... blocks) throws IOException {
+    progress(Arrays.asList(blocks));
+  }
+
+  /** Progress with a list of blocks. */
+  public void progress(List<Block> blocks) throws IOException {
+    if (worker == null) {
+      return;
+    }
+    List<Block> out = worker.offloader().fit(key(), blocks, 0, false);
+    int n;
+    synchronized (this) {
+      n = ++seq;
+    }
+    Event e = Event.of(Codes.CALL_PROGRESS, worker.source(), java.util.Map.of("seq", n, "output", out));
+    e.subject = id;
+    e.sessionid = sessionId;
+    e.replyid = replyId;
+    e.toolcallid = id;
+    worker.connection().publish(e.toMessage(worker.subjects().events(sessionId), null));
+  }
+
+  /** Sets the JSON merge patch (RFC 7386) applied to the session's agent state on success. */
+  public synchronized void patchState(Object p) {
+    patch = Json.tree(p);
+  }
+
+  synchronized JsonNode patch() {
+    return patch;
+  }
+}
