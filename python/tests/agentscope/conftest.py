@@ -68,7 +68,11 @@ class Router:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"router exited: {Path(self.dir, 'router.log').read_text()[-2000:]}")
             try:
-                c = await Client.connect(self.url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False)
+                async def quiet(e: Exception) -> None:
+                    pass
+
+                c = await Client.connect(self.url, connect_timeout=1, max_reconnect_attempts=0,
+                                         allow_reconnect=False, error_cb=quiet)
                 try:
                     await c.tools("ready", timeout=2)
                     return

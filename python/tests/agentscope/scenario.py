@@ -6,7 +6,7 @@ import asyncio
 from typing import Any, Sequence
 
 from agentscope.agent import Agent
-from agentscope.message import ToolResultBlock, UserMsg
+from agentscope.message import ToolCallBlock, ToolResultBlock, UserMsg
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, ToolGroup, Toolkit
 
@@ -122,5 +122,99 @@ async def run_bus(url: str, session: str, script: Sequence[Any], kit: Toolkit | 
             agent = Agent(name="a", system_prompt="You help.", model=model, toolkit=bus, middlewares=[bus])
             final = await agent.reply(UserMsg(name="u", content="go"))
             return transcript(agent, model, final)
+    finally:
+        await worker.drain()
+
+
+# ---- human in the loop: confirmations and an external tool --------------------
+
+from agentscope.event import ConfirmResult, ExternalExecutionResultEvent, UserConfirmResultEvent  # noqa: E402
+from agentscope.message import ToolCallState  # noqa: E402
+from agentscope.permission import PermissionContext  # noqa: E402
+from agentscope.tool import ToolBase  # noqa: E402
+
+
+class PickFile(ToolBase):
+    """An external tool: whoever drives the agent answers it."""
+
+    name = "pick_file"
+    description = "Ask the user to pick a file."
+    input_schema = {"type": "object", "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]}
+    is_read_only = True
+    is_concurrency_safe = True
+    is_external_tool = True
+
+    async def check_permissions(self, tool_input: dict, context: PermissionContext) -> PermissionDecision:
+        return ALLOW
+
+
+def hitl_toolkit() -> Toolkit:
+    return Toolkit(tools=[FunctionTool(deploy), PickFile(), FunctionTool(add, is_read_only=True)])
+
+
+HITL_SCRIPT: list[Any] = [
+    [("deploy", {"env": "prod"})],
+    [("deploy", {"env": "staging"}), ("pick_file", {"prompt": "which?"})],
+    [("add", {"a": 1, "b": 1})],
+    "done",
+]
+
+#: what the person and the other system do, in order: (kind, tool, answer)
+HITL_ANSWERS: list[tuple[str, str, Any]] = [
+    ("confirm", "deploy", False),
+    ("external", "pick_file", "/srv/a.txt"),
+    ("confirm", "deploy", True),
+]
+
+
+def waiting(agent: Agent, name: str) -> ToolCallBlock:
+    for c in agent.state.get_awaiting_tool_calls(agent.name):
+        if c.name == name:
+            return c
+    raise AssertionError(f"{name} is not waiting; waiting: {agent.state.get_awaiting_tool_calls(agent.name)}")
+
+
+def agentscope_event(agent: Agent, kind: str, tool: str, answer: Any) -> Any:
+    """The answer as AgentScope's own resume event."""
+    call = waiting(agent, tool)
+    if kind == "confirm":
+        return UserConfirmResultEvent(reply_id=agent.state.reply_id,
+                                      confirm_results=[ConfirmResult(confirmed=answer, tool_call=call)])
+    return ExternalExecutionResultEvent(reply_id=agent.state.reply_id, execution_results=[
+        ToolResultBlock(id=call.id, name=call.name, output=answer, state="success")])
+
+
+async def drive(agent: Agent, answer: Any) -> list[str]:
+    """Runs the conversation: the first reply, then one reply per answer;
+    ``answer(agent, kind, tool, value)`` returns the input of the next reply."""
+    finals = [(await agent.reply(UserMsg(name="u", content="go"))).get_text_content()]
+    for kind, tool, value in HITL_ANSWERS:
+        finals.append((await agent.reply(await answer(agent, kind, tool, value))).get_text_content())
+    return finals
+
+
+async def hitl_inprocess() -> dict:
+    model = ScriptedModel(HITL_SCRIPT)
+    agent = Agent(name="a", system_prompt="You help.", model=model, toolkit=hitl_toolkit())
+
+    async def answer(agent: Agent, kind: str, tool: str, value: Any) -> Any:
+        return agentscope_event(agent, kind, tool, value)
+
+    finals = await drive(agent, answer)
+    return {**transcript(agent, model, UserMsg(name="x", content="")), "finals": finals}
+
+
+async def hitl_bus(url: str, session: str, answer: Any) -> dict:
+    """``answer`` as in drive; it may answer on the bus and return None."""
+    from toolbus import Client
+
+    worker = await serve(hitl_toolkit(), url=url, run=False, heartbeat=1.0)
+    try:
+        async with await Client.connect(url) as client:
+            bus = BusToolkit(client, session, answer_wait=30.0)
+            model = ScriptedModel(HITL_SCRIPT)
+            agent = Agent(name="a", system_prompt="You help.", model=model, toolkit=bus, middlewares=[bus])
+            finals = await drive(agent, answer)
+            return {**transcript(agent, model, UserMsg(name="x", content="")), "finals": finals}
     finally:
         await worker.drain()

@@ -49,6 +49,7 @@ from agentscope.state import AgentState
 from agentscope.tool import ToolBase, ToolChunk, ToolResponse, Toolkit
 
 from .. import records
+from ..errors import ToolbusError
 from ..event import input_digest
 from . import _present as P
 from ._replay import Outcomes
@@ -287,6 +288,8 @@ class BusToolkit(Toolkit, MiddlewareBase):
         inputs = input_kwargs.get("inputs")
         if isinstance(inputs, UserConfirmResultEvent):
             await self._forward_confirmations(agent, inputs)
+        elif isinstance(inputs, ExternalExecutionResultEvent):
+            await self._forward_results(agent, inputs)
         elif inputs is None and agent.state.has_awaiting_tool_calls(agent.name):
             event = await self._resume_event(agent)
             if event is None:
@@ -319,10 +322,32 @@ class BusToolkit(Toolkit, MiddlewareBase):
             rid = self._batch_id(agent.state, call.id)
             name, inp = self._bus_call(call, _parse(call.input))
             rules = [_bus_rule(r) for r in (cr.rules or [])] if cr.confirmed else None
-            await self.client.confirm(
-                name, self.session, rid, P.bus_id(call.id), cr.confirmed,
-                input_digest=input_digest(inp), rules=rules or None,
-            )
+            try:
+                await self.client.confirm(
+                    name, self.session, rid, P.bus_id(call.id), cr.confirmed,
+                    input_digest=input_digest(inp), rules=rules or None,
+                )
+            except ToolbusError as e:
+                # answered on the bus meanwhile: the bus's answer stands
+                if e.code not in ("already_answered", "not_parked"):
+                    raise
+
+    async def _forward_results(self, agent: Any, event: ExternalExecutionResultEvent) -> None:
+        """An AgentScope external result of a bus-parked call answers it on the
+        bus first (6.3), so the bus's record, handlers and inbox agree."""
+        waiting = {c.id: c for c in agent.state.get_awaiting_tool_calls(agent.name)
+                   if c.state == ToolCallState.SUBMITTED}
+        for r in event.execution_results:
+            call = waiting.get(r.id)
+            if call is None or await self._local(call.name) is not None:
+                continue
+            state = "error" if str(r.state) in ("error", "denied", "interrupted") else "success"
+            try:
+                await self.client.answer(call.name, self.session, self._batch_id(agent.state, call.id),
+                                         P.bus_id(call.id), P.from_blocks(r.output), state=state)
+            except ToolbusError as e:
+                if e.code not in ("already_answered", "not_parked"):
+                    raise
 
     async def _resume_event(self, agent: Any) -> Any:
         """The AgentScope event that resumes a parked reply with what the bus
