@@ -1,0 +1,306 @@
+"""The agent side (docs/protocol.md 3, 4, 5.9, 6.3): call batches, follow events, answer parked calls."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as _dt
+import hashlib
+import os
+from typing import Any, AsyncIterator, Sequence
+
+import nats
+
+from . import _rpc
+from . import event as ev
+from .errors import ProtocolError, ToolbusError
+from .model import ModelReply, parse_model_turn
+from .offload import DEFAULT_INLINE_LIMIT, DEFAULT_MAX_OUTPUT, Offloader, parse_ref
+from .records import Answer, Block, Call, Reply, Request, Rule, ToolsList, to_blocks
+
+CallLike = Call | dict[str, Any]
+
+
+def _calls(calls: Sequence[CallLike] | CallLike) -> list[dict[str, Any]]:
+    if isinstance(calls, (Call, dict)):
+        calls = [calls]
+    out = []
+    for i, c in enumerate(calls):
+        if isinstance(c, dict):
+            c = Call.from_json(c, f"calls[{i}]")
+        if not isinstance(c, Call):
+            raise TypeError(f"calls[{i}] must be a Call or a dict, not {type(c).__name__}")
+        out.append(c.to_json())
+    return out
+
+
+def _request(req: Request | dict[str, Any] | None) -> dict[str, Any] | None:
+    if req is None:
+        return None
+    if isinstance(req, dict):
+        req = Request.from_json(req)
+    return req.to_json()
+
+
+class EventStream:
+    """Live events of one session (``P.events.<session>``), opened with ``async with``."""
+
+    def __init__(self, nc: Any, subject: str) -> None:
+        self._nc, self._subject = nc, subject
+        self._sub: Any = None
+        self._q: asyncio.Queue[ev.Event] = asyncio.Queue()
+
+    async def __aenter__(self) -> EventStream:
+        async def on(m: Any) -> None:
+            try:
+                self._q.put_nowait(ev.decode(m.data, m.headers))
+            except ProtocolError:
+                pass  # not an event: skipped, as the Go client's Watch does
+
+        self._sub = await self._nc.subscribe(self._subject, cb=on)
+        await self._nc.flush()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - the connection may be gone
+                pass
+
+    def __aiter__(self) -> AsyncIterator[ev.Event]:
+        return self
+
+    async def __anext__(self) -> ev.Event:
+        if self._sub is None and self._q.empty():
+            raise StopAsyncIteration
+        return await self._q.get()
+
+    async def next(self, timeout: float = 30.0) -> ev.Event:
+        """The next event; raises toolbus.TimeoutError after timeout seconds."""
+        try:
+            return await asyncio.wait_for(self._q.get(), timeout)
+        except asyncio.TimeoutError:
+            from .errors import TimeoutError as TBTimeout
+
+            raise TBTimeout(f"no event on {self._subject} within {timeout:g}s") from None
+
+    async def until(self, type: str, *, reply_id: str | None = None, call_id: str | None = None, timeout: float = 30.0) -> ev.Event:
+        """The next event of the type (and reply, call); others are skipped."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while True:
+            e = await self.next(max(end - loop.time(), 0.001))
+            if e.type == type and (reply_id is None or e.replyid == reply_id) and (call_id is None or e.toolcallid == call_id):
+                return e
+
+
+class Client:
+    """An agent's handle on the bus. Safe to share between tasks of one event loop."""
+
+    def __init__(self, nc: Any, *, prefix: str = "toolbus", source: str = "toolbus/client", timeout: float | None = None,
+                 inline_limit: int = DEFAULT_INLINE_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT) -> None:
+        self.nc = nc
+        self.subjects = ev.Subjects(prefix)
+        self.source = source or "toolbus/client"
+        self.timeout = timeout
+        self._owned = False
+        self._revs: dict[str, int] = {}
+        self._off = Offloader(nc, self.subjects.bucket("outputs"), inline_limit, max_output)
+
+    @classmethod
+    async def connect(cls, url: str | None = None, *, prefix: str = "toolbus", source: str = "toolbus/client",
+                      timeout: float | None = None, inline_limit: int = DEFAULT_INLINE_LIMIT,
+                      max_output: int = DEFAULT_MAX_OUTPUT, **nats_options: Any) -> Client:
+        """Connect to NATS (url, else $NATS_URL, else nats://127.0.0.1:4222); the client owns the connection."""
+        nats_options.setdefault("name", source)
+        nc = await nats.connect(url or os.environ.get("NATS_URL") or "nats://127.0.0.1:4222", **nats_options)
+        c = cls(nc, prefix=prefix, source=source, timeout=timeout, inline_limit=inline_limit, max_output=max_output)
+        c._owned = True
+        return c
+
+    async def close(self) -> None:
+        """Close the connection when the client dialed it."""
+        if self._owned and not self.nc.is_closed:
+            await self.nc.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _event(self, typ: str, session: str, data: Any) -> ev.Event:
+        if session and not ev.valid_id(session):
+            raise ProtocolError(f"session id {session!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
+        return ev.Event(typ, self.source, data, sessionid=session)
+
+    def _timeout(self, timeout: float | None, default: float) -> float:
+        if timeout is not None:
+            return timeout
+        return self.timeout if self.timeout is not None else default
+
+    def _batch(self, session: str, calls: Sequence[CallLike] | CallLike, user: Any, context: Any, request: Any,
+               events: str | None, reply_id: str | None, expiry: _dt.datetime | float | None, traceparent: str | None) -> ev.Event:
+        data: dict[str, Any] = {"calls": _calls(calls)}
+        if user is not None:
+            data["user"] = user
+        if context is not None:
+            data["context"] = context
+        req = _request(request)
+        if req is not None:
+            data["request"] = req
+        if events:
+            data["events"] = events
+        rev = self._revs.get(session, 0)
+        if rev:
+            data["sessionrev"] = rev
+        e = self._event(ev.TYPE_CALL_BATCH, session, data)
+        if reply_id:
+            if not ev.valid_id(reply_id):
+                raise ProtocolError(f"reply id {reply_id!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
+            e.id = reply_id
+        if expiry is not None:
+            ts = expiry.timestamp() if isinstance(expiry, _dt.datetime) else float(expiry)
+            e.expirytime = ev.rfc3339(ts)
+        if traceparent:
+            e.traceparent = traceparent
+        return e
+
+    async def call(self, session: str, calls: Sequence[CallLike] | CallLike, *, user: Any = None, context: Any = None,
+                   request: Request | dict[str, Any] | None = None, events: str | None = None, reply_id: str | None = None,
+                   expiry: _dt.datetime | float | None = None, traceparent: str | None = None, timeout: float | None = None) -> Reply:
+        """Run a batch (3.1) and wait for its reply (3.2). ``expiry``: a datetime or unix time."""
+        e = self._batch(session, calls, user, context, request, events, reply_id, expiry, traceparent)
+        data = await _rpc.request(self.nc, self.subjects.call(session), e, ev.TYPE_CALL_REPLY, self._timeout(timeout, 600))
+        reply = Reply.from_json(data)
+        if reply.session_rev:
+            self._revs[session] = reply.session_rev
+        return reply
+
+    async def publish(self, session: str, calls: Sequence[CallLike] | CallLike, *, user: Any = None, context: Any = None,
+                      request: Request | dict[str, Any] | None = None, events: str | None = None, reply_id: str | None = None,
+                      expiry: _dt.datetime | float | None = None, traceparent: str | None = None) -> str:
+        """Publish a batch without waiting; follow it with :meth:`events`. Returns its reply id."""
+        e = self._batch(session, calls, user, context, request, events, reply_id, expiry, traceparent)
+        body, headers = ev.encode_structured(e)
+        await self.nc.publish(self.subjects.call(session), body, headers=headers)
+        await self.nc.flush()
+        return e.id
+
+    def events(self, session: str) -> EventStream:
+        """Live events of a session; use ``async with c.events(s) as stream`` before sending the batch."""
+        if session != "*" and not ev.valid_id(session):
+            raise ProtocolError(f"session id {session!r} is not valid")
+        return EventStream(self.nc, self.subjects.events(session))
+
+    async def tools(self, session: str, format: str = "toolbus", *, request: Request | dict[str, Any] | None = None,
+                    user: Any = None, timeout: float | None = None) -> ToolsList:
+        """What the model sees (4.1), in one of toolbus.event.FORMATS."""
+        data: dict[str, Any] = {}
+        if format:
+            data["format"] = format
+        req = _request(request)
+        if req is not None:
+            data["request"] = req
+        if user is not None:
+            data["user"] = user
+        e = self._event(ev.TYPE_TOOLS_QUERY, session, data)
+        out = await _rpc.request(self.nc, self.subjects.tools(session), e, ev.TYPE_TOOLS_LIST, self._timeout(timeout, 10))
+        tl = ToolsList.from_json(out)
+        if tl.session_rev:
+            self._revs[session] = tl.session_rev
+        return tl
+
+    async def cancel(self, session: str, reply_id: str, calls: Sequence[str] | None = None) -> None:
+        """Cancel every call of a reply, or the calls named (3.5)."""
+        e = self._event(ev.TYPE_CALL_CANCEL, session, {"calls": list(calls)} if calls else None)
+        e.replyid = reply_id
+        e.validate()
+        body, headers = ev.encode_structured(e)
+        await self.nc.publish(self.subjects.cancel(session), body, headers=headers)
+        await self.nc.flush()
+
+    async def _answer(self, subject: str, session: str, reply_id: str, call_id: str, a: Answer, what: str, timeout: float | None) -> None:
+        self._revs.pop(session, None)
+        e = self._event(ev.TYPE_ANSWER, session, a.to_json())
+        e.replyid, e.toolcallid = reply_id, call_id
+        e.validate()
+        ack = await _rpc.request(self.nc, subject, e, ev.TYPE_ANSWER_ACK, self._timeout(timeout, 10))
+        if not (isinstance(ack, dict) and ack.get("accepted") is True):
+            raise ToolbusError(f"{what} not accepted", "internal")
+
+    async def answer(self, tool: str, session: str, reply_id: str, call_id: str, output: Any, *, state: str = "success",
+                     timeout: float | None = None) -> None:
+        """Answer an external (or request-scoped) call on ``P.answer.<tool>`` (6.3); large outputs are stored first."""
+        for v, n in ((session, "session"), (reply_id, "reply"), (call_id, "call")):
+            if not ev.valid_id(v):
+                raise ProtocolError(f"an answer needs valid session, reply and call ids ({n} id {v!r})")
+        blocks = to_blocks(output)
+        blocks = await self._off.fit(f"{session}.{reply_id}.{call_id}", blocks, 0, state == "error")
+        await self._answer(self.subjects.answer(tool), session, reply_id, call_id, Answer(state=state, output=blocks), "answer", timeout)
+
+    async def answer_parked(self, parked: Any, session: str, reply_id: str, output: Any, *, state: str = "success") -> None:
+        """:meth:`answer` for a reply's :class:`Parked` entry."""
+        await self.answer(parked.name, session, reply_id, parked.id, output, state=state)
+
+    async def confirm(self, tool: str, session: str, reply_id: str, call_id: str, confirmed: bool, *, input_digest: str | None = None,
+                      input: Any = None, rules: Sequence[Rule | dict[str, Any]] | None = None, reason: str | None = None,
+                      timeout: float | None = None) -> None:
+        """Confirm or deny a parked call on ``P.approve.<tool>`` (6.3)."""
+        rs = [r if isinstance(r, Rule) else Rule.from_json(r, f"rules[{i}]", strict=True) for i, r in enumerate(rules or [])]
+        a = Answer(confirmed=bool(confirmed), input_digest=input_digest or "", input=input, rules=rs, reason=reason or "")
+        await self._answer(self.subjects.approve(tool), session, reply_id, call_id, a, "confirmation", timeout)
+
+    async def admin(self, verb: str, session: str = "", data: Any = None, timeout: float | None = None) -> Any:
+        """An administration verb (9); returns the reply data."""
+        self._revs.pop(session, None)
+        e = self._event(ev.TYPE_ADMIN, session, {} if data is None else data)
+        return await _rpc.request(self.nc, self.subjects.admin(verb), e, ev.TYPE_ADMIN_REPLY, self._timeout(timeout, 10))
+
+    async def fetch(self, ref: str | Block, *, session: str | None = None, timeout: float | None = None) -> bytes:
+        """The bytes of a stored output (5.9), read through ``P.outputs.<session>`` and checked against its digest."""
+        url = ref.url if isinstance(ref, Block) else ref
+        r = parse_ref(url)
+        if not r.digest:
+            raise ProtocolError(f"{url} has no #sha256=<digest>: give the url exactly as the result has it", "bad_request")
+        session = session or r.session
+        h = hashlib.sha256()
+        out = bytearray()
+        size = -1
+        while size < 0 or len(out) < size:
+            e = self._event(ev.TYPE_OUTPUT_GET, session, {"url": url, "offset": len(out)})
+            ch = await _rpc.request(self.nc, self.subjects.outputs(session), e, ev.TYPE_OUTPUT_CHUNK, self._timeout(timeout, 30))
+            if not isinstance(ch, dict) or not isinstance(ch.get("size"), int) or ch.get("offset") != len(out):
+                raise ProtocolError(f"fetch {url}: a malformed output.chunk")
+            if ch.get("digest") != r.digest or (size >= 0 and ch["size"] != size):
+                raise ToolbusError(f"fetch {url}: the object changed while it was read", "internal")
+            size = ch["size"]
+            part = base64.b64decode(ch.get("data") or "")
+            if not part and len(out) < size:
+                raise ProtocolError(f"fetch {url}: the router sent no bytes at offset {len(out)}")
+            h.update(part)
+            out += part
+        if h.hexdigest() != r.digest:
+            raise ToolbusError(f"fetch {url}: the bytes read do not hash to the url's digest", "internal")
+        return bytes(out)
+
+    async def turn(self, session: str, format: str, message: Any, *, user: Any = None, context: Any = None,
+                   request: Request | dict[str, Any] | None = None, reply_id: str | None = None,
+                   timeout: float | None = None) -> ModelReply:
+        """Run the tool calls of a model's message and return the messages that answer them (Go's client.Turn)."""
+        t = parse_model_turn(format, message)
+        reply = await self.call(session, t.calls, user=user, context=context, request=request, reply_id=reply_id, timeout=timeout)
+        return t.reply(reply.results, reply.parked)
+
+
+def stored_blocks(output: list[Block]) -> list[Block]:
+    """The references to stored outputs in an output."""
+    return [b for b in output if b.is_stored]
+
+
+__all__ = ["Client", "EventStream", "stored_blocks"]

@@ -1,0 +1,428 @@
+"""CloudEvents on the bus (docs/protocol.md 1): structured and binary mode, identifiers, subjects."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+import time as _time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from nats.nuid import NUID
+
+from .errors import ProtocolError
+
+# Event types (docs/protocol.md 2).
+TYPE_CALL_BATCH = "io.toolbus.call.batch"
+TYPE_CALL_REPLY = "io.toolbus.call.reply"
+TYPE_TOOLS_QUERY = "io.toolbus.tools.query"
+TYPE_TOOLS_LIST = "io.toolbus.tools.list"
+TYPE_CALL_CANCEL = "io.toolbus.call.cancel"
+TYPE_CALL_RESULT = "io.toolbus.call.result"
+TYPE_CALL_PROGRESS = "io.toolbus.call.progress"
+TYPE_CALL_PARKED = "io.toolbus.call.parked"
+TYPE_BATCH_DONE = "io.toolbus.batch.done"
+TYPE_EXEC = "io.toolbus.exec"
+TYPE_EXEC_RESULT = "io.toolbus.exec.result"
+TYPE_EXEC_RECORDED = "io.toolbus.exec.recorded"
+TYPE_EXTERNAL_REQUEST = "io.toolbus.external.request"
+TYPE_CONFIRM_REQUEST = "io.toolbus.confirm.request"
+TYPE_ANSWER = "io.toolbus.answer"
+TYPE_ANSWER_ACK = "io.toolbus.answer.ack"
+TYPE_REGISTER = "io.toolbus.register"
+TYPE_REGISTER_ACK = "io.toolbus.register.ack"
+TYPE_ADMIN = "io.toolbus.admin"
+TYPE_ADMIN_REPLY = "io.toolbus.admin.reply"
+TYPE_ERROR = "io.toolbus.error"
+TYPE_REPLAY = "io.toolbus.events.replay"
+TYPE_REPLAY_READY = "io.toolbus.events.replay.ready"
+TYPE_OUTPUT_GET = "io.toolbus.output.get"
+TYPE_OUTPUT_CHUNK = "io.toolbus.output.chunk"
+
+SPEC_VERSION = "1.0"
+CONTENT_TYPE_EVENT = "application/cloudevents+json"
+CONTENT_TYPE_JSON = "application/json"
+
+# Error codes (docs/protocol.md 1, 3.3).
+CODE_BAD_EVENT = "bad_event"
+CODE_BAD_REQUEST = "bad_request"
+CODE_UNKNOWN_TOOL = "unknown_tool"
+CODE_INACTIVE_TOOL = "inactive_tool"
+CODE_INVALID_INPUT = "invalid_input"
+CODE_DENIED = "denied"
+CODE_UNAVAILABLE = "unavailable"
+CODE_TIMEOUT = "timeout"
+CODE_TOOL_ERROR = "tool_error"
+CODE_UNKNOWN_OUTCOME = "unknown_outcome"
+CODE_INTERRUPTED = "interrupted"
+CODE_NOT_PARKED = "not_parked"
+CODE_ALREADY_ANSWERED = "already_answered"
+CODE_INTERNAL = "internal"
+CODE_LIMIT_EXCEEDED = "limit_exceeded"
+CODE_BUSY = "busy"
+
+STATE_SUCCESS = "success"
+STATE_ERROR = "error"
+STATE_INTERRUPTED = "interrupted"
+STATE_DENIED = "denied"
+
+KIND_EXTERNAL = "external"
+KIND_CONFIRM = "confirm"
+KIND_QUEUED = "queued"
+
+FORMATS = ("toolbus", "openai", "openai-responses", "anthropic", "gemini", "mcp")
+MAX_CALLS = 64
+DEFAULT_HEARTBEAT = 5.0
+DEFAULT_TIMEOUT_MS = 300000
+INTERRUPTED_TEXT = "<system-reminder>The tool call has been interrupted by the user.</system-reminder>"
+
+_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-](\d{2}):(\d{2}))$"
+)
+
+
+def valid_id(s: object) -> bool:
+    """Session, reply, call and worker ids: ``^[A-Za-z0-9_-]{1,128}$``."""
+    return isinstance(s, str) and _ID.match(s) is not None and not s.endswith("\n")
+
+
+def valid_name(s: object) -> bool:
+    """Tool and group names: ``^[A-Za-z0-9_-]{1,64}$``."""
+    return isinstance(s, str) and _NAME.match(s) is not None and not s.endswith("\n")
+
+
+def valid_time(s: str) -> bool:
+    """Whether s is an RFC 3339 time as Go's time.RFC3339Nano parses it."""
+    m = _RFC3339.match(s)
+    if m is None or s.endswith("\n"):
+        return False
+    y, mo, d, h, mi, sec = (int(m.group(i)) for i in range(1, 7))
+    if not (1 <= mo <= 12 and 1 <= d <= 31 and h <= 23 and mi <= 59 and sec <= 59):
+        return False
+    if m.group(9) is not None and (int(m.group(9)) > 23 or int(m.group(10)) > 59):
+        return False
+    return True
+
+
+def now() -> str:
+    """The current time in UTC with millisecond precision, as toolbus stamps ``time``."""
+    t = _time.time()
+    ms = int(t * 1000) % 1000
+    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(t)) + f".{ms:03d}Z"
+
+
+def rfc3339(ts: float) -> str:
+    """A unix time as RFC 3339 in UTC with nanosecond digits trimmed to microseconds."""
+    us = int(round((ts % 1) * 1e6))
+    if us == 1000000:
+        ts, us = ts + 1, 0
+    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(int(ts))) + f".{us:06d}Z"
+
+
+def parse_time(s: str) -> float:
+    """An RFC 3339 time as a unix timestamp (float seconds)."""
+    import datetime as _dt
+
+    if not valid_time(s):
+        raise ProtocolError(f"time {s!r} is not RFC 3339")
+    m = _RFC3339.match(s)
+    assert m is not None
+    frac = m.group(7) or ""
+    base = s[: m.start(7)] if frac else s[: m.start(8)]
+    tz = m.group(8)
+    dt = _dt.datetime.strptime(base, "%Y-%m-%dT%H:%M:%S")
+    if tz != "Z":
+        sign = 1 if tz[0] == "+" else -1
+        off = _dt.timedelta(hours=int(m.group(9)), minutes=int(m.group(10)))
+        dt = dt - sign * off
+    return dt.replace(tzinfo=_dt.timezone.utc).timestamp() + (float(frac) if frac else 0.0)
+
+
+_nuid = NUID()
+
+
+def new_id() -> str:
+    """A fresh event id (a NATS NUID, as the Go SDK uses)."""
+    return _nuid.next().decode()
+
+
+def input_digest(value: Any) -> str:
+    """``sha256:<hex>`` of a call input's compact JSON (docs/protocol.md 6.2)."""
+    raw = value if isinstance(value, (bytes, bytearray)) else dumps(value)
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON as the Go SDK writes it (UTF-8, no NaN)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+_ATTRS = (
+    "subject", "datacontenttype", "time", "sessionid", "replyid", "toolcallid",
+    "traceparent", "tracestate", "expirytime",
+)  # fmt: skip
+
+
+@dataclass
+class Event:
+    """One CloudEvent 1.0. ``data`` is the decoded JSON value (``None``: absent)."""
+
+    type: str
+    source: str
+    data: Any = None
+    id: str = ""
+    sessionid: str = ""
+    replyid: str = ""
+    toolcallid: str = ""
+    subject: str = ""
+    time: str = ""
+    expirytime: str = ""
+    traceparent: str = ""
+    tracestate: str = ""
+    datacontenttype: str = CONTENT_TYPE_JSON
+    specversion: str = SPEC_VERSION
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            self.id = new_id()
+        if not self.time:
+            self.time = now()
+
+    def validate(self) -> None:
+        """Check the attributes as a receiver must (docs/protocol.md 1); raises ProtocolError."""
+        if self.specversion != SPEC_VERSION:
+            raise ProtocolError(f'specversion must be "1.0", got {self.specversion!r}')
+        for name in ("id", "source", "type"):
+            if not getattr(self, name):
+                raise ProtocolError(f"{name} is empty")
+        if self.datacontenttype and not _is_json_type(self.datacontenttype):
+            raise ProtocolError(f"datacontenttype must be application/json, got {self.datacontenttype!r}")
+        for name in ("sessionid", "replyid", "toolcallid"):
+            v = getattr(self, name)
+            if v and not valid_id(v):
+                raise ProtocolError(f"{name} {v!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
+        if self.time and not valid_time(self.time):
+            raise ProtocolError(f"time {self.time!r} is not RFC 3339")
+        if self.expirytime and not valid_time(self.expirytime):
+            raise ProtocolError(f"expirytime {self.expirytime!r} is not RFC 3339")
+
+    def expiry(self) -> float | None:
+        """The ``expirytime`` as a unix time, or None."""
+        return parse_time(self.expirytime) if self.expirytime else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The structured-mode JSON object, members in the Go SDK's order."""
+        out: dict[str, Any] = {"specversion": self.specversion, "id": self.id, "source": self.source, "type": self.type}
+        for name in _ATTRS:
+            v = getattr(self, name)
+            if v:
+                out[name] = v
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+
+def _is_json_type(ct: str) -> bool:
+    mt = ct.split(";", 1)[0].strip().lower()
+    return mt == CONTENT_TYPE_JSON or mt.endswith("+json") or mt == "text/json"
+
+
+def encode_structured(e: Event) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a structured-mode message (docs/protocol.md 1)."""
+    body = dumps(e.to_dict())
+    headers = {"content-type": CONTENT_TYPE_EVENT}
+    if e.traceparent:
+        headers["traceparent"] = e.traceparent
+        if e.tracestate:
+            headers["tracestate"] = e.tracestate
+    return body, headers
+
+
+_SAFE = re.compile(r"^[A-Za-z0-9\-_.:/+~]*$")
+_PATH_KEEP = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~$&+:=@")
+
+
+def _header_value(v: str) -> str:
+    if _SAFE.match(v):
+        return v
+    return "".join(chr(b) if b in _PATH_KEEP else f"%{b:02X}" for b in v.encode())
+
+
+def encode_binary(e: Event) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a binary-mode message: attributes as ``ce-`` headers."""
+    h: dict[str, str] = {}
+    for name in ("specversion", "id", "source", "type", "subject", "time", "sessionid", "replyid",
+                 "toolcallid", "traceparent", "tracestate", "expirytime"):
+        v = getattr(e, name)
+        if v:
+            h["ce-" + name] = _header_value(v)
+    h["content-type"] = _header_value(e.datacontenttype or CONTENT_TYPE_JSON)
+    if e.traceparent:
+        h["traceparent"] = _header_value(e.traceparent)
+        if e.tracestate:
+            h["tracestate"] = _header_value(e.tracestate)
+    body = b"" if e.data is None else dumps(e.data)
+    return body, h
+
+
+def is_binary(headers: Mapping[str, str] | None) -> bool:
+    """Whether a message carries its attributes as ``ce-`` headers."""
+    if not headers:
+        return False
+    return any(len(k) > 3 and k[:3].lower() == "ce-" for k in headers)
+
+
+def decode(data: bytes, headers: Mapping[str, str] | None = None) -> Event:
+    """Decode a message in either mode; raises ProtocolError (code bad_event)."""
+    if is_binary(headers):
+        assert headers is not None
+        return _decode_binary(headers, data)
+    return decode_structured(data)
+
+
+def decode_structured(data: bytes) -> Event:
+    """Decode a structured-mode CloudEvent."""
+    b = data.strip()
+    if not b or b[:1] != b"{":
+        raise ProtocolError("message is not a JSON CloudEvent")
+    try:
+        obj = json.loads(b)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ProtocolError(f"message is not a CloudEvent: {err}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("message is not a JSON CloudEvent")
+    kw: dict[str, Any] = {}
+    for name in ("specversion", "id", "source", "type", *_ATTRS, "data_base64"):
+        v = obj.get(name)
+        if v is None:
+            continue
+        if not isinstance(v, str):
+            raise ProtocolError(f"message is not a CloudEvent: attribute {name} must be a string")
+        kw[name] = v
+    value = obj.get("data")
+    b64 = kw.pop("data_base64", "")
+    if b64:
+        if "data" in obj:
+            raise ProtocolError("data and data_base64 are both set")
+        try:
+            raw = base64.b64decode(b64, validate=True)
+            value = json.loads(raw) if raw.strip() else None
+        except (binascii.Error, ValueError) as err:
+            raise ProtocolError(f"data_base64: {err}") from None
+    e = Event(type=kw.pop("type", ""), source=kw.pop("source", ""), data=value,
+              specversion=kw.pop("specversion", ""), datacontenttype=kw.pop("datacontenttype", ""),
+              id=kw.pop("id", "") or "\x00", time=kw.pop("time", "") or "\x00", **kw)
+    _fix_defaults(e)
+    e.validate()
+    return e
+
+
+def _fix_defaults(e: Event) -> None:
+    # __post_init__ fills id and time for new events; a decoded one keeps what it had.
+    if e.id == "\x00":
+        e.id = ""
+    if e.time == "\x00":
+        e.time = ""
+
+
+def _unescape(v: str, key: str) -> str:
+    if "%" not in v:
+        return v
+    out = bytearray()
+    raw = v.encode("utf-8", "surrogateescape")
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c == 0x25:  # %
+            hexd = raw[i + 1 : i + 3]
+            if len(hexd) != 2 or not all(ch in b"0123456789abcdefABCDEF" for ch in hexd):
+                raise ProtocolError(f"header {key}: invalid URL escape {raw[i:i + 3].decode(errors='replace')!r}")
+            out.append(int(hexd, 16))
+            i += 3
+        else:
+            out.append(c)
+            i += 1
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError(f"header {key} is not UTF-8") from None
+
+
+def _decode_binary(headers: Mapping[str, str], body: bytes) -> Event:
+    seen: dict[str, tuple[str, str]] = {}
+    for k, v in headers.items():
+        if isinstance(v, list):  # some clients hand several values
+            v = v[0] if v else ""
+        lk = k.lower()
+        if lk == "content-type":
+            name = "datacontenttype"
+        elif lk.startswith("ce-"):
+            name = lk[3:]
+            v = _unescape(v, k)
+        else:
+            continue
+        if any("\ud800" <= ch <= "\udfff" for ch in v):
+            raise ProtocolError(f"header {k} is not UTF-8")
+        if name in seen:
+            if seen[name][1] != v:
+                a, b = sorted((seen[name][0], k))
+                raise ProtocolError(f"attribute {name} is given twice with different values, by headers {a} and {b}")
+            continue
+        seen[name] = (k, v)
+    attrs = {n: v for n, (_, v) in seen.items()}
+    value: Any = None
+    if body.strip():
+        try:
+            value = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise ProtocolError("binary-mode data is not JSON") from None
+    e = Event(type=attrs.get("type", ""), source=attrs.get("source", ""), data=value,
+              specversion=attrs.get("specversion", ""), datacontenttype=attrs.get("datacontenttype", ""),
+              id=attrs.get("id", "") or "\x00", time=attrs.get("time", "") or "\x00",
+              **{n: attrs.get(n, "") for n in ("subject", "sessionid", "replyid", "toolcallid",
+                                                 "traceparent", "tracestate", "expirytime")})
+    _fix_defaults(e)
+    e.validate()
+    return e
+
+
+class Subjects:
+    """The subjects and names of one deployment (docs/protocol.md 2)."""
+
+    def __init__(self, prefix: str = "toolbus") -> None:
+        self.prefix = prefix or "toolbus"
+        self._p = self.prefix + "."
+
+    def call(self, session: str) -> str: return self._p + "call." + session  # noqa: E704
+    def tools(self, session: str) -> str: return self._p + "tools." + session  # noqa: E704
+    def cancel(self, session: str) -> str: return self._p + "cancel." + session  # noqa: E704
+    def events(self, session: str) -> str: return self._p + "events." + session  # noqa: E704
+    def exec(self, tool: str) -> str: return self._p + "exec." + tool  # noqa: E704
+    def external(self, tool: str) -> str: return self._p + "external." + tool  # noqa: E704
+    def confirm(self, tool: str) -> str: return self._p + "confirm." + tool  # noqa: E704
+    def answer(self, tool: str) -> str: return self._p + "answer." + tool  # noqa: E704
+    def approve(self, tool: str) -> str: return self._p + "approve." + tool  # noqa: E704
+    def replay(self, session: str) -> str: return self._p + "replay." + session  # noqa: E704
+    def register(self) -> str: return self._p + "register"  # noqa: E704
+    def admin(self, verb: str) -> str: return self._p + "admin." + verb  # noqa: E704
+    def outputs(self, session: str) -> str: return self._p + "outputs." + session  # noqa: E704
+    def work(self, tool: str) -> str: return self._p + "work." + tool  # noqa: E704
+    def result(self, tool: str) -> str: return self._p + "result." + tool  # noqa: E704
+    def all(self, kind: str) -> str: return self._p + kind + ".>"  # noqa: E704
+    def exec_queue(self, tool: str) -> str: return self.prefix + "-exec-" + tool  # noqa: E704
+    def work_consumer(self, tool: str) -> str: return self.prefix + "-work-" + tool  # noqa: E704
+    def bucket(self, name: str) -> str: return self.prefix + "_" + name  # noqa: E704
+    def stream(self, name: str) -> str: return self.prefix.upper() + "_" + name  # noqa: E704
+
+    def token(self, subject: str, kind: str) -> str | None:
+        """The last token of ``P.<kind>.<token>``, or None."""
+        head = self._p + kind + "."
+        if not subject.startswith(head):
+            return None
+        rest = subject[len(head):]
+        return rest if rest and "." not in rest else None

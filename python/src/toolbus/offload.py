@@ -1,0 +1,190 @@
+"""Large outputs (docs/protocol.md 5.9): storing what does not fit, and references to it."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import secrets
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ProtocolError, ToolbusError
+from .records import Block
+
+SCHEME = "nats-object"
+DEFAULT_INLINE_LIMIT = 1 << 20
+DEFAULT_MAX_OUTPUT = 64 << 20
+RESERVE = 64 << 10
+PREVIEW_BYTES = 2048
+CHUNK_SIZE = 128 << 10
+MAX_REF_LEN = 2048
+HEADER_SESSION = "Toolbus-Session"
+HEADER_CALL = "Toolbus-Call"
+
+_BUCKET = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+class TooLargeError(ToolbusError):
+    """An output past the sender's ceiling: neither sent nor stored."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the output is {size} bytes, more than the limit of {limit} bytes; it was neither sent nor stored", "internal")
+        self.size, self.limit = size, limit
+
+
+@dataclass
+class Ref:
+    """A parsed ``nats-object://<bucket>/<name>#sha256=<digest>`` reference."""
+
+    bucket: str
+    name: str
+    digest: str = ""
+
+    @property
+    def session(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    def __str__(self) -> str:
+        s = f"{SCHEME}://{self.bucket}/{urllib.parse.quote(self.name, safe='')}"
+        return s + (f"#sha256={self.digest}" if self.digest else "")
+
+
+def parse_ref(ref: str) -> Ref:
+    """Parse a stored output's url; raises ProtocolError (bad_request)."""
+    short = ref if len(ref) <= 200 else ref[:200] + "…"
+    if len(ref) > MAX_REF_LEN:
+        raise ProtocolError(f"reference {short!r} is longer than {MAX_REF_LEN} bytes", "bad_request")
+    head = SCHEME + "://"
+    if not ref.startswith(head):
+        raise ProtocolError(f"reference {short!r} is not a {SCHEME}:// URL", "bad_request")
+    rest, _, frag = ref[len(head):].partition("#")
+    bucket, slash, name = rest.partition("/")
+    if not slash or not _BUCKET.match(bucket):
+        raise ProtocolError(f"reference {short!r} does not name a bucket ({SCHEME}://<bucket>/<name>)", "bad_request")
+    name = urllib.parse.unquote(name)
+    if not name:
+        raise ProtocolError(f"reference {short!r} does not name an object", "bad_request")
+    digest = ""
+    if "#" in ref:
+        if not frag.startswith("sha256=") or not _HEX.match(frag[7:]):
+            raise ProtocolError(f"reference {short!r}: the part after '#' must be sha256=<64 lower-case hex digits>", "bad_request")
+        digest = frag[7:]
+    return Ref(bucket, name, digest)
+
+
+def _enc(b: Block) -> int:
+    return len(json.dumps(b.to_json(), separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def block_size(b: Block, dup: bool) -> int:
+    n = _enc(b)
+    return 2 * n if dup and b.type == "text" else n
+
+
+def output_size(out: list[Block], dup: bool) -> int:
+    """The length of the output array encoded as JSON; text counted twice for failures (5.9)."""
+    return 2 + sum(block_size(b, dup) for b in out) + max(len(out) - 1, 0)
+
+
+def _preview(s: str, n: int) -> str:
+    raw = s.encode()
+    if len(raw) <= n:
+        return s
+    return raw[:n].decode("utf-8", "ignore") + "…"
+
+
+class Offloader:
+    """Fits an output under the inline limit by storing its largest blocks (5.9)."""
+
+    def __init__(self, nc: Any, bucket: str, inline: int = DEFAULT_INLINE_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT) -> None:
+        self.nc = nc
+        self.bucket = bucket
+        self.inline = inline if inline > 0 else DEFAULT_INLINE_LIMIT
+        self.max = max_output if max_output > 0 else DEFAULT_MAX_OUTPUT
+        self._js: Any = None
+
+    def limit(self, extra: int = 0) -> int:
+        room = int(self.nc.max_payload) - RESERVE - extra
+        return max(min(self.inline, room), 0)
+
+    async def fit(self, key: str, out: list[Block], extra: int = 0, dup: bool = False) -> list[Block]:
+        """The output itself when it fits, else with its largest blocks replaced by references."""
+        limit = self.limit(extra)
+        quick = 2 + sum(96 + 6 * (len(b.type) + len(b.text) + len(b.media_type) + len(b.data) + len(b.url)) * (2 if dup else 1) for b in out)
+        if quick <= limit and quick <= self.max:
+            return out
+        size = output_size(out, dup)
+        if size > self.max:
+            raise TooLargeError(size, self.max)
+        if size <= limit:
+            return out
+        session = key.split(".", 1)[0]
+        base = key + "." + secrets.token_hex(16)
+        sizes = [block_size(b, dup) for b in out]
+        order = sorted(range(len(out)), key=lambda i: -sizes[i])
+        repl: dict[int, list[Block]] = {}
+        for i in order:
+            if size <= limit:
+                break
+            b = out[i]
+            if b.type != "text" and (b.type != "data" or not b.data):
+                continue
+            blocks = await self._spill(session, key, f"{base}.{i}", b, min(limit // 4, PREVIEW_BYTES))
+            repl[i] = blocks
+            size += output_size(blocks, dup) - 2 - sizes[i]
+        if size > limit:
+            raw = json.dumps([b.to_json() for b in out], separators=(",", ":"), ensure_ascii=False).encode()
+            ref = await self.put(session, key, base + ".all", "application/json", raw)
+            return [Block.text_block(f"[The output, {len(out)} blocks, is too large to show here; it is stored as {ref.url}.]"), ref]
+        res: list[Block] = []
+        for i, b in enumerate(out):
+            res.extend(repl.get(i, [b]))
+        return res
+
+    async def _spill(self, session: str, key: str, name: str, b: Block, keep: int) -> list[Block]:
+        if b.type == "text":
+            raw = b.text.encode()
+            ref = await self.put(session, key, name, "text/plain; charset=utf-8", raw)
+            note = f"[The whole text, {len(raw)} bytes, is too large to show here; it is stored as {ref.url}.]"
+            return [Block.text_block(_preview(b.text, keep) + "\n" + note), ref]
+        try:
+            raw = base64.b64decode(b.data + "=" * (-len(b.data) % 4), validate=True)
+        except ValueError:
+            raise ToolbusError("a data block's data is not base64") from None
+        ref = await self.put(session, key, name, b.media_type or "application/octet-stream", raw)
+        ref.media_type = b.media_type
+        return [ref]
+
+    async def put(self, session: str, key: str, name: str, media: str, data: bytes) -> Block:
+        """Store data as object ``name`` in the object store's layout; the reference block."""
+        if self._js is None:
+            self._js = self.nc.jetstream()
+        token = secrets.token_hex(16)
+        subj = f"$O.{self.bucket}.C.{token}"
+        h = hashlib.sha256()
+        chunks = 0
+        try:
+            for off in range(0, len(data), CHUNK_SIZE):
+                part = data[off:off + CHUNK_SIZE]
+                h.update(part)
+                await self._js.publish(subj, part, timeout=30)
+                chunks += 1
+            digest = h.hexdigest()
+            info = {"name": name, "description": "toolbus output",
+                    "headers": {"Content-Type": [media], HEADER_SESSION: [session], HEADER_CALL: [key]},
+                    "options": {"max_chunk_size": CHUNK_SIZE}, "bucket": self.bucket, "nuid": token,
+                    "size": len(data), "mtime": "0001-01-01T00:00:00Z", "chunks": chunks,
+                    "digest": "SHA-256=" + base64.urlsafe_b64encode(bytes.fromhex(digest)).decode()}
+            meta = "$O." + self.bucket + ".M." + base64.urlsafe_b64encode(name.encode()).decode()
+            await self._js.publish(meta, json.dumps(info, separators=(",", ":")).encode(), timeout=30,
+                                   headers={"Nats-Expected-Last-Subject-Sequence": "0"})
+        except Exception as err:  # noqa: BLE001 - reported with what failed
+            if type(err).__name__ in ("NoRespondersError", "NoStreamResponseError"):
+                raise ToolbusError(f"the outputs object store {self.bucket} does not exist (a router creates it at start): {err}") from None
+            raise ToolbusError(f"storing {len(data)} bytes in {self.bucket}: {err!r}") from None
+        ref = Ref(self.bucket, name, digest)
+        return Block(type="data", media_type=media, url=str(ref), size=len(data))

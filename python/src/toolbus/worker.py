@@ -1,0 +1,599 @@
+"""The worker side (docs/protocol.md 5, 7): serve tools on ``P.exec.<tool>``, register and beat."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import nats
+import nats.errors
+
+from . import event as ev
+from .errors import ProtocolError, RegistrationError, ToolError
+from .offload import DEFAULT_INLINE_LIMIT, DEFAULT_MAX_OUTPUT, RESERVE, Offloader, TooLargeError
+from .records import Block, Group, Rejection, ToolDef, blocks_json, to_blocks
+from .tool import Handler, Tool, ToolContext, ToolResult, tools_of
+
+CANCEL_MEMORY = 120.0
+DEFAULT_MAX_CONCURRENT = 64
+
+
+@dataclass
+class _Call:
+    """A call from arrival to answer."""
+
+    key: str
+    tool: str
+    task: asyncio.Task[Any] | None = None
+    cancelled: bool = False  # by the agent: answer interrupted
+    cut: bool = False  # by the drain's deadline: no answer
+
+
+@dataclass
+class _Served:
+    tool: Tool
+    sub: Any = None
+    loop: asyncio.Task[Any] | None = None
+    rejected: bool = False
+    stats: dict[str, int] = field(default_factory=lambda: {"calls": 0, "errors": 0})
+
+
+class Worker:
+    """Serves tools; one per process is typical. Not thread-safe: use it from one event loop."""
+
+    def __init__(self, nc: Any, *, id: str | None = None, prefix: str = "toolbus", heartbeat: float = ev.DEFAULT_HEARTBEAT,
+                 max_concurrent: int = DEFAULT_MAX_CONCURRENT, groups: Sequence[Group | dict[str, Any]] = (),
+                 inline_limit: int = DEFAULT_INLINE_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT,
+                 logger: logging.Logger | None = None) -> None:
+        self.id = id or ev.new_id()
+        if not ev.valid_id(self.id):
+            raise ValueError(f"worker id {self.id!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
+        self.nc = nc
+        self.subjects = ev.Subjects(prefix)
+        self.source = "toolbus/worker/" + self.id
+        self.heartbeat = heartbeat if heartbeat > 0 else ev.DEFAULT_HEARTBEAT
+        self.max_concurrent = max_concurrent if max_concurrent > 0 else DEFAULT_MAX_CONCURRENT
+        self.groups = [g if isinstance(g, Group) else Group.from_json(g, f"groups[{i}]") for i, g in enumerate(groups)]
+        self.log = logger or logging.getLogger("toolbus.worker")
+        self._off = Offloader(nc, self.subjects.bucket("outputs"), inline_limit, max_output)
+        self._tools: dict[str, _Served] = {}
+        self._sem = asyncio.Semaphore(self.max_concurrent)
+        self._calls: dict[str, _Call] = {}
+        self._cancelled: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._cancel_sub: Any = None
+        self._beat: asyncio.Task[Any] | None = None
+        self._started = False
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._owned = False
+        self.accepted: list[str] = []
+        self.rejected: list[Rejection] = []
+        self.registered = asyncio.Event()
+
+    @classmethod
+    async def connect(cls, url: str | None = None, **kw: Any) -> Worker:
+        """Connect to NATS (url, else $NATS_URL, else localhost) with endless reconnects; the worker owns the connection."""
+        nats_kw = kw.pop("nats_options", {})
+        nats_kw.setdefault("name", "toolbus-worker")
+        nats_kw.setdefault("max_reconnect_attempts", -1)
+        nc = await nats.connect(url or os.environ.get("NATS_URL") or "nats://127.0.0.1:4222", **nats_kw)
+        w = cls(nc, **kw)
+        w._owned = True
+        return w
+
+    # ---- tools ----
+
+    def add(self, *tools: Any) -> Worker:
+        """Add tools: @tool functions, @tool classes or instances, or objects holding Tools."""
+        for obj in tools:
+            for t in tools_of(obj):
+                self._add(t)
+        return self
+
+    def handle(self, definition: ToolDef | dict[str, Any], handler: Handler) -> Worker:
+        """A raw tool: a definition (decoded strictly) and ``async handler(ctx) -> output``."""
+        d = definition if isinstance(definition, ToolDef) else ToolDef.from_json(definition)
+        self._add(Tool(d, handler))
+        return self
+
+    def _add(self, t: Tool) -> None:
+        if self._started:
+            raise RuntimeError("worker: tools are added before start()")
+        if not ev.valid_name(t.name):
+            raise ValueError(f"tool name {t.name!r} must match ^[A-Za-z0-9_-]{{1,64}}$")
+        if t.name in self._tools:
+            raise ValueError(f"tool {t.name!r} added twice")
+        self._tools[t.name] = _Served(t)
+
+    # ---- lifecycle ----
+
+    async def start(self, *, strict: bool = True) -> None:
+        """Subscribe, register and start beating.
+
+        Rejected tools are logged at ERROR, unsubscribed and never served; with ``strict`` a
+        RegistrationError is raised afterwards (the accepted tools keep running until stop()).
+        """
+        if self._started:
+            raise RuntimeError("worker: already started")
+        self._started = True
+        self._cancel_sub = await self.nc.subscribe(self.subjects.all("cancel"), cb=self._on_cancel)
+        for s in self._tools.values():
+            if not s.tool.definition.durable:
+                name = s.tool.name
+                s.sub = await self.nc.subscribe(self.subjects.exec(name), queue=self.subjects.exec_queue(name),
+                                                cb=self._exec_cb(s), pending_msgs_limit=max(4 * self.max_concurrent, 1024))
+        await self.nc.flush()
+        await self._register(first=True)
+        self._beat = asyncio.create_task(self._heartbeat())
+        for s in self._tools.values():
+            if s.tool.definition.durable and not s.rejected:
+                s.loop = asyncio.create_task(self._take_work(s))
+        if strict and self.rejected:
+            raise RegistrationError("the router rejected " + "; ".join(f"{r.name}: {r.reason}" for r in self.rejected), list(self.rejected))
+
+    async def run(self, *, strict: bool = True) -> None:
+        """start(), then serve until stop() or SIGINT/SIGTERM, then drain."""
+        await self.start(strict=strict)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.stop()))
+            except (NotImplementedError, RuntimeError):
+                pass
+        await self._stopped.wait()
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.drain()
+
+    async def stop(self) -> None:
+        """drain() with the default timeout."""
+        await self.drain()
+
+    async def drain(self, timeout: float = 5.0) -> None:
+        """Leave, stop taking calls, let running calls finish (past timeout: cancelled, unanswered), close an owned connection."""
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        try:
+            await self._drain(timeout)
+        finally:
+            if self._owned and not self.nc.is_closed:
+                await self.nc.close()
+            self._stopped.set()
+
+    async def _drain(self, timeout: float) -> None:
+        if not self._started:
+            return
+        loops = [t for t in [self._beat, *(s.loop for s in self._tools.values())] if t is not None]
+        for t in loops:
+            t.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        if self.nc.is_connected:
+            try:
+                await self._send_register({"worker": self.id, "leaving": True, "inflight": None}, 1.0)
+            except Exception as err:  # noqa: BLE001 - leaving is best effort
+                self.log.debug("worker: leaving not acknowledged: %s", err)
+        for s in self._tools.values():
+            if s.sub is not None:
+                try:
+                    await s.sub.unsubscribe()
+                except Exception:  # noqa: BLE001 - the connection may be gone
+                    pass
+                s.sub = None
+        pending = set(self._tasks)
+        if pending:
+            done, pending = await asyncio.wait(pending, timeout=timeout)
+        if pending:
+            self.log.warning("worker: drain deadline passed; %d calls cut off", len(pending))
+            for c in self._calls.values():
+                c.cut = True
+                if c.task is not None:
+                    c.task.cancel()
+            await asyncio.wait(pending, timeout=1.0)
+        if self._cancel_sub is not None:
+            try:
+                await self._cancel_sub.unsubscribe()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # ---- registration ----
+
+    def registration(self) -> dict[str, Any]:
+        """The ``io.toolbus.register`` data this worker sends every heartbeat (7.1)."""
+        inflight: dict[str, list[str]] = {}
+        for c in self._calls.values():
+            inflight.setdefault(c.tool, []).append(c.key)
+        data: dict[str, Any] = {"worker": self.id}
+        if self.groups:
+            data["groups"] = [g.to_json() for g in self.groups]
+        tools = [s.tool.definition.to_json() for s in self._tools.values() if not s.rejected]
+        if tools:
+            data["tools"] = tools
+        data["binary_exec"] = True
+        data["inflight"] = inflight
+        return data
+
+    async def _send_register(self, data: dict[str, Any], timeout: float) -> dict[str, Any]:
+        from ._rpc import request
+
+        e = ev.Event(ev.TYPE_REGISTER, self.source, data)
+        ack = await request(self.nc, self.subjects.register(), e, ev.TYPE_REGISTER_ACK, timeout)
+        if not isinstance(ack, dict):
+            raise ProtocolError("register.ack: data is not an object")
+        return ack
+
+    async def _register(self, first: bool = False) -> None:
+        try:
+            ack = await self._send_register(self.registration(), self.heartbeat)
+        except Exception as err:  # noqa: BLE001 - the next beat tries again
+            (self.log.error if first else self.log.warning)("worker %s: registration not acknowledged: %s", self.id, err)
+            return
+        self.accepted = [a for a in ack.get("accepted") or [] if isinstance(a, str)]
+        for r in ack.get("rejected") or []:
+            if not isinstance(r, dict):
+                continue
+            rej = Rejection(str(r.get("name", "")), str(r.get("reason", "")))
+            s = self._tools.get(rej.name)
+            if s is not None and not s.rejected:
+                s.rejected = True
+                self.rejected.append(rej)
+                self.log.error("worker %s: tool %s REJECTED by the router and not served: %s", self.id, rej.name, rej.reason)
+                if s.sub is not None:
+                    await s.sub.unsubscribe()
+                    s.sub = None
+            elif s is None:
+                self.rejected.append(rej)
+                self.log.error("worker %s: registration rejected %s: %s", self.id, rej.name, rej.reason)
+        self.registered.set()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            await self._register()
+
+    # ---- calls ----
+
+    def _exec_cb(self, s: _Served) -> Callable[[Any], Any]:
+        async def cb(msg: Any) -> None:
+            await self._accept(s, msg, None)
+
+        return cb
+
+    async def _accept(self, s: _Served, msg: Any, work: Any) -> None:
+        e: ev.Event | None = None
+        err: ProtocolError | None = None
+        try:
+            e = ev.decode(msg.data, msg.headers)
+        except ProtocolError as x:
+            err = x
+        call: _Call | None = None
+        if e is not None and e.sessionid and e.replyid and e.toolcallid:
+            call = _Call(f"{e.sessionid}.{e.replyid}.{e.toolcallid}", s.tool.name)
+            self._calls[call.key] = call
+        if work is None:
+            await self._sem.acquire()  # back-pressure: holds this tool's subscription only
+        task = asyncio.create_task(self._serve(s, msg, e, err, call, work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, s: _Served, msg: Any, e: ev.Event | None, err: ProtocolError | None, call: _Call | None, work: Any) -> None:
+        try:
+            await self._serve_one(s, msg, e, err, call, work)
+        except Exception:  # noqa: BLE001 - never let one call take the worker down
+            self.log.exception("worker: serving %s failed", s.tool.name)
+        finally:
+            self._sem.release()
+            if call is not None and self._calls.get(call.key) is call:
+                del self._calls[call.key]
+
+    def _decode_exec(self, s: _Served, msg: Any, e: ev.Event | None) -> dict[str, Any]:
+        assert e is not None
+        if e.type != ev.TYPE_EXEC:
+            raise ProtocolError(f"expected {ev.TYPE_EXEC} on {msg.subject}, got {e.type}")
+        d = e.data
+        if d is None:
+            raise ProtocolError(f"{e.type}: data is missing")
+        if not isinstance(d, dict) or not isinstance(d.get("call"), dict):
+            raise ProtocolError(f"{e.type}: data: the call is missing")
+        c = d["call"]
+        if not isinstance(c.get("id"), str) or not isinstance(c.get("name", ""), str):
+            raise ProtocolError(f"{e.type}: data: call.id and call.name must be strings")
+        if not isinstance(d.get("attempt", 0), int):
+            raise ProtocolError(f"{e.type}: data: attempt must be a number")
+        if not (ev.valid_id(e.sessionid) and ev.valid_id(e.replyid) and ev.valid_id(c["id"])):
+            raise ProtocolError("an exec request needs valid sessionid, replyid and call id")
+        if c.get("name") != s.tool.name:
+            raise ProtocolError(f"call names tool {c.get('name')!r} on the subject of {s.tool.name!r}")
+        return d
+
+    async def _serve_one(self, s: _Served, msg: Any, e: ev.Event | None, err: ProtocolError | None, call: _Call | None, work: Any) -> None:
+        try:
+            if err is not None:
+                raise err
+            d = self._decode_exec(s, msg, e)
+        except ProtocolError as x:
+            await self._refuse(msg, x, work)
+            return
+        assert e is not None
+        if self._stopping and call is not None and call.cut:
+            await self._drop(work)
+            return
+        c = d["call"]
+        key = f"{e.sessionid}.{e.replyid}.{c['id']}"
+        if call is None:
+            call = _Call(key, s.tool.name)
+            self._calls[key] = call
+        deadline = e.expiry()
+        seq = 0
+
+        async def progress(blocks: list[Block]) -> None:
+            nonlocal seq
+            blocks = await self._off.fit(key, blocks)
+            seq += 1
+            pe = ev.Event(ev.TYPE_CALL_PROGRESS, self.source, {"seq": seq, "output": blocks_json(blocks)}, subject=c["id"],
+                          sessionid=e.sessionid, replyid=e.replyid, toolcallid=c["id"], traceparent=e.traceparent,
+                          tracestate=e.tracestate)
+            body, headers = ev.encode_structured(pe)
+            await self.nc.publish(self.subjects.events(e.sessionid), body, headers=headers)
+
+        ctx = ToolContext(id=c["id"], name=s.tool.name, session=e.sessionid, reply_id=e.replyid,
+                          input=c.get("input") if c.get("input") is not None else {}, user=d.get("user"),
+                          context=d.get("context"), attempt=d.get("attempt") or 1, state=d.get("state"),
+                          deadline=deadline, progress=progress)
+        if self._was_cancelled(key, e.sessionid, e.replyid):
+            call.cancelled = True
+        res: ToolResult
+        if call.cancelled:
+            res = ToolResult([Block.text_block(ev.INTERRUPTED_TEXT)], ev.STATE_INTERRUPTED)
+        else:
+            res = await self._run(s, ctx, call, deadline)
+        if call.cut:
+            self.log.warning("worker: call cut off by the drain deadline: %s %s", s.tool.name, c["id"])
+            await self._drop(work)
+            return
+        if call.cancelled:
+            res = ToolResult([Block.text_block(ev.INTERRUPTED_TEXT)], ev.STATE_INTERRUPTED)
+        s.stats["calls"] += 1
+        if res.state != ev.STATE_SUCCESS:
+            s.stats["errors"] += 1
+        data = await self._result_data(s, key, res)
+        out = ev.Event(ev.TYPE_EXEC_RESULT, self.source, data, sessionid=e.sessionid, replyid=e.replyid, toolcallid=c["id"],
+                       traceparent=e.traceparent, tracestate=e.tracestate)
+        if work is not None:
+            await self._record(s, work, out, deadline)
+            return
+        if msg.reply:
+            body, headers = ev.encode_binary(out) if ev.is_binary(msg.headers) else ev.encode_structured(out)
+            try:
+                await self.nc.publish(msg.reply, body, headers=headers)
+            except Exception as x:  # noqa: BLE001
+                self.log.warning("worker: reply failed for %s: %s", c["id"], x)
+
+    async def _run(self, s: _Served, ctx: ToolContext, call: _Call, deadline: float | None) -> ToolResult:
+        task = asyncio.ensure_future(s.tool.handler(ctx))
+        call.task = task
+        if self._was_cancelled(call.key, ctx.session, ctx.reply_id):
+            call.cancelled = True
+            task.cancel()
+        timeout = None if deadline is None else max(deadline - time.time(), 0.0)
+        try:
+            value = await asyncio.wait_for(asyncio.shield(task), timeout)
+        except asyncio.TimeoutError:
+            task.cancel()
+            return _error(f"Error: tool {s.tool.name} did not finish before the call's deadline")
+        except asyncio.CancelledError:
+            if call.cancelled or call.cut or task.cancelled():
+                return ToolResult([Block.text_block(ev.INTERRUPTED_TEXT)], ev.STATE_INTERRUPTED)
+            raise
+        except ToolError as x:
+            return _error(str(x))
+        except Exception as x:  # noqa: BLE001 - a tool's failure is its result (5.2)
+            self.log.info("worker: tool %s raised %r", s.tool.name, x)
+            return _error(f"Error: {x}" if str(x) else f"Error: {type(x).__name__}")
+        finally:
+            call.task = None
+        try:
+            res = _as_result(value)
+        except (TypeError, ValueError, ProtocolError) as x:
+            return _error(f"Error: tool {s.tool.name} returned an output that cannot be sent: {x}")
+        if ctx.patch is not None:
+            res.state_patch = ctx.patch
+        if res.state_patch is not None and not s.tool.definition.state_injected:
+            return _error(f"Error: tool {s.tool.name} set a state patch but is not state_injected")
+        return res
+
+    async def _result_data(self, s: _Served, key: str, res: ToolResult) -> dict[str, Any]:
+        blocks = to_blocks(res.output)
+        extra = 0
+        meta_patch = {}
+        for k, v in (("metadata", res.metadata), ("state_patch", res.state_patch)):
+            if v is not None:
+                meta_patch[k] = v
+                extra += len(ev.dumps(v))
+        if extra > int(self.nc.max_payload) - RESERVE:
+            return {"state": "error", "output": [{"type": "text", "text": (
+                f"Error: the result of tool '{s.tool.name}' has {extra} bytes of metadata and state patch, more than the NATS "
+                f"payload limit of {self.nc.max_payload} bytes allows; the state patch was not applied.")}]}
+        try:
+            blocks = await self._off.fit(key, blocks, extra, res.state != ev.STATE_SUCCESS)
+        except TooLargeError as x:
+            self.log.warning("worker: output not kept: %s %s", key, x)
+            return {"state": "error", "output": [{"type": "text", "text": (
+                f"Error: the output of tool '{s.tool.name}' is {x.size} bytes, more than this worker's limit of {x.limit} bytes; "
+                "it was neither sent nor stored.")}]}
+        except Exception as x:  # noqa: BLE001
+            self.log.warning("worker: output not kept: %s %s", key, x)
+            return {"state": "error", "output": [{"type": "text", "text": (
+                f"Error: the output of tool '{s.tool.name}' is too large to send inline and could not be stored: {x}")}]}
+        return {"state": res.state, "output": blocks_json(blocks), **meta_patch}
+
+    async def _refuse(self, msg: Any, x: ProtocolError, work: Any) -> None:
+        if work is not None:
+            self.log.warning("worker: malformed durable call dropped: %s", x)
+            await _quiet(work.term())
+            return
+        self.log.warning("worker: refused a malformed exec on %s: %s", msg.subject, x.message)
+        if msg.reply:
+            re = ev.Event(ev.TYPE_ERROR, self.source, {"code": x.code, "message": x.message})
+            body, headers = ev.encode_structured(re)
+            await _quiet(self.nc.publish(msg.reply, body, headers=headers))
+
+    async def _drop(self, work: Any) -> None:
+        if work is not None:
+            await _quiet(work.nak())  # cut off by the drain: another worker takes it at once
+
+    # ---- cancel (5.4) ----
+
+    def _was_cancelled(self, key: str, session: str, reply_id: str) -> bool:
+        return key in self._cancelled or f"{session}.{reply_id}." in self._cancelled
+
+    async def _on_cancel(self, msg: Any) -> None:
+        session = self.subjects.token(msg.subject, "cancel")
+        if session is None:
+            return
+        try:
+            e = ev.decode(msg.data, msg.headers)
+        except ProtocolError:
+            return
+        if e.type != ev.TYPE_CALL_CANCEL or not e.replyid:
+            return
+        ids: list[str] = []
+        if isinstance(e.data, dict) and isinstance(e.data.get("calls"), list):
+            ids = [i for i in e.data["calls"] if isinstance(i, str)]
+        now = time.monotonic()
+        for k in [k for k, at in self._cancelled.items() if now - at > CANCEL_MEMORY]:
+            del self._cancelled[k]
+        prefix = f"{session}.{e.replyid}."
+        keys = [prefix + i for i in ids] if ids else [prefix]
+        for k in keys:
+            self._cancelled[k] = now
+        for key, c in list(self._calls.items()):
+            if (not ids and key.startswith(prefix)) or key in keys:
+                c.cancelled = True
+                if c.task is not None:
+                    c.task.cancel()
+
+    # ---- durable tools (5.8) ----
+
+    async def _take_work(self, s: _Served) -> None:
+        js = self.nc.jetstream()
+        stream, durable = self.subjects.stream("WORK"), self.subjects.work_consumer(s.tool.name)
+        retry = min(max(self.heartbeat / 10, 0.05), 1.0)
+        psub = None
+        while psub is None:
+            try:
+                info = await js.consumer_info(stream, durable)
+                psub = await js.pull_subscribe_bind(durable=durable, stream=stream)
+            except asyncio.CancelledError:
+                raise
+            except Exception as x:  # noqa: BLE001 - the router makes the consumer at registration
+                self.log.debug("worker: work consumer not there yet: %s", x)
+                await asyncio.sleep(retry)
+        ack_wait = float(info.config.ack_wait or 30.0)
+        try:
+            while True:
+                await self._sem.acquire()
+                try:
+                    msgs = await psub.fetch(1, timeout=5)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    self._sem.release()
+                    continue
+                except asyncio.CancelledError:
+                    self._sem.release()
+                    raise
+                except Exception as x:  # noqa: BLE001
+                    self._sem.release()
+                    self.log.debug("worker: work fetch: %s", x)
+                    await asyncio.sleep(retry)
+                    continue
+                for m in msgs:
+                    await self._work(s, m, ack_wait)
+        finally:
+            await _quiet(psub.unsubscribe())
+
+    async def _work(self, s: _Served, m: Any, ack_wait: float) -> None:
+        try:
+            e = ev.decode(m.data, m.headers)
+            exp = e.expiry()
+            if exp is not None and time.time() > exp:
+                await _quiet(m.term())
+                self._sem.release()
+                return
+        except ProtocolError:
+            pass
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(max(ack_wait / 3, 0.01))
+                await _quiet(m.in_progress())
+
+        beater = asyncio.create_task(beat())
+        m._toolbus_beater = beater  # stopped once the result is recorded or the call dropped
+        await self._accept(s, m, m)
+
+    async def _record(self, s: _Served, m: Any, out: ev.Event, deadline: float | None) -> None:
+        beater = getattr(m, "_toolbus_beater", None)
+        until = (deadline or time.time()) + 60.0
+        delay = 0.01
+        try:
+            while not self.nc.is_closed and time.time() < until:
+                try:
+                    body, headers = ev.encode_structured(out)
+                    resp = await self.nc.request(self.subjects.result(s.tool.name), body, timeout=5, headers=headers)
+                    if ev.decode(resp.data, resp.headers).type == ev.TYPE_EXEC_RECORDED:
+                        await _quiet(m.ack_sync())
+                        return
+                except Exception:  # noqa: BLE001 - no router answering: try again
+                    pass
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 1.0)
+            self.log.error("worker: durable result not recorded: %s %s", s.tool.name, out.toolcallid)
+        finally:
+            if beater is not None:
+                beater.cancel()
+
+
+def _error(text: str) -> ToolResult:
+    return ToolResult([Block.text_block(text)], ev.STATE_ERROR)
+
+
+def _as_result(value: Any) -> ToolResult:
+    if isinstance(value, ToolResult):
+        if value.state not in (ev.STATE_SUCCESS, ev.STATE_ERROR, ev.STATE_INTERRUPTED):
+            raise ValueError(f"state {value.state!r} is not success, error or interrupted")
+        return ToolResult(to_blocks(value.output), value.state, value.metadata, value.state_patch)
+    if value is None:
+        return ToolResult([])
+    if isinstance(value, (str, Block, list, tuple)):
+        return ToolResult(to_blocks(value))
+    if isinstance(value, (bytes, bytearray)):
+        return ToolResult([Block.data_block("application/octet-stream", bytes(value))])
+    try:
+        return ToolResult([Block.text_block(ev.dumps(value).decode())])
+    except (TypeError, ValueError) as x:
+        raise TypeError(f"a {type(value).__name__} is neither text, blocks nor JSON") from x
+
+
+async def _quiet(aw: Any) -> None:
+    try:
+        await aw
+    except Exception:  # noqa: BLE001 - best effort on a message or a connection that may be gone
+        pass
+
+
+async def serve(*tools: Any, url: str | None = None, **worker_kw: Any) -> None:
+    """Connect to ``url`` (else $NATS_URL), serve the tools until SIGINT/SIGTERM, then drain."""
+    w = await Worker.connect(url, **worker_kw)
+    w.add(*tools)
+    await w.run()

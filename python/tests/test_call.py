@@ -1,0 +1,138 @@
+"""Agent and worker on a real router: call/reply, events, progress, tools in every format."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import toolbus
+from conftest import unique
+from toolbus import event as ev
+
+
+async def test_call_python_worker(client, worker_factory, session):
+    name = unique("py_mul")
+
+    @toolbus.tool(name=name, read_only=True)
+    async def mul(a: int, b: int) -> str:
+        """Multiply two integers."""
+        return str(a * b)
+
+    await worker_factory(mul)
+    reply = await client.call(session, [{"id": "c1", "name": name, "input": {"a": 6, "b": 7}}])
+    assert reply.parked == []
+    assert [(r.id, r.state, r.text) for r in reply.results] == [("c1", "success", "42")]
+
+
+async def test_call_go_builtin_echo_and_string_input(client, session):
+    reply = await client.call(session, [toolbus.Call("c1", "echo", '{"text": "hi"}')])
+    r = reply.result("c1")
+    assert r is not None and r.ok, r
+    assert "hi" in r.text
+
+
+async def test_events_and_progress(client, worker_factory, session):
+    name = unique("py_steps")
+
+    @toolbus.tool(name=name, read_only=True)
+    async def steps(n: int, ctx: toolbus.ToolContext) -> str:
+        """Report n steps of progress."""
+        for i in range(n):
+            await ctx.progress(f"step {i + 1}")
+        return f"done {ctx.session} {ctx.user}"
+
+    await worker_factory(steps)
+    async with client.events(session) as stream:
+        reply_id = await client.publish(session, [{"id": "c1", "name": name, "input": {"n": 3}}], user="alice", events="calls")
+        progress = []
+        while len(progress) < 3:
+            e = await stream.until(ev.TYPE_CALL_PROGRESS, reply_id=reply_id, timeout=30)
+            progress.append(e)
+        done = await stream.until(ev.TYPE_BATCH_DONE, reply_id=reply_id, timeout=30)
+    assert [p.data["seq"] for p in progress] == [1, 2, 3]
+    assert [p.data["output"][0]["text"] for p in progress] == ["step 1", "step 2", "step 3"]
+    assert all(p.toolcallid == "c1" and p.subject == "c1" and p.source.startswith("toolbus/worker/") for p in progress)
+    res = toolbus.Result.from_json(done.data["results"][0])
+    assert res.text == f"done {session} alice"
+
+
+@pytest.mark.parametrize("fmt", ["toolbus", "openai", "openai-responses", "anthropic", "gemini", "mcp"])
+async def test_tools_every_format(client, worker_factory, session, fmt):
+    name = unique("py_fmt")
+
+    @toolbus.tool(name=name, read_only=True)
+    async def f(city: str, days: int = 1) -> str:
+        """Weather for a city.
+
+        Args:
+            city: the city's name
+            days: how many days
+        """
+        return city
+
+    await worker_factory(f)
+    tl = await client.tools(session, fmt)
+    assert name in tl.names and "echo" in tl.names
+    entry = next(t for t in tl.tools if (t.get("function") or t).get("name") == name)
+    if fmt == "openai":
+        schema = entry["function"]["parameters"]
+        assert entry["type"] == "function" and entry["function"]["description"] == "Weather for a city."
+    elif fmt == "openai-responses":
+        schema = entry["parameters"]
+        assert entry["type"] == "function" and entry["strict"] is False
+    elif fmt == "gemini":
+        schema = entry["parameters"]
+    elif fmt == "mcp":
+        schema = entry["inputSchema"]
+        assert entry["annotations"]["readOnlyHint"] is True
+    else:
+        schema = entry["input_schema"]
+    assert schema["properties"]["city"] == {"type": "string", "description": "the city's name"}
+    assert schema["required"] == ["city"]
+    if fmt == "toolbus":
+        assert entry["read_only"] is True and entry["timeout_ms"] == 300000
+    assert tl.groups[0].name == "basic"
+
+
+async def test_turn_openai_and_anthropic(client, session):
+    msg = {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+                                                 "function": {"name": "echo", "arguments": '{"text": "x1"}'}}]}
+    out = await client.turn(session, "openai", msg)
+    assert out.messages[0]["role"] == "tool" and out.messages[0]["tool_call_id"] == "call_1"
+    assert "x1" in out.messages[0]["content"]
+    amsg = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"text": "y"}}]}
+    out = await client.turn(session, "anthropic", amsg)
+    assert out.messages[0]["content"][0]["tool_use_id"] == "toolu_1"
+    gmsg = {"candidates": [{"content": {"parts": [{"functionCall": {"name": "echo", "args": {"text": "g"}}}]}}]}
+    out = await client.turn(session, "gemini", gmsg)
+    fr = out.messages[0]["parts"][0]["functionResponse"]
+    assert "id" not in fr and fr["name"] == "echo" and "g" in fr["response"]["output"]
+    rmsg = {"output": [{"type": "function_call", "call_id": "fc_1", "name": "echo", "arguments": '{"text":"r"}'}]}
+    out = await client.turn(session, "openai-responses", rmsg)
+    assert out.messages[0]["call_id"] == "fc_1"
+
+
+async def test_concurrency_bound(client, worker_factory, session):
+    name = unique("py_slow")
+    running = 0
+    peak = 0
+    gate = asyncio.Event()
+
+    @toolbus.tool(name=name, read_only=True)
+    async def slow(i: int) -> str:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            await asyncio.wait_for(gate.wait(), 0.2) if peak < 2 else None
+            return str(i)
+        except asyncio.TimeoutError:
+            return str(i)
+        finally:
+            running -= 1
+
+    await worker_factory(slow, max_concurrent=2)
+    reply = await client.call(session, [{"id": f"c{i}", "name": name, "input": {"i": i}} for i in range(6)])
+    assert sorted(r.text for r in reply.results) == [str(i) for i in range(6)]
+    assert peak == 2
