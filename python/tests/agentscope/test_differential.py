@@ -5,21 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import Router
+from as_router import Router
 from scenario import GROUPS_SCRIPT, run_bus, run_inprocess
 
 
-@pytest.fixture(scope="module")
-async def router():
-    r = Router()
-    await r.ready()
-    yield r
-    r.stop()
 
-
-async def test_groups_and_reset_tools(router: Router, session: str) -> None:
+async def test_groups_and_reset_tools(as_router: Router, session: str) -> None:
     want = await run_inprocess(GROUPS_SCRIPT)
-    got = await run_bus(router.url, session, GROUPS_SCRIPT)
+    got = await run_bus(as_router.url, session, GROUPS_SCRIPT)
     for i, (w, g) in enumerate(zip(want["results"], got["results"])):
         assert g == w, f"result {i}"
     assert len(got["results"]) == len(want["results"])

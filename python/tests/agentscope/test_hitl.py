@@ -8,22 +8,16 @@ import asyncio
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
-from conftest import Router
+from as_router import Router
 from scenario import agentscope_event, hitl_bus, hitl_inprocess, waiting
 
 from toolbus.agentscope._present import bus_id
 
 
-@pytest.fixture(scope="module")
-async def router():
-    r = Router()
-    await r.ready()
-    yield r
-    r.stop()
 
-
-@pytest.fixture(scope="module")
+@pytest_asyncio.fixture(scope="module")
 async def want():
     return await hitl_inprocess()
 
@@ -34,16 +28,16 @@ def same(want: dict, got: dict) -> None:
     assert got["schemas"] == want["schemas"]
 
 
-async def test_answers_as_agentscope_events(router: Router, session: str, want: dict) -> None:
+async def test_answers_as_agentscope_events(as_router: Router, session: str, want: dict) -> None:
     async def answer(agent: Any, kind: str, tool: str, value: Any) -> Any:
         return agentscope_event(agent, kind, tool, value)
 
-    same(want, await hitl_bus(router.url, session, answer))
-    parked = router.toolbus("parked", "--session", session)
+    same(want, await hitl_bus(as_router.url, session, answer))
+    parked = as_router.toolbus("parked", "--session", session)
     assert "deploy" not in parked.stdout and "pick_file" not in parked.stdout, parked.stdout
 
 
-async def test_answers_on_the_bus(router: Router, session: str, want: dict) -> None:
+async def test_answers_on_the_bus(as_router: Router, session: str, want: dict) -> None:
     """The person answers with the CLI, the other system with toolbus answer;
     the agent is resumed with reply() and no input, as it would be hours later."""
 
@@ -53,8 +47,8 @@ async def test_answers_on_the_bus(router: Router, session: str, want: dict) -> N
             args = ["confirm", call_id, "--session", session] + ([] if value else ["--deny"])
         else:
             args = ["answer", call_id, value, "--session", session]
-        out = await asyncio.to_thread(router.toolbus, *args)
+        out = await asyncio.to_thread(as_router.toolbus, *args)
         assert out.returncode == 0, out.stderr
         return None
 
-    same(want, await hitl_bus(router.url, session, answer))
+    same(want, await hitl_bus(as_router.url, session, answer))
