@@ -15,6 +15,7 @@ import json
 from typing import Any, Sequence
 
 from agentscope.message import TextBlock, ToolCallBlock, ToolResultState
+from agentscope.permission import PermissionContext
 from agentscope.state import AgentState
 from agentscope.tool import FunctionTool, ToolBase, ToolChunk, ToolResponse, Toolkit
 from agentscope.tool._utils import _remove_title_field
@@ -51,12 +52,18 @@ def definition(tool: ToolBase, group: str = "basic") -> ToolDef:
     )
 
 
-def _tools_of(source: Toolkit | Sequence[Any]) -> tuple[list[tuple[ToolBase, str]], list[Group]]:
+async def _tools_of(source: Toolkit | Sequence[Any]) -> tuple[list[tuple[ToolBase, str]], list[Group]]:
+    """The tools of a Toolkit (with their groups) or of a list. A group's skills
+    become the bus group's ``skills`` (visible while it is active, as in
+    AgentScope); the skills themselves are served by the router (``--skills``
+    or ``toolbus skills push``)."""
     if isinstance(source, Toolkit):
         tools, groups = [], []
         for g in source.tool_groups:
             if g.name != "basic":
-                groups.append(Group(name=g.name, description=g.description, instructions=g.instructions or ""))
+                skills = sorted(s.name for s in await g.list_skills())
+                groups.append(Group(name=g.name, description=g.description,
+                                    instructions=g.instructions or "", skills=skills))
             tools += [(t, g.name) for t in g.tools]
         return tools, groups
     out = []
@@ -95,6 +102,17 @@ def handler(tool: ToolBase) -> Any:
     return run
 
 
+async def _probe(tool: ToolBase) -> str:
+    """A tool class whose own check always allows (AskUser, reset-like tools)
+    gets ``permission: allow``; any other answer, or one that needs an input,
+    leaves the bus's default (the session's mode and rules decide)."""
+    try:
+        d = await tool.check_permissions({}, PermissionContext())
+    except Exception:
+        return "passthrough"
+    return "allow" if str(getattr(d.behavior, "value", d.behavior)) == "allow" else "passthrough"
+
+
 async def _no_run(ctx: Any) -> Any:
     from ..errors import ToolError
 
@@ -108,10 +126,13 @@ async def serve(source: Toolkit | Sequence[Any], *, url: str | None = None, run:
     stopped; otherwise it returns the started Worker (stop it with ``drain``)."""
     from .. import Worker
 
-    tools, groups = _tools_of(source)
+    tools, groups = await _tools_of(source)
     w = await Worker.connect(url, groups=groups, **worker_kw)
     for tool, group in tools:
-        w.handle(definition(tool, group), _no_run if tool.is_external_tool else handler(tool))
+        d = definition(tool, group)
+        if d.permission == "passthrough" and not isinstance(tool, FunctionTool) and tool.name not in _MATCHERS:
+            d.permission = await _probe(tool)
+        w.handle(d, _no_run if tool.is_external_tool else handler(tool))
     if run:
         await w.run()
         return w
