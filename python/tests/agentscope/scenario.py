@@ -10,7 +10,7 @@ from agentscope.message import ToolCallBlock, ToolResultBlock, UserMsg
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, ToolGroup, Toolkit
 
-from toolbus.agentscope import BusToolkit, ScriptedModel, serve
+from toolbus.agentscope import BusToolkit, ScriptedModel, serve  # noqa: F401 (re-exported for the tests)
 
 ALLOW = PermissionDecision(behavior=PermissionBehavior.ALLOW, message="allowed")
 

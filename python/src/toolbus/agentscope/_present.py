@@ -137,3 +137,25 @@ def from_blocks(output: Any) -> list[dict]:
             else:
                 out.append({"type": "data", "media_type": src.media_type, "data": src.data})
     return out
+
+
+_DENIED = re.compile(r"^PermissionDeniedError: The tool '(?P<t>[^']*)' may not run: (?P<why>.*)\.$", re.S)
+
+
+def denied_text(text: str) -> str:
+    """A bus denial by the mode or a rule (3.3) in the words of AgentScope's
+    permission engine; other texts (a person's refusal, with or without a
+    reason) are AgentScope's already."""
+    m = _DENIED.match(text)
+    if m is None:
+        return text
+    t, why = m["t"], m["why"]
+    if why.startswith("explore mode"):
+        return f"Permission denied for {t} (explore mode is read-only)"
+    if why.startswith("dont_ask mode denies what would ask: no rule allows"):
+        return f"Permission denied for {t} (dont_ask mode - user not available)"
+    if why.startswith("dont_ask mode"):
+        return f"Permission denied for {t} (dont_ask mode - ASK converted to DENY, user not available)"
+    if why.startswith("rule ") and why.endswith(" denies it"):
+        return f"Permission to use {t} has been denied"
+    return text

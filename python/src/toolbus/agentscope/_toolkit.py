@@ -273,6 +273,8 @@ class BusToolkit(Toolkit, MiddlewareBase):
         if isinstance(res, ToolChunk):
             return res
         blocks = P.to_blocks(res.output)
+        if self.agentscope_texts and res.state == "denied" and blocks and isinstance(blocks[0], TextBlock):
+            blocks[0].text = P.denied_text(blocks[0].text)
         if self.agentscope_texts and res.state == "success" and blocks and isinstance(blocks[0], TextBlock):
             if name == P.RESET:
                 blocks[0].text = P.reset_text(blocks[0].text)
