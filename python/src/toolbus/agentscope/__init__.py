@@ -7,8 +7,8 @@
 
 docs/agentscope.md says how the bus maps onto AgentScope and every difference.
 """
-from ._scripted import ScriptedModel
+from ._scripted import ScriptedModel, external_tool
 from ._serve import definition, serve
 from ._toolkit import BusToolkit
 
-__all__ = ["BusToolkit", "ScriptedModel", "definition", "serve"]
+__all__ = ["BusToolkit", "ScriptedModel", "definition", "external_tool", "serve"]

@@ -159,3 +159,23 @@ def denied_text(text: str) -> str:
     if why.startswith("rule ") and why.endswith(" denies it"):
         return f"Permission to use {t} has been denied"
     return text
+
+
+def request_of(tools: Iterable[Any], merge_mode: str = "") -> dict:
+    """A request (4.3) from AgentScope tools: each becomes a schema-only tool the
+    caller answers (name, description, input schema without titles)."""
+    import copy
+
+    from agentscope.tool._utils import _remove_title_field
+
+    ext = []
+    for t in tools:
+        schema = copy.deepcopy(t.input_schema)
+        _remove_title_field(schema)
+        ext.append({"name": t.name, "description": t.description or "", "input_schema": schema})
+    req: dict = {}
+    if merge_mode:
+        req["merge_mode"] = merge_mode
+    if ext:
+        req["external_tools"] = ext
+    return req

@@ -79,3 +79,22 @@ class ScriptedModel(ChatModelBase):
                 ToolCallBlock(id=f"{self.id_prefix}{self.n_calls}", name=name, input=raw),
             )
         return ChatResponse(content=blocks, is_last=True)
+
+
+def external_tool(name: str, description: str, input_schema: dict) -> "ToolBase":
+    """A schema-only AgentScope tool whose caller executes it (AgentScope's
+    external execution): for BusToolkit's request-scoped tools, and in-process."""
+    from agentscope.permission import PermissionBehavior, PermissionDecision
+    from agentscope.tool import ToolBase
+
+    class _External(ToolBase):
+        is_external_tool = True
+        is_read_only = False
+        is_concurrency_safe = True
+
+        async def check_permissions(self, tool_input: dict, context: Any) -> PermissionDecision:
+            return PermissionDecision(behavior=PermissionBehavior.ALLOW, message="answered by the caller")
+
+    t = _External()
+    t.name, t.description, t.input_schema = name, description, input_schema
+    return t

@@ -93,7 +93,9 @@ class BusToolkit(Toolkit, MiddlewareBase):
     """An AgentScope Toolkit (and middleware) backed by the bus session ``session``.
 
     ``user`` and ``context`` form the runtime context of every batch (3.1);
-    ``request`` holds request-scoped tools and the merge mode (4.3). ``tools``
+    ``request`` holds request-scoped tools and the merge mode (4.3), or give
+    them as AgentScope tools: ``external_tools`` (schema-only tools the caller
+    answers, e.g. :func:`external_tool` or AskUser) and ``merge_mode``. ``tools``
     are local AgentScope tools kept in-process beside the bus's (the agent adds
     its own, e.g. structured output, the same way). ``agentscope_texts``
     (default on) shows AgentScope's texts where the bus's differ: reset_tools'
@@ -101,7 +103,8 @@ class BusToolkit(Toolkit, MiddlewareBase):
     """
 
     def __init__(self, client: Any, session: str, *, user: Any = None, context: Any = None,
-                 request: Any = None, tools: list[ToolBase] | None = None,
+                 request: Any = None, external_tools: Sequence[ToolBase] = (),
+                 merge_mode: str = "", tools: list[ToolBase] | None = None,
                  agentscope_texts: bool = True, skill_viewer: bool = True,
                  call_timeout: float = 600.0, answer_wait: float = 0.0) -> None:
         Toolkit.__init__(self, tools=tools)
@@ -109,6 +112,10 @@ class BusToolkit(Toolkit, MiddlewareBase):
         self.session = session
         self.user = user
         self.context = context
+        if external_tools or merge_mode:
+            if request is not None:
+                raise ValueError("give request, or external_tools and merge_mode, not both")
+            request = P.request_of(external_tools, merge_mode)
         self.request = request
         self.agentscope_texts = agentscope_texts
         self.skill_viewer = skill_viewer and agentscope_texts
