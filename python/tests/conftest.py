@@ -111,7 +111,7 @@ def tmpdir_session() -> Iterator[str]:
 
 @pytest_asyncio.fixture(scope="session")
 async def router(bins: dict[str, Path], tmpdir_session: str) -> AsyncIterator[Router]:
-    r = start_router(tmpdir_session, bins, "--heartbeat", "1s")
+    r = start_router(tmpdir_session, bins, "--heartbeat", "1s", "--inline-output", "256KiB")
     try:
         await wait_ready(r.url, r.proc, r.log)
         yield r

@@ -5,13 +5,13 @@ from .errors import (BusError, NoRouterError, NoToolCallsError, ProtocolError, R
                      TimeoutError, ToolbusError, ToolError)
 from .event import Event, Subjects, input_digest, valid_id, valid_name
 from .model import ModelReply, ModelTurn, parse_model_turn
-from .records import (Answer, Block, Call, ExternalTool, Group, GroupInfo, Parked, Rejection, Reply, Request, Result,
+from .records import (Answer, Block, Call, ExternalRequest, ExternalTool, Group, GroupInfo, Parked, Rejection, Reply, Request, Result,
                       ResultError, Rule, ToolDef, ToolsList)
 from .tool import State, Tool, ToolContext, ToolResult, tool
 from .worker import Worker, serve
 
 __all__ = [
-    "Answer", "Block", "BusError", "Call", "Client", "Event", "EventStream", "ExternalTool", "Group", "GroupInfo",
+    "Answer", "Block", "BusError", "Call", "Client", "Event", "EventStream", "ExternalRequest", "ExternalTool", "Group", "GroupInfo",
     "ModelReply", "ModelTurn", "NoRouterError", "NoToolCallsError", "Parked", "ProtocolError", "RegistrationError",
     "Rejection", "Reply", "Request", "Result", "ResultError", "Rule", "SchemaError", "State", "Subjects", "TimeoutError",
     "Tool", "ToolContext", "ToolDef", "ToolError", "ToolResult", "ToolbusError", "ToolsList", "Worker", "input_digest",

@@ -198,6 +198,17 @@ class Client:
             raise ProtocolError(f"session id {session!r} is not valid")
         return EventStream(self.nc, self.subjects.events(session))
 
+    def requests(self, tool: str, kind: str = "external") -> EventStream:
+        """Live handoff requests of a tool (6.2): ``kind`` external (``P.external.<tool>``) or confirm.
+
+        Each event's data decodes with :meth:`ExternalRequest.from_event`; answer with :meth:`answer`
+        or :meth:`confirm`. Requests published before the stream opened are not seen.
+        """
+        if not ev.valid_name(tool) or kind not in ("external", "confirm"):
+            raise ProtocolError(f"requests({tool!r}, {kind!r}): a valid tool name and kind external or confirm are needed", "bad_request")
+        subj = self.subjects.external(tool) if kind == "external" else self.subjects.confirm(tool)
+        return EventStream(self.nc, subj)
+
     async def tools(self, session: str, format: str = "toolbus", *, request: Request | dict[str, Any] | None = None,
                     user: Any = None, timeout: float | None = None) -> ToolsList:
         """What the model sees (4.1), in one of toolbus.event.FORMATS."""

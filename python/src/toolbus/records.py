@@ -539,3 +539,36 @@ class Answer:
         if self.reason:
             out["reason"] = self.reason
         return out
+
+
+@dataclass
+class ExternalRequest:
+    """A handoff request (6.2): an external call or a confirmation to give."""
+
+    tool: str
+    session: str
+    reply_id: str
+    call: Call
+    user: Any = None
+    context: Any = None
+    subject: str = ""
+    expires: str = ""
+    input_digest: str = ""
+    suggested_rules: list[Rule] = field(default_factory=list)
+    reason: str = ""
+
+    @classmethod
+    def from_event(cls, e: Any) -> ExternalRequest:
+        """Decode an ``io.toolbus.external.request`` or ``io.toolbus.confirm.request`` event."""
+        if e.type not in ("io.toolbus.external.request", "io.toolbus.confirm.request"):
+            raise ProtocolError(f"expected a handoff request, got {e.type}")
+        m = _check(e.data, e.type, {"call": dict, "user": None, "context": None, "subject": str, "expires": str,
+                                     "input_digest": str, "suggested_rules": list, "reason": str}, False, "bad_event")
+        call = Call.from_json(m.get("call"), e.type + ".call")
+        if not (e.sessionid and e.replyid and call.id):
+            raise ProtocolError(f"{e.type}: sessionid, replyid and call.id are required")
+        return cls(tool=call.name, session=e.sessionid, reply_id=e.replyid, call=call, user=m.get("user"),
+                   context=m.get("context"), subject=m.get("subject") or "", expires=m.get("expires") or "",
+                   input_digest=m.get("input_digest") or "",
+                   suggested_rules=_list(m.get("suggested_rules"), e.type + ".suggested_rules", Rule.from_json),
+                   reason=m.get("reason") or "")

@@ -8,6 +8,7 @@ import enum
 import functools
 import inspect
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -244,11 +245,12 @@ def _convert(tp: Any, v: Any) -> Any:
     return v
 
 
-def _build(fn: Callable[..., Any], *, name: str | None, description: str | None, skip_first: bool, opts: dict[str, Any]) -> Tool:
+def _build(fn: Callable[..., Any], *, name: str | None, description: str | None, skip_first: bool, opts: dict[str, Any],
+           localns: dict[str, Any] | None = None) -> Tool:
     label = getattr(fn, "__qualname__", repr(fn))
     try:
         sig = inspect.signature(fn)
-        hints = typing.get_type_hints(fn, include_extras=True)
+        hints = typing.get_type_hints(fn, localns=localns, include_extras=True)
     except (NameError, TypeError) as err:
         raise SchemaError(f"tool {label}: cannot read its type hints: {err}") from None
     doc_desc, doc_args = parse_docstring(inspect.getdoc(fn))
@@ -337,6 +339,7 @@ def tool(fn: Any = None, /, name: str | None = None, description: str | None = N
     docstring; parameters annotated ToolContext or State are injected and left out of the schema.
     Raises SchemaError at decoration time when a schema cannot be derived.
     """
+    caller = sys._getframe(1).f_locals  # so that string annotations may name the caller's local types
     opts = dict(read_only=read_only, concurrency_safe=concurrency_safe, idempotent=idempotent, external=external,
                 durable=durable, timeout=timeout, max_attempts=max_attempts, permission=permission, rule_matcher=rule_matcher,
                 rule_field=rule_field, groups=list(groups), title=title, output_schema=output_schema, path_base=path_base,
@@ -348,12 +351,12 @@ def tool(fn: Any = None, /, name: str | None = None, description: str | None = N
             if call is None or call is object.__call__:
                 raise SchemaError(f"class {f.__qualname__}: a tool class needs a __call__ method")
             desc = description if description is not None else parse_docstring(inspect.getdoc(f))[0] or None
-            proto = _build(call, name=name or _snake(f.__name__), description=desc, skip_first=True, opts=dict(opts))
+            proto = _build(call, name=name or _snake(f.__name__), description=desc, skip_first=True, opts=dict(opts), localns=caller)
             f.__toolbus_tool__ = proto
             return f
         if not callable(f):
             raise SchemaError(f"@tool needs a function or a class, not {type(f).__name__}")
-        return _build(f, name=name, description=description, skip_first=False, opts=dict(opts))
+        return _build(f, name=name, description=description, skip_first=False, opts=dict(opts), localns=caller)
 
     if fn is not None:
         return wrap(fn)

@@ -96,10 +96,19 @@ class Worker:
                 self._add(t)
         return self
 
-    def handle(self, definition: ToolDef | dict[str, Any], handler: Handler) -> Worker:
-        """A raw tool: a definition (decoded strictly) and ``async handler(ctx) -> output``."""
+    def handle(self, definition: ToolDef | dict[str, Any], handler: Handler | None = None) -> Worker:
+        """A raw tool: a definition (decoded strictly) and ``async handler(ctx) -> output``.
+
+        An ``external`` tool needs no handler: it is only registered (its calls park, 6.1).
+        """
         d = definition if isinstance(definition, ToolDef) else ToolDef.from_json(definition)
-        self._add(Tool(d, handler))
+        if handler is None and not d.external:
+            raise ValueError(f"tool {d.name!r} needs a handler (only an external tool has none)")
+
+        async def none(ctx: ToolContext) -> Any:
+            raise ToolError(f"Error: the external tool {d.name} is not run by a worker")
+
+        self._add(Tool(d, handler or none))
         return self
 
     def _add(self, t: Tool) -> None:
@@ -124,7 +133,7 @@ class Worker:
         self._started = True
         self._cancel_sub = await self.nc.subscribe(self.subjects.all("cancel"), cb=self._on_cancel)
         for s in self._tools.values():
-            if not s.tool.definition.durable:
+            if not s.tool.definition.durable and not s.tool.definition.external:
                 name = s.tool.name
                 s.sub = await self.nc.subscribe(self.subjects.exec(name), queue=self.subjects.exec_queue(name),
                                                 cb=self._exec_cb(s), pending_msgs_limit=max(4 * self.max_concurrent, 1024))

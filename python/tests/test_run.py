@@ -1,0 +1,121 @@
+"""Running Python tools: cancellation, large outputs, state injection, durable tools, drain."""
+
+from __future__ import annotations
+
+import asyncio
+
+import toolbus
+from conftest import unique
+from toolbus import event as ev
+
+
+async def test_cancel_running_python_tool(client, worker_factory, session):
+    name = unique("py_forever")
+    saw_cancel = asyncio.Event()
+
+    @toolbus.tool(name=name, read_only=True)
+    async def forever(ctx: toolbus.ToolContext) -> str:
+        await ctx.progress("started")
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            saw_cancel.set()
+            raise
+        return "never"
+
+    await worker_factory(forever)
+    async with client.events(session) as stream:
+        rid = await client.publish(session, [{"id": "c1", "name": name, "input": {}}])
+        await stream.until(ev.TYPE_CALL_PROGRESS, reply_id=rid)
+        await client.cancel(session, rid, ["c1"])
+        done = await stream.until(ev.TYPE_BATCH_DONE, reply_id=rid)
+    await asyncio.wait_for(saw_cancel.wait(), 10)
+    r = toolbus.Result.from_json(done.data["results"][0])
+    assert r.state == "interrupted" and r.text == ev.INTERRUPTED_TEXT
+
+
+async def test_large_output_offloaded_and_fetched(client, worker_factory, session):
+    name = unique("py_big")
+    text = "".join(f"line {i:08d}: the quick brown fox\n" for i in range(100_000))  # ~3.3 MB
+    blob = bytes(range(256)) * 8192  # 2 MiB of binary data
+
+    @toolbus.tool(name=name, read_only=True)
+    async def big() -> list:
+        return [toolbus.Block.text_block(text), toolbus.Block.data_block("application/octet-stream", blob)]
+
+    await worker_factory(big)
+    reply = await client.call(session, [{"id": "c1", "name": name, "input": {}}])
+    r = reply.results[0]
+    assert r.ok, r
+    refs = [b for b in r.output if b.is_stored]
+    assert len(refs) == 2 and all("#sha256=" in b.url for b in refs)
+    assert "is too large to show here" in r.output[0].text and r.output[0].text.startswith("line 00000000")
+    by_media = {b.media_type: b for b in refs}
+    assert (await client.fetch(by_media["text/plain; charset=utf-8"])).decode() == text
+    assert await client.fetch(by_media["application/octet-stream"].url) == blob
+    # Another session cannot read it.
+    try:
+        await client.fetch(refs[0].url, session=session + "-other")
+        raise AssertionError("read another session's output")
+    except toolbus.BusError as err:
+        assert err.code == "bad_request" and "no output" in err.message
+
+
+async def test_large_output_go_builtin_fetched(client, session, router):
+    # A Go worker (the router's built-in echo) stores what does not fit; Python reads it back.
+    text = "x" * 500_000  # the fixture's router stores built-in outputs past 256 KiB
+    reply = await client.call(session, [{"id": "c1", "name": "echo", "input": {"text": text}}])
+    r = reply.results[0]
+    refs = [b for b in r.output if b.is_stored]
+    assert r.ok and refs, r
+    assert text in (await client.fetch(refs[0])).decode()
+
+
+async def test_state_injection_and_context(client, worker_factory, session):
+    name = unique("py_count")
+
+    @toolbus.tool(name=name, read_only=False, permission="allow")
+    async def count(state: toolbus.State, ctx: toolbus.ToolContext) -> str:
+        n = int(state.get("count", 0)) + 1
+        ctx.patch_state({"count": n})
+        return f"{n} {ctx.context_value('tenant')}"
+
+    assert count.definition.state_injected and "state" not in count.definition.input_schema["properties"]
+    await worker_factory(count)
+    for want in ("1 acme", "2 acme"):
+        reply = await client.call(session, [{"id": "c1", "name": name}], context={"tenant": "acme"})
+        assert reply.results[0].text == want, reply
+
+
+async def test_durable_tool(client, worker_factory, session):
+    name = unique("py_durable")
+
+    @toolbus.tool(name=name, read_only=True, durable=True)
+    async def durable(x: int, ctx: toolbus.ToolContext) -> str:
+        await ctx.progress("working")
+        return str(x * 2)
+
+    await worker_factory(durable)
+    reply = await client.call(session, [{"id": "c1", "name": name, "input": {"x": 21}}], timeout=60)
+    assert reply.results[0].text == "42", reply
+
+
+async def test_drain_lets_running_calls_finish(client, router, session):
+    name = unique("py_drain")
+    started = asyncio.Event()
+
+    @toolbus.tool(name=name, read_only=True)
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(0.5)
+        return "finished"
+
+    w = await toolbus.Worker.connect(router.url, heartbeat=1.0)
+    w.add(slow)
+    await w.start()
+    call = asyncio.create_task(client.call(session, [{"id": "c1", "name": name}]))
+    await asyncio.wait_for(started.wait(), 20)
+    await w.drain(timeout=10)
+    reply = await call
+    assert reply.results[0].text == "finished"
+    assert w.nc.is_closed
