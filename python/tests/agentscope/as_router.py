@@ -44,7 +44,7 @@ class Router:
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         args = [str(build("router")), "--listen", f"127.0.0.1:{self.port}", "--data", self.dir + "/js",
-                "--heartbeat", "1s", "--builtin=false"]
+                "--builtin=false"]
         if config is not None:
             path = Path(self.dir) / "config.json"
             path.write_text(json.dumps(config))
