@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from as_router import Router
-from scenario import agentscope_event, hitl_bus, hitl_inprocess, waiting
+from scenario import HITL_SCRIPT, agentscope_event, hitl_bus, hitl_inprocess, waiting
 
 from toolbus.agentscope._present import bus_id
 
@@ -52,3 +52,30 @@ async def test_answers_on_the_bus(as_router: Router, session: str, want: dict) -
         return None
 
     same(want, await hitl_bus(as_router.url, session, answer))
+
+
+async def test_interrupt_cancels_on_the_bus(as_router: Router, session: str) -> None:
+    """UserInterruptEvent on a parked reply ends the call interrupted in the agent
+    (AgentScope's own handling) and on the bus (the park is cancelled)."""
+    from agentscope.agent import Agent
+    from agentscope.event import UserInterruptEvent
+    from agentscope.message import UserMsg
+
+    from scenario import BusToolkit, ScriptedModel, hitl_toolkit, serve
+    from toolbus import Client
+
+    worker = await serve(hitl_toolkit(), url=as_router.url, run=False, heartbeat=1.0)
+    try:
+        async with await Client.connect(as_router.url) as client:
+            bus = BusToolkit(client, session)
+            agent = Agent(name="a", system_prompt="s", model=ScriptedModel(HITL_SCRIPT), toolkit=bus, middlewares=[bus])
+            await agent.reply(UserMsg(name="u", content="go"))
+            assert (await client.admin("parked.list", session))["parked"]
+            final = await agent.reply(UserInterruptEvent(reply_id=agent.state.reply_id))
+            assert final.get_text_content() == "I notice the interruption. How can I help you?"
+            end = asyncio.get_running_loop().time() + 30
+            while (await client.admin("parked.list", session))["parked"]:
+                assert asyncio.get_running_loop().time() < end, "the park was not cancelled"
+                await asyncio.sleep(0.05)
+    finally:
+        await worker.drain()

@@ -28,6 +28,7 @@ from jinja2 import Template
 from agentscope.event import (
     ExternalExecutionResultEvent,
     UserConfirmResultEvent,
+    UserInterruptEvent,
 )
 from agentscope.exception import DeveloperOrientedException
 from agentscope.message import (
@@ -299,6 +300,11 @@ class BusToolkit(Toolkit, MiddlewareBase):
             await self._forward_confirmations(agent, inputs)
         elif isinstance(inputs, ExternalExecutionResultEvent):
             await self._forward_results(agent, inputs)
+        elif isinstance(inputs, UserInterruptEvent):
+            # the agent ends its waiting calls interrupted: so does the bus (3.5)
+            for c in agent.state.get_awaiting_tool_calls(agent.name):
+                if await self._local(c.name) is None:
+                    await self.client.cancel(self.session, self._batch_id(agent.state, c.id), [P.bus_id(c.id)])
         elif inputs is None and agent.state.has_awaiting_tool_calls(agent.name):
             event = await self._resume_event(agent)
             if event is None:
