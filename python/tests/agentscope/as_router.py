@@ -16,6 +16,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+# the AgentScope tests need the extra: pip install ./python[agentscope]
+pytest.importorskip("agentscope")
 
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -91,3 +98,15 @@ class Router:
             self.proc.wait()
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def as_router(bins: Any) -> AsyncIterator[Router]:
+    """A router of its own for the test module, with no built-in tools (import
+    this fixture into the module; the SDK suite's conftest provides ``bins``)."""
+    r = Router()
+    try:
+        await r.ready()
+        yield r
+    finally:
+        r.stop()

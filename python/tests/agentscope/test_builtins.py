@@ -4,6 +4,8 @@ bypass mode on both sides; Edit needs the Read before it, which the bus keeps in
 the session's state (so any worker replica would see it)."""
 from __future__ import annotations
 
+from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,7 +16,6 @@ from agentscope.message import UserMsg
 from agentscope.permission import PermissionMode
 from agentscope.tool import Bash, Edit, Glob, Grep, Read, Toolkit, Write
 
-from as_router import Router
 from scenario import BusToolkit, ScriptedModel, serve, transcript
 
 

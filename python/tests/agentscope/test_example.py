@@ -2,13 +2,14 @@
 real router: the AgentScope agent's py_add call is answered by the Python worker."""
 from __future__ import annotations
 
+from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+
 import asyncio
 import os
 import subprocess
 import sys
 import time
 
-from as_router import ROOT, Router
 
 
 async def test_agentscope_example(as_router: Router, session: str) -> None:

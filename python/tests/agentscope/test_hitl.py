@@ -4,13 +4,14 @@ comes as AgentScope's event or on the bus (``toolbus confirm``, ``toolbus
 answer``) while the agent waits."""
 from __future__ import annotations
 
+from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+
 import asyncio
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
-from as_router import Router
 from scenario import HITL_SCRIPT, agentscope_event, hitl_bus, hitl_inprocess, waiting
 
 from toolbus.agentscope._present import bus_id

@@ -2,6 +2,8 @@
 against the agent's own PermissionContext mode; a denial reads as AgentScope's."""
 from __future__ import annotations
 
+from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+
 from typing import Any, AsyncIterator
 
 import pytest
@@ -11,7 +13,6 @@ from agentscope.agent import Agent
 from agentscope.message import UserMsg
 from agentscope.permission import PermissionBehavior, PermissionMode, PermissionRule
 
-from as_router import Router
 from scenario import BusToolkit, ScriptedModel, hitl_toolkit, serve, transcript
 
 SCRIPT: list[Any] = [[("deploy", {"env": "prod"}), ("add", {"a": 1, "b": 2})], "done"]

@@ -5,6 +5,8 @@ says; the caller answers a request-scoped call as AgentScope's external
 execution, and the bus records the answer."""
 from __future__ import annotations
 
+from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+
 from typing import Any
 
 import pytest
@@ -13,7 +15,6 @@ from agentscope.agent import Agent
 from agentscope.message import ToolResultBlock, UserMsg
 from agentscope.tool import FunctionTool, Toolkit
 
-from as_router import Router
 from scenario import add, deploy, transcript
 from toolbus.agentscope import BusToolkit, ScriptedModel, external_tool, serve
 

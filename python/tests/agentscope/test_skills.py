@@ -3,6 +3,8 @@
 folders; a skill in a group is visible only while the group is active."""
 from __future__ import annotations
 
+from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+
 import re
 import tempfile
 from pathlib import Path
@@ -12,7 +14,6 @@ import pytest_asyncio
 
 from agentscope.tool import FunctionTool, ToolGroup, Toolkit
 
-from as_router import Router
 from scenario import add, run_bus, run_inprocess
 
 SKILLS = {

@@ -95,6 +95,41 @@ def skill_body(text: str) -> str:
     return text
 
 
+#: media type of the data block that carries an external result's metadata
+#: (AgentScope's ``ToolResultBlock.metadata``, e.g. AskUser's answers) through a
+#: bus answer, whose members are only ``state`` and ``output`` (6.3)
+METADATA_MEDIA = "application/vnd.agentscope.metadata+json"
+
+
+def metadata_block(metadata: Any) -> dict:
+    """The data block that carries metadata in a bus answer."""
+    import json
+
+    raw = json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode()
+    return {"type": "data", "media_type": METADATA_MEDIA, "data": base64.b64encode(raw).decode()}
+
+
+def split_metadata(output: Iterable[Any]) -> tuple[list[Any], dict]:
+    """Bus output without its metadata block, and the metadata it carried."""
+    import json
+
+    rest, meta = [], {}
+    for b in output:
+        d = b if isinstance(b, dict) else b.to_json()
+        if d.get("type") == "data" and d.get("media_type") == METADATA_MEDIA and d.get("data"):
+            data = d["data"]
+            try:
+                raw = base64.b64decode(data) if isinstance(data, str) else bytes(data)
+                val = json.loads(raw)
+                if isinstance(val, dict):
+                    meta.update(val)
+                    continue
+            except ValueError:
+                pass
+        rest.append(b)
+    return rest, meta
+
+
 def to_blocks(output: Iterable[Any]) -> list[TextBlock | DataBlock]:
     """Bus output blocks (records or dicts) as AgentScope blocks."""
     out: list[TextBlock | DataBlock] = []

@@ -280,7 +280,8 @@ class BusToolkit(Toolkit, MiddlewareBase):
     def _chunk(self, name: str, res: Any) -> ToolChunk:
         if isinstance(res, ToolChunk):
             return res
-        blocks = P.to_blocks(res.output)
+        output, meta = P.split_metadata(res.output)
+        blocks = P.to_blocks(output)
         if self.agentscope_texts and res.state == "denied" and blocks and isinstance(blocks[0], TextBlock):
             blocks[0].text = P.denied_text(blocks[0].text)
         if self.agentscope_texts and res.state == "success" and blocks and isinstance(blocks[0], TextBlock):
@@ -288,8 +289,9 @@ class BusToolkit(Toolkit, MiddlewareBase):
                 blocks[0].text = P.reset_text(blocks[0].text)
             elif name == P.VIEWER and self.skill_viewer:
                 blocks[0].text = P.skill_body(blocks[0].text)
-        return ToolChunk(content=blocks, state=_STATES.get(res.state, ToolResultState.ERROR),
-                         metadata=res.metadata if isinstance(res.metadata, dict) else {})
+        if isinstance(res.metadata, dict):
+            meta = {**res.metadata, **meta}
+        return ToolChunk(content=blocks, state=_STATES.get(res.state, ToolResultState.ERROR), metadata=meta)
 
     # ---- suspending and resuming -------------------------------------------
 
@@ -359,7 +361,7 @@ class BusToolkit(Toolkit, MiddlewareBase):
             state = "error" if str(r.state) in ("error", "denied", "interrupted") else "success"
             try:
                 await self.client.answer(call.name, self.session, self._batch_id(agent.state, call.id),
-                                         P.bus_id(call.id), P.from_blocks(r.output), state=state)
+                                         P.bus_id(call.id), _answer_output(r), state=state)
             except ToolbusError as e:
                 if e.code not in ("already_answered", "not_parked"):
                     raise
@@ -393,6 +395,13 @@ class BusToolkit(Toolkit, MiddlewareBase):
                 confirm_results=[ConfirmResult(confirmed=True, tool_call=c) for c in confirmed],
             )
         return None
+
+
+def _answer_output(r: ToolResultBlock) -> list[dict]:
+    out = P.from_blocks(r.output)
+    if r.metadata:
+        out.append(P.metadata_block(r.metadata))
+    return out
 
 
 def _allow() -> PermissionDecision:
