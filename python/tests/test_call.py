@@ -136,3 +136,15 @@ async def test_concurrency_bound(client, worker_factory, session):
     reply = await client.call(session, [{"id": f"c{i}", "name": name, "input": {"i": i}} for i in range(6)])
     assert sorted(r.text for r in reply.results) == [str(i) for i in range(6)]
     assert peak == 2
+
+
+async def test_replay_stored_events(client, session):
+    r1 = await client.call(session, [{"id": "c1", "name": "echo", "input": {"text": "first"}}], reply_id="t1")
+    assert r1.results[0].ok
+    async with client.replay(session) as stored:
+        done = await stored.until(ev.TYPE_BATCH_DONE, reply_id="t1", timeout=30)
+        assert "first" in toolbus.Result.from_json(done.data["results"][0]).text
+        # The stream goes on with events stored after it opened.
+        await client.call(session, [{"id": "c1", "name": "echo", "input": {"text": "second"}}], reply_id="t2")
+        done = await stored.until(ev.TYPE_BATCH_DONE, reply_id="t2", timeout=30)
+        assert "second" in toolbus.Result.from_json(done.data["results"][0]).text

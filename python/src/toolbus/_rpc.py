@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import weakref
 from typing import Any
 
 import nats.errors
@@ -57,17 +58,47 @@ def error_of(e: ev.Event) -> tuple[str, str]:
     return code, msg
 
 
+
+class _Watch:
+    """Cancels the requests in flight on a connection once it closes (nats-py would wait out their timeouts)."""
+
+    def __init__(self, nc: Any) -> None:
+        self.nc = nc
+        self.waiting: set[asyncio.Task[Any]] = set()
+        self.closed: set[asyncio.Task[Any]] = set()
+        self.poller: asyncio.Task[Any] | None = None
+
+    async def poll(self) -> None:
+        while self.waiting:
+            await asyncio.sleep(0.25)
+            if self.nc.is_closed:
+                for t in self.waiting:
+                    self.closed.add(t)
+                    t.cancel()
+                return
+        self.poller = None
+
+
+_watches: "weakref.WeakKeyDictionary[Any, _Watch]" = weakref.WeakKeyDictionary()
+
+
 async def _request_watching(nc: Any, subject: str, body: bytes, timeout: float, headers: dict[str, str]) -> Any:
-    """nc.request that ends as soon as the connection closes (nats-py would wait for the timeout)."""
-    task = asyncio.ensure_future(nc.request(subject, body, timeout=timeout, headers=headers))
+    """nc.request that ends as soon as the connection closes."""
+    w = _watches.get(nc)
+    if w is None:
+        w = _watches[nc] = _Watch(nc)
+    me = asyncio.current_task()
+    assert me is not None
+    w.waiting.add(me)
+    if w.poller is None or w.poller.done():
+        w.poller = asyncio.ensure_future(w.poll())
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=0.5)
-            if done:
-                return task.result()
-            if nc.is_closed:
-                task.cancel()
-                raise nats.errors.ConnectionClosedError()
+        return await nc.request(subject, body, timeout=timeout, headers=headers)
     except asyncio.CancelledError:
-        task.cancel()
+        if me in w.closed:
+            w.closed.discard(me)
+            me.uncancel() if hasattr(me, "uncancel") else None
+            raise nats.errors.ConnectionClosedError() from None
         raise
+    finally:
+        w.waiting.discard(me)

@@ -109,11 +109,18 @@ def valid_time(s: str) -> bool:
     return True
 
 
+_last_stamp: tuple[int, str] = (-1, "")
+
+
 def now() -> str:
     """The current time in UTC with millisecond precision, as toolbus stamps ``time``."""
-    t = _time.time()
-    ms = int(t * 1000) % 1000
-    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(t)) + f".{ms:03d}Z"
+    global _last_stamp
+    ms = int(_time.time() * 1000)
+    if _last_stamp[0] == ms:
+        return _last_stamp[1]
+    s = _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+    _last_stamp = (ms, s)
+    return s
 
 
 def rfc3339(ts: float) -> str:
@@ -126,21 +133,17 @@ def rfc3339(ts: float) -> str:
 
 def parse_time(s: str) -> float:
     """An RFC 3339 time as a unix timestamp (float seconds)."""
-    import datetime as _dt
+    import calendar
 
-    if not valid_time(s):
-        raise ProtocolError(f"time {s!r} is not RFC 3339")
     m = _RFC3339.match(s)
-    assert m is not None
-    frac = m.group(7) or ""
-    base = s[: m.start(7)] if frac else s[: m.start(8)]
-    tz = m.group(8)
-    dt = _dt.datetime.strptime(base, "%Y-%m-%dT%H:%M:%S")
-    if tz != "Z":
-        sign = 1 if tz[0] == "+" else -1
-        off = _dt.timedelta(hours=int(m.group(9)), minutes=int(m.group(10)))
-        dt = dt - sign * off
-    return dt.replace(tzinfo=_dt.timezone.utc).timestamp() + (float(frac) if frac else 0.0)
+    if m is None or not valid_time(s):
+        raise ProtocolError(f"time {s!r} is not RFC 3339")
+    y, mo, d, h, mi, sec = (int(m.group(i)) for i in range(1, 7))
+    ts = calendar.timegm((y, mo, d, h, mi, sec, 0, 0, 0))
+    if m.group(8) != "Z":
+        off = int(m.group(9)) * 3600 + int(m.group(10)) * 60
+        ts -= off if m.group(8)[0] == "+" else -off
+    return ts + (float(m.group(7)) if m.group(7) else 0.0)
 
 
 _nuid = NUID()
@@ -366,8 +369,11 @@ def _decode_binary(headers: Mapping[str, str], body: bytes) -> Event:
             v = _unescape(v, k)
         else:
             continue
-        if any("\ud800" <= ch <= "\udfff" for ch in v):
-            raise ProtocolError(f"header {k} is not UTF-8")
+        if not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ProtocolError(f"header {k} is not UTF-8") from None
         if name in seen:
             if seen[name][1] != v:
                 a, b = sorted((seen[name][0], k))

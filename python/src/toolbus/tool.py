@@ -215,6 +215,12 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
 
 
 def _injected(tp: Any) -> str | None:
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _injected(typing.get_args(tp)[0])
+    if origin in (Union, types.UnionType):  # Optional[ToolContext] (3.10 adds it for a None default)
+        subs = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _injected(subs[0]) if len(subs) == 1 else None
     if tp is ToolContext or tp == "ToolContext":
         return "ctx"
     if tp is State or tp == "State":

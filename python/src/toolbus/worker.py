@@ -392,19 +392,25 @@ class Worker:
     async def _run(self, s: _Served, ctx: ToolContext, call: _Call, deadline: float | None) -> ToolResult:
         task = asyncio.ensure_future(s.tool.handler(ctx))
         call.task = task
-        if self._was_cancelled(call.key, ctx.session, ctx.reply_id):
-            call.cancelled = True
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
             task.cancel()
-        timeout = None if deadline is None else max(deadline - time.time(), 0.0)
+
+        timer = None if deadline is None else asyncio.get_running_loop().call_later(max(deadline - time.time(), 0.0), expire)
         try:
-            value = await asyncio.wait_for(asyncio.shield(task), timeout)
-        except asyncio.TimeoutError:
-            task.cancel()
-            return _error(f"Error: tool {s.tool.name} did not finish before the call's deadline")
+            value = await task
         except asyncio.CancelledError:
-            if call.cancelled or call.cut or task.cancelled():
+            if expired:
+                return _error(f"Error: tool {s.tool.name} did not finish before the call's deadline")
+            if call.cancelled or call.cut:
                 return ToolResult([Block.text_block(ev.INTERRUPTED_TEXT)], ev.STATE_INTERRUPTED)
-            raise
+            if not task.done():  # this serving task itself was cancelled: pass it on
+                task.cancel()
+                raise
+            return ToolResult([Block.text_block(ev.INTERRUPTED_TEXT)], ev.STATE_INTERRUPTED)
         except ToolError as x:
             return _error(str(x))
         except Exception as x:  # noqa: BLE001 - a tool's failure is its result (5.2)
@@ -412,6 +418,8 @@ class Worker:
             return _error(f"Error: {x}" if str(x) else f"Error: {type(x).__name__}")
         finally:
             call.task = None
+            if timer is not None:
+                timer.cancel()
         try:
             res = _as_result(value)
         except (TypeError, ValueError, ProtocolError) as x:
