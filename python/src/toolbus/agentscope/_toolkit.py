@@ -207,7 +207,12 @@ class BusToolkit(Toolkit, MiddlewareBase):
         local = await self._local(tool_name)
         if local is not None:
             return local
-        await self._list()  # the session as it is now (a reset_tools may have run)
+        try:
+            await self._list()  # the session as it is now (a reset_tools may have run)
+        except Exception:
+            if self._listing is None:
+                raise
+            # the bus is unreachable: the call itself will say so, as its result
         tool = self._proxy(tool_name)
         if tool is None:
             # Unknown or inactive: the bus says which, with AgentScope's texts
@@ -244,10 +249,14 @@ class BusToolkit(Toolkit, MiddlewareBase):
             res = await self._outcomes.wait(rid, cid, self.call_timeout)
             self._results[call.id] = res
             return _allow()
-        reply = await self.client.call(
-            self.session, [records.Call(cid, name, inp)], reply_id=rid, user=self.user,
-            context=self.context, request=self.request, timeout=self.call_timeout,
-        )
+        try:
+            reply = await self.client.call(
+                self.session, [records.Call(cid, name, inp)], reply_id=rid, user=self.user,
+                context=self.context, request=self.request, timeout=self.call_timeout,
+            )
+        except Exception as e:  # the bus is unreachable or refused the batch
+            self._results[call.id] = _error(_bus_failure(call.name, e))
+            return _allow()
         res = reply.result(cid)
         if res is not None:
             self._results[call.id] = res
@@ -402,6 +411,19 @@ def _answer_output(r: ToolResultBlock) -> list[dict]:
     if r.metadata:
         out.append(P.metadata_block(r.metadata))
     return out
+
+
+def _bus_failure(tool: str, e: Exception) -> str:
+    """The text the model reads when the bus did not take a call (AgentScope
+    shows a failing tool's exception text)."""
+    from ..errors import BusError, TimeoutError as BusTimeout
+
+    if isinstance(e, BusTimeout):
+        return (f"BusTimeoutError: The bus did not answer the call of tool '{tool}' in time; "
+                "it may still run. Do not call it again before checking its effect.")
+    if isinstance(e, BusError):
+        return f"BusError: The bus refused the call of tool '{tool}': {e}. It did not run."
+    return f"BusUnavailableError: The call of tool '{tool}' could not reach the bus ({e}). It did not run."
 
 
 def _allow() -> PermissionDecision:
