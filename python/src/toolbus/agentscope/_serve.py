@@ -7,7 +7,7 @@ bus tool with AgentScope's flags (``is_read_only`` → ``read_only``,
 built-ins, the permission matcher their rules use (Bash: the command; Read,
 Write, Edit: the file path). A call runs through AgentScope's own
 ``Toolkit.call_tool``, so JSON repair, state injection, streaming and error texts
-are AgentScope's; each intermediate chunk is sent as progress.
+are AgentScope's; each chunk of a tool that yields several is sent as progress.
 """
 from __future__ import annotations
 
@@ -84,12 +84,22 @@ def handler(tool: ToolBase) -> Any:
         if saved:
             state.tool_context = type(state.tool_context).model_validate(saved)
         call = ToolCallBlock(id=ctx.id, name=tool.name, input=json.dumps(ctx.input or {}))
+        streamed = False
         final: ToolResponse | None = None
+        held: ToolChunk | None = None  # a tool that yields one chunk sends no progress
         async for x in kit.call_tool(call, state):
             if isinstance(x, ToolResponse):
                 final = x
-            elif isinstance(x, ToolChunk) and not x.is_last and x.content:
-                await ctx.progress(P.from_blocks(x.content))
+            elif isinstance(x, ToolChunk) and x.content:
+                if held is not None:
+                    await ctx.progress(P.from_blocks(held.content))
+                    held = None
+                    await ctx.progress(P.from_blocks(x.content))
+                elif streamed:
+                    await ctx.progress(P.from_blocks(x.content))
+                else:
+                    held = x
+                streamed = streamed or held is None
         assert final is not None
         patch = None
         if tool.is_state_injected:

@@ -49,6 +49,7 @@ from agentscope.permission import (
 from agentscope.state import AgentState
 from agentscope.tool import ToolBase, ToolChunk, ToolResponse, Toolkit
 
+from .. import event as ev
 from .. import records
 from ..errors import ToolbusError
 from ..event import input_digest
@@ -63,6 +64,14 @@ _STATES = {
 }
 
 WAITING = "I'm waiting for your permission or the external execution to finish."
+
+
+class _Running:
+    """A bus call that is running: its event stream, its batch request and the
+    progress events not yet shown."""
+
+    def __init__(self, stream: Any, task: Any, call_id: str, pending: list) -> None:
+        self.stream, self.task, self.call_id, self.pending = stream, task, call_id, pending
 
 
 class _BusTool(ToolBase):
@@ -250,12 +259,14 @@ class BusToolkit(Toolkit, MiddlewareBase):
             self._results[call.id] = res
             return _allow()
         try:
-            reply = await self.client.call(
-                self.session, [records.Call(cid, name, inp)], reply_id=rid, user=self.user,
-                context=self.context, request=self.request, timeout=self.call_timeout,
-            )
+            reply = await self._start(call.id, records.Call(cid, name, inp), rid)
         except Exception as e:  # the bus is unreachable or refused the batch
             self._results[call.id] = _error(_bus_failure(call.name, e))
+            return _allow()
+        if isinstance(reply, _Running):
+            # it runs (its worker sent progress): no park can follow, the
+            # agent streams the rest from call_tool
+            self._results[call.id] = reply
             return _allow()
         res = reply.result(cid)
         if res is not None:
@@ -271,12 +282,77 @@ class BusToolkit(Toolkit, MiddlewareBase):
         tool.is_external_tool = True  # parked as external: the agent suspends
         return _allow()
 
+    async def _start(self, key: str, call: Any, rid: str) -> Any:
+        """Sends a one-call batch; returns its reply, or a _Running as soon as
+        the call's first progress arrives (so it is running, not parked)."""
+        stream = self.client.events(self.session)
+        await stream.__aenter__()
+        task = asyncio.ensure_future(self.client.call(
+            self.session, [call], reply_id=rid, user=self.user, context=self.context,
+            request=self.request, timeout=self.call_timeout,
+        ))
+        try:
+            while True:
+                getter = asyncio.ensure_future(stream.next(timeout=self.call_timeout))
+                done, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if task in done:
+                    getter.cancel()
+                    await stream.aclose()
+                    return task.result()
+                e = getter.result()
+                if e.type == ev.TYPE_CALL_PROGRESS and e.replyid == rid and e.toolcallid == call.id:
+                    return _Running(stream, task, call.id, [e])
+        except BaseException:
+            task.cancel()
+            await stream.aclose()
+            raise
+
+    async def _stream(self, name: str, run: "_Running") -> AsyncGenerator[ToolChunk | ToolResponse, None]:
+        """A running bus call: its progress as chunks (AgentScope's deltas), then
+        its result (only what progress has not shown yet is sent as a delta)."""
+        sent = ""
+        try:
+            while True:
+                for e in run.pending:
+                    blocks = P.to_blocks((e.data or {}).get("output", []))
+                    sent += "".join(b.text for b in blocks if isinstance(b, TextBlock))
+                    yield ToolChunk(content=blocks, state=ToolResultState.RUNNING, is_last=False)
+                run.pending = []
+                if run.task.done():
+                    break
+                getter = asyncio.ensure_future(run.stream.next(timeout=self.call_timeout))
+                done, _ = await asyncio.wait({run.task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done and getter.exception() is None:
+                    e = getter.result()
+                    if e.type == ev.TYPE_CALL_PROGRESS and e.toolcallid == run.call_id:
+                        run.pending.append(e)
+                else:
+                    getter.cancel()
+            try:
+                res = run.task.result().result(run.call_id)
+                final = self._chunk(name, res) if res is not None else _error(
+                    f"BusError: the call of tool '{name}' has no result.")
+            except Exception as e:
+                final = _error(_bus_failure(name, e))
+        finally:
+            await run.stream.aclose()
+        text = final.content[0].text if len(final.content) == 1 and isinstance(final.content[0], TextBlock) else None
+        if text is None or not sent or not text.startswith(sent):
+            yield final
+        elif text != sent:
+            yield ToolChunk(content=[TextBlock(text=text[len(sent):])], state=final.state, is_last=True)
+        yield ToolResponse(id=final.id).append_chunk(final)
+
     async def call_tool(self, tool_call: ToolCallBlock, state: AgentState) -> AsyncGenerator[ToolChunk | ToolResponse, None]:
         if await self._local(tool_call.name) is not None:
             async for x in Toolkit.call_tool(self, tool_call, state):
                 yield x
             return
         res = self._results.pop(tool_call.id, None)
+        if isinstance(res, _Running):
+            async for x in self._stream(tool_call.name, res):
+                yield x
+            return
         if res is None:
             raise DeveloperOrientedException(
                 "BusToolkit runs calls from the agent's permission step: pass the toolkit in "
