@@ -69,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	inboxOpts := inboxFlags(fs)
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
+	skillViewer := fs.Bool("skill-viewer", false, "also offer AgentScope's Skill viewer tool (input {\"skill\": name}, answers the SKILL.md body) beside load_skill_through_path")
 	limitsFlags := limitFlags(fs)
 	gcPercent := fs.Int("gc-percent", memtune.DefaultGCPercent, "the collector's GOGC unless the environment sets GOGC (docs/operations.md)")
 	memLimit := fs.Int64("memory-limit-mib", memtune.DefaultMemoryLimit>>20, "soft memory limit in MiB unless the environment sets GOMEMLIMIT; 0: none (docs/operations.md)")
@@ -166,7 +167,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SessionCache: *sessionCache,
 		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
 		Groups:       fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
-		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs, Lease: *lease,
+		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs, SkillViewer: *skillViewer, Lease: *lease,
 		Guard: router.Guard{Search: fileCfg.Search.Enabled, Pinned: fileCfg.Search.Pinned, Limits: fileCfg.Quotas, Cache: fileCfg.Cache.Enabled, Audit: fileCfg.Audit.config()}})
 	if err != nil {
 		return err

@@ -46,7 +46,7 @@ def free_port() -> int:
 class Router:
     """One router process with embedded NATS on a free port."""
 
-    def __init__(self, config: dict | None = None, skills: str | None = None) -> None:
+    def __init__(self, config: dict | None = None, skills: str | None = None, *extra: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="tb-as-")
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
@@ -58,6 +58,7 @@ class Router:
             args += ["--config", str(path)]
         if skills:
             args += ["--skills", skills]
+        args += list(extra)
         self.log = open(Path(self.dir) / "router.log", "wb")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
 

@@ -80,3 +80,31 @@ async def test_interrupt_cancels_on_the_bus(as_router: Router, session: str) -> 
                 await asyncio.sleep(0.05)
     finally:
         await worker.drain()
+
+
+async def test_edited_confirmation_refused(as_router: Router, session: str) -> None:
+    """AgentScope lets a confirmation replace the call's input; the bus confirms
+    exactly the parked input, so the adapter refuses the edit and nothing changes."""
+    from agentscope.agent import Agent
+    from agentscope.event import ConfirmResult, UserConfirmResultEvent
+    from agentscope.message import UserMsg
+
+    from scenario import BusToolkit, ScriptedModel, hitl_toolkit, serve
+    from toolbus import Client
+
+    worker = await serve(hitl_toolkit(), url=as_router.url, run=False, heartbeat=1.0)
+    try:
+        async with await Client.connect(as_router.url) as client:
+            bus = BusToolkit(client, session)
+            agent = Agent(name="a", system_prompt="s", model=ScriptedModel(HITL_SCRIPT), toolkit=bus, middlewares=[bus])
+            await agent.reply(UserMsg(name="u", content="go"))
+            call = waiting(agent, "deploy")
+            edited = call.model_copy(update={"input": '{"env": "everywhere"}'})
+            with pytest.raises(ValueError, match="edited name or input is refused"):
+                await agent.reply(UserConfirmResultEvent(reply_id=agent.state.reply_id, confirm_results=[
+                    ConfirmResult(confirmed=True, tool_call=edited)]))
+            parked = (await client.admin("parked.list", session))["parked"]
+            assert [p["input"] for p in parked] == [{"env": "prod"}]
+            assert waiting(agent, "deploy").id == call.id
+    finally:
+        await worker.drain()

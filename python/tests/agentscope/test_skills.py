@@ -45,10 +45,13 @@ def skill_toolkit(root: Path) -> Toolkit:
     )
 
 
-@pytest_asyncio.fixture(scope="module")
-async def skills_router(bins: Any) -> AsyncIterator[tuple[Router, Path]]:
+@pytest_asyncio.fixture(scope="module", params=["adapter viewer", "router --skill-viewer"])
+async def skills_router(bins: Any, request: Any) -> AsyncIterator[tuple[Router, Path]]:
+    """The Skill viewer offered by the adapter (over load_skill_through_path),
+    or by the router itself."""
     root = make_dir()
-    r = Router(skills=str(root))
+    extra = ["--skill-viewer"] if request.param.startswith("router") else []
+    r = Router(None, str(root), *extra)
     try:
         await r.ready()
         yield r, root

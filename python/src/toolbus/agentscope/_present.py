@@ -50,13 +50,15 @@ def agentscope_order(
     groups: list[str],
 ) -> list[dict]:
     """Orders bus tool definitions (``toolbus`` format) as AgentScope's Toolkit
-    orders its list: ``reset_tools`` first, then the tools group by group in
+    orders its list: ``Skill`` and ``reset_tools`` first, then the tools group by group in
     registration order (``basic`` first), each group's tools in their order;
     tools no group explains (request-scoped, built-ins) keep their place after."""
     rank = {g: i for i, g in enumerate(groups)}
 
     def key(ix_t: tuple[int, dict]) -> tuple[int, int, int]:
         ix, t = ix_t
+        if t["name"] == VIEWER:  # the router's own (router --skill-viewer)
+            return (0, -1, ix)
         if t["name"] == RESET:
             return (0, 0, ix)
         gs = t.get("groups") or ["basic"]

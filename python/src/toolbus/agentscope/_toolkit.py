@@ -158,7 +158,7 @@ class BusToolkit(Toolkit, MiddlewareBase):
             active = [g.name for g in listing.groups if g.active]
             tools = P.agentscope_order(tools, active)
         out = []
-        if self.skill_viewer and self._skills():
+        if self._own_viewer() and self._skills():
             out.append(P.function_schema(P.VIEWER, P.VIEWER_DESCRIPTION, P.VIEWER_SCHEMA))
         for t in tools:
             desc = t.get("description", "")
@@ -187,8 +187,13 @@ class BusToolkit(Toolkit, MiddlewareBase):
 
     # ---- lookups the agent makes -------------------------------------------
 
+    def _own_viewer(self) -> bool:
+        """The adapter offers AgentScope's Skill viewer itself unless the
+        router does (``router --skill-viewer``)."""
+        return self.skill_viewer and P.VIEWER not in self._proxies
+
     def _proxy(self, name: str) -> _BusTool | None:
-        if name == P.VIEWER and self.skill_viewer and self._skills():
+        if name == P.VIEWER and self._own_viewer() and self._skills():
             return _BusTool(P.VIEWER, P.VIEWER_DESCRIPTION, P.VIEWER_SCHEMA, read_only=True,
                             concurrency_safe=False)
         t = self._proxies.get(name)
@@ -235,7 +240,7 @@ class BusToolkit(Toolkit, MiddlewareBase):
 
     def _bus_call(self, call: ToolCallBlock, tool_input: dict) -> tuple[str, dict]:
         """The bus call a model call stands for (the Skill viewer is the loader)."""
-        if call.name == P.VIEWER and self.skill_viewer:
+        if call.name == P.VIEWER and self._own_viewer():
             return P.LOADER, {"skillId": tool_input.get("skill"), "path": "SKILL.md"}
         return call.name, tool_input
 
@@ -248,7 +253,7 @@ class BusToolkit(Toolkit, MiddlewareBase):
         rid = self._batch_id(agent.state, call.id)
         cid = P.bus_id(call.id)
         name, inp = self._bus_call(call, input_kwargs["tool_input"])
-        if call.name == P.VIEWER and inp["skillId"] not in dict(self._skills()):
+        if name == P.LOADER and call.name == P.VIEWER and inp["skillId"] not in dict(self._skills()):
             self._results[call.id] = _error(f"SkillNotFoundError: Skill '{inp['skillId']}' not found.")
             return _allow()
         if call.state == ToolCallState.ALLOWED:
