@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start, checked on the parsed command (default: any; docs/builtin.md says what it is and is not)")
 	shellEnv := fs.String("shell-env", "", "comma-separated variables of the router's environment the shell's commands get (default: none; PATH passes the router's PATH; NATS_* and TOOLBUS_* are refused)")
 	shellUser := fs.String("shell-user", "", "OS user the shell's commands run as (the router must run as root; the workdir must be usable by that user)")
+	builtinNames := fs.String("builtin-names", "toolbus", "names of the built-in file tools and shell: toolbus (read_file ... shell) or agentscope (Read, Write, Edit, Glob, Grep, Bash, with AgentScope's input field names)")
 	mcpOpts := mcpFlags(fs)
 	inboxOpts := inboxFlags(fs)
 	var skillDirs dirList
@@ -180,7 +181,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
 			InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		if err == nil {
-			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow), ShellEnv: cli.SplitList(*shellEnv), ShellUser: *shellUser, Logger: log}
+			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow), ShellEnv: cli.SplitList(*shellEnv), ShellUser: *shellUser, Names: *builtinNames, Logger: log}
 			if *workdir != "" {
 				var m *skills.Materializer
 				if m, err = skillsMaterializer(r.Skills(), *data, r.ID(), *shellUser); err == nil {

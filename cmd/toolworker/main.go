@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shellAllow := fs.String("shell-allow", "", "with --builtin: comma-separated programs shell may start, checked on the parsed command (default: any; see docs/builtin.md)")
 	shellEnv := fs.String("shell-env", "", "with --builtin: comma-separated variables of this environment shell's commands get (default: none; NATS_* and TOOLBUS_* are refused)")
 	shellUser := fs.String("shell-user", "", "with --builtin: OS user shell's commands run as (toolworker must run as root; the workdir must be usable by that user)")
+	builtinNames := fs.String("builtin-names", "toolbus", "with --builtin: names of the file tools and shell, toolbus (read_file ... shell) or agentscope (Read, Write, Edit, Glob, Grep, Bash)")
 	mcpConfig := fs.String("mcp-config", "", "also bridge the MCP servers listed in this YAML or JSON file (docs/mcp.md)")
 	demo := fs.Bool("demo", true, "serve the example tools (off by default with --mcp-config, so bridged servers stand alone)")
 	observe := cli.ObserveFlags(fs)
@@ -113,7 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *withBuiltin {
 		stop, err := registerBuiltin(ctx, nc, w, *prefix, *id, *workdir,
-			builtin.Config{ShellAllow: cli.SplitList(*shellAllow), ShellEnv: cli.SplitList(*shellEnv), ShellUser: *shellUser, Logger: log})
+			builtin.Config{ShellAllow: cli.SplitList(*shellAllow), ShellEnv: cli.SplitList(*shellEnv), ShellUser: *shellUser, Names: *builtinNames, Logger: log})
 		if err != nil {
 			return err
 		}
