@@ -108,3 +108,71 @@ async def test_edited_confirmation_refused(as_router: Router, session: str) -> N
             assert waiting(agent, "deploy").id == call.id
     finally:
         await worker.drain()
+
+
+class Inbox:
+    """`toolbus inbox` (docs/inbox.md) on a free port, driven through its HTTP API
+    as the page does: the list, then allow / deny / answer bound to the call."""
+
+    TOKEN = "agentscope-inbox-test-token"
+
+    def __init__(self, router: Router) -> None:
+        import subprocess
+
+        from as_router import build, free_port
+
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.proc = subprocess.Popen(
+            [str(build("toolbus")), "inbox", "--listen", self.url.removeprefix("http://"),
+             "--inbox-token", self.TOKEN, "--nats", router.url],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _req(self, path: str, body: dict | None = None) -> Any:
+        import json
+        import urllib.request
+
+        req = urllib.request.Request(self.url + path, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"X-Toolbus-Token": self.TOKEN, "Content-Type": "application/json"},
+                                     method="GET" if body is None else "POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    async def item(self, session: str, call_id: str) -> dict:
+        end = asyncio.get_running_loop().time() + 60
+        while True:
+            try:
+                calls = (await asyncio.to_thread(self._req, "/api/calls"))["calls"]
+                for it in calls:
+                    if it["session"] == session and it["id"] == call_id:
+                        return it
+            except OSError:
+                pass  # not listening yet
+            assert asyncio.get_running_loop().time() < end, f"{call_id} never showed in the inbox"
+            await asyncio.sleep(0.1)
+
+    async def act(self, it: dict, **action: Any) -> None:
+        body = {"key": it["key"], "revision": it["revision"], "input_digest": it["input_digest"], **action}
+        out = await asyncio.to_thread(self._req, "/api/act", body)
+        assert "code" not in out or not out.get("code"), out
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(15)
+
+
+async def test_answers_in_the_inbox(as_router: Router, session: str, want: dict) -> None:
+    """The person allows and denies in the approval inbox, and answers the
+    external call there too; the agent resumes with what it gets in-process."""
+    inbox = Inbox(as_router)
+    try:
+        async def answer(agent: Any, kind: str, tool: str, value: Any) -> Any:
+            it = await inbox.item(session, bus_id(waiting(agent, tool).id))
+            if kind == "confirm":
+                await inbox.act(it, action="allow" if value else "deny")
+            else:
+                await inbox.act(it, action="answer", state="success", format="text", output=value)
+            return None
+
+        same(want, await hitl_bus(as_router.url, session, answer))
+    finally:
+        inbox.stop()
