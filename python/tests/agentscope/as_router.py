@@ -46,12 +46,12 @@ def free_port() -> int:
 class Router:
     """One router process with embedded NATS on a free port."""
 
-    def __init__(self, config: dict | None = None, skills: str | None = None, *extra: str) -> None:
+    def __init__(self, config: dict | None = None, skills: str | None = None, *extra: str, builtin: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="tb-as-")
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         args = [str(build("router")), "--listen", f"127.0.0.1:{self.port}", "--data", self.dir + "/js",
-                "--builtin=false"]
+                "--builtin=" + ("true" if builtin else "false")]
         if config is not None:
             path = Path(self.dir) / "config.json"
             path.write_text(json.dumps(config))
