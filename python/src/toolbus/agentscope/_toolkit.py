@@ -324,7 +324,13 @@ class BusToolkit(Toolkit, MiddlewareBase):
                     yield ToolChunk(content=blocks, state=ToolResultState.RUNNING, is_last=False)
                 run.pending = []
                 if run.task.done():
-                    break
+                    # progress published before the result may still be on
+                    # its way through the event subscription: take what came
+                    late = await _drain(run.stream, run.call_id)
+                    if not late:
+                        break
+                    run.pending = late
+                    continue
                 getter = asyncio.ensure_future(run.stream.next(timeout=self.call_timeout))
                 done, _ = await asyncio.wait({run.task, getter}, return_when=asyncio.FIRST_COMPLETED)
                 if getter in done and getter.exception() is None:
@@ -485,6 +491,18 @@ class BusToolkit(Toolkit, MiddlewareBase):
                 confirm_results=[ConfirmResult(confirmed=True, tool_call=c) for c in confirmed],
             )
         return None
+
+
+async def _drain(stream: Any, call_id: str, wait: float = 0.02) -> list:
+    """The progress events of call_id that arrive within ``wait`` seconds."""
+    out = []
+    while True:
+        try:
+            e = await stream.next(timeout=wait)
+        except Exception:
+            return out
+        if e.type == ev.TYPE_CALL_PROGRESS and e.toolcallid == call_id:
+            out.append(e)
 
 
 def _answer_output(r: ToolResultBlock) -> list[dict]:

@@ -57,4 +57,7 @@ async def test_progress_streams_as_deltas(as_router: Router, session: str) -> No
     finally:
         await worker.drain()
     assert got["results"] == want["results"]
-    assert got_deltas == want_deltas
+    # the same text streamed; progress is best effort (5.3), so one that comes
+    # too late is shown with the result instead of on its own
+    assert {k: "".join(v) for k, v in got_deltas.items()} == {k: "".join(v) for k, v in want_deltas.items()}
+    assert len(got_deltas["call1"]) > 1, got_deltas
