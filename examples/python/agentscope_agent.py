@@ -4,7 +4,7 @@ import asyncio
 import sys
 
 from agentscope.agent import Agent
-from agentscope.message import ToolResultBlock, UserMsg
+from agentscope.message import UserMsg
 from toolbus import Client
 from toolbus.agentscope import BusToolkit, ScriptedModel
 

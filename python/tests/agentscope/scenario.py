@@ -2,7 +2,6 @@
 the bus-backed one; each run returns a transcript to compare."""
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Sequence
 
 from agentscope.agent import Agent
@@ -129,7 +128,6 @@ async def run_bus(url: str, session: str, script: Sequence[Any], kit: Toolkit | 
 # ---- human in the loop: confirmations and an external tool --------------------
 
 from agentscope.event import ConfirmResult, ExternalExecutionResultEvent, UserConfirmResultEvent  # noqa: E402
-from agentscope.message import ToolCallState  # noqa: E402
 from agentscope.permission import PermissionContext  # noqa: E402
 from agentscope.tool import ToolBase  # noqa: E402
 

@@ -4,7 +4,7 @@ answer (text for the model, the answers as metadata for programs) comes back
 as AgentScope's event or through the CLI (toolbus answer) while it waits."""
 from __future__ import annotations
 
-from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+from as_router import Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
 
 import asyncio
 import json

@@ -3,7 +3,7 @@ that raises, broken JSON from the model, a request the bus refuses, and NATS
 going away mid-conversation. Each gets a clear text or error and changes nothing."""
 from __future__ import annotations
 
-from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+from as_router import Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
 
 from typing import Any
 

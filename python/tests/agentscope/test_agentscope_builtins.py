@@ -4,7 +4,7 @@ bypass mode on both sides; Edit needs the Read before it, which the bus keeps in
 the session's state (so any worker replica would see it)."""
 from __future__ import annotations
 
-from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+from as_router import Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
 
 import shutil
 import tempfile

@@ -3,9 +3,7 @@ Toolkit and with the bus-backed one must show the model the same tools and give
 it the same results (docs/agentscope.md lists what differs on purpose)."""
 from __future__ import annotations
 
-from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
-
-import pytest
+from as_router import Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
 
 from scenario import GROUPS_SCRIPT, run_bus, run_inprocess
 

@@ -4,7 +4,7 @@ comes as AgentScope's event or on the bus (``toolbus confirm``, ``toolbus
 answer``) while the agent waits."""
 from __future__ import annotations
 
-from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+from as_router import Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
 
 import asyncio
 from typing import Any

@@ -3,7 +3,7 @@ and a Go worker (the router's built-ins): the agent neither knows nor cares
 which language answers."""
 from __future__ import annotations
 
-from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+from as_router import Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
 
 from typing import Any
 

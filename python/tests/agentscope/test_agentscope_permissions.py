@@ -2,7 +2,7 @@
 against the agent's own PermissionContext mode; a denial reads as AgentScope's."""
 from __future__ import annotations
 
-from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+from as_router import Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
 
 from typing import Any, AsyncIterator
 

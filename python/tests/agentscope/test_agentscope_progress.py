@@ -3,7 +3,7 @@ served on the bus, streams the same deltas to the agent (ToolResultTextDelta
 events) and ends with the same result as in-process."""
 from __future__ import annotations
 
-from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+from as_router import Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
 
 import asyncio
 from typing import Any, AsyncGenerator

@@ -5,7 +5,7 @@ says; the caller answers a request-scoped call as AgentScope's external
 execution, and the bus records the answer."""
 from __future__ import annotations
 
-from as_router import ROOT, Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
+from as_router import Router, as_router  # noqa: F401 (as_router: a fixture; first: skips without agentscope)
 
 from typing import Any
 

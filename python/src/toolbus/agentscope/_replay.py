@@ -10,7 +10,6 @@ dedupe window has passed).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any, Iterable
 

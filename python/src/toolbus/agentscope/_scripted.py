@@ -9,7 +9,7 @@ tool schemas the model was shown, so a test can compare them turn by turn.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 from pydantic import BaseModel
 
@@ -17,6 +17,9 @@ from agentscope.credential import CredentialBase
 from agentscope.formatter import OpenAIChatFormatter
 from agentscope.message import Msg, TextBlock, ToolCallBlock
 from agentscope.model import ChatModelBase, ChatResponse
+
+if TYPE_CHECKING:
+    from agentscope.tool import ToolBase
 
 Step = Union[str, Sequence[tuple[str, Any]]]
 

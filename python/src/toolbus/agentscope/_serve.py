@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from agentscope.message import TextBlock, ToolCallBlock, ToolResultState
+from agentscope.message import ToolCallBlock, ToolResultState
 from agentscope.permission import PermissionContext
 from agentscope.state import AgentState
 from agentscope.tool import FunctionTool, ToolBase, ToolChunk, ToolResponse, Toolkit

@@ -19,8 +19,6 @@ confirmations to the bus, and resumes a parked reply with the bus's answer when
 """
 from __future__ import annotations
 
-import asyncio
-import json
 from typing import Any, AsyncGenerator, Callable, Sequence
 
 from jinja2 import Template
@@ -31,14 +29,7 @@ from agentscope.event import (
     UserInterruptEvent,
 )
 from agentscope.exception import DeveloperOrientedException
-from agentscope.message import (
-    AssistantMsg,
-    TextBlock,
-    ToolCallBlock,
-    ToolCallState,
-    ToolResultBlock,
-    ToolResultState,
-)
+from agentscope.message import AssistantMsg, ToolCallBlock, ToolCallState
 from agentscope.middleware import MiddlewareBase
 from agentscope.permission import (
     PermissionBehavior,
@@ -49,29 +40,14 @@ from agentscope.permission import (
 from agentscope.state import AgentState
 from agentscope.tool import ToolBase, ToolChunk, ToolResponse, Toolkit
 
-from .. import event as ev
 from .. import records
-from ..errors import ToolbusError
-from ..event import input_digest
 from . import _present as P
+from . import _hitl as H
+from . import _running as R
 from ._replay import Outcomes
 
-_STATES = {
-    "success": ToolResultState.SUCCESS,
-    "error": ToolResultState.ERROR,
-    "denied": ToolResultState.DENIED,
-    "interrupted": ToolResultState.INTERRUPTED,
-}
 
 WAITING = "I'm waiting for your permission or the external execution to finish."
-
-
-class _Running:
-    """A bus call that is running: its event stream, its batch request and the
-    progress events not yet shown."""
-
-    def __init__(self, stream: Any, task: Any, call_id: str, pending: list) -> None:
-        self.stream, self.task, self.call_id, self.pending = stream, task, call_id, pending
 
 
 class _BusTool(ToolBase):
@@ -136,6 +112,7 @@ class BusToolkit(Toolkit, MiddlewareBase):
         self._proxies: dict[str, dict] = {}
         self._results: dict[str, Any] = {}
         self._outcomes = Outcomes(client, session)
+        self._show = R.Presentation(agentscope_texts, self._own_viewer)
 
     # ---- the model's list -------------------------------------------------
 
@@ -254,7 +231,7 @@ class BusToolkit(Toolkit, MiddlewareBase):
         cid = P.bus_id(call.id)
         name, inp = self._bus_call(call, input_kwargs["tool_input"])
         if name == P.LOADER and call.name == P.VIEWER and inp["skillId"] not in dict(self._skills()):
-            self._results[call.id] = _error(f"SkillNotFoundError: Skill '{inp['skillId']}' not found.")
+            self._results[call.id] = R.error(f"SkillNotFoundError: Skill '{inp['skillId']}' not found.")
             return _allow()
         if call.state == ToolCallState.ALLOWED:
             # confirmed: the bus runs it (or parks it as external) now
@@ -264,11 +241,12 @@ class BusToolkit(Toolkit, MiddlewareBase):
             self._results[call.id] = res
             return _allow()
         try:
-            reply = await self._start(call.id, records.Call(cid, name, inp), rid)
+            reply = await R.start(self.client, self.session, records.Call(cid, name, inp), rid, self.call_timeout,
+                                  user=self.user, context=self.context, request=self.request)
         except Exception as e:  # the bus is unreachable or refused the batch
-            self._results[call.id] = _error(_bus_failure(call.name, e))
+            self._results[call.id] = R.error(R.failure(call.name, e))
             return _allow()
-        if isinstance(reply, _Running):
+        if isinstance(reply, R.Running):
             # it runs (its worker sent progress): no park can follow, the
             # agent streams the rest from call_tool
             self._results[call.id] = reply
@@ -287,81 +265,14 @@ class BusToolkit(Toolkit, MiddlewareBase):
         tool.is_external_tool = True  # parked as external: the agent suspends
         return _allow()
 
-    async def _start(self, key: str, call: Any, rid: str) -> Any:
-        """Sends a one-call batch; returns its reply, or a _Running as soon as
-        the call's first progress arrives (so it is running, not parked)."""
-        stream = self.client.events(self.session)
-        await stream.__aenter__()
-        task = asyncio.ensure_future(self.client.call(
-            self.session, [call], reply_id=rid, user=self.user, context=self.context,
-            request=self.request, timeout=self.call_timeout,
-        ))
-        try:
-            while True:
-                getter = asyncio.ensure_future(stream.next(timeout=self.call_timeout))
-                done, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if task in done:
-                    getter.cancel()
-                    await stream.aclose()
-                    return task.result()
-                e = getter.result()
-                if e.type == ev.TYPE_CALL_PROGRESS and e.replyid == rid and e.toolcallid == call.id:
-                    return _Running(stream, task, call.id, [e])
-        except BaseException:
-            task.cancel()
-            await stream.aclose()
-            raise
-
-    async def _stream(self, name: str, run: "_Running") -> AsyncGenerator[ToolChunk | ToolResponse, None]:
-        """A running bus call: its progress as chunks (AgentScope's deltas), then
-        its result (only what progress has not shown yet is sent as a delta)."""
-        sent = ""
-        try:
-            while True:
-                for e in run.pending:
-                    blocks = P.to_blocks((e.data or {}).get("output", []))
-                    sent += "".join(b.text for b in blocks if isinstance(b, TextBlock))
-                    yield ToolChunk(content=blocks, state=ToolResultState.RUNNING, is_last=False)
-                run.pending = []
-                if run.task.done():
-                    # progress published before the result may still be on
-                    # its way through the event subscription: take what came
-                    late = await _drain(run.stream, run.call_id)
-                    if not late:
-                        break
-                    run.pending = late
-                    continue
-                getter = asyncio.ensure_future(run.stream.next(timeout=self.call_timeout))
-                done, _ = await asyncio.wait({run.task, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if getter in done and getter.exception() is None:
-                    e = getter.result()
-                    if e.type == ev.TYPE_CALL_PROGRESS and e.toolcallid == run.call_id:
-                        run.pending.append(e)
-                else:
-                    getter.cancel()
-            try:
-                res = run.task.result().result(run.call_id)
-                final = self._chunk(name, res) if res is not None else _error(
-                    f"BusError: the call of tool '{name}' has no result.")
-            except Exception as e:
-                final = _error(_bus_failure(name, e))
-        finally:
-            await run.stream.aclose()
-        text = final.content[0].text if len(final.content) == 1 and isinstance(final.content[0], TextBlock) else None
-        if text is None or not sent or not text.startswith(sent):
-            yield final
-        elif text != sent:
-            yield ToolChunk(content=[TextBlock(text=text[len(sent):])], state=final.state, is_last=True)
-        yield ToolResponse(id=final.id).append_chunk(final)
-
     async def call_tool(self, tool_call: ToolCallBlock, state: AgentState) -> AsyncGenerator[ToolChunk | ToolResponse, None]:
         if await self._local(tool_call.name) is not None:
             async for x in Toolkit.call_tool(self, tool_call, state):
                 yield x
             return
         res = self._results.pop(tool_call.id, None)
-        if isinstance(res, _Running):
-            async for x in self._stream(tool_call.name, res):
+        if isinstance(res, R.Running):
+            async for x in R.stream(tool_call.name, res, self._show, self.call_timeout):
                 yield x
             return
         if res is None:
@@ -369,25 +280,9 @@ class BusToolkit(Toolkit, MiddlewareBase):
                 "BusToolkit runs calls from the agent's permission step: pass the toolkit in "
                 "the Agent's middlewares too (Agent(..., toolkit=tk, middlewares=[tk])).",
             )
-        chunk = self._chunk(tool_call.name, res)
+        chunk = self._show.chunk(tool_call.name, res)
         yield chunk
         yield ToolResponse(id=tool_call.id).append_chunk(chunk)
-
-    def _chunk(self, name: str, res: Any) -> ToolChunk:
-        if isinstance(res, ToolChunk):
-            return res
-        output, meta = P.split_metadata(res.output)
-        blocks = P.to_blocks(output)
-        if self.agentscope_texts and res.state == "denied" and blocks and isinstance(blocks[0], TextBlock):
-            blocks[0].text = P.denied_text(blocks[0].text)
-        if self.agentscope_texts and res.state == "success" and blocks and isinstance(blocks[0], TextBlock):
-            if name == P.RESET:
-                blocks[0].text = P.reset_text(blocks[0].text)
-            elif name == P.VIEWER and self.skill_viewer:
-                blocks[0].text = P.skill_body(blocks[0].text)
-        if isinstance(res.metadata, dict):
-            meta = {**res.metadata, **meta}
-        return ToolChunk(content=blocks, state=_STATES.get(res.state, ToolResultState.ERROR), metadata=meta)
 
     # ---- suspending and resuming -------------------------------------------
 
@@ -395,16 +290,13 @@ class BusToolkit(Toolkit, MiddlewareBase):
                        next_handler: Callable[..., AsyncGenerator]) -> AsyncGenerator:
         inputs = input_kwargs.get("inputs")
         if isinstance(inputs, UserConfirmResultEvent):
-            await self._forward_confirmations(agent, inputs)
+            await H.forward_confirmations(self, agent, inputs)
         elif isinstance(inputs, ExternalExecutionResultEvent):
-            await self._forward_results(agent, inputs)
+            await H.forward_results(self, agent, inputs)
         elif isinstance(inputs, UserInterruptEvent):
-            # the agent ends its waiting calls interrupted: so does the bus (3.5)
-            for c in agent.state.get_awaiting_tool_calls(agent.name):
-                if await self._local(c.name) is None:
-                    await self.client.cancel(self.session, self._batch_id(agent.state, c.id), [P.bus_id(c.id)])
+            await H.cancel(self, agent)
         elif inputs is None and agent.state.has_awaiting_tool_calls(agent.name):
-            event = await self._resume_event(agent)
+            event = await H.resume_event(self, agent)
             if event is None:
                 yield AssistantMsg(id=agent.state.reply_id, name=agent.name, content=WAITING)
                 return
@@ -412,134 +304,9 @@ class BusToolkit(Toolkit, MiddlewareBase):
         async for item in next_handler(**input_kwargs):
             yield item
 
-    def _is_bus(self, name: str) -> bool:
-        return name in self._proxies or (name == P.VIEWER and self.skill_viewer)
-
-    async def _forward_confirmations(self, agent: Any, event: UserConfirmResultEvent) -> None:
-        """An AgentScope confirmation of a bus-parked call goes to the bus first:
-        the bus records who answered and runs the call (6.3)."""
-        waiting = {c.id: c for c in agent.state.get_awaiting_tool_calls(agent.name)}
-        for cr in event.confirm_results:
-            call = waiting.get(cr.tool_call.id)
-            if call is None or await self._local(call.name) is not None:
-                continue
-            if cr.confirmed and (cr.tool_call.name != call.name or _parse(cr.tool_call.input) != _parse(call.input)):
-                raise ValueError(
-                    f"tool call {call.id} waits on the bus for a confirmation of its input as it is: "
-                    "an edited name or input is refused (docs/protocol.md 6.3)",
-                )
-        for cr in event.confirm_results:
-            call = waiting.get(cr.tool_call.id)
-            if call is None or await self._local(call.name) is not None:
-                continue
-            rid = self._batch_id(agent.state, call.id)
-            name, inp = self._bus_call(call, _parse(call.input))
-            rules = [_bus_rule(r) for r in (cr.rules or [])] if cr.confirmed else None
-            try:
-                await self.client.confirm(
-                    name, self.session, rid, P.bus_id(call.id), cr.confirmed,
-                    input_digest=input_digest(inp), rules=rules or None,
-                )
-            except ToolbusError as e:
-                # answered on the bus meanwhile: the bus's answer stands
-                if e.code not in ("already_answered", "not_parked"):
-                    raise
-
-    async def _forward_results(self, agent: Any, event: ExternalExecutionResultEvent) -> None:
-        """An AgentScope external result of a bus-parked call answers it on the
-        bus first (6.3), so the bus's record, handlers and inbox agree."""
-        waiting = {c.id: c for c in agent.state.get_awaiting_tool_calls(agent.name)
-                   if c.state == ToolCallState.SUBMITTED}
-        for r in event.execution_results:
-            call = waiting.get(r.id)
-            if call is None or await self._local(call.name) is not None:
-                continue
-            state = "error" if str(r.state) in ("error", "denied", "interrupted") else "success"
-            try:
-                await self.client.answer(call.name, self.session, self._batch_id(agent.state, call.id),
-                                         P.bus_id(call.id), _answer_output(r), state=state)
-            except ToolbusError as e:
-                if e.code not in ("already_answered", "not_parked"):
-                    raise
-
-    async def _resume_event(self, agent: Any) -> Any:
-        """The AgentScope event that resumes a parked reply with what the bus
-        knows now, or None when no parked call has its answer yet."""
-        awaiting = agent.state.get_awaiting_tool_calls(agent.name)
-        found = await self._outcomes.find(
-            [(self._batch_id(agent.state, c.id), P.bus_id(c.id)) for c in awaiting],
-            wait=self.answer_wait,
-        )
-        executed, confirmed = [], []
-        for c in awaiting:
-            res = found.get((self._batch_id(agent.state, c.id), P.bus_id(c.id)))
-            if res is None:
-                continue
-            if c.state == ToolCallState.SUBMITTED:
-                chunk = self._chunk(c.name, res)
-                executed.append(ToolResultBlock(id=c.id, name=c.name, output=chunk.content,
-                                                state=chunk.state, metadata=chunk.metadata))
-            elif c.state == ToolCallState.ASKING:
-                confirmed.append(c)
-        if executed:
-            return ExternalExecutionResultEvent(reply_id=agent.state.reply_id, execution_results=executed)
-        if confirmed:
-            from agentscope.event import ConfirmResult
-
-            return UserConfirmResultEvent(
-                reply_id=agent.state.reply_id,
-                confirm_results=[ConfirmResult(confirmed=True, tool_call=c) for c in confirmed],
-            )
-        return None
-
-
-async def _drain(stream: Any, call_id: str, wait: float = 0.02) -> list:
-    """The progress events of call_id that arrive within ``wait`` seconds."""
-    out = []
-    while True:
-        try:
-            e = await stream.next(timeout=wait)
-        except Exception:
-            return out
-        if e.type == ev.TYPE_CALL_PROGRESS and e.toolcallid == call_id:
-            out.append(e)
-
-
-def _answer_output(r: ToolResultBlock) -> list[dict]:
-    out = P.from_blocks(r.output)
-    if r.metadata:
-        out.append(P.metadata_block(r.metadata))
-    return out
-
-
-def _bus_failure(tool: str, e: Exception) -> str:
-    """The text the model reads when the bus did not take a call (AgentScope
-    shows a failing tool's exception text)."""
-    from ..errors import BusError, TimeoutError as BusTimeout
-
-    if isinstance(e, BusTimeout):
-        return (f"BusTimeoutError: The bus did not answer the call of tool '{tool}' in time; "
-                "it may still run. Do not call it again before checking its effect.")
-    if isinstance(e, BusError):
-        return f"BusError: The bus refused the call of tool '{tool}': {e}. It did not run."
-    return f"BusUnavailableError: The call of tool '{tool}' could not reach the bus ({e}). It did not run."
-
 
 def _allow() -> PermissionDecision:
     return PermissionDecision(behavior=PermissionBehavior.ALLOW, message="decided by the bus")
-
-
-def _error(text: str) -> ToolChunk:
-    return ToolChunk(content=[TextBlock(text=text)], state=ToolResultState.ERROR)
-
-
-def _parse(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return raw
-    return raw
 
 
 def _as_rule(r: Any) -> PermissionRule:
@@ -550,6 +317,3 @@ def _as_rule(r: Any) -> PermissionRule:
     )
 
 
-def _bus_rule(r: PermissionRule) -> Any:
-    beh = r.behavior.value if hasattr(r.behavior, "value") else str(r.behavior)
-    return records.Rule(tool=r.tool_name, pattern=r.rule_content or "", behavior=beh)
