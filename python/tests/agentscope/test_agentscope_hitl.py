@@ -176,3 +176,41 @@ async def test_answers_in_the_inbox(as_router: Router, session: str, want: dict)
         same(want, await hitl_bus(as_router.url, session, answer))
     finally:
         inbox.stop()
+
+
+async def test_resumed_by_another_process(as_router: Router, session: str) -> None:
+    """The parked agent's state is saved and the process ends; later another
+    process (a new client, toolkit and Agent from the saved state) finds the
+    answer given meanwhile with toolbus confirm, and the conversation goes on."""
+    from agentscope.agent import Agent
+    from agentscope.message import UserMsg
+    from agentscope.state import AgentState
+
+    from scenario import BusToolkit, ScriptedModel, hitl_toolkit, serve
+    from toolbus import Client
+
+    script = [[("deploy", {"env": "prod"})], "done"]
+    worker = await serve(hitl_toolkit(), url=as_router.url, run=False, heartbeat=1.0)
+    try:
+        async with await Client.connect(as_router.url) as client:
+            bus = BusToolkit(client, session)
+            agent = Agent(name="a", system_prompt="s", model=ScriptedModel(script), toolkit=bus, middlewares=[bus])
+            first = await agent.reply(UserMsg(name="u", content="go"))
+            assert first.get_text_content().startswith("I'm waiting")
+            call_id = bus_id(waiting(agent, "deploy").id)
+            saved = agent.state.model_dump_json()
+        out = await asyncio.to_thread(as_router.toolbus, "confirm", call_id, "--session", session)
+        assert out.returncode == 0, out.stderr
+        async with await Client.connect(as_router.url) as client:
+            bus = BusToolkit(client, session, answer_wait=30.0)
+            model = ScriptedModel(script)
+            model.step = 1  # the model's next answer
+            agent = Agent(name="a", system_prompt="s", model=model, toolkit=bus, middlewares=[bus],
+                          state=AgentState.model_validate_json(saved))
+            final = await agent.reply()
+            assert final.get_text_content() == "done"
+            results = [b for m in agent.state.context for b in m.content if getattr(b, "type", "") == "tool_result"]
+            assert [(r.name, str(r.state)) for r in results] == [("deploy", "success")]
+            assert results[0].output[0].text == "deployed to prod"
+    finally:
+        await worker.drain()
