@@ -7,8 +7,20 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 venv="$root/.cache/venv"
-py="${PYTHON:-python3}"
 if [ ! -x "$venv/bin/python" ]; then
+  py="${PYTHON:-}"
+  if [ -z "$py" ]; then  # the first Python 3.10 or later on PATH
+    for cand in python3 python3.13 python3.12 python3.11 python3.10; do
+      if command -v "$cand" >/dev/null && "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+        py="$cand"
+        break
+      fi
+    done
+  fi
+  if [ -z "$py" ]; then
+    echo "python/test.sh: no Python 3.10 or later on PATH (set PYTHON=...)" >&2
+    exit 1
+  fi
   "$py" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -c python/constraints.txt \

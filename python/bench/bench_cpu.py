@@ -53,7 +53,7 @@ async def serve(kind: str, url: str) -> None:
         async def bench_echo(text: str) -> str:
             return text
 
-        w = await toolbus.Worker.connect(url, id="bench-worker")
+        w = await toolbus.Worker.connect(url, id="bench-worker", binary_exec=os.environ.get("BENCH_EXEC", "binary") == "binary")
         w.add(bench_echo)
         await w.start()
     prof = None

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 
 import nats
 import pytest
@@ -93,6 +91,10 @@ async def test_malformed_batches(client, router, session):
     with pytest.raises(toolbus.BusError) as ei:
         await client.call(session, [{"id": "c1", "name": "echo"}], events="each")
     assert ei.value.code == "bad_request" and 'events "each"' in ei.value.message
+    # Past the server's max_payload: refused by the client before anything is sent.
+    with pytest.raises(toolbus.BusError, match="max_payload") as ei:
+        await client.call(session, [{"id": "c1", "name": "echo", "input": {"text": "x" * (client.nc.max_payload + 1)}}])
+    assert ei.value.code == "bad_request"
     # Raw bytes that are not a CloudEvent, and a wrong type, straight on the subject.
     for body in (b"{not json", json.dumps({"specversion": "1.0", "id": "x", "source": "s", "type": "io.toolbus.answer"}).encode()):
         msg = await client.nc.request(f"toolbus.call.{session}", body, timeout=10)
@@ -209,3 +211,39 @@ async def test_nats_goes_away_mid_call(bins, tmpdir_session):
         await asyncio.wait_for(c.close(), 30)
     finally:
         stop_router(r)
+
+
+async def test_fetch_refuses_forged_bytes(router):
+    """A responder on P.outputs (here under a prefix no router serves) that sends other bytes is caught by the digest."""
+    import base64
+    import hashlib
+
+    nc = await nats.connect(router.url)
+    real = b"the recorded output"
+    digest = hashlib.sha256(real).hexdigest()
+    url = f"nats-object://evil_outputs/s1.r.c.{'0' * 32}.0#sha256={digest}"
+    mode = {"data": b"forged output!!!!!!"}
+
+    async def on(m):
+        data = mode["data"]
+        out = ev.Event(ev.TYPE_OUTPUT_CHUNK, "toolbus/router/evil", {"url": url, "media_type": "text/plain", "size": len(data),
+                                                                    "digest": mode.get("digest", digest), "offset": 0,
+                                                                    "data": base64.b64encode(data).decode()})
+        body, headers = ev.encode_structured(out)
+        await nc.publish(m.reply, body, headers=headers)
+
+    await nc.subscribe("evil.outputs.s1", cb=on)
+    c = toolbus.Client(nc, prefix="evil")
+    try:
+        with pytest.raises(toolbus.ToolbusError, match="do not hash to the url's digest"):
+            await c.fetch(url)
+        mode["digest"] = "f" * 64
+        with pytest.raises(toolbus.ToolbusError, match="changed while it was read"):
+            await c.fetch(url)
+        mode.pop("digest")
+        mode["data"] = real
+        assert await c.fetch(url) == real
+        with pytest.raises(toolbus.ProtocolError, match="has no #sha256"):
+            await c.fetch(url.split("#")[0])
+    finally:
+        await nc.close()

@@ -117,17 +117,17 @@ async def test_concurrency_bound(client, worker_factory, session):
     name = unique("py_slow")
     running = 0
     peak = 0
-    gate = asyncio.Event()
+    both = asyncio.Event()
 
     @toolbus.tool(name=name, read_only=True)
     async def slow(i: int) -> str:
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
+        if running == 2:
+            both.set()
         try:
-            await asyncio.wait_for(gate.wait(), 0.2) if peak < 2 else None
-            return str(i)
-        except asyncio.TimeoutError:
+            await asyncio.wait_for(both.wait(), 60)  # the first two hold until both run: no timing involved
             return str(i)
         finally:
             running -= 1

@@ -6,7 +6,6 @@ import asyncio
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import toolbus
 from conftest import ROOT, unique

@@ -119,3 +119,105 @@ async def test_drain_lets_running_calls_finish(client, router, session):
     reply = await call
     assert reply.results[0].text == "finished"
     assert w.nc.is_closed
+
+
+async def test_class_and_pydantic_tools_and_inflight(client, worker_factory, session):
+    pydantic = __import__("pytest").importorskip("pydantic")
+
+    class Order(pydantic.BaseModel):
+        item: str
+        qty: int = 1
+
+    name_model, name_class = unique("py_order"), unique("py_counter")
+
+    @toolbus.tool(name=name_model, read_only=True)
+    async def order(o: Order) -> str:
+        """Place an order."""
+        return f"{o.qty} x {o.item}"
+
+    gate = asyncio.Event()
+    running = asyncio.Event()
+
+    @toolbus.tool(name=name_class, read_only=True)
+    class Counter:
+        """Count calls."""
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        async def __call__(self, step: int, ctx: toolbus.ToolContext) -> str:
+            self.n += step
+            if step == 0:
+                running.set()
+                await gate.wait()
+            return str(self.n)
+
+    w = await worker_factory(order, Counter())
+    reply = await client.call(session, [{"id": "c1", "name": name_model, "input": {"item": "tea"}},
+                                        {"id": "c2", "name": name_model, "input": {"item": 5}},
+                                        {"id": "c3", "name": name_class, "input": {"step": 2}},
+                                        {"id": "c4", "name": name_class, "input": {"step": 3}}])
+    by = {r.id: r for r in reply.results}
+    assert by["c1"].text == "1 x tea"
+    assert by["c2"].error.code == "invalid_input"  # the router checks the model's schema first
+    assert sorted([by["c3"].text, by["c4"].text]) in (["2", "5"], ["3", "5"])
+    # A running call is listed in the heartbeat (5.7) until it is answered.
+    call = asyncio.create_task(client.call(session, [{"id": "c5", "name": name_class, "input": {"step": 0}}], reply_id="t5"))
+    await asyncio.wait_for(running.wait(), 20)
+    assert w.registration()["inflight"] == {name_class: [f"{session}.t5.c5"]}
+    gate.set()
+    assert (await call).results[0].ok
+    assert w.registration()["inflight"] == {}
+
+
+DYING_WORKER = """
+import asyncio, sys, toolbus
+
+@toolbus.tool(name="py_durable_die", read_only=True, durable=True)
+async def die(x: int) -> str:
+    print("taken", flush=True)
+    await asyncio.sleep(3600)
+    return "never"
+
+asyncio.run(toolbus.serve(die, url=sys.argv[1], heartbeat=1.0))
+"""
+
+
+async def test_durable_call_survives_its_worker(bins, tmpdir_session):
+    """A durable call whose Python worker is killed mid-call is run to completion by another worker (5.8)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, start_router, stop_router, wait_ready
+
+    r = start_router(tmpdir_session, bins, "--heartbeat", "1s", "--work-ack-wait", "2s")
+    dying = None
+    try:
+        await wait_ready(r.url, r.proc, r.log)
+        dying = subprocess.Popen([sys.executable, "-c", DYING_WORKER, r.url], stdout=subprocess.PIPE,
+                                 env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "python" / "src")})
+        c = await toolbus.Client.connect(r.url)
+        while "py_durable_die" not in (await c.tools("d")).names:
+            await asyncio.sleep(0.1)
+        call = asyncio.create_task(c.call("d", [{"id": "c1", "name": "py_durable_die", "input": {"x": 21}}], timeout=120))
+        assert dying.stdout is not None
+        line = await asyncio.to_thread(dying.stdout.readline)
+        assert line.strip() == b"taken"
+        dying.kill()
+        dying.wait(20)
+
+        @toolbus.tool(name="py_durable_die", read_only=True, durable=True)
+        async def finish(x: int) -> str:
+            return str(2 * x)
+
+        w = await toolbus.Worker.connect(r.url, heartbeat=1.0)
+        w.add(finish)
+        await w.start()
+        reply = await asyncio.wait_for(call, 120)
+        assert reply.results[0].ok and reply.results[0].text == "42", reply
+        await w.drain()
+        await c.close()
+    finally:
+        if dying is not None and dying.poll() is None:
+            dying.kill()
+        stop_router(r)

@@ -53,9 +53,8 @@ async def request(nc: Any, subject: str, e: ev.Event, want: str, timeout: float)
 
 def error_of(e: ev.Event) -> tuple[str, str]:
     d = e.data if isinstance(e.data, dict) else {}
-    code = d.get("code") if isinstance(d.get("code"), str) else ev.CODE_INTERNAL
-    msg = d.get("message") if isinstance(d.get("message"), str) else ""
-    return code, msg
+    code, msg = d.get("code"), d.get("message")
+    return (code if isinstance(code, str) else ev.CODE_INTERNAL), (msg if isinstance(msg, str) else "")
 
 
 

@@ -13,6 +13,7 @@ import nats
 
 from . import _rpc
 from . import event as ev
+from .event import _q
 from .errors import ProtocolError, ToolbusError
 from .model import ModelReply, parse_model_turn
 from .offload import DEFAULT_INLINE_LIMIT, DEFAULT_MAX_OUTPUT, Offloader, parse_ref
@@ -117,7 +118,7 @@ class ReplayStream:
         await self.aclose()
 
     async def _open(self) -> None:
-        e = self._c._event(ev.TYPE_REPLAY, self._session, {"start_seq": self._next} if self._next else {})
+        e = _event(self._c, ev.TYPE_REPLAY, self._session, {"start_seq": self._next} if self._next else {})
         ready = await _rpc.request(self._c.nc, self._c.subjects.replay(self._session), e, ev.TYPE_REPLAY_READY, 10)
         if not (isinstance(ready, dict) and isinstance(ready.get("stream"), str) and isinstance(ready.get("consumer"), str)):
             raise ProtocolError("events.replay.ready: stream and consumer must be strings")
@@ -159,10 +160,9 @@ class ReplayStream:
                 msgs = await self._psub.fetch(64, timeout=wait)
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
                 continue
-            except nats.errors.Error as err:  # the consumer is gone: ask a router again from where we are
+            except nats.errors.Error:  # the consumer is gone: ask a router again from where we are
                 if self._c.nc.is_closed:
                     raise
-                del err
                 await _quiet_unsub(self._psub)
                 await self._open()
                 continue
@@ -226,49 +226,15 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _event(self, typ: str, session: str, data: Any) -> ev.Event:
-        if session and not ev.valid_id(session):
-            raise ProtocolError(f"session id {session!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
-        return ev.Event(typ, self.source, data, sessionid=session)
 
-    def _timeout(self, timeout: float | None, default: float) -> float:
-        if timeout is not None:
-            return timeout
-        return self.timeout if self.timeout is not None else default
 
-    def _batch(self, session: str, calls: Sequence[CallLike] | CallLike, user: Any, context: Any, request: Any,
-               events: str | None, reply_id: str | None, expiry: _dt.datetime | float | None, traceparent: str | None) -> ev.Event:
-        data: dict[str, Any] = {"calls": _calls(calls)}
-        if user is not None:
-            data["user"] = user
-        if context is not None:
-            data["context"] = context
-        req = _request(request)
-        if req is not None:
-            data["request"] = req
-        if events:
-            data["events"] = events
-        rev = self._revs.get(session, 0)
-        if rev:
-            data["sessionrev"] = rev
-        e = self._event(ev.TYPE_CALL_BATCH, session, data)
-        if reply_id:
-            if not ev.valid_id(reply_id):
-                raise ProtocolError(f"reply id {reply_id!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
-            e.id = reply_id
-        if expiry is not None:
-            ts = expiry.timestamp() if isinstance(expiry, _dt.datetime) else float(expiry)
-            e.expirytime = ev.rfc3339(ts)
-        if traceparent:
-            e.traceparent = traceparent
-        return e
 
     async def call(self, session: str, calls: Sequence[CallLike] | CallLike, *, user: Any = None, context: Any = None,
                    request: Request | dict[str, Any] | None = None, events: str | None = None, reply_id: str | None = None,
                    expiry: _dt.datetime | float | None = None, traceparent: str | None = None, timeout: float | None = None) -> Reply:
         """Run a batch (3.1) and wait for its reply (3.2). ``expiry``: a datetime or unix time."""
-        e = self._batch(session, calls, user, context, request, events, reply_id, expiry, traceparent)
-        data = await _rpc.request(self.nc, self.subjects.call(session), e, ev.TYPE_CALL_REPLY, self._timeout(timeout, 600))
+        e = _batch(self, session, calls, user, context, request, events, reply_id, expiry, traceparent)
+        data = await _rpc.request(self.nc, self.subjects.call(session), e, ev.TYPE_CALL_REPLY, _timeout(self, timeout, 600))
         reply = Reply.from_json(data)
         if reply.session_rev:
             self._revs[session] = reply.session_rev
@@ -278,7 +244,7 @@ class Client:
                       request: Request | dict[str, Any] | None = None, events: str | None = None, reply_id: str | None = None,
                       expiry: _dt.datetime | float | None = None, traceparent: str | None = None) -> str:
         """Publish a batch without waiting; follow it with :meth:`events`. Returns its reply id."""
-        e = self._batch(session, calls, user, context, request, events, reply_id, expiry, traceparent)
+        e = _batch(self, session, calls, user, context, request, events, reply_id, expiry, traceparent)
         body, headers = ev.encode_structured(e)
         await self.nc.publish(self.subjects.call(session), body, headers=headers)
         await self.nc.flush()
@@ -287,13 +253,13 @@ class Client:
     def events(self, session: str) -> EventStream:
         """Live events of a session; use ``async with c.events(s) as stream`` before sending the batch."""
         if session != "*" and not ev.valid_id(session):
-            raise ProtocolError(f"session id {session!r} is not valid")
+            raise ProtocolError(f"session id {_q(session)} is not valid")
         return EventStream(self.nc, self.subjects.events(session))
 
     def replay(self, session: str, start_seq: int = 0) -> ReplayStream:
         """A session's stored events (3.4), through a router: ``async with c.replay(s) as stored``."""
         if not ev.valid_id(session):
-            raise ProtocolError(f"session id {session!r} is not valid")
+            raise ProtocolError(f"session id {_q(session)} is not valid")
         return ReplayStream(self, session, start_seq)
 
     def requests(self, tool: str, kind: str = "external") -> EventStream:
@@ -303,7 +269,7 @@ class Client:
         or :meth:`confirm`. Requests published before the stream opened are not seen.
         """
         if not ev.valid_name(tool) or kind not in ("external", "confirm"):
-            raise ProtocolError(f"requests({tool!r}, {kind!r}): a valid tool name and kind external or confirm are needed", "bad_request")
+            raise ProtocolError(f"requests({_q(tool)}, {_q(kind)}): a valid tool name and kind external or confirm are needed", "bad_request")
         subj = self.subjects.external(tool) if kind == "external" else self.subjects.confirm(tool)
         return EventStream(self.nc, subj)
 
@@ -318,8 +284,8 @@ class Client:
             data["request"] = req
         if user is not None:
             data["user"] = user
-        e = self._event(ev.TYPE_TOOLS_QUERY, session, data)
-        out = await _rpc.request(self.nc, self.subjects.tools(session), e, ev.TYPE_TOOLS_LIST, self._timeout(timeout, 10))
+        e = _event(self, ev.TYPE_TOOLS_QUERY, session, data)
+        out = await _rpc.request(self.nc, self.subjects.tools(session), e, ev.TYPE_TOOLS_LIST, _timeout(self, timeout, 10))
         tl = ToolsList.from_json(out)
         if tl.session_rev:
             self._revs[session] = tl.session_rev
@@ -327,31 +293,23 @@ class Client:
 
     async def cancel(self, session: str, reply_id: str, calls: Sequence[str] | None = None) -> None:
         """Cancel every call of a reply, or the calls named (3.5)."""
-        e = self._event(ev.TYPE_CALL_CANCEL, session, {"calls": list(calls)} if calls else None)
+        e = _event(self, ev.TYPE_CALL_CANCEL, session, {"calls": list(calls)} if calls else None)
         e.replyid = reply_id
         e.validate()
         body, headers = ev.encode_structured(e)
         await self.nc.publish(self.subjects.cancel(session), body, headers=headers)
         await self.nc.flush()
 
-    async def _answer(self, subject: str, session: str, reply_id: str, call_id: str, a: Answer, what: str, timeout: float | None) -> None:
-        self._revs.pop(session, None)
-        e = self._event(ev.TYPE_ANSWER, session, a.to_json())
-        e.replyid, e.toolcallid = reply_id, call_id
-        e.validate()
-        ack = await _rpc.request(self.nc, subject, e, ev.TYPE_ANSWER_ACK, self._timeout(timeout, 10))
-        if not (isinstance(ack, dict) and ack.get("accepted") is True):
-            raise ToolbusError(f"{what} not accepted", "internal")
 
     async def answer(self, tool: str, session: str, reply_id: str, call_id: str, output: Any, *, state: str = "success",
                      timeout: float | None = None) -> None:
         """Answer an external (or request-scoped) call on ``P.answer.<tool>`` (6.3); large outputs are stored first."""
         for v, n in ((session, "session"), (reply_id, "reply"), (call_id, "call")):
             if not ev.valid_id(v):
-                raise ProtocolError(f"an answer needs valid session, reply and call ids ({n} id {v!r})")
+                raise ProtocolError(f"an answer needs valid session, reply and call ids ({n} id {_q(v)})")
         blocks = to_blocks(output)
         blocks = await self._off.fit(f"{session}.{reply_id}.{call_id}", blocks, 0, state == "error")
-        await self._answer(self.subjects.answer(tool), session, reply_id, call_id, Answer(state=state, output=blocks), "answer", timeout)
+        await _answer(self, self.subjects.answer(tool), session, reply_id, call_id, Answer(state=state, output=blocks), "answer", timeout)
 
     async def answer_parked(self, parked: Any, session: str, reply_id: str, output: Any, *, state: str = "success") -> None:
         """:meth:`answer` for a reply's :class:`Parked` entry."""
@@ -363,13 +321,13 @@ class Client:
         """Confirm or deny a parked call on ``P.approve.<tool>`` (6.3)."""
         rs = [r if isinstance(r, Rule) else Rule.from_json(r, f"rules[{i}]", strict=True) for i, r in enumerate(rules or [])]
         a = Answer(confirmed=bool(confirmed), input_digest=input_digest or "", input=input, rules=rs, reason=reason or "")
-        await self._answer(self.subjects.approve(tool), session, reply_id, call_id, a, "confirmation", timeout)
+        await _answer(self, self.subjects.approve(tool), session, reply_id, call_id, a, "confirmation", timeout)
 
     async def admin(self, verb: str, session: str = "", data: Any = None, timeout: float | None = None) -> Any:
         """An administration verb (9); returns the reply data."""
         self._revs.pop(session, None)
-        e = self._event(ev.TYPE_ADMIN, session, {} if data is None else data)
-        return await _rpc.request(self.nc, self.subjects.admin(verb), e, ev.TYPE_ADMIN_REPLY, self._timeout(timeout, 10))
+        e = _event(self, ev.TYPE_ADMIN, session, {} if data is None else data)
+        return await _rpc.request(self.nc, self.subjects.admin(verb), e, ev.TYPE_ADMIN_REPLY, _timeout(self, timeout, 10))
 
     async def fetch(self, ref: str | Block, *, session: str | None = None, timeout: float | None = None) -> bytes:
         """The bytes of a stored output (5.9), read through ``P.outputs.<session>`` and checked against its digest."""
@@ -382,8 +340,8 @@ class Client:
         out = bytearray()
         size = -1
         while size < 0 or len(out) < size:
-            e = self._event(ev.TYPE_OUTPUT_GET, session, {"url": url, "offset": len(out)})
-            ch = await _rpc.request(self.nc, self.subjects.outputs(session), e, ev.TYPE_OUTPUT_CHUNK, self._timeout(timeout, 30))
+            e = _event(self, ev.TYPE_OUTPUT_GET, session, {"url": url, "offset": len(out)})
+            ch = await _rpc.request(self.nc, self.subjects.outputs(session), e, ev.TYPE_OUTPUT_CHUNK, _timeout(self, timeout, 30))
             if not isinstance(ch, dict) or not isinstance(ch.get("size"), int) or ch.get("offset") != len(out):
                 raise ProtocolError(f"fetch {url}: a malformed output.chunk")
             if ch.get("digest") != r.digest or (size >= 0 and ch["size"] != size):
@@ -405,6 +363,53 @@ class Client:
         t = parse_model_turn(format, message)
         reply = await self.call(session, t.calls, user=user, context=context, request=request, reply_id=reply_id, timeout=timeout)
         return t.reply(reply.results, reply.parked)
+
+
+def _event(c: Client, typ: str, session: str, data: Any) -> ev.Event:
+    if session and not ev.valid_id(session):
+        raise ProtocolError(f"session id {_q(session)} must match ^[A-Za-z0-9_-]{{1,128}}$")
+    return ev.Event(typ, c.source, data, sessionid=session)
+
+def _timeout(c: Client, timeout: float | None, default: float) -> float:
+    if timeout is not None:
+        return timeout
+    return c.timeout if c.timeout is not None else default
+
+def _batch(c: Client, session: str, calls: Sequence[CallLike] | CallLike, user: Any, context: Any, request: Any,
+           events: str | None, reply_id: str | None, expiry: _dt.datetime | float | None, traceparent: str | None) -> ev.Event:
+    data: dict[str, Any] = {"calls": _calls(calls)}
+    if user is not None:
+        data["user"] = user
+    if context is not None:
+        data["context"] = context
+    req = _request(request)
+    if req is not None:
+        data["request"] = req
+    if events:
+        data["events"] = events
+    rev = c._revs.get(session, 0)
+    if rev:
+        data["sessionrev"] = rev
+    e = _event(c, ev.TYPE_CALL_BATCH, session, data)
+    if reply_id:
+        if not ev.valid_id(reply_id):
+            raise ProtocolError(f"reply id {_q(reply_id)} must match ^[A-Za-z0-9_-]{{1,128}}$")
+        e.id = reply_id
+    if expiry is not None:
+        ts = expiry.timestamp() if isinstance(expiry, _dt.datetime) else float(expiry)
+        e.expirytime = ev.rfc3339(ts)
+    if traceparent:
+        e.traceparent = traceparent
+    return e
+
+async def _answer(c: Client, subject: str, session: str, reply_id: str, call_id: str, a: Answer, what: str, timeout: float | None) -> None:
+    c._revs.pop(session, None)
+    e = _event(c, ev.TYPE_ANSWER, session, a.to_json())
+    e.replyid, e.toolcallid = reply_id, call_id
+    e.validate()
+    ack = await _rpc.request(c.nc, subject, e, ev.TYPE_ANSWER_ACK, _timeout(c, timeout, 10))
+    if not (isinstance(ack, dict) and ack.get("accepted") is True):
+        raise ToolbusError(f"{what} not accepted", "internal")
 
 
 def stored_blocks(output: list[Block]) -> list[Block]:

@@ -137,13 +137,18 @@ def parse_time(s: str) -> float:
 
     m = _RFC3339.match(s)
     if m is None or not valid_time(s):
-        raise ProtocolError(f"time {s!r} is not RFC 3339")
+        raise ProtocolError(f"time {_q(s)} is not RFC 3339")
     y, mo, d, h, mi, sec = (int(m.group(i)) for i in range(1, 7))
     ts = calendar.timegm((y, mo, d, h, mi, sec, 0, 0, 0))
     if m.group(8) != "Z":
         off = int(m.group(9)) * 3600 + int(m.group(10)) * 60
         ts -= off if m.group(8)[0] == "+" else -off
     return ts + (float(m.group(7)) if m.group(7) else 0.0)
+
+
+def _q(v: object) -> str:
+    """A string quoted as Go's %q quotes it (for texts that must read the same from either SDK)."""
+    return json.dumps(v, ensure_ascii=False)
 
 
 _nuid = NUID()
@@ -199,20 +204,20 @@ class Event:
     def validate(self) -> None:
         """Check the attributes as a receiver must (docs/protocol.md 1); raises ProtocolError."""
         if self.specversion != SPEC_VERSION:
-            raise ProtocolError(f'specversion must be "1.0", got {self.specversion!r}')
+            raise ProtocolError(f'specversion must be "1.0", got {_q(self.specversion)}')
         for name in ("id", "source", "type"):
             if not getattr(self, name):
                 raise ProtocolError(f"{name} is empty")
         if self.datacontenttype and not _is_json_type(self.datacontenttype):
-            raise ProtocolError(f"datacontenttype must be application/json, got {self.datacontenttype!r}")
+            raise ProtocolError(f"datacontenttype must be application/json, got {_q(self.datacontenttype)}")
         for name in ("sessionid", "replyid", "toolcallid"):
             v = getattr(self, name)
             if v and not valid_id(v):
-                raise ProtocolError(f"{name} {v!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
+                raise ProtocolError(f"{name} {_q(v)} must match ^[A-Za-z0-9_-]{{1,128}}$")
         if self.time and not valid_time(self.time):
-            raise ProtocolError(f"time {self.time!r} is not RFC 3339")
+            raise ProtocolError(f"time {_q(self.time)} is not RFC 3339")
         if self.expirytime and not valid_time(self.expirytime):
-            raise ProtocolError(f"expirytime {self.expirytime!r} is not RFC 3339")
+            raise ProtocolError(f"expirytime {_q(self.expirytime)} is not RFC 3339")
 
     def expiry(self) -> float | None:
         """The ``expirytime`` as a unix time, or None."""
@@ -344,7 +349,7 @@ def _unescape(v: str, key: str) -> str:
         if c == 0x25:  # %
             hexd = raw[i + 1 : i + 3]
             if len(hexd) != 2 or not all(ch in b"0123456789abcdefABCDEF" for ch in hexd):
-                raise ProtocolError(f"header {key}: invalid URL escape {raw[i:i + 3].decode(errors='replace')!r}")
+                raise ProtocolError(f"header {key}: invalid URL escape {_q(raw[i:i + 3].decode(errors='replace'))}")
             out.append(int(hexd, 16))
             i += 3
         else:

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .event import _q
 from .errors import NoToolCallsError, ProtocolError
 from .records import Block, Call, Parked, Result
 
@@ -102,7 +103,7 @@ class ModelTurn:
 def parse_model_turn(format: str, message: Any) -> ModelTurn:
     """The tool calls of a model's message (a dict, a list, or its JSON text)."""
     if format not in FORMATS:
-        raise ProtocolError(f"unknown model format {format!r} (want openai, openai-responses, anthropic or gemini)", "bad_request")
+        raise ProtocolError(f"unknown model format {_q(format)} (want openai, openai-responses, anthropic or gemini)", "bad_request")
     raw = _load(message)
     t = ModelTurn(format)
     try:
@@ -117,7 +118,7 @@ def parse_model_turn(format: str, message: Any) -> ModelTurn:
         if not c.id or not c.name:
             raise ProtocolError(f"{format} message: a tool call without an id or a name", "bad_request")
         if c.id in seen:
-            raise ProtocolError(f"{format} message: tool call id {c.id!r} appears twice", "bad_request")
+            raise ProtocolError(f"{format} message: tool call id {_q(c.id)} appears twice", "bad_request")
         seen.add(c.id)
     return t
 

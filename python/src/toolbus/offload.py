@@ -11,6 +11,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from .event import _q
 from .errors import ProtocolError, ToolbusError
 from .records import Block
 
@@ -57,21 +58,21 @@ def parse_ref(ref: str) -> Ref:
     """Parse a stored output's url; raises ProtocolError (bad_request)."""
     short = ref if len(ref) <= 200 else ref[:200] + "…"
     if len(ref) > MAX_REF_LEN:
-        raise ProtocolError(f"reference {short!r} is longer than {MAX_REF_LEN} bytes", "bad_request")
+        raise ProtocolError(f"reference {_q(short)} is longer than {MAX_REF_LEN} bytes", "bad_request")
     head = SCHEME + "://"
     if not ref.startswith(head):
-        raise ProtocolError(f"reference {short!r} is not a {SCHEME}:// URL", "bad_request")
+        raise ProtocolError(f"reference {_q(short)} is not a {SCHEME}:// URL", "bad_request")
     rest, _, frag = ref[len(head):].partition("#")
     bucket, slash, name = rest.partition("/")
     if not slash or not _BUCKET.match(bucket):
-        raise ProtocolError(f"reference {short!r} does not name a bucket ({SCHEME}://<bucket>/<name>)", "bad_request")
+        raise ProtocolError(f"reference {_q(short)} does not name a bucket ({SCHEME}://<bucket>/<name>)", "bad_request")
     name = urllib.parse.unquote(name)
     if not name:
-        raise ProtocolError(f"reference {short!r} does not name an object", "bad_request")
+        raise ProtocolError(f"reference {_q(short)} does not name an object", "bad_request")
     digest = ""
     if "#" in ref:
         if not frag.startswith("sha256=") or not _HEX.match(frag[7:]):
-            raise ProtocolError(f"reference {short!r}: the part after '#' must be sha256=<64 lower-case hex digits>", "bad_request")
+            raise ProtocolError(f"reference {_q(short)}: the part after '#' must be sha256=<64 lower-case hex digits>", "bad_request")
         digest = frag[7:]
     return Ref(bucket, name, digest)
 
@@ -185,6 +186,6 @@ class Offloader:
         except Exception as err:  # noqa: BLE001 - reported with what failed
             if type(err).__name__ in ("NoRespondersError", "NoStreamResponseError"):
                 raise ToolbusError(f"the outputs object store {self.bucket} does not exist (a router creates it at start): {err}") from None
-            raise ToolbusError(f"storing {len(data)} bytes in {self.bucket}: {err!r}") from None
+            raise ToolbusError(f"storing {len(data)} bytes in {self.bucket}: {_q(err)}") from None
         ref = Ref(self.bucket, name, digest)
         return Block(type="data", media_type=media, url=str(ref), size=len(data))

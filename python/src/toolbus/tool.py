@@ -18,6 +18,7 @@ from . import event as ev
 from .errors import SchemaError
 from .records import Block, ToolDef, to_blocks
 
+_pydantic: Any
 try:  # pydantic is optional
     import pydantic as _pydantic
 except ImportError:  # pragma: no cover - exercised without the extra
@@ -78,7 +79,7 @@ class Tool:
         self.handler = handler
         self._fn = fn
         if fn is not None:
-            functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+            functools.update_wrapper(self, fn)
 
     @property
     def name(self) -> str:
@@ -113,6 +114,7 @@ def schema_of(tp: Any, where: str) -> dict[str, Any]:
         return dict(_SIMPLE[tp])
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    s: dict[str, Any]
     if origin is typing.Annotated:
         s = schema_of(args[0], where)
         for meta in args[1:]:
@@ -133,7 +135,7 @@ def schema_of(tp: Any, where: str) -> dict[str, Any]:
         return {"anyOf": [schema_of(a, where) for a in args]}
     if origin is Literal:
         vals = list(args)
-        s: dict[str, Any] = {"enum": vals}
+        s = {"enum": vals}
         kinds = {type(v) for v in vals}
         if len(kinds) == 1 and next(iter(kinds)) in (str, int, bool):
             s["type"] = _SIMPLE[next(iter(kinds))]["type"]
@@ -157,7 +159,8 @@ def schema_of(tp: Any, where: str) -> dict[str, Any]:
             s["type"] = _SIMPLE[next(iter(kinds))]["type"]
         return s
     if _is_pydantic(tp):
-        return tp.model_json_schema()
+        out: dict[str, Any] = tp.model_json_schema()
+        return out
     if _is_typeddict(tp):
         hints = typing.get_type_hints(tp, include_extras=True)
         props = {k: schema_of(v, f"{where}.{k}") for k, v in hints.items()}
@@ -358,7 +361,7 @@ def tool(fn: Any = None, /, name: str | None = None, description: str | None = N
                 raise SchemaError(f"class {f.__qualname__}: a tool class needs a __call__ method")
             desc = description if description is not None else parse_docstring(inspect.getdoc(f))[0] or None
             proto = _build(call, name=name or _snake(f.__name__), description=desc, skip_first=True, opts=dict(opts), localns=caller)
-            f.__toolbus_tool__ = proto
+            setattr(f, "__toolbus_tool__", proto)
             return f
         if not callable(f):
             raise SchemaError(f"@tool needs a function or a class, not {type(f).__name__}")

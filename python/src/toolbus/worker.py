@@ -14,6 +14,7 @@ import nats
 import nats.errors
 
 from . import event as ev
+from .event import _q
 from .errors import ProtocolError, RegistrationError, ToolError
 from .offload import DEFAULT_INLINE_LIMIT, DEFAULT_MAX_OUTPUT, RESERVE, Offloader, TooLargeError
 from .records import Block, Group, Rejection, ToolDef, blocks_json, to_blocks
@@ -49,10 +50,11 @@ class Worker:
     def __init__(self, nc: Any, *, id: str | None = None, prefix: str = "toolbus", heartbeat: float = ev.DEFAULT_HEARTBEAT,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT, groups: Sequence[Group | dict[str, Any]] = (),
                  inline_limit: int = DEFAULT_INLINE_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None, binary_exec: bool = True) -> None:
         self.id = id or ev.new_id()
+        self.binary_exec = binary_exec
         if not ev.valid_id(self.id):
-            raise ValueError(f"worker id {self.id!r} must match ^[A-Za-z0-9_-]{{1,128}}$")
+            raise ValueError(f"worker id {_q(self.id)} must match ^[A-Za-z0-9_-]{{1,128}}$")
         self.nc = nc
         self.subjects = ev.Subjects(prefix)
         self.source = "toolbus/worker/" + self.id
@@ -62,10 +64,7 @@ class Worker:
         self.log = logger or logging.getLogger("toolbus.worker")
         self._off = Offloader(nc, self.subjects.bucket("outputs"), inline_limit, max_output)
         self._tools: dict[str, _Served] = {}
-        self._sem = asyncio.Semaphore(self.max_concurrent)
-        self._calls: dict[str, _Call] = {}
-        self._cancelled: dict[str, float] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._x = _Executor(nc, self.subjects, self.source, self.log, self._off, self.max_concurrent, self.heartbeat)
         self._cancel_sub: Any = None
         self._beat: asyncio.Task[Any] | None = None
         self._started = False
@@ -103,7 +102,7 @@ class Worker:
         """
         d = definition if isinstance(definition, ToolDef) else ToolDef.from_json(definition)
         if handler is None and not d.external:
-            raise ValueError(f"tool {d.name!r} needs a handler (only an external tool has none)")
+            raise ValueError(f"tool {_q(d.name)} needs a handler (only an external tool has none)")
 
         async def none(ctx: ToolContext) -> Any:
             raise ToolError(f"Error: the external tool {d.name} is not run by a worker")
@@ -115,9 +114,9 @@ class Worker:
         if self._started:
             raise RuntimeError("worker: tools are added before start()")
         if not ev.valid_name(t.name):
-            raise ValueError(f"tool name {t.name!r} must match ^[A-Za-z0-9_-]{{1,64}}$")
+            raise ValueError(f"tool name {_q(t.name)} must match ^[A-Za-z0-9_-]{{1,64}}$")
         if t.name in self._tools:
-            raise ValueError(f"tool {t.name!r} added twice")
+            raise ValueError(f"tool {_q(t.name)} added twice")
         self._tools[t.name] = _Served(t)
 
     # ---- lifecycle ----
@@ -131,18 +130,18 @@ class Worker:
         if self._started:
             raise RuntimeError("worker: already started")
         self._started = True
-        self._cancel_sub = await self.nc.subscribe(self.subjects.all("cancel"), cb=self._on_cancel)
+        self._cancel_sub = await self.nc.subscribe(self.subjects.all("cancel"), cb=self._x.on_cancel)
         for s in self._tools.values():
             if not s.tool.definition.durable and not s.tool.definition.external:
                 name = s.tool.name
                 s.sub = await self.nc.subscribe(self.subjects.exec(name), queue=self.subjects.exec_queue(name),
-                                                cb=self._exec_cb(s), pending_msgs_limit=max(4 * self.max_concurrent, 1024))
+                                                cb=self._x.exec_cb(s), pending_msgs_limit=max(4 * self.max_concurrent, 1024))
         await self.nc.flush()
         await self._register(first=True)
-        self._beat = asyncio.create_task(self._heartbeat())
+        self._beat = asyncio.create_task(_heartbeat(self))
         for s in self._tools.values():
             if s.tool.definition.durable and not s.rejected:
-                s.loop = asyncio.create_task(self._take_work(s))
+                s.loop = asyncio.create_task(_take_work(self._x, s))
         if strict and self.rejected:
             raise RegistrationError("the router rejected " + "; ".join(f"{r.name}: {r.reason}" for r in self.rejected), list(self.rejected))
 
@@ -173,7 +172,7 @@ class Worker:
         if self._stopping:
             await self._stopped.wait()
             return
-        self._stopping = True
+        self._stopping = self._x._stopping = True
         try:
             await self._drain(timeout)
         finally:
@@ -190,7 +189,7 @@ class Worker:
         await asyncio.gather(*loops, return_exceptions=True)
         if self.nc.is_connected:
             try:
-                await self._send_register({"worker": self.id, "leaving": True, "inflight": None}, 1.0)
+                await _send_register(self, {"worker": self.id, "leaving": True, "inflight": None}, 1.0)
             except Exception as err:  # noqa: BLE001 - leaving is best effort
                 self.log.debug("worker: leaving not acknowledged: %s", err)
         for s in self._tools.values():
@@ -200,12 +199,12 @@ class Worker:
                 except Exception:  # noqa: BLE001 - the connection may be gone
                     pass
                 s.sub = None
-        pending = set(self._tasks)
+        pending = set(self._x._tasks)
         if pending:
             done, pending = await asyncio.wait(pending, timeout=timeout)
         if pending:
             self.log.warning("worker: drain deadline passed; %d calls cut off", len(pending))
-            for c in self._calls.values():
+            for c in self._x._calls.values():
                 c.cut = True
                 if c.task is not None:
                     c.task.cancel()
@@ -221,7 +220,7 @@ class Worker:
     def registration(self) -> dict[str, Any]:
         """The ``io.toolbus.register`` data this worker sends every heartbeat (7.1)."""
         inflight: dict[str, list[str]] = {}
-        for c in self._calls.values():
+        for c in self._x._calls.values():
             inflight.setdefault(c.tool, []).append(c.key)
         data: dict[str, Any] = {"worker": self.id}
         if self.groups:
@@ -229,22 +228,14 @@ class Worker:
         tools = [s.tool.definition.to_json() for s in self._tools.values() if not s.rejected]
         if tools:
             data["tools"] = tools
-        data["binary_exec"] = True
+        if self.binary_exec:
+            data["binary_exec"] = True
         data["inflight"] = inflight
         return data
 
-    async def _send_register(self, data: dict[str, Any], timeout: float) -> dict[str, Any]:
-        from ._rpc import request
-
-        e = ev.Event(ev.TYPE_REGISTER, self.source, data)
-        ack = await request(self.nc, self.subjects.register(), e, ev.TYPE_REGISTER_ACK, timeout)
-        if not isinstance(ack, dict):
-            raise ProtocolError("register.ack: data is not an object")
-        return ack
-
     async def _register(self, first: bool = False) -> None:
         try:
-            ack = await self._send_register(self.registration(), self.heartbeat)
+            ack = await _send_register(self, self.registration(), self.heartbeat)
         except Exception as err:  # noqa: BLE001 - the next beat tries again
             (self.log.error if first else self.log.warning)("worker %s: registration not acknowledged: %s", self.id, err)
             return
@@ -266,20 +257,29 @@ class Worker:
                 self.log.error("worker %s: registration rejected %s: %s", self.id, rej.name, rej.reason)
         self.registered.set()
 
-    async def _heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat)
-            await self._register()
 
-    # ---- calls ----
 
-    def _exec_cb(self, s: _Served) -> Callable[[Any], Any]:
+class _Executor:
+    """Runs calls: decoding, the concurrency bound, cancels (5.4), results and their offloading."""
+
+    def __init__(self, nc: Any, subjects: ev.Subjects, source: str, log: logging.Logger, off: Offloader, max_concurrent: int,
+                 heartbeat: float) -> None:
+        self.nc, self.subjects, self.source, self.log, self._off = nc, subjects, source, log, off
+        self.heartbeat = heartbeat
+        self._sem = asyncio.Semaphore(max_concurrent)
+        self._calls: dict[str, _Call] = {}
+        self._cancelled: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+
+    def exec_cb(self, s: _Served) -> Callable[[Any], Any]:
         async def cb(msg: Any) -> None:
-            await self._accept(s, msg, None)
+            await self.accept(s, msg, None)
 
         return cb
 
-    async def _accept(self, s: _Served, msg: Any, work: Any) -> None:
+
+    async def accept(self, s: _Served, msg: Any, work: Any) -> None:
         e: ev.Event | None = None
         err: ProtocolError | None = None
         try:
@@ -323,7 +323,7 @@ class Worker:
         if not (ev.valid_id(e.sessionid) and ev.valid_id(e.replyid) and ev.valid_id(c["id"])):
             raise ProtocolError("an exec request needs valid sessionid, replyid and call id")
         if c.get("name") != s.tool.name:
-            raise ProtocolError(f"call names tool {c.get('name')!r} on the subject of {s.tool.name!r}")
+            raise ProtocolError(f"call names tool {_q(c.get('name'))} on the subject of {_q(s.tool.name)}")
         return d
 
     async def _serve_one(self, s: _Served, msg: Any, e: ev.Event | None, err: ProtocolError | None, call: _Call | None, work: Any) -> None:
@@ -380,7 +380,7 @@ class Worker:
         out = ev.Event(ev.TYPE_EXEC_RESULT, self.source, data, sessionid=e.sessionid, replyid=e.replyid, toolcallid=c["id"],
                        traceparent=e.traceparent, tracestate=e.tracestate)
         if work is not None:
-            await self._record(s, work, out, deadline)
+            await _record(self, s, work, out, deadline)
             return
         if msg.reply:
             body, headers = ev.encode_binary(out) if ev.is_binary(msg.headers) else ev.encode_structured(out)
@@ -458,6 +458,7 @@ class Worker:
     async def _refuse(self, msg: Any, x: ProtocolError, work: Any) -> None:
         if work is not None:
             self.log.warning("worker: malformed durable call dropped: %s", x)
+            _stop_beat(work)
             await _quiet(work.term())
             return
         self.log.warning("worker: refused a malformed exec on %s: %s", msg.subject, x.message)
@@ -468,6 +469,7 @@ class Worker:
 
     async def _drop(self, work: Any) -> None:
         if work is not None:
+            _stop_beat(work)
             await _quiet(work.nak())  # cut off by the drain: another worker takes it at once
 
     # ---- cancel (5.4) ----
@@ -475,7 +477,7 @@ class Worker:
     def _was_cancelled(self, key: str, session: str, reply_id: str) -> bool:
         return key in self._cancelled or f"{session}.{reply_id}." in self._cancelled
 
-    async def _on_cancel(self, msg: Any) -> None:
+    async def on_cancel(self, msg: Any) -> None:
         session = self.subjects.token(msg.subject, "cancel")
         if session is None:
             return
@@ -501,84 +503,107 @@ class Worker:
                 if c.task is not None:
                     c.task.cancel()
 
-    # ---- durable tools (5.8) ----
 
-    async def _take_work(self, s: _Served) -> None:
-        js = self.nc.jetstream()
-        stream, durable = self.subjects.stream("WORK"), self.subjects.work_consumer(s.tool.name)
-        retry = min(max(self.heartbeat / 10, 0.05), 1.0)
-        psub = None
-        while psub is None:
+# ---- durable tools (5.8) ----
+
+async def _take_work(x: _Executor, s: _Served) -> None:
+    js = x.nc.jetstream()
+    stream, durable = x.subjects.stream("WORK"), x.subjects.work_consumer(s.tool.name)
+    retry = min(max(x.heartbeat / 10, 0.05), 1.0)
+    psub = None
+    while psub is None:
+        try:
+            info = await js.consumer_info(stream, durable)
+            psub = await js.pull_subscribe_bind(durable=durable, stream=stream)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the router makes the consumer at registration
+            x.log.debug("worker: work consumer not there yet: %s", err)
+            await asyncio.sleep(retry)
+    ack_wait = float(info.config.ack_wait or 30.0)
+    try:
+        while True:
+            await x._sem.acquire()
             try:
-                info = await js.consumer_info(stream, durable)
-                psub = await js.pull_subscribe_bind(durable=durable, stream=stream)
+                msgs = await psub.fetch(1, timeout=5)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                x._sem.release()
+                continue
             except asyncio.CancelledError:
+                x._sem.release()
                 raise
-            except Exception as x:  # noqa: BLE001 - the router makes the consumer at registration
-                self.log.debug("worker: work consumer not there yet: %s", x)
+            except Exception as err:  # noqa: BLE001
+                x._sem.release()
+                x.log.debug("worker: work fetch: %s", err)
                 await asyncio.sleep(retry)
-        ack_wait = float(info.config.ack_wait or 30.0)
-        try:
-            while True:
-                await self._sem.acquire()
-                try:
-                    msgs = await psub.fetch(1, timeout=5)
-                except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                    self._sem.release()
-                    continue
-                except asyncio.CancelledError:
-                    self._sem.release()
-                    raise
-                except Exception as x:  # noqa: BLE001
-                    self._sem.release()
-                    self.log.debug("worker: work fetch: %s", x)
-                    await asyncio.sleep(retry)
-                    continue
-                for m in msgs:
-                    await self._work(s, m, ack_wait)
-        finally:
-            await _quiet(psub.unsubscribe())
+                continue
+            for m in msgs:
+                await _work(x, s, m, ack_wait)
+    finally:
+        await _quiet(psub.unsubscribe())
 
-    async def _work(self, s: _Served, m: Any, ack_wait: float) -> None:
-        try:
-            e = ev.decode(m.data, m.headers)
-            exp = e.expiry()
-            if exp is not None and time.time() > exp:
-                await _quiet(m.term())
-                self._sem.release()
-                return
-        except ProtocolError:
-            pass
+async def _work(x: _Executor, s: _Served, m: Any, ack_wait: float) -> None:
+    try:
+        e = ev.decode(m.data, m.headers)
+        exp = e.expiry()
+        if exp is not None and time.time() > exp:
+            await _quiet(m.term())
+            x._sem.release()
+            return
+    except ProtocolError:
+        pass
 
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(max(ack_wait / 3, 0.01))
-                await _quiet(m.in_progress())
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(max(ack_wait / 3, 0.01))
+            await _quiet(m.in_progress())
 
-        beater = asyncio.create_task(beat())
-        m._toolbus_beater = beater  # stopped once the result is recorded or the call dropped
-        await self._accept(s, m, m)
+    beater = asyncio.create_task(beat())
+    m._toolbus_beater = beater  # stopped once the result is recorded or the call dropped
+    await x.accept(s, m, m)
 
-    async def _record(self, s: _Served, m: Any, out: ev.Event, deadline: float | None) -> None:
-        beater = getattr(m, "_toolbus_beater", None)
-        until = (deadline or time.time()) + 60.0
-        delay = 0.01
-        try:
-            while not self.nc.is_closed and time.time() < until:
-                try:
-                    body, headers = ev.encode_structured(out)
-                    resp = await self.nc.request(self.subjects.result(s.tool.name), body, timeout=5, headers=headers)
-                    if ev.decode(resp.data, resp.headers).type == ev.TYPE_EXEC_RECORDED:
-                        await _quiet(m.ack_sync())
-                        return
-                except Exception:  # noqa: BLE001 - no router answering: try again
-                    pass
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, 1.0)
-            self.log.error("worker: durable result not recorded: %s %s", s.tool.name, out.toolcallid)
-        finally:
-            if beater is not None:
-                beater.cancel()
+
+async def _record(x: _Executor, s: _Served, m: Any, out: ev.Event, deadline: float | None) -> None:
+    until = (deadline or time.time()) + 60.0
+    delay = 0.01
+    try:
+        while not x.nc.is_closed and time.time() < until:
+            try:
+                body, headers = ev.encode_structured(out)
+                resp = await x.nc.request(x.subjects.result(s.tool.name), body, timeout=5, headers=headers)
+                if ev.decode(resp.data, resp.headers).type == ev.TYPE_EXEC_RECORDED:
+                    await _quiet(m.ack_sync())
+                    return
+            except Exception:  # noqa: BLE001 - no router answering: try again
+                pass
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
+        x.log.error("worker: durable result not recorded: %s %s", s.tool.name, out.toolcallid)
+    finally:
+        _stop_beat(m)
+
+
+async def _send_register(w: Worker, data: dict[str, Any], timeout: float) -> dict[str, Any]:
+    from ._rpc import request
+
+    e = ev.Event(ev.TYPE_REGISTER, w.source, data)
+    ack = await request(w.nc, w.subjects.register(), e, ev.TYPE_REGISTER_ACK, timeout)
+    if not isinstance(ack, dict):
+        raise ProtocolError("register.ack: data is not an object")
+    return ack
+
+
+async def _heartbeat(w: Worker) -> None:
+    while True:
+        await asyncio.sleep(w.heartbeat)
+        await w._register()
+
+
+def _stop_beat(m: Any) -> None:
+    """Stop a durable call's +WPI progress beats (5.8)."""
+    beater = getattr(m, "_toolbus_beater", None)
+    if beater is not None:
+        beater.cancel()
 
 
 def _error(text: str) -> ToolResult:
@@ -588,7 +613,7 @@ def _error(text: str) -> ToolResult:
 def _as_result(value: Any) -> ToolResult:
     if isinstance(value, ToolResult):
         if value.state not in (ev.STATE_SUCCESS, ev.STATE_ERROR, ev.STATE_INTERRUPTED):
-            raise ValueError(f"state {value.state!r} is not success, error or interrupted")
+            raise ValueError(f"state {_q(value.state)} is not success, error or interrupted")
         return ToolResult(to_blocks(value.output), value.state, value.metadata, value.state_patch)
     if value is None:
         return ToolResult([])
