@@ -48,6 +48,9 @@ type Config struct {
 	Skills SkillFiles
 	// Logger gets the shell's line about the kernel sandbox; nil discards.
 	Logger *slog.Logger
+	// Names is the profile of the file tools' and the shell's names:
+	// NamesToolbus ("" too) or NamesAgentScope (agentscope.go).
+	Names string
 }
 
 // Register adds get_current_time, echo and todo_write to w.
@@ -55,6 +58,9 @@ func Register(w *worker.Worker) error { return RegisterWith(w, Config{}) }
 
 // RegisterWith adds the built-in tools that cfg asks for to w.
 func RegisterWith(w *worker.Worker, cfg Config) error {
+	if err := checkNames(cfg.Names); err != nil {
+		return err
+	}
 	if err := registerBasic(w); err != nil {
 		return err
 	}
@@ -72,6 +78,12 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 	sh, err := NewShell(ShellConfig{Dir: f.Base(), Allow: cfg.ShellAllow, Trust: cfg.ShellTrust, Env: cfg.ShellEnv, User: cfg.ShellUser, AsRoot: cfg.ShellAsRoot, Skills: cfg.Skills, Logger: cfg.Logger})
 	if err != nil {
 		return err
+	}
+	if cfg.Names == NamesAgentScope {
+		if err := f.registerAgentScope(w); err != nil {
+			return err
+		}
+		return sh.registerAgentScope(w)
 	}
 	if err := f.register(w); err != nil {
 		return err

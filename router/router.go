@@ -73,6 +73,9 @@ type Config struct {
 	// first: each is one skill folder or a folder of skill folders. The
 	// P_skills object store is always a source, above them.
 	Skills []string
+	// SkillViewer also offers AgentScope's Skill viewer tool beside
+	// load_skill_through_path (docs/protocol.md 10); off by default.
+	SkillViewer bool
 	// Limits bound what one batch may ask; zero fields take the defaults.
 	Limits Limits
 	// SessionCache bounds the sessions the router keeps decoded in memory;
@@ -329,7 +332,7 @@ func (r *Router) build(ctx context.Context) error {
 		r.log.Warn("router: sessions not watched; every batch reads its session", "err", err)
 	}
 	r.life.Defer(r.sessions.close)
-	if r.skills, err = startSkills(bg, r.cfg.Skills, r.store, r.groups, r.log); err != nil {
+	if r.skills, err = startSkills(bg, r.cfg.Skills, r.cfg.SkillViewer, r.store, r.groups, r.log); err != nil {
 		return err
 	}
 	r.life.Defer(r.skills.cat.Stop)

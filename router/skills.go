@@ -22,6 +22,7 @@ import (
 type routerSkills struct {
 	cat    *skills.Catalogue
 	groups *groups.Store
+	viewer bool // also offer AgentScope's Skill viewer (Config.SkillViewer)
 
 	mu      sync.Mutex
 	schemas map[string]*schemas.Schema // loader schema JSON → compiled
@@ -31,12 +32,12 @@ type routerSkills struct {
 // cache starts again (sets of visible skills are few in practice).
 const maxLoaderSchemas = 256
 
-func startSkills(ctx context.Context, dirs []string, st *store.Store, gs *groups.Store, log *slog.Logger) (*routerSkills, error) {
+func startSkills(ctx context.Context, dirs []string, viewer bool, st *store.Store, gs *groups.Store, log *slog.Logger) (*routerSkills, error) {
 	cat := skills.NewCatalogue(skills.Config{Dirs: dirs, Objects: st.Skills, Logger: log})
 	if err := cat.Start(ctx); err != nil {
 		return nil, fmt.Errorf("router: skills: %w", err)
 	}
-	return &routerSkills{cat: cat, groups: gs, schemas: map[string]*schemas.Schema{}}, nil
+	return &routerSkills{cat: cat, groups: gs, viewer: viewer, schemas: map[string]*schemas.Schema{}}, nil
 }
 
 // Skills returns the router's skill catalogue.
@@ -87,17 +88,25 @@ func (s *routerSkills) listing(view *groups.View, req *groups.Request, user stri
 		return defs, ""
 	}
 	at := len(defs) - len(req.External)
-	defs = slices.Insert(slices.Clip(defs), at, def)
+	add := []bus.ToolDef{def}
+	if vd, ok := s.viewerDef(sv, req); ok {
+		add = []bus.ToolDef{vd, def}
+	}
+	defs = slices.Insert(slices.Clip(defs), at, add...)
 	return defs, sv.Prompt()
 }
 
 // resolveName resolves a call's name: the skill loader when it is shown
 // and a skill is visible, else as the group view says.
 func (s *routerSkills) resolveName(view *groups.View, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
-	if name != skills.LoaderName || !loaderShown(req) {
+	if (name != skills.LoaderName && name != skills.ViewerName) || !loaderShown(req) {
 		return view.Resolve(name)
 	}
-	def, ok := s.view(view.Session(), userOf(user)).LoaderDef()
+	sv := s.view(view.Session(), userOf(user))
+	def, ok := sv.LoaderDef()
+	if name == skills.ViewerName {
+		def, ok = s.viewerDef(sv, req)
+	}
 	if !ok {
 		return view.Resolve(name)
 	}
@@ -106,6 +115,15 @@ func (s *routerSkills) resolveName(view *groups.View, req *groups.Request, user 
 		return groups.Resolved{Code: bus.CodeInternal, Message: fmt.Sprintf("InternalError: %v", err)}
 	}
 	return groups.Resolved{Tool: &registry.Tool{Def: def, Schema: schema}, Skill: true}
+}
+
+// viewerDef is the Skill viewer's definition when the router offers it, a
+// skill is visible and no request-scoped tool takes its name.
+func (s *routerSkills) viewerDef(sv *skills.View, req *groups.Request) (bus.ToolDef, bool) {
+	if !s.viewer || slices.ContainsFunc(req.External, func(t *groups.RequestTool) bool { return t.Def.Name == skills.ViewerName }) {
+		return bus.ToolDef{}, false
+	}
+	return sv.ViewerDef()
 }
 
 func (s *routerSkills) schema(raw json.RawMessage) (*schemas.Schema, error) {
@@ -130,7 +148,13 @@ func (s *routerSkills) schema(raw json.RawMessage) (*schemas.Schema, error) {
 // only, the groups whose activate_on_skill names the skill.
 func (s *routerSkills) loadSkill(ctx context.Context, session string, user json.RawMessage, call bus.Call, input json.RawMessage) bus.Result {
 	gs := s.groups.Groups()
-	out := s.view(s.groups.Session(session), userOf(user)).Load(gs, input)
+	sv := s.view(s.groups.Session(session), userOf(user))
+	var out skills.Outcome
+	if call.Name == skills.ViewerName {
+		out = sv.View(gs, input)
+	} else {
+		out = sv.Load(gs, input)
+	}
 	if out.Code != "" {
 		return bus.ErrorResult(call, out.Code, textOf(out.Output))
 	}

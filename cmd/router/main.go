@@ -67,10 +67,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shellUser := fs.String("shell-user", "", "OS user the shell's commands run as (the router must run as root; the workdir must be usable by that user); default: nobody when the router runs as root")
 	shellTrust := fs.String("shell-trust", "", "comma-separated programs the built-in shell may start with ANY arguments, unchecked: trusted with anything (interpreters, build tools, programs with no profile; docs/builtin.md)")
 	shellAsRoot := fs.Bool("shell-as-root", false, "run the shell's commands as root when the router runs as root and --shell-user is not set (default: as nobody); logged as a warning")
+	builtinNames := fs.String("builtin-names", "toolbus", "names of the built-in file tools and shell: toolbus (read_file ... shell) or agentscope (Read, Write, Edit, Glob, Grep, Bash, with AgentScope's input field names)")
 	mcpOpts := mcpFlags(fs)
 	inboxOpts := inboxFlags(fs)
 	var skillDirs dirList
 	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
+	skillViewer := fs.Bool("skill-viewer", false, "also offer AgentScope's Skill viewer tool (input {\"skill\": name}, answers the SKILL.md body) beside load_skill_through_path")
 	limitsFlags := limitFlags(fs)
 	gcPercent := fs.Int("gc-percent", memtune.DefaultGCPercent, "the collector's GOGC unless the environment sets GOGC (docs/operations.md)")
 	memLimit := fs.Int64("memory-limit-mib", memtune.DefaultMemoryLimit>>20, "soft memory limit in MiB unless the environment sets GOMEMLIMIT; 0: none (docs/operations.md)")
@@ -168,7 +170,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SessionCache: *sessionCache,
 		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
 		Groups:       fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
-		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs, Lease: *lease,
+		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs, SkillViewer: *skillViewer, Lease: *lease,
 		Guard: router.Guard{Search: fileCfg.Search.Enabled, Pinned: fileCfg.Search.Pinned, Limits: fileCfg.Quotas, Cache: fileCfg.Cache.Enabled, Audit: fileCfg.Audit.config()}})
 	if err != nil {
 		return err
@@ -182,7 +184,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		if err == nil {
 			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow), ShellTrust: cli.SplitList(*shellTrust), ShellEnv: cli.SplitList(*shellEnv),
-				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Logger: log}
+				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Names: *builtinNames, Logger: log}
 			if *workdir != "" {
 				var m *skills.Materializer
 				if m, err = skillsMaterializer(r.Skills(), *data, r.ID(), builtin.ShellUserFor(*shellUser, *shellAsRoot)); err == nil {

@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shellUser := fs.String("shell-user", "", "with --builtin: OS user shell's commands run as (toolworker must run as root; the workdir must be usable by that user); default: nobody when toolworker runs as root")
 	shellTrust := fs.String("shell-trust", "", "with --builtin: comma-separated programs shell may start with ANY arguments, unchecked: trusted with anything (docs/builtin.md)")
 	shellAsRoot := fs.Bool("shell-as-root", false, "with --builtin: run shell's commands as root when toolworker runs as root and --shell-user is not set (default: as nobody)")
+	builtinNames := fs.String("builtin-names", "toolbus", "with --builtin: names of the file tools and shell, toolbus (read_file ... shell) or agentscope (Read, Write, Edit, Glob, Grep, Bash)")
 	mcpConfig := fs.String("mcp-config", "", "also bridge the MCP servers listed in this YAML or JSON file (docs/mcp.md)")
 	demo := fs.Bool("demo", true, "serve the example tools (off by default with --mcp-config, so bridged servers stand alone)")
 	observe := cli.ObserveFlags(fs)
@@ -116,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *withBuiltin {
 		stop, err := registerBuiltin(ctx, nc, w, *prefix, *id, *workdir,
 			builtin.Config{ShellAllow: cli.SplitList(*shellAllow), ShellTrust: cli.SplitList(*shellTrust), ShellEnv: cli.SplitList(*shellEnv),
-				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Logger: log})
+				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Names: *builtinNames, Logger: log})
 		if err != nil {
 			return err
 		}
