@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -73,7 +72,7 @@ func init() {
 		{"fetch", "<nats-object://bucket/name#sha256=...>", "print (or with -o FILE save) a stored output, read through the routers (--direct: from the object store)", runFetch},
 		{"status", "", "show routers, workers per tool, sessions and parked calls", runStatus},
 		{"limits", "[--tool T] [--user U] [--reset [--rule R]]", "show what the quotas and rate limits have used and left for a tool, user and session, or reset them", runLimits},
-		{"audit", "[--since 1h] [--session S] [--tool T] [--json]", "export the audit trail of tool calls as JSON lines (docs/operations.md)", runAudit},
+		{"audit", "[--since 1h] [--session S] [--tool T] [--user U] [--json]", "export the audit trail of tool calls as JSON lines (docs/operations.md)", runAudit},
 		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
 		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR] | agent --session S [--user U] [--dir DIR]", "print the NATS permissions of the toolbus roles for a deployment, or add a per-session agent user (docs/security.md)", runSecurity},
 		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
@@ -135,8 +134,10 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-13s %s\n", "help", "show this text, or 'toolbus help <command>' for a command's flags")
 	fmt.Fprintln(w, "\nEvery command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default \"cli\"),")
-	fmt.Fprintln(w, "and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey, --user/--password\n(--nats-user in skills and mcp, where --user is the toolbus user), --token,")
-	fmt.Fprintln(w, "--tls-ca, --tls-cert, --tls-key, --inbox-prefix (docs/security.md).")
+	fmt.Fprintln(w, "and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey,")
+	fmt.Fprintln(w, "--nats-user/--password ($NATS_USER, $NATS_PASSWORD), --token, --tls-ca, --tls-cert, --tls-key, --inbox-prefix")
+	fmt.Fprintln(w, "(docs/security.md). --user is always the toolbus user (the batch's runtime user), never the NATS login: the")
+	fmt.Fprintln(w, "commands that have one use it, audit filters by it, and the others refuse it.")
 }
 
 // conn holds the flags every subcommand shares and connects with them.
@@ -146,9 +147,9 @@ type conn struct {
 	session string
 }
 
-// toolbusUserCommands are the commands whose --user is the toolbus
-// (runtime) user rather than the NATS one.
-var toolbusUserCommands = []string{"call", "tools", "turn", "skills", "mcp", "limits"}
+// Every command's --user is the toolbus (runtime) user, never the NATS
+// login (that is --nats-user). The commands without a use for it refuse it
+// in parse (noUserFlag), so it is never ignored.
 
 // defaultSession is the session of the command line unless --session says.
 const defaultSession = "cli"
@@ -159,12 +160,7 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cn := &conn{nats: natsconn.FromEnv()}
-	// These use --user for the toolbus user; their NATS user is --nats-user.
-	if slices.Contains(toolbusUserCommands, name) {
-		cn.nats.RegisterFlagsWithout(fs, "user")
-	} else {
-		cn.nats.RegisterFlags(fs)
-	}
+	cn.nats.RegisterFlagsWithout(fs, "user") // --user is the toolbus user; the NATS one is --nats-user
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	common := cli.FlagNames(fs)
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
@@ -220,6 +216,9 @@ func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, fun
 // ("call echo '{}' --json"); everything after "--" is positional. It
 // returns the positional arguments.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := noUserFlag(fs, args); err != nil {
+		return nil, err
+	}
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -235,6 +234,25 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// noUserFlag refuses --user in a command that defines none: --user is the
+// toolbus user, which such a command cannot apply, and it used to be the
+// NATS login in these commands, so it must never pass silently.
+func noUserFlag(fs *flag.FlagSet, args []string) error {
+	if fs.Lookup("user") != nil {
+		return nil
+	}
+	for _, a := range args {
+		if a == "--" {
+			return nil
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "user" {
+			return fmt.Errorf("%s has no --user: --user is the toolbus user, which it cannot apply; log in to NATS as a user with --nats-user (or $NATS_USER)", fs.Name())
+		}
+	}
+	return nil
 }
 
 // usageError prints fs's usage and returns an error saying what is wrong.

@@ -403,8 +403,45 @@ func TestHelp(t *testing.T) {
 	if own < 0 || conn < own || strings.Count(out, "-nkey") != 1 {
 		t.Errorf("help call: its own flags first, then the connection flags once:\n%s", out)
 	}
-	out, _, _ = exec(t.Context(), "help", "skills")
-	if strings.Count(out, "\n  -user string") != 1 || strings.Contains(out, "the same as --user") {
-		t.Errorf("help skills: --user is the toolbus user, --nats-user the NATS one:\n%s", out)
+	for _, name := range []string{"skills", "parked", "status", "audit"} {
+		out, _, _ = exec(t.Context(), "help", name)
+		if strings.Contains(out, "the same as --user") || !strings.Contains(out, "-nats-user string") {
+			t.Errorf("help %s: --user is the toolbus user, --nats-user the NATS one:\n%s", name, out)
+		}
+	}
+	if out, _, _ = exec(t.Context(), "help"); !strings.Contains(out, "--user is always the toolbus user") {
+		t.Errorf("help: says nothing of --user:\n%s", out)
+	}
+}
+
+// TestUserIsTheToolbusUser: --user is the toolbus user in every command
+// (docs: toolbus help). A command that cannot apply it refuses it, before
+// connecting, and names --nats-user, the NATS login; it is never ignored.
+func TestUserIsTheToolbusUser(t *testing.T) {
+	for _, args := range [][]string{
+		{"parked", "--all", "--user", "alice"},
+		{"confirm", "c1", "--user=alice"},
+		{"answer", "c1", "ok", "-user", "alice"},
+		{"cancel", "r1", "--user", "alice"},
+		{"watch", "--user", "alice"},
+		{"status", "--user", "alice"},
+		{"inbox", "--user", "alice"},
+		{"fetch", "nats-object://toolbus_outputs/x", "--user", "alice"},
+		{"groups", "--user", "alice"},
+		{"reset", "--user", "alice"},
+		{"session", "show", "--user", "alice"},
+		{"activate", "g", "--user", "alice"},
+		{"watch-handoff", "t", "--user", "alice"},
+	} {
+		// An unreachable server: a command that ignored --user would fail
+		// later, on connecting, with another error.
+		out, errOut, err := exec(t.Context(), append(args, "--nats", "nats://127.0.0.1:1")...)
+		if err == nil || !strings.Contains(err.Error(), "has no --user") || !strings.Contains(err.Error(), "--nats-user") {
+			t.Errorf("%v: err %v, stdout %q, stderr %q; want a refusal naming --nats-user", args, err, out, errOut)
+		}
+	}
+	// After "--" it is an argument, not a flag.
+	if _, _, err := exec(t.Context(), "answer", "--nats", "nats://127.0.0.1:1", "c1", "--", "--user"); err != nil && strings.Contains(err.Error(), "has no --user") {
+		t.Errorf("answer c1 -- --user: %v", err)
 	}
 }
