@@ -259,7 +259,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 	cfgFile := filepath.Join(dir, security.ServerConfigFile)
 	if _, err := os.Stat(cfgFile); err == nil {
-		fmt.Fprintf(stdout, "toolbus: secured with %s; each role logs in with %s/<role>.nk (source %s/<role>.env)\n", cfgFile, dir, dir)
+		fmt.Fprintf(stdout, "toolbus: secured with %s; each role logs in with %s/<role>.nk: run `source %s/<role>.env` (bash, zsh, fish) before its commands\n", cfgFile, dir, dir)
 		return cfgFile, nil
 	}
 	users, err := security.Generate(dir, "nats://"+listen, security.Spec{Prefix: prefix})
@@ -270,7 +270,7 @@ func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 	for i, u := range users {
 		names[i] = u.Name
 	}
-	fmt.Fprintf(stdout, "toolbus: generated the users %s in %s: each logs in with %s/<user>.nk and its inbox prefix (source %s/<user>.env)\n",
+	fmt.Fprintf(stdout, "toolbus: generated the users %s in %s: each logs in with %s/<user>.nk and its inbox prefix: run `source %s/<user>.env` (bash, zsh, fish) before its commands\n",
 		strings.Join(names, ", "), dir, dir, dir)
 	return cfgFile, nil
 }

@@ -141,7 +141,7 @@ func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer
 	if a.User.User != "" {
 		bound = fmt.Sprintf("bound to user %q", a.User.User)
 	}
-	fmt.Fprintf(stdout, "toolbus: %s %s (session %s, %s)\n  credentials: %s\n  environment: set -a; . %s; set +a\n",
+	fmt.Fprintf(stdout, "toolbus: %s %s (session %s, %s)\n  credentials: %s\n  environment: source %s   (bash, zsh, fish: it exports NATS_URL, NATS_NKEY, NATS_INBOX_PREFIX)\n",
 		what, a.User.Name, *session, bound, a.Seed, a.Env)
 	fmt.Fprintf(stdout, "  a router started with --secure %s takes it within %s, without a restart; another nats-server: reload its configuration (%s)\n",
 		*dir, "2s", filepath.Join(*dir, security.ServerConfigFile))

@@ -146,7 +146,7 @@ func TestSecurityAgent(t *testing.T) {
 	}
 	out, _, err := exec(t.Context(), "security", "agent", "--dir", dir, "--session", "s1", "--user", "alice")
 	if err != nil || !strings.Contains(out, `added session-s1 (session s1, bound to user "alice")`) ||
-		!strings.Contains(out, security.SeedFile(dir, "session-s1")) || !strings.Contains(out, ". "+security.EnvFile(dir, "session-s1")+";") {
+		!strings.Contains(out, security.SeedFile(dir, "session-s1")) || !strings.Contains(out, "source "+security.EnvFile(dir, "session-s1")+" ") {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	b, err := security.LoadBindings(filepath.Join(dir, security.UsersFile))
