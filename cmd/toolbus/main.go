@@ -55,7 +55,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"call", "<tool> ['<json input>']", "call one tool and print its result", runCall},
-		{"turn", "[--format openai|openai-responses|anthropic|gemini] < assistant.json", "run the tool calls of a model's assistant message and print the tool-result messages its API expects", runTurn},
+		{"turn", "[--format openai|openai-responses|anthropic|gemini] [--wait] < assistant.json", "run the tool calls of a model's assistant message and print the tool-result messages its API expects", runTurn},
 		{"tools", "", "list the tools and groups a session's model sees", runTools},
 		{"watch", "", "print a session's events as they happen", runWatch},
 		{"cancel", "<reply-id> [call-id...]", "interrupt the running and parked calls of a reply (a parked reply's id finds its session; a running one is looked for in --session)", runCancel},
@@ -138,6 +138,8 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "--nats-user/--password ($NATS_USER, $NATS_PASSWORD), --token, --tls-ca, --tls-cert, --tls-key, --inbox-prefix")
 	fmt.Fprintln(w, "(docs/security.md). --user is always the toolbus user (the batch's runtime user), never the NATS login: the")
 	fmt.Fprintln(w, "commands that have one use it, audit filters by it, and the others refuse it.")
+	fmt.Fprintln(w, "\nexit status: 0 done (every call succeeded), 1 an error or a call that did not succeed, 3 nothing failed but")
+	fmt.Fprintln(w, "calls are still parked (call and turn without --wait: the commands that answer them are printed), 130 a second interrupt.")
 }
 
 // conn holds the flags every subcommand shares and connects with them.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"bytes"
 	"encoding/json"
 	"flag"
@@ -56,8 +57,9 @@ pick: parked for its external result, call c4 (on toolbus.answer.pick)
 }
 
 func TestReplyError(t *testing.T) {
-	if err := replyError(&bus.Reply{Parked: []bus.Parked{{ID: "c1", Kind: bus.KindExternal}}}); err != nil {
-		t.Fatalf("parked calls are no error: %v", err)
+	var parked *parkedError
+	if err := replyError(&bus.Reply{Parked: []bus.Parked{{ID: "c1", Kind: bus.KindExternal}}}); !errors.As(err, &parked) || parked.ExitCode() != exitParked {
+		t.Fatalf("parked calls are no failure but exit %d: %v", exitParked, err)
 	}
 	err := replyError(&bus.Reply{Results: []bus.Result{
 		{ID: "c1", Name: "a", State: bus.StateSuccess},
