@@ -218,6 +218,11 @@ func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, fun
 // ("call echo '{}' --json"); everything after "--" is positional. It
 // returns the positional arguments.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	if !cli.WantsHelp(args) {
+		// A mistake gets one usage line, not every flag: the error stays
+		// in sight (cli.Main prints it last). -h prints the whole usage.
+		fs.Usage = func() { shortUsage(fs) }
+	}
 	if err := noUserFlag(fs, args); err != nil {
 		return nil, err
 	}
@@ -255,6 +260,17 @@ func noUserFlag(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	return nil
+}
+
+// shortUsage prints the one usage line of fs's command and where its flags
+// are listed.
+func shortUsage(fs *flag.FlagSet) {
+	name := strings.TrimPrefix(fs.Name(), "toolbus ")
+	synopsis := "[flags]"
+	if c, ok := lookup(name); ok {
+		synopsis = strings.TrimSpace(c.args + " [flags]")
+	}
+	fmt.Fprintf(fs.Output(), "usage: toolbus %s %s   (toolbus %s -h lists the flags)\n", name, synopsis, name)
 }
 
 // usageError prints fs's usage and returns an error saying what is wrong.

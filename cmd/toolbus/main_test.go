@@ -445,3 +445,19 @@ func TestUserIsTheToolbusUser(t *testing.T) {
 		t.Errorf("answer c1 -- --user: %v", err)
 	}
 }
+
+// TestMistakeGetsOneUsageLine: a wrong flag or argument gets the error and
+// one usage line naming -h, not the 40 lines of every flag that pushed
+// the error out of sight; -h still lists every flag.
+func TestMistakeGetsOneUsageLine(t *testing.T) {
+	for _, args := range [][]string{{"call", "--bogus"}, {"answer", "c1"}, {"parked", "a", "b"}} {
+		_, errOut, err := exec(t.Context(), args...)
+		if err == nil || strings.Count(errOut, "\n") > 2 || !strings.Contains(errOut, "usage: toolbus "+args[0]) || !strings.Contains(errOut, "-h lists the flags") {
+			t.Errorf("%v: err %v, stderr:\n%s", args, err, errOut)
+		}
+	}
+	out, _, err := exec(t.Context(), "call", "-h")
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out, "-reply-id") || !strings.Contains(out, "-nats-user") {
+		t.Errorf("call -h: %v\n%s", err, out)
+	}
+}
