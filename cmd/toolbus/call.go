@@ -109,6 +109,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	} else {
 		renderReply(stdout, reply, cn.session, *replyID)
+		suggestTools(ctx, cl, cn.session, reply, stderr)
 	}
 	return replyError(reply)
 }
