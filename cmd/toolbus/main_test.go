@@ -264,7 +264,7 @@ func TestTools(t *testing.T) {
 
 	// --format alone prints exactly the tools array the model sees.
 	for _, tc := range []struct{ format, nameKey string }{
-		{"openai", "function"}, {"anthropic", "input_schema"}, {"mcp", "inputSchema"}, {"toolbus", "input_schema"}, {"gemini", "parameters"},
+		{"openai", "function"}, {"anthropic", "input_schema"}, {"mcp", "inputSchema"}, {"toolbus", "input_schema"}, {"gemini", "parametersJsonSchema"},
 	} {
 		out, _, err := exec(t.Context(), "tools", "--format", tc.format, "--nats", d.url)
 		if err != nil {

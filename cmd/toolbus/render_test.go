@@ -120,7 +120,7 @@ func TestToolEntry(t *testing.T) {
 		bus.FormatOpenAI:          `{"type":"function","function":{"name":"echo","description":"Echo.","parameters":{}}}`,
 		bus.FormatOpenAIResponses: `{"type":"function","name":"echo","description":"Echo.","parameters":{},"strict":false}`,
 		bus.FormatAnthropic:       `{"name":"echo","description":"Echo.","input_schema":{}}`,
-		bus.FormatGemini:          `{"name":"echo","description":"Echo.","parameters":{}}`,
+		bus.FormatGemini:          `{"name":"echo","description":"Echo.","parametersJsonSchema":{}}`,
 		bus.FormatMCP:             `{"name":"echo","description":"Echo.","inputSchema":{},"annotations":{}}`,
 	} {
 		name, desc := toolEntry(json.RawMessage(raw))
