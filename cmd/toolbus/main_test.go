@@ -19,7 +19,12 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-const testHeartbeat = 500 * time.Millisecond
+// testHeartbeat is the workers' beat in these tests. A router declares a
+// worker gone after three missed beats and ends its calls unknown_outcome;
+// at 500 ms a race-built worker decoding a 2 MiB input on a loaded 2-core
+// machine missed them (TestCallInputFromFile). No test here waits for a
+// worker to be declared gone, so the beat can be slow.
+const testHeartbeat = 2 * time.Second
 
 // deployment is a nats-server, one router and a worker serving the built-in
 // tools plus "block", which runs until its call is cancelled and reports on
