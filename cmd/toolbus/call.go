@@ -73,6 +73,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer events.Stop()
 		fol = follow(events, *replyID, len(batch.Calls), stderr)
+		fol.list = parkedLister(cl, cn.session, *replyID)
 	}
 	opts := []client.CallOption{client.WithReplyID(*replyID)}
 	callCtx := ctx

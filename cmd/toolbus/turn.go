@@ -60,6 +60,7 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer events.Stop()
 		fol = follow(events, *replyID, len(batch.Calls), stderr)
+		fol.list = parkedLister(cl, cn.session, *replyID)
 	}
 	reply, err := cl.Call(ctx, cn.session, batch, client.WithReplyID(*replyID))
 	if err != nil {
