@@ -131,7 +131,7 @@ func TestCrossDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(profs) != 1 || profs[0].Calls <= 0 || profs[0].CPUUSPerCall <= 0 || profs[0].File != file || profs[0].Role != roleRouter || len(profs[0].Shares) == 0 {
+	if len(profs) != 1 || profs[0].Calls <= 0 || profs[0].CPUUSPerCall <= 0 || profs[0].File != file || profs[0].Role != roleRouter || !sampled(profs[0]) {
 		t.Errorf("profiles %+v", profs)
 	}
 	if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
@@ -211,7 +211,7 @@ func TestRunCrossQuick(t *testing.T) {
 	}
 	for i, role := range []string{roleRouter, roleWorker, roleRouter} {
 		p := rep.Profiles[i]
-		if fi, err := os.Stat(p.File); err != nil || fi.Size() == 0 || p.Calls <= 0 || p.Role != role || len(p.Shares) == 0 {
+		if fi, err := os.Stat(p.File); err != nil || fi.Size() == 0 || p.Calls <= 0 || p.Role != role || !sampled(p) {
 			t.Errorf("profile %d %+v: %v", i, p, err)
 		}
 	}
@@ -227,4 +227,13 @@ func TestRunCrossQuick(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sampled reports whether p's samples were split by kind, where a sample
+// was to be expected: the profiler samples 100 times per CPU second, so a
+// process that used 25 ms over a short profile (a few calls on a loaded
+// machine) often holds no sample at all; from 100 ms on (10 samples
+// expected) an empty split is a fault.
+func sampled(p Profile) bool {
+	return len(p.Shares) > 0 || p.CPUUSPerCall*float64(p.Calls) < 100_000
 }

@@ -311,7 +311,7 @@ func (c Config) describe() string {
 			return "the credentials in the URL"
 		}
 	}
-	return "no credentials (the server needs some: --creds, --nkey, --user/--password or --token)"
+	return "no credentials (the server needs some: --creds, --nkey, --nats-user/--password or --token)"
 }
 
 // Redact returns urls (comma-separated) with any password or token in

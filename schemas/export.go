@@ -35,10 +35,15 @@ type (
 		Description string          `json:"description"`
 		InputSchema json.RawMessage `json:"input_schema"`
 	}
+	// geminiFunction is a Gemini FunctionDeclaration with the schema in
+	// parametersJsonSchema, which takes JSON Schema as it is (with
+	// additionalProperties, $ref, anyOf ...); its "parameters" takes only
+	// an OpenAPI 3.0 subset, and Gemini answers 400 to a keyword outside
+	// it (docs/schemas.md).
 	geminiFunction struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
+		Name                 string          `json:"name"`
+		Description          string          `json:"description"`
+		ParametersJSONSchema json.RawMessage `json:"parametersJsonSchema"`
 	}
 	mcpTool struct {
 		Name        string          `json:"name"`
@@ -66,7 +71,7 @@ type (
 //	"openai": {"type":"function","function":{"name","description","parameters"}}
 //	"openai-responses": {"type":"function","name","description","parameters","strict":false}
 //	"anthropic": {"name","description","input_schema"}
-//	"gemini": {"name","description","parameters"}
+//	"gemini": {"name","description","parametersJsonSchema"}
 //	"mcp": {"name","description","inputSchema","annotations":{"readOnlyHint","destructiveHint","idempotentHint"}}
 //
 // with destructiveHint = !read_only, unless the definition is a bridged MCP
@@ -123,7 +128,7 @@ func exporter(format string) (func(d *bus.ToolDef, schema json.RawMessage) any, 
 		}, nil
 	case bus.FormatGemini:
 		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return geminiFunction{Name: d.Name, Description: d.Description, Parameters: schema}
+			return geminiFunction{Name: d.Name, Description: d.Description, ParametersJSONSchema: schema}
 		}, nil
 	case bus.FormatMCP:
 		return func(d *bus.ToolDef, schema json.RawMessage) any {

@@ -59,9 +59,9 @@ func TestExport(t *testing.T) {
 			`{"name":"ping","description":"","input_schema":` + empty + `}`,
 		}},
 		{"gemini", []string{
-			`{"name":"get_weather","description":"Weather for a city.","parameters":` + weather + `}`,
-			`{"name":"deploy","description":"Deploy <env> & wait.","parameters":` + deploy + `}`,
-			`{"name":"ping","description":"","parameters":` + empty + `}`,
+			`{"name":"get_weather","description":"Weather for a city.","parametersJsonSchema":` + weather + `}`,
+			`{"name":"deploy","description":"Deploy <env> & wait.","parametersJsonSchema":` + deploy + `}`,
+			`{"name":"ping","description":"","parametersJsonSchema":` + empty + `}`,
 		}},
 		{"mcp", []string{
 			`{"name":"get_weather","description":"Weather for a city.","inputSchema":` + weather + `,"annotations":{"readOnlyHint":true,"destructiveHint":false,"idempotentHint":false}}`,

@@ -140,9 +140,9 @@ func envURL(dir string) string {
 		}
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "NATS_URL="); ok {
+			if name, value, ok := parseEnvLine(sc.Text()); ok && name == "NATS_URL" {
 				f.Close()
-				return u
+				return value
 			}
 		}
 		f.Close()
@@ -198,6 +198,42 @@ func publicKey(file string) (string, error) {
 	return kp.PublicKey()
 }
 
+// exportLine is one line of a .env file: `export NAME=VALUE`, the value
+// single-quoted unless it is plain, so that `source FILE` sets and exports
+// the variable in bash, zsh and fish alike (a bare NAME=VALUE would set a
+// shell variable only, and the commands started after it would not see it).
+func exportLine(name, value string) string {
+	return "export " + name + "=" + envQuote(value) + "\n"
+}
+
+// envQuote quotes v for bash, zsh and fish: as it is when it holds only
+// characters none of them treats specially, else as shellQuote does (single
+// quotes, each quote inside written as close, escaped quote, reopen, which
+// all three read as one quote).
+func envQuote(v string) string {
+	plain := v != "" && strings.IndexFunc(v, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:@,+=%", r))
+	}) < 0
+	if plain {
+		return v
+	}
+	return shellQuote(v)
+}
+
+// parseEnvLine reads a line exportLine wrote, or a bare NAME=VALUE line of
+// a file written before files exported their variables.
+func parseEnvLine(line string) (name, value string, ok bool) {
+	line = strings.TrimPrefix(strings.TrimSpace(line), "export ")
+	name, value, ok = strings.Cut(line, "=")
+	if !ok {
+		return "", "", false
+	}
+	if len(value) >= 2 && value[0] == '\'' {
+		value = strings.ReplaceAll(value[1:len(value)-1], `'\''`, "'")
+	}
+	return name, value, true
+}
+
 // newSeed makes u's nkey, its seed file and .env file; abs is dir made
 // absolute, for the .env file.
 func newSeed(dir, abs, url string, u User) (string, error) {
@@ -210,9 +246,9 @@ func newSeed(dir, abs, url string, u User) (string, error) {
 	if err := os.WriteFile(SeedFile(dir, u.Name), append(seed, '\n'), 0o600); err != nil {
 		return "", fmt.Errorf("security: %w", err)
 	}
-	env := fmt.Sprintf("NATS_NKEY=%s\nNATS_INBOX_PREFIX=%s\n", SeedFile(abs, u.Name), u.InboxPrefix)
+	env := exportLine("NATS_NKEY", SeedFile(abs, u.Name)) + exportLine("NATS_INBOX_PREFIX", u.InboxPrefix)
 	if url != "" {
-		env = "NATS_URL=" + url + "\n" + env
+		env = exportLine("NATS_URL", url) + env
 	}
 	if err := os.WriteFile(EnvFile(dir, u.Name), []byte(env), 0o600); err != nil {
 		return "", fmt.Errorf("security: %w", err)

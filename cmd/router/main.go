@@ -132,7 +132,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		unlock, err := lockStore(dir)
 		if err != nil {
-			return err
+			// Most often a router already runs here: a second one joins
+			// its server (a new --data alone then fails on the port).
+			return fmt.Errorf("%w\n  to add a router beside it, join its server: --nats nats://%s (the other's --listen); for a separate bus: --listen ADDR (and its own --data)", err, *listen)
 		}
 		defer unlock()
 		s, err := embedded.Start(embedded.Config{Listen: *listen, StoreDir: dir, ConfigFile: *natsConfig})
@@ -269,7 +271,7 @@ func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 		} else if refreshed {
 			fmt.Fprintf(stdout, "toolbus: updated the permissions in %s to this version's (keys kept)\n", dir)
 		}
-		fmt.Fprintf(stdout, "toolbus: secured with %s; each role logs in with %s/<role>.nk (source %s/<role>.env)\n", cfgFile, dir, dir)
+		fmt.Fprintf(stdout, "toolbus: secured with %s; each role logs in with %s/<role>.nk: run `source %s/<role>.env` (bash, zsh, fish) before its commands\n", cfgFile, dir, dir)
 		return cfgFile, nil
 	}
 	users, err := security.Generate(dir, "nats://"+listen, security.Spec{Prefix: prefix})
@@ -280,7 +282,7 @@ func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 	for i, u := range users {
 		names[i] = u.Name
 	}
-	fmt.Fprintf(stdout, "toolbus: generated the users %s in %s: each logs in with %s/<user>.nk and its inbox prefix (source %s/<user>.env)\n",
+	fmt.Fprintf(stdout, "toolbus: generated the users %s in %s: each logs in with %s/<user>.nk and its inbox prefix: run `source %s/<user>.env` (bash, zsh, fish) before its commands\n",
 		strings.Join(names, ", "), dir, dir, dir)
 	return cfgFile, nil
 }

@@ -22,6 +22,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs, cn := newFlagSet("audit", stderr)
 	since := fs.Duration("since", time.Hour, "how far back (0: everything kept)")
 	tool := fs.String("tool", "", "only this tool's calls")
+	user := fs.String("user", "", "only the calls of this toolbus user (the batch's runtime user; the NATS login is --nats-user)")
 	asJSON := fs.Bool("json", false, "print the records as JSON lines, as stored")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -59,13 +60,16 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(tw, "TIME\tSESSION\tCALL\tTOOL\tUSER\tDECISION\tBY\tOUTCOME\tMS")
 	}
 	err = audit.Export(ctx, js, cl.Subjects(), f, func(raw json.RawMessage) error {
-		if *asJSON {
-			_, err := fmt.Fprintf(stdout, "%s\n", raw)
-			return err
-		}
 		var r audit.Record
 		if err := json.Unmarshal(raw, &r); err != nil {
 			return fmt.Errorf("audit: a record does not decode: %w", err)
+		}
+		if *user != "" && r.User != *user {
+			return nil
+		}
+		if *asJSON {
+			_, err := fmt.Fprintf(stdout, "%s\n", raw)
+			return err
 		}
 		by := r.Decision.Approver
 		if by == "" {

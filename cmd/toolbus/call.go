@@ -63,13 +63,17 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer closeConn()
-	var events *client.Events
+	var fol *follower
 	if *wait {
-		// Subscribed before the batch is sent, so no result is missed.
-		if events, err = cl.Watch(ctx, cn.session); err != nil {
+		// Subscribed before the batch is sent, so no result is missed;
+		// progress and re-parked calls are printed on stderr as they come.
+		events, err := cl.Watch(ctx, cn.session)
+		if err != nil {
 			return err
 		}
 		defer events.Stop()
+		fol = follow(events, *replyID, len(batch.Calls), stderr)
+		fol.list = parkedLister(cl, cn.session, *replyID)
 	}
 	opts := []client.CallOption{client.WithReplyID(*replyID)}
 	callCtx := ctx
@@ -88,7 +92,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			renderReply(stdout, reply, cn.session, *replyID)
 			fmt.Fprintf(stdout, "waiting for %d parked call(s)...\n", len(reply.Parked))
 		}
-		late, err := awaitParked(ctx, events, *replyID, reply.Parked)
+		late, err := fol.await(ctx, reply.Parked)
 		if err != nil {
 			return callError(ctx, cl, cn.session, *replyID, err, *asJSON, stdout)
 		}
@@ -106,6 +110,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	} else {
 		renderReply(stdout, reply, cn.session, *replyID)
+		suggestTools(ctx, cl, cn.session, reply, stderr)
 	}
 	return replyError(reply)
 }
@@ -205,36 +210,6 @@ func jsonOrString(fs *flag.FlagSet, name, v string) (json.RawMessage, error) {
 	return b, nil
 }
 
-// awaitParked waits for the call.result events of the parked calls of
-// replyID and returns their results in the order they arrive.
-func awaitParked(ctx context.Context, events *client.Events, replyID string, parked []bus.Parked) ([]bus.Result, error) {
-	waiting := make(map[string]bool, len(parked))
-	for _, p := range parked {
-		waiting[p.ID] = true
-	}
-	var out []bus.Result
-	for len(waiting) > 0 {
-		select {
-		case <-ctx.Done():
-			return out, ctx.Err()
-		case e, ok := <-events.C:
-			if !ok {
-				return out, errors.New("the event subscription ended")
-			}
-			if e.Type != bus.TypeCallResult || e.ReplyID != replyID {
-				continue
-			}
-			var r bus.Result
-			if err := e.DataAs(&r); err != nil || !waiting[r.ID] {
-				continue
-			}
-			delete(waiting, r.ID)
-			out = append(out, r)
-		}
-	}
-	return out, nil
-}
-
 // callError explains a call that got no reply. A rejected batch is a
 // *bus.Error (printed as JSON with asJSON); when the user interrupted the
 // command, the calls of the reply are cancelled on the bus too.
@@ -260,8 +235,9 @@ func callError(ctx context.Context, cl *client.Client, session, replyID string, 
 	return err
 }
 
-// replyError returns an error naming every result that is not a success.
-// Parked calls are not errors: they wait for an answer.
+// replyError returns an error naming every result that is not a success;
+// without one, calls still parked are a parkedError (exit status 3): they
+// are no failure, but wait for an answer.
 func replyError(r *bus.Reply) error {
 	var errs []error
 	for _, res := range r.Results {
@@ -273,6 +249,9 @@ func replyError(r *bus.Reply) error {
 			code = " (" + res.Error.Code + ")"
 		}
 		errs = append(errs, fmt.Errorf("call %s of %s ended %s%s", res.ID, res.Name, res.State, code))
+	}
+	if len(errs) == 0 && len(r.Parked) > 0 {
+		return &parkedError{n: len(r.Parked)}
 	}
 	return errors.Join(errs...)
 }

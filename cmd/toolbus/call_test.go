@@ -153,3 +153,38 @@ func TestGroupsPutRm(t *testing.T) {
 		t.Fatalf("a bad group: %v", err)
 	}
 }
+
+// TestCallWaitSpeaks: call --wait on an external tool that asks first says
+// when the confirmed call moves on to wait for its answer, with the
+// command that gives it, and then prints the answer.
+func TestCallWaitSpeaks(t *testing.T) {
+	d := newDeployment(t)
+	def := bus.ToolDef{Name: "ext_ask", Description: "Asks, then a person answers.", External: true}
+	d.registerDefs(t, def)
+	// registerDefs allows every tool; ask instead, so the call parks twice.
+	def.Permission, def.ConcurrencySafe, def.InputSchema = bus.PermissionAsk, true, json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)
+	e, err := bus.NewEvent(bus.TypeRegister, "test/registrar", bus.Register{Worker: "registrar", Tools: []bus.ToolDef{def}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Msg(d.client.Subjects().Register())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.conn(t).RequestMsgWithContext(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, stop := background(t, "call", "ext_ask", `{"q":"x"}`, "--wait", "--reply-id", "r-speak", "--session", "s-speak", "--nats", d.url)
+	waitOutput(t, stdout, "waiting for 1 parked call(s)...")
+	if _, _, err := exec(t.Context(), "confirm", "call-r-speak", "--nats", d.url); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, stderr, "call call-r-speak of ext_ask now waits for its external result: toolbus answer call-r-speak '<output>'\n")
+	if _, _, err := exec(t.Context(), "answer", "call-r-speak", "done by hand", "--nats", d.url); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, stdout, "ext_ask: success\ndone by hand\n")
+	if err := stop(); err != nil {
+		t.Fatalf("call --wait: %v\nstderr: %s", err, stderr.String())
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -33,15 +34,19 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer closeConn()
 	replyID, calls := pos[0], pos[1:]
+	session, err := cancelSession(ctx, cl, fs, cn, replyID)
+	if err != nil {
+		return err
+	}
 	// The cancel itself is fire-and-forget (docs/protocol.md 3.5: an
 	// unknown reply id is a no-op), so watch for the interrupted results
 	// to tell the user whether anything was cancelled.
-	events, err := cl.Watch(ctx, cn.session)
+	events, err := cl.Watch(ctx, session)
 	if err != nil {
 		return err
 	}
 	defer events.Stop()
-	if err := cl.Cancel(ctx, cn.session, replyID, calls...); err != nil {
+	if err := cl.Cancel(ctx, session, replyID, calls...); err != nil {
 		return err
 	}
 	ended, err := awaitInterrupted(ctx, events, replyID, calls, *wait)
@@ -49,10 +54,36 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if len(ended) == 0 {
-		return fmt.Errorf("nothing was cancelled: no call of reply %s in session %s was running or parked (within %v); check the reply id and --session", replyID, cn.session, *wait)
+		return fmt.Errorf("nothing was cancelled: no call of reply %s in session %s was running or parked (within %v); check the reply id and --session", replyID, session, *wait)
 	}
-	fmt.Fprintf(stdout, "cancelled: %s of reply %s in session %s\n", strings.Join(ended, ", "), replyID, cn.session)
+	fmt.Fprintf(stdout, "cancelled: %s of reply %s in session %s\n", strings.Join(ended, ", "), replyID, session)
 	return nil
+}
+
+// cancelSession is the session of reply replyID: --session when given,
+// else the one session where a call of the reply is parked, else (a
+// running call, which no list shows) the default session.
+func cancelSession(ctx context.Context, cl *client.Client, fs *flag.FlagSet, cn *conn, replyID string) (string, error) {
+	if sessionGiven(fs) {
+		return cn.session, nil
+	}
+	_, parked, err := listParked(ctx, cl, "")
+	if err != nil {
+		return cn.session, nil // a role that may not list: cancel as before
+	}
+	var sessions []string
+	for _, p := range parked {
+		if p.ReplyID == replyID && !slices.Contains(sessions, p.Session) {
+			sessions = append(sessions, p.Session)
+		}
+	}
+	switch len(sessions) {
+	case 0:
+		return cn.session, nil
+	case 1:
+		return sessions[0], nil
+	}
+	return "", fmt.Errorf("reply id %s is ambiguous: calls of it are parked in sessions %s; pick one with --session", replyID, strings.Join(sessions, ", "))
 }
 
 // awaitInterrupted collects the calls of replyID (of calls, or any) that

@@ -53,6 +53,9 @@ func TestLimitsAndAuditCommands(t *testing.T) {
 	if out, _, err := exec(t.Context(), "limits", "--nats", url, "--tool", "echo", "--user", "alice", "--reset"); err != nil || !strings.Contains(out, "reset 1") {
 		t.Fatalf("limits --reset: %v\n%s", err, out)
 	}
+	if _, err := c.Call(t.Context(), "b1", bus.Batch{User: json.RawMessage(`"bob"`), Calls: []bus.Call{{ID: "c3", Name: "echo", Input: json.RawMessage(`{"Text":"hi"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
 	var lines []string
 	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		out, _, err := exec(t.Context(), "audit", "--nats", url, "--json", "--session", "a1", "--tool", "echo")
@@ -71,8 +74,18 @@ func TestLimitsAndAuditCommands(t *testing.T) {
 			t.Fatalf("line %s: %v", l, err)
 		}
 	}
-	if out, _, err := exec(t.Context(), "audit", "--nats", url, "--since", "1h"); err != nil || strings.Count(out, "echo") != 3 {
-		t.Fatalf("audit table: %v\n%s", err, out)
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if out, _, err := exec(t.Context(), "audit", "--nats", url, "--since", "1h"); err != nil || strings.Count(out, "echo") != 4 {
+			return fmt.Errorf("audit table: %v\n%s", err, out)
+		}
+		return nil
+	})
+	// --user is the toolbus user, and audit filters by it.
+	if out, _, err := exec(t.Context(), "audit", "--nats", url, "--user", "alice"); err != nil || strings.Count(out, "echo") != 3 || strings.Contains(out, "bob") {
+		t.Fatalf("audit --user alice: %v\n%s", err, out)
+	}
+	if out, _, err := exec(t.Context(), "audit", "--nats", url, "--json", "--user", "bob"); err != nil || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"user":"bob"`) {
+		t.Fatalf("audit --json --user bob: %v\n%s", err, out)
 	}
 }
 

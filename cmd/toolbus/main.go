@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -56,26 +55,26 @@ var commands []command
 func init() {
 	commands = []command{
 		{"call", "<tool> ['<json input>']", "call one tool and print its result", runCall},
-		{"turn", "[--format openai|openai-responses|anthropic|gemini] < assistant.json", "run the tool calls of a model's assistant message and print the tool-result messages its API expects", runTurn},
+		{"turn", "[--format openai|openai-responses|anthropic|gemini] [--wait] < assistant.json", "run the tool calls of a model's assistant message and print the tool-result messages its API expects", runTurn},
 		{"tools", "", "list the tools and groups a session's model sees", runTools},
 		{"watch", "", "print a session's events as they happen", runWatch},
-		{"cancel", "<reply-id> [call-id...]", "interrupt the running and parked calls of a reply", runCancel},
+		{"cancel", "<reply-id> [call-id...]", "interrupt the running and parked calls of a reply (a parked reply's id finds its session; a running one is looked for in --session)", runCancel},
 		{"groups", "[put FILE | rm NAME]", "list a session's tool groups, active ones marked [x]; put stores a group definition (YAML or JSON), rm removes one", runGroups},
 		{"reset", "[group...]", "activate exactly these meta groups with reset_tools (none given: all off)", runReset},
 		{"session", "show | mode <mode>", "show a session's groups, mode and rules, or set its permission mode", runSession},
 		{"activate", "<group...>", "activate (or with --off deactivate) external-scope groups for a session", runActivate},
-		{"parked", "", "list the calls parked for an answer or a confirmation", runParked},
-		{"answer", "<call-id> '<json blocks or text>'", "answer a parked external call with its output", runAnswer},
-		{"confirm", "<call-id>", "allow (or with --deny refuse) a call parked for a confirmation", runConfirm},
+		{"parked", "[call-id]", "list the calls parked for an answer or a confirmation (a call id: that call, in whatever session, and the command that answers it)", runParked},
+		{"answer", "<call-id> '<json blocks or text>'", "answer a parked external call with its output (the call id finds its session; --session only if it is ambiguous)", runAnswer},
+		{"confirm", "<call-id>", "allow (or with --deny refuse) a call parked for a confirmation (the call id finds its session; --session only if it is ambiguous)", runConfirm},
 		{"inbox", "[--listen 127.0.0.1:8080]", "serve the approval inbox: a page listing what waits across sessions, to allow, deny or answer (docs/inbox.md)", runInbox},
 		{"watch-handoff", "<tool|*>", "print the requests waiting for a tool's handlers (or approvers), oldest first", runWatchHandoff},
 		{"skills", "ls | show <name> | push DIR | rm <name>", "list, show, push (--user U) or remove (--user U) the skills on the bus", runSkills},
 		{"fetch", "<nats-object://bucket/name#sha256=...>", "print (or with -o FILE save) a stored output, read through the routers (--direct: from the object store)", runFetch},
 		{"status", "", "show routers, workers per tool, sessions and parked calls", runStatus},
 		{"limits", "[--tool T] [--user U] [--reset [--rule R]]", "show what the quotas and rate limits have used and left for a tool, user and session, or reset them", runLimits},
-		{"audit", "[--since 1h] [--session S] [--tool T] [--json]", "export the audit trail of tool calls as JSON lines (docs/operations.md)", runAudit},
+		{"audit", "[--since 1h] [--session S] [--tool T] [--user U] [--json]", "export the audit trail of tool calls as JSON lines (docs/operations.md)", runAudit},
 		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
-		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR] | agent --session S [--user U] [--dir DIR]", "print the NATS permissions of the toolbus roles for a deployment, or add a per-session agent user (docs/security.md)", runSecurity},
+		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR] | agent --session S [--user U] [--dir DIR] | token [--name N] [--user U]", "print the NATS permissions of the toolbus roles for a deployment, add a per-session agent user (docs/security.md), or make an MCP bearer token and its sha256: line (docs/mcp.md)", runSecurity},
 		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
 		{"soak", "", "run 2 routers and 3 workers under load with faults and count lost and duplicated calls (--duration, --json)", runSoak},
 	}
@@ -135,8 +134,12 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-13s %s\n", "help", "show this text, or 'toolbus help <command>' for a command's flags")
 	fmt.Fprintln(w, "\nEvery command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default \"cli\"),")
-	fmt.Fprintln(w, "and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey, --user/--password\n(--nats-user in skills and mcp, where --user is the toolbus user), --token,")
-	fmt.Fprintln(w, "--tls-ca, --tls-cert, --tls-key, --inbox-prefix (docs/security.md).")
+	fmt.Fprintln(w, "and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey,")
+	fmt.Fprintln(w, "--nats-user/--password ($NATS_USER, $NATS_PASSWORD), --token, --tls-ca, --tls-cert, --tls-key, --inbox-prefix")
+	fmt.Fprintln(w, "(docs/security.md). --user is always the toolbus user (the batch's runtime user), never the NATS login: the")
+	fmt.Fprintln(w, "commands that have one use it, audit filters by it, and the others refuse it.")
+	fmt.Fprintln(w, "\nexit status: 0 done (every call succeeded), 1 an error or a call that did not succeed, 3 nothing failed but")
+	fmt.Fprintln(w, "calls are still parked (call and turn without --wait: the commands that answer them are printed), 130 a second interrupt.")
 }
 
 // conn holds the flags every subcommand shares and connects with them.
@@ -146,9 +149,9 @@ type conn struct {
 	session string
 }
 
-// toolbusUserCommands are the commands whose --user is the toolbus
-// (runtime) user rather than the NATS one.
-var toolbusUserCommands = []string{"call", "tools", "turn", "skills", "mcp", "limits"}
+// Every command's --user is the toolbus (runtime) user, never the NATS
+// login (that is --nats-user). The commands without a use for it refuse it
+// in parse (noUserFlag), so it is never ignored.
 
 // defaultSession is the session of the command line unless --session says.
 const defaultSession = "cli"
@@ -159,12 +162,7 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cn := &conn{nats: natsconn.FromEnv()}
-	// These use --user for the toolbus user; their NATS user is --nats-user.
-	if slices.Contains(toolbusUserCommands, name) {
-		cn.nats.RegisterFlagsWithout(fs, "user")
-	} else {
-		cn.nats.RegisterFlags(fs)
-	}
+	cn.nats.RegisterFlagsWithout(fs, "user") // --user is the toolbus user; the NATS one is --nats-user
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	common := cli.FlagNames(fs)
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
@@ -220,6 +218,14 @@ func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, fun
 // ("call echo '{}' --json"); everything after "--" is positional. It
 // returns the positional arguments.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	if !cli.WantsHelp(args) {
+		// A mistake gets one usage line, not every flag: the error stays
+		// in sight (cli.Main prints it last). -h prints the whole usage.
+		fs.Usage = func() { shortUsage(fs) }
+	}
+	if err := noUserFlag(fs, args); err != nil {
+		return nil, err
+	}
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -235,6 +241,36 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// noUserFlag refuses --user in a command that defines none: --user is the
+// toolbus user, which such a command cannot apply, and it used to be the
+// NATS login in these commands, so it must never pass silently.
+func noUserFlag(fs *flag.FlagSet, args []string) error {
+	if fs.Lookup("user") != nil {
+		return nil
+	}
+	for _, a := range args {
+		if a == "--" {
+			return nil
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "user" {
+			return fmt.Errorf("%s has no --user: --user is the toolbus user, which it cannot apply; log in to NATS as a user with --nats-user (or $NATS_USER)", fs.Name())
+		}
+	}
+	return nil
+}
+
+// shortUsage prints the one usage line of fs's command and where its flags
+// are listed.
+func shortUsage(fs *flag.FlagSet) {
+	name := strings.TrimPrefix(fs.Name(), "toolbus ")
+	synopsis := "[flags]"
+	if c, ok := lookup(name); ok {
+		synopsis = strings.TrimSpace(c.args + " [flags]")
+	}
+	fmt.Fprintf(fs.Output(), "usage: toolbus %s %s   (toolbus %s -h lists the flags)\n", name, synopsis, name)
 }
 
 // usageError prints fs's usage and returns an error saying what is wrong.

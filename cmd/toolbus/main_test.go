@@ -19,7 +19,12 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-const testHeartbeat = 500 * time.Millisecond
+// testHeartbeat is the workers' beat in these tests. A router declares a
+// worker gone after three missed beats and ends its calls unknown_outcome;
+// at 500 ms a race-built worker decoding a 2 MiB input on a loaded 2-core
+// machine missed them (TestCallInputFromFile). No test here waits for a
+// worker to be declared gone, so the beat can be slow.
+const testHeartbeat = 2 * time.Second
 
 // deployment is a nats-server, one router and a worker serving the built-in
 // tools plus "block", which runs until its call is cancelled and reports on
@@ -264,7 +269,7 @@ func TestTools(t *testing.T) {
 
 	// --format alone prints exactly the tools array the model sees.
 	for _, tc := range []struct{ format, nameKey string }{
-		{"openai", "function"}, {"anthropic", "input_schema"}, {"mcp", "inputSchema"}, {"toolbus", "input_schema"}, {"gemini", "parameters"},
+		{"openai", "function"}, {"anthropic", "input_schema"}, {"mcp", "inputSchema"}, {"toolbus", "input_schema"}, {"gemini", "parametersJsonSchema"},
 	} {
 		out, _, err := exec(t.Context(), "tools", "--format", tc.format, "--nats", d.url)
 		if err != nil {
@@ -403,8 +408,61 @@ func TestHelp(t *testing.T) {
 	if own < 0 || conn < own || strings.Count(out, "-nkey") != 1 {
 		t.Errorf("help call: its own flags first, then the connection flags once:\n%s", out)
 	}
-	out, _, _ = exec(t.Context(), "help", "skills")
-	if strings.Count(out, "\n  -user string") != 1 || strings.Contains(out, "the same as --user") {
-		t.Errorf("help skills: --user is the toolbus user, --nats-user the NATS one:\n%s", out)
+	for _, name := range []string{"skills", "parked", "status", "audit"} {
+		out, _, _ = exec(t.Context(), "help", name)
+		if strings.Contains(out, "the same as --user") || !strings.Contains(out, "-nats-user string") {
+			t.Errorf("help %s: --user is the toolbus user, --nats-user the NATS one:\n%s", name, out)
+		}
+	}
+	if out, _, _ = exec(t.Context(), "help"); !strings.Contains(out, "--user is always the toolbus user") {
+		t.Errorf("help: says nothing of --user:\n%s", out)
+	}
+}
+
+// TestUserIsTheToolbusUser: --user is the toolbus user in every command
+// (docs: toolbus help). A command that cannot apply it refuses it, before
+// connecting, and names --nats-user, the NATS login; it is never ignored.
+func TestUserIsTheToolbusUser(t *testing.T) {
+	for _, args := range [][]string{
+		{"parked", "--all", "--user", "alice"},
+		{"confirm", "c1", "--user=alice"},
+		{"answer", "c1", "ok", "-user", "alice"},
+		{"cancel", "r1", "--user", "alice"},
+		{"watch", "--user", "alice"},
+		{"status", "--user", "alice"},
+		{"inbox", "--user", "alice"},
+		{"fetch", "nats-object://toolbus_outputs/x", "--user", "alice"},
+		{"groups", "--user", "alice"},
+		{"reset", "--user", "alice"},
+		{"session", "show", "--user", "alice"},
+		{"activate", "g", "--user", "alice"},
+		{"watch-handoff", "t", "--user", "alice"},
+	} {
+		// An unreachable server: a command that ignored --user would fail
+		// later, on connecting, with another error.
+		out, errOut, err := exec(t.Context(), append(args, "--nats", "nats://127.0.0.1:1")...)
+		if err == nil || !strings.Contains(err.Error(), "has no --user") || !strings.Contains(err.Error(), "--nats-user") {
+			t.Errorf("%v: err %v, stdout %q, stderr %q; want a refusal naming --nats-user", args, err, out, errOut)
+		}
+	}
+	// After "--" it is an argument, not a flag.
+	if _, _, err := exec(t.Context(), "answer", "--nats", "nats://127.0.0.1:1", "c1", "--", "--user"); err != nil && strings.Contains(err.Error(), "has no --user") {
+		t.Errorf("answer c1 -- --user: %v", err)
+	}
+}
+
+// TestMistakeGetsOneUsageLine: a wrong flag or argument gets the error and
+// one usage line naming -h, not the 40 lines of every flag that pushed
+// the error out of sight; -h still lists every flag.
+func TestMistakeGetsOneUsageLine(t *testing.T) {
+	for _, args := range [][]string{{"call", "--bogus"}, {"answer", "c1"}, {"parked", "a", "b"}} {
+		_, errOut, err := exec(t.Context(), args...)
+		if err == nil || strings.Count(errOut, "\n") > 2 || !strings.Contains(errOut, "usage: toolbus "+args[0]) || !strings.Contains(errOut, "-h lists the flags") {
+			t.Errorf("%v: err %v, stderr:\n%s", args, err, errOut)
+		}
+	}
+	out, _, err := exec(t.Context(), "call", "-h")
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out, "-reply-id") || !strings.Contains(out, "-nats-user") {
+		t.Errorf("call -h: %v\n%s", err, out)
 	}
 }

@@ -42,11 +42,14 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageError(fs, "parked takes no arguments, got %q", pos[0])
+	if len(pos) > 1 {
+		return usageError(fs, "parked takes at most a call id, got %d arguments", len(pos))
+	}
+	if len(pos) == 1 && !bus.ValidID(pos[0]) {
+		return usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", pos[0])
 	}
 	session, where := "", "any session"
-	if !*all {
+	if !*all && (len(pos) == 0 || sessionGiven(fs)) { // a call id finds its session
 		if err := checkSession(fs, cn.session); err != nil {
 			return err
 		}
@@ -75,6 +78,9 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if len(pos) == 1 {
+		return showParked(stdout, calls, pos[0], where, *asJSON)
+	}
 	if *asJSON {
 		return writeJSON(stdout, raw)
 	}
@@ -84,6 +90,42 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	renderParked(stdout, calls, time.Now())
 	return nil
+}
+
+// showParked prints the parked calls with call id id (one, unless the id
+// is used in several replies), each with the command that answers it; none
+// is a not_parked error.
+func showParked(stdout io.Writer, calls []bus.ParkedCall, id, where string, asJSON bool) error {
+	var found []bus.ParkedCall
+	for _, p := range calls {
+		if p.ID == id {
+			found = append(found, p)
+		}
+	}
+	if len(found) == 0 {
+		return bus.Errorf(bus.CodeNotParked, "no call %s is parked in %s", id, where)
+	}
+	if asJSON {
+		return writeJSON(stdout, map[string]any{"parked": found})
+	}
+	renderParked(stdout, found, time.Now())
+	for _, p := range found {
+		fmt.Fprintf(stdout, "next: %s\n", nextCommand(p, len(found) > 1))
+	}
+	return nil
+}
+
+// nextCommand is the toolbus command that answers parked call p; with
+// exact, it names the session and reply too.
+func nextCommand(p bus.ParkedCall, exact bool) string {
+	cmd, tail := "toolbus answer "+p.ID+" '<output>'", ""
+	if p.Kind == bus.KindConfirm {
+		cmd, tail = "toolbus confirm "+p.ID, " [--deny]"
+	}
+	if exact {
+		cmd += " --session " + p.Session + " --reply " + p.ReplyID
+	}
+	return cmd + tail
 }
 
 // renderParked prints a table of parked calls: session, reply id, call id,
@@ -126,9 +168,10 @@ func inputText(in json.RawMessage) string {
 	return b.String()
 }
 
-// findParked finds call id in the parked calls of session, narrowed to
-// replyID and tool when they are not "". Finding none is a not_parked
-// *bus.Error; finding several asks for --reply.
+// findParked finds call id in the parked calls of session ("": of every
+// session, as the call ids a batch's model gave are unique in practice),
+// narrowed to replyID and tool when they are not "". Finding none is a
+// not_parked *bus.Error; finding several asks for --session or --reply.
 func findParked(ctx context.Context, cl *client.Client, session, id, replyID, tool string) (bus.ParkedCall, error) {
 	_, calls, err := listParked(ctx, cl, session)
 	if err != nil {
@@ -149,16 +192,35 @@ func findParked(ctx context.Context, cl *client.Client, session, id, replyID, to
 		if tool != "" {
 			what += " of tool " + tool
 		}
-		return bus.ParkedCall{}, bus.Errorf(bus.CodeNotParked, "no call %s%s is parked in session %s", id, what, session)
+		where := "session " + session
+		if session == "" {
+			where = "any session"
+		}
+		return bus.ParkedCall{}, bus.Errorf(bus.CodeNotParked, "no call %s%s is parked in %s", id, what, where)
 	case 1:
 		return found[0], nil
 	}
 	places := make([]string, len(found))
+	sessions := map[string]bool{}
 	for i, p := range found {
-		places[i] = p.ReplyID + " (" + p.Name + ")"
+		places[i] = "session " + p.Session + " reply " + p.ReplyID + " (" + p.Name + ")"
+		sessions[p.Session] = true
 	}
-	return bus.ParkedCall{}, fmt.Errorf("call %s is parked in several replies of session %s: %s; pick one with --reply",
-		id, session, strings.Join(places, ", "))
+	pick := "--reply"
+	if len(sessions) > 1 {
+		pick = "--session (and --reply if needed)"
+	}
+	return bus.ParkedCall{}, fmt.Errorf("call id %s is ambiguous: it is parked in %s; pick one with %s",
+		id, strings.Join(places, ", "), pick)
+}
+
+// sessionOf is the session a command looks in: --session when given, else
+// "" (every session: the call id finds its session).
+func sessionOf(fs *flag.FlagSet, cn *conn) string {
+	if sessionGiven(fs) {
+		return cn.session
+	}
+	return ""
 }
 
 // answerTarget says which parked call an answer goes to.
@@ -186,11 +248,12 @@ func (a *answerTarget) check(fs *flag.FlagSet, id string) error {
 	return nil
 }
 
-// resolve returns the parked call to answer: from the flags when both are
-// given and lookup is false, else found with parked.list. A call found
-// there must be of kind.
+// resolve returns the parked call to answer: from the flags when session,
+// --reply and --tool are given and lookup is false, else found with
+// parked.list (in every session when session is ""). A call found there
+// must be of kind.
 func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, session, id, kind string, lookup bool) (bus.ParkedCall, error) {
-	if !lookup && *a.replyID != "" && *a.tool != "" {
+	if !lookup && session != "" && *a.replyID != "" && *a.tool != "" {
 		return bus.ParkedCall{Session: session, ReplyID: *a.replyID, ID: id, Name: *a.tool, Kind: kind}, nil
 	}
 	p, err := findParked(ctx, cl, session, id, *a.replyID, *a.tool)
@@ -250,7 +313,7 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer closeConn()
-	p, err := target.resolve(ctx, cl, cn.session, id, bus.KindExternal, false)
+	p, err := target.resolve(ctx, cl, sessionOf(fs, cn), id, bus.KindExternal, false)
 	if err != nil {
 		return answerError(id, err)
 	}
@@ -258,10 +321,10 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *failed {
 		a.State = bus.StateError
 	}
-	if err := cl.Answer(ctx, p.Name, cn.session, p.ReplyID, id, a); err != nil {
+	if err := cl.Answer(ctx, p.Name, p.Session, p.ReplyID, id, a); err != nil {
 		return answerError(id, err)
 	}
-	fmt.Fprintf(stdout, "answered call %s of %s (reply %s, session %s): %s\n", id, p.Name, p.ReplyID, cn.session, a.State)
+	fmt.Fprintf(stdout, "answered call %s of %s (reply %s, session %s): %s\n", id, p.Name, p.ReplyID, p.Session, a.State)
 	return nil
 }
 
@@ -325,9 +388,10 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// parked input's digest. A call the list does not show (answered a
 	// moment ago, say) is confirmed as the flags say, so the router's
 	// answer says precisely why it is refused.
-	p, err := target.resolve(ctx, cl, cn.session, id, bus.KindConfirm, true)
-	if errors.Is(err, bus.ErrNotParked) && *target.replyID != "" && *target.tool != "" {
-		p, err = target.resolve(ctx, cl, cn.session, id, bus.KindConfirm, false)
+	session := sessionOf(fs, cn)
+	p, err := target.resolve(ctx, cl, session, id, bus.KindConfirm, true)
+	if errors.Is(err, bus.ErrNotParked) && session != "" && *target.replyID != "" && *target.tool != "" {
+		p, err = target.resolve(ctx, cl, session, id, bus.KindConfirm, false)
 	}
 	if err != nil {
 		return answerError(id, err)
@@ -347,14 +411,14 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *input != "" {
 		send = cl.Answer // an edit: P.answer.<tool>, which only an open router takes
 	}
-	if err := send(ctx, p.Name, cn.session, p.ReplyID, id, a); err != nil {
+	if err := send(ctx, p.Name, p.Session, p.ReplyID, id, a); err != nil {
 		return answerError(id, err)
 	}
 	verb := "confirmed"
 	if *deny {
 		verb = "denied"
 	}
-	line := fmt.Sprintf("%s call %s of %s (reply %s, session %s)", verb, id, p.Name, p.ReplyID, cn.session)
+	line := fmt.Sprintf("%s call %s of %s (reply %s, session %s)", verb, id, p.Name, p.ReplyID, p.Session)
 	if len(a.Rules) > 0 {
 		rules := make([]string, len(a.Rules))
 		for i, r := range a.Rules {

@@ -269,7 +269,7 @@ func TestAnswerErrorAndAmbiguous(t *testing.T) {
 	d.park(t, "s2", "r3", "ext", `{"q":"x"}`, bus.KindExternal)
 
 	_, _, err := exec(t.Context(), "answer", "c1", "x", "--session", "s2", "--nats", d.url)
-	if err == nil || !strings.Contains(err.Error(), "several replies") || !strings.Contains(err.Error(), "r2 (ext)") || !strings.Contains(err.Error(), "r3 (ext)") {
+	if err == nil || !strings.Contains(err.Error(), "ambiguous") || !strings.Contains(err.Error(), "reply r2 (ext)") || !strings.Contains(err.Error(), "reply r3 (ext)") || !strings.Contains(err.Error(), "--reply") {
 		t.Fatalf("ambiguous answer: %v", err)
 	}
 	_, _, err = exec(t.Context(), "answer", "c9", "x", "--session", "s2", "--nats", d.url)
@@ -466,7 +466,8 @@ func TestUsageParked(t *testing.T) {
 		{"session bad mode", []string{"session", "mode", "yolo"}, `unknown mode "yolo"`},
 		{"activate nothing", []string{"activate"}, "at least one group"},
 		{"activate bad name", []string{"activate", "a.b"}, `group name "a.b"`},
-		{"parked argument", []string{"parked", "x"}, "no arguments"},
+		{"parked two arguments", []string{"parked", "x", "y"}, "at most a call id"},
+		{"parked bad id", []string{"parked", "c.1"}, `call id "c.1"`},
 		{"answer no output", []string{"answer", "c1"}, "got 1 arguments"},
 		{"answer bad id", []string{"answer", "c.1", "x"}, `call id "c.1"`},
 		{"answer bad reply", []string{"answer", "c1", "x", "--reply", "r 1"}, "--reply"},
@@ -488,5 +489,64 @@ func TestUsageParked(t *testing.T) {
 				t.Fatalf("no usage on stderr:\n%s", errOut)
 			}
 		})
+	}
+}
+
+// TestCallIDFindsItsSession: answer, confirm, parked and cancel need no
+// --session: the call (or reply) id finds its session among the parked
+// calls of every session. An id parked in two sessions is ambiguous, and
+// the error names the sessions and --session.
+func TestCallIDFindsItsSession(t *testing.T) {
+	d := newDeployment(t)
+	d.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	runs := d.addWriteTool(t)
+	ext := d.watchSession(t, "s7")
+	d.park(t, "s7", "r7", "ext", `{"q":"a"}`, bus.KindExternal)
+
+	out, _, err := exec(t.Context(), "parked", "c1", "--nats", d.url)
+	if err != nil || !strings.Contains(out, "s7  ") || !strings.Contains(out, "next: toolbus answer c1 '<output>'\n") {
+		t.Fatalf("parked c1: %v\n%s", err, out)
+	}
+	if _, _, err := exec(t.Context(), "parked", "c9", "--nats", d.url); !errors.Is(err, bus.ErrNotParked) {
+		t.Fatalf("parked c9: %v", err)
+	}
+	out, _, err = exec(t.Context(), "answer", "c1", "yes", "--nats", d.url)
+	if err != nil || out != "answered call c1 of ext (reply r7, session s7): success\n" {
+		t.Fatalf("answer without --session: %v %q", err, out)
+	}
+	if res := waitDone(t, ext, "r7"); res[0].Output[0].Text != "yes" {
+		t.Fatalf("results %+v", res)
+	}
+
+	conf := d.watchSession(t, "s8")
+	d.park(t, "s8", "r8", "write", `{"v":1}`, bus.KindConfirm)
+	out, _, err = exec(t.Context(), "confirm", "c1", "--nats", d.url)
+	if err != nil || out != "confirmed call c1 of write (reply r8, session s8)\n" {
+		t.Fatalf("confirm without --session: %v %q", err, out)
+	}
+	if res := waitDone(t, conf, "r8"); res[0].State != bus.StateSuccess || runs.Load() != 1 {
+		t.Fatalf("results %+v", res)
+	}
+
+	// The same call id parked in two sessions: ambiguous, say where.
+	d.park(t, "s9", "r9", "ext", `{}`, bus.KindExternal)
+	d.park(t, "s10", "r10", "ext", `{}`, bus.KindExternal)
+	_, _, err = exec(t.Context(), "answer", "c1", "x", "--nats", d.url)
+	if err == nil || !strings.Contains(err.Error(), "ambiguous") || !strings.Contains(err.Error(), "session s9 reply r9") ||
+		!strings.Contains(err.Error(), "session s10 reply r10") || !strings.Contains(err.Error(), "--session") {
+		t.Fatalf("ambiguous answer: %v", err)
+	}
+	out, _, err = exec(t.Context(), "parked", "c1", "--nats", d.url)
+	if err != nil || !strings.Contains(out, "next: toolbus answer c1 '<output>' --session s9 --reply r9\n") {
+		t.Fatalf("parked c1 in two sessions: %v\n%s", err, out)
+	}
+	// A parked reply's id finds its session for cancel.
+	out, _, err = exec(t.Context(), "cancel", "r10", "--nats", d.url)
+	if err != nil || out != "cancelled: c1 of reply r10 in session s10\n" {
+		t.Fatalf("cancel without --session: %v %q", err, out)
+	}
+	out, _, err = exec(t.Context(), "answer", "c1", "now one", "--nats", d.url)
+	if err != nil || !strings.Contains(out, "session s9") {
+		t.Fatalf("answer after the cancel: %v %q", err, out)
 	}
 }

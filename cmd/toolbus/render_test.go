@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"io"
 	"slices"
@@ -56,8 +57,9 @@ pick: parked for its external result, call c4 (on toolbus.answer.pick)
 }
 
 func TestReplyError(t *testing.T) {
-	if err := replyError(&bus.Reply{Parked: []bus.Parked{{ID: "c1", Kind: bus.KindExternal}}}); err != nil {
-		t.Fatalf("parked calls are no error: %v", err)
+	var parked *parkedError
+	if err := replyError(&bus.Reply{Parked: []bus.Parked{{ID: "c1", Kind: bus.KindExternal}}}); !errors.As(err, &parked) || parked.ExitCode() != exitParked {
+		t.Fatalf("parked calls are no failure but exit %d: %v", exitParked, err)
 	}
 	err := replyError(&bus.Reply{Results: []bus.Result{
 		{ID: "c1", Name: "a", State: bus.StateSuccess},
@@ -118,7 +120,7 @@ func TestToolEntry(t *testing.T) {
 		bus.FormatOpenAI:          `{"type":"function","function":{"name":"echo","description":"Echo.","parameters":{}}}`,
 		bus.FormatOpenAIResponses: `{"type":"function","name":"echo","description":"Echo.","parameters":{},"strict":false}`,
 		bus.FormatAnthropic:       `{"name":"echo","description":"Echo.","input_schema":{}}`,
-		bus.FormatGemini:          `{"name":"echo","description":"Echo.","parameters":{}}`,
+		bus.FormatGemini:          `{"name":"echo","description":"Echo.","parametersJsonSchema":{}}`,
 		bus.FormatMCP:             `{"name":"echo","description":"Echo.","inputSchema":{},"annotations":{}}`,
 	} {
 		name, desc := toolEntry(json.RawMessage(raw))

@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/security"
 )
 
@@ -19,6 +23,9 @@ import (
 func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "agent" {
 		return runSecurityAgent(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "token" {
+		return runSecurityToken(args[1:], stdout, stderr)
 	}
 	c, _ := lookup("security")
 	fs := flag.NewFlagSet("toolbus security", flag.ContinueOnError)
@@ -141,9 +148,49 @@ func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer
 	if a.User.User != "" {
 		bound = fmt.Sprintf("bound to user %q", a.User.User)
 	}
-	fmt.Fprintf(stdout, "toolbus: %s %s (session %s, %s)\n  credentials: %s\n  environment: set -a; . %s; set +a\n",
+	fmt.Fprintf(stdout, "toolbus: %s %s (session %s, %s)\n  credentials: %s\n  environment: source %s   (bash, zsh, fish: it exports NATS_URL, NATS_NKEY, NATS_INBOX_PREFIX)\n",
 		what, a.User.Name, *session, bound, a.Seed, a.Env)
 	fmt.Fprintf(stdout, "  a router started with --secure %s takes it within %s, without a restart; another nats-server: reload its configuration (%s)\n",
 		*dir, "2s", filepath.Join(*dir, security.ServerConfigFile))
+	return nil
+}
+
+// runSecurityToken is `toolbus security token`: a new random bearer token
+// for the MCP facade and its sha256: line for the token file
+// (docs/mcp.md), so no plaintext token need be written on the server.
+func runSecurityToken(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("toolbus security token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("name", "host", "the entry's name in the token file (for logs)")
+	user := fs.String("user", "", "the toolbus user the entry's calls run as (empty: none)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: toolbus security token [--name N] [--user U]\n\n"+
+			"Print a new random bearer token for the MCP facade, and the token file entry that holds only its\n"+
+			"SHA-256 (router --mcp-tokens FILE; docs/mcp.md). Give the token to the MCP host as\n"+
+			"\"Authorization: Bearer <token>\"; it is shown once.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageError(fs, "security token takes flags only, not %q", pos[0])
+	}
+	if !bus.ValidID(*name) {
+		return usageError(fs, "--name %q must match ^[A-Za-z0-9_-]{1,128}$", *name)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	token := "tbt_" + base64.RawURLEncoding.EncodeToString(b)
+	fmt.Fprintf(stdout, "token: %s\n", token)
+	fmt.Fprintf(stdout, "%s\n", facade.HashToken(token))
+	fmt.Fprintf(stdout, "\n# an entry of the token file (router --mcp-tokens FILE):\ntokens:\n  - name: %s\n    token: %s\n", *name, facade.HashToken(token))
+	if *user != "" {
+		fmt.Fprintf(stdout, "    user: %s\n", strconv.Quote(*user))
+	}
+	fmt.Fprintf(stdout, "    sessions: [\"*\"]\n")
 	return nil
 }

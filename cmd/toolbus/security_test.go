@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
@@ -146,7 +148,7 @@ func TestSecurityAgent(t *testing.T) {
 	}
 	out, _, err := exec(t.Context(), "security", "agent", "--dir", dir, "--session", "s1", "--user", "alice")
 	if err != nil || !strings.Contains(out, `added session-s1 (session s1, bound to user "alice")`) ||
-		!strings.Contains(out, security.SeedFile(dir, "session-s1")) || !strings.Contains(out, ". "+security.EnvFile(dir, "session-s1")+";") {
+		!strings.Contains(out, security.SeedFile(dir, "session-s1")) || !strings.Contains(out, "source "+security.EnvFile(dir, "session-s1")+" ") {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	b, err := security.LoadBindings(filepath.Join(dir, security.UsersFile))
@@ -170,3 +172,33 @@ func TestSecurityAgent(t *testing.T) {
 }
 
 func has(users []security.User, name string) bool { _, ok := security.Lookup(users, name); return ok }
+
+// TestSecurityToken: `toolbus security token` prints a new token and the
+// token file entry holding its sha256: digest; the facade's token parser
+// accepts the entry and authenticates the token with it, and two runs
+// give two tokens.
+func TestSecurityToken(t *testing.T) {
+	out, _, err := exec(t.Context(), "security", "token", "--name", "laptop", "--user", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _, _ := strings.Cut(strings.TrimPrefix(out, "token: "), "\n")
+	_, entry, ok := strings.Cut(out, "(router --mcp-tokens FILE):\n")
+	if !ok || len(token) < 40 || !strings.Contains(out, "\n"+facade.HashToken(token)+"\n") || strings.Contains(entry, token) {
+		t.Fatalf("output:\n%s", out)
+	}
+	toks, err := facade.ParseTokens("tokens.yaml", []byte(entry))
+	if err != nil {
+		t.Fatalf("the entry does not parse: %v\n%s", err, entry)
+	}
+	r := httptest.NewRequest("POST", "/mcp", nil)
+	r.Header.Set("Authorization", "Bearer "+token)
+	id, err := toks.Authenticate(r)
+	if err != nil || id.Name != "laptop" || id.User != "alice" {
+		t.Fatalf("authenticate: %+v %v", id, err)
+	}
+	again, _, _ := exec(t.Context(), "security", "token")
+	if strings.Contains(again, token) {
+		t.Fatal("two runs gave the same token")
+	}
+}

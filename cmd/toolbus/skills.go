@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -87,10 +88,11 @@ func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if len(list.Skills) == 0 {
 			fmt.Fprintln(stdout, "no skills")
 		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		for _, s := range list.Skills {
-			fmt.Fprintln(stdout, skillLine(s))
+			fmt.Fprintln(tw, skillLine(s))
 		}
-		return nil
+		return tw.Flush()
 	}
 	// show
 	var found *bus.SkillInfo
@@ -122,7 +124,8 @@ func scopeName(user string) string {
 	return "user " + user
 }
 
-// skillLine is one line of skills ls.
+// skillLine is one line of skills ls, its columns tab-separated (name
+// with its user and groups, description, source, digest).
 func skillLine(s bus.SkillInfo) string {
 	var b strings.Builder
 	b.WriteString(s.Name)
@@ -136,7 +139,7 @@ func skillLine(s bus.SkillInfo) string {
 	if len(digest) > 12 {
 		digest = digest[:12]
 	}
-	fmt.Fprintf(&b, "  %s  %s  (%s)", s.Description, s.Source, digest)
+	fmt.Fprintf(&b, "\t%s\t%s\t(%s)", s.Description, s.Source, digest)
 	return b.String()
 }
 

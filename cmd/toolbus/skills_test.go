@@ -86,6 +86,10 @@ func TestSkillsPushSeenBySecondRouter(t *testing.T) {
 		if err != nil || strings.Count(out, "\n") != 2 || !strings.Contains(out, "release-notes [user alice]  Write release notes, v2.") {
 			return fmt.Errorf("ls: %q %v", out, err)
 		}
+		// Aligned: both descriptions start in the same column.
+		if lines := strings.Split(out, "\n"); strings.Index(lines[0], "Write release notes") != strings.Index(lines[1], "Write release notes") {
+			return fmt.Errorf("ls not aligned:\n%s", out)
+		}
 		return nil
 	})
 	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -83,19 +84,25 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "sessions: %s   parked calls: %d   groups: %d   (answered by router %s)\n", sessions, st.Parked, st.Groups, st.Router)
 	fmt.Fprintln(stdout, storeLine(st.Store))
-	fmt.Fprintln(stdout, "tools:")
+	// Columns sized to their longest cell: long bridged MCP names
+	// (mcp__server__tool) no longer push the others out of line.
+	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "tools:")
 	for _, t := range st.Tools {
 		live := fmt.Sprintf("%d live workers", t.LiveWorkers)
 		if t.External {
 			live = "external"
 		}
-		fmt.Fprintf(stdout, "  %-24s %s   groups: %s\n", t.Name, live, strings.Join(t.Groups, ", "))
+		fmt.Fprintf(tw, "  %s\t%s\tgroups: %s\n", t.Name, live, strings.Join(t.Groups, ", "))
 	}
-	fmt.Fprintln(stdout, "instances:")
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(tw, "instances:")
 	for _, it := range found {
-		fmt.Fprintf(stdout, "  %-6s %s %v\n", it.Kind, it.ID, it.Tools)
+		fmt.Fprintf(tw, "  %s\t%s\t%v\n", it.Kind, it.ID, it.Tools)
 	}
-	return nil
+	return tw.Flush()
 }
 
 // storeLine is the status line of the store's health: "store: ok", or

@@ -22,6 +22,7 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	format := fs.String("format", bus.FormatOpenAI, "the API of the message: openai, openai-responses, anthropic or gemini")
 	in := fs.String("in", "-", "file holding the assistant message (or the API's whole response); - is standard input")
 	replyID := fs.String("reply-id", "", "reply id of the batch; re-sending one is deduplicated (default: a fresh id)")
+	wait := fs.Bool("wait", false, "when calls park, print progress and wait for their answers, then print the whole turn's messages (without it: the messages of the calls done, the parked calls, exit status 3)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -50,19 +51,51 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer closeConn()
-	reply, err := cl.Call(ctx, cn.session, turn.Batch(), client.WithReplyID(*replyID))
+	batch := turn.Batch()
+	var fol *follower
+	if *wait { // subscribed before the batch is sent, so no result is missed
+		events, err := cl.Watch(ctx, cn.session)
+		if err != nil {
+			return err
+		}
+		defer events.Stop()
+		fol = follow(events, *replyID, len(batch.Calls), stderr)
+		fol.list = parkedLister(cl, cn.session, *replyID)
+	}
+	reply, err := cl.Call(ctx, cn.session, batch, client.WithReplyID(*replyID))
 	if err != nil {
 		return err
 	}
-	out, err := turn.Reply(reply.Results, reply.Parked)
+	results, parked := reply.Results, reply.Parked
+	for _, p := range parked {
+		fmt.Fprintf(stderr, "call %s of %s parked, waiting for %s: %s\n", p.ID, p.Name, kindText(p.Kind), parkedCommand(p))
+	}
+	if *wait && len(parked) > 0 {
+		fmt.Fprintf(stderr, "waiting for %d parked call(s)...\n", len(parked))
+		late, err := fol.await(ctx, parked)
+		if err != nil {
+			return err
+		}
+		results, parked = append(results, late...), nil
+	}
+	out, err := turn.Reply(results, parked)
 	if err != nil {
 		return err
 	}
-	return writeJSON(stdout, struct {
+	if out.Messages == nil {
+		out.Messages = []json.RawMessage{}
+	}
+	if err := writeJSON(stdout, struct {
 		Messages []json.RawMessage `json:"messages"`
 		Parked   []bus.Parked      `json:"parked"`
 		ReplyID  string            `json:"reply_id"`
-	}{Messages: out.Messages, Parked: out.Parked, ReplyID: *replyID})
+	}{Messages: out.Messages, Parked: out.Parked, ReplyID: *replyID}); err != nil {
+		return err
+	}
+	if len(out.Parked) > 0 {
+		return &parkedError{n: len(out.Parked)}
+	}
+	return nil
 }
 
 // readInput reads name ("-" for stdin), at most maxTurnInput bytes.

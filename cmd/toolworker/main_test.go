@@ -36,7 +36,7 @@ func TestRunServesTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
-		if want := "toolworker: worker tw1 serving word_count, slow_echo, append_note on " + s.ClientURL(); !strings.Contains(stdout.String(), want) {
+		if want := "toolworker: worker tw1 serving word_count, slow_echo, append_note, big_text on " + s.ClientURL(); !strings.Contains(stdout.String(), want) {
 			return fmt.Errorf("stdout %q lacks %q", stdout.String(), want)
 		}
 		return nil
@@ -56,6 +56,10 @@ func TestRunServesTools(t *testing.T) {
 	}
 	if res := call("r1", "word_count", map[string]string{"text": " one two\tthree\n"}); res.State != bus.StateSuccess || res.Output[0].Text != `{"words":3}` {
 		t.Errorf("word_count: %+v", res)
+	}
+	if res := call("r-big", "big_text", map[string]int{"kib": 3}); res.State != bus.StateSuccess || len(res.Output[0].Text) != 3072 ||
+		!strings.HasPrefix(res.Output[0].Text, "line 00000000 of big_text\n") {
+		t.Errorf("big_text: %s %d bytes", res.State, len(res.Output[0].Text))
 	}
 
 	// append_note is not read-only: re-sending reply r2 does not run it twice.

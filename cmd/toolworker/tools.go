@@ -18,7 +18,7 @@ import (
 
 // toolNames lists the example tools in registration order; the effect
 // tools only when $TOOLWORKER_EFFECTS_FILE names their record file.
-var toolNames = append([]string{"word_count", "slow_echo", "append_note"}, effectToolNames()...)
+var toolNames = append([]string{"word_count", "slow_echo", "append_note", "big_text"}, effectToolNames()...)
 
 // Effect tools: demo tools with a side effect that can be counted, for
 // toolbus soak. Each execution appends one JSON line to the file named by
@@ -161,6 +161,26 @@ type WordCountOut struct {
 }
 
 // SlowEchoIn is the input of slow_echo.
+// BigTextIn is the input of big_text.
+type BigTextIn struct {
+	KiB int `json:"kib" jsonschema:"minimum=1,maximum=16384,description=Size of the text in KiB (1024 bytes)"`
+}
+
+// bigText is kib KiB of numbered lines: an output large enough
+// to be stored in the object store (above 1 MiB) and handed back as a
+// nats-object:// reference, to try toolbus fetch without writing a tool.
+func bigText(_ context.Context, _ *worker.Call, in BigTextIn) (string, error) {
+	if in.KiB < 1 || in.KiB > 16384 {
+		return "", fmt.Errorf("kib must be 1..16384, got %d", in.KiB)
+	}
+	var b strings.Builder
+	b.Grow(in.KiB * 1024)
+	for i := 0; b.Len() < in.KiB*1024; i++ {
+		fmt.Fprintf(&b, "line %08d of big_text\n", i)
+	}
+	return b.String()[:in.KiB*1024], nil
+}
+
 type SlowEchoIn struct {
 	Text string `json:"text" jsonschema:"description=The text to send back"`
 	MS   int    `json:"ms" jsonschema:"minimum=0,maximum=120000,description=How long to wait in milliseconds before answering"`
@@ -209,6 +229,13 @@ func register(w *worker.Worker, ns *notes, notesGroup string) error {
 		Description: "Wait the given number of milliseconds, reporting progress every 100 ms, then send the text back.",
 		ReadOnly:    true, ConcurrencySafe: true, Idempotent: true},
 		slowEcho)
+	if err != nil {
+		return err
+	}
+	err = worker.Register(w, bus.ToolDef{Name: "big_text",
+		Description: "Return a text of the given size in KiB (numbered lines); above 1 MiB it comes back as a nats-object:// reference for toolbus fetch.",
+		ReadOnly:    true, ConcurrencySafe: true, Idempotent: true},
+		bigText)
 	if err != nil {
 		return err
 	}

@@ -94,6 +94,10 @@ func Main(name string, run func(ctx context.Context, args []string, stdout, stde
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, name+":", err)
+		var coded interface{ ExitCode() int }
+		if errors.As(err, &coded) && coded.ExitCode() > 0 {
+			os.Exit(coded.ExitCode()) // a status of its own (toolbus: 3 for calls still parked)
+		}
 		os.Exit(1)
 	}
 }

@@ -915,20 +915,21 @@ type handler func(c *execCall)
 
 // worker is a tool worker written from docs/protocol.md 5 and 7 alone.
 type worker struct {
-	t     testing.TB
-	s     *sys
-	nc    *nats.Conn
-	id    string
-	reg   M // the io.toolbus.register data
-	h     handler
-	ctx   context.Context
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	calls map[string]*callCtl // sessionid/replyid/callid → in flight
-	execs atomic.Int64        // exec requests received
-	log   []*execCall
-	Ack   json.RawMessage // the first register.ack data
+	t      testing.TB
+	s      *sys
+	nc     *nats.Conn
+	id     string
+	reg    M // the io.toolbus.register data
+	h      handler
+	ctx    context.Context
+	stop   context.CancelFunc
+	wg     sync.WaitGroup // the beat and every running handler
+	mu     sync.Mutex
+	halted bool                // under mu: set by halt; later execs are dropped
+	calls  map[string]*callCtl // sessionid/replyid/callid → in flight
+	execs  atomic.Int64        // exec requests received
+	log    []*execCall
+	Ack    json.RawMessage // the first register.ack data
 }
 
 type callCtl struct {
@@ -1002,14 +1003,24 @@ func (w *worker) beat() {
 // leave sends {"worker", "leaving": true} and stops beating.
 func (w *worker) leave(t testing.TB) *Event {
 	t.Helper()
-	w.stop()
-	w.wg.Wait()
+	w.halt()
 	return w.register(t, M{"worker": w.id, "leaving": true})
 }
 
-func (w *worker) close() {
+// halt stops beating and running calls, and waits for both. An exec that
+// arrives later is dropped: onExec adds to wg under mu only while not
+// halted, so no Add races the Wait (a WaitGroup forbids an Add from zero
+// concurrent with Wait; TestApproveSubject hit it under load).
+func (w *worker) halt() {
+	w.mu.Lock()
+	w.halted = true
+	w.mu.Unlock()
 	w.stop()
 	w.wg.Wait()
+}
+
+func (w *worker) close() {
+	w.halt()
 	o := out{typ: tRegister, data: M{"worker": w.id, "leaving": true}, attrs: map[string]string{"source": "toolbus/worker/" + w.id}}
 	_ = w.nc.PublishMsg(o.msg(w.t, w.s.subj("register")))
 	_ = w.nc.Drain()
@@ -1047,10 +1058,15 @@ func (w *worker) onExec(m *nats.Msg) {
 	c.ctx = ctx
 	key := e.SessionID + "/" + e.ReplyID + "/" + e.ToolCallID
 	w.mu.Lock()
+	if w.halted {
+		w.mu.Unlock()
+		cancel()
+		return
+	}
 	w.calls[key] = &callCtl{session: e.SessionID, reply: e.ReplyID, call: e.ToolCallID, cancel: cancel}
 	w.log = append(w.log, c)
-	w.mu.Unlock()
 	w.wg.Add(1)
+	w.mu.Unlock()
 	go func() {
 		defer w.wg.Done()
 		defer func() {

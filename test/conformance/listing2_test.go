@@ -40,7 +40,7 @@ func TestListingMergeModesEveryFormat(t *testing.T) {
 		"openai":           {"type", "function"},
 		"openai-responses": {"type", "name", "description", "parameters", "strict"},
 		"anthropic":        {"name", "description", "input_schema"},
-		"gemini":           {"name", "description", "parameters"},
+		"gemini":           {"name", "description", "parametersJsonSchema"},
 		"mcp":              {"name", "description", "inputSchema", "annotations"},
 	}
 	wantGroups := []GroupInfo{{Name: "ops", Description: "Operations.", Scope: "meta"},

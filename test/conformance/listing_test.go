@@ -100,9 +100,9 @@ func TestListingFormats(t *testing.T) {
 		}
 	})
 	check("gemini", func(t *testing.T, name string, raw json.RawMessage) {
-		wantKeys(t, "gemini tool", raw, "name", "description", "parameters")
-		if !jsonEqual(member(t, raw, "parameters"), schemaOf(t, name)) {
-			t.Errorf("parameters %s", member(t, raw, "parameters"))
+		wantKeys(t, "gemini tool", raw, "name", "description", "parametersJsonSchema")
+		if !jsonEqual(member(t, raw, "parametersJsonSchema"), schemaOf(t, name)) {
+			t.Errorf("parametersJsonSchema %s", member(t, raw, "parametersJsonSchema"))
 		}
 	})
 	check("mcp", func(t *testing.T, name string, raw json.RawMessage) {

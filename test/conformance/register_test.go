@@ -106,8 +106,7 @@ func TestLeavingRemovesAtOnce(t *testing.T) {
 func TestMissedHeartbeats(t *testing.T) {
 	s := start(t)
 	w := s.serve(t, echo, def("fading"))
-	w.stop() // stop beating, without leaving
-	w.wg.Wait()
+	w.halt() // stop beating, without leaving
 	s.waitUnlisted(t, "s1", "fading")
 	r := s.call(t, "s1", "r1", callsData(Call{ID: "c1", Name: "fading"}))
 	wantFailure(t, r.Results[0], "error", "unavailable", "")

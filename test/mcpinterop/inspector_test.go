@@ -76,7 +76,8 @@ func inspectHello(t *testing.T, cli string, args ...string) {
 // bearer token: it reaches an --mcp-insecure facade (loopback only).
 // 0.22.0 (the newest 0.x; it asks for node 22 but runs on 20) sends
 // --header: the bearer token, and the session in X-Toolbus-Session or the
-// query. Each run is one request: no cancel, no elicitation.
+// query; so does 2.12.0, the newest. Each run is one request: no cancel,
+// no elicitation.
 func TestInspectorCLI(t *testing.T) {
 	jsDir(t)
 	t.Run("0.15.0-insecure", func(t *testing.T) {
@@ -104,5 +105,16 @@ func TestInspectorCLI(t *testing.T) {
 		if got := inspectList(t, cli, e.base+"/mcp?session=insp4", "--header", bearer); !slices.Equal(got, basicTools) {
 			t.Fatalf("tools/list with ?session=: %v", got)
 		}
+	})	// 2.12.0, the newest (2026-12): `npx @modelcontextprotocol/inspector
+	// --cli ...` runs its launcher, which forwards everything after --cli to
+	// the CLI client; the README's command, as written.
+	t.Run("2.12.0-token", func(t *testing.T) {
+		cli := filepath.Join(jsDir(t), "node_modules", "inspector-2", "clients", "launcher", "build", "index.js")
+		e := newEnv(t)
+		args := []string{e.base + "/mcp", "--header", "Authorization: Bearer " + token, "--header", facade.SessionHeader + ": insp5"}
+		if got := inspectList(t, cli, args...); !slices.Equal(got, basicTools) {
+			t.Fatalf("tools/list with the session header: %v", got)
+		}
+		inspectHello(t, cli, args...)
 	})
 }

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+// Exit statuses of toolbus (toolbus help): 0 done, every call succeeded;
+// 1 an error, a usage error or a call that did not succeed; 3 nothing
+// failed but calls are still parked; 130 a second interrupt.
+const exitParked = 3
+
+// parkedError ends call and turn when calls are still parked, waiting for
+// an answer or a confirmation: not a failure, but not done either.
+type parkedError struct{ n int }
+
+func (e *parkedError) Error() string {
+	return fmt.Sprintf("%d call(s) parked, waiting for an answer or a confirmation (the commands above give it; --wait waits for it); exit status %d", e.n, exitParked)
+}
+
+// ExitCode is the exit status cli.Main uses.
+func (e *parkedError) ExitCode() int { return exitParked }
+
+// follower follows one reply's events while a command waits: it prints
+// each call's progress and, for each call that parks (again), the command
+// that answers it, to w; it hands the call.result events to await.
+type follower struct {
+	results chan bus.Result
+	w       io.Writer
+	// list, when set, lists the session's parked calls: a confirmed call
+	// of an external tool parks again for its answer with no event of its
+	// own (docs/protocol.md 3.4: call.parked once per batch), so await
+	// looks every pollEvery and says when a call's kind changed.
+	list func(ctx context.Context) ([]bus.ParkedCall, error)
+}
+
+// pollEvery is how often a wait looks at the parked calls.
+const pollEvery = 2 * time.Second
+
+// follow starts following replyID on events; calls is the batch's size
+// (at most one result each, so the hand-over never blocks).
+func follow(events *client.Events, replyID string, calls int, w io.Writer) *follower {
+	f := &follower{results: make(chan bus.Result, calls+16), w: w}
+	go func() {
+		defer close(f.results)
+		for e := range events.C {
+			if e.ReplyID != replyID {
+				continue
+			}
+			switch e.Type {
+			case bus.TypeCallProgress:
+				var p bus.Progress
+				if e.DataAs(&p) == nil {
+					fmt.Fprintf(w, "progress %s #%d: %s\n", e.ToolCallID, p.Seq, blocksText(p.Output))
+				}
+			case bus.TypeCallParked:
+				var p bus.ParkedEvent
+				if e.DataAs(&p) == nil {
+					for _, c := range p.Calls {
+						fmt.Fprintf(w, "call %s of %s now waits for %s: %s\n", c.ID, c.Name, kindText(c.Kind), parkedCommand(c))
+					}
+				}
+			case bus.TypeCallResult:
+				var r bus.Result
+				if e.DataAs(&r) == nil {
+					select {
+					case f.results <- r:
+					default: // more results than calls: not ours to wait for
+					}
+				}
+			}
+		}
+	}()
+	return f
+}
+
+// await returns the results of the parked calls, in the order they come.
+func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result, error) {
+	waiting := make(map[string]bool, len(parked))
+	kinds := make(map[string]string, len(parked))
+	for _, p := range parked {
+		waiting[p.ID] = true
+		kinds[p.ID] = p.Kind
+	}
+	var tick <-chan time.Time
+	if f.list != nil {
+		t := time.NewTicker(pollEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	var out []bus.Result
+	for len(waiting) > 0 {
+		select {
+		case <-ctx.Done():
+			return out, ctx.Err()
+		case <-tick:
+			f.reparked(ctx, waiting, kinds)
+		case r, ok := <-f.results:
+			if !ok {
+				return out, errors.New("the event subscription ended")
+			}
+			if waiting[r.ID] {
+				delete(waiting, r.ID)
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
+// reparked prints each waiting call whose parked kind changed since it
+// was last seen (a confirmation given, the call now waits for its answer).
+func (f *follower) reparked(ctx context.Context, waiting map[string]bool, kinds map[string]string) {
+	ctx, cancel := context.WithTimeout(ctx, pollEvery)
+	defer cancel()
+	calls, err := f.list(ctx)
+	if err != nil {
+		return // only the news is lost; the result still comes as an event
+	}
+	for _, p := range calls {
+		if waiting[p.ID] && kinds[p.ID] != p.Kind {
+			kinds[p.ID] = p.Kind
+			fmt.Fprintf(f.w, "call %s of %s now waits for %s: %s\n", p.ID, p.Name, kindText(p.Kind), nextCommand(p, false))
+		}
+	}
+}
+
+// parkedCommand is the toolbus command that answers parked call p.
+func parkedCommand(p bus.Parked) string {
+	return nextCommand(bus.ParkedCall{ID: p.ID, Name: p.Name, Kind: p.Kind}, false)
+}
+
+// blocksText is the text of blocks on one line ([kind] for others).
+func blocksText(blocks []bus.Block) string {
+	parts := make([]string, 0, len(blocks))
+	for _, b := range blocks {
+		if b.Type == "text" {
+			parts = append(parts, strings.Join(strings.Fields(b.Text), " "))
+		} else {
+			parts = append(parts, "["+b.Type+"]")
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// parkedLister lists the parked calls of session's reply replyID.
+func parkedLister(cl *client.Client, session, replyID string) func(context.Context) ([]bus.ParkedCall, error) {
+	return func(ctx context.Context) ([]bus.ParkedCall, error) {
+		_, calls, err := listParked(ctx, cl, session)
+		var mine []bus.ParkedCall
+		for _, p := range calls {
+			if p.ReplyID == replyID {
+				mine = append(mine, p)
+			}
+		}
+		return mine, err
+	}
+}

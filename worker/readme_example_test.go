@@ -1,0 +1,91 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// WeatherIn is the input of the README's get_weather.
+type WeatherIn struct {
+	City string `json:"city" jsonschema:"description=City name"`
+}
+
+// Example_readme is the README's "Write a tool" snippet, kept compiling
+// here, every error handled.
+func Example_readme() {
+	run := func(ctx context.Context) error {
+		nc, err := nats.Connect(nats.DefaultURL)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		w, err := worker.New(nc, worker.Config{})
+		if err != nil {
+			return err
+		}
+		err = worker.Register(w, bus.ToolDef{Name: "get_weather", Description: "Current weather.", ReadOnly: true},
+			func(ctx context.Context, c *worker.Call, in WeatherIn) (string, error) {
+				if err := c.Progress(bus.Block{Type: "text", Text: "asking the weather service"}); err != nil {
+					return "", err // the call was cancelled or the connection is gone
+				}
+				return "4°C, rain in " + in.City, nil
+			})
+		if err != nil {
+			return err
+		}
+		if err := w.Start(ctx); err != nil {
+			return err
+		}
+		defer w.Stop() // drains: calls in flight finish, for up to worker.StopTimeout
+		<-ctx.Done()
+		return nil
+	}
+	_ = run
+}
+
+// Example_externalTool is the README's external tool from Go: its
+// definition is registered with one io.toolbus.register request (no
+// worker runs it), and a person or system answers each parked call.
+func Example_externalTool() {
+	register := func(ctx context.Context, nc *nats.Conn) error {
+		def := bus.ToolDef{Name: "approve_po", Description: "A person approves a purchase order.", External: true}
+		e, err := bus.NewEvent(bus.TypeRegister, "my-app", bus.Register{Worker: "my-app", Tools: []bus.ToolDef{def}})
+		if err != nil {
+			return err
+		}
+		m, err := e.Msg(client.New(nc, client.Config{}).Subjects().Register())
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		resp, err := nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			return err
+		}
+		ack, err := bus.Decode(resp)
+		if err != nil {
+			return err
+		}
+		if ack.Type != bus.TypeRegisterAck {
+			return fmt.Errorf("register refused: %s", ack.Data)
+		}
+		return nil
+	}
+	answer := func(ctx context.Context, cl *client.Client, session, replyID, callID string) error {
+		err := cl.Answer(ctx, "approve_po", session, replyID, callID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("approved")})
+		if errors.Is(err, bus.ErrNotParked) {
+			return nil // answered already, or cancelled
+		}
+		return err
+	}
+	_, _ = register, answer
+}
