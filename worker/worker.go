@@ -67,6 +67,9 @@ type tool struct {
 	h   Handler
 
 	calls, errors, nanos atomic.Int64 // for micro stats
+	// accepted says a router accepted the tool's registration: only then
+	// is it served (serve.go).
+	accepted atomic.Bool
 }
 
 // toolStats is the data of a tool endpoint in `nats micro stats`: the
@@ -101,7 +104,7 @@ type Worker struct {
 	tools     []*tool
 	started   bool
 	cancelSub *nats.Subscription
-	svc       micro.Service
+	serve     *serving
 	obs       Observer
 
 	loops    sync.WaitGroup // heartbeat loop
@@ -194,9 +197,13 @@ func (w *Worker) Handle(def bus.ToolDef, h Handler) error {
 // Registered is closed once a router has acknowledged the first registration.
 func (w *Worker) Registered() <-chan struct{} { return w.reg.registered }
 
-// Start subscribes every tool in its queue group and the cancel subject,
-// registers with the routers, and keeps registering every heartbeat until
-// Stop. A registration that no router answers is retried at the next beat.
+// Start subscribes the cancel subject, registers with the routers, and
+// keeps registering every heartbeat until Stop. Each tool a router accepts
+// is subscribed in its queue group; a tool a router rejects is not served
+// (or stops being served at once), is logged as an error and counted
+// (RejectObserver), and is registered again, with the same definition, at
+// every beat. A registration that no router answers is retried at the
+// next beat.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -212,43 +219,32 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
-	// Every tool is an endpoint of this worker's NATS micro service, so
-	// `nats micro ls/info/stats` show the workers and their tools.
+	// Every tool a router accepted is an endpoint of this worker's NATS
+	// micro service, so `nats micro ls/info/stats` show the workers and
+	// their tools; a tool is subscribed only once a router has accepted its
+	// registration (serve.go).
 	byName := map[string]*tool{}
 	for _, t := range tools {
 		byName[t.def.Name] = t
 	}
-	w.svc, err = micro.AddService(w.nc, micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
-		Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
-		StatsHandler: func(e *micro.Endpoint) any {
-			t := byName[e.Name]
-			if t == nil {
-				return nil
-			}
-			st := toolStats{Calls: t.calls.Load(), Errors: t.errors.Load()}
-			if st.Calls > 0 {
-				st.AverageRunMS = float64(t.nanos.Load()) / float64(st.Calls) / 1e6
-			}
-			return st
-		}})
-	if err != nil {
-		return fmt.Errorf("worker: micro service: %w", err)
+	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, add: w.addEndpoint,
+		cfg: micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
+			Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
+			StatsHandler: func(e *micro.Endpoint) any {
+				t := byName[e.Name]
+				if t == nil {
+					return nil
+				}
+				st := toolStats{Calls: t.calls.Load(), Errors: t.errors.Load()}
+				if st.Calls > 0 {
+					st.AverageRunMS = float64(t.nanos.Load()) / float64(st.Calls) / 1e6
+				}
+				return st
+			}}}
+	if err := w.serve.start(); err != nil {
+		return err
 	}
-	for _, t := range tools {
-		if t.def.Durable {
-			continue // taken from the work queue (durable.go), not from P.exec
-		}
-		h := micro.HandlerFunc(func(req micro.Request) {
-			w.onExec(t, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()})
-		})
-		err = w.svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(w.subj.Exec(t.def.Name)),
-			micro.WithEndpointQueueGroup(w.subj.ExecQueue(t.def.Name)),
-			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
-			micro.WithEndpointPendingLimits(pendingLimits(w.cfg.MaxConcurrent)))
-		if err != nil {
-			return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
-		}
-	}
+	w.reg.acked = w.serve.apply
 	if err := bus.Flush(ctx, w.nc); err != nil {
 		return fmt.Errorf("worker: flush: %w", err)
 	}
@@ -267,6 +263,30 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// addEndpoint subscribes t's exec subject in its queue group.
+func (w *Worker) addEndpoint(svc micro.Service, t *tool) error {
+	h := micro.HandlerFunc(func(req micro.Request) {
+		w.onExec(t, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()})
+	})
+	err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(w.subj.Exec(t.def.Name)),
+		micro.WithEndpointQueueGroup(w.subj.ExecQueue(t.def.Name)),
+		micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
+		micro.WithEndpointPendingLimits(pendingLimits(w.cfg.MaxConcurrent)))
+	if err != nil {
+		return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
+	}
+	return nil
+}
+
+// Served returns the names of the tools this worker serves now over core
+// request/reply: those a router accepted, durable tools aside.
+func (w *Worker) Served() []string {
+	if w.serve == nil {
+		return nil
+	}
+	return w.serve.served()
 }
 
 // pendingLimits bounds the requests that wait in each tool endpoint's
@@ -296,6 +316,12 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	// The envelope is read before waiting for a slot, so that a call
 	// waiting for one is already listed in the heartbeats (routers end calls
 	// that no live worker lists as vanished).
+	if !t.accepted.Load() {
+		// Delivered before the endpoint went: a rejected definition never runs.
+		_ = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeUnavailable,
+			"this worker's definition of %q was rejected by the routers; it does not serve it", t.def.Name))
+		return
+	}
 	e, err := bus.Decode(m)
 	key, tracked := w.accept(t, e, err)
 	w.obs.Waiting(1)
@@ -443,8 +469,8 @@ func (w *Worker) drain(ctx context.Context) error {
 	// makes sure the server has seen the unsubscribes, then we wait for the
 	// calls accepted so far.
 	var err error
-	if w.svc != nil {
-		if serr := w.svc.Stop(); serr != nil {
+	if w.serve != nil {
+		if serr := w.serve.stop(); serr != nil {
 			w.log.Warn("worker: micro service stop", "err", serr)
 		}
 	}

@@ -1,0 +1,164 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// RejectObserver is an Observer that is also told when a router rejects a
+// tool's registration, so the worker stops serving it (metrics.Worker
+// counts them). An Observer without this method is simply not told.
+type RejectObserver interface {
+	Rejected(tool, reason string)
+}
+
+// serving keeps the worker's NATS micro service, whose endpoints are the
+// tools it serves now: only those whose registration a router accepted
+// (docs/protocol.md 7.1). A tool is subscribed when an acknowledgement
+// accepts it, and unsubscribed at once when one rejects it; since the
+// micro library cannot remove one endpoint, the service is then replaced
+// by one without it. A rejected tool is registered again every beat with
+// the same definition, and served again once a router accepts it.
+type serving struct {
+	nc    *nats.Conn
+	cfg   micro.Config
+	tools []*tool
+	add   func(svc micro.Service, t *tool) error
+	log   *slog.Logger
+	obs   Observer
+
+	mu      sync.Mutex
+	svc     micro.Service
+	on      map[string]bool // tools with an endpoint now
+	stopped bool
+}
+
+// start creates the service, with no endpoint yet.
+func (s *serving) start() error {
+	svc, err := micro.AddService(s.nc, s.cfg)
+	if err != nil {
+		return fmt.Errorf("worker: micro service: %w", err)
+	}
+	s.mu.Lock()
+	s.svc, s.on = svc, map[string]bool{}
+	s.mu.Unlock()
+	return nil
+}
+
+// apply takes one acknowledgement: each tool it names becomes accepted or
+// rejected, and the endpoints follow.
+func (s *serving) apply(ack *bus.RegisterAck) {
+	rejected := map[string]string{}
+	for _, r := range ack.Rejected {
+		rejected[r.Name] = r.Reason
+	}
+	accepted := map[string]bool{}
+	for _, n := range ack.Accepted {
+		accepted[n] = true
+	}
+	for _, t := range s.tools {
+		if reason, ok := rejected[t.def.Name]; ok {
+			s.reject(t, reason)
+		} else if accepted[t.def.Name] {
+			t.accepted.Store(true)
+		}
+	}
+	s.sync()
+}
+
+// reject marks t as not served, and says so loudly.
+func (s *serving) reject(t *tool, reason string) {
+	was := t.accepted.Swap(false)
+	msg := "worker: tool rejected by the routers; this worker does not serve it, and registers the same definition again every beat"
+	if was {
+		msg = "worker: tool rejected by the routers; this worker stopped serving it, and registers the same definition again every beat"
+	}
+	s.log.Error(msg, "tool", t.def.Name, "reason", reason)
+	if ro, ok := s.obs.(RejectObserver); ok {
+		ro.Rejected(t.def.Name, reason)
+	}
+}
+
+// sync makes the endpoints those of the accepted tools that are not
+// durable (a durable tool's loop reads tool.accepted itself).
+func (s *serving) sync() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.svc == nil {
+		return
+	}
+	drop := false
+	for _, t := range s.tools {
+		if s.on[t.def.Name] && !t.accepted.Load() {
+			drop = true
+		}
+	}
+	if drop {
+		// The new service joins the queue groups before the old one leaves,
+		// so the tools still accepted never lack a subscription.
+		svc, err := micro.AddService(s.nc, s.cfg)
+		if err != nil {
+			s.log.Error("worker: micro service", "err", err)
+			return
+		}
+		old := s.svc
+		s.svc, s.on = svc, map[string]bool{}
+		defer func() {
+			if err := old.Stop(); err != nil {
+				s.log.Warn("worker: micro service stop", "err", err)
+			}
+		}()
+	}
+	added := false
+	for _, t := range s.tools {
+		if t.def.Durable || s.on[t.def.Name] || !t.accepted.Load() {
+			continue
+		}
+		if err := s.add(s.svc, t); err != nil {
+			s.log.Error("worker: endpoint", "tool", t.def.Name, "err", err)
+			continue
+		}
+		s.on[t.def.Name], added = true, true
+	}
+	if added || drop {
+		// The server has the subscriptions before Registered closes.
+		if err := s.nc.FlushTimeout(flushWait); err != nil {
+			s.log.Warn("worker: flush", "err", err)
+		}
+	}
+}
+
+// flushWait bounds the wait for the server to confirm new subscriptions.
+const flushWait = 10 * time.Second
+
+// served returns the names of the tools with an endpoint now.
+func (s *serving) served() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for _, t := range s.tools {
+		if s.on[t.def.Name] {
+			names = append(names, t.def.Name)
+		}
+	}
+	return names
+}
+
+// stop stops the service (its endpoints drain) for good.
+func (s *serving) stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.svc == nil {
+		s.stopped = true
+		return nil
+	}
+	s.stopped = true
+	return s.svc.Stop()
+}
