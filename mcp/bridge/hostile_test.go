@@ -44,7 +44,9 @@ func hostileServer() *server.MCPServer {
 		})
 	huge := strings.Repeat("d", 3<<20)
 	s.AddTool(mcp.NewTool("described", mcp.WithDescription(huge), mcp.WithTitleAnnotation(huge)),
-		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return mcp.NewToolResultText("ok"), nil })
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("ok"), nil
+		})
 	s.AddTool(mcp.NewTool("huge", mcp.WithDescription("Answers 100 MiB of text.")),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText(strings.Repeat("r", 100<<20)), nil
