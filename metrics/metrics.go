@@ -107,6 +107,7 @@ type Worker struct {
 	inflight prometheus.Gauge
 	waiting  prometheus.Gauge       // requests waiting for a free slot
 	rejected *prometheus.CounterVec // tool: registrations rejected, so not served
+	busy     *prometheus.CounterVec // tool: requests answered busy
 }
 
 // NewWorker registers a worker's metrics on reg (a fresh registry when nil);
@@ -125,7 +126,9 @@ func NewWorker(reg prometheus.Registerer, slots int) *Worker {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_worker_rejected_total",
 			Help: "Registrations of a tool that the routers rejected, by tool: the worker does not serve it until one is accepted."}, []string{"tool"}),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inflight, m.waiting, m.rejected,
+	m.busy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_worker_busy_total",
+		Help: "Requests answered busy, by tool: every slot was busy and too many calls were waiting."}, []string{"tool"})
+	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inflight, m.waiting, m.rejected, m.busy,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_worker_slots", Help: "MaxConcurrent: calls this worker runs at once."},
 			func() float64 { return float64(slots) })} {
 		_ = reg.Register(c)
@@ -148,6 +151,9 @@ func (m *Worker) Finished(tool, state string, d time.Duration) {
 // Rejected counts a registration of tool that the routers rejected
 // (worker.RejectObserver).
 func (m *Worker) Rejected(tool, _ string) { m.rejected.WithLabelValues(tool).Inc() }
+
+// Busy counts a request of tool answered busy (worker.BusyObserver).
+func (m *Worker) Busy(tool string) { m.busy.WithLabelValues(tool).Inc() }
 
 // Since returns the seconds elapsed since t, for histograms.
 func Since(t time.Time) float64 { return time.Since(t).Seconds() }

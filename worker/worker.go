@@ -115,6 +115,11 @@ type Worker struct {
 	// life counts the calls accepted and not yet answered; its Context,
 	// base, is the parent of every call's context, cancelled with
 	// errDrained when a drain's deadline passes with calls still running.
+	// waiting counts the requests waiting for a slot, at most maxWaiting
+	// (waitLimit); busyN the requests answered busy.
+	waiting, busyN atomic.Int64
+	maxWaiting     int
+
 	life   *life.Life
 	base   context.Context
 	cutN   int           // calls running when the drain's deadline passed
@@ -165,6 +170,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	w = &Worker{off: off, life: lf, base: lf.Context(), closed: make(chan struct{}), nc: nc, cfg: cfg, subj: subj, source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
 		calls: newCallTable(subj), obs: cfg.Observer}
+	w.maxWaiting = waitLimit(cfg.MaxConcurrent)
 	w.reg = &registrar{nc: nc, subj: subj, source: w.source, every: cfg.Heartbeat, log: w.log, what: w.registration, registered: make(chan struct{})}
 	w.exec = &executor{nc: nc, subj: subj, source: w.source, log: w.log, off: off, obs: cfg.Observer, base: w.base, calls: w.calls}
 	return w, nil
@@ -273,7 +279,7 @@ func (w *Worker) addEndpoint(svc micro.Service, t *tool) error {
 	err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(w.subj.Exec(t.def.Name)),
 		micro.WithEndpointQueueGroup(w.subj.ExecQueue(t.def.Name)),
 		micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
-		micro.WithEndpointPendingLimits(pendingLimits(w.cfg.MaxConcurrent)))
+		micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
 	if err != nil {
 		return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
 	}
@@ -289,14 +295,21 @@ func (w *Worker) Served() []string {
 	return w.serve.served()
 }
 
-// pendingLimits bounds the requests that wait in each tool endpoint's
-// subscription buffer while every slot is busy: four per slot, at least
-// 1024, and at most 64 MiB. Beyond them NATS drops requests (a slow
-// consumer), and the router reports those calls as timed out or retries
-// them elsewhere, as for a worker that never answered.
-func pendingLimits(maxConcurrent int) (msgs, bytes int) {
-	return max(4*maxConcurrent, 1024), 64 << 20
-}
+// waitLimit bounds the requests that wait for a slot, across the worker:
+// four per slot, at least 1024; more are answered busy at once.
+func waitLimit(maxConcurrent int) int { return max(4*maxConcurrent, 1024) }
+
+// Pending limits of each tool endpoint's subscription buffer. The callback
+// returns at once (a request waits for its slot in a goroutine, or is
+// answered busy), so the buffer holds only what arrives while callbacks
+// run; the limits are far above that, so that the NATS client's silent
+// slow-consumer drop (the router then waited for the call's timeout) stays
+// out of reach. A burst of 10,000 sessions on a loaded machine overflowed
+// the 1,024 messages of the previous limit.
+const (
+	pendingMsgs  = 1 << 16
+	pendingBytes = 64 << 20
+)
 
 // registration is what every beat sends: the tools, and the calls
 // accepted, running or waiting for a slot.
@@ -323,14 +336,63 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 		return
 	}
 	e, err := bus.Decode(m)
+	run := func(key string, tracked bool) {
+		w.pool.Go(func() {
+			defer w.release(key, tracked)
+			w.exec.serve(t, m, e, err, coreReply{w.exec, m})
+		})
+	}
+	select {
+	case w.sem <- struct{}{}:
+		run(w.accept(t, e, err))
+		return
+	default:
+	}
+	// Every slot is busy. The request waits for one in a goroutine, so
+	// that this callback returns at once and the NATS client never drops
+	// requests as a slow consumer (silent: the router waited for the
+	// call's timeout); past maxWaiting it is answered busy at once.
+	if w.waiting.Add(1) > int64(w.maxWaiting) {
+		w.waiting.Add(-1)
+		w.busy(t, m)
+		return
+	}
 	key, tracked := w.accept(t, e, err)
 	w.obs.Waiting(1)
-	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
-	w.obs.Waiting(-1)
-	w.pool.Go(func() {
-		defer w.release(key, tracked)
-		w.exec.serve(t, m, e, err, coreReply{w.exec, m})
-	})
+	go func() {
+		w.sem <- struct{}{}
+		w.waiting.Add(-1)
+		w.obs.Waiting(-1)
+		if err == nil {
+			if exp, _ := e.Expiry(); !exp.IsZero() && time.Now().After(exp) {
+				// Its deadline passed while it waited: the router has answered
+				// it with a timeout, so running it would be wasted work.
+				w.release(key, tracked)
+				return
+			}
+		}
+		run(key, tracked)
+	}()
+}
+
+// busy answers a request that found every slot busy and maxWaiting others
+// waiting: the router reports the call unavailable at once.
+func (w *Worker) busy(t *tool, m *nats.Msg) {
+	if bo, ok := w.obs.(BusyObserver); ok {
+		bo.Busy(t.def.Name)
+	}
+	if n := w.busyN.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8 ...: loud, but not a flood
+		w.log.Warn("worker: every slot busy and too many calls waiting; answered busy", "tool", t.def.Name, "busy_total", n,
+			"slots", w.cfg.MaxConcurrent, "waiting", w.maxWaiting)
+	}
+	_ = bus.RespondError(w.nc, m, w.source, &bus.Error{Code: bus.CodeBusy,
+		Message: fmt.Sprintf("worker %s is at capacity: %d calls running and %d waiting", w.cfg.ID, w.cfg.MaxConcurrent, w.maxWaiting)})
+}
+
+// BusyObserver is an Observer that is also told of each request the worker
+// answered busy (metrics.Worker counts them).
+type BusyObserver interface {
+	Busy(tool string)
 }
 
 // accept counts a call the worker took, listed in its heartbeats by key
