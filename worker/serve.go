@@ -21,11 +21,14 @@ type RejectObserver interface {
 
 // serving keeps the worker's NATS micro service, whose endpoints are the
 // tools it serves now: only those whose registration a router accepted
-// (docs/protocol.md 7.1). A tool is subscribed when an acknowledgement
-// accepts it, and unsubscribed at once when one rejects it; since the
-// micro library cannot remove one endpoint, the service is then replaced
-// by one without it. A rejected tool is registered again every beat with
-// the same definition, and served again once a router accepts it.
+// (docs/protocol.md 7.1). Every tool is subscribed before the first
+// registration (a router may list it as soon as it accepts it), but a
+// request runs only once its tool is accepted: one that arrives before the
+// first acknowledgement waits for it (worker.onExec). A tool is
+// unsubscribed at once when an acknowledgement rejects it; since the micro
+// library cannot remove one endpoint, the service is then replaced by one
+// without it. A rejected tool is registered again every beat with the same
+// definition, and subscribed again once a router accepts it.
 type serving struct {
 	nc    *nats.Conn
 	cfg   micro.Config
@@ -40,15 +43,25 @@ type serving struct {
 	stopped bool
 }
 
-// start creates the service, with no endpoint yet.
+// start creates the service with an endpoint for every tool that is not
+// durable.
 func (s *serving) start() error {
 	svc, err := micro.AddService(s.nc, s.cfg)
 	if err != nil {
 		return fmt.Errorf("worker: micro service: %w", err)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.svc, s.on = svc, map[string]bool{}
-	s.mu.Unlock()
+	for _, t := range s.tools {
+		if t.def.Durable {
+			continue
+		}
+		if err := s.add(svc, t); err != nil {
+			return err
+		}
+		s.on[t.def.Name] = true
+	}
 	return nil
 }
 
@@ -66,8 +79,10 @@ func (s *serving) apply(ack *bus.RegisterAck) {
 	for _, t := range s.tools {
 		if reason, ok := rejected[t.def.Name]; ok {
 			s.reject(t, reason)
+			t.decide()
 		} else if accepted[t.def.Name] {
 			t.accepted.Store(true)
+			t.decide()
 		}
 	}
 	s.sync()
@@ -96,7 +111,7 @@ func (s *serving) sync() {
 	}
 	drop := false
 	for _, t := range s.tools {
-		if s.on[t.def.Name] && !t.accepted.Load() {
+		if s.on[t.def.Name] && !t.accepted.Load() && t.isDecided() {
 			drop = true
 		}
 	}
@@ -110,7 +125,10 @@ func (s *serving) sync() {
 		}
 		old := s.svc
 		s.svc, s.on = svc, map[string]bool{}
+		defer s.flush() // the server has the unsubscribes before Registered closes
 		defer func() {
+			// After the new endpoints are added below; its unsubscribes go
+			// out now, and the flush makes sure the server has them.
 			if err := old.Stop(); err != nil {
 				s.log.Warn("worker: micro service stop", "err", err)
 			}
@@ -118,7 +136,7 @@ func (s *serving) sync() {
 	}
 	added := false
 	for _, t := range s.tools {
-		if t.def.Durable || s.on[t.def.Name] || !t.accepted.Load() {
+		if t.def.Durable || s.on[t.def.Name] || !t.accepted.Load() && t.isDecided() {
 			continue
 		}
 		if err := s.add(s.svc, t); err != nil {
@@ -127,16 +145,30 @@ func (s *serving) sync() {
 		}
 		s.on[t.def.Name], added = true, true
 	}
-	if added || drop {
-		// The server has the subscriptions before Registered closes.
-		if err := s.nc.FlushTimeout(flushWait); err != nil {
-			s.log.Warn("worker: flush", "err", err)
-		}
+	if added && !drop {
+		s.flush() // the server has the subscriptions before Registered closes
+	}
+}
+
+// flush waits until the server has what the connection sent.
+func (s *serving) flush() {
+	if err := s.nc.FlushTimeout(flushWait); err != nil {
+		s.log.Warn("worker: flush", "err", err)
 	}
 }
 
 // flushWait bounds the wait for the server to confirm new subscriptions.
 const flushWait = 10 * time.Second
+
+// isDecided reports whether an acknowledgement has named t.
+func (t *tool) isDecided() bool {
+	select {
+	case <-t.decided:
+		return true
+	default:
+		return false
+	}
+}
 
 // served returns the names of the tools with an endpoint now.
 func (s *serving) served() []string {

@@ -68,9 +68,15 @@ type tool struct {
 
 	calls, errors, nanos atomic.Int64 // for micro stats
 	// accepted says a router accepted the tool's registration: only then
-	// is it served (serve.go).
-	accepted atomic.Bool
+	// is it served (serve.go). decided is closed at the first
+	// acknowledgement that accepts or rejects it.
+	accepted   atomic.Bool
+	decided    chan struct{}
+	decideOnce sync.Once
 }
+
+// decide closes t.decided once.
+func (t *tool) decide() { t.decideOnce.Do(func() { close(t.decided) }) }
 
 // toolStats is the data of a tool endpoint in `nats micro stats`: the
 // micro library times only the hand-off, so the run times are ours.
@@ -196,20 +202,20 @@ func (w *Worker) Handle(def bus.ToolDef, h Handler) error {
 			return fmt.Errorf("worker: tool %q added twice", def.Name)
 		}
 	}
-	w.tools = append(w.tools, &tool{def: def, h: h})
+	w.tools = append(w.tools, &tool{def: def, h: h, decided: make(chan struct{})})
 	return nil
 }
 
 // Registered is closed once a router has acknowledged the first registration.
 func (w *Worker) Registered() <-chan struct{} { return w.reg.registered }
 
-// Start subscribes the cancel subject, registers with the routers, and
-// keeps registering every heartbeat until Stop. Each tool a router accepts
-// is subscribed in its queue group; a tool a router rejects is not served
-// (or stops being served at once), is logged as an error and counted
-// (RejectObserver), and is registered again, with the same definition, at
-// every beat. A registration that no router answers is retried at the
-// next beat.
+// Start subscribes the cancel subject and every tool in its queue group,
+// registers with the routers, and keeps registering every heartbeat until
+// Stop. A tool runs calls only once a router accepted it (a request before
+// the first acknowledgement waits for it); a tool a router rejects is
+// unsubscribed at once, logged as an error and counted (RejectObserver),
+// and registered again, with the same definition, at every beat. A
+// registration that no router answers is retried at the next beat.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -225,10 +231,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
-	// Every tool a router accepted is an endpoint of this worker's NATS
-	// micro service, so `nats micro ls/info/stats` show the workers and
-	// their tools; a tool is subscribed only once a router has accepted its
-	// registration (serve.go).
+	// Every tool is an endpoint of this worker's NATS micro service, so
+	// `nats micro ls/info/stats` show the workers and their tools, until a
+	// router rejects it (serve.go).
 	byName := map[string]*tool{}
 	for _, t := range tools {
 		byName[t.def.Name] = t
@@ -330,9 +335,24 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	// waiting for one is already listed in the heartbeats (routers end calls
 	// that no live worker lists as vanished).
 	if !t.accepted.Load() {
-		// Delivered before the endpoint went: a rejected definition never runs.
-		_ = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeUnavailable,
-			"this worker's definition of %q was rejected by the routers; it does not serve it", t.def.Name))
+		select {
+		case <-t.decided: // rejected; delivered before the endpoint went
+			w.unserved(t, m)
+		default: // before the first acknowledgement: wait for it, at most a beat
+			go func() {
+				timer := time.NewTimer(w.cfg.Heartbeat)
+				defer timer.Stop()
+				select {
+				case <-t.decided:
+				case <-timer.C:
+				}
+				if !t.accepted.Load() {
+					w.unserved(t, m)
+					return
+				}
+				w.onExec(t, m)
+			}()
+		}
 		return
 	}
 	e, err := bus.Decode(m)
@@ -373,6 +393,13 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 		}
 		run(key, tracked)
 	}()
+}
+
+// unserved answers a request of a tool whose definition no router
+// accepted: it never runs.
+func (w *Worker) unserved(t *tool, m *nats.Msg) {
+	_ = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeUnavailable,
+		"this worker's definition of %q was not accepted by the routers; it does not serve it", t.def.Name))
 }
 
 // busy answers a request that found every slot busy and maxWaiting others

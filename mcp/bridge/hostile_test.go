@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 )
 
@@ -101,8 +102,19 @@ func TestHostileServerBounded(t *testing.T) {
 	srv, _, _ := stdioServer(t, "h")
 	srv.Env["BRIDGE_TEST_STDIO_SERVER"] = "hostile"
 	srv.Timeout = "120s"
-	e.bridge(&File{Servers: []Server{srv}})
-	defs := e.waitTools([]string{"mcp__h__flood", "mcp__h__described", "mcp__h__huge"}, nil)
+	// Pings wait behind the 100 MiB on the server's stdout: give them time
+	// (under -race the server takes a while to write it).
+	e.bridge(&File{Servers: []Server{srv}}, func(c *Config) { c.PingTimeout = 2 * time.Minute })
+	// A 3 MiB listing takes a while under -race on a loaded machine.
+	var defs map[string]bus.ToolDef
+	bustest.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
+		d, names, err := e.defs()
+		if err == nil && len(names) < 3 {
+			err = fmt.Errorf("listed %v", names)
+		}
+		defs = d
+		return err
+	})
 
 	// Descriptions and titles are cut, saying so.
 	d := defs["mcp__h__described"]
