@@ -238,7 +238,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, t := range tools {
 		byName[t.def.Name] = t
 	}
-	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, add: w.addEndpoint,
+	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, add: endpointAdder(w.subj, w.onExec),
 		cfg: micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
 			Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
 			StatsHandler: func(e *micro.Endpoint) any {
@@ -276,19 +276,22 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// addEndpoint subscribes t's exec subject in its queue group.
-func (w *Worker) addEndpoint(svc micro.Service, t *tool) error {
-	h := micro.HandlerFunc(func(req micro.Request) {
-		w.onExec(t, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()})
-	})
-	err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(w.subj.Exec(t.def.Name)),
-		micro.WithEndpointQueueGroup(w.subj.ExecQueue(t.def.Name)),
-		micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
-		micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
-	if err != nil {
-		return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
+// endpointAdder returns what subscribes a tool's exec subject in its
+// queue group, as an endpoint of a micro service, with onExec as handler.
+func endpointAdder(subj bus.Subjects, onExec func(*tool, *nats.Msg)) func(micro.Service, *tool) error {
+	return func(svc micro.Service, t *tool) error {
+		h := micro.HandlerFunc(func(req micro.Request) {
+			onExec(t, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()})
+		})
+		err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(subj.Exec(t.def.Name)),
+			micro.WithEndpointQueueGroup(subj.ExecQueue(t.def.Name)),
+			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
+			micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
+		if err != nil {
+			return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
+		}
+		return nil
 	}
-	return nil
 }
 
 // Served returns the names of the tools this worker serves now over core
@@ -337,7 +340,7 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	if !t.accepted.Load() {
 		select {
 		case <-t.decided: // rejected; delivered before the endpoint went
-			w.unserved(t, m)
+			w.exec.unserved(t, m)
 		default: // before the first acknowledgement: wait for it, at most a beat
 			go func() {
 				timer := time.NewTimer(w.cfg.Heartbeat)
@@ -347,7 +350,7 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 				case <-timer.C:
 				}
 				if !t.accepted.Load() {
-					w.unserved(t, m)
+					w.exec.unserved(t, m)
 					return
 				}
 				w.onExec(t, m)
@@ -374,7 +377,7 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	// call's timeout); past maxWaiting it is answered busy at once.
 	if w.waiting.Add(1) > int64(w.maxWaiting) {
 		w.waiting.Add(-1)
-		w.busy(t, m)
+		w.exec.busy(t, m, w.busyN.Add(1), w.cfg.MaxConcurrent, w.maxWaiting)
 		return
 	}
 	key, tracked := w.accept(t, e, err)
@@ -397,23 +400,24 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 
 // unserved answers a request of a tool whose definition no router
 // accepted: it never runs.
-func (w *Worker) unserved(t *tool, m *nats.Msg) {
+func (w *executor) unserved(t *tool, m *nats.Msg) {
 	_ = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeUnavailable,
 		"this worker's definition of %q was not accepted by the routers; it does not serve it", t.def.Name))
 }
 
-// busy answers a request that found every slot busy and maxWaiting others
-// waiting: the router reports the call unavailable at once.
-func (w *Worker) busy(t *tool, m *nats.Msg) {
+// busy answers a request that found every one of slots busy and waiting
+// others waiting: the router reports the call unavailable at once. n
+// counts the busy answers so far.
+func (w *executor) busy(t *tool, m *nats.Msg, n int64, slots, waiting int) {
 	if bo, ok := w.obs.(BusyObserver); ok {
 		bo.Busy(t.def.Name)
 	}
-	if n := w.busyN.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8 ...: loud, but not a flood
+	if n&(n-1) == 0 { // 1, 2, 4, 8 ...: loud, but not a flood
 		w.log.Warn("worker: every slot busy and too many calls waiting; answered busy", "tool", t.def.Name, "busy_total", n,
-			"slots", w.cfg.MaxConcurrent, "waiting", w.maxWaiting)
+			"slots", slots, "waiting", waiting)
 	}
 	_ = bus.RespondError(w.nc, m, w.source, &bus.Error{Code: bus.CodeBusy,
-		Message: fmt.Sprintf("worker %s is at capacity: %d calls running and %d waiting", w.cfg.ID, w.cfg.MaxConcurrent, w.maxWaiting)})
+		Message: fmt.Sprintf("%s is at capacity: %d calls running and %d waiting", w.source, slots, waiting)})
 }
 
 // BusyObserver is an Observer that is also told of each request the worker
