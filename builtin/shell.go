@@ -238,6 +238,11 @@ func (s *Shell) def() bus.ToolDef {
 	if s.restricted() {
 		desc += " Only these programs may be started: " + strings.Join(append(slices.Clone(s.Allow), s.Trust...), ", ") + "."
 	}
+	if s.cred != nil {
+		// Routers whose shells run as different users register different
+		// definitions, so only one of them serves the tool (docs/operations.md).
+		desc += fmt.Sprintf(" Commands run as uid %d.", s.cred.uid)
+	}
 	if s.Skills != nil {
 		schema += `,"skill":{"type":"string","description":"The name of a skill whose scripts the command runs: its files are put in a folder, $SKILL_DIR names it, and the output says where it is."}`
 		desc += " To run a skill's script, set skill to the skill's name and refer to its files through $SKILL_DIR, e.g. \"sh $SKILL_DIR/scripts/run.sh\"."

@@ -105,7 +105,9 @@ type Worker struct {
 	calls    *prometheus.CounterVec   // tool, state
 	latency  *prometheus.HistogramVec // tool
 	inflight prometheus.Gauge
-	waiting  prometheus.Gauge // requests waiting for a free slot
+	waiting  prometheus.Gauge       // requests waiting for a free slot
+	rejected *prometheus.CounterVec // tool: registrations rejected, so not served
+	busy     *prometheus.CounterVec // tool: requests answered busy
 }
 
 // NewWorker registers a worker's metrics on reg (a fresh registry when nil);
@@ -121,8 +123,12 @@ func NewWorker(reg prometheus.Registerer, slots int) *Worker {
 			Help: "Run time of calls on this worker, by tool.", Buckets: latencyBuckets}, []string{"tool"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_inflight", Help: "Calls running now."}),
 		waiting:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_waiting", Help: "Requests waiting for a free slot."}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_worker_rejected_total",
+			Help: "Registrations of a tool that the routers rejected, by tool: the worker does not serve it until one is accepted."}, []string{"tool"}),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inflight, m.waiting,
+	m.busy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_worker_busy_total",
+		Help: "Requests answered busy, by tool: every slot was busy and too many calls were waiting."}, []string{"tool"})
+	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inflight, m.waiting, m.rejected, m.busy,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_worker_slots", Help: "MaxConcurrent: calls this worker runs at once."},
 			func() float64 { return float64(slots) })} {
 		_ = reg.Register(c)
@@ -141,6 +147,13 @@ func (m *Worker) Finished(tool, state string, d time.Duration) {
 	m.calls.WithLabelValues(tool, state).Inc()
 	m.latency.WithLabelValues(tool).Observe(d.Seconds())
 }
+
+// Rejected counts a registration of tool that the routers rejected
+// (worker.RejectObserver).
+func (m *Worker) Rejected(tool, _ string) { m.rejected.WithLabelValues(tool).Inc() }
+
+// Busy counts a request of tool answered busy (worker.BusyObserver).
+func (m *Worker) Busy(tool string) { m.busy.WithLabelValues(tool).Inc() }
 
 // Since returns the seconds elapsed since t, for histograms.
 func Since(t time.Time) float64 { return time.Since(t).Seconds() }

@@ -7,10 +7,13 @@
 package registry
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -289,7 +292,8 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 				}
 				conflict := !cur.Def.External && r.liveExcept(d.Name, worker)
 				if conflict {
-					reason = fmt.Sprintf("conflicts with a different live definition of %q", d.Name)
+					reason = fmt.Sprintf("conflicts with a different live definition of %q (they differ in %s); "+
+						"it is served only where it was accepted, until no worker with the other definition is live", d.Name, strings.Join(defDiff(&cur.Def, &d), ", "))
 					return nil, store.ErrNoChange
 				}
 				if cur.order != 0 {
@@ -309,4 +313,31 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	}
 	r.put(&Tool{Def: d, Schema: s, rev: rev, order: registered})
 	return "", nil
+}
+
+// defDiff names the members of two tool definitions that differ, as
+// encoded ("description", "input_schema", ...), so that a rejection says
+// what two routers or workers disagree on.
+func defDiff(a, b *bus.ToolDef) []string {
+	var ma, mb map[string]json.RawMessage
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	_ = json.Unmarshal(ja, &ma)
+	_ = json.Unmarshal(jb, &mb)
+	var diff []string
+	for k, v := range ma {
+		if w, ok := mb[k]; !ok || !bytes.Equal(v, w) {
+			diff = append(diff, k)
+		}
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			diff = append(diff, k)
+		}
+	}
+	slices.Sort(diff)
+	if len(diff) == 0 {
+		diff = []string{"nothing encoded"}
+	}
+	return diff
 }

@@ -264,7 +264,7 @@ func TestRegisterConflict(t *testing.T) {
 
 	// Another worker with a different definition is refused while w1 lives.
 	ack := register(t, r, "w2", def("t", described("B")))
-	if len(ack.Accepted) != 0 || len(ack.Rejected) != 1 || ack.Rejected[0].Reason != `conflicts with a different live definition of "t"` {
+	if len(ack.Accepted) != 0 || len(ack.Rejected) != 1 || !strings.HasPrefix(ack.Rejected[0].Reason, `conflicts with a different live definition of "t" (they differ in description);`) {
 		t.Fatalf("conflicting registration: %+v", ack)
 	}
 	if tool, _ := r.Lookup("t"); tool.Def.Description != "A" {

@@ -320,6 +320,10 @@ func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessag
 	if e.Type == bus.TypeError {
 		var be bus.Error
 		_ = e.DataAs(&be)
+		if be.Code == bus.CodeBusy || be.Code == bus.CodeUnavailable {
+			// At capacity, or its definition was rejected: the call never ran.
+			return bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf("ToolUnavailableError: the worker that took the call of '%s' could not run it: %s", c.Name, be.Message)), nil
+		}
 		return internal(c, fmt.Errorf("worker refused the call: %s", be.Error())), nil
 	}
 	var xr bus.ExecResult

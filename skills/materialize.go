@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/toolbus/toolbus/internal/private"
 )
 
 // Materializer puts skills' files on disk for tools that run their
@@ -103,20 +105,7 @@ func PrivateDir(parent, pattern string, gid int) (string, error) {
 // may read or enter: another user who created it first (in a shared
 // temporary directory, say) could change the scripts the shell runs.
 func CheckPrivate(dir string) error {
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory (a symlink?); refusing it for skills' files", dir)
-	}
-	if perm := fi.Mode().Perm(); perm&0o027 != 0 {
-		return fmt.Errorf("%s has mode %#o: others may reach or group members may write it; refusing it for skills' files (chmod 700)", dir, perm)
-	}
-	if uid, ok := ownerOf(fi); ok && uid != os.Geteuid() {
-		return fmt.Errorf("%s belongs to uid %d, not to this process (uid %d); refusing it for skills' files", dir, uid, os.Geteuid())
-	}
-	return nil
+	return private.Check(dir, 0o027, "skills' files")
 }
 
 // Acquire returns the directory holding the files of the skill called name

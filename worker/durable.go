@@ -43,6 +43,15 @@ func (w *Worker) takeWork(ctx context.Context, t *tool) {
 	}
 	ackWait := cons.CachedInfo().Config.AckWait
 	for {
+		if !t.accepted.Load() {
+			// Rejected (or not yet accepted): take no call with this definition.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retry):
+			}
+			continue
+		}
 		select {
 		case w.sem <- struct{}{}:
 		case <-ctx.Done():

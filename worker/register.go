@@ -21,6 +21,7 @@ type registrar struct {
 	every  time.Duration
 	log    *slog.Logger
 	what   func() bus.Register
+	acked  func(*bus.RegisterAck) // told every acknowledgement, before registered closes
 
 	registered chan struct{} // closed at the first acknowledgement
 	once       sync.Once
@@ -54,8 +55,12 @@ func (r *registrar) register(ctx context.Context) {
 		r.log.Warn("worker: registration not acknowledged", "err", err)
 		return
 	}
-	for _, rej := range ack.Rejected {
-		r.log.Error("worker: tool rejected", "tool", rej.Name, "reason", rej.Reason)
+	if r.acked != nil {
+		r.acked(ack) // it logs the rejections
+	} else {
+		for _, rej := range ack.Rejected {
+			r.log.Error("worker: tool rejected", "tool", rej.Name, "reason", rej.Reason)
+		}
 	}
 	r.once.Do(func() { close(r.registered) })
 }

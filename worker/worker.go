@@ -67,7 +67,16 @@ type tool struct {
 	h   Handler
 
 	calls, errors, nanos atomic.Int64 // for micro stats
+	// accepted says a router accepted the tool's registration: only then
+	// is it served (serve.go). decided is closed at the first
+	// acknowledgement that accepts or rejects it.
+	accepted   atomic.Bool
+	decided    chan struct{}
+	decideOnce sync.Once
 }
+
+// decide closes t.decided once.
+func (t *tool) decide() { t.decideOnce.Do(func() { close(t.decided) }) }
 
 // toolStats is the data of a tool endpoint in `nats micro stats`: the
 // micro library times only the hand-off, so the run times are ours.
@@ -101,7 +110,7 @@ type Worker struct {
 	tools     []*tool
 	started   bool
 	cancelSub *nats.Subscription
-	svc       micro.Service
+	serve     *serving
 	obs       Observer
 
 	loops    sync.WaitGroup // heartbeat loop
@@ -112,6 +121,11 @@ type Worker struct {
 	// life counts the calls accepted and not yet answered; its Context,
 	// base, is the parent of every call's context, cancelled with
 	// errDrained when a drain's deadline passes with calls still running.
+	// waiting counts the requests waiting for a slot, at most maxWaiting
+	// (waitLimit); busyN the requests answered busy.
+	waiting, busyN atomic.Int64
+	maxWaiting     int
+
 	life   *life.Life
 	base   context.Context
 	cutN   int           // calls running when the drain's deadline passed
@@ -162,6 +176,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	w = &Worker{off: off, life: lf, base: lf.Context(), closed: make(chan struct{}), nc: nc, cfg: cfg, subj: subj, source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
 		calls: newCallTable(subj), obs: cfg.Observer}
+	w.maxWaiting = waitLimit(cfg.MaxConcurrent)
 	w.reg = &registrar{nc: nc, subj: subj, source: w.source, every: cfg.Heartbeat, log: w.log, what: w.registration, registered: make(chan struct{})}
 	w.exec = &executor{nc: nc, subj: subj, source: w.source, log: w.log, off: off, obs: cfg.Observer, base: w.base, calls: w.calls}
 	return w, nil
@@ -187,16 +202,20 @@ func (w *Worker) Handle(def bus.ToolDef, h Handler) error {
 			return fmt.Errorf("worker: tool %q added twice", def.Name)
 		}
 	}
-	w.tools = append(w.tools, &tool{def: def, h: h})
+	w.tools = append(w.tools, &tool{def: def, h: h, decided: make(chan struct{})})
 	return nil
 }
 
 // Registered is closed once a router has acknowledged the first registration.
 func (w *Worker) Registered() <-chan struct{} { return w.reg.registered }
 
-// Start subscribes every tool in its queue group and the cancel subject,
+// Start subscribes the cancel subject and every tool in its queue group,
 // registers with the routers, and keeps registering every heartbeat until
-// Stop. A registration that no router answers is retried at the next beat.
+// Stop. A tool runs calls only once a router accepted it (a request before
+// the first acknowledgement waits for it); a tool a router rejects is
+// unsubscribed at once, logged as an error and counted (RejectObserver),
+// and registered again, with the same definition, at every beat. A
+// registration that no router answers is retried at the next beat.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -213,42 +232,30 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
 	// Every tool is an endpoint of this worker's NATS micro service, so
-	// `nats micro ls/info/stats` show the workers and their tools.
+	// `nats micro ls/info/stats` show the workers and their tools, until a
+	// router rejects it (serve.go).
 	byName := map[string]*tool{}
 	for _, t := range tools {
 		byName[t.def.Name] = t
 	}
-	w.svc, err = micro.AddService(w.nc, micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
-		Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
-		StatsHandler: func(e *micro.Endpoint) any {
-			t := byName[e.Name]
-			if t == nil {
-				return nil
-			}
-			st := toolStats{Calls: t.calls.Load(), Errors: t.errors.Load()}
-			if st.Calls > 0 {
-				st.AverageRunMS = float64(t.nanos.Load()) / float64(st.Calls) / 1e6
-			}
-			return st
-		}})
-	if err != nil {
-		return fmt.Errorf("worker: micro service: %w", err)
+	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, add: endpointAdder(w.subj, w.onExec),
+		cfg: micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
+			Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
+			StatsHandler: func(e *micro.Endpoint) any {
+				t := byName[e.Name]
+				if t == nil {
+					return nil
+				}
+				st := toolStats{Calls: t.calls.Load(), Errors: t.errors.Load()}
+				if st.Calls > 0 {
+					st.AverageRunMS = float64(t.nanos.Load()) / float64(st.Calls) / 1e6
+				}
+				return st
+			}}}
+	if err := w.serve.start(); err != nil {
+		return err
 	}
-	for _, t := range tools {
-		if t.def.Durable {
-			continue // taken from the work queue (durable.go), not from P.exec
-		}
-		h := micro.HandlerFunc(func(req micro.Request) {
-			w.onExec(t, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()})
-		})
-		err = w.svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(w.subj.Exec(t.def.Name)),
-			micro.WithEndpointQueueGroup(w.subj.ExecQueue(t.def.Name)),
-			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
-			micro.WithEndpointPendingLimits(pendingLimits(w.cfg.MaxConcurrent)))
-		if err != nil {
-			return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
-		}
-	}
+	w.reg.acked = w.serve.apply
 	if err := bus.Flush(ctx, w.nc); err != nil {
 		return fmt.Errorf("worker: flush: %w", err)
 	}
@@ -269,14 +276,48 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// pendingLimits bounds the requests that wait in each tool endpoint's
-// subscription buffer while every slot is busy: four per slot, at least
-// 1024, and at most 64 MiB. Beyond them NATS drops requests (a slow
-// consumer), and the router reports those calls as timed out or retries
-// them elsewhere, as for a worker that never answered.
-func pendingLimits(maxConcurrent int) (msgs, bytes int) {
-	return max(4*maxConcurrent, 1024), 64 << 20
+// endpointAdder returns what subscribes a tool's exec subject in its
+// queue group, as an endpoint of a micro service, with onExec as handler.
+func endpointAdder(subj bus.Subjects, onExec func(*tool, *nats.Msg)) func(micro.Service, *tool) error {
+	return func(svc micro.Service, t *tool) error {
+		h := micro.HandlerFunc(func(req micro.Request) {
+			onExec(t, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()})
+		})
+		err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(subj.Exec(t.def.Name)),
+			micro.WithEndpointQueueGroup(subj.ExecQueue(t.def.Name)),
+			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
+			micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
+		if err != nil {
+			return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
+		}
+		return nil
+	}
 }
+
+// Served returns the names of the tools this worker serves now over core
+// request/reply: those a router accepted, durable tools aside.
+func (w *Worker) Served() []string {
+	if w.serve == nil {
+		return nil
+	}
+	return w.serve.served()
+}
+
+// waitLimit bounds the requests that wait for a slot, across the worker:
+// four per slot, at least 1024; more are answered busy at once.
+func waitLimit(maxConcurrent int) int { return max(4*maxConcurrent, 1024) }
+
+// Pending limits of each tool endpoint's subscription buffer. The callback
+// returns at once (a request waits for its slot in a goroutine, or is
+// answered busy), so the buffer holds only what arrives while callbacks
+// run; the limits are far above that, so that the NATS client's silent
+// slow-consumer drop (the router then waited for the call's timeout) stays
+// out of reach. A burst of 10,000 sessions on a loaded machine overflowed
+// the 1,024 messages of the previous limit.
+const (
+	pendingMsgs  = 1 << 16
+	pendingBytes = 64 << 20
+)
 
 // registration is what every beat sends: the tools, and the calls
 // accepted, running or waiting for a slot.
@@ -296,15 +337,93 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	// The envelope is read before waiting for a slot, so that a call
 	// waiting for one is already listed in the heartbeats (routers end calls
 	// that no live worker lists as vanished).
+	if !t.accepted.Load() {
+		select {
+		case <-t.decided: // rejected; delivered before the endpoint went
+			w.exec.unserved(t, m)
+		default: // before the first acknowledgement: wait for it, at most a beat
+			go func() {
+				timer := time.NewTimer(w.cfg.Heartbeat)
+				defer timer.Stop()
+				select {
+				case <-t.decided:
+				case <-timer.C:
+				}
+				if !t.accepted.Load() {
+					w.exec.unserved(t, m)
+					return
+				}
+				w.onExec(t, m)
+			}()
+		}
+		return
+	}
 	e, err := bus.Decode(m)
+	run := func(key string, tracked bool) {
+		w.pool.Go(func() {
+			defer w.release(key, tracked)
+			w.exec.serve(t, m, e, err, coreReply{w.exec, m})
+		})
+	}
+	select {
+	case w.sem <- struct{}{}:
+		run(w.accept(t, e, err))
+		return
+	default:
+	}
+	// Every slot is busy. The request waits for one in a goroutine, so
+	// that this callback returns at once and the NATS client never drops
+	// requests as a slow consumer (silent: the router waited for the
+	// call's timeout); past maxWaiting it is answered busy at once.
+	if w.waiting.Add(1) > int64(w.maxWaiting) {
+		w.waiting.Add(-1)
+		w.exec.busy(t, m, w.busyN.Add(1), w.cfg.MaxConcurrent, w.maxWaiting)
+		return
+	}
 	key, tracked := w.accept(t, e, err)
 	w.obs.Waiting(1)
-	w.sem <- struct{}{} // back-pressure: blocks this tool's subscription only
-	w.obs.Waiting(-1)
-	w.pool.Go(func() {
-		defer w.release(key, tracked)
-		w.exec.serve(t, m, e, err, coreReply{w.exec, m})
-	})
+	go func() {
+		w.sem <- struct{}{}
+		w.waiting.Add(-1)
+		w.obs.Waiting(-1)
+		if err == nil {
+			if exp, _ := e.Expiry(); !exp.IsZero() && time.Now().After(exp) {
+				// Its deadline passed while it waited: the router has answered
+				// it with a timeout, so running it would be wasted work.
+				w.release(key, tracked)
+				return
+			}
+		}
+		run(key, tracked)
+	}()
+}
+
+// unserved answers a request of a tool whose definition no router
+// accepted: it never runs.
+func (w *executor) unserved(t *tool, m *nats.Msg) {
+	_ = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeUnavailable,
+		"this worker's definition of %q was not accepted by the routers; it does not serve it", t.def.Name))
+}
+
+// busy answers a request that found every one of slots busy and waiting
+// others waiting: the router reports the call unavailable at once. n
+// counts the busy answers so far.
+func (w *executor) busy(t *tool, m *nats.Msg, n int64, slots, waiting int) {
+	if bo, ok := w.obs.(BusyObserver); ok {
+		bo.Busy(t.def.Name)
+	}
+	if n&(n-1) == 0 { // 1, 2, 4, 8 ...: loud, but not a flood
+		w.log.Warn("worker: every slot busy and too many calls waiting; answered busy", "tool", t.def.Name, "busy_total", n,
+			"slots", slots, "waiting", waiting)
+	}
+	_ = bus.RespondError(w.nc, m, w.source, &bus.Error{Code: bus.CodeBusy,
+		Message: fmt.Sprintf("%s is at capacity: %d calls running and %d waiting", w.source, slots, waiting)})
+}
+
+// BusyObserver is an Observer that is also told of each request the worker
+// answered busy (metrics.Worker counts them).
+type BusyObserver interface {
+	Busy(tool string)
 }
 
 // accept counts a call the worker took, listed in its heartbeats by key
@@ -443,8 +562,8 @@ func (w *Worker) drain(ctx context.Context) error {
 	// makes sure the server has seen the unsubscribes, then we wait for the
 	// calls accepted so far.
 	var err error
-	if w.svc != nil {
-		if serr := w.svc.Stop(); serr != nil {
+	if w.serve != nil {
+		if serr := w.serve.stop(); serr != nil {
 			w.log.Warn("worker: micro service stop", "err", serr)
 		}
 	}

@@ -694,7 +694,7 @@ func TestRegistered(t *testing.T) {
 		return bus.TypeRegisterAck, bus.RegisterAck{Accepted: []string{"a"}, Rejected: []bus.Rejection{{Name: "b", Reason: "conflicts"}}}
 	})
 	waitClosed(t, w.Registered(), "Registered")
-	logged("rejection", `level=ERROR`, `msg="worker: tool rejected"`, `tool=b reason=conflicts`)
+	logged("rejection", `level=ERROR`, `msg="worker: tool rejected by the routers; this worker does not serve it`, `tool=b reason=conflicts`)
 	// Registrations repeat every heartbeat with the worker, its groups and
 	// its tools.
 	n := len(f.reg.registrations())
@@ -720,6 +720,13 @@ func FuzzExec(f *testing.F) {
 	s := bustest.RunServer(f)
 	nc := bustest.Connect(f, s)
 	subj := bus.NewSubjects("")
+	reg := &registrar{leaving: make(chan struct{}), respond: acceptAll}
+	if _, err := nc.Subscribe(subj.Register(), reg.handle(nc)); err != nil {
+		f.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		f.Fatal(err)
+	}
 	w, err := worker.New(bustest.Connect(f, s), worker.Config{ID: "fz"})
 	if err != nil {
 		f.Fatal(err)

@@ -8,20 +8,27 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/toolbus/toolbus/internal/private"
 )
 
 // lockStore takes an exclusive lock on the JetStream store directory dir
-// (creating it), so a second router cannot open a store a running one
+// (made by storeDir), so a second router cannot open a store a running one
 // uses; unlock releases it. The lock is the kernel's (flock), so it goes
-// with the process, however it ends.
+// with the process, however it ends. The lock file is opened without
+// following a link, and must be a regular file of this process's user.
 func lockStore(dir string) (unlock func(), err error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("store %s: %w", dir, err)
-	}
 	path := filepath.Join(dir, "toolbus-router.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("store %s: the lock file %s is a symbolic link; refusing to follow it (someone else may have made it: check the directory, then remove it)", dir, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", dir, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || !private.Owned(fi) {
+		f.Close()
+		return nil, fmt.Errorf("store %s: the lock file %s is not a regular file of this process's user; refusing it", dir, path)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()

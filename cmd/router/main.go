@@ -41,7 +41,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	natsURL := fs.String("nats", "", "NATS server URL to join; empty starts an embedded nats-server with JetStream")
 	listen := fs.String("listen", "127.0.0.1:4222", "host:port of the embedded nats-server")
-	data := fs.String("data", "", "JetStream store directory of the embedded server (default: a directory under the system temp dir)")
+	data := fs.String("data", "", "JetStream store directory of the embedded server (default: a private directory per listen address under the user's cache directory, toolbus/data-<listen>)")
 	natsConfig := fs.String("nats-config", "", "nats-server configuration file for the embedded server (users, permissions, TLS); log in with --nkey, --creds, --user ...")
 	secure := fs.String("secure", "", "DIR: start the embedded server with the toolbus roles' users (docs/security.md): DIR/nats-server.conf, generated with an nkey seed and .env file per role unless it exists")
 	identities := fs.String("identities", "", "FILE: bind sessions to users by their credentials (a users.json, or {\"sessions\": {\"s1\": \"alice\"}}), reread when it changes; --secure uses DIR/users.json (docs/security.md)")
@@ -104,6 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if url != "" || *natsConfig != "" {
 			return errors.New("--secure starts the embedded server with generated users; it goes with neither --nats nor --nats-config")
 		}
+		if err := secureMode(*secure, stdout); err != nil {
+			return err
+		}
 		cfgFile, err := secureDir(*secure, *prefix, *listen, stdout)
 		if err != nil {
 			return err
@@ -124,11 +127,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var reload func() error // the embedded server's, under --secure
 	if url == "" {
-		dir := *data
-		if dir == "" {
-			// One store per listen address: two routers on one machine
-			// never share a store by accident.
-			dir = filepath.Join(os.TempDir(), "toolbus-data-"+strings.NewReplacer(":", "-", "[", "", "]", "").Replace(*listen))
+		dir, err := storeDir(*data, *listen)
+		if err != nil {
+			return err
 		}
 		unlock, err := lockStore(dir)
 		if err != nil {

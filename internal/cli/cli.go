@@ -80,6 +80,8 @@ func (s *Started) WorkerObserver(slots int) worker.Observer {
 }
 
 var _ worker.Observer = (*metrics.Worker)(nil)
+var _ worker.RejectObserver = (*metrics.Worker)(nil)
+var _ worker.BusyObserver = (*metrics.Worker)(nil)
 
 // Main runs a command's run function with a context that ends on SIGINT
 // or SIGTERM, and exits 1 when it fails (printing the error as name's,

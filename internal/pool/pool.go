@@ -2,13 +2,20 @@
 // starts a fresh goroutine per message pays for growing its stack again on
 // every message (JSON and schema validation need a few KiB); a goroutine
 // that stays alive keeps its grown stack. Idle goroutines exit after a while,
-// and Close ends them all.
+// at most MaxIdle of them stay idle at once (so a burst's thousands of
+// goroutines and their stacks do not outlive it), and Close ends them all.
 package pool
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
+
+// MaxIdle is how many goroutines of one pool may wait for work at once; one
+// that finishes a task when MaxIdle already wait exits. A burst of 10,000
+// sessions kept about 3,600 idle goroutines, 74 MB of stacks, for a minute.
+const MaxIdle = 256
 
 // Pool is a set of reusable goroutines; the zero value is not usable.
 type Pool struct {
@@ -17,6 +24,7 @@ type Pool struct {
 	idle  time.Duration
 	wg    sync.WaitGroup
 	once  sync.Once
+	idleN atomic.Int64 // goroutines waiting for work
 }
 
 // New returns a Pool whose goroutines exit after idle without work.
@@ -41,17 +49,27 @@ func (p *Pool) work(f func()) {
 	t := time.NewTimer(p.idle)
 	defer t.Stop()
 	for {
+		if p.idleN.Add(1) > MaxIdle {
+			p.idleN.Add(-1)
+			return
+		}
 		select {
 		case f := <-p.tasks:
+			p.idleN.Add(-1)
 			f()
 			t.Reset(p.idle)
 		case <-t.C:
+			p.idleN.Add(-1)
 			return
 		case <-p.quit:
+			p.idleN.Add(-1)
 			return
 		}
 	}
 }
+
+// Idle returns how many goroutines wait for work now.
+func (p *Pool) Idle() int { return int(p.idleN.Load()) }
 
 // Close makes idle goroutines exit and waits for running tasks to end. Go
 // must not be called after Close. It is safe to call twice.

@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,4 +36,30 @@ func TestIdleGoroutinesExit(t *testing.T) {
 	p.Go(func() { close(done) })
 	<-done
 	p.Close() // returns once the idle goroutine is gone
+}
+
+// TestPoolKeepsAtMostMaxIdle: after a burst of tasks running at once, at
+// most MaxIdle goroutines stay waiting for work; the others exit.
+func TestPoolKeepsAtMostMaxIdle(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := pool.New(time.Minute)
+	defer p.Close()
+	const n = 4 * pool.MaxIdle
+	release := make(chan struct{})
+	var started, done sync.WaitGroup
+	started.Add(n)
+	done.Add(n)
+	for range n {
+		p.Go(func() { started.Done(); <-release; done.Done() })
+	}
+	started.Wait() // n goroutines at once
+	close(release)
+	done.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Idle() != pool.MaxIdle && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if p.Idle() != pool.MaxIdle {
+		t.Fatalf("%d idle goroutines after a burst of %d, want %d", p.Idle(), n, pool.MaxIdle)
+	}
 }

@@ -62,6 +62,10 @@ type Config struct {
 	// own roots are configured: directories or file:// URIs, typically the
 	// worker's --workdir. None: an empty list.
 	Roots []string
+	// MaxMessage is the largest JSON-RPC message read from a server, in
+	// bytes (a stdio line, an HTTP body, one SSE event); a larger one is
+	// refused while it streams. Zero means DefaultMaxMessage (16 MiB).
+	MaxMessage int64
 	// Logger receives the bridge's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -111,6 +115,9 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxMessage <= 0 {
+		cfg.MaxMessage = DefaultMaxMessage
 	}
 	b := &Bridge{nc: nc, cfg: cfg, file: f, life: life.New(life.Config{Logger: cfg.Logger}), client: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})}
 	for i := range f.Servers {
@@ -215,10 +222,12 @@ type link struct {
 	progress map[string]*inflight // progress token → call
 }
 
-// inflight is a bus call being run by the server, with its context.
+// inflight is a bus call being run by the server, with its context and
+// the gate its progress goes through (nil: sent as it comes).
 type inflight struct {
 	call *worker.Call
 	ctx  context.Context
+	gate *progressGate
 }
 
 var errFailed = errors.New("the server failed")
@@ -270,7 +279,7 @@ func (l *link) run(ctx context.Context) {
 // server fails or ctx ends. connected reports whether it got as far as
 // registering.
 func (l *link) session(ctx context.Context) (connected bool, err error) {
-	tr, err := newTransport(l.s, slog.New(quiet{l.log.Handler()}))
+	tr, err := newTransport(l.s, l.cfg.MaxMessage, slog.New(quiet{l.log.Handler()}))
 	if err != nil {
 		return false, err
 	}
@@ -524,7 +533,11 @@ func (l *link) onNotification(n mcp.JSONRPCNotification) {
 		if f == nil {
 			return
 		}
-		_ = f.call.Progress(bus.Block{Type: bus.BlockText, Text: progressText(p)})
+		if f.gate == nil {
+			_ = f.call.Progress(textBlock(progressText(p)))
+			return
+		}
+		f.gate.offer(progressText(p))
 	}
 }
 
@@ -583,7 +596,10 @@ func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 			}
 		}
 		token := bus.CallKey(c.SessionID, c.ReplyID, c.ID) + "." + strconv.Itoa(c.Attempt) + "." + nuid.Next()
-		f := &inflight{call: c, ctx: ctx}
+		// Progress is coalesced: at most one event every progressEvery,
+		// the latest notice winning (a flood stores a few events).
+		f := &inflight{call: c, ctx: ctx, gate: newProgressGate(progressEvery, func(text string) { _ = c.Progress(textBlock(text)) })}
+		defer f.gate.close()
 		defer cr.track(token, f)()
 		req := mcp.CallToolRequest{}
 		req.Params.Name = tool

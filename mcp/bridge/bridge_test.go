@@ -25,6 +25,12 @@ import (
 
 // TestMain lets the test binary be the stdio MCP server the tests start.
 func TestMain(m *testing.M) {
+	if os.Getenv("BRIDGE_TEST_STDIO_SERVER") == "hostile" {
+		if err := server.ServeStdio(hostileServer()); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv("BRIDGE_TEST_STDIO_SERVER") == "1" {
 		if f := os.Getenv("BRIDGE_TEST_PID_FILE"); f != "" {
 			_ = os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o600)

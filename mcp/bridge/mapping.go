@@ -41,7 +41,8 @@ func sanitize(s string) string {
 }
 
 // Definition maps an MCP tool of server s to a bus tool definition
-// (docs/protocol.md 12): title (else annotations.title) → title; readOnlyHint →
+// (docs/protocol.md 12): title (else annotations.title) → title, cut at
+// MaxTitle bytes; description, cut at MaxDescription bytes; readOnlyHint →
 // read_only and permission allow, else permission ask; idempotentHint →
 // idempotent; every annotation, as the server sent it, and
 // execution.taskSupport → mcp.annotations and mcp.task_support; never
@@ -69,10 +70,12 @@ func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 	if title == "" {
 		title = t.Annotations.Title
 	}
+	title = cut(title, MaxTitle)
 	desc := t.Description
 	if desc == "" {
 		desc = title
 	}
+	desc = cut(desc, MaxDescription)
 	ref := &bus.MCPRef{Server: s.Name, Tool: t.Name, Annotations: annotations(t.Annotations)}
 	if t.Execution != nil {
 		ref.TaskSupport = string(t.Execution.TaskSupport)
@@ -102,7 +105,7 @@ func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 
 // annotations copies an MCP tool's annotations; none at all is nil.
 func annotations(a mcp.ToolAnnotation) *bus.MCPAnnotations {
-	out := bus.MCPAnnotations{Title: a.Title, ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
+	out := bus.MCPAnnotations{Title: cut(a.Title, MaxTitle), ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
 		IdempotentHint: a.IdempotentHint, OpenWorldHint: a.OpenWorldHint}
 	if out == (bus.MCPAnnotations{}) {
 		return nil

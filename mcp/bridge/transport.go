@@ -21,26 +21,17 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// newTransport returns the server's MCP transport. HTTP transports are
-// wrapped so that a call whose context ends can be cancelled with
-// notifications/cancelled (mcp-go sends it only over stdio).
-func newTransport(s *Server, log *slog.Logger) (transport.Interface, error) {
+// newTransport returns the server's MCP transport, reading at most limit
+// bytes a message (bounds.go). HTTP transports are wrapped so that a call
+// whose context ends can be cancelled with notifications/cancelled
+// (mcp-go sends it only over stdio).
+func newTransport(s *Server, limit int64, log *slog.Logger) (transport.Interface, error) {
 	switch s.Transport {
 	case TransportStdio:
-		var env []string
-		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
-			env = append(env, k+"="+s.Env[k])
-		}
-		cwd := s.Cwd
-		return transport.NewStdioWithOptions(s.Command, env, s.Args,
-			transport.WithCommandLogger(log), transport.WithCommandFunc(func(ctx context.Context, command string, env, args []string) (*exec.Cmd, error) {
-				cmd := exec.CommandContext(ctx, command, args...)
-				cmd.Env = append(serverEnv(os.Environ()), env...)
-				cmd.Dir = cwd
-				return cmd, nil
-			})), nil
+		return newStdio(s, limit, log)
 	case TransportSSE:
 		t, err := transport.NewSSE(s.URL, transport.WithHeaders(s.Headers), transport.WithSSELogger(log),
+			transport.WithHTTPClient(limitClient(limit)),
 			// The tool's own timeout bounds a call, not the transport's 60s.
 			transport.WithResponseTimeout(s.timeout+5*time.Second))
 		if err != nil {
@@ -51,12 +42,100 @@ func newTransport(s *Server, log *slog.Logger) (transport.Interface, error) {
 		// Continuous listening opens the GET stream on which the server's
 		// notifications/tools/list_changed arrives between calls.
 		t, err := transport.NewStreamableHTTP(s.URL, transport.WithHTTPHeaders(s.Headers), transport.WithContinuousListening(),
-			transport.WithHTTPLogger(log))
+			transport.WithHTTPBasicClient(limitClient(limit)), transport.WithHTTPLogger(log))
 		if err != nil {
 			return nil, err
 		}
 		return &httpTransport{Interface: t, url: s.URL, headers: s.Headers, log: log}, nil
 	}
+}
+
+// stdioTransport runs a stdio server itself, so that the server's output is
+// read through a lineLimiter, and speaks to it with mcp-go's transport over
+// the pipes (transport.NewIO): mcp-go reads a whole line whatever its size.
+type stdioTransport struct {
+	*transport.Stdio
+	s   *Server
+	log *slog.Logger
+
+	inR, outW *os.File // the child's ends, closed once it started
+	inW, outR *os.File // ours
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	exited    chan struct{} // closed once the started child was waited for
+}
+
+func newStdio(s *Server, limit int64, log *slog.Logger) (*stdioTransport, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	t := &stdioTransport{s: s, log: log, inR: inR, inW: inW, outR: outR, outW: outW, exited: make(chan struct{})}
+	lim := newLineLimiter(outR, limit, func(what string) {
+		log.Error("bridge: the MCP server sent a message past the limit; refused", "what", what, "limit", limit)
+	})
+	t.Stdio = transport.NewIO(lim, inW, io.NopCloser(strings.NewReader("")))
+	transport.WithCommandLogger(log)(t.Stdio)
+	return t, nil
+}
+
+// Start starts the server, which lives as long as ctx (or until Close),
+// and then the transport.
+func (t *stdioTransport) Start(ctx context.Context) error {
+	var env []string
+	for _, k := range slices.Sorted(maps.Keys(t.s.Env)) {
+		env = append(env, k+"="+t.s.Env[k])
+	}
+	cmd := exec.CommandContext(ctx, t.s.Command, t.s.Args...)
+	cmd.Env = append(serverEnv(os.Environ()), env...)
+	cmd.Dir = t.s.Cwd
+	cmd.Stdin, cmd.Stdout = t.inR, t.outW // stderr: the null device
+	err := cmd.Start()
+	t.inR.Close()
+	t.outW.Close()
+	if err != nil {
+		t.inW.Close()
+		t.outR.Close()
+		close(t.exited)
+		return fmt.Errorf("failed to start command: %w", err)
+	}
+	t.mu.Lock()
+	t.cmd = cmd
+	t.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		t.outR.Close()
+		close(t.exited)
+	}()
+	return t.Stdio.Start(ctx)
+}
+
+// Close closes the transport (and so the server's stdin), then gives the
+// server two seconds to exit before it is killed.
+func (t *stdioTransport) Close() error {
+	err := t.Stdio.Close()
+	t.mu.Lock()
+	cmd := t.cmd
+	t.mu.Unlock()
+	if cmd == nil {
+		t.inR.Close()
+		t.outW.Close()
+		t.outR.Close()
+		return err
+	}
+	select {
+	case <-t.exited:
+	case <-time.After(2 * time.Second):
+		_ = cmd.Process.Kill()
+		<-t.exited
+	}
+	return err
 }
 
 // serverEnv is the environment a stdio server inherits: the worker's,

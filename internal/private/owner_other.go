@@ -1,6 +1,6 @@
 //go:build !unix
 
-package skills
+package private
 
 import "io/fs"
 

@@ -1,0 +1,58 @@
+// Package private checks and makes directories that only this process's
+// user may use: the skills' files the shell runs (skills) and the router's
+// JetStream store (cmd/router). Another local user who created such a
+// directory first, in a shared place, or who can swap it, could otherwise
+// change what the router runs or reads.
+package private
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+)
+
+// Check refuses dir unless it is a directory (not a symlink) owned by this
+// process's user whose mode has none of the bits of deny (0o077: nobody
+// else may do anything; 0o027: the group may read and enter). what names
+// the use in the errors ("skills' files").
+func Check(dir string, deny fs.FileMode, what string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (a symlink?); refusing it for %s", dir, what)
+	}
+	if perm := fi.Mode().Perm(); perm&deny != 0 {
+		return fmt.Errorf("%s has mode %#o: %s; refusing it for %s (chmod 700)", dir, perm, who(deny), what)
+	}
+	if uid, ok := ownerOf(fi); ok && uid != os.Geteuid() {
+		return fmt.Errorf("%s belongs to uid %d, not to this process (uid %d); refusing it for %s", dir, uid, os.Geteuid(), what)
+	}
+	return nil
+}
+
+// who says whom the refused bits let in.
+func who(deny fs.FileMode) string {
+	if deny&0o070 == 0o070 {
+		return "other users may reach it"
+	}
+	return "others may reach or group members may write it"
+}
+
+// Mkdir makes dir with mode 0700 when it is missing (its parent must
+// exist) and checks it with Check either way.
+func Mkdir(dir string, deny fs.FileMode, what string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return Check(dir, deny, what)
+}
+
+// Owned reports whether fi's file belongs to this process's user (true
+// where the platform does not say).
+func Owned(fi fs.FileInfo) bool {
+	uid, ok := ownerOf(fi)
+	return !ok || uid == os.Geteuid()
+}

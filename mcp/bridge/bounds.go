@@ -1,0 +1,345 @@
+package bridge
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// What a bridged server may send is bounded (docs/protocol.md 12, 13): a
+// hostile or broken server must not fill the events stream, the tool
+// listings or the worker's memory.
+const (
+	// DefaultMaxMessage is the largest JSON-RPC message the bridge reads
+	// from a server (Config.MaxMessage): a stdio line, an HTTP response
+	// body, one SSE event. A larger result is refused while it streams,
+	// never held whole.
+	DefaultMaxMessage = 16 << 20
+	// MaxDescription and MaxTitle bound a bridged tool's description and
+	// title, in bytes; longer ones are cut, saying so.
+	MaxDescription = 8 << 10
+	MaxTitle       = 256
+	// progressEvery is the least time between two progress events of one
+	// call: notices in between are coalesced, the latest one wins.
+	progressEvery = 250 * time.Millisecond
+	// maxProgressText bounds one progress event's text, in bytes.
+	maxProgressText = 1 << 10
+	// headBytes is how much of a line the stdio limiter keeps to find the
+	// id of a message it cuts.
+	headBytes = 4 << 10
+)
+
+// cut returns s when it has at most limit bytes, else its first bytes
+// (whole runes) and a note of how much was cut, at most limit bytes in all.
+func cut(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	note := fmt.Sprintf(" […cut: %d bytes]", len(s))
+	keep := limit - len(note)
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:max(keep, 0)] + note
+}
+
+// tooLarge is the error of a message past the limit.
+func tooLarge(limit int64) error {
+	return fmt.Errorf("the MCP server's message exceeds the bridge's limit of %d bytes; refused", limit)
+}
+
+// progressGate coalesces one call's progress: the first notice is sent at
+// once, later ones at most every progressEvery, the latest one winning;
+// what is pending when the call ends is dropped (its result follows).
+type progressGate struct {
+	send  func(text string)
+	every time.Duration
+
+	sendMu sync.Mutex // keeps sends in order
+
+	mu      sync.Mutex
+	last    time.Time
+	pending string
+	has     bool
+	timer   *time.Timer
+	closed  bool
+}
+
+func newProgressGate(every time.Duration, send func(string)) *progressGate {
+	return &progressGate{send: send, every: every}
+}
+
+// offer takes one notice.
+func (g *progressGate) offer(text string) {
+	text = cut(text, maxProgressText)
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return
+	}
+	if wait := g.every - time.Since(g.last); g.timer == nil && wait <= 0 {
+		g.last = time.Now()
+		g.sendMu.Lock()
+		g.mu.Unlock()
+		defer g.sendMu.Unlock()
+		g.send(text)
+		return
+	}
+	g.pending, g.has = text, true
+	if g.timer == nil {
+		g.timer = time.AfterFunc(g.every-time.Since(g.last), g.flush)
+	}
+	g.mu.Unlock()
+}
+
+// flush sends the pending notice.
+func (g *progressGate) flush() {
+	g.mu.Lock()
+	g.timer = nil
+	if g.closed || !g.has {
+		g.mu.Unlock()
+		return
+	}
+	text := g.pending
+	g.pending, g.has, g.last = "", false, time.Now()
+	g.sendMu.Lock()
+	g.mu.Unlock()
+	defer g.sendMu.Unlock()
+	g.send(text)
+}
+
+// close drops what is pending and sends nothing more.
+func (g *progressGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+}
+
+// lineLimiter reads a stdio server's output, one JSON-RPC message a line,
+// and cuts a line longer than limit while it streams: what was passed of
+// it is ended (mcp-go drops a line that does not parse), the rest is read
+// and thrown away, and for a response an error response to the same id
+// takes its place, so that one call fails with a clear error and the
+// connection stays. A cut notification or server request is dropped. A cut
+// line whose kind cannot be told from its first bytes ends the stream.
+type lineLimiter struct {
+	r     io.Reader
+	limit int64
+	onCut func(what string) // told of each line cut
+
+	buf      []byte
+	out      []byte // passed on before reading more
+	n        int64  // bytes of the current line passed on
+	head     []byte // the current line's first bytes
+	skipping bool   // throwing away the rest of a cut line
+	instead  []byte // what replaces the cut line once it ends
+	err      error
+}
+
+func newLineLimiter(r io.Reader, limit int64, onCut func(string)) *lineLimiter {
+	return &lineLimiter{r: r, limit: limit, onCut: onCut, buf: make([]byte, 32<<10)}
+}
+
+func (l *lineLimiter) Read(p []byte) (int, error) {
+	for len(l.out) == 0 {
+		if l.err != nil {
+			return 0, l.err
+		}
+		k, err := l.r.Read(l.buf)
+		l.take(l.buf[:k])
+		if err != nil && l.err == nil {
+			l.err = err
+		}
+	}
+	n := copy(p, l.out)
+	l.out = l.out[n:]
+	if len(l.out) == 0 {
+		l.out = l.out[:0:0] // let a large one go
+	}
+	return n, nil
+}
+
+// take handles one chunk of the server's output.
+func (l *lineLimiter) take(b []byte) {
+	for len(b) > 0 && l.err == nil {
+		i := bytes.IndexByte(b, '\n')
+		seg := b
+		if i >= 0 {
+			seg = b[:i+1]
+		}
+		b = b[len(seg):]
+		if l.skipping {
+			if i >= 0 { // the cut line ends here
+				l.skipping = false
+				l.out = append(l.out, l.instead...)
+				l.instead = nil
+			}
+			continue
+		}
+		if room := l.limit - l.n; int64(len(seg)) > room {
+			l.cutLine(seg[:max(room, 0)])
+			if i >= 0 { // it ended in this chunk after all
+				l.skipping = false
+				l.out = append(l.out, l.instead...)
+				l.instead = nil
+			}
+			continue
+		}
+		l.pass(seg)
+		if i >= 0 {
+			l.n, l.head = 0, l.head[:0]
+		}
+	}
+}
+
+// pass hands on part of the current line.
+func (l *lineLimiter) pass(seg []byte) {
+	l.out = append(l.out, seg...)
+	l.n += int64(len(seg))
+	if room := headBytes - len(l.head); room > 0 {
+		l.head = append(l.head, seg[:min(room, len(seg))]...)
+	}
+}
+
+// cutLine ends the current line after its last bytes within the limit,
+// and decides what replaces it.
+func (l *lineLimiter) cutLine(last []byte) {
+	l.pass(last)
+	l.out = append(l.out, '\n')
+	id, kind := messageHead(l.head)
+	l.n, l.head, l.skipping = 0, l.head[:0], true
+	switch kind {
+	case "response":
+		resp, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
+			"error": map[string]any{"code": -32603, "message": tooLarge(l.limit).Error()}})
+		l.instead = append(resp, '\n')
+		l.onCut("a response")
+	case "message":
+		l.onCut("a notification or request")
+	default:
+		l.err = fmt.Errorf("%w, and its kind cannot be told from its first %d bytes", tooLarge(l.limit), headBytes)
+		l.onCut("a message of unknown kind")
+	}
+}
+
+// messageHead reads the first members of a JSON-RPC message cut short:
+// kind is "message" when it has a method (a notification or request),
+// "response" when it has an id and no method before its result or error,
+// "" when the bytes do not say.
+func messageHead(head []byte) (id json.RawMessage, kind string) {
+	dec := json.NewDecoder(bytes.NewReader(head))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, ""
+	}
+	for {
+		t, err := dec.Token()
+		key, ok := t.(string)
+		if err != nil || !ok {
+			break
+		}
+		switch key {
+		case "method":
+			return nil, "message"
+		case "result", "error":
+			if id != nil {
+				return id, "response"
+			}
+			return nil, ""
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			break
+		}
+		if key == "id" && len(v) > 0 && (v[0] == '"' || v[0] == '-' || v[0] >= '0' && v[0] <= '9') {
+			id = v
+		}
+	}
+	if id != nil {
+		return id, "response"
+	}
+	return nil, ""
+}
+
+// limitClient is the HTTP client of the SSE and streamable HTTP
+// transports: every response body is cut at limit bytes, an event stream
+// at limit bytes per event.
+func limitClient(limit int64) *http.Client {
+	return &http.Client{Transport: limitTransport{base: http.DefaultTransport, limit: limit}}
+}
+
+type limitTransport struct {
+	base  http.RoundTripper
+	limit int64
+}
+
+func (t limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	sse := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
+	resp.Body = &limitedBody{rc: resp.Body, limit: t.limit, sse: sse, lineStart: true}
+	return resp, nil
+}
+
+// limitedBody fails a read past limit bytes: of the whole body, or of one
+// event (the bytes between blank lines) of an event stream.
+type limitedBody struct {
+	rc        io.ReadCloser
+	limit     int64
+	sse       bool
+	n         int64
+	lineStart bool
+	err       error
+}
+
+var errBodyClosed = errors.New("body closed")
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	k, err := b.rc.Read(p)
+	over := false
+	if !b.sse {
+		b.n += int64(k)
+		over = b.n > b.limit
+	} else {
+		for _, c := range p[:k] {
+			switch {
+			case c == '\n' && b.lineStart:
+				b.n = 0 // a blank line ends the event
+			case c == '\n':
+				b.lineStart = true
+			case c != '\r':
+				b.lineStart = false
+				b.n++
+				over = over || b.n > b.limit
+			}
+		}
+	}
+	if over {
+		b.err = tooLarge(b.limit)
+		_ = b.rc.Close()
+		return 0, b.err
+	}
+	return k, err
+}
+
+func (b *limitedBody) Close() error {
+	if b.err == nil {
+		b.err = errBodyClosed
+	}
+	return b.rc.Close()
+}

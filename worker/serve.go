@@ -1,0 +1,196 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// RejectObserver is an Observer that is also told when a router rejects a
+// tool's registration, so the worker stops serving it (metrics.Worker
+// counts them). An Observer without this method is simply not told.
+type RejectObserver interface {
+	Rejected(tool, reason string)
+}
+
+// serving keeps the worker's NATS micro service, whose endpoints are the
+// tools it serves now: only those whose registration a router accepted
+// (docs/protocol.md 7.1). Every tool is subscribed before the first
+// registration (a router may list it as soon as it accepts it), but a
+// request runs only once its tool is accepted: one that arrives before the
+// first acknowledgement waits for it (worker.onExec). A tool is
+// unsubscribed at once when an acknowledgement rejects it; since the micro
+// library cannot remove one endpoint, the service is then replaced by one
+// without it. A rejected tool is registered again every beat with the same
+// definition, and subscribed again once a router accepts it.
+type serving struct {
+	nc    *nats.Conn
+	cfg   micro.Config
+	tools []*tool
+	add   func(svc micro.Service, t *tool) error
+	log   *slog.Logger
+	obs   Observer
+
+	mu      sync.Mutex
+	svc     micro.Service
+	on      map[string]bool // tools with an endpoint now
+	stopped bool
+}
+
+// start creates the service with an endpoint for every tool that is not
+// durable.
+func (s *serving) start() error {
+	svc, err := micro.AddService(s.nc, s.cfg)
+	if err != nil {
+		return fmt.Errorf("worker: micro service: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.svc, s.on = svc, map[string]bool{}
+	for _, t := range s.tools {
+		if t.def.Durable {
+			continue
+		}
+		if err := s.add(svc, t); err != nil {
+			return err
+		}
+		s.on[t.def.Name] = true
+	}
+	return nil
+}
+
+// apply takes one acknowledgement: each tool it names becomes accepted or
+// rejected, and the endpoints follow.
+func (s *serving) apply(ack *bus.RegisterAck) {
+	rejected := map[string]string{}
+	for _, r := range ack.Rejected {
+		rejected[r.Name] = r.Reason
+	}
+	accepted := map[string]bool{}
+	for _, n := range ack.Accepted {
+		accepted[n] = true
+	}
+	for _, t := range s.tools {
+		if reason, ok := rejected[t.def.Name]; ok {
+			s.reject(t, reason)
+			t.decide()
+		} else if accepted[t.def.Name] {
+			t.accepted.Store(true)
+			t.decide()
+		}
+	}
+	s.sync()
+}
+
+// reject marks t as not served, and says so loudly.
+func (s *serving) reject(t *tool, reason string) {
+	was := t.accepted.Swap(false)
+	msg := "worker: tool rejected by the routers; this worker does not serve it, and registers the same definition again every beat"
+	if was {
+		msg = "worker: tool rejected by the routers; this worker stopped serving it, and registers the same definition again every beat"
+	}
+	s.log.Error(msg, "tool", t.def.Name, "reason", reason)
+	if ro, ok := s.obs.(RejectObserver); ok {
+		ro.Rejected(t.def.Name, reason)
+	}
+}
+
+// sync makes the endpoints those of the accepted tools that are not
+// durable (a durable tool's loop reads tool.accepted itself).
+func (s *serving) sync() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.svc == nil {
+		return
+	}
+	drop := false
+	for _, t := range s.tools {
+		if s.on[t.def.Name] && !t.accepted.Load() && t.isDecided() {
+			drop = true
+		}
+	}
+	if drop {
+		// The new service joins the queue groups before the old one leaves,
+		// so the tools still accepted never lack a subscription.
+		svc, err := micro.AddService(s.nc, s.cfg)
+		if err != nil {
+			s.log.Error("worker: micro service", "err", err)
+			return
+		}
+		old := s.svc
+		s.svc, s.on = svc, map[string]bool{}
+		defer s.flush() // the server has the unsubscribes before Registered closes
+		defer func() {
+			// After the new endpoints are added below; its unsubscribes go
+			// out now, and the flush makes sure the server has them.
+			if err := old.Stop(); err != nil {
+				s.log.Warn("worker: micro service stop", "err", err)
+			}
+		}()
+	}
+	added := false
+	for _, t := range s.tools {
+		if t.def.Durable || s.on[t.def.Name] || !t.accepted.Load() && t.isDecided() {
+			continue
+		}
+		if err := s.add(s.svc, t); err != nil {
+			s.log.Error("worker: endpoint", "tool", t.def.Name, "err", err)
+			continue
+		}
+		s.on[t.def.Name], added = true, true
+	}
+	if added && !drop {
+		s.flush() // the server has the subscriptions before Registered closes
+	}
+}
+
+// flush waits until the server has what the connection sent.
+func (s *serving) flush() {
+	if err := s.nc.FlushTimeout(flushWait); err != nil {
+		s.log.Warn("worker: flush", "err", err)
+	}
+}
+
+// flushWait bounds the wait for the server to confirm new subscriptions.
+const flushWait = 10 * time.Second
+
+// isDecided reports whether an acknowledgement has named t.
+func (t *tool) isDecided() bool {
+	select {
+	case <-t.decided:
+		return true
+	default:
+		return false
+	}
+}
+
+// served returns the names of the tools with an endpoint now.
+func (s *serving) served() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for _, t := range s.tools {
+		if s.on[t.def.Name] {
+			names = append(names, t.def.Name)
+		}
+	}
+	return names
+}
+
+// stop stops the service (its endpoints drain) for good.
+func (s *serving) stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.svc == nil {
+		s.stopped = true
+		return nil
+	}
+	s.stopped = true
+	return s.svc.Stop()
+}
