@@ -389,9 +389,9 @@ func (f *Facade) newSession(k key) *session {
 	if !s.noTasks {
 		opts = append(opts, server.WithTaskCapabilities(true, true, true))
 	}
-	if k.confirm == ConfirmHostUser {
-		opts = append(opts, server.WithElicitation())
-	}
+	// No server.WithElicitation: elicitation is a capability the client
+	// declares, and mcp-go would list it among the server's (issue 29,
+	// F4). The facade elicits without it (mcp-go checks only the client's).
 	s.mcp = server.NewMCPServer("toolbus", "1.0.0", opts...)
 	s.resources.mcp = s.mcp
 	s.mcp.SetResourceTemplates(s.resources.outputsTemplate()) // readable before any listing

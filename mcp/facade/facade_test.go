@@ -540,6 +540,11 @@ func TestElicitation(t *testing.T) {
 			e.resetTools(t, s, map[string]bool{"ops": true})
 			el := &elicitor{decision: choiceAllow, asked: make(chan string, 4)}
 			c := e.connect(t, s, version, "alice", mcpclient.WithElicitationHandler(el))
+			// Elicitation is the client's capability: the server never
+			// lists it, yet asks (issue 29, F4).
+			if caps := c.GetServerCapabilities(); caps.Elicitation != nil {
+				t.Fatalf("the facade lists elicitation among its capabilities: %+v", caps.Elicitation)
+			}
 			r, err := call(t, c, "deploy", map[string]any{}, false)
 			if err != nil || r.IsError || textOf(r) != "deployed" {
 				t.Fatalf("confirmed through elicitation: %+v %v", r, err)
