@@ -506,7 +506,7 @@ func (s *session) refresh(ctx context.Context) error {
 		}
 		handler := server.ToolHandlerFunc(s.call)
 		if len(l.OutputSchema) > 0 && string(l.OutputSchema) != "null" {
-			handler = withStructured(handler) // structured.go
+			handler = structurer{session: s.id, fetch: s.f.cl, max: s.f.cfg.MaxResource}.wrap(handler) // structured.go
 		}
 		tools = append(tools, server.ServerTool{Tool: tool, Handler: handler})
 		order[l.Name] = i
