@@ -237,7 +237,7 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		defer f.release(s)
-		if !stampNotification(w, r) || (!s.noTasks && s.tasks.serveHTTP(w, r)) {
+		if !stampNotification(w, r) || s.serveGroups(w, r) || (!s.noTasks && s.tasks.serveHTTP(w, r)) {
 			return
 		}
 		if modernCancel(r) { // cancelled.go
@@ -332,10 +332,11 @@ type session struct {
 	active int       // requests (or a stdio connection) being served
 	last   time.Time // when the last one began or ended
 
-	mu    sync.Mutex
-	calm  calm           // list changes not yet applied (calm.go)
-	raw   string         // the last listing, to compare
-	order map[string]int // tool name → position in the listing
+	mu     sync.Mutex
+	groups string         // the last groups listing, to compare (groups.go)
+	calm   calm           // list changes not yet applied (calm.go)
+	raw    string         // the last listing, to compare
+	order  map[string]int // tool name → position in the listing
 }
 
 // acquire returns k's MCP server, made (and listed once) when there is
@@ -383,7 +384,8 @@ func (f *Facade) newSession(k key) *session {
 		downgradeInit(res)
 	})
 	// mcp-go advertises tasks; the facade answers them (tasks.go).
-	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter),
+	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithExperimental(groupingCapability()),
+		server.WithExtensions(groupingCapability()), server.WithHooks(hooks), server.WithToolFilter(s.filter),
 		server.WithToolHandlerMiddleware(downgradeMiddleware), server.WithToolHandlerMiddleware(s.questions.middleware)}
 	opts = append(opts, s.resources.options(hooks)...)
 	if !s.noTasks {
@@ -475,6 +477,7 @@ type listed struct {
 	InputSchema  json.RawMessage    `json:"inputSchema"`
 	OutputSchema json.RawMessage    `json:"outputSchema"`
 	Annotations  mcp.ToolAnnotation `json:"annotations"`
+	Meta         map[string]any     `json:"_meta"` // the tool's groups (groups.go)
 }
 
 // refresh lists the session's tools for its user and, when they changed,
@@ -490,6 +493,7 @@ func (s *session) refresh(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if string(raw) == s.raw {
+		s.groupsChanged(list.Groups) // groups.go
 		return nil
 	}
 	tools := make([]server.ServerTool, 0, len(list.Tools))
@@ -501,6 +505,9 @@ func (s *session) refresh(ctx context.Context) error {
 		}
 		tool := mcp.Tool{Name: l.Name, Title: l.Title, Description: l.Description, RawInputSchema: l.InputSchema,
 			RawOutputSchema: l.OutputSchema, Annotations: l.Annotations}
+		if len(l.Meta) > 0 {
+			tool.Meta = &mcp.Meta{AdditionalFields: l.Meta}
+		}
 		if !s.noTasks {
 			tool.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 		}
@@ -513,6 +520,7 @@ func (s *session) refresh(ctx context.Context) error {
 	}
 	s.raw = string(raw)
 	s.applyLocked(ctx, tools, order) // at once, or coalesced (calm.go)
+	s.groupsChanged(list.Groups)     // groups.go
 	return nil
 }
 
