@@ -24,7 +24,9 @@ func TestReadOutput(t *testing.T) {
 	n := len(lines)
 	e.startWorker(worker.Config{}, func(w *worker.Worker) {
 		handle(t, w, bus.ToolDef{Name: "dump", ReadOnly: true, Permission: bus.PermissionAllow},
-			func(context.Context, *worker.Call) (*bus.ExecResult, error) { return &bus.ExecResult{Output: bus.Text(big)}, nil })
+			func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+				return &bus.ExecResult{Output: bus.Text(big)}, nil
+			})
 	}, "dump")
 
 	list, err := e.client.Tools(testCtx(t), "ro", bus.FormatToolbus, nil)
