@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 )
 
 // This file converts between the model APIs' messages and toolbus batches:
@@ -343,7 +344,7 @@ func resultText(r bus.Result) string {
 			parts = append(parts, b.Text)
 		case IsStored(b):
 			if !strings.Contains(strings.Join(parts, "\n"), b.URL) { // the sender's text already names it (5.9)
-				parts = append(parts, fmt.Sprintf("[Stored output %s (%s, %d bytes).]", b.URL, b.MediaType, b.Size))
+				parts = append(parts, storedText(b))
 			}
 		case b.URL != "" && !isImage(b):
 			parts = append(parts, fmt.Sprintf("[File %s (%s).]", b.URL, b.MediaType))
@@ -352,6 +353,18 @@ func resultText(r bus.Result) string {
 		}
 	}
 	return strings.Join(parts, "\n")
+}
+
+// storedText is the line a model reads for a stored output its result's
+// text does not name: the reference, media type, size and digest, and how
+// to read a part of it (docs/protocol.md 11, read_output).
+func storedText(b bus.Block) string {
+	digest := ""
+	if r, err := offload.ParseRef(b.URL); err == nil && r.Digest != "" {
+		digest = ", sha256 " + r.Digest
+	}
+	return fmt.Sprintf("[Stored output %s (%s, %d bytes%s), too large to show here: read any part of it with read_output "+
+		"({\"ref\": that URL, \"offset\": <byte> or \"line\": <n>, \"limit\": <n>}).]", b.URL, b.MediaType, b.Size, digest)
 }
 
 // isImage reports whether b is an image the APIs can take as an image

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
@@ -167,5 +168,19 @@ func TestModelTurnRoundTrip(t *testing.T) {
 	first, second := content.Parts[0].FunctionResponse, content.Parts[1].FunctionResponse
 	if first.Name != "a" || first.ID != "" || first.Response["output"] != "A" || second.ID != "x" || second.Response["output"] != "B" {
 		t.Fatalf("responses = %+v %+v", first, second)
+	}
+}
+
+// TestStoredText: a stored output the result's text does not name reaches
+// the model with its size, digest and how to read a part (issue 29).
+func TestStoredText(t *testing.T) {
+	digest := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	url := "nats-object://toolbus_outputs/s1.t.c.x.0#sha256=" + digest
+	got := resultText(bus.Result{ID: "c", State: bus.StateSuccess, Output: []bus.Block{
+		{Type: bus.BlockData, MediaType: "application/json", URL: url, Size: 3145728}}})
+	for _, want := range []string{url, "3145728 bytes", "sha256 " + digest, "read_output"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
 	}
 }

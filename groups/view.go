@@ -107,6 +107,10 @@ type Resolved struct {
 	Reset    bool
 	// Search is search_tools, which the router runs like reset_tools.
 	Search bool
+	// Read marks read_output, which the router runs itself over its
+	// outputs store; Tool then holds its definition and schema (set by the
+	// router, never by Resolve).
+	Read bool
 	// Skill marks the skill loader, which the router runs itself; Tool
 	// then holds its definition and schema (set by the router, never by
 	// Resolve).

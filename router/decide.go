@@ -24,7 +24,7 @@ type parkSpec struct {
 // never asked about.
 func decide(pc permission.Context, t groups.Resolved, c bus.Call, input json.RawMessage) (parkSpec, *bus.Result) {
 	switch {
-	case t.Reset, t.Skill, t.Search:
+	case t.Reset, t.Skill, t.Search, t.Read:
 		return parkSpec{}, nil
 	case t.External != nil:
 		return parkSpec{kind: bus.KindExternal, requestScoped: true}, nil

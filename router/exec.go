@@ -54,6 +54,8 @@ func (s execStep) run(ctx context.Context, b *batch, c *callState) bus.Result {
 		return s.runner.loadSkill(ctx, b.session, b.data.User, c.call, c.input)
 	case t.Search:
 		return s.guard.search(ctx, b, c)
+	case t.Read:
+		return s.runner.readOutput(ctx, b.session, c.call, c.input)
 	}
 	return s.guard.cachedRun(ctx, jobOf(b, c), s.runner.runTool)
 }

@@ -32,6 +32,9 @@ import (
 type Guard struct {
 	// Search offers search_tools beside reset_tools (docs/protocol.md 4.2).
 	Search bool
+	// ReadOutput offers read_output, which reads a part of one of the
+	// session's stored outputs (docs/protocol.md 11).
+	ReadOutput bool
 	// Pinned tools and groups are visible to every session.
 	Pinned groups.Pins
 	// Limits are the quotas and rate limits shared by every router.
@@ -220,7 +223,7 @@ func (g *guard) limit(b *batch, c *callState, spec parkSpec) *bus.Result {
 	}
 	lim := g.lim
 	t := c.target.Tool
-	if t == nil || c.target.Skill {
+	if t == nil || (c.target.Skill || c.target.Read) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
@@ -388,7 +391,7 @@ func (g *guard) record(b *batch, c *callState, res bus.Result) {
 	switch t := c.target; {
 	case t.Code != "":
 		rec.Decision.Behavior = audit.Unresolved
-	case t.Reset, t.Search, t.Skill, t.External != nil:
+	case t.Reset, t.Search, t.Skill, t.Read, t.External != nil:
 		rec.Decision.Behavior = audit.Builtin
 	case code == bus.CodeInvalidInput:
 		rec.Decision.Behavior = audit.Invalid

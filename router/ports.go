@@ -70,6 +70,7 @@ var _ continuationPort = (*external.Store)(nil)
 type runnerPort interface {
 	runTool(ctx context.Context, j *job) bus.Result
 	loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result
+	readOutput(ctx context.Context, session string, c bus.Call, input json.RawMessage) bus.Result
 }
 
 // eventPort publishes a session's events through the events stream and
@@ -155,6 +156,9 @@ func (s routerSessions) reset(ctx context.Context, id string, input json.RawMess
 type routerResolver struct{ r *Router }
 
 func (x routerResolver) resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
+	if t, ok := resolveRead(x.r.cfg.Guard.ReadOutput, req, name); ok {
+		return t
+	}
 	return x.r.skills.resolveName(x.r.groups.View(x.r.reg, sess, req), req, user, name)
 }
 func (x routerResolver) refresh(ctx context.Context, name string) error {
@@ -169,6 +173,11 @@ func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result {
 }
 func (x routerRunner) loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result {
 	return x.r.skills.loadSkill(ctx, session, user, c, input)
+}
+func (x routerRunner) readOutput(ctx context.Context, session string, c bus.Call, input json.RawMessage) bus.Result {
+	ctx, cancel := context.WithTimeout(ctx, outputsBudget)
+	defer cancel()
+	return readOutput(ctx, x.r.stored.srv, session, c, input)
 }
 
 // routerEvents is the eventPort over the events sink and the connection.

@@ -82,6 +82,10 @@ func (f *fakeRunner) loadSkill(_ context.Context, _ string, _ json.RawMessage, c
 	return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text("skill")}
 }
 
+func (f *fakeRunner) readOutput(_ context.Context, _ string, c bus.Call, _ json.RawMessage) bus.Result {
+	return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text("read")}
+}
+
 type fakeEvents struct {
 	mu      sync.Mutex
 	types   []string // type:callid of every event published

@@ -388,7 +388,7 @@ func (r *Router) bind() {
 	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, guard: r.guard}
 	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.identify,
-		refused: func(m *nats.Msg, e *bus.Event, err error) { r.auditRefusal(m, "tools", e, err) }}
+		refused: func(m *nats.Msg, e *bus.Event, err error) { r.auditRefusal(m, "tools", e, err) }, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
 	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, handoff: r.store.Handoff}

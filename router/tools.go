@@ -23,6 +23,7 @@ type toolsLister struct {
 	identify func(session string, claimed json.RawMessage) (json.RawMessage, error)
 	// refused records a refused query in the audit trail (refused.go).
 	refused func(m *nats.Msg, e *bus.Event, err error)
+	readOut bool // read_output is offered (Guard.ReadOutput)
 }
 
 func (r *toolsLister) onTools(m *nats.Msg) {
@@ -59,7 +60,7 @@ func (r *toolsLister) list(session string, q bus.ToolsQuery) (*bus.ToolsList, er
 	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
 	defer cancel()
 	view := r.groups.View(r.reg, r.groups.Refresh(ctx, session), req)
-	defs, prompt := r.skills.listing(view, req, userOf(q.User), view.Tools())
+	defs, prompt := r.skills.listing(view, req, userOf(q.User), withReadOutput(r.readOut, req, view.Tools()))
 	tools, err := schemas.Export(q.Format, defs)
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)

@@ -54,6 +54,9 @@ type (
 		// MCP 2025-06-18 and later (structuredContent conforms to it).
 		OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 		Annotations  mcpAnnotations  `json:"annotations"`
+		// Meta carries the tool's groups under the MCP grouping draft's
+		// key (GroupsMetaKey), when it has any.
+		Meta map[string][]string `json:"_meta,omitempty"`
 	}
 	mcpAnnotations struct {
 		ReadOnlyHint    bool `json:"readOnlyHint"`
@@ -64,6 +67,10 @@ type (
 	}
 )
 
+// GroupsMetaKey is the _meta key of an MCP primitive's groups in the MCP
+// grouping draft (SEP-2084, extension io.modelcontextprotocol/grouping).
+const GroupsMetaKey = "io.modelcontextprotocol/groups"
+
 // Export renders tool definitions in a listing format of docs/protocol.md 4.1, one
 // element per definition, in order:
 //
@@ -72,7 +79,8 @@ type (
 //	"openai-responses": {"type":"function","name","description","parameters","strict":false}
 //	"anthropic": {"name","description","input_schema"}
 //	"gemini": {"name","description","parametersJsonSchema"}
-//	"mcp": {"name","description","inputSchema","annotations":{"readOnlyHint","destructiveHint","idempotentHint"}}
+//	"mcp": {"name","description","inputSchema","annotations":{"readOnlyHint","destructiveHint","idempotentHint"},
+//	        "_meta":{"io.modelcontextprotocol/groups":[groups]} when the definition has groups}
 //
 // with destructiveHint = !read_only, unless the definition is a bridged MCP
 // tool whose server gave destructiveHint (mcp.annotations, docs/protocol.md 7.2):
@@ -135,6 +143,9 @@ func exporter(format string) (func(d *bus.ToolDef, schema json.RawMessage) any, 
 			t := mcpTool{Name: d.Name, Title: d.Title, Description: d.Description, InputSchema: schema, Annotations: mcpHints(d)}
 			if len(d.OutputSchema) > 0 && string(d.OutputSchema) != "null" {
 				t.OutputSchema = d.OutputSchema
+			}
+			if len(d.Groups) > 0 {
+				t.Meta = map[string][]string{GroupsMetaKey: d.Groups}
 			}
 			return t
 		}, nil

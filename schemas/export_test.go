@@ -65,7 +65,7 @@ func TestExport(t *testing.T) {
 		}},
 		{"mcp", []string{
 			`{"name":"get_weather","description":"Weather for a city.","inputSchema":` + weather + `,"annotations":{"readOnlyHint":true,"destructiveHint":false,"idempotentHint":false}}`,
-			`{"name":"deploy","description":"Deploy <env> & wait.","inputSchema":` + deploy + `,"annotations":{"readOnlyHint":false,"destructiveHint":true,"idempotentHint":true}}`,
+			`{"name":"deploy","description":"Deploy <env> & wait.","inputSchema":` + deploy + `,"annotations":{"readOnlyHint":false,"destructiveHint":true,"idempotentHint":true},"_meta":{"io.modelcontextprotocol/groups":["ops"]}}`,
 			`{"name":"ping","description":"","inputSchema":` + empty + `,"annotations":{"readOnlyHint":false,"destructiveHint":true,"idempotentHint":false}}`,
 		}},
 	}

@@ -259,8 +259,7 @@ func (o *Offloader) spill(ctx context.Context, w writer, name string, b bus.Bloc
 		if err != nil {
 			return nil, err
 		}
-		note := fmt.Sprintf("[The whole text, %d bytes, is too large to show here; it is stored as %s.]", len(b.Text), ref.URL)
-		return []bus.Block{{Type: bus.BlockText, Text: preview(b.Text, keep) + "\n" + note}, ref}, nil
+		return []bus.Block{{Type: bus.BlockText, Text: headTail(b.Text, keep, ref)}, ref}, nil
 	}
 	raw, err := base64.StdEncoding.DecodeString(b.Data)
 	if err != nil {
@@ -278,6 +277,35 @@ func (o *Offloader) spill(ctx context.Context, w writer, name string, b bus.Bloc
 	}
 	ref.MediaType = b.MediaType
 	return []bus.Block{ref}, nil
+}
+
+// headTail is what stays inline of a stored text: its beginning and its
+// end (together at most keep bytes: three quarters and one quarter, cut
+// at runes), and a note with its size, digest and reference, and how to
+// read any part of it (docs/protocol.md 11, read_output).
+func headTail(s string, keep int, ref bus.Block) string {
+	r, _ := ParseRef(ref.URL)
+	keep = max(keep-len(ref.URL)-320, min(keep, 64)) // the note's room
+	tailN := keep / 4
+	head := preview(s, keep-tailN)
+	head = strings.TrimSuffix(head, "…")
+	tail := suffix(s[len(head):], tailN)
+	left := len(s) - len(head) - len(tail)
+	return fmt.Sprintf("%s\n[… %d bytes left out …]\n%s\n[The whole text, %d bytes (sha256 %s), is too large to show here: "+
+		"above are its first %d and last %d bytes. It is stored as %s; read_output reads any part of it.]",
+		head, left, tail, len(s), r.Digest, len(head), len(tail), ref.URL)
+}
+
+// suffix is the end of s, at most n bytes, cut at a rune.
+func suffix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := len(s) - n
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
 }
 
 // preview is the beginning of s, at most n bytes, cut at a rune.

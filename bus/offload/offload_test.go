@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -151,4 +152,25 @@ func FuzzBound(f *testing.F) {
 			t.Fatalf("bound %d below size %d for %+v", b, n, out)
 		}
 	})
+}
+
+// TestHeadTail: a stored text keeps its beginning and its end inline,
+// within the preview's bytes, with its size, digest and reference, cut at
+// runes (issue 29).
+func TestHeadTail(t *testing.T) {
+	digest := strings.Repeat("c", 64)
+	ref := bus.Block{Type: bus.BlockData, URL: "nats-object://o/s.r.k.t.0#sha256=" + digest, Size: 1}
+	text := "HEAD" + strings.Repeat("é", 5000) + "TAIL"
+	got := offload.HeadTail(text, 2048, ref)
+	if !strings.HasPrefix(got, "HEAD") || !strings.Contains(got, "TAIL\n[The whole text, 10008 bytes (sha256 "+digest+")") ||
+		!strings.Contains(got, ref.URL) || !strings.Contains(got, "read_output") || !utf8.ValidString(got) {
+		t.Fatalf("preview %q", got)
+	}
+	if len(got) > 2048+200 {
+		t.Fatalf("preview of %d bytes", len(got))
+	}
+	short := offload.HeadTail("ab", 2048, ref)
+	if !strings.HasPrefix(short, "ab\n[… 0 bytes left out …]\n\n") {
+		t.Fatalf("short %q", short)
+	}
 }

@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxInput := fs.Int("max-input-bytes", router.DefaultMaxInputBytes, "most bytes of one call's input")
 	maxParked := fs.Int("max-parked", router.DefaultMaxParked, "most calls one session may have waiting for an answer")
 	sessionCache := fs.Int("session-cache", 0, "sessions kept decoded in memory (0: 10000); each batch reads its session from KV anyway")
+	readOutput := fs.Bool("read-output", false, "offer the built-in read_output: a model reads a byte or line range of its session's stored outputs (docs/protocol.md 11)")
 	eventsMemory := fs.Bool("events-memory", false, "keep the session events stream in memory (parked calls, sessions and the ledger stay on disk); only for a new deployment")
 	heartbeat := fs.Duration("heartbeat", bus.DefaultHeartbeat, "worker heartbeat interval")
 	lease := fs.Duration("lease", 0, "how long a router's claim on a call lives without renewal (renewed every heartbeat); 0 means three heartbeats")
@@ -174,7 +175,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
 		Groups:       fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
 		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs, SkillViewer: *skillViewer, Lease: *lease,
-		Guard: router.Guard{Search: fileCfg.Search.Enabled, Pinned: fileCfg.Search.Pinned, Limits: fileCfg.Quotas, Cache: fileCfg.Cache.Enabled, Audit: fileCfg.Audit.config()}})
+		Guard: router.Guard{Search: fileCfg.Search.Enabled, ReadOutput: *readOutput, Pinned: fileCfg.Search.Pinned, Limits: fileCfg.Quotas, Cache: fileCfg.Cache.Enabled, Audit: fileCfg.Audit.config()}})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/client"
 )
 
@@ -413,8 +414,12 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			if name == "" {
 				name = b.URL
 			}
-			link := mcp.NewResourceLink(b.URL, name, b.Description, b.MediaType)
+			link := mcp.NewResourceLink(b.URL, name, linkDescription(b), b.MediaType)
 			link.Title = b.Title
+			if b.Size > 0 {
+				size := b.Size
+				link.Size = &size
+			}
 			res.Content = append(res.Content, withAnnotations(link, b.Annotations))
 		case isStructured(b) && res.StructuredContent == nil:
 			// One application/json data block is the tool's structured
@@ -439,6 +444,32 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 		}
 	}
 	return res
+}
+
+// ReadOutputTool is the built-in tool that reads a part of a stored
+// output (docs/protocol.md 11).
+const ReadOutputTool = "read_output"
+
+// linkDescription is a resource link's description: the block's own, else
+// for a stored output (nats-object://) what it is, its size and digest and
+// how to read it, else its size and how to read it (issue 29, F3).
+func linkDescription(b bus.Block) string {
+	if b.Description != "" {
+		return b.Description
+	}
+	size := "size unknown"
+	if b.Size > 0 {
+		size = fmt.Sprintf("%d bytes", b.Size)
+	}
+	if ref, err := offload.ParseRef(b.URL); err == nil {
+		digest := ""
+		if ref.Digest != "" {
+			digest = ", sha256 " + ref.Digest
+		}
+		return fmt.Sprintf("Tool output stored by toolbus (%s%s), too large to send inline. Read it whole with resources/read "+
+			"on this URI, or a part with the %s tool ({\"ref\": this URI, \"offset\" or \"line\", \"limit\"}).", size, digest, ReadOutputTool)
+	}
+	return fmt.Sprintf("A resource (%s): read it with resources/read on this URI.", size)
 }
 
 // isStructured reports whether b is a structured output: inline JSON

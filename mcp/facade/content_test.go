@@ -3,6 +3,7 @@ package facade
 import (
 	"encoding/base64"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -45,5 +46,54 @@ func TestToMCPFaithful(t *testing.T) {
 	only := toMCP(bus.Result{ID: "c2", State: bus.StateSuccess, Output: []bus.Block{{Type: bus.BlockData, MediaType: "application/json", Data: js}}})
 	if len(only.Content) != 1 || only.Content[0].(mcp.TextContent).Text != `{"temp":4}` || only.StructuredContent == nil {
 		t.Errorf("structured only: %+v", only)
+	}
+}
+
+// TestLinkOnTheWire: a stored output's resource_link carries its size and
+// a description that says what it is, its digest and how to read it; a
+// link with a description of its own keeps it (issue 29, F3).
+func TestLinkOnTheWire(t *testing.T) {
+	digest := strings.Repeat("ab", 32)
+	ref := "nats-object://P_outputs/s1.r1.c1.tok.0#sha256=" + digest
+	r := toMCP(bus.Result{ID: "c1", State: bus.StateSuccess, Output: []bus.Block{
+		{Type: bus.BlockData, MediaType: "text/plain; charset=utf-8", URL: ref, Size: 3145728},
+		{Type: bus.BlockData, MediaType: "application/pdf", URL: "https://example.com/c.pdf", Name: "c.pdf", Description: "The C report.", Size: 10},
+		{Type: bus.BlockData, MediaType: "image/png", URL: "file:///a.png"},
+	}})
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wire struct {
+		Content []struct {
+			Type        string `json:"type"`
+			URI         string `json:"uri"`
+			Description string `json:"description"`
+			Size        *int64 `json:"size"`
+		} `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &wire); err != nil {
+		t.Fatal(err)
+	}
+	if len(wire.Content) != 3 {
+		t.Fatalf("content: %s", raw)
+	}
+	stored := wire.Content[0]
+	if stored.Type != "resource_link" || stored.Size == nil || *stored.Size != 3145728 {
+		t.Errorf("stored link without its size: %s", raw)
+	}
+	for _, want := range []string{"3145728 bytes", digest, "resources/read", ReadOutputTool} {
+		if !strings.Contains(stored.Description, want) {
+			t.Errorf("description %q lacks %q", stored.Description, want)
+		}
+	}
+	if own := wire.Content[1]; own.Description != "The C report." || own.Size == nil || *own.Size != 10 {
+		t.Errorf("a link's own description and size: %+v", own)
+	}
+	if other := wire.Content[2]; other.Size != nil || !strings.Contains(other.Description, "resources/read") {
+		t.Errorf("a link without a size: %+v (%s)", other, raw)
+	}
+	if !strings.Contains(string(raw), `"size":3145728`) {
+		t.Errorf("no size on the wire: %s", raw)
 	}
 }

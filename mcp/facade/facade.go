@@ -237,7 +237,7 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		defer f.release(s)
-		if !stampNotification(w, r) || (!s.noTasks && s.tasks.serveHTTP(w, r)) {
+		if !stampNotification(w, r) || s.serveGroups(w, r) || (!s.noTasks && s.tasks.serveHTTP(w, r)) {
 			return
 		}
 		if modernCancel(r) { // cancelled.go
@@ -344,10 +344,11 @@ type session struct {
 	active int       // requests (or a stdio connection) being served
 	last   time.Time // when the last one began or ended
 
-	mu    sync.Mutex
-	calm  calm           // list changes not yet applied (calm.go)
-	raw   string         // the last listing, to compare
-	order map[string]int // tool name → position in the listing
+	mu     sync.Mutex
+	groups string         // the last groups listing, to compare (groups.go)
+	calm   calm           // list changes not yet applied (calm.go)
+	raw    string         // the last listing, to compare
+	order  map[string]int // tool name → position in the listing
 }
 
 // acquire returns k's MCP server, made (and listed once) when there is
@@ -395,15 +396,16 @@ func (f *Facade) newSession(k key) *session {
 		downgradeInit(res)
 	})
 	// mcp-go advertises tasks; the facade answers them (tasks.go).
-	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithHooks(hooks), server.WithToolFilter(s.filter),
+	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithExperimental(groupingCapability()),
+		server.WithExtensions(groupingCapability()), server.WithHooks(hooks), server.WithToolFilter(s.filter),
 		server.WithToolHandlerMiddleware(downgradeMiddleware), server.WithToolHandlerMiddleware(s.questions.middleware)}
 	opts = append(opts, s.resources.options(hooks)...)
 	if !s.noTasks {
 		opts = append(opts, server.WithTaskCapabilities(true, true, true))
 	}
-	if k.confirm == ConfirmHostUser {
-		opts = append(opts, server.WithElicitation())
-	}
+	// No server.WithElicitation: elicitation is a capability the client
+	// declares, and mcp-go would list it among the server's (issue 29,
+	// F4). The facade elicits without it (mcp-go checks only the client's).
 	s.mcp = server.NewMCPServer("toolbus", "1.0.0", opts...)
 	s.resources.mcp = s.mcp
 	s.mcp.SetResourceTemplates(s.resources.outputsTemplate()) // readable before any listing
@@ -487,6 +489,7 @@ type listed struct {
 	InputSchema  json.RawMessage    `json:"inputSchema"`
 	OutputSchema json.RawMessage    `json:"outputSchema"`
 	Annotations  mcp.ToolAnnotation `json:"annotations"`
+	Meta         map[string]any     `json:"_meta"` // the tool's groups (groups.go)
 }
 
 // refresh lists the session's tools for its user and, when they changed,
@@ -502,6 +505,7 @@ func (s *session) refresh(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if string(raw) == s.raw {
+		s.groupsChanged(list.Groups) // groups.go
 		return nil
 	}
 	tools := make([]server.ServerTool, 0, len(list.Tools))
@@ -513,18 +517,22 @@ func (s *session) refresh(ctx context.Context) error {
 		}
 		tool := mcp.Tool{Name: l.Name, Title: l.Title, Description: l.Description, RawInputSchema: l.InputSchema,
 			RawOutputSchema: l.OutputSchema, Annotations: l.Annotations}
+		if len(l.Meta) > 0 {
+			tool.Meta = &mcp.Meta{AdditionalFields: l.Meta}
+		}
 		if !s.noTasks {
 			tool.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 		}
 		handler := server.ToolHandlerFunc(s.call)
 		if len(l.OutputSchema) > 0 && string(l.OutputSchema) != "null" {
-			handler = withStructured(handler) // structured.go
+			handler = structurer{session: s.id, fetch: s.f.cl, max: s.f.cfg.MaxResource}.wrap(handler) // structured.go
 		}
 		tools = append(tools, server.ServerTool{Tool: tool, Handler: handler})
 		order[l.Name] = i
 	}
 	s.raw = string(raw)
 	s.applyLocked(ctx, tools, order) // at once, or coalesced (calm.go)
+	s.groupsChanged(list.Groups)     // groups.go
 	return nil
 }
 

@@ -206,6 +206,7 @@ type mcpConn struct {
 	*mcpclient.Client
 	changed  chan struct{}
 	progress chan string
+	groups   chan struct{} // notifications/groups/list_changed (groups_test.go)
 }
 
 // connect returns an mcp-go client of session s that speaks version,
@@ -229,12 +230,18 @@ func (e *env) connectHeaders(t *testing.T, s, version string, headers map[string
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &mcpConn{Client: mcpclient.NewClient(tr, opts...), changed: make(chan struct{}, 16), progress: make(chan string, 64)}
+	c := &mcpConn{Client: mcpclient.NewClient(tr, opts...), changed: make(chan struct{}, 16), progress: make(chan string, 64),
+		groups: make(chan struct{}, 16)}
 	acked := make(chan struct{}, 1)
 	c.OnNotification(func(n mcp.JSONRPCNotification) {
 		switch n.Method {
 		case string(mcp.MethodNotificationToolsListChanged):
 			c.changed <- struct{}{}
+		case notifyGroupsChanged:
+			select {
+			case c.groups <- struct{}{}:
+			default:
+			}
 		case string(mcp.MethodNotificationSubscriptionsAcknowledged):
 			acked <- struct{}{}
 		case string(mcp.MethodNotificationProgress):
@@ -540,6 +547,11 @@ func TestElicitation(t *testing.T) {
 			e.resetTools(t, s, map[string]bool{"ops": true})
 			el := &elicitor{decision: choiceAllow, asked: make(chan string, 4)}
 			c := e.connect(t, s, version, "alice", mcpclient.WithElicitationHandler(el))
+			// Elicitation is the client's capability: the server never
+			// lists it, yet asks (issue 29, F4).
+			if caps := c.GetServerCapabilities(); caps.Elicitation != nil {
+				t.Fatalf("the facade lists elicitation among its capabilities: %+v", caps.Elicitation)
+			}
 			r, err := call(t, c, "deploy", map[string]any{}, false)
 			if err != nil || r.IsError || textOf(r) != "deployed" {
 				t.Fatalf("confirmed through elicitation: %+v %v", r, err)

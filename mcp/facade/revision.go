@@ -167,11 +167,13 @@ func withOldAnnotations(t mcp.TextContent, a *mcp.Annotations) mcp.TextContent {
 }
 
 // downgradeInit takes away the capabilities a host at the negotiated
-// revision does not know (tasks before 2025-11-25).
+// revision does not know (tasks before 2025-11-25), and elicitation at
+// every revision: it is a client capability, never a server's (F4).
 func downgradeInit(res *mcp.InitializeResult) {
 	if res == nil {
 		return
 	}
+	res.Capabilities.Elicitation = nil
 	if revisionOf(res.ProtocolVersion) < rev20251125 {
 		res.Capabilities.Tasks = nil
 	}

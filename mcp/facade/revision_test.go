@@ -92,10 +92,14 @@ func TestDowngradeTools(t *testing.T) {
 		if hasTitle != tc.title || hasOutput != tc.output || hasAnn != tc.annotations || hasExec != tc.execution {
 			t.Errorf("%s: %s", tc.version, raw)
 		}
-		res := &mcp.InitializeResult{ProtocolVersion: tc.version, Capabilities: mcp.ServerCapabilities{Tasks: &mcp.TasksCapability{}}}
+		res := &mcp.InitializeResult{ProtocolVersion: tc.version, Capabilities: mcp.ServerCapabilities{Tasks: &mcp.TasksCapability{},
+			Elicitation: &mcp.ElicitationCapability{}}}
 		downgradeInit(res)
 		if (res.Capabilities.Tasks != nil) != tc.tasks {
 			t.Errorf("%s: tasks capability %v", tc.version, res.Capabilities.Tasks)
+		}
+		if res.Capabilities.Elicitation != nil {
+			t.Errorf("%s: elicitation listed among the server's capabilities", tc.version)
 		}
 	}
 	if tool.Title != "T" || tool.Execution == nil {

@@ -4,29 +4,130 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/bus/offload"
 )
 
-// withStructured wraps the handler of a tool listed with an outputSchema.
-// MCP (2025-06-18 and later) says such a tool's successful result carries
-// structuredContent, and the TypeScript SDK refuses a result without it
-// ("has an output schema but did not return structured content"). A
-// toolbus worker returns its typed output as one JSON text block (and a
-// bridged server's structuredContent arrives as a data block, which toMCP
-// maps already), so a result whose only content is one text block holding
-// a JSON object gets that object as its structuredContent too; the text
-// stays, for hosts that read only content. Anything else is left as it is
-// (issue 18, found by test/mcpinterop's TestTypeScriptSDK).
-func withStructured(h server.ToolHandlerFunc) server.ToolHandlerFunc {
+// structurer makes the result of a tool listed with an outputSchema carry
+// structuredContent. MCP (2025-06-18 and later) says such a tool's
+// successful result carries it, and the TypeScript SDK and the Inspector
+// refuse a result without it ("has an output schema but did not return
+// structured content").
+//
+//   - A toolbus worker returns its typed output as one JSON text block (a
+//     bridged server's structuredContent arrives as a data block, which
+//     toMCP maps already): a result whose only content is one text block
+//     holding a JSON object gets that object as its structuredContent too
+//     (issue 18).
+//   - A result too large for the bus was offloaded (docs/offload.md): its
+//     JSON is in the session's store, as a link. The facade reads it back
+//     (at most max bytes, the endpoint's MaxResource) and, when it is a
+//     JSON object, returns it inline as structuredContent; the links and
+//     previews stay in the content (issue 29, F1).
+//   - An offloaded result whose JSON is larger than that, or not a JSON
+//     object, cannot carry valid structuredContent: it is returned as an
+//     isError result (which hosts do not check against the schema) saying
+//     why and where the output is, with its previews and links.
+type structurer struct {
+	session string
+	fetch   outputFetcher
+	max     int64
+}
+
+// wrap wraps the handler of a tool listed with an outputSchema.
+func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := h(ctx, req)
 		if err == nil && res != nil {
 			structureText(res)
+			st.restore(ctx, res)
 		}
 		return res, err
 	}
+}
+
+// restore sets res.StructuredContent from a stored output it links to
+// when res is a success without structured content; when none serves, a
+// result with stored links becomes an isError result saying why.
+func (st structurer) restore(ctx context.Context, res *mcp.CallToolResult) {
+	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 {
+		return
+	}
+	var links []mcp.ResourceLink
+	for _, c := range res.Content {
+		if l, ok := c.(mcp.ResourceLink); ok && st.ours(l.URI) {
+			links = append(links, l)
+		}
+	}
+	if len(links) == 0 {
+		return // not offloaded: as the tool returned it
+	}
+	var why []string
+	for _, l := range links {
+		if !jsonish(l.MIMEType) {
+			continue
+		}
+		raw, err := st.read(ctx, l.URI)
+		if err != nil {
+			why = append(why, err.Error())
+			continue
+		}
+		raw = bytes.TrimSpace(raw)
+		if len(raw) > 0 && raw[0] == '{' && json.Valid(raw) {
+			res.StructuredContent = json.RawMessage(raw)
+			return
+		}
+		why = append(why, fmt.Sprintf("%s is not a JSON object", l.URI))
+	}
+	if len(why) == 0 {
+		why = append(why, "no stored part of it is JSON")
+	}
+	res.IsError = true
+	note := "The tool's output was too large to send inline and was stored; it cannot be returned as the structured " +
+		"content its output schema describes (" + strings.Join(why, "; ") + "). The call succeeded: the parts below " +
+		"are previews and links; read any range of a stored part with the " + ReadOutputTool + " tool, or whole with resources/read."
+	res.Content = append([]mcp.Content{mcp.NewTextContent(note)}, res.Content...)
+}
+
+// ours reports whether uri is a stored output of this session.
+func (st structurer) ours(uri string) bool {
+	r, err := offload.ParseRef(uri)
+	return err == nil && r.Session() == st.session && r.Digest != ""
+}
+
+// read reads a stored output of the session whole, refusing one above max.
+func (st structurer) read(ctx context.Context, uri string) ([]byte, error) {
+	o, err := st.fetch.FetchSession(ctx, st.session, uri)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	if o.Size > st.max {
+		return nil, fmt.Errorf("%s is %d bytes, more than this endpoint returns inline (%d bytes)", uri, o.Size, st.max)
+	}
+	b, err := io.ReadAll(io.LimitReader(o, st.max+1))
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// jsonish reports whether a stored part may hold the JSON object: JSON
+// (the bridge's structuredContent) or plain text (a worker's typed output
+// is one JSON text block, stored as text/plain).
+func jsonish(media string) bool {
+	mt, _, err := mime.ParseMediaType(media)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "text/plain"
 }
 
 // structureText sets res.StructuredContent from its text when res is a

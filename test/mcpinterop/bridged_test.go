@@ -3,12 +3,16 @@ package mcpinterop
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolbus/toolbus/mcp/bridge"
+	"github.com/toolbus/toolbus/mcp/mcptest"
 )
 
 // TestBridgedToHost: a tool of @modelcontextprotocol/server-everything
@@ -74,4 +78,68 @@ func TestBridgedToHost(t *testing.T) {
 			t.Fatalf("Go SDK at %s: text %q, the TypeScript SDK got %q", version, goText(res), ts.Result.Content[0].Text)
 		}
 	}
+}
+
+// TestBridgedLargeStructured: a bridged tool listed with an outputSchema
+// whose result (about 3 MB of text and the same as structuredContent) is
+// offloaded reaches the TypeScript SDK (which checks structuredContent
+// against the listed schema) without an error: the facade reads the stored
+// JSON back and returns it inline, with the text's preview and its link,
+// which carries its size and says how to read it (issue 29, F1, F3).
+func TestBridgedLargeStructured(t *testing.T) {
+	callJS := script(t, "call.mjs")
+	e := newEnv(t)
+	const lines = 48 << 10 // 64 bytes each: 3 MiB of text, and as much JSON
+	b, err := bridge.New(e.conn(t, "bridge"), &bridge.File{Servers: []bridge.Server{{Name: "big", Transport: bridge.TransportHTTP,
+		URL: mcptest.BigServer(t, lines), Timeout: "60s"}}}, bridge.Config{Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Stop(context.Background()) })
+	const tool = "mcp__big__big"
+	if err := e.d.WaitLive(t.Context(), tool); err != nil {
+		t.Fatal(err)
+	}
+	p := runNode(t, callJS, e.url("big1"), token, tool, "{}", "summary")
+	if st := p.next(t, "listed"); len(st.Names) != 1 || len(st.Structured) == 0 || string(st.Structured) == "null" {
+		t.Fatalf("listed without its outputSchema: %+v", st)
+	}
+	raw := p.nextRaw(t, "result")
+	var got struct {
+		Result struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Type, Text, URI, Description string
+				Size                         int64
+			} `json:"content"`
+			Structured *struct {
+				Count, Lines int
+				Last         string
+			} `json:"structured"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	r := got.Result
+	if r.IsError || r.Structured == nil || r.Structured.Count != lines || r.Structured.Lines != lines ||
+		!strings.HasPrefix(r.Structured.Last, fmt.Sprintf("line %d", lines-1)) {
+		t.Fatalf("TypeScript SDK: %s", raw)
+	}
+	links := 0
+	for _, c := range r.Content {
+		if c.Type == "resource_link" {
+			links++
+			if !strings.HasPrefix(c.URI, "nats-object://") || c.Size <= 0 || !strings.Contains(c.Description, "read_output") {
+				t.Fatalf("link %+v", c)
+			}
+		}
+	}
+	if links == 0 || r.Content[0].Type != "text" || !strings.HasPrefix(r.Content[0].Text, "line 0") {
+		t.Fatalf("no preview and link: %s", raw)
+	}
+	t.Logf("TypeScript SDK result: %s", raw)
 }

@@ -1,0 +1,170 @@
+package facade
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+)
+
+// The MCP grouping draft (SEP-2084, extension
+// io.modelcontextprotocol/grouping) served from the session's groups
+// (docs/mcp.md "Groups as MCP groups").
+const (
+	groupingExtension = "io.modelcontextprotocol/grouping"
+	methodGroupsList  = "groups/list"
+	// methodGroupsActivate is toolbus's own (the draft has no activation):
+	// the final set of active groups, reset_tools' semantics.
+	methodGroupsActivate = "toolbus/groups/activate"
+	notifyGroupsChanged  = "notifications/groups/list_changed"
+	// Each group's _meta says whether it is active, and its scope.
+	activeMetaKey = "io.toolbus/active"
+	scopeMetaKey  = "io.toolbus/scope"
+	// maxActivate bounds the groups one activation names.
+	maxActivate = 256
+)
+
+// groupingCapability is the extension's capability: experimental (as
+// the draft's TypeScript SDK registers it) and as an extension
+// (2026-07-28).
+func groupingCapability() map[string]any {
+	return map[string]any{groupingExtension: map[string]any{"listChanged": true}}
+}
+
+// mcpGroup is a Group of the draft.
+type mcpGroup struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description,omitempty"`
+	Meta        map[string]any `json:"_meta"`
+}
+
+// groupsOf maps the session's groups (bus.ToolsList.Groups) to the draft's.
+func groupsOf(gs []bus.GroupInfo) []mcpGroup {
+	out := make([]mcpGroup, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, mcpGroup{Name: g.Name, Description: g.Description,
+			Meta: map[string]any{activeMetaKey: g.Active, scopeMetaKey: g.Scope}})
+	}
+	return out
+}
+
+// groupsChanged records the session's groups and tells its hosts
+// notifications/groups/list_changed when they changed since the last
+// listing (not on the first). Called with s.mu held.
+func (s *session) groupsChanged(gs []bus.GroupInfo) {
+	raw, _ := json.Marshal(gs)
+	if string(raw) == s.groups {
+		return
+	}
+	first := s.groups == ""
+	s.groups = string(raw)
+	if !first && s.mcp != nil {
+		s.mcp.SendNotificationToAllClients(notifyGroupsChanged, nil)
+	}
+}
+
+// groupsMessage returns body as a grouping request the facade answers.
+func groupsMessage(body []byte) (*rpcMessage, bool) {
+	var m rpcMessage
+	if json.Unmarshal(body, &m) != nil || m.JSONRPC != mcp.JSONRPC_VERSION || len(m.ID) == 0 || string(m.ID) == "null" {
+		return nil, false
+	}
+	return &m, m.Method == methodGroupsList || m.Method == methodGroupsActivate
+}
+
+// serveGroups answers groups/list and toolbus/groups/activate over HTTP;
+// false leaves the request, body intact, to the next handler. The body was
+// bounded and buffered by stampNotification.
+func (s *session) serveGroups(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return false
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	m, ok := groupsMessage(body)
+	if !ok {
+		return false
+	}
+	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.f.cfg.ContextHeader))
+	result, rerr := s.groupsDispatch(ctx, m)
+	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
+	if rerr != nil {
+		resp["error"] = rerr
+	} else {
+		resp["result"] = result
+	}
+	out, _ := json.Marshal(resp)
+	w.Header().Set("Content-Type", "application/json")
+	if id := r.Header.Get(mcpSessionHeader); id != "" {
+		w.Header().Set(mcpSessionHeader, id)
+	}
+	_, _ = w.Write(out)
+	return true
+}
+
+type groupsResult struct {
+	Groups []mcpGroup `json:"groups"`
+}
+
+func (s *session) groupsDispatch(ctx context.Context, m *rpcMessage) (any, *rpcError) {
+	if m.Method == methodGroupsActivate {
+		if rerr := s.activate(ctx, m.Params); rerr != nil {
+			return nil, rerr
+		}
+	}
+	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
+	if err != nil {
+		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+	}
+	return groupsResult{Groups: groupsOf(list.Groups)}, nil
+}
+
+// activate makes exactly the named groups the active switchable ones: a
+// call of reset_tools on the bus (with its final-state semantics, its
+// checks and its events), as the session's user.
+func (s *session) activate(ctx context.Context, params json.RawMessage) *rpcError {
+	var p struct {
+		Groups []string `json:"groups"`
+	}
+	if len(params) == 0 || json.Unmarshal(params, &p) != nil || p.Groups == nil {
+		return &rpcError{mcp.INVALID_PARAMS, `toolbus/groups/activate: params must be {"groups": [names]}: the groups to be active, every other switchable group inactive`}
+	}
+	if len(p.Groups) > maxActivate {
+		return &rpcError{mcp.INVALID_PARAMS, fmt.Sprintf("toolbus/groups/activate: at most %d groups", maxActivate)}
+	}
+	args := map[string]any{}
+	for _, g := range p.Groups {
+		if !bus.ValidID(g) {
+			return &rpcError{mcp.INVALID_PARAMS, fmt.Sprintf("toolbus/groups/activate: %q is not a group name", g)}
+		}
+		args[g] = true
+	}
+	req := mcp.CallToolRequest{}
+	req.Params.Name = groups.ResetTools
+	req.Params.Arguments = args
+	res, err := s.calls.run(ctx, req, runOpts{})
+	if err != nil {
+		return &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+	}
+	if res.IsError {
+		var texts []string
+		for _, c := range res.Content {
+			if t, ok := c.(mcp.TextContent); ok {
+				texts = append(texts, t.Text)
+			}
+		}
+		return &rpcError{mcp.INVALID_PARAMS, "toolbus/groups/activate: " + strings.Join(texts, " ")}
+	}
+	return nil
+}
