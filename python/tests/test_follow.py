@@ -273,6 +273,38 @@ async def test_handler_follows_the_handoff(dep, session):
         await w.drain(timeout=2)
 
 
+async def test_approver_follows_confirmations(dep, session):
+    name = unique("py_deploy")
+    ran: list[str] = []
+
+    @toolbus.tool(name=name)  # not read-only: the default mode asks first (6.4)
+    async def deploy(env: str) -> str:
+        """Deploy."""
+        ran.append(env)
+        return f"deployed {env}"
+
+    w = await toolbus.Worker.connect(dep.url, heartbeat=1.0, nats_options=dep.options("worker"))
+    w.add(deploy)
+    await w.start()
+    try:
+        a = await dep.login("agent")
+        r = await a.call(session, [{"id": "c1", "name": name, "input": {"env": "prod"}}], reply_id="t1")
+        assert [p.kind for p in r.parked] == ["confirm"]  # asked while no approver runs
+        ap = await dep.login("approver")
+        async with ap.follow_handoff(kind="confirm") as reqs:  # every tool's confirmations
+            while True:  # other tests' open confirmations may come first: they are skipped
+                req = toolbus.ExternalRequest.from_event(await reqs.until(ev.TYPE_CONFIRM_REQUEST, reply_id="t1"))
+                if req.session == session:
+                    break
+            assert (req.tool, req.session, req.input_digest) == (name, session, toolbus.input_digest({"env": "prod"}))
+            async with a.events(session) as live:
+                await ap.confirm(req.tool, req.session, req.reply_id, req.call.id, True, input_digest=req.input_digest)
+                done = await live.until(ev.TYPE_BATCH_DONE, reply_id="t1")
+        assert toolbus.Result.from_json(done.data["results"][0]).text == "deployed prod" and ran == ["prod"]
+    finally:
+        await w.drain(timeout=2)
+
+
 # ---- the secure deployment's refusals ----
 
 def violations(errs: list[Exception], op: str, subject_head: str) -> bool:
