@@ -54,15 +54,15 @@ class Router:
                               capture_output=True, text=True, timeout=timeout)
 
 
-async def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, within: float = 60.0) -> None:
-    """Bounded polling: connect, then ask for a tools listing until a router answers."""
+async def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, within: float = 60.0, **login: Any) -> None:
+    """Bounded polling: connect (with the login's nats.connect options), then ask for a tools listing until a router answers."""
     end = time.monotonic() + within
     last: Exception | None = None
     while time.monotonic() < end:
         if proc.poll() is not None:
             raise RuntimeError(f"router exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         try:
-            async with toolbus.Client(await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False)) as c:
+            async with toolbus.Client(await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False, **login)) as c:
                 try:
                     await c.tools("ready", timeout=2)
                     return

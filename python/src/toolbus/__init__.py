@@ -1,6 +1,7 @@
 """toolbus: agents and tool workers on NATS, speaking docs/protocol.md (see python/API.md)."""
 
 from .client import Client, EventStream
+from .follow import FollowStream, HandoffStream, ReplayStream
 from .errors import (BusError, NoRouterError, NoToolCallsError, ProtocolError, RegistrationError, SchemaError,
                      TimeoutError, ToolbusError, ToolError)
 from .event import Event, Subjects, input_digest, valid_id, valid_name
@@ -11,9 +12,9 @@ from .tool import State, Tool, ToolContext, ToolResult, tool
 from .worker import Worker, serve
 
 __all__ = [
-    "Answer", "Block", "BusError", "Call", "Client", "Event", "EventStream", "ExternalRequest", "ExternalTool", "Group", "GroupInfo",
+    "Answer", "Block", "BusError", "Call", "Client", "Event", "EventStream", "ExternalRequest", "ExternalTool", "FollowStream", "HandoffStream", "Group", "GroupInfo",
     "ModelReply", "ModelTurn", "NoRouterError", "NoToolCallsError", "Parked", "ProtocolError", "RegistrationError",
-    "Rejection", "Reply", "Request", "Result", "ResultError", "Rule", "SchemaError", "State", "Subjects", "TimeoutError",
+    "Rejection", "ReplayStream", "Reply", "Request", "Result", "ResultError", "Rule", "SchemaError", "State", "Subjects", "TimeoutError",
     "Tool", "ToolContext", "ToolDef", "ToolError", "ToolResult", "ToolbusError", "ToolsList", "Worker", "input_digest",
     "parse_model_turn", "serve", "tool", "valid_id", "valid_name",
 ]

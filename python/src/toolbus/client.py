@@ -15,6 +15,7 @@ from . import _rpc
 from . import event as ev
 from .event import _q
 from .errors import ProtocolError, ToolbusError
+from .follow import HandoffStream, ReplayStream
 from .model import ModelReply, parse_model_turn
 from .offload import DEFAULT_INLINE_LIMIT, DEFAULT_MAX_OUTPUT, Offloader, parse_ref
 from .records import Answer, Block, Call, Reply, Request, Rule, ToolsList, to_blocks
@@ -100,97 +101,6 @@ class EventStream:
                 return e
 
 
-class ReplayStream:
-    """A session's stored events from ``P_EVENTS``, through a consumer a router makes (3.4); then live ones."""
-
-    def __init__(self, client: Client, session: str, start_seq: int = 0) -> None:
-        self._c, self._session = client, session
-        self._next = start_seq
-        self._psub: Any = None
-        self._stream = self._consumer = ""
-        self._buf: list[ev.Event] = []
-
-    async def __aenter__(self) -> ReplayStream:
-        await self._open()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def _open(self) -> None:
-        e = _event(self._c, ev.TYPE_REPLAY, self._session, {"start_seq": self._next} if self._next else {})
-        ready = await _rpc.request(self._c.nc, self._c.subjects.replay(self._session), e, ev.TYPE_REPLAY_READY, 10)
-        if not (isinstance(ready, dict) and isinstance(ready.get("stream"), str) and isinstance(ready.get("consumer"), str)):
-            raise ProtocolError("events.replay.ready: stream and consumer must be strings")
-        self._stream, self._consumer = ready["stream"], ready["consumer"]
-        self._psub = await self._c.nc.jetstream().pull_subscribe_bind(durable=self._consumer, stream=self._stream)
-
-    async def aclose(self) -> None:
-        """Stop reading and delete the consumer (best effort: the server deletes it after 30 s idle anyway)."""
-        if self._psub is None:
-            return
-        psub, self._psub = self._psub, None
-        try:
-            await psub.unsubscribe()
-            await self._c.nc.jetstream().delete_consumer(self._stream, self._consumer)
-        except Exception:  # noqa: BLE001 - may be denied on a secured deployment, or gone
-            pass
-
-    def __aiter__(self) -> AsyncIterator[ev.Event]:
-        return self
-
-    async def __anext__(self) -> ev.Event:
-        return await self.next(timeout=None)
-
-    async def next(self, timeout: float | None = 30.0) -> ev.Event:
-        """The next stored (or newly stored) event; toolbus.TimeoutError after timeout seconds (None: wait)."""
-        import nats.errors
-
-        from .errors import TimeoutError as TBTimeout
-
-        loop = asyncio.get_running_loop()
-        end = None if timeout is None else loop.time() + timeout
-        while not self._buf:
-            if self._psub is None:
-                raise StopAsyncIteration
-            if end is not None and loop.time() >= end:
-                raise TBTimeout(f"no stored event of session {self._session} within {timeout:g}s")
-            wait = 1.0 if end is None else max(min(1.0, end - loop.time()), 0.05)
-            try:
-                msgs = await self._psub.fetch(64, timeout=wait)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                continue
-            except nats.errors.Error:  # the consumer is gone: ask a router again from where we are
-                if self._c.nc.is_closed:
-                    raise
-                await _quiet_unsub(self._psub)
-                await self._open()
-                continue
-            for m in msgs:
-                try:
-                    self._next = m.metadata.sequence.stream + 1
-                    self._buf.append(ev.decode(m.data, m.headers))
-                except (ProtocolError, AttributeError, ValueError):
-                    continue
-        return self._buf.pop(0)
-
-    async def until(self, type: str, *, reply_id: str | None = None, timeout: float = 30.0) -> ev.Event:
-        """The next stored event of the type (and reply); others are skipped."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout
-        while True:
-            e = await self.next(max(end - loop.time(), 0.001))
-            if e.type == type and (reply_id is None or e.replyid == reply_id):
-                return e
-
-
-async def _quiet_unsub(sub: Any) -> None:
-    try:
-        await sub.unsubscribe()
-    except Exception:  # noqa: BLE001
-        pass
-
-
 class Client:
     """An agent's handle on the bus. Safe to share between tasks of one event loop."""
 
@@ -257,16 +167,34 @@ class Client:
         return EventStream(self.nc, self.subjects.events(session))
 
     def replay(self, session: str, start_seq: int = 0) -> ReplayStream:
-        """A session's stored events (3.4), through a router: ``async with c.replay(s) as stored``."""
+        """A session's stored events (3.4), from ``start_seq`` (0: the first kept), then newly stored ones.
+
+        Read through a consumer a router makes and relays pulls from (``P.replay.<session>``), asked
+        for again from the next sequence when it is lost: ``async with c.replay(s) as stored``. No
+        JetStream permission is needed.
+        """
         if not ev.valid_id(session):
             raise ProtocolError(f"session id {_q(session)} is not valid")
         return ReplayStream(self, session, start_seq)
+
+    def follow_handoff(self, tool: str = "", kind: str = "external", start_seq: int = 0) -> HandoffStream:
+        """Handoff requests (6.2) kept by the handoff stream, oldest first, then new ones (Go's FollowHandoff).
+
+        ``kind`` external or confirm; ``tool`` "" for every tool. Requests published while the handler
+        was offline are seen while they are open (answered, expired or cancelled ones are gone). Read
+        through a consumer a router makes on ``P.handoff.<kind>[.<tool>]``: no JetStream permission is
+        needed. Resume after a stream's ``last_seq`` with ``start_seq=last_seq + 1``.
+        """
+        if kind not in ("external", "confirm") or (tool and not ev.valid_name(tool)):
+            raise ProtocolError(f"follow_handoff({_q(tool)}, {_q(kind)}): a valid tool name (or \"\") and kind external or confirm are needed", "bad_request")
+        return HandoffStream(self, kind, tool, start_seq)
 
     def requests(self, tool: str, kind: str = "external") -> EventStream:
         """Live handoff requests of a tool (6.2): ``kind`` external (``P.external.<tool>``) or confirm.
 
         Each event's data decodes with :meth:`ExternalRequest.from_event`; answer with :meth:`answer`
-        or :meth:`confirm`. Requests published before the stream opened are not seen.
+        or :meth:`confirm`. Requests published before the stream opened are not seen: use
+        :meth:`follow_handoff` for those.
         """
         if not ev.valid_name(tool) or kind not in ("external", "confirm"):
             raise ProtocolError(f"requests({_q(tool)}, {_q(kind)}): a valid tool name and kind external or confirm are needed", "bad_request")
@@ -417,4 +345,4 @@ def stored_blocks(output: list[Block]) -> list[Block]:
     return [b for b in output if b.is_stored]
 
 
-__all__ = ["Client", "EventStream", "ReplayStream", "stored_blocks"]
+__all__ = ["Client", "EventStream", "HandoffStream", "ReplayStream", "stored_blocks"]

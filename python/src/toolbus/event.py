@@ -39,6 +39,10 @@ TYPE_ADMIN_REPLY = "io.toolbus.admin.reply"
 TYPE_ERROR = "io.toolbus.error"
 TYPE_REPLAY = "io.toolbus.events.replay"
 TYPE_REPLAY_READY = "io.toolbus.events.replay.ready"
+TYPE_HANDOFF_FOLLOW = "io.toolbus.handoff.follow"
+TYPE_HANDOFF_READY = "io.toolbus.handoff.ready"
+TYPE_CONSUMER_NEXT = "io.toolbus.consumer.next"
+TYPE_CONSUMER_STOP = "io.toolbus.consumer.stop"
 TYPE_OUTPUT_GET = "io.toolbus.output.get"
 TYPE_OUTPUT_CHUNK = "io.toolbus.output.chunk"
 
@@ -420,6 +424,11 @@ class Subjects:
     def approve(self, tool: str) -> str: return self._p + "approve." + tool  # noqa: E704
     def replay(self, session: str) -> str: return self._p + "replay." + session  # noqa: E704
     def register(self) -> str: return self._p + "register"  # noqa: E704
+
+    def handoff(self, kind: str, tool: str = "") -> str:
+        """``P.handoff.<kind>[.<tool>]``: where a handler or approver follows the handoff through a router (6.2)."""
+        return self._p + "handoff." + kind + ("." + tool if tool else "")
+
     def admin(self, verb: str) -> str: return self._p + "admin." + verb  # noqa: E704
     def outputs(self, session: str) -> str: return self._p + "outputs." + session  # noqa: E704
     def work(self, tool: str) -> str: return self._p + "work." + tool  # noqa: E704
