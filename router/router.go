@@ -432,7 +432,7 @@ func (r *Router) loops() {
 // answered busy, and any other blocks this subscription's delivery
 // (back-pressure; admit.go).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
-	if !r.replyAllowed(m.Reply) {
+	if !r.replyAllowed(m.Subject, m.Reply) {
 		// The router answers with its own permissions: a reply subject
 		// of the JetStream API, a bucket, the protocol's subjects or its
 		// own inboxes would have it act for the sender (docs/security.md).
@@ -462,8 +462,16 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 // (P.>), nor the router connection's own inbox prefix when it has one
 // (where workers send results). A router publishes with the widest
 // permissions of the deployment; a reply subject is chosen by the sender.
-func (r *Router) replyAllowed(reply string) bool {
-	return replyAllowedFor(reply, r.subj.Prefix, r.nc.Opts.InboxPrefix)
+// A registration may be answered on the router's own inbox: only workers
+// and routers may publish on P.register, and both may already publish
+// there (a router's in-process worker shares its connection, so its
+// registrations wait on that inbox).
+func (r *Router) replyAllowed(subject, reply string) bool {
+	inbox := r.nc.Opts.InboxPrefix
+	if subject == r.subj.Register() {
+		inbox = ""
+	}
+	return replyAllowedFor(reply, r.subj.Prefix, inbox)
 }
 
 // replyAllowedFor is replyAllowed for a deployment prefix and the router

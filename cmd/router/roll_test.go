@@ -30,9 +30,9 @@ func TestSecondRouterOtherShellServesNothing(t *testing.T) {
 	}
 	serving := regexp.MustCompile(`serving prefix "toolbus" on (\S+)`)
 	m, _ := startRun(t, []string{"--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"), "--heartbeat", "500ms",
-		"--workdir", w1, "--shell-allow", "cat"}, serving)
+		"--workdir", w1, "--shell-allow", "cat", "--shell-as-root"}, serving)
 	url := m[1]
-	_, stderr := startRun(t, []string{"--nats", url, "--heartbeat", "500ms", "--workdir", w2, "--shell-allow", "cat,ls"}, serving)
+	_, stderr := startRun(t, []string{"--nats", url, "--heartbeat", "500ms", "--workdir", w2, "--shell-allow", "cat,ls", "--shell-as-root"}, serving)
 	bustest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		s := stderr.String()
 		if strings.Contains(s, "tool rejected by the routers") && strings.Contains(s, "tool=shell") &&

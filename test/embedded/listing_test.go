@@ -134,13 +134,14 @@ func TestListingFormats(t *testing.T) {
 			sameJSON(t, "input_schema", m["input_schema"], schema)
 		}},
 		{bus.FormatGemini, func(t *testing.T, m map[string]json.RawMessage) {
-			if got := keysOf(m); !slices.Equal(got, []string{"description", "name", "parameters"}) {
-				t.Fatalf("keys %q, want name, description, parameters", got)
+			// parametersJsonSchema, not parameters (protocol 4.1, 1.4).
+			if got := keysOf(m); !slices.Equal(got, []string{"description", "name", "parametersJsonSchema"}) {
+				t.Fatalf("keys %q, want name, description, parametersJsonSchema", got)
 			}
 			if str(t, m, "name") != "lookup" || str(t, m, "description") != desc {
 				t.Errorf("tool %s", jsonOf(m))
 			}
-			sameJSON(t, "parameters", m["parameters"], schema)
+			sameJSON(t, "parametersJsonSchema", m["parametersJsonSchema"], schema)
 		}},
 		{bus.FormatMCP, func(t *testing.T, m map[string]json.RawMessage) {
 			if got := keysOf(m); !slices.Equal(got, []string{"annotations", "description", "inputSchema", "name"}) {
