@@ -301,14 +301,32 @@ type limitedBody struct {
 	sse       bool
 	n         int64
 	lineStart bool
-	err       error
+
+	mu  sync.Mutex // err: mcp-go closes a body from two goroutines, one of them while another reads
+	err error
 }
 
 var errBodyClosed = errors.New("body closed")
 
+func (b *limitedBody) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// fail records err unless the body already failed, and returns what it holds.
+func (b *limitedBody) fail(err error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.err = err
+	}
+	return b.err
+}
+
 func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
+	if err := b.failed(); err != nil {
+		return 0, err
 	}
 	k, err := b.rc.Read(p)
 	over := false
@@ -330,16 +348,14 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		}
 	}
 	if over {
-		b.err = tooLarge(b.limit)
+		err := b.fail(tooLarge(b.limit))
 		_ = b.rc.Close()
-		return 0, b.err
+		return 0, err
 	}
 	return k, err
 }
 
 func (b *limitedBody) Close() error {
-	if b.err == nil {
-		b.err = errBodyClosed
-	}
+	b.fail(errBodyClosed)
 	return b.rc.Close()
 }

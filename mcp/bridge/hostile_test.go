@@ -132,9 +132,9 @@ func TestHostileServerBounded(t *testing.T) {
 	}
 	defer ev.Stop()
 	start := time.Now()
-	res := e.callWithin(2*time.Minute, "f1", "mcp__h__flood", map[string]any{"n": 200000})
+	res := e.callWithin(2*time.Minute, "f1", "mcp__h__flood", map[string]any{"n": floodNotices})
 	took := time.Since(start)
-	if res.State != bus.StateSuccess || text(res) != "sent 200000" {
+	if res.State != bus.StateSuccess || text(res) != fmt.Sprintf("sent %d", floodNotices) {
 		t.Fatalf("flood: %s %q", res.State, text(res))
 	}
 	progress := 0
@@ -152,9 +152,9 @@ func TestHostileServerBounded(t *testing.T) {
 		}
 	}
 	if most := int(took/progressEvery) + 2; progress < 1 || progress > most {
-		t.Errorf("%d progress events in %v for 200000 notices; want 1 to %d", progress, took, most)
+		t.Errorf("%d progress events in %v for %d notices; want 1 to %d", progress, took, floodNotices, most)
 	}
-	t.Logf("flood: 200000 notices in %v became %d progress events", took, progress)
+	t.Logf("flood: %d notices in %v became %d progress events", floodNotices, took, progress)
 
 	// The huge result: refused at the limit, never held whole.
 	runtime.GC()
