@@ -327,9 +327,12 @@ func (c *checker) git(vals []string) error {
 		switch {
 		case strings.HasPrefix(vals[i], "-c") || opt == "--config-env" || opt == "--exec-path":
 			return refused("shell refused: git %s sets configuration or the program path, which can run any program", opt)
-		case opt == "--git-dir" || opt == "--work-tree" || opt == "--help" || opt == "-h":
+		case opt == "--git-dir" || opt == "--work-tree" || opt == "--help" || opt == "-h" || opt == "--bare":
 			// An explicit repository could be any directory the agent
-			// filled with a config; --help starts a viewer from config.
+			// filled with a config (--bare makes -C's directory one: a
+			// bare repository whose config, written by the agent, sets
+			// core.worktree to another repository's .git); --help starts
+			// a viewer from config.
 			return refused("shell refused: with an allow-list git %s is refused (git -C <dir> inside the base directory is allowed)", opt)
 		case opt == "-C":
 			if !hasVal {
@@ -404,6 +407,8 @@ func gitSubcommand(sub string, args []string) error {
 			return refused("shell refused: git %s -u runs a program of the caller's choosing", sub)
 		case (shortOpt(a, 'c') || longOpt(opt, "--config")) && remote:
 			return refused("shell refused: git %s %s sets configuration, which can run any program", sub, opt)
+		case sub == "grep" && (shortOpt(a, 'O') || longOpt(opt, "--open-files-in-pager")):
+			return refused("shell refused: git grep %s runs a program of the caller's choosing", opt)
 		case shortOpt(a, 'x') && sub == "rebase":
 			return refused("shell refused: git %s %s runs other programs", sub, opt)
 		}

@@ -1,0 +1,61 @@
+package builtin
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestShellHeldOutAttack26: the held-out attacker's routes into .git with
+// an allow-list (issue 26, "Done when"). Each is refused before anything
+// runs, and the repository's config and hooks are left as they were.
+func TestShellHeldOutAttack26(t *testing.T) {
+	dir := t.TempDir()
+	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "sed", "chmod", "printf", "mkdir", "cat"}})
+	if out, err := s.Run(t.Context(), "", ShellIn{Command: "git init -q r3 && git init -q --bare r5 && mkdir src"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
+		t.Fatalf("setup: %q %v", out, err)
+	}
+	cfg := filepath.Join(dir, "r3", ".git", "config")
+	before, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cmd, want := range map[string]string{
+		// sed -iSUFFIX renames the original to SUFFIX with '*' replaced
+		// by the file's name: a hook (or a config) moved into .git.
+		"printf 'touch pwned\\n' > pre-commit && chmod +x pre-commit && sed -i'r3/.git/hooks/*' -e '' pre-commit": `may not write "r3/.git/hooks/pre-commit" (sed -i (its backup))`,
+		"printf '[core]\\n' > config && sed --in-place='r3/.git/*' -e '' config":                                  `may not write "r3/.git/config" (sed -i (its backup))`,
+		"printf 'x' > rc && sed -i'.bash*' -e '' rc":                                                               `may not write ".bashrc"`,
+		"printf 'x' > y && sed -i.env -e '' y":                                                                     `.y.env`,
+		"sed --follow-symlinks -i.bak -e '' x":                                                                     "--follow-symlinks with a backup suffix",
+		// git --bare makes -C's directory the repository: a bare one whose
+		// config the agent wrote, with core.worktree set to r3/.git, and
+		// checkout-index writes the agent's file as r3/.git/config.
+		"printf '[core]\\n\\tbare = false\\n\\tworktree = ../r3/.git\\n' > r5/config && git -C r5 --bare checkout-index -f -a": "git --bare is refused",
+		// git grep -O starts the pager program it names.
+		"git -C r3 grep -Otouch x":                      "git grep -Otouch runs a program",
+		"git -C r3 grep --open-files-in-pager=touch x": "runs a program",
+	} {
+		_, err := s.Run(t.Context(), "", ShellIn{Command: cmd})
+		if want == `.y.env` {
+			// Not protected: y.env is an ordinary name.
+			if err != nil {
+				t.Errorf("%q refused: %v", cmd, err)
+			}
+			continue
+		}
+		wantRefused(t, err, want)
+	}
+	after, err := os.ReadFile(cfg)
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("r3/.git/config changed: %q %v", after, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "r3", ".git", "hooks", "pre-commit")); err == nil {
+		t.Fatal("a hook was planted")
+	}
+	// Ordinary in-place edits with a backup still run.
+	if out, err := s.Run(t.Context(), "", ShellIn{Command: "printf 'a\\n' > f && sed -i.bak s/a/b/ f && sed -i'old_*' s/b/c/ f && cat f.bak old_f f"}); err != nil || !strings.Contains(out, "a\nb\nc\n") {
+		t.Fatalf("ordinary sed -i: %q %v", out, err)
+	}
+}
