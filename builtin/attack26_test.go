@@ -12,7 +12,7 @@ import (
 // runs, and the repository's config and hooks are left as they were.
 func TestShellHeldOutAttack26(t *testing.T) {
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "sed", "chmod", "printf", "mkdir", "cat"}})
+	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "sed", "chmod", "printf", "mkdir", "cat", "gzip", "mv", "cp"}})
 	if out, err := s.Run(t.Context(), "", ShellIn{Command: "git init -q r3 && git init -q --bare r5 && mkdir src"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
 		t.Fatalf("setup: %q %v", out, err)
 	}
@@ -29,6 +29,13 @@ func TestShellHeldOutAttack26(t *testing.T) {
 		"printf 'x' > rc && sed -i'.bash*' -e '' rc":                                                               `may not write ".bashrc"`,
 		"printf 'x' > y && sed -i.env -e '' y":                                                                     `.y.env`,
 		"sed --follow-symlinks -i.bak -e '' x":                                                                     "--follow-symlinks with a backup suffix",
+		// Names a writer derives from its operands: a compressor's output
+		// (the default extension stripped, or -S's), a backup's suffix.
+		"printf 'id\\n' > e && gzip e && mv e.gz .bashrc.gz && gzip -d .bashrc.gz": `may not write ".bashrc" (gzip (its output))`,
+		"printf '{}' > m && gzip -S zz m && mv mzz .mcp.jsonzz && gzip -d -S zz .mcp.jsonzz": `may not write ".mcp.json" (gzip (suffix zz))`,
+		"printf x > .bash && gzip -kSrc .bash":                                             `may not write ".bashrc"`,
+		"printf x > .profil && printf y > z && mv -b --suffix=e z .profil":                 `may not write ".profile"`,
+		"printf x > .zsh && printf y > z && cp -b -S rc z .zsh":                            `may not write ".zshrc"`,
 		// git --bare makes -C's directory the repository: a bare one whose
 		// config the agent wrote, with core.worktree set to r3/.git, and
 		// checkout-index writes the agent's file as r3/.git/config.
@@ -54,8 +61,13 @@ func TestShellHeldOutAttack26(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "r3", ".git", "hooks", "pre-commit")); err == nil {
 		t.Fatal("a hook was planted")
 	}
-	// Ordinary in-place edits with a backup still run.
-	if out, err := s.Run(t.Context(), "", ShellIn{Command: "printf 'a\\n' > f && sed -i.bak s/a/b/ f && sed -i'old_*' s/b/c/ f && cat f.bak old_f f"}); err != nil || !strings.Contains(out, "a\nb\nc\n") {
-		t.Fatalf("ordinary sed -i: %q %v", out, err)
+	for _, n := range []string{".bashrc", ".mcp.json", ".profile", ".zshrc"} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			t.Errorf("%s was written", n)
+		}
+	}
+	// Ordinary in-place edits, backups and compression still run.
+	if out, err := s.Run(t.Context(), "", ShellIn{Command: "printf 'a\\n' > f && sed -i.bak s/a/b/ f && sed -i'old_*' s/b/c/ f && cat f.bak old_f f && gzip f && gzip -d f.gz && cp -b -S .old f g && cp -b -S .old f g && cat g.old"}); err != nil || !strings.Contains(out, "a\nb\nc\nc\n") {
+		t.Fatalf("ordinary writes: %q %v", out, err)
 	}
 }
