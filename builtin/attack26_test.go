@@ -71,3 +71,33 @@ func TestShellHeldOutAttack26(t *testing.T) {
 		t.Fatalf("ordinary writes: %q %v", out, err)
 	}
 }
+
+// TestShellNoSymlinkFromContent (held-out attack, issue 26): git apply of
+// a patch that makes the symlink d -> r3/.git, then "cp evil d/config" in
+// the same command, wrote r3/.git/config (the check saw no d when it
+// ran). With an allow-list git writes symlinks as plain files
+// (core.symlinks=false), so cp finds no directory and .git is unchanged.
+func TestShellNoSymlinkFromContent(t *testing.T) {
+	dir := t.TempDir()
+	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "printf", "cp"}})
+	if out, err := s.Run(t.Context(), "", ShellIn{Command: "git init -q r3"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
+		t.Fatalf("setup: %q %v", out, err)
+	}
+	cfg := filepath.Join(dir, "r3", ".git", "config")
+	before, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := `printf 'diff --git a/d b/d\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n+++ b/d\n@@ -0,0 +1 @@\n+r3/.git\n\\ No newline at end of file\n' > p.diff && ` +
+		`printf '[core]\n\tfsmonitor = evil\n' > evil && git apply p.diff && cp evil d/config`
+	out, err := s.Run(t.Context(), "", ShellIn{Command: cmd})
+	if err != nil || !strings.Contains(out, "Not a directory") {
+		t.Fatalf("the attack: %q %v", out, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "d")); err != nil || fi.Mode()&os.ModeSymlink != 0 {
+		t.Fatalf("d: %v %v", fi, err)
+	}
+	if after, err := os.ReadFile(cfg); err != nil || string(after) != string(before) {
+		t.Fatalf("r3/.git/config changed: %q %v", after, err)
+	}
+}

@@ -3,10 +3,13 @@ package security
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 )
 
 // TestSharedAgentCannotStarveBoundReplays (held-out attack, issue 26):
@@ -63,4 +66,80 @@ func TestSharedAgentCannotStarveBoundReplays(t *testing.T) {
 	}
 	must(t, err)
 	rp.Stop()
+}
+
+// TestRelayedPullReplyConfined (held-out attack, issue 26): a relayed
+// pull's messages go to the request's reply subject, which the sender
+// chooses. A session agent that pulls its own replay with the reply
+// toolbus.events.s1 or a bucket's $KV subject, or an approver that pulls
+// the handoff so, would have JetStream publish there with the router's
+// reach. The router answers no reply subject under $ or the prefix, so
+// nothing arrives and the bucket is unchanged.
+func TestRelayedPullReplyConfined(t *testing.T) {
+	d := newDeployment(t)
+	d.startWorker()
+	ctx := testCtx(t)
+	greet := bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet", Input: client.Input(map[string]string{"who": "x"})}}}
+	s2 := d.conn("session-s2")
+	if _, err := s2.client().Call(ctx, "s2", greet, client.WithReplyID("r2")); err != nil {
+		t.Fatal(err)
+	}
+	op := d.conn("operator")
+	watch, err := op.nc.SubscribeSync("toolbus.events.s1")
+	must(t, err)
+	kv, err := op.nc.SubscribeSync("$KV.>")
+	must(t, err)
+	must(t, op.nc.Flush())
+	consumer := func(l *login, subject, typ string) string {
+		e, err := bus.NewEvent(typ, "attacker", bus.Replay{})
+		must(t, err)
+		msg, err := bus.SendRequest(ctx, l.nc, subject, e)
+		must(t, err)
+		got, err := bus.Decode(msg)
+		must(t, err)
+		var ready bus.ReplayReady
+		must(t, got.DataAs(&ready))
+		if ready.Consumer == "" {
+			t.Fatalf("no consumer: %s", msg.Data)
+		}
+		return ready.Consumer
+	}
+	pull := func(l *login, subject, name, reply string) {
+		e, err := bus.NewEvent(bus.TypeConsumerNext, "attacker", bus.ConsumerNext{Consumer: name, Batch: 64, ExpiresMS: 200})
+		must(t, err)
+		m, err := e.Msg(subject)
+		must(t, err)
+		m.Reply = reply
+		must(t, l.nc.PublishMsg(m))
+		must(t, l.nc.Flush())
+	}
+	name := consumer(s2, "toolbus.replay.s2", bus.TypeReplay)
+	for _, reply := range []string{"toolbus.events.s1", "$KV.toolbus_tools.greet", "toolbus.confirm.greet"} {
+		pull(s2, "toolbus.replay.s2", name, reply)
+	}
+	ap := d.conn("approver")
+	hname := consumer(ap, "toolbus.handoff.confirm", bus.TypeHandoffFollow)
+	pull(ap, "toolbus.handoff.confirm", hname, "toolbus.events.s1")
+	// A pull with the sender's own inbox still works: the router is
+	// serving, so the pulls above were read and refused.
+	in, err := s2.nc.SubscribeSync(s2.nc.NewRespInbox())
+	must(t, err)
+	pull(s2, "toolbus.replay.s2", name, in.Subject)
+	if _, err := in.NextMsg(bound); err != nil {
+		t.Fatalf("own pull: %v", err)
+	}
+	if m, err := watch.NextMsg(500 * time.Millisecond); err == nil {
+		t.Fatalf("s1's events got a message through a relayed pull: %s", m.Data)
+	}
+	for {
+		m, err := kv.NextMsg(100 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if strings.HasPrefix(m.Subject, "$KV.toolbus_tools.") {
+			if e, err := bus.Decode(m); err == nil && e.Type != "" {
+				t.Fatalf("a stored event was written to %s", m.Subject)
+			}
+		}
+	}
 }
