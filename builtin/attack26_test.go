@@ -26,22 +26,25 @@ func TestShellHeldOutAttack26(t *testing.T) {
 		// by the file's name: a hook (or a config) moved into .git.
 		"printf 'touch pwned\\n' > pre-commit && chmod +x pre-commit && sed -i'r3/.git/hooks/*' -e '' pre-commit": `may not write "r3/.git/hooks/pre-commit" (sed -i (its backup))`,
 		"printf '[core]\\n' > config && sed --in-place='r3/.git/*' -e '' config":                                  `may not write "r3/.git/config" (sed -i (its backup))`,
-		"printf 'x' > rc && sed -i'.bash*' -e '' rc":                                                               `may not write ".bashrc"`,
-		"printf 'x' > y && sed -i.env -e '' y":                                                                     `.y.env`,
-		"sed --follow-symlinks -i.bak -e '' x":                                                                     "--follow-symlinks with a backup suffix",
+		"printf 'x' > rc && sed -i'.bash*' -e '' rc":                                                              `may not write ".bashrc"`,
+		"printf 'x' > y && sed -i.env -e '' y":                                                                    `.y.env`,
+		"sed --follow-symlinks -i.bak -e '' x":                                                                    "--follow-symlinks with a backup suffix",
 		// Names a writer derives from its operands: a compressor's output
 		// (the default extension stripped, or -S's), a backup's suffix.
-		"printf 'id\\n' > e && gzip e && mv e.gz .bashrc.gz && gzip -d .bashrc.gz": `may not write ".bashrc" (gzip (its output))`,
+		"printf 'id\\n' > e && gzip e && mv e.gz .bashrc.gz && gzip -d .bashrc.gz":           `may not write ".bashrc" (gzip (its output))`,
 		"printf '{}' > m && gzip -S zz m && mv mzz .mcp.jsonzz && gzip -d -S zz .mcp.jsonzz": `may not write ".mcp.json" (gzip (suffix zz))`,
-		"printf x > .bash && gzip -kSrc .bash":                                             `may not write ".bashrc"`,
-		"printf x > .profil && printf y > z && mv -b --suffix=e z .profil":                 `may not write ".profile"`,
-		"printf x > .zsh && printf y > z && cp -b -S rc z .zsh":                            `may not write ".zshrc"`,
+		"printf x > .bash && gzip -kSrc .bash":                                               `may not write ".bashrc"`,
+		"printf x > .profil && printf y > z && mv -b --suffix=e z .profil":                   `may not write ".profile"`,
+		"printf x > .zsh && printf y > z && cp -b -S rc z .zsh":                              `may not write ".zshrc"`,
+		// Files other tools run: direnv's .envrc, an agent host's hooks.
+		"printf 'id' > .envrc":                                 `may not write ".envrc"`,
+		"mkdir -p .claude && printf x > .claude/settings.json": `.claude is protected`,
 		// git --bare makes -C's directory the repository: a bare one whose
 		// config the agent wrote, with core.worktree set to r3/.git, and
 		// checkout-index writes the agent's file as r3/.git/config.
 		"printf '[core]\\n\\tbare = false\\n\\tworktree = ../r3/.git\\n' > r5/config && git -C r5 --bare checkout-index -f -a": "git --bare is refused",
 		// git grep -O starts the pager program it names.
-		"git -C r3 grep -Otouch x":                      "git grep -Otouch runs a program",
+		"git -C r3 grep -Otouch x":                     "git grep -Otouch runs a program",
 		"git -C r3 grep --open-files-in-pager=touch x": "runs a program",
 	} {
 		_, err := s.Run(t.Context(), "", ShellIn{Command: cmd})
