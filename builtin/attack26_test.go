@@ -12,7 +12,7 @@ import (
 // runs, and the repository's config and hooks are left as they were.
 func TestShellHeldOutAttack26(t *testing.T) {
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "sed", "chmod", "printf", "mkdir", "cat", "gzip", "mv", "cp"}})
+	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "sed", "chmod", "printf", "mkdir", "cat", "gzip", "mv", "cp", "split", "install"}})
 	if out, err := s.Run(t.Context(), "", ShellIn{Command: "git init -q r3 && git init -q --bare r5 && mkdir src"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
 		t.Fatalf("setup: %q %v", out, err)
 	}
@@ -39,6 +39,11 @@ func TestShellHeldOutAttack26(t *testing.T) {
 		// Files other tools run: direnv's .envrc, an agent host's hooks.
 		"printf 'id' > .envrc":                                 `may not write ".envrc"`,
 		"mkdir -p .claude && printf x > .claude/settings.json": `.claude is protected`,
+		// Options of listed programs that run a program.
+		"split --filter='touch pwned' x":       "split --filter runs a program",
+		"split --fil='touch pwned' x":          "split --fil runs a program",
+		"install -s --strip-program=touch x y": "install --strip-program runs a program",
+		"install -s --strip-p touch x y":       "install --strip-p runs a program",
 		// git --bare makes -C's directory the repository: a bare one whose
 		// config the agent wrote, with core.worktree set to r3/.git, and
 		// checkout-index writes the agent's file as r3/.git/config.
@@ -67,6 +72,11 @@ func TestShellHeldOutAttack26(t *testing.T) {
 	for _, n := range []string{".bashrc", ".mcp.json", ".profile", ".zshrc"} {
 		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
 			t.Errorf("%s was written", n)
+		}
+	}
+	for _, cmd := range []string{"install --strip x y", "install -s -m 755 x y", "split -b 10 x part", "install --suffix=.old -b x y"} {
+		if err := s.checkAllowed(cmd); err != nil {
+			t.Errorf("%q refused: %v", cmd, err)
 		}
 	}
 	// Ordinary in-place edits, backups and compression still run.

@@ -71,6 +71,10 @@ var profiles = func() map[string]Profile {
 	for _, w := range allOperands {
 		m[w] = Profile{Plain: true, check: derived(w, everyArg(w))}
 	}
+	// split --filter runs $SHELL -c COMMAND; install --strip-program runs
+	// PROG on each file (issue 26, held-out attack).
+	m["split"] = Profile{Plain: true, check: refuseLong("split", "--filter", "", m["split"].check)}
+	m["install"] = Profile{Plain: true, check: refuseLong("install", "--strip-program", "--strip", m["install"].check)}
 	// cd and pushd move where relative writes land: their directory is
 	// checked like a write, so it must be plain (a for loop's variable
 	// could otherwise hold .git).
@@ -116,6 +120,23 @@ func everyArg(prog string) func([]string) ([]Write, error) {
 			}
 		}
 		return out, nil
+	}
+}
+
+// refuseLong refuses the long option full (or an abbreviation of it
+// longer than exact, an option of its own) before check runs.
+func refuseLong(prog, full, exact string, check func([]string) ([]Write, error)) func([]string) ([]Write, error) {
+	return func(args []string) ([]Write, error) {
+		for _, a := range args {
+			if a == "--" {
+				break
+			}
+			name, _, _ := strings.Cut(a, "=")
+			if isLong(name, full) && len(name) > len(exact) && strings.HasPrefix(name, "--") {
+				return nil, refusedf("%s %s runs a program of the caller's choosing", prog, name)
+			}
+		}
+		return check(args)
 	}
 }
 
