@@ -1,6 +1,7 @@
 package security
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -8,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/router"
 )
 
 // TestSharedAgentCannotStarveBoundReplays (held-out attack, issue 26):
@@ -141,5 +146,41 @@ func TestRelayedPullReplyConfined(t *testing.T) {
 				t.Fatalf("a stored event was written to %s", m.Subject)
 			}
 		}
+	}
+}
+
+// TestOddSessionRefusalAudited (held-out attack, issue 26): the shared
+// agent may publish P.call.<any token>, and a token that is no valid
+// session id (x%y) made the batch's refusal skip the audit altogether:
+// a claim of alice there left no record and no count. It is recorded now,
+// under no session, with the token quoted, and counted against the
+// unbound callers' bound.
+func TestOddSessionRefusalAudited(t *testing.T) {
+	d := newDeployment(t, func(c *router.Config) { c.Guard.Audit = &audit.Config{} })
+	ctx := testCtx(t)
+	all := d.conn("agent")
+	e, err := bus.NewEvent(bus.TypeCallBatch, "attacker", bus.Batch{User: json.RawMessage(`"alice"`), Calls: []bus.Call{{ID: "c1", Name: "greet"}}})
+	must(t, err)
+	e.ID = "r-odd"
+	msg, err := bus.SendRequest(ctx, all.nc, "toolbus.call.x%y", e)
+	must(t, err)
+	if got, _ := bus.Decode(msg); got == nil || got.Type != bus.TypeError {
+		t.Fatalf("a batch on toolbus.call.x%%y: %s", msg.Data)
+	}
+	js, err := jetstream.New(d.conn("operator").nc)
+	must(t, err)
+	found := false
+	must(t, audit.Export(ctx, js, bus.NewSubjects(""), audit.Filter{}, func(raw json.RawMessage) error {
+		var r audit.Record
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return err
+		}
+		if r.Decision.Behavior == audit.Refused && strings.Contains(r.Decision.Rule, `"x%y"`) {
+			found = true
+		}
+		return nil
+	}))
+	if !found {
+		t.Fatal("the refusal of a batch in session x%y is not in the audit trail")
 	}
 }
