@@ -39,6 +39,10 @@ func TestShellHeldOutAttack26(t *testing.T) {
 		// Files other tools run: direnv's .envrc, an agent host's hooks.
 		"printf 'id' > .envrc":                                 `may not write ".envrc"`,
 		"mkdir -p .claude && printf x > .claude/settings.json": `.claude is protected`,
+		// A bracket expression matches the leading dot.
+		"cp -- x r3/[.]git/config":          "a pattern that can match a name starting with a dot (r3/[.]git/config)",
+		"cp -- x r3/[!a]git/config":         "a pattern that can match a name starting with a dot",
+		"printf x > q && cp -- q [.]bashrc": "a pattern that can match a name starting with a dot",
 		// Options of listed programs that run a program.
 		"split --filter='touch pwned' x":       "split --filter runs a program",
 		"split --fil='touch pwned' x":          "split --fil runs a program",

@@ -279,14 +279,17 @@ func staticArgs(prog string, args []*syntax.Word) ([]string, error) {
 }
 
 // dotGlob says whether the glob word v could expand to a name starting
-// with a dot (a component that starts with "." or a backslash), or holds
+// with a dot (a component that starts with ".", a backslash or a
+// bracket expression), or holds
 // a brace or tilde expansion, which make any name.
 func dotGlob(v string) bool {
 	if strings.ContainsAny(v, "{~") {
 		return true
 	}
 	for _, seg := range strings.Split(v, "/") {
-		if strings.HasPrefix(seg, ".") && seg != "." && seg != ".." || strings.HasPrefix(seg, "\\") {
+		// A bracket first can match the dot: the interpreter expanded
+		// r3/[.]git/config to r3/.git/config (issue 26, held-out attack).
+		if strings.HasPrefix(seg, ".") && seg != "." && seg != ".." || strings.HasPrefix(seg, "\\") || strings.HasPrefix(seg, "[") {
 			return true
 		}
 	}
