@@ -42,6 +42,10 @@ func FuzzShellCheck(f *testing.F) {
 		"tar -cf ./.git/x .", "tar -I id -cf a .", "tar --use-compress-program=id -cf a .", "tar cf a --to-command=id .",
 		"tar --checkpoint-action=exec=id -cf a .", "tar xf a", "find . -fprint .git/x", "find . -fls x", "find . -exec id ;",
 		"git -C r3 checkout-index -f --prefix=.git/ config", "echo x >& .git/x", "cat x > .GIT/config", "cp -- x .g*",
+		// The held-out attacker's forms (issue 26).
+		"sed -i'r3/.git/hooks/*' -e '' pre-commit", "sed --in-place='r3/.git/*' -e '' config", "git -C r5 --bare checkout-index -f -a",
+		"gzip -d .bashrc.gz", "gzip -d -S zz .mcp.jsonzz", "mv -b --suffix=e z .profil", "cp -- x r3/[.]git/config",
+		"git grep -Oid x", "split --filter=id x", "install --strip-program=id x y", "printf x > .envrc",
 	} {
 		f.Add(s)
 	}

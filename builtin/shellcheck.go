@@ -279,14 +279,17 @@ func staticArgs(prog string, args []*syntax.Word) ([]string, error) {
 }
 
 // dotGlob says whether the glob word v could expand to a name starting
-// with a dot (a component that starts with "." or a backslash), or holds
+// with a dot (a component that starts with ".", a backslash or a
+// bracket expression), or holds
 // a brace or tilde expansion, which make any name.
 func dotGlob(v string) bool {
 	if strings.ContainsAny(v, "{~") {
 		return true
 	}
 	for _, seg := range strings.Split(v, "/") {
-		if strings.HasPrefix(seg, ".") && seg != "." && seg != ".." || strings.HasPrefix(seg, "\\") {
+		// A bracket first can match the dot: the interpreter expanded
+		// r3/[.]git/config to r3/.git/config (issue 26, held-out attack).
+		if strings.HasPrefix(seg, ".") && seg != "." && seg != ".." || strings.HasPrefix(seg, "\\") || strings.HasPrefix(seg, "[") {
 			return true
 		}
 	}
@@ -327,9 +330,12 @@ func (c *checker) git(vals []string) error {
 		switch {
 		case strings.HasPrefix(vals[i], "-c") || opt == "--config-env" || opt == "--exec-path":
 			return refused("shell refused: git %s sets configuration or the program path, which can run any program", opt)
-		case opt == "--git-dir" || opt == "--work-tree" || opt == "--help" || opt == "-h":
+		case opt == "--git-dir" || opt == "--work-tree" || opt == "--help" || opt == "-h" || opt == "--bare":
 			// An explicit repository could be any directory the agent
-			// filled with a config; --help starts a viewer from config.
+			// filled with a config (--bare makes -C's directory one: a
+			// bare repository whose config, written by the agent, sets
+			// core.worktree to another repository's .git); --help starts
+			// a viewer from config.
 			return refused("shell refused: with an allow-list git %s is refused (git -C <dir> inside the base directory is allowed)", opt)
 		case opt == "-C":
 			if !hasVal {
@@ -404,6 +410,8 @@ func gitSubcommand(sub string, args []string) error {
 			return refused("shell refused: git %s -u runs a program of the caller's choosing", sub)
 		case (shortOpt(a, 'c') || longOpt(opt, "--config")) && remote:
 			return refused("shell refused: git %s %s sets configuration, which can run any program", sub, opt)
+		case sub == "grep" && (shortOpt(a, 'O') || longOpt(opt, "--open-files-in-pager")):
+			return refused("shell refused: git grep %s runs a program of the caller's choosing", opt)
 		case shortOpt(a, 'x') && sub == "rebase":
 			return refused("shell refused: git %s %s runs other programs", sub, opt)
 		}

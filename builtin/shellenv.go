@@ -69,6 +69,10 @@ var gitHardening = [][2]string{
 	// Local transports run remote.<name>.uploadpack on this machine.
 	{"protocol.file.allow", "never"},
 	{"safe.bareRepository", "explicit"},
+	// Symlinks a checkout or git apply writes from content come out as
+	// plain files: a patch that made d -> r3/.git let "cp evil d/config"
+	// in the same command write r3/.git/config (issue 26, held-out attack).
+	{"core.symlinks", "false"},
 }
 
 // shellEnv builds the command's environment from nothing: PATH (the

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,8 +30,18 @@ const refusedWait = 5 * time.Second
 // caller's next record (suppressed). Refusals that are not the caller's
 // doing (busy, unavailable, internal) are not recorded here.
 func (g *guard) refused(session, replyID, kind string, err error) {
-	if g == nil || g.audit == nil || !bus.ValidID(session) {
+	if g == nil || g.audit == nil {
 		return
+	}
+	if !bus.ValidID(session) {
+		// The shared agent may publish on any token (P.call.x%y): such a
+		// refusal is recorded under no session, the token quoted (issue
+		// 26, held-out attack: it escaped the trail), and counted with
+		// every unbound session's.
+		if len(session) > 128 {
+			session = session[:128]
+		}
+		kind, session = fmt.Sprintf("%s in session %q", kind, session), ""
 	}
 	var be *bus.Error
 	if !errors.As(err, &be) {

@@ -24,6 +24,13 @@ const replayIdle = 30 * time.Second
 const (
 	maxSessionReplays = 8
 	maxReplays        = 1024
+	// maxUnboundReplays is where a session without its own agent user
+	// stops: the shared agent may name any session, so without a lower
+	// bound its made-up sessions' consumers filled the stream and every
+	// bound session's replay was refused (issue 26, held-out attack).
+	// The rest is kept for sessions with their own credentials. Below
+	// nats-server's default of 1,000 consumers per stream.
+	maxUnboundReplays = 768
 )
 
 // defaultBatch is a relayed pull's batch when the request names none.
@@ -81,6 +88,9 @@ type replays struct {
 	events  jetstream.Stream
 	handoff jetstream.Stream
 	limit   replayLimit
+	// bound reports whether a session has its own agent user (nil: an
+	// open router, where none has).
+	bound func(session string) bool
 }
 
 // feed is what a request subject grants: consumers of stream filtered on
@@ -90,6 +100,7 @@ type feed struct {
 	stream              jetstream.Stream
 	filter, key, kind   string
 	create, ready, what string
+	max                 int // consumers on the stream past which none is made
 }
 
 func (r *replays) onReplay(m *nats.Msg) {
@@ -107,8 +118,12 @@ func (r *replays) onReplay(m *nats.Msg) {
 		r.reject(m, bus.Errorf(bus.CodeBadEvent, "sessionid %q differs from the subject's session %q", e.SessionID, token))
 		return
 	}
+	limit := maxUnboundReplays
+	if r.bound != nil && r.bound(token) {
+		limit = maxReplays
+	}
 	r.serve(m, e, feed{stream: r.events, filter: r.subj.Events(token), key: "replay " + token, kind: "replay",
-		create: bus.TypeReplay, ready: bus.TypeReplayReady, what: "session " + token})
+		create: bus.TypeReplay, ready: bus.TypeReplayReady, what: "session " + token, max: limit})
 }
 
 func (r *replays) onHandoff(m *nats.Msg) {
@@ -123,7 +138,7 @@ func (r *replays) onHandoff(m *nats.Msg) {
 		return
 	}
 	r.serve(m, e, feed{stream: r.handoff, filter: filter, key: "handoff " + filter, kind: "handoff",
-		create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady, what: filter})
+		create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady, what: filter, max: maxReplays})
 }
 
 // handoffFilter is the stream filter P.handoff.<kind>[.<tool>] grants:
@@ -192,8 +207,8 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
 	}
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
 	defer cancel()
-	if info, err := f.stream.Info(ctx); err == nil && info.State.Consumers >= maxReplays {
-		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "the stream holds %d consumers; none is made past %d until idle ones go", info.State.Consumers, maxReplays))
+	if info, err := f.stream.Info(ctx); err == nil && info.State.Consumers >= f.max {
+		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "the stream holds %d consumers; none is made past %d for %s until idle ones go", info.State.Consumers, f.max, f.what))
 		return
 	}
 	if _, err := f.stream.CreateConsumer(ctx, cfg); err != nil {

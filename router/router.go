@@ -392,6 +392,9 @@ func (r *Router) bind() {
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
 	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, handoff: r.store.Handoff}
+	if ids := r.cfg.Identities; ids != nil {
+		replay.bound = func(s string) bool { _, ok := ids.UserOf(s); return ok }
+	}
 	q := r.subj.RouterQueue()
 	r.handlers = []route{
 		{r.subj.All("call"), q, r.onBatch, true},

@@ -2,6 +2,7 @@ package shellcmd
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -68,8 +69,12 @@ var profiles = func() map[string]Profile {
 		m[r] = Profile{}
 	}
 	for _, w := range allOperands {
-		m[w] = Profile{Plain: true, check: everyArg(w)}
+		m[w] = Profile{Plain: true, check: derived(w, everyArg(w))}
 	}
+	// split --filter runs $SHELL -c COMMAND; install --strip-program runs
+	// PROG on each file (issue 26, held-out attack).
+	m["split"] = Profile{Plain: true, check: refuseLong("split", "--filter", "", m["split"].check)}
+	m["install"] = Profile{Plain: true, check: refuseLong("install", "--strip-program", "--strip", m["install"].check)}
 	// cd and pushd move where relative writes land: their directory is
 	// checked like a write, so it must be plain (a for loop's variable
 	// could otherwise hold .git).
@@ -116,6 +121,91 @@ func everyArg(prog string) func([]string) ([]Write, error) {
 		}
 		return out, nil
 	}
+}
+
+// refuseLong refuses the long option full (or an abbreviation of it
+// longer than exact, an option of its own) before check runs.
+func refuseLong(prog, full, exact string, check func([]string) ([]Write, error)) func([]string) ([]Write, error) {
+	return func(args []string) ([]Write, error) {
+		for _, a := range args {
+			if a == "--" {
+				break
+			}
+			name, _, _ := strings.Cut(a, "=")
+			if isLong(name, full) && len(name) > len(exact) && strings.HasPrefix(name, "--") {
+				return nil, refusedf("%s %s runs a program of the caller's choosing", prog, name)
+			}
+		}
+		return check(args)
+	}
+}
+
+// compressors name their output after the input: gzip -d .bashrc.gz
+// writes .bashrc.
+var compressors = []string{"bunzip2", "bzip2", "gzip", "unxz", "xz"}
+
+// derived adds the names a writer makes from its operands (issue 26,
+// held-out attack): with a suffix (-S rc, --suffix=rc) a compressor writes
+// operand+suffix or strips it (gzip -d -S zz .mcp.jsonzz writes
+// .mcp.json), and cp, mv, ln and install back up to operand+suffix
+// (mv -b -S rc x .bash writes .bashrc); a compressor also strips its
+// default extension. Each such name is checked as a write, as written.
+func derived(prog string, check func([]string) ([]Write, error)) func([]string) ([]Write, error) {
+	return func(args []string) ([]Write, error) {
+		out, err := check(args)
+		if err != nil {
+			return nil, err
+		}
+		sufs := suffixValues(args)
+		strip := slices.Contains(compressors, prog)
+		n := len(out)
+		for _, w := range out[:n] {
+			for _, s := range sufs {
+				out = append(out, Write{Path: w.Path + s, By: prog + " (suffix " + s + ")"})
+				if t, ok := strings.CutSuffix(w.Path, s); ok && t != "" {
+					out = append(out, Write{Path: t, By: prog + " (suffix " + s + ")"})
+				}
+			}
+			if base := filepath.Base(w.Path); strip && strings.LastIndexByte(base, '.') > 0 {
+				out = append(out, Write{Path: w.Path[:len(w.Path)-len(base)+strings.LastIndexByte(base, '.')], By: prog + " (its output)"})
+			}
+		}
+		return out, nil
+	}
+}
+
+// suffixValues are the values of -S and --suffix in args (GNU getopt: -S
+// last in a cluster takes the next argument, else the rest of it).
+func suffixValues(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return out
+		case strings.HasPrefix(a, "--"):
+			name, v, has := strings.Cut(a, "=")
+			if !isLong(name, "--suffix") {
+				continue
+			}
+			if !has && i+1 < len(args) {
+				i++
+				v = args[i]
+			}
+			out = append(out, v)
+		case len(a) > 1 && a[0] == '-':
+			j := strings.IndexByte(a, 'S')
+			switch {
+			case j < 0:
+			case j < len(a)-1:
+				out = append(out, a[j+1:])
+			case i+1 < len(args):
+				i++
+				out = append(out, args[i])
+			}
+		}
+	}
+	return out
 }
 
 // getopt splits args into options and operands the way GNU getopt_long

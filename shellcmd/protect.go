@@ -14,8 +14,9 @@ import (
 var (
 	protectedFiles = []string{".env", ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".zshrc",
 		".zshenv", ".zprofile", ".zlogin", ".kshrc", ".profile", ".gitconfig", ".gitmodules", ".netrc",
-		".npmrc", ".pypirc", ".curlrc", ".wgetrc", ".mcp.json"}
-	protectedDirs = []string{".git", ".ssh", ".vscode", ".idea", ".aws", ".gnupg"}
+		".npmrc", ".pypirc", ".curlrc", ".wgetrc", ".mcp.json", ".envrc"}
+	// .claude: an agent host's settings there name hook commands it runs.
+	protectedDirs = []string{".git", ".ssh", ".vscode", ".idea", ".aws", ".gnupg", ".claude"}
 )
 
 // Protected reports whether p names a protected file (by base name, also

@@ -10,7 +10,9 @@ import (
 // checked. With -i (--in-place) every file operand is written.
 func checkSed(args []string) ([]Write, error) {
 	var scripts, ops []string
-	inPlace, haveE := false, false
+	inPlace, haveE, follow := false, false, false
+	suffix := "" // -i's backup suffix: GNU sed renames each file to it
+
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
@@ -32,7 +34,9 @@ func checkSed(args []string) ([]Write, error) {
 			case isLong(name, "--file"):
 				return nil, refusedf("sed %s reads its script from a file, which the check cannot see", name)
 			case isLong(name, "--in-place"):
-				inPlace = true
+				inPlace, suffix = true, val
+			case isLong(name, "--follow-symlinks"):
+				follow = true
 			case isLong(name, "--line-length"):
 				if !has {
 					i++
@@ -43,7 +47,7 @@ func checkSed(args []string) ([]Write, error) {
 			for j := 1; j < len(a); j++ {
 				switch a[j] {
 				case 'i':
-					inPlace = true
+					inPlace, suffix = true, a[j+1:]
 					break letters // the rest is the backup suffix
 				case 'f':
 					return nil, refusedf("sed -f reads its script from a file, which the check cannot see")
@@ -80,11 +84,32 @@ func checkSed(args []string) ([]Write, error) {
 	if !inPlace {
 		return nil, nil
 	}
-	out := make([]Write, 0, len(ops))
+	if suffix != "" && follow {
+		return nil, refusedf("sed --follow-symlinks with a backup suffix names its backup after the link's target, which the check cannot see")
+	}
+	out := make([]Write, 0, 2*len(ops))
 	for _, o := range ops {
 		out = append(out, Write{Path: o, By: "sed -i"})
+		if b := sedBackup(o, suffix); b != "" {
+			out = append(out, Write{Path: b, By: "sed -i (its backup)"})
+		}
 	}
 	return out, nil
+}
+
+// sedBackup is where GNU sed -iSUFFIX moves the original of file: file
+// followed by SUFFIX, or, when SUFFIX holds a '*', SUFFIX with each '*'
+// replaced by file as written (so -i'r3/.git/hooks/*' moves pre-commit
+// to r3/.git/hooks/pre-commit: issue 26's held-out attack). "" for no
+// backup.
+func sedBackup(file, suffix string) string {
+	switch {
+	case suffix == "" || suffix == "*":
+		return ""
+	case strings.Contains(suffix, "*"):
+		return strings.ReplaceAll(suffix, "*", file)
+	}
+	return file + suffix
 }
 
 // sedScript reads a GNU sed script far enough to find every command and

@@ -62,6 +62,9 @@ func explicitStore(data string) (string, error) {
 	if err := private.Check(real, 0o022, storeWhat); err != nil {
 		return "", fmt.Errorf("store: --data %w", err)
 	}
+	if err := private.Ancestors(real, storeWhat); err != nil {
+		return "", fmt.Errorf("store: --data %w", err)
+	}
 	return data, nil
 }
 
@@ -79,6 +82,9 @@ func secureMode(dir string, out io.Writer) error {
 	}
 	const what = "the roles' credentials (--secure)"
 	if err := private.Check(dir, 0o022, what); err != nil {
+		return fmt.Errorf("refused: %w", err)
+	}
+	if err := private.Ancestors(dir, what); err != nil {
 		return fmt.Errorf("refused: %w", err)
 	}
 	fi, err := os.Lstat(dir)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // Check refuses dir unless it is a directory (not a symlink) owned by this
@@ -55,4 +56,35 @@ func Mkdir(dir string, deny fs.FileMode, what string) error {
 func Owned(fi fs.FileInfo) bool {
 	uid, ok := ownerOf(fi)
 	return !ok || uid == os.Geteuid()
+}
+
+// Ancestors refuses dir when a directory above it (links resolved) lets
+// another user rename dir away and put one of their own in its place
+// while the process runs, which reads files there by path (the router
+// rereads --secure DIR's users.json and nats-server.conf every second):
+// one owned by a user other than this one and root, or one the group or
+// others may write without the sticky bit (issue 26, held-out attack).
+func Ancestors(dir, what string) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		return err
+	}
+	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if uid, ok := ownerOf(fi); ok && uid != 0 && uid != os.Geteuid() {
+			return fmt.Errorf("%s, above %s, belongs to uid %d, who could replace it; refusing it for %s", p, dir, uid, what)
+		}
+		if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&fs.ModeSticky == 0 {
+			return fmt.Errorf("%s, above %s, has mode %#o: others could replace it; refusing it for %s", p, dir, fi.Mode().Perm(), what)
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }
