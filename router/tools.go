@@ -61,9 +61,19 @@ func (r *toolsLister) list(session string, q bus.ToolsQuery) (*bus.ToolsList, er
 	defer cancel()
 	view := r.groups.View(r.reg, r.groups.Refresh(ctx, session), req)
 	defs, prompt := r.skills.listing(view, req, userOf(q.User), withReadOutput(r.readOut, req, view.Tools()))
-	tools, err := schemas.Export(q.Format, defs)
+	var (
+		tools    []json.RawMessage
+		deferred map[string]string
+	)
+	if q.Deferred {
+		var ns []schemas.Namespace
+		ns, deferred = view.Deferred()
+		tools, err = schemas.ExportDeferred(q.Format, defs, ns)
+	} else {
+		tools, err = schemas.Export(q.Format, defs)
+	}
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)
 	}
-	return &bus.ToolsList{Tools: tools, Groups: view.Groups(), SkillsPrompt: prompt, SessionRev: view.Session().Revision()}, nil
+	return &bus.ToolsList{Tools: tools, Groups: view.Groups(), SkillsPrompt: prompt, SessionRev: view.Session().Revision(), Deferred: deferred}, nil
 }
