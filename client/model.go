@@ -163,7 +163,9 @@ func (t *ModelTurn) parseResponses(raw []byte) error {
 		CallID    string `json:"call_id"`
 		Name      string `json:"name"`
 		Namespace string `json:"namespace"`
-		Arguments string `json:"arguments"`
+		// Arguments is a function_call's string; a tool_search_call's
+		// is an object.
+		Arguments json.RawMessage `json:"arguments"`
 		// Tools are a tool_search_output's loaded tools.
 		Tools []json.RawMessage `json:"tools"`
 	}
@@ -188,7 +190,11 @@ func (t *ModelTurn) parseResponses(raw []byte) error {
 	for _, it := range items {
 		t.loads = append(t.loads, responsesLoads(it.Type, it.Namespace, it.Name, it.Tools)...)
 		if it.Type == "function_call" {
-			t.Calls = append(t.Calls, bus.Call{ID: it.CallID, Name: it.Name, Input: argumentsInput(it.Arguments)})
+			var args string
+			if len(it.Arguments) > 0 && json.Unmarshal(it.Arguments, &args) != nil {
+				return fmt.Errorf("function_call %q: arguments must be a string", it.CallID)
+			}
+			t.Calls = append(t.Calls, bus.Call{ID: it.CallID, Name: it.Name, Input: argumentsInput(args)})
 		}
 	}
 	return nil
