@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -68,6 +69,9 @@ func (r *toolsLister) list(session string, q bus.ToolsQuery) (*bus.ToolsList, er
 	if q.Deferred {
 		var ns []schemas.Namespace
 		ns, deferred = view.Deferred()
+		// The provider's tool search stands in for search_tools, which
+		// stays callable (docs/protocol.md 4.1).
+		defs = slices.DeleteFunc(defs, func(d bus.ToolDef) bool { return d.Name == groups.SearchTools })
 		tools, err = schemas.ExportDeferred(q.Format, defs, ns)
 	} else {
 		tools, err = schemas.Export(q.Format, defs)
