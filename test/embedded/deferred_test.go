@@ -94,6 +94,23 @@ func TestDeferredListing(t *testing.T) {
 			}
 		})
 	}
+	// Tools hidden by the request are not deferred either (4.3).
+	for _, c := range []struct {
+		req  *bus.Request
+		want []string
+	}{
+		{&bus.Request{MergeMode: bus.MergeExternalOnly}, nil},
+		{&bus.Request{ExternalTools: []bus.ExternalTool{{Name: "deploy", Description: "Mine.", InputSchema: json.RawMessage(`{"type":"object"}`)}}},
+			[]string{"echo", "reset_tools", "deploy", "ns:ops[both*]", "ns:web[search*]", "tool_search"}},
+	} {
+		list, err := e.client.Query(testCtx(t), "deferred-list", bus.ToolsQuery{Format: bus.FormatOpenAIResponses, Deferred: true, Request: c.req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := entryNames(t, list.Tools); !slices.Equal(got, c.want) || list.Deferred["deploy"] != "" {
+			t.Errorf("request %+v: listing %v, deferred %v", c.req, got, list.Deferred)
+		}
+	}
 	for _, f := range []string{bus.FormatOpenAI, bus.FormatGemini, bus.FormatMCP, bus.FormatToolbus} {
 		_, err := e.client.Query(testCtx(t), "deferred-list", bus.ToolsQuery{Format: f, Deferred: true})
 		var be *bus.Error
