@@ -281,6 +281,10 @@ type ToolsQuery struct {
 	Format  string   `json:"format,omitempty"`
 	// User selects the skills visible to that user (docs/protocol.md 10).
 	User json.RawMessage `json:"user,omitempty"`
+	// Deferred also lists the tools of the inactive meta groups, marked
+	// for the provider's own tool search (docs/protocol.md 4.1); only the
+	// openai-responses and anthropic formats take it.
+	Deferred bool `json:"deferred,omitempty"`
 }
 
 // ToolsList is the data of io.toolbus.tools.list.
@@ -291,6 +295,9 @@ type ToolsList struct {
 	// SessionRev is the session record's KV revision the listing was made
 	// from; 0 (absent) when the session is not stored.
 	SessionRev uint64 `json:"sessionrev,omitempty"`
+	// Deferred maps each deferred tool to the group it is listed in (and
+	// that a load of it activates), for a query with deferred set.
+	Deferred map[string]string `json:"deferred,omitempty"`
 }
 
 // GroupInfo is a group as listed for a session.

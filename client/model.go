@@ -33,6 +33,9 @@ type ModelTurn struct {
 	// noID marks the calls whose id toolbus made up (a Gemini
 	// functionCall without an id): their results go back without one.
 	noID map[string]bool
+	// loads are the groups and tools the provider's tool search loaded in
+	// this turn (deferred.go).
+	loads []load
 }
 
 // ErrNoToolCalls is returned by ParseModelTurn for a message that asks
@@ -59,6 +62,19 @@ func (t *ModelTurn) Batch() bus.Batch { return bus.Batch{Calls: t.Calls} }
 // It returns ErrNoToolCalls when the message has none, and an error naming
 // what is wrong when the message is not of the format.
 func ParseModelTurn(format string, message []byte) (*ModelTurn, error) {
+	t, err := parseTurn(format, message)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Calls) == 0 {
+		return nil, ErrNoToolCalls
+	}
+	return t, nil
+}
+
+// parseTurn is ParseModelTurn without ErrNoToolCalls: a turn may load
+// deferred tools and call none.
+func parseTurn(format string, message []byte) (*ModelTurn, error) {
 	t := &ModelTurn{Format: format}
 	var err error
 	switch format {
@@ -75,9 +91,6 @@ func ParseModelTurn(format string, message []byte) (*ModelTurn, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("client: %s message: %w", format, err)
-	}
-	if len(t.Calls) == 0 {
-		return nil, ErrNoToolCalls
 	}
 	seen := make(map[string]bool, len(t.Calls))
 	for _, c := range t.Calls {
@@ -149,7 +162,12 @@ func (t *ModelTurn) parseResponses(raw []byte) error {
 		Type      string `json:"type"`
 		CallID    string `json:"call_id"`
 		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
+		Namespace string `json:"namespace"`
+		// Arguments is a function_call's string; a tool_search_call's
+		// is an object.
+		Arguments json.RawMessage `json:"arguments"`
+		// Tools are a tool_search_output's loaded tools.
+		Tools []json.RawMessage `json:"tools"`
 	}
 	var items []item
 	if isArray(raw) {
@@ -170,8 +188,13 @@ func (t *ModelTurn) parseResponses(raw []byte) error {
 		}
 	}
 	for _, it := range items {
+		t.loads = append(t.loads, responsesLoads(it.Type, it.Namespace, it.Name, it.Tools)...)
 		if it.Type == "function_call" {
-			t.Calls = append(t.Calls, bus.Call{ID: it.CallID, Name: it.Name, Input: argumentsInput(it.Arguments)})
+			var args string
+			if len(it.Arguments) > 0 && json.Unmarshal(it.Arguments, &args) != nil {
+				return fmt.Errorf("function_call %q: arguments must be a string", it.CallID)
+			}
+			t.Calls = append(t.Calls, bus.Call{ID: it.CallID, Name: it.Name, Input: argumentsInput(args)})
 		}
 	}
 	return nil
@@ -183,6 +206,8 @@ func (t *ModelTurn) parseAnthropic(raw []byte) error {
 		ID    string          `json:"id"`
 		Name  string          `json:"name"`
 		Input json.RawMessage `json:"input"`
+		// Content is a tool_search_tool_result's result.
+		Content json.RawMessage `json:"content"`
 	}
 	var blocks []block
 	if isArray(raw) {
@@ -199,6 +224,9 @@ func (t *ModelTurn) parseAnthropic(raw []byte) error {
 		blocks = m.Content
 	}
 	for _, b := range blocks {
+		if b.Type == "tool_search_tool_result" {
+			t.loads = append(t.loads, anthropicLoads(b.Content)...)
+		}
 		if b.Type == "tool_use" {
 			t.Calls = append(t.Calls, bus.Call{ID: b.ID, Name: b.Name, Input: b.Input})
 		}
@@ -271,6 +299,9 @@ type ModelReply struct {
 	// 3.2); their results come later, as call.result events or a
 	// batch.done. An agent loop may wait for them or go on without them.
 	Parked []bus.Parked
+	// Activated are the groups Turn activated because the provider's tool
+	// search loaded their tools (docs/protocol.md 4.1, "deferred").
+	Activated []string
 }
 
 // Reply turns a batch reply (or the results of a batch.done, with no
@@ -320,17 +351,56 @@ func (t *ModelTurn) Reply(results []bus.Result, parked []bus.Parked) (*ModelRepl
 // Turn runs one model turn: it parses message, calls its tools in
 // session, and returns the tool-result messages of the same API. A
 // message without tool calls is ErrNoToolCalls.
+//
+// When the message shows that the provider's tool search loaded deferred
+// tools (an OpenAI Responses tool_search_output or a call with a
+// namespace, an Anthropic tool_search_tool_result), Turn asks for the
+// session's deferred listing and puts a reset_tools call that activates
+// their groups, the active ones kept, ahead of the model's calls (docs/protocol.md
+// 4.1); its result is not among the messages, and ModelReply.Activated
+// names the groups. A message that loads tools and calls none activates
+// them, then returns ErrNoToolCalls.
 func (c *Client) Turn(ctx context.Context, session, format string, message []byte, b bus.Batch, opts ...CallOption) (*ModelReply, error) {
-	t, err := ParseModelTurn(format, message)
+	t, err := parseTurn(format, message)
 	if err != nil {
 		return nil, err
 	}
+	load, added, err := c.loadCall(ctx, session, t, b)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Calls) == 0 && load == nil {
+		return nil, ErrNoToolCalls
+	}
 	b.Calls = t.Calls
+	if load != nil {
+		b.Calls = append([]bus.Call{*load}, t.Calls...)
+	}
 	reply, err := c.Call(ctx, session, b, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return t.Reply(reply.Results, reply.Parked)
+	if len(t.Calls) == 0 {
+		return nil, ErrNoToolCalls
+	}
+	out, err := t.Reply(reply.Results, reply.Parked)
+	if err != nil {
+		return nil, err
+	}
+	if load != nil && activated(reply.Results, load.ID) {
+		out.Activated = added
+	}
+	return out, nil
+}
+
+// activated reports whether the call id of results succeeded.
+func activated(results []bus.Result, id string) bool {
+	for _, r := range results {
+		if r.ID == id {
+			return r.State == bus.StateSuccess
+		}
+	}
+	return false
 }
 
 // resultText is what the model reads of a result: its text blocks and a

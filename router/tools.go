@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,9 +62,22 @@ func (r *toolsLister) list(session string, q bus.ToolsQuery) (*bus.ToolsList, er
 	defer cancel()
 	view := r.groups.View(r.reg, r.groups.Refresh(ctx, session), req)
 	defs, prompt := r.skills.listing(view, req, userOf(q.User), withReadOutput(r.readOut, req, view.Tools()))
-	tools, err := schemas.Export(q.Format, defs)
+	var (
+		tools    []json.RawMessage
+		deferred map[string]string
+	)
+	if q.Deferred {
+		var ns []schemas.Namespace
+		ns, deferred = view.Deferred()
+		// The provider's tool search stands in for search_tools, which
+		// stays callable (docs/protocol.md 4.1).
+		defs = slices.DeleteFunc(defs, func(d bus.ToolDef) bool { return d.Name == groups.SearchTools })
+		tools, err = schemas.ExportDeferred(q.Format, defs, ns)
+	} else {
+		tools, err = schemas.Export(q.Format, defs)
+	}
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)
 	}
-	return &bus.ToolsList{Tools: tools, Groups: view.Groups(), SkillsPrompt: prompt, SessionRev: view.Session().Revision()}, nil
+	return &bus.ToolsList{Tools: tools, Groups: view.Groups(), SkillsPrompt: prompt, SessionRev: view.Session().Revision(), Deferred: deferred}, nil
 }

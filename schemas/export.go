@@ -96,22 +96,36 @@ func Export(format string, defs []bus.ToolDef) ([]json.RawMessage, error) {
 		return nil, err
 	}
 	out := make([]json.RawMessage, 0, len(defs))
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // "a < b" stays as written
 	for i := range defs {
 		d := &defs[i]
-		schema := d.InputSchema
-		if t := bytes.TrimSpace(schema); len(t) == 0 || string(t) == "null" {
-			schema = emptySchema
-		}
-		buf.Reset()
-		if err := enc.Encode(render(d, schema)); err != nil {
+		b, err := marshal(render(d, inputSchema(d)))
+		if err != nil {
 			return nil, fmt.Errorf("schemas: export %q as %s: %w", d.Name, format, err)
 		}
-		out = append(out, bytes.Clone(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))))
+		out = append(out, b)
 	}
 	return out, nil
+}
+
+// inputSchema is d's input schema, or {"type":"object","properties":{}}
+// when it is empty, absent or null.
+func inputSchema(d *bus.ToolDef) json.RawMessage {
+	if t := bytes.TrimSpace(d.InputSchema); len(t) == 0 || string(t) == "null" {
+		return emptySchema
+	}
+	return d.InputSchema
+}
+
+// marshal encodes v compactly, without HTML escaping ("a < b" stays as
+// written).
+func marshal(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 func exporter(format string) (func(d *bus.ToolDef, schema json.RawMessage) any, error) {

@@ -283,6 +283,12 @@ func TestTools(t *testing.T) {
 			t.Errorf("--format %s: %s", tc.format, out)
 		}
 	}
+	// --deferred (docs/protocol.md 4.1): without meta groups, the ordinary listing.
+	out, _, err = exec(t.Context(), "tools", "--format", "openai-responses", "--deferred", "--nats", d.url)
+	var deferred []map[string]json.RawMessage
+	if err != nil || json.Unmarshal([]byte(out), &deferred) != nil || len(deferred) == 0 || string(deferred[0]["type"]) != `"function"` {
+		t.Fatalf("--deferred: %v\n%s", err, out)
+	}
 	out, _, err = exec(t.Context(), "tools", "--nats", d.url)
 	if err != nil {
 		t.Fatal(err)
@@ -374,6 +380,7 @@ func TestUsage(t *testing.T) {
 		{"call unknown flag", []string{"call", "echo", "--bogus"}, "flag provided but not defined"},
 		{"tools bad format", []string{"tools", "--format", "xml"}, `unknown --format "xml"`},
 		{"tools argument", []string{"tools", "x"}, "no arguments"},
+		{"tools deferred in a format without it", []string{"tools", "--format", "openai", "--deferred"}, "--deferred needs --format openai-responses or anthropic"},
 		{"watch argument", []string{"watch", "x"}, "no arguments"},
 		{"cancel without id", []string{"cancel"}, "needs a reply id"},
 		{"cancel bad id", []string{"cancel", "r1", "c.1"}, `id "c.1"`},

@@ -17,6 +17,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs, cn := newFlagSet("tools", stderr)
 	format := fs.String("format", bus.FormatToolbus, "print the tools as the model sees them, as JSON, in this format: toolbus, openai, openai-responses, anthropic, gemini or mcp (without it: a readable list)")
 	asJSON := fs.Bool("json", false, "print the whole reply data (tools in --format, groups, skills_prompt) as JSON")
+	deferred := fs.Bool("deferred", false, "also list the tools of inactive meta groups, deferred for the provider's tool search (with --format openai-responses or anthropic)")
 	user := fs.String("user", "", "list as this toolbus user sees it (their skills); refused by a secured router unless it is the credentials' own")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -28,7 +29,10 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !slices.Contains(formats, *format) {
 		return usageError(fs, "unknown --format %q", *format)
 	}
-	q := bus.ToolsQuery{Format: *format}
+	if *deferred && *format != bus.FormatOpenAIResponses && *format != bus.FormatAnthropic {
+		return usageError(fs, "--deferred needs --format openai-responses or anthropic")
+	}
+	q := bus.ToolsQuery{Format: *format, Deferred: *deferred}
 	if q.User, err = jsonOrString(fs, "--user", *user); err != nil {
 		return err
 	}
