@@ -105,7 +105,7 @@ func TestInspectorCLI(t *testing.T) {
 		if got := inspectList(t, cli, e.base+"/mcp?session=insp4", "--header", bearer); !slices.Equal(got, basicTools) {
 			t.Fatalf("tools/list with ?session=: %v", got)
 		}
-	})	// 2.12.0, the newest (2026-12): `npx @modelcontextprotocol/inspector
+	}) // 2.12.0, the newest (2026-12): `npx @modelcontextprotocol/inspector
 	// --cli ...` runs its launcher, which forwards everything after --cli to
 	// the CLI client; the README's command, as written.
 	t.Run("2.12.0-token", func(t *testing.T) {
