@@ -59,11 +59,19 @@ def test_bad_arguments_refused_before_anything_is_sent():
 # ---- deployments ----
 
 def read_env(path: Path) -> dict[str, str]:
+    """A generated .env file's variables: `export NAME=VALUE` lines, the value shell-quoted."""
+    import shlex
+
     out = {}
     for line in path.read_text().splitlines():
-        k, sep, v = line.partition("=")
-        if sep and not line.startswith("#"):
-            out[k.strip()] = v.strip()
+        if line.startswith("#"):
+            continue
+        words = shlex.split(line)
+        if words[:1] == ["export"]:
+            words = words[1:]
+        if len(words) == 1 and "=" in words[0]:
+            k, _, v = words[0].partition("=")
+            out[k] = v
     return out
 
 
