@@ -99,6 +99,11 @@ func (f *fakeEvents) publish(typ, _, _, callID string, _ [2]string, _ any) (*sen
 	return &sentEvent{}, nil
 }
 
+func (f *fakeEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
+	_, err := f.publish(typ, session, replyID, callID, trace, data)
+	return err
+}
+
 func (f *fakeEvents) stored(context.Context, []*sentEvent) error { return nil }
 
 func (f *fakeEvents) reply(_ string, e *bus.Event) error {
