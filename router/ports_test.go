@@ -385,6 +385,41 @@ func TestSessionCacheWatch(t *testing.T) {
 	}
 }
 
+// TestMissCurrent: a session read absent is served its defaults to a
+// batch echoing the revision of the miss while no write of it arrived,
+// and only then (docs/protocol.md 4.2).
+func TestMissCurrent(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		setup  func(c *sessionCache)
+		asked  uint64
+		want   bool
+		revNow uint64 // what a reply would carry
+	}{
+		{"never read", func(*sessionCache) {}, 10, false, 0},
+		{"read absent", func(c *sessionCache) { c.miss("a", 10) }, 10, true, 10},
+		{"no sessionrev", func(c *sessionCache) { c.miss("a", 10) }, 0, false, 10},
+		{"older revision", func(c *sessionCache) { c.miss("a", 10) }, 4, true, 10},
+		{"a write the watch has not delivered", func(c *sessionCache) { c.miss("a", 10) }, 11, false, 10},
+		{"a write of another session", func(c *sessionCache) { c.miss("a", 10); c.seen("b", 12) }, 12, true, 12},
+		{"a write of it since", func(c *sessionCache) { c.miss("a", 10); c.seen("a", 11) }, 11, false, 0},
+		{"a write of it before the read", func(c *sessionCache) { c.seen("a", 9); c.miss("a", 10) }, 10, true, 10},
+		{"the watch overflowed since", func(c *sessionCache) { c.miss("a", 10); c.seen("b", 11); c.seen("c", 12); c.seen("d", 13) }, 13, false, 0},
+		{"the watch stopped", func(c *sessionCache) { c.miss("a", 10); c.ready = false }, 10, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &sessionCache{newer: map[string]uint64{}, missed: map[string]uint64{}, limit: 2, ready: true, last: 10}
+			tc.setup(c)
+			if got := c.missCurrent("a", tc.asked); got != tc.want {
+				t.Errorf("missCurrent(a, %d) = %v, want %v (newer %v, floor %d, last %d)", tc.asked, got, tc.want, c.newer, c.floor, c.last)
+			}
+			if got := c.missCurrent("a", c.last); (got && c.last != tc.revNow) || (!got && tc.revNow != 0) {
+				t.Errorf("the reply's revision: current at %d = %v, want %d", c.last, got, tc.revNow)
+			}
+		})
+	}
+}
+
 // TestExecMsgMode: binary mode when every live worker takes it, else
 // structured (docs/protocol.md 5.1); both decode to the same event.
 func TestExecMsgMode(t *testing.T) {

@@ -92,6 +92,22 @@ func TestReadOnlyBatchAwaitsNoWrite(t *testing.T) {
 		t.Errorf("router took %d messages for %d read-only batches, want at most %d: an acknowledgement awaited?", got, n, 2*n+10)
 	}
 	waitWrites(t, e, seqs, "TOOLBUS_EVENTS", n) // batch.done is stored all the same
+
+	// A session never written: the reply echoes the revision of the miss,
+	// and the batches that send it back are not read again.
+	first := e.call(t, "fresh", []bus.Call{{ID: "w", Name: "quick"}})
+	if first.SessionRev == 0 {
+		t.Fatal("the reply for a session never written carries no sessionrev")
+	}
+	in = routerInMsgs(t, e)
+	for range n {
+		wantSuccess(t, e.call(t, "fresh", []bus.Call{{ID: "c", Name: "quick"}}).Results[0], "done")
+	}
+	got = routerInMsgs(t, e) - in
+	t.Logf("router in-messages for %d read-only batches of a session never written: %d (%.2f per batch)", n, got, float64(got)/n)
+	if got > 2*n+10 { // a session read would add its reply: 3 per batch
+		t.Errorf("router took %d messages for %d batches of a session never written, want at most %d", got, n, 2*n+10)
+	}
 }
 
 // waitWrites waits until stream has taken want writes since before.
