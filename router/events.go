@@ -210,18 +210,16 @@ func (s reportStep) done(b *batch) {
 	if err := s.events.announce(bus.TypeBatchDone, b.session, b.replyID, "", b.trace, json.RawMessage(buf)); err != nil {
 		s.log.Warn("router: event not published", "type", bus.TypeBatchDone, "session", b.session, "err", err)
 	}
-	b.mu.Lock()
-	b.sent = nil // a call.result asked for ("events": "calls") is acknowledged unawaited
-	b.mu.Unlock()
 	s.guard.audited(b, s.landing)
 }
 
-// readOnlyBatch reports whether b is a new batch that parked nothing and
-// whose every call either never ran or ran a read-only, non-durable tool
+// readOnlyBatch reports whether b is a new batch that parked nothing, did
+// not ask for a call.result per call ("events": "calls", whose events are
+// stored before the reply as they were), and whose every call either never ran or ran a read-only, non-durable tool
 // (or search_tools, or the skill loader): nothing it did needs its
 // events stored before the reply (docs/protocol.md 3.4).
 func readOnlyBatch(b *batch) bool {
-	if b.start.IsZero() || b.cont != nil || len(b.parked) > 0 {
+	if b.start.IsZero() || b.cont != nil || len(b.parked) > 0 || b.data.Events == bus.EventsCalls {
 		return false
 	}
 	for _, c := range b.calls {

@@ -385,6 +385,55 @@ func TestSessionCacheWatch(t *testing.T) {
 	}
 }
 
+// TestReadOnlyBatch: which batches publish batch.done without awaiting
+// the stream (docs/protocol.md 3.4).
+func TestReadOnlyBatch(t *testing.T) {
+	tool := func(def bus.ToolDef) groups.Resolved { return groups.Resolved{Tool: &registry.Tool{Def: def}} }
+	ro := tool(bus.ToolDef{Name: "ro", ReadOnly: true})
+	early := bus.Result{State: bus.StateError}
+	for _, tc := range []struct {
+		name    string
+		targets []groups.Resolved
+		early   bool // the second call never ran
+		events  string
+		parked  bool
+		cont    bool
+		want    bool
+	}{
+		{"read-only calls", []groups.Resolved{ro, ro}, false, "", false, false, true},
+		{"search_tools and an unknown tool", []groups.Resolved{{Search: true}, {Code: bus.CodeUnknownTool}}, false, "", false, false, true},
+		{"a write", []groups.Resolved{ro, tool(bus.ToolDef{Name: "w"})}, false, "", false, false, false},
+		{"a write that never ran", []groups.Resolved{ro, tool(bus.ToolDef{Name: "w"})}, true, "", false, false, true},
+		{"a durable read-only tool", []groups.Resolved{tool(bus.ToolDef{Name: "d", ReadOnly: true, Durable: true})}, false, "", false, false, false},
+		{"reset_tools", []groups.Resolved{{Reset: true}}, false, "", false, false, false},
+		{"a request-scoped external tool", []groups.Resolved{{External: &groups.RequestTool{}}}, false, "", false, false, false},
+		{"events calls", []groups.Resolved{ro}, false, bus.EventsCalls, false, false, false},
+		{"parked", []groups.Resolved{ro}, false, "", true, false, false},
+		{"a continuation", []groups.Resolved{ro}, false, "", false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &batch{start: time.Now()}
+			b.data.Events = tc.events
+			for i, r := range tc.targets {
+				c := &callState{target: r}
+				if tc.early && i == 1 {
+					c.early = &early
+				}
+				b.calls = append(b.calls, c)
+			}
+			if tc.parked {
+				b.parked = []bus.Parked{{ID: "p"}}
+			}
+			if tc.cont {
+				b.start = time.Time{}
+			}
+			if got := readOnlyBatch(b); got != tc.want {
+				t.Errorf("readOnlyBatch = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestMissCurrent: a session read absent is served its defaults to a
 // batch echoing the revision of the miss while no write of it arrived,
 // and only then (docs/protocol.md 4.2).
