@@ -102,23 +102,29 @@ func decodeSession(entry jetstream.KeyValueEntry) (*Session, error) {
 // cache would give a wrong answer that a user sees: once per run of a batch,
 // a listing, session.get.
 func (s *sessions) Refresh(ctx context.Context, id string) *Session {
+	sess, _ := s.Read(ctx, id)
+	return sess
+}
+
+// Read is Refresh that also reports whether KV answered that the session
+// is not stored (absent), which a fallback to the cache never does.
+func (s *sessions) Read(ctx context.Context, id string) (sess *Session, absent bool) {
 	asked := time.Now()
 	entry, err := s.kv.Get(ctx, id)
-	var sess *Session
 	switch {
 	case store.IsNotFound(err):
 		sess = s.fresh()
 	case err != nil:
-		return s.Session(id)
+		return s.Session(id), false
 	default:
 		s.mu.Lock()
 		old, ok := s.lru.Get(id)
 		s.mu.Unlock()
 		if ok && old.rev >= entry.Revision() { // the cache is current: nothing to decode
-			return old
+			return old, false
 		}
 		if sess, err = decodeSession(entry); err != nil {
-			return s.Session(id)
+			return s.Session(id), false
 		}
 	}
 	s.mu.Lock()
@@ -128,18 +134,18 @@ func (s *sessions) Refresh(ctx context.Context, id string) *Session {
 		// after it may be a write the read did not see yet.
 		if old, ok := s.lru.Peek(id); ok {
 			if old.cached.After(asked) {
-				return old
+				return old, false
 			}
 			s.lru.Remove(id)
 		}
-		return sess
+		return sess, true
 	}
 	if old, ok := s.lru.Peek(id); ok && old.rev >= sess.rev {
-		return old
+		return old, false
 	}
 	sess.cached = time.Now()
 	s.lru.Add(id, sess)
-	return sess
+	return sess, false
 }
 
 // Stored reports whether the session exists in KV as far as the cache

@@ -189,7 +189,9 @@ func encoded(b *batch, c *callState) json.RawMessage {
 }
 
 // done publishes batch.done with every result in call order and waits
-// until the events stream holds the batch's events.
+// until the events stream holds the batch's events; a read-only batch's
+// batch.done is announced, and nothing waits for the stream
+// (docs/protocol.md 3.4: a re-sent read-only batch runs again anyway).
 func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
 	buf := append(make([]byte, 0, 256), `{"results":[`...)
@@ -200,8 +202,45 @@ func (s reportStep) done(b *batch) {
 		buf = append(buf, encoded(b, c)...)
 	}
 	buf = append(buf, "]}"...)
-	s.publish(b, bus.TypeBatchDone, "", json.RawMessage(buf))
-	s.stored(b)
+	if !readOnlyBatch(b) {
+		s.publish(b, bus.TypeBatchDone, "", json.RawMessage(buf))
+		s.stored(b)
+		return
+	}
+	if err := s.events.announce(bus.TypeBatchDone, b.session, b.replyID, "", b.trace, json.RawMessage(buf)); err != nil {
+		s.log.Warn("router: event not published", "type", bus.TypeBatchDone, "session", b.session, "err", err)
+	}
+	s.guard.audited(b, s.landing)
+}
+
+// readOnlyBatch reports whether b is a new batch that parked nothing, did
+// not ask for a call.result per call ("events": "calls", whose events are
+// stored before the reply as they were), and whose every call either never ran or ran a read-only, non-durable tool
+// (or search_tools, or the skill loader): nothing it did needs its
+// events stored before the reply (docs/protocol.md 3.4).
+func readOnlyBatch(b *batch) bool {
+	if b.start.IsZero() || b.cont != nil || len(b.parked) > 0 || b.data.Events == bus.EventsCalls {
+		return false
+	}
+	for _, c := range b.calls {
+		if !readOnlyCall(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// readOnlyCall reports whether call c changed nothing but what a re-send
+// would change again: it never ran, or its target writes nothing.
+func readOnlyCall(c *callState) bool {
+	switch t := c.target; {
+	case c.early != nil, t.Code != "", t.Search:
+		return true
+	case t.Reset, t.External != nil, t.Tool == nil:
+		return false
+	}
+	def := &c.target.Tool.Def
+	return def.ReadOnly && !def.Durable && !def.External
 }
 
 // reply sends io.toolbus.call.reply: the finished results in call order,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
@@ -80,6 +81,11 @@ type eventPort interface {
 	// at once; stored waits for the stream to hold it.
 	publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
 	stored(ctx context.Context, evs []*sentEvent) error
+	// announce sends an event on the session's events subject without
+	// asking the stream for an acknowledgement: the stream stores it when
+	// it takes writes, and nobody waits (docs/protocol.md 3.4, a read-only
+	// batch's batch.done).
+	announce(typ, session, replyID, callID string, trace [2]string, data any) error
 	// reply sends an event to a reply subject (core NATS).
 	reply(subject string, e *bus.Event) error
 	// event builds an event from this router.
@@ -202,6 +208,22 @@ func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]str
 		return nil, err
 	}
 	return x.sink.publish(m, e.ID), nil
+}
+
+func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
+	e, err := x.event(typ, session, replyID, callID, trace, data)
+	if err != nil {
+		return err
+	}
+	m, err := e.Msg(x.subj.Events(session))
+	if err != nil {
+		return err
+	}
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(jetstream.MsgIDHeader, e.ID) // stored once, as a retried publish would be
+	return x.nc.PublishMsg(m)
 }
 
 func (x routerEvents) stored(ctx context.Context, evs []*sentEvent) error {

@@ -103,6 +103,11 @@ func (f *fakeEvents) publish(typ, _, _, callID string, _ [2]string, _ any) (*sen
 	return &sentEvent{}, nil
 }
 
+func (f *fakeEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
+	_, err := f.publish(typ, session, replyID, callID, trace, data)
+	return err
+}
+
 func (f *fakeEvents) stored(context.Context, []*sentEvent) error { return nil }
 
 func (f *fakeEvents) reply(_ string, e *bus.Event) error {
@@ -381,6 +386,90 @@ func TestSessionCacheWatch(t *testing.T) {
 	c.ready = false
 	if c.current("c", 7) {
 		t.Fatal("without a watch nothing is current")
+	}
+}
+
+// TestReadOnlyBatch: which batches publish batch.done without awaiting
+// the stream (docs/protocol.md 3.4).
+func TestReadOnlyBatch(t *testing.T) {
+	tool := func(def bus.ToolDef) groups.Resolved { return groups.Resolved{Tool: &registry.Tool{Def: def}} }
+	ro := tool(bus.ToolDef{Name: "ro", ReadOnly: true})
+	early := bus.Result{State: bus.StateError}
+	for _, tc := range []struct {
+		name    string
+		targets []groups.Resolved
+		early   bool // the second call never ran
+		events  string
+		parked  bool
+		cont    bool
+		want    bool
+	}{
+		{"read-only calls", []groups.Resolved{ro, ro}, false, "", false, false, true},
+		{"search_tools and an unknown tool", []groups.Resolved{{Search: true}, {Code: bus.CodeUnknownTool}}, false, "", false, false, true},
+		{"a write", []groups.Resolved{ro, tool(bus.ToolDef{Name: "w"})}, false, "", false, false, false},
+		{"a write that never ran", []groups.Resolved{ro, tool(bus.ToolDef{Name: "w"})}, true, "", false, false, true},
+		{"a durable read-only tool", []groups.Resolved{tool(bus.ToolDef{Name: "d", ReadOnly: true, Durable: true})}, false, "", false, false, false},
+		{"reset_tools", []groups.Resolved{{Reset: true}}, false, "", false, false, false},
+		{"a request-scoped external tool", []groups.Resolved{{External: &groups.RequestTool{}}}, false, "", false, false, false},
+		{"events calls", []groups.Resolved{ro}, false, bus.EventsCalls, false, false, false},
+		{"parked", []groups.Resolved{ro}, false, "", true, false, false},
+		{"a continuation", []groups.Resolved{ro}, false, "", false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &batch{start: time.Now()}
+			b.data.Events = tc.events
+			for i, r := range tc.targets {
+				c := &callState{target: r}
+				if tc.early && i == 1 {
+					c.early = &early
+				}
+				b.calls = append(b.calls, c)
+			}
+			if tc.parked {
+				b.parked = []bus.Parked{{ID: "p"}}
+			}
+			if tc.cont {
+				b.start = time.Time{}
+			}
+			if got := readOnlyBatch(b); got != tc.want {
+				t.Errorf("readOnlyBatch = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMissCurrent: a session read absent is served its defaults to a
+// batch echoing the revision of the miss while no write of it arrived,
+// and only then (docs/protocol.md 4.2).
+func TestMissCurrent(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		setup  func(c *sessionCache)
+		asked  uint64
+		want   bool
+		revNow uint64 // what a reply would carry
+	}{
+		{"never read", func(*sessionCache) {}, 10, false, 0},
+		{"read absent", func(c *sessionCache) { c.miss("a", 10) }, 10, true, 10},
+		{"no sessionrev", func(c *sessionCache) { c.miss("a", 10) }, 0, false, 10},
+		{"older revision", func(c *sessionCache) { c.miss("a", 10) }, 4, true, 10},
+		{"a write the watch has not delivered", func(c *sessionCache) { c.miss("a", 10) }, 11, false, 10},
+		{"a write of another session", func(c *sessionCache) { c.miss("a", 10); c.seen("b", 12) }, 12, true, 12},
+		{"a write of it since", func(c *sessionCache) { c.miss("a", 10); c.seen("a", 11) }, 11, false, 0},
+		{"a write of it before the read", func(c *sessionCache) { c.seen("a", 9); c.miss("a", 10) }, 10, true, 10},
+		{"the watch overflowed since", func(c *sessionCache) { c.miss("a", 10); c.seen("b", 11); c.seen("c", 12); c.seen("d", 13) }, 13, false, 0},
+		{"the watch stopped", func(c *sessionCache) { c.miss("a", 10); c.ready = false }, 10, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &sessionCache{newer: map[string]uint64{}, missed: map[string]uint64{}, limit: 2, ready: true, last: 10}
+			tc.setup(c)
+			if got := c.missCurrent("a", tc.asked); got != tc.want {
+				t.Errorf("missCurrent(a, %d) = %v, want %v (newer %v, floor %d, last %d)", tc.asked, got, tc.want, c.newer, c.floor, c.last)
+			}
+			if got := c.missCurrent("a", c.last); (got && c.last != tc.revNow) || (!got && tc.revNow != 0) {
+				t.Errorf("the reply's revision: current at %d = %v, want %d", c.last, got, tc.revNow)
+			}
+		})
 	}
 }
 

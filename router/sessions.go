@@ -28,11 +28,13 @@ type sessionCache struct {
 	groups *groups.Store
 	kv     jetstream.KeyValue // P_sessions; nil: no watch, every batch is read
 
-	mu    sync.Mutex
-	newer map[string]uint64 // the latest revision the watch delivered per session
-	floor uint64            // a cached session older than this may be stale (newer overflowed)
-	limit int
-	ready bool // the watch runs
+	mu     sync.Mutex
+	newer  map[string]uint64 // the latest revision the watch delivered per session
+	floor  uint64            // a cached session older than this may be stale (newer overflowed)
+	last   uint64            // the newest revision the watch delivered, of any session
+	missed map[string]uint64 // sessions read absent, with last as it was before the read
+	limit  int
+	ready  bool // the watch runs
 
 	stop  context.CancelFunc
 	done  chan struct{}
@@ -43,7 +45,7 @@ type sessionCache struct {
 // newSessionCache returns the cache over gs; limit bounds the revisions
 // the watch keeps (the sessions the router caches, at least 1024).
 func newSessionCache(gs *groups.Store, kv jetstream.KeyValue, limit int) *sessionCache {
-	return &sessionCache{groups: gs, kv: kv, newer: map[string]uint64{}, limit: max(limit, 1024)}
+	return &sessionCache{groups: gs, kv: kv, newer: map[string]uint64{}, missed: map[string]uint64{}, limit: max(limit, 1024)}
 }
 
 // start runs the watch until ctx ends or stop. Without a watch every batch
@@ -53,6 +55,13 @@ func (s *sessionCache) start(ctx context.Context) error {
 		return nil
 	}
 	ctx, s.stop = context.WithCancel(ctx)
+	// Every write before the watch is one a later read sees: the bucket's
+	// last revision now counts as delivered (missCurrent).
+	if st, err := s.kv.Status(ctx); err == nil {
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+			s.last = bs.StreamInfo().State.LastSeq
+		}
+	}
 	w, err := s.kv.Watch(ctx, ">", jetstream.UpdatesOnly(), jetstream.MetaOnly())
 	if err != nil {
 		s.stop()
@@ -108,6 +117,7 @@ func (s *sessionCache) seen(id string, rev uint64) {
 		clear(s.newer)
 	}
 	s.newer[id] = max(s.newer[id], rev)
+	s.last = max(s.last, rev)
 }
 
 // current reports whether a cached session at revision have holds every
@@ -120,16 +130,48 @@ func (s *sessionCache) current(id string, have uint64) bool {
 
 // snapshot makes the router's view of session id current for a batch run:
 // a read from KV, unless rev (the batch's sessionrev, 0 when absent) allows
-// the cached session (canSkip).
+// the cached session (canSkip) or the cached miss of a session never
+// written (missCurrent).
 func (s *sessionCache) snapshot(ctx context.Context, id string, rev uint64) *groups.Session {
-	if cur := s.groups.Session(id); canSkip(rev, cur.Revision(), s.current(id, cur.Revision())) {
+	cur := s.groups.Session(id)
+	if canSkip(rev, cur.Revision(), s.current(id, cur.Revision())) || cur.Revision() == 0 && s.missCurrent(id, rev) {
 		s.skips.Add(1)
 		return cur
 	}
 	s.reads.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, sessionReadTimeout)
 	defer cancel()
-	return s.groups.Refresh(ctx, id)
+	s.mu.Lock()
+	before, ready := s.last, s.ready
+	s.mu.Unlock()
+	sess, absent := s.groups.Read(ctx, id)
+	if absent && ready {
+		s.miss(id, before)
+	}
+	return sess
+}
+
+// miss records that session id was read absent when the watch had
+// delivered every write up to revision at.
+func (s *sessionCache) miss(id string, at uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.missed) >= s.limit {
+		clear(s.missed) // forgotten misses are read again
+	}
+	s.missed[id] = at
+}
+
+// missCurrent reports whether a batch that sent revision asked may be
+// served the defaults of session id, never written (docs/protocol.md 4.2):
+// this router read it absent once its watch ran, the watch has delivered
+// every write up to asked (so every write the agent was told of), and no
+// write of id since that read.
+func (s *sessionCache) missCurrent(id string, asked uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.missed[id]
+	return ok && s.ready && asked > 0 && asked <= s.last && s.floor <= at && s.newer[id] <= at
 }
 
 // sessionReadTimeout bounds one read of a batch's session; past it the
@@ -143,6 +185,19 @@ func canSkip(asked, have uint64, current bool) bool {
 	return asked > 0 && have >= asked && current
 }
 
-// revision is the session's KV revision as this router knows it; 0 when
-// the session is not stored (or not cached).
-func (s *sessionCache) revision(id string) uint64 { return s.groups.Session(id).Revision() }
+// revision is the session's KV revision as this router knows it; for a
+// session never written that this router read absent and whose miss still
+// holds, the revision of the miss: the newest revision of the bucket the
+// watch has delivered (docs/protocol.md 4.2). 0 when none is known.
+func (s *sessionCache) revision(id string) uint64 {
+	if rev := s.groups.Session(id).Revision(); rev > 0 {
+		return rev
+	}
+	s.mu.Lock()
+	last := s.last
+	s.mu.Unlock()
+	if s.missCurrent(id, last) {
+		return last
+	}
+	return 0
+}
