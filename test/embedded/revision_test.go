@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
@@ -20,47 +19,14 @@ import (
 )
 
 // storedOf returns the events the events stream holds for session, in
-// stream order.
+// stream order (stored, retried while a request fails).
 func storedOf(t *testing.T, nc *nats.Conn, session string) []*bus.Event {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), bound)
-	defer cancel()
-	s, err := js.Stream(ctx, "TOOLBUS_EVENTS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	subject := "toolbus.events." + session
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := int(info.State.Subjects[subject])
-	if n == 0 {
-		return nil
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := c.Fetch(n, jetstream.FetchMaxWait(bound)) // NoWait may return before the consumer delivers
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []*bus.Event
-	for m := range batch.Messages() {
-		e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, e)
-	}
-	if len(out) != n {
-		t.Fatalf("read %d of the %d stored events of %s", len(out), n, session)
-	}
+	bustest.CheckFor(t, 3*bound, 50*time.Millisecond, func() (err error) {
+		out, err = stored(t, nc, session)
+		return err
+	})
 	return out
 }
 
