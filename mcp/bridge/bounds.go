@@ -294,21 +294,42 @@ func (t limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // limitedBody fails a read past limit bytes: of the whole body, or of one
-// event (the bytes between blank lines) of an event stream.
+// event (the bytes between blank lines) of an event stream. mcp-go closes a
+// stream's body from another goroutine than its reader's (to end a read
+// that waits), as an http body allows: err is shared, under mu; the counts
+// are the reader's alone.
 type limitedBody struct {
 	rc        io.ReadCloser
 	limit     int64
 	sse       bool
 	n         int64
 	lineStart bool
+	mu        sync.Mutex
 	err       error
+}
+
+func (b *limitedBody) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// fail records err unless an error is recorded already, and returns the
+// one recorded.
+func (b *limitedBody) fail(err error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.err = err
+	}
+	return b.err
 }
 
 var errBodyClosed = errors.New("body closed")
 
 func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
+	if err := b.failed(); err != nil {
+		return 0, err
 	}
 	k, err := b.rc.Read(p)
 	over := false
@@ -330,16 +351,14 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		}
 	}
 	if over {
-		b.err = tooLarge(b.limit)
+		err := b.fail(tooLarge(b.limit))
 		_ = b.rc.Close()
-		return 0, b.err
+		return 0, err
 	}
 	return k, err
 }
 
 func (b *limitedBody) Close() error {
-	if b.err == nil {
-		b.err = errBodyClosed
-	}
+	b.fail(errBodyClosed)
 	return b.rc.Close()
 }
