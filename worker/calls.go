@@ -18,14 +18,28 @@ import (
 type callTable struct {
 	subj bus.Subjects
 
+	// linger is how long an answered call stays listed in the beats
+	// (answered): its reply may reach a loaded router after a beat that no
+	// longer lists it, and a router ends a call that no live worker lists
+	// (docs/protocol.md 5.7).
+	linger time.Duration
+
 	mu        sync.Mutex
 	inflight  map[string]*Call     // bus.CallKey → call
 	queued    map[string]string    // bus.CallKey → tool, from arrival to reply
+	answered  map[string]answered  // bus.CallKey → tool and when, for linger after its reply
 	cancelled map[string]time.Time // keys of cancels seen lately: bus.CallKey, with an empty call id for a whole reply
 }
 
 func newCallTable(subj bus.Subjects) *callTable {
-	return &callTable{subj: subj, inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}}
+	return &callTable{subj: subj, inflight: map[string]*Call{}, queued: map[string]string{}, answered: map[string]answered{},
+		cancelled: map[string]time.Time{}}
+}
+
+// answered is a call answered at, listed until linger has passed.
+type answered struct {
+	tool string
+	at   time.Time
 }
 
 // queue lists call key of tool from its arrival; unqueue ends that once
@@ -33,11 +47,15 @@ func newCallTable(subj bus.Subjects) *callTable {
 func (ct *callTable) queue(key, tool string) {
 	ct.mu.Lock()
 	ct.queued[key] = tool
+	delete(ct.answered, key)
 	ct.mu.Unlock()
 }
 
 func (ct *callTable) unqueue(key string) {
 	ct.mu.Lock()
+	if tool, ok := ct.queued[key]; ok && ct.linger > 0 {
+		ct.answered[key] = answered{tool: tool, at: time.Now()}
+	}
 	delete(ct.queued, key)
 	ct.mu.Unlock()
 }
@@ -50,13 +68,22 @@ func (ct *callTable) queuedLen() int {
 }
 
 // queuedByTool is the registration's "inflight": per tool, the keys of
-// its calls accepted and not yet answered.
+// its calls accepted and not yet answered, and of those answered less
+// than linger ago.
 func (ct *callTable) queuedByTool() map[string][]string {
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
 	out := map[string][]string{}
 	for key, tool := range ct.queued { // accepted, running or waiting for a slot
 		out[tool] = append(out[tool], key)
+	}
+	now := time.Now()
+	for key, a := range ct.answered {
+		if now.Sub(a.at) >= ct.linger {
+			delete(ct.answered, key)
+			continue
+		}
+		out[a.tool] = append(out[a.tool], key)
 	}
 	return out
 }

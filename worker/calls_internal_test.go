@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -38,6 +39,33 @@ func TestCallTableQueued(t *testing.T) {
 		t.Fatalf("queued %v (%d)", got, ct.queuedLen())
 	}
 }
+
+// TestCallTableLinger: an answered call stays listed for linger (its
+// reply may still be on its way to the router), then is listed no more; a
+// call queued again is listed once.
+func TestCallTableLinger(t *testing.T) {
+	ct := newCallTable(bus.NewSubjects(""))
+	ct.linger = time.Hour
+	ct.queue("s.r.a", "t1")
+	ct.queue("s.r.b", "t1")
+	ct.unqueue("s.r.b")
+	if got := ct.queuedByTool()["t1"]; ct.queuedLen() != 1 || !slices.Equal(sorted(got), []string{"s.r.a", "s.r.b"}) {
+		t.Fatalf("listed %v, %d queued", got, ct.queuedLen())
+	}
+	ct.queue("s.r.b", "t1")
+	if got := ct.queuedByTool()["t1"]; !slices.Equal(sorted(got), []string{"s.r.a", "s.r.b"}) {
+		t.Fatalf("queued again: listed %v", got)
+	}
+	ct.unqueue("s.r.b")
+	ct.mu.Lock()
+	ct.answered["s.r.b"] = answered{tool: "t1", at: time.Now().Add(-2 * time.Hour)}
+	ct.mu.Unlock()
+	if got := ct.queuedByTool()["t1"]; !slices.Equal(got, []string{"s.r.a"}) {
+		t.Fatalf("after linger: listed %v", got)
+	}
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
 
 func TestCallTableCancel(t *testing.T) {
 	type call struct{ session, reply, id string }

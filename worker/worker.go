@@ -176,6 +176,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	w = &Worker{off: off, life: lf, base: lf.Context(), closed: make(chan struct{}), nc: nc, cfg: cfg, subj: subj, source: "toolbus/worker/" + cfg.ID,
 		sem: make(chan struct{}, cfg.MaxConcurrent), pool: pool.New(time.Minute), log: cfg.Logger.With("worker", cfg.ID),
 		calls: newCallTable(subj), obs: cfg.Observer}
+	w.calls.linger = 3 * cfg.Heartbeat // a router's patience for a call nobody lists (docs/protocol.md 5.7)
 	w.maxWaiting = waitLimit(cfg.MaxConcurrent)
 	w.reg = &registrar{nc: nc, subj: subj, source: w.source, every: cfg.Heartbeat, log: w.log, what: w.registration, registered: make(chan struct{})}
 	w.exec = &executor{nc: nc, subj: subj, source: w.source, log: w.log, off: off, obs: cfg.Observer, base: w.base, calls: w.calls}

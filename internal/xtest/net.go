@@ -106,8 +106,14 @@ func (n *Net) Connect(ctx context.Context, role string) (*nats.Conn, error) {
 	return n.connectNode(ctx, role, node)
 }
 
+// connectTimeout bounds a connection's dial and handshake (INFO, CONNECT,
+// PING/PONG with the in-process server). nats.go's default, 2 s, is too
+// short for a race-built test process and server on a loaded 2-core
+// machine: "connect: read tcp ...: i/o timeout" (TestWorkerVanishesMidCall).
+const connectTimeout = 30 * time.Second
+
 func (n *Net) connectNode(ctx context.Context, role string, node int) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name("toolbus-xtest-" + role)}
+	opts := []nats.Option{nats.Name("toolbus-xtest-" + role), nats.Timeout(connectTimeout)}
 	if n.Cluster != nil {
 		opts = append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	}

@@ -294,19 +294,19 @@ func (t limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // limitedBody fails a read past limit bytes: of the whole body, or of one
-// event (the bytes between blank lines) of an event stream.
+// event (the bytes between blank lines) of an event stream. mcp-go closes a
+// stream's body from another goroutine than its reader's (to end a read
+// that waits), as an http body allows: err is shared, under mu; the counts
+// are the reader's alone.
 type limitedBody struct {
 	rc        io.ReadCloser
 	limit     int64
 	sse       bool
 	n         int64
 	lineStart bool
-
-	mu  sync.Mutex // err: mcp-go closes a body from two goroutines, one of them while another reads
-	err error
+	mu        sync.Mutex
+	err       error
 }
-
-var errBodyClosed = errors.New("body closed")
 
 func (b *limitedBody) failed() error {
 	b.mu.Lock()
@@ -314,7 +314,8 @@ func (b *limitedBody) failed() error {
 	return b.err
 }
 
-// fail records err unless the body already failed, and returns what it holds.
+// fail records err unless an error is recorded already, and returns the
+// one recorded.
 func (b *limitedBody) fail(err error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -323,6 +324,8 @@ func (b *limitedBody) fail(err error) error {
 	}
 	return b.err
 }
+
+var errBodyClosed = errors.New("body closed")
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	if err := b.failed(); err != nil {

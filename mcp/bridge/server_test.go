@@ -261,8 +261,11 @@ func addAskTools(s *server.MCPServer) {
 			c, _ := json.Marshal(r.Content)
 			return mcp.NewToolResultText(string(r.Action) + " " + string(c)), nil
 		})
+	// askmany reports each refusal as progress ("refused (n)"), so that a
+	// test can wait until every question reached the bridge before it
+	// answers the waiting ones.
 	s.AddTool(mcp.NewTool("askmany", mcp.WithDescription("Asks ten questions at once.")),
-		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			refused := 0
@@ -273,7 +276,12 @@ func addAskTools(s *server.MCPServer) {
 					if err != nil && strings.Contains(err.Error(), "questions waiting") {
 						mu.Lock()
 						refused++
+						n := refused
 						mu.Unlock()
+						if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+							_ = server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
+								map[string]any{"progressToken": req.Params.Meta.ProgressToken, "progress": n, "message": "refused"})
+						}
 					}
 				})
 			}

@@ -276,7 +276,11 @@ func TestLargeAnswer(t *testing.T) {
 // sends (reply, batch.done, the continuation record); see the report of
 // branch limits.
 func TestBatchOfLargeOutputs(t *testing.T) {
-	e := newEnv(t, 1)
+	// The worker's beats travel on its connection behind the nine 1 MiB
+	// replies: under -race on a busy machine a beat arrived 2 s late, past
+	// the test heartbeat's three beats (1.5 s), and the router ended the
+	// calls still on their way as vanished (unknown_outcome). 2 s beats.
+	e := startEnvBeat(t, 1, onCluster(t), router.Config{}, 2*time.Second)
 	text := textOfSize(t, offload.DefaultInlineLimit-100)
 	e.startWorker(worker.Config{}, func(w *worker.Worker) {
 		handle(t, w, bus.ToolDef{Name: "mib", ConcurrencySafe: true, ReadOnly: true},

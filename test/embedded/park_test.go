@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,27 +85,35 @@ func (e *env) setMode(t *testing.T, session, mode string) {
 	}
 }
 
-// handoff reads the next request kept by the handoff stream on subject,
-// through a consumer created now (the handler was offline until now).
+// handoff reads the oldest request the handoff stream keeps on subject
+// (toolbus.<kind>.<tool>) as a handler that starts only now does: through
+// client.FollowHandoff, a consumer a router makes on request and makes
+// again when it is lost. A raw ordered consumer's first pull, sent from
+// another node of a cluster right after the consumer was made, could find
+// no interest yet for its pull subject ("no responders") and was not tried
+// again (TestOnCluster/ExternalToolParkAndAnswer).
 func (e *env) handoff(t *testing.T, subject string) *bus.Event {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
+	kind, tool, ok := strings.Cut(strings.TrimPrefix(subject, "toolbus."), ".")
+	if !ok {
+		t.Fatalf("handoff subject %q is not toolbus.<kind>.<tool>", subject)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*bound)
+	defer cancel()
+	ev, err := e.client.FollowHandoff(ctx, kind, tool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.OrderedConsumer(t.Context(), "TOOLBUS_HANDOFF", jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		t.Fatal(err)
+	defer ev.Stop()
+	select {
+	case req, ok := <-ev.C:
+		if ok {
+			return req
+		}
+	case <-ctx.Done():
 	}
-	m, err := cons.Next(jetstream.FetchMaxWait(bound))
-	if err != nil {
-		t.Fatalf("no handoff request on %s: %v", subject, err)
-	}
-	ev, err := bus.DecodeStructured(m.Data())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ev
+	t.Fatalf("no handoff request on %s within %v", subject, 3*bound)
+	return nil
 }
 
 func (e *env) answer(t *testing.T, tool, session, reply, call string, a bus.Answer) error {

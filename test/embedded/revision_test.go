@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
@@ -20,60 +19,15 @@ import (
 )
 
 // storedOf returns the events the events stream holds for session, in
-// stream order.
+// stream order (stored, retried while a request fails).
 func storedOf(t *testing.T, nc *nats.Conn, session string) []*bus.Event {
 	t.Helper()
 	var out []*bus.Event
-	// On a loaded cluster an ordered consumer's fetch may end before it
-	// delivers (0 of n): read again, within the bound.
-	bustest.CheckFor(t, bound, 10*time.Millisecond, func() (err error) {
-		out, err = storedEvents(t.Context(), nc, session)
+	bustest.CheckFor(t, 3*bound, 50*time.Millisecond, func() (err error) {
+		out, err = stored(t, nc, session)
 		return err
 	})
 	return out
-}
-
-// storedEvents is storedOf with the error returned.
-func storedEvents(ctx context.Context, nc *nats.Conn, session string) ([]*bus.Event, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	s, err := js.Stream(ctx, "TOOLBUS_EVENTS")
-	if err != nil {
-		return nil, err
-	}
-	subject := "toolbus.events." + session
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		return nil, err
-	}
-	n := int(info.State.Subjects[subject])
-	if n == 0 {
-		return nil, nil
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		return nil, err
-	}
-	batch, err := c.Fetch(n, jetstream.FetchMaxWait(bound)) // NoWait may return before the consumer delivers
-	if err != nil {
-		return nil, err
-	}
-	var out []*bus.Event
-	for m := range batch.Messages() {
-		e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	if len(out) != n {
-		return nil, fmt.Errorf("read %d of the %d stored events of %s", len(out), n, session)
-	}
-	return out, nil
 }
 
 // typesOf lists the types of the events of replyID, in order, with the
@@ -119,7 +73,7 @@ func TestRevisionStoredEvents(t *testing.T) {
 			// A read-only batch's batch.done is not awaited (docs/protocol.md
 			// 3.4): stored, maybe just after the reply.
 			bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
-				es, err := storedEvents(t.Context(), e.nc, "rev-1")
+				es, err := stored(t, e.nc, "rev-1")
 				if err != nil {
 					return err
 				}
