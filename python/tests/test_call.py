@@ -79,7 +79,7 @@ async def test_tools_every_format(client, worker_factory, session, fmt):
         schema = entry["function"]["parameters"]
         assert entry["type"] == "function" and entry["function"]["description"] == "Weather for a city."
     elif fmt == "openai-responses":
-        schema = entry["parametersJsonSchema"]  # JSON Schema, not the OpenAPI subset of "parameters" (protocol 4.1)
+        schema = entry["parameters"]
         assert entry["type"] == "function" and entry["strict"] is False
     elif fmt == "gemini":
         schema = entry["parametersJsonSchema"]  # JSON Schema, not the OpenAPI subset of "parameters" (protocol 4.1)
