@@ -15,9 +15,16 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/model")
 
+// storedDigest and storedURL name the fixtures' stored text output.
+var (
+	storedDigest = strings.Repeat("0f", 32)
+	storedURL    = "nats-object://toolbus_outputs/s1.t.c.x.0#sha256=" + storedDigest
+)
+
 // turnResults are the results of the fixtures' five calls, by position:
 // a success, an invalid_input (the malformed arguments), an image with
-// text, a stored output; the fifth call is parked.
+// text, a stored text output named by its preview and a stored image
+// named by nothing (the stored-output line); the fifth call is parked.
 func turnResults(t *ModelTurn) ([]bus.Result, []bus.Parked) {
 	id := func(i int) string { return t.Calls[i].ID }
 	invalid := "Input validation failed for tool 'get_weather':\n/: expected an object (or a string holding one)"
@@ -29,8 +36,10 @@ func turnResults(t *ModelTurn) ([]bus.Result, []bus.Parked) {
 				{Type: bus.BlockText, Text: "The login page."},
 				{Type: bus.BlockData, MediaType: "image/png", Data: "iVBORw0KGgo="}}},
 			{ID: id(3), Name: "read_log", State: bus.StateSuccess, Output: []bus.Block{
-				{Type: bus.BlockText, Text: "2026-12-01 10:00 start\n[The whole text, 20971520 bytes, is too large to show here; it is stored as nats-object://toolbus_outputs/s1.t.c.x.0.]"},
-				{Type: bus.BlockData, MediaType: "text/plain; charset=utf-8", URL: "nats-object://toolbus_outputs/s1.t.c.x.0", Size: 20971520}}},
+				{Type: bus.BlockText, Text: "2026-12-01 10:00 start\n[… 20971477 bytes left out …]\n2026-12-01 18:00 stop\n[The whole text, 20971520 bytes (sha256 " + storedDigest +
+					"), is too large to show here: above are its first 22 and last 21 bytes. It is stored as " + storedURL + "; read_output reads any part of it.]"},
+				{Type: bus.BlockData, MediaType: "text/plain; charset=utf-8", URL: storedURL, Size: 20971520},
+				{Type: bus.BlockData, MediaType: "image/png", URL: "nats-object://toolbus_outputs/s1.t.c.x.1#sha256=" + strings.Repeat("ab", 32), Size: 3145728}}},
 		}, []bus.Parked{{ID: id(4), Name: "deploy", Input: json.RawMessage(`{"env":"prod"}`), Kind: bus.KindConfirm,
 			Subject: "toolbus.answer.deploy", SuggestedRules: []bus.Rule{{Tool: "deploy", Behavior: "allow"}}}}
 }

@@ -184,7 +184,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var w *worker.Worker
 	if *withBuiltin {
-		w, err = worker.New(nc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
+		// The built-in worker has a connection of its own: the router
+		// answers no reply subject under its own inbox prefix (a sender
+		// could have it act for itself), so a worker sharing that prefix
+		// never had its registrations acknowledged, and a worker serves
+		// nothing before the first acknowledgement.
+		var bnc *nats.Conn
+		if bnc, err = builtinConn(conn); err != nil {
+			r.Stop()
+			return fmt.Errorf("built-in tools: %w", err)
+		}
+		defer bnc.Close()
+		w, err = worker.New(bnc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
 			InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		if err == nil {
 			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow), ShellTrust: cli.SplitList(*shellTrust), ShellEnv: cli.SplitList(*shellEnv),
@@ -260,6 +271,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Warn("built-in tools: drain deadline passed", "err", err)
 	}
 	return nil
+}
+
+// builtinConn connects the built-in worker with the router's login and an
+// inbox prefix beside the router's (the router's with "-builtin"), which
+// the router user of a secured deployment may use (_INBOX.>).
+func builtinConn(conn natsconn.Config) (*nats.Conn, error) {
+	conn.InboxPrefix = strings.TrimSuffix(conn.InboxPrefix, ".") + "-builtin"
+	return conn.Connect("toolbus-router-builtin", nats.MaxReconnects(-1))
 }
 
 // secureDir returns the server configuration of --secure dir, generating

@@ -21,6 +21,8 @@ import (
 // with other shell flags (--shell-allow, --workdir). Its shell definition
 // differs, the routers reject it, and its worker says so and serves no
 // call: 6 of 6 shell calls run on the first router's (issue 26, item 3).
+// --shell-as-root: the temporary directories are root's alone when the
+// tests run as root (as nobody, the shell could not enter them).
 func TestSecondRouterOtherShellServesNothing(t *testing.T) {
 	w1, w2 := t.TempDir(), t.TempDir()
 	for dir, who := range map[string]string{w1: "first", w2: "second"} {

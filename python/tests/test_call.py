@@ -82,7 +82,7 @@ async def test_tools_every_format(client, worker_factory, session, fmt):
         schema = entry["parameters"]
         assert entry["type"] == "function" and entry["strict"] is False
     elif fmt == "gemini":
-        schema = entry["parametersJsonSchema"]  # protocol 4.1, 1.4
+        schema = entry["parametersJsonSchema"]  # JSON Schema, not the OpenAPI subset of "parameters" (protocol 4.1)
     elif fmt == "mcp":
         schema = entry["inputSchema"]
         assert entry["annotations"]["readOnlyHint"] is True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,19 +60,18 @@ def test_bad_arguments_refused_before_anything_is_sent():
 # ---- deployments ----
 
 def read_env(path: Path) -> dict[str, str]:
-    """A generated .env file's variables: `export NAME=VALUE` lines, the value shell-quoted."""
-    import shlex
-
+    """A <role>.env file's variables: `export NAME=value` lines, values quoted for the shells (or bare NAME=value)."""
     out = {}
     for line in path.read_text().splitlines():
-        if line.startswith("#"):
+        if line.lstrip().startswith("#"):
             continue
         words = shlex.split(line)
         if words[:1] == ["export"]:
             words = words[1:]
-        if len(words) == 1 and "=" in words[0]:
-            k, _, v = words[0].partition("=")
-            out[k] = v
+        for w in words:
+            k, sep, v = w.partition("=")
+            if sep:
+                out[k] = v
     return out
 
 

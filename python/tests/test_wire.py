@@ -13,9 +13,21 @@ import pytest
 import toolbus
 from toolbus import event as ev
 from toolbus.model import parse_model_turn
+from toolbus.offload import head_tail
 from toolbus.records import Block, Parked, Result, ResultError, Rule
 
 MODEL = Path(__file__).resolve().parents[2] / "client" / "testdata" / "model"
+
+
+STORED_DIGEST = "0f" * 32
+STORED_URL = "nats-object://toolbus_outputs/s1.t.c.x.0#sha256=" + STORED_DIGEST
+HEAD_TAIL = Path(__file__).resolve().parents[2] / "bus" / "offload" / "testdata" / "headtail.json"
+
+
+@pytest.mark.parametrize("case", json.loads(HEAD_TAIL.read_text(encoding="utf-8")), ids=lambda c: c["name"])
+def test_stored_text_preview_matches_go(case):
+    """A stored text's inline preview is Go's headTail byte for byte (bus/offload/testdata/headtail.json)."""
+    assert head_tail(case["text"], case["keep"], case["url"]).encode() == case["want"].encode()
 
 
 def turn_results(t):
@@ -27,8 +39,11 @@ def turn_results(t):
         Result(ids[1], "get_weather", "error", [Block.text_block(invalid)], ResultError("invalid_input", invalid)),
         Result(ids[2], "screenshot", "success", [Block.text_block("The login page."), Block("data", media_type="image/png", data="iVBORw0KGgo=")]),
         Result(ids[3], "read_log", "success", [
-            Block.text_block("2026-12-01 10:00 start\n[The whole text, 20971520 bytes, is too large to show here; it is stored as nats-object://toolbus_outputs/s1.t.c.x.0.]"),
-            Block("data", media_type="text/plain; charset=utf-8", url="nats-object://toolbus_outputs/s1.t.c.x.0", size=20971520)]),
+            Block.text_block("2026-12-01 10:00 start\n[… 20971477 bytes left out …]\n2026-12-01 18:00 stop\n[The whole text, 20971520 bytes "
+                             f"(sha256 {STORED_DIGEST}), is too large to show here: above are its first 22 and last 21 bytes. It is stored as "
+                             f"{STORED_URL}; read_output reads any part of it.]"),
+            Block("data", media_type="text/plain; charset=utf-8", url=STORED_URL, size=20971520),
+            Block("data", media_type="image/png", url="nats-object://toolbus_outputs/s1.t.c.x.1#sha256=" + "ab" * 32, size=3145728)]),
     ]
     parked = [Parked(ids[4], "deploy", {"env": "prod"}, "confirm", "toolbus.answer.deploy", [Rule("deploy", behavior="allow")])]
     return results, parked

@@ -8,6 +8,7 @@ from typing import Any
 
 from .event import _q
 from .errors import NoToolCallsError, ProtocolError
+from .offload import parse_ref
 from .records import Block, Call, Parked, Result
 
 FORMATS = ("openai", "openai-responses", "anthropic", "gemini")
@@ -187,12 +188,25 @@ def _text(r: Result) -> str:
             parts.append(b.text)
         elif b.is_stored:
             if b.url not in "\n".join(parts):
-                parts.append(f"[Stored output {b.url} ({b.media_type}, {b.size} bytes).]")
+                parts.append(_stored_text(b))
         elif b.url and not _is_image(b):
             parts.append(f"[File {b.url} ({b.media_type}).]")
         elif b.data and not _is_image(b):
             parts.append(f"[A {b.media_type} attachment of {len(b.data)} base64 characters was returned.]")
     return "\n".join(parts)
+
+
+def _stored_text(b: Block) -> str:
+    """The line a model reads for a stored output its result's text does not name (Go's storedText):
+    the reference, media type, size and digest, and how to read a part of it (read_output)."""
+    digest = ""
+    try:
+        if d := parse_ref(b.url).digest:
+            digest = ", sha256 " + d
+    except ProtocolError:
+        pass
+    return (f"[Stored output {b.url} ({b.media_type}, {b.size} bytes{digest}), too large to show here: read any part of it "
+            'with read_output ({"ref": that URL, "offset": <byte> or "line": <n>, "limit": <n>}).]')
 
 
 def _data_url(b: Block) -> str:

@@ -92,10 +92,37 @@ def output_size(out: list[Block], dup: bool) -> int:
 
 
 def _preview(s: str, n: int) -> str:
+    """The beginning of s, at most n UTF-8 bytes, cut at a character, with "…" when cut."""
     raw = s.encode()
     if len(raw) <= n:
         return s
-    return raw[:n].decode("utf-8", "ignore") + "…"
+    return raw[:max(n, 0)].decode("utf-8", "ignore") + "…"
+
+
+def _suffix(s: str, n: int) -> str:
+    """The end of s, at most n UTF-8 bytes, cut at a character."""
+    raw = s.encode()
+    if len(raw) <= n:
+        return s
+    return raw[len(raw) - max(n, 0):].decode("utf-8", "ignore")
+
+
+def head_tail(s: str, keep: int, url: str) -> str:
+    """What stays inline of a stored text, byte for byte as the Go offloader's headTail: its beginning
+    and end (together at most keep bytes, three quarters and one quarter, cut at characters) and a
+    note with its size, digest and reference, naming read_output (docs/protocol.md 5.9, 11)."""
+    digest = parse_ref(url).digest
+    keep = max(keep - len(url.encode()) - 320, min(keep, 64))
+    tail_n = keep // 4
+    head = _preview(s, keep - tail_n)
+    head = head[:-1] if head.endswith("…") else head
+    rest = s[len(head):]
+    tail = _suffix(rest, tail_n)
+    size, head_len, tail_len = len(s.encode()), len(head.encode()), len(tail.encode())
+    left = size - head_len - tail_len
+    return (f"{head}\n[… {left} bytes left out …]\n{tail}\n[The whole text, {size} bytes (sha256 {digest}), is too large to "
+            f"show here: above are its first {head_len} and last {tail_len} bytes. It is stored as {url}; "
+            "read_output reads any part of it.]")
 
 
 class Offloader:
@@ -150,8 +177,7 @@ class Offloader:
         if b.type == "text":
             raw = b.text.encode()
             ref = await self.put(session, key, name, "text/plain; charset=utf-8", raw)
-            note = f"[The whole text, {len(raw)} bytes, is too large to show here; it is stored as {ref.url}.]"
-            return [Block.text_block(_preview(b.text, keep) + "\n" + note), ref]
+            return [Block.text_block(head_tail(b.text, keep, ref.url)), ref]
         try:
             raw = base64.b64decode(b.data + "=" * (-len(b.data) % 4), validate=True)
         except ValueError:

@@ -45,6 +45,20 @@ public record Block(
     return "data".equals(type) && url != null && url.startsWith("nats-object://");
   }
 
+  /**
+   * The line a model reads for a stored output its result's text does not name, as the Go
+   * client's (client/model.go storedText): the reference, media type, size and digest, and how to
+   * read a part of it with read_output (docs/protocol.md 11).
+   */
+  public static String storedText(Block b) {
+    String url = b.url() == null ? "" : b.url();
+    int at = url.indexOf("#sha256=");
+    String digest = at < 0 ? "" : ", sha256 " + url.substring(at + "#sha256=".length());
+    return "[Stored output " + url + " (" + (b.mediaType() == null ? "" : b.mediaType()) + ", " + (b.size() == null ? 0 : b.size())
+        + " bytes" + digest + "), too large to show here: read any part of it with read_output ({\"ref\": that URL, \"offset\": <byte> or "
+        + "\"line\": <n>, \"limit\": <n>}).]";
+  }
+
   /** Checks the block's shape; returns why it is malformed, or null. */
   public String problem() {
     if ("text".equals(type)) {

@@ -136,8 +136,7 @@ final class Offloader {
     if ("text".equals(b.type())) {
       byte[] bytes = b.text().getBytes(StandardCharsets.UTF_8);
       Block ref = put(session, key, name, "text/plain; charset=utf-8", bytes);
-      String note = "[The whole text, " + bytes.length + " bytes, is too large to show here; it is stored as " + ref.url() + ".]";
-      return List.of(Block.text(preview(b.text(), keep) + "\n" + note), ref);
+      return List.of(Block.text(headTail(b.text(), keep, ref.url())), ref);
     }
     byte[] raw;
     try {
@@ -147,6 +146,42 @@ final class Offloader {
     }
     Block ref = put(session, key, name, b.mediaType() == null ? "application/octet-stream" : b.mediaType(), raw);
     return List.of(Block.url(b.mediaType(), ref.url(), ref.size()));
+  }
+
+  /**
+   * What stays inline of a stored text, byte for byte as the Go offloader's headTail: its beginning
+   * and its end (together at most keep bytes, three quarters and one quarter, cut at characters)
+   * and a note with its size, digest and reference, naming read_output (protocol 5.9, 11).
+   */
+  static String headTail(String s, int keep, String url) {
+    int at = url.indexOf("#sha256=");
+    String digest = at < 0 ? "" : url.substring(at + "#sha256=".length());
+    keep = Math.max(keep - url.getBytes(StandardCharsets.UTF_8).length - 320, Math.min(keep, 64));
+    int tailN = keep / 4;
+    String head = preview(s, keep - tailN);
+    if (head.endsWith("…")) {
+      head = head.substring(0, head.length() - 1);
+    }
+    String tail = suffix(s.substring(head.length()), tailN);
+    int size = s.getBytes(StandardCharsets.UTF_8).length;
+    int headN = head.getBytes(StandardCharsets.UTF_8).length;
+    int tailBytes = tail.getBytes(StandardCharsets.UTF_8).length;
+    return head + "\n[… " + (size - headN - tailBytes) + " bytes left out …]\n" + tail + "\n[The whole text, " + size
+        + " bytes (sha256 " + digest + "), is too large to show here: above are its first " + headN + " and last "
+        + tailBytes + " bytes. It is stored as " + url + "; read_output reads any part of it.]";
+  }
+
+  /** The end of s, at most n UTF-8 bytes, cut at a character. */
+  static String suffix(String s, int n) {
+    byte[] b = s.getBytes(StandardCharsets.UTF_8);
+    if (b.length <= n) {
+      return s;
+    }
+    int i = b.length - Math.max(n, 0);
+    while (i < b.length && (b[i] & 0xC0) == 0x80) {
+      i++;
+    }
+    return new String(b, i, b.length - i, StandardCharsets.UTF_8);
   }
 
   static String preview(String s, int n) {

@@ -40,9 +40,17 @@ final class Blocks {
     if (blocks == null) {
       return out;
     }
+    StringBuilder said = new StringBuilder();
     for (Block b : blocks) {
       if ("text".equals(b.type())) {
         out.add(TextBlock.builder().text(b.text()).build());
+        said.append(b.text()).append('\n');
+      } else if (b.isStoredOutput()) {
+        if (said.indexOf(b.url()) < 0) { // the sender's preview already names it (5.9), as the Go client
+          String line = Block.storedText(b);
+          out.add(TextBlock.builder().text(line).build());
+          said.append(line).append('\n');
+        }
       } else if (b.data() != null && b.mediaType() != null && b.mediaType().startsWith("image/")) {
         out.add(ImageBlock.builder().source(Base64Source.builder().mediaType(b.mediaType()).data(b.data()).build()).build());
       } else if (b.url() != null && b.mediaType() != null && b.mediaType().startsWith("image/") && !b.isStoredOutput()) {
