@@ -1,11 +1,9 @@
 package facade
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -84,12 +82,8 @@ func groupsMessage(body []byte) (*rpcMessage, bool) {
 // false leaves the request, body intact, to the next handler. The body was
 // bounded and buffered by stampNotification.
 func (s *session) serveGroups(w http.ResponseWriter, r *http.Request) bool {
-	if r.Method != http.MethodPost || r.Body == nil {
-		return false
-	}
-	body, err := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err != nil {
+	body, ok := postedBody(r)
+	if !ok {
 		return false
 	}
 	m, ok := groupsMessage(body)

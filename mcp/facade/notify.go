@@ -72,3 +72,15 @@ func stampNotification(w http.ResponseWriter, r *http.Request) bool {
 	}
 	return true
 }
+
+// postedBody reads a POST's body, already bounded and buffered by
+// stampNotification, and puts it back for the next handler; false for
+// any other request or a body that could not be read.
+func postedBody(r *http.Request) ([]byte, bool) {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return nil, false
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, err == nil
+}

@@ -516,12 +516,8 @@ func resultOf(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
 // false leaves the request, body intact, to mcp-go. The body was bounded
 // and buffered by stampNotification.
 func (s *taskFront) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
-	if r.Method != http.MethodPost || r.Body == nil {
-		return false
-	}
-	body, err := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err != nil {
+	body, ok := postedBody(r)
+	if !ok {
 		return false
 	}
 	m, ok := taskMessage(body)
