@@ -103,11 +103,13 @@ func loadGroups(list *bus.ToolsList, loads []load) (final, added []string) {
 	return final, added
 }
 
-// resetInput is reset_tools' input that activates exactly final.
-func resetInput(final []string) json.RawMessage {
+// ResetInput is the input of reset_tools that activates exactly groups,
+// in their order: {"g1": true, ...}, or {} to deactivate every meta group
+// (docs/protocol.md 4.2).
+func ResetInput(groups []string) json.RawMessage {
 	var b bytes.Buffer
 	b.WriteByte('{')
-	for i, g := range final {
+	for i, g := range groups {
 		if i > 0 {
 			b.WriteByte(',')
 		}
@@ -139,7 +141,7 @@ func (c *Client) loadCall(ctx context.Context, session string, t *ModelTurn, b b
 	for n := 1; slices.ContainsFunc(t.Calls, func(c bus.Call) bool { return c.ID == id }); n++ {
 		id = fmt.Sprintf("toolbus-load-%d", n)
 	}
-	return &bus.Call{ID: id, Name: resetTools, Input: resetInput(final)}, added, nil
+	return &bus.Call{ID: id, Name: resetTools, Input: ResetInput(final)}, added, nil
 }
 
 // resetTools is the router's group switch (docs/protocol.md 4.2).

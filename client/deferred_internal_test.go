@@ -83,7 +83,7 @@ func TestLoadGroups(t *testing.T) {
 			}
 		})
 	}
-	if got := string(resetInput([]string{"web", `o"ps`})); got != `{"web":true,"o\"ps":true}` {
+	if got := string(ResetInput([]string{"web", `o"ps`})); got != `{"web":true,"o\"ps":true}` {
 		t.Errorf("resetInput = %s", got)
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -61,7 +60,7 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeConn()
 	replyID := client.NewReplyID()
-	batch := bus.Batch{Calls: []bus.Call{{ID: callIDFor(replyID, 0, 1), Name: groups.ResetTools, Input: resetInput(pos)}}}
+	batch := bus.Batch{Calls: []bus.Call{{ID: callIDFor(replyID, 0, 1), Name: groups.ResetTools, Input: client.ResetInput(pos)}}}
 	reply, err := cl.Call(ctx, cn.session, batch, client.WithReplyID(replyID))
 	if err != nil {
 		return callError(ctx, cl, cn.session, replyID, err, *asJSON, stdout)
@@ -82,23 +81,6 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	return replyError(reply)
-}
-
-// resetInput is the input of reset_tools that activates exactly names, in
-// their order: {"g1": true, ...}, or {} to deactivate every meta group.
-func resetInput(names []string) json.RawMessage {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, n := range names {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(n) // a string always marshals
-		b.Write(k)
-		b.WriteString(":true")
-	}
-	b.WriteByte('}')
-	return b.Bytes()
 }
 
 // editGroups runs `groups put FILE` (a group definition, docs/protocol.md

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
 )
 
 var testGroups = []bus.Group{
@@ -199,8 +200,8 @@ func TestResetInput(t *testing.T) {
 		{[]string{"web", "ops"}, `{"web":true,"ops":true}`},
 		{[]string{`a"b`}, `{"a\"b":true}`},
 	} {
-		if got := string(resetInput(tc.names)); got != tc.want {
-			t.Errorf("resetInput(%q) = %s, want %s", tc.names, got, tc.want)
+		if got := string(client.ResetInput(tc.names)); got != tc.want {
+			t.Errorf("ResetInput(%q) = %s, want %s", tc.names, got, tc.want)
 		}
 	}
 }
