@@ -24,7 +24,7 @@ func (v *View) Deferred() ([]schemas.Namespace, map[string]string) {
 		byGroup[via] = append(byGroup[via], t.Def)
 		of[t.Def.Name] = via
 	}
-	for _, g := range v.store.Groups() {
+	for _, g := range v.store.allGroups() {
 		if g.Scope == bus.ScopeMeta && len(byGroup[g.Name]) > 0 {
 			order = append(order, g)
 		}

@@ -37,7 +37,18 @@ type definitions struct {
 	ordered []bus.Group          // meta and external groups in registration order; rebuilt on change
 
 	watches []*store.Watch
+
+	// searchBasic makes basic a meta group like the others (search on,
+	// docs/protocol.md 4.2): switched per session, off in a new one.
+	searchBasic bool
 }
+
+// BasicSearchDescription is basic's description while search is on, when it
+// is a group the model switches (docs/protocol.md 4.2).
+const BasicSearchDescription = "Tools registered without a group."
+
+// basicMeta is basic as a meta group, for search.
+var basicMeta = bus.Group{Name: bus.GroupBasic, Description: BasicSearchDescription, Scope: bus.ScopeMeta}
 
 func newDefinitions(kv jetstream.KeyValue, log *slog.Logger) *definitions {
 	return &definitions{kv: kv, log: log, groups: kvcache.New[*group](0)}
@@ -193,6 +204,9 @@ func (d *definitions) Groups() []bus.Group {
 }
 
 func (d *definitions) hasMeta() bool {
+	if d.searchBasic {
+		return true
+	}
 	for _, g := range d.Groups() {
 		if g.Scope == bus.ScopeMeta {
 			return true
@@ -201,14 +215,28 @@ func (d *definitions) hasMeta() bool {
 	return false
 }
 
+// metaGroups are the groups the model switches, in registration order;
+// with search on, basic first.
 func (d *definitions) metaGroups() []bus.Group {
 	var out []bus.Group
+	if d.searchBasic {
+		out = append(out, basicMeta)
+	}
 	for _, g := range d.Groups() {
 		if g.Scope == bus.ScopeMeta {
 			out = append(out, g)
 		}
 	}
 	return out
+}
+
+// allGroups is Groups with, when search is on, basic first: the order a
+// tool's first group and a deferred listing's namespaces are taken in.
+func (d *definitions) allGroups() []bus.Group {
+	if !d.searchBasic {
+		return d.Groups()
+	}
+	return append([]bus.Group{basicMeta}, d.Groups()...)
 }
 
 // resetDef returns the definition of reset_tools: one boolean property per

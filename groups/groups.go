@@ -36,7 +36,9 @@ type Config struct {
 	// read: every read that must be current goes to KV (Refresh, Load).
 	SessionCache int
 	// Search offers the search_tools meta tool beside reset_tools
-	// (docs/protocol.md 4.2); off, listings are as before.
+	// (docs/protocol.md 4.2) and makes basic (the tools without a group) a
+	// meta group, off in a new session unless pinned; off, listings are as
+	// before.
 	Search bool
 	// Pinned tools and groups are visible to every session (search.go).
 	Pinned Pins
@@ -72,7 +74,8 @@ type Session struct {
 // is not stored yet.
 func (s *Session) Revision() uint64 { return s.rev }
 
-// IsActive reports whether group g is active in the session (basic always is).
+// IsActive reports whether group g is active in the session (basic always
+// is; with search on, a View asks its own active, where basic is switched).
 func (s *Session) IsActive(g string) bool {
 	return g == bus.GroupBasic || slices.Contains(s.Active, g)
 }
@@ -122,6 +125,7 @@ func New(st *store.Store, cfg Config) *Store {
 		cfg.SessionCache = DefaultSessionCache
 	}
 	defs := newDefinitions(st.Groups, cfg.Logger)
+	defs.searchBasic = cfg.Search
 	sess := newSessions(st.Sessions, defs, cfg)
 	return &Store{definitions: defs, sessions: sess, activation: &activation{defs: defs, sessions: sess}, cfg: cfg}
 }

@@ -96,10 +96,20 @@ func (a *activation) activate(ctx context.Context, session string, final func(cu
 			}
 		}
 	}
+	pinned := slices.DeleteFunc(slices.Clone(a.sessions.cfg.Pinned.Groups), func(g string) bool {
+		_, defined := a.defs.Group(g)
+		return slices.Contains(names, g) || !defined && g != bus.GroupBasic
+	})
 	if len(names) == 0 {
+		if len(pinned) > 0 {
+			return "All tool groups are currently deactivated, except the pinned group(s), always active: " + strings.Join(pinned, ", ") + ".", nil
+		}
 		return "All tool groups are currently deactivated.", nil
 	}
 	text := "The currently activated tool group(s): " + strings.Join(names, ", ") + "."
+	if len(pinned) > 0 {
+		text += " The pinned group(s) stay active: " + strings.Join(pinned, ", ") + "."
+	}
 	if len(instr) > 0 {
 		text += "\n<tool-instructions>\nThe tool instructions are a collection of suggestions, rules and notifications about how to use the tools in the activated groups.\n" +
 			strings.Join(instr, "\n") + "\n</tool-instructions>"

@@ -272,8 +272,9 @@ func (v *View) reach(t *registry.Tool) (visible bool, via string, ok bool) {
 	if _, vis := v.inactiveGroup(t); vis {
 		return true, "", true
 	}
-	for _, g := range v.store.Groups() {
-		if g.Scope == bus.ScopeMeta && slices.Contains(t.Def.Groups, g.Name) {
+	gs := v.groupsOf(t)
+	for _, g := range v.store.allGroups() {
+		if g.Scope == bus.ScopeMeta && slices.Contains(gs, g.Name) {
 			return false, g.Name, true
 		}
 	}

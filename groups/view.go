@@ -2,6 +2,7 @@ package groups
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/registry"
@@ -157,30 +158,47 @@ func (v *View) Resolve(name string) Resolved {
 }
 
 // inactiveGroup reports whether t is visible; when it is not, it returns
-// the tool's first group in registration order.
+// the tool's first group in registration order (basic first, with search).
 func (v *View) inactiveGroup(t *registry.Tool) (string, bool) {
-	if len(t.Def.Groups) == 0 || v.store.pinnedTool(t.Def.Name) {
+	gs := v.groupsOf(t)
+	if len(gs) == 0 || v.store.pinnedTool(t.Def.Name) {
 		return "", true
 	}
-	for _, g := range t.Def.Groups {
-		if g == bus.GroupBasic || v.store.pinnedGroup(g) {
+	for _, g := range gs {
+		if v.store.pinnedGroup(g) || v.active(g) {
 			return "", true
 		}
-		if v.sess.IsActive(g) {
-			if _, defined := v.store.Group(g); defined {
-				return "", true
-			}
+	}
+	for _, g := range v.store.allGroups() {
+		if slices.Contains(gs, g.Name) {
+			return g.Name, false
 		}
 	}
-	first := t.Def.Groups[0]
-	for _, g := range v.store.Groups() {
-		for _, tg := range t.Def.Groups {
-			if g.Name == tg {
-				return g.Name, false
-			}
-		}
+	return gs[0], false
+}
+
+// groupsOf is t's groups; a tool without groups is in basic, which only
+// search makes a group the model switches (without search such a tool is
+// always visible, so it has none here).
+func (v *View) groupsOf(t *registry.Tool) []string {
+	if len(t.Def.Groups) == 0 && v.store.searchBasic {
+		return []string{bus.GroupBasic}
 	}
-	return first, false
+	return t.Def.Groups
+}
+
+// active reports whether g is active for the view's session: a defined
+// group the session activated, or basic (always, unless search is on; then
+// when the session activated it).
+func (v *View) active(g string) bool {
+	if g == bus.GroupBasic {
+		return !v.store.searchBasic || slices.Contains(v.sess.Active, g)
+	}
+	if !v.sess.IsActive(g) {
+		return false
+	}
+	_, defined := v.store.Group(g)
+	return defined
 }
 
 // Tools returns the definitions the model sees, in order: tools of basic
@@ -211,9 +229,15 @@ func (v *View) Tools() []bus.ToolDef {
 	return out
 }
 
-// Groups returns basic and every defined group with its activation.
+// Groups returns basic and every defined group with its activation (basic
+// keeps its scope "basic" in the listing; with search it is switched like a
+// meta group).
 func (v *View) Groups() []bus.GroupInfo {
-	out := []bus.GroupInfo{{Name: bus.GroupBasic, Description: "Tools that are always available.", Scope: bus.ScopeBasic, Active: true}}
+	basic := bus.GroupInfo{Name: bus.GroupBasic, Description: "Tools that are always available.", Scope: bus.ScopeBasic, Active: true}
+	if v.store.searchBasic {
+		basic.Description, basic.Active = BasicSearchDescription, v.active(bus.GroupBasic) || v.store.pinnedGroup(bus.GroupBasic)
+	}
+	out := []bus.GroupInfo{basic}
 	for _, g := range v.store.Groups() {
 		out = append(out, bus.GroupInfo{Name: g.Name, Description: g.Description, Scope: g.Scope, Active: v.sess.IsActive(g.Name)})
 	}
