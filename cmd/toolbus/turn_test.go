@@ -97,4 +97,9 @@ func TestTurnParkedAndWait(t *testing.T) {
 	if !strings.Contains(stderr.String(), ": step two\n") || !strings.Contains(stdout.String(), `"content": "all done"`) || !strings.Contains(stdout.String(), `"parked": []`) {
 		t.Fatalf("turn --wait:\nstdout %s\nstderr %s", stdout.String(), stderr.String())
 	}
+	// The parked call is told once: the reply and the call.parked event
+	// both carry it.
+	if n := strings.Count(stderr.String(), "call call_2 of steps"); n != 1 {
+		t.Fatalf("turn --wait told the parked call %d times:\n%s", n, stderr.String())
+	}
 }

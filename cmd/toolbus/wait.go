@@ -33,7 +33,11 @@ func (e *parkedError) ExitCode() int { return exitParked }
 // that answers it, to w; it hands the call.result events to await.
 type follower struct {
 	results chan bus.Result
-	w       io.Writer
+	// parked hands the calls of call.parked events to await, which prints
+	// only those whose kind differs from what the reply already said, so
+	// a call's parking is told once (the reply and the event both carry it).
+	parked chan bus.Parked
+	w      io.Writer
 	// list, when set, lists the session's parked calls: a confirmed call
 	// of an external tool parks again for its answer with no event of its
 	// own (docs/protocol.md 3.4: call.parked once per batch), so await
@@ -47,7 +51,7 @@ const pollEvery = 2 * time.Second
 // follow starts following replyID on events; calls is the batch's size
 // (at most one result each, so the hand-over never blocks).
 func follow(events *client.Events, replyID string, calls int, w io.Writer) *follower {
-	f := &follower{results: make(chan bus.Result, calls+16), w: w}
+	f := &follower{results: make(chan bus.Result, calls+16), parked: make(chan bus.Parked, calls+16), w: w}
 	go func() {
 		defer close(f.results)
 		for e := range events.C {
@@ -64,7 +68,10 @@ func follow(events *client.Events, replyID string, calls int, w io.Writer) *foll
 				var p bus.ParkedEvent
 				if e.DataAs(&p) == nil {
 					for _, c := range p.Calls {
-						fmt.Fprintf(w, "call %s of %s now waits for %s: %s\n", c.ID, c.Name, kindText(c.Kind), parkedCommand(c))
+						select {
+						case f.parked <- c:
+						default: // only the news is lost; await also polls
+						}
 					}
 				}
 			case bus.TypeCallResult:
@@ -102,6 +109,11 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 			return out, ctx.Err()
 		case <-tick:
 			f.reparked(ctx, waiting, kinds)
+		case p := <-f.parked:
+			if waiting[p.ID] && kinds[p.ID] != p.Kind {
+				kinds[p.ID] = p.Kind
+				fmt.Fprintf(f.w, "call %s of %s now waits for %s: %s\n", p.ID, p.Name, kindText(p.Kind), parkedCommand(p))
+			}
 		case r, ok := <-f.results:
 			if !ok {
 				return out, errors.New("the event subscription ended")
