@@ -527,6 +527,9 @@ type Status struct {
 	Parked         int  `json:"parked"`
 	// Store is what this router has seen of JetStream's space (docs/protocol.md 9).
 	Store StoreStatus `json:"store"`
+	// Warnings name the configuration's unknown pinned, quota and group
+	// names (docs/protocol.md 9); absent when there is none.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // StoreStatus is Status.Store: State "ok", or "full" with JetStream's

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -42,6 +43,9 @@ type Config struct {
 	Search bool
 	// Pinned tools and groups are visible to every session (search.go).
 	Pinned Pins
+	// Quotas is the router's quota policy, read only to name its unknown
+	// tools (Unknown).
+	Quotas limits.Policy
 	// Logger receives warnings about bad entries; nil discards.
 	Logger *slog.Logger
 }

@@ -113,7 +113,7 @@ func TestSearchHidesGroupless(t *testing.T) {
 func TestResetTextNamesPinned(t *testing.T) {
 	for _, tc := range []struct {
 		name, input, want string
-		pinned          []string
+		pinned            []string
 	}{
 		{"none on, basic pinned", `{}`, "All tool groups are currently deactivated, except the pinned group(s), always active: basic.", []string{bus.GroupBasic}},
 		{"none on, nothing pinned", `{}`, "All tool groups are currently deactivated.", nil},

@@ -255,7 +255,7 @@ func (x *adminVerbs) sessionView(id string, sess *groups.Session) sessionView {
 func (x *adminVerbs) status(ctx context.Context) bus.Status {
 	live := x.reg.Workers()
 	st := bus.Status{Router: x.id, Tools: []bus.ToolStatus{}, Groups: len(x.groups.Groups()),
-		Sessions: x.groups.Sessions(), Parked: len(x.parked.Parked("", "")), Store: bus.StoreStatus{State: "ok"}}
+		Sessions: x.groups.Sessions(), Parked: len(x.parked.Parked("", "")), Store: bus.StoreStatus{State: "ok"}, Warnings: x.groups.Unknown(x.reg)}
 	// The sessions stored in KV, not only those this router holds decoded:
 	// the bucket keeps one record per session (history 1).
 	if kvs, err := x.store.Sessions.Status(ctx); err == nil {

@@ -322,7 +322,7 @@ func (r *Router) build(ctx context.Context) error {
 	}
 	r.life.Defer(r.reg.Stop)
 	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode,
-		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, SessionCache: r.cfg.SessionCache, Search: r.cfg.Guard.Search, Pinned: r.cfg.Guard.Pinned, Logger: r.log})
+		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, SessionCache: r.cfg.SessionCache, Search: r.cfg.Guard.Search, Pinned: r.cfg.Guard.Pinned, Quotas: r.cfg.Guard.Limits, Logger: r.log})
 	if err := r.groups.Start(bg); err != nil {
 		return fmt.Errorf("router: groups: %w", err)
 	}

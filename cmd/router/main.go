@@ -220,6 +220,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "toolbus: router %s serving prefix %q on %s\n", r.ID(), *prefix, natsconn.Redact(url))
+	// Names the configuration gives that match nothing now: a typo, or a
+	// worker not started yet (toolbus status shows them as they are).
+	for _, w := range r.Unknown() {
+		fmt.Fprintf(stdout, "toolbus: warning: %s (now; `toolbus status` shows the current list)\n", w)
+	}
 	if mcpOpts.listen != "" {
 		// The facade acts with its own login, never the router's.
 		fconn, err := mcpOpts.conn(conn, *secure)

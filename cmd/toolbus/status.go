@@ -84,6 +84,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "sessions: %s   parked calls: %d   groups: %d   (answered by router %s)\n", sessions, st.Parked, st.Groups, st.Router)
 	fmt.Fprintln(stdout, storeLine(st.Store))
+	for _, w := range st.Warnings {
+		fmt.Fprintln(stdout, "warning:", w)
+	}
 	// Columns sized to their longest cell: long bridged MCP names
 	// (mcp__server__tool) no longer push the others out of line.
 	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', 0)
