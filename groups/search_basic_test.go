@@ -59,7 +59,11 @@ func TestSearchHidesGroupless(t *testing.T) {
 			if got := toolNames(view.Tools()); !slices.Equal(got, tc.want) {
 				t.Fatalf("listing %v, want %v", got, tc.want)
 			}
-			if g := view.Groups()[0]; g.Name != bus.GroupBasic || g.Active != tc.basic {
+			scope := bus.ScopeBasic
+			if tc.cfg.Search {
+				scope = bus.ScopeMeta
+			}
+			if g := view.Groups()[0]; g.Name != bus.GroupBasic || g.Active != tc.basic || g.Scope != scope {
 				t.Fatalf("basic in the listing: %+v", g)
 			}
 		})

@@ -229,13 +229,14 @@ func (v *View) Tools() []bus.ToolDef {
 	return out
 }
 
-// Groups returns basic and every defined group with its activation (basic
-// keeps its scope "basic" in the listing; with search it is switched like a
-// meta group).
+// Groups returns basic and every defined group with its activation (with
+// search on, basic is listed with scope meta: the model switches it, and a
+// client that keeps the active meta groups in a final set keeps it).
 func (v *View) Groups() []bus.GroupInfo {
 	basic := bus.GroupInfo{Name: bus.GroupBasic, Description: "Tools that are always available.", Scope: bus.ScopeBasic, Active: true}
 	if v.store.searchBasic {
-		basic.Description, basic.Active = BasicSearchDescription, v.active(bus.GroupBasic) || v.store.pinnedGroup(bus.GroupBasic)
+		basic.Description, basic.Scope = BasicSearchDescription, bus.ScopeMeta
+		basic.Active = v.active(bus.GroupBasic) || v.store.pinnedGroup(bus.GroupBasic)
 	}
 	out := []bus.GroupInfo{basic}
 	for _, g := range v.store.Groups() {
