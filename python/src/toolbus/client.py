@@ -14,9 +14,9 @@ import nats
 from . import _rpc
 from . import event as ev
 from .event import _q
-from .errors import ProtocolError, ToolbusError
+from .errors import NoToolCallsError, ProtocolError, ToolbusError
 from .follow import HandoffStream, ReplayStream
-from .model import ModelReply, parse_model_turn
+from .model import ModelReply, load_groups, parse_turn, reset_input
 from .offload import DEFAULT_INLINE_LIMIT, DEFAULT_MAX_OUTPUT, Offloader, parse_ref
 from .records import Answer, Block, Call, Reply, Request, Rule, ToolsList, to_blocks
 
@@ -202,11 +202,17 @@ class Client:
         return EventStream(self.nc, subj)
 
     async def tools(self, session: str, format: str = "toolbus", *, request: Request | dict[str, Any] | None = None,
-                    user: Any = None, timeout: float | None = None) -> ToolsList:
-        """What the model sees (4.1), in one of toolbus.event.FORMATS."""
+                    user: Any = None, deferred: bool = False, timeout: float | None = None) -> ToolsList:
+        """What the model sees (4.1), in one of toolbus.event.FORMATS.
+
+        ``deferred=True`` (formats openai-responses and anthropic) adds the tools of the inactive meta
+        groups for the provider's own tool search, and :attr:`ToolsList.deferred` names their groups.
+        """
         data: dict[str, Any] = {}
         if format:
             data["format"] = format
+        if deferred:
+            data["deferred"] = True
         req = _request(request)
         if req is not None:
             data["request"] = req
@@ -287,10 +293,36 @@ class Client:
     async def turn(self, session: str, format: str, message: Any, *, user: Any = None, context: Any = None,
                    request: Request | dict[str, Any] | None = None, reply_id: str | None = None,
                    timeout: float | None = None) -> ModelReply:
-        """Run the tool calls of a model's message and return the messages that answer them (Go's client.Turn)."""
-        t = parse_model_turn(format, message)
-        reply = await self.call(session, t.calls, user=user, context=context, request=request, reply_id=reply_id, timeout=timeout)
-        return t.reply(reply.results, reply.parked)
+        """Run the tool calls of a model's message and return the messages that answer them (Go's client.Turn).
+
+        When the message shows that the provider's tool search loaded deferred tools (an OpenAI Responses
+        ``tool_search_output`` or a call with a ``namespace``, an Anthropic ``tool_search_tool_result``), it
+        asks for the session's deferred listing and puts a ``reset_tools`` call that activates their groups,
+        the active ones kept, ahead of the model's calls (4.1, 4.2); its result is not among the messages and
+        :attr:`ModelReply.activated` names the groups. A message that loads and calls nothing activates, then
+        raises :class:`NoToolCallsError`.
+        """
+        t = parse_turn(format, message)
+        calls: list[Call] = list(t.calls)
+        load_id, added = "", []
+        if t.loads:
+            tl = await self.tools(session, format, request=request, user=user, deferred=True, timeout=timeout)
+            final, added = load_groups(tl, t.loads)
+            if added:
+                load_id = "toolbus-load"
+                n = 1
+                while any(c.id == load_id for c in t.calls):
+                    load_id, n = f"toolbus-load-{n}", n + 1
+                calls.insert(0, Call(load_id, "reset_tools", reset_input(final)))
+        if not t.calls and not load_id:
+            raise NoToolCallsError("the message has no tool calls")
+        reply = await self.call(session, calls, user=user, context=context, request=request, reply_id=reply_id, timeout=timeout)
+        if not t.calls:
+            raise NoToolCallsError("the message has no tool calls")
+        out = t.reply(reply.results, reply.parked)
+        if load_id and any(r.id == load_id and r.state == "success" for r in reply.results):
+            out.activated = added
+        return out
 
 
 def _event(c: Client, typ: str, session: str, data: Any) -> ev.Event:

@@ -20,6 +20,8 @@ class ModelReply:
 
     messages: list[dict[str, Any]] = field(default_factory=list)
     parked: list[Parked] = field(default_factory=list)
+    #: The groups :meth:`Client.turn` activated because the provider's tool search loaded their tools (4.1).
+    activated: list[str] = field(default_factory=list)
 
 
 def _load(message: Any) -> Any:
@@ -62,6 +64,8 @@ class ModelTurn:
 
     format: str
     calls: list[Call] = field(default_factory=list)
+    #: What the provider's tool search loaded: (group, tool) pairs, either may be "" (4.1).
+    loads: list[tuple[str, str]] = field(default_factory=list)
     _no_id: set[str] = field(default_factory=set)
 
     def reply(self, results: list[Result], parked: list[Parked] | None = None) -> ModelReply:
@@ -103,6 +107,14 @@ class ModelTurn:
 
 def parse_model_turn(format: str, message: Any) -> ModelTurn:
     """The tool calls of a model's message (a dict, a list, or its JSON text)."""
+    t = parse_turn(format, message)
+    if not t.calls:
+        raise NoToolCallsError("the message has no tool calls")
+    return t
+
+
+def parse_turn(format: str, message: Any) -> ModelTurn:
+    """:func:`parse_model_turn` that accepts a message without calls (it may load deferred tools)."""
     if format not in FORMATS:
         raise ProtocolError(f"unknown model format {_q(format)} (want openai, openai-responses, anthropic or gemini)", "bad_request")
     raw = _load(message)
@@ -112,8 +124,6 @@ def parse_model_turn(format: str, message: Any) -> ModelTurn:
          "gemini": _parse_gemini}[format](t, raw)
     except ProtocolError as err:
         raise ProtocolError(f"{format} message: {err.message}", "bad_request") from None
-    if not t.calls:
-        raise NoToolCallsError("the message has no tool calls")
     seen: set[str] = set()
     for c in t.calls:
         if not c.id or not c.name:
@@ -145,6 +155,7 @@ def _parse_responses(t: ModelTurn, raw: Any) -> None:
         items = [r] if r.get("type") == "function_call" else _list(r.get("output"), "output")
     for it in items:
         it = _obj(it)
+        t.loads += _responses_loads(it)
         if it.get("type") == "function_call":
             t.calls.append(Call(_str(it.get("call_id"), "call_id"), _str(it.get("name"), "name"), _args(it.get("arguments"))))
 
@@ -153,8 +164,60 @@ def _parse_anthropic(t: ModelTurn, raw: Any) -> None:
     blocks = raw if isinstance(raw, list) else _list(_obj(raw).get("content"), "content")
     for b in blocks:
         b = _obj(b)
+        if b.get("type") == "tool_search_tool_result":
+            t.loads += _anthropic_loads(b.get("content"))
         if b.get("type") == "tool_use":
             t.calls.append(Call(_str(b.get("id"), "id"), _str(b.get("name"), "name"), b.get("input")))
+
+
+def _responses_loads(it: dict[str, Any]) -> list[tuple[str, str]]:
+    """What an OpenAI Responses output item loaded: a tool_search_output's namespaces and functions, or a call's namespace."""
+    ns, name = it.get("namespace"), it.get("name")
+    if it.get("type") == "function_call" and isinstance(ns, str) and ns:
+        return [(ns, name if isinstance(name, str) else "")]
+    if it.get("type") != "tool_search_output" or not isinstance(it.get("tools"), list):
+        return []
+    out = []
+    for tool in it["tools"]:
+        tool = _obj(tool)
+        n = tool.get("name")
+        if isinstance(n, str) and n:
+            out.append((n, "") if tool.get("type") == "namespace" else ("", n))
+    return out
+
+
+def _anthropic_loads(content: Any) -> list[tuple[str, str]]:
+    """The tools a tool_search_tool_result's tool_reference blocks name (an error result loads nothing)."""
+    refs = _obj(content).get("tool_references")
+    out = []
+    for r in refs if isinstance(refs, list) else []:
+        r = _obj(r)
+        n = r.get("tool_name")
+        if r.get("type") == "tool_reference" and isinstance(n, str) and n:
+            out.append(("", n))
+    return out
+
+
+def load_groups(tl: Any, loads: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """The final set of meta groups after ``loads`` (the active ones, then the loaded ones) and the groups added.
+
+    ``tl`` is the session's deferred listing (:class:`ToolsList`); a load of a group or tool it does not offer
+    deferred is ignored, so its calls fail as they would without it (Go's client.loadGroups).
+    """
+    offered = set(tl.deferred.values())
+    final = [g.name for g in tl.groups if g.scope == "meta" and g.active]
+    added: list[str] = []
+    for group, tool in loads:
+        g = group if group in offered else tl.deferred.get(tool, "")
+        if g and g not in final:
+            final.append(g)
+            added.append(g)
+    return final, added
+
+
+def reset_input(groups: list[str]) -> dict[str, bool]:
+    """The reset_tools input that activates exactly ``groups``, in order (4.2); ``{}`` deactivates every meta group."""
+    return {g: True for g in groups}
 
 
 def _parse_gemini(t: ModelTurn, raw: Any) -> None:

@@ -366,6 +366,8 @@ class ToolsList:
     groups: list[GroupInfo] = field(default_factory=list)
     skills_prompt: str = ""
     session_rev: int = 0
+    #: With ``deferred=True`` (4.1): each deferred tool's group, by tool name.
+    deferred: dict[str, str] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -378,7 +380,11 @@ class ToolsList:
 
     @classmethod
     def from_json(cls, obj: Any, what: str = "tools.list") -> ToolsList:
-        m = _check(obj, what, {"tools": list, "groups": list, "skills_prompt": str, "sessionrev": int}, False, "bad_event")
+        m = _check(obj, what, {"tools": list, "groups": list, "skills_prompt": str, "sessionrev": int, "deferred": dict}, False, "bad_event")
+        deferred = m.get("deferred") or {}
+        for k, v in deferred.items():
+            if not isinstance(v, str):
+                raise ProtocolError(f"{what}.deferred.{k}: must be a string, got {_kind_of(v)}", "bad_event")
 
         def group(g: Any, w: str) -> GroupInfo:
             d = _check(g, w, {"name": str, "description": str, "scope": str, "active": bool}, False)
@@ -390,7 +396,7 @@ class ToolsList:
             return t
 
         return cls(tools=_list(m.get("tools"), what + ".tools", tool), groups=_list(m.get("groups"), what + ".groups", group),
-                   skills_prompt=m.get("skills_prompt") or "", session_rev=m.get("sessionrev") or 0)
+                   skills_prompt=m.get("skills_prompt") or "", session_rev=m.get("sessionrev") or 0, deferred=dict(deferred))
 
 
 @dataclass
