@@ -1,4 +1,5 @@
-// An agent: list the tools, switch a group with reset_tools, call a batch,
+// An agent: list the tools (and the deferred ones), switch a group with
+// reset_tools as a provider's tool search load would, call a batch,
 // follow its events, and answer a call that parks. Written from
 // docs/protocol.md (sections 3, 4 and 6).
 import { P, open, event, request, text } from "./lib.mjs";
@@ -48,8 +49,27 @@ const answer = (p, data, attrs) => request(nc, p.subject, event("io.toolbus.answ
 
 log({ tools: (await tools()).map((t) => t.function.name) });
 
-// reset_tools takes the final set of meta groups.
-const reset = await call(`r-reset-${Date.now()}`, { calls: [{ id: "c1", name: "reset_tools", input: { js_slow: true } }] });
+// A deferred listing (docs/protocol.md 4.1) adds the tools of inactive meta
+// groups for the provider's own tool search, and names each one's group.
+const listing = (await request(nc, `${P}.tools.${session}`,
+  event("io.toolbus.tools.query", source, { format: "anthropic", deferred: true }, { sessionid: session }))).data;
+log({ deferred: listing.deferred });
+
+// afterLoads is the final set of meta groups once the provider's search
+// loaded these tools: the active meta groups, then the loaded tools' groups
+// (4.2, "Loads through the provider"); a tool not offered deferred is ignored.
+const afterLoads = (l, tools) => {
+  const final = l.groups.filter((g) => g.scope === "meta" && g.active).map((g) => g.name);
+  for (const t of tools) {
+    const g = (l.deferred || {})[t];
+    if (g && !final.includes(g)) final.push(g);
+  }
+  return final;
+};
+
+// Say the model's search loaded js_count: reset_tools takes the final set.
+const input = Object.fromEntries(afterLoads(listing, ["js_count", "no_such_tool"]).map((g) => [g, true]));
+const reset = await call(`r-reset-${Date.now()}`, { calls: [{ id: "c1", name: "reset_tools", input }] });
 await reset.done;
 log({ reset: reset.reply.results[0].output[0].text });
 

@@ -217,6 +217,7 @@ func TestExamples(t *testing.T) {
 	out := agent.output()
 	for _, want := range []string{
 		`{"tools":["js_add","ask_human","reset_tools"]}`,
+		`{"deferred":{"js_count":"js_slow"}}`,
 		`{"reset":"The currently activated tool group(s): js_slow."}`,
 		`{"progress":"c2","seq":1,"text":"step 1 of 3"}`,
 		`{"progress":"c2","seq":3,"text":"step 3 of 3"}`,

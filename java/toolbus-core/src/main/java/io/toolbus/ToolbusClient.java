@@ -107,9 +107,21 @@ public final class ToolbusClient implements AutoCloseable {
    * (may be null) selects the skills visible to that user.
    */
   public ToolsList tools(String session, String format, Request request, Object user) {
+    return tools(session, format, request, user, false);
+  }
+
+  /**
+   * {@link #tools(String, String, Request, Object)}; with deferred (formats openai-responses and
+   * anthropic), the tools of the inactive meta groups are added for the provider's own tool
+   * search and {@link ToolsList#deferred()} names their groups (docs/protocol.md 4.1).
+   */
+  public ToolsList tools(String session, String format, Request request, Object user, boolean deferred) {
     ObjectNode q = Json.MAPPER.createObjectNode();
     if (format != null) {
       q.put("format", format);
+    }
+    if (deferred) {
+      q.put("deferred", true);
     }
     if (request != null) {
       q.set("request", Json.tree(request));

@@ -145,6 +145,35 @@ class BusTest {
     assertEquals("bad_request", e.code());
   }
 
+  /** A deferred listing names the group of each deferred tool; a load activates it, the active groups kept (4.1, 4.2). */
+  @Test
+  void deferredListingAndLoads() throws Exception {
+    String g1 = "jg1_" + Ids.next().substring(0, 8), g2 = "jg2_" + Ids.next().substring(0, 8);
+    String t1 = "j_" + g1, t2 = "j_" + g2;
+    Worker w = Worker.builder(nc).id("jw-" + Ids.next()).group(Group.meta(g1, "First.")).group(Group.meta(g2, "Forecasts.")).build();
+    w.tool(ToolDef.builder(t1).readOnly(true).groups(g1).inputSchema(Map.of("type", "object")).build(), c -> "one");
+    w.tool(ToolDef.builder(t2).description("Forecast.").readOnly(true).groups(g2).inputSchema(Map.of("type", "object")).build(), c -> "two");
+    assertEquals(0, w.start().path("rejected").size());
+    try {
+      String s = Router.session();
+      client.call(s, Batch.builder().call("r", "reset_tools", ToolsList.resetInput(List.of(g1))).build());
+      ToolsList l = client.tools(s, "anthropic", null, null, true);
+      assertEquals(g2, l.deferred().get(t2), l.deferred().toString());
+      assertFalse(l.deferred().containsKey(t1)); // active: listed up front
+      assertTrue(l.tools().stream().anyMatch(t -> t2.equals(t.path("name").asText()) && t.path("defer_loading").asBoolean()));
+      assertTrue(client.tools(s, "anthropic", null, null).deferred().isEmpty());
+      assertEquals("bad_request", assertThrows(BusException.class, () -> client.tools(s, "openai", null, null, true)).code());
+      List<String> fin = l.afterLoads(List.of("nope"), List.of(t2, "unknown"));
+      assertEquals(List.of(g1, g2), fin);
+      Reply r = client.call(s, Batch.builder().call("load", "reset_tools", ToolsList.resetInput(fin)).call("c1", t2, Map.of()).build());
+      assertEquals("success", r.result("load").state(), r.result("load").text());
+      assertEquals("two", r.result("c1").text());
+      assertEquals("one", client.call(s, Batch.builder().call("c2", t1, Map.of()).build()).result("c2").text());
+    } finally {
+      w.drain(Duration.ofSeconds(5));
+    }
+  }
+
   @Test
   void progressIsStreamed() throws Exception {
     String s = Router.session();
