@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -56,7 +57,8 @@ func Example_readme() {
 // worker runs it), and a person or system answers each parked call.
 func Example_externalTool() {
 	register := func(ctx context.Context, nc *nats.Conn) error {
-		def := bus.ToolDef{Name: "approve_po", Description: "A person approves a purchase order.", External: true}
+		def := bus.ToolDef{Name: "approve_po", Description: "A person approves a purchase order.", External: true,
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"po":{"type":"string"}}}`)} // required: nothing derives it
 		e, err := bus.NewEvent(bus.TypeRegister, "my-app", bus.Register{Worker: "my-app", Tools: []bus.ToolDef{def}})
 		if err != nil {
 			return err
