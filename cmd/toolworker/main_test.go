@@ -18,7 +18,13 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-const testHeartbeat = 500 * time.Millisecond
+// testHeartbeat is 2 s, not 500 ms: a router declares a worker gone after
+// three missed beats, and on a loaded 2-core machine a process-wide stall of
+// the test binary (router, server and worker in one process, -race) beyond
+// 1.5 s made every worker tool briefly "not live" (reproduced in
+// mcp/facade's TestCalmBridgeRestart, 4 of 20 runs at load 20; 0 of 20 at 2 s).
+// Nothing here waits for a beat: leaving is announced, not timed out.
+const testHeartbeat = 2 * time.Second
 
 func TestRunServesTools(t *testing.T) {
 	x := xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: testHeartbeat})
