@@ -308,3 +308,44 @@ func TestSecureSource(t *testing.T) {
 		t.Fatalf("%s/agent.env && call: exit %d\n%s\n%s", src[1], code, out, errOut)
 	}
 }
+
+// TestSearchExample: the README's guard configuration, as written, with
+// the toolworker it names: the model sees the pinned tool, reset_tools and
+// search_tools only, and the README's search_tools call finds append_note
+// and switches notes on.
+func TestSearchExample(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)### Guard tools.*?```yaml\n(.*?)```").FindSubmatch(b)
+	if block == nil {
+		t.Fatal("README.md has no guard configuration block")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "router.yaml"), block[1], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := router(t, "--listen 127.0.0.1:-1 --config "+filepath.Join(dir, "router.yaml"))
+	env := []string{"NATS_URL=" + url}
+	background(t, dir, env, command(t, "go run ./cmd/toolworker --notes-group notes"), regexp.MustCompile(`serving .*append_note`))
+	listed := func() []string {
+		t.Helper()
+		out, errOut, code := shell(t, dir, env, "go run ./cmd/toolbus tools --format openai")
+		if code != 0 {
+			t.Fatalf("tools: exit %d\n%s", code, errOut)
+		}
+		return regexp.MustCompile(`"name": "([^"]+)"`).FindAllString(out, -1)
+	}
+	want := `["name": "get_current_time" "name": "reset_tools" "name": "search_tools"]`
+	if got := fmt.Sprint(listed()); got != want {
+		t.Fatalf("listed %s, want %s", got, want)
+	}
+	out, errOut, code := shell(t, dir, env, command(t, "go run ./cmd/toolbus call search_tools"))
+	if code != 0 || !strings.Contains(out, "tool append_note (group: notes; inactive)") || !strings.Contains(out, "The currently activated tool group(s): notes.") {
+		t.Fatalf("search_tools: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if got := fmt.Sprint(listed()); !strings.Contains(got, `"name": "append_note"`) {
+		t.Fatalf("after the search: %s", got)
+	}
+}
