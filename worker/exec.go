@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -122,7 +121,8 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		failed := bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())}
 		data, _ = failed.AppendJSON(nil)
 	}
-	out, _ := bus.NewEvent(bus.TypeExecResult, w.source, json.RawMessage(data))
+	out, _ := bus.NewEvent(bus.TypeExecResult, w.source, nil)
+	out.Data = data // set here, not boxed into NewEvent's any
 	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
 	rp.result(out)
 }
