@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -25,10 +26,15 @@ import (
 // whole process's CPU per operation (every server, router, worker and
 // caller share it); run it with
 //
-//	go test ./bench -run '^$' -bench Cluster -benchtime 1x -timeout 10m
+//	TOOLBUS_BENCH_CLUSTER=1 go test ./bench -run '^$' -bench 'Cluster$' -benchtime 1x -timeout 10m
 //
-// b.N repeats the windows; the metrics are the last repetition's.
+// Without TOOLBUS_BENCH_CLUSTER it is skipped (it takes about two minutes;
+// scripts/test runs every benchmark 100 times). b.N repeats the windows;
+// the metrics are the last repetition's.
 func BenchmarkCluster(b *testing.B) {
+	if os.Getenv("TOOLBUS_BENCH_CLUSTER") == "" {
+		b.Skip("set TOOLBUS_BENCH_CLUSTER=1 to measure one node against a 3-node R3 cluster")
+	}
 	b.Run("nodes=1", func(b *testing.B) { benchScale(b, false) })
 	b.Run("nodes=3,R3", func(b *testing.B) { benchScale(b, true) })
 }
