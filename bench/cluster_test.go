@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,12 +13,14 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/groups"
 )
 
 // BenchmarkCluster measures calls/s on one node and on a 3-node cluster in
 // this process with every bucket and stream replicated three times (issue
-// 27: where one stream saturates): read-only, write (the dedupe ledger) and
-// parked calls (park → answer → batch.done) through one router, next to
+// 27: where one stream saturates): read-only, write (the dedupe ledger),
+// session-writing (reset_tools) and parked calls (park → answer →
+// batch.done) through one router, next to
 // what one stream and one KV bucket take on their own — a synchronous
 // publish with a message id per caller (as the router stores batch.done),
 // the same pipelined (PublishAsync: the stream's ceiling), and a create
@@ -67,6 +70,7 @@ func benchScale(b *testing.B, cluster bool) {
 		{"kv-create+cas", kvCreateCAS(kv)},
 		{"read-only", d.callTool(d.client, toolRead)},
 		{"write", d.callTool(d.client, toolWrite)},
+		{"session-write", sessionWrite(d.client, clusterCallers)},
 		{"parked", parked.call},
 	}
 	for _, p := range paths { // warm-up: connections, caches, stream leaders
@@ -74,12 +78,20 @@ func benchScale(b *testing.B, cluster bool) {
 			b.Fatalf("%s: %v", p.metric, err)
 		}
 	}
+	sessions, err := js.Stream(ctx, "KV_"+bus.NewSubjects("").Bucket(bus.BucketSessions))
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	for range b.N {
 		for _, p := range paths {
+			seq0 := lastSeq(ctx, sessions)
 			l, err := runLoad(ctx, clusterWindow, clusterCallers, p.fn)
 			if err != nil {
 				b.Fatalf("%s: %v", p.metric, err)
+			}
+			if p.metric == "session-write" { // each call must write the session once
+				b.ReportMetric(float64(lastSeq(ctx, sessions)-seq0)/float64(l.total), "session-writes/call")
 			}
 			b.ReportMetric(l.throughput(), p.metric+"/s")
 			b.ReportMetric(l.cpuPerCall(), p.metric+"-cpu-µs")
@@ -153,6 +165,31 @@ func kvCreateCAS(kv jetstream.KeyValue) callFunc {
 		_, err = kv.Update(ctx, key, []byte(`{"state":"answered"}`), rev)
 		return err
 	}
+}
+
+// sessionWrite turns the bench group on and off in turn in a session of
+// the caller's own (reset_tools): one compare-and-set on the sessions
+// bucket per call.
+func sessionWrite(c *client.Client, callers int) callFunc {
+	on := make([]bool, callers)
+	return func(ctx context.Context, i int) error {
+		on[i] = !on[i]
+		input := json.RawMessage(`{"` + benchGroup + `":` + strconv.FormatBool(on[i]) + `}`)
+		reply, err := c.Call(ctx, "clsess-"+strconv.Itoa(i), bus.Batch{Calls: []bus.Call{{ID: "r1", Name: groups.ResetTools, Input: input}}})
+		if err != nil {
+			return err
+		}
+		return checkReply(reply, 1)
+	}
+}
+
+// lastSeq is the stream's last sequence, 0 when it cannot be read.
+func lastSeq(ctx context.Context, s jetstream.Stream) uint64 {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return info.State.LastSeq
 }
 
 // parkedCallers gives each caller a session of its own and a watch of
