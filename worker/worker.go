@@ -481,10 +481,8 @@ func (r coreReply) refuse(be *bus.Error) { _ = bus.RespondError(r.w.nc, r.m, r.w
 
 func (r coreReply) drop() {}
 
-var (
-	errCancelled = errors.New("cancelled by the agent")
-	errDrained   = life.ErrDeadline
-)
+// errDrained is the cause of a call's context cut off by a drain's deadline.
+var errDrained = life.ErrDeadline
 
 // cancelMemory is how long a worker remembers a cancel, so that an exec
 // request that was already on its way when the cancel went out never runs.
