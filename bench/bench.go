@@ -152,7 +152,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	logf := opts.Logf
 	slice := max(opts.Duration/time.Duration(opts.Rounds), minSlice)
 	logf("bench: starting nats-server, router, workers and the mcp-go server")
-	d, err := deploy(ctx, opts.Callers[len(opts.Callers)-1], logf)
+	d, err := deploy(ctx, opts.Callers[len(opts.Callers)-1], false, logf)
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ func sharedDeployment(b *testing.B) *deployment {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		shared.d, shared.err = deploy(ctx, 1, func(string, ...any) {})
+		shared.d, shared.err = deploy(ctx, 1, false, func(string, ...any) {})
 	})
 	if shared.err != nil {
 		b.Fatal(shared.err)
@@ -78,7 +78,9 @@ func sharedCrossDeployment(b *testing.B) *xdeployment {
 // BenchmarkCrossProcessReadOnly calls the read-only tool from one caller
 // through the router in its own process (TestMain re-executes this binary
 // as each part); router-µs/op and router-allocs/op are the router
-// process's own, from its getrusage and runtime.MemStats.
+// process's own, from its getrusage and runtime.MemStats, worker-µs/op and
+// worker-allocs/op the worker process's (the worker SDK), allocs/op and
+// client-µs/op this process's (the client SDK and the loop).
 func BenchmarkCrossProcessReadOnly(b *testing.B) {
 	d := sharedCrossDeployment(b)
 	fn := d.callTool(toolRead)
@@ -92,7 +94,13 @@ func BenchmarkCrossProcessReadOnly(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	wbefore, err := d.stats(ctx, roleWorker, ctlRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
 	lat := make(latencies, 0, b.N)
+	cpu0 := processCPU()
+	b.ReportAllocs() // this process is the client SDK's
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
@@ -102,7 +110,12 @@ func BenchmarkCrossProcessReadOnly(b *testing.B) {
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
+	cpu := processCPU() - cpu0
 	after, err := d.stats(ctx, roleRouter, ctlRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	wafter, err := d.stats(ctx, roleWorker, ctlRequest{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -110,6 +123,9 @@ func BenchmarkCrossProcessReadOnly(b *testing.B) {
 	b.ReportMetric(us(lat.quantile(0.5)), "p50-µs")
 	b.ReportMetric(perCallOf(float64(after.CPUNS-before.CPUNS)/1e3, int64(b.N)), "router-µs/op")
 	b.ReportMetric(perCallOf(float64(after.Mallocs-before.Mallocs), int64(b.N)), "router-allocs/op")
+	b.ReportMetric(perCallOf(float64(wafter.CPUNS-wbefore.CPUNS)/1e3, int64(b.N)), "worker-µs/op")
+	b.ReportMetric(perCallOf(float64(wafter.Mallocs-wbefore.Mallocs), int64(b.N)), "worker-allocs/op")
+	b.ReportMetric(perCallOf(float64(cpu.Nanoseconds())/1e3, int64(b.N)), "client-µs/op")
 }
 
 // benchCalls calls fn b.N times from one caller and reports the median

@@ -95,9 +95,10 @@ func (d *deployment) connect(ctx context.Context, part string) (*nats.Conn, erro
 	return d.x.Connect(ctx, part)
 }
 
-// deploy starts the server and everything on it; sessions is how many
-// caller sessions to prepare (the largest caller count).
-func deploy(ctx context.Context, sessions int, logf func(string, ...any)) (d *deployment, err error) {
+// deploy starts the server (a 3-node cluster with replicas 3 when
+// cluster) and everything on it; sessions is how many caller sessions to
+// prepare (the largest caller count).
+func deploy(ctx context.Context, sessions int, cluster bool, logf func(string, ...any)) (d *deployment, err error) {
 	d = &deployment{logf: logf}
 	defer func() {
 		if err != nil {
@@ -107,7 +108,7 @@ func deploy(ctx context.Context, sessions int, logf func(string, ...any)) (d *de
 	}()
 	// One router with the bench meta group, the default heartbeat (as
 	// deployed), connections that do not reconnect, every part labelled.
-	d.x, err = xtest.Start(ctx, xtest.Config{Routers: 1, Heartbeat: bus.DefaultHeartbeat, Bound: readyBound,
+	d.x, err = xtest.Start(ctx, xtest.Config{Cluster: cluster, Routers: 1, Heartbeat: bus.DefaultHeartbeat, Bound: readyBound,
 		Router:  router.Config{Groups: []bus.Group{{Name: benchGroup, Description: "Benchmark tools.", Scope: bus.ScopeMeta}}},
 		Options: []nats.Option{nats.MaxReconnects(0)},
 		Around:  labelled})

@@ -3,7 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -35,10 +34,11 @@ func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (
 	if err != nil {
 		return nil, bus.Errorf(bus.CodeBadRequest, "batch: %v", err)
 	}
-	e, err := c.event(bus.TypeCallBatch, session, json.RawMessage(data))
+	e, err := c.event(bus.TypeCallBatch, session, nil)
 	if err != nil {
 		return nil, err
 	}
+	e.Data = data // set here, not boxed into NewEvent's any
 	for _, o := range opts {
 		o(e)
 	}

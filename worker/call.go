@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -29,13 +30,22 @@ type Call struct {
 	State json.RawMessage
 
 	w           *executor
-	cancel      func(error)
+	stop        func()      // ends the call's context
+	cancelled   atomic.Bool // an agent cancelled the call (abort)
 	traceParent string
 	traceState  string
 
 	mu    sync.Mutex
 	seq   int
 	patch json.RawMessage
+}
+
+// abort ends the call at an agent's cancel.
+func (c *Call) abort() {
+	c.cancelled.Store(true)
+	if c.stop != nil {
+		c.stop()
+	}
 }
 
 // UserString returns User when it is a JSON string, else its JSON text.

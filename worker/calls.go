@@ -94,6 +94,9 @@ func (ct *callTable) begin(key string, c *Call) (cancelled bool) {
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
 	ct.inflight[key] = c
+	if len(ct.cancelled) == 0 {
+		return false // the usual case: no key to build
+	}
 	_, replyCancelled := ct.cancelled[bus.CallKey(c.SessionID, c.ReplyID, "")]
 	_, callCancelled := ct.cancelled[key]
 	return replyCancelled || callCancelled
@@ -142,14 +145,14 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 		prefix := bus.CallKey(session, e.ReplyID, "") // identifiers hold no dots
 		for k, call := range ct.inflight {
 			if len(k) > len(prefix) && strings.HasPrefix(k, prefix) {
-				call.cancel(errCancelled)
+				call.abort()
 			}
 		}
 		return
 	}
 	for _, id := range c.Calls {
 		if call, ok := ct.inflight[bus.CallKey(session, e.ReplyID, id)]; ok {
-			call.cancel(errCancelled)
+			call.abort()
 		}
 	}
 }

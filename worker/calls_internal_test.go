@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -104,11 +103,7 @@ func TestCallTableCancel(t *testing.T) {
 			var got []string
 			for _, c := range tc.running {
 				id := c.id
-				call := &Call{ID: id, SessionID: c.session, ReplyID: c.reply, cancel: func(err error) {
-					if errors.Is(err, errCancelled) {
-						got = append(got, id)
-					}
-				}}
+				call := &Call{ID: id, SessionID: c.session, ReplyID: c.reply, stop: func() { got = append(got, id) }}
 				if ct.begin(bus.CallKey(c.session, c.reply, c.id), call) {
 					t.Fatalf("call %s cancelled before any cancel", id)
 				}

@@ -100,7 +100,7 @@ func (w *Worker) work(t *tool, msg jetstream.Msg, ackWait time.Duration) {
 	go rp.beat(max(ackWait/3, 10*time.Millisecond))
 	w.pool.Go(func() {
 		defer w.release(key, tracked)
-		w.exec.serve(t, m, e, err, rp)
+		w.exec.serve(t, m, e, err, key, rp)
 	})
 }
 

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,8 +31,9 @@ type executor struct {
 	calls  *callTable
 }
 
-// serve checks one exec request, runs the call and answers through rp.
-func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp replier) {
+// serve checks one exec request, runs the call and answers through rp;
+// key is the call key the worker listed it under ("" when none).
+func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, rp replier) {
 	if err == nil && e.Type != bus.TypeExec {
 		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
 	}
@@ -62,29 +62,29 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp repli
 		rp.drop()
 		return // the drain's deadline passed before the call got a slot: never start it, never answer
 	}
-	ctx, cancel := context.WithCancelCause(tracing.Extract(w.base, e.TraceParent, e.TraceState))
-	defer cancel(nil)
+	// One context per call: the request's deadline, a child of the
+	// worker's base (whose cause, errDrained, it inherits); an agent's
+	// cancel is told apart by Call.cancelled.
+	ctx, stop := callContext(tracing.Extract(w.base, e.TraceParent, e.TraceState), e)
+	defer stop()
 	ctx, span := tracing.StartTool(ctx, trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
 	defer span.End()
 	tp, ts := tracing.Inject(ctx, e.TraceParent, e.TraceState)
-	if exp, _ := e.Expiry(); !exp.IsZero() {
-		var c2 context.CancelFunc
-		ctx, c2 = context.WithDeadline(ctx, exp)
-		defer c2()
-	}
 	c := &Call{ID: req.Call.ID, Name: req.Call.Name, SessionID: e.SessionID, ReplyID: e.ReplyID,
 		Input: req.Call.Input, User: absentIfNull(req.User), Context: absentIfNull(req.Context), Attempt: req.Attempt, State: req.State,
-		w: w, cancel: cancel, traceParent: tp, traceState: ts}
-	key := bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
+		w: w, stop: stop, traceParent: tp, traceState: ts}
+	if key == "" || e.ToolCallID != req.Call.ID {
+		key = bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
+	}
 	if w.calls.begin(key, c) {
 		// The cancel overtook this request (it was sent before the router
 		// saw the cancel): never start it.
-		cancel(errCancelled)
+		c.abort()
 	}
 	defer w.calls.end(key, c)
 
 	var res *bus.ExecResult
-	if context.Cause(ctx) != errCancelled {
+	if !c.cancelled.Load() {
 		res = w.run(ctx, t, c)
 	}
 	if context.Cause(ctx) == errDrained {
@@ -96,7 +96,7 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp repli
 		rp.drop()
 		return
 	}
-	if context.Cause(ctx) == errCancelled {
+	if c.cancelled.Load() {
 		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
 	}
 	t.calls.Add(1)
@@ -121,7 +121,8 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp repli
 		failed := bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())}
 		data, _ = failed.AppendJSON(nil)
 	}
-	out, _ := bus.NewEvent(bus.TypeExecResult, w.source, json.RawMessage(data))
+	out, _ := bus.NewEvent(bus.TypeExecResult, w.source, nil)
+	out.Data = data // set here, not boxed into NewEvent's any
 	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
 	rp.result(out)
 }
@@ -132,6 +133,9 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, rp repli
 // neither output nor state patch: nothing of it takes effect.
 func (w *executor) fit(ctx context.Context, t *tool, key string, res *bus.ExecResult) *bus.ExecResult {
 	out, err := w.off.Fit(ctx, key, res.Output, len(res.Metadata)+len(res.StatePatch), res.State != bus.StateSuccess)
+	if err == nil && len(out) == len(res.Output) && (len(out) == 0 || &out[0] == &res.Output[0]) {
+		return res // the usual small output, kept as it is
+	}
 	if err == nil {
 		r := *res
 		r.Output = out
@@ -146,6 +150,15 @@ func (w *executor) fit(ctx context.Context, t *tool, key string, res *bus.ExecRe
 	}
 	w.log.Warn("worker: output not kept", "tool", t.def.Name, "key", key, "err", err)
 	return &bus.ExecResult{State: bus.StateError, Output: bus.Text(msg)}
+}
+
+// callContext is the context of a call: with the request's expiry as
+// deadline when it has one.
+func callContext(parent context.Context, e *bus.Event) (context.Context, context.CancelFunc) {
+	if exp, _ := e.Expiry(); !exp.IsZero() {
+		return context.WithDeadline(parent, exp)
+	}
+	return context.WithCancel(parent)
 }
 
 // run calls the handler, turning panics and errors into error results.

@@ -37,6 +37,9 @@ func Register[In, Out any](w *Worker, def bus.ToolDef, fn Func[In, Out]) error {
 		if err != nil {
 			return nil, err
 		}
+		if s, ok := any(out).(string); ok { // the usual text, without boxing it
+			return &bus.ExecResult{Output: bus.Text(s)}, nil
+		}
 		return toResult(out)
 	})
 }

@@ -360,15 +360,10 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 		return
 	}
 	e, err := bus.Decode(m)
-	run := func(key string, tracked bool) {
-		w.pool.Go(func() {
-			defer w.release(key, tracked)
-			w.exec.serve(t, m, e, err, coreReply{w.exec, m})
-		})
-	}
 	select {
 	case w.sem <- struct{}{}:
-		run(w.accept(t, e, err))
+		key, tracked := w.accept(t, e, err)
+		w.dispatch(t, m, e, err, key, tracked)
 		return
 	default:
 	}
@@ -395,8 +390,16 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 				return
 			}
 		}
-		run(key, tracked)
+		w.dispatch(t, m, e, err, key, tracked)
 	}()
+}
+
+// dispatch serves one accepted exec request on the pool, in its slot.
+func (w *Worker) dispatch(t *tool, m *nats.Msg, e *bus.Event, err error, key string, tracked bool) {
+	w.pool.Go(func() {
+		defer w.release(key, tracked)
+		w.exec.serve(t, m, e, err, key, coreReply{w.exec, m})
+	})
 }
 
 // unserved answers a request of a tool whose definition no router
@@ -478,10 +481,8 @@ func (r coreReply) refuse(be *bus.Error) { _ = bus.RespondError(r.w.nc, r.m, r.w
 
 func (r coreReply) drop() {}
 
-var (
-	errCancelled = errors.New("cancelled by the agent")
-	errDrained   = life.ErrDeadline
-)
+// errDrained is the cause of a call's context cut off by a drain's deadline.
+var errDrained = life.ErrDeadline
 
 // cancelMemory is how long a worker remembers a cancel, so that an exec
 // request that was already on its way when the cancel went out never runs.
