@@ -124,6 +124,15 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if t := r.Task; t != nil {
+		b = append(b, `,"task":{"id":`...)
+		b = appendString(b, t.ID)
+		b = append(b, `,"state":`...)
+		b = appendString(b, t.State)
+		b = append(b, `,"subject":`...)
+		b = appendString(b, t.Subject)
+		b = append(b, '}')
+	}
 	return append(b, '}'), nil
 }
 

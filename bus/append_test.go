@@ -69,6 +69,7 @@ func TestResultAppendJSON(t *testing.T) {
 		{ID: "c4", Name: "t", State: StateError, Output: Text("slow"), Error: &ResultError{Code: CodeLimitExceeded, Message: "wait", RetryAfterMS: 1500}},
 		{ID: "c5", Name: "t", State: StateSuccess, Output: []Block{{Type: BlockData, MediaType: "image/png", URL: "nats-object://o/k", Size: 12,
 			URI: "u", Name: "n", Title: "ti", Description: "d", Annotations: &Annotations{Audience: []string{AudienceUser}, Priority: &prio}}}},
+		{ID: "c6", Name: "t", State: StateBackground, Output: Text("on"), Task: &TaskHandle{ID: "k1", State: StateBackground, Subject: "toolbus.tasks.s"}},
 	}
 	for _, r := range results {
 		got, err := r.AppendJSON(nil)
