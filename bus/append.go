@@ -233,6 +233,9 @@ func (b *Batch) AppendJSON(out []byte) ([]byte, error) {
 					return nil, err
 				}
 			}
+			if c.Background {
+				out = append(out, `,"background":true`...)
+			}
 			out = append(out, '}')
 		}
 		out = append(out, ']')

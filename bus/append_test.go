@@ -122,6 +122,7 @@ func TestBatchAppendJSON(t *testing.T) {
 	for _, b := range []Batch{
 		{},
 		{Calls: []Call{}},
+		{Calls: []Call{{ID: "c1", Name: "slow", Background: true}}},
 		{Calls: []Call{{ID: "c1", Name: "get_weather", Input: json.RawMessage(`{"city": "Oslo"}`)}, {ID: "c2", Name: "n\"x"}},
 			User: json.RawMessage(`"alice"`), Context: json.RawMessage(`{"tenant":"acme"}`), Events: EventsCalls, SessionRev: 42},
 		{Calls: []Call{{ID: "c1", Name: "pick"}}, Request: &Request{MergeMode: MergeExternalOnly,
