@@ -2,12 +2,14 @@ package embedded
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
@@ -307,5 +309,47 @@ func TestTaskSurvivesWorkerKill(t *testing.T) {
 	}
 	if got[0].State != bus.StateSuccess || textOf(*got[0].Result) != "survivor" {
 		t.Fatalf("task after the worker died: %+v", got[0])
+	}
+}
+
+// TestTaskTools: the model follows a task with the built-in tools, called
+// like any tool in a batch: task_output, list_tasks, wait_async_results
+// and ToolStop, each on its own session's tasks only.
+func TestTaskTools(t *testing.T) {
+	e := newEnv(t, 1)
+	g := newGate(t)
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "slow_tool", ReadOnly: true, ConcurrencySafe: true, TimeoutMS: 200, Background: true}, gated(g, nil))
+		if err := builtin.RegisterTasks(w, e.connect(t), ""); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.waitLive("slow_tool", builtin.TaskOutputName, builtin.WaitTasksName, builtin.StopTaskName, builtin.ListTasksName)
+	const session = "task-tools"
+	id1 := backgrounded(t, e.call(t, session, []bus.Call{{ID: "c1", Name: "slow_tool"}}).Results[0])
+	id2 := backgrounded(t, e.call(t, session, []bus.Call{{ID: "c2", Name: "slow_tool"}}).Results[0])
+	in := func(v string) json.RawMessage { return json.RawMessage(v) }
+
+	r := e.call(t, session, []bus.Call{{ID: "o", Name: builtin.TaskOutputName, Input: in(`{"task_id":"` + id1 + `"}`)},
+		{ID: "l", Name: builtin.ListTasksName}})
+	if out := textOf(r.Results[0]); r.Results[0].State != bus.StateSuccess || !strings.Contains(out, "still running") {
+		t.Fatalf("task_output: %+v", r.Results[0])
+	}
+	if out := textOf(r.Results[1]); !strings.Contains(out, id1) || !strings.Contains(out, id2) {
+		t.Fatalf("list_tasks: %q", out)
+	}
+	// Another session's task is unknown to the tools as to the verbs.
+	r = e.call(t, "other", []bus.Call{{ID: "s", Name: builtin.StopTaskName, Input: in(`{"task_id":"` + id1 + `"}`)}})
+	if r.Results[0].State != bus.StateError || !strings.Contains(textOf(r.Results[0]), "TaskNotFoundError: The task "+id1+" does not exist.") {
+		t.Fatalf("ToolStop on another session's task: %+v", r.Results[0])
+	}
+	r = e.call(t, session, []bus.Call{{ID: "s", Name: builtin.StopTaskName, Input: in(`{"task_id":"` + id2 + `"}`)}})
+	if textOf(r.Results[0]) != "Task "+id2+" stopped successfully." {
+		t.Fatalf("ToolStop: %+v", r.Results[0])
+	}
+	g.open()
+	r = e.call(t, session, []bus.Call{{ID: "w", Name: builtin.WaitTasksName, Input: in(`{"task_ids":["` + id1 + `","` + id2 + `"],"timeout_seconds":30}`)}})
+	if out := textOf(r.Results[0]); !strings.Contains(out, "done c1") || !strings.Contains(out, id2+" (tool 'slow_tool'): interrupted") {
+		t.Fatalf("wait_async_results: %q", out)
 	}
 }
