@@ -102,7 +102,7 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 		return b.r.tools.runTool(ctx, j)
 	}
 	rec := b.record(j, start)
-	runCtx, cancel := context.WithCancel(b.r.life.Background())
+	runCtx, cancel := b.runContext()
 	unlink := context.AfterFunc(ctx, cancel) // a cancel of the batch, until the handoff
 	done := make(chan bus.Result, 1)
 	if !b.r.life.Loop(func(context.Context) { done <- b.r.tools.runTool(runCtx, b.longJob(rec, j.tool, j.trace)) }) {
@@ -138,6 +138,17 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 		cancel() // stopping: another router takes the task over
 	}
 	return b.handle(j.call, rec, timeout)
+}
+
+// runContext is the context of a task's run: cancelled by the task's
+// cancel, and by the router's stop with the drain deadline's cause, so
+// that the executors leave the call as they do at a drain's deadline (a
+// durable call stays in its queue and its ledger entry open) for the
+// router that takes the task over.
+func (b *background) runContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := context.AfterFunc(b.r.life.Background(), func() { cancel(errDrainDeadline) })
+	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
 // record is the task of job j, started at start.
@@ -201,7 +212,7 @@ func (b *background) owns(id string) bool {
 func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan bus.Result, cancel context.CancelFunc) {
 	res := <-done
 	for rerun(rec, res) && lctx.Err() == nil {
-		ctx, c := context.WithCancel(lctx)
+		ctx, c := b.runContext()
 		b.track(rec, c)
 		cancel = c
 		res = b.runAgain(ctx, rec)
@@ -305,7 +316,7 @@ func (b *background) tick(now time.Time) {
 // call runs again, any other's outcome is unknown.
 func (b *background) resume(rec *tasks.Record) {
 	b.log.Info("router: background task taken over", "task", rec.ID, "tool", rec.Tool)
-	ctx, cancel := context.WithCancel(b.r.life.Background())
+	ctx, cancel := b.runContext()
 	b.track(rec, cancel)
 	ok := b.r.life.Loop(func(lctx context.Context) {
 		c := bus.Call{ID: rec.CallID, Name: rec.Tool}

@@ -353,3 +353,35 @@ func TestTaskTools(t *testing.T) {
 		t.Fatalf("wait_async_results: %q", out)
 	}
 }
+
+// TestTaskDurableSurvivesRouterRestart: a durable tool's task outlives the
+// router that started it without running twice: the worker's result lands
+// in the ledger, and the router that took the task over ends it with that.
+func TestTaskDurableSurvivesRouterRestart(t *testing.T) {
+	e := newEnv(t, 1)
+	g := newGate(t)
+	var runs atomic.Int32
+	def := durableDef("durable_bg")
+	def.TimeoutMS, def.Background = 200, true
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, def, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			runs.Add(1)
+			<-g.ch
+			return textResult("durable done"), nil
+		})
+	})
+	e.waitLive("durable_bg")
+	const session = "task-durable"
+	id := backgrounded(t, e.call(t, session, []bus.Call{{ID: "c1", Name: "durable_bg"}}).Results[0])
+	e.addRouter()
+	e.waitLive("durable_bg")
+	e.routers[0].Stop()
+	g.open()
+	got, err := e.client.WaitTasks(testCtx(t), session, bound, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].State != bus.StateSuccess || textOf(*got[0].Result) != "durable done" || runs.Load() != 1 {
+		t.Fatalf("task after the restart: %+v (runs %d)", got[0], runs.Load())
+	}
+}
