@@ -256,7 +256,9 @@ func (b *background) runAgain(ctx context.Context, rec *tasks.Record) bus.Result
 // end records rec's result and, when that ended the task, says so on the
 // session's events.
 func (b *background) end(rec *tasks.Record, res bus.Result) {
-	ctx, cancel := b.r.life.Landing()
+	// Not life.Landing: this runs on a loop, which a drain does not wait
+	// for as work; the end is bounded on its own.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	got, ended, err := b.st.Finish(ctx, rec.Session, rec.ID, res)
 	if err != nil {

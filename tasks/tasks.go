@@ -295,10 +295,30 @@ func (s *Store) List(ctx context.Context, session string) ([]*Record, error) {
 	return s.scan(ctx, taskKey(session, "*"))
 }
 
-// Running returns every running task of the deployment (for takeover).
+// Running returns every running task of the deployment (for takeover),
+// read through the sessions' counts: the cost grows with the running
+// tasks, not with the ended ones kept.
 func (s *Store) Running(ctx context.Context) ([]*Record, error) {
-	all, err := s.scan(ctx, "t.*.*")
-	return slices.DeleteFunc(all, func(r *Record) bool { return !r.Running() }), err
+	lister, err := s.kv.ListKeysFiltered(ctx, "s.*")
+	if err != nil {
+		return nil, err
+	}
+	var out []*Record
+	for key := range lister.Keys() {
+		e, err := s.kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		session := strings.TrimPrefix(key, "s.")
+		var ix index // lapsed counts too: their tasks still need an end
+		_ = json.Unmarshal(e.Value(), &ix)
+		for id := range ix {
+			if r, err := s.Get(ctx, session, id); err == nil && r.Running() {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
 }
 
 func (s *Store) scan(ctx context.Context, filter string) ([]*Record, error) {
