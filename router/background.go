@@ -71,7 +71,8 @@ func (r *Router) startTasks(ctx context.Context) error {
 	b := &background{wire: r.wire, r: r, cfg: cfg, running: map[string]ownedTask{},
 		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser})}
 	r.bg = b
-	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), b.onTasks, false})
+	verbs := &taskVerbs{b}
+	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), verbs.onTasks, false})
 	r.life.Loop(func(ctx context.Context) { every(ctx, r.cfg.Store.Heartbeat, b.tick) })
 	return nil
 }
@@ -349,8 +350,11 @@ func (b *background) resume(rec *tasks.Record) {
 	}
 }
 
-// onTasks serves the task verbs on P.tasks.<session>.
-func (b *background) onTasks(m *nats.Msg) {
+// taskVerbs serves the task verbs on P.tasks.<session>.
+type taskVerbs struct{ *background }
+
+// onTasks serves one task verb.
+func (b *taskVerbs) onTasks(m *nats.Msg) {
 	e, err := b.decode(m, "tasks", bus.TypeTaskQuery)
 	var q bus.TaskQuery
 	if err == nil {
@@ -408,7 +412,7 @@ func checkQuery(q *bus.TaskQuery) error {
 }
 
 // query runs one task verb for session.
-func (b *background) query(ctx context.Context, session string, q bus.TaskQuery) (*bus.TaskReply, error) {
+func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) (*bus.TaskReply, error) {
 	var recs []*tasks.Record
 	var err error
 	reply := &bus.TaskReply{}
