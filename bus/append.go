@@ -124,6 +124,15 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if t := r.Task; t != nil {
+		b = append(b, `,"task":{"id":`...)
+		b = appendString(b, t.ID)
+		b = append(b, `,"state":`...)
+		b = appendString(b, t.State)
+		b = append(b, `,"subject":`...)
+		b = appendString(b, t.Subject)
+		b = append(b, '}')
+	}
 	return append(b, '}'), nil
 }
 
@@ -223,6 +232,9 @@ func (b *Batch) AppendJSON(out []byte) ([]byte, error) {
 				if out, err = appendChecked(out, c.Input, "calls["+strconv.Itoa(i)+"].input"); err != nil {
 					return nil, err
 				}
+			}
+			if c.Background {
+				out = append(out, `,"background":true`...)
 			}
 			out = append(out, '}')
 		}

@@ -69,6 +69,7 @@ func TestResultAppendJSON(t *testing.T) {
 		{ID: "c4", Name: "t", State: StateError, Output: Text("slow"), Error: &ResultError{Code: CodeLimitExceeded, Message: "wait", RetryAfterMS: 1500}},
 		{ID: "c5", Name: "t", State: StateSuccess, Output: []Block{{Type: BlockData, MediaType: "image/png", URL: "nats-object://o/k", Size: 12,
 			URI: "u", Name: "n", Title: "ti", Description: "d", Annotations: &Annotations{Audience: []string{AudienceUser}, Priority: &prio}}}},
+		{ID: "c6", Name: "t", State: StateBackground, Output: Text("on"), Task: &TaskHandle{ID: "k1", State: StateBackground, Subject: "toolbus.tasks.s"}},
 	}
 	for _, r := range results {
 		got, err := r.AppendJSON(nil)
@@ -121,6 +122,7 @@ func TestBatchAppendJSON(t *testing.T) {
 	for _, b := range []Batch{
 		{},
 		{Calls: []Call{}},
+		{Calls: []Call{{ID: "c1", Name: "slow", Background: true}}},
 		{Calls: []Call{{ID: "c1", Name: "get_weather", Input: json.RawMessage(`{"city": "Oslo"}`)}, {ID: "c2", Name: "n\"x"}},
 			User: json.RawMessage(`"alice"`), Context: json.RawMessage(`{"tenant":"acme"}`), Events: EventsCalls, SessionRev: 42},
 		{Calls: []Call{{ID: "c1", Name: "pick"}}, Request: &Request{MergeMode: MergeExternalOnly,

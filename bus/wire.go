@@ -19,6 +19,9 @@ type Call struct {
 	ID    string          `json:"id"`
 	Name  string          `json:"name"`
 	Input json.RawMessage `json:"input,omitempty"`
+	// Background asks that the call go on as a background task when it
+	// reaches its timeout (docs/protocol.md 5.10).
+	Background bool `json:"background,omitempty"`
 }
 
 // Batch is the data of io.toolbus.call.batch.
@@ -91,6 +94,8 @@ type Result struct {
 	Output   []Block         `json:"output"`
 	Error    *ResultError    `json:"error,omitempty"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// Task is the handle of a result in state "background".
+	Task *TaskHandle `json:"task,omitempty"`
 }
 
 // ResultError is the machine-readable part of an error result.
@@ -395,7 +400,10 @@ type ToolDef struct {
 	StateInjected   bool            `json:"state_injected"`
 	// Durable calls go through the P_WORK work queue instead of core
 	// request/reply: a call whose worker dies is delivered to another.
-	Durable     bool   `json:"durable,omitempty"`
+	Durable bool `json:"durable,omitempty"`
+	// Background: a call that reaches its timeout goes on as a background
+	// task instead of ending "timeout" (docs/protocol.md 5.10).
+	Background  bool   `json:"background,omitempty"`
 	TimeoutMS   int64  `json:"timeout_ms"`
 	MaxAttempts int    `json:"max_attempts"`
 	Permission  string `json:"permission"`

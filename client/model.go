@@ -450,7 +450,9 @@ func dataURL(b bus.Block) string {
 	return "data:" + b.MediaType + ";base64," + b.Data
 }
 
-func isError(r bus.Result) bool { return r.State != bus.StateSuccess }
+// isError: a result the model is told failed; a background task's handle
+// (docs/protocol.md 5.10) did not fail.
+func isError(r bus.Result) bool { return r.State != bus.StateSuccess && r.State != bus.StateBackground }
 
 func openAIMessages(rs []bus.Result) []any {
 	type msg struct {

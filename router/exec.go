@@ -64,7 +64,7 @@ func (s execStep) run(ctx context.Context, b *batch, c *callState) bus.Result {
 func jobOf(b *batch, c *callState) *job {
 	return &job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
 		user: b.data.User, context: b.data.Context,
-		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}, tool: c.target.Tool}
+		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input, Background: c.call.Background}, tool: c.target.Tool}
 }
 
 // reset runs the built-in reset_tools.

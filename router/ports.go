@@ -175,7 +175,7 @@ func (x routerResolver) refresh(ctx context.Context, name string) error {
 type routerRunner struct{ r *Router }
 
 func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result {
-	return x.r.tools.runTool(ctx, j)
+	return x.r.runCall(ctx, j) // the tools' runner, or a background task (background.go)
 }
 func (x routerRunner) loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result {
 	return x.r.skills.loadSkill(ctx, session, user, c, input)

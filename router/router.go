@@ -95,6 +95,8 @@ type Config struct {
 	// renewed; renewals come every Store.Heartbeat. Past it, another router
 	// (a re-sent batch) takes the work over. Zero means three heartbeats.
 	Lease time.Duration
+	// Tasks configures background tasks (background.go).
+	Tasks TasksConfig
 	// Guard configures tool search, quotas and rate limits, the result
 	// cache and the audit trail (guard.go).
 	Guard Guard
@@ -178,6 +180,7 @@ type Router struct {
 	stored     *outputs           // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
 	tools      toolRunner         // runs tool calls on workers, through work queues and the ledger (exec.go)
 	confirming confirmed          // confirmed calls running outside any batch
+	bg         *background        // background tasks; nil when off (background.go)
 
 	once     sync.Once
 	stopErr  error
@@ -277,6 +280,9 @@ func (r *Router) Start(ctx context.Context) (err error) {
 		return err
 	}
 	r.bind()
+	if err := r.startTasks(ctx); err != nil {
+		return err
+	}
 	for _, s := range r.handlers {
 		if err := r.subs.add(r.nc, s, r.dispatch); err != nil {
 			return err

@@ -301,7 +301,7 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	// checks neither a push consumer's deliver_subject against its
 	// creator's permissions nor durability, and a consumer name in an API
 	// subject cannot be confined to a session (docs/security.md).
-	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok), s.Replay(tok)}
+	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok), s.Replay(tok), s.Tasks(tok)}
 	for _, t := range answers {
 		pub = append(pub, s.Answer(t))
 	}
@@ -322,7 +322,7 @@ func agent(s bus.Subjects, session string, answers []string) User {
 // list).
 func denySessions(s bus.Subjects, u *User, sessions []string) {
 	for _, id := range sessions {
-		u.Permissions.PublishDeny = append(u.Permissions.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id), s.Outputs(id))
+		u.Permissions.PublishDeny = append(u.Permissions.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id), s.Outputs(id), s.Tasks(id))
 		u.Permissions.SubscribeDeny = append(u.Permissions.SubscribeDeny, s.Events(id))
 	}
 }
@@ -366,7 +366,7 @@ func operator(s bus.Subjects) User {
 	// It may not execute tools directly nor register as a worker.
 	return User{Name: RoleOperator, Role: RoleOperator, InboxPrefix: inbox(RoleOperator), Permissions: Permissions{
 		Publish: []string{s.All("admin"), s.All("call"), s.All("tools"), s.All("cancel"), s.All("answer"), s.All("approve"), s.All("replay"), s.All("outputs"),
-			s.All("handoff"), "$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>",
+			s.All("tasks"), s.All("handoff"), "$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>",
 			"$JS.FC.OBJ_" + s.ObjectStore(bus.ObjectOutputs) + ".>"}, // flow control of `nats object get`'s ordered consumer
 		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
 	}}

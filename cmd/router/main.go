@@ -210,6 +210,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err == nil {
 				err = builtin.RegisterWith(w, cfg)
 			}
+			if err == nil {
+				err = builtin.RegisterTasks(w, bnc, *prefix) // the background task tools (docs/tasks.md)
+			}
 		}
 		if err == nil {
 			err = w.Start(ctx)

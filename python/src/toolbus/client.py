@@ -263,6 +263,39 @@ class Client:
         e = _event(self, ev.TYPE_ADMIN, session, {} if data is None else data)
         return await _rpc.request(self.nc, self.subjects.admin(verb), e, ev.TYPE_ADMIN_REPLY, _timeout(self, timeout, 10))
 
+    async def task_query(self, session: str, op: str, ids: Sequence[str] = (), *, timeout_ms: int = 0, any: bool = False,
+                         timeout: float | None = None) -> dict[str, Any]:
+        """One task verb on ``P.tasks.<session>`` (5.10): ``{"tasks": [...], "output"?: [...]}``; a refusal raises."""
+        data: dict[str, Any] = {"op": op}
+        if ids:
+            data["ids"] = list(ids)
+        if timeout_ms:
+            data["timeout_ms"] = int(timeout_ms)
+        if any:
+            data["any"] = True
+        e = _event(self, ev.TYPE_TASK_QUERY, session, data)
+        wait = 10 + min(max(timeout_ms, 0), 120_000) / 1000
+        out: dict[str, Any] = await _rpc.request(self.nc, self.subjects.tasks(session), e, ev.TYPE_TASK_REPLY, _timeout(self, timeout, wait))
+        return out
+
+    async def tasks(self, session: str) -> list[dict[str, Any]]:
+        """The session's background tasks, newest first."""
+        return list((await self.task_query(session, "list")).get("tasks") or [])
+
+    async def wait_tasks(self, session: str, ids: Sequence[str], timeout: float = 60.0, *, any: bool = False) -> list[dict[str, Any]]:
+        """Wait until the tasks ended (``any``: one of them), at most ``timeout`` seconds (120); the tasks as they are then."""
+        r = await self.task_query(session, "wait", ids, timeout_ms=max(int(timeout * 1000), 1), any=any)
+        return list(r.get("tasks") or [])
+
+    async def cancel_task(self, session: str, task_id: str) -> dict[str, Any]:
+        """End a running task interrupted and stop its run; an ended task keeps its end."""
+        return dict((await self.task_query(session, "cancel", [task_id]))["tasks"][0])
+
+    async def task_output(self, session: str, task_id: str) -> tuple[dict[str, Any], list[Block]]:
+        """The task and its progress output so far."""
+        r = await self.task_query(session, "output", [task_id])
+        return dict(r["tasks"][0]), [Block.from_json(b) for b in r.get("output") or []]
+
     async def fetch(self, ref: str | Block, *, session: str | None = None, timeout: float | None = None) -> bytes:
         """The bytes of a stored output (5.9), read through ``P.outputs.<session>`` and checked against its digest."""
         url = ref.url if isinstance(ref, Block) else ref

@@ -45,6 +45,9 @@ TYPE_CONSUMER_NEXT = "io.toolbus.consumer.next"
 TYPE_CONSUMER_STOP = "io.toolbus.consumer.stop"
 TYPE_OUTPUT_GET = "io.toolbus.output.get"
 TYPE_OUTPUT_CHUNK = "io.toolbus.output.chunk"
+TYPE_TASK_QUERY = "io.toolbus.task.query"
+TYPE_TASK_REPLY = "io.toolbus.task.reply"
+TYPE_TASK_DONE = "io.toolbus.task.done"
 
 SPEC_VERSION = "1.0"
 CONTENT_TYPE_EVENT = "application/cloudevents+json"
@@ -431,6 +434,7 @@ class Subjects:
 
     def admin(self, verb: str) -> str: return self._p + "admin." + verb  # noqa: E704
     def outputs(self, session: str) -> str: return self._p + "outputs." + session  # noqa: E704
+    def tasks(self, session: str) -> str: return self._p + "tasks." + session  # noqa: E704
     def work(self, tool: str) -> str: return self._p + "work." + tool  # noqa: E704
     def result(self, tool: str) -> str: return self._p + "result." + tool  # noqa: E704
     def all(self, kind: str) -> str: return self._p + kind + ".>"  # noqa: E704

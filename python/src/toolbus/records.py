@@ -187,16 +187,19 @@ class Call:
     id: str
     name: str
     input: Any = None
+    background: bool = False  # go on as a background task past the timeout (5.10)
 
     @classmethod
     def from_json(cls, obj: Any, what: str = "call") -> Call:
-        m = _check(obj, what, {"id": str, "name": str, "input": None}, False)
-        return cls(id=m.get("id") or "", name=m.get("name") or "", input=m.get("input"))
+        m = _check(obj, what, {"id": str, "name": str, "input": None, "background": bool}, False)
+        return cls(id=m.get("id") or "", name=m.get("name") or "", input=m.get("input"), background=bool(m.get("background")))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "name": self.name}
         if self.input is not None:
             out["input"] = self.input
+        if self.background:
+            out["background"] = True
         return out
 
 
@@ -232,6 +235,7 @@ class Result:
     output: list[Block] = field(default_factory=list)
     error: ResultError | None = None
     metadata: Any = None
+    task: dict[str, Any] | None = None  # the handle of a result in state "background" (5.10)
 
     @property
     def ok(self) -> bool:
@@ -244,14 +248,14 @@ class Result:
 
     @classmethod
     def from_json(cls, obj: Any, what: str = "result") -> Result:
-        m = _check(obj, what, {"id": str, "name": str, "state": str, "output": list, "error": dict, "metadata": None}, False)
+        m = _check(obj, what, {"id": str, "name": str, "state": str, "output": list, "error": dict, "metadata": None, "task": dict}, False)
         if not m.get("state"):
             raise ProtocolError(f"{what}: state is missing")
         err = m.get("error")
         return cls(id=m.get("id") or "", name=m.get("name") or "", state=m["state"],
                    output=_list(m.get("output"), what + ".output", Block.from_json),
                    error=ResultError.from_json(err, what + ".error") if err is not None else None,
-                   metadata=m.get("metadata"))
+                   metadata=m.get("metadata"), task=m.get("task"))
 
 
 @dataclass

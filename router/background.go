@@ -1,0 +1,478 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/tasks"
+)
+
+// TasksConfig configures background tasks (docs/protocol.md 5.10): a call
+// whose tool declares background, or that asks for it, goes on past its
+// timeout as a task instead of ending "timeout".
+type TasksConfig struct {
+	// Off serves no tasks: such calls end at their timeout as before.
+	Off bool
+	// MaxPerSession and MaxPerUser bound the running tasks; zero means
+	// tasks.DefaultMaxPerSession and tasks.DefaultMaxPerUser.
+	MaxPerSession, MaxPerUser int
+	// MaxRun bounds a task's run from its call's start; zero means
+	// DefaultTaskRun.
+	MaxRun time.Duration
+	// Keep is how long a task's record is kept after its last change;
+	// zero means tasks.DefaultKeep.
+	Keep time.Duration
+}
+
+// DefaultTaskRun is TasksConfig.MaxRun's default.
+const DefaultTaskRun = time.Hour
+
+// background runs the router's side of tasks: it turns a call past its
+// timeout into a task, follows the runs it owns (renewing their leases),
+// takes over the tasks whose owner went away, and serves P.tasks.<session>.
+type background struct {
+	*wire
+	r   *Router
+	st  *tasks.Store
+	cfg TasksConfig
+
+	mu      sync.Mutex
+	running map[string]ownedTask // task id → the run this router owns
+}
+
+type ownedTask struct {
+	session string
+	cancel  context.CancelFunc
+}
+
+// startTasks sets background tasks up and adds their route; Start calls it
+// between bind and the subscriptions.
+func (r *Router) startTasks(ctx context.Context) error {
+	cfg := r.cfg.Tasks
+	if cfg.Off {
+		return nil
+	}
+	if cfg.MaxRun <= 0 {
+		cfg.MaxRun = DefaultTaskRun
+	}
+	kv, err := tasks.Setup(ctx, r.store.JS, r.subj, r.cfg.Store.Replicas, cfg.Keep)
+	if err != nil {
+		return err
+	}
+	b := &background{wire: r.wire, r: r, cfg: cfg, running: map[string]ownedTask{},
+		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser})}
+	r.bg = b
+	verbs := &taskVerbs{b}
+	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), verbs.onTasks, false})
+	r.life.Loop(func(ctx context.Context) { every(ctx, r.cfg.Store.Heartbeat, b.tick) })
+	return nil
+}
+
+// runCall runs a tool call of a batch: one that may go on in the
+// background through the tasks, any other as before.
+func (r *Router) runCall(ctx context.Context, j *job) bus.Result {
+	if r.bg == nil || !mayBackground(j) {
+		return r.tools.runTool(ctx, j)
+	}
+	return r.bg.run(ctx, j)
+}
+
+// mayBackground: the tool declares it or the call asks, and the tool is
+// neither external, state-injected (its state patch would land turns
+// later) nor served from the result cache.
+func mayBackground(j *job) bool {
+	d := &j.tool.Def
+	return (d.Background || j.call.Background) && !d.External && !d.StateInjected && d.CacheTTLMS == 0
+}
+
+// run runs j with the task's long deadline and waits for it up to j's
+// own; past that the call goes on as a task and its handle is the result.
+func (b *background) run(ctx context.Context, j *job) bus.Result {
+	start := time.Now()
+	deadline, timeout := callDeadline(start, j.tool.Def.TimeoutMS, j.deadline)
+	if timeout <= 0 {
+		return b.r.tools.runTool(ctx, j)
+	}
+	rec := b.record(j, start)
+	runCtx, cancel := b.runContext()
+	unlink := context.AfterFunc(ctx, cancel) // a cancel of the batch, until the handoff
+	done := make(chan bus.Result, 1)
+	if !b.r.life.Loop(func(context.Context) { done <- b.r.tools.runTool(runCtx, b.longJob(rec, j.tool, j.trace)) }) {
+		cancel()
+		return b.r.tools.runTool(ctx, j)
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case res := <-done:
+		unlink()
+		cancel()
+		return res
+	case <-t.C:
+	}
+	if !unlink() { // the batch was cancelled: the run ends interrupted
+		return <-done
+	}
+	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer acancel()
+	if err := b.st.Admit(actx, rec); err != nil {
+		cancel()
+		<-done
+		var be *bus.Error
+		if errors.As(err, &be) && be.Code == bus.CodeLimitExceeded {
+			return bus.ErrorResult(j.call, bus.CodeLimitExceeded, fmt.Sprintf("%s The call was stopped at its timeout of %s.", be.Message, timeout))
+		}
+		b.log.Warn("router: background task not stored", "call", j.key(), "err", err)
+		return timeoutResult(j.call, timeout)
+	}
+	b.track(rec, cancel)
+	if !b.r.life.Loop(func(lctx context.Context) { b.follow(lctx, rec, done, cancel) }) {
+		cancel() // stopping: another router takes the task over
+	}
+	return b.handle(j.call, rec, timeout)
+}
+
+// runContext is the context of a task's run: cancelled by the task's
+// cancel, and by the router's stop with the drain deadline's cause, so
+// that the executors leave the call as they do at a drain's deadline (a
+// durable call stays in its queue and its ledger entry open) for the
+// router that takes the task over.
+func (b *background) runContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := context.AfterFunc(b.r.life.Background(), func() { cancel(errDrainDeadline) })
+	return ctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// record is the task of job j, started at start.
+func (b *background) record(j *job, start time.Time) *tasks.Record {
+	d := &j.tool.Def
+	return &tasks.Record{Task: bus.Task{ID: nuid.Next(), Session: j.session, ReplyID: j.replyID, CallID: j.call.ID,
+		Tool: j.call.Name, State: bus.StateBackground, Started: start.UTC(), Deadline: start.Add(b.cfg.MaxRun).UTC()},
+		Owner: b.r.cfg.ID, Lease: time.Now().Add(b.r.cfg.Lease), Input: j.call.Input, User: j.user, Context: j.context,
+		UserKey: tasks.UserKey(j.user), Rerun: d.ReadOnly || d.Idempotent, Durable: d.Durable, Runs: 1}
+}
+
+// longJob is rec's call to run until the task's deadline.
+func (b *background) longJob(rec *tasks.Record, tool *registry.Tool, trace [2]string) *job {
+	t := *tool
+	t.Def.TimeoutMS = max(time.Until(rec.Deadline).Milliseconds(), 1)
+	return &job{session: rec.Session, replyID: rec.ReplyID, trace: trace, user: rec.User, context: rec.Context,
+		call: bus.Call{ID: rec.CallID, Name: rec.Tool, Input: rec.Input}, tool: &t}
+}
+
+// handle is the result of a call that went on as task rec.
+func (b *background) handle(c bus.Call, rec *tasks.Record, after time.Duration) bus.Result {
+	text := fmt.Sprintf("<system-reminder>Tool '%s' is running in background (id=%s) for over %s. "+
+		"Continue with other independent work; its result comes when it finishes. To read its output so far call "+
+		"%s, to wait for it %s, to stop it %s.</system-reminder>", c.Name, rec.ID, after, TaskOutputTool, WaitTasksTool, StopTaskTool)
+	return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateBackground, Output: bus.Text(text),
+		Task: &bus.TaskHandle{ID: rec.ID, State: bus.StateBackground, Subject: b.subj.Tasks(rec.Session)}}
+}
+
+// Names of the built-in task tools (builtin.RegisterTasks), as the handle's
+// text names them: AgentScope's ToolStop (Python) and wait_async_results
+// (Java harness), and toolbus's task_output and list_tasks.
+const (
+	TaskOutputTool = "task_output"
+	WaitTasksTool  = "wait_async_results"
+	StopTaskTool   = "ToolStop"
+	ListTasksTool  = "list_tasks"
+)
+
+func (b *background) track(rec *tasks.Record, cancel context.CancelFunc) {
+	b.mu.Lock()
+	b.running[rec.ID] = ownedTask{session: rec.Session, cancel: cancel}
+	b.mu.Unlock()
+}
+
+func (b *background) untrack(id string) {
+	b.mu.Lock()
+	delete(b.running, id)
+	b.mu.Unlock()
+}
+
+func (b *background) owns(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.running[id]
+	return ok
+}
+
+// follow waits for rec's run and ends the task with its result. A run
+// cut off by this router's stop leaves the task to the router that takes
+// it over; a read-only or idempotent run that lost its worker runs again.
+func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan bus.Result, cancel context.CancelFunc) {
+	res := <-done
+	for rerun(rec, res) && lctx.Err() == nil {
+		ctx, c := b.runContext()
+		b.track(rec, c)
+		cancel = c
+		res = b.runAgain(ctx, rec)
+	}
+	b.untrack(rec.ID)
+	cancel()
+	if lctx.Err() != nil && cutOff(res) {
+		return
+	}
+	b.end(rec, res)
+}
+
+// rerun: the run lost its worker, and the tool may run again before the
+// task's deadline (at most three runs).
+func rerun(rec *tasks.Record, res bus.Result) bool {
+	return res.Error != nil && res.Error.Code == bus.CodeUnknownOutcome && rec.Rerun && rec.Runs < 3 && time.Now().Before(rec.Deadline)
+}
+
+// cutOff: a result that only says the run was stopped.
+func cutOff(res bus.Result) bool {
+	return res.Error != nil && (res.Error.Code == bus.CodeInterrupted || res.Error.Code == bus.CodeUnknownOutcome)
+}
+
+// runAgain starts another run of rec's call on this router.
+func (b *background) runAgain(ctx context.Context, rec *tasks.Record) bus.Result {
+	c := bus.Call{ID: rec.CallID, Name: rec.Tool}
+	t, ok := b.r.reg.Lookup(rec.Tool)
+	if !ok {
+		return unavailable(c)
+	}
+	uctx, ucancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := b.st.Update(uctx, rec.Session, rec.ID, func(r *tasks.Record) error { r.Runs++; return nil })
+	ucancel()
+	if err != nil {
+		return internal(c, err)
+	}
+	rec.Runs++
+	return b.r.tools.runTool(ctx, b.longJob(rec, t, [2]string{}))
+}
+
+// end records rec's result and, when that ended the task, says so on the
+// session's events.
+func (b *background) end(rec *tasks.Record, res bus.Result) {
+	// Not life.Landing: this runs on a loop, which a drain does not wait
+	// for as work; the end is bounded on its own.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, ended, err := b.st.Finish(ctx, rec.Session, rec.ID, res)
+	if err != nil {
+		b.log.Warn("router: background task end not stored", "task", rec.ID, "err", err)
+		return
+	}
+	if ended {
+		b.publishDone(got)
+	}
+}
+
+func (b *background) publishDone(rec *tasks.Record) {
+	e, err := bus.NewEvent(bus.TypeTaskDone, b.source, rec.Task)
+	if err != nil {
+		return
+	}
+	e.SessionID, e.ReplyID, e.ToolCallID = rec.Session, rec.ReplyID, rec.CallID
+	if err := bus.Publish(b.nc, b.subj.Events(rec.Session), e); err != nil {
+		b.log.Warn("router: task.done not published", "task", rec.ID, "err", err)
+	}
+}
+
+// tick renews the leases of the runs this router owns (stopping those
+// that ended elsewhere: a cancel) and takes over the tasks whose owner's
+// lease ran out.
+func (b *background) tick(now time.Time) {
+	ctx, cancel := context.WithTimeout(b.r.life.Background(), b.r.cfg.Store.Heartbeat)
+	defer cancel()
+	b.mu.Lock()
+	owned := make(map[string]ownedTask, len(b.running))
+	for id, o := range b.running {
+		owned[id] = o
+	}
+	b.mu.Unlock()
+	lease := now.Add(b.r.cfg.Lease)
+	for id, o := range owned {
+		if held, err := b.st.Renew(ctx, o.session, id, b.r.cfg.ID, lease); err == nil && !held {
+			o.cancel()
+		}
+	}
+	running, err := b.st.Running(ctx)
+	if err != nil {
+		return
+	}
+	for _, rec := range running {
+		if b.owns(rec.ID) || rec.Lease.After(now) {
+			continue
+		}
+		if got, ok, err := b.st.Claim(ctx, rec.Session, rec.ID, b.r.cfg.ID, now, lease); err == nil && ok {
+			b.resume(got)
+		}
+	}
+}
+
+// resume follows a task taken over from a router that went away: a
+// durable call's result lands in the ledger, a read-only or idempotent
+// call runs again, any other's outcome is unknown.
+func (b *background) resume(rec *tasks.Record) {
+	b.log.Info("router: background task taken over", "task", rec.ID, "tool", rec.Tool)
+	ctx, cancel := b.runContext()
+	b.track(rec, cancel)
+	ok := b.r.life.Loop(func(lctx context.Context) {
+		c := bus.Call{ID: rec.CallID, Name: rec.Tool}
+		var res bus.Result
+		switch {
+		case rec.Durable:
+			wctx, wcancel := context.WithDeadline(ctx, rec.Deadline)
+			r, ok := b.r.led.Await(wctx, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
+			wcancel()
+			if res = r; !ok {
+				res = timeoutResult(c, rec.Deadline.Sub(rec.Started))
+				if ctx.Err() != nil {
+					res = interrupted(c)
+				}
+			}
+		case rec.Rerun:
+			res = b.runAgain(ctx, rec)
+		default:
+			res = unknownOutcome(c)
+		}
+		done := make(chan bus.Result, 1)
+		done <- res
+		b.follow(lctx, rec, done, cancel)
+	})
+	if !ok {
+		b.untrack(rec.ID)
+		cancel()
+	}
+}
+
+// taskVerbs serves the task verbs on P.tasks.<session>.
+type taskVerbs struct{ *background }
+
+// onTasks serves one task verb.
+func (b *taskVerbs) onTasks(m *nats.Msg) {
+	e, err := b.decode(m, "tasks", bus.TypeTaskQuery)
+	var q bus.TaskQuery
+	if err == nil {
+		if uerr := json.Unmarshal(e.Data, &q); uerr != nil {
+			err = bus.Errorf(bus.CodeBadRequest, "a task query is {\"op\", \"ids\", \"timeout_ms\", \"any\"}: %v", uerr)
+		}
+	}
+	if err == nil {
+		err = checkQuery(&q)
+	}
+	if err != nil {
+		b.reject(m, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.r.base, time.Duration(q.TimeoutMS)*time.Millisecond+10*time.Second)
+	defer cancel()
+	reply, err := b.query(ctx, e.SessionID, q)
+	if err != nil {
+		b.reject(m, err)
+		return
+	}
+	b.respond(m, bus.TypeTaskReply, reply, "task reply")
+}
+
+// checkQuery validates a task query and bounds its wait.
+func checkQuery(q *bus.TaskQuery) error {
+	switch q.Op {
+	case bus.TaskList:
+		if len(q.IDs) > 0 {
+			return bus.Errorf(bus.CodeBadRequest, "list takes no ids")
+		}
+	case bus.TaskGet, bus.TaskWait:
+		if len(q.IDs) == 0 || len(q.IDs) > bus.MaxTaskIDs {
+			return bus.Errorf(bus.CodeBadRequest, "%s takes 1 to %d task ids", q.Op, bus.MaxTaskIDs)
+		}
+	case bus.TaskCancel, bus.TaskOutput:
+		if len(q.IDs) != 1 {
+			return bus.Errorf(bus.CodeBadRequest, "%s takes exactly one task id", q.Op)
+		}
+	default:
+		return bus.Errorf(bus.CodeBadRequest, "unknown task verb %q (get, list, wait, cancel, output)", q.Op)
+	}
+	for _, id := range q.IDs {
+		if !bus.ValidID(id) {
+			return bus.Errorf(bus.CodeBadRequest, "invalid task id %q", id)
+		}
+	}
+	if q.Op != bus.TaskWait {
+		q.TimeoutMS = 0
+	} else if q.TimeoutMS <= 0 {
+		q.TimeoutMS = bus.DefaultTaskWait
+	}
+	q.TimeoutMS = min(q.TimeoutMS, bus.MaxTaskWaitMS)
+	return nil
+}
+
+// query runs one task verb for session.
+func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) (*bus.TaskReply, error) {
+	var recs []*tasks.Record
+	var err error
+	reply := &bus.TaskReply{}
+	switch q.Op {
+	case bus.TaskList:
+		recs, err = b.st.List(ctx, session)
+	case bus.TaskGet:
+		for _, id := range q.IDs {
+			r, gerr := b.st.Get(ctx, session, id)
+			if gerr != nil {
+				return nil, gerr
+			}
+			recs = append(recs, r)
+		}
+	case bus.TaskWait:
+		wctx, cancel := context.WithTimeout(ctx, time.Duration(q.TimeoutMS)*time.Millisecond)
+		recs, err = b.st.Wait(wctx, session, q.IDs, q.Any)
+		cancel()
+	case bus.TaskCancel:
+		var r *tasks.Record
+		var ended bool
+		if r, ended, err = b.st.Cancel(ctx, session, q.IDs[0]); err == nil {
+			if ended {
+				b.stopRun(r)
+				b.publishDone(r)
+			}
+			recs = []*tasks.Record{r}
+		}
+	case bus.TaskOutput:
+		var r *tasks.Record
+		if r, err = b.st.Get(ctx, session, q.IDs[0]); err == nil {
+			recs = []*tasks.Record{r}
+			reply.Output, reply.Truncated, err = tasks.Output(ctx, b.r.store.JS, b.subj.Stream(bus.StreamEvents),
+				b.subj.Events(session), r, bus.MaxTaskOutputLen)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	reply.Tasks = make([]bus.Task, 0, len(recs))
+	for _, r := range recs {
+		reply.Tasks = append(reply.Tasks, r.Task)
+	}
+	return reply, nil
+}
+
+// stopRun stops a cancelled task's run: at once when this router owns it
+// (others see the end at their next renewal), and at its worker through
+// the session's cancel subject (docs/protocol.md 3.5).
+func (b *background) stopRun(rec *tasks.Record) {
+	b.mu.Lock()
+	o, ok := b.running[rec.ID]
+	b.mu.Unlock()
+	if ok {
+		o.cancel()
+	}
+	e, err := bus.NewEvent(bus.TypeCallCancel, b.source, bus.Cancel{Calls: []string{rec.CallID}})
+	if err != nil {
+		return
+	}
+	e.SessionID, e.ReplyID = rec.Session, rec.ReplyID
+	_ = bus.Publish(b.nc, b.subj.Cancel(rec.Session), e)
+}

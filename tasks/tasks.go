@@ -1,0 +1,435 @@
+// Package tasks owns background tasks (docs/protocol.md 5.10): the record
+// of a call that went on past its timeout, who runs it (an owner router
+// and its lease), the bounds per session and per user, and the verbs that
+// follow it: Get, List, Wait, Cancel and Output. Records live in the
+// P_tasks bucket, so a task outlives the router that started it.
+//
+// Keys: t.<session>.<id> is a task; s.<session> and u.<user key> are the
+// running tasks counted against the session's and the user's bound. A
+// task is always read under the caller's session: another session's task
+// is unknown.
+package tasks
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxPerSession = 8
+	DefaultMaxPerUser    = 32
+	DefaultKeep          = 24 * time.Hour
+)
+
+// BucketName is the bucket's name after the deployment's prefix.
+const BucketName = "tasks"
+
+// Config bounds the tasks.
+type Config struct {
+	// MaxPerSession bounds the running tasks of one session; zero means
+	// DefaultMaxPerSession.
+	MaxPerSession int
+	// MaxPerUser bounds the running tasks of one user (the batch's user,
+	// when it has one) over all sessions; zero means DefaultMaxPerUser.
+	MaxPerUser int
+}
+
+func (c *Config) defaults() {
+	if c.MaxPerSession <= 0 {
+		c.MaxPerSession = DefaultMaxPerSession
+	}
+	if c.MaxPerUser <= 0 {
+		c.MaxPerUser = DefaultMaxPerUser
+	}
+}
+
+// Setup creates (or updates) the P_tasks bucket: its records expire keep
+// after their last write (zero: DefaultKeep).
+func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas int, keep time.Duration) (jetstream.KeyValue, error) {
+	if keep <= 0 {
+		keep = DefaultKeep
+	}
+	var kv jetstream.KeyValue
+	err := store.Retry(ctx, store.Provision, func(ctx context.Context) (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: s.Bucket(BucketName),
+			Description: "toolbus background tasks", TTL: keep, Replicas: max(replicas, 1)})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tasks: bucket %s: %w", s.Bucket(BucketName), err)
+	}
+	return kv, nil
+}
+
+// Record is a task as stored: the task, what it takes to run it again,
+// and who runs it.
+type Record struct {
+	bus.Task
+	// Owner is the router that runs the task; Lease when its claim ends
+	// unless renewed.
+	Owner string    `json:"owner"`
+	Lease time.Time `json:"lease"`
+	// Input, User and Context are the call's, for a run on another router.
+	Input   json.RawMessage `json:"input,omitempty"`
+	User    json.RawMessage `json:"user,omitempty"`
+	Context json.RawMessage `json:"context,omitempty"`
+	// UserKey is the key of the user's bound ("" when the batch had none).
+	UserKey string `json:"user_key,omitempty"`
+	// Rerun says another router may run the call again (a read-only or
+	// idempotent tool); Durable that its result lands in the ledger.
+	Rerun   bool `json:"rerun,omitempty"`
+	Durable bool `json:"durable,omitempty"`
+	// Runs counts the runs started.
+	Runs int `json:"runs"`
+}
+
+// Errors of the verbs.
+var (
+	// ErrLimit: the session or the user has as many running tasks as the
+	// bound allows.
+	ErrLimit = &bus.Error{Code: bus.CodeLimitExceeded}
+	// ErrUnknown: no such task in the session.
+	ErrUnknown = &bus.Error{Code: bus.CodeUnknownTask}
+)
+
+// Store is the tasks over one bucket. Its methods are safe for concurrent use.
+type Store struct {
+	kv  jetstream.KeyValue
+	cfg Config
+}
+
+// New returns the store over kv (from Setup).
+func New(kv jetstream.KeyValue, cfg Config) *Store {
+	cfg.defaults()
+	return &Store{kv: kv, cfg: cfg}
+}
+
+// UserKey is the bound's key of a batch's user value: "" for none.
+func UserKey(user json.RawMessage) string {
+	if len(user) == 0 || string(user) == "null" {
+		return ""
+	}
+	sum := sha256.Sum256(user)
+	return hex.EncodeToString(sum[:12])
+}
+
+func taskKey(session, id string) string { return "t." + session + "." + id }
+
+// index is the running tasks counted against one bound: id → when its
+// count lapses (the task's deadline, so a slot lost with a router frees
+// itself).
+type index map[string]time.Time
+
+// Admit stores rec as a new running task, counted against its session's
+// and its user's bound. It returns ErrLimit (wrapped, with the bound
+// named) when either is full, and stores nothing then.
+func (s *Store) Admit(ctx context.Context, rec *Record) error {
+	if !bus.ValidID(rec.Session) || !bus.ValidID(rec.ID) {
+		return bus.Errorf(bus.CodeBadRequest, "tasks: invalid session or task id")
+	}
+	until := rec.Deadline
+	if err := s.reserve(ctx, "s."+rec.Session, rec.ID, until, s.cfg.MaxPerSession, "session"); err != nil {
+		return err
+	}
+	if rec.UserKey != "" {
+		if err := s.reserve(ctx, "u."+rec.UserKey, rec.ID, until, s.cfg.MaxPerUser, "user"); err != nil {
+			s.release(ctx, rec)
+			return err
+		}
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		s.release(ctx, rec)
+		return err
+	}
+	if _, err := store.Create(ctx, s.kv, taskKey(rec.Session, rec.ID), b, store.Bounded); err != nil {
+		s.release(ctx, rec)
+		return fmt.Errorf("tasks: admit %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// reserve counts id against the bound at key, refusing past most.
+func (s *Store) reserve(ctx context.Context, key, id string, until time.Time, most int, what string) error {
+	_, err := store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		ix := readIndex(cur)
+		if len(ix) >= most {
+			return nil, bus.Errorf(bus.CodeLimitExceeded,
+				"TaskLimitError: this %s already has %d background tasks running (the most allowed); wait for one or cancel one", what, len(ix))
+		}
+		ix[id] = until
+		return json.Marshal(ix)
+	})
+	return err
+}
+
+// readIndex decodes an index and drops the lapsed counts.
+func readIndex(cur jetstream.KeyValueEntry) index {
+	ix := index{}
+	if cur != nil {
+		_ = json.Unmarshal(cur.Value(), &ix)
+	}
+	now := time.Now()
+	for id, until := range ix {
+		if now.After(until) {
+			delete(ix, id)
+		}
+	}
+	return ix
+}
+
+// release frees rec's counts. Best effort: a count not freed lapses at
+// the task's deadline.
+func (s *Store) release(ctx context.Context, rec *Record) {
+	keys := []string{"s." + rec.Session}
+	if rec.UserKey != "" {
+		keys = append(keys, "u."+rec.UserKey)
+	}
+	for _, key := range keys {
+		_, _ = store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+			ix := readIndex(cur)
+			if _, ok := ix[rec.ID]; !ok || cur == nil {
+				return nil, store.ErrNoChange
+			}
+			delete(ix, rec.ID)
+			return json.Marshal(ix)
+		})
+	}
+}
+
+// Get returns session's task id, or ErrUnknown.
+func (s *Store) Get(ctx context.Context, session, id string) (*Record, error) {
+	if !bus.ValidID(session) || !bus.ValidID(id) {
+		return nil, unknown(id)
+	}
+	e, err := s.kv.Get(ctx, taskKey(session, id))
+	if store.IsNotFound(err) {
+		return nil, unknown(id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decode(e.Value())
+}
+
+func unknown(id string) error {
+	return bus.Errorf(bus.CodeUnknownTask, "TaskNotFoundError: The task %s does not exist.", id)
+}
+
+func decode(b []byte) (*Record, error) {
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("tasks: record: %w", err)
+	}
+	return &r, nil
+}
+
+// Update changes session's task id with fn under compare-and-set; fn
+// returning store.ErrNoChange leaves it. It returns the record stored.
+func (s *Store) Update(ctx context.Context, session, id string, fn func(*Record) error) (*Record, error) {
+	var out *Record
+	_, err := store.Update(ctx, s.kv, taskKey(session, id), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur == nil {
+			return nil, unknown(id)
+		}
+		r, err := decode(cur.Value())
+		if err != nil {
+			return nil, err
+		}
+		out = r
+		if err := fn(r); err != nil {
+			return nil, err
+		}
+		return json.Marshal(r)
+	})
+	return out, err
+}
+
+// Finish ends a running task with res; ended reports that this call ended
+// it (false: it had ended already, and keeps its first end).
+func (s *Store) Finish(ctx context.Context, session, id string, res bus.Result) (rec *Record, ended bool, err error) {
+	rec, err = s.Update(ctx, session, id, func(r *Record) error {
+		if !r.Running() {
+			return store.ErrNoChange
+		}
+		now := time.Now().UTC()
+		res.Task = nil
+		r.State, r.Result, r.Ended, ended = res.State, &res, &now, true
+		return nil
+	})
+	if err == nil && ended {
+		s.release(ctx, rec)
+	}
+	return rec, ended, err
+}
+
+// Cancel ends session's running task id as interrupted (a task that ended
+// keeps its end). The caller tells whoever runs it.
+func (s *Store) Cancel(ctx context.Context, session, id string) (*Record, bool, error) {
+	r, err := s.Get(ctx, session, id)
+	if err != nil {
+		return nil, false, err
+	}
+	c := bus.Call{ID: r.CallID, Name: r.Tool}
+	return s.Finish(ctx, session, id, bus.ErrorResult(c, bus.CodeInterrupted, "Task "+id+" stopped: cancelled before it finished."))
+}
+
+// List returns session's tasks, newest first.
+func (s *Store) List(ctx context.Context, session string) ([]*Record, error) {
+	if !bus.ValidID(session) {
+		return nil, nil
+	}
+	return s.scan(ctx, taskKey(session, "*"))
+}
+
+// Running returns every running task of the deployment (for takeover),
+// read through the sessions' counts: the cost grows with the running
+// tasks, not with the ended ones kept.
+func (s *Store) Running(ctx context.Context) ([]*Record, error) {
+	lister, err := s.kv.ListKeysFiltered(ctx, "s.*")
+	if err != nil {
+		return nil, err
+	}
+	var out []*Record
+	for key := range lister.Keys() {
+		e, err := s.kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		session := strings.TrimPrefix(key, "s.")
+		var ix index // lapsed counts too: their tasks still need an end
+		_ = json.Unmarshal(e.Value(), &ix)
+		for id := range ix {
+			if r, err := s.Get(ctx, session, id); err == nil && r.Running() {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) scan(ctx context.Context, filter string) ([]*Record, error) {
+	lister, err := s.kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Record
+	for key := range lister.Keys() {
+		e, err := s.kv.Get(ctx, key)
+		if err != nil {
+			continue // deleted or expired since
+		}
+		if r, err := decode(e.Value()); err == nil {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Record) int { return b.Started.Compare(a.Started) })
+	return out, nil
+}
+
+// Wait returns session's tasks ids once all of them (any: one of them)
+// ended, or at ctx's end with their state then. An unknown id is an
+// error, before any wait.
+func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool) ([]*Record, error) {
+	if !bus.ValidID(session) {
+		return nil, unknown(strings.Join(ids, ","))
+	}
+	w, err := s.kv.Watch(ctx, taskKey(session, "*"))
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	cur := map[string]*Record{}
+	for _, id := range ids {
+		r, err := s.Get(ctx, session, id)
+		if err != nil {
+			return nil, err
+		}
+		cur[id] = r
+	}
+	for !waitDone(cur, any) {
+		select {
+		case <-ctx.Done():
+			return ordered(cur, ids), nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return ordered(cur, ids), nil
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			id := e.Key()[strings.LastIndexByte(e.Key(), '.')+1:]
+			if _, want := cur[id]; want {
+				if r, err := decode(e.Value()); err == nil {
+					cur[id] = r
+				}
+			}
+		}
+	}
+	return ordered(cur, ids), nil
+}
+
+func waitDone(cur map[string]*Record, any bool) bool {
+	ended := 0
+	for _, r := range cur {
+		if !r.Running() {
+			ended++
+		}
+	}
+	if any {
+		return ended > 0
+	}
+	return ended == len(cur)
+}
+
+func ordered(cur map[string]*Record, ids []string) []*Record {
+	out := make([]*Record, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, cur[id])
+	}
+	return out
+}
+
+// Claim makes owner the runner of a running task whose lease ended, until
+// lease; false when it is not running or another owner holds it.
+func (s *Store) Claim(ctx context.Context, session, id, owner string, now, lease time.Time) (*Record, bool, error) {
+	var claimed bool
+	r, err := s.Update(ctx, session, id, func(r *Record) error {
+		if !r.Running() || (r.Owner != owner && r.Lease.After(now)) {
+			return store.ErrNoChange
+		}
+		r.Owner, r.Lease, claimed = owner, lease, true
+		return nil
+	})
+	return r, claimed, err
+}
+
+// Renew extends owner's lease on a running task; false when the task
+// ended or another owner took it over (the caller stops running it).
+func (s *Store) Renew(ctx context.Context, session, id, owner string, lease time.Time) (bool, error) {
+	var held bool
+	_, err := s.Update(ctx, session, id, func(r *Record) error {
+		if !r.Running() || r.Owner != owner {
+			return store.ErrNoChange
+		}
+		r.Lease, held = lease, true
+		return nil
+	})
+	if errors.Is(err, ErrUnknown) {
+		return false, nil
+	}
+	return held, err
+}

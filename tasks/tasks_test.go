@@ -1,0 +1,160 @@
+package tasks_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/tasks"
+)
+
+func newStore(t *testing.T, cfg tasks.Config) *tasks.Store {
+	t.Helper()
+	nc := bustest.Connect(t, bustest.RunServer(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := tasks.Setup(t.Context(), js, bus.NewSubjects(""), 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tasks.New(kv, cfg)
+}
+
+func rec(session, id, user string, deadline time.Time) *tasks.Record {
+	r := &tasks.Record{Task: bus.Task{ID: id, Session: session, ReplyID: "r", CallID: "c-" + id, Tool: "t",
+		State: bus.StateBackground, Started: time.Now(), Deadline: deadline}, Owner: "a", Lease: time.Now().Add(time.Minute)}
+	if user != "" {
+		r.UserKey = tasks.UserKey([]byte(`"` + user + `"`))
+	}
+	return r
+}
+
+func isCode(err error, code string) bool { return errors.Is(err, &bus.Error{Code: code}) }
+
+// TestBounds: the session's and the user's bounds refuse the next task and
+// store nothing; an end frees the slot; a count past its deadline lapses.
+func TestBounds(t *testing.T) {
+	st := newStore(t, tasks.Config{MaxPerSession: 2, MaxPerUser: 3})
+	ctx := t.Context()
+	later := time.Now().Add(time.Hour)
+	steps := []struct {
+		name    string
+		r       *tasks.Record
+		refused bool
+	}{
+		{"first", rec("s1", "a1", "u", later), false},
+		{"second", rec("s1", "a2", "u", later), false},
+		{"the session's bound", rec("s1", "a3", "u", later), true},
+		{"another session", rec("s2", "b1", "u", later), false},
+		{"the user's bound", rec("s3", "c1", "u", later), true},
+		{"no user: only the session's bound", rec("s3", "c2", "", later), false},
+		{"a lapsed count does not hold a slot", rec("s4", "d1", "", time.Now().Add(-time.Second)), false},
+		{"after the lapsed one", rec("s4", "d2", "", later), false},
+		{"a second live one in s4", rec("s4", "d3", "", later), false},
+		{"a third live one in s4", rec("s4", "d4", "", later), true},
+	}
+	for _, s := range steps {
+		err := st.Admit(ctx, s.r)
+		if s.refused != isCode(err, bus.CodeLimitExceeded) || (!s.refused && err != nil) {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if _, gerr := st.Get(ctx, s.r.Session, s.r.ID); s.refused != isCode(gerr, bus.CodeUnknownTask) {
+			t.Fatalf("%s: stored although refused, or missing: %v", s.name, gerr)
+		}
+	}
+	if _, ended, err := st.Finish(ctx, "s1", "a1", bus.Result{ID: "c-a1", Name: "t", State: bus.StateSuccess}); err != nil || !ended {
+		t.Fatalf("finish: %v %v", ended, err)
+	}
+	if err := st.Admit(ctx, rec("s1", "a4", "u", later)); err != nil {
+		t.Fatalf("a slot freed by an end: %v", err)
+	}
+}
+
+// TestFirstEndKept: a cancel after the end, or an end after a cancel,
+// changes nothing; another session's task is unknown to every verb.
+func TestFirstEndKept(t *testing.T) {
+	st := newStore(t, tasks.Config{})
+	ctx := t.Context()
+	if err := st.Admit(ctx, rec("s1", "k1", "", time.Now().Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	r, ended, err := st.Cancel(ctx, "s1", "k1")
+	if err != nil || !ended || r.State != bus.StateInterrupted {
+		t.Fatalf("cancel: %v %v %+v", ended, err, r)
+	}
+	r, ended, err = st.Finish(ctx, "s1", "k1", bus.Result{State: bus.StateSuccess})
+	if err != nil || ended || r.State != bus.StateInterrupted {
+		t.Fatalf("a late end: %v %v %+v", ended, err, r)
+	}
+	for name, f := range map[string]func() error{
+		"get":    func() error { _, err := st.Get(ctx, "s2", "k1"); return err },
+		"cancel": func() error { _, _, err := st.Cancel(ctx, "s2", "k1"); return err },
+		"wait":   func() error { _, err := st.Wait(ctx, "s2", []string{"k1"}, false); return err },
+		"bad id": func() error { _, err := st.Get(ctx, "s1", "a.b"); return err },
+	} {
+		if err := f(); !isCode(err, bus.CodeUnknownTask) {
+			t.Errorf("%s from another session: %v", name, err)
+		}
+	}
+	if l, err := st.List(ctx, "s2"); err != nil || len(l) != 0 {
+		t.Fatalf("list of another session: %v %+v", err, l)
+	}
+}
+
+// TestWaitAndClaim: a wait returns when its tasks end (any: the first),
+// or at its context's end; a claim takes only a task whose lease ran out,
+// and the old owner's renewal then fails.
+func TestWaitAndClaim(t *testing.T) {
+	st := newStore(t, tasks.Config{})
+	ctx := t.Context()
+	later := time.Now().Add(time.Hour)
+	for _, id := range []string{"w1", "w2"} {
+		if err := st.Admit(ctx, rec("s1", id, "", later)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	got, err := st.Wait(short, "s1", []string{"w1", "w2"}, false)
+	cancel()
+	if err != nil || got[0].State != bus.StateBackground {
+		t.Fatalf("a wait at its deadline: %v %+v", err, got)
+	}
+	done := make(chan []*tasks.Record, 1)
+	go func() {
+		r, _ := st.Wait(ctx, "s1", []string{"w1", "w2"}, true)
+		done <- r
+	}()
+	if _, _, err := st.Finish(ctx, "s1", "w2", bus.Result{State: bus.StateSuccess}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r[1].State != bus.StateSuccess || r[0].State != bus.StateBackground {
+			t.Fatalf("wait any: %+v %+v", r[0], r[1])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("wait any did not return")
+	}
+
+	now := time.Now()
+	if _, ok, err := st.Claim(ctx, "s1", "w1", "b", now, now.Add(time.Minute)); err != nil || ok {
+		t.Fatalf("claimed a task whose lease holds: %v %v", ok, err)
+	}
+	if _, ok, err := st.Claim(ctx, "s1", "w1", "b", now.Add(2*time.Minute), now.Add(3*time.Minute)); err != nil || !ok {
+		t.Fatalf("claim after the lease: %v %v", ok, err)
+	}
+	if held, err := st.Renew(ctx, "s1", "w1", "a", now.Add(time.Hour)); err != nil || held {
+		t.Fatalf("the old owner renewed: %v %v", held, err)
+	}
+	running, err := st.Running(ctx)
+	if err != nil || len(running) != 1 || running[0].ID != "w1" || running[0].Owner != "b" {
+		t.Fatalf("running: %v %+v", err, running)
+	}
+}
