@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -81,11 +82,34 @@ func (ct *callTable) queuedByTool() map[string][]string {
 	for key, a := range ct.answered {
 		if now.Sub(a.at) >= ct.linger {
 			delete(ct.answered, key)
-			continue
 		}
+	}
+	if over := len(ct.answered) - maxAnswered; over > 0 {
+		ct.dropOldest(over)
+	}
+	for key, a := range ct.answered {
 		out[a.tool] = append(out[a.tool], key)
 	}
 	return out
+}
+
+// maxAnswered bounds the answered calls a beat lists, the newest kept: a
+// busy worker's beat would otherwise grow with its call rate (2,700 calls/s
+// over a 15 s linger pass the server's 1 MiB payload limit, and routers
+// would count the worker gone). A dropped key was answered earlier than
+// every listed one, so its reply is the likeliest to have arrived.
+const maxAnswered = 2048
+
+// dropOldest unlists the n answered calls answered first.
+func (ct *callTable) dropOldest(n int) {
+	keys := make([]string, 0, len(ct.answered))
+	for key := range ct.answered {
+		keys = append(keys, key)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return ct.answered[a].at.Compare(ct.answered[b].at) })
+	for _, key := range keys[:n] {
+		delete(ct.answered, key)
+	}
 }
 
 // begin lists c as running under key and reports whether a cancel of it,

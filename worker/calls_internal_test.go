@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -127,5 +128,27 @@ func TestCallTableCancel(t *testing.T) {
 				t.Fatal("end left the call listed")
 			}
 		})
+	}
+}
+
+// TestCallTableAnsweredBound: a busy worker's beat lists at most
+// maxAnswered answered calls, the newest, however many it answered within
+// linger; calls still queued are all listed.
+func TestCallTableAnsweredBound(t *testing.T) {
+	ct := newCallTable(bus.NewSubjects(""))
+	ct.linger = time.Hour
+	ct.queue("s.r.q", "t1")
+	base := time.Now().Add(-time.Minute)
+	ct.mu.Lock()
+	for i := range maxAnswered + 500 {
+		ct.answered[fmt.Sprintf("s.r.%d", i)] = answered{tool: "t1", at: base.Add(time.Duration(i) * time.Millisecond)}
+	}
+	ct.mu.Unlock()
+	got := ct.queuedByTool()["t1"]
+	if len(got) != maxAnswered+1 || !slices.Contains(got, "s.r.q") {
+		t.Fatalf("listed %d keys (queued listed: %v), want %d", len(got), slices.Contains(got, "s.r.q"), maxAnswered+1)
+	}
+	if slices.Contains(got, "s.r.499") || !slices.Contains(got, "s.r.500") || !slices.Contains(got, fmt.Sprintf("s.r.%d", maxAnswered+499)) {
+		t.Fatal("the oldest answered calls were not the ones dropped")
 	}
 }
