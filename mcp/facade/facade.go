@@ -244,6 +244,9 @@ func (f *Facade) Handler() http.Handler {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
+		if !s.noTasks && s.cross.serveHTTP(w, r) { // crossing.go
+			return
+		}
 		s.http.ServeHTTP(w, r)
 	})
 }
@@ -338,6 +341,7 @@ type session struct {
 	resources *resources // resources/* (resources.go)
 	tasks     *taskFront // tasks/* and task-augmented calls (tasks.go)
 	asked     claims     // the questions its hosts are asked (questions.go)
+	cross     *crossing  // 2025-11-25 answers and cancels between processes (crossing.go)
 
 	// Guarded by the table's mu.
 	elem   *list.Element
@@ -395,10 +399,14 @@ func (f *Facade) newSession(k key) *session {
 	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
 		downgradeInit(res)
 	})
+	if !s.noTasks {
+		hooks.AddBeforeInitialize(func(ctx context.Context, _ any, req *mcp.InitializeRequest) { s.cross.remember(ctx, req) })
+	}
 	// mcp-go advertises tasks; the facade answers them (tasks.go).
 	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithExperimental(groupingCapability()),
 		server.WithExtensions(groupingCapability()), server.WithHooks(hooks), server.WithToolFilter(s.filter),
-		server.WithToolHandlerMiddleware(downgradeMiddleware), server.WithToolHandlerMiddleware(s.questions.middleware)}
+		server.WithToolHandlerMiddleware(s.cross.middleware), server.WithToolHandlerMiddleware(downgradeMiddleware),
+		server.WithToolHandlerMiddleware(s.questions.middleware)}
 	opts = append(opts, s.resources.options(hooks)...)
 	if !s.noTasks {
 		opts = append(opts, server.WithTaskCapabilities(true, true, true))
@@ -431,6 +439,7 @@ func (f *Facade) wire(s *session) {
 		fetch: f.cl, maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
 	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
 		run: s.calls.run, contextHeader: f.cfg.ContextHeader, questions: s.questions.watchCall}
+	s.cross = &crossing{nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 
 // listed reports whether the session lists the tool to its user now.

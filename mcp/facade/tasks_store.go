@@ -436,3 +436,55 @@ func kvDeleted(m *nats.Msg) bool {
 	op := m.Header.Get("KV-Operation")
 	return op == "DEL" || op == "PURGE"
 }
+
+// crossSubject is the subject a write of key is published on.
+func (st *kvStore) crossSubject(ctx context.Context, key string) (string, error) {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return "", err
+	}
+	return "$KV." + kv.Bucket() + "." + key, nil
+}
+
+// carry stores raw under key, which publishes it to the key's
+// subscribers, and deletes it again: the record is a message, not state
+// (crossing.go).
+func (st *kvStore) carry(ctx context.Context, key string, raw []byte) error {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, raw); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	_ = kv.Delete(ctx, key)
+	return nil
+}
+
+// putValue stores raw under key (crossing.go's session records).
+func (st *kvStore) putValue(ctx context.Context, key string, raw []byte) error {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, raw); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return nil
+}
+
+// getValue returns what key holds (errNotFound: nothing).
+func (st *kvStore) getValue(ctx context.Context, key string) ([]byte, error) {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return e.Value(), nil
+}
