@@ -305,14 +305,11 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 		return err
 	}
 	defer f.release(s)
-	if s.noTasks {
-		return server.NewStdioServer(s.mcp).Listen(ctx, in, out)
-	}
-	// What the task filter started (a tasks/result waiting) ends with the
+	// What the filter started (a tasks/result waiting) ends with the
 	// connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in2, out2 := s.tasks.stdio(ctx, in, out)
+	in2, out2 := interceptStdio(ctx, in, out, s.stdioTake) // groups.go, tasks.go
 	return server.NewStdioServer(s.mcp).Listen(ctx, in2, out2)
 }
 
@@ -438,7 +435,14 @@ func (f *Facade) wire(s *session) {
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, verb: resourcesVerb{nc: f.nc, prefix: f.cl.Subjects().Prefix},
 		fetch: f.cl, maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
 	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
-		run: s.calls.run, contextHeader: f.cfg.ContextHeader, questions: s.questions.watchCall}
+		run: s.calls.run, contextHeader: f.cfg.ContextHeader, questions: s.questions.watchCall,
+		confirm: s.confirms.decide, answerQuestion: s.questions.answerQuestion,
+		send: func(sid, method string, params map[string]any) error {
+			return s.mcp.SendNotificationToSpecificClient(sid, method, params)
+		}}
+	if s.policy == ConfirmHostUser {
+		s.tasks.confirmParams = s.confirmParams
+	}
 	s.cross = &crossing{nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 

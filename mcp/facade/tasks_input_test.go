@@ -1,0 +1,106 @@
+package facade
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// detailedTask is a tasks/get answer as a 2026-07-28 client reads it
+// (the tasks extension's DetailedTask).
+type detailedTask struct {
+	TaskID         string                     `json:"taskId"`
+	Status         mcp.TaskStatus             `json:"status"`
+	ResultType     string                     `json:"resultType"`
+	TTLMs          *int64                     `json:"ttlMs"`
+	PollIntervalMs *int64                     `json:"pollIntervalMs"`
+	InputRequests  map[string]json.RawMessage `json:"inputRequests"`
+	Result         json.RawMessage            `json:"result"`
+}
+
+// pollTask polls tasks/get on backend (at the task's pollIntervalMs)
+// until the task has status want.
+func (p *pair) pollTask(t *testing.T, backend, s, id string, want mcp.TaskStatus) detailedTask {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		res, rerr := p.rpc(t, backend, s, "alice", "tasks/get", map[string]any{"taskId": id}, true)
+		if rerr != nil {
+			t.Fatalf("tasks/get: %+v", rerr)
+		}
+		var d detailedTask
+		if err := json.Unmarshal(res, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Status == want {
+			return d
+		}
+		if d.Status.IsTerminal() || time.Now().After(deadline) {
+			t.Fatalf("task %s is %s, want %s: %s", id, d.Status, want, res)
+		}
+		if d.PollIntervalMs == nil || *d.PollIntervalMs <= 0 {
+			t.Fatalf("tasks/get without pollIntervalMs: %s", res)
+		}
+		time.Sleep(time.Duration(*d.PollIntervalMs) * time.Millisecond) // the interval the server asks for
+	}
+}
+
+// TestTaskUpdateConfirms (issue 29, MCP tasks): a task's call parks for
+// a confirmation; the task is input_required, tasks/get (on the other
+// process) shows the confirmation as an elicitation under
+// inputRequests; another user's tasks/update of it is refused and an
+// unknown key is ignored; the host's tasks/update with "allow" answers the
+// park, and tasks/get returns the tool's result inline.
+func TestTaskUpdateConfirms(t *testing.T) {
+	p := newPair(t, false)
+	s := "task-update"
+	if err := p.bus.Admin(t.Context(), "session.mode", s, map[string]string{"mode": "default"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.resetTools(t, s, map[string]bool{"ops": true})
+	id := p.startTask(t, "A", s, "deploy")
+	d := p.pollTask(t, "B", s, id, mcp.TaskStatusInputRequired)
+	if len(d.InputRequests) != 1 || d.ResultType != string(mcp.ResultTypeComplete) || d.TTLMs == nil {
+		t.Fatalf("input_required task: %+v", d)
+	}
+	var key string
+	var req struct {
+		Method string                `json:"method"`
+		Params mcp.ElicitationParams `json:"params"`
+	}
+	for k, raw := range d.InputRequests {
+		key = k
+		if err := json.Unmarshal(raw, &req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.HasPrefix(key, "confirm-") || req.Method != string(mcp.MethodElicitationCreate) || !strings.Contains(req.Params.Message, "deploy") {
+		t.Fatalf("input request %s: %+v", key, req)
+	}
+	allow := map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"decision": "allow"}}}
+
+	// Another user cannot answer it: the task is not bob's.
+	if _, rerr := p.rpc(t, "B", s, "bob", "tasks/update", map[string]any{"taskId": id, "inputResponses": allow}, true); rerr == nil || rerr.Code != mcp.INVALID_PARAMS {
+		t.Fatalf("bob's tasks/update of alice's task: %+v", rerr)
+	}
+	// An unknown key is ignored.
+	if _, rerr := p.rpc(t, "A", s, "alice", "tasks/update", map[string]any{"taskId": id,
+		"inputResponses": map[string]any{"confirm-forged": map[string]any{"action": "accept", "content": map[string]any{"decision": "allow"}}}}, true); rerr != nil {
+		t.Fatalf("tasks/update with an unknown key: %+v", rerr)
+	}
+	if d := p.pollTask(t, "A", s, id, mcp.TaskStatusInputRequired); len(d.InputRequests) != 1 {
+		t.Fatalf("after an unknown key: %+v", d)
+	}
+
+	res, rerr := p.rpc(t, "B", s, "alice", "tasks/update", map[string]any{"taskId": id, "inputResponses": allow}, true)
+	if rerr != nil || !strings.Contains(string(res), `"resultType":"complete"`) {
+		t.Fatalf("tasks/update: %s %+v", res, rerr)
+	}
+	d = p.pollTask(t, "A", s, id, mcp.TaskStatusCompleted)
+	if text, isErr := resultText(t, d.Result); text != "deployed" || isErr {
+		t.Fatalf("completed task's inline result: %s", d.Result)
+	}
+}
