@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // detailedTask is a tasks/get answer as a 2026-07-28 client reads it
@@ -102,5 +105,63 @@ func TestTaskUpdateConfirms(t *testing.T) {
 	d = p.pollTask(t, "A", s, id, mcp.TaskStatusCompleted)
 	if text, isErr := resultText(t, d.Result); text != "deployed" || isErr {
 		t.Fatalf("completed task's inline result: %s", d.Result)
+	}
+}
+
+// TestTaskNotificationsStdio: over stdio a task's host is told each
+// change (notifications/tasks/status): input_required with the
+// confirmation under inputRequests, answered with tasks/update on the
+// same pipe, then completed.
+func TestTaskNotificationsStdio(t *testing.T) {
+	e := newEnv(t)
+	s := "task-notify"
+	if err := e.bus.Admin(t.Context(), "session.mode", s, map[string]string{"mode": "default"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.resetTools(t, s, map[string]bool{"ops": true})
+	c := e.stdioClient(t, s, "alice")
+	statuses := make(chan map[string]any, 16)
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == mcp.MethodNotificationTasksStatus {
+			statuses <- n.Params.AdditionalFields
+		}
+	})
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.ProtocolVersion20251125
+	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
+	if _, err := c.Initialize(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	id := startTaskOn(t, c, "deploy")
+	next := func(want mcp.TaskStatus) map[string]any {
+		t.Helper()
+		for {
+			st := bustest.Recv(t, statuses, bound, "notifications/tasks/status "+string(want))
+			if st["taskId"] != id {
+				t.Fatalf("a notification of another task: %v", st)
+			}
+			if st["status"] == string(want) {
+				return st
+			}
+		}
+	}
+	st := next(mcp.TaskStatusInputRequired)
+	reqs, _ := st["inputRequests"].(map[string]any)
+	var key string
+	for k := range reqs {
+		key = k
+	}
+	if len(reqs) != 1 || !strings.HasPrefix(key, "confirm-") {
+		t.Fatalf("input_required notification: %v", st)
+	}
+	resp, err := c.GetTransport().SendRequest(t.Context(), transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
+		ID: mcp.NewRequestId(int64(77)), Method: methodTasksUpdate, Params: map[string]any{"taskId": id,
+			"inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"decision": "allow"}}}}})
+	if err != nil || resp.Error != nil {
+		t.Fatalf("tasks/update over stdio: %v %+v", err, resp.Error)
+	}
+	next(mcp.TaskStatusCompleted)
+	if r := waitTask(t, c, id); r.IsError || textOf(&mcp.CallToolResult{Content: r.Content}) != "deployed" {
+		t.Fatalf("task result %+v", r)
 	}
 }
