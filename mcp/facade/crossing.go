@@ -46,6 +46,9 @@ type crossStore interface {
 	carry(ctx context.Context, key string, raw []byte) error
 	putValue(ctx context.Context, key string, raw []byte) error
 	getValue(ctx context.Context, key string) ([]byte, error)
+	// available reports whether the bucket can be reached (a failure is
+	// remembered for a minute).
+	available(ctx context.Context) bool
 }
 
 // clientRecord is what a 2025-11-25 client declared in its initialize,
@@ -54,6 +57,7 @@ type crossStore interface {
 // initialize reads it, so it knows, as mcp-go on the first process does,
 // that the client may be asked (elicitation) and who it is.
 type clientRecord struct {
+	Version      string                 `json:"version"`
 	Capabilities mcp.ClientCapabilities `json:"capabilities"`
 	Info         mcp.Implementation     `json:"info"`
 }
@@ -79,9 +83,17 @@ type crossing struct {
 	local   func() http.Handler // the session's mcp-go streamable HTTP server
 	log     *slog.Logger
 
-	mu   sync.Mutex
-	subs map[string]*crossSub // by MCP session id
+	adoptMu sync.Mutex // one adoption at a time
+	mu      sync.Mutex
+	subs    map[string]*crossSub // by MCP session id
+	known   map[string]bool      // MCP sessions registered here (initialised or adopted; at most maxClients)
+	// adopting is the MCP session adopt is initialising (its initialize
+	// is not recorded again).
+	adopting string
 }
+
+// maxClients bounds the MCP sessions one crossing remembers as known.
+const maxClients = 1024
 
 type crossSub struct {
 	n   int
@@ -110,7 +122,11 @@ func (p *posted) response() bool {
 // following the session's crossings while it runs.
 func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	sid := r.Header.Get(server.HeaderKeySessionID)
-	if sid == "" || len(sid) > 256 || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
+	if sid == "" || len(sid) > 256 || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) || !x.store.available(r.Context()) {
+		return false
+	}
+	x.adopt(r.Context(), sid)
+	if r.Method != http.MethodPost {
 		return false
 	}
 	body, ok := postedBody(r)
@@ -163,10 +179,19 @@ func copyRecorded(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
 // (the initialize hook).
 func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	cs := server.ClientSessionFromContext(ctx)
-	if cs == nil || cs.SessionID() == "" || req == nil {
+	if cs == nil || cs.SessionID() == "" || req == nil || !x.store.available(ctx) {
 		return
 	}
-	raw, err := json.Marshal(clientRecord{Capabilities: req.Params.Capabilities, Info: req.Params.ClientInfo})
+	x.mu.Lock()
+	adopted := x.adopting == cs.SessionID()
+	if !adopted {
+		x.markKnown(cs.SessionID())
+	}
+	x.mu.Unlock()
+	if adopted {
+		return
+	}
+	raw, err := json.Marshal(clientRecord{Version: req.Params.ProtocolVersion, Capabilities: req.Params.Capabilities, Info: req.Params.ClientInfo})
 	if err != nil {
 		return
 	}
@@ -177,35 +202,110 @@ func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	}
 }
 
-// middleware gives a tool call of an MCP session this process did not
-// initialize what its client declared (remember), before anything asks
-// whether the client may be asked.
-func (x *crossing) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
-	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		x.recall(ctx)
-		return next(ctx, req)
-	}
-}
-
-func (x *crossing) recall(ctx context.Context) {
-	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+// adopt makes MCP session sid, initialised on another process, one of
+// this process's mcp-go server too, as if its client had initialised it
+// here with what it declared (remember): a synthetic initialize that
+// mcp-go answers under sid (adoptResolver), then
+// notifications/initialized. So every later request of sid here finds
+// the session registered — its capabilities (a confirmation may be put
+// to the client), the requests it is asked on whatever stream (an
+// answer finds its question), its GET stream — exactly as on the
+// process that initialised it. Without the record (an older facade, a
+// bucket out of reach) nothing is adopted.
+func (x *crossing) adopt(ctx context.Context, sid string) {
+	x.adoptMu.Lock()
+	defer x.adoptMu.Unlock()
+	x.mu.Lock()
+	known := x.known[sid]
+	x.mu.Unlock()
+	if known {
 		return
 	}
-	cs, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
-	if !ok || cs.SessionID() == "" || cs.GetClientInfo().Name != "" {
-		return
-	}
-	raw, err := x.store.getValue(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"))
+	raw, err := x.store.getValue(ctx, "m"+strings.TrimPrefix(x.crossKey(sid), "x"))
 	if err != nil {
 		return
 	}
 	var rec clientRecord
-	if json.Unmarshal(raw, &rec) != nil {
+	if json.Unmarshal(raw, &rec) != nil || rec.Version == "" {
 		return
 	}
-	cs.SetClientCapabilities(rec.Capabilities)
-	cs.SetClientInfo(rec.Info)
+	init, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": "toolbus-adopt", "method": mcp.MethodInitialize,
+		"params": map[string]any{"protocolVersion": rec.Version, "capabilities": rec.Capabilities, "clientInfo": rec.Info}})
+	x.mu.Lock()
+	x.adopting = sid
+	x.mu.Unlock()
+	code := x.inject(sid, "", init, true)
+	x.mu.Lock()
+	x.adopting = ""
+	x.mu.Unlock()
+	if code != http.StatusOK {
+		x.log.Debug("facade: an MCP session of another process not adopted", "session", x.session, "status", code)
+		return
+	}
+	x.inject(sid, rec.Version, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), false)
+	x.mu.Lock()
+	x.markKnown(sid)
+	x.mu.Unlock()
 }
+
+// markKnown records that sid is registered in this process's mcp-go
+// server (initialised or adopted here). Called with x.mu held.
+func (x *crossing) markKnown(sid string) {
+	if x.known == nil || len(x.known) >= maxClients {
+		x.known = map[string]bool{}
+	}
+	x.known[sid] = true
+}
+
+// inject serves a message of MCP session sid to this process's mcp-go,
+// as if posted to it; adopting marks it as the initialize that adopts
+// sid. It returns the HTTP status.
+func (x *crossing) inject(sid, version string, body []byte, adopting bool) int {
+	req, err := http.NewRequest(http.MethodPost, "/mcp/"+x.session, bytes.NewReader(body))
+	if err != nil {
+		return http.StatusInternalServerError
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if adopting {
+		req.Header.Set(adoptHeader, sid)
+	} else {
+		req.Header.Set(server.HeaderKeySessionID, sid)
+	}
+	if version != "" {
+		req.Header.Set(mcp.HeaderProtocolVersion, version)
+	}
+	rr := httptest.NewRecorder()
+	x.local().ServeHTTP(rr, req)
+	return rr.Code
+}
+
+// adoptHeader marks the synthetic initialize of adopt. The facade
+// removes it from every request it is sent (Handler), so only adopt
+// sets it.
+const adoptHeader = "X-Toolbus-Adopt-Session"
+
+// adoptResolver gives mcp-go's streamable HTTP server its session ids:
+// mcp-go's own (generated, not validated, so any process takes any
+// session's requests), except for adopt's initialize, whose id is the
+// adopted session's.
+type adoptResolver struct{}
+
+func (adoptResolver) ResolveSessionIdManager(r *http.Request) server.SessionIdManager {
+	if r != nil {
+		if sid := r.Header.Get(adoptHeader); sid != "" {
+			return adoptedID(sid)
+		}
+	}
+	return &server.StatelessGeneratingSessionIdManager{}
+}
+
+// adoptedID is the session id manager of adopt's initialize.
+type adoptedID string
+
+func (a adoptedID) Generate() string                              { return string(a) }
+func (adoptedID) Validate(string) (isTerminated bool, err error)  { return false, nil }
+func (adoptedID) Terminate(string) (isNotAllowed bool, err error) { return false, nil }
 
 // crossKey is the key prefix of the (session, user)'s MCP session sid.
 func (x *crossing) crossKey(sid string) string {
@@ -287,19 +387,7 @@ func (x *crossing) deliver(sid string, m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &rec); err != nil || rec.MCPSession != sid || len(rec.Message) == 0 {
 		return
 	}
-	req, err := http.NewRequest(http.MethodPost, "/mcp/"+x.session, bytes.NewReader(rec.Message))
-	if err != nil {
-		return
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set(server.HeaderKeySessionID, sid)
-	if rec.Version != "" {
-		req.Header.Set(mcp.HeaderProtocolVersion, rec.Version)
-	}
-	rr := httptest.NewRecorder()
-	x.local().ServeHTTP(rr, req)
-	if rr.Code >= 400 {
-		x.log.Debug("facade: a carried message was not taken", "session", x.session, "status", rr.Code)
+	if code := x.inject(sid, rec.Version, rec.Message, false); code >= 400 {
+		x.log.Debug("facade: a carried message was not taken", "session", x.session, "status", code)
 	}
 }

@@ -161,3 +161,51 @@ func (p *pair) startCall(t *testing.T, backend, s, user, sid string, id int) <-c
 	bustest.Recv(t, running, bound, "the call's progress")
 	return rest
 }
+
+// TestPostedResponse: which POST bodies are answers the facade may carry
+// to another process (mcp-go answers empty ones itself).
+func TestPostedResponse(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want bool
+	}{
+		{`{"jsonrpc":"2.0","id":1,"result":{"action":"accept","content":{"decision":"allow"}}}`, true},
+		{`{"jsonrpc":"2.0","id":"a","error":{"code":-1,"message":"no"}}`, true},
+		{`{"jsonrpc":"2.0","id":1,"result":{}}`, false},
+		{`{"jsonrpc":"2.0","id":1}`, false},
+		{`{"jsonrpc":"2.0","id":null,"result":{"x":1}}`, false},
+		{`{"jsonrpc":"2.0","result":{"x":1}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","result":{"x":1}}`, false},
+	} {
+		var p posted
+		if err := json.Unmarshal([]byte(c.body), &p); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.response(); got != c.want {
+			t.Errorf("%s: response() = %v, want %v", c.body, got, c.want)
+		}
+	}
+}
+
+// TestAdoptHeaderRefused: a client cannot choose its MCP session id (say,
+// another host's) with the facade's internal adoption header: the
+// facade removes it, and initialize gets a new id.
+func TestAdoptHeaderRefused(t *testing.T) {
+	p := newPair(t, false)
+	const chosen = "mcp-session-00000000-0000-4000-8000-000000000000"
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, p.url+"/mcp/adopt-refused", strings.NewReader(fmt.Sprintf(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`,
+		mcp.ProtocolVersion20251125)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("X-Toolbus-User", "mallory")
+	req.Header.Set(adoptHeader, chosen)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if sid := resp.Header.Get(server.HeaderKeySessionID); resp.StatusCode != http.StatusOK || sid == "" || sid == chosen {
+		t.Fatalf("initialize with the adoption header: HTTP %d, session %q", resp.StatusCode, sid)
+	}
+}

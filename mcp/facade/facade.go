@@ -207,6 +207,7 @@ const contextKey ctxKey = 0
 // session comes from the path.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del(adoptHeader) // only the facade's own adoption sets it (crossing.go)
 		if f.gate.serveMetadata(w, r) {
 			return
 		}
@@ -244,7 +245,7 @@ func (f *Facade) Handler() http.Handler {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		if !s.noTasks && s.cross.serveHTTP(w, r) { // crossing.go
+		if s.cross.serveHTTP(w, r) { // crossing.go
 			return
 		}
 		s.http.ServeHTTP(w, r)
@@ -396,14 +397,11 @@ func (f *Facade) newSession(k key) *session {
 	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
 		downgradeInit(res)
 	})
-	if !s.noTasks {
-		hooks.AddBeforeInitialize(func(ctx context.Context, _ any, req *mcp.InitializeRequest) { s.cross.remember(ctx, req) })
-	}
+	hooks.AddBeforeInitialize(func(ctx context.Context, _ any, req *mcp.InitializeRequest) { s.cross.remember(ctx, req) })
 	// mcp-go advertises tasks; the facade answers them (tasks.go).
 	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithExperimental(groupingCapability()),
 		server.WithExtensions(groupingCapability()), server.WithHooks(hooks), server.WithToolFilter(s.filter),
-		server.WithToolHandlerMiddleware(s.cross.middleware), server.WithToolHandlerMiddleware(downgradeMiddleware),
-		server.WithToolHandlerMiddleware(s.questions.middleware)}
+		server.WithToolHandlerMiddleware(downgradeMiddleware), server.WithToolHandlerMiddleware(s.questions.middleware)}
 	opts = append(opts, s.resources.options(hooks)...)
 	if !s.noTasks {
 		opts = append(opts, server.WithTaskCapabilities(true, true, true))
@@ -415,6 +413,7 @@ func (f *Facade) newSession(k key) *session {
 	s.resources.mcp = s.mcp
 	s.mcp.SetResourceTemplates(s.resources.outputsTemplate()) // readable before any listing
 	s.http = server.NewStreamableHTTPServer(s.mcp, server.WithStreamableHTTPLogger(f.cfg.Logger),
+		server.WithSessionIdManagerResolver(adoptResolver{}), // crossing.go
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			return context.WithValue(ctx, contextKey, r.Header.Get(f.cfg.ContextHeader))
 		}))

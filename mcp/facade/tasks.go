@@ -321,9 +321,9 @@ type taskRunners struct {
 
 	mu        sync.Mutex
 	notifiers map[string]func(*taskRecord) // task id → tells its host of a change (run here)
-	local    map[string]struct{}  // task id → run here
-	followed map[string]struct{}  // task id → its end learnt here from the bus
-	failed   map[string]time.Time // task id → when following it last failed
+	local     map[string]struct{}          // task id → run here
+	followed  map[string]struct{}          // task id → its end learnt here from the bus
+	failed    map[string]time.Time         // task id → when following it last failed
 }
 
 func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,

@@ -49,10 +49,10 @@ type taskRecord struct {
 	Message string         `json:"message,omitempty"`
 	// Inputs are what the task waits for its host to answer (status
 	// input_required), by the key its inputRequests show (tasks_input.go).
-	Inputs map[string]taskInput `json:"inputs,omitempty"`
-	Created time.Time      `json:"created"`
-	Updated time.Time      `json:"updated"`
-	TTLMS   int64          `json:"ttl_ms"`
+	Inputs  map[string]taskInput `json:"inputs,omitempty"`
+	Created time.Time            `json:"created"`
+	Updated time.Time            `json:"updated"`
+	TTLMS   int64                `json:"ttl_ms"`
 	// Result is the final CallToolResult (completed), Error the JSON-RPC
 	// error's message (failed).
 	Result json.RawMessage `json:"result,omitempty"`
