@@ -116,16 +116,19 @@ func (p *posted) response() bool {
 		!bytes.Equal(bytes.TrimSpace(p.Result), []byte("{}"))
 }
 
-// serveHTTP serves r when it is a 2025-11-25 (or earlier) POST of an MCP
-// session that crossing handles; it reports false for everything else,
-// which the caller serves as before. A tools/call is served here too,
-// following the session's crossings while it runs.
+// serveHTTP adopts the MCP session of a 2025-11-25 (or earlier) request
+// when this process does not know it, and serves r when it is a POST
+// that crossing handles; it reports false for everything else, which the
+// caller serves as before. A tools/call is served here too, following
+// the session's crossings while it runs.
 func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	sid := r.Header.Get(server.HeaderKeySessionID)
 	if sid == "" || len(sid) > 256 || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) || !x.store.available(r.Context()) {
 		return false
 	}
-	x.adopt(r.Context(), sid)
+	if r.Method != http.MethodDelete {
+		x.adopt(r.Context(), sid)
+	}
 	if r.Method != http.MethodPost {
 		return false
 	}

@@ -165,3 +165,38 @@ func TestTaskNotificationsStdio(t *testing.T) {
 		t.Fatalf("task result %+v", r)
 	}
 }
+
+// TestDetailedTask: what tasks/get shows of a record, per status and era.
+func TestDetailedTask(t *testing.T) {
+	now := time.Now()
+	base := func(st mcp.TaskStatus) *taskRecord {
+		return &taskRecord{ID: "0123456789abcdef0123456789abcdef", Status: st, Created: now, Updated: now, TTLMS: 60000,
+			Result: json.RawMessage(`{"content":[{"type":"text","text":"ok"}],"isError":false}`), Error: "boom",
+			Inputs: map[string]taskInput{"confirm-p1": {Kind: inputConfirm, Request: json.RawMessage(`{"method":"elicitation/create"}`)}}}
+	}
+	for _, c := range []struct {
+		status mcp.TaskStatus
+		modern bool
+		has    []string
+		hasNot []string
+	}{
+		{mcp.TaskStatusInputRequired, false, []string{"inputRequests", "ttl", "pollInterval"}, []string{"result", "ttlMs"}},
+		{mcp.TaskStatusInputRequired, true, []string{"inputRequests", "ttlMs", "pollIntervalMs"}, []string{"result", "error"}},
+		{mcp.TaskStatusWorking, true, []string{"ttlMs"}, []string{"inputRequests", "result"}},
+		{mcp.TaskStatusCompleted, true, []string{"result"}, []string{"error", "inputRequests"}},
+		{mcp.TaskStatusCompleted, false, nil, []string{"result", "error"}},
+		{mcp.TaskStatusFailed, true, []string{"error"}, []string{"result"}},
+	} {
+		got := base(c.status).detailed(c.modern)
+		for _, k := range c.has {
+			if _, ok := got[k]; !ok {
+				t.Errorf("%s modern=%v: no %s in %v", c.status, c.modern, k, got)
+			}
+		}
+		for _, k := range c.hasNot {
+			if _, ok := got[k]; ok {
+				t.Errorf("%s modern=%v: %s in %v", c.status, c.modern, k, got)
+			}
+		}
+	}
+}
