@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
 
@@ -393,4 +395,61 @@ func (x *crossing) deliver(sid string, m *nats.Msg) {
 	if code := x.inject(sid, rec.Version, rec.Message, false); code >= 400 {
 		x.log.Debug("facade: a carried message was not taken", "session", x.session, "status", code)
 	}
+}
+
+// crossBucket is crossing's view of the facade's bucket (crossStore).
+type crossBucket struct{ st *kvStore }
+
+func (b crossBucket) available(ctx context.Context) bool { return b.st.available(ctx) }
+
+// crossSubject is the subject a write of key is published on.
+func (b crossBucket) crossSubject(ctx context.Context, key string) (string, error) {
+	kv, err := b.st.bucket(ctx)
+	if err != nil {
+		return "", err
+	}
+	return "$KV." + kv.Bucket() + "." + key, nil
+}
+
+// carry stores raw under key, which publishes it to the key's
+// subscribers, and deletes it again: the record is a message, not state
+// (crossing.go).
+func (b crossBucket) carry(ctx context.Context, key string, raw []byte) error {
+	kv, err := b.st.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, raw); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	_ = kv.Delete(ctx, key)
+	return nil
+}
+
+// putValue stores raw under key (crossing.go's session records).
+func (b crossBucket) putValue(ctx context.Context, key string, raw []byte) error {
+	kv, err := b.st.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, raw); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return nil
+}
+
+// getValue returns what key holds (errNotFound: nothing).
+func (b crossBucket) getValue(ctx context.Context, key string) ([]byte, error) {
+	kv, err := b.st.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return e.Value(), nil
 }
