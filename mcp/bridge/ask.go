@@ -214,18 +214,9 @@ const elicitDescription = "An MCP server asks the user. Answer with a text block
 	`{"action":"accept","content":{...}} (content fits requested_schema), {"action":"decline"} or {"action":"cancel"}; ` +
 	"a bare JSON object is accepted as the content; an error answer declines."
 
-// elicitInput is what the parked elicit call shows its answerer.
-type elicitInput struct {
-	Server          string          `json:"server"`
-	User            json.RawMessage `json:"user,omitempty"` // the asking call's user: a facade asks only that user's host
-	Mode            string          `json:"mode"`
-	Message         string          `json:"message"`
-	RequestedSchema json.RawMessage `json:"requested_schema,omitempty"`
-	URL             string          `json:"url,omitempty"`
-	ElicitationID   string          `json:"elicitation_id,omitempty"`
-	Calls           []string        `json:"calls"`
-	Refused         string          `json:"refused,omitempty"`
-}
+// elicitInput is what the parked elicit call shows its answerer: the
+// question record the facade reads too (bus.Question).
+type elicitInput = bus.Question
 
 // elicit answers elicitation/create: it parks a call of the elicit tool in
 // the origin's session and returns the answer, checked against the

@@ -207,6 +207,7 @@ const contextKey ctxKey = 0
 // session comes from the path.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del(adoptHeader) // only the facade's own adoption sets it (crossing.go)
 		if f.gate.serveMetadata(w, r) {
 			return
 		}
@@ -242,6 +243,9 @@ func (f *Facade) Handler() http.Handler {
 		}
 		if modernCancel(r) { // cancelled.go
 			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		if s.cross.serveHTTP(w, r) { // crossing.go
 			return
 		}
 		s.http.ServeHTTP(w, r)
@@ -302,14 +306,11 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 		return err
 	}
 	defer f.release(s)
-	if s.noTasks {
-		return server.NewStdioServer(s.mcp).Listen(ctx, in, out)
-	}
-	// What the task filter started (a tasks/result waiting) ends with the
+	// What the filter started (a tasks/result waiting) ends with the
 	// connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in2, out2 := s.tasks.stdio(ctx, in, out)
+	in2, out2 := interceptStdio(ctx, in, out, s.stdioTake) // groups.go, tasks.go
 	return server.NewStdioServer(s.mcp).Listen(ctx, in2, out2)
 }
 
@@ -338,6 +339,7 @@ type session struct {
 	resources *resources // resources/* (resources.go)
 	tasks     *taskFront // tasks/* and task-augmented calls (tasks.go)
 	asked     claims     // the questions its hosts are asked (questions.go)
+	cross     *crossing  // 2025-11-25 answers and cancels between processes (crossing.go)
 
 	// Guarded by the table's mu.
 	elem   *list.Element
@@ -395,6 +397,7 @@ func (f *Facade) newSession(k key) *session {
 	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
 		downgradeInit(res)
 	})
+	hooks.AddBeforeInitialize(func(ctx context.Context, _ any, req *mcp.InitializeRequest) { s.cross.remember(ctx, req) })
 	// mcp-go advertises tasks; the facade answers them (tasks.go).
 	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithExperimental(groupingCapability()),
 		server.WithExtensions(groupingCapability()), server.WithHooks(hooks), server.WithToolFilter(s.filter),
@@ -410,6 +413,7 @@ func (f *Facade) newSession(k key) *session {
 	s.resources.mcp = s.mcp
 	s.mcp.SetResourceTemplates(s.resources.outputsTemplate()) // readable before any listing
 	s.http = server.NewStreamableHTTPServer(s.mcp, server.WithStreamableHTTPLogger(f.cfg.Logger),
+		server.WithSessionIdManagerResolver(adoptResolver{}), // crossing.go
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			return context.WithValue(ctx, contextKey, r.Header.Get(f.cfg.ContextHeader))
 		}))
@@ -430,7 +434,15 @@ func (f *Facade) wire(s *session) {
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, verb: resourcesVerb{nc: f.nc, prefix: f.cl.Subjects().Prefix},
 		fetch: f.cl, maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
 	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
-		run: s.calls.run, contextHeader: f.cfg.ContextHeader, questions: s.questions.watchCall}
+		run: s.calls.run, contextHeader: f.cfg.ContextHeader, questions: s.questions.watchCall,
+		confirm: s.confirms.decide, answerQuestion: s.questions.answerQuestion,
+		send: func(sid, method string, params map[string]any) error {
+			return s.mcp.SendNotificationToSpecificClient(sid, method, params)
+		}}
+	if s.policy == ConfirmHostUser {
+		s.tasks.confirmParams = s.confirmParams
+	}
+	s.cross = &crossing{nc: f.nc, store: crossBucket{f.kv}, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 
 // listed reports whether the session lists the tool to its user now.

@@ -91,6 +91,18 @@ func (s *session) serveGroups(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.f.cfg.ContextHeader))
+	out := s.groupsAnswer(ctx, m)
+	w.Header().Set("Content-Type", "application/json")
+	if id := r.Header.Get(mcpSessionHeader); id != "" {
+		w.Header().Set(mcpSessionHeader, id)
+	}
+	_, _ = w.Write(out)
+	return true
+}
+
+// groupsAnswer answers a grouping request with its JSON-RPC response, on
+// either transport.
+func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 	result, rerr := s.groupsDispatch(ctx, m)
 	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
 	if rerr != nil {
@@ -99,12 +111,23 @@ func (s *session) serveGroups(w http.ResponseWriter, r *http.Request) bool {
 		resp["result"] = result
 	}
 	out, _ := json.Marshal(resp)
-	w.Header().Set("Content-Type", "application/json")
-	if id := r.Header.Get(mcpSessionHeader); id != "" {
-		w.Header().Set(mcpSessionHeader, id)
+	return out
+}
+
+// stdioTake takes a stdio line the facade answers itself (a grouping
+// request, or a task message when the session offers tasks) and returns
+// how it is answered; false passes it on to mcp-go.
+func (s *session) stdioTake(line []byte) (func(context.Context) []byte, bool) {
+	if m, ok := groupsMessage(line); ok {
+		return func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
 	}
-	_, _ = w.Write(out)
-	return true
+	if s.noTasks {
+		return nil, false
+	}
+	if m, ok := taskMessage(line); ok {
+		return func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
+	}
+	return nil, false
 }
 
 type groupsResult struct {

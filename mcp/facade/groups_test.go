@@ -125,3 +125,50 @@ func TestGroupsAsMCPGroups(t *testing.T) {
 		t.Fatalf("a refused activation changed the groups: %+v", gs)
 	}
 }
+
+// TestGroupsOverStdio: the grouping extension over stdio (`toolbus
+// mcp`), as over HTTP: the capability, groups/list, activation with its
+// notification, and the notification for reset_tools on the bus.
+func TestGroupsOverStdio(t *testing.T) {
+	e := newEnv(t)
+	s := "grouping-stdio"
+	c := e.stdioClient(t, s, "alice")
+	c.groups = make(chan struct{}, 16)
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == notifyGroupsChanged {
+			select {
+			case c.groups <- struct{}{}:
+			default:
+			}
+		}
+	})
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.ProtocolVersion20251125
+	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
+	init, err := c.Initialize(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := init.Capabilities.Experimental[groupingExtension]; !ok {
+		t.Fatalf("stdio capabilities without %s: %+v", groupingExtension, init.Capabilities)
+	}
+	gs, msg := groupsRequest(t, c, 2001, methodGroupsList, nil)
+	if msg != "" {
+		t.Fatal(msg)
+	}
+	if got := activeOf(gs); len(got) != 3 || !got["basic"] || got["ops"] {
+		t.Fatalf("groups/list over stdio: %+v", gs)
+	}
+	if gs, msg = groupsRequest(t, c, 2002, methodGroupsActivate, map[string]any{"groups": []string{"ops"}}); msg != "" || !activeOf(gs)["ops"] {
+		t.Fatalf("activate over stdio: %+v %s", gs, msg)
+	}
+	bustest.Recv(t, c.groups, bound, "notifications/groups/list_changed over stdio")
+	if !slices.Contains(names(t, c), "deploy") {
+		t.Fatal("deploy not listed after ops was activated over stdio")
+	}
+	e.resetTools(t, s, map[string]bool{})
+	bustest.Recv(t, c.groups, bound, "notifications/groups/list_changed after reset_tools on the bus")
+	if _, msg := groupsRequest(t, c, 2003, methodGroupsActivate, map[string]any{"groups": "ops"}); msg == "" {
+		t.Fatal("a malformed activation was accepted over stdio")
+	}
+}

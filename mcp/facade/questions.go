@@ -27,18 +27,9 @@ import (
 // the first answer wins. A decline declines; a cancel, an error or a host
 // that cannot show the question leaves it to the others.
 
-// question is what the bridge's elicit call carries (bridge.elicitInput).
-type question struct {
-	Server          string          `json:"server"`
-	User            json.RawMessage `json:"user,omitempty"`
-	Mode            string          `json:"mode"`
-	Message         string          `json:"message"`
-	RequestedSchema json.RawMessage `json:"requested_schema,omitempty"`
-	URL             string          `json:"url,omitempty"`
-	ElicitationID   string          `json:"elicitation_id,omitempty"`
-	Calls           []string        `json:"calls,omitempty"`
-	Refused         string          `json:"refused,omitempty"`
-}
+// question is what the bridge's elicit call carries: bus.Question, the
+// record the bridge writes (mcp/bridge elicitInput).
+type question = bus.Question
 
 // relayer puts a session's bridged servers' questions to its host: it
 // watches the session while the host calls a bridged tool, takes the

@@ -15,7 +15,6 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp/mcptest"
 )
@@ -403,10 +402,11 @@ func TestForwardAsks(t *testing.T) {
 }
 
 // TestTaskQuestionStatus: a task-augmented call (2025-11-25 shapes) of a
-// bridged tool whose server asks keeps working with a status message
-// naming the question and where it is answered, read on the other
-// process; answered on the bus (as `toolbus answer` does), the task
-// completes with the server's result.
+// bridged tool whose server asks becomes input_required, with the
+// question under inputRequests and a status message naming where else it
+// is answered, read on the other process; the host answers it itself
+// with tasks/update (issue 29: task hosts are asked bridged questions
+// themselves), and the task completes with the server's result.
 func TestTaskQuestionStatus(t *testing.T) {
 	p := newPair(t, false)
 	p.bridgeServer(t, "q", mcptest.AskServer(t))
@@ -423,18 +423,20 @@ func TestTaskQuestionStatus(t *testing.T) {
 		t.Fatalf("listed: %v", got)
 	}
 	id := p.startTask(t, "A", s, "mcp__q__ask")
-	replyID, q := parkedEvent(t, ev, "mcp__q__elicit")
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
-		tk := p.task(t, "B", s, "tasks/get", id)
-		if tk.Status != mcp.TaskStatusWorking || !strings.Contains(tk.StatusMessage, "The MCP server q asks: Your name, please.") ||
-			!strings.Contains(tk.StatusMessage, q.ID) {
-			return fmt.Errorf("task: %+v", tk)
-		}
-		return nil
-	})
-	if err := p.bus.Answer(t.Context(), q.Name, s, replyID, q.ID, bus.Answer{State: bus.StateSuccess,
-		Output: bus.Text(`{"action":"accept","content":{"name":"Ada"}}`)}); err != nil {
-		t.Fatal(err)
+	_, q := parkedEvent(t, ev, "mcp__q__elicit")
+	d := p.pollTask(t, "B", s, id, mcp.TaskStatusInputRequired)
+	key := "question-" + q.ID
+	raw, ok := d.InputRequests[key]
+	if !ok || !strings.Contains(string(raw), "The MCP server q asks: Your name, please.") {
+		t.Fatalf("inputRequests: %+v", d.InputRequests)
+	}
+	tk := p.task(t, "A", s, "tasks/get", id)
+	if !strings.Contains(tk.StatusMessage, q.ID) || !strings.Contains(tk.StatusMessage, "toolbus answer") {
+		t.Fatalf("status message: %+v", tk)
+	}
+	if _, rerr := p.rpc(t, "B", s, "alice", "tasks/update", map[string]any{"taskId": id,
+		"inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}}}, true); rerr != nil {
+		t.Fatalf("tasks/update: %+v", rerr)
 	}
 	res, rerr := p.rpc(t, "B", s, "alice", "tasks/result", map[string]any{"taskId": id}, false)
 	if text, isErr := resultText(t, res); rerr != nil || isErr || text != `accept {"name":"Ada"}` {

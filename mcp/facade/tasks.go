@@ -49,7 +49,7 @@ func taskMessage(body []byte) (*rpcMessage, bool) {
 		return nil, false
 	}
 	switch mcp.MCPMethod(m.Method) {
-	case mcp.MethodTasksGet, mcp.MethodTasksResult, mcp.MethodTasksCancel, mcp.MethodTasksList:
+	case mcp.MethodTasksGet, mcp.MethodTasksResult, mcp.MethodTasksCancel, mcp.MethodTasksList, methodTasksUpdate:
 		return &m, true
 	case mcp.MethodToolsCall:
 		var p struct {
@@ -97,6 +97,17 @@ type taskFront struct {
 	// questions are the bridged server's questions of a task's call
 	// (relayer.watchCall), shown in its status message.
 	questions watchFunc
+	// confirmParams is the elicitation of a confirm park put to the
+	// host's user, nil when the host is not asked (policy approvers);
+	// confirm answers the park with the host's response (confirmer.decide).
+	confirmParams func(bus.Parked) mcp.ElicitationParams
+	confirm       func(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult)
+	// answerQuestion answers a bridged server's question with the host's
+	// response (relayer.answerQuestion).
+	answerQuestion func(ctx context.Context, a asked, res *mcp.ElicitationResult) bool
+	// send sends a notification to one MCP session of the session's
+	// mcp-go server (MCPServer.SendNotificationToSpecificClient).
+	send func(sessionID, method string, params map[string]any) error
 }
 
 // watchFunc yields the bridged server's questions of a call
@@ -136,6 +147,15 @@ func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 				kind := mcp.ResultTypeComplete
 				if _, created := result.(*mcp.CreateTaskResult); created {
 					kind = "task" // the 2026-07-28 tasks extension's discriminator
+					// The extension's CreateTaskResult is the Task itself
+					// (Result & Task); mcp-go's clients read it under "task".
+					var task map[string]json.RawMessage
+					if json.Unmarshal(obj["task"], &task) == nil {
+						modernTaskFields(task)
+						for k, v := range task {
+							obj[k] = v
+						}
+					}
 				}
 				obj["resultType"], _ = json.Marshal(kind)
 			}
@@ -149,6 +169,9 @@ func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError) {
 	var p struct {
 		TaskID string `json:"taskId"`
+	}
+	if m.Method == methodTasksUpdate {
+		return s.update(ctx, m.Params) // tasks_input.go
 	}
 	if m.Method != string(mcp.MethodToolsCall) && m.Method != string(mcp.MethodTasksList) {
 		if err := json.Unmarshal(m.Params, &p); err != nil || p.TaskID == "" {
@@ -181,8 +204,7 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 		if !r.Status.IsTerminal() {
 			s.runners.follow(r)
 		}
-		out := mcp.NewGetTaskResult(r.task())
-		return &out, nil
+		return r.detailed(m.modern()), nil // tasks_input.go
 	case mcp.MethodTasksResult:
 		return s.result(ctx, p.TaskID)
 	default: // tasks/cancel
@@ -216,7 +238,7 @@ func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *r
 		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
 	}
 	header, _ := ctx.Value(contextKey).(string)
-	s.runners.run(r, req, header, s.run, s.questions)
+	s.runners.run(r, req, header, taskHooks{call: s.run, questions: s.questions, confirmParams: s.confirmParams, notify: s.notifier(ctx)})
 	return &mcp.CreateTaskResult{Task: r.task()}, nil
 }
 
@@ -297,15 +319,16 @@ type taskRunners struct {
 	await   func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)
 	log     *slog.Logger
 
-	mu       sync.Mutex
-	local    map[string]struct{}  // task id → run here
-	followed map[string]struct{}  // task id → its end learnt here from the bus
-	failed   map[string]time.Time // task id → when following it last failed
+	mu        sync.Mutex
+	notifiers map[string]func(*taskRecord) // task id → tells its host of a change (run here)
+	local     map[string]struct{}          // task id → run here
+	followed  map[string]struct{}          // task id → its end learnt here from the bus
+	failed    map[string]time.Time         // task id → when following it last failed
 }
 
 func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,
 	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error), log *slog.Logger) *taskRunners {
-	return &taskRunners{closing: closing, loop: loop, store: store, await: await, log: log, local: map[string]struct{}{}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
+	return &taskRunners{closing: closing, loop: loop, store: store, await: await, log: log, local: map[string]struct{}{}, notifiers: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
 }
 
 // count is how many tasks this process runs or follows.
@@ -319,14 +342,18 @@ func (t *taskRunners) count() int {
 // facade closes: the call goes on, on the bus, and another process
 // learns its end. The call's context is the facade's, never the
 // request's, so neither an HTTP response nor a stdio request ends it.
-func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, call runFunc, questions watchFunc) {
+func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, h taskHooks) {
 	t.mu.Lock()
 	t.local[r.ID] = struct{}{}
+	if h.notify != nil {
+		t.notifiers[r.ID] = h.notify
+	}
 	t.mu.Unlock()
 	ctx := context.WithValue(t.closing, contextKey, header)
 	done := func() {
 		t.mu.Lock()
 		delete(t.local, r.ID)
+		delete(t.notifiers, r.ID)
 		t.mu.Unlock()
 	}
 	// Closing: the record stays working and another process follows the
@@ -334,12 +361,19 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	if !t.loop(func(context.Context) {
 		defer done()
 		onPark := func(p bus.Parked, until time.Time) {
-			_, _ = t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+			if p.Kind == "confirm" && h.confirmParams != nil {
+				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, h.confirmParams(p)))
+				return
+			}
+			rec, err := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
 				r.Message = fmt.Sprintf("parked: waiting for %s on %s until %s", kindText(p.Kind), p.Subject, until.UTC().Format(time.RFC3339))
 			})
+			if err == nil {
+				t.notify(rec)
+			}
 		}
-		stop := t.showQuestions(ctx, r, questions)
-		res, err := call(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark})
+		stop := t.showQuestions(ctx, r, h.questions)
+		res, err := h.call(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark})
 		stop()
 		if t.closing.Err() != nil {
 			return
@@ -372,9 +406,7 @@ func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, question
 			case <-ctx.Done():
 				return
 			case a := <-qs:
-				_, _ = t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
-					r.Message = questionStatus(a)
-				})
+				t.awaitInput(ctx, r, questionInput(a))
 			}
 		}
 	}()
@@ -433,7 +465,8 @@ func (t *taskRunners) follow(r *taskRecord) {
 func (t *taskRunners) finish(r *taskRecord, res *mcp.CallToolResult, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+	rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+		r.Inputs = nil
 		switch {
 		case err != nil:
 			r.Status, r.Error = mcp.TaskStatusFailed, err.Error()
@@ -446,7 +479,9 @@ func (t *taskRunners) finish(r *taskRecord, res *mcp.CallToolResult, err error) 
 	})
 	if uerr != nil {
 		t.log.Warn("facade: task end not recorded", "task", r.ID, "err", uerr)
+		return
 	}
+	t.notify(rec)
 }
 
 // replayer replays a session's stored events (client.Client).
@@ -525,6 +560,9 @@ func (s *taskFront) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.contextHeader))
+	if sid := r.Header.Get(mcpSessionHeader); sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
+		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
+	}
 	out := s.answer(ctx, m)
 	w.Header().Set("Content-Type", "application/json")
 	if id := r.Header.Get(mcpSessionHeader); id != "" {
@@ -537,23 +575,22 @@ func (s *taskFront) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 // mcpSessionHeader is streamable HTTP's MCP session header.
 const mcpSessionHeader = "Mcp-Session-Id"
 
-// stdioTasks puts the facade's task handling in front of mcp-go's stdio
-// server: lines that are task messages are answered here (each in its
-// own goroutine: tasks/result waits), the others go on to mcp-go; both
-// write through one lock, one message per write, as mcp-go does.
-func (s *taskFront) stdio(ctx context.Context, in io.Reader, out io.Writer) (io.Reader, io.Writer) {
+// interceptStdio puts the facade's own handling in front of mcp-go's
+// stdio server: lines take takes (task messages, grouping requests:
+// session.stdioAnswer) are answered here (each in its own goroutine:
+// tasks/result waits), the others go on to mcp-go; both write through
+// one lock, one message per write, as mcp-go does.
+func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
+	ctx = context.WithValue(ctx, notifySessionKey{}, "stdio") // mcp-go's stdio session
 	go func() {
 		br := bufio.NewReader(in)
 		for {
 			line, err := br.ReadBytes('\n')
 			if len(bytes.TrimSpace(line)) > 0 {
-				if m, ok := taskMessage(line); ok {
-					go func() {
-						resp := s.answer(ctx, m)
-						_, _ = lw.Write(append(resp, '\n'))
-					}()
+				if answer, ok := take(line); ok {
+					go func() { _, _ = lw.Write(append(answer(ctx), '\n')) }()
 				} else if _, werr := pw.Write(line); werr != nil {
 					return
 				}

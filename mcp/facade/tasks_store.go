@@ -47,9 +47,12 @@ type taskRecord struct {
 	ReplyID string         `json:"reply_id"` // its batch's reply id
 	Status  mcp.TaskStatus `json:"status"`
 	Message string         `json:"message,omitempty"`
-	Created time.Time      `json:"created"`
-	Updated time.Time      `json:"updated"`
-	TTLMS   int64          `json:"ttl_ms"`
+	// Inputs are what the task waits for its host to answer (status
+	// input_required), by the key its inputRequests show (tasks_input.go).
+	Inputs  map[string]taskInput `json:"inputs,omitempty"`
+	Created time.Time            `json:"created"`
+	Updated time.Time            `json:"updated"`
+	TTLMS   int64                `json:"ttl_ms"`
 	// Result is the final CallToolResult (completed), Error the JSON-RPC
 	// error's message (failed).
 	Result json.RawMessage `json:"result,omitempty"`

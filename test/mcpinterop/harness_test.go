@@ -51,6 +51,8 @@ type env struct {
 	f *facade.Facade
 	// release, closed, ends every wait call with the text "released".
 	release chan struct{}
+	// cfg is the facade's Config (another facade process is made with it).
+	cfg facade.Config
 }
 
 // url is the session's URL as the README gives it to most clients.
@@ -137,6 +139,7 @@ func startEnv(t *testing.T, mod func(*facade.Config)) *env {
 	if mod != nil {
 		mod(&cfg)
 	}
+	e.cfg = cfg
 	f := facade.New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), cfg)
 	hs := httptest.NewServer(f.Handler())
 	t.Cleanup(func() { hs.Close(); f.Close() })

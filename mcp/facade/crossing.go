@@ -1,0 +1,455 @@
+package facade
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// maxCrossing bounds a message carried to another facade process: an
+// elicitation answer or a cancel is small; a larger body is answered
+// where it landed, as before.
+const maxCrossing = 64 << 10
+
+// crossRecord is a message of a 2025-11-25 MCP session carried from the
+// facade process it reached to the one it belongs to, under
+// x.<session>.<user digest>.<MCP session digest>.<nuid> in the facade's
+// bucket: the put publishes it to the subscribers of that key (the
+// process whose tools/call asked the question or is being cancelled),
+// and it is deleted at once.
+type crossRecord struct {
+	MCPSession string          `json:"mcp_session"`
+	Version    string          `json:"version,omitempty"`
+	Message    json.RawMessage `json:"message"`
+}
+
+// crossStore is what crossing needs of the facade's bucket (kvStore).
+type crossStore interface {
+	// crossSubject is the subject a carried message's key is published
+	// on ("$KV.<bucket>.<key>").
+	crossSubject(ctx context.Context, key string) (string, error)
+	// carry stores raw under key and deletes it again.
+	carry(ctx context.Context, key string, raw []byte) error
+	putValue(ctx context.Context, key string, raw []byte) error
+	getValue(ctx context.Context, key string) ([]byte, error)
+	// available reports whether the bucket can be reached (a failure is
+	// remembered for a minute).
+	available(ctx context.Context) bool
+}
+
+// clientRecord is what a 2025-11-25 client declared in its initialize,
+// under m.<session>.<user digest>.<MCP session digest>: a process that
+// serves a later request of that MCP session without having seen the
+// initialize reads it, so it knows, as mcp-go on the first process does,
+// that the client may be asked (elicitation) and who it is.
+type clientRecord struct {
+	Version      string                 `json:"version"`
+	Capabilities mcp.ClientCapabilities `json:"capabilities"`
+	Info         mcp.Implementation     `json:"info"`
+}
+
+// crossing carries the messages of a 2025-11-25 MCP session that reach
+// another facade process than the one they belong to (issue 29, F2): a
+// client's answer to an elicitation/create the facade sent (a JSON-RPC
+// response) and its notifications/cancelled of a tools/call. mcp-go
+// keeps both per process (the request waiting for the answer, the
+// request's cancel function), so behind a front without affinity the
+// answer got HTTP 404 and the cancel was dropped. Now the process serving
+// a tools/call of an MCP session follows that session's key prefix in
+// the facade's bucket while it runs, and a process that cannot deliver
+// an answer (or any process given a cancel) puts the message there; the
+// follower hands it to its own mcp-go as if it had been posted to it.
+// Keys name the bus session and the authenticated user, so a message is
+// only ever carried into the same (session, user)'s MCP server.
+type crossing struct {
+	nc      *nats.Conn
+	store   crossStore
+	session string
+	user    string
+	local   func() http.Handler // the session's mcp-go streamable HTTP server
+	log     *slog.Logger
+
+	adoptMu sync.Mutex // one adoption at a time
+	mu      sync.Mutex
+	subs    map[string]*crossSub // by MCP session id
+	known   map[string]bool      // MCP sessions registered here (initialised or adopted; at most maxClients)
+	// adopting is the MCP session adopt is initialising (its initialize
+	// is not recorded again).
+	adopting string
+}
+
+// maxClients bounds the MCP sessions one crossing remembers as known.
+const maxClients = 1024
+
+type crossSub struct {
+	n   int
+	sub *nats.Subscription
+}
+
+// posted is what crossing reads of a POST body.
+type posted struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+}
+
+// response reports whether p is a JSON-RPC response with a result or an
+// error (not an empty one: mcp-go answers those 202 itself).
+func (p *posted) response() bool {
+	return p.Method == "" && len(p.ID) > 0 && string(p.ID) != "null" &&
+		(len(bytes.TrimSpace(p.Result)) > 0 || len(bytes.TrimSpace(p.Error)) > 0) &&
+		!bytes.Equal(bytes.TrimSpace(p.Result), []byte("{}"))
+}
+
+// serveHTTP adopts the MCP session of a 2025-11-25 (or earlier) request
+// when this process does not know it, and serves r when it is a POST
+// that crossing handles; it reports false for everything else, which the
+// caller serves as before. A tools/call is served here too, following
+// the session's crossings while it runs.
+func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
+	sid := r.Header.Get(server.HeaderKeySessionID)
+	if sid == "" || len(sid) > 256 || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) || !x.store.available(r.Context()) {
+		return false
+	}
+	if r.Method != http.MethodDelete {
+		x.adopt(r.Context(), sid)
+	}
+	if r.Method != http.MethodPost {
+		return false
+	}
+	body, ok := postedBody(r)
+	if !ok {
+		return false
+	}
+	var p posted
+	if json.Unmarshal(body, &p) != nil {
+		return false
+	}
+	switch {
+	case p.Method == string(mcp.MethodToolsCall) && len(p.ID) > 0:
+		stop := x.follow(sid)
+		defer stop()
+		x.local().ServeHTTP(w, r)
+		return true
+	case p.Method == string(mcp.MethodNotificationCancelled) && len(p.ID) == 0:
+		// mcp-go cancels the request when it is this process's; the
+		// crossing reaches the process that runs it otherwise.
+		x.carry(r.Context(), sid, r.Header.Get(mcp.HeaderProtocolVersion), body)
+		x.local().ServeHTTP(w, r)
+		return true
+	case p.response():
+		rec := httptest.NewRecorder()
+		x.local().ServeHTTP(rec, r)
+		if rec.Code < 400 || rec.Code >= 500 || len(body) > maxCrossing {
+			copyRecorded(w, rec)
+			return true
+		}
+		// No question of this process waits for it: another's does.
+		if err := x.carry(r.Context(), sid, r.Header.Get(mcp.HeaderProtocolVersion), body); err != nil {
+			writeHTTPError(w, http.StatusServiceUnavailable, "facade: the answer could not be passed to the facade process that asked: "+err.Error())
+			return true
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return true
+	}
+	return false
+}
+
+func copyRecorded(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+}
+
+// remember records what the client of the MCP session in ctx declared
+// (the initialize hook).
+func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
+	cs := server.ClientSessionFromContext(ctx)
+	if cs == nil || cs.SessionID() == "" || req == nil || !x.store.available(ctx) {
+		return
+	}
+	x.mu.Lock()
+	adopted := x.adopting == cs.SessionID()
+	if !adopted {
+		x.markKnown(cs.SessionID())
+	}
+	x.mu.Unlock()
+	if adopted {
+		return
+	}
+	raw, err := json.Marshal(clientRecord{Version: req.Params.ProtocolVersion, Capabilities: req.Params.Capabilities, Info: req.Params.ClientInfo})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := x.store.putValue(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"), raw); err != nil {
+		x.log.Warn("facade: an MCP session's client could not be recorded for the other processes", "session", x.session, "err", err)
+	}
+}
+
+// adopt makes MCP session sid, initialised on another process, one of
+// this process's mcp-go server too, as if its client had initialised it
+// here with what it declared (remember): a synthetic initialize that
+// mcp-go answers under sid (adoptResolver), then
+// notifications/initialized. So every later request of sid here finds
+// the session registered — its capabilities (a confirmation may be put
+// to the client), the requests it is asked on whatever stream (an
+// answer finds its question), its GET stream — exactly as on the
+// process that initialised it. Without the record (an older facade, a
+// bucket out of reach) nothing is adopted.
+func (x *crossing) adopt(ctx context.Context, sid string) {
+	x.adoptMu.Lock()
+	defer x.adoptMu.Unlock()
+	x.mu.Lock()
+	known := x.known[sid]
+	x.mu.Unlock()
+	if known {
+		return
+	}
+	raw, err := x.store.getValue(ctx, "m"+strings.TrimPrefix(x.crossKey(sid), "x"))
+	if err != nil {
+		return
+	}
+	var rec clientRecord
+	if json.Unmarshal(raw, &rec) != nil || rec.Version == "" {
+		return
+	}
+	init, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": "toolbus-adopt", "method": mcp.MethodInitialize,
+		"params": map[string]any{"protocolVersion": rec.Version, "capabilities": rec.Capabilities, "clientInfo": rec.Info}})
+	x.mu.Lock()
+	x.adopting = sid
+	x.mu.Unlock()
+	code := x.inject(sid, "", init, true)
+	x.mu.Lock()
+	x.adopting = ""
+	x.mu.Unlock()
+	if code != http.StatusOK {
+		x.log.Debug("facade: an MCP session of another process not adopted", "session", x.session, "status", code)
+		return
+	}
+	x.inject(sid, rec.Version, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), false)
+	x.mu.Lock()
+	x.markKnown(sid)
+	x.mu.Unlock()
+}
+
+// markKnown records that sid is registered in this process's mcp-go
+// server (initialised or adopted here). Called with x.mu held.
+func (x *crossing) markKnown(sid string) {
+	if x.known == nil || len(x.known) >= maxClients {
+		x.known = map[string]bool{}
+	}
+	x.known[sid] = true
+}
+
+// inject serves a message of MCP session sid to this process's mcp-go,
+// as if posted to it; adopting marks it as the initialize that adopts
+// sid. It returns the HTTP status.
+func (x *crossing) inject(sid, version string, body []byte, adopting bool) int {
+	req, err := http.NewRequest(http.MethodPost, "/mcp/"+x.session, bytes.NewReader(body))
+	if err != nil {
+		return http.StatusInternalServerError
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if adopting {
+		req.Header.Set(adoptHeader, sid)
+	} else {
+		req.Header.Set(server.HeaderKeySessionID, sid)
+	}
+	if version != "" {
+		req.Header.Set(mcp.HeaderProtocolVersion, version)
+	}
+	rr := httptest.NewRecorder()
+	x.local().ServeHTTP(rr, req)
+	return rr.Code
+}
+
+// adoptHeader marks the synthetic initialize of adopt. The facade
+// removes it from every request it is sent (Handler), so only adopt
+// sets it.
+const adoptHeader = "X-Toolbus-Adopt-Session"
+
+// adoptResolver gives mcp-go's streamable HTTP server its session ids:
+// mcp-go's own (generated, not validated, so any process takes any
+// session's requests), except for adopt's initialize, whose id is the
+// adopted session's.
+type adoptResolver struct{}
+
+func (adoptResolver) ResolveSessionIdManager(r *http.Request) server.SessionIdManager {
+	if r != nil {
+		if sid := r.Header.Get(adoptHeader); sid != "" {
+			return adoptedID(sid)
+		}
+	}
+	return &server.StatelessGeneratingSessionIdManager{}
+}
+
+// adoptedID is the session id manager of adopt's initialize.
+type adoptedID string
+
+func (a adoptedID) Generate() string                              { return string(a) }
+func (adoptedID) Validate(string) (isTerminated bool, err error)  { return false, nil }
+func (adoptedID) Terminate(string) (isNotAllowed bool, err error) { return false, nil }
+
+// crossKey is the key prefix of the (session, user)'s MCP session sid.
+func (x *crossing) crossKey(sid string) string {
+	d := sha256.Sum256([]byte(sid))
+	return "x." + x.session + "." + userDigest(x.user) + "." + hex.EncodeToString(d[:16])
+}
+
+// carry puts body (a message of MCP session sid) where the process
+// following sid receives it.
+func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) error {
+	if len(body) > maxCrossing {
+		return fmt.Errorf("facade: a message of %d bytes is not carried (at most %d)", len(body), maxCrossing)
+	}
+	raw, err := json.Marshal(crossRecord{MCPSession: sid, Version: version, Message: body})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := x.store.carry(ctx, x.crossKey(sid)+"."+nuid.Next(), raw); err != nil {
+		x.log.Warn("facade: a message of an MCP session could not be carried to another process", "session", x.session, "err", err)
+		return err
+	}
+	return nil
+}
+
+// follow subscribes to sid's crossings (once per MCP session, counted)
+// until the returned stop is called.
+func (x *crossing) follow(sid string) (stop func()) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if cs := x.subs[sid]; cs != nil {
+		cs.n++
+		return func() { x.unfollow(sid) }
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	subject, err := x.store.crossSubject(ctx, x.crossKey(sid)+".*")
+	if err == nil {
+		var sub *nats.Subscription
+		sub, err = x.nc.Subscribe(subject, func(m *nats.Msg) { x.deliver(sid, m) })
+		if err == nil {
+			err = x.nc.FlushWithContext(ctx)
+			if x.subs == nil {
+				x.subs = map[string]*crossSub{}
+			}
+			x.subs[sid] = &crossSub{n: 1, sub: sub}
+		}
+	}
+	if err != nil {
+		x.log.Warn("facade: an MCP session's messages reaching other processes will not be followed", "session", x.session, "err", err)
+		if x.subs[sid] == nil {
+			return func() {}
+		}
+	}
+	return func() { x.unfollow(sid) }
+}
+
+func (x *crossing) unfollow(sid string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	cs := x.subs[sid]
+	if cs == nil {
+		return
+	}
+	if cs.n--; cs.n == 0 {
+		_ = cs.sub.Unsubscribe()
+		delete(x.subs, sid)
+	}
+}
+
+// deliver hands a carried message to this process's mcp-go, as a POST
+// of MCP session sid.
+func (x *crossing) deliver(sid string, m *nats.Msg) {
+	if kvDeleted(m) {
+		return
+	}
+	var rec crossRecord
+	if err := json.Unmarshal(m.Data, &rec); err != nil || rec.MCPSession != sid || len(rec.Message) == 0 {
+		return
+	}
+	if code := x.inject(sid, rec.Version, rec.Message, false); code >= 400 {
+		x.log.Debug("facade: a carried message was not taken", "session", x.session, "status", code)
+	}
+}
+
+// crossBucket is crossing's view of the facade's bucket (crossStore).
+type crossBucket struct{ st *kvStore }
+
+func (b crossBucket) available(ctx context.Context) bool { return b.st.available(ctx) }
+
+// crossSubject is the subject a write of key is published on.
+func (b crossBucket) crossSubject(ctx context.Context, key string) (string, error) {
+	kv, err := b.st.bucket(ctx)
+	if err != nil {
+		return "", err
+	}
+	return "$KV." + kv.Bucket() + "." + key, nil
+}
+
+// carry stores raw under key, which publishes it to the key's
+// subscribers, and deletes it again: the record is a message, not state
+// (crossing.go).
+func (b crossBucket) carry(ctx context.Context, key string, raw []byte) error {
+	kv, err := b.st.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, raw); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	_ = kv.Delete(ctx, key)
+	return nil
+}
+
+// putValue stores raw under key (crossing.go's session records).
+func (b crossBucket) putValue(ctx context.Context, key string, raw []byte) error {
+	kv, err := b.st.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, raw); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return nil
+}
+
+// getValue returns what key holds (errNotFound: nothing).
+func (b crossBucket) getValue(ctx context.Context, key string) ([]byte, error) {
+	kv, err := b.st.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return e.Value(), nil
+}
