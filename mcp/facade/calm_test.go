@@ -141,7 +141,7 @@ func TestCalmBridgeRestart(t *testing.T) {
 	pidFile := filepath.Join(dir, "pid")
 	b, err := bridge.New(e.conn(t, xtest.RoleWorker), &bridge.File{Servers: []bridge.Server{{Name: "t", Command: os.Args[0],
 		Args: []string{"-test.run=^$"}, Cwd: dir, Env: map[string]string{"FACADE_TEST_STDIO_SERVER": "1", "FACADE_TEST_PID_FILE": pidFile}}}},
-		bridge.Config{Heartbeat: 500 * time.Millisecond, Ping: 100 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 300 * time.Millisecond})
+		bridge.Config{Heartbeat: 2 * time.Second, Ping: 100 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

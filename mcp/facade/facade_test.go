@@ -74,7 +74,7 @@ func startEnv(t *testing.T, cluster bool, mod func(*Config)) *env {
 func startEnvRouters(t *testing.T, cluster bool, routers int, mod func(*Config)) *env {
 	t.Helper()
 	e := &env{release: make(chan struct{})}
-	e.d = xtest.Run(t, xtest.Config{Cluster: cluster, Routers: routers, Heartbeat: 500 * time.Millisecond,
+	e.d = xtest.Run(t, xtest.Config{Cluster: cluster, Routers: routers, Heartbeat: 2 * time.Second,
 		Router: router.Config{DefaultMode: "bypass", Logger: slog.New(slog.DiscardHandler),
 			Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta},
 				{Name: "site", Description: "Site tools an operator switches.", Scope: bus.ScopeExternal}}}})
