@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
@@ -46,9 +47,10 @@ type batch struct {
 	cont   *external.Batch // the continuation record once the batch parked
 	parked []bus.Parked    // what this router parked (and queued) last
 
-	sent []*sentEvent // events published and not yet known to be stored
+	sent   []*sentEvent     // events published and not yet known to be stored
+	audits []*audit.Pending // audit records on their way to P_AUDIT (audittrail.go)
 
-	mu         sync.Mutex     // guards callState.result/raw/cancel and sent
+	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
 }
 
@@ -58,6 +60,9 @@ type callState struct {
 	target groups.Resolved // what the call runs
 	input  json.RawMessage // the validated input object
 	early  *bus.Result     // the result when the call cannot run
+	rule   string          // why the permission engine decided as it did (decide), for the audit record
+	// limitRule is the limit rule that refused the call (quotas.refuse).
+	limitRule string
 	result *bus.Result     // set once, when the call finishes
 	raw    json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size   int64           // bytes its result takes in the batch's aggregate messages (fit.go)
@@ -227,8 +232,9 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 			b.finish(c, *c.early)
 		default:
 			spec, res := decide(pc, c.target, c.call, c.input)
-			if res == nil {
-				res = b.p.guard.limit(b, c, spec) // quotas (guard.go)
+			c.rule = spec.rule
+			if q := b.p.quota; res == nil && spec.kind != "" && q != nil {
+				res = q.admitPark(b, c) // counted when it parks (quota.go)
 			}
 			switch {
 			case res != nil:
@@ -249,9 +255,19 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 	if len(execs) == 1 {
 		b.execute(execs[0])
 	} else {
+		// In parallel, each call once the one before it passed the
+		// quotas: the calls of a run are counted in call order.
 		var wg sync.WaitGroup
 		for _, c := range execs {
-			wg.Go(func() { b.execute(c) })
+			j := jobOf(b, c)
+			if b.p.quota != nil {
+				j.admitted = make(chan struct{})
+			}
+			admitted := j.admitted
+			wg.Go(func() { b.executeJob(c, j) })
+			if admitted != nil {
+				<-admitted
+			}
 		}
 		wg.Wait()
 	}
@@ -268,43 +284,69 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 // (parkStep.settle); true when the batch goes on here.
 func (b *batch) settleRun(next int) bool { return b.p.park.settle(b, next) }
 
-// execute runs c (execStep) and finishes it, unless a cancel finished it
-// first.
-func (b *batch) execute(c *callState) {
+// execute runs c through the executor chain and finishes it, unless a
+// cancel finished it first.
+func (b *batch) execute(c *callState) { b.executeJob(c, jobOf(b, c)) }
+
+func (b *batch) executeJob(c *callState, j *job) {
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	b.mu.Lock()
 	if c.result != nil { // interrupted before it started
 		b.mu.Unlock()
+		j.admit()
 		return
 	}
 	c.cancel = cancel
 	b.mu.Unlock()
-	b.finish(c, b.p.exec.run(ctx, b, c))
+	b.settle(c, b.p.exec.Exec(ctx, j)) // the chain's audit middleware recorded it
 }
 
 func unavailable(c bus.Call) bus.Result {
 	return bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf("ToolUnavailableError: No live worker serves the tool '%s' right now.", c.Name))
 }
 
-// finish records c's result once and publishes its io.toolbus.call.result.
+// finish ends c, a call that did not run through the executor chain,
+// with res: it is recorded in the audit trail (when on) and settled.
 // It reports false when the call already had a result (e.g. interrupted).
 func (b *batch) finish(c *callState, res bus.Result) bool {
 	res = b.p.fit.fit(b, c, res)
-	b.mu.Lock()
-	if c.result != nil {
-		b.mu.Unlock()
+	if !b.set(c, &res) {
 		return false
 	}
-	c.result = &res
-	b.mu.Unlock()
 	b.report(c, res)
 	return true
 }
 
-// report publishes a finished call's io.toolbus.call.result when it gets
-// one, and counts it (reportStep).
-func (b *batch) report(c *callState, res bus.Result) { b.p.report.result(b, c, res) }
+// settle records the result the chain gave c once and publishes its
+// io.toolbus.call.result.
+func (b *batch) settle(c *callState, res bus.Result) {
+	res = b.p.fit.fit(b, c, res)
+	if b.set(c, &res) {
+		b.p.report.result(b, c, res)
+	}
+}
+
+// set sets c's result unless it has one.
+func (b *batch) set(c *callState, res *bus.Result) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.result != nil {
+		return false
+	}
+	c.result = res
+	return true
+}
+
+// report records a call that ended outside the chain in the audit trail
+// (when on), and publishes its io.toolbus.call.result when it gets one
+// (reportStep).
+func (b *batch) report(c *callState, res bus.Result) {
+	if b.p.audit != nil {
+		b.p.audit.record(b, c, res)
+	}
+	b.p.report.result(b, c, res)
+}
 
 // done publishes batch.done, waits until the events stream holds the
 // batch's events, and removes the continuation of a batch that parked.

@@ -135,7 +135,7 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 // when it gets one (docs/protocol.md 3.4), batch.done, the wait for the
 // events stream, and the reply.
 type reportStep struct {
-	guard    *guard      // the audit trail (guard.go)
+	audit    *auditTrail // the audit trail; nil when off (audittrail.go)
 	landing  landingFunc // the router's tracked writes (nil: untracked)
 	events   eventPort
 	sessions sessionPort // the reply's session revision
@@ -146,7 +146,6 @@ type reportStep struct {
 // result publishes a finished call's io.toolbus.call.result when it gets
 // one (ownEvent), and counts it.
 func (s reportStep) result(b *batch, c *callState, res bus.Result) {
-	s.guard.record(b, c, res)
 	if ownEvent(b, res) && !b.cutOff() {
 		s.publish(b, bus.TypeCallResult, c.call.ID, encoded(b, c))
 	}
@@ -210,7 +209,14 @@ func (s reportStep) done(b *batch) {
 	if err := s.events.announce(bus.TypeBatchDone, b.session, b.replyID, "", b.trace, json.RawMessage(buf)); err != nil {
 		s.log.Warn("router: event not published", "type", bus.TypeBatchDone, "session", b.session, "err", err)
 	}
-	s.guard.audited(b, s.landing)
+	s.audited(b)
+}
+
+// audited waits for b's audit records (when the trail is on).
+func (s reportStep) audited(b *batch) {
+	if s.audit != nil {
+		s.audit.audited(b, s.landing)
+	}
 }
 
 // readOnlyBatch reports whether b is a new batch that parked nothing, did
@@ -297,7 +303,7 @@ func (s reportStep) publish(b *batch, typ, callID string, data any) {
 // stored waits until the events stream holds every event b has published
 // so far, and P_AUDIT its audit records.
 func (s reportStep) stored(b *batch) {
-	defer s.guard.audited(b, s.landing) // and its audit records, in flight beside them (guard.go)
+	defer s.audited(b) // and its audit records, in flight beside them
 	b.mu.Lock()
 	sent := b.sent
 	b.sent = nil

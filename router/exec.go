@@ -32,67 +32,95 @@ type job struct {
 	user, context    json.RawMessage // the batch's user and context
 	call             bus.Call        // with its validated input
 	tool             *registry.Tool
+
+	// A batch's call and what the chain's middlewares learn of it on its
+	// way (nil b and c: a confirmed call, which runs below the chain).
+	b        *batch
+	c        *callState
+	admitted chan struct{} // closed once the quotas counted the call (job.admit); nil when nobody waits
+	cacheKey string        // the result cache's key, when looked is set
+	looked   bool          // the quotas looked the call up in the result cache: a miss
 }
 
 // key is the call's ledger and P_parked key.
 func (j *job) key() string { return bus.CallKey(j.session, j.replyID, j.call.ID) }
 
-// execStep runs a call that may run now: reset_tools and the skill loader
-// here, a tool through the runner (its executor, the ledger).
+// admit says the call passed the quotas: the next call of a parallel run
+// may be counted (batch.runCalls). Only the call's own goroutine calls it.
+func (j *job) admit() {
+	if j.admitted != nil {
+		close(j.admitted)
+		j.admitted = nil
+	}
+}
+
+// runsTool reports whether the job is a batch's call of a registry tool
+// (not a built-in, not a request-scoped tool).
+func (j *job) runsTool() bool {
+	if j.c == nil || j.tool == nil {
+		return false
+	}
+	t := j.c.target
+	return !t.Reset && !t.Skill && !t.Search && !t.Read && t.External == nil
+}
+
+// execStep is the last executor of the chain: it runs a call that may run
+// now: reset_tools, search_tools, the skill loader and read_output here, a
+// tool through the runner (its executor, the ledger).
 type execStep struct {
 	runner   runnerPort
 	sessions sessionPort
-	guard    *guard // search_tools and the result cache (guard.go)
 }
 
-// run runs call c of batch b under ctx and returns its result.
-func (s execStep) run(ctx context.Context, b *batch, c *callState) bus.Result {
+// Exec runs j, a call of a batch, under ctx and returns its result.
+func (s execStep) Exec(ctx context.Context, j *job) bus.Result {
+	j.admit()
+	b, c := j.b, j.c
 	switch t := c.target; {
 	case t.Reset:
 		return s.reset(ctx, b.session, c)
 	case t.Skill:
 		return s.runner.loadSkill(ctx, b.session, b.data.User, c.call, c.input)
 	case t.Search:
-		return s.guard.search(ctx, b, c)
+		return s.runner.search(ctx, b, c)
 	case t.Read:
 		return s.runner.readOutput(ctx, b.session, c.call, c.input)
 	}
-	return s.guard.cachedRun(ctx, jobOf(b, c), s.runner.runTool)
+	return s.runner.runTool(ctx, j)
 }
 
 // jobOf is what the executor needs of call c of batch b.
 func jobOf(b *batch, c *callState) *job {
 	return &job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
 		user: b.data.User, context: b.data.Context,
-		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}, tool: c.target.Tool}
+		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}, tool: c.target.Tool, b: b, c: c}
 }
 
 // reset runs the built-in reset_tools.
 func (s execStep) reset(ctx context.Context, session string, c *callState) bus.Result {
 	text, err := s.sessions.reset(ctx, session, c.input)
 	if err != nil {
-		var be *bus.Error
-		if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
-			return bus.ErrorResult(c.call, bus.CodeInvalidInput, be.Message)
-		}
-		return internal(c.call, err)
+		return builtinFailed(c.call, err)
 	}
 	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
 }
 
-// executor runs a job on a tool's workers and returns its result. Today
-// one executor serves every tool (core request/reply to the tool's queue
-// group); a durable tool or another transport is another executor.
-type executor interface {
-	exec(ctx context.Context, j *job) bus.Result
+// builtinFailed is the result of a built-in tool that failed with err:
+// its own invalid_input, else internal.
+func builtinFailed(c bus.Call, err error) bus.Result {
+	var be *bus.Error
+	if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
+		return bus.ErrorResult(c, bus.CodeInvalidInput, be.Message)
+	}
+	return internal(c, err)
 }
 
 // toolRunner runs a tool call through the executor its definition asks
-// for, and the dedupe ledger.
+// for: a durable tool's work queue, else the core chain (the dedupe
+// ledger around request/reply).
 type toolRunner struct {
-	exec    executor // core request/reply to the workers
-	durable executor // durable tools' work queues
-	led     dedupe
+	exec    Executor // the ledger, then core request/reply to the workers
+	durable Executor // durable tools' work queues
 }
 
 // runTool runs a tool call, in a span of its own: a durable tool's through
@@ -103,13 +131,10 @@ func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 	ctx, span := tracing.StartTool(tracing.Extract(ctx, j.trace[0], j.trace[1]), trace.SpanKindClient, j.call.Name, j.call.ID, j.session)
 	defer span.End()
 	var res bus.Result
-	switch def := &j.tool.Def; {
-	case def.Durable:
-		res = t.durable.exec(ctx, j)
-	case def.ReadOnly:
-		res = t.exec.exec(ctx, j)
-	default:
-		res = t.led.once(ctx, j, t.exec)
+	if j.tool.Def.Durable {
+		res = t.durable.Exec(ctx, j)
+	} else {
+		res = t.exec.Exec(ctx, j)
 	}
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
@@ -154,7 +179,8 @@ func (r *Router) newRequestReply() requestReply {
 		}}
 }
 
-func (x requestReply) exec(ctx context.Context, j *job) bus.Result {
+// Exec runs j on the tool's workers.
+func (x requestReply) Exec(ctx context.Context, j *job) bus.Result {
 	def := &j.tool.Def
 	attempts := 1
 	if def.ReadOnly || def.Idempotent {

@@ -15,12 +15,18 @@ import (
 // most once per call key.
 type dedupe struct{ *ledger.Ledger }
 
-// once runs j through next at most once per call key within the dedupe
-// window, recording its result.
-func (l dedupe) once(ctx context.Context, j *job, next executor) bus.Result {
-	def := &j.tool.Def
-	timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
-	return l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return next.exec(ctx, j) })
+// wrap is the ledger middleware: a call that is not read-only runs
+// through next at most once per call key within the dedupe window, and
+// its result is recorded; a read-only call runs through next.
+func (l dedupe) wrap(next Executor) Executor {
+	return ExecFunc(func(ctx context.Context, j *job) bus.Result {
+		def := &j.tool.Def
+		if def.ReadOnly {
+			return next.Exec(ctx, j)
+		}
+		timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
+		return l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return next.Exec(ctx, j) })
+	})
 }
 
 // ledgerCall is what the ledger knows of j, whose run may take timeout.
