@@ -23,16 +23,25 @@ import (
 // The permission decision comes with the call (callState.rule): the
 // engine runs once per call.
 type auditTrail struct {
-	tr       *audit.Trail
+	tr       trail
 	id       string // the router's
 	log      *slog.Logger
 	ids      Identities
-	sessions *groups.Store // the session's permission mode
-	lost     prometheus.Counter
+	sessions interface {
+		Session(id string) *groups.Session
+	} // the session's permission mode (groups.Store)
+	lost prometheus.Counter
 	// refusals bounds the records of refused batches per caller
 	// (refused.go); suppressed counts those past the bound.
 	refusals   audit.Refusals
 	suppressed prometheus.Counter
+}
+
+// trail is what the middleware uses of audit.Trail.
+type trail interface {
+	Write(rec *audit.Record, input json.RawMessage) (*audit.Pending, error)
+	WriteRefusal(rec *audit.Record) (*audit.Pending, error)
+	Stored(ctx context.Context, ps []*audit.Pending) (lost []*audit.Pending)
 }
 
 func (a *auditTrail) wrap(next Executor) Executor {

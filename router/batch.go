@@ -63,10 +63,10 @@ type callState struct {
 	rule   string          // why the permission engine decided as it did (decide), for the audit record
 	// limitRule is the limit rule that refused the call (quotas.refuse).
 	limitRule string
-	result *bus.Result     // set once, when the call finishes
-	raw    json.RawMessage // result encoded once, for the event, the reply and batch.done
-	size   int64           // bytes its result takes in the batch's aggregate messages (fit.go)
-	cancel context.CancelFunc
+	result    *bus.Result     // set once, when the call finishes
+	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
+	size      int64           // bytes its result takes in the batch's aggregate messages (fit.go)
+	cancel    context.CancelFunc
 }
 
 // newBatch starts the batch of a turn on the pipeline.

@@ -19,8 +19,14 @@ import (
 // successful result is stored. A call the quotas already looked up (a
 // miss: job.looked) is not looked up again.
 type resultCache struct {
-	c       *rcache.Cache
+	c       resultStore
 	lookups *prometheus.CounterVec // by tool and hit or miss
+}
+
+// resultStore is what the middleware uses of rcache.Cache.
+type resultStore interface {
+	Get(ctx context.Context, key string) (bus.Result, bool)
+	Put(ctx context.Context, key string, ttl time.Duration, res bus.Result) bool
 }
 
 func (rc *resultCache) wrap(next Executor) Executor {

@@ -83,6 +83,8 @@ type guardrails struct {
 	audit *auditTrail
 	quota *quotas
 	cache *resultCache
+	// limits serves the limits admin verbs; nil without rules.
+	limits *limits.Limiter
 }
 
 // middlewares is the chain's order: audit outermost (it records what the
@@ -144,17 +146,9 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 		if err != nil {
 			return g, fmt.Errorf("router: %w", err)
 		}
-		g.quota = &quotas{lim: lim, cache: g.cache, counted: counted, log: log}
+		g.limits, g.quota = lim, &quotas{lim: lim, cache: g.cache, counted: counted, log: log}
 	}
 	return g, nil
-}
-
-// limiter is the quotas' limiter; nil when off.
-func (g guardrails) limiter() *limits.Limiter {
-	if g.quota == nil {
-		return nil
-	}
-	return g.quota.lim
 }
 
 // recordedCalls is the countedPort over P_parked and the ledger.

@@ -182,6 +182,7 @@ type routerRunner struct{ r *Router }
 func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result {
 	return x.r.tools.runTool(ctx, j)
 }
+
 // search runs the built-in search_tools over what the session and its
 // user could reach, skills included.
 func (x routerRunner) search(ctx context.Context, b *batch, c *callState) bus.Result {

@@ -26,10 +26,15 @@ import (
 // middleware one after another (job.admit), and a call that parks is
 // counted by admitPark when it parks, before the run's other calls start.
 type quotas struct {
-	lim     *limits.Limiter
+	lim     limiter
 	cache   *resultCache // nil when off: then nothing is looked up here
 	counted countedPort
 	log     *slog.Logger
+}
+
+// limiter is what the quotas use of limits.Limiter.
+type limiter interface {
+	Check(ctx context.Context, c limits.Call) (*limits.Refusal, error)
 }
 
 // countedPort tells whether an earlier copy of a batch recorded a call:

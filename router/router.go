@@ -368,7 +368,7 @@ func (r *Router) build(ctx context.Context) error {
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
 	r.sealOutput, r.skillView = r.stored.sealOutput, r.skills.view
-	r.tools.exec = chain(r.newRequestReply(), r.led.wrap) // after sealOutput: it seals the workers' outputs
+	r.tools.exec = chain(r.newRequestReply(), once(r.led)) // after sealOutput: it seals the workers' outputs
 	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
 	r.pipe = r.newPipeline(ev)
 	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
@@ -380,7 +380,7 @@ func (r *Router) bind() {
 	r.answers.resume = r.conts.resume
 	reg := &registrar{wire: r.wire, base: r.base, groups: r.groups, reg: r.reg}
 	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
-		store: r.store, skills: r.skills.cat, limits: r.guards.limiter()}
+		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.identify,
 		refused: func(m *nats.Msg, e *bus.Event, err error) { r.auditRefusal(m, "tools", e, err) }, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
