@@ -38,6 +38,7 @@ type batch struct {
 	p *pipeline
 	turn
 	calls  []*callState
+	key    string // session/reply id, once tracked (running.go)
 	ctx    context.Context
 	cancel context.CancelFunc
 	// start is when the batch arrived; zero for a continuation, whose
@@ -67,13 +68,16 @@ type callState struct {
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size      int64           // bytes its result takes in the batch's aggregate messages (fit.go)
 	cancel    context.CancelFunc
+	job       job // what the executor chain runs (jobOf)
 }
 
 // newBatch starts the batch of a turn on the pipeline.
 func (p *pipeline) newBatch(t turn, start time.Time) *batch {
 	b := &batch{p: p, turn: t, start: start, calls: make([]*callState, len(t.data.Calls))}
+	states := make([]callState, len(t.data.Calls))
 	for i, c := range t.data.Calls {
-		b.calls[i] = &callState{call: c}
+		states[i].call = c
+		b.calls[i] = &states[i]
 	}
 	b.ctx, b.cancel = context.WithCancel(p.base)
 	return b
@@ -289,7 +293,7 @@ func (b *batch) settleRun(next int) bool { return b.p.park.settle(b, next) }
 func (b *batch) execute(c *callState) { b.executeJob(c, jobOf(b, c)) }
 
 func (b *batch) executeJob(c *callState, j *job) {
-	ctx, cancel := context.WithCancel(b.ctx)
+	ctx, cancel := j.callContext(b.ctx)
 	defer cancel()
 	b.mu.Lock()
 	if c.result != nil { // interrupted before it started

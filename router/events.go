@@ -193,14 +193,7 @@ func encoded(b *batch, c *callState) json.RawMessage {
 // (docs/protocol.md 3.4: a re-sent read-only batch runs again anyway).
 func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
-	buf := append(make([]byte, 0, 256), `{"results":[`...)
-	for i, c := range b.calls {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, encoded(b, c)...)
-	}
-	buf = append(buf, "]}"...)
+	buf := append(resultsJSON(b, make([]byte, 0, 256), true), '}')
 	if !readOnlyBatch(b) {
 		s.publish(b, bus.TypeBatchDone, "", json.RawMessage(buf))
 		s.stored(b)
@@ -252,25 +245,14 @@ func readOnlyCall(c *callState) bool {
 // reply sends io.toolbus.call.reply: the finished results in call order,
 // the parked calls, and the session's revision (docs/protocol.md 3.2).
 func (s reportStep) reply(b *batch, subject string) {
-	buf := make([]byte, 0, 256)
-	buf = append(buf, `{"results":[`...)
-	n := 0
-	for _, c := range b.calls {
-		if c.result == nil {
-			continue
-		}
-		if n > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, encoded(b, c)...)
-		n++
+	buf := append(resultsJSON(b, make([]byte, 0, 256), false), `,"parked":`...)
+	var pj []byte
+	var err error
+	if len(b.parked) == 0 {
+		pj = []byte(`[]`)
+	} else {
+		pj, err = fastjson.Marshal(b.parked)
 	}
-	buf = append(buf, `],"parked":`...)
-	parked := b.parked
-	if parked == nil {
-		parked = []bus.Parked{}
-	}
-	pj, err := fastjson.Marshal(parked)
 	if err == nil {
 		buf = append(buf, pj...)
 		if rev := s.sessions.revision(b.session); rev > 0 {
@@ -285,6 +267,24 @@ func (s reportStep) reply(b *batch, subject string) {
 	if err != nil {
 		s.log.Warn("router: reply failed", "session", b.session, "reply", b.replyID, "err", err)
 	}
+}
+
+// resultsJSON appends {"results":[...] of b's finished calls in call
+// order to buf (every call when all is set: batch.done's), unclosed.
+func resultsJSON(b *batch, buf []byte, all bool) []byte {
+	buf = append(buf, `{"results":[`...)
+	n := 0
+	for _, c := range b.calls {
+		if !all && c.result == nil {
+			continue
+		}
+		if n > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, encoded(b, c)...)
+		n++
+	}
+	return append(buf, ']')
 }
 
 // publish publishes an event about b on its session's events subject,

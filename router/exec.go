@@ -40,10 +40,47 @@ type job struct {
 	admitted chan struct{} // closed once the quotas counted the call (job.admit); nil when nobody waits
 	cacheKey string        // the result cache's key, when looked is set
 	looked   bool          // the quotas looked the call up in the result cache: a miss
+
+	// A read-only tool's call of one attempt has one context, with the
+	// attempt's deadline (callContext): then until and timeout are that
+	// attempt's, and cancel ends it.
+	bounded bool
+	until   time.Time
+	timeout time.Duration
+	cancel  context.CancelFunc
+	keyed   string    // key(), once computed
+	watch   execWatch // the request in flight (execWatches)
+}
+
+// callContext returns the one context of call j under parent. A core
+// read-only call of one attempt gets the attempt's deadline (with its
+// grace) at once, and the attempt runs in it: one context and one timer
+// per call. Any other call gets a cancel, and each attempt its deadline.
+// (A call through the ledger is not bounded so: its claim and record
+// must not end at the tool's deadline.)
+func (j *job) callContext(parent context.Context) (context.Context, context.CancelFunc) {
+	if j.runsTool() {
+		def := &j.tool.Def
+		if def.ReadOnly && !def.Durable && max(def.MaxAttempts, 1) == 1 {
+			j.until, j.timeout = callDeadline(time.Now(), def.TimeoutMS, j.deadline)
+			if j.timeout > 0 {
+				j.bounded = true
+				ctx, cancel := context.WithDeadline(parent, j.until.Add(timeoutGrace))
+				j.cancel = cancel
+				return ctx, cancel
+			}
+		}
+	}
+	return context.WithCancel(parent)
 }
 
 // key is the call's ledger and P_parked key.
-func (j *job) key() string { return bus.CallKey(j.session, j.replyID, j.call.ID) }
+func (j *job) key() string {
+	if j.keyed == "" {
+		j.keyed = bus.CallKey(j.session, j.replyID, j.call.ID)
+	}
+	return j.keyed
+}
 
 // admit says the call passed the quotas: the next call of a parallel run
 // may be counted (batch.runCalls). Only the call's own goroutine calls it.
@@ -89,11 +126,13 @@ func (s execStep) Exec(ctx context.Context, j *job) bus.Result {
 	return s.runner.runTool(ctx, j)
 }
 
-// jobOf is what the executor needs of call c of batch b.
+// jobOf is what the executor needs of call c of batch b, kept in c (one
+// allocation for both).
 func jobOf(b *batch, c *callState) *job {
-	return &job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
+	c.job = job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
 		user: b.data.User, context: b.data.Context,
 		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}, tool: c.target.Tool, b: b, c: c}
+	return &c.job
 }
 
 // reset runs the built-in reset_tools.
@@ -200,7 +239,11 @@ func (x requestReply) Exec(ctx context.Context, j *job) bus.Result {
 // attempt makes one exec request; retry reports an unavailable or timeout
 // outcome.
 func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Result, bool) {
-	deadline, timeout := callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
+	bounded := j.bounded && attempt == 1 // ctx is the attempt's already (callContext)
+	deadline, timeout := j.until, j.timeout
+	if !bounded {
+		deadline, timeout = callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
+	}
 	if timeout <= 0 {
 		return timeoutResult(j.call, 0), false
 	}
@@ -224,9 +267,12 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	// router waits a little longer and judges by the clock.
 	// One context (and timer) per attempt: the watchdog cancels it too,
 	// marking the watch vanished first.
-	wctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))
-	defer cancel()
-	w := x.watch.add(j.call.Name, j.key(), cancel)
+	wctx, cancel := ctx, j.cancel
+	if !bounded {
+		wctx, cancel = context.WithDeadline(ctx, deadline.Add(timeoutGrace))
+		defer cancel()
+	}
+	w := x.watch.add(&j.watch, j.call.Name, j.key(), cancel)
 	defer x.watch.remove(w)
 	var resp *nats.Msg
 	x.sendExec(j.call.Name, e, func(m *nats.Msg) { resp, err = x.nc.RequestMsgWithContext(wctx, m) })
@@ -310,12 +356,12 @@ func requestFailed(ctx context.Context, err error, vanished bool, j *job, timeou
 		// The router's drain deadline: the worker may still finish the
 		// call, so its outcome is unknown (what the ledger records).
 		return unknownOutcome(j.call), false
-	case ctx.Err() != nil:
-		return interrupted(j.call), false
 	case vanished && !errors.Is(err, context.DeadlineExceeded):
 		// The worker that took the call stopped beating without finishing
 		// it: a read-only or idempotent call may run again elsewhere.
 		return unknownOutcome(j.call), def.ReadOnly || def.Idempotent
+	case errors.Is(ctx.Err(), context.Canceled):
+		return interrupted(j.call), false
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return timeoutResult(j.call, timeout), true
 	}
@@ -456,8 +502,10 @@ type execWatches struct {
 	m  map[*execWatch]struct{}
 }
 
-func (x *execWatches) add(tool, key string, cancel context.CancelFunc) *execWatch {
-	w := &execWatch{tool: tool, key: key, since: time.Now(), cancel: cancel}
+// add watches w, the request of tool's call key in flight until cancel.
+func (x *execWatches) add(w *execWatch, tool, key string, cancel context.CancelFunc) *execWatch {
+	w.tool, w.key, w.since, w.cancel = tool, key, time.Now(), cancel
+	w.vanished.Store(false)
 	x.mu.Lock()
 	if x.m == nil {
 		x.m = map[*execWatch]struct{}{}

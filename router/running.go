@@ -21,12 +21,15 @@ func (rb *runningBatches) track(b *batch) {
 	if rb.m == nil {
 		rb.m = map[string]*batch{}
 	}
-	rb.m[external.BatchKey(b.session, b.replyID)] = b
+	if b.key == "" {
+		b.key = external.BatchKey(b.session, b.replyID)
+	}
+	rb.m[b.key] = b
 	rb.mu.Unlock()
 }
 
 func (rb *runningBatches) untrack(b *batch) {
-	key := external.BatchKey(b.session, b.replyID)
+	key := b.key
 	rb.mu.Lock()
 	if rb.m[key] == b {
 		delete(rb.m, key)
