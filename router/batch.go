@@ -128,7 +128,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 		t, err = checkTurn(e, r.cfg.Limits)
 	}
 	if err == nil {
-		t.data.User, err = r.identify(t.session, t.data.User)
+		t.data.User, err = r.ids.identify(t.session, t.data.User)
 	}
 	if err != nil {
 		r.auditRefusal(m, "call", e, err)

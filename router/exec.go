@@ -187,35 +187,18 @@ func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 // in CloudEvents binary mode when every live worker of the tool said it
 // takes it (docs/protocol.md 5.1), else in structured mode.
 type requestReply struct {
-	nc     requester
-	subj   bus.Subjects
-	source string
-	binary func(tool string) bool                                             // every live worker takes binary exec
-	state  func(ctx context.Context, session string) (json.RawMessage, error) // the agent state, for state_injected tools
-	seal   func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
-	patch  func(session string, def *bus.ToolDef, patch json.RawMessage) error
-	watch  *execWatches // the watchdog's view of requests in flight
+	nc      requester
+	subj    bus.Subjects
+	source  string
+	workers interface{ BinaryExec(tool string) bool } // every live worker takes binary exec (registry)
+	groups  *groups.Store                             // the agent state, for state_injected tools
+	outputs *outputs                                  // seals the workers' stored outputs
+	watch   *execWatches                              // the watchdog's view of requests in flight
 }
 
 // requester is the part of *nats.Conn an exec request needs.
 type requester interface {
 	RequestMsgWithContext(ctx context.Context, m *nats.Msg) (*nats.Msg, error)
-}
-
-// newRequestReply wires the core executor from a started Router.
-func (r *Router) newRequestReply() requestReply {
-	return requestReply{nc: r.nc, subj: r.subj, source: r.source, binary: r.reg.BinaryExec,
-		state: func(ctx context.Context, session string) (json.RawMessage, error) {
-			sess, err := r.groups.Load(ctx, session)
-			if err != nil {
-				return nil, err
-			}
-			return sess.State, nil
-		},
-		seal: r.sealOutput, watch: &r.execs,
-		patch: func(session string, def *bus.ToolDef, patch json.RawMessage) error {
-			return patchState(r.groups, session, def, patch)
-		}}
 }
 
 // Exec runs j on the tool's workers.
@@ -249,11 +232,11 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	}
 	req := bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: attempt}
 	if j.tool.Def.StateInjected {
-		state, err := x.state(ctx, j.session)
+		sess, err := x.groups.Load(ctx, j.session)
 		if err != nil {
 			return internal(j.call, err), false
 		}
-		req.State = state
+		req.State = sess.State
 		if len(req.State) == 0 {
 			req.State = json.RawMessage(`{}`)
 		}
@@ -280,9 +263,9 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
 	res, patch := execReply(j.call, resp)
-	res, patch = x.seal(j.session, j.key(), res, patch)
+	res, patch = x.outputs.sealOutput(j.session, j.key(), res, patch)
 	if patch != nil {
-		if err := x.patch(j.session, &j.tool.Def, patch); err != nil {
+		if err := patchState(x.groups, j.session, &j.tool.Def, patch); err != nil {
 			var be *bus.Error
 			if errors.As(err, &be) && be.Code == bus.CodeToolError { // the worker's fault
 				res = bus.ErrorResult(j.call, bus.CodeToolError, be.Message)
@@ -303,7 +286,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 // core request keeps nothing of it).
 func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
 	subject := x.subj.Exec(tool)
-	if x.binary != nil && x.binary(tool) {
+	if x.workers != nil && x.workers.BinaryExec(tool) {
 		if _, ok := x.nc.(*nats.Conn); ok {
 			bus.WithBinaryMsg(subject, e, send)
 		} else {

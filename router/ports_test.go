@@ -486,7 +486,7 @@ func TestExecMsgMode(t *testing.T) {
 	}
 	e.SessionID, e.ReplyID, e.ToolCallID, e.ExpiryTime = "s1", "r1", "c1", "2030-01-01T00:00:00Z"
 	for _, binary := range []bool{false, true} {
-		x := requestReply{subj: bus.NewSubjects(""), binary: func(string) bool { return binary }}
+		x := requestReply{subj: bus.NewSubjects(""), workers: binaryWorkers(binary)}
 		sent := 0
 		x.sendExec("echo", e, func(m *nats.Msg) {
 			sent++
@@ -503,3 +503,8 @@ func TestExecMsgMode(t *testing.T) {
 		}
 	}
 }
+
+// binaryWorkers says whether every live worker of a tool takes binary exec.
+type binaryWorkers bool
+
+func (b binaryWorkers) BinaryExec(string) bool { return bool(b) }

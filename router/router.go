@@ -14,7 +14,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -39,7 +38,6 @@ import (
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
-	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -166,10 +164,7 @@ type Router struct {
 	conts    *continuations
 	handlers []route
 
-	// Ports of the batch pipeline (batch.go, exec.go) bound in Start.
-	identify   func(session string, claimed json.RawMessage) (json.RawMessage, error)
-	sealOutput func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
-	skillView  func(sess *groups.Session, user string) *skills.View
+	ids identities // a batch's user (identity.go)
 
 	subs       subscriptions
 	batches    runningBatches     // running.go
@@ -257,7 +252,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}})
 	r.base = r.life.Context()
 	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued, queueWait: cfg.QueueWait}
-	r.identify = identities{cfg.Identities}.identify
+	r.ids = identities{cfg.Identities}
 	return r, nil
 }
 
@@ -367,8 +362,8 @@ func (r *Router) build(ctx context.Context) error {
 
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
-	r.sealOutput, r.skillView = r.stored.sealOutput, r.skills.view
-	r.tools.exec = chain(r.newRequestReply(), once(r.led)) // after sealOutput: it seals the workers' outputs
+	r.tools.exec = chain(requestReply{nc: r.nc, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
+		once(r.led))
 	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
 	r.pipe = r.newPipeline(ev)
 	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
@@ -381,7 +376,7 @@ func (r *Router) bind() {
 	reg := &registrar{wire: r.wire, base: r.base, groups: r.groups, reg: r.reg}
 	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
-	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.identify,
+	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.ids.identify,
 		refused: func(m *nats.Msg, e *bus.Event, err error) { r.auditRefusal(m, "tools", e, err) }, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
