@@ -37,10 +37,13 @@ import (
 type batch struct {
 	p *pipeline
 	turn
-	calls  []*callState
-	key    string // session/reply id, once tracked (running.go)
-	ctx    context.Context
-	cancel context.CancelFunc
+	calls []*callState
+	key   string // session/reply id, once tracked (running.go)
+	// ctx is the router's (pipeline.base): what runs for the batch is
+	// cancelled by its own call's context (callContext, interrupt) or
+	// by the drain; a context of the batch's own would cost its
+	// allocations and end nothing more.
+	ctx context.Context
 	// start is when the batch arrived; zero for a continuation, whose
 	// latency was counted when it parked.
 	start time.Time
@@ -79,7 +82,7 @@ func (p *pipeline) newBatch(t turn, start time.Time) *batch {
 		states[i].call = c
 		b.calls[i] = &states[i]
 	}
-	b.ctx, b.cancel = context.WithCancel(p.base)
+	b.ctx = p.base
 	return b
 }
 

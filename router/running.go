@@ -14,8 +14,7 @@ type runningBatches struct {
 	m  map[string]*batch // sessionid/replyid → running batch
 }
 
-// track makes a batch reachable by cancels; untrack forgets it and ends
-// its context.
+// track makes a batch reachable by cancels; untrack forgets it.
 func (rb *runningBatches) track(b *batch) {
 	rb.mu.Lock()
 	if rb.m == nil {
@@ -35,7 +34,6 @@ func (rb *runningBatches) untrack(b *batch) {
 		delete(rb.m, key)
 	}
 	rb.mu.Unlock()
-	b.cancel()
 }
 
 // running returns the batch of key running here, or nil.
