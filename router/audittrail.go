@@ -108,10 +108,7 @@ func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
 // within the trail's max_wait is counted and logged in full (lose), and
 // the reply goes out: the calls ran.
 func (a *auditTrail) audited(b *batch, landing landingFunc) {
-	b.mu.Lock()
-	ps := b.audits
-	b.audits = nil
-	b.mu.Unlock()
+	ps := take(&b.mu, &b.audits)
 	if len(ps) == 0 {
 		return
 	}

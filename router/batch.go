@@ -37,8 +37,10 @@ import (
 type batch struct {
 	p *pipeline
 	turn
-	calls []*callState
-	key   string // session/reply id, once tracked (running.go)
+	calls    []*callState
+	one      [1]*callState // calls of a batch of one
+	oneState [1]callState
+	key      string // session/reply id, once tracked (running.go)
 	// ctx is the router's (pipeline.base): what runs for the batch is
 	// cancelled by its own call's context (callContext, interrupt) or
 	// by the drain; a context of the batch's own would cost its
@@ -76,12 +78,16 @@ type callState struct {
 
 // newBatch starts the batch of a turn on the pipeline.
 func (p *pipeline) newBatch(t turn, start time.Time) *batch {
-	b := &batch{p: p, turn: t, start: start, calls: make([]*callState, len(t.data.Calls))}
-	states := make([]callState, len(t.data.Calls))
+	b := &batch{p: p, turn: t, start: start}
+	states, calls := b.oneState[:], b.one[:] // a batch of one call: no allocation of its own
+	if n := len(t.data.Calls); n != 1 {
+		states, calls = make([]callState, n), make([]*callState, n)
+	}
 	for i, c := range t.data.Calls {
 		states[i].call = c
-		b.calls[i] = &states[i]
+		calls[i] = &states[i]
 	}
+	b.calls = calls
 	b.ctx = p.base
 	return b
 }
@@ -374,3 +380,12 @@ func (b *batch) stored() { b.p.report.stored(b) }
 
 // reply sends io.toolbus.call.reply (reportStep.reply).
 func (b *batch) reply(subject string) { b.p.report.reply(b, subject) }
+
+// take returns *s, emptied, under mu.
+func take[T any](mu *sync.Mutex, s *[]T) []T {
+	mu.Lock()
+	defer mu.Unlock()
+	v := *s
+	*s = nil
+	return v
+}

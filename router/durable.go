@@ -59,7 +59,7 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 		end := timeoutResult(j.call, timeout)
 		switch {
 		case context.Cause(ctx) == errDrainDeadline:
-			return unknownOutcome(j.call) // the queue still holds it: another router records its result
+			return ledger.UnknownOutcome(j.call) // the queue still holds it: another router records its result
 		case ctx.Err() != nil:
 			end = interrupted(j.call)
 		}

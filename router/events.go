@@ -193,7 +193,7 @@ func encoded(b *batch, c *callState) json.RawMessage {
 // (docs/protocol.md 3.4: a re-sent read-only batch runs again anyway).
 func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
-	buf := append(resultsJSON(b, make([]byte, 0, 256), true), '}')
+	buf := append(resultsJSON(b, true, 2), '}')
 	if !readOnlyBatch(b) {
 		s.publish(b, bus.TypeBatchDone, "", json.RawMessage(buf))
 		s.stored(b)
@@ -245,7 +245,7 @@ func readOnlyCall(c *callState) bool {
 // reply sends io.toolbus.call.reply: the finished results in call order,
 // the parked calls, and the session's revision (docs/protocol.md 3.2).
 func (s reportStep) reply(b *batch, subject string) {
-	buf := append(resultsJSON(b, make([]byte, 0, 256), false), `,"parked":`...)
+	buf := append(resultsJSON(b, false, 64), `,"parked":`...)
 	var pj []byte
 	var err error
 	if len(b.parked) == 0 {
@@ -269,10 +269,17 @@ func (s reportStep) reply(b *batch, subject string) {
 	}
 }
 
-// resultsJSON appends {"results":[...] of b's finished calls in call
-// order to buf (every call when all is set: batch.done's), unclosed.
-func resultsJSON(b *batch, buf []byte, all bool) []byte {
-	buf = append(buf, `{"results":[`...)
+// resultsJSON returns {"results":[...] of b's finished calls in call
+// order (every call when all is set: batch.done's), unclosed, in a
+// buffer with room for spare more bytes.
+func resultsJSON(b *batch, all bool, spare int) []byte {
+	size := len(`{"results":[]`) + spare
+	for _, c := range b.calls {
+		if all || c.result != nil {
+			size += len(encoded(b, c)) + 1
+		}
+	}
+	buf := append(make([]byte, 0, size), `{"results":[`...)
 	n := 0
 	for _, c := range b.calls {
 		if !all && c.result == nil {
@@ -304,10 +311,7 @@ func (s reportStep) publish(b *batch, typ, callID string, data any) {
 // so far, and P_AUDIT its audit records.
 func (s reportStep) stored(b *batch) {
 	defer s.audited(b) // and its audit records, in flight beside them
-	b.mu.Lock()
-	sent := b.sent
-	b.sent = nil
-	b.mu.Unlock()
+	sent := take(&b.mu, &b.sent)
 	if len(sent) == 0 {
 		return
 	}

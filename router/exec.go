@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/tracing"
 )
@@ -338,11 +339,11 @@ func requestFailed(ctx context.Context, err error, vanished bool, j *job, timeou
 	case context.Cause(ctx) == errDrainDeadline:
 		// The router's drain deadline: the worker may still finish the
 		// call, so its outcome is unknown (what the ledger records).
-		return unknownOutcome(j.call), false
+		return ledger.UnknownOutcome(j.call), false
 	case vanished && !errors.Is(err, context.DeadlineExceeded):
 		// The worker that took the call stopped beating without finishing
 		// it: a read-only or idempotent call may run again elsewhere.
-		return unknownOutcome(j.call), def.ReadOnly || def.Idempotent
+		return ledger.UnknownOutcome(j.call), def.ReadOnly || def.Idempotent
 	case errors.Is(ctx.Err(), context.Canceled):
 		return interrupted(j.call), false
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):

@@ -60,6 +60,3 @@ func storeFullOr(c bus.Call, h *store.Health, res *bus.Result) *bus.Result {
 		"InternalError: %s: no live worker of tool '%s' can be seen while JetStream refuses the workers' heartbeats (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
 	return &r
 }
-
-// unknownOutcome is the result of a call whose run did not report back.
-func unknownOutcome(c bus.Call) bus.Result { return ledger.UnknownOutcome(c) }
