@@ -73,7 +73,8 @@ type callState struct {
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size      int64           // bytes its result takes in the batch's aggregate messages (fit.go)
 	cancel    context.CancelFunc
-	job       job // what the executor chain runs (jobOf)
+	job       job           // what the executor chain runs (jobOf)
+	admitted  chan struct{} // for jobOf: closed once the call passed the quotas (runCalls)
 }
 
 // newBatch starts the batch of a turn on the pipeline.
@@ -169,7 +170,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 	// call.parked and batch.done are in the events stream before the
 	// reply: an agent that reconnects after it finds them there.
 	if m.Reply != "" {
-		b.reply(m.Reply)
+		b.p.report.reply(b, m.Reply)
 	}
 }
 
@@ -272,12 +273,12 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		// quotas: the calls of a run are counted in call order.
 		var wg sync.WaitGroup
 		for _, c := range execs {
-			j := jobOf(b, c)
+			var admitted chan struct{}
 			if b.p.quota != nil {
-				j.admitted = make(chan struct{})
+				admitted = make(chan struct{})
+				c.admitted = admitted // taken by jobOf, in the call's goroutine
 			}
-			admitted := j.admitted
-			wg.Go(func() { b.executeJob(c, j) })
+			wg.Go(func() { b.execute(c) })
 			if admitted != nil {
 				<-admitted
 			}
@@ -299,9 +300,8 @@ func (b *batch) settleRun(next int) bool { return b.p.park.settle(b, next) }
 
 // execute runs c through the executor chain and finishes it, unless a
 // cancel finished it first.
-func (b *batch) execute(c *callState) { b.executeJob(c, jobOf(b, c)) }
-
-func (b *batch) executeJob(c *callState, j *job) {
+func (b *batch) execute(c *callState) {
+	j := jobOf(b, c)
 	ctx, cancel := j.callContext(b.ctx)
 	defer cancel()
 	b.mu.Lock()
@@ -312,7 +312,7 @@ func (b *batch) executeJob(c *callState, j *job) {
 	}
 	c.cancel = cancel
 	b.mu.Unlock()
-	b.settle(c, b.p.exec.Exec(ctx, j)) // the chain's audit middleware recorded it
+	b.settle(c, b.p.exec.Exec(ctx, j), false) // the chain's audit middleware recorded it
 }
 
 func unavailable(c bus.Call) bus.Result {
@@ -322,32 +322,25 @@ func unavailable(c bus.Call) bus.Result {
 // finish ends c, a call that did not run through the executor chain,
 // with res: it is recorded in the audit trail (when on) and settled.
 // It reports false when the call already had a result (e.g. interrupted).
-func (b *batch) finish(c *callState, res bus.Result) bool {
+func (b *batch) finish(c *callState, res bus.Result) bool { return b.settle(c, res, true) }
+
+// settle sets c's result once, fitted, and publishes its
+// io.toolbus.call.result; outside says the call did not run through the
+// chain, whose audit middleware records the calls it runs.
+func (b *batch) settle(c *callState, res bus.Result, outside bool) bool {
 	res = b.p.fit.fit(b, c, res)
-	if !b.set(c, &res) {
+	b.mu.Lock()
+	if c.result != nil {
+		b.mu.Unlock()
 		return false
 	}
-	b.report(c, res)
-	return true
-}
-
-// settle records the result the chain gave c once and publishes its
-// io.toolbus.call.result.
-func (b *batch) settle(c *callState, res bus.Result) {
-	res = b.p.fit.fit(b, c, res)
-	if b.set(c, &res) {
+	c.result = &res
+	b.mu.Unlock()
+	if outside {
+		b.report(c, res)
+	} else {
 		b.p.report.result(b, c, res)
 	}
-}
-
-// set sets c's result unless it has one.
-func (b *batch) set(c *callState, res *bus.Result) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c.result != nil {
-		return false
-	}
-	c.result = res
 	return true
 }
 
@@ -377,9 +370,6 @@ func (b *batch) done() {
 // stored waits until the events stream holds every event the batch has
 // published so far.
 func (b *batch) stored() { b.p.report.stored(b) }
-
-// reply sends io.toolbus.call.reply (reportStep.reply).
-func (b *batch) reply(subject string) { b.p.report.reply(b, subject) }
 
 // take returns *s, emptied, under mu.
 func take[T any](mu *sync.Mutex, s *[]T) []T {

@@ -132,7 +132,8 @@ func (s execStep) Exec(ctx context.Context, j *job) bus.Result {
 func jobOf(b *batch, c *callState) *job {
 	c.job = job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
 		user: b.data.User, context: b.data.Context,
-		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}, tool: c.target.Tool, b: b, c: c}
+		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input}, tool: c.target.Tool, b: b, c: c, admitted: c.admitted}
+	c.admitted = nil
 	return &c.job
 }
 

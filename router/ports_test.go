@@ -223,7 +223,7 @@ func TestPipelineEvents(t *testing.T) {
 				t.Fatal("batch did not complete")
 			}
 			b.done()
-			b.reply("_INBOX.x")
+			f.p.report.reply(b, "_INBOX.x")
 			got := slices.Clone(f.events.types)
 			slices.Sort(got[:len(got)-1])
 			if !slices.Equal(got, tc.want) {

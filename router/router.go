@@ -458,7 +458,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 // and routers may publish on P.register, and both may already publish
 // there (a router's in-process worker shares its connection, so its
 // registrations wait on that inbox).
-func (r *Router) replyAllowed(subject, reply string) bool {
+func (r *wire) replyAllowed(subject, reply string) bool {
 	inbox := r.nc.Opts.InboxPrefix
 	if subject == r.subj.Register() {
 		inbox = ""
