@@ -202,14 +202,7 @@ func (s reportStep) done(b *batch) {
 	if err := s.events.announce(bus.TypeBatchDone, b.session, b.replyID, "", b.trace, json.RawMessage(buf)); err != nil {
 		s.log.Warn("router: event not published", "type", bus.TypeBatchDone, "session", b.session, "err", err)
 	}
-	s.audited(b)
-}
-
-// audited waits for b's audit records (when the trail is on).
-func (s reportStep) audited(b *batch) {
-	if s.audit != nil {
-		s.audit.audited(b, s.landing)
-	}
+	s.audit.audited(b, s.landing)
 }
 
 // readOnlyBatch reports whether b is a new batch that parked nothing, did
@@ -310,7 +303,7 @@ func (s reportStep) publish(b *batch, typ, callID string, data any) {
 // stored waits until the events stream holds every event b has published
 // so far, and P_AUDIT its audit records.
 func (s reportStep) stored(b *batch) {
-	defer s.audited(b) // and its audit records, in flight beside them
+	defer s.audit.audited(b, s.landing) // and its audit records, in flight beside them
 	sent := take(&b.mu, &b.sent)
 	if len(sent) == 0 {
 		return

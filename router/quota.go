@@ -8,7 +8,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/limits"
-	"github.com/toolbus/toolbus/registry"
 )
 
 // quotas is the quota middleware (docs/guardrails.md "When a call
@@ -70,8 +69,8 @@ func (q *quotas) admit(j *job) *bus.Result {
 		key, res, ok, hit := q.cache.lookup(ctx, t, j.session, j.user, j.call)
 		if hit {
 			call.CacheHit = true
-			if ref, err := q.lim.Check(ctx, call); err != nil || ref != nil {
-				return q.refuse(c, t, ref, err)
+			if refused := q.check(ctx, c, call); refused != nil {
+				return refused
 			}
 			return &res
 		}
@@ -80,8 +79,7 @@ func (q *quotas) admit(j *job) *bus.Result {
 	if !t.Def.ReadOnly && q.counted.counted(ctx, j.key(), false) {
 		return nil
 	}
-	ref, err := q.lim.Check(ctx, call)
-	return q.refuse(c, t, ref, err)
+	return q.check(ctx, c, call)
 }
 
 // admitPark counts call c of batch b, which parks; a result when it does
@@ -96,8 +94,7 @@ func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
 	if q.counted.counted(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), true) {
 		return nil
 	}
-	ref, err := q.lim.Check(ctx, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
-	return q.refuse(c, t, ref, err)
+	return q.check(ctx, c, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
 }
 
 // counts reports whether c's target is a registry tool the quotas count.
@@ -106,10 +103,12 @@ func counts(c *callState) bool {
 	return t.Tool != nil && !t.Skill && !t.Read
 }
 
-// refuse is the result of call c of tool t that its limits refused (ref),
-// or that could not be checked (err); nil when neither. The refusing rule
-// travels with the call, for its audit record.
-func (q *quotas) refuse(c *callState, t *registry.Tool, ref *limits.Refusal, err error) *bus.Result {
+// check counts call (c's) against the limits: the result of a call they
+// refuse, or that could not be checked; nil when it may go on. The
+// refusing rule travels with the call, for its audit record.
+func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus.Result {
+	t := c.target.Tool
+	ref, err := q.lim.Check(ctx, call)
 	if err != nil {
 		q.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
 		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
