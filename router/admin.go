@@ -1,7 +1,9 @@
 package router
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/skills"
@@ -76,7 +79,7 @@ type adminVerbs struct {
 	parked *external.Store
 	store  *store.Store
 	skills *skills.Catalogue
-	guard  *guard // the guardrails' verbs (guard.go)
+	limits *limits.Limiter // the limits verbs; nil without rules
 }
 
 func (x *adminVerbs) onAdmin(m *nats.Msg) {
@@ -230,8 +233,8 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 		}
 		return x.sessionView(e.SessionID, sess), nil
 	}
-	if out, ok, err := x.guard.admin(ctx, verb, e); ok {
-		return out, err
+	if verb == "limits" || verb == "limits.reset" {
+		return x.limitsVerb(ctx, verb, e)
 	}
 	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
 }
@@ -273,4 +276,38 @@ func (x *adminVerbs) status(ctx context.Context) bus.Status {
 		st.Tools = append(st.Tools, bus.ToolStatus{Name: t.Def.Name, LiveWorkers: live[t.Def.Name], External: t.Def.External, Groups: g})
 	}
 	return st
+}
+
+// limitsVerb runs the guardrails' admin verbs (docs/protocol.md 9):
+// limits (what is used and left) and limits.reset.
+func (x *adminVerbs) limitsVerb(ctx context.Context, verb string, e *bus.Event) (any, error) {
+	var q struct {
+		Rule    string `json:"rule,omitempty"`
+		Tool    string `json:"tool,omitempty"`
+		User    string `json:"user,omitempty"`
+		Session string `json:"session,omitempty"`
+	}
+	if len(e.Data) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(e.Data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&q); err != nil {
+			return nil, bus.Errorf(bus.CodeBadRequest, "%s wants {\"rule\", \"tool\", \"user\", \"session\"} (all optional): %v", verb, err)
+		}
+	}
+	if x.limits == nil {
+		return map[string]any{"limits": []limits.Usage{}}, nil
+	}
+	call := limits.Call{Tool: q.Tool, User: q.User, Session: q.Session}
+	if t, ok := x.reg.Lookup(q.Tool); ok {
+		call.ReadOnly = t.Def.ReadOnly // write-only rules do not count a read
+	}
+	if verb == "limits.reset" {
+		n, err := x.limits.Reset(ctx, q.Rule, call)
+		if err != nil {
+			return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)
+		}
+		return map[string]any{"reset": n}, nil
+	}
+	us, err := x.limits.Usage(ctx, call)
+	return map[string]any{"limits": us}, err
 }

@@ -38,7 +38,7 @@ type answers struct {
 	runTool    func(ctx context.Context, j *job) bus.Result
 	resume     func(cont *external.Batch)
 	confirming *confirmed
-	guard      *guard // the audit trail of parked calls (guard.go)
+	audit      *auditTrail // the audit trail of parked calls; nil when off (audittrail.go)
 }
 
 // parkedCalls is what answers uses of the parked calls and continuations
@@ -441,7 +441,7 @@ func (r *answers) complete(rec *external.Record, res bus.Result, cont *external.
 	if cont != nil {
 		trace = [2]string{cont.TraceParent, cont.TraceState}
 	}
-	r.guard.recordParked(rec, res) // the audit trail (guard.go)
+	r.audit.recordParked(rec, res) // the audit trail (audittrail.go)
 	ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 	if err == nil {
 		err = r.stored(ctx, []*sentEvent{ev})

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/tasks"
 )
@@ -338,7 +339,7 @@ func (b *background) resume(rec *tasks.Record) {
 		case rec.Rerun:
 			res = b.runAgain(ctx, rec)
 		default:
-			res = unknownOutcome(c)
+			res = ledger.UnknownOutcome(c)
 		}
 		done := make(chan bus.Result, 1)
 		done <- res

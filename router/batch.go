@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
@@ -36,9 +37,15 @@ import (
 type batch struct {
 	p *pipeline
 	turn
-	calls  []*callState
-	ctx    context.Context
-	cancel context.CancelFunc
+	calls    []*callState
+	one      [1]*callState // calls of a batch of one
+	oneState [1]callState
+	key      string // session/reply id, once tracked (running.go)
+	// ctx is the router's (pipeline.base): what runs for the batch is
+	// cancelled by its own call's context (callContext, interrupt) or
+	// by the drain; a context of the batch's own would cost its
+	// allocations and end nothing more.
+	ctx context.Context
 	// start is when the batch arrived; zero for a continuation, whose
 	// latency was counted when it parked.
 	start time.Time
@@ -46,9 +53,10 @@ type batch struct {
 	cont   *external.Batch // the continuation record once the batch parked
 	parked []bus.Parked    // what this router parked (and queued) last
 
-	sent []*sentEvent // events published and not yet known to be stored
+	sent   []*sentEvent     // events published and not yet known to be stored
+	audits []*audit.Pending // audit records on their way to P_AUDIT (audittrail.go)
 
-	mu         sync.Mutex     // guards callState.result/raw/cancel and sent
+	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
 }
 
@@ -58,19 +66,30 @@ type callState struct {
 	target groups.Resolved // what the call runs
 	input  json.RawMessage // the validated input object
 	early  *bus.Result     // the result when the call cannot run
-	result *bus.Result     // set once, when the call finishes
-	raw    json.RawMessage // result encoded once, for the event, the reply and batch.done
-	size   int64           // bytes its result takes in the batch's aggregate messages (fit.go)
-	cancel context.CancelFunc
+	rule   string          // why the permission engine decided as it did (decide), for the audit record
+	// limitRule is the limit rule that refused the call (quotas.refuse).
+	limitRule string
+	result    *bus.Result     // set once, when the call finishes
+	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
+	size      int64           // bytes its result takes in the batch's aggregate messages (fit.go)
+	cancel    context.CancelFunc
+	job       job           // what the executor chain runs (jobOf)
+	admitted  chan struct{} // for jobOf: closed once the call passed the quotas (runCalls)
 }
 
 // newBatch starts the batch of a turn on the pipeline.
 func (p *pipeline) newBatch(t turn, start time.Time) *batch {
-	b := &batch{p: p, turn: t, start: start, calls: make([]*callState, len(t.data.Calls))}
-	for i, c := range t.data.Calls {
-		b.calls[i] = &callState{call: c}
+	b := &batch{p: p, turn: t, start: start}
+	states, calls := b.oneState[:], b.one[:] // a batch of one call: no allocation of its own
+	if n := len(t.data.Calls); n != 1 {
+		states, calls = make([]callState, n), make([]*callState, n)
 	}
-	b.ctx, b.cancel = context.WithCancel(p.base)
+	for i, c := range t.data.Calls {
+		states[i].call = c
+		calls[i] = &states[i]
+	}
+	b.calls = calls
+	b.ctx = p.base
 	return b
 }
 
@@ -119,7 +138,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 		t, err = checkTurn(e, r.cfg.Limits)
 	}
 	if err == nil {
-		t.data.User, err = r.identify(t.session, t.data.User)
+		t.data.User, err = r.ids.identify(t.session, t.data.User)
 	}
 	if err != nil {
 		r.auditRefusal(m, "call", e, err)
@@ -151,7 +170,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 	// call.parked and batch.done are in the events stream before the
 	// reply: an agent that reconnects after it finds them there.
 	if m.Reply != "" {
-		b.reply(m.Reply)
+		b.p.report.reply(b, m.Reply)
 	}
 }
 
@@ -227,8 +246,9 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 			b.finish(c, *c.early)
 		default:
 			spec, res := decide(pc, c.target, c.call, c.input)
-			if res == nil {
-				res = b.p.guard.limit(b, c, spec) // quotas (guard.go)
+			c.rule = spec.rule
+			if q := b.p.quota; res == nil && spec.kind != "" && q != nil {
+				res = q.admitPark(b, c) // counted when it parks (quota.go)
 			}
 			switch {
 			case res != nil:
@@ -249,9 +269,19 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 	if len(execs) == 1 {
 		b.execute(execs[0])
 	} else {
+		// In parallel, each call once the one before it passed the
+		// quotas: the calls of a run are counted in call order.
 		var wg sync.WaitGroup
 		for _, c := range execs {
+			var admitted chan struct{}
+			if b.p.quota != nil {
+				admitted = make(chan struct{})
+				c.admitted = admitted // taken by jobOf, in the call's goroutine
+			}
 			wg.Go(func() { b.execute(c) })
+			if admitted != nil {
+				<-admitted
+			}
 		}
 		wg.Wait()
 	}
@@ -268,28 +298,36 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 // (parkStep.settle); true when the batch goes on here.
 func (b *batch) settleRun(next int) bool { return b.p.park.settle(b, next) }
 
-// execute runs c (execStep) and finishes it, unless a cancel finished it
-// first.
+// execute runs c through the executor chain and finishes it, unless a
+// cancel finished it first.
 func (b *batch) execute(c *callState) {
-	ctx, cancel := context.WithCancel(b.ctx)
+	j := jobOf(b, c)
+	ctx, cancel := j.callContext(b.ctx)
 	defer cancel()
 	b.mu.Lock()
 	if c.result != nil { // interrupted before it started
 		b.mu.Unlock()
+		j.admit()
 		return
 	}
 	c.cancel = cancel
 	b.mu.Unlock()
-	b.finish(c, b.p.exec.run(ctx, b, c))
+	b.settle(c, b.p.exec.Exec(ctx, j), false) // the chain's audit middleware recorded it
 }
 
 func unavailable(c bus.Call) bus.Result {
 	return bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf("ToolUnavailableError: No live worker serves the tool '%s' right now.", c.Name))
 }
 
-// finish records c's result once and publishes its io.toolbus.call.result.
+// finish ends c, a call that did not run through the executor chain,
+// with res: it is recorded in the audit trail (when on) and settled.
 // It reports false when the call already had a result (e.g. interrupted).
-func (b *batch) finish(c *callState, res bus.Result) bool {
+func (b *batch) finish(c *callState, res bus.Result) bool { return b.settle(c, res, true) }
+
+// settle sets c's result once, fitted, and publishes its
+// io.toolbus.call.result; outside says the call did not run through the
+// chain, whose audit middleware records the calls it runs.
+func (b *batch) settle(c *callState, res bus.Result, outside bool) bool {
 	res = b.p.fit.fit(b, c, res)
 	b.mu.Lock()
 	if c.result != nil {
@@ -298,13 +336,23 @@ func (b *batch) finish(c *callState, res bus.Result) bool {
 	}
 	c.result = &res
 	b.mu.Unlock()
-	b.report(c, res)
+	if outside {
+		b.report(c, res)
+	} else {
+		b.p.report.result(b, c, res)
+	}
 	return true
 }
 
-// report publishes a finished call's io.toolbus.call.result when it gets
-// one, and counts it (reportStep).
-func (b *batch) report(c *callState, res bus.Result) { b.p.report.result(b, c, res) }
+// report records a call that ended outside the chain in the audit trail
+// (when on), and publishes its io.toolbus.call.result when it gets one
+// (reportStep).
+func (b *batch) report(c *callState, res bus.Result) {
+	if b.p.audit != nil {
+		b.p.audit.record(b, c, res)
+	}
+	b.p.report.result(b, c, res)
+}
 
 // done publishes batch.done, waits until the events stream holds the
 // batch's events, and removes the continuation of a batch that parked.
@@ -323,5 +371,11 @@ func (b *batch) done() {
 // published so far.
 func (b *batch) stored() { b.p.report.stored(b) }
 
-// reply sends io.toolbus.call.reply (reportStep.reply).
-func (b *batch) reply(subject string) { b.p.report.reply(b, subject) }
+// take returns *s, emptied, under mu.
+func take[T any](mu *sync.Mutex, s *[]T) []T {
+	mu.Lock()
+	defer mu.Unlock()
+	v := *s
+	*s = nil
+	return v
+}

@@ -13,7 +13,8 @@ import (
 type parkSpec struct {
 	kind          string
 	requestScoped bool
-	reason        string
+	reason        string // why it asks
+	rule          string // why the engine decided as it did: the audit record's rule
 	suggested     []bus.Rule
 }
 
@@ -33,15 +34,15 @@ func decide(pc permission.Context, t groups.Resolved, c bus.Call, input json.Raw
 	d := permission.Decide(pc, def, input)
 	switch d.Behavior {
 	case permission.Deny:
-		return parkSpec{}, ptr(bus.ErrorResult(c, bus.CodeDenied,
+		return parkSpec{rule: d.Reason}, ptr(bus.ErrorResult(c, bus.CodeDenied,
 			fmt.Sprintf("PermissionDeniedError: The tool '%s' may not run: %s.", def.Name, d.Reason)))
 	case permission.Ask:
-		return parkSpec{kind: bus.KindConfirm, reason: d.Reason, suggested: d.SuggestedRules}, nil
+		return parkSpec{kind: bus.KindConfirm, reason: d.Reason, rule: d.Reason, suggested: d.SuggestedRules}, nil
 	}
 	if def.External {
-		return parkSpec{kind: bus.KindExternal}, nil
+		return parkSpec{kind: bus.KindExternal, rule: d.Reason}, nil
 	}
-	return parkSpec{}, nil
+	return parkSpec{rule: d.Reason}, nil
 }
 
 func permissionContext(s *groups.Session) permission.Context {

@@ -23,14 +23,15 @@ import (
 // stops reporting progress and JetStream delivers the call to another
 // worker; the ledger entry takes one result, so the agent never sees two.
 type workQueue struct {
-	log       *slog.Logger
-	subj      bus.Subjects
-	js        jetstream.JetStream
-	led       dedupe
-	execEvent func(ctx context.Context, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error)
+	log    *slog.Logger
+	subj   bus.Subjects
+	js     jetstream.JetStream
+	led    dedupe
+	source string // the router's, of the work messages
 }
 
-func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
+// Exec claims j in the ledger and queues it.
+func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 	l := x.led
 	deadline, timeout := callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
 	if timeout <= 0 {
@@ -58,7 +59,7 @@ func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
 		end := timeoutResult(j.call, timeout)
 		switch {
 		case context.Cause(ctx) == errDrainDeadline:
-			return unknownOutcome(j.call) // the queue still holds it: another router records its result
+			return ledger.UnknownOutcome(j.call) // the queue still holds it: another router records its result
 		case ctx.Err() != nil:
 			end = interrupted(j.call)
 		}
@@ -70,7 +71,7 @@ func (x workQueue) exec(ctx context.Context, j *job) bus.Result {
 // core request. The message id is the call key: a publish retried, or a
 // claim taken again after it was abandoned, is one message.
 func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
-	e, err := x.execEvent(ctx, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
+	e, err := execEvent(ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
 	if err != nil {
 		return err
 	}

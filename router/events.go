@@ -135,7 +135,7 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 // when it gets one (docs/protocol.md 3.4), batch.done, the wait for the
 // events stream, and the reply.
 type reportStep struct {
-	guard    *guard      // the audit trail (guard.go)
+	audit    *auditTrail // the audit trail; nil when off (audittrail.go)
 	landing  landingFunc // the router's tracked writes (nil: untracked)
 	events   eventPort
 	sessions sessionPort // the reply's session revision
@@ -146,7 +146,6 @@ type reportStep struct {
 // result publishes a finished call's io.toolbus.call.result when it gets
 // one (ownEvent), and counts it.
 func (s reportStep) result(b *batch, c *callState, res bus.Result) {
-	s.guard.record(b, c, res)
 	if ownEvent(b, res) && !b.cutOff() {
 		s.publish(b, bus.TypeCallResult, c.call.ID, encoded(b, c))
 	}
@@ -194,14 +193,7 @@ func encoded(b *batch, c *callState) json.RawMessage {
 // (docs/protocol.md 3.4: a re-sent read-only batch runs again anyway).
 func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
-	buf := append(make([]byte, 0, 256), `{"results":[`...)
-	for i, c := range b.calls {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, encoded(b, c)...)
-	}
-	buf = append(buf, "]}"...)
+	buf := append(resultsJSON(b, true, 2), '}')
 	if !readOnlyBatch(b) {
 		s.publish(b, bus.TypeBatchDone, "", json.RawMessage(buf))
 		s.stored(b)
@@ -210,7 +202,7 @@ func (s reportStep) done(b *batch) {
 	if err := s.events.announce(bus.TypeBatchDone, b.session, b.replyID, "", b.trace, json.RawMessage(buf)); err != nil {
 		s.log.Warn("router: event not published", "type", bus.TypeBatchDone, "session", b.session, "err", err)
 	}
-	s.guard.audited(b, s.landing)
+	s.audit.audited(b, s.landing)
 }
 
 // readOnlyBatch reports whether b is a new batch that parked nothing, did
@@ -246,25 +238,14 @@ func readOnlyCall(c *callState) bool {
 // reply sends io.toolbus.call.reply: the finished results in call order,
 // the parked calls, and the session's revision (docs/protocol.md 3.2).
 func (s reportStep) reply(b *batch, subject string) {
-	buf := make([]byte, 0, 256)
-	buf = append(buf, `{"results":[`...)
-	n := 0
-	for _, c := range b.calls {
-		if c.result == nil {
-			continue
-		}
-		if n > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, encoded(b, c)...)
-		n++
+	buf := append(resultsJSON(b, false, 64), `,"parked":`...)
+	var pj []byte
+	var err error
+	if len(b.parked) == 0 {
+		pj = []byte(`[]`)
+	} else {
+		pj, err = fastjson.Marshal(b.parked)
 	}
-	buf = append(buf, `],"parked":`...)
-	parked := b.parked
-	if parked == nil {
-		parked = []bus.Parked{}
-	}
-	pj, err := fastjson.Marshal(parked)
 	if err == nil {
 		buf = append(buf, pj...)
 		if rev := s.sessions.revision(b.session); rev > 0 {
@@ -279,6 +260,31 @@ func (s reportStep) reply(b *batch, subject string) {
 	if err != nil {
 		s.log.Warn("router: reply failed", "session", b.session, "reply", b.replyID, "err", err)
 	}
+}
+
+// resultsJSON returns {"results":[...] of b's finished calls in call
+// order (every call when all is set: batch.done's), unclosed, in a
+// buffer with room for spare more bytes.
+func resultsJSON(b *batch, all bool, spare int) []byte {
+	size := len(`{"results":[]`) + spare
+	for _, c := range b.calls {
+		if all || c.result != nil {
+			size += len(encoded(b, c)) + 1
+		}
+	}
+	buf := append(make([]byte, 0, size), `{"results":[`...)
+	n := 0
+	for _, c := range b.calls {
+		if !all && c.result == nil {
+			continue
+		}
+		if n > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, encoded(b, c)...)
+		n++
+	}
+	return append(buf, ']')
 }
 
 // publish publishes an event about b on its session's events subject,
@@ -297,11 +303,8 @@ func (s reportStep) publish(b *batch, typ, callID string, data any) {
 // stored waits until the events stream holds every event b has published
 // so far, and P_AUDIT its audit records.
 func (s reportStep) stored(b *batch) {
-	defer s.guard.audited(b, s.landing) // and its audit records, in flight beside them (guard.go)
-	b.mu.Lock()
-	sent := b.sent
-	b.sent = nil
-	b.mu.Unlock()
+	defer s.audit.audited(b, s.landing) // and its audit records, in flight beside them
+	sent := take(&b.mu, &b.sent)
 	if len(sent) == 0 {
 		return
 	}

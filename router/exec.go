@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/tracing"
 )
@@ -32,67 +33,135 @@ type job struct {
 	user, context    json.RawMessage // the batch's user and context
 	call             bus.Call        // with its validated input
 	tool             *registry.Tool
+
+	// A batch's call and what the chain's middlewares learn of it on its
+	// way (nil b and c: a confirmed call, which runs below the chain).
+	b        *batch
+	c        *callState
+	admitted chan struct{} // closed once the quotas counted the call (job.admit); nil when nobody waits
+	cacheKey string        // the result cache's key, when looked is set
+	looked   bool          // the quotas looked the call up in the result cache: a miss
+
+	// A read-only tool's call of one attempt has one context, with the
+	// attempt's deadline (callContext): then until and timeout are that
+	// attempt's, and cancel ends it.
+	bounded bool
+	until   time.Time
+	timeout time.Duration
+	cancel  context.CancelFunc
+	keyed   string    // key(), once computed
+	watch   execWatch // the request in flight (execWatches)
+}
+
+// callContext returns the one context of call j under parent. A core
+// read-only call of one attempt gets the attempt's deadline (with its
+// grace) at once, and the attempt runs in it: one context and one timer
+// per call. Any other call gets a cancel, and each attempt its deadline.
+// (A call through the ledger is not bounded so: its claim and record
+// must not end at the tool's deadline.)
+func (j *job) callContext(parent context.Context) (context.Context, context.CancelFunc) {
+	if j.runsTool() {
+		def := &j.tool.Def
+		if def.ReadOnly && !def.Durable && max(def.MaxAttempts, 1) == 1 {
+			j.until, j.timeout = callDeadline(time.Now(), def.TimeoutMS, j.deadline)
+			if j.timeout > 0 {
+				j.bounded = true
+				ctx, cancel := context.WithDeadline(parent, j.until.Add(timeoutGrace))
+				j.cancel = cancel
+				return ctx, cancel
+			}
+		}
+	}
+	return context.WithCancel(parent)
 }
 
 // key is the call's ledger and P_parked key.
-func (j *job) key() string { return bus.CallKey(j.session, j.replyID, j.call.ID) }
+func (j *job) key() string {
+	if j.keyed == "" {
+		j.keyed = bus.CallKey(j.session, j.replyID, j.call.ID)
+	}
+	return j.keyed
+}
 
-// execStep runs a call that may run now: reset_tools and the skill loader
-// here, a tool through the runner (its executor, the ledger).
+// admit says the call passed the quotas: the next call of a parallel run
+// may be counted (batch.runCalls). Only the call's own goroutine calls it.
+func (j *job) admit() {
+	if j.admitted != nil {
+		close(j.admitted)
+		j.admitted = nil
+	}
+}
+
+// runsTool reports whether the job is a batch's call of a registry tool
+// (not a built-in, not a request-scoped tool).
+func (j *job) runsTool() bool {
+	if j.c == nil || j.tool == nil {
+		return false
+	}
+	t := j.c.target
+	return !t.Reset && !t.Skill && !t.Search && !t.Read && t.External == nil
+}
+
+// execStep is the last executor of the chain: it runs a call that may run
+// now: reset_tools, search_tools, the skill loader and read_output here, a
+// tool through the runner (its executor, the ledger).
 type execStep struct {
 	runner   runnerPort
 	sessions sessionPort
-	guard    *guard // search_tools and the result cache (guard.go)
 }
 
-// run runs call c of batch b under ctx and returns its result.
-func (s execStep) run(ctx context.Context, b *batch, c *callState) bus.Result {
+// Exec runs j, a call of a batch, under ctx and returns its result.
+func (s execStep) Exec(ctx context.Context, j *job) bus.Result {
+	j.admit()
+	b, c := j.b, j.c
 	switch t := c.target; {
 	case t.Reset:
 		return s.reset(ctx, b.session, c)
 	case t.Skill:
 		return s.runner.loadSkill(ctx, b.session, b.data.User, c.call, c.input)
 	case t.Search:
-		return s.guard.search(ctx, b, c)
+		return s.runner.search(ctx, b, c)
 	case t.Read:
 		return s.runner.readOutput(ctx, b.session, c.call, c.input)
 	}
-	return s.guard.cachedRun(ctx, jobOf(b, c), s.runner.runTool)
+	return s.runner.runTool(ctx, j)
 }
 
-// jobOf is what the executor needs of call c of batch b.
+// jobOf is what the executor needs of call c of batch b, kept in c (one
+// allocation for both).
 func jobOf(b *batch, c *callState) *job {
-	return &job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
+	c.job = job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
 		user: b.data.User, context: b.data.Context,
-		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input, Background: c.call.Background}, tool: c.target.Tool}
+		call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input, Background: c.call.Background}, tool: c.target.Tool, b: b, c: c, admitted: c.admitted}
+	c.admitted = nil
+	return &c.job
 }
 
 // reset runs the built-in reset_tools.
 func (s execStep) reset(ctx context.Context, session string, c *callState) bus.Result {
 	text, err := s.sessions.reset(ctx, session, c.input)
 	if err != nil {
-		var be *bus.Error
-		if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
-			return bus.ErrorResult(c.call, bus.CodeInvalidInput, be.Message)
-		}
-		return internal(c.call, err)
+		return builtinFailed(c.call, err)
 	}
 	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
 }
 
-// executor runs a job on a tool's workers and returns its result. Today
-// one executor serves every tool (core request/reply to the tool's queue
-// group); a durable tool or another transport is another executor.
-type executor interface {
-	exec(ctx context.Context, j *job) bus.Result
+// builtinFailed is the result of a built-in tool that failed with err:
+// its own invalid_input, else internal.
+func builtinFailed(c bus.Call, err error) bus.Result {
+	var be *bus.Error
+	if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
+		return bus.ErrorResult(c, bus.CodeInvalidInput, be.Message)
+	}
+	return internal(c, err)
 }
 
 // toolRunner runs a tool call through the executor its definition asks
-// for, and the dedupe ledger.
+// for: a durable tool's work queue, else the core chain (the dedupe
+// ledger around request/reply).
 type toolRunner struct {
-	exec    executor // core request/reply to the workers
-	durable executor // durable tools' work queues
-	led     dedupe
+	exec    Executor // the ledger, then core request/reply to the workers
+	durable Executor // durable tools' work queues
 }
 
 // runTool runs a tool call, in a span of its own: a durable tool's through
@@ -103,13 +172,10 @@ func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 	ctx, span := tracing.StartTool(tracing.Extract(ctx, j.trace[0], j.trace[1]), trace.SpanKindClient, j.call.Name, j.call.ID, j.session)
 	defer span.End()
 	var res bus.Result
-	switch def := &j.tool.Def; {
-	case def.Durable:
-		res = t.durable.exec(ctx, j)
-	case def.ReadOnly:
-		res = t.exec.exec(ctx, j)
-	default:
-		res = t.led.once(ctx, j, t.exec)
+	if j.tool.Def.Durable {
+		res = t.durable.Exec(ctx, j)
+	} else {
+		res = t.exec.Exec(ctx, j)
 	}
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
@@ -123,14 +189,13 @@ func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 // in CloudEvents binary mode when every live worker of the tool said it
 // takes it (docs/protocol.md 5.1), else in structured mode.
 type requestReply struct {
-	nc     requester
-	subj   bus.Subjects
-	source string
-	binary func(tool string) bool                                             // every live worker takes binary exec
-	state  func(ctx context.Context, session string) (json.RawMessage, error) // the agent state, for state_injected tools
-	seal   func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
-	patch  func(session string, def *bus.ToolDef, patch json.RawMessage) error
-	watch  *execWatches // the watchdog's view of requests in flight
+	nc      requester
+	subj    bus.Subjects
+	source  string
+	workers interface{ BinaryExec(tool string) bool } // every live worker takes binary exec (registry)
+	groups  *groups.Store                             // the agent state, for state_injected tools
+	outputs *outputs                                  // seals the workers' stored outputs
+	watch   *execWatches                              // the watchdog's view of requests in flight
 }
 
 // requester is the part of *nats.Conn an exec request needs.
@@ -138,23 +203,8 @@ type requester interface {
 	RequestMsgWithContext(ctx context.Context, m *nats.Msg) (*nats.Msg, error)
 }
 
-// newRequestReply wires the core executor from a started Router.
-func (r *Router) newRequestReply() requestReply {
-	return requestReply{nc: r.nc, subj: r.subj, source: r.source, binary: r.reg.BinaryExec,
-		state: func(ctx context.Context, session string) (json.RawMessage, error) {
-			sess, err := r.groups.Load(ctx, session)
-			if err != nil {
-				return nil, err
-			}
-			return sess.State, nil
-		},
-		seal: r.sealOutput, watch: &r.execs,
-		patch: func(session string, def *bus.ToolDef, patch json.RawMessage) error {
-			return patchState(r.groups, session, def, patch)
-		}}
-}
-
-func (x requestReply) exec(ctx context.Context, j *job) bus.Result {
+// Exec runs j on the tool's workers.
+func (x requestReply) Exec(ctx context.Context, j *job) bus.Result {
 	def := &j.tool.Def
 	attempts := 1
 	if def.ReadOnly || def.Idempotent {
@@ -174,17 +224,21 @@ func (x requestReply) exec(ctx context.Context, j *job) bus.Result {
 // attempt makes one exec request; retry reports an unavailable or timeout
 // outcome.
 func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Result, bool) {
-	deadline, timeout := callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
+	bounded := j.bounded && attempt == 1 // ctx is the attempt's already (callContext)
+	deadline, timeout := j.until, j.timeout
+	if !bounded {
+		deadline, timeout = callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
+	}
 	if timeout <= 0 {
 		return timeoutResult(j.call, 0), false
 	}
 	req := bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: attempt}
 	if j.tool.Def.StateInjected {
-		state, err := x.state(ctx, j.session)
+		sess, err := x.groups.Load(ctx, j.session)
 		if err != nil {
 			return internal(j.call, err), false
 		}
-		req.State = state
+		req.State = sess.State
 		if len(req.State) == 0 {
 			req.State = json.RawMessage(`{}`)
 		}
@@ -198,9 +252,12 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	// router waits a little longer and judges by the clock.
 	// One context (and timer) per attempt: the watchdog cancels it too,
 	// marking the watch vanished first.
-	wctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))
-	defer cancel()
-	w := x.watch.add(j.call.Name, j.key(), cancel)
+	wctx, cancel := ctx, j.cancel
+	if !bounded {
+		wctx, cancel = context.WithDeadline(ctx, deadline.Add(timeoutGrace))
+		defer cancel()
+	}
+	w := x.watch.add(&j.watch, j.call.Name, j.key(), cancel)
 	defer x.watch.remove(w)
 	var resp *nats.Msg
 	x.sendExec(j.call.Name, e, func(m *nats.Msg) { resp, err = x.nc.RequestMsgWithContext(wctx, m) })
@@ -208,9 +265,9 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
 	res, patch := execReply(j.call, resp)
-	res, patch = x.seal(j.session, j.key(), res, patch)
+	res, patch = x.outputs.sealOutput(j.session, j.key(), res, patch)
 	if patch != nil {
-		if err := x.patch(j.session, &j.tool.Def, patch); err != nil {
+		if err := patchState(x.groups, j.session, &j.tool.Def, patch); err != nil {
 			var be *bus.Error
 			if errors.As(err, &be) && be.Code == bus.CodeToolError { // the worker's fault
 				res = bus.ErrorResult(j.call, bus.CodeToolError, be.Message)
@@ -231,7 +288,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 // core request keeps nothing of it).
 func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
 	subject := x.subj.Exec(tool)
-	if x.binary != nil && x.binary(tool) {
+	if x.workers != nil && x.workers.BinaryExec(tool) {
 		if _, ok := x.nc.(*nats.Conn); ok {
 			bus.WithBinaryMsg(subject, e, send)
 		} else {
@@ -283,13 +340,13 @@ func requestFailed(ctx context.Context, err error, vanished bool, j *job, timeou
 	case context.Cause(ctx) == errDrainDeadline:
 		// The router's drain deadline: the worker may still finish the
 		// call, so its outcome is unknown (what the ledger records).
-		return unknownOutcome(j.call), false
-	case ctx.Err() != nil:
-		return interrupted(j.call), false
+		return ledger.UnknownOutcome(j.call), false
 	case vanished && !errors.Is(err, context.DeadlineExceeded):
 		// The worker that took the call stopped beating without finishing
 		// it: a read-only or idempotent call may run again elsewhere.
-		return unknownOutcome(j.call), def.ReadOnly || def.Idempotent
+		return ledger.UnknownOutcome(j.call), def.ReadOnly || def.Idempotent
+	case errors.Is(ctx.Err(), context.Canceled):
+		return interrupted(j.call), false
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return timeoutResult(j.call, timeout), true
 	}
@@ -430,8 +487,10 @@ type execWatches struct {
 	m  map[*execWatch]struct{}
 }
 
-func (x *execWatches) add(tool, key string, cancel context.CancelFunc) *execWatch {
-	w := &execWatch{tool: tool, key: key, since: time.Now(), cancel: cancel}
+// add watches w, the request of tool's call key in flight until cancel.
+func (x *execWatches) add(w *execWatch, tool, key string, cancel context.CancelFunc) *execWatch {
+	w.tool, w.key, w.since, w.cancel = tool, key, time.Now(), cancel
+	w.vanished.Store(false)
 	x.mu.Lock()
 	if x.m == nil {
 		x.m = map[*execWatch]struct{}{}

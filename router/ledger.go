@@ -15,12 +15,30 @@ import (
 // most once per call key.
 type dedupe struct{ *ledger.Ledger }
 
-// once runs j through next at most once per call key within the dedupe
-// window, recording its result.
-func (l dedupe) once(ctx context.Context, j *job, next executor) bus.Result {
+// once is the ledger middleware over l: a call that is not read-only
+// runs through next at most once per call key within the dedupe window,
+// and its result is recorded; a read-only call runs through next.
+func once(l onceRunner) Middleware {
+	return func(next Executor) Executor { return onceExec{l, next} }
+}
+
+// onceRunner is what the middleware uses of ledger.Ledger.
+type onceRunner interface {
+	Once(ctx context.Context, c ledger.Call, run func() bus.Result) bus.Result
+}
+
+type onceExec struct {
+	l    onceRunner
+	next Executor
+}
+
+func (x onceExec) Exec(ctx context.Context, j *job) bus.Result {
 	def := &j.tool.Def
+	if def.ReadOnly {
+		return x.next.Exec(ctx, j)
+	}
 	timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
-	return l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return next.exec(ctx, j) })
+	return x.l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return x.next.Exec(ctx, j) })
 }
 
 // ledgerCall is what the ledger knows of j, whose run may take timeout.
@@ -42,6 +60,3 @@ func storeFullOr(c bus.Call, h *store.Health, res *bus.Result) *bus.Result {
 		"InternalError: %s: no live worker of tool '%s' can be seen while JetStream refuses the workers' heartbeats (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
 	return &r
 }
-
-// unknownOutcome is the result of a call whose run did not report back.
-func unknownOutcome(c bus.Call) bus.Result { return ledger.UnknownOutcome(c) }

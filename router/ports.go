@@ -11,6 +11,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/skills"
 )
 
 // The ports of the batch pipeline: everything a step of a batch needs from
@@ -70,6 +71,7 @@ var _ continuationPort = (*external.Store)(nil)
 // (exec.go, durable.go, the ledger), or the skill loader.
 type runnerPort interface {
 	runTool(ctx context.Context, j *job) bus.Result
+	search(ctx context.Context, b *batch, c *callState) bus.Result
 	loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result
 	readOutput(ctx context.Context, session string, c bus.Call, input json.RawMessage) bus.Result
 }
@@ -105,11 +107,12 @@ type pipeline struct {
 	sessions sessionPort
 	conts    continuationPort
 	resolve  resolveStep
-	exec     execStep
+	exec     Executor // the executor chain: the guardrails that are on around execStep (chain.go)
 	park     parkStep
 	report   reportStep
 	fit      fitStep
-	guard    *guard // quotas (guard.go); the exec and report steps hold it too
+	quota    *quotas     // counts calls that park; nil when off (quota.go)
+	audit    *auditTrail // records calls that end outside the chain; nil when off (audittrail.go)
 	log      *slog.Logger
 	// base is the parent of every batch's context (the Router's).
 	base context.Context
@@ -122,15 +125,17 @@ func (r *Router) newPipeline(ev routerEvents) *pipeline {
 	if r.outputs != nil {
 		outputs = r.outputs
 	}
+	sessions := routerSessions{cache: r.sessions, groups: r.groups}
 	return &pipeline{
-		sessions: routerSessions{cache: r.sessions, groups: r.groups},
+		sessions: sessions,
 		conts:    r.parked,
 		resolve:  resolveStep{tools: routerResolver{r}, health: r.store.Health, log: r.log},
-		exec:     execStep{runner: routerRunner{r}, sessions: routerSessions{cache: r.sessions, groups: r.groups}, guard: r.guard},
+		exec:     chain(execStep{runner: routerRunner{r}, sessions: sessions}, r.guards.middlewares()...),
 		park:     parkStep{landing: r.life.Landing, conts: r.parked, subj: r.subj, source: r.source, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
-		report:   reportStep{landing: r.life.Landing, guard: r.guard, events: ev, sessions: routerSessions{cache: r.sessions, groups: r.groups}, m: r.m, log: r.log},
+		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: ev, sessions: sessions, m: r.m, log: r.log},
 		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
-		guard:    r.guard,
+		quota:    r.guards.quota,
+		audit:    r.guards.audit,
 		log:      r.log,
 		base:     r.base,
 	}
@@ -177,6 +182,26 @@ type routerRunner struct{ r *Router }
 func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result {
 	return x.r.runCall(ctx, j) // the tools' runner, or a background task (background.go)
 }
+
+// search runs the built-in search_tools over what the session and its
+// user could reach, skills included.
+func (x routerRunner) search(ctx context.Context, b *batch, c *callState) bus.Result {
+	r := x.r
+	sess := r.groups.Session(b.session)
+	var docs []groups.SkillDoc
+	if loaderShown(b.req) && r.skills != nil {
+		gs := r.groups.Groups()
+		for _, s := range r.skills.cat.Skills(userOf(b.data.User)) {
+			docs = append(docs, groups.SkillDoc{Name: s.Name, Description: s.Description, Groups: skills.GroupsOf(s.Name, gs)})
+		}
+	}
+	text, err := r.groups.View(r.reg, sess, b.req).Search(ctx, b.session, c.input, docs)
+	if err != nil {
+		return builtinFailed(c.call, err)
+	}
+	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
+}
+
 func (x routerRunner) loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result {
 	return x.r.skills.loadSkill(ctx, session, user, c, input)
 }

@@ -82,6 +82,10 @@ func (f *fakeRunner) loadSkill(_ context.Context, _ string, _ json.RawMessage, c
 	return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text("skill")}
 }
 
+func (f *fakeRunner) search(_ context.Context, _ *batch, c *callState) bus.Result {
+	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text("found")}
+}
+
 func (f *fakeRunner) readOutput(_ context.Context, _ string, c bus.Call, _ json.RawMessage) bus.Result {
 	return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text("read")}
 }
@@ -219,7 +223,7 @@ func TestPipelineEvents(t *testing.T) {
 				t.Fatal("batch did not complete")
 			}
 			b.done()
-			b.reply("_INBOX.x")
+			f.p.report.reply(b, "_INBOX.x")
 			got := slices.Clone(f.events.types)
 			slices.Sort(got[:len(got)-1])
 			if !slices.Equal(got, tc.want) {
@@ -288,7 +292,7 @@ func TestExecStep(t *testing.T) {
 	b.calls = append(b.calls, &callState{call: call("c4", "load_skill_through_path"), target: groups.Resolved{Skill: true}})
 	want := []struct{ state, code string }{{bus.StateSuccess, ""}, {bus.StateSuccess, ""}, {bus.StateError, bus.CodeInvalidInput}, {bus.StateSuccess, ""}}
 	for i, c := range b.calls {
-		res := f.p.exec.run(context.Background(), b, c)
+		res := f.p.exec.Exec(context.Background(), jobOf(b, c))
 		if res.State != want[i].state || want[i].code != "" && (res.Error == nil || res.Error.Code != want[i].code) {
 			t.Errorf("call %s: %+v", c.call.ID, res)
 		}
@@ -482,7 +486,7 @@ func TestExecMsgMode(t *testing.T) {
 	}
 	e.SessionID, e.ReplyID, e.ToolCallID, e.ExpiryTime = "s1", "r1", "c1", "2030-01-01T00:00:00Z"
 	for _, binary := range []bool{false, true} {
-		x := requestReply{subj: bus.NewSubjects(""), binary: func(string) bool { return binary }}
+		x := requestReply{subj: bus.NewSubjects(""), workers: binaryWorkers(binary)}
 		sent := 0
 		x.sendExec("echo", e, func(m *nats.Msg) {
 			sent++
@@ -499,3 +503,8 @@ func TestExecMsgMode(t *testing.T) {
 		}
 	}
 }
+
+// binaryWorkers says whether every live worker of a tool takes binary exec.
+type binaryWorkers bool
+
+func (b binaryWorkers) BinaryExec(string) bool { return bool(b) }

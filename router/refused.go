@@ -29,8 +29,8 @@ const refusedWait = 5 * time.Second
 // that are counted, in toolbus_audit_refusals_suppressed_total and in the
 // caller's next record (suppressed). Refusals that are not the caller's
 // doing (busy, unavailable, internal) are not recorded here.
-func (g *guard) refused(session, replyID, kind string, err error) {
-	if g == nil || g.audit == nil {
+func (a *auditTrail) refused(session, replyID, kind string, err error) {
+	if a == nil {
 		return
 	}
 	if !bus.ValidID(session) {
@@ -52,35 +52,35 @@ func (g *guard) refused(session, replyID, kind string, err error) {
 	default:
 		return
 	}
-	caller := g.natsUser(session)
+	caller := a.natsUser(session)
 	if caller == "" {
 		caller = unboundCaller
 	}
-	ok, suppressed := g.refusals.Take(caller, time.Now())
+	ok, suppressed := a.refusals.Take(caller, time.Now())
 	if !ok {
-		if g.suppressed != nil {
-			g.suppressed.Inc()
+		if a.suppressed != nil {
+			a.suppressed.Inc()
 		}
 		return
 	}
 	if !bus.ValidID(replyID) {
 		replyID = ""
 	}
-	rec := &audit.Record{Time: time.Now().UTC(), Router: g.id, Session: session, ReplyID: replyID, NATSUser: g.natsUser(session),
+	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: session, ReplyID: replyID, NATSUser: a.natsUser(session),
 		Decision: audit.Decision{Behavior: audit.Refused, Rule: kind + ": " + be.Message}, Outcome: audit.Outcome{State: bus.StateError, Code: be.Code},
 		Suppressed: suppressed}
-	if g.ids != nil {
-		rec.User, _ = g.ids.UserOf(session)
+	if a.ids != nil {
+		rec.User, _ = a.ids.UserOf(session)
 	}
-	p, err := g.audit.WriteRefusal(rec)
+	p, err := a.tr.WriteRefusal(rec)
 	if err != nil {
-		g.lose(rec, nil, err)
+		a.lose(rec, nil, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), refusedWait)
 	defer cancel()
-	for _, p := range g.audit.Stored(ctx, []*audit.Pending{p}) {
-		g.lose(nil, p.Data(), p.Err())
+	for _, p := range a.tr.Stored(ctx, []*audit.Pending{p}) {
+		a.lose(nil, p.Data(), p.Err())
 	}
 }
 
@@ -99,5 +99,5 @@ func (r *Router) auditRefusal(m *nats.Msg, kind string, e *bus.Event, err error)
 	if kind == "tools" {
 		what = "tools query"
 	}
-	r.guard.refused(session, replyID, what, err)
+	r.guards.audit.refused(session, replyID, what, err)
 }

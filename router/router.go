@@ -14,7 +14,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -39,7 +38,6 @@ import (
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
-	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -98,7 +96,7 @@ type Config struct {
 	// Tasks configures background tasks (background.go).
 	Tasks TasksConfig
 	// Guard configures tool search, quotas and rate limits, the result
-	// cache and the audit trail (guard.go).
+	// cache and the audit trail (chain.go).
 	Guard Guard
 	// Logger receives the router's logs; nil discards.
 	Logger *slog.Logger
@@ -161,17 +159,14 @@ type Router struct {
 	events   *eventSink
 	pipe     *pipeline // the batch pipeline over its ports (ports.go)
 	skills   *routerSkills
-	guard    *guard // guardrails (guard.go)
+	guards   guardrails // the middlewares the config turns on (chain.go)
 
 	// The handlers, built in Start.
 	answers  *answers
 	conts    *continuations
 	handlers []route
 
-	// Ports of the batch pipeline (batch.go, exec.go) bound in Start.
-	identify   func(session string, claimed json.RawMessage) (json.RawMessage, error)
-	sealOutput func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
-	skillView  func(sess *groups.Session, user string) *skills.View
+	ids identities // a batch's user (identity.go)
 
 	subs       subscriptions
 	batches    runningBatches     // running.go
@@ -260,7 +255,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}})
 	r.base = r.life.Context()
 	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued, queueWait: cfg.QueueWait}
-	r.identify = identities{cfg.Identities}.identify
+	r.ids = identities{cfg.Identities}
 	return r, nil
 }
 
@@ -362,9 +357,7 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	r.stored = newOutputs(r.wire, r.base, r.subj.ObjectStore(bus.ObjectOutputs))
-	r.guard = &guard{id: r.cfg.ID, log: r.log, ids: r.cfg.Identities, reg: r.reg, groups: r.groups, parked: r.parked,
-		ledger: r.store.Ledger, skills: r.skills}
-	if err := newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.guard); err != nil {
+	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}); err != nil {
 		return err
 	}
 	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
@@ -375,25 +368,21 @@ func (r *Router) build(ctx context.Context) error {
 
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
-	r.sealOutput, r.skillView = r.stored.sealOutput, r.skills.view
-	r.tools.exec = r.newRequestReply() // after sealOutput: it seals the workers' outputs
+	r.tools.exec = chain(requestReply{nc: r.nc, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
+		once(r.led))
 	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
 	r.pipe = r.newPipeline(ev)
-	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led,
-		execEvent: func(ctx context.Context, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
-			return execEvent(ctx, r.source, j, req, deadline)
-		}}
-	r.tools.led = r.led
+	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
 	r.answers = &answers{wire: r.wire, base: r.base, landing: r.life.Landing, parked: r.parked, reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: ev.publish, stored: r.events.stored,
-		runTool: r.tools.runTool, confirming: &r.confirming, guard: r.guard}
+		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
 	r.conts = &continuations{wire: r.wire, life: r.life, pool: r.pool, landing: r.life.Landing, parked: r.parked, led: r.led,
 		answers: r.answers, fromContinuation: r.pipe.fromContinuation, track: r.batches.track, untrack: r.batches.untrack}
 	r.answers.resume = r.conts.resume
 	reg := &registrar{wire: r.wire, base: r.base, groups: r.groups, reg: r.reg}
 	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
-		store: r.store, skills: r.skills.cat, guard: r.guard}
-	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.identify,
+		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
+	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.ids.identify,
 		refused: func(m *nats.Msg, e *bus.Event, err error) { r.auditRefusal(m, "tools", e, err) }, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
@@ -475,7 +464,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 // and routers may publish on P.register, and both may already publish
 // there (a router's in-process worker shares its connection, so its
 // registrations wait on that inbox).
-func (r *Router) replyAllowed(subject, reply string) bool {
+func (r *wire) replyAllowed(subject, reply string) bool {
 	inbox := r.nc.Opts.InboxPrefix
 	if subject == r.subj.Register() {
 		inbox = ""

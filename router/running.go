@@ -14,25 +14,26 @@ type runningBatches struct {
 	m  map[string]*batch // sessionid/replyid → running batch
 }
 
-// track makes a batch reachable by cancels; untrack forgets it and ends
-// its context.
+// track makes a batch reachable by cancels; untrack forgets it.
 func (rb *runningBatches) track(b *batch) {
 	rb.mu.Lock()
 	if rb.m == nil {
 		rb.m = map[string]*batch{}
 	}
-	rb.m[external.BatchKey(b.session, b.replyID)] = b
+	if b.key == "" {
+		b.key = external.BatchKey(b.session, b.replyID)
+	}
+	rb.m[b.key] = b
 	rb.mu.Unlock()
 }
 
 func (rb *runningBatches) untrack(b *batch) {
-	key := external.BatchKey(b.session, b.replyID)
+	key := b.key
 	rb.mu.Lock()
 	if rb.m[key] == b {
 		delete(rb.m, key)
 	}
 	rb.mu.Unlock()
-	b.cancel()
 }
 
 // running returns the batch of key running here, or nil.

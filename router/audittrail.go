@@ -1,0 +1,188 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolbus/toolbus/audit"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/rcache"
+)
+
+// auditTrail is the audit middleware (docs/guardrails.md "Audit trail"):
+// one record per call that ends without parking, published as the call
+// ends and awaited before the reply (audited); parked calls are recorded
+// when they end (recordParked), refused batches by refused (refused.go).
+// The permission decision comes with the call (callState.rule): the
+// engine runs once per call.
+type auditTrail struct {
+	tr       trail
+	id       string // the router's
+	log      *slog.Logger
+	ids      Identities
+	sessions interface {
+		Session(id string) *groups.Session
+	} // the session's permission mode (groups.Store)
+	lost prometheus.Counter
+	// refusals bounds the records of refused batches per caller
+	// (refused.go); suppressed counts those past the bound.
+	refusals   audit.Refusals
+	suppressed prometheus.Counter
+}
+
+// trail is what the middleware uses of audit.Trail.
+type trail interface {
+	Write(rec *audit.Record, input json.RawMessage) (*audit.Pending, error)
+	WriteRefusal(rec *audit.Record) (*audit.Pending, error)
+	Stored(ctx context.Context, ps []*audit.Pending) (lost []*audit.Pending)
+}
+
+func (a *auditTrail) wrap(next Executor) Executor {
+	return ExecFunc(func(ctx context.Context, j *job) bus.Result {
+		res := next.Exec(ctx, j)
+		if j.c != nil {
+			a.record(j.b, j.c, res)
+		}
+		return res
+	})
+}
+
+// record publishes the audit record of call c of batch b without
+// waiting; audited waits for it before the reply. A call recorded twice
+// (a cancel racing its end) is stored once: the call key is the record's
+// message id.
+func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
+	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: b.session, ReplyID: b.replyID, CallID: c.call.ID,
+		User: userOf(b.data.User), NATSUser: a.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
+	if !b.start.IsZero() {
+		rec.DurationMS = time.Since(b.start).Milliseconds()
+	}
+	rec.Decision = audit.Decision{Behavior: audit.Allow, Mode: a.sessions.Session(b.session).Mode}
+	code := ""
+	if res.Error != nil {
+		code = res.Error.Code
+	}
+	input := c.input
+	if input == nil {
+		input = c.call.Input
+	}
+	switch t := c.target; {
+	case t.Code != "":
+		rec.Decision.Behavior = audit.Unresolved
+	case t.Reset, t.Search, t.Skill, t.Read, t.External != nil:
+		rec.Decision.Behavior = audit.Builtin
+	case code == bus.CodeInvalidInput:
+		rec.Decision.Behavior = audit.Invalid
+	case code == bus.CodeLimitExceeded:
+		rec.Decision.Behavior = audit.Limit
+		rec.Decision.Rule = c.limitRule
+	default:
+		rec.Decision.Rule = c.rule
+		if res.State == bus.StateDenied {
+			rec.Decision.Behavior = audit.Deny
+		}
+		rec.Decision.Cached = bytes.Contains(res.Metadata, []byte(`"`+rcache.MetadataKey+`"`))
+	}
+	p, err := a.tr.Write(rec, input)
+	if err != nil {
+		a.lose(rec, nil, err)
+		return
+	}
+	b.mu.Lock()
+	b.audits = append(b.audits, p)
+	b.mu.Unlock()
+}
+
+// audited waits until P_AUDIT holds the audit records of b's calls
+// reported so far, published as they finished; reportStep.stored calls it
+// once the batch's events are stored, so the two waits overlap and the
+// reply, sent after both, follows every record of the calls it carries
+// (docs/guardrails.md "Audit trail"). A record that cannot be stored
+// within the trail's max_wait is counted and logged in full (lose), and
+// the reply goes out: the calls ran. A nil trail (audit off) waits for
+// nothing.
+func (a *auditTrail) audited(b *batch, landing landingFunc) {
+	if a == nil {
+		return
+	}
+	ps := take(&b.mu, &b.audits)
+	if len(ps) == 0 {
+		return
+	}
+	ctx, cancel := landing.start()
+	defer cancel()
+	for _, p := range a.tr.Stored(ctx, ps) {
+		a.lose(nil, p.Data(), p.Err())
+	}
+}
+
+// lose counts an audit record that could not be stored and logs it in
+// full (rec, or its encoding data), so that a log shipper still has it.
+func (a *auditTrail) lose(rec *audit.Record, data []byte, err error) {
+	if a.lost != nil {
+		a.lost.Inc()
+	}
+	if data == nil && rec != nil {
+		data, _ = json.Marshal(rec)
+	}
+	a.log.Error("router: audit record not stored", "record", json.RawMessage(data), "err", err)
+}
+
+// recordParked writes the audit record of a parked call that ended: asked
+// (a confirmation, naming who answered and when) or external, and waits
+// until P_AUDIT holds it. A nil trail (audit off) records nothing.
+func (a *auditTrail) recordParked(rec *external.Record, res bus.Result) {
+	if a == nil {
+		return
+	}
+	behavior := audit.External
+	if rec.Kind == bus.KindConfirm {
+		behavior = audit.Ask
+	}
+	r := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: rec.Session, ReplyID: rec.ReplyID, CallID: rec.Call.ID,
+		User: userOf(rec.User), NATSUser: a.natsUser(rec.Session), Tool: rec.Call.Name, Outcome: auditOutcome(res),
+		DurationMS: time.Since(rec.Created).Milliseconds(),
+		Decision: audit.Decision{Behavior: behavior, Mode: a.sessions.Session(rec.Session).Mode, Rule: rec.Reason,
+			Approver: rec.AnsweredBy, AnsweredAt: rec.AnsweredAt}}
+	p, err := a.tr.Write(r, rec.Call.Input)
+	if err != nil {
+		a.lose(r, nil, err)
+		return
+	}
+	// Stored before the call's result is recorded and its batch goes on
+	// (answers.complete): a parked call ends at a person's pace, so the
+	// round trip is not worth overlapping.
+	ctx, cancel := landing()
+	defer cancel()
+	for _, p := range a.tr.Stored(ctx, []*audit.Pending{p}) {
+		a.lose(r, p.Data(), p.Err())
+	}
+}
+
+// natsUser is the NATS user whose credentials alone may publish in
+// session: its bound agent user (docs/security.md); "" when the router is
+// open or the session unbound (then any agent or operator may have).
+func (a *auditTrail) natsUser(session string) string {
+	if a.ids == nil {
+		return ""
+	}
+	if _, bound := a.ids.UserOf(session); bound {
+		return "session-" + session
+	}
+	return ""
+}
+
+func auditOutcome(res bus.Result) audit.Outcome {
+	o := audit.Outcome{State: res.State}
+	if res.Error != nil {
+		o.Code = res.Error.Code
+	}
+	return o
+}

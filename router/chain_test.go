@@ -1,0 +1,361 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolbus/toolbus/audit"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/ledger"
+	"github.com/toolbus/toolbus/limits"
+)
+
+// Table tests of the executor chain's middlewares on fakes (chain.go):
+// a guardrail that is off is not in the chain; one that is on does what
+// docs/guardrails.md says, and nothing else.
+
+// fakeNext is the executor below a middleware: it counts what reaches it.
+type fakeNext struct {
+	mu  sync.Mutex
+	ran []string
+}
+
+func (f *fakeNext) Exec(_ context.Context, j *job) bus.Result {
+	j.admit()
+	f.mu.Lock()
+	f.ran = append(f.ran, j.call.ID)
+	f.mu.Unlock()
+	return bus.Result{ID: j.call.ID, Name: j.call.Name, State: bus.StateSuccess, Output: bus.Text("ran")}
+}
+
+// jobFor is a job of a one-call batch of target.
+func jobFor(id string, target groups.Resolved) *job {
+	b := &batch{ctx: context.Background(), turn: turn{session: "s1", replyID: "r1", data: bus.Batch{User: json.RawMessage(`"alice"`)}}}
+	c := &callState{call: bus.Call{ID: id, Name: "t", Input: json.RawMessage(`{}`)}, target: target, input: json.RawMessage(`{}`)}
+	if target.Tool != nil {
+		c.call.Name = target.Tool.Def.Name
+	}
+	b.calls = []*callState{c}
+	return jobOf(b, c)
+}
+
+func TestChainOff(t *testing.T) {
+	if mws := (guardrails{}).middlewares(); len(mws) != 0 {
+		t.Fatalf("every guardrail off, yet %d middlewares", len(mws))
+	}
+	last := &fakeNext{}
+	if got := chain(last, nil, nil); got != Executor(last) {
+		t.Fatalf("chain of nothing is %T, want the executor itself", got)
+	}
+	g := guardrails{audit: &auditTrail{}, cache: &resultCache{}}
+	if mws := g.middlewares(); len(mws) != 2 {
+		t.Fatalf("audit and cache on: %d middlewares", len(mws))
+	}
+}
+
+type fakeLimiter struct {
+	mu     sync.Mutex
+	budget int // calls allowed; -1 unlimited
+	err    error
+	calls  []limits.Call
+}
+
+func (f *fakeLimiter) Check(_ context.Context, c limits.Call) (*limits.Refusal, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, c)
+	if f.err != nil {
+		return nil, f.err
+	}
+	if c.CacheHit || f.budget < 0 {
+		return nil, nil
+	}
+	if f.budget == 0 {
+		return &limits.Refusal{Rule: "one", Kind: limits.KindBudget, RetryAfter: time.Second}, nil
+	}
+	f.budget--
+	return nil, nil
+}
+
+type fakeCounted bool
+
+func (f fakeCounted) counted(context.Context, string, bool) bool { return bool(f) }
+
+type fakeStore struct {
+	m          map[string]bus.Result
+	gets, puts int
+}
+
+func (f *fakeStore) Get(_ context.Context, key string) (bus.Result, bool) {
+	f.gets++
+	r, ok := f.m[key]
+	return r, ok
+}
+
+func (f *fakeStore) Put(_ context.Context, key string, _ time.Duration, res bus.Result) bool {
+	f.puts++
+	f.m[key] = res
+	return true
+}
+
+func newFakeCache(hit bool, j *job) (*resultCache, *fakeStore) {
+	st := &fakeStore{m: map[string]bus.Result{}}
+	rc := &resultCache{c: st, lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"tool", "result"})}
+	if hit {
+		key, _, _, _ := rc.lookup(context.Background(), j.tool, j.session, j.user, j.call)
+		st.m[key] = bus.Result{State: bus.StateSuccess, Output: bus.Text("cached")}
+		st.gets = 0
+	}
+	return rc, st
+}
+
+func TestQuotaMiddleware(t *testing.T) {
+	read := groups.Resolved{Tool: tool(t, bus.ToolDef{Name: "read", ReadOnly: true})}
+	write := groups.Resolved{Tool: tool(t, bus.ToolDef{Name: "write"})}
+	cached := groups.Resolved{Tool: tool(t, bus.ToolDef{Name: "lookup", ReadOnly: true, CacheTTLMS: 60_000})}
+	for _, tc := range []struct {
+		name    string
+		target  groups.Resolved
+		budget  int
+		err     error
+		counted bool
+		cache   string // "", "hit", "miss"
+		code    string // the result's error code; "" when it ran
+		checks  int
+		ran     bool
+	}{
+		{"within the budget it runs", read, 1, nil, false, "", "", 1, true},
+		{"past it: limit_exceeded, nothing runs", read, 0, nil, false, "", bus.CodeLimitExceeded, 1, false},
+		{"limits unreachable: unavailable (fail closed)", read, 1, errors.New("down"), false, "", bus.CodeUnavailable, 1, false},
+		{"a built-in is not counted", groups.Resolved{Reset: true}, 0, nil, false, "", "", 0, true},
+		{"the skill loader is not counted", groups.Resolved{Skill: true, Tool: read.Tool}, 0, nil, false, "", "", 0, true},
+		{"a re-sent write the ledger holds is not counted", write, 0, nil, true, "", "", 0, true},
+		{"a re-sent read-only call counts again", read, 0, nil, true, "", bus.CodeLimitExceeded, 1, false},
+		{"a cache hit spends no quota and runs nothing", cached, 0, nil, false, "hit", "", 1, false},
+		{"a cache miss counts, and runs", cached, 1, nil, false, "miss", "", 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := jobFor("c1", tc.target)
+			lim := &fakeLimiter{budget: tc.budget, err: tc.err}
+			q := &quotas{lim: lim, counted: fakeCounted(tc.counted), log: discard}
+			if tc.cache != "" {
+				q.cache, _ = newFakeCache(tc.cache == "hit", j)
+			}
+			next := &fakeNext{}
+			res := chain(next, q.wrap).Exec(context.Background(), j)
+			if got := codeOf(res); got != tc.code {
+				t.Fatalf("code %q, want %q (%+v)", got, tc.code, res)
+			}
+			if len(lim.calls) != tc.checks || (len(next.ran) == 1) != tc.ran {
+				t.Fatalf("%d checks, ran %v; want %d, %v", len(lim.calls), next.ran, tc.checks, tc.ran)
+			}
+			if tc.code == bus.CodeLimitExceeded && (j.c.limitRule != "one" || res.Error.RetryAfterMS != 1000) {
+				t.Fatalf("refusal: rule %q, %+v", j.c.limitRule, res.Error)
+			}
+			if tc.cache == "hit" && (!lim.calls[0].CacheHit || textOf(res.Output) != "cached" || res.ID != "c1") {
+				t.Fatalf("hit: %+v, checked %+v", res, lim.calls[0])
+			}
+			if tc.cache == "miss" && (!j.looked || j.cacheKey == "") {
+				t.Fatal("a miss not kept for the cache")
+			}
+		})
+	}
+}
+
+// TestQuotaCallOrder: the calls of a parallel run are counted in call
+// order, so which ones a budget refuses does not depend on scheduling.
+func TestQuotaCallOrder(t *testing.T) {
+	for range 20 {
+		f := newFakePipeline(t, bus.ToolDef{Name: "echo", ReadOnly: true, ConcurrencySafe: true})
+		f.p.quota = &quotas{lim: &fakeLimiter{budget: 2}, counted: fakeCounted(false), log: discard}
+		f.p.exec = chain(f.p.exec, f.p.quota.wrap)
+		b := f.batchOf(t, "", call("c1", "echo"), call("c2", "echo"), call("c3", "echo"), call("c4", "echo"))
+		if !b.run(0) {
+			t.Fatal("batch did not complete")
+		}
+		var got []string
+		for _, c := range b.calls {
+			got = append(got, codeOf(*c.result))
+		}
+		if want := []string{"", "", bus.CodeLimitExceeded, bus.CodeLimitExceeded}; !slices.Equal(got, want) {
+			t.Fatalf("codes %q, want %q", got, want)
+		}
+	}
+}
+
+// TestQuotaAdmitPark: a call that parks counts when it parks, unless an
+// earlier copy of its batch parked it.
+func TestQuotaAdmitPark(t *testing.T) {
+	j := jobFor("c1", groups.Resolved{Tool: tool(t, bus.ToolDef{Name: "deploy"})})
+	for _, tc := range []struct {
+		counted bool
+		budget  int
+		code    string
+		checks  int
+	}{{false, 1, "", 1}, {false, 0, bus.CodeLimitExceeded, 1}, {true, 0, "", 0}} {
+		lim := &fakeLimiter{budget: tc.budget}
+		q := &quotas{lim: lim, counted: fakeCounted(tc.counted), log: discard}
+		res := q.admitPark(j.b, j.c)
+		if got := ""; res != nil {
+			got = codeOf(*res)
+			if got != tc.code {
+				t.Errorf("%+v: code %q", tc, got)
+			}
+		} else if tc.code != "" {
+			t.Errorf("%+v: admitted", tc)
+		}
+		if len(lim.calls) != tc.checks {
+			t.Errorf("%+v: %d checks", tc, len(lim.calls))
+		}
+	}
+}
+
+func TestCacheMiddleware(t *testing.T) {
+	cached := groups.Resolved{Tool: tool(t, bus.ToolDef{Name: "lookup", ReadOnly: true, CacheTTLMS: 60_000})}
+	plain := groups.Resolved{Tool: tool(t, bus.ToolDef{Name: "read", ReadOnly: true})}
+	for _, tc := range []struct {
+		name        string
+		target      groups.Resolved
+		hit, looked bool
+		ran         bool
+		gets, puts  int
+	}{
+		{"a miss runs and is stored", cached, false, false, true, 1, 1},
+		{"a hit answers, nothing runs", cached, true, false, false, 1, 0},
+		{"a miss the quotas looked up is not looked up again", cached, false, true, true, 0, 1},
+		{"a tool without cache_ttl_ms runs, nothing stored", plain, false, false, true, 0, 0},
+		{"a built-in passes", groups.Resolved{Search: true}, false, false, true, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := jobFor("c1", tc.target)
+			rc, st := newFakeCache(tc.hit, j)
+			if tc.looked {
+				j.cacheKey, j.looked = "k", true
+			}
+			next := &fakeNext{}
+			res := chain(next, rc.wrap).Exec(context.Background(), j)
+			if (len(next.ran) == 1) != tc.ran || st.gets != tc.gets || st.puts != tc.puts || res.State != bus.StateSuccess {
+				t.Fatalf("ran %v, %d gets, %d puts, %+v", next.ran, st.gets, st.puts, res)
+			}
+			if tc.looked && st.m["k"].State != bus.StateSuccess {
+				t.Fatal("not stored under the quotas' key")
+			}
+		})
+	}
+}
+
+type fakeTrail struct {
+	recs   []*audit.Record
+	stored int
+}
+
+func (f *fakeTrail) Write(rec *audit.Record, _ json.RawMessage) (*audit.Pending, error) {
+	f.recs = append(f.recs, rec)
+	return &audit.Pending{}, nil
+}
+func (f *fakeTrail) WriteRefusal(rec *audit.Record) (*audit.Pending, error) { return f.Write(rec, nil) }
+func (f *fakeTrail) Stored(_ context.Context, ps []*audit.Pending) []*audit.Pending {
+	f.stored += len(ps)
+	return nil
+}
+
+type fakeModes struct{}
+
+func (fakeModes) Session(string) *groups.Session { return &groups.Session{Mode: "default"} }
+
+func TestAuditMiddleware(t *testing.T) {
+	read := groups.Resolved{Tool: tool(t, bus.ToolDef{Name: "read", ReadOnly: true})}
+	for _, tc := range []struct {
+		name      string
+		target    groups.Resolved
+		rule      string // the permission engine's reason, decided once
+		limitRule string
+		res       *bus.Result // the result below the middleware; nil: it ran
+		behavior  string
+		wantRule  string
+	}{
+		{"an allowed call that ran", read, "read-only", "", nil, audit.Allow, "read-only"},
+		{"a limited call", read, "read-only", "one", ptr(bus.ErrorResult(bus.Call{ID: "c1"}, bus.CodeLimitExceeded, "x")), audit.Limit, "one"},
+		{"a denied call", read, "explore mode", "", ptr(bus.Result{ID: "c1", State: bus.StateDenied}), audit.Deny, "explore mode"},
+		{"a built-in", groups.Resolved{Reset: true}, "", "", nil, audit.Builtin, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := &fakeTrail{}
+			a := &auditTrail{tr: tr, id: "r1", log: discard, sessions: fakeModes{}}
+			j := jobFor("c1", tc.target)
+			j.c.rule, j.c.limitRule = tc.rule, tc.limitRule
+			var next Executor = &fakeNext{}
+			if tc.res != nil {
+				next = ExecFunc(func(context.Context, *job) bus.Result { return *tc.res })
+			}
+			chain(next, a.wrap).Exec(context.Background(), j)
+			if len(tr.recs) != 1 {
+				t.Fatalf("%d records", len(tr.recs))
+			}
+			d := tr.recs[0].Decision
+			if d.Behavior != tc.behavior || d.Rule != tc.wantRule || d.Mode != "default" || tr.recs[0].User != "alice" {
+				t.Fatalf("record %+v", tr.recs[0])
+			}
+			a.audited(j.b, nil)
+			if tr.stored != 1 || len(j.b.audits) != 0 {
+				t.Fatalf("audited: %d stored, %d left", tr.stored, len(j.b.audits))
+			}
+		})
+	}
+}
+
+type fakeOnce struct{ keys []string }
+
+func (f *fakeOnce) Once(_ context.Context, c ledger.Call, run func() bus.Result) bus.Result {
+	f.keys = append(f.keys, c.Key)
+	if len(f.keys) > 1 {
+		return bus.Result{ID: c.Call.ID, State: bus.StateSuccess, Output: bus.Text("recorded")}
+	}
+	return run()
+}
+
+func TestLedgerMiddleware(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		def    bus.ToolDef
+		keys   int // calls through the ledger, of two runs
+		ran    int
+		second string
+	}{
+		{"a read-only call runs every time, no ledger", bus.ToolDef{Name: "read", ReadOnly: true}, 0, 2, "ran"},
+		{"a write runs once per call key", bus.ToolDef{Name: "write"}, 2, 1, "recorded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, next := &fakeOnce{}, &fakeNext{}
+			x := chain(next, once(l))
+			var res bus.Result
+			for range 2 {
+				res = x.Exec(context.Background(), jobFor("c1", groups.Resolved{Tool: tool(t, tc.def)}))
+			}
+			if len(l.keys) != tc.keys || len(next.ran) != tc.ran || textOf(res.Output) != tc.second {
+				t.Fatalf("keys %v, ran %v, second %+v", l.keys, next.ran, res)
+			}
+			if tc.keys > 0 && l.keys[0] != "s1.r1.c1" && l.keys[0] != bus.CallKey("s1", "r1", "c1") {
+				t.Fatalf("key %q", l.keys[0])
+			}
+		})
+	}
+}
+
+func codeOf(res bus.Result) string {
+	if res.Error == nil {
+		return ""
+	}
+	return res.Error.Code
+}
+
+var discard = slog.New(slog.DiscardHandler)
