@@ -188,7 +188,7 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 				return ack, err
 			}
 		}
-		bv := beatValue{Binary: reg.BinaryExec}
+		bv := bus.WorkerBeat{Binary: reg.BinaryExec}
 		if reg.InFlight != nil { // the worker reports its calls in flight
 			bv.InFlight = reg.InFlight[name]
 			if bv.InFlight == nil {

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sync"
 	"time"
 
@@ -283,9 +282,7 @@ func (b *batch) execute(c *callState) {
 	b.finish(c, b.p.exec.run(ctx, b, c))
 }
 
-func unavailable(c bus.Call) bus.Result {
-	return bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf("ToolUnavailableError: No live worker serves the tool '%s' right now.", c.Name))
-}
+var unavailable = bus.NoWorkerResult
 
 // finish records c's result once and publishes its io.toolbus.call.result.
 // It reports false when the call already had a result (e.g. interrupted).
