@@ -88,7 +88,7 @@ func TestStoredThroughLeaderChanges(t *testing.T) {
 				t.Fatalf("%d records lost, the first: %v", len(lost), lost[0].Err())
 			}
 			for _, p := range ps {
-				if p.retried {
+				if p.Retried() {
 					retried++
 				}
 			}
@@ -140,8 +140,8 @@ func TestStoredRetriesFailedPublishes(t *testing.T) {
 	// Every publish has failed (no responders) before the stream is back.
 	for _, p := range ps {
 		select {
-		case <-p.ack.Err():
-		case <-p.ack.Ok():
+		case <-p.Ack().Err():
+		case <-p.Ack().Ok():
 			t.Fatal("a record stored without its stream")
 		case <-time.After(30 * time.Second):
 			t.Fatal("no answer to a publish")
