@@ -10,12 +10,11 @@ package groups
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -47,51 +46,19 @@ type Config struct {
 // DefaultSessionCache is the default bound of the session cache.
 const DefaultSessionCache = 10000
 
-// Session is the state of one agent session, as stored in P_sessions.
-type Session struct {
-	// Active lists the activated groups other than basic.
-	Active []string `json:"active"`
-	// Mode is the permission mode.
-	Mode string `json:"mode,omitempty"`
-	// Rules are the session's permission rules.
-	Rules []bus.Rule `json:"rules,omitempty"`
-	// WorkDirs are the working directories path rules are relative to.
-	WorkDirs []string `json:"work_dirs,omitempty"`
-	// Todos is the todo list of todo_write.
-	Todos json.RawMessage `json:"todos,omitempty"`
-	// State is the agent state given to state_injected tools.
-	State json.RawMessage `json:"state,omitempty"`
-	// Updated is when the session was last written.
-	Updated time.Time `json:"updated"`
+// Session is the state of one agent session (package session).
+type Session = session.Session
 
-	rev    uint64
-	cached time.Time // when this router's cache took it (local clock)
-}
-
-// Revision is the KV revision the session was read at; 0 for a session that
-// is not stored yet.
-func (s *Session) Revision() uint64 { return s.rev }
-
-// IsActive reports whether group g is active in the session (basic always is).
-func (s *Session) IsActive(g string) bool {
-	return g == bus.GroupBasic || slices.Contains(s.Active, g)
-}
-
-func (s *Session) clone() *Session {
-	c := *s
-	c.Active = slices.Clone(s.Active)
-	c.Rules = slices.Clone(s.Rules)
-	c.WorkDirs = slices.Clone(s.WorkDirs)
-	return &c
-}
+// ErrAbort may be returned by an Update function to leave the session as it is.
+var ErrAbort = session.ErrAbort
 
 // Store is the owner of the groups and sessions of one router: it holds
 // the parts below, each with one responsibility, and embeds them so that
 // its callers keep one handle (and their call sites):
 //
 //   - definitions: the watch-fed cache of P_groups and its writes (defs.go);
-//   - sessions: the bounded cache of P_sessions and its compare-and-set
-//     writes (sessions.go);
+//   - session.Store: the bounded cache of P_sessions and its
+//     compare-and-set writes (package session);
 //   - activation: reset_tools and the one path that switches a session's
 //     meta groups (reset.go).
 //
@@ -99,7 +66,7 @@ func (s *Session) clone() *Session {
 // the tool search (search.go). It is safe for concurrent use.
 type Store struct {
 	*definitions
-	*sessions
+	*session.Store
 	*activation
 
 	cfg    Config
@@ -122,8 +89,23 @@ func New(st *store.Store, cfg Config) *Store {
 		cfg.SessionCache = DefaultSessionCache
 	}
 	defs := newDefinitions(st.Groups, cfg.Logger)
-	sess := newSessions(st.Sessions, defs, cfg)
-	return &Store{definitions: defs, sessions: sess, activation: &activation{defs: defs, sessions: sess}, cfg: cfg}
+	sess := session.NewStore(st.Sessions, sessionConfig(cfg, defs))
+	return &Store{definitions: defs, Store: sess, activation: &activation{defs: defs, sessions: sess}, cfg: cfg}
+}
+
+// sessionConfig is the session store's part of cfg; a fresh session starts
+// with the groups defined active_by_default.
+func sessionConfig(cfg Config, defs *definitions) session.Config {
+	return session.Config{DefaultMode: cfg.DefaultMode, DefaultRules: cfg.DefaultRules, DefaultWorkDirs: cfg.DefaultWorkDirs,
+		IdleTTL: cfg.IdleTTL, CacheSize: cfg.SessionCache, ActiveByDefault: func() []string {
+			var names []string
+			for _, g := range defs.Groups() {
+				if g.ActiveByDefault {
+					names = append(names, g.Name)
+				}
+			}
+			return names
+		}}
 }
 
 // Start loads the group cache and keeps it fed until ctx ends or Stop.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/session"
 )
 
 // The parts of Store are tested alone here, without a server: the
@@ -101,7 +102,7 @@ func TestFreshSessionFromDefinitions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.SessionCache = 4
-			s := newSessions(nil, defsWith(tc.groups...), tc.cfg)
+			s := session.NewStore(nil, sessionConfig(tc.cfg, defsWith(tc.groups...)))
 			got := s.Session("never-seen")
 			if !slices.Equal(got.Active, tc.active) || got.Mode != tc.cfg.DefaultMode ||
 				!slices.Equal(got.Rules, tc.cfg.DefaultRules) || !slices.Equal(got.WorkDirs, tc.cfg.DefaultWorkDirs) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/session"
 )
 
 const resetDescription = "Activate or deactivate tool groups. Pass the final set: every group set to true is active " +
@@ -19,7 +20,7 @@ const resetDescription = "Activate or deactivate tool groups. Pass the final set
 // the session each.
 type activation struct {
 	defs     *definitions
-	sessions *sessions
+	sessions *session.Store
 }
 
 // Reset runs reset_tools for a session: input is the final set of meta
