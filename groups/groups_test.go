@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -23,7 +23,7 @@ const bound = 10 * time.Second
 // newStore starts a server and creates the buckets of the default prefix.
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
-	nc := bustest.Connect(t, bustest.RunServer(t))
+	nc := testkit.Connect(t, testkit.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestPutDeleteGroups(t *testing.T) {
 	if err := s.Delete(t.Context(), "files"); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		_, late := other.Group("late")
 		_, files := other.Group("files")
 		if !late || files {
@@ -414,7 +414,7 @@ func TestTouchKeepsUsedSessionsAlive(t *testing.T) {
 	if got := s.Session("used").Revision(); got != first.Revision() {
 		t.Fatal("a fresh session was rewritten")
 	}
-	bustest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		if err := s.Touch(t.Context(), "used"); err != nil {
 			return err
 		}

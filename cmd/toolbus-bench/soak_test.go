@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/cmd/toolbus-bench/soak"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestSoakSmoke runs a 15-second soak: 2 router and 3 toolworker processes
@@ -23,7 +23,7 @@ func TestSoakSmoke(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	var stdout, stderr bustest.Buffer
+	var stdout, stderr testkit.Buffer
 	err := run(ctx, []string{"soak", "--duration", "15s", "--fault-every", "5s", "--json", "-v"}, &stdout, &stderr)
 	t.Logf("stderr:\n%s", stderr.String())
 	var rep soak.Report

@@ -15,8 +15,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/mcp/mcptest"
 )
 
@@ -424,7 +424,7 @@ func TestTaskQuestionStatus(t *testing.T) {
 	}
 	id := p.startTask(t, "A", s, "mcp__q__ask")
 	replyID, q := parkedEvent(t, ev, "mcp__q__elicit")
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		tk := p.task(t, "B", s, "tasks/get", id)
 		if tk.Status != mcp.TaskStatusWorking || !strings.Contains(tk.StatusMessage, "The MCP server q asks: Your name, please.") ||
 			!strings.Contains(tk.StatusMessage, q.ID) {
