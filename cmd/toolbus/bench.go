@@ -36,5 +36,8 @@ func runHarness(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	cmd := osexec.CommandContext(ctx, ps[0], append([]string{name}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	// A stop passes on as an interrupt: the harness stops the processes
+	// it started.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	return cmd.Run()
 }
