@@ -44,7 +44,7 @@ type Config struct {
 }
 
 // DefaultSessionCache is the default bound of the session cache.
-const DefaultSessionCache = 10000
+const DefaultSessionCache = session.DefaultCacheSize
 
 // Session is the state of one agent session (package session).
 type Session = session.Session
@@ -76,17 +76,8 @@ type Store struct {
 // New returns a Store over the store's groups and sessions buckets. Call
 // Start before use.
 func New(st *store.Store, cfg Config) *Store {
-	if cfg.DefaultMode == "" {
-		cfg.DefaultMode = "default"
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.IdleTTL <= 0 {
-		cfg.IdleTTL = bus.DefaultSessionTTL
-	}
-	if cfg.SessionCache <= 0 {
-		cfg.SessionCache = DefaultSessionCache
 	}
 	defs := newDefinitions(st.Groups, cfg.Logger)
 	sess := session.NewStore(st.Sessions, sessionConfig(cfg, defs))
