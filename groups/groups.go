@@ -11,7 +11,6 @@ package groups
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/session"
@@ -20,20 +19,9 @@ import (
 
 // Config configures a Store.
 type Config struct {
-	// DefaultMode is the permission mode of a new session; "" means "default".
-	DefaultMode string
-	// DefaultRules and DefaultWorkDirs seed a new session's permission context.
-	DefaultRules    []bus.Rule
-	DefaultWorkDirs []string
-	// IdleTTL is the sessions bucket's TTL; a session in use is rewritten
-	// (touched) once half of it has passed, so only idle sessions expire.
-	// Zero means bus.DefaultSessionTTL.
-	IdleTTL time.Duration
-	// SessionCache bounds the sessions kept in memory (the least recently
-	// used are dropped first); zero means DefaultSessionCache. The cache
-	// saves decoding a session that has not changed since it was last
-	// read: every read that must be current goes to KV (Refresh, Load).
-	SessionCache int
+	// Session configures the sessions (package session); its
+	// ActiveByDefault is set here, to the groups defined active_by_default.
+	Session session.Config
 	// Search offers the search_tools meta tool beside reset_tools
 	// (docs/protocol.md 4.2); off, listings are as before.
 	Search bool
@@ -87,16 +75,16 @@ func New(st *store.Store, cfg Config) *Store {
 // sessionConfig is the session store's part of cfg; a fresh session starts
 // with the groups defined active_by_default.
 func sessionConfig(cfg Config, defs *definitions) session.Config {
-	return session.Config{DefaultMode: cfg.DefaultMode, DefaultRules: cfg.DefaultRules, DefaultWorkDirs: cfg.DefaultWorkDirs,
-		IdleTTL: cfg.IdleTTL, CacheSize: cfg.SessionCache, ActiveByDefault: func() []string {
-			var names []string
-			for _, g := range defs.Groups() {
-				if g.ActiveByDefault {
-					names = append(names, g.Name)
-				}
+	sc := cfg.Session
+	sc.ActiveByDefault = func() (names []string) {
+		for _, g := range defs.Groups() {
+			if g.ActiveByDefault {
+				names = append(names, g.Name)
 			}
-			return names
-		}}
+		}
+		return names
+	}
+	return sc
 }
 
 // Start loads the group cache and keeps it fed until ctx ends or Stop.

@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -231,7 +232,7 @@ func TestBadGroupEntryIgnored(t *testing.T) {
 func TestFreshSession(t *testing.T) {
 	st := newStore(t)
 	rules := []bus.Rule{{Tool: "bash", Pattern: "git *", Behavior: "allow"}}
-	s := start(t, st, groups.Config{DefaultMode: "explore", DefaultRules: rules, DefaultWorkDirs: []string{"/src"}})
+	s := start(t, st, groups.Config{Session: session.Config{DefaultMode: "explore", DefaultRules: rules, DefaultWorkDirs: []string{"/src"}}})
 	put(t, s, meta("web", "Web."), bus.Group{Name: "db", Scope: bus.ScopeMeta, ActiveByDefault: true},
 		bus.Group{Name: "ops", Scope: bus.ScopeExternal, ActiveByDefault: true})
 	sess := s.Session("never-seen")
@@ -397,7 +398,7 @@ func TestStartEndsWithContext(t *testing.T) {
 
 func TestTouchKeepsUsedSessionsAlive(t *testing.T) {
 	st := newStore(t)
-	s := start(t, st, groups.Config{IdleTTL: 2 * time.Second})
+	s := start(t, st, groups.Config{Session: session.Config{IdleTTL: 2 * time.Second}})
 	if err := s.Touch(t.Context(), "never"); err != nil {
 		t.Fatal(err)
 	}

@@ -322,8 +322,8 @@ func (r *Router) build(ctx context.Context) error {
 		return fmt.Errorf("router: registry: %w", err)
 	}
 	r.life.Defer(r.reg.Stop)
-	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode,
-		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, SessionCache: r.cfg.SessionCache, Search: r.cfg.Guard.Search, Pinned: r.cfg.Guard.Pinned, Logger: r.log})
+	r.groups = groups.New(r.store, groups.Config{Session: session.Config{DefaultMode: r.cfg.DefaultMode,
+		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, CacheSize: r.cfg.SessionCache}, Search: r.cfg.Guard.Search, Pinned: r.cfg.Guard.Pinned, Logger: r.log})
 	if err := r.groups.Start(bg); err != nil {
 		return fmt.Errorf("router: groups: %w", err)
 	}
