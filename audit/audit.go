@@ -200,26 +200,26 @@ func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 			rec.InputOmitted = fmt.Sprintf("larger than %d bytes", MaxInput)
 		}
 	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, err
-	}
-	m := nats.NewMsg(Subject(t.subj, rec.Session, rec.Tool))
-	m.Data = b
-	return t.pub.Publish(m, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID)), nil
+	return t.publish(rec, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
 }
 
 // WriteRefusal publishes rec, the record of a refused batch or query
 // (Decision.Behavior Refused), as Write does a call's, with a message id
 // of its own: refusals repeat, and each is a record.
 func (t *Trail) WriteRefusal(rec *Record) (*Pending, error) {
+	return t.publish(rec, "refused."+rec.Router+"."+nuid.Next())
+}
+
+// publish sends rec with message id id; an error means it could not be
+// encoded.
+func (t *Trail) publish(rec *Record, id string) (*Pending, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
 	}
 	m := nats.NewMsg(Subject(t.subj, rec.Session, rec.Tool))
 	m.Data = b
-	return t.pub.Publish(m, "refused."+rec.Router+"."+nuid.Next()), nil
+	return t.pub.Publish(m, id), nil
 }
 
 // AckWait is how long Stored waits for a record's acknowledgement before
@@ -323,18 +323,6 @@ func fetch(ctx context.Context, cons jetstream.Consumer, limit int, fn func(json
 	return n, ctx.Err()
 }
 
-// pause waits d, or until ctx ends.
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // Filter selects records for Export; zero fields select all.
 type Filter struct {
 	Since   time.Time
@@ -378,7 +366,7 @@ func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filte
 			// The consumer's server is not answering yet (a cluster
 			// under load, a leader moving): ask again after a moment.
 			retries++
-			if err := pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
+			if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 				return err
 			}
 		case err != nil:

@@ -163,7 +163,7 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 		if len(again) == 0 {
 			break
 		}
-		if pause(ctx, backoff) != nil {
+		if Pause(ctx, backoff) != nil {
 			return append(lost, again...)
 		}
 		backoff = min(2*backoff, time.Second)
@@ -185,8 +185,8 @@ func (p *Publisher) note(ps []*Pending) {
 	}
 }
 
-// pause waits d, or until ctx ends.
-func pause(ctx context.Context, d time.Duration) error {
+// Pause waits d, or until ctx ends (its error then).
+func Pause(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
