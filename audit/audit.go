@@ -128,15 +128,9 @@ type Trail struct {
 	cfg  Config
 }
 
-// MaxInFlight bounds the records published and not yet acknowledged; a
-// writer past it waits a moment, then its record is refused at once and
-// Stored publishes it again.
-const MaxInFlight = 4096
-
 // New creates (or updates) the audit stream. Records are published
-// asynchronously through a JetStream context of the Trail's own on nc,
-// whose acknowledgements time out after AckWait (a lost one would hold its
-// place in MaxInFlight for ever).
+// asynchronously through a store.Publisher of the Trail's own on nc (its
+// default bounds: 4096 records in flight, acknowledgements awaited 5 s).
 func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail, error) {
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = DefaultMaxAge
@@ -147,7 +141,7 @@ func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = DefaultMaxWait
 	}
-	pub, err := store.NewPublisher(nc, store.PublisherConfig{MaxPending: MaxInFlight, AckWait: AckWait, MaxWait: cfg.MaxWait})
+	pub, err := store.NewPublisher(nc, store.PublisherConfig{MaxWait: cfg.MaxWait})
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
@@ -222,17 +216,12 @@ func (t *Trail) publish(rec *Record, id string) (*Pending, error) {
 	return t.pub.Publish(m, id), nil
 }
 
-// AckWait is how long Stored waits for a record's acknowledgement before
-// publishing it again (an acknowledgement lost in a leader change never
-// arrives).
-const AckWait = 5 * time.Second
-
 // Pending is a record on its way to the stream: its ID is its call key.
 type Pending = store.Pending
 
 // Stored waits until the stream holds every record of ps, publishing again
 // those whose publish failed or whose acknowledgement did not come within
-// AckWait, until ctx ends or Config.MaxWait has passed — but not through a
+// the publisher's ack wait, until ctx ends or Config.MaxWait has passed — but not through a
 // full store, as the batch's events are (store.Publisher.Stored). It
 // returns the records it could not store, each with its Err: none when
 // every one is stored.
