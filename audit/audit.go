@@ -123,25 +123,15 @@ type Config struct {
 
 // Trail writes records. It is safe for concurrent use.
 type Trail struct {
-	js   jetstream.JetStream
+	pub  *store.Publisher
 	subj bus.Subjects
 	cfg  Config
 }
 
-// MaxInFlight bounds the records published and not yet acknowledged; a
-// writer past it waits a moment, then its record is refused at once and
-// Stored publishes it again.
-const MaxInFlight = 4096
-
 // New creates (or updates) the audit stream. Records are published
-// asynchronously through a JetStream context of the Trail's own on nc,
-// whose acknowledgements time out after AckWait (a lost one would hold its
-// place in MaxInFlight for ever).
+// asynchronously through a store.Publisher of the Trail's own on nc (its
+// default bounds: 4096 records in flight, acknowledgements awaited 5 s).
 func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail, error) {
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(MaxInFlight), jetstream.WithPublishAsyncTimeout(AckWait))
-	if err != nil {
-		return nil, fmt.Errorf("audit: %w", err)
-	}
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = DefaultMaxAge
 	}
@@ -151,6 +141,11 @@ func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = DefaultMaxWait
 	}
+	pub, err := store.NewPublisher(nc, store.PublisherConfig{MaxWait: cfg.MaxWait})
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	js := pub.JetStream()
 	storage := jetstream.FileStorage
 	if cfg.Memory {
 		storage = jetstream.MemoryStorage
@@ -166,7 +161,7 @@ func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail
 	if err != nil {
 		return nil, fmt.Errorf("audit: stream %s: %w", s.Stream(Stream), err)
 	}
-	return &Trail{js: js, subj: s, cfg: cfg}, nil
+	return &Trail{pub: pub, subj: s, cfg: cfg}, nil
 }
 
 // Subject is where the records of session's calls of tool go; a name that
@@ -199,161 +194,44 @@ func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 			rec.InputOmitted = fmt.Sprintf("larger than %d bytes", MaxInput)
 		}
 	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, err
-	}
-	m := nats.NewMsg(Subject(t.subj, rec.Session, rec.Tool))
-	m.Data = b
-	id := bus.CallKey(rec.Session, rec.ReplyID, rec.CallID)
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	p := &Pending{msg: m, id: id}
-	p.ack, p.err = t.js.PublishMsgAsync(m)
-	return p, nil
+	return t.publish(rec, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
 }
 
 // WriteRefusal publishes rec, the record of a refused batch or query
 // (Decision.Behavior Refused), as Write does a call's, with a message id
 // of its own: refusals repeat, and each is a record.
 func (t *Trail) WriteRefusal(rec *Record) (*Pending, error) {
+	return t.publish(rec, "refused."+rec.Router+"."+nuid.Next())
+}
+
+// publish sends rec with message id id; an error means it could not be
+// encoded.
+func (t *Trail) publish(rec *Record, id string) (*Pending, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
 	}
 	m := nats.NewMsg(Subject(t.subj, rec.Session, rec.Tool))
 	m.Data = b
-	id := "refused." + rec.Router + "." + nuid.Next()
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	p := &Pending{msg: m, id: id}
-	p.ack, p.err = t.js.PublishMsgAsync(m)
-	return p, nil
+	return t.pub.Publish(m, id), nil
 }
 
-// AckWait is how long Stored waits for a record's acknowledgement before
-// publishing it again (an acknowledgement lost in a leader change never
-// arrives).
-const AckWait = 5 * time.Second
-
-// Pending is a record on its way to the stream.
-type Pending struct {
-	msg *nats.Msg
-	id  string
-	ack jetstream.PubAckFuture
-	err error
-	// retried says Stored published it again (tests count them).
-	retried bool
-}
-
-// ID is the record's message id: its call key.
-func (p *Pending) ID() string { return p.id }
-
-// Data is the record as written.
-func (p *Pending) Data() []byte { return p.msg.Data }
-
-// Err is why the record is not stored (after Stored), or nil.
-func (p *Pending) Err() error { return p.err }
+// Pending is a record on its way to the stream: its ID is its call key.
+type Pending = store.Pending
 
 // Stored waits until the stream holds every record of ps, publishing again
-// (with the same message id, which the stream stores once) those whose
-// publish failed or whose acknowledgement did not come within AckWait,
-// until ctx ends or Config.MaxWait has passed — but not through a full store (the stream's own limits
-// discard old records; a full account or server refuses a record as long
-// as nobody frees space), as the batch's events are (router/events.go).
-// Records go in rounds: all of a round are published together and share
-// one AckWait, so a leader change that loses every acknowledgement costs
-// one AckWait, not one per record. It returns the records it could not
-// store, each with its Err: none when every one is stored.
+// those whose publish failed or whose acknowledgement did not come within
+// the publisher's ack wait, until ctx ends or Config.MaxWait has passed — but not through a
+// full store, as the batch's events are (store.Publisher.Stored). It
+// returns the records it could not store, each with its Err: none when
+// every one is stored.
 func (t *Trail) Stored(ctx context.Context, ps []*Pending) (lost []*Pending) {
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.MaxWait)
-	defer cancel()
-	todo := make([]*Pending, 0, len(ps))
-	for _, p := range ps {
-		if p != nil {
-			todo = append(todo, p)
-		}
-	}
-	backoff := 10 * time.Millisecond
-	for len(todo) > 0 {
-		again := todo[:0:0]
-		for _, p := range awaitAll(ctx, todo) {
-			if ctx.Err() != nil || store.IsFull(p.err) || !store.IsTransient(p.err) {
-				lost = append(lost, p)
-			} else {
-				again = append(again, p)
-			}
-		}
-		if len(again) == 0 {
-			break
-		}
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return append(lost, again...)
-		case <-timer.C:
-		}
-		backoff = min(2*backoff, time.Second)
-		for _, p := range again {
-			p.retried = true
-			p.ack, p.err = t.js.PublishMsgAsync(p.msg)
-		}
-		todo = again
-	}
-	return lost
-}
-
-// awaitAll waits for the acknowledgements of ps for at most AckWait in
-// all, and returns those that failed, each with its err set.
-func awaitAll(ctx context.Context, ps []*Pending) (failed []*Pending) {
-	timer := time.NewTimer(AckWait)
-	defer timer.Stop()
-	expired := false
-	for _, p := range ps {
-		if p.err == nil {
-			expired, p.err = ack(ctx, p, timer.C, expired)
-		}
-		if p.err != nil {
-			failed = append(failed, p)
-		}
-	}
-	return failed
-}
-
-// ack waits for p's acknowledgement until expiry fires (or fired:
-// expired), or ctx ends.
-func ack(ctx context.Context, p *Pending, expiry <-chan time.Time, expired bool) (bool, error) {
-	if expired {
-		select {
-		case <-p.ack.Ok():
-			return true, nil
-		case err := <-p.ack.Err():
-			return true, err
-		default:
-			return true, jetstream.ErrAsyncPublishTimeout
-		}
-	}
-	select {
-	case <-p.ack.Ok():
-		return false, nil
-	case err := <-p.ack.Err():
-		return false, err
-	case <-expiry:
-		return true, jetstream.ErrAsyncPublishTimeout
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
+	return t.pub.Stored(ctx, ps)
 }
 
 // Flush waits until every record written so far is acknowledged, or ctx
 // ends (the asynchronous publishes only: Stored is what retries).
-func (t *Trail) Flush(ctx context.Context) error {
-	select {
-	case <-t.js.PublishAsyncComplete():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (t *Trail) Flush(ctx context.Context) error { return t.pub.Flush(ctx) }
 
 // Redact returns input with the values of members named in names (at any
 // depth, case-insensitive) replaced by "[redacted]". An input that is not
@@ -434,18 +312,6 @@ func fetch(ctx context.Context, cons jetstream.Consumer, limit int, fn func(json
 	return n, ctx.Err()
 }
 
-// pause waits d, or until ctx ends.
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // Filter selects records for Export; zero fields select all.
 type Filter struct {
 	Since   time.Time
@@ -489,7 +355,7 @@ func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filte
 			// The consumer's server is not answering yet (a cluster
 			// under load, a leader moving): ask again after a moment.
 			retries++
-			if err := pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
+			if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 				return err
 			}
 		case err != nil:

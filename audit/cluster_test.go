@@ -10,19 +10,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestWriteExportOnCluster: records written through two nodes of the
 // 3-node cluster (replicas 3) are exported once each, filtered by session
 // and tool; a record written twice (a re-sent batch) is stored once.
 func TestWriteExportOnCluster(t *testing.T) {
-	cl := bustest.RunCluster(t)
+	cl := testkit.RunCluster(t)
 	s := bus.NewSubjects(bus.DefaultPrefix)
 	var trails []*Trail
 	var js jetstream.JetStream
 	for _, node := range []int{0, 2} {
-		nc := bustest.ConnectURL(t, cl.URL(node))
+		nc := testkit.ConnectURL(t, cl.URL(node))
 		j, err := jetstream.New(nc)
 		if err != nil {
 			t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 func record(session string, i int) *Record {
@@ -48,9 +48,9 @@ func storedCounts(t *testing.T, js jetstream.JetStream, s bus.Subjects) (n, doub
 // again are all stored once Stored returns — none lost, none doubled —
 // and Stored reports none lost.
 func TestStoredThroughLeaderChanges(t *testing.T) {
-	cl := bustest.RunCluster(t)
+	cl := testkit.RunCluster(t)
 	s := bus.NewSubjects(bus.DefaultPrefix)
-	nc := bustest.ConnectURL(t, cl.URL(0))
+	nc := testkit.ConnectURL(t, cl.URL(0))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestStoredThroughLeaderChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := bustest.ConnectURL(t, cl.URL(1))
+	admin := testkit.ConnectURL(t, cl.URL(1))
 	const n, perBatch = 400, 40
 	stepdowns, retried := 0, 0
 	var ps []*Pending
@@ -88,7 +88,7 @@ func TestStoredThroughLeaderChanges(t *testing.T) {
 				t.Fatalf("%d records lost, the first: %v", len(lost), lost[0].Err())
 			}
 			for _, p := range ps {
-				if p.retried {
+				if p.Retried() {
 					retried++
 				}
 			}
@@ -106,9 +106,9 @@ func TestStoredThroughLeaderChanges(t *testing.T) {
 // after the trail made it.
 func trailWithoutStream(t *testing.T) (*Trail, *nats.Conn, jetstream.JetStream, bus.Subjects) {
 	t.Helper()
-	srv := bustest.RunServer(t)
+	srv := testkit.RunServer(t)
 	s := bus.NewSubjects(bus.DefaultPrefix)
-	nc := bustest.Connect(t, srv)
+	nc := testkit.Connect(t, srv)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -140,8 +140,8 @@ func TestStoredRetriesFailedPublishes(t *testing.T) {
 	// Every publish has failed (no responders) before the stream is back.
 	for _, p := range ps {
 		select {
-		case <-p.ack.Err():
-		case <-p.ack.Ok():
+		case <-p.Ack().Err():
+		case <-p.Ack().Ok():
 			t.Fatal("a record stored without its stream")
 		case <-time.After(30 * time.Second):
 			t.Fatal("no answer to a publish")

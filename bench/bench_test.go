@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // shared is the deployment of the Go benchmarks, started by the first one
@@ -294,7 +294,7 @@ func TestRunQuick(t *testing.T) {
 	}
 
 	// Everything Run started has stopped (goroutines may take a moment).
-	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if n := runtime.NumGoroutine(); n > before {
 			buf := make([]byte, 1<<20)
 			return fmt.Errorf("%d goroutines after Run, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])

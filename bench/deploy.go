@@ -14,7 +14,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -65,7 +65,7 @@ type textIn struct {
 }
 
 // deployment is one embedded nats-server with everything measured on it
-// (started by internal/xtest): the raw responder and forwarder, a router,
+// (started by internal/testkit/xtest): the raw responder and forwarder, a router,
 // workers, an agent client, and the bare forwarder that stands in for the
 // router when its share is subtracted.
 type deployment struct {

@@ -14,7 +14,8 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
-	"github.com/toolbus/toolbus/internal/xtest"
+
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 )
 
 // mcpHTTP is mcp-go's streamable HTTP server on loopback serving the same

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // envShellChild makes the test binary a process that runs one shell
@@ -62,10 +63,10 @@ func gone(pid int) bool {
 	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }
 
-// waitFor polls cond every few milliseconds for at most d (bustest.CheckFor).
+// waitFor polls cond every few milliseconds for at most d (testkit.CheckFor).
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	bustest.CheckFor(t, d, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, d, 5*time.Millisecond, func() error {
 		if !cond() {
 			return errors.New(what)
 		}

@@ -188,16 +188,7 @@ func (c *checker) call(n *syntax.CallExpr) error {
 			}
 		}
 	}
-	writes, err := p.Check(vals)
-	if err != nil {
-		return refused("shell refused: %v", err)
-	}
-	for _, w := range writes {
-		if err := c.writable(w); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.writes(p, vals)
 }
 
 // profiled checks a program whose arguments need not be plain (readers,
@@ -210,6 +201,12 @@ func (c *checker) profiled(prog string, p shellcmd.Profile, args []*syntax.Word)
 			vals = append(vals, w.value)
 		}
 	}
+	return c.writes(p, vals)
+}
+
+// writes checks vals against p's profile and refuses a write into a
+// protected path.
+func (c *checker) writes(p shellcmd.Profile, vals []string) error {
 	writes, err := p.Check(vals)
 	if err != nil {
 		return refused("shell refused: %v", err)

@@ -8,12 +8,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 func TestRespond(t *testing.T) {
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s)
+	s := testkit.RunServer(t)
+	nc := testkit.Connect(t, s)
 	sub, err := nc.SubscribeSync("reply.>")
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ type publisherFunc func(*nats.Msg) error
 func (f publisherFunc) PublishMsg(m *nats.Msg) error { return f(m) }
 
 func TestFlush(t *testing.T) {
-	nc := bustest.Connect(t, bustest.RunServer(t))
+	nc := testkit.Connect(t, testkit.RunServer(t))
 	if err := bus.Flush(context.Background(), nc); err != nil {
 		t.Fatalf("Flush without a deadline: %v", err)
 	}

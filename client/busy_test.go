@@ -9,14 +9,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestBusyRetried: a busy reply (docs/protocol.md 1: nothing ran) is sent again,
 // with the same event, until a router takes it; other errors are not.
 func TestBusyRetried(t *testing.T) {
-	nc := bustest.Connect(t, bustest.RunServer(t))
+	nc := testkit.Connect(t, testkit.RunServer(t))
 	var asked atomic.Int32
 	ids := make(chan string, 10)
 	sub, err := nc.Subscribe("toolbus.call.s1", func(m *nats.Msg) {

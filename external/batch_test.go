@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -352,7 +352,7 @@ func TestFinish(t *testing.T) {
 func waitActive(t *testing.T, cutoff time.Time, stores ...*external.Store) {
 	t.Helper()
 	for _, s := range stores {
-		bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+		testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 			if len(s.Stale(cutoff)) == 0 {
 				return errors.New("the watch has not delivered the batch yet")
 			}
@@ -387,7 +387,7 @@ func TestTakeOverAnswers(t *testing.T) {
 	}
 	cutoff := past.Add(time.Minute)
 	for _, s := range []*external.Store{b, c} {
-		bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+		testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 			if n := len(s.TakeOverAnswersPeek(cutoff)); n == 0 {
 				return errors.New("the watch has not delivered the renewal yet")
 			}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/kvcache"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -23,13 +22,13 @@ type callCache struct {
 	log *slog.Logger
 
 	mu       sync.RWMutex
-	parked   *kvcache.Map[*Record] // key → record, only records in StatusParked; a tombstone per key that left, kept goneMemory
+	parked   *store.Cache[*Record] // key → record, only records in StatusParked; a tombstone per key that left, kept goneMemory
 	answered map[string]*Record    // records in StatusAnswered, for lease takeovers
 	watch    *store.Watch
 }
 
 func newCallCache(kv jetstream.KeyValue, log *slog.Logger) *callCache {
-	return &callCache{src: kv, log: log, parked: kvcache.New[*Record](goneMemory), answered: map[string]*Record{}}
+	return &callCache{src: kv, log: log, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}}
 }
 
 // start loads the cache of parked records and keeps it fed.

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -30,7 +30,7 @@ var subj = bus.NewSubjects("")
 // newStore starts a server and creates the buckets and streams.
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
-	nc := bustest.Connect(t, bustest.RunServer(t))
+	nc := testkit.Connect(t, testkit.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func TestTransition(t *testing.T) {
 	if got.Status != external.StatusAnswered || got.Answer == nil {
 		t.Fatalf("after the answer %+v", got)
 	}
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		if ps := s.Parked("", ""); len(ps) != 0 {
 			return fmt.Errorf("an answered call is still listed as parked: %v", keys(ps))
 		}
@@ -459,7 +459,7 @@ func TestExpired(t *testing.T) {
 	if _, err := st.Parked.Create(t.Context(), old.Key(), b); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		if got := keys(s.Expired(time.Now())); !slices.Equal(got, []string{"s2.r1.c1"}) {
 			return fmt.Errorf("Expired(now) = %v", got)
 		}
@@ -509,7 +509,7 @@ func TestParkedFilter(t *testing.T) {
 	if _, err := s.Transition(t.Context(), "s1.r1.c1", external.StatusParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		want := []string{"s1.r1.c2", "s2.r1.c1", "s1.r2.c1", "s3.r1.c1"}
 		if got := keys(other.Parked("", "")); !slices.Equal(got, want) {
 			return fmt.Errorf("other store Parked %v, want %v", got, want)

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/kvcache"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -33,7 +32,7 @@ type definitions struct {
 	log *slog.Logger
 
 	mu      sync.RWMutex
-	groups  *kvcache.Map[*group] // by name, with the tombstones of deleted groups
+	groups  *store.Cache[*group] // by name, with the tombstones of deleted groups
 	ordered []bus.Group          // meta and external groups in registration order; rebuilt on change
 
 	watches []*store.Watch
@@ -51,7 +50,7 @@ const BasicSearchDescription = "Tools registered without a group."
 var basicMeta = bus.Group{Name: bus.GroupBasic, Description: BasicSearchDescription, Scope: bus.ScopeMeta}
 
 func newDefinitions(kv jetstream.KeyValue, log *slog.Logger) *definitions {
-	return &definitions{kv: kv, log: log, groups: kvcache.New[*group](0)}
+	return &definitions{kv: kv, log: log, groups: store.NewCache[*group](0)}
 }
 
 // start loads the cache and keeps it fed until ctx ends or stop.

@@ -10,32 +10,19 @@ package groups
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
-	"slices"
-	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/store"
 )
 
 // Config configures a Store.
 type Config struct {
-	// DefaultMode is the permission mode of a new session; "" means "default".
-	DefaultMode string
-	// DefaultRules and DefaultWorkDirs seed a new session's permission context.
-	DefaultRules    []bus.Rule
-	DefaultWorkDirs []string
-	// IdleTTL is the sessions bucket's TTL; a session in use is rewritten
-	// (touched) once half of it has passed, so only idle sessions expire.
-	// Zero means bus.DefaultSessionTTL.
-	IdleTTL time.Duration
-	// SessionCache bounds the sessions kept in memory (the least recently
-	// used are dropped first); zero means DefaultSessionCache. The cache
-	// saves decoding a session that has not changed since it was last
-	// read: every read that must be current goes to KV (Refresh, Load).
-	SessionCache int
+	// Session configures the sessions (package session); its
+	// ActiveByDefault is set here, to the groups defined active_by_default.
+	Session session.Config
 	// Search offers the search_tools meta tool beside reset_tools
 	// (docs/protocol.md 4.2) and makes basic (the tools without a group) a
 	// meta group, off in a new session unless pinned; off, listings are as
@@ -51,54 +38,21 @@ type Config struct {
 }
 
 // DefaultSessionCache is the default bound of the session cache.
-const DefaultSessionCache = 10000
+const DefaultSessionCache = session.DefaultCacheSize
 
-// Session is the state of one agent session, as stored in P_sessions.
-type Session struct {
-	// Active lists the activated groups other than basic.
-	Active []string `json:"active"`
-	// Mode is the permission mode.
-	Mode string `json:"mode,omitempty"`
-	// Rules are the session's permission rules.
-	Rules []bus.Rule `json:"rules,omitempty"`
-	// WorkDirs are the working directories path rules are relative to.
-	WorkDirs []string `json:"work_dirs,omitempty"`
-	// Todos is the todo list of todo_write.
-	Todos json.RawMessage `json:"todos,omitempty"`
-	// State is the agent state given to state_injected tools.
-	State json.RawMessage `json:"state,omitempty"`
-	// Updated is when the session was last written.
-	Updated time.Time `json:"updated"`
+// Session is the state of one agent session (package session).
+type Session = session.Session
 
-	rev    uint64
-	cached time.Time // when this router's cache took it (local clock)
-}
-
-// Revision is the KV revision the session was read at; 0 for a session that
-// is not stored yet.
-func (s *Session) Revision() uint64 { return s.rev }
-
-// IsActive reports whether group g is active in the session (basic always
-// is; with search on, a View asks its own active, where basic is switched).
-func (s *Session) IsActive(g string) bool {
-	return g == bus.GroupBasic || slices.Contains(s.Active, g)
-}
-
-func (s *Session) clone() *Session {
-	c := *s
-	c.Active = slices.Clone(s.Active)
-	c.Rules = slices.Clone(s.Rules)
-	c.WorkDirs = slices.Clone(s.WorkDirs)
-	return &c
-}
+// ErrAbort may be returned by an Update function to leave the session as it is.
+var ErrAbort = session.ErrAbort
 
 // Store is the owner of the groups and sessions of one router: it holds
 // the parts below, each with one responsibility, and embeds them so that
 // its callers keep one handle (and their call sites):
 //
 //   - definitions: the watch-fed cache of P_groups and its writes (defs.go);
-//   - sessions: the bounded cache of P_sessions and its compare-and-set
-//     writes (sessions.go);
+//   - session.Store: the bounded cache of P_sessions and its
+//     compare-and-set writes (package session);
 //   - activation: reset_tools and the one path that switches a session's
 //     meta groups (reset.go).
 //
@@ -106,7 +60,7 @@ func (s *Session) clone() *Session {
 // the tool search (search.go). It is safe for concurrent use.
 type Store struct {
 	*definitions
-	*sessions
+	*session.Store
 	*activation
 
 	cfg    Config
@@ -116,22 +70,28 @@ type Store struct {
 // New returns a Store over the store's groups and sessions buckets. Call
 // Start before use.
 func New(st *store.Store, cfg Config) *Store {
-	if cfg.DefaultMode == "" {
-		cfg.DefaultMode = "default"
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.IdleTTL <= 0 {
-		cfg.IdleTTL = bus.DefaultSessionTTL
-	}
-	if cfg.SessionCache <= 0 {
-		cfg.SessionCache = DefaultSessionCache
-	}
 	defs := newDefinitions(st.Groups, cfg.Logger)
 	defs.searchBasic = cfg.Search
-	sess := newSessions(st.Sessions, defs, cfg)
-	return &Store{definitions: defs, sessions: sess, activation: &activation{defs: defs, sessions: sess}, cfg: cfg}
+	sess := session.NewStore(st.Sessions, sessionConfig(cfg, defs))
+	return &Store{definitions: defs, Store: sess, activation: &activation{defs: defs, sessions: sess, pinned: cfg.Pinned.Groups}, cfg: cfg}
+}
+
+// sessionConfig is the session store's part of cfg; a fresh session starts
+// with the groups defined active_by_default.
+func sessionConfig(cfg Config, defs *definitions) session.Config {
+	sc := cfg.Session
+	sc.ActiveByDefault = func() (names []string) {
+		for _, g := range defs.Groups() {
+			if g.ActiveByDefault {
+				names = append(names, g.Name)
+			}
+		}
+		return names
+	}
+	return sc
 }
 
 // Start loads the group cache and keeps it fed until ctx ends or Stop.

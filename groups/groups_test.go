@@ -13,8 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -23,7 +24,7 @@ const bound = 10 * time.Second
 // newStore starts a server and creates the buckets of the default prefix.
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
-	nc := bustest.Connect(t, bustest.RunServer(t))
+	nc := testkit.Connect(t, testkit.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +125,7 @@ func TestPutDeleteGroups(t *testing.T) {
 	if err := s.Delete(t.Context(), "files"); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		_, late := other.Group("late")
 		_, files := other.Group("files")
 		if !late || files {
@@ -231,7 +232,7 @@ func TestBadGroupEntryIgnored(t *testing.T) {
 func TestFreshSession(t *testing.T) {
 	st := newStore(t)
 	rules := []bus.Rule{{Tool: "bash", Pattern: "git *", Behavior: "allow"}}
-	s := start(t, st, groups.Config{DefaultMode: "explore", DefaultRules: rules, DefaultWorkDirs: []string{"/src"}})
+	s := start(t, st, groups.Config{Session: session.Config{DefaultMode: "explore", DefaultRules: rules, DefaultWorkDirs: []string{"/src"}}})
 	put(t, s, meta("web", "Web."), bus.Group{Name: "db", Scope: bus.ScopeMeta, ActiveByDefault: true},
 		bus.Group{Name: "ops", Scope: bus.ScopeExternal, ActiveByDefault: true})
 	sess := s.Session("never-seen")
@@ -397,7 +398,7 @@ func TestStartEndsWithContext(t *testing.T) {
 
 func TestTouchKeepsUsedSessionsAlive(t *testing.T) {
 	st := newStore(t)
-	s := start(t, st, groups.Config{IdleTTL: 2 * time.Second})
+	s := start(t, st, groups.Config{Session: session.Config{IdleTTL: 2 * time.Second}})
 	if err := s.Touch(t.Context(), "never"); err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +415,7 @@ func TestTouchKeepsUsedSessionsAlive(t *testing.T) {
 	if got := s.Session("used").Revision(); got != first.Revision() {
 		t.Fatal("a fresh session was rewritten")
 	}
-	bustest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		if err := s.Touch(t.Context(), "used"); err != nil {
 			return err
 		}

@@ -4,12 +4,13 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/session"
 )
 
 func TestLoadAndRefresh(t *testing.T) {
 	st := newStore(t)
 	writer := start(t, st, groups.Config{})
-	reader := start(t, st, groups.Config{DefaultMode: "explore"})
+	reader := start(t, st, groups.Config{Session: session.Config{DefaultMode: "explore"}})
 
 	// A session never stored loads as a fresh one.
 	sess, err := reader.Load(t.Context(), "s1")
@@ -57,7 +58,7 @@ func TestLoadAndRefresh(t *testing.T) {
 
 func TestSessionCacheIsBounded(t *testing.T) {
 	st := newStore(t)
-	s := start(t, st, groups.Config{SessionCache: 3, DefaultMode: "explore"})
+	s := start(t, st, groups.Config{Session: session.Config{CacheSize: 3, DefaultMode: "explore"}})
 	for _, id := range []string{"a", "b", "c", "d"} {
 		if _, err := s.Update(t.Context(), id, func(x *groups.Session) error { x.Mode = "bypass"; return nil }); err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/session"
 )
 
 // The parts of Store are tested alone here, without a server: the
@@ -95,22 +96,22 @@ func TestFreshSessionFromDefinitions(t *testing.T) {
 		groups []group
 		active []string
 	}{
-		{"defaults", Config{DefaultMode: "default"}, nil, []string{}},
-		{"active by default", Config{DefaultMode: "plan"}, []group{meta("off", 0), on}, []string{"on"}},
-		{"rules and dirs", Config{DefaultMode: "default", DefaultRules: []bus.Rule{{Tool: "x", Behavior: "allow"}}, DefaultWorkDirs: []string{"/w"}}, nil, []string{}},
+		{"defaults", Config{Session: session.Config{DefaultMode: "default"}}, nil, []string{}},
+		{"active by default", Config{Session: session.Config{DefaultMode: "plan"}}, []group{meta("off", 0), on}, []string{"on"}},
+		{"rules and dirs", Config{Session: session.Config{DefaultMode: "default", DefaultRules: []bus.Rule{{Tool: "x", Behavior: "allow"}}, DefaultWorkDirs: []string{"/w"}}}, nil, []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.SessionCache = 4
-			s := newSessions(nil, defsWith(tc.groups...), tc.cfg)
+			tc.cfg.Session.CacheSize = 4
+			s := session.NewStore(nil, sessionConfig(tc.cfg, defsWith(tc.groups...)))
 			got := s.Session("never-seen")
-			if !slices.Equal(got.Active, tc.active) || got.Mode != tc.cfg.DefaultMode ||
-				!slices.Equal(got.Rules, tc.cfg.DefaultRules) || !slices.Equal(got.WorkDirs, tc.cfg.DefaultWorkDirs) {
+			if !slices.Equal(got.Active, tc.active) || got.Mode != tc.cfg.Session.DefaultMode ||
+				!slices.Equal(got.Rules, tc.cfg.Session.DefaultRules) || !slices.Equal(got.WorkDirs, tc.cfg.Session.DefaultWorkDirs) {
 				t.Fatalf("fresh session %+v, want active %v under %+v", got, tc.active, tc.cfg)
 			}
 			if got.Revision() != 0 || s.Stored("never-seen") || s.Sessions() != 0 {
 				t.Fatalf("a fresh session counts as stored")
 			}
-			if len(tc.cfg.DefaultRules) > 0 {
+			if len(tc.cfg.Session.DefaultRules) > 0 {
 				got.Rules[0].Tool = "changed"
 				if s.Session("never-seen").Rules[0].Tool != "x" {
 					t.Fatal("a fresh session shares the default rules")

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/session"
 )
 
 const resetDescription = "Activate or deactivate tool groups. Pass the final set: every group set to true is active " +
@@ -19,7 +20,8 @@ const resetDescription = "Activate or deactivate tool groups. Pass the final set
 // the session each.
 type activation struct {
 	defs     *definitions
-	sessions *sessions
+	sessions *session.Store
+	pinned   []string // the groups pinned visible (Config.Pinned)
 }
 
 // Reset runs reset_tools for a session: input is the final set of meta
@@ -96,7 +98,7 @@ func (a *activation) activate(ctx context.Context, session string, final func(cu
 			}
 		}
 	}
-	pinned := slices.DeleteFunc(slices.Clone(a.sessions.cfg.Pinned.Groups), func(g string) bool {
+	pinned := slices.DeleteFunc(slices.Clone(a.pinned), func(g string) bool {
 		_, defined := a.defs.Group(g)
 		return slices.Contains(names, g) || !defined && g != bus.GroupBasic
 	})

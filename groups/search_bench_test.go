@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
 )
@@ -19,7 +19,7 @@ import (
 // registered in the registry (100 meta groups of 100), the index already
 // built: go test -run - -bench Search10kRegistered -benchtime 200x ./groups/
 func BenchmarkSearch10kRegistered(b *testing.B) {
-	js, err := jetstream.New(bustest.Connect(b, bustest.RunServer(b)))
+	js, err := jetstream.New(testkit.Connect(b, testkit.RunServer(b)))
 	if err != nil {
 		b.Fatal(err)
 	}

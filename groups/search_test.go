@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
 )
 
@@ -57,7 +57,7 @@ func searchFixture(t *testing.T, cfg groups.Config) (*registry.Registry, *groups
 
 func waitNotLive(t *testing.T, r *registry.Registry, name string) {
 	t.Helper()
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		if tool, _ := r.Lookup(name); r.Live(tool) {
 			return errors.New(name + " still live")
 		}
@@ -294,7 +294,7 @@ func TestSearchFollowsChanges(t *testing.T) {
 	obj := json.RawMessage(`{"type":"object"}`)
 	register(bus.ToolDef{Name: "get_weather", Description: "Temperature and wind in a town.", InputSchema: obj, Groups: []string{"weather"}},
 		bus.ToolDef{Name: "get_tides", Description: "Tide tables of a harbour.", InputSchema: obj, Groups: []string{"weather"}})
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		if got := found("wind"); !slices.Equal(got, []string{"get_weather"}) {
 			return fmt.Errorf("new words: %v", got)
 		}
@@ -307,7 +307,7 @@ func TestSearchFollowsChanges(t *testing.T) {
 		t.Errorf("a new tool: %v", got)
 	}
 	put(t, s, bus.Group{Name: "mail", Description: "Post and parcels.", Scope: bus.ScopeMeta})
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		if got := found("parcels"); !slices.Equal(got, []string{"help_desk", "send_email"}) && !slices.Equal(got, []string{"send_email", "help_desk"}) {
 			return fmt.Errorf("a group's new description: %v", got)
 		}
@@ -316,7 +316,7 @@ func TestSearchFollowsChanges(t *testing.T) {
 	if err := r.Delete(t.Context(), "get_tides"); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		if got := found("harbour"); len(got) != 0 {
 			return fmt.Errorf("a deleted tool: %v", got)
 		}

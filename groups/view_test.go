@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
 )
@@ -164,7 +164,7 @@ func viewFixtureStore(t *testing.T) (*store.Store, *registry.Registry, *groups.S
 	}
 	// The watch may show w2 live for a moment after it left (see the
 	// registry's TestLeavingIsImmediate); wait until it caught up.
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		if tool, _ := r.Lookup("offline"); r.Live(tool) {
 			return errors.New("offline still live")
 		}

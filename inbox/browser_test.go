@@ -18,7 +18,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/inbox"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -90,7 +90,7 @@ func newEnv(t *testing.T) *env {
 	if e.in, err = inbox.Open(t.Context(), inc, "127.0.0.1:0", "", "", inbox.Config{Source: "test/inbox"}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.in.Close)
+	t.Cleanup(func() { e.in.Close(context.Background()) })
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1180, 760))

@@ -71,11 +71,9 @@ func Open(ctx context.Context, nc *nats.Conn, addr, token, tokenFile string, cfg
 // Server returns the inbox being served.
 func (r *Running) Server() *Server { return r.s }
 
-// Close stops serving (open pages lose their connection) and ends the
-// watch; safe to call twice.
-func (r *Running) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
+// Close stops serving and ends the watch: requests under way get until ctx
+// ends, then open pages lose their connection. Safe to call twice.
+func (r *Running) Close(ctx context.Context) {
 	if err := r.srv.Shutdown(ctx); err != nil {
 		_ = r.srv.Close()
 	}

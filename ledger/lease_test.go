@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -117,7 +117,7 @@ func TestLedgerLeaseRenewed(t *testing.T) {
 	}
 	tick.Stop()
 	ls[0].Record("s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
-	bustest.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
 		select {
 		case r := <-got:
 			if textOf(r.Output) != "done" {

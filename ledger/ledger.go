@@ -707,18 +707,12 @@ func StoreFull(c bus.Call, h *store.Health) bus.Result {
 		"InternalError: %s: JetStream refused to record the call of tool '%s' (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
 }
 
-// Unavailable is the result of a call that did not run because its claim
-// could not be written: safe to call again.
-func Unavailable(c bus.Call) bus.Result {
-	return bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf(
-		"UnavailableError: The tool '%s' did not run: its run could not be recorded, so it is safe to call again.", c.Name))
-}
-
-// UnknownOutcome is the result of a call whose run did not report back.
-func UnknownOutcome(c bus.Call) bus.Result {
-	return bus.ErrorResult(c, bus.CodeUnknownOutcome, fmt.Sprintf(
-		"UnknownOutcomeError: The earlier run of tool '%s' for this call did not report back; it may or may not have taken effect.", c.Name))
-}
+// Unavailable and UnknownOutcome are bus's results, named as the ledger's
+// callers know them.
+var (
+	Unavailable    = bus.NotRecordedResult
+	UnknownOutcome = bus.UnknownOutcomeResult
+)
 
 // Await waits until key's entry holds a result, and returns it; false when
 // ctx ends first.
@@ -815,17 +809,9 @@ func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Res
 // for the worker's reply before it reports the timeout itself.
 const TimeoutGrace = 50 * time.Millisecond
 
-// The results the ledger gives that the router gives too, with the same
-// texts (docs/protocol.md 3.3).
-
-func timeoutResult(c bus.Call, d time.Duration) bus.Result {
-	return bus.ErrorResult(c, bus.CodeTimeout, "Tool execution timeout after "+d.String())
-}
-
-func interrupted(c bus.Call) bus.Result {
-	return bus.ErrorResult(c, bus.CodeInterrupted, bus.InterruptedText)
-}
-
-func internal(c bus.Call, err error) bus.Result {
-	return bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf("InternalError: %v", err))
-}
+// The results the ledger gives that the router gives too (bus/records.go).
+var (
+	timeoutResult = bus.TimeoutResult
+	interrupted   = bus.InterruptedResult
+	internal      = bus.InternalResult
+)

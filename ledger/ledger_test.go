@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -22,7 +22,7 @@ func newTestLedger(t *testing.T, routers ...string) []*Ledger {
 // newTestLedgerLease is newTestLedger with the routers' lease.
 func newTestLedgerLease(t *testing.T, lease time.Duration, routers ...string) []*Ledger {
 	t.Helper()
-	nc := bustest.Connect(t, bustest.RunServer(t))
+	nc := testkit.Connect(t, testkit.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func TestLedgerWaitForRunning(t *testing.T) {
 		waiting.Store(true)
 		got <- waitRes(ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Minute}))
 	}()
-	bustest.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
 		if !waiting.Load() {
 			return context.DeadlineExceeded
 		}

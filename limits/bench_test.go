@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -19,10 +19,10 @@ import (
 // Two connections (two routers) increment one key in parallel.
 
 func benchConns(b *testing.B) [2]jetstream.JetStream {
-	s := bustest.RunServer(b)
+	s := testkit.RunServer(b)
 	var out [2]jetstream.JetStream
 	for i := range out {
-		js, err := jetstream.New(bustest.Connect(b, s))
+		js, err := jetstream.New(testkit.Connect(b, s))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // clock is a fake clock shared by the limiters of a test.
@@ -129,7 +129,7 @@ func sharedPolicy(n int) Policy {
 }
 
 func TestTwoRoutersShareOneLimit(t *testing.T) {
-	s := bustest.RunServer(t)
+	s := testkit.RunServer(t)
 	const n = 8
 	for _, tc := range []struct {
 		kind string
@@ -140,19 +140,19 @@ func TestTwoRoutersShareOneLimit(t *testing.T) {
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
-			a := newLimiter(t, bustest.Connect(t, s), tc.p, 1, clk.Now)
-			b := newLimiter(t, bustest.Connect(t, s), tc.p, 1, clk.Now)
+			a := newLimiter(t, testkit.Connect(t, s), tc.p, 1, clk.Now)
+			b := newLimiter(t, testkit.Connect(t, s), tc.p, 1, clk.Now)
 			shareOneLimit(t, a, b, n, tc.kind)
 		})
 	}
 }
 
 func TestTwoRoutersShareOneLimitOnCluster(t *testing.T) {
-	c := bustest.RunCluster(t)
+	c := testkit.RunCluster(t)
 	const n = 6
 	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
-	a := newLimiter(t, bustest.ConnectURL(t, c.URL(0)), sharedPolicy(n), 3, clk.Now)
-	b := newLimiter(t, bustest.ConnectURL(t, c.URL(2)), sharedPolicy(n), 3, clk.Now)
+	a := newLimiter(t, testkit.ConnectURL(t, c.URL(0)), sharedPolicy(n), 3, clk.Now)
+	b := newLimiter(t, testkit.ConnectURL(t, c.URL(2)), sharedPolicy(n), 3, clk.Now)
 	// Both rules count each call: the n admitted calls take a rate slot
 	// and a budget unit each, and the refused ones neither (rollback).
 	var admitted int
@@ -183,10 +183,10 @@ func TestTwoRoutersShareOneLimitOnCluster(t *testing.T) {
 }
 
 func TestRateRefillsAndBurst(t *testing.T) {
-	s := bustest.RunServer(t)
+	s := testkit.RunServer(t)
 	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	// 10 calls a second on average, at most 3 at once.
-	l := newLimiter(t, bustest.Connect(t, s), Policy{Rules: []Rule{{Name: "r", Rate: &Rate{Calls: 10, IntervalMS: 1000, Burst: 3}}}}, 1, clk.Now)
+	l := newLimiter(t, testkit.Connect(t, s), Policy{Rules: []Rule{{Name: "r", Rate: &Rate{Calls: 10, IntervalMS: 1000, Burst: 3}}}}, 1, clk.Now)
 	c := Call{Tool: "t"}
 	for i := range 3 {
 		if ref, err := l.Check(t.Context(), c); err != nil || ref != nil {
@@ -207,9 +207,9 @@ func TestRateRefillsAndBurst(t *testing.T) {
 }
 
 func TestBudgetAcrossDayBoundary(t *testing.T) {
-	s := bustest.RunServer(t)
+	s := testkit.RunServer(t)
 	clk := &clock{t: time.Date(2026, 12, 1, 23, 59, 58, 0, time.UTC)}
-	l := newLimiter(t, bustest.Connect(t, s), Policy{Rules: []Rule{{Name: "d", Per: []string{PerUser}, Budget: &Budget{Units: 10, Cost: 4}}}}, 1, clk.Now)
+	l := newLimiter(t, testkit.Connect(t, s), Policy{Rules: []Rule{{Name: "d", Per: []string{PerUser}, Budget: &Budget{Units: 10, Cost: 4}}}}, 1, clk.Now)
 	c := Call{Tool: "paid", User: "bob"}
 	for i := range 2 {
 		if ref, err := l.Check(t.Context(), c); err != nil || ref != nil {
@@ -239,7 +239,7 @@ func TestRestartKeepsCount(t *testing.T) {
 		}
 		stop := func() { s.Shutdown(); s.WaitForShutdown() }
 		t.Cleanup(stop)
-		return bustest.Connect(t, s), stop
+		return testkit.Connect(t, s), stop
 	}
 	p := Policy{Rules: []Rule{
 		{Name: "rate", Rate: &Rate{Calls: 2, IntervalMS: 3600_000}},
@@ -270,9 +270,9 @@ func TestRestartKeepsCount(t *testing.T) {
 }
 
 func TestWritesRulesAndRollback(t *testing.T) {
-	s := bustest.RunServer(t)
+	s := testkit.RunServer(t)
 	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
-	l := newLimiter(t, bustest.Connect(t, s), Policy{Rules: []Rule{
+	l := newLimiter(t, testkit.Connect(t, s), Policy{Rules: []Rule{
 		{Name: "all", Per: []string{PerSession}, Budget: &Budget{Units: 3}},
 		{Name: "writes", Writes: true, Per: []string{PerSession}, Budget: &Budget{Units: 1}},
 	}}, 1, clk.Now)
@@ -310,8 +310,8 @@ func TestWritesRulesAndRollback(t *testing.T) {
 }
 
 func TestTenantFromConfigOnly(t *testing.T) {
-	s := bustest.RunServer(t)
-	l := newLimiter(t, bustest.Connect(t, s), Policy{
+	s := testkit.RunServer(t)
+	l := newLimiter(t, testkit.Connect(t, s), Policy{
 		Rules:   []Rule{{Name: "t", Per: []string{PerTenant}, Budget: &Budget{Units: 1}}},
 		Tenants: map[string]string{"alice": "acme", "bob": "acme"},
 	}, 1, nil)
@@ -357,9 +357,9 @@ func TestRuleMatches(t *testing.T) {
 // no budget and no rate unless the rule says cache_hits; a miss then
 // spends as before.
 func TestCacheHitsCountOnlyWhereAsked(t *testing.T) {
-	s := bustest.RunServer(t)
+	s := testkit.RunServer(t)
 	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
-	l := newLimiter(t, bustest.Connect(t, s), Policy{Rules: []Rule{
+	l := newLimiter(t, testkit.Connect(t, s), Policy{Rules: []Rule{
 		{Name: "budget", Tools: []string{"a"}, Budget: &Budget{Units: 1}},
 		{Name: "rate", Tools: []string{"a"}, Rate: &Rate{Calls: 1, IntervalMS: 3600_000}},
 		{Name: "hits", Tools: []string{"h"}, CacheHits: true, Budget: &Budget{Units: 1}},

@@ -25,8 +25,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/natsconn"
 )
 
@@ -313,7 +313,7 @@ func TestConnectWait(t *testing.T) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close() // nothing listens on port until the server starts below
-	var logs bustest.Buffer
+	var logs testkit.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	done := make(chan error, 1)
 	go func() {
@@ -323,7 +323,7 @@ func TestConnectWait(t *testing.T) {
 		}
 		done <- err
 	}()
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if !strings.Contains(logs.String(), "waiting for NATS") {
 			return errors.New("not waiting yet")
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 type clock struct {
@@ -24,7 +24,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 
 func newCache(t *testing.T, now func() time.Time) *Cache {
 	t.Helper()
-	js, err := jetstream.New(bustest.Connect(t, bustest.RunServer(t)))
+	js, err := jetstream.New(testkit.Connect(t, testkit.RunServer(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,9 +153,9 @@ func TestScopes(t *testing.T) {
 // TestOnCluster: the bucket with per-key TTLs on the 3-node cluster,
 // replicas 3; an entry stored through one node is a hit through another.
 func TestOnCluster(t *testing.T) {
-	cl := bustest.RunCluster(t)
+	cl := testkit.RunCluster(t)
 	open := func(node int) *Cache {
-		js, err := jetstream.New(bustest.ConnectURL(t, cl.URL(node)))
+		js, err := jetstream.New(testkit.ConnectURL(t, cl.URL(node)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestOnCluster(t *testing.T) {
 	if !a.Put(t.Context(), k, time.Minute, ok("sunny")) {
 		t.Fatal("not stored")
 	}
-	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if _, hit := b.Get(t.Context(), k); !hit {
 			return errNoHit
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/kvcache"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/store"
 )
@@ -28,7 +27,7 @@ type catalog struct {
 	version *atomic.Uint64 // the Registry's, bumped on every change
 
 	mu    sync.RWMutex
-	cache *kvcache.Map[*Tool] // by name, with the tombstones of deleted tools
+	cache *store.Cache[*Tool] // by name, with the tombstones of deleted tools
 }
 
 func (c *catalog) applyTool(e jetstream.KeyValueEntry) {

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
 )
@@ -18,8 +18,8 @@ import (
 // own clock), acknowledges the beat, and notes the store full; the worker
 // goes when its beats stop, as ever.
 func TestBeatsWithTheStoreFull(t *testing.T) {
-	srv := bustest.RunServer(t)
-	nc := bustest.Connect(t, srv)
+	srv := testkit.RunServer(t)
+	nc := testkit.Connect(t, srv)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package registry
 
 import (
 	"testing"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // FuzzParseTool: a P_tools value (written by any router, or by hand)
@@ -37,15 +39,15 @@ func FuzzParseTool(f *testing.F) {
 
 func TestEncodeBeat(t *testing.T) {
 	for _, tc := range []struct {
-		v    beatValue
+		v    bus.WorkerBeat
 		want string
 	}{
-		{beatValue{}, `{}`},
-		{beatValue{InFlight: []string{}}, `{"inflight":[]}`},
-		{beatValue{InFlight: []string{"s.r.c"}, Binary: true}, `{"inflight":["s.r.c"],"binary":true}`},
-		{beatValue{Binary: true}, `{"binary":true}`},
+		{bus.WorkerBeat{}, `{}`},
+		{bus.WorkerBeat{InFlight: []string{}}, `{"inflight":[]}`},
+		{bus.WorkerBeat{InFlight: []string{"s.r.c"}, Binary: true}, `{"inflight":["s.r.c"],"binary":true}`},
+		{bus.WorkerBeat{Binary: true}, `{"binary":true}`},
 	} {
-		if got := string(encodeBeat(tc.v)); got != tc.want {
+		if got := string(tc.v.Encode()); got != tc.want {
 			t.Errorf("encodeBeat(%+v) = %s, want %s", tc.v, got, tc.want)
 		}
 	}

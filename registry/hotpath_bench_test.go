@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
 )
@@ -21,7 +21,7 @@ import (
 //
 //	go test -run - -bench ResolveReads -benchtime 2s ./registry/
 func BenchmarkResolveReads(b *testing.B) {
-	nc := bustest.Connect(b, bustest.RunServer(b))
+	nc := testkit.Connect(b, testkit.RunServer(b))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -42,37 +42,6 @@ type beat struct {
 	binary   bool     // the worker takes io.toolbus.exec in binary mode (docs/protocol.md 5.1)
 }
 
-// beatValue is a P_workers value.
-type beatValue struct {
-	Left bool `json:"left,omitempty"`
-	// InFlight is absent for a worker that does not report its calls in
-	// flight, and a list, possibly empty, for one that does.
-	InFlight []string `json:"inflight,omitempty"`
-	// Binary says the worker takes exec requests in binary mode.
-	Binary bool `json:"binary,omitempty"`
-}
-
-// leftValue is the liveness value of a worker that left; it expires with
-// the bucket's TTL like any beat.
-var leftValue = []byte(`{"left":true}`)
-
-// encodeBeat is a beat's P_workers value: inflight present (possibly
-// empty) only for a worker that reports its calls, binary only when true.
-func encodeBeat(v beatValue) []byte {
-	b := []byte{'{'}
-	if v.InFlight != nil {
-		in, _ := json.Marshal(v.InFlight)
-		b = append(append(b, `"inflight":`...), in...)
-	}
-	if v.Binary {
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		b = append(b, `"binary":true`...)
-	}
-	return append(b, '}')
-}
-
 // cutoff is the oldest beat that still makes a worker live.
 func (l *liveness) cutoff() time.Time { return l.now().Add(-3 * l.heartbeat) }
 
@@ -85,8 +54,7 @@ func (l *liveness) applyWorker(e jetstream.KeyValueEntry) {
 		l.setBeat(tool, worker, beat{rev: e.Revision()}, true)
 		return
 	}
-	var v beatValue
-	_ = json.Unmarshal(e.Value(), &v)
+	v := bus.DecodeWorkerBeat(e.Value())
 	l.setBeat(tool, worker, beat{at: l.now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight, binary: v.Binary}, false)
 }
 
@@ -141,9 +109,9 @@ func (l *liveness) BinaryExec(tool string) bool {
 // bucket refused still counts here (docs/registry.md): the worker is live
 // in this router's cache whatever the bucket took, and a full store is
 // not an error (the router reports it in its status).
-func (l *liveness) record(ctx context.Context, tool, worker string, bv beatValue) error {
+func (l *liveness) record(ctx context.Context, tool, worker string, bv bus.WorkerBeat) error {
 	key := tool + "." + worker
-	rev, err := l.kv.Put(ctx, key, encodeBeat(bv))
+	rev, err := l.kv.Put(ctx, key, bv.Encode())
 	full := l.health.Note(err)
 	if err != nil {
 		// This router saw the beat: the worker is live whatever the
@@ -253,7 +221,7 @@ func (l *liveness) leave(ctx context.Context, worker string) error {
 	}
 	l.mu.RUnlock()
 	for _, tool := range tools {
-		rev, err := l.kv.Put(ctx, tool+"."+worker, leftValue)
+		rev, err := l.kv.Put(ctx, tool+"."+worker, bus.WorkerLeft)
 		if err != nil {
 			return fmt.Errorf("registry: leave %s.%s: %w", tool, worker, err)
 		}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/kvcache"
+	"github.com/toolbus/toolbus/store"
 )
 
 // The parts of Registry are tested alone here, without a server.
@@ -92,7 +92,7 @@ func TestLivenessSawBeatAndTrouble(t *testing.T) {
 }
 
 func TestCatalogOrderAndRevisions(t *testing.T) {
-	c := &catalog{version: new(atomic.Uint64), cache: kvcache.New[*Tool](0)}
+	c := &catalog{version: new(atomic.Uint64), cache: store.NewCache[*Tool](0)}
 	put := func(name string, rev uint64, order int64, desc string) {
 		c.put(&Tool{Def: bus.ToolDef{Name: name, Description: desc}, rev: rev, order: order})
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/kvcache"
 	"github.com/toolbus/toolbus/rcache"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/store"
@@ -81,7 +80,7 @@ func New(st *store.Store, cfg Config) *Registry {
 		cfg.Now = time.Now
 	}
 	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer, consumers: map[string]bool{}, ready: make(chan struct{})}
-	r.catalog = &catalog{kv: st.Tools, log: cfg.Logger, version: &r.version, cache: kvcache.New[*Tool](0)}
+	r.catalog = &catalog{kv: st.Tools, log: cfg.Logger, version: &r.version, cache: store.NewCache[*Tool](0)}
 	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: cfg.Now, health: st.Health, version: &r.version,
 		beats: map[string]map[string]beat{}, probed: map[string]time.Time{}}
 	return r
@@ -188,7 +187,7 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 				return ack, err
 			}
 		}
-		bv := beatValue{Binary: reg.BinaryExec}
+		bv := bus.WorkerBeat{Binary: reg.BinaryExec}
 		if reg.InFlight != nil { // the worker reports its calls in flight
 			bv.InFlight = reg.InFlight[name]
 			if bv.InFlight == nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
 )
@@ -27,7 +27,7 @@ const (
 // newStore starts a server and creates the buckets of the default prefix.
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
-	nc := bustest.Connect(t, bustest.RunServer(t))
+	nc := testkit.Connect(t, testkit.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +341,7 @@ func TestLeavingRemovesLiveness(t *testing.T) {
 // waitNotLive polls until none of the named tools is live in r.
 func waitNotLive(t *testing.T, r *registry.Registry, names ...string) {
 	t.Helper()
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		for _, n := range names {
 			if live(t, r, n) {
 				return fmt.Errorf("%s still live", n)
@@ -558,7 +558,7 @@ func TestDelete(t *testing.T) {
 	}
 	// The other registry learns of both through its watch, in its own time:
 	// poll until it has u and not t (it may never have seen t at all).
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		if got := names(other.Tools()); !slices.Equal(got, []string{"u"}) {
 			return fmt.Errorf("other registry Tools %v, want [u]", got)
 		}
@@ -625,7 +625,7 @@ func TestSecondRegistrySeesEverything(t *testing.T) {
 	if _, err := r.Register(t.Context(), bus.Register{Worker: "w1", Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		c, ok := second.Lookup("c")
 		if !ok || !second.Live(c) {
 			return errors.New("c not live in the second registry")

@@ -14,9 +14,9 @@ import (
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -36,7 +36,7 @@ func TestAuditDurableOnCluster(t *testing.T) {
 	// are all over: the router wrote before its reply).
 	stored := func() (calls map[string]int) {
 		t.Helper()
-		bustest.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
+		testkit.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
 			calls = map[string]int{}
 			return audit.Export(t.Context(), js, d.Subjects(), audit.Filter{}, func(raw json.RawMessage) error {
 				var rec audit.Record
@@ -140,7 +140,7 @@ func BenchmarkAuditedReply(b *testing.B) {
 // toolbus_audit_records_lost_total and logged in full (redacted).
 func TestAuditRecordLostIsCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	var logs bustest.Buffer
+	var logs testkit.Buffer
 	d, _ := guardDeployment(t, false, 1, router.Guard{Audit: &audit.Config{MaxWait: time.Second, Inputs: true, Redact: []string{"token"}}},
 		func(c *router.Config) {
 			c.Metrics = reg

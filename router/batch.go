@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sync"
 	"time"
 
@@ -315,9 +314,7 @@ func (b *batch) execute(c *callState) {
 	b.settle(c, b.p.exec.Exec(ctx, j), false) // the chain's audit middleware recorded it
 }
 
-func unavailable(c bus.Call) bus.Result {
-	return bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf("ToolUnavailableError: No live worker serves the tool '%s' right now.", c.Name))
-}
+var unavailable = bus.NoWorkerResult
 
 // finish ends c, a call that did not run through the executor chain,
 // with res: it is recorded in the audit trail (when on) and settled.

@@ -6,127 +6,59 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"time"
 
 	fastjson "github.com/goccy/go-json"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/store"
 )
 
-// maxEventsInFlight bounds the events published and not yet acknowledged
-// by the events stream; a router past it waits (back-pressure).
-const maxEventsInFlight = 4096
-
-// ackWait is how long an event's acknowledgement is awaited before the
-// event is published again.
-const ackWait = 5 * time.Second
-
-// eventSink publishes session events through JetStream: an agent that
-// reconnects reads them from P_EVENTS, so an event counts as sent only once
-// the stream has acknowledged it. Publishes are asynchronous, so a batch's
-// events cost one wait, not one round trip each; a publish that fails is
-// retried with the same message id, which the stream stores once.
+// eventSink publishes session events through JetStream (store.Publisher):
+// an agent that reconnects reads them from P_EVENTS, so an event counts as
+// sent only once the stream has acknowledged it. A batch's events cost one
+// wait, not one round trip each; a publish that fails is retried with the
+// same message id, which the stream stores once, until the caller's
+// context ends, but not through a full store: the stream refuses it as
+// long as nobody frees space, and the batch's reply waits for this. Its
+// live subscribers got it anyway (core NATS delivers a message to them
+// whatever the stream answers).
 type eventSink struct {
-	js     jetstream.JetStream
-	log    *slog.Logger
-	health *store.Health
+	pub *store.Publisher
+	log *slog.Logger
 }
 
 func newEventSink(nc *nats.Conn, log *slog.Logger, health *store.Health) (*eventSink, error) {
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxEventsInFlight),
-		jetstream.WithPublishAsyncTimeout(ackWait))
+	pub, err := store.NewPublisher(nc, store.PublisherConfig{Health: health})
 	if err != nil {
 		return nil, fmt.Errorf("router: events: %w", err)
 	}
-	return &eventSink{js: js, log: log, health: health}, nil
+	return &eventSink{pub: pub, log: log}, nil
 }
-
-// eventsPolicy retries an event's publish until it is stored or the
-// caller's context ends, but not through a full store: the stream refuses
-// it as long as nobody frees space, and the batch's reply waits for this.
-// Its live subscribers got it anyway (core NATS delivers a message to
-// them whatever the stream answers).
-var eventsPolicy = store.Policy{}
 
 // sentEvent is an event on its way to the stream.
-type sentEvent struct {
-	m     *nats.Msg
-	id    string
-	ack   jetstream.PubAckFuture
-	err   error
-	acked bool // the ack was taken (its channel holds it once)
-}
+type sentEvent = store.Pending
 
 // publish sends m, whose event id is id, and returns at once.
-func (s *eventSink) publish(m *nats.Msg, id string) *sentEvent {
-	ack, err := s.js.PublishMsgAsync(m, jetstream.WithMsgID(id))
-	return &sentEvent{m: m, id: id, ack: ack, err: err}
-}
+func (s *eventSink) publish(m *nats.Msg, id string) *sentEvent { return s.pub.Publish(m, id) }
 
 // acked reports, without waiting, whether the stream has acknowledged
-// every event of evs (mostly so by the time a batch is done), marking
-// those it takes the acknowledgement of: a future's channel holds it once.
-func acked(evs []*sentEvent) bool {
-	for _, ev := range evs {
-		if ev.err != nil || ev.ack == nil {
-			return false
-		}
-		if ev.acked {
-			continue
-		}
-		select {
-		case <-ev.ack.Ok():
-			ev.acked = true
-		default:
-			return false
-		}
-	}
-	return true
-}
+// every event of evs.
+func acked(evs []*sentEvent) bool { return store.Acked(evs) }
 
 // stored waits until the stream holds every event of evs, publishing again
 // those whose first publish failed, until ctx ends.
 func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
+	lost := s.pub.Stored(ctx, evs)
+	if len(lost) > 0 && ctx.Err() != nil {
+		return ctx.Err()
+	}
 	var failed error
-	for _, ev := range evs {
-		if ev.acked {
-			s.health.Note(nil)
-			continue
-		}
-		if ev.err == nil {
-			// An acknowledgement lost while the stream changes leader
-			// would never resolve the future: the publisher's async
-			// timeout (ackWait, newEventSink) resolves it with
-			// ErrAsyncPublishTimeout, and the event is published again.
-			select {
-			case <-ev.ack.Ok():
-				ev.acked = true
-				s.health.Note(nil)
-				continue
-			case ev.err = <-ev.ack.Err():
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if s.health.Note(ev.err) {
-			s.log.Error("router: event not stored: store full", "subject", ev.m.Subject, "id", ev.id, "err", ev.err)
-			failed = ev.err
-			continue
-		}
-		err := store.Retry(ctx, eventsPolicy, func(ctx context.Context) error {
-			_, err := s.js.PublishMsg(ctx, ev.m, jetstream.WithMsgID(ev.id))
-			return err
-		})
-		s.health.Note(err)
-		if err != nil {
-			s.log.Error("router: event not stored", "subject", ev.m.Subject, "id", ev.id, "err", err)
-			failed = err
-		}
+	for _, ev := range lost {
+		s.log.Error("router: event not stored", "subject", ev.Msg().Subject, "id", ev.ID(), "err", ev.Err())
+		failed = ev.Err()
 	}
 	return failed
 }

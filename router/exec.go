@@ -357,17 +357,12 @@ func requestFailed(ctx context.Context, err error, vanished bool, j *job, timeou
 // for the worker's reply before it reports the timeout itself.
 const timeoutGrace = 50 * time.Millisecond
 
-func timeoutResult(c bus.Call, d time.Duration) bus.Result {
-	return bus.ErrorResult(c, bus.CodeTimeout, "Tool execution timeout after "+d.String())
-}
-
-func interrupted(c bus.Call) bus.Result {
-	return bus.ErrorResult(c, bus.CodeInterrupted, bus.InterruptedText)
-}
-
-func internal(c bus.Call, err error) bus.Result {
-	return bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf("InternalError: %v", err))
-}
+// The results the router gives that the ledger gives too (bus/records.go).
+var (
+	timeoutResult = bus.TimeoutResult
+	interrupted   = bus.InterruptedResult
+	internal      = bus.InternalResult
+)
 
 // execReply turns a worker's reply into the call's result, and returns the
 // state patch the worker sent, if any, for the caller to apply.

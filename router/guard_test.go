@@ -13,10 +13,10 @@ import (
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/router"
@@ -310,7 +310,7 @@ func TestAuditEveryPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ext parks once deploy's run is over (deploy is not concurrency-safe).
-	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		return approver.Answer(t.Context(), "ext", "s1", "r3", "ext", bus.Answer{State: bus.StateSuccess, Output: bus.Text("done")})
 	})
 	if err := c.Admin(t.Context(), "session.mode", "s2", map[string]string{"mode": "explore"}, nil); err != nil {
@@ -340,7 +340,7 @@ func TestAuditEveryPath(t *testing.T) {
 		return out
 	}
 	var recs []audit.Record
-	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if recs = export(audit.Filter{Since: since}); len(recs) < len(want) {
 			return fmt.Errorf("%d records of %d", len(recs), len(want))
 		}

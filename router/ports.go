@@ -11,6 +11,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/skills"
 )
 
@@ -147,15 +148,15 @@ func (r *Router) newPipeline(ev routerEvents) *pipeline {
 // routerSessions is the sessionPort over groups.Store and the session
 // revision cache.
 type routerSessions struct {
-	cache  *sessionCache
+	cache  *session.Revisions
 	groups *groups.Store
 }
 
 func (s routerSessions) snapshot(ctx context.Context, id string, rev uint64) *groups.Session {
-	return s.cache.snapshot(ctx, id, rev)
+	return s.cache.Snapshot(ctx, id, rev)
 }
 func (s routerSessions) session(id string) *groups.Session { return s.groups.Session(id) }
-func (s routerSessions) revision(id string) uint64         { return s.cache.revision(id) }
+func (s routerSessions) revision(id string) uint64         { return s.cache.Revision(id) }
 func (s routerSessions) touch(ctx context.Context, id string) error {
 	return s.groups.Touch(ctx, id)
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -152,8 +153,8 @@ type Router struct {
 	store  *store.Store
 	reg    *registry.Registry
 	groups *groups.Store
-	// sessions decides when a batch's session is read from KV (sessions.go)
-	sessions *sessionCache
+	// sessions decides when a batch's session is read from KV (package session)
+	sessions *session.Revisions
 	parked   *external.Store
 	led      dedupe
 	events   *eventSink
@@ -322,17 +323,17 @@ func (r *Router) build(ctx context.Context) error {
 		return fmt.Errorf("router: registry: %w", err)
 	}
 	r.life.Defer(r.reg.Stop)
-	r.groups = groups.New(r.store, groups.Config{DefaultMode: r.cfg.DefaultMode,
-		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, SessionCache: r.cfg.SessionCache, Search: r.cfg.Guard.Search, Pinned: r.cfg.Guard.Pinned, Quotas: r.cfg.Guard.Limits, Logger: r.log})
+	r.groups = groups.New(r.store, groups.Config{Session: session.Config{DefaultMode: r.cfg.DefaultMode,
+		DefaultRules: r.cfg.DefaultRules, DefaultWorkDirs: r.cfg.DefaultWorkDirs, IdleTTL: r.cfg.Store.SessionTTL, CacheSize: r.cfg.SessionCache}, Search: r.cfg.Guard.Search, Pinned: r.cfg.Guard.Pinned, Quotas: r.cfg.Guard.Limits, Logger: r.log})
 	if err := r.groups.Start(bg); err != nil {
 		return fmt.Errorf("router: groups: %w", err)
 	}
 	r.life.Defer(r.groups.Stop)
-	r.sessions = newSessionCache(r.groups, r.store.Sessions, r.cfg.SessionCache)
-	if err := r.sessions.start(bg); err != nil {
+	r.sessions = session.NewRevisions(r.groups.Store, r.store.Sessions, r.cfg.SessionCache)
+	if err := r.sessions.Start(bg); err != nil {
 		r.log.Warn("router: sessions not watched; every batch reads its session", "err", err)
 	}
-	r.life.Defer(r.sessions.close)
+	r.life.Defer(func() { _ = r.sessions.Stop(r.life.Context()) })
 	if r.skills, err = startSkills(bg, r.cfg.Skills, r.cfg.SkillViewer, r.store, r.groups, r.log); err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/store"
 )
@@ -20,9 +20,9 @@ const bound = 10 * time.Second
 
 func objectStore(t *testing.T) (jetstream.ObjectStore, func() jetstream.ObjectStore) {
 	t.Helper()
-	s := bustest.RunServer(t)
+	s := testkit.RunServer(t)
 	open := func() jetstream.ObjectStore {
-		js, err := jetstream.New(bustest.Connect(t, s))
+		js, err := jetstream.New(testkit.Connect(t, s))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func describe(c *skills.Catalogue, user, name string) string {
 
 func waitDescribe(t *testing.T, c *skills.Catalogue, user, name, want string) {
 	t.Helper()
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		if got := describe(c, user, name); got != want {
 			return fmt.Errorf("user %q sees %s as %q, want %q", user, name, got, want)
 		}

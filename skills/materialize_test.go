@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -26,8 +26,8 @@ func writeFile(t *testing.T, p, s string) {
 }
 
 func TestMaterializer(t *testing.T) {
-	s := bustest.RunServer(t)
-	js, err := jetstream.New(bustest.Connect(t, s))
+	s := testkit.RunServer(t)
+	js, err := jetstream.New(testkit.Connect(t, s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestMaterializer(t *testing.T) {
 		}
 		return ""
 	}
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if digestOf() == "" {
 			return fmt.Errorf("skill not seen")
 		}
@@ -112,7 +112,7 @@ func TestMaterializer(t *testing.T) {
 	if _, err := Push(t.Context(), obj, src, ""); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if digestOf() == v1 {
 			return fmt.Errorf("v2 not seen")
 		}

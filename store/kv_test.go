@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -29,10 +29,10 @@ type deployment struct {
 // single starts one node and returns n connections' stores on it.
 func single(t *testing.T, n int) []deployment {
 	t.Helper()
-	s := bustest.RunServer(t)
+	s := testkit.RunServer(t)
 	var out []deployment
 	for range n {
-		out = append(out, setup(t, bustest.Connect(t, s), 1))
+		out = append(out, setup(t, testkit.Connect(t, s), 1))
 	}
 	return out
 }
@@ -41,10 +41,10 @@ func single(t *testing.T, n int) []deployment {
 // (replicas 3), connection i on node i%3.
 func replicated(t *testing.T, n int) []deployment {
 	t.Helper()
-	c := bustest.RunCluster(t)
+	c := testkit.RunCluster(t)
 	var out []deployment
 	for i := range n {
-		out = append(out, setup(t, bustest.ConnectURL(t, c.URL(i%c.Nodes())), 3))
+		out = append(out, setup(t, testkit.ConnectURL(t, c.URL(i%c.Nodes())), 3))
 	}
 	return out
 }
@@ -187,7 +187,7 @@ func TestReadYourWritesAcrossNodes(t *testing.T) {
 			t.Fatalf("a missing key read as %v", err)
 		}
 		replicated := strings.HasSuffix(t.Name(), "/replicated")
-		bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+		testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 			if got := leaderGets.Load(); replicated && got < 152 || !replicated && got != 0 {
 				return fmt.Errorf("%d reads through the leader's message-get API", got)
 			}
@@ -232,10 +232,10 @@ func TestUpdateFunctionErrors(t *testing.T) {
 // A write keeps trying through a leader election: the bucket's leader is
 // stopped while writers run, and every update lands exactly once.
 func TestUpdateRidesOutALeaderLoss(t *testing.T) {
-	c := bustest.RunCluster(t)
+	c := testkit.RunCluster(t)
 	var ds []deployment
 	for i := range 3 {
-		ds = append(ds, setup(t, bustest.ConnectURL(t, c.URLs(i)), 3))
+		ds = append(ds, setup(t, testkit.ConnectURL(t, c.URLs(i)), 3))
 	}
 	leader, err := c.WaitStreamLeader("KV_toolbus_ledger", bound)
 	if err != nil {
@@ -319,7 +319,7 @@ func BenchmarkGet(b *testing.B) {
 		}
 	}
 	b.Run("single", func(b *testing.B) {
-		nc := bustest.Connect(b, bustest.RunServer(b))
+		nc := testkit.Connect(b, testkit.RunServer(b))
 		js, _ := jetstream.New(nc)
 		st, err := store.Setup(b.Context(), js, bus.NewSubjects("toolbus"), store.Config{})
 		if err != nil {
@@ -327,8 +327,8 @@ func BenchmarkGet(b *testing.B) {
 		}
 		run(b, st.Sessions)
 	})
-	c := bustest.RunCluster(b)
-	nc := bustest.ConnectURL(b, c.URL(0))
+	c := testkit.RunCluster(b)
+	nc := testkit.ConnectURL(b, c.URL(0))
 	js, _ := jetstream.New(nc)
 	st, err := store.Setup(b.Context(), js, bus.NewSubjects("toolbus"), store.Config{Replicas: 3})
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -15,8 +15,8 @@ import (
 // outputs object store follow store.Config, with the documented defaults,
 // and that a second Setup with new values updates them in place.
 func TestRetentionConfig(t *testing.T) {
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s)
+	s := testkit.RunServer(t)
+	nc := testkit.Connect(t, s)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +56,8 @@ func TestRetentionConfig(t *testing.T) {
 // TestOutputsReplicated: on the 3-node cluster the outputs bucket has the
 // deployment's replicas.
 func TestOutputsReplicated(t *testing.T) {
-	c := bustest.RunCluster(t)
-	nc := bustest.ConnectURL(t, c.URLs(0))
+	c := testkit.RunCluster(t)
+	nc := testkit.ConnectURL(t, c.URLs(0))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

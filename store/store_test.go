@@ -9,14 +9,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
 func TestSetupIdempotent(t *testing.T) {
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s)
+	s := testkit.RunServer(t)
+	nc := testkit.Connect(t, s)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -21,7 +21,7 @@ const bound = 10 * time.Second
 // newKV starts a server and creates a bucket named kv.
 func newKV(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
-	nc := bustest.Connect(t, bustest.RunServer(t))
+	nc := testkit.Connect(t, testkit.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestWatchKV(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"put a.2=two", "put a.1=uno", "put a.3=three", "del a.2", "del a.1"}
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		if got := a.get(); !slices.Equal(got, want) {
 			return fmt.Errorf("applied %v, want %v", got, want)
 		}
@@ -117,7 +117,7 @@ func TestWatchKVEmptyBucketIsReady(t *testing.T) {
 		t.Fatal("an empty bucket never becomes ready")
 	}
 	put(t, kv, "k", "v")
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		if got := a.get(); !slices.Equal(got, []string{"put k=v"}) {
 			return fmt.Errorf("applied %v", got)
 		}

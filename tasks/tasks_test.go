@@ -9,13 +9,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/tasks"
 )
 
 func newStore(t *testing.T, cfg tasks.Config) *tasks.Store {
 	t.Helper()
-	nc := bustest.Connect(t, bustest.RunServer(t))
+	nc := testkit.Connect(t, testkit.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

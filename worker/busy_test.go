@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -76,7 +76,7 @@ func TestBurstAnsweredNotDropped(t *testing.T) {
 	}
 	// The busy answers come at once, while the first call still holds the slot.
 	want := burst - 1 - 1024
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if kinds[bus.CodeBusy] != want {

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -97,8 +97,8 @@ func (r *registrar) setRespond(f func(bus.Register) (string, any)) {
 // newFixture starts a server and, when answer is true, the fake router.
 func newFixture(t *testing.T, answer bool) *fixture {
 	t.Helper()
-	s := bustest.RunServer(t)
-	f := &fixture{t: t, srv: s, nc: bustest.Connect(t, s), subj: bus.NewSubjects(""),
+	s := testkit.RunServer(t)
+	f := &fixture{t: t, srv: s, nc: testkit.Connect(t, s), subj: bus.NewSubjects(""),
 		reg: &registrar{leaving: make(chan struct{}), respond: acceptAll}}
 	if answer {
 		f.answerRegistrations()
@@ -109,7 +109,7 @@ func newFixture(t *testing.T, answer bool) *fixture {
 // answerRegistrations subscribes the fake router on P.register.
 func (f *fixture) answerRegistrations() {
 	f.t.Helper()
-	nc := bustest.Connect(f.t, f.srv)
+	nc := testkit.Connect(f.t, f.srv)
 	if _, err := nc.Subscribe(f.subj.Register(), f.reg.handle(nc)); err != nil {
 		f.t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func (f *fixture) newWorker(cfg worker.Config) *worker.Worker {
 	if cfg.ID == "" {
 		cfg.ID = "w1"
 	}
-	w, err := worker.New(bustest.Connect(f.t, f.srv), cfg)
+	w, err := worker.New(testkit.Connect(f.t, f.srv), cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -77,7 +77,7 @@ func TestRejectedToolNotServed(t *testing.T) {
 	wantText(t, f.exec(t, execEvent(t, "echo", "c1", `{}`), "echo"), bus.StateSuccess, "echo")
 	// Every beat registers the same definition again, and each rejection counts.
 	n := len(f.reg.registrations())
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		if len(f.reg.registrations()) < n+2 || obs.count("shell") < 3 {
 			return errors.New("no beats yet")
 		}
@@ -91,7 +91,7 @@ func TestRejectedToolNotServed(t *testing.T) {
 	}
 	// Accepted: served.
 	f.reg.setRespond(acceptAll)
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		if len(w.Served()) != 2 {
 			return errors.New("shell not served yet")
 		}
@@ -99,7 +99,7 @@ func TestRejectedToolNotServed(t *testing.T) {
 	})
 	// Rejected again: unsubscribed by the next beat.
 	f.reg.setRespond(rejecting("shell"))
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		if err := served(); !errNoResponders(err) {
 			return errors.New("shell still subscribed")
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -125,7 +125,7 @@ func TestRegisterDecodesInput(t *testing.T) {
 	})
 	res := f.exec(t, execEvent(t, "weather", "c1", `{"city":"Oslo","days":3,"units":{"metric":true}}`), "weather")
 	wantText(t, res, bus.StateSuccess, "ok")
-	in := bustest.Recv(t, got, bound, "input")
+	in := testkit.Recv(t, got, bound, "input")
 	if in.City != "Oslo" || in.Days != 3 || !in.Units.Metric {
 		t.Fatalf("decoded %+v", in)
 	}
@@ -270,7 +270,7 @@ func TestHandleRaw(t *testing.T) {
 	if reply.SessionID != "sess-9" || reply.ReplyID != "reply_7" || reply.ToolCallID != "toolu_01" || reply.Source != "toolbus/worker/w1" {
 		t.Errorf("reply attributes %+v", reply)
 	}
-	c := bustest.Recv(t, got, bound, "call")
+	c := testkit.Recv(t, got, bound, "call")
 	if c.ID != "toolu_01" || c.Name != "rawtool" || c.SessionID != "sess-9" || c.ReplyID != "reply_7" || c.Attempt != 2 ||
 		string(c.State) != `{"k":"v"}` || string(c.Context) != `{"tenant":"acme","limits":{"n":3}}` {
 		t.Fatalf("call %+v", c)

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -77,12 +77,12 @@ func TestMaxConcurrentSerialises(t *testing.T) {
 	// The limit is across tools: a call of b waits for the call of a, and a
 	// second call of a waits too.
 	a1 := f.send(t, execEvent(t, "a", "a1", `{}`), "a")
-	if id := bustest.Recv(t, g.entered, bound, "a1 running"); id != "a1" {
+	if id := testkit.Recv(t, g.entered, bound, "a1 running"); id != "a1" {
 		t.Fatalf("entered %s", id)
 	}
 	b1 := f.send(t, execEvent(t, "b", "b1", `{}`), "b")
 	a2 := f.send(t, execEvent(t, "a", "a2", `{}`), "a")
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		if n := gauge(t, reg, "toolbus_worker_waiting"); n != 2 {
 			return fmt.Errorf("%v requests waiting for a slot, want 2", n)
 		}
@@ -99,7 +99,7 @@ func TestMaxConcurrentSerialises(t *testing.T) {
 	for i := range 3 {
 		g.release <- struct{}{}
 		if i < 2 {
-			bustest.Recv(t, g.entered, bound, "next call running")
+			testkit.Recv(t, g.entered, bound, "next call running")
 		}
 	}
 	for _, p := range []*pending{a1, b1, a2} {
@@ -121,7 +121,7 @@ func TestMaxConcurrentAllowsParallel(t *testing.T) {
 		ps = append(ps, f.send(t, execEvent(t, "a", fmt.Sprint("c", i), `{}`), "a"))
 	}
 	for range 3 {
-		bustest.Recv(t, g.entered, bound, "call running")
+		testkit.Recv(t, g.entered, bound, "call running")
 	}
 	if g.cur.Load() != 3 {
 		t.Fatalf("%d calls running, want 3", g.cur.Load())
@@ -189,7 +189,7 @@ func TestCancel(t *testing.T) {
 				ps = append(ps, f.send(t, execEvent(t, "slow", c.call, `{}`, inSession(c.session, c.reply)), "slow"))
 			}
 			for range all {
-				bustest.Recv(t, entered, bound, "calls running")
+				testkit.Recv(t, entered, bound, "calls running")
 			}
 			f.cancel(t, "s1", "r1", tc.calls...)
 			for _, i := range tc.cancelled {
@@ -232,7 +232,7 @@ func TestCancelIgnoresMalformed(t *testing.T) {
 	g := newGate()
 	f.startWorker(worker.Config{}, func(w *worker.Worker) { raw(t, w, "slow", g.handler) })
 	p := f.send(t, execEvent(t, "slow", "c1", `{}`), "slow")
-	bustest.Recv(t, g.entered, bound, "call running")
+	testkit.Recv(t, g.entered, bound, "call running")
 	// Not a cancel, no reply id, not JSON, session id from another subject:
 	// none of them cancels anything.
 	wrongType, _ := bus.NewEvent(bus.TypeCallBatch, "test/agent", nil)
@@ -282,7 +282,7 @@ func TestExpiryTimeSetsDeadline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := f.exec(t, execEvent(t, "deadline", "c-"+tc.name, `{}`, func(e *bus.Event, _ *bus.ExecRequest) { e.ExpiryTime = tc.expiry }), "deadline")
-			s := bustest.Recv(t, got, bound, "call")
+			s := testkit.Recv(t, got, bound, "call")
 			if s.ok != !tc.want.IsZero() || !s.deadline.Equal(tc.want) {
 				t.Fatalf("deadline %v (set %v), want %v", s.deadline, s.ok, tc.want)
 			}
@@ -417,7 +417,7 @@ func TestPatchState(t *testing.T) {
 				}
 			})
 			res := f.exec(t, execEvent(t, "patcher", "c1", `{}`, func(_ *bus.Event, r *bus.ExecRequest) { r.State = json.RawMessage(`{"count":1}`) }), "patcher")
-			if s := bustest.Recv(t, got, bound, "call"); s != `{"count":1}` {
+			if s := testkit.Recv(t, got, bound, "call"); s != `{"count":1}` {
 				t.Errorf("state %s", s)
 			}
 			wantText(t, res, tc.state, tc.text)
@@ -536,14 +536,14 @@ func TestDrainLetsCallsFinish(t *testing.T) {
 		raw(t, w, "ping", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) { return textOut("pong"), nil })
 	})
 	p := f.send(t, execEvent(t, "slow", "c1", `{}`), "slow")
-	bustest.Recv(t, g.entered, bound, "call running")
+	testkit.Recv(t, g.entered, bound, "call running")
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Drain(context.Background()) }()
 	waitClosed(t, f.reg.leaving, "leaving registration")
 	// Stop takes no new calls: once the subscriptions are gone, nobody
 	// answers on the worker's subjects.
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		_, err := f.nc.RequestMsgWithContext(ctx, eventMsg(t, f.subj.Exec("ping"), execEvent(t, "ping", "p1", `{}`)))
@@ -562,7 +562,7 @@ func TestDrainLetsCallsFinish(t *testing.T) {
 	}
 	g.release <- struct{}{}
 	wantText(t, p.wait(), bus.StateSuccess, "done c1")
-	if err := bustest.Recv(t, stopped, bound, "Stop"); err != nil {
+	if err := testkit.Recv(t, stopped, bound, "Stop"); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if err := w.Drain(context.Background()); err != nil {
@@ -589,7 +589,7 @@ func TestDrainCutsOffAtDeadline(t *testing.T) {
 	g := newGate()
 	w := f.startWorker(worker.Config{}, func(w *worker.Worker) { raw(t, w, "slow", g.handler) })
 	p := f.send(t, execEvent(t, "slow", "c1", `{}`), "slow")
-	bustest.Recv(t, g.entered, bound, "call running")
+	testkit.Recv(t, g.entered, bound, "call running")
 	const deadline = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()
@@ -646,10 +646,10 @@ func TestRegistered(t *testing.T) {
 	f := newFixture(t, false)
 	groups := []bus.Group{{Name: "web", Description: "Web tools.", Scope: bus.ScopeMeta}}
 	// The worker's log tells what the routers answered.
-	var logs bustest.Buffer
+	var logs testkit.Buffer
 	logged := func(what string, want ...string) {
 		t.Helper()
-		bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+		testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 			for line := range strings.Lines(logs.String()) {
 				if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
 					return nil
@@ -676,7 +676,7 @@ func TestRegistered(t *testing.T) {
 		return bus.TypeError, bus.Errorf(bus.CodeBadRequest, "not today")
 	})
 	f.answerRegistrations()
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		if len(f.reg.registrations()) == 0 {
 			return errors.New("no registration yet")
 		}
@@ -698,7 +698,7 @@ func TestRegistered(t *testing.T) {
 	// Registrations repeat every heartbeat with the worker, its groups and
 	// its tools.
 	n := len(f.reg.registrations())
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		if len(f.reg.registrations()) < n+2 {
 			return errors.New("no heartbeats")
 		}
@@ -717,8 +717,8 @@ func TestRegistered(t *testing.T) {
 // FuzzExec sends arbitrary bodies to a running worker: every request gets
 // an answer, an exec result or a bad_event error, and the worker survives.
 func FuzzExec(f *testing.F) {
-	s := bustest.RunServer(f)
-	nc := bustest.Connect(f, s)
+	s := testkit.RunServer(f)
+	nc := testkit.Connect(f, s)
 	subj := bus.NewSubjects("")
 	reg := &registrar{leaving: make(chan struct{}), respond: acceptAll}
 	if _, err := nc.Subscribe(subj.Register(), reg.handle(nc)); err != nil {
@@ -727,7 +727,7 @@ func FuzzExec(f *testing.F) {
 	if err := nc.Flush(); err != nil {
 		f.Fatal(err)
 	}
-	w, err := worker.New(bustest.Connect(f, s), worker.Config{ID: "fz"})
+	w, err := worker.New(testkit.Connect(f, s), worker.Config{ID: "fz"})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -779,7 +779,7 @@ func FuzzExec(f *testing.F) {
 func TestDrainLeavesAfterHeartbeatInFlight(t *testing.T) {
 	const beat = 300 * time.Millisecond
 	f := newFixture(t, false)
-	nc := bustest.Connect(t, f.srv)
+	nc := testkit.Connect(t, f.srv)
 	regs := make(chan *nats.Msg, 16)
 	if _, err := nc.ChanSubscribe(f.subj.Register(), regs); err != nil {
 		t.Fatal(err)
@@ -803,23 +803,23 @@ func TestDrainLeavesAfterHeartbeatInFlight(t *testing.T) {
 	raw(t, w, "ping", func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textOut("pong"), nil })
 	started := make(chan error, 1)
 	go func() { started <- w.Start(t.Context()) }()
-	first := bustest.Recv(t, regs, bound, "the first registration")
+	first := testkit.Recv(t, regs, bound, "the first registration")
 	if r := decode(first); r.Leaving || len(r.Tools) != 1 {
 		t.Fatalf("first registration %s", jsonOf(r))
 	}
 	_ = bus.Respond(nc, first, "test/router", bus.TypeRegisterAck, bus.RegisterAck{Accepted: []string{"ping"}, Rejected: []bus.Rejection{}})
-	if err := bustest.Recv(t, started, bound, "Start"); err != nil {
+	if err := testkit.Recv(t, started, bound, "Start"); err != nil {
 		t.Fatal(err)
 	}
 	// The next heartbeat is held: no router answers it.
-	hb := bustest.Recv(t, regs, bound, "a heartbeat")
+	hb := testkit.Recv(t, regs, bound, "a heartbeat")
 	held := time.Now()
 	if r := decode(hb); r.Leaving {
 		t.Fatal("leaving before Drain")
 	}
 	drained := make(chan error, 1)
 	go func() { drained <- w.Drain(context.Background()) }()
-	leave := bustest.Recv(t, regs, bound, "the leaving registration")
+	leave := testkit.Recv(t, regs, bound, "the leaving registration")
 	if r := decode(leave); !r.Leaving {
 		t.Fatalf("after the held heartbeat: %s, want the leave", jsonOf(r))
 	}
@@ -827,7 +827,7 @@ func TestDrainLeavesAfterHeartbeatInFlight(t *testing.T) {
 		t.Fatalf("the leave came %s after a heartbeat nobody had answered; want it after the heartbeat's wait (%s)", d, beat)
 	}
 	_ = bus.Respond(nc, leave, "test/router", bus.TypeRegisterAck, bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}})
-	if err := bustest.Recv(t, drained, bound, "Drain"); err != nil {
+	if err := testkit.Recv(t, drained, bound, "Drain"); err != nil {
 		t.Fatal(err)
 	}
 	select {

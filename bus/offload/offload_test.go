@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/bus/offload"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 func TestParseRef(t *testing.T) {
@@ -68,8 +68,8 @@ func FuzzParseRef(f *testing.F) {
 // stays, the largest block goes first, previews stay within the limit,
 // many small blocks go as one JSON object, and the ceiling refuses.
 func TestFit(t *testing.T) {
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s)
+	s := testkit.RunServer(t)
+	nc := testkit.Connect(t, s)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

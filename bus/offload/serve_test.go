@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/bus/offload"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // fixture is one server with an outputs bucket, an offloader and the
@@ -31,8 +31,8 @@ type fixture struct {
 
 func newFixture(t *testing.T, inline int) *fixture {
 	t.Helper()
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s)
+	s := testkit.RunServer(t)
+	nc := testkit.Connect(t, s)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -325,8 +325,8 @@ func TestNoRollupPreventsOverwrite(t *testing.T) {
 // server, window by window, as a router serves it: the first read
 // verifies the whole object, the later ones only read it.
 func BenchmarkServe20MiB(b *testing.B) {
-	s := bustest.RunServer(b)
-	nc := bustest.Connect(b, s)
+	s := testkit.RunServer(b)
+	nc := testkit.Connect(b, s)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestSecureDirParentSwap (held-out attack, issue 26): a --secure DIR or
@@ -24,7 +24,7 @@ func TestSecureDirParentSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(open, "secure")
-	err := run(t.Context(), []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", t.TempDir()}, &bustest.Buffer{}, &bustest.Buffer{})
+	err := run(t.Context(), []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", t.TempDir()}, &testkit.Buffer{}, &testkit.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "others could replace it") {
 		t.Fatalf("--secure under a 0777 parent: %v", err)
 	}
@@ -38,7 +38,7 @@ func TestSecureDirParentSwap(t *testing.T) {
 	if err := os.Chmod(open, 0o777|os.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
-	if err := secureMode(dir, &bustest.Buffer{}); err != nil {
+	if err := secureMode(dir, &testkit.Buffer{}); err != nil {
 		t.Fatalf("under a sticky parent: %v", err)
 	}
 	if _, err := storeDir(filepath.Join(open, "data"), "127.0.0.1:4222"); err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -67,18 +68,27 @@ func (o *inboxOptions) serve(ctx context.Context, router natsconn.Config, secure
 		nc.Close()
 		return nil, err
 	}
+	stop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), inboxCloseWait)
+		defer cancel()
+		r.Close(ctx)
+		nc.Close()
+	}
 	if !r.Generated {
 		fmt.Fprintln(stdout, r.Banner())
-		return func() { r.Close(); nc.Close() }, nil
+		return stop, nil
 	}
 	// A generated token goes to a private file, never to the router's
 	// output (a log collector keeps that).
 	file, err := inbox.SaveToken(secureDir, r.Token())
 	if err != nil {
-		r.Close()
-		nc.Close()
+		stop()
 		return nil, fmt.Errorf("--inbox-listen: %w (or give --inbox-token-file)", err)
 	}
 	fmt.Fprintln(stdout, r.BannerSaved(file))
-	return func() { r.Close(); nc.Close() }, nil
+	return stop, nil
 }
+
+// inboxCloseWait is how long the inbox's requests under way get on
+// shutdown before open pages lose their connection.
+const inboxCloseWait = 2 * time.Second

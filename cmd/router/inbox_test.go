@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/inbox"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/security"
 )
@@ -38,7 +38,7 @@ func TestSecureInbox(t *testing.T) {
 	defer nc.Close()
 	cl := client.New(nc, client.Config{})
 	var reply *bus.Reply
-	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		reply, err = cl.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "write_file", Input: json.RawMessage(`{"path":"a.txt","content":"hi"}`)}}})
@@ -73,7 +73,7 @@ func TestSecureInbox(t *testing.T) {
 	var list struct {
 		Calls []inbox.Item `json:"calls"`
 	}
-	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		api(http.MethodGet, "/api/calls", nil, &list)
 		if len(list.Calls) != 1 {
 			return os.ErrNotExist
@@ -88,7 +88,7 @@ func TestSecureInbox(t *testing.T) {
 	if code := api(http.MethodPost, "/api/act", inbox.Act{Key: it.Key, Revision: it.Revision, InputDigest: it.InputDigest, Action: "allow"}, &out); code != http.StatusOK || !out.OK {
 		t.Fatalf("allow: %d %+v", code, out)
 	}
-	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		_, err := os.Stat(filepath.Join(work, "a.txt"))
 		return err
 	})

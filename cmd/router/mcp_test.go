@@ -15,7 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/security"
@@ -112,7 +112,7 @@ func TestSecureMCP(t *testing.T) {
 	if _, err := security.AddAgent(filepath.Join(dir, "secure"), "s1", "alice"); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		if !strings.Contains(stderr.String(), "identities reloaded") {
 			return errors.New("the router has not loaded the new agent yet")
 		}
@@ -142,7 +142,7 @@ func TestSecureMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r *mcp.CallToolResult
-	bustest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error { // the built-in worker registers, the binding loads
+	testkit.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error { // the built-in worker registers, the binding loads
 		req := mcp.CallToolRequest{}
 		req.Params.Name, req.Params.Arguments = "echo", map[string]any{"text": "hi"}
 		if r, err = c.CallTool(t.Context(), req); err == nil && r.IsError {
@@ -157,7 +157,7 @@ func TestSecureMCP(t *testing.T) {
 	// Refused before anything starts.
 	for _, args := range [][]string{{"--mcp-listen", "0.0.0.0:0", "--mcp-insecure"}, {"--mcp-listen", "127.0.0.1:0"},
 		{"--mcp-listen", "127.0.0.1:0", "--mcp-insecure", "--mcp-confirm", "anyone"}} {
-		if err := run(t.Context(), args, &bustest.Buffer{}, &bustest.Buffer{}); err == nil {
+		if err := run(t.Context(), args, &testkit.Buffer{}, &testkit.Buffer{}); err == nil {
 			t.Errorf("%v: started", args)
 		}
 	}
@@ -171,7 +171,7 @@ func TestSecureMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = run(t.Context(), []string{"--secure", old, "--listen", "127.0.0.1:-1", "--data", filepath.Join(dir, "data2"),
-		"--mcp-listen", "127.0.0.1:0", "--mcp-tokens", tokens}, &bustest.Buffer{}, &bustest.Buffer{})
+		"--mcp-listen", "127.0.0.1:0", "--mcp-tokens", tokens}, &testkit.Buffer{}, &testkit.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "no facade user") {
 		t.Fatalf("an old secure directory: %v", err)
 	}

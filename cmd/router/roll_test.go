@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/natsconn"
 )
 
@@ -35,7 +35,7 @@ func TestSecondRouterOtherShellServesNothing(t *testing.T) {
 		"--workdir", w1, "--shell-allow", "cat", "--shell-as-root"}, serving)
 	url := m[1]
 	_, stderr := startRun(t, []string{"--nats", url, "--heartbeat", "500ms", "--workdir", w2, "--shell-allow", "cat,ls", "--shell-as-root"}, serving)
-	bustest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		s := stderr.String()
 		if strings.Contains(s, "tool rejected by the routers") && strings.Contains(s, "tool=shell") &&
 			strings.Contains(s, "they differ in description") {

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/security"
 )
@@ -49,7 +49,7 @@ func TestSecure(t *testing.T) {
 	defer nc.Close()
 	cl := client.New(nc, client.Config{})
 	var reply *bus.Reply
-	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		reply, err = cl.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hi"}`)}}})
@@ -87,20 +87,20 @@ func startSecure(t *testing.T, dir string) string {
 // startRun runs the router with args until the test ends (then it must
 // exit within 40 s) and returns the submatches of want once its stdout
 // holds it, and its stderr; a router that ends before that fails the test.
-func startRun(t *testing.T, args []string, want *regexp.Regexp) (match []string, stderr *bustest.Buffer) {
+func startRun(t *testing.T, args []string, want *regexp.Regexp) (match []string, stderr *testkit.Buffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	var stdout bustest.Buffer
-	stderr = new(bustest.Buffer)
+	var stdout testkit.Buffer
+	stderr = new(testkit.Buffer)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, &stdout, stderr) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := bustest.Recv(t, done, 40*time.Second, "the router's exit"); err != nil {
+		if err := testkit.Recv(t, done, 40*time.Second, "the router's exit"); err != nil {
 			t.Errorf("router: %v\n%s", err, stderr.String())
 		}
 	})
-	bustest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case err := <-done:
 			done <- err // for the clean-up
@@ -116,7 +116,7 @@ func startRun(t *testing.T, args []string, want *regexp.Regexp) (match []string,
 }
 
 func TestSecureRefusesNats(t *testing.T) {
-	err := run(t.Context(), []string{"--secure", t.TempDir(), "--nats", "nats://127.0.0.1:1"}, &bustest.Buffer{}, &bustest.Buffer{})
+	err := run(t.Context(), []string{"--secure", t.TempDir(), "--nats", "nats://127.0.0.1:1"}, &testkit.Buffer{}, &testkit.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--secure") {
 		t.Fatalf("--secure with --nats: %v", err)
 	}
@@ -160,7 +160,7 @@ func TestSecureAgentOnDemand(t *testing.T) {
 	}
 	defer shared.Close()
 	echo := bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hi"}`)}}}
-	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		_, err := client.New(shared, client.Config{}).Call(ctx, "s5", echo)
@@ -176,7 +176,7 @@ func TestSecureAgentOnDemand(t *testing.T) {
 		t.Fatalf("AddAgent: %+v", a)
 	}
 	var agent *nats.Conn
-	bustest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
 		nc, err := natsconn.Config{URLs: url, NKey: a.Seed, InboxPrefix: a.User.InboxPrefix}.Connect("s5", nats.MaxReconnects(0))
 		if err != nil {
 			return err

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestDefaultStoreTakeover: another local user who made the default store
@@ -48,7 +48,7 @@ func TestDefaultStoreTakeover(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err := run(t.Context(), []string{"--listen", listen}, &bustest.Buffer{}, &bustest.Buffer{})
+			err := run(t.Context(), []string{"--listen", listen}, &testkit.Buffer{}, &testkit.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("router on a taken-over default store: %v, want %q", err, tc.want)
 			}
@@ -132,9 +132,9 @@ func TestSecureDirMode(t *testing.T) {
 				}
 				dir = link
 			}
-			var out bustest.Buffer
+			var out testkit.Buffer
 			if tc.want != "" {
-				err := run(t.Context(), []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", t.TempDir()}, &out, &bustest.Buffer{})
+				err := run(t.Context(), []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", t.TempDir()}, &out, &testkit.Buffer{})
 				if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "refused") {
 					t.Fatalf("--secure %s: %v, want %q", tc.name, err, tc.want)
 				}

@@ -2,79 +2,42 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"time"
+	"os"
+	osexec "os/exec"
 
-	"github.com/toolbus/toolbus/bench"
+	"github.com/toolbus/toolbus/internal/cli"
 )
 
-// runBench measures toolbus against raw NATS on an embedded server of its
-// own (it needs no running router).
+// runBench and runSoak run toolbus-bench (cmd/toolbus-bench) with args:
+// the harnesses are a binary of their own so that this CLI does not link
+// them (docs/router.md "Layout").
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, _ := newFlagSet("bench", stderr)
-	quick := fs.Bool("quick", false, "a short run (well under 30 s)")
-	asJSON := fs.Bool("json", false, "print the report as one JSON object")
-	dur := fs.Duration("duration", 0, "length of each measurement (default 3s, 300ms with --quick)")
-	sessions := fs.Int("sessions", 0, "sessions for the memory measurement (default 100000, 1000 with --quick)")
-	verbose := fs.Bool("v", false, "print progress to stderr")
-	cross := fs.Bool("cross-process", false, "the cross-process comparison: nats-server, router, relay forwarder and worker each in its own process (docs/performance.md)")
-	runs := fs.Int("runs", 0, "--cross-process: runs on fresh processes (default 3)")
-	cpuprofile := fs.String("cpuprofile", "", "--cross-process: FILE for CPU profiles after the last run, at the most callers, at least 10 s each: the router process during read-only calls (FILE), the worker process meanwhile (.worker before the extension), the router during write calls (.write); each split by kind of work in the report")
-	pos, err := parse(fs, args)
+	return runHarness(ctx, "bench", args, stdout, stderr)
+}
+
+func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runHarness(ctx, "soak", args, stdout, stderr)
+}
+
+// runHarness runs toolbus-bench's harness name, found next to toolbus, on
+// $PATH, or built from the module (go run ./cmd/toolbus bench).
+func runHarness(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	tmp, err := os.MkdirTemp("", "toolbus-bench-")
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageError(fs, "bench takes no arguments")
-	}
-	if *cross {
-		return runCrossBench(ctx, bench.CrossOptions{Quick: *quick, Runs: *runs, Duration: *dur, Sessions: *sessions,
-			CPUProfile: *cpuprofile}, *asJSON, *verbose, stdout, stderr)
-	}
-	if *runs != 0 || *cpuprofile != "" {
-		return usageError(fs, "--runs and --cpuprofile go with --cross-process")
-	}
-	opts := bench.Options{Quick: *quick, Duration: *dur, Sessions: *sessions}
-	if *verbose {
-		opts.Logf = func(format string, args ...any) {
-			fmt.Fprintf(stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
-		}
-	}
-	stop := progressLine(stderr, "bench measuring", 0)
-	rep, err := bench.Run(ctx, opts)
-	stop()
+	defer os.RemoveAll(tmp)
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	ps, _, err := cli.Helpers(ctx, "", tmp, logf, "toolbus-bench")
 	if err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	rep.WriteTable(stdout)
-	return nil
-}
-
-// runCrossBench runs the cross-process comparison and prints it.
-func runCrossBench(ctx context.Context, opts bench.CrossOptions, asJSON, verbose bool, stdout, stderr io.Writer) error {
-	if verbose {
-		opts.Logf = func(format string, args ...any) {
-			fmt.Fprintf(stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
-		}
-	}
-	stop := progressLine(stderr, "bench measuring (cross-process)", 0)
-	rep, err := bench.RunCross(ctx, opts)
-	stop()
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	rep.WriteTable(stdout)
-	return nil
+	cmd := osexec.CommandContext(ctx, ps[0], append([]string{name}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	// A stop passes on as an interrupt: the harness stops the processes
+	// it started.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	return cmd.Run()
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )

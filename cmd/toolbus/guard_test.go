@@ -10,9 +10,9 @@ import (
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
@@ -57,7 +57,7 @@ func TestLimitsAndAuditCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lines []string
-	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		out, _, err := exec(t.Context(), "audit", "--nats", url, "--json", "--session", "a1", "--tool", "echo")
 		if err != nil {
 			return err
@@ -74,7 +74,7 @@ func TestLimitsAndAuditCommands(t *testing.T) {
 			t.Fatalf("line %s: %v", l, err)
 		}
 	}
-	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if out, _, err := exec(t.Context(), "audit", "--nats", url, "--since", "1h"); err != nil || strings.Count(out, "echo") != 4 {
 			return fmt.Errorf("audit table: %v\n%s", err, out)
 		}

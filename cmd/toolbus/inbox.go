@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/toolbus/toolbus/inbox"
 )
@@ -34,7 +35,11 @@ func runInbox(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // then open pages lose their connection
+		defer cancel()
+		r.Close(cctx)
+	}()
 	fmt.Fprintln(stdout, r.Banner())
 	<-ctx.Done()
 	return nil

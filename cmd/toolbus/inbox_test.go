@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestInboxCommand: toolbus inbox refuses a public address without a token
@@ -24,7 +24,7 @@ func TestInboxCommand(t *testing.T) {
 	stdout, _, stop := background(t, "inbox", "--listen", "127.0.0.1:0", "--nats", d.url)
 	re := regexp.MustCompile(`open (http://127\.0\.0\.1:\d+)/\?token=([0-9a-f]{32}) `)
 	var m []string
-	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if m = re.FindStringSubmatch(stdout.String()); m == nil {
 			return os.ErrNotExist
 		}

@@ -30,7 +30,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/bench"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/cli"
@@ -38,7 +37,6 @@ import (
 )
 
 func main() {
-	bench.RunChild() // a part of `toolbus bench --cross-process` runs here, never returning
 	cli.Main("toolbus", run)
 }
 

@@ -13,9 +13,9 @@ import (
 
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -132,7 +132,7 @@ func TestCallInvalidInput(t *testing.T) {
 }
 
 func TestCallNoRouter(t *testing.T) {
-	s := bustest.RunServer(t)
+	s := testkit.RunServer(t)
 	_, _, err := exec(t.Context(), "call", "echo", `{"text":"hi"}`, "--nats", s.ClientURL())
 	if err == nil || !strings.Contains(err.Error(), "no router") {
 		t.Fatalf("error: %v", err)
@@ -304,10 +304,10 @@ func TestWatch(t *testing.T) {
 	d := newDeployment(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr bustest.Buffer
+	var stdout, stderr testkit.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"watch", "--session", "w1", "--nats", d.url}, &stdout, &stderr) }()
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if !strings.Contains(stderr.String(), "watching toolbus.events.w1") {
 			return errors.New("watch has not started")
 		}
@@ -316,7 +316,7 @@ func TestWatch(t *testing.T) {
 	if _, err := d.client.Call(t.Context(), "w1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: client.Input(map[string]string{"text": "hello watcher"})}}}); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		// docs/protocol.md 3.4: the result comes in batch.done, one line per call.
 		if !strings.Contains(stdout.String(), " io.toolbus.batch.done c1 echo success: hello watcher\n") {
 			return fmt.Errorf("no result line in:\n%s", stdout.String())
@@ -341,12 +341,12 @@ func TestWatchReplay(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr bustest.Buffer
+	var stdout, stderr testkit.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"watch", "--replay", "--session", "*", "--nats", d.url}, &stdout, &stderr)
 	}()
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if !strings.Contains(stdout.String(), " w2 io.toolbus.batch.done c1 echo success: earlier\n") {
 			return fmt.Errorf("no replayed result line in:\n%s", stdout.String())
 		}

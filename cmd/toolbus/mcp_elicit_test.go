@@ -3,10 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"github.com/toolbus/toolbus/mcp/mcptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/mcp/mcptest"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"

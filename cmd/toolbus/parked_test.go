@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -73,7 +73,7 @@ func (d *deployment) registerDefs(t *testing.T, defs ...bus.ToolDef) {
 // waitListed polls until the tools are listed for a session's model.
 func (d *deployment) waitListed(t *testing.T, names ...string) {
 	t.Helper()
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		list, err := d.client.Tools(t.Context(), "any", bus.FormatToolbus, nil)
 		if err != nil {
 			return err
@@ -161,10 +161,10 @@ func (d *deployment) park(t *testing.T, session, replyID, tool, input, kind stri
 
 // background runs the command line until the returned stop is called, and
 // returns its stdout and stderr; stop returns its error.
-func background(t *testing.T, args ...string) (stdout, stderr *bustest.Buffer, stop func() error) {
+func background(t *testing.T, args ...string) (stdout, stderr *testkit.Buffer, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	stdout, stderr = new(bustest.Buffer), new(bustest.Buffer)
+	stdout, stderr = new(testkit.Buffer), new(testkit.Buffer)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, stdout, stderr) }()
 	return stdout, stderr, func() error {
@@ -179,9 +179,9 @@ func background(t *testing.T, args ...string) (stdout, stderr *bustest.Buffer, s
 }
 
 // waitOutput polls until b holds want.
-func waitOutput(t *testing.T, b *bustest.Buffer, want string) {
+func waitOutput(t *testing.T, b *testkit.Buffer, want string) {
 	t.Helper()
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if !strings.Contains(b.String(), want) {
 			return fmt.Errorf("no %q in:\n%s", want, b.String())
 		}

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/builtin"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/router"
@@ -73,7 +73,7 @@ func TestSecuredDeployment(t *testing.T) {
 		defer cancel()
 		_ = w.Drain(ctx)
 	})
-	bustest.Recv(t, w.Registered(), 10*time.Second, "the worker's registration")
+	testkit.Recv(t, w.Registered(), 10*time.Second, "the worker's registration")
 
 	t.Setenv("NATS_URL", s.ClientURL())
 	t.Setenv("NATS_NKEY", security.SeedFile(dir, "session-s1"))

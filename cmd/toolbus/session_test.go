@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 var testGroups = []bus.Group{
@@ -27,7 +27,7 @@ func (d *deployment) putGroups(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		list, err := d.client.Tools(t.Context(), "any", bus.FormatToolbus, nil)
 		if err != nil {
 			return err

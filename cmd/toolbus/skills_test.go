@@ -12,8 +12,8 @@ import (
 
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -65,7 +65,7 @@ func TestSkillsPushSeenBySecondRouter(t *testing.T) {
 	}
 	wait := func(user, want string) {
 		t.Helper()
-		bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 			if got := describeOn(r2, user, "release-notes"); got != want {
 				return fmt.Errorf("second router: %q, want %q", got, want)
 			}
@@ -81,7 +81,7 @@ func TestSkillsPushSeenBySecondRouter(t *testing.T) {
 	wait("bob", "Write release notes.")
 	// skills.list is answered by either router; the first one's watch may
 	// deliver the push a moment after the second's.
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		out, _, err := exec(t.Context(), "skills", "ls", "--nats", d.url)
 		if err != nil || strings.Count(out, "\n") != 2 || !strings.Contains(out, "release-notes [user alice]  Write release notes, v2.") {
 			return fmt.Errorf("ls: %q %v", out, err)
@@ -92,7 +92,7 @@ func TestSkillsPushSeenBySecondRouter(t *testing.T) {
 		}
 		return nil
 	})
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		out, _, err := exec(t.Context(), "skills", "show", "release-notes", "--user", "alice", "--nats", d.url)
 		if err != nil || !strings.Contains(out, "  user: alice\n") {
 			return fmt.Errorf("show: %q %v", out, err)

@@ -10,7 +10,7 @@ import (
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"

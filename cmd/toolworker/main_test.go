@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -29,11 +29,11 @@ const testHeartbeat = 2 * time.Second
 func TestRunServesTools(t *testing.T) {
 	x := xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: testHeartbeat})
 	s := x.Server
-	cl := client.New(bustest.Connect(t, s), client.Config{})
+	cl := client.New(testkit.Connect(t, s), client.Config{})
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr bustest.Buffer
+	var stdout, stderr testkit.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--nats", s.ClientURL(), "--id", "tw1", "--heartbeat", testHeartbeat.String(), "--max-concurrent", "4"}, &stdout, &stderr)
@@ -41,7 +41,7 @@ func TestRunServesTools(t *testing.T) {
 	if err := x.WaitLive(t.Context(), toolNames...); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if want := "toolworker: worker tw1 serving word_count, slow_echo, append_note, big_text on " + s.ClientURL(); !strings.Contains(stdout.String(), want) {
 			return fmt.Errorf("stdout %q lacks %q", stdout.String(), want)
 		}

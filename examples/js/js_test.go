@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/store"
 )
@@ -98,7 +98,7 @@ func start(t *testing.T, node, dir, script string, env ...string) *proc {
 	cmd := exec.Command(node, script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	var stderr bustest.Buffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -186,8 +186,8 @@ func (p *proc) wait(t *testing.T) {
 
 func TestExamples(t *testing.T) {
 	node, dir := setup(t)
-	srv := bustest.RunServer(t)
-	r, err := router.New(bustest.Connect(t, srv), router.Config{Store: store.Config{}})
+	srv := testkit.RunServer(t)
+	r, err := router.New(testkit.Connect(t, srv), router.Config{Store: store.Config{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,8 +258,8 @@ func TestExamples(t *testing.T) {
 	}
 	worker.waitLine(t, `"left"`)
 	worker.wait(t)
-	cl := client.New(bustest.Connect(t, srv), client.Config{Source: "test/examples"})
-	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	cl := client.New(testkit.Connect(t, srv), client.Config{Source: "test/examples"})
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		l, err := cl.Tools(t.Context(), "js-e2e", bus.FormatToolbus, nil)
 		if err != nil {
 			return err

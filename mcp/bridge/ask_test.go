@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -144,7 +144,7 @@ func TestAsk(t *testing.T) {
 	for _, tr := range []string{TransportStdio, TransportHTTP} {
 		t.Run(tr, func(t *testing.T) {
 			e := newEnv(t)
-			llm, err := worker.New(bustest.Connect(t, e.srv), worker.Config{ID: "llm", Heartbeat: heartbeat})
+			llm, err := worker.New(testkit.Connect(t, e.srv), worker.Config{ID: "llm", Heartbeat: heartbeat})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -264,7 +264,7 @@ func TestAsk(t *testing.T) {
 			if err := e.client.Cancel(cctx, "s1", reply); err != nil {
 				t.Fatal(err)
 			}
-			bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+			testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 				var out struct {
 					Parked []bus.ParkedCall `json:"parked"`
 				}

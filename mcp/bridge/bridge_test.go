@@ -17,8 +17,8 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/store"
 )
@@ -56,8 +56,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv := bustest.RunServer(t)
-	r, err := router.New(bustest.Connect(t, srv), router.Config{DefaultMode: "bypass", Store: store.Config{Heartbeat: heartbeat},
+	srv := testkit.RunServer(t)
+	r, err := router.New(testkit.Connect(t, srv), router.Config{DefaultMode: "bypass", Store: store.Config{Heartbeat: heartbeat},
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Stop)
-	return &env{t: t, srv: srv, client: client.New(bustest.Connect(t, srv), client.Config{Source: "test/agent"})}
+	return &env{t: t, srv: srv, client: client.New(testkit.Connect(t, srv), client.Config{Source: "test/agent"})}
 }
 
 // bridge starts a bridge for f, stopped when the test ends.
@@ -77,7 +77,7 @@ func (e *env) bridge(f *File, tune ...func(*Config)) *Bridge {
 	for _, f := range tune {
 		f(&cfg)
 	}
-	b, err := New(bustest.Connect(e.t, e.srv), f, cfg)
+	b, err := New(testkit.Connect(e.t, e.srv), f, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func (e *env) defs() (map[string]bus.ToolDef, []string, error) {
 func (e *env) waitTools(want, gone []string) map[string]bus.ToolDef {
 	e.t.Helper()
 	var defs map[string]bus.ToolDef
-	bustest.CheckFor(e.t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(e.t, bound, 20*time.Millisecond, func() error {
 		d, names, err := e.defs()
 		if err != nil {
 			return err
@@ -167,7 +167,7 @@ func stdioServer(t *testing.T, name string) (Server, string, string) {
 func readPID(t *testing.T, file string) int {
 	t.Helper()
 	var pid int
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return err

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestCalmRestart: a stdio server killed and restarted within the grace
@@ -64,14 +64,14 @@ func TestCalmRestart(t *testing.T) {
 	if r := e.call("mcp__t__echo", map[string]any{"text": "through"}); text(r) != "through" {
 		t.Fatalf("call across the restart: %+v", r)
 	}
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		if readPID(t, pidFile) == pid {
 			return errNotYet
 		}
 		return nil
 	})
 	// A few more listings after the restart.
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if lists < 5 {

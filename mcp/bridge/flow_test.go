@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 var allTools = []string{"mcp__t__echo", "mcp__t__readxfile", "mcp__t__media", "mcp__t__weather", "mcp__t__same", "mcp__t__fail", "mcp__t__slow"}
@@ -145,7 +145,7 @@ func checkProgressAndCancel(t *testing.T, e *env, cancelled func(id string) bool
 		}
 		break
 	}
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		if !cancelled("slow1") {
 			return errNotYet
 		}
@@ -161,7 +161,7 @@ func checkDeadline(t *testing.T, e *env, cancelled func(id string) bool) {
 	if r.State != bus.StateError || r.Error == nil || r.Error.Code != bus.CodeTimeout {
 		t.Fatalf("deadline: %+v", r)
 	}
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		if !cancelled("late") {
 			return errNotYet
 		}
@@ -262,7 +262,7 @@ func TestListChanged(t *testing.T) {
 	if r := e.call("mcp__t__grow", map[string]any{"name": "grown2"}); r.State != bus.StateSuccess {
 		t.Fatalf("grow: %+v", r)
 	}
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		if got := b.Unknown("t"); len(got) != 0 {
 			return fmt.Errorf("unknown names after grow: %v", got)
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // hostileServer is an MCP server that tries to blow up the bridge (issue
@@ -107,7 +107,7 @@ func TestHostileServerBounded(t *testing.T) {
 	e.bridge(&File{Servers: []Server{srv}}, func(c *Config) { c.PingTimeout = 2 * time.Minute })
 	// A 3 MiB listing takes a while under -race on a loaded machine.
 	var defs map[string]bus.ToolDef
-	bustest.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
 		d, names, err := e.defs()
 		if err == nil && len(names) < 3 {
 			err = fmt.Errorf("listed %v", names)

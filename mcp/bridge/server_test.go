@@ -17,7 +17,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
-	"github.com/toolbus/toolbus/bus/bustest"
+
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // longTool is an MCP tool name that makes a bus name of more than 64
@@ -196,7 +197,7 @@ func (h *httpServer) start() {
 	h.t.Helper()
 	var ln net.Listener
 	// The address may still be in use for a moment after a kill.
-	bustest.CheckFor(h.t, 2*time.Second, 20*time.Millisecond, func() (err error) {
+	testkit.CheckFor(h.t, 2*time.Second, 20*time.Millisecond, func() (err error) {
 		ln, err = net.Listen("tcp", h.addr)
 		return err
 	})

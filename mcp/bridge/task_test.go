@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestTask: a tool with taskSupport "required" is registered as such and
@@ -88,7 +88,7 @@ func TestTask(t *testing.T) {
 			if r := resultOf(t, ev, reply, "r2"); r.State != bus.StateInterrupted {
 				t.Fatalf("cancelled task: %+v", r)
 			}
-			bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+			testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 				if !cancelled("tasks/cancel") {
 					return errNotYet
 				}

@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 )
 
 func TestSessionsAllows(t *testing.T) {
@@ -210,7 +210,7 @@ func TestTokenAuth(t *testing.T) {
 	if r, err := call(t, c, "whoami", map[string]any{}, false); err != nil || r.IsError || textOf(r) != "user alice" {
 		t.Fatalf("whoami as alice: %+v %v", r, err)
 	}
-	m := bustest.Recv(t, calls, bound, "alice's batch")
+	m := testkit.Recv(t, calls, bound, "alice's batch")
 	var b struct {
 		User json.RawMessage `json:"user"`
 	}
@@ -222,7 +222,7 @@ func TestTokenAuth(t *testing.T) {
 	if r, err := call(t, c2, "whoami", map[string]any{}, false); err != nil || textOf(r) != "user bob" {
 		t.Fatalf("whoami as bob: %+v %v", r, err)
 	}
-	if m := bustest.Recv(t, calls, bound, "bob's batch"); m.Subject != "toolbus.call.b1" {
+	if m := testkit.Recv(t, calls, bound, "bob's batch"); m.Subject != "toolbus.call.b1" {
 		t.Fatalf("second batch on %s", m.Subject)
 	}
 }
@@ -311,7 +311,7 @@ func TestEviction(t *testing.T) {
 	}
 	drained := func() {
 		t.Helper()
-		bustest.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+		testkit.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
 			if n := e.f.Sessions(); n > 0 {
 				return fmt.Errorf("%d sessions still kept", n)
 			}
@@ -518,7 +518,7 @@ func TestHostUserAuthenticated(t *testing.T) {
 		if r, err := call(t, c, "deploy", map[string]any{}, false); err != nil || r.IsError || textOf(r) != "deployed" {
 			t.Fatalf("deploy confirmed by alice's host: %+v %v", r, err)
 		}
-		bustest.Recv(t, el.asked, bound, "the elicitation (asked every time: no rule was added)")
+		testkit.Recv(t, el.asked, bound, "the elicitation (asked every time: no rule was added)")
 	}
 	sess := &session{f: e.f}
 	p := sess.confirmParams(bus.Parked{Name: "deploy"})

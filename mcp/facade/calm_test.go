@@ -17,8 +17,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/mcp/bridge"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -105,7 +105,7 @@ func TestCalmBurst(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		got := busNames(t, e, "s1", "alice")
 		for _, w := range tools {
 			if !slices.Contains(got, w) {
@@ -197,7 +197,7 @@ func TestCalmBridgeRestart(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		if readPID(t, pidFile) == pid {
 			return fmt.Errorf("not restarted yet")
 		}
@@ -221,7 +221,7 @@ func TestCalmBridgeRestart(t *testing.T) {
 func readPID(t *testing.T, file string) int {
 	t.Helper()
 	var pid int
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return err

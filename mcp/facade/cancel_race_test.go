@@ -9,8 +9,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -51,12 +51,12 @@ func TestCancelInterruptsBusCall(t *testing.T) {
 					_, err := c.CallTool(ctx, req)
 					done <- err
 				}()
-				id := bustest.Recv(t, started, bound, "the call at the worker")
+				id := testkit.Recv(t, started, bound, "the call at the worker")
 				cancel()
-				if err := bustest.Recv(t, done, bound, "the cancelled tools/call"); !errors.Is(err, context.Canceled) {
+				if err := testkit.Recv(t, done, bound, "the cancelled tools/call"); !errors.Is(err, context.Canceled) {
 					t.Fatalf("call %d: %v", i, err)
 				}
-				if got := bustest.Recv(t, ended, bound, "the bus call's cancellation"); got != id {
+				if got := testkit.Recv(t, ended, bound, "the bus call's cancellation"); got != id {
 					t.Fatalf("call %d: ended %s, want %s", i, got, id)
 				}
 			}

@@ -14,7 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestLegacyAlternating (issue 29, F2): mcp-go's 2025-11-25 client behind
@@ -38,7 +38,7 @@ func TestLegacyAlternating(t *testing.T) {
 		if err != nil || r.IsError || textOf(r) != "deployed" {
 			t.Fatalf("deploy %d behind the alternating address: %+v %v (served %v)", i, r, err, p.servedAll())
 		}
-		bustest.Recv(t, el.asked, bound, "the elicitation")
+		testkit.Recv(t, el.asked, bound, "the elicitation")
 	}
 	calls, answers := p.servedBy("tools/call"), p.servedBy("")
 	crossed := 0
@@ -65,7 +65,7 @@ func TestLegacyCancelOtherProcess(t *testing.T) {
 	// Cancelled through the other process.
 	stream := p.startCall(t, "A", s, "alice", sid, 7)
 	p.post(t, "B", s, "alice", sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}`)
-	if rest := bustest.Recv(t, stream, bound, "the cancelled call's stream to end"); strings.Contains(rest, "slow done") {
+	if rest := testkit.Recv(t, stream, bound, "the cancelled call's stream to end"); strings.Contains(rest, "slow done") {
 		t.Fatalf("the call ran to its end: %s", rest)
 	}
 
@@ -75,7 +75,7 @@ func TestLegacyCancelOtherProcess(t *testing.T) {
 	p.post(t, "B", s, "bob", sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":8,"reason":"mallory"}}`)
 	p.post(t, "A", s, "bob", sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":8,"reason":"mallory"}}`)
 	close(p.release)
-	if rest := bustest.Recv(t, stream, bound, "the call's stream"); !strings.Contains(rest, "slow done") {
+	if rest := testkit.Recv(t, stream, bound, "the call's stream"); !strings.Contains(rest, "slow done") {
 		t.Fatalf("another user's cancel interrupted alice's call: %s", rest)
 	}
 }
@@ -158,7 +158,7 @@ func (p *pair) startCall(t *testing.T, backend, s, user, sid string, id int) <-c
 		}
 		rest <- b.String()
 	}()
-	bustest.Recv(t, running, bound, "the call's progress")
+	testkit.Recv(t, running, bound, "the call's progress")
 	return rest
 }
 

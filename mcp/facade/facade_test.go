@@ -24,9 +24,9 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/mcp/mcptest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/skills"
@@ -177,7 +177,7 @@ func (e *env) answerWhileWaiting(t *testing.T, c *mcpConn, s, tool string, a bus
 	if err := e.bus.Answer(t.Context(), tool, s, replyID, p.ID, a); err != nil {
 		t.Fatal(err)
 	}
-	return bustest.Recv(t, res, bound, "the tools/call result")
+	return testkit.Recv(t, res, bound, "the tools/call result")
 }
 
 // workerComesAndGoes starts a worker with the tool extra, then drains it:
@@ -269,7 +269,7 @@ func (e *env) connectHeaders(t *testing.T, s, version string, headers map[string
 			t.Fatal(err)
 		}
 		t.Cleanup(stop)
-		bustest.Recv(t, acked, bound, "subscriptions/acknowledged")
+		testkit.Recv(t, acked, bound, "subscriptions/acknowledged")
 	}
 	return c
 }
@@ -582,7 +582,7 @@ func TestElicitation(t *testing.T) {
 				res <- r
 			}()
 			replyID, p := parkedEvent(t, ev, "deploy")
-			bustest.Recv(t, el.asked, bound, "the elicitation")
+			testkit.Recv(t, el.asked, bound, "the elicitation")
 			yes := true
 			if err := e.bus.Answer(t.Context(), "deploy", s, replyID, p.ID, bus.Answer{Confirmed: &yes}); err != nil {
 				t.Fatal(err)
@@ -593,7 +593,7 @@ func TestElicitation(t *testing.T) {
 				close(hold)
 				hold = nil
 			}
-			if r := bustest.Recv(t, res, bound, "the tools/call result"); r == nil || r.IsError || textOf(r) != "deployed" {
+			if r := testkit.Recv(t, res, bound, "the tools/call result"); r == nil || r.IsError || textOf(r) != "deployed" {
 				t.Fatalf("confirmed through the bus while the host was asked: %+v", r)
 			}
 			if hold != nil {
@@ -682,11 +682,11 @@ func TestProgress(t *testing.T) {
 		r, _ := call(t, c, "slow", map[string]any{}, true)
 		res <- r
 	}()
-	if msg := bustest.Recv(t, c.progress, bound, "a progress notification"); msg != "half way" {
+	if msg := testkit.Recv(t, c.progress, bound, "a progress notification"); msg != "half way" {
 		t.Fatalf("progress %q", msg)
 	}
 	close(e.release)
-	if r := bustest.Recv(t, res, bound, "the tools/call result"); r == nil || r.IsError || textOf(r) != "slow done" {
+	if r := testkit.Recv(t, res, bound, "the tools/call result"); r == nil || r.IsError || textOf(r) != "slow done" {
 		t.Fatalf("slow: %+v", r)
 	}
 }
@@ -759,7 +759,7 @@ func TestTask(t *testing.T) {
 			t.Fatal(err)
 		}
 		for ended := false; !ended; {
-			m := bustest.Recv(t, ev.C, bound, "the cancelled call's result")
+			m := testkit.Recv(t, ev.C, bound, "the cancelled call's result")
 			var r bus.Result
 			if m.Type == bus.TypeCallResult && m.DataAs(&r) == nil && r.ID == p.ID {
 				if r.State != bus.StateInterrupted {
@@ -843,7 +843,7 @@ func TestWatchCost(t *testing.T) {
 		t.Helper()
 		for {
 			// One key per tool and worker: count the beats of one.
-			if u := bustest.Recv(t, beats.Updates(), bound, "a heartbeat"); u != nil && strings.HasPrefix(u.Key(), "hello.") {
+			if u := testkit.Recv(t, beats.Updates(), bound, "a heartbeat"); u != nil && strings.HasPrefix(u.Key(), "hello.") {
 				return
 			}
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // draftGroup is a Group as the MCP grouping draft (SEP-2084) writes it.
@@ -82,7 +82,7 @@ func TestGroupsAsMCPGroups(t *testing.T) {
 	if !activeOf(gs)["ops"] {
 		t.Fatalf("after activating ops: %+v", gs)
 	}
-	bustest.Recv(t, c.groups, bound, "notifications/groups/list_changed")
+	testkit.Recv(t, c.groups, bound, "notifications/groups/list_changed")
 	waitChanged(t, c)
 	tools, err := c.ListTools(t.Context(), mcp.ListToolsRequest{})
 	if err != nil {
@@ -109,11 +109,11 @@ func TestGroupsAsMCPGroups(t *testing.T) {
 	if gs, msg = groupsRequest(t, c, 1003, methodGroupsActivate, map[string]any{"groups": []string{}}); msg != "" || activeOf(gs)["ops"] {
 		t.Fatalf("after activating none: %+v %s", gs, msg)
 	}
-	bustest.Recv(t, c.groups, bound, "notifications/groups/list_changed")
+	testkit.Recv(t, c.groups, bound, "notifications/groups/list_changed")
 
 	// Through the bus: the hosts hear it too.
 	e.resetTools(t, s, map[string]bool{"ops": true})
-	bustest.Recv(t, c.groups, bound, "notifications/groups/list_changed after reset_tools on the bus")
+	testkit.Recv(t, c.groups, bound, "notifications/groups/list_changed after reset_tools on the bus")
 
 	// Bad activations change nothing.
 	for i, p := range []any{nil, map[string]any{}, map[string]any{"groups": "ops"}, map[string]any{"groups": []string{"no such group!"}}} {
@@ -162,12 +162,12 @@ func TestGroupsOverStdio(t *testing.T) {
 	if gs, msg = groupsRequest(t, c, 2002, methodGroupsActivate, map[string]any{"groups": []string{"ops"}}); msg != "" || !activeOf(gs)["ops"] {
 		t.Fatalf("activate over stdio: %+v %s", gs, msg)
 	}
-	bustest.Recv(t, c.groups, bound, "notifications/groups/list_changed over stdio")
+	testkit.Recv(t, c.groups, bound, "notifications/groups/list_changed over stdio")
 	if !slices.Contains(names(t, c), "deploy") {
 		t.Fatal("deploy not listed after ops was activated over stdio")
 	}
 	e.resetTools(t, s, map[string]bool{})
-	bustest.Recv(t, c.groups, bound, "notifications/groups/list_changed after reset_tools on the bus")
+	testkit.Recv(t, c.groups, bound, "notifications/groups/list_changed after reset_tools on the bus")
 	if _, msg := groupsRequest(t, c, 2003, methodGroupsActivate, map[string]any{"groups": "ops"}); msg == "" {
 		t.Fatal("a malformed activation was accepted over stdio")
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // The parts of a session and of the Facade that are pure logic, on their
@@ -289,13 +289,13 @@ func TestCallerEnd(t *testing.T) {
 				_, err := c.run(ctx, req, runOpts{keep: keep, onPark: func(bus.Parked, time.Time) { close(parked) }})
 				done <- err
 			}()
-			bustest.Recv(t, parked, 10*time.Second, "the park")
+			testkit.Recv(t, parked, 10*time.Second, "the park")
 			if keep {
 				closeFacade()
 			} else {
 				endRequest()
 			}
-			if err := bustest.Recv(t, done, 10*time.Second, "run's end"); err == nil {
+			if err := testkit.Recv(t, done, 10*time.Second, "run's end"); err == nil {
 				t.Fatal("run ended without its context's error")
 			}
 			want := 1

@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/mcp/bridge"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -332,7 +332,7 @@ func TestBridgedResourcesConfined(t *testing.T) {
 		t.Fatalf("read while listed: %+v %v", res, err)
 	}
 	e.resetTools(t, "s1", map[string]bool{"ops": false})
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		if slices.Contains(busNames(t, e, "s1", "alice"), "mcp__r__echo") {
 			return errors.New("still listed")
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // detailedTask is a tasks/get answer as a 2026-07-28 client reads it
@@ -136,7 +136,7 @@ func TestTaskNotificationsStdio(t *testing.T) {
 	next := func(want mcp.TaskStatus) map[string]any {
 		t.Helper()
 		for {
-			st := bustest.Recv(t, statuses, bound, "notifications/tasks/status "+string(want))
+			st := testkit.Recv(t, statuses, bound, "notifications/tasks/status "+string(want))
 			if st["taskId"] != id {
 				t.Fatalf("a notification of another task: %v", st)
 			}

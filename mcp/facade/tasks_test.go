@@ -17,8 +17,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // pair is one deployment with two routers and two facade processes, each
@@ -202,7 +202,7 @@ func resultText(t *testing.T, raw json.RawMessage) (string, bool) {
 func endOf(t *testing.T, ev *client.Events, id string) bus.Result {
 	t.Helper()
 	for {
-		m := bustest.Recv(t, ev.C, bound, "the call's result")
+		m := testkit.Recv(t, ev.C, bound, "the call's result")
 		var r bus.Result
 		if m.Type == bus.TypeCallResult && m.DataAs(&r) == nil && r.ID == id {
 			return r
@@ -246,7 +246,7 @@ func TestTasksTwoFacades(t *testing.T) {
 	// The record is read directly (allow_direct), possibly from a replica
 	// a moment behind the leader whose write tasks/result saw: under load
 	// it can still say working for a moment, never for long.
-	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if tk := p.task(t, "B", s, "tasks/get", id); tk.Status != mcp.TaskStatusCompleted {
 			return fmt.Errorf("tasks/get on B after the end: %+v", tk)
 		}
@@ -328,7 +328,7 @@ func TestRetryOtherFacade(t *testing.T) {
 	if err != nil || r.IsError || textOf(r) != "deployed" {
 		t.Fatalf("confirmed on the other process: %+v %v", r, err)
 	}
-	bustest.Recv(t, el.asked, bound, "the elicitation")
+	testkit.Recv(t, el.asked, bound, "the elicitation")
 	if by := p.servedBy("tools/call"); len(by) != 2 || by[0] == by[1] {
 		t.Fatalf("tools/call and its retry served by %v, want two processes", by)
 	}
@@ -418,7 +418,7 @@ func TestTaskBounds(t *testing.T) {
 	p.startTask(t, "B", s, "hello")
 	p.startTask(t, "A", s, "hello")
 	for range 3 { // the three calls ran
-		for m := bustest.Recv(t, ev.C, bound, "a batch.done"); m.Type != bus.TypeBatchDone; m = bustest.Recv(t, ev.C, bound, "a batch.done") {
+		for m := testkit.Recv(t, ev.C, bound, "a batch.done"); m.Type != bus.TypeBatchDone; m = testkit.Recv(t, ev.C, bound, "a batch.done") {
 		}
 	}
 	res, rerr := p.rpc(t, "B", s, "alice", "tools/call", map[string]any{"name": "hello", "arguments": map[string]any{}, "task": map[string]any{}}, false)

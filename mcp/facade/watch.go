@@ -2,7 +2,6 @@ package facade
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
@@ -66,11 +65,7 @@ func (w *storeWatch) start() {
 			// A heartbeat rewrites a known key: nothing changes. A new key
 			// (a worker arrived, or first seen here), a leave or a
 			// deletion may change listings.
-			var v struct {
-				Left bool `json:"left"`
-			}
-			_ = json.Unmarshal(m.Data, &v)
-			gone := kvDeleted(m) || v.Left
+			gone := kvDeleted(m) || bus.DecodeWorkerBeat(m.Data).Left
 			if gone == !workers[m.Subject] {
 				return
 			}

@@ -4,9 +4,9 @@
 // built by hand in structured JSON mode. Tool workers, agents, external
 // handlers and approval UIs are hand-written here too; nothing of the
 // project's client, worker or bus packages is used on the protocol side.
-// The only project code used is the setup: internal/xtest starts the
+// The only project code used is the setup: internal/testkit/xtest starts the
 // in-process nats-server and routers (and nothing else: the suite waits
-// for what it needs through the wire), and bus/bustest gives connections
+// for what it needs through the wire), and internal/testkit gives connections
 // and bounded polling.
 //
 // Tests that show a deviation from docs/protocol.md live in discrepancy_test.go
@@ -30,8 +30,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/router"
 )
 
@@ -132,7 +132,7 @@ func start(t *testing.T, opts ...option) *sys {
 	s.d = xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: heartbeat, Bound: bound, Router: router.Config{
 		Prefix: s.cfg.prefix, DefaultMode: s.cfg.defaultMode, ParkTTL: s.cfg.parkTTL}})
 	s.srv = s.d.Server
-	s.nc = bustest.Connect(t, s.srv)
+	s.nc = testkit.Connect(t, s.srv)
 	js, err := jetstream.New(s.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -944,7 +944,7 @@ type callCtl struct {
 func (s *sys) startWorker(t testing.TB, defs []M, groups []M, h handler) *worker {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &worker{t: t, s: s, nc: bustest.Connect(t, s.srv), id: nextID("w"), h: h, ctx: ctx, stop: cancel,
+	w := &worker{t: t, s: s, nc: testkit.Connect(t, s.srv), id: nextID("w"), h: h, ctx: ctx, stop: cancel,
 		calls: map[string]*callCtl{}}
 	w.reg = M{"worker": w.id, "tools": defs}
 	if groups != nil {
@@ -1185,7 +1185,7 @@ func names(t testing.TB, tools []json.RawMessage) []string {
 // waitListed polls the listing of session until every name is listed.
 func (s *sys) waitListed(t testing.TB, session string, want ...string) {
 	t.Helper()
-	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		got := names(t, s.list(t, session, nil).Tools)
 		for _, n := range want {
 			if !slices.Contains(got, n) {
@@ -1199,7 +1199,7 @@ func (s *sys) waitListed(t testing.TB, session string, want ...string) {
 // waitUnlisted polls until none of the names is listed.
 func (s *sys) waitUnlisted(t testing.TB, session string, gone ...string) {
 	t.Helper()
-	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		got := names(t, s.list(t, session, nil).Tools)
 		for _, n := range gone {
 			if slices.Contains(got, n) {
@@ -1299,7 +1299,7 @@ func textAnswer(state, text string) M {
 // waitFor polls fn until it returns nil.
 func waitFor(t testing.TB, fn func() error) {
 	t.Helper()
-	bustest.CheckFor(t, bound, 10*time.Millisecond, fn)
+	testkit.CheckFor(t, bound, 10*time.Millisecond, fn)
 }
 
 // waitChan waits for ch to close or deliver, failing after bound.

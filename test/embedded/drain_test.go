@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -83,7 +83,7 @@ func (d *drainEnv) waitUnsubscribed(t *testing.T, i int) {
 		t.Fatal(err)
 	}
 	calls := d.client.Subjects().All("call")
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		cz, err := d.srv.Connz(&server.ConnzOptions{CID: cid, Subscriptions: true})
 		if err != nil {
 			return err
@@ -117,8 +117,8 @@ func TestDrainLetsCallsInFlightFinish(t *testing.T) {
 	r1 := d.routers[0]
 	calls := []bus.Call{{ID: "c1", Name: "gated"}, {ID: "c2", Name: "gated"}}
 	got := d.send(testCtx(t), "s1", "reply1", calls)
-	bustest.Recv(t, d.entered, bound, "first call running")
-	bustest.Recv(t, d.entered, bound, "second call running")
+	testkit.Recv(t, d.entered, bound, "first call running")
+	testkit.Recv(t, d.entered, bound, "second call running")
 	r2 := d.addRouter()
 	d.waitLive("gated", "quick")
 
@@ -141,14 +141,14 @@ func TestDrainLetsCallsInFlightFinish(t *testing.T) {
 	default:
 	}
 	close(d.release)
-	out := bustest.Recv(t, got, bound, "reply of the batch in flight")
+	out := testkit.Recv(t, got, bound, "reply of the batch in flight")
 	if out.err != nil {
 		t.Fatalf("batch in flight: %v", out.err)
 	}
 	checkCallOrder(t, calls, out.reply.Results)
 	wantSuccess(t, out.reply.Results[0], "done c1")
 	wantSuccess(t, out.reply.Results[1], "done c2")
-	if err := bustest.Recv(t, drained, bound, "Drain"); err != nil {
+	if err := testkit.Recv(t, drained, bound, "Drain"); err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
 	if took := time.Since(start); took > deadline {
@@ -169,7 +169,7 @@ func TestDrainCutsOffSlowCallsAtItsDeadline(t *testing.T) {
 	actx, acancel := context.WithCancel(testCtx(t))
 	defer acancel()
 	got := d.send(actx, "s1", "reply1", calls)
-	bustest.Recv(t, d.entered, bound, "slow call running")
+	testkit.Recv(t, d.entered, bound, "slow call running")
 	r2 := d.addRouter()
 	d.waitLive("gated", "quick")
 
@@ -183,7 +183,7 @@ func TestDrainCutsOffSlowCallsAtItsDeadline(t *testing.T) {
 	if by := d.answeredBy(t, "new"); by != r2.ID() {
 		t.Fatalf("a batch sent during the drain was answered by %s, want %s", by, r2.ID())
 	}
-	err := bustest.Recv(t, drained, bound, "Drain")
+	err := testkit.Recv(t, drained, bound, "Drain")
 	took := time.Since(start)
 	if took > deadline+drainSlack {
 		t.Fatalf("Drain took %v, past its %v deadline by more than %v", took, deadline, drainSlack)
@@ -202,7 +202,7 @@ func TestDrainCutsOffSlowCallsAtItsDeadline(t *testing.T) {
 	case <-time.After(250 * time.Millisecond):
 	}
 	acancel()
-	if out := bustest.Recv(t, got, bound, "the agent giving up"); out.err == nil {
+	if out := testkit.Recv(t, got, bound, "the agent giving up"); out.err == nil {
 		t.Fatalf("the batch cut off was answered: %s", jsonOf(out.reply))
 	}
 	// ... and a re-send recovers it through the ledger, on the other
@@ -230,7 +230,7 @@ func TestDrainKeepsHeartbeats(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*bound)
 	defer cancel()
 	d.send(ctx, "s1", "r1", []bus.Call{{ID: "c1", Name: "gated"}})
-	bustest.Recv(t, d.entered, bound, "the call to start")
+	testkit.Recv(t, d.entered, bound, "the call to start")
 	r := d.routers[0]
 	deadline := 8 * testHeartbeat // past the watchdog's three beats and its tick
 	dctx, dcancel := context.WithTimeout(context.Background(), deadline)

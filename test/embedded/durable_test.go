@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
@@ -69,7 +69,7 @@ func TestDurableCall(t *testing.T) {
 		t.Fatalf("a re-sent durable call ran again (%d runs)", n)
 	}
 	// The call left the queue once its result was recorded.
-	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		if n := workLeft(t, e); n != 0 {
 			return fmt.Errorf("the work queue holds %d calls", n)
 		}
@@ -166,7 +166,7 @@ func TestDurableRedeliveredAfterWorkerKilled(t *testing.T) {
 	if last := evs[len(evs)-1]; last.Type != bus.TypeBatchDone {
 		t.Fatalf("last event %s, want batch.done", last.Type)
 	}
-	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		if n := workLeft(t, e); n != 0 {
 			return fmt.Errorf("the work queue holds %d calls", n)
 		}

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -70,7 +70,7 @@ func TestEventsStoredBeforeReply(t *testing.T) {
 		}
 		reply = client.NewReplyID()
 		e.call(t, "s3", []bus.Call{{ID: "r1", Name: "quick"}}, client.WithReplyID(reply))
-		bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+		testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 			got, err := newestStored(t, e.nc, "s3")
 			if err != nil {
 				return err

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -119,7 +119,7 @@ func TestClusterConcurrentAnswers(t *testing.T) {
 	}
 	// Every batch.done is in the stream, once, with both answers.
 	done := map[string]int{}
-	bustest.CheckFor(t, 3*bound, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 3*bound, 50*time.Millisecond, func() error {
 		clear(done)
 		evs, err := stored(t, e.nc, "s1")
 		if err != nil {
@@ -253,7 +253,7 @@ func TestClusterLeaderLossWhileCallsRun(t *testing.T) {
 	// stops and comes back, then a router dies without a word (its
 	// connection cut) and another starts, then a worker's connection is cut.
 	after := func(k int) {
-		bustest.CheckFor(t, 6*bound, 10*time.Millisecond, func() error {
+		testkit.CheckFor(t, 6*bound, 10*time.Millisecond, func() error {
 			if int(progress.Load()) < (k+1)*agents*batches/(len(faults)+4) {
 				return fmt.Errorf("%d batches done", progress.Load())
 			}
@@ -303,7 +303,7 @@ func TestClusterLeaderLossWhileCallsRun(t *testing.T) {
 	check.mu.Unlock()
 	// Every completed batch's batch.done is stored; every stored result
 	// agrees with what the agent was told.
-	bustest.CheckFor(t, 3*bound, 100*time.Millisecond, func() error {
+	testkit.CheckFor(t, 3*bound, 100*time.Millisecond, func() error {
 		done := map[string]bool{}
 		seen := map[string][]string{} // batch → the types and sources stored for it
 		evs, err := stored(t, e.nc, "*")

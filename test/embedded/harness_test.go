@@ -18,12 +18,12 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/embedded"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
 
-// env is one deployment on a real in-process nats-server (internal/xtest),
+// env is one deployment on a real in-process nats-server (internal/testkit/xtest),
 // with the test agent's client.
 type env struct {
 	t       *testing.T

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/mcp/bridge"
 	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/skills"
@@ -37,7 +37,7 @@ func TestDrainDeadlineEveryComponent(t *testing.T) {
 	go func() {
 		_, _ = e.client.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "stubborn"}}})
 	}()
-	bustest.Recv(t, entered, bound, "the stubborn call running")
+	testkit.Recv(t, entered, bound, "the stubborn call running")
 
 	js, err := jetstream.New(e.nc)
 	if err != nil {
@@ -77,7 +77,7 @@ func TestDrainDeadlineEveryComponent(t *testing.T) {
 			start := time.Now()
 			done := make(chan error, 1)
 			go func() { done <- c.drain(ctx) }()
-			bustest.Recv(t, done, deadline+drainSlack+bound, c.name+" drained")
+			testkit.Recv(t, done, deadline+drainSlack+bound, c.name+" drained")
 			if took := time.Since(start); took > deadline+drainSlack {
 				t.Errorf("%s drained in %v, past its %v deadline by more than %v", c.name, took, deadline, drainSlack)
 			}

@@ -15,9 +15,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/tracing"
@@ -42,7 +42,7 @@ func TestTracePropagatesAgentRouterWorker(t *testing.T) {
 	e.call(t, "s1", []bus.Call{{ID: "c1", Name: "traced"}}, client.WithTraceParent("00-"+agentTrace+"-"+agentSpan+"-01"))
 
 	var routerSpan, workerSpan tracetest.SpanStub
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		for _, s := range exp.GetSpans() {
 			switch s.SpanKind {
 			case trace.SpanKindClient:

@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -193,7 +193,7 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 	}
 	wantCode(t, e.answer(t, "approve_po", "s1", "r1", "c1", bus.Answer{State: "success"}), bus.CodeAlreadyAnswered)
 	// The request left the handoff stream once answered.
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		js, _ := jetstream.New(e.nc)
 		st, err := js.Stream(t.Context(), "TOOLBUS_HANDOFF")
 		if err != nil {
@@ -347,7 +347,7 @@ func TestQueuedBehindParkedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	// solo runs, then c3 parks in its turn: operators see it in parked.list.
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		var list struct {
 			Parked []struct{ ID string } `json:"parked"`
 		}

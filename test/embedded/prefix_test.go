@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -21,7 +21,7 @@ import (
 // NATS server without seeing each other's tools, calls or events, and name
 // their buckets and streams after their prefix (docs/protocol.md 2 and 8).
 func TestPrefixIsolation(t *testing.T) {
-	s := bustest.RunServer(t)
+	s := testkit.RunServer(t)
 	type deployment struct {
 		r      *router.Router
 		client *client.Client
@@ -41,7 +41,7 @@ func TestPrefixIsolation(t *testing.T) {
 		if err := d.WaitLive(t.Context(), tool); err != nil {
 			t.Fatal(err)
 		}
-		return deployment{d.Routers[0], client.New(bustest.Connect(t, s), client.Config{Prefix: prefix, Source: "test/" + prefix})}
+		return deployment{d.Routers[0], client.New(testkit.Connect(t, s), client.Config{Prefix: prefix, Source: "test/" + prefix})}
 	}
 	alpha := deploy("alpha", "alpha_tool")
 	beta := deploy("beta", "beta_tool")
@@ -86,7 +86,7 @@ func TestPrefixIsolation(t *testing.T) {
 		}
 	}
 
-	js, err := jetstream.New(bustest.Connect(t, s))
+	js, err := jetstream.New(testkit.Connect(t, s))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -207,7 +207,7 @@ func TestClusterStoreFull(t *testing.T) {
 		}
 	}
 	t.Logf("with the store full, the slowest batch was answered in %v", slowest)
-	bustest.CheckFor(t, 3*bound, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 3*bound, 50*time.Millisecond, func() error {
 		for id, st := range e.statuses(t) {
 			if st.Store.State != "full" || st.Store.Error == "" {
 				return fmt.Errorf("router %s reports the store %+v", id, st.Store)
@@ -219,7 +219,7 @@ func TestClusterStoreFull(t *testing.T) {
 	e.setAccountStore(t, -1)
 	// Space is back: the next calls succeed, on whichever router.
 	attempts := 0
-	bustest.CheckFor(t, 3*bound, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 3*bound, 50*time.Millisecond, func() error {
 		attempts++
 		ctx, cancel := context.WithTimeout(t.Context(), bound)
 		defer cancel()
@@ -241,7 +241,7 @@ func TestClusterStoreFull(t *testing.T) {
 	acancel()
 	// Every router sees the space again on its own next write or beat;
 	// once each says so, calls succeed on whichever router takes them.
-	bustest.CheckFor(t, 3*bound, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 3*bound, 50*time.Millisecond, func() error {
 		for id, st := range e.statuses(t) {
 			if st.Store.State != "ok" {
 				return fmt.Errorf("router %s still reports the store %+v", id, st.Store)
@@ -265,8 +265,8 @@ func TestClusterStoreFull(t *testing.T) {
 // serving, when that comes later), each call once, none run twice.
 func TestClusterRouterSIGKILL(t *testing.T) {
 	bin := buildRouter(t)
-	cl := bustest.RunCluster(t)
-	nc := bustest.ConnectURL(t, cl.URLs(2))
+	cl := testkit.RunCluster(t)
+	nc := testkit.ConnectURL(t, cl.URLs(2))
 	c := client.New(nc, client.Config{Source: "test/agent"})
 	lease := 3 * testHeartbeat
 	args := func(id string) []string {
@@ -275,7 +275,7 @@ func TestClusterRouterSIGKILL(t *testing.T) {
 	a := startRouterArgs(t, bin, append([]string{"--nats", cl.URLs(0)}, args("A")...)...)
 	check := newLedgerCheck()
 	var sig signals
-	w, err := worker.New(bustest.ConnectURL(t, cl.URLs(2)), worker.Config{Heartbeat: testHeartbeat})
+	w, err := worker.New(testkit.ConnectURL(t, cl.URLs(2)), worker.Config{Heartbeat: testHeartbeat})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestClusterRouterSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sig.fire("release"); _ = w.Drain(context.Background()) })
-	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		list, err := c.Tools(t.Context(), "s1", "", nil)
 		if err != nil {
 			return err

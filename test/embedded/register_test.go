@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -182,7 +182,7 @@ func TestRegisterConflict(t *testing.T) {
 		e.waitGone(t, "shared")
 		checkAck(t, e.register(t, reg("other-worker", changed)), map[string]bool{"shared": true})
 		e.waitLive("shared")
-		bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+		testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 			// other-worker beats, as a worker does, so that its tool stays
 			// live (and listed) however slow the machine.
 			checkAck(t, e.register(t, reg("other-worker", changed)), map[string]bool{"shared": true})

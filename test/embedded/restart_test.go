@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -92,13 +92,13 @@ func killableDeployment(t *testing.T) (bin string, url func(int) string, nc *nat
 	t.Helper()
 	bin = buildRouter(t)
 	if onCluster(t) {
-		cl := bustest.RunCluster(t)
+		cl := testkit.RunCluster(t)
 		url = cl.URLs
-		nc = bustest.ConnectURL(t, cl.URLs(2))
+		nc = testkit.ConnectURL(t, cl.URLs(2))
 	} else {
-		s := bustest.RunServer(t)
+		s := testkit.RunServer(t)
 		url = func(int) string { return s.ClientURL() }
-		nc = bustest.Connect(t, s)
+		nc = testkit.Connect(t, s)
 	}
 	c = client.New(nc, client.Config{Source: "test/agent"})
 	a = startRouter(t, bin, url(0), "A")
@@ -108,7 +108,7 @@ func killableDeployment(t *testing.T) (bin string, url func(int) string, nc *nat
 	m, _ := reg.Msg("toolbus.register")
 	// On a cluster the new router's interest reaches nc's node a moment
 	// after it says it serves: no responders until then.
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		_, err := nc.RequestMsg(m, bound)
 		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
 			t.Fatal(err)
@@ -120,7 +120,7 @@ func killableDeployment(t *testing.T) (bin string, url func(int) string, nc *nat
 
 func TestParkedCallSurvivesRouterKill(t *testing.T) {
 	bin, url, nc, c, a := killableDeployment(t)
-	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		list, err := c.Tools(t.Context(), "s1", "", nil)
 		if err != nil {
 			return err
@@ -156,7 +156,7 @@ func TestParkedCallSurvivesRouterKill(t *testing.T) {
 	// watch sees batch.done as it is published; the stream leader may
 	// store it a moment later, so wait for it there before counting.
 	var types []string
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		types = types[:0]
 		for _, e := range storedOf(t, nc, "s1") {
 			types = append(types, e.Type)
@@ -189,7 +189,7 @@ func TestBatchTakenOverFromKilledRouter(t *testing.T) {
 	started := make(chan struct{}, 2)
 	release := make(chan struct{})
 	var runs atomic.Int32
-	w, err := worker.New(bustest.ConnectURL(t, url(2)), worker.Config{Heartbeat: testHeartbeat})
+	w, err := worker.New(testkit.ConnectURL(t, url(2)), worker.Config{Heartbeat: testHeartbeat})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestBatchTakenOverFromKilledRouter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { close(release); _ = w.Drain(context.Background()) })
-	bustest.CheckFor(t, bound, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
 		list, err := c.Tools(t.Context(), "s1", "", nil)
 		if err != nil {
 			return err
@@ -250,7 +250,7 @@ func TestBatchTakenOverFromKilledRouter(t *testing.T) {
 // reaches the agent's node a moment after it says it serves.
 func answerWhenServed(t *testing.T, c *client.Client, tool, session, replyID, callID string, a bus.Answer) {
 	t.Helper()
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), bound)
 		defer cancel()
 		err := c.Answer(ctx, tool, session, replyID, callID, a)

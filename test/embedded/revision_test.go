@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -23,7 +23,7 @@ import (
 func storedOf(t *testing.T, nc *nats.Conn, session string) []*bus.Event {
 	t.Helper()
 	var out []*bus.Event
-	bustest.CheckFor(t, 3*bound, 50*time.Millisecond, func() (err error) {
+	testkit.CheckFor(t, 3*bound, 50*time.Millisecond, func() (err error) {
 		out, err = stored(t, nc, session)
 		return err
 	})
@@ -72,7 +72,7 @@ func TestRevisionStoredEvents(t *testing.T) {
 			wantSuccess(t, r.Results[0], "quick c1")
 			// A read-only batch's batch.done is not awaited (docs/protocol.md
 			// 3.4): stored, maybe just after the reply.
-			bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+			testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 				es, err := stored(t, e.nc, "rev-1")
 				if err != nil {
 					return err
@@ -110,7 +110,7 @@ func TestRevisionStoredEvents(t *testing.T) {
 		// The watch sees batch.done as it is published; the stream may
 		// store it a moment later.
 		var got []string
-		bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 			if got = typesOf(storedOf(t, e.nc, "rev-3"), reply); !slices.Contains(got, "batch.done") {
 				return fmt.Errorf("batch.done not stored yet: %v", got)
 			}

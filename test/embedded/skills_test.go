@@ -15,7 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/store"
@@ -206,7 +206,7 @@ func TestSkillUserScope(t *testing.T) {
 	if _, err := skills.Push(t.Context(), st, mine, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		if n := len(e.routers[0].Skills().All()); n != 2 {
 			return fmt.Errorf("%d skills", n)
 		}
@@ -253,7 +253,7 @@ func TestShellRunsSkillScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.routers[0]
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		if len(r.Skills().Skills("")) != 1 {
 			return fmt.Errorf("skill not seen")
 		}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -53,14 +53,14 @@ func TestConfirmedCallOfADeadRouterCompletes(t *testing.T) {
 	}
 	// The only router accepted the answer and runs the call; it dies
 	// without a word while the call runs, and another router starts.
-	bustest.Recv(t, started, bound, "the confirmed call to start")
+	testkit.Recv(t, started, bound, "the confirmed call to start")
 	e.rconns[0].Close()
 	e.addRouter()
 	close(release) // the worker's result goes to the dead router's inbox
 	// An agent re-sends the batch until it completes: the call's result,
 	// or unknown_outcome (its result was lost with the router).
 	var final *bus.Result
-	bustest.CheckFor(t, 6*bound, 500*time.Millisecond, func() error {
+	testkit.CheckFor(t, 6*bound, 500*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), bound)
 		defer cancel()
 		r, err := e.client.Call(ctx, "s1", bus.Batch{Calls: calls}, client.WithReplyID("t1"))

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -34,7 +34,7 @@ func (e *env) listed(t *testing.T, session string) []string {
 // waitUnlisted polls until no router lists any of names to session.
 func (e *env) waitUnlisted(t *testing.T, session string, names ...string) {
 	t.Helper()
-	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		// Every router answers in turn, as the queue group picks them.
 		for range 2 * len(e.routers) {
 			got := e.listed(t, session)

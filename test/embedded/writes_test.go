@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -113,7 +113,7 @@ func TestReadOnlyBatchAwaitsNoWrite(t *testing.T) {
 // waitWrites waits until stream has taken want writes since before.
 func waitWrites(t *testing.T, e *env, before map[string]uint64, stream string, want uint64) {
 	t.Helper()
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
 		if d, _ := writesSince(t, e, before); d[stream] < want {
 			return fmt.Errorf("%s took %d writes, want %d", stream, d[stream], want)
 		}
@@ -137,7 +137,7 @@ func TestParkedCallWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	collect(t, ev, batchDone(reply))
-	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error { // live before stored
+	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error { // live before stored
 		got, err := newestStored(t, e.nc, "pk")
 		if err == nil && got.Type != bus.TypeBatchDone {
 			err = fmt.Errorf("newest stored event %s", got.Type)

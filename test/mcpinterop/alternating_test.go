@@ -18,8 +18,8 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/mcp/facade"
 )
 
@@ -132,7 +132,7 @@ func TestAlternatingFront(t *testing.T) {
 			if err != nil || r.IsError || mcpgoText(r) != "deployed" {
 				t.Fatalf("deploy %d: %+v %v (served %v)", i, r, err, fr.served)
 			}
-			bustest.Recv(t, el.asked, bound, "the elicitation")
+			testkit.Recv(t, el.asked, bound, "the elicitation")
 		}
 		if answers, crossed := fr.crossed(); answers-before != n || crossed == crossedBefore {
 			t.Fatalf("%d answers, %d on the other process: want %d, some crossed (served %v)", answers-before, crossed-crossedBefore, n, fr.served)
@@ -144,12 +144,12 @@ func TestAlternatingFront(t *testing.T) {
 				_, err := call(ctx, "wait", map[string]any{})
 				done <- err
 			}()
-			bustest.Recv(t, e.started, bound, "the wait call at the worker")
+			testkit.Recv(t, e.started, bound, "the wait call at the worker")
 			cancel()
-			if err := bustest.Recv(t, done, bound, "the cancelled tools/call"); !errors.Is(err, context.Canceled) {
+			if err := testkit.Recv(t, done, bound, "the cancelled tools/call"); !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancel %d: %v", i, err)
 			}
-			if why := bustest.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != context.Canceled.Error() {
+			if why := testkit.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != context.Canceled.Error() {
 				t.Fatalf("cancel %d: the worker's call ended with %q", i, why)
 			}
 			if r, err := call(t.Context(), "hello", map[string]any{"name": "again"}); err != nil || mcpgoText(r) != "hello again" {
@@ -177,12 +177,12 @@ func TestAlternatingFront(t *testing.T) {
 		}
 		for i := range n {
 			p.next(t, "waiting")
-			bustest.Recv(t, e.started, bound, "the wait call at the worker")
+			testkit.Recv(t, e.started, bound, "the wait call at the worker")
 			p.say(t, "abort")
 			if st := p.next(t, "cancel"); !st.Aborted {
 				t.Fatalf("abort %d: %+v", i, st)
 			}
-			if why := bustest.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != context.Canceled.Error() {
+			if why := testkit.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != context.Canceled.Error() {
 				t.Fatalf("abort %d: the worker's call ended with %q", i, why)
 			}
 			if st := p.next(t, "again"); st.Text != "hello again" {

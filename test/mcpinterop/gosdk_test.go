@@ -16,7 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // wire is an http.RoundTripper that adds alice's bearer token and notes
@@ -176,19 +176,19 @@ func TestGoSDK(t *testing.T) {
 				_, err := h.CallTool(ctx, &mcp.CallToolParams{Name: "wait", Arguments: map[string]any{}})
 				done <- err
 			}()
-			bustest.Recv(t, e.started, bound, "the wait call at the worker")
+			testkit.Recv(t, e.started, bound, "the wait call at the worker")
 			cancel()
-			if err := bustest.Recv(t, done, bound, "the cancelled tools/call"); !errors.Is(err, context.Canceled) {
+			if err := testkit.Recv(t, done, bound, "the cancelled tools/call"); !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled call: %v", err)
 			}
 			// The SDK sends notifications/cancelled in the background.
-			bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+			testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 				if got := h.wire.cancels(); len(got) != 1 || got[0] != http.StatusAccepted {
 					return fmt.Errorf("notifications/cancelled answered %v, want [202]", got)
 				}
 				return nil
 			})
-			if why := bustest.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != context.Canceled.Error() {
+			if why := testkit.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != context.Canceled.Error() {
 				t.Fatalf("the worker's call ended with %q", why)
 			}
 			if text, isErr := h.call(t, "hello", map[string]any{"name": "again"}); isErr || text != "hello again" {
@@ -197,13 +197,13 @@ func TestGoSDK(t *testing.T) {
 
 			// list_changed: reset_tools through the bus activates ops.
 			e.resetTools(t, s, map[string]bool{"ops": true})
-			bustest.Recv(t, h.changed, bound, "tools/list_changed after reset_tools")
+			testkit.Recv(t, h.changed, bound, "tools/list_changed after reset_tools")
 			if got := h.names(t); !slices.Contains(got, "deploy") {
 				t.Fatalf("after reset_tools: %v", got)
 			}
 			// ... and an operator activates the group site.
 			e.activate(t, s, "site")
-			bustest.Recv(t, h.changed, bound, "tools/list_changed after session.activate")
+			testkit.Recv(t, h.changed, bound, "tools/list_changed after session.activate")
 			if got := h.names(t); !slices.Contains(got, "siteops") {
 				t.Fatalf("after session.activate: %v", got)
 			}
@@ -212,14 +212,14 @@ func TestGoSDK(t *testing.T) {
 			if text, isErr := h.call(t, "deploy", map[string]any{}); isErr || text != "deployed" {
 				t.Fatalf("deploy allowed by the host's user: %q %v", text, isErr)
 			}
-			if msg := bustest.Recv(t, h.asked, bound, "the elicitation"); !strings.Contains(msg, "deploy") {
+			if msg := testkit.Recv(t, h.asked, bound, "the elicitation"); !strings.Contains(msg, "deploy") {
 				t.Fatalf("elicitation message %q", msg)
 			}
 			h.decide("deny")
 			if text, isErr := h.call(t, "deploy", map[string]any{}); !isErr || !strings.Contains(text, "denied") {
 				t.Fatalf("deploy denied by the host's user: %q %v", text, isErr)
 			}
-			bustest.Recv(t, h.asked, bound, "the second elicitation")
+			testkit.Recv(t, h.asked, bound, "the second elicitation")
 		})
 	}
 }
@@ -240,7 +240,7 @@ func TestGoSDKTwoHosts(t *testing.T) {
 		_, err := a.CallTool(ctxA, &mcp.CallToolParams{Name: "wait", Arguments: map[string]any{}})
 		doneA <- err
 	}()
-	bustest.Recv(t, e.started, bound, "the first host's call at the worker")
+	testkit.Recv(t, e.started, bound, "the first host's call at the worker")
 	go func() {
 		res, err := b.CallTool(t.Context(), &mcp.CallToolParams{Name: "wait", Arguments: map[string]any{}})
 		if err != nil {
@@ -248,20 +248,20 @@ func TestGoSDKTwoHosts(t *testing.T) {
 		}
 		doneB <- res
 	}()
-	bustest.Recv(t, e.started, bound, "the second host's call at the worker")
+	testkit.Recv(t, e.started, bound, "the second host's call at the worker")
 	cancelA()
-	if err := bustest.Recv(t, doneA, bound, "the first host's cancelled call"); !errors.Is(err, context.Canceled) {
+	if err := testkit.Recv(t, doneA, bound, "the first host's cancelled call"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the first host's call: %v", err)
 	}
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		if got := a.wire.cancels(); len(got) != 1 || got[0] != http.StatusAccepted {
 			return fmt.Errorf("notifications/cancelled answered %v, want [202]", got)
 		}
 		return nil
 	})
-	bustest.Recv(t, e.ended, bound, "the first host's bus call interrupted")
+	testkit.Recv(t, e.ended, bound, "the first host's bus call interrupted")
 	close(e.release)
-	if res := bustest.Recv(t, doneB, bound, "the second host's call"); res.IsError || goText(res) != "released" {
+	if res := testkit.Recv(t, doneB, bound, "the second host's call"); res.IsError || goText(res) != "released" {
 		t.Fatalf("the second host's call, which nobody cancelled: %q (isError %v)", goText(res), res.IsError)
 	}
 }

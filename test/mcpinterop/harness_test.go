@@ -20,7 +20,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/internal/xtest"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/mcp/mcptest"
 	"github.com/toolbus/toolbus/router"

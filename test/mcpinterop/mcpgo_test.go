@@ -12,7 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // goElicitor is the mcp-go host's user: it allows every confirmation.
@@ -93,12 +93,12 @@ func TestMCPGo(t *testing.T) {
 				_, err := call(ctx, "wait", map[string]any{})
 				done <- err
 			}()
-			bustest.Recv(t, e.started, bound, "the wait call at the worker")
+			testkit.Recv(t, e.started, bound, "the wait call at the worker")
 			cancel()
-			if err := bustest.Recv(t, done, bound, "the cancelled tools/call"); !errors.Is(err, context.Canceled) {
+			if err := testkit.Recv(t, done, bound, "the cancelled tools/call"); !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled call: %v", err)
 			}
-			if why := bustest.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != context.Canceled.Error() {
+			if why := testkit.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != context.Canceled.Error() {
 				t.Fatalf("the worker's call ended with %q", why)
 			}
 			if r, err := call(t.Context(), "hello", map[string]any{"name": "again"}); err != nil || text(r) != "hello again" {
@@ -107,7 +107,7 @@ func TestMCPGo(t *testing.T) {
 			if r, err := call(t.Context(), "deploy", map[string]any{}); err != nil || r.IsError || text(r) != "deployed" {
 				t.Fatalf("deploy allowed by the host's user: %+v %v", r, err)
 			}
-			if msg := bustest.Recv(t, el.asked, bound, "the elicitation"); !strings.Contains(msg, "deploy") {
+			if msg := testkit.Recv(t, el.asked, bound, "the elicitation"); !strings.Contains(msg, "deploy") {
 				t.Fatalf("elicitation message %q", msg)
 			}
 		})

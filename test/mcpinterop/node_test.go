@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // installTimeout bounds `npm ci` (a cold install of the pinned packages
@@ -160,7 +160,7 @@ type nodeProc struct {
 	steps  chan step
 	raws   chan []byte
 	stdin  io.WriteCloser
-	stderr *bustest.Buffer
+	stderr *testkit.Buffer
 }
 
 // runNode starts node on path with args; the process is killed when t
@@ -169,7 +169,7 @@ func runNode(t *testing.T, path string, args ...string) *nodeProc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	cmd := exec.CommandContext(ctx, "node", append([]string{path}, args...)...)
-	p := &nodeProc{steps: make(chan step, 32), raws: make(chan []byte, 32), stderr: &bustest.Buffer{}}
+	p := &nodeProc{steps: make(chan step, 32), raws: make(chan []byte, 32), stderr: &testkit.Buffer{}}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/mcp/bridge"
 	"github.com/toolbus/toolbus/mcp/mcptest"
 )
@@ -64,7 +64,7 @@ func TestGoSDKBridgedQuestion(t *testing.T) {
 				if err != nil || res.IsError || goText(res) != want.text {
 					t.Fatalf("%s: %+v %v", want.action, res, err)
 				}
-				if msg := bustest.Recv(t, asked, bound, "the question"); msg != "The MCP server q asks: Your name, please." {
+				if msg := testkit.Recv(t, asked, bound, "the question"); msg != "The MCP server q asks: Your name, please." {
 					t.Fatalf("the host was shown %q", msg)
 				}
 			}

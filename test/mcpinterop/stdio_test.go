@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestGoSDKStdio: the Go SDK as a desktop host of the stdio facade (what
@@ -62,12 +62,12 @@ func TestGoSDKStdio(t *testing.T) {
 		_, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "wait", Arguments: map[string]any{}})
 		done <- err
 	}()
-	bustest.Recv(t, e.started, bound, "the wait call at the worker")
+	testkit.Recv(t, e.started, bound, "the wait call at the worker")
 	cancel()
-	if err := bustest.Recv(t, done, bound, "the cancelled tools/call"); !errors.Is(err, context.Canceled) {
+	if err := testkit.Recv(t, done, bound, "the cancelled tools/call"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: %v", err)
 	}
-	if why := bustest.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != context.Canceled.Error() {
+	if why := testkit.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != context.Canceled.Error() {
 		t.Fatalf("the worker's call ended with %q", why)
 	}
 	if text, isErr := h.call(t, "hello", map[string]any{"name": "again"}); isErr || text != "hello again" {
@@ -76,7 +76,7 @@ func TestGoSDKStdio(t *testing.T) {
 	if text, isErr := h.call(t, "deploy", map[string]any{}); isErr || text != "deployed" {
 		t.Fatalf("deploy allowed by the host's user: %q %v", text, isErr)
 	}
-	if msg := bustest.Recv(t, h.asked, bound, "the elicitation"); !strings.Contains(msg, "deploy") {
+	if msg := testkit.Recv(t, h.asked, bound, "the elicitation"); !strings.Contains(msg, "deploy") {
 		t.Fatalf("elicitation message %q", msg)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestTypeScriptSDK: a host written with the TypeScript SDK (1.32.2,
@@ -37,12 +37,12 @@ func TestTypeScriptSDK(t *testing.T) {
 		t.Fatalf("stats: %+v", st)
 	}
 	p.next(t, "waiting")
-	bustest.Recv(t, e.started, bound, "the wait call at the worker")
+	testkit.Recv(t, e.started, bound, "the wait call at the worker")
 	p.say(t, "abort")
 	if st := p.next(t, "cancel"); !st.Aborted {
 		t.Fatalf("abort: %+v", st)
 	}
-	if why := bustest.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != "context canceled" {
+	if why := testkit.Recv(t, e.ended, bound, "the bus call's cancellation at the worker"); why != "context canceled" {
 		t.Fatalf("the worker's call ended with %q", why)
 	}
 	if st := p.next(t, "again"); st.Text != "hello again" {

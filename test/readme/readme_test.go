@@ -25,8 +25,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // bound limits every wait; generous, for a loaded machine.
@@ -122,14 +122,14 @@ func local(t *testing.T, line string) string {
 
 // background starts line (as shell does) until the test ends, and waits
 // for its stdout to match ready.
-func background(t *testing.T, dir string, env []string, line string, ready *regexp.Regexp) (*bustest.Buffer, []string) {
+func background(t *testing.T, dir string, env []string, line string, ready *regexp.Regexp) (*testkit.Buffer, []string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, "bash", "-c", "exec "+local(t, line))
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 30 * time.Second
-	stdout, stderr := new(bustest.Buffer), new(bustest.Buffer)
+	stdout, stderr := new(testkit.Buffer), new(testkit.Buffer)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func background(t *testing.T, dir string, env []string, line string, ready *rege
 		<-done // bounded by WaitDelay
 	})
 	var m []string
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		select {
 		case err := <-done:
 			done <- err
@@ -233,7 +233,7 @@ func TestConfirmAndAnswer(t *testing.T) {
 	if out, errOut, code := shell(t, dir, env, confirm); code != 0 {
 		t.Fatalf("%s: exit %d\n%s\n%s", confirm, code, out, errOut)
 	}
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		b, err := os.ReadFile(filepath.Join(work, "a.txt"))
 		if err != nil || string(b) != "hi" {
 			return fmt.Errorf("a.txt: %q %v", b, err)
@@ -248,7 +248,7 @@ func TestConfirmAndAnswer(t *testing.T) {
 	if out, errOut, code := shell(t, dir, env, answer); code != 0 {
 		t.Fatalf("%s: exit %d\n%s\n%s", answer, code, out, errOut)
 	}
-	bustest.CheckFor(t, bound, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		if !strings.Contains(waiting.String(), "the output") {
 			return errors.New("the waiting call has no result yet")
 		}

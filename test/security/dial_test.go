@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/security"
 	"github.com/toolbus/toolbus/worker"
@@ -26,7 +26,7 @@ func TestDial(t *testing.T) {
 		return "HEY", nil
 	}))
 	must(t, w.Start(t.Context()))
-	bustest.Recv(t, w.Registered(), bound, "the worker's registration")
+	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
 
 	t.Setenv("NATS_NKEY", security.SeedFile(d.dir, "session-s1"))
 	t.Setenv("NATS_INBOX_PREFIX", "_INBOX.session-s1")

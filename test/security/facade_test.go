@@ -14,8 +14,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/security"
 )
@@ -131,7 +131,7 @@ func TestFacadeIdentity(t *testing.T) {
 	if r := mcpCall(t, ac, "deploy"); r.IsError || mcpText(r) != "deployed" {
 		t.Fatalf("deploy confirmed by alice's host: %+v", r)
 	}
-	bustest.Recv(t, alice.asked, bound, "alice's elicitation")
+	testkit.Recv(t, alice.asked, bound, "alice's elicitation")
 
 	// approvers: bob's host is not asked; the approver confirms.
 	bob := &hostDecides{asked: make(chan string, 4)}
@@ -150,7 +150,7 @@ func TestFacadeIdentity(t *testing.T) {
 	}
 	yes := true
 	must(t, ap.client().Confirm(testCtx(t), "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
-	if r := bustest.Recv(t, res, bound, "bob's deploy"); r == nil || r.IsError || mcpText(r) != "deployed" {
+	if r := testkit.Recv(t, res, bound, "bob's deploy"); r == nil || r.IsError || mcpText(r) != "deployed" {
 		t.Fatalf("deploy confirmed by the approver: %+v", r)
 	}
 	if len(bob.asked) != 0 {

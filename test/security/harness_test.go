@@ -21,9 +21,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
@@ -252,7 +252,7 @@ func (d *deployment) startWorker() *login {
 		defer cancel()
 		_ = w.Drain(ctx)
 	})
-	bustest.Recv(d.t, w.Registered(), bound, "the worker's registration")
+	testkit.Recv(d.t, w.Registered(), bound, "the worker's registration")
 	ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/registrar", bus.Register{Worker: "registrar", Tools: []bus.ToolDef{
 		{Name: "pick", Description: "A person picks.", External: true, Permission: bus.PermissionAllow, ConcurrencySafe: true,
 			InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}}})

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -48,7 +48,7 @@ func TestIdentityFromCredentials(t *testing.T) {
 	}
 
 	alice, bob, nobody := d.conn("session-s1"), d.conn("session-s3"), d.conn("session-s2")
-	bustest.CheckFor(t, bound, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, bound, 50*time.Millisecond, func() error {
 		tl, err := toolsAs(ctx, alice, "s1", nil)
 		if err != nil {
 			return err
@@ -182,6 +182,6 @@ func (d *deployment) whoami() *seenUsers {
 		defer cancel()
 		_ = w.Drain(ctx)
 	})
-	bustest.Recv(d.t, w.Registered(), bound, "whoami's registration")
+	testkit.Recv(d.t, w.Registered(), bound, "whoami's registration")
 	return seen
 }

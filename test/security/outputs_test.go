@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -211,7 +211,7 @@ func TestOutputOfAnotherCallRefused(t *testing.T) {
 		defer cancel()
 		_ = w.Drain(ctx)
 	})
-	bustest.Recv(t, w.Registered(), bound, "the worker's registration")
+	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
 	for _, who := range []string{"session-s2", "session-s1"} {
 		session := strings.TrimPrefix(who, "session-")
 		reply, err := d.conn(who).client().Call(testCtx(t), session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "steal"}}})

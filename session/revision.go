@@ -1,17 +1,14 @@
-package router
+package session
 
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toolbus/toolbus/groups"
 )
 
-// sessionCache decides, per run of a batch, whether the session must be
+// Revisions decides, per run of a batch, whether the session must be
 // read from KV (docs/protocol.md 4.2). A batch without a session revision
 // is read as before. A batch that echoes the revision of an earlier reply
 // or listing (sessionrev) skips the read when the router's cached session
@@ -19,13 +16,13 @@ import (
 // write of it: the agent has then been told of every write it depends on,
 // and this router holds them.
 //
-// The cache itself is groups.Store's LRU, fed by each read and by the
+// The cache itself is Store's LRU, fed by each read and by the
 // revision each write returns. The watch here (updates only, no values)
 // only marks cached sessions stale: a write through another router counts
 // as soon as the watch delivers it, and a batch carrying that write's
 // revision is read at once whatever the watch says.
-type sessionCache struct {
-	groups *groups.Store
+type Revisions struct {
+	groups *Store
 	kv     jetstream.KeyValue // P_sessions; nil: no watch, every batch is read
 
 	mu     sync.Mutex
@@ -36,21 +33,19 @@ type sessionCache struct {
 	limit  int
 	ready  bool // the watch runs
 
-	stop  context.CancelFunc
-	done  chan struct{}
-	reads atomic.Int64 // batch runs that read the session from KV
-	skips atomic.Int64 // batch runs that did not
+	stop context.CancelFunc
+	done chan struct{}
 }
 
-// newSessionCache returns the cache over gs; limit bounds the revisions
-// the watch keeps (the sessions the router caches, at least 1024).
-func newSessionCache(gs *groups.Store, kv jetstream.KeyValue, limit int) *sessionCache {
-	return &sessionCache{groups: gs, kv: kv, newer: map[string]uint64{}, missed: map[string]uint64{}, limit: max(limit, 1024)}
+// NewRevisions returns the revision view over gs; limit bounds the
+// revisions the watch keeps (the sessions the router caches, at least 1024).
+func NewRevisions(gs *Store, kv jetstream.KeyValue, limit int) *Revisions {
+	return &Revisions{groups: gs, kv: kv, newer: map[string]uint64{}, missed: map[string]uint64{}, limit: max(limit, 1024)}
 }
 
-// start runs the watch until ctx ends or stop. Without a watch every batch
+// Start runs the watch until ctx ends or Stop. Without a watch every batch
 // is read from KV, which is always correct.
-func (s *sessionCache) start(ctx context.Context) error {
+func (s *Revisions) Start(ctx context.Context) error {
 	if s.kv == nil {
 		return nil
 	}
@@ -96,16 +91,23 @@ func (s *sessionCache) start(ctx context.Context) error {
 	return nil
 }
 
-// close ends the watch; safe to call twice.
-func (s *sessionCache) close() {
-	if s.stop != nil {
-		s.stop()
-		<-s.done
+// Stop ends the watch and waits for it until ctx ends; safe to call
+// twice.
+func (s *Revisions) Stop(ctx context.Context) error {
+	if s.stop == nil {
+		return nil
+	}
+	s.stop()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
 // seen records that session id was written at revision rev.
-func (s *sessionCache) seen(id string, rev uint64) {
+func (s *Revisions) seen(id string, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.newer) >= s.limit {
@@ -122,23 +124,21 @@ func (s *sessionCache) seen(id string, rev uint64) {
 
 // current reports whether a cached session at revision have holds every
 // write of it the watch has seen.
-func (s *sessionCache) current(id string, have uint64) bool {
+func (s *Revisions) current(id string, have uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ready && have >= s.floor && have >= s.newer[id]
 }
 
-// snapshot makes the router's view of session id current for a batch run:
+// Snapshot makes the router's view of session id current for a batch run:
 // a read from KV, unless rev (the batch's sessionrev, 0 when absent) allows
 // the cached session (canSkip) or the cached miss of a session never
 // written (missCurrent).
-func (s *sessionCache) snapshot(ctx context.Context, id string, rev uint64) *groups.Session {
+func (s *Revisions) Snapshot(ctx context.Context, id string, rev uint64) *Session {
 	cur := s.groups.Session(id)
 	if canSkip(rev, cur.Revision(), s.current(id, cur.Revision())) || cur.Revision() == 0 && s.missCurrent(id, rev) {
-		s.skips.Add(1)
 		return cur
 	}
-	s.reads.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, sessionReadTimeout)
 	defer cancel()
 	s.mu.Lock()
@@ -153,7 +153,7 @@ func (s *sessionCache) snapshot(ctx context.Context, id string, rev uint64) *gro
 
 // miss records that session id was read absent when the watch had
 // delivered every write up to revision at.
-func (s *sessionCache) miss(id string, at uint64) {
+func (s *Revisions) miss(id string, at uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.missed) >= s.limit {
@@ -167,7 +167,7 @@ func (s *sessionCache) miss(id string, at uint64) {
 // this router read it absent once its watch ran, the watch has delivered
 // every write up to asked (so every write the agent was told of), and no
 // write of id since that read.
-func (s *sessionCache) missCurrent(id string, asked uint64) bool {
+func (s *Revisions) missCurrent(id string, asked uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at, ok := s.missed[id]
@@ -175,7 +175,7 @@ func (s *sessionCache) missCurrent(id string, asked uint64) bool {
 }
 
 // sessionReadTimeout bounds one read of a batch's session; past it the
-// cache serves (groups.Refresh falls back to it on an error).
+// cache serves (Store.Refresh falls back to it on an error).
 const sessionReadTimeout = 5 * time.Second
 
 // canSkip is the rule of docs/protocol.md 4.2: a batch that sent revision
@@ -185,11 +185,11 @@ func canSkip(asked, have uint64, current bool) bool {
 	return asked > 0 && have >= asked && current
 }
 
-// revision is the session's KV revision as this router knows it; for a
+// Revision is the session's KV revision as this router knows it; for a
 // session never written that this router read absent and whose miss still
 // holds, the revision of the miss: the newest revision of the bucket the
 // watch has delivered (docs/protocol.md 4.2). 0 when none is known.
-func (s *sessionCache) revision(id string) uint64 {
+func (s *Revisions) Revision(id string) uint64 {
 	if rev := s.groups.Session(id).Revision(); rev > 0 {
 		return rev
 	}

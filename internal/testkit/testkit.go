@@ -1,7 +1,10 @@
-// Package bustest starts real in-process nats-servers with JetStream for
-// tests, and offers bounded polling in place of sleeps and a buffer for
-// the output of commands run in the background.
-package bustest
+// Package testkit is toolbus's test kit. This package starts real
+// in-process nats-servers with JetStream for tests, and offers bounded
+// polling in place of sleeps and a buffer for the output of commands run in
+// the background; xtest, below it, starts a whole deployment (routers and
+// workers) on them. They are two packages because xtest imports the router
+// and the worker, whose own tests use this one (docs/router.md "Layout").
+package testkit
 
 import (
 	"bytes"

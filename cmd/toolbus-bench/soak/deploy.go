@@ -3,7 +3,6 @@ package soak
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/natsconn"
 )
 
@@ -44,55 +44,13 @@ const (
 type soakBinaries struct{ router, worker, from string }
 
 // findSoakBinaries looks for router and toolworker in dir (--bin), next to
-// this executable, on $PATH, and else builds them into tmp when the current
-// directory is inside the toolbus module (go run ./cmd/toolbus soak).
+// this executable, on $PATH, and else builds them into tmp (cli.Helpers).
 func findSoakBinaries(ctx context.Context, dir, tmp string, logf func(string, ...any)) (soakBinaries, error) {
-	both := func(d, from string) (soakBinaries, bool) {
-		b := soakBinaries{filepath.Join(d, "router"), filepath.Join(d, "toolworker"), from}
-		return b, isExecutable(b.router) && isExecutable(b.worker)
-	}
-	if dir != "" {
-		if b, ok := both(dir, "--bin "+dir); ok {
-			return b, nil
-		}
-		return soakBinaries{}, fmt.Errorf("--bin %s: router and toolworker must both be executables there", dir)
-	}
-	if exe, err := os.Executable(); err == nil {
-		if b, ok := both(filepath.Dir(exe), "next to "+exe); ok {
-			return b, nil
-		}
-	}
-	r, rerr := osexec.LookPath("router")
-	w, werr := osexec.LookPath("toolworker")
-	if rerr == nil && werr == nil {
-		return soakBinaries{r, w, "$PATH"}, nil
-	}
-	out, err := osexec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		return soakBinaries{}, errors.New("router and toolworker not found (--bin DIR, next to toolbus, $PATH) and not inside the toolbus module to build them")
-	}
-	mod, err := os.ReadFile(gomod)
-	if err != nil || !strings.Contains(string(mod), "module github.com/toolbus/toolbus\n") {
-		return soakBinaries{}, fmt.Errorf("router and toolworker not found (--bin DIR, next to toolbus, $PATH), and %s is not the toolbus module", gomod)
-	}
-	bin := filepath.Join(tmp, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
+	ps, from, err := cli.Helpers(ctx, dir, tmp, logf, "router", "toolworker")
+	if err != nil {
 		return soakBinaries{}, err
 	}
-	logf("building router and toolworker into %s", bin)
-	cmd := osexec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./cmd/router", "./cmd/toolworker")
-	cmd.Dir = filepath.Dir(gomod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return soakBinaries{}, fmt.Errorf("go build ./cmd/router ./cmd/toolworker: %w\n%s", err, out)
-	}
-	b, _ := both(bin, "built from "+cmd.Dir)
-	return b, nil
-}
-
-func isExecutable(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+	return soakBinaries{ps[0], ps[1], from}, nil
 }
 
 // soakProc is one router or worker slot; each restart is a new generation

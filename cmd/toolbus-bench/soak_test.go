@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/internal/soak"
+	"github.com/toolbus/toolbus/cmd/toolbus-bench/soak"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestSoakSmoke runs a 15-second soak: 2 router and 3 toolworker processes
@@ -16,14 +16,14 @@ import (
 // SIGKILLed and restarted, and nothing lost or duplicated. It builds
 // binaries and takes a minute or two, so it runs only with TOOLBUS_SOAK=1:
 //
-//	TOOLBUS_SOAK=1 go test -race -run TestSoakSmoke -v ./cmd/toolbus
+//	TOOLBUS_SOAK=1 go test -race -run TestSoakSmoke -v ./cmd/toolbus-bench
 func TestSoakSmoke(t *testing.T) {
 	if os.Getenv("TOOLBUS_SOAK") == "" {
 		t.Skip("set TOOLBUS_SOAK=1 to run the soak smoke test (builds router and toolworker, about a minute)")
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	var stdout, stderr bustest.Buffer
+	var stdout, stderr testkit.Buffer
 	err := run(ctx, []string{"soak", "--duration", "15s", "--fault-every", "5s", "--json", "-v"}, &stdout, &stderr)
 	t.Logf("stderr:\n%s", stderr.String())
 	var rep soak.Report

@@ -1,4 +1,9 @@
-package groups
+// Package session holds the session record of P_sessions (docs/protocol.md
+// 4.2, 8), the bounded cache of recently used sessions with its
+// compare-and-set writes (Store), and the router's revision view over the
+// bucket's watch (Revisions): when a batch's session must be read again,
+// and which revision a reply echoes.
+package session
 
 import (
 	"context"
@@ -12,27 +17,97 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
 )
 
-// sessions is the per-session state of P_sessions: a bounded cache of the
+// Config configures a Store.
+type Config struct {
+	// DefaultMode is the permission mode of a new session; "" means "default".
+	DefaultMode string
+	// DefaultRules and DefaultWorkDirs seed a new session's permission context.
+	DefaultRules    []bus.Rule
+	DefaultWorkDirs []string
+	// IdleTTL is the sessions bucket's TTL; a session in use is rewritten
+	// (touched) once half of it has passed, so only idle sessions expire.
+	// Zero means bus.DefaultSessionTTL.
+	IdleTTL time.Duration
+	// CacheSize bounds the sessions kept in memory (the least recently
+	// used are dropped first); zero means DefaultCacheSize.
+	CacheSize int
+	// ActiveByDefault returns the groups a session never written starts
+	// with active; nil means none.
+	ActiveByDefault func() []string
+}
+
+// DefaultCacheSize is Config.CacheSize's default.
+const DefaultCacheSize = 10000
+
+// Session is the state of one agent session, as stored in P_sessions.
+type Session struct {
+	// Active lists the activated groups other than basic.
+	Active []string `json:"active"`
+	// Mode is the permission mode.
+	Mode string `json:"mode,omitempty"`
+	// Rules are the session's permission rules.
+	Rules []bus.Rule `json:"rules,omitempty"`
+	// WorkDirs are the working directories path rules are relative to.
+	WorkDirs []string `json:"work_dirs,omitempty"`
+	// Todos is the todo list of todo_write.
+	Todos json.RawMessage `json:"todos,omitempty"`
+	// State is the agent state given to state_injected tools.
+	State json.RawMessage `json:"state,omitempty"`
+	// Updated is when the session was last written.
+	Updated time.Time `json:"updated"`
+
+	rev    uint64
+	cached time.Time // when this router's cache took it (local clock)
+}
+
+// Revision is the KV revision the session was read at; 0 for a session that
+// is not stored yet.
+func (s *Session) Revision() uint64 { return s.rev }
+
+// IsActive reports whether group g is active in the session (basic always is).
+func (s *Session) IsActive(g string) bool {
+	return g == bus.GroupBasic || slices.Contains(s.Active, g)
+}
+
+func (s *Session) clone() *Session {
+	c := *s
+	c.Active = slices.Clone(s.Active)
+	c.Rules = slices.Clone(s.Rules)
+	c.WorkDirs = slices.Clone(s.WorkDirs)
+	return &c
+}
+
+// Store is the per-session state of P_sessions: a bounded cache of the
 // recently used sessions (least recently used dropped first), the reads
 // that must be current (Refresh, Load) and the compare-and-set writes
 // (Update, Touch, DeleteSession). A session it has not seen starts from
-// the defaults and each defined group's active_by_default (defs). Safe for
+// the defaults and each defined group's active_by_default (Config.ActiveByDefault). Safe for
 // concurrent use.
-type sessions struct {
-	kv   jetstream.KeyValue
-	defs *definitions // for a fresh session's active_by_default groups
-	cfg  Config
+type Store struct {
+	kv  jetstream.KeyValue
+	cfg Config
 
 	mu  sync.RWMutex
 	lru *simplelru.LRU[string, *Session] // recently used sessions, guarded by mu
 }
 
-func newSessions(kv jetstream.KeyValue, defs *definitions, cfg Config) *sessions {
-	lru, _ := simplelru.NewLRU[string, *Session](cfg.SessionCache, nil) // errors only for a size <= 0
-	return &sessions{kv: kv, defs: defs, cfg: cfg, lru: lru}
+// NewStore returns the sessions of bucket kv (P_sessions).
+func NewStore(kv jetstream.KeyValue, cfg Config) *Store {
+	if cfg.DefaultMode == "" {
+		cfg.DefaultMode = "default"
+	}
+	if cfg.IdleTTL <= 0 {
+		cfg.IdleTTL = bus.DefaultSessionTTL
+	}
+	if cfg.CacheSize <= 0 {
+		cfg.CacheSize = DefaultCacheSize
+	}
+	lru, _ := simplelru.NewLRU[string, *Session](cfg.CacheSize, nil) // errors only for a size <= 0
+	return &Store{kv: kv, cfg: cfg, lru: lru}
 }
 
 // Session returns the session's state as this router last read or wrote
@@ -40,7 +115,7 @@ func newSessions(kv jetstream.KeyValue, defs *definitions, cfg Config) *sessions
 // group's active_by_default and the default mode. Reads that must see
 // writes made through other routers use Refresh. The returned value must
 // not be modified.
-func (s *sessions) Session(id string) *Session {
+func (s *Store) Session(id string) *Session {
 	s.mu.RLock() // Peek: Refresh, once per batch run, keeps the recency
 	sess, ok := s.lru.Peek(id)
 	s.mu.RUnlock()
@@ -50,13 +125,11 @@ func (s *sessions) Session(id string) *Session {
 	return s.fresh()
 }
 
-func (s *sessions) fresh() *Session {
+func (s *Store) fresh() *Session {
 	sess := &Session{Active: []string{}, Mode: s.cfg.DefaultMode,
 		Rules: slices.Clone(s.cfg.DefaultRules), WorkDirs: slices.Clone(s.cfg.DefaultWorkDirs)}
-	for _, g := range s.defs.Groups() {
-		if g.ActiveByDefault {
-			sess.Active = append(sess.Active, g.Name)
-		}
+	if s.cfg.ActiveByDefault != nil {
+		sess.Active = append(sess.Active, s.cfg.ActiveByDefault()...)
 	}
 	return sess
 }
@@ -64,7 +137,7 @@ func (s *sessions) fresh() *Session {
 // Touch rewrites a stored session that is in use when half of its idle TTL
 // has passed since its last write, so that the bucket's TTL only ever
 // removes sessions nobody uses. It is cheap when nothing is due.
-func (s *sessions) Touch(ctx context.Context, id string) error {
+func (s *Store) Touch(ctx context.Context, id string) error {
 	s.mu.Lock()
 	sess, ok := s.lru.Peek(id)
 	s.mu.Unlock()
@@ -77,13 +150,13 @@ func (s *sessions) Touch(ctx context.Context, id string) error {
 
 // Load reads a session from KV rather than the cache: for the rare reads
 // that must see every write already acknowledged (agent state).
-func (s *sessions) Load(ctx context.Context, id string) (*Session, error) {
+func (s *Store) Load(ctx context.Context, id string) (*Session, error) {
 	entry, err := s.kv.Get(ctx, id)
 	if store.IsNotFound(err) {
 		return s.fresh(), nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("groups: read session %s: %w", id, err)
+		return nil, fmt.Errorf("session: read session %s: %w", id, err)
 	}
 	return decodeSession(entry)
 }
@@ -91,7 +164,7 @@ func (s *sessions) Load(ctx context.Context, id string) (*Session, error) {
 func decodeSession(entry jetstream.KeyValueEntry) (*Session, error) {
 	sess := new(Session)
 	if err := json.Unmarshal(entry.Value(), sess); err != nil {
-		return nil, fmt.Errorf("groups: session %s is corrupt: %w", entry.Key(), err)
+		return nil, fmt.Errorf("session: session %s is corrupt: %w", entry.Key(), err)
 	}
 	sess.rev = entry.Revision()
 	return sess, nil
@@ -101,14 +174,14 @@ func decodeSession(entry jetstream.KeyValueEntry) (*Session, error) {
 // it; on a KV error it falls back to the cache. Routers use it where a stale
 // cache would give a wrong answer that a user sees: once per run of a batch,
 // a listing, session.get.
-func (s *sessions) Refresh(ctx context.Context, id string) *Session {
+func (s *Store) Refresh(ctx context.Context, id string) *Session {
 	sess, _ := s.Read(ctx, id)
 	return sess
 }
 
 // Read is Refresh that also reports whether KV answered that the session
 // is not stored (absent), which a fallback to the cache never does.
-func (s *sessions) Read(ctx context.Context, id string) (sess *Session, absent bool) {
+func (s *Store) Read(ctx context.Context, id string) (sess *Session, absent bool) {
 	asked := time.Now()
 	entry, err := s.kv.Get(ctx, id)
 	switch {
@@ -150,7 +223,7 @@ func (s *sessions) Read(ctx context.Context, id string) (sess *Session, absent b
 
 // Stored reports whether the session exists in KV as far as the cache
 // knows (a session dropped from the cache counts as not stored).
-func (s *sessions) Stored(id string) bool {
+func (s *Store) Stored(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lru.Contains(id)
@@ -164,7 +237,7 @@ var ErrAbort = errors.New("groups: update aborted")
 // retried with fresh state when another router wrote in between, so no
 // update is ever lost. fn may run more than once. When fn returns an error
 // nothing is written and the error is returned.
-func (s *sessions) Update(ctx context.Context, id string, fn func(*Session) error) (*Session, error) {
+func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) (*Session, error) {
 	var next *Session
 	var fnErr error
 	rev, err := store.Update(ctx, s.kv, id, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
@@ -183,7 +256,7 @@ func (s *sessions) Update(ctx context.Context, id string, fn func(*Session) erro
 		next.Updated = time.Now().UTC()
 		b, err := json.Marshal(next)
 		if err != nil {
-			return nil, fmt.Errorf("groups: encode session %s: %w", id, err)
+			return nil, fmt.Errorf("session: encode session %s: %w", id, err)
 		}
 		return b, nil
 	})
@@ -191,7 +264,7 @@ func (s *sessions) Update(ctx context.Context, id string, fn func(*Session) erro
 	case fnErr != nil:
 		return nil, fnErr
 	case err != nil:
-		return nil, fmt.Errorf("groups: write session %s: %w", id, err)
+		return nil, fmt.Errorf("session: write session %s: %w", id, err)
 	}
 	next.rev = rev
 	s.mu.Lock()
@@ -204,9 +277,9 @@ func (s *sessions) Update(ctx context.Context, id string, fn func(*Session) erro
 }
 
 // DeleteSession forgets a session.
-func (s *sessions) DeleteSession(ctx context.Context, id string) error {
+func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if err := s.kv.Delete(ctx, id); err != nil && !store.IsNotFound(err) {
-		return fmt.Errorf("groups: delete session %s: %w", id, err)
+		return fmt.Errorf("session: delete session %s: %w", id, err)
 	}
 	s.mu.Lock()
 	s.lru.Remove(id)
@@ -215,7 +288,7 @@ func (s *sessions) DeleteSession(ctx context.Context, id string) error {
 }
 
 // Sessions returns how many sessions the cache holds.
-func (s *sessions) Sessions() int {
+func (s *Store) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lru.Len()

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/soak"
+	"github.com/toolbus/toolbus/cmd/toolbus-bench/soak"
 	"github.com/toolbus/toolbus/natsconn"
 )
 
-// runSoak is toolbus soak: flags in, internal/soak runs, the report out.
+// runSoak is toolbus soak: flags in, package soak runs, the report out.
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("toolbus soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -40,13 +40,13 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(fs.Output(), "usage: toolbus soak [flags]\n\n%s\n\nflags:\n", soak.Help)
 		fs.PrintDefaults()
 	}
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("soak takes no arguments, got %q", pos[0])
+	if fs.NArg() > 0 {
+		return fmt.Errorf("soak takes no arguments, got %q", fs.Arg(0))
 	}
+	var err error
 	switch {
 	case o.Duration <= 0:
 		return fmt.Errorf("--duration must be positive, got %v", o.Duration)

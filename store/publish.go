@@ -1,0 +1,252 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Publisher defaults.
+const (
+	// DefaultMaxPending is PublisherConfig.MaxPending's default.
+	DefaultMaxPending = 4096
+	// DefaultAckWait is PublisherConfig.AckWait's default.
+	DefaultAckWait = 5 * time.Second
+)
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// MaxPending bounds the messages published and not yet acknowledged;
+	// a publisher past it waits a moment, then its message is refused at
+	// once and Stored publishes it again. Zero means DefaultMaxPending.
+	MaxPending int
+	// AckWait is how long an acknowledgement is awaited before the message
+	// is published again (one lost in a leader change never arrives). Zero
+	// means DefaultAckWait.
+	AckWait time.Duration
+	// MaxWait bounds each Stored, retries included; zero means the
+	// caller's context alone bounds it.
+	MaxWait time.Duration
+	// Health, when set, notes each message's outcome in Stored.
+	Health *Health
+}
+
+// Publisher publishes messages to a stream asynchronously, each with a
+// message id the stream stores once, and Stored waits until the stream
+// holds them: a batch of messages costs one wait, not one round trip
+// each. The router's session events and the audit trail both use one. It
+// is safe for concurrent use.
+type Publisher struct {
+	js  jetstream.JetStream
+	cfg PublisherConfig
+}
+
+// NewPublisher returns a Publisher through a JetStream context of its own
+// on nc, whose asynchronous acknowledgements time out after AckWait.
+func NewPublisher(nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = DefaultAckWait
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending), jetstream.WithPublishAsyncTimeout(cfg.AckWait))
+	if err != nil {
+		return nil, fmt.Errorf("store: publisher: %w", err)
+	}
+	return &Publisher{js: js, cfg: cfg}, nil
+}
+
+// JetStream is the publisher's JetStream context (for provisioning the
+// stream it writes to).
+func (p *Publisher) JetStream() jetstream.JetStream { return p.js }
+
+// Pending is a message on its way to the stream.
+type Pending struct {
+	msg     *nats.Msg
+	id      string
+	ack     jetstream.PubAckFuture
+	err     error
+	acked   bool // the ack was taken (its channel holds it once)
+	retried bool // Stored published it again
+}
+
+// ID is the message id.
+func (p *Pending) ID() string { return p.id }
+
+// Msg is the message as published.
+func (p *Pending) Msg() *nats.Msg { return p.msg }
+
+// Data is the message's payload.
+func (p *Pending) Data() []byte { return p.msg.Data }
+
+// Err is why the message is not stored (after Stored), or nil.
+func (p *Pending) Err() error { return p.err }
+
+// Retried reports whether Stored published the message again.
+func (p *Pending) Retried() bool { return p.retried }
+
+// Ack is the first publish's acknowledgement future; nil when that
+// publish failed at once (Err says why).
+func (p *Pending) Ack() jetstream.PubAckFuture { return p.ack }
+
+// Publish sends m with message id id and returns at once; Stored waits
+// for it. A publish that fails at once is retried by Stored.
+func (p *Publisher) Publish(m *nats.Msg, id string) *Pending {
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	ack, err := p.js.PublishMsgAsync(m)
+	return &Pending{msg: m, id: id, ack: ack, err: err}
+}
+
+// Acked reports, without waiting, whether the stream has acknowledged
+// every message of ps (mostly so by the time a batch is done), marking
+// those it takes the acknowledgement of: a future's channel holds it once.
+func Acked(ps []*Pending) bool {
+	for _, p := range ps {
+		if p.err != nil || p.ack == nil {
+			return false
+		}
+		if p.acked {
+			continue
+		}
+		select {
+		case <-p.ack.Ok():
+			p.acked = true
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Stored waits until the stream holds every message of ps, publishing
+// again (with the same message id, which the stream stores once) those
+// whose publish failed or whose acknowledgement did not come within
+// AckWait, until ctx ends or MaxWait has passed — but not through a full
+// store (a full account or server refuses a message as long as nobody
+// frees space) nor after an error that is not transient. Messages go in
+// rounds: all of a round are published together and share one AckWait,
+// so a leader change that loses every acknowledgement costs one AckWait,
+// not one per message. It returns the messages it could not store, each
+// with its Err: none when every one is stored.
+func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending) {
+	if p.cfg.MaxWait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.MaxWait)
+		defer cancel()
+	}
+	if p.cfg.Health != nil {
+		defer func() { p.note(ps) }()
+	}
+	todo := make([]*Pending, 0, len(ps))
+	for _, x := range ps {
+		if x != nil && !x.acked {
+			todo = append(todo, x)
+		}
+	}
+	backoff := 10 * time.Millisecond
+	for len(todo) > 0 {
+		again := todo[:0:0]
+		for _, x := range p.awaitAll(ctx, todo) {
+			if ctx.Err() != nil || IsFull(x.err) || !IsTransient(x.err) {
+				lost = append(lost, x)
+			} else {
+				again = append(again, x)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		if Pause(ctx, backoff) != nil {
+			return append(lost, again...)
+		}
+		backoff = min(2*backoff, time.Second)
+		for _, x := range again {
+			x.retried = true
+			x.ack, x.err = p.js.PublishMsgAsync(x.msg)
+		}
+		todo = again
+	}
+	return lost
+}
+
+// note records the outcome of each of ps in the publisher's Health.
+func (p *Publisher) note(ps []*Pending) {
+	for _, x := range ps {
+		if x != nil {
+			p.cfg.Health.Note(x.err)
+		}
+	}
+}
+
+// Pause waits d, or until ctx ends (its error then).
+func Pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// awaitAll waits for the acknowledgements of ps for at most AckWait in
+// all, and returns those that failed, each with its err set.
+func (p *Publisher) awaitAll(ctx context.Context, ps []*Pending) (failed []*Pending) {
+	timer := time.NewTimer(p.cfg.AckWait)
+	defer timer.Stop()
+	expired := false
+	for _, x := range ps {
+		if x.err == nil {
+			expired, x.err = x.wait(ctx, timer.C, expired)
+			x.acked = x.err == nil
+		}
+		if x.err != nil {
+			failed = append(failed, x)
+		}
+	}
+	return failed
+}
+
+// wait waits for x's acknowledgement until expiry fires (or fired:
+// expired), or ctx ends.
+func (x *Pending) wait(ctx context.Context, expiry <-chan time.Time, expired bool) (bool, error) {
+	if expired {
+		select {
+		case <-x.ack.Ok():
+			return true, nil
+		case err := <-x.ack.Err():
+			return true, err
+		default:
+			return true, jetstream.ErrAsyncPublishTimeout
+		}
+	}
+	select {
+	case <-x.ack.Ok():
+		return false, nil
+	case err := <-x.ack.Err():
+		return false, err
+	case <-expiry:
+		return true, jetstream.ErrAsyncPublishTimeout
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// Flush waits until every message published so far is acknowledged, or
+// ctx ends (the asynchronous publishes only: Stored is what retries).
+func (p *Publisher) Flush(ctx context.Context) error {
+	select {
+	case <-p.js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

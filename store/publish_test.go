@@ -1,0 +1,127 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/store"
+)
+
+// publisherOn returns a publisher on a fresh server, a JetStream context,
+// and a function that (re)creates the stream "S" on subject "s.>".
+func publisherOn(t *testing.T, cfg store.PublisherConfig) (*store.Publisher, jetstream.JetStream, func()) {
+	t.Helper()
+	nc := testkit.Connect(t, testkit.RunServer(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func() {
+		if _, err := js.CreateOrUpdateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Duplicates: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := store.NewPublisher(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, js, create
+}
+
+func publishN(p *store.Publisher, n int) []*store.Pending {
+	var ps []*store.Pending
+	for i := range n {
+		m := nats.NewMsg(fmt.Sprintf("s.%d", i))
+		m.Data = []byte("x")
+		ps = append(ps, p.Publish(m, fmt.Sprintf("id-%d", i)))
+	}
+	return ps
+}
+
+func streamMsgs(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(t.Context(), "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// TestPublisherStored: messages published to a stream are stored once
+// each; Stored returns none lost, Acked then says so without waiting, and
+// the health is noted healthy.
+func TestPublisherStored(t *testing.T) {
+	h := &store.Health{}
+	p, js, create := publisherOn(t, store.PublisherConfig{Health: h})
+	create()
+	ps := publishN(p, 20)
+	if lost := p.Stored(t.Context(), ps); len(lost) > 0 {
+		t.Fatalf("%d lost: %v", len(lost), lost[0].Err())
+	}
+	if !store.Acked(ps) {
+		t.Fatal("Acked = false after Stored")
+	}
+	if full, _, _ := h.Full(); full {
+		t.Fatal("health full")
+	}
+	if got := streamMsgs(t, js); got != 20 {
+		t.Fatalf("%d stored, want 20", got)
+	}
+}
+
+// TestPublisherRetries: messages whose publish failed (no stream yet) are
+// published again by Stored once the stream is there, and stored once.
+func TestPublisherRetries(t *testing.T) {
+	p, js, create := publisherOn(t, store.PublisherConfig{})
+	ps := publishN(p, 10)
+	for _, x := range ps {
+		if x.Ack() == nil {
+			continue
+		}
+		select {
+		case <-x.Ack().Err():
+		case <-x.Ack().Ok():
+			t.Fatal("stored without a stream")
+		case <-time.After(30 * time.Second):
+			t.Fatal("no answer to a publish")
+		}
+	}
+	if store.Acked(ps) {
+		t.Fatal("Acked = true for failed publishes")
+	}
+	create()
+	if lost := p.Stored(t.Context(), ps); len(lost) > 0 {
+		t.Fatalf("%d lost: %v", len(lost), lost[0].Err())
+	}
+	for _, x := range ps {
+		if !x.Retried() {
+			t.Fatalf("%s not retried", x.ID())
+		}
+	}
+	if got := streamMsgs(t, js); got != 10 {
+		t.Fatalf("%d stored, want 10", got)
+	}
+}
+
+// TestPublisherLost: a message no stream takes is reported lost with its
+// error within MaxWait, not dropped silently.
+func TestPublisherLost(t *testing.T) {
+	p, _, _ := publisherOn(t, store.PublisherConfig{MaxWait: time.Second})
+	ps := publishN(p, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	lost := p.Stored(ctx, ps)
+	if len(lost) != 1 || lost[0].Err() == nil || lost[0].ID() != "id-0" || string(lost[0].Data()) != "x" {
+		t.Fatalf("lost %+v", lost)
+	}
+}
