@@ -168,8 +168,13 @@ func TestHostileServerBounded(t *testing.T) {
 	if res.State != bus.StateError || !strings.Contains(text(res), "exceeds the bridge's limit of 16777216 bytes") {
 		t.Fatalf("huge: %s %.200q", res.State, text(res))
 	}
-	if grew := peak - base; grew > 96<<20 {
-		t.Errorf("the bridge's RSS grew by %d MiB for a refused 100 MiB result; want under 96 MiB", grew>>20)
+	// Held whole, the 100 MiB would show at least its size again in the
+	// decoder (and three times more under -race's shadow memory); a
+	// bounded read peaks far lower, but on a starved machine the collector
+	// runs late and the peak took 106 MiB once (TestHostileServerBounded
+	// under seven helpers' load), so the bound leaves that room.
+	if grew := peak - base; grew > 128<<20 {
+		t.Errorf("the bridge's RSS grew by %d MiB for a refused 100 MiB result; want under 128 MiB", grew>>20)
 	}
 	// The server is still connected.
 	if res := e.callWithin(bound, "f2", "mcp__h__flood", map[string]any{"n": 1}); res.State != bus.StateSuccess {
