@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/schemas"
@@ -36,20 +36,20 @@ type answers struct {
 	publish    func(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
 	stored     func(ctx context.Context, evs []*sentEvent) error
 	runTool    func(ctx context.Context, j *job) bus.Result
-	resume     func(cont *external.Batch)
+	resume     func(cont *parked.Batch)
 	confirming *confirmed
 	guard      *guard // the audit trail of parked calls (guard.go)
 }
 
 // parkedCalls is what answers uses of the parked calls and continuations
-// (external.Store).
+// (parked.Store).
 type parkedCalls interface {
-	Answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*external.Record, *bus.Answer) error) (*external.Record, error)
-	Repark(ctx context.Context, key, kind, source string) (*external.Record, error)
-	Close(ctx context.Context, key string, res bus.Result) (*external.Record, error)
-	GetBatch(ctx context.Context, session, replyID string) (*external.Batch, error)
-	Complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*external.Batch, bool, error)
-	Parked(session, replyID string) []*external.Record
+	Answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*parked.Record, *bus.Answer) error) (*parked.Record, error)
+	Repark(ctx context.Context, key, kind, source string) (*parked.Record, error)
+	Close(ctx context.Context, key string, res bus.Result) (*parked.Record, error)
+	GetBatch(ctx context.Context, session, replyID string) (*parked.Batch, error)
+	Complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*parked.Batch, bool, error)
+	Parked(session, replyID string) []*parked.Record
 }
 
 // toolLookup is what answers uses of the registry.
@@ -66,7 +66,7 @@ type sessionRules interface {
 }
 
 var (
-	_ parkedCalls  = (*external.Store)(nil)
+	_ parkedCalls  = (*parked.Store)(nil)
 	_ toolLookup   = (*registry.Registry)(nil)
 	_ sessionRules = (*groups.Store)(nil)
 )
@@ -83,7 +83,7 @@ const (
 // decideAnswer is the one decision on an accepted answer; tool is the
 // call's tool (nil when it is no longer registered). For verdictDone it
 // returns the result.
-func decideAnswer(rec *external.Record, tool *registry.Tool) (verdict, bus.Result) {
+func decideAnswer(rec *parked.Record, tool *registry.Tool) (verdict, bus.Result) {
 	switch {
 	case rec.Kind != bus.KindConfirm:
 		return verdictDone, answerResult(rec)
@@ -138,7 +138,7 @@ func (r *answers) answer(m *nats.Msg, via string) {
 	// subject's (Answer refuses another), and check, settle and the run
 	// of a confirmed call all use it.
 	t, _ := r.reg.Lookup(tool)
-	check := func(rec *external.Record, a *bus.Answer) error {
+	check := func(rec *parked.Record, a *bus.Answer) error {
 		if err := r.checkAnswer(rec, a, via, t); err != nil {
 			return err
 		}
@@ -171,7 +171,7 @@ func (r *answers) answer(m *nats.Msg, via string) {
 // rules. On P.answer.<tool> a confirmation is taken only from an open
 // router (no identities), as before: its digest, when given, must match;
 // an edited input is validated against the tool's schema and normalised.
-func (r *answers) checkAnswer(rec *external.Record, a *bus.Answer, via string, t *registry.Tool) error {
+func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *registry.Tool) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
 	}
@@ -241,7 +241,7 @@ func (r *answers) checkAnswer(rec *external.Record, a *bus.Answer, via string, t
 
 // checkDigest checks a confirmation's input_digest against the parked
 // input's: required is whether it must be given.
-func checkDigest(rec *external.Record, a *bus.Answer, required bool) error {
+func checkDigest(rec *parked.Record, a *bus.Answer, required bool) error {
 	want := rec.InputDigest
 	if want == "" { // parked before records carried it
 		want = bus.InputDigest(rec.Call.Input)
@@ -308,7 +308,7 @@ func (r *answers) remember(ctx context.Context, session string, rules []bus.Rule
 }
 
 // answerResult is the result an external answer gives its call.
-func answerResult(rec *external.Record) bus.Result {
+func answerResult(rec *parked.Record) bus.Result {
 	a := rec.Answer
 	res := bus.Result{ID: rec.Call.ID, Name: rec.Call.Name, State: a.State, Output: a.Output}
 	if res.Output == nil {
@@ -335,7 +335,7 @@ func deniedByUser(c bus.Call, reason string) bus.Result {
 // external tool is parked again for its execution; a confirmed call runs.
 // tool is the call's tool when the caller looked it up (nil: looked up
 // here, once). The continuation is read once, for the run and the events.
-func (r *answers) settle(rec *external.Record, tool *registry.Tool) {
+func (r *answers) settle(rec *parked.Record, tool *registry.Tool) {
 	if tool == nil {
 		tool, _ = r.reg.Lookup(rec.Call.Name)
 	}
@@ -343,7 +343,7 @@ func (r *answers) settle(rec *external.Record, tool *registry.Tool) {
 		defer r.confirmCovered(rec)
 	}
 	v, res := decideAnswer(rec, tool)
-	var cont *external.Batch
+	var cont *parked.Batch
 	switch v {
 	case verdictRepark:
 		ctx, cancel := r.landing()
@@ -359,7 +359,7 @@ func (r *answers) settle(rec *external.Record, tool *registry.Tool) {
 		cancel()
 		if err != nil {
 			res = internal(rec.Call, fmt.Errorf("continuation: %w", err))
-			cont = &external.Batch{} // read once: the event goes without the batch's trace
+			cont = &parked.Batch{} // read once: the event goes without the batch's trace
 		} else {
 			res = r.runConfirmed(rec, tool, cont)
 		}
@@ -370,7 +370,7 @@ func (r *answers) settle(rec *external.Record, tool *registry.Tool) {
 // runConfirmed runs a confirmed call, with its edited input, through the
 // executor as any call of its batch would run. A cancel of the batch
 // reaches it through r.confirming.
-func (r *answers) runConfirmed(rec *external.Record, tool *registry.Tool, cont *external.Batch) bus.Result {
+func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *parked.Batch) bus.Result {
 	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
 	if err != nil {
 		return internal(rec.Call, err)
@@ -392,7 +392,7 @@ func (r *answers) runConfirmed(rec *external.Record, tool *registry.Tool, cont *
 // confirmCovered answers, as confirmed, the other calls of the same batch
 // that wait for a confirmation and that the session's rules now allow: a
 // person who said "yes, and remember" is not asked twice.
-func (r *answers) confirmCovered(answered *external.Record) {
+func (r *answers) confirmCovered(answered *parked.Record) {
 	sess := r.groups.Session(answered.Session)
 	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {
 		if rec.Kind != bus.KindConfirm || rec.Call.ID == answered.Call.ID {
@@ -415,10 +415,10 @@ func (r *answers) confirmCovered(answered *external.Record) {
 // complete records a parked call's result, publishes it, and resumes the
 // batch when it was the last one awaited. cont is the continuation when
 // the caller read it (nil: read here, for the event's trace).
-func (r *answers) complete(rec *external.Record, res bus.Result, cont *external.Batch) {
+func (r *answers) complete(rec *parked.Record, res bus.Result, cont *parked.Batch) {
 	ctx, cancel := r.landing()
 	defer cancel()
-	if rec.Status == external.StatusAnswered {
+	if rec.Status == bus.ParkAnswered {
 		if _, err := r.parked.Close(ctx, rec.Key(), res); err != nil {
 			var be *bus.Error
 			if errors.As(err, &be) {

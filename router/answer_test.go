@@ -7,14 +7,14 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/registry"
 )
 
 // fakeParked counts what answers asks of the parked calls.
 type fakeParked struct {
-	cont      *external.Batch
+	cont      *parked.Batch
 	getErr    error
 	resume    bool
 	gets      int
@@ -23,26 +23,26 @@ type fakeParked struct {
 	closes    int
 }
 
-func (f *fakeParked) Answer(context.Context, string, string, *bus.Answer, func(*external.Record, *bus.Answer) error) (*external.Record, error) {
+func (f *fakeParked) Answer(context.Context, string, string, *bus.Answer, func(*parked.Record, *bus.Answer) error) (*parked.Record, error) {
 	return nil, errors.New("not used")
 }
-func (f *fakeParked) Repark(context.Context, string, string, string) (*external.Record, error) {
+func (f *fakeParked) Repark(context.Context, string, string, string) (*parked.Record, error) {
 	f.reparks++
-	return &external.Record{}, nil
+	return &parked.Record{}, nil
 }
-func (f *fakeParked) Close(context.Context, string, bus.Result) (*external.Record, error) {
+func (f *fakeParked) Close(context.Context, string, bus.Result) (*parked.Record, error) {
 	f.closes++
-	return &external.Record{}, nil
+	return &parked.Record{}, nil
 }
-func (f *fakeParked) GetBatch(context.Context, string, string) (*external.Batch, error) {
+func (f *fakeParked) GetBatch(context.Context, string, string) (*parked.Batch, error) {
 	f.gets++
 	return f.cont, f.getErr
 }
-func (f *fakeParked) Complete(_ context.Context, _, _, _ string, res bus.Result) (*external.Batch, bool, error) {
+func (f *fakeParked) Complete(_ context.Context, _, _, _ string, res bus.Result) (*parked.Batch, bool, error) {
 	f.completes = append(f.completes, res)
 	return f.cont, f.resume, nil
 }
-func (f *fakeParked) Parked(string, string) []*external.Record { return nil }
+func (f *fakeParked) Parked(string, string) []*parked.Record { return nil }
 
 // fakeTools counts registry lookups.
 type fakeTools struct {
@@ -70,7 +70,7 @@ func (fakeRules) Session(string) *groups.Session { return nil }
 func TestSettle(t *testing.T) {
 	yes, no := true, false
 	call := bus.Call{ID: "c1", Name: "tool", Input: []byte(`{}`)}
-	cont := &external.Batch{Session: "s", ReplyID: "r", Data: bus.Batch{Calls: []bus.Call{call}}}
+	cont := &parked.Batch{Session: "s", ReplyID: "r", Data: bus.Batch{Calls: []bus.Call{call}}}
 	ran := bus.Result{ID: "c1", Name: "tool", State: bus.StateSuccess, Output: bus.Text("ran")}
 	for _, tc := range []struct {
 		name     string
@@ -106,11 +106,11 @@ func TestSettle(t *testing.T) {
 			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: verdictRun, code: bus.CodeInternal, gets: 1, complete: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rec := &external.Record{Session: "s", ReplyID: "r", Call: call, Kind: tc.kind, Status: external.StatusDone, Answer: &tc.answer}
+			rec := &parked.Record{Session: "s", ReplyID: "r", Call: call, Kind: tc.kind, Status: bus.ParkDone, Answer: &tc.answer}
 			if v, _ := decideAnswer(rec, tc.tool); v != tc.verdict {
 				t.Errorf("decideAnswer = %v, want %v", v, tc.verdict)
 			}
-			parked := &fakeParked{cont: cont, getErr: tc.getErr, resume: tc.resume}
+			pk := &fakeParked{cont: cont, getErr: tc.getErr, resume: tc.resume}
 			tools := &fakeTools{tools: map[string]*registry.Tool{}}
 			if tc.tool != nil {
 				tools.tools["tool"] = tc.tool
@@ -118,26 +118,26 @@ func TestSettle(t *testing.T) {
 			runs, resumed := 0, false
 			a := &answers{wire: &wire{log: slog.New(slog.DiscardHandler)}, base: t.Context(),
 				landing: func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) },
-				parked:  parked, reg: tools, groups: fakeRules{}, confirming: &confirmed{},
+				parked:  pk, reg: tools, groups: fakeRules{}, confirming: &confirmed{},
 				publish: func(string, string, string, string, [2]string, any) (*sentEvent, error) { return nil, nil },
 				stored:  func(context.Context, []*sentEvent) error { return nil },
 				runTool: func(context.Context, *job) bus.Result { runs++; return ran },
-				resume:  func(*external.Batch) { resumed = true },
+				resume:  func(*parked.Batch) { resumed = true },
 			}
 			a.settle(rec, nil) // as a takeover does: settle looks the tool up itself
-			if tools.lookups != 1 || parked.gets != tc.gets {
-				t.Errorf("%d registry lookups and %d continuation reads, want 1 and %d", tools.lookups, parked.gets, tc.gets)
+			if tools.lookups != 1 || pk.gets != tc.gets {
+				t.Errorf("%d registry lookups and %d continuation reads, want 1 and %d", tools.lookups, pk.gets, tc.gets)
 			}
-			if parked.reparks != tc.reparks || runs != tc.runs || resumed != tc.resumed {
-				t.Errorf("reparks %d, runs %d, resumed %v; want %d, %d, %v", parked.reparks, runs, resumed, tc.reparks, tc.runs, tc.resumed)
+			if pk.reparks != tc.reparks || runs != tc.runs || resumed != tc.resumed {
+				t.Errorf("reparks %d, runs %d, resumed %v; want %d, %d, %v", pk.reparks, runs, resumed, tc.reparks, tc.runs, tc.resumed)
 			}
-			if (len(parked.completes) == 1) != tc.complete {
-				t.Fatalf("completed %d times, want %v", len(parked.completes), tc.complete)
+			if (len(pk.completes) == 1) != tc.complete {
+				t.Fatalf("completed %d times, want %v", len(pk.completes), tc.complete)
 			}
 			if !tc.complete {
 				return
 			}
-			res := parked.completes[0]
+			res := pk.completes[0]
 			code := ""
 			if res.Error != nil {
 				code = res.Error.Code

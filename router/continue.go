@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // continuations runs the parked batches of this router's deployment
@@ -22,16 +22,16 @@ type continuations struct {
 	life    *life.Life
 	pool    *pool.Pool
 	landing func() (context.Context, context.CancelFunc)
-	parked  *external.Store
+	parked  *parked.Store
 	led     dedupe
 	answers *answers
 
-	fromContinuation func(cont *external.Batch) (*batch, error)
+	fromContinuation func(cont *parked.Batch) (*batch, error)
 	track, untrack   func(b *batch)
 }
 
 // resume runs the rest of a batch whose awaited calls have all finished.
-func (r *continuations) resume(cont *external.Batch) {
+func (r *continuations) resume(cont *parked.Batch) {
 	if b := r.continuation(cont); b != nil {
 		defer r.untrack(b)
 		b.finishRest(b.run(cont.Next))
@@ -40,7 +40,7 @@ func (r *continuations) resume(cont *external.Batch) {
 
 // continuation rebuilds and tracks the batch of cont; nil (logged) when
 // the record cannot be used. The caller untracks it.
-func (r *continuations) continuation(cont *external.Batch) *batch {
+func (r *continuations) continuation(cont *parked.Batch) *batch {
 	b, err := r.fromContinuation(cont)
 	if err != nil {
 		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
@@ -110,7 +110,7 @@ func (r *continuations) background(fn func()) bool {
 // calls of its last run that never got a result run again (the ledger keeps
 // side-effecting ones from running twice), then the batch waits for its
 // answers or goes on.
-func (r *continuations) repair(cont *external.Batch) {
+func (r *continuations) repair(cont *parked.Batch) {
 	b := r.continuation(cont)
 	if b == nil {
 		return
@@ -139,13 +139,13 @@ func (r *continuations) repair(cont *external.Batch) {
 // sweep expires the parked calls whose time is up.
 func (r *continuations) sweep(now time.Time) {
 	for _, rec := range r.parked.Expired(now) {
-		r.endParked(rec, external.StatusExpired, parkTimeout(rec.Call, r.parked.TTL()))
+		r.endParked(rec, bus.ParkExpired, parkTimeout(rec.Call, r.parked.TTL()))
 	}
 }
 
 // endParked moves a parked call to a final status (expired, cancelled) with
 // res as its result; the compare-and-set picks one router when several try.
-func (r *continuations) endParked(rec *external.Record, status external.Status, res bus.Result) {
+func (r *continuations) endParked(rec *parked.Record, status bus.ParkStatus, res bus.Result) {
 	ctx, cancel := r.landing()
 	got, err := r.parked.End(ctx, rec.Key(), status, res)
 	cancel()
@@ -169,7 +169,7 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 	}
 	for _, rec := range recs {
 		if len(ids) == 0 || slices.Contains(ids, rec.Call.ID) {
-			r.endParked(rec, external.StatusCancelled, interrupted(rec.Call))
+			r.endParked(rec, bus.ParkCancelled, interrupted(rec.Call))
 		}
 	}
 }

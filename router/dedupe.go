@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 )
 
 // Dedupe: a batch re-sent with the same (session, reply id) — after a
@@ -33,7 +32,7 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	var keepSpecs []parkSpec
 	for i, c := range calls {
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
-		if err == nil && rec.Status != external.StatusParked && rec.Result != nil {
+		if err == nil && rec.Status != bus.ParkParked && rec.Result != nil {
 			b.finish(c, *rec.Result)
 			continue
 		}
@@ -71,7 +70,7 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 		}
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		switch {
-		case err == nil && rec.Status == external.StatusParked:
+		case err == nil && rec.Status == bus.ParkParked:
 			b.parked = append(b.parked, parkedOf(rec))
 		case err == nil && rec.Result != nil:
 			b.mu.Lock()

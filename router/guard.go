@@ -16,9 +16,9 @@ import (
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/rcache"
 	"github.com/toolbus/toolbus/registry"
@@ -59,9 +59,9 @@ type guard struct {
 	ids    Identities
 	reg    *registry.Registry
 	groups *groups.Store
-	parked *external.Store // a re-sent batch's parked calls were counted (counted)
-	ledger *store.KV       // so were its recorded ones
-	skills *routerSkills   // search_tools finds skills too
+	parked *parked.Store // a re-sent batch's parked calls were counted (counted)
+	ledger *store.KV     // so were its recorded ones
+	skills *routerSkills // search_tools finds skills too
 
 	lim    *limits.Limiter        // nil without rules
 	cache  *rcache.Cache          // nil when off
@@ -464,7 +464,7 @@ func (g *guard) lose(rec *audit.Record, data []byte, err error) {
 // recordParked writes the audit record of a parked call that ended: asked
 // (a confirmation, naming who answered and when) or external, and waits
 // until P_AUDIT holds it.
-func (g *guard) recordParked(rec *external.Record, res bus.Result) {
+func (g *guard) recordParked(rec *parked.Record, res bus.Result) {
 	if g == nil || g.audit == nil {
 		return
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // parkStep parks the calls of a run that wait for an answer, records the
@@ -44,11 +44,11 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	}
 	first := b.cont == nil
 	if first {
-		b.cont = &external.Batch{Session: b.session, ReplyID: b.replyID, TraceParent: b.trace[0], TraceState: b.trace[1],
+		b.cont = &parked.Batch{Session: b.session, ReplyID: b.replyID, TraceParent: b.trace[0], TraceState: b.trace[1],
 			Expiry: b.expiry, Data: b.data}
 	}
 	if err := s.conts.ParkBatch(ctx, b.cont, resultsOf(b), waiting, next); err != nil {
-		if errors.Is(err, external.ErrParkedBefore) {
+		if errors.Is(err, parked.ErrParkedBefore) {
 			b.cont = nil
 			s.adopt(ctx, b, calls, specs)
 			return false
@@ -63,7 +63,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	}
 	b.parked = b.parked[:0]
 	for i, c := range calls {
-		rec := &external.Record{Session: b.session, ReplyID: b.replyID, Call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input},
+		rec := &parked.Record{Session: b.session, ReplyID: b.replyID, Call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input},
 			Kind: specs[i].kind, User: b.data.User, Context: b.data.Context, SuggestedRules: specs[i].suggested,
 			Reason: specs[i].reason, RequestScoped: specs[i].requestScoped}
 		if err := s.conts.Park(ctx, rec, s.source); err != nil {
@@ -85,7 +85,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 }
 
 // parkedOf is a parked record as the reply and call.parked list it.
-func parkedOf(rec *external.Record) bus.Parked {
+func parkedOf(rec *parked.Record) bus.Parked {
 	return bus.Parked{ID: rec.Call.ID, Name: rec.Call.Name, Input: rec.Call.Input, Kind: rec.Kind,
 		Subject: rec.Subject, SuggestedRules: rec.SuggestedRules}
 }

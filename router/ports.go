@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // The ports of the batch pipeline: everything a step of a batch needs from
@@ -52,19 +52,19 @@ type resolverPort interface {
 }
 
 // continuationPort is the record of parked calls and parked batches
-// (docs/protocol.md 6.1); external.Store serves it.
+// (docs/protocol.md 6.1); parked.Store serves it.
 type continuationPort interface {
-	ParkBatch(ctx context.Context, b *external.Batch, results map[string]bus.Result, waiting []string, next int) error
-	Park(ctx context.Context, rec *external.Record, source string) error
-	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*external.Batch, bool, error)
-	Finish(ctx context.Context, b *external.Batch) error
-	Release(b *external.Batch)
-	Get(ctx context.Context, key string) (*external.Record, error)
-	GetBatch(ctx context.Context, session, replyID string) (*external.Batch, error)
-	Parked(session, replyID string) []*external.Record
+	ParkBatch(ctx context.Context, b *parked.Batch, results map[string]bus.Result, waiting []string, next int) error
+	Park(ctx context.Context, rec *parked.Record, source string) error
+	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*parked.Batch, bool, error)
+	Finish(ctx context.Context, b *parked.Batch) error
+	Release(b *parked.Batch)
+	Get(ctx context.Context, key string) (*parked.Record, error)
+	GetBatch(ctx context.Context, session, replyID string) (*parked.Batch, error)
+	Parked(session, replyID string) []*parked.Record
 }
 
-var _ continuationPort = (*external.Store)(nil)
+var _ continuationPort = (*parked.Store)(nil)
 
 // runnerPort runs what a call resolved to: a tool through its executor
 // (exec.go, durable.go, the ledger), or the skill loader.

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/registry"
 )
 
@@ -116,39 +116,39 @@ func (f *fakeEvents) reply(_ string, e *bus.Event) error {
 }
 
 type fakeConts struct {
-	parked     []*external.Record
+	parked     []*parked.Record
 	parkBefore bool
 	batches    int
-	settle     func() (*external.Batch, bool, error)
+	settle     func() (*parked.Batch, bool, error)
 }
 
-func (f *fakeConts) ParkBatch(_ context.Context, b *external.Batch, _ map[string]bus.Result, _ []string, _ int) error {
+func (f *fakeConts) ParkBatch(_ context.Context, b *parked.Batch, _ map[string]bus.Result, _ []string, _ int) error {
 	if f.parkBefore {
-		return external.ErrParkedBefore
+		return parked.ErrParkedBefore
 	}
 	f.batches++
 	return nil
 }
-func (f *fakeConts) Park(_ context.Context, rec *external.Record, _ string) error {
+func (f *fakeConts) Park(_ context.Context, rec *parked.Record, _ string) error {
 	rec.Subject = "toolbus.answer." + rec.Call.Name
 	f.parked = append(f.parked, rec)
 	return nil
 }
-func (f *fakeConts) Settle(context.Context, string, string, map[string]bus.Result) (*external.Batch, bool, error) {
+func (f *fakeConts) Settle(context.Context, string, string, map[string]bus.Result) (*parked.Batch, bool, error) {
 	if f.settle != nil {
 		return f.settle()
 	}
-	return &external.Batch{}, false, nil
+	return &parked.Batch{}, false, nil
 }
-func (f *fakeConts) Finish(context.Context, *external.Batch) error { return nil }
-func (f *fakeConts) Release(*external.Batch)                       {}
-func (f *fakeConts) Get(context.Context, string) (*external.Record, error) {
+func (f *fakeConts) Finish(context.Context, *parked.Batch) error { return nil }
+func (f *fakeConts) Release(*parked.Batch)                       {}
+func (f *fakeConts) Get(context.Context, string) (*parked.Record, error) {
 	return nil, errors.New("not found")
 }
-func (f *fakeConts) GetBatch(context.Context, string, string) (*external.Batch, error) {
-	return &external.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}, nil
+func (f *fakeConts) GetBatch(context.Context, string, string) (*parked.Batch, error) {
+	return &parked.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}, nil
 }
-func (f *fakeConts) Parked(string, string) []*external.Record { return f.parked }
+func (f *fakeConts) Parked(string, string) []*parked.Record { return f.parked }
 
 var _ continuationPort = (*fakeConts)(nil)
 
@@ -324,7 +324,7 @@ func TestParkStep(t *testing.T) {
 	})
 	t.Run("limit", func(t *testing.T) {
 		f := newFakePipeline(t, ext)
-		f.conts.parked = make([]*external.Record, 2) // the session's limit (2) is reached
+		f.conts.parked = make([]*parked.Record, 2) // the session's limit (2) is reached
 		b := f.batchOf(t, "", call("p1", "ext"))
 		if !b.run(0) {
 			t.Fatal("a call past the limit parked")

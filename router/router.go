@@ -31,12 +31,12 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/metrics"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/skills"
@@ -154,7 +154,7 @@ type Router struct {
 	groups *groups.Store
 	// sessions decides when a batch's session is read from KV (sessions.go)
 	sessions *sessionCache
-	parked   *external.Store
+	parked   *parked.Store
 	led      dedupe
 	events   *eventSink
 	pipe     *pipeline // the batch pipeline over its ports (ports.go)
@@ -336,7 +336,7 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	r.life.Defer(r.skills.cat.Stop)
-	r.parked = external.New(r.store, r.subj, external.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Logger: r.log})
+	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Logger: r.log})
 	if err := r.parked.Start(bg); err != nil {
 		return fmt.Errorf("router: parked calls: %w", err)
 	}

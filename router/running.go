@@ -3,7 +3,7 @@ package router
 import (
 	"sync"
 
-	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // runningBatches are the batches running on this router, by session and
@@ -21,12 +21,12 @@ func (rb *runningBatches) track(b *batch) {
 	if rb.m == nil {
 		rb.m = map[string]*batch{}
 	}
-	rb.m[external.BatchKey(b.session, b.replyID)] = b
+	rb.m[parked.BatchKey(b.session, b.replyID)] = b
 	rb.mu.Unlock()
 }
 
 func (rb *runningBatches) untrack(b *batch) {
-	key := external.BatchKey(b.session, b.replyID)
+	key := parked.BatchKey(b.session, b.replyID)
 	rb.mu.Lock()
 	if rb.m[key] == b {
 		delete(rb.m, key)

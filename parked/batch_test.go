@@ -1,4 +1,4 @@
-package external_test
+package parked_test
 
 import (
 	"encoding/json"
@@ -11,12 +11,12 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/store"
 )
 
-func newBatch(session, reply string) *external.Batch {
-	return &external.Batch{Session: session, ReplyID: reply,
+func newBatch(session, reply string) *parked.Batch {
+	return &parked.Batch{Session: session, ReplyID: reply,
 		Data: bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "deploy", Input: json.RawMessage(`{}`)}}}}
 }
 
@@ -25,7 +25,7 @@ func ok(id string) bus.Result {
 }
 
 // parkBatch parks a new batch waiting for the calls waiting.
-func parkBatch(t *testing.T, s *external.Store, session, reply string, waiting ...string) *external.Batch {
+func parkBatch(t *testing.T, s *parked.Store, session, reply string, waiting ...string) *parked.Batch {
 	t.Helper()
 	b := newBatch(session, reply)
 	if err := s.ParkBatch(t.Context(), b, map[string]bus.Result{}, waiting, 1); err != nil {
@@ -34,7 +34,7 @@ func parkBatch(t *testing.T, s *external.Store, session, reply string, waiting .
 	return b
 }
 
-func phase(t *testing.T, s *external.Store, session, reply string) *external.Batch {
+func phase(t *testing.T, s *parked.Store, session, reply string) *parked.Batch {
 	t.Helper()
 	b, err := s.GetBatch(t.Context(), session, reply)
 	if err != nil {
@@ -57,7 +57,7 @@ func TestBatchReady(t *testing.T) {
 		{"other results do not count", []string{"a"}, []string{"x"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := &external.Batch{Waiting: tc.waiting, Results: map[string]bus.Result{}}
+			b := &parked.Batch{Waiting: tc.waiting, Results: map[string]bus.Result{}}
 			for _, id := range tc.results {
 				b.Results[id] = ok(id)
 			}
@@ -77,14 +77,14 @@ func TestParkBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := phase(t, s, "s1", "r1")
-	if got.Phase != external.PhaseRunning || got.Owner != "router-a" || got.Next != 1 || got.Touched.IsZero() ||
+	if got.Phase != parked.PhaseRunning || got.Owner != "router-a" || got.Next != 1 || got.Touched.IsZero() ||
 		!slices.Equal(got.Waiting, []string{"c1"}) || got.TraceParent != b.TraceParent || got.Expiry != b.Expiry ||
 		len(got.Data.Calls) != 1 || got.Results["c0"].ID != "c0" {
 		t.Fatalf("parked batch %+v", got)
 	}
 	// A copy of the batch (a re-send) finds it parked before, on any router.
-	for _, other := range []*external.Store{s, startAs(t, st, "router-b")} {
-		if err := other.ParkBatch(t.Context(), newBatch("s1", "r1"), nil, nil, 0); !errors.Is(err, external.ErrParkedBefore) {
+	for _, other := range []*parked.Store{s, startAs(t, st, "router-b")} {
+		if err := other.ParkBatch(t.Context(), newBatch("s1", "r1"), nil, nil, 0); !errors.Is(err, parked.ErrParkedBefore) {
 			t.Fatalf("second park: %v, want ErrParkedBefore", err)
 		}
 	}
@@ -124,9 +124,9 @@ func TestSettle(t *testing.T) {
 			if resume != tc.resume {
 				t.Fatalf("resume %v, want %v", resume, tc.resume)
 			}
-			want := external.PhaseParked
+			want := parked.PhaseParked
 			if tc.resume {
-				want = external.PhaseResumed
+				want = parked.PhaseResumed
 			}
 			if got := phase(t, s, "s1", "r1"); got.Phase != want || got.Results["c0"].ID != "c0" || b.Phase != want {
 				t.Fatalf("after Settle %+v", got)
@@ -140,7 +140,7 @@ func TestSettle(t *testing.T) {
 
 func TestCompleteResumesOnce(t *testing.T) {
 	st := newStore(t)
-	stores := []*external.Store{startAs(t, st, "router-a"), startAs(t, st, "router-b")}
+	stores := []*parked.Store{startAs(t, st, "router-a"), startAs(t, st, "router-b")}
 	const n = 20
 	var ids []string
 	for i := range n {
@@ -173,7 +173,7 @@ func TestCompleteResumesOnce(t *testing.T) {
 	close(begin)
 	wg.Wait()
 	b := phase(t, stores[1], "s1", "r1")
-	if len(b.Results) != n || !b.Ready() || b.Phase != external.PhaseResumed {
+	if len(b.Results) != n || !b.Ready() || b.Phase != parked.PhaseResumed {
 		t.Fatalf("%d results after %d concurrent completions, phase %s", len(b.Results), n, b.Phase)
 	}
 	for _, id := range ids {
@@ -252,7 +252,7 @@ func TestRenewAndTakeOver(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var won []string
-	for _, s := range []*external.Store{b, c} {
+	for _, s := range []*parked.Store{b, c} {
 		wg.Go(func() {
 			for _, got := range s.TakeOver(t.Context(), cutoff) {
 				mu.Lock()
@@ -266,7 +266,7 @@ func TestRenewAndTakeOver(t *testing.T) {
 		t.Fatalf("%d routers took the batch over, want 1: %v", len(won), won)
 	}
 	got := phase(t, a, "s1", "r1")
-	if got.Owner != won[0] || got.Phase != external.PhaseResumed || got.ResumedBy != "takeover" {
+	if got.Owner != won[0] || got.Phase != parked.PhaseResumed || got.ResumedBy != "takeover" {
 		t.Fatalf("after the takeover %+v", got)
 	}
 	// The old owner's renewal no longer touches it, and it lets it go.
@@ -297,7 +297,7 @@ func TestAnswerDuringTakeOver(t *testing.T) {
 	// through the takeover (the completion sees it active, not parked).
 	var wg sync.WaitGroup
 	var resumed bool
-	var taken []*external.Batch
+	var taken []*parked.Batch
 	wg.Go(func() {
 		rec, err := a.Answer(t.Context(), "s1.r1.c1", "deploy", &bus.Answer{State: bus.StateSuccess, Output: bus.Text("done")}, nil)
 		if err != nil {
@@ -342,14 +342,14 @@ func TestFinish(t *testing.T) {
 	}
 	// The key can be parked again.
 	parkBatch(t, s, "s1", "r1")
-	if external.BatchKey("s1", "r1") != "s1.r1" || (&external.Record{Session: "s1", ReplyID: "r1", Call: bus.Call{ID: "c1"}}).Key() != "s1.r1.c1" {
+	if parked.BatchKey("s1", "r1") != "s1.r1" || (&parked.Record{Session: "s1", ReplyID: "r1", Call: bus.Call{ID: "c1"}}).Key() != "s1.r1.c1" {
 		t.Fatal("key layout")
 	}
 }
 
 // waitActive waits until the stores' caches list s1.r1 as stale at
 // cutoff, which is what TakeOver reads.
-func waitActive(t *testing.T, cutoff time.Time, stores ...*external.Store) {
+func waitActive(t *testing.T, cutoff time.Time, stores ...*parked.Store) {
 	t.Helper()
 	for _, s := range stores {
 		bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
@@ -386,7 +386,7 @@ func TestTakeOverAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	cutoff := past.Add(time.Minute)
-	for _, s := range []*external.Store{b, c} {
+	for _, s := range []*parked.Store{b, c} {
 		bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
 			if n := len(s.TakeOverAnswersPeek(cutoff)); n == 0 {
 				return errors.New("the watch has not delivered the renewal yet")
@@ -396,8 +396,8 @@ func TestTakeOverAnswers(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var won []*external.Record
-	for _, s := range []*external.Store{b, c} {
+	var won []*parked.Record
+	for _, s := range []*parked.Store{b, c} {
 		wg.Go(func() {
 			got := s.TakeOverAnswers(t.Context(), cutoff)
 			mu.Lock()
@@ -406,7 +406,7 @@ func TestTakeOverAnswers(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if len(won) != 1 || won[0].Status != external.StatusAnswered || won[0].Answer == nil {
+	if len(won) != 1 || won[0].Status != bus.ParkAnswered || won[0].Answer == nil {
 		t.Fatalf("taken over %d times: %+v", len(won), won)
 	}
 	// The winner closes it; a late close by the dead owner is refused.

@@ -1,4 +1,4 @@
-package external
+package parked
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/kvcache"
 	"github.com/toolbus/toolbus/store"
 )
@@ -23,8 +24,8 @@ type callCache struct {
 	log *slog.Logger
 
 	mu       sync.RWMutex
-	parked   *kvcache.Map[*Record] // key → record, only records in StatusParked; a tombstone per key that left, kept goneMemory
-	answered map[string]*Record    // records in StatusAnswered, for lease takeovers
+	parked   *kvcache.Map[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
+	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
 	watch    *store.Watch
 }
 
@@ -70,30 +71,30 @@ func (c *callCache) apply(e jetstream.KeyValueEntry) {
 		c.log.Warn("external: ignoring bad parked record", "key", key)
 		return
 	}
-	r.rev = e.Revision()
-	if old, ok := c.answered[key]; !ok || old.rev < r.rev {
-		if r.Status == StatusAnswered {
+	r.Rev = e.Revision()
+	if old, ok := c.answered[key]; !ok || old.Rev < r.Rev {
+		if r.Status == bus.ParkAnswered {
 			c.answered[key] = &r
 		} else {
 			delete(c.answered, key)
 		}
 	}
-	if r.Status == StatusParked {
-		c.parked.Put(key, r.rev, &r)
+	if r.Status == bus.ParkParked {
+		c.parked.Put(key, r.Rev, &r)
 	} else {
-		c.parked.Delete(key, r.rev)
+		c.parked.Delete(key, r.Rev)
 	}
 }
 
-// note caches a copy of r, which this router just wrote at r.rev under
+// note caches a copy of r (callers change theirs; the watch reads the cached ones), which this router just wrote at r.Rev under
 // key: listed while parked, a tombstone once it left.
 func (c *callCache) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r.Status == StatusParked {
-		c.parked.Put(key, r.rev, r.copy())
+	if r.Status == bus.ParkParked {
+		c.parked.Put(key, r.Rev, new(*r))
 	} else {
-		c.parked.Delete(key, r.rev)
+		c.parked.Delete(key, r.Rev)
 	}
 }
 

@@ -1,4 +1,4 @@
-package external_test
+package parked_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -43,15 +43,15 @@ func newStore(t *testing.T) *store.Store {
 }
 
 // start returns a started external Store, stopped when the test ends.
-func start(t *testing.T, st *store.Store) *external.Store {
+func start(t *testing.T, st *store.Store) *parked.Store {
 	t.Helper()
 	return startAs(t, st, "router-a")
 }
 
 // startAs is start for the router named owner.
-func startAs(t *testing.T, st *store.Store, owner string) *external.Store {
+func startAs(t *testing.T, st *store.Store, owner string) *parked.Store {
 	t.Helper()
-	s := external.New(st, subj, external.Config{TTL: ttl, Owner: owner})
+	s := parked.New(st, subj, parked.Config{TTL: ttl, Owner: owner})
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -60,14 +60,14 @@ func startAs(t *testing.T, st *store.Store, owner string) *external.Store {
 }
 
 // record is a parked external call of tool deploy.
-func record(session, reply, call string) *external.Record {
-	return &external.Record{Session: session, ReplyID: reply, Kind: bus.KindExternal,
+func record(session, reply, call string) *parked.Record {
+	return &parked.Record{Session: session, ReplyID: reply, Kind: bus.KindExternal,
 		Call:    bus.Call{ID: call, Name: "deploy", Input: json.RawMessage(`{"env":"prod"}`)},
 		User:    json.RawMessage(`"alice"`),
 		Context: json.RawMessage(`{"tenant":"acme"}`)}
 }
 
-func park(t *testing.T, s *external.Store, r *external.Record) *external.Record {
+func park(t *testing.T, s *parked.Store, r *parked.Record) *parked.Record {
 	t.Helper()
 	if err := s.Park(t.Context(), r, source); err != nil {
 		t.Fatalf("park %s: %v", r.Key(), err)
@@ -90,7 +90,7 @@ func handoffCount(t *testing.T, st *store.Store) uint64 {
 	return info.State.Msgs
 }
 
-func keys(rs []*external.Record) []string {
+func keys(rs []*parked.Record) []string {
 	var out []string
 	for _, r := range rs {
 		out = append(out, r.Key())
@@ -116,7 +116,7 @@ func TestPark(t *testing.T) {
 			before := time.Now()
 			park(t, s, r)
 			subject := "toolbus.answer.deploy"
-			if r.Status != external.StatusParked || r.Subject != subject || r.HandoffSeq == 0 || r.InputDigest != bus.InputDigest(r.Call.Input) ||
+			if r.Status != bus.ParkParked || r.Subject != subject || r.HandoffSeq == 0 || r.InputDigest != bus.InputDigest(r.Call.Input) ||
 				r.Created.Before(before.Add(-time.Second)) || !r.Expires.Equal(r.Created.Add(ttl)) {
 				t.Fatalf("parked record %+v", r)
 			}
@@ -125,7 +125,7 @@ func TestPark(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Status != external.StatusParked || got.Call.ID != "c1" || got.HandoffSeq != r.HandoffSeq || string(got.User) != `"alice"` {
+			if got.Status != bus.ParkParked || got.Call.ID != "c1" || got.HandoffSeq != r.HandoffSeq || string(got.User) != `"alice"` {
 				t.Fatalf("stored record %+v", got)
 			}
 			if ps := s.Parked("s1", "r1"); len(ps) != 1 || ps[0].Key() != "s1.r1.c1" {
@@ -149,7 +149,7 @@ func TestPark(t *testing.T) {
 			if exp, err := ev.Expiry(); err != nil || !exp.Equal(r.Expires) {
 				t.Fatalf("handoff expirytime %q, want %v", ev.ExpiryTime, r.Expires)
 			}
-			var req external.Request
+			var req bus.HandoffRequest
 			if err := ev.DataAs(&req); err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +213,7 @@ func TestParkRequestScoped(t *testing.T) {
 	r := record("s1", "r1", "c1")
 	r.RequestScoped = true
 	park(t, s, r)
-	if r.HandoffSeq != 0 || r.Status != external.StatusParked {
+	if r.HandoffSeq != 0 || r.Status != bus.ParkParked {
 		t.Fatalf("record %+v", r)
 	}
 	if n := handoffCount(t, st); n != 0 {
@@ -232,7 +232,7 @@ func TestParkTwice(t *testing.T) {
 	if err == nil {
 		t.Fatal("a second park of the same call succeeded")
 	}
-	if got, _ := s.Get(t.Context(), first.Key()); got.HandoffSeq != first.HandoffSeq || got.Status != external.StatusParked {
+	if got, _ := s.Get(t.Context(), first.Key()); got.HandoffSeq != first.HandoffSeq || got.Status != bus.ParkParked {
 		t.Fatalf("record after a failed second park: %+v", got)
 	}
 	if _, err := handoffMsg(t, st, first.HandoffSeq); err != nil {
@@ -243,8 +243,8 @@ func TestParkTwice(t *testing.T) {
 	}
 }
 
-func answered(r *external.Record) error {
-	r.Status = external.StatusAnswered
+func answered(r *parked.Record) error {
+	r.Status = bus.ParkAnswered
 	r.Answer = &bus.Answer{State: bus.StateSuccess, Output: bus.Text("deployed")}
 	return nil
 }
@@ -255,11 +255,11 @@ func TestTransition(t *testing.T) {
 	r := park(t, s, record("s1", "r1", "c1"))
 	key := r.Key()
 
-	got, err := s.Transition(t.Context(), key, external.StatusParked, store.Bounded, answered)
+	got, err := s.Transition(t.Context(), key, bus.ParkParked, store.Bounded, answered)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != external.StatusAnswered || got.Answer == nil {
+	if got.Status != bus.ParkAnswered || got.Answer == nil {
 		t.Fatalf("after the answer %+v", got)
 	}
 	bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
@@ -275,17 +275,17 @@ func TestTransition(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		key  string
-		from external.Status
+		from bus.ParkStatus
 		want *bus.Error
 	}{
-		{"second answer", key, external.StatusParked, bus.ErrAlreadyAnswered},
-		{"unknown key", "s1.r1.nope", external.StatusParked, bus.ErrNotParked},
-		{"unknown session", "s9.r1.c1", external.StatusParked, bus.ErrNotParked},
-		{"wrong status", key, external.StatusDone, bus.ErrNotParked},
+		{"second answer", key, bus.ParkParked, bus.ErrAlreadyAnswered},
+		{"unknown key", "s1.r1.nope", bus.ParkParked, bus.ErrNotParked},
+		{"unknown session", "s9.r1.c1", bus.ParkParked, bus.ErrNotParked},
+		{"wrong status", key, bus.ParkDone, bus.ErrNotParked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
-			_, err := s.Transition(t.Context(), tc.key, tc.from, store.Bounded, func(*external.Record) error { ran = true; return nil })
+			_, err := s.Transition(t.Context(), tc.key, tc.from, store.Bounded, func(*parked.Record) error { ran = true; return nil })
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
@@ -295,26 +295,26 @@ func TestTransition(t *testing.T) {
 		})
 	}
 	// answered → done; an answer after that is still already_answered.
-	if _, err := s.Transition(t.Context(), key, external.StatusAnswered, store.Bounded, func(r *external.Record) error {
-		r.Status = external.StatusDone
+	if _, err := s.Transition(t.Context(), key, bus.ParkAnswered, store.Bounded, func(r *parked.Record) error {
+		r.Status = bus.ParkDone
 		res := bus.Result{ID: "c1", Name: "deploy", State: bus.StateSuccess, Output: bus.Text("deployed")}
 		r.Result = &res
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Transition(t.Context(), key, external.StatusParked, store.Bounded, answered); !errors.Is(err, bus.ErrAlreadyAnswered) {
+	if _, err := s.Transition(t.Context(), key, bus.ParkParked, store.Bounded, answered); !errors.Is(err, bus.ErrAlreadyAnswered) {
 		t.Fatalf("answer after done: %v, want already_answered", err)
 	}
 }
 
 func TestTransitionOutOfParkedWithoutAnswer(t *testing.T) {
-	for _, status := range []external.Status{external.StatusExpired, external.StatusCancelled} {
+	for _, status := range []bus.ParkStatus{bus.ParkExpired, bus.ParkCancelled} {
 		t.Run(string(status), func(t *testing.T) {
 			st := newStore(t)
 			s := start(t, st)
 			r := park(t, s, record("s1", "r1", "c1"))
-			if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, func(r *external.Record) error {
+			if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, func(r *parked.Record) error {
 				r.Status = status
 				return nil
 			}); err != nil {
@@ -324,7 +324,7 @@ func TestTransitionOutOfParkedWithoutAnswer(t *testing.T) {
 				t.Fatal("handoff request kept")
 			}
 			// A late answer finds nothing parked.
-			if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered); !errors.Is(err, bus.ErrNotParked) {
+			if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); !errors.Is(err, bus.ErrNotParked) {
 				t.Fatalf("late answer: %v, want not_parked", err)
 			}
 		})
@@ -336,34 +336,34 @@ func TestTransitionFnError(t *testing.T) {
 	s := start(t, st)
 	r := park(t, s, record("s1", "r1", "c1"))
 	stop := errors.New("bad answer")
-	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, func(r *external.Record) error {
-		r.Status = external.StatusAnswered
+	if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, func(r *parked.Record) error {
+		r.Status = bus.ParkAnswered
 		return stop
 	}); !errors.Is(err, stop) {
 		t.Fatalf("err %v", err)
 	}
 	// Nothing changed: still parked, still handed off, still answerable.
-	if got, _ := s.Get(t.Context(), r.Key()); got.Status != external.StatusParked {
+	if got, _ := s.Get(t.Context(), r.Key()); got.Status != bus.ParkParked {
 		t.Fatalf("status %s", got.Status)
 	}
 	if _, err := handoffMsg(t, st, r.HandoffSeq); err != nil {
 		t.Fatalf("handoff request: %v", err)
 	}
-	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered); err != nil {
+	if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestRacingAnswersOneWins(t *testing.T) {
 	st := newStore(t)
-	stores := []*external.Store{start(t, st), start(t, st)}
+	stores := []*parked.Store{start(t, st), start(t, st)}
 	r := park(t, stores[0], record("s1", "r1", "c1"))
 	const n = 10
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, err := stores[i%2].Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered)
+			_, err := stores[i%2].Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered)
 			errs <- err
 		})
 	}
@@ -389,8 +389,8 @@ func TestRepark(t *testing.T) {
 	r := record("s1", "r1", "c1")
 	r.Kind = bus.KindConfirm
 	park(t, s, r)
-	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, func(r *external.Record) error {
-		r.Status = external.StatusAnswered
+	if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, func(r *parked.Record) error {
+		r.Status = bus.ParkAnswered
 		yes := true
 		r.Answer = &bus.Answer{Confirmed: &yes}
 		return nil
@@ -401,7 +401,7 @@ func TestRepark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != external.StatusParked || got.Kind != bus.KindExternal || got.Answer != nil || got.HandoffSeq == 0 || got.HandoffSeq == r.HandoffSeq {
+	if got.Status != bus.ParkParked || got.Kind != bus.KindExternal || got.Answer != nil || got.HandoffSeq == 0 || got.HandoffSeq == r.HandoffSeq {
 		t.Fatalf("reparked %+v", got)
 	}
 	m, err := handoffMsg(t, st, got.HandoffSeq)
@@ -426,7 +426,7 @@ func TestParkedAfterTransition(t *testing.T) {
 	s := start(t, st)
 	for i := range 300 {
 		r := park(t, s, record("s1", "r1", fmt.Sprint("c", i)))
-		if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered); err != nil {
+		if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
 			t.Fatal(err)
 		}
 		for range 20 {
@@ -454,7 +454,7 @@ func TestExpired(t *testing.T) {
 	}
 	// A record written elsewhere with a past Expires reaches the cache and is expired.
 	old := record("s2", "r1", "c1")
-	old.Status, old.Created, old.Expires, old.Subject = external.StatusParked, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour), "toolbus.answer.deploy"
+	old.Status, old.Created, old.Expires, old.Subject = bus.ParkParked, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour), "toolbus.answer.deploy"
 	b, _ := json.Marshal(old)
 	if _, err := st.Parked.Create(t.Context(), old.Key(), b); err != nil {
 		t.Fatal(err)
@@ -466,7 +466,7 @@ func TestExpired(t *testing.T) {
 		return nil
 	})
 	// Answered records are never expired.
-	if _, err := s.Transition(t.Context(), old.Key(), external.StatusParked, store.Bounded, answered); err != nil {
+	if _, err := s.Transition(t.Context(), old.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.Expired(time.Now().Add(2 * ttl)); !slices.Equal(keys(got), []string{"s1.r1.c1"}) {
@@ -506,7 +506,7 @@ func TestParkedFilter(t *testing.T) {
 		t.Fatalf("other store Parked %v", got)
 	}
 	park(t, s, record("s3", "r1", "c1"))
-	if _, err := s.Transition(t.Context(), "s1.r1.c1", external.StatusParked, store.Bounded, answered); err != nil {
+	if _, err := s.Transition(t.Context(), "s1.r1.c1", bus.ParkParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
 	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
@@ -533,7 +533,7 @@ func TestBadRecordIgnored(t *testing.T) {
 	if s.TTL() != ttl {
 		t.Fatalf("TTL %v", s.TTL())
 	}
-	if d := external.New(st, subj, external.Config{}); d.TTL() != 24*time.Hour {
+	if d := parked.New(st, subj, parked.Config{}); d.TTL() != 24*time.Hour {
 		t.Fatalf("default TTL %v", d.TTL())
 	}
 }
@@ -542,12 +542,12 @@ func TestStartEndsWithContext(t *testing.T) {
 	st := newStore(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	s := external.New(st, subj, external.Config{})
+	s := parked.New(st, subj, parked.Config{})
 	if err := s.Start(ctx); err == nil {
 		t.Error("Start with an ended context succeeded")
 	}
 	s.Stop()
 	s.Stop()
 	// Stop before Start is fine too.
-	external.New(st, subj, external.Config{}).Stop()
+	parked.New(st, subj, parked.Config{}).Stop()
 }

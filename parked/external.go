@@ -10,7 +10,7 @@
 // which calls still wait. Whichever router records the last awaited result
 // resumes the batch, so answers may reach any router, hours later, after
 // restarts.
-package external
+package parked
 
 import (
 	"context"
@@ -28,68 +28,9 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Status is where a parked call record stands (docs/protocol.md 6.1):
-//
-//	Park:    (new) ─────▶ parked
-//	Answer:  parked ────▶ answered   the first valid answer wins
-//	Close:   answered ──▶ done       the result made from the answer
-//	End:     parked ────▶ expired | cancelled
-//	Repark:  answered ──▶ parked     a confirmed call of an external tool
-type Status string
-
-// Statuses of a parked record.
-const (
-	StatusParked    Status = "parked"    // waiting for an answer
-	StatusAnswered  Status = "answered"  // an answer won; the result is being made
-	StatusDone      Status = "done"      // the result is recorded
-	StatusExpired   Status = "expired"   // nobody answered in time
-	StatusCancelled Status = "cancelled" // the agent cancelled the call
-)
-
-// Record is a parked call.
-type Record struct {
-	Session string   `json:"session"`
-	ReplyID string   `json:"reply_id"`
-	Call    bus.Call `json:"call"`
-	// InputDigest is bus.InputDigest of Call.Input: a confirmation must
-	// name it (docs/protocol.md 6.3), so the approver confirms exactly
-	// the input it saw.
-	InputDigest    string          `json:"input_digest,omitempty"`
-	Kind           string          `json:"kind"`
-	Subject        string          `json:"subject"`
-	User           json.RawMessage `json:"user,omitempty"`
-	Context        json.RawMessage `json:"context,omitempty"`
-	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
-	Reason         string          `json:"reason,omitempty"`
-	RequestScoped  bool            `json:"request_scoped,omitempty"`
-	Status         Status          `json:"status"`
-	Answer         *bus.Answer     `json:"answer,omitempty"`
-	Result         *bus.Result     `json:"result,omitempty"`
-	HandoffSeq     uint64          `json:"handoff_seq,omitempty"`
-	// AnsweredBy and AnsweredAt say who answered (the answer's
-	// CloudEvents source, a claim; "<source> via P.approve" when it came
-	// on the approver's subject) and when (docs/protocol.md 6.1).
-	AnsweredBy string    `json:"answered_by,omitempty"`
-	AnsweredAt time.Time `json:"answered_at,omitzero"`
-	// Owner and Touched are the lease of an answered call: the router
-	// that took the answer makes the call's result (runs a confirmed call)
-	// and renews Touched meanwhile; once it is stale another router takes
-	// the answer over and makes the result itself (TakeOverAnswers).
-	Owner   string    `json:"owner,omitempty"`
-	Touched time.Time `json:"touched,omitzero"`
-	Created time.Time `json:"created"`
-	Expires time.Time `json:"expires"`
-
-	rev uint64
-}
-
-// copy returns a copy of r for the cache, which callers must not share:
-// they change their records, and the watch reads the cached ones.
-func (r *Record) copy() *Record { c := *r; return &c }
-
-// Key returns the record's KV key.
-// It is the call's bus.CallKey, <session>.<replyid>.<callid>.
-func (r *Record) Key() string { return bus.CallKey(r.Session, r.ReplyID, r.Call.ID) }
+// Record is a parked call (bus.ParkRecord: the inbox and the CLI read it
+// too; only this package writes it).
+type Record = bus.ParkRecord
 
 // BatchKey is the P_parked key of a batch's continuation: <session>.<replyid>.
 func BatchKey(session, replyID string) string { return session + "." + replyID }
@@ -197,7 +138,7 @@ func waitReady(ctx context.Context, w *store.Watch) error {
 // finds the call parked. source is the CloudEvents source of the router.
 func (s *Calls) Park(ctx context.Context, r *Record, source string) error {
 	now := time.Now().UTC()
-	r.Status, r.Created, r.Expires = StatusParked, now, now.Add(s.cfg.TTL)
+	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
 	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
 	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
 	// from the tool; an open router still takes it on the old subject.
@@ -210,7 +151,7 @@ func (s *Calls) Park(ctx context.Context, r *Record, source string) error {
 	if err != nil {
 		return fmt.Errorf("external: park %s: %w", r.Key(), err)
 	}
-	r.rev = rev
+	r.Rev = rev
 	s.note(r.Key(), r) // a copy: the caller keeps r
 	if r.RequestScoped {
 		return nil
@@ -231,14 +172,14 @@ func (s *Calls) handOff(ctx context.Context, r *Record, source string) error {
 	next := *r
 	next.HandoffSeq = seq
 	if b, err := json.Marshal(&next); err == nil {
-		if rev, err := s.kv.Update(ctx, r.Key(), b, r.rev); err == nil {
-			next.rev = rev
+		if rev, err := s.kv.Update(ctx, r.Key(), b, r.Rev); err == nil {
+			next.Rev = rev
 			*r = next
 			s.note(r.Key(), r)
 			return nil
 		}
 	}
-	rec, err := s.Transition(ctx, r.Key(), StatusParked, store.Bounded, func(x *Record) error {
+	rec, err := s.Transition(ctx, r.Key(), bus.ParkParked, store.Bounded, func(x *Record) error {
 		x.HandoffSeq = seq
 		return nil
 	})
@@ -253,19 +194,6 @@ func (s *Calls) handOff(ctx context.Context, r *Record, source string) error {
 	return nil
 }
 
-// Request is the data of io.toolbus.external.request and
-// io.toolbus.confirm.request.
-type Request struct {
-	Call           bus.Call        `json:"call"`
-	InputDigest    string          `json:"input_digest,omitempty"`
-	User           json.RawMessage `json:"user"`
-	Context        json.RawMessage `json:"context"`
-	SuggestedRules []bus.Rule      `json:"suggested_rules,omitempty"`
-	Reason         string          `json:"reason,omitempty"`
-	Subject        string          `json:"subject"`
-	Expires        time.Time       `json:"expires"`
-}
-
 // handoff publishes parked calls' requests through JetStream so the
 // P_HANDOFF stream keeps them (docs/protocol.md 6.2), and removes them once
 // answered, expired or cancelled.
@@ -278,7 +206,7 @@ type handoff struct {
 
 // confirmRequest is Request with suggested_rules always present.
 type confirmRequest struct {
-	Request
+	bus.HandoffRequest
 	SuggestedRules []bus.Rule `json:"suggested_rules"`
 }
 
@@ -287,7 +215,7 @@ func (h handoff) publish(ctx context.Context, r *Record, source string) (uint64,
 	if r.Kind == bus.KindConfirm {
 		typ, subject = bus.TypeConfirmReq, h.subj.Confirm(r.Call.Name)
 	}
-	req := Request{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
+	req := bus.HandoffRequest{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
 	var data any = req
 	if r.Kind == bus.KindConfirm {
 		req.Reason = r.Reason
@@ -295,7 +223,7 @@ func (h handoff) publish(ctx context.Context, r *Record, source string) (uint64,
 		if rules == nil {
 			rules = []bus.Rule{}
 		}
-		data = confirmRequest{Request: req, SuggestedRules: rules}
+		data = confirmRequest{HandoffRequest: req, SuggestedRules: rules}
 	}
 	e, err := bus.NewEvent(typ, source, data)
 	if err != nil {
@@ -343,7 +271,7 @@ func (s *Calls) Get(ctx context.Context, key string) (*Record, error) {
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return nil, fmt.Errorf("external: record %s is corrupt: %w", key, err)
 	}
-	r.rev = e.Revision()
+	r.Rev = e.Revision()
 	return &r, nil
 }
 
@@ -353,7 +281,7 @@ func (s *Calls) Get(ctx context.Context, key string) (*Record, error) {
 // bus.ErrNotParked when the record is missing or in another status,
 // bus.ErrAlreadyAnswered when from is parked and an answer already won.
 // Answer, Close and End are the transitions the router makes.
-func (s *Calls) Transition(ctx context.Context, key string, from Status, p store.Policy, fn func(*Record) error) (*Record, error) {
+func (s *Calls) Transition(ctx context.Context, key string, from bus.ParkStatus, p store.Policy, fn func(*Record) error) (*Record, error) {
 	return s.change(ctx, key, p, func(r *Record) error {
 		if r.Status != from {
 			return wrongStatus(r, from)
@@ -362,8 +290,8 @@ func (s *Calls) Transition(ctx context.Context, key string, from Status, p store
 	})
 }
 
-func wrongStatus(r *Record, from Status) error {
-	if from == StatusParked && (r.Status == StatusAnswered || r.Status == StatusDone && r.Answer != nil) {
+func wrongStatus(r *Record, from bus.ParkStatus) error {
+	if from == bus.ParkParked && (r.Status == bus.ParkAnswered || r.Status == bus.ParkDone && r.Answer != nil) {
 		return bus.Errorf(bus.CodeAlreadyAnswered, "call %s was already answered", r.Call.ID)
 	}
 	return bus.Errorf(bus.CodeNotParked, "call %s is %s, not %s", r.Call.ID, r.Status, from)
@@ -380,15 +308,15 @@ func (s *Calls) Answer(ctx context.Context, key, tool string, a *bus.Answer, che
 		if r.Call.Name != tool {
 			return bus.Errorf(bus.CodeNotParked, "no call %s of tool %s is parked in session %s, reply %s", r.Call.ID, tool, r.Session, r.ReplyID)
 		}
-		if r.Status != StatusParked {
-			return wrongStatus(r, StatusParked)
+		if r.Status != bus.ParkParked {
+			return wrongStatus(r, bus.ParkParked)
 		}
 		if check != nil {
 			if err := check(r, a); err != nil {
 				return err
 			}
 		}
-		r.Status, r.Answer = StatusAnswered, a
+		r.Status, r.Answer = bus.ParkAnswered, a
 		r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
 		return nil
 	})
@@ -406,8 +334,8 @@ var answerPolicy = store.Policy{}
 
 // Close records the result made from an answered call's answer.
 func (s *Calls) Close(ctx context.Context, key string, res bus.Result) (*Record, error) {
-	return s.Transition(ctx, key, StatusAnswered, store.UntilLanded, func(r *Record) error {
-		r.Status, r.Result = StatusDone, &res
+	return s.Transition(ctx, key, bus.ParkAnswered, store.UntilLanded, func(r *Record) error {
+		r.Status, r.Result = bus.ParkDone, &res
 		return nil
 	})
 }
@@ -415,8 +343,8 @@ func (s *Calls) Close(ctx context.Context, key string, res bus.Result) (*Record,
 // End takes a call out of parked without an answer, to status (expired or
 // cancelled) with res as its result; when several routers try, one wins
 // and the others get bus.ErrNotParked or bus.ErrAlreadyAnswered.
-func (s *Calls) End(ctx context.Context, key string, status Status, res bus.Result) (*Record, error) {
-	return s.Transition(ctx, key, StatusParked, store.UntilLanded, func(r *Record) error {
+func (s *Calls) End(ctx context.Context, key string, status bus.ParkStatus, res bus.Result) (*Record, error) {
+	return s.Transition(ctx, key, bus.ParkParked, store.UntilLanded, func(r *Record) error {
 		r.Status, r.Result = status, &res
 		return nil
 	})
@@ -445,14 +373,14 @@ func (s *Calls) change(ctx context.Context, key string, p store.Policy, fn func(
 		}
 		return nil, fmt.Errorf("external: update %s: %w", key, err)
 	}
-	r.rev = rev
+	r.Rev = rev
 	s.note(key, r) // a copy: the caller gets r
-	if r.Status == StatusAnswered && r.Owner == s.cfg.Owner {
+	if r.Status == bus.ParkAnswered && r.Owner == s.cfg.Owner {
 		s.leases.hold(callKey(key)) // this router makes the call's result: it renews the lease
 	} else {
 		s.leases.release(callKey(key))
 	}
-	if r.Status != StatusParked {
+	if r.Status != bus.ParkParked {
 		s.handoff.drop(r)
 	}
 	return r, nil
@@ -461,8 +389,8 @@ func (s *Calls) change(ctx context.Context, key string, p store.Policy, fn func(
 // Repark turns an answered record into a parked one of another kind (a
 // confirmed call of an external tool now waits for its execution).
 func (s *Calls) Repark(ctx context.Context, key, kind, source string) (*Record, error) {
-	r, err := s.Transition(ctx, key, StatusAnswered, store.UntilLanded, func(r *Record) error {
-		r.Kind, r.Status, r.Answer, r.SuggestedRules, r.Reason, r.HandoffSeq = kind, StatusParked, nil, nil, "", 0
+	r, err := s.Transition(ctx, key, bus.ParkAnswered, store.UntilLanded, func(r *Record) error {
+		r.Kind, r.Status, r.Answer, r.SuggestedRules, r.Reason, r.HandoffSeq = kind, bus.ParkParked, nil, nil, "", 0
 		r.Expires = time.Now().UTC().Add(s.cfg.TTL)
 		return nil
 	})
@@ -489,7 +417,7 @@ func (s *Calls) renew(ctx context.Context, now time.Time) error {
 	for _, key := range s.leases.held() {
 		_, err := store.Update(ctx, s.kv, string(key), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 			var r Record
-			if cur == nil || json.Unmarshal(cur.Value(), &r) != nil || r.Status != StatusAnswered || r.Owner != s.cfg.Owner {
+			if cur == nil || json.Unmarshal(cur.Value(), &r) != nil || r.Status != bus.ParkAnswered || r.Owner != s.cfg.Owner {
 				return nil, errNotOwner
 			}
 			r.Touched = now.UTC()
@@ -517,7 +445,7 @@ func (s *Calls) TakeOverAnswers(ctx context.Context, cutoff time.Time) []*Record
 	var out []*Record
 	for _, key := range s.TakeOverAnswersPeek(cutoff) {
 		r, err := s.change(ctx, key, store.Bounded, func(r *Record) error {
-			if r.Status != StatusAnswered || !r.Touched.Before(cutoff) {
+			if r.Status != bus.ParkAnswered || !r.Touched.Before(cutoff) {
 				return errNotOwner
 			}
 			s.cfg.Logger.Warn("external: taking over an answer whose router stopped", "key", key, "owner", r.Owner)
