@@ -85,10 +85,10 @@ func (b *Batch) IsCancelled(id string) bool {
 	return slices.Contains(b.Cancelled, "*") || slices.Contains(b.Cancelled, id)
 }
 
-// Continuations holds the continuations of parked batches (keys
+// conts holds the continuations of parked batches (keys
 // <session>.<replyid>): a watch-fed cache of the active ones, for lease
 // takeovers, and the set this router renews.
-type Continuations struct {
+type conts struct {
 	shared
 
 	mu     sync.RWMutex
@@ -98,7 +98,7 @@ type Continuations struct {
 }
 
 // start loads the cache of continuations and keeps it fed.
-func (s *Continuations) start(ctx context.Context) error {
+func (s *conts) start(ctx context.Context) error {
 	w, err := store.WatchKV(ctx, s.kv, "*.*", s.applyBatch)
 	if err != nil {
 		return err
@@ -107,7 +107,7 @@ func (s *Continuations) start(ctx context.Context) error {
 	return waitReady(ctx, w)
 }
 
-func (s *Continuations) stop() {
+func (s *conts) stop() {
 	if s.watch != nil {
 		s.watch.Stop()
 	}
@@ -121,37 +121,46 @@ func claim(b *Batch, owner string, p Phase, why string) {
 	}
 }
 
-// ErrParkedBefore is returned by ParkBatch when a continuation of the same
+// errParkedBefore is returned by parkBatch when a continuation of the same
 // reply id exists already: an earlier copy of the batch parked first.
-var ErrParkedBefore = errors.New("external: this batch parked before")
+var errParkedBefore = errors.New("parked: this batch parked before")
 
-// ParkBatch records that the batch parks calls, with the results it has so
+// parkBatch records that the batch parks calls, with the results it has so
 // far, the calls it now waits for and the index of the first call after
-// its current run; this router holds the lease while it finishes the run.
-// A batch that never parked (b read from no continuation) is created, and
-// ErrParkedBefore says a copy of it parked first; a resumed one that parks
-// more is updated, as long as this router still owns it.
-func (s *Continuations) ParkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int) error {
+// its current run. While the run goes on this router holds the lease
+// (phase running); a settled run (nothing else of it runs) waits for its
+// answers at once (phase parked), so it needs no settle. A batch that never
+// parked (b read from no continuation) is created, and errParkedBefore says
+// a copy of it parked first; a resumed one that parks more is updated, as
+// long as this router still owns it.
+func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int, settled bool) error {
+	phase := func(b *Batch) {
+		claim(b, s.cfg.Owner, PhaseRunning, "")
+		if settled {
+			b.Phase, b.Owner = PhaseParked, ""
+		}
+	}
 	if b.rev != 0 {
 		got, err := s.update(ctx, b.Session, b.ReplyID, func(cur *Batch) error {
 			if cur.Owner != s.cfg.Owner || !cur.Active() {
-				return fmt.Errorf("external: batch %s: %w (taken over by %s)", b.Key(), errNotOwner, cur.Owner)
+				return fmt.Errorf("parked: batch %s: %w (taken over by %s)", b.Key(), errNotOwner, cur.Owner)
 			}
 			for id, res := range results {
 				cur.Results[id] = res
 			}
 			cur.Waiting, cur.Next = waiting, next
-			claim(cur, s.cfg.Owner, PhaseRunning, "")
+			phase(cur)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
 		*b = *got
+		s.track(b)
 		return nil
 	}
 	b.Results, b.Waiting, b.Next = results, waiting, next
-	claim(b, s.cfg.Owner, PhaseRunning, "")
+	phase(b)
 	v, err := json.Marshal(b)
 	if err != nil {
 		return err
@@ -159,20 +168,20 @@ func (s *Continuations) ParkBatch(ctx context.Context, b *Batch, results map[str
 	rev, err := store.Create(ctx, s.kv, b.Key(), v, store.Bounded)
 	switch {
 	case store.IsConflict(err):
-		return ErrParkedBefore
+		return errParkedBefore
 	case err != nil:
-		return fmt.Errorf("external: batch %s: %w", b.Key(), err)
+		return fmt.Errorf("parked: batch %s: %w", b.Key(), err)
 	}
 	b.rev = rev
-	s.leases.hold(batchKey(b.Key()))
+	s.track(b)
 	return nil
 }
 
-// Settle ends the run that parked calls: the run's results join the
+// settle ends the run that parked calls: the run's results join the
 // continuation, and the batch waits for its answers (resume false), or,
 // when every answer came in during the run, this router goes on with it
 // (resume true, the lease held).
-func (s *Continuations) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
+func (s *conts) settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
 	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
 		for id, res := range results {
 			if _, ok := b.Results[id]; !ok {
@@ -192,10 +201,10 @@ func (s *Continuations) Settle(ctx context.Context, session, replyID string, res
 	return b, s.track(b), nil
 }
 
-// Complete records the result of a parked call of the batch. Exactly one
+// complete records the result of a parked call of the batch. Exactly one
 // completion finds the batch ready in the compare-and-set that adds its
 // result: that one resumes it (resume true, the lease held).
-func (s *Continuations) Complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
+func (s *conts) complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
 	var resume bool
 	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
 		resume = false
@@ -215,9 +224,9 @@ func (s *Continuations) Complete(ctx context.Context, session, replyID, callID s
 	return b, resume, nil
 }
 
-// Cancel marks calls of a parked batch (all when ids is empty) so that
+// cancel marks calls of a parked batch (all when ids is empty) so that
 // they never run when it resumes. A batch that never parked is no error.
-func (s *Continuations) Cancel(ctx context.Context, session, replyID string, ids []string) error {
+func (s *conts) cancel(ctx context.Context, session, replyID string, ids []string) error {
 	marks := ids
 	if len(marks) == 0 {
 		marks = []string{"*"}
@@ -238,7 +247,7 @@ func (s *Continuations) Cancel(ctx context.Context, session, replyID string, ids
 
 // renew renews the lease of every continuation this router holds; one
 // that another router took over, or that moved on, is let go.
-func (s *Continuations) renew(ctx context.Context, now time.Time) error {
+func (s *conts) renew(ctx context.Context, now time.Time) error {
 	var failed error
 	for _, key := range s.leases.held() {
 		session, replyID, _ := splitBatchKey(string(key))
@@ -260,15 +269,15 @@ func (s *Continuations) renew(ctx context.Context, now time.Time) error {
 	return failed
 }
 
-var errNotOwner = errors.New("external: not the owner of the batch")
+var errNotOwner = errors.New("parked: not the owner of the batch")
 
-// TakeOver claims the active batches whose owner has not renewed its lease
+// takeOver claims the active batches whose owner has not renewed its lease
 // since cutoff (a router that died, or was cut off by its drain deadline,
 // while running part of the batch). The compare-and-set picks one router
 // per batch; the batches returned are this router's to repair.
-func (s *Continuations) TakeOver(ctx context.Context, cutoff time.Time) []*Batch {
+func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 	var out []*Batch
-	for _, stale := range s.Stale(cutoff) {
+	for _, stale := range s.stale(cutoff) {
 		if stale.Owner == s.cfg.Owner && s.leases.holds(batchKey(stale.Key())) {
 			continue // this router is working on it: its renewal is late, not gone
 		}
@@ -276,7 +285,7 @@ func (s *Continuations) TakeOver(ctx context.Context, cutoff time.Time) []*Batch
 			if !b.Active() || !b.Touched.Before(cutoff) {
 				return errNotOwner
 			}
-			s.cfg.Logger.Warn("external: taking over a batch whose router stopped", "session", b.Session, "reply", b.ReplyID, "owner", b.Owner)
+			s.cfg.Logger.Warn("parked: taking over a batch whose router stopped", "session", b.Session, "reply", b.ReplyID, "owner", b.Owner)
 			claim(b, s.cfg.Owner, PhaseResumed, "takeover")
 			return nil
 		})
@@ -288,28 +297,28 @@ func (s *Continuations) TakeOver(ctx context.Context, cutoff time.Time) []*Batch
 	return out
 }
 
-// Finish removes the continuation of a batch whose batch.done went out.
-func (s *Continuations) Finish(ctx context.Context, b *Batch) error {
+// finish removes the continuation of a batch whose batch.done went out.
+func (s *conts) finish(ctx context.Context, b *Batch) error {
 	defer s.leases.release(batchKey(b.Key()))
 	if _, err := store.Delete(ctx, s.kv, b.Key(), store.Bounded); err != nil {
-		return fmt.Errorf("external: delete batch %s: %w", b.Key(), err)
+		return fmt.Errorf("parked: delete batch %s: %w", b.Key(), err)
 	}
 	return nil
 }
 
-// Release stops renewing the lease of a batch this router works on (a drain
+// release stops renewing the lease of a batch this router works on (a drain
 // cut it off): once the lease is stale another router takes it over.
-func (s *Continuations) Release(b *Batch) { s.leases.release(batchKey(b.Key())) }
+func (s *conts) release(b *Batch) { s.leases.release(batchKey(b.Key())) }
 
-// GetBatch reads a continuation.
-func (s *Continuations) GetBatch(ctx context.Context, session, replyID string) (*Batch, error) {
+// getBatch reads a continuation.
+func (s *conts) getBatch(ctx context.Context, session, replyID string) (*Batch, error) {
 	e, err := s.kv.Get(ctx, BatchKey(session, replyID))
 	if err != nil {
 		return nil, err
 	}
 	var b Batch
 	if err := json.Unmarshal(e.Value(), &b); err != nil {
-		return nil, fmt.Errorf("external: batch %s is corrupt: %w", BatchKey(session, replyID), err)
+		return nil, fmt.Errorf("parked: batch %s is corrupt: %w", BatchKey(session, replyID), err)
 	}
 	b.rev = e.Revision()
 	return &b, nil
@@ -321,16 +330,16 @@ func (s *Continuations) GetBatch(ctx context.Context, session, replyID string) (
 // transient errors are retried until the write lands or ctx ends
 // (store.UntilLanded). It returns an error satisfying store.IsNotFound when
 // there is no continuation.
-func (s *Continuations) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
+func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
 	key := BatchKey(session, replyID)
 	var b *Batch
 	rev, err := store.Update(ctx, s.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		if cur == nil {
-			return nil, fmt.Errorf("external: batch %s: %w", key, jetstream.ErrKeyNotFound)
+			return nil, fmt.Errorf("parked: batch %s: %w", key, jetstream.ErrKeyNotFound)
 		}
 		b = new(Batch)
 		if err := json.Unmarshal(cur.Value(), b); err != nil {
-			return nil, fmt.Errorf("external: batch %s is corrupt: %w", key, err)
+			return nil, fmt.Errorf("parked: batch %s is corrupt: %w", key, err)
 		}
 		if b.Results == nil {
 			b.Results = map[string]bus.Result{}
@@ -349,7 +358,7 @@ func (s *Continuations) update(ctx context.Context, session, replyID string, fn 
 
 // track keeps the lease of b held while this router owns it, and reports
 // whether it does.
-func (s *Continuations) track(b *Batch) bool {
+func (s *conts) track(b *Batch) bool {
 	if b.Active() && b.Owner == s.cfg.Owner {
 		s.leases.hold(batchKey(b.Key()))
 		return true
@@ -369,7 +378,7 @@ func splitBatchKey(key string) (session, replyID string, ok bool) {
 }
 
 // applyBatch keeps the cache of continuations routers are working on.
-func (s *Continuations) applyBatch(e jetstream.KeyValueEntry) {
+func (s *conts) applyBatch(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := e.Key()
@@ -392,10 +401,10 @@ func (s *Continuations) applyBatch(e jetstream.KeyValueEntry) {
 	}
 }
 
-// Stale returns, from the watch-fed cache, the continuations that are
+// stale returns, from the watch-fed cache, the continuations that are
 // running or resumed but whose owner has not renewed its lease since
 // before cutoff: TakeOver's candidates.
-func (s *Continuations) Stale(cutoff time.Time) []*Batch {
+func (s *conts) stale(cutoff time.Time) []*Batch {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []*Batch

@@ -68,7 +68,7 @@ func (c *callCache) apply(e jetstream.KeyValueEntry) {
 	}
 	var r Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		c.log.Warn("external: ignoring bad parked record", "key", key)
+		c.log.Warn("parked: ignoring bad parked record", "key", key)
 		return
 	}
 	r.Rev = e.Revision()
@@ -98,9 +98,9 @@ func (c *callCache) note(key string, r *Record) {
 	}
 }
 
-// Parked returns the parked records of a session ("" for all), optionally of
+// list returns the parked records of a session ("" for all), optionally of
 // one reply id, oldest first, from the cache.
-func (c *callCache) Parked(session, replyID string) []*Record {
+func (c *callCache) list(session, replyID string) []*Record {
 	c.mu.RLock()
 	var out []*Record
 	for _, r := range c.parked.All() {
@@ -113,8 +113,8 @@ func (c *callCache) Parked(session, replyID string) []*Record {
 	return out
 }
 
-// Expired returns the parked records whose time is up.
-func (c *callCache) Expired(now time.Time) []*Record {
+// expired returns the parked records whose time is up.
+func (c *callCache) expired(now time.Time) []*Record {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []*Record

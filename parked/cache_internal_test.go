@@ -83,7 +83,7 @@ func TestCallCacheApply(t *testing.T) {
 			}
 			ans := c.answeredBefore(t0.Add(time.Second))
 			slices.Sort(ans)
-			if got := keys(c.Parked("", "")); !slices.Equal(got, tc.parked) || !slices.Equal(append([]string{}, ans...), tc.answered) {
+			if got := keys(c.list("", "")); !slices.Equal(got, tc.parked) || !slices.Equal(append([]string{}, ans...), tc.answered) {
 				t.Fatalf("parked %v answered %v, want %v and %v", got, ans, tc.parked, tc.answered)
 			}
 		})
@@ -107,11 +107,11 @@ func TestCallCacheNoteAndQueries(t *testing.T) {
 		{"s1", "r1", []string{"s1.r1.a", "s1.r1.b"}},
 		{"s3", "", []string{}},
 	} {
-		if got := keys(c.Parked(tc.session, tc.reply)); !slices.Equal(got, tc.want) {
+		if got := keys(c.list(tc.session, tc.reply)); !slices.Equal(got, tc.want) {
 			t.Errorf("Parked(%q, %q) = %v, want %v", tc.session, tc.reply, got, tc.want)
 		}
 	}
-	exp := keys(c.Expired(t0.Add(time.Hour + 90*time.Minute)))
+	exp := keys(c.expired(t0.Add(time.Hour + 90*time.Minute)))
 	slices.Sort(exp)
 	if !slices.Equal(exp, []string{"s1.r1.a", "s1.r1.b", "s1.r2.c"}) {
 		t.Errorf("Expired = %v", exp)
@@ -122,7 +122,7 @@ func TestCallCacheNoteAndQueries(t *testing.T) {
 	gone.Rev = 10
 	c.note(gone.Key(), gone)
 	c.apply(put(t, rec("s1", "r1", "a", bus.ParkParked, t0), 2))
-	if got := keys(c.Parked("s1", "r1")); !slices.Equal(got, []string{"s1.r1.b"}) {
+	if got := keys(c.list("s1", "r1")); !slices.Equal(got, []string{"s1.r1.b"}) {
 		t.Errorf("after the call left: Parked = %v", got)
 	}
 	// The cache holds a copy: the caller's record is its own.
@@ -130,7 +130,7 @@ func TestCallCacheNoteAndQueries(t *testing.T) {
 	mine.Rev = 1
 	c.note(mine.Key(), mine)
 	mine.Reason = "changed"
-	if c.Parked("s9", "")[0].Reason != "" {
+	if c.list("s9", "")[0].Reason != "" {
 		t.Error("note kept the caller's record, not a copy")
 	}
 }

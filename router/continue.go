@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
 	"github.com/toolbus/toolbus/parked"
@@ -86,13 +85,14 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
 	defer cancel()
 	cutoff := now.Add(-lease)
-	for _, cont := range r.parked.TakeOver(ctx, cutoff) {
+	conts, answered := r.parked.TakeOver(ctx, cutoff)
+	for _, cont := range conts {
 		if !r.background(func() { r.repair(cont) }) {
 			r.parked.Release(cont)
 		}
 	}
-	for _, rec := range r.parked.TakeOverAnswers(ctx, cutoff) {
-		r.background(func() { r.answers.settle(rec, nil) })
+	for _, rec := range answered {
+		r.background(func() { r.answers.settleTaken(rec) })
 	}
 }
 
@@ -138,38 +138,23 @@ func (r *continuations) repair(cont *parked.Batch) {
 
 // sweep expires the parked calls whose time is up.
 func (r *continuations) sweep(now time.Time) {
-	for _, rec := range r.parked.Expired(now) {
-		r.endParked(rec, bus.ParkExpired, parkTimeout(rec.Call, r.parked.TTL()))
-	}
-}
-
-// endParked moves a parked call to a final status (expired, cancelled) with
-// res as its result; the compare-and-set picks one router when several try.
-func (r *continuations) endParked(rec *parked.Record, status bus.ParkStatus, res bus.Result) {
 	ctx, cancel := r.landing()
-	got, err := r.parked.End(ctx, rec.Key(), status, res)
-	cancel()
-	if err == nil {
-		r.answers.complete(got, res, nil)
+	defer cancel()
+	for _, rec := range r.parked.Expire(ctx, now) {
+		r.answers.complete(rec, *rec.Result, nil)
 	}
 }
 
 // cancelParked interrupts the parked calls of a reply (all when ids is
 // empty) and marks its queued calls so they never run.
 func (r *continuations) cancelParked(session, replyID string, ids []string) {
-	recs := r.parked.Parked(session, replyID)
-	if len(recs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.life.Context(), 10*time.Second)
-	err := r.parked.Cancel(ctx, session, replyID, ids)
-	cancel()
+	ctx, cancel := r.landing()
+	defer cancel()
+	ended, err := r.parked.Cancel(ctx, session, replyID, ids)
 	if err != nil {
 		r.log.Warn("router: cancel not recorded", "session", session, "reply", replyID, "err", err)
 	}
-	for _, rec := range recs {
-		if len(ids) == 0 || slices.Contains(ids, rec.Call.ID) {
-			r.endParked(rec, bus.ParkCancelled, interrupted(rec.Call))
-		}
+	for _, rec := range ended {
+		r.answers.complete(rec, *rec.Result, nil)
 	}
 }

@@ -54,13 +54,11 @@ type resolverPort interface {
 // continuationPort is the record of parked calls and parked batches
 // (docs/protocol.md 6.1); parked.Store serves it.
 type continuationPort interface {
-	ParkBatch(ctx context.Context, b *parked.Batch, results map[string]bus.Result, waiting []string, next int) error
-	Park(ctx context.Context, rec *parked.Record, source string) error
+	Park(ctx context.Context, run parked.Run) (parked.Parking, error)
 	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*parked.Batch, bool, error)
 	Finish(ctx context.Context, b *parked.Batch) error
 	Release(b *parked.Batch)
 	Get(ctx context.Context, key string) (*parked.Record, error)
-	GetBatch(ctx context.Context, session, replyID string) (*parked.Batch, error)
 	Parked(session, replyID string) []*parked.Record
 }
 
@@ -127,7 +125,7 @@ func (r *Router) newPipeline(ev routerEvents) *pipeline {
 		conts:    r.parked,
 		resolve:  resolveStep{tools: routerResolver{r}, health: r.store.Health, log: r.log},
 		exec:     execStep{runner: routerRunner{r}, sessions: routerSessions{cache: r.sessions, groups: r.groups}, guard: r.guard},
-		park:     parkStep{landing: r.life.Landing, conts: r.parked, subj: r.subj, source: r.source, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
+		park:     parkStep{landing: r.life.Landing, conts: r.parked, subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
 		report:   reportStep{landing: r.life.Landing, guard: r.guard, events: ev, sessions: routerSessions{cache: r.sessions, groups: r.groups}, m: r.m, log: r.log},
 		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
 		guard:    r.guard,

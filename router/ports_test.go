@@ -122,17 +122,19 @@ type fakeConts struct {
 	settle     func() (*parked.Batch, bool, error)
 }
 
-func (f *fakeConts) ParkBatch(_ context.Context, b *parked.Batch, _ map[string]bus.Result, _ []string, _ int) error {
+func (f *fakeConts) Park(_ context.Context, run parked.Run) (parked.Parking, error) {
 	if f.parkBefore {
-		return parked.ErrParkedBefore
+		return parked.Parking{Before: true, Batch: &parked.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}}, nil
 	}
 	f.batches++
-	return nil
-}
-func (f *fakeConts) Park(_ context.Context, rec *parked.Record, _ string) error {
-	rec.Subject = "toolbus.answer." + rec.Call.Name
-	f.parked = append(f.parked, rec)
-	return nil
+	for _, rec := range run.Calls {
+		rec.Subject = "toolbus.answer." + rec.Call.Name
+	}
+	if run.Announce != nil {
+		run.Announce(run.Calls)
+	}
+	f.parked = append(f.parked, run.Calls...)
+	return parked.Parking{Batch: run.Batch, Parked: run.Calls}, nil
 }
 func (f *fakeConts) Settle(context.Context, string, string, map[string]bus.Result) (*parked.Batch, bool, error) {
 	if f.settle != nil {
@@ -144,9 +146,6 @@ func (f *fakeConts) Finish(context.Context, *parked.Batch) error { return nil }
 func (f *fakeConts) Release(*parked.Batch)                       {}
 func (f *fakeConts) Get(context.Context, string) (*parked.Record, error) {
 	return nil, errors.New("not found")
-}
-func (f *fakeConts) GetBatch(context.Context, string, string) (*parked.Batch, error) {
-	return &parked.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}, nil
 }
 func (f *fakeConts) Parked(string, string) []*parked.Record { return f.parked }
 
@@ -175,7 +174,7 @@ func newFakePipeline(t *testing.T, tools ...bus.ToolDef) *fakePipeline {
 	f.p = &pipeline{sessions: f.sessions, conts: f.conts, log: log, base: context.Background(),
 		resolve: resolveStep{tools: f.resolver, log: log},
 		exec:    execStep{runner: f.runner, sessions: f.sessions},
-		park:    parkStep{conts: f.conts, subj: bus.NewSubjects(""), source: "toolbus/router/test", maxParked: 2},
+		park:    parkStep{conts: f.conts, subj: bus.NewSubjects(""), maxParked: 2},
 		report:  reportStep{events: f.events, sessions: f.sessions, log: log},
 		fit:     fitStep{}}
 	return f

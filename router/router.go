@@ -13,6 +13,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -336,7 +337,7 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	r.life.Defer(r.skills.cat.Stop)
-	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Logger: r.log})
+	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log})
 	if err := r.parked.Start(bg); err != nil {
 		return fmt.Errorf("router: parked calls: %w", err)
 	}
@@ -415,7 +416,7 @@ func (r *Router) bind() {
 // of exec requests, lease renewal and takeover, and the watch for messages
 // dropped as a slow consumer.
 func (r *Router) loops() {
-	interval := min(max(r.parked.TTL()/10, 10*time.Millisecond), time.Second)
+	interval := min(max(cmp.Or(r.cfg.ParkTTL, parked.DefaultTTL)/10, 10*time.Millisecond), time.Second)
 	hb := r.cfg.Store.Heartbeat
 	r.life.Loop(func(ctx context.Context) { every(ctx, interval, r.conts.sweep) })
 	r.life.Loop(func(ctx context.Context) {

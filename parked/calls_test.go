@@ -1,4 +1,4 @@
-package parked_test
+package parked
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -43,15 +42,15 @@ func newStore(t *testing.T) *store.Store {
 }
 
 // start returns a started external Store, stopped when the test ends.
-func start(t *testing.T, st *store.Store) *parked.Store {
+func start(t *testing.T, st *store.Store) *Store {
 	t.Helper()
 	return startAs(t, st, "router-a")
 }
 
 // startAs is start for the router named owner.
-func startAs(t *testing.T, st *store.Store, owner string) *parked.Store {
+func startAs(t *testing.T, st *store.Store, owner string) *Store {
 	t.Helper()
-	s := parked.New(st, subj, parked.Config{TTL: ttl, Owner: owner})
+	s := New(st, subj, Config{TTL: ttl, Owner: owner, Source: source})
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -60,16 +59,16 @@ func startAs(t *testing.T, st *store.Store, owner string) *parked.Store {
 }
 
 // record is a parked external call of tool deploy.
-func record(session, reply, call string) *parked.Record {
-	return &parked.Record{Session: session, ReplyID: reply, Kind: bus.KindExternal,
+func record(session, reply, call string) *Record {
+	return &Record{Session: session, ReplyID: reply, Kind: bus.KindExternal,
 		Call:    bus.Call{ID: call, Name: "deploy", Input: json.RawMessage(`{"env":"prod"}`)},
 		User:    json.RawMessage(`"alice"`),
 		Context: json.RawMessage(`{"tenant":"acme"}`)}
 }
 
-func park(t *testing.T, s *parked.Store, r *parked.Record) *parked.Record {
+func park(t *testing.T, s *Store, r *Record) *Record {
 	t.Helper()
-	if err := s.Park(t.Context(), r, source); err != nil {
+	if err := s.calls.park(t.Context(), r); err != nil {
 		t.Fatalf("park %s: %v", r.Key(), err)
 	}
 	return r
@@ -88,14 +87,6 @@ func handoffCount(t *testing.T, st *store.Store) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.Msgs
-}
-
-func keys(rs []*parked.Record) []string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, r.Key())
-	}
-	return out
 }
 
 func TestPark(t *testing.T) {
@@ -228,7 +219,7 @@ func TestParkTwice(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
 	first := park(t, s, record("s1", "r1", "c1"))
-	err := s.Park(t.Context(), record("s1", "r1", "c1"), source)
+	err := s.calls.park(t.Context(), record("s1", "r1", "c1"))
 	if err == nil {
 		t.Fatal("a second park of the same call succeeded")
 	}
@@ -243,7 +234,7 @@ func TestParkTwice(t *testing.T) {
 	}
 }
 
-func answered(r *parked.Record) error {
+func answered(r *Record) error {
 	r.Status = bus.ParkAnswered
 	r.Answer = &bus.Answer{State: bus.StateSuccess, Output: bus.Text("deployed")}
 	return nil
@@ -255,7 +246,7 @@ func TestTransition(t *testing.T) {
 	r := park(t, s, record("s1", "r1", "c1"))
 	key := r.Key()
 
-	got, err := s.Transition(t.Context(), key, bus.ParkParked, store.Bounded, answered)
+	got, err := s.calls.transition(t.Context(), key, bus.ParkParked, store.Bounded, answered)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +276,7 @@ func TestTransition(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
-			_, err := s.Transition(t.Context(), tc.key, tc.from, store.Bounded, func(*parked.Record) error { ran = true; return nil })
+			_, err := s.calls.transition(t.Context(), tc.key, tc.from, store.Bounded, func(*Record) error { ran = true; return nil })
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
@@ -295,7 +286,7 @@ func TestTransition(t *testing.T) {
 		})
 	}
 	// answered → done; an answer after that is still already_answered.
-	if _, err := s.Transition(t.Context(), key, bus.ParkAnswered, store.Bounded, func(r *parked.Record) error {
+	if _, err := s.calls.transition(t.Context(), key, bus.ParkAnswered, store.Bounded, func(r *Record) error {
 		r.Status = bus.ParkDone
 		res := bus.Result{ID: "c1", Name: "deploy", State: bus.StateSuccess, Output: bus.Text("deployed")}
 		r.Result = &res
@@ -303,7 +294,7 @@ func TestTransition(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Transition(t.Context(), key, bus.ParkParked, store.Bounded, answered); !errors.Is(err, bus.ErrAlreadyAnswered) {
+	if _, err := s.calls.transition(t.Context(), key, bus.ParkParked, store.Bounded, answered); !errors.Is(err, bus.ErrAlreadyAnswered) {
 		t.Fatalf("answer after done: %v, want already_answered", err)
 	}
 }
@@ -314,7 +305,7 @@ func TestTransitionOutOfParkedWithoutAnswer(t *testing.T) {
 			st := newStore(t)
 			s := start(t, st)
 			r := park(t, s, record("s1", "r1", "c1"))
-			if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, func(r *parked.Record) error {
+			if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, func(r *Record) error {
 				r.Status = status
 				return nil
 			}); err != nil {
@@ -324,7 +315,7 @@ func TestTransitionOutOfParkedWithoutAnswer(t *testing.T) {
 				t.Fatal("handoff request kept")
 			}
 			// A late answer finds nothing parked.
-			if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); !errors.Is(err, bus.ErrNotParked) {
+			if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); !errors.Is(err, bus.ErrNotParked) {
 				t.Fatalf("late answer: %v, want not_parked", err)
 			}
 		})
@@ -336,7 +327,7 @@ func TestTransitionFnError(t *testing.T) {
 	s := start(t, st)
 	r := park(t, s, record("s1", "r1", "c1"))
 	stop := errors.New("bad answer")
-	if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, func(r *parked.Record) error {
+	if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, func(r *Record) error {
 		r.Status = bus.ParkAnswered
 		return stop
 	}); !errors.Is(err, stop) {
@@ -349,21 +340,21 @@ func TestTransitionFnError(t *testing.T) {
 	if _, err := handoffMsg(t, st, r.HandoffSeq); err != nil {
 		t.Fatalf("handoff request: %v", err)
 	}
-	if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
+	if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestRacingAnswersOneWins(t *testing.T) {
 	st := newStore(t)
-	stores := []*parked.Store{start(t, st), start(t, st)}
+	stores := []*Store{start(t, st), start(t, st)}
 	r := park(t, stores[0], record("s1", "r1", "c1"))
 	const n = 10
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, err := stores[i%2].Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered)
+			_, err := stores[i%2].calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered)
 			errs <- err
 		})
 	}
@@ -383,37 +374,35 @@ func TestRacingAnswersOneWins(t *testing.T) {
 	}
 }
 
+// A confirmation of an external tool's call parks it again, as external,
+// in the answer's one compare-and-set: the confirm request leaves the
+// handoff stream and the external request takes its place.
 func TestRepark(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
 	r := record("s1", "r1", "c1")
 	r.Kind = bus.KindConfirm
 	park(t, s, r)
-	if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, func(r *parked.Record) error {
-		r.Status = bus.ParkAnswered
-		yes := true
-		r.Answer = &bus.Answer{Confirmed: &yes}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Repark(t.Context(), r.Key(), bus.KindExternal, source)
+	yes := true
+	out, err := s.Answer(t.Context(), r.Key(), "deploy", &bus.Answer{Confirmed: &yes}, func(*Record, *bus.Answer) (Verdict, bus.Result, error) {
+		return Repark, bus.Result{}, nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != bus.ParkParked || got.Kind != bus.KindExternal || got.Answer != nil || got.HandoffSeq == 0 || got.HandoffSeq == r.HandoffSeq {
+	got := out.Record
+	if out.Verdict != Repark || got.Status != bus.ParkParked || got.Kind != bus.KindExternal || got.Answer != nil || got.HandoffSeq == 0 || got.HandoffSeq == r.HandoffSeq {
 		t.Fatalf("reparked %+v", got)
 	}
 	m, err := handoffMsg(t, st, got.HandoffSeq)
 	if err != nil || m.Subject != "toolbus.external.deploy" {
 		t.Fatalf("new handoff: %v %v", m, err)
 	}
+	if _, err := handoffMsg(t, st, r.HandoffSeq); err == nil {
+		t.Fatal("the confirm request is still in the handoff stream")
+	}
 	if ps := s.Parked("s1", ""); len(ps) != 1 || ps[0].Kind != bus.KindExternal {
 		t.Fatalf("Parked after repark: %+v", ps)
-	}
-	// Only an answered record can be reparked.
-	if _, err := s.Repark(t.Context(), r.Key(), bus.KindExternal, source); !errors.Is(err, bus.ErrNotParked) {
-		t.Fatalf("repark of a parked record: %v", err)
 	}
 }
 
@@ -426,7 +415,7 @@ func TestParkedAfterTransition(t *testing.T) {
 	s := start(t, st)
 	for i := range 300 {
 		r := park(t, s, record("s1", "r1", fmt.Sprint("c", i)))
-		if _, err := s.Transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
+		if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
 			t.Fatal(err)
 		}
 		for range 20 {
@@ -443,13 +432,13 @@ func TestExpired(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
 	r := park(t, s, record("s1", "r1", "c1"))
-	if got := s.Expired(time.Now()); len(got) != 0 {
+	if got := s.calls.expired(time.Now()); len(got) != 0 {
 		t.Fatalf("expired right after parking: %v", keys(got))
 	}
-	if got := s.Expired(r.Expires.Add(time.Nanosecond)); !slices.Equal(keys(got), []string{"s1.r1.c1"}) {
+	if got := s.calls.expired(r.Expires.Add(time.Nanosecond)); !slices.Equal(keys(got), []string{"s1.r1.c1"}) {
 		t.Fatalf("Expired after the TTL: %v", keys(got))
 	}
-	if got := s.Expired(r.Expires); len(got) != 0 {
+	if got := s.calls.expired(r.Expires); len(got) != 0 {
 		t.Fatalf("Expired at the deadline itself: %v", keys(got))
 	}
 	// A record written elsewhere with a past Expires reaches the cache and is expired.
@@ -460,16 +449,16 @@ func TestExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
-		if got := keys(s.Expired(time.Now())); !slices.Equal(got, []string{"s2.r1.c1"}) {
+		if got := keys(s.calls.expired(time.Now())); !slices.Equal(got, []string{"s2.r1.c1"}) {
 			return fmt.Errorf("Expired(now) = %v", got)
 		}
 		return nil
 	})
 	// Answered records are never expired.
-	if _, err := s.Transition(t.Context(), old.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
+	if _, err := s.calls.transition(t.Context(), old.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Expired(time.Now().Add(2 * ttl)); !slices.Equal(keys(got), []string{"s1.r1.c1"}) {
+	if got := s.calls.expired(time.Now().Add(2 * ttl)); !slices.Equal(keys(got), []string{"s1.r1.c1"}) {
 		t.Fatalf("Expired after answering s2: %v", keys(got))
 	}
 }
@@ -506,7 +495,7 @@ func TestParkedFilter(t *testing.T) {
 		t.Fatalf("other store Parked %v", got)
 	}
 	park(t, s, record("s3", "r1", "c1"))
-	if _, err := s.Transition(t.Context(), "s1.r1.c1", bus.ParkParked, store.Bounded, answered); err != nil {
+	if _, err := s.calls.transition(t.Context(), "s1.r1.c1", bus.ParkParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
 	bustest.CheckFor(t, bound, 5*time.Millisecond, func() error {
@@ -530,11 +519,11 @@ func TestBadRecordIgnored(t *testing.T) {
 	if _, err := s.Get(t.Context(), "s1.r1.c1"); err == nil || store.IsNotFound(err) {
 		t.Fatalf("Get of a corrupt record: %v", err)
 	}
-	if s.TTL() != ttl {
-		t.Fatalf("TTL %v", s.TTL())
+	if s.cfg.TTL != ttl {
+		t.Fatalf("TTL %v", s.cfg.TTL)
 	}
-	if d := parked.New(st, subj, parked.Config{}); d.TTL() != 24*time.Hour {
-		t.Fatalf("default TTL %v", d.TTL())
+	if d := New(st, subj, Config{}); d.cfg.TTL != 24*time.Hour {
+		t.Fatalf("default TTL %v", d.cfg.TTL)
 	}
 }
 
@@ -542,12 +531,12 @@ func TestStartEndsWithContext(t *testing.T) {
 	st := newStore(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	s := parked.New(st, subj, parked.Config{})
+	s := New(st, subj, Config{})
 	if err := s.Start(ctx); err == nil {
 		t.Error("Start with an ended context succeeded")
 	}
 	s.Stop()
 	s.Stop()
 	// Stop before Start is fine too.
-	parked.New(st, subj, parked.Config{}).Stop()
+	New(st, subj, Config{}).Stop()
 }

@@ -1,15 +1,3 @@
-// Package external keeps calls that wait for someone outside the bus: a
-// person's confirmation, or an external tool that a person or another system
-// executes. A parked call is a record in P_parked, its request a message in
-// the P_HANDOFF stream (so a handler that was offline still gets it), and its
-// answer a compare-and-set on the record, so the first valid answer wins and
-// every other one is refused without touching anything else.
-//
-// A batch that parks calls also leaves a continuation record under
-// <session>.<replyid> (two tokens, never a call key): what has finished and
-// which calls still wait. Whichever router records the last awaited result
-// resumes the batch, so answers may reach any router, hours later, after
-// restarts.
 package parked
 
 import (
@@ -35,88 +23,21 @@ type Record = bus.ParkRecord
 // BatchKey is the P_parked key of a batch's continuation: <session>.<replyid>.
 func BatchKey(session, replyID string) string { return session + "." + replyID }
 
-// Config configures a Store.
-type Config struct {
-	// TTL is how long a call stays parked before it expires with a timeout
-	// result; zero means 24 hours.
-	TTL time.Duration
-	// Owner is the id of the router using the store: the owner it writes
-	// into the continuations it works on, and whose leases it renews.
-	Owner string
-	// Logger receives warnings; nil discards.
-	Logger *slog.Logger
-}
-
-// Store is the parked calls of one deployment (Calls: the records and
-// their handoff) and the continuations of the batches they belong to
-// (Continuations: phases and leases), over P_parked. It is safe for
-// concurrent use.
-type Store struct {
-	*Calls
-	*Continuations
-	cfg Config
-}
-
 // shared is what Calls and Continuations both use.
 type shared struct {
 	kv  jetstream.KeyValue
 	cfg Config
 }
 
-// Calls holds the parked call records (keys <session>.<replyid>.<callid>):
+// calls holds the parked call records (keys <session>.<replyid>.<callid>):
 // their compare-and-set transitions and handoff requests, and the answered
 // calls this router renews the lease of. It embeds callCache, the
 // watch-fed cache of the records (cache.go).
-type Calls struct {
+type calls struct {
 	shared
 	*callCache
 	handoff handoff
 	leases  leaseSet[callKey] // answered calls this router makes the result of
-}
-
-// New returns a Store; call Start before use.
-func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
-	if cfg.TTL <= 0 {
-		cfg.TTL = 24 * time.Hour
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	sh := shared{kv: st.Parked, cfg: cfg}
-	return &Store{cfg: cfg,
-		Calls: &Calls{shared: sh, handoff: handoff{js: st.JS, stream: st.Handoff, subj: subj, log: cfg.Logger},
-			callCache: newCallCache(st.Parked, cfg.Logger), leases: newLeaseSet[callKey]()},
-		Continuations: &Continuations{shared: sh, active: map[string]*Batch{}, leases: newLeaseSet[batchKey]()},
-	}
-}
-
-// TTL returns how long calls stay parked.
-func (s *Store) TTL() time.Duration { return s.cfg.TTL }
-
-// Start loads the caches of parked records and of continuations and keeps
-// them fed.
-func (s *Store) Start(ctx context.Context) error {
-	if err := s.Calls.start(ctx); err != nil {
-		return err
-	}
-	if err := s.Continuations.start(ctx); err != nil {
-		s.Calls.stop()
-		return err
-	}
-	return nil
-}
-
-// Stop ends the watches; safe to call twice.
-func (s *Store) Stop() {
-	s.Calls.stop()
-	s.Continuations.stop()
-}
-
-// Renew renews the lease of every continuation and answered call this
-// router holds. One that another router took over, or that moved on, is
-// let go.
-func (s *Store) Renew(ctx context.Context, now time.Time) error {
-	return errors.Join(s.Continuations.renew(ctx, now), s.Calls.renew(ctx, now))
 }
 
 // waitReady waits until w has loaded the initial values, or ctx ends (w
@@ -131,38 +52,46 @@ func waitReady(ctx context.Context, w *store.Watch) error {
 	}
 }
 
-// Park stores a new parked record and then, unless the caller executes the
+// park stores a new parked record and then, unless the caller executes the
 // tool itself, publishes its request on P.external.<tool> or P.confirm.<tool>
 // through JetStream so the P_HANDOFF stream keeps it. The record comes first
 // (docs/protocol.md 6): a handler that answers the moment the request arrives
 // finds the call parked. source is the CloudEvents source of the router.
-func (s *Calls) Park(ctx context.Context, r *Record, source string) error {
-	now := time.Now().UTC()
-	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
-	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
-	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
-	// from the tool; an open router still takes it on the old subject.
-	r.Subject, r.InputDigest = s.handoff.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
+func (s *calls) park(ctx context.Context, r *Record) error {
+	if r.Status == "" {
+		s.prepare(r)
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
 	rev, err := store.Create(ctx, s.kv, r.Key(), b, store.Bounded)
 	if err != nil {
-		return fmt.Errorf("external: park %s: %w", r.Key(), err)
+		return fmt.Errorf("parked: park %s: %w", r.Key(), err)
 	}
 	r.Rev = rev
 	s.note(r.Key(), r) // a copy: the caller keeps r
 	if r.RequestScoped {
 		return nil
 	}
-	return s.handOff(ctx, r, source)
+	return s.handOff(ctx, r, s.cfg.Source)
+}
+
+// prepare fills in what parking adds to a record: its status, times,
+// answer subject and input digest.
+func (s *calls) prepare(r *Record) {
+	now := time.Now().UTC()
+	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
+	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
+	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
+	// from the tool; an open router still takes it on the old subject.
+	r.Subject, r.InputDigest = s.handoff.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 }
 
 // handOff publishes r's request and notes its stream sequence in the record,
 // so that whoever takes the call out of parked removes the request. When an
 // answer got in first, the request is removed here instead.
-func (s *Calls) handOff(ctx context.Context, r *Record, source string) error {
+func (s *calls) handOff(ctx context.Context, r *Record, source string) error {
 	seq, err := s.handoff.publish(ctx, r, source)
 	if err != nil {
 		return err
@@ -179,7 +108,7 @@ func (s *Calls) handOff(ctx context.Context, r *Record, source string) error {
 			return nil
 		}
 	}
-	rec, err := s.Transition(ctx, r.Key(), bus.ParkParked, store.Bounded, func(x *Record) error {
+	rec, err := s.transition(ctx, r.Key(), bus.ParkParked, store.Bounded, func(x *Record) error {
 		x.HandoffSeq = seq
 		return nil
 	})
@@ -243,7 +172,7 @@ func (h handoff) publish(ctx context.Context, r *Record, source string) (uint64,
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("external: handoff %s: %w", subject, err)
+		return 0, fmt.Errorf("parked: handoff %s: %w", subject, err)
 	}
 	return ack.Sequence, nil
 }
@@ -257,31 +186,31 @@ func (h handoff) drop(r *Record) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := h.stream.DeleteMsg(ctx, r.HandoffSeq); err != nil && !strings.Contains(err.Error(), "not found") {
-		h.log.Debug("external: handoff delete", "key", r.Key(), "err", err)
+		h.log.Debug("parked: handoff delete", "key", r.Key(), "err", err)
 	}
 }
 
-// Get reads a record from KV.
-func (s *Calls) Get(ctx context.Context, key string) (*Record, error) {
+// get reads a record from KV.
+func (s *calls) get(ctx context.Context, key string) (*Record, error) {
 	e, err := s.kv.Get(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	var r Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, fmt.Errorf("external: record %s is corrupt: %w", key, err)
+		return nil, fmt.Errorf("parked: record %s is corrupt: %w", key, err)
 	}
 	r.Rev = e.Revision()
 	return &r, nil
 }
 
-// Transition moves a record from status from to the state fn leaves it in,
+// transition moves a record from status from to the state fn leaves it in,
 // with compare-and-set, retrying conflicts and transient errors as p says
 // (store.UntilLanded for a transition that records a result). It returns
 // bus.ErrNotParked when the record is missing or in another status,
 // bus.ErrAlreadyAnswered when from is parked and an answer already won.
 // Answer, Close and End are the transitions the router makes.
-func (s *Calls) Transition(ctx context.Context, key string, from bus.ParkStatus, p store.Policy, fn func(*Record) error) (*Record, error) {
+func (s *calls) transition(ctx context.Context, key string, from bus.ParkStatus, p store.Policy, fn func(*Record) error) (*Record, error) {
 	return s.change(ctx, key, p, func(r *Record) error {
 		if r.Status != from {
 			return wrongStatus(r, from)
@@ -297,13 +226,16 @@ func wrongStatus(r *Record, from bus.ParkStatus) error {
 	return bus.Errorf(bus.CodeNotParked, "call %s is %s, not %s", r.Call.ID, r.Status, from)
 }
 
-// Answer takes an answer to the parked call key of tool: the first valid
-// answer wins. check validates the answer against the record it answers
-// (its kind, its tool's schema) and may rewrite it; an error from it is
-// returned and changes nothing. An answer for another tool's call, or for
-// a call that is not parked, is bus.ErrNotParked; one after the winner is
+// answer takes an answer to the parked call key of tool in one
+// compare-and-set: the first valid answer wins. decide validates the answer
+// against the record it answers (its kind, its tool's schema), may rewrite
+// it, and says what it does to the call; an error from it is returned and
+// changes nothing. An answer for another tool's call, or for a call that is
+// not parked, is bus.ErrNotParked; one after the winner is
 // bus.ErrAlreadyAnswered.
-func (s *Calls) Answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*Record, *bus.Answer) error) (*Record, error) {
+func (s *calls) answer(ctx context.Context, key, tool string, a *bus.Answer, decide Decide) (Answered, error) {
+	var out Answered
+	var oldSeq uint64
 	r, err := s.change(ctx, key, answerPolicy, func(r *Record) error {
 		if r.Call.Name != tool {
 			return bus.Errorf(bus.CodeNotParked, "no call %s of tool %s is parked in session %s, reply %s", r.Call.ID, tool, r.Session, r.ReplyID)
@@ -311,40 +243,55 @@ func (s *Calls) Answer(ctx context.Context, key, tool string, a *bus.Answer, che
 		if r.Status != bus.ParkParked {
 			return wrongStatus(r, bus.ParkParked)
 		}
-		if check != nil {
-			if err := check(r, a); err != nil {
-				return err
-			}
+		v, res, err := decide(r, a)
+		if err != nil {
+			return err
 		}
-		r.Status, r.Answer = bus.ParkAnswered, a
-		r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
+		out, oldSeq = Answered{Verdict: v, Answer: a}, r.HandoffSeq
+		now := time.Now().UTC()
+		switch v {
+		case Done: // the answer is the result: parked → done in this one write
+			r.Status, r.Answer, r.Result = bus.ParkDone, a, &res
+		case Repark: // a confirmed call of an external tool now waits for its execution
+			r.Kind, r.SuggestedRules, r.Reason, r.HandoffSeq, r.Expires = bus.KindExternal, nil, "", 0, now.Add(s.cfg.TTL)
+		default: // Confirmed: this router runs the confirmed call under a lease
+			r.Status, r.Answer, r.Owner, r.Touched = bus.ParkAnswered, a, s.cfg.Owner, now
+		}
 		return nil
 	})
 	if store.IsFull(err) {
 		// Nothing changed, and nothing will until someone frees space: the
 		// answerer hears so at once and may answer again later.
-		return nil, fmt.Errorf("%s: the answer was not recorded: %w", store.FullText, err)
+		return out, fmt.Errorf("%s: the answer was not recorded: %w", store.FullText, err)
 	}
-	return r, err
+	if err != nil {
+		return out, err
+	}
+	out.Record = r
+	if out.Verdict == Repark {
+		s.handoff.drop(&Record{HandoffSeq: oldSeq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
+		err = s.handOff(ctx, r, s.cfg.Source)
+	}
+	return out, err
 }
 
 // answerPolicy retries an answer's write until it lands or the caller's
 // context ends, but not through a full store (store.Policy.RideOutFull).
 var answerPolicy = store.Policy{}
 
-// Close records the result made from an answered call's answer.
-func (s *Calls) Close(ctx context.Context, key string, res bus.Result) (*Record, error) {
-	return s.Transition(ctx, key, bus.ParkAnswered, store.UntilLanded, func(r *Record) error {
+// close records the result made from an answered call's answer.
+func (s *calls) close(ctx context.Context, key string, res bus.Result) (*Record, error) {
+	return s.transition(ctx, key, bus.ParkAnswered, store.UntilLanded, func(r *Record) error {
 		r.Status, r.Result = bus.ParkDone, &res
 		return nil
 	})
 }
 
-// End takes a call out of parked without an answer, to status (expired or
+// end takes a call out of parked without an answer, to status (expired or
 // cancelled) with res as its result; when several routers try, one wins
 // and the others get bus.ErrNotParked or bus.ErrAlreadyAnswered.
-func (s *Calls) End(ctx context.Context, key string, status bus.ParkStatus, res bus.Result) (*Record, error) {
-	return s.Transition(ctx, key, bus.ParkParked, store.UntilLanded, func(r *Record) error {
+func (s *calls) end(ctx context.Context, key string, status bus.ParkStatus, res bus.Result) (*Record, error) {
+	return s.transition(ctx, key, bus.ParkParked, store.UntilLanded, func(r *Record) error {
 		r.Status, r.Result = status, &res
 		return nil
 	})
@@ -352,7 +299,7 @@ func (s *Calls) End(ctx context.Context, key string, status bus.ParkStatus, res 
 
 // change applies fn to the record key with compare-and-set and keeps the
 // cache and the handoff stream in step with the outcome.
-func (s *Calls) change(ctx context.Context, key string, p store.Policy, fn func(*Record) error) (*Record, error) {
+func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(*Record) error) (*Record, error) {
 	var r *Record
 	rev, err := store.Update(ctx, s.kv, key, p, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		if cur == nil {
@@ -360,7 +307,7 @@ func (s *Calls) change(ctx context.Context, key string, p store.Policy, fn func(
 		}
 		r = new(Record)
 		if err := json.Unmarshal(cur.Value(), r); err != nil {
-			return nil, fmt.Errorf("external: record %s is corrupt: %w", key, err)
+			return nil, fmt.Errorf("parked: record %s is corrupt: %w", key, err)
 		}
 		if err := fn(r); err != nil {
 			return nil, err
@@ -371,7 +318,7 @@ func (s *Calls) change(ctx context.Context, key string, p store.Policy, fn func(
 		if be := (*bus.Error)(nil); errors.As(err, &be) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("external: update %s: %w", key, err)
+		return nil, fmt.Errorf("parked: update %s: %w", key, err)
 	}
 	r.Rev = rev
 	s.note(key, r) // a copy: the caller gets r
@@ -386,33 +333,16 @@ func (s *Calls) change(ctx context.Context, key string, p store.Policy, fn func(
 	return r, nil
 }
 
-// Repark turns an answered record into a parked one of another kind (a
-// confirmed call of an external tool now waits for its execution).
-func (s *Calls) Repark(ctx context.Context, key, kind, source string) (*Record, error) {
-	r, err := s.Transition(ctx, key, bus.ParkAnswered, store.UntilLanded, func(r *Record) error {
-		r.Kind, r.Status, r.Answer, r.SuggestedRules, r.Reason, r.HandoffSeq = kind, bus.ParkParked, nil, nil, "", 0
-		r.Expires = time.Now().UTC().Add(s.cfg.TTL)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.handOff(ctx, r, source); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
-// TakeOverAnswersPeek returns, from the watch-fed cache, the keys of the
+// takeOverAnswersPeek returns, from the watch-fed cache, the keys of the
 // answered calls whose lease is older than cutoff and not this router's:
 // TakeOverAnswers' candidates.
-func (s *Calls) TakeOverAnswersPeek(cutoff time.Time) []string {
+func (s *calls) takeOverAnswersPeek(cutoff time.Time) []string {
 	return slices.DeleteFunc(s.answeredBefore(cutoff), func(key string) bool { return s.leases.holds(callKey(key)) })
 }
 
 // renew renews the lease of every answered call this router makes the
 // result of; one that moved on is let go.
-func (s *Calls) renew(ctx context.Context, now time.Time) error {
+func (s *calls) renew(ctx context.Context, now time.Time) error {
 	var failed error
 	for _, key := range s.leases.held() {
 		_, err := store.Update(ctx, s.kv, string(key), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -434,21 +364,21 @@ func (s *Calls) renew(ctx context.Context, now time.Time) error {
 	return failed
 }
 
-// TakeOverAnswers claims the answered calls whose router has not renewed
+// takeOverAnswers claims the answered calls whose router has not renewed
 // its lease since cutoff: it died after taking the answer and before
 // making the call's result (a confirmed call it was running never
 // reported). The compare-and-set picks one router per call; the records
 // returned are this router's to settle again (a confirmed call runs
 // through the ledger, so a side effect is not repeated: its outcome may be
 // unknown).
-func (s *Calls) TakeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
+func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
 	var out []*Record
-	for _, key := range s.TakeOverAnswersPeek(cutoff) {
+	for _, key := range s.takeOverAnswersPeek(cutoff) {
 		r, err := s.change(ctx, key, store.Bounded, func(r *Record) error {
 			if r.Status != bus.ParkAnswered || !r.Touched.Before(cutoff) {
 				return errNotOwner
 			}
-			s.cfg.Logger.Warn("external: taking over an answer whose router stopped", "key", key, "owner", r.Owner)
+			s.cfg.Logger.Warn("parked: taking over an answer whose router stopped", "key", key, "owner", r.Owner)
 			r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
 			return nil
 		})
