@@ -59,7 +59,22 @@ type Batch struct {
 	Owner   string    `json:"owner,omitempty"`
 	Touched time.Time `json:"touched"`
 
-	rev uint64
+	rev  uint64
+	gone bool // removed by the last result (Resume): Finish has nothing to delete
+}
+
+// last reports whether the result of call id is the last one b waits for
+// while parked, with nothing of the batch left to run after it.
+func (b *Batch) last(id string) bool {
+	if b.Phase != PhaseParked || b.Next < len(b.Data.Calls) || !slices.Contains(b.Waiting, id) {
+		return false
+	}
+	for _, w := range b.Waiting {
+		if _, ok := b.Results[w]; !ok && w != id {
+			return false
+		}
+	}
+	return true
 }
 
 // Key returns the continuation's P_parked key, BatchKey(Session, ReplyID).
@@ -300,10 +315,30 @@ func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 // finish removes the continuation of a batch whose batch.done went out.
 func (s *conts) finish(ctx context.Context, b *Batch) error {
 	defer s.leases.release(batchKey(b.Key()))
+	if b.gone {
+		return nil
+	}
 	if _, err := store.Delete(ctx, s.kv, b.Key(), store.Bounded); err != nil {
 		return fmt.Errorf("parked: delete batch %s: %w", b.Key(), err)
 	}
 	return nil
+}
+
+// remove deletes b, read at its revision, as the last result of a batch
+// with nothing left to run: the compare-and-set makes that result's router
+// the one that resumes it. A delete whose outcome is unknown counts as
+// landed when the key is gone (only the last result removes it).
+func (s *conts) remove(ctx context.Context, b *Batch) bool {
+	err := s.kv.Delete(ctx, b.Key(), jetstream.LastRevision(b.rev))
+	if err != nil && store.IsTransient(err) {
+		_, gerr := s.kv.Get(ctx, b.Key())
+		err = gerr
+		if store.IsNotFound(gerr) {
+			err = nil
+		}
+	}
+	b.gone = err == nil
+	return b.gone
 }
 
 // release stops renewing the lease of a batch this router works on (a drain
@@ -319,6 +354,9 @@ func (s *conts) getBatch(ctx context.Context, session, replyID string) (*Batch, 
 	var b Batch
 	if err := json.Unmarshal(e.Value(), &b); err != nil {
 		return nil, fmt.Errorf("parked: batch %s is corrupt: %w", BatchKey(session, replyID), err)
+	}
+	if b.Results == nil {
+		b.Results = map[string]bus.Result{}
 	}
 	b.rev = e.Revision()
 	return &b, nil

@@ -218,12 +218,16 @@ func (s *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, dec
 }
 
 // Resume records a call's result in its batch: first in the call's
-// record when it was answered and ran here (answered → done), then, after
-// report (the call.result event goes out there), in the continuation. The
-// one completion that finds every awaited call done resumes the batch:
-// resume true, this router holds its lease. report is skipped when another
-// router closed the answered call (it took it over and reports it).
-func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func()) (*Batch, bool, error) {
+// record when it was answered and ran here (answered → done); then report
+// runs (the call.result event goes out there) with the continuation as it
+// was read (nil when unreadable), and the result joins the continuation.
+// The one completion that finds every awaited call done resumes the batch:
+// resume true. When nothing of the batch is left to run, that completion
+// is the continuation's removal (one compare-and-set delete; the router
+// then only publishes batch.done, and Finish writes nothing); otherwise the
+// result is added and this router holds the lease. report is skipped when
+// another router closed the answered call (it took it over and reports it).
+func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkAnswered {
 		if _, err := s.calls.close(ctx, rec.Key(), res); err != nil {
 			if be := (*bus.Error)(nil); errors.As(err, &be) {
@@ -232,7 +236,13 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
 		}
 	}
-	report()
+	cont, err := s.conts.getBatch(ctx, rec.Session, rec.ReplyID)
+	report(cont)
+	if err == nil && cont.last(rec.Call.ID) && s.conts.remove(ctx, cont) {
+		cont.Results[rec.Call.ID] = res
+		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
+		return cont, true, nil
+	}
 	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
 }
 

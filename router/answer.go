@@ -46,7 +46,7 @@ type answers struct {
 // parkedCalls is what answers uses of the parked calls (parked.Store).
 type parkedCalls interface {
 	Answer(ctx context.Context, key, tool string, a *bus.Answer, decide parked.Decide) (parked.Answered, error)
-	Resume(ctx context.Context, rec *parked.Record, res bus.Result, report func()) (*parked.Batch, bool, error)
+	Resume(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
 	Batch(ctx context.Context, session, replyID string) (*parked.Batch, error)
 	Parked(session, replyID string) []*parked.Record
 }
@@ -324,8 +324,7 @@ func deniedByUser(c bus.Call, reason string) bus.Result {
 // the answer is the result (recorded with it); a confirmed call of an
 // external tool waits again (nothing to report); a confirmed call runs
 // here. tool is the call's tool as the caller looked it up, once (nil: no
-// longer registered). The continuation is read once, for the run and the
-// events.
+// longer registered).
 func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
 	rec := got.Record
 	if got.Answer.Confirmed != nil && len(got.Answer.Rules) > 0 { // remembered by answer
@@ -335,7 +334,7 @@ func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
 	case parked.Repark:
 		return
 	case parked.Done:
-		r.complete(rec, *rec.Result, nil)
+		r.complete(rec, *rec.Result)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
@@ -344,11 +343,10 @@ func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
 	var res bus.Result
 	if err != nil {
 		res = internal(rec.Call, fmt.Errorf("continuation: %w", err))
-		cont = &parked.Batch{} // read once: the event goes without the batch's trace
 	} else {
 		res = r.runConfirmed(rec, tool, cont)
 	}
-	r.complete(rec, res, cont)
+	r.complete(rec, res)
 }
 
 // settleTaken settles again an answered call taken over from a router that
@@ -412,24 +410,20 @@ func (r *answers) confirmCovered(answered *parked.Record) {
 }
 
 // complete reports a parked call's result and records it, and resumes the
-// batch when it was the last one awaited. cont is the continuation when
-// the caller read it (nil: read here, for the event's trace).
-func (r *answers) complete(rec *parked.Record, res bus.Result, cont *parked.Batch) {
+// batch when it was the last one awaited.
+func (r *answers) complete(rec *parked.Record, res bus.Result) {
 	ctx, cancel := r.landing()
 	defer cancel()
-	if cont == nil {
-		cont, _ = r.parked.Batch(ctx, rec.Session, rec.ReplyID)
-	}
-	var trace [2]string
-	if cont != nil {
-		trace = [2]string{cont.TraceParent, cont.TraceState}
-	}
 	// The call.result event goes out before the continuation records the
 	// result, on the connection that then records it: the server handles
 	// one connection's messages in order, so whichever router sees the
 	// result recorded and publishes batch.done does so after this event
 	// has been delivered.
-	report := func() {
+	report := func(cont *parked.Batch) {
+		var trace [2]string
+		if cont != nil {
+			trace = [2]string{cont.TraceParent, cont.TraceState}
+		}
 		r.guard.recordParked(rec, res) // the audit trail (guard.go)
 		ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 		if err == nil {

@@ -28,8 +28,9 @@ func (f *fakeParked) Batch(context.Context, string, string) (*parked.Batch, erro
 	f.gets++
 	return f.cont, f.getErr
 }
-func (f *fakeParked) Resume(_ context.Context, _ *parked.Record, res bus.Result, report func()) (*parked.Batch, bool, error) {
-	report()
+func (f *fakeParked) Resume(_ context.Context, _ *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error) {
+	f.gets++ // Resume reads the continuation for the event's trace and the batch
+	report(f.cont)
 	f.completes = append(f.completes, res)
 	return f.cont, f.resume, nil
 }
@@ -55,8 +56,8 @@ func (fakeRules) Update(context.Context, string, func(*groups.Session) error) (*
 }
 func (fakeRules) Session(string) *groups.Session { return nil }
 
-// One answer, one registry lookup and at most one continuation read, for
-// every verdict: the answer is the result (Done), the call waits again
+// One answer, one registry lookup and one continuation read (in Resume),
+// two for a confirmed call (its run reads it first), for every verdict: the answer is the result (Done), the call waits again
 // (Repark: parked.Answer parked it again, nothing is reported), or it
 // runs; Resume when it was the last one awaited.
 func TestSettle(t *testing.T) {
@@ -88,13 +89,13 @@ func TestSettle(t *testing.T) {
 		{name: "confirmed, external tool: repark", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &yes},
 			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool", External: true}}, verdict: parked.Repark},
 		{name: "confirmed: run", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &yes},
-			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: parked.Confirmed, text: "ran", gets: 1, runs: 1, complete: true},
+			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: parked.Confirmed, text: "ran", gets: 2, runs: 1, complete: true},
 		{name: "confirmed, last awaited: run and resume", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &yes}, resume: true,
-			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: parked.Confirmed, text: "ran", gets: 1, runs: 1, resumed: true, complete: true},
+			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: parked.Confirmed, text: "ran", gets: 2, runs: 1, resumed: true, complete: true},
 		{name: "confirmed, tool gone: unavailable", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &yes},
-			verdict: parked.Confirmed, code: bus.CodeUnavailable, gets: 1, complete: true},
+			verdict: parked.Confirmed, code: bus.CodeUnavailable, gets: 2, complete: true},
 		{name: "confirmed, continuation unreadable: internal", kind: bus.KindConfirm, answer: bus.Answer{Confirmed: &yes}, getErr: errors.New("kv down"),
-			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: parked.Confirmed, code: bus.CodeInternal, gets: 1, complete: true},
+			tool: &registry.Tool{Def: bus.ToolDef{Name: "tool"}}, verdict: parked.Confirmed, code: bus.CodeInternal, gets: 2, complete: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &parked.Record{Session: "s", ReplyID: "r", Call: call, Kind: tc.kind, Status: bus.ParkAnswered, Answer: &tc.answer}

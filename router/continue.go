@@ -141,7 +141,7 @@ func (r *continuations) sweep(now time.Time) {
 	ctx, cancel := r.landing()
 	defer cancel()
 	for _, rec := range r.parked.Expire(ctx, now) {
-		r.answers.complete(rec, *rec.Result, nil)
+		r.answers.complete(rec, *rec.Result)
 	}
 }
 
@@ -155,6 +155,6 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 		r.log.Warn("router: cancel not recorded", "session", session, "reply", replyID, "err", err)
 	}
 	for _, rec := range ended {
-		r.answers.complete(rec, *rec.Result, nil)
+		r.answers.complete(rec, *rec.Result)
 	}
 }
