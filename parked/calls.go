@@ -52,15 +52,24 @@ func waitReady(ctx context.Context, w *store.Watch) error {
 	}
 }
 
-// park stores a new parked record and then, unless the caller executes the
-// tool itself, publishes its request on P.external.<tool> or P.confirm.<tool>
-// through JetStream so the P_HANDOFF stream keeps it. The record comes first
-// (docs/protocol.md 6): a handler that answers the moment the request arrives
-// finds the call parked. source is the CloudEvents source of the router.
+// park stores a new parked record (create) and hands it off (handOff).
 func (s *calls) park(ctx context.Context, r *Record) error {
-	if r.Status == "" {
-		s.prepare(r)
+	if err := s.create(ctx, r); err != nil {
+		return err
 	}
+	return s.handOff(ctx, r)
+}
+
+// create stores a new parked record. It comes before the request
+// (docs/protocol.md 6.1): a handler that answers the moment the request
+// arrives finds the call parked.
+func (s *calls) create(ctx context.Context, r *Record) error {
+	now := time.Now().UTC()
+	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
+	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
+	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
+	// from the tool; an open router still takes it on the old subject.
+	r.Subject, r.InputDigest = s.handoff.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -71,28 +80,19 @@ func (s *calls) park(ctx context.Context, r *Record) error {
 	}
 	r.Rev = rev
 	s.note(r.Key(), r) // a copy: the caller keeps r
+	return nil
+}
+
+// handOff publishes r's request on P.external.<tool> or P.confirm.<tool>
+// through JetStream, so the P_HANDOFF stream keeps it, unless the caller
+// executes the tool itself (request-scoped), and notes its stream sequence
+// in the record, so that whoever takes the call out of parked removes the
+// request. When an answer got in first, the request is removed here.
+func (s *calls) handOff(ctx context.Context, r *Record) error {
 	if r.RequestScoped {
 		return nil
 	}
-	return s.handOff(ctx, r, s.cfg.Source)
-}
-
-// prepare fills in what parking adds to a record: its status, times,
-// answer subject and input digest.
-func (s *calls) prepare(r *Record) {
-	now := time.Now().UTC()
-	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
-	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
-	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
-	// from the tool; an open router still takes it on the old subject.
-	r.Subject, r.InputDigest = s.handoff.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
-}
-
-// handOff publishes r's request and notes its stream sequence in the record,
-// so that whoever takes the call out of parked removes the request. When an
-// answer got in first, the request is removed here instead.
-func (s *calls) handOff(ctx context.Context, r *Record, source string) error {
-	seq, err := s.handoff.publish(ctx, r, source)
+	seq, err := s.handoff.publish(ctx, r, s.cfg.Source)
 	if err != nil {
 		return err
 	}
@@ -270,7 +270,7 @@ func (s *calls) answer(ctx context.Context, key, tool string, a *bus.Answer, dec
 	out.Record = r
 	if out.Verdict == Repark {
 		s.handoff.drop(&Record{HandoffSeq: oldSeq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
-		err = s.handOff(ctx, r, s.cfg.Source)
+		err = s.handOff(ctx, r)
 	}
 	return out, err
 }

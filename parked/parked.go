@@ -108,9 +108,9 @@ type Run struct {
 	// continuation is written settled (waiting for answers) at once, and
 	// the run needs no Settle.
 	Alone bool
-	// Announce, when set, is called once the continuation is written and
-	// before any record is (the call.parked event goes out there, so it
-	// precedes every answer's events), with the records about to park.
+	// Announce, when set, is called with the records written, before
+	// their handoff requests go out (the call.parked event goes out there,
+	// so it precedes every handler's answer and its events).
 	Announce func([]*Record)
 }
 
@@ -130,8 +130,8 @@ type Parking struct {
 	Settled bool
 }
 
-// Park records the run's continuation and parks its calls, each record
-// before its handoff request (docs/protocol.md 6.1). An error means nothing
+// Park records the run's continuation, then its calls' records, then
+// their handoff requests (docs/protocol.md 6.1). An error means nothing
 // parked: the continuation could not be written.
 func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	waiting := make([]string, len(run.Calls))
@@ -148,18 +148,26 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 		return Parking{}, err
 	}
 	out := Parking{Batch: run.Batch, Settled: settled}
+	fail := func(r *Record, err error) {
+		if out.Failed == nil {
+			out.Failed = map[string]error{}
+		}
+		out.Failed[r.Call.ID] = err
+	}
+	var made []*Record
 	for _, r := range run.Calls {
-		s.calls.prepare(r)
+		if err := s.calls.create(ctx, r); err != nil {
+			fail(r, err)
+			continue
+		}
+		made = append(made, r)
 	}
 	if run.Announce != nil {
-		run.Announce(run.Calls)
+		run.Announce(made)
 	}
-	for _, r := range run.Calls {
-		if err := s.calls.park(ctx, r); err != nil {
-			if out.Failed == nil {
-				out.Failed = map[string]error{}
-			}
-			out.Failed[r.Call.ID] = err
+	for _, r := range made {
+		if err := s.calls.handOff(ctx, r); err != nil {
+			fail(r, err)
 			continue
 		}
 		out.Parked = append(out.Parked, r)
