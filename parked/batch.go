@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,19 +114,9 @@ type conts struct {
 }
 
 // start loads the cache of continuations and keeps it fed.
-func (s *conts) start(ctx context.Context) error {
-	w, err := store.WatchKV(ctx, s.kv, "*.*", s.applyBatch)
-	if err != nil {
-		return err
-	}
-	s.watch = w
-	return waitReady(ctx, w)
-}
-
-func (s *conts) stop() {
-	if s.watch != nil {
-		s.watch.Stop()
-	}
+func (s *conts) start(ctx context.Context) (err error) {
+	s.watch, err = watch(ctx, s.kv, "*.*", s.applyBatch)
+	return err
 }
 
 // claim makes owner (the store's router) the batch's owner in phase p.
@@ -192,30 +183,6 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	return nil
 }
 
-// settle ends the run that parked calls: the run's results join the
-// continuation, and the batch waits for its answers (resume false), or,
-// when every answer came in during the run, this router goes on with it
-// (resume true, the lease held).
-func (s *conts) settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
-	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
-		for id, res := range results {
-			if _, ok := b.Results[id]; !ok {
-				b.Results[id] = res
-			}
-		}
-		b.Phase, b.Owner = PhaseParked, ""
-		if b.Ready() {
-			claim(b, s.cfg.Owner, PhaseResumed, "run")
-		}
-		return nil
-	})
-	if err != nil {
-		s.leases.release(batchKey(BatchKey(session, replyID)))
-		return nil, false, err
-	}
-	return b, s.track(b), nil
-}
-
 // complete records the result of a parked call of the batch. Exactly one
 // completion finds the batch ready in the compare-and-set that adds its
 // result: that one resumes it (resume true, the lease held).
@@ -263,9 +230,8 @@ func (s *conts) cancel(ctx context.Context, session, replyID string, ids []strin
 // renew renews the lease of every continuation this router holds; one
 // that another router took over, or that moved on, is let go.
 func (s *conts) renew(ctx context.Context, now time.Time) error {
-	var failed error
-	for _, key := range s.leases.held() {
-		session, replyID, _ := splitBatchKey(string(key))
+	return s.leases.renew(func(key string) error {
+		session, replyID, _ := strings.Cut(key, ".")
 		_, err := s.update(ctx, session, replyID, func(b *Batch) error {
 			if b.Owner != s.cfg.Owner || !b.Active() {
 				return errNotOwner
@@ -273,18 +239,9 @@ func (s *conts) renew(ctx context.Context, now time.Time) error {
 			b.Touched = now.UTC()
 			return nil
 		})
-		switch {
-		case err == nil:
-		case errors.Is(err, errNotOwner), store.IsNotFound(err):
-			s.leases.release(key)
-		default:
-			failed = err
-		}
-	}
-	return failed
+		return err
+	})
 }
-
-var errNotOwner = errors.New("parked: not the owner of the batch")
 
 // takeOver claims the active batches whose owner has not renewed its lease
 // since cutoff (a router that died, or was cut off by its drain deadline,
@@ -312,18 +269,6 @@ func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 	return out
 }
 
-// finish removes the continuation of a batch whose batch.done went out.
-func (s *conts) finish(ctx context.Context, b *Batch) error {
-	defer s.leases.release(batchKey(b.Key()))
-	if b.gone {
-		return nil
-	}
-	if _, err := store.Delete(ctx, s.kv, b.Key(), store.Bounded); err != nil {
-		return fmt.Errorf("parked: delete batch %s: %w", b.Key(), err)
-	}
-	return nil
-}
-
 // remove deletes b, read at its revision, as the last result of a batch
 // with nothing left to run: the compare-and-set makes that result's router
 // the one that resumes it. A delete whose outcome is unknown counts as
@@ -341,27 +286,6 @@ func (s *conts) remove(ctx context.Context, b *Batch) bool {
 	return b.gone
 }
 
-// release stops renewing the lease of a batch this router works on (a drain
-// cut it off): once the lease is stale another router takes it over.
-func (s *conts) release(b *Batch) { s.leases.release(batchKey(b.Key())) }
-
-// getBatch reads a continuation.
-func (s *conts) getBatch(ctx context.Context, session, replyID string) (*Batch, error) {
-	e, err := s.kv.Get(ctx, BatchKey(session, replyID))
-	if err != nil {
-		return nil, err
-	}
-	var b Batch
-	if err := json.Unmarshal(e.Value(), &b); err != nil {
-		return nil, fmt.Errorf("parked: batch %s is corrupt: %w", BatchKey(session, replyID), err)
-	}
-	if b.Results == nil {
-		b.Results = map[string]bus.Result{}
-	}
-	b.rev = e.Revision()
-	return &b, nil
-}
-
 // update applies fn to the latest continuation with compare-and-set. fn
 // may run more than once; an error from it ends the update with nothing
 // written. A continuation records results that end calls, so conflicts and
@@ -370,22 +294,11 @@ func (s *conts) getBatch(ctx context.Context, session, replyID string) (*Batch, 
 // there is no continuation.
 func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
 	key := BatchKey(session, replyID)
-	var b *Batch
-	rev, err := store.Update(ctx, s.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		if cur == nil {
-			return nil, fmt.Errorf("parked: batch %s: %w", key, jetstream.ErrKeyNotFound)
-		}
-		b = new(Batch)
-		if err := json.Unmarshal(cur.Value(), b); err != nil {
-			return nil, fmt.Errorf("parked: batch %s is corrupt: %w", key, err)
-		}
+	b, rev, err := cas(ctx, s.kv, key, store.UntilLanded, fmt.Errorf("parked: batch %s: %w", key, jetstream.ErrKeyNotFound), func(b *Batch) error {
 		if b.Results == nil {
 			b.Results = map[string]bus.Result{}
 		}
-		if err := fn(b); err != nil {
-			return nil, err
-		}
-		return json.Marshal(b)
+		return fn(b)
 	})
 	if err != nil {
 		return nil, err
@@ -403,16 +316,6 @@ func (s *conts) track(b *Batch) bool {
 	}
 	s.leases.release(batchKey(b.Key()))
 	return false
-}
-
-// splitBatchKey splits <session>.<replyid>.
-func splitBatchKey(key string) (session, replyID string, ok bool) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == '.' {
-			return key[:i], key[i+1:], true
-		}
-	}
-	return "", "", false
 }
 
 // applyBatch keeps the cache of continuations routers are working on.

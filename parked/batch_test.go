@@ -387,7 +387,7 @@ func TestTakeOverAnswers(t *testing.T) {
 	cutoff := past.Add(time.Minute)
 	for _, s := range []*Store{b, c} {
 		bustest.CheckFor(t, bound, 2*time.Millisecond, func() error {
-			if n := len(s.calls.takeOverAnswersPeek(cutoff)); n == 0 {
+			if n := len(s.calls.answeredBefore(cutoff)); n == 0 {
 				return errors.New("the watch has not delivered the renewal yet")
 			}
 			return nil

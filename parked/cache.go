@@ -34,19 +34,9 @@ func newCallCache(kv jetstream.KeyValue, log *slog.Logger) *callCache {
 }
 
 // start loads the cache of parked records and keeps it fed.
-func (c *callCache) start(ctx context.Context) error {
-	w, err := store.WatchKV(ctx, c.src, "*.*.*", c.apply)
-	if err != nil {
-		return err
-	}
-	c.watch = w
-	return waitReady(ctx, w)
-}
-
-func (c *callCache) stop() {
-	if c.watch != nil {
-		c.watch.Stop()
-	}
+func (c *callCache) start(ctx context.Context) (err error) {
+	c.watch, err = watch(ctx, c.src, "*.*.*", c.apply)
+	return err
 }
 
 // goneMemory is how long the tombstone of a record that left the parked

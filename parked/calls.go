@@ -40,15 +40,19 @@ type calls struct {
 	leases  leaseSet[callKey] // answered calls this router makes the result of
 }
 
-// waitReady waits until w has loaded the initial values, or ctx ends (w
-// stopped).
-func waitReady(ctx context.Context, w *store.Watch) error {
+// watch loads the values of keys into apply, and keeps it fed until ctx
+// ends or the watch is stopped.
+func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(jetstream.KeyValueEntry)) (*store.Watch, error) {
+	w, err := store.WatchKV(ctx, kv, keys, apply)
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case <-w.Ready():
-		return nil
+		return w, nil
 	case <-ctx.Done():
 		w.Stop()
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
@@ -95,18 +99,6 @@ func (s *calls) handOff(ctx context.Context, r *Record) error {
 	seq, err := s.handoff.publish(ctx, r, s.cfg.Source)
 	if err != nil {
 		return err
-	}
-	// The common case in one round trip: nobody touched the record since
-	// it was parked. Otherwise the compare-and-set loop sorts it out.
-	next := *r
-	next.HandoffSeq = seq
-	if b, err := json.Marshal(&next); err == nil {
-		if rev, err := s.kv.Update(ctx, r.Key(), b, r.Rev); err == nil {
-			next.Rev = rev
-			*r = next
-			s.note(r.Key(), r)
-			return nil
-		}
 	}
 	rec, err := s.transition(ctx, r.Key(), bus.ParkParked, store.Bounded, func(x *Record) error {
 		x.HandoffSeq = seq
@@ -190,18 +182,37 @@ func (h handoff) drop(r *Record) {
 	}
 }
 
-// get reads a record from KV.
-func (s *calls) get(ctx context.Context, key string) (*Record, error) {
-	e, err := s.kv.Get(ctx, key)
+// read decodes the value of key, at its revision.
+func read[T any](ctx context.Context, kv jetstream.KeyValue, key string) (*T, uint64, error) {
+	e, err := kv.Get(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var r Record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, fmt.Errorf("parked: record %s is corrupt: %w", key, err)
+	v := new(T)
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return nil, 0, fmt.Errorf("parked: %s is corrupt: %w", key, err)
 	}
-	r.Rev = e.Revision()
-	return &r, nil
+	return v, e.Revision(), nil
+}
+
+// cas applies fn to the decoded value of key with compare-and-set
+// (store.Update, retrying as p says); missing is the error for no value.
+func cas[T any](ctx context.Context, kv jetstream.KeyValue, key string, p store.Policy, missing error, fn func(*T) error) (*T, uint64, error) {
+	var v *T
+	rev, err := store.Update(ctx, kv, key, p, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur == nil {
+			return nil, missing
+		}
+		v = new(T)
+		if err := json.Unmarshal(cur.Value(), v); err != nil {
+			return nil, fmt.Errorf("parked: %s is corrupt: %w", key, err)
+		}
+		if err := fn(v); err != nil {
+			return nil, err
+		}
+		return json.Marshal(v)
+	})
+	return v, rev, err
 }
 
 // transition moves a record from status from to the state fn leaves it in,
@@ -226,14 +237,15 @@ func wrongStatus(r *Record, from bus.ParkStatus) error {
 	return bus.Errorf(bus.CodeNotParked, "call %s is %s, not %s", r.Call.ID, r.Status, from)
 }
 
-// answer takes an answer to the parked call key of tool in one
+// Answer takes an answer to the parked call key of tool in one
 // compare-and-set: the first valid answer wins. decide validates the answer
 // against the record it answers (its kind, its tool's schema), may rewrite
 // it, and says what it does to the call; an error from it is returned and
 // changes nothing. An answer for another tool's call, or for a call that is
 // not parked, is bus.ErrNotParked; one after the winner is
 // bus.ErrAlreadyAnswered.
-func (s *calls) answer(ctx context.Context, key, tool string, a *bus.Answer, decide Decide) (Answered, error) {
+func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, decide Decide) (Answered, error) {
+	s := st.calls
 	var out Answered
 	var oldSeq uint64
 	r, err := s.change(ctx, key, answerPolicy, func(r *Record) error {
@@ -300,20 +312,7 @@ func (s *calls) end(ctx context.Context, key string, status bus.ParkStatus, res 
 // change applies fn to the record key with compare-and-set and keeps the
 // cache and the handoff stream in step with the outcome.
 func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(*Record) error) (*Record, error) {
-	var r *Record
-	rev, err := store.Update(ctx, s.kv, key, p, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		if cur == nil {
-			return nil, bus.Errorf(bus.CodeNotParked, "no parked call %s", key)
-		}
-		r = new(Record)
-		if err := json.Unmarshal(cur.Value(), r); err != nil {
-			return nil, fmt.Errorf("parked: record %s is corrupt: %w", key, err)
-		}
-		if err := fn(r); err != nil {
-			return nil, err
-		}
-		return json.Marshal(r)
-	})
+	r, rev, err := cas(ctx, s.kv, key, p, bus.Errorf(bus.CodeNotParked, "no parked call %s", key), fn)
 	if err != nil {
 		if be := (*bus.Error)(nil); errors.As(err, &be) {
 			return nil, err
@@ -333,35 +332,19 @@ func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(
 	return r, nil
 }
 
-// takeOverAnswersPeek returns, from the watch-fed cache, the keys of the
-// answered calls whose lease is older than cutoff and not this router's:
-// TakeOverAnswers' candidates.
-func (s *calls) takeOverAnswersPeek(cutoff time.Time) []string {
-	return slices.DeleteFunc(s.answeredBefore(cutoff), func(key string) bool { return s.leases.holds(callKey(key)) })
-}
-
 // renew renews the lease of every answered call this router makes the
 // result of; one that moved on is let go.
 func (s *calls) renew(ctx context.Context, now time.Time) error {
-	var failed error
-	for _, key := range s.leases.held() {
-		_, err := store.Update(ctx, s.kv, string(key), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-			var r Record
-			if cur == nil || json.Unmarshal(cur.Value(), &r) != nil || r.Status != bus.ParkAnswered || r.Owner != s.cfg.Owner {
-				return nil, errNotOwner
+	return s.leases.renew(func(key string) error {
+		_, _, err := cas(ctx, s.kv, key, store.Bounded, errNotOwner, func(r *Record) error {
+			if r.Status != bus.ParkAnswered || r.Owner != s.cfg.Owner {
+				return errNotOwner
 			}
 			r.Touched = now.UTC()
-			return json.Marshal(&r)
+			return nil
 		})
-		switch {
-		case err == nil:
-		case errors.Is(err, errNotOwner):
-			s.leases.release(key)
-		default:
-			failed = err
-		}
-	}
-	return failed
+		return err
+	})
 }
 
 // takeOverAnswers claims the answered calls whose router has not renewed
@@ -373,7 +356,8 @@ func (s *calls) renew(ctx context.Context, now time.Time) error {
 // unknown).
 func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
 	var out []*Record
-	for _, key := range s.takeOverAnswersPeek(cutoff) {
+	stale := slices.DeleteFunc(s.answeredBefore(cutoff), func(key string) bool { return s.leases.holds(callKey(key)) })
+	for _, key := range stale {
 		r, err := s.change(ctx, key, store.Bounded, func(r *Record) error {
 			if r.Status != bus.ParkAnswered || !r.Touched.Before(cutoff) {
 				return errNotOwner

@@ -236,7 +236,7 @@ func TestMachine(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			m := newMachine(t)
 			p := m.park(t, "r1", bus.KindExternal, true, "c1")
-			if !p.Settled || p.Batch.Phase != PhaseParked || len(p.Parked) != 1 {
+			if p.Batch.Phase != PhaseParked || len(p.Parked) != 1 {
 				t.Fatalf("park: %+v", p)
 			}
 			key := p.Parked[0].Key()
@@ -288,7 +288,7 @@ func TestMachine(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			m := newMachine(t)
 			p := m.park(t, "r1", bus.KindConfirm, false, "c1", "c2")
-			if p.Settled || p.Batch.Phase != PhaseRunning {
+			if p.Batch.Phase != PhaseRunning {
 				t.Fatalf("park: %+v", p)
 			}
 			if _, resume, err := m.a.Settle(t.Context(), "s1", "r1", nil); err != nil || resume {

@@ -17,6 +17,7 @@ package parked
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"time"
@@ -74,7 +75,7 @@ func (s *Store) Start(ctx context.Context) error {
 		return err
 	}
 	if err := s.conts.start(ctx); err != nil {
-		s.calls.stop()
+		s.Stop()
 		return err
 	}
 	return nil
@@ -82,8 +83,11 @@ func (s *Store) Start(ctx context.Context) error {
 
 // Stop ends the watches; safe to call twice.
 func (s *Store) Stop() {
-	s.calls.stop()
-	s.conts.stop()
+	for _, w := range []*store.Watch{s.calls.watch, s.conts.watch} {
+		if w != nil {
+			w.Stop()
+		}
+	}
 }
 
 // Renew renews the lease of every continuation and answered call this
@@ -104,9 +108,8 @@ type Run struct {
 	Calls   []*Record
 	Results map[string]bus.Result
 	Next    int
-	// Alone says nothing else of the run is still running: the
-	// continuation is written settled (waiting for answers) at once, and
-	// the run needs no Settle.
+	// Alone: nothing else of the run runs, so the continuation is written
+	// waiting for answers (PhaseParked) and the run needs no Settle.
 	Alone bool
 	// Announce, when set, is called with the records written, before
 	// their handoff requests go out (the call.parked event goes out there,
@@ -125,9 +128,6 @@ type Parking struct {
 	// not be, with what went wrong.
 	Parked []*Record
 	Failed map[string]error
-	// Settled: the continuation was written waiting for answers
-	// (Batch.Phase is PhaseParked), so the run needs no Settle.
-	Settled bool
 }
 
 // Park records the run's continuation, then its calls' records, then
@@ -138,16 +138,15 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	for i, r := range run.Calls {
 		waiting[i] = r.Call.ID
 	}
-	settled := run.Alone
-	err := s.conts.parkBatch(ctx, run.Batch, run.Results, waiting, run.Next, settled)
+	err := s.conts.parkBatch(ctx, run.Batch, run.Results, waiting, run.Next, run.Alone)
 	if errors.Is(err, errParkedBefore) {
-		b, _ := s.conts.getBatch(ctx, run.Batch.Session, run.Batch.ReplyID)
+		b, _ := s.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
 		return Parking{Before: true, Batch: b}, nil
 	}
 	if err != nil {
 		return Parking{}, err
 	}
-	out := Parking{Batch: run.Batch, Settled: settled}
+	out := Parking{Batch: run.Batch}
 	fail := func(r *Record, err error) {
 		if out.Failed == nil {
 			out.Failed = map[string]error{}
@@ -172,7 +171,7 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 		}
 		out.Parked = append(out.Parked, r)
 	}
-	if settled && len(out.Failed) > 0 {
+	if run.Alone && len(out.Failed) > 0 {
 		// A call that did not park is awaited in vain: the run goes back to
 		// running, and settles with that call's result as any run does.
 		b, err := s.conts.update(ctx, run.Batch.Session, run.Batch.ReplyID, func(b *Batch) error {
@@ -183,7 +182,7 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 			return out, err
 		}
 		s.conts.track(b)
-		out.Batch, out.Settled = b, false
+		out.Batch = b
 	}
 	return out, nil
 }
@@ -193,7 +192,23 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 // when every answer came in during the run, this router goes on with it
 // (resume true, the lease held).
 func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
-	return s.conts.settle(ctx, session, replyID, results)
+	b, err := s.conts.update(ctx, session, replyID, func(b *Batch) error {
+		for id, res := range results {
+			if _, ok := b.Results[id]; !ok {
+				b.Results[id] = res
+			}
+		}
+		b.Phase, b.Owner = PhaseParked, ""
+		if b.Ready() {
+			claim(b, s.cfg.Owner, PhaseResumed, "run")
+		}
+		return nil
+	})
+	if err != nil {
+		s.conts.leases.release(batchKey(BatchKey(session, replyID)))
+		return nil, false, err
+	}
+	return b, s.conts.track(b), nil
 }
 
 // Verdict is what an accepted answer does to its call.
@@ -217,14 +232,6 @@ type Answered struct {
 	Answer  *bus.Answer // the winning answer, as decide left it
 }
 
-// Answer takes an answer to the parked call key of tool in one
-// compare-and-set: the first valid answer wins, every other one is refused
-// (bus.ErrNotParked, bus.ErrAlreadyAnswered, decide's error) and changes
-// nothing.
-func (s *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, decide Decide) (Answered, error) {
-	return s.calls.answer(ctx, key, tool, a, decide)
-}
-
 // Resume records a call's result in its batch: first in the call's
 // record when it was answered and ran here (answered → done); then report
 // runs (the call.result event goes out there) with the continuation as it
@@ -244,7 +251,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
 		}
 	}
-	cont, err := s.conts.getBatch(ctx, rec.Session, rec.ReplyID)
+	cont, err := s.Batch(ctx, rec.Session, rec.ReplyID)
 	report(cont)
 	if err == nil && cont.last(rec.Call.ID) && s.conts.remove(ctx, cont) {
 		cont.Results[rec.Call.ID] = res
@@ -301,12 +308,21 @@ func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) ([]*Batch, []*Re
 }
 
 // Finish removes the continuation of a batch whose batch.done went out.
-func (s *Store) Finish(ctx context.Context, b *Batch) error { return s.conts.finish(ctx, b) }
+func (s *Store) Finish(ctx context.Context, b *Batch) error {
+	defer s.Release(b)
+	if b.gone {
+		return nil
+	}
+	if _, err := store.Delete(ctx, s.conts.kv, b.Key(), store.Bounded); err != nil {
+		return fmt.Errorf("parked: delete batch %s: %w", b.Key(), err)
+	}
+	return nil
+}
 
 // Release stops renewing the lease of a batch this router works on (a
 // drain cut it off, or its record is unusable): once the lease is stale
 // another router takes it over.
-func (s *Store) Release(b *Batch) { s.conts.release(b) }
+func (s *Store) Release(b *Batch) { s.conts.leases.release(batchKey(b.Key())) }
 
 // Parked returns the parked records of a session ("" for all), optionally
 // of one reply id, oldest first, from the watch-fed cache.
@@ -314,9 +330,23 @@ func (s *Store) Parked(session, replyID string) []*Record { return s.calls.list(
 
 // Get reads a call's record (bus.CallKey) from the store, through the
 // leader: a re-sent batch learns there what its first copy parked.
-func (s *Store) Get(ctx context.Context, key string) (*Record, error) { return s.calls.get(ctx, key) }
+func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
+	r, rev, err := read[Record](ctx, s.calls.kv, key)
+	if r != nil {
+		r.Rev = rev
+	}
+	return r, err
+}
 
 // Batch reads a batch's continuation from the store.
 func (s *Store) Batch(ctx context.Context, session, replyID string) (*Batch, error) {
-	return s.conts.getBatch(ctx, session, replyID)
+	b, rev, err := read[Batch](ctx, s.conts.kv, BatchKey(session, replyID))
+	if err != nil {
+		return nil, err
+	}
+	if b.Results == nil {
+		b.Results = map[string]bus.Result{}
+	}
+	b.rev = rev
+	return b, nil
 }
