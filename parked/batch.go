@@ -16,17 +16,16 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Phase is where the continuation of a parked batch stands. Every change of
-// phase is one method of Store below, made with compare-and-set, so routers
-// that race for a batch agree on who has it.
+// Phase is where the continuation of a parked batch stands; each change
+// is one compare-and-set of a Store verb, so racing routers agree on who
+// has the batch (docs/parked.md):
 //
-//	ParkBatch:  (new) ──────────────▶ running   the parking router holds the lease
-//	Settle:     running ─────────────▶ parked   answers still awaited: nobody holds it
-//	            running ─────────────▶ resumed  every answer came in during the run
-//	Complete:   parked ──(last result)▶ resumed  the router that recorded it holds it
-//	ParkBatch:  resumed ─────────────▶ running  the rest of the batch parks more calls
-//	TakeOver:   running|resumed, lease stale ▶ resumed (another router holds it)
-//	Finish:     running|resumed ──────▶ (deleted) batch.done was published
+//	Park:     (new) ─▶ running (lease held), or ─▶ parked when nothing else of the run runs
+//	Settle:   running ─▶ parked, or ─▶ resumed when every answer came in during the run
+//	Resume:   parked ─(last result)─▶ resumed (lease held), or ─▶ (deleted) when nothing is left
+//	Park:     resumed ─▶ running | parked   the rest of the batch parks more calls
+//	TakeOver: running|resumed, lease stale ─▶ resumed (another router holds it)
+//	Finish:   running|resumed ─▶ (deleted)  batch.done was published
 type Phase string
 
 const (

@@ -23,7 +23,7 @@ type Record = bus.ParkRecord
 // BatchKey is the P_parked key of a batch's continuation: <session>.<replyid>.
 func BatchKey(session, replyID string) string { return session + "." + replyID }
 
-// shared is what Calls and Continuations both use.
+// shared is what calls and conts both use.
 type shared struct {
 	kv  jetstream.KeyValue
 	cfg Config
