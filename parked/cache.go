@@ -91,25 +91,25 @@ func (c *callCache) note(key string, r *Record) {
 // list returns the parked records of a session ("" for all), optionally of
 // one reply id, oldest first, from the cache.
 func (c *callCache) list(session, replyID string) []*Record {
-	c.mu.RLock()
-	var out []*Record
-	for _, r := range c.parked.All() {
-		if (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID) {
-			out = append(out, r)
-		}
-	}
-	c.mu.RUnlock()
+	out := c.where(func(r *Record) bool {
+		return (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID)
+	})
 	slices.SortFunc(out, func(a, b *Record) int { return a.Created.Compare(b.Created) })
 	return out
 }
 
 // expired returns the parked records whose time is up.
 func (c *callCache) expired(now time.Time) []*Record {
+	return c.where(func(r *Record) bool { return now.After(r.Expires) })
+}
+
+// where returns the cached parked records that keep says to.
+func (c *callCache) where(keep func(*Record) bool) []*Record {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []*Record
 	for _, r := range c.parked.All() {
-		if now.After(r.Expires) {
+		if keep(r) {
 			out = append(out, r)
 		}
 	}
