@@ -9,7 +9,7 @@ import (
 // testAnswer answers as a confirmation that runs here does (parked →
 // answered, the lease held), after check: the transition the older tests
 // of this package make.
-func (s *Store) testAnswer(ctx context.Context, key, tool string, a *bus.Answer, check func(*Record, *bus.Answer) error) (*Record, error) {
+func testAnswer(s *Store, ctx context.Context, key, tool string, a *bus.Answer, check func(*Record, *bus.Answer) error) (*Record, error) {
 	got, err := s.Answer(ctx, key, tool, a, func(r *Record, a *bus.Answer) (Verdict, bus.Result, error) {
 		if check != nil {
 			if err := check(r, a); err != nil {

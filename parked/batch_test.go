@@ -298,7 +298,7 @@ func TestAnswerDuringTakeOver(t *testing.T) {
 	var resumed bool
 	var taken []*Batch
 	wg.Go(func() {
-		rec, err := a.testAnswer(t.Context(), "s1.r1.c1", "deploy", &bus.Answer{State: bus.StateSuccess, Output: bus.Text("done")}, nil)
+		rec, err := testAnswer(a, t.Context(), "s1.r1.c1", "deploy", &bus.Answer{State: bus.StateSuccess, Output: bus.Text("done")}, nil)
 		if err != nil {
 			t.Errorf("answer: %v", err)
 			return
@@ -365,7 +365,7 @@ func TestTakeOverAnswers(t *testing.T) {
 	a, b, c := startAs(t, st, "router-a"), startAs(t, st, "router-b"), startAs(t, st, "router-c")
 	rec := park(t, a, record("s1", "r1", "c1"))
 	yes := true
-	got, err := a.testAnswer(t.Context(), rec.Key(), "deploy", &bus.Answer{Confirmed: &yes}, nil)
+	got, err := testAnswer(a, t.Context(), rec.Key(), "deploy", &bus.Answer{Confirmed: &yes}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
