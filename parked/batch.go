@@ -270,20 +270,28 @@ func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 
 // remove deletes b, read at its revision, as the last result of a batch
 // with nothing left to run: the compare-and-set makes that result's router
-// the one that resumes it. A delete whose outcome is unknown counts as
-// landed when the key is gone (only the last result removes it).
+// the one that resumes it. Only the last result removes a continuation, so
+// a delete whose outcome is unknown (a lost acknowledgement, a leader
+// change) landed when the key is gone; false when b changed meanwhile.
 func (s *conts) remove(ctx context.Context, b *Batch) bool {
-	err := s.kv.Delete(ctx, b.Key(), jetstream.LastRevision(b.rev))
-	if err != nil && store.IsTransient(err) {
-		_, gerr := s.kv.Get(ctx, b.Key())
-		err = gerr
-		if store.IsNotFound(gerr) {
-			err = nil
+	err := store.Retry(ctx, store.UntilLanded, func(ctx context.Context) error {
+		if s.kv.Delete(ctx, b.Key(), jetstream.LastRevision(b.rev)) == nil {
+			return nil
 		}
-	}
+		_, err := s.kv.Get(ctx, b.Key())
+		switch {
+		case store.IsNotFound(err):
+			return nil
+		case err == nil:
+			return errChanged
+		}
+		return err // unknown yet: try again
+	})
 	b.gone = err == nil
 	return b.gone
 }
+
+var errChanged = errors.New("parked: the continuation changed")
 
 // update applies fn to the latest continuation with compare-and-set. fn
 // may run more than once; an error from it ends the update with nothing
