@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 )
 
 // The parts of Server are tested alone here, without a server.
@@ -32,9 +31,9 @@ func (e entry) Created() time.Time              { return time.Time{} }
 func (e entry) Delta() uint64                   { return 0 }
 func (e entry) Operation() jetstream.KeyValueOp { return e.op }
 
-func parked(t *testing.T, id, kind string, status external.Status, created time.Time, rev uint64) entry {
+func parked(t *testing.T, id, kind string, status bus.ParkStatus, created time.Time, rev uint64) entry {
 	t.Helper()
-	r := external.Record{Session: "s1", ReplyID: "r1", Call: bus.Call{ID: id, Name: "deploy", Input: json.RawMessage(`{"env":"prod"}`)},
+	r := bus.ParkRecord{Session: "s1", ReplyID: "r1", Call: bus.Call{ID: id, Name: "deploy", Input: json.RawMessage(`{"env":"prod"}`)},
 		Kind: kind, Status: status, Created: created}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -53,29 +52,29 @@ func TestRecordsApply(t *testing.T) {
 		note     bool     // the first one carries a note
 	}{
 		{"parked confirm", false, func(t *testing.T) []entry {
-			return []entry{parked(t, "c1", bus.KindConfirm, external.StatusParked, t0, 1)}
+			return []entry{parked(t, "c1", bus.KindConfirm, bus.ParkParked, t0, 1)}
 		}, []string{"s1.r1.c1"}, false},
 		{"oldest first", false, func(t *testing.T) []entry {
-			return []entry{parked(t, "c2", bus.KindConfirm, external.StatusParked, t0.Add(time.Second), 2),
-				parked(t, "c1", bus.KindExternal, external.StatusParked, t0, 1)}
+			return []entry{parked(t, "c2", bus.KindConfirm, bus.ParkParked, t0.Add(time.Second), 2),
+				parked(t, "c1", bus.KindExternal, bus.ParkParked, t0, 1)}
 		}, []string{"s1.r1.c1", "s1.r1.c2"}, false},
 		{"answered leaves", false, func(t *testing.T) []entry {
-			return []entry{parked(t, "c1", bus.KindConfirm, external.StatusParked, t0, 1),
-				parked(t, "c1", bus.KindConfirm, external.StatusAnswered, t0, 2)}
+			return []entry{parked(t, "c1", bus.KindConfirm, bus.ParkParked, t0, 1),
+				parked(t, "c1", bus.KindConfirm, bus.ParkAnswered, t0, 2)}
 		}, nil, false},
 		{"a late older revision is ignored", false, func(t *testing.T) []entry {
-			return []entry{parked(t, "c1", bus.KindConfirm, external.StatusParked, t0, 3),
-				parked(t, "c1", bus.KindConfirm, external.StatusParked, t0.Add(time.Hour), 2)}
+			return []entry{parked(t, "c1", bus.KindConfirm, bus.ParkParked, t0, 3),
+				parked(t, "c1", bus.KindConfirm, bus.ParkParked, t0.Add(time.Hour), 2)}
 		}, []string{"s1.r1.c1"}, false},
 		{"deleted", false, func(t *testing.T) []entry {
-			e := parked(t, "c1", bus.KindConfirm, external.StatusParked, t0, 1)
+			e := parked(t, "c1", bus.KindConfirm, bus.ParkParked, t0, 1)
 			return []entry{e, {key: e.key, rev: 2, op: jetstream.KeyValueDelete}}
 		}, nil, false},
 		{"corrupt ignored", false, func(t *testing.T) []entry {
 			return []entry{{key: "s1.r1.c1", val: []byte("{"), rev: 1, op: jetstream.KeyValuePut}}
 		}, nil, false},
 		{"approver: an external call has a note", true, func(t *testing.T) []entry {
-			return []entry{parked(t, "c1", bus.KindExternal, external.StatusParked, t0, 1)}
+			return []entry{parked(t, "c1", bus.KindExternal, bus.ParkParked, t0, 1)}
 		}, []string{"s1.r1.c1"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,7 +112,7 @@ func TestRecordsBoundAndAbsent(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 	s := newRecords(2, false, slog.New(slog.DiscardHandler))
 	for i, id := range []string{"c3", "c1", "c2"} {
-		s.apply(parked(t, id, bus.KindConfirm, external.StatusParked, t0.Add(time.Duration(i)*time.Second), uint64(i+1)))
+		s.apply(parked(t, id, bus.KindConfirm, bus.ParkParked, t0.Add(time.Duration(i)*time.Second), uint64(i+1)))
 	}
 	items, n, _ := s.snapshot()
 	if n != 3 || len(items) != 2 || items[0].Key != "s1.r1.c3" {

@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 )
 
 // records is the waiting calls as the inbox keeps them in memory: one
@@ -73,12 +72,12 @@ func (s *records) item(e jetstream.KeyValueEntry) (Item, bool) {
 	if e.Operation() != jetstream.KeyValuePut {
 		return Item{}, false
 	}
-	var r external.Record
+	var r bus.ParkRecord
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		s.log.Warn("inbox: ignoring a bad parked record", "key", e.Key(), "err", err)
 		return Item{}, false
 	}
-	if r.Status != external.StatusParked || (r.Kind != bus.KindConfirm && r.Kind != bus.KindExternal) {
+	if r.Status != bus.ParkParked || (r.Kind != bus.KindConfirm && r.Kind != bus.KindExternal) {
 		return Item{}, false
 	}
 	digest := r.InputDigest

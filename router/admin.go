@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/skills"
@@ -76,7 +76,7 @@ type adminVerbs struct {
 	id     string
 	reg    *registry.Registry
 	groups *groups.Store
-	parked *external.Store
+	parked *parked.Store
 	store  *store.Store
 	skills *skills.Catalogue
 	limits *limits.Limiter // the limits verbs; nil without rules

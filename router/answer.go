@@ -11,18 +11,20 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/schemas"
 )
 
 // answers takes answers to parked calls on P.answer.<tool> and
-// P.approve.<tool> (docs/protocol.md 6.3) and turns each accepted one into
-// its call's result: Done (an external result or a denial), Repark (a
-// confirmed call of an external tool) or Run (a confirmed call), after
-// which the batch resumes when the call was the last one awaited.
+// P.approve.<tool> (docs/protocol.md 6.3): it validates each and gives
+// package parked its verdict — parked.Done (an external result or a
+// denial, recorded with the answer), parked.Repark (a confirmed call of an
+// external tool) or parked.Confirmed (a confirmed call, run here) — and
+// then reports the call's result; the batch resumes when the call was the
+// last one awaited.
 type answers struct {
 	*wire
 	base    context.Context
@@ -36,20 +38,17 @@ type answers struct {
 	publish    func(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
 	stored     func(ctx context.Context, evs []*sentEvent) error
 	runTool    func(ctx context.Context, j *job) bus.Result
-	resume     func(cont *external.Batch)
+	resume     func(cont *parked.Batch)
 	confirming *confirmed
 	audit      *auditTrail // the audit trail of parked calls; nil when off (audittrail.go)
 }
 
-// parkedCalls is what answers uses of the parked calls and continuations
-// (external.Store).
+// parkedCalls is what answers uses of the parked calls (parked.Store).
 type parkedCalls interface {
-	Answer(ctx context.Context, key, tool string, a *bus.Answer, check func(*external.Record, *bus.Answer) error) (*external.Record, error)
-	Repark(ctx context.Context, key, kind, source string) (*external.Record, error)
-	Close(ctx context.Context, key string, res bus.Result) (*external.Record, error)
-	GetBatch(ctx context.Context, session, replyID string) (*external.Batch, error)
-	Complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*external.Batch, bool, error)
-	Parked(session, replyID string) []*external.Record
+	Answer(ctx context.Context, key, tool string, a *bus.Answer, decide parked.Decide) (parked.Answered, error)
+	Resume(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
+	Batch(ctx context.Context, session, replyID string) (*parked.Batch, error)
+	Parked(session, replyID string) []*parked.Record
 }
 
 // toolLookup is what answers uses of the registry.
@@ -66,33 +65,24 @@ type sessionRules interface {
 }
 
 var (
-	_ parkedCalls  = (*external.Store)(nil)
+	_ parkedCalls  = (*parked.Store)(nil)
 	_ toolLookup   = (*registry.Registry)(nil)
 	_ sessionRules = (*groups.Store)(nil)
 )
 
-// verdict is what an accepted answer does to its call.
-type verdict int
-
-const (
-	verdictDone   verdict = iota // the answer makes the result: an external result, a denial
-	verdictRepark                // a confirmed call of an external tool waits again, for its execution
-	verdictRun                   // a confirmed call runs
-)
-
-// decideAnswer is the one decision on an accepted answer; tool is the
-// call's tool (nil when it is no longer registered). For verdictDone it
-// returns the result.
-func decideAnswer(rec *external.Record, tool *registry.Tool) (verdict, bus.Result) {
+// decideAnswer is the one decision on an accepted answer a to rec; tool
+// is the call's tool (nil when it is no longer registered). For
+// parked.Done it returns the result.
+func decideAnswer(rec *parked.Record, a *bus.Answer, tool *registry.Tool) (parked.Verdict, bus.Result) {
 	switch {
 	case rec.Kind != bus.KindConfirm:
-		return verdictDone, answerResult(rec)
-	case !*rec.Answer.Confirmed:
-		return verdictDone, deniedByUser(rec.Call, rec.Answer.Reason)
+		return parked.Done, answerResult(rec.Call, a)
+	case !*a.Confirmed:
+		return parked.Done, deniedByUser(rec.Call, a.Reason)
 	case tool != nil && tool.Def.External:
-		return verdictRepark, bus.Result{}
+		return parked.Repark, bus.Result{}
 	}
-	return verdictRun, bus.Result{}
+	return parked.Confirmed, bus.Result{}
 }
 
 // onAnswer takes an answer to a parked call: the first valid answer wins
@@ -138,29 +128,30 @@ func (r *answers) answer(m *nats.Msg, via string) {
 	// subject's (Answer refuses another), and check, settle and the run
 	// of a confirmed call all use it.
 	t, _ := r.reg.Lookup(tool)
-	check := func(rec *external.Record, a *bus.Answer) error {
+	decide := func(rec *parked.Record, a *bus.Answer) (parked.Verdict, bus.Result, error) {
 		if err := r.checkAnswer(rec, a, via, t); err != nil {
-			return err
+			return 0, bus.Result{}, err
 		}
 		rec.AnsweredBy, rec.AnsweredAt = e.Source, time.Now().UTC()
 		if via == viaApprove {
 			rec.AnsweredBy += " via " + r.subj.Approve(tool)
 		}
-		return nil
+		v, res := decideAnswer(rec, a, t)
+		return v, res, nil
 	}
-	rec, err := r.parked.Answer(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), tool, &a, check)
+	got, err := r.parked.Answer(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), tool, &a, decide)
 	if err != nil {
 		r.reject(m, err)
 		return
 	}
 	r.m.Answers.WithLabelValues("accepted").Inc()
-	if rec.Kind == bus.KindConfirm {
+	if a.Confirmed != nil {
 		// Before the ack: a batch the agent sends once the answer is
 		// acknowledged must find the rules in place, not ask again.
-		r.remember(ctx, rec.Session, a.Rules)
+		r.remember(ctx, got.Record.Session, a.Rules)
 	}
 	r.respond(m, bus.TypeAnswerAck, bus.AnswerAck{Accepted: true}, "answer ack")
-	r.settle(rec, t)
+	r.settle(got, t)
 }
 
 // checkAnswer validates an answer against the kind of call it answers and
@@ -171,7 +162,7 @@ func (r *answers) answer(m *nats.Msg, via string) {
 // rules. On P.answer.<tool> a confirmation is taken only from an open
 // router (no identities), as before: its digest, when given, must match;
 // an edited input is validated against the tool's schema and normalised.
-func (r *answers) checkAnswer(rec *external.Record, a *bus.Answer, via string, t *registry.Tool) error {
+func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *registry.Tool) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
 	}
@@ -241,7 +232,7 @@ func (r *answers) checkAnswer(rec *external.Record, a *bus.Answer, via string, t
 
 // checkDigest checks a confirmation's input_digest against the parked
 // input's: required is whether it must be given.
-func checkDigest(rec *external.Record, a *bus.Answer, required bool) error {
+func checkDigest(rec *parked.Record, a *bus.Answer, required bool) error {
 	want := rec.InputDigest
 	if want == "" { // parked before records carried it
 		want = bus.InputDigest(rec.Call.Input)
@@ -308,9 +299,8 @@ func (r *answers) remember(ctx context.Context, session string, rules []bus.Rule
 }
 
 // answerResult is the result an external answer gives its call.
-func answerResult(rec *external.Record) bus.Result {
-	a := rec.Answer
-	res := bus.Result{ID: rec.Call.ID, Name: rec.Call.Name, State: a.State, Output: a.Output}
+func answerResult(c bus.Call, a *bus.Answer) bus.Result {
+	res := bus.Result{ID: c.ID, Name: c.Name, State: a.State, Output: a.Output}
 	if res.Output == nil {
 		res.Output = []bus.Block{}
 	}
@@ -330,47 +320,50 @@ func deniedByUser(c bus.Call, reason string) bus.Result {
 	return bus.ErrorResult(c, bus.CodeDenied, text)
 }
 
-// settle turns an accepted answer into the call's result, as
-// decideAnswer says: the answer is the result; a confirmed call of an
-// external tool is parked again for its execution; a confirmed call runs.
-// tool is the call's tool when the caller looked it up (nil: looked up
-// here, once). The continuation is read once, for the run and the events.
-func (r *answers) settle(rec *external.Record, tool *registry.Tool) {
-	if tool == nil {
-		tool, _ = r.reg.Lookup(rec.Call.Name)
-	}
-	if rec.Kind == bus.KindConfirm && len(rec.Answer.Rules) > 0 { // remembered by onAnswer
+// settle reports the result of an accepted answer, as its verdict says:
+// the answer is the result (recorded with it); a confirmed call of an
+// external tool waits again (nothing to report); a confirmed call runs
+// here. tool is the call's tool as the caller looked it up, once (nil: no
+// longer registered).
+func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
+	rec := got.Record
+	if got.Answer.Confirmed != nil && len(got.Answer.Rules) > 0 { // remembered by answer
 		defer r.confirmCovered(rec)
 	}
-	v, res := decideAnswer(rec, tool)
-	var cont *external.Batch
-	switch v {
-	case verdictRepark:
-		ctx, cancel := r.landing()
-		defer cancel()
-		if _, err := r.parked.Repark(ctx, rec.Key(), bus.KindExternal, r.source); err != nil {
-			r.complete(rec, internal(rec.Call, err), nil)
-		}
+	switch got.Verdict {
+	case parked.Repark:
 		return
-	case verdictRun:
-		var err error
-		ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
-		cont, err = r.parked.GetBatch(ctx, rec.Session, rec.ReplyID)
-		cancel()
-		if err != nil {
-			res = internal(rec.Call, fmt.Errorf("continuation: %w", err))
-			cont = &external.Batch{} // read once: the event goes without the batch's trace
-		} else {
-			res = r.runConfirmed(rec, tool, cont)
-		}
+	case parked.Done:
+		r.complete(rec, *rec.Result)
+		return
 	}
-	r.complete(rec, res, cont)
+	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
+	cont, err := r.parked.Batch(ctx, rec.Session, rec.ReplyID)
+	cancel()
+	var res bus.Result
+	if err != nil {
+		res = internal(rec.Call, fmt.Errorf("continuation: %w", err))
+	} else {
+		res = r.runConfirmed(rec, tool, cont)
+	}
+	r.complete(rec, res)
+}
+
+// settleTaken settles again an answered call taken over from a router that
+// stopped before it made the call's result.
+func (r *answers) settleTaken(rec *parked.Record) {
+	tool, _ := r.reg.Lookup(rec.Call.Name)
+	v, res := decideAnswer(rec, rec.Answer, tool)
+	if v == parked.Done { // answered by a router of protocol 1.4, which recorded the result apart
+		rec.Result = &res
+	}
+	r.settle(parked.Answered{Record: rec, Verdict: v, Answer: rec.Answer}, tool)
 }
 
 // runConfirmed runs a confirmed call, with its edited input, through the
 // executor as any call of its batch would run. A cancel of the batch
 // reaches it through r.confirming.
-func (r *answers) runConfirmed(rec *external.Record, tool *registry.Tool, cont *external.Batch) bus.Result {
+func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *parked.Batch) bus.Result {
 	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
 	if err != nil {
 		return internal(rec.Call, err)
@@ -392,7 +385,7 @@ func (r *answers) runConfirmed(rec *external.Record, tool *registry.Tool, cont *
 // confirmCovered answers, as confirmed, the other calls of the same batch
 // that wait for a confirmation and that the session's rules now allow: a
 // person who said "yes, and remember" is not asked twice.
-func (r *answers) confirmCovered(answered *external.Record) {
+func (r *answers) confirmCovered(answered *parked.Record) {
 	sess := r.groups.Session(answered.Session)
 	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {
 		if rec.Kind != bus.KindConfirm || rec.Call.ID == answered.Call.ID {
@@ -403,8 +396,12 @@ func (r *answers) confirmCovered(answered *external.Record) {
 			continue
 		}
 		yes := true
+		decide := func(rec *parked.Record, a *bus.Answer) (parked.Verdict, bus.Result, error) {
+			v, res := decideAnswer(rec, a, t)
+			return v, res, nil
+		}
 		ctx, cancel := r.landing()
-		got, err := r.parked.Answer(ctx, rec.Key(), rec.Call.Name, &bus.Answer{Confirmed: &yes}, nil)
+		got, err := r.parked.Answer(ctx, rec.Key(), rec.Call.Name, &bus.Answer{Confirmed: &yes}, decide)
 		cancel()
 		if err == nil {
 			r.settle(got, t)
@@ -412,46 +409,35 @@ func (r *answers) confirmCovered(answered *external.Record) {
 	}
 }
 
-// complete records a parked call's result, publishes it, and resumes the
-// batch when it was the last one awaited. cont is the continuation when
-// the caller read it (nil: read here, for the event's trace).
-func (r *answers) complete(rec *external.Record, res bus.Result, cont *external.Batch) {
+// complete reports a parked call's result and records it, and resumes the
+// batch when it was the last one awaited.
+func (r *answers) complete(rec *parked.Record, res bus.Result) {
 	ctx, cancel := r.landing()
 	defer cancel()
-	if rec.Status == external.StatusAnswered {
-		if _, err := r.parked.Close(ctx, rec.Key(), res); err != nil {
-			var be *bus.Error
-			if errors.As(err, &be) {
-				// Another router made the result (it took the answer over,
-				// or this router's lease lapsed while it ran): it reports it.
-				r.log.Warn("router: answered call closed by another router", "key", rec.Key(), "err", err)
-				return
-			}
-			r.log.Warn("router: parked record not closed", "key", rec.Key(), "err", err)
+	// The call.result event goes out before the continuation records the
+	// result, on the connection that then records it: the server handles
+	// one connection's messages in order, so whichever router sees the
+	// result recorded and publishes batch.done does so after this event
+	// has been delivered.
+	report := func(cont *parked.Batch) {
+		var trace [2]string
+		if cont != nil {
+			trace = [2]string{cont.TraceParent, cont.TraceState}
+		}
+		r.audit.recordParked(rec, res) // the audit trail (audittrail.go)
+		ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
+		if err == nil {
+			err = r.stored(ctx, []*sentEvent{ev})
+		}
+		if err != nil {
+			r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)
 		}
 	}
-	// The call.result event goes out before the result is recorded, on the
-	// connection that then records it: the server handles one connection's
-	// messages in order, so whichever router sees the result recorded and
-	// publishes batch.done does so after this event has been delivered.
-	if cont == nil {
-		cont, _ = r.parked.GetBatch(ctx, rec.Session, rec.ReplyID)
-	}
-	var trace [2]string
-	if cont != nil {
-		trace = [2]string{cont.TraceParent, cont.TraceState}
-	}
-	r.audit.recordParked(rec, res) // the audit trail (audittrail.go)
-	ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
-	if err == nil {
-		err = r.stored(ctx, []*sentEvent{ev})
-	}
+	cont, resume, err := r.parked.Resume(ctx, rec, res, report)
 	if err != nil {
-		r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)
-	}
-	cont, resume, err := r.parked.Complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
-	if err != nil {
-		r.log.Error("router: parked result not recorded", "key", rec.Key(), "err", err)
+		// A bus error: another router made the result (it took the answer
+		// over, or this router's lease lapsed while it ran) and reports it.
+		r.log.Warn("router: parked result not recorded", "key", rec.Key(), "err", err)
 		return
 	}
 	if resume {

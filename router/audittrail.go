@@ -11,8 +11,8 @@ import (
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/rcache"
 )
 
@@ -138,7 +138,7 @@ func (a *auditTrail) lose(rec *audit.Record, data []byte, err error) {
 // recordParked writes the audit record of a parked call that ended: asked
 // (a confirmation, naming who answered and when) or external, and waits
 // until P_AUDIT holds it. A nil trail (audit off) records nothing.
-func (a *auditTrail) recordParked(rec *external.Record, res bus.Result) {
+func (a *auditTrail) recordParked(rec *parked.Record, res bus.Result) {
 	if a == nil {
 		return
 	}

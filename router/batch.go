@@ -10,8 +10,8 @@ import (
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // The pipeline of one batch, each step in its own place, each over the
@@ -49,8 +49,8 @@ type batch struct {
 	// latency was counted when it parked.
 	start time.Time
 
-	cont   *external.Batch // the continuation record once the batch parked
-	parked []bus.Parked    // what this router parked (and queued) last
+	cont   *parked.Batch // the continuation record once the batch parked
+	parked []bus.Parked  // what this router parked (and queued) last
 
 	sent   []*sentEvent     // events published and not yet known to be stored
 	audits []*audit.Pending // audit records on their way to P_AUDIT (audittrail.go)
@@ -94,7 +94,7 @@ func (p *pipeline) newBatch(t turn, start time.Time) *batch {
 
 // fromContinuation rebuilds a batch from its continuation, with the
 // results recorded so far.
-func (p *pipeline) fromContinuation(cont *external.Batch) (*batch, error) {
+func (p *pipeline) fromContinuation(cont *parked.Batch) (*batch, error) {
 	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
 	if err != nil {
 		return nil, err

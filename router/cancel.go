@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // canceller takes cancels on P.cancel.<session> (docs/protocol.md 3.5):
@@ -42,7 +42,7 @@ func (r *canceller) onCancel(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	if b := r.running(external.BatchKey(e.SessionID, e.ReplyID)); b != nil {
+	if b := r.running(parked.BatchKey(e.SessionID, e.ReplyID)); b != nil {
 		b.interrupt(c.Calls)
 	}
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
@@ -58,7 +58,7 @@ type confirmed struct {
 
 // add records a running confirmed call; the function returned forgets it.
 func (x *confirmed) add(session, replyID, callID string, cancel context.CancelFunc) func() {
-	key := external.BatchKey(session, replyID)
+	key := parked.BatchKey(session, replyID)
 	x.mu.Lock()
 	if x.calls == nil {
 		x.calls = map[string]map[string]context.CancelFunc{}
@@ -84,7 +84,7 @@ func (x *confirmed) add(session, replyID, callID string, cancel context.CancelFu
 func (x *confirmed) cancel(session, replyID string, ids []string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for id, cancel := range x.calls[external.BatchKey(session, replyID)] {
+	for id, cancel := range x.calls[parked.BatchKey(session, replyID)] {
 		if len(ids) == 0 || slices.Contains(ids, id) {
 			cancel()
 		}

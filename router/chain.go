@@ -13,9 +13,9 @@ import (
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/rcache"
 	"github.com/toolbus/toolbus/store"
 )
@@ -153,7 +153,7 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 
 // recordedCalls is the countedPort over P_parked and the ledger.
 type recordedCalls struct {
-	parked *external.Store
+	parked *parked.Store
 	ledger *store.KV
 }
 

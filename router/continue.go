@@ -6,10 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // continuations runs the parked batches of this router's deployment
@@ -22,16 +21,16 @@ type continuations struct {
 	life    *life.Life
 	pool    *pool.Pool
 	landing func() (context.Context, context.CancelFunc)
-	parked  *external.Store
+	parked  *parked.Store
 	led     dedupe
 	answers *answers
 
-	fromContinuation func(cont *external.Batch) (*batch, error)
+	fromContinuation func(cont *parked.Batch) (*batch, error)
 	track, untrack   func(b *batch)
 }
 
 // resume runs the rest of a batch whose awaited calls have all finished.
-func (r *continuations) resume(cont *external.Batch) {
+func (r *continuations) resume(cont *parked.Batch) {
 	if b := r.continuation(cont); b != nil {
 		defer r.untrack(b)
 		b.finishRest(b.run(cont.Next))
@@ -40,7 +39,7 @@ func (r *continuations) resume(cont *external.Batch) {
 
 // continuation rebuilds and tracks the batch of cont; nil (logged) when
 // the record cannot be used. The caller untracks it.
-func (r *continuations) continuation(cont *external.Batch) *batch {
+func (r *continuations) continuation(cont *parked.Batch) *batch {
 	b, err := r.fromContinuation(cont)
 	if err != nil {
 		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
@@ -86,13 +85,14 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
 	defer cancel()
 	cutoff := now.Add(-lease)
-	for _, cont := range r.parked.TakeOver(ctx, cutoff) {
+	conts, answered := r.parked.TakeOver(ctx, cutoff)
+	for _, cont := range conts {
 		if !r.background(func() { r.repair(cont) }) {
 			r.parked.Release(cont)
 		}
 	}
-	for _, rec := range r.parked.TakeOverAnswers(ctx, cutoff) {
-		r.background(func() { r.answers.settle(rec, nil) })
+	for _, rec := range answered {
+		r.background(func() { r.answers.settleTaken(rec) })
 	}
 }
 
@@ -110,7 +110,7 @@ func (r *continuations) background(fn func()) bool {
 // calls of its last run that never got a result run again (the ledger keeps
 // side-effecting ones from running twice), then the batch waits for its
 // answers or goes on.
-func (r *continuations) repair(cont *external.Batch) {
+func (r *continuations) repair(cont *parked.Batch) {
 	b := r.continuation(cont)
 	if b == nil {
 		return
@@ -138,38 +138,23 @@ func (r *continuations) repair(cont *external.Batch) {
 
 // sweep expires the parked calls whose time is up.
 func (r *continuations) sweep(now time.Time) {
-	for _, rec := range r.parked.Expired(now) {
-		r.endParked(rec, external.StatusExpired, parkTimeout(rec.Call, r.parked.TTL()))
-	}
-}
-
-// endParked moves a parked call to a final status (expired, cancelled) with
-// res as its result; the compare-and-set picks one router when several try.
-func (r *continuations) endParked(rec *external.Record, status external.Status, res bus.Result) {
 	ctx, cancel := r.landing()
-	got, err := r.parked.End(ctx, rec.Key(), status, res)
-	cancel()
-	if err == nil {
-		r.answers.complete(got, res, nil)
+	defer cancel()
+	for _, rec := range r.parked.Expire(ctx, now) {
+		r.answers.complete(rec, *rec.Result)
 	}
 }
 
 // cancelParked interrupts the parked calls of a reply (all when ids is
 // empty) and marks its queued calls so they never run.
 func (r *continuations) cancelParked(session, replyID string, ids []string) {
-	recs := r.parked.Parked(session, replyID)
-	if len(recs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.life.Context(), 10*time.Second)
-	err := r.parked.Cancel(ctx, session, replyID, ids)
-	cancel()
+	ctx, cancel := r.landing()
+	defer cancel()
+	ended, err := r.parked.Cancel(ctx, session, replyID, ids)
 	if err != nil {
 		r.log.Warn("router: cancel not recorded", "session", session, "reply", replyID, "err", err)
 	}
-	for _, rec := range recs {
-		if len(ids) == 0 || slices.Contains(ids, rec.Call.ID) {
-			r.endParked(rec, external.StatusCancelled, interrupted(rec.Call))
-		}
+	for _, rec := range ended {
+		r.answers.complete(rec, *rec.Result)
 	}
 }

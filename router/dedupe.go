@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // Dedupe: a batch re-sent with the same (session, reply id) — after a
@@ -16,7 +16,7 @@ import (
 //
 //   - a call that is not read-only: its P_ledger entry (ledger.once, in
 //     runTool), which runs it at most once and gives a re-send its result;
-//   - a batch that parked: its continuation, which ParkBatch finds there
+//   - a batch that parked: its continuation, which Park finds there
 //     (parkStep.adopt: the reply describes the first copy's state);
 //   - a parked call that settled since: its P_parked record (reuseParked:
 //     the re-send gets the result, nothing parks again).
@@ -33,7 +33,7 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	var keepSpecs []parkSpec
 	for i, c := range calls {
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
-		if err == nil && rec.Status != external.StatusParked && rec.Result != nil {
+		if err == nil && rec.Status != bus.ParkParked && rec.Result != nil {
 			b.finish(c, *rec.Result)
 			continue
 		}
@@ -42,15 +42,15 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	return keep, keepSpecs
 }
 
-// adopt fills the batch from the continuation of the same reply id
-// that an earlier copy of this batch left. Each awaited call is read from
+// adopt fills the batch from cont, the continuation of the same reply id
+// that an earlier copy of this batch left (nil: unreadable, nothing to
+// adopt). Each awaited call is read from
 // KV (through the leader), not from the watch-fed cache: the earlier copy
 // may have parked it a moment ago, or may still be parking it; then it is
 // described as this copy decided it (spec), which is how the earlier copy
 // parks it.
-func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec) {
-	cont, err := s.conts.GetBatch(ctx, b.session, b.replyID)
-	if err != nil {
+func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, cont *parked.Batch) {
+	if cont == nil {
 		return
 	}
 	mine := make(map[string]parkSpec, len(calls))
@@ -71,7 +71,7 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 		}
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		switch {
-		case err == nil && rec.Status == external.StatusParked:
+		case err == nil && rec.Status == bus.ParkParked:
 			b.parked = append(b.parked, parkedOf(rec))
 		case err == nil && rec.Result != nil:
 			b.mu.Lock()

@@ -1,14 +1,13 @@
 package router
 
 import (
-	"errors"
 	"fmt"
-	"time"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // parkStep parks the calls of a run that wait for an answer, records the
@@ -17,8 +16,7 @@ import (
 type parkStep struct {
 	conts     continuationPort
 	subj      bus.Subjects
-	source    string // the parked records' owner
-	maxParked int    // calls one session may have parked at once
+	maxParked int // calls one session may have parked at once
 	parked    *prometheus.CounterVec
 	landing   landingFunc // the router's tracked writes (nil: untracked)
 }
@@ -38,21 +36,26 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	}
 	ctx, cancel := s.landing.start()
 	defer cancel()
-	waiting := make([]string, len(calls))
-	for i, c := range calls {
-		waiting[i] = c.call.ID
-	}
 	first := b.cont == nil
 	if first {
-		b.cont = &external.Batch{Session: b.session, ReplyID: b.replyID, TraceParent: b.trace[0], TraceState: b.trace[1],
+		b.cont = &parked.Batch{Session: b.session, ReplyID: b.replyID, TraceParent: b.trace[0], TraceState: b.trace[1],
 			Expiry: b.expiry, Data: b.data}
 	}
-	if err := s.conts.ParkBatch(ctx, b.cont, resultsOf(b), waiting, next); err != nil {
-		if errors.Is(err, external.ErrParkedBefore) {
-			b.cont = nil
-			s.adopt(ctx, b, calls, specs)
-			return false
+	recs := make([]*parked.Record, len(calls))
+	for i, c := range calls {
+		recs[i] = &parked.Record{Session: b.session, ReplyID: b.replyID, Call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input},
+			Kind: specs[i].kind, User: b.data.User, Context: b.data.Context, SuggestedRules: specs[i].suggested,
+			Reason: specs[i].reason, RequestScoped: specs[i].requestScoped}
+	}
+	run := parked.Run{Batch: b.cont, Calls: recs, Results: resultsOf(b), Next: next, Alone: alone(b, calls, next)}
+	if first { // once per batch (docs/protocol.md 3.4), not again when a resumed batch parks more
+		run.Announce = func(recs []*parked.Record) {
+			b.parked = s.listed(b, recs, next)
+			b.p.report.publish(b, bus.TypeCallParked, "", bus.ParkedEvent{Calls: b.parked})
 		}
+	}
+	got, err := s.conts.Park(ctx, run)
+	if err != nil {
 		if first {
 			b.cont = nil // nothing was recorded: there is no continuation to settle
 		}
@@ -61,31 +64,51 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 		}
 		return true
 	}
-	b.parked = b.parked[:0]
+	if got.Before {
+		b.cont = nil
+		s.adopt(ctx, b, calls, specs, got.Batch)
+		return false
+	}
+	b.cont = got.Batch
 	for i, c := range calls {
-		rec := &external.Record{Session: b.session, ReplyID: b.replyID, Call: bus.Call{ID: c.call.ID, Name: c.call.Name, Input: c.input},
-			Kind: specs[i].kind, User: b.data.User, Context: b.data.Context, SuggestedRules: specs[i].suggested,
-			Reason: specs[i].reason, RequestScoped: specs[i].requestScoped}
-		if err := s.conts.Park(ctx, rec, s.source); err != nil {
+		if err := got.Failed[c.call.ID]; err != nil {
 			b.finish(c, internal(c.call, err))
-			continue
+		} else if s.parked != nil {
+			s.parked.WithLabelValues(recs[i].Kind).Inc()
 		}
-		if s.parked != nil {
-			s.parked.WithLabelValues(rec.Kind).Inc()
-		}
-		b.parked = append(b.parked, parkedOf(rec))
+	}
+	b.parked = s.listed(b, got.Parked, next)
+	return true
+}
+
+// listed is what the reply and call.parked list: the parked calls, then
+// the calls held back behind them.
+func (s parkStep) listed(b *batch, recs []*parked.Record, next int) []bus.Parked {
+	out := make([]bus.Parked, 0, len(recs)+len(b.calls)-next)
+	for _, rec := range recs {
+		out = append(out, parkedOf(rec))
 	}
 	for _, c := range b.calls[next:] {
-		b.parked = append(b.parked, s.queued(c))
+		out = append(out, s.queued(c))
 	}
-	if first { // once per batch (docs/protocol.md 3.4), not again when a resumed batch parks more
-		b.p.report.publish(b, bus.TypeCallParked, "", bus.ParkedEvent{Calls: b.parked})
+	return out
+}
+
+// alone reports whether nothing of the run ending at next runs besides the
+// calls that park: every other call has its result.
+func alone(b *batch, calls []*callState, next int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.calls[:next] {
+		if c.result == nil && !slices.Contains(calls, c) {
+			return false
+		}
 	}
 	return true
 }
 
 // parkedOf is a parked record as the reply and call.parked list it.
-func parkedOf(rec *external.Record) bus.Parked {
+func parkedOf(rec *parked.Record) bus.Parked {
 	return bus.Parked{ID: rec.Call.ID, Name: rec.Call.Name, Input: rec.Call.Input, Kind: rec.Kind,
 		Subject: rec.Subject, SuggestedRules: rec.SuggestedRules}
 }
@@ -114,6 +137,9 @@ func resultsOf(b *batch) map[string]bus.Result {
 // batch goes on here (true); otherwise the router that records the last
 // answer resumes it.
 func (s parkStep) settle(b *batch, next int) bool {
+	if b.cont.Phase == parked.PhaseParked { // Park wrote it waiting for its answers: no write here
+		return false
+	}
 	ctx, cancel := s.landing.start()
 	defer cancel()
 	cont, resume, err := s.conts.Settle(ctx, b.session, b.replyID, resultsOf(b))
@@ -134,9 +160,4 @@ func (s parkStep) settle(b *batch, next int) bool {
 	b.mu.Unlock()
 	b.parked = nil
 	return true
-}
-
-// parkTimeout is the result of a parked call nobody answered in time.
-func parkTimeout(c bus.Call, ttl time.Duration) bus.Result {
-	return bus.ErrorResult(c, bus.CodeTimeout, "Tool execution timeout after "+ttl.String())
 }

@@ -9,10 +9,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/skills"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // The ports of the batch pipeline: everything a step of a batch needs from
@@ -54,19 +54,17 @@ type resolverPort interface {
 }
 
 // continuationPort is the record of parked calls and parked batches
-// (docs/protocol.md 6.1); external.Store serves it.
+// (docs/protocol.md 6.1); parked.Store serves it.
 type continuationPort interface {
-	ParkBatch(ctx context.Context, b *external.Batch, results map[string]bus.Result, waiting []string, next int) error
-	Park(ctx context.Context, rec *external.Record, source string) error
-	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*external.Batch, bool, error)
-	Finish(ctx context.Context, b *external.Batch) error
-	Release(b *external.Batch)
-	Get(ctx context.Context, key string) (*external.Record, error)
-	GetBatch(ctx context.Context, session, replyID string) (*external.Batch, error)
-	Parked(session, replyID string) []*external.Record
+	Park(ctx context.Context, run parked.Run) (parked.Parking, error)
+	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*parked.Batch, bool, error)
+	Finish(ctx context.Context, b *parked.Batch) error
+	Release(b *parked.Batch)
+	Get(ctx context.Context, key string) (*parked.Record, error)
+	Parked(session, replyID string) []*parked.Record
 }
 
-var _ continuationPort = (*external.Store)(nil)
+var _ continuationPort = (*parked.Store)(nil)
 
 // runnerPort runs what a call resolved to: a tool through its executor
 // (exec.go, durable.go, the ledger), or the skill loader.
@@ -132,7 +130,7 @@ func (r *Router) newPipeline(ev routerEvents) *pipeline {
 		conts:    r.parked,
 		resolve:  resolveStep{tools: routerResolver{r}, health: r.store.Health, log: r.log},
 		exec:     chain(execStep{runner: routerRunner{r}, sessions: sessions}, r.guards.middlewares()...),
-		park:     parkStep{landing: r.life.Landing, conts: r.parked, subj: r.subj, source: r.source, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
+		park:     parkStep{landing: r.life.Landing, conts: r.parked, subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
 		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: ev, sessions: sessions, m: r.m, log: r.log},
 		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
 		quota:    r.guards.quota,

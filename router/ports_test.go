@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/registry"
 )
 
@@ -120,39 +120,38 @@ func (f *fakeEvents) reply(_ string, e *bus.Event) error {
 }
 
 type fakeConts struct {
-	parked     []*external.Record
+	parked     []*parked.Record
 	parkBefore bool
 	batches    int
-	settle     func() (*external.Batch, bool, error)
+	settle     func() (*parked.Batch, bool, error)
 }
 
-func (f *fakeConts) ParkBatch(_ context.Context, b *external.Batch, _ map[string]bus.Result, _ []string, _ int) error {
+func (f *fakeConts) Park(_ context.Context, run parked.Run) (parked.Parking, error) {
 	if f.parkBefore {
-		return external.ErrParkedBefore
+		return parked.Parking{Before: true, Batch: &parked.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}}, nil
 	}
 	f.batches++
-	return nil
+	for _, rec := range run.Calls {
+		rec.Subject = "toolbus.answer." + rec.Call.Name
+	}
+	if run.Announce != nil {
+		run.Announce(run.Calls)
+	}
+	f.parked = append(f.parked, run.Calls...)
+	return parked.Parking{Batch: run.Batch, Parked: run.Calls}, nil
 }
-func (f *fakeConts) Park(_ context.Context, rec *external.Record, _ string) error {
-	rec.Subject = "toolbus.answer." + rec.Call.Name
-	f.parked = append(f.parked, rec)
-	return nil
-}
-func (f *fakeConts) Settle(context.Context, string, string, map[string]bus.Result) (*external.Batch, bool, error) {
+func (f *fakeConts) Settle(context.Context, string, string, map[string]bus.Result) (*parked.Batch, bool, error) {
 	if f.settle != nil {
 		return f.settle()
 	}
-	return &external.Batch{}, false, nil
+	return &parked.Batch{}, false, nil
 }
-func (f *fakeConts) Finish(context.Context, *external.Batch) error { return nil }
-func (f *fakeConts) Release(*external.Batch)                       {}
-func (f *fakeConts) Get(context.Context, string) (*external.Record, error) {
+func (f *fakeConts) Finish(context.Context, *parked.Batch) error { return nil }
+func (f *fakeConts) Release(*parked.Batch)                       {}
+func (f *fakeConts) Get(context.Context, string) (*parked.Record, error) {
 	return nil, errors.New("not found")
 }
-func (f *fakeConts) GetBatch(context.Context, string, string) (*external.Batch, error) {
-	return &external.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}, nil
-}
-func (f *fakeConts) Parked(string, string) []*external.Record { return f.parked }
+func (f *fakeConts) Parked(string, string) []*parked.Record { return f.parked }
 
 var _ continuationPort = (*fakeConts)(nil)
 
@@ -179,7 +178,7 @@ func newFakePipeline(t *testing.T, tools ...bus.ToolDef) *fakePipeline {
 	f.p = &pipeline{sessions: f.sessions, conts: f.conts, log: log, base: context.Background(),
 		resolve: resolveStep{tools: f.resolver, log: log},
 		exec:    execStep{runner: f.runner, sessions: f.sessions},
-		park:    parkStep{conts: f.conts, subj: bus.NewSubjects(""), source: "toolbus/router/test", maxParked: 2},
+		park:    parkStep{conts: f.conts, subj: bus.NewSubjects(""), maxParked: 2},
 		report:  reportStep{events: f.events, sessions: f.sessions, log: log},
 		fit:     fitStep{}}
 	return f
@@ -328,7 +327,7 @@ func TestParkStep(t *testing.T) {
 	})
 	t.Run("limit", func(t *testing.T) {
 		f := newFakePipeline(t, ext)
-		f.conts.parked = make([]*external.Record, 2) // the session's limit (2) is reached
+		f.conts.parked = make([]*parked.Record, 2) // the session's limit (2) is reached
 		b := f.batchOf(t, "", call("p1", "ext"))
 		if !b.run(0) {
 			t.Fatal("a call past the limit parked")

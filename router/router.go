@@ -13,6 +13,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -30,12 +31,12 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/metrics"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/session"
@@ -155,7 +156,7 @@ type Router struct {
 	groups *groups.Store
 	// sessions decides when a batch's session is read from KV (package session)
 	sessions *session.Revisions
-	parked   *external.Store
+	parked   *parked.Store
 	led      dedupe
 	events   *eventSink
 	pipe     *pipeline // the batch pipeline over its ports (ports.go)
@@ -338,7 +339,7 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	r.life.Defer(r.skills.cat.Stop)
-	r.parked = external.New(r.store, r.subj, external.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Logger: r.log})
+	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log})
 	if err := r.parked.Start(bg); err != nil {
 		return fmt.Errorf("router: parked calls: %w", err)
 	}
@@ -411,7 +412,7 @@ func (r *Router) bind() {
 // of exec requests, lease renewal and takeover, and the watch for messages
 // dropped as a slow consumer.
 func (r *Router) loops() {
-	interval := min(max(r.parked.TTL()/10, 10*time.Millisecond), time.Second)
+	interval := min(max(cmp.Or(r.cfg.ParkTTL, parked.DefaultTTL)/10, 10*time.Millisecond), time.Second)
 	hb := r.cfg.Store.Heartbeat
 	r.life.Loop(func(ctx context.Context) { every(ctx, interval, r.conts.sweep) })
 	r.life.Loop(func(ctx context.Context) {

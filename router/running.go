@@ -3,7 +3,7 @@ package router
 import (
 	"sync"
 
-	"github.com/toolbus/toolbus/external"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // runningBatches are the batches running on this router, by session and
@@ -21,7 +21,7 @@ func (rb *runningBatches) track(b *batch) {
 		rb.m = map[string]*batch{}
 	}
 	if b.key == "" {
-		b.key = external.BatchKey(b.session, b.replyID)
+		b.key = parked.BatchKey(b.session, b.replyID)
 	}
 	rb.m[b.key] = b
 	rb.mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 )
 
 // allSessions is the --session of watch-handoff that shows every session.
@@ -103,7 +102,7 @@ func requestLine(e *bus.Event) string {
 	if t, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
 		at = t.Local().Format("2006-01-02 15:04:05.000")
 	}
-	var req external.Request
+	var req bus.HandoffRequest
 	if err := e.DataAs(&req); err != nil {
 		return strings.Join([]string{at, orDash(e.SessionID), orDash(e.ReplyID), orDash(e.ToolCallID), e.Type, short(string(e.Data))}, " ")
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/external"
 )
 
 // maxHistory bounds the calls parked --history prints (the newest).
@@ -23,7 +22,7 @@ const maxHistory = 1000
 // longer wait — answered, done, expired, cancelled — newest last, read from
 // the parked bucket (they stay there for its TTL, 7 days): who answered
 // (answered_by, docs/protocol.md 6.1), when, and the result's state.
-func parkedHistory(ctx context.Context, cl *client.Client, session string) ([]external.Record, error) {
+func parkedHistory(ctx context.Context, cl *client.Client, session string) ([]bus.ParkRecord, error) {
 	js, err := jetstream.New(cl.Conn())
 	if err != nil {
 		return nil, err
@@ -41,13 +40,13 @@ func parkedHistory(ctx context.Context, cl *client.Client, session string) ([]ex
 		return nil, fmt.Errorf("parked --history: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
-	var out []external.Record
+	var out []bus.ParkRecord
 	for e := range w.Updates() {
 		if e == nil {
 			break // the current values are in
 		}
-		var r external.Record
-		if json.Unmarshal(e.Value(), &r) != nil || r.Status == external.StatusParked {
+		var r bus.ParkRecord
+		if json.Unmarshal(e.Value(), &r) != nil || r.Status == bus.ParkParked {
 			continue
 		}
 		out = append(out, r)
@@ -55,7 +54,7 @@ func parkedHistory(ctx context.Context, cl *client.Client, session string) ([]ex
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	slices.SortFunc(out, func(a, b external.Record) int { return a.Created.Compare(b.Created) })
+	slices.SortFunc(out, func(a, b bus.ParkRecord) int { return a.Created.Compare(b.Created) })
 	if len(out) > maxHistory {
 		out = out[len(out)-maxHistory:]
 	}
@@ -63,7 +62,7 @@ func parkedHistory(ctx context.Context, cl *client.Client, session string) ([]ex
 }
 
 // renderHistory prints the records as a table.
-func renderHistory(w io.Writer, recs []external.Record) {
+func renderHistory(w io.Writer, recs []bus.ParkRecord) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tREPLY\tCALL\tTOOL\tKIND\tSTATUS\tRESULT\tANSWERED BY\tANSWERED AT")
 	for _, r := range recs {

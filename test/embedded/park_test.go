@@ -16,7 +16,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
@@ -156,7 +155,7 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 	if req.Type != bus.TypeExternalReq || req.SessionID != "s1" || req.ReplyID != "r1" || req.ToolCallID != "c1" {
 		t.Fatalf("handoff event %+v", req)
 	}
-	var data external.Request
+	var data bus.HandoffRequest
 	if err := req.DataAs(&data); err != nil || data.Call.ID != "c1" || string(data.User) != `"alice"` || string(data.Context) != `{"tenant":"acme"}` {
 		t.Fatalf("handoff data %s", req.Data)
 	}
@@ -436,7 +435,7 @@ func TestPermissionModes(t *testing.T) {
 		t.Fatalf("default mode reply %s", jsonOf(r))
 	}
 	req := e.handoff(t, "toolbus.confirm.write")
-	var data external.Request
+	var data bus.HandoffRequest
 	if err := req.DataAs(&data); err != nil || req.Type != bus.TypeConfirmReq || len(data.SuggestedRules) == 0 || data.Reason == "" {
 		t.Fatalf("confirm request %s", req.Data)
 	}

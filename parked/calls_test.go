@@ -1,4 +1,4 @@
-package external_test
+package parked
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
@@ -43,15 +42,15 @@ func newStore(t *testing.T) *store.Store {
 }
 
 // start returns a started external Store, stopped when the test ends.
-func start(t *testing.T, st *store.Store) *external.Store {
+func start(t *testing.T, st *store.Store) *Store {
 	t.Helper()
 	return startAs(t, st, "router-a")
 }
 
 // startAs is start for the router named owner.
-func startAs(t *testing.T, st *store.Store, owner string) *external.Store {
+func startAs(t *testing.T, st *store.Store, owner string) *Store {
 	t.Helper()
-	s := external.New(st, subj, external.Config{TTL: ttl, Owner: owner})
+	s := New(st, subj, Config{TTL: ttl, Owner: owner, Source: source})
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -60,16 +59,16 @@ func startAs(t *testing.T, st *store.Store, owner string) *external.Store {
 }
 
 // record is a parked external call of tool deploy.
-func record(session, reply, call string) *external.Record {
-	return &external.Record{Session: session, ReplyID: reply, Kind: bus.KindExternal,
+func record(session, reply, call string) *Record {
+	return &Record{Session: session, ReplyID: reply, Kind: bus.KindExternal,
 		Call:    bus.Call{ID: call, Name: "deploy", Input: json.RawMessage(`{"env":"prod"}`)},
 		User:    json.RawMessage(`"alice"`),
 		Context: json.RawMessage(`{"tenant":"acme"}`)}
 }
 
-func park(t *testing.T, s *external.Store, r *external.Record) *external.Record {
+func park(t *testing.T, s *Store, r *Record) *Record {
 	t.Helper()
-	if err := s.Park(t.Context(), r, source); err != nil {
+	if err := s.calls.park(t.Context(), r); err != nil {
 		t.Fatalf("park %s: %v", r.Key(), err)
 	}
 	return r
@@ -90,14 +89,6 @@ func handoffCount(t *testing.T, st *store.Store) uint64 {
 	return info.State.Msgs
 }
 
-func keys(rs []*external.Record) []string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, r.Key())
-	}
-	return out
-}
-
 func TestPark(t *testing.T) {
 	for _, tc := range []struct {
 		kind, typ, subject string
@@ -116,7 +107,7 @@ func TestPark(t *testing.T) {
 			before := time.Now()
 			park(t, s, r)
 			subject := "toolbus.answer.deploy"
-			if r.Status != external.StatusParked || r.Subject != subject || r.HandoffSeq == 0 || r.InputDigest != bus.InputDigest(r.Call.Input) ||
+			if r.Status != bus.ParkParked || r.Subject != subject || r.HandoffSeq == 0 || r.InputDigest != bus.InputDigest(r.Call.Input) ||
 				r.Created.Before(before.Add(-time.Second)) || !r.Expires.Equal(r.Created.Add(ttl)) {
 				t.Fatalf("parked record %+v", r)
 			}
@@ -125,7 +116,7 @@ func TestPark(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Status != external.StatusParked || got.Call.ID != "c1" || got.HandoffSeq != r.HandoffSeq || string(got.User) != `"alice"` {
+			if got.Status != bus.ParkParked || got.Call.ID != "c1" || got.HandoffSeq != r.HandoffSeq || string(got.User) != `"alice"` {
 				t.Fatalf("stored record %+v", got)
 			}
 			if ps := s.Parked("s1", "r1"); len(ps) != 1 || ps[0].Key() != "s1.r1.c1" {
@@ -149,7 +140,7 @@ func TestPark(t *testing.T) {
 			if exp, err := ev.Expiry(); err != nil || !exp.Equal(r.Expires) {
 				t.Fatalf("handoff expirytime %q, want %v", ev.ExpiryTime, r.Expires)
 			}
-			var req external.Request
+			var req bus.HandoffRequest
 			if err := ev.DataAs(&req); err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +204,7 @@ func TestParkRequestScoped(t *testing.T) {
 	r := record("s1", "r1", "c1")
 	r.RequestScoped = true
 	park(t, s, r)
-	if r.HandoffSeq != 0 || r.Status != external.StatusParked {
+	if r.HandoffSeq != 0 || r.Status != bus.ParkParked {
 		t.Fatalf("record %+v", r)
 	}
 	if n := handoffCount(t, st); n != 0 {
@@ -228,11 +219,11 @@ func TestParkTwice(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
 	first := park(t, s, record("s1", "r1", "c1"))
-	err := s.Park(t.Context(), record("s1", "r1", "c1"), source)
+	err := s.calls.park(t.Context(), record("s1", "r1", "c1"))
 	if err == nil {
 		t.Fatal("a second park of the same call succeeded")
 	}
-	if got, _ := s.Get(t.Context(), first.Key()); got.HandoffSeq != first.HandoffSeq || got.Status != external.StatusParked {
+	if got, _ := s.Get(t.Context(), first.Key()); got.HandoffSeq != first.HandoffSeq || got.Status != bus.ParkParked {
 		t.Fatalf("record after a failed second park: %+v", got)
 	}
 	if _, err := handoffMsg(t, st, first.HandoffSeq); err != nil {
@@ -243,8 +234,8 @@ func TestParkTwice(t *testing.T) {
 	}
 }
 
-func answered(r *external.Record) error {
-	r.Status = external.StatusAnswered
+func answered(r *Record) error {
+	r.Status = bus.ParkAnswered
 	r.Answer = &bus.Answer{State: bus.StateSuccess, Output: bus.Text("deployed")}
 	return nil
 }
@@ -255,11 +246,11 @@ func TestTransition(t *testing.T) {
 	r := park(t, s, record("s1", "r1", "c1"))
 	key := r.Key()
 
-	got, err := s.Transition(t.Context(), key, external.StatusParked, store.Bounded, answered)
+	got, err := s.calls.transition(t.Context(), key, bus.ParkParked, store.Bounded, answered)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != external.StatusAnswered || got.Answer == nil {
+	if got.Status != bus.ParkAnswered || got.Answer == nil {
 		t.Fatalf("after the answer %+v", got)
 	}
 	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
@@ -275,17 +266,17 @@ func TestTransition(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		key  string
-		from external.Status
+		from bus.ParkStatus
 		want *bus.Error
 	}{
-		{"second answer", key, external.StatusParked, bus.ErrAlreadyAnswered},
-		{"unknown key", "s1.r1.nope", external.StatusParked, bus.ErrNotParked},
-		{"unknown session", "s9.r1.c1", external.StatusParked, bus.ErrNotParked},
-		{"wrong status", key, external.StatusDone, bus.ErrNotParked},
+		{"second answer", key, bus.ParkParked, bus.ErrAlreadyAnswered},
+		{"unknown key", "s1.r1.nope", bus.ParkParked, bus.ErrNotParked},
+		{"unknown session", "s9.r1.c1", bus.ParkParked, bus.ErrNotParked},
+		{"wrong status", key, bus.ParkDone, bus.ErrNotParked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
-			_, err := s.Transition(t.Context(), tc.key, tc.from, store.Bounded, func(*external.Record) error { ran = true; return nil })
+			_, err := s.calls.transition(t.Context(), tc.key, tc.from, store.Bounded, func(*Record) error { ran = true; return nil })
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
@@ -295,26 +286,26 @@ func TestTransition(t *testing.T) {
 		})
 	}
 	// answered → done; an answer after that is still already_answered.
-	if _, err := s.Transition(t.Context(), key, external.StatusAnswered, store.Bounded, func(r *external.Record) error {
-		r.Status = external.StatusDone
+	if _, err := s.calls.transition(t.Context(), key, bus.ParkAnswered, store.Bounded, func(r *Record) error {
+		r.Status = bus.ParkDone
 		res := bus.Result{ID: "c1", Name: "deploy", State: bus.StateSuccess, Output: bus.Text("deployed")}
 		r.Result = &res
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Transition(t.Context(), key, external.StatusParked, store.Bounded, answered); !errors.Is(err, bus.ErrAlreadyAnswered) {
+	if _, err := s.calls.transition(t.Context(), key, bus.ParkParked, store.Bounded, answered); !errors.Is(err, bus.ErrAlreadyAnswered) {
 		t.Fatalf("answer after done: %v, want already_answered", err)
 	}
 }
 
 func TestTransitionOutOfParkedWithoutAnswer(t *testing.T) {
-	for _, status := range []external.Status{external.StatusExpired, external.StatusCancelled} {
+	for _, status := range []bus.ParkStatus{bus.ParkExpired, bus.ParkCancelled} {
 		t.Run(string(status), func(t *testing.T) {
 			st := newStore(t)
 			s := start(t, st)
 			r := park(t, s, record("s1", "r1", "c1"))
-			if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, func(r *external.Record) error {
+			if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, func(r *Record) error {
 				r.Status = status
 				return nil
 			}); err != nil {
@@ -324,7 +315,7 @@ func TestTransitionOutOfParkedWithoutAnswer(t *testing.T) {
 				t.Fatal("handoff request kept")
 			}
 			// A late answer finds nothing parked.
-			if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered); !errors.Is(err, bus.ErrNotParked) {
+			if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); !errors.Is(err, bus.ErrNotParked) {
 				t.Fatalf("late answer: %v, want not_parked", err)
 			}
 		})
@@ -336,34 +327,34 @@ func TestTransitionFnError(t *testing.T) {
 	s := start(t, st)
 	r := park(t, s, record("s1", "r1", "c1"))
 	stop := errors.New("bad answer")
-	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, func(r *external.Record) error {
-		r.Status = external.StatusAnswered
+	if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, func(r *Record) error {
+		r.Status = bus.ParkAnswered
 		return stop
 	}); !errors.Is(err, stop) {
 		t.Fatalf("err %v", err)
 	}
 	// Nothing changed: still parked, still handed off, still answerable.
-	if got, _ := s.Get(t.Context(), r.Key()); got.Status != external.StatusParked {
+	if got, _ := s.Get(t.Context(), r.Key()); got.Status != bus.ParkParked {
 		t.Fatalf("status %s", got.Status)
 	}
 	if _, err := handoffMsg(t, st, r.HandoffSeq); err != nil {
 		t.Fatalf("handoff request: %v", err)
 	}
-	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered); err != nil {
+	if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestRacingAnswersOneWins(t *testing.T) {
 	st := newStore(t)
-	stores := []*external.Store{start(t, st), start(t, st)}
+	stores := []*Store{start(t, st), start(t, st)}
 	r := park(t, stores[0], record("s1", "r1", "c1"))
 	const n = 10
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, err := stores[i%2].Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered)
+			_, err := stores[i%2].calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered)
 			errs <- err
 		})
 	}
@@ -383,37 +374,35 @@ func TestRacingAnswersOneWins(t *testing.T) {
 	}
 }
 
+// A confirmation of an external tool's call parks it again, as external,
+// in the answer's one compare-and-set: the confirm request leaves the
+// handoff stream and the external request takes its place.
 func TestRepark(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
 	r := record("s1", "r1", "c1")
 	r.Kind = bus.KindConfirm
 	park(t, s, r)
-	if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, func(r *external.Record) error {
-		r.Status = external.StatusAnswered
-		yes := true
-		r.Answer = &bus.Answer{Confirmed: &yes}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Repark(t.Context(), r.Key(), bus.KindExternal, source)
+	yes := true
+	out, err := s.Answer(t.Context(), r.Key(), "deploy", &bus.Answer{Confirmed: &yes}, func(*Record, *bus.Answer) (Verdict, bus.Result, error) {
+		return Repark, bus.Result{}, nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != external.StatusParked || got.Kind != bus.KindExternal || got.Answer != nil || got.HandoffSeq == 0 || got.HandoffSeq == r.HandoffSeq {
+	got := out.Record
+	if out.Verdict != Repark || got.Status != bus.ParkParked || got.Kind != bus.KindExternal || got.Answer != nil || got.HandoffSeq == 0 || got.HandoffSeq == r.HandoffSeq {
 		t.Fatalf("reparked %+v", got)
 	}
 	m, err := handoffMsg(t, st, got.HandoffSeq)
 	if err != nil || m.Subject != "toolbus.external.deploy" {
 		t.Fatalf("new handoff: %v %v", m, err)
 	}
+	if _, err := handoffMsg(t, st, r.HandoffSeq); err == nil {
+		t.Fatal("the confirm request is still in the handoff stream")
+	}
 	if ps := s.Parked("s1", ""); len(ps) != 1 || ps[0].Kind != bus.KindExternal {
 		t.Fatalf("Parked after repark: %+v", ps)
-	}
-	// Only an answered record can be reparked.
-	if _, err := s.Repark(t.Context(), r.Key(), bus.KindExternal, source); !errors.Is(err, bus.ErrNotParked) {
-		t.Fatalf("repark of a parked record: %v", err)
 	}
 }
 
@@ -426,7 +415,7 @@ func TestParkedAfterTransition(t *testing.T) {
 	s := start(t, st)
 	for i := range 300 {
 		r := park(t, s, record("s1", "r1", fmt.Sprint("c", i)))
-		if _, err := s.Transition(t.Context(), r.Key(), external.StatusParked, store.Bounded, answered); err != nil {
+		if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
 			t.Fatal(err)
 		}
 		for range 20 {
@@ -443,33 +432,33 @@ func TestExpired(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
 	r := park(t, s, record("s1", "r1", "c1"))
-	if got := s.Expired(time.Now()); len(got) != 0 {
+	if got := s.calls.expired(time.Now()); len(got) != 0 {
 		t.Fatalf("expired right after parking: %v", keys(got))
 	}
-	if got := s.Expired(r.Expires.Add(time.Nanosecond)); !slices.Equal(keys(got), []string{"s1.r1.c1"}) {
+	if got := s.calls.expired(r.Expires.Add(time.Nanosecond)); !slices.Equal(keys(got), []string{"s1.r1.c1"}) {
 		t.Fatalf("Expired after the TTL: %v", keys(got))
 	}
-	if got := s.Expired(r.Expires); len(got) != 0 {
+	if got := s.calls.expired(r.Expires); len(got) != 0 {
 		t.Fatalf("Expired at the deadline itself: %v", keys(got))
 	}
 	// A record written elsewhere with a past Expires reaches the cache and is expired.
 	old := record("s2", "r1", "c1")
-	old.Status, old.Created, old.Expires, old.Subject = external.StatusParked, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour), "toolbus.answer.deploy"
+	old.Status, old.Created, old.Expires, old.Subject = bus.ParkParked, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour), "toolbus.answer.deploy"
 	b, _ := json.Marshal(old)
 	if _, err := st.Parked.Create(t.Context(), old.Key(), b); err != nil {
 		t.Fatal(err)
 	}
 	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
-		if got := keys(s.Expired(time.Now())); !slices.Equal(got, []string{"s2.r1.c1"}) {
+		if got := keys(s.calls.expired(time.Now())); !slices.Equal(got, []string{"s2.r1.c1"}) {
 			return fmt.Errorf("Expired(now) = %v", got)
 		}
 		return nil
 	})
 	// Answered records are never expired.
-	if _, err := s.Transition(t.Context(), old.Key(), external.StatusParked, store.Bounded, answered); err != nil {
+	if _, err := s.calls.transition(t.Context(), old.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Expired(time.Now().Add(2 * ttl)); !slices.Equal(keys(got), []string{"s1.r1.c1"}) {
+	if got := s.calls.expired(time.Now().Add(2 * ttl)); !slices.Equal(keys(got), []string{"s1.r1.c1"}) {
 		t.Fatalf("Expired after answering s2: %v", keys(got))
 	}
 }
@@ -506,7 +495,7 @@ func TestParkedFilter(t *testing.T) {
 		t.Fatalf("other store Parked %v", got)
 	}
 	park(t, s, record("s3", "r1", "c1"))
-	if _, err := s.Transition(t.Context(), "s1.r1.c1", external.StatusParked, store.Bounded, answered); err != nil {
+	if _, err := s.calls.transition(t.Context(), "s1.r1.c1", bus.ParkParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
 	}
 	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
@@ -530,11 +519,11 @@ func TestBadRecordIgnored(t *testing.T) {
 	if _, err := s.Get(t.Context(), "s1.r1.c1"); err == nil || store.IsNotFound(err) {
 		t.Fatalf("Get of a corrupt record: %v", err)
 	}
-	if s.TTL() != ttl {
-		t.Fatalf("TTL %v", s.TTL())
+	if s.cfg.TTL != ttl {
+		t.Fatalf("TTL %v", s.cfg.TTL)
 	}
-	if d := external.New(st, subj, external.Config{}); d.TTL() != 24*time.Hour {
-		t.Fatalf("default TTL %v", d.TTL())
+	if d := New(st, subj, Config{}); d.cfg.TTL != 24*time.Hour {
+		t.Fatalf("default TTL %v", d.cfg.TTL)
 	}
 }
 
@@ -542,12 +531,12 @@ func TestStartEndsWithContext(t *testing.T) {
 	st := newStore(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	s := external.New(st, subj, external.Config{})
+	s := New(st, subj, Config{})
 	if err := s.Start(ctx); err == nil {
 		t.Error("Start with an ended context succeeded")
 	}
 	s.Stop()
 	s.Stop()
 	// Stop before Start is fine too.
-	external.New(st, subj, external.Config{}).Stop()
+	New(st, subj, Config{}).Stop()
 }

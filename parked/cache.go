@@ -1,4 +1,4 @@
-package external
+package parked
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -22,8 +23,8 @@ type callCache struct {
 	log *slog.Logger
 
 	mu       sync.RWMutex
-	parked   *store.Cache[*Record] // key → record, only records in StatusParked; a tombstone per key that left, kept goneMemory
-	answered map[string]*Record    // records in StatusAnswered, for lease takeovers
+	parked   *store.Cache[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
+	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
 	watch    *store.Watch
 }
 
@@ -32,19 +33,9 @@ func newCallCache(kv jetstream.KeyValue, log *slog.Logger) *callCache {
 }
 
 // start loads the cache of parked records and keeps it fed.
-func (c *callCache) start(ctx context.Context) error {
-	w, err := store.WatchKV(ctx, c.src, "*.*.*", c.apply)
-	if err != nil {
-		return err
-	}
-	c.watch = w
-	return waitReady(ctx, w)
-}
-
-func (c *callCache) stop() {
-	if c.watch != nil {
-		c.watch.Stop()
-	}
+func (c *callCache) start(ctx context.Context) (err error) {
+	c.watch, err = watch(ctx, c.src, "*.*.*", c.apply)
+	return err
 }
 
 // goneMemory is how long the tombstone of a record that left the parked
@@ -66,58 +57,58 @@ func (c *callCache) apply(e jetstream.KeyValueEntry) {
 	}
 	var r Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		c.log.Warn("external: ignoring bad parked record", "key", key)
+		c.log.Warn("parked: ignoring bad parked record", "key", key)
 		return
 	}
-	r.rev = e.Revision()
-	if old, ok := c.answered[key]; !ok || old.rev < r.rev {
-		if r.Status == StatusAnswered {
+	r.Rev = e.Revision()
+	if old, ok := c.answered[key]; !ok || old.Rev < r.Rev {
+		if r.Status == bus.ParkAnswered {
 			c.answered[key] = &r
 		} else {
 			delete(c.answered, key)
 		}
 	}
-	if r.Status == StatusParked {
-		c.parked.Put(key, r.rev, &r)
+	if r.Status == bus.ParkParked {
+		c.parked.Put(key, r.Rev, &r)
 	} else {
-		c.parked.Delete(key, r.rev)
+		c.parked.Delete(key, r.Rev)
 	}
 }
 
-// note caches a copy of r, which this router just wrote at r.rev under
+// note caches a copy of r (callers change theirs; the watch reads the cached ones), which this router just wrote at r.Rev under
 // key: listed while parked, a tombstone once it left.
 func (c *callCache) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r.Status == StatusParked {
-		c.parked.Put(key, r.rev, r.copy())
+	if r.Status == bus.ParkParked {
+		c.parked.Put(key, r.Rev, new(*r))
 	} else {
-		c.parked.Delete(key, r.rev)
+		c.parked.Delete(key, r.Rev)
 	}
 }
 
-// Parked returns the parked records of a session ("" for all), optionally of
+// list returns the parked records of a session ("" for all), optionally of
 // one reply id, oldest first, from the cache.
-func (c *callCache) Parked(session, replyID string) []*Record {
-	c.mu.RLock()
-	var out []*Record
-	for _, r := range c.parked.All() {
-		if (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID) {
-			out = append(out, r)
-		}
-	}
-	c.mu.RUnlock()
+func (c *callCache) list(session, replyID string) []*Record {
+	out := c.where(func(r *Record) bool {
+		return (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID)
+	})
 	slices.SortFunc(out, func(a, b *Record) int { return a.Created.Compare(b.Created) })
 	return out
 }
 
-// Expired returns the parked records whose time is up.
-func (c *callCache) Expired(now time.Time) []*Record {
+// expired returns the parked records whose time is up.
+func (c *callCache) expired(now time.Time) []*Record {
+	return c.where(func(r *Record) bool { return now.After(r.Expires) })
+}
+
+// where returns the cached parked records that keep says to.
+func (c *callCache) where(keep func(*Record) bool) []*Record {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []*Record
 	for _, r := range c.parked.All() {
-		if now.After(r.Expires) {
+		if keep(r) {
 			out = append(out, r)
 		}
 	}

@@ -1,4 +1,4 @@
-package external_test
+package parked
 
 import (
 	"encoding/json"
@@ -10,13 +10,12 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/external"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
-func newBatch(session, reply string) *external.Batch {
-	return &external.Batch{Session: session, ReplyID: reply,
+func newBatch(session, reply string) *Batch {
+	return &Batch{Session: session, ReplyID: reply,
 		Data: bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "deploy", Input: json.RawMessage(`{}`)}}}}
 }
 
@@ -25,18 +24,18 @@ func ok(id string) bus.Result {
 }
 
 // parkBatch parks a new batch waiting for the calls waiting.
-func parkBatch(t *testing.T, s *external.Store, session, reply string, waiting ...string) *external.Batch {
+func parkBatch(t *testing.T, s *Store, session, reply string, waiting ...string) *Batch {
 	t.Helper()
 	b := newBatch(session, reply)
-	if err := s.ParkBatch(t.Context(), b, map[string]bus.Result{}, waiting, 1); err != nil {
+	if err := s.conts.parkBatch(t.Context(), b, map[string]bus.Result{}, waiting, 1, false); err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
-func phase(t *testing.T, s *external.Store, session, reply string) *external.Batch {
+func phase(t *testing.T, s *Store, session, reply string) *Batch {
 	t.Helper()
-	b, err := s.GetBatch(t.Context(), session, reply)
+	b, err := s.Batch(t.Context(), session, reply)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +56,7 @@ func TestBatchReady(t *testing.T) {
 		{"other results do not count", []string{"a"}, []string{"x"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := &external.Batch{Waiting: tc.waiting, Results: map[string]bus.Result{}}
+			b := &Batch{Waiting: tc.waiting, Results: map[string]bus.Result{}}
 			for _, id := range tc.results {
 				b.Results[id] = ok(id)
 			}
@@ -73,18 +72,18 @@ func TestParkBatch(t *testing.T) {
 	s := start(t, st)
 	b := newBatch("s1", "r1")
 	b.TraceParent, b.Expiry = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "2030-01-01T00:00:00Z"
-	if err := s.ParkBatch(t.Context(), b, map[string]bus.Result{"c0": ok("c0")}, []string{"c1"}, 1); err != nil {
+	if err := s.conts.parkBatch(t.Context(), b, map[string]bus.Result{"c0": ok("c0")}, []string{"c1"}, 1, false); err != nil {
 		t.Fatal(err)
 	}
 	got := phase(t, s, "s1", "r1")
-	if got.Phase != external.PhaseRunning || got.Owner != "router-a" || got.Next != 1 || got.Touched.IsZero() ||
+	if got.Phase != PhaseRunning || got.Owner != "router-a" || got.Next != 1 || got.Touched.IsZero() ||
 		!slices.Equal(got.Waiting, []string{"c1"}) || got.TraceParent != b.TraceParent || got.Expiry != b.Expiry ||
 		len(got.Data.Calls) != 1 || got.Results["c0"].ID != "c0" {
 		t.Fatalf("parked batch %+v", got)
 	}
 	// A copy of the batch (a re-send) finds it parked before, on any router.
-	for _, other := range []*external.Store{s, startAs(t, st, "router-b")} {
-		if err := other.ParkBatch(t.Context(), newBatch("s1", "r1"), nil, nil, 0); !errors.Is(err, external.ErrParkedBefore) {
+	for _, other := range []*Store{s, startAs(t, st, "router-b")} {
+		if err := other.conts.parkBatch(t.Context(), newBatch("s1", "r1"), nil, nil, 0, false); !errors.Is(err, errParkedBefore) {
 			t.Fatalf("second park: %v, want ErrParkedBefore", err)
 		}
 	}
@@ -113,7 +112,7 @@ func TestSettle(t *testing.T) {
 			s := start(t, st)
 			parkBatch(t, s, "s1", "r1", tc.waiting...)
 			for _, id := range tc.answers {
-				if _, resume, err := s.Complete(t.Context(), "s1", "r1", id, ok(id)); err != nil || resume {
+				if _, resume, err := s.conts.complete(t.Context(), "s1", "r1", id, ok(id)); err != nil || resume {
 					t.Fatalf("Complete during the run: resume %v, %v (the run resumes it, not the answer)", resume, err)
 				}
 			}
@@ -124,9 +123,9 @@ func TestSettle(t *testing.T) {
 			if resume != tc.resume {
 				t.Fatalf("resume %v, want %v", resume, tc.resume)
 			}
-			want := external.PhaseParked
+			want := PhaseParked
 			if tc.resume {
-				want = external.PhaseResumed
+				want = PhaseResumed
 			}
 			if got := phase(t, s, "s1", "r1"); got.Phase != want || got.Results["c0"].ID != "c0" || b.Phase != want {
 				t.Fatalf("after Settle %+v", got)
@@ -140,7 +139,7 @@ func TestSettle(t *testing.T) {
 
 func TestCompleteResumesOnce(t *testing.T) {
 	st := newStore(t)
-	stores := []*external.Store{startAs(t, st, "router-a"), startAs(t, st, "router-b")}
+	stores := []*Store{startAs(t, st, "router-a"), startAs(t, st, "router-b")}
 	const n = 20
 	var ids []string
 	for i := range n {
@@ -158,7 +157,7 @@ func TestCompleteResumesOnce(t *testing.T) {
 		wg.Go(func() {
 			<-begin
 			s := stores[i%2]
-			b, resume, err := s.Complete(t.Context(), "s1", "r1", id, ok(id))
+			b, resume, err := s.conts.complete(t.Context(), "s1", "r1", id, ok(id))
 			if err != nil {
 				t.Errorf("Complete %s: %v", id, err)
 				return
@@ -173,7 +172,7 @@ func TestCompleteResumesOnce(t *testing.T) {
 	close(begin)
 	wg.Wait()
 	b := phase(t, stores[1], "s1", "r1")
-	if len(b.Results) != n || !b.Ready() || b.Phase != external.PhaseResumed {
+	if len(b.Results) != n || !b.Ready() || b.Phase != PhaseResumed {
 		t.Fatalf("%d results after %d concurrent completions, phase %s", len(b.Results), n, b.Phase)
 	}
 	for _, id := range ids {
@@ -189,19 +188,19 @@ func TestCompleteResumesOnce(t *testing.T) {
 func TestBatchMissing(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
-	if _, err := s.GetBatch(t.Context(), "s1", "nope"); !store.IsNotFound(err) {
+	if _, err := s.Batch(t.Context(), "s1", "nope"); !store.IsNotFound(err) {
 		t.Fatalf("GetBatch of a missing batch: %v", err)
 	}
-	if _, _, err := s.Complete(t.Context(), "s1", "nope", "c1", ok("c1")); !store.IsNotFound(err) {
+	if _, _, err := s.conts.complete(t.Context(), "s1", "nope", "c1", ok("c1")); !store.IsNotFound(err) {
 		t.Fatalf("Complete of a missing batch: %v", err)
 	}
-	if err := s.Cancel(t.Context(), "s1", "nope", nil); err != nil {
+	if err := s.conts.cancel(t.Context(), "s1", "nope", nil); err != nil {
 		t.Fatalf("Cancel of a batch that never parked: %v", err)
 	}
 	if _, err := st.Parked.Put(t.Context(), "s1.bad", []byte("{")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetBatch(t.Context(), "s1", "bad"); err == nil || store.IsNotFound(err) {
+	if _, err := s.Batch(t.Context(), "s1", "bad"); err == nil || store.IsNotFound(err) {
 		t.Fatalf("GetBatch of a corrupt batch: %v", err)
 	}
 }
@@ -211,7 +210,7 @@ func TestCancelMarks(t *testing.T) {
 	s := start(t, st)
 	parkBatch(t, s, "s1", "r1", "c1")
 	for range 2 { // twice: marks are kept once
-		if err := s.Cancel(t.Context(), "s1", "r1", []string{"c2"}); err != nil {
+		if err := s.conts.cancel(t.Context(), "s1", "r1", []string{"c2"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -219,7 +218,7 @@ func TestCancelMarks(t *testing.T) {
 	if !slices.Equal(b.Cancelled, []string{"c2"}) || !b.IsCancelled("c2") || b.IsCancelled("c3") {
 		t.Fatalf("cancelled %v", b.Cancelled)
 	}
-	if err := s.Cancel(t.Context(), "s1", "r1", nil); err != nil {
+	if err := s.conts.cancel(t.Context(), "s1", "r1", nil); err != nil {
 		t.Fatal(err)
 	}
 	if b := phase(t, s, "s1", "r1"); !b.IsCancelled("c3") {
@@ -242,7 +241,7 @@ func TestRenewAndTakeOver(t *testing.T) {
 	if got := phase(t, a, "s1", "r1"); !got.Touched.Equal(past) {
 		t.Fatalf("touched %v after renew at %v", got.Touched, past)
 	}
-	if got := b.TakeOver(t.Context(), past); len(got) != 0 {
+	if got := b.conts.takeOver(t.Context(), past); len(got) != 0 {
 		t.Fatalf("a batch renewed at the cutoff was taken over: %+v", got)
 	}
 
@@ -252,9 +251,9 @@ func TestRenewAndTakeOver(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var won []string
-	for _, s := range []*external.Store{b, c} {
+	for _, s := range []*Store{b, c} {
 		wg.Go(func() {
-			for _, got := range s.TakeOver(t.Context(), cutoff) {
+			for _, got := range s.conts.takeOver(t.Context(), cutoff) {
 				mu.Lock()
 				won = append(won, got.Owner)
 				mu.Unlock()
@@ -266,7 +265,7 @@ func TestRenewAndTakeOver(t *testing.T) {
 		t.Fatalf("%d routers took the batch over, want 1: %v", len(won), won)
 	}
 	got := phase(t, a, "s1", "r1")
-	if got.Owner != won[0] || got.Phase != external.PhaseResumed || got.ResumedBy != "takeover" {
+	if got.Owner != won[0] || got.Phase != PhaseResumed || got.ResumedBy != "takeover" {
 		t.Fatalf("after the takeover %+v", got)
 	}
 	// The old owner's renewal no longer touches it, and it lets it go.
@@ -277,7 +276,7 @@ func TestRenewAndTakeOver(t *testing.T) {
 		t.Fatalf("the old owner renewed a batch taken from it: %+v", again)
 	}
 	// Its ParkBatch for the same batch (it was still running) is refused.
-	if err := a.ParkBatch(t.Context(), got, nil, nil, 1); err == nil {
+	if err := a.conts.parkBatch(t.Context(), got, nil, nil, 1, false); err == nil {
 		t.Fatal("the old owner parked more calls of a batch taken over")
 	}
 }
@@ -297,22 +296,22 @@ func TestAnswerDuringTakeOver(t *testing.T) {
 	// through the takeover (the completion sees it active, not parked).
 	var wg sync.WaitGroup
 	var resumed bool
-	var taken []*external.Batch
+	var taken []*Batch
 	wg.Go(func() {
-		rec, err := a.Answer(t.Context(), "s1.r1.c1", "deploy", &bus.Answer{State: bus.StateSuccess, Output: bus.Text("done")}, nil)
+		rec, err := testAnswer(a, t.Context(), "s1.r1.c1", "deploy", &bus.Answer{State: bus.StateSuccess, Output: bus.Text("done")}, nil)
 		if err != nil {
 			t.Errorf("answer: %v", err)
 			return
 		}
-		if _, err := a.Close(t.Context(), rec.Key(), ok("c1")); err != nil {
+		if _, err := a.calls.close(t.Context(), rec.Key(), ok("c1")); err != nil {
 			t.Errorf("close: %v", err)
 		}
-		_, resumed, err = a.Complete(t.Context(), "s1", "r1", "c1", ok("c1"))
+		_, resumed, err = a.conts.complete(t.Context(), "s1", "r1", "c1", ok("c1"))
 		if err != nil {
 			t.Errorf("complete: %v", err)
 		}
 	})
-	wg.Go(func() { taken = b.TakeOver(t.Context(), cutoff) })
+	wg.Go(func() { taken = b.conts.takeOver(t.Context(), cutoff) })
 	wg.Wait()
 	got := phase(t, a, "s1", "r1")
 	if got.Results["c1"].ID != "c1" {
@@ -334,7 +333,7 @@ func TestFinish(t *testing.T) {
 			t.Fatalf("Finish: %v", err)
 		}
 	}
-	if _, err := s.GetBatch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+	if _, err := s.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
 		t.Fatalf("GetBatch after Finish: %v", err)
 	}
 	if ps := s.Parked("s1", "r1"); len(ps) != 1 {
@@ -342,18 +341,18 @@ func TestFinish(t *testing.T) {
 	}
 	// The key can be parked again.
 	parkBatch(t, s, "s1", "r1")
-	if external.BatchKey("s1", "r1") != "s1.r1" || (&external.Record{Session: "s1", ReplyID: "r1", Call: bus.Call{ID: "c1"}}).Key() != "s1.r1.c1" {
+	if BatchKey("s1", "r1") != "s1.r1" || (&Record{Session: "s1", ReplyID: "r1", Call: bus.Call{ID: "c1"}}).Key() != "s1.r1.c1" {
 		t.Fatal("key layout")
 	}
 }
 
 // waitActive waits until the stores' caches list s1.r1 as stale at
 // cutoff, which is what TakeOver reads.
-func waitActive(t *testing.T, cutoff time.Time, stores ...*external.Store) {
+func waitActive(t *testing.T, cutoff time.Time, stores ...*Store) {
 	t.Helper()
 	for _, s := range stores {
 		testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
-			if len(s.Stale(cutoff)) == 0 {
+			if len(s.conts.stale(cutoff)) == 0 {
 				return errors.New("the watch has not delivered the batch yet")
 			}
 			return nil
@@ -366,7 +365,7 @@ func TestTakeOverAnswers(t *testing.T) {
 	a, b, c := startAs(t, st, "router-a"), startAs(t, st, "router-b"), startAs(t, st, "router-c")
 	rec := park(t, a, record("s1", "r1", "c1"))
 	yes := true
-	got, err := a.Answer(t.Context(), rec.Key(), "deploy", &bus.Answer{Confirmed: &yes}, nil)
+	got, err := testAnswer(a, t.Context(), rec.Key(), "deploy", &bus.Answer{Confirmed: &yes}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +376,7 @@ func TestTakeOverAnswers(t *testing.T) {
 	if err := a.Renew(t.Context(), time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if taken := b.TakeOverAnswers(t.Context(), time.Now().Add(-time.Minute)); len(taken) != 0 {
+	if taken := b.calls.takeOverAnswers(t.Context(), time.Now().Add(-time.Minute)); len(taken) != 0 {
 		t.Fatalf("a renewed answer was taken over: %+v", taken)
 	}
 	// Router a stops renewing (it died); b and c race for it, one wins.
@@ -386,9 +385,9 @@ func TestTakeOverAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	cutoff := past.Add(time.Minute)
-	for _, s := range []*external.Store{b, c} {
+	for _, s := range []*Store{b, c} {
 		testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
-			if n := len(s.TakeOverAnswersPeek(cutoff)); n == 0 {
+			if n := len(s.calls.answeredBefore(cutoff)); n == 0 {
 				return errors.New("the watch has not delivered the renewal yet")
 			}
 			return nil
@@ -396,17 +395,17 @@ func TestTakeOverAnswers(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var won []*external.Record
-	for _, s := range []*external.Store{b, c} {
+	var won []*Record
+	for _, s := range []*Store{b, c} {
 		wg.Go(func() {
-			got := s.TakeOverAnswers(t.Context(), cutoff)
+			got := s.calls.takeOverAnswers(t.Context(), cutoff)
 			mu.Lock()
 			won = append(won, got...)
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	if len(won) != 1 || won[0].Status != external.StatusAnswered || won[0].Answer == nil {
+	if len(won) != 1 || won[0].Status != bus.ParkAnswered || won[0].Answer == nil {
 		t.Fatalf("taken over %d times: %+v", len(won), won)
 	}
 	// The winner closes it; a late close by the dead owner is refused.
@@ -414,10 +413,10 @@ func TestTakeOverAnswers(t *testing.T) {
 	if won[0].Owner == "router-c" {
 		winner = c
 	}
-	if _, err := winner.Close(t.Context(), rec.Key(), ok("c1")); err != nil {
+	if _, err := winner.calls.close(t.Context(), rec.Key(), ok("c1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Close(t.Context(), rec.Key(), ok("c1")); !errors.Is(err, bus.ErrNotParked) {
+	if _, err := a.calls.close(t.Context(), rec.Key(), ok("c1")); !errors.Is(err, bus.ErrNotParked) {
 		t.Fatalf("second close: %v, want not_parked", err)
 	}
 }

@@ -1,4 +1,4 @@
-package external
+package parked
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,17 +16,16 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Phase is where the continuation of a parked batch stands. Every change of
-// phase is one method of Store below, made with compare-and-set, so routers
-// that race for a batch agree on who has it.
+// Phase is where the continuation of a parked batch stands; each change
+// is one compare-and-set of a Store verb, so racing routers agree on who
+// has the batch (docs/parked.md):
 //
-//	ParkBatch:  (new) ──────────────▶ running   the parking router holds the lease
-//	Settle:     running ─────────────▶ parked   answers still awaited: nobody holds it
-//	            running ─────────────▶ resumed  every answer came in during the run
-//	Complete:   parked ──(last result)▶ resumed  the router that recorded it holds it
-//	ParkBatch:  resumed ─────────────▶ running  the rest of the batch parks more calls
-//	TakeOver:   running|resumed, lease stale ▶ resumed (another router holds it)
-//	Finish:     running|resumed ──────▶ (deleted) batch.done was published
+//	Park:     (new) ─▶ running (lease held), or ─▶ parked when nothing else of the run runs
+//	Settle:   running ─▶ parked, or ─▶ resumed when every answer came in during the run
+//	Resume:   parked ─(last result)─▶ resumed (lease held), or ─▶ (deleted) when nothing is left
+//	Park:     resumed ─▶ running | parked   the rest of the batch parks more calls
+//	TakeOver: running|resumed, lease stale ─▶ resumed (another router holds it)
+//	Finish:   running|resumed ─▶ (deleted)  batch.done was published
 type Phase string
 
 const (
@@ -59,7 +59,22 @@ type Batch struct {
 	Owner   string    `json:"owner,omitempty"`
 	Touched time.Time `json:"touched"`
 
-	rev uint64
+	rev  uint64
+	gone bool // removed by the last result (Resume): Finish has nothing to delete
+}
+
+// last reports whether the result of call id is the last one b waits for
+// while parked, with nothing of the batch left to run after it.
+func (b *Batch) last(id string) bool {
+	if b.Phase != PhaseParked || b.Next < len(b.Data.Calls) || !slices.Contains(b.Waiting, id) {
+		return false
+	}
+	for _, w := range b.Waiting {
+		if _, ok := b.Results[w]; !ok && w != id {
+			return false
+		}
+	}
+	return true
 }
 
 // Key returns the continuation's P_parked key, BatchKey(Session, ReplyID).
@@ -85,10 +100,10 @@ func (b *Batch) IsCancelled(id string) bool {
 	return slices.Contains(b.Cancelled, "*") || slices.Contains(b.Cancelled, id)
 }
 
-// Continuations holds the continuations of parked batches (keys
+// conts holds the continuations of parked batches (keys
 // <session>.<replyid>): a watch-fed cache of the active ones, for lease
 // takeovers, and the set this router renews.
-type Continuations struct {
+type conts struct {
 	shared
 
 	mu     sync.RWMutex
@@ -98,19 +113,9 @@ type Continuations struct {
 }
 
 // start loads the cache of continuations and keeps it fed.
-func (s *Continuations) start(ctx context.Context) error {
-	w, err := store.WatchKV(ctx, s.kv, "*.*", s.applyBatch)
-	if err != nil {
-		return err
-	}
-	s.watch = w
-	return waitReady(ctx, w)
-}
-
-func (s *Continuations) stop() {
-	if s.watch != nil {
-		s.watch.Stop()
-	}
+func (s *conts) start(ctx context.Context) (err error) {
+	s.watch, err = watch(ctx, s.kv, "*.*", s.applyBatch)
+	return err
 }
 
 // claim makes owner (the store's router) the batch's owner in phase p.
@@ -121,37 +126,46 @@ func claim(b *Batch, owner string, p Phase, why string) {
 	}
 }
 
-// ErrParkedBefore is returned by ParkBatch when a continuation of the same
+// errParkedBefore is returned by parkBatch when a continuation of the same
 // reply id exists already: an earlier copy of the batch parked first.
-var ErrParkedBefore = errors.New("external: this batch parked before")
+var errParkedBefore = errors.New("parked: this batch parked before")
 
-// ParkBatch records that the batch parks calls, with the results it has so
+// parkBatch records that the batch parks calls, with the results it has so
 // far, the calls it now waits for and the index of the first call after
-// its current run; this router holds the lease while it finishes the run.
-// A batch that never parked (b read from no continuation) is created, and
-// ErrParkedBefore says a copy of it parked first; a resumed one that parks
-// more is updated, as long as this router still owns it.
-func (s *Continuations) ParkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int) error {
+// its current run. While the run goes on this router holds the lease
+// (phase running); a settled run (nothing else of it runs) waits for its
+// answers at once (phase parked), so it needs no settle. A batch that never
+// parked (b read from no continuation) is created, and errParkedBefore says
+// a copy of it parked first; a resumed one that parks more is updated, as
+// long as this router still owns it.
+func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int, settled bool) error {
+	phase := func(b *Batch) {
+		claim(b, s.cfg.Owner, PhaseRunning, "")
+		if settled {
+			b.Phase, b.Owner = PhaseParked, ""
+		}
+	}
 	if b.rev != 0 {
 		got, err := s.update(ctx, b.Session, b.ReplyID, func(cur *Batch) error {
 			if cur.Owner != s.cfg.Owner || !cur.Active() {
-				return fmt.Errorf("external: batch %s: %w (taken over by %s)", b.Key(), errNotOwner, cur.Owner)
+				return fmt.Errorf("parked: batch %s: %w (taken over by %s)", b.Key(), errNotOwner, cur.Owner)
 			}
 			for id, res := range results {
 				cur.Results[id] = res
 			}
 			cur.Waiting, cur.Next = waiting, next
-			claim(cur, s.cfg.Owner, PhaseRunning, "")
+			phase(cur)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
 		*b = *got
+		s.track(b)
 		return nil
 	}
 	b.Results, b.Waiting, b.Next = results, waiting, next
-	claim(b, s.cfg.Owner, PhaseRunning, "")
+	phase(b)
 	v, err := json.Marshal(b)
 	if err != nil {
 		return err
@@ -159,43 +173,19 @@ func (s *Continuations) ParkBatch(ctx context.Context, b *Batch, results map[str
 	rev, err := store.Create(ctx, s.kv, b.Key(), v, store.Bounded)
 	switch {
 	case store.IsConflict(err):
-		return ErrParkedBefore
+		return errParkedBefore
 	case err != nil:
-		return fmt.Errorf("external: batch %s: %w", b.Key(), err)
+		return fmt.Errorf("parked: batch %s: %w", b.Key(), err)
 	}
 	b.rev = rev
-	s.leases.hold(batchKey(b.Key()))
+	s.track(b)
 	return nil
 }
 
-// Settle ends the run that parked calls: the run's results join the
-// continuation, and the batch waits for its answers (resume false), or,
-// when every answer came in during the run, this router goes on with it
-// (resume true, the lease held).
-func (s *Continuations) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
-	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
-		for id, res := range results {
-			if _, ok := b.Results[id]; !ok {
-				b.Results[id] = res
-			}
-		}
-		b.Phase, b.Owner = PhaseParked, ""
-		if b.Ready() {
-			claim(b, s.cfg.Owner, PhaseResumed, "run")
-		}
-		return nil
-	})
-	if err != nil {
-		s.leases.release(batchKey(BatchKey(session, replyID)))
-		return nil, false, err
-	}
-	return b, s.track(b), nil
-}
-
-// Complete records the result of a parked call of the batch. Exactly one
+// complete records the result of a parked call of the batch. Exactly one
 // completion finds the batch ready in the compare-and-set that adds its
 // result: that one resumes it (resume true, the lease held).
-func (s *Continuations) Complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
+func (s *conts) complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
 	var resume bool
 	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
 		resume = false
@@ -215,9 +205,9 @@ func (s *Continuations) Complete(ctx context.Context, session, replyID, callID s
 	return b, resume, nil
 }
 
-// Cancel marks calls of a parked batch (all when ids is empty) so that
+// cancel marks calls of a parked batch (all when ids is empty) so that
 // they never run when it resumes. A batch that never parked is no error.
-func (s *Continuations) Cancel(ctx context.Context, session, replyID string, ids []string) error {
+func (s *conts) cancel(ctx context.Context, session, replyID string, ids []string) error {
 	marks := ids
 	if len(marks) == 0 {
 		marks = []string{"*"}
@@ -238,10 +228,9 @@ func (s *Continuations) Cancel(ctx context.Context, session, replyID string, ids
 
 // renew renews the lease of every continuation this router holds; one
 // that another router took over, or that moved on, is let go.
-func (s *Continuations) renew(ctx context.Context, now time.Time) error {
-	var failed error
-	for _, key := range s.leases.held() {
-		session, replyID, _ := splitBatchKey(string(key))
+func (s *conts) renew(ctx context.Context, now time.Time) error {
+	return s.leases.renew(func(key string) error {
+		session, replyID, _ := strings.Cut(key, ".")
 		_, err := s.update(ctx, session, replyID, func(b *Batch) error {
 			if b.Owner != s.cfg.Owner || !b.Active() {
 				return errNotOwner
@@ -249,26 +238,17 @@ func (s *Continuations) renew(ctx context.Context, now time.Time) error {
 			b.Touched = now.UTC()
 			return nil
 		})
-		switch {
-		case err == nil:
-		case errors.Is(err, errNotOwner), store.IsNotFound(err):
-			s.leases.release(key)
-		default:
-			failed = err
-		}
-	}
-	return failed
+		return err
+	})
 }
 
-var errNotOwner = errors.New("external: not the owner of the batch")
-
-// TakeOver claims the active batches whose owner has not renewed its lease
+// takeOver claims the active batches whose owner has not renewed its lease
 // since cutoff (a router that died, or was cut off by its drain deadline,
 // while running part of the batch). The compare-and-set picks one router
 // per batch; the batches returned are this router's to repair.
-func (s *Continuations) TakeOver(ctx context.Context, cutoff time.Time) []*Batch {
+func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 	var out []*Batch
-	for _, stale := range s.Stale(cutoff) {
+	for _, stale := range s.stale(cutoff) {
 		if stale.Owner == s.cfg.Owner && s.leases.holds(batchKey(stale.Key())) {
 			continue // this router is working on it: its renewal is late, not gone
 		}
@@ -276,7 +256,7 @@ func (s *Continuations) TakeOver(ctx context.Context, cutoff time.Time) []*Batch
 			if !b.Active() || !b.Touched.Before(cutoff) {
 				return errNotOwner
 			}
-			s.cfg.Logger.Warn("external: taking over a batch whose router stopped", "session", b.Session, "reply", b.ReplyID, "owner", b.Owner)
+			s.cfg.Logger.Warn("parked: taking over a batch whose router stopped", "session", b.Session, "reply", b.ReplyID, "owner", b.Owner)
 			claim(b, s.cfg.Owner, PhaseResumed, "takeover")
 			return nil
 		})
@@ -288,32 +268,30 @@ func (s *Continuations) TakeOver(ctx context.Context, cutoff time.Time) []*Batch
 	return out
 }
 
-// Finish removes the continuation of a batch whose batch.done went out.
-func (s *Continuations) Finish(ctx context.Context, b *Batch) error {
-	defer s.leases.release(batchKey(b.Key()))
-	if _, err := store.Delete(ctx, s.kv, b.Key(), store.Bounded); err != nil {
-		return fmt.Errorf("external: delete batch %s: %w", b.Key(), err)
-	}
-	return nil
+// remove deletes b, read at its revision, as the last result of a batch
+// with nothing left to run: the compare-and-set makes that result's router
+// the one that resumes it. Only the last result removes a continuation, so
+// a delete whose outcome is unknown (a lost acknowledgement, a leader
+// change) landed when the key is gone; false when b changed meanwhile.
+func (s *conts) remove(ctx context.Context, b *Batch) bool {
+	err := store.Retry(ctx, store.UntilLanded, func(ctx context.Context) error {
+		if s.kv.Delete(ctx, b.Key(), jetstream.LastRevision(b.rev)) == nil {
+			return nil
+		}
+		_, err := s.kv.Get(ctx, b.Key())
+		switch {
+		case store.IsNotFound(err):
+			return nil
+		case err == nil:
+			return errChanged
+		}
+		return err // unknown yet: try again
+	})
+	b.gone = err == nil
+	return b.gone
 }
 
-// Release stops renewing the lease of a batch this router works on (a drain
-// cut it off): once the lease is stale another router takes it over.
-func (s *Continuations) Release(b *Batch) { s.leases.release(batchKey(b.Key())) }
-
-// GetBatch reads a continuation.
-func (s *Continuations) GetBatch(ctx context.Context, session, replyID string) (*Batch, error) {
-	e, err := s.kv.Get(ctx, BatchKey(session, replyID))
-	if err != nil {
-		return nil, err
-	}
-	var b Batch
-	if err := json.Unmarshal(e.Value(), &b); err != nil {
-		return nil, fmt.Errorf("external: batch %s is corrupt: %w", BatchKey(session, replyID), err)
-	}
-	b.rev = e.Revision()
-	return &b, nil
-}
+var errChanged = errors.New("parked: the continuation changed")
 
 // update applies fn to the latest continuation with compare-and-set. fn
 // may run more than once; an error from it ends the update with nothing
@@ -321,24 +299,13 @@ func (s *Continuations) GetBatch(ctx context.Context, session, replyID string) (
 // transient errors are retried until the write lands or ctx ends
 // (store.UntilLanded). It returns an error satisfying store.IsNotFound when
 // there is no continuation.
-func (s *Continuations) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
+func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
 	key := BatchKey(session, replyID)
-	var b *Batch
-	rev, err := store.Update(ctx, s.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		if cur == nil {
-			return nil, fmt.Errorf("external: batch %s: %w", key, jetstream.ErrKeyNotFound)
-		}
-		b = new(Batch)
-		if err := json.Unmarshal(cur.Value(), b); err != nil {
-			return nil, fmt.Errorf("external: batch %s is corrupt: %w", key, err)
-		}
+	b, rev, err := cas(ctx, s.kv, key, store.UntilLanded, fmt.Errorf("parked: batch %s: %w", key, jetstream.ErrKeyNotFound), func(b *Batch) error {
 		if b.Results == nil {
 			b.Results = map[string]bus.Result{}
 		}
-		if err := fn(b); err != nil {
-			return nil, err
-		}
-		return json.Marshal(b)
+		return fn(b)
 	})
 	if err != nil {
 		return nil, err
@@ -349,7 +316,7 @@ func (s *Continuations) update(ctx context.Context, session, replyID string, fn 
 
 // track keeps the lease of b held while this router owns it, and reports
 // whether it does.
-func (s *Continuations) track(b *Batch) bool {
+func (s *conts) track(b *Batch) bool {
 	if b.Active() && b.Owner == s.cfg.Owner {
 		s.leases.hold(batchKey(b.Key()))
 		return true
@@ -358,18 +325,8 @@ func (s *Continuations) track(b *Batch) bool {
 	return false
 }
 
-// splitBatchKey splits <session>.<replyid>.
-func splitBatchKey(key string) (session, replyID string, ok bool) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == '.' {
-			return key[:i], key[i+1:], true
-		}
-	}
-	return "", "", false
-}
-
 // applyBatch keeps the cache of continuations routers are working on.
-func (s *Continuations) applyBatch(e jetstream.KeyValueEntry) {
+func (s *conts) applyBatch(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := e.Key()
@@ -392,10 +349,10 @@ func (s *Continuations) applyBatch(e jetstream.KeyValueEntry) {
 	}
 }
 
-// Stale returns, from the watch-fed cache, the continuations that are
+// stale returns, from the watch-fed cache, the continuations that are
 // running or resumed but whose owner has not renewed its lease since
 // before cutoff: TakeOver's candidates.
-func (s *Continuations) Stale(cutoff time.Time) []*Batch {
+func (s *conts) stale(cutoff time.Time) []*Batch {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []*Batch

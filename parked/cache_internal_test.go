@@ -1,4 +1,4 @@
-package external
+package parked
 
 import (
 	"encoding/json"
@@ -29,7 +29,7 @@ func (e kvEntry) Created() time.Time              { return time.Time{} }
 func (e kvEntry) Delta() uint64                   { return 0 }
 func (e kvEntry) Operation() jetstream.KeyValueOp { return e.op }
 
-func rec(session, reply, id string, st Status, at time.Time) *Record {
+func rec(session, reply, id string, st bus.ParkStatus, at time.Time) *Record {
 	return &Record{Session: session, ReplyID: reply, Call: bus.Call{ID: id, Name: "t"}, Status: st, Created: at, Expires: at.Add(time.Hour), Touched: at}
 }
 
@@ -58,19 +58,19 @@ func TestCallCacheApply(t *testing.T) {
 		parked, answered []string
 	}{
 		{"parked", func(t *testing.T) []kvEntry {
-			return []kvEntry{put(t, rec("s", "r", "a", StatusParked, t0), 1)}
+			return []kvEntry{put(t, rec("s", "r", "a", bus.ParkParked, t0), 1)}
 		}, []string{"s.r.a"}, []string{}},
 		{"answered leaves parked", func(t *testing.T) []kvEntry {
-			return []kvEntry{put(t, rec("s", "r", "a", StatusParked, t0), 1), put(t, rec("s", "r", "a", StatusAnswered, t0), 2)}
+			return []kvEntry{put(t, rec("s", "r", "a", bus.ParkParked, t0), 1), put(t, rec("s", "r", "a", bus.ParkAnswered, t0), 2)}
 		}, []string{}, []string{"s.r.a"}},
 		{"done leaves both", func(t *testing.T) []kvEntry {
-			return []kvEntry{put(t, rec("s", "r", "a", StatusAnswered, t0), 2), put(t, rec("s", "r", "a", StatusDone, t0), 3)}
+			return []kvEntry{put(t, rec("s", "r", "a", bus.ParkAnswered, t0), 2), put(t, rec("s", "r", "a", bus.ParkDone, t0), 3)}
 		}, []string{}, []string{}},
 		{"a late older put cannot bring it back", func(t *testing.T) []kvEntry {
-			return []kvEntry{put(t, rec("s", "r", "a", StatusDone, t0), 3), put(t, rec("s", "r", "a", StatusParked, t0), 1)}
+			return []kvEntry{put(t, rec("s", "r", "a", bus.ParkDone, t0), 3), put(t, rec("s", "r", "a", bus.ParkParked, t0), 1)}
 		}, []string{}, []string{}},
 		{"deleted", func(t *testing.T) []kvEntry {
-			return []kvEntry{put(t, rec("s", "r", "a", StatusAnswered, t0), 1), {key: "s.r.a", rev: 2, op: jetstream.KeyValueDelete}}
+			return []kvEntry{put(t, rec("s", "r", "a", bus.ParkAnswered, t0), 1), {key: "s.r.a", rev: 2, op: jetstream.KeyValueDelete}}
 		}, []string{}, []string{}},
 		{"corrupt ignored", func(t *testing.T) []kvEntry {
 			return []kvEntry{{key: "s.r.a", val: []byte("{"), rev: 1, op: jetstream.KeyValuePut}}
@@ -83,7 +83,7 @@ func TestCallCacheApply(t *testing.T) {
 			}
 			ans := c.answeredBefore(t0.Add(time.Second))
 			slices.Sort(ans)
-			if got := keys(c.Parked("", "")); !slices.Equal(got, tc.parked) || !slices.Equal(append([]string{}, ans...), tc.answered) {
+			if got := keys(c.list("", "")); !slices.Equal(got, tc.parked) || !slices.Equal(append([]string{}, ans...), tc.answered) {
 				t.Fatalf("parked %v answered %v, want %v and %v", got, ans, tc.parked, tc.answered)
 			}
 		})
@@ -93,9 +93,9 @@ func TestCallCacheApply(t *testing.T) {
 func TestCallCacheNoteAndQueries(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 	c := newCallCache(nil, slog.New(slog.DiscardHandler))
-	for i, r := range []*Record{rec("s1", "r1", "b", StatusParked, t0.Add(2*time.Second)), rec("s1", "r1", "a", StatusParked, t0),
-		rec("s1", "r2", "c", StatusParked, t0.Add(time.Second)), rec("s2", "r1", "d", StatusParked, t0.Add(3*time.Hour))} {
-		r.rev = uint64(i + 1)
+	for i, r := range []*Record{rec("s1", "r1", "b", bus.ParkParked, t0.Add(2*time.Second)), rec("s1", "r1", "a", bus.ParkParked, t0),
+		rec("s1", "r2", "c", bus.ParkParked, t0.Add(time.Second)), rec("s2", "r1", "d", bus.ParkParked, t0.Add(3*time.Hour))} {
+		r.Rev = uint64(i + 1)
 		c.note(r.Key(), r)
 	}
 	for _, tc := range []struct {
@@ -107,30 +107,30 @@ func TestCallCacheNoteAndQueries(t *testing.T) {
 		{"s1", "r1", []string{"s1.r1.a", "s1.r1.b"}},
 		{"s3", "", []string{}},
 	} {
-		if got := keys(c.Parked(tc.session, tc.reply)); !slices.Equal(got, tc.want) {
+		if got := keys(c.list(tc.session, tc.reply)); !slices.Equal(got, tc.want) {
 			t.Errorf("Parked(%q, %q) = %v, want %v", tc.session, tc.reply, got, tc.want)
 		}
 	}
-	exp := keys(c.Expired(t0.Add(time.Hour + 90*time.Minute)))
+	exp := keys(c.expired(t0.Add(time.Hour + 90*time.Minute)))
 	slices.Sort(exp)
 	if !slices.Equal(exp, []string{"s1.r1.a", "s1.r1.b", "s1.r2.c"}) {
 		t.Errorf("Expired = %v", exp)
 	}
 	// A record noted as it leaves parked is a tombstone: an older
 	// delivery of the parked one does not list it again.
-	gone := rec("s1", "r1", "a", StatusDone, t0)
-	gone.rev = 10
+	gone := rec("s1", "r1", "a", bus.ParkDone, t0)
+	gone.Rev = 10
 	c.note(gone.Key(), gone)
-	c.apply(put(t, rec("s1", "r1", "a", StatusParked, t0), 2))
-	if got := keys(c.Parked("s1", "r1")); !slices.Equal(got, []string{"s1.r1.b"}) {
+	c.apply(put(t, rec("s1", "r1", "a", bus.ParkParked, t0), 2))
+	if got := keys(c.list("s1", "r1")); !slices.Equal(got, []string{"s1.r1.b"}) {
 		t.Errorf("after the call left: Parked = %v", got)
 	}
 	// The cache holds a copy: the caller's record is its own.
-	mine := rec("s9", "r9", "z", StatusParked, t0)
-	mine.rev = 1
+	mine := rec("s9", "r9", "z", bus.ParkParked, t0)
+	mine.Rev = 1
 	c.note(mine.Key(), mine)
 	mine.Reason = "changed"
-	if c.Parked("s9", "")[0].Reason != "" {
+	if c.list("s9", "")[0].Reason != "" {
 		t.Error("note kept the caller's record, not a copy")
 	}
 }

@@ -1,6 +1,11 @@
-package external
+package parked
 
-import "sync"
+import (
+	"errors"
+	"sync"
+
+	"github.com/toolbus/toolbus/store"
+)
 
 // callKey and batchKey are the two kinds of P_parked key whose leases a
 // router renews: an answered call (<session>.<replyid>.<callid>) and a
@@ -47,3 +52,20 @@ func (l *leaseSet[K]) held() []K {
 	}
 	return out
 }
+
+// renew runs touch on every key held and lets go of those that moved on
+// (errNotOwner, or gone); it returns the last other error.
+func (l *leaseSet[K]) renew(touch func(key string) error) (failed error) {
+	for _, key := range l.held() {
+		switch err := touch(string(key)); {
+		case err == nil:
+		case errors.Is(err, errNotOwner), store.IsNotFound(err):
+			l.release(key)
+		default:
+			failed = err
+		}
+	}
+	return failed
+}
+
+var errNotOwner = errors.New("parked: not the owner")

@@ -1,0 +1,374 @@
+package parked
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
+)
+
+// Record is a parked call (bus.ParkRecord: the inbox and the CLI read it
+// too; only this package writes it).
+type Record = bus.ParkRecord
+
+// BatchKey is the P_parked key of a batch's continuation: <session>.<replyid>.
+func BatchKey(session, replyID string) string { return session + "." + replyID }
+
+// shared is what calls and conts both use.
+type shared struct {
+	kv  jetstream.KeyValue
+	cfg Config
+}
+
+// calls holds the parked call records (keys <session>.<replyid>.<callid>):
+// their compare-and-set transitions and handoff requests, and the answered
+// calls this router renews the lease of. It embeds callCache, the
+// watch-fed cache of the records (cache.go).
+type calls struct {
+	shared
+	*callCache
+	handoff handoff
+	leases  leaseSet[callKey] // answered calls this router makes the result of
+}
+
+// watch loads the values of keys into apply, and keeps it fed until ctx
+// ends or the watch is stopped.
+func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(jetstream.KeyValueEntry)) (*store.Watch, error) {
+	w, err := store.WatchKV(ctx, kv, keys, apply)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-w.Ready():
+		return w, nil
+	case <-ctx.Done():
+		w.Stop()
+		return nil, ctx.Err()
+	}
+}
+
+// park stores a new parked record (create) and hands it off (handOff).
+func (s *calls) park(ctx context.Context, r *Record) error {
+	if err := s.create(ctx, r); err != nil {
+		return err
+	}
+	return s.handOff(ctx, r)
+}
+
+// create stores a new parked record. It comes before the request
+// (docs/protocol.md 6.1): a handler that answers the moment the request
+// arrives finds the call parked.
+func (s *calls) create(ctx context.Context, r *Record) error {
+	now := time.Now().UTC()
+	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
+	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
+	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
+	// from the tool; an open router still takes it on the old subject.
+	r.Subject, r.InputDigest = s.handoff.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	rev, err := store.Create(ctx, s.kv, r.Key(), b, store.Bounded)
+	if err != nil {
+		return fmt.Errorf("parked: park %s: %w", r.Key(), err)
+	}
+	r.Rev = rev
+	s.note(r.Key(), r) // a copy: the caller keeps r
+	return nil
+}
+
+// handOff publishes r's request on P.external.<tool> or P.confirm.<tool>
+// through JetStream, so the P_HANDOFF stream keeps it, unless the caller
+// executes the tool itself (request-scoped), and notes its stream sequence
+// in the record, so that whoever takes the call out of parked removes the
+// request. When an answer got in first, the request is removed here.
+func (s *calls) handOff(ctx context.Context, r *Record) error {
+	if r.RequestScoped {
+		return nil
+	}
+	seq, err := s.handoff.publish(ctx, r, s.cfg.Source)
+	if err != nil {
+		return err
+	}
+	rec, err := s.transition(ctx, r.Key(), bus.ParkParked, store.Bounded, func(x *Record) error {
+		x.HandoffSeq = seq
+		return nil
+	})
+	if err != nil {
+		s.handoff.drop(&Record{HandoffSeq: seq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
+		if errors.Is(err, bus.ErrNotParked) || errors.Is(err, bus.ErrAlreadyAnswered) {
+			return nil // answered, expired or cancelled already: the request is no longer needed
+		}
+		return err
+	}
+	*r = *rec
+	return nil
+}
+
+// handoff publishes parked calls' requests through JetStream so the
+// P_HANDOFF stream keeps them (docs/protocol.md 6.2), and removes them once
+// answered, expired or cancelled.
+type handoff struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	subj   bus.Subjects
+	log    *slog.Logger
+}
+
+// confirmRequest is Request with suggested_rules always present.
+type confirmRequest struct {
+	bus.HandoffRequest
+	SuggestedRules []bus.Rule `json:"suggested_rules"`
+}
+
+func (h handoff) publish(ctx context.Context, r *Record, source string) (uint64, error) {
+	typ, subject := bus.TypeExternalReq, h.subj.External(r.Call.Name)
+	if r.Kind == bus.KindConfirm {
+		typ, subject = bus.TypeConfirmReq, h.subj.Confirm(r.Call.Name)
+	}
+	req := bus.HandoffRequest{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
+	var data any = req
+	if r.Kind == bus.KindConfirm {
+		req.Reason = r.Reason
+		rules := r.SuggestedRules
+		if rules == nil {
+			rules = []bus.Rule{}
+		}
+		data = confirmRequest{HandoffRequest: req, SuggestedRules: rules}
+	}
+	e, err := bus.NewEvent(typ, source, data)
+	if err != nil {
+		return 0, err
+	}
+	e.SessionID, e.ReplyID, e.ToolCallID, e.Subject = r.Session, r.ReplyID, r.Call.ID, r.Call.ID
+	e.ExpiryTime = r.Expires.Format(time.RFC3339Nano)
+	m, err := e.Msg(subject)
+	if err != nil {
+		return 0, err
+	}
+	// The message id makes a retried publish, or a re-sent batch's, one
+	// message; a repark (a new kind) has a new type and so a new message.
+	var ack *jetstream.PubAck
+	err = store.Retry(ctx, store.Bounded, func(ctx context.Context) (err error) {
+		ack, err = h.js.PublishMsg(ctx, m, jetstream.WithMsgID(typ+"/"+r.Key()))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("parked: handoff %s: %w", subject, err)
+	}
+	return ack.Sequence, nil
+}
+
+// dropHandoff removes a record's request from the handoff stream: it is
+// answered, expired or cancelled, so no handler should see it any more.
+func (h handoff) drop(r *Record) {
+	if r.HandoffSeq == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.stream.DeleteMsg(ctx, r.HandoffSeq); err != nil && !strings.Contains(err.Error(), "not found") {
+		h.log.Debug("parked: handoff delete", "key", r.Key(), "err", err)
+	}
+}
+
+// read decodes the value of key, at its revision.
+func read[T any](ctx context.Context, kv jetstream.KeyValue, key string) (*T, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	v := new(T)
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return nil, 0, fmt.Errorf("parked: %s is corrupt: %w", key, err)
+	}
+	return v, e.Revision(), nil
+}
+
+// cas applies fn to the decoded value of key with compare-and-set
+// (store.Update, retrying as p says); missing is the error for no value.
+func cas[T any](ctx context.Context, kv jetstream.KeyValue, key string, p store.Policy, missing error, fn func(*T) error) (*T, uint64, error) {
+	var v *T
+	rev, err := store.Update(ctx, kv, key, p, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur == nil {
+			return nil, missing
+		}
+		v = new(T)
+		if err := json.Unmarshal(cur.Value(), v); err != nil {
+			return nil, fmt.Errorf("parked: %s is corrupt: %w", key, err)
+		}
+		if err := fn(v); err != nil {
+			return nil, err
+		}
+		return json.Marshal(v)
+	})
+	return v, rev, err
+}
+
+// transition moves a record from status from to the state fn leaves it in,
+// with compare-and-set, retrying conflicts and transient errors as p says
+// (store.UntilLanded for a transition that records a result). It returns
+// bus.ErrNotParked when the record is missing or in another status,
+// bus.ErrAlreadyAnswered when from is parked and an answer already won.
+// Answer, Close and End are the transitions the router makes.
+func (s *calls) transition(ctx context.Context, key string, from bus.ParkStatus, p store.Policy, fn func(*Record) error) (*Record, error) {
+	return s.change(ctx, key, p, func(r *Record) error {
+		if r.Status != from {
+			return wrongStatus(r, from)
+		}
+		return fn(r)
+	})
+}
+
+func wrongStatus(r *Record, from bus.ParkStatus) error {
+	if from == bus.ParkParked && (r.Status == bus.ParkAnswered || r.Status == bus.ParkDone && r.Answer != nil) {
+		return bus.Errorf(bus.CodeAlreadyAnswered, "call %s was already answered", r.Call.ID)
+	}
+	return bus.Errorf(bus.CodeNotParked, "call %s is %s, not %s", r.Call.ID, r.Status, from)
+}
+
+// Answer takes an answer to the parked call key of tool in one
+// compare-and-set: the first valid answer wins. decide validates the answer
+// against the record it answers (its kind, its tool's schema), may rewrite
+// it, and says what it does to the call; an error from it is returned and
+// changes nothing. An answer for another tool's call, or for a call that is
+// not parked, is bus.ErrNotParked; one after the winner is
+// bus.ErrAlreadyAnswered.
+func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, decide Decide) (Answered, error) {
+	s := st.calls
+	var out Answered
+	var oldSeq uint64
+	r, err := s.change(ctx, key, answerPolicy, func(r *Record) error {
+		if r.Call.Name != tool {
+			return bus.Errorf(bus.CodeNotParked, "no call %s of tool %s is parked in session %s, reply %s", r.Call.ID, tool, r.Session, r.ReplyID)
+		}
+		if r.Status != bus.ParkParked {
+			return wrongStatus(r, bus.ParkParked)
+		}
+		v, res, err := decide(r, a)
+		if err != nil {
+			return err
+		}
+		out, oldSeq = Answered{Verdict: v, Answer: a}, r.HandoffSeq
+		now := time.Now().UTC()
+		switch v {
+		case Done: // the answer is the result: parked → done in this one write
+			r.Status, r.Answer, r.Result = bus.ParkDone, a, &res
+		case Repark: // a confirmed call of an external tool now waits for its execution
+			r.Kind, r.SuggestedRules, r.Reason, r.HandoffSeq, r.Expires = bus.KindExternal, nil, "", 0, now.Add(s.cfg.TTL)
+		default: // Confirmed: this router runs the confirmed call under a lease
+			r.Status, r.Answer, r.Owner, r.Touched = bus.ParkAnswered, a, s.cfg.Owner, now
+		}
+		return nil
+	})
+	if store.IsFull(err) {
+		// Nothing changed, and nothing will until someone frees space: the
+		// answerer hears so at once and may answer again later.
+		return out, fmt.Errorf("%s: the answer was not recorded: %w", store.FullText, err)
+	}
+	if err != nil {
+		return out, err
+	}
+	out.Record = r
+	if out.Verdict == Repark {
+		s.handoff.drop(&Record{HandoffSeq: oldSeq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
+		err = s.handOff(ctx, r)
+	}
+	return out, err
+}
+
+// answerPolicy retries an answer's write until it lands or the caller's
+// context ends, but not through a full store (store.Policy.RideOutFull).
+var answerPolicy = store.Policy{}
+
+// close records the result made from an answered call's answer.
+func (s *calls) close(ctx context.Context, key string, res bus.Result) (*Record, error) {
+	return s.transition(ctx, key, bus.ParkAnswered, store.UntilLanded, func(r *Record) error {
+		r.Status, r.Result = bus.ParkDone, &res
+		return nil
+	})
+}
+
+// end takes a call out of parked without an answer, to status (expired or
+// cancelled) with res as its result; when several routers try, one wins
+// and the others get bus.ErrNotParked or bus.ErrAlreadyAnswered.
+func (s *calls) end(ctx context.Context, key string, status bus.ParkStatus, res bus.Result) (*Record, error) {
+	return s.transition(ctx, key, bus.ParkParked, store.UntilLanded, func(r *Record) error {
+		r.Status, r.Result = status, &res
+		return nil
+	})
+}
+
+// change applies fn to the record key with compare-and-set and keeps the
+// cache and the handoff stream in step with the outcome.
+func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(*Record) error) (*Record, error) {
+	r, rev, err := cas(ctx, s.kv, key, p, bus.Errorf(bus.CodeNotParked, "no parked call %s", key), fn)
+	if err != nil {
+		if be := (*bus.Error)(nil); errors.As(err, &be) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("parked: update %s: %w", key, err)
+	}
+	r.Rev = rev
+	s.note(key, r) // a copy: the caller gets r
+	if r.Status == bus.ParkAnswered && r.Owner == s.cfg.Owner {
+		s.leases.hold(callKey(key)) // this router makes the call's result: it renews the lease
+	} else {
+		s.leases.release(callKey(key))
+	}
+	if r.Status != bus.ParkParked {
+		s.handoff.drop(r)
+	}
+	return r, nil
+}
+
+// renew renews the lease of every answered call this router makes the
+// result of; one that moved on is let go.
+func (s *calls) renew(ctx context.Context, now time.Time) error {
+	return s.leases.renew(func(key string) error {
+		_, _, err := cas(ctx, s.kv, key, store.Bounded, errNotOwner, func(r *Record) error {
+			if r.Status != bus.ParkAnswered || r.Owner != s.cfg.Owner {
+				return errNotOwner
+			}
+			r.Touched = now.UTC()
+			return nil
+		})
+		return err
+	})
+}
+
+// takeOverAnswers claims the answered calls whose router has not renewed
+// its lease since cutoff: it died after taking the answer and before
+// making the call's result (a confirmed call it was running never
+// reported). The compare-and-set picks one router per call; the records
+// returned are this router's to settle again (a confirmed call runs
+// through the ledger, so a side effect is not repeated: its outcome may be
+// unknown).
+func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
+	var out []*Record
+	stale := slices.DeleteFunc(s.answeredBefore(cutoff), func(key string) bool { return s.leases.holds(callKey(key)) })
+	for _, key := range stale {
+		r, err := s.change(ctx, key, store.Bounded, func(r *Record) error {
+			if r.Status != bus.ParkAnswered || !r.Touched.Before(cutoff) {
+				return errNotOwner
+			}
+			s.cfg.Logger.Warn("parked: taking over an answer whose router stopped", "key", key, "owner", r.Owner)
+			r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
+			return nil
+		})
+		if err == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -1,0 +1,352 @@
+// Package parked is the one machine of calls that wait for someone outside
+// the bus — a person's confirmation, or an external tool a person or
+// another system executes — and of the batches they belong to
+// (docs/protocol.md 6, docs/parked.md). Only this package writes or decodes
+// its records in P_parked: a call's record (bus.ParkRecord, key
+// <session>.<replyid>.<callid>) and its batch's continuation (Batch, key
+// <session>.<replyid>).
+//
+// The router drives the machine with its verbs — Park, Settle, Answer,
+// Resume, Expire, Cancel, TakeOver — and acts on the typed outcome each
+// returns: a verdict on an answer, the records an expiry or a cancel ended,
+// whether this router now resumes the batch. Every transition is one
+// compare-and-set, so routers that race agree on one winner, and answers
+// may reach any router, hours later, after restarts.
+package parked
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
+)
+
+// Config configures a Store.
+type Config struct {
+	// TTL is how long a call stays parked before it expires with a timeout
+	// result; zero means DefaultTTL.
+	TTL time.Duration
+	// Owner is the id of the router using the store: the owner it writes
+	// into the continuations and answered calls it works on, and whose
+	// leases it renews.
+	Owner string
+	// Source is the router's CloudEvents source, of the handoff requests.
+	Source string
+	// Logger receives warnings; nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultTTL is how long a call stays parked when Config.TTL is zero.
+const DefaultTTL = 24 * time.Hour
+
+// Store is the parked calls of one deployment and the continuations of the
+// batches they belong to, over P_parked. It is safe for concurrent use.
+type Store struct {
+	calls *calls
+	conts *conts
+	cfg   Config
+}
+
+// New returns a Store; call Start before use.
+func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	sh := shared{kv: st.Parked, cfg: cfg}
+	return &Store{cfg: cfg,
+		calls: &calls{shared: sh, handoff: handoff{js: st.JS, stream: st.Handoff, subj: subj, log: cfg.Logger},
+			callCache: newCallCache(st.Parked, cfg.Logger), leases: newLeaseSet[callKey]()},
+		conts: &conts{shared: sh, active: map[string]*Batch{}, leases: newLeaseSet[batchKey]()},
+	}
+}
+
+// Start loads the caches of parked records and of continuations and keeps
+// them fed.
+func (s *Store) Start(ctx context.Context) error {
+	if err := s.calls.start(ctx); err != nil {
+		return err
+	}
+	if err := s.conts.start(ctx); err != nil {
+		s.Stop()
+		return err
+	}
+	return nil
+}
+
+// Stop ends the watches; safe to call twice.
+func (s *Store) Stop() {
+	for _, w := range []*store.Watch{s.calls.watch, s.conts.watch} {
+		if w != nil {
+			w.Stop()
+		}
+	}
+}
+
+// Renew renews the lease of every continuation and answered call this
+// router holds. One that another router took over, or that moved on, is
+// let go.
+func (s *Store) Renew(ctx context.Context, now time.Time) error {
+	return errors.Join(s.conts.renew(ctx, now), s.calls.renew(ctx, now))
+}
+
+// A Run is what a batch parks: the calls of its current run that wait,
+// as the router decided them (Session, ReplyID, Call, Kind, User, Context,
+// SuggestedRules, Reason, RequestScoped set), with the batch's results so
+// far and the index of the first call after the run.
+type Run struct {
+	// Batch is the batch's continuation: a new one (never parked) or the
+	// one the batch resumed from.
+	Batch   *Batch
+	Calls   []*Record
+	Results map[string]bus.Result
+	Next    int
+	// Alone: nothing else of the run runs, so the continuation is written
+	// waiting for answers (PhaseParked) and the run needs no Settle.
+	Alone bool
+	// Announce, when set, is called with the records written, before
+	// their handoff requests go out (the call.parked event goes out there,
+	// so it precedes every handler's answer and its events).
+	Announce func([]*Record)
+}
+
+// Parking is what Park did.
+type Parking struct {
+	// Before: an earlier copy of the batch parked first (a re-sent batch);
+	// nothing was written and Batch is that copy's continuation (nil when
+	// it could not be read).
+	Before bool
+	Batch  *Batch
+	// Parked are the calls now parked; Failed, by id, those that could
+	// not be, with what went wrong.
+	Parked []*Record
+	Failed map[string]error
+}
+
+// Park records the run's continuation, then its calls' records, then
+// their handoff requests (docs/protocol.md 6.1). An error means nothing
+// parked: the continuation could not be written.
+func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
+	waiting := make([]string, len(run.Calls))
+	for i, r := range run.Calls {
+		waiting[i] = r.Call.ID
+	}
+	err := s.conts.parkBatch(ctx, run.Batch, run.Results, waiting, run.Next, run.Alone)
+	if errors.Is(err, errParkedBefore) {
+		b, _ := s.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
+		return Parking{Before: true, Batch: b}, nil
+	}
+	if err != nil {
+		return Parking{}, err
+	}
+	out := Parking{Batch: run.Batch}
+	fail := func(r *Record, err error) {
+		if out.Failed == nil {
+			out.Failed = map[string]error{}
+		}
+		out.Failed[r.Call.ID] = err
+	}
+	var made []*Record
+	for _, r := range run.Calls {
+		if err := s.calls.create(ctx, r); err != nil {
+			fail(r, err)
+			continue
+		}
+		made = append(made, r)
+	}
+	if run.Announce != nil {
+		run.Announce(made)
+	}
+	for _, r := range made {
+		if err := s.calls.handOff(ctx, r); err != nil {
+			fail(r, err)
+			continue
+		}
+		out.Parked = append(out.Parked, r)
+	}
+	if run.Alone && len(out.Failed) > 0 {
+		// A call that did not park is awaited in vain: the run goes back to
+		// running, and settles with that call's result as any run does.
+		b, err := s.conts.update(ctx, run.Batch.Session, run.Batch.ReplyID, func(b *Batch) error {
+			claim(b, s.cfg.Owner, PhaseRunning, "")
+			return nil
+		})
+		if err != nil {
+			return out, err
+		}
+		s.conts.track(b)
+		out.Batch = b
+	}
+	return out, nil
+}
+
+// Settle ends the run that parked calls: the run's results join the
+// continuation, and the batch waits for its answers (resume false), or,
+// when every answer came in during the run, this router goes on with it
+// (resume true, the lease held).
+func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
+	b, err := s.conts.update(ctx, session, replyID, func(b *Batch) error {
+		for id, res := range results {
+			if _, ok := b.Results[id]; !ok {
+				b.Results[id] = res
+			}
+		}
+		b.Phase, b.Owner = PhaseParked, ""
+		if b.Ready() {
+			claim(b, s.cfg.Owner, PhaseResumed, "run")
+		}
+		return nil
+	})
+	if err != nil {
+		s.conts.leases.release(batchKey(BatchKey(session, replyID)))
+		return nil, false, err
+	}
+	return b, s.conts.track(b), nil
+}
+
+// Verdict is what an accepted answer does to its call.
+type Verdict int
+
+// The verdicts of an answer.
+const (
+	Done      Verdict = iota // the answer makes the result (an external result, a denial): parked → done
+	Repark                   // a confirmed call of an external tool waits again, for its execution
+	Confirmed                // a confirmed call runs on this router, under a lease: parked → answered
+)
+
+// Decide validates an answer against the record it answers, may rewrite
+// either, and returns its verdict (and, for Done, the result).
+type Decide func(*Record, *bus.Answer) (Verdict, bus.Result, error)
+
+// Answered is what Answer did.
+type Answered struct {
+	Record  *Record
+	Verdict Verdict
+	Answer  *bus.Answer // the winning answer, as decide left it
+}
+
+// Resume records a call's result in its batch: first in the call's
+// record when it was answered and ran here (answered → done); then report
+// runs (the call.result event goes out there) with the continuation as it
+// was read (nil when unreadable), and the result joins the continuation.
+// The one completion that finds every awaited call done resumes the batch:
+// resume true. When nothing of the batch is left to run, that completion
+// is the continuation's removal (one compare-and-set delete; the router
+// then only publishes batch.done, and Finish writes nothing); otherwise the
+// result is added and this router holds the lease. report is skipped when
+// another router closed the answered call (it took it over and reports it).
+func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
+	if rec.Status == bus.ParkAnswered {
+		if _, err := s.calls.close(ctx, rec.Key(), res); err != nil {
+			if be := (*bus.Error)(nil); errors.As(err, &be) {
+				return nil, false, err
+			}
+			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
+		}
+	}
+	cont, err := s.Batch(ctx, rec.Session, rec.ReplyID)
+	report(cont)
+	if err == nil && cont.last(rec.Call.ID) && s.conts.remove(ctx, cont) {
+		cont.Results[rec.Call.ID] = res
+		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
+		return cont, true, nil
+	}
+	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
+}
+
+// Expire takes the parked calls whose time is up out of parked with a
+// timeout result; it returns those this router ended (when several routers
+// try, one wins).
+func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
+	var out []*Record
+	for _, r := range s.calls.expired(now) {
+		res := bus.ErrorResult(r.Call, bus.CodeTimeout, "Tool execution timeout after "+s.cfg.TTL.String())
+		if got, err := s.calls.end(ctx, r.Key(), bus.ParkExpired, res); err == nil {
+			out = append(out, got)
+		}
+	}
+	return out
+}
+
+// Cancel interrupts the parked calls of a reply (all when ids is empty):
+// it marks the continuation so that its queued calls never run, and takes
+// the parked ones out of parked with an interrupted result. It returns the
+// calls this router ended.
+func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) ([]*Record, error) {
+	recs := s.calls.list(session, replyID)
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	err := s.conts.cancel(ctx, session, replyID, ids)
+	var out []*Record
+	for _, r := range recs {
+		if len(ids) > 0 && !slices.Contains(ids, r.Call.ID) {
+			continue
+		}
+		res := bus.ErrorResult(r.Call, bus.CodeInterrupted, bus.InterruptedText)
+		if got, err := s.calls.end(ctx, r.Key(), bus.ParkCancelled, res); err == nil {
+			out = append(out, got)
+		}
+	}
+	return out, err
+}
+
+// TakeOver claims the work of routers that stopped renewing their leases
+// since cutoff: the continuations they were running (this router now
+// repairs them) and the answered calls whose confirmed run never reported
+// (this router settles them again; the ledger keeps a side effect from
+// repeating). The compare-and-set picks one router per record.
+func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) ([]*Batch, []*Record) {
+	return s.conts.takeOver(ctx, cutoff), s.calls.takeOverAnswers(ctx, cutoff)
+}
+
+// Finish removes the continuation of a batch whose batch.done went out.
+func (s *Store) Finish(ctx context.Context, b *Batch) error {
+	defer s.Release(b)
+	if b.gone {
+		return nil
+	}
+	if _, err := store.Delete(ctx, s.conts.kv, b.Key(), store.Bounded); err != nil {
+		return fmt.Errorf("parked: delete batch %s: %w", b.Key(), err)
+	}
+	return nil
+}
+
+// Release stops renewing the lease of a batch this router works on (a
+// drain cut it off, or its record is unusable): once the lease is stale
+// another router takes it over.
+func (s *Store) Release(b *Batch) { s.conts.leases.release(batchKey(b.Key())) }
+
+// Parked returns the parked records of a session ("" for all), optionally
+// of one reply id, oldest first, from the watch-fed cache.
+func (s *Store) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
+
+// Get reads a call's record (bus.CallKey) from the store, through the
+// leader: a re-sent batch learns there what its first copy parked.
+func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
+	r, rev, err := read[Record](ctx, s.calls.kv, key)
+	if r != nil {
+		r.Rev = rev
+	}
+	return r, err
+}
+
+// Batch reads a batch's continuation from the store.
+func (s *Store) Batch(ctx context.Context, session, replyID string) (*Batch, error) {
+	b, rev, err := read[Batch](ctx, s.conts.kv, BatchKey(session, replyID))
+	if err != nil {
+		return nil, err
+	}
+	if b.Results == nil {
+		b.Results = map[string]bus.Result{}
+	}
+	b.rev = rev
+	return b, nil
+}
