@@ -10,9 +10,9 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/skills"
-	"github.com/toolbus/toolbus/parked"
 )
 
 // The ports of the batch pipeline: everything a step of a batch needs from
