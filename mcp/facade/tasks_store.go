@@ -417,10 +417,23 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 	case r.Status.IsTerminal():
 		return r, nil
 	}
+	// The read above may come from a replica behind the leader (direct
+	// get): an end written before the subscription, and so never
+	// delivered on it, shows there only a moment later. Reading again now
+	// and then finds it (TestTasksTwoFacades waited out its minute once
+	// on a loaded machine).
+	again := time.NewTicker(time.Second)
+	defer again.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-again.C:
+			if r, _, err := st.getKey(ctx, kv, key); err == nil && r.Status.IsTerminal() {
+				return r, nil
+			} else if errors.Is(err, errNotFound) {
+				return nil, err
+			}
 		case m := <-msgs:
 			if kvDeleted(m) {
 				return nil, errNotFound
