@@ -288,6 +288,9 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if bt := s.runners.tasks; r.BusTask != "" && bt != nil {
+		return s.cancelBusTask(ctx, id) // tasks_bus.go
+	}
 	if err := s.cancel(cctx, s.session, r.ReplyID, r.CallID); err != nil {
 		return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: cancel: " + err.Error()}
 	}
@@ -296,6 +299,11 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 	})
 	if err != nil {
 		return nil, storeError(err)
+	}
+	if r.BusTask != "" && r.Status == mcp.TaskStatusCancelled && s.runners.tasks != nil {
+		// The runner recorded the bus task after this read the record:
+		// the batch's cancel came after the handoff and stopped nothing.
+		s.runners.cancelBus(s.session, r.BusTask)
 	}
 	out := mcp.NewCancelTaskResult(r.task())
 	return &out, nil
@@ -317,7 +325,10 @@ type taskRunners struct {
 	loop    func(func(context.Context)) bool
 	store   taskStore
 	await   func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)
-	log     *slog.Logger
+	// tasks are the bus tasks a task's call may go on as (tasks_bus.go);
+	// nil follows none (the handle is then the task's result).
+	tasks busTasks
+	log   *slog.Logger
 
 	mu        sync.Mutex
 	notifiers map[string]func(*taskRecord) // task id → tells its host of a change (run here)
@@ -327,8 +338,8 @@ type taskRunners struct {
 }
 
 func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,
-	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error), log *slog.Logger) *taskRunners {
-	return &taskRunners{closing: closing, loop: loop, store: store, await: await, log: log, local: map[string]struct{}{}, notifiers: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
+	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error), bt busTasks, log *slog.Logger) *taskRunners {
+	return &taskRunners{closing: closing, loop: loop, store: store, await: await, tasks: bt, log: log, local: map[string]struct{}{}, notifiers: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
 }
 
 // count is how many tasks this process runs or follows.
@@ -373,10 +384,20 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 			}
 		}
 		stop := t.showQuestions(ctx, r, h.questions)
-		res, err := h.call(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark})
-		stop()
+		defer stop()
+		var handle *bus.TaskHandle
+		res, err := h.call(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark,
+			onBackground: func(th bus.TaskHandle) { handle = &th }})
 		if t.closing.Err() != nil {
 			return
+		}
+		if err == nil && handle != nil && t.tasks != nil {
+			// The call goes on as a bus task: the MCP task follows it.
+			bres, berr, live := t.followBus(ctx, r, handle.ID)
+			if t.closing.Err() != nil || !live {
+				return // another process follows it / it ended already
+			}
+			res, err = bres, berr
 		}
 		t.finish(r, res, err)
 	}) {
@@ -444,7 +465,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 		defer done()
 		ctx, cancel := context.WithDeadline(t.closing, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
 		defer cancel()
-		res, err := t.await(ctx, r.Session, r.ReplyID, r.CallID)
+		res, err := t.learnEnd(ctx, r)
 		if err != nil {
 			t.log.Debug("facade: following task", "task", r.ID, "err", err)
 			t.mu.Lock()
@@ -455,10 +476,31 @@ func (t *taskRunners) follow(r *taskRecord) {
 			t.mu.Unlock()
 			return
 		}
-		t.finish(r, toMCP(*res), nil)
+		if res != nil {
+			t.finish(r, res, nil)
+		}
 	}) {
 		done()
 	}
+}
+
+// learnEnd waits for the end of task r's call on the bus: its bus task's
+// when the call went on as one (recorded, or said by its result), else
+// its result. A nil result: the record ended meanwhile.
+func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToolResult, error) {
+	if r.BusTask != "" && t.tasks != nil {
+		res, err, _ := t.followBus(ctx, r, r.BusTask)
+		return res, err
+	}
+	res, err := t.await(ctx, r.Session, r.ReplyID, r.CallID)
+	if err != nil {
+		return nil, err
+	}
+	if h, ok := backgrounded(res); ok && t.tasks != nil {
+		out, err, _ := t.followBus(ctx, r, h.ID)
+		return out, err
+	}
+	return toMCP(*res), nil
 }
 
 // finish records the task's end, unless it ended already (cancelled).

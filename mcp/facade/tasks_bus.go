@@ -1,0 +1,148 @@
+package facade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+// An MCP task is a bus task when its call goes on in the background
+// (docs/protocol.md 5.10): a call of a tool that declares background,
+// past its timeout, returns a result in state "background" with a task
+// handle. The MCP task then follows that bus task to its end instead of
+// ending with the handle: its record names the bus task (BusTask), its
+// status stays working with a message saying so, tasks/get on any
+// process follows the bus task (P.tasks.<session>, wait), and
+// tasks/cancel cancels the bus task (its cancel verb) instead of the
+// batch, which ended at the handoff.
+
+// busTasks are the session's bus tasks as the facade follows and cancels
+// them (client.Client).
+type busTasks interface {
+	WaitTasks(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error)
+	CancelTask(ctx context.Context, session, id string) (bus.Task, error)
+}
+
+var _ busTasks = (*client.Client)(nil)
+
+// busWaitEach bounds one wait verb (a router handler held meanwhile);
+// busRetryMax bounds the pause after a wait that got no answer.
+const (
+	busWaitEach = 60 * time.Second
+	busRetryMax = 5 * time.Second
+)
+
+// awaitBusTask waits until session's bus task id ends, or ctx does, and
+// returns its result. A wait no router answered is asked again (with a
+// growing pause); a refusal (unknown_task, bad_request) ends it.
+func awaitBusTask(ctx context.Context, bt busTasks, session, id string) (*bus.Result, error) {
+	pause := 100 * time.Millisecond
+	for {
+		wait := busWaitEach
+		if d, ok := ctx.Deadline(); ok {
+			wait = max(min(wait, time.Until(d)), time.Millisecond)
+		}
+		ts, err := bt.WaitTasks(ctx, session, wait, id)
+		var be *bus.Error
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.As(err, &be) && (be.Code == bus.CodeUnknownTask || be.Code == bus.CodeBadRequest):
+			return nil, fmt.Errorf("facade: bus task %s: %w", id, err)
+		case err != nil:
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, busRetryMax)
+			continue
+		case len(ts) == 1 && !ts[0].Running():
+			if ts[0].Result == nil {
+				return nil, fmt.Errorf("facade: bus task %s ended %s without a result", id, ts[0].State)
+			}
+			return ts[0].Result, nil
+		}
+		pause = 100 * time.Millisecond
+	}
+}
+
+// backgrounded returns the handle of a result whose call went on as a
+// bus task.
+func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
+	if r == nil || r.State != bus.StateBackground || r.Task == nil || !bus.ValidID(r.Task.ID) {
+		return bus.TaskHandle{}, false
+	}
+	return *r.Task, true
+}
+
+// followBus records that task r's call goes on as bus task id and waits
+// for the bus task's end (bounded by the record's TTL). live is false
+// when the record had ended already (a tasks/cancel that came before the
+// bus task was recorded: the bus task is cancelled here) or this process
+// has no bus tasks to follow.
+func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (res *mcp.CallToolResult, err error, live bool) {
+	if t.tasks == nil {
+		return nil, nil, false
+	}
+	if r.BusTask != id {
+		rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+			r.BusTask = id
+			r.Message = fmt.Sprintf("running in the background as bus task %s (past the tool's timeout)", id)
+		})
+		if uerr == nil && rec.Status.IsTerminal() {
+			t.cancelBus(r.Session, id)
+			return nil, nil, false
+		}
+		if uerr == nil {
+			t.notify(rec)
+		}
+	}
+	wctx, cancel := context.WithDeadline(ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+	defer cancel()
+	out, err := awaitBusTask(wctx, t.tasks, r.Session, id)
+	if err != nil {
+		return nil, err, true
+	}
+	return toMCP(*out), nil, true
+}
+
+// cancelBus cancels session's bus task id (bounded; a failure is logged:
+// the bus task then ends at its own deadline).
+func (t *taskRunners) cancelBus(session, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := t.tasks.CancelTask(ctx, session, id); err != nil {
+		t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)
+	}
+}
+
+// cancelBusTask is tasks/cancel of a task whose call goes on as a bus
+// task: the record is written cancelled first (the runner learns the
+// bus task's interrupted end at once, and the first end written wins),
+// then the bus task is cancelled, which stops its run.
+func (s *taskFront) cancelBusTask(ctx context.Context, id string) (any, *rpcError) {
+	r, err := s.store.updateTask(ctx, s.session, s.user, id, func(r *taskRecord) {
+		r.Status, r.Message = mcp.TaskStatusCancelled, "Task cancelled by request"
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if r.Status != mcp.TaskStatusCancelled {
+		return nil, &rpcError{mcp.INVALID_PARAMS, "cannot cancel task in terminal status: " + string(r.Status)}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.runners.tasks.CancelTask(cctx, s.session, r.BusTask); err != nil {
+		return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: the task is cancelled, but its bus task " + r.BusTask + " not: " + err.Error()}
+	}
+	s.runners.notify(r)
+	out := mcp.NewCancelTaskResult(r.task())
+	return &out, nil
+}
