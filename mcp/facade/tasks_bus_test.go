@@ -11,13 +11,15 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
 
 // bgWorker starts a worker with two background tools whose calls outlive
-// their 300 ms timeout: bg_done ends "bg done" when release closes,
+// their 300 ms timeout: bg_done ends "bg done" when release yields (one
+// call per value),
 // bg_stop only when its call is cancelled (then stopped receives).
 func bgWorker(t *testing.T, p *pair, release <-chan struct{}, stopped chan<- string) {
 	t.Helper()
@@ -45,6 +47,16 @@ func bgWorker(t *testing.T, p *pair, release <-chan struct{}, stopped chan<- str
 	}
 	if err := p.d.WaitLive(t.Context(), "bg_done", "bg_stop"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// releaseOne ends one bg_done call.
+func releaseOne(t *testing.T, release chan<- struct{}) {
+	t.Helper()
+	select {
+	case release <- struct{}{}:
+	case <-time.After(bound):
+		t.Fatal("no bg_done call to release")
 	}
 }
 
@@ -92,7 +104,7 @@ func TestTaskFollowsBusTask(t *testing.T) {
 	if bt, err := p.bus.Task(t.Context(), s, busID); err != nil || !bt.Running() || bt.Tool != "bg_done" {
 		t.Fatalf("the bus task: %+v %v", bt, err)
 	}
-	close(release)
+	releaseOne(t, release)
 	res, rerr := p.rpc(t, "B", s, "alice", "tasks/result", map[string]any{"taskId": id}, false)
 	if rerr != nil {
 		t.Fatal(rerr)
@@ -131,5 +143,72 @@ func TestTaskFollowsBusTask(t *testing.T) {
 	})
 	if tk := p.task(t, "A", s2, "tasks/get", id); tk.Status != mcp.TaskStatusCancelled {
 		t.Fatalf("tasks/get on A after the cancel: %+v", tk)
+	}
+}
+
+// TestTaskFollowsBusTaskElsewhere: a facade process that closes while its
+// task follows a bus task leaves it running, and the next process
+// completes the MCP task; a process that did not run a task and finds its
+// call's result to be a background handle (the record naming no bus task
+// yet) follows that bus task too.
+func TestTaskFollowsBusTaskElsewhere(t *testing.T) {
+	p := newPair(t, false)
+	release := make(chan struct{})
+	bgWorker(t, p, release, make(chan string, 1))
+
+	const s = "mt-bus-restart"
+	id := p.startTask(t, "A", s, "bg_done")
+	busID := busTaskOf(t, p, s, id)
+	p.f.Close()
+	p.mu.Lock()
+	p.backend[0] = p.newFacade(t)
+	p.mu.Unlock()
+	if bt, err := p.bus.Task(t.Context(), s, busID); err != nil || !bt.Running() {
+		t.Fatalf("the bus task after A closed: %+v %v", bt, err)
+	}
+	if tk := p.task(t, "A", s, "tasks/get", id); tk.Status != mcp.TaskStatusWorking {
+		t.Fatalf("tasks/get on the new A: %+v", tk)
+	}
+	releaseOne(t, release)
+	res, rerr := p.rpc(t, "A", s, "alice", "tasks/result", map[string]any{"taskId": id}, false)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if text, isErr := resultText(t, res); isErr || text != "bg done" {
+		t.Fatalf("tasks/result on the new A: %s", res)
+	}
+
+	// A record whose call was sent by a process that stopped before it
+	// named the bus task: B learns the handle from the call's result.
+	const s2 = "mt-bus-handle"
+	now := time.Now()
+	r := &taskRecord{ID: newID(), Session: s2, User: "alice", Tool: "bg_done", CallID: "mcp-" + newID()[:20],
+		ReplyID: client.NewReplyID(), Status: mcp.TaskStatusWorking, Created: now, Updated: now, TTLMS: 60000}
+	if err := p.backend[1].kv.createTask(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := p.bus.Call(t.Context(), s2, bus.Batch{Calls: []bus.Call{{ID: r.CallID, Name: "bg_done", Input: json.RawMessage(`{}`)}}},
+		client.WithReplyID(r.ReplyID))
+	if err != nil || len(reply.Results) != 1 || reply.Results[0].Task == nil {
+		t.Fatalf("the call: %+v %v", reply, err)
+	}
+	busID = reply.Results[0].Task.ID
+	if tk := p.task(t, "B", s2, "tasks/get", r.ID); tk.Status != mcp.TaskStatusWorking {
+		t.Fatalf("tasks/get on B: %+v", tk)
+	}
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		got, _, err := p.backend[1].kv.getTask(t.Context(), s2, "alice", r.ID)
+		if err != nil || got.BusTask != busID || got.Status != mcp.TaskStatusWorking {
+			return fmt.Errorf("the record: %+v %v", got, err)
+		}
+		return nil
+	})
+	releaseOne(t, release)
+	res, rerr = p.rpc(t, "B", s2, "alice", "tasks/result", map[string]any{"taskId": r.ID}, false)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if text, isErr := resultText(t, res); isErr || text != "bg done" {
+		t.Fatalf("tasks/result on B: %s", res)
 	}
 }
