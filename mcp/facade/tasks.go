@@ -277,7 +277,12 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 	return out, nil
 }
 
-// cancelTask cancels the task's bus call and records it cancelled.
+// cancelTask records the task cancelled, then cancels its call on the
+// bus: its bus task when it went on as one (tasks_bus.go), else the
+// batch's call (P.cancel). The record is written first: the run learns
+// its call's interrupted end at once and would otherwise write that end
+// first (the first end written wins). A runner that names the bus task
+// after this write finds the record ended and cancels the bus task.
 func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) {
 	r, _, err := s.store.getTask(ctx, s.session, s.user, id)
 	if err != nil {
@@ -286,25 +291,26 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 	if r.Status.IsTerminal() {
 		return nil, &rpcError{mcp.INVALID_PARAMS, "cannot cancel task in terminal status: " + string(r.Status)}
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if bt := s.runners.tasks; r.BusTask != "" && bt != nil {
-		return s.cancelBusTask(ctx, id) // tasks_bus.go
-	}
-	if err := s.cancel(cctx, s.session, r.ReplyID, r.CallID); err != nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: cancel: " + err.Error()}
-	}
 	r, err = s.store.updateTask(ctx, s.session, s.user, id, func(r *taskRecord) {
 		r.Status, r.Message = mcp.TaskStatusCancelled, "Task cancelled by request"
 	})
 	if err != nil {
 		return nil, storeError(err)
 	}
-	if r.BusTask != "" && r.Status == mcp.TaskStatusCancelled && s.runners.tasks != nil {
-		// The runner recorded the bus task after this read the record:
-		// the batch's cancel came after the handoff and stopped nothing.
-		s.runners.cancelBus(s.session, r.BusTask)
+	if r.Status != mcp.TaskStatusCancelled { // it ended meanwhile
+		return nil, &rpcError{mcp.INVALID_PARAMS, "cannot cancel task in terminal status: " + string(r.Status)}
 	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if bt := s.runners.tasks; r.BusTask != "" && bt != nil {
+		_, err = bt.CancelTask(cctx, s.session, r.BusTask)
+	} else {
+		err = s.cancel(cctx, s.session, r.ReplyID, r.CallID)
+	}
+	if err != nil {
+		return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: the task is cancelled, but not its call on the bus: " + err.Error()}
+	}
+	s.runners.notify(r)
 	out := mcp.NewCancelTaskResult(r.task())
 	return &out, nil
 }

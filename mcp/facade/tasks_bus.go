@@ -25,6 +25,7 @@ import (
 // busTasks are the session's bus tasks as the facade follows and cancels
 // them (client.Client).
 type busTasks interface {
+	Task(ctx context.Context, session, id string) (bus.Task, error)
 	WaitTasks(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error)
 	CancelTask(ctx context.Context, session, id string) (bus.Task, error)
 }
@@ -40,8 +41,10 @@ const (
 
 // awaitBusTask waits until session's bus task id ends, or ctx does, and
 // returns its result. A wait no router answered is asked again (with a
-// growing pause); a refusal (unknown_task, bad_request) ends it.
-func awaitBusTask(ctx context.Context, bt busTasks, session, id string) (*bus.Result, error) {
+// growing pause); a refusal (unknown_task, bad_request) ends it, and so
+// does a task that is not the call of batch replyID's call callID (a
+// handle naming another call of the session is never followed).
+func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID string) (*bus.Result, error) {
 	pause := 100 * time.Millisecond
 	for {
 		wait := busWaitEach
@@ -63,6 +66,8 @@ func awaitBusTask(ctx context.Context, bt busTasks, session, id string) (*bus.Re
 			}
 			pause = min(2*pause, busRetryMax)
 			continue
+		case len(ts) == 1 && (ts[0].ReplyID != replyID || ts[0].CallID != callID):
+			return nil, fmt.Errorf("facade: bus task %s is not the task's call %s", id, callID)
 		case len(ts) == 1 && !ts[0].Running():
 			if ts[0].Result == nil {
 				return nil, fmt.Errorf("facade: bus task %s ended %s without a result", id, ts[0].State)
@@ -71,6 +76,36 @@ func awaitBusTask(ctx context.Context, bt busTasks, session, id string) (*bus.Re
 		}
 		pause = 100 * time.Millisecond
 	}
+}
+
+// checkBusTask reports whether session's bus task id is task r's call
+// before the record names it (three tries): a handle naming another call
+// of the session is never followed nor cancelled.
+func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) error {
+	var err error
+	for try := range 3 {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(try) * 200 * time.Millisecond):
+			}
+		}
+		var bt1 bus.Task
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		bt1, err = bt.Task(cctx, r.Session, id)
+		cancel()
+		var be *bus.Error
+		switch {
+		case err == nil && (bt1.ReplyID != r.ReplyID || bt1.CallID != r.CallID):
+			return fmt.Errorf("facade: bus task %s is not the task's call %s", id, r.CallID)
+		case err == nil:
+			return nil
+		case errors.As(err, &be):
+			return fmt.Errorf("facade: bus task %s: %w", id, err)
+		}
+	}
+	return fmt.Errorf("facade: bus task %s: %w", id, err)
 }
 
 // backgrounded returns the handle of a result whose call went on as a
@@ -92,6 +127,9 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 		return nil, nil, false
 	}
 	if r.BusTask != id {
+		if err := checkBusTask(ctx, t.tasks, r, id); err != nil {
+			return nil, err, true
+		}
 		rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
 			r.BusTask = id
 			r.Message = fmt.Sprintf("running in the background as bus task %s (past the tool's timeout)", id)
@@ -106,7 +144,7 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 	}
 	wctx, cancel := context.WithDeadline(ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
 	defer cancel()
-	out, err := awaitBusTask(wctx, t.tasks, r.Session, id)
+	out, err := awaitBusTask(wctx, t.tasks, r.Session, id, r.ReplyID, r.CallID)
 	if err != nil {
 		return nil, err, true
 	}
@@ -121,28 +159,4 @@ func (t *taskRunners) cancelBus(session, id string) {
 	if _, err := t.tasks.CancelTask(ctx, session, id); err != nil {
 		t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)
 	}
-}
-
-// cancelBusTask is tasks/cancel of a task whose call goes on as a bus
-// task: the record is written cancelled first (the runner learns the
-// bus task's interrupted end at once, and the first end written wins),
-// then the bus task is cancelled, which stops its run.
-func (s *taskFront) cancelBusTask(ctx context.Context, id string) (any, *rpcError) {
-	r, err := s.store.updateTask(ctx, s.session, s.user, id, func(r *taskRecord) {
-		r.Status, r.Message = mcp.TaskStatusCancelled, "Task cancelled by request"
-	})
-	if err != nil {
-		return nil, storeError(err)
-	}
-	if r.Status != mcp.TaskStatusCancelled {
-		return nil, &rpcError{mcp.INVALID_PARAMS, "cannot cancel task in terminal status: " + string(r.Status)}
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := s.runners.tasks.CancelTask(cctx, s.session, r.BusTask); err != nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: the task is cancelled, but its bus task " + r.BusTask + " not: " + err.Error()}
-	}
-	s.runners.notify(r)
-	out := mcp.NewCancelTaskResult(r.task())
-	return &out, nil
 }
