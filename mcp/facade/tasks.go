@@ -399,7 +399,7 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 		}
 		if err == nil && handle != nil && t.tasks != nil {
 			// The call goes on as a bus task: the MCP task follows it.
-			bres, berr, live := t.followBus(ctx, r, handle.ID)
+			bres, live, berr := t.followBus(ctx, r, handle.ID)
 			if t.closing.Err() != nil || !live {
 				return // another process follows it / it ended already
 			}
@@ -495,7 +495,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 // its result. A nil result: the record ended meanwhile.
 func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToolResult, error) {
 	if r.BusTask != "" && t.tasks != nil {
-		res, err, _ := t.followBus(ctx, r, r.BusTask)
+		res, _, err := t.followBus(ctx, r, r.BusTask)
 		return res, err
 	}
 	res, err := t.await(ctx, r.Session, r.ReplyID, r.CallID)
@@ -503,7 +503,7 @@ func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToo
 		return nil, err
 	}
 	if h, ok := backgrounded(res); ok && t.tasks != nil {
-		out, err, _ := t.followBus(ctx, r, h.ID)
+		out, _, err := t.followBus(ctx, r, h.ID)
 		return out, err
 	}
 	return toMCP(*res), nil

@@ -122,13 +122,13 @@ func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
 // when the record had ended already (a tasks/cancel that came before the
 // bus task was recorded: the bus task is cancelled here) or this process
 // has no bus tasks to follow.
-func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (res *mcp.CallToolResult, err error, live bool) {
+func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (res *mcp.CallToolResult, live bool, err error) {
 	if t.tasks == nil {
-		return nil, nil, false
+		return nil, false, nil
 	}
 	if r.BusTask != id {
 		if err := checkBusTask(ctx, t.tasks, r, id); err != nil {
-			return nil, err, true
+			return nil, true, err
 		}
 		rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
 			r.BusTask = id
@@ -136,7 +136,7 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 		})
 		if uerr == nil && rec.Status.IsTerminal() {
 			t.cancelBus(r.Session, id)
-			return nil, nil, false
+			return nil, false, nil
 		}
 		if uerr == nil {
 			t.notify(rec)
@@ -146,9 +146,9 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 	defer cancel()
 	out, err := awaitBusTask(wctx, t.tasks, r.Session, id, r.ReplyID, r.CallID)
 	if err != nil {
-		return nil, err, true
+		return nil, true, err
 	}
-	return toMCP(*out), nil, true
+	return toMCP(*out), true, nil
 }
 
 // cancelBus cancels session's bus task id (bounded; a failure is logged:
