@@ -117,6 +117,9 @@ type runOpts struct {
 	keep bool
 	// onPark is told the park and how long it is waited for.
 	onPark func(p bus.Parked, until time.Time)
+	// onBackground is told the handle when the call went on as a bus
+	// task (a task's call: tasks_bus.go), before run returns the result.
+	onBackground func(bus.TaskHandle)
 }
 
 // run runs the call and waits for its result.
@@ -131,6 +134,12 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	}
 	if o.callID == "" {
 		o.callID = "mcp-" + nuid.Next()
+	}
+	result := func(r bus.Result) *mcp.CallToolResult {
+		if h, ok := backgrounded(&r); ok && o.onBackground != nil {
+			o.onBackground(h)
+		}
+		return toMCP(r)
 	}
 	b := bus.Batch{Calls: []bus.Call{{ID: o.callID, Name: req.Params.Name, Input: input}}}
 	if c.user != "" {
@@ -229,7 +238,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 						break drain
 					}
 				}
-				return toMCP(reply.Results[0]), nil
+				return result(reply.Results[0]), nil
 			}
 			if len(reply.Parked) == 0 {
 				return nil, fmt.Errorf("facade: empty reply")
@@ -242,7 +251,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				if !announced {
 					notify(fmt.Sprintf("waited for %s on %s", kindText(parked.Kind), parked.Subject))
 				}
-				return toMCP(*early), nil
+				return result(*early), nil
 			}
 			quiet := token == nil && req.Params.Task == nil
 			deadline = start.Add(c.cfg.parkFor(c.timeout(ctx, req.Params.Name), quiet))
@@ -311,7 +320,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 					return nil, err
 				}
 				if parked != nil {
-					return toMCP(r), nil
+					return result(r), nil
 				}
 				early = &r
 			}

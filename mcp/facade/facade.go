@@ -173,7 +173,7 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f.store = &storeWatch{nc: f.nc, subj: cl.Subjects(), closing: f.ctx, loop: f.life.Loop, changed: f.table.changed,
 		poll: cfg.Poll, log: cfg.Logger}
 	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger}
-	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cfg.Logger)
+	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cl, cfg.Logger)
 	f.life.Loop(func(context.Context) { f.table.sweep() })
 	return f
 }

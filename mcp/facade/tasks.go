@@ -277,7 +277,12 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 	return out, nil
 }
 
-// cancelTask cancels the task's bus call and records it cancelled.
+// cancelTask records the task cancelled, then cancels its call on the
+// bus: its bus task when it went on as one (tasks_bus.go), else the
+// batch's call (P.cancel). The record is written first: the run learns
+// its call's interrupted end at once and would otherwise write that end
+// first (the first end written wins). A runner that names the bus task
+// after this write finds the record ended and cancels the bus task.
 func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) {
 	r, _, err := s.store.getTask(ctx, s.session, s.user, id)
 	if err != nil {
@@ -286,17 +291,26 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 	if r.Status.IsTerminal() {
 		return nil, &rpcError{mcp.INVALID_PARAMS, "cannot cancel task in terminal status: " + string(r.Status)}
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := s.cancel(cctx, s.session, r.ReplyID, r.CallID); err != nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: cancel: " + err.Error()}
-	}
 	r, err = s.store.updateTask(ctx, s.session, s.user, id, func(r *taskRecord) {
 		r.Status, r.Message = mcp.TaskStatusCancelled, "Task cancelled by request"
 	})
 	if err != nil {
 		return nil, storeError(err)
 	}
+	if r.Status != mcp.TaskStatusCancelled { // it ended meanwhile
+		return nil, &rpcError{mcp.INVALID_PARAMS, "cannot cancel task in terminal status: " + string(r.Status)}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if bt := s.runners.tasks; r.BusTask != "" && bt != nil {
+		_, err = bt.CancelTask(cctx, s.session, r.BusTask)
+	} else {
+		err = s.cancel(cctx, s.session, r.ReplyID, r.CallID)
+	}
+	if err != nil {
+		return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: the task is cancelled, but not its call on the bus: " + err.Error()}
+	}
+	s.runners.notify(r)
 	out := mcp.NewCancelTaskResult(r.task())
 	return &out, nil
 }
@@ -317,7 +331,10 @@ type taskRunners struct {
 	loop    func(func(context.Context)) bool
 	store   taskStore
 	await   func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)
-	log     *slog.Logger
+	// tasks are the bus tasks a task's call may go on as (tasks_bus.go);
+	// nil follows none (the handle is then the task's result).
+	tasks busTasks
+	log   *slog.Logger
 
 	mu        sync.Mutex
 	notifiers map[string]func(*taskRecord) // task id → tells its host of a change (run here)
@@ -327,8 +344,8 @@ type taskRunners struct {
 }
 
 func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,
-	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error), log *slog.Logger) *taskRunners {
-	return &taskRunners{closing: closing, loop: loop, store: store, await: await, log: log, local: map[string]struct{}{}, notifiers: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
+	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error), bt busTasks, log *slog.Logger) *taskRunners {
+	return &taskRunners{closing: closing, loop: loop, store: store, await: await, tasks: bt, log: log, local: map[string]struct{}{}, notifiers: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
 }
 
 // count is how many tasks this process runs or follows.
@@ -373,10 +390,20 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 			}
 		}
 		stop := t.showQuestions(ctx, r, h.questions)
-		res, err := h.call(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark})
-		stop()
+		defer stop()
+		var handle *bus.TaskHandle
+		res, err := h.call(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark,
+			onBackground: func(th bus.TaskHandle) { handle = &th }})
 		if t.closing.Err() != nil {
 			return
+		}
+		if err == nil && handle != nil && t.tasks != nil {
+			// The call goes on as a bus task: the MCP task follows it.
+			bres, live, berr := t.followBus(ctx, r, handle.ID)
+			if t.closing.Err() != nil || !live {
+				return // another process follows it / it ended already
+			}
+			res, err = bres, berr
 		}
 		t.finish(r, res, err)
 	}) {
@@ -444,7 +471,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 		defer done()
 		ctx, cancel := context.WithDeadline(t.closing, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
 		defer cancel()
-		res, err := t.await(ctx, r.Session, r.ReplyID, r.CallID)
+		res, err := t.learnEnd(ctx, r)
 		if err != nil {
 			t.log.Debug("facade: following task", "task", r.ID, "err", err)
 			t.mu.Lock()
@@ -455,10 +482,31 @@ func (t *taskRunners) follow(r *taskRecord) {
 			t.mu.Unlock()
 			return
 		}
-		t.finish(r, toMCP(*res), nil)
+		if res != nil {
+			t.finish(r, res, nil)
+		}
 	}) {
 		done()
 	}
+}
+
+// learnEnd waits for the end of task r's call on the bus: its bus task's
+// when the call went on as one (recorded, or said by its result), else
+// its result. A nil result: the record ended meanwhile.
+func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToolResult, error) {
+	if r.BusTask != "" && t.tasks != nil {
+		res, _, err := t.followBus(ctx, r, r.BusTask)
+		return res, err
+	}
+	res, err := t.await(ctx, r.Session, r.ReplyID, r.CallID)
+	if err != nil {
+		return nil, err
+	}
+	if h, ok := backgrounded(res); ok && t.tasks != nil {
+		out, _, err := t.followBus(ctx, r, h.ID)
+		return out, err
+	}
+	return toMCP(*res), nil
 }
 
 // finish records the task's end, unless it ended already (cancelled).

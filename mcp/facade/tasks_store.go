@@ -39,12 +39,15 @@ const (
 // is returned, so any facade process answers tasks/get, tasks/result,
 // tasks/cancel and tasks/list for it.
 type taskRecord struct {
-	ID      string         `json:"id"`
-	Session string         `json:"session"`
-	User    string         `json:"user"`
-	Tool    string         `json:"tool"`
-	CallID  string         `json:"call_id"`  // the bus call
-	ReplyID string         `json:"reply_id"` // its batch's reply id
+	ID      string `json:"id"`
+	Session string `json:"session"`
+	User    string `json:"user"`
+	Tool    string `json:"tool"`
+	CallID  string `json:"call_id"`  // the bus call
+	ReplyID string `json:"reply_id"` // its batch's reply id
+	// BusTask is the bus task the call went on as (docs/protocol.md
+	// 5.10) once past its timeout; the MCP task follows it (tasks_bus.go).
+	BusTask string         `json:"bus_task,omitempty"`
 	Status  mcp.TaskStatus `json:"status"`
 	Message string         `json:"message,omitempty"`
 	// Inputs are what the task waits for its host to answer (status

@@ -1,0 +1,162 @@
+package facade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+)
+
+// An MCP task is a bus task when its call goes on in the background
+// (docs/protocol.md 5.10): a call of a tool that declares background,
+// past its timeout, returns a result in state "background" with a task
+// handle. The MCP task then follows that bus task to its end instead of
+// ending with the handle: its record names the bus task (BusTask), its
+// status stays working with a message saying so, tasks/get on any
+// process follows the bus task (P.tasks.<session>, wait), and
+// tasks/cancel cancels the bus task (its cancel verb) instead of the
+// batch, which ended at the handoff.
+
+// busTasks are the session's bus tasks as the facade follows and cancels
+// them (client.Client).
+type busTasks interface {
+	Task(ctx context.Context, session, id string) (bus.Task, error)
+	WaitTasks(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error)
+	CancelTask(ctx context.Context, session, id string) (bus.Task, error)
+}
+
+var _ busTasks = (*client.Client)(nil)
+
+// busWaitEach bounds one wait verb (a router handler held meanwhile);
+// busRetryMax bounds the pause after a wait that got no answer.
+const (
+	busWaitEach = 60 * time.Second
+	busRetryMax = 5 * time.Second
+)
+
+// awaitBusTask waits until session's bus task id ends, or ctx does, and
+// returns its result. A wait no router answered is asked again (with a
+// growing pause); a refusal (unknown_task, bad_request) ends it, and so
+// does a task that is not the call of batch replyID's call callID (a
+// handle naming another call of the session is never followed).
+func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID string) (*bus.Result, error) {
+	pause := 100 * time.Millisecond
+	for {
+		wait := busWaitEach
+		if d, ok := ctx.Deadline(); ok {
+			wait = max(min(wait, time.Until(d)), time.Millisecond)
+		}
+		ts, err := bt.WaitTasks(ctx, session, wait, id)
+		var be *bus.Error
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.As(err, &be) && (be.Code == bus.CodeUnknownTask || be.Code == bus.CodeBadRequest):
+			return nil, fmt.Errorf("facade: bus task %s: %w", id, err)
+		case err != nil:
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, busRetryMax)
+			continue
+		case len(ts) == 1 && (ts[0].ReplyID != replyID || ts[0].CallID != callID):
+			return nil, fmt.Errorf("facade: bus task %s is not the task's call %s", id, callID)
+		case len(ts) == 1 && !ts[0].Running():
+			if ts[0].Result == nil {
+				return nil, fmt.Errorf("facade: bus task %s ended %s without a result", id, ts[0].State)
+			}
+			return ts[0].Result, nil
+		}
+		pause = 100 * time.Millisecond
+	}
+}
+
+// checkBusTask reports whether session's bus task id is task r's call
+// before the record names it (three tries): a handle naming another call
+// of the session is never followed nor cancelled.
+func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) error {
+	var err error
+	for try := range 3 {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(try) * 200 * time.Millisecond):
+			}
+		}
+		var bt1 bus.Task
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		bt1, err = bt.Task(cctx, r.Session, id)
+		cancel()
+		var be *bus.Error
+		switch {
+		case err == nil && (bt1.ReplyID != r.ReplyID || bt1.CallID != r.CallID):
+			return fmt.Errorf("facade: bus task %s is not the task's call %s", id, r.CallID)
+		case err == nil:
+			return nil
+		case errors.As(err, &be):
+			return fmt.Errorf("facade: bus task %s: %w", id, err)
+		}
+	}
+	return fmt.Errorf("facade: bus task %s: %w", id, err)
+}
+
+// backgrounded returns the handle of a result whose call went on as a
+// bus task.
+func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
+	if r == nil || r.State != bus.StateBackground || r.Task == nil || !bus.ValidID(r.Task.ID) {
+		return bus.TaskHandle{}, false
+	}
+	return *r.Task, true
+}
+
+// followBus records that task r's call goes on as bus task id and waits
+// for the bus task's end (bounded by the record's TTL). live is false
+// when the record had ended already (a tasks/cancel that came before the
+// bus task was recorded: the bus task is cancelled here) or this process
+// has no bus tasks to follow.
+func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (res *mcp.CallToolResult, live bool, err error) {
+	if t.tasks == nil {
+		return nil, false, nil
+	}
+	if r.BusTask != id {
+		if err := checkBusTask(ctx, t.tasks, r, id); err != nil {
+			return nil, true, err
+		}
+		rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+			r.BusTask = id
+			r.Message = fmt.Sprintf("running in the background as bus task %s (past the tool's timeout)", id)
+		})
+		if uerr == nil && rec.Status.IsTerminal() {
+			t.cancelBus(r.Session, id)
+			return nil, false, nil
+		}
+		if uerr == nil {
+			t.notify(rec)
+		}
+	}
+	wctx, cancel := context.WithDeadline(ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+	defer cancel()
+	out, err := awaitBusTask(wctx, t.tasks, r.Session, id, r.ReplyID, r.CallID)
+	if err != nil {
+		return nil, true, err
+	}
+	return toMCP(*out), true, nil
+}
+
+// cancelBus cancels session's bus task id (bounded; a failure is logged:
+// the bus task then ends at its own deadline).
+func (t *taskRunners) cancelBus(session, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := t.tasks.CancelTask(ctx, session, id); err != nil {
+		t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)
+	}
+}
