@@ -283,23 +283,7 @@ func (d *xdeployment) pollStatus(ctx context.Context, ok func(bus.Status) error)
 }
 
 func (d *xdeployment) waitLive(ctx context.Context, names ...string) error {
-	return d.pollStatus(ctx, func(st bus.Status) error {
-		for _, n := range names {
-			if !live(st, n) {
-				return fmt.Errorf("tool %s not live", n)
-			}
-		}
-		return nil
-	})
-}
-
-func live(st bus.Status, tool string) bool {
-	for _, t := range st.Tools {
-		if t.Name == tool {
-			return t.External || t.LiveWorkers > 0
-		}
-	}
-	return false
+	return d.pollStatus(ctx, func(st bus.Status) error { return st.CheckLive(names...) })
 }
 
 // stats asks one child for its costs so far.
