@@ -124,7 +124,7 @@ func deploy(ctx context.Context, sessions int, cluster bool, logf func(string, .
 	if err = d.startBare(ctx); err != nil {
 		return nil, err
 	}
-	if err = d.prepareSessions(ctx, sessions); err != nil {
+	if d.sessions, err = prepareSessions(ctx, d.client, sessions); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -329,14 +329,14 @@ func (d *deployment) startBare(ctx context.Context) error {
 }
 
 // prepareSessions activates the bench group, through reset_tools calls, in
-// one session per caller.
-func (d *deployment) prepareSessions(ctx context.Context, n int) error {
-	d.sessions = make([]string, n)
-	for i := range d.sessions {
-		d.sessions[i] = "bench-" + strconv.Itoa(i)
+// n sessions, one per caller, and returns them.
+func prepareSessions(ctx context.Context, c *client.Client, n int) ([]string, error) {
+	sessions := make([]string, n)
+	for i := range sessions {
+		sessions[i] = "bench-" + strconv.Itoa(i)
 	}
-	return parallel(ctx, n, 16, func(ctx context.Context, i int) error {
-		return activate(ctx, d.client, d.sessions[i])
+	return sessions, parallel(ctx, n, 16, func(ctx context.Context, i int) error {
+		return activate(ctx, c, sessions[i])
 	})
 }
 

@@ -6,6 +6,3 @@ import "time"
 
 // processCPU is not measured on this platform.
 func processCPU() time.Duration { return 0 }
-
-// processGone cannot tell on this platform and says yes.
-func processGone(int) bool { return true }

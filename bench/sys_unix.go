@@ -15,9 +15,3 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
-
-// processGone reports whether no process has the id pid (an exited child
-// that was waited for).
-func processGone(pid int) bool {
-	return syscall.Kill(pid, 0) == syscall.ESRCH
-}

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -218,7 +217,8 @@ func xdeploy(ctx context.Context, cfg xconfig) (d *xdeployment, err error) {
 	if err = d.waitLive(ctx, toolRead, toolWrite); err != nil {
 		return nil, err
 	}
-	return d, d.prepareSessions(ctx, cfg.sessions)
+	d.sessions, err = prepareSessions(ctx, d.client, cfg.sessions)
+	return d, err
 }
 
 // rawPayload is the raw paths' request and reply: an encoded batch event.
@@ -283,34 +283,7 @@ func (d *xdeployment) pollStatus(ctx context.Context, ok func(bus.Status) error)
 }
 
 func (d *xdeployment) waitLive(ctx context.Context, names ...string) error {
-	return d.pollStatus(ctx, func(st bus.Status) error {
-		for _, n := range names {
-			if !live(st, n) {
-				return fmt.Errorf("tool %s not live", n)
-			}
-		}
-		return nil
-	})
-}
-
-func live(st bus.Status, tool string) bool {
-	for _, t := range st.Tools {
-		if t.Name == tool {
-			return t.External || t.LiveWorkers > 0
-		}
-	}
-	return false
-}
-
-// prepareSessions activates the bench group in n sessions (reset_tools).
-func (d *xdeployment) prepareSessions(ctx context.Context, n int) error {
-	d.sessions = make([]string, n)
-	for i := range d.sessions {
-		d.sessions[i] = "bench-" + strconv.Itoa(i)
-	}
-	return parallel(ctx, n, 16, func(ctx context.Context, i int) error {
-		return activate(ctx, d.client, d.sessions[i])
-	})
+	return d.pollStatus(ctx, func(st bus.Status) error { return st.CheckLive(names...) })
 }
 
 // stats asks one child for its costs so far.

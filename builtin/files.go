@@ -624,13 +624,6 @@ func (g glob) match(p string) bool {
 	return next[0]
 }
 
-// matchGlob matches a /-separated path against a glob whose ** segments
-// match any number of path segments; an invalid pattern matches nothing.
-func matchGlob(pattern, p string) bool {
-	g, err := compileGlob(pattern)
-	return err == nil && g.match(p)
-}
-
 // SearchIn is the input of search_files.
 type SearchIn struct {
 	Pattern string `json:"pattern"`

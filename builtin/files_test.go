@@ -209,3 +209,10 @@ func TestRootCatchesLateLink(t *testing.T) {
 		t.Fatal("written outside")
 	}
 }
+
+// matchGlob matches a /-separated path against a glob whose ** segments
+// match any number of path segments; an invalid pattern matches nothing.
+func matchGlob(pattern, p string) bool {
+	g, err := compileGlob(pattern)
+	return err == nil && g.match(p)
+}

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -432,4 +433,23 @@ func LookupShellUser(name string) (uid, gid int, err error) {
 		return 0, 0, err
 	}
 	return c.uid, c.gid, nil
+}
+
+// SkillsMaterializer puts the skills of cat, for the shell of cfg, in a
+// fresh private directory <prefix>... under parent (the user cache
+// directory when ""), readable by the group of the shell's user when
+// there is one (ShellUserFor).
+func SkillsMaterializer(cat *skills.Catalogue, parent, prefix string, cfg Config) (*skills.Materializer, error) {
+	gid := -1
+	if u := ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot); u != "" {
+		var err error
+		if _, gid, err = LookupShellUser(u); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := skills.PrivateDir(parent, prefix, gid)
+	if err != nil {
+		return nil, err
+	}
+	return skills.NewMaterializer(cat, dir)
 }

@@ -540,6 +540,28 @@ type Status struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
+// Live reports whether s shows tool registered and callable: external,
+// or with at least one live worker.
+func (s Status) Live(tool string) bool {
+	for _, t := range s.Tools {
+		if t.Name == tool {
+			return t.External || t.LiveWorkers > 0
+		}
+	}
+	return false
+}
+
+// CheckLive is nil when every named tool is Live, else an error naming the
+// first that is not.
+func (s Status) CheckLive(names ...string) error {
+	for _, n := range names {
+		if !s.Live(n) {
+			return fmt.Errorf("tool %s not live", n)
+		}
+	}
+	return nil
+}
+
 // StoreStatus is Status.Store: State "ok", or "full" with JetStream's
 // reason (Error) and since when (Since), until a write succeeds again.
 type StoreStatus struct {

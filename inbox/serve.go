@@ -68,9 +68,6 @@ func Open(ctx context.Context, nc *nats.Conn, addr, token, tokenFile string, cfg
 	return r, nil
 }
 
-// Server returns the inbox being served.
-func (r *Running) Server() *Server { return r.s }
-
 // Close stops serving and ends the watch: requests under way get until ctx
 // ends, then open pages lose their connection. Safe to call twice.
 func (r *Running) Close(ctx context.Context) {

@@ -513,9 +513,9 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 		var e jetstream.KeyValueEntry
 		select {
 		case <-ctx.Done():
-			return interrupted(w.call), nil
+			return bus.InterruptedResult(w.call), nil
 		case <-expired:
-			return timeoutResult(w.call, max(w.expiry.Sub(start), 0).Round(time.Millisecond)), nil
+			return bus.TimeoutResult(w.call, max(w.expiry.Sub(start), 0).Round(time.Millisecond)), nil
 		case now := <-poll.C:
 			switch {
 			case reread:
@@ -547,7 +547,7 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 		}
 		var le Entry
 		if json.Unmarshal(e.Value(), &le) != nil {
-			return internal(w.call, fmt.Errorf("ledger entry %s is corrupt", key)), nil
+			return bus.InternalResult(w.call, fmt.Errorf("ledger entry %s is corrupt", key)), nil
 		}
 		le.rev = e.Revision()
 		now := time.Now()
@@ -585,7 +585,7 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, w waitFor) 
 	case w.durable && now.Before(le.Deadline.Add(TimeoutGrace)):
 		return bus.Result{}, nil, false // its worker may still report: wait for the deadline
 	case w.durable:
-		res = timeoutResult(w.call, w.timeout)
+		res = bus.TimeoutResult(w.call, w.timeout)
 	case w.retry:
 		next.State, next.Touched, next.Deadline = stateRunning, now, now.Add(w.timeout)
 	default:
@@ -690,7 +690,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 		return StoreFull(c.Call, l.health)
 	default:
 		if ctx.Err() != nil {
-			return interrupted(c.Call)
+			return bus.InterruptedResult(c.Call)
 		}
 		return Unavailable(c.Call)
 	}
@@ -808,10 +808,3 @@ func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Res
 // TimeoutGrace is how long past a call's deadline the router still waits
 // for the worker's reply before it reports the timeout itself.
 const TimeoutGrace = 50 * time.Millisecond
-
-// The results the ledger gives that the router gives too (bus/records.go).
-var (
-	timeoutResult = bus.TimeoutResult
-	interrupted   = bus.InterruptedResult
-	internal      = bus.InternalResult
-)

@@ -56,14 +56,6 @@ func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(j
 	}
 }
 
-// park stores a new parked record (create) and hands it off (handOff).
-func (s *calls) park(ctx context.Context, r *Record) error {
-	if err := s.create(ctx, r); err != nil {
-		return err
-	}
-	return s.handOff(ctx, r)
-}
-
 // create stores a new parked record. It comes before the request
 // (docs/protocol.md 6.1): a handler that answers the moment the request
 // arrives finds the call parked.

@@ -540,3 +540,11 @@ func TestStartEndsWithContext(t *testing.T) {
 	// Stop before Start is fine too.
 	New(st, subj, Config{}).Stop()
 }
+
+// park stores a new parked record (create) and hands it off (handOff).
+func (s *calls) park(ctx context.Context, r *Record) error {
+	if err := s.create(ctx, r); err != nil {
+		return err
+	}
+	return s.handOff(ctx, r)
+}

@@ -162,9 +162,3 @@ func looseParts(s string) []string {
 	add(unquote.Replace(s))
 	return out
 }
-
-// SplitCommand splits a shell command into its simple commands at &&, ||,
-// &, ;, | and newlines outside quotes, each with its white space
-// normalized. ok is false when the parts cannot be trusted (command or
-// process substitution, ANSI-C quoting, an unterminated quote).
-func SplitCommand(s string) (parts []string, ok bool) { return splitCommand(s) }

@@ -47,7 +47,7 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 			}
 			return ledger.Unavailable(j.call)
 		}
-		wctx, cancel := context.WithDeadline(ctx, deadline.Add(timeoutGrace))
+		wctx, cancel := context.WithDeadline(ctx, deadline.Add(ledger.TimeoutGrace))
 		defer cancel()
 		if res, ok := l.Await(wctx, key); ok {
 			return res

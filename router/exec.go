@@ -66,7 +66,7 @@ func (j *job) callContext(parent context.Context) (context.Context, context.Canc
 			j.until, j.timeout = callDeadline(time.Now(), def.TimeoutMS, j.deadline)
 			if j.timeout > 0 {
 				j.bounded = true
-				ctx, cancel := context.WithDeadline(parent, j.until.Add(timeoutGrace))
+				ctx, cancel := context.WithDeadline(parent, j.until.Add(ledger.TimeoutGrace))
 				j.cancel = cancel
 				return ctx, cancel
 			}
@@ -254,7 +254,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	// marking the watch vanished first.
 	wctx, cancel := ctx, j.cancel
 	if !bounded {
-		wctx, cancel = context.WithDeadline(ctx, deadline.Add(timeoutGrace))
+		wctx, cancel = context.WithDeadline(ctx, deadline.Add(ledger.TimeoutGrace))
 		defer cancel()
 	}
 	w := x.watch.add(&j.watch, j.call.Name, j.key(), cancel)
@@ -352,10 +352,6 @@ func requestFailed(ctx context.Context, err error, vanished bool, j *job, timeou
 	}
 	return internal(j.call, err), false
 }
-
-// timeoutGrace is how long past a call's deadline the router still waits
-// for the worker's reply before it reports the timeout itself.
-const timeoutGrace = 50 * time.Millisecond
 
 // The results the router gives that the ledger gives too (bus/records.go).
 var (

@@ -89,14 +89,6 @@ func ParseRef(ref string) (Ref, error) {
 	return r, nil
 }
 
-// ParseURL splits a reference nats-object://<bucket>/<name>[#sha256=...]
-// (the name percent-decoded) and refuses anything else with a readable
-// error.
-func ParseURL(ref string) (bucket, name string, err error) {
-	r, err := ParseRef(ref)
-	return r.Bucket, r.Name, err
-}
-
 func short(s string) string {
 	if len(s) > 200 {
 		return s[:200] + "…"

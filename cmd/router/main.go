@@ -202,7 +202,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Names: *builtinNames, Logger: log}
 			if *workdir != "" {
 				var m *skills.Materializer
-				if m, err = skillsMaterializer(r.Skills(), *data, r.ID(), builtin.ShellUserFor(*shellUser, *shellAsRoot)); err == nil {
+				parent := "" // DATA/skills, or the user cache directory without --data
+				if *data != "" {
+					parent = filepath.Join(*data, "skills")
+				}
+				if m, err = builtin.SkillsMaterializer(r.Skills(), parent, "router-"+r.ID()+"-", cfg); err == nil {
 					defer m.Close()
 					cfg.Skills = m
 				}
@@ -330,26 +334,4 @@ func (d *dirList) Set(v string) error {
 	}
 	*d = append(*d, v)
 	return nil
-}
-
-// skillsMaterializer puts skills' files for the shell in a fresh private
-// directory under DATA/skills (the user cache directory without --data),
-// readable by the --shell-user's group when there is one.
-func skillsMaterializer(cat *skills.Catalogue, data, id, shellUser string) (*skills.Materializer, error) {
-	parent, gid := "", -1
-	if data != "" {
-		parent = filepath.Join(data, "skills")
-	}
-	if shellUser != "" {
-		_, g, err := builtin.LookupShellUser(shellUser)
-		if err != nil {
-			return nil, err
-		}
-		gid = g
-	}
-	dir, err := skills.PrivateDir(parent, "router-"+id+"-", gid)
-	if err != nil {
-		return nil, err
-	}
-	return skills.NewMaterializer(cat, dir)
 }

@@ -58,44 +58,26 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench takes no arguments")
 	}
-	if *cross {
-		return runCrossBench(ctx, bench.CrossOptions{Quick: *quick, Runs: *runs, Duration: *dur, Sessions: *sessions,
-			CPUProfile: *cpuprofile}, *asJSON, *verbose, stdout, stderr)
-	}
-	if *runs != 0 || *cpuprofile != "" {
-		return fmt.Errorf("--runs and --cpuprofile go with --cross-process")
-	}
-	opts := bench.Options{Quick: *quick, Duration: *dur, Sessions: *sessions}
+	var logf func(format string, args ...any)
 	if *verbose {
-		opts.Logf = func(format string, args ...any) {
+		logf = func(format string, args ...any) {
 			fmt.Fprintf(stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 		}
 	}
-	rep, err := bench.Run(ctx, opts)
+	var rep interface{ WriteTable(io.Writer) }
+	var err error
+	if *cross {
+		rep, err = bench.RunCross(ctx, bench.CrossOptions{Quick: *quick, Runs: *runs, Duration: *dur, Sessions: *sessions,
+			CPUProfile: *cpuprofile, Logf: logf})
+	} else if *runs != 0 || *cpuprofile != "" {
+		return fmt.Errorf("--runs and --cpuprofile go with --cross-process")
+	} else {
+		rep, err = bench.Run(ctx, bench.Options{Quick: *quick, Duration: *dur, Sessions: *sessions, Logf: logf})
+	}
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	rep.WriteTable(stdout)
-	return nil
-}
-
-// runCrossBench runs the cross-process comparison and prints it.
-func runCrossBench(ctx context.Context, opts bench.CrossOptions, asJSON, verbose bool, stdout, stderr io.Writer) error {
-	if verbose {
-		opts.Logf = func(format string, args ...any) {
-			fmt.Fprintf(stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
-		}
-	}
-	rep, err := bench.RunCross(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)

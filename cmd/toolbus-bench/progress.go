@@ -16,53 +16,28 @@ func progressLine(w io.Writer, what string, total time.Duration) (stop func()) {
 	if !ok {
 		return func() {}
 	}
+	every, before, after, clear := 2*time.Second, "\r\033[K", "", "\r\033[K"
 	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return plainProgress(f, what, total)
+		every, before, after, clear = 30*time.Second, "", "\n", "" // a line every 30 s, none to clear
 	}
 	start := time.Now()
 	done := make(chan struct{})
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
-		t := time.NewTicker(2 * time.Second)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
-				fmt.Fprint(f, "\r\033[K")
+				fmt.Fprint(f, clear)
 				return
 			case <-t.C:
 				line := fmt.Sprintf("%s: %s", what, time.Since(start).Round(time.Second))
 				if total > 0 {
 					line += fmt.Sprintf(" of about %s", total.Round(time.Second))
 				}
-				fmt.Fprint(f, "\r\033[K"+line)
-			}
-		}
-	}()
-	return func() { close(done); <-ended }
-}
-
-// plainProgress is progressLine's output for a file or a pipe: a line
-// every 30 s, none to clear.
-func plainProgress(f *os.File, what string, total time.Duration) (stop func()) {
-	start := time.Now()
-	done := make(chan struct{})
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		t := time.NewTicker(30 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				line := fmt.Sprintf("%s: %s", what, time.Since(start).Round(time.Second))
-				if total > 0 {
-					line += fmt.Sprintf(" of about %s", total.Round(time.Second))
-				}
-				fmt.Fprintln(f, line)
+				fmt.Fprint(f, before+line+after)
 			}
 		}
 	}()

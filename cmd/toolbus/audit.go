@@ -24,12 +24,8 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tool := fs.String("tool", "", "only this tool's calls")
 	user := fs.String("user", "", "only the calls of this toolbus user (the batch's runtime user; the NATS login is --nats-user)")
 	asJSON := fs.Bool("json", false, "print the records as JSON lines, as stored")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageError(fs, "audit takes no arguments, got %q", pos[0])
 	}
 	if *since < 0 {
 		return usageError(fs, "--since must not be negative")

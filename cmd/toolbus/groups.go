@@ -118,16 +118,13 @@ func editGroups(ctx context.Context, fs *flag.FlagSet, cn *conn, pos []string, s
 		Group   string `json:"group"`
 		Deleted string `json:"deleted"`
 	}
-	if verb == "put" {
-		if err := admin(ctx, cl, "groups.put", "", data, &out); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "stored group %s\n", out.Group)
-		return nil
+	adminVerb, did, name := "groups.put", "stored", &out.Group
+	if verb == "rm" {
+		adminVerb, did, name = "groups.delete", "removed", &out.Deleted
 	}
-	if err := admin(ctx, cl, "groups.delete", "", data, &out); err != nil {
+	if err := admin(ctx, cl, adminVerb, "", data, &out); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "removed group %s\n", out.Deleted)
+	fmt.Fprintf(stdout, "%s group %s\n", did, *name)
 	return nil
 }

@@ -19,12 +19,8 @@ func runInbox(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tokenFile := fs.String("inbox-token-file", "", "FILE whose first line is the page's token")
 	approver := fs.Bool("approver", false, "log in as the approver role (--nkey DIR/approver.nk --inbox-prefix _INBOX.approver): confirmations only, the waiting calls polled every second")
 	source := fs.String("source", "toolbus/inbox", "who answers, as the parked record's answered_by says (the answers' CloudEvents source)")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageError(fs, "inbox takes no arguments, got %q", pos[0])
 	}
 	nc, err := cn.connect(ctx)
 	if err != nil {

@@ -21,12 +21,8 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	reset := fs.Bool("reset", false, "forget what the rules (or --rule) counted for the tool, user and session")
 	rule := fs.String("rule", "", "with --reset: only this rule")
 	asJSON := fs.Bool("json", false, "print the reply data as JSON")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageError(fs, "limits takes no arguments, got %q", pos[0])
 	}
 	if *rule != "" && !*reset {
 		return usageError(fs, "--rule goes with --reset")

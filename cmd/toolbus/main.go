@@ -212,6 +212,15 @@ func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, fun
 	return cn.dial(ctx)
 }
 
+// parseNone is parse for a command that takes no positional arguments.
+func parseNone(fs *flag.FlagSet, args []string) error {
+	pos, err := parse(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = usageError(fs, "%s takes no arguments, got %q", strings.TrimPrefix(fs.Name(), "toolbus "), pos[0])
+	}
+	return err
+}
+
 // parse parses args with fs, allowing flags after positional arguments
 // ("call echo '{}' --json"); everything after "--" is positional. It
 // returns the positional arguments.

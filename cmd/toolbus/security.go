@@ -120,12 +120,8 @@ func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer
 			"without a restart; the shared agent user can then neither act in nor read session S.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageError(fs, "security agent takes flags only, not %q", pos[0])
 	}
 	if !bus.ValidID(*session) {
 		return usageError(fs, "--session %q must match ^[A-Za-z0-9_-]{1,128}$", *session)
@@ -170,12 +166,8 @@ func runSecurityToken(args []string, stdout, stderr io.Writer) error {
 			"\"Authorization: Bearer <token>\"; it is shown once.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageError(fs, "security token takes flags only, not %q", pos[0])
 	}
 	if !bus.ValidID(*name) {
 		return usageError(fs, "--name %q must match ^[A-Za-z0-9_-]{1,128}$", *name)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -46,10 +47,7 @@ func runSession(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	default:
 		return usageError(fs, "unknown session command %q: want show or mode", pos[0])
 	}
-	if err := checkSession(fs, cn.session); err != nil {
-		return err
-	}
-	return adminSession(ctx, cn, verb, data, *asJSON, stdout)
+	return adminSession(ctx, fs, cn, verb, data, *asJSON, stdout)
 }
 
 func runActivate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -68,17 +66,14 @@ func runActivate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return usageError(fs, "group name %q must match ^[A-Za-z0-9_-]{1,64}$", g)
 		}
 	}
-	if err := checkSession(fs, cn.session); err != nil {
-		return err
-	}
 	data := map[string]any{"groups": pos, "active": !*off}
-	return adminSession(ctx, cn, "session.activate", data, *asJSON, stdout)
+	return adminSession(ctx, fs, cn, "session.activate", data, *asJSON, stdout)
 }
 
-// adminSession runs a session verb, all of which reply with the session,
-// and prints that session.
-func adminSession(ctx context.Context, cn *conn, verb string, data any, asJSON bool, stdout io.Writer) error {
-	cl, closeConn, err := cn.dial(ctx)
+// adminSession checks --session, runs a session verb, all of which reply
+// with the session, and prints that session.
+func adminSession(ctx context.Context, fs *flag.FlagSet, cn *conn, verb string, data any, asJSON bool, stdout io.Writer) error {
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}

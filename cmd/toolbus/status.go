@@ -28,12 +28,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs, cn := newFlagSet("status", stderr)
 	asJSON := fs.Bool("json", false, "print the status as JSON")
 	wait := fs.Duration("wait", 300*time.Millisecond, "how long to collect discovery answers from routers and workers")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageError(fs, "status takes no arguments")
 	}
 	nc, err := cn.connect(ctx)
 	if err != nil {

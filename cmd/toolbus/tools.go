@@ -19,12 +19,8 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the whole reply data (tools in --format, groups, skills_prompt) as JSON")
 	deferred := fs.Bool("deferred", false, "also list the tools of inactive meta groups, deferred for the provider's tool search (with --format openai-responses or anthropic)")
 	user := fs.String("user", "", "list as this toolbus user sees it (their skills); refused by a secured router unless it is the credentials' own")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageError(fs, "tools takes no arguments, got %q", pos[0])
 	}
 	if !slices.Contains(formats, *format) {
 		return usageError(fs, "unknown --format %q", *format)
@@ -33,6 +29,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError(fs, "--deferred needs --format openai-responses or anthropic")
 	}
 	q := bus.ToolsQuery{Format: *format, Deferred: *deferred}
+	var err error
 	if q.User, err = jsonOrString(fs, "--user", *user); err != nil {
 		return err
 	}

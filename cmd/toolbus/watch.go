@@ -17,12 +17,8 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Lookup("session").Usage = `session id, or "*" for every session`
 	replay := fs.Bool("replay", false, "print the events the events stream still keeps first, then live ones")
 	asJSON := fs.Bool("json", false, "print each event as one line of JSON (the CloudEvent as sent), for jq and scripts")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageError(fs, "watch takes no arguments, got %q", pos[0])
 	}
 	all := cn.session == "*"
 	if !all {

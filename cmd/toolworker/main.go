@@ -207,20 +207,8 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		if id == "" {
 			id = w.ID()
 		}
-		gid := -1
-		if u := builtin.ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot); u != "" {
-			if _, gid, err = builtin.LookupShellUser(u); err != nil {
-				cat.Stop()
-				return nil, err
-			}
-		}
 		// A fresh private directory under the user cache directory.
-		dir, err := skills.PrivateDir("", "toolworker-"+id+"-", gid)
-		if err != nil {
-			cat.Stop()
-			return nil, err
-		}
-		m, err := skills.NewMaterializer(cat, dir)
+		m, err := builtin.SkillsMaterializer(cat, "", "toolworker-"+id+"-", cfg)
 		if err != nil {
 			cat.Stop()
 			return nil, err

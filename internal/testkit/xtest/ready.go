@@ -162,35 +162,17 @@ func (r *Readiness) EveryStatus(ctx context.Context, check func(bus.Status) erro
 	})
 }
 
-// live reports whether st shows tool registered and callable: external,
-// or with at least one live worker.
-func live(st bus.Status, tool string) bool {
-	for _, t := range st.Tools {
-		if t.Name == tool {
-			return t.External || t.LiveWorkers > 0
-		}
-	}
-	return false
-}
-
 // WaitLive waits until every router that serves reports each named tool
 // live in its P.admin.status.
 func (r *Readiness) WaitLive(ctx context.Context, names ...string) error {
-	return r.EveryStatus(ctx, func(st bus.Status) error {
-		for _, n := range names {
-			if !live(st, n) {
-				return fmt.Errorf("tool %s not live", n)
-			}
-		}
-		return nil
-	})
+	return r.EveryStatus(ctx, func(st bus.Status) error { return st.CheckLive(names...) })
 }
 
 // WaitGone waits until no router that serves reports any named tool live.
 func (r *Readiness) WaitGone(ctx context.Context, names ...string) error {
 	return r.EveryStatus(ctx, func(st bus.Status) error {
 		for _, n := range names {
-			if live(st, n) {
+			if st.Live(n) {
 				return fmt.Errorf("tool %s still live", n)
 			}
 		}
