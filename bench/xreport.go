@@ -158,7 +158,7 @@ func (r *CrossReport) crossTargets(run *CrossRun) []Target {
 		}
 		out = append(out, Target{Name: name, What: what, Value: v, Op: op, Limit: limit, Met: met})
 	}
-	t("throughput_"+top, "read-only / relay throughput, "+top+" callers", run.Ratios.VsRelay[top], ">=", 0.5)
+	t("throughput_"+top, "read-only / relay throughput, "+top+" callers", run.Ratios.VsRelay[top], ">=", 0.6)
 	t("p50_1", "read-only / relay p50, one caller", run.Ratios.P50, "<=", 1.6)
 	t("vs_mcp_http_"+mid, "read-only / one mcp-go streamable HTTP server process, "+mid+" callers", run.Ratios.VsMCP, ">=", 1.5)
 	t("router_cpu_us", "router process CPU µs per read-only call, "+top+" callers", run.Toolbus.CPUUSPerCall[top][partRouter], "<=", 40)
