@@ -17,12 +17,14 @@ func IsBinary(h nats.Header) bool { return isBinary(h) }
 // data. Trace context is copied into traceparent and tracestate headers
 // as in structured mode. The header is the message's own.
 func BinaryMsg(subject string, e *Event) *nats.Msg {
-	return binaryMsg(subject, e, make(nats.Header, 16), make([]string, 0, 16))
+	h := make(nats.Header, 16)
+	binaryHeader(e, h, make([]string, 0, 16))
+	return &nats.Msg{Subject: subject, Header: h, Data: e.Data}
 }
 
-// binaryMsg is BinaryMsg into h, with vals as the one backing array of
-// every header's value.
-func binaryMsg(subject string, e *Event, h nats.Header, vals []string) *nats.Msg {
+// binaryHeader sets e's binary-mode header in h, with vals as the one
+// backing array of every header's value.
+func binaryHeader(e *Event, h nats.Header, vals []string) {
 	set := func(k, v string) {
 		if v != "" {
 			vals = append(vals, headerValue(v))
@@ -50,7 +52,6 @@ func binaryMsg(subject string, e *Event, h nats.Header, vals []string) *nats.Msg
 		set(HeaderTraceParent, e.TraceParent)
 		set(HeaderTraceState, e.TraceState)
 	}
-	return &nats.Msg{Subject: subject, Header: h, Data: e.Data}
 }
 
 // headerValue is v as a ce- header value: unchanged when it holds only
@@ -88,16 +89,19 @@ var binaryHeaders = sync.Pool{New: func() any {
 type headerBuf struct {
 	h    nats.Header
 	vals []string
+	m    nats.Msg
 }
 
 // WithBinaryMsg calls send with e on subject in binary mode, in a
-// message whose header is reused once send returns: send must not keep
+// message whose header (and the message itself) is reused once send returns: send must not keep
 // the message (a core publish or request keeps nothing of it; a
 // JetStream publish, which may send it again, does).
 func WithBinaryMsg(subject string, e *Event, send func(*nats.Msg)) {
 	b := binaryHeaders.Get().(*headerBuf)
-	m := binaryMsg(subject, e, b.h, b.vals[:0])
-	send(m)
+	binaryHeader(e, b.h, b.vals[:0])
+	b.m = nats.Msg{Subject: subject, Header: b.h, Data: e.Data}
+	send(&b.m)
+	b.m = nats.Msg{}
 	clear(b.h)
 	clear(b.vals[:cap(b.vals)])
 	binaryHeaders.Put(b)

@@ -40,12 +40,19 @@ type Event struct {
 // NewEvent returns an event of type typ from source with a fresh id, the
 // current time and data marshalled as JSON (data may be a json.RawMessage).
 func NewEvent(typ, source string, data any) (*Event, error) {
-	e := &Event{SpecVersion: SpecVersion, ID: nuid.Next(), Source: source, Type: typ,
-		DataContentType: ContentTypeJSON, Time: now()}
+	e := Head(typ, source)
 	if err := e.SetData(data); err != nil {
 		return nil, err
 	}
-	return e, nil
+	return &e, nil
+}
+
+// Head is a new event of type typ from source without data, as NewEvent
+// makes it (a fresh id, the current time), by value: an event that is sent
+// and let go then stays off the heap.
+func Head(typ, source string) Event {
+	return Event{SpecVersion: SpecVersion, ID: nuid.Next(), Source: source, Type: typ,
+		DataContentType: ContentTypeJSON, Time: now()}
 }
 
 // timeLayout is the layout of the time attribute: RFC 3339, milliseconds.
@@ -269,9 +276,29 @@ var plainHeader = nats.Header{HeaderContentType: {ContentTypeEvent}}
 // validates it. Errors are bad_event *Errors with a readable message.
 func Decode(m *nats.Msg) (*Event, error) {
 	if isBinary(m.Header) {
-		return decodeBinary(m.Header, m.Data)
+		e := new(Event)
+		if err := decodeBinary(m.Header, m.Data, e); err != nil {
+			return nil, err
+		}
+		return e, nil
 	}
 	return DecodeStructured(m.Data)
+}
+
+// DecodeTo is Decode into e, which it overwrites: a caller that reads a
+// binary-mode event and lets it go keeps it off the heap (the router's
+// exec results).
+func DecodeTo(m *nats.Msg, e *Event) error {
+	*e = Event{}
+	if isBinary(m.Header) {
+		return decodeBinary(m.Header, m.Data, e)
+	}
+	d, err := DecodeStructured(m.Data)
+	if err != nil {
+		return err
+	}
+	*e = *d
+	return nil
 }
 
 // DecodeStructured reads and validates an event in structured JSON mode.
@@ -307,8 +334,8 @@ func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" 
 
 // decodeBinary reads an event whose attributes are ce- headers (names
 // case-insensitive, values percent-encoded) and whose body is the data.
-func decodeBinary(h nats.Header, body []byte) (*Event, error) {
-	e := &Event{Data: body}
+func decodeBinary(h nats.Header, body []byte, e *Event) error {
+	e.Data = body
 	// Header names are read case-insensitively, so two of them may name
 	// the same attribute (ce-id and Ce-Id; content-type and
 	// ce-datacontenttype): with different values that is bad_event, never
@@ -316,7 +343,8 @@ func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 	// Few attributes: a slice scanned linearly costs less than two maps;
 	// past 16 an index keeps the scan linear in the headers.
 	type seenAttr struct{ name, header, val string }
-	seen := make([]seenAttr, 0, 16)
+	var seenBuf [16]seenAttr
+	seen := seenBuf[:0]
 	var index map[string]int
 	find := func(name string) (seenAttr, bool) {
 		if index != nil {
@@ -346,18 +374,18 @@ func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 			}
 			var err error
 			if v, err = url.PathUnescape(vs[0]); err != nil {
-				return nil, Errorf(CodeBadEvent, "header %s: %v", k, err)
+				return Errorf(CodeBadEvent, "header %s: %v", k, err)
 			}
 		}
 		if !utf8.ValidString(v) {
 			// CloudEvents attributes are Unicode strings; JSON would turn
 			// the bytes into U+FFFD, so the event would change on the way.
-			return nil, Errorf(CodeBadEvent, "header %s is not UTF-8", k)
+			return Errorf(CodeBadEvent, "header %s is not UTF-8", k)
 		}
 		if p, ok := find(name); ok {
 			if p.val != v {
 				a, b := min(p.header, k), max(p.header, k)
-				return nil, Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
+				return Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
 			}
 			continue
 		}
@@ -402,12 +430,9 @@ func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 	if len(bytes.TrimSpace(e.Data)) == 0 {
 		e.Data = nil
 	} else if !json.Valid(e.Data) {
-		return nil, Errorf(CodeBadEvent, "binary-mode data is not JSON")
+		return Errorf(CodeBadEvent, "binary-mode data is not JSON")
 	}
-	if err := e.Validate(); err != nil {
-		return nil, err
-	}
-	return e, nil
+	return e.Validate()
 }
 
 // isBinary reports whether h carries ce- attributes. The usual structured
