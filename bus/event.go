@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -167,28 +168,40 @@ func (e *Event) Encode() ([]byte, error) {
 	if len(e.Data) > 0 && !fastjson.Valid(e.Data) {
 		return nil, fmt.Errorf("bus: encode %s: data is not valid JSON", e.Type)
 	}
-	b := make([]byte, 0, 256+len(e.Data))
+	return e.appendJSON(make([]byte, 0, 256+len(e.Data))), nil
+}
+
+// appendJSON appends the event in structured JSON mode to b: id, source
+// and type always, every other attribute when set, data last.
+func (e *Event) appendJSON(b []byte) []byte {
 	b = append(b, `{"specversion":`...)
 	b = appendString(b, e.SpecVersion)
-	for _, f := range [...]struct {
-		key string
-		v   string
-	}{
-		{`,"id":`, e.ID}, {`,"source":`, e.Source}, {`,"type":`, e.Type}, {`,"subject":`, e.Subject},
-		{`,"datacontenttype":`, e.DataContentType}, {`,"time":`, e.Time}, {`,"sessionid":`, e.SessionID},
-		{`,"replyid":`, e.ReplyID}, {`,"toolcallid":`, e.ToolCallID}, {`,"traceparent":`, e.TraceParent},
-		{`,"tracestate":`, e.TraceState}, {`,"expirytime":`, e.ExpiryTime}, {`,"data_base64":`, e.DataBase64},
-	} {
-		if f.v != "" || f.key == `,"id":` || f.key == `,"source":` || f.key == `,"type":` {
-			b = append(b, f.key...)
-			b = appendString(b, f.v)
-		}
-	}
+	b = appendString(append(b, `,"id":`...), e.ID)
+	b = appendString(append(b, `,"source":`...), e.Source)
+	b = appendString(append(b, `,"type":`...), e.Type)
+	b = appendAttr(b, `,"subject":`, e.Subject)
+	b = appendAttr(b, `,"datacontenttype":`, e.DataContentType)
+	b = appendAttr(b, `,"time":`, e.Time)
+	b = appendAttr(b, `,"sessionid":`, e.SessionID)
+	b = appendAttr(b, `,"replyid":`, e.ReplyID)
+	b = appendAttr(b, `,"toolcallid":`, e.ToolCallID)
+	b = appendAttr(b, `,"traceparent":`, e.TraceParent)
+	b = appendAttr(b, `,"tracestate":`, e.TraceState)
+	b = appendAttr(b, `,"expirytime":`, e.ExpiryTime)
+	b = appendAttr(b, `,"data_base64":`, e.DataBase64)
 	if len(e.Data) > 0 {
 		b = append(b, `,"data":`...)
 		b = append(b, e.Data...)
 	}
-	return append(b, '}'), nil
+	return append(b, '}')
+}
+
+// appendAttr appends key and the JSON string v when v is set.
+func appendAttr(b []byte, key, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return appendString(append(b, key...), v)
 }
 
 const hexDigits = "0123456789abcdef"
@@ -265,6 +278,63 @@ func (e *Event) msg(subject string, shared bool) (*nats.Msg, error) {
 	}
 	return m, nil
 }
+
+// Send publishes e on subject over nc (core NATS, structured mode, Data
+// checked as Encode checks it), with msgID, when set, as its Nats-Msg-Id
+// header: a stream that stores the subject then stores it once, as a
+// retried JetStream publish would be. Its encoding, message and header are
+// pooled: nats.go copies what it sends before PublishMsg returns. It is
+// what the router sends per call, where NewEvent, Msg and PublishMsg cost
+// five allocations more.
+func Send(nc *nats.Conn, subject string, e *Event, msgID string) error {
+	if len(e.Data) > 0 && !fastjson.Valid(e.Data) {
+		return fmt.Errorf("bus: encode %s: data is not valid JSON", e.Type)
+	}
+	s := sends.Get().(*sendBuf)
+	s.b = e.appendJSON(s.b[:0])
+	h := plainHeader
+	if e.TraceParent != "" || msgID != "" {
+		h = s.h
+		h[HeaderContentType] = plainHeader[HeaderContentType]
+		if msgID != "" {
+			s.vals[0] = msgID
+			h[natsMsgID] = s.vals[0:1:1]
+		}
+		if e.TraceParent != "" {
+			s.vals[1] = e.TraceParent
+			h[HeaderTraceParent] = s.vals[1:2:2]
+			if e.TraceState != "" {
+				s.vals[2] = e.TraceState
+				h[HeaderTraceState] = s.vals[2:3:3]
+			}
+		}
+	}
+	s.m = nats.Msg{Subject: subject, Header: h, Data: s.b}
+	err := nc.PublishMsg(&s.m)
+	s.m = nats.Msg{}
+	clear(s.h)
+	s.vals = [3]string{}
+	if cap(s.b) <= maxPooledSend {
+		sends.Put(s)
+	}
+	return err
+}
+
+// natsMsgID is JetStream's deduplication header (jetstream.MsgIDHeader).
+const natsMsgID = "Nats-Msg-Id"
+
+// maxPooledSend bounds the encodings kept for reuse: a large reply's
+// buffer is let go rather than held by the pool.
+const maxPooledSend = 64 << 10
+
+type sendBuf struct {
+	b    []byte
+	h    nats.Header
+	vals [3]string // Nats-Msg-Id, traceparent, tracestate
+	m    nats.Msg
+}
+
+var sends = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, 1024), h: make(nats.Header, 4)} }}
 
 // plainHeader is the header of every event without trace context that this
 // package sends itself: nats.Conn's PublishMsg and RequestMsg only read a

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
@@ -239,19 +238,13 @@ func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]st
 	if err != nil {
 		return err
 	}
-	m, err := e.Msg(x.subj.Events(session))
-	if err != nil {
-		return err
-	}
-	if m.Header == nil {
-		m.Header = nats.Header{}
-	}
-	m.Header.Set(jetstream.MsgIDHeader, e.ID) // stored once, as a retried publish would be
-	return x.nc.PublishMsg(m)
+	return bus.Send(x.nc, x.subj.Events(session), e, e.ID) // stored once, as a retried publish would be
 }
 
 func (x routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
 	return x.sink.stored(ctx, evs)
 }
 
-func (x routerEvents) reply(subject string, e *bus.Event) error { return bus.Publish(x.nc, subject, e) }
+func (x routerEvents) reply(subject string, e *bus.Event) error {
+	return bus.Send(x.nc, subject, e, "")
+}
