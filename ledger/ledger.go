@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,7 +154,7 @@ const (
 // may take; the claim tells duplicates how long to wait.
 func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (outcome, Entry) {
 	now := time.Now().UTC()
-	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1))}
+	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: l.claimID()}
 	val := encode(&me)
 	// The common case in one round trip: nobody has the key.
 	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
@@ -204,6 +205,12 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 	me.rev = rev
 	l.held.hold(key, me)
 	return claimed, me
+}
+
+// claimID names a new claim of this router: its prefix and a sequence.
+func (l *Ledger) claimID() string {
+	var buf [64]byte // a nuid prefix and a number: one allocation, the string
+	return string(strconv.AppendUint(append(append(buf[:0], l.prefix...), '-'), l.seq.Add(1), 10))
 }
 
 // claims are the running claims of this router, by key: their leases are
@@ -579,7 +586,7 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 // could not be written.
 func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, w waitFor) (bus.Result, *Entry, bool) {
 	now := time.Now().UTC()
-	next := Entry{Router: l.router, Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1)), Deadline: le.Deadline}
+	next := Entry{Router: l.router, Claim: l.claimID(), Deadline: le.Deadline}
 	var res bus.Result
 	switch {
 	case w.durable && now.Before(le.Deadline.Add(TimeoutGrace)):
