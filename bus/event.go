@@ -430,6 +430,13 @@ func DecodeStructured(b []byte) (*Event, error) {
 		return nil, Errorf(CodeBadEvent, "message is not a JSON CloudEvent")
 	}
 	e := new(Event)
+	if decodeFlat(b, e) {
+		if err := e.Validate(); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+	*e = Event{}
 	if err := fastjson.Unmarshal(b, e); err != nil {
 		return nil, Errorf(CodeBadEvent, "message is not a CloudEvent: %v", err)
 	}
@@ -450,6 +457,216 @@ func DecodeStructured(b []byte) (*Event, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// decodeFlat reads b, a structured event, when it has the plain form
+// toolbus's senders write: one JSON object of known attributes, each once,
+// whose values are strings of printable ASCII without escapes, and data,
+// an object or an array, with any whitespace between the tokens. It
+// reports false for anything else, which the general decoder then reads
+// and judges; FuzzDecodeFlat holds the two to the same event. It costs a
+// fraction of the general decoder, and the constant attributes
+// (specversion, datacontenttype, a toolbus type) no allocation.
+func decodeFlat(b []byte, e *Event) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	var seen uint16
+	for first := true; ; first = false {
+		i = skipSpace(b, i+1)
+		if i >= len(b) {
+			return false
+		}
+		if b[i] == '}' {
+			if first {
+				return false
+			}
+			break
+		}
+		if !first {
+			if b[i] != ',' {
+				return false
+			}
+			i = skipSpace(b, i+1)
+		}
+		key, next, ok := flatString(b, i)
+		if !ok {
+			return false
+		}
+		i = skipSpace(b, next)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+		slot := attrSlot(key)
+		if slot < 0 || seen&(1<<slot) != 0 {
+			return false
+		}
+		seen |= 1 << slot
+		if slot == slotData {
+			end, ok := flatValue(b, i)
+			if !ok {
+				return false
+			}
+			e.Data = append(json.RawMessage(nil), b[i:end]...)
+			i = end - 1
+			continue
+		}
+		v, next, ok := flatString(b, i)
+		if !ok {
+			return false
+		}
+		setAttr(e, slot, v)
+		i = next - 1
+	}
+	return skipSpace(b, i+1) == len(b)
+}
+
+// The attributes decodeFlat reads, by slot.
+const (
+	slotSpec = iota
+	slotID
+	slotSource
+	slotType
+	slotSubject
+	slotContentType
+	slotTime
+	slotSession
+	slotReply
+	slotToolCall
+	slotTraceParent
+	slotTraceState
+	slotExpiry
+	slotData
+)
+
+func attrSlot(key []byte) int {
+	switch string(key) {
+	case "specversion":
+		return slotSpec
+	case "id":
+		return slotID
+	case "source":
+		return slotSource
+	case "type":
+		return slotType
+	case "subject":
+		return slotSubject
+	case "datacontenttype":
+		return slotContentType
+	case "time":
+		return slotTime
+	case "sessionid":
+		return slotSession
+	case "replyid":
+		return slotReply
+	case "toolcallid":
+		return slotToolCall
+	case "traceparent":
+		return slotTraceParent
+	case "tracestate":
+		return slotTraceState
+	case "expirytime":
+		return slotExpiry
+	case "data":
+		return slotData
+	}
+	return -1
+}
+
+func setAttr(e *Event, slot int, v []byte) {
+	switch slot {
+	case slotSpec:
+		e.SpecVersion = known(v, SpecVersion)
+	case slotID:
+		e.ID = string(v)
+	case slotSource:
+		e.Source = string(v)
+	case slotType:
+		e.Type = known(v, TypeCallBatch, TypeExecResult, TypeToolsQuery, TypeAnswer, TypeCallCancel, TypeRegister, TypeAdmin)
+	case slotSubject:
+		e.Subject = string(v)
+	case slotContentType:
+		e.DataContentType = known(v, ContentTypeJSON)
+	case slotTime:
+		e.Time = string(v)
+	case slotSession:
+		e.SessionID = string(v)
+	case slotReply:
+		e.ReplyID = string(v)
+	case slotToolCall:
+		e.ToolCallID = string(v)
+	case slotTraceParent:
+		e.TraceParent = string(v)
+	case slotTraceState:
+		e.TraceState = string(v)
+	case slotExpiry:
+		e.ExpiryTime = string(v)
+	}
+}
+
+// known returns the one of consts that v spells, else v as a new string.
+func known(v []byte, consts ...string) string {
+	for _, c := range consts {
+		if string(v) == c {
+			return c
+		}
+	}
+	return string(v)
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// flatString reads the JSON string at b[i]: printable ASCII without
+// escapes only. next is the index after its closing quote.
+func flatString(b []byte, i int) (s []byte, next int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i+1 : j], j + 1, true
+		case c < 0x20 || c > 0x7e || c == '\\':
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+// flatValue finds the end of the JSON object or array at b[i] and checks
+// that it is valid JSON; end is the index after it.
+func flatValue(b []byte, i int) (end int, ok bool) {
+	if i >= len(b) || (b[i] != '{' && b[i] != '[') {
+		return 0, false
+	}
+	depth, in := 0, false
+	for j := i; j < len(b); j++ {
+		c := b[j]
+		switch {
+		case in:
+			if c == '\\' {
+				j++
+			} else if c == '"' {
+				in = false
+			}
+		case c == '"':
+			in = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth--; depth == 0 {
+				return j + 1, fastjson.Valid(b[i : j+1])
+			}
+		}
+	}
+	return 0, false
 }
 
 func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" }
