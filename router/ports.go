@@ -222,8 +222,8 @@ func (x routerEvents) event(typ, session, replyID, callID string, trace [2]strin
 }
 
 func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
-	e, err := x.event(typ, session, replyID, callID, trace, data)
-	if err != nil {
+	var e bus.Event
+	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
 		return nil, err
 	}
 	m, err := e.Msg(x.subj.Events(session))
@@ -234,11 +234,11 @@ func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]str
 }
 
 func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
-	e, err := x.event(typ, session, replyID, callID, trace, data)
-	if err != nil {
+	var e bus.Event
+	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
 		return err
 	}
-	return bus.Send(x.nc, x.subj.Events(session), e, e.ID) // stored once, as a retried publish would be
+	return bus.Send(x.nc, x.subj.Events(session), &e, e.ID) // stored once, as a retried publish would be
 }
 
 func (x routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
