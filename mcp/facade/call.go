@@ -77,7 +77,7 @@ func (b clientBus) Watch(ctx context.Context, session string) (events, error) {
 	if err != nil {
 		return events{}, err
 	}
-	return events{C: ev.C, Stop: ev.Stop}, nil
+	return events{C: ev.C, Stop: func() { _ = ev.Stop(context.WithoutCancel(ctx)) }}, nil
 }
 
 // listFunc lists a session's tools in a format as a user sees them

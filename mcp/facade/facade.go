@@ -183,11 +183,8 @@ func New(cl *client.Client, cfg Config) *Facade {
 // call twice and concurrently.
 func (f *Facade) Drain(ctx context.Context) error { return f.life.Drain(ctx) }
 
-// Closed is closed once Drain (or Close) has returned.
+// Closed is closed once Drain has returned.
 func (f *Facade) Closed() <-chan struct{} { return f.life.Closed() }
-
-// Close is Drain without a deadline. It is safe to call twice.
-func (f *Facade) Close() { _ = f.Drain(context.Background()) }
 
 type ctxKey int
 

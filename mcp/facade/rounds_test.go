@@ -308,7 +308,7 @@ func TestQuestionOfAnotherUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	bobs := client.NewReplyID()
 	go func() {
 		_, _ = e.bus.Call(t.Context(), s, bus.Batch{User: client.Input("bob"), Calls: []bus.Call{{ID: "bob-1", Name: "mcp__q__ask", Input: json.RawMessage(`{}`)}}},
@@ -418,7 +418,7 @@ func TestTaskQuestionStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	if got := names(t, p.env.connect(t, s, mcp.ProtocolVersion20251125, "alice")); !slices.Contains(got, "mcp__q__ask") {
 		t.Fatalf("listed: %v", got)
 	}

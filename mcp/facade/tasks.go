@@ -405,7 +405,7 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 			}
 			res, err = bres, berr
 		}
-		t.finish(r, res, err)
+		t.finish(ctx, r, res, err)
 	}) {
 		done()
 	}
@@ -483,7 +483,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 			return
 		}
 		if res != nil {
-			t.finish(r, res, nil)
+			t.finish(ctx, r, res, nil)
 		}
 	}) {
 		done()
@@ -510,8 +510,8 @@ func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToo
 }
 
 // finish records the task's end, unless it ended already (cancelled).
-func (t *taskRunners) finish(r *taskRecord, res *mcp.CallToolResult, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallToolResult, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
 		r.Inputs = nil
@@ -547,7 +547,7 @@ func awaitResult(ctx context.Context, cl replayer, session, replyID, callID stri
 	if err != nil {
 		return nil, err
 	}
-	defer ev.Stop()
+	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 	for {
 		select {
 		case <-ctx.Done():

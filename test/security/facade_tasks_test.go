@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/mcp/facade"
 )
 
@@ -58,7 +59,7 @@ func TestStdioAgentNoTasks(t *testing.T) {
 	d.startWorker()
 	l := d.conn("session-s1")
 	f := facade.New(client.New(l.nc, client.Config{Source: "toolbus/mcp"}), facade.Config{Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(f.Close)
+	testkit.Stop(t, f.Drain)
 	cin, sout := io.Pipe()
 	sin, cout := io.Pipe()
 	ctx, cancel := context.WithCancel(t.Context())
