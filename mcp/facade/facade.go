@@ -111,10 +111,11 @@ type Facade struct {
 	life    *life.Life
 	gate    *gatekeeper  // the HTTP front's authentication (auth.go)
 	table   *table       // the (session, user) MCP servers kept, and their eviction (table.go)
-	store   *storeWatch  // the deployment's watches (watch.go)
+	watch   sync.Once    // starts the listing watch (watchListings)
 	kv      *kvStore     // task records and request states (tasks_store.go)
 	tasks   *taskRunners // the tasks this process runs or follows
 	evicted atomic.Int64 // MCP servers dropped, for the tests and measurements
+	listed  atomic.Int64 // listings asked for, for the tests and measurements
 }
 
 // key names a session's MCP server: the bus session, the user and the
@@ -170,8 +171,6 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg, ctx: lf.Background(), life: lf}
 	f.gate = &gatekeeper{auth: cfg.Auth, userHeader: cfg.UserHeader, log: cfg.Logger}
 	f.table = newTable(f.ctx, cfg.Idle, cfg.MaxSessions, &f.evicted)
-	f.store = &storeWatch{nc: f.nc, subj: cl.Subjects(), closing: f.ctx, loop: f.life.Loop, changed: f.table.changed,
-		poll: cfg.Poll, log: cfg.Logger}
 	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger}
 	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cl, cfg.Logger)
 	f.life.Loop(func(context.Context) { f.table.sweep() })
@@ -366,7 +365,7 @@ func (f *Facade) acquire(k key) (*session, error) {
 	// The deployment's watches, the new session's listing: outside the
 	// table's lock, since each is a round trip and other sessions are
 	// served meanwhile.
-	f.store.start()
+	f.watchListings()
 	s := f.newSession(k)
 	if err := s.refresh(f.ctx); err != nil {
 		s.cancel()
@@ -377,6 +376,26 @@ func (f *Facade) acquire(k key) (*session, error) {
 		s.cancel()
 	}
 	return got, err
+}
+
+// firstWatchWait bounds the first attempt to start the listing watch;
+// what it could not start is tried again every Poll.
+const firstWatchWait = 5 * time.Second
+
+// watchListings starts, once, the watch that marks the sessions whose
+// listing may have changed (client.WatchListings: the facade knows no
+// bucket), stopped when the facade drains. What no watch sees, the
+// sessions' poll lists again.
+func (f *Facade) watchListings() {
+	f.watch.Do(func() {
+		ctx, cancel := context.WithTimeout(f.ctx, firstWatchWait)
+		defer cancel()
+		w := client.WatchListings(ctx, f.cl, f.cfg.Poll, f.table.changed)
+		stop := func(ctx context.Context) { _ = w.Stop(context.WithoutCancel(ctx)) }
+		if !f.life.Loop(func(ctx context.Context) { <-ctx.Done(); stop(ctx) }) {
+			stop(f.ctx)
+		}
+	})
 }
 
 // release ends a request counted by acquire.
@@ -508,7 +527,7 @@ type listed struct {
 // replaces the MCP server's tools (which notifies its clients): at once,
 // or, for a ctx made by later, coalesced (calm.go).
 func (s *session) refresh(ctx context.Context) error {
-	s.f.store.count()
+	s.f.listed.Add(1)
 	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
 	if err != nil {
 		return err

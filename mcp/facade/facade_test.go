@@ -853,11 +853,11 @@ func TestWatchCost(t *testing.T) {
 	for range 3 {
 		beat()
 	}
-	before := e.f.store.listings.Load()
+	before := e.f.listed.Load()
 	for range 3 {
 		beat()
 	}
-	if n := e.f.store.listings.Load() - before; n != 0 {
+	if n := e.f.listed.Load() - before; n != 0 {
 		t.Fatalf("%d listings during three heartbeats of an idle deployment", n)
 	}
 	t.Logf("listings during three idle heartbeats: 0 (Poll fallback: one every %s)", 2*time.Second)
