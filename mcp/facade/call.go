@@ -200,9 +200,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			}
 			// The MCP client cancelled (or went away): interrupt the call
 			// on the bus too.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = c.bus.Cancel(cctx, c.session, replyID)
-			cancel()
+			c.interrupt(ctx, replyID)
 			if done != nil {
 				<-done
 			}
@@ -499,12 +497,9 @@ func mustBase64(s string) []byte {
 
 // withAnnotations sets a bus block's annotations on MCP content.
 func withAnnotations[C mcp.Content](c C, a *bus.Annotations) mcp.Content {
-	if a == nil {
+	ann := mcpAnnotations(a)
+	if ann == nil {
 		return c
-	}
-	ann := &mcp.Annotations{Priority: a.Priority, LastModified: a.LastModified}
-	for _, who := range a.Audience {
-		ann.Audience = append(ann.Audience, mcp.Role(who))
 	}
 	switch x := any(&c).(type) {
 	case *mcp.TextContent:

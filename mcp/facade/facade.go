@@ -11,6 +11,7 @@
 package facade
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"encoding/json"
@@ -134,36 +135,16 @@ type key struct {
 // own, logged in as the facade's NATS user (security.RoleFacade), never
 // the router's.
 func New(cl *client.Client, cfg Config) *Facade {
-	if cfg.UserHeader == "" {
-		cfg.UserHeader = "X-Toolbus-User"
-	}
-	if cfg.ContextHeader == "" {
-		cfg.ContextHeader = "X-Toolbus-Context"
-	}
-	if cfg.Poll <= 0 {
-		cfg.Poll = 2 * time.Second
-	}
-	if cfg.QuietHold <= 0 {
-		cfg.QuietHold = 45 * time.Second
-	}
-	if cfg.ProgressEvery <= 0 {
-		cfg.ProgressEvery = 10 * time.Second
-	}
-	if cfg.Confirm == "" {
-		cfg.Confirm = ConfirmApprovers
-	}
-	if cfg.Idle <= 0 {
-		cfg.Idle = DefaultIdle
-	}
-	if cfg.MaxSessions <= 0 {
-		cfg.MaxSessions = DefaultMaxSessions
-	}
-	if cfg.MaxTasks <= 0 {
-		cfg.MaxTasks = DefaultMaxTasks
-	}
-	if cfg.MaxResource <= 0 {
-		cfg.MaxResource = DefaultMaxResource
-	}
+	cfg.UserHeader = cmp.Or(cfg.UserHeader, "X-Toolbus-User")
+	cfg.ContextHeader = cmp.Or(cfg.ContextHeader, "X-Toolbus-Context")
+	cfg.Confirm = cmp.Or(cfg.Confirm, ConfirmApprovers)
+	orDefault(&cfg.Poll, 2*time.Second)
+	orDefault(&cfg.QuietHold, 45*time.Second)
+	orDefault(&cfg.ProgressEvery, 10*time.Second)
+	orDefault(&cfg.Idle, DefaultIdle)
+	orDefault(&cfg.MaxSessions, DefaultMaxSessions)
+	orDefault(&cfg.MaxTasks, DefaultMaxTasks)
+	orDefault(&cfg.MaxResource, DefaultMaxResource)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -175,6 +156,13 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cl, cfg.Logger)
 	f.life.Loop(func(context.Context) { f.table.sweep() })
 	return f
+}
+
+// orDefault sets *v to d when it is not positive (a Config's zero value).
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // Drain stops every session's watching and polling, waiting for them until
@@ -237,7 +225,7 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		defer f.release(s)
-		if !stampNotification(w, r) || s.serveGroups(w, r) || (!s.noTasks && s.tasks.serveHTTP(w, r)) {
+		if !stampNotification(w, r) || s.serveOwn(w, r) {
 			return
 		}
 		if modernCancel(r) { // cancelled.go
@@ -309,7 +297,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	// connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in2, out2 := interceptStdio(ctx, in, out, s.stdioTake) // groups.go, tasks.go
+	in2, out2 := interceptStdio(ctx, in, out, s.take) // groups.go, tasks.go
 	return server.NewStdioServer(s.mcp).Listen(ctx, in2, out2)
 }
 
@@ -513,16 +501,6 @@ func (s *session) poll() {
 	}
 }
 
-type listed struct {
-	Name         string             `json:"name"`
-	Title        string             `json:"title"`
-	Description  string             `json:"description"`
-	InputSchema  json.RawMessage    `json:"inputSchema"`
-	OutputSchema json.RawMessage    `json:"outputSchema"`
-	Annotations  mcp.ToolAnnotation `json:"annotations"`
-	Meta         map[string]any     `json:"_meta"` // the tool's groups (groups.go)
-}
-
 // refresh lists the session's tools for its user and, when they changed,
 // replaces the MCP server's tools (which notifies its clients): at once,
 // or, for a ctx made by later, coalesced (calm.go).
@@ -542,15 +520,18 @@ func (s *session) refresh(ctx context.Context) error {
 	tools := make([]server.ServerTool, 0, len(list.Tools))
 	order := map[string]int{}
 	for i, t := range list.Tools {
-		var l listed
+		// The router's MCP format (schemas/export.go), the schemas kept
+		// as they are; _meta holds the tool's groups (groups.go).
+		var l struct {
+			mcp.Tool
+			InputSchema  json.RawMessage `json:"inputSchema"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+		}
 		if err := json.Unmarshal(t, &l); err != nil {
 			return fmt.Errorf("facade: listing of %s: %w", s.id, err)
 		}
-		tool := mcp.Tool{Name: l.Name, Title: l.Title, Description: l.Description, RawInputSchema: l.InputSchema,
-			RawOutputSchema: l.OutputSchema, Annotations: l.Annotations}
-		if len(l.Meta) > 0 {
-			tool.Meta = &mcp.Meta{AdditionalFields: l.Meta}
-		}
+		tool := l.Tool
+		tool.RawInputSchema, tool.RawOutputSchema = l.InputSchema, l.OutputSchema
 		if !s.noTasks {
 			tool.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 		}

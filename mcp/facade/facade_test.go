@@ -295,7 +295,9 @@ func busNames(t *testing.T, e *env, s, user string) []string {
 	}
 	var out []string
 	for _, raw := range list.Tools {
-		var l listed
+		var l struct {
+			Name string `json:"name"`
+		}
 		_ = json.Unmarshal(raw, &l)
 		out = append(out, l.Name)
 	}

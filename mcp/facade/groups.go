@@ -78,23 +78,29 @@ func groupsMessage(body []byte) (*rpcMessage, bool) {
 	return &m, m.Method == methodGroupsList || m.Method == methodGroupsActivate
 }
 
-// serveGroups answers groups/list and toolbus/groups/activate over HTTP;
-// false leaves the request, body intact, to the next handler. The body was
-// bounded and buffered by stampNotification.
-func (s *session) serveGroups(w http.ResponseWriter, r *http.Request) bool {
+// serveOwn answers over HTTP what the facade answers itself (take:
+// grouping requests, task messages); false leaves the request, body
+// intact, to the next handler. The body was bounded and buffered by
+// stampNotification. A task message of an MCP session (up to 2025-11-25)
+// carries its id, for the task's status notifications.
+func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	body, ok := postedBody(r)
 	if !ok {
 		return false
 	}
-	m, ok := groupsMessage(body)
+	answer, ok := s.take(body)
 	if !ok {
 		return false
 	}
 	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.f.cfg.ContextHeader))
-	out := s.groupsAnswer(ctx, m)
+	sid := r.Header.Get(mcpSessionHeader)
+	if sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
+		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
+	}
+	out := answer(ctx)
 	w.Header().Set("Content-Type", "application/json")
-	if id := r.Header.Get(mcpSessionHeader); id != "" {
-		w.Header().Set(mcpSessionHeader, id)
+	if sid != "" {
+		w.Header().Set(mcpSessionHeader, sid)
 	}
 	_, _ = w.Write(out)
 	return true
@@ -114,10 +120,10 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 	return out
 }
 
-// stdioTake takes a stdio line the facade answers itself (a grouping
-// request, or a task message when the session offers tasks) and returns
-// how it is answered; false passes it on to mcp-go.
-func (s *session) stdioTake(line []byte) (func(context.Context) []byte, bool) {
+// take takes a message the facade answers itself (a grouping request, or
+// a task message when the session offers tasks), a stdio line or an HTTP
+// body, and returns how it is answered; false passes it on to mcp-go.
+func (s *session) take(line []byte) (func(context.Context) []byte, bool) {
 	if m, ok := groupsMessage(line); ok {
 		return func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
 	}

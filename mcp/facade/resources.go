@@ -80,12 +80,12 @@ func (s *resources) options(hooks *server.Hooks) []server.ServerOption {
 	})
 	hooks.AddAfterListResources(func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
 		if res != nil {
-			downgradeResources(revisionFrom(ctx), res.Resources)
+			downgradeResources(revisionFrom(ctx), res.Resources, nil)
 		}
 	})
 	hooks.AddAfterListResourceTemplates(func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
 		if res != nil {
-			downgradeTemplates(revisionFrom(ctx), res.ResourceTemplates)
+			downgradeResources(revisionFrom(ctx), nil, res.ResourceTemplates)
 		}
 	})
 	return []server.ServerOption{server.WithResourceCapabilities(false, false)}
