@@ -100,6 +100,17 @@ func (w *ListingWatch) Stop(ctx context.Context) error {
 	}
 }
 
+// ListingSubjects are the subjects a ListingWatch of a deployment with
+// subjects s subscribes to: its login must be allowed to subscribe to
+// them (security.RoleFacade is).
+func ListingSubjects(s bus.Subjects) []string {
+	var out []string
+	for _, f := range listingSubjects(s) {
+		out = append(out, f.subject)
+	}
+	return out
+}
+
 // listingFollow is one subject a ListingWatch follows, and which session
 // a write on it concerns (false: none, the write changes no listing).
 type listingFollow struct {
