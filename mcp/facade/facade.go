@@ -447,7 +447,7 @@ func (f *Facade) wire(s *session) {
 			return s.mcp.SendNotificationToSpecificClient(sid, method, params)
 		}}
 	if s.policy == ConfirmHostUser {
-		s.tasks.confirmParams = s.confirmParams
+		s.tasks.confirmParams = func(p bus.Parked) mcp.ElicitationParams { return confirmParams(p, s.confirms.remember) }
 	}
 	s.cross = &crossing{nc: f.nc, store: crossBucket{f.kv}, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
@@ -458,11 +458,6 @@ func (s *session) listed(name string) bool {
 	defer s.mu.Unlock()
 	_, ok := s.order[name]
 	return ok
-}
-
-// confirmParams is the confirmation s's host's user is shown for p.
-func (s *session) confirmParams(p bus.Parked) mcp.ElicitationParams {
-	return confirmParams(p, s.f.cfg.Auth == nil)
 }
 
 // awaitResult waits for a call's result on the bus (tasks.go).

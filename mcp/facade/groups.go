@@ -106,15 +106,25 @@ func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// groupsAnswer answers a grouping request with its JSON-RPC response, on
+// groupsAnswer answers a grouping request (groups/list, or
+// toolbus/groups/activate then the list) with its JSON-RPC response, on
 // either transport.
 func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
-	result, rerr := s.groupsDispatch(ctx, m)
-	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
-	if rerr != nil {
-		resp["error"] = rerr
-	} else {
-		resp["result"] = result
+	resp := struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  *groupsResult   `json:"result,omitempty"`
+		Error   *rpcError       `json:"error,omitempty"`
+	}{JSONRPC: mcp.JSONRPC_VERSION, ID: m.ID}
+	if m.Method == methodGroupsActivate {
+		resp.Error = s.activate(ctx, m.Params)
+	}
+	if resp.Error == nil {
+		if list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP); err != nil {
+			resp.Error = &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+		} else {
+			resp.Result = &groupsResult{Groups: groupsOf(list.Groups)}
+		}
 	}
 	out, _ := json.Marshal(resp)
 	return out
@@ -138,19 +148,6 @@ func (s *session) take(line []byte) (func(context.Context) []byte, bool) {
 
 type groupsResult struct {
 	Groups []mcpGroup `json:"groups"`
-}
-
-func (s *session) groupsDispatch(ctx context.Context, m *rpcMessage) (any, *rpcError) {
-	if m.Method == methodGroupsActivate {
-		if rerr := s.activate(ctx, m.Params); rerr != nil {
-			return nil, rerr
-		}
-	}
-	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
-	if err != nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
-	}
-	return groupsResult{Groups: groupsOf(list.Groups)}, nil
 }
 
 // activate makes exactly the named groups the active switchable ones: a

@@ -290,15 +290,15 @@ func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
 	if a.question != nil {
 		key = inputQuestion
 	}
-	r, ok := in[key]
-	if !ok || r.DecodeFor(mcp.MethodElicitationCreate) != nil || r.Elicitation == nil {
+	res := server.ElicitationResponse(in, key)
+	if res == nil {
 		return
 	}
 	switch {
 	case a.confirm != nil && c.policy == ConfirmHostUser:
-		c.decide(ctx, a.confirm.p, a.confirm.replyID, r.Elicitation)
+		c.decide(ctx, a.confirm.p, a.confirm.replyID, res)
 	case a.question != nil:
-		c.questions.answerQuestion(ctx, *a.question, r.Elicitation)
+		c.questions.answerQuestion(ctx, *a.question, res)
 	}
 }
 
