@@ -1,13 +1,18 @@
 package client_test
 
 import (
+	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
@@ -114,4 +119,43 @@ func TestWatchListings(t *testing.T) {
 		t.Fatalf("reported %q after Stop", id)
 	default: // Stop returned: no call of changed may follow
 	}
+}
+
+// A caller that serves sessions' tool listings lists a session again
+// when its listing may have changed: here a write of session s1's record.
+func ExampleWatchListings() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "toolbus-example")
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Config{StoreDir: dir})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	nc, _ := nats.Connect(srv.ClientURL())
+	defer nc.Close()
+	cl := client.New(nc, client.Config{})
+
+	changed := make(chan string, 1)
+	w := client.WatchListings(ctx, cl, 0, func(session string) {
+		select {
+		case changed <- session:
+		default: // one pending report is enough: the caller lists again
+		}
+	})
+	defer func() { _ = w.Stop(ctx) }()
+
+	// A router writes the record; here, the bucket directly.
+	js, _ := jetstream.New(nc)
+	kv, _ := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cl.Subjects().Bucket(bus.BucketSessions)})
+	_, _ = kv.Put(ctx, "s1", []byte(`{}`))
+	select {
+	case id := <-changed:
+		fmt.Printf("list session %q again\n", id)
+	case <-ctx.Done():
+		fmt.Println(ctx.Err())
+	}
+	// Output: list session "s1" again
 }
