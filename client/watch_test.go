@@ -3,17 +3,15 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/natsconn"
 )
 
 // TestWatchListings: against a real nats-server, a write to each bucket
@@ -121,41 +119,23 @@ func TestWatchListings(t *testing.T) {
 	}
 }
 
-// A caller that serves sessions' tool listings lists a session again
-// when its listing may have changed: here a write of session s1's record.
+// A caller that serves sessions' tool listings (the MCP facade) lists a
+// session again when its listing may have changed.
 func ExampleWatchListings() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dir, _ := os.MkdirTemp("", "toolbus-example")
-	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Config{StoreDir: dir})
+	cl, err := client.Dial(natsconn.FromEnv(), client.Config{Source: "my-facade"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer srv.Shutdown()
-	nc, _ := nats.Connect(srv.ClientURL())
-	defer nc.Close()
-	cl := client.New(nc, client.Config{})
-
-	changed := make(chan string, 1)
+	defer cl.Close()
+	ctx := context.Background()
 	w := client.WatchListings(ctx, cl, 0, func(session string) {
-		select {
-		case changed <- session:
-		default: // one pending report is enough: the caller lists again
+		if session == client.AllSessions {
+			fmt.Println("list every session again")
+			return
 		}
+		fmt.Printf("list session %q again\n", session) // must not block: hand it on
 	})
 	defer func() { _ = w.Stop(ctx) }()
-
-	// A router writes the record; here, the bucket directly.
-	js, _ := jetstream.New(nc)
-	kv, _ := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cl.Subjects().Bucket(bus.BucketSessions)})
-	_, _ = kv.Put(ctx, "s1", []byte(`{}`))
-	select {
-	case id := <-changed:
-		fmt.Printf("list session %q again\n", id)
-	case <-ctx.Done():
-		fmt.Println(ctx.Err())
-	}
-	// Output: list session "s1" again
+	// ... serve the sessions' listings until done.
 }
