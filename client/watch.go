@@ -79,9 +79,9 @@ func WatchListings(ctx context.Context, c *Client, retry time.Duration, changed 
 	return w
 }
 
-// Stop ends the watch: changed is not called once it returns. It waits
-// for a call of changed in progress until ctx ends. It is safe to call
-// twice.
+// Stop ends the watch: changed is not called once it returns (a call in
+// progress is waited for). It waits for the retrying to end until ctx
+// ends. It is safe to call twice.
 func (w *ListingWatch) Stop(ctx context.Context) error {
 	w.stop()
 	w.mu.Lock()
@@ -159,10 +159,16 @@ func (w *ListingWatch) workerChanged(m *nats.Msg) (string, bool) {
 	if gone {
 		delete(w.workers, m.Subject)
 	} else {
+		if len(w.workers) >= maxWorkerKeys {
+			clear(w.workers) // keys of workers that expired without leaving: each live one arrives again
+		}
 		w.workers[m.Subject] = true
 	}
 	return AllSessions, true
 }
+
+// maxWorkerKeys bounds the live workers' keys a ListingWatch keeps.
+const maxWorkerKeys = 1 << 16
 
 // subscribe subscribes to each of follows and flushes once, bounded by
 // ctx; it returns those it could not subscribe (all of them when the flush

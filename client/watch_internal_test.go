@@ -1,6 +1,7 @@
 package client
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -58,6 +59,13 @@ func TestListingFollows(t *testing.T) {
 		if id != c.want || ok != c.ok {
 			t.Errorf("%s: (%q, %v), want (%q, %v)", c.name, id, ok, c.want, c.ok)
 		}
+	}
+	// Keys of workers that expired without leaving are bounded.
+	for i := range maxWorkerKeys + 10 {
+		_, _ = w.workerChanged(&nats.Msg{Subject: kv(bus.BucketWorkers) + "t.w" + strconv.Itoa(i), Data: []byte(`{}`)})
+	}
+	if len(w.workers) > maxWorkerKeys {
+		t.Errorf("%d worker keys kept, at most %d", len(w.workers), maxWorkerKeys)
 	}
 	if len(follows) != 5 {
 		t.Errorf("%d subjects followed, want 5", len(follows))
