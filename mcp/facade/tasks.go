@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -593,31 +592,6 @@ func resultOf(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
 		}
 	}
 	return nil, false
-}
-
-// serveTaskHTTP answers a POST the facade handles itself (taskMessage);
-// false leaves the request, body intact, to mcp-go. The body was bounded
-// and buffered by stampNotification.
-func (s *taskFront) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
-	body, ok := postedBody(r)
-	if !ok {
-		return false
-	}
-	m, ok := taskMessage(body)
-	if !ok {
-		return false
-	}
-	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.contextHeader))
-	if sid := r.Header.Get(mcpSessionHeader); sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
-		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
-	}
-	out := s.answer(ctx, m)
-	w.Header().Set("Content-Type", "application/json")
-	if id := r.Header.Get(mcpSessionHeader); id != "" {
-		w.Header().Set(mcpSessionHeader, id)
-	}
-	_, _ = w.Write(out)
-	return true
 }
 
 // mcpSessionHeader is streamable HTTP's MCP session header.
