@@ -162,7 +162,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer m.close()
+	defer m.close(ctx)
 
 	var bareOut, mcpOut Path
 	paths := []path{
@@ -295,7 +295,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.ParkedP50US = rep.Parked.P50US
 
-	m.close()
+	m.close(ctx)
 	logf("bench: memory with %d sessions", opts.Sessions)
 	if rep.Sessions, err = d.measureSessions(ctx, opts.Sessions); err != nil {
 		return nil, err
@@ -330,7 +330,7 @@ func (d *deployment) measureParked(ctx context.Context, dur time.Duration) (Park
 	if err != nil {
 		return out, fmt.Errorf("bench: parked: %w", err)
 	}
-	defer ev.Stop()
+	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 	var total, park, answer latencies
 	ctx, cancel := context.WithTimeout(ctx, dur+callBound)
 	defer cancel()

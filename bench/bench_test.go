@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 		shared.d.close()
 	}
 	if sharedCross.d != nil {
-		sharedCross.d.close()
+		sharedCross.d.close(context.Background())
 	}
 	os.Exit(code)
 }
@@ -193,7 +193,7 @@ func BenchmarkParked(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(b.Context())
 	benchCalls(b, func(ctx context.Context, _ int) error {
 		id := client.NewReplyID()
 		reply, err := d.client.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolParked, Input: benchInput}}},

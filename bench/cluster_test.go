@@ -61,7 +61,7 @@ func benchScale(b *testing.B, cluster bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer parked.stop()
+	defer parked.stop(ctx)
 	paths := []struct {
 		metric string
 		fn     callFunc
@@ -204,7 +204,7 @@ func newParkedCallers(ctx context.Context, d *deployment, n int) (*parkedCallers
 	for i := range n {
 		ev, err := d.client.Watch(ctx, parkedSession(i))
 		if err != nil {
-			p.stop()
+			p.stop(ctx)
 			return nil, err
 		}
 		p.events = append(p.events, ev)
@@ -232,8 +232,8 @@ func (p *parkedCallers) call(ctx context.Context, i int) error {
 	return awaitDone(ctx, p.events[i], id)
 }
 
-func (p *parkedCallers) stop() {
+func (p *parkedCallers) stop(ctx context.Context) {
 	for _, ev := range p.events {
-		ev.Stop()
+		_ = ev.Stop(ctx)
 	}
 }

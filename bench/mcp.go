@@ -37,7 +37,7 @@ func startMCP(ctx context.Context, n int) (m *mcpHTTP, err error) {
 	m = &mcpHTTP{}
 	defer func() {
 		if err != nil {
-			m.close()
+			m.close(ctx)
 			m = nil
 		}
 	}()
@@ -118,14 +118,15 @@ func (m *mcpHTTP) call(ctx context.Context, i int) error {
 	return nil
 }
 
-// close stops the clients and the server; it is safe to call twice.
-func (m *mcpHTTP) close() { m.closeOnce.Do(m.stop) }
+// close stops the clients and the server, for at most xtest.StopTimeout
+// even when ctx has ended; it is safe to call twice.
+func (m *mcpHTTP) close(ctx context.Context) { m.closeOnce.Do(func() { m.stop(ctx) }) }
 
-func (m *mcpHTTP) stop() {
+func (m *mcpHTTP) stop(ctx context.Context) {
 	for _, c := range m.clients {
 		_ = c.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), xtest.StopTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), xtest.StopTimeout)
 	defer cancel()
 	if m.streamable != nil {
 		_ = m.streamable.Shutdown(ctx)

@@ -148,7 +148,7 @@ func crossRun(ctx context.Context, opts *CrossOptions, rep *CrossReport, n int, 
 	if err != nil {
 		return run, err
 	}
-	defer d.close()
+	defer d.close(ctx)
 	fail := func(err error) (CrossRun, error) {
 		if s := d.childErrors(); s != "" {
 			err = fmt.Errorf("%w\n%s", err, s)

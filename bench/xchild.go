@@ -161,7 +161,7 @@ func startRole(ctx context.Context, role string) (stop func(), extra string, err
 	case roleMCP:
 		m := &mcpHTTP{}
 		if extra, err = m.serve(); err == nil {
-			undo = m.close
+			undo = func() { m.close(ctx) }
 		}
 	default:
 		err = fmt.Errorf("unknown role %q", role)
@@ -278,7 +278,7 @@ func childRouter(ctx context.Context, nc *nats.Conn) (func(), error) {
 		return nil, err
 	}
 	return func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = r.Drain(dctx)
 	}, nil
@@ -367,12 +367,12 @@ func childWorker(ctx context.Context, url string) (func(), error) {
 		err = fmt.Errorf("worker not registered after %v", readyBound)
 	}
 	if err != nil {
-		w.Stop()
+		_ = w.Stop(context.WithoutCancel(ctx))
 		undo()
 		return nil, err
 	}
 	return func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = w.Drain(dctx)
 		undo()

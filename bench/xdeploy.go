@@ -165,7 +165,7 @@ func xdeploy(ctx context.Context, cfg xconfig) (d *xdeployment, err error) {
 	d = &xdeployment{children: map[string]*child{}}
 	defer func() {
 		if err != nil {
-			d.close()
+			d.close(ctx)
 			d = nil
 		}
 	}()
@@ -398,9 +398,9 @@ func (d *xdeployment) callTool(tool string) callFunc {
 
 // close stops the callers' connections and the processes in reverse
 // order of their start, and removes the store.
-func (d *xdeployment) close() {
+func (d *xdeployment) close(ctx context.Context) {
 	if d.mcp != nil {
-		d.mcp.close()
+		d.mcp.close(ctx)
 	}
 	for _, nc := range []*nats.Conn{d.clientNC, d.rawNC, d.ctl} {
 		if nc != nil {

@@ -194,7 +194,7 @@ func TestExamples(t *testing.T) {
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
+	testkit.Stop(t, r.Stop)
 	env := []string{"NATS_URL=" + srv.ClientURL(), "TOOLBUS_PREFIX=toolbus"}
 
 	worker := start(t, node, dir, "worker.mjs", append(env, "WORKER_ID=js-worker-1", "HEARTBEAT_MS=1000")...)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -405,7 +404,7 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 			}
 			res, err = bres, berr
 		}
-		t.finish(r, res, err)
+		t.finish(ctx, r, res, err)
 	}) {
 		done()
 	}
@@ -483,7 +482,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 			return
 		}
 		if res != nil {
-			t.finish(r, res, nil)
+			t.finish(ctx, r, res, nil)
 		}
 	}) {
 		done()
@@ -510,8 +509,8 @@ func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToo
 }
 
 // finish records the task's end, unless it ended already (cancelled).
-func (t *taskRunners) finish(r *taskRecord, res *mcp.CallToolResult, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallToolResult, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
 		r.Inputs = nil
@@ -547,7 +546,7 @@ func awaitResult(ctx context.Context, cl replayer, session, replyID, callID stri
 	if err != nil {
 		return nil, err
 	}
-	defer ev.Stop()
+	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -593,31 +592,6 @@ func resultOf(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
 		}
 	}
 	return nil, false
-}
-
-// serveTaskHTTP answers a POST the facade handles itself (taskMessage);
-// false leaves the request, body intact, to mcp-go. The body was bounded
-// and buffered by stampNotification.
-func (s *taskFront) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
-	body, ok := postedBody(r)
-	if !ok {
-		return false
-	}
-	m, ok := taskMessage(body)
-	if !ok {
-		return false
-	}
-	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.contextHeader))
-	if sid := r.Header.Get(mcpSessionHeader); sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
-		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
-	}
-	out := s.answer(ctx, m)
-	w.Header().Set("Content-Type", "application/json")
-	if id := r.Header.Get(mcpSessionHeader); id != "" {
-		w.Header().Set(mcpSessionHeader, id)
-	}
-	_, _ = w.Write(out)
-	return true
 }
 
 // mcpSessionHeader is streamable HTTP's MCP session header.

@@ -135,7 +135,7 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 			r.Message = fmt.Sprintf("running in the background as bus task %s (past the tool's timeout)", id)
 		})
 		if uerr == nil && rec.Status.IsTerminal() {
-			t.cancelBus(r.Session, id)
+			t.cancelBus(ctx, r.Session, id)
 			return nil, false, nil
 		}
 		if uerr == nil {
@@ -153,8 +153,8 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 
 // cancelBus cancels session's bus task id (bounded; a failure is logged:
 // the bus task then ends at its own deadline).
-func (t *taskRunners) cancelBus(session, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func (t *taskRunners) cancelBus(ctx context.Context, session, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := t.tasks.CancelTask(ctx, session, id); err != nil {
 		t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)

@@ -159,7 +159,7 @@ func TestTaskFollowsBusTaskElsewhere(t *testing.T) {
 	const s = "mt-bus-restart"
 	id := p.startTask(t, "A", s, "bg_done")
 	busID := busTaskOf(t, p, s, id)
-	p.f.Close()
+	p.f.Drain(t.Context())
 	p.mu.Lock()
 	p.backend[0] = p.newFacade(t)
 	p.mu.Unlock()

@@ -269,7 +269,7 @@ func (d *soakDeploy) stop() {
 	}
 	wg.Wait()
 	if d.cluster != nil {
-		d.cluster.Stop()
+		_ = d.cluster.Stop(context.Background())
 	}
 }
 

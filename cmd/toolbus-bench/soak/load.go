@@ -361,7 +361,7 @@ func (l *soakLoad) events(ctx context.Context, nc *nats.Conn) error {
 	}()
 	go func() {
 		<-ctx.Done()
-		evs.Stop()
+		_ = evs.Stop(context.WithoutCancel(ctx))
 	}()
 	return nil
 }

@@ -191,7 +191,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	if err := hw.Start(ctx); err != nil {
 		return nil, err
 	}
-	defer hw.Stop()
+	defer func() { _ = hw.Stop(context.WithoutCancel(ctx)) }()
 	cl := client.New(hnc, client.Config{Prefix: o.Prefix, Source: "soak/approver"})
 	if err := waitSoakLive(ctx, cl); err != nil {
 		return nil, err
