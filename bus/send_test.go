@@ -3,9 +3,11 @@ package bus_test
 import (
 	"encoding/json"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -69,5 +71,39 @@ func TestSendIsMsg(t *testing.T) {
 	}
 	if m, err := sub.NextMsg(5 * time.Second); err != nil || !json.Valid(m.Data) || string(m.Data) != `{"specversion":"1.0","id":"after","source":"s","type":"t"}` {
 		t.Errorf("after a refused send got %s, %v", m.Data, err) // the refused one was not sent
+	}
+}
+
+// WithBinaryMsg reuses its header for events of one shape and rebuilds it
+// for another: every message decodes to its own event, whatever came before.
+func TestWithBinaryMsgShapes(t *testing.T) {
+	tp := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	var evs []*bus.Event
+	for i, shape := range []struct{ subject, trace, state, expiry string }{
+		{"", "", "", "2030-01-01T00:00:00Z"}, {"", "", "", "2030-01-01T00:00:01Z"}, {"c1", tp, "k=v", ""},
+		{"c 3", tp, "", ""}, {"", "", "", "2030-01-01T00:00:02Z"}, {"c%2", "", "", ""}, {"", "", "", "2030-01-01T00:00:03Z"},
+	} {
+		e, err := bus.NewEvent(bus.TypeExec, "toolbus/router/r 1", json.RawMessage(`{"n":`+string(rune('0'+i))+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Subject, e.TraceParent, e.TraceState, e.ExpiryTime = shape.subject, shape.trace, shape.state, shape.expiry
+		e.SessionID, e.ReplyID, e.ToolCallID = "s1", "r1", "c1"
+		evs = append(evs, e, e) // each shape twice in a row: the second reuses the header
+	}
+	for i, e := range evs {
+		bus.WithBinaryMsg("x", e, func(m *nats.Msg) {
+			got, err := bus.Decode(m)
+			if err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
+			h, body := bus.EncodeBinary(e)
+			if !maps.EqualFunc(m.Header, h, slices.Equal) || string(m.Data) != string(body) {
+				t.Fatalf("event %d: header %v, BinaryMsg makes %v", i, m.Header, h)
+			}
+			if got.ID != e.ID || got.Subject != e.Subject || got.TraceParent != e.TraceParent || got.TraceState != e.TraceState || got.ExpiryTime != e.ExpiryTime {
+				t.Fatalf("event %d: decoded %+v, sent %+v", i, got, e)
+			}
+		})
 	}
 }
