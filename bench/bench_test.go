@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
@@ -28,7 +26,7 @@ var shared struct {
 // sharedCross is the cross-process deployment of the Go benchmarks.
 var sharedCross struct {
 	once sync.Once
-	d    *xdeployment
+	d    *deployment
 	err  error
 }
 
@@ -49,7 +47,7 @@ func sharedDeployment(b *testing.B) *deployment {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		shared.d, shared.err = deploy(ctx, 1, false, func(string, ...any) {})
+		shared.d, shared.err = deploy(ctx, config{sessions: 1})
 	})
 	if shared.err != nil {
 		b.Fatal(shared.err)
@@ -57,7 +55,7 @@ func sharedDeployment(b *testing.B) *deployment {
 	return shared.d
 }
 
-func sharedCrossDeployment(b *testing.B) *xdeployment {
+func sharedCrossDeployment(b *testing.B) *deployment {
 	b.Helper()
 	sharedCross.once.Do(func() {
 		exe, err := os.Executable()
@@ -67,7 +65,7 @@ func sharedCrossDeployment(b *testing.B) *xdeployment {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		sharedCross.d, sharedCross.err = xdeploy(ctx, xconfig{exe: exe, sessions: 1})
+		sharedCross.d, sharedCross.err = deploy(ctx, config{exe: exe, sessions: 1})
 	})
 	if sharedCross.err != nil {
 		b.Fatal(sharedCross.err)
@@ -83,7 +81,7 @@ func sharedCrossDeployment(b *testing.B) *xdeployment {
 // client-µs/op this process's (the client SDK and the loop).
 func BenchmarkCrossProcessReadOnly(b *testing.B) {
 	d := sharedCrossDeployment(b)
-	fn := d.callTool(toolRead)
+	fn := d.callTool(d.client, toolRead)
 	ctx := b.Context()
 	for range 10 {
 		if err := fn(ctx, 0); err != nil {
@@ -98,7 +96,7 @@ func BenchmarkCrossProcessReadOnly(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lat := make(latencies, 0, b.N)
+	lat := make(Latencies, 0, b.N)
 	cpu0 := processCPU()
 	b.ReportAllocs() // this process is the client SDK's
 	b.ResetTimer()
@@ -120,7 +118,7 @@ func BenchmarkCrossProcessReadOnly(b *testing.B) {
 		b.Fatal(err)
 	}
 	slices.Sort(lat)
-	b.ReportMetric(us(lat.quantile(0.5)), "p50-µs")
+	b.ReportMetric(us(lat.Quantile(0.5)), "p50-µs")
 	b.ReportMetric(perCallOf(float64(after.CPUNS-before.CPUNS)/1e3, int64(b.N)), "router-µs/op")
 	b.ReportMetric(perCallOf(float64(after.Mallocs-before.Mallocs), int64(b.N)), "router-allocs/op")
 	b.ReportMetric(perCallOf(float64(wafter.CPUNS-wbefore.CPUNS)/1e3, int64(b.N)), "worker-µs/op")
@@ -138,7 +136,7 @@ func benchCalls(b *testing.B, fn callFunc) {
 			b.Fatal(err)
 		}
 	}
-	lat := make(latencies, 0, b.N)
+	lat := make(Latencies, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -150,8 +148,8 @@ func benchCalls(b *testing.B, fn callFunc) {
 	}
 	b.StopTimer()
 	slices.Sort(lat)
-	b.ReportMetric(us(lat.quantile(0.5)), "p50-µs")
-	b.ReportMetric(us(lat.quantile(0.99)), "p99-µs")
+	b.ReportMetric(us(lat.Quantile(0.5)), "p50-µs")
+	b.ReportMetric(us(lat.Quantile(0.99)), "p99-µs")
 }
 
 func BenchmarkRawOneHop(b *testing.B) { benchCalls(b, sharedDeployment(b).oneHop) }
@@ -195,21 +193,10 @@ func BenchmarkParked(b *testing.B) {
 	}
 	defer ev.Stop()
 	benchCalls(b, func(ctx context.Context, _ int) error {
-		id := client.NewReplyID()
-		reply, err := d.client.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolParked, Input: benchInput}}},
-			client.WithReplyID(id))
-		if err != nil {
-			return err
-		}
-		if len(reply.Parked) != 1 {
-			return fmt.Errorf("reply %+v parks nothing", reply)
-		}
-		if err := d.client.Answer(ctx, toolParked, session, id, "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("yes")}); err != nil {
-			return err
-		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		return awaitDone(ctx, ev, id)
+		_, err := d.parkAndAnswer(ctx, ev, session)
+		return err
 	})
 }
 
