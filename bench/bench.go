@@ -342,7 +342,7 @@ func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last 
 		return run, err
 	}
 	for role, c := range d.children {
-		run.PIDs[role] = c.pid()
+		run.PIDs[role] = c.Pid()
 	}
 	paths := []*path{
 		{name: "relay", server: roleRelay, fn: d.relay},

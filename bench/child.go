@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -382,122 +380,29 @@ func registerTrivial(w *worker.Worker) error {
 	return nil
 }
 
-// child is one process of the cross-process deployment.
-type child struct {
-	role   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stderr *tail
-	done   chan struct{} // closed when the process has exited
-}
-
-// tail keeps the last bytes a child wrote to stderr, for error messages.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-	out io.Writer // also copied here when set (verbose)
-}
-
-const tailBytes = 4096
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > tailBytes {
-		t.buf = t.buf[len(t.buf)-tailBytes:]
-	}
-	if t.out != nil {
-		_, _ = t.out.Write(p)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.buf))
-}
-
 // startChild starts exe as role with env added and waits for its ready
 // line; it returns what followed "ready" on it.
-func startChild(ctx context.Context, exe, role string, env []string, stderr io.Writer) (*child, string, error) {
-	c := &child{role: role, stderr: &tail{out: stderr}, done: make(chan struct{})}
-	c.cmd = exec.Command(exe)
-	c.cmd.Env = append(append(os.Environ(), envChild+"="+role), env...)
-	c.cmd.Stderr = c.stderr
-	var err error
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		return nil, "", err
-	}
-	stdout, err := c.cmd.StdoutPipe()
+func startChild(ctx context.Context, exe, role string, env []string, stderr io.Writer) (*Process, error) {
+	p, err := StartProcess(ctx, ProcessSpec{Path: exe, Env: append(append(os.Environ(), envChild+"="+role), env...),
+		Log: stderr, Bound: readyBound, Stdin: true, Ready: func(line string) (string, bool) {
+			rest, ok := strings.CutPrefix(line, childReady)
+			return strings.TrimSpace(rest), ok
+		}})
 	if err != nil {
-		return nil, "", err
+		return nil, fmt.Errorf("bench: %s process: %w", role, err)
 	}
-	if err := c.cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("bench: start %s process: %w", role, err)
-	}
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-		_ = c.cmd.Wait()
-		close(c.done)
-	}()
-	t := time.NewTimer(readyBound)
-	defer t.Stop()
-	select {
-	case line := <-lines:
-		rest, ok := strings.CutPrefix(line, childReady)
-		if !ok {
-			c.stop()
-			return nil, "", fmt.Errorf("bench: %s process said %q", role, line)
-		}
-		return c, strings.TrimSpace(rest), nil
-	case <-c.done:
-		return nil, "", fmt.Errorf("bench: %s process exited: %s", role, c.stderr)
-	case <-ctx.Done():
-		c.stop()
-		return nil, "", ctx.Err()
-	case <-t.C:
-		c.stop()
-		return nil, "", fmt.Errorf("bench: %s process not ready after %v: %s", role, readyBound, c.stderr)
-	}
+	return p, nil
 }
-
-func (c *child) pid() int { return c.cmd.Process.Pid }
 
 // childStop bounds a child's orderly exit after its stdin closes.
 const childStop = 20 * time.Second
-
-// stop closes the child's stdin (its signal to drain and exit) and kills
-// it when it has not exited in time.
-func (c *child) stop() {
-	if c == nil {
-		return
-	}
-	_ = c.stdin.Close()
-	t := time.NewTimer(childStop)
-	defer t.Stop()
-	select {
-	case <-c.done:
-	case <-t.C:
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
-}
 
 // childErrors returns what the children said on stderr, for a failed run.
 func (d *deployment) childErrors() string {
 	var b bytes.Buffer
 	for _, role := range []string{roleNATS, roleRouter, roleRelay, roleWorker, roleMCP} {
 		if c := d.children[role]; c != nil {
-			if s := c.stderr.String(); s != "" {
+			if s := c.Tail(); s != "" {
 				fmt.Fprintf(&b, "%s: %s\n", role, s)
 			}
 		}

@@ -10,10 +10,10 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -83,9 +83,9 @@ type config struct {
 // deployment is a running config.
 type deployment struct {
 	cfg      config
-	x        *xtest.Deployment // in this process: the server(s) and the router
-	children map[string]*child // as processes: by role
-	undo     []func()          // in this process: stops the parts startPart started
+	x        *xtest.Deployment   // in this process: the server(s) and the router
+	children map[string]*Process // as processes: by role
+	undo     []func()            // in this process: stops the parts startPart started
 	dir, url string
 
 	ctl      *nats.Conn // status, KV and control requests
@@ -109,7 +109,7 @@ func labelled(ctx context.Context, part string, fn func(context.Context)) {
 // worker's tools live and activates the bench group in cfg.sessions
 // sessions.
 func deploy(ctx context.Context, cfg config) (d *deployment, err error) {
-	d = &deployment{cfg: cfg, children: map[string]*child{}}
+	d = &deployment{cfg: cfg, children: map[string]*Process{}}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -197,11 +197,12 @@ func (d *deployment) start(ctx context.Context, role string, env ...string) (ext
 		if files := d.cfg.profiles[role]; len(files) > 0 {
 			env = append(env, envProfiles+"="+strings.Join(files, string(os.PathListSeparator)))
 		}
-		c, extra, err := startChild(ctx, d.cfg.exe, role, env, d.cfg.stderr)
-		if err == nil {
-			d.children[role] = c
+		c, err := startChild(ctx, d.cfg.exe, role, env, d.cfg.stderr)
+		if err != nil {
+			return "", err
 		}
-		return extra, err
+		d.children[role] = c
+		return c.Extra, nil
 	}
 	if role == roleMCP { // in this process the server and its clients are one object
 		d.mcp = &mcpHTTP{}
@@ -227,51 +228,39 @@ func rawPayload() ([]byte, error) {
 }
 
 // status asks the router for its P.admin.status.
-func (d *deployment) status(ctx context.Context) (bus.Status, error) {
-	var st bus.Status
-	e, err := bus.NewEvent(bus.TypeAdmin, "bench/agent", struct{}{})
-	if err != nil {
-		return st, err
-	}
-	m, err := e.Msg(bus.NewSubjects("").Admin("status"))
-	if err != nil {
-		return st, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+func (d *deployment) status(ctx context.Context) (st bus.Status, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := d.ctl.RequestMsgWithContext(rctx, m)
-	if err != nil {
-		return st, err
-	}
-	re, err := bus.Decode(resp)
-	if err != nil {
-		return st, err
-	}
-	if re.Type != bus.TypeAdminReply {
-		return st, fmt.Errorf("status reply %s: %s", re.Type, re.Data)
-	}
-	return st, re.DataAs(&st)
+	return st, client.New(d.ctl, client.Config{Source: "bench/agent"}).Admin(ctx, "status", "", nil, &st)
 }
 
 // pollStatus asks for the router's status until ok accepts it, within
 // readyBound.
 func (d *deployment) pollStatus(ctx context.Context, ok func(bus.Status) error) error {
-	ctx, cancel := context.WithTimeout(ctx, readyBound)
-	defer cancel()
-	var last error
-	for {
+	return Poll(ctx, readyBound, 10*time.Millisecond, func() error {
 		st, err := d.status(ctx)
-		if err == nil {
-			if err = ok(st); err == nil {
-				return nil
-			}
+		if err != nil {
+			return err
 		}
-		last = err
-		t := time.NewTimer(10 * time.Millisecond)
+		return ok(st)
+	})
+}
+
+// Poll calls fn every interval until it returns nil, ctx ends or bound
+// has passed; then it returns fn's last error.
+func Poll(ctx context.Context, bound, interval time.Duration, fn func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("bench: router status: %w (last: %v)", ctx.Err(), last)
+			return fmt.Errorf("bench: %w (last: %v)", ctx.Err(), err)
 		case <-t.C:
 		}
 	}
@@ -407,38 +396,12 @@ func checkReply(r *bus.Reply, n int) error {
 // parallel runs fn(i) for i < n on at most width goroutines and returns the
 // first error.
 func parallel(ctx context.Context, n, width int, fn func(context.Context, int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var next int
-	var mu sync.Mutex
-	var first error
-	var wg sync.WaitGroup
-	for range min(width, n) {
-		wg.Go(func() {
-			for {
-				mu.Lock()
-				i := next
-				next++
-				stop := first != nil || i >= n
-				mu.Unlock()
-				if stop || ctx.Err() != nil {
-					return
-				}
-				if err := fn(ctx, i); err != nil {
-					mu.Lock()
-					first = cmp.Or(first, err)
-					mu.Unlock()
-					cancel()
-					return
-				}
-			}
-		})
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(width)
+	for i := 0; i < n && gctx.Err() == nil; i++ {
+		g.Go(func() error { return fn(gctx, i) })
 	}
-	wg.Wait()
-	if first == nil && ctx.Err() != nil {
-		first = ctx.Err()
-	}
-	return first
+	return cmp.Or(g.Wait(), ctx.Err())
 }
 
 // The calls measured. Each takes the caller's index, which picks its session.
@@ -480,7 +443,7 @@ func (d *deployment) close() {
 		d.undo[i]()
 	}
 	for _, role := range []string{roleMCP, roleWorker, roleRelay, roleRouter, roleNATS} {
-		d.children[role].stop()
+		d.children[role].Stop(childStop)
 	}
 	if d.x != nil {
 		d.x.Close()

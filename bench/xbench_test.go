@@ -143,7 +143,7 @@ func TestCrossDeployment(t *testing.T) {
 
 	pids := map[string]int{}
 	for role, c := range d.children {
-		pids[role] = c.pid()
+		pids[role] = c.Pid()
 	}
 	d.close()
 	closed = true

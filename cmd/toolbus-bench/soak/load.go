@@ -212,27 +212,37 @@ type soakLoad struct {
 	appr *soakApprover
 }
 
-// agent makes batches until ctx ends; the batch under way is finished
-// (or given up) first. stop ends it at once (the operator interrupted).
-func (l *soakLoad) agent(ctx, stop context.Context, i int, nc *nats.Conn) {
-	r := rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano())))
-	cl := client.New(nc, client.Config{Prefix: l.o.Prefix, Source: fmt.Sprintf("soak/agent%d", i)})
-	for n := 0; ctx.Err() == nil; n++ {
-		b := &soakBatch{session: fmt.Sprintf("%s-a%d-s%d", l.run, i, n/soakBatchesPerSession),
-			reply: fmt.Sprintf("%s-a%d-b%d", l.run, i, n), signal: make(chan struct{}, 1)}
-		for k := range 1 + r.IntN(soakBatchCalls) {
-			kind := pickKind(r)
-			id := fmt.Sprintf("c%d", k+1)
-			in, want := kind.input(r, id)
-			b.calls = append(b.calls, &soakCall{key: bus.CallKey(b.session, b.reply, id), id: id, kind: kind,
-				input: in, want: want, batch: b, seen: map[string]string{}})
-		}
-		b.first = time.Now()
-		b.expiry = b.first.Add(l.o.BatchDeadline)
-		l.t.add(b)
-		l.runBatch(stop, cl, b)
-		sleepCtx(ctx, time.Duration(20+r.IntN(180))*time.Millisecond)
+// soakAgent is one agent: its client, its randomness and the batches it
+// made so far.
+type soakAgent struct {
+	i, n int
+	r    *rand.Rand
+	cl   *client.Client
+}
+
+func (l *soakLoad) newAgent(i int, nc *nats.Conn) *soakAgent {
+	return &soakAgent{i: i, r: rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano()))),
+		cl: client.New(nc, client.Config{Prefix: l.o.Prefix, Source: fmt.Sprintf("soak/agent%d", i)})}
+}
+
+// batch makes a's next batch and runs it to its end (or gives it up);
+// stop ends it at once (the operator interrupted).
+func (l *soakLoad) batch(stop context.Context, a *soakAgent) {
+	i, n := a.i, a.n
+	a.n++
+	b := &soakBatch{session: fmt.Sprintf("%s-a%d-s%d", l.run, i, n/soakBatchesPerSession),
+		reply: fmt.Sprintf("%s-a%d-b%d", l.run, i, n), signal: make(chan struct{}, 1)}
+	for k := range 1 + a.r.IntN(soakBatchCalls) {
+		kind := pickKind(a.r)
+		id := fmt.Sprintf("c%d", k+1)
+		in, want := kind.input(a.r, id)
+		b.calls = append(b.calls, &soakCall{key: bus.CallKey(b.session, b.reply, id), id: id, kind: kind,
+			input: in, want: want, batch: b, seen: map[string]string{}})
 	}
+	b.first = time.Now()
+	b.expiry = b.first.Add(l.o.BatchDeadline)
+	l.t.add(b)
+	l.runBatch(stop, a.cl, b)
 }
 
 // runBatch sends b and re-sends it with the same reply id, as an agent
