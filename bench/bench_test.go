@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -81,60 +82,45 @@ func sharedCrossDeployment(b *testing.B) *deployment {
 // client-µs/op this process's (the client SDK and the loop).
 func BenchmarkCrossProcessReadOnly(b *testing.B) {
 	d := sharedCrossDeployment(b)
-	fn := d.callTool(d.client, toolRead)
-	ctx := b.Context()
-	for range 10 {
-		if err := fn(ctx, 0); err != nil {
+	var before snapshot
+	benchCalls(b, d.callTool(d.client, toolRead), func() {
+		var err error
+		if before, err = d.snapshot(b.Context()); err != nil {
 			b.Fatal(err)
 		}
-	}
-	before, err := d.stats(ctx, roleRouter, ctlRequest{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	wbefore, err := d.stats(ctx, roleWorker, ctlRequest{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lat := make(Latencies, 0, b.N)
-	cpu0 := processCPU()
-	b.ReportAllocs() // this process is the client SDK's
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if err := fn(ctx, 0); err != nil {
+	}, func() {
+		after, err := d.snapshot(b.Context())
+		if err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(t0))
-	}
-	b.StopTimer()
-	cpu := processCPU() - cpu0
-	after, err := d.stats(ctx, roleRouter, ctlRequest{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	wafter, err := d.stats(ctx, roleWorker, ctlRequest{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	slices.Sort(lat)
-	b.ReportMetric(us(lat.Quantile(0.5)), "p50-µs")
-	b.ReportMetric(perCallOf(float64(after.CPUNS-before.CPUNS)/1e3, int64(b.N)), "router-µs/op")
-	b.ReportMetric(perCallOf(float64(after.Mallocs-before.Mallocs), int64(b.N)), "router-allocs/op")
-	b.ReportMetric(perCallOf(float64(wafter.CPUNS-wbefore.CPUNS)/1e3, int64(b.N)), "worker-µs/op")
-	b.ReportMetric(perCallOf(float64(wafter.Mallocs-wbefore.Mallocs), int64(b.N)), "worker-allocs/op")
-	b.ReportMetric(perCallOf(float64(cpu.Nanoseconds())/1e3, int64(b.N)), "client-µs/op")
+		per := func(role string, allocs bool) float64 {
+			if allocs {
+				return perCallOf(float64(after[role].Mallocs-before[role].Mallocs), int64(b.N))
+			}
+			return perCallOf(float64(after[role].CPUNS-before[role].CPUNS)/1e3, int64(b.N))
+		}
+		b.ReportMetric(per(roleRouter, false), "router-µs/op")
+		b.ReportMetric(per(roleRouter, true), "router-allocs/op")
+		b.ReportMetric(per(roleWorker, false), "worker-µs/op")
+		b.ReportMetric(per(roleWorker, true), "worker-allocs/op")
+		b.ReportMetric(per(roleClient, false), "client-µs/op")
+	})
 }
 
-// benchCalls calls fn b.N times from one caller and reports the median
-// latency next to ns/op.
-func benchCalls(b *testing.B, fn callFunc) {
+// benchCalls calls fn b.N times from one caller (this process's
+// allocations are the client SDK's) and reports the median and p99
+// latency next to ns/op; around, when given, are called just before the
+// calls and just after.
+func benchCalls(b *testing.B, fn callFunc, around ...func()) {
 	b.Helper()
 	ctx := b.Context()
 	for range 10 { // warm up connections and caches
 		if err := fn(ctx, 0); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if len(around) == 2 {
+		around[0]()
 	}
 	lat := make(Latencies, 0, b.N)
 	b.ReportAllocs()
@@ -147,6 +133,9 @@ func benchCalls(b *testing.B, fn callFunc) {
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
+	if len(around) == 2 {
+		around[1]()
+	}
 	slices.Sort(lat)
 	b.ReportMetric(us(lat.Quantile(0.5)), "p50-µs")
 	b.ReportMetric(us(lat.Quantile(0.99)), "p99-µs")
@@ -211,18 +200,7 @@ func TestRunQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Run took %v", time.Since(start))
-	var table strings.Builder
-	rep.WriteTable(&table)
-	t.Log("\n" + table.String())
-
-	b, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
+	table, b, doc := rendered(t, rep)
 	paths := []string{
 		"baseline.one_hop.p50_us", "baseline.one_hop.p90_us", "baseline.one_hop.p99_us",
 		"baseline.one_hop.throughput.1", "baseline.one_hop.throughput.4",
@@ -288,6 +266,23 @@ func TestRunQuick(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// rendered returns the report's table, its JSON and the JSON decoded.
+func rendered(t *testing.T, rep interface{ WriteTable(io.Writer) }) (*strings.Builder, []byte, map[string]any) {
+	t.Helper()
+	var table strings.Builder
+	rep.WriteTable(&table)
+	t.Log("\n" + table.String())
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return &table, b, doc
 }
 
 // lookup finds a dotted path in a decoded JSON document.

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,17 +162,7 @@ func TestRunCrossQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var table strings.Builder
-	rep.WriteTable(&table)
-	t.Log("\n" + table.String())
-	b, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
+	table, _, doc := rendered(t, rep)
 	runs, _ := doc["runs"].([]any)
 	if len(runs) != 2 {
 		t.Fatalf("%d runs, want 2", len(runs))
