@@ -92,8 +92,8 @@ func readStats(gc bool) childStats {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return childStats{CPUNS: processCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse,
-		RSSKB: procStatusKB("VmRSS"), HWMKB: procStatusKB("VmHWM"), NumGC: ms.NumGC}
+	rss, hwm := memKB()
+	return childStats{CPUNS: processCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC}
 }
 
 // RunChild runs this process as a part of the cross-process bench when
