@@ -31,23 +31,6 @@ type mcpHTTP struct {
 	closeOnce  sync.Once
 }
 
-// startMCP starts the server and n initialized clients, with mcp-go's
-// default protocol revision negotiation.
-func startMCP(ctx context.Context, n int) (m *mcpHTTP, err error) {
-	m = &mcpHTTP{}
-	defer func() {
-		if err != nil {
-			m.close()
-			m = nil
-		}
-	}()
-	url, err := m.serve()
-	if err != nil {
-		return nil, err
-	}
-	return m, m.connect(ctx, url, n)
-}
-
 // serve starts the server on a loopback port and returns its URL.
 func (m *mcpHTTP) serve() (string, error) {
 	s := mcpserver.NewMCPServer("toolbus-bench", "1.0.0", mcpserver.WithToolCapabilities(false))

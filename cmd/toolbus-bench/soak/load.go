@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bench"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 )
@@ -467,41 +468,32 @@ func (a *soakApprover) answer(c *soakCall, via string) {
 			t.note(c.key, "approver: bad answer of kind %s: %v", c.kind.name, err)
 			return
 		}
-		b := c.batch
-		until := time.Now().Add(soakAnswerFor)
-		for try := 1; ; try++ {
+		b, try := c.batch, 0
+		err := bench.Poll(a.ctx, soakAnswerFor, 500*time.Millisecond, func() error {
+			try++
 			ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
 			err := a.cl.Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
 			cancel()
 			var be *bus.Error
 			isBus := errors.As(err, &be)
 			t.mu.Lock()
-			done := c.final != nil
+			defer t.mu.Unlock()
 			switch {
 			case err == nil:
-				c.answered = time.Now()
 				t.step(c, "approver (%s): answer accepted on try %d", via, try)
 			case isBus && be.Code == bus.CodeAlreadyAnswered:
-				c.answered = time.Now()
 				t.step(c, "approver (%s): try %d: already answered (an earlier try landed)", via, try)
-			case isBus && be.Code == bus.CodeNotParked && (try > 1 || done):
-				c.answered = time.Now()
+			case isBus && be.Code == bus.CodeNotParked && (try > 1 || c.final != nil):
 				t.step(c, "approver (%s): try %d: not parked any more (an earlier try landed, or it settled)", via, try)
 			default:
 				t.step(c, "approver (%s): try %d: %v", via, try, err)
-				err = errRetry
+				return errors.New("retry")
 			}
-			t.mu.Unlock()
-			if err != errRetry {
-				return
-			}
-			if time.Now().After(until) || a.ctx.Err() != nil {
-				t.note(c.key, "approver: gave up answering after %d tries", try)
-				return
-			}
-			sleepCtx(a.ctx, 500*time.Millisecond)
+			c.answered = time.Now()
+			return nil
+		})
+		if err != nil {
+			t.note(c.key, "approver: gave up answering after %d tries", try)
 		}
 	}()
 }
-
-var errRetry = errors.New("retry")
