@@ -209,13 +209,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		from *path
 		to   *Path
 	}{{oneHop, &rep.Baseline.OneHop}, {relay, &rep.Baseline.Relay}, {read, &rep.Toolbus}, {write, &rep.ToolbusWrite}} {
-		p.to.P50US, p.to.P90US, p.to.P99US = p.from.lat.percentilesUS()
-		p.to.Throughput = p.from.throughputs()
+		p.to.Latency = p.from.latency()
 		p.to.CPUUSPerCall, p.to.AllocsPerCall = p.from.loads[k].perCall(roleClient)
 		p.to.CoresUsed = p.from.loads[k].cores()
 	}
 	rep.Bare = Cost{Throughput: bare.loads[k].Throughput(), CoresUsed: bare.loads[k].cores(), P50US: us(bare.lat.Quantile(0.5)),
-		Throughputs: bare.throughputs()}
+		Throughputs: bare.latency().Throughput}
 	rep.Bare.CPUUSPerCall, rep.Bare.AllocsPerCall = bare.loads[k].perCall(roleClient)
 	rep.MCPHTTP16, rep.MCPHTTPP50US = mcp.loads[k].Throughput(), us(mcp.lat.Quantile(0.5))
 	rep.MCPHTTPCallers, rep.MCPProtocol = mid, d.mcp.protocol
@@ -284,8 +283,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.Sessions = SessionMemory{Count: s.Count, Cached: s.Cached, HeapMiBBefore: s.HeapMiBBefore, HeapMiBAfter: s.HeapMiBAfter,
-		RSSMiBBefore: s.RSSMiBBefore, RSSMiBAfter: s.RSSMiBAfter, HeapBytesPerSession: (s.HeapMiBAfter - s.HeapMiBBefore) * (1 << 20) / float64(s.Count)}
+	rep.Sessions = SessionMemory{Memory: s.Memory, HeapBytesPerSession: (s.HeapMiBAfter - s.HeapMiBBefore) * (1 << 20) / float64(s.Count)}
 	rep.RouterRSSMiB10k, rep.RouterHeapMiB10k = rep.Sessions.RSSMiBAfter, rep.Sessions.HeapMiBAfter
 
 	rep.finish()
@@ -355,9 +353,8 @@ func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last 
 	}
 	for i, out := range []*CrossPath{&run.Relay, &run.Toolbus, &run.ToolbusWrite, &run.MCP} {
 		p := paths[i]
-		*out = CrossPath{Throughput: p.throughputs(), CPUUSPerCall: map[string]map[string]float64{},
+		*out = CrossPath{Latency: p.latency(), CPUUSPerCall: map[string]map[string]float64{},
 			AllocsPerCall: map[string]map[string]float64{}, OtherCores: map[string]float64{}}
-		out.P50US, out.P90US, out.P99US = p.lat.percentilesUS()
 		for k, c := range p.loads {
 			cpu, allocs := map[string]float64{}, map[string]float64{}
 			for part, role := range map[string]string{partRouter: p.server, partWorker: roleWorker, partClient: roleClient, procNATS: roleNATS} {
@@ -514,7 +511,7 @@ func (d *deployment) parkAndAnswer(ctx context.Context, ev *client.Events, sessi
 // router's memory (in process: the whole process's) before and after,
 // after a GC that returns freed memory to the OS, and its peak.
 func (d *deployment) measureSessions(ctx context.Context, n int) (*CrossSessions, error) {
-	out := &CrossSessions{Count: n}
+	out := &CrossSessions{Memory: Memory{Count: n}}
 	before, err := d.stats(ctx, roleRouter, ctlRequest{GC: true})
 	if err != nil {
 		return nil, err

@@ -25,11 +25,6 @@ func (l Latencies) Quantile(q float64) time.Duration {
 	return l[min(max(i, 0), len(l)-1)]
 }
 
-// percentilesUS are the p50, p90 and p99 in µs.
-func (l Latencies) percentilesUS() (p50, p90, p99 float64) {
-	return us(l.Quantile(0.5)), us(l.Quantile(0.9)), us(l.Quantile(0.99))
-}
-
 // minLatencySamples keeps percentiles meaningful when a call is slow.
 const minLatencySamples = 20
 
@@ -259,11 +254,12 @@ func (d *deployment) measure(ctx context.Context, paths []*path, callers []int, 
 	return nil
 }
 
-// throughputs is a path's best throughput by caller count.
-func (p *path) throughputs() map[string]float64 {
-	out := map[string]float64{}
+// latency is a path's best latency and throughput by caller count.
+func (p *path) latency() Latency {
+	out := Latency{Throughput: map[string]float64{}}
+	out.P50US, out.P90US, out.P99US = us(p.lat.Quantile(0.5)), us(p.lat.Quantile(0.9)), us(p.lat.Quantile(0.99))
 	for k, c := range p.loads {
-		out[k] = c.Throughput()
+		out.Throughput[k] = c.Throughput()
 	}
 	return out
 }

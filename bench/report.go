@@ -63,12 +63,18 @@ type Baseline struct {
 	Relay  Path `json:"relay"`
 }
 
-// Path is what is measured for one kind of call.
-type Path struct {
+// Latency is one caller's latency percentiles and the throughput by
+// caller count of one kind of call.
+type Latency struct {
 	P50US      float64            `json:"p50_us"`
 	P90US      float64            `json:"p90_us"`
 	P99US      float64            `json:"p99_us"`
 	Throughput map[string]float64 `json:"throughput"`
+}
+
+// Path is what is measured for one kind of call.
+type Path struct {
+	Latency
 	// CPUUSPerCall and AllocsPerCall are process-wide (nats-server, client,
 	// worker and router are all in this process), per call, at the
 	// Config.CostCallers caller count.
@@ -138,13 +144,20 @@ type Target struct {
 
 // SessionMemory is the memory measurement.
 type SessionMemory struct {
-	Count               int     `json:"count"`
-	Cached              int     `json:"cached"` // sessions in the router's cache afterwards
-	HeapMiBBefore       float64 `json:"heap_mib_before"`
-	HeapMiBAfter        float64 `json:"heap_mib_after"`
-	RSSMiBBefore        float64 `json:"rss_mib_before"`
-	RSSMiBAfter         float64 `json:"rss_mib_after"`
+	Memory
 	HeapBytesPerSession float64 `json:"heap_bytes_per_session"`
+}
+
+// Memory is the router's memory (in process: the whole process's) before
+// and after sessions were written and listed, after a GC that returns
+// freed memory.
+type Memory struct {
+	Count         int     `json:"count"`
+	Cached        int     `json:"cached"` // sessions in the router's cache afterwards
+	HeapMiBBefore float64 `json:"heap_mib_before"`
+	HeapMiBAfter  float64 `json:"heap_mib_after"`
+	RSSMiBBefore  float64 `json:"rss_mib_before"`
+	RSSMiBAfter   float64 `json:"rss_mib_after"`
 }
 
 // Machine describes where the run happened.
@@ -162,13 +175,18 @@ type Machine struct {
 
 // Config echoes the options of the run.
 type Config struct {
+	Setup
+	Rounds    int   `json:"rounds"`
+	Workers   []int `json:"workers"`
+	IOCallers int   `json:"io_callers"`
+}
+
+// Setup is what both benches echo of their options.
+type Setup struct {
 	Quick       bool    `json:"quick"`
 	DurationMS  float64 `json:"duration_ms"`
-	Rounds      int     `json:"rounds"`
 	Callers     []int   `json:"callers"`
-	Workers     []int   `json:"workers"`
-	IOCallers   int     `json:"io_callers"`
-	CostCallers int     `json:"cost_callers"`
+	CostCallers int     `json:"cost_callers"` // where CPU per call (in process) and the SDKs' CPU are judged
 	Sessions    int     `json:"sessions"`
 	Started     string  `json:"started"`
 }
@@ -209,10 +227,7 @@ type CrossRun struct {
 
 // CrossPath is one path's figures in one run.
 type CrossPath struct {
-	P50US      float64            `json:"p50_us"`
-	P90US      float64            `json:"p90_us"`
-	P99US      float64            `json:"p99_us"`
-	Throughput map[string]float64 `json:"throughput"`
+	Latency
 	// CPUUSPerCall is each process's CPU (getrusage of that process) per
 	// call, by caller count then process: router (the router process, or
 	// the relay forwarder's), worker (the worker process: the toolbus
@@ -257,16 +272,11 @@ type Spread struct {
 
 // CrossSessions is the router process's memory with many sessions in KV.
 type CrossSessions struct {
-	Count         int     `json:"count"`
-	Cached        int     `json:"cached"` // sessions in the router's cache afterwards
-	RSSMiBBefore  float64 `json:"rss_mib_before"`
-	RSSMiBAfter   float64 `json:"rss_mib_after"` // after a GC that returns freed memory
-	PeakRSSMiB    float64 `json:"peak_rss_mib"`  // VmHWM over the process's life
-	HeapMiBBefore float64 `json:"heap_mib_before"`
-	HeapMiBAfter  float64 `json:"heap_mib_after"`
-	NATSRSSMiB    float64 `json:"nats_rss_mib"`
-	WriteS        float64 `json:"write_s"` // writing the sessions into KV
-	ListS         float64 `json:"list_s"`  // listing each through the router
+	Memory
+	PeakRSSMiB float64 `json:"peak_rss_mib"` // VmHWM over the process's life
+	NATSRSSMiB float64 `json:"nats_rss_mib"`
+	WriteS     float64 `json:"write_s"` // writing the sessions into KV
+	ListS      float64 `json:"list_s"`  // listing each through the router
 }
 
 // Profile is one CPU profile of the router process: what it covers, so
@@ -284,13 +294,8 @@ type Profile struct {
 
 // CrossConfig echoes the options of the run.
 type CrossConfig struct {
-	Quick       bool    `json:"quick"`
-	Runs        int     `json:"runs"`
-	DurationMS  float64 `json:"duration_ms"`
-	Callers     []int   `json:"callers"`
-	CostCallers int     `json:"cost_callers"` // where the SDKs' CPU is judged
-	Sessions    int     `json:"sessions"`
-	Started     string  `json:"started"`
+	Setup
+	Runs int `json:"runs"`
 }
 
 const crossLayout = "nats-server (embedded, its own process), router (its own process, cmd/router's defaults, no built-in tools), " +
@@ -302,20 +307,18 @@ func newMachine() Machine {
 		GOMAXPROCS: runtime.GOMAXPROCS(0), CPUModel: cpuModel(), LoadAvgStart: loadAvg(), Revision: revision()}
 }
 
-func started() string { return time.Now().UTC().Format(time.RFC3339) }
-
-func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+func newSetup(o Options, mid int) Setup {
+	return Setup{Quick: o.Quick, DurationMS: float64(o.Duration.Microseconds()) / 1e3, Callers: o.Callers, CostCallers: mid,
+		Sessions: o.Sessions, Started: time.Now().UTC().Format(time.RFC3339)}
+}
 
 func newReport(o Options, mid int) *Report {
 	return &Report{Workers: map[string]float64{}, Targets: []Target{}, Machine: newMachine(),
-		Config: Config{Quick: o.Quick, DurationMS: durationMS(o.Duration), Rounds: o.Rounds, Callers: o.Callers, Workers: o.Workers,
-			IOCallers: ioCallers, CostCallers: mid, Sessions: o.Sessions, Started: started()}}
+		Config: Config{Setup: newSetup(o, mid), Rounds: o.Rounds, Workers: o.Workers, IOCallers: ioCallers}}
 }
 
 func newCrossReport(o Options) *CrossReport {
-	return &CrossReport{Layout: crossLayout, Machine: newMachine(),
-		Config: CrossConfig{Quick: o.Quick, Runs: o.Runs, DurationMS: durationMS(o.Duration), Callers: o.Callers,
-			CostCallers: nearest(o.Callers, 16), Sessions: o.Sessions, Started: started()}}
+	return &CrossReport{Layout: crossLayout, Machine: newMachine(), Config: CrossConfig{Setup: newSetup(o, nearest(o.Callers, 16)), Runs: o.Runs}}
 }
 
 func ratio(a, b float64) float64 {
