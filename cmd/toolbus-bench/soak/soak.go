@@ -82,19 +82,13 @@ type Options struct {
 
 // Report is the soak's result.
 type Report struct {
-	Calls            int                        `json:"calls"`
-	Completed        int                        `json:"completed"`
-	Lost             int                        `json:"lost"`
-	Duplicated       int                        `json:"duplicated"`
+	soakKindReport                              // every call's (p50_ms, p99_ms: of those that do not park)
 	ParkedLost       int                        `json:"parked_lost"`
 	Faults           []soakFault                `json:"faults"`
-	P50MS            float64                    `json:"p50_ms"`
-	P99MS            float64                    `json:"p99_ms"`
 	DurationS        float64                    `json:"duration_s"`
 	Batches          int                        `json:"batches"`
 	Sessions         int                        `json:"sessions"`
 	Resends          int                        `json:"resends"`
-	Succeeded        int                        `json:"succeeded"`
 	Errors           map[string]int             `json:"errors"`
 	UnknownRan       int                        `json:"unknown_outcome_ran"`
 	HandoffMissed    int                        `json:"handoff_missed"`
@@ -110,7 +104,7 @@ type Report struct {
 	WorkDir          string                     `json:"work_dir,omitempty"`
 }
 
-// soakKindReport is one call kind's share of the report.
+// soakKindReport is one call kind's share of the report, or all of it.
 type soakKindReport struct {
 	Calls      int     `json:"calls"`
 	Completed  int     `json:"completed"`
@@ -387,8 +381,7 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 	rep.Sessions = len(sessions)
 	for _, c := range t.order {
 		k := rep.ByKind[c.kind.name]
-		rep.Calls++
-		k.Calls++
+		rep.Calls, k.Calls = rep.Calls+1, k.Calls+1
 		recs := effects[c.key]
 		for _, r := range recs {
 			t.step(c, "effects file: %s", r)
@@ -412,13 +405,11 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 			dup = append(dup, "it was given different results: "+strings.Join(all, " and "))
 		}
 		if len(dup) > 0 {
-			rep.Duplicated++
-			k.Duplicated++
+			rep.Duplicated, k.Duplicated = rep.Duplicated+1, k.Duplicated+1
 			t.problem(rep, c, "duplicated: "+strings.Join(dup, "; "))
 		}
 		if c.final == nil {
-			rep.Lost++
-			k.Lost++
+			rep.Lost, k.Lost = rep.Lost+1, k.Lost+1
 			what := "lost: no final result"
 			if c.kind.park != "" && !c.answered.IsZero() {
 				rep.ParkedLost++
@@ -427,8 +418,7 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 			t.problem(rep, c, what)
 			continue
 		}
-		rep.Completed++
-		k.Completed++
+		rep.Completed, k.Completed = rep.Completed+1, k.Completed+1
 		r := c.final
 		if r.State == bus.StateSuccess {
 			if summary(*r) != "success/: "+c.want {
@@ -438,8 +428,7 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 				rep.WrongResults++
 				t.problem(rep, c, "success without its side effect")
 			} else {
-				rep.Succeeded++
-				k.Succeeded++
+				rep.Succeeded, k.Succeeded = rep.Succeeded+1, k.Succeeded+1
 			}
 		} else {
 			code := r.State
