@@ -195,7 +195,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer d.close()
+	defer d.close(ctx)
 
 	oneHop, relay := &path{name: "raw one_hop", fn: d.oneHop}, &path{name: "raw relay", fn: d.relay}
 	read, write := &path{name: "toolbus read-only", fn: d.callTool(d.client, toolRead)}, &path{name: "toolbus write", fn: d.callTool(d.client, toolWrite)}
@@ -277,7 +277,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.ParkedP50US = rep.Parked.P50US
 
-	d.mcp.close()
+	d.mcp.close(ctx)
 	logf("bench: memory with %d sessions", opts.Sessions)
 	s, err := d.measureSessions(ctx, opts.Sessions)
 	if err != nil {
@@ -332,7 +332,7 @@ func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last 
 	if err != nil {
 		return run, err
 	}
-	defer d.close()
+	defer d.close(ctx)
 	fail := func(err error) (CrossRun, error) {
 		if s := d.childErrors(); s != "" {
 			err = fmt.Errorf("%w\n%s", err, s)

@@ -35,10 +35,10 @@ func TestMain(m *testing.M) {
 	RunChild() // the cross-process tests run this binary as each part
 	code := m.Run()
 	if shared.d != nil {
-		shared.d.close()
+		shared.d.close(context.Background())
 	}
 	if sharedCross.d != nil {
-		sharedCross.d.close()
+		sharedCross.d.close(context.Background())
 	}
 	os.Exit(code)
 }

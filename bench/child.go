@@ -140,11 +140,11 @@ func runChild(role string, in io.Reader, out io.Writer) error {
 	defer nc.Close()
 	extra := url
 	if role != roleNATS {
-		var stop func()
+		var stop func(context.Context)
 		if stop, extra, err = startPart(ctx, role, url, nc); err != nil {
 			return err
 		}
-		defer stop()
+		defer stop(ctx)
 	}
 	fmt.Fprintln(out, childReady, extra)
 	<-ctx.Done()
@@ -153,7 +153,7 @@ func runChild(role string, in io.Reader, out io.Writer) error {
 
 // startPart starts role (but nats-server) on the server at url; stop
 // undoes it, extra goes on the ready line. The router serves on nc.
-func startPart(ctx context.Context, role, url string, nc *nats.Conn) (stop func(), extra string, err error) {
+func startPart(ctx context.Context, role, url string, nc *nats.Conn) (stop func(context.Context), extra string, err error) {
 	switch role {
 	case roleRouter:
 		stop, err = childRouter(ctx, nc)
@@ -261,7 +261,7 @@ func childConnect(url, role string) (*nats.Conn, error) {
 // replica, the default heartbeat, work ack wait, limits and session
 // cache, events on disk, the collector's settings) and the bench group;
 // no built-in tools.
-func childRouter(ctx context.Context, nc *nats.Conn) (func(), error) {
+func childRouter(ctx context.Context, nc *nats.Conn) (func(context.Context), error) {
 	memtune.Apply(memtune.DefaultGCPercent, memtune.DefaultMemoryLimit)
 	r, err := router.New(nc, router.Config{Groups: benchGroups,
 		Store: store.Config{Replicas: 1, Heartbeat: bus.DefaultHeartbeat, WorkAckWait: store.DefaultWorkAckWait}})
@@ -271,12 +271,12 @@ func childRouter(ctx context.Context, nc *nats.Conn) (func(), error) {
 	if err := r.Start(ctx); err != nil {
 		return nil, err
 	}
-	return func() { drain(r.Drain) }, nil
+	return func(ctx context.Context) { drain(ctx, r.Drain) }, nil
 }
 
-// drain runs a Drain bounded by 10 s.
-func drain(fn func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// drain runs a Drain bounded by 10 s, even when ctx has ended.
+func drain(ctx context.Context, fn func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_ = fn(ctx)
 }
@@ -285,7 +285,7 @@ func drain(fn func(context.Context) error) {
 // responder with the caller's reply subject riding in the forwarder's, and
 // the replies back, with no decoding and without a goroutine or a map per
 // request.
-func childRelay(ctx context.Context, url string) (func(), error) {
+func childRelay(ctx context.Context, url string) (func(context.Context), error) {
 	fwd, err := childConnect(url, roleRelay)
 	if err != nil {
 		return nil, err
@@ -303,13 +303,13 @@ func childRelay(ctx context.Context, url string) (func(), error) {
 		fwd.Close()
 		return nil, err
 	}
-	return fwd.Close, nil
+	return func(context.Context) { fwd.Close() }, nil
 }
 
 // childWorker runs the raw responder and one toolbus worker with the
 // trivial tools, each on its own connection, and returns once a router
 // acknowledged the registration.
-func childWorker(ctx context.Context, url string) (func(), error) {
+func childWorker(ctx context.Context, url string) (func(context.Context), error) {
 	resp, err := childConnect(url, "responder")
 	if err != nil {
 		return nil, err
@@ -356,7 +356,7 @@ func childWorker(ctx context.Context, url string) (func(), error) {
 		undo()
 		return nil, err
 	}
-	return func() { drain(w.Drain); undo() }, nil
+	return func(ctx context.Context) { drain(ctx, w.Drain); undo() }, nil
 }
 
 type textIn struct {

@@ -48,7 +48,7 @@ func benchScale(b *testing.B, cluster bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer d.close()
+	defer d.close(ctx)
 	js, err := jetstream.New(d.clientNC)
 	if err != nil {
 		b.Fatal(err)

@@ -83,9 +83,9 @@ type config struct {
 // deployment is a running config.
 type deployment struct {
 	cfg      config
-	x        *xtest.Deployment   // in this process: the server(s) and the router
-	children map[string]*Process // as processes: by role
-	undo     []func()            // in this process: stops the parts startPart started
+	x        *xtest.Deployment       // in this process: the server(s) and the router
+	children map[string]*Process     // as processes: by role
+	undo     []func(context.Context) // in this process: stops the parts startPart started
 	dir, url string
 
 	ctl      *nats.Conn // status, KV and control requests
@@ -112,7 +112,7 @@ func deploy(ctx context.Context, cfg config) (d *deployment, err error) {
 	d = &deployment{cfg: cfg, children: map[string]*Process{}}
 	defer func() {
 		if err != nil {
-			d.close()
+			d.close(ctx)
 			d = nil
 		}
 	}()
@@ -209,7 +209,7 @@ func (d *deployment) start(ctx context.Context, role string, env ...string) (ext
 		labelled(ctx, partClient, func(context.Context) { extra, err = d.mcp.serve() })
 		return extra, err
 	}
-	var stop func()
+	var stop func(context.Context)
 	labelled(ctx, partOf[role], func(ctx context.Context) { stop, extra, err = startPart(ctx, role, d.url, nil) })
 	if err == nil {
 		d.undo = append(d.undo, stop)
@@ -332,7 +332,7 @@ func (d *deployment) startBare(ctx context.Context) error {
 		if nc, err = childConnect(d.url, "bare"); err != nil {
 			return
 		}
-		d.undo = append(d.undo, nc.Close)
+		d.undo = append(d.undo, func(context.Context) { nc.Close() })
 		err = subscribe(nc, barePrefix+".call.>", "bench-bare", func(m *nats.Msg) {
 			_ = nc.PublishMsg(&nats.Msg{Subject: execMsg.Subject, Reply: bareBack + m.Reply, Header: execMsg.Header, Data: execMsg.Data})
 		})
@@ -429,10 +429,11 @@ func (d *deployment) callTool(c *client.Client, tool string) callFunc {
 }
 
 // close stops the callers' connections and the parts in reverse order of
-// their start, and removes the store.
-func (d *deployment) close() {
+// their start, and removes the store; each drain is bounded even when ctx
+// has ended.
+func (d *deployment) close(ctx context.Context) {
 	if d.mcp != nil {
-		d.mcp.close()
+		d.mcp.close(ctx)
 	}
 	for _, nc := range []*nats.Conn{d.clientNC, d.rawNC, d.ctl} {
 		if nc != nil {
@@ -440,7 +441,7 @@ func (d *deployment) close() {
 		}
 	}
 	for i := len(d.undo) - 1; i >= 0; i-- {
-		d.undo[i]()
+		d.undo[i](ctx)
 	}
 	for _, role := range []string{roleMCP, roleWorker, roleRelay, roleRouter, roleNATS} {
 		d.children[role].Stop(childStop)

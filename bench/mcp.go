@@ -102,13 +102,13 @@ func (m *mcpHTTP) call(ctx context.Context, i int) error {
 }
 
 // close stops the clients and the server; it is safe to call twice.
-func (m *mcpHTTP) close() { m.closeOnce.Do(m.stop) }
+func (m *mcpHTTP) close(ctx context.Context) { m.closeOnce.Do(func() { m.stop(ctx) }) }
 
-func (m *mcpHTTP) stop() {
+func (m *mcpHTTP) stop(ctx context.Context) {
 	for _, c := range m.clients {
 		_ = c.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), xtest.StopTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), xtest.StopTimeout)
 	defer cancel()
 	if m.streamable != nil {
 		_ = m.streamable.Shutdown(ctx)

@@ -82,7 +82,7 @@ func TestCrossDeployment(t *testing.T) {
 	closed := false
 	defer func() {
 		if !closed {
-			d.close()
+			d.close(ctx)
 		}
 	}()
 	before, err := d.stats(ctx, roleRouter, ctlRequest{})
@@ -144,7 +144,7 @@ func TestCrossDeployment(t *testing.T) {
 	for role, c := range d.children {
 		pids[role] = c.Pid()
 	}
-	d.close()
+	d.close(ctx)
 	closed = true
 	for role, pid := range pids {
 		if !processGone(pid) {
