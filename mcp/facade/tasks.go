@@ -203,6 +203,7 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 		}
 		if !r.Status.IsTerminal() {
 			s.runners.follow(r)
+			r.Message = withOutput(ctx, s.runners.tasks, r) // shown, not stored (tasks_bus.go)
 		}
 		return r.detailed(m.modern()), nil // tasks_input.go
 	case mcp.MethodTasksResult:
