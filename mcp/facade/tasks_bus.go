@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/client"
 )
 
@@ -192,17 +192,13 @@ func withOutput(ctx context.Context, bt busTasks, r *taskRecord) string {
 	return r.Message + "; output so far: " + tail(strings.Join(text, "\n"), maxStatusOutput)
 }
 
-// tail is the last at most n bytes of s, cut at a rune boundary and
-// marked with "…" when cut.
+// tail is the last at most n bytes of s, cut at a rune boundary
+// (offload.Suffix) and marked with "…" when cut.
 func tail(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	i := len(s) - n
-	for i < len(s) && !utf8.RuneStart(s[i]) {
-		i++
-	}
-	return "…" + s[i:]
+	return "…" + offload.Suffix(s, n)
 }
 
 // backgrounded returns the handle of a result whose call went on as a
