@@ -58,6 +58,8 @@ func taskMessage(body []byte) (*rpcMessage, bool) {
 		if json.Unmarshal(m.Params, &p) == nil && len(p.Task) > 0 && string(p.Task) != "null" {
 			return &m, true
 		}
+	case mcp.MethodSubscriptionsListen:
+		return &m, listensForTasks(m.Params) // tasks_listen.go
 	}
 	return nil, false
 }
@@ -124,6 +126,7 @@ type taskStore interface {
 	getTask(ctx context.Context, session, user, id string) (*taskRecord, uint64, error)
 	updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error)
 	watchTask(ctx context.Context, session, user, id string) (*taskRecord, error)
+	watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error)
 }
 
 var _ taskStore = (*kvStore)(nil)
@@ -134,6 +137,9 @@ func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
 	if rerr != nil {
 		resp["error"] = rerr
+		if rerr.Code == codeMissingCapability {
+			resp["error"] = map[string]any{"code": rerr.Code, "message": rerr.Message, "data": missingTasksCapability} // tasks_listen.go
+		}
 	} else {
 		raw, err := json.Marshal(result)
 		var obj map[string]json.RawMessage
@@ -170,8 +176,11 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 	var p struct {
 		TaskID string `json:"taskId"`
 	}
-	if m.Method == methodTasksUpdate {
+	switch m.Method {
+	case methodTasksUpdate:
 		return s.update(ctx, m.Params) // tasks_input.go
+	case methodSubscriptionsListen:
+		return s.listen(ctx, m) // tasks_listen.go
 	}
 	if m.Method != string(mcp.MethodToolsCall) && m.Method != string(mcp.MethodTasksList) {
 		if err := json.Unmarshal(m.Params, &p); err != nil || p.TaskID == "" {
@@ -342,6 +351,7 @@ type taskRunners struct {
 	local     map[string]struct{}          // task id → run here
 	followed  map[string]struct{}          // task id → its end learnt here from the bus
 	failed    map[string]time.Time         // task id → when following it last failed
+	listens   int                          // subscriptions/listen streams of tasks served now
 }
 
 func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,
@@ -612,6 +622,10 @@ func (s *taskFront) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	if sid := r.Header.Get(mcpSessionHeader); sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
 	}
+	if m.Method == methodSubscriptionsListen {
+		serveStream(ctx, w, m, s.answer) // tasks_listen.go
+		return true
+	}
 	out := s.answer(ctx, m)
 	w.Header().Set("Content-Type", "application/json")
 	if id := r.Header.Get(mcpSessionHeader); id != "" {
@@ -633,6 +647,7 @@ func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func(
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	ctx = context.WithValue(ctx, notifySessionKey{}, "stdio") // mcp-go's stdio session
+	ctx = withStream(ctx, func(msg []byte) error { _, err := lw.Write(append(msg, '\n')); return err })
 	go func() {
 		br := bufio.NewReader(in)
 		for {

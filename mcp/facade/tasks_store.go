@@ -449,6 +449,61 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 	}
 }
 
+// taskChange is one write of a (session, user)'s task record: its new
+// value, or nil when it was deleted.
+type taskChange struct {
+	id  string
+	rec *taskRecord
+}
+
+// watchChanges yields every write of session's and user's task records
+// until ctx ends: a subscription to their keys' subjects (what a write
+// publishes; no KV watch, which would create a consumer). A burst beyond
+// its buffer is dropped by the subscription: callers read the records
+// again now and then.
+func (st *kvStore) watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error) {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + kv.Bucket() + "." + taskKey(session, user, "")
+	msgs := make(chan *nats.Msg, 64)
+	sub, err := st.nc.ChanSubscribe(prefix+"*", msgs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	if err := bus.Flush(ctx, st.nc); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	out := make(chan taskChange, 64)
+	go func() {
+		defer close(out)
+		defer func() { _ = sub.Unsubscribe() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-msgs:
+				c := taskChange{id: strings.TrimPrefix(m.Subject, prefix)}
+				if !kvDeleted(m) {
+					var r taskRecord
+					if json.Unmarshal(m.Data, &r) != nil || r.ID != c.id || r.Session != session || r.User != user {
+						continue
+					}
+					c.rec = &r
+				}
+				select {
+				case out <- c:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
 // kvDeleted reports whether m, published on a KV key's subject, deletes
 // or purges it.
 func kvDeleted(m *nats.Msg) bool {
