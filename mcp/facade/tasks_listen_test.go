@@ -190,3 +190,20 @@ func TestTaskListen(t *testing.T) {
 		t.Fatalf("stdio response: %+v", end)
 	}
 }
+
+// TestListenBoundUnit: a facade process serves at most maxListens listen
+// streams of tasks at once; one that ends frees its place.
+func TestListenBoundUnit(t *testing.T) {
+	r := &taskRunners{listens: maxListens - 1}
+	if !r.startListen() || r.startListen() {
+		t.Fatalf("listens: %d", r.listens)
+	}
+	r.endListen()
+	if !r.startListen() {
+		t.Fatal("a place freed is not taken again")
+	}
+	if listensForTasks([]byte(`{"notifications":{"toolsListChanged":true}}`)) || !listensForTasks([]byte(`{"notifications":{"taskIds":["a"]}}`)) ||
+		listensForTasks([]byte(`not json`)) {
+		t.Fatal("listensForTasks")
+	}
+}
