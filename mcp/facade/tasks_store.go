@@ -397,23 +397,20 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 }
 
 // watchTask waits until the record is terminal (or gone), or ctx ends:
-// a subscription to the key's subject (what a write publishes), then its
-// current value. No KV watch: it would create a consumer.
+// the (session, user)'s record writes (watchChanges), then its current
+// value.
 func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*taskRecord, error) {
 	kv, err := st.bucket(ctx)
 	if err != nil {
 		return nil, err
 	}
-	key := taskKey(session, user, id)
-	msgs := make(chan *nats.Msg, 64)
-	sub, err := st.nc.ChanSubscribe("$KV."+kv.Bucket()+"."+key, msgs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changes, err := st.watchChanges(ctx, session, user)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+		return nil, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := bus.Flush(ctx, st.nc); err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
-	}
+	key := taskKey(session, user, id)
 	switch r, _, err := st.getKey(ctx, kv, key); {
 	case err != nil:
 		return nil, err // errNotFound: deleted since the caller read it
@@ -437,13 +434,15 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 			} else if errors.Is(err, errNotFound) {
 				return nil, err
 			}
-		case m := <-msgs:
-			if kvDeleted(m) {
+		case c, ok := <-changes:
+			switch {
+			case !ok:
+				return nil, ctx.Err()
+			case c.id != id:
+			case c.rec == nil:
 				return nil, errNotFound
-			}
-			var r taskRecord
-			if json.Unmarshal(m.Data, &r) == nil && r.Status.IsTerminal() {
-				return &r, nil
+			case c.rec.Status.IsTerminal():
+				return c.rec, nil
 			}
 		}
 	}
