@@ -212,7 +212,7 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 		}
 		if !r.Status.IsTerminal() {
 			s.runners.follow(r)
-			r.Message = withOutput(ctx, s.runners.tasks, r) // shown, not stored (tasks_bus.go)
+			r.Message = s.runners.withOutput(ctx, r) // shown, not stored (tasks_bus.go)
 		}
 		return r.detailed(m.modern()), nil // tasks_input.go
 	case mcp.MethodTasksResult:
@@ -352,6 +352,7 @@ type taskRunners struct {
 	followed  map[string]struct{}          // task id → its end learnt here from the bus
 	failed    map[string]time.Time         // task id → when following it last failed
 	listens   int                          // subscriptions/listen streams of tasks served now
+	outputs   map[string]outputRead        // "<session> <bus task>" → its output as last read for tasks/get
 }
 
 func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,

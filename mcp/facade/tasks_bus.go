@@ -163,22 +163,63 @@ func handleWithoutSchema(res *mcp.CallToolResult) bool {
 }
 
 // maxStatusOutput bounds the output so far that tasks/get shows in a
-// task's status message (its last bytes).
-const maxStatusOutput = 1024
+// task's status message (its last bytes). outputEvery is how long a bus
+// task's output read for it serves the next tasks/get (the output verb
+// reads the session's stored events from the task's start: hosts polling
+// every 500 ms must not each cost one), maxOutputCache how many bus
+// tasks' reads a process keeps.
+const (
+	maxStatusOutput = 1024
+	outputEvery     = 2 * time.Second
+	maxOutputCache  = 1000
+)
+
+// outputRead is a bus task's output text as last read for tasks/get.
+type outputRead struct {
+	at   time.Time
+	text string
+}
 
 // withOutput returns r's status message with the output so far of the bus
 // task its call goes on as (the bus output verb: the worker's progress),
 // its last maxStatusOutput bytes of text; r's message alone when it names
-// no bus task, the bus task is not its call, or the verb fails.
-func withOutput(ctx context.Context, bt busTasks, r *taskRecord) string {
-	if bt == nil || r.BusTask == "" || r.Status.IsTerminal() {
+// no bus task, the bus task is not its call, or the verb fails. A read
+// younger than outputEvery is reused.
+func (t *taskRunners) withOutput(ctx context.Context, r *taskRecord) string {
+	if t.tasks == nil || r.BusTask == "" || r.Status.IsTerminal() {
 		return r.Message
 	}
+	key := r.Session + " " + r.BusTask
+	t.mu.Lock()
+	last, ok := t.outputs[key]
+	t.mu.Unlock()
+	if !ok || time.Since(last.at) >= outputEvery {
+		last = outputRead{at: time.Now(), text: t.readOutput(ctx, r)}
+		t.mu.Lock()
+		if len(t.outputs) >= maxOutputCache {
+			clear(t.outputs)
+		}
+		if t.outputs == nil {
+			t.outputs = map[string]outputRead{}
+		}
+		t.outputs[key] = last
+		t.mu.Unlock()
+	}
+	if last.text == "" {
+		return r.Message
+	}
+	return r.Message + "; output so far: " + last.text
+}
+
+// readOutput reads the text of r's bus task's output so far, its last
+// maxStatusOutput bytes; "" when there is none, the bus task is not r's
+// call or the verb fails.
+func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	tk, out, err := bt.TaskOutput(cctx, r.Session, r.BusTask)
+	tk, out, err := t.tasks.TaskOutput(cctx, r.Session, r.BusTask)
 	if err != nil || tk.ReplyID != r.ReplyID || tk.CallID != r.CallID {
-		return r.Message
+		return ""
 	}
 	var text []string
 	for _, b := range out {
@@ -186,10 +227,7 @@ func withOutput(ctx context.Context, bt busTasks, r *taskRecord) string {
 			text = append(text, b.Text)
 		}
 	}
-	if len(text) == 0 {
-		return r.Message
-	}
-	return r.Message + "; output so far: " + tail(strings.Join(text, "\n"), maxStatusOutput)
+	return tail(strings.Join(text, "\n"), maxStatusOutput)
 }
 
 // tail is the last at most n bytes of s, cut at a rune boundary

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -173,30 +174,36 @@ func TestBackgroundResultUnit(t *testing.T) {
 
 // TestWithOutputUnit: tasks/get's status message shows the bus task's
 // output so far, its last maxStatusOutput bytes; nothing when the bus
-// task is not the record's call or the verb fails.
+// task is not the record's call or the verb fails; a read serves the
+// tasks/get that come within outputEvery.
 func TestWithOutputUnit(t *testing.T) {
-	r := &taskRecord{Session: "s1", ReplyID: "r1", CallID: "c1", BusTask: "k1", Status: mcp.TaskStatusWorking, Message: "running"}
 	mine := bus.Task{ID: "k1", ReplyID: "r1", CallID: "c1", State: bus.StateBackground}
 	long := strings.Repeat("é", maxStatusOutput) // two bytes a rune
 	f := &fakeBusTasks{answers: []fakeAnswer{
 		{task: mine, out: append(bus.Text("step 1"), bus.Text("step 2")...)},
 		{task: mine, out: bus.Text(long)},
-		{task: bus.Task{ID: "k1", ReplyID: "r2", CallID: "c1"}, out: bus.Text("not mine")},
+		{task: bus.Task{ID: "k3", ReplyID: "r2", CallID: "c1"}, out: bus.Text("not mine")},
 		{err: errors.New("no router")},
 	}}
-	if got := withOutput(t.Context(), f, r); got != "running; output so far: step 1\nstep 2" {
-		t.Errorf("output so far: %q", got)
+	tr := &taskRunners{tasks: f}
+	rec := func(busTask string) *taskRecord {
+		return &taskRecord{Session: "s1", ReplyID: "r1", CallID: "c1", BusTask: busTask, Status: mcp.TaskStatusWorking, Message: "running"}
 	}
-	got := withOutput(t.Context(), f, r)
+	for range 2 { // the second within outputEvery: the same read
+		if got := tr.withOutput(t.Context(), rec("k1")); got != "running; output so far: step 1\nstep 2" {
+			t.Errorf("output so far: %q", got)
+		}
+	}
+	got := tr.withOutput(t.Context(), rec("k2"))
 	if shown := strings.TrimPrefix(got, "running; output so far: …"); len(shown) > maxStatusOutput || !utf8.ValidString(shown) || shown == got {
 		t.Errorf("bounded output: %d bytes, valid %v", len(shown), utf8.ValidString(shown))
 	}
-	for _, why := range []string{"another call's task", "a failed verb"} {
-		if got := withOutput(t.Context(), f, r); got != "running" {
+	for i, why := range []string{"another call's task", "a failed verb"} {
+		if got := tr.withOutput(t.Context(), rec(fmt.Sprint("k", 3+i))); got != "running" {
 			t.Errorf("%s: %q", why, got)
 		}
 	}
-	if got := withOutput(t.Context(), nil, r); got != "running" {
+	if got := (&taskRunners{}).withOutput(t.Context(), rec("k1")); got != "running" {
 		t.Errorf("no bus tasks: %q", got)
 	}
 }
