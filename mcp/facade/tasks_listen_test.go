@@ -207,3 +207,26 @@ func TestListenBoundUnit(t *testing.T) {
 		t.Fatal("listensForTasks")
 	}
 }
+
+// TestDeclaresTasksUnit: the extension counts only where the Tasks
+// extension's text puts it (per-request capabilities' extensions).
+func TestDeclaresTasksUnit(t *testing.T) {
+	for _, c := range []struct {
+		meta string
+		want bool
+	}{
+		{`{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}`, true},
+		{`{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/other":{}}}}`, false},
+		{`{"io.modelcontextprotocol/clientCapabilities":{"tasks":{}}}`, false},
+		{`{"io.modelcontextprotocol/clientCapabilities":"tasks"}`, false},
+		{`{}`, false},
+	} {
+		var p listenParams
+		if err := json.Unmarshal([]byte(`{"notifications":{"taskIds":["a"]},"_meta":`+c.meta+`}`), &p); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.declaresTasks(); got != c.want {
+			t.Errorf("%s: %v", c.meta, got)
+		}
+	}
+}
