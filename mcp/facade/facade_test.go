@@ -295,7 +295,9 @@ func busNames(t *testing.T, e *env, s, user string) []string {
 	}
 	var out []string
 	for _, raw := range list.Tools {
-		var l listed
+		var l struct {
+			Name string `json:"name"`
+		}
 		_ = json.Unmarshal(raw, &l)
 		out = append(out, l.Name)
 	}
@@ -853,11 +855,11 @@ func TestWatchCost(t *testing.T) {
 	for range 3 {
 		beat()
 	}
-	before := e.f.store.listings.Load()
+	before := e.f.listed.Load()
 	for range 3 {
 		beat()
 	}
-	if n := e.f.store.listings.Load() - before; n != 0 {
+	if n := e.f.listed.Load() - before; n != 0 {
 		t.Fatalf("%d listings during three heartbeats of an idle deployment", n)
 	}
 	t.Logf("listings during three idle heartbeats: 0 (Poll fallback: one every %s)", 2*time.Second)

@@ -52,8 +52,7 @@ func TestFacadeTasks(t *testing.T) {
 
 // TestStdioAgentNoTasks: `toolbus mcp` on a session agent's login, which
 // cannot reach the facade's bucket, offers no tasks (rather than tasks
-// that fail) and still calls. (It takes ~25 s: the facade's store
-// watches, denied to this login, hold the first acquire; watch.go.)
+// that fail) and still calls.
 func TestStdioAgentNoTasks(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
