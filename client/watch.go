@@ -61,7 +61,7 @@ func WatchListings(ctx context.Context, c *Client, retry time.Duration, changed 
 		retry = 2 * time.Second
 	}
 	w := &ListingWatch{nc: c.nc, changed: changed, workers: map[string]bool{}, done: make(chan struct{})}
-	w.ctx, w.stop = context.WithCancel(context.Background())
+	w.ctx, w.stop = context.WithCancel(context.WithoutCancel(ctx))
 	left := w.subscribe(ctx, listingSubjects(c.subj))
 	go func() {
 		defer close(w.done)

@@ -127,8 +127,8 @@ func ExampleWatchListings() {
 		fmt.Println(err)
 		return
 	}
-	defer cl.Close()
 	ctx := context.Background()
+	defer cl.Close(ctx)
 	w := client.WatchListings(ctx, cl, 0, func(session string) {
 		if session == client.AllSessions {
 			fmt.Println("list every session again")

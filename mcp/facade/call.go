@@ -447,6 +447,7 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			res.Content = append(res.Content, withAnnotations(mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: uri, MIMEType: b.MediaType, Blob: b.Data}), b.Annotations))
 		}
 	}
+	backgroundResult(r, res) // a task handle is not a failure (tasks_bus.go)
 	return res
 }
 

@@ -97,6 +97,10 @@ func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	if sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
 	}
+	if m, ok := taskMessage(body); ok && m.Method == methodSubscriptionsListen {
+		serveStream(ctx, w, m, s.tasks.answer) // tasks_listen.go
+		return true
+	}
 	out := answer(ctx)
 	w.Header().Set("Content-Type", "application/json")
 	if sid != "" {

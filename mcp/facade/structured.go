@@ -44,7 +44,7 @@ type structurer struct {
 func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := h(ctx, req)
-		if err == nil && res != nil {
+		if err == nil && res != nil && !handleWithoutSchema(res) {
 			structureText(res)
 			st.restore(ctx, res)
 		}

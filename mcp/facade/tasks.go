@@ -57,6 +57,8 @@ func taskMessage(body []byte) (*rpcMessage, bool) {
 		if json.Unmarshal(m.Params, &p) == nil && len(p.Task) > 0 && string(p.Task) != "null" {
 			return &m, true
 		}
+	case mcp.MethodSubscriptionsListen:
+		return &m, listensForTasks(m.Params) // tasks_listen.go
 	}
 	return nil, false
 }
@@ -123,6 +125,7 @@ type taskStore interface {
 	getTask(ctx context.Context, session, user, id string) (*taskRecord, uint64, error)
 	updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error)
 	watchTask(ctx context.Context, session, user, id string) (*taskRecord, error)
+	watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error)
 }
 
 var _ taskStore = (*kvStore)(nil)
@@ -133,6 +136,9 @@ func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
 	if rerr != nil {
 		resp["error"] = rerr
+		if rerr.Code == codeMissingCapability {
+			resp["error"] = map[string]any{"code": rerr.Code, "message": rerr.Message, "data": missingTasksCapability} // tasks_listen.go
+		}
 	} else {
 		raw, err := json.Marshal(result)
 		var obj map[string]json.RawMessage
@@ -169,8 +175,11 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 	var p struct {
 		TaskID string `json:"taskId"`
 	}
-	if m.Method == methodTasksUpdate {
+	switch m.Method {
+	case methodTasksUpdate:
 		return s.update(ctx, m.Params) // tasks_input.go
+	case methodSubscriptionsListen:
+		return s.listen(ctx, m) // tasks_listen.go
 	}
 	if m.Method != string(mcp.MethodToolsCall) && m.Method != string(mcp.MethodTasksList) {
 		if err := json.Unmarshal(m.Params, &p); err != nil || p.TaskID == "" {
@@ -202,6 +211,7 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 		}
 		if !r.Status.IsTerminal() {
 			s.runners.follow(r)
+			r.Message = s.runners.withOutput(ctx, r) // shown, not stored (tasks_bus.go)
 		}
 		return r.detailed(m.modern()), nil // tasks_input.go
 	case mcp.MethodTasksResult:
@@ -340,6 +350,8 @@ type taskRunners struct {
 	local     map[string]struct{}          // task id → run here
 	followed  map[string]struct{}          // task id → its end learnt here from the bus
 	failed    map[string]time.Time         // task id → when following it last failed
+	listens   int                          // subscriptions/listen streams of tasks served now
+	outputs   map[string]outputRead        // "<session> <bus task>" → its output as last read for tasks/get
 }
 
 func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,
@@ -599,13 +611,14 @@ const mcpSessionHeader = "Mcp-Session-Id"
 
 // interceptStdio puts the facade's own handling in front of mcp-go's
 // stdio server: lines take takes (task messages, grouping requests:
-// session.stdioAnswer) are answered here (each in its own goroutine:
+// session.take) are answered here (each in its own goroutine:
 // tasks/result waits), the others go on to mcp-go; both write through
 // one lock, one message per write, as mcp-go does.
 func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	ctx = context.WithValue(ctx, notifySessionKey{}, "stdio") // mcp-go's stdio session
+	ctx = withStream(ctx, func(msg []byte) error { _, err := lw.Write(append(msg, '\n')); return err })
 	go func() {
 		br := bufio.NewReader(in)
 		for {
