@@ -84,11 +84,14 @@ var opsTools = []string{"ask_human", "deploy", "hello", "reset_tools", "stats", 
 func newEnv(t *testing.T) *env { return startEnv(t, nil) }
 
 // startEnv is newEnv with the facade's Config changed by mod first.
-func startEnv(t *testing.T, mod func(*facade.Config)) *env {
+func startEnv(t *testing.T, mod func(*facade.Config)) *env { return startEnvWith(t, router.Guard{}, mod) }
+
+// startEnvWith is startEnv with the router's Guard.
+func startEnvWith(t *testing.T, guard router.Guard, mod func(*facade.Config)) *env {
 	t.Helper()
 	e := &env{started: make(chan string, 16), ended: make(chan string, 16), release: make(chan struct{})}
 	e.d = xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: 2 * time.Second, Bound: bound,
-		Router: router.Config{DefaultMode: "bypass", Logger: slog.New(slog.DiscardHandler),
+		Router: router.Config{DefaultMode: "bypass", Logger: slog.New(slog.DiscardHandler), Guard: guard,
 			Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta},
 				{Name: "site", Description: "Site tools an operator switches.", Scope: bus.ScopeExternal}}}})
 	setup := func(w *worker.Worker) error {
