@@ -84,7 +84,9 @@ var opsTools = []string{"ask_human", "deploy", "hello", "reset_tools", "stats", 
 func newEnv(t *testing.T) *env { return startEnv(t, nil) }
 
 // startEnv is newEnv with the facade's Config changed by mod first.
-func startEnv(t *testing.T, mod func(*facade.Config)) *env { return startEnvWith(t, router.Guard{}, mod) }
+func startEnv(t *testing.T, mod func(*facade.Config)) *env {
+	return startEnvWith(t, router.Guard{}, mod)
+}
 
 // startEnvWith is startEnv with the router's Guard.
 func startEnvWith(t *testing.T, guard router.Guard, mod func(*facade.Config)) *env {
