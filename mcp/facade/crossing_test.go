@@ -57,8 +57,10 @@ func TestLegacyAlternating(t *testing.T) {
 // TestLegacyCancelOtherProcess (issue 29, F2; raw JSON-RPC at
 // 2025-11-25): a tools/call runs on process A; its
 // notifications/cancelled posted to process B interrupts it. Another
-// user's cancel naming the same MCP session and request id (posted to B)
-// does not: the call runs to its end.
+// user's cancel naming the same MCP session and request id, and the same
+// user's from another MCP session of the bus session or of another bus
+// session (each posted to both processes), do not: the call runs to its
+// end.
 func TestLegacyCancelOtherProcess(t *testing.T) {
 	p := newPair(t, false)
 	s := "lb-cancel"
@@ -72,10 +74,19 @@ func TestLegacyCancelOtherProcess(t *testing.T) {
 	}
 
 	// Another user's cancel of alice's call: carried under bob's key,
-	// which alice's process does not follow.
+	// which alice's process does not follow; and alice's own hosts of
+	// another MCP session in this bus session and of another bus session,
+	// naming the same request id: carried under their own keys.
 	stream = p.startCall(t, "A", s, "alice", sid, 8)
-	p.post(t, "B", s, "bob", sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":8,"reason":"mallory"}}`)
-	p.post(t, "A", s, "bob", sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":8,"reason":"mallory"}}`)
+	cancel8 := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":8,"reason":"mallory"}}`
+	p.post(t, "B", s, "bob", sid, cancel8)
+	p.post(t, "A", s, "bob", sid, cancel8)
+	other := p.initialize(t, "B", s, "alice")
+	elsewhere := p.initialize(t, "A", s+"-2", "alice")
+	for _, backend := range []string{"A", "B"} {
+		p.post(t, backend, s, "alice", other, cancel8)
+		p.post(t, backend, s+"-2", "alice", elsewhere, cancel8)
+	}
 	close(p.release)
 	if rest := testkit.Recv(t, stream, bound, "the call's stream"); !strings.Contains(rest, "slow done") {
 		t.Fatalf("another user's cancel interrupted alice's call: %s", rest)
