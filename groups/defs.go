@@ -64,19 +64,16 @@ func (d *definitions) start(ctx context.Context) error {
 		select {
 		case <-w.Ready():
 		case <-ctx.Done():
-			d.stop()
+			_ = d.stop(context.WithoutCancel(ctx))
 			return ctx.Err()
 		}
 	}
 	return nil
 }
 
-// stop ends the watches; safe to call twice.
-func (d *definitions) stop() {
-	for _, w := range d.watches {
-		w.Stop()
-	}
-}
+// stop ends the watches, waiting for them until ctx ends; safe to call
+// twice.
+func (d *definitions) stop(ctx context.Context) error { return store.StopAll(ctx, d.watches...) }
 
 func (d *definitions) applyGroup(e jetstream.KeyValueEntry) {
 	d.mu.Lock()

@@ -2,7 +2,7 @@ package inbox
 
 import (
 	"context"
-	"sync"
+	"fmt"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
@@ -17,10 +17,9 @@ func (s *Server) startPolling(ctx context.Context) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Add(1)
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		t := time.NewTicker(s.cfg.PollInterval)
 		defer t.Stop()
 		for {
@@ -35,7 +34,15 @@ func (s *Server) startPolling(ctx context.Context) error {
 		}
 	}()
 	s.mu.Lock()
-	s.stop = func() { cancel(); wg.Wait() }
+	s.stop = func(ctx context.Context) error {
+		cancel()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("inbox: polling stop: %w", ctx.Err())
+		}
+	}
 	s.mu.Unlock()
 	return nil
 }

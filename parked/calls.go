@@ -51,7 +51,7 @@ func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(j
 	case <-w.Ready():
 		return w, nil
 	case <-ctx.Done():
-		w.Stop()
+		_ = w.Stop(context.WithoutCancel(ctx))
 		return nil, ctx.Err()
 	}
 }
@@ -97,7 +97,7 @@ func (s *calls) handOff(ctx context.Context, r *Record) error {
 		return nil
 	})
 	if err != nil {
-		s.handoff.drop(&Record{HandoffSeq: seq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
+		s.handoff.drop(ctx, &Record{HandoffSeq: seq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
 		if errors.Is(err, bus.ErrNotParked) || errors.Is(err, bus.ErrAlreadyAnswered) {
 			return nil // answered, expired or cancelled already: the request is no longer needed
 		}
@@ -162,12 +162,13 @@ func (h handoff) publish(ctx context.Context, r *Record, source string) (uint64,
 }
 
 // dropHandoff removes a record's request from the handoff stream: it is
-// answered, expired or cancelled, so no handler should see it any more.
-func (h handoff) drop(r *Record) {
+// answered, expired or cancelled, so no handler should see it any more. It
+// runs even when ctx, the caller's, has ended, for at most 5 s.
+func (h handoff) drop(ctx context.Context, r *Record) {
 	if r.HandoffSeq == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := h.stream.DeleteMsg(ctx, r.HandoffSeq); err != nil && !strings.Contains(err.Error(), "not found") {
 		h.log.Debug("parked: handoff delete", "key", r.Key(), "err", err)
@@ -273,7 +274,7 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 	}
 	out.Record = r
 	if out.Verdict == Repark {
-		s.handoff.drop(&Record{HandoffSeq: oldSeq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
+		s.handoff.drop(ctx, &Record{HandoffSeq: oldSeq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
 		err = s.handOff(ctx, r)
 	}
 	return out, err
@@ -319,7 +320,7 @@ func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(
 		s.leases.release(callKey(key))
 	}
 	if r.Status != bus.ParkParked {
-		s.handoff.drop(r)
+		s.handoff.drop(ctx, r)
 	}
 	return r, nil
 }

@@ -54,7 +54,7 @@ func startAs(t *testing.T, st *store.Store, owner string) *Store {
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Stop)
+	testkit.Stop(t, s.Stop)
 	return s
 }
 
@@ -535,10 +535,10 @@ func TestStartEndsWithContext(t *testing.T) {
 	if err := s.Start(ctx); err == nil {
 		t.Error("Start with an ended context succeeded")
 	}
-	s.Stop()
-	s.Stop()
+	s.Stop(t.Context())
+	s.Stop(t.Context())
 	// Stop before Start is fine too.
-	New(st, subj, Config{}).Stop()
+	New(st, subj, Config{}).Stop(t.Context())
 }
 
 // park stores a new parked record (create) and hands it off (handOff).

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -176,7 +177,7 @@ func newMachine(t *testing.T) *machine {
 		if err := s.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(s.Stop)
+		testkit.Stop(t, s.Stop)
 		if i == 0 {
 			m.a = s
 		} else {

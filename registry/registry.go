@@ -95,7 +95,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	}
 	ww, err := store.WatchKV(ctx, r.liveness.kv, ">", r.applyWorker)
 	if err != nil {
-		tw.Stop()
+		_ = tw.Stop(ctx)
 		return err
 	}
 	r.watches = []*store.Watch{tw, ww}
@@ -103,7 +103,7 @@ func (r *Registry) Start(ctx context.Context) error {
 		select {
 		case <-w.Ready():
 		case <-ctx.Done():
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 			return ctx.Err()
 		}
 	}
@@ -114,12 +114,9 @@ func (r *Registry) Start(ctx context.Context) error {
 // Ready is closed once the cache holds the initial values.
 func (r *Registry) Ready() <-chan struct{} { return r.ready }
 
-// Stop ends the watches. It is safe to call twice.
-func (r *Registry) Stop() {
-	for _, w := range r.watches {
-		w.Stop()
-	}
-}
+// Stop ends the watches, waiting for them until ctx ends. It is safe to
+// call twice.
+func (r *Registry) Stop(ctx context.Context) error { return store.StopAll(ctx, r.watches...) }
 
 // Version changes whenever the cache changes; callers use it to invalidate
 // what they derived from the cache.

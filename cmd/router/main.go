@@ -191,7 +191,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// nothing before the first acknowledgement.
 		var bnc *nats.Conn
 		if bnc, err = builtinConn(conn); err != nil {
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 			return fmt.Errorf("built-in tools: %w", err)
 		}
 		defer bnc.Close()
@@ -222,7 +222,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			err = w.Start(ctx)
 		}
 		if err != nil {
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 			return fmt.Errorf("built-in tools: %w", err)
 		}
 	}
@@ -246,7 +246,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		if err != nil {
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 			return err
 		}
 		defer fnc.Close()
@@ -255,7 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if inboxOpts.listen != "" {
 		stopInbox, err := inboxOpts.serve(ctx, conn, *secure, *prefix, stdout, log)
 		if err != nil {
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 			return err
 		}
 		defer stopInbox()

@@ -45,7 +45,7 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	defer events.Stop()
+	defer func() { _ = events.Stop(context.WithoutCancel(ctx)) }()
 	if err := cl.Cancel(ctx, session, replyID, calls...); err != nil {
 		return err
 	}

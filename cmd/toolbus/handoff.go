@@ -59,7 +59,7 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", subject, err)
 	}
-	defer ev.Stop()
+	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 	fmt.Fprintf(stderr, "following %s in stream %s from its oldest request (Ctrl-C to stop)\n", subject, bus.NewSubjects(cn.prefix).Stream(bus.StreamHandoff))
 	for {
 		select {

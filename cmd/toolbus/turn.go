@@ -58,7 +58,7 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		defer events.Stop()
+		defer func() { _ = events.Stop(context.WithoutCancel(ctx)) }()
 		fol = follow(events, *replyID, len(batch.Calls), stderr)
 		fol.list = parkedLister(cl, cn.session, *replyID)
 	}

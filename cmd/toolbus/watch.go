@@ -40,7 +40,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer events.Stop()
+	defer func() { _ = events.Stop(context.WithoutCancel(ctx)) }()
 	fmt.Fprintf(stderr, "watching %s (Ctrl-C to stop)\n", cl.Subjects().Events(cn.session))
 	var lines watchLines
 	line := func(e *bus.Event) ([]byte, error) { return []byte(lines.of(e, all)), nil }

@@ -210,10 +210,10 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		// A fresh private directory under the user cache directory.
 		m, err := builtin.SkillsMaterializer(cat, "", "toolworker-"+id+"-", cfg)
 		if err != nil {
-			cat.Stop()
+			_ = cat.Drain(context.WithoutCancel(ctx))
 			return nil, err
 		}
-		cfg.Skills, stop = m, func() { cat.Stop(); _ = m.Close() }
+		cfg.Skills, stop = m, func() { _ = cat.Drain(context.WithoutCancel(ctx)); _ = m.Close() }
 	}
 	if err := builtin.RegisterWith(w, cfg); err != nil {
 		stop()

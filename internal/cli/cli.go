@@ -62,7 +62,7 @@ func (o *Observe) Start(ctx context.Context, who, service string, stdout, stderr
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	s.Stop = func() { _ = shutdown(context.Background()) }
+	s.Stop = func() { _ = shutdown(context.WithoutCancel(ctx)) } // flushes even after a signal ended ctx
 	return s, nil
 }
 

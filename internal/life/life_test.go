@@ -136,7 +136,7 @@ func TestUnwindOnceInReverse(t *testing.T) {
 		l := life.New(life.Config{})
 		var order []int
 		for i := range 3 {
-			l.Defer(func() { order = append(order, i) })
+			l.Defer(func(context.Context) error { order = append(order, i); return nil })
 		}
 		done := make(chan error)
 		for range 2 {

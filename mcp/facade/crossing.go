@@ -165,7 +165,7 @@ func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	switch {
 	case !crosses:
 	case p.Method == string(mcp.MethodToolsCall) && len(p.ID) > 0:
-		stop := x.follow(sid)
+		stop := x.follow(r.Context(), sid)
 		defer stop()
 	case p.Method == string(mcp.MethodNotificationCancelled) && len(p.ID) == 0:
 		// mcp-go cancels the request when it is this process's; the
@@ -364,15 +364,16 @@ func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) 
 }
 
 // follow subscribes to sid's crossings (once per MCP session, counted)
-// until the returned stop is called.
-func (x *crossing) follow(sid string) (stop func()) {
+// until the returned stop is called; the subject's lookup is bounded by
+// ctx, the request's, and 10 s.
+func (x *crossing) follow(ctx context.Context, sid string) (stop func()) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if cs := x.subs[sid]; cs != nil {
 		cs.n++
 		return func() { x.unfollow(sid) }
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	subject, err := x.store.crossSubject(ctx, x.crossKey(sid)+".*")
 	if err == nil {

@@ -103,7 +103,7 @@ func (e *env) handoff(t *testing.T, subject string) *bus.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	select {
 	case req, ok := <-ev.C:
 		if ok {
@@ -135,7 +135,7 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	reply := e.client
 	r, err := reply.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "approve_po", Input: json.RawMessage(`{"q":"PO-7"}`)}},
 		User: json.RawMessage(`"alice"`), Context: json.RawMessage(`{"tenant":"acme"}`)}, client.WithReplyID("r1"))
@@ -214,7 +214,7 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rp.Stop()
+	defer rp.Stop(t.Context())
 	var types []string
 	for _, x := range collect(t, rp, batchDone("r1")) {
 		types = append(types, x.Type)
@@ -240,7 +240,7 @@ func TestRacingAnswersOneWins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "ext"})
 	const handlers = 6
 	var accepted, already atomic.Int32
@@ -283,7 +283,7 @@ func TestQueuedCallsRunAfterAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	calls := []bus.Call{
 		{ID: "c1", Name: "peek"},
 		{ID: "c2", Name: "ext"},
@@ -328,7 +328,7 @@ func TestQueuedBehindParkedRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	calls := []bus.Call{{ID: "c1", Name: "ext"}, {ID: "c2", Name: "solo"}, {ID: "c3", Name: "ext"}}
 	r := e.callParked(t, "s1", "r1", calls...)
 	var kinds []string
@@ -392,7 +392,7 @@ func TestParkedExpiryAndCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "ext"})
 	done := nextEvent(t, ev, bus.TypeBatchDone)
 	var bd bus.BatchDone
@@ -408,7 +408,7 @@ func TestCancelParkedCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "ext"}, bus.Call{ID: "c2", Name: "ext"})
 	if err := e.client.Cancel(t.Context(), "s1", "r1"); err != nil {
 		t.Fatal(err)
@@ -477,7 +477,7 @@ func TestConfirmationFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	yes, no := true, false
 
 	// Edited input is validated again; a bad edit changes nothing.
@@ -557,7 +557,7 @@ func TestResentParkedBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	if err := e.answer(t, "ext", "s1", "r1", "c2", bus.Answer{State: "success", Output: bus.Text("ok")}); err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func alternating(t *testing.T, e *env) *front {
 	second := facade.New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), e.cfg)
 	fr := &front{backend: [2]http.Handler{e.f.Handler(), second.Handler()}}
 	hs := httptest.NewServer(http.HandlerFunc(fr.serve))
-	t.Cleanup(func() { hs.Close(); second.Close() })
+	t.Cleanup(func() { hs.Close(); second.Drain(testkit.StopContext(t)) })
 	fr.url = hs.URL
 	return fr
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/mcp/mcptest"
@@ -147,7 +148,7 @@ func startEnvWith(t *testing.T, guard router.Guard, mod func(*facade.Config)) *e
 	e.cfg = cfg
 	f := facade.New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), cfg)
 	hs := httptest.NewServer(f.Handler())
-	t.Cleanup(func() { hs.Close(); f.Close() })
+	t.Cleanup(func() { hs.Close(); f.Drain(testkit.StopContext(t)) })
 	e.base, e.f = hs.URL, f
 	return e
 }
