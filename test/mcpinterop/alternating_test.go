@@ -37,6 +37,9 @@ type front struct {
 
 	mu     sync.Mutex
 	n      int
+	// calls, when set, alternates the tools/call requests among
+	// themselves (counting from 0), and the others among themselves.
+	calls *int
 	served []string // "A POST tools/call", "B POST " (a response), in order
 }
 
@@ -66,6 +69,11 @@ func (fr *front) serve(w http.ResponseWriter, r *http.Request) {
 	fr.mu.Lock()
 	i := fr.n % 2
 	fr.n++
+	if fr.calls != nil && method == string(mcp.MethodToolsCall) {
+		fr.n--
+		i = *fr.calls % 2
+		*fr.calls++
+	}
 	fr.served = append(fr.served, string("AB"[i])+" "+r.Method+" "+method)
 	fr.mu.Unlock()
 	fr.backend[i].ServeHTTP(w, r)
@@ -229,9 +237,13 @@ func mcpgoText(r *mcp.CallToolResult) string {
 // mcp-go's client and the TypeScript SDK each get their own answers back
 // in every round.
 func TestAlternatingQuestionsAtOnce(t *testing.T) {
-	const rounds = 3
+	const rounds = 6
 	e := newEnv(t)
 	fr := alternating(t, e)
+	// Each round's two calls go to the two processes whatever the host
+	// sends between them (its GET stream, late answers); the rest
+	// alternates as before.
+	fr.calls = new(int)
 	b, err := bridge.New(e.conn(t, "bridge"), &bridge.File{Servers: []bridge.Server{{Name: "q", Transport: bridge.TransportHTTP,
 		URL: mcptest.AskServer(t)}}}, bridge.Config{Heartbeat: time.Second})
 	if err != nil {
@@ -249,7 +261,8 @@ func TestAlternatingQuestionsAtOnce(t *testing.T) {
 		return []string{fmt.Sprintf(`accept {"name":"x%d-name"}`, i), fmt.Sprintf(`accept {"name":"y%d-name"}`, i)}
 	}
 	// bothProcesses checks that every round's two calls ran on both
-	// processes and some answer crossed.
+	// processes and some answer reached the process that did not run the
+	// call before it.
 	bothProcesses := func(t *testing.T, before int) {
 		t.Helper()
 		fr.mu.Lock()
