@@ -35,11 +35,11 @@ type front struct {
 	url     string
 	backend [2]http.Handler
 
-	mu     sync.Mutex
-	n      int
+	mu sync.Mutex
+	n  int
 	// calls, when set, alternates the tools/call requests among
 	// themselves (counting from 0), and the others among themselves.
-	calls *int
+	calls  *int
 	served []string // "A POST tools/call", "B POST " (a response), in order
 }
 
