@@ -115,23 +115,8 @@ func TestAlternatingFront(t *testing.T) {
 	t.Run("mcp-go", func(t *testing.T) {
 		s := "alt-go"
 		e.askMode(t, s)
-		tr, err := transport.NewStreamableHTTP(url(s), transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}),
-			transport.WithContinuousListening(), transport.WithHTTPLogger(slog.New(slog.DiscardHandler)))
-		if err != nil {
-			t.Fatal(err)
-		}
 		el := goElicitor{asked: make(chan string, n)}
-		c := mcpclient.NewClient(tr, mcpclient.WithElicitationHandler(el), mcpclient.WithLegacyProtocolOnly())
-		if err := c.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		init := mcp.InitializeRequest{}
-		init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
-		init.Params.ClientInfo = mcp.Implementation{Name: "toolbus-interop-mcp-go", Version: "1"}
-		if _, err := c.Initialize(t.Context(), init); err != nil {
-			t.Fatal(err)
-		}
+		c := legacyMCPGo(t, url(s), el, transport.WithContinuousListening())
 		call := func(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, error) {
 			req := mcp.CallToolRequest{}
 			req.Params.Name, req.Params.Arguments = name, args
@@ -216,6 +201,29 @@ func TestAlternatingFront(t *testing.T) {
 // cancelled is the method of a cancel.
 const cancelled = string(mcp.MethodNotificationCancelled)
 
+// legacyMCPGo is mcp-go's client at url with alice's token, initialised
+// at 2025-11-25, its elicitations answered by el; closed when t ends.
+func legacyMCPGo(t *testing.T, url string, el mcpclient.ElicitationHandler, opts ...transport.StreamableHTTPCOption) *mcpclient.Client {
+	t.Helper()
+	tr, err := transport.NewStreamableHTTP(url, append([]transport.StreamableHTTPCOption{transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}),
+		transport.WithHTTPLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcpclient.NewClient(tr, mcpclient.WithElicitationHandler(el), mcpclient.WithLegacyProtocolOnly())
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
+	init.Params.ClientInfo = mcp.Implementation{Name: "toolbus-interop-mcp-go", Version: "1"}
+	if _, err := c.Initialize(t.Context(), init); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func mcpgoText(r *mcp.CallToolResult) string {
 	var b strings.Builder
 	for _, c := range r.Content {
@@ -244,19 +252,8 @@ func TestAlternatingQuestionsAtOnce(t *testing.T) {
 	// sends between them (its GET stream, late answers); the rest
 	// alternates as before.
 	fr.calls = new(int)
-	b, err := bridge.New(e.conn(t, "bridge"), &bridge.File{Servers: []bridge.Server{{Name: "q", Transport: bridge.TransportHTTP,
-		URL: mcptest.AskServer(t)}}}, bridge.Config{Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Stop(context.Background()) })
 	const tool = "mcp__q__ask"
-	if err := e.d.WaitLive(t.Context(), tool); err != nil {
-		t.Fatal(err)
-	}
+	e.bridge(t, bridge.Server{Name: "q", Transport: bridge.TransportHTTP, URL: mcptest.AskServer(t)}, bridge.Config{Heartbeat: time.Second}, tool)
 	want := func(i int) []string {
 		return []string{fmt.Sprintf(`accept {"name":"x%d-name"}`, i), fmt.Sprintf(`accept {"name":"y%d-name"}`, i)}
 	}
@@ -284,22 +281,7 @@ func TestAlternatingQuestionsAtOnce(t *testing.T) {
 
 	t.Run("mcp-go", func(t *testing.T) {
 		h := &namer{asked: map[string]chan struct{}{}}
-		tr, err := transport.NewStreamableHTTP(fr.url+"/mcp/altq-go", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}),
-			transport.WithHTTPLogger(slog.New(slog.DiscardHandler)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := mcpclient.NewClient(tr, mcpclient.WithElicitationHandler(h), mcpclient.WithLegacyProtocolOnly())
-		if err := c.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		init := mcp.InitializeRequest{}
-		init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
-		init.Params.ClientInfo = mcp.Implementation{Name: "toolbus-interop-mcp-go", Version: "1"}
-		if _, err := c.Initialize(t.Context(), init); err != nil {
-			t.Fatal(err)
-		}
+		c := legacyMCPGo(t, fr.url+"/mcp/altq-go", h)
 		fr.mu.Lock()
 		before := len(fr.served)
 		fr.mu.Unlock()

@@ -2,7 +2,6 @@ package mcpinterop
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -29,20 +28,9 @@ func TestBridgedToHost(t *testing.T) {
 	callJS := script(t, "call.mjs")
 	entry := filepath.Join(jsDir(t), "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 	e := newEnv(t)
-	nc := e.conn(t, "bridge")
-	b, err := bridge.New(nc, &bridge.File{Servers: []bridge.Server{{Name: "everything", Command: "node", Args: []string{entry, "stdio"},
-		EnableTools: []string{"get-structured-content"}, Timeout: "60s"}}}, bridge.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Stop(context.Background()) })
 	const tool = "mcp__everything__get-structured-content"
-	if err := e.d.WaitLive(t.Context(), tool); err != nil {
-		t.Fatal(err)
-	}
+	e.bridge(t, bridge.Server{Name: "everything", Command: "node", Args: []string{entry, "stdio"},
+		EnableTools: []string{"get-structured-content"}, Timeout: "60s"}, bridge.Config{}, tool)
 	args := map[string]any{"location": "Chicago"}
 
 	// The TypeScript SDK.
@@ -94,19 +82,9 @@ func TestBridgedLargeStructured(t *testing.T) {
 	callJS := script(t, "call.mjs")
 	e := newEnv(t)
 	const lines = 48 << 10 // 64 bytes each: 3 MiB of text, and as much JSON
-	b, err := bridge.New(e.conn(t, "bridge"), &bridge.File{Servers: []bridge.Server{{Name: "big", Transport: bridge.TransportHTTP,
-		URL: mcptest.BigServer(t, lines), Timeout: "60s"}}}, bridge.Config{Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Stop(context.Background()) })
 	const tool = "mcp__big__big"
-	if err := e.d.WaitLive(t.Context(), tool); err != nil {
-		t.Fatal(err)
-	}
+	e.bridge(t, bridge.Server{Name: "big", Transport: bridge.TransportHTTP, URL: mcptest.BigServer(t, lines), Timeout: "60s"},
+		bridge.Config{Heartbeat: time.Second}, tool)
 	p := runNode(t, callJS, e.url("big1"), token, tool, "{}", "summary")
 	if st := p.next(t, "listed"); len(st.Names) != 1 || len(st.Structured) == 0 || string(st.Structured) == "null" {
 		t.Fatalf("listed without its outputSchema: %+v", st)
@@ -171,19 +149,9 @@ func TestInspectorBridgedLarge(t *testing.T) {
 	if err := os.WriteFile(file, big.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b, err := bridge.New(e.conn(t, "bridge"), &bridge.File{Servers: []bridge.Server{{Name: "fs", Command: "node", Args: []string{entry, root},
-		EnableTools: []string{"read_text_file"}, Timeout: "60s"}}}, bridge.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Stop(context.Background()) })
 	const tool = "mcp__fs__read_text_file"
-	if err := e.d.WaitLive(t.Context(), tool); err != nil {
-		t.Fatal(err)
-	}
+	e.bridge(t, bridge.Server{Name: "fs", Command: "node", Args: []string{entry, root}, EnableTools: []string{"read_text_file"}, Timeout: "60s"},
+		bridge.Config{}, tool)
 	args := []string{e.base + "/mcp", "--header", "Authorization: Bearer " + token, "--header", facade.SessionHeader + ": insp-big",
 		"--transport", "http", "--method", "tools/call"}
 	type result struct {
