@@ -75,9 +75,10 @@ type clientRecord struct {
 // request's cancel function), so behind a front without affinity the
 // answer got HTTP 404 and the cancel was dropped. Now the process serving
 // a tools/call of an MCP session follows that session's key prefix in
-// the facade's bucket while it runs, and a process that cannot deliver
-// an answer (or any process given a cancel) puts the message there; the
-// follower hands it to its own mcp-go as if it had been posted to it.
+// the facade's bucket while it runs, and a process given an answer to
+// another process's request (its id bears that process's tag: idTag) or
+// any cancel puts the message there; the follower hands it to its own
+// mcp-go as if it had been posted to it.
 // Keys name the bus session and the authenticated user, so a message is
 // only ever carried into the same (session, user)'s MCP server.
 type crossing struct {
