@@ -39,7 +39,10 @@ type ParkRecord struct {
 	Status         ParkStatus      `json:"status"`
 	Answer         *Answer         `json:"answer,omitempty"`
 	Result         *Result         `json:"result,omitempty"`
-	HandoffSeq     uint64          `json:"handoff_seq,omitempty"`
+	// Batch is the batch's continuation when this call is the batch's
+	// only wait and nothing of it is left to run (docs/protocol.md 6.1,
+	// 1.6): package parked's, opaque to readers.
+	Batch json.RawMessage `json:"batch,omitempty"`
 	// AnsweredBy and AnsweredAt say who answered (the answer's
 	// CloudEvents source, a claim; "<source> via P.approve" when it came
 	// on the approver's subject) and when (docs/protocol.md 6.1).

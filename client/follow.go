@@ -116,9 +116,9 @@ func (f *follower) pull(ctx context.Context) error {
 				return nil // no more now, or the wait ended: pull again
 			case status != "":
 				return errLost // 409 consumer deleted, 503 no responders, ...
-			case m.Subject == inbox: // the router's answer: a refusal
+			case m.Subject == inbox && refusal(m): // the router's answer: a refusal
 				return errLost
-			default:
+			default: // a stored message, or a request the router relays (6.2)
 				got++
 				if seq, ok := streamSeq(m.Reply); ok {
 					f.next = seq + 1
@@ -159,6 +159,14 @@ func streamSeq(reply string) (uint64, bool) {
 	}
 	n, err := strconv.ParseUint(t[i], 10, 64)
 	return n, err == nil
+}
+
+// refusal reports whether m, which came on the pull's own inbox, is the
+// router's refusal (io.toolbus.error) rather than a handoff request the
+// router relays there (docs/protocol.md 6.2, 1.6).
+func refusal(m *nats.Msg) bool {
+	e, err := bus.Decode(m)
+	return err != nil || e.Type == bus.TypeError
 }
 
 // replyTo publishes with a reply subject.
