@@ -63,6 +63,15 @@ type ParkRecord struct {
 // Key returns the record's KV key, CallKey(Session, ReplyID, Call.ID).
 func (r *ParkRecord) Key() string { return CallKey(r.Session, r.ReplyID, r.Call.ID) }
 
+// An event published with HeaderLiveOnly set to LiveOnly reaches live
+// subscribers of its subject and is not stored: the stream that captures
+// the subject refuses a message that expects another stream
+// (docs/protocol.md 3.4, call.parked).
+const (
+	HeaderLiveOnly = "Nats-Expected-Stream"
+	LiveOnly       = "toolbus-live-only"
+)
+
 // HandoffRequest is the data of io.toolbus.external.request and
 // io.toolbus.confirm.request (docs/protocol.md 6.2).
 type HandoffRequest struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -120,7 +121,7 @@ func (f *follower) pull(ctx context.Context) error {
 				return errLost
 			default: // a stored message, or a request the router relays (6.2)
 				got++
-				if seq, ok := streamSeq(m.Reply); ok {
+				if seq, ok := seqOf(m); ok {
 					f.next = seq + 1
 				}
 				if !f.deliver(m) {
@@ -143,6 +144,17 @@ func (f *follower) stop() {
 		_ = f.c.nc.Flush()
 	}
 	f.consumer = ""
+}
+
+// seqOf is the stream sequence of a message a pull delivered: from its
+// reply subject when JetStream sent it, from its Nats-Sequence header when
+// the router relayed a handoff request (docs/protocol.md 6.2).
+func seqOf(m *nats.Msg) (uint64, bool) {
+	if seq, ok := streamSeq(m.Reply); ok {
+		return seq, true
+	}
+	n, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	return n, err == nil && n > 0
 }
 
 // streamSeq is the stream sequence of a JetStream message's reply subject

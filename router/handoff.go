@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,8 +57,7 @@ func (r *replays) handoffWant(subject string) (parked.Want, bool) {
 
 // relayHandoff reads one pull of consumer c for the asker and sends it,
 // on m's reply subject, the request of every record want grants (each
-// with the reply subject JetStream gave the record, which carries its
-// stream sequence), then a closing status as JetStream's own: a message
+// with header Nats-Sequence, the record's stream sequence), then a closing status as JetStream's own: a message
 // with header Status 404 (no wait asked: nothing more now), 408 (the wait
 // ended) or 409 (the consumer is gone).
 func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) {
@@ -106,7 +106,9 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 			if !ok {
 				continue
 			}
-			out.Reply = msg.Reply()
+			if md, err := msg.Metadata(); err == nil {
+				out.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(md.Sequence.Stream, 10))
+			}
 			out.Subject = reply
 			if err := r.nc.PublishMsg(out); err != nil {
 				return "409"

@@ -87,6 +87,10 @@ type eventPort interface {
 	// it takes writes, and nobody waits (docs/protocol.md 3.4, a read-only
 	// batch's batch.done).
 	announce(typ, session, replyID, callID string, trace [2]string, data any) error
+	// live sends an event on the session's events subject for live
+	// subscribers only: the events stream refuses it (docs/protocol.md
+	// 3.4, call.parked).
+	live(typ, session, replyID, callID string, trace [2]string, data any) error
 	// reply sends an event to a reply subject (core NATS).
 	reply(subject string, e *bus.Event) error
 	// event builds an event from this router.
@@ -235,6 +239,20 @@ func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]str
 }
 
 func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
+	return x.send(typ, session, replyID, callID, trace, data, func(m *nats.Msg, e *bus.Event) {
+		m.Header.Set(jetstream.MsgIDHeader, e.ID) // stored once, as a retried publish would be
+	})
+}
+
+func (x routerEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
+	return x.send(typ, session, replyID, callID, trace, data, func(m *nats.Msg, _ *bus.Event) {
+		m.Header.Set(bus.HeaderLiveOnly, bus.LiveOnly) // the events stream refuses it
+	})
+}
+
+// send publishes an event on the session's events subject with core NATS,
+// with the header head sets.
+func (x routerEvents) send(typ, session, replyID, callID string, trace [2]string, data any, head func(*nats.Msg, *bus.Event)) error {
 	e, err := x.event(typ, session, replyID, callID, trace, data)
 	if err != nil {
 		return err
@@ -246,7 +264,7 @@ func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]st
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
-	m.Header.Set(jetstream.MsgIDHeader, e.ID) // stored once, as a retried publish would be
+	head(m, e)
 	return x.nc.PublishMsg(m)
 }
 
