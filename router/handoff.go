@@ -57,9 +57,10 @@ func (r *replays) handoffWant(subject string) (parked.Want, bool) {
 
 // relayHandoff reads one pull of consumer c for the asker and sends it,
 // on m's reply subject, the request of every record want grants (each
-// with header Nats-Sequence, the record's stream sequence), then a closing status as JetStream's own: a message
-// with header Status 404 (no wait asked: nothing more now), 408 (the wait
-// ended) or 409 (the consumer is gone).
+// with header Nats-Sequence, the record's stream sequence), as JetStream
+// would send the pull's messages: up to the pull's batch, then, when fewer
+// came, a closing status in a Status header: 404 (no wait asked: nothing
+// more now), 408 (the wait ended) or 409 (the consumer is gone).
 func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) {
 	select {
 	case r.pulls <- struct{}{}:
@@ -69,38 +70,46 @@ func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.Consumer
 	}
 	go func() {
 		defer func() { <-r.pulls }()
-		status := r.fetchHandoff(r.base, m.Reply, c, q, want)
-		_ = r.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{"Status": {status}}})
+		if status := r.fetchHandoff(r.base, m.Reply, c, q, want); status != "" {
+			_ = r.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{"Status": {status}}})
+		}
 	}()
 }
 
-// fetchHandoff relays the records of one pull and returns its closing
-// status.
+// minHandoffWait is the shortest wait a fetch of the relay is made with:
+// less is the end of the pull's wait.
+const minHandoffWait = 10 * time.Millisecond
+
+// fetchHandoff relays the requests of one pull: it fetches the records
+// until as many requests as the pull's batch went out ("" returned), the
+// consumer has nothing more (no wait: 404), the wait ended (408) or the
+// consumer is lost (409). Records want does not grant are read and
+// skipped, so one pull may fetch many times.
 func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) string {
-	var (
-		batch jetstream.MessageBatch
-		err   error
-		end   = "408"
-	)
-	if q.ExpiresMS == 0 {
-		end = "404"
-		batch, err = c.FetchNoWait(q.Batch)
-	} else {
-		batch, err = c.Fetch(q.Batch, jetstream.FetchMaxWait(time.Duration(q.ExpiresMS)*time.Millisecond))
-	}
-	if err != nil {
-		return "409"
-	}
-	for {
-		select {
-		case <-ctx.Done():
+	deadline := time.Now().Add(time.Duration(q.ExpiresMS) * time.Millisecond)
+	for sent := 0; sent < q.Batch; {
+		ask := q.Batch - sent
+		var (
+			batch jetstream.MessageBatch
+			err   error
+		)
+		if q.ExpiresMS == 0 {
+			batch, err = c.FetchNoWait(ask)
+		} else {
+			left := time.Until(deadline)
+			if left < minHandoffWait {
+				return "408"
+			}
+			batch, err = c.Fetch(ask, jetstream.FetchMaxWait(left))
+		}
+		if err != nil {
 			return "409"
-		case msg, ok := <-batch.Messages():
-			if !ok {
-				if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-					return "409"
-				}
-				return end
+		}
+		got, lost := 0, false
+		for msg := range batch.Messages() {
+			got++
+			if ctx.Err() != nil || lost {
+				continue // drained: the fetch ends on its own
 			}
 			out, ok := parked.Request(msg.Data(), want, r.subj, r.source)
 			if !ok {
@@ -111,8 +120,18 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 			}
 			out.Subject = reply
 			if err := r.nc.PublishMsg(out); err != nil {
-				return "409"
+				lost = true
 			}
+			sent++
+		}
+		switch err := batch.Error(); {
+		case ctx.Err() != nil || lost || err != nil && !errors.Is(err, nats.ErrTimeout):
+			return "409"
+		case got < ask && q.ExpiresMS == 0:
+			return "404"
+		case got < ask:
+			return "408"
 		}
 	}
+	return ""
 }

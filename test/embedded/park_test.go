@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
