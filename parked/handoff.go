@@ -85,9 +85,10 @@ type Want struct {
 // follower of w gets, on its live subject, from source; false when the
 // entry is not for w: not a call record, not parked (answered, done,
 // expired, cancelled, a delete marker), request-scoped (its caller runs
-// it), or of another kind or tool.
+// it), or of another kind or tool; a kind other than external and
+// confirm has no requests.
 func Request(value []byte, w Want, subj bus.Subjects, source string) (*nats.Msg, bool) {
-	if len(value) == 0 {
+	if len(value) == 0 || w.Kind != bus.KindExternal && w.Kind != bus.KindConfirm {
 		return nil, false
 	}
 	var r Record
