@@ -340,6 +340,12 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 			if be := (*bus.Error)(nil); errors.As(err, &be) {
 				return nil, false, err
 			}
+			if len(rec.Batch) > 0 {
+				// Only the close would say this router ended the call: a
+				// router that cannot write resumes nothing (the one that
+				// takes the answer over does).
+				return nil, false, fmt.Errorf("parked: answered call %s not closed: %w", rec.Key(), err)
+			}
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
 		}
 	}
