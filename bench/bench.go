@@ -1,107 +1,158 @@
-// Package bench measures toolbus against the physical limit of its design,
-// in one run on one embedded nats-server: raw core NATS request/reply
-// (one_hop, and relay: requester → forwarder in a queue group → responder,
-// the reply relayed back, the same four messages a routed call needs),
-// the full agent → router → worker → agent path with a read-only and a
-// non-read-only tool, scaling of an I/O-bound tool with worker copies, the
-// parked path, router memory with many sessions, and mcp-go's streamable
-// HTTP server for comparison. Run returns a Report; WriteTable prints it and
-// json.Marshal gives the machine-readable form.
+// Package bench measures toolbus against the physical limit of its design:
+// raw core NATS request/reply (one_hop, and relay: requester → forwarder in
+// a queue group → responder, the reply relayed back, the same four messages
+// a routed call needs), the full agent → router → worker → agent path with
+// a read-only and a non-read-only tool, and mcp-go's streamable HTTP server
+// for comparison. One deployment description (deploy) runs every part in
+// this process or each in a process of its own, and one loop (measure)
+// measures either.
 //
-// Everything runs in this process, so process-wide figures (CPU, heap
-// allocations, memory) include nats-server, the client and the workers.
-// The router's own share is estimated twice: from CPU profile samples of
-// goroutines labelled as the router's, and by subtracting a run in which a
-// byte-forwarding stand-in replaces the router (the "bare" path).
+// Run measures it all in this process, on one embedded nats-server, and
+// adds scaling of an I/O-bound tool with worker copies, the parked path
+// and router memory with many sessions; process-wide figures (CPU, heap
+// allocations, memory) include nats-server, the client and the workers,
+// and the router's own share is estimated twice: from CPU profile samples
+// of goroutines labelled as the router's, and by subtracting a run in
+// which a byte-forwarding stand-in replaces the router (the "bare" path).
+// RunCross runs the parts as processes, several times on fresh ones, and
+// reads each process's own CPU and allocations. WriteTable prints a report
+// and json.Marshal gives the machine-readable form.
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
 )
 
-// Options configure Run. Every zero value has a default.
+// Options configure Run and RunCross. Every zero value has a default.
 type Options struct {
-	// Quick shortens the run (well under 30 s): Duration 300 ms and
-	// 1,000 sessions unless set.
+	// Quick shortens the run: Duration 300 ms and 1,000 sessions in
+	// process (well under 30 s), 1 s and 10,000 sessions across processes,
+	// unless set.
 	Quick bool
-	// Duration is the length of each measurement (split into Rounds
-	// slices); zero means 3 s (300 ms when Quick).
+	// Duration is the length of each measurement (in process split into
+	// Rounds slices); zero means 3 s.
 	Duration time.Duration
 	// Callers are the concurrent caller counts of the throughput
 	// measurements; nil means 1, 16, 256. CPU time and allocations per call
-	// are taken from the run with the count nearest 16, and mcp-go is
-	// measured with that many callers.
+	// in process, and the SDKs' CPU across processes, are taken from the
+	// count nearest 16, and mcp-go is measured with that many callers; the
+	// router's CPU targets across processes are judged at the most.
 	Callers []int
+	// Sessions is how many sessions the memory measurement creates; zero
+	// means 100,000 (see Quick); negative skips it (RunCross only).
+	Sessions int
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+
+	// Run only.
+
 	// Workers are the worker copy counts of the I/O-bound tool; nil means
 	// 1, 2, 4, 8.
 	Workers []int
-	// Sessions is how many sessions the memory measurement creates; zero
-	// means 10,000 (1,000 when Quick).
-	Sessions int
 	// Rounds splits each latency and throughput measurement into this many
 	// slices, interleaved across the paths compared; the best slice counts.
 	// Zero means 3.
 	Rounds int
-	// ProfileWindow is the length of each path's CPU profile (the CPU by
-	// part); zero means Duration, and never less than 2 s.
+	// ProfileWindow is the length of each CPU profile: in process, of each
+	// path's (the CPU by part), zero meaning Duration and never less than
+	// 2 s; across processes, of the router's, zero meaning three Durations,
+	// and at least 10 s.
 	ProfileWindow time.Duration
-	// Logf receives progress lines; nil discards them.
-	Logf func(format string, args ...any)
+
+	// RunCross only.
+
+	// Runs is how many times the whole comparison runs, each on a fresh
+	// set of processes; zero means 3.
+	Runs int
+	// CPUProfile, when set, is the file the router process writes a CPU
+	// profile of read-only calls at the most callers to, after the last
+	// run, over ProfileWindow; the write calls' profile goes next to it
+	// (".write" before the extension), the worker process's meanwhile
+	// (".worker").
+	CPUProfile string
+	// Exe is the binary run as each part (it must call RunChild first in
+	// main); "" means this process's own executable.
+	Exe string
+	// ChildStderr receives the processes' logs; nil keeps only the last
+	// lines, for error messages.
+	ChildStderr io.Writer
 }
 
 // ioCallers is the caller count of the I/O-bound tool measurement.
 const ioCallers = 64
 
-// minProfile is the shortest CPU profile of a path, and profileSample
-// the CPU time one profile sample stands for (pprof's 100 Hz).
+// minProfile is the shortest CPU profile of a path in process, minCrossProfile
+// the router process's (at 100 samples a second, enough samples to rank
+// the costs), and profileSample the CPU time one profile sample stands
+// for (pprof's 100 Hz).
 const (
-	minProfile    = 2 * time.Second
-	profileSample = 10 * time.Millisecond
+	minProfile      = 2 * time.Second
+	minCrossProfile = 10 * time.Second
+	profileSample   = 10 * time.Millisecond
 )
 
 // minSlice is the shortest measuring slice.
 const minSlice = 100 * time.Millisecond
 
-func (o *Options) defaults() {
+func (o *Options) defaults(cross bool) error {
+	quick, sessions, rounds := 300*time.Millisecond, 1000, o.Rounds
+	if cross {
+		quick, sessions, rounds = time.Second, 10000, 1
+	}
 	if o.Duration <= 0 {
 		o.Duration = 3 * time.Second
 		if o.Quick {
-			o.Duration = 300 * time.Millisecond
+			o.Duration = quick
 		}
 	}
 	if len(o.Callers) == 0 {
 		o.Callers = []int{1, 16, 256}
 	}
-	o.Callers = sortedPositive(o.Callers)
 	if len(o.Workers) == 0 {
 		o.Workers = []int{1, 2, 4, 8}
 	}
-	o.Workers = sortedPositive(o.Workers)
-	if o.Sessions <= 0 {
+	o.Callers, o.Workers = sortedPositive(o.Callers), sortedPositive(o.Workers)
+	if o.Sessions == 0 || o.Sessions < 0 && !cross {
 		o.Sessions = 100000
 		if o.Quick {
-			o.Sessions = 1000
+			o.Sessions = sessions
 		}
 	}
-	if o.Rounds <= 0 {
-		o.Rounds = 3
-	}
+	o.Rounds, o.Runs = cmp.Or(max(rounds, 0), 3), cmp.Or(max(o.Runs, 0), 3)
 	if o.ProfileWindow <= 0 {
 		o.ProfileWindow = max(o.Duration, minProfile)
+		if cross {
+			o.ProfileWindow = max(3*o.Duration, minCrossProfile)
+		}
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
+	if cross && o.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: cross-process: %w", err)
+		}
+		o.Exe = exe
+	}
+	return nil
 }
 
 func sortedPositive(in []int) []int {
@@ -121,21 +172,9 @@ func nearest(xs []int, want int) int {
 	return best
 }
 
-func abs(n int) int {
-	if n < 0 {
-		return -n
-	}
-	return n
-}
+func abs(n int) int { return max(n, -n) }
 
-// path is one thing measured for latency and throughput.
-type path struct {
-	name string
-	fn   callFunc
-	out  *Path
-}
-
-// Run starts an embedded nats-server with everything measured on it, runs
+// Run deploys everything in this process on an embedded nats-server, runs
 // every measurement, stops it all and returns the report. It fails when a
 // call fails.
 //
@@ -145,124 +184,68 @@ type path struct {
 // lowest p50 for latency, the highest throughput (with its CPU time and
 // allocations) for load.
 func Run(ctx context.Context, opts Options) (*Report, error) {
-	opts.defaults()
+	_ = opts.defaults(false)
 	start := time.Now()
 	mid := nearest(opts.Callers, 16)
 	rep := newReport(opts, mid)
 	logf := opts.Logf
 	slice := max(opts.Duration/time.Duration(opts.Rounds), minSlice)
 	logf("bench: starting nats-server, router, workers and the mcp-go server")
-	d, err := deploy(ctx, opts.Callers[len(opts.Callers)-1], false, logf)
+	d, err := deploy(ctx, config{sessions: opts.Callers[len(opts.Callers)-1], mcpClients: mid})
 	if err != nil {
 		return nil, err
 	}
-	defer d.close()
-	var m *mcpHTTP
-	labelled(ctx, partClient, func(ctx context.Context) { m, err = startMCP(ctx, mid) })
-	if err != nil {
+	defer d.close(ctx)
+
+	oneHop, relay := &path{name: "raw one_hop", fn: d.oneHop}, &path{name: "raw relay", fn: d.relay}
+	read, write := &path{name: "toolbus read-only", fn: d.callTool(d.client, toolRead)}, &path{name: "toolbus write", fn: d.callTool(d.client, toolWrite)}
+	bare := &path{name: "bare (no router)", fn: d.callTool(d.bare, toolRead)}
+	mcp := &path{name: "mcp-go HTTP", fn: d.mcp.call, midOnly: true}
+	if err := d.measure(ctx, []*path{oneHop, relay, read, write, bare, mcp}, opts.Callers, mid, opts.Rounds, slice, logf); err != nil {
 		return nil, err
 	}
-	defer m.close()
+	k := strconv.Itoa(mid)
+	for _, p := range []struct {
+		from *path
+		to   *Path
+	}{{oneHop, &rep.Baseline.OneHop}, {relay, &rep.Baseline.Relay}, {read, &rep.Toolbus}, {write, &rep.ToolbusWrite}} {
+		p.to.Latency = p.from.latency()
+		p.to.CPUUSPerCall, p.to.AllocsPerCall = p.from.loads[k].perCall(roleClient)
+		p.to.CoresUsed = p.from.loads[k].cores()
+	}
+	rep.Bare = Cost{Throughput: bare.loads[k].Throughput(), CoresUsed: bare.loads[k].cores(), P50US: us(bare.lat.Quantile(0.5)),
+		Throughputs: bare.latency().Throughput}
+	rep.Bare.CPUUSPerCall, rep.Bare.AllocsPerCall = bare.loads[k].perCall(roleClient)
+	rep.MCPHTTP16, rep.MCPHTTPP50US = mcp.loads[k].Throughput(), us(mcp.lat.Quantile(0.5))
+	rep.MCPHTTPCallers, rep.MCPProtocol = mid, d.mcp.protocol
 
-	var bareOut, mcpOut Path
-	paths := []path{
-		{"raw one_hop", d.oneHop, &rep.Baseline.OneHop},
-		{"raw relay", d.relay, &rep.Baseline.Relay},
-		{"toolbus read-only", d.callTool(d.client, toolRead), &rep.Toolbus},
-		{"toolbus write", d.callTool(d.client, toolWrite), &rep.ToolbusWrite},
-	}
-	bare := path{"bare (no router)", d.callTool(d.bare, toolRead), &bareOut}
-	mcpPath := path{"mcp-go HTTP", m.call, &mcpOut}
-	for _, p := range append(paths, bare, mcpPath) {
-		p.out.Throughput = map[string]float64{}
-		if _, err := runLoad(ctx, max(opts.Duration/5, minSlice), mid, p.fn); err != nil {
-			return nil, fmt.Errorf("bench: warm-up %s: %w", p.name, err)
-		}
-	}
-
-	// Latency with one sequential caller.
-	logf("bench: latency, one caller, %d rounds of %v", opts.Rounds, slice)
-	lats := map[string]latencies{}
-	for range opts.Rounds {
-		for _, p := range append(paths, bare, mcpPath) {
-			lat, err := measureLatency(ctx, slice, p.fn)
-			if err != nil {
-				return nil, fmt.Errorf("bench: latency %s: %w", p.name, err)
-			}
-			if best, ok := lats[p.name]; !ok || lat.quantile(0.5) < best.quantile(0.5) {
-				lats[p.name] = lat
-			}
-		}
-	}
-	for _, p := range append(paths, bare, mcpPath) {
-		lat := lats[p.name]
-		p.out.P50US, p.out.P90US, p.out.P99US = us(lat.quantile(0.5)), us(lat.quantile(0.9)), us(lat.quantile(0.99))
-	}
-
-	// Throughput, of the bare path too at every caller count; CPU and
-	// allocations per call at the mid caller count, where mcp-go runs too.
-	for _, n := range opts.Callers {
-		run := append(slices.Clone(paths), bare)
-		if n == mid {
-			run = append(run, mcpPath)
-		}
-		logf("bench: throughput, %d callers, %d rounds of %v", n, opts.Rounds, slice)
-		loads := map[string]load{}
-		for range opts.Rounds {
-			for _, p := range run {
-				l, err := runLoad(ctx, slice, n, p.fn)
-				if err != nil {
-					return nil, fmt.Errorf("bench: throughput %s: %w", p.name, err)
-				}
-				if best, ok := loads[p.name]; !ok || l.throughput() > best.throughput() {
-					loads[p.name] = l
-				}
-			}
-		}
-		for _, p := range run {
-			l := loads[p.name]
-			p.out.Throughput[strconv.Itoa(n)] = l.throughput()
-			if n == mid {
-				p.out.CPUUSPerCall, p.out.AllocsPerCall, p.out.CoresUsed = l.cpuPerCall(), l.allocsPerCall(), l.cores()
-			}
-		}
-	}
-	rep.Bare = Cost{CPUUSPerCall: bareOut.CPUUSPerCall, AllocsPerCall: bareOut.AllocsPerCall,
-		CoresUsed: bareOut.CoresUsed, Throughput: bareOut.Throughput[strconv.Itoa(mid)],
-		P50US: bareOut.P50US, Throughputs: bareOut.Throughput}
-	rep.MCPHTTP16, rep.MCPHTTPP50US = mcpOut.Throughput[strconv.Itoa(mid)], mcpOut.P50US
-	rep.MCPHTTPCallers, rep.MCPProtocol = mid, m.protocol
-
-	// CPU by part, from goroutine labels in a CPU profile.
+	// CPU by part, from goroutine labels in a CPU profile. The profiler
+	// samples every 10 ms: a part's figure moves in steps of 10 ms over the
+	// calls profiled, so the window is never short (a 300 ms one gave a
+	// part 2 to 5 samples, and figures from 9 to 61 µs).
 	rep.CPUMethod = "profile-labels"
-	attribute := []struct {
-		name, key string
-		fn        callFunc
-		out       *map[string]float64
-	}{
-		{"raw relay", "relay", d.relay, &rep.Baseline.Relay.CPUByPartUS},
-		{"bare", "bare", bare.fn, &rep.Bare.CPUByPartUS},
-		{"toolbus read-only", "toolbus", paths[2].fn, &rep.Toolbus.CPUByPartUS},
-		{"toolbus write", "toolbus_write", paths[3].fn, &rep.ToolbusWrite.CPUByPartUS},
-	}
-	// The profiler samples every 10 ms: a part's figure moves in steps of
-	// 10 ms over the calls profiled, so the window is never short (a
-	// 300 ms one gave a part 2 to 5 samples, and figures from 9 to 61 µs).
-	window := opts.ProfileWindow
 	rep.ProfileSampleUS = map[string]float64{}
-	for _, a := range attribute {
-		logf("bench: CPU profile %s, %d callers, %v", a.name, mid, window)
-		var l load
-		parts, err := cpuByPart(func() (err error) { l, err = runLoad(ctx, window, mid, a.fn); return err })
-		if err == errProfiling {
+	for _, a := range []struct {
+		key string
+		p   *path
+		out *map[string]float64
+	}{{"relay", relay, &rep.Baseline.Relay.CPUByPartUS}, {"bare", bare, &rep.Bare.CPUByPartUS},
+		{"toolbus", read, &rep.Toolbus.CPUByPartUS}, {"toolbus_write", write, &rep.ToolbusWrite.CPUByPartUS}} {
+		logf("bench: CPU profile %s, %d callers, %v", a.p.name, mid, opts.ProfileWindow)
+		var l Load
+		parts, err := cpuByPart(func() (err error) { l, err = runLoad(ctx, opts.ProfileWindow, mid, a.p.fn); return err })
+		if errors.Is(err, errProfiling) {
 			rep.CPUMethod = "subtraction (the CPU profiler was busy)"
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("bench: CPU profile %s: %w", a.name, err)
+			return nil, fmt.Errorf("bench: CPU profile %s: %w", a.p.name, err)
 		}
-		*a.out = perCall(parts, l.total)
-		rep.ProfileSampleUS[a.key] = perCallOf(us(profileSample), l.total)
+		*a.out = map[string]float64{}
+		for _, part := range []string{partRouter, partWorker, partClient, partOther} {
+			(*a.out)[part] = perCallOf(us(parts[part]), l.Total)
+		}
+		rep.ProfileSampleUS[a.key] = perCallOf(us(profileSample), l.Total)
 	}
 	for _, p := range []*Path{&rep.Toolbus, &rep.ToolbusWrite} {
 		p.RouterCPUUSPerCallSubtracted = p.CPUUSPerCall - rep.Bare.CPUUSPerCall
@@ -284,8 +267,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			if err != nil {
 				return nil, fmt.Errorf("bench: I/O-bound tool with %d workers: %w", n, err)
 			}
-			k := strconv.Itoa(n)
-			rep.Workers[k] = max(rep.Workers[k], l.throughput())
+			rep.Workers[strconv.Itoa(n)] = max(rep.Workers[strconv.Itoa(n)], l.Throughput())
 		}
 	}
 
@@ -295,11 +277,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.ParkedP50US = rep.Parked.P50US
 
-	m.close()
+	d.mcp.close(ctx)
 	logf("bench: memory with %d sessions", opts.Sessions)
-	if rep.Sessions, err = d.measureSessions(ctx, opts.Sessions); err != nil {
+	s, err := d.measureSessions(ctx, opts.Sessions)
+	if err != nil {
 		return nil, err
 	}
+	rep.Sessions = SessionMemory{Memory: s.Memory, HeapBytesPerSession: (s.HeapMiBAfter - s.HeapMiBBefore) * (1 << 20) / float64(s.Count)}
 	rep.RouterRSSMiB10k, rep.RouterHeapMiB10k = rep.Sessions.RSSMiBAfter, rep.Sessions.HeapMiBAfter
 
 	rep.finish()
@@ -308,17 +292,145 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+// RunCross runs the cross-process comparison Options.Runs times, each on
+// fresh processes: one caller's latency and the throughput at each caller
+// count of the raw relay, of read-only and write calls through the router
+// and of mcp-go, with each process's CPU and allocations per call; then,
+// on the last run's processes, the optional CPU profiles and the router
+// process's memory with Sessions sessions in KV.
+func RunCross(ctx context.Context, opts Options) (*CrossReport, error) {
+	if err := opts.defaults(true); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	rep := newCrossReport(opts)
+	for i := range opts.Runs {
+		run, err := crossRun(ctx, &opts, rep, i+1, i == opts.Runs-1)
+		if err != nil {
+			return nil, err
+		}
+		rep.Runs = append(rep.Runs, run)
+	}
+	rep.finish()
+	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.ElapsedS = time.Since(start).Seconds()
+	return rep, nil
+}
 
-func perCall(parts map[string]time.Duration, calls int64) map[string]float64 {
-	out := map[string]float64{}
-	for _, p := range []string{partRouter, partWorker, partClient, partOther} {
-		out[p] = 0
-		if calls > 0 {
-			out[p] = us(parts[p]) / float64(calls)
+// crossRun is one run on fresh processes; the last one also profiles and
+// measures memory.
+func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last bool) (CrossRun, error) {
+	top, mid := opts.Callers[len(opts.Callers)-1], nearest(opts.Callers, 16)
+	run := CrossRun{Run: n, LoadAvgStart: loadAvg(), PIDs: map[string]int{}}
+	opts.Logf("bench: run %d: starting nats-server, router, relay forwarder and worker processes", n)
+	var profiles map[string][]string
+	if opts.CPUProfile != "" && last {
+		profiles = map[string][]string{roleRouter: {opts.CPUProfile, profileBeside(opts.CPUProfile, "write")},
+			roleWorker: {profileBeside(opts.CPUProfile, "worker")}}
+	}
+	d, err := deploy(ctx, config{exe: opts.Exe, sessions: top, mcpClients: mid, profiles: profiles, stderr: opts.ChildStderr})
+	if err != nil {
+		return run, err
+	}
+	defer d.close(ctx)
+	fail := func(err error) (CrossRun, error) {
+		if s := d.childErrors(); s != "" {
+			err = fmt.Errorf("%w\n%s", err, s)
+		}
+		return run, err
+	}
+	for role, c := range d.children {
+		run.PIDs[role] = c.Pid()
+	}
+	paths := []*path{
+		{name: "relay", server: roleRelay, fn: d.relay},
+		{name: "toolbus read-only", server: roleRouter, fn: d.callTool(d.client, toolRead)},
+		{name: "toolbus write", server: roleRouter, fn: d.callTool(d.client, toolWrite)},
+		{name: "mcp-go HTTP", server: roleMCP, fn: d.mcp.call, midOnly: true},
+	}
+	if err := d.measure(ctx, paths, opts.Callers, mid, 1, opts.Duration, opts.Logf); err != nil {
+		return fail(err)
+	}
+	for i, out := range []*CrossPath{&run.Relay, &run.Toolbus, &run.ToolbusWrite, &run.MCP} {
+		p := paths[i]
+		*out = CrossPath{Latency: p.latency(), CPUUSPerCall: map[string]map[string]float64{},
+			AllocsPerCall: map[string]map[string]float64{}, OtherCores: map[string]float64{}}
+		for k, c := range p.loads {
+			cpu, allocs := map[string]float64{}, map[string]float64{}
+			for part, role := range map[string]string{partRouter: p.server, partWorker: roleWorker, partClient: roleClient, procNATS: roleNATS} {
+				cpu[part], allocs[part] = c.perCall(role)
+			}
+			out.CPUUSPerCall[k], out.AllocsPerCall[k], out.OtherCores[k] = cpu, allocs, c.otherCores()
 		}
 	}
-	return out
+	run.LoadAvgEnd = loadAvg()
+	if !last {
+		return run, nil
+	}
+	if opts.CPUProfile != "" {
+		for _, p := range []struct {
+			files map[string]string
+			fn    callFunc
+		}{
+			{map[string]string{roleRouter: opts.CPUProfile, roleWorker: profileBeside(opts.CPUProfile, "worker")}, paths[1].fn},
+			{map[string]string{roleRouter: profileBeside(opts.CPUProfile, "write")}, paths[2].fn},
+		} {
+			opts.Logf("bench: CPU profiles, %d callers, %v: %v", top, opts.ProfileWindow, p.files)
+			profs, err := d.profile(ctx, p.files, opts.ProfileWindow, top, p.fn)
+			if err != nil {
+				return fail(fmt.Errorf("bench: profile: %w", err))
+			}
+			rep.Profiles = append(rep.Profiles, profs...)
+		}
+	}
+	if opts.Sessions > 0 {
+		opts.Logf("bench: router process memory with %d sessions in KV", opts.Sessions)
+		if rep.Sessions, err = d.measureSessions(ctx, opts.Sessions); err != nil {
+			return fail(err)
+		}
+	}
+	return run, nil
+}
+
+// procNATS names the nats-server process's share in CPUUSPerCall.
+const procNATS = "nats"
+
+// profileBeside is file with .kind before its extension.
+func profileBeside(file, kind string) string {
+	if i := strings.LastIndex(file, "."); i > strings.LastIndex(file, "/") {
+		return file[:i] + "." + kind + file[i:]
+	}
+	return file + "." + kind
+}
+
+// profile runs a load while each role's process writes a CPU profile to
+// its file, and returns the calls made and each process's CPU over them.
+func (d *deployment) profile(ctx context.Context, files map[string]string, dur time.Duration, callers int, fn callFunc) ([]Profile, error) {
+	roles := slices.Sorted(maps.Keys(files))
+	before := map[string]childStats{}
+	for _, role := range roles {
+		file := files[role]
+		st, err := d.stats(ctx, role, ctlRequest{Profile: &file})
+		if err != nil {
+			return nil, err
+		}
+		before[role] = st
+	}
+	l, lerr := runLoad(ctx, dur, callers, fn)
+	errs := []error{lerr}
+	var out []Profile
+	for _, role := range roles {
+		off := ""
+		after, err := d.stats(ctx, role, ctlRequest{Profile: &off})
+		p := Profile{Role: role, File: files[role], Callers: callers, Calls: l.Total, Seconds: l.Wall.Seconds(),
+			CPUUSPerCall: perCallOf(float64(after.CPUNS-before[role].CPUNS)/1e3, l.Total)}
+		if err == nil {
+			p.Shares, err = SplitProfile(p.File, l.Total)
+		}
+		errs = append(errs, err)
+		out = append(out, p)
+	}
+	return out, errors.Join(errs...)
 }
 
 // measureParked measures the parked path one call at a time: a call of an
@@ -330,62 +442,64 @@ func (d *deployment) measureParked(ctx context.Context, dur time.Duration) (Park
 	if err != nil {
 		return out, fmt.Errorf("bench: parked: %w", err)
 	}
-	defer ev.Stop()
-	var total, park, answer latencies
+	defer ev.Stop(ctx)
+	var total, park, answer Latencies
 	ctx, cancel := context.WithTimeout(ctx, dur+callBound)
 	defer cancel()
 	end := time.Now().Add(dur)
 	for time.Now().Before(end) || len(total) < minLatencySamples {
-		id := client.NewReplyID()
 		t0 := time.Now()
-		reply, err := d.client.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolParked, Input: benchInput}}},
-			client.WithReplyID(id))
+		t1, err := d.parkAndAnswer(ctx, ev, session)
 		if err != nil {
-			return out, fmt.Errorf("bench: parked call: %w", err)
-		}
-		if len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindExternal {
-			return out, fmt.Errorf("bench: parked call: want one external parked call, got %+v", reply)
-		}
-		t1 := time.Now()
-		if err := d.client.Answer(ctx, toolParked, session, id, "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("yes")}); err != nil {
-			return out, fmt.Errorf("bench: parked answer: %w", err)
-		}
-		if err := awaitDone(ctx, ev, id); err != nil {
 			return out, err
 		}
 		t2 := time.Now()
 		total, park, answer = append(total, t2.Sub(t0)), append(park, t1.Sub(t0)), append(answer, t2.Sub(t1))
 	}
-	for _, l := range []latencies{total, park, answer} {
+	for _, l := range []Latencies{total, park, answer} {
 		slices.Sort(l)
 	}
-	out.P50US, out.P99US = us(total.quantile(0.5)), us(total.quantile(0.99))
-	out.ParkP50US, out.AnswerToDoneP50US = us(park.quantile(0.5)), us(answer.quantile(0.5))
+	out.P50US, out.P99US = us(total.Quantile(0.5)), us(total.Quantile(0.99))
+	out.ParkP50US, out.AnswerToDoneP50US = us(park.Quantile(0.5)), us(answer.Quantile(0.5))
 	out.Calls = len(total)
 	return out, nil
 }
 
-// awaitDone waits for the batch.done of reply id id, with a successful result.
-func awaitDone(ctx context.Context, ev *client.Events, id string) error {
+// parkAndAnswer calls the external tool in session, answers it once it
+// parks and waits for batch.done on ev; it returns when the call parked.
+func (d *deployment) parkAndAnswer(ctx context.Context, ev *client.Events, session string) (parked time.Time, err error) {
+	id := client.NewReplyID()
+	reply, err := d.client.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolParked, Input: benchInput}}},
+		client.WithReplyID(id))
+	if err != nil {
+		return parked, fmt.Errorf("bench: parked call: %w", err)
+	}
+	if len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindExternal {
+		return parked, fmt.Errorf("bench: parked call: want one external parked call, got %+v", reply)
+	}
+	parked = time.Now()
+	if err := d.client.Answer(ctx, toolParked, session, id, "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("yes")}); err != nil {
+		return parked, fmt.Errorf("bench: parked answer: %w", err)
+	}
 	for {
 		select {
 		case e, ok := <-ev.C:
 			if !ok {
-				return fmt.Errorf("bench: parked: event stream closed")
+				return parked, fmt.Errorf("bench: parked: event stream closed")
 			}
 			if e.Type != bus.TypeBatchDone || e.ReplyID != id {
 				continue
 			}
 			var done bus.BatchDone
 			if err := e.DataAs(&done); err != nil {
-				return err
+				return parked, err
 			}
 			if len(done.Results) != 1 || done.Results[0].State != bus.StateSuccess {
-				return fmt.Errorf("bench: parked: batch.done %s", e.Data)
+				return parked, fmt.Errorf("bench: parked: batch.done %s", e.Data)
 			}
-			return nil
+			return parked, nil
 		case <-ctx.Done():
-			return fmt.Errorf("bench: parked: no batch.done: %w", ctx.Err())
+			return parked, fmt.Errorf("bench: parked: no batch.done: %w", ctx.Err())
 		}
 	}
 }
@@ -393,70 +507,76 @@ func awaitDone(ctx context.Context, ev *client.Events, id string) error {
 // measureSessions writes n sessions with the bench group active straight
 // into the sessions bucket (as other routers would), lists the tools of
 // each through the router (which reads and caches it, up to the cache's
-// bound), checks the router's P.admin.status count, and reads the
-// process's heap and RSS before and after.
-func (d *deployment) measureSessions(ctx context.Context, n int) (SessionMemory, error) {
-	out := SessionMemory{Count: n}
-	out.HeapMiBBefore, out.RSSMiBBefore = memoryNow()
-	cached0, err := d.cachedSessions(ctx, func(int) bool { return true })
+// bound), waits for the router's status to count them, and reads the
+// router's memory (in process: the whole process's) before and after,
+// after a GC that returns freed memory to the OS, and its peak.
+func (d *deployment) measureSessions(ctx context.Context, n int) (*CrossSessions, error) {
+	out := &CrossSessions{Memory: Memory{Count: n}}
+	before, err := d.stats(ctx, roleRouter, ctlRequest{GC: true})
 	if err != nil {
-		return out, err
+		return nil, err
 	}
-	nc, err := d.connect(ctx, partOther)
+	st0, err := d.status(ctx)
 	if err != nil {
-		return out, err
+		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(d.ctl)
 	if err != nil {
-		return out, fmt.Errorf("bench: sessions: %w", err)
+		return nil, fmt.Errorf("bench: sessions: %w", err)
 	}
-	kv, err := js.KeyValue(ctx, d.x.Subjects().Bucket(bus.BucketSessions))
+	kv, err := js.KeyValue(ctx, bus.NewSubjects("").Bucket(bus.BucketSessions))
 	if err != nil {
-		return out, fmt.Errorf("bench: sessions: %w", err)
+		return nil, fmt.Errorf("bench: sessions: %w", err)
 	}
 	rec, err := json.Marshal(groups.Session{Active: []string{benchGroup}, Updated: time.Now().UTC()})
 	if err != nil {
-		return out, err
+		return nil, err
 	}
-	err = parallel(ctx, n, 32, func(ctx context.Context, i int) error {
+	t0 := time.Now()
+	if err := parallel(ctx, n, 32, func(ctx context.Context, i int) error {
 		_, err := kv.Put(ctx, "mem-"+strconv.Itoa(i), rec)
 		return err
-	})
-	if err != nil {
-		return out, fmt.Errorf("bench: sessions: %w", err)
+	}); err != nil {
+		return nil, fmt.Errorf("bench: sessions: %w", err)
 	}
+	out.WriteS = time.Since(t0).Seconds()
 	// Each session is then used once (a listing reads it from KV, as a
 	// batch does), so the router's session cache fills up to its bound.
-	err = parallel(ctx, n, 32, func(ctx context.Context, i int) error {
+	t0 = time.Now()
+	if err := parallel(ctx, n, 32, func(ctx context.Context, i int) error {
 		_, err := d.client.Tools(ctx, "mem-"+strconv.Itoa(i), "", nil)
 		return err
-	})
-	if err != nil {
-		return out, fmt.Errorf("bench: sessions: listing: %w", err)
+	}); err != nil {
+		return nil, fmt.Errorf("bench: sessions: listing: %w", err)
 	}
-	want := min(cached0+n, groups.DefaultSessionCache)
-	out.Cached, err = d.cachedSessions(ctx, func(c int) bool { return c >= want })
-	if err != nil {
-		return out, fmt.Errorf("bench: sessions: the router caches %d sessions, want %d: %w", out.Cached, want, err)
-	}
-	if out.Cached > groups.DefaultSessionCache {
-		return out, fmt.Errorf("bench: sessions: the router caches %d sessions, past its bound of %d", out.Cached, groups.DefaultSessionCache)
-	}
-	out.HeapMiBAfter, out.RSSMiBAfter = memoryNow()
-	out.HeapBytesPerSession = (out.HeapMiBAfter - out.HeapMiBBefore) * (1 << 20) / float64(n)
-	return out, nil
-}
-
-// cachedSessions polls the router's P.admin.status until the sessions it
-// caches satisfy ok, and returns the last count.
-func (d *deployment) cachedSessions(ctx context.Context, ok func(int) bool) (int, error) {
-	var n int
-	err := d.x.EveryStatus(ctx, func(st bus.Status) error {
-		n = st.Sessions
-		if !ok(n) {
-			return fmt.Errorf("%d sessions cached", n)
+	out.ListS = time.Since(t0).Seconds()
+	want := min(st0.Sessions+n, groups.DefaultSessionCache)
+	err = d.pollStatus(ctx, func(st bus.Status) error {
+		out.Cached = st.Sessions
+		if st.Sessions < want {
+			return fmt.Errorf("%d sessions cached, want %d", st.Sessions, want)
 		}
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return nil, fmt.Errorf("bench: sessions: %w", err)
+	}
+	if out.Cached > groups.DefaultSessionCache {
+		return nil, fmt.Errorf("bench: sessions: the router caches %d sessions, past its bound of %d", out.Cached, groups.DefaultSessionCache)
+	}
+	after, err := d.stats(ctx, roleRouter, ctlRequest{GC: true})
+	if err != nil {
+		return nil, err
+	}
+	nats, err := d.stats(ctx, roleNATS, ctlRequest{})
+	if err != nil {
+		return nil, err
+	}
+	out.RSSMiBBefore, out.RSSMiBAfter, out.PeakRSSMiB = kib(before.RSSKB), kib(after.RSSKB), kib(after.HWMKB)
+	out.HeapMiBBefore, out.HeapMiBAfter = mib(before.HeapInuse), mib(after.HeapInuse)
+	out.NATSRSSMiB = kib(nats.RSSKB)
+	return out, nil
 }
+
+func kib(kb int64) float64 { return float64(kb) / 1024 }
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -12,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
@@ -28,7 +27,7 @@ var shared struct {
 // sharedCross is the cross-process deployment of the Go benchmarks.
 var sharedCross struct {
 	once sync.Once
-	d    *xdeployment
+	d    *deployment
 	err  error
 }
 
@@ -36,10 +35,10 @@ func TestMain(m *testing.M) {
 	RunChild() // the cross-process tests run this binary as each part
 	code := m.Run()
 	if shared.d != nil {
-		shared.d.close()
+		shared.d.close(context.Background())
 	}
 	if sharedCross.d != nil {
-		sharedCross.d.close()
+		sharedCross.d.close(context.Background())
 	}
 	os.Exit(code)
 }
@@ -49,7 +48,7 @@ func sharedDeployment(b *testing.B) *deployment {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		shared.d, shared.err = deploy(ctx, 1, false, func(string, ...any) {})
+		shared.d, shared.err = deploy(ctx, config{sessions: 1})
 	})
 	if shared.err != nil {
 		b.Fatal(shared.err)
@@ -57,7 +56,7 @@ func sharedDeployment(b *testing.B) *deployment {
 	return shared.d
 }
 
-func sharedCrossDeployment(b *testing.B) *xdeployment {
+func sharedCrossDeployment(b *testing.B) *deployment {
 	b.Helper()
 	sharedCross.once.Do(func() {
 		exe, err := os.Executable()
@@ -67,7 +66,7 @@ func sharedCrossDeployment(b *testing.B) *xdeployment {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		sharedCross.d, sharedCross.err = xdeploy(ctx, xconfig{exe: exe, sessions: 1})
+		sharedCross.d, sharedCross.err = deploy(ctx, config{exe: exe, sessions: 1})
 	})
 	if sharedCross.err != nil {
 		b.Fatal(sharedCross.err)
@@ -83,54 +82,36 @@ func sharedCrossDeployment(b *testing.B) *xdeployment {
 // client-µs/op this process's (the client SDK and the loop).
 func BenchmarkCrossProcessReadOnly(b *testing.B) {
 	d := sharedCrossDeployment(b)
-	fn := d.callTool(toolRead)
-	ctx := b.Context()
-	for range 10 {
-		if err := fn(ctx, 0); err != nil {
+	var before snapshot
+	benchCalls(b, d.callTool(d.client, toolRead), func() {
+		var err error
+		if before, err = d.snapshot(b.Context()); err != nil {
 			b.Fatal(err)
 		}
-	}
-	before, err := d.stats(ctx, roleRouter, ctlRequest{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	wbefore, err := d.stats(ctx, roleWorker, ctlRequest{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lat := make(latencies, 0, b.N)
-	cpu0 := processCPU()
-	b.ReportAllocs() // this process is the client SDK's
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if err := fn(ctx, 0); err != nil {
+	}, func() {
+		after, err := d.snapshot(b.Context())
+		if err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(t0))
-	}
-	b.StopTimer()
-	cpu := processCPU() - cpu0
-	after, err := d.stats(ctx, roleRouter, ctlRequest{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	wafter, err := d.stats(ctx, roleWorker, ctlRequest{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	slices.Sort(lat)
-	b.ReportMetric(us(lat.quantile(0.5)), "p50-µs")
-	b.ReportMetric(perCallOf(float64(after.CPUNS-before.CPUNS)/1e3, int64(b.N)), "router-µs/op")
-	b.ReportMetric(perCallOf(float64(after.Mallocs-before.Mallocs), int64(b.N)), "router-allocs/op")
-	b.ReportMetric(perCallOf(float64(wafter.CPUNS-wbefore.CPUNS)/1e3, int64(b.N)), "worker-µs/op")
-	b.ReportMetric(perCallOf(float64(wafter.Mallocs-wbefore.Mallocs), int64(b.N)), "worker-allocs/op")
-	b.ReportMetric(perCallOf(float64(cpu.Nanoseconds())/1e3, int64(b.N)), "client-µs/op")
+		per := func(role string, allocs bool) float64 {
+			if allocs {
+				return perCallOf(float64(after[role].Mallocs-before[role].Mallocs), int64(b.N))
+			}
+			return perCallOf(float64(after[role].CPUNS-before[role].CPUNS)/1e3, int64(b.N))
+		}
+		b.ReportMetric(per(roleRouter, false), "router-µs/op")
+		b.ReportMetric(per(roleRouter, true), "router-allocs/op")
+		b.ReportMetric(per(roleWorker, false), "worker-µs/op")
+		b.ReportMetric(per(roleWorker, true), "worker-allocs/op")
+		b.ReportMetric(per(roleClient, false), "client-µs/op")
+	})
 }
 
-// benchCalls calls fn b.N times from one caller and reports the median
-// latency next to ns/op.
-func benchCalls(b *testing.B, fn callFunc) {
+// benchCalls calls fn b.N times from one caller (this process's
+// allocations are the client SDK's) and reports the median and p99
+// latency next to ns/op; around, when given, are called just before the
+// calls and just after.
+func benchCalls(b *testing.B, fn callFunc, around ...func()) {
 	b.Helper()
 	ctx := b.Context()
 	for range 10 { // warm up connections and caches
@@ -138,7 +119,10 @@ func benchCalls(b *testing.B, fn callFunc) {
 			b.Fatal(err)
 		}
 	}
-	lat := make(latencies, 0, b.N)
+	if len(around) == 2 {
+		around[0]()
+	}
+	lat := make(Latencies, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -149,9 +133,12 @@ func benchCalls(b *testing.B, fn callFunc) {
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
+	if len(around) == 2 {
+		around[1]()
+	}
 	slices.Sort(lat)
-	b.ReportMetric(us(lat.quantile(0.5)), "p50-µs")
-	b.ReportMetric(us(lat.quantile(0.99)), "p99-µs")
+	b.ReportMetric(us(lat.Quantile(0.5)), "p50-µs")
+	b.ReportMetric(us(lat.Quantile(0.99)), "p99-µs")
 }
 
 func BenchmarkRawOneHop(b *testing.B) { benchCalls(b, sharedDeployment(b).oneHop) }
@@ -193,23 +180,12 @@ func BenchmarkParked(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(b.Context())
 	benchCalls(b, func(ctx context.Context, _ int) error {
-		id := client.NewReplyID()
-		reply, err := d.client.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolParked, Input: benchInput}}},
-			client.WithReplyID(id))
-		if err != nil {
-			return err
-		}
-		if len(reply.Parked) != 1 {
-			return fmt.Errorf("reply %+v parks nothing", reply)
-		}
-		if err := d.client.Answer(ctx, toolParked, session, id, "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("yes")}); err != nil {
-			return err
-		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		return awaitDone(ctx, ev, id)
+		_, err := d.parkAndAnswer(ctx, ev, session)
+		return err
 	})
 }
 
@@ -224,18 +200,7 @@ func TestRunQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Run took %v", time.Since(start))
-	var table strings.Builder
-	rep.WriteTable(&table)
-	t.Log("\n" + table.String())
-
-	b, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
+	table, b, doc := rendered(t, rep)
 	paths := []string{
 		"baseline.one_hop.p50_us", "baseline.one_hop.p90_us", "baseline.one_hop.p99_us",
 		"baseline.one_hop.throughput.1", "baseline.one_hop.throughput.4",
@@ -301,6 +266,23 @@ func TestRunQuick(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// rendered returns the report's table, its JSON and the JSON decoded.
+func rendered(t *testing.T, rep interface{ WriteTable(io.Writer) }) (*strings.Builder, []byte, map[string]any) {
+	t.Helper()
+	var table strings.Builder
+	rep.WriteTable(&table)
+	t.Log("\n" + table.String())
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return &table, b, doc
 }
 
 // lookup finds a dotted path in a decoded JSON document.

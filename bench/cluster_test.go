@@ -44,11 +44,11 @@ func BenchmarkCluster(b *testing.B) {
 
 func benchScale(b *testing.B, cluster bool) {
 	ctx := b.Context()
-	d, err := deploy(ctx, clusterCallers, cluster, func(string, ...any) {})
+	d, err := deploy(ctx, config{sessions: clusterCallers, cluster: cluster})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer d.close()
+	defer d.close(ctx)
 	js, err := jetstream.New(d.clientNC)
 	if err != nil {
 		b.Fatal(err)
@@ -61,7 +61,7 @@ func benchScale(b *testing.B, cluster bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer parked.stop()
+	defer parked.stop(ctx)
 	paths := []struct {
 		metric string
 		fn     callFunc
@@ -86,16 +86,17 @@ func benchScale(b *testing.B, cluster bool) {
 	for range b.N {
 		for _, p := range paths {
 			seq0 := lastSeq(ctx, sessions)
-			l, err := runLoad(ctx, clusterWindow, clusterCallers, p.fn)
+			l, err := d.measureLoad(ctx, clusterWindow, clusterCallers, p.fn)
 			if err != nil {
 				b.Fatalf("%s: %v", p.metric, err)
 			}
 			if p.metric == "session-write" { // each call must write the session once
-				b.ReportMetric(float64(lastSeq(ctx, sessions)-seq0)/float64(l.total), "session-writes/call")
+				b.ReportMetric(float64(lastSeq(ctx, sessions)-seq0)/float64(l.Total), "session-writes/call")
 			}
-			b.ReportMetric(l.throughput(), p.metric+"/s")
-			b.ReportMetric(l.cpuPerCall(), p.metric+"-cpu-µs")
-			b.Logf("%s: %.0f/s at %d callers, %.0f µs CPU each, load average %.1f", p.metric, l.throughput(), clusterCallers, l.cpuPerCall(), loadAvg())
+			cpu, _ := l.perCall(roleClient)
+			b.ReportMetric(l.Throughput(), p.metric+"/s")
+			b.ReportMetric(cpu, p.metric+"-cpu-µs")
+			b.Logf("%s: %.0f/s at %d callers, %.0f µs CPU each, load average %.1f", p.metric, l.Throughput(), clusterCallers, cpu, loadAvg())
 		}
 		rate, cpu, err := streamPipelined(ctx, js, d.payload, clusterWindow)
 		if err != nil {
@@ -204,7 +205,7 @@ func newParkedCallers(ctx context.Context, d *deployment, n int) (*parkedCallers
 	for i := range n {
 		ev, err := d.client.Watch(ctx, parkedSession(i))
 		if err != nil {
-			p.stop()
+			p.stop(ctx)
 			return nil, err
 		}
 		p.events = append(p.events, ev)
@@ -215,25 +216,14 @@ func newParkedCallers(ctx context.Context, d *deployment, n int) (*parkedCallers
 func parkedSession(i int) string { return "clpark-" + strconv.Itoa(i) }
 
 func (p *parkedCallers) call(ctx context.Context, i int) error {
-	session, id := parkedSession(i), client.NewReplyID()
-	reply, err := p.d.client.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolParked, Input: benchInput}}},
-		client.WithReplyID(id))
-	if err != nil {
-		return err
-	}
-	if len(reply.Parked) != 1 {
-		return fmt.Errorf("bench: reply %+v parks nothing", reply)
-	}
-	if err := p.d.client.Answer(ctx, toolParked, session, id, "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("yes")}); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return awaitDone(ctx, p.events[i], id)
+	_, err := p.d.parkAndAnswer(ctx, p.events[i], parkedSession(i))
+	return err
 }
 
-func (p *parkedCallers) stop() {
+func (p *parkedCallers) stop(ctx context.Context) {
 	for _, ev := range p.events {
-		ev.Stop()
+		_ = ev.Stop(ctx)
 	}
 }

@@ -1,15 +1,19 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"runtime/pprof"
 	"strconv"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -19,10 +23,10 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// Goroutine label that attributes CPU samples to the parts of a deployment:
-// every connection and goroutine of a part is started under it, and the
-// goroutines they spawn inherit it. nats-server and the Go runtime's own
-// goroutines (GC workers) carry none.
+// Goroutine label that attributes CPU samples to the parts of a deployment
+// in this process: every connection and goroutine of a part is started
+// under it, and the goroutines they spawn inherit it. nats-server and the
+// Go runtime's own goroutines (GC workers) carry none.
 const (
 	labelKey   = "toolbus_bench"
 	partRouter = "router" // the toolbus router, or the raw forwarder
@@ -60,28 +64,39 @@ const (
 // schema {"text": string, required}.
 var benchInput = json.RawMessage(`{"text":"hello"}`)
 
-type textIn struct {
-	Text string `json:"text" jsonschema:"description=Text to echo back."`
+// benchGroups is the router's configuration of the bench group.
+var benchGroups = []bus.Group{{Name: benchGroup, Description: "Benchmark tools.", Scope: bus.ScopeMeta}}
+
+// config describes a deployment: nats-server, one router, the relay
+// forwarder, the worker (with the raw responder) and, optionally, mcp-go's
+// server, either every part in this process, each labelled with its part,
+// or each in a process of its own (the callers stay in this one).
+type config struct {
+	exe        string              // "": every part in this process; else the binary run as each part (RunChild)
+	cluster    bool                // in this process: a 3-node cluster with replicas 3
+	sessions   int                 // sessions with the bench group active, one per caller
+	mcpClients int                 // > 0: mcp-go's server, and that many clients here
+	profiles   map[string][]string // processes: by role, the only files it may write CPU profiles to
+	stderr     io.Writer           // processes: their logs; nil keeps the last lines only
 }
 
-// deployment is one embedded nats-server with everything measured on it
-// (started by internal/testkit/xtest): the raw responder and forwarder, a router,
-// workers, an agent client, and the bare forwarder that stands in for the
-// router when its share is subtracted.
+// deployment is a running config.
 type deployment struct {
-	x    *xtest.Deployment
-	logf func(string, ...any)
+	cfg      config
+	x        *xtest.Deployment       // in this process: the server(s) and the router
+	children map[string]*Process     // as processes: by role
+	undo     []func(context.Context) // in this process: stops the parts startPart started
+	dir, url string
 
-	rawNC   *nats.Conn // the raw requester
-	payload []byte     // raw request and reply payload: an encoded batch event
-
-	sleepers []*worker.Worker // serve sleep5, one call at a time each
-
+	ctl      *nats.Conn // status, KV and control requests
+	rawNC    *nats.Conn // the raw requester
 	clientNC *nats.Conn
 	client   *client.Client
-	bare     *client.Client // client on barePrefix, served by the bare forwarder
-
-	sessions []string // sessions with the bench group active, one per caller
+	bare     *client.Client // in this process: served by the bare forwarder
+	payload  []byte         // raw request and reply payload: an encoded batch event
+	sessions []string
+	mcp      *mcpHTTP // nil without mcp-go
+	sleepers int      // workers of the I/O-bound tool
 }
 
 // labelled runs fn with the goroutine label of part; connections and
@@ -90,157 +105,176 @@ func labelled(ctx context.Context, part string, fn func(context.Context)) {
 	pprof.Do(ctx, pprof.Labels(labelKey, part), fn)
 }
 
-// connect opens a connection labelled part (an xtest role).
-func (d *deployment) connect(ctx context.Context, part string) (*nats.Conn, error) {
-	return d.x.Connect(ctx, part)
-}
-
-// deploy starts the server (a 3-node cluster with replicas 3 when
-// cluster) and everything on it; sessions is how many caller sessions to
-// prepare (the largest caller count).
-func deploy(ctx context.Context, sessions int, cluster bool, logf func(string, ...any)) (d *deployment, err error) {
-	d = &deployment{logf: logf}
+// deploy starts cfg in dependency order, waits until the router lists the
+// worker's tools live and activates the bench group in cfg.sessions
+// sessions.
+func deploy(ctx context.Context, cfg config) (d *deployment, err error) {
+	d = &deployment{cfg: cfg, children: map[string]*Process{}}
 	defer func() {
 		if err != nil {
-			d.close()
+			d.close(ctx)
 			d = nil
 		}
 	}()
-	// One router with the bench meta group, the default heartbeat (as
-	// deployed), connections that do not reconnect, every part labelled.
-	d.x, err = xtest.Start(ctx, xtest.Config{Cluster: cluster, Routers: 1, Heartbeat: bus.DefaultHeartbeat, Bound: readyBound,
-		Router:  router.Config{Groups: []bus.Group{{Name: benchGroup, Description: "Benchmark tools.", Scope: bus.ScopeMeta}}},
-		Options: []nats.Option{nats.MaxReconnects(0)},
-		Around:  labelled})
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	if err = d.startRaw(ctx); err != nil {
-		return nil, err
-	}
-	if err = d.startToolbus(ctx); err != nil {
-		return nil, err
-	}
-	if err = d.startBare(ctx); err != nil {
-		return nil, err
-	}
-	if d.sessions, err = prepareSessions(ctx, d.client, sessions); err != nil {
-		return nil, err
-	}
-	return d, nil
-}
-
-// startRaw starts the core NATS baseline: a responder that echoes, and a
-// forwarder in a queue group that relays requests to the responder and the
-// replies back, without a goroutine or a map per request (the original
-// reply subject rides in the forwarder's reply subject).
-func (d *deployment) startRaw(ctx context.Context) error {
-	ev, err := bus.NewEvent(bus.TypeCallBatch, "bench/agent", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolRead, Input: benchInput}}})
-	if err != nil {
-		return err
-	}
-	ev.SessionID = "bench-0"
-	if d.payload, err = ev.Encode(); err != nil {
-		return err
-	}
-	resp, err := d.connect(ctx, partWorker)
-	if err != nil {
-		return err
-	}
-	fwd, err := d.connect(ctx, partRouter)
-	if err != nil {
-		return err
-	}
-	if d.rawNC, err = d.connect(ctx, partClient); err != nil {
-		return err
-	}
-	var subErr error
-	sub := func(nc *nats.Conn, subject, queue string, h nats.MsgHandler) {
-		if subErr != nil {
-			return
+	if cfg.exe == "" {
+		// One router with the bench meta group, the default heartbeat (as
+		// deployed), connections that do not reconnect, every part labelled.
+		d.x, err = xtest.Start(ctx, xtest.Config{Cluster: cfg.cluster, Routers: 1, Heartbeat: bus.DefaultHeartbeat, Bound: readyBound,
+			Router: router.Config{Groups: benchGroups}, Options: []nats.Option{nats.MaxReconnects(0)}, Around: labelled})
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
 		}
-		var s *nats.Subscription
-		labelled(ctx, partOf(nc, resp), func(context.Context) { s, subErr = nc.QueueSubscribe(subject, queue, h) })
-		if subErr == nil {
-			subErr = s.SetPendingLimits(pendingMsgs, pendingBytes)
+		d.url = d.x.URL(0)
+	} else {
+		if d.dir, err = os.MkdirTemp("", "toolbus-xbench-*"); err != nil {
+			return nil, err
+		}
+		if d.url, err = d.start(ctx, roleNATS, envDir+"="+d.dir); err != nil {
+			return nil, err
+		}
+		if _, err = d.start(ctx, roleRouter); err != nil {
+			return nil, err
 		}
 	}
-	sub(resp, rawEcho, "", func(m *nats.Msg) { _ = resp.Publish(m.Reply, m.Data) })
-	sub(fwd, rawRelay, "bench-relay", func(m *nats.Msg) {
-		_ = fwd.PublishMsg(&nats.Msg{Subject: rawEcho, Reply: rawBack + m.Reply, Data: m.Data})
-	})
-	sub(fwd, rawBack+">", "", func(m *nats.Msg) { _ = fwd.Publish(m.Subject[len(rawBack):], m.Data) })
-	if subErr != nil {
-		return fmt.Errorf("bench: raw subscriptions: %w", subErr)
-	}
-	for _, nc := range []*nats.Conn{resp, fwd} {
-		if err := bus.Flush(ctx, nc); err != nil {
-			return err
+	for _, role := range []string{roleRelay, roleWorker} {
+		if _, err = d.start(ctx, role); err != nil {
+			return nil, err
 		}
 	}
-	return nil
-}
-
-func partOf(nc, resp *nats.Conn) string {
-	if nc == resp {
-		return partWorker
+	if cfg.mcpClients > 0 {
+		url, err := d.start(ctx, roleMCP)
+		if err != nil {
+			return nil, err
+		}
+		if d.mcp == nil {
+			d.mcp = &mcpHTTP{}
+		}
+		if err = d.mcp.connect(ctx, url, cfg.mcpClients); err != nil {
+			return nil, err
+		}
 	}
-	return partRouter
-}
-
-// startToolbus starts one worker with the trivial tools, and waits until
-// the router lists them live.
-func (d *deployment) startToolbus(ctx context.Context) error {
-	_, err := d.startWorker(ctx, worker.Config{}, registerTrivial)
-	if err != nil {
-		return err
+	conn := func(part string) (nc *nats.Conn, err error) {
+		labelled(ctx, part, func(context.Context) {
+			nc, err = nats.Connect(d.url, nats.Name("toolbus-bench-"+part), nats.MaxReconnects(0))
+		})
+		return nc, err
 	}
-	d.clientNC, err = d.connect(ctx, partClient)
-	if err != nil {
-		return err
+	if d.ctl, err = conn(partOther); err != nil {
+		return nil, err
+	}
+	if d.rawNC, err = conn(partClient); err != nil {
+		return nil, err
+	}
+	if d.clientNC, err = conn(partClient); err != nil {
+		return nil, err
 	}
 	d.client = client.New(d.clientNC, client.Config{Source: "bench/agent"})
-	d.bare = client.New(d.clientNC, client.Config{Source: "bench/agent", Prefix: barePrefix})
-	return d.x.WaitLive(ctx, toolRead, toolWrite, toolParked)
+	if d.payload, err = rawPayload(); err != nil {
+		return nil, err
+	}
+	if cfg.exe == "" {
+		d.bare = client.New(d.clientNC, client.Config{Source: "bench/agent", Prefix: barePrefix})
+		if err = d.startBare(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err = d.waitLive(ctx, toolRead, toolWrite, toolParked); err != nil {
+		return nil, err
+	}
+	d.sessions, err = prepareSessions(ctx, d.client, cfg.sessions)
+	return d, err
 }
 
-// registerTrivial registers the trivial tools on w: echo (read-only), put
-// (not read-only: the dedupe ledger records it) and ask_human (external).
-func registerTrivial(w *worker.Worker) error {
-	echo := func(_ context.Context, _ *worker.Call, in textIn) (string, error) { return in.Text, nil }
-	schemaDef := func(name, desc string) bus.ToolDef {
-		return bus.ToolDef{Name: name, Description: desc, Groups: []string{benchGroup}}
+// partOf is the label of a role's part in this process.
+var partOf = map[string]string{roleRelay: partRouter, roleWorker: partWorker}
+
+// start starts role, as a process (env added to its environment) or in
+// this process under its part's label, and returns what it said on its
+// ready line.
+func (d *deployment) start(ctx context.Context, role string, env ...string) (extra string, err error) {
+	if d.cfg.exe != "" {
+		env = append(env, envURL+"="+d.url)
+		if files := d.cfg.profiles[role]; len(files) > 0 {
+			env = append(env, envProfiles+"="+strings.Join(files, string(os.PathListSeparator)))
+		}
+		c, err := startChild(ctx, d.cfg.exe, role, env, d.cfg.stderr)
+		if err != nil {
+			return "", err
+		}
+		d.children[role] = c
+		return c.Extra, nil
 	}
-	ro := schemaDef(toolRead, "Echo the text (read-only).")
-	ro.ReadOnly = true
-	if err := worker.Register(w, ro, echo); err != nil {
-		return err
+	if role == roleMCP { // in this process the server and its clients are one object
+		d.mcp = &mcpHTTP{}
+		labelled(ctx, partClient, func(context.Context) { extra, err = d.mcp.serve() })
+		return extra, err
 	}
-	wr := schemaDef(toolWrite, "Store the text (not read-only).")
-	wr.Permission = bus.PermissionAllow
-	if err := worker.Register(w, wr, echo); err != nil {
-		return err
+	var stop func(context.Context)
+	labelled(ctx, partOf[role], func(ctx context.Context) { stop, extra, err = startPart(ctx, role, d.url, nil) })
+	if err == nil {
+		d.undo = append(d.undo, stop)
 	}
-	ext := schemaDef(toolParked, "Ask a person (external).")
-	ext.External, ext.Permission, ext.Groups = true, bus.PermissionAllow, nil
-	return worker.Register(w, ext, echo)
+	return extra, err
 }
 
-// startWorker starts one worker on its own connection, labelled worker,
-// and waits for its registration's ack; the deployment drains it on close.
-func (d *deployment) startWorker(ctx context.Context, cfg worker.Config, setup func(*worker.Worker) error) (*worker.Worker, error) {
-	w, err := d.x.AddWorker(ctx, xtest.WorkerSpec{Config: cfg, Setup: setup})
+// rawPayload is the raw paths' request and reply: an encoded batch event.
+func rawPayload() ([]byte, error) {
+	ev, err := bus.NewEvent(bus.TypeCallBatch, "bench/agent", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolRead, Input: benchInput}}})
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, err
 	}
-	return w, nil
+	ev.SessionID = "bench-0"
+	return ev.Encode()
 }
 
-// addSleepers grows the sleep5 workers to n, each limited to one call at a
-// time.
+// status asks the router for its P.admin.status.
+func (d *deployment) status(ctx context.Context) (st bus.Status, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return st, client.New(d.ctl, client.Config{Source: "bench/agent"}).Admin(ctx, "status", "", nil, &st)
+}
+
+// pollStatus asks for the router's status until ok accepts it, within
+// readyBound.
+func (d *deployment) pollStatus(ctx context.Context, ok func(bus.Status) error) error {
+	return Poll(ctx, readyBound, 10*time.Millisecond, func() error {
+		st, err := d.status(ctx)
+		if err != nil {
+			return err
+		}
+		return ok(st)
+	})
+}
+
+// Poll calls fn every interval until it returns nil, ctx ends or bound
+// has passed; then it returns fn's last error.
+func Poll(ctx context.Context, bound, interval time.Duration, fn func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: %w (last: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+func (d *deployment) waitLive(ctx context.Context, names ...string) error {
+	return d.pollStatus(ctx, func(st bus.Status) error { return st.CheckLive(names...) })
+}
+
+// addSleepers grows the sleep5 workers, in this process, to n, each
+// limited to one call at a time.
 func (d *deployment) addSleepers(ctx context.Context, n int) error {
-	for len(d.sleepers) < n {
-		w, err := d.startWorker(ctx, worker.Config{MaxConcurrent: 1}, func(w *worker.Worker) error {
+	for ; d.sleepers < n; d.sleepers++ {
+		_, err := d.x.AddWorker(ctx, xtest.WorkerSpec{Config: worker.Config{MaxConcurrent: 1}, Setup: func(w *worker.Worker) error {
 			def := bus.ToolDef{Name: toolSleep, Description: "Wait 5 ms (I/O-bound).", ReadOnly: true}
 			return worker.Register(w, def, func(ctx context.Context, _ *worker.Call, in textIn) (string, error) {
 				t := time.NewTimer(sleepFor)
@@ -252,13 +286,12 @@ func (d *deployment) addSleepers(ctx context.Context, n int) error {
 					return "", ctx.Err()
 				}
 			})
-		})
+		}})
 		if err != nil {
-			return err
+			return fmt.Errorf("bench: %w", err)
 		}
-		d.sleepers = append(d.sleepers, w)
 	}
-	return d.x.WaitLive(ctx, toolSleep)
+	return d.waitLive(ctx, toolSleep)
 }
 
 // startBare starts the bare forwarder: it serves the bare client's batches
@@ -284,9 +317,6 @@ func (d *deployment) startBare(ctx context.Context) error {
 			return nil, err
 		}
 		e.SessionID, e.ReplyID = "bench-0", "bare"
-		if typ == bus.TypeCallResult {
-			e.Subject, e.ToolCallID = "c1", "c1"
-		}
 		return e.Msg(bus.NewSubjects("").Events("bench-0"))
 	}
 	doneMsg, err := mk(bus.TypeBatchDone, bus.BatchDone{Results: []bus.Result{res}})
@@ -297,35 +327,36 @@ func (d *deployment) startBare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	nc, err := d.connect(ctx, partRouter)
-	if err != nil {
-		return err
-	}
-	send := func(m *nats.Msg, subject string) {
-		_ = nc.PublishMsg(&nats.Msg{Subject: subject, Header: m.Header, Data: m.Data})
-	}
-	var s1, s2 *nats.Subscription
+	var nc *nats.Conn
 	labelled(ctx, partRouter, func(context.Context) {
-		s1, err = nc.QueueSubscribe(barePrefix+".call.>", "bench-bare", func(m *nats.Msg) {
-			_ = nc.PublishMsg(&nats.Msg{Subject: execMsg.Subject, Reply: bareBack + m.Reply, Header: execMsg.Header, Data: execMsg.Data})
-		})
-		if err != nil {
+		if nc, err = childConnect(d.url, "bare"); err != nil {
 			return
 		}
-		s2, err = nc.Subscribe(bareBack+">", func(m *nats.Msg) {
-			send(doneMsg, doneMsg.Subject)
-			send(replyMsg, m.Subject[len(bareBack):])
+		d.undo = append(d.undo, func(context.Context) { nc.Close() })
+		err = subscribe(nc, barePrefix+".call.>", "bench-bare", func(m *nats.Msg) {
+			_ = nc.PublishMsg(&nats.Msg{Subject: execMsg.Subject, Reply: bareBack + m.Reply, Header: execMsg.Header, Data: execMsg.Data})
 		})
+		if err == nil {
+			err = subscribe(nc, bareBack+">", "", func(m *nats.Msg) {
+				_ = nc.PublishMsg(&nats.Msg{Subject: doneMsg.Subject, Header: doneMsg.Header, Data: doneMsg.Data})
+				_ = nc.PublishMsg(&nats.Msg{Subject: m.Subject[len(bareBack):], Header: replyMsg.Header, Data: replyMsg.Data})
+			})
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("bench: bare forwarder: %w", err)
 	}
-	for _, s := range []*nats.Subscription{s1, s2} {
-		if err := s.SetPendingLimits(pendingMsgs, pendingBytes); err != nil {
-			return fmt.Errorf("bench: bare forwarder: %w", err)
-		}
-	}
 	return bus.Flush(ctx, nc)
+}
+
+// subscribe subscribes h to subject in queue with the bench's pending
+// limits.
+func subscribe(nc *nats.Conn, subject, queue string, h nats.MsgHandler) error {
+	s, err := nc.QueueSubscribe(subject, queue, h)
+	if err == nil {
+		err = s.SetPendingLimits(pendingMsgs, pendingBytes)
+	}
+	return err
 }
 
 // prepareSessions activates the bench group, through reset_tools calls, in
@@ -336,28 +367,13 @@ func prepareSessions(ctx context.Context, c *client.Client, n int) ([]string, er
 		sessions[i] = "bench-" + strconv.Itoa(i)
 	}
 	return sessions, parallel(ctx, n, 16, func(ctx context.Context, i int) error {
-		return activate(ctx, c, sessions[i])
+		reply, err := c.Call(ctx, sessions[i], bus.Batch{Calls: []bus.Call{{ID: "r1", Name: groups.ResetTools,
+			Input: json.RawMessage(`{"` + benchGroup + `":true}`)}}})
+		if err != nil {
+			return fmt.Errorf("bench: reset_tools: %w", err)
+		}
+		return checkReply(reply, 1)
 	})
-}
-
-// activate turns the bench group on in session (reset_tools).
-func activate(ctx context.Context, c *client.Client, session string) error {
-	reply, err := c.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "r1", Name: groups.ResetTools,
-		Input: json.RawMessage(`{"` + benchGroup + `":true}`)}}})
-	if err != nil {
-		return fmt.Errorf("bench: reset_tools: %w", err)
-	}
-	return checkReply(reply, 1)
-}
-
-// callOnce calls tool once in session with the bench input and checks the
-// reply holds one success.
-func callOnce(ctx context.Context, c *client.Client, session, tool string) error {
-	reply, err := c.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
-	if err != nil {
-		return err
-	}
-	return checkReply(reply, 1)
 }
 
 // checkReply returns an error unless the reply holds n successful results.
@@ -380,42 +396,12 @@ func checkReply(r *bus.Reply, n int) error {
 // parallel runs fn(i) for i < n on at most width goroutines and returns the
 // first error.
 func parallel(ctx context.Context, n, width int, fn func(context.Context, int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var next int
-	var mu sync.Mutex
-	var first error
-	var wg sync.WaitGroup
-	for range min(width, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				stop := first != nil || i >= n
-				mu.Unlock()
-				if stop || ctx.Err() != nil {
-					return
-				}
-				if err := fn(ctx, i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					cancel()
-					return
-				}
-			}
-		}()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(width)
+	for i := 0; i < n && gctx.Err() == nil; i++ {
+		g.Go(func() error { return fn(gctx, i) })
 	}
-	wg.Wait()
-	if first == nil && ctx.Err() != nil {
-		first = ctx.Err()
-	}
-	return first
+	return cmp.Or(g.Wait(), ctx.Err())
 }
 
 // The calls measured. Each takes the caller's index, which picks its session.
@@ -430,15 +416,42 @@ func (d *deployment) relay(ctx context.Context, _ int) error {
 	return err
 }
 
+// callTool calls tool once through c in the caller's session and checks
+// the reply holds one success.
 func (d *deployment) callTool(c *client.Client, tool string) callFunc {
 	return func(ctx context.Context, i int) error {
-		return callOnce(ctx, c, d.sessions[i%len(d.sessions)], tool)
+		reply, err := c.Call(ctx, d.sessions[i%len(d.sessions)], bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
+		if err != nil {
+			return err
+		}
+		return checkReply(reply, 1)
 	}
 }
 
-// close stops everything deploy started, in reverse order.
-func (d *deployment) close() {
+// close stops the callers' connections and the parts in reverse order of
+// their start, and removes the store; each drain is bounded even when ctx
+// has ended.
+func (d *deployment) close(ctx context.Context) {
+	if d.mcp != nil {
+		d.mcp.close(ctx)
+	}
+	for _, nc := range []*nats.Conn{d.clientNC, d.rawNC, d.ctl} {
+		if nc != nil {
+			nc.Close()
+		}
+	}
+	for i := len(d.undo) - 1; i >= 0; i-- {
+		d.undo[i](ctx)
+	}
+	for _, role := range []string{roleMCP, roleWorker, roleRelay, roleRouter, roleNATS} {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), childStop)
+		_ = d.children[role].Stop(sctx)
+		cancel()
+	}
 	if d.x != nil {
 		d.x.Close()
+	}
+	if d.dir != "" {
+		_ = os.RemoveAll(d.dir)
 	}
 }

@@ -31,23 +31,6 @@ type mcpHTTP struct {
 	closeOnce  sync.Once
 }
 
-// startMCP starts the server and n initialized clients, with mcp-go's
-// default protocol revision negotiation.
-func startMCP(ctx context.Context, n int) (m *mcpHTTP, err error) {
-	m = &mcpHTTP{}
-	defer func() {
-		if err != nil {
-			m.close()
-			m = nil
-		}
-	}()
-	url, err := m.serve()
-	if err != nil {
-		return nil, err
-	}
-	return m, m.connect(ctx, url, n)
-}
-
 // serve starts the server on a loopback port and returns its URL.
 func (m *mcpHTTP) serve() (string, error) {
 	s := mcpserver.NewMCPServer("toolbus-bench", "1.0.0", mcpserver.WithToolCapabilities(false))
@@ -119,13 +102,13 @@ func (m *mcpHTTP) call(ctx context.Context, i int) error {
 }
 
 // close stops the clients and the server; it is safe to call twice.
-func (m *mcpHTTP) close() { m.closeOnce.Do(m.stop) }
+func (m *mcpHTTP) close(ctx context.Context) { m.closeOnce.Do(func() { m.stop(ctx) }) }
 
-func (m *mcpHTTP) stop() {
+func (m *mcpHTTP) stop(ctx context.Context) {
 	for _, c := range m.clients {
 		_ = c.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), xtest.StopTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), xtest.StopTimeout)
 	defer cancel()
 	if m.streamable != nil {
 		_ = m.streamable.Shutdown(ctx)

@@ -3,21 +3,21 @@ package bench
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // callFunc makes one call as caller i.
-type callFunc func(ctx context.Context, i int) error
+type callFunc = func(ctx context.Context, i int) error
 
-// latencies is a sorted set of call latencies.
-type latencies []time.Duration
+// Latencies is a set of call latencies.
+type Latencies []time.Duration
 
-// quantile returns the q-quantile (nearest rank).
-func (l latencies) quantile(q float64) time.Duration {
+// Quantile returns the q-quantile (nearest rank) of the sorted set.
+func (l Latencies) Quantile(q float64) time.Duration {
 	if len(l) == 0 {
 		return 0
 	}
@@ -29,14 +29,14 @@ func (l latencies) quantile(q float64) time.Duration {
 const minLatencySamples = 20
 
 // measureLatency calls fn from one caller, one call after the other, for
-// dur (and at least minLatencySamples times).
-func measureLatency(ctx context.Context, dur time.Duration, fn callFunc) (latencies, error) {
-	var lat latencies
+// dur (and at least minLatencySamples times), and returns the sorted
+// latencies.
+func measureLatency(ctx context.Context, dur time.Duration, fn callFunc) (Latencies, error) {
+	lat := make(Latencies, 0, 4096)
 	var err error
 	labelled(ctx, partClient, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, dur+callBound)
 		defer cancel()
-		lat = make(latencies, 0, 4096)
 		end := time.Now().Add(dur)
 		for time.Now().Before(end) || len(lat) < minLatencySamples {
 			t0 := time.Now()
@@ -46,89 +46,57 @@ func measureLatency(ctx context.Context, dur time.Duration, fn callFunc) (latenc
 			lat = append(lat, time.Since(t0))
 		}
 	})
-	if err != nil {
-		return nil, err
-	}
 	slices.Sort(lat)
-	return lat, nil
+	return lat, err
 }
 
 // callBound bounds a measurement's calls beyond its duration, so that a
 // stuck path fails the run instead of hanging it.
 const callBound = 60 * time.Second
 
-// load is the outcome of running callers concurrently for a while.
-type load struct {
-	callers int
-	window  time.Duration // the measuring window
-	counted int64         // calls finished inside the window
-	total   int64         // every call, including those finishing after it
-	wall    time.Duration // from start until the last call ended
-	cpu     time.Duration // process CPU in the same span
-	mallocs uint64        // heap allocations in the same span
+// Load is what Generate counted.
+type Load struct {
+	Window  time.Duration // the measuring window
+	Counted int64         // calls finished inside the window
+	Total   int64         // every call, including those finishing after it
+	Wall    time.Duration // from start until the last call ended
 }
 
-// throughput is calls per second.
+// Throughput is calls per second.
 //
 // It is the calls finished inside the window per second of the window, or,
 // when calls last longer than a (short) window allows, every call per
 // second of wall time, whichever is larger: a queue that drains only after
 // the window closes still shows its rate.
-func (l load) throughput() float64 {
-	rate := float64(l.counted) / l.window.Seconds()
-	if l.wall > 0 {
-		rate = max(rate, float64(l.total)/l.wall.Seconds())
+func (l Load) Throughput() float64 {
+	rate := float64(l.Counted) / l.Window.Seconds()
+	if l.Wall > 0 {
+		rate = max(rate, float64(l.Total)/l.Wall.Seconds())
 	}
 	return rate
 }
 
-// cpuPerCall is process CPU per call in microseconds.
-func (l load) cpuPerCall() float64 {
-	if l.total == 0 {
-		return 0
-	}
-	return float64(l.cpu.Microseconds()) / float64(l.total)
-}
-
-// cores is the process's CPU use in cores (GOMAXPROCS when it had the
-// machine to itself and the path is CPU-bound).
-func (l load) cores() float64 {
-	if l.wall <= 0 {
-		return 0
-	}
-	return l.cpu.Seconds() / l.wall.Seconds()
-}
-
-// allocsPerCall is heap allocations per call.
-func (l load) allocsPerCall() float64 {
-	if l.total == 0 {
-		return 0
-	}
-	return float64(l.mallocs) / float64(l.total)
-}
-
-// runLoad runs callers goroutines that each call fn back to back for dur,
-// and measures throughput, process CPU and allocations. Calls still running
-// when the window closes finish and count for CPU and allocations only.
-func runLoad(ctx context.Context, dur time.Duration, callers int, fn callFunc) (load, error) {
-	l := load{callers: callers, window: dur}
+// Generate is the load generator of the bench and the soak: callers
+// goroutines (labelled as the client's part) each call fn back to back,
+// until dur has passed or ctx ends; a call under way then finishes. The
+// first error stops every caller and is returned. fn's context is ctx,
+// bounded at dur plus bound.
+func Generate(ctx context.Context, dur, bound time.Duration, callers int, fn func(ctx context.Context, i int) error) (Load, error) {
+	l := Load{Window: dur}
 	var stop atomic.Bool
 	var counted, total atomic.Int64
 	var once sync.Once
 	var first error
 	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(ctx, dur+callBound)
+	ctx, cancel := context.WithTimeout(ctx, dur+bound)
 	defer cancel()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	mallocs0, cpu0, t0 := ms.Mallocs, processCPU(), time.Now()
+	t0 := time.Now()
 	timer := time.AfterFunc(dur, func() { stop.Store(true) })
 	defer timer.Stop()
+	defer context.AfterFunc(ctx, func() { stop.Store(true) })()
 	labelled(ctx, partClient, func(ctx context.Context) {
 		for i := range callers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for !stop.Load() {
 					if err := fn(ctx, i); err != nil {
 						once.Do(func() { first = err })
@@ -140,16 +108,167 @@ func runLoad(ctx context.Context, dur time.Duration, callers int, fn callFunc) (
 						counted.Add(1)
 					}
 				}
-			}()
+			})
 		}
 	})
 	wg.Wait()
-	l.cpu, l.wall = processCPU()-cpu0, time.Since(t0)
-	runtime.ReadMemStats(&ms)
-	l.mallocs = ms.Mallocs - mallocs0
-	l.counted, l.total = counted.Load(), total.Load()
+	l.Wall, l.Counted, l.Total = time.Since(t0), counted.Load(), total.Load()
 	if first != nil {
 		return l, fmt.Errorf("bench: %d callers: %w", callers, first)
 	}
 	return l, nil
+}
+
+// runLoad is Generate with the bench's bound.
+func runLoad(ctx context.Context, dur time.Duration, callers int, fn callFunc) (Load, error) {
+	return Generate(ctx, dur, callBound, callers, fn)
+}
+
+// snapshot is every part's stats at one moment; the bench process is
+// under roleClient, and in this process it is the only one.
+type snapshot map[string]childStats
+
+func (d *deployment) snapshot(ctx context.Context) (snapshot, error) {
+	s := snapshot{roleClient: readStats(false), roleMachine: {CPUNS: machineBusy().Nanoseconds()}}
+	for role := range d.children {
+		st, err := d.stats(ctx, role, ctlRequest{})
+		if err != nil {
+			return nil, err
+		}
+		s[role] = st
+	}
+	return s, nil
+}
+
+// costed is a load with every part's costs over it.
+type costed struct {
+	Load
+	diff snapshot
+}
+
+// perCall is the role's CPU µs and allocations per call.
+func (c costed) perCall(role string) (cpuUS, allocs float64) {
+	return perCallOf(float64(c.diff[role].CPUNS)/1e3, c.Total), perCallOf(float64(c.diff[role].Mallocs), c.Total)
+}
+
+// cores is the bench process's CPU use in cores (GOMAXPROCS when it had
+// the machine to itself and the path is CPU-bound).
+func (c costed) cores() float64 {
+	if c.Wall <= 0 {
+		return 0
+	}
+	return float64(c.diff[roleClient].CPUNS) / float64(c.Wall.Nanoseconds())
+}
+
+// otherCores is the CPU that processes other than the deployment's used
+// during a measurement, in cores: what competed with it for the machine.
+func (c costed) otherCores() float64 {
+	if c.Wall <= 0 || c.diff[roleMachine].CPUNS <= 0 {
+		return 0
+	}
+	ours := int64(0)
+	for role, st := range c.diff {
+		if role != roleMachine {
+			ours += st.CPUNS
+		}
+	}
+	return max(0, float64(c.diff[roleMachine].CPUNS-ours)/float64(c.Wall.Nanoseconds()))
+}
+
+// measureLoad runs a load and returns it with every part's costs over it.
+func (d *deployment) measureLoad(ctx context.Context, dur time.Duration, callers int, fn callFunc) (costed, error) {
+	before, err := d.snapshot(ctx)
+	if err != nil {
+		return costed{}, err
+	}
+	l, err := runLoad(ctx, dur, callers, fn)
+	if err != nil {
+		return costed{Load: l}, err
+	}
+	after, err := d.snapshot(ctx)
+	if err != nil {
+		return costed{Load: l}, err
+	}
+	diff := snapshot{}
+	for role, a := range after {
+		b := before[role]
+		diff[role] = childStats{CPUNS: a.CPUNS - b.CPUNS, Mallocs: a.Mallocs - b.Mallocs, NumGC: a.NumGC - b.NumGC,
+			RSSKB: a.RSSKB, HWMKB: a.HWMKB, HeapInuse: a.HeapInuse}
+	}
+	return costed{Load: l, diff: diff}, nil
+}
+
+// path is one kind of call measured, and its best figures.
+type path struct {
+	name    string
+	server  string // the part between caller and worker (mcp-go: its server)
+	fn      callFunc
+	midOnly bool // throughput at the mid caller count only
+	lat     Latencies
+	loads   map[string]costed // by caller count
+}
+
+// measure is the latency and throughput loop of both benches: after a
+// warm-up, one caller's latency, then the throughput at each caller count
+// (with every part's costs) of every path, each split into rounds slices
+// interleaved across the paths, the best slice of a path counting: the
+// lowest p50 for latency, the highest throughput for load.
+func (d *deployment) measure(ctx context.Context, paths []*path, callers []int, mid, rounds int, slice time.Duration,
+	logf func(string, ...any)) error {
+	for _, p := range paths {
+		p.loads = map[string]costed{}
+		if _, err := runLoad(ctx, max(time.Duration(rounds)*slice/4, minSlice), mid, p.fn); err != nil {
+			return fmt.Errorf("bench: warm-up %s: %w", p.name, err)
+		}
+	}
+	logf("bench: latency, one caller, %d rounds of %v", rounds, slice)
+	for range rounds {
+		for _, p := range paths {
+			lat, err := measureLatency(ctx, slice, p.fn)
+			if err != nil {
+				return fmt.Errorf("bench: latency %s: %w", p.name, err)
+			}
+			if p.lat == nil || lat.Quantile(0.5) < p.lat.Quantile(0.5) {
+				p.lat = lat
+			}
+		}
+	}
+	for _, n := range callers {
+		logf("bench: throughput, %d callers, %d rounds of %v", n, rounds, slice)
+		k := strconv.Itoa(n)
+		for range rounds {
+			for _, p := range paths {
+				if p.midOnly && n != mid {
+					continue
+				}
+				c, err := d.measureLoad(ctx, slice, n, p.fn)
+				if err != nil {
+					return fmt.Errorf("bench: throughput %s: %w", p.name, err)
+				}
+				if best, ok := p.loads[k]; !ok || c.Throughput() > best.Throughput() {
+					p.loads[k] = c
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// latency is a path's best latency and throughput by caller count.
+func (p *path) latency() Latency {
+	out := Latency{Throughput: map[string]float64{}}
+	out.P50US, out.P90US, out.P99US = us(p.lat.Quantile(0.5)), us(p.lat.Quantile(0.9)), us(p.lat.Quantile(0.99))
+	for k, c := range p.loads {
+		out.Throughput[k] = c.Throughput()
+	}
+	return out
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+func perCallOf(v float64, calls int64) float64 {
+	if calls <= 0 {
+		return 0
+	}
+	return v / float64(calls)
 }

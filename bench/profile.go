@@ -2,13 +2,15 @@ package bench
 
 import (
 	"bytes"
-	"compress/gzip"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
+	"os"
 	"runtime/pprof"
+	"sort"
+	"strings"
 	"time"
+
+	"github.com/google/pprof/profile"
 )
 
 // errProfiling says the CPU profiler was busy (e.g. go test -cpuprofile).
@@ -27,155 +29,127 @@ func cpuByPart(fn func() error) (map[string]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cpuByLabel(buf.Bytes(), labelKey)
-}
-
-// cpuByLabel sums the CPU nanoseconds of a gzipped pprof CPU profile by the
-// value of the goroutine label key. It reads only what it needs of the
-// profile.proto encoding: sample types, samples with their values and
-// labels, and the string table.
-func cpuByLabel(gz []byte, key string) (map[string]time.Duration, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	p, err := profile.ParseData(buf.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("bench: profile: %w", err)
 	}
-	raw, err := io.ReadAll(zr)
+	vi, err := cpuValue(p)
 	if err != nil {
-		return nil, fmt.Errorf("bench: profile: %w", err)
-	}
-	type sample struct {
-		values []int64
-		labels [][2]int64 // key, str string indices
-	}
-	var (
-		types   []int64 // type string index per value
-		samples []sample
-		strs    []string
-	)
-	err = fields(raw, func(f int, v uint64, b []byte) error {
-		switch f {
-		case 1: // sample_type
-			return fields(b, func(f int, v uint64, _ []byte) error {
-				if f == 1 {
-					types = append(types, int64(v))
-				}
-				return nil
-			})
-		case 2: // sample
-			var s sample
-			err := fields(b, func(f int, v uint64, b []byte) error {
-				switch f {
-				case 2: // value, packed or not
-					if b == nil {
-						s.values = append(s.values, int64(v))
-						return nil
-					}
-					for len(b) > 0 {
-						x, n := binary.Uvarint(b)
-						if n <= 0 {
-							return errors.New("bad packed value")
-						}
-						s.values, b = append(s.values, int64(x)), b[n:]
-					}
-				case 3: // label
-					var l [2]int64
-					err := fields(b, func(f int, v uint64, _ []byte) error {
-						if f == 1 || f == 2 {
-							l[f-1] = int64(v)
-						}
-						return nil
-					})
-					s.labels = append(s.labels, l)
-					return err
-				}
-				return nil
-			})
-			samples = append(samples, s)
-			return err
-		case 6: // string_table
-			strs = append(strs, string(b))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bench: profile: %w", err)
-	}
-	str := func(i int64) string {
-		if i < 0 || int(i) >= len(strs) {
-			return ""
-		}
-		return strs[i]
-	}
-	cpu := -1
-	for i, t := range types {
-		if str(t) == "cpu" {
-			cpu = i
-		}
-	}
-	if cpu < 0 {
-		return nil, errors.New("bench: profile has no cpu samples type")
+		return nil, err
 	}
 	out := map[string]time.Duration{}
-	for _, s := range samples {
-		if cpu >= len(s.values) {
-			continue
-		}
+	for _, s := range p.Sample {
 		part := partOther
-		for _, l := range s.labels {
-			if str(l[0]) == key {
-				part = str(l[1])
-			}
+		if l := s.Label[labelKey]; len(l) > 0 {
+			part = l[0]
 		}
-		out[part] += time.Duration(s.values[cpu])
+		out[part] += time.Duration(s.Value[vi])
 	}
 	return out, nil
 }
 
-// fields calls fn for each field of a protobuf message: varints with v set,
-// length-delimited fields with b set (non-nil), fixed-size ones skipped.
-func fields(b []byte, fn func(field int, v uint64, b []byte) error) error {
-	for len(b) > 0 {
-		k, n := binary.Uvarint(b)
-		if n <= 0 {
-			return errors.New("bad field key")
-		}
-		b = b[n:]
-		field, wire := int(k>>3), k&7
-		switch wire {
-		case 0:
-			v, n := binary.Uvarint(b)
-			if n <= 0 {
-				return errors.New("bad varint")
-			}
-			b = b[n:]
-			if err := fn(field, v, nil); err != nil {
-				return err
-			}
-		case 1, 5:
-			size := 8
-			if wire == 5 {
-				size = 4
-			}
-			if len(b) < size {
-				return errors.New("short fixed field")
-			}
-			b = b[size:]
-		case 2:
-			l, n := binary.Uvarint(b)
-			if n <= 0 || uint64(len(b)-n) < l {
-				return errors.New("bad length")
-			}
-			data := b[n : n+int(l) : n+int(l)]
-			if data == nil {
-				data = []byte{}
-			}
-			b = b[n+int(l):]
-			if err := fn(field, 0, data); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("unsupported wire type %d", wire)
+// cpuValue is the index of a CPU profile's nanoseconds in its samples.
+func cpuValue(p *profile.Profile) (int, error) {
+	for i, st := range p.SampleType {
+		if st.Type == "cpu" && st.Unit == "nanoseconds" {
+			return i, nil
 		}
 	}
-	return nil
+	return 0, errors.New("bench: the profile has no cpu nanoseconds")
+}
+
+// Share is the part of a CPU profile one kind of work took.
+type Share struct {
+	Kind      string  `json:"kind"`
+	USPerCall float64 `json:"us_per_call"`
+	Percent   float64 `json:"percent"`
+}
+
+// shareKinds sorts a sample by its stack, the innermost frame first:
+// the first kind with a frame that starts with one of its prefixes
+// anywhere on the stack takes the sample. The collector and the
+// allocator come first (they run inside everything else), then the
+// kernel's sends and receives, then what the stack says it is doing.
+var shareKinds = []struct {
+	kind     string
+	prefixes []string
+}{
+	{"garbage collector (marking, assists, sweeping)", []string{"runtime.gcBgMarkWorker", "runtime.gcAssistAlloc", "runtime.bgsweep", "runtime.bgscavenge", "runtime.gcStart", "runtime.markroot"}},
+	{"stack growth", []string{"runtime.newstack", "runtime.copystack"}},
+	{"allocation", []string{"runtime.mallocgc", "runtime.newobject", "runtime.makeslice", "runtime.growslice", "runtime.makemap", "runtime.mapassign"}},
+	{"socket writes (sending messages)", []string{"syscall.write", "syscall.Write", "internal/poll.(*FD).Write", "internal/poll.(*FD).Writev"}},
+	{"socket reads (receiving messages)", []string{"syscall.read", "syscall.Read", "internal/poll.(*FD).Read"}},
+	{"scheduler, preemption and wakeups", []string{"runtime.asyncPreempt", "runtime.schedule", "runtime.findRunnable", "runtime.park_m", "runtime.futex", "runtime.notewakeup", "runtime.ready", "runtime.goready", "runtime.wakep", "runtime.selectgo", "runtime.chansend", "runtime.chanrecv", "runtime.netpoll", "runtime.mcall", "runtime.goexit0", "runtime.lock", "runtime.unlock"}},
+	{"JSON", []string{"github.com/goccy/go-json", "encoding/json", "github.com/toolbus/toolbus/bus.appendString", "github.com/toolbus/toolbus/bus.(*ExecRequest).AppendJSON", "github.com/toolbus/toolbus/bus.(*Result).AppendJSON", "github.com/santhosh-tekuri/jsonschema"}},
+	{"JetStream client (publish, acknowledgement)", []string{"github.com/nats-io/nats.go/jetstream"}},
+	{"NATS client (parse, dispatch, headers, publish)", []string{"github.com/nats-io/nats.go", "github.com/nats-io/nats%2ego"}},
+	{"contexts and timers", []string{"context.", "time."}},
+	{"toolbus", []string{"github.com/toolbus/toolbus/"}},
+}
+
+// otherKind is the kind of a sample no shareKinds entry took.
+const otherKind = "other (runtime, profiler)"
+
+// SplitProfile reads the CPU profile in file and returns how its samples
+// divide by kind, as µs per call over calls, largest first.
+func SplitProfile(file string, calls int64) ([]Share, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", file, err)
+	}
+	return splitSamples(p, calls)
+}
+
+// splitSamples divides p's CPU time by kind.
+func splitSamples(p *profile.Profile, calls int64) ([]Share, error) {
+	vi, err := cpuValue(p)
+	if err != nil {
+		return nil, err
+	}
+	ns := map[string]int64{}
+	var total int64
+	for _, s := range p.Sample {
+		v := s.Value[vi]
+		ns[kindOf(s)] += v
+		total += v
+	}
+	out := make([]Share, 0, len(ns))
+	for k, v := range ns {
+		sh := Share{Kind: k, Percent: 100 * float64(v) / float64(max(total, 1))}
+		if calls > 0 {
+			sh.USPerCall = float64(v) / 1e3 / float64(calls)
+		}
+		out = append(out, sh)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Percent != out[j].Percent {
+			return out[i].Percent > out[j].Percent
+		}
+		return out[i].Kind < out[j].Kind
+	})
+	return out, nil
+}
+
+// kindOf is the shareKinds kind of sample s.
+func kindOf(s *profile.Sample) string {
+	for _, k := range shareKinds {
+		for _, loc := range s.Location {
+			for _, line := range loc.Line {
+				if line.Function == nil {
+					continue
+				}
+				for _, pre := range k.prefixes {
+					if strings.HasPrefix(line.Function.Name, pre) {
+						return k.kind
+					}
+				}
+			}
+		}
+	}
+	return otherKind
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,8 +16,8 @@ func TestWriteProfile(t *testing.T) {
 		{"/tmp/a.b/router", "/tmp/a.b/router.write"},
 		{"router", "router.write"},
 	} {
-		if got := writeProfile(tc.in); got != tc.want {
-			t.Errorf("writeProfile(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := profileBeside(tc.in, "write"); got != tc.want {
+			t.Errorf("profileBeside(%q, write) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
@@ -36,7 +35,7 @@ func TestOtherCores(t *testing.T) {
 		{"tick rounding below ours", snapshot{roleRouter: {CPUNS: 1e9}, roleMachine: {CPUNS: 9e8}}, time.Second, 0},
 		{"no wall time", snapshot{roleMachine: {CPUNS: 1e9}}, 0, 0},
 	} {
-		if got := otherCores(tc.diff, tc.wall); got != tc.want {
+		if got := (costed{Load: Load{Wall: tc.wall}, diff: tc.diff}).otherCores(); got != tc.want {
 			t.Errorf("%s: otherCores = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -76,14 +75,14 @@ func TestCrossDeployment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	file := filepath.Join(t.TempDir(), "router.prof")
-	d, err := xdeploy(ctx, xconfig{exe: exe, sessions: 2, mcpClients: 2, profiles: map[string][]string{roleRouter: {file}}})
+	d, err := deploy(ctx, config{exe: exe, sessions: 2, mcpClients: 2, profiles: map[string][]string{roleRouter: {file}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	closed := false
 	defer func() {
 		if !closed {
-			d.close()
+			d.close(ctx)
 		}
 	}()
 	before, err := d.stats(ctx, roleRouter, ctlRequest{})
@@ -91,7 +90,7 @@ func TestCrossDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		for _, fn := range []callFunc{d.relay, d.callTool(toolRead), d.callTool(toolWrite), d.mcp.call} {
+		for _, fn := range []callFunc{d.relay, d.callTool(d.client, toolRead), d.callTool(d.client, toolWrite), d.mcp.call} {
 			if err := fn(ctx, i); err != nil {
 				t.Fatal(err)
 			}
@@ -127,7 +126,7 @@ func TestCrossDeployment(t *testing.T) {
 	}
 
 	// A profile while calls run is written and stopped.
-	profs, err := d.profile(ctx, map[string]string{roleRouter: file}, 200*time.Millisecond, 2, d.callTool(toolRead))
+	profs, err := d.profile(ctx, map[string]string{roleRouter: file}, 200*time.Millisecond, 2, d.callTool(d.client, toolRead))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +142,9 @@ func TestCrossDeployment(t *testing.T) {
 
 	pids := map[string]int{}
 	for role, c := range d.children {
-		pids[role] = c.pid()
+		pids[role] = c.Pid()
 	}
-	d.close()
+	d.close(ctx)
 	closed = true
 	for role, pid := range pids {
 		if !processGone(pid) {
@@ -158,22 +157,12 @@ func TestCrossDeployment(t *testing.T) {
 // the report is complete.
 func TestRunCrossQuick(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "router.prof")
-	rep, err := RunCross(t.Context(), CrossOptions{Runs: 2, Duration: 100 * time.Millisecond, Callers: []int{1, 4},
+	rep, err := RunCross(t.Context(), Options{Runs: 2, Duration: 100 * time.Millisecond, Callers: []int{1, 4},
 		Sessions: 300, CPUProfile: prof, ProfileWindow: 200 * time.Millisecond, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var table strings.Builder
-	rep.WriteTable(&table)
-	t.Log("\n" + table.String())
-	b, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
+	table, _, doc := rendered(t, rep)
 	runs, _ := doc["runs"].([]any)
 	if len(runs) != 2 {
 		t.Fatalf("%d runs, want 2", len(runs))

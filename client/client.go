@@ -86,12 +86,23 @@ func Dial(conn natsconn.Config, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Close closes the connection of a Client made by Dial; a Client made by
-// New leaves its connection to the caller.
-func (c *Client) Close() {
-	if c.owned {
-		c.nc.Close()
+// Close closes the connection of a Client made by Dial, once what it
+// published has reached the server (when connected) or ctx has ended (then
+// it returns ctx's error); a Client made by New leaves its connection to
+// the caller. It is safe to call twice.
+func (c *Client) Close(ctx context.Context) error {
+	if !c.owned || c.nc.IsClosed() {
+		return nil
 	}
+	var err error
+	if c.nc.IsConnected() {
+		err = bus.Flush(ctx, c.nc)
+	}
+	c.nc.Close()
+	if err != nil {
+		return fmt.Errorf("client: close: %w", err)
+	}
+	return nil
 }
 
 // Conn returns the Client's connection.
@@ -223,11 +234,34 @@ func (c *Client) Admin(ctx context.Context, verb, session string, data, out any)
 // Events is a stream of a session's events.
 type Events struct {
 	C    <-chan *bus.Event
-	stop func()
+	c    chan *bus.Event
+	stop context.CancelFunc
+	done chan struct{} // closed with C
 }
 
-// Stop ends the stream and closes C.
-func (s *Events) Stop() { s.stop() }
+func newEvents(cancel context.CancelFunc) *Events {
+	ch := make(chan *bus.Event, 1024)
+	return &Events{C: ch, c: ch, stop: cancel, done: make(chan struct{})}
+}
+
+// end closes C; the producer's last step.
+func (s *Events) end() {
+	close(s.c)
+	close(s.done)
+}
+
+// Stop ends the stream and waits until C is closed, or until ctx ends
+// (then it returns ctx's error; C is still closed soon). It is safe to
+// call twice.
+func (s *Events) Stop(ctx context.Context) error {
+	s.stop()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("client: events stop: %w", ctx.Err())
+	}
+}
 
 // Watch streams the session's events as they are published (session "*"
 // streams every session's). The stream is live from the moment Watch
@@ -236,7 +270,6 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 	if session != "*" && !bus.ValidID(session) {
 		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q is not valid", session)
 	}
-	ch := make(chan *bus.Event, 1024)
 	msgs := make(chan *nats.Msg, 1024)
 	sub, err := c.nc.ChanSubscribe(c.subj.Events(session), msgs)
 	if err != nil {
@@ -247,8 +280,10 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 		return nil, fmt.Errorf("client: watch: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	ev := newEvents(cancel)
+	ch := ev.c
 	go func() {
-		defer close(ch)
+		defer ev.end()
 		defer func() { _ = sub.Unsubscribe() }()
 		for {
 			select {
@@ -267,7 +302,7 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 			}
 		}
 	}()
-	return &Events{C: ch, stop: cancel}, nil
+	return ev, nil
 }
 
 // Replay streams the session's events kept by the events stream, from the
@@ -289,8 +324,9 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan *bus.Event, 1024)
 	ctx, cancel := context.WithCancel(ctx)
+	ev := newEvents(cancel)
+	ch := ev.c
 	cons, err := js.OrderedConsumer(ctx, c.subj.Stream(bus.StreamEvents), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{c.subj.Events(session)}})
 	if err != nil {
@@ -315,9 +351,9 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 		<-ctx.Done()
 		cc.Stop()
 		<-cc.Closed()
-		close(ch)
+		ev.end()
 	}()
-	return &Events{C: ch, stop: cancel}, nil
+	return ev, nil
 }
 
 // Output is a stored output opened for reading (protocol 5.9): Read

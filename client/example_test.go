@@ -40,7 +40,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	defer r.Stop()
+	defer r.Stop(ctx)
 
 	w, _ := worker.New(nc, worker.Config{})
 	_ = worker.Register(w, bus.ToolDef{Name: "greet", Description: "Greet someone.", ReadOnly: true},

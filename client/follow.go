@@ -195,8 +195,9 @@ func (p replyTo) PublishMsg(m *nats.Msg) error {
 // start asks for the follower's consumer and follows it, returning its
 // events.
 func (f *follower) start(ctx context.Context) (*Events, error) {
-	ch := make(chan *bus.Event, 1024)
 	ctx, cancel := context.WithCancel(ctx)
+	ev := newEvents(cancel)
+	ch := ev.c
 	f.deliver = func(m *nats.Msg) bool {
 		e, err := bus.Decode(m)
 		if err != nil {
@@ -215,9 +216,9 @@ func (f *follower) start(ctx context.Context) (*Events, error) {
 	}
 	go func() {
 		f.run(ctx)
-		close(ch)
+		ev.end()
 	}()
-	return &Events{C: ch, stop: cancel}, nil
+	return ev, nil
 }
 
 // FollowHandoff streams the handoff requests (docs/protocol.md 6.2) of

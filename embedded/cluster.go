@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -89,12 +90,12 @@ func startCluster(cfg ClusterConfig) (*Cluster, error) {
 	}
 	for i := range cfg.Nodes {
 		if err := c.Start(i); err != nil {
-			c.Stop()
+			c.stopNodes()
 			return nil, err
 		}
 	}
 	if err := c.WaitReady(cfg.ReadyTimeout); err != nil {
-		c.Stop()
+		c.stopNodes()
 		return nil, err
 	}
 	return c, nil
@@ -154,8 +155,24 @@ func (c *Cluster) Start(i int) error {
 	return nil
 }
 
-// Stop ends every node that runs. It is safe to call twice.
-func (c *Cluster) Stop() {
+// Stop ends every node that runs, waiting for their shutdown until ctx
+// ends (then it returns ctx's error; the nodes still shut down). It is safe
+// to call twice.
+func (c *Cluster) Stop(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.stopNodes()
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("embedded: stop: %w", ctx.Err())
+	}
+}
+
+func (c *Cluster) stopNodes() {
 	for i := range c.cfg.Nodes {
 		c.StopNode(i)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
@@ -14,7 +15,7 @@ func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Stop)
+	testkit.Stop(t, c.Stop)
 	nc, err := nats.Connect(c.URLs(0), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)

@@ -100,8 +100,9 @@ func sessionConfig(cfg Config, defs *definitions) session.Config {
 // anyway (Refresh).
 func (s *Store) Start(ctx context.Context) error { return s.definitions.start(ctx) }
 
-// Stop ends the watches; safe to call twice.
-func (s *Store) Stop() { s.definitions.stop() }
+// Stop ends the watches, waiting for them until ctx ends; safe to call
+// twice.
+func (s *Store) Stop(ctx context.Context) error { return s.definitions.stop(ctx) }
 
 // CheckGroup validates a group definition.
 func CheckGroup(g *bus.Group) error {

@@ -43,7 +43,7 @@ func start(t *testing.T, st *store.Store, cfg groups.Config) *groups.Store {
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Stop)
+	testkit.Stop(t, s.Stop)
 	return s
 }
 
@@ -392,8 +392,8 @@ func TestStartEndsWithContext(t *testing.T) {
 	if err := s.Start(ctx); err == nil {
 		t.Error("Start with an ended context succeeded")
 	}
-	s.Stop()
-	s.Stop()
+	s.Stop(t.Context())
+	s.Stop(t.Context())
 }
 
 func TestTouchKeepsUsedSessionsAlive(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
 )
 
@@ -22,7 +23,7 @@ func basicFixture(t *testing.T, cfg groups.Config) (*registry.Registry, *groups.
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
+	testkit.Stop(t, r.Stop)
 	obj := json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}}}`)
 	defs := []bus.ToolDef{
 		{Name: "get_weather", Description: "Current weather in a city.", InputSchema: obj},

@@ -31,12 +31,12 @@ func BenchmarkSearch10kRegistered(b *testing.B) {
 	if err := s.Start(b.Context()); err != nil {
 		b.Fatal(err)
 	}
-	defer s.Stop()
+	defer s.Stop(b.Context())
 	r := registry.New(st, registry.Config{Heartbeat: time.Minute})
 	if err := r.Start(b.Context()); err != nil {
 		b.Fatal(err)
 	}
-	defer r.Stop()
+	defer r.Stop(b.Context())
 	words := []string{"create", "read", "update", "delete", "list", "issue", "file", "user", "invoice", "weather", "ticket", "repo", "branch", "email", "calendar", "event", "order", "payment", "report", "chart"}
 	var defs []bus.ToolDef
 	for g := range 100 {

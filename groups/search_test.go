@@ -30,7 +30,7 @@ func searchFixture(t *testing.T, cfg groups.Config) (*registry.Registry, *groups
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
+	testkit.Stop(t, r.Stop)
 	def := func(name, desc, props string, groups ...string) bus.ToolDef {
 		return bus.ToolDef{Name: name, Description: desc, InputSchema: json.RawMessage(`{"type":"object","properties":{` + props + `}}`), Groups: groups}
 	}
@@ -226,7 +226,7 @@ func TestSearchShrinksListing(t *testing.T) {
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
+	testkit.Stop(t, r.Stop)
 	var defs []bus.ToolDef
 	for g := range 50 {
 		put(t, s, meta(fmt.Sprintf("g%d", g), fmt.Sprintf("Topic %d tools.", g)))

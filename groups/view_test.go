@@ -145,7 +145,7 @@ func viewFixtureStore(t *testing.T) (*store.Store, *registry.Registry, *groups.S
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
+	testkit.Stop(t, r.Stop)
 	def := func(name string, groups ...string) bus.ToolDef {
 		return bus.ToolDef{Name: name, Description: "Tool " + name + ".", InputSchema: json.RawMessage(`{"type":"object","properties":{}}`), Groups: groups}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/inbox"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -82,7 +83,7 @@ func newEnv(t *testing.T) *env {
 	if e.events, err = e.cl.Watch(t.Context(), "*"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.events.Stop)
+	testkit.Stop(t, e.events.Stop)
 	inc, err := x.Connect(t.Context(), "inbox")
 	if err != nil {
 		t.Fatal(err)

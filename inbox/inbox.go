@@ -95,7 +95,7 @@ type Server struct {
 	tools jetstream.KeyValue
 
 	mu   sync.Mutex
-	stop func() // ends the watch or the polling
+	stop func(context.Context) error // ends the watch or the polling
 }
 
 // New returns a Server answering on nc; call Start before serving.
@@ -150,7 +150,7 @@ func (s *Server) Start(ctx context.Context) error {
 	select {
 	case <-w.Ready():
 	case <-ctx.Done():
-		w.Stop()
+		_ = w.Stop(context.WithoutCancel(ctx))
 		return ctx.Err()
 	}
 	s.mu.Lock()
@@ -159,15 +159,17 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the watch or the polling; safe to call twice.
-func (s *Server) Stop() {
+// Stop ends the watch or the polling, waiting for it until ctx ends; safe
+// to call twice.
+func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	stop := s.stop
 	s.stop = nil
 	s.mu.Unlock()
-	if stop != nil {
-		stop()
+	if stop == nil {
+		return nil
 	}
+	return stop(ctx)
 }
 
 // Handler returns the page, its assets and its API. Every request needs

@@ -2,10 +2,11 @@ package inbox
 
 import (
 	"context"
-	"sync"
+	"fmt"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // startPolling loads the waiting calls as the approver may read them, then
@@ -17,25 +18,25 @@ func (s *Server) startPolling(ctx context.Context) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Add(1)
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		t := time.NewTicker(s.cfg.PollInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := s.pollOnce(ctx); err != nil && ctx.Err() == nil {
-					s.cfg.Logger.Warn("inbox: parked.list", "err", err)
-				}
+		defer close(done)
+		life.Every(ctx, s.cfg.PollInterval, func(time.Time) {
+			if err := s.pollOnce(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("inbox: parked.list", "err", err)
 			}
-		}
+		})
 	}()
 	s.mu.Lock()
-	s.stop = func() { cancel(); wg.Wait() }
+	s.stop = func(ctx context.Context) error {
+		cancel()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("inbox: polling stop: %w", ctx.Err())
+		}
+	}
 	s.mu.Unlock()
 	return nil
 }

@@ -50,7 +50,7 @@ func Open(ctx context.Context, nc *nats.Conn, addr, token, tokenFile string, cfg
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		s.Stop()
+		_ = s.Stop(ctx)
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -75,7 +75,7 @@ func (r *Running) Close(ctx context.Context) {
 		_ = r.srv.Close()
 	}
 	<-r.done
-	r.s.Stop()
+	_ = r.s.Stop(ctx)
 }
 
 // Banner is the line a command prints at start: where to open the page.

@@ -73,7 +73,7 @@ func TestLedgerLeaseLapses(t *testing.T) {
 		t.Errorf("re-sends answered %v after the claim, lease %v", took, lease)
 	}
 	t.Logf("answered %v after the claim (lease %v)", took, lease)
-	res := ls[0].Record("s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("late")})
+	res := ls[0].Record(t.Context(), "s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("late")})
 	if res.Error == nil || res.Error.Code != bus.CodeUnknownOutcome {
 		t.Fatalf("the dead router's late record: %+v", res)
 	}
@@ -116,7 +116,7 @@ func TestLedgerLeaseRenewed(t *testing.T) {
 		}
 	}
 	tick.Stop()
-	ls[0].Record("s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
+	ls[0].Record(t.Context(), "s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
 	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
 		select {
 		case r := <-got:
@@ -159,7 +159,7 @@ func TestLedgerLeaseRetry(t *testing.T) {
 			runner = l
 		}
 	}
-	runner.Record("s.r.c1", *first.claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("rerun")})
+	runner.Record(t.Context(), "s.r.c1", *first.claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("rerun")})
 	second := <-outs
 	if second.claim != nil || textOf(second.res.Output) != "rerun" {
 		t.Fatalf("the other re-send: %+v %+v", second.res, second.claim)
@@ -340,7 +340,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 					now := <-tick.C
 					_ = owner.Renew(ctx, now)
 				}
-				owner.Record("k", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
+				owner.Record(t.Context(), "k", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
 				cancel()
 			}()
 			start := time.Now()

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -109,7 +110,8 @@ type Config struct {
 	Health *store.Health
 	// Landing gives the context of a write that must land (a recorded
 	// result, an abandoned claim); nil means a context of two minutes that
-	// nothing waits for.
+	// nothing waits for (the Landing of a life.Life of the ledger's own,
+	// never drained).
 	Landing func() (context.Context, context.CancelFunc)
 }
 
@@ -128,9 +130,7 @@ func New(kv jetstream.KeyValue, cfg Config) *Ledger {
 		cfg.Hits = func() {}
 	}
 	if cfg.Landing == nil {
-		cfg.Landing = func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), landBudget)
-		}
+		cfg.Landing = life.New(life.Config{LandBudget: landBudget}).Landing
 	}
 	return &Ledger{kv: kv, router: cfg.Router, log: cfg.Logger, hits: cfg.Hits, lease: cfg.Lease, health: cfg.Health, landing: cfg.Landing,
 		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]*Entry{}}, prefix: nuid.Next()}
@@ -377,14 +377,14 @@ func (l *Ledger) Abandon(key, claim string) {
 // dies after telling the agent would otherwise leave a re-send nothing but
 // unknown_outcome); past that (the bucket is electing a leader) it returns
 // and the write goes on, retried until it lands, while recorded answers for
-// key from memory.
-func (l *Ledger) Record(key string, claim Entry, res bus.Result) bus.Result {
+// key from memory. The write goes on when ctx, the caller's, has ended.
+func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Result) bus.Result {
 	claim = l.held.current(key, claim)
 	defer l.held.release(key, claim.Claim)
 	claim.State, claim.Result = stateDone, &res
 	val := encode(&claim)
 	// The common case in one round trip: the claim is as this router left it.
-	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait)
 	defer cancel()
 	_, err := l.kv.Update(ctx, key, val, claim.rev)
 	isFull := l.health.Note(err)
@@ -659,7 +659,7 @@ type Call struct {
 // records its result (Claimed, then Record).
 func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) bus.Result {
 	return l.Claimed(ctx, c, func(claim Entry) bus.Result {
-		return l.Record(c.Key, claim, run())
+		return l.Record(ctx, c.Key, claim, run())
 	})
 }
 

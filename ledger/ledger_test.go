@@ -51,7 +51,7 @@ func TestLedgerClaimOnce(t *testing.T) {
 		}
 	}
 	res := bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
-	ls[0].Record("s.r.c1", claim, res)
+	ls[0].Record(t.Context(), "s.r.c1", claim, res)
 	for _, l := range ls {
 		got := waitRes(l.wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Second}))
 		if got.State != bus.StateSuccess || textOf(got.Output) != "done" {
@@ -78,7 +78,7 @@ func TestLedgerWaitForRunning(t *testing.T) {
 		}
 		return nil
 	})
-	ls[0].Record("s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("late")})
+	ls[0].Record(t.Context(), "s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("late")})
 	select {
 	case r := <-got:
 		if textOf(r.Output) != "late" {

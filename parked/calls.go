@@ -49,7 +49,7 @@ func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(j
 	case <-w.Ready():
 		return w, nil
 	case <-ctx.Done():
-		w.Stop()
+		_ = w.Stop(context.WithoutCancel(ctx))
 		return nil, ctx.Err()
 	}
 }

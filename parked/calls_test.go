@@ -55,7 +55,7 @@ func startAs(t *testing.T, st *store.Store, owner string) *Store {
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Stop)
+	testkit.Stop(t, s.Stop)
 	return s
 }
 
@@ -120,7 +120,7 @@ func startLive(t *testing.T, st *store.Store) (*Store, *liveLog) {
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Stop)
+	testkit.Stop(t, s.Stop)
 	return s, l
 }
 
@@ -573,10 +573,10 @@ func TestStartEndsWithContext(t *testing.T) {
 	if err := s.Start(ctx); err == nil {
 		t.Error("Start with an ended context succeeded")
 	}
-	s.Stop()
-	s.Stop()
+	s.Stop(t.Context())
+	s.Stop(t.Context())
 	// Stop before Start is fine too.
-	New(st, subj, Config{}).Stop()
+	New(st, subj, Config{}).Stop(t.Context())
 }
 
 // park stores a new parked record (create) and publishes its live request.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -133,7 +134,7 @@ func newMachine(t *testing.T) *machine {
 		if err := s.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(s.Stop)
+		testkit.Stop(t, s.Stop)
 		if i == 0 {
 			m.a = s
 		} else {

@@ -81,19 +81,16 @@ func (s *Store) Start(ctx context.Context) error {
 		return err
 	}
 	if err := s.conts.start(ctx); err != nil {
-		s.Stop()
+		_ = s.Stop(context.WithoutCancel(ctx))
 		return err
 	}
 	return nil
 }
 
-// Stop ends the watches; safe to call twice.
-func (s *Store) Stop() {
-	for _, w := range []*store.Watch{s.calls.watch, s.conts.watch} {
-		if w != nil {
-			w.Stop()
-		}
-	}
+// Stop ends the watches, waiting for them until ctx ends; safe to call
+// twice.
+func (s *Store) Stop(ctx context.Context) error {
+	return store.StopAll(ctx, s.calls.watch, s.conts.watch)
 }
 
 // Renew renews the lease of every continuation and answered call this

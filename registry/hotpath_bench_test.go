@@ -34,7 +34,7 @@ func BenchmarkResolveReads(b *testing.B) {
 	if err := r.Start(b.Context()); err != nil {
 		b.Fatal(err)
 	}
-	defer r.Stop()
+	defer r.Stop(b.Context())
 	var tools []bus.ToolDef
 	for i := range 100 {
 		tools = append(tools, def(fmt.Sprintf("tool%d", i)))

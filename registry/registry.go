@@ -80,7 +80,7 @@ func New(st *store.Store, cfg Config) *Registry {
 		cfg.Now = time.Now
 	}
 	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer, consumers: map[string]bool{}, ready: make(chan struct{})}
-	r.catalog = &catalog{kv: st.Tools, log: cfg.Logger, version: &r.version, cache: store.NewCache[*Tool](0)}
+	r.catalog = newCatalog(st.Tools, cfg.Logger, &r.version)
 	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: cfg.Now, health: st.Health, version: &r.version,
 		beats: map[string]map[string]beat{}, probed: map[string]time.Time{}}
 	return r
@@ -95,7 +95,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	}
 	ww, err := store.WatchKV(ctx, r.liveness.kv, ">", r.applyWorker)
 	if err != nil {
-		tw.Stop()
+		_ = tw.Stop(ctx)
 		return err
 	}
 	r.watches = []*store.Watch{tw, ww}
@@ -103,7 +103,7 @@ func (r *Registry) Start(ctx context.Context) error {
 		select {
 		case <-w.Ready():
 		case <-ctx.Done():
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 			return ctx.Err()
 		}
 	}
@@ -114,12 +114,9 @@ func (r *Registry) Start(ctx context.Context) error {
 // Ready is closed once the cache holds the initial values.
 func (r *Registry) Ready() <-chan struct{} { return r.ready }
 
-// Stop ends the watches. It is safe to call twice.
-func (r *Registry) Stop() {
-	for _, w := range r.watches {
-		w.Stop()
-	}
-}
+// Stop ends the watches, waiting for them until ctx ends. It is safe to
+// call twice.
+func (r *Registry) Stop(ctx context.Context) error { return store.StopAll(ctx, r.watches...) }
 
 // Version changes whenever the cache changes; callers use it to invalidate
 // what they derived from the cache.

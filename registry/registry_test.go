@@ -49,7 +49,7 @@ func start(t *testing.T, st *store.Store, cfg registry.Config) *registry.Registr
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
+	testkit.Stop(t, r.Stop)
 	return r
 }
 
@@ -594,7 +594,7 @@ func TestSecondRegistrySeesEverything(t *testing.T) {
 	if err := second.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(second.Stop)
+	testkit.Stop(t, second.Stop)
 	select {
 	case <-second.Ready():
 	default:
@@ -642,8 +642,8 @@ func TestSecondRegistrySeesEverything(t *testing.T) {
 		t.Fatalf("second registry Tools %v", got)
 	}
 	// Stop is safe twice.
-	second.Stop()
-	second.Stop()
+	second.Stop(t.Context())
+	second.Stop(t.Context())
 }
 
 func TestStartEndsWithContext(t *testing.T) {
@@ -652,10 +652,10 @@ func TestStartEndsWithContext(t *testing.T) {
 	cancel()
 	r := registry.New(st, registry.Config{})
 	if err := r.Start(ctx); err == nil {
-		r.Stop()
+		r.Stop(t.Context())
 		t.Fatal("Start with an ended context succeeded")
 	}
-	r.Stop()
+	r.Stop(t.Context())
 }
 
 func TestCheck(t *testing.T) {

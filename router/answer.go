@@ -424,7 +424,7 @@ func (r *answers) complete(rec *parked.Record, res bus.Result) {
 		if cont != nil {
 			trace = [2]string{cont.TraceParent, cont.TraceState}
 		}
-		r.audit.recordParked(rec, res) // the audit trail (audittrail.go)
+		r.audit.recordParked(ctx, rec, res) // the audit trail (audittrail.go)
 		ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 		if err == nil {
 			err = r.stored(ctx, []*sentEvent{ev})

@@ -116,7 +116,7 @@ func (a *auditTrail) audited(b *batch, landing landingFunc) {
 	if len(ps) == 0 {
 		return
 	}
-	ctx, cancel := landing.start()
+	ctx, cancel := landing.start(b.ctx)
 	defer cancel()
 	for _, p := range a.tr.Stored(ctx, ps) {
 		a.lose(nil, p.Data(), p.Err())
@@ -137,8 +137,9 @@ func (a *auditTrail) lose(rec *audit.Record, data []byte, err error) {
 
 // recordParked writes the audit record of a parked call that ended: asked
 // (a confirmation, naming who answered and when) or external, and waits
-// until P_AUDIT holds it. A nil trail (audit off) records nothing.
-func (a *auditTrail) recordParked(rec *parked.Record, res bus.Result) {
+// until P_AUDIT holds it or ctx, a landing write's, ends. A nil trail
+// (audit off) records nothing.
+func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res bus.Result) {
 	if a == nil {
 		return
 	}
@@ -159,8 +160,6 @@ func (a *auditTrail) recordParked(rec *parked.Record, res bus.Result) {
 	// Stored before the call's result is recorded and its batch goes on
 	// (answers.complete): a parked call ends at a person's pace, so the
 	// round trip is not worth overlapping.
-	ctx, cancel := landing()
-	defer cancel()
 	for _, p := range a.tr.Stored(ctx, []*audit.Pending{p}) {
 		a.lose(r, p.Data(), p.Err())
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/tasks"
@@ -74,7 +75,7 @@ func (r *Router) startTasks(ctx context.Context) error {
 	r.bg = b
 	verbs := &taskVerbs{b}
 	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), verbs.onTasks, false})
-	r.life.Loop(func(ctx context.Context) { every(ctx, r.cfg.Store.Heartbeat, b.tick) })
+	r.life.Loop(func(ctx context.Context) { life.Every(ctx, r.cfg.Store.Heartbeat, b.tick) })
 	return nil
 }
 
@@ -148,7 +149,7 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 // durable call stays in its queue and its ledger entry open) for the
 // router that takes the task over.
 func (b *background) runContext() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(b.r.base))
 	stop := context.AfterFunc(b.r.life.Background(), func() { cancel(errDrainDeadline) })
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
@@ -224,7 +225,7 @@ func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan
 	if lctx.Err() != nil && cutOff(res) {
 		return
 	}
-	b.end(rec, res)
+	b.end(lctx, rec, res)
 }
 
 // rerun: the run lost its worker, and the tool may run again before the
@@ -257,10 +258,10 @@ func (b *background) runAgain(ctx context.Context, rec *tasks.Record) bus.Result
 
 // end records rec's result and, when that ended the task, says so on the
 // session's events.
-func (b *background) end(rec *tasks.Record, res bus.Result) {
+func (b *background) end(ctx context.Context, rec *tasks.Record, res bus.Result) {
 	// Not life.Landing: this runs on a loop, which a drain does not wait
-	// for as work; the end is bounded on its own.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// for as work; the end is bounded on its own, past ctx's end.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	got, ended, err := b.st.Finish(ctx, rec.Session, rec.ID, res)
 	if err != nil {

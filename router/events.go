@@ -241,10 +241,10 @@ func (s reportStep) stored(b *batch) {
 		return
 	}
 	if acked(sent) { // nothing to wait for: no landing context either
-		_ = s.events.stored(context.Background(), sent)
+		_ = s.events.stored(context.WithoutCancel(b.ctx), sent)
 		return
 	}
-	ctx, cancel := s.landing.start()
+	ctx, cancel := s.landing.start(b.ctx)
 	defer cancel()
 	_ = s.events.stored(ctx, sent)
 }

@@ -267,7 +267,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	res, patch := execReply(j.call, resp)
 	res, patch = x.outputs.sealOutput(j.session, j.key(), res, patch)
 	if patch != nil {
-		if err := patchState(x.groups, j.session, &j.tool.Def, patch); err != nil {
+		if err := patchState(ctx, x.groups, j.session, &j.tool.Def, patch); err != nil {
 			var be *bus.Error
 			if errors.As(err, &be) && be.Code == bus.CodeToolError { // the worker's fault
 				res = bus.ErrorResult(j.call, bus.CodeToolError, be.Message)
@@ -441,12 +441,12 @@ func textOf(blocks []bus.Block) string {
 
 // patchState applies a worker's JSON merge patch (RFC 7386) to the
 // session's agent state, with compare-and-set so that concurrent patches
-// from two calls both land.
-func patchState(gs *groups.Store, session string, def *bus.ToolDef, patch json.RawMessage) error {
+// from two calls both land; it lands even when ctx, the call's, has ended.
+func patchState(ctx context.Context, gs *groups.Store, session string, def *bus.ToolDef, patch json.RawMessage) error {
 	if !def.StateInjected {
 		return bus.Errorf(bus.CodeToolError, "Error: the tool returned a state_patch but is not registered with state_injected; the patch was not applied.")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_, err := gs.Update(ctx, session, func(s *groups.Session) error {
 		cur := s.State
@@ -520,19 +520,5 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 		log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.key)
 		w.vanished.Store(true)
 		w.cancel()
-	}
-}
-
-// every calls fn every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, fn func(now time.Time)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			fn(now)
-		}
 	}
 }

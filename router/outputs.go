@@ -70,7 +70,7 @@ func (r *outputs) sealOutput(session, key string, res bus.Result, patch json.Raw
 	if !hasStored(res.Output) {
 		return res, patch
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), outputsBudget)
+	ctx, cancel := context.WithTimeout(r.base, outputsBudget)
 	defer cancel()
 	out, err := r.st.Seal(ctx, key, res.Output)
 	if err != nil {
@@ -92,7 +92,7 @@ func (r *outputs) sealAnswer(key string, out []bus.Block) ([]bus.Block, error) {
 	if !hasStored(out) {
 		return out, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), outputsBudget)
+	ctx, cancel := context.WithTimeout(r.base, outputsBudget)
 	defer cancel()
 	sealed, err := r.st.Seal(ctx, key, out)
 	if err != nil {

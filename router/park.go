@@ -34,7 +34,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 		}
 		return true
 	}
-	ctx, cancel := s.landing.start()
+	ctx, cancel := s.landing.start(b.ctx)
 	defer cancel()
 	first := b.cont == nil
 	if first {
@@ -144,7 +144,7 @@ func (s parkStep) settle(b *batch, next int) bool {
 	if b.cont.Phase == parked.PhaseParked { // Park wrote it waiting for its answers: no write here
 		return false
 	}
-	ctx, cancel := s.landing.start()
+	ctx, cancel := s.landing.start(b.ctx)
 	defer cancel()
 	cont, resume, err := s.conts.Settle(ctx, b.session, b.replyID, resultsOf(b))
 	if err != nil {

@@ -29,7 +29,7 @@ const refusedWait = 5 * time.Second
 // that are counted, in toolbus_audit_refusals_suppressed_total and in the
 // caller's next record (suppressed). Refusals that are not the caller's
 // doing (busy, unavailable, internal) are not recorded here.
-func (a *auditTrail) refused(session, replyID, kind string, err error) {
+func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string, err error) {
 	if a == nil {
 		return
 	}
@@ -77,7 +77,7 @@ func (a *auditTrail) refused(session, replyID, kind string, err error) {
 		a.lose(rec, nil, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), refusedWait)
+	ctx, cancel := context.WithTimeout(ctx, refusedWait)
 	defer cancel()
 	for _, p := range a.tr.Stored(ctx, []*audit.Pending{p}) {
 		a.lose(nil, p.Data(), p.Err())
@@ -99,5 +99,5 @@ func (r *Router) auditRefusal(m *nats.Msg, kind string, e *bus.Event, err error)
 	if kind == "tools" {
 		what = "tools query"
 	}
-	r.guards.audit.refused(session, replyID, what, err)
+	r.guards.audit.refused(r.base, session, replyID, what, err)
 }

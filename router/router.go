@@ -270,7 +270,7 @@ func (r *Router) ID() string { return r.cfg.ID }
 func (r *Router) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 		}
 	}()
 	if err := r.build(ctx); err != nil {
@@ -310,14 +310,15 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	bg := r.life.Background()
-	r.life.Defer(func() {
-		// Handlers that have not returned by the end of the cleanup
-		// window end on their own.
+	r.life.Defer(func(ctx context.Context) error {
 		if r.cut.Load() {
-			go r.pool.Close()
-		} else {
-			r.pool.Close()
+			// Handlers that have not returned by the end of the cleanup
+			// window end on their own: no wait.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			cancel()
 		}
+		return r.pool.Close(ctx)
 	})
 	r.reg = registry.New(r.store, registry.Config{Heartbeat: r.cfg.Store.Heartbeat, Logger: r.log})
 	if err := r.reg.Start(bg); err != nil {
@@ -334,11 +335,11 @@ func (r *Router) build(ctx context.Context) error {
 	if err := r.sessions.Start(bg); err != nil {
 		r.log.Warn("router: sessions not watched; every batch reads its session", "err", err)
 	}
-	r.life.Defer(func() { _ = r.sessions.Stop(r.life.Context()) })
+	r.life.Defer(r.sessions.Stop)
 	if r.skills, err = startSkills(bg, r.cfg.Skills, r.cfg.SkillViewer, r.store, r.groups, r.log); err != nil {
 		return err
 	}
-	r.life.Defer(r.skills.cat.Stop)
+	r.life.Defer(r.skills.cat.Drain)
 	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log,
 		Publish: r.nc.PublishMsg})
 	if err := r.parked.Start(bg); err != nil {
@@ -415,16 +416,16 @@ func (r *Router) bind() {
 func (r *Router) loops() {
 	interval := min(max(cmp.Or(r.cfg.ParkTTL, parked.DefaultTTL)/10, 10*time.Millisecond), time.Second)
 	hb := r.cfg.Store.Heartbeat
-	r.life.Loop(func(ctx context.Context) { every(ctx, interval, r.conts.sweep) })
+	r.life.Loop(func(ctx context.Context) { life.Every(ctx, interval, r.conts.sweep) })
 	r.life.Loop(func(ctx context.Context) {
-		every(ctx, hb, func(now time.Time) { r.execs.watchWorkers(now, hb, r.reg, r.log) })
+		life.Every(ctx, hb, func(now time.Time) { r.execs.watchWorkers(now, hb, r.reg, r.log) })
 	})
 	r.life.Loop(func(ctx context.Context) {
-		every(ctx, hb, func(now time.Time) { r.conts.renewLeases(now); r.conts.takeOver(now, r.cfg.Lease) })
+		life.Every(ctx, hb, func(now time.Time) { r.conts.renewLeases(now); r.conts.takeOver(now, r.cfg.Lease) })
 	})
 	r.life.Loop(func(ctx context.Context) {
 		dropped := map[*nats.Subscription]int{}
-		every(ctx, hb, func(time.Time) { r.adm.watchDropped(r.subs.all(), dropped) })
+		life.Every(ctx, hb, func(time.Time) { r.adm.watchDropped(r.subs.all(), dropped) })
 	})
 }
 
@@ -508,11 +509,11 @@ func (r *Router) handle(h func(*nats.Msg), m *nats.Msg) {
 	})
 }
 
-// Stop is Drain with a deadline of StopTimeout.
-func (r *Router) Stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+// Stop is Drain with a deadline of at most StopTimeout.
+func (r *Router) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, StopTimeout)
 	defer cancel()
-	_ = r.Drain(ctx)
+	return r.Drain(ctx)
 }
 
 // Closed is closed once Drain (or Stop) has returned.
@@ -537,11 +538,12 @@ func (r *Router) Drain(ctx context.Context) error {
 		// are not new work, and without them (with no other router to
 		// record them) the watchdog would take the workers of the calls
 		// still running for vanished. The unwind drains them first.
-		r.life.Defer(func() {
+		r.life.Defer(func(ctx context.Context) error {
 			if register != nil {
 				_ = register.Drain()
 				waitClosed(ctx, register)
 			}
+			return nil
 		})
 		if err := r.life.Drain(ctx); err != nil {
 			r.log.Warn("router: drain deadline passed; calls cut off (a re-sent batch recovers them through the ledger)", "calls", r.cutCalls)
@@ -630,19 +632,20 @@ func waitClosed(ctx context.Context, s *nats.Subscription) {
 const landBudget = 2 * time.Minute
 
 // landing returns the context of a write that ends a call, not tracked by
-// the drain (the handler types use their life's Landing, which is).
-func landing() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), landBudget)
+// the drain (the handler types use their life's Landing, which is): parent's
+// values, not its cancellation, bounded by landBudget.
+func landing(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(parent), landBudget)
 }
 
 // landingFunc gives the context of a write that must land: the router's
-// life.Landing, which a drain waits for; nil gives an untracked one
-// (steps under test).
+// life.Landing, which a drain waits for; nil gives an untracked one made
+// from parent (steps under test).
 type landingFunc func() (context.Context, context.CancelFunc)
 
-func (f landingFunc) start() (context.Context, context.CancelFunc) {
+func (f landingFunc) start(parent context.Context) (context.Context, context.CancelFunc) {
 	if f == nil {
-		return landing()
+		return landing(parent)
 	}
 	return f()
 }

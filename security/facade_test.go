@@ -5,8 +5,33 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/security"
 )
+
+// TestFacadeFollowsListings: the facade's login may subscribe to every
+// subject its listing watch follows (client.WatchListings), for any
+// prefix, and that is all it may read of those buckets: no consumer.
+func TestFacadeFollowsListings(t *testing.T) {
+	for _, prefix := range []string{"", "acme"} {
+		users, err := security.Users(security.Spec{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _ := security.Lookup(users, security.RoleFacade)
+		for _, subj := range client.ListingSubjects(bus.NewSubjects(prefix)) {
+			if !slices.Contains(f.Permissions.Subscribe, subj) {
+				t.Errorf("prefix %q: the facade may not subscribe to %s: %v", prefix, subj, f.Permissions.Subscribe)
+			}
+		}
+		for _, p := range f.Permissions.Publish {
+			if strings.Contains(p, "CONSUMER") {
+				t.Errorf("prefix %q: the facade may publish %s", prefix, p)
+			}
+		}
+	}
+}
 
 // TestFacadeAnswers: the facade may answer the bridged servers' question
 // tools it is given (mcp__<server>__elicit) and no other external tool;

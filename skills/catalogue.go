@@ -101,7 +101,7 @@ func (c *Catalogue) Start(ctx context.Context) error {
 	case <-c.ready:
 		return nil
 	case <-ctx.Done():
-		c.Stop()
+		_ = c.Drain(context.WithoutCancel(ctx))
 		return ctx.Err()
 	}
 }
@@ -206,11 +206,8 @@ func (c *Catalogue) Drain(ctx context.Context) error {
 	return c.life.Drain(ctx)
 }
 
-// Closed is closed once Drain (or Stop) has returned.
+// Closed is closed once Drain has returned.
 func (c *Catalogue) Closed() <-chan struct{} { return c.life.Closed() }
-
-// Stop is Drain without a deadline. It is safe to call twice.
-func (c *Catalogue) Stop() { _ = c.Drain(context.Background()) }
 
 // Skills returns the skills user sees before group visibility, one per
 // name, sorted by name: local folders (the later one winning), then the

@@ -41,7 +41,7 @@ func startCatalogue(t *testing.T, cfg skills.Config) *skills.Catalogue {
 	if err := c.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Stop)
+	testkit.Stop(t, c.Drain)
 	return c
 }
 

@@ -39,7 +39,7 @@ func TestMaterializer(t *testing.T) {
 	if err := cat.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cat.Stop)
+	testkit.Stop(t, cat.Drain)
 	src := filepath.Join(t.TempDir(), "tool")
 	writeFile(t, filepath.Join(src, "SKILL.md"), "---\nname: tool\ndescription: v1\n---\nRun scripts/run.sh.\n")
 	writeFile(t, filepath.Join(src, "scripts", "run.sh"), "echo v1\n")

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -56,8 +57,27 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func
 // Ready is closed once the initial values are loaded.
 func (w *Watch) Ready() <-chan struct{} { return w.ready }
 
-// Stop ends the watch and waits for its goroutine. It is safe to call twice.
-func (w *Watch) Stop() {
+// StopAll stops every watch of ws that is not nil, each bounded by ctx,
+// and joins their errors.
+func StopAll(ctx context.Context, ws ...*Watch) error {
+	var errs []error
+	for _, w := range ws {
+		if w != nil {
+			errs = append(errs, w.Stop(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Stop ends the watch and waits for its goroutine until ctx ends (then it
+// returns ctx's error; the goroutine still ends on its own). It is safe to
+// call twice and concurrently.
+func (w *Watch) Stop(ctx context.Context) error {
 	w.once.Do(func() { _ = w.stop() })
-	<-w.done
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("store: watch stop: %w", ctx.Err())
+	}
 }

@@ -73,7 +73,7 @@ func TestWatchKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(w.Stop)
+	testkit.Stop(t, w.Stop)
 	select {
 	case <-w.Ready():
 	case <-time.After(bound):
@@ -99,8 +99,8 @@ func TestWatchKV(t *testing.T) {
 		}
 		return nil
 	})
-	w.Stop()
-	w.Stop()
+	w.Stop(t.Context())
+	w.Stop(t.Context())
 }
 
 func TestWatchKVEmptyBucketIsReady(t *testing.T) {
@@ -110,7 +110,7 @@ func TestWatchKVEmptyBucketIsReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(t.Context())
 	select {
 	case <-w.Ready():
 	case <-time.After(bound):
@@ -138,7 +138,7 @@ func TestWatchKVEndsWithContext(t *testing.T) {
 	// Stop after the context ended still returns, once the goroutine is gone
 	// (goleak in TestMain checks that it is).
 	done := make(chan struct{})
-	go func() { w.Stop(); close(done) }()
+	go func() { w.Stop(t.Context()); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(bound):

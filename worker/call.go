@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -82,7 +81,7 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	if c.w == nil {
 		return nil
 	}
-	blocks, err := c.w.off.Fit(context.Background(), bus.CallKey(c.SessionID, c.ReplyID, c.ID), blocks, 0, false)
+	blocks, err := c.w.off.Fit(c.w.base, bus.CallKey(c.SessionID, c.ReplyID, c.ID), blocks, 0, false)
 	if err != nil {
 		return fmt.Errorf("worker: progress: %w", err)
 	}

@@ -45,7 +45,7 @@ func Example_readme() {
 		if err := w.Start(ctx); err != nil {
 			return err
 		}
-		defer w.Stop() // drains: calls in flight finish, for up to worker.StopTimeout
+		defer w.Stop(context.WithoutCancel(ctx)) // drains: calls in flight finish, for up to worker.StopTimeout
 		<-ctx.Done()
 		return nil
 	}

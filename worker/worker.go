@@ -260,7 +260,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := bus.Flush(ctx, w.nc); err != nil {
 		return fmt.Errorf("worker: flush: %w", err)
 	}
-	loopCtx, cancel := context.WithCancel(context.Background())
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // the loops outlive Start's context
 	w.stopLoop = cancel
 	w.reg.register(ctx)
 	w.loops.Add(1)
@@ -532,11 +532,11 @@ func Dial(conn natsconn.Config, cfg Config) (*Worker, error) {
 	return w, nil
 }
 
-// Stop is Drain with a deadline of StopTimeout.
-func (w *Worker) Stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+// Stop is Drain with a deadline of at most StopTimeout.
+func (w *Worker) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, StopTimeout)
 	defer cancel()
-	_ = w.Drain(ctx)
+	return w.Drain(ctx)
 }
 
 // Closed is closed once Drain (or Stop) has returned.
@@ -577,11 +577,8 @@ func (w *Worker) drain(ctx context.Context) error {
 	if w.cancelSub != nil {
 		_ = w.cancelSub.Unsubscribe()
 	}
-	if err == nil {
-		w.pool.Close()
-	} else {
-		go w.pool.Close() // calls that ignore their context: let them end on their own
-	}
+	// Past the deadline, calls that ignore their context end on their own.
+	_ = w.pool.Close(ctx)
 	return err
 }
 

@@ -624,8 +624,8 @@ func TestStopTwice(t *testing.T) {
 		t.Fatal("Closed before Stop")
 	default:
 	}
-	w.Stop()
-	w.Stop()
+	w.Stop(t.Context())
+	w.Stop(t.Context())
 	waitClosed(t, w.Closed(), "Closed")
 }
 

@@ -289,15 +289,15 @@ func headTail(s string, keep int, ref bus.Block) string {
 	tailN := keep / 4
 	head := preview(s, keep-tailN)
 	head = strings.TrimSuffix(head, "…")
-	tail := suffix(s[len(head):], tailN)
+	tail := Suffix(s[len(head):], tailN)
 	left := len(s) - len(head) - len(tail)
 	return fmt.Sprintf("%s\n[… %d bytes left out …]\n%s\n[The whole text, %d bytes (sha256 %s), is too large to show here: "+
 		"above are its first %d and last %d bytes. It is stored as %s; read_output reads any part of it.]",
 		head, left, tail, len(s), r.Digest, len(head), len(tail), ref.URL)
 }
 
-// suffix is the end of s, at most n bytes, cut at a rune.
-func suffix(s string, n int) string {
+// Suffix is the end of s, at most n bytes, cut at a rune (a model-facing tail).
+func Suffix(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,11 +33,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("router", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if cli.WantsHelp(args) {
-		fs.SetOutput(stdout) // help asked for goes to stdout, exit 0
-	}
+	fs := cli.FlagSet("router", args, stdout, stderr)
 	natsURL := fs.String("nats", "", "NATS server URL to join; empty starts an embedded nats-server with JetStream")
 	listen := fs.String("listen", "127.0.0.1:4222", "host:port of the embedded nats-server")
 	data := fs.String("data", "", "JetStream store directory of the embedded server (default: a private directory per listen address under the user's cache directory, toolbus/data-<listen>)")
@@ -191,7 +186,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// nothing before the first acknowledgement.
 		var bnc *nats.Conn
 		if bnc, err = builtinConn(conn); err != nil {
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 			return fmt.Errorf("built-in tools: %w", err)
 		}
 		defer bnc.Close()
@@ -222,7 +217,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			err = w.Start(ctx)
 		}
 		if err != nil {
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 			return fmt.Errorf("built-in tools: %w", err)
 		}
 	}
@@ -246,7 +241,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		if err != nil {
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 			return err
 		}
 		defer fnc.Close()
@@ -255,7 +250,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if inboxOpts.listen != "" {
 		stopInbox, err := inboxOpts.serve(ctx, conn, *secure, *prefix, stdout, log)
 		if err != nil {
-			r.Stop()
+			_ = r.Stop(context.WithoutCancel(ctx))
 			return err
 		}
 		defer stopInbox()

@@ -151,7 +151,7 @@ func serveMCP(ctx context.Context, o *mcpOptions, nc *nats.Conn, prefix string, 
 		Auth: a, Insecure: a == nil, Confirm: policy, Idle: o.idle, MaxSessions: o.maxSessions})
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		f.Close()
+		_ = f.Drain(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("--mcp-listen: %w", err)
 	}
 	hs := &http.Server{Handler: f.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -190,6 +190,6 @@ func serveMCP(ctx context.Context, o *mcpOptions, nc *nats.Conn, prefix string, 
 		_ = hs.Shutdown(ctx)
 		<-done
 		<-reloaded
-		f.Close()
+		_ = f.Drain(ctx)
 	}, nil
 }

@@ -66,13 +66,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var rep interface{ WriteTable(io.Writer) }
 	var err error
+	opts := bench.Options{Quick: *quick, Runs: *runs, Duration: *dur, Sessions: *sessions, CPUProfile: *cpuprofile, Logf: logf}
 	if *cross {
-		rep, err = bench.RunCross(ctx, bench.CrossOptions{Quick: *quick, Runs: *runs, Duration: *dur, Sessions: *sessions,
-			CPUProfile: *cpuprofile, Logf: logf})
+		rep, err = bench.RunCross(ctx, opts)
 	} else if *runs != 0 || *cpuprofile != "" {
 		return fmt.Errorf("--runs and --cpuprofile go with --cross-process")
 	} else {
-		rep, err = bench.Run(ctx, bench.Options{Quick: *quick, Duration: *dur, Sessions: *sessions, Logf: logf})
+		rep, err = bench.Run(ctx, opts)
 	}
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)

@@ -202,7 +202,7 @@ func TestCallInterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer events.Stop()
+	defer events.Stop(t.Context())
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := exec(ctx, "call", "block", "--reply-id", "r-int", "--nats", d.url)

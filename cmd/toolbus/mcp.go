@@ -29,7 +29,7 @@ func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer closeConn()
 	f := facade.New(cl, facade.Config{Confirm: policy})
-	defer f.Close()
+	defer func() { _ = f.Drain(context.WithoutCancel(ctx)) }()
 	in := io.Reader(os.Stdin)
 	return f.ServeStdio(ctx, cn.session, *user, in, stdout)
 }

@@ -123,7 +123,7 @@ func (d *deployment) watchSession(t *testing.T, session string) *client.Events {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(events.Stop)
+	testkit.Stop(t, events.Stop)
 	return events
 }
 

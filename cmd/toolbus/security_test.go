@@ -52,7 +52,7 @@ func TestSecuredDeployment(t *testing.T) {
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
+	testkit.Stop(t, r.Stop)
 	wnc, err := login("worker", "_INBOX.worker").Connect("worker")
 	if err != nil {
 		t.Fatal(err)

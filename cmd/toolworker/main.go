@@ -37,11 +37,7 @@ func main() {
 const drainTimeout = 30 * time.Second
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("toolworker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if cli.WantsHelp(args) {
-		fs.SetOutput(stdout) // help asked for goes to stdout, exit 0
-	}
+	fs := cli.FlagSet("toolworker", args, stdout, stderr)
 	conn := natsconn.FromEnv()
 	conn.RegisterFlags(fs)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
@@ -210,10 +206,10 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		// A fresh private directory under the user cache directory.
 		m, err := builtin.SkillsMaterializer(cat, "", "toolworker-"+id+"-", cfg)
 		if err != nil {
-			cat.Stop()
+			_ = cat.Drain(context.WithoutCancel(ctx))
 			return nil, err
 		}
-		cfg.Skills, stop = m, func() { cat.Stop(); _ = m.Close() }
+		cfg.Skills, stop = m, func() { _ = cat.Drain(context.WithoutCancel(ctx)); _ = m.Close() }
 	}
 	if err := builtin.RegisterWith(w, cfg); err != nil {
 		stop()

@@ -82,7 +82,7 @@ func TestRunServesTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer events.Stop()
+	defer events.Stop(t.Context())
 	if res := call("r4", "slow_echo", map[string]any{"text": "late", "ms": 250}); res.Output[0].Text != "late" {
 		t.Errorf("slow_echo: %+v", res)
 	}

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -59,7 +61,7 @@ func setup(t *testing.T) (node, dir string) {
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Skipf("npm install %s failed (no registry access?), the JavaScript examples are not run: %v\n%s", strings.Join(packages, " "), err, out)
 	}
-	for _, f := range []string{"lib.mjs", "worker.mjs", "agent.mjs", "external.mjs"} {
+	for _, f := range []string{"lib.mjs", "worker.mjs", "agent.mjs", "external.mjs", "tasks.mjs"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -184,9 +186,11 @@ func (p *proc) wait(t *testing.T) {
 	}
 }
 
-func TestExamples(t *testing.T) {
-	node, dir := setup(t)
-	srv := testkit.RunServer(t)
+// run starts a nats-server and a router, then worker.mjs, and returns the
+// environment the scripts need.
+func run(t *testing.T, node, dir string) (srv *server.Server, env []string, worker *proc) {
+	t.Helper()
+	srv = testkit.RunServer(t)
 	r, err := router.New(testkit.Connect(t, srv), router.Config{Store: store.Config{}})
 	if err != nil {
 		t.Fatal(err)
@@ -194,10 +198,10 @@ func TestExamples(t *testing.T) {
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
-	env := []string{"NATS_URL=" + srv.ClientURL(), "TOOLBUS_PREFIX=toolbus"}
+	testkit.Stop(t, r.Stop)
+	env = []string{"NATS_URL=" + srv.ClientURL(), "TOOLBUS_PREFIX=toolbus"}
 
-	worker := start(t, node, dir, "worker.mjs", append(env, "WORKER_ID=js-worker-1", "HEARTBEAT_MS=1000")...)
+	worker = start(t, node, dir, "worker.mjs", append(env, "WORKER_ID=js-worker-1", "HEARTBEAT_MS=1000")...)
 	var ack struct {
 		Ready    string          `json:"ready"`
 		Accepted []string        `json:"accepted"`
@@ -206,9 +210,15 @@ func TestExamples(t *testing.T) {
 	if err := json.Unmarshal([]byte(worker.waitLine(t, `"ready"`)), &ack); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(ack.Accepted, []string{"js_add", "js_count"}) || len(ack.Rejected) != 0 {
+	if !slices.Equal(ack.Accepted, []string{"js_add", "js_count", "js_brew"}) || len(ack.Rejected) != 0 {
 		t.Fatalf("worker's register ack: %+v", ack)
 	}
+	return srv, env, worker
+}
+
+func TestExamples(t *testing.T) {
+	node, dir := setup(t)
+	srv, env, worker := run(t, node, dir)
 	handler := start(t, node, dir, "external.mjs", env...)
 	handler.waitLine(t, `"ready"`)
 
@@ -216,7 +226,7 @@ func TestExamples(t *testing.T) {
 	agent.wait(t)
 	out := agent.output()
 	for _, want := range []string{
-		`{"tools":["js_add","ask_human","reset_tools"]}`,
+		`{"tools":["js_add","js_brew","ask_human","reset_tools"]}`,
 		`{"deferred":{"js_count":"js_slow"}}`,
 		`{"reset":"The currently activated tool group(s): js_slow."}`,
 		`{"progress":"c2","seq":1,"text":"step 1 of 3"}`,
@@ -277,4 +287,37 @@ func TestExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	handler.wait(t)
+}
+
+// TestTasks: background tasks (docs/protocol.md 5.10) through the
+// JavaScript agent tasks.mjs, written from the protocol alone: three calls
+// past their timeout come back as handles and go on; one's output is read
+// while it runs; the session lists them; another session is refused them
+// (get and cancel: unknown_task); a cancel ends one interrupted and stops
+// its run at the worker; a wait on the other two returns both once they
+// end; each end is an io.toolbus.task.done event.
+func TestTasks(t *testing.T) {
+	node, dir := setup(t)
+	_, env, worker := run(t, node, dir)
+	agent := start(t, node, dir, "tasks.mjs", append(env, "SESSION=js-tasks", "OTHER_SESSION=js-tasks-other")...)
+	agent.wait(t)
+	out := agent.output()
+	for _, want := range []string{
+		`{"handles":[["background","background",true],["background","background",true],["background","background",true]]}`,
+		`{"output":"background","text":["brewing a"]}`,
+		`{"listed":3}`,
+		`{"other":"get","code":"unknown_task"}`,
+		`{"other":"cancel","code":"unknown_task"}`,
+		`{"cancelled":"interrupted","code":"interrupted"}`,
+		`{"waited":[["success","a brewed"],["success","b brewed"]]}`,
+		`{"ended":["success","success","interrupted"]}`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agent output lacks %s", want)
+		}
+	}
+	worker.waitLine(t, `"stopped":"c"`)
+	if t.Failed() {
+		t.Logf("agent output:\n%s", out)
+	}
 }

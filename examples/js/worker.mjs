@@ -17,6 +17,13 @@ const tools = [
     name: "js_count", description: "Count to n, one progress event a step.", groups: ["js_slow"], permission: "allow",
     input_schema: { type: "object", properties: { n: { type: "integer", minimum: 1, maximum: 10 } }, required: ["n"] },
   },
+  // Past its timeout a call goes on as a background task (5.10) instead
+  // of ending "timeout": the worker notices nothing and keeps running it.
+  {
+    name: "js_brew", description: "Brew a pot; done when its kettle signals (a message on kettle.<pot>).", read_only: true,
+    background: true, timeout_ms: 300,
+    input_schema: { type: "object", properties: { pot: { type: "string", pattern: "^[a-z0-9]{1,16}$" } }, required: ["pot"] },
+  },
 ];
 const handlers = {
   js_add: async ({ a, b }) => `${a} + ${b} = ${a + b}`,
@@ -27,6 +34,20 @@ const handlers = {
       await new Promise((r) => setTimeout(r, 20));
     }
     return `counted to ${n}`;
+  },
+  js_brew: async ({ pot }, progress, signal) => {
+    const kettle = nc.subscribe(`kettle.${pot}`, { max: 1 });
+    await nc.flush(); // the server has the subscription before anyone reads "brewing"
+    progress(`brewing ${pot}`);
+    const stop = () => kettle.unsubscribe();
+    signal.addEventListener("abort", stop);
+    for await (const _ of kettle); // ends with the signal's message, or unsubscribed on abort
+    signal.removeEventListener("abort", stop);
+    if (signal.aborted) {
+      console.log(JSON.stringify({ stopped: pot }));
+      throw new Error("cancelled");
+    }
+    return `${pot} brewed`;
   },
 };
 

@@ -62,7 +62,7 @@ func (o *Observe) Start(ctx context.Context, who, service string, stdout, stderr
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	s.Stop = func() { _ = shutdown(context.Background()) }
+	s.Stop = func() { _ = shutdown(context.WithoutCancel(ctx)) } // flushes even after a signal ended ctx
 	return s, nil
 }
 
@@ -113,6 +113,17 @@ func abortOnSecondSignal(ctx context.Context, name string) {
 	<-ch
 	fmt.Fprintln(os.Stderr, name+": second signal, exiting without waiting")
 	os.Exit(130)
+}
+
+// FlagSet returns the flag set of command name for args: its output (usage,
+// errors) goes to stderr, or to stdout when args ask for help.
+func FlagSet(name string, args []string, stdout, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if WantsHelp(args) {
+		fs.SetOutput(stdout) // help asked for goes to stdout, exit 0
+	}
+	return fs
 }
 
 // WantsHelp reports whether args ask for help (-h, -help or --help before

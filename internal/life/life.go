@@ -12,7 +12,8 @@
 //     the end of the cleanup window.
 //   - Loop runs a background loop, stopped once the work is done.
 //   - Defer registers an unwind step; a failed Start and a drain run the
-//     same steps, in reverse order, once.
+//     same steps, in reverse order, once, bounded by a cleanup window of
+//     their own.
 //   - Drain(ctx) stops taking work, waits until ctx ends, then cancels what
 //     is left and returns after at most Config.Cleanup; Closed is closed
 //     once it has returned. Both are safe to call twice and concurrently.
@@ -78,7 +79,7 @@ type Life struct {
 	work     sync.WaitGroup
 	landing  sync.WaitGroup
 	bg       sync.WaitGroup
-	unwind   []func()
+	unwind   []func(ctx context.Context) error
 
 	once   sync.Once
 	closed chan struct{}
@@ -180,8 +181,9 @@ func (l *Life) Landing() (context.Context, context.CancelFunc) {
 }
 
 // Defer registers fn as a step of the unwind, run once at the end of the
-// drain, the last registered first.
-func (l *Life) Defer(fn func()) {
+// drain, the last registered first, with a context that ends Config.Cleanup
+// after the unwind starts; an error it returns is logged.
+func (l *Life) Defer(fn func(ctx context.Context) error) {
 	l.mu.Lock()
 	l.unwind = append(l.unwind, fn)
 	l.mu.Unlock()
@@ -249,8 +251,12 @@ func (l *Life) drain(ctx context.Context) error {
 	steps := slices.Clone(l.unwind)
 	l.unwind = nil
 	l.mu.Unlock()
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.Cleanup)
+	defer cancel()
 	for _, fn := range slices.Backward(steps) {
-		fn()
+		if uerr := fn(uctx); uerr != nil {
+			l.cfg.Logger.Warn("life: unwind step", "err", uerr)
+		}
 	}
 	return err
 }
@@ -271,5 +277,23 @@ func wait(ctx context.Context, wg *sync.WaitGroup, limit <-chan time.Time) bool 
 		return true
 	default:
 		return false
+	}
+}
+
+// Every calls fn with the time of each tick, every interval, until ctx
+// ends; a tick that comes once ctx has ended does not call it.
+func Every(ctx context.Context, interval time.Duration, fn func(now time.Time)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if ctx.Err() != nil {
+				return
+			}
+			fn(now)
+		}
 	}
 }

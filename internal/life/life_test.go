@@ -136,7 +136,7 @@ func TestUnwindOnceInReverse(t *testing.T) {
 		l := life.New(life.Config{})
 		var order []int
 		for i := range 3 {
-			l.Defer(func() { order = append(order, i) })
+			l.Defer(func(context.Context) error { order = append(order, i); return nil })
 		}
 		done := make(chan error)
 		for range 2 {
@@ -147,6 +147,28 @@ func TestUnwindOnceInReverse(t *testing.T) {
 		_ = l.Drain(t.Context())
 		if !slices.Equal(order, []int{2, 1, 0}) {
 			t.Errorf("unwind ran %v, want [2 1 0] once", order)
+		}
+	})
+}
+
+func TestEveryTicksUntilItsContextEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		var ticks []time.Time
+		done := make(chan struct{})
+		start := time.Now()
+		go func() {
+			defer close(done)
+			life.Every(ctx, time.Second, func(now time.Time) {
+				ticks = append(ticks, now)
+				if len(ticks) == 3 {
+					cancel()
+				}
+			})
+		}()
+		<-done
+		if len(ticks) != 3 || !ticks[2].Equal(start.Add(3*time.Second)) {
+			t.Fatalf("ticks %v, want three, a second apart from %v", ticks, start)
 		}
 	})
 }

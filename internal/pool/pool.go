@@ -7,6 +7,8 @@
 package pool
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,9 +73,17 @@ func (p *Pool) work(f func()) {
 // Idle returns how many goroutines wait for work now.
 func (p *Pool) Idle() int { return int(p.idleN.Load()) }
 
-// Close makes idle goroutines exit and waits for running tasks to end. Go
-// must not be called after Close. It is safe to call twice.
-func (p *Pool) Close() {
+// Close makes idle goroutines exit and waits for running tasks to end,
+// until ctx ends (then it returns ctx's error; the tasks still end on their
+// own). Go must not be called after Close. It is safe to call twice.
+func (p *Pool) Close(ctx context.Context) error {
 	p.once.Do(func() { close(p.quit) })
-	p.wg.Wait()
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pool: close: %w", ctx.Err())
+	}
 }

@@ -22,8 +22,8 @@ func TestPoolRunsEveryTaskAndCloses(t *testing.T) {
 	for range 100 {
 		<-done
 	}
-	p.Close()
-	p.Close()
+	p.Close(t.Context())
+	p.Close(t.Context())
 	if n.Load() != 100 {
 		t.Fatalf("ran %d tasks", n.Load())
 	}
@@ -35,7 +35,7 @@ func TestIdleGoroutinesExit(t *testing.T) {
 	done := make(chan struct{})
 	p.Go(func() { close(done) })
 	<-done
-	p.Close() // returns once the idle goroutine is gone
+	p.Close(t.Context()) // returns once the idle goroutine is gone
 }
 
 // TestPoolKeepsAtMostMaxIdle: after a burst of tasks running at once, at
@@ -43,7 +43,7 @@ func TestIdleGoroutinesExit(t *testing.T) {
 func TestPoolKeepsAtMostMaxIdle(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	p := pool.New(time.Minute)
-	defer p.Close()
+	defer p.Close(t.Context())
 	const n = 4 * pool.MaxIdle
 	release := make(chan struct{})
 	var started, done sync.WaitGroup

@@ -8,6 +8,7 @@ package testkit
 
 import (
 	"bytes"
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -87,8 +88,33 @@ func RunCluster(t testing.TB) *embedded.Cluster {
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
-	t.Cleanup(c.Stop)
+	Stop(t, c.Stop)
 	return c
+}
+
+// StopWait bounds a stop run when a test ends.
+const StopWait = 30 * time.Second
+
+// Stop registers stop to run when the test ends, with a context that
+// carries the test's values but not its cancellation (t.Context is
+// cancelled before cleanups run), bounded by StopWait; an error it returns
+// is logged.
+func Stop(t testing.TB, stop func(ctx context.Context) error) {
+	t.Helper()
+	t.Cleanup(func() {
+		if err := stop(StopContext(t)); err != nil {
+			t.Logf("stop: %v", err)
+		}
+	})
+}
+
+// StopContext is the context of a stop that ends a test: t's values
+// without its cancellation, bounded by StopWait. It may be called from a
+// cleanup.
+func StopContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), StopWait)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // ConnectURL opens a client connection to url (several, comma-separated,

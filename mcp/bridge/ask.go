@@ -393,7 +393,7 @@ func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request
 	if err != nil {
 		return bus.Result{}, err
 	}
-	defer ev.Stop()
+	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 	b := bus.Batch{Calls: []bus.Call{c}, User: o.user, Context: o.context, Request: req}
 	opts := []client.CallOption{client.WithReplyID(replyID)}
 	if dl, ok := ctx.Deadline(); ok {
@@ -404,7 +404,7 @@ func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request
 		if !settled {
 			// Withdraw the question: it may have parked even when the
 			// reply did not arrive.
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = cl.Cancel(cctx, o.session, replyID, c.ID)
 			cancel()
 		}

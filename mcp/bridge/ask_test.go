@@ -34,7 +34,7 @@ func (e *env) publish2(tool, id string, input any) (*client.Events, string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(ev.Stop)
+	testkit.Stop(e.t, ev.Stop)
 	reply, err := e.client.Publish("s1", bus.Batch{Calls: []bus.Call{{ID: id, Name: tool, Input: client.Input(input)}},
 		User: json.RawMessage(`"alice"`), Events: bus.EventsCalls}) // follows results one by one (docs/protocol.md 3.4)
 	if err != nil {

@@ -142,7 +142,7 @@ func (b *Bridge) newLink(s *Server) *link {
 // servers that cannot be reached yet are retried with backoff.
 func (b *Bridge) Start(ctx context.Context) error {
 	for _, l := range b.links {
-		sub, err := l.res.serveResources()
+		sub, err := l.res.serveResources(b.life.Context())
 		if err != nil {
 			b.unsubscribe()
 			return fmt.Errorf("bridge: resources of %s: %w", l.s.Name, err)
@@ -251,11 +251,11 @@ func (l *link) run(ctx context.Context) {
 		connected, err := l.session(ctx)
 		switch {
 		case ctx.Err() != nil || l.cfg.Grace < 0:
-			l.withdraw()
+			l.withdraw(ctx)
 		case connected:
 			// The grace period runs from the disconnection; failed
 			// attempts to reconnect do not extend it.
-			l.graceful()
+			l.graceful(ctx)
 		}
 		if ctx.Err() != nil {
 			return
@@ -378,7 +378,7 @@ func (b *Bridge) Unknown(server string) []string {
 
 // graceful keeps a disconnected server's worker for the grace period, then
 // withdraws it unless the server is connected again by then.
-func (l *link) graceful() {
+func (l *link) graceful(ctx context.Context) {
 	l.mu.Lock()
 	l.epoch++
 	epoch := l.epoch
@@ -391,7 +391,7 @@ func (l *link) graceful() {
 		l.mu.Unlock()
 		if down {
 			l.log.Warn("bridge: MCP server still down after the grace period; its tools are withdrawn", "grace", l.cfg.Grace)
-			l.stopWorker()
+			l.stopWorker(ctx)
 		}
 	})
 }
@@ -466,7 +466,7 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	if same {
 		return nil
 	}
-	l.stopWorker()
+	l.stopWorker(ctx)
 	if len(defs) == 0 {
 		return nil
 	}
@@ -502,9 +502,11 @@ func sameDefs(a, b []bus.ToolDef) bool {
 }
 
 // withdraw stops the server's worker: its tools leave the bus at once.
-func (l *link) withdraw() { l.stopWorker() }
+func (l *link) withdraw(ctx context.Context) { l.stopWorker(ctx) }
 
-func (l *link) stopWorker() {
+// stopWorker drains the server's worker for at most 30 s, even when ctx
+// (the link's run) has ended.
+func (l *link) stopWorker(ctx context.Context) {
 	l.mu.Lock()
 	w := l.w
 	l.w, l.defs, l.names = nil, nil, nil
@@ -513,7 +515,7 @@ func (l *link) stopWorker() {
 	if w == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := w.Drain(ctx); err != nil {
 		l.log.Warn("bridge: worker stop", "err", err)
@@ -647,7 +649,7 @@ func (cr *caller) failed(ctx context.Context, tr transport.Interface, ids *reque
 			cause = context.Cause(ctx)
 		}
 		if h, ok := tr.(*httpTransport); ok {
-			h.cancel(ids, cause.Error(), cr.log)
+			h.cancel(ctx, ids, cause.Error(), cr.log)
 		}
 		return errorResult("Error: " + cause.Error()), false
 	}

@@ -65,7 +65,7 @@ func newEnv(t *testing.T) *env {
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
+	testkit.Stop(t, r.Stop)
 	return &env{t: t, srv: srv, client: client.New(testkit.Connect(t, srv), client.Config{Source: "test/agent"})}
 }
 

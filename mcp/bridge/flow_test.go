@@ -103,7 +103,7 @@ func checkProgressAndCancel(t *testing.T, e *env, cancelled func(id string) bool
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	reply, err := e.client.Publish("s1", bus.Batch{Calls: []bus.Call{{ID: "slow1", Name: "mcp__t__slow", Input: client.Input(map[string]any{"id": "slow1"})}}})
 	if err != nil {
 		t.Fatal(err)

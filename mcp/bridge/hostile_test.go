@@ -130,7 +130,7 @@ func TestHostileServerBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	start := time.Now()
 	res := e.callWithin(2*time.Minute, "f1", "mcp__h__flood", map[string]any{"n": floodNotices})
 	took := time.Since(start)

@@ -96,8 +96,9 @@ type resourceServer struct {
 }
 
 // serveResources subscribes the server's resources verb; the
-// subscription lives as long as the bridge.
-func (rs *resourceServer) serveResources() (*nats.Subscription, error) {
+// subscription lives as long as the bridge, base (the bridge's life) is
+// the parent of every request's context.
+func (rs *resourceServer) serveResources(base context.Context) (*nats.Subscription, error) {
 	subj := ResourcesSubject(rs.prefix, rs.s.Name)
 	queue := bus.NewSubjects(rs.prefix).Prefix + "-resources-" + rs.s.Name
 	return rs.nc.QueueSubscribe(subj, queue, func(m *nats.Msg) {
@@ -110,7 +111,7 @@ func (rs *resourceServer) serveResources() (*nats.Subscription, error) {
 		}
 		go func() {
 			defer func() { <-rs.readers }()
-			rs.resourceRequest(m)
+			rs.resourceRequest(base, m)
 		}()
 	})
 }
@@ -118,8 +119,8 @@ func (rs *resourceServer) serveResources() (*nats.Subscription, error) {
 func (rs *resourceServer) source() string { return "toolbus/bridge/" + rs.id }
 
 // resourceRequest answers one request of the resources verb.
-func (rs *resourceServer) resourceRequest(m *nats.Msg) {
-	typ, data, err := rs.resources(m)
+func (rs *resourceServer) resourceRequest(ctx context.Context, m *nats.Msg) {
+	typ, data, err := rs.resources(ctx, m)
 	if err != nil {
 		var be *bus.Error
 		if !errors.As(err, &be) {
@@ -143,12 +144,12 @@ func (rs *resourceServer) resourceRequest(m *nats.Msg) {
 	_ = bus.Respond(rs.nc, m, rs.source(), typ, json.RawMessage(b))
 }
 
-func (rs *resourceServer) resources(m *nats.Msg) (string, any, error) {
+func (rs *resourceServer) resources(ctx context.Context, m *nats.Msg) (string, any, error) {
 	e, err := bus.Decode(m)
 	if err != nil {
 		return "", nil, bus.Errorf(bus.CodeBadEvent, "%v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), rs.s.setupTimeout())
+	ctx, cancel := context.WithTimeout(ctx, rs.s.setupTimeout())
 	defer cancel()
 	if exp, err := e.Expiry(); err == nil && !exp.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, exp)

@@ -202,11 +202,12 @@ func (t *httpTransport) SetRequestHandler(h transport.RequestHandler) {
 			return h(ctx, r)
 		}
 		go func() {
-			resp, err := h(context.WithoutCancel(ctx), r)
+			ctx := context.WithoutCancel(ctx)
+			resp, err := h(ctx, r)
 			if err != nil {
 				resp = transport.NewJSONRPCErrorResponse(r.ID, mcp.INTERNAL_ERROR, err.Error(), nil)
 			}
-			if err := t.respond(sh.GetSessionId(), resp); err != nil && t.log != nil {
+			if err := t.respond(ctx, sh.GetSessionId(), resp); err != nil && t.log != nil {
 				t.log.Warn("bridge: response to the server's request not sent", "method", r.Method, "err", err)
 			}
 		}()
@@ -214,13 +215,14 @@ func (t *httpTransport) SetRequestHandler(h transport.RequestHandler) {
 	})
 }
 
-// respond posts a JSON-RPC response to a streamable HTTP server.
-func (t *httpTransport) respond(session string, resp *transport.JSONRPCResponse) error {
+// respond posts a JSON-RPC response to a streamable HTTP server, within
+// ctx and 30 s.
+func (t *httpTransport) respond(ctx context.Context, session string, resp *transport.JSONRPCResponse) error {
 	body, err := json.Marshal(resp)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
 	if err != nil {
@@ -260,10 +262,11 @@ func (t *httpTransport) RequiresLegacyProtocol() bool {
 	return ok && l.RequiresLegacyProtocol()
 }
 
-// cancel sends notifications/cancelled for every request noted in ids.
-func (t *httpTransport) cancel(ids *requestIDs, reason string, log *slog.Logger) {
+// cancel sends notifications/cancelled for every request noted in ids,
+// each within 5 s, even when ctx (the cancelled call's) has ended.
+func (t *httpTransport) cancel(ctx context.Context, ids *requestIDs, reason string, log *slog.Logger) {
 	for _, id := range ids.list() {
-		ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		err := t.Interface.SendNotification(ctx, mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION,
 			Notification: mcp.Notification{Method: string(mcp.MethodNotificationCancelled),
 				Params: mcp.NotificationParams{AdditionalFields: map[string]any{"requestId": id, "reason": reason}}}})

@@ -251,14 +251,7 @@ func (f *gatekeeper) serveMetadata(w http.ResponseWriter, r *http.Request) bool 
 		http.NotFound(w, r)
 		return true
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return true
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "max-age=3600")
-	_ = json.NewEncoder(w).Encode(m.Metadata())
+	server.NewProtectedResourceMetadataHandler(m.Metadata()).ServeHTTP(w, r)
 	return true
 }
 

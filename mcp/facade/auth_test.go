@@ -520,8 +520,9 @@ func TestHostUserAuthenticated(t *testing.T) {
 		}
 		testkit.Recv(t, el.asked, bound, "the elicitation (asked every time: no rule was added)")
 	}
-	sess := &session{f: e.f}
-	p := sess.confirmParams(bus.Parked{Name: "deploy"})
+	sess := e.f.newSession(key{s, "alice", ConfirmHostUser, false})
+	defer sess.cancel()
+	p := sess.tasks.confirmParams(bus.Parked{Name: "deploy"})
 	choices := p.RequestedSchema.(map[string]any)["properties"].(map[string]any)["decision"].(map[string]any)["enum"].([]string)
 	if slices.Contains(choices, choiceAllowAlways) {
 		t.Fatalf("an authenticated host is offered %v", choices)

@@ -77,7 +77,7 @@ func (b clientBus) Watch(ctx context.Context, session string) (events, error) {
 	if err != nil {
 		return events{}, err
 	}
-	return events{C: ev.C, Stop: ev.Stop}, nil
+	return events{C: ev.C, Stop: func() { _ = ev.Stop(context.WithoutCancel(ctx)) }}, nil
 }
 
 // listFunc lists a session's tools in a format as a user sees them
@@ -187,6 +187,17 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				map[string]any{"progressToken": token, "progress": progress, "message": msg})
 		}
 	}
+	// ended ends run when ctx has ended, whichever way run saw it
+	// (interruptOnEnd): the bus call is interrupted too.
+	ended := func() (*mcp.CallToolResult, error) {
+		if interruptOnEnd(o.keep, c.closing) {
+			c.interrupt(ctx, replyID)
+			if done != nil {
+				<-done
+			}
+		}
+		return nil, ctx.Err()
+	}
 	var parked *bus.Parked
 	var early *bus.Result // a result event read before the reply
 	announced := false    // the host heard of the park from its call.parked event
@@ -195,28 +206,16 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	for {
 		select {
 		case <-ctx.Done():
-			if !interruptOnEnd(o.keep, c.closing) {
-				return nil, ctx.Err() // the facade closes; the call goes on
-			}
-			// The MCP client cancelled (or went away): interrupt the call
-			// on the bus too.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = c.bus.Cancel(cctx, c.session, replyID)
-			cancel()
-			if done != nil {
-				<-done
-			}
-			return nil, ctx.Err()
+			// The MCP client cancelled (or went away), or the facade
+			// closes (a kept call goes on).
+			return ended()
 		case <-done:
 			done = nil
 			if callErr != nil && ctx.Err() != nil {
 				// client.Call ended because ctx did, and this case won the
 				// select over ctx.Done: the bus call still runs
 				// (TestCancelInterruptsBusCall).
-				if interruptOnEnd(o.keep, c.closing) {
-					c.interrupt(ctx, replyID)
-				}
-				return nil, ctx.Err()
+				return ended()
 			}
 			if callErr != nil {
 				return mcp.NewToolResultError("Error: " + callErr.Error()), nil
@@ -287,11 +286,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				b.Calls[0].ID, req.Params.Name, parked.Kind, deadline.Sub(start).Round(time.Millisecond), parked.Subject, replyID, c.session)), nil
 		case e, ok := <-ev.C:
 			if !ok && ctx.Err() != nil {
-				// The watch ended with ctx, before ctx.Done was picked.
-				if interruptOnEnd(o.keep, c.closing) {
-					c.interrupt(ctx, replyID)
-				}
-				return nil, ctx.Err()
+				return ended() // the watch ended with ctx, before ctx.Done was picked
 			}
 			if !ok {
 				return nil, fmt.Errorf("facade: events ended")
@@ -452,6 +447,7 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			res.Content = append(res.Content, withAnnotations(mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: uri, MIMEType: b.MediaType, Blob: b.Data}), b.Annotations))
 		}
 	}
+	backgroundResult(r, res) // a task handle is not a failure (tasks_bus.go)
 	return res
 }
 
@@ -499,12 +495,9 @@ func mustBase64(s string) []byte {
 
 // withAnnotations sets a bus block's annotations on MCP content.
 func withAnnotations[C mcp.Content](c C, a *bus.Annotations) mcp.Content {
-	if a == nil {
+	ann := mcpAnnotations(a)
+	if ann == nil {
 		return c
-	}
-	ann := &mcp.Annotations{Priority: a.Priority, LastModified: a.LastModified}
-	for _, who := range a.Audience {
-		ann.Audience = append(ann.Audience, mcp.Role(who))
 	}
 	switch x := any(&c).(type) {
 	case *mcp.TextContent:

@@ -1,9 +1,7 @@
 package facade
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -19,12 +17,11 @@ import (
 // by ending its stream, which ends the request's context; that is what
 // interrupts the bus call. Its body has been read (stampNotification).
 func modernCancel(r *http.Request) bool {
-	if r.Method != http.MethodPost || r.Body == nil || !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
+	if !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		return false
 	}
-	body, err := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err != nil {
+	body, ok := postedBody(r)
+	if !ok {
 		return false
 	}
 	var msg struct {

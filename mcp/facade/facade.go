@@ -11,6 +11,7 @@
 package facade
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"encoding/json"
@@ -111,10 +112,11 @@ type Facade struct {
 	life    *life.Life
 	gate    *gatekeeper  // the HTTP front's authentication (auth.go)
 	table   *table       // the (session, user) MCP servers kept, and their eviction (table.go)
-	store   *storeWatch  // the deployment's watches (watch.go)
+	watch   sync.Once    // starts the listing watch (watchListings)
 	kv      *kvStore     // task records and request states (tasks_store.go)
 	tasks   *taskRunners // the tasks this process runs or follows
 	evicted atomic.Int64 // MCP servers dropped, for the tests and measurements
+	listed  atomic.Int64 // listings asked for, for the tests and measurements
 }
 
 // key names a session's MCP server: the bus session, the user and the
@@ -133,36 +135,16 @@ type key struct {
 // own, logged in as the facade's NATS user (security.RoleFacade), never
 // the router's.
 func New(cl *client.Client, cfg Config) *Facade {
-	if cfg.UserHeader == "" {
-		cfg.UserHeader = "X-Toolbus-User"
-	}
-	if cfg.ContextHeader == "" {
-		cfg.ContextHeader = "X-Toolbus-Context"
-	}
-	if cfg.Poll <= 0 {
-		cfg.Poll = 2 * time.Second
-	}
-	if cfg.QuietHold <= 0 {
-		cfg.QuietHold = 45 * time.Second
-	}
-	if cfg.ProgressEvery <= 0 {
-		cfg.ProgressEvery = 10 * time.Second
-	}
-	if cfg.Confirm == "" {
-		cfg.Confirm = ConfirmApprovers
-	}
-	if cfg.Idle <= 0 {
-		cfg.Idle = DefaultIdle
-	}
-	if cfg.MaxSessions <= 0 {
-		cfg.MaxSessions = DefaultMaxSessions
-	}
-	if cfg.MaxTasks <= 0 {
-		cfg.MaxTasks = DefaultMaxTasks
-	}
-	if cfg.MaxResource <= 0 {
-		cfg.MaxResource = DefaultMaxResource
-	}
+	cfg.UserHeader = cmp.Or(cfg.UserHeader, "X-Toolbus-User")
+	cfg.ContextHeader = cmp.Or(cfg.ContextHeader, "X-Toolbus-Context")
+	cfg.Confirm = cmp.Or(cfg.Confirm, ConfirmApprovers)
+	orDefault(&cfg.Poll, 2*time.Second)
+	orDefault(&cfg.QuietHold, 45*time.Second)
+	orDefault(&cfg.ProgressEvery, 10*time.Second)
+	orDefault(&cfg.Idle, DefaultIdle)
+	orDefault(&cfg.MaxSessions, DefaultMaxSessions)
+	orDefault(&cfg.MaxTasks, DefaultMaxTasks)
+	orDefault(&cfg.MaxResource, DefaultMaxResource)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -170,12 +152,17 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg, ctx: lf.Background(), life: lf}
 	f.gate = &gatekeeper{auth: cfg.Auth, userHeader: cfg.UserHeader, log: cfg.Logger}
 	f.table = newTable(f.ctx, cfg.Idle, cfg.MaxSessions, &f.evicted)
-	f.store = &storeWatch{nc: f.nc, subj: cl.Subjects(), closing: f.ctx, loop: f.life.Loop, changed: f.table.changed,
-		poll: cfg.Poll, log: cfg.Logger}
 	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger}
 	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cl, cfg.Logger)
 	f.life.Loop(func(context.Context) { f.table.sweep() })
 	return f
+}
+
+// orDefault sets *v to d when it is not positive (a Config's zero value).
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // Drain stops every session's watching and polling, waiting for them until
@@ -183,11 +170,8 @@ func New(cl *client.Client, cfg Config) *Facade {
 // call twice and concurrently.
 func (f *Facade) Drain(ctx context.Context) error { return f.life.Drain(ctx) }
 
-// Closed is closed once Drain (or Close) has returned.
+// Closed is closed once Drain has returned.
 func (f *Facade) Closed() <-chan struct{} { return f.life.Closed() }
-
-// Close is Drain without a deadline. It is safe to call twice.
-func (f *Facade) Close() { _ = f.Drain(context.Background()) }
 
 type ctxKey int
 
@@ -238,7 +222,7 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		defer f.release(s)
-		if !stampNotification(w, r) || s.serveGroups(w, r) || (!s.noTasks && s.tasks.serveHTTP(w, r)) {
+		if !stampNotification(w, r) || s.serveOwn(w, r) {
 			return
 		}
 		if modernCancel(r) { // cancelled.go
@@ -310,7 +294,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	// connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in2, out2 := interceptStdio(ctx, in, out, s.stdioTake) // groups.go, tasks.go
+	in2, out2 := interceptStdio(ctx, in, out, s.take) // groups.go, tasks.go
 	return server.NewStdioServer(s.mcp).Listen(ctx, in2, out2)
 }
 
@@ -366,7 +350,7 @@ func (f *Facade) acquire(k key) (*session, error) {
 	// The deployment's watches, the new session's listing: outside the
 	// table's lock, since each is a round trip and other sessions are
 	// served meanwhile.
-	f.store.start()
+	f.watchListings()
 	s := f.newSession(k)
 	if err := s.refresh(f.ctx); err != nil {
 		s.cancel()
@@ -377,6 +361,26 @@ func (f *Facade) acquire(k key) (*session, error) {
 		s.cancel()
 	}
 	return got, err
+}
+
+// firstWatchWait bounds the first attempt to start the listing watch;
+// what it could not start is tried again every Poll.
+const firstWatchWait = 5 * time.Second
+
+// watchListings starts, once, the watch that marks the sessions whose
+// listing may have changed (client.WatchListings: the facade knows no
+// bucket), stopped when the facade drains. What no watch sees, the
+// sessions' poll lists again.
+func (f *Facade) watchListings() {
+	f.watch.Do(func() {
+		ctx, cancel := context.WithTimeout(f.ctx, firstWatchWait)
+		defer cancel()
+		w := client.WatchListings(ctx, f.cl, f.cfg.Poll, f.table.changed)
+		stop := func(ctx context.Context) { _ = w.Stop(context.WithoutCancel(ctx)) }
+		if !f.life.Loop(func(ctx context.Context) { <-ctx.Done(); stop(ctx) }) {
+			stop(f.ctx)
+		}
+	})
 }
 
 // release ends a request counted by acquire.
@@ -440,7 +444,7 @@ func (f *Facade) wire(s *session) {
 			return s.mcp.SendNotificationToSpecificClient(sid, method, params)
 		}}
 	if s.policy == ConfirmHostUser {
-		s.tasks.confirmParams = s.confirmParams
+		s.tasks.confirmParams = func(p bus.Parked) mcp.ElicitationParams { return confirmParams(p, s.confirms.remember) }
 	}
 	s.cross = &crossing{nc: f.nc, store: crossBucket{f.kv}, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
@@ -451,11 +455,6 @@ func (s *session) listed(name string) bool {
 	defer s.mu.Unlock()
 	_, ok := s.order[name]
 	return ok
-}
-
-// confirmParams is the confirmation s's host's user is shown for p.
-func (s *session) confirmParams(p bus.Parked) mcp.ElicitationParams {
-	return confirmParams(p, s.f.cfg.Auth == nil)
 }
 
 // awaitResult waits for a call's result on the bus (tasks.go).
@@ -494,21 +493,11 @@ func (s *session) poll() {
 	}
 }
 
-type listed struct {
-	Name         string             `json:"name"`
-	Title        string             `json:"title"`
-	Description  string             `json:"description"`
-	InputSchema  json.RawMessage    `json:"inputSchema"`
-	OutputSchema json.RawMessage    `json:"outputSchema"`
-	Annotations  mcp.ToolAnnotation `json:"annotations"`
-	Meta         map[string]any     `json:"_meta"` // the tool's groups (groups.go)
-}
-
 // refresh lists the session's tools for its user and, when they changed,
 // replaces the MCP server's tools (which notifies its clients): at once,
 // or, for a ctx made by later, coalesced (calm.go).
 func (s *session) refresh(ctx context.Context) error {
-	s.f.store.count()
+	s.f.listed.Add(1)
 	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
 	if err != nil {
 		return err
@@ -523,15 +512,18 @@ func (s *session) refresh(ctx context.Context) error {
 	tools := make([]server.ServerTool, 0, len(list.Tools))
 	order := map[string]int{}
 	for i, t := range list.Tools {
-		var l listed
+		// The router's MCP format (schemas/export.go), the schemas kept
+		// as they are; _meta holds the tool's groups (groups.go).
+		var l struct {
+			mcp.Tool
+			InputSchema  json.RawMessage `json:"inputSchema"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+		}
 		if err := json.Unmarshal(t, &l); err != nil {
 			return fmt.Errorf("facade: listing of %s: %w", s.id, err)
 		}
-		tool := mcp.Tool{Name: l.Name, Title: l.Title, Description: l.Description, RawInputSchema: l.InputSchema,
-			RawOutputSchema: l.OutputSchema, Annotations: l.Annotations}
-		if len(l.Meta) > 0 {
-			tool.Meta = &mcp.Meta{AdditionalFields: l.Meta}
-		}
+		tool := l.Tool
+		tool.RawInputSchema, tool.RawOutputSchema = l.InputSchema, l.OutputSchema
 		if !s.noTasks {
 			tool.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 		}

@@ -123,7 +123,7 @@ func startEnvRouters(t *testing.T, cluster bool, routers int, mod func(*Config))
 	}
 	e.f = New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), cfg)
 	hs := httptest.NewServer(e.f.Handler())
-	t.Cleanup(func() { hs.Close(); e.f.Close() })
+	t.Cleanup(func() { hs.Close(); e.f.Drain(testkit.StopContext(t)) })
 	e.url = hs.URL
 	return e
 }
@@ -167,7 +167,7 @@ func (e *env) answerWhileWaiting(t *testing.T, c *mcpConn, s, tool string, a bus
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	res := make(chan *mcp.CallToolResult, 1)
 	go func() {
 		r, _ := call(t, c, tool, map[string]any{}, false)
@@ -295,7 +295,9 @@ func busNames(t *testing.T, e *env, s, user string) []string {
 	}
 	var out []string
 	for _, raw := range list.Tools {
-		var l listed
+		var l struct {
+			Name string `json:"name"`
+		}
 		_ = json.Unmarshal(raw, &l)
 		out = append(out, l.Name)
 	}
@@ -458,7 +460,7 @@ func TestStdio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	id := startTaskOn(t, c, "ask_human")
 	replyID, p := parkedEvent(t, ev, "ask_human")
 	if err := e.bus.Answer(t.Context(), "ask_human", "stdio1", replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("over stdio")}); err != nil {
@@ -575,7 +577,7 @@ func TestElicitation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ev.Stop()
+			defer ev.Stop(t.Context())
 			res := make(chan *mcp.CallToolResult, 1)
 			go func() {
 				r, _ := call(t, c, "deploy", map[string]any{}, false)
@@ -647,7 +649,7 @@ func TestQuietHostStillParked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer events.Stop()
+	defer events.Stop(t.Context())
 	r, err := call(t, c, "ask_human", map[string]any{}, false)
 	if err != nil || !r.IsError || !strings.Contains(textOf(r), "stays parked on the bus") || !strings.Contains(textOf(r), "toolbus.answer.ask_human") {
 		t.Fatalf("quiet host: %+v %v", r, err)
@@ -709,7 +711,7 @@ func TestTask(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ev.Stop()
+		defer ev.Stop(t.Context())
 		startTask := func(tool string) string {
 			t.Helper()
 			// mcp-go's client has no call for a task-augmented tools/call:
@@ -853,11 +855,11 @@ func TestWatchCost(t *testing.T) {
 	for range 3 {
 		beat()
 	}
-	before := e.f.store.listings.Load()
+	before := e.f.listed.Load()
 	for range 3 {
 		beat()
 	}
-	if n := e.f.store.listings.Load() - before; n != 0 {
+	if n := e.f.listed.Load() - before; n != 0 {
 		t.Fatalf("%d listings during three heartbeats of an idle deployment", n)
 	}
 	t.Logf("listings during three idle heartbeats: 0 (Poll fallback: one every %s)", 2*time.Second)

@@ -78,46 +78,66 @@ func groupsMessage(body []byte) (*rpcMessage, bool) {
 	return &m, m.Method == methodGroupsList || m.Method == methodGroupsActivate
 }
 
-// serveGroups answers groups/list and toolbus/groups/activate over HTTP;
-// false leaves the request, body intact, to the next handler. The body was
-// bounded and buffered by stampNotification.
-func (s *session) serveGroups(w http.ResponseWriter, r *http.Request) bool {
+// serveOwn answers over HTTP what the facade answers itself (take:
+// grouping requests, task messages); false leaves the request, body
+// intact, to the next handler. The body was bounded and buffered by
+// stampNotification. A task message of an MCP session (up to 2025-11-25)
+// carries its id, for the task's status notifications.
+func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	body, ok := postedBody(r)
 	if !ok {
 		return false
 	}
-	m, ok := groupsMessage(body)
+	answer, ok := s.take(body)
 	if !ok {
 		return false
 	}
 	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.f.cfg.ContextHeader))
-	out := s.groupsAnswer(ctx, m)
+	sid := r.Header.Get(mcpSessionHeader)
+	if sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
+		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
+	}
+	if m, ok := taskMessage(body); ok && m.Method == methodSubscriptionsListen {
+		serveStream(ctx, w, m, s.tasks.answer) // tasks_listen.go
+		return true
+	}
+	out := answer(ctx)
 	w.Header().Set("Content-Type", "application/json")
-	if id := r.Header.Get(mcpSessionHeader); id != "" {
-		w.Header().Set(mcpSessionHeader, id)
+	if sid != "" {
+		w.Header().Set(mcpSessionHeader, sid)
 	}
 	_, _ = w.Write(out)
 	return true
 }
 
-// groupsAnswer answers a grouping request with its JSON-RPC response, on
+// groupsAnswer answers a grouping request (groups/list, or
+// toolbus/groups/activate then the list) with its JSON-RPC response, on
 // either transport.
 func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
-	result, rerr := s.groupsDispatch(ctx, m)
-	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
-	if rerr != nil {
-		resp["error"] = rerr
-	} else {
-		resp["result"] = result
+	resp := struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  *groupsResult   `json:"result,omitempty"`
+		Error   *rpcError       `json:"error,omitempty"`
+	}{JSONRPC: mcp.JSONRPC_VERSION, ID: m.ID}
+	if m.Method == methodGroupsActivate {
+		resp.Error = s.activate(ctx, m.Params)
+	}
+	if resp.Error == nil {
+		if list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP); err != nil {
+			resp.Error = &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+		} else {
+			resp.Result = &groupsResult{Groups: groupsOf(list.Groups)}
+		}
 	}
 	out, _ := json.Marshal(resp)
 	return out
 }
 
-// stdioTake takes a stdio line the facade answers itself (a grouping
-// request, or a task message when the session offers tasks) and returns
-// how it is answered; false passes it on to mcp-go.
-func (s *session) stdioTake(line []byte) (func(context.Context) []byte, bool) {
+// take takes a message the facade answers itself (a grouping request, or
+// a task message when the session offers tasks), a stdio line or an HTTP
+// body, and returns how it is answered; false passes it on to mcp-go.
+func (s *session) take(line []byte) (func(context.Context) []byte, bool) {
 	if m, ok := groupsMessage(line); ok {
 		return func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
 	}
@@ -132,19 +152,6 @@ func (s *session) stdioTake(line []byte) (func(context.Context) []byte, bool) {
 
 type groupsResult struct {
 	Groups []mcpGroup `json:"groups"`
-}
-
-func (s *session) groupsDispatch(ctx context.Context, m *rpcMessage) (any, *rpcError) {
-	if m.Method == methodGroupsActivate {
-		if rerr := s.activate(ctx, m.Params); rerr != nil {
-			return nil, rerr
-		}
-	}
-	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
-	if err != nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
-	}
-	return groupsResult{Groups: groupsOf(list.Groups)}, nil
 }
 
 // activate makes exactly the named groups the active switchable ones: a

@@ -10,7 +10,13 @@ import (
 // away, or cancelled the task. It uses a context of its own, since ctx
 // has ended.
 func (c *caller) interrupt(ctx context.Context, replyID string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = c.bus.Cancel(cctx, c.session, replyID)
+	interrupt(ctx, c.bus.Cancel, c.session, replyID)
+}
+
+// interrupt cancels the bus call of reply id replyID with cancel
+// (P.cancel), bounded by a context of its own.
+func interrupt(ctx context.Context, cancel func(ctx context.Context, session, replyID string, calls ...string) error, session, replyID string) {
+	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer stop()
+	_ = cancel(cctx, session, replyID)
 }

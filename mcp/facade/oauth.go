@@ -1,6 +1,7 @@
 package facade
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -102,21 +103,11 @@ func NewOAuth(ctx context.Context, cfg OAuthConfig) (*OAuth, error) {
 			return nil, err
 		}
 	}
-	if cfg.UserClaim == "" {
-		cfg.UserClaim = "sub"
-	}
-	if cfg.SessionsClaim == "" {
-		cfg.SessionsClaim = "toolbus_sessions"
-	}
-	if cfg.Leeway <= 0 {
-		cfg.Leeway = 30 * time.Second
-	}
-	if cfg.MinRefresh <= 0 {
-		cfg.MinRefresh = time.Minute
-	}
-	if cfg.MaxAge <= 0 {
-		cfg.MaxAge = time.Hour
-	}
+	cfg.UserClaim = cmp.Or(cfg.UserClaim, "sub")
+	cfg.SessionsClaim = cmp.Or(cfg.SessionsClaim, "toolbus_sessions")
+	orDefault(&cfg.Leeway, 30*time.Second)
+	orDefault(&cfg.MinRefresh, time.Minute)
+	orDefault(&cfg.MaxAge, time.Hour)
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: jwksTimeout}
 	}

@@ -71,7 +71,7 @@ func (q *relayer) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc
 		rctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Go(func() { q.relay(rctx, ev, srv, &wg) })
-		defer func() { stop(); ev.Stop(); wg.Wait() }()
+		defer func() { stop(); _ = ev.Stop(context.WithoutCancel(ctx)); wg.Wait() }()
 		return next(ctx, req)
 	}
 }
@@ -275,7 +275,7 @@ func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan as
 	}
 	out := make(chan asked)
 	go func() {
-		defer ev.Stop()
+		defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 		seen := map[string]bool{}
 		for {
 			var e *bus.Event

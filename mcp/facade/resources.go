@@ -80,12 +80,12 @@ func (s *resources) options(hooks *server.Hooks) []server.ServerOption {
 	})
 	hooks.AddAfterListResources(func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
 		if res != nil {
-			downgradeResources(revisionFrom(ctx), res.Resources)
+			downgradeResources(revisionFrom(ctx), res.Resources, nil)
 		}
 	})
 	hooks.AddAfterListResourceTemplates(func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
 		if res != nil {
-			downgradeTemplates(revisionFrom(ctx), res.ResourceTemplates)
+			downgradeResources(revisionFrom(ctx), nil, res.ResourceTemplates)
 		}
 	})
 	return []server.ServerOption{server.WithResourceCapabilities(false, false)}
@@ -290,27 +290,37 @@ func (s *resources) readOutput(ctx context.Context, req mcp.ReadResourceRequest)
 	if ref.Digest == "" {
 		return nil, fmt.Errorf("%s has no #sha256=<digest>: give the URL exactly as the result has it", uri)
 	}
-	o, err := s.fetch.FetchSession(ctx, s.session, uri)
+	b, media, err := readStored(ctx, s.fetch, s.session, uri, s.maxResource, "in one resources/read")
 	if err != nil {
 		return nil, err
 	}
-	defer o.Close()
-	if o.Size > s.maxResource {
-		return nil, fmt.Errorf("the stored output is %d bytes, more than this MCP endpoint returns in one resources/read (%d bytes); read it with `toolbus fetch %s`",
-			o.Size, s.maxResource, uri)
-	}
-	b, err := io.ReadAll(io.LimitReader(o, s.maxResource+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) != o.Size {
-		return nil, fmt.Errorf("the stored output %s read %d of %d bytes", uri, len(b), o.Size)
-	}
-	media := o.MediaType
 	if isTextMedia(media) && utf8.Valid(b) {
 		return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: media, Text: string(b)}}, nil
 	}
 	return []mcp.ResourceContents{mcp.BlobResourceContents{URI: uri, MIMEType: media, Blob: base64.StdEncoding.EncodeToString(b)}}, nil
+}
+
+// readStored reads a stored output of session whole, with its media
+// type; one above max bytes is refused with its size (what the endpoint
+// does not return: how), before any of it is read.
+func readStored(ctx context.Context, fetch outputFetcher, session, uri string, max int64, how string) ([]byte, string, error) {
+	o, err := fetch.FetchSession(ctx, session, uri)
+	if err != nil {
+		return nil, "", err
+	}
+	defer o.Close()
+	if o.Size > max {
+		return nil, "", fmt.Errorf("the stored output %s is %d bytes, more than this MCP endpoint returns %s (%d bytes); read it with `toolbus fetch %s`",
+			uri, o.Size, how, max, uri)
+	}
+	b, err := io.ReadAll(io.LimitReader(o, max+1))
+	if err != nil {
+		return nil, "", err
+	}
+	if int64(len(b)) != o.Size {
+		return nil, "", fmt.Errorf("the stored output %s read %d of %d bytes", uri, len(b), o.Size)
+	}
+	return b, o.MediaType, nil
 }
 
 // isTextMedia reports whether a media type is text: text/*, JSON, XML,

@@ -179,25 +179,20 @@ func downgradeInit(res *mcp.InitializeResult) {
 	}
 }
 
-// downgradeResources drops the resources' titles and lastModified before
-// 2025-06-18.
-func downgradeResources(rev revision, rs []mcp.Resource) {
+// downgradeResources drops the resources' and templates' titles and
+// lastModified before 2025-06-18.
+func downgradeResources(rev revision, rs []mcp.Resource, ts []mcp.ResourceTemplate) {
 	if rev >= rev20250618 {
 		return
+	}
+	old := func(title *string, meta **mcp.Meta, a *mcp.Annotated) {
+		*title, *meta, a.Annotations = "", nil, oldAnnotations(a.Annotations)
 	}
 	for i := range rs {
-		rs[i].Title, rs[i].Meta = "", nil
-		rs[i].Annotations = oldAnnotations(rs[i].Annotations)
-	}
-}
-
-func downgradeTemplates(rev revision, ts []mcp.ResourceTemplate) {
-	if rev >= rev20250618 {
-		return
+		old(&rs[i].Title, &rs[i].Meta, &rs[i].Annotated)
 	}
 	for i := range ts {
-		ts[i].Title, ts[i].Meta = "", nil
-		ts[i].Annotations = oldAnnotations(ts[i].Annotations)
+		old(&ts[i].Title, &ts[i].Meta, &ts[i].Annotated)
 	}
 }
 

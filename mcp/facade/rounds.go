@@ -97,22 +97,34 @@ func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*m
 		// the retry, wherever it lands, goes on with it (state.go).
 		p.res, p.err = c.run(rctx, req, runOpts{confirm: confirm, keep: true, callID: p.base.CallID, replyID: p.base.ReplyID})
 	}()
+	res, asked, err := c.waitRound(ctx, p, req, nil, nil)
+	if asked {
+		c.loop(func(context.Context) { c.keepResult(p) })
+	}
+	return res, err
+}
+
+// waitRound waits for the pending call p for request req: its end, or
+// its next round the host can be asked (asked: the input_required
+// result), until ctx ends (the host gave the request up: the call is
+// cancelled) or timeout fires (late's result).
+func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolRequest, timeout <-chan time.Time,
+	late func() *mcp.CallToolResult) (res *mcp.CallToolResult, asked bool, err error) {
 	for {
 		select {
 		case <-p.done:
-			return p.res, p.err
+			return p.res, false, p.err
 		case <-ctx.Done():
-			cancel()
+			p.cancel()
 			<-p.done
-			return nil, ctx.Err()
-		case a := <-asks:
-			if !hostCan(ctx, a) {
-				continue // a URL question this host cannot open: left to the bus
+			return nil, false, ctx.Err()
+		case a := <-p.asks:
+			if hostCan(ctx, a) { // else a URL question this host cannot open: left to the bus
+				c.settleDeadline(ctx, p, req)
+				return c.issue(ctx, p, a), true, nil
 			}
-			c.settleDeadline(ctx, p, req)
-			res := c.issue(ctx, p, a)
-			c.loop(func(context.Context) { c.keepResult(p) })
-			return res, nil
+		case <-timeout:
+			return late(), false, nil
 		}
 	}
 }
@@ -260,26 +272,13 @@ func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	_, hold := c.holds(ctx, req)
 	t := time.NewTimer(hold)
 	defer t.Stop()
-	for {
-		select {
-		case <-p.done:
-			return p.res, p.err
-		case <-ctx.Done():
-			p.cancel()
-			<-p.done
-			return nil, ctx.Err()
-		case a := <-p.asks:
-			if hostCan(ctx, a) {
-				c.settleDeadline(ctx, p, req)
-				return c.issue(ctx, p, a), nil
-			}
-		case <-t.C:
-			c.mu.Lock()
-			base := p.base
-			c.mu.Unlock()
-			return mcp.NewToolResultError(stillRunningText(base, c.session)), nil
-		}
-	}
+	res, _, err := c.waitRound(ctx, p, req, t.C, func() *mcp.CallToolResult {
+		c.mu.Lock()
+		base := p.base
+		c.mu.Unlock()
+		return mcp.NewToolResultError(stillRunningText(base, c.session))
+	})
+	return res, err
 }
 
 // answer publishes the host's response to round a: a confirmation's
@@ -290,15 +289,15 @@ func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
 	if a.question != nil {
 		key = inputQuestion
 	}
-	r, ok := in[key]
-	if !ok || r.DecodeFor(mcp.MethodElicitationCreate) != nil || r.Elicitation == nil {
+	res := server.ElicitationResponse(in, key)
+	if res == nil {
 		return
 	}
 	switch {
 	case a.confirm != nil && c.policy == ConfirmHostUser:
-		c.decide(ctx, a.confirm.p, a.confirm.replyID, r.Elicitation)
+		c.decide(ctx, a.confirm.p, a.confirm.replyID, res)
 	case a.question != nil:
-		c.questions.answerQuestion(ctx, *a.question, r.Elicitation)
+		c.questions.answerQuestion(ctx, *a.question, res)
 	}
 }
 

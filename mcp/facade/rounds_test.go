@@ -308,7 +308,7 @@ func TestQuestionOfAnotherUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	bobs := client.NewReplyID()
 	go func() {
 		_, _ = e.bus.Call(t.Context(), s, bus.Batch{User: client.Input("bob"), Calls: []bus.Call{{ID: "bob-1", Name: "mcp__q__ask", Input: json.RawMessage(`{}`)}}},
@@ -401,6 +401,47 @@ func TestForwardAsks(t *testing.T) {
 	<-done
 }
 
+// TestWaitRound: a request of a pending call ends with the call's result,
+// with late's result when its hold passes (the call goes on), or with its
+// context, cancelling the call; a round the host cannot be asked (a URL
+// question of a host without URL elicitation) is left to the bus.
+func TestWaitRound(t *testing.T) {
+	c := &confirmer{}
+	newPending := func() (*pending, chan ask, *bool) {
+		asks := make(chan ask, 1)
+		cancelled := false
+		p := &pending{done: make(chan struct{}), asks: asks}
+		p.cancel = func() { cancelled = true; close(p.done) }
+		return p, asks, &cancelled
+	}
+	late := func() *mcp.CallToolResult { return mcp.NewToolResultError("late") }
+
+	p, _, _ := newPending()
+	p.res = mcp.NewToolResultText("done")
+	close(p.done)
+	if res, asked, err := c.waitRound(t.Context(), p, mcp.CallToolRequest{}, nil, late); err != nil || asked || textOf(res) != "done" {
+		t.Fatalf("ended: %+v %v %v", res, asked, err)
+	}
+
+	p, asks, cancelled := newPending()
+	asks <- ask{question: &asked{q: question{Mode: mcp.ElicitationModeURL, URL: "https://example.com/form"}}} // this host has no URL elicitation
+	fire := make(chan time.Time, 1)
+	fire <- time.Now()
+	if res, asked, err := c.waitRound(t.Context(), p, mcp.CallToolRequest{}, fire, late); err != nil || asked || textOf(res) != "late" {
+		t.Fatalf("held past its hold: %+v %v %v", res, asked, err)
+	}
+	if *cancelled {
+		t.Fatal("a request held past its hold cancelled the call")
+	}
+
+	p, _, cancelled = newPending()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if res, _, err := c.waitRound(ctx, p, mcp.CallToolRequest{}, nil, late); res != nil || err == nil || !*cancelled {
+		t.Fatalf("given up: %+v %v, cancelled %v", res, err, *cancelled)
+	}
+}
+
 // TestTaskQuestionStatus: a task-augmented call (2025-11-25 shapes) of a
 // bridged tool whose server asks becomes input_required, with the
 // question under inputRequests and a status message naming where else it
@@ -418,7 +459,7 @@ func TestTaskQuestionStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	if got := names(t, p.env.connect(t, s, mcp.ProtocolVersion20251125, "alice")); !slices.Contains(got, "mcp__q__ask") {
 		t.Fatalf("listed: %v", got)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
@@ -39,7 +40,7 @@ func TestSearchToolsThroughFacade(t *testing.T) {
 	}
 	e.f = New(client.New(e.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}), Config{Poll: time.Hour, Insecure: true, Confirm: ConfirmHostUser})
 	hs := httptest.NewServer(e.f.Handler())
-	t.Cleanup(func() { hs.Close(); e.f.Close() })
+	t.Cleanup(func() { hs.Close(); e.f.Drain(testkit.StopContext(t)) })
 	e.url = hs.URL
 
 	c := e.connect(t, "s1", mcp.ProtocolVersion20251125, "alice")

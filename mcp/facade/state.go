@@ -158,9 +158,7 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 				// request cancels it (docs/mcp.md "Interop"), as on the
 				// process that runs the call (resume).
 				if interruptOnEnd(true, c.closing) {
-					cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-					_ = c.cancel(cctx, c.session, r.ReplyID)
-					cancel()
+					interrupt(ctx, c.cancel, c.session, r.ReplyID)
 				}
 				return nil, ctx.Err()
 			}

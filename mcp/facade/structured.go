@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"mime"
 	"strings"
 
@@ -45,7 +44,7 @@ type structurer struct {
 func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := h(ctx, req)
-		if err == nil && res != nil {
+		if err == nil && res != nil && !handleWithoutSchema(res) {
 			structureText(res)
 			st.restore(ctx, res)
 		}
@@ -74,7 +73,7 @@ func (st structurer) restore(ctx context.Context, res *mcp.CallToolResult) {
 		if !jsonish(l.MIMEType) {
 			continue
 		}
-		raw, err := st.read(ctx, l.URI)
+		raw, _, err := readStored(ctx, st.fetch, st.session, l.URI, st.max, "inline")
 		if err != nil {
 			why = append(why, err.Error())
 			continue
@@ -100,23 +99,6 @@ func (st structurer) restore(ctx context.Context, res *mcp.CallToolResult) {
 func (st structurer) ours(uri string) bool {
 	r, err := offload.ParseRef(uri)
 	return err == nil && r.Session() == st.session && r.Digest != ""
-}
-
-// read reads a stored output of the session whole, refusing one above max.
-func (st structurer) read(ctx context.Context, uri string) ([]byte, error) {
-	o, err := st.fetch.FetchSession(ctx, st.session, uri)
-	if err != nil {
-		return nil, err
-	}
-	defer o.Close()
-	if o.Size > st.max {
-		return nil, fmt.Errorf("%s is %d bytes, more than this endpoint returns inline (%d bytes)", uri, o.Size, st.max)
-	}
-	b, err := io.ReadAll(io.LimitReader(o, st.max+1))
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // jsonish reports whether a stored part may hold the JSON object: JSON

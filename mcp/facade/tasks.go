@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -58,6 +57,8 @@ func taskMessage(body []byte) (*rpcMessage, bool) {
 		if json.Unmarshal(m.Params, &p) == nil && len(p.Task) > 0 && string(p.Task) != "null" {
 			return &m, true
 		}
+	case mcp.MethodSubscriptionsListen:
+		return &m, listensForTasks(m.Params) // tasks_listen.go
 	}
 	return nil, false
 }
@@ -124,6 +125,7 @@ type taskStore interface {
 	getTask(ctx context.Context, session, user, id string) (*taskRecord, uint64, error)
 	updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error)
 	watchTask(ctx context.Context, session, user, id string) (*taskRecord, error)
+	watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error)
 }
 
 var _ taskStore = (*kvStore)(nil)
@@ -134,6 +136,9 @@ func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
 	if rerr != nil {
 		resp["error"] = rerr
+		if rerr.Code == codeMissingCapability {
+			resp["error"] = map[string]any{"code": rerr.Code, "message": rerr.Message, "data": missingTasksCapability} // tasks_listen.go
+		}
 	} else {
 		raw, err := json.Marshal(result)
 		var obj map[string]json.RawMessage
@@ -170,8 +175,11 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 	var p struct {
 		TaskID string `json:"taskId"`
 	}
-	if m.Method == methodTasksUpdate {
+	switch m.Method {
+	case methodTasksUpdate:
 		return s.update(ctx, m.Params) // tasks_input.go
+	case methodSubscriptionsListen:
+		return s.listen(ctx, m) // tasks_listen.go
 	}
 	if m.Method != string(mcp.MethodToolsCall) && m.Method != string(mcp.MethodTasksList) {
 		if err := json.Unmarshal(m.Params, &p); err != nil || p.TaskID == "" {
@@ -203,6 +211,7 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 		}
 		if !r.Status.IsTerminal() {
 			s.runners.follow(r)
+			r.Message = s.runners.withOutput(ctx, r) // shown, not stored (tasks_bus.go)
 		}
 		return r.detailed(m.modern()), nil // tasks_input.go
 	case mcp.MethodTasksResult:
@@ -341,6 +350,8 @@ type taskRunners struct {
 	local     map[string]struct{}          // task id → run here
 	followed  map[string]struct{}          // task id → its end learnt here from the bus
 	failed    map[string]time.Time         // task id → when following it last failed
+	listens   int                          // subscriptions/listen streams of tasks served now
+	outputs   map[string]outputRead        // "<session> <bus task>" → its output as last read for tasks/get
 }
 
 func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,
@@ -405,7 +416,7 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 			}
 			res, err = bres, berr
 		}
-		t.finish(r, res, err)
+		t.finish(ctx, r, res, err)
 	}) {
 		done()
 	}
@@ -483,7 +494,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 			return
 		}
 		if res != nil {
-			t.finish(r, res, nil)
+			t.finish(ctx, r, res, nil)
 		}
 	}) {
 		done()
@@ -510,8 +521,8 @@ func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToo
 }
 
 // finish records the task's end, unless it ended already (cancelled).
-func (t *taskRunners) finish(r *taskRecord, res *mcp.CallToolResult, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallToolResult, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
 		r.Inputs = nil
@@ -547,7 +558,7 @@ func awaitResult(ctx context.Context, cl replayer, session, replyID, callID stri
 	if err != nil {
 		return nil, err
 	}
-	defer ev.Stop()
+	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -595,43 +606,19 @@ func resultOf(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
 	return nil, false
 }
 
-// serveTaskHTTP answers a POST the facade handles itself (taskMessage);
-// false leaves the request, body intact, to mcp-go. The body was bounded
-// and buffered by stampNotification.
-func (s *taskFront) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
-	body, ok := postedBody(r)
-	if !ok {
-		return false
-	}
-	m, ok := taskMessage(body)
-	if !ok {
-		return false
-	}
-	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.contextHeader))
-	if sid := r.Header.Get(mcpSessionHeader); sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
-		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
-	}
-	out := s.answer(ctx, m)
-	w.Header().Set("Content-Type", "application/json")
-	if id := r.Header.Get(mcpSessionHeader); id != "" {
-		w.Header().Set(mcpSessionHeader, id)
-	}
-	_, _ = w.Write(out)
-	return true
-}
-
 // mcpSessionHeader is streamable HTTP's MCP session header.
 const mcpSessionHeader = "Mcp-Session-Id"
 
 // interceptStdio puts the facade's own handling in front of mcp-go's
 // stdio server: lines take takes (task messages, grouping requests:
-// session.stdioAnswer) are answered here (each in its own goroutine:
+// session.take) are answered here (each in its own goroutine:
 // tasks/result waits), the others go on to mcp-go; both write through
 // one lock, one message per write, as mcp-go does.
 func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	ctx = context.WithValue(ctx, notifySessionKey{}, "stdio") // mcp-go's stdio session
+	ctx = withStream(ctx, func(msg []byte) error { _, err := lw.Write(append(msg, '\n')); return err })
 	go func() {
 		br := bufio.NewReader(in)
 		for {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/client"
 )
 
@@ -28,6 +30,7 @@ type busTasks interface {
 	Task(ctx context.Context, session, id string) (bus.Task, error)
 	WaitTasks(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error)
 	CancelTask(ctx context.Context, session, id string) (bus.Task, error)
+	TaskOutput(ctx context.Context, session, id string) (bus.Task, []bus.Block, error)
 }
 
 var _ busTasks = (*client.Client)(nil)
@@ -108,6 +111,134 @@ func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) er
 	return fmt.Errorf("facade: bus task %s: %w", id, err)
 }
 
+// HandleMetaKey is the _meta member of a tools/call result whose call went
+// on as a bus task: the handle ({"id", "state", "subject"}, docs/protocol.md
+// 5.10), for hosts that follow it on the bus.
+const HandleMetaKey = "io.toolbus/task"
+
+// backgroundResult makes res, the MCP form of bus result r, a normal
+// (not isError) result when r is a background handle: the call did not
+// fail, it goes on as a bus task, and r's text tells the model the task
+// id and the tools that read, wait for and stop it. The handle is in
+// _meta under HandleMetaKey.
+func backgroundResult(r bus.Result, res *mcp.CallToolResult) {
+	h, ok := backgrounded(&r)
+	if !ok {
+		return
+	}
+	res.IsError = false
+	if res.Meta == nil {
+		res.Meta = &mcp.Meta{}
+	}
+	if res.Meta.AdditionalFields == nil {
+		res.Meta.AdditionalFields = map[string]any{}
+	}
+	res.Meta.AdditionalFields[HandleMetaKey] = h
+}
+
+// handleOf returns the handle backgroundResult put into res.
+func handleOf(res *mcp.CallToolResult) (bus.TaskHandle, bool) {
+	if res == nil || res.Meta == nil {
+		return bus.TaskHandle{}, false
+	}
+	h, ok := res.Meta.AdditionalFields[HandleMetaKey].(bus.TaskHandle)
+	return h, ok
+}
+
+// handleWithoutSchema keeps a handle result of a tool listed with an
+// outputSchema isError: the handle cannot be structured content that
+// conforms to an arbitrary schema, and hosts check only successful
+// results against it (docs/mcp.md, the F1 decision: valid
+// structuredContent or none). Its first text says the call did not fail.
+func handleWithoutSchema(res *mcp.CallToolResult) bool {
+	h, ok := handleOf(res)
+	if !ok || res.StructuredContent != nil {
+		return false
+	}
+	res.IsError = true
+	note := fmt.Sprintf("Not a failure: the call goes on in the background as task %s (this result is marked as an error "+
+		"only because a task handle is not the structured content the tool's output schema describes).", h.ID)
+	res.Content = append([]mcp.Content{mcp.NewTextContent(note)}, res.Content...)
+	return true
+}
+
+// maxStatusOutput bounds the output so far that tasks/get shows in a
+// task's status message (its last bytes). outputEvery is how long a bus
+// task's output read for it serves the next tasks/get (the output verb
+// reads the session's stored events from the task's start: hosts polling
+// every 500 ms must not each cost one), maxOutputCache how many bus
+// tasks' reads a process keeps.
+const (
+	maxStatusOutput = 1024
+	outputEvery     = 2 * time.Second
+	maxOutputCache  = 1000
+)
+
+// outputRead is a bus task's output text as last read for tasks/get.
+type outputRead struct {
+	at   time.Time
+	text string
+}
+
+// withOutput returns r's status message with the output so far of the bus
+// task its call goes on as (the bus output verb: the worker's progress),
+// its last maxStatusOutput bytes of text; r's message alone when it names
+// no bus task, the bus task is not its call, or the verb fails. A read
+// younger than outputEvery is reused.
+func (t *taskRunners) withOutput(ctx context.Context, r *taskRecord) string {
+	if t.tasks == nil || r.BusTask == "" || r.Status.IsTerminal() {
+		return r.Message
+	}
+	key := r.Session + " " + r.BusTask
+	t.mu.Lock()
+	last, ok := t.outputs[key]
+	t.mu.Unlock()
+	if !ok || time.Since(last.at) >= outputEvery {
+		last = outputRead{at: time.Now(), text: t.readOutput(ctx, r)}
+		t.mu.Lock()
+		if len(t.outputs) >= maxOutputCache {
+			clear(t.outputs)
+		}
+		if t.outputs == nil {
+			t.outputs = map[string]outputRead{}
+		}
+		t.outputs[key] = last
+		t.mu.Unlock()
+	}
+	if last.text == "" {
+		return r.Message
+	}
+	return r.Message + "; output so far: " + last.text
+}
+
+// readOutput reads the text of r's bus task's output so far, its last
+// maxStatusOutput bytes; "" when there is none, the bus task is not r's
+// call or the verb fails.
+func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tk, out, err := t.tasks.TaskOutput(cctx, r.Session, r.BusTask)
+	if err != nil || tk.ReplyID != r.ReplyID || tk.CallID != r.CallID {
+		return ""
+	}
+	var text []string
+	for _, b := range out {
+		if b.Type == bus.BlockText && b.Text != "" {
+			text = append(text, b.Text)
+		}
+	}
+	return tail(strings.Join(text, "\n"), maxStatusOutput)
+}
+
+// tail is the last at most n bytes of s, cut at a rune boundary
+// (offload.Suffix) and marked with "…" when cut.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + offload.Suffix(s, n)
+}
+
 // backgrounded returns the handle of a result whose call went on as a
 // bus task.
 func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
@@ -135,7 +266,7 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 			r.Message = fmt.Sprintf("running in the background as bus task %s (past the tool's timeout)", id)
 		})
 		if uerr == nil && rec.Status.IsTerminal() {
-			t.cancelBus(r.Session, id)
+			t.cancelBus(ctx, r.Session, id)
 			return nil, false, nil
 		}
 		if uerr == nil {
@@ -153,8 +284,8 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 
 // cancelBus cancels session's bus task id (bounded; a failure is logged:
 // the bus task then ends at its own deadline).
-func (t *taskRunners) cancelBus(session, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func (t *taskRunners) cancelBus(ctx context.Context, session, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := t.tasks.CancelTask(ctx, session, id); err != nil {
 		t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)

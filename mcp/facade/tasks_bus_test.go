@@ -18,14 +18,17 @@ import (
 )
 
 // bgWorker starts a worker with two background tools whose calls outlive
-// their 300 ms timeout: bg_done ends "bg done" when release yields (one
-// call per value),
+// their 300 ms timeout: bg_done reports the progress "bg step 1", then ends
+// "bg done" when release yields (one call per value),
 // bg_stop only when its call is cancelled (then stopped receives).
 func bgWorker(t *testing.T, p *pair, release <-chan struct{}, stopped chan<- string) {
 	t.Helper()
 	_, err := p.d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
 		if err := worker.Register(w, bus.ToolDef{Name: "bg_done", Description: "Ends when released.", Background: true, TimeoutMS: 300},
 			func(ctx context.Context, c *worker.Call, _ struct{}) (string, error) {
+				if err := c.Progress(bus.Text("bg step 1")...); err != nil {
+					return "", err
+				}
 				select {
 				case <-release:
 					return "bg done", nil
@@ -104,6 +107,14 @@ func TestTaskFollowsBusTask(t *testing.T) {
 	if bt, err := p.bus.Task(t.Context(), s, busID); err != nil || !bt.Running() || bt.Tool != "bg_done" {
 		t.Fatalf("the bus task: %+v %v", bt, err)
 	}
+	// Its output so far in tasks/get's status message, on either process
+	// (bounded polling: progress is stored asynchronously).
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
+		if tk := p.task(t, "B", s, "tasks/get", id); !strings.HasSuffix(tk.StatusMessage, "; output so far: bg step 1") {
+			return fmt.Errorf("status message %q", tk.StatusMessage)
+		}
+		return nil
+	})
 	releaseOne(t, release)
 	res, rerr := p.rpc(t, "B", s, "alice", "tasks/result", map[string]any{"taskId": id}, false)
 	if rerr != nil {
@@ -123,6 +134,25 @@ func TestTaskFollowsBusTask(t *testing.T) {
 	}
 	if text, isErr := resultText(t, got.Result); isErr || text != "bg done" {
 		t.Fatalf("tasks/get's inline result: %s", got.Result)
+	}
+
+	// A plain (not task-augmented) tools/call past the timeout: the
+	// handle is a normal result, its text naming the task and the tools
+	// that read it, the handle in _meta; the bus task goes on.
+	res, rerr = p.rpc(t, "A", s, "alice", "tools/call", map[string]any{"name": "bg_done", "arguments": map[string]any{}}, true)
+	var plain struct {
+		Meta map[string]bus.TaskHandle `json:"_meta"`
+	}
+	if rerr != nil || json.Unmarshal(res, &plain) != nil {
+		t.Fatalf("plain call: %s %+v", res, rerr)
+	}
+	h := plain.Meta[HandleMetaKey]
+	if text, isErr := resultText(t, res); isErr || h.ID == "" || !strings.Contains(text, "(id="+h.ID+")") || !strings.Contains(text, "task_output") {
+		t.Fatalf("plain call's handle: %s", res)
+	}
+	releaseOne(t, release)
+	if ts, err := p.bus.WaitTasks(t.Context(), s, bound, h.ID); err != nil || len(ts) != 1 || ts[0].State != bus.StateSuccess {
+		t.Fatalf("the plain call's bus task: %+v %v", ts, err)
 	}
 
 	// Cancelled on B while its bus task runs: the bus task ends
@@ -159,7 +189,7 @@ func TestTaskFollowsBusTaskElsewhere(t *testing.T) {
 	const s = "mt-bus-restart"
 	id := p.startTask(t, "A", s, "bg_done")
 	busID := busTaskOf(t, p, s, id)
-	p.f.Close()
+	p.f.Drain(t.Context())
 	p.mu.Lock()
 	p.backend[0] = p.newFacade(t)
 	p.mu.Unlock()

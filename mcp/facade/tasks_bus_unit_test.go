@@ -2,11 +2,16 @@ package facade
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -19,18 +24,24 @@ type fakeBusTasks struct {
 
 type fakeAnswer struct {
 	task bus.Task
+	out  []bus.Block
 	err  error
 }
 
 func (f *fakeBusTasks) next() (bus.Task, error) {
+	a := f.answer()
+	return a.task, a.err
+}
+
+func (f *fakeBusTasks) answer() fakeAnswer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.answers) == 0 {
-		return bus.Task{}, errors.New("fake: no more answers")
+		return fakeAnswer{err: errors.New("fake: no more answers")}
 	}
 	a := f.answers[0]
 	f.answers = f.answers[1:]
-	return a.task, a.err
+	return a
 }
 
 func (f *fakeBusTasks) Task(context.Context, string, string) (bus.Task, error) { return f.next() }
@@ -44,6 +55,11 @@ func (f *fakeBusTasks) WaitTasks(context.Context, string, time.Duration, ...stri
 }
 
 func (f *fakeBusTasks) CancelTask(context.Context, string, string) (bus.Task, error) { return f.next() }
+
+func (f *fakeBusTasks) TaskOutput(context.Context, string, string) (bus.Task, []bus.Block, error) {
+	a := f.answer()
+	return a.task, a.out, a.err
+}
 
 func TestBusTaskFollowUnit(t *testing.T) {
 	mine := bus.Task{ID: "k1", ReplyID: "r1", CallID: "c1", State: bus.StateBackground}
@@ -120,5 +136,74 @@ func TestBusTaskFollowUnit(t *testing.T) {
 		if _, ok := backgrounded(c.res); ok != c.ok {
 			t.Errorf("backgrounded %s: %v", c.name, ok)
 		}
+	}
+}
+
+// TestBackgroundResultUnit: a plain tools/call whose call went on as a
+// bus task returns the handle as a normal result (its text and the
+// handle in _meta); a tool listed with an outputSchema keeps it isError,
+// saying it is not a failure (no structuredContent a schema would refuse).
+func TestBackgroundResultUnit(t *testing.T) {
+	h := bus.TaskHandle{ID: "k1", State: bus.StateBackground, Subject: "toolbus.tasks.s1"}
+	r := bus.Result{ID: "c1", Name: "build", State: bus.StateBackground, Output: bus.Text("running in background (id=k1)"), Task: &h}
+	res := toMCP(r)
+	if res.IsError || len(res.Content) != 1 {
+		t.Fatalf("handle result: %+v", res)
+	}
+	if got, ok := handleOf(res); !ok || got != h {
+		t.Fatalf("handle in _meta: %+v %v", got, ok)
+	}
+	raw, err := json.Marshal(res)
+	if err != nil || !strings.Contains(string(raw), `"_meta":{"io.toolbus/task":{"id":"k1","state":"background","subject":"toolbus.tasks.s1"}}`) {
+		t.Fatalf("wire form: %s %v", raw, err)
+	}
+	st := structurer{session: "s1"}
+	wrapped := st.wrap(func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return toMCP(r), nil })
+	res, _ = wrapped(t.Context(), mcp.CallToolRequest{})
+	if !res.IsError || res.StructuredContent != nil || len(res.Content) != 2 ||
+		!strings.Contains(res.Content[0].(mcp.TextContent).Text, "Not a failure") {
+		t.Fatalf("handle of a tool with an output schema: %+v", res)
+	}
+	// Not a handle: unchanged.
+	for _, r := range []bus.Result{{State: bus.StateBackground}, {State: bus.StateError, Output: bus.Text("x")}} {
+		if res := toMCP(r); !res.IsError || res.Meta != nil {
+			t.Errorf("%s without a handle: %+v", r.State, res)
+		}
+	}
+}
+
+// TestWithOutputUnit: tasks/get's status message shows the bus task's
+// output so far, its last maxStatusOutput bytes; nothing when the bus
+// task is not the record's call or the verb fails; a read serves the
+// tasks/get that come within outputEvery.
+func TestWithOutputUnit(t *testing.T) {
+	mine := bus.Task{ID: "k1", ReplyID: "r1", CallID: "c1", State: bus.StateBackground}
+	long := strings.Repeat("é", maxStatusOutput) // two bytes a rune
+	f := &fakeBusTasks{answers: []fakeAnswer{
+		{task: mine, out: append(bus.Text("step 1"), bus.Text("step 2")...)},
+		{task: mine, out: bus.Text(long)},
+		{task: bus.Task{ID: "k3", ReplyID: "r2", CallID: "c1"}, out: bus.Text("not mine")},
+		{err: errors.New("no router")},
+	}}
+	tr := &taskRunners{tasks: f}
+	rec := func(busTask string) *taskRecord {
+		return &taskRecord{Session: "s1", ReplyID: "r1", CallID: "c1", BusTask: busTask, Status: mcp.TaskStatusWorking, Message: "running"}
+	}
+	for range 2 { // the second within outputEvery: the same read
+		if got := tr.withOutput(t.Context(), rec("k1")); got != "running; output so far: step 1\nstep 2" {
+			t.Errorf("output so far: %q", got)
+		}
+	}
+	got := tr.withOutput(t.Context(), rec("k2"))
+	if shown := strings.TrimPrefix(got, "running; output so far: …"); len(shown) > maxStatusOutput || !utf8.ValidString(shown) || shown == got {
+		t.Errorf("bounded output: %d bytes, valid %v", len(shown), utf8.ValidString(shown))
+	}
+	for i, why := range []string{"another call's task", "a failed verb"} {
+		if got := tr.withOutput(t.Context(), rec(fmt.Sprint("k", 3+i))); got != "running" {
+			t.Errorf("%s: %q", why, got)
+		}
+	}
+	if got := (&taskRunners{}).withOutput(t.Context(), rec("k1")); got != "running" {
+		t.Errorf("no bus tasks: %q", got)
 	}
 }

@@ -203,7 +203,7 @@ type notifySessionKey struct{}
 // task's change (notifications/tasks/status, 2025-11-25), through its
 // MCP session on this process's mcp-go server; nil when it has none
 // (2026-07-28: the extension's notifications/tasks go on
-// subscriptions/listen with taskIds, not offered). mcp-go drops the
+// subscriptions/listen with taskIds, tasks_listen.go). mcp-go drops the
 // notice when the session is not registered here (HTTP without a GET
 // stream on this process): tasks/get still answers.
 func (s *taskFront) notifier(ctx context.Context) func(*taskRecord) {

@@ -397,23 +397,20 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 }
 
 // watchTask waits until the record is terminal (or gone), or ctx ends:
-// a subscription to the key's subject (what a write publishes), then its
-// current value. No KV watch: it would create a consumer.
+// the (session, user)'s record writes (watchChanges), then its current
+// value.
 func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*taskRecord, error) {
 	kv, err := st.bucket(ctx)
 	if err != nil {
 		return nil, err
 	}
-	key := taskKey(session, user, id)
-	msgs := make(chan *nats.Msg, 64)
-	sub, err := st.nc.ChanSubscribe("$KV."+kv.Bucket()+"."+key, msgs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changes, err := st.watchChanges(ctx, session, user)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+		return nil, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := bus.Flush(ctx, st.nc); err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
-	}
+	key := taskKey(session, user, id)
 	switch r, _, err := st.getKey(ctx, kv, key); {
 	case err != nil:
 		return nil, err // errNotFound: deleted since the caller read it
@@ -437,16 +434,73 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 			} else if errors.Is(err, errNotFound) {
 				return nil, err
 			}
-		case m := <-msgs:
-			if kvDeleted(m) {
+		case c, ok := <-changes:
+			switch {
+			case !ok:
+				return nil, ctx.Err()
+			case c.id != id:
+			case c.rec == nil:
 				return nil, errNotFound
-			}
-			var r taskRecord
-			if json.Unmarshal(m.Data, &r) == nil && r.Status.IsTerminal() {
-				return &r, nil
+			case c.rec.Status.IsTerminal():
+				return c.rec, nil
 			}
 		}
 	}
+}
+
+// taskChange is one write of a (session, user)'s task record: its new
+// value, or nil when it was deleted.
+type taskChange struct {
+	id  string
+	rec *taskRecord
+}
+
+// watchChanges yields every write of session's and user's task records
+// until ctx ends: a subscription to their keys' subjects (what a write
+// publishes; no KV watch, which would create a consumer). A burst beyond
+// its buffer is dropped by the subscription: callers read the records
+// again now and then.
+func (st *kvStore) watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error) {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + kv.Bucket() + "." + taskKey(session, user, "")
+	msgs := make(chan *nats.Msg, 64)
+	sub, err := st.nc.ChanSubscribe(prefix+"*", msgs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	if err := bus.Flush(ctx, st.nc); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	out := make(chan taskChange, 64)
+	go func() {
+		defer close(out)
+		defer func() { _ = sub.Unsubscribe() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-msgs:
+				c := taskChange{id: strings.TrimPrefix(m.Subject, prefix)}
+				if !kvDeleted(m) {
+					var r taskRecord
+					if json.Unmarshal(m.Data, &r) != nil || r.ID != c.id || r.Session != session || r.User != user {
+						continue
+					}
+					c.rec = &r
+				}
+				select {
+				case out <- c:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
 }
 
 // kvDeleted reports whether m, published on a KV key's subject, deletes

@@ -57,7 +57,7 @@ func (p *pair) newFacade(t *testing.T) *Facade {
 	f := New(client.New(p.conn(t, "facade"), client.Config{Source: "toolbus/mcp"}),
 		Config{Poll: p.f.cfg.Poll, ProgressEvery: p.f.cfg.ProgressEvery, Insecure: true, Confirm: ConfirmHostUser, MaxTasks: p.f.cfg.MaxTasks,
 			QuietHold: p.f.cfg.QuietHold})
-	t.Cleanup(f.Close)
+	testkit.Stop(t, f.Drain)
 	return f
 }
 
@@ -221,7 +221,7 @@ func TestTasksTwoFacades(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 
 	// Created on A, answered on the bus, read and waited for on B.
 	start := time.Now()
@@ -288,7 +288,7 @@ func TestTasksTwoFacades(t *testing.T) {
 	// parked on the bus, and the new process answers the task.
 	id = p.startTask(t, "A", s, "ask_human")
 	replyID, parked = parkedEvent(t, ev, "ask_human")
-	p.f.Close()
+	p.f.Drain(t.Context())
 	p.mu.Lock()
 	p.backend[0] = p.newFacade(t)
 	p.mu.Unlock()
@@ -351,7 +351,7 @@ func TestRequestStateRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	call := map[string]any{"name": "deploy", "arguments": map[string]any{}}
 	res, rerr := p.rpc(t, "A", s, "alice", "tools/call", call, true)
 	var ir struct {
@@ -392,7 +392,7 @@ func TestRequestStateRefused(t *testing.T) {
 	}
 	// A, which asked, closes (a restart): the call stays parked, and the
 	// real retry, on the other process, confirms and returns the result.
-	p.f.Close()
+	p.f.Drain(t.Context())
 	p.mu.Lock()
 	p.backend[0] = p.newFacade(t)
 	p.mu.Unlock()
@@ -413,7 +413,7 @@ func TestTaskBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	gone := p.startTaskTTL(t, "A", s, "alice", "hello", 1) // expired by the next request
 	p.startTask(t, "B", s, "hello")
 	p.startTask(t, "A", s, "hello")

@@ -9,6 +9,7 @@ import pytest
 import toolbus
 from conftest import unique
 from toolbus import event as ev
+from toolbus.records import ToolDef
 
 
 async def test_background_output_wait_cancel(client, worker_factory, session):
@@ -56,3 +57,52 @@ async def test_unknown_task_refused(client, session):
     with pytest.raises(toolbus.ToolbusError) as e:
         await client.task_query(session, "get", ["nope"])
     assert e.value.code == "unknown_task"
+
+
+async def test_declared_background_and_another_session(client, worker_factory, session):
+    """A tool declaring background=True goes on past its timeout without the call asking; another session is refused its tasks."""
+    name = unique("py_brew")
+    release = asyncio.Event()
+    stopped = asyncio.Event()
+
+    @toolbus.tool(name=name, read_only=True, timeout=0.3, background=True)
+    async def brew(ctx: toolbus.ToolContext) -> str:
+        """Brew until released."""
+        await ctx.progress("brewing " + ctx.id)
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        return "brewed " + ctx.id
+
+    assert brew.definition.to_json()["background"] is True
+    await worker_factory(brew)
+    listed = await client.tools(session)
+    assert [ToolDef.from_json(t).background for t in listed.tools if t["name"] == name] == [True]  # decoded strictly (7.4)
+
+    reply = await client.call(session, [toolbus.Call(c, name, {}) for c in ("c1", "c2", "c3")])
+    assert [r.state for r in reply.results] == ["background"] * 3
+    ids = [r.task["id"] for r in reply.results]  # type: ignore[index]
+
+    for _ in range(200):  # the output so far, while it runs (progress is stored asynchronously)
+        task, out = await client.task_output(session, ids[0])
+        if out:
+            break
+        await asyncio.sleep(0.02)
+    assert task["state"] == "background" and [b.text for b in out] == ["brewing c1"]
+
+    other = session + "-other"
+    for op in ("get", "cancel", "output", "wait"):
+        with pytest.raises(toolbus.ToolbusError) as e:
+            await client.task_query(other, op, ids[:1])
+        assert e.value.code == "unknown_task", op
+    assert [t["state"] for t in await client.wait_tasks(session, ids, timeout=0.05)] == ["background"] * 3
+
+    cancelled = await client.cancel_task(session, ids[2])
+    assert cancelled["state"] == "interrupted"
+    await asyncio.wait_for(stopped.wait(), 30)  # the run stopped at the worker
+
+    release.set()
+    done = await client.wait_tasks(session, ids[:2], timeout=30)
+    assert [(t["state"], t["result"]["output"][0]["text"]) for t in done] == [("success", "brewed c1"), ("success", "brewed c2")]

@@ -159,7 +159,7 @@ func TestDrainLetsCallsInFlightFinish(t *testing.T) {
 	if err := r1.Drain(context.Background()); err != nil {
 		t.Fatalf("second Drain: %v", err)
 	}
-	r1.Stop()
+	r1.Stop(t.Context())
 }
 
 func TestDrainCutsOffSlowCallsAtItsDeadline(t *testing.T) {

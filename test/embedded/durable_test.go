@@ -152,7 +152,7 @@ func TestDurableRedeliveredAfterWorkerKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rp.Stop)
+	testkit.Stop(t, rp.Stop)
 	evs := collect(t, rp, batchDone(replyID))
 	n := 0
 	for _, ev := range evs {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // checkBatchEvents checks the events of one batch on the session's subject:
@@ -176,7 +177,7 @@ func TestEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(rp.Stop)
+		testkit.Stop(t, rp.Stop)
 		events := collect(t, rp, batchDone(replyID))
 		checkBatchEvents(t, events, session, replyID, calls, reply.Results)
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
@@ -95,7 +96,7 @@ func (e *env) sessionStore(t *testing.T) *groups.Store {
 	if err := gs.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(gs.Stop)
+	testkit.Stop(t, gs.Stop)
 	return gs
 }
 
@@ -249,9 +250,9 @@ func TestActivationSharedByRoutersAndSurvivesRestart(t *testing.T) {
 	}
 	// Whichever router served it, stopping the first leaves the second to
 	// serve the next call, which must see the activation.
-	e.routers[0].Stop()
+	e.routers[0].Stop(t.Context())
 	wantText(t, call1(t, e.client, "s1", "deploy", `{}`), "success", "", "deploy:")
-	e.routers[1].Stop()
+	e.routers[1].Stop(t.Context())
 	e.addRouter()
 	e.routers = e.routers[2:]
 	e.waitLive("deploy")
@@ -454,7 +455,7 @@ func TestRequestScopedTools(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ev.Stop()
+		defer ev.Stop(t.Context())
 		reply := callReq(t, c, "m5", req, "pick_file", `{"glob":"*.go"}`, client.WithReplyID("turn1"))
 		if len(reply.Parked) != 1 {
 			t.Fatalf("reply = %+v", reply)

@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
@@ -458,7 +459,7 @@ func (e *env) watch(t *testing.T, session string) *client.Events {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ev.Stop)
+	testkit.Stop(t, ev.Stop)
 	return ev
 }
 

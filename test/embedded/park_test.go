@@ -101,7 +101,7 @@ func (e *env) handoff(t *testing.T, subject string) *bus.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	select {
 	case req, ok := <-ev.C:
 		if ok {
@@ -133,7 +133,7 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	reply := e.client
 	r, err := reply.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "approve_po", Input: json.RawMessage(`{"q":"PO-7"}`)}},
 		User: json.RawMessage(`"alice"`), Context: json.RawMessage(`{"tenant":"acme"}`)}, client.WithReplyID("r1"))
@@ -195,7 +195,7 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer late.Stop()
+	defer late.Stop(t.Context())
 	another := e.callParked(t, "s1", "r-after", bus.Call{ID: "c9", Name: "approve_po", Input: json.RawMessage(`{}`)})
 	if len(another.Parked) != 1 {
 		t.Fatalf("reply %s", jsonOf(another))
@@ -216,7 +216,7 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rp.Stop()
+	defer rp.Stop(t.Context())
 	var types []string
 	for _, x := range collect(t, rp, batchDone("r1")) {
 		types = append(types, x.Type)
@@ -242,7 +242,7 @@ func TestRacingAnswersOneWins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "ext"})
 	const handlers = 6
 	var accepted, already atomic.Int32
@@ -285,7 +285,7 @@ func TestQueuedCallsRunAfterAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	calls := []bus.Call{
 		{ID: "c1", Name: "peek"},
 		{ID: "c2", Name: "ext"},
@@ -330,7 +330,7 @@ func TestQueuedBehindParkedRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	calls := []bus.Call{{ID: "c1", Name: "ext"}, {ID: "c2", Name: "solo"}, {ID: "c3", Name: "ext"}}
 	r := e.callParked(t, "s1", "r1", calls...)
 	var kinds []string
@@ -394,7 +394,7 @@ func TestParkedExpiryAndCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "ext"})
 	done := nextEvent(t, ev, bus.TypeBatchDone)
 	var bd bus.BatchDone
@@ -410,7 +410,7 @@ func TestCancelParkedCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "ext"}, bus.Call{ID: "c2", Name: "ext"})
 	if err := e.client.Cancel(t.Context(), "s1", "r1"); err != nil {
 		t.Fatal(err)
@@ -479,7 +479,7 @@ func TestConfirmationFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	yes, no := true, false
 
 	// Edited input is validated again; a bad edit changes nothing.
@@ -559,7 +559,7 @@ func TestResentParkedBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	if err := e.answer(t, "ext", "s1", "r1", "c2", bus.Answer{State: "success", Output: bus.Text("ok")}); err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestPrefixIsolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ev.Stop)
+	testkit.Stop(t, ev.Stop)
 	for _, d := range []struct {
 		name       string
 		c          *client.Client

@@ -145,7 +145,7 @@ func TestParkedCallSurvivesRouterKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	answerWhenServed(t, c, "sign_off", "s1", "r1", "c1", bus.Answer{State: "success", Output: bus.Text("signed")})
 	done := nextEvent(t, ev, bus.TypeBatchDone)
 	var bd bus.BatchDone
@@ -222,7 +222,7 @@ func TestBatchTakenOverFromKilledRouter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	if _, err := c.Publish("s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "sign_off"}, {ID: "c2", Name: "fetch"}}}, client.WithReplyID("r1")); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestRedirectionToDangerousPathParks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	r := e.callParked(t, "s1", "r1", bus.Call{ID: "c1", Name: "shell", Input: json.RawMessage(`{"command":"cat x"}`)})
 	if len(r.Parked) != 1 || len(r.Parked[0].SuggestedRules) == 0 || r.Parked[0].SuggestedRules[0].Pattern != "cat:*" {
 		t.Fatalf("reply %s", jsonOf(r))

@@ -269,7 +269,7 @@ func TestTaskSurvivesRouterRestart(t *testing.T) {
 	id := backgrounded(t, e.call(t, session, []bus.Call{{ID: "c1", Name: "slow_restart"}}).Results[0])
 	e.addRouter()
 	e.waitLive("slow_restart")
-	e.routers[0].Stop()
+	e.routers[0].Stop(t.Context())
 	got, err := e.client.WaitTasks(testCtx(t), session, bound, id)
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +375,7 @@ func TestTaskDurableSurvivesRouterRestart(t *testing.T) {
 	id := backgrounded(t, e.call(t, session, []bus.Call{{ID: "c1", Name: "durable_bg"}}).Results[0])
 	e.addRouter()
 	e.waitLive("durable_bg")
-	e.routers[0].Stop()
+	e.routers[0].Stop(t.Context())
 	g.open()
 	got, err := e.client.WaitTasks(testCtx(t), session, bound, id)
 	if err != nil {

@@ -71,7 +71,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	p.next(t, "parking")
 	replyID, parked := parkedEvent(t, ev, "ask_human")
 	if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")}); err != nil {

@@ -28,7 +28,7 @@ func TestApproverNarrow(t *testing.T) {
 	ac := agent.client()
 	ev, err := ac.Watch(ctx, "s1")
 	must(t, err)
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	reply, err := ac.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "deploy", Input: client.Input(map[string]string{"who": "staging"})}}}, client.WithReplyID("r1"))
 	must(t, err)
 	if len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindConfirm {

@@ -70,7 +70,7 @@ func TestSharedAgentCannotStarveBoundReplays(t *testing.T) {
 		t.Fatalf("a bound session's replay after the shared agent's flood: %v", err)
 	}
 	must(t, err)
-	rp.Stop()
+	rp.Stop(t.Context())
 }
 
 // TestRelayedPullReplyConfined (held-out attack, issue 26): a relayed

@@ -102,7 +102,7 @@ func TestForeignConsumerRefused(t *testing.T) {
 	}
 	rp, err := ac.Replay(ctx, "s1")
 	must(t, err)
-	defer rp.Stop()
+	defer rp.Stop(t.Context())
 	waitType(t, rp, bus.TypeBatchDone)
 	ojs, err := jetstream.New(d.conn("operator").nc)
 	must(t, err)
@@ -282,7 +282,7 @@ func TestRouterRepliesOnlyToInboxes(t *testing.T) {
 	}
 	rp, err := ac.Replay(ctx, "s1")
 	must(t, err)
-	defer rp.Stop()
+	defer rp.Stop(t.Context())
 	waitType(t, rp, bus.TypeBatchDone)
 	ojs, err := jetstream.New(d.conn("operator").nc)
 	must(t, err)

@@ -41,7 +41,7 @@ func TestAgentMakesNoConsumer(t *testing.T) {
 	}
 	rp, err := ac.Replay(ctx, "s1")
 	must(t, err)
-	defer rp.Stop()
+	defer rp.Stop(t.Context())
 	if e := waitType(t, rp, bus.TypeBatchDone); e.SessionID != "s1" || e.ReplyID != "r1" {
 		t.Fatalf("replayed %+v", e)
 	}
@@ -109,7 +109,7 @@ func TestSharedAgentLockedOut(t *testing.T) {
 	}
 	rp, err := all.client().Replay(ctx, "s9")
 	must(t, err)
-	defer rp.Stop()
+	defer rp.Stop(t.Context())
 	waitType(t, rp, bus.TypeBatchDone)
 }
 
@@ -127,7 +127,7 @@ func TestReplayConsumerLost(t *testing.T) {
 	}
 	rp, err := ac.Replay(ctx, "s1")
 	must(t, err)
-	defer rp.Stop()
+	defer rp.Stop(t.Context())
 	if e := waitType(t, rp, bus.TypeBatchDone); e.ReplyID != "r1" {
 		t.Fatalf("replayed %+v", e)
 	}
@@ -170,7 +170,7 @@ func TestReplayBounded(t *testing.T) {
 	var open []*client.Events
 	defer func() {
 		for _, rp := range open {
-			rp.Stop()
+			rp.Stop(t.Context())
 		}
 	}()
 	for range 8 {
@@ -186,5 +186,5 @@ func TestReplayBounded(t *testing.T) {
 	// Another session is not held back by s1's.
 	rp, err := d.conn("session-s2").client().Replay(ctx, "s2")
 	must(t, err)
-	rp.Stop()
+	rp.Stop(t.Context())
 }

@@ -37,11 +37,11 @@ func TestDial(t *testing.T) {
 	if reply.Results[0].State != bus.StateSuccess || reply.Results[0].Output[0].Text != "HEY" {
 		t.Fatalf("%+v", reply.Results[0])
 	}
-	cl.Close()
+	cl.Close(t.Context())
 	if !cl.Conn().IsClosed() {
 		t.Fatal("Close left the dialed connection open")
 	}
-	w.Stop()
+	w.Stop(t.Context())
 	t.Setenv("NATS_NKEY", security.SeedFile(d.dir, "nobody"))
 	if _, err := client.Dial(natsconn.FromEnv(), client.Config{}); err == nil {
 		t.Fatal("a missing seed file dialed")

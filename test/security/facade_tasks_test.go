@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/mcp/facade"
 )
 
@@ -51,14 +52,13 @@ func TestFacadeTasks(t *testing.T) {
 
 // TestStdioAgentNoTasks: `toolbus mcp` on a session agent's login, which
 // cannot reach the facade's bucket, offers no tasks (rather than tasks
-// that fail) and still calls. (It takes ~25 s: the facade's store
-// watches, denied to this login, hold the first acquire; watch.go.)
+// that fail) and still calls.
 func TestStdioAgentNoTasks(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
 	l := d.conn("session-s1")
 	f := facade.New(client.New(l.nc, client.Config{Source: "toolbus/mcp"}), facade.Config{Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(f.Close)
+	testkit.Stop(t, f.Drain)
 	cin, sout := io.Pipe()
 	sin, cout := io.Pipe()
 	ctx, cancel := context.WithCancel(t.Context())

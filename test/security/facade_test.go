@@ -37,7 +37,7 @@ func (d *deployment) mcpFacade(t *testing.T) (url string, l *login) {
 	l = d.conn(security.RoleFacade)
 	f := facade.New(client.New(l.nc, client.Config{Source: "toolbus/mcp"}), facade.Config{Auth: tk, Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(f.Handler())
-	t.Cleanup(func() { hs.Close(); f.Close() })
+	t.Cleanup(func() { hs.Close(); f.Drain(testkit.StopContext(t)) })
 	return hs.URL, l
 }
 
@@ -183,7 +183,7 @@ func TestFacadeBindingRefused403(t *testing.T) {
 	must(t, err)
 	f := facade.New(client.New(d.conn(security.RoleFacade).nc, client.Config{Source: "toolbus/mcp"}), facade.Config{Auth: tk, Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(f.Handler())
-	t.Cleanup(func() { hs.Close(); f.Close() })
+	t.Cleanup(func() { hs.Close(); f.Drain(testkit.StopContext(t)) })
 	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost, hs.URL+"/mcp/s1", strings.NewReader(body))
 	must(t, err)

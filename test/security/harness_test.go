@@ -82,7 +82,7 @@ func newDeployment(t *testing.T, configure ...func(*router.Config)) *deployment 
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
+	testkit.Stop(t, r.Stop)
 	return d
 }
 

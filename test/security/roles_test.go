@@ -25,7 +25,7 @@ func TestAllowedPaths(t *testing.T) {
 
 	ev, err := ac.Watch(ctx, "s1")
 	must(t, err)
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	reply, err := ac.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet", Input: client.Input(map[string]string{"who": "x"})}}}, client.WithReplyID("r1"))
 	must(t, err)
 	if len(reply.Results) != 1 || reply.Results[0].State != bus.StateSuccess {
@@ -38,7 +38,7 @@ func TestAllowedPaths(t *testing.T) {
 	if e := waitType(t, rp, bus.TypeBatchDone); e.SessionID != "s1" {
 		t.Fatalf("replayed %+v", e)
 	}
-	rp.Stop()
+	rp.Stop(t.Context())
 	tl, err := ac.Tools(ctx, "s1", "", nil)
 	must(t, err)
 	if len(tl.Tools) == 0 {
@@ -139,7 +139,7 @@ func readHandoff(t *testing.T, l *login, subject string) *bus.Event {
 	defer cancel()
 	ev, err := l.client().FollowHandoff(ctx, parts[1], parts[2])
 	must(t, err)
-	defer ev.Stop()
+	defer ev.Stop(t.Context())
 	select {
 	case e, ok := <-ev.C:
 		if !ok {

@@ -1,20 +1,17 @@
 package soak
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/toolbus/toolbus/bench"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/cli"
@@ -63,11 +60,10 @@ type soakProc struct {
 	env  []string
 	log  string // output of every generation, appended
 
-	mu   sync.Mutex
-	gen  int
-	id   string
-	cmd  *osexec.Cmd
-	done chan struct{} // closed when the current generation has exited
+	mu  sync.Mutex
+	gen int
+	id  string
+	p   *bench.Process // the current generation
 }
 
 // start runs the next generation and waits for its "serving" line.
@@ -81,95 +77,46 @@ func (p *soakProc) start(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(logf, "=== %s %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), id, strings.Join(p.args(id), " "))
-	// Not CommandContext: the soak kills and stops its processes itself.
-	cmd := osexec.Command(p.bin, p.args(id)...)
-	cmd.Env = p.env
-	cmd.Stderr = logf
-	stdout, err := cmd.StdoutPipe()
+	proc, err := bench.StartProcess(ctx, bench.ProcessSpec{Path: p.bin, Args: p.args(id), Env: p.env, Log: logf, Bound: soakReady,
+		Ready: func(line string) (string, bool) { return "", strings.Contains(line, " serving ") }})
 	if err != nil {
 		logf.Close()
-		return err
+		return fmt.Errorf("%s: %w (log %s)", id, err, p.log)
 	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start %s: %w", id, err)
-	}
-	ready := make(chan struct{})
-	done := make(chan struct{})
 	go func() {
-		sc := bufio.NewScanner(stdout)
-		said := false
-		for sc.Scan() {
-			fmt.Fprintln(logf, sc.Text())
-			if !said && strings.Contains(sc.Text(), " serving ") {
-				said = true
-				close(ready)
-			}
-		}
-		_, _ = io.Copy(logf, stdout)
-		_ = cmd.Wait()
-		fmt.Fprintf(logf, "=== %s %s exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), id, cmd.ProcessState)
+		<-proc.Done()
+		fmt.Fprintf(logf, "=== %s %s exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), id, proc.State())
 		logf.Close()
-		close(done)
 	}()
 	p.mu.Lock()
-	p.id, p.cmd, p.done = id, cmd, done
+	p.id, p.p = id, proc
 	p.mu.Unlock()
-	t := time.NewTimer(soakReady)
-	defer t.Stop()
-	select {
-	case <-ready:
-		return nil
-	case <-done:
-		return fmt.Errorf("%s exited before serving (log %s)", id, p.log)
-	case <-t.C:
-		return fmt.Errorf("%s did not say it was serving within %v (log %s)", id, soakReady, p.log)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
-// current returns the running generation's id, pid and exit channel.
-func (p *soakProc) current() (id string, pid int, done chan struct{}) {
+// current returns the running generation's id and process.
+func (p *soakProc) current() (string, *bench.Process) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd == nil || p.cmd.Process == nil {
-		return p.id, 0, nil
-	}
-	return p.id, p.cmd.Process.Pid, p.done
+	return p.id, p.p
 }
 
 // kill sends SIGKILL to the running generation and waits for it to exit.
 func (p *soakProc) kill() (id string, pid int, err error) {
-	id, pid, done := p.current()
-	if done == nil {
+	id, proc := p.current()
+	if proc == nil {
 		return id, 0, fmt.Errorf("%s is not running", id)
 	}
-	p.mu.Lock()
-	err = p.cmd.Process.Signal(syscall.SIGKILL)
-	p.mu.Unlock()
-	if err != nil {
-		return id, pid, err
-	}
-	<-done
-	return id, pid, nil
+	return id, proc.Pid(), proc.Kill()
 }
 
 // stop ends the running generation: SIGTERM (a drain), then SIGKILL after
 // soakStopWait.
 func (p *soakProc) stop() {
-	_, _, done := p.current()
-	if done == nil {
-		return
-	}
-	p.mu.Lock()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	p.mu.Unlock()
-	select {
-	case <-done:
-	case <-time.After(soakStopWait):
-		_, _, _ = p.kill()
-	}
+	_, proc := p.current()
+	ctx, cancel := context.WithTimeout(context.Background(), soakStopWait)
+	defer cancel()
+	_ = proc.Stop(ctx)
 }
 
 // soakDeploy is the deployment under test.
@@ -269,7 +216,7 @@ func (d *soakDeploy) stop() {
 	}
 	wg.Wait()
 	if d.cluster != nil {
-		d.cluster.Stop()
+		_ = d.cluster.Stop(context.Background())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/bench"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 )
@@ -211,27 +212,37 @@ type soakLoad struct {
 	appr *soakApprover
 }
 
-// agent makes batches until ctx ends; the batch under way is finished
-// (or given up) first. stop ends it at once (the operator interrupted).
-func (l *soakLoad) agent(ctx, stop context.Context, i int, nc *nats.Conn) {
-	r := rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano())))
-	cl := client.New(nc, client.Config{Prefix: l.o.Prefix, Source: fmt.Sprintf("soak/agent%d", i)})
-	for n := 0; ctx.Err() == nil; n++ {
-		b := &soakBatch{session: fmt.Sprintf("%s-a%d-s%d", l.run, i, n/soakBatchesPerSession),
-			reply: fmt.Sprintf("%s-a%d-b%d", l.run, i, n), signal: make(chan struct{}, 1)}
-		for k := range 1 + r.IntN(soakBatchCalls) {
-			kind := pickKind(r)
-			id := fmt.Sprintf("c%d", k+1)
-			in, want := kind.input(r, id)
-			b.calls = append(b.calls, &soakCall{key: bus.CallKey(b.session, b.reply, id), id: id, kind: kind,
-				input: in, want: want, batch: b, seen: map[string]string{}})
-		}
-		b.first = time.Now()
-		b.expiry = b.first.Add(l.o.BatchDeadline)
-		l.t.add(b)
-		l.runBatch(stop, cl, b)
-		sleepCtx(ctx, time.Duration(20+r.IntN(180))*time.Millisecond)
+// soakAgent is one agent: its client, its randomness and the batches it
+// made so far.
+type soakAgent struct {
+	i, n int
+	r    *rand.Rand
+	cl   *client.Client
+}
+
+func (l *soakLoad) newAgent(i int, nc *nats.Conn) *soakAgent {
+	return &soakAgent{i: i, r: rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano()))),
+		cl: client.New(nc, client.Config{Prefix: l.o.Prefix, Source: fmt.Sprintf("soak/agent%d", i)})}
+}
+
+// batch makes a's next batch and runs it to its end (or gives it up);
+// stop ends it at once (the operator interrupted).
+func (l *soakLoad) batch(stop context.Context, a *soakAgent) {
+	i, n := a.i, a.n
+	a.n++
+	b := &soakBatch{session: fmt.Sprintf("%s-a%d-s%d", l.run, i, n/soakBatchesPerSession),
+		reply: fmt.Sprintf("%s-a%d-b%d", l.run, i, n), signal: make(chan struct{}, 1)}
+	for k := range 1 + a.r.IntN(soakBatchCalls) {
+		kind := pickKind(a.r)
+		id := fmt.Sprintf("c%d", k+1)
+		in, want := kind.input(a.r, id)
+		b.calls = append(b.calls, &soakCall{key: bus.CallKey(b.session, b.reply, id), id: id, kind: kind,
+			input: in, want: want, batch: b, seen: map[string]string{}})
 	}
+	b.first = time.Now()
+	b.expiry = b.first.Add(l.o.BatchDeadline)
+	l.t.add(b)
+	l.runBatch(stop, a.cl, b)
 }
 
 // runBatch sends b and re-sends it with the same reply id, as an agent
@@ -360,7 +371,7 @@ func (l *soakLoad) events(ctx context.Context, nc *nats.Conn) error {
 	}()
 	go func() {
 		<-ctx.Done()
-		evs.Stop()
+		_ = evs.Stop(context.WithoutCancel(ctx))
 	}()
 	return nil
 }
@@ -449,41 +460,32 @@ func (a *soakApprover) answer(c *soakCall, via string) {
 			t.note(c.key, "approver: bad answer of kind %s: %v", c.kind.name, err)
 			return
 		}
-		b := c.batch
-		until := time.Now().Add(soakAnswerFor)
-		for try := 1; ; try++ {
+		b, try := c.batch, 0
+		err := bench.Poll(a.ctx, soakAnswerFor, 500*time.Millisecond, func() error {
+			try++
 			ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
 			err := a.cl.Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
 			cancel()
 			var be *bus.Error
 			isBus := errors.As(err, &be)
 			t.mu.Lock()
-			done := c.final != nil
+			defer t.mu.Unlock()
 			switch {
 			case err == nil:
-				c.answered = time.Now()
 				t.step(c, "approver (%s): answer accepted on try %d", via, try)
 			case isBus && be.Code == bus.CodeAlreadyAnswered:
-				c.answered = time.Now()
 				t.step(c, "approver (%s): try %d: already answered (an earlier try landed)", via, try)
-			case isBus && be.Code == bus.CodeNotParked && (try > 1 || done):
-				c.answered = time.Now()
+			case isBus && be.Code == bus.CodeNotParked && (try > 1 || c.final != nil):
 				t.step(c, "approver (%s): try %d: not parked any more (an earlier try landed, or it settled)", via, try)
 			default:
 				t.step(c, "approver (%s): try %d: %v", via, try, err)
-				err = errRetry
+				return errors.New("retry")
 			}
-			t.mu.Unlock()
-			if err != errRetry {
-				return
-			}
-			if time.Now().After(until) || a.ctx.Err() != nil {
-				t.note(c.key, "approver: gave up answering after %d tries", try)
-				return
-			}
-			sleepCtx(a.ctx, 500*time.Millisecond)
+			c.answered = time.Now()
+			return nil
+		})
+		if err != nil {
+			t.note(c.key, "approver: gave up answering after %d tries", try)
 		}
 	}()
 }
-
-var errRetry = errors.New("retry")

@@ -16,11 +16,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/bench"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/natsconn"
@@ -82,19 +82,13 @@ type Options struct {
 
 // Report is the soak's result.
 type Report struct {
-	Calls            int                        `json:"calls"`
-	Completed        int                        `json:"completed"`
-	Lost             int                        `json:"lost"`
-	Duplicated       int                        `json:"duplicated"`
+	soakKindReport                              // every call's (p50_ms, p99_ms: of those that do not park)
 	ParkedLost       int                        `json:"parked_lost"`
 	Faults           []soakFault                `json:"faults"`
-	P50MS            float64                    `json:"p50_ms"`
-	P99MS            float64                    `json:"p99_ms"`
 	DurationS        float64                    `json:"duration_s"`
 	Batches          int                        `json:"batches"`
 	Sessions         int                        `json:"sessions"`
 	Resends          int                        `json:"resends"`
-	Succeeded        int                        `json:"succeeded"`
 	Errors           map[string]int             `json:"errors"`
 	UnknownRan       int                        `json:"unknown_outcome_ran"`
 	HandoffMissed    int                        `json:"handoff_missed"`
@@ -110,7 +104,7 @@ type Report struct {
 	WorkDir          string                     `json:"work_dir,omitempty"`
 }
 
-// soakKindReport is one call kind's share of the report.
+// soakKindReport is one call kind's share of the report, or all of it.
 type soakKindReport struct {
 	Calls      int     `json:"calls"`
 	Completed  int     `json:"completed"`
@@ -133,7 +127,6 @@ type soakProblem struct {
 // soakMaxProblems bounds the problems listed.
 const soakMaxProblems = 50
 
-// soak runs the deployment, the load and the faults, and counts.
 // Run runs the soak o describes, logging progress through logf, and
 // returns its report; the error is the deployment's, not the counters'.
 func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, error) {
@@ -191,7 +184,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	if err := hw.Start(ctx); err != nil {
 		return nil, err
 	}
-	defer hw.Stop()
+	defer func() { _ = hw.Stop(context.WithoutCancel(ctx)) }()
 	cl := client.New(hnc, client.Config{Prefix: o.Prefix, Source: "soak/approver"})
 	if err := waitSoakLive(ctx, cl); err != nil {
 		return nil, err
@@ -214,18 +207,17 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 		return nil, err
 	}
 
-	loadCtx, endLoad := context.WithTimeout(ctx, o.Duration)
-	defer endLoad()
-	var wg sync.WaitGroup
-	for i := range o.Agents {
+	agents := make([]*soakAgent, o.Agents)
+	for i := range agents {
 		nc, err := connect(fmt.Sprintf("agent%d", i))
 		if err != nil {
-			endLoad()
-			wg.Wait()
 			return nil, err
 		}
-		wg.Go(func() { l.agent(loadCtx, ctx, i, nc) })
+		agents[i] = l.newAgent(i, nc)
 	}
+	loadCtx, endLoad := context.WithTimeout(ctx, o.Duration)
+	defer endLoad()
+	defer context.AfterFunc(loadCtx, func() { logf("load over: finishing the batches under way") })()
 	var faults []soakFault
 	fdone := make(chan struct{})
 	go func() {
@@ -243,10 +235,14 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 			faults = append(faults, f)
 		}
 	}()
-	<-loadCtx.Done()
-	logf("load over: finishing the batches under way")
+	// The bench's load generator: each agent makes batches back to back,
+	// with a pause of 20 to 200 ms, and finishes the one under way.
+	_, _ = bench.Generate(loadCtx, o.Duration, 0, o.Agents, func(_ context.Context, i int) error {
+		l.batch(ctx, agents[i])
+		sleepCtx(loadCtx, time.Duration(20+agents[i].r.IntN(180))*time.Millisecond)
+		return nil
+	})
 	<-fdone
-	wg.Wait()
 	elapsed := time.Since(t.start)
 	// batch.done events of the last batches may trail their replies.
 	for range 50 {
@@ -274,53 +270,41 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 // waitSoakLive waits until a router sees every tool of the soak with all
 // its workers live.
 func waitSoakLive(ctx context.Context, cl *client.Client) error {
-	want := map[string]int{}
+	want := map[string]int{soakExternalTool: 0}
 	for _, k := range soakKinds {
 		if k.tool != soakExternalTool {
 			want[k.tool] = soakWorkers
 		}
 	}
-	deadline := time.Now().Add(soakReady)
-	var last string
-	for time.Now().Before(deadline) {
+	err := bench.Poll(ctx, soakReady, 200*time.Millisecond, func() error {
 		var st bus.Status
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := cl.Admin(actx, "status", "", nil, &st)
-		cancel()
-		if err == nil {
-			missing := []string{}
-			ext := false
-			for tool, n := range want {
-				got := 0
-				for _, ts := range st.Tools {
-					if ts.Name == tool {
-						got = ts.LiveWorkers
-					}
-				}
-				if got < n {
-					missing = append(missing, fmt.Sprintf("%s (%d of %d workers)", tool, got, n))
-				}
-			}
-			for _, ts := range st.Tools {
-				ext = ext || ts.Name == soakExternalTool && ts.External
-			}
-			if !ext {
-				missing = append(missing, soakExternalTool)
-			}
-			if len(missing) == 0 {
-				return nil
-			}
-			sort.Strings(missing)
-			last = "not live: " + strings.Join(missing, ", ") + " (a toolworker without the effect tools of $TOOLWORKER_EFFECTS_FILE is an older build)"
-		} else {
-			last = err.Error()
+		defer cancel()
+		if err := cl.Admin(actx, "status", "", nil, &st); err != nil {
+			return err
 		}
-		sleepCtx(ctx, 200*time.Millisecond)
-		if ctx.Err() != nil {
-			return ctx.Err()
+		got := map[string]int{}
+		for _, ts := range st.Tools {
+			if ts.External == (ts.Name == soakExternalTool) {
+				got[ts.Name] = ts.LiveWorkers
+			}
 		}
+		var missing []string
+		for tool, n := range want {
+			if have, ok := got[tool]; !ok || have < n {
+				missing = append(missing, fmt.Sprintf("%s (%d of %d workers)", tool, have, n))
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		sort.Strings(missing)
+		return errors.New("not live: " + strings.Join(missing, ", ") + " (a toolworker without the effect tools of $TOOLWORKER_EFFECTS_FILE is an older build)")
+	})
+	if err != nil {
+		return fmt.Errorf("soak: the deployment did not come up within %v: %w", soakReady, err)
 	}
-	return fmt.Errorf("soak: the deployment did not come up within %v: %s", soakReady, last)
+	return nil
 }
 
 // readEffects counts the effect records per call key.
@@ -397,8 +381,7 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 	rep.Sessions = len(sessions)
 	for _, c := range t.order {
 		k := rep.ByKind[c.kind.name]
-		rep.Calls++
-		k.Calls++
+		rep.Calls, k.Calls = rep.Calls+1, k.Calls+1
 		recs := effects[c.key]
 		for _, r := range recs {
 			t.step(c, "effects file: %s", r)
@@ -422,13 +405,11 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 			dup = append(dup, "it was given different results: "+strings.Join(all, " and "))
 		}
 		if len(dup) > 0 {
-			rep.Duplicated++
-			k.Duplicated++
+			rep.Duplicated, k.Duplicated = rep.Duplicated+1, k.Duplicated+1
 			t.problem(rep, c, "duplicated: "+strings.Join(dup, "; "))
 		}
 		if c.final == nil {
-			rep.Lost++
-			k.Lost++
+			rep.Lost, k.Lost = rep.Lost+1, k.Lost+1
 			what := "lost: no final result"
 			if c.kind.park != "" && !c.answered.IsZero() {
 				rep.ParkedLost++
@@ -437,8 +418,7 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 			t.problem(rep, c, what)
 			continue
 		}
-		rep.Completed++
-		k.Completed++
+		rep.Completed, k.Completed = rep.Completed+1, k.Completed+1
 		r := c.final
 		if r.State == bus.StateSuccess {
 			if summary(*r) != "success/: "+c.want {
@@ -448,8 +428,7 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 				rep.WrongResults++
 				t.problem(rep, c, "success without its side effect")
 			} else {
-				rep.Succeeded++
-				k.Succeeded++
+				rep.Succeeded, k.Succeeded = rep.Succeeded+1, k.Succeeded+1
 			}
 		} else {
 			code := r.State
@@ -498,20 +477,14 @@ func (t *soakTracker) problem(rep *Report, c *soakCall, what string) {
 	rep.Problems = append(rep.Problems, p)
 }
 
-// percentiles returns the 50th and 99th percentile in milliseconds.
+// percentiles returns the 50th and 99th percentile (nearest rank) in
+// milliseconds.
 func percentiles(d []time.Duration) (p50, p99 float64) {
-	if len(d) == 0 {
-		return 0, 0
-	}
 	slices.Sort(d)
-	at := func(q float64) float64 {
-		i := int(q * float64(len(d)-1))
-		return float64(d[i].Microseconds()) / 1000
-	}
-	return at(0.50), at(0.99)
+	ms := func(q float64) float64 { return float64(bench.Latencies(d).Quantile(q).Microseconds()) / 1000 }
+	return ms(0.5), ms(0.99)
 }
 
-// write prints the report for people.
 // Write prints the report as text.
 func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "soak: %.0f s on %s (prefix %s, binaries %s)\n", r.DurationS, r.NATS, r.Prefix, r.Binaries)

@@ -56,7 +56,7 @@ func TestPercentiles(t *testing.T) {
 	}{
 		{nil, 0, 0},
 		{[]time.Duration{time.Millisecond}, 1, 1},
-		{[]time.Duration{3 * time.Millisecond, time.Millisecond, 2 * time.Millisecond}, 2, 2},
+		{[]time.Duration{3 * time.Millisecond, time.Millisecond, 2 * time.Millisecond}, 2, 3}, // nearest rank
 	} {
 		if p50, p99 := percentiles(tc.in); p50 != tc.p50 || p99 != tc.p99 {
 			t.Errorf("percentiles(%v) = %v, %v, want %v, %v", tc.in, p50, p99, tc.p50, tc.p99)

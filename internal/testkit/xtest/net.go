@@ -147,7 +147,7 @@ func (n *Net) shutdown(conns []*nats.Conn) {
 	}
 	if n.ownSrv {
 		if n.Cluster != nil {
-			n.Cluster.Stop()
+			_ = n.Cluster.Stop(context.Background()) // a test kit: no caller context here
 		}
 		if n.Server != nil {
 			n.Server.Shutdown()

@@ -38,7 +38,7 @@ func TestLiveThenGone(t *testing.T) {
 	if err != nil || len(seen) != 2 {
 		t.Fatalf("statuses from %v: %v", seen, err)
 	}
-	d.Routers[0].Stop()
+	d.Routers[0].Stop(t.Context())
 	if err := w.Drain(t.Context()); err != nil {
 		t.Fatal(err)
 	}

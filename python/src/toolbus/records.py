@@ -413,7 +413,7 @@ _TOOLDEF: dict[str, type | None] = {
     "name": str, "title": str, "description": str, "input_schema": None, "output_schema": None, "groups": list,
     "read_only": bool, "concurrency_safe": bool, "idempotent": bool, "external": bool, "state_injected": bool,
     "durable": bool, "timeout_ms": int, "max_attempts": int, "permission": str, "rule_matcher": str,
-    "rule_field": str, "path_base": str, "mcp": dict, "cache_ttl_ms": int, "cache_scope": str,
+    "rule_field": str, "path_base": str, "mcp": dict, "cache_ttl_ms": int, "cache_scope": str, "background": bool,
 }
 
 
@@ -442,6 +442,7 @@ class ToolDef:
     mcp: dict[str, Any] | None = None
     cache_ttl_ms: int = 0
     cache_scope: str = ""
+    background: bool = False  # past its timeout a call goes on as a background task (5.10)
 
     @classmethod
     def from_json(cls, obj: Any, what: str = "tool") -> ToolDef:
@@ -488,6 +489,8 @@ class ToolDef:
             out["cache_ttl_ms"] = self.cache_ttl_ms
         if self.cache_scope:
             out["cache_scope"] = self.cache_scope
+        if self.background:
+            out["background"] = True
         return out
 
 

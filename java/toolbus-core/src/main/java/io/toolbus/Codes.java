@@ -12,6 +12,11 @@ public final class Codes {
   public static final String CALL_REPLY = "io.toolbus.call.reply";
   public static final String TOOLS_QUERY = "io.toolbus.tools.query";
   public static final String TOOLS_LIST = "io.toolbus.tools.list";
+  public static final String TASK_QUERY = "io.toolbus.task.query";
+  public static final String TASK_REPLY = "io.toolbus.task.reply";
+  public static final String TASK_DONE = "io.toolbus.task.done";
+  public static final String UNKNOWN_TASK = "unknown_task";
+  public static final String STATE_BACKGROUND = "background";
   public static final String CALL_CANCEL = "io.toolbus.call.cancel";
   public static final String CALL_RESULT = "io.toolbus.call.result";
   public static final String CALL_PROGRESS = "io.toolbus.call.progress";

@@ -8,7 +8,11 @@ import java.util.List;
 /** The outcome of one call (docs/protocol.md 3.3). */
 @JsonIgnoreProperties(ignoreUnknown = true)
 public record Result(
-    String id, String name, String state, List<Block> output, Error error, JsonNode metadata) {
+    String id, String name, String state, List<Block> output, Error error, JsonNode metadata, TaskHandle task) {
+
+  /** The handle of a result in state background: the task the call goes on as (5.10). */
+  @JsonIgnoreProperties(ignoreUnknown = true)
+  public record TaskHandle(String id, String state, String subject) {}
 
   /** The machine-readable part of an error result. */
   @JsonIgnoreProperties(ignoreUnknown = true)

@@ -22,6 +22,7 @@ public record Subjects(String prefix) {
   public String register() { return prefix + ".register"; }
   public String admin(String verb) { return prefix + ".admin." + verb; }
   public String outputs(String session) { return prefix + ".outputs." + session; }
+  public String tasks(String session) { return prefix + ".tasks." + session; }
   public String work(String tool) { return prefix + ".work." + tool; }
   public String result(String tool) { return prefix + ".result." + tool; }
   public String all(String kind) { return prefix + "." + kind + ".>"; }

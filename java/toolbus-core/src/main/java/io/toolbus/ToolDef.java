@@ -29,7 +29,8 @@ public record ToolDef(
     @JsonProperty("path_base") String pathBase,
     JsonNode mcp,
     @JsonProperty("cache_ttl_ms") Long cacheTtlMs,
-    @JsonProperty("cache_scope") String cacheScope) {
+    @JsonProperty("cache_scope") String cacheScope,
+    Boolean background) {
 
   public static Builder builder(String name) {
     return new Builder(name);
@@ -45,6 +46,11 @@ public record ToolDef(
 
   public boolean isExternal() {
     return Boolean.TRUE.equals(external);
+  }
+
+  /** Whether a call past its timeout goes on as a background task (docs/protocol.md 5.10). */
+  public boolean isBackground() {
+    return Boolean.TRUE.equals(background);
   }
 
   /** Builds a definition; concurrency_safe is true unless said. */
@@ -68,6 +74,7 @@ public record ToolDef(
     private String ruleField;
     private Long cacheTtlMs;
     private String cacheScope;
+    private Boolean background;
 
     private Builder(String name) {
       this.name = Ids.requireName("tool name", name);
@@ -91,6 +98,8 @@ public record ToolDef(
     public Builder permission(String v) { permission = v; return this; }
     public Builder ruleMatcher(String matcher, String field) { ruleMatcher = matcher; ruleField = field; return this; }
     public Builder cache(long ttlMs, String scope) { cacheTtlMs = ttlMs; cacheScope = scope; return this; }
+    /** Past its timeout a call goes on as a background task instead of ending timeout (5.10). */
+    public Builder background(boolean v) { background = v ? Boolean.TRUE : null; return this; }
 
     private static JsonNode schema(Object v) {
       if (v == null) {
@@ -108,13 +117,13 @@ public record ToolDef(
       }
       return new ToolDef(name, title, description, inputSchema, outputSchema, groups, readOnly,
           concurrencySafe, idempotent, external, stateInjected, durable, timeoutMs, maxAttempts,
-          permission, ruleMatcher, ruleField, null, null, cacheTtlMs, cacheScope);
+          permission, ruleMatcher, ruleField, null, null, cacheTtlMs, cacheScope, background);
     }
   }
 
   ToolDef withInputSchema(JsonNode s) {
     return new ToolDef(name, title, description, s, outputSchema, groups, readOnly, concurrencySafe,
         idempotent, external, stateInjected, durable, timeoutMs, maxAttempts, permission, ruleMatcher,
-        ruleField, pathBase, mcp, cacheTtlMs, cacheScope);
+        ruleField, pathBase, mcp, cacheTtlMs, cacheScope, background);
   }
 }

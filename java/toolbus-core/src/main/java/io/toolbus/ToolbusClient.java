@@ -184,6 +184,66 @@ public final class ToolbusClient implements AutoCloseable {
     return re.dataTree();
   }
 
+  /**
+   * Sends a task verb on P.tasks.<session> (docs/protocol.md 5.10): op get, list, wait, cancel or
+   * output; ids as the verb takes them; timeoutMs bounds a wait (0: the router's 60 s); any ends a
+   * wait at the first task that ends. A task of another session is refused (unknown_task).
+   */
+  public Task.Reply taskQuery(String session, String op, List<String> ids, long timeoutMs, boolean any) {
+    ObjectNode q = Json.MAPPER.createObjectNode();
+    q.put("op", op);
+    if (ids != null && !ids.isEmpty()) {
+      q.set("ids", Json.tree(ids));
+    }
+    if (timeoutMs > 0) {
+      q.put("timeout_ms", timeoutMs);
+    }
+    if (any) {
+      q.put("any", true);
+    }
+    Duration wait = Duration.ofMillis(timeoutMs > 0 ? timeoutMs : 60_000).plusSeconds(10);
+    Event re = rq.request(subj.tasks(Ids.requireId("session id", session)), tx.event(Codes.TASK_QUERY, session, q),
+        Codes.TASK_REPLY, wait);
+    return re.dataAs(Task.Reply.class, Codes.BAD_EVENT);
+  }
+
+  /** One task of the session. */
+  public Task task(String session, String id) {
+    return first(taskQuery(session, "get", List.of(id), 0, false), id);
+  }
+
+  /** The session's tasks, newest first. */
+  public List<Task> tasks(String session) {
+    return taskQuery(session, "list", null, 0, false).tasks();
+  }
+
+  /**
+   * Waits until every task named ended, or timeout (at most 120 s), and returns them as they are
+   * then: AgentScope's wait_async_results.
+   */
+  public List<Task> waitTasks(String session, Duration timeout, String... ids) {
+    return taskQuery(session, "wait", List.of(ids), Math.max(timeout.toMillis(), 1), false).tasks();
+  }
+
+  /** Cancels a running task: it ends interrupted and its run stops; an ended task keeps its end. */
+  public Task cancelTask(String session, String id) {
+    return first(taskQuery(session, "cancel", List.of(id), 0, false), id);
+  }
+
+  /** A task with its output so far (the worker's progress, its last 32 KiB). */
+  public Task.Reply taskOutput(String session, String id) {
+    Task.Reply r = taskQuery(session, "output", List.of(id), 0, false);
+    first(r, id);
+    return r;
+  }
+
+  private static Task first(Task.Reply r, String id) {
+    if (r.tasks().isEmpty()) {
+      throw new BusException(Codes.BAD_EVENT, "task " + Ids.quote(id) + ": the reply names no task");
+    }
+    return r.tasks().get(0);
+  }
+
   /** Watches a session's events into a queue (read with {@link EventWatch#next}). */
   public EventWatch watch(String session) {
     return new EventWatch(nc, subj.events(Ids.requireId("session id", session)), null);

@@ -1,0 +1,240 @@
+package facade
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Task status notifications at 2026-07-28 (the Tasks extension, "Task
+// Status Notifications"): a client sends subscriptions/listen with
+// params.notifications.taskIds; the server acknowledges the ids it agreed
+// to, then sends notifications/tasks (the DetailedTask tasks/get would
+// return) on that request's stream whenever one changes. mcp-go v1.2.1
+// serves subscriptions/listen itself but drops taskIds and every
+// notification outside its filter (server/subscriptions.go), so a listen
+// naming task ids is the facade's, whole, on both transports: its
+// acknowledgement names only the task ids (a client asking for other
+// kinds as well opens another listen for them, which mcp-go serves), and
+// the changes come from the records' KV subjects, so any facade process
+// serves it.
+
+const (
+	methodSubscriptionsListen = string(mcp.MethodSubscriptionsListen)
+	methodTaskNotification    = "notifications/tasks"
+	// tasksExtension is the extension's identifier a client declares in
+	// its per-request capabilities.
+	tasksExtension = "io.modelcontextprotocol/tasks"
+	// codeMissingCapability is -32021, Missing Required Client Capability.
+	codeMissingCapability = -32021
+	// maxListens bounds the listen streams of tasks one facade process
+	// serves at once; listenReread is how often a stream reads its live
+	// tasks again (a write the subscription dropped, a replica behind).
+	maxListens   = 1000
+	listenReread = time.Second
+	// maxListenIDs bounds the task ids one listen agrees to (the default
+	// MaxTasks: every live task of a (session, user)).
+	maxListenIDs = DefaultMaxTasks
+)
+
+// missingTasksCapability is the data of a -32021 error: the extension the
+// request lacks.
+var missingTasksCapability = map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}}
+
+// listenParams are a subscriptions/listen request's params, as far as the
+// facade reads them.
+type listenParams struct {
+	Notifications struct {
+		TaskIDs []string `json:"taskIds"`
+	} `json:"notifications"`
+	Meta map[string]json.RawMessage `json:"_meta"`
+}
+
+// listensForTasks reports whether a subscriptions/listen request names
+// task ids (the facade's), rather than only mcp-go's kinds.
+func listensForTasks(params json.RawMessage) bool {
+	var p listenParams
+	return json.Unmarshal(params, &p) == nil && len(p.Notifications.TaskIDs) > 0
+}
+
+// declaresTasks reports whether the request's per-request capabilities
+// declare the Tasks extension.
+func (p *listenParams) declaresTasks() bool {
+	var caps struct {
+		Extensions map[string]json.RawMessage `json:"extensions"`
+	}
+	if json.Unmarshal(p.Meta[mcp.MetaKeyClientCapabilities], &caps) != nil {
+		return false
+	}
+	_, ok := caps.Extensions[tasksExtension]
+	return ok
+}
+
+// streamKey carries, in a request's context, how a message is written on
+// the request's own stream (an HTTP response's SSE events, or the stdio
+// output).
+type streamKey struct{}
+
+func withStream(ctx context.Context, send func([]byte) error) context.Context {
+	return context.WithValue(ctx, streamKey{}, send)
+}
+
+func streamOf(ctx context.Context) func([]byte) error {
+	send, _ := ctx.Value(streamKey{}).(func([]byte) error)
+	return send
+}
+
+// serveStream answers m over HTTP as a stream of server-sent events: the
+// messages answer sends on the stream, then its response.
+func serveStream(ctx context.Context, w http.ResponseWriter, m *rpcMessage, answer func(context.Context, *rpcMessage) []byte) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	var mu sync.Mutex
+	send := func(msg []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", msg); err != nil {
+			return err
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return nil
+	}
+	_ = send(answer(withStream(ctx, send), m))
+}
+
+// listen serves a subscriptions/listen naming task ids: it acknowledges
+// the ids that are tasks of this session and user (at most MaxTasks; any
+// other id is left out, as another user's is), sends each one's state at
+// once and again on every change, and ends when all of them ended (or
+// were deleted), the request ends or the facade closes.
+func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) {
+	var p listenParams
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: err.Error()}
+	}
+	if !p.declaresTasks() {
+		return nil, &rpcError{Code: codeMissingCapability, Message: "Missing required client capability: task notifications need the " + tasksExtension + " extension"}
+	}
+	send := streamOf(ctx)
+	if send == nil {
+		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "subscriptions/listen: no stream to send on"}
+	}
+	if !s.runners.startListen() {
+		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf("this facade process serves %d task subscriptions already (the most)", maxListens)}
+	}
+	defer s.runners.endListen()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	context.AfterFunc(s.runners.closing, stop)
+	changes, err := s.store.watchChanges(ctx, s.session, s.user) // before the reads: no write is missed
+	if err != nil {
+		return nil, storeError(err)
+	}
+	tagged := func(fields map[string]json.RawMessage) map[string]json.RawMessage {
+		fields["_meta"], _ = json.Marshal(map[string]any{mcp.MetaKeySubscriptionID: m.ID})
+		return fields
+	}
+	notify := func(r *taskRecord) {
+		msg, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": methodTaskNotification, "params": tagged(r.detailed(true))})
+		_ = send(msg)
+	}
+	seen := map[string]*taskRecord{}
+	agreed := []string{}
+	for _, id := range p.Notifications.TaskIDs {
+		if _, dup := seen[id]; dup || len(agreed) == maxListenIDs {
+			continue
+		}
+		r, _, err := s.store.getTask(ctx, s.session, s.user, id)
+		if err != nil {
+			continue // not this session's and user's task (or gone): not agreed
+		}
+		seen[id] = r
+		agreed = append(agreed, id)
+	}
+	ids, _ := json.Marshal(map[string]any{"taskIds": agreed})
+	ack, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": mcp.MethodNotificationSubscriptionsAcknowledged,
+		"params": tagged(map[string]json.RawMessage{"notifications": ids})})
+	if send(ack) != nil {
+		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "subscriptions/listen: the stream is closed"}
+	}
+	live := 0
+	for _, id := range agreed {
+		r := seen[id]
+		notify(r)
+		if !r.Status.IsTerminal() {
+			live++
+			s.runners.follow(r) // a task nobody runs any more learns its end from the bus
+		}
+	}
+	// changed records r as id's state and sends it when it is news.
+	changed := func(id string, r *taskRecord) {
+		last, ok := seen[id]
+		if !ok || last == nil || last.Status.IsTerminal() {
+			return
+		}
+		if r == nil { // deleted: nothing more to say
+			seen[id] = nil
+			live--
+			return
+		}
+		if r.Status == last.Status && r.Updated.Equal(last.Updated) {
+			return
+		}
+		seen[id] = r
+		notify(r)
+		if r.Status.IsTerminal() {
+			live--
+		}
+	}
+	done := map[string]any{"_meta": map[string]any{mcp.MetaKeySubscriptionID: m.ID}}
+	again := time.NewTicker(listenReread)
+	defer again.Stop()
+	for live > 0 {
+		select {
+		case <-ctx.Done():
+			return done, nil
+		case c, ok := <-changes:
+			if !ok {
+				return done, nil
+			}
+			changed(c.id, c.rec)
+		case <-again.C:
+			for _, id := range agreed {
+				if last := seen[id]; last != nil && !last.Status.IsTerminal() {
+					r, _, err := s.store.getTask(ctx, s.session, s.user, id)
+					if err == nil || errors.Is(err, errNotFound) {
+						changed(id, r)
+					}
+				}
+			}
+		}
+	}
+	return done, nil
+}
+
+// startListen counts a listen stream in, false past maxListens.
+func (t *taskRunners) startListen() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.listens >= maxListens {
+		return false
+	}
+	t.listens++
+	return true
+}
+
+func (t *taskRunners) endListen() {
+	t.mu.Lock()
+	t.listens--
+	t.mu.Unlock()
+}
