@@ -222,10 +222,11 @@ func (f *follower) start(ctx context.Context) (*Events, error) {
 }
 
 // FollowHandoff streams the handoff requests (docs/protocol.md 6.2) of
-// kind "external" or "confirm" for tool ("" for every tool), oldest kept
-// first, then new ones: through a pull consumer a router makes on request
-// (P.handoff.<kind>[.<tool>]), asked for again from the next sequence
-// when it is lost. A handler or approver needs no JetStream permission
+// kind "external" or "confirm" for tool ("" for every tool): the calls
+// still parked, oldest first, then new ones, through a pull consumer of
+// P_parked's stream a router makes on request (P.handoff.<kind>[.<tool>])
+// and reads for it, asked for again from the next sequence when it is
+// lost. A handler or approver needs no JetStream permission
 // for it.
 func (c *Client) FollowHandoff(ctx context.Context, kind, tool string) (*Events, error) {
 	if kind != "external" && kind != "confirm" {

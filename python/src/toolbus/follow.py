@@ -273,7 +273,7 @@ class ReplayStream(FollowStream):
 
 
 class HandoffStream(FollowStream):
-    """Handoff requests (6.2) kept by the handoff stream, oldest first, then new ones, through a router."""
+    """Handoff requests (6.2): the calls still parked, oldest first, then new ones, through a router."""
 
     def __init__(self, client: Client, kind: str, tool: str = "", start_seq: int = 0) -> None:
         super().__init__(client, client.subjects.handoff(kind, tool), "", ev.TYPE_HANDOFF_FOLLOW, ev.TYPE_HANDOFF_READY, start_seq)
