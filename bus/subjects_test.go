@@ -25,7 +25,7 @@ func TestSubjectsPrefix(t *testing.T) {
 		s.RouterQueue():                 "acme-router",
 		s.ExecQueue("echo"):             "acme-exec-echo",
 		s.Bucket(bus.BucketSessions):    "acme_sessions",
-		s.Stream(bus.StreamHandoff):     "ACME_HANDOFF",
+		s.Stream(bus.StreamEvents):      "ACME_EVENTS",
 		s.ObjectStore(bus.ObjectSkills): "acme_skills",
 	} {
 		if got != want {

@@ -47,7 +47,7 @@ type answers struct {
 type parkedCalls interface {
 	Answer(ctx context.Context, key, tool string, a *bus.Answer, decide parked.Decide) (parked.Answered, error)
 	Resume(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
-	Batch(ctx context.Context, session, replyID string) (*parked.Batch, error)
+	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
 	Parked(session, replyID string) []*parked.Record
 }
 
@@ -338,7 +338,7 @@ func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
-	cont, err := r.parked.Batch(ctx, rec.Session, rec.ReplyID)
+	cont, err := r.parked.Continuation(ctx, rec)
 	cancel()
 	var res bus.Result
 	if err != nil {

@@ -86,6 +86,10 @@ type eventPort interface {
 	// it takes writes, and nobody waits (docs/protocol.md 3.4, a read-only
 	// batch's batch.done).
 	announce(typ, session, replyID, callID string, trace [2]string, data any) error
+	// live sends an event on the session's events subject for live
+	// subscribers only: the events stream refuses it (docs/protocol.md
+	// 3.4, call.parked).
+	live(typ, session, replyID, callID string, trace [2]string, data any) error
 	// reply sends an event to a reply subject (core NATS).
 	reply(subject string, e *bus.Event) error
 	// event builds an event from this router.
@@ -239,6 +243,24 @@ func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]st
 		return err
 	}
 	return bus.Send(x.nc, x.subj.Events(session), &e, e.ID) // stored once, as a retried publish would be
+}
+
+// live publishes an event with core NATS for live subscribers only: the
+// events stream refuses it (protocol 3.4, call.parked).
+func (x routerEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
+	var e bus.Event
+	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
+		return err
+	}
+	m, err := e.Msg(x.subj.Events(session))
+	if err != nil {
+		return err
+	}
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(bus.HeaderLiveOnly, bus.LiveOnly) // the events stream refuses it
+	return x.nc.PublishMsg(m)
 }
 
 func (x routerEvents) stored(ctx context.Context, evs []*sentEvent) error {

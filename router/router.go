@@ -340,7 +340,8 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	r.life.Defer(r.skills.cat.Drain)
-	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log})
+	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log,
+		Publish: r.nc.PublishMsg})
 	if err := r.parked.Start(bg); err != nil {
 		return fmt.Errorf("router: parked calls: %w", err)
 	}
@@ -389,7 +390,7 @@ func (r *Router) bind() {
 		refused: func(m *nats.Msg, e *bus.Event, err error) { r.auditRefusal(m, "tools", e, err) }, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
-	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, handoff: r.store.Handoff}
+	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls)}
 	if ids := r.cfg.Identities; ids != nil {
 		replay.bound = func(s string) bool { _, ok := ids.UserOf(s); return ok }
 	}
