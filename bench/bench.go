@@ -478,7 +478,7 @@ func (d *deployment) parkAndAnswer(ctx context.Context, ev *client.Events, sessi
 		return parked, fmt.Errorf("bench: parked call: want one external parked call, got %+v", reply)
 	}
 	parked = time.Now()
-	if err := d.client.Answer(ctx, toolParked, session, id, "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("yes")}); err != nil {
+	if err := d.client.Parked().Answer(ctx, toolParked, session, id, "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("yes")}); err != nil {
 		return parked, fmt.Errorf("bench: parked answer: %w", err)
 	}
 	for {

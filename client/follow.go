@@ -201,13 +201,14 @@ func (f *follower) start(ctx context.Context) (*Events, error) {
 	return ev, nil
 }
 
-// FollowHandoff streams the handoff requests (docs/protocol.md 6.2) of
+// Follow streams the handoff requests (docs/protocol.md 6.2) of
 // kind "external" or "confirm" for tool ("" for every tool), oldest kept
 // first, then new ones: through a pull consumer a router makes on request
 // (P.handoff.<kind>[.<tool>]), asked for again from the next sequence
 // when it is lost. A handler or approver needs no JetStream permission
 // for it.
-func (c *Client) FollowHandoff(ctx context.Context, kind, tool string) (*Events, error) {
+func (p Parked) Follow(ctx context.Context, kind, tool string) (*Events, error) {
+	c := p.c
 	if kind != "external" && kind != "confirm" {
 		return nil, bus.Errorf(bus.CodeBadRequest, "handoff kind %q is not external or confirm", kind)
 	}

@@ -83,7 +83,7 @@ func Example_externalTool() {
 		return nil
 	}
 	answer := func(ctx context.Context, cl *client.Client, session, replyID, callID string) error {
-		err := cl.Answer(ctx, "approve_po", session, replyID, callID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("approved")})
+		err := cl.Parked().Answer(ctx, "approve_po", session, replyID, callID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("approved")})
 		if errors.Is(err, bus.ErrNotParked) {
 			return nil // answered already, or cancelled
 		}

@@ -55,7 +55,7 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 	// answered or expire, so this shows what was asked while nobody watched.
 	// The router makes it and relays the pulls (P.handoff.<kind>[.<tool>]),
 	// so handlers and approvers need no JetStream permission.
-	ev, err := cl.FollowHandoff(ctx, kind, forTool)
+	ev, err := cl.Parked().Follow(ctx, kind, forTool)
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", subject, err)
 	}

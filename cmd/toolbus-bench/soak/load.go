@@ -472,7 +472,7 @@ func (a *soakApprover) answer(c *soakCall, via string) {
 		err := bench.Poll(a.ctx, soakAnswerFor, 500*time.Millisecond, func() error {
 			try++
 			ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
-			err := a.cl.Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
+			err := a.cl.Parked().Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
 			cancel()
 			var be *bus.Error
 			isBus := errors.As(err, &be)
