@@ -309,7 +309,7 @@ func (d *deployment) startBare(ctx context.Context) error {
 	}
 	exec.SessionID, exec.ReplyID, exec.ToolCallID = "bench-0", "bare", "c1"
 	exec.ExpiryTime = time.Now().Add(365 * 24 * time.Hour).UTC().Format(time.RFC3339Nano)
-	execMsg := bus.BinaryMsg(bus.NewSubjects("").Exec(toolRead), exec)
+	execMsg := bus.BinaryMsg(bus.NewSubjects("").Workers.Exec(toolRead), exec)
 	res := bus.Result{ID: "c1", Name: toolRead, State: bus.StateSuccess, Output: bus.Text("hello")}
 	mk := func(typ string, data any) (*nats.Msg, error) {
 		e, err := bus.NewEvent(typ, "bench/bare", data)

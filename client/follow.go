@@ -215,10 +215,10 @@ func (p Parked) Follow(ctx context.Context, kind, tool string) (*Events, error) 
 	if tool != "" && !bus.ValidName(tool) {
 		return nil, bus.Errorf(bus.CodeBadRequest, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$", tool)
 	}
-	f := &follower{c: c, subject: c.subj.Handoff(kind, tool), create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady}
+	f := &follower{c: c, subject: c.subj.Handoffs.Follow(kind, tool), create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady}
 	ev, err := f.start(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("client: follow %s: %w", c.subj.Handoff(kind, tool), err)
+		return nil, fmt.Errorf("client: follow %s: %w", c.subj.Handoffs.Follow(kind, tool), err)
 	}
 	return ev, nil
 }

@@ -36,7 +36,7 @@ func (p Parked) Answer(ctx context.Context, tool, session, replyID, callID strin
 		}
 		a.Output = out
 	}
-	return c.rq.sendAnswer(ctx, c.subj.Answer(tool), session, replyID, callID, a, "answer")
+	return c.rq.sendAnswer(ctx, c.subj.Handoffs.Answer(tool), session, replyID, callID, a, "answer")
 }
 
 // Confirm answers a call parked for a confirmation on P.approve.<tool>,
@@ -47,5 +47,5 @@ func (p Parked) Answer(ctx context.Context, tool, session, replyID, callID strin
 // open router still takes one through Answer on P.answer.<tool>.
 func (p Parked) Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
 	c := p.c
-	return c.rq.sendAnswer(ctx, c.subj.Approve(tool), session, replyID, callID, a, "confirmation")
+	return c.rq.sendAnswer(ctx, c.subj.Handoffs.Approve(tool), session, replyID, callID, a, "confirmation")
 }

@@ -65,7 +65,7 @@ func (s *calls) create(ctx context.Context, r *Record) error {
 	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
 	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
 	// from the tool; an open router still takes it on the old subject.
-	r.Subject, r.InputDigest = s.handoff.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
+	r.Subject, r.InputDigest = s.handoff.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -124,9 +124,9 @@ type confirmRequest struct {
 }
 
 func (h handoff) publish(ctx context.Context, r *Record, source string) (uint64, error) {
-	typ, subject := bus.TypeExternalReq, h.subj.External(r.Call.Name)
+	typ, subject := bus.TypeExternalReq, h.subj.Handoffs.External(r.Call.Name)
 	if r.Kind == bus.KindConfirm {
-		typ, subject = bus.TypeConfirmReq, h.subj.Confirm(r.Call.Name)
+		typ, subject = bus.TypeConfirmReq, h.subj.Handoffs.Confirm(r.Call.Name)
 	}
 	req := bus.HandoffRequest{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
 	var data any = req

@@ -134,7 +134,7 @@ func (r *replays) onHandoff(m *nats.Msg) {
 	}
 	filter, ok := r.handoffFilter(m.Subject)
 	if !ok || r.handoff == nil {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q is not %s or %s", m.Subject, r.subj.Handoff("{external,confirm}", ""), r.subj.Handoff("{external,confirm}", "<tool>")))
+		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q is not %s or %s", m.Subject, r.subj.Handoffs.Follow("{external,confirm}", ""), r.subj.Handoffs.Follow("{external,confirm}", "<tool>")))
 		return
 	}
 	r.serve(m, e, feed{stream: r.handoff, filter: filter, key: "handoff " + filter, kind: "handoff",
@@ -144,7 +144,7 @@ func (r *replays) onHandoff(m *nats.Msg) {
 // handoffFilter is the stream filter P.handoff.<kind>[.<tool>] grants:
 // P.<kind>.<tool>, or P.<kind>.* without a tool.
 func (r *replays) handoffFilter(subject string) (string, bool) {
-	rest, ok := strings.CutPrefix(subject, r.subj.Handoff("", "")) // "P.handoff."
+	rest, ok := strings.CutPrefix(subject, r.subj.Handoffs.Follow("", "")) // "P.handoff."
 	if !ok {
 		return "", false
 	}
@@ -157,9 +157,9 @@ func (r *replays) handoffFilter(subject string) (string, bool) {
 	}
 	switch kind {
 	case "external":
-		return r.subj.External(tool), true
+		return r.subj.Handoffs.External(tool), true
 	case "confirm":
-		return r.subj.Confirm(tool), true
+		return r.subj.Handoffs.Confirm(tool), true
 	}
 	return "", false
 }

@@ -397,7 +397,7 @@ func (r *Router) bind() {
 	r.handlers = []route{
 		{r.subj.All("call"), q, r.onBatch, true},
 		{r.subj.All("tools"), q, tools.onTools, true},
-		{r.subj.Register(), q, reg.onRegister, false},
+		{r.subj.Workers.Register(), q, reg.onRegister, false},
 		{r.subj.All("admin"), q, admin.onAdmin, false},
 		{r.subj.All("answer"), q, r.answers.onAnswer, false},
 		{r.subj.All("approve"), q, r.answers.onApprove, false},
@@ -442,7 +442,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		m.Reply = ""
 	}
 	if !r.life.Enter() {
-		if m.Subject == r.subj.Register() {
+		if m.Subject == r.subj.Workers.Register() {
 			// A draining router still records heartbeats (see drain), on
 			// the subscription's own goroutine: the work it waits for is
 			// the calls in flight.
@@ -469,7 +469,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 // registrations wait on that inbox).
 func (r *wire) replyAllowed(subject, reply string) bool {
 	inbox := r.nc.Opts.InboxPrefix
-	if subject == r.subj.Register() {
+	if subject == r.subj.Workers.Register() {
 		inbox = ""
 	}
 	return replyAllowedFor(reply, r.subj.Prefix, inbox)
@@ -532,7 +532,7 @@ func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 // return its result.
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
-		register := r.subs.drain(ctx, r.nc, r.subj.Register())
+		register := r.subs.drain(ctx, r.nc, r.subj.Workers.Register())
 		// Registrations stay served until the work is done: heartbeats
 		// are not new work, and without them (with no other router to
 		// record them) the watchdog would take the workers of the calls

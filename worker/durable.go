@@ -29,7 +29,7 @@ func (w *Worker) takeWork(ctx context.Context, t *tool) {
 	var cons jetstream.Consumer
 	retry := min(max(w.cfg.Heartbeat/10, 50*time.Millisecond), time.Second)
 	for cons == nil {
-		c, err := js.Consumer(ctx, w.subj.Stream(bus.StreamWork), w.subj.WorkConsumer(t.def.Name))
+		c, err := js.Consumer(ctx, w.subj.Stream(bus.StreamWork), w.subj.Workers.WorkConsumer(t.def.Name))
 		if err == nil {
 			cons = c
 			break
@@ -144,7 +144,7 @@ func (r *workReply) result(out *bus.Event) {
 	defer cancel()
 	for delay := 10 * time.Millisecond; !r.w.nc.IsClosed(); delay = min(2*delay, time.Second) {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := bus.SendRequest(actx, r.w.nc, r.w.subj.Result(r.tool), out)
+		resp, err := bus.SendRequest(actx, r.w.nc, r.w.subj.Workers.Result(r.tool), out)
 		acancel()
 		if err == nil {
 			if e, derr := bus.Decode(resp); derr == nil && e.Type == bus.TypeExecRecorded {

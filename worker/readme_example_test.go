@@ -63,7 +63,7 @@ func Example_externalTool() {
 		if err != nil {
 			return err
 		}
-		m, err := e.Msg(client.New(nc, client.Config{}).Subjects().Register())
+		m, err := e.Msg(client.New(nc, client.Config{}).Subjects().Workers.Register())
 		if err != nil {
 			return err
 		}

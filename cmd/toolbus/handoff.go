@@ -42,9 +42,9 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	defer closeConn()
-	kind, subject := "external", bus.NewSubjects(cn.prefix).External(tool)
+	kind, subject := "external", bus.NewSubjects(cn.prefix).Handoffs.External(tool)
 	if *confirm {
-		kind, subject = "confirm", bus.NewSubjects(cn.prefix).Confirm(tool)
+		kind, subject = "confirm", bus.NewSubjects(cn.prefix).Handoffs.Confirm(tool)
 	}
 	forTool := tool
 	if tool == "*" {

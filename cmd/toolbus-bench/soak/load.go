@@ -396,7 +396,7 @@ func (a *soakApprover) follow(ctx context.Context, nc *nats.Conn) error {
 	}
 	s := a.l.subj
 	cons, err := js.OrderedConsumer(ctx, s.Stream(bus.StreamHandoff), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{s.External(soakExternalTool), s.Confirm("record_effect_confirm")}})
+		FilterSubjects: []string{s.Handoffs.External(soakExternalTool), s.Handoffs.Confirm("record_effect_confirm")}})
 	if err != nil {
 		return fmt.Errorf("handoff consumer: %w", err)
 	}
