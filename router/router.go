@@ -277,7 +277,7 @@ func (r *Router) Start(ctx context.Context) (err error) {
 		return err
 	}
 	r.bind()
-	if err := r.startTasks(ctx); err != nil {
+	if r.bg, err = newBackground(ctx, r); err != nil {
 		return err
 	}
 	for _, s := range r.handlers {
@@ -386,7 +386,9 @@ func (r *Router) bind() {
 	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.ids.identify,
-		refused: func(m *nats.Msg, e *bus.Event, err error) { r.auditRefusal(m, "tools", e, err) }, readOut: r.cfg.Guard.ReadOutput}
+		refused: func(m *nats.Msg, e *bus.Event, err error) {
+			r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "tools", e, err)
+		}, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
 	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, handoff: r.store.Handoff}
