@@ -271,7 +271,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, t := range tools {
 		if t.def.Durable {
 			w.loops.Add(1)
-			go w.takeWork(loopCtx, t)
+			go workQueue{w, t}.take(loopCtx)
 		}
 	}
 	return nil
