@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/tasks"
@@ -74,7 +75,7 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser})}
 	verbs := &taskVerbs{b}
 	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), verbs.onTasks, false})
-	r.life.Loop(func(ctx context.Context) { every(ctx, r.cfg.Store.Heartbeat, b.tick) })
+	r.life.Loop(func(ctx context.Context) { life.Every(ctx, r.cfg.Store.Heartbeat, b.tick) })
 	return b, nil
 }
 
