@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,32 +22,11 @@ func TestMethodsPerType(t *testing.T) {
 	root := moduleRoot(t)
 	fset := token.NewFileSet()
 	counts := map[string]int{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		dir := filepath.ToSlash(strings.TrimPrefix(filepath.Dir(path), root))
+	walkGo(t, root, fset, func(string) bool { return false }, func(rel string, f *ast.File) {
 		for name, n := range methodCounts(f) {
-			counts[strings.TrimPrefix(dir+"."+name, "/")] += n
+			counts[path.Dir(rel)+"."+name] += n
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(counts) == 0 {
 		t.Fatal("no methods found: the walk is broken")
 	}
@@ -61,25 +41,67 @@ func TestMethodsPerType(t *testing.T) {
 func methodCounts(f *ast.File) map[string]int {
 	counts := map[string]int{}
 	for _, decl := range f.Decls {
-		fd, ok := decl.(*ast.FuncDecl)
-		if !ok || fd.Recv == nil || len(fd.Recv.List) == 0 {
-			continue
-		}
-		typ := fd.Recv.List[0].Type
-		if star, ok := typ.(*ast.StarExpr); ok {
-			typ = star.X
-		}
-		switch g := typ.(type) { // a generic type's receiver: T[K] or T[K, V]
-		case *ast.IndexExpr:
-			typ = g.X
-		case *ast.IndexListExpr:
-			typ = g.X
-		}
-		if id, ok := typ.(*ast.Ident); ok {
-			counts[id.Name]++
+		if fd, ok := decl.(*ast.FuncDecl); ok {
+			if typ := receiver(fd); typ != "" {
+				counts[typ]++
+			}
 		}
 	}
 	return counts
+}
+
+// receiver is the name of fd's receiver type, without a star or type
+// parameters; "" for a function.
+func receiver(fd *ast.FuncDecl) string {
+	if fd.Recv == nil || len(fd.Recv.List) == 0 {
+		return ""
+	}
+	typ := fd.Recv.List[0].Type
+	if star, ok := typ.(*ast.StarExpr); ok {
+		typ = star.X
+	}
+	switch g := typ.(type) { // a generic type's receiver: T[K] or T[K, V]
+	case *ast.IndexExpr:
+		typ = g.X
+	case *ast.IndexListExpr:
+		typ = g.X
+	}
+	if id, ok := typ.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}
+
+// walkGo parses every non-test Go file under root, leaving out hidden
+// directories, testdata and the directories skip names (by their
+// slash-separated path from root), and calls fn with each file and its
+// path from root.
+func walkGo(t *testing.T, root string, fset *token.FileSet, skip func(rel string) bool, fn func(rel string, f *ast.File)) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel := filepath.ToSlash(strings.TrimPrefix(p, root+string(filepath.Separator)))
+		if d.IsDir() {
+			if p != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules" || skip(rel)) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		fn(rel, f)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestMethodCounts(t *testing.T) {
