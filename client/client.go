@@ -35,7 +35,7 @@ type Config struct {
 	// limit (less 64 KiB) caps it.
 	InlineLimit int
 	// MaxOutput is the encoded size of an answer's output above which
-	// Answer refuses it, sending and storing nothing; zero means 64 MiB.
+	// Parked().Answer refuses it, sending and storing nothing; zero means 64 MiB.
 	MaxOutput int64
 }
 
