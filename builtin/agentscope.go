@@ -91,7 +91,8 @@ func asDef(d bus.ToolDef, name, schema string) bus.ToolDef {
 }
 
 // registerAgentScope registers the file tools under AgentScope's names.
-func (f *Files) registerAgentScope(w *worker.Worker) error {
+func (t fileTools) registerAgentScope(w *worker.Worker) error {
+	f := t.f
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
 	patching := func(c *worker.Call, text string, patch any, err error) (string, error) {
 		if err == nil && patch != nil {

@@ -757,7 +757,15 @@ func fileDef(name, desc, schema string, readOnly bool, base string) bus.ToolDef 
 		StateInjected: true, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: base, TimeoutMS: 60000}
 }
 
-func (f *Files) register(w *worker.Worker) error {
+// fileTools are f's operations as a worker's tools: their definitions
+// and handlers, under toolbus's names (register) or AgentScope's
+// (registerAgentScope, agentscope.go). Files itself is the sandboxed file
+// system, usable without a worker.
+type fileTools struct{ f *Files }
+
+// register registers the file tools under toolbus's names.
+func (t fileTools) register(w *worker.Worker) error {
+	f := t.f
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
 	patching := func(c *worker.Call, text string, patch any, err error) (string, error) {
 		if err != nil {

@@ -221,24 +221,25 @@ func (f *follower) start(ctx context.Context) (*Events, error) {
 	return ev, nil
 }
 
-// FollowHandoff streams the handoff requests (docs/protocol.md 6.2) of
+// Follow streams the handoff requests (docs/protocol.md 6.2) of
 // kind "external" or "confirm" for tool ("" for every tool): the calls
 // still parked, oldest first, then new ones, through a pull consumer of
 // P_parked's stream a router makes on request (P.handoff.<kind>[.<tool>])
 // and reads for it, asked for again from the next sequence when it is
 // lost. A handler or approver needs no JetStream permission
 // for it.
-func (c *Client) FollowHandoff(ctx context.Context, kind, tool string) (*Events, error) {
+func (p Parked) Follow(ctx context.Context, kind, tool string) (*Events, error) {
+	c := p.c
 	if kind != "external" && kind != "confirm" {
 		return nil, bus.Errorf(bus.CodeBadRequest, "handoff kind %q is not external or confirm", kind)
 	}
 	if tool != "" && !bus.ValidName(tool) {
 		return nil, bus.Errorf(bus.CodeBadRequest, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$", tool)
 	}
-	f := &follower{c: c, subject: c.subj.Handoff(kind, tool), create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady}
+	f := &follower{c: c, subject: c.subj.Handoffs.Follow(kind, tool), create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady}
 	ev, err := f.start(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("client: follow %s: %w", c.subj.Handoff(kind, tool), err)
+		return nil, fmt.Errorf("client: follow %s: %w", c.subj.Handoffs.Follow(kind, tool), err)
 	}
 	return ev, nil
 }

@@ -63,7 +63,7 @@ func (s *calls) create(ctx context.Context, r *Record) error {
 	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
 	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
 	// from the tool; an open router still takes it on the old subject.
-	r.Subject, r.InputDigest = s.handoff.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
+	r.Subject, r.InputDigest = s.handoff.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err

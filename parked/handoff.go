@@ -52,11 +52,11 @@ type confirmRequest struct {
 // requestMsg is r's io.toolbus.external.request or io.toolbus.confirm.request
 // (docs/protocol.md 6.2) on its live subject, from source.
 func requestMsg(r *Record, source string, subj bus.Subjects) (*nats.Msg, error) {
-	typ, subject := bus.TypeExternalReq, subj.External(r.Call.Name)
+	typ, subject := bus.TypeExternalReq, subj.Handoffs.External(r.Call.Name)
 	req := bus.HandoffRequest{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
 	var data any = req
 	if r.Kind == bus.KindConfirm {
-		typ, subject = bus.TypeConfirmReq, subj.Confirm(r.Call.Name)
+		typ, subject = bus.TypeConfirmReq, subj.Handoffs.Confirm(r.Call.Name)
 		req.Reason = r.Reason
 		rules := r.SuggestedRules
 		if rules == nil {

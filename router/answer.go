@@ -134,7 +134,7 @@ func (r *answers) answer(m *nats.Msg, via string) {
 		}
 		rec.AnsweredBy, rec.AnsweredAt = e.Source, time.Now().UTC()
 		if via == viaApprove {
-			rec.AnsweredBy += " via " + r.subj.Approve(tool)
+			rec.AnsweredBy += " via " + r.subj.Handoffs.Approve(tool)
 		}
 		v, res := decideAnswer(rec, a, t)
 		return v, res, nil
@@ -171,7 +171,7 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 	}
 	if rec.Kind == bus.KindConfirm {
 		if via == viaAnswer && r.secured {
-			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: on a secured router confirmations go to %s, not %s", rec.Call.ID, r.subj.Approve(rec.Call.Name), r.subj.Answer(rec.Call.Name))
+			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: on a secured router confirmations go to %s, not %s", rec.Call.ID, r.subj.Handoffs.Approve(rec.Call.Name), r.subj.Handoffs.Answer(rec.Call.Name))
 		}
 		if a.Confirmed == nil {
 			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: {\"confirmed\": true|false, \"input_digest\": \"...\"}", rec.Call.ID)
@@ -194,7 +194,7 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 			}
 		}
 		if via == viaApprove && len(a.Input) > 0 {
-			return bus.Errorf(bus.CodeBadRequest, "an approver confirms call %s's parked input as it is: an edited input is refused on %s (deny it instead)", rec.Call.ID, r.subj.Approve(rec.Call.Name))
+			return bus.Errorf(bus.CodeBadRequest, "an approver confirms call %s's parked input as it is: an edited input is refused on %s (deny it instead)", rec.Call.ID, r.subj.Handoffs.Approve(rec.Call.Name))
 		}
 		if *a.Confirmed && len(a.Input) > 0 {
 			if t == nil {

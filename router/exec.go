@@ -286,7 +286,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 // structured. A binary message's header is reused once send returns (a
 // core request keeps nothing of it).
 func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
-	subject := x.subj.Exec(tool)
+	subject := x.subj.Workers.Exec(tool)
 	if x.workers != nil && x.workers.BinaryExec(tool) {
 		if _, ok := x.nc.(*nats.Conn); ok {
 			bus.WithBinaryMsg(subject, e, send)

@@ -32,10 +32,10 @@ func (r *replays) onHandoff(m *nats.Msg) {
 	}
 	want, ok := r.handoffWant(m.Subject)
 	if !ok || r.parked == nil {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q is not %s or %s", m.Subject, r.subj.Handoff("{external,confirm}", ""), r.subj.Handoff("{external,confirm}", "<tool>")))
+		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q is not %s or %s", m.Subject, r.subj.Handoffs.Follow("{external,confirm}", ""), r.subj.Handoffs.Follow("{external,confirm}", "<tool>")))
 		return
 	}
-	what := r.subj.Handoff(want.Kind, want.Tool)
+	what := r.subj.Handoffs.Follow(want.Kind, want.Tool)
 	bucket := strings.TrimPrefix(r.parked.CachedInfo().Config.Name, "KV_")
 	r.serve(m, e, feed{stream: r.parked, filter: "$KV." + bucket + ".*.*.*", key: "handoff " + what, kind: "handoff",
 		create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady, what: what, max: maxReplays, want: &want})
@@ -44,7 +44,7 @@ func (r *replays) onHandoff(m *nats.Msg) {
 // handoffWant is what P.handoff.<kind>[.<tool>] grants: the parked
 // records of kind, of tool or of every tool.
 func (r *replays) handoffWant(subject string) (parked.Want, bool) {
-	rest, ok := strings.CutPrefix(subject, r.subj.Handoff("", "")) // "P.handoff."
+	rest, ok := strings.CutPrefix(subject, r.subj.Handoffs.Follow("", "")) // "P.handoff."
 	if !ok {
 		return parked.Want{}, false
 	}

@@ -120,7 +120,7 @@ func parkedOf(rec *parked.Record) bus.Parked {
 // queued is a call held back behind parked ones, as the reply lists it.
 func (s parkStep) queued(c *callState) bus.Parked {
 	return bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: bus.KindQueued,
-		Subject: s.subj.Answer(c.call.Name)}
+		Subject: s.subj.Handoffs.Answer(c.call.Name)}
 }
 
 // resultsOf collects the results batch b has so far.

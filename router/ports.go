@@ -182,7 +182,10 @@ func (x routerResolver) refresh(ctx context.Context, name string) error {
 type routerRunner struct{ r *Router }
 
 func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result {
-	return x.r.runCall(ctx, j) // the tools' runner, or a background task (background.go)
+	if x.r.bg != nil && mayBackground(j) {
+		return x.r.bg.run(ctx, j) // a background task (background.go)
+	}
+	return x.r.tools.runTool(ctx, j)
 }
 
 // search runs the built-in search_tools over what the session and its

@@ -207,8 +207,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 // registers the tool.
 func (st *Store) WorkConsumer(ctx context.Context, tool string) error {
 	cfg := jetstream.ConsumerConfig{
-		Durable: st.subj.WorkConsumer(tool), Description: "toolbus workers of durable tool " + tool,
-		FilterSubject: st.subj.Work(tool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: st.workAckWait,
+		Durable: st.subj.Workers.WorkConsumer(tool), Description: "toolbus workers of durable tool " + tool,
+		FilterSubject: st.subj.Workers.Work(tool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: st.workAckWait,
 		MaxAckPending: 4096, MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
 	err := Retry(ctx, Provision, func(ctx context.Context) error {

@@ -38,9 +38,9 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	defer closeConn()
-	kind, subject := "external", bus.NewSubjects(cn.prefix).External(tool)
+	kind, subject := "external", bus.NewSubjects(cn.prefix).Handoffs.External(tool)
 	if *confirm {
-		kind, subject = "confirm", bus.NewSubjects(cn.prefix).Confirm(tool)
+		kind, subject = "confirm", bus.NewSubjects(cn.prefix).Handoffs.Confirm(tool)
 	}
 	forTool := tool
 	if tool == "*" {
@@ -51,7 +51,7 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 	// expires, so this shows what was asked while nobody watched.
 	// The router makes it and relays the pulls (P.handoff.<kind>[.<tool>]),
 	// so handlers and approvers need no JetStream permission.
-	ev, err := cl.FollowHandoff(ctx, kind, forTool)
+	ev, err := cl.Parked().Follow(ctx, kind, forTool)
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", subject, err)
 	}

@@ -49,7 +49,7 @@ func (d *deployment) registerDefs(t *testing.T, defs ...bus.ToolDef) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := e.Msg(d.client.Subjects().Register())
+	m, err := e.Msg(d.client.Subjects().Workers.Register())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func (e *env) setMode(t *testing.T, session, mode string) {
 
 // handoff reads the oldest request the handoff stream keeps on subject
 // (toolbus.<kind>.<tool>) as a handler that starts only now does: through
-// client.FollowHandoff, a consumer a router makes on request and makes
+// client.Parked().Follow, a consumer a router makes on request and makes
 // again when it is lost. A raw ordered consumer's first pull, sent from
 // another node of a cluster right after the consumer was made, could find
 // no interest yet for its pull subject ("no responders") and was not tried
@@ -97,7 +97,7 @@ func (e *env) handoff(t *testing.T, subject string) *bus.Event {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*bound)
 	defer cancel()
-	ev, err := e.client.FollowHandoff(ctx, kind, tool)
+	ev, err := e.client.Parked().Follow(ctx, kind, tool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func (e *env) handoff(t *testing.T, subject string) *bus.Event {
 
 func (e *env) answer(t *testing.T, tool, session, reply, call string, a bus.Answer) error {
 	t.Helper()
-	return e.client.Answer(testCtx(t), tool, session, reply, call, a)
+	return e.client.Parked().Answer(testCtx(t), tool, session, reply, call, a)
 }
 
 func wantCode(t *testing.T, err error, code string) {
@@ -191,7 +191,7 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 	wantCode(t, e.answer(t, "approve_po", "s1", "r1", "c1", bus.Answer{State: "success"}), bus.CodeAlreadyAnswered)
 	// The request is gone once answered: a handler that starts now gets
 	// nothing (the record is the request, docs/protocol.md 6.2).
-	late, err := e.client.FollowHandoff(t.Context(), bus.KindExternal, "approve_po")
+	late, err := e.client.Parked().Follow(t.Context(), bus.KindExternal, "approve_po")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestRacingAnswersOneWins(t *testing.T) {
 			defer wg.Done()
 			nc := e.connect(t)
 			c := client.New(nc, client.Config{Source: fmt.Sprintf("handler/%d", i)})
-			err := c.Answer(t.Context(), "ext", "s1", "r1", "c1", bus.Answer{State: "error", Output: bus.Text(fmt.Sprintf("no from %d", i))})
+			err := c.Parked().Answer(t.Context(), "ext", "s1", "r1", "c1", bus.Answer{State: "error", Output: bus.Text(fmt.Sprintf("no from %d", i))})
 			switch {
 			case err == nil:
 				accepted.Add(1)

@@ -149,7 +149,7 @@ func TestFacadeIdentity(t *testing.T) {
 		t.Fatalf("confirmation of session %s", req.SessionID)
 	}
 	yes := true
-	must(t, ap.client().Confirm(testCtx(t), "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
+	must(t, ap.client().Parked().Confirm(testCtx(t), "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
 	if r := testkit.Recv(t, res, bound, "bob's deploy"); r == nil || r.IsError || mcpText(r) != "deployed" {
 		t.Fatalf("deploy confirmed by the approver: %+v", r)
 	}

@@ -58,7 +58,7 @@ func TestAgentConfined(t *testing.T) {
 		t.Fatalf("deploy did not park: %+v", reply)
 	}
 	yes := true
-	if err := ac.Answer(shortCtx(t), "deploy", "s1", "r1", "c1", bus.Answer{Confirmed: &yes}); err == nil {
+	if err := ac.Parked().Answer(shortCtx(t), "deploy", "s1", "r1", "c1", bus.Answer{Confirmed: &yes}); err == nil {
 		t.Fatal("the agent confirmed its own call")
 	}
 	var parked struct {

@@ -391,7 +391,7 @@ type soakApprover struct {
 // router (docs/protocol.md 6.2), as a handler started for them would.
 func (a *soakApprover) follow(ctx context.Context, _ *nats.Conn) error {
 	for kind, tool := range map[string]string{bus.KindExternal: soakExternalTool, bus.KindConfirm: "record_effect_confirm"} {
-		reqs, err := a.cl.FollowHandoff(ctx, kind, tool)
+		reqs, err := a.cl.Parked().Follow(ctx, kind, tool)
 		if err != nil {
 			return fmt.Errorf("handoff: %w", err)
 		}
@@ -464,7 +464,7 @@ func (a *soakApprover) answer(c *soakCall, via string) {
 		err := bench.Poll(a.ctx, soakAnswerFor, 500*time.Millisecond, func() error {
 			try++
 			ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
-			err := a.cl.Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
+			err := a.cl.Parked().Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
 			cancel()
 			var be *bus.Error
 			isBus := errors.As(err, &be)

@@ -178,7 +178,7 @@ class Client:
         return ReplayStream(self, session, start_seq)
 
     def follow_handoff(self, tool: str = "", kind: str = "external", start_seq: int = 0) -> HandoffStream:
-        """Handoff requests (6.2): the calls still parked, oldest first, then new ones (Go's FollowHandoff).
+        """Handoff requests (6.2): the calls still parked, oldest first, then new ones (Go's `Client.Parked().Follow`).
 
         ``kind`` external or confirm; ``tool`` "" for every tool. Requests published while the handler
         was offline are seen while they are open (answered, expired or cancelled ones are gone). Read
