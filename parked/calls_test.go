@@ -147,14 +147,14 @@ func TestPark(t *testing.T) {
 				t.Fatalf("parked record %+v", r)
 			}
 			// The record is in KV under <session>.<reply>.<call>.
-			got, err := s.Get(t.Context(), "s1.r1.c1")
+			got, err := s.Read.Get(t.Context(), "s1.r1.c1")
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got.Status != bus.ParkParked || got.Call.ID != "c1" || string(got.User) != `"alice"` {
 				t.Fatalf("stored record %+v", got)
 			}
-			if ps := s.Parked("s1", "r1"); len(ps) != 1 || ps[0].Key() != "s1.r1.c1" {
+			if ps := s.Read.Parked("s1", "r1"); len(ps) != 1 || ps[0].Key() != "s1.r1.c1" {
 				t.Fatalf("Parked %v", keys(ps))
 			}
 			// The record is the request: a follower of the tool's kind gets
@@ -249,7 +249,7 @@ func TestParkRequestScoped(t *testing.T) {
 	if _, ok := requestOf(t, s, r.Key(), deployOf(bus.KindExternal)); ok || len(live.subjects()) != 0 {
 		t.Fatalf("a handoff request for a call the caller runs itself (live %v)", live.subjects())
 	}
-	if _, err := s.Get(t.Context(), r.Key()); err != nil {
+	if _, err := s.Read.Get(t.Context(), r.Key()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -262,7 +262,7 @@ func TestParkTwice(t *testing.T) {
 	if err == nil {
 		t.Fatal("a second park of the same call succeeded")
 	}
-	if got, _ := s.Get(t.Context(), first.Key()); got.Rev != first.Rev || got.Status != bus.ParkParked {
+	if got, _ := s.Read.Get(t.Context(), first.Key()); got.Rev != first.Rev || got.Status != bus.ParkParked {
 		t.Fatalf("record after a failed second park: %+v", got)
 	}
 	if _, ok := requestOf(t, s, first.Key(), deployOf(bus.KindExternal)); !ok {
@@ -290,7 +290,7 @@ func TestTransition(t *testing.T) {
 		t.Fatalf("after the answer %+v", got)
 	}
 	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
-		if ps := s.Parked("", ""); len(ps) != 0 {
+		if ps := s.Read.Parked("", ""); len(ps) != 0 {
 			return fmt.Errorf("an answered call is still listed as parked: %v", keys(ps))
 		}
 		return nil
@@ -370,7 +370,7 @@ func TestTransitionFnError(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 	// Nothing changed: still parked, still handed off, still answerable.
-	if got, _ := s.Get(t.Context(), r.Key()); got.Status != bus.ParkParked {
+	if got, _ := s.Read.Get(t.Context(), r.Key()); got.Status != bus.ParkParked {
 		t.Fatalf("status %s", got.Status)
 	}
 	if _, ok := requestOf(t, s, r.Key(), deployOf(bus.KindExternal)); !ok {
@@ -439,7 +439,7 @@ func TestRepark(t *testing.T) {
 	if got := live.subjects(); len(got) != 2 || got[1] != "toolbus.external.deploy" {
 		t.Fatalf("live requests %v", got)
 	}
-	if ps := s.Parked("s1", ""); len(ps) != 1 || ps[0].Kind != bus.KindExternal {
+	if ps := s.Read.Parked("s1", ""); len(ps) != 1 || ps[0].Kind != bus.KindExternal {
 		t.Fatalf("Parked after repark: %+v", ps)
 	}
 }
@@ -457,7 +457,7 @@ func TestParkedAfterTransition(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 20 {
-			if ps := s.Parked("s1", ""); len(ps) != 0 {
+			if ps := s.Read.Parked("s1", ""); len(ps) != 0 {
 				t.Fatalf("%s is listed as parked after Transition answered it (attempt %d): Transition removes it from the cache, "+
 					"then the watch delivers the older parked revision of the Park and external.go apply re-adds it, since the key is "+
 					"no longer in the cache to compare revisions with; it stays listed until the watch delivers the answered revision", keys(ps), i)
@@ -522,14 +522,14 @@ func TestParkedFilter(t *testing.T) {
 		{"s9", "", nil},
 	} {
 		t.Run(tc.session+"/"+tc.reply, func(t *testing.T) {
-			if got := keys(s.Parked(tc.session, tc.reply)); !slices.Equal(got, tc.want) {
+			if got := keys(s.Read.Parked(tc.session, tc.reply)); !slices.Equal(got, tc.want) {
 				t.Fatalf("Parked(%q, %q) = %v, want %v (oldest first)", tc.session, tc.reply, got, tc.want)
 			}
 		})
 	}
 	// Another store loads them at Start and follows later parks and answers.
 	other := start(t, st)
-	if got := keys(other.Parked("", "")); !slices.Equal(got, order) {
+	if got := keys(other.Read.Parked("", "")); !slices.Equal(got, order) {
 		t.Fatalf("other store Parked %v", got)
 	}
 	park(t, s, record("s3", "r1", "c1"))
@@ -538,7 +538,7 @@ func TestParkedFilter(t *testing.T) {
 	}
 	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		want := []string{"s1.r1.c2", "s2.r1.c1", "s1.r2.c1", "s3.r1.c1"}
-		if got := keys(other.Parked("", "")); !slices.Equal(got, want) {
+		if got := keys(other.Read.Parked("", "")); !slices.Equal(got, want) {
 			return fmt.Errorf("other store Parked %v, want %v", got, want)
 		}
 		return nil
@@ -551,10 +551,10 @@ func TestBadRecordIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := start(t, st)
-	if len(s.Parked("", "")) != 0 {
+	if len(s.Read.Parked("", "")) != 0 {
 		t.Fatal("a corrupt record is listed")
 	}
-	if _, err := s.Get(t.Context(), "s1.r1.c1"); err == nil || store.IsNotFound(err) {
+	if _, err := s.Read.Get(t.Context(), "s1.r1.c1"); err == nil || store.IsNotFound(err) {
 		t.Fatalf("Get of a corrupt record: %v", err)
 	}
 	if s.cfg.TTL != ttl {

@@ -194,7 +194,7 @@ func wantCode(t *testing.T, err error, code string) {
 
 func status(t *testing.T, s *Store, key string) bus.ParkStatus {
 	t.Helper()
-	r, err := s.Get(t.Context(), key)
+	r, err := s.Read.Get(t.Context(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestMachine(t *testing.T) {
 			if err := m.b.Finish(t.Context(), cont); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := m.a.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+			if _, err := m.a.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
 				t.Fatalf("continuation after finish: %v", err)
 			}
 		})
@@ -267,11 +267,11 @@ func TestMachine(t *testing.T) {
 			if m.kv.writes != 1 || len(p.Parked[0].Batch) == 0 {
 				t.Fatalf("park: %d writes, record batch %s", m.kv.writes, p.Parked[0].Batch)
 			}
-			if _, err := m.a.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+			if _, err := m.a.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
 				t.Fatalf("a carried batch has a key of its own: %v", err)
 			}
-			rec, _ := m.b.Get(t.Context(), key)
-			if cont, err := m.b.Continuation(t.Context(), rec); err != nil || cont.Key() != "s1.r1" || len(cont.Waiting) != 1 {
+			rec, _ := m.b.Read.Get(t.Context(), key)
+			if cont, err := m.b.Read.Continuation(t.Context(), rec); err != nil || cont.Key() != "s1.r1" || len(cont.Waiting) != 1 {
 				t.Fatalf("continuation of the record: %+v %v", cont, err)
 			}
 			// A parked record resumes nothing: only the transition that
@@ -283,7 +283,7 @@ func TestMachine(t *testing.T) {
 			if again := m.park(t, "r1", bus.KindExternal, false, "c1"); !again.Before || again.Batch == nil || again.Batch.Waiting[0] != "c1" {
 				t.Fatalf("a re-sent copy parked again: %+v", again)
 			}
-			if _, err := m.a.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+			if _, err := m.a.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
 				t.Fatalf("the re-sent copy's continuation stays: %v", err)
 			}
 			got, err := m.a.Answer(t.Context(), key, "deploy", &bus.Answer{State: bus.StateSuccess}, verdict(Done, ok("c1")))
@@ -330,7 +330,7 @@ func TestMachine(t *testing.T) {
 			if len(taken) != 1 || taken[0].Key() != k3 {
 				t.Fatalf("takeover: %+v", taken)
 			}
-			if cont, err := m.b.Continuation(t.Context(), taken[0]); err != nil || cont.Key() != "s1.r3" {
+			if cont, err := m.b.Read.Continuation(t.Context(), taken[0]); err != nil || cont.Key() != "s1.r3" {
 				t.Fatalf("continuation of a taken-over answer: %v", err)
 			}
 			cont, resume, err := m.b.Resume(t.Context(), taken[0], ok("c3"), func(*Batch) {})
@@ -365,7 +365,7 @@ func TestMachine(t *testing.T) {
 			if err != nil || !resume || len(cont.Results) != 2 {
 				t.Fatalf("last result: %+v %v %v", cont, resume, err)
 			}
-			if _, err := m.a.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+			if _, err := m.a.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
 				t.Fatalf("continuation after the last result: %v", err)
 			}
 		})
@@ -478,7 +478,7 @@ func TestMachine(t *testing.T) {
 			if err := m.a.Renew(t.Context(), time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if got, _ := m.a.Batch(t.Context(), "s1", "r1"); got.Owner != "router-b" {
+			if got, _ := m.a.Read.Batch(t.Context(), "s1", "r1"); got.Owner != "router-b" {
 				t.Fatal("the old owner renewed a lease it lost")
 			}
 			if _, _, err := m.a.Settle(t.Context(), "s1", "r1", nil); err != nil {

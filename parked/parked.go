@@ -56,6 +56,15 @@ type Store struct {
 	calls *calls
 	conts *conts
 	cfg   Config
+	// Read reads records and continuations: from the watch-fed cache
+	// (Parked) or the store (Get, Batch, Continuation).
+	Read Reads
+}
+
+// Reads reads a Store's records and continuations; it writes nothing.
+type Reads struct {
+	calls *calls
+	conts *conts
 }
 
 // New returns a Store; call Start before use.
@@ -67,11 +76,13 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	sh := shared{kv: st.Parked, cfg: cfg}
-	return &Store{cfg: cfg,
+	s := &Store{cfg: cfg,
 		calls: &calls{shared: sh, handoff: handoff{publish: cfg.Publish, subj: subj, source: cfg.Source, log: cfg.Logger},
 			callCache: newCallCache(st.Parked, cfg.Logger), leases: newLeaseSet[callKey]()},
 		conts: &conts{shared: sh, active: map[string]*Batch{}, leases: newLeaseSet[batchKey]()},
 	}
+	s.Read = Reads{calls: s.calls, conts: s.conts}
+	return s
 }
 
 // Start loads the caches of parked records and of continuations and keeps
@@ -149,7 +160,7 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	}
 	err := s.conts.parkBatch(ctx, run.Batch, run.Results, waiting, run.Next, run.Alone)
 	if errors.Is(err, errParkedBefore) {
-		b, _ := s.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
+		b, _ := s.Read.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
 		return Parking{Before: true, Batch: b}, nil
 	}
 	if err != nil {
@@ -161,7 +172,7 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 		if err != nil && store.IsConflict(err) {
 			// A first copy of this batch carried its continuation in this
 			// call's record: that copy is the batch, this one's goes.
-			if prev := s.carriedBy(ctx, r.Key()); prev != nil && s.conts.remove(ctx, run.Batch) {
+			if prev := s.Read.carriedBy(ctx, r.Key()); prev != nil && s.conts.remove(ctx, run.Batch) {
 				return Parking{Before: true, Batch: prev}, nil
 			}
 		}
@@ -174,7 +185,7 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 		}
 		out.Parked = append(out.Parked, r)
 	}
-	s.announce(run, out.Parked)
+	s.calls.announce(run, out.Parked)
 	if run.Alone && len(out.Failed) > 0 {
 		// A call that did not park is awaited in vain: the run goes back to
 		// running, and settles with that call's result as any run does.
@@ -216,24 +227,24 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 		if !store.IsConflict(err) {
 			return Parking{}, err
 		}
-		prev := s.carriedBy(ctx, r.Key())
+		prev := s.Read.carriedBy(ctx, r.Key())
 		if prev == nil {
-			prev, _ = s.Batch(ctx, b.Session, b.ReplyID)
+			prev, _ = s.Read.Batch(ctx, b.Session, b.ReplyID)
 		}
 		return Parking{Before: true, Batch: prev}, nil
 	}
-	s.announce(run, []*Record{r})
+	s.calls.announce(run, []*Record{r})
 	return Parking{Batch: b, Parked: []*Record{r}}, nil
 }
 
 // announce runs run.Announce with the records written, then publishes
 // their live requests.
-func (s *Store) announce(run Run, recs []*Record) {
+func (c *calls) announce(run Run, recs []*Record) {
 	if run.Announce != nil {
 		run.Announce(recs)
 	}
 	for _, r := range recs {
-		s.calls.handoff.live(r)
+		c.handoff.live(r)
 	}
 }
 
@@ -254,7 +265,7 @@ func carried(r *Record) *Batch {
 }
 
 // carriedBy reads the record key and returns the continuation it carries.
-func (s *Store) carriedBy(ctx context.Context, key string) *Batch {
+func (s Reads) carriedBy(ctx context.Context, key string) *Batch {
 	r, err := s.Get(ctx, key)
 	if err != nil {
 		return nil
@@ -264,7 +275,7 @@ func (s *Store) carriedBy(ctx context.Context, key string) *Batch {
 
 // Continuation is the continuation of rec's batch: the one rec carries,
 // or the one under the batch's key.
-func (s *Store) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
+func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
 	if b := carried(rec); b != nil {
 		return b, nil
 	}
@@ -355,7 +366,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
 		return cont, true, nil
 	}
-	cont, err := s.Batch(ctx, rec.Session, rec.ReplyID)
+	cont, err := s.Read.Batch(ctx, rec.Session, rec.ReplyID)
 	report(cont)
 	if err == nil && cont.last(rec.Call.ID) && s.conts.remove(ctx, cont) {
 		cont.Results[rec.Call.ID] = res
@@ -430,11 +441,11 @@ func (s *Store) Release(b *Batch) { s.conts.leases.release(batchKey(b.Key())) }
 
 // Parked returns the parked records of a session ("" for all), optionally
 // of one reply id, oldest first, from the watch-fed cache.
-func (s *Store) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
+func (s Reads) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
 
 // Get reads a call's record (bus.CallKey) from the store, through the
 // leader: a re-sent batch learns there what its first copy parked.
-func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
+func (s Reads) Get(ctx context.Context, key string) (*Record, error) {
 	r, rev, err := read[Record](ctx, s.calls.kv, key)
 	if r != nil {
 		r.Rev = rev
@@ -443,7 +454,7 @@ func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
 }
 
 // Batch reads a batch's continuation from the store.
-func (s *Store) Batch(ctx context.Context, session, replyID string) (*Batch, error) {
+func (s Reads) Batch(ctx context.Context, session, replyID string) (*Batch, error) {
 	b, rev, err := read[Batch](ctx, s.conts.kv, BatchKey(session, replyID))
 	if err != nil {
 		return nil, err

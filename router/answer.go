@@ -65,7 +65,7 @@ type sessionRules interface {
 }
 
 var (
-	_ parkedCalls  = (*parked.Store)(nil)
+	_ parkedCalls  = parkedStore{}
 	_ toolLookup   = (*registry.Registry)(nil)
 	_ sessionRules = (*groups.Store)(nil)
 )

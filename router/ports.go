@@ -63,7 +63,16 @@ type continuationPort interface {
 	Parked(session, replyID string) []*parked.Record
 }
 
-var _ continuationPort = (*parked.Store)(nil)
+var _ continuationPort = parkedStore{}
+
+// parkedStore is the parked machine as the router's ports see it: its
+// verbs and its reads (parked.Store.Read) in one value.
+type parkedStore struct {
+	*parked.Store
+	parked.Reads
+}
+
+func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read} }
 
 // runnerPort runs what a call resolved to: a tool through its executor
 // (exec.go, durable.go, the ledger), or the skill loader.
@@ -130,10 +139,10 @@ func (r *Router) newPipeline(ev routerEvents) *pipeline {
 	sessions := routerSessions{cache: r.sessions, groups: r.groups}
 	return &pipeline{
 		sessions: sessions,
-		conts:    r.parked,
+		conts:    parkedPort(r.parked),
 		resolve:  resolveStep{tools: routerResolver{r}, health: r.store.Health, log: r.log},
 		exec:     chain(execStep{runner: routerRunner{r}, sessions: sessions}, r.guards.middlewares()...),
-		park:     parkStep{landing: r.life.Landing, conts: r.parked, subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
+		park:     parkStep{landing: r.life.Landing, conts: parkedPort(r.parked), subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
 		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: ev, sessions: sessions, m: r.m, log: r.log},
 		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
 		quota:    r.guards.quota,

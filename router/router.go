@@ -352,7 +352,7 @@ func (r *Router) build(ctx context.Context) error {
 		}
 	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
-		ParkedNow: func() int { return len(r.parked.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
+		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
 	r.led = dedupe{ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
 		Health: r.store.Health, Landing: r.life.Landing})}
 	// The router stores only what the payload limit forces (fit.go): its
@@ -377,7 +377,7 @@ func (r *Router) bind() {
 	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
 	r.pipe = r.newPipeline(ev)
 	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
-	r.answers = &answers{wire: r.wire, base: r.base, landing: r.life.Landing, parked: r.parked, reg: r.reg, groups: r.groups,
+	r.answers = &answers{wire: r.wire, base: r.base, landing: r.life.Landing, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: ev.publish, stored: r.events.stored,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
 	r.conts = &continuations{wire: r.wire, life: r.life, pool: r.pool, landing: r.life.Landing, parked: r.parked, led: r.led,
