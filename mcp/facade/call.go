@@ -495,10 +495,7 @@ func mustBase64(s string) []byte {
 
 // withAnnotations sets a bus block's annotations on MCP content.
 func withAnnotations[C mcp.Content](c C, a *bus.Annotations) mcp.Content {
-	ann := mcpAnnotations(a)
-	if ann == nil {
-		return c
-	}
+	ann := mcpAnnotations(a) // nil when a is
 	switch x := any(&c).(type) {
 	case *mcp.TextContent:
 		x.Annotations = ann
