@@ -194,12 +194,7 @@ func (f *Files) abs(p string) string { return filepath.Join(f.base, p) }
 // which write_file and edit_file refuse: git runs programs its config and
 // hooks name, so writing there would hand the agent every command.
 func inGitDir(p string) bool {
-	for _, c := range splitPath(p) {
-		if strings.EqualFold(c, ".git") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(splitPath(p), func(c string) bool { return strings.EqualFold(c, ".git") })
 }
 
 // readRecord is what the session remembers of a file it read or wrote.
