@@ -82,14 +82,19 @@ const loaderDescription = "Load an agent skill: its SKILL.md (instructions to re
 // view; false when no skill is visible. It is read-only and, since a load
 // activates groups that change what later calls see, not concurrency-safe.
 func (v *View) LoaderDef() (bus.ToolDef, bool) {
+	enum, _ := json.Marshal(v.Names())
+	return v.def(LoaderName, loaderDescription, fmt.Sprintf(`{"type":"object","properties":{"skillId":{"type":"string","enum":%s,"description":"The name of the skill to load."},`+
+		`"path":{"type":"string","description":"The file to read, relative to the skill's folder with /: SKILL.md for the skill's instructions, or a resource path such as scripts/run.sh."}},`+
+		`"required":["skillId","path"]}`, enum))
+}
+
+// def is a read-only, not concurrency-safe tool of the view that is never
+// asked about; false when no skill is visible.
+func (v *View) def(name, description, schema string) (bus.ToolDef, bool) {
 	if v.Empty() {
 		return bus.ToolDef{}, false
 	}
-	enum, _ := json.Marshal(v.Names())
-	schema := fmt.Sprintf(`{"type":"object","properties":{"skillId":{"type":"string","enum":%s,"description":"The name of the skill to load."},`+
-		`"path":{"type":"string","description":"The file to read, relative to the skill's folder with /: SKILL.md for the skill's instructions, or a resource path such as scripts/run.sh."}},`+
-		`"required":["skillId","path"]}`, enum)
-	d := bus.ToolDef{Name: LoaderName, Description: loaderDescription, InputSchema: json.RawMessage(schema),
+	d := bus.ToolDef{Name: name, Description: description, InputSchema: json.RawMessage(schema),
 		ReadOnly: true, ConcurrencySafe: false, Permission: bus.PermissionAllow}
 	d.Defaults()
 	return d, true

@@ -24,13 +24,7 @@ const viewerSchema = `{"type":"object","properties":{"skill":{"type":"string","d
 // when no skill is visible. Like the loader it is read-only, never asked
 // about and, since a view activates groups, not concurrency-safe.
 func (v *View) ViewerDef() (bus.ToolDef, bool) {
-	if v.Empty() {
-		return bus.ToolDef{}, false
-	}
-	d := bus.ToolDef{Name: ViewerName, Description: viewerDescription, InputSchema: json.RawMessage(viewerSchema),
-		ReadOnly: true, ConcurrencySafe: false, Permission: bus.PermissionAllow}
-	d.Defaults()
-	return d, true
+	return v.def(ViewerName, viewerDescription, viewerSchema)
 }
 
 // ViewInput is the input of the Skill viewer.
