@@ -2,13 +2,11 @@ package groups
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,9 +29,8 @@ type definitions struct {
 	kv  jetstream.KeyValue
 	log *slog.Logger
 
-	mu      sync.RWMutex
-	groups  *store.Cache[*group] // by name, with the tombstones of deleted groups
-	ordered []bus.Group          // meta and external groups in registration order; rebuilt on change
+	groups  *store.Ordered[*group]
+	ordered atomic.Pointer[[]bus.Group] // meta and external groups in registration order; rebuilt on change
 
 	watches []*store.Watch
 
@@ -50,7 +47,16 @@ const BasicSearchDescription = "Tools registered without a group."
 var basicMeta = bus.Group{Name: bus.GroupBasic, Description: BasicSearchDescription, Scope: bus.ScopeMeta}
 
 func newDefinitions(kv jetstream.KeyValue, log *slog.Logger) *definitions {
-	return &definitions{kv: kv, log: log, groups: store.NewCache[*group](0)}
+	d := &definitions{kv: kv, log: log}
+	d.ordered.Store(&[]bus.Group{})
+	d.groups = store.NewOrdered(kv, func(g *group) int64 { return g.order }, func(gs []*group) {
+		ordered := make([]bus.Group, len(gs))
+		for i, g := range gs {
+			ordered[i] = g.def
+		}
+		d.ordered.Store(&ordered)
+	})
+	return d
 }
 
 // start loads the cache and keeps it fed until ctx ends or stop.
@@ -76,9 +82,7 @@ func (d *definitions) start(ctx context.Context) error {
 func (d *definitions) stop(ctx context.Context) error { return store.StopAll(ctx, d.watches...) }
 
 func (d *definitions) applyGroup(e jetstream.KeyValueEntry) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	changed, err := d.groups.Apply(e, func(val []byte) (*group, bool, error) {
+	err := d.groups.Apply(e, func(val []byte) (*group, bool, error) {
 		var rec groupRecord
 		if err := json.Unmarshal(val, &rec); err != nil {
 			return nil, false, err
@@ -90,9 +94,6 @@ func (d *definitions) applyGroup(e jetstream.KeyValueEntry) {
 	})
 	if err != nil {
 		d.log.Warn("groups: ignoring bad group entry", "group", e.Key())
-	}
-	if changed {
-		d.reorder()
 	}
 }
 
@@ -113,26 +114,7 @@ func newGroup(g bus.Group, rev uint64, order int64) *group {
 }
 
 func (d *definitions) putGroup(g bus.Group, rev uint64, order int64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.groups.Put(g.Name, rev, newGroup(g, rev, order)) {
-		d.reorder()
-	}
-}
-
-// reorder rebuilds the ordered list; the caller holds mu.
-func (d *definitions) reorder() {
-	gs := make([]*group, 0, d.groups.Len())
-	for _, g := range d.groups.All() {
-		gs = append(gs, g)
-	}
-	slices.SortFunc(gs, func(a, b *group) int {
-		return cmp.Or(cmp.Compare(a.order, b.order), cmp.Compare(a.def.Name, b.def.Name))
-	})
-	d.ordered = make([]bus.Group, len(gs))
-	for i, g := range gs {
-		d.ordered[i] = g.def
-	}
+	d.groups.Put(g.Name, rev, newGroup(g, rev, order))
 }
 
 // Put stores a group definition when it is new or changed.
@@ -144,9 +126,7 @@ func (d *definitions) Put(ctx context.Context, g bus.Group) error {
 		return err
 	}
 	registered := time.Now().UnixNano()
-	d.mu.RLock()
 	cur, ok := d.groups.Get(g.Name)
-	d.mu.RUnlock()
 	if ok {
 		if cur.def.Equal(g) {
 			return nil
@@ -168,22 +148,14 @@ func (d *definitions) Put(ctx context.Context, g bus.Group) error {
 // Delete removes a group definition; sessions keep nothing of it that
 // matters, since an undefined group is never active.
 func (d *definitions) Delete(ctx context.Context, name string) error {
-	rev, err := store.Delete(ctx, d.kv, name, store.Bounded)
-	if err != nil {
-		return fmt.Errorf("groups: delete %s: %w", name, err)
+	if err := d.groups.Delete(ctx, name); err != nil {
+		return fmt.Errorf("groups: %w", err)
 	}
-	d.mu.Lock()
-	if d.groups.DeleteOwn(name, rev) {
-		d.reorder()
-	}
-	d.mu.Unlock()
 	return nil
 }
 
 // Group returns the definition of a group.
 func (d *definitions) Group(name string) (bus.Group, bool) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
 	g, ok := d.groups.Get(name)
 	if !ok {
 		return bus.Group{}, false
@@ -193,11 +165,7 @@ func (d *definitions) Group(name string) (bus.Group, bool) {
 
 // Groups returns the defined groups (basic excluded) in registration order.
 // The slice must not be modified.
-func (d *definitions) Groups() []bus.Group {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return d.ordered
-}
+func (d *definitions) Groups() []bus.Group { return *d.ordered.Load() }
 
 func (d *definitions) hasMeta() bool {
 	if d.searchBasic {

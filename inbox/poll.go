@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // startPolling loads the waiting calls as the approver may read them, then
@@ -20,18 +21,11 @@ func (s *Server) startPolling(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(s.cfg.PollInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := s.pollOnce(ctx); err != nil && ctx.Err() == nil {
-					s.cfg.Logger.Warn("inbox: parked.list", "err", err)
-				}
+		life.Every(ctx, s.cfg.PollInterval, func(time.Time) {
+			if err := s.pollOnce(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("inbox: parked.list", "err", err)
 			}
-		}
+		})
 	}()
 	s.mu.Lock()
 	s.stop = func(ctx context.Context) error {

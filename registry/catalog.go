@@ -1,13 +1,11 @@
 package registry
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,22 +16,22 @@ import (
 )
 
 // catalog is the tool definitions of P_tools: a watch-fed cache, with the
-// tombstones of deleted tools, and the admin delete. Registrations are
-// decided by the Registry (store), which caches what it wrote with put.
-// Safe for concurrent use.
+// tombstones of deleted tools, listed in registration order, and the admin
+// delete. Registrations are decided by the Registry (store), which caches
+// what it wrote with put. Safe for concurrent use.
 type catalog struct {
-	kv      jetstream.KeyValue
-	log     *slog.Logger
-	version *atomic.Uint64 // the Registry's, bumped on every change
+	kv    jetstream.KeyValue
+	log   *slog.Logger
+	tools *store.Ordered[*Tool] // bumps the Registry's version on every change
+}
 
-	mu    sync.RWMutex
-	cache *store.Cache[*Tool] // by name, with the tombstones of deleted tools
+func newCatalog(kv jetstream.KeyValue, log *slog.Logger, version *atomic.Uint64) *catalog {
+	return &catalog{kv: kv, log: log, tools: store.NewOrdered(kv, func(t *Tool) int64 { return t.order },
+		func([]*Tool) { version.Add(1) })}
 }
 
 func (c *catalog) applyTool(e jetstream.KeyValueEntry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	changed, err := c.cache.Apply(e, func(val []byte) (*Tool, bool, error) {
+	err := c.tools.Apply(e, func(val []byte) (*Tool, bool, error) {
 		t, err := parseTool(val)
 		if err == nil {
 			t.rev = e.Revision()
@@ -43,19 +41,10 @@ func (c *catalog) applyTool(e jetstream.KeyValueEntry) {
 	if err != nil {
 		c.log.Warn("registry: ignoring bad tool entry", "tool", e.Key(), "err", err)
 	}
-	if changed {
-		c.version.Add(1)
-	}
 }
 
 // put caches t, unless a newer revision of it, or its delete, is cached.
-func (c *catalog) put(t *Tool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cache.Put(t.Def.Name, t.rev, t) {
-		c.version.Add(1)
-	}
-}
+func (c *catalog) put(t *Tool) { c.tools.Put(t.Def.Name, t.rev, t) }
 
 // A P_tools value is the definition's JSON with one more key, "registered":
 // when the tool was first registered (unix ns). Every router orders the
@@ -91,37 +80,15 @@ func parseTool(b []byte) (*Tool, error) {
 }
 
 // Lookup returns the tool named name, live or not.
-func (c *catalog) Lookup(name string) (*Tool, bool) {
-	c.mu.RLock()
-	t, ok := c.cache.Get(name)
-	c.mu.RUnlock()
-	return t, ok
-}
+func (c *catalog) Lookup(name string) (*Tool, bool) { return c.tools.Get(name) }
 
 // Tools returns every registered tool in the order it was first registered.
-func (c *catalog) Tools() []*Tool {
-	c.mu.RLock()
-	out := make([]*Tool, 0, c.cache.Len())
-	for _, t := range c.cache.All() {
-		out = append(out, t)
-	}
-	c.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *Tool) int {
-		return cmp.Or(cmp.Compare(a.order, b.order), cmp.Compare(a.Def.Name, b.Def.Name))
-	})
-	return out
-}
+func (c *catalog) Tools() []*Tool { return slices.Clone(c.tools.List()) }
 
 // Delete removes a tool definition (the admin verb tools.delete).
 func (c *catalog) Delete(ctx context.Context, name string) error {
-	rev, err := store.Delete(ctx, c.kv, name, store.Bounded)
-	if err != nil {
-		return fmt.Errorf("registry: delete %s: %w", name, err)
+	if err := c.tools.Delete(ctx, name); err != nil {
+		return fmt.Errorf("registry: %w", err)
 	}
-	c.mu.Lock()
-	if c.cache.DeleteOwn(name, rev) {
-		c.version.Add(1)
-	}
-	c.mu.Unlock()
 	return nil
 }

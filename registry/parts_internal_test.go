@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/store"
 )
 
 // The parts of Registry are tested alone here, without a server.
@@ -92,7 +91,8 @@ func TestLivenessSawBeatAndTrouble(t *testing.T) {
 }
 
 func TestCatalogOrderAndRevisions(t *testing.T) {
-	c := &catalog{version: new(atomic.Uint64), cache: store.NewCache[*Tool](0)}
+	version := new(atomic.Uint64)
+	c := newCatalog(nil, nil, version)
 	put := func(name string, rev uint64, order int64, desc string) {
 		c.put(&Tool{Def: bus.ToolDef{Name: name, Description: desc}, rev: rev, order: order})
 	}
@@ -114,7 +114,7 @@ func TestCatalogOrderAndRevisions(t *testing.T) {
 	if a, _ := c.Lookup("a"); a.Def.Description != "newer" {
 		t.Fatalf("a newer revision was not taken: %+v", a.Def)
 	}
-	if got := c.version.Load(); got != 4 {
+	if got := version.Load(); got != 4 {
 		t.Fatalf("version %d after four changes", got)
 	}
 }

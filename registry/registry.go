@@ -80,7 +80,7 @@ func New(st *store.Store, cfg Config) *Registry {
 		cfg.Now = time.Now
 	}
 	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer, consumers: map[string]bool{}, ready: make(chan struct{})}
-	r.catalog = &catalog{kv: st.Tools, log: cfg.Logger, version: &r.version, cache: store.NewCache[*Tool](0)}
+	r.catalog = newCatalog(st.Tools, cfg.Logger, &r.version)
 	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: cfg.Now, health: st.Health, version: &r.version,
 		beats: map[string]map[string]beat{}, probed: map[string]time.Time{}}
 	return r

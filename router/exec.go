@@ -522,17 +522,3 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 		w.cancel()
 	}
 }
-
-// every calls fn every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, fn func(now time.Time)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			fn(now)
-		}
-	}
-}

@@ -415,16 +415,16 @@ func (r *Router) bind() {
 func (r *Router) loops() {
 	interval := min(max(cmp.Or(r.cfg.ParkTTL, parked.DefaultTTL)/10, 10*time.Millisecond), time.Second)
 	hb := r.cfg.Store.Heartbeat
-	r.life.Loop(func(ctx context.Context) { every(ctx, interval, r.conts.sweep) })
+	r.life.Loop(func(ctx context.Context) { life.Every(ctx, interval, r.conts.sweep) })
 	r.life.Loop(func(ctx context.Context) {
-		every(ctx, hb, func(now time.Time) { r.execs.watchWorkers(now, hb, r.reg, r.log) })
+		life.Every(ctx, hb, func(now time.Time) { r.execs.watchWorkers(now, hb, r.reg, r.log) })
 	})
 	r.life.Loop(func(ctx context.Context) {
-		every(ctx, hb, func(now time.Time) { r.conts.renewLeases(now); r.conts.takeOver(now, r.cfg.Lease) })
+		life.Every(ctx, hb, func(now time.Time) { r.conts.renewLeases(now); r.conts.takeOver(now, r.cfg.Lease) })
 	})
 	r.life.Loop(func(ctx context.Context) {
 		dropped := map[*nats.Subscription]int{}
-		every(ctx, hb, func(time.Time) { r.adm.watchDropped(r.subs.all(), dropped) })
+		life.Every(ctx, hb, func(time.Time) { r.adm.watchDropped(r.subs.all(), dropped) })
 	})
 }
 

@@ -82,19 +82,23 @@ const loaderDescription = "Load an agent skill: its SKILL.md (instructions to re
 // view; false when no skill is visible. It is read-only and, since a load
 // activates groups that change what later calls see, not concurrency-safe.
 func (v *View) LoaderDef() (bus.ToolDef, bool) {
-	enum, _ := json.Marshal(v.Names())
-	return v.def(LoaderName, loaderDescription, fmt.Sprintf(`{"type":"object","properties":{"skillId":{"type":"string","enum":%s,"description":"The name of the skill to load."},`+
-		`"path":{"type":"string","description":"The file to read, relative to the skill's folder with /: SKILL.md for the skill's instructions, or a resource path such as scripts/run.sh."}},`+
-		`"required":["skillId","path"]}`, enum))
+	return v.toolDef(LoaderName, loaderDescription, func() string {
+		enum, _ := json.Marshal(v.Names())
+		return fmt.Sprintf(`{"type":"object","properties":{"skillId":{"type":"string","enum":%s,"description":"The name of the skill to load."},`+
+			`"path":{"type":"string","description":"The file to read, relative to the skill's folder with /: SKILL.md for the skill's instructions, or a resource path such as scripts/run.sh."}},`+
+			`"required":["skillId","path"]}`, enum)
+	})
 }
 
-// def is a read-only, not concurrency-safe tool of the view that is never
-// asked about; false when no skill is visible.
-func (v *View) def(name, description, schema string) (bus.ToolDef, bool) {
+// toolDef is the definition of one of the view's tools (the loader, the
+// viewer), its input schema made by schema; false when no skill is
+// visible. Each is read-only, never asked about and, since it activates
+// groups, not concurrency-safe.
+func (v *View) toolDef(name, description string, schema func() string) (bus.ToolDef, bool) {
 	if v.Empty() {
 		return bus.ToolDef{}, false
 	}
-	d := bus.ToolDef{Name: name, Description: description, InputSchema: json.RawMessage(schema),
+	d := bus.ToolDef{Name: name, Description: description, InputSchema: json.RawMessage(schema()),
 		ReadOnly: true, ConcurrencySafe: false, Permission: bus.PermissionAllow}
 	d.Defaults()
 	return d, true

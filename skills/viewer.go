@@ -24,7 +24,7 @@ const viewerSchema = `{"type":"object","properties":{"skill":{"type":"string","d
 // when no skill is visible. Like the loader it is read-only, never asked
 // about and, since a view activates groups, not concurrency-safe.
 func (v *View) ViewerDef() (bus.ToolDef, bool) {
-	return v.def(ViewerName, viewerDescription, viewerSchema)
+	return v.toolDef(ViewerName, viewerDescription, func() string { return viewerSchema })
 }
 
 // ViewInput is the input of the Skill viewer.

@@ -53,36 +53,24 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.Replicas <= 0 {
-		c.Replicas = 1
+	c.Replicas = positive(c.Replicas, 1)
+	c.Heartbeat = positive(c.Heartbeat, bus.DefaultHeartbeat)
+	c.DedupeWindow = positive(c.DedupeWindow, bus.DefaultDedupeWindow)
+	c.SessionTTL = positive(c.SessionTTL, bus.DefaultSessionTTL)
+	c.EventsMaxAge = positive(c.EventsMaxAge, bus.DefaultEventsMaxAge)
+	c.HandoffMaxAge = positive(c.HandoffMaxAge, bus.DefaultHandoffTTL)
+	c.OutputsTTL = positive(c.OutputsTTL, bus.DefaultOutputsTTL)
+	c.EventsMaxBytes = positive(c.EventsMaxBytes, -1)
+	c.OutputsMaxBytes = positive(c.OutputsMaxBytes, -1)
+	c.WorkAckWait = positive(c.WorkAckWait, DefaultWorkAckWait)
+}
+
+// positive returns v when it is positive, else def.
+func positive[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
 	}
-	if c.Heartbeat <= 0 {
-		c.Heartbeat = bus.DefaultHeartbeat
-	}
-	if c.DedupeWindow <= 0 {
-		c.DedupeWindow = bus.DefaultDedupeWindow
-	}
-	if c.SessionTTL <= 0 {
-		c.SessionTTL = bus.DefaultSessionTTL
-	}
-	if c.EventsMaxAge <= 0 {
-		c.EventsMaxAge = bus.DefaultEventsMaxAge
-	}
-	if c.HandoffMaxAge <= 0 {
-		c.HandoffMaxAge = bus.DefaultHandoffTTL
-	}
-	if c.OutputsTTL <= 0 {
-		c.OutputsTTL = bus.DefaultOutputsTTL
-	}
-	if c.EventsMaxBytes <= 0 {
-		c.EventsMaxBytes = -1
-	}
-	if c.OutputsMaxBytes <= 0 {
-		c.OutputsMaxBytes = -1
-	}
-	if c.WorkAckWait <= 0 {
-		c.WorkAckWait = DefaultWorkAckWait
-	}
+	return v
 }
 
 // DefaultWorkAckWait is Config.WorkAckWait's default.

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // registrar registers the worker with the routers: once at Start, again
@@ -33,19 +34,7 @@ type registrar struct {
 // sends its leave after it and a router cannot apply the heartbeat after
 // the leave (which kept the worker's tools listed for three more beats).
 func (r *registrar) heartbeat(ctx context.Context) {
-	t := time.NewTicker(r.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if ctx.Err() != nil {
-				return
-			}
-			r.register(context.WithoutCancel(ctx))
-		}
-	}
+	life.Every(ctx, r.every, func(time.Time) { r.register(context.WithoutCancel(ctx)) })
 }
 
 // register sends one registration and logs its outcome.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/security"
 )
 
@@ -25,31 +26,24 @@ const identitiesPoll = time.Second
 // that fails is logged and tried again at the next poll.
 func watchIdentities(ctx context.Context, file string, b *security.Bindings, reload func() error, poll time.Duration, log *slog.Logger) {
 	last, _ := os.ReadFile(file)
-	t := time.NewTicker(poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	life.Every(ctx, poll, func(time.Time) {
 		cur, err := os.ReadFile(file)
 		if err != nil || bytes.Equal(cur, last) {
-			continue
+			return
 		}
 		if reload != nil {
 			if err := reload(); err != nil {
 				log.Error("router: the server configuration did not reload; the identities stay as they were", "err", err)
-				continue
+				return
 			}
 		}
 		if err := b.Load(file); err != nil {
 			log.Error("router: identities not reloaded", "file", file, "err", err)
-			continue
+			return
 		}
 		last = cur
 		log.Info("router: identities reloaded", "file", file)
-	}
+	})
 }
 
 // reloadServer reloads the embedded server s from cfgFile with the

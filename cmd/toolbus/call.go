@@ -36,10 +36,8 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := checkSession(fs, cn.session); err != nil {
 		return err
 	}
-	if *replyID == "" {
-		*replyID = client.NewReplyID()
-	} else if !bus.ValidID(*replyID) {
-		return usageError(fs, "--reply-id %q must match ^[A-Za-z0-9_-]{1,128}$", *replyID)
+	if *replyID, err = replyIDFlag(fs, *replyID); err != nil {
+		return err
 	}
 	if *timeout < 0 {
 		return usageError(fs, "--timeout must not be negative")
@@ -64,16 +62,12 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer closeConn()
 	var fol *follower
-	if *wait {
-		// Subscribed before the batch is sent, so no result is missed;
-		// progress and re-parked calls are printed on stderr as they come.
-		events, err := cl.Watch(ctx, cn.session)
-		if err != nil {
+	if *wait { // progress and re-parked calls are printed on stderr as they come
+		var stop func()
+		if fol, stop, err = follow(ctx, cl, cn.session, *replyID, len(batch.Calls), stderr); err != nil {
 			return err
 		}
-		defer func() { _ = events.Stop(context.WithoutCancel(ctx)) }()
-		fol = follow(events, *replyID, len(batch.Calls), stderr)
-		fol.list = parkedLister(cl, cn.session, *replyID)
+		defer stop()
 	}
 	opts := []client.CallOption{client.WithReplyID(*replyID)}
 	callCtx := ctx

@@ -16,17 +16,9 @@ import (
 func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("cancel", stderr)
 	wait := fs.Duration("wait", 3*time.Second, "how long to wait for the cancelled calls to report before saying nothing was cancelled")
-	pos, err := parse(fs, args)
+	pos, err := parseList(fs, args, "cancel needs a reply id", bus.ValidID, "id %q must match ^[A-Za-z0-9_-]{1,128}$")
 	if err != nil {
 		return err
-	}
-	if len(pos) == 0 {
-		return usageError(fs, "cancel needs a reply id")
-	}
-	for _, id := range pos {
-		if !bus.ValidID(id) {
-			return usageError(fs, "id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
-		}
 	}
 	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {

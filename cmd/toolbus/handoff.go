@@ -11,14 +11,15 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// allSessions is the --session of watch-handoff that shows every session.
+// allSessions is the --session of watch and watch-handoff that shows every
+// session (conn.anySession).
 const allSessions = "*"
 
 func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("watch-handoff", stderr)
 	sf := fs.Lookup("session")
 	sf.Usage = `only the requests of this session; "*" for every session`
-	sf.DefValue, cn.session = allSessions, allSessions
+	sf.DefValue, cn.session, cn.anySession = allSessions, allSessions, true
 	confirm := fs.Bool("confirm", false, "follow the confirmation requests (P.confirm.<tool>) instead of the external ones (P.external.<tool>)")
 	asJSON := fs.Bool("json", false, "print each request as one line of CloudEvent JSON")
 	pos, err := parse(fs, args)
@@ -32,12 +33,7 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 	if tool != "*" && !bus.ValidName(tool) {
 		return usageError(fs, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$ (or be \"*\")", tool)
 	}
-	if cn.session != allSessions {
-		if err := checkSession(fs, cn.session); err != nil {
-			return err
-		}
-	}
-	cl, closeConn, err := cn.dial(ctx)
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}

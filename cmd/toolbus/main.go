@@ -145,6 +145,9 @@ type conn struct {
 	nats    natsconn.Config
 	prefix  string
 	session string
+	// anySession: the command takes --session "*" (allSessions) for
+	// every session.
+	anySession bool
 }
 
 // Every command's --user is the toolbus (runtime) user, never the NATS
@@ -204,10 +207,13 @@ func (e *refusedError) Error() string {
 
 func (e *refusedError) Unwrap() error { return e.err }
 
-// open checks --session and connects: the start of most subcommands.
+// open checks --session (which may be allSessions when the command takes
+// it) and connects: the start of most subcommands.
 func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, func(), error) {
-	if err := checkSession(fs, cn.session); err != nil {
-		return nil, nil, err
+	if !cn.anySession || cn.session != allSessions {
+		if err := checkSession(fs, cn.session); err != nil {
+			return nil, nil, err
+		}
 	}
 	return cn.dial(ctx)
 }
@@ -219,6 +225,37 @@ func parseNone(fs *flag.FlagSet, args []string) error {
 		err = usageError(fs, "%s takes no arguments, got %q", strings.TrimPrefix(fs.Name(), "toolbus "), pos[0])
 	}
 	return err
+}
+
+// replyIDFlag is a --reply-id's value, checked, or a fresh reply id when
+// it is empty.
+func replyIDFlag(fs *flag.FlagSet, id string) (string, error) {
+	if id == "" {
+		return client.NewReplyID(), nil
+	}
+	if !bus.ValidID(id) {
+		return "", usageError(fs, "--reply-id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
+	}
+	return id, nil
+}
+
+// parseList is parse for a command that takes one or more positional
+// arguments, each valid: need is the error without any, bad (with the
+// argument) the error for an invalid one.
+func parseList(fs *flag.FlagSet, args []string, need string, valid func(string) bool, bad string) ([]string, error) {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) == 0 {
+		return nil, usageError(fs, "%s", need)
+	}
+	for _, a := range pos {
+		if !valid(a) {
+			return nil, usageError(fs, bad, a)
+		}
+	}
+	return pos, nil
 }
 
 // parse parses args with fs, allowing flags after positional arguments

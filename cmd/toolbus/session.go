@@ -54,17 +54,9 @@ func runActivate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs, cn := newFlagSet("activate", stderr)
 	off := fs.Bool("off", false, "deactivate the groups instead")
 	asJSON := fs.Bool("json", false, "print the session as JSON (the admin reply)")
-	pos, err := parse(fs, args)
+	pos, err := parseList(fs, args, "activate needs at least one group name", bus.ValidName, "group name %q must match ^[A-Za-z0-9_-]{1,64}$")
 	if err != nil {
 		return err
-	}
-	if len(pos) == 0 {
-		return usageError(fs, "activate needs at least one group name")
-	}
-	for _, g := range pos {
-		if !bus.ValidName(g) {
-			return usageError(fs, "group name %q must match ^[A-Za-z0-9_-]{1,64}$", g)
-		}
 	}
 	data := map[string]any{"groups": pos, "active": !*off}
 	return adminSession(ctx, fs, cn, "session.activate", data, *asJSON, stdout)

@@ -31,11 +31,6 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	nc, err := cn.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	cl, closeConn, err := cn.dial(ctx)
 	if err != nil {
 		return err
@@ -47,7 +42,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var found []instance
 	for _, kind := range []string{"toolbus-router", "toolbus-worker"} {
-		infos, err := discover(ctx, nc, kind, *wait)
+		infos, err := discover(ctx, cl.Conn(), kind, *wait)
 		if err != nil {
 			return err
 		}

@@ -33,10 +33,8 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := checkSession(fs, cn.session); err != nil {
 		return err
 	}
-	if *replyID == "" {
-		*replyID = client.NewReplyID()
-	} else if !bus.ValidID(*replyID) {
-		return usageError(fs, "--reply-id %q must match ^[A-Za-z0-9_-]{1,128}$", *replyID)
+	if *replyID, err = replyIDFlag(fs, *replyID); err != nil {
+		return err
 	}
 	msg, err := readInput(*in, os.Stdin)
 	if err != nil {
@@ -53,14 +51,12 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer closeConn()
 	batch := turn.Batch()
 	var fol *follower
-	if *wait { // subscribed before the batch is sent, so no result is missed
-		events, err := cl.Watch(ctx, cn.session)
-		if err != nil {
+	if *wait {
+		var stop func()
+		if fol, stop, err = follow(ctx, cl, cn.session, *replyID, len(batch.Calls), stderr); err != nil {
 			return err
 		}
-		defer func() { _ = events.Stop(context.WithoutCancel(ctx)) }()
-		fol = follow(events, *replyID, len(batch.Calls), stderr)
-		fol.list = parkedLister(cl, cn.session, *replyID)
+		defer stop()
 	}
 	reply, err := cl.Call(ctx, cn.session, batch, client.WithReplyID(*replyID))
 	if err != nil {

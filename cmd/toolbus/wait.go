@@ -48,10 +48,17 @@ type follower struct {
 // pollEvery is how often a wait looks at the parked calls.
 const pollEvery = 2 * time.Second
 
-// follow starts following replyID on events; calls is the batch's size
-// (at most one result each, so the hand-over never blocks).
-func follow(events *client.Events, replyID string, calls int, w io.Writer) *follower {
-	f := &follower{results: make(chan bus.Result, calls+16), parked: make(chan bus.Parked, calls+16), w: w}
+// follow watches session's events and follows batch replyID in them,
+// before the batch is sent, so that no result is missed; calls is the
+// batch's size (at most one result each, so the hand-over never blocks).
+// stop ends the watch.
+func follow(ctx context.Context, cl *client.Client, session, replyID string, calls int, w io.Writer) (f *follower, stop func(), err error) {
+	events, err := cl.Watch(ctx, session)
+	if err != nil {
+		return nil, nil, err
+	}
+	f = &follower{results: make(chan bus.Result, calls+16), parked: make(chan bus.Parked, calls+16), w: w,
+		list: parkedLister(cl, session, replyID)}
 	go func() {
 		defer close(f.results)
 		for e := range events.C {
@@ -85,7 +92,7 @@ func follow(events *client.Events, replyID string, calls int, w io.Writer) *foll
 			}
 		}
 	}()
-	return f
+	return f, func() { _ = events.Stop(context.WithoutCancel(ctx)) }, nil
 }
 
 // await returns the results of the parked calls, in the order they come.

@@ -15,18 +15,14 @@ import (
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("watch", stderr)
 	fs.Lookup("session").Usage = `session id, or "*" for every session`
+	cn.anySession = true
 	replay := fs.Bool("replay", false, "print the events the events stream still keeps first, then live ones")
 	asJSON := fs.Bool("json", false, "print each event as one line of JSON (the CloudEvent as sent), for jq and scripts")
 	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	all := cn.session == "*"
-	if !all {
-		if err := checkSession(fs, cn.session); err != nil {
-			return err
-		}
-	}
-	cl, closeConn, err := cn.dial(ctx)
+	all := cn.session == allSessions
+	cl, closeConn, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}

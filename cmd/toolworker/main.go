@@ -37,11 +37,7 @@ func main() {
 const drainTimeout = 30 * time.Second
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("toolworker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if cli.WantsHelp(args) {
-		fs.SetOutput(stdout) // help asked for goes to stdout, exit 0
-	}
+	fs := cli.FlagSet("toolworker", args, stdout, stderr)
 	conn := natsconn.FromEnv()
 	conn.RegisterFlags(fs)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")

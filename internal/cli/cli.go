@@ -115,6 +115,17 @@ func abortOnSecondSignal(ctx context.Context, name string) {
 	os.Exit(130)
 }
 
+// FlagSet returns the flag set of command name for args: its output (usage,
+// errors) goes to stderr, or to stdout when args ask for help.
+func FlagSet(name string, args []string, stdout, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if WantsHelp(args) {
+		fs.SetOutput(stdout) // help asked for goes to stdout, exit 0
+	}
+	return fs
+}
+
 // WantsHelp reports whether args ask for help (-h, -help or --help before
 // any "--"): the help then goes to standard output, and the exit status is 0.
 func WantsHelp(args []string) bool {

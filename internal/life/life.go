@@ -279,3 +279,21 @@ func wait(ctx context.Context, wg *sync.WaitGroup, limit <-chan time.Time) bool 
 		return false
 	}
 }
+
+// Every calls fn with the time of each tick, every interval, until ctx
+// ends; a tick that comes once ctx has ended does not call it.
+func Every(ctx context.Context, interval time.Duration, fn func(now time.Time)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if ctx.Err() != nil {
+				return
+			}
+			fn(now)
+		}
+	}
+}

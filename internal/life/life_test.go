@@ -150,3 +150,25 @@ func TestUnwindOnceInReverse(t *testing.T) {
 		}
 	})
 }
+
+func TestEveryTicksUntilItsContextEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		var ticks []time.Time
+		done := make(chan struct{})
+		start := time.Now()
+		go func() {
+			defer close(done)
+			life.Every(ctx, time.Second, func(now time.Time) {
+				ticks = append(ticks, now)
+				if len(ticks) == 3 {
+					cancel()
+				}
+			})
+		}()
+		<-done
+		if len(ticks) != 3 || !ticks[2].Equal(start.Add(3*time.Second)) {
+			t.Fatalf("ticks %v, want three, a second apart from %v", ticks, start)
+		}
+	})
+}

@@ -8,9 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -72,9 +75,10 @@ type clientRecord struct {
 // request's cancel function), so behind a front without affinity the
 // answer got HTTP 404 and the cancel was dropped. Now the process serving
 // a tools/call of an MCP session follows that session's key prefix in
-// the facade's bucket while it runs, and a process that cannot deliver
-// an answer (or any process given a cancel) puts the message there; the
-// follower hands it to its own mcp-go as if it had been posted to it.
+// the facade's bucket while it runs, and a process given an answer to
+// another process's request (its id bears that process's tag: idTag) or
+// any cancel puts the message there; the follower hands it to its own
+// mcp-go as if it had been posted to it.
 // Keys name the bus session and the authenticated user, so a message is
 // only ever carried into the same (session, user)'s MCP server.
 type crossing struct {
@@ -92,6 +96,9 @@ type crossing struct {
 	// adopting is the MCP session adopt is initialising (its initialize
 	// is not recorded again).
 	adopting string
+	// tag names the ids of the requests this process's mcp-go server of
+	// the session sends its clients (idTag).
+	tag string
 }
 
 // maxClients bounds the MCP sessions one crossing remembers as known.
@@ -118,58 +125,78 @@ func (p *posted) response() bool {
 		!bytes.Equal(bytes.TrimSpace(p.Result), []byte("{}"))
 }
 
-// serveHTTP adopts the MCP session of a 2025-11-25 (or earlier) request
-// when this process does not know it, and serves r when it is a POST
-// that crossing handles; it reports false for everything else, which the
-// caller serves as before. A tools/call is served here too, following
-// the session's crossings while it runs.
+// serveHTTP serves every request of a 2025-11-25 (or earlier) MCP
+// session: it names the ids of the requests this process sends the client
+// with its own tag on the way out (tagWriter) and gives an answer bearing
+// another process's tag to that process; it adopts the MCP session when
+// this process does not know it, and carries a notifications/cancelled,
+// and an untagged answer its own mcp-go has no question for, to the
+// process following the session. A tools/call is served following the
+// session's crossings while it runs. It reports false for what is not
+// such a request (no MCP session, 2026-07-28), which the caller serves.
 func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	sid := r.Header.Get(server.HeaderKeySessionID)
-	if sid == "" || len(sid) > 256 || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) || !x.store.available(r.Context()) {
+	if sid == "" || len(sid) > 256 || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		return false
 	}
-	if r.Method != http.MethodDelete {
+	w = &tagWriter{ResponseWriter: w, tag: x.idTag()}
+	crosses := x.store.available(r.Context())
+	if crosses && r.Method != http.MethodDelete {
 		x.adopt(r.Context(), sid)
 	}
-	if r.Method != http.MethodPost {
-		return false
-	}
 	body, ok := postedBody(r)
-	if !ok {
-		return false
-	}
 	var p posted
-	if json.Unmarshal(body, &p) != nil {
-		return false
+	if !ok || json.Unmarshal(body, &p) != nil {
+		x.local().ServeHTTP(w, r)
+		return true
+	}
+	version := r.Header.Get(mcp.HeaderProtocolVersion)
+	if tag, n, tagged := untagID(p.ID); tagged && p.response() {
+		if tag != x.idTag() {
+			// Another process asked (or none did): its follower takes it.
+			x.carryAnswer(w, r, sid, body)
+			return true
+		}
+		if body, ok = withID(body, n); ok {
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		}
+		x.local().ServeHTTP(w, r)
+		return true
 	}
 	switch {
+	case !crosses:
 	case p.Method == string(mcp.MethodToolsCall) && len(p.ID) > 0:
 		stop := x.follow(r.Context(), sid)
 		defer stop()
-		x.local().ServeHTTP(w, r)
-		return true
 	case p.Method == string(mcp.MethodNotificationCancelled) && len(p.ID) == 0:
 		// mcp-go cancels the request when it is this process's; the
 		// crossing reaches the process that runs it otherwise.
-		x.carry(r.Context(), sid, r.Header.Get(mcp.HeaderProtocolVersion), body)
-		x.local().ServeHTTP(w, r)
-		return true
+		_ = x.carry(r.Context(), sid, version, body)
 	case p.response():
+		// Untagged: asked by a facade that does not tag its ids (an older
+		// one), here or on another process.
 		rec := httptest.NewRecorder()
 		x.local().ServeHTTP(rec, r)
 		if rec.Code < 400 || rec.Code >= 500 || len(body) > maxCrossing {
 			copyRecorded(w, rec)
 			return true
 		}
-		// No question of this process waits for it: another's does.
-		if err := x.carry(r.Context(), sid, r.Header.Get(mcp.HeaderProtocolVersion), body); err != nil {
-			writeHTTPError(w, http.StatusServiceUnavailable, "facade: the answer could not be passed to the facade process that asked: "+err.Error())
-			return true
-		}
-		w.WriteHeader(http.StatusAccepted)
+		x.carryAnswer(w, r, sid, body)
 		return true
 	}
-	return false
+	x.local().ServeHTTP(w, r)
+	return true
+}
+
+// carryAnswer carries body, the client's answer to a request another
+// process sent it, to the process following MCP session sid, and answers
+// 202 (503 when it cannot be carried).
+func (x *crossing) carryAnswer(w http.ResponseWriter, r *http.Request, sid string, body []byte) {
+	if err := x.carry(r.Context(), sid, r.Header.Get(mcp.HeaderProtocolVersion), body); err != nil {
+		writeHTTPError(w, http.StatusServiceUnavailable, "facade: the answer could not be passed to the facade process that asked: "+err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
 }
 
 func copyRecorded(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
@@ -393,7 +420,18 @@ func (x *crossing) deliver(sid string, m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &rec); err != nil || rec.MCPSession != sid || len(rec.Message) == 0 {
 		return
 	}
-	if code := x.inject(sid, rec.Version, rec.Message, false); code >= 400 {
+	msg := rec.Message
+	var p posted
+	if json.Unmarshal(msg, &p) != nil {
+		return
+	}
+	if tag, n, tagged := untagID(p.ID); tagged && p.response() {
+		var ok bool
+		if msg, ok = withID(msg, n); tag != x.idTag() || !ok {
+			return // another process's question
+		}
+	}
+	if code := x.inject(sid, rec.Version, msg, false); code >= 400 {
 		x.log.Debug("facade: a carried message was not taken", "session", x.session, "status", code)
 	}
 }
@@ -454,3 +492,127 @@ func (b crossBucket) getValue(ctx context.Context, key string) ([]byte, error) {
 	}
 	return e.Value(), nil
 }
+
+// Ids of the requests the facade sends a client (issue 29, F2). mcp-go
+// numbers them from 1 in each of its servers, so two processes serving
+// one MCP session send the same ids: an answer reaching the other process
+// was taken there by that process's own question of the same id, and two
+// questions asked at once from two processes got each other's answers.
+// Each process's server of a (session, user) has a tag of its own (a
+// NUID), and every request it sends a 2025-11-25 client carries the id
+// "<tag>.<n>" (JSON-RPC allows a string id; every client echoes it);
+// an answer bearing the tag goes back to mcp-go as n, one bearing
+// another tag is carried to the process following the MCP session, which
+// takes only its own.
+
+// idTag is the tag of this process's server of the session.
+func (x *crossing) idTag() string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.tag == "" {
+		x.tag = nuid.Next()
+	}
+	return x.tag
+}
+
+// untagID splits a tagged id ("<tag>.<n>", n a positive decimal number)
+// into its tag and n; false for any other id.
+func untagID(id json.RawMessage) (tag string, n json.RawMessage, ok bool) {
+	var s string
+	if len(id) == 0 || id[0] != '"' || json.Unmarshal(id, &s) != nil {
+		return "", nil, false
+	}
+	tag, num, ok := strings.Cut(s, ".")
+	if v, err := strconv.ParseInt(num, 10, 64); !ok || tag == "" || err != nil || v <= 0 || strconv.FormatInt(v, 10) != num {
+		return "", nil, false
+	}
+	return tag, json.RawMessage(num), true
+}
+
+// withID returns the JSON-RPC message msg with id as its id.
+func withID(msg []byte, id json.RawMessage) ([]byte, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil || m == nil {
+		return msg, false
+	}
+	m["id"] = id
+	out, err := json.Marshal(m)
+	if err != nil {
+		return msg, false
+	}
+	return out, true
+}
+
+// tagEvent returns the server-sent event ev (its lines and the blank line
+// that ends it) with the id of the request it carries tagged; any other
+// event (a notification, a response, an event too large for a request
+// the facade sends) as it is.
+func tagEvent(ev []byte, tag string) []byte {
+	start := 0
+	for !bytes.HasPrefix(ev[start:], []byte("data: ")) {
+		i := bytes.IndexByte(ev[start:], '\n')
+		if i < 0 {
+			return ev
+		}
+		start += i + 1
+	}
+	start += len("data: ")
+	end := start + bytes.IndexByte(ev[start:], '\n')
+	if end < start || end-start > maxCrossing || !bytes.Contains(ev[start:end], []byte(`"method"`)) {
+		return ev
+	}
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	var n int64
+	if json.Unmarshal(ev[start:end], &m) != nil || m.Method == "" || json.Unmarshal(m.ID, &n) != nil || n <= 0 {
+		return ev
+	}
+	id, _ := json.Marshal(tag + "." + strconv.FormatInt(n, 10))
+	data, ok := withID(ev[start:end], id)
+	if !ok {
+		return ev
+	}
+	return slices.Concat(ev[:start], data, ev[end:])
+}
+
+// tagWriter tags the requests written on an event stream of mcp-go's
+// (tagEvent); everything else passes as it is.
+type tagWriter struct {
+	http.ResponseWriter
+	tag     string
+	pending []byte // an event begun and not yet ended
+}
+
+func (w *tagWriter) Write(p []byte) (int, error) {
+	if !strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+		return w.ResponseWriter.Write(p)
+	}
+	data := p
+	if len(w.pending) > 0 {
+		data = append(w.pending, p...)
+	}
+	for {
+		i := bytes.Index(data, []byte("\n\n"))
+		if i < 0 {
+			break
+		}
+		if _, err := w.ResponseWriter.Write(tagEvent(data[:i+2], w.tag)); err != nil {
+			return 0, err
+		}
+		data = data[i+2:]
+	}
+	w.pending = append([]byte(nil), data...)
+	return len(p), nil
+}
+
+// Flush passes the events written on.
+func (w *tagWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap is for http.ResponseController.
+func (w *tagWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/mcp/mcptest"
 )
 
 // TestLegacyAlternating (issue 29, F2): mcp-go's 2025-11-25 client behind
@@ -55,8 +57,10 @@ func TestLegacyAlternating(t *testing.T) {
 // TestLegacyCancelOtherProcess (issue 29, F2; raw JSON-RPC at
 // 2025-11-25): a tools/call runs on process A; its
 // notifications/cancelled posted to process B interrupts it. Another
-// user's cancel naming the same MCP session and request id (posted to B)
-// does not: the call runs to its end.
+// user's cancel naming the same MCP session and request id, and the same
+// user's from another MCP session of the bus session or of another bus
+// session (each posted to both processes), do not: the call runs to its
+// end.
 func TestLegacyCancelOtherProcess(t *testing.T) {
 	p := newPair(t, false)
 	s := "lb-cancel"
@@ -70,14 +74,168 @@ func TestLegacyCancelOtherProcess(t *testing.T) {
 	}
 
 	// Another user's cancel of alice's call: carried under bob's key,
-	// which alice's process does not follow.
+	// which alice's process does not follow; and alice's own hosts of
+	// another MCP session in this bus session and of another bus session,
+	// naming the same request id: carried under their own keys.
 	stream = p.startCall(t, "A", s, "alice", sid, 8)
-	p.post(t, "B", s, "bob", sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":8,"reason":"mallory"}}`)
-	p.post(t, "A", s, "bob", sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":8,"reason":"mallory"}}`)
+	cancel8 := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":8,"reason":"mallory"}}`
+	p.post(t, "B", s, "bob", sid, cancel8)
+	p.post(t, "A", s, "bob", sid, cancel8)
+	other := p.initialize(t, "B", s, "alice")
+	elsewhere := p.initialize(t, "A", s+"-2", "alice")
+	for _, backend := range []string{"A", "B"} {
+		p.post(t, backend, s, "alice", other, cancel8)
+		p.post(t, backend, s+"-2", "alice", elsewhere, cancel8)
+	}
 	close(p.release)
 	if rest := testkit.Recv(t, stream, bound, "the call's stream"); !strings.Contains(rest, "slow done") {
 		t.Fatalf("another user's cancel interrupted alice's call: %s", rest)
 	}
+}
+
+// TestLegacyQuestionsAtOnce (issue 29, F2; raw JSON-RPC at 2025-11-25):
+// one MCP session calls a bridged tool on process A and, while its
+// server's question is open, again on B; each process asks the host
+// (elicitation/create on the call's stream), and the host answers each
+// question on the other process. mcp-go numbers the requests it sends
+// from 1 in each process, so both questions had id 1 and each answer was
+// taken by the other process's own question: the calls got each other's
+// names. Each process now tags its ids, and each answer reaches the
+// question it answers. Then hosts of another MCP session (same user and
+// bus session), of another bus session and of another user post an
+// answer with the id of an open question to both processes: none is
+// taken, and the host's own answer is.
+func TestLegacyQuestionsAtOnce(t *testing.T) {
+	p := newPair(t, false)
+	p.bridgeServer(t, "q", mcptest.AskServer(t))
+	if err := p.d.WaitLive(t.Context(), "mcp__q__ask"); err != nil {
+		t.Fatal(err)
+	}
+	s := "lb-questions"
+	sid := p.initializeWith(t, "A", s, "alice", `{"elicitation":{}}`)
+	other := map[string]string{"A": "B", "B": "A"}
+	ask := func(backend string, id int, who string) (<-chan streamMsg, streamMsg) {
+		msgs := p.stream(t, backend, s, "alice", sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call",`+
+			`"params":{"name":"mcp__q__ask","arguments":{"for":%q}}}`, id, who))
+		for m := range msgs {
+			if m.Method == "elicitation/create" && strings.Contains(string(m.Params), "(for "+who+")") {
+				return msgs, m
+			}
+		}
+		t.Fatalf("%s: the call on %s ended without its question", who, backend)
+		return nil, streamMsg{}
+	}
+	answer := func(backend, user, mcpSession, session string, id json.RawMessage, name string) int {
+		resp := p.do(t, backend, session, user, mcpSession, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"action":"accept","content":{"name":%q}}}`, id, name))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	streamX, qx := ask("A", 11, "x")
+	streamY, qy := ask("B", 12, "y")
+	t.Logf("the questions' ids: %s on A, %s on B", qx.ID, qy.ID)
+	if string(qx.ID) == string(qy.ID) {
+		t.Fatalf("both processes asked with id %s", qx.ID)
+	}
+
+	// Hosts that are not this MCP session's: nothing they post is taken.
+	sid2 := p.initializeWith(t, "B", s, "alice", `{"elicitation":{}}`)
+	sid3 := p.initializeWith(t, "A", "lb-questions-2", "alice", `{"elicitation":{}}`)
+	sid4 := p.initializeWith(t, "B", s, "mallory", `{"elicitation":{}}`)
+	for _, intruder := range []struct{ user, mcpSession, session string }{
+		{"alice", sid2, s}, {"alice", sid3, "lb-questions-2"}, {"mallory", sid4, s}, {"mallory", sid, s},
+	} {
+		for _, backend := range []string{"A", "B"} {
+			for _, q := range []streamMsg{qx, qy} {
+				if code := answer(backend, intruder.user, intruder.mcpSession, intruder.session, q.ID, "mallory"); code >= 500 {
+					t.Fatalf("an intruder's answer on %s: HTTP %d", backend, code)
+				}
+			}
+		}
+	}
+
+	// The host answers each question on the process that did not ask it,
+	// and any further question (a process's relay asks every question of
+	// the server it sees) wherever it was asked.
+	results := map[string]string{}
+	pending := map[string]<-chan streamMsg{"x": streamX, "y": streamY}
+	backendOf := map[string]string{"x": "A", "y": "B"}
+	for _, q := range []struct {
+		who string
+		m   streamMsg
+	}{{"x", qx}, {"y", qy}} {
+		if code := answer(other[backendOf[q.who]], "alice", sid, s, q.m.ID, q.who+"-name"); code != http.StatusAccepted {
+			t.Fatalf("the answer for %s on %s: HTTP %d", q.who, other[backendOf[q.who]], code)
+		}
+	}
+	for who, msgs := range pending {
+		for m := range msgs {
+			switch {
+			case m.Method == "elicitation/create":
+				var params struct{ Message string }
+				_ = json.Unmarshal(m.Params, &params)
+				name := "x-name"
+				if strings.Contains(params.Message, "(for y)") {
+					name = "y-name"
+				}
+				// The call may end first: its question then has no one to take it.
+				if code := answer(other[backendOf[who]], "alice", sid, s, m.ID, name); code != http.StatusAccepted && code != http.StatusBadRequest {
+					t.Fatalf("a further answer: HTTP %d", code)
+				}
+			case m.Result != nil:
+				var r mcp.CallToolResult
+				if err := json.Unmarshal(m.Result, &r); err != nil {
+					t.Fatal(err)
+				}
+				results[who] = textOf(&r)
+			}
+		}
+	}
+	if results["x"] != `accept {"name":"x-name"}` || results["y"] != `accept {"name":"y-name"}` {
+		t.Fatalf("the calls' results: %q (served %v)", results, p.servedAll())
+	}
+}
+
+// streamMsg is a JSON-RPC message a facade sent on an event stream.
+type streamMsg struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+}
+
+// stream posts body to backend as user in MCP session sid and sends each
+// message of its response (an event stream or one JSON object) until it
+// ends.
+func (p *pair) stream(t *testing.T, backend, s, user, sid, body string) <-chan streamMsg {
+	t.Helper()
+	resp := p.do(t, backend, s, user, sid, body)
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		t.Fatalf("%s on %s: HTTP %d %s", body, backend, resp.StatusCode, raw)
+	}
+	out := make(chan streamMsg, 16)
+	go func() {
+		defer close(out)
+		defer func() { _ = resp.Body.Close() }()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			line, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok && !strings.HasPrefix(sc.Text(), "{") {
+				continue
+			}
+			if !ok {
+				line = sc.Text()
+			}
+			var m streamMsg
+			if json.Unmarshal([]byte(line), &m) == nil {
+				out <- m
+			}
+		}
+	}()
+	return out
 }
 
 // servedAll returns every request the front passed on, in order.
@@ -120,8 +278,14 @@ func (p *pair) do(t *testing.T, backend, s, user, sid, body string) *http.Respon
 // its id.
 func (p *pair) initialize(t *testing.T, backend, s, user string) string {
 	t.Helper()
+	return p.initializeWith(t, backend, s, user, `{}`)
+}
+
+// initializeWith is initialize with the client capabilities caps.
+func (p *pair) initializeWith(t *testing.T, backend, s, user, caps string) string {
+	t.Helper()
 	resp := p.do(t, backend, s, user, "", fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,`+
-		`"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, mcp.ProtocolVersion20251125))
+		`"capabilities":%s,"clientInfo":{"name":"raw","version":"1"}}}`, mcp.ProtocolVersion20251125, caps))
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	sid := resp.Header.Get(server.HeaderKeySessionID)
@@ -208,4 +372,104 @@ func TestAdoptHeaderRefused(t *testing.T) {
 	if sid := resp.Header.Get(server.HeaderKeySessionID); resp.StatusCode != http.StatusOK || sid == "" || sid == chosen {
 		t.Fatalf("initialize with the adoption header: HTTP %d, session %q", resp.StatusCode, sid)
 	}
+}
+
+// TestTagID: which ids are a process's tagged ids, and how a server
+// request's event is tagged (issue 29, F2).
+func TestTagID(t *testing.T) {
+	for _, c := range []struct {
+		id, tag, n string
+		ok         bool
+	}{
+		{`"T1.7"`, "T1", "7", true},
+		{`"T1.9223372036854775807"`, "T1", "9223372036854775807", true},
+		{`"T1.0"`, "", "", false},
+		{`"T1.07"`, "", "", false},
+		{`"T1.-7"`, "", "", false},
+		{`"T1.7.1"`, "", "", false},
+		{`".7"`, "", "", false},
+		{`"T1"`, "", "", false},
+		{`"T1.9223372036854775808"`, "", "", false},
+		{`7`, "", "", false},
+		{`null`, "", "", false},
+		{``, "", "", false},
+		{`"T1.7`, "", "", false},
+	} {
+		tag, n, ok := untagID(json.RawMessage(c.id))
+		if tag != c.tag || string(n) != c.n || ok != c.ok {
+			t.Errorf("untagID(%s) = %q %q %v, want %q %q %v", c.id, tag, n, ok, c.tag, c.n, c.ok)
+		}
+	}
+	for _, c := range []struct{ in, want string }{
+		{"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"elicitation/create\",\"params\":{\"message\":\"<hi>\"}}\n\n",
+			"event: message\ndata: {\"id\":\"T1.3\",\"jsonrpc\":\"2.0\",\"method\":\"elicitation/create\",\"params\":{\"message\":\"\\u003chi\\u003e\"}}\n\n"},
+		{"id: 5\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\"}\n\n",
+			"id: 5\nevent: message\ndata: {\"id\":\"T1.4\",\"jsonrpc\":\"2.0\",\"method\":\"ping\"}\n\n"},
+		// A notification, a response, a string id, no data: as they are.
+		{"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n", ""},
+		{"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"method\":\"x\"}}\n\n", ""},
+		{"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"ping\"}\n\n", ""},
+		{"event: message\n\n", ""},
+		{"data: {\"method\":\n\n", ""},
+	} {
+		want := c.want
+		if want == "" {
+			want = c.in
+		}
+		if got := string(tagEvent([]byte(c.in), "T1")); got != want {
+			t.Errorf("tagEvent(%q) = %q, want %q", c.in, got, want)
+		}
+	}
+
+	// The writer: events split across writes and several in one write;
+	// a body that is not an event stream passes as it is.
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Type", "text/event-stream")
+	w := &tagWriter{ResponseWriter: rec, tag: "T1"}
+	req := "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n\n"
+	note := "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n"
+	for _, part := range []string{req[:20], req[20:] + note[:5], note[5:] + req} {
+		if n, err := w.Write([]byte(part)); n != len(part) || err != nil {
+			t.Fatalf("Write: %d %v", n, err)
+		}
+	}
+	tagged := "event: message\ndata: {\"id\":\"T1.1\",\"jsonrpc\":\"2.0\",\"method\":\"ping\"}\n\n"
+	if got := rec.Body.String(); got != tagged+note+tagged {
+		t.Fatalf("the stream: %q", got)
+	}
+	rec = httptest.NewRecorder()
+	rec.Header().Set("Content-Type", "application/json")
+	w = &tagWriter{ResponseWriter: rec, tag: "T1"}
+	body := `{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n\n"
+	_, _ = w.Write([]byte(body))
+	if rec.Body.String() != body {
+		t.Fatalf("a JSON body: %q", rec.Body.String())
+	}
+}
+
+// FuzzTagEvent: tagEvent never panics, and an event it changes carries a
+// request whose id is tagged T1.
+func FuzzTagEvent(f *testing.F) {
+	f.Add([]byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}\n\n"))
+	f.Add([]byte("data: {\"id\":1e3,\"method\":\"x\"}\n"))
+	f.Add([]byte("data: \n"))
+	f.Add([]byte("data: {\"id\":0,\"method\":\"0\"}\n"))
+	f.Fuzz(func(t *testing.T, ev []byte) {
+		out := tagEvent(ev, "T1")
+		if bytes.Equal(out, ev) {
+			return
+		}
+		_, data, _ := bytes.Cut(out, []byte("data: "))
+		data, _, _ = bytes.Cut(data, []byte("\n"))
+		var m struct {
+			ID     json.RawMessage
+			Method string
+		}
+		if err := json.Unmarshal(data, &m); err != nil || m.Method == "" {
+			t.Fatalf("tagEvent(%q) = %q: %v", ev, out, err)
+		}
+		if tag, _, ok := untagID(m.ID); !ok || tag != "T1" {
+			t.Fatalf("tagEvent(%q) = %q", ev, out)
+		}
+	})
 }

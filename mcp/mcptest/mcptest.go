@@ -18,15 +18,21 @@ import (
 )
 
 // AskServer starts an mcp-go server over streamable HTTP whose read-only
-// tool ask asks its client for a name (elicitation) and returns
-// "<action> <content JSON>"; it returns the server's MCP URL and stops it
-// when the test ends.
+// tool ask asks its client for a name (elicitation: "Your name, please.",
+// or "Your name, please (for <for>)." when called with the argument for)
+// and returns "<action> <content JSON>"; it returns the server's MCP URL
+// and stops it when the test ends.
 func AskServer(t testing.TB) string {
 	t.Helper()
 	s := server.NewMCPServer("asker", "1", server.WithElicitation())
-	s.AddTool(mcp.NewTool("ask", mcp.WithDescription("Asks the user for a name."), mcp.WithReadOnlyHintAnnotation(true)),
-		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			r, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{Message: "Your name, please.",
+	s.AddTool(mcp.NewTool("ask", mcp.WithDescription("Asks the user for a name."), mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithString("for", mcp.Description("Whom the name is for."))),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			msg := "Your name, please."
+			if who := req.GetString("for", ""); who != "" {
+				msg = "Your name, please (for " + who + ")."
+			}
+			r, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{Message: msg,
 				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}},
 					"required": []string{"name"}}}})
 			if err != nil {

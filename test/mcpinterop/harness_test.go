@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
+	"github.com/toolbus/toolbus/mcp/bridge"
 	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/mcp/mcptest"
 	"github.com/toolbus/toolbus/router"
@@ -86,10 +87,15 @@ func newEnv(t *testing.T) *env { return startEnv(t, nil) }
 
 // startEnv is newEnv with the facade's Config changed by mod first.
 func startEnv(t *testing.T, mod func(*facade.Config)) *env {
+	return startEnvWith(t, router.Guard{}, mod)
+}
+
+// startEnvWith is startEnv with the router's Guard.
+func startEnvWith(t *testing.T, guard router.Guard, mod func(*facade.Config)) *env {
 	t.Helper()
 	e := &env{started: make(chan string, 16), ended: make(chan string, 16), release: make(chan struct{})}
 	e.d = xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: 2 * time.Second, Bound: bound,
-		Router: router.Config{DefaultMode: "bypass", Logger: slog.New(slog.DiscardHandler),
+		Router: router.Config{DefaultMode: "bypass", Logger: slog.New(slog.DiscardHandler), Guard: guard,
 			Groups: []bus.Group{{Name: "ops", Description: "Operations.", Scope: bus.ScopeMeta},
 				{Name: "site", Description: "Site tools an operator switches.", Scope: bus.ScopeExternal}}}})
 	setup := func(w *worker.Worker) error {
@@ -155,6 +161,23 @@ func (e *env) conn(t *testing.T, role string) *nats.Conn {
 		t.Fatal(err)
 	}
 	return nc
+}
+
+// bridge bridges srv onto the bus (cfg: the bridge's Config), stops it
+// when t ends, and waits until tool is live.
+func (e *env) bridge(t *testing.T, srv bridge.Server, cfg bridge.Config, tool string) {
+	t.Helper()
+	b, err := bridge.New(e.conn(t, "bridge"), &bridge.File{Servers: []bridge.Server{srv}}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Stop(context.Background()) })
+	if err := e.d.WaitLive(t.Context(), tool); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // askMode makes session s confirm what is not allowed (mode "default")

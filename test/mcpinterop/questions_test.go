@@ -22,18 +22,7 @@ import (
 // decline, each reaching the server.
 func TestGoSDKBridgedQuestion(t *testing.T) {
 	e := newEnv(t)
-	b, err := bridge.New(e.conn(t, "bridge"), &bridge.File{Servers: []bridge.Server{{Name: "q", Transport: bridge.TransportHTTP,
-		URL: mcptest.AskServer(t)}}}, bridge.Config{Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Stop(context.Background()) })
-	if err := e.d.WaitLive(t.Context(), "mcp__q__ask"); err != nil {
-		t.Fatal(err)
-	}
+	e.bridge(t, bridge.Server{Name: "q", Transport: bridge.TransportHTTP, URL: mcptest.AskServer(t)}, bridge.Config{Heartbeat: time.Second}, "mcp__q__ask")
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
 		t.Run(version, func(t *testing.T) {
 			asked := make(chan string, 4)
