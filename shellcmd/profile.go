@@ -2,6 +2,7 @@ package shellcmd
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -40,12 +41,7 @@ func Lookup(name string) (Profile, bool) {
 
 // Profiles returns the names of the programs that have a profile, sorted.
 func Profiles() []string {
-	out := make([]string, 0, len(profiles))
-	for n := range profiles {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(profiles))
 }
 
 // readers write nothing but their standard output and run nothing.
