@@ -752,19 +752,20 @@ func fileDef(name, desc, schema string, readOnly bool, base string) bus.ToolDef 
 		StateInjected: true, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: base, TimeoutMS: 60000}
 }
 
+// patching is a file tool's answer: its text once its session-state
+// patch (the read records) is applied.
+func patching(c *worker.Call, text string, patch any, err error) (string, error) {
+	if err == nil && patch != nil {
+		err = c.PatchState(patch)
+	}
+	if err != nil {
+		return "", err
+	}
+	return text, nil
+}
+
 func (f *Files) register(w *worker.Worker) error {
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
-	patching := func(c *worker.Call, text string, patch any, err error) (string, error) {
-		if err != nil {
-			return "", err
-		}
-		if patch != nil {
-			if err := c.PatchState(patch); err != nil {
-				return "", err
-			}
-		}
-		return text, nil
-	}
 	if err := worker.Register(w, fileDef("read_file", "Read a text file, with line numbers (from 1); use offset and limit for long files."+where, readSchema, true, f.base),
 		func(_ context.Context, c *worker.Call, in ReadIn) (string, error) {
 			text, patch, err := f.Read(in)
