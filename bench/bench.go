@@ -197,9 +197,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer d.close(ctx)
 
-	oneHop, relay := &path{name: "raw one_hop", fn: d.oneHop}, &path{name: "raw relay", fn: d.relay}
-	read, write := &path{name: "toolbus read-only", fn: d.callTool(d.client, toolRead)}, &path{name: "toolbus write", fn: d.callTool(d.client, toolWrite)}
-	bare := &path{name: "bare (no router)", fn: d.callTool(d.bare, toolRead)}
+	oneHop, relay := &path{name: "raw one_hop", fn: d.calls().oneHop}, &path{name: "raw relay", fn: d.calls().relay}
+	read, write := &path{name: "toolbus read-only", fn: d.calls().callTool(d.client, toolRead)}, &path{name: "toolbus write", fn: d.calls().callTool(d.client, toolWrite)}
+	bare := &path{name: "bare (no router)", fn: d.calls().callTool(d.bare, toolRead)}
 	mcp := &path{name: "mcp-go HTTP", fn: d.mcp.call, midOnly: true}
 	if err := d.measure(ctx, []*path{oneHop, relay, read, write, bare, mcp}, opts.Callers, mid, opts.Rounds, slice, logf); err != nil {
 		return nil, err
@@ -263,7 +263,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		logf("bench: I/O-bound tool, %d workers, %d callers", n, ioCallers)
 		for range opts.Rounds {
-			l, err := runLoad(ctx, slice, ioCallers, d.callTool(d.client, toolSleep))
+			l, err := runLoad(ctx, slice, ioCallers, d.calls().callTool(d.client, toolSleep))
 			if err != nil {
 				return nil, fmt.Errorf("bench: I/O-bound tool with %d workers: %w", n, err)
 			}
@@ -343,9 +343,9 @@ func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last 
 		run.PIDs[role] = c.Pid()
 	}
 	paths := []*path{
-		{name: "relay", server: roleRelay, fn: d.relay},
-		{name: "toolbus read-only", server: roleRouter, fn: d.callTool(d.client, toolRead)},
-		{name: "toolbus write", server: roleRouter, fn: d.callTool(d.client, toolWrite)},
+		{name: "relay", server: roleRelay, fn: d.calls().relay},
+		{name: "toolbus read-only", server: roleRouter, fn: d.calls().callTool(d.client, toolRead)},
+		{name: "toolbus write", server: roleRouter, fn: d.calls().callTool(d.client, toolWrite)},
 		{name: "mcp-go HTTP", server: roleMCP, fn: d.mcp.call, midOnly: true},
 	}
 	if err := d.measure(ctx, paths, opts.Callers, mid, 1, opts.Duration, opts.Logf); err != nil {
@@ -478,7 +478,7 @@ func (d *deployment) parkAndAnswer(ctx context.Context, ev *client.Events, sessi
 		return parked, fmt.Errorf("bench: parked call: want one external parked call, got %+v", reply)
 	}
 	parked = time.Now()
-	if err := d.client.Answer(ctx, toolParked, session, id, "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("yes")}); err != nil {
+	if err := d.client.Parked().Answer(ctx, toolParked, session, id, "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("yes")}); err != nil {
 		return parked, fmt.Errorf("bench: parked answer: %w", err)
 	}
 	for {
@@ -516,7 +516,7 @@ func (d *deployment) measureSessions(ctx context.Context, n int) (*CrossSessions
 	if err != nil {
 		return nil, err
 	}
-	st0, err := d.status(ctx)
+	st0, err := d.ctlStatus().get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -551,7 +551,7 @@ func (d *deployment) measureSessions(ctx context.Context, n int) (*CrossSessions
 	}
 	out.ListS = time.Since(t0).Seconds()
 	want := min(st0.Sessions+n, groups.DefaultSessionCache)
-	err = d.pollStatus(ctx, func(st bus.Status) error {
+	err = d.ctlStatus().poll(ctx, func(st bus.Status) error {
 		out.Cached = st.Sessions
 		if st.Sessions < want {
 			return fmt.Errorf("%d sessions cached, want %d", st.Sessions, want)

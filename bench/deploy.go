@@ -178,7 +178,7 @@ func deploy(ctx context.Context, cfg config) (d *deployment, err error) {
 			return nil, err
 		}
 	}
-	if err = d.waitLive(ctx, toolRead, toolWrite, toolParked); err != nil {
+	if err = d.ctlStatus().waitLive(ctx, toolRead, toolWrite, toolParked); err != nil {
 		return nil, err
 	}
 	d.sessions, err = prepareSessions(ctx, d.client, cfg.sessions)
@@ -227,18 +227,24 @@ func rawPayload() ([]byte, error) {
 	return ev.Encode()
 }
 
-// status asks the router for its P.admin.status.
-func (d *deployment) status(ctx context.Context) (st bus.Status, err error) {
+// ctlStatus asks the routers for their status on the control connection.
+type ctlStatus struct{ nc *nats.Conn }
+
+// ctlStatus returns the deployment's status asker.
+func (d *deployment) ctlStatus() ctlStatus { return ctlStatus{d.ctl} }
+
+// get asks the router for its P.admin.status.
+func (c ctlStatus) get(ctx context.Context) (st bus.Status, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return st, client.New(d.ctl, client.Config{Source: "bench/agent"}).Admin(ctx, "status", "", nil, &st)
+	return st, client.New(c.nc, client.Config{Source: "bench/agent"}).Admin(ctx, "status", "", nil, &st)
 }
 
-// pollStatus asks for the router's status until ok accepts it, within
+// poll asks for the router's status until ok accepts it, within
 // readyBound.
-func (d *deployment) pollStatus(ctx context.Context, ok func(bus.Status) error) error {
+func (c ctlStatus) poll(ctx context.Context, ok func(bus.Status) error) error {
 	return Poll(ctx, readyBound, 10*time.Millisecond, func() error {
-		st, err := d.status(ctx)
+		st, err := c.get(ctx)
 		if err != nil {
 			return err
 		}
@@ -266,8 +272,9 @@ func Poll(ctx context.Context, bound, interval time.Duration, fn func() error) e
 	}
 }
 
-func (d *deployment) waitLive(ctx context.Context, names ...string) error {
-	return d.pollStatus(ctx, func(st bus.Status) error { return st.CheckLive(names...) })
+// waitLive waits until the router lists names live.
+func (c ctlStatus) waitLive(ctx context.Context, names ...string) error {
+	return c.poll(ctx, func(st bus.Status) error { return st.CheckLive(names...) })
 }
 
 // addSleepers grows the sleep5 workers, in this process, to n, each
@@ -291,7 +298,7 @@ func (d *deployment) addSleepers(ctx context.Context, n int) error {
 			return fmt.Errorf("bench: %w", err)
 		}
 	}
-	return d.waitLive(ctx, toolSleep)
+	return d.ctlStatus().waitLive(ctx, toolSleep)
 }
 
 // startBare starts the bare forwarder: it serves the bare client's batches
@@ -309,7 +316,7 @@ func (d *deployment) startBare(ctx context.Context) error {
 	}
 	exec.SessionID, exec.ReplyID, exec.ToolCallID = "bench-0", "bare", "c1"
 	exec.ExpiryTime = time.Now().Add(365 * 24 * time.Hour).UTC().Format(time.RFC3339Nano)
-	execMsg := bus.BinaryMsg(bus.NewSubjects("").Exec(toolRead), exec)
+	execMsg := bus.BinaryMsg(bus.NewSubjects("").Workers.Exec(toolRead), exec)
 	res := bus.Result{ID: "c1", Name: toolRead, State: bus.StateSuccess, Output: bus.Text("hello")}
 	mk := func(typ string, data any) (*nats.Msg, error) {
 		e, err := bus.NewEvent(typ, "bench/bare", data)
@@ -404,23 +411,32 @@ func parallel(ctx context.Context, n, width int, fn func(context.Context, int) e
 	return cmp.Or(g.Wait(), ctx.Err())
 }
 
-// The calls measured. Each takes the caller's index, which picks its session.
+// measuredCalls are the calls measured. Each takes the caller's index,
+// which picks its session.
+type measuredCalls struct {
+	raw      *nats.Conn // the raw requester
+	payload  []byte     // its request
+	sessions []string
+}
 
-func (d *deployment) oneHop(ctx context.Context, _ int) error {
-	_, err := d.rawNC.RequestWithContext(ctx, rawEcho, d.payload)
+// calls returns the deployment's measured calls.
+func (d *deployment) calls() measuredCalls { return measuredCalls{d.rawNC, d.payload, d.sessions} }
+
+func (m measuredCalls) oneHop(ctx context.Context, _ int) error {
+	_, err := m.raw.RequestWithContext(ctx, rawEcho, m.payload)
 	return err
 }
 
-func (d *deployment) relay(ctx context.Context, _ int) error {
-	_, err := d.rawNC.RequestWithContext(ctx, rawRelay, d.payload)
+func (m measuredCalls) relay(ctx context.Context, _ int) error {
+	_, err := m.raw.RequestWithContext(ctx, rawRelay, m.payload)
 	return err
 }
 
 // callTool calls tool once through c in the caller's session and checks
 // the reply holds one success.
-func (d *deployment) callTool(c *client.Client, tool string) callFunc {
+func (m measuredCalls) callTool(c *client.Client, tool string) callFunc {
 	return func(ctx context.Context, i int) error {
-		reply, err := c.Call(ctx, d.sessions[i%len(d.sessions)], bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
+		reply, err := c.Call(ctx, m.sessions[i%len(m.sessions)], bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
 		if err != nil {
 			return err
 		}

@@ -92,7 +92,8 @@ func asDef(d bus.ToolDef, name, schema string) bus.ToolDef {
 }
 
 // registerAgentScope registers the file tools under AgentScope's names.
-func (f *Files) registerAgentScope(w *worker.Worker) error {
+func (t fileTools) registerAgentScope(w *worker.Worker) error {
+	f := t.f
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
 	return cmp.Or( // the first error
 		worker.Register(w, asDef(fileDef("Read", "Read a text file, with line numbers (from 1); use offset and limit for long files."+where, "", true, f.base), "Read", asReadSchema),

@@ -80,12 +80,12 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 		return err
 	}
 	if cfg.Names == NamesAgentScope {
-		if err := f.registerAgentScope(w); err != nil {
+		if err := (fileTools{f}).registerAgentScope(w); err != nil {
 			return err
 		}
 		return sh.registerAgentScope(w)
 	}
-	if err := f.register(w); err != nil {
+	if err := (fileTools{f}).register(w); err != nil {
 		return err
 	}
 	return sh.register(w)

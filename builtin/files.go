@@ -764,7 +764,15 @@ func patching(c *worker.Call, text string, patch any, err error) (string, error)
 	return text, nil
 }
 
-func (f *Files) register(w *worker.Worker) error {
+// fileTools are f's operations as a worker's tools: their definitions
+// and handlers, under toolbus's names (register) or AgentScope's
+// (registerAgentScope, agentscope.go). Files itself is the sandboxed file
+// system, usable without a worker.
+type fileTools struct{ f *Files }
+
+// register registers the file tools under toolbus's names.
+func (t fileTools) register(w *worker.Worker) error {
+	f := t.f
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
 	if err := worker.Register(w, fileDef("read_file", "Read a text file, with line numbers (from 1); use offset and limit for long files."+where, readSchema, true, f.base),
 		func(_ context.Context, c *worker.Call, in ReadIn) (string, error) {

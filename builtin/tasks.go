@@ -48,7 +48,7 @@ func RegisterTasks(w *worker.Worker, nc *nats.Conn, prefix string) error {
 		worker.Register(w, bus.ToolDef{Name: TaskOutputName, ReadOnly: true, ConcurrencySafe: true, TimeoutMS: 30000,
 			Description: "Read the output so far of a tool call running in the background, and its result once it finished."},
 			func(ctx context.Context, call *worker.Call, in TaskIDIn) (string, error) {
-				t, out, err := c.TaskOutput(ctx, call.SessionID, in.TaskID)
+				t, out, err := c.Tasks().Output(ctx, call.SessionID, in.TaskID)
 				if err != nil {
 					return "", taskErr(err)
 				}
@@ -62,7 +62,7 @@ func RegisterTasks(w *worker.Worker, nc *nats.Conn, prefix string) error {
 		worker.Register(w, bus.ToolDef{Name: StopTaskName, ConcurrencySafe: true, TimeoutMS: 30000, Permission: bus.PermissionAllow,
 			Description: "Stop a background tool execution by its task id. Use this when you want to cancel a previously offloaded tool that is still running in the background."},
 			func(ctx context.Context, call *worker.Call, in TaskIDIn) (string, error) {
-				t, err := c.CancelTask(ctx, call.SessionID, in.TaskID)
+				t, err := c.Tasks().Cancel(ctx, call.SessionID, in.TaskID)
 				if err != nil {
 					return "", taskErr(err)
 				}
@@ -74,7 +74,7 @@ func RegisterTasks(w *worker.Worker, nc *nats.Conn, prefix string) error {
 		worker.Register(w, bus.ToolDef{Name: ListTasksName, ReadOnly: true, ConcurrencySafe: true, TimeoutMS: 30000,
 			Description: "List this session's tool calls that went on in the background: id, tool, state."},
 			func(ctx context.Context, call *worker.Call, _ ListTasksIn) (string, error) {
-				ts, err := c.Tasks(ctx, call.SessionID)
+				ts, err := c.Tasks().List(ctx, call.SessionID)
 				if err != nil {
 					return "", taskErr(err)
 				}
@@ -99,7 +99,7 @@ func waitTasks(ctx context.Context, c *client.Client, session string, in WaitTas
 	}
 	ids := in.TaskIDs
 	if len(ids) == 0 {
-		ts, err := c.Tasks(ctx, session)
+		ts, err := c.Tasks().List(ctx, session)
 		if err != nil {
 			return "", taskErr(err)
 		}
@@ -112,7 +112,7 @@ func waitTasks(ctx context.Context, c *client.Client, session string, in WaitTas
 			return "No background tasks are running.", nil
 		}
 	}
-	r, err := c.TaskQuery(ctx, session, bus.TaskQuery{Op: bus.TaskWait, IDs: ids, TimeoutMS: timeout.Milliseconds(),
+	r, err := c.Tasks().Query(ctx, session, bus.TaskQuery{Op: bus.TaskWait, IDs: ids, TimeoutMS: timeout.Milliseconds(),
 		Any: in.WaitAll != nil && !*in.WaitAll})
 	if err != nil {
 		return "", taskErr(err)

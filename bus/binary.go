@@ -17,40 +17,49 @@ func IsBinary(h nats.Header) bool { return isBinary(h) }
 // data. Trace context is copied into traceparent and tracestate headers
 // as in structured mode. The header is the message's own.
 func BinaryMsg(subject string, e *Event) *nats.Msg {
-	return binaryMsg(subject, e, make(nats.Header, 16), make([]string, 0, 16))
+	h := make(nats.Header, 16)
+	binaryHeader(e, h, make([]string, 0, len(binaryKeys)))
+	return &nats.Msg{Subject: subject, Header: h, Data: e.Data}
 }
 
-// binaryMsg is BinaryMsg into h, with vals as the one backing array of
-// every header's value.
-func binaryMsg(subject string, e *Event, h nats.Header, vals []string) *nats.Msg {
-	set := func(k, v string) {
-		if v != "" {
-			vals = append(vals, headerValue(v))
-			h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
-		}
-	}
-	set("ce-specversion", e.SpecVersion)
-	set("ce-id", e.ID)
-	set("ce-source", e.Source)
-	set("ce-type", e.Type)
-	set("ce-subject", e.Subject)
-	set("ce-time", e.Time)
-	set("ce-sessionid", e.SessionID)
-	set("ce-replyid", e.ReplyID)
-	set("ce-toolcallid", e.ToolCallID)
-	set("ce-traceparent", e.TraceParent)
-	set("ce-tracestate", e.TraceState)
-	set("ce-expirytime", e.ExpiryTime)
+// binaryKeys are the binary mode's headers, in the order binaryAttrs gives
+// their values.
+var binaryKeys = [...]string{"ce-specversion", "ce-id", "ce-source", "ce-type", "ce-subject", "ce-time",
+	"ce-sessionid", "ce-replyid", "ce-toolcallid", "ce-traceparent", "ce-tracestate", "ce-expirytime",
+	HeaderContentType, HeaderTraceParent, HeaderTraceState}
+
+// binaryAttrs returns the value of each of binaryKeys for e ("" for a
+// header it does not get) and the set of those it gets.
+func binaryAttrs(e *Event) (vals [len(binaryKeys)]string, shape uint16) {
 	ct := e.DataContentType
 	if ct == "" {
 		ct = ContentTypeJSON
 	}
-	set(HeaderContentType, ct)
+	vals = [...]string{e.SpecVersion, e.ID, e.Source, e.Type, e.Subject, e.Time, e.SessionID, e.ReplyID,
+		e.ToolCallID, e.TraceParent, e.TraceState, e.ExpiryTime, ct, "", ""}
 	if e.TraceParent != "" {
-		set(HeaderTraceParent, e.TraceParent)
-		set(HeaderTraceState, e.TraceState)
+		vals[13], vals[14] = e.TraceParent, e.TraceState
 	}
-	return &nats.Msg{Subject: subject, Header: h, Data: e.Data}
+	for i, v := range vals {
+		if v != "" {
+			shape |= 1 << i
+		}
+	}
+	return vals, shape
+}
+
+// binaryHeader sets e's binary-mode header in h, with vals as the one
+// backing array of every header's value; it returns the headers' set
+// (binaryAttrs) and vals as filled.
+func binaryHeader(e *Event, h nats.Header, vals []string) (uint16, []string) {
+	attrs, shape := binaryAttrs(e)
+	for i, v := range attrs {
+		if v != "" {
+			vals = append(vals, headerValue(v))
+			h[binaryKeys[i]] = vals[len(vals)-1 : len(vals) : len(vals)]
+		}
+	}
+	return shape, vals
 }
 
 // headerValue is v as a ce- header value: unchanged when it holds only
@@ -80,25 +89,41 @@ func PublishBinary(p Publisher, subject string, e *Event) error {
 
 // binaryHeaders are header maps and value arrays for messages nats.go
 // writes out before its send returns (a core publish or request): used
-// once sent, they serve the next message.
+// once sent, they serve the next message. A map that holds the headers the
+// next event gets (the same shape: the exec requests of one router, as a
+// rule) keeps its keys, and only the values in vals, which its entries
+// share, are written: no map operation per message.
 var binaryHeaders = sync.Pool{New: func() any {
-	return &headerBuf{h: make(nats.Header, 16), vals: make([]string, 0, 16)}
+	return &headerBuf{h: make(nats.Header, 16), vals: make([]string, 0, len(binaryKeys))}
 }}
 
 type headerBuf struct {
-	h    nats.Header
-	vals []string
+	h     nats.Header
+	vals  []string // the values of h's entries, in binaryKeys order
+	shape uint16   // which of binaryKeys h holds; 0: none
+	m     nats.Msg
 }
 
 // WithBinaryMsg calls send with e on subject in binary mode, in a
-// message whose header is reused once send returns: send must not keep
-// the message (a core publish or request keeps nothing of it; a
-// JetStream publish, which may send it again, does).
+// message whose header (and the message itself) is reused once send
+// returns: send must not keep the message (a core publish or request
+// keeps nothing of it; a JetStream publish, which may send it again, does).
 func WithBinaryMsg(subject string, e *Event, send func(*nats.Msg)) {
 	b := binaryHeaders.Get().(*headerBuf)
-	m := binaryMsg(subject, e, b.h, b.vals[:0])
-	send(m)
-	clear(b.h)
-	clear(b.vals[:cap(b.vals)])
+	if attrs, shape := binaryAttrs(e); shape == b.shape {
+		n := 0
+		for _, v := range attrs {
+			if v != "" {
+				b.vals[n] = headerValue(v)
+				n++
+			}
+		}
+	} else {
+		clear(b.h)
+		b.shape, b.vals = binaryHeader(e, b.h, b.vals[:0])
+	}
+	b.m = nats.Msg{Subject: subject, Header: b.h, Data: e.Data}
+	send(&b.m)
+	b.m = nats.Msg{}
 	binaryHeaders.Put(b)
 }

@@ -27,7 +27,6 @@ const (
 	BucketLedger   = "ledger"
 	BucketMCP      = "mcp" // the MCP facade's tasks and request states
 	StreamEvents   = "EVENTS"
-	StreamHandoff  = "HANDOFF"
 	StreamWork     = "WORK"
 	ObjectSkills   = "skills"
 	ObjectOutputs  = "outputs"

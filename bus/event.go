@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -40,12 +41,19 @@ type Event struct {
 // NewEvent returns an event of type typ from source with a fresh id, the
 // current time and data marshalled as JSON (data may be a json.RawMessage).
 func NewEvent(typ, source string, data any) (*Event, error) {
-	e := &Event{SpecVersion: SpecVersion, ID: nuid.Next(), Source: source, Type: typ,
-		DataContentType: ContentTypeJSON, Time: now()}
+	e := Head(typ, source)
 	if err := e.SetData(data); err != nil {
 		return nil, err
 	}
-	return e, nil
+	return &e, nil
+}
+
+// Head is a new event of type typ from source without data, as NewEvent
+// makes it (a fresh id, the current time), by value: an event that is sent
+// and let go then stays off the heap.
+func Head(typ, source string) Event {
+	return Event{SpecVersion: SpecVersion, ID: nuid.Next(), Source: source, Type: typ,
+		DataContentType: ContentTypeJSON, Time: now()}
 }
 
 // timeLayout is the layout of the time attribute: RFC 3339, milliseconds.
@@ -138,12 +146,64 @@ func (e *Event) Validate() error {
 		}
 	}
 	if e.Time != "" {
-		if _, err := time.Parse(time.RFC3339Nano, e.Time); err != nil {
+		if !stampValid(e.Time) {
 			return Errorf(CodeBadEvent, "time %q is not RFC 3339", e.Time)
 		}
 	}
 	_, err := e.Expiry()
 	return err
+}
+
+// stampValid reports whether s parses as time.RFC3339Nano; the layout
+// every toolbus sender writes (timeLayout, in UTC) is checked by hand,
+// anything else by time.Parse.
+func stampValid(s string) bool {
+	if len(s) == len("2006-01-02T15:04:05.000Z") && s[23] == 'Z' && s[19] == '.' {
+		if y, mo, d, ok := stampDate(s); ok && stampDigits(s[11:13], s[14:16], s[17:19], s[20:23]) &&
+			s[13] == ':' && s[16] == ':' && s[10] == 'T' {
+			h, mi, sec := atoi2(s[11:13]), atoi2(s[14:16]), atoi2(s[17:19])
+			return d >= 1 && d <= daysIn(mo, y) && h < 24 && mi < 60 && sec < 60
+		}
+	}
+	_, err := time.Parse(time.RFC3339Nano, s)
+	return err == nil
+}
+
+// stampDate reads YYYY-MM-DD at the start of s; ok says the month is 1-12.
+func stampDate(s string) (year, month, day int, ok bool) {
+	if s[4] != '-' || s[7] != '-' || !stampDigits(s[0:4], s[5:7], s[8:10]) {
+		return 0, 0, 0, false
+	}
+	year = atoi2(s[0:2])*100 + atoi2(s[2:4])
+	month, day = atoi2(s[5:7]), atoi2(s[8:10])
+	return year, month, day, month >= 1 && month <= 12
+}
+
+func stampDigits(parts ...string) bool {
+	for _, p := range parts {
+		for i := 0; i < len(p); i++ {
+			if p[i] < '0' || p[i] > '9' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func atoi2(s string) int { return int(s[0]-'0')*10 + int(s[1]-'0') }
+
+// daysIn is the number of days of month in year (proleptic Gregorian).
+func daysIn(month, year int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
 }
 
 func isJSONContentType(ct string) bool {
@@ -160,28 +220,40 @@ func (e *Event) Encode() ([]byte, error) {
 	if len(e.Data) > 0 && !fastjson.Valid(e.Data) {
 		return nil, fmt.Errorf("bus: encode %s: data is not valid JSON", e.Type)
 	}
-	b := make([]byte, 0, 256+len(e.Data))
+	return e.appendJSON(make([]byte, 0, 256+len(e.Data))), nil
+}
+
+// appendJSON appends the event in structured JSON mode to b: id, source
+// and type always, every other attribute when set, data last.
+func (e *Event) appendJSON(b []byte) []byte {
 	b = append(b, `{"specversion":`...)
 	b = appendString(b, e.SpecVersion)
-	for _, f := range [...]struct {
-		key string
-		v   string
-	}{
-		{`,"id":`, e.ID}, {`,"source":`, e.Source}, {`,"type":`, e.Type}, {`,"subject":`, e.Subject},
-		{`,"datacontenttype":`, e.DataContentType}, {`,"time":`, e.Time}, {`,"sessionid":`, e.SessionID},
-		{`,"replyid":`, e.ReplyID}, {`,"toolcallid":`, e.ToolCallID}, {`,"traceparent":`, e.TraceParent},
-		{`,"tracestate":`, e.TraceState}, {`,"expirytime":`, e.ExpiryTime}, {`,"data_base64":`, e.DataBase64},
-	} {
-		if f.v != "" || f.key == `,"id":` || f.key == `,"source":` || f.key == `,"type":` {
-			b = append(b, f.key...)
-			b = appendString(b, f.v)
-		}
-	}
+	b = appendString(append(b, `,"id":`...), e.ID)
+	b = appendString(append(b, `,"source":`...), e.Source)
+	b = appendString(append(b, `,"type":`...), e.Type)
+	b = appendAttr(b, `,"subject":`, e.Subject)
+	b = appendAttr(b, `,"datacontenttype":`, e.DataContentType)
+	b = appendAttr(b, `,"time":`, e.Time)
+	b = appendAttr(b, `,"sessionid":`, e.SessionID)
+	b = appendAttr(b, `,"replyid":`, e.ReplyID)
+	b = appendAttr(b, `,"toolcallid":`, e.ToolCallID)
+	b = appendAttr(b, `,"traceparent":`, e.TraceParent)
+	b = appendAttr(b, `,"tracestate":`, e.TraceState)
+	b = appendAttr(b, `,"expirytime":`, e.ExpiryTime)
+	b = appendAttr(b, `,"data_base64":`, e.DataBase64)
 	if len(e.Data) > 0 {
 		b = append(b, `,"data":`...)
 		b = append(b, e.Data...)
 	}
-	return append(b, '}'), nil
+	return append(b, '}')
+}
+
+// appendAttr appends key and the JSON string v when v is set.
+func appendAttr(b []byte, key, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return appendString(append(b, key...), v)
 }
 
 const hexDigits = "0123456789abcdef"
@@ -259,6 +331,63 @@ func (e *Event) msg(subject string, shared bool) (*nats.Msg, error) {
 	return m, nil
 }
 
+// Send publishes e on subject over nc (core NATS, structured mode, Data
+// checked as Encode checks it), with msgID, when set, as its Nats-Msg-Id
+// header: a stream that stores the subject then stores it once, as a
+// retried JetStream publish would be. Its encoding, message and header are
+// pooled: nats.go copies what it sends before PublishMsg returns. It is
+// what the router sends per call, where NewEvent, Msg and PublishMsg cost
+// five allocations more.
+func Send(nc *nats.Conn, subject string, e *Event, msgID string) error {
+	if len(e.Data) > 0 && !fastjson.Valid(e.Data) {
+		return fmt.Errorf("bus: encode %s: data is not valid JSON", e.Type)
+	}
+	s := sends.Get().(*sendBuf)
+	s.b = e.appendJSON(s.b[:0])
+	h := plainHeader
+	if e.TraceParent != "" || msgID != "" {
+		h = s.h
+		h[HeaderContentType] = plainHeader[HeaderContentType]
+		if msgID != "" {
+			s.vals[0] = msgID
+			h[natsMsgID] = s.vals[0:1:1]
+		}
+		if e.TraceParent != "" {
+			s.vals[1] = e.TraceParent
+			h[HeaderTraceParent] = s.vals[1:2:2]
+			if e.TraceState != "" {
+				s.vals[2] = e.TraceState
+				h[HeaderTraceState] = s.vals[2:3:3]
+			}
+		}
+	}
+	s.m = nats.Msg{Subject: subject, Header: h, Data: s.b}
+	err := nc.PublishMsg(&s.m)
+	s.m = nats.Msg{}
+	clear(s.h)
+	s.vals = [3]string{}
+	if cap(s.b) <= maxPooledSend {
+		sends.Put(s)
+	}
+	return err
+}
+
+// natsMsgID is JetStream's deduplication header (jetstream.MsgIDHeader).
+const natsMsgID = "Nats-Msg-Id"
+
+// maxPooledSend bounds the encodings kept for reuse: a large reply's
+// buffer is let go rather than held by the pool.
+const maxPooledSend = 64 << 10
+
+type sendBuf struct {
+	b    []byte
+	h    nats.Header
+	vals [3]string // Nats-Msg-Id, traceparent, tracestate
+	m    nats.Msg
+}
+
+var sends = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, 1024), h: make(nats.Header, 4)} }}
+
 // plainHeader is the header of every event without trace context that this
 // package sends itself: nats.Conn's PublishMsg and RequestMsg only read a
 // header, so one map serves them all. It must never reach code that writes
@@ -269,9 +398,29 @@ var plainHeader = nats.Header{HeaderContentType: {ContentTypeEvent}}
 // validates it. Errors are bad_event *Errors with a readable message.
 func Decode(m *nats.Msg) (*Event, error) {
 	if isBinary(m.Header) {
-		return decodeBinary(m.Header, m.Data)
+		e := new(Event)
+		if err := decodeBinary(m.Header, m.Data, e); err != nil {
+			return nil, err
+		}
+		return e, nil
 	}
 	return DecodeStructured(m.Data)
+}
+
+// DecodeTo is Decode into e, which it overwrites: a caller that reads a
+// binary-mode event and lets it go keeps it off the heap (the router's
+// exec results).
+func DecodeTo(m *nats.Msg, e *Event) error {
+	*e = Event{}
+	if isBinary(m.Header) {
+		return decodeBinary(m.Header, m.Data, e)
+	}
+	d, err := DecodeStructured(m.Data)
+	if err != nil {
+		return err
+	}
+	*e = *d
+	return nil
 }
 
 // DecodeStructured reads and validates an event in structured JSON mode.
@@ -281,6 +430,13 @@ func DecodeStructured(b []byte) (*Event, error) {
 		return nil, Errorf(CodeBadEvent, "message is not a JSON CloudEvent")
 	}
 	e := new(Event)
+	if decodeFlat(b, e) {
+		if err := e.Validate(); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+	*e = Event{}
 	if err := fastjson.Unmarshal(b, e); err != nil {
 		return nil, Errorf(CodeBadEvent, "message is not a CloudEvent: %v", err)
 	}
@@ -303,12 +459,222 @@ func DecodeStructured(b []byte) (*Event, error) {
 	return e, nil
 }
 
+// decodeFlat reads b, a structured event, when it has the plain form
+// toolbus's senders write: one JSON object of known attributes, each once,
+// whose values are strings of printable ASCII without escapes, and data,
+// an object or an array, with any whitespace between the tokens. It
+// reports false for anything else, which the general decoder then reads
+// and judges; FuzzDecodeFlat holds the two to the same event. It costs a
+// fraction of the general decoder, and the constant attributes
+// (specversion, datacontenttype, a toolbus type) no allocation.
+func decodeFlat(b []byte, e *Event) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	var seen uint16
+	for first := true; ; first = false {
+		i = skipSpace(b, i+1)
+		if i >= len(b) {
+			return false
+		}
+		if b[i] == '}' {
+			if first {
+				return false
+			}
+			break
+		}
+		if !first {
+			if b[i] != ',' {
+				return false
+			}
+			i = skipSpace(b, i+1)
+		}
+		key, next, ok := flatString(b, i)
+		if !ok {
+			return false
+		}
+		i = skipSpace(b, next)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+		slot := attrSlot(key)
+		if slot < 0 || seen&(1<<slot) != 0 {
+			return false
+		}
+		seen |= 1 << slot
+		if slot == slotData {
+			end, ok := flatValue(b, i)
+			if !ok {
+				return false
+			}
+			e.Data = append(json.RawMessage(nil), b[i:end]...)
+			i = end - 1
+			continue
+		}
+		v, next, ok := flatString(b, i)
+		if !ok {
+			return false
+		}
+		setAttr(e, slot, v)
+		i = next - 1
+	}
+	return skipSpace(b, i+1) == len(b)
+}
+
+// The attributes decodeFlat reads, by slot.
+const (
+	slotSpec = iota
+	slotID
+	slotSource
+	slotType
+	slotSubject
+	slotContentType
+	slotTime
+	slotSession
+	slotReply
+	slotToolCall
+	slotTraceParent
+	slotTraceState
+	slotExpiry
+	slotData
+)
+
+func attrSlot(key []byte) int {
+	switch string(key) {
+	case "specversion":
+		return slotSpec
+	case "id":
+		return slotID
+	case "source":
+		return slotSource
+	case "type":
+		return slotType
+	case "subject":
+		return slotSubject
+	case "datacontenttype":
+		return slotContentType
+	case "time":
+		return slotTime
+	case "sessionid":
+		return slotSession
+	case "replyid":
+		return slotReply
+	case "toolcallid":
+		return slotToolCall
+	case "traceparent":
+		return slotTraceParent
+	case "tracestate":
+		return slotTraceState
+	case "expirytime":
+		return slotExpiry
+	case "data":
+		return slotData
+	}
+	return -1
+}
+
+func setAttr(e *Event, slot int, v []byte) {
+	switch slot {
+	case slotSpec:
+		e.SpecVersion = known(v, SpecVersion)
+	case slotID:
+		e.ID = string(v)
+	case slotSource:
+		e.Source = string(v)
+	case slotType:
+		e.Type = known(v, TypeCallBatch, TypeExecResult, TypeToolsQuery, TypeAnswer, TypeCallCancel, TypeRegister, TypeAdmin)
+	case slotSubject:
+		e.Subject = string(v)
+	case slotContentType:
+		e.DataContentType = known(v, ContentTypeJSON)
+	case slotTime:
+		e.Time = string(v)
+	case slotSession:
+		e.SessionID = string(v)
+	case slotReply:
+		e.ReplyID = string(v)
+	case slotToolCall:
+		e.ToolCallID = string(v)
+	case slotTraceParent:
+		e.TraceParent = string(v)
+	case slotTraceState:
+		e.TraceState = string(v)
+	case slotExpiry:
+		e.ExpiryTime = string(v)
+	}
+}
+
+// known returns the one of consts that v spells, else v as a new string.
+func known(v []byte, consts ...string) string {
+	for _, c := range consts {
+		if string(v) == c {
+			return c
+		}
+	}
+	return string(v)
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// flatString reads the JSON string at b[i]: printable ASCII without
+// escapes only. next is the index after its closing quote.
+func flatString(b []byte, i int) (s []byte, next int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i+1 : j], j + 1, true
+		case c < 0x20 || c > 0x7e || c == '\\':
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+// flatValue finds the end of the JSON object or array at b[i] and checks
+// that it is valid JSON; end is the index after it.
+func flatValue(b []byte, i int) (end int, ok bool) {
+	if i >= len(b) || (b[i] != '{' && b[i] != '[') {
+		return 0, false
+	}
+	depth, in := 0, false
+	for j := i; j < len(b); j++ {
+		c := b[j]
+		switch {
+		case in:
+			if c == '\\' {
+				j++
+			} else if c == '"' {
+				in = false
+			}
+		case c == '"':
+			in = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth--; depth == 0 {
+				return j + 1, fastjson.Valid(b[i : j+1])
+			}
+		}
+	}
+	return 0, false
+}
+
 func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" }
 
 // decodeBinary reads an event whose attributes are ce- headers (names
 // case-insensitive, values percent-encoded) and whose body is the data.
-func decodeBinary(h nats.Header, body []byte) (*Event, error) {
-	e := &Event{Data: body}
+func decodeBinary(h nats.Header, body []byte, e *Event) error {
+	e.Data = body
 	// Header names are read case-insensitively, so two of them may name
 	// the same attribute (ce-id and Ce-Id; content-type and
 	// ce-datacontenttype): with different values that is bad_event, never
@@ -316,7 +682,8 @@ func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 	// Few attributes: a slice scanned linearly costs less than two maps;
 	// past 16 an index keeps the scan linear in the headers.
 	type seenAttr struct{ name, header, val string }
-	seen := make([]seenAttr, 0, 16)
+	var seenBuf [16]seenAttr
+	seen := seenBuf[:0]
 	var index map[string]int
 	find := func(name string) (seenAttr, bool) {
 		if index != nil {
@@ -345,19 +712,22 @@ func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 				continue
 			}
 			var err error
-			if v, err = url.PathUnescape(vs[0]); err != nil {
-				return nil, Errorf(CodeBadEvent, "header %s: %v", k, err)
+			if v = vs[0]; strings.IndexByte(v, '%') >= 0 { // else PathUnescape returns it as it is
+				v, err = url.PathUnescape(v)
+			}
+			if err != nil {
+				return Errorf(CodeBadEvent, "header %s: %v", k, err)
 			}
 		}
 		if !utf8.ValidString(v) {
 			// CloudEvents attributes are Unicode strings; JSON would turn
 			// the bytes into U+FFFD, so the event would change on the way.
-			return nil, Errorf(CodeBadEvent, "header %s is not UTF-8", k)
+			return Errorf(CodeBadEvent, "header %s is not UTF-8", k)
 		}
 		if p, ok := find(name); ok {
 			if p.val != v {
 				a, b := min(p.header, k), max(p.header, k)
-				return nil, Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
+				return Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
 			}
 			continue
 		}
@@ -402,12 +772,9 @@ func decodeBinary(h nats.Header, body []byte) (*Event, error) {
 	if len(bytes.TrimSpace(e.Data)) == 0 {
 		e.Data = nil
 	} else if !json.Valid(e.Data) {
-		return nil, Errorf(CodeBadEvent, "binary-mode data is not JSON")
+		return Errorf(CodeBadEvent, "binary-mode data is not JSON")
 	}
-	if err := e.Validate(); err != nil {
-		return nil, err
-	}
-	return e, nil
+	return e.Validate()
 }
 
 // isBinary reports whether h carries ce- attributes. The usual structured

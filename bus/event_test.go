@@ -135,7 +135,7 @@ func TestIDs(t *testing.T) {
 
 func TestSubjects(t *testing.T) {
 	s := bus.NewSubjects("")
-	if s.Call("s1") != "toolbus.call.s1" || s.Stream(bus.StreamEvents) != "TOOLBUS_EVENTS" || s.Bucket(bus.BucketTools) != "toolbus_tools" || s.ExecQueue("x") != "toolbus-exec-x" {
+	if s.Call("s1") != "toolbus.call.s1" || s.Stream(bus.StreamEvents) != "TOOLBUS_EVENTS" || s.Bucket(bus.BucketTools) != "toolbus_tools" || s.Workers.ExecQueue("x") != "toolbus-exec-x" {
 		t.Fatal("subject names")
 	}
 	if tok, ok := s.Token("toolbus.call.s1", "call"); !ok || tok != "s1" {

@@ -39,7 +39,10 @@ type ParkRecord struct {
 	Status         ParkStatus      `json:"status"`
 	Answer         *Answer         `json:"answer,omitempty"`
 	Result         *Result         `json:"result,omitempty"`
-	HandoffSeq     uint64          `json:"handoff_seq,omitempty"`
+	// Batch is the batch's continuation when this call is the batch's
+	// only wait and nothing of it is left to run (docs/protocol.md 6.1,
+	// 1.6): package parked's, opaque to readers.
+	Batch json.RawMessage `json:"batch,omitempty"`
 	// AnsweredBy and AnsweredAt say who answered (the answer's
 	// CloudEvents source, a claim; "<source> via P.approve" when it came
 	// on the approver's subject) and when (docs/protocol.md 6.1).
@@ -59,6 +62,15 @@ type ParkRecord struct {
 
 // Key returns the record's KV key, CallKey(Session, ReplyID, Call.ID).
 func (r *ParkRecord) Key() string { return CallKey(r.Session, r.ReplyID, r.Call.ID) }
+
+// An event published with HeaderLiveOnly set to LiveOnly reaches live
+// subscribers of its subject and is not stored: the stream that captures
+// the subject refuses a message that expects another stream
+// (docs/protocol.md 3.4, call.parked).
+const (
+	HeaderLiveOnly = "Nats-Expected-Stream"
+	LiveOnly       = "toolbus-live-only"
+)
 
 // HandoffRequest is the data of io.toolbus.external.request and
 // io.toolbus.confirm.request (docs/protocol.md 6.2).

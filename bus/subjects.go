@@ -8,58 +8,75 @@ const DefaultPrefix = "toolbus"
 // Subjects builds the subjects, queue groups, bucket and stream names of one
 // deployment. The zero value is not usable; call NewSubjects.
 //
-// It stays one type of one-line methods, not split by protocol section: it
-// is the table of docs/protocol.md section 2 in code, read like that table
-// (one name per line, in its order), and split it would scatter the table
-// over several types and rename every call site, for no method that needs
-// another's state.
+// Its own methods are the agent's and the router's names: the call path,
+// administration, and the JetStream names of section 8. The names only
+// workers use (registering, exec, durable work) are Workers', and those of
+// parked calls' handoffs and answers (section 6) are Handoffs': each a
+// small type built on the same prefix, so a name is read where its users
+// are, and the one table of docs/protocol.md section 2 stays in this file,
+// in its order.
 type Subjects struct {
 	Prefix string
 	p      string // Prefix + "."
+	// Workers are the names a worker uses (sections 5 and 7).
+	Workers WorkerSubjects
+	// Handoffs are the names of parked calls' handoffs and answers (section 6).
+	Handoffs HandoffSubjects
 }
+
+// WorkerSubjects are the names of registering and executing tools:
+// P.register, P.exec.<tool> and its queue group, and the durable tools'
+// P.work.<tool>, P.result.<tool> and work consumers.
+type WorkerSubjects struct{ prefix string }
+
+// HandoffSubjects are the names of docs/protocol.md section 6: the handoff
+// requests (P.external.<tool>, P.confirm.<tool>), their follow subject
+// (P.handoff.<kind>[.<tool>]) and the answers (P.answer.<tool>,
+// P.approve.<tool>).
+type HandoffSubjects struct{ p string }
 
 // NewSubjects returns the names for prefix ("" means DefaultPrefix).
 func NewSubjects(prefix string) Subjects {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return Subjects{Prefix: prefix, p: prefix + "."}
+	return Subjects{Prefix: prefix, p: prefix + ".", Workers: WorkerSubjects{prefix}, Handoffs: HandoffSubjects{prefix + "."}}
 }
 
 // The subjects of docs/protocol.md section 2, in the table's order: P.<kind>.<token>.
 
-func (s Subjects) Call(session string) string    { return s.p + "call." + session }
-func (s Subjects) Tools(session string) string   { return s.p + "tools." + session }
-func (s Subjects) Cancel(session string) string  { return s.p + "cancel." + session }
-func (s Subjects) Events(session string) string  { return s.p + "events." + session }
-func (s Subjects) Exec(tool string) string       { return s.p + "exec." + tool }
-func (s Subjects) External(tool string) string   { return s.p + "external." + tool }
-func (s Subjects) Confirm(tool string) string    { return s.p + "confirm." + tool }
-func (s Subjects) Answer(tool string) string     { return s.p + "answer." + tool }
-func (s Subjects) Approve(tool string) string    { return s.p + "approve." + tool }
-func (s Subjects) Replay(session string) string  { return s.p + "replay." + session }
-func (s Subjects) Register() string              { return s.p + "register" }
-func (s Subjects) Admin(verb string) string      { return s.p + "admin." + verb }
-func (s Subjects) Outputs(session string) string { return s.p + "outputs." + session }
-func (s Subjects) Work(tool string) string       { return s.p + "work." + tool }
-func (s Subjects) Result(tool string) string     { return s.p + "result." + tool }
-func (s Subjects) All(kind string) string        { return s.p + kind + ".>" } // every token of one kind
+func (s Subjects) Call(session string) string         { return s.p + "call." + session }
+func (s Subjects) Tools(session string) string        { return s.p + "tools." + session }
+func (s Subjects) Cancel(session string) string       { return s.p + "cancel." + session }
+func (s Subjects) Events(session string) string       { return s.p + "events." + session }
+func (w WorkerSubjects) Exec(tool string) string      { return w.prefix + ".exec." + tool }
+func (h HandoffSubjects) External(tool string) string { return h.p + "external." + tool }
+func (h HandoffSubjects) Confirm(tool string) string  { return h.p + "confirm." + tool }
+func (h HandoffSubjects) Answer(tool string) string   { return h.p + "answer." + tool }
+func (h HandoffSubjects) Approve(tool string) string  { return h.p + "approve." + tool }
+func (s Subjects) Replay(session string) string       { return s.p + "replay." + session }
+func (w WorkerSubjects) Register() string             { return w.prefix + ".register" }
+func (s Subjects) Admin(verb string) string           { return s.p + "admin." + verb }
+func (s Subjects) Outputs(session string) string      { return s.p + "outputs." + session }
+func (w WorkerSubjects) Work(tool string) string      { return w.prefix + ".work." + tool }
+func (w WorkerSubjects) Result(tool string) string    { return w.prefix + ".result." + tool }
+func (s Subjects) All(kind string) string             { return s.p + kind + ".>" } // every token of one kind
 
-// Handoff is where a handler or approver asks a router to follow the
+// Follow is where a handler or approver asks a router to follow the
 // handoff requests of kind ("external" or "confirm") for tool, or for every
 // tool when tool is "" (P.handoff.<kind>[.<tool>], docs/protocol.md 6.2).
-func (s Subjects) Handoff(kind, tool string) string {
+func (h HandoffSubjects) Follow(kind, tool string) string {
 	if tool == "" {
-		return s.p + "handoff." + kind
+		return h.p + "handoff." + kind
 	}
-	return s.p + "handoff." + kind + "." + tool
+	return h.p + "handoff." + kind + "." + tool
 }
 
 // Queue groups and the durable tools' work consumers: P-<name>.
 
-func (s Subjects) RouterQueue() string             { return s.Prefix + "-router" }
-func (s Subjects) ExecQueue(tool string) string    { return s.Prefix + "-exec-" + tool }
-func (s Subjects) WorkConsumer(tool string) string { return s.Prefix + "-work-" + tool }
+func (s Subjects) RouterQueue() string                   { return s.Prefix + "-router" }
+func (w WorkerSubjects) ExecQueue(tool string) string    { return w.prefix + "-exec-" + tool }
+func (w WorkerSubjects) WorkConsumer(tool string) string { return w.prefix + "-work-" + tool }
 
 // JetStream names (section 8): buckets and object stores P_<name>,
 // streams with the prefix in upper case.

@@ -6,9 +6,7 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -37,15 +35,17 @@ type Config struct {
 	// limit (less 64 KiB) caps it.
 	InlineLimit int
 	// MaxOutput is the encoded size of an answer's output above which
-	// Answer refuses it, sending and storing nothing; zero means 64 MiB.
+	// Parked().Answer refuses it, sending and storing nothing; zero means 64 MiB.
 	MaxOutput int64
 }
 
 // Client talks to the routers of one deployment. It is safe for concurrent use.
 //
-// Its exported methods are the protocol's verbs, one each, flat on
-// purpose (docs/client.md says why); what they share, making and sending
-// an event and reading the reply, is the requester's (request.go).
+// Its exported methods are the agent's verbs of the protocol, one each;
+// the verbs of parked calls, stored outputs and background tasks are on
+// the handles Parked, Outputs and Tasks return (docs/client.md says why).
+// What they share, making and sending an event and reading the reply, is
+// the requester's (request.go).
 type Client struct {
 	nc    *nats.Conn
 	subj  bus.Subjects
@@ -186,36 +186,6 @@ func (c *Client) Cancel(ctx context.Context, session, replyID string, calls ...s
 	return bus.Flush(ctx, c.nc)
 }
 
-// Answer answers a parked call of tool: an external call's result, or a
-// confirmation. It returns nil when the answer was accepted, else a
-// *bus.Error (bus.ErrNotParked, bus.ErrAlreadyAnswered, ...). An output
-// above Config.InlineLimit (or the payload limit) is stored in the outputs
-// object store and sent as references; one above Config.MaxOutput is
-// refused with a *offload.TooLargeError-wrapping error and nothing is sent.
-func (c *Client) Answer(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
-	if len(a.Output) > 0 {
-		if !bus.ValidID(session) || !bus.ValidID(replyID) || !bus.ValidID(callID) {
-			return bus.Errorf(bus.CodeBadEvent, "an answer needs valid session, reply and call ids")
-		}
-		out, err := c.off.Fit(ctx, bus.CallKey(session, replyID, callID), a.Output, 0, a.State == bus.StateError)
-		if err != nil {
-			return fmt.Errorf("client: answer of %s: %w", callID, err)
-		}
-		a.Output = out
-	}
-	return c.rq.sendAnswer(ctx, c.subj.Answer(tool), session, replyID, callID, a, "answer")
-}
-
-// Confirm answers a call parked for a confirmation on P.approve.<tool>,
-// the approver's subject (docs/protocol.md 6.3): a.Confirmed, the parked
-// input's a.InputDigest (from the confirm request or parked.list; the
-// router refuses another with "input changed") and optionally a.Rules
-// among the call's suggested_rules. An edited a.Input is refused there; an
-// open router still takes one through Answer on P.answer.<tool>.
-func (c *Client) Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
-	return c.rq.sendAnswer(ctx, c.subj.Approve(tool), session, replyID, callID, a, "confirmation")
-}
-
 // Admin runs an admin verb (docs/protocol.md section 9) and decodes the reply's
 // data into out (which may be nil). session is "" for deployment verbs.
 func (c *Client) Admin(ctx context.Context, verb, session string, data, out any) error {
@@ -354,87 +324,6 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 		ev.end()
 	}()
 	return ev, nil
-}
-
-// Output is a stored output opened for reading (protocol 5.9): Read
-// returns its bytes and checks their SHA-256 against the reference's at
-// the end; Size, MediaType and Digest describe it. Close it when done.
-type Output = offload.Object
-
-// Fetch opens the stored output a data block's url refers to
-// (nats-object://<bucket>/<name>#sha256=<digest>, exactly as the result
-// has it), reading it through the routers on P.outputs.<session>, where
-// session is the name's first token (toolbus names start with the
-// session; FetchSession names another). The router serves only that
-// session's objects, and only their recorded bytes: an unknown, expired,
-// other session's or overwritten output is an error that says so. Later
-// reads use ctx too.
-func (c *Client) Fetch(ctx context.Context, ref string) (*Output, error) {
-	r, err := offload.ParseRef(ref)
-	if err != nil {
-		return nil, fmt.Errorf("client: fetch: %w", err)
-	}
-	return c.FetchSession(ctx, r.Session(), ref)
-}
-
-// FetchSession is Fetch through P.outputs.<session>.
-func (c *Client) FetchSession(ctx context.Context, session, ref string) (*Output, error) {
-	r, err := offload.ParseRef(ref)
-	if err != nil {
-		return nil, fmt.Errorf("client: fetch: %w", err)
-	}
-	if r.Digest == "" {
-		return nil, fmt.Errorf("client: fetch: %s has no #sha256=<digest>: give the url exactly as the result has it", ref)
-	}
-	first, err := c.rq.window(ctx, session, ref, 0)
-	if err != nil {
-		return nil, fmt.Errorf("client: fetch: %w", err)
-	}
-	if first.Digest != r.Digest {
-		return nil, fmt.Errorf("client: fetch %s: the router served an object with digest %s", ref, first.Digest)
-	}
-	pending := first.Data
-	return offload.NewObject(first.Size, first.MediaType, r.Digest, func(off int64) ([]byte, error) {
-		if off == 0 && pending != nil {
-			b := pending
-			pending = nil
-			return b, nil
-		}
-		ch, err := c.rq.window(ctx, session, ref, off)
-		if err != nil {
-			return nil, err
-		}
-		if ch.Size != first.Size || ch.Digest != r.Digest || ch.Offset != off {
-			return nil, errors.New("the object changed while it was read")
-		}
-		return ch.Data, nil
-	}), nil
-}
-
-// FetchDirect opens a stored output by reading the outputs object store
-// itself, from its stream's leader (an operator's read: agents have no
-// access to the store). A digest in ref must be the object's, and the
-// bytes are checked against it at the end.
-func (c *Client) FetchDirect(ctx context.Context, ref string) (*Output, error) {
-	o, err := offload.NewStore(c.nc, c.subj.ObjectStore(bus.ObjectOutputs)).Open(ctx, ref)
-	if err != nil {
-		return nil, fmt.Errorf("client: fetch: %w", err)
-	}
-	return o, nil
-}
-
-// FetchBytes reads a whole stored output into memory (Fetch).
-func (c *Client) FetchBytes(ctx context.Context, ref string) ([]byte, error) {
-	o, err := c.Fetch(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	defer o.Close()
-	b, err := io.ReadAll(o)
-	if err != nil {
-		return nil, fmt.Errorf("client: fetch %s: %w", ref, err)
-	}
-	return b, nil
 }
 
 // IsStored reports whether a block is a reference to a stored output.

@@ -2,7 +2,6 @@ package client
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -122,26 +121,19 @@ func ResetInput(groups []string) json.RawMessage {
 }
 
 // loadCall returns the reset_tools call that activates the groups of t's
-// loads in session, and the groups it adds; nil when t loaded nothing new.
-// It asks for the session's listing with deferred tools to learn the
-// active groups and which group each deferred tool is in.
-func (c *Client) loadCall(ctx context.Context, session string, t *ModelTurn, b bus.Batch) (*bus.Call, []string, error) {
-	if len(t.loads) == 0 {
-		return nil, nil, nil
-	}
-	list, err := c.Query(ctx, session, bus.ToolsQuery{Format: t.Format, Deferred: true, Request: b.Request, User: b.User})
-	if err != nil {
-		return nil, nil, fmt.Errorf("client: the groups of the tools the model loaded: %w", err)
-	}
+// loads, and the groups it adds; nil when t loaded nothing new. list is
+// the session's listing with deferred tools: it names the active groups
+// and which group each deferred tool is in.
+func (t *ModelTurn) loadCall(list *bus.ToolsList) (*bus.Call, []string) {
 	final, added := loadGroups(list, t.loads)
 	if len(added) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
 	id := "toolbus-load"
 	for n := 1; slices.ContainsFunc(t.Calls, func(c bus.Call) bool { return c.ID == id }); n++ {
 		id = fmt.Sprintf("toolbus-load-%d", n)
 	}
-	return &bus.Call{ID: id, Name: resetTools, Input: ResetInput(final)}, added, nil
+	return &bus.Call{ID: id, Name: resetTools, Input: ResetInput(final)}, added
 }
 
 // resetTools is the router's group switch (docs/protocol.md 4.2).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -116,11 +117,11 @@ func (f *follower) pull(ctx context.Context) error {
 				return nil // no more now, or the wait ended: pull again
 			case status != "":
 				return errLost // 409 consumer deleted, 503 no responders, ...
-			case m.Subject == inbox: // the router's answer: a refusal
+			case m.Subject == inbox && refusal(m): // the router's answer: a refusal
 				return errLost
-			default:
+			default: // a stored message, or a request the router relays (6.2)
 				got++
-				if seq, ok := streamSeq(m.Reply); ok {
+				if seq, ok := seqOf(m); ok {
 					f.next = seq + 1
 				}
 				if !f.deliver(m) {
@@ -145,6 +146,17 @@ func (f *follower) stop() {
 	f.consumer = ""
 }
 
+// seqOf is the stream sequence of a message a pull delivered: from its
+// reply subject when JetStream sent it, from its Nats-Sequence header when
+// the router relayed a handoff request (docs/protocol.md 6.2).
+func seqOf(m *nats.Msg) (uint64, bool) {
+	if seq, ok := streamSeq(m.Reply); ok {
+		return seq, true
+	}
+	n, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	return n, err == nil && n > 0
+}
+
 // streamSeq is the stream sequence of a JetStream message's reply subject
 // ($JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>,
 // or with a domain and account hash before the stream).
@@ -159,6 +171,14 @@ func streamSeq(reply string) (uint64, bool) {
 	}
 	n, err := strconv.ParseUint(t[i], 10, 64)
 	return n, err == nil
+}
+
+// refusal reports whether m, which came on the pull's own inbox, is the
+// router's refusal (io.toolbus.error) rather than a handoff request the
+// router relays there (docs/protocol.md 6.2, 1.6).
+func refusal(m *nats.Msg) bool {
+	e, err := bus.Decode(m)
+	return err != nil || e.Type == bus.TypeError
 }
 
 // replyTo publishes with a reply subject.
@@ -201,23 +221,25 @@ func (f *follower) start(ctx context.Context) (*Events, error) {
 	return ev, nil
 }
 
-// FollowHandoff streams the handoff requests (docs/protocol.md 6.2) of
-// kind "external" or "confirm" for tool ("" for every tool), oldest kept
-// first, then new ones: through a pull consumer a router makes on request
-// (P.handoff.<kind>[.<tool>]), asked for again from the next sequence
-// when it is lost. A handler or approver needs no JetStream permission
+// Follow streams the handoff requests (docs/protocol.md 6.2) of
+// kind "external" or "confirm" for tool ("" for every tool): the calls
+// still parked, oldest first, then new ones, through a pull consumer of
+// P_parked's stream a router makes on request (P.handoff.<kind>[.<tool>])
+// and reads for it, asked for again from the next sequence when it is
+// lost. A handler or approver needs no JetStream permission
 // for it.
-func (c *Client) FollowHandoff(ctx context.Context, kind, tool string) (*Events, error) {
+func (p Parked) Follow(ctx context.Context, kind, tool string) (*Events, error) {
+	c := p.c
 	if kind != "external" && kind != "confirm" {
 		return nil, bus.Errorf(bus.CodeBadRequest, "handoff kind %q is not external or confirm", kind)
 	}
 	if tool != "" && !bus.ValidName(tool) {
 		return nil, bus.Errorf(bus.CodeBadRequest, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$", tool)
 	}
-	f := &follower{c: c, subject: c.subj.Handoff(kind, tool), create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady}
+	f := &follower{c: c, subject: c.subj.Handoffs.Follow(kind, tool), create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady}
 	ev, err := f.start(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("client: follow %s: %w", c.subj.Handoff(kind, tool), err)
+		return nil, fmt.Errorf("client: follow %s: %w", c.subj.Handoffs.Follow(kind, tool), err)
 	}
 	return ev, nil
 }

@@ -365,9 +365,14 @@ func (c *Client) Turn(ctx context.Context, session, format string, message []byt
 	if err != nil {
 		return nil, err
 	}
-	load, added, err := c.loadCall(ctx, session, t, b)
-	if err != nil {
-		return nil, err
+	var load *bus.Call
+	var added []string
+	if len(t.loads) > 0 { // the deferred listing says which groups the loads are in
+		list, err := c.Query(ctx, session, bus.ToolsQuery{Format: t.Format, Deferred: true, Request: b.Request, User: b.User})
+		if err != nil {
+			return nil, fmt.Errorf("client: the groups of the tools the model loaded: %w", err)
+		}
+		load, added = t.loadCall(list)
 	}
 	if len(t.Calls) == 0 && load == nil {
 		return nil, ErrNoToolCalls

@@ -97,9 +97,9 @@ func (s *Server) act(ctx context.Context, a Act) (int, Outcome) {
 	if err != nil {
 		return http.StatusBadRequest, Outcome{Code: bus.CodeBadRequest, Message: err.Error()}
 	}
-	send := s.cl.Answer
+	send := s.cl.Parked().Answer
 	if it.Kind == bus.KindConfirm {
-		send = s.cl.Confirm // P.approve.<tool>: the router checks the digest
+		send = s.cl.Parked().Confirm // P.approve.<tool>: the router checks the digest
 	}
 	if err := send(ctx, it.Tool, it.Session, it.ReplyID, it.ID, ans); err != nil {
 		var be *bus.Error

@@ -152,7 +152,7 @@ func (e *env) registerExternal(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := ev.Msg(e.x.Subjects().Register())
+	m, err := ev.Msg(e.x.Subjects().Workers.Register())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestInboxBrowser(t *testing.T) {
 			t.Fatalf("the second answer: %+v; the page shows %q", out, shown)
 		}
 		// Sent to the router all the same, it says who won.
-		err := e.cl.Confirm(t.Context(), "deploy", "s4", "r4", "c1", bus.Answer{Confirmed: new(bool)})
+		err := e.cl.Parked().Confirm(t.Context(), "deploy", "s4", "r4", "c1", bus.Answer{Confirmed: new(bool)})
 		if !strings.Contains(fmt.Sprint(err), "already answered") {
 			t.Fatalf("the router on a second answer: %v", err)
 		}

@@ -4,7 +4,7 @@
 // a reason, or answer an external call. The page is plain HTML, CSS and
 // JavaScript embedded in the binary; the list comes from a watch of the
 // parked records (docs/protocol.md 6.1) and every answer goes through
-// client.Confirm or client.Answer (6.3), bound to the exact call: the
+// client.Parked().Confirm or client.Parked().Answer (6.3), bound to the exact call: the
 // page sends the input digest and the record's revision it showed.
 //
 // docs/inbox.md describes the choices and the access model.

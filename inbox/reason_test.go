@@ -39,11 +39,11 @@ func TestConfirmationReason(t *testing.T) {
 		t.Fatalf("%+v %v", reply, err)
 	}
 	yes, no := true, false
-	err = cl.Confirm(t.Context(), "deploy", "s1", "r1", "c1", bus.Answer{Confirmed: &yes, InputDigest: bus.InputDigest(in), Reason: "because"})
+	err = cl.Parked().Confirm(t.Context(), "deploy", "s1", "r1", "c1", bus.Answer{Confirmed: &yes, InputDigest: bus.InputDigest(in), Reason: "because"})
 	if !errors.Is(err, bus.ErrBadRequest) || !strings.Contains(err.Error(), "reason goes with \"confirmed\": false only") {
 		t.Fatalf("allow with a reason: %v", err)
 	}
-	if err := cl.Confirm(t.Context(), "deploy", "s1", "r1", "c1", bus.Answer{Confirmed: &no, InputDigest: bus.InputDigest(in), Reason: "not now"}); err != nil {
+	if err := cl.Parked().Confirm(t.Context(), "deploy", "s1", "r1", "c1", bus.Answer{Confirmed: &no, InputDigest: bus.InputDigest(in), Reason: "not now"}); err != nil {
 		t.Fatal(err)
 	}
 	js, err := jetstreamKV(t, x)

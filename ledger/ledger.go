@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,8 +92,7 @@ type Ledger struct {
 	pending results // recorded results that have not landed yet
 	held    claims  // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
-	seq     atomic.Uint64
-	prefix  string
+	ids     claimIDs
 }
 
 // Config configures a Ledger; every zero value has a working default.
@@ -133,7 +133,7 @@ func New(kv jetstream.KeyValue, cfg Config) *Ledger {
 		cfg.Landing = life.New(life.Config{LandBudget: landBudget}).Landing
 	}
 	return &Ledger{kv: kv, router: cfg.Router, log: cfg.Logger, hits: cfg.Hits, lease: cfg.Lease, health: cfg.Health, landing: cfg.Landing,
-		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]*Entry{}}, prefix: nuid.Next()}
+		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]*Entry{}}, ids: claimIDs{prefix: nuid.Next()}}
 }
 
 // Health is the store health the ledger notes its writes in (may be nil).
@@ -153,7 +153,7 @@ const (
 // may take; the claim tells duplicates how long to wait.
 func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (outcome, Entry) {
 	now := time.Now().UTC()
-	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1))}
+	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
 	val := encode(&me)
 	// The common case in one round trip: nobody has the key.
 	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
@@ -204,6 +204,17 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 	me.rev = rev
 	l.held.hold(key, me)
 	return claimed, me
+}
+
+// claimIDs names the claims of this router: its prefix and a sequence.
+type claimIDs struct {
+	prefix string
+	seq    atomic.Uint64
+}
+
+func (c *claimIDs) next() string {
+	var buf [64]byte // a nuid prefix and a number: one allocation, the string
+	return string(strconv.AppendUint(append(append(buf[:0], c.prefix...), '-'), c.seq.Add(1), 10))
 }
 
 // claims are the running claims of this router, by key: their leases are
@@ -579,7 +590,7 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 // could not be written.
 func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, w waitFor) (bus.Result, *Entry, bool) {
 	now := time.Now().UTC()
-	next := Entry{Router: l.router, Claim: fmt.Sprintf("%s-%d", l.prefix, l.seq.Add(1)), Deadline: le.Deadline}
+	next := Entry{Router: l.router, Claim: l.ids.next(), Deadline: le.Deadline}
 	var res bus.Result
 	switch {
 	case w.durable && now.Before(le.Deadline.Add(TimeoutGrace)):

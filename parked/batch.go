@@ -26,6 +26,11 @@ import (
 //	Park:     resumed ─▶ running | parked   the rest of the batch parks more calls
 //	TakeOver: running|resumed, lease stale ─▶ resumed (another router holds it)
 //	Finish:   running|resumed ─▶ (deleted)  batch.done was published
+//
+// A new batch whose only wait is one call, with nothing after it, is
+// carried in that call's record instead (Record.Batch, docs/protocol.md
+// 6.1): Park writes it parked with the record, and the router whose
+// transition ends the call resumes it (Resume) with no write of its own.
 type Phase string
 
 const (

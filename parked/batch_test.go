@@ -35,7 +35,7 @@ func parkBatch(t *testing.T, s *Store, session, reply string, waiting ...string)
 
 func phase(t *testing.T, s *Store, session, reply string) *Batch {
 	t.Helper()
-	b, err := s.Batch(t.Context(), session, reply)
+	b, err := s.Read.Batch(t.Context(), session, reply)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +88,10 @@ func TestParkBatch(t *testing.T) {
 		}
 	}
 	// The cache of parked calls ignores continuation keys.
-	if ps := s.Parked("", ""); len(ps) != 0 {
+	if ps := s.Read.Parked("", ""); len(ps) != 0 {
 		t.Fatalf("a batch continuation is listed as parked: %v", keys(ps))
 	}
-	if later := start(t, st); len(later.Parked("", "")) != 0 {
+	if later := start(t, st); len(later.Read.Parked("", "")) != 0 {
 		t.Fatal("a store started later lists a batch continuation as parked")
 	}
 }
@@ -188,7 +188,7 @@ func TestCompleteResumesOnce(t *testing.T) {
 func TestBatchMissing(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)
-	if _, err := s.Batch(t.Context(), "s1", "nope"); !store.IsNotFound(err) {
+	if _, err := s.Read.Batch(t.Context(), "s1", "nope"); !store.IsNotFound(err) {
 		t.Fatalf("GetBatch of a missing batch: %v", err)
 	}
 	if _, _, err := s.conts.complete(t.Context(), "s1", "nope", "c1", ok("c1")); !store.IsNotFound(err) {
@@ -200,7 +200,7 @@ func TestBatchMissing(t *testing.T) {
 	if _, err := st.Parked.Put(t.Context(), "s1.bad", []byte("{")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Batch(t.Context(), "s1", "bad"); err == nil || store.IsNotFound(err) {
+	if _, err := s.Read.Batch(t.Context(), "s1", "bad"); err == nil || store.IsNotFound(err) {
 		t.Fatalf("GetBatch of a corrupt batch: %v", err)
 	}
 }
@@ -333,10 +333,10 @@ func TestFinish(t *testing.T) {
 			t.Fatalf("Finish: %v", err)
 		}
 	}
-	if _, err := s.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+	if _, err := s.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
 		t.Fatalf("GetBatch after Finish: %v", err)
 	}
-	if ps := s.Parked("s1", "r1"); len(ps) != 1 {
+	if ps := s.Read.Parked("s1", "r1"); len(ps) != 1 {
 		t.Fatalf("Finish touched call records: %v", keys(ps))
 	}
 	// The key can be parked again.

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,7 +28,7 @@ type shared struct {
 }
 
 // calls holds the parked call records (keys <session>.<replyid>.<callid>):
-// their compare-and-set transitions and handoff requests, and the answered
+// their compare-and-set transitions and live handoff requests, and the answered
 // calls this router renews the lease of. It embeds callCache, the
 // watch-fed cache of the records (cache.go).
 type calls struct {
@@ -65,7 +63,7 @@ func (s *calls) create(ctx context.Context, r *Record) error {
 	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
 	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
 	// from the tool; an open router still takes it on the old subject.
-	r.Subject, r.InputDigest = s.handoff.subj.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
+	r.Subject, r.InputDigest = s.handoff.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -77,102 +75,6 @@ func (s *calls) create(ctx context.Context, r *Record) error {
 	r.Rev = rev
 	s.note(r.Key(), r) // a copy: the caller keeps r
 	return nil
-}
-
-// handOff publishes r's request on P.external.<tool> or P.confirm.<tool>
-// through JetStream, so the P_HANDOFF stream keeps it, unless the caller
-// executes the tool itself (request-scoped), and notes its stream sequence
-// in the record, so that whoever takes the call out of parked removes the
-// request. When an answer got in first, the request is removed here.
-func (s *calls) handOff(ctx context.Context, r *Record) error {
-	if r.RequestScoped {
-		return nil
-	}
-	seq, err := s.handoff.publish(ctx, r, s.cfg.Source)
-	if err != nil {
-		return err
-	}
-	rec, err := s.transition(ctx, r.Key(), bus.ParkParked, store.Bounded, func(x *Record) error {
-		x.HandoffSeq = seq
-		return nil
-	})
-	if err != nil {
-		s.handoff.drop(ctx, &Record{HandoffSeq: seq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
-		if errors.Is(err, bus.ErrNotParked) || errors.Is(err, bus.ErrAlreadyAnswered) {
-			return nil // answered, expired or cancelled already: the request is no longer needed
-		}
-		return err
-	}
-	*r = *rec
-	return nil
-}
-
-// handoff publishes parked calls' requests through JetStream so the
-// P_HANDOFF stream keeps them (docs/protocol.md 6.2), and removes them once
-// answered, expired or cancelled.
-type handoff struct {
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	subj   bus.Subjects
-	log    *slog.Logger
-}
-
-// confirmRequest is Request with suggested_rules always present.
-type confirmRequest struct {
-	bus.HandoffRequest
-	SuggestedRules []bus.Rule `json:"suggested_rules"`
-}
-
-func (h handoff) publish(ctx context.Context, r *Record, source string) (uint64, error) {
-	typ, subject := bus.TypeExternalReq, h.subj.External(r.Call.Name)
-	if r.Kind == bus.KindConfirm {
-		typ, subject = bus.TypeConfirmReq, h.subj.Confirm(r.Call.Name)
-	}
-	req := bus.HandoffRequest{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
-	var data any = req
-	if r.Kind == bus.KindConfirm {
-		req.Reason = r.Reason
-		rules := r.SuggestedRules
-		if rules == nil {
-			rules = []bus.Rule{}
-		}
-		data = confirmRequest{HandoffRequest: req, SuggestedRules: rules}
-	}
-	e, err := bus.NewEvent(typ, source, data)
-	if err != nil {
-		return 0, err
-	}
-	e.SessionID, e.ReplyID, e.ToolCallID, e.Subject = r.Session, r.ReplyID, r.Call.ID, r.Call.ID
-	e.ExpiryTime = r.Expires.Format(time.RFC3339Nano)
-	m, err := e.Msg(subject)
-	if err != nil {
-		return 0, err
-	}
-	// The message id makes a retried publish, or a re-sent batch's, one
-	// message; a repark (a new kind) has a new type and so a new message.
-	var ack *jetstream.PubAck
-	err = store.Retry(ctx, store.Bounded, func(ctx context.Context) (err error) {
-		ack, err = h.js.PublishMsg(ctx, m, jetstream.WithMsgID(typ+"/"+r.Key()))
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("parked: handoff %s: %w", subject, err)
-	}
-	return ack.Sequence, nil
-}
-
-// dropHandoff removes a record's request from the handoff stream: it is
-// answered, expired or cancelled, so no handler should see it any more. It
-// runs even when ctx, the caller's, has ended, for at most 5 s.
-func (h handoff) drop(ctx context.Context, r *Record) {
-	if r.HandoffSeq == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := h.stream.DeleteMsg(ctx, r.HandoffSeq); err != nil && !strings.Contains(err.Error(), "not found") {
-		h.log.Debug("parked: handoff delete", "key", r.Key(), "err", err)
-	}
 }
 
 // read decodes the value of key, at its revision.
@@ -240,7 +142,6 @@ func wrongStatus(r *Record, from bus.ParkStatus) error {
 func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, decide Decide) (Answered, error) {
 	s := st.calls
 	var out Answered
-	var oldSeq uint64
 	r, err := s.change(ctx, key, answerPolicy, func(r *Record) error {
 		if r.Call.Name != tool {
 			return bus.Errorf(bus.CodeNotParked, "no call %s of tool %s is parked in session %s, reply %s", r.Call.ID, tool, r.Session, r.ReplyID)
@@ -252,13 +153,13 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 		if err != nil {
 			return err
 		}
-		out, oldSeq = Answered{Verdict: v, Answer: a}, r.HandoffSeq
+		out = Answered{Verdict: v, Answer: a}
 		now := time.Now().UTC()
 		switch v {
 		case Done: // the answer is the result: parked → done in this one write
 			r.Status, r.Answer, r.Result = bus.ParkDone, a, &res
 		case Repark: // a confirmed call of an external tool now waits for its execution
-			r.Kind, r.SuggestedRules, r.Reason, r.HandoffSeq, r.Expires = bus.KindExternal, nil, "", 0, now.Add(s.cfg.TTL)
+			r.Kind, r.SuggestedRules, r.Reason, r.Expires = bus.KindExternal, nil, "", now.Add(s.cfg.TTL)
 		default: // Confirmed: this router runs the confirmed call under a lease
 			r.Status, r.Answer, r.Owner, r.Touched = bus.ParkAnswered, a, s.cfg.Owner, now
 		}
@@ -274,10 +175,9 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 	}
 	out.Record = r
 	if out.Verdict == Repark {
-		s.handoff.drop(ctx, &Record{HandoffSeq: oldSeq, Session: r.Session, ReplyID: r.ReplyID, Call: r.Call})
-		err = s.handOff(ctx, r)
+		s.handoff.live(r) // the record, now of kind external, is the new request
 	}
-	return out, err
+	return out, nil
 }
 
 // answerPolicy retries an answer's write until it lands or the caller's
@@ -303,7 +203,7 @@ func (s *calls) end(ctx context.Context, key string, status bus.ParkStatus, res 
 }
 
 // change applies fn to the record key with compare-and-set and keeps the
-// cache and the handoff stream in step with the outcome.
+// cache and the leases in step with the outcome.
 func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(*Record) error) (*Record, error) {
 	r, rev, err := cas(ctx, s.kv, key, p, bus.Errorf(bus.CodeNotParked, "no parked call %s", key), fn)
 	if err != nil {
@@ -318,9 +218,6 @@ func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(
 		s.leases.hold(callKey(key)) // this router makes the call's result: it renews the lease
 	} else {
 		s.leases.release(callKey(key))
-	}
-	if r.Status != bus.ParkParked {
-		s.handoff.drop(ctx, r)
 	}
 	return r, nil
 }

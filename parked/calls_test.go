@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -74,19 +75,53 @@ func park(t *testing.T, s *Store, r *Record) *Record {
 	return r
 }
 
-// handoffMsg reads the handoff stream's message seq.
-func handoffMsg(t *testing.T, st *store.Store, seq uint64) (*jetstream.RawStreamMsg, error) {
+// requestOf is the request a follower of w gets for the record key, as
+// the router relays it (docs/protocol.md 6.2): false when w sees none.
+func requestOf(t *testing.T, s *Store, key string, w Want) (*nats.Msg, bool) {
 	t.Helper()
-	return st.Handoff.GetMsg(t.Context(), seq)
-}
-
-func handoffCount(t *testing.T, st *store.Store) uint64 {
-	t.Helper()
-	info, err := st.Handoff.Info(t.Context())
+	e, err := s.calls.kv.Get(t.Context(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.State.Msgs
+	return Request(e.Value(), w, subj, source)
+}
+
+// deployOf is what a follower of tool deploy's requests of kind sees.
+func deployOf(kind string) Want { return Want{Kind: kind, Tool: "deploy"} }
+
+// liveLog records the live requests a Store publishes.
+type liveLog struct {
+	mu   sync.Mutex
+	msgs []*nats.Msg
+}
+
+func (l *liveLog) publish(m *nats.Msg) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, m)
+	return nil
+}
+
+func (l *liveLog) subjects() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, m := range l.msgs {
+		out = append(out, m.Subject)
+	}
+	return out
+}
+
+// startLive is start with the live requests recorded.
+func startLive(t *testing.T, st *store.Store) (*Store, *liveLog) {
+	t.Helper()
+	l := &liveLog{}
+	s := New(st, subj, Config{TTL: ttl, Owner: "router-a", Source: source, Publish: l.publish})
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Stop(t, s.Stop)
+	return s, l
 }
 
 func TestPark(t *testing.T) {
@@ -98,7 +133,7 @@ func TestPark(t *testing.T) {
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			st := newStore(t)
-			s := start(t, st)
+			s, live := startLive(t, st)
 			r := record("s1", "r1", "c1")
 			r.Kind = tc.kind
 			if tc.kind == bus.KindConfirm {
@@ -107,25 +142,29 @@ func TestPark(t *testing.T) {
 			before := time.Now()
 			park(t, s, r)
 			subject := "toolbus.answer.deploy"
-			if r.Status != bus.ParkParked || r.Subject != subject || r.HandoffSeq == 0 || r.InputDigest != bus.InputDigest(r.Call.Input) ||
+			if r.Status != bus.ParkParked || r.Subject != subject || r.InputDigest != bus.InputDigest(r.Call.Input) ||
 				r.Created.Before(before.Add(-time.Second)) || !r.Expires.Equal(r.Created.Add(ttl)) {
 				t.Fatalf("parked record %+v", r)
 			}
 			// The record is in KV under <session>.<reply>.<call>.
-			got, err := s.Get(t.Context(), "s1.r1.c1")
+			got, err := s.Read.Get(t.Context(), "s1.r1.c1")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Status != bus.ParkParked || got.Call.ID != "c1" || got.HandoffSeq != r.HandoffSeq || string(got.User) != `"alice"` {
+			if got.Status != bus.ParkParked || got.Call.ID != "c1" || string(got.User) != `"alice"` {
 				t.Fatalf("stored record %+v", got)
 			}
-			if ps := s.Parked("s1", "r1"); len(ps) != 1 || ps[0].Key() != "s1.r1.c1" {
+			if ps := s.Read.Parked("s1", "r1"); len(ps) != 1 || ps[0].Key() != "s1.r1.c1" {
 				t.Fatalf("Parked %v", keys(ps))
 			}
-			// The handoff request is kept by the stream.
-			m, err := handoffMsg(t, st, r.HandoffSeq)
-			if err != nil {
-				t.Fatal(err)
+			// The record is the request: a follower of the tool's kind gets
+			// it, as live subscribers did.
+			if got := live.subjects(); len(got) != 1 || got[0] != tc.subject {
+				t.Fatalf("live requests on %v, want %s", got, tc.subject)
+			}
+			m, ok := requestOf(t, s, r.Key(), deployOf(tc.kind))
+			if !ok {
+				t.Fatal("no request for the parked record")
 			}
 			if m.Subject != tc.subject || m.Header.Get(bus.HeaderContentType) != bus.ContentTypeEvent {
 				t.Fatalf("handoff on %s with headers %v", m.Subject, m.Header)
@@ -169,9 +208,9 @@ func confirmData(t *testing.T, rules []bus.Rule) map[string]json.RawMessage {
 	r := record("s1", "r1", "c1")
 	r.Kind, r.Reason, r.SuggestedRules = bus.KindConfirm, "ask mode", rules
 	park(t, s, r)
-	m, err := handoffMsg(t, st, r.HandoffSeq)
-	if err != nil {
-		t.Fatal(err)
+	m, ok := requestOf(t, s, r.Key(), deployOf(bus.KindConfirm))
+	if !ok {
+		t.Fatal("no request")
 	}
 	ev, err := bus.DecodeStructured(m.Data)
 	if err != nil {
@@ -200,17 +239,17 @@ func TestConfirmRequestSuggestedRules(t *testing.T) {
 
 func TestParkRequestScoped(t *testing.T) {
 	st := newStore(t)
-	s := start(t, st)
+	s, live := startLive(t, st)
 	r := record("s1", "r1", "c1")
 	r.RequestScoped = true
 	park(t, s, r)
-	if r.HandoffSeq != 0 || r.Status != bus.ParkParked {
+	if r.Status != bus.ParkParked {
 		t.Fatalf("record %+v", r)
 	}
-	if n := handoffCount(t, st); n != 0 {
-		t.Fatalf("%d handoff messages for a call the caller runs itself", n)
+	if _, ok := requestOf(t, s, r.Key(), deployOf(bus.KindExternal)); ok || len(live.subjects()) != 0 {
+		t.Fatalf("a handoff request for a call the caller runs itself (live %v)", live.subjects())
 	}
-	if _, err := s.Get(t.Context(), r.Key()); err != nil {
+	if _, err := s.Read.Get(t.Context(), r.Key()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -223,14 +262,11 @@ func TestParkTwice(t *testing.T) {
 	if err == nil {
 		t.Fatal("a second park of the same call succeeded")
 	}
-	if got, _ := s.Get(t.Context(), first.Key()); got.HandoffSeq != first.HandoffSeq || got.Status != bus.ParkParked {
+	if got, _ := s.Read.Get(t.Context(), first.Key()); got.Rev != first.Rev || got.Status != bus.ParkParked {
 		t.Fatalf("record after a failed second park: %+v", got)
 	}
-	if _, err := handoffMsg(t, st, first.HandoffSeq); err != nil {
-		t.Fatalf("a failed second Park of %s deleted the first park's handoff request (seq %d): %v. "+
-			"The republished request has the same Nats-Msg-Id, so JetStream answers with the first message's "+
-			"sequence (duplicate), and external.go Park calls dropHandoff(r) with it when kv.Create fails",
-			first.Key(), first.HandoffSeq, err)
+	if _, ok := requestOf(t, s, first.Key(), deployOf(bus.KindExternal)); !ok {
+		t.Fatalf("a failed second Park of %s took the first park's request away", first.Key())
 	}
 }
 
@@ -254,13 +290,13 @@ func TestTransition(t *testing.T) {
 		t.Fatalf("after the answer %+v", got)
 	}
 	testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
-		if ps := s.Parked("", ""); len(ps) != 0 {
+		if ps := s.Read.Parked("", ""); len(ps) != 0 {
 			return fmt.Errorf("an answered call is still listed as parked: %v", keys(ps))
 		}
 		return nil
 	})
 	// The handoff request is gone once the call left parked.
-	if _, err := handoffMsg(t, st, r.HandoffSeq); err == nil {
+	if _, ok := requestOf(t, s, key, deployOf(bus.KindExternal)); ok {
 		t.Fatal("handoff request kept after the answer")
 	}
 	for _, tc := range []struct {
@@ -311,7 +347,7 @@ func TestTransitionOutOfParkedWithoutAnswer(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := handoffMsg(t, st, r.HandoffSeq); err == nil {
+			if _, ok := requestOf(t, s, r.Key(), deployOf(bus.KindExternal)); ok {
 				t.Fatal("handoff request kept")
 			}
 			// A late answer finds nothing parked.
@@ -334,11 +370,11 @@ func TestTransitionFnError(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 	// Nothing changed: still parked, still handed off, still answerable.
-	if got, _ := s.Get(t.Context(), r.Key()); got.Status != bus.ParkParked {
+	if got, _ := s.Read.Get(t.Context(), r.Key()); got.Status != bus.ParkParked {
 		t.Fatalf("status %s", got.Status)
 	}
-	if _, err := handoffMsg(t, st, r.HandoffSeq); err != nil {
-		t.Fatalf("handoff request: %v", err)
+	if _, ok := requestOf(t, s, r.Key(), deployOf(bus.KindExternal)); !ok {
+		t.Fatal("no handoff request")
 	}
 	if _, err := s.calls.transition(t.Context(), r.Key(), bus.ParkParked, store.Bounded, answered); err != nil {
 		t.Fatal(err)
@@ -375,11 +411,11 @@ func TestRacingAnswersOneWins(t *testing.T) {
 }
 
 // A confirmation of an external tool's call parks it again, as external,
-// in the answer's one compare-and-set: the confirm request leaves the
-// handoff stream and the external request takes its place.
+// in the answer's one compare-and-set: followers of confirmations no
+// longer see it, followers of the external tool do.
 func TestRepark(t *testing.T) {
 	st := newStore(t)
-	s := start(t, st)
+	s, live := startLive(t, st)
 	r := record("s1", "r1", "c1")
 	r.Kind = bus.KindConfirm
 	park(t, s, r)
@@ -391,17 +427,19 @@ func TestRepark(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := out.Record
-	if out.Verdict != Repark || got.Status != bus.ParkParked || got.Kind != bus.KindExternal || got.Answer != nil || got.HandoffSeq == 0 || got.HandoffSeq == r.HandoffSeq {
+	if out.Verdict != Repark || got.Status != bus.ParkParked || got.Kind != bus.KindExternal || got.Answer != nil {
 		t.Fatalf("reparked %+v", got)
 	}
-	m, err := handoffMsg(t, st, got.HandoffSeq)
-	if err != nil || m.Subject != "toolbus.external.deploy" {
-		t.Fatalf("new handoff: %v %v", m, err)
+	if m, ok := requestOf(t, s, r.Key(), deployOf(bus.KindExternal)); !ok || m.Subject != "toolbus.external.deploy" {
+		t.Fatalf("new handoff: %v %v", m, ok)
 	}
-	if _, err := handoffMsg(t, st, r.HandoffSeq); err == nil {
-		t.Fatal("the confirm request is still in the handoff stream")
+	if _, ok := requestOf(t, s, r.Key(), deployOf(bus.KindConfirm)); ok {
+		t.Fatal("the confirm request is still handed off")
 	}
-	if ps := s.Parked("s1", ""); len(ps) != 1 || ps[0].Kind != bus.KindExternal {
+	if got := live.subjects(); len(got) != 2 || got[1] != "toolbus.external.deploy" {
+		t.Fatalf("live requests %v", got)
+	}
+	if ps := s.Read.Parked("s1", ""); len(ps) != 1 || ps[0].Kind != bus.KindExternal {
 		t.Fatalf("Parked after repark: %+v", ps)
 	}
 }
@@ -419,7 +457,7 @@ func TestParkedAfterTransition(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 20 {
-			if ps := s.Parked("s1", ""); len(ps) != 0 {
+			if ps := s.Read.Parked("s1", ""); len(ps) != 0 {
 				t.Fatalf("%s is listed as parked after Transition answered it (attempt %d): Transition removes it from the cache, "+
 					"then the watch delivers the older parked revision of the Park and external.go apply re-adds it, since the key is "+
 					"no longer in the cache to compare revisions with; it stays listed until the watch delivers the answered revision", keys(ps), i)
@@ -484,14 +522,14 @@ func TestParkedFilter(t *testing.T) {
 		{"s9", "", nil},
 	} {
 		t.Run(tc.session+"/"+tc.reply, func(t *testing.T) {
-			if got := keys(s.Parked(tc.session, tc.reply)); !slices.Equal(got, tc.want) {
+			if got := keys(s.Read.Parked(tc.session, tc.reply)); !slices.Equal(got, tc.want) {
 				t.Fatalf("Parked(%q, %q) = %v, want %v (oldest first)", tc.session, tc.reply, got, tc.want)
 			}
 		})
 	}
 	// Another store loads them at Start and follows later parks and answers.
 	other := start(t, st)
-	if got := keys(other.Parked("", "")); !slices.Equal(got, order) {
+	if got := keys(other.Read.Parked("", "")); !slices.Equal(got, order) {
 		t.Fatalf("other store Parked %v", got)
 	}
 	park(t, s, record("s3", "r1", "c1"))
@@ -500,7 +538,7 @@ func TestParkedFilter(t *testing.T) {
 	}
 	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		want := []string{"s1.r1.c2", "s2.r1.c1", "s1.r2.c1", "s3.r1.c1"}
-		if got := keys(other.Parked("", "")); !slices.Equal(got, want) {
+		if got := keys(other.Read.Parked("", "")); !slices.Equal(got, want) {
 			return fmt.Errorf("other store Parked %v, want %v", got, want)
 		}
 		return nil
@@ -513,10 +551,10 @@ func TestBadRecordIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := start(t, st)
-	if len(s.Parked("", "")) != 0 {
+	if len(s.Read.Parked("", "")) != 0 {
 		t.Fatal("a corrupt record is listed")
 	}
-	if _, err := s.Get(t.Context(), "s1.r1.c1"); err == nil || store.IsNotFound(err) {
+	if _, err := s.Read.Get(t.Context(), "s1.r1.c1"); err == nil || store.IsNotFound(err) {
 		t.Fatalf("Get of a corrupt record: %v", err)
 	}
 	if s.cfg.TTL != ttl {
@@ -541,10 +579,11 @@ func TestStartEndsWithContext(t *testing.T) {
 	New(st, subj, Config{}).Stop(t.Context())
 }
 
-// park stores a new parked record (create) and hands it off (handOff).
+// park stores a new parked record (create) and publishes its live request.
 func (s *calls) park(ctx context.Context, r *Record) error {
 	if err := s.create(ctx, r); err != nil {
 		return err
 	}
-	return s.handOff(ctx, r)
+	s.handoff.live(r)
+	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -118,62 +117,20 @@ func (k *memKV) write(key string, val []byte, last uint64, op jetstream.KeyValue
 	return k.rev, nil
 }
 
-// memStream is the handoff stream: publish, delete, what it holds.
-type memStream struct {
-	jetstream.Stream
-	mu   sync.Mutex
-	seq  uint64
-	msgs map[uint64]string // seq → subject
-}
-
-// memJS publishes into a memStream.
-type memJS struct {
-	jetstream.JetStream
-	s *memStream
-}
-
-func (j memJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	return j.s.publish(m)
-}
-
-func (s *memStream) publish(m *nats.Msg) (*jetstream.PubAck, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.seq++
-	s.msgs[s.seq] = m.Subject
-	return &jetstream.PubAck{Sequence: s.seq}, nil
-}
-
-func (s *memStream) DeleteMsg(_ context.Context, seq uint64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.msgs, seq)
-	return nil
-}
-
-func (s *memStream) held() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for _, subj := range s.msgs {
-		out = append(out, subj)
-	}
-	return out
-}
-
-// machine is two routers' Stores over one memKV and one handoff stream.
+// machine is two routers' Stores over one memKV, with their live
+// requests recorded.
 type machine struct {
-	kv      *memKV
-	handoff *memStream
-	a, b    *Store
+	kv   *memKV
+	live *liveLog
+	a, b *Store
 }
 
 func newMachine(t *testing.T) *machine {
 	t.Helper()
-	m := &machine{kv: newMemKV(), handoff: &memStream{msgs: map[uint64]string{}}}
-	st := &store.Store{Parked: &store.KV{KeyValue: m.kv}, JS: memJS{s: m.handoff}, Handoff: m.handoff}
+	m := &machine{kv: newMemKV(), live: &liveLog{}}
+	st := &store.Store{Parked: &store.KV{KeyValue: m.kv}}
 	for i, owner := range []string{"router-a", "router-b"} {
-		s := New(st, subj, Config{TTL: ttl, Owner: owner, Source: source})
+		s := New(st, subj, Config{TTL: ttl, Owner: owner, Source: source, Publish: m.live.publish})
 		if err := s.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -185,6 +142,23 @@ func newMachine(t *testing.T) *machine {
 		}
 	}
 	return m
+}
+
+// held is the subjects of the requests followers of tool deploy's
+// external calls and confirmations get from the records (docs/protocol.md
+// 6.2): what is still open.
+func (m *machine) held() []string {
+	m.kv.mu.Lock()
+	defer m.kv.mu.Unlock()
+	var out []string
+	for _, e := range m.kv.vals {
+		for _, kind := range []string{bus.KindExternal, bus.KindConfirm} {
+			if msg, ok := Request(e.val, Want{Kind: kind, Tool: "deploy"}, subj, source); ok {
+				out = append(out, msg.Subject)
+			}
+		}
+	}
+	return out
 }
 
 // park parks the calls ids of tool deploy as kind, in a batch of those
@@ -220,7 +194,7 @@ func wantCode(t *testing.T, err error, code string) {
 
 func status(t *testing.T, s *Store, key string) bus.ParkStatus {
 	t.Helper()
-	r, err := s.Get(t.Context(), key)
+	r, err := s.Read.Get(t.Context(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,8 +235,8 @@ func TestMachine(t *testing.T) {
 			if err != nil || got.Record.Status != bus.ParkDone || got.Record.Result == nil || m.kv.writes != before+1 {
 				t.Fatalf("answer: %+v %v, %d writes", got.Record, err, m.kv.writes-before)
 			}
-			if len(m.handoff.held()) != 0 {
-				t.Fatalf("the answered call's request stays: %v", m.handoff.held())
+			if len(m.held()) != 0 {
+				t.Fatalf("the answered call's request stays: %v", m.held())
 			}
 			_, err = m.a.Answer(t.Context(), key, "deploy", &bus.Answer{}, verdict(Done, ok("c1")))
 			wantCode(t, err, bus.CodeAlreadyAnswered)
@@ -280,8 +254,119 @@ func TestMachine(t *testing.T) {
 			if err := m.b.Finish(t.Context(), cont); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := m.a.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+			if _, err := m.a.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
 				t.Fatalf("continuation after finish: %v", err)
+			}
+		})
+	})
+	t.Run("carried: one write to park, none to resume", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			m := newMachine(t)
+			p := m.park(t, "r1", bus.KindExternal, true, "c1")
+			key := p.Parked[0].Key()
+			if m.kv.writes != 1 || len(p.Parked[0].Batch) == 0 {
+				t.Fatalf("park: %d writes, record batch %s", m.kv.writes, p.Parked[0].Batch)
+			}
+			if _, err := m.a.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+				t.Fatalf("a carried batch has a key of its own: %v", err)
+			}
+			rec, _ := m.b.Read.Get(t.Context(), key)
+			if cont, err := m.b.Read.Continuation(t.Context(), rec); err != nil || cont.Key() != "s1.r1" || len(cont.Waiting) != 1 {
+				t.Fatalf("continuation of the record: %+v %v", cont, err)
+			}
+			// A parked record resumes nothing: only the transition that
+			// ended it may.
+			_, _, err := m.b.Resume(t.Context(), rec, ok("c1"), func(*Batch) { t.Fatal("reported a parked call") })
+			wantCode(t, err, bus.CodeNotParked)
+			// A copy re-sent while another call of it still ran (not
+			// alone) finds the carried batch, and leaves nothing behind.
+			if again := m.park(t, "r1", bus.KindExternal, false, "c1"); !again.Before || again.Batch == nil || again.Batch.Waiting[0] != "c1" {
+				t.Fatalf("a re-sent copy parked again: %+v", again)
+			}
+			if _, err := m.a.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+				t.Fatalf("the re-sent copy's continuation stays: %v", err)
+			}
+			got, err := m.a.Answer(t.Context(), key, "deploy", &bus.Answer{State: bus.StateSuccess}, verdict(Done, ok("c1")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, reported := m.kv.writes, false
+			cont, resume, err := m.a.Resume(t.Context(), got.Record, *got.Record.Result, func(*Batch) { reported = true })
+			if err != nil || !resume || !reported || cont.Results["c1"].State != bus.StateSuccess || m.kv.writes != before {
+				t.Fatalf("resume: %+v %v %v %v, %d writes", cont, resume, reported, err, m.kv.writes-before)
+			}
+			if err := m.a.Finish(t.Context(), cont); err != nil || m.kv.writes != before {
+				t.Fatalf("finish: %v, %d writes", err, m.kv.writes-before)
+			}
+		})
+	})
+	t.Run("carried: expired, cancelled, confirmed and taken over", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			m := newMachine(t)
+			k1 := m.park(t, "r1", bus.KindExternal, true, "c1").Parked[0].Key()
+			k2 := m.park(t, "r2", bus.KindExternal, true, "c2").Parked[0].Key()
+			k3 := m.park(t, "r3", bus.KindConfirm, true, "c3").Parked[0].Key()
+			synctest.Wait() // router-b's cache has them
+			ended, err := m.b.Cancel(t.Context(), "s1", "r2", nil)
+			if err != nil || len(ended) != 1 || ended[0].Key() != k2 {
+				t.Fatalf("cancel: %+v %v", ended, err)
+			}
+			if cont, resume, err := m.b.Resume(t.Context(), ended[0], *ended[0].Result, func(*Batch) {}); err != nil || !resume || cont.Key() != "s1.r2" {
+				t.Fatalf("resume after cancel: %v %v", resume, err)
+			}
+			got, err := m.a.Answer(t.Context(), k3, "deploy", &bus.Answer{Confirmed: &yes}, verdict(Confirmed, bus.Result{}))
+			if err != nil || got.Record.Status != bus.ParkAnswered {
+				t.Fatalf("confirm: %+v %v", got.Record, err)
+			}
+			time.Sleep(ttl + time.Second) // c1 expires; router-a stops renewing c3
+			expired := m.b.Expire(t.Context(), time.Now())
+			if len(expired) != 1 || expired[0].Key() != k1 {
+				t.Fatalf("expire: %+v", expired)
+			}
+			if _, resume, err := m.b.Resume(t.Context(), expired[0], *expired[0].Result, func(*Batch) {}); err != nil || !resume {
+				t.Fatalf("resume after expiry: %v %v", resume, err)
+			}
+			_, taken := m.b.TakeOver(t.Context(), time.Now().Add(-time.Second))
+			if len(taken) != 1 || taken[0].Key() != k3 {
+				t.Fatalf("takeover: %+v", taken)
+			}
+			if cont, err := m.b.Read.Continuation(t.Context(), taken[0]); err != nil || cont.Key() != "s1.r3" {
+				t.Fatalf("continuation of a taken-over answer: %v", err)
+			}
+			cont, resume, err := m.b.Resume(t.Context(), taken[0], ok("c3"), func(*Batch) {})
+			if err != nil || !resume || cont.Owner != "router-b" {
+				t.Fatalf("resume after takeover: %+v %v %v", cont, resume, err)
+			}
+			// The router that lost the answer, finishing late, resumes
+			// nothing.
+			_, _, err = m.a.Resume(t.Context(), got.Record, ok("c3"), func(*Batch) { t.Fatal("reported twice") })
+			wantCode(t, err, bus.CodeNotParked)
+		})
+	})
+	t.Run("alone, two calls: the last result deletes the continuation", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			m := newMachine(t)
+			p := m.park(t, "r1", bus.KindExternal, true, "c1", "c2")
+			if p.Batch.Phase != PhaseParked || m.kv.writes != 3 {
+				t.Fatalf("park: %+v, %d writes", p.Batch, m.kv.writes)
+			}
+			var recs []*Record
+			for _, r := range p.Parked {
+				got, err := m.b.Answer(t.Context(), r.Key(), "deploy", &bus.Answer{State: bus.StateSuccess}, verdict(Done, ok(r.Call.ID)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				recs = append(recs, got.Record)
+			}
+			if _, resume, err := m.b.Resume(t.Context(), recs[0], ok("c1"), func(*Batch) {}); err != nil || resume {
+				t.Fatalf("first result: %v %v", resume, err)
+			}
+			cont, resume, err := m.a.Resume(t.Context(), recs[1], ok("c2"), func(*Batch) {})
+			if err != nil || !resume || len(cont.Results) != 2 {
+				t.Fatalf("last result: %+v %v %v", cont, resume, err)
+			}
+			if _, err := m.a.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+				t.Fatalf("continuation after the last result: %v", err)
 			}
 		})
 	})
@@ -351,7 +436,7 @@ func TestMachine(t *testing.T) {
 			if err != nil || got.Record.Status != bus.ParkParked || got.Record.Kind != bus.KindExternal {
 				t.Fatalf("repark: %+v %v", got.Record, err)
 			}
-			if held := m.handoff.held(); len(held) != 1 || held[0] != "toolbus.external.deploy" {
+			if held := m.held(); len(held) != 1 || held[0] != "toolbus.external.deploy" {
 				t.Fatalf("handoff after repark: %v", held)
 			}
 			if n := m.b.Expire(t.Context(), time.Now()); len(n) != 0 {
@@ -367,8 +452,8 @@ func TestMachine(t *testing.T) {
 			}
 			_, err = m.a.Answer(t.Context(), key, "deploy", &bus.Answer{}, verdict(Done, ok("c1")))
 			wantCode(t, err, bus.CodeNotParked)
-			if len(m.handoff.held()) != 0 {
-				t.Fatalf("the expired call's request stays: %v", m.handoff.held())
+			if len(m.held()) != 0 {
+				t.Fatalf("the expired call's request stays: %v", m.held())
 			}
 		})
 	})
@@ -393,7 +478,7 @@ func TestMachine(t *testing.T) {
 			if err := m.a.Renew(t.Context(), time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if got, _ := m.a.Batch(t.Context(), "s1", "r1"); got.Owner != "router-b" {
+			if got, _ := m.a.Read.Batch(t.Context(), "s1", "r1"); got.Owner != "router-b" {
 				t.Fatal("the old owner renewed a lease it lost")
 			}
 			if _, _, err := m.a.Settle(t.Context(), "s1", "r1", nil); err != nil {
@@ -403,9 +488,9 @@ func TestMachine(t *testing.T) {
 	})
 }
 
-// TestAnswerVerdicts: each verdict is one compare-and-set on the record
-// (a repark adds the new request's sequence), and leaves the handoff
-// stream holding only what is still open.
+// TestAnswerVerdicts: each verdict is one compare-and-set on the record,
+// a repark too (the record is the new request), and followers of the
+// handoff see only what is still open.
 func TestAnswerVerdicts(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -418,7 +503,7 @@ func TestAnswerVerdicts(t *testing.T) {
 	}{
 		{"external result: done", bus.KindExternal, Done, bus.ParkDone, 1, nil, false},
 		{"denial: done", bus.KindConfirm, Done, bus.ParkDone, 1, nil, false},
-		{"confirmed external tool: parked again", bus.KindConfirm, Repark, bus.ParkParked, 2, []string{"toolbus.external.deploy"}, false},
+		{"confirmed external tool: parked again", bus.KindConfirm, Repark, bus.ParkParked, 1, []string{"toolbus.external.deploy"}, false},
 		{"confirmed: answered, leased", bus.KindConfirm, Confirmed, bus.ParkAnswered, 1, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -433,7 +518,7 @@ func TestAnswerVerdicts(t *testing.T) {
 				if n := m.kv.writes - before; n != tc.writes {
 					t.Errorf("%d writes, want %d", n, tc.writes)
 				}
-				if held := m.handoff.held(); len(held) != len(tc.held) || len(held) == 1 && held[0] != tc.held[0] {
+				if held := m.held(); len(held) != len(tc.held) || len(held) == 1 && held[0] != tc.held[0] {
 					t.Errorf("handoff holds %v, want %v", held, tc.held)
 				}
 				if m.a.calls.leases.holds(callKey(key)) != tc.lease {

@@ -16,11 +16,14 @@ package parked
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
@@ -37,6 +40,9 @@ type Config struct {
 	Owner string
 	// Source is the router's CloudEvents source, of the handoff requests.
 	Source string
+	// Publish, when set, publishes the live handoff requests with core
+	// NATS (docs/protocol.md 6.2); nil publishes none.
+	Publish func(*nats.Msg) error
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
 }
@@ -50,6 +56,15 @@ type Store struct {
 	calls *calls
 	conts *conts
 	cfg   Config
+	// Read reads records and continuations: from the watch-fed cache
+	// (Parked) or the store (Get, Batch, Continuation).
+	Read Reads
+}
+
+// Reads reads a Store's records and continuations; it writes nothing.
+type Reads struct {
+	calls *calls
+	conts *conts
 }
 
 // New returns a Store; call Start before use.
@@ -61,11 +76,13 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	sh := shared{kv: st.Parked, cfg: cfg}
-	return &Store{cfg: cfg,
-		calls: &calls{shared: sh, handoff: handoff{js: st.JS, stream: st.Handoff, subj: subj, log: cfg.Logger},
+	s := &Store{cfg: cfg,
+		calls: &calls{shared: sh, handoff: handoff{publish: cfg.Publish, subj: subj, source: cfg.Source, log: cfg.Logger},
 			callCache: newCallCache(st.Parked, cfg.Logger), leases: newLeaseSet[callKey]()},
 		conts: &conts{shared: sh, active: map[string]*Batch{}, leases: newLeaseSet[batchKey]()},
 	}
+	s.Read = Reads{calls: s.calls, conts: s.conts}
+	return s
 }
 
 // Start loads the caches of parked records and of continuations and keeps
@@ -128,46 +145,47 @@ type Parking struct {
 }
 
 // Park records the run's continuation, then its calls' records, then
-// their handoff requests (docs/protocol.md 6.1). An error means nothing
-// parked: the continuation could not be written.
+// publishes their live handoff requests (docs/protocol.md 6.1, 6.2). A
+// batch whose only wait is one call, with nothing of it left to run,
+// carries its continuation in that call's record: one write. An error
+// means nothing parked: the continuation (or that record) could not be
+// written.
 func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	waiting := make([]string, len(run.Calls))
 	for i, r := range run.Calls {
 		waiting[i] = r.Call.ID
 	}
+	if carries(run) {
+		return s.parkCarried(ctx, run, waiting)
+	}
 	err := s.conts.parkBatch(ctx, run.Batch, run.Results, waiting, run.Next, run.Alone)
 	if errors.Is(err, errParkedBefore) {
-		b, _ := s.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
+		b, _ := s.Read.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
 		return Parking{Before: true, Batch: b}, nil
 	}
 	if err != nil {
 		return Parking{}, err
 	}
 	out := Parking{Batch: run.Batch}
-	fail := func(r *Record, err error) {
-		if out.Failed == nil {
-			out.Failed = map[string]error{}
-		}
-		out.Failed[r.Call.ID] = err
-	}
-	var made []*Record
 	for _, r := range run.Calls {
-		if err := s.calls.create(ctx, r); err != nil {
-			fail(r, err)
-			continue
+		err := s.calls.create(ctx, r)
+		if err != nil && store.IsConflict(err) {
+			// A first copy of this batch carried its continuation in this
+			// call's record: that copy is the batch, this one's goes.
+			if prev := s.Read.carriedBy(ctx, r.Key()); prev != nil && s.conts.remove(ctx, run.Batch) {
+				return Parking{Before: true, Batch: prev}, nil
+			}
 		}
-		made = append(made, r)
-	}
-	if run.Announce != nil {
-		run.Announce(made)
-	}
-	for _, r := range made {
-		if err := s.calls.handOff(ctx, r); err != nil {
-			fail(r, err)
+		if err != nil {
+			if out.Failed == nil {
+				out.Failed = map[string]error{}
+			}
+			out.Failed[r.Call.ID] = err
 			continue
 		}
 		out.Parked = append(out.Parked, r)
 	}
+	s.calls.announce(run, out.Parked)
 	if run.Alone && len(out.Failed) > 0 {
 		// A call that did not park is awaited in vain: the run goes back to
 		// running, and settles with that call's result as any run does.
@@ -182,6 +200,86 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 		out.Batch = b
 	}
 	return out, nil
+}
+
+// carries reports whether run's batch may live in its one parked call's
+// record: a new batch, nothing else of the run running, one call waiting
+// and none after it.
+func carries(run Run) bool {
+	return run.Batch.rev == 0 && run.Alone && len(run.Calls) == 1 && run.Next >= len(run.Batch.Data.Calls)
+}
+
+// parkCarried parks run's one call with the batch's continuation inside
+// its record (Record.Batch), waiting for the answer: the create is the
+// only write. A conflict is a first copy of the batch that parked this
+// call already.
+func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Parking, error) {
+	b, r := run.Batch, run.Calls[0]
+	b.Results, b.Waiting, b.Next = run.Results, waiting, run.Next
+	claim(b, "", PhaseParked, "")
+	b.gone = true // nothing under the batch's own key: Finish writes nothing
+	v, err := json.Marshal(b)
+	if err != nil {
+		return Parking{}, err
+	}
+	r.Batch = v
+	if err := s.calls.create(ctx, r); err != nil {
+		if !store.IsConflict(err) {
+			return Parking{}, err
+		}
+		prev := s.Read.carriedBy(ctx, r.Key())
+		if prev == nil {
+			prev, _ = s.Read.Batch(ctx, b.Session, b.ReplyID)
+		}
+		return Parking{Before: true, Batch: prev}, nil
+	}
+	s.calls.announce(run, []*Record{r})
+	return Parking{Batch: b, Parked: []*Record{r}}, nil
+}
+
+// announce runs run.Announce with the records written, then publishes
+// their live requests.
+func (c *calls) announce(run Run, recs []*Record) {
+	if run.Announce != nil {
+		run.Announce(recs)
+	}
+	for _, r := range recs {
+		c.handoff.live(r)
+	}
+}
+
+// carried is the continuation r carries (nil: none, or unreadable).
+func carried(r *Record) *Batch {
+	if len(r.Batch) == 0 {
+		return nil
+	}
+	b := new(Batch)
+	if json.Unmarshal(r.Batch, b) != nil {
+		return nil
+	}
+	if b.Results == nil {
+		b.Results = map[string]bus.Result{}
+	}
+	b.gone = true
+	return b
+}
+
+// carriedBy reads the record key and returns the continuation it carries.
+func (s Reads) carriedBy(ctx context.Context, key string) *Batch {
+	r, err := s.Get(ctx, key)
+	if err != nil {
+		return nil
+	}
+	return carried(r)
+}
+
+// Continuation is the continuation of rec's batch: the one rec carries,
+// or the one under the batch's key.
+func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
+	if b := carried(rec); b != nil {
+		return b, nil
+	}
+	return s.Batch(ctx, rec.Session, rec.ReplyID)
 }
 
 // Settle ends the run that parked calls: the run's results join the
@@ -237,18 +335,38 @@ type Answered struct {
 // resume true. When nothing of the batch is left to run, that completion
 // is the continuation's removal (one compare-and-set delete; the router
 // then only publishes batch.done, and Finish writes nothing); otherwise the
-// result is added and this router holds the lease. report is skipped when
-// another router closed the answered call (it took it over and reports it).
+// result is added and this router holds the lease. A call that carries its
+// batch (its only wait) resumes it with no write: only the router whose
+// transition ended the call calls Resume. report is skipped when another
+// router closed the answered call (it took it over and reports it).
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
+	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
+		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
+	}
 	if rec.Status == bus.ParkAnswered {
 		if _, err := s.calls.close(ctx, rec.Key(), res); err != nil {
 			if be := (*bus.Error)(nil); errors.As(err, &be) {
 				return nil, false, err
 			}
+			if len(rec.Batch) > 0 {
+				// Only the close would say this router ended the call: a
+				// router that cannot write resumes nothing (the one that
+				// takes the answer over does).
+				return nil, false, fmt.Errorf("parked: answered call %s not closed: %w", rec.Key(), err)
+			}
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
 		}
 	}
-	cont, err := s.Batch(ctx, rec.Session, rec.ReplyID)
+	if cont := carried(rec); cont != nil {
+		// The batch waited for this call alone, and the transition that
+		// ended the call (this router's) decided it: resume, nothing to
+		// write.
+		report(cont)
+		cont.Results[rec.Call.ID] = res
+		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
+		return cont, true, nil
+	}
+	cont, err := s.Read.Batch(ctx, rec.Session, rec.ReplyID)
 	report(cont)
 	if err == nil && cont.last(rec.Call.ID) && s.conts.remove(ctx, cont) {
 		cont.Results[rec.Call.ID] = res
@@ -323,11 +441,11 @@ func (s *Store) Release(b *Batch) { s.conts.leases.release(batchKey(b.Key())) }
 
 // Parked returns the parked records of a session ("" for all), optionally
 // of one reply id, oldest first, from the watch-fed cache.
-func (s *Store) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
+func (s Reads) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
 
 // Get reads a call's record (bus.CallKey) from the store, through the
 // leader: a re-sent batch learns there what its first copy parked.
-func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
+func (s Reads) Get(ctx context.Context, key string) (*Record, error) {
 	r, rev, err := read[Record](ctx, s.calls.kv, key)
 	if r != nil {
 		r.Rev = rev
@@ -336,7 +454,7 @@ func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
 }
 
 // Batch reads a batch's continuation from the store.
-func (s *Store) Batch(ctx context.Context, session, replyID string) (*Batch, error) {
+func (s Reads) Batch(ctx context.Context, session, replyID string) (*Batch, error) {
 	b, rev, err := read[Batch](ctx, s.conts.kv, BatchKey(session, replyID))
 	if err != nil {
 		return nil, err

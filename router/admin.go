@@ -241,7 +241,7 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 
 // parkedList lists the calls parked in a session (all when "").
 func (x *adminVerbs) parkedList(session string) map[string]any {
-	recs := x.parked.Parked(session, "")
+	recs := x.parked.Read.Parked(session, "")
 	out := make([]bus.ParkedCall, len(recs))
 	for i, rec := range recs {
 		out[i] = bus.ParkedCall{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,
@@ -258,7 +258,7 @@ func (x *adminVerbs) sessionView(id string, sess *groups.Session) sessionView {
 func (x *adminVerbs) status(ctx context.Context) bus.Status {
 	live := x.reg.Workers()
 	st := bus.Status{Router: x.id, Tools: []bus.ToolStatus{}, Groups: len(x.groups.Groups()),
-		Sessions: x.groups.Sessions(), Parked: len(x.parked.Parked("", "")), Store: bus.StoreStatus{State: "ok"}, Warnings: x.groups.Unknown(x.reg)}
+		Sessions: x.groups.Sessions(), Parked: len(x.parked.Read.Parked("", "")), Store: bus.StoreStatus{State: "ok"}, Warnings: x.groups.Unknown(x.reg)}
 	// The sessions stored in KV, not only those this router holds decoded:
 	// the bucket keeps one record per session (history 1).
 	if kvs, err := x.store.Sessions.Status(ctx); err == nil {

@@ -47,7 +47,7 @@ type answers struct {
 type parkedCalls interface {
 	Answer(ctx context.Context, key, tool string, a *bus.Answer, decide parked.Decide) (parked.Answered, error)
 	Resume(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
-	Batch(ctx context.Context, session, replyID string) (*parked.Batch, error)
+	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
 	Parked(session, replyID string) []*parked.Record
 }
 
@@ -65,7 +65,7 @@ type sessionRules interface {
 }
 
 var (
-	_ parkedCalls  = (*parked.Store)(nil)
+	_ parkedCalls  = parkedStore{}
 	_ toolLookup   = (*registry.Registry)(nil)
 	_ sessionRules = (*groups.Store)(nil)
 )
@@ -134,7 +134,7 @@ func (r *answers) answer(m *nats.Msg, via string) {
 		}
 		rec.AnsweredBy, rec.AnsweredAt = e.Source, time.Now().UTC()
 		if via == viaApprove {
-			rec.AnsweredBy += " via " + r.subj.Approve(tool)
+			rec.AnsweredBy += " via " + r.subj.Handoffs.Approve(tool)
 		}
 		v, res := decideAnswer(rec, a, t)
 		return v, res, nil
@@ -171,7 +171,7 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 	}
 	if rec.Kind == bus.KindConfirm {
 		if via == viaAnswer && r.secured {
-			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: on a secured router confirmations go to %s, not %s", rec.Call.ID, r.subj.Approve(rec.Call.Name), r.subj.Answer(rec.Call.Name))
+			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: on a secured router confirmations go to %s, not %s", rec.Call.ID, r.subj.Handoffs.Approve(rec.Call.Name), r.subj.Handoffs.Answer(rec.Call.Name))
 		}
 		if a.Confirmed == nil {
 			return bus.Errorf(bus.CodeBadRequest, "call %s waits for a confirmation: {\"confirmed\": true|false, \"input_digest\": \"...\"}", rec.Call.ID)
@@ -194,7 +194,7 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 			}
 		}
 		if via == viaApprove && len(a.Input) > 0 {
-			return bus.Errorf(bus.CodeBadRequest, "an approver confirms call %s's parked input as it is: an edited input is refused on %s (deny it instead)", rec.Call.ID, r.subj.Approve(rec.Call.Name))
+			return bus.Errorf(bus.CodeBadRequest, "an approver confirms call %s's parked input as it is: an edited input is refused on %s (deny it instead)", rec.Call.ID, r.subj.Handoffs.Approve(rec.Call.Name))
 		}
 		if *a.Confirmed && len(a.Input) > 0 {
 			if t == nil {
@@ -338,7 +338,7 @@ func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
-	cont, err := r.parked.Batch(ctx, rec.Session, rec.ReplyID)
+	cont, err := r.parked.Continuation(ctx, rec)
 	cancel()
 	var res bus.Result
 	if err != nil {

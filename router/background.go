@@ -56,36 +56,27 @@ type ownedTask struct {
 	cancel  context.CancelFunc
 }
 
-// startTasks sets background tasks up and adds their route; Start calls it
-// between bind and the subscriptions.
-func (r *Router) startTasks(ctx context.Context) error {
+// newBackground sets background tasks up and adds their route and loop
+// to r's (nil when they are off); Start calls it between bind and the
+// subscriptions.
+func newBackground(ctx context.Context, r *Router) (*background, error) {
 	cfg := r.cfg.Tasks
 	if cfg.Off {
-		return nil
+		return nil, nil
 	}
 	if cfg.MaxRun <= 0 {
 		cfg.MaxRun = DefaultTaskRun
 	}
 	kv, err := tasks.Setup(ctx, r.store.JS, r.subj, r.cfg.Store.Replicas, cfg.Keep)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b := &background{wire: r.wire, r: r, cfg: cfg, running: map[string]ownedTask{},
 		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser})}
-	r.bg = b
 	verbs := &taskVerbs{b}
 	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), verbs.onTasks, false})
 	r.life.Loop(func(ctx context.Context) { life.Every(ctx, r.cfg.Store.Heartbeat, b.tick) })
-	return nil
-}
-
-// runCall runs a tool call of a batch: one that may go on in the
-// background through the tasks, any other as before.
-func (r *Router) runCall(ctx context.Context, j *job) bus.Result {
-	if r.bg == nil || !mayBackground(j) {
-		return r.tools.runTool(ctx, j)
-	}
-	return r.bg.run(ctx, j)
+	return b, nil
 }
 
 // mayBackground: the tool declares it or the call asks, and the tool is

@@ -140,7 +140,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 		t.data.User, err = r.ids.identify(t.session, t.data.User)
 	}
 	if err != nil {
-		r.auditRefusal(m, "call", e, err)
+		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, err)
 		r.reject(m, err)
 		return
 	}

@@ -160,7 +160,7 @@ type recordedCalls struct {
 func (r recordedCalls) counted(ctx context.Context, key string, parks bool) bool {
 	var err error
 	if parks {
-		_, err = r.parked.Get(ctx, key)
+		_, err = r.parked.Read.Get(ctx, key)
 	} else {
 		_, err = r.ledger.Get(ctx, key)
 	}

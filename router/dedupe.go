@@ -83,7 +83,7 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 				spec = parkSpec{kind: bus.KindExternal}
 			}
 			b.parked = append(b.parked, bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: spec.kind,
-				Subject: s.subj.Answer(c.call.Name), SuggestedRules: spec.suggested})
+				Subject: s.subj.Handoffs.Answer(c.call.Name), SuggestedRules: spec.suggested})
 		}
 	}
 	for _, c := range b.calls[min(cont.Next, len(b.calls)):] {

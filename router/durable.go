@@ -75,7 +75,7 @@ func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) erro
 	if err != nil {
 		return err
 	}
-	m, err := e.Msg(x.subj.Work(j.call.Name))
+	m, err := e.Msg(x.subj.Workers.Work(j.call.Name))
 	if err != nil {
 		return err
 	}

@@ -251,13 +251,23 @@ func (s reportStep) stored(b *batch) {
 
 // newRouterEvent builds an event about a call or batch from source.
 func newRouterEvent(source, typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
-	e, err := bus.NewEvent(typ, source, data)
-	if err != nil {
+	e := new(bus.Event)
+	if err := routerEventTo(e, source, typ, session, replyID, callID, trace, data); err != nil {
 		return nil, err
+	}
+	return e, nil
+}
+
+// routerEventTo is newRouterEvent into e: an event sent and let go stays
+// on the sender's stack.
+func routerEventTo(e *bus.Event, source, typ, session, replyID, callID string, trace [2]string, data any) error {
+	*e = bus.Head(typ, source)
+	if err := e.SetData(data); err != nil {
+		return err
 	}
 	e.SessionID, e.ReplyID, e.TraceParent, e.TraceState = session, replyID, trace[0], trace[1]
 	if callID != "" {
 		e.Subject, e.ToolCallID = callID, callID
 	}
-	return e, nil
+	return nil
 }

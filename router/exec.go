@@ -243,10 +243,8 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 			req.State = json.RawMessage(`{}`)
 		}
 	}
-	e, err := execEvent(ctx, x.source, j, req, deadline)
-	if err != nil {
-		return internal(j.call, err), false
-	}
+	var e bus.Event // sent and let go: on the stack
+	execEventTo(&e, ctx, x.source, j, req, deadline)
 	// The worker's context ends at the deadline; its reply ("context
 	// deadline exceeded") may then race the router's own timer, so the
 	// router waits a little longer and judges by the clock.
@@ -260,7 +258,8 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	w := x.watch.add(&j.watch, j.call.Name, j.key(), cancel)
 	defer x.watch.remove(w)
 	var resp *nats.Msg
-	x.sendExec(j.call.Name, e, func(m *nats.Msg) { resp, err = x.nc.RequestMsgWithContext(wctx, m) })
+	var err error
+	x.sendExec(j.call.Name, &e, func(m *nats.Msg) { resp, err = x.nc.RequestMsgWithContext(wctx, m) })
 	if err != nil {
 		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
@@ -287,7 +286,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 // structured. A binary message's header is reused once send returns (a
 // core request keeps nothing of it).
 func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
-	subject := x.subj.Exec(tool)
+	subject := x.subj.Workers.Exec(tool)
 	if x.workers != nil && x.workers.BinaryExec(tool) {
 		if _, ok := x.nc.(*nats.Conn); ok {
 			bus.WithBinaryMsg(subject, e, send)
@@ -306,15 +305,19 @@ func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) 
 // execEvent is the io.toolbus.exec of job j from source (docs/protocol.md
 // 5.1), for a core request and a durable call's work message alike.
 func execEvent(ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
+	e := new(bus.Event)
+	execEventTo(e, ctx, source, j, req, deadline)
+	return e, nil
+}
+
+// execEventTo is execEvent into e.
+func execEventTo(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time) {
 	size := 96 + len(req.Call.ID) + len(req.Call.Name) + len(req.Call.Input) + len(req.User) + len(req.Context) + len(req.State)
-	e, err := bus.NewEvent(bus.TypeExec, source, json.RawMessage(req.AppendJSON(make([]byte, 0, size))))
-	if err != nil {
-		return nil, err
-	}
+	*e = bus.Head(bus.TypeExec, source)
+	e.Data = req.AppendJSON(make([]byte, 0, size))
 	e.SessionID, e.ReplyID, e.ToolCallID = j.session, j.replyID, j.call.ID
 	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
 	e.TraceParent, e.TraceState = tracing.Inject(ctx, j.trace[0], j.trace[1])
-	return e, nil
 }
 
 // callDeadline is when a call started at now must end: its tool's timeout,
@@ -363,8 +366,8 @@ var (
 // execReply turns a worker's reply into the call's result, and returns the
 // state patch the worker sent, if any, for the caller to apply.
 func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessage) {
-	e, err := bus.Decode(resp)
-	if err != nil {
+	var e bus.Event
+	if err := bus.DecodeTo(resp, &e); err != nil {
 		return internal(c, fmt.Errorf("worker reply: %w", err)), nil
 	}
 	if e.Type == bus.TypeError {

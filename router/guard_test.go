@@ -306,12 +306,12 @@ func TestAuditEveryPath(t *testing.T) {
 		t.Fatalf("parked %+v", r.Parked)
 	}
 	yes := true
-	if err := approver.Confirm(t.Context(), "deploy", "s1", "r3", "ask", bus.Answer{Confirmed: &yes}); err != nil {
+	if err := approver.Parked().Confirm(t.Context(), "deploy", "s1", "r3", "ask", bus.Answer{Confirmed: &yes}); err != nil {
 		t.Fatal(err)
 	}
 	// ext parks once deploy's run is over (deploy is not concurrency-safe).
 	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		return approver.Answer(t.Context(), "ext", "s1", "r3", "ext", bus.Answer{State: bus.StateSuccess, Output: bus.Text("done")})
+		return approver.Parked().Answer(t.Context(), "ext", "s1", "r3", "ext", bus.Answer{State: bus.StateSuccess, Output: bus.Text("done")})
 	})
 	if err := c.Admin(t.Context(), "session.mode", "s2", map[string]string{"mode": "explore"}, nil); err != nil {
 		t.Fatal(err)

@@ -51,7 +51,11 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	if first { // once per batch (docs/protocol.md 3.4), not again when a resumed batch parks more
 		run.Announce = func(recs []*parked.Record) {
 			b.parked = s.listed(b, recs, next)
-			b.p.report.publish(b, bus.TypeCallParked, "", bus.ParkedEvent{Calls: b.parked})
+			// For live subscribers only (docs/protocol.md 3.4): the reply
+			// lists the parked calls, and the records stay readable.
+			if err := b.p.report.events.live(bus.TypeCallParked, b.session, b.replyID, "", b.trace, bus.ParkedEvent{Calls: b.parked}); err != nil {
+				b.p.log.Warn("router: call.parked not published", "session", b.session, "reply", b.replyID, "err", err)
+			}
 		}
 	}
 	got, err := s.conts.Park(ctx, run)
@@ -116,7 +120,7 @@ func parkedOf(rec *parked.Record) bus.Parked {
 // queued is a call held back behind parked ones, as the reply lists it.
 func (s parkStep) queued(c *callState) bus.Parked {
 	return bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: bus.KindQueued,
-		Subject: s.subj.Answer(c.call.Name)}
+		Subject: s.subj.Handoffs.Answer(c.call.Name)}
 }
 
 // resultsOf collects the results batch b has so far.

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
@@ -64,7 +63,16 @@ type continuationPort interface {
 	Parked(session, replyID string) []*parked.Record
 }
 
-var _ continuationPort = (*parked.Store)(nil)
+var _ continuationPort = parkedStore{}
+
+// parkedStore is the parked machine as the router's ports see it: its
+// verbs and its reads (parked.Store.Read) in one value.
+type parkedStore struct {
+	*parked.Store
+	parked.Reads
+}
+
+func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read} }
 
 // runnerPort runs what a call resolved to: a tool through its executor
 // (exec.go, durable.go, the ledger), or the skill loader.
@@ -87,6 +95,10 @@ type eventPort interface {
 	// it takes writes, and nobody waits (docs/protocol.md 3.4, a read-only
 	// batch's batch.done).
 	announce(typ, session, replyID, callID string, trace [2]string, data any) error
+	// live sends an event on the session's events subject for live
+	// subscribers only: the events stream refuses it (docs/protocol.md
+	// 3.4, call.parked).
+	live(typ, session, replyID, callID string, trace [2]string, data any) error
 	// reply sends an event to a reply subject (core NATS).
 	reply(subject string, e *bus.Event) error
 	// event builds an event from this router.
@@ -127,10 +139,10 @@ func (r *Router) newPipeline(ev routerEvents) *pipeline {
 	sessions := routerSessions{cache: r.sessions, groups: r.groups}
 	return &pipeline{
 		sessions: sessions,
-		conts:    r.parked,
+		conts:    parkedPort(r.parked),
 		resolve:  resolveStep{tools: routerResolver{r}, health: r.store.Health, log: r.log},
 		exec:     chain(execStep{runner: routerRunner{r}, sessions: sessions}, r.guards.middlewares()...),
-		park:     parkStep{landing: r.life.Landing, conts: r.parked, subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
+		park:     parkStep{landing: r.life.Landing, conts: parkedPort(r.parked), subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
 		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: ev, sessions: sessions, m: r.m, log: r.log},
 		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
 		quota:    r.guards.quota,
@@ -179,7 +191,10 @@ func (x routerResolver) refresh(ctx context.Context, name string) error {
 type routerRunner struct{ r *Router }
 
 func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result {
-	return x.r.runCall(ctx, j) // the tools' runner, or a background task (background.go)
+	if x.r.bg != nil && mayBackground(j) {
+		return x.r.bg.run(ctx, j) // a background task (background.go)
+	}
+	return x.r.tools.runTool(ctx, j)
 }
 
 // search runs the built-in search_tools over what the session and its
@@ -223,8 +238,8 @@ func (x routerEvents) event(typ, session, replyID, callID string, trace [2]strin
 }
 
 func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
-	e, err := x.event(typ, session, replyID, callID, trace, data)
-	if err != nil {
+	var e bus.Event
+	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
 		return nil, err
 	}
 	m, err := e.Msg(x.subj.Events(session))
@@ -235,8 +250,18 @@ func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]str
 }
 
 func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
-	e, err := x.event(typ, session, replyID, callID, trace, data)
-	if err != nil {
+	var e bus.Event
+	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
+		return err
+	}
+	return bus.Send(x.nc, x.subj.Events(session), &e, e.ID) // stored once, as a retried publish would be
+}
+
+// live publishes an event with core NATS for live subscribers only: the
+// events stream refuses it (protocol 3.4, call.parked).
+func (x routerEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
+	var e bus.Event
+	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
 		return err
 	}
 	m, err := e.Msg(x.subj.Events(session))
@@ -246,7 +271,7 @@ func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]st
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
-	m.Header.Set(jetstream.MsgIDHeader, e.ID) // stored once, as a retried publish would be
+	m.Header.Set(bus.HeaderLiveOnly, bus.LiveOnly) // the events stream refuses it
 	return x.nc.PublishMsg(m)
 }
 
@@ -254,4 +279,6 @@ func (x routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
 	return x.sink.stored(ctx, evs)
 }
 
-func (x routerEvents) reply(subject string, e *bus.Event) error { return bus.Publish(x.nc, subject, e) }
+func (x routerEvents) reply(subject string, e *bus.Event) error {
+	return bus.Send(x.nc, subject, e, "")
+}

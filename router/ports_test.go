@@ -112,6 +112,11 @@ func (f *fakeEvents) announce(typ, session, replyID, callID string, trace [2]str
 	return err
 }
 
+func (f *fakeEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
+	_, err := f.publish(typ, session, replyID, callID, trace, data)
+	return err
+}
+
 func (f *fakeEvents) stored(context.Context, []*sentEvent) error { return nil }
 
 func (f *fakeEvents) reply(_ string, e *bus.Event) error {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
 )
@@ -84,10 +82,10 @@ func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string,
 	}
 }
 
-// auditRefusal records the refusal of m, a request on P.<kind>.<session>
+// refusedRequest records the refusal of a request on subject, P.<kind>.<session>
 // (e its event, when it decoded), as refused does.
-func (r *Router) auditRefusal(m *nats.Msg, kind string, e *bus.Event, err error) {
-	session, ok := r.subj.Token(m.Subject, kind)
+func (a *auditTrail) refusedRequest(ctx context.Context, subj bus.Subjects, subject, kind string, e *bus.Event, err error) {
+	session, ok := subj.Token(subject, kind)
 	if !ok {
 		return
 	}
@@ -99,5 +97,5 @@ func (r *Router) auditRefusal(m *nats.Msg, kind string, e *bus.Event, err error)
 	if kind == "tools" {
 		what = "tools query"
 	}
-	r.guards.audit.refused(r.base, session, replyID, what, err)
+	a.refused(ctx, session, replyID, what, err)
 }

@@ -1,11 +1,11 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // replayIdle is how long a replay consumer lives once nobody pulls from it.
@@ -84,10 +85,13 @@ func (l *replayLimit) take(session string, now time.Time) bool {
 // nothing.
 type replays struct {
 	*wire
-	base    context.Context
-	events  jetstream.Stream
-	handoff jetstream.Stream
-	limit   replayLimit
+	base   context.Context
+	events jetstream.Stream
+	// parked is P_parked's stream: the handoff is read from it
+	// (handoff.go).
+	parked jetstream.Stream
+	pulls  chan struct{} // the handoff pulls relayed at once (handoff.go)
+	limit  replayLimit
 	// bound reports whether a session has its own agent user (nil: an
 	// open router, where none has).
 	bound func(session string) bool
@@ -101,6 +105,10 @@ type feed struct {
 	filter, key, kind   string
 	create, ready, what string
 	max                 int // consumers on the stream past which none is made
+	// want, for the handoff, is what the subject grants of the parked
+	// records: the router reads the pulls and relays only those
+	// (handoff.go); nil relays the pull itself.
+	want *parked.Want
 }
 
 func (r *replays) onReplay(m *nats.Msg) {
@@ -124,44 +132,6 @@ func (r *replays) onReplay(m *nats.Msg) {
 	}
 	r.serve(m, e, feed{stream: r.events, filter: r.subj.Events(token), key: "replay " + token, kind: "replay",
 		create: bus.TypeReplay, ready: bus.TypeReplayReady, what: "session " + token, max: limit})
-}
-
-func (r *replays) onHandoff(m *nats.Msg) {
-	e, err := bus.Decode(m)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	filter, ok := r.handoffFilter(m.Subject)
-	if !ok || r.handoff == nil {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q is not %s or %s", m.Subject, r.subj.Handoff("{external,confirm}", ""), r.subj.Handoff("{external,confirm}", "<tool>")))
-		return
-	}
-	r.serve(m, e, feed{stream: r.handoff, filter: filter, key: "handoff " + filter, kind: "handoff",
-		create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady, what: filter, max: maxReplays})
-}
-
-// handoffFilter is the stream filter P.handoff.<kind>[.<tool>] grants:
-// P.<kind>.<tool>, or P.<kind>.* without a tool.
-func (r *replays) handoffFilter(subject string) (string, bool) {
-	rest, ok := strings.CutPrefix(subject, r.subj.Handoff("", "")) // "P.handoff."
-	if !ok {
-		return "", false
-	}
-	kind, tool, hasTool := strings.Cut(rest, ".")
-	if hasTool && !bus.ValidName(tool) {
-		return "", false
-	}
-	if !hasTool {
-		tool = "*"
-	}
-	switch kind {
-	case "external":
-		return r.subj.External(tool), true
-	case "confirm":
-		return r.subj.Confirm(tool), true
-	}
-	return "", false
 }
 
 // serve answers the three requests of a feed's subject.
@@ -197,6 +167,7 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
 		// As many replicas as the stream, so a node's loss does not
 		// take the consumer with it (the client asks again if it does).
 		Replicas: f.stream.CachedInfo().Config.Replicas,
+		Metadata: map[string]string{feedMeta: f.tag()},
 	}
 	if q.StartSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, q.StartSeq
@@ -237,11 +208,16 @@ func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) {
 	if m.Reply == "" {
 		return // nowhere to deliver
 	}
-	stream, err := r.owned(f, q.Consumer)
+	c, err := r.owned(f, q.Consumer)
 	if err != nil {
 		r.reject(m, err)
 		return
 	}
+	if f.want != nil {
+		r.relayHandoff(m, c, q, *f.want)
+		return
+	}
+	stream := c.CachedInfo().Stream
 	pull := struct {
 		Batch   int           `json:"batch"`
 		Expires time.Duration `json:"expires,omitempty"`
@@ -271,27 +247,41 @@ func (r *replays) stop(m *nats.Msg, e *bus.Event, f feed) {
 	}
 }
 
+// feedMeta is the consumer metadata naming what its feed grants: the
+// handoff's consumers share one filter (every call record), so their kind
+// and tool are told by it.
+const feedMeta = "toolbus.feed"
+
+// tag is what f's consumers carry under feedMeta.
+func (f feed) tag() string {
+	if f.want == nil {
+		return f.filter
+	}
+	return f.want.Kind + "." + cmp.Or(f.want.Tool, "*")
+}
+
 // owned checks that name is a router-made pull consumer of f's stream
-// filtered on f's filter, and returns the stream's name. An unknown name
-// and another subject's consumer get the same refusal, so the answer tells
-// nothing about other sessions.
-func (r *replays) owned(f feed, name string) (string, error) {
+// filtered on f's filter and made for f (its feedMeta), and returns it. An
+// unknown name and another subject's consumer get the same refusal, so the
+// answer tells nothing about other sessions, kinds or tools.
+func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 	refused := bus.Errorf(bus.CodeBadRequest, "no consumer %q for %s (ask for one with %s)", name, f.what, f.create)
 	if !bus.ValidConsumerName(f.kind, name) {
-		return "", refused
+		return nil, refused
 	}
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
 	defer cancel()
 	c, err := f.stream.Consumer(ctx, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return "", refused
+		return nil, refused
 	}
 	if err != nil {
-		return "", bus.Errorf(bus.CodeUnavailable, "look up %s: %v", name, err)
+		return nil, bus.Errorf(bus.CodeUnavailable, "look up %s: %v", name, err)
 	}
 	cfg := c.CachedInfo().Config
-	if cfg.DeliverSubject != "" || cfg.FilterSubject != f.filter || len(cfg.FilterSubjects) > 0 {
-		return "", refused
+	if cfg.DeliverSubject != "" || cfg.FilterSubject != f.filter || len(cfg.FilterSubjects) > 0 ||
+		f.want != nil && cfg.Metadata[feedMeta] != f.tag() {
+		return nil, refused
 	}
-	return c.CachedInfo().Stream, nil
+	return c, nil
 }

@@ -6,17 +6,18 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// TestHandoffFilter: P.handoff.<kind>[.<tool>] grants exactly the filter
-// P.<kind>.<tool> (P.<kind>.* without a tool), for the two kinds; anything
-// else grants nothing.
-func TestHandoffFilter(t *testing.T) {
+// TestHandoffWant: P.handoff.<kind>[.<tool>] grants exactly the parked
+// records of that kind and tool (every tool without one), for the two
+// kinds; anything else grants nothing.
+func TestHandoffWant(t *testing.T) {
 	r := &replays{wire: &wire{subj: bus.NewSubjects("")}}
 	for subject, want := range map[string]string{
-		"toolbus.handoff.confirm.deploy": "toolbus.confirm.deploy",
-		"toolbus.handoff.confirm":        "toolbus.confirm.*",
-		"toolbus.handoff.external.pick":  "toolbus.external.pick",
-		"toolbus.handoff.external":       "toolbus.external.*",
+		"toolbus.handoff.confirm.deploy": "confirm.deploy",
+		"toolbus.handoff.confirm":        "confirm.",
+		"toolbus.handoff.external.pick":  "external.pick",
+		"toolbus.handoff.external":       "external.",
 		"toolbus.handoff.events.s1":      "",
+		"toolbus.handoff.queued.s1":      "",
 		"toolbus.handoff.confirm.a.b":    "",
 		"toolbus.handoff.confirm.*":      "",
 		"toolbus.handoff.confirm.>":      "",
@@ -24,9 +25,9 @@ func TestHandoffFilter(t *testing.T) {
 		"toolbus.handoff":                "",
 		"other.handoff.confirm.deploy":   "",
 	} {
-		got, ok := r.handoffFilter(subject)
-		if ok != (want != "") || got != want {
-			t.Errorf("handoffFilter(%q) = %q %v, want %q", subject, got, ok, want)
+		got, ok := r.handoffWant(subject)
+		if ok != (want != "") || ok && got.Kind+"."+got.Tool != want {
+			t.Errorf("handoffWant(%q) = %+v %v, want %q", subject, got, ok, want)
 		}
 	}
 }

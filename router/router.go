@@ -277,7 +277,7 @@ func (r *Router) Start(ctx context.Context) (err error) {
 		return err
 	}
 	r.bind()
-	if err := r.startTasks(ctx); err != nil {
+	if r.bg, err = newBackground(ctx, r); err != nil {
 		return err
 	}
 	for _, s := range r.handlers {
@@ -340,7 +340,8 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	r.life.Defer(r.skills.cat.Drain)
-	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log})
+	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log,
+		Publish: r.nc.PublishMsg})
 	if err := r.parked.Start(bg); err != nil {
 		return fmt.Errorf("router: parked calls: %w", err)
 	}
@@ -351,7 +352,7 @@ func (r *Router) build(ctx context.Context) error {
 		}
 	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
-		ParkedNow: func() int { return len(r.parked.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
+		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
 	r.led = dedupe{ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
 		Health: r.store.Health, Landing: r.life.Landing})}
 	// The router stores only what the payload limit forces (fit.go): its
@@ -376,7 +377,7 @@ func (r *Router) bind() {
 	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
 	r.pipe = r.newPipeline(ev)
 	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
-	r.answers = &answers{wire: r.wire, base: r.base, landing: r.life.Landing, parked: r.parked, reg: r.reg, groups: r.groups,
+	r.answers = &answers{wire: r.wire, base: r.base, landing: r.life.Landing, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: ev.publish, stored: r.events.stored,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
 	r.conts = &continuations{wire: r.wire, life: r.life, pool: r.pool, landing: r.life.Landing, parked: r.parked, led: r.led,
@@ -386,10 +387,12 @@ func (r *Router) bind() {
 	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.ids.identify,
-		refused: func(m *nats.Msg, e *bus.Event, err error) { r.auditRefusal(m, "tools", e, err) }, readOut: r.cfg.Guard.ReadOutput}
+		refused: func(m *nats.Msg, e *bus.Event, err error) {
+			r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "tools", e, err)
+		}, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
-	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, handoff: r.store.Handoff}
+	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls)}
 	if ids := r.cfg.Identities; ids != nil {
 		replay.bound = func(s string) bool { _, ok := ids.UserOf(s); return ok }
 	}
@@ -397,7 +400,7 @@ func (r *Router) bind() {
 	r.handlers = []route{
 		{r.subj.All("call"), q, r.onBatch, true},
 		{r.subj.All("tools"), q, tools.onTools, true},
-		{r.subj.Register(), q, reg.onRegister, false},
+		{r.subj.Workers.Register(), q, reg.onRegister, false},
 		{r.subj.All("admin"), q, admin.onAdmin, false},
 		{r.subj.All("answer"), q, r.answers.onAnswer, false},
 		{r.subj.All("approve"), q, r.answers.onApprove, false},
@@ -442,7 +445,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		m.Reply = ""
 	}
 	if !r.life.Enter() {
-		if m.Subject == r.subj.Register() {
+		if m.Subject == r.subj.Workers.Register() {
 			// A draining router still records heartbeats (see drain), on
 			// the subscription's own goroutine: the work it waits for is
 			// the calls in flight.
@@ -469,7 +472,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 // registrations wait on that inbox).
 func (r *wire) replyAllowed(subject, reply string) bool {
 	inbox := r.nc.Opts.InboxPrefix
-	if subject == r.subj.Register() {
+	if subject == r.subj.Workers.Register() {
 		inbox = ""
 	}
 	return replyAllowedFor(reply, r.subj.Prefix, inbox)
@@ -532,7 +535,7 @@ func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 // return its result.
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
-		register := r.subs.drain(ctx, r.nc, r.subj.Register())
+		register := r.subs.drain(ctx, r.nc, r.subj.Workers.Register())
 		// Registrations stay served until the work is done: heartbeats
 		// are not new work, and without them (with no other router to
 		// record them) the watchdog would take the workers of the calls

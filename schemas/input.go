@@ -68,9 +68,12 @@ func parseObject(b []byte, prefix string) (json.RawMessage, any, error) {
 	if jsonDepth(b, MaxInputDepth) > MaxInputDepth {
 		return nil, nil, depthError()
 	}
-	v, err := decodeInput(b)
-	if err != nil { // unreachable after json.Valid, kept to fail closed
-		return nil, nil, fmt.Errorf("input is not valid JSON: %v", err)
+	v, ok := decodeValid(b)
+	if !ok {
+		var err error
+		if v, err = decodeInput(b); err != nil { // unreachable after json.Valid, kept to fail closed
+			return nil, nil, fmt.Errorf("input is not valid JSON: %v", err)
+		}
 	}
 	if !isCompact(b) {
 		var buf bytes.Buffer

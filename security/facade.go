@@ -19,14 +19,14 @@ func facade(s bus.Subjects, answers []string) User {
 	// The confirmations its hosts' users answer, on P.approve.<tool>
 	// (docs/protocol.md 6.3): bound to the parked input's digest, rules
 	// only among the suggested ones. It cannot answer external tools.
-	pub = append(pub, s.Approve("*"))
+	pub = append(pub, s.Handoffs.Approve("*"))
 	// The bridged servers' resources its hosts list and read
 	// (P.resources.<server>, docs/protocol.md 12).
 	pub = append(pub, s.All("resources"))
 	// The bridged servers' questions its hosts' users answer (Spec.FacadeAnswers:
 	// mcp__<server>__elicit only), and no other external tool.
 	for _, t := range answers {
-		pub = append(pub, s.Answer(t))
+		pub = append(pub, s.Handoffs.Answer(t))
 	}
 	// The writes that tell it a session's listing may have changed: plain
 	// subscriptions to the buckets' and the skills' metadata subjects (read

@@ -218,9 +218,9 @@ func each(tools []string, f func(string) string) []string {
 // JetStream API at all, so no consumer with a deliver subject.
 func followHandoff(s bus.Subjects, kind string, tools []string) []string {
 	if len(tools) == 0 {
-		return []string{s.Handoff(kind, ""), s.Handoff(kind, "*")}
+		return []string{s.Handoffs.Follow(kind, ""), s.Handoffs.Follow(kind, "*")}
 	}
-	return each(tools, func(t string) string { return s.Handoff(kind, t) })
+	return each(tools, func(t string) string { return s.Handoffs.Follow(kind, t) })
 }
 
 func router(s bus.Subjects) User {
@@ -245,7 +245,7 @@ func worker(s bus.Subjects, tools []string) User {
 	// Durable tools' calls come from their work consumers (fetch, look up,
 	// acknowledge and report progress) and their results go to the routers
 	// on P.result.<tool>.
-	sub := each(tools, s.Exec)
+	sub := each(tools, s.Workers.Exec)
 	sub = append(sub, s.All("cancel"), "$SRV.>", inbox(RoleWorker)+".>")
 	if len(tools) == 0 {
 		// A bridge (mcp/bridge) serves its MCP servers' resources on
@@ -258,10 +258,10 @@ func worker(s bus.Subjects, tools []string) User {
 		if t == "*" {
 			return "*"
 		}
-		return s.WorkConsumer(t)
+		return s.Workers.WorkConsumer(t)
 	}
-	pub := []string{s.Register(), s.All("events"), inbox(RoleRouter) + ".>"}
-	pub = append(pub, each(tools, s.Result)...)
+	pub := []string{s.Workers.Register(), s.All("events"), inbox(RoleRouter) + ".>"}
+	pub = append(pub, each(tools, s.Workers.Result)...)
 	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.MSG.NEXT." + work + "." + consumer(t) })...)
 	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.INFO." + work + "." + consumer(t) })...)
 	pub = append(pub, each(tools, func(t string) string { return "$JS.ACK." + work + "." + consumer(t) + ".>" })...)
@@ -303,7 +303,7 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	// subject cannot be confined to a session (docs/security.md).
 	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok), s.Replay(tok), s.Tasks(tok)}
 	for _, t := range answers {
-		pub = append(pub, s.Answer(t))
+		pub = append(pub, s.Handoffs.Answer(t))
 	}
 	pub = append(pub, outputsRead(s, tok)...)
 	if len(answers) > 0 {
@@ -331,8 +331,8 @@ func handler(s bus.Subjects, h Handler) User {
 	name := "handler-" + h.Name
 	var pub, sub []string
 	for _, t := range h.Tools {
-		pub = append(pub, s.Answer(t))
-		sub = append(sub, s.External(t))
+		pub = append(pub, s.Handoffs.Answer(t))
+		sub = append(sub, s.Handoffs.External(t))
 	}
 	// Its tools' stored requests through a router (no JetStream API).
 	pub = append(pub, followHandoff(s, "external", h.Tools)...)
@@ -347,7 +347,7 @@ func approver(s bus.Subjects, tools []string) User {
 	// cannot answer external calls (P.answer.<tool>) at all.
 	// The stored confirmation requests through a router (P.handoff.confirm,
 	// no consumer of its own, so no deliver subject).
-	pub := each(tools, s.Approve)
+	pub := each(tools, s.Handoffs.Approve)
 	pub = append(pub, followHandoff(s, "confirm", tools)...)
 	pub = append(pub, s.Admin("parked.list"))
 	// The approval inbox (docs/inbox.md) reads a waiting call's record by
@@ -356,7 +356,7 @@ func approver(s bus.Subjects, tools []string) User {
 	// consumer (its deliver subject would be unchecked).
 	parked := s.Bucket(bus.BucketParked)
 	pub = append(pub, jsAPI+"STREAM.INFO.KV_"+parked, jsAPI+"DIRECT.GET.KV_"+parked+".$KV."+parked+".*.*.*")
-	sub := append(each(tools, s.Confirm), inbox(RoleApprover)+".>")
+	sub := append(each(tools, s.Handoffs.Confirm), inbox(RoleApprover)+".>")
 	return User{Name: RoleApprover, Role: RoleApprover, Tools: tools, InboxPrefix: inbox(RoleApprover), Permissions: Permissions{Publish: pub, Subscribe: sub}}
 }
 

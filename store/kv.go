@@ -30,11 +30,12 @@ type KV struct {
 	nc     *nats.Conn
 	get    string // the leader's message-get subject, "" for direct gets
 	prefix string // "$KV.<bucket>."
+	cas    bool   // writes may go to prefix+key (no domain or API prefix): kvwrite.go
 }
 
 // NewKV wraps kv. replicas is the bucket's replica count.
 func NewKV(js jetstream.JetStream, kv jetstream.KeyValue, replicas int) *KV {
-	k := &KV{KeyValue: kv, nc: js.Conn(), prefix: "$KV." + kv.Bucket() + "."}
+	k := &KV{KeyValue: kv, nc: js.Conn(), prefix: "$KV." + kv.Bucket() + ".", cas: apiPrefix(js) == jetstream.DefaultAPIPrefix}
 	if replicas > 1 {
 		k.get = apiPrefix(js) + "STREAM.MSG.GET.KV_" + kv.Bucket()
 	}

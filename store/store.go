@@ -86,10 +86,13 @@ type Store struct {
 	Parked   *KV
 	Ledger   *KV
 	Events   jetstream.Stream
-	Handoff  jetstream.Stream
-	Work     jetstream.Stream // durable calls, a work queue
-	Skills   jetstream.ObjectStore
-	Outputs  jetstream.ObjectStore
+	// ParkedStream is the stream under Parked (KV_<bucket>): handlers and
+	// approvers follow the handoff from it, through a router
+	// (docs/protocol.md 6.2).
+	ParkedStream jetstream.Stream
+	Work         jetstream.Stream // durable calls, a work queue
+	Skills       jetstream.ObjectStore
+	Outputs      jetstream.ObjectStore
 	// Health is what this process has seen of the store's space: writers
 	// on the hot path note their outcome in it, and the router reports it
 	// in `status` (docs/protocol.md 9).
@@ -155,13 +158,13 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if err != nil {
 		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamEvents), err)
 	}
-	st.Handoff, err = createStream(ctx, js, jetstream.StreamConfig{
-		Name: s.Stream(bus.StreamHandoff), Description: "toolbus requests for external handlers and approvers",
-		Subjects: []string{s.All("external"), s.All("confirm")}, MaxAge: cfg.HandoffMaxAge,
-		Storage: storage, Replicas: cfg.Replicas, AllowDirect: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamHandoff), err)
+	// The parked records are the handoff (docs/protocol.md 6.2, 1.6): no
+	// stream of requests is made any more.
+	if err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
+		st.ParkedStream, err = js.Stream(ctx, "KV_"+s.Bucket(bus.BucketParked))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketParked), err)
 	}
 	// Durable calls wait here for a worker. Work-queue retention removes a
 	// call once its worker acknowledges it (after its result is recorded);
@@ -204,8 +207,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 // registers the tool.
 func (st *Store) WorkConsumer(ctx context.Context, tool string) error {
 	cfg := jetstream.ConsumerConfig{
-		Durable: st.subj.WorkConsumer(tool), Description: "toolbus workers of durable tool " + tool,
-		FilterSubject: st.subj.Work(tool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: st.workAckWait,
+		Durable: st.subj.Workers.WorkConsumer(tool), Description: "toolbus workers of durable tool " + tool,
+		FilterSubject: st.subj.Workers.Work(tool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: st.workAckWait,
 		MaxAckPending: 4096, MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
 	err := Retry(ctx, Provision, func(ctx context.Context) error {

@@ -34,8 +34,10 @@ func TestSetupIdempotent(t *testing.T) {
 	if _, err := js.Stream(t.Context(), "TB_EVENTS"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Stream(t.Context(), "TB_HANDOFF"); err != nil {
-		t.Fatal(err)
+	// The parked records are the handoff (docs/protocol.md 6.2, 1.6): no
+	// stream of requests.
+	if _, err := js.Stream(t.Context(), "TB_HANDOFF"); err == nil {
+		t.Fatal("a handoff stream was made")
 	}
 }
 
@@ -85,7 +87,7 @@ func TestSetupConfig(t *testing.T) {
 		maxAge   time.Duration
 	}{
 		{st.Events, "DEP_EVENTS", []string{"dep.events.>"}, 2 * time.Hour},
-		{st.Handoff, "DEP_HANDOFF", []string{"dep.external.>", "dep.confirm.>"}, 3 * time.Hour},
+		{st.ParkedStream, "KV_dep_parked", []string{"$KV.dep_parked.>"}, 3 * time.Hour},
 	} {
 		info, err := tc.stream.Info(t.Context())
 		if err != nil {

@@ -68,7 +68,7 @@ func TestBurstAnsweredNotDropped(t *testing.T) {
 	}
 	sub.SetPendingLimits(-1, -1)
 	for i := range burst {
-		m := eventMsg(t, f.subj.Exec("slow"), execEvent(t, "slow", "c"+strconv.Itoa(i), `{}`))
+		m := eventMsg(t, f.subj.Workers.Exec("slow"), execEvent(t, "slow", "c"+strconv.Itoa(i), `{}`))
 		m.Reply = "_INBOX.burst." + strconv.Itoa(i)
 		if err := f.nc.PublishMsg(m); err != nil {
 			t.Fatal(err)

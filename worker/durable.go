@@ -11,14 +11,22 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// takeWork serves a durable tool: its calls wait in the P_WORK work queue,
-// and this loop takes one whenever the worker has a free slot (never more,
+// workQueue serves a durable tool t of w: its calls wait in the P_WORK
+// work queue (docs/protocol.md 5.8), taken from the tool's work consumer
+// rather than P.exec.<tool>.
+type workQueue struct {
+	w *Worker
+	t *tool
+}
+
+// take is the queue's loop: it takes a call whenever the worker has a free slot (never more,
 // so no call waits in this worker's hands while another could run it). A
 // call's message is acknowledged only after a router has recorded its
 // result; while it runs, the worker reports progress every third of the
 // consumer's AckWait, so a worker that dies (or is cut off) leaves its call
 // to be delivered to another worker.
-func (w *Worker) takeWork(ctx context.Context, t *tool) {
+func (q workQueue) take(ctx context.Context) {
+	w, t := q.w, q.t
 	defer w.loops.Done()
 	js, err := jetstream.New(w.nc)
 	if err != nil {
@@ -29,7 +37,7 @@ func (w *Worker) takeWork(ctx context.Context, t *tool) {
 	var cons jetstream.Consumer
 	retry := min(max(w.cfg.Heartbeat/10, 50*time.Millisecond), time.Second)
 	for cons == nil {
-		c, err := js.Consumer(ctx, w.subj.Stream(bus.StreamWork), w.subj.WorkConsumer(t.def.Name))
+		c, err := js.Consumer(ctx, w.subj.Stream(bus.StreamWork), w.subj.Workers.WorkConsumer(t.def.Name))
 		if err == nil {
 			cons = c
 			break
@@ -75,12 +83,13 @@ func (w *Worker) takeWork(ctx context.Context, t *tool) {
 			}
 			continue
 		}
-		w.work(t, msg, ackWait)
+		q.run(msg, ackWait)
 	}
 }
 
-// work runs one durable call; the caller holds its slot.
-func (w *Worker) work(t *tool, msg jetstream.Msg, ackWait time.Duration) {
+// run runs one durable call; the caller holds its slot.
+func (q workQueue) run(msg jetstream.Msg, ackWait time.Duration) {
+	w, t := q.w, q.t
 	m := &nats.Msg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data()}
 	e, err := bus.Decode(m)
 	if err == nil {
@@ -144,7 +153,7 @@ func (r *workReply) result(out *bus.Event) {
 	defer cancel()
 	for delay := 10 * time.Millisecond; !r.w.nc.IsClosed(); delay = min(2*delay, time.Second) {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := bus.SendRequest(actx, r.w.nc, r.w.subj.Result(r.tool), out)
+		resp, err := bus.SendRequest(actx, r.w.nc, r.w.subj.Workers.Result(r.tool), out)
 		acancel()
 		if err == nil {
 			if e, derr := bus.Decode(resp); derr == nil && e.Type == bus.TypeExecRecorded {

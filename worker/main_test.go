@@ -110,7 +110,7 @@ func newFixture(t *testing.T, answer bool) *fixture {
 func (f *fixture) answerRegistrations() {
 	f.t.Helper()
 	nc := testkit.Connect(f.t, f.srv)
-	if _, err := nc.Subscribe(f.subj.Register(), f.reg.handle(nc)); err != nil {
+	if _, err := nc.Subscribe(f.subj.Workers.Register(), f.reg.handle(nc)); err != nil {
 		f.t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
@@ -211,7 +211,7 @@ func decodeReply(t *testing.T, resp *nats.Msg) *bus.Event {
 // exec runs one call of tool and returns the exec result.
 func (f *fixture) exec(t *testing.T, ev *bus.Event, tool string) bus.ExecResult {
 	t.Helper()
-	return execResult(t, f.request(t, eventMsg(t, f.subj.Exec(tool), ev)))
+	return execResult(t, f.request(t, eventMsg(t, f.subj.Workers.Exec(tool), ev)))
 }
 
 // pending is a request sent without waiting for its reply.
@@ -230,7 +230,7 @@ func (f *fixture) send(t *testing.T, ev *bus.Event, tool string) *pending {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	m := eventMsg(t, f.subj.Exec(tool), ev)
+	m := eventMsg(t, f.subj.Workers.Exec(tool), ev)
 	m.Reply = inbox
 	if err := f.nc.PublishMsg(m); err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func Example_externalTool() {
 		if err != nil {
 			return err
 		}
-		m, err := e.Msg(client.New(nc, client.Config{}).Subjects().Register())
+		m, err := e.Msg(client.New(nc, client.Config{}).Subjects().Workers.Register())
 		if err != nil {
 			return err
 		}
@@ -83,7 +83,7 @@ func Example_externalTool() {
 		return nil
 	}
 	answer := func(ctx context.Context, cl *client.Client, session, replyID, callID string) error {
-		err := cl.Answer(ctx, "approve_po", session, replyID, callID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("approved")})
+		err := cl.Parked().Answer(ctx, "approve_po", session, replyID, callID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("approved")})
 		if errors.Is(err, bus.ErrNotParked) {
 			return nil // answered already, or cancelled
 		}

@@ -62,7 +62,7 @@ func (r *registrar) send(ctx context.Context, reg bus.Register) (*bus.RegisterAc
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.every)
 	defer cancel()
-	resp, err := bus.SendRequest(ctx, r.nc, r.subj.Register(), e)
+	resp, err := bus.SendRequest(ctx, r.nc, r.subj.Workers.Register(), e)
 	if err != nil {
 		return nil, err
 	}

@@ -65,7 +65,7 @@ func TestRejectedToolNotServed(t *testing.T) {
 	served := func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), bound)
 		defer cancel()
-		_, err := f.nc.RequestMsgWithContext(ctx, eventMsg(t, f.subj.Exec("shell"), execEvent(t, "shell", "c1", `{}`)))
+		_, err := f.nc.RequestMsgWithContext(ctx, eventMsg(t, f.subj.Workers.Exec("shell"), execEvent(t, "shell", "c1", `{}`)))
 		return err
 	}
 	if err := served(); !errNoResponders(err) {

@@ -185,7 +185,7 @@ func TestRegisterOutput(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
-			ev := f.request(t, eventMsg(t, f.subj.Exec("tool"), execEvent(t, "tool", "c1", `{}`)))
+			ev := f.request(t, eventMsg(t, f.subj.Workers.Exec("tool"), execEvent(t, "tool", "c1", `{}`)))
 			res := execResult(t, ev)
 			if res.State != tc.state || !reflect.DeepEqual(res.Output, tc.output) {
 				t.Fatalf("result %s, want state %s output %s", jsonOf(res), tc.state, jsonOf(tc.output))
@@ -261,7 +261,7 @@ func TestHandleRaw(t *testing.T) {
 		r.Attempt = 2
 		r.State = json.RawMessage(`{"k":"v"}`)
 	})
-	reply := f.request(t, eventMsg(t, f.subj.Exec("rawtool"), ev))
+	reply := f.request(t, eventMsg(t, f.subj.Workers.Exec("rawtool"), ev))
 	res := execResult(t, reply)
 	wantText(t, res, bus.StateSuccess, `raw:{"path":"/tmp","n":[1,2]}`)
 	if string(res.Metadata) != `{"m":true}` {
@@ -394,7 +394,7 @@ func TestAddAfterStart(t *testing.T) {
 	// The late tools are not served.
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
-	_, err = f.nc.RequestMsgWithContext(ctx, eventMsg(t, f.subj.Exec("late"), execEvent(t, "late", "c1", `{}`)))
+	_, err = f.nc.RequestMsgWithContext(ctx, eventMsg(t, f.subj.Workers.Exec("late"), execEvent(t, "late", "c1", `{}`)))
 	if !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("late tool answered: %v", err)
 	}

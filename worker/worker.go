@@ -271,7 +271,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, t := range tools {
 		if t.def.Durable {
 			w.loops.Add(1)
-			go w.takeWork(loopCtx, t)
+			go workQueue{w, t}.take(loopCtx)
 		}
 	}
 	return nil
@@ -284,8 +284,8 @@ func endpointAdder(subj bus.Subjects, onExec func(*tool, *nats.Msg)) func(micro.
 		h := micro.HandlerFunc(func(req micro.Request) {
 			onExec(t, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()})
 		})
-		err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(subj.Exec(t.def.Name)),
-			micro.WithEndpointQueueGroup(subj.ExecQueue(t.def.Name)),
+		err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(subj.Workers.Exec(t.def.Name)),
+			micro.WithEndpointQueueGroup(subj.Workers.ExecQueue(t.def.Name)),
 			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
 			micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
 		if err != nil {

@@ -476,7 +476,7 @@ func TestMalformedExec(t *testing.T) {
 		{"binary mode, data not json", []byte("{oops"), nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"x"}, "ce-source": {"t"}, "ce-type": {bus.TypeExec}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &nats.Msg{Subject: f.subj.Exec("echo"), Data: tc.body, Header: tc.hdr}
+			m := &nats.Msg{Subject: f.subj.Workers.Exec("echo"), Data: tc.body, Header: tc.hdr}
 			wantErrorEvent(t, f.request(t, m), bus.CodeBadEvent)
 		})
 	}
@@ -486,7 +486,7 @@ func TestMalformedExec(t *testing.T) {
 	// The worker still serves, including binary mode.
 	wantText(t, f.exec(t, execEvent(t, "echo", "c1", `{}`), "echo"), bus.StateSuccess, "echo")
 	h, body := bus.EncodeBinary(execEvent(t, "echo", "c2", `{}`))
-	wantText(t, execResult(t, f.request(t, &nats.Msg{Subject: f.subj.Exec("echo"), Header: h, Data: body})), bus.StateSuccess, "echo")
+	wantText(t, execResult(t, f.request(t, &nats.Msg{Subject: f.subj.Workers.Exec("echo"), Header: h, Data: body})), bus.StateSuccess, "echo")
 }
 
 // TestExecModes: a structured request is answered in structured mode, a
@@ -503,12 +503,12 @@ func TestExecModes(t *testing.T) {
 	defer cancel()
 	for _, binary := range []bool{false, true} {
 		e := execEvent(t, "echo", "c1", `{}`)
-		m, err := e.Msg(f.subj.Exec("echo"))
+		m, err := e.Msg(f.subj.Workers.Exec("echo"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if binary {
-			m = bus.BinaryMsg(f.subj.Exec("echo"), e)
+			m = bus.BinaryMsg(f.subj.Workers.Exec("echo"), e)
 		}
 		resp, err := f.nc.RequestMsgWithContext(ctx, m)
 		if err != nil {
@@ -546,7 +546,7 @@ func TestDrainLetsCallsFinish(t *testing.T) {
 	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		_, err := f.nc.RequestMsgWithContext(ctx, eventMsg(t, f.subj.Exec("ping"), execEvent(t, "ping", "p1", `{}`)))
+		_, err := f.nc.RequestMsgWithContext(ctx, eventMsg(t, f.subj.Workers.Exec("ping"), execEvent(t, "ping", "p1", `{}`)))
 		if !errNoResponders(err) {
 			return fmt.Errorf("ping still served: %v", err)
 		}
@@ -721,7 +721,7 @@ func FuzzExec(f *testing.F) {
 	nc := testkit.Connect(f, s)
 	subj := bus.NewSubjects("")
 	reg := &registrar{leaving: make(chan struct{}), respond: acceptAll}
-	if _, err := nc.Subscribe(subj.Register(), reg.handle(nc)); err != nil {
+	if _, err := nc.Subscribe(subj.Workers.Register(), reg.handle(nc)); err != nil {
 		f.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
@@ -751,7 +751,7 @@ func FuzzExec(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
-		resp, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subj.Exec("echo"), Data: body})
+		resp, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subj.Workers.Exec("echo"), Data: body})
 		if err != nil {
 			t.Fatalf("no answer: %v", err)
 		}
@@ -781,7 +781,7 @@ func TestDrainLeavesAfterHeartbeatInFlight(t *testing.T) {
 	f := newFixture(t, false)
 	nc := testkit.Connect(t, f.srv)
 	regs := make(chan *nats.Msg, 16)
-	if _, err := nc.ChanSubscribe(f.subj.Register(), regs); err != nil {
+	if _, err := nc.ChanSubscribe(f.subj.Workers.Register(), regs); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {

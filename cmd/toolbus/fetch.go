@@ -41,11 +41,11 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var obj *client.Output
 	switch {
 	case *direct:
-		obj, err = cl.FetchDirect(ctx, pos[0])
+		obj, err = cl.Outputs().FetchDirect(ctx, pos[0])
 	case session != "":
-		obj, err = cl.FetchSession(ctx, session, pos[0])
+		obj, err = cl.Outputs().FetchSession(ctx, session, pos[0])
 	default:
-		obj, err = cl.Fetch(ctx, pos[0])
+		obj, err = cl.Outputs().Fetch(ctx, pos[0])
 	}
 	if err != nil {
 		return err

@@ -38,25 +38,25 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	defer closeConn()
-	kind, subject := "external", bus.NewSubjects(cn.prefix).External(tool)
+	kind, subject := "external", bus.NewSubjects(cn.prefix).Handoffs.External(tool)
 	if *confirm {
-		kind, subject = "confirm", bus.NewSubjects(cn.prefix).Confirm(tool)
+		kind, subject = "confirm", bus.NewSubjects(cn.prefix).Handoffs.Confirm(tool)
 	}
 	forTool := tool
 	if tool == "*" {
 		forTool = ""
 	}
-	// A router's consumer delivers everything the stream keeps, oldest
-	// first, then what arrives: requests stay in the stream until they are
-	// answered or expire, so this shows what was asked while nobody watched.
+	// A router's consumer delivers every call still parked, oldest first,
+	// then what parks: the record is the request until it is answered or
+	// expires, so this shows what was asked while nobody watched.
 	// The router makes it and relays the pulls (P.handoff.<kind>[.<tool>]),
 	// so handlers and approvers need no JetStream permission.
-	ev, err := cl.FollowHandoff(ctx, kind, forTool)
+	ev, err := cl.Parked().Follow(ctx, kind, forTool)
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", subject, err)
 	}
 	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
-	fmt.Fprintf(stderr, "following %s in stream %s from its oldest request (Ctrl-C to stop)\n", subject, bus.NewSubjects(cn.prefix).Stream(bus.StreamHandoff))
+	fmt.Fprintf(stderr, "following %s, the calls parked in bucket %s, from the oldest (Ctrl-C to stop)\n", subject, bus.NewSubjects(cn.prefix).Bucket(bus.BucketParked))
 	for {
 		select {
 		case <-ctx.Done():

@@ -321,7 +321,7 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *failed {
 		a.State = bus.StateError
 	}
-	if err := cl.Answer(ctx, p.Name, p.Session, p.ReplyID, id, a); err != nil {
+	if err := cl.Parked().Answer(ctx, p.Name, p.Session, p.ReplyID, id, a); err != nil {
 		return answerError(id, err)
 	}
 	fmt.Fprintf(stdout, "answered call %s of %s (reply %s, session %s): %s\n", id, p.Name, p.ReplyID, p.Session, a.State)
@@ -407,9 +407,9 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		a.Rules = p.SuggestedRules
 	}
-	send := cl.Confirm // P.approve.<tool>, the approver's subject
+	send := cl.Parked().Confirm // P.approve.<tool>, the approver's subject
 	if *input != "" {
-		send = cl.Answer // an edit: P.answer.<tool>, which only an open router takes
+		send = cl.Parked().Answer // an edit: P.answer.<tool>, which only an open router takes
 	}
 	if err := send(ctx, p.Name, p.Session, p.ReplyID, id, a); err != nil {
 		return answerError(id, err)

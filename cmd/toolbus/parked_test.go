@@ -49,7 +49,7 @@ func (d *deployment) registerDefs(t *testing.T, defs ...bus.ToolDef) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := e.Msg(d.client.Subjects().Register())
+	m, err := e.Msg(d.client.Subjects().Workers.Register())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestParkedAnswer(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stderr.String(), "following toolbus.external.approve_po in stream TOOLBUS_HANDOFF") {
+	if !strings.Contains(stderr.String(), "following toolbus.external.approve_po, the calls parked in bucket toolbus_parked") {
 		t.Errorf("stderr: %s", stderr.String())
 	}
 

@@ -46,11 +46,22 @@ export const text = (s) => [{ type: "text", text: s }];
 
 // follow yields the stored messages of a consumer a router makes for
 // subject (docs/protocol.md 3.4 and 6.2): it asks for one with an event of
-// type create, then pulls through the router (io.toolbus.consumer.next: the
-// router relays the pull to JetStream with this inbox as the reply, so the
-// messages come from the server itself), and asks for another from the
+// type create, then pulls through the router (io.toolbus.consumer.next: for
+// replay the router relays the pull to JetStream with this inbox as the
+// reply, so the messages come from the server itself; for the handoff it
+// sends the requests of the parked records itself), and asks for another from the
 // next sequence when the consumer is lost. It needs no JetStream
 // permission: on a secured deployment, handlers and agents have none.
+// typeOf is the CloudEvents type of a structured event message ("" when
+// it is not one).
+function typeOf(m) {
+  try {
+    return m.json().type ?? "";
+  } catch {
+    return "";
+  }
+}
+
 export async function* follow(nc, subject, create, source, attrs = {}) {
   let consumer = null;
   let next = 0;
@@ -72,12 +83,19 @@ export async function* follow(nc, subject, create, source, attrs = {}) {
       nc.publish(subject, body, { ...opts, reply: inbox });
       let got = 0;
       for await (const m of sub) {
-        const code = m.headers ? m.headers.code : 0;
+        // JetStream's status line, or the Status header a router relaying
+        // handoff requests closes with (docs/protocol.md 6.2).
+        const code = m.headers ? m.headers.code || Number(m.headers.get("Status")) || 0 : 0;
         if (code === 100) continue; // a heartbeat
         if (code === 404 || code === 408) { lost = false; break; } // nothing more now: pull again
-        if (code !== 0 || m.subject === inbox) break; // 409 consumer gone, or the router refused
-        const t = m.reply.split("."); // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...
-        next = Number(t[t.length > 9 ? 7 : 5]) + 1;
+        if (code !== 0) break; // 409 consumer gone
+        if (m.subject === inbox && typeOf(m) === "io.toolbus.error") break; // the router refused
+        if (m.reply) { // from JetStream: $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...
+          const t = m.reply.split(".");
+          next = Number(t[t.length > 9 ? 7 : 5]) + 1;
+        } else { // a handoff request the router relays: its stream sequence in Nats-Sequence
+          next = Number(m.headers.get("Nats-Sequence")) + 1;
+        }
         yield m;
         if (++got === 64) { lost = false; break; }
       }

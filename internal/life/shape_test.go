@@ -2,9 +2,7 @@ package life_test
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,28 +43,12 @@ func TestLifecycleShape(t *testing.T) {
 	root := moduleRoot(t)
 	fset := token.NewFileSet()
 	seen := map[string]bool{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel := filepath.ToSlash(strings.TrimPrefix(path, root+string(filepath.Separator)))
-		if d.IsDir() {
-			switch {
-			case strings.HasPrefix(d.Name(), "."), d.Name() == "testdata", rel == "cmd", rel == "internal/testkit",
-				rel == "python", rel == "java", rel == "examples":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	notLibrary := func(rel string) bool {
+		return rel == "cmd" || rel == "internal/testkit" || rel == "python" || rel == "java" || rel == "examples"
+	}
+	walkGo(t, root, fset, notLibrary, func(rel string, f *ast.File) {
 		if f.Name.Name == "main" {
-			return nil
+			return
 		}
 		ctxName := importName(f, "context")
 		for _, decl := range f.Decls {
@@ -106,11 +88,7 @@ func TestLifecycleShape(t *testing.T) {
 				return true
 			})
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, list := range []map[string]string{rootContexts, resources} {
 		for key := range list {
 			if !seen[key] {
@@ -136,21 +114,11 @@ func stopper(fd *ast.FuncDecl) string {
 			return ""
 		}
 	}
-	typ := fd.Recv.List[0].Type
-	if st, ok := typ.(*ast.StarExpr); ok {
-		typ = st.X
-	}
-	switch x := typ.(type) {
-	case *ast.IndexExpr:
-		typ = x.X
-	case *ast.IndexListExpr:
-		typ = x.X
-	}
-	id, ok := typ.(*ast.Ident)
-	if !ok {
+	typ := receiver(fd)
+	if typ == "" {
 		return ""
 	}
-	return id.Name + "." + fd.Name.Name
+	return typ + "." + fd.Name.Name
 }
 
 // importName is the name f imports path as; "" when it does not.

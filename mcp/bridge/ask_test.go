@@ -129,7 +129,7 @@ func (e *env) answer(a asked, out bus.Answer) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.t.Context(), bound)
 	defer cancel()
-	if err := e.client.Answer(ctx, a.call.Name, "s1", a.replyID, a.call.ID, out); err != nil {
+	if err := e.client.Parked().Answer(ctx, a.call.Name, "s1", a.replyID, a.call.ID, out); err != nil {
 		e.t.Fatalf("answer: %v", err)
 	}
 }
@@ -185,7 +185,7 @@ func TestAsk(t *testing.T) {
 			// It is an external park: a confirmation cannot answer it.
 			ctx, cancel := context.WithTimeout(t.Context(), bound)
 			yes := true
-			if err := e.client.Answer(ctx, a.call.Name, "s1", a.replyID, a.call.ID, bus.Answer{Confirmed: &yes}); err == nil {
+			if err := e.client.Parked().Answer(ctx, a.call.Name, "s1", a.replyID, a.call.ID, bus.Answer{Confirmed: &yes}); err == nil {
 				t.Fatal("a confirmation answered an elicitation")
 			}
 			cancel()

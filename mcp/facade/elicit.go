@@ -92,7 +92,7 @@ type stateStore interface {
 }
 
 var (
-	_ confirmBus = (*client.Client)(nil)
+	_ confirmBus = client.Parked{}
 	_ stateStore = (*kvStore)(nil)
 )
 

@@ -154,7 +154,7 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f.gate = &gatekeeper{auth: cfg.Auth, userHeader: cfg.UserHeader, log: cfg.Logger}
 	f.table = newTable(f.ctx, cfg.Idle, cfg.MaxSessions, &f.evicted)
 	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger}
-	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cl, cfg.Logger)
+	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cl.Tasks(), cfg.Logger)
 	f.life.Loop(func(context.Context) { f.table.sweep() })
 	return f
 }
@@ -425,19 +425,26 @@ func (f *Facade) newSession(k key) *session {
 	return s
 }
 
+// questionClient is what the relayer asks of the bus (questionBus): the
+// session's events from the Client, the answers from its parked-call verbs.
+type questionClient struct {
+	*client.Client
+	client.Parked
+}
+
 // wire makes s's parts, each over what it needs of the facade and the
 // session: the one place that knows both (docs/mcp.md "Structure").
 func (f *Facade) wire(s *session) {
-	s.confirms = &confirmer{bus: f.cl, session: s.id, user: s.user, policy: s.policy, remember: f.cfg.Auth == nil,
+	s.confirms = &confirmer{bus: f.cl.Parked(), session: s.id, user: s.user, policy: s.policy, remember: f.cfg.Auth == nil,
 		closing: f.ctx, loop: f.life.Loop, states: f.kv, await: f.awaitResult, log: f.cfg.Logger, pending: map[string]*round{}}
 	s.calls = &caller{bus: clientBus{f.cl}, session: s.id, user: s.user, closing: f.ctx, list: f.list,
 		cfg:       callConfig{contextHeader: f.cfg.ContextHeader, parkWait: f.cfg.ParkWait, quietHold: f.cfg.QuietHold, progressEvery: f.cfg.ProgressEvery},
 		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
 	s.confirms.run, s.confirms.holds = s.calls.run, s.calls.holds
-	s.questions = &relayer{bus: f.cl, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
+	s.questions = &relayer{bus: questionClient{f.cl, f.cl.Parked()}, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
 	s.confirms.questions, s.confirms.cancel = s.questions, f.cl.Cancel
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, verb: resourcesVerb{nc: f.nc, prefix: f.cl.Subjects().Prefix},
-		fetch: f.cl, maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
+		fetch: f.cl.Outputs(), maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
 	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
 		run: s.calls.run, contextHeader: f.cfg.ContextHeader, questions: s.questions.watchCall,
 		confirm: s.confirms.decide, answerQuestion: s.questions.answerQuestion,
@@ -530,7 +537,7 @@ func (s *session) refresh(ctx context.Context) error {
 		}
 		handler := server.ToolHandlerFunc(s.call)
 		if len(l.OutputSchema) > 0 && string(l.OutputSchema) != "null" {
-			handler = structurer{session: s.id, fetch: s.f.cl, max: s.f.cfg.MaxResource}.wrap(handler) // structured.go
+			handler = structurer{session: s.id, fetch: s.f.cl.Outputs(), max: s.f.cfg.MaxResource}.wrap(handler) // structured.go
 		}
 		tools = append(tools, server.ServerTool{Tool: tool, Handler: handler})
 		order[l.Name] = i

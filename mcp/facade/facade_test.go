@@ -174,7 +174,7 @@ func (e *env) answerWhileWaiting(t *testing.T, c *mcpConn, s, tool string, a bus
 		res <- r
 	}()
 	replyID, p := parkedEvent(t, ev, tool)
-	if err := e.bus.Answer(t.Context(), tool, s, replyID, p.ID, a); err != nil {
+	if err := e.bus.Parked().Answer(t.Context(), tool, s, replyID, p.ID, a); err != nil {
 		t.Fatal(err)
 	}
 	return testkit.Recv(t, res, bound, "the tools/call result")
@@ -463,7 +463,7 @@ func TestStdio(t *testing.T) {
 	defer ev.Stop(t.Context())
 	id := startTaskOn(t, c, "ask_human")
 	replyID, p := parkedEvent(t, ev, "ask_human")
-	if err := e.bus.Answer(t.Context(), "ask_human", "stdio1", replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("over stdio")}); err != nil {
+	if err := e.bus.Parked().Answer(t.Context(), "ask_human", "stdio1", replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("over stdio")}); err != nil {
 		t.Fatal(err)
 	}
 	if r := waitTask(t, c, id); r.IsError || len(r.Content) != 1 || r.Content[0].(mcp.TextContent).Text != "over stdio" {
@@ -586,7 +586,7 @@ func TestElicitation(t *testing.T) {
 			replyID, p := parkedEvent(t, ev, "deploy")
 			testkit.Recv(t, el.asked, bound, "the elicitation")
 			yes := true
-			if err := e.bus.Answer(t.Context(), "deploy", s, replyID, p.ID, bus.Answer{Confirmed: &yes}); err != nil {
+			if err := e.bus.Parked().Answer(t.Context(), "deploy", s, replyID, p.ID, bus.Answer{Confirmed: &yes}); err != nil {
 				t.Fatal(err)
 			}
 			if version == mcp.ProtocolVersion20260728 {
@@ -661,7 +661,7 @@ func TestQuietHostStillParked(t *testing.T) {
 		t.Fatalf("parked.list: %+v %v", parked, err)
 	}
 	p := parked.Parked[0]
-	if err := e.bus.Answer(t.Context(), "ask_human", "quiet", p.ReplyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("later")}); err != nil {
+	if err := e.bus.Parked().Answer(t.Context(), "ask_human", "quiet", p.ReplyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("later")}); err != nil {
 		t.Fatal(err)
 	}
 	for ev := range events.C {
@@ -748,7 +748,7 @@ func TestTask(t *testing.T) {
 		if err != nil || st.Status != mcp.TaskStatusWorking {
 			t.Fatalf("parked task: %+v %v", st, err)
 		}
-		if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("answered")}); err != nil {
+		if err := e.bus.Parked().Answer(t.Context(), "ask_human", s, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("answered")}); err != nil {
 			t.Fatal(err)
 		}
 		if r := wait(id); r.IsError || len(r.Content) != 1 || r.Content[0].(mcp.TextContent).Text != "answered" {

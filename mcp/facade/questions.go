@@ -51,7 +51,7 @@ type questionBus interface {
 	Answer(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error
 }
 
-var _ questionBus = (*client.Client)(nil)
+var _ questionBus = questionClient{}
 
 // middleware relays the questions of a bridged tool's server to the host
 // for as long as the host's call of it runs.

@@ -63,7 +63,7 @@ type outputFetcher interface {
 	FetchSession(ctx context.Context, session, ref string) (*client.Output, error)
 }
 
-var _ outputFetcher = (*client.Client)(nil)
+var _ outputFetcher = client.Outputs{}
 
 // options are the server options and hooks of the resources capability:
 // listed and read on demand, no subscriptions, no listChanged (a bridged

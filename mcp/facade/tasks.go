@@ -312,7 +312,7 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if bt := s.runners.tasks; r.BusTask != "" && bt != nil {
-		_, err = bt.CancelTask(cctx, s.session, r.BusTask)
+		_, err = bt.Cancel(cctx, s.session, r.BusTask)
 	} else {
 		err = s.cancel(cctx, s.session, r.ReplyID, r.CallID)
 	}

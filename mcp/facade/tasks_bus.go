@@ -27,13 +27,13 @@ import (
 // busTasks are the session's bus tasks as the facade follows and cancels
 // them (client.Client).
 type busTasks interface {
-	Task(ctx context.Context, session, id string) (bus.Task, error)
-	WaitTasks(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error)
-	CancelTask(ctx context.Context, session, id string) (bus.Task, error)
-	TaskOutput(ctx context.Context, session, id string) (bus.Task, []bus.Block, error)
+	Get(ctx context.Context, session, id string) (bus.Task, error)
+	Wait(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error)
+	Cancel(ctx context.Context, session, id string) (bus.Task, error)
+	Output(ctx context.Context, session, id string) (bus.Task, []bus.Block, error)
 }
 
-var _ busTasks = (*client.Client)(nil)
+var _ busTasks = client.Tasks{}
 
 // busWaitEach bounds one wait verb (a router handler held meanwhile);
 // busRetryMax bounds the pause after a wait that got no answer.
@@ -54,7 +54,7 @@ func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID
 		if d, ok := ctx.Deadline(); ok {
 			wait = max(min(wait, time.Until(d)), time.Millisecond)
 		}
-		ts, err := bt.WaitTasks(ctx, session, wait, id)
+		ts, err := bt.Wait(ctx, session, wait, id)
 		var be *bus.Error
 		switch {
 		case ctx.Err() != nil:
@@ -96,7 +96,7 @@ func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) er
 		}
 		var bt1 bus.Task
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		bt1, err = bt.Task(cctx, r.Session, id)
+		bt1, err = bt.Get(cctx, r.Session, id)
 		cancel()
 		var be *bus.Error
 		switch {
@@ -217,7 +217,7 @@ func (t *taskRunners) withOutput(ctx context.Context, r *taskRecord) string {
 func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	tk, out, err := t.tasks.TaskOutput(cctx, r.Session, r.BusTask)
+	tk, out, err := t.tasks.Output(cctx, r.Session, r.BusTask)
 	if err != nil || tk.ReplyID != r.ReplyID || tk.CallID != r.CallID {
 		return ""
 	}
@@ -287,7 +287,7 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 func (t *taskRunners) cancelBus(ctx context.Context, session, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := t.tasks.CancelTask(ctx, session, id); err != nil {
+	if _, err := t.tasks.Cancel(ctx, session, id); err != nil {
 		t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)
 	}
 }

@@ -104,7 +104,7 @@ func TestTaskFollowsBusTask(t *testing.T) {
 	const s = "mt-bus"
 	id := p.startTask(t, "A", s, "bg_done")
 	busID := busTaskOf(t, p, s, id)
-	if bt, err := p.bus.Task(t.Context(), s, busID); err != nil || !bt.Running() || bt.Tool != "bg_done" {
+	if bt, err := p.bus.Tasks().Get(t.Context(), s, busID); err != nil || !bt.Running() || bt.Tool != "bg_done" {
 		t.Fatalf("the bus task: %+v %v", bt, err)
 	}
 	// Its output so far in tasks/get's status message, on either process
@@ -151,7 +151,7 @@ func TestTaskFollowsBusTask(t *testing.T) {
 		t.Fatalf("plain call's handle: %s", res)
 	}
 	releaseOne(t, release)
-	if ts, err := p.bus.WaitTasks(t.Context(), s, bound, h.ID); err != nil || len(ts) != 1 || ts[0].State != bus.StateSuccess {
+	if ts, err := p.bus.Tasks().Wait(t.Context(), s, bound, h.ID); err != nil || len(ts) != 1 || ts[0].State != bus.StateSuccess {
 		t.Fatalf("the plain call's bus task: %+v %v", ts, err)
 	}
 
@@ -165,7 +165,7 @@ func TestTaskFollowsBusTask(t *testing.T) {
 	}
 	testkit.Recv(t, stopped, bound, "the tool's run stopped")
 	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
-		bt, err := p.bus.Task(t.Context(), s2, busID)
+		bt, err := p.bus.Tasks().Get(t.Context(), s2, busID)
 		if err != nil || bt.Running() || bt.Result == nil || bt.Result.State != bus.StateInterrupted {
 			return fmt.Errorf("the bus task after tasks/cancel: %+v %v", bt, err)
 		}
@@ -193,7 +193,7 @@ func TestTaskFollowsBusTaskElsewhere(t *testing.T) {
 	p.mu.Lock()
 	p.backend[0] = p.newFacade(t)
 	p.mu.Unlock()
-	if bt, err := p.bus.Task(t.Context(), s, busID); err != nil || !bt.Running() {
+	if bt, err := p.bus.Tasks().Get(t.Context(), s, busID); err != nil || !bt.Running() {
 		t.Fatalf("the bus task after A closed: %+v %v", bt, err)
 	}
 	if tk := p.task(t, "A", s, "tasks/get", id); tk.Status != mcp.TaskStatusWorking {

@@ -16,7 +16,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// fakeBusTasks answers each Task or WaitTasks with the next of answers.
+// fakeBusTasks answers each Get or Wait with the next of answers.
 type fakeBusTasks struct {
 	mu      sync.Mutex
 	answers []fakeAnswer
@@ -44,9 +44,9 @@ func (f *fakeBusTasks) answer() fakeAnswer {
 	return a
 }
 
-func (f *fakeBusTasks) Task(context.Context, string, string) (bus.Task, error) { return f.next() }
+func (f *fakeBusTasks) Get(context.Context, string, string) (bus.Task, error) { return f.next() }
 
-func (f *fakeBusTasks) WaitTasks(context.Context, string, time.Duration, ...string) ([]bus.Task, error) {
+func (f *fakeBusTasks) Wait(context.Context, string, time.Duration, ...string) ([]bus.Task, error) {
 	t, err := f.next()
 	if err != nil {
 		return nil, err
@@ -54,9 +54,9 @@ func (f *fakeBusTasks) WaitTasks(context.Context, string, time.Duration, ...stri
 	return []bus.Task{t}, nil
 }
 
-func (f *fakeBusTasks) CancelTask(context.Context, string, string) (bus.Task, error) { return f.next() }
+func (f *fakeBusTasks) Cancel(context.Context, string, string) (bus.Task, error) { return f.next() }
 
-func (f *fakeBusTasks) TaskOutput(context.Context, string, string) (bus.Task, []bus.Block, error) {
+func (f *fakeBusTasks) Output(context.Context, string, string) (bus.Task, []bus.Block, error) {
 	a := f.answer()
 	return a.task, a.out, a.err
 }

@@ -231,7 +231,7 @@ func TestTasksTwoFacades(t *testing.T) {
 	if tk := p.task(t, "B", s, "tasks/get", id); tk.Status != mcp.TaskStatusWorking {
 		t.Fatalf("tasks/get on B while parked: %+v", tk)
 	}
-	if err := p.bus.Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("from A")}); err != nil {
+	if err := p.bus.Parked().Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("from A")}); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
@@ -292,7 +292,7 @@ func TestTasksTwoFacades(t *testing.T) {
 	p.mu.Lock()
 	p.backend[0] = p.newFacade(t)
 	p.mu.Unlock()
-	if err := p.bus.Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("after the restart")}); err != nil {
+	if err := p.bus.Parked().Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("after the restart")}); err != nil {
 		t.Fatalf("the restart ended the parked call: %v", err)
 	}
 	if r := endOf(t, ev, parked.ID); r.State != bus.StateSuccess {

@@ -1,13 +1,9 @@
 package conformance
 
 import (
-	"context"
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // lifecycleFixture: handoff (external, allow), askme (permission ask,
@@ -23,7 +19,7 @@ func lifecycleFixture(t *testing.T, opts ...option) (*sys, *worker) {
 // TestParkedConfirmExpires: a confirmation nobody answers expires with the
 // timeout result (router option ParkTTL); the queued call behind it is
 // resolved so that batch.done follows; a later answer is not_parked, the
-// request leaves P_HANDOFF and parked.list.
+// request is no longer handed out and leaves parked.list.
 func TestParkedConfirmExpires(t *testing.T) {
 	s, _ := lifecycleFixture(t, withParkTTL(300*time.Millisecond))
 	ev := s.watch(t, "s1")
@@ -42,7 +38,7 @@ func TestParkedConfirmExpires(t *testing.T) {
 	}
 	waitFor(t, func() error {
 		if n := len(s.handoff(t, "toolbus.>")); n != 0 {
-			return errorf("handoff stream still holds %d expired requests", n)
+			return errorf("the handoff still hands out %d expired requests", n)
 		}
 		return nil
 	})
@@ -136,71 +132,42 @@ func TestPartialAnswersMixed(t *testing.T) {
 	wantSuccess(t, done[2], "third")
 }
 
-// TestLateHandlerDurableConsumer: with no handler online, external and
-// confirm requests wait in P_HANDOFF; a handler that comes online later
-// reads them with a durable JetStream consumer, answers each from the
-// event's attributes alone, and every batch completes. Answered requests
-// leave the stream (docs/protocol.md 6, Decision).
-func TestLateHandlerDurableConsumer(t *testing.T) {
+// TestLateHandlerFollows: with no handler online, external and confirm
+// requests wait as parked records; a handler that comes online later
+// follows the handoff through a router (P.handoff.<kind>), answers each
+// from the event's attributes alone, and every batch completes. Answered
+// requests are no longer handed out (docs/protocol.md 6.2).
+func TestLateHandlerFollows(t *testing.T) {
 	s, _ := lifecycleFixture(t)
 	evA, evB := s.watch(t, "a"), s.watch(t, "b")
 	s.call(t, "a", "r1", callsData(Call{ID: "c1", Name: "handoff", Input: M{"n": 1}}, Call{ID: "c2", Name: "askme"}))
 	s.call(t, "b", "r1", callsData(Call{ID: "c1", Name: "handoff"}))
 
-	ctx, cancel := context.WithTimeout(context.Background(), bound)
-	defer cancel()
-	st, err := s.js.Stream(ctx, "TOOLBUS_HANDOFF")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "late-handler",
-		FilterSubjects: []string{"toolbus.external.>", "toolbus.confirm.>"}, AckPolicy: jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
 	seen := map[string]string{}
-	for len(seen) < 3 {
-		batch, err := cons.Fetch(3-len(seen), jetstream.FetchMaxWait(bound))
-		if err != nil {
-			t.Fatal(err)
+	for _, e := range s.handoff(t, "toolbus.>") {
+		fromRouter(t, e)
+		var d struct {
+			Call    rawCall `json:"call"`
+			Subject string  `json:"subject"`
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			e := decodeEvent(t, natsMsg(m))
-			fromRouter(t, e)
-			tool := m.Subject()[strings.LastIndex(m.Subject(), ".")+1:]
-			var d struct {
-				Call rawCall `json:"call"`
-			}
-			dataAs(t, e, &d)
-			if d.Call.ID != e.ToolCallID || d.Call.Name != tool || e.Subject != e.ToolCallID {
-				t.Errorf("request on %s: call %s, toolcallid %s, subject %s", m.Subject(), jsonOf(d.Call), e.ToolCallID, e.Subject)
-			}
-			var answer M
-			switch e.Type {
-			case tExternalReq:
-				answer = textAnswer("success", "late answer for "+e.SessionID+"/"+e.ToolCallID)
-			case tConfirmReq:
-				answer = M{"confirmed": true}
-			default:
-				t.Fatalf("unexpected %s on %s", e.Type, m.Subject())
-			}
-			seen[e.SessionID+"/"+e.ToolCallID] = e.Type
-			s.answerOK(t, tool, e.SessionID, e.ReplyID, e.ToolCallID, answer)
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
+		dataAs(t, e, &d)
+		tool := d.Call.Name
+		if d.Call.ID != e.ToolCallID || d.Subject != "toolbus.answer."+tool || e.Subject != e.ToolCallID {
+			t.Errorf("request: call %s, toolcallid %s, subject %s, answer subject %s", jsonOf(d.Call), e.ToolCallID, e.Subject, d.Subject)
 		}
-		if err := batch.Error(); err != nil {
-			t.Fatal(err)
+		var answer M
+		switch e.Type {
+		case tExternalReq:
+			answer = textAnswer("success", "late answer for "+e.SessionID+"/"+e.ToolCallID)
+		case tConfirmReq:
+			answer = M{"confirmed": true}
+		default:
+			t.Fatalf("unexpected %s", e.Type)
 		}
-		if n == 0 {
-			t.Fatalf("the late handler found %d of 3 requests: %v", len(seen), seen)
-		}
+		seen[e.SessionID+"/"+e.ToolCallID] = e.Type
+		s.answerOK(t, tool, e.SessionID, e.ReplyID, e.ToolCallID, answer)
 	}
-	if seen["a/c2"] != tConfirmReq || seen["a/c1"] != tExternalReq || seen["b/c1"] != tExternalReq {
+	if len(seen) != 3 || seen["a/c2"] != tConfirmReq || seen["a/c1"] != tExternalReq || seen["b/c1"] != tExternalReq {
 		t.Errorf("requests seen: %v", seen)
 	}
 	done := checkBatchEvents(t, dedupeResults(evA.until(doneOf("r1"))), "a", "r1", "c1", "c2")
@@ -210,14 +177,14 @@ func TestLateHandlerDurableConsumer(t *testing.T) {
 	wantSuccess(t, done[0], "late answer for b/c1")
 	waitFor(t, func() error {
 		if n := len(s.handoff(t, "toolbus.>")); n != 0 {
-			return errorf("the handoff stream still holds %d answered requests", n)
+			return errorf("the handoff still hands out %d answered requests", n)
 		}
 		return nil
 	})
 }
 
 // TestHandoffHoldsOnlyOpenRequests: while one call of a batch is answered
-// and another is not, the stream holds exactly the open one.
+// and another is not, the handoff hands out exactly the open one.
 func TestHandoffHoldsOnlyOpenRequests(t *testing.T) {
 	s, _ := lifecycleFixture(t)
 	s.call(t, "s1", "r1", callsData(Call{ID: "c1", Name: "handoff"}, Call{ID: "c2", Name: "handoff"}))
@@ -229,7 +196,7 @@ func TestHandoffHoldsOnlyOpenRequests(t *testing.T) {
 			for _, e := range rs {
 				ids = append(ids, e.ToolCallID)
 			}
-			return errorf("handoff stream holds %v, want only c2", ids)
+			return errorf("the handoff hands out %v, want only c2", ids)
 		}
 		return nil
 	})

@@ -8,36 +8,81 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 )
 
-// handoff reads, as a handler that starts now would, every request the
-// P_HANDOFF stream holds on filter.
+// handoff reads, as a handler that starts now would, every request a
+// router hands out for filter (P.<kind>.<tool>, with ">" or "*" for every
+// tool, or P.> for both kinds): it follows P.handoff.<kind>[.<tool>]
+// through the router (docs/protocol.md 6.2) and pulls without waiting
+// until the closing status.
 func (s *sys) handoff(t testing.TB, filter string) []*Event {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), bound)
-	defer cancel()
-	st, err := s.js.Stream(ctx, strings.ToUpper(s.p)+"_HANDOFF")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*Event
-	for range info.NumPending {
-		m, err := cons.Next(jetstream.FetchMaxWait(bound))
-		if err != nil {
-			t.Fatalf("handoff stream: %v", err)
+	rest := strings.TrimPrefix(filter, s.p+".")
+	kinds, tool := []string{"external", "confirm"}, ""
+	if rest != ">" {
+		kind, tl, _ := strings.Cut(rest, ".")
+		kinds = []string{kind}
+		if tl != ">" && tl != "*" {
+			tool = tl
 		}
-		out = append(out, decodeEvent(t, natsMsg(m)))
 	}
-	return out
+	var all []*Event
+	for _, kind := range kinds {
+		all = append(all, s.follow(t, kind, tool)...)
+	}
+	return all
+}
+
+// follow asks a router for a handoff consumer of kind and tool and pulls
+// it dry, as a foreign client: each request comes on the pull's inbox with
+// its stream sequence in Nats-Sequence, and the pull ends with a Status
+// header (docs/protocol.md 6.2).
+func (s *sys) follow(t testing.TB, kind, tool string) []*Event {
+	t.Helper()
+	subject := s.subj("handoff", kind)
+	if tool != "" {
+		subject += "." + tool
+	}
+	ready := s.request(t, out{typ: "io.toolbus.handoff.follow", data: M{}}.msg(t, subject))
+	if ready.Type != "io.toolbus.handoff.ready" {
+		t.Fatalf("handoff.follow on %s: %s %s", subject, ready.Type, ready.Data)
+	}
+	var r struct {
+		Consumer string `json:"consumer"`
+	}
+	dataAs(t, ready, &r)
+	defer s.send(t, out{typ: "io.toolbus.consumer.stop", data: M{"consumer": r.Consumer}}.msg(t, subject))
+	inbox := nats.NewInbox()
+	sub, err := s.nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	pull := out{typ: "io.toolbus.consumer.next", data: M{"consumer": r.Consumer, "batch": 256, "expires_ms": 0}}.msg(t, subject)
+	pull.Reply = inbox
+	s.send(t, pull)
+	var got []*Event
+	for {
+		m, err := sub.NextMsg(bound)
+		if err != nil {
+			t.Fatalf("handoff pull on %s: %v", subject, err)
+		}
+		if st := m.Header.Get("Status"); st != "" {
+			if st != "404" {
+				t.Fatalf("handoff pull on %s ended with status %s", subject, st)
+			}
+			return got
+		}
+		e := decodeEvent(t, m)
+		if e.Type == "io.toolbus.error" {
+			t.Fatalf("handoff pull on %s refused: %s", subject, e.Data)
+		}
+		if m.Header.Get("Nats-Sequence") == "" {
+			t.Errorf("%s without Nats-Sequence", e.Type)
+		}
+		got = append(got, e)
+	}
 }
 
 // kvGet reads a key of a bucket as a foreign client; nil when absent.
@@ -95,8 +140,8 @@ func externalFixture(t *testing.T, opts ...option) *sys {
 }
 
 // TestExternalToolParks: a call of an external tool is recorded in
-// P_parked, published on P.external.<tool> (kept by P_HANDOFF for handlers
-// that start late), reported as parked, and answered by the first valid
+// P_parked, published on P.external.<tool> (and handed out from the record
+// to handlers that start late), reported as parked, and answered by the first valid
 // answer (docs/protocol.md 6).
 func TestExternalToolParks(t *testing.T) {
 	s := externalFixture(t)

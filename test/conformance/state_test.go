@@ -48,8 +48,7 @@ func TestJetStreamNames(t *testing.T) {
 			}
 			up := map[string]string{"toolbus": "TOOLBUS", "acme": "ACME"}[p]
 			for name, subjects := range map[string][]string{
-				up + "_EVENTS":  {p + ".events.>"},
-				up + "_HANDOFF": {p + ".external.>", p + ".confirm.>"},
+				up + "_EVENTS": {p + ".events.>"},
 			} {
 				st, err := s.js.Stream(ctx, name)
 				if err != nil {

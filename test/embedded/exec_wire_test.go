@@ -30,7 +30,7 @@ func TestExecWireContract(t *testing.T) {
 		"ok":   {State: bus.StateSuccess, Output: bus.Text("fake ok"), Metadata: json.RawMessage(`{"x":1}`)},
 		"fail": {State: bus.StateError, Output: bus.Text("fake failure")},
 	}
-	sub, err := e.nc.QueueSubscribe(subj.Exec("fake"), subj.ExecQueue("fake"), func(m *nats.Msg) {
+	sub, err := e.nc.QueueSubscribe(subj.Workers.Exec("fake"), subj.Workers.ExecQueue("fake"), func(m *nats.Msg) {
 		ev, err := bus.Decode(m)
 		if err != nil {
 			_ = bus.RespondError(e.nc, m, "test/fake-worker", bus.Errorf(bus.CodeBadEvent, "%v", err))
@@ -72,7 +72,7 @@ func TestExecWireContract(t *testing.T) {
 			case <-tick.C:
 				ev, err := bus.NewEvent(bus.TypeRegister, "test/fake-worker", json.RawMessage(reg))
 				if err == nil {
-					if m, err := ev.Msg(subj.Register()); err == nil {
+					if m, err := ev.Msg(subj.Workers.Register()); err == nil {
 						_, _ = e.nc.RequestMsg(m, bound)
 					}
 				}

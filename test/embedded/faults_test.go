@@ -110,7 +110,7 @@ func TestClusterConcurrentAnswers(t *testing.T) {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(t.Context(), 3*bound)
 				defer cancel()
-				if err := answerers[k].Answer(ctx, "ext", "s1", reply, id, bus.Answer{State: "success", Output: bus.Text(id + reply)}); err != nil {
+				if err := answerers[k].Parked().Answer(ctx, "ext", "s1", reply, id, bus.Answer{State: "success", Output: bus.Text(id + reply)}); err != nil {
 					t.Errorf("batch %d: answer %s: %v", i, id, err)
 				}
 			})

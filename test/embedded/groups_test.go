@@ -460,7 +460,7 @@ func TestRequestScopedTools(t *testing.T) {
 		if len(reply.Parked) != 1 {
 			t.Fatalf("reply = %+v", reply)
 		}
-		if err := c.Answer(t.Context(), "pick_file", "m5", "turn1", "c1", bus.Answer{State: "success", Output: bus.Text("main.go")}); err != nil {
+		if err := c.Parked().Answer(t.Context(), "pick_file", "m5", "turn1", "c1", bus.Answer{State: "success", Output: bus.Text("main.go")}); err != nil {
 			t.Fatal(err)
 		}
 		done := nextEvent(t, ev, bus.TypeBatchDone)

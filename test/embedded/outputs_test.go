@@ -63,7 +63,7 @@ func fetched(t *testing.T, cl *client.Client, out []bus.Block) (stored []bus.Blo
 		if !client.IsStored(b) {
 			continue
 		}
-		got, err := cl.FetchBytes(testCtx(t), b.URL)
+		got, err := cl.Outputs().FetchBytes(testCtx(t), b.URL)
 		if err != nil {
 			t.Fatalf("fetch %s: %v", b.URL, err)
 		}
@@ -143,7 +143,7 @@ func TestLargeOutputs(t *testing.T) {
 			t.Errorf("re-sent batch got %.500s", jsonOf(again.Results))
 		}
 		// The object is there for any client: plain object-store calls.
-		obj, err := e.client.Fetch(testCtx(t), stored[0].URL)
+		obj, err := e.client.Outputs().Fetch(testCtx(t), stored[0].URL)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,7 @@ func TestOutputLimitsConfigured(t *testing.T) {
 }
 
 // TestLargeAnswer: an external handler's answer above the payload limit
-// goes through client.Answer's offload and reaches the agent as a
+// goes through client.Parked().Answer's offload and reaches the agent as a
 // reference; one above the client's MaxOutput is refused before anything
 // is sent, and the call stays parked.
 func TestLargeAnswer(t *testing.T) {
@@ -245,11 +245,11 @@ func TestLargeAnswer(t *testing.T) {
 	}
 	strict := client.New(e.connect(t), client.Config{MaxOutput: 1 << 20})
 	answer := bigText(9 << 20)
-	err = strict.Answer(testCtx(t), "pick", "ans", "r1", "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text(answer)})
+	err = strict.Parked().Answer(testCtx(t), "pick", "ans", "r1", "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text(answer)})
 	if err == nil || !strings.Contains(err.Error(), "more than the limit of 1048576 bytes") {
 		t.Fatalf("an answer above MaxOutput: %v", err)
 	}
-	if err := e.client.Answer(testCtx(t), "pick", "ans", "r1", "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text(answer)}); err != nil {
+	if err := e.client.Parked().Answer(testCtx(t), "pick", "ans", "r1", "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text(answer)}); err != nil {
 		t.Fatal(err)
 	}
 	var done bus.BatchDone
@@ -342,11 +342,11 @@ func TestOutputReadRightAfterResult(t *testing.T) {
 						return fmt.Errorf("call %d: %.300s", i, jsonOf(r))
 					}
 					want := strings.Repeat(id+" ", 400)
-					got, err := cl.FetchBytes(testCtx(t), r.Output[1].URL)
+					got, err := cl.Outputs().FetchBytes(testCtx(t), r.Output[1].URL)
 					if err != nil || string(got) != want {
 						return fmt.Errorf("call %d: fetched right after the result: %q, %v", i, got, err)
 					}
-					obj, err := cl.FetchDirect(testCtx(t), r.Output[1].URL)
+					obj, err := cl.Outputs().FetchDirect(testCtx(t), r.Output[1].URL)
 					if err != nil {
 						return fmt.Errorf("call %d: read directly right after the result: %v", i, err)
 					}
@@ -410,10 +410,10 @@ func TestStoredOutputSealed(t *testing.T) {
 			t.Fatalf("%s: url %s: %v", tool, stored[0].URL, err)
 		}
 		bare := offload.URL(ref.Bucket, ref.Name)
-		if _, err := e.client.FetchBytes(testCtx(t), bare); err == nil || !strings.Contains(err.Error(), "#sha256=") {
+		if _, err := e.client.Outputs().FetchBytes(testCtx(t), bare); err == nil || !strings.Contains(err.Error(), "#sha256=") {
 			t.Errorf("%s: a url without digest: %v", tool, err)
 		}
-		if _, err := e.client.FetchSession(testCtx(t), "other", stored[0].URL); err == nil || !strings.Contains(err.Error(), "no output") {
+		if _, err := e.client.Outputs().FetchSession(testCtx(t), "other", stored[0].URL); err == nil || !strings.Contains(err.Error(), "no output") {
 			t.Errorf("%s: read on another session's subject: %v", tool, err)
 		}
 	}

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -86,7 +84,7 @@ func (e *env) setMode(t *testing.T, session, mode string) {
 
 // handoff reads the oldest request the handoff stream keeps on subject
 // (toolbus.<kind>.<tool>) as a handler that starts only now does: through
-// client.FollowHandoff, a consumer a router makes on request and makes
+// client.Parked().Follow, a consumer a router makes on request and makes
 // again when it is lost. A raw ordered consumer's first pull, sent from
 // another node of a cluster right after the consumer was made, could find
 // no interest yet for its pull subject ("no responders") and was not tried
@@ -99,7 +97,7 @@ func (e *env) handoff(t *testing.T, subject string) *bus.Event {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*bound)
 	defer cancel()
-	ev, err := e.client.FollowHandoff(ctx, kind, tool)
+	ev, err := e.client.Parked().Follow(ctx, kind, tool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +115,7 @@ func (e *env) handoff(t *testing.T, subject string) *bus.Event {
 
 func (e *env) answer(t *testing.T, tool, session, reply, call string, a bus.Answer) error {
 	t.Helper()
-	return e.client.Answer(testCtx(t), tool, session, reply, call, a)
+	return e.client.Parked().Answer(testCtx(t), tool, session, reply, call, a)
 }
 
 func wantCode(t *testing.T, err error, code string) {
@@ -191,25 +189,29 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 		t.Fatalf("batch.done %s", done.Data)
 	}
 	wantCode(t, e.answer(t, "approve_po", "s1", "r1", "c1", bus.Answer{State: "success"}), bus.CodeAlreadyAnswered)
-	// The request left the handoff stream once answered.
-	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
-		js, _ := jetstream.New(e.nc)
-		st, err := js.Stream(t.Context(), "TOOLBUS_HANDOFF")
-		if err != nil {
-			return err
+	// The request is gone once answered: a handler that starts now gets
+	// nothing (the record is the request, docs/protocol.md 6.2).
+	late, err := e.client.Parked().Follow(t.Context(), bus.KindExternal, "approve_po")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Stop(t.Context())
+	another := e.callParked(t, "s1", "r-after", bus.Call{ID: "c9", Name: "approve_po", Input: json.RawMessage(`{}`)})
+	if len(another.Parked) != 1 {
+		t.Fatalf("reply %s", jsonOf(another))
+	}
+	select { // the first request it gets is the one parked after the answer
+	case req := <-late.C:
+		if req.ReplyID != "r-after" || req.ToolCallID != "c9" {
+			t.Fatalf("a handler started after the answer got %s of %s/%s", req.Type, req.ReplyID, req.ToolCallID)
 		}
-		info, err := st.Info(t.Context())
-		if err != nil {
-			return err
-		}
-		if info.State.Msgs != 0 {
-			return fmt.Errorf("%d handoff messages left", info.State.Msgs)
-		}
-		return nil
-	})
-	// Every event of the batch is kept by the events stream: the handoff's
-	// message id must not leak into the headers of later events, which the
-	// stream would then drop as duplicates.
+	case <-time.After(3 * bound):
+		t.Fatal("no request for the call parked after the answer")
+	}
+	// Every stored event of the batch is kept by the events stream: a
+	// header of another message must not leak into later events, which the
+	// stream would then drop. call.parked is live only (docs/protocol.md
+	// 3.4, 1.6).
 	rp, err := e.client.Replay(testCtx(t), "s1")
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +221,7 @@ func TestExternalToolParkAndAnswer(t *testing.T) {
 	for _, x := range collect(t, rp, batchDone("r1")) {
 		types = append(types, x.Type)
 	}
-	if want := []string{bus.TypeCallParked, bus.TypeCallResult, bus.TypeBatchDone}; !slices.Equal(types, want) {
+	if want := []string{bus.TypeCallResult, bus.TypeBatchDone}; !slices.Equal(types, want) {
 		t.Fatalf("replayed %v, want %v", types, want)
 	}
 }
@@ -251,7 +253,7 @@ func TestRacingAnswersOneWins(t *testing.T) {
 			defer wg.Done()
 			nc := e.connect(t)
 			c := client.New(nc, client.Config{Source: fmt.Sprintf("handler/%d", i)})
-			err := c.Answer(t.Context(), "ext", "s1", "r1", "c1", bus.Answer{State: "error", Output: bus.Text(fmt.Sprintf("no from %d", i))})
+			err := c.Parked().Answer(t.Context(), "ext", "s1", "r1", "c1", bus.Answer{State: "error", Output: bus.Text(fmt.Sprintf("no from %d", i))})
 			switch {
 			case err == nil:
 				accepted.Add(1)

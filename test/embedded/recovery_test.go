@@ -169,7 +169,7 @@ func TestClusterStoreFull(t *testing.T) {
 	// An answer is refused at once, and changes nothing.
 	start := time.Now()
 	actx, acancel := context.WithTimeout(t.Context(), 3*bound)
-	err := e.client.Answer(actx, "ext", "s1", "parked", "x1", bus.Answer{State: "success", Output: bus.Text("answered")})
+	err := e.client.Parked().Answer(actx, "ext", "s1", "parked", "x1", bus.Answer{State: "success", Output: bus.Text("answered")})
 	acancel()
 	if err == nil || !strings.Contains(err.Error(), "store full") || time.Since(start) > 5*time.Second {
 		t.Fatalf("an answer with the store full: %v after %v", err, time.Since(start))
@@ -235,7 +235,7 @@ func TestClusterStoreFull(t *testing.T) {
 	})
 	t.Logf("the store had space again: %d batch(es) until a call succeeded", attempts)
 	actx, acancel = context.WithTimeout(t.Context(), 3*bound)
-	if err := e.client.Answer(actx, "ext", "s1", "parked", "x1", bus.Answer{State: "success", Output: bus.Text("answered")}); err != nil {
+	if err := e.client.Parked().Answer(actx, "ext", "s1", "parked", "x1", bus.Answer{State: "success", Output: bus.Text("answered")}); err != nil {
 		t.Fatalf("the answer once space came back: %v", err)
 	}
 	acancel()

@@ -253,7 +253,7 @@ func answerWhenServed(t *testing.T, c *client.Client, tool, session, replyID, ca
 	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), bound)
 		defer cancel()
-		err := c.Answer(ctx, tool, session, replyID, callID, a)
+		err := c.Parked().Answer(ctx, tool, session, replyID, callID, a)
 		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
 			t.Fatal(err)
 		}

@@ -48,7 +48,7 @@ func TestConfirmedCallOfADeadRouterCompletes(t *testing.T) {
 		t.Fatalf("want c1 parked for a confirmation, got %s", jsonOf(r))
 	}
 	yes := true
-	if err := e.client.Answer(testCtx(t), "charge_confirmed", "s1", "t1", "c1", bus.Answer{Confirmed: &yes}); err != nil {
+	if err := e.client.Parked().Answer(testCtx(t), "charge_confirmed", "s1", "t1", "c1", bus.Answer{Confirmed: &yes}); err != nil {
 		t.Fatal(err)
 	}
 	// The only router accepted the answer and runs the call; it dies

@@ -86,7 +86,7 @@ func TestTaskBackground(t *testing.T) {
 	ctx := testCtx(t)
 	deadline := time.Now().Add(bound)
 	for {
-		task, out, err := e.client.TaskOutput(ctx, session, id1)
+		task, out, err := e.client.Tasks().Output(ctx, session, id1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,18 +104,18 @@ func TestTaskBackground(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // bounded polling: the progress event is stored asynchronously
 	}
-	list, err := e.client.Tasks(ctx, session)
+	list, err := e.client.Tasks().List(ctx, session)
 	if err != nil || len(list) != 2 {
 		t.Fatalf("list: %v %+v", err, list)
 	}
 	// A short wait returns them still running.
-	still, err := e.client.WaitTasks(ctx, session, 50*time.Millisecond, id1, id2)
+	still, err := e.client.Tasks().Wait(ctx, session, 50*time.Millisecond, id1, id2)
 	if err != nil || len(still) != 2 || still[0].State != bus.StateBackground {
 		t.Fatalf("short wait: %v %+v", err, still)
 	}
 
 	g.open()
-	got, err := e.client.WaitTasks(ctx, session, bound, id1, id2)
+	got, err := e.client.Tasks().Wait(ctx, session, bound, id1, id2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestTaskCancel(t *testing.T) {
 	const session = "task-cancel"
 	id := backgrounded(t, e.call(t, session, []bus.Call{{ID: "c1", Name: "forever"}}).Results[0])
 	ctx := testCtx(t)
-	task, err := e.client.CancelTask(ctx, session, id)
+	task, err := e.client.Tasks().Cancel(ctx, session, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,10 +176,10 @@ func TestTaskCancel(t *testing.T) {
 		t.Fatal("the worker's run was not stopped")
 	}
 	// A second cancel keeps the first end; an unknown id is unknown_task.
-	if again, err := e.client.CancelTask(ctx, session, id); err != nil || again.Result.Error.Code != bus.CodeInterrupted {
+	if again, err := e.client.Tasks().Cancel(ctx, session, id); err != nil || again.Result.Error.Code != bus.CodeInterrupted {
 		t.Fatalf("second cancel: %v %+v", err, again)
 	}
-	if _, err := e.client.CancelTask(ctx, session, "nope"); !errors.Is(err, &bus.Error{Code: bus.CodeUnknownTask}) {
+	if _, err := e.client.Tasks().Cancel(ctx, session, "nope"); !errors.Is(err, &bus.Error{Code: bus.CodeUnknownTask}) {
 		t.Fatalf("unknown task: %v", err)
 	}
 }
@@ -196,22 +196,22 @@ func TestTaskIsolation(t *testing.T) {
 	id := backgrounded(t, e.call(t, "owner", []bus.Call{{ID: "c1", Name: "slow_iso"}}).Results[0])
 	ctx := testCtx(t)
 	unknown := &bus.Error{Code: bus.CodeUnknownTask}
-	if _, err := e.client.Task(ctx, "intruder", id); !errors.Is(err, unknown) {
+	if _, err := e.client.Tasks().Get(ctx, "intruder", id); !errors.Is(err, unknown) {
 		t.Fatalf("get: %v", err)
 	}
-	if _, err := e.client.WaitTasks(ctx, "intruder", time.Second, id); !errors.Is(err, unknown) {
+	if _, err := e.client.Tasks().Wait(ctx, "intruder", time.Second, id); !errors.Is(err, unknown) {
 		t.Fatalf("wait: %v", err)
 	}
-	if _, err := e.client.CancelTask(ctx, "intruder", id); !errors.Is(err, unknown) {
+	if _, err := e.client.Tasks().Cancel(ctx, "intruder", id); !errors.Is(err, unknown) {
 		t.Fatalf("cancel: %v", err)
 	}
-	if _, _, err := e.client.TaskOutput(ctx, "intruder", id); !errors.Is(err, unknown) {
+	if _, _, err := e.client.Tasks().Output(ctx, "intruder", id); !errors.Is(err, unknown) {
 		t.Fatalf("output: %v", err)
 	}
-	if list, err := e.client.Tasks(ctx, "intruder"); err != nil || len(list) != 0 {
+	if list, err := e.client.Tasks().List(ctx, "intruder"); err != nil || len(list) != 0 {
 		t.Fatalf("list: %v %+v", err, list)
 	}
-	if task, err := e.client.Task(ctx, "owner", id); err != nil || task.State != bus.StateBackground {
+	if task, err := e.client.Tasks().Get(ctx, "owner", id); err != nil || task.State != bus.StateBackground {
 		t.Fatalf("the owner's task after the attempts: %v %+v", err, task)
 	}
 }
@@ -242,7 +242,7 @@ func TestTaskBounds(t *testing.T) {
 		t.Fatalf("refusal text: %q", textOf(r))
 	}
 	// Cancelling one frees its slot.
-	if _, err := e.client.CancelTask(testCtx(t), "b1", first); err != nil {
+	if _, err := e.client.Tasks().Cancel(testCtx(t), "b1", first); err != nil {
 		t.Fatal(err)
 	}
 	backgrounded(t, call("b1", "c3"))
@@ -270,7 +270,7 @@ func TestTaskSurvivesRouterRestart(t *testing.T) {
 	e.addRouter()
 	e.waitLive("slow_restart")
 	e.routers[0].Stop(t.Context())
-	got, err := e.client.WaitTasks(testCtx(t), session, bound, id)
+	got, err := e.client.Tasks().Wait(testCtx(t), session, bound, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestTaskSurvivesWorkerKill(t *testing.T) {
 		})
 	})
 	crashing.Close() // the worker's process dies: no leaving, no reply
-	got, err := e.client.WaitTasks(testCtx(t), session, bound+10*testHeartbeat, id)
+	got, err := e.client.Tasks().Wait(testCtx(t), session, bound+10*testHeartbeat, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestTaskDurableSurvivesRouterRestart(t *testing.T) {
 	e.waitLive("durable_bg")
 	e.routers[0].Stop(t.Context())
 	g.open()
-	got, err := e.client.WaitTasks(testCtx(t), session, bound, id)
+	got, err := e.client.Tasks().Wait(testCtx(t), session, bound, id)
 	if err != nil {
 		t.Fatal(err)
 	}

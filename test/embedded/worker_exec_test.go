@@ -26,7 +26,7 @@ func TestWorkerExec(t *testing.T) {
 			})
 	})
 	e.waitLive("direct")
-	subject := e.client.Subjects().Exec("direct")
+	subject := e.client.Subjects().Workers.Exec("direct")
 	execEvent := func(t *testing.T, req bus.ExecRequest) *bus.Event {
 		ev := newEvent(t, bus.TypeExec, req)
 		ev.SessionID, ev.ReplyID, ev.ToolCallID = "exec-s", "exec-r", req.Call.ID

@@ -96,7 +96,7 @@ func TestTypeScriptSDKBackgroundTasks(t *testing.T) {
 			}
 			handles = append(handles, st.Handle)
 			for _, h := range handles {
-				if bt, err := e.bus.Task(t.Context(), s, h); err != nil || !bt.Running() {
+				if bt, err := e.bus.Tasks().Get(t.Context(), s, h); err != nil || !bt.Running() {
 					t.Fatalf("bus task %s of the plain call: %+v %v", h, bt, err)
 				}
 			}
@@ -134,7 +134,7 @@ func TestTypeScriptSDKBackgroundTasks(t *testing.T) {
 			if got := p.next(t, "after"); got.Message != "cancelled" {
 				t.Fatalf("the cancelled task afterwards: %q", got.Message)
 			}
-			ts, err := e.bus.WaitTasks(t.Context(), s, bound, handles...)
+			ts, err := e.bus.Tasks().Wait(t.Context(), s, bound, handles...)
 			if err != nil || len(ts) != 2 || ts[0].State != bus.StateSuccess || ts[1].State != bus.StateSuccess {
 				t.Fatalf("the plain calls' bus tasks: %+v %v", ts, err)
 			}

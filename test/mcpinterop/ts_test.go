@@ -74,7 +74,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	defer ev.Stop(t.Context())
 	p.next(t, "parking")
 	replyID, parked := parkedEvent(t, ev, "ask_human")
-	if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")}); err != nil {
+	if err := e.bus.Parked().Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("forty-two")}); err != nil {
 		t.Fatal(err)
 	}
 	if st := p.next(t, "parked"); st.IsError || st.Text != "forty-two" || st.Notices == 0 {
@@ -85,7 +85,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	if !st.IsError || !strings.Contains(st.Text, "stays parked") || !strings.Contains(st.Text, parked.ID) {
 		t.Fatalf("parked call without progress: %+v", st)
 	}
-	if err := e.bus.Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("later")}); err != nil {
+	if err := e.bus.Parked().Answer(t.Context(), "ask_human", s, replyID, parked.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("later")}); err != nil {
 		t.Fatalf("the quiet host's call is no longer parked: %v", err)
 	}
 	p.next(t, "done")

@@ -57,7 +57,7 @@ func TestApproverNarrow(t *testing.T) {
 
 	yes := true
 	confirm := func(a bus.Answer) error {
-		return ap.client().Confirm(shortCtx(t), "deploy", "s1", "r1", "c1", a)
+		return ap.client().Parked().Confirm(shortCtx(t), "deploy", "s1", "r1", "c1", a)
 	}
 	for _, c := range []struct {
 		name string
@@ -78,7 +78,7 @@ func TestApproverNarrow(t *testing.T) {
 	}
 	// The operator's confirmation on P.answer.<tool>: refused on a
 	// secured router, naming the approver's subject.
-	err = d.conn("operator").client().Answer(shortCtx(t), "deploy", "s1", "r1", "c1", bus.Answer{Confirmed: &yes, InputDigest: digest})
+	err = d.conn("operator").client().Parked().Answer(shortCtx(t), "deploy", "s1", "r1", "c1", bus.Answer{Confirmed: &yes, InputDigest: digest})
 	if err == nil || !strings.Contains(err.Error(), "toolbus.approve.deploy") {
 		t.Fatalf("a confirmation on toolbus.answer.deploy: %v", err)
 	}
@@ -113,7 +113,7 @@ func TestApproverNarrow(t *testing.T) {
 	if len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindExternal {
 		t.Fatalf("pick: %+v", reply)
 	}
-	err = ap.client().Confirm(shortCtx(t), "pick", "s1", "r3", "c1", bus.Answer{Confirmed: &yes, InputDigest: bus.InputDigest(json.RawMessage(`{}`))})
+	err = ap.client().Parked().Confirm(shortCtx(t), "pick", "s1", "r3", "c1", bus.Answer{Confirmed: &yes, InputDigest: bus.InputDigest(json.RawMessage(`{}`))})
 	if err == nil || !strings.Contains(err.Error(), "toolbus.answer.pick") {
 		t.Fatalf("the approver confirmed an external call: %v", err)
 	}

@@ -2,6 +2,7 @@ package security
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -35,10 +36,17 @@ func relayed(t *testing.T, l *login, subject, typ string, data any, wait time.Du
 			return got
 		}
 		got = append(got, m)
-		if m.Subject == inbox || m.Header.Get("Status") != "" {
-			return got // the router's answer, or JetStream's closing status
+		if m.Header.Get("Status") != "" || m.Subject == inbox && !isRequest(m) {
+			return got // the router's answer, or the closing status
 		}
 	}
+}
+
+// isRequest reports whether m is a handoff request, which a router
+// relaying the handoff sends on the pull's inbox (docs/protocol.md 6.2).
+func isRequest(m *nats.Msg) bool {
+	e, err := bus.Decode(m)
+	return err == nil && (e.Type == bus.TypeExternalReq || e.Type == bus.TypeConfirmReq)
 }
 
 // refusedBy fails unless msgs is exactly one io.toolbus.error of code.
@@ -152,19 +160,19 @@ func TestNoPushConsumer(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
 	ap, hl, fl := d.conn("approver"), d.conn("handler-picker"), d.conn("facade")
-	push, _ := json.Marshal(map[string]any{"stream_name": "TOOLBUS_HANDOFF", "config": map[string]any{
-		"deliver_subject": "toolbus.events.s1", "filter_subject": "toolbus.confirm.deploy", "ack_policy": "none"}})
+	push, _ := json.Marshal(map[string]any{"stream_name": "KV_toolbus_parked", "config": map[string]any{
+		"deliver_subject": "toolbus.events.s1", "filter_subject": "$KV.toolbus_parked.>", "ack_policy": "none"}})
 	for _, c := range []struct {
 		l        *login
 		subjects []string
 	}{
-		{ap, []string{"$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF.x.toolbus.confirm.deploy", "$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF.x.toolbus.confirm.*",
-			"$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF", "$JS.API.CONSUMER.DURABLE.CREATE.TOOLBUS_HANDOFF.approver",
-			"$JS.API.CONSUMER.MSG.NEXT.TOOLBUS_HANDOFF.approver", "toolbus.handoff.external.pick", "toolbus.handoff.external"}},
-		{hl, []string{"$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF.x.toolbus.external.pick", "$JS.API.CONSUMER.DURABLE.CREATE.TOOLBUS_HANDOFF.handler-picker",
-			"$JS.API.CONSUMER.INFO.TOOLBUS_HANDOFF.handler-picker", "toolbus.handoff.confirm", "toolbus.handoff.confirm.deploy", "toolbus.handoff.external.deploy"}},
+		{ap, []string{"$JS.API.CONSUMER.CREATE.KV_toolbus_parked.x.$KV.toolbus_parked.*.*.*", "$JS.API.CONSUMER.CREATE.KV_toolbus_parked.x.$KV.toolbus_parked.>",
+			"$JS.API.CONSUMER.CREATE.KV_toolbus_parked", "$JS.API.CONSUMER.DURABLE.CREATE.KV_toolbus_parked.approver",
+			"$JS.API.CONSUMER.MSG.NEXT.KV_toolbus_parked.approver", "toolbus.handoff.external.pick", "toolbus.handoff.external"}},
+		{hl, []string{"$JS.API.CONSUMER.CREATE.KV_toolbus_parked.x.$KV.toolbus_parked.*.*.*", "$JS.API.CONSUMER.DURABLE.CREATE.KV_toolbus_parked.handler-picker",
+			"$JS.API.CONSUMER.INFO.KV_toolbus_parked.handler-picker", "toolbus.handoff.confirm", "toolbus.handoff.confirm.deploy", "toolbus.handoff.external.deploy"}},
 		{fl, []string{"$JS.API.CONSUMER.CREATE.KV_toolbus_tools.x.$KV.toolbus_tools.>", "$JS.API.CONSUMER.CREATE.KV_toolbus_mcp.x.$KV.toolbus_mcp.>",
-			"$JS.API.CONSUMER.CREATE.OBJ_toolbus_skills.x.$O.toolbus_skills.M.>", "$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF.x.toolbus.confirm.deploy",
+			"$JS.API.CONSUMER.CREATE.OBJ_toolbus_skills.x.$O.toolbus_skills.M.>", "$JS.API.CONSUMER.CREATE.KV_toolbus_parked.x.$KV.toolbus_parked.>",
 			"toolbus.handoff.confirm"}},
 	} {
 		for _, s := range c.subjects {
@@ -187,16 +195,61 @@ func TestNoPushConsumer(t *testing.T) {
 	if e := readHandoff(t, hl, "toolbus.external.pick"); e.ToolCallID != "c2" {
 		t.Fatalf("handler read %+v", e)
 	}
-	// A consumer made for confirmations is refused on the handler's own
-	// subject: the router checks the filter, not the name.
+	handoffFilters(t, d, ap, hl)
+}
+
+// handoffFilters: the handoff relay is a trust boundary (docs/security.md):
+// every follower's consumer reads every call record of P_parked, and the
+// router hands out only the records of the kind and tool the subject
+// names. A handler of pick, pulling its own consumer dry, gets pick's
+// external request and never deploy's confirmation (the approver the
+// reverse); a consumer made for another kind or tool — the approver's, or
+// one an operator made with the same filter — is refused on the handler's
+// subject, and nothing is relayed.
+func handoffFilters(t *testing.T, d *deployment, ap, hl *login) {
+	t.Helper()
+	for _, c := range []struct {
+		l       *login
+		subject string
+		typ     string
+		call    string
+	}{
+		{hl, "toolbus.handoff.external.pick", bus.TypeExternalReq, "c2"},
+		{ap, "toolbus.handoff.confirm.deploy", bus.TypeConfirmReq, "c1"},
+		{ap, "toolbus.handoff.confirm", bus.TypeConfirmReq, "c1"},
+	} {
+		ready := relayed(t, c.l, c.subject, bus.TypeHandoffFollow, struct{}{}, bound)
+		var r bus.ReplayReady
+		if e, err := bus.Decode(ready[0]); err != nil || e.Type != bus.TypeHandoffReady || e.DataAs(&r) != nil {
+			t.Fatalf("%s: follow answered %s", c.subject, ready[0].Data)
+		}
+		msgs := relayed(t, c.l, c.subject, bus.TypeConsumerNext, bus.ConsumerNext{Consumer: r.Consumer, Batch: 256}, bound)
+		if last := msgs[len(msgs)-1]; last.Header.Get("Status") != "404" {
+			t.Fatalf("%s: the pull ended with %q %s", c.subject, last.Header.Get("Status"), last.Data)
+		}
+		if len(msgs) != 2 {
+			t.Fatalf("%s: %d messages, want one request and the closing status", c.subject, len(msgs))
+		}
+		e, err := bus.Decode(msgs[0])
+		if err != nil || e.Type != c.typ || e.ToolCallID != c.call || msgs[0].Header.Get(jetstream.SequenceHeader) == "" {
+			t.Fatalf("%s: got %v %s, want %s of %s", c.subject, err, msgs[0].Data, c.typ, c.call)
+		}
+		if c.l == ap && c.subject == "toolbus.handoff.confirm.deploy" {
+			refusedBy(t, "handler pulls the approver's consumer", relayed(t, hl, "toolbus.handoff.external.pick", bus.TypeConsumerNext, bus.ConsumerNext{Consumer: r.Consumer}, bound), bus.CodeBadRequest)
+		}
+	}
+	ctx := testCtx(t)
 	ojs, err := jetstream.New(d.conn("operator").nc)
 	must(t, err)
-	stream, err := ojs.Stream(ctx, "TOOLBUS_HANDOFF")
+	stream, err := ojs.Stream(ctx, "KV_toolbus_parked")
 	must(t, err)
-	name := bus.NewConsumerName("handoff")
-	_, err = stream.CreateConsumer(ctx, jetstream.ConsumerConfig{Name: name, FilterSubject: "toolbus.confirm.*", AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: time.Minute})
-	must(t, err)
-	refusedBy(t, "handler pulls a confirm consumer", relayed(t, hl, "toolbus.handoff.external.pick", bus.TypeConsumerNext, bus.ConsumerNext{Consumer: name}, bound), bus.CodeBadRequest)
+	for _, meta := range []map[string]string{{"toolbus.feed": "confirm.*"}, {"toolbus.feed": "external.deploy"}, {"toolbus.feed": "external.*"}, nil} {
+		name := bus.NewConsumerName("handoff")
+		_, err = stream.CreateConsumer(ctx, jetstream.ConsumerConfig{Name: name, FilterSubject: "$KV.toolbus_parked.*.*.*", Metadata: meta,
+			AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: time.Minute})
+		must(t, err)
+		refusedBy(t, fmt.Sprintf("handler pulls a consumer made for %v", meta), relayed(t, hl, "toolbus.handoff.external.pick", bus.TypeConsumerNext, bus.ConsumerNext{Consumer: name}, bound), bus.CodeBadRequest)
+	}
 }
 
 // TestRouterRepliesOnlyToInboxes: a reply subject is the sender's choice,

@@ -29,7 +29,7 @@ func TestAgentMakesNoConsumer(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.w.toolbus.events.*",
 		"$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS",
 		"$JS.API.CONSUMER.DURABLE.CREATE.TOOLBUS_EVENTS.d1",
-		"$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF.x.toolbus.confirm.deploy",
+		"$JS.API.CONSUMER.CREATE.KV_toolbus_parked.x.$KV.toolbus_parked.>",
 		"toolbus.replay.s2", // another session's replay
 	} {
 		a.denyPublish(s)

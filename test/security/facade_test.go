@@ -149,7 +149,7 @@ func TestFacadeIdentity(t *testing.T) {
 		t.Fatalf("confirmation of session %s", req.SessionID)
 	}
 	yes := true
-	must(t, ap.client().Confirm(testCtx(t), "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
+	must(t, ap.client().Parked().Confirm(testCtx(t), "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
 	if r := testkit.Recv(t, res, bound, "bob's deploy"); r == nil || r.IsError || mcpText(r) != "deployed" {
 		t.Fatalf("deploy confirmed by the approver: %+v", r)
 	}
@@ -161,7 +161,7 @@ func TestFacadeIdentity(t *testing.T) {
 	for _, s := range []string{"toolbus.exec.greet", "toolbus.exec.deploy", "toolbus.register", "toolbus.admin.status",
 		"toolbus.admin.session.mode", "toolbus.admin.parked.list", "toolbus.result.greet", "toolbus.events.s1",
 		"$KV.toolbus_sessions.s1", "$KV.toolbus_tools.greet", "$O.toolbus_skills.C.x", "$JS.API.STREAM.DELETE.TOOLBUS_EVENTS",
-		"$JS.API.STREAM.PURGE.KV_toolbus_sessions", "$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF.x.toolbus.confirm.deploy",
+		"$JS.API.STREAM.PURGE.KV_toolbus_sessions", "$JS.API.CONSUMER.CREATE.KV_toolbus_parked.x.$KV.toolbus_parked.>",
 		"$JS.API.STREAM.MSG.GET.KV_toolbus_sessions", "_INBOX.router.x"} {
 		fl.denyPublish(s)
 	}

@@ -58,7 +58,7 @@ func TestAgentConfined(t *testing.T) {
 		t.Fatalf("deploy did not park: %+v", reply)
 	}
 	yes := true
-	if err := ac.Answer(shortCtx(t), "deploy", "s1", "r1", "c1", bus.Answer{Confirmed: &yes}); err == nil {
+	if err := ac.Parked().Answer(shortCtx(t), "deploy", "s1", "r1", "c1", bus.Answer{Confirmed: &yes}); err == nil {
 		t.Fatal("the agent confirmed its own call")
 	}
 	var parked struct {
@@ -132,10 +132,10 @@ func TestHandlerConfined(t *testing.T) {
 	js, err := jetstream.New(h.nc)
 	must(t, err)
 	ctx := shortCtx(t)
-	if _, err := js.OrderedConsumer(ctx, "TOOLBUS_HANDOFF", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"toolbus.external.other"}}); err == nil {
-		t.Fatal("the handler read another tool's handoff requests")
+	if _, err := js.OrderedConsumer(ctx, "KV_toolbus_parked", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"$KV.toolbus_parked.>"}}); err == nil {
+		t.Fatal("the handler read the parked records itself")
 	}
-	h.waitViolation("Publish", "$JS.API.CONSUMER.CREATE.TOOLBUS_HANDOFF.*.toolbus.external.other")
+	h.waitViolation("Publish", "$JS.API.CONSUMER.CREATE.KV_toolbus_parked.*.$KV.toolbus_parked.>")
 }
 
 // TestApproverAndOperatorConfined: neither may execute tools directly nor

@@ -51,7 +51,7 @@ func TestOutputsPerSession(t *testing.T) {
 	d.startWorker()
 	s1 := d.conn("session-s1")
 	ref := bigRef(t, s1.client(), "r1")
-	if b, err := s1.client().FetchBytes(testCtx(t), ref); err != nil || len(b) != 2<<20 {
+	if b, err := s1.client().Outputs().FetchBytes(testCtx(t), ref); err != nil || len(b) != 2<<20 {
 		t.Fatalf("s1 reads its own output: %d bytes, %v", len(b), err)
 	}
 	// s1 has its own agent user, so the shared agent is denied P.outputs.s1
@@ -60,11 +60,11 @@ func TestOutputsPerSession(t *testing.T) {
 	shared.denyPublish("toolbus.outputs.s1")
 	ctx, cancel := context.WithTimeout(testCtx(t), 2*time.Second)
 	defer cancel()
-	if b, err := shared.client().FetchBytes(ctx, ref); err == nil {
+	if b, err := shared.client().Outputs().FetchBytes(ctx, ref); err == nil {
 		t.Fatalf("the shared agent read s1's output: %d bytes", len(b))
 	}
 	op := d.conn("operator")
-	obj, err := op.client().FetchDirect(testCtx(t), ref)
+	obj, err := op.client().Outputs().FetchDirect(testCtx(t), ref)
 	must(t, err)
 	if b, err := io.ReadAll(obj); err != nil || len(b) != 2<<20 {
 		t.Fatalf("the operator reads the store directly: %d bytes, %v", len(b), err)
@@ -82,17 +82,17 @@ func TestOutputsPerSession(t *testing.T) {
 
 	s2 := d.conn("session-s2")
 	// Through the router, on s2's own subject: no such output.
-	_, err = s2.client().FetchSession(shortCtx(t), "s2", ref)
+	_, err = s2.client().Outputs().FetchSession(shortCtx(t), "s2", ref)
 	var be *bus.Error
 	if !errors.As(err, &be) || be.Code != bus.CodeBadRequest || !strings.Contains(be.Message, "no output") {
 		t.Fatalf("s2 fetching s1's output on its own subject: %v", err)
 	}
 	// On s1's subject: NATS refuses.
-	if _, err := s2.client().Fetch(shortCtx(t), ref); err == nil {
+	if _, err := s2.client().Outputs().Fetch(shortCtx(t), ref); err == nil {
 		t.Fatal("s2 fetched s1's output on toolbus.outputs.s1")
 	}
 	s2.waitViolation("Publish", "toolbus.outputs.s1")
-	if _, err := s2.client().FetchDirect(shortCtx(t), ref); err == nil {
+	if _, err := s2.client().Outputs().FetchDirect(shortCtx(t), ref); err == nil {
 		t.Fatal("s2 read the outputs store directly")
 	}
 	meta := "$O.toolbus_outputs.M." + base64.URLEncoding.EncodeToString([]byte(r.Name))
@@ -141,11 +141,11 @@ func TestForgedOutputNeverServed(t *testing.T) {
 		}
 		must(t, forge(t, wl.nc, r, keepDigest, ""))
 		wl.noViolations() // NATS lets a worker write
-		got, err := s1.client().FetchBytes(testCtx(t), ref)
+		got, err := s1.client().Outputs().FetchBytes(testCtx(t), ref)
 		if err != nil || string(got) != original {
 			t.Fatalf("fetch after a forged overwrite (digest kept %v): %d bytes, original %v, %v", keepDigest, len(got), string(got) == original, err)
 		}
-		obj, err := d.conn("operator").client().FetchDirect(testCtx(t), ref)
+		obj, err := d.conn("operator").client().Outputs().FetchDirect(testCtx(t), ref)
 		must(t, err)
 		if got, err := io.ReadAll(obj); err != nil || string(got) != original {
 			t.Fatalf("the operator's direct read after a forged overwrite: %d bytes, %v", len(got), err)
@@ -229,7 +229,7 @@ func TestOutputOfAnotherCallRefused(t *testing.T) {
 		t.Fatalf("pick did not park: %+v", reply)
 	}
 	hl := d.conn("handler-picker")
-	err = hl.client().Answer(testCtx(t), "pick", "s1", "r3", "c3", bus.Answer{State: bus.StateSuccess,
+	err = hl.client().Parked().Answer(testCtx(t), "pick", "s1", "r3", "c3", bus.Answer{State: bus.StateSuccess,
 		Output: []bus.Block{{Type: bus.BlockData, MediaType: "text/plain", URL: ref}}})
 	var be *bus.Error
 	if !errors.As(err, &be) || be.Code != bus.CodeBadRequest || !strings.Contains(be.Message, "does not start with the call's key") {
@@ -237,7 +237,7 @@ func TestOutputOfAnotherCallRefused(t *testing.T) {
 	}
 	// A large answer of its own goes through, and s1 reads it back.
 	big := strings.Repeat("answer ", 300<<10)
-	must(t, hl.client().Answer(testCtx(t), "pick", "s1", "r3", "c3", bus.Answer{State: bus.StateSuccess, Output: bus.Text(big)}))
+	must(t, hl.client().Parked().Answer(testCtx(t), "pick", "s1", "r3", "c3", bus.Answer{State: bus.StateSuccess, Output: bus.Text(big)}))
 	var parked struct {
 		Parked []bus.Parked `json:"parked"`
 	}

@@ -55,7 +55,7 @@ func TestAllowedPaths(t *testing.T) {
 	ap := d.conn("approver")
 	req := readHandoff(t, ap, "toolbus.confirm.deploy")
 	yes := true
-	must(t, ap.client().Confirm(ctx, "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
+	must(t, ap.client().Parked().Confirm(ctx, "deploy", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
 	done := waitType(t, ev, bus.TypeBatchDone)
 	var bd bus.BatchDone
 	must(t, done.DataAs(&bd))
@@ -73,7 +73,7 @@ func TestAllowedPaths(t *testing.T) {
 	}
 	hl := d.conn("handler-picker")
 	req = readHandoff(t, hl, "toolbus.external.pick")
-	must(t, hl.client().Answer(ctx, "pick", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("a.txt")}))
+	must(t, hl.client().Parked().Answer(ctx, "pick", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("a.txt")}))
 	done = waitType(t, ev, bus.TypeBatchDone)
 	must(t, done.DataAs(&bd))
 	if done.ReplyID != "r3" || len(bd.Results) != 1 || bd.Results[0].State != bus.StateSuccess {
@@ -104,7 +104,7 @@ func TestAllowedPaths(t *testing.T) {
 	if ref == "" {
 		t.Fatalf("a 2 MiB output was not stored: %.300v", reply.Results[0])
 	}
-	big, err := ac.FetchBytes(ctx, ref)
+	big, err := ac.Outputs().FetchBytes(ctx, ref)
 	must(t, err)
 	if len(big) != 2<<20 {
 		t.Fatalf("fetched %d bytes, want %d", len(big), 2<<20)
@@ -137,7 +137,7 @@ func readHandoff(t *testing.T, l *login, subject string) *bus.Event {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
-	ev, err := l.client().FollowHandoff(ctx, parts[1], parts[2])
+	ev, err := l.client().Parked().Follow(ctx, parts[1], parts[2])
 	must(t, err)
 	defer ev.Stop(t.Context())
 	select {

@@ -10,7 +10,7 @@ import (
 func TestTaskSubjects(t *testing.T) {
 	d := newDeployment(t)
 	s1 := d.conn("session-s1")
-	if list, err := s1.client().Tasks(testCtx(t), "s1"); err != nil || len(list) != 0 {
+	if list, err := s1.client().Tasks().List(testCtx(t), "s1"); err != nil || len(list) != 0 {
 		t.Fatalf("s1 lists its own tasks: %v %+v", list, err)
 	}
 	d.conn("session-s2").denyPublish("toolbus.tasks.s1")

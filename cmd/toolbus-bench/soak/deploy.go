@@ -284,7 +284,7 @@ func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down ti
 func (d *soakDeploy) faultStreams() []string {
 	s := bus.NewSubjects(d.prefix)
 	return []string{"KV_" + s.Bucket(bus.BucketLedger), "KV_" + s.Bucket(bus.BucketParked), s.Stream(bus.StreamEvents),
-		"KV_" + s.Bucket(bus.BucketSessions), s.Stream(bus.StreamHandoff)}
+		"KV_" + s.Bucket(bus.BucketSessions)}
 }
 
 // sleepCtx waits d or until ctx ends.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bench"
 	"github.com/toolbus/toolbus/bus"
@@ -388,43 +387,36 @@ type soakApprover struct {
 	rand *rand.Rand
 }
 
-// follow reads the handoff requests of the soak's parked tools.
-func (a *soakApprover) follow(ctx context.Context, nc *nats.Conn) error {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	s := a.l.subj
-	cons, err := js.OrderedConsumer(ctx, s.Stream(bus.StreamHandoff), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{s.External(soakExternalTool), s.Confirm("record_effect_confirm")}})
-	if err != nil {
-		return fmt.Errorf("handoff consumer: %w", err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+// follow reads the handoff requests of the soak's parked tools through a
+// router (docs/protocol.md 6.2), as a handler started for them would.
+func (a *soakApprover) follow(ctx context.Context, _ *nats.Conn) error {
+	for kind, tool := range map[string]string{bus.KindExternal: soakExternalTool, bus.KindConfirm: "record_effect_confirm"} {
+		reqs, err := a.cl.Parked().Follow(ctx, kind, tool)
 		if err != nil {
-			return
+			return fmt.Errorf("handoff: %w", err)
 		}
-		key := bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID)
-		a.l.t.mu.Lock()
-		c := a.l.t.calls[key]
-		if c != nil {
-			c.handoff = true
-			a.l.t.step(c, "handoff request %s from %s", e.Type[len("io.toolbus."):], e.Source)
-		}
-		a.l.t.mu.Unlock()
-		if c != nil {
-			a.answer(c, "handoff")
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("handoff consumer: %w", err)
+		go func() {
+			for e := range reqs.C {
+				a.request(e)
+			}
+		}()
 	}
-	go func() {
-		<-ctx.Done()
-		cc.Stop()
-	}()
 	return nil
+}
+
+// request answers the call of a handoff request.
+func (a *soakApprover) request(e *bus.Event) {
+	key := bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID)
+	a.l.t.mu.Lock()
+	c := a.l.t.calls[key]
+	if c != nil {
+		c.handoff = true
+		a.l.t.step(c, "handoff request %s from %s", e.Type[len("io.toolbus."):], e.Source)
+	}
+	a.l.t.mu.Unlock()
+	if c != nil {
+		a.answer(c, "handoff")
+	}
 }
 
 // expect notes a parked call from an agent's reply: when its handoff
@@ -472,7 +464,7 @@ func (a *soakApprover) answer(c *soakCall, via string) {
 		err := bench.Poll(a.ctx, soakAnswerFor, 500*time.Millisecond, func() error {
 			try++
 			ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
-			err := a.cl.Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
+			err := a.cl.Parked().Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
 			cancel()
 			var be *bus.Error
 			isBus := errors.As(err, &be)

@@ -178,12 +178,13 @@ class Client:
         return ReplayStream(self, session, start_seq)
 
     def follow_handoff(self, tool: str = "", kind: str = "external", start_seq: int = 0) -> HandoffStream:
-        """Handoff requests (6.2) kept by the handoff stream, oldest first, then new ones (Go's FollowHandoff).
+        """Handoff requests (6.2): the calls still parked, oldest first, then new ones (Go's `Client.Parked().Follow`).
 
         ``kind`` external or confirm; ``tool`` "" for every tool. Requests published while the handler
         was offline are seen while they are open (answered, expired or cancelled ones are gone). Read
         through a consumer a router makes on ``P.handoff.<kind>[.<tool>]``: no JetStream permission is
-        needed. Resume after a stream's ``last_seq`` with ``start_seq=last_seq + 1``.
+        needed. Resume after a stream's ``last_seq`` with ``start_seq=last_seq + 1`` (a sequence of ``P_parked``'s
+        stream since protocol 1.6).
         """
         if kind not in ("external", "confirm") or (tool and not ev.valid_name(tool)):
             raise ProtocolError(f"follow_handoff({_q(tool)}, {_q(kind)}): a valid tool name (or \"\") and kind external or confirm are needed", "bad_request")

@@ -2,8 +2,10 @@
 
 A follower asks a router for a pull consumer on one subject (``P.replay.<session>`` or
 ``P.handoff.<kind>[.<tool>]``), pulls from it with ``io.toolbus.consumer.next`` on the same
-subject (the router relays each pull to JetStream with the follower's reply inbox, so the stored
-messages and JetStream's closing status come from the server itself), asks for another one from
+subject (for replay the router relays each pull to JetStream with the follower's reply inbox, so
+the stored messages and JetStream's closing status come from the server itself; for the handoff it
+reads the pull itself and sends the requests of the parked records the subject grants, each with
+header ``Nats-Sequence``, then a ``Status`` header as JetStream's), asks for another one from
 the next sequence when it is lost, and stops it with ``io.toolbus.consumer.stop`` at the end. It
 uses no JetStream API, so it works with the least-privilege credentials of docs/security.md.
 This is the Go client's follower (client/follow.go), written again.
@@ -53,6 +55,22 @@ def stream_seq(reply: str | None) -> int | None:
         return None
     n = int(tok)
     return n if n < 1 << 64 else None
+
+
+def message_seq(m: Any) -> int | None:
+    """The stream sequence of a message a pull delivered, or None.
+
+    From its reply subject when JetStream sent it; from its ``Nats-Sequence`` header when a router
+    relayed a handoff request on the pull's inbox (6.2, protocol 1.6).
+    """
+    seq = stream_seq(m.reply)
+    if seq is not None:
+        return seq
+    tok = (m.headers or {}).get("Nats-Sequence", "")
+    if not _DIGITS.fullmatch(tok):
+        return None
+    n = int(tok)
+    return n if 0 < n < 1 << 64 else None
 
 
 class FollowStream:
@@ -208,16 +226,20 @@ class FollowStream:
                     continue
                 if status in ("404", "408"):  # none now, or the wait ended: pull again
                     return True
-                if status or m.subject == inbox:  # 409 consumer deleted, 503 no responders; the router's refusal
+                if status:  # 409 consumer deleted, 503 no responders
+                    return False
+                try:
+                    e = ev.decode(m.data, m.headers)
+                except ProtocolError:
+                    e = None
+                if m.subject == inbox and (e is None or e.type == ev.TYPE_ERROR):  # the router's refusal
                     return False
                 got += 1
-                seq = stream_seq(m.reply)
+                seq = message_seq(m)
                 if seq is not None:
                     self._next = seq + 1
-                try:
-                    self._q.put_nowait((seq or 0, ev.decode(m.data, m.headers)))
-                except ProtocolError:
-                    continue  # not an event: skipped, as the Go client does
+                if e is not None:  # not an event: skipped, as the Go client does
+                    self._q.put_nowait((seq or 0, e))
             return True
         finally:
             try:
@@ -251,7 +273,7 @@ class ReplayStream(FollowStream):
 
 
 class HandoffStream(FollowStream):
-    """Handoff requests (6.2) kept by the handoff stream, oldest first, then new ones, through a router."""
+    """Handoff requests (6.2): the calls still parked, oldest first, then new ones, through a router."""
 
     def __init__(self, client: Client, kind: str, tool: str = "", start_seq: int = 0) -> None:
         super().__init__(client, client.subjects.handoff(kind, tool), "", ev.TYPE_HANDOFF_FOLLOW, ev.TYPE_HANDOFF_READY, start_seq)

@@ -1,0 +1,67 @@
+package bus
+
+import (
+	"reflect"
+	"testing"
+
+	fastjson "github.com/goccy/go-json"
+)
+
+var flatSeeds = []string{
+	`{"specversion":"1.0","id":"r1","source":"toolbus/client/c1","type":"io.toolbus.call.batch","datacontenttype":"application/json","time":"2026-12-01T10:41:34.452Z","sessionid":"s1","data":{"calls":[{"id":"c1","name":"echo","input":{"q":"x\"y"}}],"sessionrev":3}}`,
+	`{"specversion": "1.0", "id": "r1", "source": "py", "type": "io.toolbus.call.batch", "data": {"calls": []}}`,
+	` { "data" : [1,2,{"a":"}"}] , "id":"x" ,"type":"t","source":"s","specversion":"1.0"} `,
+	`{"specversion":"1.0","id":"x","id":"y","source":"s","type":"t"}`,
+	`{"specversion":"1.0","ID":"x","source":"s","type":"t"}`,
+	`{"specversion":"1.0","id":"x\u0041","source":"s","type":"t"}`,
+	`{"specversion":"1.0","id":"ü","source":"s","type":"t"}`,
+	`{"specversion":"1.0","id":"x","source":"s","type":"t","data":null}`,
+	`{"specversion":"1.0","id":"x","source":"s","type":"t","data":"str"}`,
+	`{"specversion":"1.0","id":"x","source":"s","type":"t","data":{"a":1}}x`,
+	`{"specversion":"1.0","id":"x","source":"s","type":"t","data":{"a":}}`,
+	`{"specversion":"1.0","id":"x","source":"s","type":"t","data_base64":"e30="}`,
+	`{"specversion":"1.0","id":"x","source":"s","type":"t","extension":"v"}`,
+	`{"specversion":1,"id":"x","source":"s","type":"t"}`,
+	`{}`, `{`, `{"id":"x",}`, `[]`, ``,
+}
+
+// decodeFlat reads what it takes exactly as the general decoder does.
+func TestDecodeFlatIsGoccys(t *testing.T) {
+	for _, s := range flatSeeds {
+		checkFlat(t, []byte(s))
+	}
+	var e Event
+	if !decodeFlat([]byte(flatSeeds[0]), &e) || !decodeFlat([]byte(flatSeeds[1]), &e) || !decodeFlat([]byte(flatSeeds[2]), &e) {
+		t.Error("the plain forms are not read by decodeFlat")
+	}
+	for _, s := range flatSeeds[3:] {
+		if decodeFlat([]byte(s), &Event{}) {
+			t.Errorf("decodeFlat took %s, which is the general decoder's to judge", s)
+		}
+	}
+}
+
+func FuzzDecodeFlat(f *testing.F) {
+	for _, s := range flatSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkFlat(t, b) })
+}
+
+func checkFlat(t *testing.T, b []byte) {
+	t.Helper()
+	var flat Event
+	if !decodeFlat(b, &flat) {
+		return
+	}
+	var general Event
+	if err := fastjson.Unmarshal(b, &general); err != nil {
+		t.Fatalf("decodeFlat took %q, which the general decoder refuses: %v", b, err)
+	}
+	if general.DataBase64 != "" || isNull(general.Data) {
+		t.Fatalf("decodeFlat took %q with data the general decoder reads otherwise", b)
+	}
+	if !reflect.DeepEqual(flat, general) {
+		t.Fatalf("%q:\ndecodeFlat %+v\ngeneral    %+v", b, flat, general)
+	}
+}

@@ -1,0 +1,113 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The compare-and-set writes of a bucket (Create, Update) are the router's
+// hot path: a call that is not read-only claims its ledger key and records
+// its result. jetstream's kvs checks the key with a regular expression,
+// builds its header map and decodes the acknowledgement with
+// encoding/json; those three were a sixth of the router's CPU per write
+// call (docs/performance.md, "Issue 27: router CPU, session 10"). KV sends
+// the same message itself (subject $KV.<bucket>.<key>, header
+// Nats-Expected-Last-Subject-Sequence) and reads a plain acknowledgement
+// by hand. Any other outcome (an error reply, no reply, a key jetstream
+// would refuse, an acknowledgement it cannot read) goes to jetstream's
+// own method, which writes again: a refused write is refused again the
+// same way (nothing was stored), and the error, its wrapping and the
+// handling of a deleted key are jetstream's.
+
+// Update writes value to key if its latest revision is revision.
+func (k *KV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
+	if rev, ok := k.casWrite(ctx, key, value, revision); ok {
+		return rev, nil
+	}
+	return k.KeyValue.Update(ctx, key, value, revision)
+}
+
+// Create writes value to key if it does not exist.
+func (k *KV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if len(opts) == 0 {
+		if rev, ok := k.casWrite(ctx, key, value, 0); ok {
+			return rev, nil
+		}
+	}
+	return k.KeyValue.Create(ctx, key, value, opts...)
+}
+
+// casHeaders are the headers of writes in flight: a core request keeps
+// nothing of its message once sent, so each serves the next write.
+var casHeaders = sync.Pool{New: func() any { return &casHeader{h: nats.Header{}} }}
+
+type casHeader struct {
+	h   nats.Header
+	val [1]string
+}
+
+// casWrite writes value to key at revision (0: the key must not exist) and
+// reports the new revision; ok is false for any outcome but a plain
+// acknowledgement, which the caller then leaves to jetstream.
+func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision uint64) (uint64, bool) {
+	if !k.cas || k.nc == nil || !plainKey(key) || ctx.Err() != nil {
+		return 0, false
+	}
+	ch := casHeaders.Get().(*casHeader)
+	ch.val[0] = strconv.FormatUint(revision, 10)
+	ch.h[jetstream.ExpectedLastSubjSeqHeader] = ch.val[:]
+	resp, err := k.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: k.prefix + key, Header: ch.h, Data: value})
+	clear(ch.h)
+	ch.val[0] = ""
+	casHeaders.Put(ch)
+	if err != nil {
+		return 0, false
+	}
+	return pubAckSeq(resp.Data)
+}
+
+// plainKey reports whether key is one jetstream's kvs accepts (it matches
+// ^[-/_=\.a-zA-Z0-9]+$ and neither starts nor ends with a dot).
+func plainKey(key string) bool {
+	if key == "" || key[0] == '.' || key[len(key)-1] == '.' {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '/' || c == '_' || c == '=' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// pubAckSeq reads the sequence of a JetStream publish acknowledgement,
+// {"stream":"KV_x","seq":n[,...]}: the stream member first, no error
+// member, seq a plain decimal number.
+func pubAckSeq(b []byte) (uint64, bool) {
+	if !bytes.HasPrefix(b, []byte(`{"stream":"`)) || bytes.Contains(b, []byte(`"error"`)) {
+		return 0, false
+	}
+	_, after, ok := bytes.Cut(b, []byte(`,"seq":`))
+	if !ok {
+		return 0, false
+	}
+	n := 0
+	for n < len(after) && after[n] >= '0' && after[n] <= '9' {
+		n++
+	}
+	if n == 0 || n >= len(after) || (after[n] != ',' && after[n] != '}') {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(string(after[:n]), 10, 64)
+	if err != nil || seq == 0 {
+		return 0, false
+	}
+	return seq, true
+}
