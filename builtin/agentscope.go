@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -94,16 +95,7 @@ func asDef(d bus.ToolDef, name, schema string) bus.ToolDef {
 func (t fileTools) registerAgentScope(w *worker.Worker) error {
 	f := t.f
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
-	patching := func(c *worker.Call, text string, patch any, err error) (string, error) {
-		if err == nil && patch != nil {
-			err = c.PatchState(patch)
-		}
-		if err != nil {
-			return "", err
-		}
-		return text, nil
-	}
-	regs := []error{
+	return cmp.Or( // the first error
 		worker.Register(w, asDef(fileDef("Read", "Read a text file, with line numbers (from 1); use offset and limit for long files."+where, "", true, f.base), "Read", asReadSchema),
 			func(_ context.Context, c *worker.Call, in AsReadIn) (string, error) {
 				text, patch, err := f.Read(ReadIn{Path: in.FilePath, Offset: in.Offset, Limit: in.Limit})
@@ -123,13 +115,7 @@ func (t fileTools) registerAgentScope(w *worker.Worker) error {
 			func(ctx context.Context, _ *worker.Call, in ListIn) (string, error) { return f.List(ctx, in) }),
 		worker.Register(w, asDef(fileDef("Grep", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded."+where, "", true, f.base), "Grep", asGrepSchema),
 			func(ctx context.Context, _ *worker.Call, in SearchIn) (string, error) { return f.Search(ctx, in) }),
-	}
-	for _, err := range regs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	)
 }
 
 // registerAgentScope registers the shell as AgentScope's Bash (timeout in

@@ -194,12 +194,7 @@ func (f *Files) abs(p string) string { return filepath.Join(f.base, p) }
 // which write_file and edit_file refuse: git runs programs its config and
 // hooks name, so writing there would hand the agent every command.
 func inGitDir(p string) bool {
-	for _, c := range splitPath(p) {
-		if strings.EqualFold(c, ".git") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(splitPath(p), func(c string) bool { return strings.EqualFold(c, ".git") })
 }
 
 // readRecord is what the session remembers of a file it read or wrote.
@@ -757,6 +752,18 @@ func fileDef(name, desc, schema string, readOnly bool, base string) bus.ToolDef 
 		StateInjected: true, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: base, TimeoutMS: 60000}
 }
 
+// patching is a file tool's answer: its text once its session-state
+// patch (the read records) is applied.
+func patching(c *worker.Call, text string, patch any, err error) (string, error) {
+	if err == nil && patch != nil {
+		err = c.PatchState(patch)
+	}
+	if err != nil {
+		return "", err
+	}
+	return text, nil
+}
+
 // fileTools are f's operations as a worker's tools: their definitions
 // and handlers, under toolbus's names (register) or AgentScope's
 // (registerAgentScope, agentscope.go). Files itself is the sandboxed file
@@ -767,17 +774,6 @@ type fileTools struct{ f *Files }
 func (t fileTools) register(w *worker.Worker) error {
 	f := t.f
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
-	patching := func(c *worker.Call, text string, patch any, err error) (string, error) {
-		if err != nil {
-			return "", err
-		}
-		if patch != nil {
-			if err := c.PatchState(patch); err != nil {
-				return "", err
-			}
-		}
-		return text, nil
-	}
 	if err := worker.Register(w, fileDef("read_file", "Read a text file, with line numbers (from 1); use offset and limit for long files."+where, readSchema, true, f.base),
 		func(_ context.Context, c *worker.Call, in ReadIn) (string, error) {
 			text, patch, err := f.Read(in)

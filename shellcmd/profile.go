@@ -2,6 +2,7 @@ package shellcmd
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -40,12 +41,7 @@ func Lookup(name string) (Profile, bool) {
 
 // Profiles returns the names of the programs that have a profile, sorted.
 func Profiles() []string {
-	out := make([]string, 0, len(profiles))
-	for n := range profiles {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(profiles))
 }
 
 // readers write nothing but their standard output and run nothing.
@@ -174,35 +170,14 @@ func derived(prog string, check func([]string) ([]Write, error)) func([]string) 
 	}
 }
 
-// suffixValues are the values of -S and --suffix in args (GNU getopt: -S
-// last in a cluster takes the next argument, else the rest of it).
+// suffixValues are the values of -S and --suffix in args, as getopt
+// reads them; an empty one adds no name.
 func suffixValues(args []string) []string {
+	opts, _ := getopt(args, "S", []string{"--suffix"})
 	var out []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			return out
-		case strings.HasPrefix(a, "--"):
-			name, v, has := strings.Cut(a, "=")
-			if !isLong(name, "--suffix") {
-				continue
-			}
-			if !has && i+1 < len(args) {
-				i++
-				v = args[i]
-			}
-			out = append(out, v)
-		case len(a) > 1 && a[0] == '-':
-			j := strings.IndexByte(a, 'S')
-			switch {
-			case j < 0:
-			case j < len(a)-1:
-				out = append(out, a[j+1:])
-			case i+1 < len(args):
-				i++
-				out = append(out, args[i])
-			}
+	for _, o := range opts {
+		if o.value != "" && (o.name == "-S" || isLong(o.name, "--suffix")) {
+			out = append(out, o.value)
 		}
 	}
 	return out

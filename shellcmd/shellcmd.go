@@ -9,6 +9,7 @@ package shellcmd
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -143,25 +144,13 @@ func RedirectWrite(r *syntax.Redirect) (Write, bool) {
 	if !ok || w.Glob {
 		return Write{By: "redirection"}, true
 	}
-	for _, d := range devices {
-		if w.Value == d {
-			return Write{}, false
-		}
+	if slices.Contains(devices, w.Value) {
+		return Write{}, false
 	}
 	return Write{Path: w.Value, By: "redirection"}, true
 }
 
-func isNumber(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
+func isNumber(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
 
 // Writes returns every write of cmd it can see, in each parse (POSIX sh
 // and bash; one that fails is skipped): redirection targets, and the

@@ -1,6 +1,7 @@
 package shellcmd
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -56,12 +57,7 @@ func checkTar(args []string) ([]Write, error) {
 	}
 	raw := args
 	opts, _ := getopt(args, tarValued, tarLongValued)
-	force := false
-	for _, o := range opts {
-		if isLong(o.name, "--force-local") {
-			force = true
-		}
-	}
+	force := slices.ContainsFunc(opts, func(o option) bool { return isLong(o.name, "--force-local") })
 	var out []Write
 	for _, o := range opts {
 		switch o.name {

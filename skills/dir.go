@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 )
 
@@ -113,7 +112,6 @@ func LoadDir(dir string) (out []*Skill, errs []error, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("skills: %w", err)
 	}
-	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	for _, e := range entries {
 		sub := filepath.Join(dir, e.Name())
 		if fi, err := os.Stat(sub); err != nil || !fi.IsDir() {

@@ -299,45 +299,44 @@ func (s *Store) List(ctx context.Context, session string) ([]*Record, error) {
 // read through the sessions' counts: the cost grows with the running
 // tasks, not with the ended ones kept.
 func (s *Store) Running(ctx context.Context) ([]*Record, error) {
-	lister, err := s.kv.ListKeysFiltered(ctx, "s.*")
-	if err != nil {
-		return nil, err
-	}
 	var out []*Record
-	for key := range lister.Keys() {
-		e, err := s.kv.Get(ctx, key)
-		if err != nil {
-			continue
-		}
-		session := strings.TrimPrefix(key, "s.")
+	err := s.entries(ctx, "s.*", func(key string, value []byte) {
 		var ix index // lapsed counts too: their tasks still need an end
-		_ = json.Unmarshal(e.Value(), &ix)
+		_ = json.Unmarshal(value, &ix)
 		for id := range ix {
-			if r, err := s.Get(ctx, session, id); err == nil && r.Running() {
+			if r, err := s.Get(ctx, strings.TrimPrefix(key, "s."), id); err == nil && r.Running() {
 				out = append(out, r)
 			}
 		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
+// scan returns the records under filter, newest first.
 func (s *Store) scan(ctx context.Context, filter string) ([]*Record, error) {
-	lister, err := s.kv.ListKeysFiltered(ctx, filter)
-	if err != nil {
-		return nil, err
-	}
 	var out []*Record
-	for key := range lister.Keys() {
-		e, err := s.kv.Get(ctx, key)
-		if err != nil {
-			continue // deleted or expired since
-		}
-		if r, err := decode(e.Value()); err == nil {
+	err := s.entries(ctx, filter, func(_ string, value []byte) {
+		if r, err := decode(value); err == nil {
 			out = append(out, r)
 		}
-	}
+	})
 	slices.SortFunc(out, func(a, b *Record) int { return b.Started.Compare(a.Started) })
-	return out, nil
+	return out, err
+}
+
+// entries calls f with each entry under filter; one deleted or expired
+// since the listing is passed over.
+func (s *Store) entries(ctx context.Context, filter string, f func(key string, value []byte)) error {
+	lister, err := s.kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return err
+	}
+	for key := range lister.Keys() {
+		if e, err := s.kv.Get(ctx, key); err == nil {
+			f(key, e.Value())
+		}
+	}
+	return nil
 }
 
 // Wait returns session's tasks ids once all of them (any: one of them)

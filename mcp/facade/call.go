@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -399,12 +400,7 @@ func blocksText(bs []bus.Block) string {
 // every state but success to isError.
 func toMCP(r bus.Result) *mcp.CallToolResult {
 	res := &mcp.CallToolResult{Content: []mcp.Content{}, IsError: r.State != bus.StateSuccess}
-	hasText := false
-	for _, b := range r.Output {
-		if b.Type == bus.BlockText {
-			hasText = true
-		}
-	}
+	hasText := slices.ContainsFunc(r.Output, func(b bus.Block) bool { return b.Type == bus.BlockText })
 	for _, b := range r.Output {
 		switch {
 		case b.Type == bus.BlockText && b.URI != "":
@@ -495,10 +491,7 @@ func mustBase64(s string) []byte {
 
 // withAnnotations sets a bus block's annotations on MCP content.
 func withAnnotations[C mcp.Content](c C, a *bus.Annotations) mcp.Content {
-	ann := mcpAnnotations(a)
-	if ann == nil {
-		return c
-	}
+	ann := mcpAnnotations(a) // nil when a is
 	switch x := any(&c).(type) {
 	case *mcp.TextContent:
 		x.Annotations = ann

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -574,10 +575,6 @@ func (s *session) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 			out = append(out, t)
 		}
 	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && s.order[out[j].Name] < s.order[out[j-1].Name]; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	slices.SortStableFunc(out, func(a, b mcp.Tool) int { return cmp.Compare(s.order[a.Name], s.order[b.Name]) })
 	return downgradeTools(revisionFrom(ctx), out)
 }

@@ -108,8 +108,7 @@ func downgradeContent(rev revision, c mcp.Content) mcp.Content {
 		if rev < rev20250326 {
 			return withOldAnnotations(mcp.NewTextContent(audioText(x)), x.Annotations)
 		}
-		x.Annotations = oldAnnotations(x.Annotations)
-		x.Meta = nil
+		x.Annotations, x.Meta = oldAnnotations(x.Annotations), nil
 		return x
 	case mcp.TextContent:
 		x.Annotations, x.Meta = oldAnnotations(x.Annotations), nil

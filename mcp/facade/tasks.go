@@ -359,13 +359,6 @@ func newTaskRunners(closing context.Context, loop func(func(context.Context)) bo
 	return &taskRunners{closing: closing, loop: loop, store: store, await: await, tasks: bt, log: log, local: map[string]struct{}{}, notifiers: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
 }
 
-// count is how many tasks this process runs or follows.
-func (t *taskRunners) count() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.local) + len(t.followed)
-}
-
 // run runs the task's call until it ends (then writes its end) or the
 // facade closes: the call goes on, on the bus, and another process
 // learns its end. The call's context is the facade's, never the

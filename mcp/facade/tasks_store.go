@@ -305,11 +305,7 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 		}
 		out = append(out, r)
 	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].Created.Before(out[j-1].Created); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	slices.SortStableFunc(out, func(a, b *taskRecord) int { return a.Created.Compare(b.Created) })
 	return out, nil
 }
 
