@@ -288,7 +288,7 @@ func (s *conts) remove(ctx context.Context, b *Batch) bool {
 		case store.IsNotFound(err):
 			return nil
 		case err == nil:
-			return errChanged
+			return store.Permanent(errChanged) // not a transient error: trying again never lands
 		}
 		return err // unknown yet: try again
 	})

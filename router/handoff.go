@@ -68,17 +68,26 @@ func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.Consumer
 		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "this router relays %d handoff pulls at once; pull again", maxHandoffPulls))
 		return
 	}
-	go func() {
+	relay := func(ctx context.Context) {
 		defer func() { <-r.pulls }()
-		if status := r.fetchHandoff(r.base, m.Reply, c, q, want); status != "" {
+		if status := r.fetchHandoff(ctx, m.Reply, c, q, want); status != "" {
 			_ = r.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{"Status": {status}}})
 		}
-	}()
+	}
+	if !r.work(relay) { // the router drains: the follower asks another
+		<-r.pulls
+		_ = r.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{"Status": {"409"}}})
+	}
 }
 
 // minHandoffWait is the shortest wait a fetch of the relay is made with:
-// less is the end of the pull's wait.
-const minHandoffWait = 10 * time.Millisecond
+// less is the end of the pull's wait. handoffSlice is the longest: a pull
+// waits in fetches of at most this long, so a router's drain ends a
+// waiting relay within it.
+const (
+	minHandoffWait = 10 * time.Millisecond
+	handoffSlice   = time.Second
+)
 
 // fetchHandoff relays the requests of one pull: it fetches the records
 // until as many requests as the pull's batch went out ("" returned), the
@@ -88,6 +97,9 @@ const minHandoffWait = 10 * time.Millisecond
 func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) string {
 	deadline := time.Now().Add(time.Duration(q.ExpiresMS) * time.Millisecond)
 	for sent := 0; sent < q.Batch; {
+		if ctx.Err() != nil {
+			return "409" // drained: the follower asks another router
+		}
 		ask := q.Batch - sent
 		var (
 			batch jetstream.MessageBatch
@@ -100,7 +112,7 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 			if left < minHandoffWait {
 				return "408"
 			}
-			batch, err = c.Fetch(ask, jetstream.FetchMaxWait(left))
+			batch, err = c.Fetch(ask, jetstream.FetchMaxWait(min(left, handoffSlice)))
 		}
 		if err != nil {
 			return "409"
@@ -129,9 +141,8 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 			return "409"
 		case got < ask && q.ExpiresMS == 0:
 			return "404"
-		case got < ask:
-			return "408"
-		}
+		} // fewer than asked with a wait: the next fetch waits for what is left of it
+
 	}
 	return ""
 }

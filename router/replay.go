@@ -91,7 +91,10 @@ type replays struct {
 	// (handoff.go).
 	parked jetstream.Stream
 	pulls  chan struct{} // the handoff pulls relayed at once (handoff.go)
-	limit  replayLimit
+	// work runs a relayed pull as the router's tracked work (life.Go):
+	// false once the router drains.
+	work  func(func(context.Context)) bool
+	limit replayLimit
 	// bound reports whether a session has its own agent user (nil: an
 	// open router, where none has).
 	bound func(session string) bool

@@ -392,7 +392,7 @@ func (r *Router) bind() {
 		}, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
-	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls)}
+	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
 	if ids := r.cfg.Identities; ids != nil {
 		replay.bound = func(s string) bool { _, ok := ids.UserOf(s); return ok }
 	}

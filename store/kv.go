@@ -306,6 +306,12 @@ func Delete(ctx context.Context, kv jetstream.KeyValue, key string, p Policy) (u
 // permanent marks an error that ends a retry at once.
 type permanent struct{ err error }
 
+// Permanent marks err, returned by an attempt of Retry, as one that ends
+// the retry at once: Retry returns err. An error Retry does not know is
+// taken as transient and tried again; an attempt's own verdict ("the value
+// moved on") must say it is final.
+func Permanent(err error) error { return permanent{err} }
+
 func (p permanent) Error() string { return p.err.Error() }
 func (p permanent) Unwrap() error { return p.err }
 

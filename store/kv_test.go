@@ -337,3 +337,38 @@ func BenchmarkGet(b *testing.B) {
 	b.Run("replicated-leader", func(b *testing.B) { run(b, st.Sessions) })
 	b.Run("replicated-direct", func(b *testing.B) { run(b, st.Sessions.KeyValue) })
 }
+
+// An attempt's own verdict ends a retry when it is marked Permanent; an
+// error Retry does not know is taken as transient and tried again (an
+// unmarked "the value moved on" kept a continuation's delete retrying until
+// its context ended: TestCancelParkedCall hung).
+func TestRetryPermanent(t *testing.T) {
+	moved := errors.New("moved on")
+	for _, tc := range []struct {
+		name     string
+		err      error
+		attempts int
+	}{
+		{"permanent ends at once", store.Permanent(moved), 1},
+		{"unknown error is tried again", moved, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := 0
+			err := store.Retry(t.Context(), store.Policy{}, func(context.Context) error {
+				if n++; n >= 3 {
+					return nil
+				}
+				return tc.err
+			})
+			if n != tc.attempts {
+				t.Fatalf("%d attempts, want %d", n, tc.attempts)
+			}
+			if tc.attempts == 1 && !errors.Is(err, moved) {
+				t.Fatalf("err %v, want %v", err, moved)
+			}
+			if tc.attempts == 3 && err != nil {
+				t.Fatalf("err %v after it landed", err)
+			}
+		})
+	}
+}
