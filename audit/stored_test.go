@@ -23,23 +23,26 @@ func record(session string, i int) *Record {
 // them share a call key with another (doubles).
 func storedCounts(t *testing.T, js jetstream.JetStream, s bus.Subjects) (n, doubles int) {
 	t.Helper()
-	seen := map[string]bool{}
-	err := Export(t.Context(), js, s, Filter{}, func(raw json.RawMessage) error {
-		var rec Record
-		if err := json.Unmarshal(raw, &rec); err != nil {
-			return err
-		}
-		k := bus.CallKey(rec.Session, rec.ReplyID, rec.CallID)
-		if seen[k] {
-			doubles++
-		}
-		seen[k] = true
-		n++
-		return nil
+	// A read refused or timed out while the stream still elects a leader
+	// (the test's last step-down may be recent) is read again: the writes
+	// are all over, Stored returned for each.
+	testkit.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
+		seen := map[string]bool{}
+		n, doubles = 0, 0
+		return Export(t.Context(), js, s, Filter{}, func(raw json.RawMessage) error {
+			var rec Record
+			if err := json.Unmarshal(raw, &rec); err != nil {
+				return err
+			}
+			k := bus.CallKey(rec.Session, rec.ReplyID, rec.CallID)
+			if seen[k] {
+				doubles++
+			}
+			seen[k] = true
+			n++
+			return nil
+		})
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return n, doubles
 }
 
