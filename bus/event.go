@@ -223,37 +223,28 @@ func (e *Event) Encode() ([]byte, error) {
 	return e.appendJSON(make([]byte, 0, 256+len(e.Data))), nil
 }
 
-// appendJSON appends the event in structured JSON mode to b: id, source
-// and type always, every other attribute when set, data last.
+// appendJSON appends the event in structured JSON mode to b: specversion,
+// id, source and type always, every other attribute when set, data last.
 func (e *Event) appendJSON(b []byte) []byte {
-	b = append(b, `{"specversion":`...)
-	b = appendString(b, e.SpecVersion)
-	b = appendString(append(b, `,"id":`...), e.ID)
-	b = appendString(append(b, `,"source":`...), e.Source)
-	b = appendString(append(b, `,"type":`...), e.Type)
-	b = appendAttr(b, `,"subject":`, e.Subject)
-	b = appendAttr(b, `,"datacontenttype":`, e.DataContentType)
-	b = appendAttr(b, `,"time":`, e.Time)
-	b = appendAttr(b, `,"sessionid":`, e.SessionID)
-	b = appendAttr(b, `,"replyid":`, e.ReplyID)
-	b = appendAttr(b, `,"toolcallid":`, e.ToolCallID)
-	b = appendAttr(b, `,"traceparent":`, e.TraceParent)
-	b = appendAttr(b, `,"tracestate":`, e.TraceState)
-	b = appendAttr(b, `,"expirytime":`, e.ExpiryTime)
-	b = appendAttr(b, `,"data_base64":`, e.DataBase64)
+	b = append(b, '{')
+	for i, v := range e.attrs() {
+		if *v == "" && i > slotType {
+			continue
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), attrNames[i]...), '"', ':')
+		b = appendString(b, *v)
+	}
+	if e.DataBase64 != "" {
+		b = appendString(append(b, `,"data_base64":`...), e.DataBase64)
+	}
 	if len(e.Data) > 0 {
 		b = append(b, `,"data":`...)
 		b = append(b, e.Data...)
 	}
 	return append(b, '}')
-}
-
-// appendAttr appends key and the JSON string v when v is set.
-func appendAttr(b []byte, key, v string) []byte {
-	if v == "" {
-		return b
-	}
-	return appendString(append(b, key...), v)
 }
 
 const hexDigits = "0123456789abcdef"
@@ -517,13 +508,14 @@ func decodeFlat(b []byte, e *Event) bool {
 		if !ok {
 			return false
 		}
-		setAttr(e, slot, v)
+		*e.attrs()[slot] = known(v, knownValues[slot]...)
 		i = next - 1
 	}
 	return skipSpace(b, i+1) == len(b)
 }
 
-// The attributes decodeFlat reads, by slot.
+// The string attributes by slot, in the order structured mode writes them;
+// decodeFlat also reads data, after them.
 const (
 	slotSpec = iota
 	slotID
@@ -531,79 +523,39 @@ const (
 	slotType
 	slotSubject
 	slotContentType
-	slotTime
-	slotSession
-	slotReply
-	slotToolCall
-	slotTraceParent
-	slotTraceState
-	slotExpiry
-	slotData
+	nAttrs   = 13
+	slotData = nAttrs
 )
 
-func attrSlot(key []byte) int {
-	switch string(key) {
-	case "specversion":
-		return slotSpec
-	case "id":
-		return slotID
-	case "source":
-		return slotSource
-	case "type":
-		return slotType
-	case "subject":
-		return slotSubject
-	case "datacontenttype":
-		return slotContentType
-	case "time":
-		return slotTime
-	case "sessionid":
-		return slotSession
-	case "replyid":
-		return slotReply
-	case "toolcallid":
-		return slotToolCall
-	case "traceparent":
-		return slotTraceParent
-	case "tracestate":
-		return slotTraceState
-	case "expirytime":
-		return slotExpiry
-	case "data":
+var attrNames = [nAttrs]string{"specversion", "id", "source", "type", "subject", "datacontenttype", "time",
+	"sessionid", "replyid", "toolcallid", "traceparent", "tracestate", "expirytime"}
+
+// attrs points at e's attributes, by slot.
+func (e *Event) attrs() [nAttrs]*string {
+	return [nAttrs]*string{&e.SpecVersion, &e.ID, &e.Source, &e.Type, &e.Subject, &e.DataContentType, &e.Time,
+		&e.SessionID, &e.ReplyID, &e.ToolCallID, &e.TraceParent, &e.TraceState, &e.ExpiryTime}
+}
+
+// attrSlot is the slot of the attribute named key, slotData for data, -1
+// for any other name.
+func attrSlot[S string | []byte](key S) int {
+	if string(key) == "data" {
 		return slotData
+	}
+	for i, n := range attrNames {
+		if string(key) == n {
+			return i
+		}
 	}
 	return -1
 }
 
-func setAttr(e *Event, slot int, v []byte) {
-	switch slot {
-	case slotSpec:
-		e.SpecVersion = known(v, SpecVersion)
-	case slotID:
-		e.ID = string(v)
-	case slotSource:
-		e.Source = string(v)
-	case slotType:
-		e.Type = known(v, TypeCallBatch, TypeExecResult, TypeToolsQuery, TypeAnswer, TypeCallCancel, TypeRegister, TypeAdmin)
-	case slotSubject:
-		e.Subject = string(v)
-	case slotContentType:
-		e.DataContentType = known(v, ContentTypeJSON)
-	case slotTime:
-		e.Time = string(v)
-	case slotSession:
-		e.SessionID = string(v)
-	case slotReply:
-		e.ReplyID = string(v)
-	case slotToolCall:
-		e.ToolCallID = string(v)
-	case slotTraceParent:
-		e.TraceParent = string(v)
-	case slotTraceState:
-		e.TraceState = string(v)
-	case slotExpiry:
-		e.ExpiryTime = string(v)
-	}
+// knownValues are the constant values decodeFlat reads without an
+// allocation, by slot.
+var knownValues = [nAttrs][]string{
+	slotSpec:        {SpecVersion},
+	slotType:        {TypeCallBatch, TypeExecResult, TypeToolsQuery, TypeAnswer, TypeCallCancel, TypeRegister, TypeAdmin},
+	slotContentType: {ContentTypeJSON},
 }
 
 // known returns the one of consts that v spells, else v as a new string.
@@ -740,33 +692,8 @@ func decodeBinary(h nats.Header, body []byte, e *Event) error {
 		} else if index != nil {
 			index[name] = len(seen) - 1
 		}
-		switch name {
-		case "specversion":
-			e.SpecVersion = v
-		case "id":
-			e.ID = v
-		case "source":
-			e.Source = v
-		case "type":
-			e.Type = v
-		case "subject":
-			e.Subject = v
-		case "time":
-			e.Time = v
-		case "datacontenttype":
-			e.DataContentType = v
-		case "sessionid":
-			e.SessionID = v
-		case "replyid":
-			e.ReplyID = v
-		case "toolcallid":
-			e.ToolCallID = v
-		case "traceparent":
-			e.TraceParent = v
-		case "tracestate":
-			e.TraceState = v
-		case "expirytime":
-			e.ExpiryTime = v
+		if i := attrSlot(name); i >= 0 && i < nAttrs {
+			*e.attrs()[i] = v
 		}
 	}
 	if len(bytes.TrimSpace(e.Data)) == 0 {
