@@ -388,7 +388,7 @@ var plainHeader = nats.Header{HeaderContentType: {ContentTypeEvent}}
 // Decode reads the event of a NATS message in structured or binary mode and
 // validates it. Errors are bad_event *Errors with a readable message.
 func Decode(m *nats.Msg) (*Event, error) {
-	if isBinary(m.Header) {
+	if IsBinary(m.Header) {
 		e := new(Event)
 		if err := decodeBinary(m.Header, m.Data, e); err != nil {
 			return nil, err
@@ -403,7 +403,7 @@ func Decode(m *nats.Msg) (*Event, error) {
 // exec results).
 func DecodeTo(m *nats.Msg, e *Event) error {
 	*e = Event{}
-	if isBinary(m.Header) {
+	if IsBinary(m.Header) {
 		return decodeBinary(m.Header, m.Data, e)
 	}
 	d, err := DecodeStructured(m.Data)
@@ -704,10 +704,11 @@ func decodeBinary(h nats.Header, body []byte, e *Event) error {
 	return e.Validate()
 }
 
-// isBinary reports whether h carries ce- attributes. The usual structured
+// IsBinary reports whether a message carries its event in CloudEvents
+// binary mode (ce- attributes), as Decode reads it. The usual structured
 // message has one content-type header, so the exact-name lookups come first
 // and the case-insensitive scan only runs on messages that need it.
-func isBinary(h nats.Header) bool {
+func IsBinary(h nats.Header) bool {
 	if len(h) == 0 {
 		return false
 	}
@@ -723,11 +724,4 @@ func isBinary(h nats.Header) bool {
 		}
 	}
 	return false
-}
-
-// EncodeBinary returns the headers and body of e in binary mode; it is the
-// inverse of Decode for such messages and serves clients and tests.
-func EncodeBinary(e *Event) (nats.Header, []byte) {
-	m := BinaryMsg("", e)
-	return m.Header, m.Data
 }
