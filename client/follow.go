@@ -62,22 +62,13 @@ func (f *follower) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if f.consumer == "" {
 			if err := f.open(ctx); err != nil {
-				wait(ctx, time.Second)
+				_ = bus.Sleep(ctx, time.Second)
 				continue
 			}
 		}
 		if err := f.pull(ctx); err != nil {
 			f.consumer = "" // lost (a node's loss, its idle time): ask again from f.next
 		}
-	}
-}
-
-func wait(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
 

@@ -113,12 +113,8 @@ func (c *requester) send(ctx context.Context, subject string, e *bus.Event) (*na
 		if err != nil || !isBusy(resp) {
 			return resp, err
 		}
-		t := time.NewTimer(backoff/2 + rand.N(backoff))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if bus.Sleep(ctx, backoff/2+rand.N(backoff)) != nil {
 			return resp, nil
-		case <-t.C:
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // Store reads the outputs bucket from its stream's leader: metadata and
@@ -182,12 +184,8 @@ func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 		if !errors.Is(err, ErrNotFound) || time.Now().Add(wait).After(deadline) {
 			break
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := bus.Sleep(ctx, wait); err != nil {
+			return nil, err
 		}
 	}
 	if err != nil {
