@@ -105,10 +105,19 @@ func parseTurn(format string, message []byte) (*ModelTurn, error) {
 	return t, nil
 }
 
-// isArray reports whether raw is a JSON array.
-func isArray(raw []byte) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) > 0 && raw[0] == '['
+// listOf decodes raw, a JSON array of T or an object W (a message or a
+// response), into the list: the array itself, or what pick takes from W.
+func listOf[T, W any](raw []byte, pick func(*W) []T) ([]T, error) {
+	if b := bytes.TrimSpace(raw); len(b) > 0 && b[0] == '[' {
+		var l []T
+		err := json.Unmarshal(raw, &l)
+		return l, err
+	}
+	var w W
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return nil, err
+	}
+	return pick(&w), nil
 }
 
 // argumentsInput returns an OpenAI arguments string as a call input: the
@@ -169,23 +178,18 @@ func (t *ModelTurn) parseResponses(raw []byte) error {
 		// Tools are a tool_search_output's loaded tools.
 		Tools []json.RawMessage `json:"tools"`
 	}
-	var items []item
-	if isArray(raw) {
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return err
-		}
-	} else {
-		var r struct {
-			item
-			Output []item `json:"output"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return err
-		}
-		items = r.Output
+	type response struct {
+		item
+		Output []item `json:"output"`
+	}
+	items, err := listOf(raw, func(r *response) []item {
 		if r.Type == "function_call" {
-			items = []item{r.item}
+			return []item{r.item}
 		}
+		return r.Output
+	})
+	if err != nil {
+		return err
 	}
 	for _, it := range items {
 		t.loads = append(t.loads, responsesLoads(it.Type, it.Namespace, it.Name, it.Tools)...)
@@ -202,26 +206,17 @@ func (t *ModelTurn) parseResponses(raw []byte) error {
 
 func (t *ModelTurn) parseAnthropic(raw []byte) error {
 	type block struct {
-		Type  string          `json:"type"`
-		ID    string          `json:"id"`
-		Name  string          `json:"name"`
-		Input json.RawMessage `json:"input"`
+		Type string `json:"type"`
+		bus.Call
 		// Content is a tool_search_tool_result's result.
 		Content json.RawMessage `json:"content"`
 	}
-	var blocks []block
-	if isArray(raw) {
-		if err := json.Unmarshal(raw, &blocks); err != nil {
-			return err
-		}
-	} else {
-		var m struct {
-			Content []block `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return err
-		}
-		blocks = m.Content
+	type message struct {
+		Content []block `json:"content"`
+	}
+	blocks, err := listOf(raw, func(m *message) []block { return m.Content })
+	if err != nil {
+		return err
 	}
 	for _, b := range blocks {
 		if b.Type == "tool_search_tool_result" {
@@ -245,25 +240,20 @@ func (t *ModelTurn) parseGemini(raw []byte) error {
 	type content struct {
 		Parts []part `json:"parts"`
 	}
-	var parts []part
-	if isArray(raw) {
-		if err := json.Unmarshal(raw, &parts); err != nil {
-			return err
-		}
-	} else {
-		var r struct {
-			content
-			Candidates []struct {
-				Content content `json:"content"`
-			} `json:"candidates"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return err
-		}
-		parts = r.Parts
+	type response struct {
+		content
+		Candidates []struct {
+			Content content `json:"content"`
+		} `json:"candidates"`
+	}
+	parts, err := listOf(raw, func(r *response) []part {
 		if len(r.Candidates) > 0 {
-			parts = r.Candidates[0].Content.Parts
+			return r.Candidates[0].Content.Parts
 		}
+		return r.Parts
+	})
+	if err != nil {
+		return err
 	}
 	for i, p := range parts {
 		fc := p.FunctionCall
