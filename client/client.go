@@ -217,6 +217,21 @@ func newEvents(cancel context.CancelFunc) *Events {
 	return &Events{C: ch, c: ch, stop: cancel, done: make(chan struct{})}
 }
 
+// send decodes m and hands the event to C, unless ctx ends first (then it
+// reports false); a message that does not decode is skipped.
+func (s *Events) send(ctx context.Context, m *nats.Msg) bool {
+	e, err := bus.Decode(m)
+	if err != nil {
+		return true
+	}
+	select {
+	case s.c <- e:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // end closes C; the producer's last step.
 func (s *Events) end() {
 	close(s.c)
@@ -254,7 +269,6 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	ev := newEvents(cancel)
-	ch := ev.c
 	go func() {
 		defer ev.end()
 		defer func() { _ = sub.Unsubscribe() }()
@@ -263,13 +277,7 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 			case <-ctx.Done():
 				return
 			case m := <-msgs:
-				e, err := bus.Decode(m)
-				if err != nil {
-					continue
-				}
-				select {
-				case ch <- e:
-				case <-ctx.Done():
+				if !ev.send(ctx, m) {
 					return
 				}
 			}
@@ -299,7 +307,6 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	ev := newEvents(cancel)
-	ch := ev.c
 	cons, err := js.OrderedConsumer(ctx, c.subj.Stream(bus.StreamEvents), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{c.subj.Events(session)}})
 	if err != nil {
@@ -307,14 +314,7 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 		return nil, fmt.Errorf("client: replay: %w", err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-		if err != nil {
-			return
-		}
-		select {
-		case ch <- e:
-		case <-ctx.Done():
-		}
+		ev.send(ctx, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	})
 	if err != nil {
 		cancel()
@@ -416,13 +416,20 @@ func (t Tasks) Query(ctx context.Context, session string, q bus.TaskQuery) (*bus
 	return &r, nil
 }
 
+// one runs verb op on session's task id: the task (zero when the reply
+// has none) and the reply.
+func (t Tasks) one(ctx context.Context, session, op, id string) (bus.Task, *bus.TaskReply, error) {
+	r, err := t.Query(ctx, session, bus.TaskQuery{Op: op, IDs: []string{id}})
+	if err != nil || len(r.Tasks) == 0 {
+		return bus.Task{}, nil, err
+	}
+	return r.Tasks[0], r, nil
+}
+
 // Get returns session's task id.
 func (t Tasks) Get(ctx context.Context, session, id string) (bus.Task, error) {
-	r, err := t.Query(ctx, session, bus.TaskQuery{Op: bus.TaskGet, IDs: []string{id}})
-	if err != nil || len(r.Tasks) == 0 {
-		return bus.Task{}, err
-	}
-	return r.Tasks[0], nil
+	task, _, err := t.one(ctx, session, bus.TaskGet, id)
+	return task, err
 }
 
 // List lists session's tasks, newest first.
@@ -447,20 +454,17 @@ func (t Tasks) Wait(ctx context.Context, session string, timeout time.Duration, 
 // Cancel ends session's running task id as interrupted and stops its
 // run; a task that ended keeps its end.
 func (t Tasks) Cancel(ctx context.Context, session, id string) (bus.Task, error) {
-	r, err := t.Query(ctx, session, bus.TaskQuery{Op: bus.TaskCancel, IDs: []string{id}})
-	if err != nil || len(r.Tasks) == 0 {
-		return bus.Task{}, err
-	}
-	return r.Tasks[0], nil
+	task, _, err := t.one(ctx, session, bus.TaskCancel, id)
+	return task, err
 }
 
 // Output returns session's task id with its progress output so far.
 func (t Tasks) Output(ctx context.Context, session, id string) (bus.Task, []bus.Block, error) {
-	r, err := t.Query(ctx, session, bus.TaskQuery{Op: bus.TaskOutput, IDs: []string{id}})
-	if err != nil || len(r.Tasks) == 0 {
-		return bus.Task{}, nil, err
+	task, r, err := t.one(ctx, session, bus.TaskOutput, id)
+	if r == nil {
+		return task, nil, err
 	}
-	return r.Tasks[0], r.Output, nil
+	return task, r.Output, nil
 }
 
 // Output is a stored output opened for reading (protocol 5.9): Read
@@ -728,19 +732,7 @@ func (p replyTo) PublishMsg(m *nats.Msg) error {
 func (f *follower) start(ctx context.Context) (*Events, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	ev := newEvents(cancel)
-	ch := ev.c
-	f.deliver = func(m *nats.Msg) bool {
-		e, err := bus.Decode(m)
-		if err != nil {
-			return true
-		}
-		select {
-		case ch <- e:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
+	f.deliver = func(m *nats.Msg) bool { return ev.send(ctx, m) }
 	if err := f.open(ctx); err != nil {
 		cancel()
 		return nil, err
