@@ -35,11 +35,6 @@ var (
 	validHex    = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
-// URL is the reference of object name in bucket, without a digest.
-func URL(bucket, name string) string {
-	return Ref{Bucket: bucket, Name: name}.String()
-}
-
 // String is the reference as a URL; the name is path-escaped (a literal
 // '#' in a name becomes %23, so the first '#' always starts the digest).
 func (r Ref) String() string {
