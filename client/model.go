@@ -460,13 +460,12 @@ func openAIMessages(rs []bus.Result) []any {
 	var images []any
 	for _, r := range rs {
 		text := resultText(r)
-		for _, b := range r.Output {
-			if isImage(b) {
-				images = append(images, map[string]any{"type": "image_url", "image_url": map[string]string{"url": dataURL(b)}})
-			}
+		imgs := imagesOf(r)
+		for _, b := range imgs {
+			images = append(images, map[string]any{"type": "image_url", "image_url": map[string]string{"url": dataURL(b)}})
 		}
-		if n := countImages(r); n > 0 {
-			text = strings.TrimSpace(text + fmt.Sprintf("\n[%d image(s) follow in the next message.]", n))
+		if len(imgs) > 0 {
+			text = strings.TrimSpace(text + fmt.Sprintf("\n[%d image(s) follow in the next message.]", len(imgs)))
 		}
 		out = append(out, msg{Role: "tool", ToolCallID: r.ID, Content: text})
 	}
@@ -477,14 +476,15 @@ func openAIMessages(rs []bus.Result) []any {
 	return out
 }
 
-func countImages(r bus.Result) int {
-	n := 0
+// imagesOf returns the blocks of r that are images (isImage).
+func imagesOf(r bus.Result) []bus.Block {
+	var out []bus.Block
 	for _, b := range r.Output {
 		if isImage(b) {
-			n++
+			out = append(out, b)
 		}
 	}
-	return n
+	return out
 }
 
 func responsesItems(rs []bus.Result) []any {
@@ -495,7 +495,8 @@ func responsesItems(rs []bus.Result) []any {
 	}
 	out := make([]any, 0, len(rs))
 	for _, r := range rs {
-		if countImages(r) == 0 {
+		imgs := imagesOf(r)
+		if len(imgs) == 0 {
 			out = append(out, item{Type: "function_call_output", CallID: r.ID, Output: resultText(r)})
 			continue
 		}
@@ -503,10 +504,8 @@ func responsesItems(rs []bus.Result) []any {
 		if text := resultText(r); text != "" {
 			parts = append(parts, map[string]string{"type": "input_text", "text": text})
 		}
-		for _, b := range r.Output {
-			if isImage(b) {
-				parts = append(parts, map[string]string{"type": "input_image", "image_url": dataURL(b)})
-			}
+		for _, b := range imgs {
+			parts = append(parts, map[string]string{"type": "input_image", "image_url": dataURL(b)})
 		}
 		out = append(out, item{Type: "function_call_output", CallID: r.ID, Output: parts})
 	}
@@ -526,10 +525,7 @@ func anthropicMessage(rs []bus.Result) any {
 		if text := resultText(r); text != "" {
 			parts = append(parts, map[string]string{"type": "text", "text": text})
 		}
-		for _, b := range r.Output {
-			if !isImage(b) {
-				continue
-			}
+		for _, b := range imagesOf(r) {
 			src := map[string]string{"type": "base64", "media_type": b.MediaType, "data": b.Data}
 			if b.URL != "" {
 				src = map[string]string{"type": "url", "url": b.URL}
@@ -572,11 +568,10 @@ func (t *ModelTurn) geminiContent(rs []bus.Result) any {
 		if isError(r) {
 			fr.Response = map[string]any{"error": resultText(r)}
 		}
-		for _, b := range r.Output {
-			switch {
-			case isImage(b) && b.URL != "":
+		for _, b := range imagesOf(r) {
+			if b.URL != "" {
 				fr.Parts = append(fr.Parts, part{FileData: &fileData{MimeType: b.MediaType, FileURI: b.URL}})
-			case isImage(b):
+			} else {
 				fr.Parts = append(fr.Parts, part{InlineData: &blob{MimeType: b.MediaType, Data: b.Data}})
 			}
 		}
