@@ -309,29 +309,37 @@ func (c *Cluster) URLs(first int) string {
 // meta leader that counts every running node as an online peer (before
 // that, creating a replicated stream can fail for want of peers).
 func (c *Cluster) WaitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		c.mu.Lock()
-		running, peers, current := 0, 0, true
-		for _, s := range c.nodes {
-			if s == nil {
-				continue
-			}
-			running++
-			if s.JetStreamIsLeader() {
-				peers = len(s.JetStreamClusterPeers())
-			}
-			current = current && s.JetStreamIsCurrent()
-		}
-		c.mu.Unlock()
-		if peers == running && current {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("embedded: cluster has no JetStream meta leader after %v", timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !waitFor(timeout, c.ready) {
+		return fmt.Errorf("embedded: cluster has no JetStream meta leader after %v", timeout)
 	}
+	return nil
+}
+
+func (c *Cluster) ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	running, peers, current := 0, 0, true
+	for _, s := range c.nodes {
+		if s == nil {
+			continue
+		}
+		running++
+		if s.JetStreamIsLeader() {
+			peers = len(s.JetStreamClusterPeers())
+		}
+		current = current && s.JetStreamIsCurrent()
+	}
+	return peers == running && current
+}
+
+// waitFor polls ok every 20 ms until it holds (true) or timeout passes.
+func waitFor(timeout time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(timeout); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // StreamLeader returns the index of the node that leads stream in the
@@ -349,14 +357,9 @@ func (c *Cluster) StreamLeader(stream string) int {
 
 // WaitStreamLeader waits until stream has a leader and returns its node.
 func (c *Cluster) WaitStreamLeader(stream string, timeout time.Duration) (int, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if i := c.StreamLeader(stream); i >= 0 {
-			return i, nil
-		}
-		if time.Now().After(deadline) {
-			return -1, fmt.Errorf("embedded: stream %s has no leader after %v", stream, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
+	i := -1
+	if !waitFor(timeout, func() bool { i = c.StreamLeader(stream); return i >= 0 }) {
+		return -1, fmt.Errorf("embedded: stream %s has no leader after %v", stream, timeout)
 	}
+	return i, nil
 }
