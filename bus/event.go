@@ -226,25 +226,34 @@ func (e *Event) Encode() ([]byte, error) {
 // appendJSON appends the event in structured JSON mode to b: specversion,
 // id, source and type always, every other attribute when set, data last.
 func (e *Event) appendJSON(b []byte) []byte {
-	b = append(b, '{')
-	for i, v := range e.attrs() {
-		if *v == "" && i > slotType {
-			continue
-		}
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(append(append(b, '"'), attrNames[i]...), '"', ':')
-		b = appendString(b, *v)
-	}
-	if e.DataBase64 != "" {
-		b = appendString(append(b, `,"data_base64":`...), e.DataBase64)
-	}
+	b = append(b, `{"specversion":`...)
+	b = appendString(b, e.SpecVersion)
+	b = appendString(append(b, `,"id":`...), e.ID)
+	b = appendString(append(b, `,"source":`...), e.Source)
+	b = appendString(append(b, `,"type":`...), e.Type)
+	b = appendAttr(b, `,"subject":`, e.Subject)
+	b = appendAttr(b, `,"datacontenttype":`, e.DataContentType)
+	b = appendAttr(b, `,"time":`, e.Time)
+	b = appendAttr(b, `,"sessionid":`, e.SessionID)
+	b = appendAttr(b, `,"replyid":`, e.ReplyID)
+	b = appendAttr(b, `,"toolcallid":`, e.ToolCallID)
+	b = appendAttr(b, `,"traceparent":`, e.TraceParent)
+	b = appendAttr(b, `,"tracestate":`, e.TraceState)
+	b = appendAttr(b, `,"expirytime":`, e.ExpiryTime)
+	b = appendAttr(b, `,"data_base64":`, e.DataBase64)
 	if len(e.Data) > 0 {
 		b = append(b, `,"data":`...)
 		b = append(b, e.Data...)
 	}
 	return append(b, '}')
+}
+
+// appendAttr appends key and the JSON string v when v is set.
+func appendAttr(b []byte, key, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return appendString(append(b, key...), v)
 }
 
 const hexDigits = "0123456789abcdef"
@@ -464,6 +473,7 @@ func decodeFlat(b []byte, e *Event) bool {
 		return false
 	}
 	var seen uint16
+	attrs := e.attrs()
 	for first := true; ; first = false {
 		i = skipSpace(b, i+1)
 		if i >= len(b) {
@@ -490,7 +500,7 @@ func decodeFlat(b []byte, e *Event) bool {
 			return false
 		}
 		i = skipSpace(b, i+1)
-		slot := attrSlot(key)
+		slot := attrSlot(string(key))
 		if slot < 0 || seen&(1<<slot) != 0 {
 			return false
 		}
@@ -508,14 +518,13 @@ func decodeFlat(b []byte, e *Event) bool {
 		if !ok {
 			return false
 		}
-		*e.attrs()[slot] = known(v, knownValues[slot]...)
+		*attrs[slot] = known(v, knownValues[slot]...)
 		i = next - 1
 	}
 	return skipSpace(b, i+1) == len(b)
 }
 
-// The string attributes by slot, in the order structured mode writes them;
-// decodeFlat also reads data, after them.
+// The attributes the decoders read, by slot: the strings, then data.
 const (
 	slotSpec = iota
 	slotID
@@ -523,12 +532,16 @@ const (
 	slotType
 	slotSubject
 	slotContentType
-	nAttrs   = 13
-	slotData = nAttrs
+	slotTime
+	slotSession
+	slotReply
+	slotToolCall
+	slotTraceParent
+	slotTraceState
+	slotExpiry
+	slotData
+	nAttrs = slotData
 )
-
-var attrNames = [nAttrs]string{"specversion", "id", "source", "type", "subject", "datacontenttype", "time",
-	"sessionid", "replyid", "toolcallid", "traceparent", "tracestate", "expirytime"}
 
 // attrs points at e's attributes, by slot.
 func (e *Event) attrs() [nAttrs]*string {
@@ -537,15 +550,38 @@ func (e *Event) attrs() [nAttrs]*string {
 }
 
 // attrSlot is the slot of the attribute named key, slotData for data, -1
-// for any other name.
-func attrSlot[S string | []byte](key S) int {
-	if string(key) == "data" {
+// for any other name. A switch, not a loop over attrNames: decodeFlat
+// calls it for every member of every event.
+func attrSlot(key string) int {
+	switch key {
+	case "specversion":
+		return slotSpec
+	case "id":
+		return slotID
+	case "source":
+		return slotSource
+	case "type":
+		return slotType
+	case "subject":
+		return slotSubject
+	case "datacontenttype":
+		return slotContentType
+	case "time":
+		return slotTime
+	case "sessionid":
+		return slotSession
+	case "replyid":
+		return slotReply
+	case "toolcallid":
+		return slotToolCall
+	case "traceparent":
+		return slotTraceParent
+	case "tracestate":
+		return slotTraceState
+	case "expirytime":
+		return slotExpiry
+	case "data":
 		return slotData
-	}
-	for i, n := range attrNames {
-		if string(key) == n {
-			return i
-		}
 	}
 	return -1
 }
@@ -627,6 +663,7 @@ func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" 
 // case-insensitive, values percent-encoded) and whose body is the data.
 func decodeBinary(h nats.Header, body []byte, e *Event) error {
 	e.Data = body
+	attrs := e.attrs()
 	// Header names are read case-insensitively, so two of them may name
 	// the same attribute (ce-id and Ce-Id; content-type and
 	// ce-datacontenttype): with different values that is bad_event, never
@@ -693,7 +730,7 @@ func decodeBinary(h nats.Header, body []byte, e *Event) error {
 			index[name] = len(seen) - 1
 		}
 		if i := attrSlot(name); i >= 0 && i < nAttrs {
-			*e.attrs()[i] = v
+			*attrs[i] = v
 		}
 	}
 	if len(bytes.TrimSpace(e.Data)) == 0 {
