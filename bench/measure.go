@@ -28,31 +28,40 @@ func (l Latencies) Quantile(q float64) time.Duration {
 // minLatencySamples keeps percentiles meaningful when a call is slow.
 const minLatencySamples = 20
 
-// measureLatency calls fn from one caller, one call after the other, for
-// dur (and at least minLatencySamples times), and returns the sorted
-// latencies.
-func measureLatency(ctx context.Context, dur time.Duration, fn callFunc) (Latencies, error) {
-	lat := make(Latencies, 0, 4096)
-	var err error
+// callBound bounds a measurement's calls beyond its duration, so that a
+// stuck path fails the run instead of hanging it.
+const callBound = 60 * time.Second
+
+// repeat calls fn back to back for dur, and at least minLatencySamples
+// times, until it fails; fn's context ends at dur plus callBound.
+func repeat(ctx context.Context, dur time.Duration, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, dur+callBound)
+	defer cancel()
+	end := time.Now().Add(dur)
+	for n := 0; time.Now().Before(end) || n < minLatencySamples; n++ {
+		if err := fn(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureLatency calls fn from one caller, one call after the other (see
+// repeat), and returns the sorted latencies.
+func measureLatency(ctx context.Context, dur time.Duration, fn callFunc) (lat Latencies, err error) {
 	labelled(ctx, partClient, func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, dur+callBound)
-		defer cancel()
-		end := time.Now().Add(dur)
-		for time.Now().Before(end) || len(lat) < minLatencySamples {
+		err = repeat(ctx, dur, func(ctx context.Context) error {
 			t0 := time.Now()
-			if err = fn(ctx, 0); err != nil {
-				return
+			if err := fn(ctx, 0); err != nil {
+				return err
 			}
 			lat = append(lat, time.Since(t0))
-		}
+			return nil
+		})
 	})
 	slices.Sort(lat)
 	return lat, err
 }
-
-// callBound bounds a measurement's calls beyond its duration, so that a
-// stuck path fails the run instead of hanging it.
-const callBound = 60 * time.Second
 
 // Load is what Generate counted.
 type Load struct {
