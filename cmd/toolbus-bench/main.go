@@ -58,15 +58,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench takes no arguments")
 	}
-	var logf func(format string, args ...any)
-	if *verbose {
-		logf = func(format string, args ...any) {
-			fmt.Fprintf(stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
-		}
-	}
 	var rep interface{ WriteTable(io.Writer) }
 	var err error
-	opts := bench.Options{Quick: *quick, Runs: *runs, Duration: *dur, Sessions: *sessions, CPUProfile: *cpuprofile, Logf: logf}
+	opts := bench.Options{Quick: *quick, Runs: *runs, Duration: *dur, Sessions: *sessions, CPUProfile: *cpuprofile,
+		Logf: progressLogf(stderr, *verbose, "")}
 	if *cross {
 		rep, err = bench.RunCross(ctx, opts)
 	} else if *runs != 0 || *cpuprofile != "" {
@@ -78,10 +73,26 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("bench: %w", err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(stdout, rep)
 	}
 	rep.WriteTable(stdout)
 	return nil
+}
+
+// progressLogf is the logf of -v: timestamped lines on w, after prefix;
+// without verbose it discards them.
+func progressLogf(w io.Writer, verbose bool, prefix string) func(format string, args ...any) {
+	if !verbose {
+		return func(string, ...any) {}
+	}
+	return func(format string, args ...any) {
+		fmt.Fprintf(w, "%s "+prefix+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+}
+
+// writeJSON prints v as one indented JSON object.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -73,12 +72,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if o.FaultEvery == 0 {
 		o.FaultEvery = min(30*time.Second, o.Duration/3)
 	}
-	logf := func(string, ...any) {}
-	if *verbose {
-		logf = func(format string, args ...any) {
-			fmt.Fprintf(stderr, "%s soak: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
-		}
-	}
+	logf := progressLogf(stderr, *verbose, "soak: ")
 	if o.Dir, err = os.MkdirTemp("", "toolbus-soak-*"); err != nil {
 		return err
 	}
@@ -99,9 +93,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		_ = os.RemoveAll(o.Dir)
 	}
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(stdout, rep); err != nil {
 			return err
 		}
 	} else {

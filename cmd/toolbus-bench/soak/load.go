@@ -40,8 +40,8 @@ type soakKind struct {
 	// park is "" or the kind of park the call goes through first
 	// (external, confirm); the soak's approver answers it.
 	park string
-	// answer is the approver's answer to an external call.
-	answer func(callID string) []byte
+	// answer is the approver's answer to a parked call.
+	answer func(callID string) bus.Answer
 }
 
 // soakKinds are the calls of a soak.
@@ -74,13 +74,14 @@ var soakKinds = []soakKind{
 		input: func(_ *rand.Rand, id string) (json.RawMessage, string) {
 			return json.RawMessage(`{}`), "approved " + id
 		},
-		answer: func(id string) []byte {
-			return mustJSON(map[string]any{"state": "success", "output": []map[string]string{{"type": "text", "text": "approved " + id}}})
+		answer: func(id string) bus.Answer {
+			return bus.Answer{State: bus.StateSuccess, Output: bus.Text("approved " + id)}
 		}},
 	{name: "parked_confirm", tool: "record_effect_confirm", weight: 1, once: true, effect: true, park: "confirm",
 		input: func(_ *rand.Rand, id string) (json.RawMessage, string) {
 			return json.RawMessage(`{"tag":"confirmed"}`), "recorded " + id
-		}},
+		},
+		answer: func(string) bus.Answer { return bus.Answer{Confirmed: new(true)} }},
 }
 
 // soakExternalTool is the external tool the soak registers itself and
@@ -300,7 +301,6 @@ func (t *soakTracker) giveUp(b *soakBatch, grace time.Duration) time.Time {
 type soakLoad struct {
 	o    *Options
 	t    *soakTracker
-	subj bus.Subjects
 	run  string // the run's id, in every session and reply id
 	appr *soakApprover
 }
@@ -545,15 +545,7 @@ func (a *soakApprover) answer(c *soakCall, via string) {
 	a.mu.Unlock()
 	go func() {
 		sleepCtx(a.ctx, think)
-		var ans bus.Answer
-		if c.kind.park == bus.KindConfirm {
-			yes := true
-			ans.Confirmed = &yes
-		} else if err := json.Unmarshal(c.kind.answer(c.id), &ans); err != nil {
-			t.note(c.key, "approver: bad answer of kind %s: %v", c.kind.name, err)
-			return
-		}
-		b, try := c.batch, 0
+		ans, b, try := c.kind.answer(c.id), c.batch, 0
 		err := bench.Poll(a.ctx, soakAnswerFor, 500*time.Millisecond, func() error {
 			try++
 			ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)

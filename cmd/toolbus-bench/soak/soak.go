@@ -5,7 +5,6 @@
 package soak
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -156,11 +155,11 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 			nc.Close()
 		}
 	}()
-	cfg := natsconn.Config{URLs: d.url}
+	var cfg natsconn.Config
 	if d.cluster == nil {
 		cfg = o.Conn
-		cfg.URLs = d.url
 	}
+	cfg.URLs = d.url
 	connect := func(name string) (*nats.Conn, error) {
 		nc, err := cfg.Connect("toolbus-soak-"+name, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 		if err != nil {
@@ -197,7 +196,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	logf("deployment live: %d routers, %d workers on %s, prefix %s", soakRouters, soakWorkers, d.url, o.Prefix)
 
 	t := newSoakTracker()
-	l := &soakLoad{o: o, t: t, subj: bus.NewSubjects(o.Prefix), run: fmt.Sprintf("%08x", rand.Uint32())}
+	l := &soakLoad{o: o, t: t, run: fmt.Sprintf("%08x", rand.Uint32())}
 	runCtx, stopRun := context.WithCancel(ctx) // consumers and the approver, until the counting
 	defer stopRun()
 	l.appr = &soakApprover{l: l, cl: cl, ctx: runCtx, rand: rand.New(rand.NewPCG(7, uint64(t.start.UnixNano())))}
@@ -314,26 +313,22 @@ func waitSoakLive(ctx context.Context, cl *client.Client) error {
 
 // readEffects counts the effect records per call key.
 func readEffects(path string) (map[string][]string, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return map[string][]string{}, nil
-	}
-	if err != nil {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	defer f.Close()
 	out := map[string][]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSuffix(line, "\n")
 		var rec struct {
 			Key string `json:"key"`
 		}
-		if json.Unmarshal(sc.Bytes(), &rec) != nil || rec.Key == "" {
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Key == "" {
 			continue // a line cut by a kill: no effect to count
 		}
-		out[rec.Key] = append(out[rec.Key], sc.Text())
+		out[rec.Key] = append(out[rec.Key], line)
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // missingBatchDone counts finished batches without a batch.done event.
