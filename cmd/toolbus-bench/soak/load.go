@@ -153,7 +153,6 @@ type soakCall struct {
 	final     *bus.Result
 	finalAt   time.Time
 	seen      map[string]string // final result summary → where it was first seen
-	parked    string            // the park kind the reply or event gave
 	handoff   bool              // its handoff request came through the stream
 	answering bool              // the approver took it on
 	answered  time.Time         // when an answer was accepted
@@ -206,13 +205,16 @@ func (t *soakTracker) step(c *soakCall, format string, args ...any) {
 	c.trail = append(c.trail, soakStep{time.Since(t.start), fmt.Sprintf(format, args...)})
 }
 
-// note adds a line to the trail of the call with key, if the soak made it.
-func (t *soakTracker) note(key, format string, args ...any) {
+// note adds a line to the trail of the call with key, if the soak made it,
+// and returns that call.
+func (t *soakTracker) note(key, format string, args ...any) *soakCall {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if c := t.calls[key]; c != nil {
+	c := t.calls[key]
+	if c != nil {
 		t.step(c, format, args...)
 	}
+	return c
 }
 
 // summary is what two results of one call are compared by.
@@ -371,9 +373,8 @@ func (l *soakLoad) runBatch(stop context.Context, cl *client.Client, b *soakBatc
 			for _, c := range pend {
 				l.t.note(c.key, "send %d: %v", b.sends, err)
 			}
-			var be *bus.Error
 			wait := 250 * time.Millisecond
-			if errors.As(err, &be) {
+			if _, ok := errors.AsType[*bus.Error](err); ok {
 				wait = time.Second // a refused batch: a bug, shown in the trail; try again slowly
 			}
 			l.wait(stop, b, wait)
@@ -387,16 +388,7 @@ func (l *soakLoad) runBatch(stop context.Context, cl *client.Client, b *soakBatc
 			l.t.observe(bus.CallKey(b.session, b.reply, res.ID), res, from)
 		}
 		for _, p := range rep.Parked {
-			key := bus.CallKey(b.session, b.reply, p.ID)
-			l.t.mu.Lock()
-			c := l.t.calls[key]
-			if c != nil {
-				l.t.step(c, "%s: parked (%s)", from, p.Kind)
-				if c.parked == "" {
-					c.parked = p.Kind
-				}
-			}
-			l.t.mu.Unlock()
+			c := l.t.note(bus.CallKey(b.session, b.reply, p.ID), "%s: parked (%s)", from, p.Kind)
 			if c != nil && p.Kind != bus.KindQueued {
 				l.appr.expect(c)
 			}
@@ -473,11 +465,9 @@ func (l *soakLoad) events(ctx context.Context, nc *nats.Conn) error {
 // the handoff stream as a handler started for these tools would, and
 // answers every request after a short think time.
 type soakApprover struct {
-	l    *soakLoad
-	cl   *client.Client
-	ctx  context.Context
-	mu   sync.Mutex
-	rand *rand.Rand
+	l   *soakLoad
+	cl  *client.Client
+	ctx context.Context
 }
 
 // follow reads the handoff requests of the soak's parked tools through a
@@ -540,9 +530,7 @@ func (a *soakApprover) answer(c *soakCall, via string) {
 	}
 	c.answering = true
 	t.mu.Unlock()
-	a.mu.Lock()
-	think := time.Duration(a.rand.IntN(1000)) * time.Millisecond
-	a.mu.Unlock()
+	think := time.Duration(rand.IntN(1000)) * time.Millisecond
 	go func() {
 		sleepCtx(a.ctx, think)
 		ans, b, try := c.kind.answer(c.id), c.batch, 0
@@ -551,8 +539,7 @@ func (a *soakApprover) answer(c *soakCall, via string) {
 			ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
 			err := a.cl.Parked().Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
 			cancel()
-			var be *bus.Error
-			isBus := errors.As(err, &be)
+			be, isBus := errors.AsType[*bus.Error](err)
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			switch {

@@ -199,7 +199,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	l := &soakLoad{o: o, t: t, run: fmt.Sprintf("%08x", rand.Uint32())}
 	runCtx, stopRun := context.WithCancel(ctx) // consumers and the approver, until the counting
 	defer stopRun()
-	l.appr = &soakApprover{l: l, cl: cl, ctx: runCtx, rand: rand.New(rand.NewPCG(7, uint64(t.start.UnixNano())))}
+	l.appr = &soakApprover{l: l, cl: cl, ctx: runCtx}
 	enc, err := connect("events")
 	if err != nil {
 		return nil, err
