@@ -3,11 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // callFunc makes one call as caller i.
@@ -280,4 +283,78 @@ func perCallOf(v float64, calls int64) float64 {
 		return 0
 	}
 	return v / float64(calls)
+}
+
+// The machine's and this process's figures from /proc; each is 0 (or "")
+// where there is no /proc.
+
+// memKB is this process's resident set size and its peak, in kB.
+func memKB() (rss, hwm int64) {
+	p, err := procfs.Self()
+	if err != nil {
+		return 0, 0
+	}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, 0
+	}
+	return int64(st.VmRSS / 1024), int64(st.VmHWM / 1024)
+}
+
+// machineBusy is the CPU time every process on the machine has used since
+// boot (all of /proc/stat's but idle and iowait; guest time is already in
+// user).
+func machineBusy() time.Duration {
+	st, err := procfs.NewStat()
+	if err != nil {
+		return 0
+	}
+	c := st.CPUTotal
+	return time.Duration((c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal) * float64(time.Second))
+}
+
+// loadAvg is the 1-minute load average.
+func loadAvg() float64 {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0
+	}
+	l, err := fs.LoadAvg()
+	if err != nil {
+		return 0
+	}
+	return l.Load1
+}
+
+func cpuModel() string {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return ""
+	}
+	cpus, err := fs.CPUInfo()
+	if err != nil || len(cpus) == 0 {
+		return ""
+	}
+	return cpus[0].ModelName
+}
+
+// revision is the vcs revision stamped into the binary, if any, "+dirty"
+// when modified.
+func revision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			rev = s.Value
+		} else if s.Key == "vcs.modified" && s.Value == "true" {
+			dirty = "+dirty"
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	return rev + dirty
 }
