@@ -6,11 +6,11 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sync/errgroup"
 )
 
 // callFunc makes one call as caller i.
@@ -94,12 +94,9 @@ func (l Load) Throughput() float64 {
 // first error stops every caller and is returned. fn's context is ctx,
 // bounded at dur plus bound.
 func Generate(ctx context.Context, dur, bound time.Duration, callers int, fn func(ctx context.Context, i int) error) (Load, error) {
-	l := Load{Window: dur}
 	var stop atomic.Bool
 	var counted, total atomic.Int64
-	var once sync.Once
-	var first error
-	var wg sync.WaitGroup
+	var g errgroup.Group
 	ctx, cancel := context.WithTimeout(ctx, dur+bound)
 	defer cancel()
 	t0 := time.Now()
@@ -108,25 +105,25 @@ func Generate(ctx context.Context, dur, bound time.Duration, callers int, fn fun
 	defer context.AfterFunc(ctx, func() { stop.Store(true) })()
 	labelled(ctx, partClient, func(ctx context.Context) {
 		for i := range callers {
-			wg.Go(func() {
+			g.Go(func() error {
 				for !stop.Load() {
 					if err := fn(ctx, i); err != nil {
-						once.Do(func() { first = err })
 						stop.Store(true)
-						return
+						return err
 					}
 					total.Add(1)
 					if !stop.Load() {
 						counted.Add(1)
 					}
 				}
+				return nil
 			})
 		}
 	})
-	wg.Wait()
-	l.Wall, l.Counted, l.Total = time.Since(t0), counted.Load(), total.Load()
-	if first != nil {
-		return l, fmt.Errorf("bench: %d callers: %w", callers, first)
+	err := g.Wait()
+	l := Load{Window: dur, Wall: time.Since(t0), Counted: counted.Load(), Total: total.Load()}
+	if err != nil {
+		return l, fmt.Errorf("bench: %d callers: %w", callers, err)
 	}
 	return l, nil
 }
