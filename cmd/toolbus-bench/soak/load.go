@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/toolbus/toolbus/bench"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -315,9 +313,8 @@ type soakAgent struct {
 	cl   *client.Client
 }
 
-func (l *soakLoad) newAgent(i int, nc *nats.Conn) *soakAgent {
-	return &soakAgent{i: i, r: rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano()))),
-		cl: client.New(nc, client.Config{Prefix: l.o.Prefix, Source: fmt.Sprintf("soak/agent%d", i)})}
+func (l *soakLoad) newAgent(i int, cl *client.Client) *soakAgent {
+	return &soakAgent{i: i, r: rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano()))), cl: cl}
 }
 
 // batch makes a's next batch and runs it to its end (or gives it up);
@@ -421,8 +418,7 @@ func (l *soakLoad) wait(stop context.Context, b *soakBatch, d time.Duration) {
 
 // events follows every session's events through the events stream (an
 // ordered consumer, so a node loss does not skip any).
-func (l *soakLoad) events(ctx context.Context, nc *nats.Conn) error {
-	cl := client.New(nc, client.Config{Prefix: l.o.Prefix, Source: "soak/events"})
+func (l *soakLoad) events(ctx context.Context, cl *client.Client) error {
 	evs, err := cl.Replay(ctx, "*")
 	if err != nil {
 		return err

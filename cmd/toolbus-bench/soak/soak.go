@@ -204,7 +204,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	if err != nil {
 		return nil, err
 	}
-	if err := l.events(runCtx, enc); err != nil {
+	if err := l.events(runCtx, client.New(enc, client.Config{Prefix: o.Prefix, Source: "soak/events"})); err != nil {
 		return nil, err
 	}
 	if err := l.appr.follow(runCtx); err != nil {
@@ -217,7 +217,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 		if err != nil {
 			return nil, err
 		}
-		agents[i] = l.newAgent(i, nc)
+		agents[i] = l.newAgent(i, client.New(nc, client.Config{Prefix: o.Prefix, Source: fmt.Sprintf("soak/agent%d", i)}))
 	}
 	loadCtx, endLoad := context.WithTimeout(ctx, o.Duration)
 	defer endLoad()
