@@ -401,8 +401,7 @@ func (d *deployment) profile(ctx context.Context, files map[string]string, dur t
 	roles := slices.Sorted(maps.Keys(files))
 	before := map[string]childStats{}
 	for _, role := range roles {
-		file := files[role]
-		st, err := d.stats(ctx, role, ctlRequest{Profile: &file})
+		st, err := d.stats(ctx, role, ctlRequest{Profile: new(files[role])})
 		if err != nil {
 			return nil, err
 		}
@@ -412,8 +411,7 @@ func (d *deployment) profile(ctx context.Context, files map[string]string, dur t
 	errs := []error{lerr}
 	var out []Profile
 	for _, role := range roles {
-		off := ""
-		after, err := d.stats(ctx, role, ctlRequest{Profile: &off})
+		after, err := d.stats(ctx, role, ctlRequest{Profile: new("")}) // stops the profile
 		p := Profile{Role: role, File: files[role], Callers: callers, Calls: l.Total, Seconds: l.Wall.Seconds(),
 			CPUUSPerCall: perCallOf(float64(after.CPUNS-before[role].CPUNS)/1e3, l.Total)}
 		if err == nil {
