@@ -77,11 +77,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	if *asJSON {
-		return writeJSON(stdout, rep)
-	}
-	rep.WriteTable(stdout)
-	return nil
+	return printReport(stdout, rep, *asJSON)
 }
 
 // progressLogf is the logf of -v: timestamped lines on w, after prefix;
@@ -95,11 +91,15 @@ func progressLogf(w io.Writer, verbose bool, prefix string) func(format string, 
 	}
 }
 
-// writeJSON prints v as one indented JSON object.
-func writeJSON(w io.Writer, v any) error {
+// printReport prints rep as one indented JSON object, or as its tables.
+func printReport(w io.Writer, rep interface{ WriteTable(io.Writer) }, asJSON bool) error {
+	if !asJSON {
+		rep.WriteTable(w)
+		return nil
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return enc.Encode(rep)
 }
 
 // runSoak is toolbus soak: flags in, package soak runs, the report out.
@@ -180,12 +180,8 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	} else {
 		_ = os.RemoveAll(o.Dir)
 	}
-	if asJSON {
-		if err := writeJSON(stdout, rep); err != nil {
-			return err
-		}
-	} else {
-		rep.Write(stdout)
+	if err := printReport(stdout, rep, asJSON); err != nil {
+		return err
 	}
 	if failed {
 		return fmt.Errorf("soak: %d lost, %d duplicated, %d parked lost, %d wrong results, %d batches without batch.done (logs in %s)",

@@ -485,8 +485,8 @@ func percentiles(d []time.Duration) (p50, p99 float64) {
 	return ms(0.5), ms(0.99)
 }
 
-// Write prints the report as text.
-func (r *Report) Write(w io.Writer) {
+// WriteTable prints the report as text.
+func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "soak: %.0f s on %s (prefix %s, binaries %s)\n", r.DurationS, r.NATS, r.Prefix, r.Binaries)
 	fmt.Fprintf(w, "  calls %d in %d batches over %d sessions (%d re-sends): completed %d, succeeded %d\n",
 		r.Calls, r.Batches, r.Sessions, r.Resends, r.Completed, r.Succeeded)
