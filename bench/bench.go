@@ -280,9 +280,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Sessions = SessionMemory{Memory: s.Memory, HeapBytesPerSession: (s.HeapMiBAfter - s.HeapMiBBefore) * (1 << 20) / float64(s.Count)}
 	rep.RouterRSSMiB10k, rep.RouterHeapMiB10k = rep.Sessions.RSSMiBAfter, rep.Sessions.HeapMiBAfter
 
-	rep.finish()
-	rep.Machine.LoadAvgEnd = loadAvg()
-	rep.ElapsedS = time.Since(start).Seconds()
+	rep.finish(start)
 	return rep, nil
 }
 
@@ -305,9 +303,7 @@ func RunCross(ctx context.Context, opts Options) (*CrossReport, error) {
 		}
 		rep.Runs = append(rep.Runs, run)
 	}
-	rep.finish()
-	rep.Machine.LoadAvgEnd = loadAvg()
-	rep.ElapsedS = time.Since(start).Seconds()
+	rep.finish(start)
 	return rep, nil
 }
 

@@ -52,13 +52,11 @@ func (m *mcpHTTP) serve() (string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", m.streamable)
 	m.hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	m.served.Add(1)
-	go func() {
-		defer m.served.Done()
+	m.served.Go(func() {
 		if err := m.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Debug("bench: mcp server", "err", err)
 		}
-	}()
+	})
 	return "http://" + ln.Addr().String() + "/mcp", nil
 }
 

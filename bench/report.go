@@ -342,8 +342,10 @@ func (ts *targets) add(name, what string, v float64, op string, limit float64) {
 	ts.list = append(ts.list, Target{Name: name, What: what, Value: v, Op: op, Limit: limit, Met: met, Issue: ts.issue})
 }
 
-// finish computes the ratios and checks the targets.
-func (r *Report) finish() {
+// finish computes the ratios and checks the targets, and notes the end
+// of a run that began at start.
+func (r *Report) finish(start time.Time) {
+	r.Machine.LoadAvgEnd, r.ElapsedS = loadAvg(), time.Since(start).Seconds()
 	top, mid := strconv.Itoa(r.Config.Callers[len(r.Config.Callers)-1]), strconv.Itoa(r.Config.CostCallers)
 	ws := r.Config.Workers
 	r.Ratios = Ratios{
@@ -380,8 +382,10 @@ func (r *Report) finish() {
 	r.Targets = t.list
 }
 
-// finish computes each run's ratios and targets and their spread.
-func (r *CrossReport) finish() {
+// finish computes each run's ratios and targets and their spread, and
+// notes the end of the comparison that began at start.
+func (r *CrossReport) finish(start time.Time) {
+	r.Machine.LoadAvgEnd, r.ElapsedS = loadAvg(), time.Since(start).Seconds()
 	top, mid := strconv.Itoa(r.Config.Callers[len(r.Config.Callers)-1]), strconv.Itoa(r.Config.CostCallers)
 	for i := range r.Runs {
 		run := &r.Runs[i]
