@@ -111,7 +111,7 @@ type Worker struct {
 	off    *offload.Offloader
 
 	// The parts: the table of calls accepted, running and cancelled
-	// (exec.go), the registrations and heartbeats (serve.go), and the
+	// (calls.go), the registrations and heartbeats (serve.go), and the
 	// executor that runs one call and makes its result (exec.go).
 	calls *callTable
 	reg   *registrar

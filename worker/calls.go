@@ -1,0 +1,182 @@
+package worker
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// callTable is what the worker knows of its calls: those accepted, from
+// arrival to reply (listed in every beat, so routers see which calls a
+// live worker holds), those running (cancellable by key), and the
+// cancels seen lately. Safe for concurrent use.
+type callTable struct {
+	subj bus.Subjects
+
+	// linger is how long an answered call stays listed in the beats
+	// (answered): its reply may reach a loaded router after a beat that no
+	// longer lists it, and a router ends a call that no live worker lists
+	// (docs/protocol.md 5.7).
+	linger time.Duration
+
+	mu        sync.Mutex
+	inflight  map[string]*Call     // bus.CallKey → call
+	queued    map[string]string    // bus.CallKey → tool, from arrival to reply
+	answered  map[string]answered  // bus.CallKey → tool and when, for linger after its reply
+	cancelled map[string]time.Time // keys of cancels seen lately: bus.CallKey, with an empty call id for a whole reply
+}
+
+func newCallTable(subj bus.Subjects) *callTable {
+	return &callTable{subj: subj, inflight: map[string]*Call{}, queued: map[string]string{}, answered: map[string]answered{},
+		cancelled: map[string]time.Time{}}
+}
+
+// answered is a call answered at, listed until linger has passed.
+type answered struct {
+	tool string
+	at   time.Time
+}
+
+// queue lists call key of tool from its arrival; unqueue ends that once
+// it is answered.
+func (ct *callTable) queue(key, tool string) {
+	ct.mu.Lock()
+	ct.queued[key] = tool
+	delete(ct.answered, key)
+	ct.mu.Unlock()
+}
+
+func (ct *callTable) unqueue(key string) {
+	ct.mu.Lock()
+	if tool, ok := ct.queued[key]; ok && ct.linger > 0 {
+		ct.answered[key] = answered{tool: tool, at: time.Now()}
+	}
+	delete(ct.queued, key)
+	ct.mu.Unlock()
+}
+
+// queuedLen counts the calls accepted and not yet answered.
+func (ct *callTable) queuedLen() int {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	return len(ct.queued)
+}
+
+// queuedByTool is the registration's "inflight": per tool, the keys of
+// its calls accepted and not yet answered, and of those answered less
+// than linger ago.
+func (ct *callTable) queuedByTool() map[string][]string {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	out := map[string][]string{}
+	for key, tool := range ct.queued { // accepted, running or waiting for a slot
+		out[tool] = append(out[tool], key)
+	}
+	now := time.Now()
+	for key, a := range ct.answered {
+		if now.Sub(a.at) >= ct.linger {
+			delete(ct.answered, key)
+		}
+	}
+	if over := len(ct.answered) - maxAnswered; over > 0 {
+		ct.dropOldest(over)
+	}
+	for key, a := range ct.answered {
+		out[a.tool] = append(out[a.tool], key)
+	}
+	return out
+}
+
+// maxAnswered bounds the answered calls a beat lists, the newest kept: a
+// busy worker's beat would otherwise grow with its call rate (2,700 calls/s
+// over a 15 s linger pass the server's 1 MiB payload limit, and routers
+// would count the worker gone). A dropped key was answered earlier than
+// every listed one, so its reply is the likeliest to have arrived.
+const maxAnswered = 2048
+
+// dropOldest unlists the n answered calls answered first.
+func (ct *callTable) dropOldest(n int) {
+	keys := make([]string, 0, len(ct.answered))
+	for key := range ct.answered {
+		keys = append(keys, key)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return ct.answered[a].at.Compare(ct.answered[b].at) })
+	for _, key := range keys[:n] {
+		delete(ct.answered, key)
+	}
+}
+
+// begin lists c as running under key and reports whether a cancel of it,
+// or of its whole reply, came first (the cancel overtook the request).
+func (ct *callTable) begin(key string, c *Call) (cancelled bool) {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	ct.inflight[key] = c
+	if len(ct.cancelled) == 0 {
+		return false // the usual case: no key to build
+	}
+	_, replyCancelled := ct.cancelled[bus.CallKey(c.SessionID, c.ReplyID, "")]
+	_, callCancelled := ct.cancelled[key]
+	return replyCancelled || callCancelled
+}
+
+// end unlists c, unless another call took its key since.
+func (ct *callTable) end(key string, c *Call) {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if ct.inflight[key] == c {
+		delete(ct.inflight, key)
+	}
+}
+
+// onCancel takes a cancel of P.cancel.<session>: it cancels the named
+// calls running (all of the reply's without names) and remembers the
+// cancel for cancelMemory, so a request still on its way never starts.
+func (ct *callTable) onCancel(m *nats.Msg) {
+	session, ok := ct.subj.Token(m.Subject, "cancel")
+	if !ok {
+		return
+	}
+	e, err := bus.Decode(m)
+	if err != nil || e.Type != bus.TypeCallCancel || e.ReplyID == "" {
+		return
+	}
+	var c bus.Cancel
+	if len(e.Data) > 0 {
+		_ = json.Unmarshal(e.Data, &c)
+	}
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	now := time.Now()
+	for k, at := range ct.cancelled {
+		if now.Sub(at) > cancelMemory {
+			delete(ct.cancelled, k)
+		}
+	}
+	if len(c.Calls) == 0 {
+		ct.cancelled[bus.CallKey(session, e.ReplyID, "")] = now
+	}
+	for _, id := range c.Calls {
+		ct.cancelled[bus.CallKey(session, e.ReplyID, id)] = now
+	}
+	if len(c.Calls) == 0 {
+		prefix := bus.CallKey(session, e.ReplyID, "") // identifiers hold no dots
+		for k, call := range ct.inflight {
+			if len(k) > len(prefix) && strings.HasPrefix(k, prefix) {
+				call.abort()
+			}
+		}
+		return
+	}
+	for _, id := range c.Calls {
+		if call, ok := ct.inflight[bus.CallKey(session, e.ReplyID, id)]; ok {
+			call.abort()
+		}
+	}
+}
