@@ -44,13 +44,9 @@ type RouterSources struct {
 
 // NewRouter registers a router's metrics on reg (a fresh registry when nil).
 func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	m := &Router{
-		Calls: counterVec("toolbus_router_calls_total", "Finished tool calls by tool and result state.", "tool", "state"),
-		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "toolbus_router_call_duration_seconds",
-			Help: "Time from a call's batch arriving to its result, by tool (parked calls excluded).", Buckets: latencyBuckets}, []string{"tool"}),
+		Calls:    counterVec("toolbus_router_calls_total", "Finished tool calls by tool and result state.", "tool", "state"),
+		Latency:  latencyVec("toolbus_router_call_duration_seconds", "Time from a call's batch arriving to its result, by tool (parked calls excluded)."),
 		Batches:  prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_batches_total", Help: "Batches accepted."}),
 		Rejected: counterVec("toolbus_router_rejected_total", "Messages answered with io.toolbus.error, by code.", "code"),
 		DedupeHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_dedupe_hits_total",
@@ -74,9 +70,7 @@ func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
 		cs = append(cs, &liveWorkers{f: src.LiveWorkers, desc: prometheus.NewDesc("toolbus_live_workers",
 			"Live workers per tool.", []string{"tool"}, nil)})
 	}
-	for _, c := range cs {
-		_ = reg.Register(c)
-	}
+	register(reg, cs...)
 	return m
 }
 
@@ -106,23 +100,17 @@ type Worker struct {
 // NewWorker registers a worker's metrics on reg (a fresh registry when nil);
 // slots is the worker's MaxConcurrent, shown as toolbus_worker_slots.
 func NewWorker(reg prometheus.Registerer, slots int) *Worker {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	m := &Worker{
-		calls: counterVec("toolbus_worker_calls_total", "Calls run by this worker, by tool and result state.", "tool", "state"),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "toolbus_worker_call_duration_seconds",
-			Help: "Run time of calls on this worker, by tool.", Buckets: latencyBuckets}, []string{"tool"}),
+		calls:    counterVec("toolbus_worker_calls_total", "Calls run by this worker, by tool and result state.", "tool", "state"),
+		latency:  latencyVec("toolbus_worker_call_duration_seconds", "Run time of calls on this worker, by tool."),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_inflight", Help: "Calls running now."}),
 		waiting:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_waiting", Help: "Requests waiting for a free slot."}),
 		rejected: counterVec("toolbus_worker_rejected_total",
 			"Registrations of a tool that the routers rejected, by tool: the worker does not serve it until one is accepted.", "tool"),
 		busy: counterVec("toolbus_worker_busy_total", "Requests answered busy, by tool: every slot was busy and too many calls were waiting.", "tool"),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inflight, m.waiting, m.rejected, m.busy,
-		gaugeFunc("toolbus_worker_slots", "MaxConcurrent: calls this worker runs at once.", func() int { return slots })} {
-		_ = reg.Register(c)
-	}
+	register(reg, m.calls, m.latency, m.inflight, m.waiting, m.rejected, m.busy,
+		gaugeFunc("toolbus_worker_slots", "MaxConcurrent: calls this worker runs at once.", func() int { return slots }))
 	return m
 }
 
@@ -144,6 +132,20 @@ func (m *Worker) Rejected(tool, _ string) { m.rejected.WithLabelValues(tool).Inc
 
 // Busy counts a request of tool answered busy (worker.BusyObserver).
 func (m *Worker) Busy(tool string) { m.busy.WithLabelValues(tool).Inc() }
+
+// register registers cs on reg; a nil reg is a fresh registry nobody reads.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	for _, c := range cs {
+		_ = reg.Register(c)
+	}
+}
+
+func latencyVec(name, help string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets}, []string{"tool"})
+}
 
 func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
