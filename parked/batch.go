@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -229,22 +228,6 @@ func (s *conts) cancel(ctx context.Context, session, replyID string, ids []strin
 		return nil
 	}
 	return err
-}
-
-// renew renews the lease of every continuation this router holds; one
-// that another router took over, or that moved on, is let go.
-func (s *conts) renew(ctx context.Context, now time.Time) error {
-	return s.leases.renew(func(key string) error {
-		session, replyID, _ := strings.Cut(key, ".")
-		_, err := s.update(ctx, session, replyID, func(b *Batch) error {
-			if b.Owner != s.cfg.Owner || !b.Active() {
-				return errNotOwner
-			}
-			b.Touched = now.UTC()
-			return nil
-		})
-		return err
-	})
 }
 
 // takeOver claims the active batches whose owner has not renewed its lease

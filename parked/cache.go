@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -15,10 +16,9 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// callCache is the watch-fed cache of the parked call records: those in
-// status parked (with a tombstone per key that left, kept goneMemory) and
-// those in status answered, whose lease another router may take over.
-// Calls notes its own writes in it (note). Safe for concurrent use.
+// callCache is the watch-fed cache of the call records in status parked
+// and in status answered (whose lease another router may take over), with
+// this router's own writes noted. Safe for concurrent use.
 type callCache struct {
 	src jetstream.KeyValue // P_parked, watched on keys *.*.*
 	log *slog.Logger
@@ -33,7 +33,6 @@ func newCallCache(kv jetstream.KeyValue, log *slog.Logger) *callCache {
 	return &callCache{src: kv, log: log, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}}
 }
 
-// start loads the cache of parked records and keeps it fed.
 func (c *callCache) start(ctx context.Context) (err error) {
 	c.watch, err = watch(ctx, c.src, "*.*.*", c.apply)
 	return err
@@ -76,8 +75,8 @@ func (c *callCache) apply(e jetstream.KeyValueEntry) {
 	}
 }
 
-// note caches a copy of r (callers change theirs; the watch reads the cached ones), which this router just wrote at r.Rev under
-// key: listed while parked, a tombstone once it left.
+// note caches a copy of r, which this router just wrote at r.Rev (callers
+// change theirs).
 func (c *callCache) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -88,8 +87,6 @@ func (c *callCache) note(key string, r *Record) {
 	}
 }
 
-// list returns the parked records of a session ("" for all), optionally of
-// one reply id, oldest first, from the cache.
 func (c *callCache) list(session, replyID string) []*Record {
 	out := c.where(func(r *Record) bool {
 		return (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID)
@@ -98,12 +95,10 @@ func (c *callCache) list(session, replyID string) []*Record {
 	return out
 }
 
-// expired returns the parked records whose time is up.
 func (c *callCache) expired(now time.Time) []*Record {
 	return c.where(func(r *Record) bool { return now.After(r.Expires) })
 }
 
-// where returns the cached parked records that keep says to.
 func (c *callCache) where(keep func(*Record) bool) []*Record {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -131,9 +126,8 @@ func (c *callCache) answeredBefore(cutoff time.Time) []string {
 }
 
 // callKey and batchKey are the two kinds of P_parked key whose leases a
-// router renews: an answered call (<session>.<replyid>.<callid>) and a
-// continuation (<session>.<replyid>). Each has its own leaseSet, so
-// nothing tells them apart by counting dots.
+// router renews (an answered call, a continuation), so nothing tells them
+// apart by counting dots.
 type (
 	callKey  string
 	batchKey string
@@ -169,11 +163,7 @@ func (l *leaseSet[K]) holds(k K) bool {
 func (l *leaseSet[K]) held() []K {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]K, 0, len(l.keys))
-	for k := range l.keys {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(l.keys))
 }
 
 // renew runs touch on every key held and lets go of those that moved on
@@ -189,6 +179,20 @@ func (l *leaseSet[K]) renew(touch func(key string) error) (failed error) {
 		}
 	}
 	return failed
+}
+
+// renewOwned renews, with compare-and-set, the lease of every record of l
+// that this router still owns (touch renews it and reports whether it does).
+func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l *leaseSet[K], p store.Policy, touch func(*T) bool) error {
+	return l.renew(func(key string) error {
+		_, _, err := cas(ctx, kv, key, p, errNotOwner, func(v *T) error {
+			if !touch(v) {
+				return errNotOwner
+			}
+			return nil
+		})
+		return err
+	})
 }
 
 var errNotOwner = errors.New("parked: not the owner")

@@ -224,21 +224,6 @@ func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(
 	return r, nil
 }
 
-// renew renews the lease of every answered call this router makes the
-// result of; one that moved on is let go.
-func (s *calls) renew(ctx context.Context, now time.Time) error {
-	return s.leases.renew(func(key string) error {
-		_, _, err := cas(ctx, s.kv, key, store.Bounded, errNotOwner, func(r *Record) error {
-			if r.Status != bus.ParkAnswered || r.Owner != s.cfg.Owner {
-				return errNotOwner
-			}
-			r.Touched = now.UTC()
-			return nil
-		})
-		return err
-	})
-}
-
 // takeOverAnswers claims the answered calls whose router has not renewed
 // its lease since cutoff: it died after taking the answer and before
 // making the call's result (a confirmed call it was running never

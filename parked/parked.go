@@ -1,17 +1,11 @@
 // Package parked is the one machine of calls that wait for someone outside
-// the bus — a person's confirmation, or an external tool a person or
-// another system executes — and of the batches they belong to
-// (docs/protocol.md 6, docs/parked.md). Only this package writes or decodes
-// its records in P_parked: a call's record (bus.ParkRecord, key
-// <session>.<replyid>.<callid>) and its batch's continuation (Batch, key
-// <session>.<replyid>).
-//
-// The router drives the machine with its verbs — Park, Settle, Answer,
-// Resume, Expire, Cancel, TakeOver — and acts on the typed outcome each
-// returns: a verdict on an answer, the records an expiry or a cancel ended,
-// whether this router now resumes the batch. Every transition is one
-// compare-and-set, so routers that race agree on one winner, and answers
-// may reach any router, hours later, after restarts.
+// the bus — a person's confirmation, or an external tool — and of the
+// batches they belong to (docs/protocol.md 6, docs/parked.md). Only this
+// package writes or decodes its records in P_parked: a call's record (key
+// <session>.<replyid>.<callid>) and its batch's continuation (key
+// <session>.<replyid>). The router drives it with verbs that return typed
+// outcomes; every transition is one compare-and-set, so racing routers
+// agree on one winner.
 package parked
 
 import (
@@ -34,14 +28,13 @@ type Config struct {
 	// TTL is how long a call stays parked before it expires with a timeout
 	// result; zero means DefaultTTL.
 	TTL time.Duration
-	// Owner is the id of the router using the store: the owner it writes
-	// into the continuations and answered calls it works on, and whose
-	// leases it renews.
+	// Owner is the id of the router using the store, written as the owner
+	// of the work it leases.
 	Owner string
 	// Source is the router's CloudEvents source, of the handoff requests.
 	Source string
-	// Publish, when set, publishes the live handoff requests with core
-	// NATS (docs/protocol.md 6.2); nil publishes none.
+	// Publish publishes the live handoff requests (docs/protocol.md 6.2);
+	// nil publishes none.
 	Publish func(*nats.Msg) error
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
@@ -50,15 +43,13 @@ type Config struct {
 // DefaultTTL is how long a call stays parked when Config.TTL is zero.
 const DefaultTTL = 24 * time.Hour
 
-// Store is the parked calls of one deployment and the continuations of the
-// batches they belong to, over P_parked. It is safe for concurrent use.
+// Store is the parked calls and continuations of one deployment, over
+// P_parked. It is safe for concurrent use.
 type Store struct {
 	calls *calls
 	conts *conts
 	cfg   Config
-	// Read reads records and continuations: from the watch-fed cache
-	// (Parked) or the store (Get, Batch, Continuation).
-	Read Reads
+	Read  Reads // reads from the watch-fed cache (Parked) or the store
 }
 
 // Reads reads a Store's records and continuations; it writes nothing.
@@ -85,8 +76,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	return s
 }
 
-// Start loads the caches of parked records and of continuations and keeps
-// them fed.
+// Start loads the caches of records and continuations and keeps them fed.
 func (s *Store) Start(ctx context.Context) error {
 	if err := s.calls.start(ctx); err != nil {
 		return err
@@ -98,58 +88,55 @@ func (s *Store) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the watches, waiting for them until ctx ends; safe to call
-// twice.
+// Stop ends the watches; safe to call twice.
 func (s *Store) Stop(ctx context.Context) error {
 	return store.StopAll(ctx, s.calls.watch, s.conts.watch)
 }
 
 // Renew renews the lease of every continuation and answered call this
-// router holds. One that another router took over, or that moved on, is
-// let go.
+// router holds; one taken over or moved on is let go.
 func (s *Store) Renew(ctx context.Context, now time.Time) error {
-	return errors.Join(s.conts.renew(ctx, now), s.calls.renew(ctx, now))
+	owner, at := s.cfg.Owner, now.UTC()
+	return errors.Join(
+		renewOwned(ctx, s.conts.kv, &s.conts.leases, store.UntilLanded, func(b *Batch) bool {
+			b.Touched = at
+			return b.Owner == owner && b.Active()
+		}),
+		renewOwned(ctx, s.calls.kv, &s.calls.leases, store.Bounded, func(r *Record) bool {
+			r.Touched = at
+			return r.Status == bus.ParkAnswered && r.Owner == owner
+		}))
 }
 
-// A Run is what a batch parks: the calls of its current run that wait,
-// as the router decided them (Session, ReplyID, Call, Kind, User, Context,
-// SuggestedRules, Reason, RequestScoped set), with the batch's results so
-// far and the index of the first call after the run.
+// A Run is what a batch parks: the waiting calls of its current run, the
+// batch's results so far and the index of the first call after the run.
 type Run struct {
-	// Batch is the batch's continuation: a new one (never parked) or the
-	// one the batch resumed from.
-	Batch   *Batch
+	Batch   *Batch // a new continuation, or the one the batch resumed from
 	Calls   []*Record
 	Results map[string]bus.Result
 	Next    int
 	// Alone: nothing else of the run runs, so the continuation is written
 	// waiting for answers (PhaseParked) and the run needs no Settle.
 	Alone bool
-	// Announce, when set, is called with the records written, before
-	// their handoff requests go out (the call.parked event goes out there,
-	// so it precedes every handler's answer and its events).
+	// Announce, when set, is called with the records written before their
+	// handoff requests go out (so call.parked precedes every answer).
 	Announce func([]*Record)
 }
 
 // Parking is what Park did.
 type Parking struct {
-	// Before: an earlier copy of the batch parked first (a re-sent batch);
-	// nothing was written and Batch is that copy's continuation (nil when
-	// it could not be read).
+	// Before: an earlier copy of the batch parked first; nothing was
+	// written and Batch is that copy's continuation (nil: unreadable).
 	Before bool
 	Batch  *Batch
-	// Parked are the calls now parked; Failed, by id, those that could
-	// not be, with what went wrong.
 	Parked []*Record
-	Failed map[string]error
+	Failed map[string]error // by call id: the calls that could not park
 }
 
 // Park records the run's continuation, then its calls' records, then
 // publishes their live handoff requests (docs/protocol.md 6.1, 6.2). A
-// batch whose only wait is one call, with nothing of it left to run,
-// carries its continuation in that call's record: one write. An error
-// means nothing parked: the continuation (or that record) could not be
-// written.
+// batch whose only wait is its last call carries its continuation in that
+// call's record: one write. An error means nothing parked.
 func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	waiting := make([]string, len(run.Calls))
 	for i, r := range run.Calls {
@@ -203,16 +190,13 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 }
 
 // carries reports whether run's batch may live in its one parked call's
-// record: a new batch, nothing else of the run running, one call waiting
-// and none after it.
+// record: a new batch whose last call alone waits.
 func carries(run Run) bool {
 	return run.Batch.rev == 0 && run.Alone && len(run.Calls) == 1 && run.Next >= len(run.Batch.Data.Calls)
 }
 
-// parkCarried parks run's one call with the batch's continuation inside
-// its record (Record.Batch), waiting for the answer: the create is the
-// only write. A conflict is a first copy of the batch that parked this
-// call already.
+// parkCarried parks run's one call with the continuation inside its record:
+// one create. A conflict is a first copy of the batch that parked already.
 func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Parking, error) {
 	b, r := run.Batch, run.Calls[0]
 	b.Results, b.Waiting, b.Next = run.Results, waiting, run.Next
@@ -237,8 +221,6 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 	return Parking{Batch: b, Parked: []*Record{r}}, nil
 }
 
-// announce runs run.Announce with the records written, then publishes
-// their live requests.
 func (c *calls) announce(run Run, recs []*Record) {
 	if run.Announce != nil {
 		run.Announce(recs)
@@ -282,10 +264,9 @@ func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
 	return s.Batch(ctx, rec.Session, rec.ReplyID)
 }
 
-// Settle ends the run that parked calls: the run's results join the
-// continuation, and the batch waits for its answers (resume false), or,
-// when every answer came in during the run, this router goes on with it
-// (resume true, the lease held).
+// Settle ends the run that parked calls: its results join the continuation,
+// and the batch waits for its answers, or, when every answer came in during
+// the run, this router resumes it (true, the lease held).
 func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
 	b, err := s.conts.update(ctx, session, replyID, func(b *Batch) error {
 		for id, res := range results {
@@ -316,8 +297,8 @@ const (
 	Confirmed                // a confirmed call runs on this router, under a lease: parked → answered
 )
 
-// Decide validates an answer against the record it answers, may rewrite
-// either, and returns its verdict (and, for Done, the result).
+// Decide validates an answer against its record, may rewrite either, and
+// returns its verdict (and, for Done, the result).
 type Decide func(*Record, *bus.Answer) (Verdict, bus.Result, error)
 
 // Answered is what Answer did.
@@ -327,18 +308,14 @@ type Answered struct {
 	Answer  *bus.Answer // the winning answer, as decide left it
 }
 
-// Resume records a call's result in its batch: first in the call's
-// record when it was answered and ran here (answered → done); then report
-// runs (the call.result event goes out there) with the continuation as it
-// was read (nil when unreadable), and the result joins the continuation.
-// The one completion that finds every awaited call done resumes the batch:
-// resume true. When nothing of the batch is left to run, that completion
-// is the continuation's removal (one compare-and-set delete; the router
-// then only publishes batch.done, and Finish writes nothing); otherwise the
-// result is added and this router holds the lease. A call that carries its
-// batch (its only wait) resumes it with no write: only the router whose
-// transition ended the call calls Resume. report is skipped when another
-// router closed the answered call (it took it over and reports it).
+// Resume records a call's result in its batch: in the call's record when it
+// was answered and ran here (answered → done), then report runs with the
+// continuation as read (nil: unreadable), then the result joins the
+// continuation. The completion that finds every awaited call done resumes
+// the batch (true): with nothing left to run it is the continuation's
+// compare-and-set delete, else the result is added under this router's
+// lease; a carried batch resumes with no write. report is skipped when
+// another router closed the answered call (docs/parked.md).
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
@@ -349,18 +326,14 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 				return nil, false, err
 			}
 			if len(rec.Batch) > 0 {
-				// Only the close would say this router ended the call: a
-				// router that cannot write resumes nothing (the one that
-				// takes the answer over does).
+				// Only the close says this router ended the call: the one
+				// that takes the answer over resumes it.
 				return nil, false, fmt.Errorf("parked: answered call %s not closed: %w", rec.Key(), err)
 			}
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
 		}
 	}
-	if cont := carried(rec); cont != nil {
-		// The batch waited for this call alone, and the transition that
-		// ended the call (this router's) decided it: resume, nothing to
-		// write.
+	if cont := carried(rec); cont != nil { // it waited for this call alone: nothing to write
 		report(cont)
 		cont.Results[rec.Call.ID] = res
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
@@ -376,9 +349,8 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
 }
 
-// Expire takes the parked calls whose time is up out of parked with a
-// timeout result; it returns those this router ended (when several routers
-// try, one wins).
+// Expire ends the parked calls whose time is up with a timeout result; it
+// returns those this router ended.
 func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 	var out []*Record
 	for _, r := range s.calls.expired(now) {
@@ -390,10 +362,9 @@ func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 	return out
 }
 
-// Cancel interrupts the parked calls of a reply (all when ids is empty):
-// it marks the continuation so that its queued calls never run, and takes
-// the parked ones out of parked with an interrupted result. It returns the
-// calls this router ended.
+// Cancel interrupts the calls of a reply (all when ids is empty): it marks
+// the continuation so queued calls never run and ends the parked ones as
+// interrupted. It returns the calls this router ended.
 func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) ([]*Record, error) {
 	recs := s.calls.list(session, replyID)
 	if len(recs) == 0 {
@@ -414,10 +385,8 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 }
 
 // TakeOver claims the work of routers that stopped renewing their leases
-// since cutoff: the continuations they were running (this router now
-// repairs them) and the answered calls whose confirmed run never reported
-// (this router settles them again; the ledger keeps a side effect from
-// repeating). The compare-and-set picks one router per record.
+// since cutoff: the continuations they ran (to repair) and the answered
+// calls whose confirmed run never reported (to settle again).
 func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) ([]*Batch, []*Record) {
 	return s.conts.takeOver(ctx, cutoff), s.calls.takeOverAnswers(ctx, cutoff)
 }
@@ -434,17 +403,15 @@ func (s *Store) Finish(ctx context.Context, b *Batch) error {
 	return nil
 }
 
-// Release stops renewing the lease of a batch this router works on (a
-// drain cut it off, or its record is unusable): once the lease is stale
+// Release stops renewing the lease of a batch this router works on, so
 // another router takes it over.
 func (s *Store) Release(b *Batch) { s.conts.leases.release(batchKey(b.Key())) }
 
-// Parked returns the parked records of a session ("" for all), optionally
-// of one reply id, oldest first, from the watch-fed cache.
+// Parked returns the parked records of a session ("" for all), of one reply
+// id when given, oldest first, from the cache.
 func (s Reads) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
 
-// Get reads a call's record (bus.CallKey) from the store, through the
-// leader: a re-sent batch learns there what its first copy parked.
+// Get reads a call's record (bus.CallKey) from the store.
 func (s Reads) Get(ctx context.Context, key string) (*Record, error) {
 	r, rev, err := read[Record](ctx, s.calls.kv, key)
 	if r != nil {
