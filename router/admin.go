@@ -108,16 +108,9 @@ func (x *adminVerbs) onAdmin(m *nats.Msg) {
 func (x *adminVerbs) run(ctx context.Context, verb string, e *bus.Event) (any, error) {
 	switch verb {
 	case "tools.delete":
-		var d struct {
-			Name string `json:"name"`
-		}
-		if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
-			return nil, bus.Errorf(bus.CodeBadRequest, "tools.delete wants {\"name\": <tool name>}")
-		}
-		if err := x.reg.Delete(ctx, d.Name); err != nil {
-			return nil, err
-		}
-		return map[string]any{"deleted": d.Name}, nil
+		return deleteNamed(ctx, e, verb, "tool", x.reg.Delete)
+	case "groups.delete":
+		return deleteNamed(ctx, e, verb, "group", x.groups.Delete)
 	case "status":
 		return x.status(ctx), nil
 	case "skills.list":
@@ -136,17 +129,23 @@ type sessionView struct {
 	State   *groups.Session `json:"state"`
 }
 
-// adminGroups runs the group and session verbs.
+// deleteNamed runs a delete verb whose data is {"name": <what's name>}.
+func deleteNamed(ctx context.Context, e *bus.Event, verb, what string, del func(context.Context, string) error) (any, error) {
+	var d struct {
+		Name string `json:"name"`
+	}
+	if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
+		return nil, bus.Errorf(bus.CodeBadRequest, "%s wants {\"name\": <%s name>}", verb, what)
+	}
+	if err := del(ctx, d.Name); err != nil {
+		return nil, err
+	}
+	return map[string]any{"deleted": d.Name}, nil
+}
+
 // sessionVerb runs the verbs on groups and sessions.
 func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event) (any, error) {
-	needSession := func() error {
-		if e.SessionID == "" {
-			return bus.Errorf(bus.CodeBadRequest, "%s needs the sessionid attribute", verb)
-		}
-		return nil
-	}
-	switch verb {
-	case "groups.put":
+	if verb == "groups.put" {
 		g, err := bus.DecodeGroup(e.Data)
 		if err != nil {
 			return nil, bus.Errorf(bus.CodeBadRequest, "groups.put wants a group definition: %s", strings.TrimPrefix(err.Error(), bus.CodeBadRequest+": "))
@@ -155,36 +154,28 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 			return nil, err
 		}
 		return map[string]any{"group": g.Name}, nil
-	case "groups.delete":
-		var d struct {
-			Name string `json:"name"`
-		}
-		if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
-			return nil, bus.Errorf(bus.CodeBadRequest, "groups.delete wants {\"name\": <group name>}")
-		}
-		if err := x.groups.Delete(ctx, d.Name); err != nil {
-			return nil, err
-		}
-		return map[string]any{"deleted": d.Name}, nil
+	}
+	if verb == "limits" || verb == "limits.reset" {
+		return x.limitsVerb(ctx, verb, e)
+	}
+	if !slices.Contains([]string{"session.get", "session.delete", "session.activate", "session.mode"}, verb) {
+		return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
+	}
+	if e.SessionID == "" {
+		return nil, bus.Errorf(bus.CodeBadRequest, "%s needs the sessionid attribute", verb)
+	}
+	var update func(*groups.Session) error
+	switch verb {
 	case "session.get":
-		if err := needSession(); err != nil {
-			return nil, err
-		}
 		// Read from KV: the answer must show every write acknowledged so far,
 		// through whichever router.
 		return x.sessionView(e.SessionID, x.groups.Refresh(ctx, e.SessionID)), nil
 	case "session.delete":
-		if err := needSession(); err != nil {
-			return nil, err
-		}
 		if err := x.groups.DeleteSession(ctx, e.SessionID); err != nil {
 			return nil, err
 		}
 		return map[string]any{"deleted": e.SessionID}, nil
 	case "session.activate":
-		if err := needSession(); err != nil {
-			return nil, err
-		}
 		var d struct {
 			Groups []string `json:"groups"`
 			Active *bool    `json:"active"`
@@ -204,40 +195,30 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 				return nil, bus.Errorf(bus.CodeBadRequest, "group %q has scope %s; only external-scope groups are switched by operators (meta groups by reset_tools)", name, g.Scope)
 			}
 		}
-		sess, err := x.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
+		update = func(s *groups.Session) error {
 			s.Active = slices.DeleteFunc(s.Active, func(g string) bool { return slices.Contains(d.Groups, g) })
 			if *d.Active {
 				s.Active = append(s.Active, d.Groups...)
 			}
 			return nil
-		})
-		if err != nil {
-			return nil, err
 		}
-		return x.sessionView(e.SessionID, sess), nil
 	case "session.mode":
-		if err := needSession(); err != nil {
-			return nil, err
-		}
 		var d struct {
 			Mode string `json:"mode"`
 		}
 		if err := e.DataAs(&d); err != nil || !permission.ValidMode(d.Mode) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "session.mode wants {\"mode\": \"default|accept_edits|explore|bypass|dont_ask\"}")
 		}
-		sess, err := x.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
+		update = func(s *groups.Session) error {
 			s.Mode = d.Mode
 			return nil
-		})
-		if err != nil {
-			return nil, err
 		}
-		return x.sessionView(e.SessionID, sess), nil
 	}
-	if verb == "limits" || verb == "limits.reset" {
-		return x.limitsVerb(ctx, verb, e)
+	sess, err := x.groups.Update(ctx, e.SessionID, update)
+	if err != nil {
+		return nil, err
 	}
-	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
+	return x.sessionView(e.SessionID, sess), nil
 }
 
 // parkedList lists the calls parked in a session (all when "").
