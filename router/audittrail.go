@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,11 +20,10 @@ import (
 )
 
 // auditTrail is the audit middleware (docs/guardrails.md "Audit trail"):
-// one record per call that ends without parking, published as the call
-// ends and awaited before the reply (audited); parked calls are recorded
-// when they end (recordParked), refused batches by refused (refused.go).
-// The permission decision comes with the call (callState.rule): the
-// engine runs once per call.
+// one record per call that ends without parking, awaited before the reply
+// (audited); parked calls are recorded when they end (recordParked),
+// refused batches by refused. The permission decision comes with the call
+// (callState.rule).
 type auditTrail struct {
 	tr       trail
 	id       string // the router's
@@ -32,10 +32,8 @@ type auditTrail struct {
 	sessions interface {
 		Session(id string) *groups.Session
 	} // the session's permission mode (groups.Store)
-	lost prometheus.Counter
-	// refusals bounds the records of refused batches per caller
-	// (refused.go); suppressed counts those past the bound.
-	refusals   audit.Refusals
+	lost       prometheus.Counter
+	refusals   audit.Refusals // bounds the records of refused batches per caller; suppressed counts those past it
 	suppressed prometheus.Counter
 }
 
@@ -102,14 +100,11 @@ func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
 	b.mu.Unlock()
 }
 
-// audited waits until P_AUDIT holds the audit records of b's calls
-// reported so far, published as they finished; reportStep.stored calls it
-// once the batch's events are stored, so the two waits overlap and the
-// reply, sent after both, follows every record of the calls it carries
-// (docs/guardrails.md "Audit trail"). A record that cannot be stored
-// within the trail's max_wait is counted and logged in full (lose), and
-// the reply goes out: the calls ran. A nil trail (audit off) waits for
-// nothing.
+// audited waits until P_AUDIT holds the audit records of b's calls so far,
+// beside the wait for the batch's events, so the reply follows every record
+// of the calls it carries. A record not stored within the trail's max_wait
+// is counted and logged in full (lose), and the reply goes out: the calls
+// ran. A nil trail (audit off) waits for nothing.
 func (a *auditTrail) audited(b *batch, landing landingFunc) {
 	if a == nil {
 		return
@@ -137,10 +132,9 @@ func (a *auditTrail) lose(rec *audit.Record, data []byte, err error) {
 	a.log.Error("router: audit record not stored", "record", json.RawMessage(data), "err", err)
 }
 
-// recordParked writes the audit record of a parked call that ended: asked
-// (a confirmation, naming who answered and when) or external, and waits
-// until P_AUDIT holds it or ctx, a landing write's, ends. A nil trail
-// (audit off) records nothing.
+// recordParked writes the audit record of a parked call that ended (asked
+// or external) and waits until P_AUDIT holds it or ctx ends. A nil trail
+// records nothing.
 func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res bus.Result) {
 	if a == nil {
 		return
@@ -154,16 +148,21 @@ func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res b
 		DurationMS: time.Since(rec.Created).Milliseconds(),
 		Decision: audit.Decision{Behavior: behavior, Mode: a.sessions.Session(rec.Session).Mode, Rule: rec.Reason,
 			Approver: rec.AnsweredBy, AnsweredAt: rec.AnsweredAt}}
-	p, err := a.tr.Write(r, rec.Call.Input)
-	if err != nil {
-		a.lose(r, nil, err)
-		return
-	}
 	// Stored before the call's result is recorded and its batch goes on
 	// (answers.complete): a parked call ends at a person's pace, so the
 	// round trip is not worth overlapping.
+	p, err := a.tr.Write(r, rec.Call.Input)
+	a.land(ctx, r, p, err)
+}
+
+// land waits until P_AUDIT holds p, the write of rec, or ctx ends.
+func (a *auditTrail) land(ctx context.Context, rec *audit.Record, p *audit.Pending, err error) {
+	if err != nil {
+		a.lose(rec, nil, err)
+		return
+	}
 	for _, p := range a.tr.Stored(ctx, []*audit.Pending{p}) {
-		a.lose(r, p.Data(), p.Err())
+		a.lose(rec, p.Data(), p.Err())
 	}
 }
 
@@ -228,11 +227,8 @@ func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string,
 	default:
 		return
 	}
-	caller := a.natsUser(session)
-	if caller == "" {
-		caller = unboundCaller
-	}
-	ok, suppressed := a.refusals.Take(caller, time.Now())
+	natsUser := a.natsUser(session)
+	ok, suppressed := a.refusals.Take(cmp.Or(natsUser, unboundCaller), time.Now())
 	if !ok {
 		if a.suppressed != nil {
 			a.suppressed.Inc()
@@ -242,22 +238,16 @@ func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string,
 	if !bus.ValidID(replyID) {
 		replyID = ""
 	}
-	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: session, ReplyID: replyID, NATSUser: a.natsUser(session),
+	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: session, ReplyID: replyID, NATSUser: natsUser,
 		Decision: audit.Decision{Behavior: audit.Refused, Rule: kind + ": " + be.Message}, Outcome: audit.Outcome{State: bus.StateError, Code: be.Code},
 		Suppressed: suppressed}
 	if a.ids != nil {
 		rec.User, _ = a.ids.UserOf(session)
 	}
-	p, err := a.tr.WriteRefusal(rec)
-	if err != nil {
-		a.lose(rec, nil, err)
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, refusedWait)
 	defer cancel()
-	for _, p := range a.tr.Stored(ctx, []*audit.Pending{p}) {
-		a.lose(nil, p.Data(), p.Err())
-	}
+	p, err := a.tr.WriteRefusal(rec)
+	a.land(ctx, rec, p, err)
 }
 
 // refusedRequest records the refusal of a request on subject, P.<kind>.<session>

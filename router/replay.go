@@ -117,20 +117,12 @@ type feed struct {
 }
 
 func (r *replays) onReplay(m *nats.Msg) {
-	e, err := bus.Decode(m)
+	e, err := r.decode(m, "replay", "") // serve checks the type
 	if err != nil {
 		r.reject(m, err)
 		return
 	}
-	token, ok := r.subj.Token(m.Subject, "replay")
-	if !ok || !bus.ValidID(token) {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not end in a valid session id", m.Subject))
-		return
-	}
-	if e.SessionID != "" && e.SessionID != token {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "sessionid %q differs from the subject's session %q", e.SessionID, token))
-		return
-	}
+	token := e.SessionID
 	limit := maxUnboundReplays
 	if r.bound != nil && r.bound(token) {
 		limit = maxReplays

@@ -689,15 +689,15 @@ func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
 	}
 }
 
-// decode reads m's event, checks its type, and checks that its sessionid
-// matches the subject token of kind (the token becomes the session id when
-// the attribute is absent).
+// decode reads m's event, checks its type ("": any), and checks that its
+// sessionid matches the subject token of kind (the token becomes the
+// session id when the attribute is absent).
 func (w *wire) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 	e, err := bus.Decode(m)
 	if err != nil {
 		return nil, err
 	}
-	if e.Type != typ {
+	if typ != "" && e.Type != typ {
 		return nil, bus.Errorf(bus.CodeBadEvent, "expected an event of type %s on %s, got %q", typ, m.Subject, e.Type)
 	}
 	if kind == "" {
