@@ -66,14 +66,13 @@ func (s *routerSkills) view(sess *groups.Session, user string) *skills.View {
 	return skills.NewView(s.cat.Skills(user), s.groups.Groups(), sess.IsActive)
 }
 
-// loaderShown reports whether the request lets the loader be seen: not in
-// external_only, and not shadowed by a request-scoped tool of its name.
-func loaderShown(req *groups.Request) bool {
-	if req.Mode == bus.MergeExternalOnly {
-		return false
-	}
-	return !slices.ContainsFunc(req.External, func(t *groups.RequestTool) bool { return t.Def.Name == skills.LoaderName })
+// shown reports whether the request lets the built-in tool name be seen:
+// not in external_only, and not shadowed by a request-scoped tool.
+func shown(req *groups.Request, name string) bool {
+	return req.Mode != bus.MergeExternalOnly && !slices.ContainsFunc(req.External, func(t *groups.RequestTool) bool { return t.Def.Name == name })
 }
+
+func loaderShown(req *groups.Request) bool { return shown(req, skills.LoaderName) }
 
 // skillListing puts load_skill_through_path into a listing after
 // reset_tools (before the request's external tools) when a skill is
@@ -120,7 +119,7 @@ func (s *routerSkills) resolveName(view *groups.View, req *groups.Request, user 
 // viewerDef is the Skill viewer's definition when the router offers it, a
 // skill is visible and no request-scoped tool takes its name.
 func (s *routerSkills) viewerDef(sv *skills.View, req *groups.Request) (bus.ToolDef, bool) {
-	if !s.viewer || slices.ContainsFunc(req.External, func(t *groups.RequestTool) bool { return t.Def.Name == skills.ViewerName }) {
+	if !s.viewer || !shown(req, skills.ViewerName) {
 		return bus.ToolDef{}, false
 	}
 	return sv.ViewerDef()
