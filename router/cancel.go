@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"sync"
 
@@ -23,10 +24,9 @@ type canceller struct {
 
 // onCancel ends the named calls of a batch running on this router: running
 // calls have their exec request abandoned (the worker cancels their context
-// from the same event), and calls not yet started never start. Every router
-// receives the cancel; those without the batch ignore it. A malformed
-// cancel sent with a reply subject is answered with io.toolbus.error (by
-// every router; the sender reads the first).
+// from the same event), and calls not yet started never start. A malformed
+// cancel is answered with io.toolbus.error by every router (the sender
+// reads the first).
 func (r *canceller) onCancel(m *nats.Msg) {
 	e, err := r.decode(m, "cancel", bus.TypeCallCancel)
 	if err == nil && e.ReplyID == "" {
@@ -127,6 +127,7 @@ type runningBatches struct {
 // track makes a batch reachable by cancels; untrack forgets it.
 func (rb *runningBatches) track(b *batch) {
 	rb.mu.Lock()
+	defer rb.mu.Unlock()
 	if rb.m == nil {
 		rb.m = map[string]*batch{}
 	}
@@ -134,16 +135,14 @@ func (rb *runningBatches) track(b *batch) {
 		b.key = parked.BatchKey(b.session, b.replyID)
 	}
 	rb.m[b.key] = b
-	rb.mu.Unlock()
 }
 
 func (rb *runningBatches) untrack(b *batch) {
-	key := b.key
 	rb.mu.Lock()
-	if rb.m[key] == b {
-		delete(rb.m, key)
+	defer rb.mu.Unlock()
+	if rb.m[b.key] == b {
+		delete(rb.m, b.key)
 	}
-	rb.mu.Unlock()
 }
 
 // running returns the batch of key running here, or nil.
@@ -156,10 +155,7 @@ func (rb *runningBatches) running(key string) *batch {
 // callsInFlight counts the calls started here and not finished.
 func (rb *runningBatches) callsInFlight() int {
 	rb.mu.Lock()
-	bs := make([]*batch, 0, len(rb.m))
-	for _, b := range rb.m {
-		bs = append(bs, b)
-	}
+	bs := slices.Collect(maps.Values(rb.m))
 	rb.mu.Unlock()
 	n := 0
 	for _, b := range bs {

@@ -10,8 +10,7 @@ import (
 )
 
 // turn is a checked batch: one model turn's calls as the agent sent them,
-// with the attributes that travel with every one of them. It is the first
-// step's output; nothing has run yet.
+// with the attributes that travel with every one of them.
 type turn struct {
 	session  string
 	replyID  string
@@ -23,10 +22,8 @@ type turn struct {
 }
 
 // checkTurn checks a decoded io.toolbus.call.batch (its session already
-// checked against the subject): the reply id, the batch's calls (1 to
-// lim.MaxCalls, valid and distinct ids, inputs of at most
-// lim.MaxInputBytes), its expiry and its request. Errors are bad_event or
-// bad_request, and nothing has changed.
+// checked against the subject): the reply id, the calls, the expiry and
+// the request. Errors are bad_event or bad_request.
 func checkTurn(e *bus.Event, lim Limits) (turn, error) {
 	if !bus.ValidID(e.ID) {
 		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
@@ -92,17 +89,15 @@ type Identities interface {
 	UserOf(session string) (user string, bound bool)
 }
 
-// identify returns the user a batch or tools.query of session runs as
-// (docs/protocol.md 3.1). Without identities the router is open and the
-// claim stands. With them, a bound session runs as its bound user: no
-// claim takes it, the same claim is accepted, a different one is refused;
-// an unbound session runs as no user, and a claim there is refused, since
-// no credential backs it. A refusal is a denied *bus.Error and nothing
-// runs.
 // identities checks a batch's or query's claimed user against the
 // session's credentials (Config.Identities; nil: open router).
 type identities struct{ ids Identities }
 
+// identify returns the user a batch or tools.query of session runs as
+// (docs/protocol.md 3.1). Open, the claim stands. A bound session runs as
+// its bound user (no claim or the same one; another is refused); an
+// unbound session runs as no user, and a claim there is refused, since no
+// credential backs it. A refusal is a denied *bus.Error.
 func (x identities) identify(session string, claimed json.RawMessage) (json.RawMessage, error) {
 	if x.ids == nil {
 		return claimed, nil
