@@ -81,12 +81,9 @@ func (s *Session) clone() *Session {
 	return &c
 }
 
-// Store is the per-session state of P_sessions: a bounded cache of the
-// recently used sessions (least recently used dropped first), the reads
-// that must be current (Refresh, Load) and the compare-and-set writes
-// (Update, Touch, DeleteSession). A session it has not seen starts from
-// the defaults and each defined group's active_by_default (Config.ActiveByDefault). Safe for
-// concurrent use.
+// Store is the per-session state of P_sessions: a bounded LRU of the
+// recently used sessions, the reads that must be current (Refresh, Load)
+// and the compare-and-set writes. Safe for concurrent use.
 type Store struct {
 	kv  jetstream.KeyValue
 	cfg Config
@@ -111,10 +108,9 @@ func NewStore(kv jetstream.KeyValue, cfg Config) *Store {
 }
 
 // Session returns the session's state as this router last read or wrote
-// it; a session it has not seen (or no longer caches) starts from each
-// group's active_by_default and the default mode. Reads that must see
-// writes made through other routers use Refresh. The returned value must
-// not be modified.
+// it, or a fresh one (the defaults and each group's active_by_default).
+// Reads that must see other routers' writes use Refresh. The returned value
+// must not be modified.
 func (s *Store) Session(id string) *Session {
 	s.mu.RLock() // Peek: Refresh, once per batch run, keeps the recency
 	sess, ok := s.lru.Peek(id)
@@ -232,22 +228,19 @@ func (s *Store) Stored(id string) bool {
 // ErrAbort may be returned by an Update function to leave the session as it is.
 var ErrAbort = errors.New("groups: update aborted")
 
-// Update changes a session with compare-and-set: fn gets a private copy of
-// the latest stored state (or a fresh session) and edits it; the write is
-// retried with fresh state when another router wrote in between, so no
-// update is ever lost. fn may run more than once. When fn returns an error
-// nothing is written and the error is returned.
+// Update changes a session with compare-and-set: fn edits a private copy of
+// the latest stored state (or a fresh session), and may run more than once
+// when another router wrote in between. When fn returns an error nothing is
+// written and the error is returned.
 func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) (*Session, error) {
 	var next *Session
 	var fnErr error
 	rev, err := store.Update(ctx, s.kv, id, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
-		cur := s.fresh()
+		cur := s.fresh() // also for a corrupt record: it is replaced, not propagated
 		if entry != nil {
-			cur = new(Session)
-			if err := json.Unmarshal(entry.Value(), cur); err != nil {
-				cur = s.fresh() // a corrupt record is replaced, not propagated
+			if c, err := decodeSession(entry); err == nil {
+				cur = c
 			}
-			cur.rev = entry.Revision()
 		}
 		next = cur.clone()
 		if fnErr = fn(next); fnErr != nil {
@@ -294,19 +287,11 @@ func (s *Store) Sessions() int {
 	return s.lru.Len()
 }
 
-// Revisions decides, per run of a batch, whether the session must be
-// read from KV (docs/protocol.md 4.2). A batch without a session revision
-// is read as before. A batch that echoes the revision of an earlier reply
-// or listing (sessionrev) skips the read when the router's cached session
-// is at least that revision and the sessions watch has seen no newer
-// write of it: the agent has then been told of every write it depends on,
-// and this router holds them.
-//
-// The cache itself is Store's LRU, fed by each read and by the
-// revision each write returns. The watch here (updates only, no values)
-// only marks cached sessions stale: a write through another router counts
-// as soon as the watch delivers it, and a batch carrying that write's
-// revision is read at once whatever the watch says.
+// Revisions decides, per run of a batch, whether the session must be read
+// from KV (docs/protocol.md 4.2): a batch that echoes the revision of an
+// earlier reply (sessionrev) skips the read when the cached session (Store's
+// LRU) is at least that revision and the sessions watch (updates only, no
+// values) has seen no newer write of it; any other batch is read.
 type Revisions struct {
 	groups *Store
 	kv     jetstream.KeyValue // P_sessions; nil: no watch, every batch is read
