@@ -26,10 +26,9 @@ import (
 //	TakeOver: running|resumed, lease stale ─▶ resumed (another router holds it)
 //	Finish:   running|resumed ─▶ (deleted)  batch.done was published
 //
-// A new batch whose only wait is one call, with nothing after it, is
-// carried in that call's record instead (Record.Batch, docs/protocol.md
-// 6.1): Park writes it parked with the record, and the router whose
-// transition ends the call resumes it (Resume) with no write of its own.
+// A new batch whose only wait is its last call is carried in that call's
+// record instead (Record.Batch, docs/protocol.md 6.1), and resumed with no
+// write of its own.
 type Phase string
 
 const (
@@ -57,9 +56,8 @@ type Batch struct {
 	Phase       Phase                 `json:"phase"`
 	Cancelled   []string              `json:"cancelled,omitempty"`  // call ids to interrupt before they run; "*" for all
 	ResumedBy   string                `json:"resumed_by,omitempty"` // why it resumed: the call whose result made it ready, "run" or "takeover"
-	// Owner is the router working on the batch while it is running or
-	// resumed; it renews Touched (a lease) and another router takes the
-	// batch over once Touched is stale.
+	// Owner, while running or resumed, renews Touched (a lease); another
+	// router takes the batch over once Touched is stale.
 	Owner   string    `json:"owner,omitempty"`
 	Touched time.Time `json:"touched"`
 
@@ -104,9 +102,7 @@ func (b *Batch) IsCancelled(id string) bool {
 	return slices.Contains(b.Cancelled, "*") || slices.Contains(b.Cancelled, id)
 }
 
-// conts holds the continuations of parked batches (keys
-// <session>.<replyid>): a watch-fed cache of the active ones, for lease
-// takeovers, and the set this router renews.
+// conts holds the continuations of parked batches (keys <session>.<replyid>).
 type conts struct {
 	shared
 
@@ -130,18 +126,14 @@ func claim(b *Batch, owner string, p Phase, why string) {
 	}
 }
 
-// errParkedBefore is returned by parkBatch when a continuation of the same
-// reply id exists already: an earlier copy of the batch parked first.
+// errParkedBefore: an earlier copy of the batch parked first.
 var errParkedBefore = errors.New("parked: this batch parked before")
 
-// parkBatch records that the batch parks calls, with the results it has so
-// far, the calls it now waits for and the index of the first call after
-// its current run. While the run goes on this router holds the lease
-// (phase running); a settled run (nothing else of it runs) waits for its
-// answers at once (phase parked), so it needs no settle. A batch that never
-// parked (b read from no continuation) is created, and errParkedBefore says
-// a copy of it parked first; a resumed one that parks more is updated, as
-// long as this router still owns it.
+// parkBatch records that the batch parks calls: its results so far, the
+// calls it waits for and the index after its current run. While the run
+// goes on this router holds the lease (running); a settled run waits for
+// its answers at once (parked). A new batch is created (errParkedBefore: a
+// copy parked first); a resumed one is updated while this router owns it.
 func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int, settled bool) error {
 	phase := func(b *Batch) {
 		claim(b, s.cfg.Owner, PhaseRunning, "")
@@ -186,9 +178,8 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	return nil
 }
 
-// complete records the result of a parked call of the batch. Exactly one
-// completion finds the batch ready in the compare-and-set that adds its
-// result: that one resumes it (resume true, the lease held).
+// complete records the result of a parked call of the batch; the one
+// completion that finds it ready resumes it (true, the lease held).
 func (s *conts) complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
 	var resume bool
 	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
@@ -210,7 +201,7 @@ func (s *conts) complete(ctx context.Context, session, replyID, callID string, r
 }
 
 // cancel marks calls of a parked batch (all when ids is empty) so that
-// they never run when it resumes. A batch that never parked is no error.
+// they never run; a batch that never parked is no error.
 func (s *conts) cancel(ctx context.Context, session, replyID string, ids []string) error {
 	marks := ids
 	if len(marks) == 0 {
@@ -231,9 +222,7 @@ func (s *conts) cancel(ctx context.Context, session, replyID string, ids []strin
 }
 
 // takeOver claims the active batches whose owner has not renewed its lease
-// since cutoff (a router that died, or was cut off by its drain deadline,
-// while running part of the batch). The compare-and-set picks one router
-// per batch; the batches returned are this router's to repair.
+// since cutoff; the batches returned are this router's to repair.
 func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 	var out []*Batch
 	for _, stale := range s.stale(cutoff) {
@@ -281,12 +270,10 @@ func (s *conts) remove(ctx context.Context, b *Batch) bool {
 
 var errChanged = errors.New("parked: the continuation changed")
 
-// update applies fn to the latest continuation with compare-and-set. fn
-// may run more than once; an error from it ends the update with nothing
-// written. A continuation records results that end calls, so conflicts and
-// transient errors are retried until the write lands or ctx ends
-// (store.UntilLanded). It returns an error satisfying store.IsNotFound when
-// there is no continuation.
+// update applies fn (which may run more than once; its error writes
+// nothing) to the latest continuation with compare-and-set, retried until
+// it lands or ctx ends: it records results that end calls. It returns an
+// error satisfying store.IsNotFound when there is no continuation.
 func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
 	key := BatchKey(session, replyID)
 	b, rev, err := cas(ctx, s.kv, key, store.UntilLanded, fmt.Errorf("parked: batch %s: %w", key, jetstream.ErrKeyNotFound), func(b *Batch) error {
@@ -302,8 +289,7 @@ func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Ba
 	return b, nil
 }
 
-// track keeps the lease of b held while this router owns it, and reports
-// whether it does.
+// track holds b's lease while this router owns it, and reports whether it does.
 func (s *conts) track(b *Batch) bool {
 	if b.Active() && b.Owner == s.cfg.Owner {
 		s.leases.hold(batchKey(b.Key()))
@@ -337,9 +323,8 @@ func (s *conts) applyBatch(e jetstream.KeyValueEntry) {
 	}
 }
 
-// stale returns, from the watch-fed cache, the continuations that are
-// running or resumed but whose owner has not renewed its lease since
-// before cutoff: TakeOver's candidates.
+// stale returns, from the cache, the active continuations whose lease was
+// last renewed before cutoff.
 func (s *conts) stale(cutoff time.Time) []*Batch {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -30,9 +30,7 @@ type shared struct {
 }
 
 // calls holds the parked call records (keys <session>.<replyid>.<callid>):
-// their compare-and-set transitions and live handoff requests, and the answered
-// calls this router renews the lease of. It embeds callCache, the
-// watch-fed cache of the records (cache.go).
+// their transitions, live handoff requests and the watch-fed cache.
 type calls struct {
 	shared
 	*callCache
@@ -40,8 +38,7 @@ type calls struct {
 	leases  leaseSet[callKey] // answered calls this router makes the result of
 }
 
-// watch loads the values of keys into apply, and keeps it fed until ctx
-// ends or the watch is stopped.
+// watch loads the values of keys into apply and keeps it fed.
 func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(jetstream.KeyValueEntry)) (*store.Watch, error) {
 	w, err := store.WatchKV(ctx, kv, keys, apply)
 	if err != nil {
@@ -113,11 +110,9 @@ func cas[T any](ctx context.Context, kv jetstream.KeyValue, key string, p store.
 }
 
 // transition moves a record from status from to the state fn leaves it in,
-// with compare-and-set, retrying conflicts and transient errors as p says
-// (store.UntilLanded for a transition that records a result). It returns
-// bus.ErrNotParked when the record is missing or in another status,
-// bus.ErrAlreadyAnswered when from is parked and an answer already won.
-// Answer, Close and End are the transitions the router makes.
+// with compare-and-set, retrying as p says. It returns bus.ErrNotParked
+// when the record is missing or in another status, bus.ErrAlreadyAnswered
+// when from is parked and an answer already won.
 func (s *calls) transition(ctx context.Context, key string, from bus.ParkStatus, p store.Policy, fn func(*Record) error) (*Record, error) {
 	return s.change(ctx, key, p, func(r *Record) error {
 		if r.Status != from {
@@ -135,12 +130,10 @@ func wrongStatus(r *Record, from bus.ParkStatus) error {
 }
 
 // Answer takes an answer to the parked call key of tool in one
-// compare-and-set: the first valid answer wins. decide validates the answer
-// against the record it answers (its kind, its tool's schema), may rewrite
-// it, and says what it does to the call; an error from it is returned and
-// changes nothing. An answer for another tool's call, or for a call that is
-// not parked, is bus.ErrNotParked; one after the winner is
-// bus.ErrAlreadyAnswered.
+// compare-and-set: the first valid answer wins. decide validates it against
+// the record, may rewrite it, and gives the verdict; its error changes
+// nothing. An answer for another tool's call, or a call not parked, is
+// bus.ErrNotParked; one after the winner is bus.ErrAlreadyAnswered.
 func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, decide Decide) (Answered, error) {
 	s := st.calls
 	var out Answered
@@ -195,8 +188,7 @@ func (s *calls) close(ctx context.Context, key string, res bus.Result) (*Record,
 }
 
 // end takes a call out of parked without an answer, to status (expired or
-// cancelled) with res as its result; when several routers try, one wins
-// and the others get bus.ErrNotParked or bus.ErrAlreadyAnswered.
+// cancelled) with res as its result; one racing router wins.
 func (s *calls) end(ctx context.Context, key string, status bus.ParkStatus, res bus.Result) (*Record, error) {
 	return s.transition(ctx, key, bus.ParkParked, store.UntilLanded, func(r *Record) error {
 		r.Status, r.Result = status, &res
@@ -225,12 +217,9 @@ func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(
 }
 
 // takeOverAnswers claims the answered calls whose router has not renewed
-// its lease since cutoff: it died after taking the answer and before
-// making the call's result (a confirmed call it was running never
-// reported). The compare-and-set picks one router per call; the records
-// returned are this router's to settle again (a confirmed call runs
-// through the ledger, so a side effect is not repeated: its outcome may be
-// unknown).
+// its lease since cutoff (it died before making the call's result); the
+// records returned are this router's to settle again (through the ledger,
+// so a side effect is not repeated).
 func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
 	var out []*Record
 	stale := slices.DeleteFunc(s.answeredBefore(cutoff), func(key string) bool { return s.leases.holds(callKey(key)) })
@@ -250,14 +239,12 @@ func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record
 	return out
 }
 
-// The record is the handoff (docs/protocol.md 6.2, 1.6): a handler or
-// approver that follows the handoff reads the parked records of its kind
-// and tool from P_parked's stream through a router, which turns each into
-// the request event (Request); a request is also published on
-// P.external.<tool> / P.confirm.<tool> for live subscribers, with core NATS,
-// which stores nothing. Nothing is written for the handoff and nothing is
-// deleted once the call settles: the record's next revision replaces the
-// parked one in the stream (the bucket keeps one revision per key).
+// The record is the handoff (docs/protocol.md 6.2, 1.6): a follower reads
+// the parked records of its kind and tool from P_parked's stream through a
+// router, which turns each into the request event (Request); live
+// subscribers get it on P.external.<tool> / P.confirm.<tool> (core NATS).
+// Nothing is written for the handoff: the record's next revision replaces
+// the parked one in the stream.
 
 // handoff publishes parked calls' requests for live subscribers.
 type handoff struct {
@@ -322,11 +309,8 @@ type Want struct {
 }
 
 // Request turns the value of a P_parked entry into the request event a
-// follower of w gets, on its live subject, from source; false when the
-// entry is not for w: not a call record, not parked (answered, done,
-// expired, cancelled, a delete marker), request-scoped (its caller runs
-// it), or of another kind or tool; a kind other than external and
-// confirm has no requests.
+// follower of w gets, from source; false when the entry is not for w: not a
+// parked call record, request-scoped, or of another kind or tool.
 func Request(value []byte, w Want, subj bus.Subjects, source string) (*nats.Msg, bool) {
 	if len(value) == 0 || w.Kind != bus.KindExternal && w.Kind != bus.KindConfirm {
 		return nil, false
