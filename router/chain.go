@@ -46,15 +46,9 @@ type Guard struct {
 	Now func() time.Time
 }
 
-// The executor chain (docs/router.md "Executor chain"). Every call of a
-// batch that does not park ends through one Executor, built once from the
-// config: the audit trail, the quotas and the result cache are
-// middlewares around the step that runs the call (execStep), and a
-// guardrail that is off is not in the chain at all. The tool runner
-// below it is a chain too: the dedupe ledger around the core executor
-// (exec.go, ledger.go).
-
-// Executor runs one call and returns its result.
+// Executor runs one call and returns its result. Every call of a batch that
+// does not park ends through one chain built once from the config (the
+// guardrails that are on around execStep; docs/router.md "Executor chain").
 type Executor interface {
 	Exec(ctx context.Context, j *job) bus.Result
 }
@@ -79,14 +73,12 @@ func chain(last Executor, mws ...Middleware) Executor {
 	return last
 }
 
-// guardrails are the middlewares the config turns on; each field is nil
-// when its guardrail is off.
+// guardrails are the middlewares the config turns on; nil when off.
 type guardrails struct {
-	audit *auditTrail
-	quota *quotas
-	cache *resultCache
-	// limits serves the limits admin verbs; nil without rules.
-	limits *limits.Limiter
+	audit  *auditTrail
+	quota  *quotas
+	cache  *resultCache
+	limits *limits.Limiter // serves the limits admin verbs
 }
 
 // middlewares is the chain's order: audit outermost (it records what the
@@ -119,14 +111,12 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 			return g, fmt.Errorf("router: %w", err)
 		}
 		g.audit = &auditTrail{tr: tr, id: cfg.ID, log: log, ids: cfg.Identities, sessions: sessions}
-		lost := prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_records_lost_total",
-			Help: "Audit records the router could not store in P_AUDIT (each one is logged in full)."})
-		if g.audit.lost, err = register(cfg.Metrics, lost); err != nil {
+		if g.audit.lost, err = register(cfg.Metrics, prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_records_lost_total",
+			Help: "Audit records the router could not store in P_AUDIT (each one is logged in full)."})); err != nil {
 			return g, err
 		}
-		suppressed := prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_refusals_suppressed_total",
-			Help: "Refused batches and queries not recorded in P_AUDIT because their caller was past its rate (docs/guardrails.md)."})
-		if g.audit.suppressed, err = register(cfg.Metrics, suppressed); err != nil {
+		if g.audit.suppressed, err = register(cfg.Metrics, prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_refusals_suppressed_total",
+			Help: "Refused batches and queries not recorded in P_AUDIT because their caller was past its rate (docs/guardrails.md)."})); err != nil {
 			return g, err
 		}
 	}
@@ -189,11 +179,10 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 }
 
 // resultCache is the result cache middleware: a call of a tool with
-// cache_ttl_ms whose key (definition, input, scope) has a stored result
-// within its TTL is answered with it, marked in its metadata
-// (docs/protocol.md 3.3), and nothing runs; otherwise the call runs and a
-// successful result is stored. A call the quotas already looked up (a
-// miss: job.looked) is not looked up again.
+// cache_ttl_ms whose key has a stored result within its TTL is answered
+// with it (docs/protocol.md 3.3), and nothing runs; otherwise the call runs
+// and its result is stored. A miss the quotas looked up (job.looked) is not
+// looked up again.
 type resultCache struct {
 	c       resultStore
 	lookups *prometheus.CounterVec // by tool and hit or miss
@@ -245,18 +234,11 @@ func (rc *resultCache) lookup(ctx context.Context, t *registry.Tool, session str
 
 // quotas is the quota middleware (docs/guardrails.md "When a call
 // counts"): a registry tool's call over one of its limits ends
-// limit_exceeded with retry_after_ms (docs/protocol.md 3.3), and nothing
-// runs. reset_tools, search_tools, the skill loader and request-scoped
-// tools are not counted, nor is a call of a re-sent batch that the
-// ledger or a parked record will answer (the first copy was counted;
-// read-only calls run again, and count again), nor a call the result
-// cache answers (only rules with cache_hits count it; the hit is the
-// call's result). When the counts cannot be reached the call does not run
-// either (fail closed): it ends unavailable.
-//
-// Calls are counted in call order: the calls of a parallel run pass this
-// middleware one after another (job.admit), and a call that parks is
-// counted by admitPark when it parks, before the run's other calls start.
+// limit_exceeded with retry_after_ms, and nothing runs. A call of a
+// re-sent batch that the ledger or a parked record will answer is not
+// counted again. When the counts cannot be reached the call does not run
+// (fail closed). Calls are counted in call order (job.admit); a call that
+// parks is counted by admitPark when it parks.
 type quotas struct {
 	lim     limiter
 	cache   *resultCache // nil when off: then nothing is looked up here
