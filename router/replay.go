@@ -28,11 +28,9 @@ const (
 	maxSessionReplays = 8
 	maxReplays        = 1024
 	// maxUnboundReplays is where a session without its own agent user
-	// stops: the shared agent may name any session, so without a lower
-	// bound its made-up sessions' consumers filled the stream and every
-	// bound session's replay was refused (issue 26, held-out attack).
-	// The rest is kept for sessions with their own credentials. Below
-	// nats-server's default of 1,000 consumers per stream.
+	// stops: the shared agent may name any session, and its made-up
+	// sessions' consumers must not fill the stream for bound sessions
+	// (issue 26). Below nats-server's default of 1,000 per stream.
 	maxUnboundReplays = 768
 )
 
@@ -74,32 +72,22 @@ func (l *replayLimit) take(session string, now time.Time) bool {
 
 // replays serves the router-made consumers (docs/protocol.md 3.4, 6.2):
 // replay of a session's stored events on P.replay.<session>, and the
-// handoff requests of handlers and approvers on P.handoff.<kind>[.<tool>].
-// On each subject a participant asks for a consumer, pulls from it and
-// stops it; the router makes the consumer (pull mode, the filter the
-// subject grants, acks none, an inactivity threshold), checks on every
-// pull and stop that the named consumer has that very filter, and relays
-// the pull to JetStream with the request's reply subject. So nobody but
-// the router and the operator creates a consumer (nats-server checks a
-// push consumer's deliver_subject against nothing), and NATS' own subject
-// permissions on P.replay.<s> and P.handoff.<kind>.<t> decide whose
-// consumers one may read: knowing another session's consumer name grants
-// nothing.
+// handoff on P.handoff.<kind>[.<tool>]. A participant asks for a consumer,
+// pulls from it and stops it; the router makes it (pull mode, the filter
+// the subject grants), checks on every pull and stop that the named
+// consumer has that very filter, and relays the pull. So nobody but the
+// router and the operator creates a consumer (nats-server checks a push
+// consumer's deliver_subject against nothing), and subject permissions
+// decide whose consumers one may read.
 type replays struct {
 	*wire
 	base   context.Context
 	events jetstream.Stream
-	// parked is P_parked's stream: the handoff is read from it
-	// (handoff.go).
-	parked jetstream.Stream
-	pulls  chan struct{} // the handoff pulls relayed at once (handoff.go)
-	// work runs a relayed pull as the router's tracked work (life.Go):
-	// false once the router drains.
-	work  func(func(context.Context)) bool
-	limit replayLimit
-	// bound reports whether a session has its own agent user (nil: an
-	// open router, where none has).
-	bound func(session string) bool
+	parked jetstream.Stream                 // P_parked's: the handoff is read from it
+	pulls  chan struct{}                    // the handoff pulls relayed at once
+	work   func(func(context.Context)) bool // runs a relayed pull as tracked work; false once draining
+	limit  replayLimit
+	bound  func(session string) bool // whether a session has its own agent user (nil: open router)
 }
 
 // feed is what a request subject grants: consumers of stream filtered on
@@ -109,11 +97,8 @@ type feed struct {
 	stream              jetstream.Stream
 	filter, key, kind   string
 	create, ready, what string
-	max                 int // consumers on the stream past which none is made
-	// want, for the handoff, is what the subject grants of the parked
-	// records: the router reads the pulls and relays only those
-	// (handoff.go); nil relays the pull itself.
-	want *parked.Want
+	max                 int          // consumers on the stream past which none is made
+	want                *parked.Want // the handoff's grant: the router relays only those records; nil relays the pull
 }
 
 func (r *replays) onReplay(m *nats.Msg) {
@@ -145,8 +130,7 @@ func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
 	}
 }
 
-// make creates a consumer of f from the requested start sequence and
-// answers its name.
+// make creates a consumer of f from the requested start sequence.
 func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
 	var q bus.Replay // io.toolbus.handoff.follow has the same data
 	if len(e.Data) > 0 {
@@ -187,8 +171,8 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
 	r.respond(m, f.ready, ready, "consumer reply")
 }
 
-// next relays a pull from a consumer of f to JetStream, with m's reply
-// subject: the messages and the closing status go straight to the asker.
+// next relays a pull from a consumer of f to JetStream with m's reply
+// subject.
 func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) {
 	var q bus.ConsumerNext
 	if err := e.DataAs(&q); err != nil {
@@ -257,10 +241,8 @@ func (f feed) tag() string {
 	return f.want.Kind + "." + cmp.Or(f.want.Tool, "*")
 }
 
-// owned checks that name is a router-made pull consumer of f's stream
-// filtered on f's filter and made for f (its feedMeta), and returns it. An
-// unknown name and another subject's consumer get the same refusal, so the
-// answer tells nothing about other sessions, kinds or tools.
+// owned returns consumer name when it is a router-made pull consumer of f.
+// An unknown name and another subject's consumer get the same refusal.
 func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 	refused := bus.Errorf(bus.CodeBadRequest, "no consumer %q for %s (ask for one with %s)", name, f.what, f.create)
 	if !bus.ValidConsumerName(f.kind, name) {
@@ -283,16 +265,13 @@ func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 	return c, nil
 }
 
-// maxHandoffPulls bounds the handoff pulls one router relays at once: each
-// holds a goroutine and a fetch for up to the pull's wait.
+// maxHandoffPulls bounds the handoff pulls one router relays at once.
 const maxHandoffPulls = 1024
 
-// onHandoff serves the handoff (docs/protocol.md 6.2): a handler or
-// approver follows, on P.handoff.<kind>[.<tool>], the parked records of
-// that kind and tool. The record is the request: the consumer the router
-// makes reads every call record of P_parked's stream, and the router
-// reads each pull itself and relays, as the request event, only the
-// records the subject grants (relayHandoff).
+// onHandoff serves the handoff (docs/protocol.md 6.2): a follower on
+// P.handoff.<kind>[.<tool>] gets the parked records of that kind and tool.
+// The consumer reads every call record; the router reads each pull and
+// relays only the records the subject grants (relayHandoff).
 func (r *replays) onHandoff(m *nats.Msg) {
 	e, err := bus.Decode(m)
 	if err != nil {
@@ -310,8 +289,7 @@ func (r *replays) onHandoff(m *nats.Msg) {
 		create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady, what: what, max: maxReplays, want: &want})
 }
 
-// handoffWant is what P.handoff.<kind>[.<tool>] grants: the parked
-// records of kind, of tool or of every tool.
+// handoffWant is what P.handoff.<kind>[.<tool>] grants.
 func (r *replays) handoffWant(subject string) (parked.Want, bool) {
 	rest, ok := strings.CutPrefix(subject, r.subj.Handoffs.Follow("", "")) // "P.handoff."
 	if !ok {
@@ -324,12 +302,11 @@ func (r *replays) handoffWant(subject string) (parked.Want, bool) {
 	return parked.Want{Kind: kind, Tool: tool}, true
 }
 
-// relayHandoff reads one pull of consumer c for the asker and sends it,
-// on m's reply subject, the request of every record want grants (each
-// with header Nats-Sequence, the record's stream sequence), as JetStream
-// would send the pull's messages: up to the pull's batch, then, when fewer
-// came, a closing status in a Status header: 404 (no wait asked: nothing
-// more now), 408 (the wait ended) or 409 (the consumer is gone).
+// relayHandoff reads one pull of consumer c and sends, on m's reply
+// subject, the request of every record want grants (header Nats-Sequence:
+// its stream sequence) as JetStream would: up to the pull's batch, then a
+// closing Status 404 (no wait: nothing more), 408 (the wait ended) or 409
+// (the consumer is gone).
 func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) {
 	select {
 	case r.pulls <- struct{}{}:
@@ -349,19 +326,16 @@ func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.Consumer
 	}
 }
 
-// minHandoffWait is the shortest wait a fetch of the relay is made with:
-// less is the end of the pull's wait. handoffSlice is the longest: a pull
-// waits in fetches of at most this long, so a router's drain ends a
-// waiting relay within it.
+// minHandoffWait is the shortest wait a relay's fetch is made with (less
+// ends the pull); handoffSlice the longest, so a drain ends a waiting
+// relay within it.
 const (
 	minHandoffWait = 10 * time.Millisecond
 	handoffSlice   = time.Second
 )
 
-// fetchHandoff relays the requests of one pull: it fetches the records
-// until as many requests as the pull's batch went out ("" returned), the
-// consumer has nothing more (no wait: 404), the wait ended (408) or the
-// consumer is lost (409). Records want does not grant are read and
+// fetchHandoff relays the requests of one pull, fetching until the pull's
+// batch went out ("") or a closing status; records want does not grant are
 // skipped, so one pull may fetch many times.
 func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) string {
 	deadline := time.Now().Add(time.Duration(q.ExpiresMS) * time.Millisecond)
