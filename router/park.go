@@ -16,8 +16,7 @@ import (
 )
 
 // parkStep parks the calls of a run that wait for an answer, records the
-// batch's continuation, and hands the run over to it (docs/protocol.md 6.1),
-// over the continuation port alone.
+// batch's continuation, and hands the run over to it (docs/protocol.md 6.1).
 type parkStep struct {
 	conts     continuationPort
 	subj      bus.Subjects
@@ -26,9 +25,8 @@ type parkStep struct {
 	landing   landingFunc // the router's tracked writes (nil: untracked)
 }
 
-// park records b's continuation and parks the calls. It reports false
-// when the batch was parked before (a re-sent batch): then the reply
-// describes the first one's state and nothing else runs.
+// park records b's continuation and parks the calls; false when a copy of
+// the batch parked before (the reply describes its state, nothing runs).
 func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int) bool {
 	if n := len(s.conts.Parked(b.session, "")); n+len(calls) > s.maxParked {
 		// Past the session's limit nothing more parks: these calls end
@@ -103,8 +101,8 @@ func (s parkStep) listed(b *batch, recs []*parked.Record, next int) []bus.Parked
 	return out
 }
 
-// alone reports whether nothing of the run ending at next runs besides the
-// calls that park: every other call has its result.
+// alone reports whether every call of the run ending at next but those
+// that park has its result.
 func alone(b *batch, calls []*callState, next int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -141,10 +139,9 @@ func resultsOf(b *batch) map[string]bus.Result {
 	return out
 }
 
-// settle hands a run with parked calls over to the continuation, once the
-// run's other calls have finished. When every answer came in already, the
-// batch goes on here (true); otherwise the router that records the last
-// answer resumes it.
+// settle hands a run with parked calls over to the continuation once its
+// other calls finished; true when every answer came in already and the
+// batch goes on here.
 func (s parkStep) settle(b *batch, next int) bool {
 	if b.cont.Phase == parked.PhaseParked { // Park wrote it waiting for its answers: no write here
 		return false
@@ -171,11 +168,8 @@ func (s parkStep) settle(b *batch, next int) bool {
 	return true
 }
 
-// continuations runs the parked batches of this router's deployment
-// (docs/protocol.md 6.1): it resumes a batch whose awaited calls have all
-// finished, renews the leases of the work this router holds, takes over
-// the work of routers that stopped renewing theirs, expires parked calls
-// and cancels them.
+// continuations runs the parked batches (docs/protocol.md 6.1): resumes,
+// lease renewals and takeovers, expiry and cancels of parked calls.
 type continuations struct {
 	*wire
 	life    *life.Life
@@ -198,7 +192,7 @@ func (r *continuations) resume(cont *parked.Batch) {
 }
 
 // continuation rebuilds and tracks the batch of cont; nil (logged) when
-// the record cannot be used. The caller untracks it.
+// unusable.
 func (r *continuations) continuation(cont *parked.Batch) *batch {
 	b, err := r.fromContinuation(cont)
 	if err != nil {
@@ -210,9 +204,8 @@ func (r *continuations) continuation(cont *parked.Batch) *batch {
 	return b
 }
 
-// finishRest ends a continuation's run: batch.done when every call has its
-// result, else (it parked again) its events stored; a run cut off by the
-// drain deadline lets the lease go, and another router takes it over.
+// finishRest ends a continuation's run: batch.done when complete, else its
+// events stored; a run cut off by the drain lets the lease go.
 func (b *batch) finishRest(complete bool) {
 	switch {
 	case b.cutOff():
@@ -224,8 +217,7 @@ func (b *batch) finishRest(complete bool) {
 	}
 }
 
-// renewLeases renews the lease of every continuation, answered call and
-// running ledger claim this router works on.
+// renewLeases renews every lease this router holds (parked, ledger).
 func (r *continuations) renewLeases(now time.Time) {
 	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
 	defer cancel()
@@ -237,10 +229,8 @@ func (r *continuations) renewLeases(now time.Time) {
 	}
 }
 
-// takeOver repairs continuations whose owner stopped renewing its lease
-// (a router that died while running part of a parked batch), and settles
-// again the answers whose router died before it made their result (a
-// confirmed call it was running never reported).
+// takeOver repairs continuations whose owner stopped renewing its lease,
+// and settles again the answers whose router died before their result.
 func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
 	defer cancel()
@@ -256,8 +246,7 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	}
 }
 
-// background runs fn as work of the router (a drain waits for it); false
-// when the router is closing and fn did not run.
+// background runs fn as tracked work; false when the router is closing.
 func (r *continuations) background(fn func()) bool {
 	if !r.life.Enter() {
 		return false
@@ -266,10 +255,9 @@ func (r *continuations) background(fn func()) bool {
 	return true
 }
 
-// repair finishes a continuation taken over from a router that died: the
-// calls of its last run that never got a result run again (the ledger keeps
-// side-effecting ones from running twice), then the batch waits for its
-// answers or goes on.
+// repair finishes a continuation taken over from a router that died: its
+// last run's calls without a result run again (through the ledger), then
+// the batch waits or goes on.
 func (r *continuations) repair(cont *parked.Batch) {
 	b := r.continuation(cont)
 	if b == nil {
