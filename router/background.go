@@ -39,9 +39,9 @@ type TasksConfig struct {
 // DefaultTaskRun is TasksConfig.MaxRun's default.
 const DefaultTaskRun = time.Hour
 
-// background runs the router's side of tasks: it turns a call past its
-// timeout into a task, follows the runs it owns (renewing their leases),
-// takes over the tasks whose owner went away, and serves P.tasks.<session>.
+// background runs the router's side of tasks: a call past its timeout
+// becomes a task; it follows the runs it owns, takes over those whose owner
+// went away, and serves P.tasks.<session>.
 type background struct {
 	*wire
 	r   *Router
@@ -80,15 +80,15 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 }
 
 // mayBackground: the tool declares it or the call asks, and the tool is
-// neither external, state-injected (its state patch would land turns
-// later) nor served from the result cache.
+// neither external, state-injected (its patch would land turns later) nor
+// cached.
 func mayBackground(j *job) bool {
 	d := &j.tool.Def
 	return (d.Background || j.call.Background) && !d.External && !d.StateInjected && d.CacheTTLMS == 0
 }
 
-// run runs j with the task's long deadline and waits for it up to j's
-// own; past that the call goes on as a task and its handle is the result.
+// run runs j with the task's long deadline and waits up to j's own; past
+// that the call goes on as a task and its handle is the result.
 func (b *background) run(ctx context.Context, j *job) bus.Result {
 	start := time.Now()
 	deadline, timeout := callDeadline(start, j.tool.Def.TimeoutMS, j.deadline)
@@ -198,9 +198,8 @@ func (b *background) owned(id string) (ownedTask, bool) {
 	return o, ok
 }
 
-// follow waits for rec's run and ends the task with its result. A run
-// cut off by this router's stop leaves the task to the router that takes
-// it over; a read-only or idempotent run that lost its worker runs again.
+// follow waits for rec's run and ends the task with its result; a run cut
+// off by this router's stop is left to the router that takes it over.
 func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan bus.Result, cancel context.CancelFunc) {
 	res := <-done
 	for rerun(rec, res) && lctx.Err() == nil {
@@ -301,9 +300,9 @@ func (b *background) tick(now time.Time) {
 	}
 }
 
-// resume follows a task taken over from a router that went away: a
-// durable call's result lands in the ledger, a read-only or idempotent
-// call runs again, any other's outcome is unknown.
+// resume follows a task taken over: a durable call's result lands in the
+// ledger, a read-only or idempotent call runs again, any other's outcome
+// is unknown.
 func (b *background) resume(rec *tasks.Record) {
 	b.log.Info("router: background task taken over", "task", rec.ID, "tool", rec.Tool)
 	ctx, cancel := b.runContext()
@@ -440,9 +439,8 @@ func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) 
 	return reply, nil
 }
 
-// stopRun stops a cancelled task's run: at once when this router owns it
-// (others see the end at their next renewal), and at its worker through
-// the session's cancel subject (docs/protocol.md 3.5).
+// stopRun stops a cancelled task's run here when this router owns it
+// (others see it at their next renewal), and at its worker (protocol 3.5).
 func (b *background) stopRun(rec *tasks.Record) {
 	if o, ok := b.owned(rec.ID); ok {
 		o.cancel()
