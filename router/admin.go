@@ -302,7 +302,7 @@ type toolsLister struct {
 	groups   *groups.Store
 	skills   *routerSkills
 	identify func(session string, claimed json.RawMessage) (json.RawMessage, error)
-	// refused records a refused query in the audit trail (refused.go).
+	// refused records a refused query in the audit trail.
 	refused func(m *nats.Msg, e *bus.Event, err error)
 	readOut bool // read_output is offered (Guard.ReadOutput)
 }

@@ -37,7 +37,7 @@ type answers struct {
 	runTool    func(ctx context.Context, j *job) bus.Result
 	resume     func(cont *parked.Batch)
 	confirming *confirmed
-	audit      *auditTrail // the audit trail of parked calls; nil when off (audittrail.go)
+	audit      *auditTrail // the audit trail of parked calls; nil when off (chain.go)
 }
 
 // parkedCalls is what answers uses of the parked calls (parked.Store).
@@ -411,7 +411,7 @@ func (r *answers) complete(rec *parked.Record, res bus.Result) {
 		if cont != nil {
 			trace = [2]string{cont.TraceParent, cont.TraceState}
 		}
-		r.audit.recordParked(ctx, rec, res) // the audit trail (audittrail.go)
+		r.audit.recordParked(ctx, rec, res) // the audit trail (chain.go)
 		ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 		if err == nil {
 			err = r.stored(ctx, []*sentEvent{ev})

@@ -35,7 +35,7 @@ type batch struct {
 	parked []bus.Parked  // what this router parked (and queued) last
 
 	sent   []*sentEvent     // events published and not yet known to be stored
-	audits []*audit.Pending // audit records on their way to P_AUDIT (audittrail.go)
+	audits []*audit.Pending // audit records on their way to P_AUDIT (chain.go)
 
 	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
@@ -51,7 +51,7 @@ type callState struct {
 	limitRule string          // the limit rule that refused the call (quotas.refuse)
 	result    *bus.Result     // set once, when the call finishes
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
-	size      int64           // bytes its result takes in the batch's aggregate messages (fit.go)
+	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
 	cancel    context.CancelFunc
 	job       job           // what the executor chain runs (jobOf)
 	admitted  chan struct{} // for jobOf: closed once the call passed the quotas (runCalls)
@@ -219,7 +219,7 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 			spec, res := decide(pc, c.target, c.call, c.input)
 			c.rule = spec.rule
 			if q := b.p.quota; res == nil && spec.kind != "" && q != nil {
-				res = q.admitPark(b, c) // counted when it parks (quota.go)
+				res = q.admitPark(b, c) // counted when it parks (chain.go)
 			}
 			switch {
 			case res != nil:

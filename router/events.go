@@ -57,7 +57,7 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 // when it gets one (docs/protocol.md 3.4), batch.done, the wait for the
 // events stream, and the reply.
 type reportStep struct {
-	audit    *auditTrail // the audit trail; nil when off (audittrail.go)
+	audit    *auditTrail // the audit trail; nil when off (chain.go)
 	landing  landingFunc // the router's tracked writes (nil: untracked)
 	events   eventPort
 	sessions sessionPort // the reply's session revision

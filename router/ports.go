@@ -22,7 +22,7 @@ import (
 type sessionPort interface {
 	// snapshot makes the session current for a run of a batch: read from
 	// KV unless rev (the batch's sessionrev) lets the cache serve
-	// (sessions.go); the session it returns is what the run decides with.
+	// (package session); the session it returns is what the run decides with.
 	snapshot(ctx context.Context, id string, rev uint64) *groups.Session
 	// session is the session as this router last read or wrote it.
 	session(id string) *groups.Session
@@ -93,7 +93,7 @@ type eventPort interface {
 }
 
 // outputPort stores the output of a result that would take the batch's
-// aggregate messages past the payload limit (fit.go).
+// aggregate messages past the payload limit (outputs.go).
 type outputPort interface {
 	Fit(ctx context.Context, key string, out []bus.Block, used int, dup bool) ([]bus.Block, error)
 }
@@ -108,8 +108,8 @@ type pipeline struct {
 	park     parkStep
 	report   reportStep
 	fit      fitStep
-	quota    *quotas     // counts calls that park; nil when off (quota.go)
-	audit    *auditTrail // records calls that end outside the chain; nil when off (audittrail.go)
+	quota    *quotas     // counts calls that park; nil when off (chain.go)
+	audit    *auditTrail // records calls that end outside the chain; nil when off (chain.go)
 	log      *slog.Logger
 	base     context.Context // the parent of every batch's context (the Router's)
 }

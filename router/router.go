@@ -169,10 +169,10 @@ type Router struct {
 	conts    *continuations
 	handlers []route
 
-	ids identities // a batch's user (identity.go)
+	ids identities // a batch's user (turn.go)
 
 	subs       subscriptions
-	batches    runningBatches     // running.go
+	batches    runningBatches     // cancel.go
 	execs      execWatches        // exec requests in flight (exec.go)
 	outputs    *offload.Offloader // stores outputs that would take a batch's messages past the payload limit
 	stored     *outputs           // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
@@ -356,7 +356,7 @@ func (r *Router) build(ctx context.Context) error {
 		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
 	r.led = dedupe{ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
 		Health: r.store.Health, Landing: r.life.Landing})}
-	// The router stores only what the payload limit forces (fit.go): its
+	// The router stores only what the payload limit forces (outputs.go): its
 	// inline limit is the limit itself, and it never refuses an output.
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
 		return err
