@@ -147,13 +147,11 @@ func (r *answers) answer(m *nats.Msg, via string) {
 }
 
 // checkAnswer validates an answer against the kind of call it answers and
-// the subject kind it came on (via); a bad answer is a bad_request and
-// changes nothing. A confirmation on P.approve.<tool> must name the parked
-// input's digest (on a secured router; when given, it must match
-// everywhere), may not edit the input, and may remember only suggested
-// rules. On P.answer.<tool> a confirmation is taken only from an open
-// router (no identities), as before: its digest, when given, must match;
-// an edited input is validated against the tool's schema and normalised.
+// the subject kind it came on (via); a bad answer is a bad_request. A
+// confirmation on P.approve.<tool> must name the parked input's digest (on
+// a secured router), may not edit the input, and may remember only
+// suggested rules; on P.answer.<tool> one is taken only by an open router,
+// an edited input validated against the tool's schema.
 func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *registry.Tool) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
@@ -223,7 +221,7 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 }
 
 // checkDigest checks a confirmation's input_digest against the parked
-// input's: required is whether it must be given.
+// input's; required says it must be given.
 func checkDigest(rec *parked.Record, a *bus.Answer, required bool) error {
 	want := rec.InputDigest
 	if want == "" { // parked before records carried it
@@ -370,9 +368,9 @@ func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *pa
 	return r.runTool(ctx, j)
 }
 
-// confirmCovered answers, as confirmed, the other calls of the same batch
-// that wait for a confirmation and that the session's rules now allow: a
-// person who said "yes, and remember" is not asked twice.
+// confirmCovered confirms the batch's other calls waiting for a
+// confirmation that the session's rules now allow: a person who said "yes,
+// and remember" is not asked twice.
 func (r *answers) confirmCovered(answered *parked.Record) {
 	sess := r.groups.Session(answered.Session)
 	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {
@@ -402,10 +400,8 @@ func (r *answers) complete(rec *parked.Record, res bus.Result) {
 	ctx, cancel := r.landing()
 	defer cancel()
 	// The call.result event goes out before the continuation records the
-	// result, on the connection that then records it: the server handles
-	// one connection's messages in order, so whichever router sees the
-	// result recorded and publishes batch.done does so after this event
-	// has been delivered.
+	// result, on the connection that records it: whichever router then
+	// publishes batch.done does so after this event was delivered.
 	report := func(cont *parked.Batch) {
 		var trace [2]string
 		if cont != nil {
