@@ -6,10 +6,8 @@
 // number of routers serve one deployment interchangeably.
 //
 // Router itself is a thin shell (docs/router.md): it builds the subsystems
-// once, subscribes, decodes and dispatches each message to the handler
-// type of its subject (registrar, adminVerbs, toolsLister, answers,
-// canceller, continuations, durableResults, outputs, replays), and owns the
-// lifecycle through internal/life.
+// once, subscribes, and dispatches each message to the handler type of its
+// subject; internal/life owns the lifecycle.
 package router
 
 import (
@@ -186,24 +184,22 @@ type Router struct {
 	cut      atomic.Bool // a drain's deadline cut work off
 }
 
-// route is one subscription of the router: a subject, its queue group ("":
-// every router gets it), its handler, and whether a full router answers it
-// busy (admit.go).
+// route is one subscription: a subject, its queue group ("": every router
+// gets it), its handler, and whether a full router answers it busy.
 type route struct {
 	subject, queue string
 	h              func(*nats.Msg)
 	shed           bool
 }
 
-// errDrainDeadline is the cause of the contexts cut off by a drain's
-// deadline.
+// errDrainDeadline is the cause of the contexts a drain's deadline cut off.
 var errDrainDeadline = life.ErrDeadline
 
 // StopTimeout is the drain deadline of Stop.
 const StopTimeout = 5 * time.Second
 
-// drainCleanup bounds the wait, past a drain's deadline, for the handlers
-// whose context was just cancelled and the writes that must land.
+// drainCleanup bounds the wait, past a drain's deadline, for the cancelled
+// handlers and the writes that must land.
 const drainCleanup = 2 * time.Second
 
 // New returns a Router on nc. Call Start to serve.
@@ -267,7 +263,7 @@ func (r *Router) ID() string { return r.cfg.ID }
 
 // Start creates the JetStream resources, builds the subsystems and the
 // handlers, and subscribes. It returns once the router serves, or with the
-// first error, after undoing what it did (one unwind: the drain's).
+// first error after undoing what it did.
 func (r *Router) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
@@ -413,9 +409,8 @@ func (r *Router) bind() {
 	}
 }
 
-// loops starts the background loops: expiry of parked calls, the watchdog
-// of exec requests, lease renewal and takeover, and the watch for messages
-// dropped as a slow consumer.
+// loops starts the background loops: parked expiry, the exec watchdog,
+// leases and takeover, and the slow-consumer watch.
 func (r *Router) loops() {
 	interval := min(max(cmp.Or(r.cfg.ParkTTL, parked.DefaultTTL)/10, 10*time.Millisecond), time.Second)
 	hb := r.cfg.Store.Heartbeat
@@ -432,10 +427,7 @@ func (r *Router) loops() {
 	})
 }
 
-// dispatch runs h in its own goroutine, bounded by MaxInflight; when every
-// slot is taken, a sheddable message waits in the bounded queue or is
-// answered busy, and any other blocks this subscription's delivery
-// (back-pressure; admit.go).
+// dispatch runs h in its own goroutine, bounded by MaxInflight (admit.go).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	if !r.replyAllowed(m.Subject, m.Reply) {
 		// The router answers with its own permissions: a reply subject
@@ -480,8 +472,7 @@ func (r *wire) replyAllowed(subject, reply string) bool {
 }
 
 // replyAllowedFor is replyAllowed for a deployment prefix and the router
-// connection's inbox prefix ("" or "_INBOX": the shared default, not
-// excluded).
+// connection's inbox prefix ("" or the shared "_INBOX" exclude nothing).
 func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	if reply == "" {
 		return true
@@ -557,7 +548,6 @@ func (r *Router) Drain(ctx context.Context) error {
 	return r.stopErr
 }
 
-// subscriptions are the router's subscriptions and its micro service.
 type subscriptions struct {
 	mu   sync.Mutex
 	list []*nats.Subscription
@@ -635,8 +625,7 @@ func waitClosed(ctx context.Context, s *nats.Subscription) {
 const landBudget = 2 * time.Minute
 
 // landing returns the context of a write that ends a call, not tracked by
-// the drain (the handler types use their life's Landing, which is): parent's
-// values, not its cancellation, bounded by landBudget.
+// the drain: parent's values, not its cancellation, bounded by landBudget.
 func landing(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(parent), landBudget)
 }
@@ -653,9 +642,8 @@ func (f landingFunc) start(parent context.Context) (context.Context, context.Can
 	return f()
 }
 
-// wire is what every handler shares: the connection, the deployment's
-// subjects, the router's event source, and how a message is decoded and
-// answered (docs/protocol.md 2).
+// wire is what every handler shares: the connection, subjects, event
+// source, and how a message is decoded and answered (docs/protocol.md 2).
 type wire struct {
 	nc     *nats.Conn
 	subj   bus.Subjects
