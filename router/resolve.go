@@ -23,10 +23,9 @@ type resolveStep struct {
 	log    *slog.Logger
 }
 
-// from resolves the calls of b from index i on that have no result yet. A
-// call that resolves to an unknown or unavailable tool is resolved again
-// after the tool is read from KV: its registration may have been
-// acknowledged through another router a moment ago.
+// from resolves the calls of b from index i on that have no result yet; an
+// unknown or unavailable tool is read from KV and resolved again (another
+// router may have just acknowledged its registration).
 func (s resolveStep) from(b *batch, i int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -60,7 +59,7 @@ func (s resolveStep) from(b *batch, i int) {
 }
 
 // one finds what c runs and validates its input; a call that cannot run
-// gets its early result, reported when its run comes.
+// gets its early result.
 func (s resolveStep) one(b *batch, sess *groups.Session, c *callState) {
 	c.target = s.tools.resolve(sess, b.req, b.data.User, c.call.Name)
 	c.input, c.early = validate(c.call, c.target)
@@ -69,9 +68,8 @@ func (s resolveStep) one(b *batch, sess *groups.Session, c *callState) {
 	}
 }
 
-// validate checks a resolved call's input against its tool's schema. It
-// returns the input as the tool gets it, or the call's invalid_input (or
-// resolution error) result when it cannot run.
+// validate checks a resolved call's input against its tool's schema: the
+// input as the tool gets it, or the result of a call that cannot run.
 func validate(c bus.Call, t groups.Resolved) (json.RawMessage, *bus.Result) {
 	if t.Code != "" {
 		return nil, ptr(bus.ErrorResult(c, t.Code, t.Message))
@@ -107,11 +105,9 @@ type parkSpec struct {
 	suggested     []bus.Rule
 }
 
-// decide applies the permission engine to a resolved, validated call. It
-// returns a result for a denied call, a parkSpec for a call that waits (a
-// confirmation, or an external tool), or neither for a call that runs now.
-// reset_tools, the skill loader and request-scoped external tools are
-// never asked about.
+// decide applies the permission engine to a resolved, validated call: a
+// result for a denied call, a parkSpec for one that waits, or neither.
+// Built-ins and request-scoped external tools are never asked about.
 func decide(pc permission.Context, t groups.Resolved, c bus.Call, input json.RawMessage) (parkSpec, *bus.Result) {
 	switch {
 	case t.Reset, t.Skill, t.Search, t.Read:
@@ -139,10 +135,9 @@ func permissionContext(s *groups.Session) permission.Context {
 }
 
 // nextRun returns the end of the run that starts at call i (docs/protocol.md
-// 5.2): a maximal stretch of concurrency-safe calls, which run in
-// parallel, or one unsafe call alone. safe reports call k's safety as the
-// batch's calls resolve now; a reset_tools call or a skill load changes
-// what later calls resolve to, so the plan is made one run at a time.
+// 5.2): a maximal stretch of concurrency-safe calls, or one unsafe call. A
+// reset_tools call or a skill load changes what later calls resolve to, so
+// the plan is made one run at a time.
 func nextRun(i, n int, safe func(k int) bool) int {
 	j := i + 1
 	if safe(i) {

@@ -28,8 +28,8 @@ type routerSkills struct {
 	schemas map[string]*schemas.Schema // loader schema JSON → compiled
 }
 
-// maxLoaderSchemas bounds the cache of compiled loader schemas; past it the
-// cache starts again (sets of visible skills are few in practice).
+// maxLoaderSchemas bounds the cache of compiled loader schemas; past it
+// the cache starts again.
 const maxLoaderSchemas = 256
 
 func startSkills(ctx context.Context, dirs []string, viewer bool, st *store.Store, gs *groups.Store, log *slog.Logger) (*routerSkills, error) {
@@ -74,9 +74,9 @@ func shown(req *groups.Request, name string) bool {
 
 func loaderShown(req *groups.Request) bool { return shown(req, skills.LoaderName) }
 
-// skillListing puts load_skill_through_path into a listing after
-// reset_tools (before the request's external tools) when a skill is
-// visible, and returns the skills_prompt.
+// listing puts the skill loader (and viewer) into a listing before the
+// request's external tools when a skill is visible, and returns the
+// skills_prompt.
 func (s *routerSkills) listing(view *groups.View, req *groups.Request, user string, defs []bus.ToolDef) ([]bus.ToolDef, string) {
 	if !loaderShown(req) {
 		return defs, ""
@@ -142,9 +142,8 @@ func (s *routerSkills) schema(raw json.RawMessage) (*schemas.Schema, error) {
 	return sc, nil
 }
 
-// loadSkill runs load_skill_through_path: read-only for the skill, never
-// asked about, not in the ledger; a successful load adds, for this session
-// only, the groups whose activate_on_skill names the skill.
+// loadSkill runs the skill loader (or viewer); a successful load activates,
+// for this session, the groups whose activate_on_skill names the skill.
 func (s *routerSkills) loadSkill(ctx context.Context, session string, user json.RawMessage, call bus.Call, input json.RawMessage) bus.Result {
 	gs := s.groups.Groups()
 	sv := s.view(s.groups.Session(session), userOf(user))
@@ -173,8 +172,7 @@ func (s *routerSkills) loadSkill(ctx context.Context, session string, user json.
 	return bus.Result{ID: call.ID, Name: call.Name, State: bus.StateSuccess, Output: out.Output}
 }
 
-// skillsList is the reply of skills.list: every served skill, shared ones
-// (after priority) and every user-scoped one.
+// skillsList is the reply of skills.list: every served skill.
 func (x *adminVerbs) skillsList() map[string]any {
 	gs := x.groups.Groups()
 	out := []bus.SkillInfo{}
