@@ -20,11 +20,10 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	cl, closeConn, err := cn.open(ctx, fs)
+	cl, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	replyID, calls := pos[0], pos[1:]
 	session, err := cancelSession(ctx, cl, fs, cn, replyID)
 	if err != nil {

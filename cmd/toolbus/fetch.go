@@ -27,11 +27,10 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) != 1 {
 		return usageError(fs, "fetch takes one reference (nats-object://<bucket>/<name>#sha256=<digest>), got %d arguments", len(pos))
 	}
-	cl, closeConn, err := cn.dial(ctx)
+	cl, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	session := "" // --session given explicitly, else the name's first token
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "session" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -26,11 +27,10 @@ func runGroups(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 0 {
 		return editGroups(ctx, fs, cn, pos, stdout)
 	}
-	cl, closeConn, err := cn.open(ctx, fs)
+	cl, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	list, err := cl.Tools(ctx, cn.session, bus.FormatToolbus, nil)
 	if err != nil {
 		return err
@@ -54,11 +54,10 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	cl, closeConn, err := cn.open(ctx, fs)
+	cl, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	replyID := client.NewReplyID()
 	batch := bus.Batch{Calls: []bus.Call{{ID: callIDFor(replyID, 0, 1), Name: groups.ResetTools, Input: client.ResetInput(pos)}}}
 	reply, err := cl.Call(ctx, cn.session, batch, client.WithReplyID(replyID))
@@ -109,11 +108,10 @@ func editGroups(ctx context.Context, fs *flag.FlagSet, cn *conn, pos []string, s
 		}
 		data = map[string]string{"name": arg}
 	}
-	cl, closeConn, err := cn.dial(ctx)
+	cl, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	var out struct {
 		Group   string `json:"group"`
 		Deleted string `json:"deleted"`
@@ -127,4 +125,54 @@ func editGroups(ctx context.Context, fs *flag.FlagSet, cn *conn, pos []string, s
 	}
 	fmt.Fprintf(stdout, "%s group %s\n", did, *name)
 	return nil
+}
+
+// formats are the listing formats of io.toolbus.tools.query.
+var formats = []string{bus.FormatToolbus, bus.FormatOpenAI, bus.FormatOpenAIResponses,
+	bus.FormatAnthropic, bus.FormatGemini, bus.FormatMCP}
+
+func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("tools", stderr)
+	format := fs.String("format", bus.FormatToolbus, "print the tools as the model sees them, as JSON, in this format: toolbus, openai, openai-responses, anthropic, gemini or mcp (without it: a readable list)")
+	asJSON := fs.Bool("json", false, "print the whole reply data (tools in --format, groups, skills_prompt) as JSON")
+	deferred := fs.Bool("deferred", false, "also list the tools of inactive meta groups, deferred for the provider's tool search (with --format openai-responses or anthropic)")
+	user := fs.String("user", "", "list as this toolbus user sees it (their skills); refused by a secured router unless it is the credentials' own")
+	if err := parseNone(fs, args); err != nil {
+		return err
+	}
+	if !slices.Contains(formats, *format) {
+		return usageError(fs, "unknown --format %q", *format)
+	}
+	if *deferred && *format != bus.FormatOpenAIResponses && *format != bus.FormatAnthropic {
+		return usageError(fs, "--deferred needs --format openai-responses or anthropic")
+	}
+	q := bus.ToolsQuery{Format: *format, Deferred: *deferred}
+	var err error
+	if q.User, err = jsonOrString(fs, "--user", *user); err != nil {
+		return err
+	}
+	cl, err := cn.open(ctx, fs)
+	if err != nil {
+		return err
+	}
+	list, err := cl.Query(ctx, cn.session, q)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *asJSON:
+		return writeJSON(stdout, list)
+	case formatSet(fs):
+		return writeJSON(stdout, list.Tools)
+	}
+	renderTools(stdout, list)
+	return nil
+}
+
+// formatSet reports whether --format was given: then the listing is printed
+// in that format, exactly as the model receives it.
+func formatSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "format" })
+	return set
 }

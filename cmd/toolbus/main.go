@@ -26,6 +26,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	osexec "os/exec"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -107,7 +109,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
-	err := c.run(context.WithValue(ctx, abortKey{}, abort), rest, stdout, stderr)
+	st := &runState{abort: abort}
+	err := c.run(context.WithValue(ctx, runKey{}, st), rest, stdout, stderr)
+	for _, nc := range st.conns {
+		nc.Close()
+	}
 	var refused *refusedError
 	if err != nil && errors.As(context.Cause(ctx), &refused) {
 		return refused // the refusal, not the cancelled wait it caused
@@ -172,31 +178,41 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	return fs, cn
 }
 
-// dial connects to NATS and returns a client of the deployment; close ends
-// the connection.
-func (cn *conn) dial(ctx context.Context) (cl *client.Client, close func(), err error) {
+// dial connects to NATS and returns a client of the deployment.
+func (cn *conn) dial(ctx context.Context) (*client.Client, error) {
 	nc, err := cn.connect(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return client.New(nc, client.Config{Prefix: cn.prefix, Source: "toolbus/cli"}), nc.Close, nil
+	return client.New(nc, client.Config{Prefix: cn.prefix, Source: "toolbus/cli"}), nil
 }
 
-// connect connects to NATS with the shared flags (URLs, credentials, TLS).
-// A permissions violation the server reports on it ends the command at
-// once (abortOnRefusal), instead of leaving a request to its timeout.
+// connect connects to NATS with the shared flags (URLs, credentials, TLS);
+// run closes the connection when the command returns. A permissions
+// violation the server reports on it ends the command at once, instead of
+// leaving a request to its timeout.
 func (cn *conn) connect(ctx context.Context) (*nats.Conn, error) {
-	return cn.nats.Connect("toolbus-cli", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
-			if abort, ok := ctx.Value(abortKey{}).(context.CancelCauseFunc); ok {
-				abort(&refusedError{err: err})
-			}
+	st, _ := ctx.Value(runKey{}).(*runState)
+	nc, err := cn.nats.Connect("toolbus-cli", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if st != nil && (errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation")) {
+			st.abort(&refusedError{err: err})
 		}
 	}))
+	if err == nil && st != nil {
+		st.conns = append(st.conns, nc)
+	}
+	return nc, err
 }
 
-// abortKey holds the command's context.CancelCauseFunc (set by run).
-type abortKey struct{}
+// runKey holds the *runState of the command run runs.
+type runKey struct{}
+
+// runState is a running command's abort, which a refusal calls, and the
+// connections it opened, which run closes when it returns.
+type runState struct {
+	abort context.CancelCauseFunc
+	conns []*nats.Conn
+}
 
 // refusedError is a permissions violation that ended a command.
 type refusedError struct{ err error }
@@ -209,10 +225,10 @@ func (e *refusedError) Unwrap() error { return e.err }
 
 // open checks --session (which may be allSessions when the command takes
 // it) and connects: the start of most subcommands.
-func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, func(), error) {
+func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, error) {
 	if !cn.anySession || cn.session != allSessions {
 		if err := checkSession(fs, cn.session); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	return cn.dial(ctx)
@@ -329,4 +345,36 @@ func checkSession(fs *flag.FlagSet, s string) error {
 		return usageError(fs, "--session %q must match ^[A-Za-z0-9_-]{1,128}$", s)
 	}
 	return nil
+}
+
+// runBench and runSoak run toolbus-bench (cmd/toolbus-bench) with args:
+// the harnesses are a binary of their own so that this CLI does not link
+// them (docs/router.md "Layout").
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runHarness(ctx, "bench", args, stdout, stderr)
+}
+
+func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runHarness(ctx, "soak", args, stdout, stderr)
+}
+
+// runHarness runs toolbus-bench's harness name, found next to toolbus, on
+// $PATH, or built from the module (go run ./cmd/toolbus bench).
+func runHarness(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	tmp, err := os.MkdirTemp("", "toolbus-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	ps, _, err := cli.Helpers(ctx, "", tmp, logf, "toolbus-bench")
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	cmd := osexec.CommandContext(ctx, ps[0], append([]string{name}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	// A stop passes on as an interrupt: the harness stops the processes
+	// it started.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	return cmd.Run()
 }

@@ -8,10 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -55,11 +58,10 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		session, where = cn.session, "session "+cn.session
 	}
-	cl, closeConn, err := cn.dial(ctx)
+	cl, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	if *history {
 		recs, err := parkedHistory(ctx, cl, session)
 		switch {
@@ -308,11 +310,10 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// not be what it said.
 		return usageError(fs, "the output is not UTF-8 text; send binary data as a data block with base64 data")
 	}
-	cl, closeConn, err := cn.open(ctx, fs)
+	cl, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	p, err := target.resolve(ctx, cl, sessionOf(fs, cn), id, bus.KindExternal, false)
 	if err != nil {
 		return answerError(id, err)
@@ -379,11 +380,10 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *input != "" && !json.Valid([]byte(*input)) {
 		return usageError(fs, "--input %q is not JSON", *input)
 	}
-	cl, closeConn, err := cn.open(ctx, fs)
+	cl, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	// Looked up even with --reply and --tool: the confirmation names the
 	// parked input's digest. A call the list does not show (answered a
 	// moment ago, say) is confirmed as the flags say, so the router's
@@ -428,4 +428,70 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintln(stdout, line)
 	return nil
+}
+
+// maxHistory bounds the calls parked --history prints (the newest).
+const maxHistory = 1000
+
+// parkedHistory returns the call records of session ("" for all) that no
+// longer wait — answered, done, expired, cancelled — newest last, read from
+// the parked bucket (they stay there for its TTL, 7 days): who answered
+// (answered_by, docs/protocol.md 6.1), when, and the result's state.
+func parkedHistory(ctx context.Context, cl *client.Client, session string) ([]bus.ParkRecord, error) {
+	js, err := jetstream.New(cl.Conn())
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, cl.Subjects().Bucket(bus.BucketParked))
+	if err != nil {
+		return nil, fmt.Errorf("parked --history: %w", err)
+	}
+	filter := "*.*.*"
+	if session != "" {
+		filter = session + ".*.*"
+	}
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("parked --history: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []bus.ParkRecord
+	for e := range w.Updates() {
+		if e == nil {
+			break // the current values are in
+		}
+		var r bus.ParkRecord
+		if json.Unmarshal(e.Value(), &r) != nil || r.Status == bus.ParkParked {
+			continue
+		}
+		out = append(out, r)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	slices.SortFunc(out, func(a, b bus.ParkRecord) int { return a.Created.Compare(b.Created) })
+	if len(out) > maxHistory {
+		out = out[len(out)-maxHistory:]
+	}
+	return out, nil
+}
+
+// renderHistory prints the records as a table.
+func renderHistory(w io.Writer, recs []bus.ParkRecord) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tREPLY\tCALL\tTOOL\tKIND\tSTATUS\tRESULT\tANSWERED BY\tANSWERED AT")
+	for _, r := range recs {
+		res, by, at := "-", "-", "-"
+		if r.Result != nil {
+			res = r.Result.State
+		}
+		if r.AnsweredBy != "" {
+			by = r.AnsweredBy
+		}
+		if !r.AnsweredAt.IsZero() {
+			at = r.AnsweredAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Session, r.ReplyID, r.Call.ID, r.Call.Name, r.Kind, r.Status, res, by, at)
+	}
+	_ = tw.Flush()
 }

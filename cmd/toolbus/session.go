@@ -65,11 +65,10 @@ func runActivate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // adminSession checks --session, runs a session verb, all of which reply
 // with the session, and prints that session.
 func adminSession(ctx context.Context, fs *flag.FlagSet, cn *conn, verb string, data any, asJSON bool, stdout io.Writer) error {
-	cl, closeConn, err := cn.open(ctx, fs)
+	cl, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	var raw json.RawMessage
 	if err := admin(ctx, cl, verb, cn.session, data, &raw); err != nil {
 		return err
