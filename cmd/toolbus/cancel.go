@@ -55,7 +55,7 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // else the one session where a call of the reply is parked, else (a
 // running call, which no list shows) the default session.
 func cancelSession(ctx context.Context, cl *client.Client, fs *flag.FlagSet, cn *conn, replyID string) (string, error) {
-	if sessionGiven(fs) {
+	if given(fs, "session") {
 		return cn.session, nil
 	}
 	_, parked, err := listParked(ctx, cl, "")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -31,18 +30,12 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	session := "" // --session given explicitly, else the name's first token
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "session" {
-			session = cn.session
-		}
-	})
 	var obj *client.Output
 	switch {
 	case *direct:
 		obj, err = cl.Outputs().FetchDirect(ctx, pos[0])
-	case session != "":
-		obj, err = cl.Outputs().FetchSession(ctx, session, pos[0])
+	case given(fs, "session"): // else the name's first token is the session
+		obj, err = cl.Outputs().FetchSession(ctx, cn.session, pos[0])
 	default:
 		obj, err = cl.Outputs().Fetch(ctx, pos[0])
 	}

@@ -162,17 +162,9 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case *asJSON:
 		return writeJSON(stdout, list)
-	case formatSet(fs):
+	case given(fs, "format"): // printed exactly as the model receives it
 		return writeJSON(stdout, list.Tools)
 	}
 	renderTools(stdout, list)
 	return nil
-}
-
-// formatSet reports whether --format was given: then the listing is printed
-// in that format, exactly as the model receives it.
-func formatSet(fs *flag.FlagSet) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "format" })
-	return set
 }

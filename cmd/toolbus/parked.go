@@ -52,7 +52,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", pos[0])
 	}
 	session, where := "", "any session"
-	if !*all && (len(pos) == 0 || sessionGiven(fs)) { // a call id finds its session
+	if !*all && (len(pos) == 0 || given(fs, "session")) { // a call id finds its session
 		if err := checkSession(fs, cn.session); err != nil {
 			return err
 		}
@@ -219,7 +219,7 @@ func findParked(ctx context.Context, cl *client.Client, session, id, replyID, to
 // sessionOf is the session a command looks in: --session when given, else
 // "" (every session: the call id finds its session).
 func sessionOf(fs *flag.FlagSet, cn *conn) string {
-	if sessionGiven(fs) {
+	if given(fs, "session") {
 		return cn.session
 	}
 	return ""
@@ -420,11 +420,7 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	line := fmt.Sprintf("%s call %s of %s (reply %s, session %s)", verb, id, p.Name, p.ReplyID, p.Session)
 	if len(a.Rules) > 0 {
-		rules := make([]string, len(a.Rules))
-		for i, r := range a.Rules {
-			rules[i] = ruleText(r)
-		}
-		line += "; remembered: " + strings.Join(rules, ", ")
+		line += "; remembered: " + rulesText(a.Rules)
 	}
 	fmt.Fprintln(stdout, line)
 	return nil

@@ -107,11 +107,7 @@ func short(s string) string {
 // eventLine is one line of `toolbus watch`: time, session (when withSession),
 // type, tool call id and a summary of the data.
 func eventLine(e *bus.Event, withSession bool) string {
-	at := e.Time
-	if t, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
-		at = t.Local().Format("2006-01-02 15:04:05.000")
-	}
-	fields := []string{at}
+	fields := []string{eventTime(e)}
 	if withSession {
 		fields = append(fields, orDash(e.SessionID))
 	}
@@ -120,6 +116,14 @@ func eventLine(e *bus.Event, withSession bool) string {
 		fields = append(fields, s)
 	}
 	return strings.Join(fields, " ")
+}
+
+// eventTime is an event's time in local time, to the millisecond.
+func eventTime(e *bus.Event) string {
+	if t, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
+		return t.Local().Format("2006-01-02 15:04:05.000")
+	}
+	return e.Time
 }
 
 func orDash(s string) string {

@@ -136,6 +136,15 @@ func renderSession(w io.Writer, v *sessionView) {
 	}
 }
 
+// rulesText is the rules' ruleText, comma-separated.
+func rulesText(rules []bus.Rule) string {
+	texts := make([]string, len(rules))
+	for i, r := range rules {
+		texts[i] = ruleText(r)
+	}
+	return strings.Join(texts, ", ")
+}
+
 // ruleText is "behavior tool" or "behavior tool(pattern)"; no behavior
 // means allow.
 func ruleText(r bus.Rule) string {

@@ -232,7 +232,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError(fs, "--since must not be negative")
 	}
 	session := ""
-	if sessionGiven(fs) {
+	if given(fs, "session") {
 		if err := checkSession(fs, cn.session); err != nil {
 			return err
 		}
@@ -290,10 +290,10 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// sessionGiven reports whether --session was set on the command line:
-// without it the export covers every session.
-func sessionGiven(fs *flag.FlagSet) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "session" })
-	return given
+// given reports whether flag name was set on the command line (--session:
+// without it, the commands that can look in every session do).
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

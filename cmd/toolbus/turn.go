@@ -208,6 +208,14 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 		waiting[p.ID] = true
 		kinds[p.ID] = p.Kind
 	}
+	// moved prints a waiting call whose parked kind changed since it was
+	// last seen (a confirmation given, the call now waits for its answer).
+	moved := func(p bus.ParkedCall) {
+		if waiting[p.ID] && kinds[p.ID] != p.Kind {
+			kinds[p.ID] = p.Kind
+			fmt.Fprintf(f.w, "call %s of %s now waits for %s: %s\n", p.ID, p.Name, kindText(p.Kind), nextCommand(p, false))
+		}
+	}
 	var tick <-chan time.Time
 	if f.list != nil {
 		t := time.NewTicker(pollEvery)
@@ -220,12 +228,11 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 		case <-ctx.Done():
 			return out, ctx.Err()
 		case <-tick:
-			f.reparked(ctx, waiting, kinds)
-		case p := <-f.parked:
-			if waiting[p.ID] && kinds[p.ID] != p.Kind {
-				kinds[p.ID] = p.Kind
-				fmt.Fprintf(f.w, "call %s of %s now waits for %s: %s\n", p.ID, p.Name, kindText(p.Kind), parkedCommand(p))
+			for _, p := range f.poll(ctx) {
+				moved(p)
 			}
+		case p := <-f.parked:
+			moved(bus.ParkedCall{ID: p.ID, Name: p.Name, Kind: p.Kind})
 		case r, ok := <-f.results:
 			if !ok {
 				return out, errors.New("the event subscription ended")
@@ -239,21 +246,13 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 	return out, nil
 }
 
-// reparked prints each waiting call whose parked kind changed since it
-// was last seen (a confirmation given, the call now waits for its answer).
-func (f *follower) reparked(ctx context.Context, waiting map[string]bool, kinds map[string]string) {
+// poll lists the reply's parked calls; a listing that fails only loses the
+// news (the result still comes as an event).
+func (f *follower) poll(ctx context.Context) []bus.ParkedCall {
 	ctx, cancel := context.WithTimeout(ctx, pollEvery)
 	defer cancel()
-	calls, err := f.list(ctx)
-	if err != nil {
-		return // only the news is lost; the result still comes as an event
-	}
-	for _, p := range calls {
-		if waiting[p.ID] && kinds[p.ID] != p.Kind {
-			kinds[p.ID] = p.Kind
-			fmt.Fprintf(f.w, "call %s of %s now waits for %s: %s\n", p.ID, p.Name, kindText(p.Kind), nextCommand(p, false))
-		}
-	}
+	calls, _ := f.list(ctx)
+	return calls
 }
 
 // parkedCommand is the toolbus command that answers parked call p.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -197,10 +196,7 @@ func printRequest(w io.Writer, e *bus.Event, asJSON bool) error {
 // id, tool and input; for a confirmation also the reason it asks and the
 // rules --remember would add.
 func requestLine(e *bus.Event) string {
-	at := e.Time
-	if t, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
-		at = t.Local().Format("2006-01-02 15:04:05.000")
-	}
+	at := eventTime(e)
 	var req bus.HandoffRequest
 	if err := e.DataAs(&req); err != nil {
 		return strings.Join([]string{at, orDash(e.SessionID), orDash(e.ReplyID), orDash(e.ToolCallID), e.Type, short(string(e.Data))}, " ")
@@ -212,11 +208,7 @@ func requestLine(e *bus.Event) string {
 	}
 	line += " — asks: " + orDash(req.Reason)
 	if len(req.SuggestedRules) > 0 {
-		rules := make([]string, len(req.SuggestedRules))
-		for i, r := range req.SuggestedRules {
-			rules[i] = ruleText(r)
-		}
-		line += "; --remember adds: " + strings.Join(rules, ", ")
+		line += "; --remember adds: " + rulesText(req.SuggestedRules)
 	}
 	return line
 }
