@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -227,33 +228,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, w := range r.Unknown() {
 		fmt.Fprintf(stdout, "toolbus: warning: %s (now; `toolbus status` shows the current list)\n", w)
 	}
-	if mcpOpts.listen != "" {
-		// The facade acts with its own login, never the router's.
-		fconn, err := mcpOpts.conn(conn, *secure)
-		var fnc *nats.Conn
-		if err == nil {
-			fnc, err = fconn.Connect("toolbus-mcp", nats.MaxReconnects(-1))
-		}
-		var stopMCP func()
-		if err == nil {
-			if stopMCP, err = serveMCP(ctx, mcpOpts, fnc, *prefix, stdout, log); err != nil {
-				fnc.Close()
-			}
-		}
+	// The MCP facade and the approval inbox act with logins of their own,
+	// never the router's.
+	for _, serve := range []func(context.Context, natsconn.Config, string, string, io.Writer, *slog.Logger) (func(), error){mcpOpts.serve, inboxOpts.serve} {
+		stop, err := serve(ctx, conn, *secure, *prefix, stdout, log)
 		if err != nil {
 			_ = r.Stop(context.WithoutCancel(ctx))
 			return err
 		}
-		defer fnc.Close()
-		defer stopMCP()
-	}
-	if inboxOpts.listen != "" {
-		stopInbox, err := inboxOpts.serve(ctx, conn, *secure, *prefix, stdout, log)
-		if err != nil {
-			_ = r.Stop(context.WithoutCancel(ctx))
-			return err
+		if stop != nil {
+			defer stop()
 		}
-		defer stopInbox()
 	}
 	<-ctx.Done()
 	log.Info("shutting down: draining work in flight", "deadline", drainTimeout)

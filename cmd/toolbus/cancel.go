@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/cli"
 )
 
 func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,7 +56,7 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // else the one session where a call of the reply is parked, else (a
 // running call, which no list shows) the default session.
 func cancelSession(ctx context.Context, cl *client.Client, fs *flag.FlagSet, cn *conn, replyID string) (string, error) {
-	if given(fs, "session") {
+	if cli.Given(fs, "session") {
 		return cn.session, nil
 	}
 	_, parked, err := listParked(ctx, cl, "")

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/cli"
 )
 
 // runFetch prints (or with -o saves) a stored output: the object a data
@@ -34,7 +35,7 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case *direct:
 		obj, err = cl.Outputs().FetchDirect(ctx, pos[0])
-	case given(fs, "session"): // else the name's first token is the session
+	case cli.Given(fs, "session"): // else the name's first token is the session
 		obj, err = cl.Outputs().FetchSession(ctx, cn.session, pos[0])
 	default:
 		obj, err = cl.Outputs().Fetch(ctx, pos[0])

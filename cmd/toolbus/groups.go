@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/cli"
 )
 
 func runGroups(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -162,7 +163,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case *asJSON:
 		return writeJSON(stdout, list)
-	case given(fs, "format"): // printed exactly as the model receives it
+	case cli.Given(fs, "format"): // printed exactly as the model receives it
 		return writeJSON(stdout, list.Tools)
 	}
 	renderTools(stdout, list)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/cli"
 )
 
 // listParked returns the parked calls of session ("" for every session) as
@@ -52,7 +53,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", pos[0])
 	}
 	session, where := "", "any session"
-	if !*all && (len(pos) == 0 || given(fs, "session")) { // a call id finds its session
+	if !*all && (len(pos) == 0 || cli.Given(fs, "session")) { // a call id finds its session
 		if err := checkSession(fs, cn.session); err != nil {
 			return err
 		}
@@ -219,7 +220,7 @@ func findParked(ctx context.Context, cl *client.Client, session, id, replyID, to
 // sessionOf is the session a command looks in: --session when given, else
 // "" (every session: the call id finds its session).
 func sessionOf(fs *flag.FlagSet, cn *conn) string {
-	if given(fs, "session") {
+	if cli.Given(fs, "session") {
 		return cn.session
 	}
 	return ""

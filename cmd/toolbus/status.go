@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/limits"
 )
 
@@ -232,7 +232,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError(fs, "--since must not be negative")
 	}
 	session := ""
-	if given(fs, "session") {
+	if cli.Given(fs, "session") {
 		if err := checkSession(fs, cn.session); err != nil {
 			return err
 		}
@@ -288,12 +288,4 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return tw.Flush()
 	}
 	return nil
-}
-
-// given reports whether flag name was set on the command line (--session:
-// without it, the commands that can look in every session do).
-func given(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

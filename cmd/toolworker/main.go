@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -83,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer obs.Stop()
 	log := obs.Log
 
-	if *mcpConfig != "" && !flagSet(fs, "demo") {
+	if *mcpConfig != "" && !cli.Given(fs, "demo") {
 		*demo = false
 	}
 	if !*demo && !*withBuiltin && *mcpConfig == "" {
@@ -216,11 +215,4 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		return nil, err
 	}
 	return stop, nil
-}
-
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
