@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/internal/private"
 	"github.com/toolbus/toolbus/skills"
 )
 
@@ -112,20 +114,8 @@ func SaveToken(dir, token string) (string, error) {
 	if err := skills.CheckPrivate(dir); err != nil {
 		return "", fmt.Errorf("inbox: the token's directory: %w", err)
 	}
-	f, err := os.CreateTemp(dir, "."+TokenFile+"-*")
-	if err != nil {
-		return "", fmt.Errorf("inbox: %w", err)
-	}
-	_, err = f.WriteString(token + "\n")
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	path := filepath.Join(dir, TokenFile)
-	if err == nil {
-		err = os.Rename(f.Name(), path) // CreateTemp made it 0600
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
+	if _, err := private.WriteFile(path, strings.NewReader(token+"\n")); err != nil {
 		return "", fmt.Errorf("inbox: %w", err)
 	}
 	return path, nil

@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/toolbus/toolbus/internal/private"
 )
 
 // SpecFile is the Spec a directory written by Generate was made from, so
@@ -178,8 +180,8 @@ func write(dir, url string, spec Spec, users []User) error {
 		{SpecFile, append(sb, '\n')},
 		{UsersFile, []byte(JSON(users))},
 	} {
-		if err := replace(filepath.Join(dir, f.name), f.data); err != nil {
-			return err
+		if _, err := private.WriteFile(filepath.Join(dir, f.name), bytes.NewReader(f.data)); err != nil {
+			return fmt.Errorf("security: %w", err)
 		}
 	}
 	return nil
@@ -254,30 +256,6 @@ func newSeed(dir, abs, url string, u User) (string, error) {
 		return "", fmt.Errorf("security: %w", err)
 	}
 	return pub, nil
-}
-
-// replace writes data to path through a temporary file and a rename, so a
-// reader sees the old file or the new one.
-func replace(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("security: %w", err)
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o600)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-		return fmt.Errorf("security: %w", err)
-	}
-	return nil
 }
 
 // Bindings is the session → user bindings a router runs with

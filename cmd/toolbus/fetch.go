@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/private"
 )
 
 // runFetch prints (or with -o saves) a stored output: the object a data
@@ -50,20 +49,9 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// Written next to the target and renamed, so a failed fetch (a digest
 	// mismatch, a lost connection) leaves no partial file behind.
-	tmp, err := os.CreateTemp(filepath.Dir(*outPath), "."+filepath.Base(*outPath)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	n, err := io.Copy(tmp, obj)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
+	n, err := private.WriteFile(*outPath, obj)
 	if err != nil {
 		return fmt.Errorf("fetch %s: %w", pos[0], err)
-	}
-	if err := os.Rename(tmp.Name(), *outPath); err != nil {
-		return err
 	}
 	fmt.Fprintf(stderr, "%d bytes (%s) written to %s\n", n, obj.MediaType, *outPath)
 	return nil
