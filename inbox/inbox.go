@@ -81,7 +81,7 @@ type Item struct {
 
 // Server is the inbox. It owns records, the waiting calls it keeps in
 // memory (records.go, embedded), and checks every request with a gate over
-// its token (access.go); it declares the lifecycle, the page and its API
+// its token (serve.go); it declares the lifecycle, the page and its API
 // (serve*, act, the approver's polling). It is safe for concurrent use.
 type Server struct {
 	*records
