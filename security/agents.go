@@ -1,7 +1,6 @@
 package security
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -136,18 +135,12 @@ func readUsers(path string) ([]User, error) {
 // envURL is the NATS_URL the directory's .env files name, if any.
 func envURL(dir string) string {
 	for _, name := range []string{RoleRouter, RoleAgent} {
-		f, err := os.Open(EnvFile(dir, name))
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if name, value, ok := parseEnvLine(sc.Text()); ok && name == "NATS_URL" {
-				f.Close()
+		b, _ := os.ReadFile(EnvFile(dir, name))
+		for line := range strings.Lines(string(b)) {
+			if name, value, ok := parseEnvLine(line); ok && name == "NATS_URL" {
 				return value
 			}
 		}
-		f.Close()
 	}
 	return ""
 }
@@ -342,8 +335,11 @@ func (b *Bindings) UserOf(session string) (string, bool) {
 // whether it rewrote them. A running server must then reload (router
 // --secure starts after it, and polls users.json).
 func Refresh(dir string) (bool, error) {
-	if _, err := os.Stat(filepath.Join(dir, UsersFile)); errors.Is(err, os.ErrNotExist) {
+	old, err := os.ReadFile(filepath.Join(dir, UsersFile))
+	if errors.Is(err, os.ErrNotExist) {
 		return false, nil // a configuration made by hand: left as it is
+	} else if err != nil {
+		return false, fmt.Errorf("security: %w", err)
 	}
 	spec, err := LoadSpec(dir)
 	if err != nil {
@@ -352,10 +348,6 @@ func Refresh(dir string) (bool, error) {
 	users, err := Users(spec)
 	if err != nil {
 		return false, err
-	}
-	old, err := os.ReadFile(filepath.Join(dir, UsersFile))
-	if err != nil {
-		return false, fmt.Errorf("security: %w", err)
 	}
 	if string(old) == JSON(users) {
 		return false, nil
