@@ -63,14 +63,12 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	var fol *follower
-	if *wait { // progress and re-parked calls are printed on stderr as they come
-		var stop func()
-		if fol, stop, err = follow(ctx, cl, cn.session, *replyID, len(batch.Calls), stderr); err != nil {
-			return err
-		}
-		defer stop()
+	// With --wait, progress and re-parked calls are printed on stderr as they come.
+	fol, stop, err := follow(ctx, cl, cn.session, *replyID, len(batch.Calls), stderr, *wait)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	opts := []client.CallOption{client.WithReplyID(*replyID)}
 	callCtx := ctx
 	if *timeout > 0 {

@@ -137,13 +137,16 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "  %-13s %s\n", "help", "show this text, or 'toolbus help <command>' for a command's flags")
-	fmt.Fprintln(w, "\nEvery command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default \"cli\"),")
-	fmt.Fprintln(w, "and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey,")
-	fmt.Fprintln(w, "--nats-user/--password ($NATS_USER, $NATS_PASSWORD), --token, --tls-ca, --tls-cert, --tls-key, --inbox-prefix")
-	fmt.Fprintln(w, "(docs/security.md). --user is always the toolbus user (the batch's runtime user), never the NATS login: the")
-	fmt.Fprintln(w, "commands that have one use it, audit filters by it, and the others refuse it.")
-	fmt.Fprintln(w, "\nexit status: 0 done (every call succeeded), 1 an error or a call that did not succeed, 3 nothing failed but")
-	fmt.Fprintln(w, "calls are still parked (call and turn without --wait: the commands that answer them are printed), 130 a second interrupt.")
+	fmt.Fprint(w, `
+Every command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default "cli"),
+and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey,
+--nats-user/--password ($NATS_USER, $NATS_PASSWORD), --token, --tls-ca, --tls-cert, --tls-key, --inbox-prefix
+(docs/security.md). --user is always the toolbus user (the batch's runtime user), never the NATS login: the
+commands that have one use it, audit filters by it, and the others refuse it.
+
+exit status: 0 done (every call succeeded), 1 an error or a call that did not succeed, 3 nothing failed but
+calls are still parked (call and turn without --wait: the commands that answer them are printed), 130 a second interrupt.
+`)
 }
 
 // conn holds the flags every subcommand shares and connects with them.

@@ -52,12 +52,12 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) == 1 && !bus.ValidID(pos[0]) {
 		return usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", pos[0])
 	}
-	session, where := "", "any session"
+	session := ""
 	if !*all && (len(pos) == 0 || cli.Given(fs, "session")) { // a call id finds its session
 		if err := checkSession(fs, cn.session); err != nil {
 			return err
 		}
-		session, where = cn.session, "session "+cn.session
+		session = cn.session
 	}
 	cl, err := cn.dial(ctx)
 	if err != nil {
@@ -71,7 +71,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		case *asJSON:
 			return writeJSON(stdout, recs)
 		case len(recs) == 0:
-			fmt.Fprintf(stderr, "no answered or ended calls in %s\n", where)
+			fmt.Fprintf(stderr, "no answered or ended calls in %s\n", where(session))
 			return nil
 		}
 		renderHistory(stdout, recs)
@@ -82,13 +82,13 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if len(pos) == 1 {
-		return showParked(stdout, calls, pos[0], where, *asJSON)
+		return showParked(stdout, calls, pos[0], session, *asJSON)
 	}
 	if *asJSON {
 		return writeJSON(stdout, raw)
 	}
 	if len(calls) == 0 {
-		fmt.Fprintf(stderr, "no parked calls in %s\n", where)
+		fmt.Fprintf(stderr, "no parked calls in %s\n", where(session))
 		return nil
 	}
 	renderParked(stdout, calls, time.Now())
@@ -98,15 +98,10 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // showParked prints the parked calls with call id id (one, unless the id
 // is used in several replies), each with the command that answers it; none
 // is a not_parked error.
-func showParked(stdout io.Writer, calls []bus.ParkedCall, id, where string, asJSON bool) error {
-	var found []bus.ParkedCall
-	for _, p := range calls {
-		if p.ID == id {
-			found = append(found, p)
-		}
-	}
-	if len(found) == 0 {
-		return bus.Errorf(bus.CodeNotParked, "no call %s is parked in %s", id, where)
+func showParked(stdout io.Writer, calls []bus.ParkedCall, id, session string, asJSON bool) error {
+	found, err := matching(calls, session, id, "", "")
+	if err != nil {
+		return err
 	}
 	if asJSON {
 		return writeJSON(stdout, map[string]any{"parked": found})
@@ -180,27 +175,11 @@ func findParked(ctx context.Context, cl *client.Client, session, id, replyID, to
 	if err != nil {
 		return bus.ParkedCall{}, err
 	}
-	var found []bus.ParkedCall
-	for _, p := range calls {
-		if p.ID == id && (replyID == "" || p.ReplyID == replyID) && (tool == "" || p.Name == tool) {
-			found = append(found, p)
-		}
+	found, err := matching(calls, session, id, replyID, tool)
+	if err != nil {
+		return bus.ParkedCall{}, err
 	}
-	switch len(found) {
-	case 0:
-		what := ""
-		if replyID != "" {
-			what += " of reply " + replyID
-		}
-		if tool != "" {
-			what += " of tool " + tool
-		}
-		where := "session " + session
-		if session == "" {
-			where = "any session"
-		}
-		return bus.ParkedCall{}, bus.Errorf(bus.CodeNotParked, "no call %s%s is parked in %s", id, what, where)
-	case 1:
+	if len(found) == 1 {
 		return found[0], nil
 	}
 	places := make([]string, len(found))
@@ -215,6 +194,37 @@ func findParked(ctx context.Context, cl *client.Client, session, id, replyID, to
 	}
 	return bus.ParkedCall{}, fmt.Errorf("call id %s is ambiguous: it is parked in %s; pick one with %s",
 		id, strings.Join(places, ", "), pick)
+}
+
+// matching returns the calls of calls with call id id, narrowed to replyID
+// and tool when they are not ""; none is a not_parked *bus.Error saying
+// where they were looked for (session, "" for every session).
+func matching(calls []bus.ParkedCall, session, id, replyID, tool string) ([]bus.ParkedCall, error) {
+	var found []bus.ParkedCall
+	for _, p := range calls {
+		if p.ID == id && (replyID == "" || p.ReplyID == replyID) && (tool == "" || p.Name == tool) {
+			found = append(found, p)
+		}
+	}
+	if len(found) > 0 {
+		return found, nil
+	}
+	what := ""
+	if replyID != "" {
+		what += " of reply " + replyID
+	}
+	if tool != "" {
+		what += " of tool " + tool
+	}
+	return nil, bus.Errorf(bus.CodeNotParked, "no call %s%s is parked in %s", id, what, where(session))
+}
+
+// where names session in messages; "" is every session.
+func where(session string) string {
+	if session == "" {
+		return "any session"
+	}
+	return "session " + session
 }
 
 // sessionOf is the session a command looks in: --session when given, else

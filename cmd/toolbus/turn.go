@@ -52,14 +52,11 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	batch := turn.Batch()
-	var fol *follower
-	if *wait {
-		var stop func()
-		if fol, stop, err = follow(ctx, cl, cn.session, *replyID, len(batch.Calls), stderr); err != nil {
-			return err
-		}
-		defer stop()
+	fol, stop, err := follow(ctx, cl, cn.session, *replyID, len(batch.Calls), stderr, *wait)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	reply, err := cl.Call(ctx, cn.session, batch, client.WithReplyID(*replyID))
 	if err != nil {
 		return err
@@ -156,8 +153,11 @@ const pollEvery = 2 * time.Second
 // follow watches session's events and follows batch replyID in them,
 // before the batch is sent, so that no result is missed; calls is the
 // batch's size (at most one result each, so the hand-over never blocks).
-// stop ends the watch.
-func follow(ctx context.Context, cl *client.Client, session, replyID string, calls int, w io.Writer) (f *follower, stop func(), err error) {
+// stop ends the watch. Without wait (no --wait) it follows nothing.
+func follow(ctx context.Context, cl *client.Client, session, replyID string, calls int, w io.Writer, wait bool) (f *follower, stop func(), err error) {
+	if !wait {
+		return nil, func() {}, nil
+	}
 	events, err := cl.Watch(ctx, session)
 	if err != nil {
 		return nil, nil, err

@@ -196,13 +196,12 @@ func printRequest(w io.Writer, e *bus.Event, asJSON bool) error {
 // id, tool and input; for a confirmation also the reason it asks and the
 // rules --remember would add.
 func requestLine(e *bus.Event) string {
-	at := eventTime(e)
+	head := []string{eventTime(e), orDash(e.SessionID), orDash(e.ReplyID), orDash(e.ToolCallID)}
 	var req bus.HandoffRequest
 	if err := e.DataAs(&req); err != nil {
-		return strings.Join([]string{at, orDash(e.SessionID), orDash(e.ReplyID), orDash(e.ToolCallID), e.Type, short(string(e.Data))}, " ")
+		return strings.Join(append(head, e.Type, short(string(e.Data))), " ")
 	}
-	line := strings.Join([]string{at, orDash(e.SessionID), orDash(e.ReplyID), orDash(e.ToolCallID),
-		orDash(req.Call.Name), inputText(req.Call.Input)}, " ")
+	line := strings.Join(append(head, orDash(req.Call.Name), inputText(req.Call.Input)), " ")
 	if e.Type != bus.TypeConfirmReq {
 		return line
 	}
