@@ -29,7 +29,10 @@ func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), na
 		return ps, true
 	}
 	in := func(d string) ([]string, bool) {
-		return find(func(n string) (string, bool) { p := filepath.Join(d, n); return p, isExecutable(p) })
+		return find(func(n string) (string, bool) {
+			p := filepath.Join(d, n)
+			return p, isExecutable(p)
+		})
 	}
 	list := strings.Join(names, " and ")
 	if dir != "" {
@@ -43,7 +46,11 @@ func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), na
 			return ps, "next to " + exe, nil
 		}
 	}
-	if ps, ok := find(func(n string) (string, bool) { p, err := osexec.LookPath(n); return p, err == nil }); ok {
+	onPath := func(n string) (string, bool) {
+		p, err := osexec.LookPath(n)
+		return p, err == nil
+	}
+	if ps, ok := find(onPath); ok {
 		return ps, "$PATH", nil
 	}
 	return build(ctx, tmp, logf, names, list)
