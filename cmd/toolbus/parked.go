@@ -488,17 +488,14 @@ func renderHistory(w io.Writer, recs []bus.ParkRecord) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tREPLY\tCALL\tTOOL\tKIND\tSTATUS\tRESULT\tANSWERED BY\tANSWERED AT")
 	for _, r := range recs {
-		res, by, at := "-", "-", "-"
+		res, at := "-", "-"
 		if r.Result != nil {
 			res = r.Result.State
-		}
-		if r.AnsweredBy != "" {
-			by = r.AnsweredBy
 		}
 		if !r.AnsweredAt.IsZero() {
 			at = r.AnsweredAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Session, r.ReplyID, r.Call.ID, r.Call.Name, r.Kind, r.Status, res, by, at)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Session, r.ReplyID, r.Call.ID, r.Call.Name, r.Kind, r.Status, res, orDash(r.AnsweredBy), at)
 	}
 	_ = tw.Flush()
 }

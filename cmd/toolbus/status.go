@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -64,10 +65,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	slices.SortFunc(found, func(a, b instance) int {
-		if a.Kind != b.Kind {
-			return strings.Compare(a.Kind, b.Kind)
-		}
-		return strings.Compare(a.ID, b.ID)
+		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.ID, b.ID))
 	})
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(map[string]any{"status": st, "instances": found})
@@ -267,10 +265,6 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			_, err := fmt.Fprintf(stdout, "%s\n", raw)
 			return err
 		}
-		by := r.Decision.Approver
-		if by == "" {
-			by = "-"
-		}
 		out := r.Outcome.State
 		if r.Outcome.Code != "" {
 			out += " " + r.Outcome.Code
@@ -278,7 +272,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if r.Suppressed > 0 {
 			out += fmt.Sprintf(" (+%d refusals not recorded)", r.Suppressed)
 		}
-		_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Time.Format(time.RFC3339), r.Session, orDash(r.CallID), orDash(r.Tool), r.User, r.Decision.Behavior, by, out, r.DurationMS)
+		_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Time.Format(time.RFC3339), r.Session, orDash(r.CallID), orDash(r.Tool), r.User, r.Decision.Behavior, orDash(r.Decision.Approver), out, r.DurationMS)
 		return err
 	})
 	if err != nil {
