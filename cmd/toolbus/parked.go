@@ -247,18 +247,27 @@ func (a *answerTarget) addFlags(fs *flag.FlagSet) {
 	a.tool = fs.String("tool", "", "tool of the call (default: looked up with parked.list)")
 }
 
-// check validates the call id and the flags.
-func (a *answerTarget) check(fs *flag.FlagSet, id string) error {
+// parse parses the command line: n positional arguments, the first a call
+// id (wrong is the error, with the count, for another number), checked
+// with the flags.
+func (a *answerTarget) parse(fs *flag.FlagSet, args []string, n int, wrong string) (pos []string, err error) {
+	if pos, err = parse(fs, args); err != nil {
+		return nil, err
+	}
+	if len(pos) != n {
+		return nil, usageError(fs, wrong, len(pos))
+	}
+	id := pos[0]
 	if !bus.ValidID(id) {
-		return usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
+		return nil, usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
 	}
 	if *a.replyID != "" && !bus.ValidID(*a.replyID) {
-		return usageError(fs, "--reply %q must match ^[A-Za-z0-9_-]{1,128}$", *a.replyID)
+		return nil, usageError(fs, "--reply %q must match ^[A-Za-z0-9_-]{1,128}$", *a.replyID)
 	}
 	if *a.tool != "" && !bus.ValidName(*a.tool) {
-		return usageError(fs, "--tool %q must match ^[A-Za-z0-9_-]{1,64}$", *a.tool)
+		return nil, usageError(fs, "--tool %q must match ^[A-Za-z0-9_-]{1,64}$", *a.tool)
 	}
-	return nil
+	return pos, nil
 }
 
 // resolve returns the parked call to answer: from the flags when session,
@@ -305,17 +314,11 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var target answerTarget
 	target.addFlags(fs)
 	failed := fs.Bool("error", false, "answer with state error: the output says why the tool failed")
-	pos, err := parse(fs, args)
+	pos, err := target.parse(fs, args, 2, "answer takes a call id and the output, got %d arguments")
 	if err != nil {
 		return err
 	}
-	if len(pos) != 2 {
-		return usageError(fs, "answer takes a call id and the output, got %d arguments", len(pos))
-	}
 	id := pos[0]
-	if err := target.check(fs, id); err != nil {
-		return err
-	}
 	if !utf8.ValidString(pos[1]) {
 		// JSON would turn the bytes into U+FFFD: the handler's answer would
 		// not be what it said.
@@ -371,17 +374,11 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	deny := fs.Bool("deny", false, "refuse the call: it ends denied")
 	remember := fs.Bool("remember", false, "add the call's suggested rules to the session, so such calls run without asking")
 	input := fs.String("input", "", "run the call with this JSON input instead (validated again; sent on P.answer.<tool>, which only an open router takes for a confirmation)")
-	pos, err := parse(fs, args)
+	pos, err := target.parse(fs, args, 1, "confirm takes a call id, got %d arguments")
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageError(fs, "confirm takes a call id, got %d arguments", len(pos))
-	}
 	id := pos[0]
-	if err := target.check(fs, id); err != nil {
-		return err
-	}
 	if *deny && *input != "" {
 		return usageError(fs, "--input edits a call that runs; it cannot go with --deny")
 	}
