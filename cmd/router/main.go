@@ -185,14 +185,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// could have it act for itself), so a worker sharing that prefix
 		// never had its registrations acknowledged, and a worker serves
 		// nothing before the first acknowledgement.
-		var bnc *nats.Conn
-		if bnc, err = builtinConn(conn); err != nil {
-			_ = r.Stop(context.WithoutCancel(ctx))
-			return fmt.Errorf("built-in tools: %w", err)
+		bnc, err := builtinConn(conn)
+		if err == nil {
+			defer bnc.Close()
+			w, err = worker.New(bnc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
+				InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		}
-		defer bnc.Close()
-		w, err = worker.New(bnc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
-			InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		if err == nil {
 			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow), ShellTrust: cli.SplitList(*shellTrust), ShellEnv: cli.SplitList(*shellEnv),
 				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Names: *builtinNames, Logger: log}
