@@ -237,6 +237,15 @@ func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, err
 	return cn.dial(ctx)
 }
 
+// sessionIf is --session, checked, when in says the command looks in it;
+// else "" (every session).
+func (cn *conn) sessionIf(fs *flag.FlagSet, in bool) (string, error) {
+	if !in {
+		return "", nil
+	}
+	return cn.session, checkSession(fs, cn.session)
+}
+
 // parseNone is parse for a command that takes no positional arguments.
 func parseNone(fs *flag.FlagSet, args []string) error {
 	pos, err := parse(fs, args)

@@ -52,12 +52,10 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) == 1 && !bus.ValidID(pos[0]) {
 		return usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", pos[0])
 	}
-	session := ""
-	if !*all && (len(pos) == 0 || cli.Given(fs, "session")) { // a call id finds its session
-		if err := checkSession(fs, cn.session); err != nil {
-			return err
-		}
-		session = cn.session
+	// A call id finds its session.
+	session, err := cn.sessionIf(fs, !*all && (len(pos) == 0 || cli.Given(fs, "session")))
+	if err != nil {
+		return err
 	}
 	cl, err := cn.dial(ctx)
 	if err != nil {

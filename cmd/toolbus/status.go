@@ -229,12 +229,9 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *since < 0 {
 		return usageError(fs, "--since must not be negative")
 	}
-	session := ""
-	if cli.Given(fs, "session") {
-		if err := checkSession(fs, cn.session); err != nil {
-			return err
-		}
-		session = cn.session
+	session, err := cn.sessionIf(fs, cli.Given(fs, "session")) // else every session
+	if err != nil {
+		return err
 	}
 	cl, err := cn.dial(ctx)
 	if err != nil {
