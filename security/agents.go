@@ -48,10 +48,7 @@ func AddAgent(dir, session, user string) (Agent, error) {
 		spec.Sessions = append(spec.Sessions, session)
 	}
 	if user != "" {
-		if spec.Bind == nil {
-			spec.Bind = map[string]string{}
-		}
-		spec.Bind[session] = user
+		spec.bind(session, user)
 	}
 	users, err := Users(spec)
 	if err != nil {
@@ -85,6 +82,14 @@ func LoadSpec(dir string) (Spec, error) {
 	return specOf(users), nil
 }
 
+// bind binds session to user.
+func (spec *Spec) bind(session, user string) {
+	if spec.Bind == nil {
+		spec.Bind = map[string]string{}
+	}
+	spec.Bind[session] = user
+}
+
 // specOf rebuilds the Spec users were made from.
 func specOf(users []User) Spec {
 	var spec Spec
@@ -103,10 +108,7 @@ func specOf(users []User) Spec {
 		case RoleSession:
 			spec.Sessions = append(spec.Sessions, u.Session)
 			if u.User != "" {
-				if spec.Bind == nil {
-					spec.Bind = map[string]string{}
-				}
-				spec.Bind[u.Session] = u.User
+				spec.bind(u.Session, u.User)
 			}
 		case RoleAgent:
 			answer := spec.Prefix + ".answer."

@@ -93,7 +93,12 @@ func editGroups(ctx context.Context, fs *flag.FlagSet, cn *conn, pos []string, s
 		return usageError(fs, "groups takes no arguments, or put FILE, or rm NAME; got %q", strings.Join(pos, " "))
 	}
 	verb, arg := pos[0], pos[1]
+	var out struct {
+		Group   string `json:"group"`
+		Deleted string `json:"deleted"`
+	}
 	var data any
+	adminVerb, did, name := "groups.put", "stored", &out.Group
 	switch verb {
 	case "put":
 		raw, err := readInput(arg, os.Stdin)
@@ -110,18 +115,11 @@ func editGroups(ctx context.Context, fs *flag.FlagSet, cn *conn, pos []string, s
 			return usageError(fs, "group name %q must match ^[A-Za-z0-9_-]{1,64}$", arg)
 		}
 		data = map[string]string{"name": arg}
+		adminVerb, did, name = "groups.delete", "removed", &out.Deleted
 	}
 	cl, err := cn.dial(ctx)
 	if err != nil {
 		return err
-	}
-	var out struct {
-		Group   string `json:"group"`
-		Deleted string `json:"deleted"`
-	}
-	adminVerb, did, name := "groups.put", "stored", &out.Group
-	if verb == "rm" {
-		adminVerb, did, name = "groups.delete", "removed", &out.Deleted
 	}
 	if err := admin(ctx, cl, adminVerb, "", data, &out); err != nil {
 		return err
