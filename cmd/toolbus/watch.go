@@ -42,12 +42,12 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *asJSON {
 		line = (*bus.Event).Encode
 	}
-	return printEvents(ctx, stdout, events.C, line)
+	return printEvents(ctx, stdout, events.C, line, errors.New("the event stream ended"))
 }
 
-// printEvents prints one line per event until ctx ends (nil) or the stream
-// closes on its own (an error).
-func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, line func(*bus.Event) ([]byte, error)) error {
+// printEvents prints one line per event (none for a nil line) until ctx
+// ends (nil) or the stream closes on its own (ended).
+func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, line func(*bus.Event) ([]byte, error), ended error) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -57,11 +57,14 @@ func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, lin
 				if ctx.Err() != nil {
 					return nil
 				}
-				return errors.New("the event stream ended")
+				return ended
 			}
 			b, err := line(e)
 			if err != nil {
 				return err
+			}
+			if b == nil {
+				continue // not one to print
 			}
 			if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
 				return err
@@ -159,37 +162,17 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 	fmt.Fprintf(stderr, "following %s, the calls parked in bucket %s, from the oldest (Ctrl-C to stop)\n", subject, bus.NewSubjects(cn.prefix).Bucket(bus.BucketParked))
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-ev.C:
-			if !ok {
-				return nil
-			}
-			if cn.session != allSessions && e.SessionID != cn.session {
-				continue
-			}
-			if err := printRequest(stdout, e, *asJSON); err != nil {
-				return err
-			}
+	// Each request as one line: readable, or the CloudEvent as compact JSON.
+	line := func(e *bus.Event) ([]byte, error) {
+		switch {
+		case cn.session != allSessions && e.SessionID != cn.session:
+			return nil, nil
+		case *asJSON:
+			return json.Marshal(e)
 		}
+		return []byte(requestLine(e)), nil
 	}
-}
-
-// printRequest prints a handoff request as one line: readable, or the
-// CloudEvent as compact JSON.
-func printRequest(w io.Writer, e *bus.Event, asJSON bool) error {
-	if asJSON {
-		b, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	}
-	_, err := fmt.Fprintln(w, requestLine(e))
-	return err
+	return printEvents(ctx, stdout, ev.C, line, nil)
 }
 
 // requestLine is one line of watch-handoff: time, session, reply id, call
