@@ -11,6 +11,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -104,9 +105,7 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 	if len(cfg.Token) < 16 {
 		return nil, errors.New("inbox: a token of at least 16 characters is required")
 	}
-	if cfg.Source == "" {
-		cfg.Source = "toolbus/inbox"
-	}
+	cfg.Source = cmp.Or(cfg.Source, "toolbus/inbox")
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = time.Second
 	}

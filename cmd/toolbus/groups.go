@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -303,10 +304,7 @@ func rulesText(rules []bus.Rule) string {
 // ruleText is "behavior tool" or "behavior tool(pattern)"; no behavior
 // means allow.
 func ruleText(r bus.Rule) string {
-	b := r.Behavior
-	if b == "" {
-		b = permission.Allow
-	}
+	b := cmp.Or(r.Behavior, permission.Allow)
 	if r.Pattern == "" {
 		return b + " " + r.Tool
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -126,12 +127,7 @@ func eventTime(e *bus.Event) string {
 	return e.Time
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
+func orDash(s string) string { return cmp.Or(s, "-") }
 
 // eventSummary summarises an event's data: the state and first text of a
 // result, the sequence number and text of progress, the parked calls, the

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -199,11 +200,8 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		if err := cat.Start(ctx); err != nil {
 			return nil, err
 		}
-		if id == "" {
-			id = w.ID()
-		}
 		// A fresh private directory under the user cache directory.
-		m, err := builtin.SkillsMaterializer(cat, "", "toolworker-"+id+"-", cfg)
+		m, err := builtin.SkillsMaterializer(cat, "", "toolworker-"+cmp.Or(id, w.ID())+"-", cfg)
 		if err != nil {
 			_ = cat.Drain(context.WithoutCancel(ctx))
 			return nil, err
