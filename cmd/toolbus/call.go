@@ -271,11 +271,8 @@ func suggestTools(ctx context.Context, cl *client.Client, session string, r *bus
 	}
 	var names []string
 	for _, raw := range list.Tools {
-		var t struct {
-			Name string `json:"name"`
-		}
-		if json.Unmarshal(raw, &t) == nil && t.Name != "" {
-			names = append(names, t.Name)
+		if name, _ := toolEntry(raw); name != "" && name != "?" {
+			names = append(names, name)
 		}
 	}
 	for _, name := range unknown {
