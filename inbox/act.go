@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -134,7 +133,10 @@ func answerOf(it Item, a Act) (bus.Answer, error) {
 		if it.Kind != bus.KindExternal {
 			return bus.Answer{}, fmt.Errorf("call %s waits for a confirmation: allow or deny it", it.ID)
 		}
-		state := cmp.Or(a.State, bus.StateSuccess)
+		state := a.State
+		if state == "" {
+			state = bus.StateSuccess
+		}
 		if state != bus.StateSuccess && state != bus.StateError {
 			return bus.Answer{}, fmt.Errorf("state must be success or error, got %q", a.State)
 		}
