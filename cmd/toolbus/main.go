@@ -75,8 +75,8 @@ func init() {
 		{"audit", "[--since 1h] [--session S] [--tool T] [--user U] [--json]", "export the audit trail of tool calls as JSON lines (docs/operations.md)", runAudit},
 		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
 		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR] | agent --session S [--user U] [--dir DIR] | token [--name N] [--user U]", "print the NATS permissions of the toolbus roles for a deployment, add a per-session agent user (docs/security.md), or make an MCP bearer token and its sha256: line (docs/mcp.md)", runSecurity},
-		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
-		{"soak", "", "run 2 routers and 3 workers under load with faults and count lost and duplicated calls (--duration, --json)", runSoak},
+		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", harness("bench")},
+		{"soak", "", "run 2 routers and 3 workers under load with faults and count lost and duplicated calls (--duration, --json)", harness("soak")},
 	}
 }
 
@@ -359,34 +359,28 @@ func checkSession(fs *flag.FlagSet, s string) error {
 	return nil
 }
 
-// runBench and runSoak run toolbus-bench (cmd/toolbus-bench) with args:
-// the harnesses are a binary of their own so that this CLI does not link
-// them (docs/router.md "Layout").
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runHarness(ctx, "bench", args, stdout, stderr)
-}
-
-func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runHarness(ctx, "soak", args, stdout, stderr)
-}
-
-// runHarness runs toolbus-bench's harness name, found next to toolbus, on
-// $PATH, or built from the module (go run ./cmd/toolbus bench).
-func runHarness(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
-	tmp, err := os.MkdirTemp("", "toolbus-bench-")
-	if err != nil {
-		return err
+// harness is the command that runs toolbus-bench's (cmd/toolbus-bench)
+// harness name with its arguments, found next to toolbus, on $PATH, or
+// built from the module (go run ./cmd/toolbus bench): the harnesses are a
+// binary of their own so that this CLI does not link them (docs/router.md
+// "Layout").
+func harness(name string) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		tmp, err := os.MkdirTemp("", "toolbus-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+		ps, _, err := cli.Helpers(ctx, "", tmp, logf, "toolbus-bench")
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		cmd := osexec.CommandContext(ctx, ps[0], append([]string{name}, args...)...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+		// A stop passes on as an interrupt: the harness stops the processes
+		// it started.
+		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+		return cmd.Run()
 	}
-	defer os.RemoveAll(tmp)
-	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
-	ps, _, err := cli.Helpers(ctx, "", tmp, logf, "toolbus-bench")
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	cmd := osexec.CommandContext(ctx, ps[0], append([]string{name}, args...)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	// A stop passes on as an interrupt: the harness stops the processes
-	// it started.
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	return cmd.Run()
 }
