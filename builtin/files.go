@@ -65,9 +65,6 @@ func NewFiles(dir string) (*Files, error) {
 // Base returns the base directory (absolute, symlinks resolved).
 func (f *Files) Base() string { return f.base }
 
-// Close releases the base directory's handle; the tools fail after it.
-func (f *Files) Close() error { return f.root.Close() }
-
 // errRefused marks a refusal; its text is what the model reads.
 func refused(format string, args ...any) error { return fmt.Errorf(format, args...) }
 

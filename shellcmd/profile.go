@@ -2,7 +2,6 @@ package shellcmd
 
 import (
 	"fmt"
-	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,11 +36,6 @@ func (p Profile) Check(args []string) ([]Write, error) {
 func Lookup(name string) (Profile, bool) {
 	p, ok := profiles[name]
 	return p, ok
-}
-
-// Profiles returns the names of the programs that have a profile, sorted.
-func Profiles() []string {
-	return slices.Sorted(maps.Keys(profiles))
 }
 
 // readers write nothing but their standard output and run nothing.

@@ -39,13 +39,6 @@ type Skill struct {
 	resources []string          // SKILL.md first, the others sorted
 }
 
-// New checks a skill folder given as its files (paths relative to the
-// folder, with /) and returns the skill. folder is the folder's name, which
-// the skill's name must equal; source is Skill.Source. Errors are *Error.
-func New(folder, source string, files map[string][]byte) (*Skill, error) {
-	return newSkill(folder, folder, source, files)
-}
-
 // newSkill is New with where, the folder's path as errors name it.
 func newSkill(folder, where, source string, files map[string][]byte) (*Skill, error) {
 	file := where + "/" + File
