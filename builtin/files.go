@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -583,38 +584,9 @@ func compileGlob(pattern string) (glob, error) {
 	return glob{segs: segs}, nil
 }
 
-// match matches a /-separated path. It fills a table over (pattern
-// segment, path segment) from the end, so its cost is at most
-// len(pattern segments) × len(path segments) segment matches, whatever
-// the pattern: no backtracking. (filepath.Match within one segment does
-// not backtrack across its stars either.)
-func (g glob) match(p string) bool {
-	segs := strings.Split(p, "/")
-	P, S := len(g.segs), len(segs)
-	// next[j]: whether g.segs[i+1:] matches segs[j:]; cur[j] the same for i.
-	next := make([]bool, S+1)
-	cur := make([]bool, S+1)
-	next[S] = true // the empty pattern matches the empty rest
-	for i := P - 1; i >= 0; i-- {
-		if g.segs[i] == "**" {
-			cur[S] = next[S]
-			for j := S - 1; j >= 0; j-- {
-				cur[j] = next[j] || cur[j+1]
-			}
-		} else {
-			cur[S] = false
-			for j := S - 1; j >= 0; j-- {
-				cur[j] = false
-				if next[j+1] {
-					ok, _ := filepath.Match(g.segs[i], segs[j])
-					cur[j] = ok
-				}
-			}
-		}
-		next, cur = cur, next
-	}
-	return next[0]
-}
+// match matches a /-separated path (permission.MatchSegments: at most
+// len(pattern segments) × len(path segments) segment matches).
+func (g glob) match(p string) bool { return permission.MatchSegments(g.segs, strings.Split(p, "/")) }
 
 // SearchIn is the input of search_files.
 type SearchIn struct {

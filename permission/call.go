@@ -671,9 +671,16 @@ func (c *call) patternForms(pattern string) []string {
 // segments as path.Match, and a "**" segment for any number of directories.
 // A malformed pattern matches nothing.
 func matchPath(pattern, name string) bool {
-	ps := strings.Split(filepath.ToSlash(pattern), "/")
-	ns := strings.Split(filepath.ToSlash(name), "/")
-	// m[i][j]: ps[i:] matches ns[j:]; one row at a time, from the end.
+	return MatchSegments(strings.Split(filepath.ToSlash(pattern), "/"), strings.Split(filepath.ToSlash(name), "/"))
+}
+
+// MatchSegments matches the segments of a path against those of a
+// pattern: each as path.Match (a malformed one matches nothing), "**" as
+// any number of whole segments. It fills a table over (pattern segment,
+// path segment) from the end, so its cost is at most len(ps) × len(ns)
+// segment matches, whatever the pattern: no backtracking.
+func MatchSegments(ps, ns []string) bool {
+	// next[j]: ps[i+1:] matches ns[j:]; cur[j] the same for ps[i:].
 	next := make([]bool, len(ns)+1)
 	cur := make([]bool, len(ns)+1)
 	next[len(ns)] = true
@@ -685,8 +692,11 @@ func matchPath(pattern, name string) bool {
 			case j == len(ns):
 				cur[j] = false
 			default:
-				ok, err := path.Match(ps[i], ns[j])
-				cur[j] = err == nil && ok && next[j+1]
+				cur[j] = false
+				if next[j+1] {
+					ok, err := path.Match(ps[i], ns[j])
+					cur[j] = err == nil && ok
+				}
 			}
 		}
 		next, cur = cur, next

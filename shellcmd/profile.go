@@ -18,10 +18,6 @@ type Profile struct {
 	check func(args []string) ([]Write, error)
 }
 
-// Writer reports whether the program's arguments must be plain (see
-// Plain).
-func (p Profile) Writer() bool { return p.Plain }
-
 // Check returns the files args (the plain arguments after the program's
 // name) make the program write, or an error saying which option is
 // refused and why.

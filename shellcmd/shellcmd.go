@@ -241,7 +241,7 @@ func callWrites(n *syntax.CallExpr) ([]Write, bool) {
 	}
 	cd := base == "cd" || base == "pushd" || base == "popd"
 	if !static {
-		if p.Writer() {
+		if p.Plain {
 			return []Write{{By: base}}, cd
 		}
 		return nil, cd
