@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/search"
 	"github.com/toolbus/toolbus/session"
 )
@@ -435,7 +436,7 @@ func (a *activation) Reset(ctx context.Context, session string, input json.RawMe
 	}
 	final := map[string]bool{} // a repeated key: the last value counts
 	for i, k := range keys {
-		if typ := jsonType(vals[i]); typ != "boolean" {
+		if typ := schemas.Kind(vals[i]); typ != "boolean" { // a decoded value: no white space around it
 			return "", bus.Errorf(bus.CodeInvalidInput, "Invalid arguments: the argument '%s' should be a bool value, but got %s.", k, typ)
 		}
 		final[k] = string(bytes.TrimSpace(vals[i])) == "true"
@@ -528,24 +529,4 @@ func orderedObject(b json.RawMessage) ([]string, []json.RawMessage, error) {
 		vals = append(vals, v)
 	}
 	return keys, vals, nil
-}
-
-func jsonType(v json.RawMessage) string {
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
-		return "null"
-	}
-	switch v[0] {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 'n':
-		return "null"
-	case 't', 'f':
-		return "boolean"
-	}
-	return "number"
 }
