@@ -66,7 +66,7 @@ func NewFiles(dir string) (*Files, error) {
 // Base returns the base directory (absolute, symlinks resolved).
 func (f *Files) Base() string { return f.base }
 
-// errRefused marks a refusal; its text is what the model reads.
+// refused is a refusal; its text is what the model reads.
 func refused(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
 // maxLinks bounds the symlinks one resolution follows (as Linux does).
