@@ -695,22 +695,26 @@ files:
 	return text, nil
 }
 
-// File tool schemas, written by hand so that descriptions are exact.
+// File tool schemas, written by hand so that descriptions are exact; the
+// properties the AgentScope schemas share come first.
 const (
-	readSchema = `{"type":"object","properties":{"path":{"type":"string","description":"The file, relative to the base directory or absolute inside it."},` +
-		`"offset":{"type":"integer","minimum":1,"description":"The first line to read, from 1."},` +
-		`"limit":{"type":"integer","minimum":1,"description":"How many lines to read (default 2000)."}},"required":["path"]}`
-	writeSchema = `{"type":"object","properties":{"path":{"type":"string","description":"The file, relative to the base directory or absolute inside it."},` +
-		`"content":{"type":"string","description":"The file's whole new content."}},"required":["path","content"]}`
-	editSchema = `{"type":"object","properties":{"path":{"type":"string","description":"The file, relative to the base directory or absolute inside it."},` +
-		`"old_string":{"type":"string","description":"The exact text to replace; it must appear once unless replace_all is set."},` +
+	pathProp    = `"path":{"type":"string","description":"The file, relative to the base directory or absolute inside it."}`
+	offsetProp  = `"offset":{"type":"integer","minimum":1,"description":"The first line to read, from 1."}`
+	contentProp = `"content":{"type":"string","description":"The file's whole new content."}`
+	editProps   = `"old_string":{"type":"string","description":"The exact text to replace; it must appear once unless replace_all is set."},` +
 		`"new_string":{"type":"string","description":"The text to put in its place; it must differ from old_string."},` +
-		`"replace_all":{"type":"boolean","description":"Replace every occurrence of old_string.","default":false}},"required":["path","old_string","new_string"]}`
-	listSchema = `{"type":"object","properties":{"pattern":{"type":"string","description":"A glob relative to path, such as *.go or **/*.md; ** crosses directories. Default: every file."},` +
-		`"path":{"type":"string","description":"The directory to list (default: the base directory)."}}}`
-	searchSchema = `{"type":"object","properties":{"pattern":{"type":"string","description":"An RE2 regular expression matched against each line."},` +
+		`"replace_all":{"type":"boolean","description":"Replace every occurrence of old_string.","default":false}`
+	searchProps = `"pattern":{"type":"string","description":"An RE2 regular expression matched against each line."},` +
 		`"path":{"type":"string","description":"The directory or file to search (default: the base directory)."},` +
-		`"glob":{"type":"string","description":"Only files whose name (or, with a /, whose path) matches this glob."}},"required":["pattern"]}`
+		`"glob":{"type":"string","description":"Only files whose name (or, with a /, whose path) matches this glob."}`
+
+	readSchema = `{"type":"object","properties":{` + pathProp + `,` + offsetProp + `,` +
+		`"limit":{"type":"integer","minimum":1,"description":"How many lines to read (default 2000)."}},"required":["path"]}`
+	writeSchema = `{"type":"object","properties":{` + pathProp + `,` + contentProp + `},"required":["path","content"]}`
+	editSchema  = `{"type":"object","properties":{` + pathProp + `,` + editProps + `},"required":["path","old_string","new_string"]}`
+	listSchema  = `{"type":"object","properties":{"pattern":{"type":"string","description":"A glob relative to path, such as *.go or **/*.md; ** crosses directories. Default: every file."},` +
+		`"path":{"type":"string","description":"The directory to list (default: the base directory)."}}}`
+	searchSchema = `{"type":"object","properties":{` + searchProps + `},"required":["pattern"]}`
 )
 
 // fileDef is a file tool's definition; base is where its relative paths
