@@ -299,10 +299,7 @@ func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time
 // incr adds n to the counter on subject and returns its new total.
 func (l *Limiter) incr(ctx context.Context, subject string, n int64) (int64, error) {
 	m := nats.NewMsg(subject)
-	m.Header.Set("Nats-Incr", strconv.FormatInt(n, 10))
-	if n >= 0 {
-		m.Header.Set("Nats-Incr", "+"+strconv.FormatInt(n, 10))
-	}
+	m.Header.Set("Nats-Incr", fmt.Sprintf("%+d", n)) // signed: "+1", "-1"
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	ack, err := l.js.PublishMsg(ctx, m)
