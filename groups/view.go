@@ -253,7 +253,6 @@ func (v *View) Groups() []bus.GroupInfo {
 // live worker, or hidden by the request are never deferred. It also
 // returns each deferred tool's group by name.
 func (v *View) Deferred() ([]schemas.Namespace, map[string]string) {
-	var order []bus.Group
 	byGroup := map[string][]bus.ToolDef{}
 	of := map[string]string{}
 	for _, t := range v.reg.Tools() {
@@ -264,14 +263,11 @@ func (v *View) Deferred() ([]schemas.Namespace, map[string]string) {
 		byGroup[via] = append(byGroup[via], t.Def)
 		of[t.Def.Name] = via
 	}
+	out := []schemas.Namespace{}
 	for _, g := range v.store.allGroups() {
 		if g.Scope == bus.ScopeMeta && len(byGroup[g.Name]) > 0 {
-			order = append(order, g)
+			out = append(out, schemas.Namespace{Name: g.Name, Description: g.Description, Tools: byGroup[g.Name]})
 		}
-	}
-	out := make([]schemas.Namespace, 0, len(order))
-	for _, g := range order {
-		out = append(out, schemas.Namespace{Name: g.Name, Description: g.Description, Tools: byGroup[g.Name]})
 	}
 	return out, of
 }
