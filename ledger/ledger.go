@@ -156,9 +156,7 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
 	val := encode(&me)
 	// The common case in one round trip: nobody has the key.
-	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-	rev, err := l.kv.Create(actx, key, val)
-	acancel()
+	rev, err := store.CreateWithin(ctx, l.kv, key, val, 5*time.Second)
 	if err == nil {
 		l.health.Note(nil)
 		me.rev = rev
@@ -394,14 +392,17 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	defer l.held.release(key, claim.Claim)
 	claim.State, claim.Result = stateDone, &res
 	val := encode(&claim)
-	// The common case in one round trip: the claim is as this router left it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait)
-	defer cancel()
-	_, err := l.kv.Update(ctx, key, val, claim.rev)
+	// The common case in one round trip: the claim is as this router left
+	// it. That write is bounded by recordWait without a context of its own.
+	start := time.Now()
+	ctx = context.WithoutCancel(ctx)
+	_, err := store.UpdateWithin(ctx, l.kv, key, val, claim.rev, recordWait)
 	isFull := l.health.Note(err)
 	if err == nil {
 		return res
 	}
+	ctx, cancel := context.WithDeadline(ctx, start.Add(recordWait))
+	defer cancel()
 	if store.IsConflict(err) {
 		if other, ok := l.takenOver(ctx, key, claim.Claim); ok {
 			return other

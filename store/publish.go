@@ -200,8 +200,8 @@ func Pause(ctx context.Context, d time.Duration) error {
 // awaitAll waits for the acknowledgements of ps for at most AckWait in
 // all, and returns those that failed, each with its err set.
 func (p *Publisher) awaitAll(ctx context.Context, ps []*Pending) (failed []*Pending) {
-	timer := time.NewTimer(p.cfg.AckWait)
-	defer timer.Stop()
+	timer := startTimer(p.cfg.AckWait)
+	defer stopTimer(timer)
 	expired := false
 	for _, x := range ps {
 		if x.err == nil {
