@@ -390,8 +390,9 @@ func (l *Ledger) Abandon(key, claim string) {
 func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Result) bus.Result {
 	claim = l.held.current(key, claim)
 	defer l.held.release(key, claim.Claim)
-	claim.State, claim.Result = stateDone, &res
-	val := encode(&claim)
+	done := claim // a copy: the claim's strings leak to the writes, res stays on the stack
+	done.State, done.Result = stateDone, &res
+	val := encode(&done)
 	// The common case in one round trip: the claim is as this router left
 	// it. That write is bounded by recordWait without a context of its own.
 	start := time.Now()
@@ -409,7 +410,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 		}
 	}
 	l.pending.put(key, res)
-	landed := make(chan struct{})
+	landed, id := make(chan struct{}), claim.Claim
 	l.writes.Add(1)
 	go func() {
 		defer l.writes.Done()
@@ -418,7 +419,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 			var le Entry
-			if cur != nil && json.Unmarshal(cur.Value(), &le) == nil && le.Claim != claim.Claim {
+			if cur != nil && json.Unmarshal(cur.Value(), &le) == nil && le.Claim != id {
 				return nil, fmt.Errorf("ledger entry %s was claimed again (%s)", key, le.State)
 			}
 			return val, nil

@@ -44,9 +44,9 @@ type sentEvent = store.Pending
 // publish sends m, whose event id is id, and returns at once.
 func (s *eventSink) publish(m *nats.Msg, id string) *sentEvent { return s.pub.Publish(m, id) }
 
-// acked reports, without waiting, whether the stream has acknowledged
-// every event of evs.
-func acked(evs []*sentEvent) bool { return store.Acked(evs) }
+// settled waits, until ctx ends, for the stream's acknowledgements of evs
+// (store.Settled) and reports whether it holds every one.
+func settled(ctx context.Context, evs []*sentEvent) bool { return store.Settled(ctx, evs) }
 
 // stored waits until the stream holds every event of evs, publishing again
 // those whose first publish failed, until ctx ends.
@@ -240,7 +240,10 @@ func (s reportStep) stored(b *batch) {
 	if len(sent) == 0 {
 		return
 	}
-	if acked(sent) { // nothing to wait for: no landing context either
+	// The acknowledgements come while the batch is the router's tracked
+	// work: they are awaited in its context, and a landing one (which a
+	// drain's deadline does not cut) is made only for what is left.
+	if settled(b.ctx, sent) {
 		_ = s.events.stored(context.WithoutCancel(b.ctx), sent)
 		return
 	}

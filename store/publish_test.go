@@ -125,3 +125,35 @@ func TestPublisherLost(t *testing.T) {
 		t.Fatalf("lost %+v", lost)
 	}
 }
+
+// TestPublisherSettled: Settled waits for the acknowledgements in the
+// caller's context; a refusal is kept for Stored, which publishes again,
+// and a wait whose context ended leaves the message to Stored.
+func TestPublisherSettled(t *testing.T) {
+	p, js, create := publisherOn(t, store.PublisherConfig{})
+	create()
+	if ps := publishN(p, 5); !store.Settled(t.Context(), ps) || !store.Acked(ps) {
+		t.Fatal("Settled = false with the stream there")
+	}
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	if ps := publishN(p, 1); !store.Settled(ended, ps) && ps[0].Err() != nil {
+		t.Fatalf("a wait whose context ended set %v", ps[0].Err())
+	}
+	if err := js.DeleteStream(t.Context(), "S"); err != nil {
+		t.Fatal(err)
+	}
+	ps := publishN(p, 3)
+	if store.Settled(t.Context(), ps) {
+		t.Fatal("Settled = true without a stream")
+	}
+	create()
+	if lost := p.Stored(t.Context(), ps); len(lost) > 0 {
+		t.Fatalf("%d lost: %v", len(lost), lost[0].Err())
+	}
+	for _, x := range ps {
+		if !x.Retried() {
+			t.Fatalf("%s not retried", x.ID())
+		}
+	}
+}
