@@ -244,7 +244,7 @@ func (s reportStep) stored(b *batch) {
 	// work: they are awaited in its context, and a landing one (which a
 	// drain's deadline does not cut) is made only for what is left.
 	if settled(b.ctx, sent) {
-		_ = s.events.stored(context.WithoutCancel(b.ctx), sent)
+		_ = s.events.stored(b.ctx, sent) // waits for nothing: notes the health
 		return
 	}
 	ctx, cancel := s.landing.start(b.ctx)
