@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -133,7 +134,7 @@ func New(kv jetstream.KeyValue, cfg Config) *Ledger {
 		cfg.Landing = life.New(life.Config{LandBudget: landBudget}).Landing
 	}
 	return &Ledger{kv: kv, router: cfg.Router, log: cfg.Logger, hits: cfg.Hits, lease: cfg.Lease, health: cfg.Health, landing: cfg.Landing,
-		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]*Entry{}}, ids: claimIDs{prefix: nuid.Next()}}
+		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]Entry{}}, ids: claimIDs{prefix: nuid.Next()}}
 }
 
 // Health is the store health the ledger notes its writes in (may be nil).
@@ -219,14 +220,14 @@ func (c *claimIDs) next() string {
 // renewed (Renew) until they are released.
 type claims struct {
 	mu sync.Mutex
-	m  map[string]*Entry
+	m  map[string]Entry // by value: a claim held costs no allocation of its own
 }
 
 // hold starts renewing the lease of this router's running claim of key;
 // release stops it.
 func (c *claims) hold(key string, claim Entry) {
 	c.mu.Lock()
-	c.m[key] = &claim
+	c.m[key] = claim
 	c.mu.Unlock()
 }
 
@@ -244,7 +245,7 @@ func (c *claims) current(key string, claim Entry) Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if h, ok := c.m[key]; ok && h.Claim == claim.Claim {
-		return *h
+		return h
 	}
 	return claim
 }
@@ -253,11 +254,7 @@ func (c *claims) current(key string, claim Entry) Entry {
 func (c *claims) all() map[string]Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]Entry, len(c.m))
-	for key, h := range c.m {
-		out[key] = *h
-	}
-	return out
+	return maps.Clone(c.m)
 }
 
 // renewed notes a renewal of claim at revision rev.
@@ -265,6 +262,7 @@ func (c *claims) renewed(key string, claim Entry, rev uint64) {
 	c.mu.Lock()
 	if h, ok := c.m[key]; ok && h.Claim == claim.Claim {
 		h.rev, h.Touched = rev, claim.Touched
+		c.m[key] = h
 	}
 	c.mu.Unlock()
 }
