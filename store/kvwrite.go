@@ -43,6 +43,15 @@ func (k *KV) Create(ctx context.Context, key string, value []byte, opts ...jetst
 // goes to jetstream: the ledger's claim and record are bounded so on
 // every write call.
 func UpdateWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, revision uint64, within time.Duration) (uint64, error) {
+	return casWithin(ctx, kv, key, value, revision, false, within)
+}
+
+// CreateWithin is kv.Create bounded as UpdateWithin.
+func CreateWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, within time.Duration) (uint64, error) {
+	return casWithin(ctx, kv, key, value, 0, true, within)
+}
+
+func casWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, revision uint64, create bool, within time.Duration) (uint64, error) {
 	start := time.Now()
 	if k, ok := kv.(*KV); ok {
 		if rev, ok := k.casWrite(ctx, key, value, revision, within); ok {
@@ -50,33 +59,15 @@ func UpdateWithin(ctx context.Context, kv jetstream.KeyValue, key string, value 
 		}
 		kv = k.KeyValue
 	}
-	ctx, cancel := bound(ctx, start, within)
-	defer cancel()
+	if within > 0 { // a bound that passed fails jetstream's write at once
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, start.Add(within))
+		defer cancel()
+	}
+	if create {
+		return kv.Create(ctx, key, value)
+	}
 	return kv.Update(ctx, key, value, revision)
-}
-
-// CreateWithin is kv.Create bounded by within as well as ctx (zero: ctx
-// alone), as UpdateWithin.
-func CreateWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, within time.Duration) (uint64, error) {
-	start := time.Now()
-	if k, ok := kv.(*KV); ok {
-		if rev, ok := k.casWrite(ctx, key, value, 0, within); ok {
-			return rev, nil
-		}
-		kv = k.KeyValue
-	}
-	ctx, cancel := bound(ctx, start, within)
-	defer cancel()
-	return kv.Create(ctx, key, value)
-}
-
-// bound is ctx ending within after start (a bound that passed fails the
-// write at once), or ctx itself when within is zero.
-func bound(ctx context.Context, start time.Time, within time.Duration) (context.Context, context.CancelFunc) {
-	if within <= 0 {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, start.Add(within))
 }
 
 // casMsg is a write in flight, its message and header with it: nats.go
