@@ -100,14 +100,7 @@ func TestPublisherRetries(t *testing.T) {
 		t.Fatal("Acked = true for failed publishes")
 	}
 	create()
-	if lost := p.Stored(t.Context(), ps); len(lost) > 0 {
-		t.Fatalf("%d lost: %v", len(lost), lost[0].Err())
-	}
-	for _, x := range ps {
-		if !x.Retried() {
-			t.Fatalf("%s not retried", x.ID())
-		}
-	}
+	storedAgain(t, p, ps)
 	if got := streamMsgs(t, js); got != 10 {
 		t.Fatalf("%d stored, want 10", got)
 	}
@@ -148,6 +141,12 @@ func TestPublisherSettled(t *testing.T) {
 		t.Fatal("Settled = true without a stream")
 	}
 	create()
+	storedAgain(t, p, ps)
+}
+
+// storedAgain checks that Stored stores ps, each published again.
+func storedAgain(t *testing.T, p *store.Publisher, ps []*store.Pending) {
+	t.Helper()
 	if lost := p.Stored(t.Context(), ps); len(lost) > 0 {
 		t.Fatalf("%d lost: %v", len(lost), lost[0].Err())
 	}
