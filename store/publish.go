@@ -105,27 +105,6 @@ func (p *Publisher) Publish(m *nats.Msg, id string) *Pending {
 	return &Pending{msg: m, id: id, ack: ack, err: err, ackWait: p.cfg.AckWait}
 }
 
-// Acked reports, without waiting, whether the stream has acknowledged
-// every message of ps (mostly so by the time a batch is done), marking
-// those it takes the acknowledgement of: a future's channel holds it once.
-func Acked(ps []*Pending) bool {
-	for _, p := range ps {
-		if p.err != nil || p.ack == nil {
-			return false
-		}
-		if p.acked {
-			continue
-		}
-		select {
-		case <-p.ack.Ok():
-			p.acked = true
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // Settled waits, until ctx ends, for the acknowledgements of ps as the
 // first round of Stored does (for at most their AckWait), and reports
 // whether the stream holds every one. A refusal, or an acknowledgement that
