@@ -22,7 +22,7 @@ var rootContexts = map[string]string{
 	"internal/cli/cli.go Main":          "the commands' shared main: the signal context every run gets",
 	"builtin/interp_linux.go interpret": "the sandbox process's main (toolbus-sandbox), after the re-exec",
 	"builtin/execlist.go gitExecPath":   "a one-shot probe bounded to 10 s inside NewShell, which takes no context; not background work",
-	"bench/child.go runChild":           "a bench child process's main: its signal context",
+	"bench/process.go runChild":         "a bench child process's main: its signal context",
 }
 
 // resources are the exported Stop/Close/Drain methods without a context:
