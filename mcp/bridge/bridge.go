@@ -166,27 +166,11 @@ func (b *Bridge) Drain(ctx context.Context) error {
 // Stop is Drain.
 func (b *Bridge) Stop(ctx context.Context) error { return b.Drain(ctx) }
 
-// Closed is closed once Drain (or Stop) has returned.
-func (b *Bridge) Closed() <-chan struct{} { return b.life.Closed() }
-
 func (b *Bridge) unsubscribe() {
 	for _, s := range b.subs {
 		_ = s.Unsubscribe()
 	}
 	b.subs = nil
-}
-
-// Tools returns the bus names of the tools the server named server has
-// registered now (nil while it is not connected), in the server's order.
-func (b *Bridge) Tools(server string) []string {
-	for _, l := range b.links {
-		if l.s.Name == server {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			return slices.Clone(l.names)
-		}
-	}
-	return nil
 }
 
 // link is one server: its connection, its worker, its calls' progress.
@@ -217,7 +201,6 @@ type link struct {
 	tr       transport.Interface
 	w        *worker.Worker
 	defs     []bus.ToolDef
-	names    []string
 	gen      int
 	progress map[string]*inflight // progress token → call
 }
@@ -251,7 +234,7 @@ func (l *link) run(ctx context.Context) {
 		connected, err := l.session(ctx)
 		switch {
 		case ctx.Err() != nil || l.cfg.Grace < 0:
-			l.withdraw(ctx)
+			l.stopWorker(ctx)
 		case connected:
 			// The grace period runs from the disconnection; failed
 			// attempts to reconnect do not extend it.
@@ -325,7 +308,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	if err := l.publish(ctx, cl); err != nil {
 		return false, err
 	}
-	l.log.Info("bridge: MCP server connected", "tools", len(l.names))
+	l.log.Info("bridge: MCP server connected", "tools", len(l.defs))
 	ping := time.NewTicker(l.cfg.Ping)
 	defer ping.Stop()
 	for {
@@ -351,7 +334,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 
 // checkNames warns once about names in enable_tools or disable_tools that
 // no tool of the server has (a typo, or a tool renamed by a new version of
-// the server), and keeps them for Unknown.
+// the server).
 func (l *link) checkNames(tools []mcp.Tool) {
 	unknown := l.s.unknownNames(tools)
 	l.mu.Lock()
@@ -361,19 +344,6 @@ func (l *link) checkNames(tools []mcp.Tool) {
 	if changed && len(unknown) > 0 {
 		l.log.Warn("bridge: enable_tools/disable_tools name tools the MCP server does not have", "names", unknown)
 	}
-}
-
-// Unknown returns the names in the server's enable_tools and disable_tools
-// that its last tools/list did not have (nil before it was listed).
-func (b *Bridge) Unknown(server string) []string {
-	for _, l := range b.links {
-		if l.s.Name == server {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			return slices.Clone(l.unknown)
-		}
-	}
-	return nil
 }
 
 // graceful keeps a disconnected server's worker for the grace period, then
@@ -479,18 +449,16 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(defs))
 	for _, d := range defs {
 		if err := w.Handle(d, l.calls.handler(d.MCP.Tool, d.MCP.TaskSupport == string(mcp.TaskSupportRequired), d.ReadOnly || d.Idempotent)); err != nil {
 			return err
 		}
-		names = append(names, d.Name)
 	}
 	if err := w.Start(ctx); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	l.mu.Lock()
-	l.w, l.defs, l.names = w, defs, names
+	l.w, l.defs = w, defs
 	l.mu.Unlock()
 	return nil
 }
@@ -501,15 +469,12 @@ func sameDefs(a, b []bus.ToolDef) bool {
 	return string(x) == string(y)
 }
 
-// withdraw stops the server's worker: its tools leave the bus at once.
-func (l *link) withdraw(ctx context.Context) { l.stopWorker(ctx) }
-
 // stopWorker drains the server's worker for at most 30 s, even when ctx
 // (the link's run) has ended.
 func (l *link) stopWorker(ctx context.Context) {
 	l.mu.Lock()
 	w := l.w
-	l.w, l.defs, l.names = nil, nil, nil
+	l.w, l.defs = nil, nil
 	l.wakeLocked()
 	l.mu.Unlock()
 	if w == nil {

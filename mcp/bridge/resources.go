@@ -121,15 +121,10 @@ func (rs *resourceServer) source() string { return "toolbus/bridge/" + rs.id }
 // resourceRequest answers one request of the resources verb.
 func (rs *resourceServer) resourceRequest(ctx context.Context, m *nats.Msg) {
 	typ, data, err := rs.resources(ctx, m)
-	if err != nil {
-		var be *bus.Error
-		if !errors.As(err, &be) {
-			be = bus.Errorf(bus.CodeInternal, "%v", err)
-		}
-		_ = bus.RespondError(rs.nc, m, rs.source(), be)
-		return
+	var b []byte
+	if err == nil {
+		b, err = json.Marshal(data)
 	}
-	b, err := json.Marshal(data)
 	if err == nil && int64(len(b)) > rs.nc.MaxPayload()-64<<10 {
 		err = bus.Errorf(bus.CodeLimitExceeded, "the resource is %d bytes, more than a message may carry", len(b))
 	}
@@ -205,42 +200,35 @@ func strictData(e *bus.Event, v any) error {
 	return nil
 }
 
-func (rs *resourceServer) listResources(ctx context.Context, cl interface {
-	ListResourcesByPage(context.Context, mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error)
-	ListResourceTemplatesByPage(context.Context, mcp.ListResourceTemplatesRequest) (*mcp.ListResourceTemplatesResult, error)
-}) (*ResourcesListed, error) {
+func (rs *resourceServer) listResources(ctx context.Context, cl *mcpclient.Client) (*ResourcesListed, error) {
 	out := &ResourcesListed{Server: rs.s.Name, Resources: []Resource{}, Templates: []ResourceTemplate{}}
-	var req mcp.ListResourcesRequest
-	for {
-		page, err := cl.ListResourcesByPage(ctx, req)
+	err := listPages(ctx, func(ctx context.Context, cursor mcp.Cursor) (mcp.Cursor, error) {
+		page, err := cl.ListResourcesByPage(ctx, mcp.ListResourcesRequest{PaginatedRequest: mcp.PaginatedRequest{Params: mcp.PaginatedParams{Cursor: cursor}}})
 		if err != nil {
-			return nil, bus.Errorf(bus.CodeToolError, "resources/list: %v", err)
+			return "", bus.Errorf(bus.CodeToolError, "resources/list: %v", err)
 		}
 		for _, r := range page.Resources {
 			if len(out.Resources) == maxResources {
 				out.Truncated = true
-				break
+				return "", nil
 			}
 			out.Resources = append(out.Resources, Resource{Name: ToolName(rs.s.Name, r.Name), URI: r.URI, Title: r.Title,
 				Description: r.Description, MediaType: r.MIMEType, Annotations: annotate(bus.Block{}, r.Annotations).Annotations})
 		}
-		if page.NextCursor == "" || out.Truncated || page.NextCursor == req.Params.Cursor {
-			break
-		}
-		req.Params.Cursor = page.NextCursor
+		return page.NextCursor, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	var treq mcp.ListResourceTemplatesRequest
-	for {
-		page, err := cl.ListResourceTemplatesByPage(ctx, treq)
+	err = listPages(ctx, func(ctx context.Context, cursor mcp.Cursor) (mcp.Cursor, error) {
+		page, err := cl.ListResourceTemplatesByPage(ctx, mcp.ListResourceTemplatesRequest{PaginatedRequest: mcp.PaginatedRequest{Params: mcp.PaginatedParams{Cursor: cursor}}})
 		if err != nil {
-			// Templates are optional: a server without them may refuse.
-			rs.log.Debug("bridge: resources/templates/list", "err", err)
-			break
+			return "", err
 		}
 		for _, t := range page.ResourceTemplates {
 			if len(out.Templates) == maxResources {
 				out.Truncated = true
-				break
+				return "", nil
 			}
 			raw := ""
 			if t.URITemplate != nil && t.URITemplate.Template != nil {
@@ -249,10 +237,24 @@ func (rs *resourceServer) listResources(ctx context.Context, cl interface {
 			out.Templates = append(out.Templates, ResourceTemplate{Name: ToolName(rs.s.Name, t.Name), URITemplate: raw, Title: t.Title,
 				Description: t.Description, MediaType: t.MIMEType, Annotations: annotate(bus.Block{}, t.Annotations).Annotations})
 		}
-		if page.NextCursor == "" || out.Truncated || page.NextCursor == treq.Params.Cursor {
-			break
-		}
-		treq.Params.Cursor = page.NextCursor
+		return page.NextCursor, nil
+	})
+	if err != nil {
+		// Templates are optional: a server without them may refuse.
+		rs.log.Debug("bridge: resources/templates/list", "err", err)
 	}
 	return out, nil
+}
+
+// listPages calls page with each cursor, from the first page, until a
+// page names no next cursor (or the one it was given) or page fails.
+func listPages(ctx context.Context, page func(context.Context, mcp.Cursor) (mcp.Cursor, error)) error {
+	var cursor mcp.Cursor
+	for {
+		next, err := page(ctx, cursor)
+		if err != nil || next == "" || next == cursor {
+			return err
+		}
+		cursor = next
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +20,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
 
@@ -40,20 +38,6 @@ type crossRecord struct {
 	MCPSession string          `json:"mcp_session"`
 	Version    string          `json:"version,omitempty"`
 	Message    json.RawMessage `json:"message"`
-}
-
-// crossStore is what crossing needs of the facade's bucket (kvStore).
-type crossStore interface {
-	// crossSubject is the subject a carried message's key is published
-	// on ("$KV.<bucket>.<key>").
-	crossSubject(ctx context.Context, key string) (string, error)
-	// carry stores raw under key and deletes it again.
-	carry(ctx context.Context, key string, raw []byte) error
-	putValue(ctx context.Context, key string, raw []byte) error
-	getValue(ctx context.Context, key string) ([]byte, error)
-	// available reports whether the bucket can be reached (a failure is
-	// remembered for a minute).
-	available(ctx context.Context) bool
 }
 
 // clientRecord is what a 2025-11-25 client declared in its initialize,
@@ -83,7 +67,7 @@ type clientRecord struct {
 // only ever carried into the same (session, user)'s MCP server.
 type crossing struct {
 	nc      *nats.Conn
-	store   crossStore
+	store   *kvStore
 	session string
 	user    string
 	local   func() http.Handler // the session's mcp-go streamable HTTP server
@@ -229,7 +213,7 @@ func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := x.store.putValue(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"), raw); err != nil {
+	if err := x.store.put(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"), raw); err != nil {
 		x.log.Warn("facade: an MCP session's client could not be recorded for the other processes", "session", x.session, "err", err)
 	}
 }
@@ -253,7 +237,7 @@ func (x *crossing) adopt(ctx context.Context, sid string) {
 	if known {
 		return
 	}
-	raw, err := x.store.getValue(ctx, "m"+strings.TrimPrefix(x.crossKey(sid), "x"))
+	raw, err := x.store.get(ctx, "m"+strings.TrimPrefix(x.crossKey(sid), "x"))
 	if err != nil {
 		return
 	}
@@ -436,14 +420,9 @@ func (x *crossing) deliver(sid string, m *nats.Msg) {
 	}
 }
 
-// crossBucket is crossing's view of the facade's bucket (crossStore).
-type crossBucket struct{ st *kvStore }
-
-func (b crossBucket) available(ctx context.Context) bool { return b.st.available(ctx) }
-
 // crossSubject is the subject a write of key is published on.
-func (b crossBucket) crossSubject(ctx context.Context, key string) (string, error) {
-	kv, err := b.st.bucket(ctx)
+func (st *kvStore) crossSubject(ctx context.Context, key string) (string, error) {
+	kv, err := st.bucket(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -451,46 +430,14 @@ func (b crossBucket) crossSubject(ctx context.Context, key string) (string, erro
 }
 
 // carry stores raw under key, which publishes it to the key's
-// subscribers, and deletes it again: the record is a message, not state
-// (crossing.go).
-func (b crossBucket) carry(ctx context.Context, key string, raw []byte) error {
-	kv, err := b.st.bucket(ctx)
-	if err != nil {
+// subscribers, and deletes it again: the record is a message, not state.
+func (st *kvStore) carry(ctx context.Context, key string, raw []byte) error {
+	if err := st.put(ctx, key, raw); err != nil {
 		return err
 	}
-	if _, err := kv.Put(ctx, key, raw); err != nil {
-		return fmt.Errorf("%w: %v", errNoStore, err)
-	}
+	kv, _ := st.bucket(ctx)
 	_ = kv.Delete(ctx, key)
 	return nil
-}
-
-// putValue stores raw under key (crossing.go's session records).
-func (b crossBucket) putValue(ctx context.Context, key string, raw []byte) error {
-	kv, err := b.st.bucket(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := kv.Put(ctx, key, raw); err != nil {
-		return fmt.Errorf("%w: %v", errNoStore, err)
-	}
-	return nil
-}
-
-// getValue returns what key holds (errNotFound: nothing).
-func (b crossBucket) getValue(ctx context.Context, key string) ([]byte, error) {
-	kv, err := b.st.bucket(ctx)
-	if err != nil {
-		return nil, err
-	}
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, errNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
-	}
-	return e.Value(), nil
 }
 
 // Ids of the requests the facade sends a client (issue 29, F2). mcp-go

@@ -454,7 +454,7 @@ func (f *Facade) wire(s *session) {
 	if s.policy == ConfirmHostUser {
 		s.tasks.confirmParams = func(p bus.Parked) mcp.ElicitationParams { return confirmParams(p, s.confirms.remember) }
 	}
-	s.cross = &crossing{nc: f.nc, store: crossBucket{f.kv}, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
+	s.cross = &crossing{nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 
 // listed reports whether the session lists the tool to its user now.

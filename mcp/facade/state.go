@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
@@ -73,21 +72,12 @@ func (st *kvStore) getState(ctx context.Context, session, user, id string) (*sta
 	if !idPattern.MatchString(id) {
 		return nil, errNotFound
 	}
-	kv, err := st.bucket(ctx)
+	raw, err := st.get(ctx, stateKey(session, user, id))
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	e, err := kv.Get(ctx, stateKey(session, user, id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, errNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
-	}
 	var r stateRecord
-	if err := json.Unmarshal(e.Value(), &r); err != nil || r.Session != session || r.User != user || time.Now().After(r.Expires) {
+	if err := json.Unmarshal(raw, &r); err != nil || r.Session != session || r.User != user || time.Now().After(r.Expires) {
 		return nil, errNotFound
 	}
 	return &r, nil

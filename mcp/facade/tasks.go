@@ -122,7 +122,7 @@ type runFunc func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp
 type taskStore interface {
 	createTask(ctx context.Context, r *taskRecord) error
 	listTasks(ctx context.Context, session, user string) ([]*taskRecord, error)
-	getTask(ctx context.Context, session, user, id string) (*taskRecord, uint64, error)
+	getTask(ctx context.Context, session, user, id string) (*taskRecord, error)
 	updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error)
 	watchTask(ctx context.Context, session, user, id string) (*taskRecord, error)
 	watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error)
@@ -205,7 +205,7 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 		}
 		return &out, nil
 	case mcp.MethodTasksGet:
-		r, _, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
+		r, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
 		if err != nil {
 			return nil, storeError(err)
 		}
@@ -254,7 +254,7 @@ func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *r
 // result waits until the task ends (or the request does) and returns
 // its CallToolResult.
 func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
-	r, _, err := s.store.getTask(ctx, s.session, s.user, id)
+	r, err := s.store.getTask(ctx, s.session, s.user, id)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -293,7 +293,7 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 // first (the first end written wins). A runner that names the bus task
 // after this write finds the record ended and cancels the bus task.
 func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) {
-	r, _, err := s.store.getTask(ctx, s.session, s.user, id)
+	r, err := s.store.getTask(ctx, s.session, s.user, id)
 	if err != nil {
 		return nil, storeError(err)
 	}

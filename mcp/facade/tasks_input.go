@@ -127,7 +127,7 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 	if err := json.Unmarshal(params, &p); err != nil || p.TaskID == "" {
 		return nil, &rpcError{mcp.INVALID_PARAMS, "params.taskId is required"}
 	}
-	r, _, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
+	r, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
 	if err != nil {
 		return nil, storeError(err)
 	}

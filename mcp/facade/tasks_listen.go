@@ -154,7 +154,7 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		if _, dup := seen[id]; dup || len(agreed) == maxListenIDs {
 			continue
 		}
-		r, _, err := s.store.getTask(ctx, s.session, s.user, id)
+		r, err := s.store.getTask(ctx, s.session, s.user, id)
 		if err != nil {
 			continue // not this session's and user's task (or gone): not agreed
 		}
@@ -211,7 +211,7 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		case <-again.C:
 			for _, id := range agreed {
 				if last := seen[id]; last != nil && !last.Status.IsTerminal() {
-					r, _, err := s.store.getTask(ctx, s.session, s.user, id)
+					r, err := s.store.getTask(ctx, s.session, s.user, id)
 					if err == nil || errors.Is(err, errNotFound) {
 						changed(id, r)
 					}

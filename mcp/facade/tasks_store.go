@@ -277,22 +277,22 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 		return nil, err
 	}
 	// The index names the records a listing may not show yet.
-	if e, err := kv.Get(ctx, indexKey(session, user)); err == nil {
+	if raw, err := st.get(ctx, indexKey(session, user)); err == nil {
 		var idx taskIndex
-		if json.Unmarshal(e.Value(), &idx) == nil {
+		if json.Unmarshal(raw, &idx) == nil {
 			for _, t := range idx.Tasks {
 				if k := taskKey(session, user, t.ID); !slices.Contains(keys, k) {
 					keys = append(keys, k)
 				}
 			}
 		}
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	} else if !errors.Is(err, errNotFound) {
+		return nil, err
 	}
 	var out []*taskRecord
 	now := time.Now()
 	for _, k := range keys {
-		r, _, err := st.getKey(ctx, kv, k)
+		r, err := st.getKey(ctx, k)
 		if errors.Is(err, errNoStore) { // a record not read is not a record not kept: the bound fails closed
 			return nil, err
 		}
@@ -309,41 +309,63 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	return out, nil
 }
 
-func (st *kvStore) getKey(ctx context.Context, kv *store.KV, key string) (*taskRecord, uint64, error) {
+// get returns what key holds (errNotFound: nothing).
+func (st *kvStore) get(ctx context.Context, key string) ([]byte, error) {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, errNotFound
+		return nil, errNotFound
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %v", errNoStore, err)
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
 	}
-	var r taskRecord
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, 0, fmt.Errorf("facade: task record %s: %w", key, err)
-	}
-	return &r, e.Revision(), nil
+	return e.Value(), nil
 }
 
-// getTask returns the (session, user)'s live task id, with its revision.
-func (st *kvStore) getTask(ctx context.Context, session, user, id string) (*taskRecord, uint64, error) {
-	if !idPattern.MatchString(id) {
-		return nil, 0, errNotFound
-	}
+// put stores raw under key.
+func (st *kvStore) put(ctx context.Context, key string, raw []byte) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
-	r, rev, err := st.getKey(ctx, kv, taskKey(session, user, id))
+	if _, err := kv.Put(ctx, key, raw); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return nil
+}
+
+// getKey returns the task record under key.
+func (st *kvStore) getKey(ctx context.Context, key string) (*taskRecord, error) {
+	raw, err := st.get(ctx, key)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
+	}
+	var r taskRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("facade: task record %s: %w", key, err)
+	}
+	return &r, nil
+}
+
+// getTask returns the (session, user)'s live task id.
+func (st *kvStore) getTask(ctx context.Context, session, user, id string) (*taskRecord, error) {
+	if !idPattern.MatchString(id) {
+		return nil, errNotFound
+	}
+	r, err := st.getKey(ctx, taskKey(session, user, id))
+	if err != nil {
+		return nil, err
 	}
 	// The key names the session and user; the record must agree.
 	if r.Session != session || r.User != user || r.ID != id || r.expired(time.Now()) {
-		return nil, 0, errNotFound
+		return nil, errNotFound
 	}
-	return r, rev, nil
+	return r, nil
 }
 
 // updateTask applies change to the stored record, compare-and-set, unless
@@ -396,10 +418,6 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 // the (session, user)'s record writes (watchChanges), then its current
 // value.
 func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*taskRecord, error) {
-	kv, err := st.bucket(ctx)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	changes, err := st.watchChanges(ctx, session, user)
@@ -407,7 +425,7 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 		return nil, err
 	}
 	key := taskKey(session, user, id)
-	switch r, _, err := st.getKey(ctx, kv, key); {
+	switch r, err := st.getKey(ctx, key); {
 	case err != nil:
 		return nil, err // errNotFound: deleted since the caller read it
 	case r.Status.IsTerminal():
@@ -425,7 +443,7 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-again.C:
-			if r, _, err := st.getKey(ctx, kv, key); err == nil && r.Status.IsTerminal() {
+			if r, err := st.getKey(ctx, key); err == nil && r.Status.IsTerminal() {
 				return r, nil
 			} else if errors.Is(err, errNotFound) {
 				return nil, err
