@@ -192,7 +192,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	// (interruptOnEnd): the bus call is interrupted too.
 	ended := func() (*mcp.CallToolResult, error) {
 		if interruptOnEnd(o.keep, c.closing) {
-			c.interrupt(ctx, replyID)
+			interrupt(ctx, c.bus.Cancel, c.session, replyID)
 			if done != nil {
 				<-done
 			}
@@ -349,6 +349,16 @@ func announceParked(e *bus.Event, id string, notify func(string)) bool {
 // its facade closed).
 func interruptOnEnd(keep bool, closing context.Context) bool {
 	return !keep || closing.Err() == nil
+}
+
+// interrupt cancels the bus call of reply id replyID (docs/protocol.md
+// 5.4) with cancel (P.cancel) for a call whose MCP request ended: the
+// client cancelled it, went away, or cancelled the task. It uses a
+// context of its own, since ctx has ended.
+func interrupt(ctx context.Context, cancel func(ctx context.Context, session, replyID string, calls ...string) error, session, replyID string) {
+	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer stop()
+	_ = cancel(cctx, session, replyID)
 }
 
 // holds returns how long a call of req may last (the tool's timeout_ms,

@@ -21,14 +21,26 @@ const (
 	choiceDeny        = "deny"
 )
 
-// canElicit reports whether the client of ctx declared elicitation (in
-// 2026-07-28, in the request's _meta).
-func canElicit(ctx context.Context) bool {
+// elicitation is the elicitation capability the client of ctx declared
+// (in 2026-07-28, in the request's _meta); nil when it declared none.
+func elicitation(ctx context.Context) *mcp.ElicitationCapability {
 	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		return info.ClientCapabilities != nil && info.ClientCapabilities.Elicitation != nil
+		if info.ClientCapabilities == nil {
+			return nil
+		}
+		return info.ClientCapabilities.Elicitation
 	}
-	s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
-	return ok && s.GetClientCapabilities().Elicitation != nil
+	if s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok {
+		return s.GetClientCapabilities().Elicitation
+	}
+	return nil
+}
+
+// canElicitURL reports whether the client of ctx declared URL-mode
+// elicitation.
+func canElicitURL(ctx context.Context) bool {
+	e := elicitation(ctx)
+	return e != nil && e.URL != nil
 }
 
 // mayElicit reports whether a confirm park of a call of this session is
@@ -39,7 +51,7 @@ func canElicit(ctx context.Context) bool {
 // request started (that call's reply id and park), in a session its
 // identity may use, as its own user: never another user's call.
 func (c *confirmer) mayElicit(ctx context.Context) bool {
-	return c.policy == ConfirmHostUser && canElicit(ctx)
+	return c.policy == ConfirmHostUser && elicitation(ctx) != nil
 }
 
 // confirmer owns a session's confirmations put to the host's user

@@ -69,15 +69,6 @@ func (s *session) groupsChanged(gs []bus.GroupInfo) {
 	}
 }
 
-// groupsMessage returns body as a grouping request the facade answers.
-func groupsMessage(body []byte) (*rpcMessage, bool) {
-	var m rpcMessage
-	if json.Unmarshal(body, &m) != nil || m.JSONRPC != mcp.JSONRPC_VERSION || len(m.ID) == 0 || string(m.ID) == "null" {
-		return nil, false
-	}
-	return &m, m.Method == methodGroupsList || m.Method == methodGroupsActivate
-}
-
 // serveOwn answers over HTTP what the facade answers itself (take:
 // grouping requests, task messages); false leaves the request, body
 // intact, to the next handler. The body was bounded and buffered by
@@ -88,7 +79,7 @@ func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		return false
 	}
-	answer, ok := s.take(body)
+	m, answer, ok := s.take(body)
 	if !ok {
 		return false
 	}
@@ -97,7 +88,7 @@ func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	if sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
 	}
-	if m, ok := taskMessage(body); ok && m.Method == methodSubscriptionsListen {
+	if m.Method == methodSubscriptionsListen {
 		serveStream(ctx, w, m, s.tasks.answer) // tasks_listen.go
 		return true
 	}
@@ -137,17 +128,16 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 // take takes a message the facade answers itself (a grouping request, or
 // a task message when the session offers tasks), a stdio line or an HTTP
 // body, and returns how it is answered; false passes it on to mcp-go.
-func (s *session) take(line []byte) (func(context.Context) []byte, bool) {
-	if m, ok := groupsMessage(line); ok {
-		return func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
+func (s *session) take(line []byte) (*rpcMessage, func(context.Context) []byte, bool) {
+	m, ok := parseRequest(line)
+	switch {
+	case !ok:
+	case m.Method == methodGroupsList || m.Method == methodGroupsActivate:
+		return m, func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
+	case !s.noTasks && isTaskMessage(m):
+		return m, func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
 	}
-	if s.noTasks {
-		return nil, false
-	}
-	if m, ok := taskMessage(line); ok {
-		return func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
-	}
-	return nil, false
+	return nil, nil, false
 }
 
 type groupsResult struct {

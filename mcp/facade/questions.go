@@ -318,13 +318,3 @@ func questionText(q question) string {
 	}
 	return msg
 }
-
-// canElicitURL reports whether the client of ctx declared URL-mode
-// elicitation (in 2026-07-28, in the request's _meta).
-func canElicitURL(ctx context.Context) bool {
-	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		return info.ClientCapabilities != nil && info.ClientCapabilities.Elicitation != nil && info.ClientCapabilities.Elicitation.URL != nil
-	}
-	c, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
-	return ok && c.GetClientCapabilities().Elicitation != nil && c.GetClientCapabilities().Elicitation.URL != nil
-}

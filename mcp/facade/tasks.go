@@ -40,27 +40,30 @@ type rpcMessage struct {
 	Params  json.RawMessage `json:"params"`
 }
 
-// taskMessage returns body as a request the facade answers itself: a
-// tasks/* request or a tools/call with params.task.
-func taskMessage(body []byte) (*rpcMessage, bool) {
+// parseRequest returns body as one JSON-RPC request (with an id).
+func parseRequest(body []byte) (*rpcMessage, bool) {
 	var m rpcMessage
 	if json.Unmarshal(body, &m) != nil || m.JSONRPC != mcp.JSONRPC_VERSION || len(m.ID) == 0 || string(m.ID) == "null" {
 		return nil, false
 	}
+	return &m, true
+}
+
+// isTaskMessage reports whether m is a request the facade answers itself:
+// a tasks/* request or a tools/call with params.task.
+func isTaskMessage(m *rpcMessage) bool {
 	switch mcp.MCPMethod(m.Method) {
 	case mcp.MethodTasksGet, mcp.MethodTasksResult, mcp.MethodTasksCancel, mcp.MethodTasksList, methodTasksUpdate:
-		return &m, true
+		return true
 	case mcp.MethodToolsCall:
 		var p struct {
 			Task json.RawMessage `json:"task"`
 		}
-		if json.Unmarshal(m.Params, &p) == nil && len(p.Task) > 0 && string(p.Task) != "null" {
-			return &m, true
-		}
+		return json.Unmarshal(m.Params, &p) == nil && len(p.Task) > 0 && string(p.Task) != "null"
 	case mcp.MethodSubscriptionsListen:
-		return &m, listensForTasks(m.Params) // tasks_listen.go
+		return listensForTasks(m.Params) // tasks_listen.go
 	}
-	return nil, false
+	return false
 }
 
 // modern reports whether the request states the 2026-07-28 revision in
@@ -82,7 +85,7 @@ type rpcError struct {
 	Message string `json:"message"`
 }
 
-// taskFront answers a session's task messages (taskMessage) on both
+// taskFront answers a session's task messages (isTaskMessage) on both
 // transports: it dispatches them to the records in the facade's bucket
 // (store) and to the tasks this process runs or follows (runners).
 type taskFront struct {
@@ -607,7 +610,7 @@ const mcpSessionHeader = "Mcp-Session-Id"
 // session.take) are answered here (each in its own goroutine:
 // tasks/result waits), the others go on to mcp-go; both write through
 // one lock, one message per write, as mcp-go does.
-func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
+func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (*rpcMessage, func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	ctx = context.WithValue(ctx, notifySessionKey{}, "stdio") // mcp-go's stdio session
@@ -617,7 +620,7 @@ func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func(
 		for {
 			line, err := br.ReadBytes('\n')
 			if len(bytes.TrimSpace(line)) > 0 {
-				if answer, ok := take(line); ok {
+				if _, answer, ok := take(line); ok {
 					go func() { _, _ = lw.Write(append(answer(ctx), '\n')) }()
 				} else if _, werr := pw.Write(line); werr != nil {
 					return
