@@ -87,6 +87,17 @@ func bridgedServer(name string) (string, bool) {
 // relay puts every question of srv parked in the session for the
 // session's user to the host, until ctx ends.
 func (q *relayer) relay(ctx context.Context, ev *client.Events, prefix string, wg *sync.WaitGroup) {
+	eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
+		if qn, ok := q.take(p, prefix); ok {
+			wg.Go(func() { q.askHost(ctx, replyID, p, qn) })
+		}
+		return true
+	})
+}
+
+// eachParked calls fn with every call parked in ev, and the reply id of
+// the batch that parked it, until ctx or ev ends or fn returns false.
+func eachParked(ctx context.Context, ev *client.Events, fn func(replyID string, p bus.Parked) bool) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -95,20 +106,14 @@ func (q *relayer) relay(ctx context.Context, ev *client.Events, prefix string, w
 			if !ok {
 				return
 			}
-			if e.Type != bus.TypeCallParked {
-				continue
-			}
 			var pe bus.ParkedEvent
-			if e.DataAs(&pe) != nil {
+			if e.Type != bus.TypeCallParked || e.DataAs(&pe) != nil {
 				continue
 			}
 			for _, p := range pe.Calls {
-				qn, ok := q.take(p, prefix)
-				if !ok {
-					continue
+				if !fn(e.ReplyID, p) {
+					return
 				}
-				replyID := e.ReplyID
-				wg.Go(func() { q.askHost(ctx, replyID, p, qn) })
 			}
 		}
 	}
@@ -277,34 +282,19 @@ func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan as
 	go func() {
 		defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 		seen := map[string]bool{}
-		for {
-			var e *bus.Event
-			var ok bool
+		eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
+			qn, ok := questionOf(p, tool, callID, q.user)
+			if !ok || seen[p.ID] || len(seen) >= maxAsked {
+				return true
+			}
+			seen[p.ID] = true
 			select {
+			case out <- asked{p: p, replyID: replyID, q: qn}:
+				return true
 			case <-ctx.Done():
-				return
-			case e, ok = <-ev.C:
-				if !ok {
-					return
-				}
+				return false
 			}
-			var pe bus.ParkedEvent
-			if e.Type != bus.TypeCallParked || e.DataAs(&pe) != nil {
-				continue
-			}
-			for _, p := range pe.Calls {
-				qn, ok := questionOf(p, tool, callID, q.user)
-				if !ok || seen[p.ID] || len(seen) >= maxAsked {
-					continue
-				}
-				seen[p.ID] = true
-				select {
-				case out <- asked{p: p, replyID: e.ReplyID, q: qn}:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
+		})
 	}()
 	return out, nil
 }
