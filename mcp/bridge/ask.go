@@ -76,34 +76,20 @@ var _ askBus = (*client.Client)(nil)
 // clientOptions are the mcp-go client options that answer the server's
 // requests.
 func (a *asker) clientOptions() []mcpclient.ClientOption {
-	return []mcpclient.ClientOption{
-		mcpclient.WithClientCapabilities(capabilities()),
-		mcpclient.WithRootsHandler(rootsFunc(a.roots)),
-		mcpclient.WithElicitationHandler(elicitFunc(a.elicit)),
-		mcpclient.WithSamplingHandler(samplingFunc(a.sample)),
-	}
+	return []mcpclient.ClientOption{mcpclient.WithClientCapabilities(capabilities()),
+		mcpclient.WithRootsHandler(a), mcpclient.WithElicitationHandler(a), mcpclient.WithSamplingHandler(a)}
 }
 
-type (
-	rootsFunc    func(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error)
-	elicitFunc   func(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error)
-	samplingFunc func(context.Context, mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error)
+var (
+	_ mcpclient.RootsHandler       = (*asker)(nil)
+	_ mcpclient.ElicitationHandler = (*asker)(nil)
+	_ mcpclient.SamplingHandler    = (*asker)(nil)
 )
 
-func (f rootsFunc) ListRoots(ctx context.Context, r mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-	return f(ctx, r)
-}
-func (f elicitFunc) Elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
-	return f(ctx, r)
-}
-func (f samplingFunc) CreateMessage(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	return f(ctx, r)
-}
-
-// roots answers roots/list: the server's configured roots, else the
+// ListRoots answers roots/list: the server's configured roots, else the
 // bridge's (the worker's --workdir), as file:// URIs. Nothing else of the
 // machine is named.
-func (a *asker) roots(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+func (a *asker) ListRoots(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
 	list := a.s.Roots
 	if len(list) == 0 {
 		list = a.defaultRoots
@@ -218,11 +204,11 @@ const elicitDescription = "An MCP server asks the user. Answer with a text block
 // question record the facade reads too (bus.Question).
 type elicitInput = bus.Question
 
-// elicit answers elicitation/create: it parks a call of the elicit tool in
+// Elicit answers elicitation/create: it parks a call of the elicit tool in
 // the origin's session and returns the answer, checked against the
 // requested schema (a misfit is parked again, at most maxElicitRounds
 // times, then cancelled).
-func (a *asker) elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+func (a *asker) Elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
 	o, err := a.origin(ctx)
 	if err != nil {
 		return nil, err
@@ -352,10 +338,10 @@ func answerText(out []bus.Block) string {
 // no sampling_tool.
 var errNoSampling = errors.New("sampling is refused: no sampling_tool is configured for this MCP server in the bridge's config")
 
-// sample answers sampling/createMessage through the server's
+// CreateMessage answers sampling/createMessage through the server's
 // sampling_tool: a call of that bus tool in the origin's session, with the
 // request's params as input; its text becomes the assistant's message.
-func (a *asker) sample(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+func (a *asker) CreateMessage(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 	if a.s.SamplingTool == "" {
 		return nil, fmt.Errorf("MCP server %q: %w", a.s.Name, errNoSampling)
 	}

@@ -111,22 +111,20 @@ type Facade struct {
 
 	ctx     context.Context // life's Background: ends when the facade drains
 	life    *life.Life
-	gate    *gatekeeper  // the HTTP front's authentication (auth.go)
-	table   *table       // the (session, user) MCP servers kept, and their eviction (table.go)
+	gate    *gatekeeper  // auth.go
+	table   *table       // table.go
 	watch   sync.Once    // starts the listing watch (watchListings)
-	kv      *kvStore     // task records and request states (tasks_store.go)
+	kv      *kvStore     // tasks_store.go
 	tasks   *taskRunners // the tasks this process runs or follows
-	evicted atomic.Int64 // MCP servers dropped, for the tests and measurements
-	listed  atomic.Int64 // listings asked for, for the tests and measurements
+	evicted atomic.Int64 // for the tests and measurements
+	listed  atomic.Int64 // for the tests and measurements
 }
 
-// key names a session's MCP server: the bus session, the user and the
-// confirm policy it was served with.
+// key names a session's MCP server.
 type key struct {
 	session, user string
 	confirm       Confirm
-	// stdio marks the stdio host's server.
-	stdio bool
+	stdio         bool
 }
 
 // New returns a Facade over the deployment cl talks to (its connection
@@ -159,7 +157,7 @@ func New(cl *client.Client, cfg Config) *Facade {
 	return f
 }
 
-// orDefault sets *v to d when it is not positive (a Config's zero value).
+// orDefault sets *v to d when it is not positive.
 func orDefault[T int | int64 | time.Duration](v *T, d T) {
 	if *v <= 0 {
 		*v = d
@@ -178,18 +176,15 @@ type ctxKey int
 
 const contextKey ctxKey = 0
 
-// Handler serves streamable HTTP at /mcp/<session> (also /mcp/<session>/mcp,
-// and /mcp with the session in the X-Toolbus-Session header or the
-// ?session= query parameter); a session id that is not a valid
-// identifier, or another path, gets HTTP 404. Every request
-// is authenticated first (Config.Auth; 401 with a WWW-Authenticate
+// Handler serves streamable HTTP at /mcp/<session> (sessionOf); another
+// path or an invalid session id gets HTTP 404. Every request is
+// authenticated first (Config.Auth; 401 with a WWW-Authenticate
 // challenge), then checked against its identity: a session it may not
 // use, or a user header that is not its user, gets 403 and nothing is
 // published. With an OAuth Auth the RFC 9728 metadata is served at
 // /.well-known/oauth-protected-resource and below. Every revision mcp-go
-// serves works: 2024-11-05 to 2025-11-25 through initialize, and
-// 2026-07-28 (no MCP sessions) through server/discover, because the bus
-// session comes from the path.
+// serves works, 2026-07-28 too (no MCP sessions): the bus session comes
+// from the path.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(adoptHeader) // only the facade's own adoption sets it (crossing.go)
@@ -210,11 +205,7 @@ func (f *Facade) Handler() http.Handler {
 		if !ok {
 			return
 		}
-		policy := ident.Confirm
-		if policy == "" {
-			policy = f.cfg.Confirm
-		}
-		s, err := f.acquire(key{id, ident.User, policy, false})
+		s, err := f.acquire(key{id, ident.User, cmp.Or(ident.Confirm, f.cfg.Confirm), false})
 		if err != nil {
 			if errors.Is(err, errFull) {
 				w.Header().Set("Retry-After", "1")
@@ -256,9 +247,7 @@ const SessionHeader = "X-Toolbus-Session"
 
 // sessionOf returns the bus session a request is for: the path
 // /mcp/<session> (or /mcp/<session>/mcp, as clients that append /mcp
-// make it), else, on /mcp itself, the X-Toolbus-Session header or the
-// ?session= query parameter. ok is false for any other path or an invalid
-// or missing session id.
+// make it), else, on /mcp itself, SessionHeader or ?session=.
 func sessionOf(r *http.Request) (id string, ok bool) {
 	p := r.URL.Path
 	if p == "/mcp" || p == "/mcp/" {
@@ -291,8 +280,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 		return err
 	}
 	defer f.release(s)
-	// What the filter started (a tasks/result waiting) ends with the
-	// connection.
+	// A tasks/result the filter started ends with the connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	in2, out2 := interceptStdio(ctx, in, out, s.take) // groups.go, tasks.go
@@ -305,7 +293,7 @@ type session struct {
 	id     string
 	user   string
 	policy Confirm
-	stdio  bool // served over stdio (key.stdio)
+	stdio  bool
 	// noTasks: a facade whose login cannot reach its bucket (a stdio host
 	// on an agent's credentials) offers no MCP tasks; parked calls are
 	// held open with progress instead.
@@ -316,15 +304,15 @@ type session struct {
 	ctx     context.Context
 	cancel  context.CancelFunc // ends its polling (eviction, Close)
 
-	// Its parts, each over what it needs (Facade.wire makes them; the
-	// session itself keeps the tool listing and its calm, calm.go).
-	calls     *caller    // calls and cancellation (call.go)
-	confirms  *confirmer // the host user's confirmations (elicit.go, state.go)
-	questions *relayer   // bridged servers' questions to the host (questions.go)
-	resources *resources // resources/* (resources.go)
-	tasks     *taskFront // tasks/* and task-augmented calls (tasks.go)
+	// Its parts (Facade.wire makes them; the session itself keeps the
+	// tool listing and its calm, calm.go).
+	calls     *caller    // call.go
+	confirms  *confirmer // elicit.go, rounds.go, state.go
+	questions *relayer   // questions.go
+	resources *resources // resources.go
+	tasks     *taskFront // tasks*.go
 	asked     claims     // the questions its hosts are asked (questions.go)
-	cross     *crossing  // 2025-11-25 answers and cancels between processes (crossing.go)
+	cross     *crossing  // crossing.go
 
 	// Guarded by the table's mu.
 	elem   *list.Element
@@ -339,8 +327,7 @@ type session struct {
 }
 
 // acquire returns k's MCP server, made (and listed once) when there is
-// none, and counts a request on it until release. A new one takes the
-// place of the least recently used idle one when MaxSessions are kept.
+// none, and counts a request on it until release.
 func (f *Facade) acquire(k key) (*session, error) {
 	if s := f.table.use(k); s != nil {
 		return s, nil
@@ -348,9 +335,7 @@ func (f *Facade) acquire(k key) (*session, error) {
 	if f.ctx.Err() != nil {
 		return nil, fmt.Errorf("facade: closed")
 	}
-	// The deployment's watches, the new session's listing: outside the
-	// table's lock, since each is a round trip and other sessions are
-	// served meanwhile.
+	// Round trips, outside the table's lock.
 	f.watchListings()
 	s := f.newSession(k)
 	if err := s.refresh(f.ctx); err != nil {
@@ -369,9 +354,8 @@ func (f *Facade) acquire(k key) (*session, error) {
 const firstWatchWait = 5 * time.Second
 
 // watchListings starts, once, the watch that marks the sessions whose
-// listing may have changed (client.WatchListings: the facade knows no
-// bucket), stopped when the facade drains. What no watch sees, the
-// sessions' poll lists again.
+// listing may have changed (client.WatchListings), stopped when the
+// facade drains. What no watch sees, the sessions' poll lists again.
 func (f *Facade) watchListings() {
 	f.watch.Do(func() {
 		ctx, cancel := context.WithTimeout(f.ctx, firstWatchWait)
@@ -390,8 +374,7 @@ func (f *Facade) release(s *session) { f.table.release(s) }
 // Sessions returns how many (session, user) MCP servers are kept.
 func (f *Facade) Sessions() int { return f.table.len() }
 
-// newSession makes k's MCP server; nothing runs until acquire starts its
-// polling.
+// newSession makes k's MCP server; acquire starts its polling.
 func (f *Facade) newSession(k key) *session {
 	ctx, cancel := context.WithCancel(f.ctx)
 	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, noTasks: !f.kv.available(f.ctx), order: map[string]int{}, dirty: make(chan struct{}, 1),
@@ -425,8 +408,7 @@ func (f *Facade) newSession(k key) *session {
 	return s
 }
 
-// questionClient is what the relayer asks of the bus (questionBus): the
-// session's events from the Client, the answers from its parked-call verbs.
+// questionClient is questionBus over a client.
 type questionClient struct {
 	*client.Client
 	client.Parked
@@ -457,7 +439,7 @@ func (f *Facade) wire(s *session) {
 	s.cross = &crossing{nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 
-// listed reports whether the session lists the tool to its user now.
+// listed reports whether the session lists the tool now.
 func (s *session) listed(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -465,7 +447,6 @@ func (s *session) listed(name string) bool {
 	return ok
 }
 
-// awaitResult waits for a call's result on the bus (tasks.go).
 func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID string) (*bus.Result, error) {
 	return awaitResult(ctx, f.cl, session, replyID, callID)
 }
