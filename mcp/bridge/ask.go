@@ -285,10 +285,8 @@ func elicitAnswer(res bus.Result, schema *schemas.Schema) (out *mcp.ElicitationR
 	if act != mcp.ElicitationResponseActionAccept {
 		return action(act, nil), ""
 	}
-	if schema == nil {
-		if len(content) == 0 {
-			return action(act, nil), ""
-		}
+	if schema == nil && len(content) == 0 {
+		return action(act, nil), ""
 	}
 	if len(content) == 0 {
 		content = json.RawMessage(`{}`)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -161,28 +162,29 @@ func structured(r *mcp.CallToolResult) []byte {
 	return c.Bytes()
 }
 
+// deref returns the value x points to when it is a non-nil pointer to a
+// T (content a Go server built from pointers), else x.
+func deref[T any](x T) T {
+	if v := reflect.ValueOf(x); v.Kind() == reflect.Pointer && !v.IsNil() {
+		if e, ok := v.Elem().Interface().(T); ok {
+			return e
+		}
+	}
+	return x
+}
+
 func block(c mcp.Content) bus.Block {
-	switch v := c.(type) {
+	switch v := deref(c).(type) {
 	case mcp.TextContent:
-		return annotate(bus.Block{Type: bus.BlockText, Text: v.Text}, v.Annotations)
-	case *mcp.TextContent:
 		return annotate(bus.Block{Type: bus.BlockText, Text: v.Text}, v.Annotations)
 	case mcp.ImageContent:
 		return annotate(data(v.MIMEType, v.Data, "image/png"), v.Annotations)
-	case *mcp.ImageContent:
-		return annotate(data(v.MIMEType, v.Data, "image/png"), v.Annotations)
 	case mcp.AudioContent:
-		return annotate(data(v.MIMEType, v.Data, "audio/wav"), v.Annotations)
-	case *mcp.AudioContent:
 		return annotate(data(v.MIMEType, v.Data, "audio/wav"), v.Annotations)
 	case mcp.EmbeddedResource:
 		return annotate(resource(v.Resource), v.Annotations)
-	case *mcp.EmbeddedResource:
-		return annotate(resource(v.Resource), v.Annotations)
 	case mcp.ResourceLink:
 		return resourceLink(v)
-	case *mcp.ResourceLink:
-		return resourceLink(*v)
 	}
 	b, _ := json.Marshal(c)
 	return bus.Block{Type: bus.BlockText, Text: string(b)}
@@ -234,16 +236,10 @@ func resourceLink(l mcp.ResourceLink) bus.Block {
 }
 
 func resource(r mcp.ResourceContents) bus.Block {
-	switch v := r.(type) {
+	switch v := deref(r).(type) {
 	case mcp.TextResourceContents:
 		return bus.Block{Type: bus.BlockText, Text: v.Text, URI: v.URI, MediaType: v.MIMEType}
-	case *mcp.TextResourceContents:
-		return bus.Block{Type: bus.BlockText, Text: v.Text, URI: v.URI, MediaType: v.MIMEType}
 	case mcp.BlobResourceContents:
-		b := data(v.MIMEType, v.Blob, "application/octet-stream")
-		b.URI = v.URI
-		return b
-	case *mcp.BlobResourceContents:
 		b := data(v.MIMEType, v.Blob, "application/octet-stream")
 		b.URI = v.URI
 		return b
