@@ -126,9 +126,8 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	return b, nil
 }
 
-// newLink makes server s's link and wires its parts, each over what it
-// needs of the bridge and the link: the one place that knows both
-// (docs/mcp.md "Structure").
+// newLink makes server s's link and wires its parts: the one place that
+// knows both the bridge and the link (docs/mcp.md "Structure").
 func (b *Bridge) newLink(s *Server) *link {
 	log := b.cfg.Logger.With("mcp_server", s.Name)
 	l := &link{nc: b.nc, cfg: b.cfg, groups: b.file.Groups, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*inflight{}}
@@ -173,9 +172,9 @@ func (b *Bridge) unsubscribe() {
 	b.subs = nil
 }
 
-// link is one server: its connection, its worker, its calls' progress.
-// It owns the connection's lifecycle (connect, list and register, ping,
-// reconnect within the grace); its parts serve what runs over it.
+// link is one server: it owns the connection's lifecycle (connect, list
+// and register, ping, reconnect within the grace); its parts serve what
+// runs over it.
 type link struct {
 	nc     *nats.Conn
 	cfg    Config      // the bridge's
@@ -183,8 +182,8 @@ type link struct {
 	s      *Server
 	log    *slog.Logger
 
-	asks  *asker          // the server's requests: roots, elicitation, sampling (ask.go)
-	res   *resourceServer // the resources verb (resources.go)
+	asks  *asker          // ask.go
+	res   *resourceServer // resources.go
 	calls *caller         // the tools' bus calls (handler, task.go)
 
 	fail, refresh chan struct{}
@@ -259,8 +258,7 @@ func (l *link) run(ctx context.Context) {
 }
 
 // session connects, registers the server's tools and serves until the
-// server fails or ctx ends. connected reports whether it got as far as
-// registering.
+// server fails or ctx ends; connected: it got as far as registering.
 func (l *link) session(ctx context.Context) (connected bool, err error) {
 	tr, err := newTransport(l.s, l.cfg.MaxMessage, slog.New(quiet{l.log.Handler()}))
 	if err != nil {
@@ -366,7 +364,7 @@ func (l *link) graceful(ctx context.Context) {
 	})
 }
 
-// wakeLocked wakes the calls waiting for the server (l.mu held).
+// wakeLocked wakes the calls waiting for the server.
 func (l *link) wakeLocked() {
 	if l.wake != nil {
 		close(l.wake)
@@ -400,8 +398,8 @@ func (l *link) connection(ctx context.Context, dead *mcpclient.Client) (*mcpclie
 	}
 }
 
-// publish lists the server's tools and, when their definitions differ from
-// the registered ones, replaces the server's worker.
+// publish lists the server's tools and, when their definitions changed,
+// replaces the server's worker.
 func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	l.pub.Lock()
 	defer l.pub.Unlock()
@@ -508,8 +506,8 @@ func (l *link) onNotification(n mcp.JSONRPCNotification) {
 	}
 }
 
-// progressText renders an MCP progress notification: its message, then
-// "(progress/total)" or "(progress)".
+// progressText renders an MCP progress notification: "message
+// (progress/total)".
 func progressText(f map[string]any) string {
 	msg, _ := f["message"].(string)
 	p := fmt.Sprint(f["progress"])
@@ -524,14 +522,10 @@ func progressText(f map[string]any) string {
 
 // caller runs the bus calls of a server's tools on its connection.
 type caller struct {
-	s *Server
-	// conn is the server's connection other than dead, waiting while it
-	// is reconnected (link.connection).
-	conn func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface)
-	// track notes a call in flight under its progress token until the
-	// function it returns is called (link.track).
-	track func(token string, f *inflight) (untrack func())
-	lost  func() // the connection failed: reconnect
+	s     *Server
+	conn  func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) // link.connection
+	track func(token string, f *inflight) (untrack func())                                           // link.track
+	lost  func()                                                                                     // the connection failed: reconnect
 	// retry: a read-only or idempotent call cut by a failed connection
 	// runs once more on the new one (Config.Grace > 0).
 	retry bool
@@ -551,9 +545,9 @@ func (l *link) track(token string, f *inflight) (untrack func()) {
 	}
 }
 
-// handler calls the MCP tool named tool, as a task when asTask (task.go).
-// A call that fails because the connection did is made once more on the
-// reconnected server when retry (read-only or idempotent tools).
+// handler calls the MCP tool named tool, as a task when asTask (task.go);
+// when retry, a call cut by a failed connection is made once more on the
+// reconnected server.
 func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 	return func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
 		var args map[string]any
@@ -601,8 +595,8 @@ func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 	}
 }
 
-// failed turns a failed MCP call into its result; lost reports that the
-// connection failed (and l is told so).
+// failed turns a failed MCP call into its result; lost: the connection
+// failed (and cr.lost was called).
 func (cr *caller) failed(ctx context.Context, tr transport.Interface, ids *requestIDs, err error) (_ *bus.ExecResult, lost bool) {
 	// The SSE transport answers a deadline with its own time-out error a
 	// moment before ctx reports it.
