@@ -252,7 +252,7 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 	}
 	if !r.Status.IsTerminal() {
 		s.runners.follow(r)
-		wctx, cancel := context.WithDeadline(ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+		wctx, cancel := context.WithDeadline(ctx, r.expires())
 		r, err = s.store.watchTask(wctx, s.session, s.user, id)
 		cancel()
 		if err != nil {
@@ -459,7 +459,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 	}
 	if !t.loop(func(context.Context) {
 		defer done()
-		ctx, cancel := context.WithDeadline(t.closing, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+		ctx, cancel := context.WithDeadline(t.closing, r.expires())
 		defer cancel()
 		res, err := t.learnEnd(ctx, r)
 		if err != nil {

@@ -273,7 +273,7 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 			t.notify(rec)
 		}
 	}
-	wctx, cancel := context.WithDeadline(ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+	wctx, cancel := context.WithDeadline(ctx, r.expires())
 	defer cancel()
 	out, err := awaitBusTask(wctx, t.tasks, r.Session, id, r.ReplyID, r.CallID)
 	if err != nil {
