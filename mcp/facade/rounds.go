@@ -15,18 +15,14 @@ import (
 
 // The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and
 // "Bridged servers' questions reach the host"): that revision has no
-// server-initiated requests, so what a call needs of its host's user —
-// a confirmation of the call, or a question the bridged server of the
-// call asks (a parked mcp__<server>__elicit call for that user, naming
-// this call) — ends the request with an input_required result carrying
-// one elicitation input request and a request state. The bus call goes
-// on meanwhile. The retry brings the answer, which is published on the
-// bus (P.confirm or P.answer), and waits again for the call: its result,
-// or the next round. A request state is 128 random bits, stored in the
-// facade's bucket under the retry's own session and user (state.go), so
-// a retry reaching another facade process is served there, and a state
-// of another session or user, a forged, expired or superseded one finds
-// nothing.
+// server-initiated requests, so what a call needs of its host's user (a
+// confirmation, or its bridged server's question) ends the request with
+// an input_required result carrying one elicitation input request and a
+// request state, while the bus call goes on. The retry brings the answer,
+// which is published on the bus (P.confirm or P.answer), and waits again
+// for the call: its result, or the next round. A request state is stored
+// in the facade's bucket under the retry's own session and user
+// (state.go), so any facade process serves the retry.
 
 // Input request keys of the two kinds of rounds.
 const (
@@ -34,15 +30,13 @@ const (
 	inputQuestion = "question"
 )
 
-// ask is what a 2026-07-28 call waits on its host for: a confirm park of
-// the call, or a bridged server's question of it (questions.go).
+// ask is what a 2026-07-28 call waits on its host for: one of the two.
 type ask struct {
 	confirm  *confirmPark
 	question *asked
 }
 
-// questionSource is what rounds need of the bridged servers' questions
-// (relayer, questions.go).
+// questionSource is what rounds need of the relayer.
 type questionSource interface {
 	watchCall(ctx context.Context, tool, callID string) (<-chan asked, error)
 	answerQuestion(ctx context.Context, a asked, res *mcp.ElicitationResult) bool
@@ -63,23 +57,21 @@ type pending struct {
 	state  string // its current request state; guarded by confirmer.mu
 }
 
-// round is one request state of a pending call: what it asked.
+// round is what one request state of a pending call asked.
 type round struct {
 	p *pending
 	a ask
 }
 
 // callModern runs a call of a 2026-07-28 client that declared
-// elicitation: in the background, on the facade's own context, with its
-// confirm parks and its bridged server's questions forwarded as rounds;
-// the first round, if any comes before the call ends, is returned as
-// input_required.
+// elicitation in the background, on the facade's own context; its first
+// round, if one comes before the call ends, is returned as input_required.
 func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	p := &pending{done: make(chan struct{}), base: stateRecord{Session: c.session, User: c.user, Tool: req.Params.Name,
 		CallID: "mcp-" + nuid.Next(), ReplyID: client.NewReplyID(), Started: time.Now()}}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
-	unlink := context.AfterFunc(c.closing, cancel) // Close ends it too
+	unlink := context.AfterFunc(c.closing, cancel)
 	// Watch before the call is made, so its server's first question is seen.
 	questions, err := c.questions.watchCall(rctx, req.Params.Name, p.base.CallID)
 	if err != nil {
@@ -93,8 +85,7 @@ func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*m
 		defer close(p.done)
 		defer unlink()
 		defer cancel()
-		// keep: a facade that closes leaves the call running or parked;
-		// the retry, wherever it lands, goes on with it (state.go).
+		// keep: the retry, wherever it lands, goes on with the call.
 		p.res, p.err = c.run(rctx, req, runOpts{confirm: confirm, keep: true, callID: p.base.CallID, replyID: p.base.ReplyID})
 	}()
 	res, asked, err := c.waitRound(ctx, p, req, nil, nil)
@@ -104,10 +95,9 @@ func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*m
 	return res, err
 }
 
-// waitRound waits for the pending call p for request req: its end, or
-// its next round the host can be asked (asked: the input_required
-// result), until ctx ends (the host gave the request up: the call is
-// cancelled) or timeout fires (late's result).
+// waitRound waits for the pending call p: its end, or its next round the
+// host can be asked (asked), until ctx ends (the host gave the request
+// up: the call is cancelled) or timeout fires (late's result).
 func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolRequest, timeout <-chan time.Time,
 	late func() *mcp.CallToolResult) (res *mcp.CallToolResult, asked bool, err error) {
 	for {
@@ -129,10 +119,8 @@ func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolR
 	}
 }
 
-// settleDeadline gives the pending call its deadline (the tool's
-// timeout_ms from its start, or ParkWait when longer) once it first asks:
-// a call that never asks costs no listing for it. Guarded by the call's
-// rounds: one request of the call at a time reaches it.
+// settleDeadline gives the pending call its deadline once it first asks
+// (a call that never asks costs no listing for it).
 func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.CallToolRequest) {
 	c.mu.Lock()
 	set := !p.base.Deadline.IsZero()
@@ -146,8 +134,7 @@ func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.Call
 	c.mu.Unlock()
 }
 
-// forwardAsks passes a call's confirm parks and questions on as rounds
-// until ctx ends.
+// forwardAsks passes a call's confirm parks and questions on as rounds.
 func forwardAsks(ctx context.Context, confirm <-chan confirmPark, questions <-chan asked, asks chan<- ask) {
 	for {
 		var a ask
@@ -171,8 +158,7 @@ func forwardAsks(ctx context.Context, confirm <-chan confirmPark, questions <-ch
 	}
 }
 
-// hostCan reports whether the host of ctx can be asked a: a URL question
-// only of a host that declared URL elicitation.
+// hostCan reports whether the host of ctx can be asked a.
 func hostCan(ctx context.Context, a ask) bool {
 	if a.question == nil {
 		return true
@@ -181,10 +167,9 @@ func hostCan(ctx context.Context, a ask) bool {
 	return ok
 }
 
-// issue makes a's request state for the pending call (stored, so that any
-// facade process takes the retry; without the bucket this process still
-// does), makes it the call's current one (the previous one is refused
-// from now on), and returns the input_required result asking for a.
+// issue makes a's request state the pending call's current one (stored;
+// without the bucket only this process takes the retry; the previous
+// state is refused from now on) and returns the input_required result.
 func (c *confirmer) issue(ctx context.Context, p *pending, a ask) *mcp.CallToolResult {
 	c.mu.Lock()
 	base := p.base
@@ -224,8 +209,7 @@ func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (stri
 
 func mustParams(p mcp.ElicitationParams, _ bool) mcp.ElicitationParams { return p }
 
-// forget deletes a request state from the bucket (best effort: it
-// expires anyway).
+// forget deletes a request state (best effort: it expires anyway).
 func (c *confirmer) forget(state string) {
 	dctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
 	defer cancel()
@@ -253,8 +237,7 @@ func (c *confirmer) keepResult(p *pending) {
 }
 
 // resume is the retry of a call that asked its host: the answer is
-// published (the first answer wins), and the call is waited for again:
-// its result, or its next round.
+// published (the first answer wins), and the call waited for again.
 func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	c.mu.Lock()
 	rd := c.pending[req.Params.RequestState]
@@ -281,9 +264,9 @@ func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	return res, err
 }
 
-// answer publishes the host's response to round a: a confirmation's
-// decision (P.confirm), a question's answer (P.answer); a response
-// missing, malformed or cancelling publishes nothing.
+// answer publishes the host's response to round a (P.confirm or
+// P.answer); a response missing, malformed or cancelling publishes
+// nothing.
 func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
 	key := inputConfirm
 	if a.question != nil {
@@ -301,15 +284,13 @@ func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
 	}
 }
 
-// unknownState is the answer to a retry whose request state names
-// nothing of this session and user.
 func unknownState(state string) *mcp.CallToolResult {
 	return mcp.NewToolResultError(fmt.Sprintf("The request state %q names no call of this session and user waiting for its host: "+
 		"it ended (answered elsewhere, or past its deadline), it was superseded by a later one, or it was never given here.", state))
 }
 
-// stillRunningText tells the model that the call goes on on the bus
-// after its host answered, and how its result reaches it.
+// stillRunningText tells the model that the call goes on after its host
+// answered, and how its result reaches it.
 func stillRunningText(r stateRecord, session string) string {
 	return fmt.Sprintf("The call %s of tool %s is still running on the bus (reply id %s, session %s): its result will appear "+
 		"in the session's events. Do not call the tool again for this.", r.CallID, r.Tool, r.ReplyID, session)

@@ -17,14 +17,10 @@ import (
 const kindQuestion = "question"
 
 // stateRecord is the request state of a 2026-07-28 call waiting for its
-// host's user (an input_required result: a decision, or the answer to a
-// bridged server's question, rounds.go), stored under
-// r.<session>.<user digest>.<state> in the facade's bucket: the client's
-// retry may reach any facade process, which answers the park and waits
-// for the call's result on the bus. The state the client holds is 128
-// random bits and names nothing by itself; the key is made from the
-// retry's own session and user, so a state of another session or user,
-// a forged or an expired one, finds nothing and is refused.
+// host's user (rounds.go), stored under r.<session>.<user digest>.<state>
+// in the facade's bucket, so any facade process takes the retry. The key
+// is made from the retry's own session and user, so a state of another
+// session or user, a forged or an expired one, finds nothing.
 type stateRecord struct {
 	Session string     `json:"session"`
 	User    string     `json:"user"`
@@ -32,9 +28,8 @@ type stateRecord struct {
 	CallID  string     `json:"call_id"`
 	ReplyID string     `json:"reply_id"`
 	Park    bus.Parked `json:"park"`
-	// Kind is kindQuestion for a bridged server's question of the call
-	// (Park is its park, AskReplyID the reply id of the bridge's batch
-	// that parked it); "" for a confirmation of the call.
+	// Kind is kindQuestion for a bridged server's question (AskReplyID:
+	// the bridge's batch that parked it); "" for a confirmation.
 	Kind       string    `json:"kind,omitempty"`
 	AskReplyID string    `json:"ask_reply_id,omitempty"`
 	Started    time.Time `json:"started"`
@@ -46,7 +41,6 @@ func stateKey(session, user, id string) string {
 	return "r." + session + "." + userDigest(user) + "." + id
 }
 
-// putState stores a request state.
 func (st *kvStore) putState(ctx context.Context, id string, r *stateRecord) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
@@ -59,15 +53,14 @@ func (st *kvStore) putState(ctx context.Context, id string, r *stateRecord) erro
 	return nil
 }
 
-// deleteState forgets a request state (best effort: it expires anyway).
 func (st *kvStore) deleteState(ctx context.Context, session, user, id string) {
 	if kv, err := st.bucket(ctx); err == nil {
 		_ = kv.Delete(ctx, stateKey(session, user, id))
 	}
 }
 
-// getState returns the (session, user)'s live request state id; another
-// session's or user's, a forged or an expired one is errNotFound.
+// getState returns the (session, user)'s live request state id, else
+// errNotFound.
 func (st *kvStore) getState(ctx context.Context, session, user, id string) (*stateRecord, error) {
 	if !idPattern.MatchString(id) {
 		return nil, errNotFound
@@ -84,11 +77,9 @@ func (st *kvStore) getState(ctx context.Context, session, user, id string) (*sta
 }
 
 // resumeStored is the retry of a call another facade process (or this
-// one, before a restart) asked its host about: the answer is published on
-// the bus (the first answer wins), and the call is waited for on the bus
-// until its deadline: its result (a router's replay, so one published
-// before is seen), or the next question its bridged server asks of it,
-// which becomes the next round (this state is then superseded).
+// one, before a restart) asked its host about: the answer is published,
+// and the call is waited for on the bus until its deadline: its result,
+// or its bridged server's next question, the next round.
 func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	r, err := c.states.getState(ctx, c.session, c.user, req.Params.RequestState)
 	if errors.Is(err, errNotFound) {
@@ -144,9 +135,8 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 				return toMCP(*d.res), nil
 			}
 			if ctx.Err() != nil {
-				// The host gave the retry up: at 2026-07-28 the end of a
-				// request cancels it (docs/mcp.md "Interop"), as on the
-				// process that runs the call (resume).
+				// The host gave the retry up: at 2026-07-28 that cancels
+				// the call (docs/mcp.md "Interop").
 				if interruptOnEnd(true, c.closing) {
 					interrupt(ctx, c.cancel, c.session, r.ReplyID)
 				}
