@@ -31,8 +31,7 @@ const (
 	ConfirmApprovers Confirm = "approvers"
 )
 
-// ParseConfirm parses a policy name; "" is the zero Confirm (the caller's
-// default applies).
+// ParseConfirm parses a policy name; "" is the zero Confirm.
 func ParseConfirm(s string) (Confirm, error) {
 	switch c := Confirm(s); c {
 	case "", ConfirmHostUser, ConfirmApprovers:
@@ -57,11 +56,11 @@ type Identity struct {
 	Confirm Confirm
 }
 
-// Sessions is a list of session ids and "prefix*" patterns.
+// Sessions is a list of session ids and "prefix*" patterns ("*": every
+// session).
 type Sessions []string
 
-// ParseSessions checks each pattern: a session id, or a prefix of one
-// followed by a single "*" (the prefix may be empty: every session).
+// ParseSessions checks each pattern.
 func ParseSessions(patterns []string) (Sessions, error) {
 	for _, p := range patterns {
 		if err := checkPattern(p); err != nil {
@@ -108,9 +107,8 @@ type Authenticator interface {
 // request carries no credentials at all.
 var ErrNoCredentials = errors.New("no bearer token")
 
-// bearer returns the request's bearer token (RFC 6750 2.1: the
-// Authorization header only; tokens in a query string are refused by
-// not being read).
+// bearer returns the request's bearer token: the Authorization header
+// only (RFC 6750 2.1; a token in a query string is never read).
 func bearer(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
@@ -133,8 +131,7 @@ type MetadataProvider interface {
 	MetadataURL() string
 }
 
-// metadataURL returns the RFC 9728 3.1 well-known URL of resource: the
-// well-known path inserted between the host and the resource's path.
+// metadataURL returns the RFC 9728 3.1 well-known URL of resource.
 func metadataURL(resource string) (string, error) {
 	u, err := url.Parse(resource)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
@@ -147,10 +144,8 @@ func metadataURL(resource string) (string, error) {
 	return u.Scheme + "://" + u.Host + server.WellKnownProtectedResourcePath + path, nil
 }
 
-// gatekeeper is the HTTP front's authentication: every request is
-// authenticated and checked against its identity before anything else
-// (docs/mcp.md "Authentication and identity"), and the RFC 9728
-// metadata is served.
+// gatekeeper is the HTTP front's authentication (docs/mcp.md
+// "Authentication and identity").
 type gatekeeper struct {
 	auth       Authenticator // nil: insecure (Config.Insecure was checked)
 	userHeader string
@@ -158,8 +153,7 @@ type gatekeeper struct {
 }
 
 // gate authenticates r and checks the identity against the bus session
-// and the user header; it answers the refusal itself (false) or returns
-// the identity to act for.
+// and the user header; false: it answered the refusal.
 func (f *gatekeeper) gate(w http.ResponseWriter, r *http.Request, session string) (Identity, bool) {
 	claimed := r.Header.Get(f.userHeader)
 	if f.auth == nil { // insecure: Config.Insecure was checked in New
@@ -218,8 +212,8 @@ func (f *gatekeeper) forbidden(w http.ResponseWriter, msg, params string) {
 	writeHTTPError(w, http.StatusForbidden, "forbidden: "+msg)
 }
 
-// writeHTTPError answers a JSON-RPC error object (id null) with status, so
-// that an MCP client shows the reason.
+// writeHTTPError answers a JSON-RPC error (id null) with status, so that
+// an MCP client shows the reason.
 func writeHTTPError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -240,7 +234,7 @@ func quoteSafe(s string) string {
 }
 
 // serveMetadata answers the RFC 9728 metadata at the well-known path and
-// every path below it (the path-suffixed form of a resource with a path).
+// every path below it.
 func (f *gatekeeper) serveMetadata(w http.ResponseWriter, r *http.Request) bool {
 	p := r.URL.Path
 	if p != server.WellKnownProtectedResourcePath && !strings.HasPrefix(p, server.WellKnownProtectedResourcePath+"/") {
@@ -257,8 +251,7 @@ func (f *gatekeeper) serveMetadata(w http.ResponseWriter, r *http.Request) bool 
 
 // CheckListen checks an HTTP facade's address against its authentication:
 // without an Authenticator it serves only with insecure set and only on a
-// loopback address (a host name must be localhost; every address it
-// names is checked).
+// loopback address.
 func CheckListen(addr string, authenticated, insecure bool) error {
 	if authenticated {
 		if insecure {

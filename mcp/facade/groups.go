@@ -30,21 +30,18 @@ const (
 	maxActivate = 256
 )
 
-// groupingCapability is the extension's capability: experimental (as
-// the draft's TypeScript SDK registers it) and as an extension
-// (2026-07-28).
+// groupingCapability is the extension's capability, served experimental
+// (as the draft's TypeScript SDK registers it) and as an extension.
 func groupingCapability() map[string]any {
 	return map[string]any{groupingExtension: map[string]any{"listChanged": true}}
 }
 
-// mcpGroup is a Group of the draft.
 type mcpGroup struct {
 	Name        string         `json:"name"`
 	Description string         `json:"description,omitempty"`
 	Meta        map[string]any `json:"_meta"`
 }
 
-// groupsOf maps the session's groups (bus.ToolsList.Groups) to the draft's.
 func groupsOf(gs []bus.GroupInfo) []mcpGroup {
 	out := make([]mcpGroup, 0, len(gs))
 	for _, g := range gs {
@@ -54,9 +51,8 @@ func groupsOf(gs []bus.GroupInfo) []mcpGroup {
 	return out
 }
 
-// groupsChanged records the session's groups and tells its hosts
-// notifications/groups/list_changed when they changed since the last
-// listing (not on the first). Called with s.mu held.
+// groupsChanged records the session's groups and tells its hosts when
+// they changed since the last listing. Called with s.mu held.
 func (s *session) groupsChanged(gs []bus.GroupInfo) {
 	raw, _ := json.Marshal(gs)
 	if string(raw) == s.groups {
@@ -69,11 +65,10 @@ func (s *session) groupsChanged(gs []bus.GroupInfo) {
 	}
 }
 
-// serveOwn answers over HTTP what the facade answers itself (take:
-// grouping requests, task messages); false leaves the request, body
-// intact, to the next handler. The body was bounded and buffered by
-// stampNotification. A task message of an MCP session (up to 2025-11-25)
-// carries its id, for the task's status notifications.
+// serveOwn answers over HTTP what the facade answers itself (take);
+// false leaves the request, body intact, to the next handler. A task
+// message of an MCP session carries its id, for the task's status
+// notifications.
 func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	body, ok := postedBody(r)
 	if !ok {
@@ -101,9 +96,7 @@ func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// groupsAnswer answers a grouping request (groups/list, or
-// toolbus/groups/activate then the list) with its JSON-RPC response, on
-// either transport.
+// groupsAnswer answers a grouping request with its JSON-RPC response.
 func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 	resp := struct {
 		JSONRPC string          `json:"jsonrpc"`
@@ -126,8 +119,8 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 }
 
 // take takes a message the facade answers itself (a grouping request, or
-// a task message when the session offers tasks), a stdio line or an HTTP
-// body, and returns how it is answered; false passes it on to mcp-go.
+// a task message when the session offers tasks) and returns how it is
+// answered; false passes it on to mcp-go.
 func (s *session) take(line []byte) (*rpcMessage, func(context.Context) []byte, bool) {
 	m, ok := parseRequest(line)
 	switch {
@@ -145,8 +138,7 @@ type groupsResult struct {
 }
 
 // activate makes exactly the named groups the active switchable ones: a
-// call of reset_tools on the bus (with its final-state semantics, its
-// checks and its events), as the session's user.
+// call of reset_tools on the bus as the session's user.
 func (s *session) activate(ctx context.Context, params json.RawMessage) *rpcError {
 	var p struct {
 		Groups []string `json:"groups"`

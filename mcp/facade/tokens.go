@@ -24,8 +24,7 @@ import (
 //	    sessions: [s1, "dev-*"]     # ids and prefix* patterns; "*" is every session
 //	    confirm: host_user          # or approvers; default: the facade's
 //
-// Only the tokens' SHA-256 are kept in memory; a presented token's hash is
-// compared with every entry's in constant time. It is safe for concurrent
+// Only the tokens' SHA-256 are kept in memory. It is safe for concurrent
 // use; Reload reads the file again.
 type Tokens struct {
 	path string
@@ -87,8 +86,7 @@ func ParseTokens(name string, b []byte) (*Tokens, error) {
 	return &Tokens{entries: entries}, nil
 }
 
-// minTokenBytes is the least length of a plaintext token: shorter ones
-// can be guessed.
+// minTokenBytes is the least length of a plaintext token.
 const minTokenBytes = 16
 
 func parseTokens(name string, b []byte) ([]tokenEntry, error) {
