@@ -15,7 +15,6 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// maxName is the longest tool name (docs/protocol.md 1).
 const maxName = 64
 
 // ToolName is the bus name of the MCP tool named tool on server:
@@ -104,7 +103,6 @@ func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 	return d, nil
 }
 
-// annotations copies an MCP tool's annotations; none at all is nil.
 func annotations(a mcp.ToolAnnotation) *bus.MCPAnnotations {
 	out := bus.MCPAnnotations{Title: cut(a.Title, MaxTitle), ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
 		IdempotentHint: a.IdempotentHint, OpenWorldHint: a.OpenWorldHint}
@@ -141,8 +139,7 @@ func Result(r *mcp.CallToolResult) *bus.ExecResult {
 	return res
 }
 
-// structured returns the result's structuredContent as compact JSON, or
-// nil when it has none.
+// structured returns the result's structuredContent as compact JSON.
 func structured(r *mcp.CallToolResult) []byte {
 	var b []byte
 	if len(r.RawStructuredContent) > 0 && string(r.RawStructuredContent) != "null" {
@@ -191,8 +188,8 @@ func block(c mcp.Content) bus.Block {
 }
 
 // annotate sets b's annotations from MCP content annotations, leaving out
-// values docs/protocol.md 3.3 does not allow (the router would refuse the whole
-// result for them).
+// values docs/protocol.md 3.3 does not allow (the router would refuse the
+// whole result).
 func annotate(b bus.Block, a *mcp.Annotations) bus.Block {
 	if a == nil {
 		return b

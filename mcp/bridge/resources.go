@@ -15,9 +15,8 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// Resources (docs/protocol.md 12): the bridge serves its servers' resources on
-// P.resources.<server> (request/reply, queue group P-resources-<server>),
-// so a facade or an agent can list and read them.
+// Resources (docs/protocol.md 12): the bridge serves its servers' resources
+// on P.resources.<server> (queue group P-resources-<server>).
 
 // Event types of the resources verb.
 const (
@@ -27,20 +26,17 @@ const (
 	TypeResourcesContents = "io.toolbus.resources.contents" // data ResourcesContents
 )
 
-// maxReaders bounds a server's resource requests in flight; more are
-// refused with limit_exceeded.
-const maxReaders = 16
-
-// maxResources bounds each list a server's resources/list and
-// resources/templates/list give (the rest is left out, Truncated says so).
-const maxResources = 1000
+const (
+	maxReaders   = 16   // a server's resource requests in flight; more are refused
+	maxResources = 1000 // each list; the rest is left out (Truncated)
+)
 
 // ResourcesSubject is the subject the resources of server are served on.
 func ResourcesSubject(prefix, server string) string {
 	return bus.NewSubjects(prefix).Prefix + ".resources." + server
 }
 
-// ResourcesList is the data of io.toolbus.resources.list: nothing (yet).
+// ResourcesList is the data of io.toolbus.resources.list.
 type ResourcesList struct{}
 
 // ResourcesRead is the data of io.toolbus.resources.read.
@@ -78,26 +74,23 @@ type ResourcesListed struct {
 }
 
 // ResourcesContents is the data of io.toolbus.resources.contents: the
-// resource's contents as blocks (text with uri and media_type, or data
-// with uri), as in tool results.
+// resource's contents as blocks, as in tool results.
 type ResourcesContents struct {
 	Contents []bus.Block `json:"contents"`
 }
 
-// resourceServer serves a server's resources verb (P.resources.<server>)
-// over its connection (conn: link.connection).
+// resourceServer serves a server's resources verb over its connection.
 type resourceServer struct {
 	s          *Server
 	nc         *nats.Conn
-	prefix, id string // Config.Prefix, Config.ID
-	conn       func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface)
-	readers    chan struct{} // a semaphore of maxReaders
+	prefix, id string                                                                                     // Config.Prefix, Config.ID
+	conn       func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) // link.connection
+	readers    chan struct{}                                                                              // a semaphore of maxReaders
 	log        *slog.Logger
 }
 
-// serveResources subscribes the server's resources verb; the
-// subscription lives as long as the bridge, base (the bridge's life) is
-// the parent of every request's context.
+// serveResources subscribes the server's resources verb; base is the
+// parent of every request's context.
 func (rs *resourceServer) serveResources(base context.Context) (*nats.Subscription, error) {
 	subj := ResourcesSubject(rs.prefix, rs.s.Name)
 	queue := bus.NewSubjects(rs.prefix).Prefix + "-resources-" + rs.s.Name
@@ -118,7 +111,6 @@ func (rs *resourceServer) serveResources(base context.Context) (*nats.Subscripti
 
 func (rs *resourceServer) source() string { return "toolbus/bridge/" + rs.id }
 
-// resourceRequest answers one request of the resources verb.
 func (rs *resourceServer) resourceRequest(ctx context.Context, m *nats.Msg) {
 	typ, data, err := rs.resources(ctx, m)
 	var b []byte
@@ -186,8 +178,7 @@ func (rs *resourceServer) resources(ctx context.Context, m *nats.Msg) (string, a
 	return "", nil, bus.Errorf(bus.CodeBadRequest, "the resources verb takes %s or %s, not %q", TypeResourcesList, TypeResourcesRead, e.Type)
 }
 
-// strictData decodes e's data into v, refusing unknown members; no data is
-// an empty object.
+// strictData decodes e's data into v, refusing unknown members.
 func strictData(e *bus.Event, v any) error {
 	if len(e.Data) == 0 || string(e.Data) == "null" {
 		return nil
@@ -246,8 +237,8 @@ func (rs *resourceServer) listResources(ctx context.Context, cl *mcpclient.Clien
 	return out, nil
 }
 
-// listPages calls page with each cursor, from the first page, until a
-// page names no next cursor (or the one it was given) or page fails.
+// listPages calls page with each cursor until a page names no next cursor
+// (or the one it was given) or fails.
 func listPages(ctx context.Context, page func(context.Context, mcp.Cursor) (mcp.Cursor, error)) error {
 	var cursor mcp.Cursor
 	for {
