@@ -98,24 +98,16 @@ func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 
 // groupsAnswer answers a grouping request with its JSON-RPC response.
 func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
-	resp := struct {
-		JSONRPC string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Result  *groupsResult   `json:"result,omitempty"`
-		Error   *rpcError       `json:"error,omitempty"`
-	}{JSONRPC: mcp.JSONRPC_VERSION, ID: m.ID}
 	if m.Method == methodGroupsActivate {
-		resp.Error = s.activate(ctx, m.Params)
-	}
-	if resp.Error == nil {
-		if list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP); err != nil {
-			resp.Error = &rpcError{mcp.INTERNAL_ERROR, err.Error()}
-		} else {
-			resp.Result = &groupsResult{Groups: groupsOf(list.Groups)}
+		if rerr := s.activate(ctx, m.Params); rerr != nil {
+			return response(m.ID, nil, rerr)
 		}
 	}
-	out, _ := json.Marshal(resp)
-	return out
+	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
+	if err != nil {
+		return response(m.ID, nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()})
+	}
+	return response(m.ID, &groupsResult{Groups: groupsOf(list.Groups)}, nil)
 }
 
 // take takes a message the facade answers itself (a grouping request, or

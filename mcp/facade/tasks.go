@@ -125,39 +125,46 @@ var _ taskStore = (*kvStore)(nil)
 // answer answers m with its JSON-RPC response.
 func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 	result, rerr := s.dispatch(ctx, m)
-	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
 	if rerr != nil {
-		resp["error"] = rerr
-		if rerr.Code == codeMissingCapability {
-			resp["error"] = map[string]any{"code": rerr.Code, "message": rerr.Message, "data": missingTasksCapability} // tasks_listen.go
-		}
-	} else {
-		raw, err := json.Marshal(result)
-		var obj map[string]json.RawMessage
-		if err == nil {
-			err = json.Unmarshal(raw, &obj)
-		}
-		if err != nil {
-			resp["error"] = &rpcError{mcp.INTERNAL_ERROR, err.Error()}
-		} else {
-			if m.modern() {
-				kind := mcp.ResultTypeComplete
-				if _, created := result.(*mcp.CreateTaskResult); created {
-					kind = "task" // the 2026-07-28 tasks extension's discriminator
-					// The extension's CreateTaskResult is the Task itself
-					// (Result & Task); mcp-go's clients read it under "task".
-					var task map[string]json.RawMessage
-					if json.Unmarshal(obj["task"], &task) == nil {
-						modernTaskFields(task)
-						for k, v := range task {
-							obj[k] = v
-						}
-					}
+		return response(m.ID, nil, rerr)
+	}
+	raw, err := json.Marshal(result)
+	var obj map[string]json.RawMessage
+	if err == nil {
+		err = json.Unmarshal(raw, &obj)
+	}
+	if err != nil {
+		return response(m.ID, nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()})
+	}
+	if m.modern() {
+		kind := mcp.ResultTypeComplete
+		if _, created := result.(*mcp.CreateTaskResult); created {
+			kind = "task" // the 2026-07-28 tasks extension's discriminator
+			// The extension's CreateTaskResult is the Task itself
+			// (Result & Task); mcp-go's clients read it under "task".
+			var task map[string]json.RawMessage
+			if json.Unmarshal(obj["task"], &task) == nil {
+				modernTaskFields(task)
+				for k, v := range task {
+					obj[k] = v
 				}
-				obj["resultType"], _ = json.Marshal(kind)
 			}
-			resp["result"] = obj
 		}
+		obj["resultType"], _ = json.Marshal(kind)
+	}
+	return response(m.ID, obj, nil)
+}
+
+// response is the JSON-RPC response to request id: result, or rerr.
+func response(id json.RawMessage, result any, rerr *rpcError) []byte {
+	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": id}
+	switch {
+	case rerr != nil && rerr.Code == codeMissingCapability:
+		resp["error"] = map[string]any{"code": rerr.Code, "message": rerr.Message, "data": missingTasksCapability} // tasks_listen.go
+	case rerr != nil:
+		resp["error"] = rerr
+	default:
+		resp["result"] = result
 	}
 	out, _ := json.Marshal(resp)
 	return out
