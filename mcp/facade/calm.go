@@ -8,14 +8,11 @@ import (
 )
 
 // Calm lists (docs/mcp.md "Calm lists"): a change of a session's listing
-// that a watch or the poll found is applied (SetTools, which sends
-// notifications/tools/list_changed to the server's clients) on the
-// trailing edge: Calm after the last change, so a burst of registrations
-// is one notification with the settled list, and never sooner than Calm
-// after the previous notification. A burst that never settles is applied
-// MaxCalm after its first change. A host's own tools/list (and the first
-// listing of a new session) applies a pending change at once: the host
-// reads the current list, never a stale one.
+// that a watch or the poll found is applied (SetTools, which notifies the
+// server's clients) on the trailing edge: Calm after the last change and
+// after the previous notification, at most MaxCalm after the burst began.
+// A host's own tools/list (and a new session's first listing) applies a
+// pending change at once: the host never reads a stale list.
 
 // Calm and MaxCalm bound the coalescing of list changes.
 const (
@@ -37,13 +34,12 @@ type calm struct {
 
 type laterKey struct{}
 
-// later marks ctx's listing as one to coalesce.
 func later(ctx context.Context) context.Context { return context.WithValue(ctx, laterKey{}, true) }
 
 func isLater(ctx context.Context) bool { v, _ := ctx.Value(laterKey{}).(bool); return v }
 
-// applyLocked takes a changed listing: at once (setLocked), or, when ctx
-// was made by later, on the trailing edge of its burst.
+// applyLocked takes a changed listing: at once, or, when ctx was made by
+// later, on the trailing edge of its burst.
 func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, order map[string]int) {
 	c := &s.calm
 	c.tools, c.order = tools, order
@@ -63,9 +59,6 @@ func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, or
 	if !c.pending {
 		c.pending, c.first = true, now
 	}
-	// Calm after this change and after the last notification, but no
-	// later than MaxCalm after the burst began (nor sooner than Calm
-	// after the last notification).
 	due := laterTime(now.Add(Calm), c.last.Add(Calm))
 	if cap := laterTime(c.first.Add(MaxCalm), c.last.Add(Calm)); due.After(cap) {
 		due = cap
@@ -84,8 +77,7 @@ func laterTime(a, b time.Time) time.Time {
 	return b
 }
 
-// setLocked replaces the MCP server's tools with the pending listing
-// (and so notifies its clients).
+// setLocked replaces the MCP server's tools with the pending listing.
 func (s *session) setLocked(now time.Time) {
 	c := &s.calm
 	if c.timer != nil {
@@ -97,7 +89,6 @@ func (s *session) setLocked(now time.Time) {
 	c.sent++
 }
 
-// applyPending is the timer's: the burst settled.
 func (s *session) applyPending() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,7 +98,7 @@ func (s *session) applyPending() {
 	s.setLocked(time.Now())
 }
 
-// flush applies a pending change at once (a host lists the tools).
+// flush applies a pending change at once.
 func (s *session) flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
