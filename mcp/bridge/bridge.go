@@ -165,6 +165,9 @@ func (b *Bridge) Drain(ctx context.Context) error {
 // Stop is Drain.
 func (b *Bridge) Stop(ctx context.Context) error { return b.Drain(ctx) }
 
+// Closed is closed once Drain (or Stop) has returned.
+func (b *Bridge) Closed() <-chan struct{} { return b.life.Closed() }
+
 func (b *Bridge) unsubscribe() {
 	for _, s := range b.subs {
 		_ = s.Unsubscribe()
