@@ -53,18 +53,15 @@ type Config struct {
 	// doubling from one to the other; zero means 100ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
 	// Grace is how long a disconnected server's tools stay registered
-	// while it is reconnected: calls meanwhile wait for the server (within
-	// their own deadline). A server back within Grace with the same tools
-	// changes nothing on the bus; one still down after it has its tools
-	// withdrawn. Zero means 10s; negative withdraws at once.
+	// while it is reconnected (calls meanwhile wait for the server); zero
+	// means 10s, negative withdraws at once.
 	Grace time.Duration
-	// Roots are the roots every server is told (roots/list) unless its
-	// own roots are configured: directories or file:// URIs, typically the
-	// worker's --workdir. None: an empty list.
+	// Roots are the roots every server without its own is told
+	// (roots/list): directories or file:// URIs, typically the worker's
+	// --workdir; none: an empty list.
 	Roots []string
 	// MaxMessage is the largest JSON-RPC message read from a server, in
-	// bytes (a stdio line, an HTTP body, one SSE event); a larger one is
-	// refused while it streams. Zero means DefaultMaxMessage (16 MiB).
+	// bytes; zero means DefaultMaxMessage.
 	MaxMessage int64
 	// Logger receives the bridge's logs; nil discards.
 	Logger *slog.Logger
@@ -155,8 +152,8 @@ func (b *Bridge) Start(ctx context.Context) error {
 }
 
 // Drain disconnects every server and withdraws its tools, waiting for them
-// until ctx ends, then at most a short cleanup (internal/life). It is safe
-// to call twice and concurrently.
+// until ctx ends (internal/life). It is safe to call twice and
+// concurrently.
 func (b *Bridge) Drain(ctx context.Context) error {
 	b.stopOnce.Do(b.unsubscribe)
 	return b.life.Drain(ctx)

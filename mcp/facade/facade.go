@@ -42,56 +42,46 @@ type Config struct {
 	// ContextHeader is the HTTP header holding the batch's runtime context
 	// as a JSON object; "" means X-Toolbus-Context.
 	ContextHeader string
-	// Poll is how often the listing of a session that has been used is
-	// compared with the bus, besides the watches that trigger a listing at
-	// once (the session's record, tool definitions, groups, workers
-	// arriving or leaving, skills); zero means 2s.
+	// Poll is how often a used session's listing is compared with the
+	// bus, besides the watches that trigger a listing at once; zero means
+	// 2s.
 	Poll time.Duration
 	// ParkWait is the least a parked call holds its tools/call (or task)
 	// open; a call waits up to its tool's timeout_ms, or this when longer.
 	// Zero means no minimum.
 	ParkWait time.Duration
 	// QuietHold is the longest a parked call holds the tools/call of a
-	// host that sent no progress token and runs no task: such hosts give
-	// up on their own (60 s in the TypeScript SDK), so the call is
-	// answered before that with an error result saying it is still
-	// parked, and stays parked on the bus; zero means 45s.
+	// host that sent no progress token and runs no task (such hosts give
+	// up on their own: 60 s in the TypeScript SDK); the call is then
+	// answered that it is still parked, and stays parked; zero means 45s.
 	QuietHold time.Duration
 	// ProgressEvery is how often a parked call sends a progress
-	// notification while it waits (when the client sent a progress
-	// token); zero means 10s.
+	// notification while it waits; zero means 10s.
 	ProgressEvery time.Duration
-	// Auth authenticates every HTTP request (Tokens, OAuth): the
-	// identity's user is the batch's and the listing's, and the request's
-	// bus session must be one the identity may use. Nil serves HTTP only
-	// when Insecure is set.
+	// Auth authenticates every HTTP request (Tokens, OAuth); nil serves
+	// HTTP only when Insecure is set.
 	Auth Authenticator
 	// Insecure serves HTTP without authentication: the user comes from
 	// UserHeader, every session may be used. For a desktop on a loopback
-	// address only (CheckListen); New refuses a Config with neither Auth
-	// nor Insecure.
+	// address only (CheckListen).
 	Insecure bool
 	// Confirm is the confirm policy of identities that name none, and of
 	// stdio and insecure HTTP; "" means ConfirmApprovers.
 	Confirm Confirm
 	// Idle is how long a (session, user) MCP server may go unused before
-	// it is dropped with its polling; zero means 10 minutes.
+	// it is dropped; zero means 10 minutes.
 	Idle time.Duration
-	// MaxSessions bounds the (session, user) MCP servers kept; the least
-	// recently used idle one is dropped for a new one, and a new one is
-	// refused (HTTP 503) when all are busy. Zero means 1000.
+	// MaxSessions bounds the (session, user) MCP servers kept (a new one
+	// is refused, HTTP 503, when all are busy); zero means 1000.
 	MaxSessions int
-	// MaxTasks bounds the MCP task records one (session, user) keeps in
-	// the facade's bucket; a task-augmented call past it is refused. Zero
-	// means DefaultMaxTasks.
+	// MaxTasks bounds the MCP task records one (session, user) keeps;
+	// zero means DefaultMaxTasks.
 	MaxTasks int
-	// Replicas of the facade's bucket when the facade finds none and
-	// creates it (routers create it at start, with the deployment's
-	// replicas); zero means 1.
+	// Replicas of the facade's bucket when the facade creates it (routers
+	// create it at start); zero means 1.
 	Replicas int
 	// MaxResource bounds the bytes of a stored output one resources/read
-	// returns; a larger one is refused with its size. Zero means
-	// DefaultMaxResource.
+	// returns; zero means DefaultMaxResource.
 	MaxResource int64
 	// Logger receives the facade's logs; nil discards.
 	Logger *slog.Logger
@@ -127,10 +117,8 @@ type key struct {
 	stdio         bool
 }
 
-// New returns a Facade over the deployment cl talks to (its connection
-// and prefix; the facade's events and calls have the source
-// "toolbus/mcp" only when cl was made with it). cl's connection is what
-// every call, listing and answer is published with: give the facade its
+// New returns a Facade over the deployment cl talks to. Every call,
+// listing and answer is published on cl's connection: give the facade its
 // own, logged in as the facade's NATS user (security.RoleFacade), never
 // the router's.
 func New(cl *client.Client, cfg Config) *Facade {
@@ -165,8 +153,7 @@ func orDefault[T int | int64 | time.Duration](v *T, d T) {
 }
 
 // Drain stops every session's watching and polling, waiting for them until
-// ctx ends, then at most a short cleanup (internal/life). It is safe to
-// call twice and concurrently.
+// ctx ends (internal/life). It is safe to call twice and concurrently.
 func (f *Facade) Drain(ctx context.Context) error { return f.life.Drain(ctx) }
 
 // Closed is closed once Drain has returned.
@@ -265,10 +252,10 @@ func sessionOf(r *http.Request) (id string, ok bool) {
 	return rest, bus.ValidID(rest)
 }
 
-// ServeStdio serves the session over stdio (in, out) as user until ctx
-// ends or in closes, with Config.Confirm as its policy. Stdio has no
-// authentication of its own: the identity is the facade's NATS
-// credentials, so it is for a desktop host whose user owns them.
+// ServeStdio serves the session over stdio as user until ctx ends or in
+// closes, with Config.Confirm as its policy. Stdio has no authentication
+// of its own: it is for a desktop host whose user owns the facade's NATS
+// credentials.
 func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in interface {
 	Read([]byte) (int, error)
 }, out interface{ Write([]byte) (int, error) }) error {
@@ -452,14 +439,13 @@ func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID strin
 }
 
 // settle are the delays after a watched change at which the session is
-// listed again: the routers' caches are fed by the same watches, so the
-// first listing may come before the router has the change.
+// listed again: the first listing may come before the router's cache has
+// the change.
 var settle = []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond}
 
 // poll lists the session again when a watch saw a change (at once and
-// after each settle delay), and every Poll as a fallback for what no
-// watch sees (a worker that vanished without leaving, whose liveness key
-// expired).
+// after each settle delay), and every Poll for what no watch sees (a
+// worker whose liveness key expired).
 func (s *session) poll() {
 	t := time.NewTicker(s.f.cfg.Poll)
 	defer t.Stop()
@@ -501,8 +487,8 @@ func (s *session) refresh(ctx context.Context) error {
 	tools := make([]server.ServerTool, 0, len(list.Tools))
 	order := map[string]int{}
 	for i, t := range list.Tools {
-		// The router's MCP format (schemas/export.go), the schemas kept
-		// as they are; _meta holds the tool's groups (groups.go).
+		// The router's MCP format (schemas/export.go), schemas kept as
+		// they are.
 		var l struct {
 			mcp.Tool
 			InputSchema  json.RawMessage `json:"inputSchema"`
@@ -530,7 +516,7 @@ func (s *session) refresh(ctx context.Context) error {
 }
 
 // list asks the routers for the session's tools in format, as user sees
-// them (docs/protocol.md 4.1: the query's user selects the user's skills).
+// them (docs/protocol.md 4.1).
 func (f *Facade) list(ctx context.Context, session, user, format string) (*bus.ToolsList, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
