@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -206,9 +207,7 @@ func (a *asker) Elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.Elic
 	defer done()
 	in := elicitInput{Server: a.s.Name, User: o.user, Mode: r.Params.Mode, Message: r.Params.Message, URL: r.Params.URL,
 		ElicitationID: r.Params.ElicitationID, Calls: o.calls}
-	if in.Mode == "" {
-		in.Mode = mcp.ElicitationModeForm
-	}
+	in.Mode = cmp.Or(in.Mode, mcp.ElicitationModeForm)
 	var schema *schemas.Schema
 	if in.Mode == mcp.ElicitationModeForm && r.Params.RequestedSchema != nil {
 		raw, err := json.Marshal(r.Params.RequestedSchema)

@@ -12,6 +12,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,9 +87,7 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	if err := f.Validate(); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	if cfg.ID == "" {
-		cfg.ID = nuid.Next()
-	}
+	cfg.ID = cmp.Or(cfg.ID, nuid.Next())
 	if !bus.ValidID(cfg.ID) || len(cfg.ID) > 64 {
 		return nil, fmt.Errorf("bridge: id %q must match ^[A-Za-z0-9_-]{1,64}$", cfg.ID)
 	}

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"regexp"
@@ -116,9 +117,7 @@ func Parse(b []byte) (*File, error) {
 func (f *File) Validate() error {
 	seen := map[string]bool{}
 	for i := range f.Groups {
-		if f.Groups[i].Scope == "" {
-			f.Groups[i].Scope = bus.ScopeMeta
-		}
+		f.Groups[i].Scope = cmp.Or(f.Groups[i].Scope, bus.ScopeMeta)
 		if !bus.ValidName(f.Groups[i].Name) {
 			return fmt.Errorf("group %q: name must match ^[A-Za-z0-9_-]{1,64}$", f.Groups[i].Name)
 		}

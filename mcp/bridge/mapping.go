@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -67,14 +68,10 @@ func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 		schemas.Output = nil
 	}
 	title := t.Title
-	if title == "" {
-		title = t.Annotations.Title
-	}
+	title = cmp.Or(title, t.Annotations.Title)
 	title = cut(title, MaxTitle)
 	desc := t.Description
-	if desc == "" {
-		desc = title
-	}
+	desc = cmp.Or(desc, title)
 	desc = cut(desc, MaxDescription)
 	ref := &bus.MCPRef{Server: s.Name, Tool: t.Name, Annotations: annotations(t.Annotations)}
 	if t.Execution != nil {
@@ -214,17 +211,13 @@ func annotate(b bus.Block, a *mcp.Annotations) bus.Block {
 }
 
 func data(mediaType, b64, def string) bus.Block {
-	if mediaType == "" {
-		mediaType = def
-	}
+	mediaType = cmp.Or(mediaType, def)
 	return bus.Block{Type: bus.BlockData, MediaType: mediaType, Data: b64}
 }
 
 func resourceLink(l mcp.ResourceLink) bus.Block {
 	mt := l.MIMEType
-	if mt == "" {
-		mt = "application/octet-stream"
-	}
+	mt = cmp.Or(mt, "application/octet-stream")
 	b := bus.Block{Type: bus.BlockData, MediaType: mt, URL: l.URI, Name: l.Name, Title: l.Title, Description: l.Description}
 	if l.Size != nil && *l.Size > 0 {
 		b.Size = *l.Size

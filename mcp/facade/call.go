@@ -1,6 +1,7 @@
 package facade
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -122,9 +123,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	if req.GetArguments() == nil {
 		input = []byte(`{}`)
 	}
-	if o.callID == "" {
-		o.callID = "mcp-" + nuid.Next()
-	}
+	o.callID = cmp.Or(o.callID, "mcp-"+nuid.Next())
 	result := func(r bus.Result) *mcp.CallToolResult {
 		if h, ok := backgrounded(&r); ok && o.onBackground != nil {
 			o.onBackground(h)
@@ -147,10 +146,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 		return nil, err
 	}
 	defer ev.Stop()
-	replyID := o.replyID
-	if replyID == "" {
-		replyID = client.NewReplyID()
-	}
+	replyID := cmp.Or(o.replyID, client.NewReplyID())
 	opts := []client.CallOption{client.WithReplyID(replyID)}
 	if d, ok := ctx.Deadline(); ok {
 		opts = append(opts, client.WithExpiry(d))
@@ -404,9 +400,7 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			res.Content = append(res.Content, withAnnotations(mcp.NewTextContent(b.Text), b.Annotations))
 		case b.URL != "":
 			name := b.Name
-			if name == "" {
-				name = b.URL
-			}
+			name = cmp.Or(name, b.URL)
 			link := mcp.NewResourceLink(b.URL, name, linkDescription(b), b.MediaType)
 			link.Title = b.Title
 			if b.Size > 0 {
@@ -429,9 +423,7 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			res.Content = append(res.Content, withAnnotations(mcp.NewAudioContent(b.Data, b.MediaType), b.Annotations))
 		default:
 			uri := b.URI
-			if uri == "" {
-				uri = "toolbus:" + r.ID
-			}
+			uri = cmp.Or(uri, "toolbus:"+r.ID)
 			res.Content = append(res.Content, withAnnotations(mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: uri, MIMEType: b.MediaType, Blob: b.Data}), b.Annotations))
 		}
 	}

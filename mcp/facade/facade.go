@@ -239,9 +239,7 @@ func sessionOf(r *http.Request) (id string, ok bool) {
 	p := r.URL.Path
 	if p == "/mcp" || p == "/mcp/" {
 		id = r.Header.Get(SessionHeader)
-		if id == "" {
-			id = r.URL.Query().Get("session")
-		}
+		id = cmp.Or(id, r.URL.Query().Get("session"))
 		return id, bus.ValidID(id)
 	}
 	rest, found := strings.CutPrefix(p, "/mcp/")

@@ -1,6 +1,7 @@
 package facade
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -209,9 +210,7 @@ func (s *resources) readBridged(srv string) server.ResourceHandlerFunc {
 		out := make([]mcp.ResourceContents, 0, len(c.Contents))
 		for _, b := range c.Contents {
 			uri := b.URI
-			if uri == "" {
-				uri = req.Params.URI
-			}
+			uri = cmp.Or(uri, req.Params.URI)
 			if b.Type == bus.BlockText {
 				out = append(out, mcp.TextResourceContents{URI: uri, MIMEType: b.MediaType, Text: b.Text})
 			} else {

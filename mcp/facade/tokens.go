@@ -1,6 +1,7 @@
 package facade
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -101,9 +102,7 @@ func parseTokens(name string, b []byte) ([]tokenEntry, error) {
 	seen := map[[sha256.Size]byte]bool{}
 	for i, e := range f.Tokens {
 		en := tokenEntry{name: e.Name, user: e.User}
-		if en.name == "" {
-			en.name = fmt.Sprintf("token %d", i+1)
-		}
+		en.name = cmp.Or(en.name, fmt.Sprintf("token %d", i+1))
 		bad := func(format string, a ...any) error {
 			return fmt.Errorf("facade: tokens %s: %s: %s", name, en.name, fmt.Sprintf(format, a...))
 		}
