@@ -53,7 +53,7 @@ func (c *confirmer) mayElicit(ctx context.Context) bool {
 
 // confirmer owns a session's confirmations put to the host's user
 // (docs/mcp.md "Who confirms"): the elicitation up to 2025-11-25, and the
-// 2026-07-28 multi round trip (rounds.go, state.go).
+// 2026-07-28 multi round trip (rounds.go).
 type confirmer struct {
 	bus           confirmBus
 	session, user string
@@ -83,7 +83,7 @@ type confirmBus interface {
 	Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error
 }
 
-// stateStore keeps the 2026-07-28 request states (kvStore, state.go).
+// stateStore keeps the 2026-07-28 request states (kvStore, rounds.go).
 type stateStore interface {
 	putState(ctx context.Context, id string, r *stateRecord) error
 	getState(ctx context.Context, session, user, id string) (*stateRecord, error)
