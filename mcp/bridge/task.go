@@ -48,7 +48,7 @@ func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, tr transpo
 		if res, perr := mcp.ParseCallToolResult(&resp.Result); perr == nil {
 			return res, nil
 		}
-		return nil, fmt.Errorf("tools/call as a task: no task in the answer: %s", truncate(string(resp.Result), 200))
+		return nil, fmt.Errorf("tools/call as a task: no task in the answer: %s", cut(string(resp.Result), 200))
 	}
 	id := created.Task.TaskId
 	done := false
@@ -95,11 +95,4 @@ func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, tr transpo
 	done = true
 	return &mcp.CallToolResult{Content: res.Content, StructuredContent: res.StructuredContent,
 		IsError: res.IsError || task.Status == mcp.TaskStatusFailed && len(res.Content) == 0}, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -460,16 +460,11 @@ func linkDescription(b bus.Block) string {
 // without a resource URI (the bridge's structuredContent, docs/mcp.md).
 func isStructured(b bus.Block) bool {
 	mt, _, _ := strings.Cut(b.MediaType, ";")
-	return b.Type == bus.BlockData && strings.TrimSpace(mt) == "application/json" && b.Data != "" && b.URI == "" &&
-		json.Valid(mustBase64(b.Data))
-}
-
-func mustBase64(s string) []byte {
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return nil
+	if b.Type != bus.BlockData || strings.TrimSpace(mt) != "application/json" || b.Data == "" || b.URI != "" {
+		return false
 	}
-	return b
+	raw, err := base64.StdEncoding.DecodeString(b.Data)
+	return err == nil && json.Valid(raw)
 }
 
 // withAnnotations sets a bus block's annotations on MCP content.
