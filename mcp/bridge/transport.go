@@ -230,10 +230,10 @@ func (t *httpTransport) respond(ctx context.Context, session string, resp *trans
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set(transport.HeaderKeySessionID, session)
 	}
 	if v, _ := t.version.Load().(string); v != "" {
-		req.Header.Set("Mcp-Protocol-Version", v)
+		req.Header.Set(mcp.HeaderProtocolVersion, v)
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

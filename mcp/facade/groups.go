@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
@@ -79,7 +80,7 @@ func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.f.cfg.ContextHeader))
-	sid := r.Header.Get(mcpSessionHeader)
+	sid := r.Header.Get(server.HeaderKeySessionID)
 	if sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
 	}
@@ -90,7 +91,7 @@ func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	out := answer(ctx)
 	w.Header().Set("Content-Type", "application/json")
 	if sid != "" {
-		w.Header().Set(mcpSessionHeader, sid)
+		w.Header().Set(server.HeaderKeySessionID, sid)
 	}
 	_, _ = w.Write(out)
 	return true

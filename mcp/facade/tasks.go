@@ -592,9 +592,6 @@ func resultOf(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
 	return nil, false
 }
 
-// mcpSessionHeader is streamable HTTP's MCP session header.
-const mcpSessionHeader = "Mcp-Session-Id"
-
 // interceptStdio puts the facade's own handling in front of mcp-go's
 // stdio server: lines take takes (session.take) are answered here, each
 // in its own goroutine (tasks/result waits); the others go on to mcp-go.
