@@ -41,16 +41,12 @@ const (
 	revLatest
 )
 
+var revisionsByVersion = map[string]revision{mcp.ProtocolVersion20241105: rev20241105, mcp.ProtocolVersion20250326: rev20250326,
+	mcp.ProtocolVersion20250618: rev20250618, mcp.ProtocolVersion20251125: rev20251125}
+
 func revisionOf(version string) revision {
-	switch version {
-	case mcp.ProtocolVersion20241105:
-		return rev20241105
-	case mcp.ProtocolVersion20250326:
-		return rev20250326
-	case mcp.ProtocolVersion20250618:
-		return rev20250618
-	case mcp.ProtocolVersion20251125:
-		return rev20251125
+	if r, ok := revisionsByVersion[version]; ok {
+		return r
 	}
 	return revLatest
 }
