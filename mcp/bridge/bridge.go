@@ -245,12 +245,10 @@ func (l *link) run(ctx context.Context) {
 			backoff = l.cfg.MinBackoff
 		}
 		l.log.Warn("bridge: MCP server disconnected; reconnecting", "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
-		case <-t.C:
+		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, l.cfg.MaxBackoff)
 	}

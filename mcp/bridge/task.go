@@ -71,12 +71,10 @@ func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, tr transpo
 		if task.PollInterval != nil && *task.PollInterval > 0 {
 			wait = min(time.Duration(*task.PollInterval)*time.Millisecond, 30*time.Second)
 		}
-		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return nil, ctx.Err()
-		case <-t.C:
+		case <-time.After(wait):
 		}
 		got, err := cl.GetTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: id}})
 		if err != nil {
