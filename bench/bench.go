@@ -28,6 +28,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,16 +164,9 @@ func sortedPositive(in []int) []int {
 
 // nearest returns the element of xs nearest to want.
 func nearest(xs []int, want int) int {
-	best := xs[0]
-	for _, x := range xs {
-		if abs(x-want) < abs(best-want) {
-			best = x
-		}
-	}
-	return best
+	dist := func(x int) int { return max(x-want, want-x) }
+	return slices.MinFunc(xs, func(a, b int) int { return cmp.Compare(dist(a), dist(b)) })
 }
-
-func abs(n int) int { return max(n, -n) }
 
 // Run deploys everything in this process on an embedded nats-server, runs
 // every measurement, stops it all and returns the report. It fails when a
@@ -197,9 +191,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer d.close(ctx)
 
-	oneHop, relay := &path{name: "raw one_hop", fn: d.calls().oneHop}, &path{name: "raw relay", fn: d.calls().relay}
-	read, write := &path{name: "toolbus read-only", fn: d.calls().callTool(d.client, toolRead)}, &path{name: "toolbus write", fn: d.calls().callTool(d.client, toolWrite)}
-	bare := &path{name: "bare (no router)", fn: d.calls().callTool(d.bare, toolRead)}
+	oneHop, relay := &path{name: "raw one_hop", fn: d.oneHop}, &path{name: "raw relay", fn: d.relay}
+	read, write := &path{name: "toolbus read-only", fn: d.callTool(d.client, toolRead)}, &path{name: "toolbus write", fn: d.callTool(d.client, toolWrite)}
+	bare := &path{name: "bare (no router)", fn: d.callTool(d.bare, toolRead)}
 	mcp := &path{name: "mcp-go HTTP", fn: d.mcp.call, midOnly: true}
 	if err := d.measure(ctx, []*path{oneHop, relay, read, write, bare, mcp}, opts.Callers, mid, opts.Rounds, slice, logf); err != nil {
 		return nil, err
@@ -263,7 +257,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		logf("bench: I/O-bound tool, %d workers, %d callers", n, ioCallers)
 		for range opts.Rounds {
-			l, err := runLoad(ctx, slice, ioCallers, d.calls().callTool(d.client, toolSleep))
+			l, err := runLoad(ctx, slice, ioCallers, d.callTool(d.client, toolSleep))
 			if err != nil {
 				return nil, fmt.Errorf("bench: I/O-bound tool with %d workers: %w", n, err)
 			}
@@ -286,9 +280,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Sessions = SessionMemory{Memory: s.Memory, HeapBytesPerSession: (s.HeapMiBAfter - s.HeapMiBBefore) * (1 << 20) / float64(s.Count)}
 	rep.RouterRSSMiB10k, rep.RouterHeapMiB10k = rep.Sessions.RSSMiBAfter, rep.Sessions.HeapMiBAfter
 
-	rep.finish()
-	rep.Machine.LoadAvgEnd = loadAvg()
-	rep.ElapsedS = time.Since(start).Seconds()
+	rep.finish(start)
 	return rep, nil
 }
 
@@ -311,9 +303,7 @@ func RunCross(ctx context.Context, opts Options) (*CrossReport, error) {
 		}
 		rep.Runs = append(rep.Runs, run)
 	}
-	rep.finish()
-	rep.Machine.LoadAvgEnd = loadAvg()
-	rep.ElapsedS = time.Since(start).Seconds()
+	rep.finish(start)
 	return rep, nil
 }
 
@@ -323,10 +313,18 @@ func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last 
 	top, mid := opts.Callers[len(opts.Callers)-1], nearest(opts.Callers, 16)
 	run := CrossRun{Run: n, LoadAvgStart: loadAvg(), PIDs: map[string]int{}}
 	opts.Logf("bench: run %d: starting nats-server, router, relay forwarder and worker processes", n)
-	var profiles map[string][]string
+	// After the last run: the router's profile (and the worker's meanwhile)
+	// during read-only calls, then the router's during write calls.
+	var profileRuns []map[string]string
+	profiles := map[string][]string{}
 	if opts.CPUProfile != "" && last {
-		profiles = map[string][]string{roleRouter: {opts.CPUProfile, profileBeside(opts.CPUProfile, "write")},
-			roleWorker: {profileBeside(opts.CPUProfile, "worker")}}
+		profileRuns = []map[string]string{{roleRouter: opts.CPUProfile, roleWorker: profileBeside(opts.CPUProfile, "worker")},
+			{roleRouter: profileBeside(opts.CPUProfile, "write")}}
+		for _, files := range profileRuns {
+			for role, f := range files {
+				profiles[role] = append(profiles[role], f)
+			}
+		}
 	}
 	d, err := deploy(ctx, config{exe: opts.Exe, sessions: top, mcpClients: mid, profiles: profiles, stderr: opts.ChildStderr})
 	if err != nil {
@@ -343,9 +341,9 @@ func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last 
 		run.PIDs[role] = c.Pid()
 	}
 	paths := []*path{
-		{name: "relay", server: roleRelay, fn: d.calls().relay},
-		{name: "toolbus read-only", server: roleRouter, fn: d.calls().callTool(d.client, toolRead)},
-		{name: "toolbus write", server: roleRouter, fn: d.calls().callTool(d.client, toolWrite)},
+		{name: "relay", server: roleRelay, fn: d.relay},
+		{name: "toolbus read-only", server: roleRouter, fn: d.callTool(d.client, toolRead)},
+		{name: "toolbus write", server: roleRouter, fn: d.callTool(d.client, toolWrite)},
 		{name: "mcp-go HTTP", server: roleMCP, fn: d.mcp.call, midOnly: true},
 	}
 	if err := d.measure(ctx, paths, opts.Callers, mid, 1, opts.Duration, opts.Logf); err != nil {
@@ -367,21 +365,13 @@ func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last 
 	if !last {
 		return run, nil
 	}
-	if opts.CPUProfile != "" {
-		for _, p := range []struct {
-			files map[string]string
-			fn    callFunc
-		}{
-			{map[string]string{roleRouter: opts.CPUProfile, roleWorker: profileBeside(opts.CPUProfile, "worker")}, paths[1].fn},
-			{map[string]string{roleRouter: profileBeside(opts.CPUProfile, "write")}, paths[2].fn},
-		} {
-			opts.Logf("bench: CPU profiles, %d callers, %v: %v", top, opts.ProfileWindow, p.files)
-			profs, err := d.profile(ctx, p.files, opts.ProfileWindow, top, p.fn)
-			if err != nil {
-				return fail(fmt.Errorf("bench: profile: %w", err))
-			}
-			rep.Profiles = append(rep.Profiles, profs...)
+	for i, files := range profileRuns {
+		opts.Logf("bench: CPU profiles, %d callers, %v: %v", top, opts.ProfileWindow, files)
+		profs, err := d.profile(ctx, files, opts.ProfileWindow, top, paths[1+i].fn) // read-only, then write
+		if err != nil {
+			return fail(fmt.Errorf("bench: profile: %w", err))
 		}
+		rep.Profiles = append(rep.Profiles, profs...)
 	}
 	if opts.Sessions > 0 {
 		opts.Logf("bench: router process memory with %d sessions in KV", opts.Sessions)
@@ -397,10 +387,8 @@ const procNATS = "nats"
 
 // profileBeside is file with .kind before its extension.
 func profileBeside(file, kind string) string {
-	if i := strings.LastIndex(file, "."); i > strings.LastIndex(file, "/") {
-		return file[:i] + "." + kind + file[i:]
-	}
-	return file + "." + kind
+	ext := filepath.Ext(file)
+	return strings.TrimSuffix(file, ext) + "." + kind + ext
 }
 
 // profile runs a load while each role's process writes a CPU profile to
@@ -409,8 +397,7 @@ func (d *deployment) profile(ctx context.Context, files map[string]string, dur t
 	roles := slices.Sorted(maps.Keys(files))
 	before := map[string]childStats{}
 	for _, role := range roles {
-		file := files[role]
-		st, err := d.stats(ctx, role, ctlRequest{Profile: &file})
+		st, err := d.stats(ctx, role, ctlRequest{Profile: new(files[role])})
 		if err != nil {
 			return nil, err
 		}
@@ -420,8 +407,7 @@ func (d *deployment) profile(ctx context.Context, files map[string]string, dur t
 	errs := []error{lerr}
 	var out []Profile
 	for _, role := range roles {
-		off := ""
-		after, err := d.stats(ctx, role, ctlRequest{Profile: &off})
+		after, err := d.stats(ctx, role, ctlRequest{Profile: new("")}) // stops the profile
 		p := Profile{Role: role, File: files[role], Callers: callers, Calls: l.Total, Seconds: l.Wall.Seconds(),
 			CPUUSPerCall: perCallOf(float64(after.CPUNS-before[role].CPUNS)/1e3, l.Total)}
 		if err == nil {
@@ -444,17 +430,15 @@ func (d *deployment) measureParked(ctx context.Context, dur time.Duration) (Park
 	}
 	defer ev.Stop(ctx)
 	var total, park, answer Latencies
-	ctx, cancel := context.WithTimeout(ctx, dur+callBound)
-	defer cancel()
-	end := time.Now().Add(dur)
-	for time.Now().Before(end) || len(total) < minLatencySamples {
+	err = repeat(ctx, dur, func(ctx context.Context) error {
 		t0 := time.Now()
 		t1, err := d.parkAndAnswer(ctx, ev, session)
-		if err != nil {
-			return out, err
-		}
 		t2 := time.Now()
 		total, park, answer = append(total, t2.Sub(t0)), append(park, t1.Sub(t0)), append(answer, t2.Sub(t1))
+		return err
+	})
+	if err != nil {
+		return out, err
 	}
 	for _, l := range []Latencies{total, park, answer} {
 		slices.Sort(l)
@@ -516,7 +500,7 @@ func (d *deployment) measureSessions(ctx context.Context, n int) (*CrossSessions
 	if err != nil {
 		return nil, err
 	}
-	st0, err := d.ctlStatus().get(ctx)
+	st0, err := d.status(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -551,7 +535,7 @@ func (d *deployment) measureSessions(ctx context.Context, n int) (*CrossSessions
 	}
 	out.ListS = time.Since(t0).Seconds()
 	want := min(st0.Sessions+n, groups.DefaultSessionCache)
-	err = d.ctlStatus().poll(ctx, func(st bus.Status) error {
+	err = d.pollStatus(ctx, func(st bus.Status) error {
 		out.Cached = st.Sessions
 		if st.Sessions < want {
 			return fmt.Errorf("%d sessions cached, want %d", st.Sessions, want)

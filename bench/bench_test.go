@@ -83,7 +83,7 @@ func sharedCrossDeployment(b *testing.B) *deployment {
 func BenchmarkCrossProcessReadOnly(b *testing.B) {
 	d := sharedCrossDeployment(b)
 	var before snapshot
-	benchCalls(b, d.calls().callTool(d.client, toolRead), func() {
+	benchCalls(b, d.callTool(d.client, toolRead), func() {
 		var err error
 		if before, err = d.snapshot(b.Context()); err != nil {
 			b.Fatal(err)
@@ -141,18 +141,18 @@ func benchCalls(b *testing.B, fn callFunc, around ...func()) {
 	b.ReportMetric(us(lat.Quantile(0.99)), "p99-µs")
 }
 
-func BenchmarkRawOneHop(b *testing.B) { benchCalls(b, sharedDeployment(b).calls().oneHop) }
+func BenchmarkRawOneHop(b *testing.B) { benchCalls(b, sharedDeployment(b).oneHop) }
 
-func BenchmarkRawRelay(b *testing.B) { benchCalls(b, sharedDeployment(b).calls().relay) }
+func BenchmarkRawRelay(b *testing.B) { benchCalls(b, sharedDeployment(b).relay) }
 
 func BenchmarkToolbusReadOnly(b *testing.B) {
 	d := sharedDeployment(b)
-	benchCalls(b, d.calls().callTool(d.client, toolRead))
+	benchCalls(b, d.callTool(d.client, toolRead))
 }
 
 func BenchmarkToolbusWrite(b *testing.B) {
 	d := sharedDeployment(b)
-	benchCalls(b, d.calls().callTool(d.client, toolWrite))
+	benchCalls(b, d.callTool(d.client, toolWrite))
 }
 
 // BenchmarkToolbusReadOnlyParallel drives the router with many concurrent
@@ -160,7 +160,7 @@ func BenchmarkToolbusWrite(b *testing.B) {
 // the router's hot path under load).
 func BenchmarkToolbusReadOnlyParallel(b *testing.B) {
 	d := sharedDeployment(b)
-	fn := d.calls().callTool(d.client, toolRead)
+	fn := d.callTool(d.client, toolRead)
 	b.ReportAllocs()
 	b.SetParallelism(8) // 8 × GOMAXPROCS callers
 	b.RunParallel(func(pb *testing.PB) {

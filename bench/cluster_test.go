@@ -68,8 +68,8 @@ func benchScale(b *testing.B, cluster bool) {
 	}{
 		{"stream-sync", streamPublish(js, d.payload)},
 		{"kv-create+cas", kvCreateCAS(kv)},
-		{"read-only", d.calls().callTool(d.client, toolRead)},
-		{"write", d.calls().callTool(d.client, toolWrite)},
+		{"read-only", d.callTool(d.client, toolRead)},
+		{"write", d.callTool(d.client, toolWrite)},
 		{"session-write", sessionWrite(d.client, clusterCallers)},
 		{"parked", parked.call},
 	}

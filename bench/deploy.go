@@ -49,6 +49,7 @@ const (
 	barePrefix = "benchbare"
 	bareBack   = "benchbare.back."
 	readyBound = 20 * time.Second
+	childStop  = 20 * time.Second // bounds a child's orderly exit after its stdin closes
 )
 
 // Pending limits of the bench's own subscriptions (the raw responder and
@@ -64,8 +65,19 @@ const (
 // schema {"text": string, required}.
 var benchInput = json.RawMessage(`{"text":"hello"}`)
 
-// benchGroups is the router's configuration of the bench group.
 var benchGroups = []bus.Group{{Name: benchGroup, Description: "Benchmark tools.", Scope: bus.ScopeMeta}}
+
+// Roles of the deployment's parts (and of the cross-process bench's
+// child processes).
+const (
+	roleNATS    = "nats"    // nats-server with JetStream (the embedded one)
+	roleRouter  = "router"  // one toolbus router, configured as cmd/router's defaults
+	roleRelay   = "relay"   // the raw forwarder of the relay baseline
+	roleWorker  = "worker"  // the toolbus worker and the raw responder
+	roleMCP     = "mcp"     // mcp-go's streamable HTTP server with the same trivial tool
+	roleClient  = "client"  // the bench process: the callers
+	roleMachine = "machine" // every process on the machine (CPUNS only)
+)
 
 // config describes a deployment: nats-server, one router, the relay
 // forwarder, the worker (with the raw responder) and, optionally, mcp-go's
@@ -142,31 +154,25 @@ func deploy(ctx context.Context, cfg config) (d *deployment, err error) {
 		}
 	}
 	if cfg.mcpClients > 0 {
+		d.mcp = &mcpHTTP{}
 		url, err := d.start(ctx, roleMCP)
+		if err == nil {
+			err = d.mcp.connect(ctx, url, cfg.mcpClients)
+		}
 		if err != nil {
 			return nil, err
 		}
-		if d.mcp == nil {
-			d.mcp = &mcpHTTP{}
-		}
-		if err = d.mcp.connect(ctx, url, cfg.mcpClients); err != nil {
+	}
+	for _, c := range []struct {
+		nc   **nats.Conn
+		part string
+	}{{&d.ctl, partOther}, {&d.rawNC, partClient}, {&d.clientNC, partClient}} {
+		labelled(ctx, c.part, func(context.Context) {
+			*c.nc, err = nats.Connect(d.url, nats.Name("toolbus-bench-"+c.part), nats.MaxReconnects(0))
+		})
+		if err != nil {
 			return nil, err
 		}
-	}
-	conn := func(part string) (nc *nats.Conn, err error) {
-		labelled(ctx, part, func(context.Context) {
-			nc, err = nats.Connect(d.url, nats.Name("toolbus-bench-"+part), nats.MaxReconnects(0))
-		})
-		return nc, err
-	}
-	if d.ctl, err = conn(partOther); err != nil {
-		return nil, err
-	}
-	if d.rawNC, err = conn(partClient); err != nil {
-		return nil, err
-	}
-	if d.clientNC, err = conn(partClient); err != nil {
-		return nil, err
 	}
 	d.client = client.New(d.clientNC, client.Config{Source: "bench/agent"})
 	if d.payload, err = rawPayload(); err != nil {
@@ -178,7 +184,7 @@ func deploy(ctx context.Context, cfg config) (d *deployment, err error) {
 			return nil, err
 		}
 	}
-	if err = d.ctlStatus().waitLive(ctx, toolRead, toolWrite, toolParked); err != nil {
+	if err = d.waitLive(ctx, toolRead, toolWrite, toolParked); err != nil {
 		return nil, err
 	}
 	d.sessions, err = prepareSessions(ctx, d.client, cfg.sessions)
@@ -193,19 +199,22 @@ var partOf = map[string]string{roleRelay: partRouter, roleWorker: partWorker}
 // ready line.
 func (d *deployment) start(ctx context.Context, role string, env ...string) (extra string, err error) {
 	if d.cfg.exe != "" {
-		env = append(env, envURL+"="+d.url)
+		env = append(os.Environ(), append(env, envChild+"="+role, envURL+"="+d.url)...)
 		if files := d.cfg.profiles[role]; len(files) > 0 {
 			env = append(env, envProfiles+"="+strings.Join(files, string(os.PathListSeparator)))
 		}
-		c, err := startChild(ctx, d.cfg.exe, role, env, d.cfg.stderr)
+		c, err := StartProcess(ctx, ProcessSpec{Path: d.cfg.exe, Env: env, Log: d.cfg.stderr, Bound: readyBound, Stdin: true,
+			Ready: func(line string) (string, bool) {
+				rest, ok := strings.CutPrefix(line, childReady)
+				return strings.TrimSpace(rest), ok
+			}})
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("bench: %s process: %w", role, err)
 		}
 		d.children[role] = c
 		return c.Extra, nil
 	}
 	if role == roleMCP { // in this process the server and its clients are one object
-		d.mcp = &mcpHTTP{}
 		labelled(ctx, partClient, func(context.Context) { extra, err = d.mcp.serve() })
 		return extra, err
 	}
@@ -227,29 +236,28 @@ func rawPayload() ([]byte, error) {
 	return ev.Encode()
 }
 
-// ctlStatus asks the routers for their status on the control connection.
-type ctlStatus struct{ nc *nats.Conn }
-
-// ctlStatus returns the deployment's status asker.
-func (d *deployment) ctlStatus() ctlStatus { return ctlStatus{d.ctl} }
-
-// get asks the router for its P.admin.status.
-func (c ctlStatus) get(ctx context.Context) (st bus.Status, err error) {
+// status asks the router for its P.admin.status on the control connection.
+func (d *deployment) status(ctx context.Context) (st bus.Status, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return st, client.New(c.nc, client.Config{Source: "bench/agent"}).Admin(ctx, "status", "", nil, &st)
+	return st, client.New(d.ctl, client.Config{Source: "bench/agent"}).Admin(ctx, "status", "", nil, &st)
 }
 
-// poll asks for the router's status until ok accepts it, within
+// pollStatus asks for the router's status until ok accepts it, within
 // readyBound.
-func (c ctlStatus) poll(ctx context.Context, ok func(bus.Status) error) error {
+func (d *deployment) pollStatus(ctx context.Context, ok func(bus.Status) error) error {
 	return Poll(ctx, readyBound, 10*time.Millisecond, func() error {
-		st, err := c.get(ctx)
+		st, err := d.status(ctx)
 		if err != nil {
 			return err
 		}
 		return ok(st)
 	})
+}
+
+// waitLive waits until the router lists names live.
+func (d *deployment) waitLive(ctx context.Context, names ...string) error {
+	return d.pollStatus(ctx, func(st bus.Status) error { return st.CheckLive(names...) })
 }
 
 // Poll calls fn every interval until it returns nil, ctx ends or bound
@@ -270,11 +278,6 @@ func Poll(ctx context.Context, bound, interval time.Duration, fn func() error) e
 		case <-t.C:
 		}
 	}
-}
-
-// waitLive waits until the router lists names live.
-func (c ctlStatus) waitLive(ctx context.Context, names ...string) error {
-	return c.poll(ctx, func(st bus.Status) error { return st.CheckLive(names...) })
 }
 
 // addSleepers grows the sleep5 workers, in this process, to n, each
@@ -298,7 +301,7 @@ func (d *deployment) addSleepers(ctx context.Context, n int) error {
 			return fmt.Errorf("bench: %w", err)
 		}
 	}
-	return d.ctlStatus().waitLive(ctx, toolSleep)
+	return d.waitLive(ctx, toolSleep)
 }
 
 // startBare starts the bare forwarder: it serves the bare client's batches
@@ -411,32 +414,24 @@ func parallel(ctx context.Context, n, width int, fn func(context.Context, int) e
 	return cmp.Or(g.Wait(), ctx.Err())
 }
 
-// measuredCalls are the calls measured. Each takes the caller's index,
-// which picks its session.
-type measuredCalls struct {
-	raw      *nats.Conn // the raw requester
-	payload  []byte     // its request
-	sessions []string
-}
+// The measured calls; each takes the caller's index, which picks its
+// session.
 
-// calls returns the deployment's measured calls.
-func (d *deployment) calls() measuredCalls { return measuredCalls{d.rawNC, d.payload, d.sessions} }
-
-func (m measuredCalls) oneHop(ctx context.Context, _ int) error {
-	_, err := m.raw.RequestWithContext(ctx, rawEcho, m.payload)
+func (d *deployment) oneHop(ctx context.Context, _ int) error {
+	_, err := d.rawNC.RequestWithContext(ctx, rawEcho, d.payload)
 	return err
 }
 
-func (m measuredCalls) relay(ctx context.Context, _ int) error {
-	_, err := m.raw.RequestWithContext(ctx, rawRelay, m.payload)
+func (d *deployment) relay(ctx context.Context, _ int) error {
+	_, err := d.rawNC.RequestWithContext(ctx, rawRelay, d.payload)
 	return err
 }
 
 // callTool calls tool once through c in the caller's session and checks
 // the reply holds one success.
-func (m measuredCalls) callTool(c *client.Client, tool string) callFunc {
+func (d *deployment) callTool(c *client.Client, tool string) callFunc {
 	return func(ctx context.Context, i int) error {
-		reply, err := c.Call(ctx, m.sessions[i%len(m.sessions)], bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
+		reply, err := c.Call(ctx, d.sessions[i%len(d.sessions)], bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
 		if err != nil {
 			return err
 		}
@@ -470,4 +465,39 @@ func (d *deployment) close(ctx context.Context) {
 	if d.dir != "" {
 		_ = os.RemoveAll(d.dir)
 	}
+}
+
+// childErrors returns what the children said on stderr, for a failed run.
+func (d *deployment) childErrors() string {
+	var b strings.Builder
+	for _, role := range []string{roleNATS, roleRouter, roleRelay, roleWorker, roleMCP} {
+		if c := d.children[role]; c != nil {
+			if s := c.Tail(); s != "" {
+				fmt.Fprintf(&b, "%s: %s\n", role, s)
+			}
+		}
+	}
+	return b.String()
+}
+
+// stats asks one part for its costs so far (in this process: the whole
+// process's).
+func (d *deployment) stats(ctx context.Context, role string, req ctlRequest) (st childStats, err error) {
+	if d.cfg.exe == "" || role == roleClient {
+		return readStats(req.GC), nil
+	}
+	body, _ := json.Marshal(req)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := d.ctl.RequestWithContext(rctx, ctlSubject(role), body)
+	if err == nil {
+		err = json.Unmarshal(m.Data, &st)
+	}
+	if err != nil {
+		return st, fmt.Errorf("bench: %s stats: %w", role, err)
+	}
+	if st.Err != "" {
+		return st, fmt.Errorf("bench: %s: %s", role, st.Err)
+	}
+	return st, nil
 }

@@ -52,13 +52,11 @@ func (m *mcpHTTP) serve() (string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", m.streamable)
 	m.hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	m.served.Add(1)
-	go func() {
-		defer m.served.Done()
+	m.served.Go(func() {
 		if err := m.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Debug("bench: mcp server", "err", err)
 		}
-	}()
+	})
 	return "http://" + ln.Addr().String() + "/mcp", nil
 }
 
@@ -102,22 +100,22 @@ func (m *mcpHTTP) call(ctx context.Context, i int) error {
 }
 
 // close stops the clients and the server; it is safe to call twice.
-func (m *mcpHTTP) close(ctx context.Context) { m.closeOnce.Do(func() { m.stop(ctx) }) }
-
-func (m *mcpHTTP) stop(ctx context.Context) {
-	for _, c := range m.clients {
-		_ = c.Close()
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), xtest.StopTimeout)
-	defer cancel()
-	if m.streamable != nil {
-		_ = m.streamable.Shutdown(ctx)
-	}
-	if m.hs != nil {
-		_ = m.hs.Shutdown(ctx)
-		m.served.Wait()
-	}
-	for _, tr := range m.transports {
-		tr.CloseIdleConnections()
-	}
+func (m *mcpHTTP) close(ctx context.Context) {
+	m.closeOnce.Do(func() {
+		for _, c := range m.clients {
+			_ = c.Close()
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), xtest.StopTimeout)
+		defer cancel()
+		if m.streamable != nil {
+			_ = m.streamable.Shutdown(ctx)
+		}
+		if m.hs != nil {
+			_ = m.hs.Shutdown(ctx)
+			m.served.Wait()
+		}
+		for _, tr := range m.transports {
+			tr.CloseIdleConnections()
+		}
+	})
 }

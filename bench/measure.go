@@ -3,11 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/procfs"
+	"golang.org/x/sync/errgroup"
 )
 
 // callFunc makes one call as caller i.
@@ -28,31 +31,40 @@ func (l Latencies) Quantile(q float64) time.Duration {
 // minLatencySamples keeps percentiles meaningful when a call is slow.
 const minLatencySamples = 20
 
-// measureLatency calls fn from one caller, one call after the other, for
-// dur (and at least minLatencySamples times), and returns the sorted
-// latencies.
-func measureLatency(ctx context.Context, dur time.Duration, fn callFunc) (Latencies, error) {
-	lat := make(Latencies, 0, 4096)
-	var err error
+// callBound bounds a measurement's calls beyond its duration, so that a
+// stuck path fails the run instead of hanging it.
+const callBound = 60 * time.Second
+
+// repeat calls fn back to back for dur, and at least minLatencySamples
+// times, until it fails; fn's context ends at dur plus callBound.
+func repeat(ctx context.Context, dur time.Duration, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, dur+callBound)
+	defer cancel()
+	end := time.Now().Add(dur)
+	for n := 0; time.Now().Before(end) || n < minLatencySamples; n++ {
+		if err := fn(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureLatency calls fn from one caller, one call after the other (see
+// repeat), and returns the sorted latencies.
+func measureLatency(ctx context.Context, dur time.Duration, fn callFunc) (lat Latencies, err error) {
 	labelled(ctx, partClient, func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, dur+callBound)
-		defer cancel()
-		end := time.Now().Add(dur)
-		for time.Now().Before(end) || len(lat) < minLatencySamples {
+		err = repeat(ctx, dur, func(ctx context.Context) error {
 			t0 := time.Now()
-			if err = fn(ctx, 0); err != nil {
-				return
+			if err := fn(ctx, 0); err != nil {
+				return err
 			}
 			lat = append(lat, time.Since(t0))
-		}
+			return nil
+		})
 	})
 	slices.Sort(lat)
 	return lat, err
 }
-
-// callBound bounds a measurement's calls beyond its duration, so that a
-// stuck path fails the run instead of hanging it.
-const callBound = 60 * time.Second
 
 // Load is what Generate counted.
 type Load struct {
@@ -82,12 +94,9 @@ func (l Load) Throughput() float64 {
 // first error stops every caller and is returned. fn's context is ctx,
 // bounded at dur plus bound.
 func Generate(ctx context.Context, dur, bound time.Duration, callers int, fn func(ctx context.Context, i int) error) (Load, error) {
-	l := Load{Window: dur}
 	var stop atomic.Bool
 	var counted, total atomic.Int64
-	var once sync.Once
-	var first error
-	var wg sync.WaitGroup
+	var g errgroup.Group
 	ctx, cancel := context.WithTimeout(ctx, dur+bound)
 	defer cancel()
 	t0 := time.Now()
@@ -96,25 +105,25 @@ func Generate(ctx context.Context, dur, bound time.Duration, callers int, fn fun
 	defer context.AfterFunc(ctx, func() { stop.Store(true) })()
 	labelled(ctx, partClient, func(ctx context.Context) {
 		for i := range callers {
-			wg.Go(func() {
+			g.Go(func() error {
 				for !stop.Load() {
 					if err := fn(ctx, i); err != nil {
-						once.Do(func() { first = err })
 						stop.Store(true)
-						return
+						return err
 					}
 					total.Add(1)
 					if !stop.Load() {
 						counted.Add(1)
 					}
 				}
+				return nil
 			})
 		}
 	})
-	wg.Wait()
-	l.Wall, l.Counted, l.Total = time.Since(t0), counted.Load(), total.Load()
-	if first != nil {
-		return l, fmt.Errorf("bench: %d callers: %w", callers, first)
+	err := g.Wait()
+	l := Load{Window: dur, Wall: time.Since(t0), Counted: counted.Load(), Total: total.Load()}
+	if err != nil {
+		return l, fmt.Errorf("bench: %d callers: %w", callers, err)
 	}
 	return l, nil
 }
@@ -271,4 +280,78 @@ func perCallOf(v float64, calls int64) float64 {
 		return 0
 	}
 	return v / float64(calls)
+}
+
+// The machine's and this process's figures from /proc; each is 0 (or "")
+// where there is no /proc.
+
+// memKB is this process's resident set size and its peak, in kB.
+func memKB() (rss, hwm int64) {
+	p, err := procfs.Self()
+	if err != nil {
+		return 0, 0
+	}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, 0
+	}
+	return int64(st.VmRSS / 1024), int64(st.VmHWM / 1024)
+}
+
+// machineBusy is the CPU time every process on the machine has used since
+// boot (all of /proc/stat's but idle and iowait; guest time is already in
+// user).
+func machineBusy() time.Duration {
+	st, err := procfs.NewStat()
+	if err != nil {
+		return 0
+	}
+	c := st.CPUTotal
+	return time.Duration((c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal) * float64(time.Second))
+}
+
+// loadAvg is the 1-minute load average.
+func loadAvg() float64 {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0
+	}
+	l, err := fs.LoadAvg()
+	if err != nil {
+		return 0
+	}
+	return l.Load1
+}
+
+func cpuModel() string {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return ""
+	}
+	cpus, err := fs.CPUInfo()
+	if err != nil || len(cpus) == 0 {
+		return ""
+	}
+	return cpus[0].ModelName
+}
+
+// revision is the vcs revision stamped into the binary, if any, "+dirty"
+// when modified.
+func revision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			rev = s.Value
+		} else if s.Key == "vcs.modified" && s.Value == "true" {
+			dirty = "+dirty"
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	return rev + dirty
 }

@@ -3,14 +3,32 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/memtune"
+	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/security"
+	"github.com/toolbus/toolbus/store"
+	"github.com/toolbus/toolbus/worker"
 )
 
 // ProcessSpec describes a child process of a harness (the bench's parts,
@@ -162,4 +180,341 @@ func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return strings.TrimSpace(string(t.buf))
+}
+
+// The cross-process bench (RunCross) re-executes its own binary once per
+// part: the process reads which part it is from these variables, prints
+// childReady (and what the parent needs, e.g. the server's URL) on stdout
+// once it serves, and exits when its stdin closes, so a parent that dies
+// takes its children with it.
+const (
+	envChild = "TOOLBUS_BENCH_CHILD" // the role: one of the role* constants
+	envURL   = "TOOLBUS_BENCH_URL"   // the nats-server to join (every role but roleNATS)
+	envDir   = "TOOLBUS_BENCH_DIR"   // roleNATS: the JetStream store directory
+	// envProfiles lists (os.PathListSeparator) the only files the router
+	// may write CPU profiles to: the control subject is open to any
+	// client of the bench's server, so a request names one of them, never
+	// a path of its own.
+	envProfiles = "TOOLBUS_BENCH_PROFILES"
+	childReady  = "ready"
+)
+
+// ctlSubject is the control subject of a child: a request with an empty
+// body (or {"gc": true}) answers childStats; the router's also takes
+// {"profile": "FILE"} to start a CPU profile and {"profile": ""} to stop
+// it. The subjects live outside every toolbus prefix.
+func ctlSubject(role string) string { return "benchctl." + role }
+
+type ctlRequest struct {
+	GC      bool    `json:"gc,omitempty"`      // collect and return memory to the OS before reading RSS
+	Profile *string `json:"profile,omitempty"` // start (a path) or stop ("") a CPU profile
+}
+
+// childStats is a process's own view of its costs so far.
+type childStats struct {
+	CPUNS     int64  `json:"cpu_ns"` // user + system, getrusage(RUSAGE_SELF)
+	Mallocs   uint64 `json:"mallocs"`
+	HeapInuse uint64 `json:"heap_inuse"`
+	RSSKB     int64  `json:"rss_kb"`
+	HWMKB     int64  `json:"hwm_kb"` // peak RSS
+	NumGC     uint32 `json:"num_gc"`
+	Err       string `json:"err,omitempty"`
+}
+
+// readStats reads this process's costs, after a GC that returns freed
+// memory to the OS when gc.
+func readStats(gc bool) childStats {
+	if gc {
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rss, hwm := memKB()
+	return childStats{CPUNS: processCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC}
+}
+
+// RunChild runs this process as a part of the cross-process bench when
+// the parent started it so (TOOLBUS_BENCH_CHILD is set), and never
+// returns then; otherwise it returns at once. Call it first in main (and
+// in TestMain of tests that run RunCross).
+func RunChild() {
+	role := os.Getenv(envChild)
+	if role == "" {
+		return
+	}
+	if err := runChild(role, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "bench child %s: %v\n", role, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// runChild starts role, says childReady on out, and serves until in
+// closes or a signal arrives.
+func runChild(role string, in io.Reader, out io.Writer) error {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	go func() { // the parent closes stdin (or dies): stop
+		_, _ = io.Copy(io.Discard, in)
+		cancel()
+	}()
+	url := os.Getenv(envURL)
+	if role == roleNATS {
+		s, err := embedded.Start(embedded.Config{StoreDir: os.Getenv(envDir)})
+		if err != nil {
+			return err
+		}
+		url = s.ClientURL()
+		defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	}
+	// The router serves on the control connection (as cmd/router, one
+	// connection); the other roles open their own for their traffic.
+	nc, err := serveControl(url, role)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	extra := url
+	if role != roleNATS {
+		var stop func(context.Context)
+		if stop, extra, err = startPart(ctx, role, url, nc); err != nil {
+			return err
+		}
+		defer stop(ctx)
+	}
+	fmt.Fprintln(out, childReady, extra)
+	<-ctx.Done()
+	return nil
+}
+
+// startPart starts role (but nats-server) on the server at url; stop
+// undoes it, extra goes on the ready line. The router serves on nc.
+func startPart(ctx context.Context, role, url string, nc *nats.Conn) (stop func(context.Context), extra string, err error) {
+	switch role {
+	case roleRouter:
+		stop, err = childRouter(ctx, nc)
+	case roleRelay:
+		stop, err = childRelay(ctx, url)
+	case roleWorker:
+		stop, err = childWorker(ctx, url)
+	case roleMCP:
+		m := &mcpHTTP{}
+		extra, err = m.serve()
+		stop = m.close
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	return stop, extra, err
+}
+
+// serveControl connects to url and answers the role's control subject.
+func serveControl(url, role string) (*nats.Conn, error) {
+	nc, err := childConnect(url, role)
+	if err != nil {
+		return nil, err
+	}
+	prof := profiler{allowed: filepath.SplitList(os.Getenv(envProfiles))}
+	_, err = nc.Subscribe(ctlSubject(role), func(m *nats.Msg) {
+		var req ctlRequest
+		if len(m.Data) > 0 {
+			if err := json.Unmarshal(m.Data, &req); err != nil {
+				_ = m.Respond([]byte(`{"err":"bad control request"}`))
+				return
+			}
+		}
+		var st childStats
+		if req.Profile != nil {
+			if err := prof.toggle(*req.Profile); err != nil {
+				st.Err = err.Error()
+			}
+		}
+		if st.Err == "" {
+			st = readStats(req.GC)
+		}
+		b, _ := json.Marshal(st)
+		_ = m.Respond(b)
+	})
+	if err == nil {
+		err = nc.Flush()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc, nil
+}
+
+// profiler writes one CPU profile at a time to one of the allowed files.
+type profiler struct {
+	allowed []string
+	mu      sync.Mutex
+	f       *os.File
+}
+
+func (p *profiler) toggle(path string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.f != nil {
+		pprof.StopCPUProfile()
+		err := p.f.Close()
+		p.f = nil
+		if err != nil || path == "" {
+			return err
+		}
+	}
+	if path == "" {
+		return errors.New("no profile running")
+	}
+	if !slices.Contains(p.allowed, path) {
+		return fmt.Errorf("%q is not a profile file this process was started with", path)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	p.f = f
+	return nil
+}
+
+func childConnect(url, role string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("toolbus-bench-" + role), nats.MaxReconnects(0)}
+	if role == roleRouter {
+		// As cmd/router: workers of a secured deployment answer there.
+		opts = append(opts, nats.CustomInboxPrefix(security.RouterInbox))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// childRouter runs one router with the defaults of cmd/router (one
+// replica, the default heartbeat, work ack wait, limits and session
+// cache, events on disk, the collector's settings) and the bench group;
+// no built-in tools.
+func childRouter(ctx context.Context, nc *nats.Conn) (func(context.Context), error) {
+	memtune.Apply(memtune.DefaultGCPercent, memtune.DefaultMemoryLimit)
+	r, err := router.New(nc, router.Config{Groups: benchGroups,
+		Store: store.Config{Replicas: 1, Heartbeat: bus.DefaultHeartbeat, WorkAckWait: store.DefaultWorkAckWait}})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) { drain(ctx, r.Drain) }, nil
+}
+
+// drain runs a Drain bounded by 10 s, even when ctx has ended.
+func drain(ctx context.Context, fn func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = fn(ctx)
+}
+
+// childRelay runs the raw forwarder: requests on rawRelay go to the
+// responder with the caller's reply subject riding in the forwarder's, and
+// the replies back, with no decoding and without a goroutine or a map per
+// request.
+func childRelay(ctx context.Context, url string) (func(context.Context), error) {
+	fwd, err := childConnect(url, roleRelay)
+	if err != nil {
+		return nil, err
+	}
+	err = subscribe(fwd, rawRelay, "bench-relay", func(m *nats.Msg) {
+		_ = fwd.PublishMsg(&nats.Msg{Subject: rawEcho, Reply: rawBack + m.Reply, Data: m.Data})
+	})
+	if err == nil {
+		err = subscribe(fwd, rawBack+">", "", func(m *nats.Msg) { _ = fwd.Publish(m.Subject[len(rawBack):], m.Data) })
+	}
+	if err == nil {
+		err = bus.Flush(ctx, fwd)
+	}
+	if err != nil {
+		fwd.Close()
+		return nil, err
+	}
+	return func(context.Context) { fwd.Close() }, nil
+}
+
+// childWorker runs the raw responder and one toolbus worker with the
+// trivial tools, each on its own connection, and returns once a router
+// acknowledged the registration.
+func childWorker(ctx context.Context, url string) (stop func(context.Context), err error) {
+	var conns []*nats.Conn
+	var w *worker.Worker
+	undo := func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}
+	defer func() {
+		if err != nil {
+			if w != nil {
+				_ = w.Stop(context.WithoutCancel(ctx))
+			}
+			undo()
+		}
+	}()
+	resp, err := childConnect(url, "responder")
+	if err != nil {
+		return nil, err
+	}
+	conns = append(conns, resp)
+	if err = subscribe(resp, rawEcho, "", func(m *nats.Msg) { _ = resp.Publish(m.Reply, m.Data) }); err != nil {
+		return nil, err
+	}
+	if err = bus.Flush(ctx, resp); err != nil {
+		return nil, err
+	}
+	wnc, err := childConnect(url, roleWorker)
+	if err != nil {
+		return nil, err
+	}
+	conns = append(conns, wnc)
+	if w, err = worker.New(wnc, worker.Config{Heartbeat: bus.DefaultHeartbeat}); err != nil {
+		return nil, err
+	}
+	if err = registerTrivial(w); err == nil {
+		err = w.Start(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(readyBound)
+	defer t.Stop()
+	select {
+	case <-w.Registered():
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, fmt.Errorf("worker not registered after %v", readyBound)
+	}
+	return func(ctx context.Context) { drain(ctx, w.Drain); undo() }, nil
+}
+
+type textIn struct {
+	Text string `json:"text" jsonschema:"description=Text to echo back."`
+}
+
+// registerTrivial registers the trivial tools on w: echo (read-only), put
+// (not read-only: the dedupe ledger records it) and ask_human (external).
+func registerTrivial(w *worker.Worker) error {
+	echo := func(_ context.Context, _ *worker.Call, in textIn) (string, error) { return in.Text, nil }
+	for _, def := range []bus.ToolDef{
+		{Name: toolRead, Description: "Echo the text (read-only).", Groups: []string{benchGroup}, ReadOnly: true},
+		{Name: toolWrite, Description: "Store the text (not read-only).", Groups: []string{benchGroup}, Permission: bus.PermissionAllow},
+		{Name: toolParked, Description: "Ask a person (external).", External: true, Permission: bus.PermissionAllow},
+	} {
+		if err := worker.Register(w, def, echo); err != nil {
+			return err
+		}
+	}
+	return nil
 }

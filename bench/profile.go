@@ -2,11 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,12 +94,11 @@ const otherKind = "other (runtime, profiler)"
 // SplitProfile reads the CPU profile in file and returns how its samples
 // divide by kind, as µs per call over calls, largest first.
 func SplitProfile(file string, calls int64) ([]Share, error) {
-	f, err := os.Open(file)
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	p, err := profile.Parse(f)
+	p, err := profile.ParseData(b)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", file, err)
 	}
@@ -126,11 +126,8 @@ func splitSamples(p *profile.Profile, calls int64) ([]Share, error) {
 		}
 		out = append(out, sh)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Percent != out[j].Percent {
-			return out[i].Percent > out[j].Percent
-		}
-		return out[i].Kind < out[j].Kind
+	slices.SortFunc(out, func(a, b Share) int {
+		return cmp.Or(cmp.Compare(b.Percent, a.Percent), strings.Compare(a.Kind, b.Kind))
 	})
 	return out, nil
 }

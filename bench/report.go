@@ -342,8 +342,10 @@ func (ts *targets) add(name, what string, v float64, op string, limit float64) {
 	ts.list = append(ts.list, Target{Name: name, What: what, Value: v, Op: op, Limit: limit, Met: met, Issue: ts.issue})
 }
 
-// finish computes the ratios and checks the targets.
-func (r *Report) finish() {
+// finish computes the ratios and checks the targets, and notes the end
+// of a run that began at start.
+func (r *Report) finish(start time.Time) {
+	r.Machine.LoadAvgEnd, r.ElapsedS = loadAvg(), time.Since(start).Seconds()
 	top, mid := strconv.Itoa(r.Config.Callers[len(r.Config.Callers)-1]), strconv.Itoa(r.Config.CostCallers)
 	ws := r.Config.Workers
 	r.Ratios = Ratios{
@@ -380,22 +382,10 @@ func (r *Report) finish() {
 	r.Targets = t.list
 }
 
-// crossTargets are the goals of the cross-process comparison.
-func (r *CrossReport) crossTargets(run *CrossRun) []Target {
-	top, mid := strconv.Itoa(r.Config.Callers[len(r.Config.Callers)-1]), strconv.Itoa(r.Config.CostCallers)
-	var t targets
-	t.add("throughput_"+top, "read-only / relay throughput, "+top+" callers", run.Ratios.VsRelay[top], ">=", 0.6)
-	t.add("p50_1", "read-only / relay p50, one caller", run.Ratios.P50, "<=", 1.6)
-	t.add("vs_mcp_http_"+mid, "read-only / one mcp-go streamable HTTP server process, "+mid+" callers", run.Ratios.VsMCP, ">=", 1.5)
-	t.add("router_cpu_us", "router process CPU µs per read-only call, "+top+" callers", run.Toolbus.CPUUSPerCall[top][partRouter], "<=", 40)
-	t.add("router_cpu_write_us", "router process CPU µs per write call, "+top+" callers", run.ToolbusWrite.CPUUSPerCall[top][partRouter], "<=", 70)
-	t.add("worker_sdk_us", "worker process CPU µs per read-only call, "+mid+" callers", run.Toolbus.CPUUSPerCall[mid][partWorker], "<=", 15)
-	t.add("client_sdk_us", "bench (client) process CPU µs per read-only call, "+mid+" callers", run.Toolbus.CPUUSPerCall[mid][partClient], "<=", 12)
-	return t.list
-}
-
-// finish computes each run's ratios and targets and their spread.
-func (r *CrossReport) finish() {
+// finish computes each run's ratios and targets and their spread, and
+// notes the end of the comparison that began at start.
+func (r *CrossReport) finish(start time.Time) {
+	r.Machine.LoadAvgEnd, r.ElapsedS = loadAvg(), time.Since(start).Seconds()
 	top, mid := strconv.Itoa(r.Config.Callers[len(r.Config.Callers)-1]), strconv.Itoa(r.Config.CostCallers)
 	for i := range r.Runs {
 		run := &r.Runs[i]
@@ -409,7 +399,16 @@ func (r *CrossReport) finish() {
 			run.Ratios.VsRelay[k] = ratio(run.Toolbus.Throughput[k], run.Relay.Throughput[k])
 			run.Ratios.WriteVsRelay[k] = ratio(run.ToolbusWrite.Throughput[k], run.Relay.Throughput[k])
 		}
-		run.Targets = r.crossTargets(run)
+		// The goals of the cross-process comparison.
+		var t targets
+		t.add("throughput_"+top, "read-only / relay throughput, "+top+" callers", run.Ratios.VsRelay[top], ">=", 0.6)
+		t.add("p50_1", "read-only / relay p50, one caller", run.Ratios.P50, "<=", 1.6)
+		t.add("vs_mcp_http_"+mid, "read-only / one mcp-go streamable HTTP server process, "+mid+" callers", run.Ratios.VsMCP, ">=", 1.5)
+		t.add("router_cpu_us", "router process CPU µs per read-only call, "+top+" callers", run.Toolbus.CPUUSPerCall[top][partRouter], "<=", 40)
+		t.add("router_cpu_write_us", "router process CPU µs per write call, "+top+" callers", run.ToolbusWrite.CPUUSPerCall[top][partRouter], "<=", 70)
+		t.add("worker_sdk_us", "worker process CPU µs per read-only call, "+mid+" callers", run.Toolbus.CPUUSPerCall[mid][partWorker], "<=", 15)
+		t.add("client_sdk_us", "bench (client) process CPU µs per read-only call, "+mid+" callers", run.Toolbus.CPUUSPerCall[mid][partClient], "<=", 12)
+		run.Targets = t.list
 	}
 	r.Targets = spreads(r.Runs)
 }
@@ -436,15 +435,19 @@ func spreads(runs []CrossRun) []Spread {
 	return out
 }
 
-// writeHead prints the first line of a report: the title, when, and the
-// machine.
-func writeHead(w io.Writer, title, started string, m Machine) {
-	fmt.Fprintf(w, "%s  %s  %s %s/%s  %d CPUs (GOMAXPROCS %d)  %s", title, started, m.GoVersion, m.OS, m.Arch,
+// writeHead prints the first lines of a report: the title, when, the
+// machine, its load and how the run went (runs).
+func writeHead(w io.Writer, title string, c Setup, m Machine, runs string, elapsed float64) {
+	fmt.Fprintf(w, "%s  %s  %s %s/%s  %d CPUs (GOMAXPROCS %d)  %s", title, c.Started, m.GoVersion, m.OS, m.Arch,
 		m.NumCPU, m.GOMAXPROCS, m.CPUModel)
 	if m.Revision != "" {
 		fmt.Fprintf(w, "  revision %s", m.Revision)
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "\nload average %.2f at start, %.2f at end; %s; took %.0f s\n", m.LoadAvgStart, m.LoadAvgEnd, runs, elapsed)
+}
+
+func (s Setup) duration() time.Duration {
+	return time.Duration(s.DurationMS * float64(time.Millisecond))
 }
 
 // pathTable prints one row per path: its name, the figures before, its
@@ -480,10 +483,9 @@ type tableRow struct {
 // WriteTable prints the report as readable tables, with the targets and
 // whether each was met.
 func (r *Report) WriteTable(w io.Writer) {
-	m := r.Machine
-	writeHead(w, "toolbus bench", r.Config.Started, m)
-	fmt.Fprintf(w, "load average %.2f at start, %.2f at end; %v per measurement in %d rounds, best round counts; took %.0f s\n\n",
-		m.LoadAvgStart, m.LoadAvgEnd, time.Duration(r.Config.DurationMS*float64(time.Millisecond)), r.Config.Rounds, r.ElapsedS)
+	writeHead(w, "toolbus bench", r.Config.Setup, r.Machine,
+		fmt.Sprintf("%v per measurement in %d rounds, best round counts", r.Config.duration(), r.Config.Rounds), r.ElapsedS)
+	fmt.Fprintln(w)
 	var rows []tableRow
 	for _, row := range []struct {
 		name string
@@ -553,10 +555,8 @@ func (r *Report) WriteTable(w io.Writer) {
 // WriteTable prints the report: each run's figures, then the targets over
 // the runs, the memory and the profiles.
 func (r *CrossReport) WriteTable(w io.Writer) {
-	m := r.Machine
-	writeHead(w, "toolbus bench --cross-process", r.Config.Started, m)
-	fmt.Fprintf(w, "load average %.2f at start, %.2f at end; %d runs on fresh processes, %v per measurement; took %.0f s\n",
-		m.LoadAvgStart, m.LoadAvgEnd, r.Config.Runs, time.Duration(r.Config.DurationMS*float64(time.Millisecond)), r.ElapsedS)
+	writeHead(w, "toolbus bench --cross-process", r.Config.Setup, r.Machine,
+		fmt.Sprintf("%d runs on fresh processes, %v per measurement", r.Config.Runs, r.Config.duration()), r.ElapsedS)
 	fmt.Fprintf(w, "processes: %s\n\n", r.Layout)
 	for _, run := range r.Runs {
 		r.writeRun(w, &run)

@@ -90,7 +90,7 @@ func TestCrossDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		for _, fn := range []callFunc{d.calls().relay, d.calls().callTool(d.client, toolRead), d.calls().callTool(d.client, toolWrite), d.mcp.call} {
+		for _, fn := range []callFunc{d.relay, d.callTool(d.client, toolRead), d.callTool(d.client, toolWrite), d.mcp.call} {
 			if err := fn(ctx, i); err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func TestCrossDeployment(t *testing.T) {
 	}
 
 	// A profile while calls run is written and stopped.
-	profs, err := d.profile(ctx, map[string]string{roleRouter: file}, 200*time.Millisecond, 2, d.calls().callTool(d.client, toolRead))
+	profs, err := d.profile(ctx, map[string]string{roleRouter: file}, 200*time.Millisecond, 2, d.callTool(d.client, toolRead))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,104 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/toolbus/toolbus/bench"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 )
+
+// soakKind is one kind of call the soak's agents make. Adding a kind is
+// one entry in soakKinds.
+type soakKind struct {
+	name   string
+	tool   string
+	weight int // share of the calls
+	// input returns a call's input and the text its successful result must
+	// have (callID is the call's id).
+	input func(r *rand.Rand, callID string) (input json.RawMessage, want string)
+	// once: the call is not read-only, so the ledger (or its parked
+	// record) must give the agent one result however often it re-sends;
+	// two different results are a duplicate.
+	once bool
+	// effect: each execution appends a line to the effects file
+	// (toolworker's record_effect tools), so executions are counted.
+	effect bool
+	// durable: the tool is durable (protocol.md 5.8): unknown_outcome is a
+	// wrong result, and an effect line marked repeat is a redelivered run,
+	// not a second effect.
+	durable bool
+	// park is "" or the kind of park the call goes through first
+	// (external, confirm); the soak's approver answers it.
+	park string
+	// answer is the approver's answer to a parked call.
+	answer func(callID string) bus.Answer
+}
+
+// soakKinds are the calls of a soak.
+var soakKinds = []soakKind{
+	{name: "side_effect", tool: "record_effect", weight: 4, once: true, effect: true,
+		input: func(_ *rand.Rand, id string) (json.RawMessage, string) {
+			return json.RawMessage(`{"tag":"soak"}`), "recorded " + id
+		}},
+	{name: "slow_effect", tool: "record_effect", weight: 2, once: true, effect: true,
+		input: func(r *rand.Rand, id string) (json.RawMessage, string) {
+			return mustJSON(map[string]any{"tag": "slow", "before_ms": r.IntN(800), "after_ms": r.IntN(800)}), "recorded " + id
+		}},
+	// A durable call runs through the work queue: a killed worker's call is
+	// delivered to another, so it never ends unknown_outcome; the tool is
+	// idempotent by call key, so a redelivery after the effect only answers.
+	{name: "durable", tool: "record_effect_durable", weight: 2, once: true, effect: true, durable: true,
+		input: func(r *rand.Rand, id string) (json.RawMessage, string) {
+			return mustJSON(map[string]any{"tag": "durable", "before_ms": r.IntN(800), "after_ms": r.IntN(800)}), "recorded " + id
+		}},
+	{name: "read_only", tool: "word_count", weight: 3,
+		input: func(r *rand.Rand, _ string) (json.RawMessage, string) {
+			n := r.IntN(20)
+			return mustJSON(map[string]string{"text": strings.Repeat("word ", n)}), fmt.Sprintf(`{"words":%d}`, n)
+		}},
+	{name: "slow_read", tool: "slow_echo", weight: 1,
+		input: func(r *rand.Rand, id string) (json.RawMessage, string) {
+			return mustJSON(map[string]any{"text": "echo " + id, "ms": 100 + r.IntN(1400)}), "echo " + id
+		}},
+	{name: "parked_external", tool: soakExternalTool, weight: 1, once: true, park: "external",
+		input: func(_ *rand.Rand, id string) (json.RawMessage, string) {
+			return json.RawMessage(`{}`), "approved " + id
+		},
+		answer: func(id string) bus.Answer {
+			return bus.Answer{State: bus.StateSuccess, Output: bus.Text("approved " + id)}
+		}},
+	{name: "parked_confirm", tool: "record_effect_confirm", weight: 1, once: true, effect: true, park: "confirm",
+		input: func(_ *rand.Rand, id string) (json.RawMessage, string) {
+			return json.RawMessage(`{"tag":"confirmed"}`), "recorded " + id
+		},
+		answer: func(string) bus.Answer { return bus.Answer{Confirmed: new(true)} }},
+}
+
+// soakExternalTool is the external tool the soak registers itself and
+// answers as its external handler.
+const soakExternalTool = "soak_approve"
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only called with maps of strings and numbers
+	}
+	return b
+}
+
+// pickKind chooses a kind by weight.
+func pickKind(r *rand.Rand) *soakKind {
+	total := 0
+	for i := range soakKinds {
+		total += soakKinds[i].weight
+	}
+	n := r.IntN(total)
+	for i := range soakKinds {
+		if n -= soakKinds[i].weight; n < 0 {
+			return &soakKinds[i]
+		}
+	}
+	return &soakKinds[0]
+}
 
 // The soak's load: agents that behave as protocol.md says agents should,
 // an approver that answers parked calls, and a record of every call.
@@ -59,7 +151,6 @@ type soakCall struct {
 	final     *bus.Result
 	finalAt   time.Time
 	seen      map[string]string // final result summary → where it was first seen
-	parked    string            // the park kind the reply or event gave
 	handoff   bool              // its handoff request came through the stream
 	answering bool              // the approver took it on
 	answered  time.Time         // when an answer was accepted
@@ -112,13 +203,16 @@ func (t *soakTracker) step(c *soakCall, format string, args ...any) {
 	c.trail = append(c.trail, soakStep{time.Since(t.start), fmt.Sprintf(format, args...)})
 }
 
-// note adds a line to the trail of the call with key, if the soak made it.
-func (t *soakTracker) note(key, format string, args ...any) {
+// note adds a line to the trail of the call with key, if the soak made it,
+// and returns that call.
+func (t *soakTracker) note(key, format string, args ...any) *soakCall {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if c := t.calls[key]; c != nil {
+	c := t.calls[key]
+	if c != nil {
 		t.step(c, format, args...)
 	}
+	return c
 }
 
 // summary is what two results of one call are compared by.
@@ -207,7 +301,6 @@ func (t *soakTracker) giveUp(b *soakBatch, grace time.Duration) time.Time {
 type soakLoad struct {
 	o    *Options
 	t    *soakTracker
-	subj bus.Subjects
 	run  string // the run's id, in every session and reply id
 	appr *soakApprover
 }
@@ -220,9 +313,8 @@ type soakAgent struct {
 	cl   *client.Client
 }
 
-func (l *soakLoad) newAgent(i int, nc *nats.Conn) *soakAgent {
-	return &soakAgent{i: i, r: rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano()))),
-		cl: client.New(nc, client.Config{Prefix: l.o.Prefix, Source: fmt.Sprintf("soak/agent%d", i)})}
+func (l *soakLoad) newAgent(i int, cl *client.Client) *soakAgent {
+	return &soakAgent{i: i, r: rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano()))), cl: cl}
 }
 
 // batch makes a's next batch and runs it to its end (or gives it up);
@@ -278,9 +370,8 @@ func (l *soakLoad) runBatch(stop context.Context, cl *client.Client, b *soakBatc
 			for _, c := range pend {
 				l.t.note(c.key, "send %d: %v", b.sends, err)
 			}
-			var be *bus.Error
 			wait := 250 * time.Millisecond
-			if errors.As(err, &be) {
+			if _, ok := errors.AsType[*bus.Error](err); ok {
 				wait = time.Second // a refused batch: a bug, shown in the trail; try again slowly
 			}
 			l.wait(stop, b, wait)
@@ -294,16 +385,7 @@ func (l *soakLoad) runBatch(stop context.Context, cl *client.Client, b *soakBatc
 			l.t.observe(bus.CallKey(b.session, b.reply, res.ID), res, from)
 		}
 		for _, p := range rep.Parked {
-			key := bus.CallKey(b.session, b.reply, p.ID)
-			l.t.mu.Lock()
-			c := l.t.calls[key]
-			if c != nil {
-				l.t.step(c, "%s: parked (%s)", from, p.Kind)
-				if c.parked == "" {
-					c.parked = p.Kind
-				}
-			}
-			l.t.mu.Unlock()
+			c := l.t.note(bus.CallKey(b.session, b.reply, p.ID), "%s: parked (%s)", from, p.Kind)
 			if c != nil && p.Kind != bus.KindQueued {
 				l.appr.expect(c)
 			}
@@ -336,8 +418,7 @@ func (l *soakLoad) wait(stop context.Context, b *soakBatch, d time.Duration) {
 
 // events follows every session's events through the events stream (an
 // ordered consumer, so a node loss does not skip any).
-func (l *soakLoad) events(ctx context.Context, nc *nats.Conn) error {
-	cl := client.New(nc, client.Config{Prefix: l.o.Prefix, Source: "soak/events"})
+func (l *soakLoad) events(ctx context.Context, cl *client.Client) error {
 	evs, err := cl.Replay(ctx, "*")
 	if err != nil {
 		return err
@@ -380,16 +461,14 @@ func (l *soakLoad) events(ctx context.Context, nc *nats.Conn) error {
 // the handoff stream as a handler started for these tools would, and
 // answers every request after a short think time.
 type soakApprover struct {
-	l    *soakLoad
-	cl   *client.Client
-	ctx  context.Context
-	mu   sync.Mutex
-	rand *rand.Rand
+	l   *soakLoad
+	cl  *client.Client
+	ctx context.Context
 }
 
 // follow reads the handoff requests of the soak's parked tools through a
 // router (docs/protocol.md 6.2), as a handler started for them would.
-func (a *soakApprover) follow(ctx context.Context, _ *nats.Conn) error {
+func (a *soakApprover) follow(ctx context.Context) error {
 	for kind, tool := range map[string]string{bus.KindExternal: soakExternalTool, bus.KindConfirm: "record_effect_confirm"} {
 		reqs, err := a.cl.Parked().Follow(ctx, kind, tool)
 		if err != nil {
@@ -447,27 +526,16 @@ func (a *soakApprover) answer(c *soakCall, via string) {
 	}
 	c.answering = true
 	t.mu.Unlock()
-	a.mu.Lock()
-	think := time.Duration(a.rand.IntN(1000)) * time.Millisecond
-	a.mu.Unlock()
+	think := time.Duration(rand.IntN(1000)) * time.Millisecond
 	go func() {
 		sleepCtx(a.ctx, think)
-		var ans bus.Answer
-		if c.kind.park == bus.KindConfirm {
-			yes := true
-			ans.Confirmed = &yes
-		} else if err := json.Unmarshal(c.kind.answer(c.id), &ans); err != nil {
-			t.note(c.key, "approver: bad answer of kind %s: %v", c.kind.name, err)
-			return
-		}
-		b, try := c.batch, 0
+		ans, b, try := c.kind.answer(c.id), c.batch, 0
 		err := bench.Poll(a.ctx, soakAnswerFor, 500*time.Millisecond, func() error {
 			try++
 			ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
 			err := a.cl.Parked().Answer(ctx, c.kind.tool, b.session, b.reply, c.id, ans)
 			cancel()
-			var be *bus.Error
-			isBus := errors.As(err, &be)
+			be, isBus := errors.AsType[*bus.Error](err)
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			switch {

@@ -66,7 +66,7 @@ func TestPercentiles(t *testing.T) {
 
 // TestBinariesFromBin: --bin must hold both executables.
 func TestBinariesFromBin(t *testing.T) {
-	_, err := findSoakBinaries(t.Context(), t.TempDir(), t.TempDir(), func(string, ...any) {})
+	_, _, err := findSoakBinaries(t.Context(), t.TempDir(), t.TempDir(), func(string, ...any) {})
 	if err == nil || !strings.Contains(err.Error(), "router and toolworker") {
 		t.Fatalf("err = %v", err)
 	}
