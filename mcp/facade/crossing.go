@@ -220,12 +220,8 @@ func (x *crossing) adopt(ctx context.Context, sid string) {
 	if known {
 		return
 	}
-	raw, err := x.store.get(ctx, "m"+strings.TrimPrefix(x.crossKey(sid), "x"))
-	if err != nil {
-		return
-	}
 	var rec clientRecord
-	if json.Unmarshal(raw, &rec) != nil || rec.Version == "" {
+	if x.store.get(ctx, "m"+strings.TrimPrefix(x.crossKey(sid), "x"), &rec) != nil || rec.Version == "" {
 		return
 	}
 	init, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": "toolbus-adopt", "method": mcp.MethodInitialize,

@@ -355,12 +355,12 @@ func (st *kvStore) getState(ctx context.Context, session, user, id string) (*sta
 	if !idPattern.MatchString(id) {
 		return nil, errNotFound
 	}
-	raw, err := st.get(ctx, stateKey(session, user, id))
-	if err != nil {
+	var r stateRecord
+	err := st.get(ctx, stateKey(session, user, id), &r)
+	if errors.Is(err, errNoStore) {
 		return nil, err
 	}
-	var r stateRecord
-	if err := json.Unmarshal(raw, &r); err != nil || r.Session != session || r.User != user || time.Now().After(r.Expires) {
+	if err != nil || r.Session != session || r.User != user || time.Now().After(r.Expires) {
 		return nil, errNotFound
 	}
 	return &r, nil

@@ -274,17 +274,16 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 		return nil, err
 	}
 	// The index names the records a listing may not show yet.
-	if raw, err := st.get(ctx, indexKey(session, user)); err == nil {
-		var idx taskIndex
-		if json.Unmarshal(raw, &idx) == nil {
-			for _, t := range idx.Tasks {
-				if k := taskKey(session, user, t.ID); !slices.Contains(keys, k) {
-					keys = append(keys, k)
-				}
-			}
-		}
-	} else if !errors.Is(err, errNotFound) {
+	var idx taskIndex
+	if err := st.get(ctx, indexKey(session, user), &idx); errors.Is(err, errNoStore) {
 		return nil, err
+	} else if err != nil {
+		idx.Tasks = nil // none, or not an index
+	}
+	for _, t := range idx.Tasks {
+		if k := taskKey(session, user, t.ID); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
 	}
 	var out []*taskRecord
 	now := time.Now()
@@ -306,22 +305,27 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	return out, nil
 }
 
-// get returns what key holds (errNotFound: nothing).
-func (st *kvStore) get(ctx context.Context, key string) ([]byte, error) {
+// get decodes what key holds into v: errNotFound when it holds nothing,
+// errNoStore when the bucket cannot be read, any other error when what it
+// holds is not JSON.
+func (st *kvStore) get(ctx context.Context, key string, v any) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, errNotFound
+		return errNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
-	return e.Value(), nil
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return fmt.Errorf("facade: record %s: %w", key, err)
+	}
+	return nil
 }
 
 // put stores raw under key.
@@ -338,13 +342,9 @@ func (st *kvStore) put(ctx context.Context, key string, raw []byte) error {
 
 // getKey returns the task record under key.
 func (st *kvStore) getKey(ctx context.Context, key string) (*taskRecord, error) {
-	raw, err := st.get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
 	var r taskRecord
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, fmt.Errorf("facade: task record %s: %w", key, err)
+	if err := st.get(ctx, key, &r); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }
