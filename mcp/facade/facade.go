@@ -509,7 +509,7 @@ func (s *session) refresh(ctx context.Context) error {
 	}
 	s.raw = string(raw)
 	s.applyLocked(ctx, tools, order)
-	s.groupsChanged(list.Groups)     // groups.go
+	s.groupsChanged(list.Groups) // groups.go
 	return nil
 }
 
