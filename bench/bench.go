@@ -266,14 +266,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 
 	logf("bench: parked path, %v", opts.Duration)
-	if rep.Parked, err = d.measureParked(ctx, opts.Duration); err != nil {
+	if rep.Parked, err = measureParked(ctx, d, opts.Duration); err != nil {
 		return nil, err
 	}
 	rep.ParkedP50US = rep.Parked.P50US
 
 	d.mcp.close(ctx)
 	logf("bench: memory with %d sessions", opts.Sessions)
-	s, err := d.measureSessions(ctx, opts.Sessions)
+	s, err := measureSessions(ctx, d, opts.Sessions)
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +367,7 @@ func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last 
 	}
 	for i, files := range profileRuns {
 		opts.Logf("bench: CPU profiles, %d callers, %v: %v", top, opts.ProfileWindow, files)
-		profs, err := d.profile(ctx, files, opts.ProfileWindow, top, paths[1+i].fn) // read-only, then write
+		profs, err := profileRun(ctx, d, files, opts.ProfileWindow, top, paths[1+i].fn) // read-only, then write
 		if err != nil {
 			return fail(fmt.Errorf("bench: profile: %w", err))
 		}
@@ -375,7 +375,7 @@ func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last 
 	}
 	if opts.Sessions > 0 {
 		opts.Logf("bench: router process memory with %d sessions in KV", opts.Sessions)
-		if rep.Sessions, err = d.measureSessions(ctx, opts.Sessions); err != nil {
+		if rep.Sessions, err = measureSessions(ctx, d, opts.Sessions); err != nil {
 			return fail(err)
 		}
 	}
@@ -391,9 +391,9 @@ func profileBeside(file, kind string) string {
 	return strings.TrimSuffix(file, ext) + "." + kind + ext
 }
 
-// profile runs a load while each role's process writes a CPU profile to
+// profileRun runs a load while each role's process writes a CPU profile to
 // its file, and returns the calls made and each process's CPU over them.
-func (d *deployment) profile(ctx context.Context, files map[string]string, dur time.Duration, callers int, fn callFunc) ([]Profile, error) {
+func profileRun(ctx context.Context, d *deployment, files map[string]string, dur time.Duration, callers int, fn callFunc) ([]Profile, error) {
 	roles := slices.Sorted(maps.Keys(files))
 	before := map[string]childStats{}
 	for _, role := range roles {
@@ -421,7 +421,7 @@ func (d *deployment) profile(ctx context.Context, files map[string]string, dur t
 
 // measureParked measures the parked path one call at a time: a call of an
 // external tool parks, the agent answers it, and batch.done arrives.
-func (d *deployment) measureParked(ctx context.Context, dur time.Duration) (Parked, error) {
+func measureParked(ctx context.Context, d *deployment, dur time.Duration) (Parked, error) {
 	const session = "bench-parked"
 	var out Parked
 	ev, err := d.client.Watch(ctx, session)
@@ -432,7 +432,7 @@ func (d *deployment) measureParked(ctx context.Context, dur time.Duration) (Park
 	var total, park, answer Latencies
 	err = repeat(ctx, dur, func(ctx context.Context) error {
 		t0 := time.Now()
-		t1, err := d.parkAndAnswer(ctx, ev, session)
+		t1, err := parkAndAnswer(ctx, d, ev, session)
 		t2 := time.Now()
 		total, park, answer = append(total, t2.Sub(t0)), append(park, t1.Sub(t0)), append(answer, t2.Sub(t1))
 		return err
@@ -451,7 +451,7 @@ func (d *deployment) measureParked(ctx context.Context, dur time.Duration) (Park
 
 // parkAndAnswer calls the external tool in session, answers it once it
 // parks and waits for batch.done on ev; it returns when the call parked.
-func (d *deployment) parkAndAnswer(ctx context.Context, ev *client.Events, session string) (parked time.Time, err error) {
+func parkAndAnswer(ctx context.Context, d *deployment, ev *client.Events, session string) (parked time.Time, err error) {
 	id := client.NewReplyID()
 	reply, err := d.client.Call(ctx, session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: toolParked, Input: benchInput}}},
 		client.WithReplyID(id))
@@ -494,7 +494,7 @@ func (d *deployment) parkAndAnswer(ctx context.Context, ev *client.Events, sessi
 // bound), waits for the router's status to count them, and reads the
 // router's memory (in process: the whole process's) before and after,
 // after a GC that returns freed memory to the OS, and its peak.
-func (d *deployment) measureSessions(ctx context.Context, n int) (*CrossSessions, error) {
+func measureSessions(ctx context.Context, d *deployment, n int) (*CrossSessions, error) {
 	out := &CrossSessions{Memory: Memory{Count: n}}
 	before, err := d.stats(ctx, roleRouter, ctlRequest{GC: true})
 	if err != nil {

@@ -184,7 +184,7 @@ func BenchmarkParked(b *testing.B) {
 	benchCalls(b, func(ctx context.Context, _ int) error {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		_, err := d.parkAndAnswer(ctx, ev, session)
+		_, err := parkAndAnswer(ctx, d, ev, session)
 		return err
 	})
 }

@@ -218,7 +218,7 @@ func parkedSession(i int) string { return "clpark-" + strconv.Itoa(i) }
 func (p *parkedCallers) call(ctx context.Context, i int) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, err := p.d.parkAndAnswer(ctx, p.events[i], parkedSession(i))
+	_, err := parkAndAnswer(ctx, p.d, p.events[i], parkedSession(i))
 	return err
 }
 

@@ -126,7 +126,7 @@ func TestCrossDeployment(t *testing.T) {
 	}
 
 	// A profile while calls run is written and stopped.
-	profs, err := d.profile(ctx, map[string]string{roleRouter: file}, 200*time.Millisecond, 2, d.callTool(d.client, toolRead))
+	profs, err := profileRun(ctx, d, map[string]string{roleRouter: file}, 200*time.Millisecond, 2, d.callTool(d.client, toolRead))
 	if err != nil {
 		t.Fatal(err)
 	}

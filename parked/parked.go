@@ -1,17 +1,11 @@
 // Package parked is the one machine of calls that wait for someone outside
-// the bus — a person's confirmation, or an external tool a person or
-// another system executes — and of the batches they belong to
-// (docs/protocol.md 6, docs/parked.md). Only this package writes or decodes
-// its records in P_parked: a call's record (bus.ParkRecord, key
-// <session>.<replyid>.<callid>) and its batch's continuation (Batch, key
-// <session>.<replyid>).
-//
-// The router drives the machine with its verbs — Park, Settle, Answer,
-// Resume, Expire, Cancel, TakeOver — and acts on the typed outcome each
-// returns: a verdict on an answer, the records an expiry or a cancel ended,
-// whether this router now resumes the batch. Every transition is one
-// compare-and-set, so routers that race agree on one winner, and answers
-// may reach any router, hours later, after restarts.
+// the bus — a person's confirmation, or an external tool — and of the
+// batches they belong to (docs/protocol.md 6, docs/parked.md). Only this
+// package writes or decodes its records in P_parked: a call's record (key
+// <session>.<replyid>.<callid>) and its batch's continuation (key
+// <session>.<replyid>). The router drives it with verbs that return typed
+// outcomes; every transition is one compare-and-set, so racing routers
+// agree on one winner.
 package parked
 
 import (
@@ -20,10 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
@@ -34,14 +31,13 @@ type Config struct {
 	// TTL is how long a call stays parked before it expires with a timeout
 	// result; zero means DefaultTTL.
 	TTL time.Duration
-	// Owner is the id of the router using the store: the owner it writes
-	// into the continuations and answered calls it works on, and whose
-	// leases it renews.
+	// Owner is the id of the router using the store, written as the owner
+	// of the work it leases.
 	Owner string
 	// Source is the router's CloudEvents source, of the handoff requests.
 	Source string
-	// Publish, when set, publishes the live handoff requests with core
-	// NATS (docs/protocol.md 6.2); nil publishes none.
+	// Publish publishes the live handoff requests (docs/protocol.md 6.2);
+	// nil publishes none.
 	Publish func(*nats.Msg) error
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
@@ -50,15 +46,13 @@ type Config struct {
 // DefaultTTL is how long a call stays parked when Config.TTL is zero.
 const DefaultTTL = 24 * time.Hour
 
-// Store is the parked calls of one deployment and the continuations of the
-// batches they belong to, over P_parked. It is safe for concurrent use.
+// Store is the parked calls and continuations of one deployment, over
+// P_parked. It is safe for concurrent use.
 type Store struct {
 	calls *calls
 	conts *conts
 	cfg   Config
-	// Read reads records and continuations: from the watch-fed cache
-	// (Parked) or the store (Get, Batch, Continuation).
-	Read Reads
+	Read  Reads // reads from the watch-fed cache (Parked) or the store
 }
 
 // Reads reads a Store's records and continuations; it writes nothing.
@@ -85,8 +79,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	return s
 }
 
-// Start loads the caches of parked records and of continuations and keeps
-// them fed.
+// Start loads the caches of records and continuations and keeps them fed.
 func (s *Store) Start(ctx context.Context) error {
 	if err := s.calls.start(ctx); err != nil {
 		return err
@@ -98,58 +91,55 @@ func (s *Store) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the watches, waiting for them until ctx ends; safe to call
-// twice.
+// Stop ends the watches; safe to call twice.
 func (s *Store) Stop(ctx context.Context) error {
 	return store.StopAll(ctx, s.calls.watch, s.conts.watch)
 }
 
 // Renew renews the lease of every continuation and answered call this
-// router holds. One that another router took over, or that moved on, is
-// let go.
+// router holds; one taken over or moved on is let go.
 func (s *Store) Renew(ctx context.Context, now time.Time) error {
-	return errors.Join(s.conts.renew(ctx, now), s.calls.renew(ctx, now))
+	owner, at := s.cfg.Owner, now.UTC()
+	return errors.Join(
+		renewOwned(ctx, s.conts.kv, &s.conts.leases, store.UntilLanded, func(b *Batch) bool {
+			b.Touched = at
+			return b.Owner == owner && b.Active()
+		}),
+		renewOwned(ctx, s.calls.kv, &s.calls.leases, store.Bounded, func(r *Record) bool {
+			r.Touched = at
+			return r.Status == bus.ParkAnswered && r.Owner == owner
+		}))
 }
 
-// A Run is what a batch parks: the calls of its current run that wait,
-// as the router decided them (Session, ReplyID, Call, Kind, User, Context,
-// SuggestedRules, Reason, RequestScoped set), with the batch's results so
-// far and the index of the first call after the run.
+// A Run is what a batch parks: the waiting calls of its current run, the
+// batch's results so far and the index of the first call after the run.
 type Run struct {
-	// Batch is the batch's continuation: a new one (never parked) or the
-	// one the batch resumed from.
-	Batch   *Batch
+	Batch   *Batch // a new continuation, or the one the batch resumed from
 	Calls   []*Record
 	Results map[string]bus.Result
 	Next    int
 	// Alone: nothing else of the run runs, so the continuation is written
 	// waiting for answers (PhaseParked) and the run needs no Settle.
 	Alone bool
-	// Announce, when set, is called with the records written, before
-	// their handoff requests go out (the call.parked event goes out there,
-	// so it precedes every handler's answer and its events).
+	// Announce, when set, is called with the records written before their
+	// handoff requests go out (so call.parked precedes every answer).
 	Announce func([]*Record)
 }
 
 // Parking is what Park did.
 type Parking struct {
-	// Before: an earlier copy of the batch parked first (a re-sent batch);
-	// nothing was written and Batch is that copy's continuation (nil when
-	// it could not be read).
+	// Before: an earlier copy of the batch parked first; nothing was
+	// written and Batch is that copy's continuation (nil: unreadable).
 	Before bool
 	Batch  *Batch
-	// Parked are the calls now parked; Failed, by id, those that could
-	// not be, with what went wrong.
 	Parked []*Record
-	Failed map[string]error
+	Failed map[string]error // by call id: the calls that could not park
 }
 
 // Park records the run's continuation, then its calls' records, then
 // publishes their live handoff requests (docs/protocol.md 6.1, 6.2). A
-// batch whose only wait is one call, with nothing of it left to run,
-// carries its continuation in that call's record: one write. An error
-// means nothing parked: the continuation (or that record) could not be
-// written.
+// batch whose only wait is its last call carries its continuation in that
+// call's record: one write. An error means nothing parked.
 func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	waiting := make([]string, len(run.Calls))
 	for i, r := range run.Calls {
@@ -203,16 +193,13 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 }
 
 // carries reports whether run's batch may live in its one parked call's
-// record: a new batch, nothing else of the run running, one call waiting
-// and none after it.
+// record: a new batch whose last call alone waits.
 func carries(run Run) bool {
 	return run.Batch.rev == 0 && run.Alone && len(run.Calls) == 1 && run.Next >= len(run.Batch.Data.Calls)
 }
 
-// parkCarried parks run's one call with the batch's continuation inside
-// its record (Record.Batch), waiting for the answer: the create is the
-// only write. A conflict is a first copy of the batch that parked this
-// call already.
+// parkCarried parks run's one call with the continuation inside its record:
+// one create. A conflict is a first copy of the batch that parked already.
 func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Parking, error) {
 	b, r := run.Batch, run.Calls[0]
 	b.Results, b.Waiting, b.Next = run.Results, waiting, run.Next
@@ -237,8 +224,6 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 	return Parking{Batch: b, Parked: []*Record{r}}, nil
 }
 
-// announce runs run.Announce with the records written, then publishes
-// their live requests.
 func (c *calls) announce(run Run, recs []*Record) {
 	if run.Announce != nil {
 		run.Announce(recs)
@@ -282,10 +267,9 @@ func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
 	return s.Batch(ctx, rec.Session, rec.ReplyID)
 }
 
-// Settle ends the run that parked calls: the run's results join the
-// continuation, and the batch waits for its answers (resume false), or,
-// when every answer came in during the run, this router goes on with it
-// (resume true, the lease held).
+// Settle ends the run that parked calls: its results join the continuation,
+// and the batch waits for its answers, or, when every answer came in during
+// the run, this router resumes it (true, the lease held).
 func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
 	b, err := s.conts.update(ctx, session, replyID, func(b *Batch) error {
 		for id, res := range results {
@@ -316,8 +300,8 @@ const (
 	Confirmed                // a confirmed call runs on this router, under a lease: parked → answered
 )
 
-// Decide validates an answer against the record it answers, may rewrite
-// either, and returns its verdict (and, for Done, the result).
+// Decide validates an answer against its record, may rewrite either, and
+// returns its verdict (and, for Done, the result).
 type Decide func(*Record, *bus.Answer) (Verdict, bus.Result, error)
 
 // Answered is what Answer did.
@@ -327,18 +311,14 @@ type Answered struct {
 	Answer  *bus.Answer // the winning answer, as decide left it
 }
 
-// Resume records a call's result in its batch: first in the call's
-// record when it was answered and ran here (answered → done); then report
-// runs (the call.result event goes out there) with the continuation as it
-// was read (nil when unreadable), and the result joins the continuation.
-// The one completion that finds every awaited call done resumes the batch:
-// resume true. When nothing of the batch is left to run, that completion
-// is the continuation's removal (one compare-and-set delete; the router
-// then only publishes batch.done, and Finish writes nothing); otherwise the
-// result is added and this router holds the lease. A call that carries its
-// batch (its only wait) resumes it with no write: only the router whose
-// transition ended the call calls Resume. report is skipped when another
-// router closed the answered call (it took it over and reports it).
+// Resume records a call's result in its batch: in the call's record when it
+// was answered and ran here (answered → done), then report runs with the
+// continuation as read (nil: unreadable), then the result joins the
+// continuation. The completion that finds every awaited call done resumes
+// the batch (true): with nothing left to run it is the continuation's
+// compare-and-set delete, else the result is added under this router's
+// lease; a carried batch resumes with no write. report is skipped when
+// another router closed the answered call (docs/parked.md).
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
@@ -349,18 +329,14 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 				return nil, false, err
 			}
 			if len(rec.Batch) > 0 {
-				// Only the close would say this router ended the call: a
-				// router that cannot write resumes nothing (the one that
-				// takes the answer over does).
+				// Only the close says this router ended the call: the one
+				// that takes the answer over resumes it.
 				return nil, false, fmt.Errorf("parked: answered call %s not closed: %w", rec.Key(), err)
 			}
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
 		}
 	}
-	if cont := carried(rec); cont != nil {
-		// The batch waited for this call alone, and the transition that
-		// ended the call (this router's) decided it: resume, nothing to
-		// write.
+	if cont := carried(rec); cont != nil { // it waited for this call alone: nothing to write
 		report(cont)
 		cont.Results[rec.Call.ID] = res
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
@@ -376,9 +352,8 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
 }
 
-// Expire takes the parked calls whose time is up out of parked with a
-// timeout result; it returns those this router ended (when several routers
-// try, one wins).
+// Expire ends the parked calls whose time is up with a timeout result; it
+// returns those this router ended.
 func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 	var out []*Record
 	for _, r := range s.calls.expired(now) {
@@ -390,10 +365,9 @@ func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 	return out
 }
 
-// Cancel interrupts the parked calls of a reply (all when ids is empty):
-// it marks the continuation so that its queued calls never run, and takes
-// the parked ones out of parked with an interrupted result. It returns the
-// calls this router ended.
+// Cancel interrupts the calls of a reply (all when ids is empty): it marks
+// the continuation so queued calls never run and ends the parked ones as
+// interrupted. It returns the calls this router ended.
 func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) ([]*Record, error) {
 	recs := s.calls.list(session, replyID)
 	if len(recs) == 0 {
@@ -414,10 +388,8 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 }
 
 // TakeOver claims the work of routers that stopped renewing their leases
-// since cutoff: the continuations they were running (this router now
-// repairs them) and the answered calls whose confirmed run never reported
-// (this router settles them again; the ledger keeps a side effect from
-// repeating). The compare-and-set picks one router per record.
+// since cutoff: the continuations they ran (to repair) and the answered
+// calls whose confirmed run never reported (to settle again).
 func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) ([]*Batch, []*Record) {
 	return s.conts.takeOver(ctx, cutoff), s.calls.takeOverAnswers(ctx, cutoff)
 }
@@ -434,17 +406,15 @@ func (s *Store) Finish(ctx context.Context, b *Batch) error {
 	return nil
 }
 
-// Release stops renewing the lease of a batch this router works on (a
-// drain cut it off, or its record is unusable): once the lease is stale
+// Release stops renewing the lease of a batch this router works on, so
 // another router takes it over.
 func (s *Store) Release(b *Batch) { s.conts.leases.release(batchKey(b.Key())) }
 
-// Parked returns the parked records of a session ("" for all), optionally
-// of one reply id, oldest first, from the watch-fed cache.
+// Parked returns the parked records of a session ("" for all), of one reply
+// id when given, oldest first, from the cache.
 func (s Reads) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
 
-// Get reads a call's record (bus.CallKey) from the store, through the
-// leader: a re-sent batch learns there what its first copy parked.
+// Get reads a call's record (bus.CallKey) from the store.
 func (s Reads) Get(ctx context.Context, key string) (*Record, error) {
 	r, rev, err := read[Record](ctx, s.calls.kv, key)
 	if r != nil {
@@ -465,3 +435,814 @@ func (s Reads) Batch(ctx context.Context, session, replyID string) (*Batch, erro
 	b.rev = rev
 	return b, nil
 }
+
+// Phase is where the continuation of a parked batch stands; each change
+// is one compare-and-set of a Store verb, so racing routers agree on who
+// has the batch (docs/parked.md):
+//
+//	Park:     (new) ─▶ running (lease held), or ─▶ parked when nothing else of the run runs
+//	Settle:   running ─▶ parked, or ─▶ resumed when every answer came in during the run
+//	Resume:   parked ─(last result)─▶ resumed (lease held), or ─▶ (deleted) when nothing is left
+//	Park:     resumed ─▶ running | parked   the rest of the batch parks more calls
+//	TakeOver: running|resumed, lease stale ─▶ resumed (another router holds it)
+//	Finish:   running|resumed ─▶ (deleted)  batch.done was published
+//
+// A new batch whose only wait is its last call is carried in that call's
+// record instead (Record.Batch, docs/protocol.md 6.1), and resumed with no
+// write of its own.
+type Phase string
+
+const (
+	// PhaseRunning: the router that parked calls is still finishing the
+	// run they belong to.
+	PhaseRunning Phase = "running"
+	// PhaseParked: waiting for answers; whoever records the last one
+	// resumes the batch.
+	PhaseParked Phase = "parked"
+	// PhaseResumed: a router runs the rest of the batch.
+	PhaseResumed Phase = "resumed"
+)
+
+// Batch is the continuation of a batch that parked calls.
+type Batch struct {
+	Session     string                `json:"session"`
+	ReplyID     string                `json:"reply_id"`
+	TraceParent string                `json:"traceparent,omitempty"`
+	TraceState  string                `json:"tracestate,omitempty"`
+	Expiry      string                `json:"expirytime,omitempty"`
+	Data        bus.Batch             `json:"data"`
+	Results     map[string]bus.Result `json:"results"`
+	Waiting     []string              `json:"waiting"`
+	Next        int                   `json:"next"`
+	Phase       Phase                 `json:"phase"`
+	Cancelled   []string              `json:"cancelled,omitempty"`  // call ids to interrupt before they run; "*" for all
+	ResumedBy   string                `json:"resumed_by,omitempty"` // why it resumed: the call whose result made it ready, "run" or "takeover"
+	// Owner, while running or resumed, renews Touched (a lease); another
+	// router takes the batch over once Touched is stale.
+	Owner   string    `json:"owner,omitempty"`
+	Touched time.Time `json:"touched"`
+
+	rev  uint64
+	gone bool // removed by the last result (Resume): Finish has nothing to delete
+}
+
+// last reports whether the result of call id is the last one b waits for
+// while parked, with nothing of the batch left to run after it.
+func (b *Batch) last(id string) bool {
+	if b.Phase != PhaseParked || b.Next < len(b.Data.Calls) || !slices.Contains(b.Waiting, id) {
+		return false
+	}
+	for _, w := range b.Waiting {
+		if _, ok := b.Results[w]; !ok && w != id {
+			return false
+		}
+	}
+	return true
+}
+
+// Key returns the continuation's P_parked key, BatchKey(Session, ReplyID).
+func (b *Batch) Key() string { return BatchKey(b.Session, b.ReplyID) }
+
+// Active reports whether a router is working on the batch (running or
+// resumed), as opposed to waiting for answers.
+func (b *Batch) Active() bool { return b.Phase == PhaseRunning || b.Phase == PhaseResumed }
+
+// Ready reports whether every awaited call has its result.
+func (b *Batch) Ready() bool {
+	for _, id := range b.Waiting {
+		if _, ok := b.Results[id]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// IsCancelled reports whether the agent cancelled call id while the batch
+// was parked (or cancelled every call).
+func (b *Batch) IsCancelled(id string) bool {
+	return slices.Contains(b.Cancelled, "*") || slices.Contains(b.Cancelled, id)
+}
+
+// conts holds the continuations of parked batches (keys <session>.<replyid>).
+type conts struct {
+	shared
+
+	mu     sync.RWMutex
+	active map[string]*Batch  // continuations running or resumed, for lease takeovers
+	leases leaseSet[batchKey] // continuations this router works on and renews
+	watch  *store.Watch
+}
+
+// start loads the cache of continuations and keeps it fed.
+func (s *conts) start(ctx context.Context) (err error) {
+	s.watch, err = watch(ctx, s.kv, "*.*", s.applyBatch)
+	return err
+}
+
+// claim makes owner (the store's router) the batch's owner in phase p.
+func claim(b *Batch, owner string, p Phase, why string) {
+	b.Phase, b.Owner, b.Touched = p, owner, time.Now().UTC()
+	if why != "" {
+		b.ResumedBy = why
+	}
+}
+
+// errParkedBefore: an earlier copy of the batch parked first.
+var errParkedBefore = errors.New("parked: this batch parked before")
+
+// parkBatch records that the batch parks calls: its results so far, the
+// calls it waits for and the index after its current run. While the run
+// goes on this router holds the lease (running); a settled run waits for
+// its answers at once (parked). A new batch is created (errParkedBefore: a
+// copy parked first); a resumed one is updated while this router owns it.
+func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int, settled bool) error {
+	phase := func(b *Batch) {
+		claim(b, s.cfg.Owner, PhaseRunning, "")
+		if settled {
+			b.Phase, b.Owner = PhaseParked, ""
+		}
+	}
+	if b.rev != 0 {
+		got, err := s.update(ctx, b.Session, b.ReplyID, func(cur *Batch) error {
+			if cur.Owner != s.cfg.Owner || !cur.Active() {
+				return fmt.Errorf("parked: batch %s: %w (taken over by %s)", b.Key(), errNotOwner, cur.Owner)
+			}
+			for id, res := range results {
+				cur.Results[id] = res
+			}
+			cur.Waiting, cur.Next = waiting, next
+			phase(cur)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		*b = *got
+		s.track(b)
+		return nil
+	}
+	b.Results, b.Waiting, b.Next = results, waiting, next
+	phase(b)
+	v, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	rev, err := store.Create(ctx, s.kv, b.Key(), v, store.Bounded)
+	switch {
+	case store.IsConflict(err):
+		return errParkedBefore
+	case err != nil:
+		return fmt.Errorf("parked: batch %s: %w", b.Key(), err)
+	}
+	b.rev = rev
+	s.track(b)
+	return nil
+}
+
+// complete records the result of a parked call of the batch; the one
+// completion that finds it ready resumes it (true, the lease held).
+func (s *conts) complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
+	var resume bool
+	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
+		resume = false
+		b.Results[callID] = res
+		if b.Phase == PhaseParked && b.Ready() {
+			claim(b, s.cfg.Owner, PhaseResumed, callID)
+			resume = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if resume {
+		s.leases.hold(batchKey(b.Key()))
+	}
+	return b, resume, nil
+}
+
+// cancel marks calls of a parked batch (all when ids is empty) so that
+// they never run; a batch that never parked is no error.
+func (s *conts) cancel(ctx context.Context, session, replyID string, ids []string) error {
+	marks := ids
+	if len(marks) == 0 {
+		marks = []string{"*"}
+	}
+	_, err := s.update(ctx, session, replyID, func(b *Batch) error {
+		for _, id := range marks {
+			if !slices.Contains(b.Cancelled, id) {
+				b.Cancelled = append(b.Cancelled, id)
+			}
+		}
+		return nil
+	})
+	if store.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// takeOver claims the active batches whose owner has not renewed its lease
+// since cutoff; the batches returned are this router's to repair.
+func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
+	var out []*Batch
+	for _, stale := range s.stale(cutoff) {
+		if stale.Owner == s.cfg.Owner && s.leases.holds(batchKey(stale.Key())) {
+			continue // this router is working on it: its renewal is late, not gone
+		}
+		b, err := s.update(ctx, stale.Session, stale.ReplyID, func(b *Batch) error {
+			if !b.Active() || !b.Touched.Before(cutoff) {
+				return errNotOwner
+			}
+			s.cfg.Logger.Warn("parked: taking over a batch whose router stopped", "session", b.Session, "reply", b.ReplyID, "owner", b.Owner)
+			claim(b, s.cfg.Owner, PhaseResumed, "takeover")
+			return nil
+		})
+		if err == nil {
+			s.leases.hold(batchKey(b.Key()))
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// remove deletes b, read at its revision, as the last result of a batch
+// with nothing left to run: the compare-and-set makes that result's router
+// the one that resumes it. Only the last result removes a continuation, so
+// a delete whose outcome is unknown (a lost acknowledgement, a leader
+// change) landed when the key is gone; false when b changed meanwhile.
+func (s *conts) remove(ctx context.Context, b *Batch) bool {
+	err := store.Retry(ctx, store.UntilLanded, func(ctx context.Context) error {
+		if s.kv.Delete(ctx, b.Key(), jetstream.LastRevision(b.rev)) == nil {
+			return nil
+		}
+		_, err := s.kv.Get(ctx, b.Key())
+		switch {
+		case store.IsNotFound(err):
+			return nil
+		case err == nil:
+			return store.Permanent(errChanged) // not a transient error: trying again never lands
+		}
+		return err // unknown yet: try again
+	})
+	b.gone = err == nil
+	return b.gone
+}
+
+var errChanged = errors.New("parked: the continuation changed")
+
+// update applies fn (which may run more than once; its error writes
+// nothing) to the latest continuation with compare-and-set, retried until
+// it lands or ctx ends: it records results that end calls. It returns an
+// error satisfying store.IsNotFound when there is no continuation.
+func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
+	key := BatchKey(session, replyID)
+	b, rev, err := cas(ctx, s.kv, key, store.UntilLanded, fmt.Errorf("parked: batch %s: %w", key, jetstream.ErrKeyNotFound), func(b *Batch) error {
+		if b.Results == nil {
+			b.Results = map[string]bus.Result{}
+		}
+		return fn(b)
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.rev = rev
+	return b, nil
+}
+
+// track holds b's lease while this router owns it, and reports whether it does.
+func (s *conts) track(b *Batch) bool {
+	if b.Active() && b.Owner == s.cfg.Owner {
+		s.leases.hold(batchKey(b.Key()))
+		return true
+	}
+	s.leases.release(batchKey(b.Key()))
+	return false
+}
+
+// applyBatch keeps the cache of continuations routers are working on.
+func (s *conts) applyBatch(e jetstream.KeyValueEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := e.Key()
+	if old, ok := s.active[key]; ok && old.rev >= e.Revision() {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(s.active, key)
+		return
+	}
+	var b Batch
+	if err := json.Unmarshal(e.Value(), &b); err != nil {
+		return
+	}
+	b.rev = e.Revision()
+	if b.Active() {
+		s.active[key] = &b
+	} else {
+		delete(s.active, key)
+	}
+}
+
+// stale returns, from the cache, the active continuations whose lease was
+// last renewed before cutoff.
+func (s *conts) stale(cutoff time.Time) []*Batch {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*Batch
+	for _, b := range s.active {
+		if b.Touched.Before(cutoff) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Record is a parked call (bus.ParkRecord: the inbox and the CLI read it
+// too; only this package writes it).
+type Record = bus.ParkRecord
+
+// BatchKey is the P_parked key of a batch's continuation: <session>.<replyid>.
+func BatchKey(session, replyID string) string { return session + "." + replyID }
+
+// shared is what calls and conts both use.
+type shared struct {
+	kv  jetstream.KeyValue
+	cfg Config
+}
+
+// calls holds the parked call records (keys <session>.<replyid>.<callid>):
+// their transitions, live handoff requests and the watch-fed cache.
+type calls struct {
+	shared
+	*callCache
+	handoff handoff
+	leases  leaseSet[callKey] // answered calls this router makes the result of
+}
+
+// watch loads the values of keys into apply and keeps it fed.
+func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(jetstream.KeyValueEntry)) (*store.Watch, error) {
+	w, err := store.WatchKV(ctx, kv, keys, apply)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-w.Ready():
+		return w, nil
+	case <-ctx.Done():
+		_ = w.Stop(context.WithoutCancel(ctx))
+		return nil, ctx.Err()
+	}
+}
+
+// create stores a new parked record. It comes before the request
+// (docs/protocol.md 6.1): a handler that answers the moment the request
+// arrives finds the call parked.
+func (s *calls) create(ctx context.Context, r *Record) error {
+	now := time.Now().UTC()
+	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
+	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
+	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
+	// from the tool; an open router still takes it on the old subject.
+	r.Subject, r.InputDigest = s.handoff.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	rev, err := store.Create(ctx, s.kv, r.Key(), b, store.Bounded)
+	if err != nil {
+		return fmt.Errorf("parked: park %s: %w", r.Key(), err)
+	}
+	r.Rev = rev
+	s.note(r.Key(), r) // a copy: the caller keeps r
+	return nil
+}
+
+// read decodes the value of key, at its revision.
+func read[T any](ctx context.Context, kv jetstream.KeyValue, key string) (*T, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	v := new(T)
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return nil, 0, fmt.Errorf("parked: %s is corrupt: %w", key, err)
+	}
+	return v, e.Revision(), nil
+}
+
+// cas applies fn to the decoded value of key with compare-and-set
+// (store.Update, retrying as p says); missing is the error for no value.
+func cas[T any](ctx context.Context, kv jetstream.KeyValue, key string, p store.Policy, missing error, fn func(*T) error) (*T, uint64, error) {
+	var v *T
+	rev, err := store.Update(ctx, kv, key, p, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur == nil {
+			return nil, missing
+		}
+		v = new(T)
+		if err := json.Unmarshal(cur.Value(), v); err != nil {
+			return nil, fmt.Errorf("parked: %s is corrupt: %w", key, err)
+		}
+		if err := fn(v); err != nil {
+			return nil, err
+		}
+		return json.Marshal(v)
+	})
+	return v, rev, err
+}
+
+// transition moves a record from status from to the state fn leaves it in,
+// with compare-and-set, retrying as p says. It returns bus.ErrNotParked
+// when the record is missing or in another status, bus.ErrAlreadyAnswered
+// when from is parked and an answer already won.
+func (s *calls) transition(ctx context.Context, key string, from bus.ParkStatus, p store.Policy, fn func(*Record) error) (*Record, error) {
+	return s.change(ctx, key, p, func(r *Record) error {
+		if r.Status != from {
+			return wrongStatus(r, from)
+		}
+		return fn(r)
+	})
+}
+
+func wrongStatus(r *Record, from bus.ParkStatus) error {
+	if from == bus.ParkParked && (r.Status == bus.ParkAnswered || r.Status == bus.ParkDone && r.Answer != nil) {
+		return bus.Errorf(bus.CodeAlreadyAnswered, "call %s was already answered", r.Call.ID)
+	}
+	return bus.Errorf(bus.CodeNotParked, "call %s is %s, not %s", r.Call.ID, r.Status, from)
+}
+
+// Answer takes an answer to the parked call key of tool in one
+// compare-and-set: the first valid answer wins. decide validates it against
+// the record, may rewrite it, and gives the verdict; its error changes
+// nothing. An answer for another tool's call, or a call not parked, is
+// bus.ErrNotParked; one after the winner is bus.ErrAlreadyAnswered.
+func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, decide Decide) (Answered, error) {
+	s := st.calls
+	var out Answered
+	r, err := s.change(ctx, key, answerPolicy, func(r *Record) error {
+		if r.Call.Name != tool {
+			return bus.Errorf(bus.CodeNotParked, "no call %s of tool %s is parked in session %s, reply %s", r.Call.ID, tool, r.Session, r.ReplyID)
+		}
+		if r.Status != bus.ParkParked {
+			return wrongStatus(r, bus.ParkParked)
+		}
+		v, res, err := decide(r, a)
+		if err != nil {
+			return err
+		}
+		out = Answered{Verdict: v, Answer: a}
+		now := time.Now().UTC()
+		switch v {
+		case Done: // the answer is the result: parked → done in this one write
+			r.Status, r.Answer, r.Result = bus.ParkDone, a, &res
+		case Repark: // a confirmed call of an external tool now waits for its execution
+			r.Kind, r.SuggestedRules, r.Reason, r.Expires = bus.KindExternal, nil, "", now.Add(s.cfg.TTL)
+		default: // Confirmed: this router runs the confirmed call under a lease
+			r.Status, r.Answer, r.Owner, r.Touched = bus.ParkAnswered, a, s.cfg.Owner, now
+		}
+		return nil
+	})
+	if store.IsFull(err) {
+		// Nothing changed, and nothing will until someone frees space: the
+		// answerer hears so at once and may answer again later.
+		return out, fmt.Errorf("%s: the answer was not recorded: %w", store.FullText, err)
+	}
+	if err != nil {
+		return out, err
+	}
+	out.Record = r
+	if out.Verdict == Repark {
+		s.handoff.live(r) // the record, now of kind external, is the new request
+	}
+	return out, nil
+}
+
+// answerPolicy retries an answer's write until it lands or the caller's
+// context ends, but not through a full store (store.Policy.RideOutFull).
+var answerPolicy = store.Policy{}
+
+// close records the result made from an answered call's answer.
+func (s *calls) close(ctx context.Context, key string, res bus.Result) (*Record, error) {
+	return s.transition(ctx, key, bus.ParkAnswered, store.UntilLanded, func(r *Record) error {
+		r.Status, r.Result = bus.ParkDone, &res
+		return nil
+	})
+}
+
+// end takes a call out of parked without an answer, to status (expired or
+// cancelled) with res as its result; one racing router wins.
+func (s *calls) end(ctx context.Context, key string, status bus.ParkStatus, res bus.Result) (*Record, error) {
+	return s.transition(ctx, key, bus.ParkParked, store.UntilLanded, func(r *Record) error {
+		r.Status, r.Result = status, &res
+		return nil
+	})
+}
+
+// change applies fn to the record key with compare-and-set and keeps the
+// cache and the leases in step with the outcome.
+func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(*Record) error) (*Record, error) {
+	r, rev, err := cas(ctx, s.kv, key, p, bus.Errorf(bus.CodeNotParked, "no parked call %s", key), fn)
+	if err != nil {
+		if be := (*bus.Error)(nil); errors.As(err, &be) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("parked: update %s: %w", key, err)
+	}
+	r.Rev = rev
+	s.note(key, r) // a copy: the caller gets r
+	if r.Status == bus.ParkAnswered && r.Owner == s.cfg.Owner {
+		s.leases.hold(callKey(key)) // this router makes the call's result: it renews the lease
+	} else {
+		s.leases.release(callKey(key))
+	}
+	return r, nil
+}
+
+// takeOverAnswers claims the answered calls whose router has not renewed
+// its lease since cutoff (it died before making the call's result); the
+// records returned are this router's to settle again (through the ledger,
+// so a side effect is not repeated).
+func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
+	var out []*Record
+	stale := slices.DeleteFunc(s.answeredBefore(cutoff), func(key string) bool { return s.leases.holds(callKey(key)) })
+	for _, key := range stale {
+		r, err := s.change(ctx, key, store.Bounded, func(r *Record) error {
+			if r.Status != bus.ParkAnswered || !r.Touched.Before(cutoff) {
+				return errNotOwner
+			}
+			s.cfg.Logger.Warn("parked: taking over an answer whose router stopped", "key", key, "owner", r.Owner)
+			r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
+			return nil
+		})
+		if err == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// The record is the handoff (docs/protocol.md 6.2, 1.6): a follower reads
+// the parked records of its kind and tool from P_parked's stream through a
+// router, which turns each into the request event (Request); live
+// subscribers get it on P.external.<tool> / P.confirm.<tool> (core NATS).
+// Nothing is written for the handoff: the record's next revision replaces
+// the parked one in the stream.
+
+// handoff publishes parked calls' requests for live subscribers.
+type handoff struct {
+	publish func(*nats.Msg) error // nil: no live requests
+	subj    bus.Subjects
+	source  string
+	log     *slog.Logger
+}
+
+// live publishes r's request on P.external.<tool> or P.confirm.<tool>,
+// unless the caller executes the tool itself (request-scoped). A lost
+// publish loses nothing: followers read the record.
+func (h handoff) live(r *Record) {
+	if h.publish == nil || r.RequestScoped {
+		return
+	}
+	m, err := requestMsg(r, h.source, h.subj)
+	if err == nil {
+		err = h.publish(m)
+	}
+	if err != nil {
+		h.log.Debug("parked: live handoff request not published", "key", r.Key(), "err", err)
+	}
+}
+
+// confirmRequest is bus.HandoffRequest with suggested_rules always present.
+type confirmRequest struct {
+	bus.HandoffRequest
+	SuggestedRules []bus.Rule `json:"suggested_rules"`
+}
+
+// requestMsg is r's io.toolbus.external.request or io.toolbus.confirm.request
+// (docs/protocol.md 6.2) on its live subject, from source.
+func requestMsg(r *Record, source string, subj bus.Subjects) (*nats.Msg, error) {
+	typ, subject := bus.TypeExternalReq, subj.Handoffs.External(r.Call.Name)
+	req := bus.HandoffRequest{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
+	var data any = req
+	if r.Kind == bus.KindConfirm {
+		typ, subject = bus.TypeConfirmReq, subj.Handoffs.Confirm(r.Call.Name)
+		req.Reason = r.Reason
+		rules := r.SuggestedRules
+		if rules == nil {
+			rules = []bus.Rule{}
+		}
+		data = confirmRequest{HandoffRequest: req, SuggestedRules: rules}
+	}
+	e, err := bus.NewEvent(typ, source, data)
+	if err != nil {
+		return nil, err
+	}
+	e.SessionID, e.ReplyID, e.ToolCallID, e.Subject = r.Session, r.ReplyID, r.Call.ID, r.Call.ID
+	e.ExpiryTime = r.Expires.Format(time.RFC3339Nano)
+	return e.Msg(subject)
+}
+
+// A Want is what a follower of the handoff may see: the records parked
+// for kind (bus.KindExternal or bus.KindConfirm) of tool ("" for every
+// tool). It is the trust boundary of the follow relay (docs/security.md):
+// a handler of one tool never gets another tool's or kind's requests.
+type Want struct {
+	Kind, Tool string
+}
+
+// Request turns the value of a P_parked entry into the request event a
+// follower of w gets, from source; false when the entry is not for w: not a
+// parked call record, request-scoped, or of another kind or tool.
+func Request(value []byte, w Want, subj bus.Subjects, source string) (*nats.Msg, bool) {
+	if len(value) == 0 || w.Kind != bus.KindExternal && w.Kind != bus.KindConfirm {
+		return nil, false
+	}
+	var r Record
+	if json.Unmarshal(value, &r) != nil || r.Status != bus.ParkParked || r.RequestScoped ||
+		r.Kind != w.Kind || w.Tool != "" && r.Call.Name != w.Tool || !bus.ValidName(r.Call.Name) {
+		return nil, false
+	}
+	m, err := requestMsg(&r, source, subj)
+	return m, err == nil
+}
+
+// callCache is the watch-fed cache of the call records in status parked
+// and in status answered (whose lease another router may take over), with
+// this router's own writes noted. Safe for concurrent use.
+type callCache struct {
+	src jetstream.KeyValue // P_parked, watched on keys *.*.*
+	log *slog.Logger
+
+	mu       sync.RWMutex
+	parked   *store.Cache[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
+	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
+	watch    *store.Watch
+}
+
+func newCallCache(kv jetstream.KeyValue, log *slog.Logger) *callCache {
+	return &callCache{src: kv, log: log, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}}
+}
+
+func (c *callCache) start(ctx context.Context) (err error) {
+	c.watch, err = watch(ctx, c.src, "*.*.*", c.apply)
+	return err
+}
+
+// goneMemory is how long the tombstone of a record that left the parked
+// status is kept, so that a late delivery of an older revision cannot list
+// it as parked again.
+const goneMemory = time.Minute
+
+func (c *callCache) apply(e jetstream.KeyValueEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := e.Key()
+	if c.parked.Stale(key, e.Revision()) {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		c.parked.Delete(key, e.Revision())
+		delete(c.answered, key)
+		return
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		c.log.Warn("parked: ignoring bad parked record", "key", key)
+		return
+	}
+	r.Rev = e.Revision()
+	if old, ok := c.answered[key]; !ok || old.Rev < r.Rev {
+		if r.Status == bus.ParkAnswered {
+			c.answered[key] = &r
+		} else {
+			delete(c.answered, key)
+		}
+	}
+	if r.Status == bus.ParkParked {
+		c.parked.Put(key, r.Rev, &r)
+	} else {
+		c.parked.Delete(key, r.Rev)
+	}
+}
+
+// note caches a copy of r, which this router just wrote at r.Rev (callers
+// change theirs).
+func (c *callCache) note(key string, r *Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.Status == bus.ParkParked {
+		c.parked.Put(key, r.Rev, new(*r))
+	} else {
+		c.parked.Delete(key, r.Rev)
+	}
+}
+
+func (c *callCache) list(session, replyID string) []*Record {
+	out := c.where(func(r *Record) bool {
+		return (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID)
+	})
+	slices.SortFunc(out, func(a, b *Record) int { return a.Created.Compare(b.Created) })
+	return out
+}
+
+func (c *callCache) expired(now time.Time) []*Record {
+	return c.where(func(r *Record) bool { return now.After(r.Expires) })
+}
+
+func (c *callCache) where(keep func(*Record) bool) []*Record {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []*Record
+	for _, r := range c.parked.All() {
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// answeredBefore returns the keys of the answered calls whose lease was
+// last renewed before cutoff.
+func (c *callCache) answeredBefore(cutoff time.Time) []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var stale []string
+	for key, r := range c.answered {
+		if r.Touched.Before(cutoff) {
+			stale = append(stale, key)
+		}
+	}
+	return stale
+}
+
+// callKey and batchKey are the two kinds of P_parked key whose leases a
+// router renews (an answered call, a continuation), so nothing tells them
+// apart by counting dots.
+type (
+	callKey  string
+	batchKey string
+)
+
+// leaseSet is the set of keys whose lease this router renews.
+type leaseSet[K ~string] struct {
+	mu   sync.Mutex
+	keys map[K]struct{}
+}
+
+func newLeaseSet[K ~string]() leaseSet[K] { return leaseSet[K]{keys: map[K]struct{}{}} }
+
+func (l *leaseSet[K]) hold(k K) {
+	l.mu.Lock()
+	l.keys[k] = struct{}{}
+	l.mu.Unlock()
+}
+
+func (l *leaseSet[K]) release(k K) {
+	l.mu.Lock()
+	delete(l.keys, k)
+	l.mu.Unlock()
+}
+
+func (l *leaseSet[K]) holds(k K) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.keys[k]
+	return ok
+}
+
+func (l *leaseSet[K]) held() []K {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Collect(maps.Keys(l.keys))
+}
+
+// renew runs touch on every key held and lets go of those that moved on
+// (errNotOwner, or gone); it returns the last other error.
+func (l *leaseSet[K]) renew(touch func(key string) error) (failed error) {
+	for _, key := range l.held() {
+		switch err := touch(string(key)); {
+		case err == nil:
+		case errors.Is(err, errNotOwner), store.IsNotFound(err):
+			l.release(key)
+		default:
+			failed = err
+		}
+	}
+	return failed
+}
+
+// renewOwned renews, with compare-and-set, the lease of every record of l
+// that this router still owns (touch renews it and reports whether it does).
+func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l *leaseSet[K], p store.Policy, touch func(*T) bool) error {
+	return l.renew(func(key string) error {
+		_, _, err := cas(ctx, kv, key, p, errNotOwner, func(v *T) error {
+			if !touch(v) {
+				return errNotOwner
+			}
+			return nil
+		})
+		return err
+	})
+}
+
+var errNotOwner = errors.New("parked: not the owner")

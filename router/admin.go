@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/skills"
 	"github.com/toolbus/toolbus/store"
 )
@@ -107,16 +108,9 @@ func (x *adminVerbs) onAdmin(m *nats.Msg) {
 func (x *adminVerbs) run(ctx context.Context, verb string, e *bus.Event) (any, error) {
 	switch verb {
 	case "tools.delete":
-		var d struct {
-			Name string `json:"name"`
-		}
-		if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
-			return nil, bus.Errorf(bus.CodeBadRequest, "tools.delete wants {\"name\": <tool name>}")
-		}
-		if err := x.reg.Delete(ctx, d.Name); err != nil {
-			return nil, err
-		}
-		return map[string]any{"deleted": d.Name}, nil
+		return deleteNamed(ctx, e, verb, "tool", x.reg.Delete)
+	case "groups.delete":
+		return deleteNamed(ctx, e, verb, "group", x.groups.Delete)
 	case "status":
 		return x.status(ctx), nil
 	case "skills.list":
@@ -135,17 +129,23 @@ type sessionView struct {
 	State   *groups.Session `json:"state"`
 }
 
-// adminGroups runs the group and session verbs.
+// deleteNamed runs a delete verb whose data is {"name": <what's name>}.
+func deleteNamed(ctx context.Context, e *bus.Event, verb, what string, del func(context.Context, string) error) (any, error) {
+	var d struct {
+		Name string `json:"name"`
+	}
+	if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
+		return nil, bus.Errorf(bus.CodeBadRequest, "%s wants {\"name\": <%s name>}", verb, what)
+	}
+	if err := del(ctx, d.Name); err != nil {
+		return nil, err
+	}
+	return map[string]any{"deleted": d.Name}, nil
+}
+
 // sessionVerb runs the verbs on groups and sessions.
 func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event) (any, error) {
-	needSession := func() error {
-		if e.SessionID == "" {
-			return bus.Errorf(bus.CodeBadRequest, "%s needs the sessionid attribute", verb)
-		}
-		return nil
-	}
-	switch verb {
-	case "groups.put":
+	if verb == "groups.put" {
 		g, err := bus.DecodeGroup(e.Data)
 		if err != nil {
 			return nil, bus.Errorf(bus.CodeBadRequest, "groups.put wants a group definition: %s", strings.TrimPrefix(err.Error(), bus.CodeBadRequest+": "))
@@ -154,36 +154,28 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 			return nil, err
 		}
 		return map[string]any{"group": g.Name}, nil
-	case "groups.delete":
-		var d struct {
-			Name string `json:"name"`
-		}
-		if err := e.DataAs(&d); err != nil || !bus.ValidName(d.Name) {
-			return nil, bus.Errorf(bus.CodeBadRequest, "groups.delete wants {\"name\": <group name>}")
-		}
-		if err := x.groups.Delete(ctx, d.Name); err != nil {
-			return nil, err
-		}
-		return map[string]any{"deleted": d.Name}, nil
+	}
+	if verb == "limits" || verb == "limits.reset" {
+		return x.limitsVerb(ctx, verb, e)
+	}
+	if !slices.Contains([]string{"session.get", "session.delete", "session.activate", "session.mode"}, verb) {
+		return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
+	}
+	if e.SessionID == "" {
+		return nil, bus.Errorf(bus.CodeBadRequest, "%s needs the sessionid attribute", verb)
+	}
+	var update func(*groups.Session) error
+	switch verb {
 	case "session.get":
-		if err := needSession(); err != nil {
-			return nil, err
-		}
 		// Read from KV: the answer must show every write acknowledged so far,
 		// through whichever router.
 		return x.sessionView(e.SessionID, x.groups.Refresh(ctx, e.SessionID)), nil
 	case "session.delete":
-		if err := needSession(); err != nil {
-			return nil, err
-		}
 		if err := x.groups.DeleteSession(ctx, e.SessionID); err != nil {
 			return nil, err
 		}
 		return map[string]any{"deleted": e.SessionID}, nil
 	case "session.activate":
-		if err := needSession(); err != nil {
-			return nil, err
-		}
 		var d struct {
 			Groups []string `json:"groups"`
 			Active *bool    `json:"active"`
@@ -203,40 +195,30 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 				return nil, bus.Errorf(bus.CodeBadRequest, "group %q has scope %s; only external-scope groups are switched by operators (meta groups by reset_tools)", name, g.Scope)
 			}
 		}
-		sess, err := x.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
+		update = func(s *groups.Session) error {
 			s.Active = slices.DeleteFunc(s.Active, func(g string) bool { return slices.Contains(d.Groups, g) })
 			if *d.Active {
 				s.Active = append(s.Active, d.Groups...)
 			}
 			return nil
-		})
-		if err != nil {
-			return nil, err
 		}
-		return x.sessionView(e.SessionID, sess), nil
 	case "session.mode":
-		if err := needSession(); err != nil {
-			return nil, err
-		}
 		var d struct {
 			Mode string `json:"mode"`
 		}
 		if err := e.DataAs(&d); err != nil || !permission.ValidMode(d.Mode) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "session.mode wants {\"mode\": \"default|accept_edits|explore|bypass|dont_ask\"}")
 		}
-		sess, err := x.groups.Update(ctx, e.SessionID, func(s *groups.Session) error {
+		update = func(s *groups.Session) error {
 			s.Mode = d.Mode
 			return nil
-		})
-		if err != nil {
-			return nil, err
 		}
-		return x.sessionView(e.SessionID, sess), nil
 	}
-	if verb == "limits" || verb == "limits.reset" {
-		return x.limitsVerb(ctx, verb, e)
+	sess, err := x.groups.Update(ctx, e.SessionID, update)
+	if err != nil {
+		return nil, err
 	}
-	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
+	return x.sessionView(e.SessionID, sess), nil
 }
 
 // parkedList lists the calls parked in a session (all when "").
@@ -310,4 +292,72 @@ func (x *adminVerbs) limitsVerb(ctx context.Context, verb string, e *bus.Event) 
 	}
 	us, err := x.limits.Usage(ctx, call)
 	return map[string]any{"limits": us}, err
+}
+
+// toolsLister answers P.tools.<session> (docs/protocol.md 4.1).
+type toolsLister struct {
+	*wire
+	base     context.Context
+	reg      *registry.Registry
+	groups   *groups.Store
+	skills   *routerSkills
+	identify func(session string, claimed json.RawMessage) (json.RawMessage, error)
+	// refused records a refused query in the audit trail.
+	refused func(m *nats.Msg, e *bus.Event, err error)
+	readOut bool // read_output is offered (Guard.ReadOutput)
+}
+
+func (r *toolsLister) onTools(m *nats.Msg) {
+	e, err := r.decode(m, "tools", bus.TypeToolsQuery)
+	var q bus.ToolsQuery
+	if err == nil && len(e.Data) > 0 {
+		err = e.DataAs(&q)
+	}
+	if err == nil {
+		q.User, err = r.identify(e.SessionID, q.User)
+	}
+	var list *bus.ToolsList
+	if err == nil {
+		list, err = r.list(e.SessionID, q)
+	}
+	if err != nil {
+		if r.refused != nil {
+			r.refused(m, e, err)
+		}
+		r.reject(m, err)
+		return
+	}
+	r.respond(m, bus.TypeToolsList, list, "tools reply")
+}
+
+// list builds the tool list a session's model sees.
+func (r *toolsLister) list(session string, q bus.ToolsQuery) (*bus.ToolsList, error) {
+	req, err := groups.CheckRequest(q.Request)
+	if err != nil {
+		return nil, err
+	}
+	// A listing reads the session from KV: it is once per model turn, and
+	// it must reflect an activation made through any router.
+	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
+	defer cancel()
+	view := r.groups.View(r.reg, r.groups.Refresh(ctx, session), req)
+	defs, prompt := r.skills.listing(view, req, userOf(q.User), withReadOutput(r.readOut, req, view.Tools()))
+	var (
+		tools    []json.RawMessage
+		deferred map[string]string
+	)
+	if q.Deferred {
+		var ns []schemas.Namespace
+		ns, deferred = view.Deferred()
+		// The provider's tool search stands in for search_tools, which
+		// stays callable (docs/protocol.md 4.1).
+		defs = slices.DeleteFunc(defs, func(d bus.ToolDef) bool { return d.Name == groups.SearchTools })
+		tools, err = schemas.ExportDeferred(q.Format, defs, ns)
+	} else {
+		tools, err = schemas.Export(q.Format, defs)
+	}
+	if err != nil {
+		return nil, bus.Errorf(bus.CodeBadRequest, "%v", err)
+	}
+	return &bus.ToolsList{Tools: tools, Groups: view.Groups(), SkillsPrompt: prompt, SessionRev: view.Session().Revision(), Deferred: deferred}, nil
 }

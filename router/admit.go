@@ -4,11 +4,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/life"
-
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // Admission (docs/protocol.md 1, busy): a message is handled in one of
@@ -21,10 +20,8 @@ import (
 // without a reply subject, which have nobody to tell) wait for a slot in
 // the callback: back-pressure, as before.
 
-// Defaults of the admission queue.
-const (
-	DefaultQueueWait = 2 * time.Second
-)
+// DefaultQueueWait is Config.QueueWait's default.
+const DefaultQueueWait = 2 * time.Second
 
 // Pending limits of the subscriptions: far above what the callbacks let
 // accumulate, so that the client library's slow-consumer drop (silent to
@@ -90,19 +87,14 @@ func (a *admission) wait(m *nats.Msg, run func()) {
 	}()
 }
 
-// refuse answers m busy and ends its work.
+// refuse answers m busy (docs/protocol.md 1) and ends its work.
 func (a *admission) refuse(m *nats.Msg) {
-	a.reply(m)
-	a.life.Leave()
-}
-
-// reply answers m busy (docs/protocol.md 1).
-func (a *admission) reply(m *nats.Msg) {
 	a.busy.Add(1)
 	a.m.Rejected.WithLabelValues(bus.CodeBusy).Inc()
 	if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: bus.BusyText}); err != nil {
 		a.log.Warn("router: busy reply failed", "err", err)
 	}
+	a.life.Leave()
 }
 
 // BusyReplies counts the busy replies this router has sent.

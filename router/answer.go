@@ -19,12 +19,9 @@ import (
 )
 
 // answers takes answers to parked calls on P.answer.<tool> and
-// P.approve.<tool> (docs/protocol.md 6.3): it validates each and gives
-// package parked its verdict — parked.Done (an external result or a
-// denial, recorded with the answer), parked.Repark (a confirmed call of an
-// external tool) or parked.Confirmed (a confirmed call, run here) — and
-// then reports the call's result; the batch resumes when the call was the
-// last one awaited.
+// P.approve.<tool> (docs/protocol.md 6.3): it validates each, gives package
+// parked its verdict (decideAnswer), then reports the call's result; the
+// batch resumes when the call was the last one awaited.
 type answers struct {
 	*wire
 	base    context.Context
@@ -40,7 +37,7 @@ type answers struct {
 	runTool    func(ctx context.Context, j *job) bus.Result
 	resume     func(cont *parked.Batch)
 	confirming *confirmed
-	audit      *auditTrail // the audit trail of parked calls; nil when off (audittrail.go)
+	audit      *auditTrail // the audit trail of parked calls; nil when off (chain.go)
 }
 
 // parkedCalls is what answers uses of the parked calls (parked.Store).
@@ -70,9 +67,10 @@ var (
 	_ sessionRules = (*groups.Store)(nil)
 )
 
-// decideAnswer is the one decision on an accepted answer a to rec; tool
-// is the call's tool (nil when it is no longer registered). For
-// parked.Done it returns the result.
+// decideAnswer is the one decision on an accepted answer a to rec: the
+// answer (or a denial) is the result, a confirmed call of an external tool
+// waits again, or a confirmed call runs here. tool is nil when no longer
+// registered.
 func decideAnswer(rec *parked.Record, a *bus.Answer, tool *registry.Tool) (parked.Verdict, bus.Result) {
 	switch {
 	case rec.Kind != bus.KindConfirm:
@@ -85,18 +83,12 @@ func decideAnswer(rec *parked.Record, a *bus.Answer, tool *registry.Tool) (parke
 	return parked.Confirmed, bus.Result{}
 }
 
-// onAnswer takes an answer to a parked call: the first valid answer wins
-// (compare-and-set on the parked record) and is acknowledged; the call's
-// result follows, and the batch resumes when it was the last one awaited.
-func (r *answers) onAnswer(m *nats.Msg) { r.answer(m, viaAnswer) }
-
-// onApprove takes a confirmation on P.approve.<tool> (docs/protocol.md
-// 6.3): the approver's subject, which carries confirmations only.
+func (r *answers) onAnswer(m *nats.Msg)  { r.answer(m, viaAnswer) }
 func (r *answers) onApprove(m *nats.Msg) { r.answer(m, viaApprove) }
 
-// The subject kinds answers arrive on. NATS permissions are what tell
-// them apart: the approver may publish on P.approve.<tool> only, handlers
-// (and agents for request-scoped tools) on P.answer.<tool>.
+// The subject kinds answers arrive on; NATS permissions tell them apart:
+// the approver may publish on P.approve.<tool> only, handlers (and agents
+// for request-scoped tools) on P.answer.<tool>.
 const (
 	viaAnswer  = "answer"
 	viaApprove = "approve"
@@ -155,13 +147,11 @@ func (r *answers) answer(m *nats.Msg, via string) {
 }
 
 // checkAnswer validates an answer against the kind of call it answers and
-// the subject kind it came on (via); a bad answer is a bad_request and
-// changes nothing. A confirmation on P.approve.<tool> must name the parked
-// input's digest (on a secured router; when given, it must match
-// everywhere), may not edit the input, and may remember only suggested
-// rules. On P.answer.<tool> a confirmation is taken only from an open
-// router (no identities), as before: its digest, when given, must match;
-// an edited input is validated against the tool's schema and normalised.
+// the subject kind it came on (via); a bad answer is a bad_request. A
+// confirmation on P.approve.<tool> must name the parked input's digest (on
+// a secured router), may not edit the input, and may remember only
+// suggested rules; on P.answer.<tool> one is taken only by an open router,
+// an edited input validated against the tool's schema.
 func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *registry.Tool) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
@@ -231,7 +221,7 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 }
 
 // checkDigest checks a confirmation's input_digest against the parked
-// input's: required is whether it must be given.
+// input's; required says it must be given.
 func checkDigest(rec *parked.Record, a *bus.Answer, required bool) error {
 	want := rec.InputDigest
 	if want == "" { // parked before records carried it
@@ -310,8 +300,8 @@ func answerResult(c bus.Call, a *bus.Answer) bus.Result {
 	return res
 }
 
-// deniedByUser is the result of a confirmation answered no.
-// A denial's reason, when given, follows the fixed text (6.3).
+// deniedByUser is the result of a confirmation answered no; the reason,
+// when given, follows the fixed text (6.3).
 func deniedByUser(c bus.Call, reason string) bus.Result {
 	text := fmt.Sprintf("<system-reminder>The execution of tool \"%s\" is denied by user!</system-reminder>", c.Name)
 	if reason != "" {
@@ -320,11 +310,8 @@ func deniedByUser(c bus.Call, reason string) bus.Result {
 	return bus.ErrorResult(c, bus.CodeDenied, text)
 }
 
-// settle reports the result of an accepted answer, as its verdict says:
-// the answer is the result (recorded with it); a confirmed call of an
-// external tool waits again (nothing to report); a confirmed call runs
-// here. tool is the call's tool as the caller looked it up, once (nil: no
-// longer registered).
+// settle reports the result of an accepted answer as its verdict says.
+// tool is the call's tool as the caller looked it up, once.
 func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
 	rec := got.Record
 	if got.Answer.Confirmed != nil && len(got.Answer.Rules) > 0 { // remembered by answer
@@ -360,9 +347,8 @@ func (r *answers) settleTaken(rec *parked.Record) {
 	r.settle(parked.Answered{Record: rec, Verdict: v, Answer: rec.Answer}, tool)
 }
 
-// runConfirmed runs a confirmed call, with its edited input, through the
-// executor as any call of its batch would run. A cancel of the batch
-// reaches it through r.confirming.
+// runConfirmed runs a confirmed call, with its edited input, as any call of
+// its batch would run; a cancel of the batch reaches it through confirming.
 func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *parked.Batch) bus.Result {
 	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
 	if err != nil {
@@ -382,9 +368,9 @@ func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *pa
 	return r.runTool(ctx, j)
 }
 
-// confirmCovered answers, as confirmed, the other calls of the same batch
-// that wait for a confirmation and that the session's rules now allow: a
-// person who said "yes, and remember" is not asked twice.
+// confirmCovered confirms the batch's other calls waiting for a
+// confirmation that the session's rules now allow: a person who said "yes,
+// and remember" is not asked twice.
 func (r *answers) confirmCovered(answered *parked.Record) {
 	sess := r.groups.Session(answered.Session)
 	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {
@@ -395,13 +381,12 @@ func (r *answers) confirmCovered(answered *parked.Record) {
 		if !ok || permission.Decide(permissionContext(sess), &t.Def, rec.Call.Input).Behavior != permission.Allow {
 			continue
 		}
-		yes := true
-		decide := func(rec *parked.Record, a *bus.Answer) (parked.Verdict, bus.Result, error) {
-			v, res := decideAnswer(rec, a, t)
-			return v, res, nil
-		}
 		ctx, cancel := r.landing()
-		got, err := r.parked.Answer(ctx, rec.Key(), rec.Call.Name, &bus.Answer{Confirmed: &yes}, decide)
+		got, err := r.parked.Answer(ctx, rec.Key(), rec.Call.Name, &bus.Answer{Confirmed: new(true)},
+			func(rec *parked.Record, a *bus.Answer) (parked.Verdict, bus.Result, error) {
+				v, res := decideAnswer(rec, a, t)
+				return v, res, nil
+			})
 		cancel()
 		if err == nil {
 			r.settle(got, t)
@@ -409,22 +394,20 @@ func (r *answers) confirmCovered(answered *parked.Record) {
 	}
 }
 
-// complete reports a parked call's result and records it, and resumes the
+// complete reports a parked call's result, records it, and resumes the
 // batch when it was the last one awaited.
 func (r *answers) complete(rec *parked.Record, res bus.Result) {
 	ctx, cancel := r.landing()
 	defer cancel()
 	// The call.result event goes out before the continuation records the
-	// result, on the connection that then records it: the server handles
-	// one connection's messages in order, so whichever router sees the
-	// result recorded and publishes batch.done does so after this event
-	// has been delivered.
+	// result, on the connection that records it: whichever router then
+	// publishes batch.done does so after this event was delivered.
 	report := func(cont *parked.Batch) {
 		var trace [2]string
 		if cont != nil {
 			trace = [2]string{cont.TraceParent, cont.TraceState}
 		}
-		r.audit.recordParked(ctx, rec, res) // the audit trail (audittrail.go)
+		r.audit.recordParked(ctx, rec, res) // the audit trail (chain.go)
 		ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 		if err == nil {
 			err = r.stored(ctx, []*sentEvent{ev})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -38,9 +39,9 @@ type TasksConfig struct {
 // DefaultTaskRun is TasksConfig.MaxRun's default.
 const DefaultTaskRun = time.Hour
 
-// background runs the router's side of tasks: it turns a call past its
-// timeout into a task, follows the runs it owns (renewing their leases),
-// takes over the tasks whose owner went away, and serves P.tasks.<session>.
+// background runs the router's side of tasks: a call past its timeout
+// becomes a task; it follows the runs it owns, takes over those whose owner
+// went away, and serves P.tasks.<session>.
 type background struct {
 	*wire
 	r   *Router
@@ -56,9 +57,8 @@ type ownedTask struct {
 	cancel  context.CancelFunc
 }
 
-// newBackground sets background tasks up and adds their route and loop
-// to r's (nil when they are off); Start calls it between bind and the
-// subscriptions.
+// newBackground sets background tasks up and adds their route and loop to
+// r's (nil when they are off).
 func newBackground(ctx context.Context, r *Router) (*background, error) {
 	cfg := r.cfg.Tasks
 	if cfg.Off {
@@ -80,15 +80,15 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 }
 
 // mayBackground: the tool declares it or the call asks, and the tool is
-// neither external, state-injected (its state patch would land turns
-// later) nor served from the result cache.
+// neither external, state-injected (its patch would land turns later) nor
+// cached.
 func mayBackground(j *job) bool {
 	d := &j.tool.Def
 	return (d.Background || j.call.Background) && !d.External && !d.StateInjected && d.CacheTTLMS == 0
 }
 
-// run runs j with the task's long deadline and waits for it up to j's
-// own; past that the call goes on as a task and its handle is the result.
+// run runs j with the task's long deadline and waits up to j's own; past
+// that the call goes on as a task and its handle is the result.
 func (b *background) run(ctx context.Context, j *job) bus.Result {
 	start := time.Now()
 	deadline, timeout := callDeadline(start, j.tool.Def.TimeoutMS, j.deadline)
@@ -135,10 +135,8 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 }
 
 // runContext is the context of a task's run: cancelled by the task's
-// cancel, and by the router's stop with the drain deadline's cause, so
-// that the executors leave the call as they do at a drain's deadline (a
-// durable call stays in its queue and its ledger entry open) for the
-// router that takes the task over.
+// cancel, and by the router's stop with the drain deadline's cause, so the
+// executors leave the call for the router that takes the task over.
 func (b *background) runContext() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(b.r.base))
 	stop := context.AfterFunc(b.r.life.Background(), func() { cancel(errDrainDeadline) })
@@ -193,16 +191,15 @@ func (b *background) untrack(id string) {
 	b.mu.Unlock()
 }
 
-func (b *background) owns(id string) bool {
+func (b *background) owned(id string) (ownedTask, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ok := b.running[id]
-	return ok
+	o, ok := b.running[id]
+	return o, ok
 }
 
-// follow waits for rec's run and ends the task with its result. A run
-// cut off by this router's stop leaves the task to the router that takes
-// it over; a read-only or idempotent run that lost its worker runs again.
+// follow waits for rec's run and ends the task with its result; a run cut
+// off by this router's stop is left to the router that takes it over.
 func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan bus.Result, cancel context.CancelFunc) {
 	res := <-done
 	for rerun(rec, res) && lctx.Err() == nil {
@@ -275,17 +272,13 @@ func (b *background) publishDone(rec *tasks.Record) {
 	}
 }
 
-// tick renews the leases of the runs this router owns (stopping those
-// that ended elsewhere: a cancel) and takes over the tasks whose owner's
-// lease ran out.
+// tick renews the leases of the runs this router owns (stopping those that
+// ended elsewhere) and takes over the tasks whose owner's lease ran out.
 func (b *background) tick(now time.Time) {
 	ctx, cancel := context.WithTimeout(b.r.life.Background(), b.r.cfg.Store.Heartbeat)
 	defer cancel()
 	b.mu.Lock()
-	owned := make(map[string]ownedTask, len(b.running))
-	for id, o := range b.running {
-		owned[id] = o
-	}
+	owned := maps.Clone(b.running)
 	b.mu.Unlock()
 	lease := now.Add(b.r.cfg.Lease)
 	for id, o := range owned {
@@ -298,7 +291,7 @@ func (b *background) tick(now time.Time) {
 		return
 	}
 	for _, rec := range running {
-		if b.owns(rec.ID) || rec.Lease.After(now) {
+		if _, ok := b.owned(rec.ID); ok || rec.Lease.After(now) {
 			continue
 		}
 		if got, ok, err := b.st.Claim(ctx, rec.Session, rec.ID, b.r.cfg.ID, now, lease); err == nil && ok {
@@ -307,9 +300,9 @@ func (b *background) tick(now time.Time) {
 	}
 }
 
-// resume follows a task taken over from a router that went away: a
-// durable call's result lands in the ledger, a read-only or idempotent
-// call runs again, any other's outcome is unknown.
+// resume follows a task taken over: a durable call's result lands in the
+// ledger, a read-only or idempotent call runs again, any other's outcome
+// is unknown.
 func (b *background) resume(rec *tasks.Record) {
 	b.log.Info("router: background task taken over", "task", rec.ID, "tool", rec.Tool)
 	ctx, cancel := b.runContext()
@@ -353,18 +346,16 @@ func (b *taskVerbs) onTasks(m *nats.Msg) {
 	if err == nil {
 		if uerr := json.Unmarshal(e.Data, &q); uerr != nil {
 			err = bus.Errorf(bus.CodeBadRequest, "a task query is {\"op\", \"ids\", \"timeout_ms\", \"any\"}: %v", uerr)
+		} else {
+			err = checkQuery(&q)
 		}
 	}
+	var reply *bus.TaskReply
 	if err == nil {
-		err = checkQuery(&q)
+		ctx, cancel := context.WithTimeout(b.r.base, time.Duration(q.TimeoutMS)*time.Millisecond+10*time.Second)
+		defer cancel()
+		reply, err = b.query(ctx, e.SessionID, q)
 	}
-	if err != nil {
-		b.reject(m, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(b.r.base, time.Duration(q.TimeoutMS)*time.Millisecond+10*time.Second)
-	defer cancel()
-	reply, err := b.query(ctx, e.SessionID, q)
 	if err != nil {
 		b.reject(m, err)
 		return
@@ -425,19 +416,15 @@ func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) 
 		recs, err = b.st.Wait(wctx, session, q.IDs, q.Any)
 		cancel()
 	case bus.TaskCancel:
-		var r *tasks.Record
-		var ended bool
-		if r, ended, err = b.st.Cancel(ctx, session, q.IDs[0]); err == nil {
-			if ended {
-				b.stopRun(r)
-				b.publishDone(r)
-			}
-			recs = []*tasks.Record{r}
+		r, ended, cerr := b.st.Cancel(ctx, session, q.IDs[0])
+		if cerr == nil && ended {
+			b.stopRun(r)
+			b.publishDone(r)
 		}
+		recs, err = []*tasks.Record{r}, cerr
 	case bus.TaskOutput:
-		var r *tasks.Record
-		if r, err = b.st.Get(ctx, session, q.IDs[0]); err == nil {
-			recs = []*tasks.Record{r}
+		r, gerr := b.st.Get(ctx, session, q.IDs[0])
+		if recs, err = []*tasks.Record{r}, gerr; err == nil {
 			reply.Output, reply.Truncated, err = tasks.Output(ctx, b.r.store.JS, b.subj.Stream(bus.StreamEvents),
 				b.subj.Events(session), r, bus.MaxTaskOutputLen)
 		}
@@ -452,14 +439,10 @@ func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) 
 	return reply, nil
 }
 
-// stopRun stops a cancelled task's run: at once when this router owns it
-// (others see the end at their next renewal), and at its worker through
-// the session's cancel subject (docs/protocol.md 3.5).
+// stopRun stops a cancelled task's run here when this router owns it
+// (others see it at their next renewal), and at its worker (protocol 3.5).
 func (b *background) stopRun(rec *tasks.Record) {
-	b.mu.Lock()
-	o, ok := b.running[rec.ID]
-	b.mu.Unlock()
-	if ok {
+	if o, ok := b.owned(rec.ID); ok {
 		o.cancel()
 	}
 	e, err := bus.NewEvent(bus.TypeCallCancel, b.source, bus.Cancel{Calls: []string{rec.CallID}})

@@ -14,46 +14,28 @@ import (
 	"github.com/toolbus/toolbus/parked"
 )
 
-// The pipeline of one batch, each step in its own place, each over the
-// ports it needs (ports.go), none holding the Router:
-//
-//	checkTurn (turn.go)          decode and check the event
-//	run: session snapshot        sessionPort.snapshot: a KV read, or the cache when sessionrev allows (sessions.go)
-//	resolveStep → validate       what each call runs, its input checked (resolve.go, validate.go)
-//	nextRun (plan.go)            the run plan of docs/protocol.md 5.5
-//	decide (decide.go)           permissions: run, deny, or park
-//	parkStep (park.go)           parked calls and the continuation, over continuationPort
-//	execStep (exec.go)           runnerPort: the executor, through the ledger when not read-only
-//	finish → reportStep          the result once; its call.result only when it gets one (events.go)
-//	done / reply (events.go)     batch.done, stored, then the reply
-//
-// A new batch, a re-sent one (the ledger and the continuation answer for
-// what ran before: dedupe.go), a resumed continuation and a repaired one
-// go through the same steps from the call they start at.
-
 // batch is one model turn in flight on this router: a new batch, or the
-// continuation of one whose parked calls have all been answered.
+// continuation of one whose parked calls have all been answered. Each goes
+// through the steps of the pipeline (docs/router.md "Where each step
+// lives") from the call it starts at.
 type batch struct {
 	p *pipeline
 	turn
 	calls    []*callState
 	one      [1]*callState // calls of a batch of one
 	oneState [1]callState
-	key      string // session/reply id, once tracked (running.go)
-	// ctx is the router's (pipeline.base): what runs for the batch is
-	// cancelled by its own call's context (callContext, interrupt) or
-	// by the drain; a context of the batch's own would cost its
+	key      string // session/reply id, once tracked (cancel.go)
+	// ctx is the router's (pipeline.base): each call has its own context
+	// (callContext), and a context of the batch's own would cost
 	// allocations and end nothing more.
-	ctx context.Context
-	// start is when the batch arrived; zero for a continuation, whose
-	// latency was counted when it parked.
-	start time.Time
+	ctx   context.Context
+	start time.Time // when the batch arrived; zero for a continuation
 
 	cont   *parked.Batch // the continuation record once the batch parked
 	parked []bus.Parked  // what this router parked (and queued) last
 
 	sent   []*sentEvent     // events published and not yet known to be stored
-	audits []*audit.Pending // audit records on their way to P_AUDIT (audittrail.go)
+	audits []*audit.Pending // audit records on their way to P_AUDIT (chain.go)
 
 	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
@@ -61,16 +43,15 @@ type batch struct {
 
 // callState is one call of a batch.
 type callState struct {
-	call   bus.Call
-	target groups.Resolved // what the call runs
-	input  json.RawMessage // the validated input object
-	early  *bus.Result     // the result when the call cannot run
-	rule   string          // why the permission engine decided as it did (decide), for the audit record
-	// limitRule is the limit rule that refused the call (quotas.refuse).
-	limitRule string
+	call      bus.Call
+	target    groups.Resolved // what the call runs
+	input     json.RawMessage // the validated input object
+	early     *bus.Result     // the result when the call cannot run
+	rule      string          // why the permission engine decided as it did (decide), for the audit record
+	limitRule string          // the limit rule that refused the call (quotas.refuse)
 	result    *bus.Result     // set once, when the call finishes
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
-	size      int64           // bytes its result takes in the batch's aggregate messages (fit.go)
+	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
 	cancel    context.CancelFunc
 	job       job           // what the executor chain runs (jobOf)
 	admitted  chan struct{} // for jobOf: closed once the call passed the quotas (runCalls)
@@ -173,20 +154,14 @@ func (r *Router) onBatch(m *nats.Msg) {
 	}
 }
 
-// run executes the batch from call index start: calls are resolved and
-// validated, then split into runs (nextRun); runs go one after another,
+// run executes the batch from call index start, run after run (nextRun),
 // the calls of a safe run in parallel. A run that parks calls holds back
-// the rest of the batch: run returns, and whichever router records the
-// last answer resumes it. It reports whether every call has its result;
-// the caller then sends batch.done and the reply (if any).
+// the rest of the batch: whichever router records the last answer resumes
+// it. It reports whether every call has its result.
 func (b *batch) run(start int) bool {
-	// Activation and permissions are shared by every router at once
-	// (docs/protocol.md 4.2): the session is read from KV once per run of the
-	// batch, into the cache that resolution and permission decisions read,
-	// so a write acknowledged through another router a moment ago counts.
-	// A new batch that carries a session revision (docs/protocol.md 4.2)
-	// skips the read when the cache is at least that new and the sessions
-	// watch knows of nothing newer (sessions.go).
+	// The session is read from KV once per run of the batch, so a write
+	// acknowledged through another router counts, unless a new batch's
+	// sessionrev lets the cache serve (docs/protocol.md 4.2).
 	var rev uint64
 	if start == 0 && !b.start.IsZero() {
 		rev = b.data.SessionRev
@@ -221,14 +196,11 @@ func (b *batch) release() {
 	}
 }
 
-// resolveFrom resolves the calls from index i on that have no result yet
-// (resolveStep).
 func (b *batch) resolveFrom(i int) { b.p.resolve.from(b, i) }
 
-// runCalls runs one run (next is the index after it). Calls that cannot run
-// finish at once; the others are decided by the permission engine, then
-// parked or executed, those of a safe run in parallel. It reports false when
-// calls parked and the batch must wait.
+// runCalls runs one run (next is the index after it): calls that cannot run
+// finish at once, the others are decided, then parked or executed. It
+// reports false when calls parked and the batch must wait.
 func (b *batch) runCalls(run []*callState, next int) bool {
 	pc := permissionContext(b.p.sessions.session(b.session))
 	var execs, parks []*callState
@@ -247,7 +219,7 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 			spec, res := decide(pc, c.target, c.call, c.input)
 			c.rule = spec.rule
 			if q := b.p.quota; res == nil && spec.kind != "" && q != nil {
-				res = q.admitPark(b, c) // counted when it parks (quota.go)
+				res = q.admitPark(b, c) // counted when it parks (chain.go)
 			}
 			switch {
 			case res != nil:
@@ -316,9 +288,8 @@ func (b *batch) execute(c *callState) {
 
 var unavailable = bus.NoWorkerResult
 
-// finish ends c, a call that did not run through the executor chain,
-// with res: it is recorded in the audit trail (when on) and settled.
-// It reports false when the call already had a result (e.g. interrupted).
+// finish ends c, a call that did not run through the executor chain, with
+// res; false when the call already had a result.
 func (b *batch) finish(c *callState, res bus.Result) bool { return b.settle(c, res, true) }
 
 // settle sets c's result once, fitted, and publishes its

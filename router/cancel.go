@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"sync"
 
@@ -23,10 +24,9 @@ type canceller struct {
 
 // onCancel ends the named calls of a batch running on this router: running
 // calls have their exec request abandoned (the worker cancels their context
-// from the same event), and calls not yet started never start. Every router
-// receives the cancel; those without the batch ignore it. A malformed
-// cancel sent with a reply subject is answered with io.toolbus.error (by
-// every router; the sender reads the first).
+// from the same event), and calls not yet started never start. A malformed
+// cancel is answered with io.toolbus.error by every router (the sender
+// reads the first).
 func (r *canceller) onCancel(m *nats.Msg) {
 	e, err := r.decode(m, "cancel", bus.TypeCallCancel)
 	if err == nil && e.ReplyID == "" {
@@ -114,4 +114,58 @@ func (b *batch) interrupt(ids []string) {
 		b.report(c, *c.result)
 		b.publishing.Done()
 	}
+}
+
+// runningBatches are the batches running on this router, by session and
+// reply id: what a cancel reaches (docs/protocol.md 3.5) and what a drain
+// counts.
+type runningBatches struct {
+	mu sync.Mutex
+	m  map[string]*batch // sessionid/replyid → running batch
+}
+
+// track makes a batch reachable by cancels; untrack forgets it.
+func (rb *runningBatches) track(b *batch) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	if rb.m == nil {
+		rb.m = map[string]*batch{}
+	}
+	if b.key == "" {
+		b.key = parked.BatchKey(b.session, b.replyID)
+	}
+	rb.m[b.key] = b
+}
+
+func (rb *runningBatches) untrack(b *batch) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	if rb.m[b.key] == b {
+		delete(rb.m, b.key)
+	}
+}
+
+// running returns the batch of key running here, or nil.
+func (rb *runningBatches) running(key string) *batch {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	return rb.m[key]
+}
+
+// callsInFlight counts the calls started here and not finished.
+func (rb *runningBatches) callsInFlight() int {
+	rb.mu.Lock()
+	bs := slices.Collect(maps.Values(rb.m))
+	rb.mu.Unlock()
+	n := 0
+	for _, b := range bs {
+		b.mu.Lock()
+		for _, c := range b.calls {
+			if c.result == nil && c.cancel != nil {
+				n++
+			}
+		}
+		b.mu.Unlock()
+	}
+	return n
 }

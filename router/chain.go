@@ -1,7 +1,10 @@
 package router
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/rcache"
+	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -44,15 +48,9 @@ type Guard struct {
 	Now func() time.Time
 }
 
-// The executor chain (docs/router.md "Executor chain"). Every call of a
-// batch that does not park ends through one Executor, built once from the
-// config: the audit trail, the quotas and the result cache are
-// middlewares around the step that runs the call (execStep), and a
-// guardrail that is off is not in the chain at all. The tool runner
-// below it is a chain too: the dedupe ledger around the core executor
-// (exec.go, ledger.go).
-
-// Executor runs one call and returns its result.
+// Executor runs one call and returns its result. Every call of a batch that
+// does not park ends through one chain built once from the config (the
+// guardrails that are on around execStep; docs/router.md "Executor chain").
 type Executor interface {
 	Exec(ctx context.Context, j *job) bus.Result
 }
@@ -77,14 +75,12 @@ func chain(last Executor, mws ...Middleware) Executor {
 	return last
 }
 
-// guardrails are the middlewares the config turns on; each field is nil
-// when its guardrail is off.
+// guardrails are the middlewares the config turns on; nil when off.
 type guardrails struct {
-	audit *auditTrail
-	quota *quotas
-	cache *resultCache
-	// limits serves the limits admin verbs; nil without rules.
-	limits *limits.Limiter
+	audit  *auditTrail
+	quota  *quotas
+	cache  *resultCache
+	limits *limits.Limiter // serves the limits admin verbs
 }
 
 // middlewares is the chain's order: audit outermost (it records what the
@@ -117,14 +113,12 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 			return g, fmt.Errorf("router: %w", err)
 		}
 		g.audit = &auditTrail{tr: tr, id: cfg.ID, log: log, ids: cfg.Identities, sessions: sessions}
-		lost := prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_records_lost_total",
-			Help: "Audit records the router could not store in P_AUDIT (each one is logged in full)."})
-		if g.audit.lost, err = register(cfg.Metrics, lost); err != nil {
+		if g.audit.lost, err = register(cfg.Metrics, prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_records_lost_total",
+			Help: "Audit records the router could not store in P_AUDIT (each one is logged in full)."})); err != nil {
 			return g, err
 		}
-		suppressed := prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_refusals_suppressed_total",
-			Help: "Refused batches and queries not recorded in P_AUDIT because their caller was past its rate (docs/guardrails.md)."})
-		if g.audit.suppressed, err = register(cfg.Metrics, suppressed); err != nil {
+		if g.audit.suppressed, err = register(cfg.Metrics, prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_refusals_suppressed_total",
+			Help: "Refused batches and queries not recorded in P_AUDIT because their caller was past its rate (docs/guardrails.md)."})); err != nil {
 			return g, err
 		}
 	}
@@ -184,4 +178,413 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 		return c, fmt.Errorf("router: metrics: %w", err)
 	}
 	return c, nil
+}
+
+// resultCache is the result cache middleware: a call of a tool with
+// cache_ttl_ms whose key has a stored result within its TTL is answered
+// with it (docs/protocol.md 3.3), and nothing runs; otherwise the call runs
+// and its result is stored. A miss the quotas looked up (job.looked) is not
+// looked up again.
+type resultCache struct {
+	c       resultStore
+	lookups *prometheus.CounterVec // by tool and hit or miss
+}
+
+// resultStore is what the middleware uses of rcache.Cache.
+type resultStore interface {
+	Get(ctx context.Context, key string) (bus.Result, bool)
+	Put(ctx context.Context, key string, ttl time.Duration, res bus.Result) bool
+}
+
+func (rc *resultCache) wrap(next Executor) Executor {
+	return ExecFunc(func(ctx context.Context, j *job) bus.Result {
+		if !j.runsTool() {
+			return next.Exec(ctx, j)
+		}
+		key := j.cacheKey
+		if !j.looked {
+			var res bus.Result
+			var ok, hit bool
+			if key, res, ok, hit = rc.lookup(ctx, j.tool, j.session, j.user, j.call); !ok {
+				return next.Exec(ctx, j)
+			} else if hit {
+				return res
+			}
+		}
+		res := next.Exec(ctx, j)
+		rc.c.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
+		return res
+	})
+}
+
+// lookup looks call (its input validated) of tool t up in the result
+// cache, and counts the lookup: ok is false for a call the cache does not
+// serve, hit true with the stored result, renamed for this call.
+func (rc *resultCache) lookup(ctx context.Context, t *registry.Tool, session string, user json.RawMessage, call bus.Call) (key string, res bus.Result, ok, hit bool) {
+	key, ok = rcache.Key(&t.Def, session, userOf(user), call.Input)
+	if !ok {
+		return "", bus.Result{}, false, false
+	}
+	if res, hit = rc.c.Get(ctx, key); hit {
+		rc.lookups.WithLabelValues(call.Name, "hit").Inc()
+		res.ID, res.Name = call.ID, call.Name
+		return key, res, true, true
+	}
+	rc.lookups.WithLabelValues(call.Name, "miss").Inc()
+	return key, bus.Result{}, true, false
+}
+
+// quotas is the quota middleware (docs/guardrails.md "When a call
+// counts"): a registry tool's call over one of its limits ends
+// limit_exceeded with retry_after_ms, and nothing runs. A call of a
+// re-sent batch that the ledger or a parked record will answer is not
+// counted again. When the counts cannot be reached the call does not run
+// (fail closed). Calls are counted in call order (job.admit); a call that
+// parks is counted by admitPark when it parks.
+type quotas struct {
+	lim     limiter
+	cache   *resultCache // nil when off: then nothing is looked up here
+	counted countedPort
+	log     *slog.Logger
+}
+
+// limiter is what the quotas use of limits.Limiter.
+type limiter interface {
+	Check(ctx context.Context, c limits.Call) (*limits.Refusal, error)
+}
+
+// countedPort tells whether an earlier copy of a batch recorded a call:
+// its parked record (a call that parks) or its ledger entry.
+type countedPort interface {
+	counted(ctx context.Context, key string, parks bool) bool
+}
+
+func (q *quotas) wrap(next Executor) Executor {
+	return ExecFunc(func(ctx context.Context, j *job) bus.Result {
+		res := q.admit(j)
+		j.admit()
+		if res != nil {
+			return *res
+		}
+		return next.Exec(ctx, j)
+	})
+}
+
+// admit counts a call that runs now; a result when it does not run. A
+// miss in the result cache is kept on the job, so that the cache stores
+// the call's result without looking it up again.
+func (q *quotas) admit(j *job) *bus.Result {
+	c := j.c
+	if c == nil || !counts(c) {
+		return nil
+	}
+	t := c.target.Tool
+	ctx, cancel := context.WithTimeout(j.b.ctx, 10*time.Second)
+	defer cancel()
+	call := limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(j.user), Session: j.session}
+	if q.cache != nil && t.Def.CacheTTLMS > 0 {
+		key, res, ok, hit := q.cache.lookup(ctx, t, j.session, j.user, j.call)
+		if hit {
+			call.CacheHit = true
+			if refused := q.check(ctx, c, call); refused != nil {
+				return refused
+			}
+			return &res
+		}
+		j.cacheKey, j.looked = key, ok
+	}
+	if !t.Def.ReadOnly && q.counted.counted(ctx, j.key(), false) {
+		return nil
+	}
+	return q.check(ctx, c, call)
+}
+
+// admitPark counts call c of batch b, which parks; a result when it does
+// not park.
+func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
+	if !counts(c) {
+		return nil
+	}
+	t := c.target.Tool
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if q.counted.counted(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), true) {
+		return nil
+	}
+	return q.check(ctx, c, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
+}
+
+// counts reports whether c's target is a registry tool the quotas count.
+func counts(c *callState) bool {
+	t := c.target
+	return t.Tool != nil && !t.Skill && !t.Read
+}
+
+// check counts call (c's) against the limits: the result of a call they
+// refuse, or that could not be checked; nil when it may go on. The
+// refusing rule travels with the call, for its audit record.
+func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus.Result {
+	t := c.target.Tool
+	ref, err := q.lim.Check(ctx, call)
+	if err != nil {
+		q.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
+		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
+			"ToolUnavailableError: The limits of the tool '%s' cannot be checked right now, so it did not run. Try again shortly.", t.Def.Name)))
+	}
+	if ref == nil {
+		return nil
+	}
+	res := bus.ErrorResult(c.call, bus.CodeLimitExceeded, ref.Message(t.Def.Name))
+	res.Error.RetryAfterMS = ref.RetryAfterMS()
+	c.limitRule = ref.Rule
+	return &res
+}
+
+// auditTrail is the audit middleware (docs/guardrails.md "Audit trail"):
+// one record per call that ends without parking, awaited before the reply
+// (audited); parked calls are recorded when they end (recordParked),
+// refused batches by refused. The permission decision comes with the call
+// (callState.rule).
+type auditTrail struct {
+	tr       trail
+	id       string // the router's
+	log      *slog.Logger
+	ids      Identities
+	sessions interface {
+		Session(id string) *groups.Session
+	} // the session's permission mode (groups.Store)
+	lost       prometheus.Counter
+	refusals   audit.Refusals // bounds the records of refused batches per caller; suppressed counts those past it
+	suppressed prometheus.Counter
+}
+
+// trail is what the middleware uses of audit.Trail.
+type trail interface {
+	Write(rec *audit.Record, input json.RawMessage) (*audit.Pending, error)
+	WriteRefusal(rec *audit.Record) (*audit.Pending, error)
+	Stored(ctx context.Context, ps []*audit.Pending) (lost []*audit.Pending)
+}
+
+func (a *auditTrail) wrap(next Executor) Executor {
+	return ExecFunc(func(ctx context.Context, j *job) bus.Result {
+		res := next.Exec(ctx, j)
+		if j.c != nil {
+			a.record(j.b, j.c, res)
+		}
+		return res
+	})
+}
+
+// record publishes the audit record of call c of batch b without
+// waiting; audited waits for it before the reply. A call recorded twice
+// (a cancel racing its end) is stored once: the call key is the record's
+// message id.
+func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
+	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: b.session, ReplyID: b.replyID, CallID: c.call.ID,
+		User: userOf(b.data.User), NATSUser: a.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
+	if !b.start.IsZero() {
+		rec.DurationMS = time.Since(b.start).Milliseconds()
+	}
+	rec.Decision = audit.Decision{Behavior: audit.Allow, Mode: a.sessions.Session(b.session).Mode}
+	code := ""
+	if res.Error != nil {
+		code = res.Error.Code
+	}
+	input := c.input
+	if input == nil {
+		input = c.call.Input
+	}
+	switch t := c.target; {
+	case t.Code != "":
+		rec.Decision.Behavior = audit.Unresolved
+	case t.Reset, t.Search, t.Skill, t.Read, t.External != nil:
+		rec.Decision.Behavior = audit.Builtin
+	case code == bus.CodeInvalidInput:
+		rec.Decision.Behavior = audit.Invalid
+	case code == bus.CodeLimitExceeded:
+		rec.Decision.Behavior = audit.Limit
+		rec.Decision.Rule = c.limitRule
+	default:
+		rec.Decision.Rule = c.rule
+		if res.State == bus.StateDenied {
+			rec.Decision.Behavior = audit.Deny
+		}
+		rec.Decision.Cached = bytes.Contains(res.Metadata, []byte(`"`+rcache.MetadataKey+`"`))
+	}
+	p, err := a.tr.Write(rec, input)
+	if err != nil {
+		a.lose(rec, nil, err)
+		return
+	}
+	b.mu.Lock()
+	b.audits = append(b.audits, p)
+	b.mu.Unlock()
+}
+
+// audited waits until P_AUDIT holds the audit records of b's calls so far,
+// beside the wait for the batch's events, so the reply follows every record
+// of the calls it carries. A record not stored within the trail's max_wait
+// is counted and logged in full (lose), and the reply goes out: the calls
+// ran. A nil trail (audit off) waits for nothing.
+func (a *auditTrail) audited(b *batch, landing landingFunc) {
+	if a == nil {
+		return
+	}
+	ps := take(&b.mu, &b.audits)
+	if len(ps) == 0 {
+		return
+	}
+	ctx, cancel := landing.start(b.ctx)
+	defer cancel()
+	for _, p := range a.tr.Stored(ctx, ps) {
+		a.lose(nil, p.Data(), p.Err())
+	}
+}
+
+// lose counts an audit record that could not be stored and logs it in
+// full (rec, or its encoding data), so that a log shipper still has it.
+func (a *auditTrail) lose(rec *audit.Record, data []byte, err error) {
+	if a.lost != nil {
+		a.lost.Inc()
+	}
+	if data == nil && rec != nil {
+		data, _ = json.Marshal(rec)
+	}
+	a.log.Error("router: audit record not stored", "record", json.RawMessage(data), "err", err)
+}
+
+// recordParked writes the audit record of a parked call that ended (asked
+// or external) and waits until P_AUDIT holds it or ctx ends. A nil trail
+// records nothing.
+func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res bus.Result) {
+	if a == nil {
+		return
+	}
+	behavior := audit.External
+	if rec.Kind == bus.KindConfirm {
+		behavior = audit.Ask
+	}
+	r := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: rec.Session, ReplyID: rec.ReplyID, CallID: rec.Call.ID,
+		User: userOf(rec.User), NATSUser: a.natsUser(rec.Session), Tool: rec.Call.Name, Outcome: auditOutcome(res),
+		DurationMS: time.Since(rec.Created).Milliseconds(),
+		Decision: audit.Decision{Behavior: behavior, Mode: a.sessions.Session(rec.Session).Mode, Rule: rec.Reason,
+			Approver: rec.AnsweredBy, AnsweredAt: rec.AnsweredAt}}
+	// Stored before the call's result is recorded and its batch goes on
+	// (answers.complete): a parked call ends at a person's pace, so the
+	// round trip is not worth overlapping.
+	p, err := a.tr.Write(r, rec.Call.Input)
+	a.land(ctx, r, p, err)
+}
+
+// land waits until P_AUDIT holds p, the write of rec, or ctx ends.
+func (a *auditTrail) land(ctx context.Context, rec *audit.Record, p *audit.Pending, err error) {
+	if err != nil {
+		a.lose(rec, nil, err)
+		return
+	}
+	for _, p := range a.tr.Stored(ctx, []*audit.Pending{p}) {
+		a.lose(rec, p.Data(), p.Err())
+	}
+}
+
+// natsUser is the NATS user whose credentials alone may publish in
+// session: its bound agent user (docs/security.md); "" when the router is
+// open or the session unbound (then any agent or operator may have).
+func (a *auditTrail) natsUser(session string) string {
+	if a.ids == nil {
+		return ""
+	}
+	if _, bound := a.ids.UserOf(session); bound {
+		return "session-" + session
+	}
+	return ""
+}
+
+func auditOutcome(res bus.Result) audit.Outcome {
+	o := audit.Outcome{State: res.State}
+	if res.Error != nil {
+		o.Code = res.Error.Code
+	}
+	return o
+}
+
+// unboundCaller is the one caller every unbound session's refusals count
+// against: any agent, the facade or the operator may publish there, and a
+// session id is the sender's to vary, so one bound for all of them keeps a
+// flood from filling the trail.
+const unboundCaller = "unbound"
+
+// refusedWait bounds the wait for a refusal's record to be stored.
+const refusedWait = 5 * time.Second
+
+// refused records a batch or tools query of session refused whole before
+// any call ran (docs/guardrails.md "Audit trail"): a denied user claim,
+// bad_request, bad_event. The caller is who may publish in the session:
+// its bound agent user, or every unbound session's callers together. At
+// most audit.RefusalBurst records per caller and minute; the refusals past
+// that are counted, in toolbus_audit_refusals_suppressed_total and in the
+// caller's next record (suppressed). Refusals that are not the caller's
+// doing (busy, unavailable, internal) are not recorded here.
+func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string, err error) {
+	if a == nil {
+		return
+	}
+	if !bus.ValidID(session) {
+		// The shared agent may publish on any token (P.call.x%y): such a
+		// refusal is recorded under no session, the token quoted (issue
+		// 26, held-out attack: it escaped the trail), and counted with
+		// every unbound session's.
+		if len(session) > 128 {
+			session = session[:128]
+		}
+		kind, session = fmt.Sprintf("%s in session %q", kind, session), ""
+	}
+	var be *bus.Error
+	if !errors.As(err, &be) {
+		return
+	}
+	switch be.Code {
+	case bus.CodeBadEvent, bus.CodeBadRequest, bus.CodeDenied, bus.CodeLimitExceeded:
+	default:
+		return
+	}
+	natsUser := a.natsUser(session)
+	ok, suppressed := a.refusals.Take(cmp.Or(natsUser, unboundCaller), time.Now())
+	if !ok {
+		if a.suppressed != nil {
+			a.suppressed.Inc()
+		}
+		return
+	}
+	if !bus.ValidID(replyID) {
+		replyID = ""
+	}
+	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: session, ReplyID: replyID, NATSUser: natsUser,
+		Decision: audit.Decision{Behavior: audit.Refused, Rule: kind + ": " + be.Message}, Outcome: audit.Outcome{State: bus.StateError, Code: be.Code},
+		Suppressed: suppressed}
+	if a.ids != nil {
+		rec.User, _ = a.ids.UserOf(session)
+	}
+	ctx, cancel := context.WithTimeout(ctx, refusedWait)
+	defer cancel()
+	p, err := a.tr.WriteRefusal(rec)
+	a.land(ctx, rec, p, err)
+}
+
+// refusedRequest records the refusal of a request on subject, P.<kind>.<session>
+// (e its event, when it decoded), as refused does.
+func (a *auditTrail) refusedRequest(ctx context.Context, subj bus.Subjects, subject, kind string, e *bus.Event, err error) {
+	session, ok := subj.Token(subject, kind)
+	if !ok {
+		return
+	}
+	replyID := ""
+	if e != nil {
+		replyID = e.ID
+	}
+	what := "batch"
+	if kind == "tools" {
+		what = "tools query"
+	}
+	a.refused(ctx, session, replyID, what, err)
 }

@@ -2,30 +2,25 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/parked"
+	"github.com/toolbus/toolbus/store"
 )
 
-// Dedupe: a batch re-sent with the same (session, reply id) — after a
-// timeout, a lost reply, a router's restart — must not run anything twice
-// and must answer what the first copy got. Three records say what ran, and
-// each step consults the one it owns:
-//
-//   - a call that is not read-only: its P_ledger entry (ledger.once, in
-//     runTool), which runs it at most once and gives a re-send its result;
-//   - a batch that parked: its continuation, which Park finds there
-//     (parkStep.adopt: the reply describes the first copy's state);
-//   - a parked call that settled since: its P_parked record (reuseParked:
-//     the re-send gets the result, nothing parks again).
-//
-// Read-only calls simply run again.
+// Dedupe: a batch re-sent with the same (session, reply id) must not run
+// anything twice and must answer what the first copy got. A call that is
+// not read-only has its P_ledger entry (once); a batch that parked, its
+// continuation (parkStep.adopt); a parked call that settled since, its
+// P_parked record (parkStep.reuse). Read-only calls run again.
 
-// reuse finishes, with the result an earlier copy of this batch
-// recorded, each call that copy parked and that has settled since
-// (answered, expired or cancelled). It returns the calls still to park.
+// reuse finishes, with the result an earlier copy of this batch recorded,
+// each call that copy parked and that has settled since. It returns the
+// calls still to park.
 func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
@@ -42,13 +37,10 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	return keep, keepSpecs
 }
 
-// adopt fills the batch from cont, the continuation of the same reply id
-// that an earlier copy of this batch left (nil: unreadable, nothing to
-// adopt). Each awaited call is read from
-// KV (through the leader), not from the watch-fed cache: the earlier copy
-// may have parked it a moment ago, or may still be parking it; then it is
-// described as this copy decided it (spec), which is how the earlier copy
-// parks it.
+// adopt fills the batch from cont, the continuation an earlier copy of this
+// batch left (nil: nothing to adopt). Each awaited call is read from KV,
+// not the cache: the earlier copy may still be parking it, and is then
+// described as this copy decided it (spec), as the earlier copy parks it.
 func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, cont *parked.Batch) {
 	if cont == nil {
 		return
@@ -91,4 +83,52 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 			b.parked = append(b.parked, s.queued(c))
 		}
 	}
+}
+
+// dedupe is the router's side of the dedupe ledger (docs/protocol.md 3.1).
+type dedupe struct{ *ledger.Ledger }
+
+// once is the ledger middleware over l: a call that is not read-only runs
+// through next at most once per call key, and its result is recorded.
+func once(l onceRunner) Middleware {
+	return func(next Executor) Executor { return onceExec{l, next} }
+}
+
+// onceRunner is what the middleware uses of ledger.Ledger.
+type onceRunner interface {
+	Once(ctx context.Context, c ledger.Call, run func() bus.Result) bus.Result
+}
+
+type onceExec struct {
+	l    onceRunner
+	next Executor
+}
+
+func (x onceExec) Exec(ctx context.Context, j *job) bus.Result {
+	def := &j.tool.Def
+	if def.ReadOnly {
+		return x.next.Exec(ctx, j)
+	}
+	timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
+	return x.l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return x.next.Exec(ctx, j) })
+}
+
+// ledgerCall is what the ledger knows of j, whose run may take timeout.
+func ledgerCall(j *job, timeout time.Duration) ledger.Call {
+	def := &j.tool.Def
+	return ledger.Call{Key: j.key(), Call: j.call, Timeout: timeout, Expiry: j.deadline,
+		Retry: def.Idempotent && def.MaxAttempts > 1, Durable: def.Durable}
+}
+
+// storeFullOr is res, a call's "No live worker" result, unless the store
+// is full: then the workers' heartbeats are refused too, and the honest
+// answer is that the store is full (docs/protocol.md 3.3, `internal`).
+func storeFullOr(c bus.Call, h *store.Health, res *bus.Result) *bus.Result {
+	full, why, _ := h.Full()
+	if !full {
+		return res
+	}
+	r := bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf(
+		"InternalError: %s: no live worker of tool '%s' can be seen while JetStream refuses the workers' heartbeats (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
+	return &r
 }

@@ -18,13 +18,9 @@ import (
 
 // eventSink publishes session events through JetStream (store.Publisher):
 // an agent that reconnects reads them from P_EVENTS, so an event counts as
-// sent only once the stream has acknowledged it. A batch's events cost one
-// wait, not one round trip each; a publish that fails is retried with the
-// same message id, which the stream stores once, until the caller's
-// context ends, but not through a full store: the stream refuses it as
-// long as nobody frees space, and the batch's reply waits for this. Its
-// live subscribers got it anyway (core NATS delivers a message to them
-// whatever the stream answers).
+// sent once the stream has acknowledged it. A batch's events cost one wait;
+// a failed publish is retried with the same message id until the caller's
+// context ends. Live subscribers get it whatever the stream answers.
 type eventSink struct {
 	pub *store.Publisher
 	log *slog.Logger
@@ -41,15 +37,9 @@ func newEventSink(nc *nats.Conn, log *slog.Logger, health *store.Health) (*event
 // sentEvent is an event on its way to the stream.
 type sentEvent = store.Pending
 
-// publish sends m, whose event id is id, and returns at once.
 func (s *eventSink) publish(m *nats.Msg, id string) *sentEvent { return s.pub.Publish(m, id) }
 
-// acked reports, without waiting, whether the stream has acknowledged
-// every event of evs.
-func acked(evs []*sentEvent) bool { return store.Acked(evs) }
-
-// stored waits until the stream holds every event of evs, publishing again
-// those whose first publish failed, until ctx ends.
+// stored waits until the stream holds every event of evs, until ctx ends.
 func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 	lost := s.pub.Stored(ctx, evs)
 	if len(lost) > 0 && ctx.Err() != nil {
@@ -67,7 +57,7 @@ func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
 // when it gets one (docs/protocol.md 3.4), batch.done, the wait for the
 // events stream, and the reply.
 type reportStep struct {
-	audit    *auditTrail // the audit trail; nil when off (audittrail.go)
+	audit    *auditTrail // the audit trail; nil when off (chain.go)
 	landing  landingFunc // the router's tracked writes (nil: untracked)
 	events   eventPort
 	sessions sessionPort // the reply's session revision
@@ -76,7 +66,7 @@ type reportStep struct {
 }
 
 // result publishes a finished call's io.toolbus.call.result when it gets
-// one (ownEvent), and counts it.
+// one, and counts it.
 func (s reportStep) result(b *batch, c *callState, res bus.Result) {
 	if ownEvent(b, res) && !b.cutOff() {
 		s.publish(b, bus.TypeCallResult, c.call.ID, encoded(b, c))
@@ -95,16 +85,15 @@ func (s reportStep) result(b *batch, c *callState, res bus.Result) {
 }
 
 // ownEvent reports whether a result gets an io.toolbus.call.result of its
-// own (docs/protocol.md 3.4): when the batch asks for one per call, when it
-// finishes after the reply (a continuation's calls), and when a cancel
-// ended it. Any other result comes back in the reply, and batch.done,
-// stored before the reply, carries it: one stored event per batch.
+// own (docs/protocol.md 3.4): the batch asks for one per call, it finishes
+// after the reply, or a cancel ended it. Any other result is carried by the
+// reply and batch.done.
 func ownEvent(b *batch, res bus.Result) bool {
 	return b.data.Events == bus.EventsCalls || b.start.IsZero() || res.State == bus.StateInterrupted
 }
 
-// encoded returns the JSON of c's result, encoding it the first time: once
-// for its event, the reply and batch.done alike.
+// encoded returns the JSON of c's result, encoded once for its event, the
+// reply and batch.done alike.
 func encoded(b *batch, c *callState) json.RawMessage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -120,9 +109,8 @@ func encoded(b *batch, c *callState) json.RawMessage {
 }
 
 // done publishes batch.done with every result in call order and waits
-// until the events stream holds the batch's events; a read-only batch's
-// batch.done is announced, and nothing waits for the stream
-// (docs/protocol.md 3.4: a re-sent read-only batch runs again anyway).
+// until the events stream holds the batch's events; a read-only batch's is
+// announced, and nothing waits (docs/protocol.md 3.4).
 func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
 	buf := append(resultsJSON(b, true, 2), '}')
@@ -138,10 +126,8 @@ func (s reportStep) done(b *batch) {
 }
 
 // readOnlyBatch reports whether b is a new batch that parked nothing, did
-// not ask for a call.result per call ("events": "calls", whose events are
-// stored before the reply as they were), and whose every call either never ran or ran a read-only, non-durable tool
-// (or search_tools, or the skill loader): nothing it did needs its
-// events stored before the reply (docs/protocol.md 3.4).
+// not ask for "events": "calls", and whose every call changed nothing a
+// re-send would not change again (docs/protocol.md 3.4).
 func readOnlyBatch(b *batch) bool {
 	if b.start.IsZero() || b.cont != nil || len(b.parked) > 0 || b.data.Events == bus.EventsCalls {
 		return false
@@ -154,8 +140,7 @@ func readOnlyBatch(b *batch) bool {
 	return true
 }
 
-// readOnlyCall reports whether call c changed nothing but what a re-send
-// would change again: it never ran, or its target writes nothing.
+// readOnlyCall: c never ran, or its target writes nothing.
 func readOnlyCall(c *callState) bool {
 	switch t := c.target; {
 	case c.early != nil, t.Code != "", t.Search:
@@ -194,9 +179,8 @@ func (s reportStep) reply(b *batch, subject string) {
 	}
 }
 
-// resultsJSON returns {"results":[...] of b's finished calls in call
-// order (every call when all is set: batch.done's), unclosed, in a
-// buffer with room for spare more bytes.
+// resultsJSON returns {"results":[...] of b's finished calls (all:
+// every call) in call order, unclosed, with room for spare more bytes.
 func resultsJSON(b *batch, all bool, spare int) []byte {
 	size := len(`{"results":[]`) + spare
 	for _, c := range b.calls {
@@ -219,8 +203,8 @@ func resultsJSON(b *batch, all bool, spare int) []byte {
 	return append(buf, ']')
 }
 
-// publish publishes an event about b on its session's events subject,
-// through the events stream; stored waits for it.
+// publish publishes an event about b through the events stream; stored
+// waits for it.
 func (s reportStep) publish(b *batch, typ, callID string, data any) {
 	ev, err := s.events.publish(typ, b.session, b.replyID, callID, b.trace, data)
 	if err != nil {
@@ -240,7 +224,7 @@ func (s reportStep) stored(b *batch) {
 	if len(sent) == 0 {
 		return
 	}
-	if acked(sent) { // nothing to wait for: no landing context either
+	if store.Acked(sent) { // nothing to wait for: no landing context either
 		_ = s.events.stored(context.WithoutCancel(b.ctx), sent)
 		return
 	}

@@ -13,14 +13,10 @@ import (
 	"github.com/toolbus/toolbus/bus/offload"
 )
 
-// Stored outputs per session (protocol 5.9). Agents have no access to the
-// outputs object store: they read through the router on
-// P.outputs.<session>, which serves only that session's objects and only
-// when their bytes are the ones the result recorded. Workers and handlers
-// still store objects themselves (an output may exceed max_payload), but a
-// result or answer may refer only to objects stored for that very call,
-// and the router records each object's digest in the reference it passes
-// on.
+// Stored outputs per session (protocol 5.9): agents read through the
+// router on P.outputs.<session>, only that session's objects and only
+// bytes the result recorded; a result or answer may refer only to objects
+// stored for that very call, and the router records each one's digest.
 
 // outputsBudget bounds the store reads of one seal or one read request.
 const outputsBudget = 30 * time.Second
@@ -38,8 +34,7 @@ func newOutputs(w *wire, base context.Context, bucket string) *outputs {
 	return &outputs{wire: w, base: base, st: st, srv: offload.NewServer(st, offload.Window(w.nc.MaxPayload()))}
 }
 
-// onOutputs serves io.toolbus.output.get on P.outputs.<session>: one
-// window of a stored output of that session, or an io.toolbus.error.
+// onOutputs serves one window of a session's stored output.
 func (r *outputs) onOutputs(m *nats.Msg) {
 	e, err := r.decode(m, "outputs", offload.TypeGet)
 	if err != nil {
@@ -61,11 +56,9 @@ func (r *outputs) onOutputs(m *nats.Msg) {
 	r.respond(m, offload.TypeChunk, c, "output chunk reply")
 }
 
-// sealOutput checks the stored outputs a worker's result refers to
-// (offload.Store.Seal) and returns the result with their digests; a
-// reference to an object that is not this call's own turns the result
-// into a tool_error saying so, and its state patch is dropped, as for any
-// invalid output block (protocol 3.3).
+// sealOutput checks the stored outputs a worker's result refers to and
+// returns the result with their digests; a reference to an object not this
+// call's own makes it a tool_error, its state patch dropped (protocol 3.3).
 func (r *outputs) sealOutput(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage) {
 	if !hasStored(res.Output) {
 		return res, patch
@@ -113,4 +106,70 @@ func hasStored(out []bus.Block) bool {
 		}
 	}
 	return false
+}
+
+// fitStep keeps a batch's aggregate messages (the reply, batch.done, the
+// continuation) within the payload limit: it stores the output of a result
+// that would take them past it, before any message carries it, so all show
+// the same reference (docs/protocol.md 5.9).
+type fitStep struct {
+	outputs    outputPort   // nil: nothing is stored (and nothing checked)
+	maxPayload func() int64 // the connection's payload limit
+}
+
+// fitReserve is kept free in each aggregate message for the envelope, the
+// parked list and the other members.
+const fitReserve = 64 << 10
+
+// fit returns res, its output stored when the batch's results and res
+// would not fit in one message. Check and reservation are one step under
+// the batch's lock, so concurrent calls cannot count on the same room.
+func (s fitStep) fit(b *batch, c *callState, res bus.Result) bus.Result {
+	if s.outputs == nil {
+		return res
+	}
+	room := s.maxPayload() - fitReserve
+	dup := res.State != bus.StateSuccess
+	size := offload.Bound(res.Output, dup) // cheap, and exact enough for small outputs
+	if size > 64<<10 {
+		size = offload.Size(res.Output, dup)
+	}
+	size += resultOverhead
+	b.mu.Lock()
+	taken := b.takenLocked()
+	if taken+size <= room {
+		c.size = size
+		b.mu.Unlock()
+		return res
+	}
+	c.size = resultOverhead // held while its output is stored
+	b.mu.Unlock()
+	// Fit bounds its own store writes (offload.PutTimeout), past a cancel too.
+	out, err := s.outputs.Fit(b.ctx, bus.CallKey(b.session, b.replyID, c.call.ID), res.Output, int(taken)+fitReserve, dup)
+	if err != nil {
+		return internal(c.call, fmt.Errorf("the batch's results do not fit in one message and this output could not be stored: %w", err))
+	}
+	res.Output = out
+	b.mu.Lock()
+	c.size = offload.Size(out, dup) + resultOverhead
+	b.mu.Unlock()
+	return res
+}
+
+// resultOverhead bounds what a result takes beside its output.
+const resultOverhead = 1 << 10
+
+// takenLocked is how many bytes the batch's results take in an aggregate
+// message, bounding those that came from elsewhere (a continuation).
+func (b *batch) takenLocked() int64 {
+	var n int64
+	for _, c := range b.calls {
+		switch {
+		case c.size > 0:
+			n += c.size
+		case c.result != nil:
+			n += offload.Bound(c.result.Output, c.result.State != bus.StateSuccess) + resultOverhead
+		}
+	}
+	return n
 }

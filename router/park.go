@@ -1,18 +1,22 @@
 package router
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/life"
+	"github.com/toolbus/toolbus/internal/pool"
 	"github.com/toolbus/toolbus/parked"
 )
 
 // parkStep parks the calls of a run that wait for an answer, records the
-// batch's continuation, and hands the run over to it (docs/protocol.md 6.1),
-// over the continuation port alone.
+// batch's continuation, and hands the run over to it (docs/protocol.md 6.1).
 type parkStep struct {
 	conts     continuationPort
 	subj      bus.Subjects
@@ -21,9 +25,8 @@ type parkStep struct {
 	landing   landingFunc // the router's tracked writes (nil: untracked)
 }
 
-// park records b's continuation and parks the calls. It reports false
-// when the batch was parked before (a re-sent batch): then the reply
-// describes the first one's state and nothing else runs.
+// park records b's continuation and parks the calls; false when a copy of
+// the batch parked before (the reply describes its state, nothing runs).
 func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int) bool {
 	if n := len(s.conts.Parked(b.session, "")); n+len(calls) > s.maxParked {
 		// Past the session's limit nothing more parks: these calls end
@@ -98,8 +101,8 @@ func (s parkStep) listed(b *batch, recs []*parked.Record, next int) []bus.Parked
 	return out
 }
 
-// alone reports whether nothing of the run ending at next runs besides the
-// calls that park: every other call has its result.
+// alone reports whether every call of the run ending at next but those
+// that park has its result.
 func alone(b *batch, calls []*callState, next int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -136,10 +139,9 @@ func resultsOf(b *batch) map[string]bus.Result {
 	return out
 }
 
-// settle hands a run with parked calls over to the continuation, once the
-// run's other calls have finished. When every answer came in already, the
-// batch goes on here (true); otherwise the router that records the last
-// answer resumes it.
+// settle hands a run with parked calls over to the continuation once its
+// other calls finished; true when every answer came in already and the
+// batch goes on here.
 func (s parkStep) settle(b *batch, next int) bool {
 	if b.cont.Phase == parked.PhaseParked { // Park wrote it waiting for its answers: no write here
 		return false
@@ -164,4 +166,143 @@ func (s parkStep) settle(b *batch, next int) bool {
 	b.mu.Unlock()
 	b.parked = nil
 	return true
+}
+
+// continuations runs the parked batches (docs/protocol.md 6.1): resumes,
+// lease renewals and takeovers, expiry and cancels of parked calls.
+type continuations struct {
+	*wire
+	life    *life.Life
+	pool    *pool.Pool
+	landing func() (context.Context, context.CancelFunc)
+	parked  *parked.Store
+	led     dedupe
+	answers *answers
+
+	fromContinuation func(cont *parked.Batch) (*batch, error)
+	track, untrack   func(b *batch)
+}
+
+// resume runs the rest of a batch whose awaited calls have all finished.
+func (r *continuations) resume(cont *parked.Batch) {
+	if b := r.continuation(cont); b != nil {
+		defer r.untrack(b)
+		b.finishRest(b.run(cont.Next))
+	}
+}
+
+// continuation rebuilds and tracks the batch of cont; nil (logged) when
+// unusable.
+func (r *continuations) continuation(cont *parked.Batch) *batch {
+	b, err := r.fromContinuation(cont)
+	if err != nil {
+		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
+		r.parked.Release(cont)
+		return nil
+	}
+	r.track(b)
+	return b
+}
+
+// finishRest ends a continuation's run: batch.done when complete, else its
+// events stored; a run cut off by the drain lets the lease go.
+func (b *batch) finishRest(complete bool) {
+	switch {
+	case b.cutOff():
+		b.release()
+	case complete:
+		b.done()
+	default:
+		b.stored()
+	}
+}
+
+// renewLeases renews every lease this router holds (parked, ledger).
+func (r *continuations) renewLeases(now time.Time) {
+	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
+	defer cancel()
+	if err := r.parked.Renew(ctx, now); err != nil {
+		r.log.Warn("router: leases not renewed", "err", err)
+	}
+	if err := r.led.Renew(ctx, now); err != nil {
+		r.log.Warn("router: ledger leases not renewed", "err", err)
+	}
+}
+
+// takeOver repairs continuations whose owner stopped renewing its lease,
+// and settles again the answers whose router died before their result.
+func (r *continuations) takeOver(now time.Time, lease time.Duration) {
+	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
+	defer cancel()
+	cutoff := now.Add(-lease)
+	conts, answered := r.parked.TakeOver(ctx, cutoff)
+	for _, cont := range conts {
+		if !r.background(func() { r.repair(cont) }) {
+			r.parked.Release(cont)
+		}
+	}
+	for _, rec := range answered {
+		r.background(func() { r.answers.settleTaken(rec) })
+	}
+}
+
+// background runs fn as tracked work; false when the router is closing.
+func (r *continuations) background(fn func()) bool {
+	if !r.life.Enter() {
+		return false
+	}
+	r.pool.Go(func() { defer r.life.Leave(); fn() })
+	return true
+}
+
+// repair finishes a continuation taken over from a router that died: its
+// last run's calls without a result run again (through the ledger), then
+// the batch waits or goes on.
+func (r *continuations) repair(cont *parked.Batch) {
+	b := r.continuation(cont)
+	if b == nil {
+		return
+	}
+	defer r.untrack(b)
+	b.resolveFrom(0)
+	var wg sync.WaitGroup
+	for _, c := range b.calls[:min(cont.Next, len(b.calls))] {
+		if c.result != nil || slices.Contains(cont.Waiting, c.call.ID) {
+			continue
+		}
+		if c.early != nil {
+			b.finish(c, *c.early)
+			continue
+		}
+		wg.Go(func() { b.execute(c) })
+	}
+	wg.Wait()
+	if b.cutOff() {
+		b.release()
+		return
+	}
+	b.finishRest(b.settleRun(cont.Next) && b.run(cont.Next))
+}
+
+// sweep expires the parked calls whose time is up.
+func (r *continuations) sweep(now time.Time) {
+	ctx, cancel := r.landing()
+	defer cancel()
+	for _, rec := range r.parked.Expire(ctx, now) {
+		r.answers.complete(rec, *rec.Result)
+	}
+}
+
+// cancelParked interrupts the parked calls of a reply (all when ids is
+// empty) and marks its queued calls so they never run.
+func (r *continuations) cancelParked(session, replyID string, ids []string) {
+	ctx, cancel := r.landing()
+	defer cancel()
+	ended, err := r.parked.Cancel(ctx, session, replyID, ids)
+	if err != nil {
+		r.log.Warn("router: cancel not recorded", "session", session, "reply", replyID, "err", err)
+	}
+	for _, rec := range ended {
+		r.answers.complete(rec, *rec.Result)
+	}
 }

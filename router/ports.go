@@ -14,23 +14,15 @@ import (
 	"github.com/toolbus/toolbus/skills"
 )
 
-// The ports of the batch pipeline: everything a step of a batch needs from
-// outside it, as small interfaces, so that each step is tested with fakes
-// (steps_test.go, ports_test.go) and none holds the Router. newPipeline is
-// the one place that wires them from a running Router.
-//
-//	sessionPort      the session: a snapshot per run, the cache, reset_tools
-//	resolverPort     what a call's name runs: groups, registry, skills
-//	continuationPort parked calls and parked batches (external)
-//	runnerPort       the executors: a tool call, the skill loader
-//	eventPort        session events through the events stream, the reply
-//	outputPort       storing an output that would not fit (fit.go)
+// The ports of the batch pipeline: what a step needs from outside the
+// batch, as small interfaces with fakes (ports_test.go); newPipeline wires
+// them from a running Router (docs/router.md).
 
 // sessionPort is the session as the steps of a batch see it.
 type sessionPort interface {
 	// snapshot makes the session current for a run of a batch: read from
 	// KV unless rev (the batch's sessionrev) lets the cache serve
-	// (sessions.go); the session it returns is what the run decides with.
+	// (package session); the session it returns is what the run decides with.
 	snapshot(ctx context.Context, id string, rev uint64) *groups.Session
 	// session is the session as this router last read or wrote it.
 	session(id string) *groups.Session
@@ -52,8 +44,7 @@ type resolverPort interface {
 	refresh(ctx context.Context, name string) error
 }
 
-// continuationPort is the record of parked calls and parked batches
-// (docs/protocol.md 6.1); parked.Store serves it.
+// continuationPort is the record of parked calls and batches (parked.Store).
 type continuationPort interface {
 	Park(ctx context.Context, run parked.Run) (parked.Parking, error)
 	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*parked.Batch, bool, error)
@@ -65,8 +56,7 @@ type continuationPort interface {
 
 var _ continuationPort = parkedStore{}
 
-// parkedStore is the parked machine as the router's ports see it: its
-// verbs and its reads (parked.Store.Read) in one value.
+// parkedStore is the parked machine's verbs and reads in one value.
 type parkedStore struct {
 	*parked.Store
 	parked.Reads
@@ -86,18 +76,15 @@ type runnerPort interface {
 // eventPort publishes a session's events through the events stream and
 // sends replies.
 type eventPort interface {
-	// publish sends an event on the session's events subject and returns
-	// at once; stored waits for the stream to hold it.
+	// publish sends an event to the events stream and returns at once;
+	// stored waits for the stream to hold it.
 	publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
 	stored(ctx context.Context, evs []*sentEvent) error
-	// announce sends an event on the session's events subject without
-	// asking the stream for an acknowledgement: the stream stores it when
-	// it takes writes, and nobody waits (docs/protocol.md 3.4, a read-only
-	// batch's batch.done).
+	// announce sends an event without asking for an acknowledgement
+	// (docs/protocol.md 3.4: a read-only batch's batch.done).
 	announce(typ, session, replyID, callID string, trace [2]string, data any) error
-	// live sends an event on the session's events subject for live
-	// subscribers only: the events stream refuses it (docs/protocol.md
-	// 3.4, call.parked).
+	// live sends an event the events stream refuses, for live
+	// subscribers only (docs/protocol.md 3.4, call.parked).
 	live(typ, session, replyID, callID string, trace [2]string, data any) error
 	// reply sends an event to a reply subject (core NATS).
 	reply(subject string, e *bus.Event) error
@@ -106,14 +93,13 @@ type eventPort interface {
 }
 
 // outputPort stores the output of a result that would take the batch's
-// aggregate messages past the payload limit (fit.go).
+// aggregate messages past the payload limit (outputs.go).
 type outputPort interface {
 	Fit(ctx context.Context, key string, out []bus.Block, used int, dup bool) ([]bus.Block, error)
 }
 
-// pipeline is the batch pipeline with its ports wired: each step a small
-// value over the ports it needs. A batch holds the pipeline, never the
-// Router.
+// pipeline is the batch pipeline with its ports wired. A batch holds the
+// pipeline, never the Router.
 type pipeline struct {
 	sessions sessionPort
 	conts    continuationPort
@@ -122,15 +108,13 @@ type pipeline struct {
 	park     parkStep
 	report   reportStep
 	fit      fitStep
-	quota    *quotas     // counts calls that park; nil when off (quota.go)
-	audit    *auditTrail // records calls that end outside the chain; nil when off (audittrail.go)
+	quota    *quotas     // counts calls that park; nil when off (chain.go)
+	audit    *auditTrail // records calls that end outside the chain; nil when off (chain.go)
 	log      *slog.Logger
-	// base is the parent of every batch's context (the Router's).
-	base context.Context
+	base     context.Context // the parent of every batch's context (the Router's)
 }
 
-// newPipeline wires the batch pipeline from a started Router: the one
-// constructor that knows both (docs/router.md, "Ports").
+// newPipeline wires the batch pipeline from a started Router.
 func (r *Router) newPipeline(ev routerEvents) *pipeline {
 	var outputs outputPort
 	if r.outputs != nil {
@@ -151,9 +135,6 @@ func (r *Router) newPipeline(ev routerEvents) *pipeline {
 		base:     r.base,
 	}
 }
-
-// The adapters below are the ports over the Router's parts; each is a
-// few lines, so the wiring is visible in one place.
 
 // routerSessions is the sessionPort over groups.Store and the session
 // revision cache.
@@ -238,15 +219,11 @@ func (x routerEvents) event(typ, session, replyID, callID string, trace [2]strin
 }
 
 func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
-	var e bus.Event
-	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
-		return nil, err
-	}
-	m, err := e.Msg(x.subj.Events(session))
+	m, id, err := x.msg(typ, session, replyID, callID, trace, data)
 	if err != nil {
 		return nil, err
 	}
-	return x.sink.publish(m, e.ID), nil
+	return x.sink.publish(m, id), nil
 }
 
 func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
@@ -257,14 +234,8 @@ func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]st
 	return bus.Send(x.nc, x.subj.Events(session), &e, e.ID) // stored once, as a retried publish would be
 }
 
-// live publishes an event with core NATS for live subscribers only: the
-// events stream refuses it (protocol 3.4, call.parked).
 func (x routerEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
-	var e bus.Event
-	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
-		return err
-	}
-	m, err := e.Msg(x.subj.Events(session))
+	m, _, err := x.msg(typ, session, replyID, callID, trace, data)
 	if err != nil {
 		return err
 	}
@@ -273,6 +244,17 @@ func (x routerEvents) live(typ, session, replyID, callID string, trace [2]string
 	}
 	m.Header.Set(bus.HeaderLiveOnly, bus.LiveOnly) // the events stream refuses it
 	return x.nc.PublishMsg(m)
+}
+
+// msg is the message of an event on the session's events subject, and the
+// event's id.
+func (x routerEvents) msg(typ, session, replyID, callID string, trace [2]string, data any) (*nats.Msg, string, error) {
+	var e bus.Event
+	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
+		return nil, "", err
+	}
+	m, err := e.Msg(x.subj.Events(session))
+	return m, e.ID, err
 }
 
 func (x routerEvents) stored(ctx context.Context, evs []*sentEvent) error {

@@ -62,14 +62,8 @@ var readOutputTool = sync.OnceValues(func() (*registry.Tool, error) {
 	return &registry.Tool{Def: def, Schema: sc}, err
 })
 
-// readShown reports whether read_output is in a request's view: offered,
-// not in external_only, not shadowed by a request-scoped tool of its name.
-func readShown(on bool, req *groups.Request) bool {
-	if !on || req.Mode == bus.MergeExternalOnly {
-		return false
-	}
-	return !slices.ContainsFunc(req.External, func(t *groups.RequestTool) bool { return t.Def.Name == ReadOutputName })
-}
+// readShown reports whether read_output is offered and in a request's view.
+func readShown(on bool, req *groups.Request) bool { return on && shown(req, ReadOutputName) }
 
 // withReadOutput puts read_output into a listing before the request's
 // external tools when it is shown.
@@ -160,7 +154,7 @@ func readBytes(ctx context.Context, w windows, session, ref string, off int64, n
 		return "", err
 	}
 	if !textual(ch.MediaType) {
-		return "", fmt.Errorf("the output is %s (%d bytes), not text: read_output reads text only", ch.MediaType, ch.Size)
+		return "", notText(ch)
 	}
 	data := ch.Data
 	start := 0
@@ -201,7 +195,7 @@ func readLines(ctx context.Context, w windows, session, ref string, first, n int
 			return "", err
 		}
 		if !textual(ch.MediaType) {
-			return "", fmt.Errorf("the output is %s (%d bytes), not text: read_output reads text only", ch.MediaType, ch.Size)
+			return "", notText(ch)
 		}
 		size, digest = ch.Size, ch.Digest
 		data := ch.Data
@@ -262,6 +256,10 @@ func readLines(ctx context.Context, w windows, session, ref string, first, n int
 		head += fmt.Sprintf("; line %d was cut at %d bytes: go on with offset %d]", last, ReadOutputMaxBytes, to)
 	}
 	return head + "\n" + strings.ToValidUTF8(string(buf), "\uFFFD"), nil
+}
+
+func notText(ch *offload.Chunk) error {
+	return fmt.Errorf("the output is %s (%d bytes), not text: read_output reads text only", ch.MediaType, ch.Size)
 }
 
 // textual reports whether a stored output's media type is text: text/*,

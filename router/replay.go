@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,11 +28,9 @@ const (
 	maxSessionReplays = 8
 	maxReplays        = 1024
 	// maxUnboundReplays is where a session without its own agent user
-	// stops: the shared agent may name any session, so without a lower
-	// bound its made-up sessions' consumers filled the stream and every
-	// bound session's replay was refused (issue 26, held-out attack).
-	// The rest is kept for sessions with their own credentials. Below
-	// nats-server's default of 1,000 consumers per stream.
+	// stops: the shared agent may name any session, and its made-up
+	// sessions' consumers must not fill the stream for bound sessions
+	// (issue 26). Below nats-server's default of 1,000 per stream.
 	maxUnboundReplays = 768
 )
 
@@ -72,32 +72,22 @@ func (l *replayLimit) take(session string, now time.Time) bool {
 
 // replays serves the router-made consumers (docs/protocol.md 3.4, 6.2):
 // replay of a session's stored events on P.replay.<session>, and the
-// handoff requests of handlers and approvers on P.handoff.<kind>[.<tool>].
-// On each subject a participant asks for a consumer, pulls from it and
-// stops it; the router makes the consumer (pull mode, the filter the
-// subject grants, acks none, an inactivity threshold), checks on every
-// pull and stop that the named consumer has that very filter, and relays
-// the pull to JetStream with the request's reply subject. So nobody but
-// the router and the operator creates a consumer (nats-server checks a
-// push consumer's deliver_subject against nothing), and NATS' own subject
-// permissions on P.replay.<s> and P.handoff.<kind>.<t> decide whose
-// consumers one may read: knowing another session's consumer name grants
-// nothing.
+// handoff on P.handoff.<kind>[.<tool>]. A participant asks for a consumer,
+// pulls from it and stops it; the router makes it (pull mode, the filter
+// the subject grants), checks on every pull and stop that the named
+// consumer has that very filter, and relays the pull. So nobody but the
+// router and the operator creates a consumer (nats-server checks a push
+// consumer's deliver_subject against nothing), and subject permissions
+// decide whose consumers one may read.
 type replays struct {
 	*wire
 	base   context.Context
 	events jetstream.Stream
-	// parked is P_parked's stream: the handoff is read from it
-	// (handoff.go).
-	parked jetstream.Stream
-	pulls  chan struct{} // the handoff pulls relayed at once (handoff.go)
-	// work runs a relayed pull as the router's tracked work (life.Go):
-	// false once the router drains.
-	work  func(func(context.Context)) bool
-	limit replayLimit
-	// bound reports whether a session has its own agent user (nil: an
-	// open router, where none has).
-	bound func(session string) bool
+	parked jetstream.Stream                 // P_parked's: the handoff is read from it
+	pulls  chan struct{}                    // the handoff pulls relayed at once
+	work   func(func(context.Context)) bool // runs a relayed pull as tracked work; false once draining
+	limit  replayLimit
+	bound  func(session string) bool // whether a session has its own agent user (nil: open router)
 }
 
 // feed is what a request subject grants: consumers of stream filtered on
@@ -107,28 +97,17 @@ type feed struct {
 	stream              jetstream.Stream
 	filter, key, kind   string
 	create, ready, what string
-	max                 int // consumers on the stream past which none is made
-	// want, for the handoff, is what the subject grants of the parked
-	// records: the router reads the pulls and relays only those
-	// (handoff.go); nil relays the pull itself.
-	want *parked.Want
+	max                 int          // consumers on the stream past which none is made
+	want                *parked.Want // the handoff's grant: the router relays only those records; nil relays the pull
 }
 
 func (r *replays) onReplay(m *nats.Msg) {
-	e, err := bus.Decode(m)
+	e, err := r.decode(m, "replay", "") // serve checks the type
 	if err != nil {
 		r.reject(m, err)
 		return
 	}
-	token, ok := r.subj.Token(m.Subject, "replay")
-	if !ok || !bus.ValidID(token) {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not end in a valid session id", m.Subject))
-		return
-	}
-	if e.SessionID != "" && e.SessionID != token {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "sessionid %q differs from the subject's session %q", e.SessionID, token))
-		return
-	}
+	token := e.SessionID
 	limit := maxUnboundReplays
 	if r.bound != nil && r.bound(token) {
 		limit = maxReplays
@@ -151,8 +130,7 @@ func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
 	}
 }
 
-// make creates a consumer of f from the requested start sequence and
-// answers its name.
+// make creates a consumer of f from the requested start sequence.
 func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
 	var q bus.Replay // io.toolbus.handoff.follow has the same data
 	if len(e.Data) > 0 {
@@ -193,8 +171,8 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
 	r.respond(m, f.ready, ready, "consumer reply")
 }
 
-// next relays a pull from a consumer of f to JetStream, with m's reply
-// subject: the messages and the closing status go straight to the asker.
+// next relays a pull from a consumer of f to JetStream with m's reply
+// subject.
 func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) {
 	var q bus.ConsumerNext
 	if err := e.DataAs(&q); err != nil {
@@ -263,10 +241,8 @@ func (f feed) tag() string {
 	return f.want.Kind + "." + cmp.Or(f.want.Tool, "*")
 }
 
-// owned checks that name is a router-made pull consumer of f's stream
-// filtered on f's filter and made for f (its feedMeta), and returns it. An
-// unknown name and another subject's consumer get the same refusal, so the
-// answer tells nothing about other sessions, kinds or tools.
+// owned returns consumer name when it is a router-made pull consumer of f.
+// An unknown name and another subject's consumer get the same refusal.
 func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 	refused := bus.Errorf(bus.CodeBadRequest, "no consumer %q for %s (ask for one with %s)", name, f.what, f.create)
 	if !bus.ValidConsumerName(f.kind, name) {
@@ -287,4 +263,129 @@ func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 		return nil, refused
 	}
 	return c, nil
+}
+
+// maxHandoffPulls bounds the handoff pulls one router relays at once.
+const maxHandoffPulls = 1024
+
+// onHandoff serves the handoff (docs/protocol.md 6.2): a follower on
+// P.handoff.<kind>[.<tool>] gets the parked records of that kind and tool.
+// The consumer reads every call record; the router reads each pull and
+// relays only the records the subject grants (relayHandoff).
+func (r *replays) onHandoff(m *nats.Msg) {
+	e, err := bus.Decode(m)
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	want, ok := r.handoffWant(m.Subject)
+	if !ok || r.parked == nil {
+		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q is not %s or %s", m.Subject, r.subj.Handoffs.Follow("{external,confirm}", ""), r.subj.Handoffs.Follow("{external,confirm}", "<tool>")))
+		return
+	}
+	what := r.subj.Handoffs.Follow(want.Kind, want.Tool)
+	bucket := strings.TrimPrefix(r.parked.CachedInfo().Config.Name, "KV_")
+	r.serve(m, e, feed{stream: r.parked, filter: "$KV." + bucket + ".*.*.*", key: "handoff " + what, kind: "handoff",
+		create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady, what: what, max: maxReplays, want: &want})
+}
+
+// handoffWant is what P.handoff.<kind>[.<tool>] grants.
+func (r *replays) handoffWant(subject string) (parked.Want, bool) {
+	rest, ok := strings.CutPrefix(subject, r.subj.Handoffs.Follow("", "")) // "P.handoff."
+	if !ok {
+		return parked.Want{}, false
+	}
+	kind, tool, hasTool := strings.Cut(rest, ".")
+	if hasTool && !bus.ValidName(tool) || kind != bus.KindExternal && kind != bus.KindConfirm {
+		return parked.Want{}, false
+	}
+	return parked.Want{Kind: kind, Tool: tool}, true
+}
+
+// relayHandoff reads one pull of consumer c and sends, on m's reply
+// subject, the request of every record want grants (header Nats-Sequence:
+// its stream sequence) as JetStream would: up to the pull's batch, then a
+// closing Status 404 (no wait: nothing more), 408 (the wait ended) or 409
+// (the consumer is gone).
+func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) {
+	select {
+	case r.pulls <- struct{}{}:
+	default:
+		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "this router relays %d handoff pulls at once; pull again", maxHandoffPulls))
+		return
+	}
+	relay := func(ctx context.Context) {
+		defer func() { <-r.pulls }()
+		if status := r.fetchHandoff(ctx, m.Reply, c, q, want); status != "" {
+			_ = r.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{"Status": {status}}})
+		}
+	}
+	if !r.work(relay) { // the router drains: the follower asks another
+		<-r.pulls
+		_ = r.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{"Status": {"409"}}})
+	}
+}
+
+// minHandoffWait is the shortest wait a relay's fetch is made with (less
+// ends the pull); handoffSlice the longest, so a drain ends a waiting
+// relay within it.
+const (
+	minHandoffWait = 10 * time.Millisecond
+	handoffSlice   = time.Second
+)
+
+// fetchHandoff relays the requests of one pull, fetching until the pull's
+// batch went out ("") or a closing status; records want does not grant are
+// skipped, so one pull may fetch many times.
+func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) string {
+	deadline := time.Now().Add(time.Duration(q.ExpiresMS) * time.Millisecond)
+	for sent := 0; sent < q.Batch; {
+		if ctx.Err() != nil {
+			return "409" // drained: the follower asks another router
+		}
+		ask := q.Batch - sent
+		var (
+			batch jetstream.MessageBatch
+			err   error
+		)
+		if q.ExpiresMS == 0 {
+			batch, err = c.FetchNoWait(ask)
+		} else {
+			left := time.Until(deadline)
+			if left < minHandoffWait {
+				return "408"
+			}
+			batch, err = c.Fetch(ask, jetstream.FetchMaxWait(min(left, handoffSlice)))
+		}
+		if err != nil {
+			return "409"
+		}
+		got, lost := 0, false
+		for msg := range batch.Messages() {
+			got++
+			if ctx.Err() != nil || lost {
+				continue // drained: the fetch ends on its own
+			}
+			out, ok := parked.Request(msg.Data(), want, r.subj, r.source)
+			if !ok {
+				continue
+			}
+			if md, err := msg.Metadata(); err == nil {
+				out.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(md.Sequence.Stream, 10))
+			}
+			out.Subject = reply
+			if err := r.nc.PublishMsg(out); err != nil {
+				lost = true
+			}
+			sent++
+		}
+		switch err := batch.Error(); {
+		case ctx.Err() != nil || lost || err != nil && !errors.Is(err, nats.ErrTimeout):
+			return "409"
+		case got < ask && q.ExpiresMS == 0:
+			return "404"
+		} // fewer than asked with a wait: the next fetch waits for what is left of it
+
+	}
+	return ""
 }

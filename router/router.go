@@ -6,15 +6,14 @@
 // number of routers serve one deployment interchangeably.
 //
 // Router itself is a thin shell (docs/router.md): it builds the subsystems
-// once, subscribes, decodes and dispatches each message to the handler
-// type of its subject (registrar, adminVerbs, toolsLister, answers,
-// canceller, continuations, durableResults, outputs, replays), and owns the
-// lifecycle through internal/life.
+// once, subscribes, and dispatches each message to the handler type of its
+// subject; internal/life owns the lifecycle.
 package router
 
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -168,10 +167,10 @@ type Router struct {
 	conts    *continuations
 	handlers []route
 
-	ids identities // a batch's user (identity.go)
+	ids identities // a batch's user (turn.go)
 
 	subs       subscriptions
-	batches    runningBatches     // running.go
+	batches    runningBatches     // cancel.go
 	execs      execWatches        // exec requests in flight (exec.go)
 	outputs    *offload.Offloader // stores outputs that would take a batch's messages past the payload limit
 	stored     *outputs           // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
@@ -185,24 +184,22 @@ type Router struct {
 	cut      atomic.Bool // a drain's deadline cut work off
 }
 
-// route is one subscription of the router: a subject, its queue group ("":
-// every router gets it), its handler, and whether a full router answers it
-// busy (admit.go).
+// route is one subscription: a subject, its queue group ("": every router
+// gets it), its handler, and whether a full router answers it busy.
 type route struct {
 	subject, queue string
 	h              func(*nats.Msg)
 	shed           bool
 }
 
-// errDrainDeadline is the cause of the contexts cut off by a drain's
-// deadline.
+// errDrainDeadline is the cause of the contexts a drain's deadline cut off.
 var errDrainDeadline = life.ErrDeadline
 
 // StopTimeout is the drain deadline of Stop.
 const StopTimeout = 5 * time.Second
 
-// drainCleanup bounds the wait, past a drain's deadline, for the handlers
-// whose context was just cancelled and the writes that must land.
+// drainCleanup bounds the wait, past a drain's deadline, for the cancelled
+// handlers and the writes that must land.
 const drainCleanup = 2 * time.Second
 
 // New returns a Router on nc. Call Start to serve.
@@ -266,7 +263,7 @@ func (r *Router) ID() string { return r.cfg.ID }
 
 // Start creates the JetStream resources, builds the subsystems and the
 // handlers, and subscribes. It returns once the router serves, or with the
-// first error, after undoing what it did (one unwind: the drain's).
+// first error after undoing what it did.
 func (r *Router) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
@@ -355,7 +352,7 @@ func (r *Router) build(ctx context.Context) error {
 		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
 	r.led = dedupe{ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
 		Health: r.store.Health, Landing: r.life.Landing})}
-	// The router stores only what the payload limit forces (fit.go): its
+	// The router stores only what the payload limit forces (outputs.go): its
 	// inline limit is the limit itself, and it never refuses an output.
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
 		return err
@@ -412,9 +409,8 @@ func (r *Router) bind() {
 	}
 }
 
-// loops starts the background loops: expiry of parked calls, the watchdog
-// of exec requests, lease renewal and takeover, and the watch for messages
-// dropped as a slow consumer.
+// loops starts the background loops: parked expiry, the exec watchdog,
+// leases and takeover, and the slow-consumer watch.
 func (r *Router) loops() {
 	interval := min(max(cmp.Or(r.cfg.ParkTTL, parked.DefaultTTL)/10, 10*time.Millisecond), time.Second)
 	hb := r.cfg.Store.Heartbeat
@@ -431,10 +427,7 @@ func (r *Router) loops() {
 	})
 }
 
-// dispatch runs h in its own goroutine, bounded by MaxInflight; when every
-// slot is taken, a sheddable message waits in the bounded queue or is
-// answered busy, and any other blocks this subscription's delivery
-// (back-pressure; admit.go).
+// dispatch runs h in its own goroutine, bounded by MaxInflight (admit.go).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	if !r.replyAllowed(m.Subject, m.Reply) {
 		// The router answers with its own permissions: a reply subject
@@ -479,8 +472,7 @@ func (r *wire) replyAllowed(subject, reply string) bool {
 }
 
 // replyAllowedFor is replyAllowed for a deployment prefix and the router
-// connection's inbox prefix ("" or "_INBOX": the shared default, not
-// excluded).
+// connection's inbox prefix ("" or the shared "_INBOX" exclude nothing).
 func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	if reply == "" {
 		return true
@@ -556,7 +548,6 @@ func (r *Router) Drain(ctx context.Context) error {
 	return r.stopErr
 }
 
-// subscriptions are the router's subscriptions and its micro service.
 type subscriptions struct {
 	mu   sync.Mutex
 	list []*nats.Subscription
@@ -634,8 +625,7 @@ func waitClosed(ctx context.Context, s *nats.Subscription) {
 const landBudget = 2 * time.Minute
 
 // landing returns the context of a write that ends a call, not tracked by
-// the drain (the handler types use their life's Landing, which is): parent's
-// values, not its cancellation, bounded by landBudget.
+// the drain: parent's values, not its cancellation, bounded by landBudget.
 func landing(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(parent), landBudget)
 }
@@ -650,4 +640,67 @@ func (f landingFunc) start(parent context.Context) (context.Context, context.Can
 		return landing(parent)
 	}
 	return f()
+}
+
+// wire is what every handler shares: the connection, subjects, event
+// source, and how a message is decoded and answered (docs/protocol.md 2).
+type wire struct {
+	nc     *nats.Conn
+	subj   bus.Subjects
+	source string
+	log    *slog.Logger
+	m      *metrics.Router // set in Start, before the first subscription
+}
+
+// reject answers m with an io.toolbus.error.
+func (w *wire) reject(m *nats.Msg, err error) {
+	var be *bus.Error
+	if !errors.As(err, &be) {
+		be = bus.Errorf(bus.CodeInternal, "%v", err)
+	}
+	w.m.Rejected.WithLabelValues(be.Code).Inc()
+	if be.Code == bus.CodeInternal {
+		w.log.Error("router: internal error", "subject", m.Subject, "err", err)
+	} else {
+		w.log.Debug("router: rejected", "subject", m.Subject, "code", be.Code, "msg", be.Message)
+	}
+	if err := bus.RespondError(w.nc, m, w.source, be); err != nil {
+		w.log.Warn("router: error reply failed", "err", err)
+	}
+}
+
+// respond answers m with an event of type typ; what names the reply in the
+// log when it fails.
+func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
+	if err := bus.Respond(w.nc, m, w.source, typ, data); err != nil {
+		w.log.Warn("router: "+what+" failed", "err", err)
+	}
+}
+
+// decode reads m's event, checks its type ("": any), and checks that its
+// sessionid matches the subject token of kind (the token becomes the
+// session id when the attribute is absent).
+func (w *wire) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
+	e, err := bus.Decode(m)
+	if err != nil {
+		return nil, err
+	}
+	if typ != "" && e.Type != typ {
+		return nil, bus.Errorf(bus.CodeBadEvent, "expected an event of type %s on %s, got %q", typ, m.Subject, e.Type)
+	}
+	if kind == "" {
+		return e, nil
+	}
+	token, ok := w.subj.Token(m.Subject, kind)
+	if !ok || !bus.ValidID(token) {
+		return nil, bus.Errorf(bus.CodeBadEvent, "subject %q does not end in a valid session id", m.Subject)
+	}
+	switch e.SessionID {
+	case "":
+		e.SessionID = token
+	case token:
+	default:
+		return nil, bus.Errorf(bus.CodeBadEvent, "sessionid %q differs from the subject's session %q", e.SessionID, token)
+	}
+	return e, nil
 }

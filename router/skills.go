@@ -28,8 +28,8 @@ type routerSkills struct {
 	schemas map[string]*schemas.Schema // loader schema JSON → compiled
 }
 
-// maxLoaderSchemas bounds the cache of compiled loader schemas; past it the
-// cache starts again (sets of visible skills are few in practice).
+// maxLoaderSchemas bounds the cache of compiled loader schemas; past it
+// the cache starts again.
 const maxLoaderSchemas = 256
 
 func startSkills(ctx context.Context, dirs []string, viewer bool, st *store.Store, gs *groups.Store, log *slog.Logger) (*routerSkills, error) {
@@ -66,18 +66,17 @@ func (s *routerSkills) view(sess *groups.Session, user string) *skills.View {
 	return skills.NewView(s.cat.Skills(user), s.groups.Groups(), sess.IsActive)
 }
 
-// loaderShown reports whether the request lets the loader be seen: not in
-// external_only, and not shadowed by a request-scoped tool of its name.
-func loaderShown(req *groups.Request) bool {
-	if req.Mode == bus.MergeExternalOnly {
-		return false
-	}
-	return !slices.ContainsFunc(req.External, func(t *groups.RequestTool) bool { return t.Def.Name == skills.LoaderName })
+// shown reports whether the request lets the built-in tool name be seen:
+// not in external_only, and not shadowed by a request-scoped tool.
+func shown(req *groups.Request, name string) bool {
+	return req.Mode != bus.MergeExternalOnly && !slices.ContainsFunc(req.External, func(t *groups.RequestTool) bool { return t.Def.Name == name })
 }
 
-// skillListing puts load_skill_through_path into a listing after
-// reset_tools (before the request's external tools) when a skill is
-// visible, and returns the skills_prompt.
+func loaderShown(req *groups.Request) bool { return shown(req, skills.LoaderName) }
+
+// listing puts the skill loader (and viewer) into a listing before the
+// request's external tools when a skill is visible, and returns the
+// skills_prompt.
 func (s *routerSkills) listing(view *groups.View, req *groups.Request, user string, defs []bus.ToolDef) ([]bus.ToolDef, string) {
 	if !loaderShown(req) {
 		return defs, ""
@@ -120,7 +119,7 @@ func (s *routerSkills) resolveName(view *groups.View, req *groups.Request, user 
 // viewerDef is the Skill viewer's definition when the router offers it, a
 // skill is visible and no request-scoped tool takes its name.
 func (s *routerSkills) viewerDef(sv *skills.View, req *groups.Request) (bus.ToolDef, bool) {
-	if !s.viewer || slices.ContainsFunc(req.External, func(t *groups.RequestTool) bool { return t.Def.Name == skills.ViewerName }) {
+	if !s.viewer || !shown(req, skills.ViewerName) {
 		return bus.ToolDef{}, false
 	}
 	return sv.ViewerDef()
@@ -143,9 +142,8 @@ func (s *routerSkills) schema(raw json.RawMessage) (*schemas.Schema, error) {
 	return sc, nil
 }
 
-// loadSkill runs load_skill_through_path: read-only for the skill, never
-// asked about, not in the ledger; a successful load adds, for this session
-// only, the groups whose activate_on_skill names the skill.
+// loadSkill runs the skill loader (or viewer); a successful load activates,
+// for this session, the groups whose activate_on_skill names the skill.
 func (s *routerSkills) loadSkill(ctx context.Context, session string, user json.RawMessage, call bus.Call, input json.RawMessage) bus.Result {
 	gs := s.groups.Groups()
 	sv := s.view(s.groups.Session(session), userOf(user))
@@ -174,8 +172,7 @@ func (s *routerSkills) loadSkill(ctx context.Context, session string, user json.
 	return bus.Result{ID: call.ID, Name: call.Name, State: bus.StateSuccess, Output: out.Output}
 }
 
-// skillsList is the reply of skills.list: every served skill, shared ones
-// (after priority) and every user-scoped one.
+// skillsList is the reply of skills.list: every served skill.
 func (x *adminVerbs) skillsList() map[string]any {
 	gs := x.groups.Groups()
 	out := []bus.SkillInfo{}

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
@@ -8,8 +10,7 @@ import (
 )
 
 // turn is a checked batch: one model turn's calls as the agent sent them,
-// with the attributes that travel with every one of them. It is the first
-// step's output; nothing has run yet.
+// with the attributes that travel with every one of them.
 type turn struct {
 	session  string
 	replyID  string
@@ -21,10 +22,8 @@ type turn struct {
 }
 
 // checkTurn checks a decoded io.toolbus.call.batch (its session already
-// checked against the subject): the reply id, the batch's calls (1 to
-// lim.MaxCalls, valid and distinct ids, inputs of at most
-// lim.MaxInputBytes), its expiry and its request. Errors are bad_event or
-// bad_request, and nothing has changed.
+// checked against the subject): the reply id, the calls, the expiry and
+// the request. Errors are bad_event or bad_request.
 func checkTurn(e *bus.Event, lim Limits) (turn, error) {
 	if !bus.ValidID(e.ID) {
 		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
@@ -77,4 +76,60 @@ func newTurn(session, replyID string, trace [2]string, expiry string, data bus.B
 		return turn{}, err
 	}
 	return t, nil
+}
+
+// Identities binds sessions to the toolbus users whose credentials alone
+// may publish in them (docs/security.md "Identities"): NATS permissions
+// let only the session's own agent user (and the operator) publish on
+// P.call.<s> and P.tools.<s>, so a batch there comes from that user.
+// security.Bindings implements it.
+type Identities interface {
+	// UserOf returns the toolbus user session is bound to, and whether
+	// it is bound at all.
+	UserOf(session string) (user string, bound bool)
+}
+
+// identities checks a batch's or query's claimed user against the
+// session's credentials (Config.Identities; nil: open router).
+type identities struct{ ids Identities }
+
+// identify returns the user a batch or tools.query of session runs as
+// (docs/protocol.md 3.1). Open, the claim stands. A bound session runs as
+// its bound user (no claim or the same one; another is refused); an
+// unbound session runs as no user, and a claim there is refused, since no
+// credential backs it. A refusal is a denied *bus.Error.
+func (x identities) identify(session string, claimed json.RawMessage) (json.RawMessage, error) {
+	if x.ids == nil {
+		return claimed, nil
+	}
+	user, bound := x.ids.UserOf(session)
+	none := userOf(claimed) == ""
+	switch {
+	case bound && (none || isString(claimed) && userOf(claimed) == user):
+		b, _ := json.Marshal(user)
+		return b, nil
+	case bound:
+		return nil, bus.Errorf(bus.CodeDenied, "user %s is not the one that connected: session %s is bound to user %q by its credentials; send no user, or that one", compact(claimed), session, user)
+	case none:
+		return nil, nil
+	}
+	return nil, bus.Errorf(bus.CodeDenied, "user %s needs a credential: session %s is bound to no user (bind one with `toolbus security agent --session %s --user <user>`), so its batches run as no user; send none",
+		compact(claimed), session, session)
+}
+
+func isString(raw json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(raw, &s) == nil
+}
+
+// compact is a claim as an error message quotes it, bounded.
+func compact(raw json.RawMessage) string {
+	s := userOf(raw)
+	if isString(raw) {
+		s = fmt.Sprintf("%q", s)
+	}
+	if len(s) > 80 {
+		s = s[:80] + "..."
+	}
+	return s
 }

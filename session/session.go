@@ -81,12 +81,9 @@ func (s *Session) clone() *Session {
 	return &c
 }
 
-// Store is the per-session state of P_sessions: a bounded cache of the
-// recently used sessions (least recently used dropped first), the reads
-// that must be current (Refresh, Load) and the compare-and-set writes
-// (Update, Touch, DeleteSession). A session it has not seen starts from
-// the defaults and each defined group's active_by_default (Config.ActiveByDefault). Safe for
-// concurrent use.
+// Store is the per-session state of P_sessions: a bounded LRU of the
+// recently used sessions, the reads that must be current (Refresh, Load)
+// and the compare-and-set writes. Safe for concurrent use.
 type Store struct {
 	kv  jetstream.KeyValue
 	cfg Config
@@ -111,10 +108,9 @@ func NewStore(kv jetstream.KeyValue, cfg Config) *Store {
 }
 
 // Session returns the session's state as this router last read or wrote
-// it; a session it has not seen (or no longer caches) starts from each
-// group's active_by_default and the default mode. Reads that must see
-// writes made through other routers use Refresh. The returned value must
-// not be modified.
+// it, or a fresh one (the defaults and each group's active_by_default).
+// Reads that must see other routers' writes use Refresh. The returned value
+// must not be modified.
 func (s *Store) Session(id string) *Session {
 	s.mu.RLock() // Peek: Refresh, once per batch run, keeps the recency
 	sess, ok := s.lru.Peek(id)
@@ -232,22 +228,19 @@ func (s *Store) Stored(id string) bool {
 // ErrAbort may be returned by an Update function to leave the session as it is.
 var ErrAbort = errors.New("groups: update aborted")
 
-// Update changes a session with compare-and-set: fn gets a private copy of
-// the latest stored state (or a fresh session) and edits it; the write is
-// retried with fresh state when another router wrote in between, so no
-// update is ever lost. fn may run more than once. When fn returns an error
-// nothing is written and the error is returned.
+// Update changes a session with compare-and-set: fn edits a private copy of
+// the latest stored state (or a fresh session), and may run more than once
+// when another router wrote in between. When fn returns an error nothing is
+// written and the error is returned.
 func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) (*Session, error) {
 	var next *Session
 	var fnErr error
 	rev, err := store.Update(ctx, s.kv, id, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
-		cur := s.fresh()
+		cur := s.fresh() // also for a corrupt record: it is replaced, not propagated
 		if entry != nil {
-			cur = new(Session)
-			if err := json.Unmarshal(entry.Value(), cur); err != nil {
-				cur = s.fresh() // a corrupt record is replaced, not propagated
+			if c, err := decodeSession(entry); err == nil {
+				cur = c
 			}
-			cur.rev = entry.Revision()
 		}
 		next = cur.clone()
 		if fnErr = fn(next); fnErr != nil {
@@ -292,4 +285,190 @@ func (s *Store) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lru.Len()
+}
+
+// Revisions decides, per run of a batch, whether the session must be read
+// from KV (docs/protocol.md 4.2): a batch that echoes the revision of an
+// earlier reply (sessionrev) skips the read when the cached session (Store's
+// LRU) is at least that revision and the sessions watch (updates only, no
+// values) has seen no newer write of it; any other batch is read.
+type Revisions struct {
+	groups *Store
+	kv     jetstream.KeyValue // P_sessions; nil: no watch, every batch is read
+
+	mu     sync.Mutex
+	newer  map[string]uint64 // the latest revision the watch delivered per session
+	floor  uint64            // a cached session older than this may be stale (newer overflowed)
+	last   uint64            // the newest revision the watch delivered, of any session
+	missed map[string]uint64 // sessions read absent, with last as it was before the read
+	limit  int
+	ready  bool // the watch runs
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// NewRevisions returns the revision view over gs; limit bounds the
+// revisions the watch keeps (the sessions the router caches, at least 1024).
+func NewRevisions(gs *Store, kv jetstream.KeyValue, limit int) *Revisions {
+	return &Revisions{groups: gs, kv: kv, newer: map[string]uint64{}, missed: map[string]uint64{}, limit: max(limit, 1024)}
+}
+
+// Start runs the watch until ctx ends or Stop. Without a watch every batch
+// is read from KV, which is always correct.
+func (s *Revisions) Start(ctx context.Context) error {
+	if s.kv == nil {
+		return nil
+	}
+	ctx, s.stop = context.WithCancel(ctx)
+	// Every write before the watch is one a later read sees: the bucket's
+	// last revision now counts as delivered (missCurrent).
+	if st, err := s.kv.Status(ctx); err == nil {
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+			s.last = bs.StreamInfo().State.LastSeq
+		}
+	}
+	w, err := s.kv.Watch(ctx, ">", jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	if err != nil {
+		s.stop()
+		return err
+	}
+	// Deletes and purges come as entries too, at their own revision: the
+	// cached session is then stale, and the next batch reads it gone.
+	s.mu.Lock()
+	s.ready = true
+	s.mu.Unlock()
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					s.mu.Lock()
+					s.ready = false // no more news: read every batch
+					s.mu.Unlock()
+					return
+				}
+				if e != nil {
+					s.seen(e.Key(), e.Revision())
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop ends the watch and waits for it until ctx ends; safe to call
+// twice.
+func (s *Revisions) Stop(ctx context.Context) error {
+	if s.stop == nil {
+		return nil
+	}
+	s.stop()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// seen records that session id was written at revision rev.
+func (s *Revisions) seen(id string, rev uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.newer) >= s.limit {
+		// Past the bound every cached session older than the newest
+		// revision seen counts as stale until it is read again.
+		for _, r := range s.newer {
+			s.floor = max(s.floor, r)
+		}
+		clear(s.newer)
+	}
+	s.newer[id] = max(s.newer[id], rev)
+	s.last = max(s.last, rev)
+}
+
+// current reports whether a cached session at revision have holds every
+// write of it the watch has seen.
+func (s *Revisions) current(id string, have uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready && have >= s.floor && have >= s.newer[id]
+}
+
+// Snapshot makes the router's view of session id current for a batch run:
+// a read from KV, unless rev (the batch's sessionrev, 0 when absent) allows
+// the cached session (canSkip) or the cached miss of a session never
+// written (missCurrent).
+func (s *Revisions) Snapshot(ctx context.Context, id string, rev uint64) *Session {
+	cur := s.groups.Session(id)
+	if canSkip(rev, cur.Revision(), s.current(id, cur.Revision())) || cur.Revision() == 0 && s.missCurrent(id, rev) {
+		return cur
+	}
+	ctx, cancel := context.WithTimeout(ctx, sessionReadTimeout)
+	defer cancel()
+	s.mu.Lock()
+	before, ready := s.last, s.ready
+	s.mu.Unlock()
+	sess, absent := s.groups.Read(ctx, id)
+	if absent && ready {
+		s.miss(id, before)
+	}
+	return sess
+}
+
+// miss records that session id was read absent when the watch had
+// delivered every write up to revision at.
+func (s *Revisions) miss(id string, at uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.missed) >= s.limit {
+		clear(s.missed) // forgotten misses are read again
+	}
+	s.missed[id] = at
+}
+
+// missCurrent reports whether a batch that sent revision asked may be
+// served the defaults of session id, never written (docs/protocol.md 4.2):
+// this router read it absent once its watch ran, the watch has delivered
+// every write up to asked (so every write the agent was told of), and no
+// write of id since that read.
+func (s *Revisions) missCurrent(id string, asked uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.missed[id]
+	return ok && s.ready && asked > 0 && asked <= s.last && s.floor <= at && s.newer[id] <= at
+}
+
+// sessionReadTimeout bounds one read of a batch's session; past it the
+// cache serves (Store.Refresh falls back to it on an error).
+const sessionReadTimeout = 5 * time.Second
+
+// canSkip is the rule of docs/protocol.md 4.2: a batch that sent revision
+// asked may be served from a cached session at revision have when asked is
+// set, have is at least asked, and the watch knows of nothing newer.
+func canSkip(asked, have uint64, current bool) bool {
+	return asked > 0 && have >= asked && current
+}
+
+// Revision is the session's KV revision as this router knows it; for a
+// session never written that this router read absent and whose miss still
+// holds, the revision of the miss: the newest revision of the bucket the
+// watch has delivered (docs/protocol.md 4.2). 0 when none is known.
+func (s *Revisions) Revision(id string) uint64 {
+	if rev := s.groups.Session(id).Revision(); rev > 0 {
+		return rev
+	}
+	s.mu.Lock()
+	last := s.last
+	s.mu.Unlock()
+	if s.missCurrent(id, last) {
+		return last
+	}
+	return 0
 }

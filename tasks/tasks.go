@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -56,8 +57,8 @@ func (c *Config) defaults() {
 	}
 }
 
-// Setup creates (or updates) the P_tasks bucket: its records expire keep
-// after their last write (zero: DefaultKeep).
+// Setup creates (or updates) the P_tasks bucket, whose records expire keep
+// (zero: DefaultKeep) after their last write.
 func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas int, keep time.Duration) (jetstream.KeyValue, error) {
 	if keep <= 0 {
 		keep = DefaultKeep
@@ -78,31 +79,24 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas
 // and who runs it.
 type Record struct {
 	bus.Task
-	// Owner is the router that runs the task; Lease when its claim ends
-	// unless renewed.
-	Owner string    `json:"owner"`
-	Lease time.Time `json:"lease"`
+	Owner string    `json:"owner"` // the router that runs the task
+	Lease time.Time `json:"lease"` // when Owner's claim ends unless renewed
 	// Input, User and Context are the call's, for a run on another router.
 	Input   json.RawMessage `json:"input,omitempty"`
 	User    json.RawMessage `json:"user,omitempty"`
 	Context json.RawMessage `json:"context,omitempty"`
-	// UserKey is the key of the user's bound ("" when the batch had none).
-	UserKey string `json:"user_key,omitempty"`
+	UserKey string          `json:"user_key,omitempty"` // the key of the user's bound ("": none)
 	// Rerun says another router may run the call again (a read-only or
 	// idempotent tool); Durable that its result lands in the ledger.
 	Rerun   bool `json:"rerun,omitempty"`
 	Durable bool `json:"durable,omitempty"`
-	// Runs counts the runs started.
-	Runs int `json:"runs"`
+	Runs    int  `json:"runs"` // the runs started
 }
 
 // Errors of the verbs.
 var (
-	// ErrLimit: the session or the user has as many running tasks as the
-	// bound allows.
-	ErrLimit = &bus.Error{Code: bus.CodeLimitExceeded}
-	// ErrUnknown: no such task in the session.
-	ErrUnknown = &bus.Error{Code: bus.CodeUnknownTask}
+	ErrLimit   = &bus.Error{Code: bus.CodeLimitExceeded} // the session's or the user's bound is full
+	ErrUnknown = &bus.Error{Code: bus.CodeUnknownTask}   // no such task in the session
 )
 
 // Store is the tasks over one bucket. Its methods are safe for concurrent use.
@@ -129,13 +123,11 @@ func UserKey(user json.RawMessage) string {
 func taskKey(session, id string) string { return "t." + session + "." + id }
 
 // index is the running tasks counted against one bound: id → when its
-// count lapses (the task's deadline, so a slot lost with a router frees
-// itself).
+// count lapses (the task's deadline).
 type index map[string]time.Time
 
 // Admit stores rec as a new running task, counted against its session's
-// and its user's bound. It returns ErrLimit (wrapped, with the bound
-// named) when either is full, and stores nothing then.
+// and its user's bound; ErrLimit (wrapped) when either is full.
 func (s *Store) Admit(ctx context.Context, rec *Record) error {
 	if !bus.ValidID(rec.Session) || !bus.ValidID(rec.ID) {
 		return bus.Errorf(bus.CodeBadRequest, "tasks: invalid session or task id")
@@ -296,8 +288,7 @@ func (s *Store) List(ctx context.Context, session string) ([]*Record, error) {
 }
 
 // Running returns every running task of the deployment (for takeover),
-// read through the sessions' counts: the cost grows with the running
-// tasks, not with the ended ones kept.
+// read through the sessions' counts, not the ended tasks kept.
 func (s *Store) Running(ctx context.Context) ([]*Record, error) {
 	var out []*Record
 	err := s.entries(ctx, "s.*", func(key string, value []byte) {
@@ -324,8 +315,7 @@ func (s *Store) scan(ctx context.Context, filter string) ([]*Record, error) {
 	return out, err
 }
 
-// entries calls f with each entry under filter; one deleted or expired
-// since the listing is passed over.
+// entries calls f with each entry under filter that still exists.
 func (s *Store) entries(ctx context.Context, filter string, f func(key string, value []byte)) error {
 	lister, err := s.kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
@@ -431,4 +421,62 @@ func (s *Store) Renew(ctx context.Context, session, id, owner string, lease time
 		return false, nil
 	}
 	return held, err
+}
+
+// Output reads the progress blocks a task's call published so far from the
+// session's events (stream, subject), the last at most maxBytes of them
+// (truncated says older ones were left out); ctx bounds the read.
+func Output(ctx context.Context, js jetstream.JetStream, stream, subject string, rec *Record, maxBytes int) (out []bus.Block, truncated bool, err error) {
+	start := rec.Started.Add(-time.Second)
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start})
+	if err != nil {
+		return nil, false, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	pending := info.NumPending
+	var size int
+	for pending > 0 {
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return out, truncated, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			pending--
+			blocks := progressOf(m, rec)
+			for _, b := range blocks {
+				out = append(out, b)
+				size += len(b.Text) + len(b.Data) + len(b.URL)
+			}
+			for size > maxBytes && len(out) > 1 {
+				size -= len(out[0].Text) + len(out[0].Data) + len(out[0].URL)
+				out, truncated = out[1:], true
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return out, truncated, err
+		}
+		if got == 0 || ctx.Err() != nil {
+			break
+		}
+	}
+	return out, truncated, nil
+}
+
+// progressOf is the blocks of m when it is a progress event of rec's call.
+func progressOf(m jetstream.Msg, rec *Record) []bus.Block {
+	e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	if err != nil || e.Type != bus.TypeCallProgress || e.ReplyID != rec.ReplyID || e.ToolCallID != rec.CallID {
+		return nil
+	}
+	var p bus.Progress
+	if json.Unmarshal(e.Data, &p) != nil {
+		return nil
+	}
+	return p.Output
 }
