@@ -31,10 +31,10 @@ type call struct {
 	unseen []string
 
 	// path matcher
-	paths    []string          // the cleaned absolute path, then its resolved form when it differs
-	by       string            // for a command's write: what writes it
-	bases    []string          // absolute bases of relative patterns
-	resolved map[string]string // resolve cache
+	paths    []string // the cleaned absolute path, then its resolved form when it differs
+	by       string   // for a command's write: what writes it
+	bases    []string // absolute bases of relative patterns
+	resolved links    // resolve cache
 }
 
 func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
@@ -52,7 +52,7 @@ func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
 		c.loose = looseParts(c.value)
 		c.readWrites(workDirs)
 	case bus.MatcherPath:
-		c.resolved = map[string]string{}
+		c.resolved = links{}
 		c.bases = bases(workDirs)
 		if def.PathBase != "" {
 			// The tool's own directory first: relative inputs are where
@@ -69,7 +69,7 @@ func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
 		}
 		clean := filepath.Clean(raw)
 		c.paths = []string{clean}
-		if r := c.resolve(raw); r != clean {
+		if r := c.resolved.resolve(raw); r != clean {
 			c.paths = append(c.paths, r)
 		}
 	}
@@ -577,20 +577,22 @@ func (c *call) dangerousWrite() (string, bool) {
 // kernel does (ELOOP).
 const maxLinks = 40
 
-// resolve returns the absolute path p with every symlink on it followed,
-// component by component, so that a dangling link (whose target a write
-// would create) is followed too and ".." applies to what a link points at.
-// Components that do not exist are appended as they are. Results are cached
-// per call.
-func (c *call) resolve(p string) string {
-	if r, ok := c.resolved[p]; ok {
+// links caches resolve's results for one call.
+type links map[string]string
+
+func (l links) resolve(p string) string {
+	if r, ok := l[p]; ok {
 		return r
 	}
 	r := resolve(p)
-	c.resolved[p] = r
+	l[p] = r
 	return r
 }
 
+// resolve returns the absolute path p with every symlink on it followed,
+// component by component, so that a dangling link (whose target a write
+// would create) is followed too and ".." applies to what a link points at.
+// Components that do not exist are appended as they are.
 func resolve(p string) string {
 	sep := string(filepath.Separator)
 	vol := filepath.VolumeName(p)
@@ -654,7 +656,7 @@ func (c *call) patternForms(pattern string) []string {
 			continue
 		}
 		lit := filepath.FromSlash(strings.Join(segs[:n], "/"))
-		if r := c.resolve(lit); r != lit {
+		if r := c.resolved.resolve(lit); r != lit {
 			f := filepath.ToSlash(r)
 			if n < len(segs) {
 				f = strings.TrimSuffix(f, "/") + "/" + strings.Join(segs[n:], "/")
@@ -719,7 +721,7 @@ func (c *call) inside(workDirs []string) bool {
 		if err != nil {
 			continue
 		}
-		dirs = append(dirs, a, c.resolve(a))
+		dirs = append(dirs, a, c.resolved.resolve(a))
 	}
 	return slices.ContainsFunc(dirs, func(d string) bool { return within(c.real(), d) })
 }

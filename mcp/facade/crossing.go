@@ -315,7 +315,7 @@ func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := x.store.carry(ctx, x.crossKey(sid)+"."+nuid.Next(), raw); err != nil {
+	if err := x.publish(ctx, x.crossKey(sid)+"."+nuid.Next(), raw); err != nil {
 		x.log.Warn("facade: a message of an MCP session could not be carried to another process", "session", x.session, "err", err)
 		return err
 	}
@@ -333,7 +333,7 @@ func (x *crossing) follow(ctx context.Context, sid string) (stop func()) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	subject, err := x.store.crossSubject(ctx, x.crossKey(sid)+".*")
+	subject, err := x.subject(ctx, x.crossKey(sid)+".*")
 	if err == nil {
 		var sub *nats.Subscription
 		sub, err = x.nc.Subscribe(subject, func(m *nats.Msg) { x.deliver(sid, m) })
@@ -393,22 +393,22 @@ func (x *crossing) deliver(sid string, m *nats.Msg) {
 	}
 }
 
-// crossSubject is the subject a write of key is published on.
-func (st *kvStore) crossSubject(ctx context.Context, key string) (string, error) {
-	kv, err := st.bucket(ctx)
+// subject is the subject a write of key is published on.
+func (x *crossing) subject(ctx context.Context, key string) (string, error) {
+	kv, err := x.store.bucket(ctx)
 	if err != nil {
 		return "", err
 	}
 	return "$KV." + kv.Bucket() + "." + key, nil
 }
 
-// carry stores raw under key, which publishes it to the key's
+// publish stores raw under key, which publishes it to the key's
 // subscribers, and deletes it again: the record is a message, not state.
-func (st *kvStore) carry(ctx context.Context, key string, raw []byte) error {
-	if err := st.put(ctx, key, raw); err != nil {
+func (x *crossing) publish(ctx context.Context, key string, raw []byte) error {
+	if err := x.store.put(ctx, key, raw); err != nil {
 		return err
 	}
-	kv, _ := st.bucket(ctx)
+	kv, _ := x.store.bucket(ctx)
 	_ = kv.Delete(ctx, key)
 	return nil
 }
