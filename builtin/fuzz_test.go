@@ -118,6 +118,9 @@ func fuzzCheckArgs(t *testing.T, cmd, prog string, words []*syntax.Word) {
 		}
 		args = append(args, v)
 	}
+	if prog == "sed" {
+		args = fuzzSedScripts(args)
+	}
 	for _, a := range args {
 		bad := false
 		switch prog {
@@ -139,6 +142,60 @@ func fuzzCheckArgs(t *testing.T, cmd, prog string, words []*syntax.Word) {
 			t.Fatalf("accepted %q, whose %s takes %q", cmd, prog, a)
 		}
 	}
+}
+
+// fuzzSedScripts returns the arguments GNU sed takes as scripts: those of
+// -e and --expression, or else the first operand; the other operands are
+// files, whatever their names ("sed a e" reads the file e).
+func fuzzSedScripts(args []string) []string {
+	var scripts, operands []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		next := func() string {
+			if i+1 < len(args) {
+				i++
+				return args[i]
+			}
+			return ""
+		}
+		switch {
+		case a == "--":
+			operands = append(operands, args[i+1:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "--expression="):
+			scripts = append(scripts, strings.TrimPrefix(a, "--expression="))
+		case a == "--expression":
+			scripts = append(scripts, next())
+		case a == "--file" || a == "--line-length":
+			next()
+		case strings.HasPrefix(a, "--"):
+		case len(a) > 1 && a[0] == '-':
+			for j := 1; j < len(a); j++ {
+				switch a[j] {
+				case 'e':
+					if rest := a[j+1:]; rest != "" {
+						scripts = append(scripts, rest)
+					} else {
+						scripts = append(scripts, next())
+					}
+					j = len(a)
+				case 'f', 'l':
+					if a[j+1:] == "" {
+						next()
+					}
+					j = len(a)
+				case 'i': // the rest is the backup suffix
+					j = len(a)
+				}
+			}
+		default:
+			operands = append(operands, a)
+		}
+	}
+	if len(scripts) == 0 && len(operands) > 0 {
+		scripts = operands[:1]
+	}
+	return scripts
 }
 
 // FuzzResolve: whatever the path and the symlink planted in the base

@@ -170,7 +170,14 @@ func FuzzBinaryHeaders(f *testing.F) {
 		if err != nil {
 			t.Fatalf("binary re-decode of %+v: %v", e, err)
 		}
-		if a, b := jsonOf(t, e), jsonOf(t, e2); a != b {
+		// Binary mode always sends a content type: an event without
+		// datacontenttype comes back with application/json, the type the
+		// CloudEvents JSON format implies when it is absent.
+		implied := *e
+		if implied.DataContentType == "" {
+			implied.DataContentType = bus.ContentTypeJSON
+		}
+		if a, b := jsonOf(t, &implied), jsonOf(t, e2); a != b {
 			t.Fatalf("binary round trip differs:\n%s\n%s", a, b)
 		}
 		enc, err := e.Encode()

@@ -448,6 +448,9 @@ func DecodeStructured(b []byte) (*Event, error) {
 		if err != nil {
 			return nil, Errorf(CodeBadEvent, "data_base64: %v", err)
 		}
+		if !json.Valid(d) {
+			return nil, Errorf(CodeBadEvent, "data_base64 does not hold JSON (datacontenttype must be JSON)")
+		}
 		e.Data, e.DataBase64 = d, ""
 	}
 	if isNull(e.Data) {

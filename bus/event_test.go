@@ -96,6 +96,9 @@ func TestDecodeRejects(t *testing.T) {
 		"number ext":  `{"specversion":"1.0","id":"x","source":"a","type":"t","sessionid":5}`,
 		"bad time":    `{"specversion":"1.0","id":"x","source":"a","type":"t","time":"yesterday"}`,
 		"xml":         `{"specversion":"1.0","id":"x","source":"a","type":"t","datacontenttype":"application/xml"}`,
+		// Found by FuzzDecode (protocol 1.7): the bytes 0xd3 0x4d 0x34 are not JSON.
+		"base64 not json": `{"specversion":"1.0","id":"x","source":"a","type":"t","data_base64":"0000"}`,
+		"both data":       `{"specversion":"1.0","id":"x","source":"a","type":"t","data":{},"data_base64":"e30="}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := bus.DecodeStructured([]byte(body))
