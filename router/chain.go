@@ -380,16 +380,11 @@ func (a *auditTrail) wrap(next Executor) Executor {
 // (a cancel racing its end) is stored once: the call key is the record's
 // message id.
 func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
-	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: b.session, ReplyID: b.replyID, CallID: c.call.ID,
-		User: userOf(b.data.User), NATSUser: a.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
+	rec := a.callRecord(b.session, b.replyID, c.call, b.data.User, res, audit.Allow)
 	if !b.start.IsZero() {
 		rec.DurationMS = time.Since(b.start).Milliseconds()
 	}
-	rec.Decision = audit.Decision{Behavior: audit.Allow, Mode: a.sessions.Session(b.session).Mode}
-	code := ""
-	if res.Error != nil {
-		code = res.Error.Code
-	}
+	code := rec.Outcome.Code
 	input := c.input
 	if input == nil {
 		input = c.call.Input
@@ -464,11 +459,9 @@ func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res b
 	if rec.Kind == bus.KindConfirm {
 		behavior = audit.Ask
 	}
-	r := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: rec.Session, ReplyID: rec.ReplyID, CallID: rec.Call.ID,
-		User: userOf(rec.User), NATSUser: a.natsUser(rec.Session), Tool: rec.Call.Name, Outcome: auditOutcome(res),
-		DurationMS: time.Since(rec.Created).Milliseconds(),
-		Decision: audit.Decision{Behavior: behavior, Mode: a.sessions.Session(rec.Session).Mode, Rule: rec.Reason,
-			Approver: rec.AnsweredBy, AnsweredAt: rec.AnsweredAt}}
+	r := a.callRecord(rec.Session, rec.ReplyID, rec.Call, rec.User, res, behavior)
+	r.DurationMS = time.Since(rec.Created).Milliseconds()
+	r.Decision.Rule, r.Decision.Approver, r.Decision.AnsweredAt = rec.Reason, rec.AnsweredBy, rec.AnsweredAt
 	// Stored before the call's result is recorded and its batch goes on
 	// (answers.complete): a parked call ends at a person's pace, so the
 	// round trip is not worth overlapping.
@@ -500,12 +493,16 @@ func (a *auditTrail) natsUser(session string) string {
 	return ""
 }
 
-func auditOutcome(res bus.Result) audit.Outcome {
-	o := audit.Outcome{State: res.State}
+// callRecord is the audit record of call c of session's batch replyID,
+// which ended with res; its decision is behavior in the session's mode.
+func (a *auditTrail) callRecord(session, replyID string, c bus.Call, user json.RawMessage, res bus.Result, behavior string) *audit.Record {
+	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: session, ReplyID: replyID, CallID: c.ID,
+		User: userOf(user), NATSUser: a.natsUser(session), Tool: c.Name, Outcome: audit.Outcome{State: res.State},
+		Decision: audit.Decision{Behavior: behavior, Mode: a.sessions.Session(session).Mode}}
 	if res.Error != nil {
-		o.Code = res.Error.Code
+		rec.Outcome.Code = res.Error.Code
 	}
-	return o
+	return rec
 }
 
 // unboundCaller is the one caller every unbound session's refusals count
