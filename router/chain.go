@@ -269,13 +269,13 @@ func (q *quotas) admit(ctx context.Context, j *job, hit bool) *bus.Result {
 	return q.check(ctx, j.c, limits.Call{Tool: d.Name, ReadOnly: d.ReadOnly, User: userOf(j.user), Session: j.session, CacheHit: hit})
 }
 
-// admitPark counts call c of batch b, which parks; a result when it does
-// not park.
+// admitPark counts call c of batch b, which parks, when its target is a
+// registry tool; a result when it does not park.
 func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
-	if !counts(c) {
+	t := c.target.Tool
+	if t == nil || c.target.Skill || c.target.Read {
 		return nil
 	}
-	t := c.target.Tool
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	if q.counted.counted(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), true) {
@@ -284,27 +284,20 @@ func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
 	return q.check(ctx, c, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
 }
 
-// counts reports whether c's target is a registry tool the quotas count.
-func counts(c *callState) bool {
-	t := c.target
-	return t.Tool != nil && !t.Skill && !t.Read
-}
-
 // check counts call (c's) against the limits: the result of a call they
 // refuse, or that could not be checked; nil when it may go on. The
 // refusing rule travels with the call, for its audit record.
 func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus.Result {
-	t := c.target.Tool
 	ref, err := q.lim.Check(ctx, call)
 	if err != nil {
-		q.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
+		q.log.Warn("router: limits not reachable", "tool", call.Tool, "err", err)
 		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
-			"ToolUnavailableError: The limits of the tool '%s' cannot be checked right now, so it did not run. Try again shortly.", t.Def.Name)))
+			"ToolUnavailableError: The limits of the tool '%s' cannot be checked right now, so it did not run. Try again shortly.", call.Tool)))
 	}
 	if ref == nil {
 		return nil
 	}
-	res := bus.ErrorResult(c.call, bus.CodeLimitExceeded, ref.Message(t.Def.Name))
+	res := bus.ErrorResult(c.call, bus.CodeLimitExceeded, ref.Message(call.Tool))
 	res.Error.RetryAfterMS = ref.RetryAfterMS()
 	c.limitRule = ref.Rule
 	return &res
