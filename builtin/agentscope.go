@@ -62,20 +62,13 @@ type (
 
 const (
 	asPath       = `"file_path":{"type":"string","description":"The file, absolute inside the base directory or relative to it."}`
-	asReadSchema = `{"type":"object","properties":{` + asPath + `,` +
-		`"offset":{"type":"integer","minimum":1,"description":"The first line to read, from 1."},` +
+	asReadSchema = `{"type":"object","properties":{` + asPath + `,` + offsetProp + `,` +
 		`"limit":{"type":"integer","minimum":1,"maximum":2000,"description":"How many lines to read (default 2000)."}},"required":["file_path"],"additionalProperties":false}`
-	asWriteSchema = `{"type":"object","properties":{` + asPath + `,` +
-		`"content":{"type":"string","description":"The file's whole new content."}},"required":["file_path","content"],"additionalProperties":false}`
-	asEditSchema = `{"type":"object","properties":{` + asPath + `,` +
-		`"old_string":{"type":"string","description":"The exact text to replace; it must appear once unless replace_all is set."},` +
-		`"new_string":{"type":"string","description":"The text to put in its place; it must differ from old_string."},` +
-		`"replace_all":{"type":"boolean","description":"Replace every occurrence of old_string.","default":false}},"required":["file_path","old_string","new_string"],"additionalProperties":false}`
-	asGlobSchema = `{"type":"object","properties":{"pattern":{"type":"string","description":"A glob relative to path, such as *.go or **/*.md; ** crosses directories."},` +
+	asWriteSchema = `{"type":"object","properties":{` + asPath + `,` + contentProp + `},"required":["file_path","content"],"additionalProperties":false}`
+	asEditSchema  = `{"type":"object","properties":{` + asPath + `,` + editProps + `},"required":["file_path","old_string","new_string"],"additionalProperties":false}`
+	asGlobSchema  = `{"type":"object","properties":{"pattern":{"type":"string","description":"A glob relative to path, such as *.go or **/*.md; ** crosses directories."},` +
 		`"path":{"type":"string","description":"The directory to search in (default: the base directory)."}},"required":["pattern"],"additionalProperties":false}`
-	asGrepSchema = `{"type":"object","properties":{"pattern":{"type":"string","description":"An RE2 regular expression matched against each line."},` +
-		`"path":{"type":"string","description":"The directory or file to search (default: the base directory)."},` +
-		`"glob":{"type":"string","description":"Only files whose name (or, with a /, whose path) matches this glob."}},"required":["pattern"],"additionalProperties":false}`
+	asGrepSchema = `{"type":"object","properties":{` + searchProps + `},"required":["pattern"],"additionalProperties":false}`
 	asBashSchema = `{"type":"object","properties":{"command":{"type":"string","description":"The command to run."},` +
 		`"description":{"type":"string","description":"What the command does, in a few words, for the people watching."},` +
 		`"timeout":{"type":"integer","minimum":0,"maximum":600000,"description":"Milliseconds before the command is stopped (default 120000)."}},"required":["command"],"additionalProperties":false}`

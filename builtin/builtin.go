@@ -53,9 +53,6 @@ type Config struct {
 	Names string
 }
 
-// Register adds get_current_time, echo and todo_write to w.
-func Register(w *worker.Worker) error { return RegisterWith(w, Config{}) }
-
 // RegisterWith adds the built-in tools that cfg asks for to w.
 func RegisterWith(w *worker.Worker, cfg Config) error {
 	if err := checkNames(cfg.Names); err != nil {

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -65,10 +66,7 @@ func NewFiles(dir string) (*Files, error) {
 // Base returns the base directory (absolute, symlinks resolved).
 func (f *Files) Base() string { return f.base }
 
-// Close releases the base directory's handle; the tools fail after it.
-func (f *Files) Close() error { return f.root.Close() }
-
-// errRefused marks a refusal; its text is what the model reads.
+// refused is a refusal; its text is what the model reads.
 func refused(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
 // maxLinks bounds the symlinks one resolution follows (as Linux does).
@@ -586,38 +584,9 @@ func compileGlob(pattern string) (glob, error) {
 	return glob{segs: segs}, nil
 }
 
-// match matches a /-separated path. It fills a table over (pattern
-// segment, path segment) from the end, so its cost is at most
-// len(pattern segments) × len(path segments) segment matches, whatever
-// the pattern: no backtracking. (filepath.Match within one segment does
-// not backtrack across its stars either.)
-func (g glob) match(p string) bool {
-	segs := strings.Split(p, "/")
-	P, S := len(g.segs), len(segs)
-	// next[j]: whether g.segs[i+1:] matches segs[j:]; cur[j] the same for i.
-	next := make([]bool, S+1)
-	cur := make([]bool, S+1)
-	next[S] = true // the empty pattern matches the empty rest
-	for i := P - 1; i >= 0; i-- {
-		if g.segs[i] == "**" {
-			cur[S] = next[S]
-			for j := S - 1; j >= 0; j-- {
-				cur[j] = next[j] || cur[j+1]
-			}
-		} else {
-			cur[S] = false
-			for j := S - 1; j >= 0; j-- {
-				cur[j] = false
-				if next[j+1] {
-					ok, _ := filepath.Match(g.segs[i], segs[j])
-					cur[j] = ok
-				}
-			}
-		}
-		next, cur = cur, next
-	}
-	return next[0]
-}
+// match matches a /-separated path (permission.MatchSegments: at most
+// len(pattern segments) × len(path segments) segment matches).
+func (g glob) match(p string) bool { return permission.MatchSegments(g.segs, strings.Split(p, "/")) }
 
 // SearchIn is the input of search_files.
 type SearchIn struct {
@@ -726,22 +695,26 @@ files:
 	return text, nil
 }
 
-// File tool schemas, written by hand so that descriptions are exact.
+// File tool schemas, written by hand so that descriptions are exact; the
+// properties the AgentScope schemas share come first.
 const (
-	readSchema = `{"type":"object","properties":{"path":{"type":"string","description":"The file, relative to the base directory or absolute inside it."},` +
-		`"offset":{"type":"integer","minimum":1,"description":"The first line to read, from 1."},` +
-		`"limit":{"type":"integer","minimum":1,"description":"How many lines to read (default 2000)."}},"required":["path"]}`
-	writeSchema = `{"type":"object","properties":{"path":{"type":"string","description":"The file, relative to the base directory or absolute inside it."},` +
-		`"content":{"type":"string","description":"The file's whole new content."}},"required":["path","content"]}`
-	editSchema = `{"type":"object","properties":{"path":{"type":"string","description":"The file, relative to the base directory or absolute inside it."},` +
-		`"old_string":{"type":"string","description":"The exact text to replace; it must appear once unless replace_all is set."},` +
+	pathProp    = `"path":{"type":"string","description":"The file, relative to the base directory or absolute inside it."}`
+	offsetProp  = `"offset":{"type":"integer","minimum":1,"description":"The first line to read, from 1."}`
+	contentProp = `"content":{"type":"string","description":"The file's whole new content."}`
+	editProps   = `"old_string":{"type":"string","description":"The exact text to replace; it must appear once unless replace_all is set."},` +
 		`"new_string":{"type":"string","description":"The text to put in its place; it must differ from old_string."},` +
-		`"replace_all":{"type":"boolean","description":"Replace every occurrence of old_string.","default":false}},"required":["path","old_string","new_string"]}`
-	listSchema = `{"type":"object","properties":{"pattern":{"type":"string","description":"A glob relative to path, such as *.go or **/*.md; ** crosses directories. Default: every file."},` +
-		`"path":{"type":"string","description":"The directory to list (default: the base directory)."}}}`
-	searchSchema = `{"type":"object","properties":{"pattern":{"type":"string","description":"An RE2 regular expression matched against each line."},` +
+		`"replace_all":{"type":"boolean","description":"Replace every occurrence of old_string.","default":false}`
+	searchProps = `"pattern":{"type":"string","description":"An RE2 regular expression matched against each line."},` +
 		`"path":{"type":"string","description":"The directory or file to search (default: the base directory)."},` +
-		`"glob":{"type":"string","description":"Only files whose name (or, with a /, whose path) matches this glob."}},"required":["pattern"]}`
+		`"glob":{"type":"string","description":"Only files whose name (or, with a /, whose path) matches this glob."}`
+
+	readSchema = `{"type":"object","properties":{` + pathProp + `,` + offsetProp + `,` +
+		`"limit":{"type":"integer","minimum":1,"description":"How many lines to read (default 2000)."}},"required":["path"]}`
+	writeSchema = `{"type":"object","properties":{` + pathProp + `,` + contentProp + `},"required":["path","content"]}`
+	editSchema  = `{"type":"object","properties":{` + pathProp + `,` + editProps + `},"required":["path","old_string","new_string"]}`
+	listSchema  = `{"type":"object","properties":{"pattern":{"type":"string","description":"A glob relative to path, such as *.go or **/*.md; ** crosses directories. Default: every file."},` +
+		`"path":{"type":"string","description":"The directory to list (default: the base directory)."}}}`
+	searchSchema = `{"type":"object","properties":{` + searchProps + `},"required":["pattern"]}`
 )
 
 // fileDef is a file tool's definition; base is where its relative paths

@@ -168,7 +168,7 @@ func FuzzResolve(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer fs.Close()
+		defer fs.root.Close()
 		rel, err := fs.resolve("write_file", p)
 		if err == nil {
 			full := filepath.Join(fs.Base(), rel)

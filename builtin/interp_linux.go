@@ -50,16 +50,14 @@ func interpret(spec sandboxSpec) int {
 		interp.OpenHandler(openNoFollow(spec.Dir)),
 	)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "toolbus-sandbox: %v\n", err)
-		return 126
+		return cannotRun("%v", err)
 	}
 	err = r.Run(context.Background(), file)
 	if code, ok := interp.IsExitStatus(err); ok {
 		return int(code)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "toolbus-sandbox: %v\n", err)
-		return 126
+		return cannotRun("%v", err)
 	}
 	return 0
 }

@@ -51,12 +51,10 @@ func decodeSpec() (sandboxSpec, error) {
 // goes away. It returns the command's exit status.
 func launch() int {
 	if _, err := decodeSpec(); err != nil {
-		fmt.Fprintf(os.Stderr, "toolbus-sandbox: %v\n", err)
-		return 126
+		return cannotRun("%v", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		fmt.Fprintf(os.Stderr, "toolbus-sandbox: subreaper: %v\n", err)
-		return 126
+		return cannotRun("subreaper: %v", err)
 	}
 	// fd 3 is the read end of a pipe whose write end only the router
 	// holds: EOF means the router is gone. The command does not get it.
@@ -70,8 +68,7 @@ func launch() int {
 	p, err := os.StartProcess("/proc/self/exe", []string{execArg0, os.Args[1]},
 		&os.ProcAttr{Env: os.Environ(), Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "toolbus-sandbox: start: %v\n", err)
-		return 126
+		return cannotRun("start: %v", err)
 	}
 	self := os.Getpid()
 	done := make(chan struct{})
@@ -116,6 +113,13 @@ func launch() int {
 		return dieOf(status.Signal())
 	}
 	return status.ExitStatus()
+}
+
+// cannotRun reports why the command could not run and returns 126 (the
+// shell's status for a command that cannot run).
+func cannotRun(format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "toolbus-sandbox: "+format+"\n", args...)
+	return 126
 }
 
 // dieOf ends the launcher by sig, so that the router sees what ended the
@@ -210,19 +214,16 @@ func parentOf(pid int) (int, bool) {
 func execStage() int {
 	spec, err := decodeSpec()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "toolbus-sandbox: %v\n", err)
-		return 126
+		return cannotRun("%v", err)
 	}
 	if spec.Landlock {
 		if err := restrict(spec); err != nil {
-			fmt.Fprintf(os.Stderr, "toolbus-sandbox: landlock: %v\n", err)
-			return 126
+			return cannotRun("landlock: %v", err)
 		}
 	}
 	if spec.UID >= 0 {
 		if err := dropTo(spec); err != nil {
-			fmt.Fprintf(os.Stderr, "toolbus-sandbox: %v\n", err)
-			return 126
+			return cannotRun("%v", err)
 		}
 	}
 	// Dies with the launcher (set after the switch of user, which clears it).
@@ -231,8 +232,7 @@ func execStage() int {
 		return interpret(spec)
 	}
 	err = syscall.Exec("/bin/sh", []string{"sh", "-c", spec.Command}, os.Environ())
-	fmt.Fprintf(os.Stderr, "toolbus-sandbox: exec /bin/sh: %v\n", err)
-	return 126
+	return cannotRun("exec /bin/sh: %v", err)
 }
 
 // restrict applies Landlock to this process and what it starts: read and

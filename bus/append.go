@@ -74,9 +74,18 @@ func hasSpace(raw []byte) bool {
 // not JSON, as json.Marshal refuses it.
 func appendChecked(b []byte, raw []byte, member string) ([]byte, error) {
 	if !json.Valid(raw) {
-		return nil, errInvalidRaw(member)
+		return nil, fmt.Errorf("bus: %s is not valid JSON", member)
 	}
 	return appendCompact(b, raw), nil
+}
+
+// appendMember appends the member key with raw when raw is set (see
+// appendChecked).
+func appendMember(b []byte, key string, raw []byte) ([]byte, error) {
+	if len(raw) == 0 {
+		return b, nil
+	}
+	return appendChecked(append(append(append(b, `,"`...), key...), `":`...), raw, key)
 }
 
 // AppendJSON appends r as JSON, the value json.Marshal gives (see
@@ -118,11 +127,8 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 		}
 		b = append(b, '}')
 	}
-	if len(r.Metadata) > 0 {
-		b = append(b, `,"metadata":`...)
-		if b, err = appendChecked(b, r.Metadata, "metadata"); err != nil {
-			return nil, err
-		}
+	if b, err = appendMember(b, "metadata", r.Metadata); err != nil {
+		return nil, err
 	}
 	if t := r.Task; t != nil {
 		b = append(b, `,"task":{"id":`...)
@@ -145,24 +151,13 @@ func (r *ExecResult) AppendJSON(b []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range [...]struct {
-		key string
-		raw json.RawMessage
-	}{{`,"metadata":`, r.Metadata}, {`,"state_patch":`, r.StatePatch}} {
-		if len(f.raw) > 0 {
-			b = append(b, f.key...)
-			if b, err = appendChecked(b, f.raw, f.key[2:len(f.key)-2]); err != nil {
-				return nil, err
-			}
-		}
+	if b, err = appendMember(b, "metadata", r.Metadata); err != nil {
+		return nil, err
+	}
+	if b, err = appendMember(b, "state_patch", r.StatePatch); err != nil {
+		return nil, err
 	}
 	return append(b, '}'), nil
-}
-
-// errInvalidRaw says that a raw JSON member is not JSON, as json.Marshal
-// refuses to write it.
-func errInvalidRaw(member string) error {
-	return fmt.Errorf("bus: %s is not valid JSON", member)
 }
 
 // appendOutput appends the "output" member: null for a nil slice, as
@@ -240,17 +235,12 @@ func (b *Batch) AppendJSON(out []byte) ([]byte, error) {
 		}
 		out = append(out, ']')
 	}
-	for _, f := range [...]struct {
-		key string
-		raw json.RawMessage
-	}{{`,"user":`, b.User}, {`,"context":`, b.Context}} {
-		if len(f.raw) > 0 {
-			out = append(out, f.key...)
-			var err error
-			if out, err = appendChecked(out, f.raw, f.key[2:len(f.key)-2]); err != nil {
-				return nil, err
-			}
-		}
+	var err error
+	if out, err = appendMember(out, "user", b.User); err != nil {
+		return nil, err
+	}
+	if out, err = appendMember(out, "context", b.Context); err != nil {
+		return nil, err
 	}
 	if b.Request != nil { // rare, and a tree of definitions: json.Marshal
 		r, err := json.Marshal(b.Request)

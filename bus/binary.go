@@ -7,10 +7,6 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// IsBinary reports whether a message carries its event in CloudEvents
-// binary mode (ce- headers), as Decode reads it.
-func IsBinary(h nats.Header) bool { return isBinary(h) }
-
 // BinaryMsg returns a NATS message to subject carrying e in binary mode
 // (docs/protocol.md 1): every attribute in a ce- header, percent-encoded
 // only where a value needs it, content-type datacontenttype, the body the

@@ -164,7 +164,8 @@ func FuzzBinaryHeaders(f *testing.F) {
 				t.Fatalf("the same message decodes differently: %+v, then %+v (%v)", e, again, err)
 			}
 		}
-		h2, body2 := bus.EncodeBinary(e)
+		bm := bus.BinaryMsg("", e)
+		h2, body2 := bm.Header, bm.Data
 		e2, err := bus.Decode(&nats.Msg{Header: h2, Data: body2})
 		if err != nil {
 			t.Fatalf("binary re-decode of %+v: %v", e, err)

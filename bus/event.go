@@ -223,8 +223,8 @@ func (e *Event) Encode() ([]byte, error) {
 	return e.appendJSON(make([]byte, 0, 256+len(e.Data))), nil
 }
 
-// appendJSON appends the event in structured JSON mode to b: id, source
-// and type always, every other attribute when set, data last.
+// appendJSON appends the event in structured JSON mode to b: specversion,
+// id, source and type always, every other attribute when set, data last.
 func (e *Event) appendJSON(b []byte) []byte {
 	b = append(b, `{"specversion":`...)
 	b = appendString(b, e.SpecVersion)
@@ -397,7 +397,7 @@ var plainHeader = nats.Header{HeaderContentType: {ContentTypeEvent}}
 // Decode reads the event of a NATS message in structured or binary mode and
 // validates it. Errors are bad_event *Errors with a readable message.
 func Decode(m *nats.Msg) (*Event, error) {
-	if isBinary(m.Header) {
+	if IsBinary(m.Header) {
 		e := new(Event)
 		if err := decodeBinary(m.Header, m.Data, e); err != nil {
 			return nil, err
@@ -412,7 +412,7 @@ func Decode(m *nats.Msg) (*Event, error) {
 // exec results).
 func DecodeTo(m *nats.Msg, e *Event) error {
 	*e = Event{}
-	if isBinary(m.Header) {
+	if IsBinary(m.Header) {
 		return decodeBinary(m.Header, m.Data, e)
 	}
 	d, err := DecodeStructured(m.Data)
@@ -473,6 +473,7 @@ func decodeFlat(b []byte, e *Event) bool {
 		return false
 	}
 	var seen uint16
+	attrs := e.attrs()
 	for first := true; ; first = false {
 		i = skipSpace(b, i+1)
 		if i >= len(b) {
@@ -499,7 +500,7 @@ func decodeFlat(b []byte, e *Event) bool {
 			return false
 		}
 		i = skipSpace(b, i+1)
-		slot := attrSlot(key)
+		slot := attrSlot(string(key))
 		if slot < 0 || seen&(1<<slot) != 0 {
 			return false
 		}
@@ -517,13 +518,13 @@ func decodeFlat(b []byte, e *Event) bool {
 		if !ok {
 			return false
 		}
-		setAttr(e, slot, v)
+		*attrs[slot] = known(v, knownValues[slot]...)
 		i = next - 1
 	}
 	return skipSpace(b, i+1) == len(b)
 }
 
-// The attributes decodeFlat reads, by slot.
+// The attributes the decoders read, by slot: the strings, then data.
 const (
 	slotSpec = iota
 	slotID
@@ -539,10 +540,20 @@ const (
 	slotTraceState
 	slotExpiry
 	slotData
+	nAttrs = slotData
 )
 
-func attrSlot(key []byte) int {
-	switch string(key) {
+// attrs points at e's attributes, by slot.
+func (e *Event) attrs() [nAttrs]*string {
+	return [nAttrs]*string{&e.SpecVersion, &e.ID, &e.Source, &e.Type, &e.Subject, &e.DataContentType, &e.Time,
+		&e.SessionID, &e.ReplyID, &e.ToolCallID, &e.TraceParent, &e.TraceState, &e.ExpiryTime}
+}
+
+// attrSlot is the slot of the attribute named key, slotData for data, -1
+// for any other name. A switch, not a loop over attrNames: decodeFlat
+// calls it for every member of every event.
+func attrSlot(key string) int {
+	switch key {
 	case "specversion":
 		return slotSpec
 	case "id":
@@ -575,35 +586,12 @@ func attrSlot(key []byte) int {
 	return -1
 }
 
-func setAttr(e *Event, slot int, v []byte) {
-	switch slot {
-	case slotSpec:
-		e.SpecVersion = known(v, SpecVersion)
-	case slotID:
-		e.ID = string(v)
-	case slotSource:
-		e.Source = string(v)
-	case slotType:
-		e.Type = known(v, TypeCallBatch, TypeExecResult, TypeToolsQuery, TypeAnswer, TypeCallCancel, TypeRegister, TypeAdmin)
-	case slotSubject:
-		e.Subject = string(v)
-	case slotContentType:
-		e.DataContentType = known(v, ContentTypeJSON)
-	case slotTime:
-		e.Time = string(v)
-	case slotSession:
-		e.SessionID = string(v)
-	case slotReply:
-		e.ReplyID = string(v)
-	case slotToolCall:
-		e.ToolCallID = string(v)
-	case slotTraceParent:
-		e.TraceParent = string(v)
-	case slotTraceState:
-		e.TraceState = string(v)
-	case slotExpiry:
-		e.ExpiryTime = string(v)
-	}
+// knownValues are the constant values decodeFlat reads without an
+// allocation, by slot.
+var knownValues = [nAttrs][]string{
+	slotSpec:        {SpecVersion},
+	slotType:        {TypeCallBatch, TypeExecResult, TypeToolsQuery, TypeAnswer, TypeCallCancel, TypeRegister, TypeAdmin},
+	slotContentType: {ContentTypeJSON},
 }
 
 // known returns the one of consts that v spells, else v as a new string.
@@ -675,6 +663,7 @@ func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" 
 // case-insensitive, values percent-encoded) and whose body is the data.
 func decodeBinary(h nats.Header, body []byte, e *Event) error {
 	e.Data = body
+	attrs := e.attrs()
 	// Header names are read case-insensitively, so two of them may name
 	// the same attribute (ce-id and Ce-Id; content-type and
 	// ce-datacontenttype): with different values that is bad_event, never
@@ -740,33 +729,8 @@ func decodeBinary(h nats.Header, body []byte, e *Event) error {
 		} else if index != nil {
 			index[name] = len(seen) - 1
 		}
-		switch name {
-		case "specversion":
-			e.SpecVersion = v
-		case "id":
-			e.ID = v
-		case "source":
-			e.Source = v
-		case "type":
-			e.Type = v
-		case "subject":
-			e.Subject = v
-		case "time":
-			e.Time = v
-		case "datacontenttype":
-			e.DataContentType = v
-		case "sessionid":
-			e.SessionID = v
-		case "replyid":
-			e.ReplyID = v
-		case "toolcallid":
-			e.ToolCallID = v
-		case "traceparent":
-			e.TraceParent = v
-		case "tracestate":
-			e.TraceState = v
-		case "expirytime":
-			e.ExpiryTime = v
+		if i := attrSlot(name); i >= 0 && i < nAttrs {
+			*attrs[i] = v
 		}
 	}
 	if len(bytes.TrimSpace(e.Data)) == 0 {
@@ -777,10 +741,11 @@ func decodeBinary(h nats.Header, body []byte, e *Event) error {
 	return e.Validate()
 }
 
-// isBinary reports whether h carries ce- attributes. The usual structured
+// IsBinary reports whether a message carries its event in CloudEvents
+// binary mode (ce- attributes), as Decode reads it. The usual structured
 // message has one content-type header, so the exact-name lookups come first
 // and the case-insensitive scan only runs on messages that need it.
-func isBinary(h nats.Header) bool {
+func IsBinary(h nats.Header) bool {
 	if len(h) == 0 {
 		return false
 	}
@@ -796,11 +761,4 @@ func isBinary(h nats.Header) bool {
 		}
 	}
 	return false
-}
-
-// EncodeBinary returns the headers and body of e in binary mode; it is the
-// inverse of Decode for such messages and serves clients and tests.
-func EncodeBinary(e *Event) (nats.Header, []byte) {
-	m := BinaryMsg("", e)
-	return m.Header, m.Data
 }

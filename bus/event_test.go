@@ -74,7 +74,8 @@ func TestBinaryMode(t *testing.T) {
 	if e.Source != "agent/a" || e.SessionID != "s1" || e.ID != "r1" || string(e.Data) != `{"calls":[]}` {
 		t.Fatalf("decoded %+v", e)
 	}
-	h2, body := bus.EncodeBinary(e)
+	bm := bus.BinaryMsg("", e)
+	h2, body := bm.Header, bm.Data
 	e2, err := bus.Decode(&nats.Msg{Header: h2, Data: body})
 	if err != nil {
 		t.Fatal(err)

@@ -26,16 +26,9 @@ func Publish(p Publisher, subject string, e *Event) error {
 }
 
 // RespondError answers m, when it has a reply subject, with an io.toolbus.error
-// event from source. It is a no-op without a reply subject.
+// event from source.
 func RespondError(p Publisher, m *nats.Msg, source string, err *Error) error {
-	if m.Reply == "" {
-		return nil
-	}
-	e, merr := NewEvent(TypeError, source, err)
-	if merr != nil {
-		return merr
-	}
-	return Publish(p, m.Reply, e)
+	return Respond(p, m, source, TypeError, err)
 }
 
 // Respond answers m, when it has a reply subject, with an event of type typ.
@@ -48,6 +41,18 @@ func Respond(p Publisher, m *nats.Msg, source, typ string, data any) error {
 		return err
 	}
 	return Publish(p, m.Reply, e)
+}
+
+// Sleep waits for d, or until ctx ends (then it returns ctx's error).
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // Flush waits until the server has processed everything nc sent, bounded by

@@ -97,7 +97,8 @@ func TestWithBinaryMsgShapes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("event %d: %v", i, err)
 			}
-			h, body := bus.EncodeBinary(e)
+			bm := bus.BinaryMsg("", e)
+			h, body := bm.Header, bm.Data
 			if !maps.EqualFunc(m.Header, h, slices.Equal) || string(m.Data) != string(body) {
 				t.Fatalf("event %d: header %v, BinaryMsg makes %v", i, m.Header, h)
 			}

@@ -20,10 +20,13 @@ import (
 // else (CloudEvent attributes, the top level of a batch, a query or a
 // register) stays lenient.
 
-// decodeStrict decodes the JSON value b into v, refusing unknown members.
-// The error is a bad_request *Error whose message starts with what and
-// names the member.
-func decodeStrict(b []byte, v any, what string) error {
+// decodeStrict decodes the JSON object b into v, refusing unknown members.
+// The error is a bad_request *Error: "<noun> must be a JSON object" for
+// another value, else a message that starts with what and names the member.
+func decodeStrict(b []byte, v any, noun, what string) error {
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' {
+		return Errorf(CodeBadRequest, "%s must be a JSON object", noun)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
@@ -64,22 +67,13 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// isObject reports whether b is a JSON object (after white space).
-func isObject(b []byte) bool {
-	b = bytes.TrimSpace(b)
-	return len(b) > 0 && b[0] == '{'
-}
-
 // DecodeToolDef decodes one tool definition strictly: an unknown member or
 // a missing (or null) input_schema is an error (a bad_request *Error naming
 // it). Defaults are applied as by UnmarshalJSON.
 func DecodeToolDef(b []byte) (ToolDef, error) {
 	type plain ToolDef
 	p := plain{ConcurrencySafe: true}
-	if !isObject(b) {
-		return ToolDef{}, Errorf(CodeBadRequest, "a tool definition must be a JSON object")
-	}
-	if err := decodeStrict(b, &p, "tool definition"); err != nil {
+	if err := decodeStrict(b, &p, "a tool definition", "tool definition"); err != nil {
 		return ToolDef{}, err
 	}
 	d := ToolDef(p)
@@ -93,10 +87,7 @@ func DecodeToolDef(b []byte) (ToolDef, error) {
 // DecodeGroup decodes one group definition strictly.
 func DecodeGroup(b []byte) (Group, error) {
 	var g Group
-	if !isObject(b) {
-		return g, Errorf(CodeBadRequest, "a group definition must be a JSON object")
-	}
-	return g, decodeStrict(b, &g, "group")
+	return g, decodeStrict(b, &g, "a group definition", "group")
 }
 
 // UnmarshalJSON decodes a request-scoped configuration strictly: an unknown
@@ -107,19 +98,14 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 		MergeMode     string            `json:"merge_mode"`
 		ExternalTools []json.RawMessage `json:"external_tools"`
 	}
-	if !isObject(b) {
-		return Errorf(CodeBadRequest, "request must be a JSON object")
-	}
-	if err := decodeStrict(b, &p, "request"); err != nil {
+	if err := decodeStrict(b, &p, "request", "request"); err != nil {
 		return err
 	}
 	out := Request{MergeMode: p.MergeMode}
 	for i, raw := range p.ExternalTools {
 		var t ExternalTool
-		if !isObject(raw) {
-			return Errorf(CodeBadRequest, "request.external_tools[%d] must be a JSON object", i)
-		}
-		if err := decodeStrict(raw, &t, fmt.Sprintf("request.external_tools[%d]", i)); err != nil {
+		what := fmt.Sprintf("request.external_tools[%d]", i)
+		if err := decodeStrict(raw, &t, what, what); err != nil {
 			return err
 		}
 		out.ExternalTools = append(out.ExternalTools, t)
@@ -134,10 +120,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 func (a *Answer) UnmarshalJSON(b []byte) error {
 	type plain Answer
 	var p plain
-	if !isObject(b) {
-		return Errorf(CodeBadRequest, "an answer must be a JSON object")
-	}
-	if err := decodeStrict(b, &p, "answer"); err != nil {
+	if err := decodeStrict(b, &p, "an answer", "answer"); err != nil {
 		return err
 	}
 	*a = Answer(p)

@@ -1,6 +1,9 @@
 package bus
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // DefaultPrefix is the subject prefix P of a deployment unless configured.
 const DefaultPrefix = "toolbus"
@@ -103,3 +106,56 @@ func (s Subjects) Token(subject, kind string) (string, bool) {
 	}
 	return rest, true
 }
+
+// ValidID reports whether s may be a session id, reply id or tool call id:
+// ^[A-Za-z0-9_-]{1,128}$. Such identifiers become subject tokens and KV keys.
+func ValidID(s string) bool { return validToken(s, 128) }
+
+// ValidName reports whether s may be a tool or group name:
+// ^[A-Za-z0-9_-]{1,64}$, the common subset of OpenAI, Anthropic and MCP.
+func ValidName(s string) bool { return validToken(s, 64) }
+
+func validToken(s string, max int) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Defaults of the JetStream resources.
+const (
+	DefaultHeartbeat    = 5 * time.Second
+	DefaultDedupeWindow = 10 * time.Minute
+	DefaultSessionTTL   = 24 * time.Hour
+	DefaultEventsMaxAge = 24 * time.Hour
+	DefaultHandoffTTL   = 7 * 24 * time.Hour
+	// DefaultOutputsTTL is how long a stored output (docs/protocol.md 5.9) is
+	// kept: as long as the events that refer to it.
+	DefaultOutputsTTL = 24 * time.Hour
+	// MCPStateMaxAge bounds how long the MCP facade's task records and
+	// request states are kept (BucketMCP's max age).
+	MCPStateMaxAge = 24 * time.Hour
+)
+
+// Bucket and stream names, before the prefix.
+const (
+	BucketTools    = "tools"
+	BucketWorkers  = "workers"
+	BucketGroups   = "groups"
+	BucketSessions = "sessions"
+	BucketParked   = "parked"
+	BucketLedger   = "ledger"
+	BucketMCP      = "mcp" // the MCP facade's tasks and request states
+	StreamEvents   = "EVENTS"
+	StreamWork     = "WORK"
+	ObjectSkills   = "skills"
+	ObjectOutputs  = "outputs"
+)

@@ -6,7 +6,10 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -214,6 +217,21 @@ func newEvents(cancel context.CancelFunc) *Events {
 	return &Events{C: ch, c: ch, stop: cancel, done: make(chan struct{})}
 }
 
+// send decodes m and hands the event to C, unless ctx ends first (then it
+// reports false); a message that does not decode is skipped.
+func (s *Events) send(ctx context.Context, m *nats.Msg) bool {
+	e, err := bus.Decode(m)
+	if err != nil {
+		return true
+	}
+	select {
+	case s.c <- e:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // end closes C; the producer's last step.
 func (s *Events) end() {
 	close(s.c)
@@ -251,7 +269,6 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	ev := newEvents(cancel)
-	ch := ev.c
 	go func() {
 		defer ev.end()
 		defer func() { _ = sub.Unsubscribe() }()
@@ -260,13 +277,7 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 			case <-ctx.Done():
 				return
 			case m := <-msgs:
-				e, err := bus.Decode(m)
-				if err != nil {
-					continue
-				}
-				select {
-				case ch <- e:
-				case <-ctx.Done():
+				if !ev.send(ctx, m) {
 					return
 				}
 			}
@@ -296,7 +307,6 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	ev := newEvents(cancel)
-	ch := ev.c
 	cons, err := js.OrderedConsumer(ctx, c.subj.Stream(bus.StreamEvents), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{c.subj.Events(session)}})
 	if err != nil {
@@ -304,14 +314,7 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 		return nil, fmt.Errorf("client: replay: %w", err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-		if err != nil {
-			return
-		}
-		select {
-		case ch <- e:
-		case <-ctx.Done():
-		}
+		ev.send(ctx, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	})
 	if err != nil {
 		cancel()
@@ -341,4 +344,425 @@ func Input(v any) json.RawMessage {
 		panic(fmt.Sprintf("client: input: %v", err))
 	}
 	return b
+}
+
+// Parked is the side of docs/protocol.md section 6 that answers parked
+// calls: a handler or approver follows the handoff requests (Follow, 6.2)
+// and answers them (Answer on P.answer.<tool>, Confirm on
+// P.approve.<tool>, 6.3); an agent answers its own questions the same
+// way. Client.Parked returns it; it is a value, cheap to make and safe
+// for concurrent use.
+type Parked struct{ c *Client }
+
+// Parked returns the Client's handle on parked calls.
+func (c *Client) Parked() Parked { return Parked{c} }
+
+// Answer answers a parked call of tool: an external call's result, or a
+// confirmation. It returns nil when the answer was accepted, else a
+// *bus.Error (bus.ErrNotParked, bus.ErrAlreadyAnswered, ...). An output
+// above Config.InlineLimit (or the payload limit) is stored in the outputs
+// object store and sent as references; one above Config.MaxOutput is
+// refused with a *offload.TooLargeError-wrapping error and nothing is sent.
+func (p Parked) Answer(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
+	c := p.c
+	if len(a.Output) > 0 {
+		if !bus.ValidID(session) || !bus.ValidID(replyID) || !bus.ValidID(callID) {
+			return bus.Errorf(bus.CodeBadEvent, "an answer needs valid session, reply and call ids")
+		}
+		out, err := c.off.Fit(ctx, bus.CallKey(session, replyID, callID), a.Output, 0, a.State == bus.StateError)
+		if err != nil {
+			return fmt.Errorf("client: answer of %s: %w", callID, err)
+		}
+		a.Output = out
+	}
+	return c.rq.sendAnswer(ctx, c.subj.Handoffs.Answer(tool), session, replyID, callID, a, "answer")
+}
+
+// Confirm answers a call parked for a confirmation on P.approve.<tool>,
+// the approver's subject (docs/protocol.md 6.3): a.Confirmed, the parked
+// input's a.InputDigest (from the confirm request or parked.list; the
+// router refuses another with "input changed") and optionally a.Rules
+// among the call's suggested_rules. An edited a.Input is refused there; an
+// open router still takes one through Answer on P.answer.<tool>.
+func (p Parked) Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
+	c := p.c
+	return c.rq.sendAnswer(ctx, c.subj.Handoffs.Approve(tool), session, replyID, callID, a, "confirmation")
+}
+
+// Tasks is the agent's handle on a session's background tasks
+// (docs/protocol.md 5.10): one verb each on P.tasks.<session>, through the
+// Client it came from. Client.Tasks returns it; it is a value, cheap to
+// make and safe for concurrent use.
+type Tasks struct{ c *Client }
+
+// Tasks returns the Client's handle on background tasks.
+func (c *Client) Tasks() Tasks { return Tasks{c} }
+
+// Query sends one task verb for session to P.tasks.<session>
+// (docs/protocol.md 5.10) and returns the router's reply; a refusal
+// (unknown_task, bad_request) is a *bus.Error. A wait's reply comes when
+// the tasks ended or q.TimeoutMS passed.
+func (t Tasks) Query(ctx context.Context, session string, q bus.TaskQuery) (*bus.TaskReply, error) {
+	c := t.c
+	e, err := c.rq.event(bus.TypeTaskQuery, session, q)
+	if err != nil {
+		return nil, err
+	}
+	var r bus.TaskReply
+	wait := 10*time.Second + time.Duration(min(max(q.TimeoutMS, 0), bus.MaxTaskWaitMS))*time.Millisecond
+	if err := c.rq.request(ctx, c.subj.Tasks(session), e, bus.TypeTaskReply, &r, wait); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// one runs verb op on session's task id: the task (zero when the reply
+// has none) and the reply.
+func (t Tasks) one(ctx context.Context, session, op, id string) (bus.Task, *bus.TaskReply, error) {
+	r, err := t.Query(ctx, session, bus.TaskQuery{Op: op, IDs: []string{id}})
+	if err != nil || len(r.Tasks) == 0 {
+		return bus.Task{}, nil, err
+	}
+	return r.Tasks[0], r, nil
+}
+
+// Get returns session's task id.
+func (t Tasks) Get(ctx context.Context, session, id string) (bus.Task, error) {
+	task, _, err := t.one(ctx, session, bus.TaskGet, id)
+	return task, err
+}
+
+// List lists session's tasks, newest first.
+func (t Tasks) List(ctx context.Context, session string) ([]bus.Task, error) {
+	r, err := t.Query(ctx, session, bus.TaskQuery{Op: bus.TaskList})
+	if err != nil {
+		return nil, err
+	}
+	return r.Tasks, nil
+}
+
+// Wait waits until session's tasks ids all ended (at most timeout,
+// bus.MaxTaskWaitMS), and returns them as they are then.
+func (t Tasks) Wait(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error) {
+	r, err := t.Query(ctx, session, bus.TaskQuery{Op: bus.TaskWait, IDs: ids, TimeoutMS: max(timeout.Milliseconds(), 1)})
+	if err != nil {
+		return nil, err
+	}
+	return r.Tasks, nil
+}
+
+// Cancel ends session's running task id as interrupted and stops its
+// run; a task that ended keeps its end.
+func (t Tasks) Cancel(ctx context.Context, session, id string) (bus.Task, error) {
+	task, _, err := t.one(ctx, session, bus.TaskCancel, id)
+	return task, err
+}
+
+// Output returns session's task id with its progress output so far.
+func (t Tasks) Output(ctx context.Context, session, id string) (bus.Task, []bus.Block, error) {
+	task, r, err := t.one(ctx, session, bus.TaskOutput, id)
+	if r == nil {
+		return task, nil, err
+	}
+	return task, r.Output, nil
+}
+
+// Output is a stored output opened for reading (protocol 5.9): Read
+// returns its bytes and checks their SHA-256 against the reference's at
+// the end; Size, MediaType and Digest describe it. Close it when done.
+type Output = offload.Object
+
+// Outputs reads stored outputs (docs/protocol.md 5.9) through the Client
+// it came from: Client.Outputs returns it; it is a value, cheap to make
+// and safe for concurrent use.
+type Outputs struct{ c *Client }
+
+// Outputs returns the Client's reader of stored outputs.
+func (c *Client) Outputs() Outputs { return Outputs{c} }
+
+// Fetch opens the stored output a data block's url refers to
+// (nats-object://<bucket>/<name>#sha256=<digest>, exactly as the result
+// has it), reading it through the routers on P.outputs.<session>, where
+// session is the name's first token (toolbus names start with the
+// session; FetchSession names another). The router serves only that
+// session's objects, and only their recorded bytes: an unknown, expired,
+// other session's or overwritten output is an error that says so. Later
+// reads use ctx too.
+func (o Outputs) Fetch(ctx context.Context, ref string) (*Output, error) {
+	r, err := offload.ParseRef(ref)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch: %w", err)
+	}
+	return o.FetchSession(ctx, r.Session(), ref)
+}
+
+// FetchSession is Fetch through P.outputs.<session>.
+func (o Outputs) FetchSession(ctx context.Context, session, ref string) (*Output, error) {
+	c := o.c
+	r, err := offload.ParseRef(ref)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch: %w", err)
+	}
+	if r.Digest == "" {
+		return nil, fmt.Errorf("client: fetch: %s has no #sha256=<digest>: give the url exactly as the result has it", ref)
+	}
+	first, err := c.rq.window(ctx, session, ref, 0)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch: %w", err)
+	}
+	if first.Digest != r.Digest {
+		return nil, fmt.Errorf("client: fetch %s: the router served an object with digest %s", ref, first.Digest)
+	}
+	pending := first.Data
+	return offload.NewObject(first.Size, first.MediaType, r.Digest, func(off int64) ([]byte, error) {
+		if off == 0 && pending != nil {
+			b := pending
+			pending = nil
+			return b, nil
+		}
+		ch, err := c.rq.window(ctx, session, ref, off)
+		if err != nil {
+			return nil, err
+		}
+		if ch.Size != first.Size || ch.Digest != r.Digest || ch.Offset != off {
+			return nil, errors.New("the object changed while it was read")
+		}
+		return ch.Data, nil
+	}), nil
+}
+
+// FetchDirect opens a stored output by reading the outputs object store
+// itself, from its stream's leader (an operator's read: agents have no
+// access to the store). A digest in ref must be the object's, and the
+// bytes are checked against it at the end.
+func (o Outputs) FetchDirect(ctx context.Context, ref string) (*Output, error) {
+	c := o.c
+	out, err := offload.NewStore(c.nc, c.subj.ObjectStore(bus.ObjectOutputs)).Open(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch: %w", err)
+	}
+	return out, nil
+}
+
+// FetchBytes reads a whole stored output into memory (Fetch).
+func (o Outputs) FetchBytes(ctx context.Context, ref string) ([]byte, error) {
+	out, err := o.Fetch(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	b, err := io.ReadAll(out)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch %s: %w", ref, err)
+	}
+	return b, nil
+}
+
+// Bounds of the follower's relayed pulls: how many messages one pull asks
+// for, how long it waits on the server for new ones, and how much longer
+// the follower waits for the server's closing status before it takes the
+// consumer for lost.
+const (
+	followBatch = 256
+	followWait  = 5 * time.Second
+	followGrace = 10 * time.Second
+)
+
+// follower reads a router-made consumer (docs/protocol.md 3.4, 6.2) through
+// its router's verbs on one subject: it asks for the consumer, pulls from
+// it with io.toolbus.consumer.next (the router relays each pull to
+// JetStream with this follower's reply subject, so the messages come from
+// the server itself), asks for another one from the next sequence when it
+// is lost, and stops it at the end. The follower needs no JetStream
+// permission at all.
+type follower struct {
+	c        *Client
+	subject  string // P.replay.<session> or P.handoff.<kind>[.<tool>]
+	session  string // the requests' sessionid ("" for handoff)
+	create   string // the type that asks for a consumer
+	ready    string // its reply's type
+	deliver  func(*nats.Msg) bool
+	next     uint64 // the stream sequence wanted next
+	consumer string
+}
+
+// open asks a router for a consumer from f.next.
+func (f *follower) open(ctx context.Context) error {
+	e, err := f.c.rq.event(f.create, f.session, bus.Replay{StartSeq: f.next})
+	if err != nil {
+		return err
+	}
+	var ready bus.ReplayReady
+	if err := f.c.rq.request(ctx, f.subject, e, f.ready, &ready, 10*time.Second); err != nil {
+		return err
+	}
+	f.consumer = ready.Consumer
+	return nil
+}
+
+// run follows the consumer until ctx ends, then stops it.
+func (f *follower) run(ctx context.Context) {
+	defer f.stop()
+	for ctx.Err() == nil {
+		if f.consumer == "" {
+			if err := f.open(ctx); err != nil {
+				_ = bus.Sleep(ctx, time.Second)
+				continue
+			}
+		}
+		if err := f.pull(ctx); err != nil {
+			f.consumer = "" // lost (a node's loss, its idle time): ask again from f.next
+		}
+	}
+}
+
+// errLost says the consumer is gone or does not answer.
+var errLost = errors.New("client: consumer lost")
+
+// pull relays one pull and delivers what comes, until JetStream's closing
+// status, a full batch or ctx's end. It returns errLost when the consumer
+// must be asked for again.
+func (f *follower) pull(ctx context.Context) error {
+	inbox := f.c.nc.NewInbox()
+	msgs := make(chan *nats.Msg, followBatch+4)
+	sub, err := f.c.nc.ChanSubscribe(inbox, msgs)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	e, err := f.c.rq.event(bus.TypeConsumerNext, f.session, bus.ConsumerNext{Consumer: f.consumer, Batch: followBatch, ExpiresMS: followWait.Milliseconds()})
+	if err != nil {
+		return err
+	}
+	if err := bus.Publish(replyTo{f.c.nc, inbox}, f.subject, e); err != nil {
+		return err
+	}
+	timer := time.NewTimer(followWait + followGrace)
+	defer timer.Stop()
+	for got := 0; got < followBatch; {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+			return errLost
+		case m := <-msgs:
+			switch status := m.Header.Get("Status"); {
+			case status == "100": // a heartbeat
+			case status == "404" || status == "408":
+				return nil // no more now, or the wait ended: pull again
+			case status != "":
+				return errLost // 409 consumer deleted, 503 no responders, ...
+			case m.Subject == inbox && refusal(m): // the router's answer: a refusal
+				return errLost
+			default: // a stored message, or a request the router relays (6.2)
+				got++
+				if seq, ok := seqOf(m); ok {
+					f.next = seq + 1
+				}
+				if !f.deliver(m) {
+					return nil
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// stop asks the router to delete the consumer, which the server would
+// drop once idle anyway.
+func (f *follower) stop() {
+	if f.consumer == "" {
+		return
+	}
+	if e, err := f.c.rq.event(bus.TypeConsumerStop, f.session, bus.ConsumerStop{Consumer: f.consumer}); err == nil {
+		_ = bus.Publish(f.c.nc, f.subject, e)
+		_ = f.c.nc.Flush()
+	}
+	f.consumer = ""
+}
+
+// seqOf is the stream sequence of a message a pull delivered: from its
+// reply subject when JetStream sent it, from its Nats-Sequence header when
+// the router relayed a handoff request (docs/protocol.md 6.2).
+func seqOf(m *nats.Msg) (uint64, bool) {
+	if seq, ok := streamSeq(m.Reply); ok {
+		return seq, true
+	}
+	n, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	return n, err == nil && n > 0
+}
+
+// streamSeq is the stream sequence of a JetStream message's reply subject
+// ($JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>,
+// or with a domain and account hash before the stream).
+func streamSeq(reply string) (uint64, bool) {
+	t := strings.Split(reply, ".")
+	if len(t) < 9 || t[0] != "$JS" || t[1] != "ACK" {
+		return 0, false
+	}
+	i := 5
+	if len(t) > 9 {
+		i = 7 // $JS.ACK.<domain>.<account hash>.<stream>...
+	}
+	n, err := strconv.ParseUint(t[i], 10, 64)
+	return n, err == nil
+}
+
+// refusal reports whether m, which came on the pull's own inbox, is the
+// router's refusal (io.toolbus.error) rather than a handoff request the
+// router relays there (docs/protocol.md 6.2, 1.6).
+func refusal(m *nats.Msg) bool {
+	e, err := bus.Decode(m)
+	return err != nil || e.Type == bus.TypeError
+}
+
+// replyTo publishes with a reply subject.
+type replyTo struct {
+	nc    *nats.Conn
+	reply string
+}
+
+func (p replyTo) PublishMsg(m *nats.Msg) error {
+	m.Reply = p.reply
+	return p.nc.PublishMsg(m)
+}
+
+// start asks for the follower's consumer and follows it, returning its
+// events.
+func (f *follower) start(ctx context.Context) (*Events, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ev := newEvents(cancel)
+	f.deliver = func(m *nats.Msg) bool { return ev.send(ctx, m) }
+	if err := f.open(ctx); err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() {
+		f.run(ctx)
+		ev.end()
+	}()
+	return ev, nil
+}
+
+// Follow streams the handoff requests (docs/protocol.md 6.2) of
+// kind "external" or "confirm" for tool ("" for every tool): the calls
+// still parked, oldest first, then new ones, through a pull consumer of
+// P_parked's stream a router makes on request (P.handoff.<kind>[.<tool>])
+// and reads for it, asked for again from the next sequence when it is
+// lost. A handler or approver needs no JetStream permission
+// for it.
+func (p Parked) Follow(ctx context.Context, kind, tool string) (*Events, error) {
+	c := p.c
+	if kind != "external" && kind != "confirm" {
+		return nil, bus.Errorf(bus.CodeBadRequest, "handoff kind %q is not external or confirm", kind)
+	}
+	if tool != "" && !bus.ValidName(tool) {
+		return nil, bus.Errorf(bus.CodeBadRequest, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$", tool)
+	}
+	f := &follower{c: c, subject: c.subj.Handoffs.Follow(kind, tool), create: bus.TypeHandoffFollow, ready: bus.TypeHandoffReady}
+	ev, err := f.start(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("client: follow %s: %w", c.subj.Handoffs.Follow(kind, tool), err)
+	}
+	return ev, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/toolbus/toolbus/bus"
@@ -34,7 +35,7 @@ type ModelTurn struct {
 	// functionCall without an id): their results go back without one.
 	noID map[string]bool
 	// loads are the groups and tools the provider's tool search loaded in
-	// this turn (deferred.go).
+	// this turn (below).
 	loads []load
 }
 
@@ -105,10 +106,19 @@ func parseTurn(format string, message []byte) (*ModelTurn, error) {
 	return t, nil
 }
 
-// isArray reports whether raw is a JSON array.
-func isArray(raw []byte) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) > 0 && raw[0] == '['
+// listOf decodes raw, a JSON array of T or an object W (a message or a
+// response), into the list: the array itself, or what pick takes from W.
+func listOf[T, W any](raw []byte, pick func(*W) []T) ([]T, error) {
+	if b := bytes.TrimSpace(raw); len(b) > 0 && b[0] == '[' {
+		var l []T
+		err := json.Unmarshal(raw, &l)
+		return l, err
+	}
+	var w W
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return nil, err
+	}
+	return pick(&w), nil
 }
 
 // argumentsInput returns an OpenAI arguments string as a call input: the
@@ -169,23 +179,18 @@ func (t *ModelTurn) parseResponses(raw []byte) error {
 		// Tools are a tool_search_output's loaded tools.
 		Tools []json.RawMessage `json:"tools"`
 	}
-	var items []item
-	if isArray(raw) {
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return err
-		}
-	} else {
-		var r struct {
-			item
-			Output []item `json:"output"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return err
-		}
-		items = r.Output
+	type response struct {
+		item
+		Output []item `json:"output"`
+	}
+	items, err := listOf(raw, func(r *response) []item {
 		if r.Type == "function_call" {
-			items = []item{r.item}
+			return []item{r.item}
 		}
+		return r.Output
+	})
+	if err != nil {
+		return err
 	}
 	for _, it := range items {
 		t.loads = append(t.loads, responsesLoads(it.Type, it.Namespace, it.Name, it.Tools)...)
@@ -202,26 +207,17 @@ func (t *ModelTurn) parseResponses(raw []byte) error {
 
 func (t *ModelTurn) parseAnthropic(raw []byte) error {
 	type block struct {
-		Type  string          `json:"type"`
-		ID    string          `json:"id"`
-		Name  string          `json:"name"`
-		Input json.RawMessage `json:"input"`
+		Type string `json:"type"`
+		bus.Call
 		// Content is a tool_search_tool_result's result.
 		Content json.RawMessage `json:"content"`
 	}
-	var blocks []block
-	if isArray(raw) {
-		if err := json.Unmarshal(raw, &blocks); err != nil {
-			return err
-		}
-	} else {
-		var m struct {
-			Content []block `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return err
-		}
-		blocks = m.Content
+	type message struct {
+		Content []block `json:"content"`
+	}
+	blocks, err := listOf(raw, func(m *message) []block { return m.Content })
+	if err != nil {
+		return err
 	}
 	for _, b := range blocks {
 		if b.Type == "tool_search_tool_result" {
@@ -245,25 +241,20 @@ func (t *ModelTurn) parseGemini(raw []byte) error {
 	type content struct {
 		Parts []part `json:"parts"`
 	}
-	var parts []part
-	if isArray(raw) {
-		if err := json.Unmarshal(raw, &parts); err != nil {
-			return err
-		}
-	} else {
-		var r struct {
-			content
-			Candidates []struct {
-				Content content `json:"content"`
-			} `json:"candidates"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return err
-		}
-		parts = r.Parts
+	type response struct {
+		content
+		Candidates []struct {
+			Content content `json:"content"`
+		} `json:"candidates"`
+	}
+	parts, err := listOf(raw, func(r *response) []part {
 		if len(r.Candidates) > 0 {
-			parts = r.Candidates[0].Content.Parts
+			return r.Candidates[0].Content.Parts
 		}
+		return r.Parts
+	})
+	if err != nil {
+		return err
 	}
 	for i, p := range parts {
 		fc := p.FunctionCall
@@ -469,13 +460,12 @@ func openAIMessages(rs []bus.Result) []any {
 	var images []any
 	for _, r := range rs {
 		text := resultText(r)
-		for _, b := range r.Output {
-			if isImage(b) {
-				images = append(images, map[string]any{"type": "image_url", "image_url": map[string]string{"url": dataURL(b)}})
-			}
+		imgs := imagesOf(r)
+		for _, b := range imgs {
+			images = append(images, map[string]any{"type": "image_url", "image_url": map[string]string{"url": dataURL(b)}})
 		}
-		if n := countImages(r); n > 0 {
-			text = strings.TrimSpace(text + fmt.Sprintf("\n[%d image(s) follow in the next message.]", n))
+		if len(imgs) > 0 {
+			text = strings.TrimSpace(text + fmt.Sprintf("\n[%d image(s) follow in the next message.]", len(imgs)))
 		}
 		out = append(out, msg{Role: "tool", ToolCallID: r.ID, Content: text})
 	}
@@ -486,14 +476,15 @@ func openAIMessages(rs []bus.Result) []any {
 	return out
 }
 
-func countImages(r bus.Result) int {
-	n := 0
+// imagesOf returns the blocks of r that are images (isImage).
+func imagesOf(r bus.Result) []bus.Block {
+	var out []bus.Block
 	for _, b := range r.Output {
 		if isImage(b) {
-			n++
+			out = append(out, b)
 		}
 	}
-	return n
+	return out
 }
 
 func responsesItems(rs []bus.Result) []any {
@@ -504,7 +495,8 @@ func responsesItems(rs []bus.Result) []any {
 	}
 	out := make([]any, 0, len(rs))
 	for _, r := range rs {
-		if countImages(r) == 0 {
+		imgs := imagesOf(r)
+		if len(imgs) == 0 {
 			out = append(out, item{Type: "function_call_output", CallID: r.ID, Output: resultText(r)})
 			continue
 		}
@@ -512,10 +504,8 @@ func responsesItems(rs []bus.Result) []any {
 		if text := resultText(r); text != "" {
 			parts = append(parts, map[string]string{"type": "input_text", "text": text})
 		}
-		for _, b := range r.Output {
-			if isImage(b) {
-				parts = append(parts, map[string]string{"type": "input_image", "image_url": dataURL(b)})
-			}
+		for _, b := range imgs {
+			parts = append(parts, map[string]string{"type": "input_image", "image_url": dataURL(b)})
 		}
 		out = append(out, item{Type: "function_call_output", CallID: r.ID, Output: parts})
 	}
@@ -535,10 +525,7 @@ func anthropicMessage(rs []bus.Result) any {
 		if text := resultText(r); text != "" {
 			parts = append(parts, map[string]string{"type": "text", "text": text})
 		}
-		for _, b := range r.Output {
-			if !isImage(b) {
-				continue
-			}
+		for _, b := range imagesOf(r) {
 			src := map[string]string{"type": "base64", "media_type": b.MediaType, "data": b.Data}
 			if b.URL != "" {
 				src = map[string]string{"type": "url", "url": b.URL}
@@ -581,11 +568,10 @@ func (t *ModelTurn) geminiContent(rs []bus.Result) any {
 		if isError(r) {
 			fr.Response = map[string]any{"error": resultText(r)}
 		}
-		for _, b := range r.Output {
-			switch {
-			case isImage(b) && b.URL != "":
+		for _, b := range imagesOf(r) {
+			if b.URL != "" {
 				fr.Parts = append(fr.Parts, part{FileData: &fileData{MimeType: b.MediaType, FileURI: b.URL}})
-			case isImage(b):
+			} else {
 				fr.Parts = append(fr.Parts, part{InlineData: &blob{MimeType: b.MediaType, Data: b.Data}})
 			}
 		}
@@ -593,3 +579,133 @@ func (t *ModelTurn) geminiContent(rs []bus.Result) any {
 	}
 	return map[string]any{"role": "user", "parts": parts}
 }
+
+// This file follows the provider's own tool search (docs/protocol.md 4.1,
+// "deferred"): when a model response shows that the provider loaded
+// deferred tools, Turn activates their groups on the bus with a reset_tools
+// call ahead of the model's calls, so the router's rules stay as they are.
+
+// load is one thing a provider's tool search loaded: a group (an OpenAI
+// namespace) or a tool, or both for a call of a namespaced function.
+type load struct {
+	group, tool string
+}
+
+// responsesLoads returns what an OpenAI Responses output item loaded: the
+// namespaces and functions of a tool_search_output, or the namespace of a
+// function_call.
+func responsesLoads(typ, namespace, name string, tools []json.RawMessage) []load {
+	switch typ {
+	case "function_call":
+		if namespace != "" {
+			return []load{{group: namespace, tool: name}}
+		}
+	case "tool_search_output":
+		var out []load
+		for _, raw := range tools {
+			var t struct {
+				Type string `json:"type"`
+				Name string `json:"name"`
+			}
+			if json.Unmarshal(raw, &t) != nil || t.Name == "" {
+				continue
+			}
+			if t.Type == "namespace" {
+				out = append(out, load{group: t.Name})
+			} else {
+				out = append(out, load{tool: t.Name})
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// anthropicLoads returns the tools a tool_search_tool_result block's
+// tool_reference blocks name.
+func anthropicLoads(content json.RawMessage) []load {
+	var c struct {
+		Type       string `json:"type"`
+		References []struct {
+			Type     string `json:"type"`
+			ToolName string `json:"tool_name"`
+		} `json:"tool_references"`
+	}
+	if json.Unmarshal(content, &c) != nil {
+		return nil // an error result (tool_search_tool_result_error) loads nothing
+	}
+	var out []load
+	for _, r := range c.References {
+		if r.Type == "tool_reference" && r.ToolName != "" {
+			out = append(out, load{tool: r.ToolName})
+		}
+	}
+	return out
+}
+
+// loadGroups returns the final set of meta groups after t's loads, in
+// order (the active ones, then the loaded ones), and the groups it adds;
+// no groups to add when every loaded group is active already. A load of a
+// group or tool the listing does not offer deferred (an unknown group, a
+// group of external scope, a tool the session cannot reach) is ignored:
+// its calls then fail as they would without it.
+func loadGroups(list *bus.ToolsList, loads []load) (final, added []string) {
+	deferred := map[string]bool{}
+	for _, g := range list.Deferred {
+		deferred[g] = true
+	}
+	for _, g := range list.Groups {
+		if g.Scope == bus.ScopeMeta && g.Active {
+			final = append(final, g.Name)
+		}
+	}
+	for _, l := range loads {
+		g := l.group
+		if !deferred[g] {
+			g = list.Deferred[l.tool]
+		}
+		if g == "" || slices.Contains(final, g) {
+			continue
+		}
+		final = append(final, g)
+		added = append(added, g)
+	}
+	return final, added
+}
+
+// ResetInput is the input of reset_tools that activates exactly groups,
+// in their order: {"g1": true, ...}, or {} to deactivate every meta group
+// (docs/protocol.md 4.2).
+func ResetInput(groups []string) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, g := range groups {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(g) // a string always marshals
+		b.Write(name)
+		b.WriteString(":true")
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// loadCall returns the reset_tools call that activates the groups of t's
+// loads, and the groups it adds; nil when t loaded nothing new. list is
+// the session's listing with deferred tools: it names the active groups
+// and which group each deferred tool is in.
+func (t *ModelTurn) loadCall(list *bus.ToolsList) (*bus.Call, []string) {
+	final, added := loadGroups(list, t.loads)
+	if len(added) == 0 {
+		return nil, nil
+	}
+	id := "toolbus-load"
+	for n := 1; slices.ContainsFunc(t.Calls, func(c bus.Call) bool { return c.ID == id }); n++ {
+		id = fmt.Sprintf("toolbus-load-%d", n)
+	}
+	return &bus.Call{ID: id, Name: resetTools, Input: ResetInput(final)}, added
+}
+
+// resetTools is the router's group switch (docs/protocol.md 4.2).
+const resetTools = "reset_tools"

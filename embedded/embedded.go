@@ -1,10 +1,19 @@
+// Package embedded starts nats-server with JetStream inside this process: one
+// node for a laptop's router, or a cluster of nodes on loopback ports for
+// tests of replicated buckets and streams, where a node can be stopped and
+// started again.
 package embedded
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -93,4 +102,264 @@ func Start(cfg Config) (*server.Server, error) {
 		return nil, errors.New("embedded: nats-server did not become ready")
 	}
 	return s, nil
+}
+
+// ClusterConfig configures a nats-server cluster in this process.
+type ClusterConfig struct {
+	// Nodes is how many servers; zero means 3.
+	Nodes int
+	// Dir holds each node's JetStream store (Dir/n0, Dir/n1, ...); it is
+	// required, so a restarted node finds its data again.
+	Dir string
+	// Name is the cluster's name; "" means "toolbus".
+	Name string
+	// ReadyTimeout bounds the wait for the cluster to elect a JetStream
+	// meta leader; zero means 30 s.
+	ReadyTimeout time.Duration
+	// Logs, when true, routes the servers' own logs to stderr.
+	Logs bool
+}
+
+// Cluster is a JetStream cluster of nats-servers on loopback ports, for
+// tests of replicated buckets and streams. A node can be stopped and started
+// again on the same ports with the same store, as an operator's restart
+// would. Its methods are safe for concurrent use.
+type Cluster struct {
+	cfg     ClusterConfig
+	mu      sync.Mutex
+	nodes   []*server.Server // nil while stopped
+	clients []int            // client port of each node
+	routes  []int            // cluster port of each node
+}
+
+// StartCluster starts cfg.Nodes servers that route to each other and waits
+// until JetStream has a meta leader. Stop ends them all.
+func StartCluster(cfg ClusterConfig) (*Cluster, error) {
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 3
+	}
+	if cfg.Name == "" {
+		cfg.Name = "toolbus"
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 30 * time.Second
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("embedded: a cluster needs a store directory")
+	}
+	// A port found free may be taken by another process before its node
+	// listens on it (tests run in parallel): then the cluster starts again
+	// on other ports.
+	var err error
+	dir := cfg.Dir
+	for try := range 3 {
+		var c *Cluster
+		if try > 0 { // a fresh store: the failed one knows other peers
+			cfg.Dir = filepath.Join(dir, fmt.Sprintf("retry%d", try))
+		}
+		if c, err = startCluster(cfg); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+func startCluster(cfg ClusterConfig) (*Cluster, error) {
+	c := &Cluster{cfg: cfg, nodes: make([]*server.Server, cfg.Nodes)}
+	for range cfg.Nodes {
+		cp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		rp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		c.clients, c.routes = append(c.clients, cp), append(c.routes, rp)
+	}
+	for i := range cfg.Nodes {
+		if err := c.Start(i); err != nil {
+			c.stopNodes()
+			return nil, err
+		}
+	}
+	if err := c.WaitReady(cfg.ReadyTimeout); err != nil {
+		c.stopNodes()
+		return nil, err
+	}
+	return c, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("embedded: no free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start starts node i, which must be stopped (or never started), on its
+// ports and store.
+func (c *Cluster) Start(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes[i] != nil {
+		return fmt.Errorf("embedded: node %d is running", i)
+	}
+	var routes []*url.URL
+	for j, p := range c.routes {
+		if j != i {
+			routes = append(routes, &url.URL{Scheme: "nats", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(p))})
+		}
+	}
+	opts := &server.Options{
+		ServerName: fmt.Sprintf("n%d", i),
+		Host:       "127.0.0.1",
+		Port:       c.clients[i],
+		JetStream:  true,
+		StoreDir:   filepath.Join(c.cfg.Dir, fmt.Sprintf("n%d", i)),
+		NoSigs:     true,
+		MaxPayload: 8 << 20,
+		Cluster: server.ClusterOpts{
+			Name: c.cfg.Name,
+			Host: "127.0.0.1",
+			Port: c.routes[i],
+		},
+		Routes: routes,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("embedded: node %d: %w", i, err)
+	}
+	if c.cfg.Logs {
+		s.ConfigureLogger()
+	}
+	go s.Start()
+	if !s.ReadyForConnections(20 * time.Second) {
+		s.Shutdown()
+		return fmt.Errorf("embedded: node %d did not become ready", i)
+	}
+	c.nodes[i] = s
+	return nil
+}
+
+// Stop ends every node that runs, waiting for their shutdown until ctx
+// ends (then it returns ctx's error; the nodes still shut down). It is safe
+// to call twice.
+func (c *Cluster) Stop(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.stopNodes()
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("embedded: stop: %w", ctx.Err())
+	}
+}
+
+func (c *Cluster) stopNodes() {
+	for i := range c.cfg.Nodes {
+		c.StopNode(i)
+	}
+}
+
+// StopNode shuts node i down, as a crash of its machine would look to the
+// others (its store stays, for Start).
+func (c *Cluster) StopNode(i int) {
+	c.mu.Lock()
+	s := c.nodes[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+// Node returns node i, nil while it is stopped.
+func (c *Cluster) Node(i int) *server.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i]
+}
+
+// Nodes returns how many nodes the cluster has.
+func (c *Cluster) Nodes() int { return c.cfg.Nodes }
+
+// URL returns the client URL of node i.
+func (c *Cluster) URL(i int) string {
+	return "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(c.clients[i]))
+}
+
+// URLs returns every node's client URL, node first first, joined with
+// commas as nats.Connect takes them.
+func (c *Cluster) URLs(first int) string {
+	urls := make([]string, 0, c.cfg.Nodes)
+	for k := range c.cfg.Nodes {
+		urls = append(urls, c.URL((first+k)%c.cfg.Nodes))
+	}
+	return strings.Join(urls, ",")
+}
+
+// WaitReady waits until every running node is current with a JetStream
+// meta leader that counts every running node as an online peer (before
+// that, creating a replicated stream can fail for want of peers).
+func (c *Cluster) WaitReady(timeout time.Duration) error {
+	if !waitFor(timeout, c.ready) {
+		return fmt.Errorf("embedded: cluster has no JetStream meta leader after %v", timeout)
+	}
+	return nil
+}
+
+func (c *Cluster) ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	running, peers, current := 0, 0, true
+	for _, s := range c.nodes {
+		if s == nil {
+			continue
+		}
+		running++
+		if s.JetStreamIsLeader() {
+			peers = len(s.JetStreamClusterPeers())
+		}
+		current = current && s.JetStreamIsCurrent()
+	}
+	return peers == running && current
+}
+
+// waitFor polls ok every 20 ms until it holds (true) or timeout passes.
+func waitFor(timeout time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(timeout); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+// StreamLeader returns the index of the node that leads stream in the
+// global account, or -1 when none does (an election is going on).
+func (c *Cluster) StreamLeader(stream string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, s := range c.nodes {
+		if s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return i
+		}
+	}
+	return -1
+}
+
+// WaitStreamLeader waits until stream has a leader and returns its node.
+func (c *Cluster) WaitStreamLeader(stream string, timeout time.Duration) (int, error) {
+	i := -1
+	if !waitFor(timeout, func() bool { i = c.StreamLeader(stream); return i >= 0 }) {
+		return -1, fmt.Errorf("embedded: stream %s has no leader after %v", stream, timeout)
+	}
+	return i, nil
 }

@@ -66,15 +66,13 @@ func (d *definitions) start(ctx context.Context) error {
 		return err
 	}
 	d.watches = []*store.Watch{gw}
-	for _, w := range d.watches {
-		select {
-		case <-w.Ready():
-		case <-ctx.Done():
-			_ = d.stop(context.WithoutCancel(ctx))
-			return ctx.Err()
-		}
+	select {
+	case <-gw.Ready():
+		return nil
+	case <-ctx.Done():
+		_ = d.stop(context.WithoutCancel(ctx))
+		return ctx.Err()
 	}
-	return nil
 }
 
 // stop ends the watches, waiting for them until ctx ends; safe to call

@@ -2,6 +2,7 @@ package groups
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/search"
+	"github.com/toolbus/toolbus/session"
 )
 
 // SearchTools is the name of the built-in tool search (docs/protocol.md 4.2).
@@ -272,9 +275,14 @@ func (v *View) reach(t *registry.Tool) (visible bool, via string, ok bool) {
 	if _, vis := v.inactiveGroup(t); vis {
 		return true, "", true
 	}
-	gs := v.groupsOf(t)
-	for _, g := range v.store.allGroups() {
-		if g.Scope == bus.ScopeMeta && slices.Contains(gs, g.Name) {
+	return viaMeta(v.store.allGroups(), v.groupsOf(t))
+}
+
+// viaMeta is reach for something in the groups named: through the first of
+// groups that is a meta group and holds it, or not at all.
+func viaMeta(groups []bus.Group, names []string) (visible bool, via string, ok bool) {
+	for _, g := range groups {
+		if g.Scope == bus.ScopeMeta && slices.Contains(names, g.Name) {
 			return false, g.Name, true
 		}
 	}
@@ -292,12 +300,7 @@ func (v *View) skillReach(sk SkillDoc) (visible bool, via string, ok bool) {
 			return true, "", true
 		}
 	}
-	for _, g := range v.store.Groups() {
-		if g.Scope == bus.ScopeMeta && slices.Contains(sk.Groups, g.Name) {
-			return false, g.Name, true
-		}
-	}
-	return false, "", false
+	return viaMeta(v.store.Groups(), sk.Groups)
 }
 
 // Search runs search_tools for the view's session (id session): it ranks
@@ -311,11 +314,10 @@ func (v *View) Search(ctx context.Context, session string, input json.RawMessage
 		return "", err
 	}
 	ms := v.find(in.Query, in.Limit, skills)
-	var b strings.Builder
 	if len(ms) == 0 {
-		fmt.Fprintf(&b, "No tool matches %q. Try other words.", in.Query)
-		return b.String(), nil
+		return fmt.Sprintf("No tool matches %q. Try other words.", in.Query), nil
 	}
+	var b strings.Builder
 	fmt.Fprintf(&b, "Found %d match(es) for %q:\n", len(ms), in.Query)
 	var add []string
 	for i, m := range ms {
@@ -379,15 +381,7 @@ func (v *View) find(query string, limit int, skills []SkillDoc) []match {
 			all = append(all, scored{match{name: sk.Name, kind: "skill", desc: sk.Description, groups: sk.Groups, visible: vis, activate: via}, h.Score})
 		}
 	}
-	slices.SortStableFunc(all, func(a, b scored) int {
-		switch {
-		case a.score > b.score:
-			return -1
-		case a.score < b.score:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(all, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
 	out := make([]match, 0, min(limit, len(all)))
 	for _, s := range all[:min(limit, len(all))] {
 		out = append(out, s.m)
@@ -401,4 +395,138 @@ func firstLine(s string) string {
 		s = s[:200] + "..."
 	}
 	return s
+}
+
+const resetDescription = "Activate or deactivate tool groups. Pass the final set: every group set to true is active " +
+	"afterwards and every other group is inactive. Deactivate groups you no longer need."
+
+// activation switches a session's meta groups: reset_tools (Reset) and
+// the path search_tools shares with it (activate), one compare-and-set of
+// the session each.
+type activation struct {
+	defs     *definitions
+	sessions *session.Store
+	pinned   []string // the groups pinned visible (Config.Pinned)
+}
+
+// Reset runs reset_tools for a session: input is the final set of meta
+// groups. Validation comes first and changes nothing on failure. It
+// returns the result text, or an invalid_input *bus.Error whose message is
+// the text the model reads.
+func (a *activation) Reset(ctx context.Context, session string, input json.RawMessage) (string, error) {
+	keys, vals, err := orderedObject(input)
+	if err != nil {
+		return "", bus.Errorf(bus.CodeInvalidInput, "Invalid arguments: %v", err)
+	}
+	meta := a.defs.metaGroups()
+	isMeta := metaIn(meta)
+	var bad []string
+	for _, k := range keys {
+		if !isMeta(k) {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) > 0 {
+		names := make([]string, len(meta))
+		for i, g := range meta {
+			names[i] = g.Name
+		}
+		return "", bus.Errorf(bus.CodeInvalidInput, "Invalid group name(s): %s. The current available groups are: %s",
+			strings.Join(bad, ", "), strings.Join(names, ", "))
+	}
+	final := map[string]bool{} // a repeated key: the last value counts
+	for i, k := range keys {
+		if typ := schemas.Kind(vals[i]); typ != "boolean" { // a decoded value: no white space around it
+			return "", bus.Errorf(bus.CodeInvalidInput, "Invalid arguments: the argument '%s' should be a bool value, but got %s.", k, typ)
+		}
+		final[k] = string(bytes.TrimSpace(vals[i])) == "true"
+	}
+	var on []string
+	for _, k := range keys {
+		if final[k] && !slices.Contains(on, k) {
+			on = append(on, k)
+		}
+	}
+	return a.activate(ctx, session, func([]string) []string { return on })
+}
+
+// activate is the one path that changes a session's meta groups, for
+// reset_tools and search_tools alike: final gets the meta groups active in
+// the latest stored session and returns the meta groups active afterwards
+// (names that are not meta groups are dropped); one compare-and-set
+// replaces the meta part of the session's active set and leaves the rest.
+// It returns the text reset_tools answers with.
+func (a *activation) activate(ctx context.Context, session string, final func(cur []string) []string) (string, error) {
+	meta := a.defs.metaGroups()
+	isMeta := metaIn(meta)
+	var on []string
+	_, err := a.sessions.Update(ctx, session, func(sess *Session) error {
+		cur := slices.DeleteFunc(slices.Clone(sess.Active), func(n string) bool { return !isMeta(n) })
+		on = slices.DeleteFunc(slices.Clone(final(cur)), func(n string) bool { return !isMeta(n) })
+		sess.Active = slices.DeleteFunc(sess.Active, isMeta)
+		sess.Active = append(sess.Active, on...)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	var names, instr []string
+	for _, g := range meta {
+		if slices.Contains(on, g.Name) {
+			names = append(names, g.Name)
+			if g.Instructions != "" {
+				instr = append(instr, fmt.Sprintf(`<group name="%s">%s</group>`, g.Name, g.Instructions))
+			}
+		}
+	}
+	pinned := slices.DeleteFunc(slices.Clone(a.pinned), func(g string) bool {
+		_, defined := a.defs.Group(g)
+		return slices.Contains(names, g) || !defined && g != bus.GroupBasic
+	})
+	if len(names) == 0 {
+		if len(pinned) > 0 {
+			return "All tool groups are currently deactivated, except the pinned group(s), always active: " + strings.Join(pinned, ", ") + ".", nil
+		}
+		return "All tool groups are currently deactivated.", nil
+	}
+	text := "The currently activated tool group(s): " + strings.Join(names, ", ") + "."
+	if len(pinned) > 0 {
+		text += " The pinned group(s) stay active: " + strings.Join(pinned, ", ") + "."
+	}
+	if len(instr) > 0 {
+		text += "\n<tool-instructions>\nThe tool instructions are a collection of suggestions, rules and notifications about how to use the tools in the activated groups.\n" +
+			strings.Join(instr, "\n") + "\n</tool-instructions>"
+	}
+	return text, nil
+}
+
+// metaIn says whether a name is one of the groups meta.
+func metaIn(meta []bus.Group) func(string) bool {
+	return func(n string) bool {
+		return slices.ContainsFunc(meta, func(g bus.Group) bool { return g.Name == n })
+	}
+}
+
+// orderedObject splits a JSON object into its keys and raw values in input order.
+func orderedObject(b json.RawMessage) ([]string, []json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return nil, nil, fmt.Errorf("input must be a JSON object")
+	}
+	var keys []string
+	var vals []json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, err
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, err
+		}
+		keys = append(keys, tok.(string))
+		vals = append(vals, v)
+	}
+	return keys, vals, nil
 }

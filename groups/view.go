@@ -244,3 +244,30 @@ func (v *View) Groups() []bus.GroupInfo {
 	}
 	return out
 }
+
+// Deferred returns, for a listing with deferred tools (docs/protocol.md
+// 4.1), each inactive meta group the model could activate with its tools
+// that are not visible now, in registration order: the tools search_tools
+// could activate (reach), each under the first of its meta groups. Tools of
+// external-scope groups that are inactive, of undefined groups, without a
+// live worker, or hidden by the request are never deferred. It also
+// returns each deferred tool's group by name.
+func (v *View) Deferred() ([]schemas.Namespace, map[string]string) {
+	byGroup := map[string][]bus.ToolDef{}
+	of := map[string]string{}
+	for _, t := range v.reg.Tools() {
+		visible, via, ok := v.reach(t)
+		if !ok || visible || via == "" {
+			continue
+		}
+		byGroup[via] = append(byGroup[via], t.Def)
+		of[t.Def.Name] = via
+	}
+	out := []schemas.Namespace{}
+	for _, g := range v.store.allGroups() {
+		if g.Scope == bus.ScopeMeta && len(byGroup[g.Name]) > 0 {
+			out = append(out, schemas.Namespace{Name: g.Name, Description: g.Description, Tools: byGroup[g.Name]})
+		}
+	}
+	return out, of
+}

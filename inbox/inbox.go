@@ -11,6 +11,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -80,7 +82,7 @@ type Item struct {
 
 // Server is the inbox. It owns records, the waiting calls it keeps in
 // memory (records.go, embedded), and checks every request with a gate over
-// its token (access.go); it declares the lifecycle, the page and its API
+// its token (serve.go); it declares the lifecycle, the page and its API
 // (serve*, act, the approver's polling). It is safe for concurrent use.
 type Server struct {
 	*records
@@ -103,9 +105,7 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 	if len(cfg.Token) < 16 {
 		return nil, errors.New("inbox: a token of at least 16 characters is required")
 	}
-	if cfg.Source == "" {
-		cfg.Source = "toolbus/inbox"
-	}
+	cfg.Source = cmp.Or(cfg.Source, "toolbus/inbox")
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = time.Second
 	}
@@ -250,4 +250,60 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// startPolling loads the waiting calls as the approver may read them, then
+// keeps polling until Stop: P.admin.parked.list every PollInterval, and a
+// direct get of the record of each call that is new or changed (for its
+// revision and user, which the list does not carry).
+func (s *Server) startPolling(ctx context.Context) error {
+	if err := s.pollOnce(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		life.Every(ctx, s.cfg.PollInterval, func(time.Time) {
+			if err := s.pollOnce(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("inbox: parked.list", "err", err)
+			}
+		})
+	}()
+	s.mu.Lock()
+	s.stop = func(ctx context.Context) error {
+		cancel()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("inbox: polling stop: %w", ctx.Err())
+		}
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Server) pollOnce(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var list struct {
+		Parked []bus.ParkedCall `json:"parked"`
+	}
+	if err := s.cl.Admin(lctx, "parked.list", "", nil, &list); err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(list.Parked))
+	for _, p := range list.Parked {
+		key := bus.CallKey(p.Session, p.ReplyID, p.ID)
+		seen[key] = true
+		if it, ok := s.lookup(key); ok && it.Kind == p.Kind && it.InputDigest == p.InputDigest && it.Expires.Equal(p.Expires) {
+			continue
+		}
+		s.refresh(lctx, key)
+	}
+	for _, key := range s.absent(seen) {
+		s.drop(key)
+	}
+	return nil
 }

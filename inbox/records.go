@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -107,10 +108,7 @@ func (s *records) snapshot() ([]Item, int, <-chan struct{}) {
 	ch := s.changed
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b Item) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Key, b.Key)
+		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.Key, b.Key))
 	})
 	n := len(out)
 	if n > s.maxItems {

@@ -10,7 +10,11 @@ import (
 // hand (a write call puts its entry twice, claim and record, and a
 // recorded entry carries the whole result).
 func encode(e *Entry) []byte {
-	b := make([]byte, 0, 160+len(e.Router)+len(e.Claim))
+	size := 160 + len(e.Router) + len(e.Claim)
+	if e.Result != nil {
+		size += e.Result.Size()
+	}
+	b := make([]byte, 0, size)
 	b = append(b, `{"state":`...)
 	b = bus.AppendJSONString(b, e.State)
 	b = append(b, `,"router":`...)
@@ -26,13 +30,13 @@ func encode(e *Entry) []byte {
 		b = appendTime(b, e.Touched)
 	}
 	if e.Result != nil {
-		raw, err := e.Result.AppendJSON(make([]byte, 0, e.Result.Size()))
+		b = append(b, `,"result":`...)
+		withResult, err := e.Result.AppendJSON(b)
 		if err != nil { // metadata that is not JSON: the result says so
 			failed := bus.ErrorResult(bus.Call{ID: e.Result.ID, Name: e.Result.Name}, bus.CodeInternal, "InternalError: "+err.Error())
-			raw, _ = failed.AppendJSON(nil)
+			withResult, _ = failed.AppendJSON(b)
 		}
-		b = append(b, `,"result":`...)
-		b = append(b, raw...)
+		b = withResult
 	}
 	return append(b, '}')
 }

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -133,7 +134,7 @@ func New(kv jetstream.KeyValue, cfg Config) *Ledger {
 		cfg.Landing = life.New(life.Config{LandBudget: landBudget}).Landing
 	}
 	return &Ledger{kv: kv, router: cfg.Router, log: cfg.Logger, hits: cfg.Hits, lease: cfg.Lease, health: cfg.Health, landing: cfg.Landing,
-		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]*Entry{}}, ids: claimIDs{prefix: nuid.Next()}}
+		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]Entry{}}, ids: claimIDs{prefix: nuid.Next()}}
 }
 
 // Health is the store health the ledger notes its writes in (may be nil).
@@ -156,9 +157,7 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
 	val := encode(&me)
 	// The common case in one round trip: nobody has the key.
-	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-	rev, err := l.kv.Create(actx, key, val)
-	acancel()
+	rev, err := store.CreateWithin(ctx, l.kv, key, val, 5*time.Second)
 	if err == nil {
 		l.health.Note(nil)
 		me.rev = rev
@@ -221,14 +220,14 @@ func (c *claimIDs) next() string {
 // renewed (Renew) until they are released.
 type claims struct {
 	mu sync.Mutex
-	m  map[string]*Entry
+	m  map[string]Entry // by value: a claim held costs no allocation of its own
 }
 
 // hold starts renewing the lease of this router's running claim of key;
 // release stops it.
 func (c *claims) hold(key string, claim Entry) {
 	c.mu.Lock()
-	c.m[key] = &claim
+	c.m[key] = claim
 	c.mu.Unlock()
 }
 
@@ -246,7 +245,7 @@ func (c *claims) current(key string, claim Entry) Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if h, ok := c.m[key]; ok && h.Claim == claim.Claim {
-		return *h
+		return h
 	}
 	return claim
 }
@@ -255,11 +254,7 @@ func (c *claims) current(key string, claim Entry) Entry {
 func (c *claims) all() map[string]Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]Entry, len(c.m))
-	for key, h := range c.m {
-		out[key] = *h
-	}
-	return out
+	return maps.Clone(c.m)
 }
 
 // renewed notes a renewal of claim at revision rev.
@@ -267,6 +262,7 @@ func (c *claims) renewed(key string, claim Entry, rev uint64) {
 	c.mu.Lock()
 	if h, ok := c.m[key]; ok && h.Claim == claim.Claim {
 		h.rev, h.Touched = rev, claim.Touched
+		c.m[key] = h
 	}
 	c.mu.Unlock()
 }
@@ -392,23 +388,27 @@ func (l *Ledger) Abandon(key, claim string) {
 func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Result) bus.Result {
 	claim = l.held.current(key, claim)
 	defer l.held.release(key, claim.Claim)
-	claim.State, claim.Result = stateDone, &res
-	val := encode(&claim)
-	// The common case in one round trip: the claim is as this router left it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait)
-	defer cancel()
-	_, err := l.kv.Update(ctx, key, val, claim.rev)
+	done := claim // a copy: the claim's strings leak to the writes, res stays on the stack
+	done.State, done.Result = stateDone, &res
+	val := encode(&done)
+	// The common case in one round trip: the claim is as this router left
+	// it. That write is bounded by recordWait without a context of its own.
+	start := time.Now()
+	ctx = context.WithoutCancel(ctx)
+	_, err := store.UpdateWithin(ctx, l.kv, key, val, claim.rev, recordWait)
 	isFull := l.health.Note(err)
 	if err == nil {
 		return res
 	}
+	ctx, cancel := context.WithDeadline(ctx, start.Add(recordWait))
+	defer cancel()
 	if store.IsConflict(err) {
 		if other, ok := l.takenOver(ctx, key, claim.Claim); ok {
 			return other
 		}
 	}
 	l.pending.put(key, res)
-	landed := make(chan struct{})
+	landed, id := make(chan struct{}), claim.Claim
 	l.writes.Add(1)
 	go func() {
 		defer l.writes.Done()
@@ -417,7 +417,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 			var le Entry
-			if cur != nil && json.Unmarshal(cur.Value(), &le) == nil && le.Claim != claim.Claim {
+			if cur != nil && json.Unmarshal(cur.Value(), &le) == nil && le.Claim != id {
 				return nil, fmt.Errorf("ledger entry %s was claimed again (%s)", key, le.State)
 			}
 			return val, nil

@@ -6,7 +6,6 @@ package metrics
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -45,45 +44,33 @@ type RouterSources struct {
 
 // NewRouter registers a router's metrics on reg (a fresh registry when nil).
 func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	m := &Router{
-		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_router_calls_total",
-			Help: "Finished tool calls by tool and result state."}, []string{"tool", "state"}),
-		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "toolbus_router_call_duration_seconds",
-			Help: "Time from a call's batch arriving to its result, by tool (parked calls excluded).", Buckets: latencyBuckets}, []string{"tool"}),
-		Batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_batches_total", Help: "Batches accepted."}),
-		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_router_rejected_total",
-			Help: "Messages answered with io.toolbus.error, by code."}, []string{"code"}),
+		Calls:    counterVec("toolbus_router_calls_total", "Finished tool calls by tool and result state.", "tool", "state"),
+		Latency:  latencyVec("toolbus_router_call_duration_seconds", "Time from a call's batch arriving to its result, by tool (parked calls excluded)."),
+		Batches:  prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_batches_total", Help: "Batches accepted."}),
+		Rejected: counterVec("toolbus_router_rejected_total", "Messages answered with io.toolbus.error, by code.", "code"),
 		DedupeHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_dedupe_hits_total",
 			Help: "Calls answered from the dedupe ledger instead of running again."}),
-		Parked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_router_parked_total",
-			Help: "Calls parked, by kind."}, []string{"kind"}),
-		Answers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_router_answers_total",
-			Help: "Answers to parked calls, by outcome (accepted or an error code)."}, []string{"outcome"}),
+		Parked:  counterVec("toolbus_router_parked_total", "Calls parked, by kind.", "kind"),
+		Answers: counterVec("toolbus_router_answers_total", "Answers to parked calls, by outcome (accepted or an error code).", "outcome"),
 		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_router_inflight",
 			Help: "Messages being handled now."}),
 	}
 	cs := []prometheus.Collector{m.Calls, m.Latency, m.Batches, m.Rejected, m.DedupeHits, m.Parked, m.Answers, m.Inflight,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_router_capacity", Help: "MaxInflight: messages the router handles at once before back-pressure."},
-			func() float64 { return float64(src.Capacity) }),
+		gaugeFunc("toolbus_router_capacity", "MaxInflight: messages the router handles at once before back-pressure.",
+			func() int { return src.Capacity }),
 	}
 	if src.ParkedNow != nil {
-		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_parked_calls", Help: "Calls parked now."},
-			func() float64 { return float64(src.ParkedNow()) }))
+		cs = append(cs, gaugeFunc("toolbus_parked_calls", "Calls parked now.", src.ParkedNow))
 	}
 	if src.Sessions != nil {
-		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_sessions", Help: "Sessions in the router's cache."},
-			func() float64 { return float64(src.Sessions()) }))
+		cs = append(cs, gaugeFunc("toolbus_sessions", "Sessions in the router's cache.", src.Sessions))
 	}
 	if src.LiveWorkers != nil {
 		cs = append(cs, &liveWorkers{f: src.LiveWorkers, desc: prometheus.NewDesc("toolbus_live_workers",
 			"Live workers per tool.", []string{"tool"}, nil)})
 	}
-	for _, c := range cs {
-		_ = reg.Register(c)
-	}
+	register(reg, cs...)
 	return m
 }
 
@@ -113,26 +100,17 @@ type Worker struct {
 // NewWorker registers a worker's metrics on reg (a fresh registry when nil);
 // slots is the worker's MaxConcurrent, shown as toolbus_worker_slots.
 func NewWorker(reg prometheus.Registerer, slots int) *Worker {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	m := &Worker{
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_worker_calls_total",
-			Help: "Calls run by this worker, by tool and result state."}, []string{"tool", "state"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "toolbus_worker_call_duration_seconds",
-			Help: "Run time of calls on this worker, by tool.", Buckets: latencyBuckets}, []string{"tool"}),
+		calls:    counterVec("toolbus_worker_calls_total", "Calls run by this worker, by tool and result state.", "tool", "state"),
+		latency:  latencyVec("toolbus_worker_call_duration_seconds", "Run time of calls on this worker, by tool."),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_inflight", Help: "Calls running now."}),
 		waiting:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_worker_waiting", Help: "Requests waiting for a free slot."}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_worker_rejected_total",
-			Help: "Registrations of a tool that the routers rejected, by tool: the worker does not serve it until one is accepted."}, []string{"tool"}),
+		rejected: counterVec("toolbus_worker_rejected_total",
+			"Registrations of a tool that the routers rejected, by tool: the worker does not serve it until one is accepted.", "tool"),
+		busy: counterVec("toolbus_worker_busy_total", "Requests answered busy, by tool: every slot was busy and too many calls were waiting.", "tool"),
 	}
-	m.busy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_worker_busy_total",
-		Help: "Requests answered busy, by tool: every slot was busy and too many calls were waiting."}, []string{"tool"})
-	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inflight, m.waiting, m.rejected, m.busy,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_worker_slots", Help: "MaxConcurrent: calls this worker runs at once."},
-			func() float64 { return float64(slots) })} {
-		_ = reg.Register(c)
-	}
+	register(reg, m.calls, m.latency, m.inflight, m.waiting, m.rejected, m.busy,
+		gaugeFunc("toolbus_worker_slots", "MaxConcurrent: calls this worker runs at once.", func() int { return slots }))
 	return m
 }
 
@@ -155,6 +133,28 @@ func (m *Worker) Rejected(tool, _ string) { m.rejected.WithLabelValues(tool).Inc
 // Busy counts a request of tool answered busy (worker.BusyObserver).
 func (m *Worker) Busy(tool string) { m.busy.WithLabelValues(tool).Inc() }
 
+// register registers cs on reg; a nil reg is a fresh registry nobody reads.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	for _, c := range cs {
+		_ = reg.Register(c)
+	}
+}
+
+func latencyVec(name, help string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets}, []string{"tool"})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gaugeFunc(name, help string, f func() int) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
+}
+
 // Since returns the seconds elapsed since t, for histograms.
 func Since(t time.Time) float64 { return time.Since(t).Seconds() }
 
@@ -176,11 +176,7 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry) (string, 
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err
-		}
-	}()
+	go func() { _ = srv.Serve(ln) }() // ends with http.ErrServerClosed at Shutdown
 	return ln.Addr().String(), nil
 }
 

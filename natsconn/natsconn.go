@@ -162,17 +162,10 @@ func (c Config) Servers() string {
 // at once, a certificate without its key, or a file that cannot be read.
 func (c Config) Check() error {
 	var ways []string
-	if c.Creds != "" {
-		ways = append(ways, "--creds")
-	}
-	if c.NKey != "" {
-		ways = append(ways, "--nkey")
-	}
-	if c.User != "" {
-		ways = append(ways, "--user")
-	}
-	if c.Token != "" {
-		ways = append(ways, "--token")
+	for _, w := range [...]struct{ flag, v string }{{"--creds", c.Creds}, {"--nkey", c.NKey}, {"--user", c.User}, {"--token", c.Token}} {
+		if w.v != "" {
+			ways = append(ways, w.flag)
+		}
 	}
 	if len(ways) > 1 {
 		return fmt.Errorf("natsconn: %s given together: choose one way to log in", strings.Join(ways, " and "))

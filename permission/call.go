@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -30,10 +31,10 @@ type call struct {
 	unseen []string
 
 	// path matcher
-	paths    []string          // the cleaned absolute path, then its resolved form when it differs
-	by       string            // for a command's write: what writes it
-	bases    []string          // absolute bases of relative patterns
-	resolved map[string]string // resolve cache
+	paths    []string // the cleaned absolute path, then its resolved form when it differs
+	by       string   // for a command's write: what writes it
+	bases    []string // absolute bases of relative patterns
+	resolved links    // resolve cache
 }
 
 func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
@@ -51,7 +52,7 @@ func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
 		c.loose = looseParts(c.value)
 		c.readWrites(workDirs)
 	case bus.MatcherPath:
-		c.resolved = map[string]string{}
+		c.resolved = links{}
 		c.bases = bases(workDirs)
 		if def.PathBase != "" {
 			// The tool's own directory first: relative inputs are where
@@ -68,7 +69,7 @@ func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
 		}
 		clean := filepath.Clean(raw)
 		c.paths = []string{clean}
-		if r := c.resolve(raw); r != clean {
+		if r := c.resolved.resolve(raw); r != clean {
 			c.paths = append(c.paths, r)
 		}
 	}
@@ -166,14 +167,7 @@ func (c *call) matches(r bus.Rule) bool {
 // allowed reports whether the allow rules cover the call: a tool-only rule,
 // or for each part of the command (each form of the path) some pattern rule.
 func (c *call) allowed(rules []bus.Rule) (string, bool) {
-	var targets []string
-	switch {
-	case !c.ok:
-	case c.def.RuleMatcher == bus.MatcherCommand && c.split:
-		targets = c.parts
-	case c.def.RuleMatcher == bus.MatcherPath:
-		targets = []string{c.real()}
-	}
+	targets := c.targets()
 	by := make([]string, len(targets))
 	for _, r := range rules {
 		if behavior(r) != Allow || !toolMatches(r, c.def) {
@@ -199,6 +193,19 @@ func (c *call) allowed(rules []bus.Rule) (string, bool) {
 	return fmt.Sprintf("rules %s allow it", strings.Join(by, ", ")), true
 }
 
+// targets are what allow patterns must cover: each part of a command
+// that can be trusted, or the real path; none when the field is missing.
+func (c *call) targets() []string {
+	switch {
+	case !c.ok:
+	case c.def.RuleMatcher == bus.MatcherCommand && c.split:
+		return c.parts
+	case c.def.RuleMatcher == bus.MatcherPath:
+		return []string{c.real()}
+	}
+	return nil
+}
+
 // covers reports whether an allow pattern matches one part of the command
 // or one form of the path.
 func (c *call) covers(pattern, target string) bool {
@@ -214,17 +221,11 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 	if !c.ok || (c.def.RuleMatcher != bus.MatcherCommand && c.def.RuleMatcher != bus.MatcherPath) {
 		return []bus.Rule{tool}
 	}
-	var targets []string
-	if c.def.RuleMatcher == bus.MatcherCommand {
-		if !c.split {
-			return nil // no pattern can allow it; a tool-wide rule is too broad to suggest
-		}
-		targets = c.parts
-	} else {
-		targets = []string{c.real()}
+	if c.def.RuleMatcher == bus.MatcherCommand && !c.split {
+		return nil // no pattern can allow it; a tool-wide rule is too broad to suggest
 	}
 	var out []bus.Rule
-	for _, t := range targets {
+	for _, t := range c.targets() {
 		if slices.ContainsFunc(rules, func(r bus.Rule) bool {
 			return behavior(r) == Allow && toolMatches(r, c.def) && r.Pattern != "" && c.covers(r.Pattern, t)
 		}) {
@@ -339,7 +340,8 @@ func (c *call) writesGranted(pc Context, mode string) (string, bool) {
 	return "", true
 }
 
-// editDirs are the directories accept_edits allows edits in.
+// editDirs are the directories accept_edits allows edits in: the
+// session's, or with none the tool's own.
 func editDirs(pc Context, def *bus.ToolDef) []string {
 	if len(pc.WorkDirs) == 0 && def.PathBase != "" {
 		return []string{def.PathBase}
@@ -365,4 +367,371 @@ func (c *call) suggestWrites(rules []bus.Rule) []bus.Rule {
 		}
 	}
 	return out
+}
+
+// matchCommand matches a command pattern against one command s (already
+// normalized): "git:*" matches "git" and "git ..."; a pattern with "*" is a
+// glob anchored at both ends; a plain pattern matches s exactly, or as a
+// substring when exact is false.
+func matchCommand(pattern, s string, exact bool) bool {
+	p := normalize(pattern)
+	if prefix, ok := strings.CutSuffix(p, ":*"); ok && !strings.Contains(prefix, "*") {
+		prefix = strings.TrimSpace(prefix)
+		return prefix != "" && (s == prefix || strings.HasPrefix(s, prefix+" "))
+	}
+	if p == "" {
+		return false
+	}
+	if strings.Contains(p, "*") {
+		return glob(p, s)
+	}
+	if exact {
+		return s == p
+	}
+	return strings.Contains(s, p)
+}
+
+// normalize trims s and collapses runs of white space into one space.
+func normalize(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// glob matches s against p, where '*' matches any run of bytes and every
+// other byte itself, in time O(len(p)·len(s)) at worst.
+func glob(p, s string) bool {
+	px, sx := 0, 0
+	nextPx, nextSx := 0, 0
+	for px < len(p) || sx < len(s) {
+		if px < len(p) {
+			switch c := p[px]; {
+			case c == '*':
+				nextPx, nextSx = px, sx+1
+				px++
+				continue
+			case sx < len(s) && s[sx] == c:
+				px++
+				sx++
+				continue
+			}
+		}
+		if 0 < nextSx && nextSx <= len(s) {
+			px, sx = nextPx, nextSx
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// splitCommand splits a shell command into its simple commands at &&, ||,
+// &, ;, | and newlines outside quotes, each normalized. ok is false when
+// the command cannot be trusted to be what its parts say: command or process
+// substitution ($(, `, <(, >(), ANSI-C quoting ($'), or an unterminated
+// quote. Redirections like 2>&1 and &> do not split.
+func splitCommand(s string) (parts []string, ok bool) {
+	var cur strings.Builder
+	flush := func() {
+		if p := normalize(cur.String()); p != "" {
+			parts = append(parts, p)
+		}
+		cur.Reset()
+	}
+	const (
+		plain = iota
+		single
+		double
+	)
+	state := plain
+	next := func(i int) byte {
+		if i+1 < len(s) {
+			return s[i+1]
+		}
+		return 0
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch state {
+		case single:
+			cur.WriteByte(ch)
+			if ch == '\'' {
+				state = plain
+			}
+			continue
+		case double:
+			cur.WriteByte(ch)
+			switch {
+			case ch == '\\' && i+1 < len(s):
+				i++
+				cur.WriteByte(s[i])
+			case ch == '"':
+				state = plain
+			case ch == '`', ch == '$' && next(i) == '(':
+				return nil, false
+			}
+			continue
+		}
+		switch ch {
+		case '\\':
+			cur.WriteByte(ch)
+			if i+1 < len(s) {
+				i++
+				cur.WriteByte(s[i])
+			}
+		case '\'':
+			state = single
+			cur.WriteByte(ch)
+		case '"':
+			state = double
+			cur.WriteByte(ch)
+		case '`':
+			return nil, false
+		case '$', '<', '>':
+			if n := next(i); n == '(' || (ch == '$' && n == '\'') {
+				return nil, false
+			}
+			cur.WriteByte(ch)
+		case '&':
+			if i > 0 && (s[i-1] == '>' || s[i-1] == '<') || next(i) == '>' {
+				cur.WriteByte(ch) // 2>&1, <&0, &>file
+				continue
+			}
+			flush()
+		case '|', ';', '\n', '\r':
+			flush()
+		default:
+			cur.WriteByte(ch)
+		}
+	}
+	if state != plain {
+		return nil, false
+	}
+	flush()
+	return parts, true
+}
+
+// looseParts returns what deny and ask rules are matched against: the whole
+// command, then every piece between any separator or grouping character,
+// quoted or not, and each of those with quotes and backslashes removed. It
+// errs towards more candidates, since a deny rule that matches too much is
+// safer than one that matches too little.
+func looseParts(s string) []string {
+	out := []string{normalize(s)}
+	add := func(p string) {
+		if p = normalize(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	unquote := strings.NewReplacer(`'`, "", `"`, "", `\`, "")
+	for _, p := range strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune("&|;\n\r`(){}", r) }) {
+		add(p)
+		add(unquote.Replace(p))
+	}
+	add(unquote.Replace(s))
+	return out
+}
+
+// dangerous reports whether the call's path, as written or resolved, is a
+// dangerous file or lies in a dangerous directory, and says which: the
+// names an allow-listed shell refuses to write (shellcmd.Protected).
+func (c *call) dangerous() (string, bool) {
+	if c.def.RuleMatcher == bus.MatcherCommand && c.ok {
+		return c.dangerousWrite()
+	}
+	if c.def.RuleMatcher != bus.MatcherPath || !c.ok {
+		return "", false
+	}
+	for i, p := range c.paths {
+		name, ok := shellcmd.Protected(p)
+		if !ok {
+			continue
+		}
+		if i == 0 {
+			return fmt.Sprintf("writes to a dangerous path %s (%s)", name, p), true
+		}
+		return fmt.Sprintf("writes to a dangerous path %s (%s resolves to %s)", name, c.paths[0], p), true
+	}
+	return "", false
+}
+
+// dangerousWrite is dangerous for a command: one of its writes (a
+// redirection, sed -i, cp ...) reaches a dangerous path as write_file
+// would, or a computed target's text names one.
+func (c *call) dangerousWrite() (string, bool) {
+	for _, w := range c.writes {
+		if reason, ok := w.dangerous(); ok {
+			return fmt.Sprintf("the command (%s) %s", w.by, reason), true
+		}
+	}
+	unquote := strings.NewReplacer(`"`, "", `'`, "", `\`, "")
+	for _, raw := range c.unseen {
+		for _, f := range strings.Fields(unquote.Replace(raw)) {
+			if name, ok := shellcmd.Protected(f); ok {
+				return fmt.Sprintf("the command writes to a computed path that names the dangerous %s (%s)", name, raw), true
+			}
+		}
+	}
+	return "", false
+}
+
+// maxLinks bounds the symlinks followed while resolving one path, as the
+// kernel does (ELOOP).
+const maxLinks = 40
+
+// links caches resolve's results for one call.
+type links map[string]string
+
+func (l links) resolve(p string) string {
+	if r, ok := l[p]; ok {
+		return r
+	}
+	r := resolve(p)
+	l[p] = r
+	return r
+}
+
+// resolve returns the absolute path p with every symlink on it followed,
+// component by component, so that a dangling link (whose target a write
+// would create) is followed too and ".." applies to what a link points at.
+// Components that do not exist are appended as they are.
+func resolve(p string) string {
+	sep := string(filepath.Separator)
+	vol := filepath.VolumeName(p)
+	root := vol + sep
+	todo := strings.Split(filepath.ToSlash(p[len(vol):]), "/")
+	done := root
+	links := 0
+	for len(todo) > 0 {
+		part := todo[0]
+		todo = todo[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			done = filepath.Dir(done)
+			continue
+		}
+		next := filepath.Join(done, part)
+		fi, err := os.Lstat(next)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			done = next
+			continue
+		}
+		target, err := os.Readlink(next)
+		links++
+		if err != nil || links > maxLinks {
+			return filepath.Join(append([]string{next}, todo...)...)
+		}
+		if filepath.IsAbs(target) {
+			vol = filepath.VolumeName(target)
+			done = vol + sep
+			target = target[len(vol):]
+		}
+		todo = append(strings.Split(filepath.ToSlash(target), "/"), todo...)
+	}
+	return done
+}
+
+// patternForms returns the absolute forms of a path pattern: relative ones
+// joined to each base, each also with the symlinks of its literal leading
+// directories resolved (so that "/tmp/x/**" still matches when /tmp is a
+// link).
+func (c *call) patternForms(pattern string) []string {
+	var abs []string
+	if filepath.IsAbs(pattern) {
+		abs = []string{filepath.Clean(pattern)}
+	} else {
+		for _, b := range c.bases {
+			abs = append(abs, filepath.Join(b, pattern))
+		}
+	}
+	var out []string
+	for _, a := range abs {
+		out = append(out, a)
+		segs := strings.Split(filepath.ToSlash(a), "/")
+		n := slices.IndexFunc(segs, func(s string) bool { return strings.ContainsAny(s, `*?[\`) })
+		if n < 0 {
+			n = len(segs)
+		}
+		if n <= 1 {
+			continue
+		}
+		lit := filepath.FromSlash(strings.Join(segs[:n], "/"))
+		if r := c.resolved.resolve(lit); r != lit {
+			f := filepath.ToSlash(r)
+			if n < len(segs) {
+				f = strings.TrimSuffix(f, "/") + "/" + strings.Join(segs[n:], "/")
+			}
+			if f = filepath.FromSlash(f); !slices.Contains(out, f) {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// matchPath matches the absolute path name against the absolute pattern:
+// segments as path.Match, and a "**" segment for any number of directories.
+// A malformed pattern matches nothing.
+func matchPath(pattern, name string) bool {
+	return MatchSegments(strings.Split(filepath.ToSlash(pattern), "/"), strings.Split(filepath.ToSlash(name), "/"))
+}
+
+// MatchSegments matches the segments of a path against those of a
+// pattern: each as path.Match (a malformed one matches nothing), "**" as
+// any number of whole segments. It fills a table over (pattern segment,
+// path segment) from the end, so its cost is at most len(ps) × len(ns)
+// segment matches, whatever the pattern: no backtracking.
+func MatchSegments(ps, ns []string) bool {
+	// next[j]: ps[i+1:] matches ns[j:]; cur[j] the same for ps[i:].
+	next := make([]bool, len(ns)+1)
+	cur := make([]bool, len(ns)+1)
+	next[len(ns)] = true
+	for i := len(ps) - 1; i >= 0; i-- {
+		for j := len(ns); j >= 0; j-- {
+			switch {
+			case ps[i] == "**":
+				cur[j] = next[j] || (j < len(ns) && cur[j+1])
+			case j == len(ns):
+				cur[j] = false
+			default:
+				cur[j] = false
+				if next[j+1] {
+					ok, err := path.Match(ps[i], ns[j])
+					cur[j] = err == nil && ok
+				}
+			}
+		}
+		next, cur = cur, next
+	}
+	return next[0]
+}
+
+// inside reports whether the real path of the call (resolved through
+// symlinks) lies in one of the work dirs (as written or resolved).
+func (c *call) inside(workDirs []string) bool {
+	if c.def.RuleMatcher != bus.MatcherPath || !c.ok {
+		return false
+	}
+	var dirs []string
+	for _, d := range workDirs {
+		if d == "" {
+			continue
+		}
+		a, err := filepath.Abs(d)
+		if err != nil {
+			continue
+		}
+		dirs = append(dirs, a, c.resolved.resolve(a))
+	}
+	return slices.ContainsFunc(dirs, func(d string) bool { return within(c.real(), d) })
+}
+
+func within(p, dir string) bool {
+	if p == dir {
+		return true
+	}
+	if !strings.HasSuffix(dir, string(filepath.Separator)) {
+		dir += string(filepath.Separator)
+	}
+	return strings.HasPrefix(p, dir)
 }

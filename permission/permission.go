@@ -1,3 +1,17 @@
+// Package permission decides whether a tool call may run, must be confirmed,
+// or is refused, from a session's permission context: a mode, allow, deny and
+// ask rules, and working directories (docs/protocol.md 6.4, docs/permission.md).
+//
+// Decide applies the checks in a fixed order: deny rules, ask rules,
+// read-only tools, the dangerous-path safety check, then the mode (the tool's
+// own check, allow rules, accept_edits working directories). Rules match the
+// tool name alone, or a pattern that the tool's rule matcher applies to one
+// input field: a command (prefix "git:*", glob "npm run *", exact or
+// substring) or a path glob ("src/**/*.go", relative to each working
+// directory). Path checks resolve symlinks on the local file system.
+//
+// Everything here is a pure function of its arguments and the file system;
+// all functions are safe for concurrent use.
 package permission
 
 import (
@@ -139,30 +153,11 @@ func (c *call) decide(pc Context, mode string) Decision {
 		}
 		return Decision{Behavior: Allow, Reason: reason}
 	}
-	edits := pc.WorkDirs
-	if len(edits) == 0 && c.def.PathBase != "" {
-		edits = []string{c.def.PathBase} // no session dirs: the tool's own
-	}
-	if mode == AcceptEdits && c.inside(edits) {
+	if mode == AcceptEdits && c.inside(editDirs(pc, c.def)) {
 		return Decision{Behavior: Allow, Reason: "accept_edits mode allows edits inside the working directories"}
 	}
 	return Decision{Behavior: Ask, Reason: fmt.Sprintf("no rule allows this call of %s", c.def.Name),
 		SuggestedRules: c.suggest(pc.Rules)}
-}
-
-// Matches reports whether rule applies to a call of def with input. An allow
-// rule's pattern must cover the whole call: every part of a compound command
-// and both the written and the symlink-resolved path. Relative paths and
-// patterns are taken against the process working directory; Decide, which
-// knows the session's working directories, should be preferred.
-func Matches(rule bus.Rule, def *bus.ToolDef, input json.RawMessage) bool {
-	if def == nil || !toolMatches(rule, def) {
-		return false
-	}
-	if rule.Pattern == "" {
-		return true
-	}
-	return newCall(def, input, nil).matches(rule)
 }
 
 // maxPattern bounds a rule pattern.

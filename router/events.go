@@ -224,8 +224,11 @@ func (s reportStep) stored(b *batch) {
 	if len(sent) == 0 {
 		return
 	}
-	if store.Acked(sent) { // nothing to wait for: no landing context either
-		_ = s.events.stored(context.WithoutCancel(b.ctx), sent)
+	// The acknowledgements come while the batch is the router's tracked
+	// work: they are awaited in its context, and a landing one (which a
+	// drain's deadline does not cut) is made only for what is left.
+	if store.Settled(b.ctx, sent) {
+		_ = s.events.stored(b.ctx, sent) // waits for nothing: notes the health
 		return
 	}
 	ctx, cancel := s.landing.start(b.ctx)

@@ -2,9 +2,10 @@ package schemas
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
@@ -46,21 +47,22 @@ type graph struct {
 	nodes []*jsonschema.Schema
 	index map[*jsonschema.Schema]int
 	inPl  [][]int // in-place edges (targets, repeated for multiplicity)
-	mem   []members
+	mem   []members[int]
 }
 
-// members are the member subschemas of one node, by how they apply.
-type members struct {
-	oneProp  []int // properties: a member gets at most one
-	restProp []int // additionalProperties, unevaluatedProperties: members without a property
-	allProp  []int // patternProperties, propertyNames: possibly every member
-	oneItem  []int // prefixItems, items as a list: an item gets at most one
-	restItem []int // items, additionalItems: the items past the list
-	allItem  []int // contains, unevaluatedItems
+// members are the member subschemas of one node, by how they apply: as
+// node indexes (members[int]) or as schemas.
+type members[T any] struct {
+	oneProp  []T // properties: a member gets at most one
+	restProp []T // additionalProperties, unevaluatedProperties: members without a property
+	allProp  []T // patternProperties, propertyNames: possibly every member
+	oneItem  []T // prefixItems, items as a list: an item gets at most one
+	restItem []T // items, additionalItems: the items past the list
+	allItem  []T // contains, unevaluatedItems
 }
 
-func (m *members) edges() []*[]int {
-	return []*[]int{&m.oneProp, &m.restProp, &m.allProp, &m.oneItem, &m.restItem, &m.allItem}
+func (m *members[T]) edges() []*[]T {
+	return []*[]T{&m.oneProp, &m.restProp, &m.allProp, &m.oneItem, &m.restItem, &m.allItem}
 }
 
 // buildGraph collects the nodes reachable from root. It refuses more
@@ -80,7 +82,7 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 		g.index[s] = len(g.nodes)
 		g.nodes = append(g.nodes, s)
 		g.inPl = append(g.inPl, nil)
-		g.mem = append(g.mem, members{})
+		g.mem = append(g.mem, members[int]{})
 		if s.DynamicAnchor != "" || s.RecursiveAnchor {
 			anchors = append(anchors, s)
 		}
@@ -98,10 +100,10 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 			}
 			g.inPl[i] = append(g.inPl[i], j)
 		}
-		var idx members
+		var idx members[int]
 		dst := idx.edges()
-		for k, list := range mem.lists() {
-			for _, c := range list {
+		for k, list := range mem.edges() {
+			for _, c := range *list {
 				j, err := add(c)
 				if err != nil {
 					return nil, err
@@ -128,17 +130,8 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 	return g, nil
 }
 
-// schemaMembers are the member subschemas of a node, as schemas.
-type schemaMembers struct {
-	oneProp, restProp, allProp, oneItem, restItem, allItem []*jsonschema.Schema
-}
-
-func (m *schemaMembers) lists() [][]*jsonschema.Schema {
-	return [][]*jsonschema.Schema{m.oneProp, m.restProp, m.allProp, m.oneItem, m.restItem, m.allItem}
-}
-
 // children returns the in-place and the member subschemas of s.
-func children(s *jsonschema.Schema) (inPlace []*jsonschema.Schema, m schemaMembers) {
+func children(s *jsonschema.Schema) (inPlace []*jsonschema.Schema, m members[*jsonschema.Schema]) {
 	one := func(list *[]*jsonschema.Schema, c ...*jsonschema.Schema) {
 		for _, x := range c {
 			if x != nil {
@@ -150,26 +143,22 @@ func children(s *jsonschema.Schema) (inPlace []*jsonschema.Schema, m schemaMembe
 	one(&inPlace, s.AllOf...)
 	one(&inPlace, s.AnyOf...)
 	one(&inPlace, s.OneOf...)
-	for _, k := range sortedKeys(s.DependentSchemas) {
+	for _, k := range slices.Sorted(maps.Keys(s.DependentSchemas)) {
 		one(&inPlace, s.DependentSchemas[k])
 	}
-	for _, k := range sortedKeys(s.Dependencies) {
+	for _, k := range slices.Sorted(maps.Keys(s.Dependencies)) {
 		if c, ok := s.Dependencies[k].(*jsonschema.Schema); ok {
 			one(&inPlace, c)
 		}
 	}
-	for _, k := range sortedKeys(s.Properties) {
+	for _, k := range slices.Sorted(maps.Keys(s.Properties)) {
 		one(&m.oneProp, s.Properties[k])
 	}
 	if c, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {
 		one(&m.restProp, c)
 	}
 	one(&m.restProp, s.UnevaluatedProperties)
-	pats := make([]*jsonschema.Schema, 0, len(s.PatternProperties))
-	for _, c := range s.PatternProperties {
-		pats = append(pats, c)
-	}
-	sort.Slice(pats, func(i, j int) bool { return pats[i].Location < pats[j].Location })
+	pats := slices.SortedFunc(maps.Values(s.PatternProperties), func(a, b *jsonschema.Schema) int { return strings.Compare(a.Location, b.Location) })
 	one(&m.allProp, pats...)
 	one(&m.allProp, s.PropertyNames)
 	switch c := s.Items.(type) {
@@ -185,15 +174,6 @@ func children(s *jsonschema.Schema) (inPlace []*jsonschema.Schema, m schemaMembe
 	one(&m.restItem, s.Items2020)
 	one(&m.allItem, s.Contains, s.UnevaluatedItems, s.ContentSchema)
 	return inPlace, m
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // sort orders the nodes so that in-place edges go forward (Kahn's
@@ -243,7 +223,7 @@ func (g *graph) sort() error {
 	}
 	nodes := make([]*jsonschema.Schema, n)
 	inPl := make([][]int, n)
-	mem := make([]members, n)
+	mem := make([]members[int], n)
 	for i := range n {
 		p := pos[i]
 		nodes[p] = g.nodes[i]

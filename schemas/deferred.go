@@ -31,26 +31,21 @@ const (
 )
 
 type (
-	// deferredResponsesTool is openAIResponsesTool with defer_loading.
+	// deferredResponsesTool and deferredAnthropicTool are the tools of
+	// Export with defer_loading.
 	deferredResponsesTool struct {
-		Type         string          `json:"type"`
-		Name         string          `json:"name"`
-		Description  string          `json:"description"`
-		Parameters   json.RawMessage `json:"parameters"`
-		Strict       bool            `json:"strict"`
-		DeferLoading bool            `json:"defer_loading"`
+		openAIResponsesTool
+		DeferLoading bool `json:"defer_loading"`
+	}
+	deferredAnthropicTool struct {
+		anthropicTool
+		DeferLoading bool `json:"defer_loading"`
 	}
 	responsesNamespace struct {
 		Type        string            `json:"type"`
 		Name        string            `json:"name"`
 		Description string            `json:"description"`
 		Tools       []json.RawMessage `json:"tools"`
-	}
-	deferredAnthropicTool struct {
-		Name         string          `json:"name"`
-		Description  string          `json:"description"`
-		InputSchema  json.RawMessage `json:"input_schema"`
-		DeferLoading bool            `json:"defer_loading"`
 	}
 	typeOnly struct {
 		Type string `json:"type"`
@@ -120,9 +115,9 @@ func deferredTools(format string, defs []bus.ToolDef) ([]json.RawMessage, error)
 	for i := range defs {
 		d := &defs[i]
 		schema := inputSchema(d)
-		var v any = deferredResponsesTool{Type: "function", Name: d.Name, Description: d.Description, Parameters: schema, DeferLoading: true}
+		var v any = deferredResponsesTool{openAIResponsesTool{Type: "function", named: named{d.Name, d.Description}, Parameters: schema}, true}
 		if format == bus.FormatAnthropic {
-			v = deferredAnthropicTool{Name: d.Name, Description: d.Description, InputSchema: schema, DeferLoading: true}
+			v = deferredAnthropicTool{anthropicTool{named{d.Name, d.Description}, schema}, true}
 		}
 		b, err := marshal(v)
 		if err != nil {

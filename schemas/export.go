@@ -14,25 +14,27 @@ var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 // The listing formats of docs/protocol.md 4.1, as structs so that keys keep their
 // order.
 type (
+	// named is the name and description every format starts with.
+	named struct {
+		Name        string `json:"name"`
+		Description string `json:"description"`
+	}
 	openAITool struct {
 		Type     string         `json:"type"`
 		Function openAIFunction `json:"function"`
 	}
 	openAIFunction struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
+		named
+		Parameters json.RawMessage `json:"parameters"`
 	}
 	openAIResponsesTool struct {
-		Type        string          `json:"type"`
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-		Strict      bool            `json:"strict"`
+		Type string `json:"type"`
+		named
+		Parameters json.RawMessage `json:"parameters"`
+		Strict     bool            `json:"strict"`
 	}
 	anthropicTool struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
+		named
 		InputSchema json.RawMessage `json:"input_schema"`
 	}
 	// geminiFunction is a Gemini FunctionDeclaration with the schema in
@@ -41,8 +43,7 @@ type (
 	// an OpenAPI 3.0 subset, and Gemini answers 400 to a keyword outside
 	// it (docs/schemas.md).
 	geminiFunction struct {
-		Name                 string          `json:"name"`
-		Description          string          `json:"description"`
+		named
 		ParametersJSONSchema json.RawMessage `json:"parametersJsonSchema"`
 	}
 	mcpTool struct {
@@ -138,19 +139,19 @@ func exporter(format string) (func(d *bus.ToolDef, schema json.RawMessage) any, 
 		}, nil
 	case bus.FormatOpenAI:
 		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return openAITool{Type: "function", Function: openAIFunction{Name: d.Name, Description: d.Description, Parameters: schema}}
+			return openAITool{Type: "function", Function: openAIFunction{named{d.Name, d.Description}, schema}}
 		}, nil
 	case bus.FormatOpenAIResponses:
 		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return openAIResponsesTool{Type: "function", Name: d.Name, Description: d.Description, Parameters: schema}
+			return openAIResponsesTool{Type: "function", named: named{d.Name, d.Description}, Parameters: schema}
 		}, nil
 	case bus.FormatAnthropic:
 		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return anthropicTool{Name: d.Name, Description: d.Description, InputSchema: schema}
+			return anthropicTool{named{d.Name, d.Description}, schema}
 		}, nil
 	case bus.FormatGemini:
 		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return geminiFunction{Name: d.Name, Description: d.Description, ParametersJSONSchema: schema}
+			return geminiFunction{named{d.Name, d.Description}, schema}
 		}, nil
 	case bus.FormatMCP:
 		return func(d *bus.ToolDef, schema json.RawMessage) any {

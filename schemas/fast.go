@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"encoding/json"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -89,16 +90,8 @@ func buildFast(doc any) *fastNode {
 				}
 			}
 		case k == "required":
-			list, ok := v.([]any)
-			if !ok {
+			if n.required, ok = stringList(v); !ok {
 				return nil
-			}
-			for _, x := range list {
-				s, ok := x.(string)
-				if !ok {
-					return nil
-				}
-				n.required = append(n.required, s)
 			}
 		case k == "additionalProperties":
 			switch a := v.(type) {
@@ -117,16 +110,8 @@ func buildFast(doc any) *fastNode {
 				return nil
 			}
 		case k == "enum":
-			list, ok := v.([]any)
-			if !ok || len(list) == 0 {
+			if n.enum, ok = stringList(v); !ok || len(n.enum) == 0 {
 				return nil
-			}
-			for _, x := range list {
-				s, ok := x.(string)
-				if !ok {
-					return nil
-				}
-				n.enum = append(n.enum, s)
 			}
 		case k == "minimum", k == "maximum", k == "exclusiveMinimum", k == "exclusiveMaximum":
 			num, ok := v.(json.Number)
@@ -154,16 +139,7 @@ func buildFast(doc any) *fastNode {
 			if !ok || err != nil || i < 0 || i > 1<<30 {
 				return nil
 			}
-			switch k {
-			case "minLength":
-				n.minLen = int(i)
-			case "maxLength":
-				n.maxLen = int(i)
-			case "minItems":
-				n.minItems = int(i)
-			case "maxItems":
-				n.maxItems = int(i)
-			}
+			*map[string]*int{"minLength": &n.minLen, "maxLength": &n.maxLen, "minItems": &n.minItems, "maxItems": &n.maxItems}[k] = int(i)
 		default:
 			return nil
 		}
@@ -179,7 +155,7 @@ func (n *fastNode) ok(v any) bool {
 		if !n.allows(fastString) {
 			return false
 		}
-		if n.enum != nil && !contains(n.enum, x) {
+		if n.enum != nil && !slices.Contains(n.enum, x) {
 			return false
 		}
 		if n.minLen > 0 || n.maxLen >= 0 {
@@ -248,13 +224,21 @@ func (n *fastNode) ok(v any) bool {
 
 func (n *fastNode) allows(kind uint8) bool { return n.types == 0 || n.types&kind != 0 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
+// stringList is v as a list of strings; false when it is not one.
+func stringList(v any) ([]string, bool) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, false
 	}
-	return false
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		s, ok := x.(string)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
 }
 
 // isPlainInteger reports whether a JSON number is written as an integer

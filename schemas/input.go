@@ -49,7 +49,7 @@ func ParseInput(raw json.RawMessage) (json.RawMessage, any, error) {
 	if !json.Valid(raw) {
 		return nil, nil, fmt.Errorf("input is not valid JSON: %v", syntaxError(raw))
 	}
-	return nil, nil, fmt.Errorf("input must be a JSON object or a string holding one, got %s", kind(raw))
+	return nil, nil, fmt.Errorf("input must be a JSON object or a string holding one, got %s", Kind(raw))
 }
 
 // parseObject decodes b, which must hold exactly one JSON object; prefix
@@ -62,7 +62,7 @@ func parseObject(b []byte, prefix string) (json.RawMessage, any, error) {
 		return nil, nil, fmt.Errorf("input is not valid JSON: %v", syntaxError(b))
 	}
 	if b[0] != '{' {
-		return nil, nil, fmt.Errorf("input must be a JSON object or a string holding one, got %s%s", prefix, kind(b))
+		return nil, nil, fmt.Errorf("input must be a JSON object or a string holding one, got %s%s", prefix, Kind(b))
 	}
 	// Before decoding, which recurses (section 13).
 	if jsonDepth(b, MaxInputDepth) > MaxInputDepth {
@@ -109,8 +109,9 @@ func isCompact(b []byte) bool {
 	return true
 }
 
-// kind names the JSON type of the valid JSON value b.
-func kind(b []byte) string {
+// Kind names the JSON type of the valid JSON value b (no leading white
+// space): object, array, string, boolean, null or number.
+func Kind(b []byte) string {
 	switch b[0] {
 	case '{':
 		return "object"

@@ -51,15 +51,6 @@ func For[T any]() (json.RawMessage, error) {
 	return raw, nil
 }
 
-// MustFor is For that panics on error, for package-level variables.
-func MustFor[T any]() json.RawMessage {
-	raw, err := For[T]()
-	if err != nil {
-		panic(err)
-	}
-	return raw
-}
-
 func reflectType(t reflect.Type) (s *jsonschema.Schema, err error) {
 	defer func() {
 		if r := recover(); r != nil { // invopop panics on chan, func, complex

@@ -328,13 +328,11 @@ func clip(s string) string {
 
 // render returns v as compact JSON, without HTML escaping.
 func render(v any) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := marshal(v)
+	if err != nil {
 		return fmt.Sprint(v)
 	}
-	return strings.TrimSuffix(b.String(), "\n")
+	return string(b)
 }
 
 // quotedNames splits the validator's list of single-quoted names ('a', 'b\'c')

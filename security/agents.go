@@ -1,7 +1,6 @@
 package security
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -13,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/toolbus/toolbus/internal/private"
 )
 
 // SpecFile is the Spec a directory written by Generate was made from, so
@@ -47,10 +48,7 @@ func AddAgent(dir, session, user string) (Agent, error) {
 		spec.Sessions = append(spec.Sessions, session)
 	}
 	if user != "" {
-		if spec.Bind == nil {
-			spec.Bind = map[string]string{}
-		}
-		spec.Bind[session] = user
+		spec.bind(session, user)
 	}
 	users, err := Users(spec)
 	if err != nil {
@@ -84,6 +82,14 @@ func LoadSpec(dir string) (Spec, error) {
 	return specOf(users), nil
 }
 
+// bind binds session to user.
+func (spec *Spec) bind(session, user string) {
+	if spec.Bind == nil {
+		spec.Bind = map[string]string{}
+	}
+	spec.Bind[session] = user
+}
+
 // specOf rebuilds the Spec users were made from.
 func specOf(users []User) Spec {
 	var spec Spec
@@ -102,10 +108,7 @@ func specOf(users []User) Spec {
 		case RoleSession:
 			spec.Sessions = append(spec.Sessions, u.Session)
 			if u.User != "" {
-				if spec.Bind == nil {
-					spec.Bind = map[string]string{}
-				}
-				spec.Bind[u.Session] = u.User
+				spec.bind(u.Session, u.User)
 			}
 		case RoleAgent:
 			answer := spec.Prefix + ".answer."
@@ -134,18 +137,12 @@ func readUsers(path string) ([]User, error) {
 // envURL is the NATS_URL the directory's .env files name, if any.
 func envURL(dir string) string {
 	for _, name := range []string{RoleRouter, RoleAgent} {
-		f, err := os.Open(EnvFile(dir, name))
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if name, value, ok := parseEnvLine(sc.Text()); ok && name == "NATS_URL" {
-				f.Close()
+		b, _ := os.ReadFile(EnvFile(dir, name))
+		for line := range strings.Lines(string(b)) {
+			if name, value, ok := parseEnvLine(line); ok && name == "NATS_URL" {
 				return value
 			}
 		}
-		f.Close()
 	}
 	return ""
 }
@@ -178,8 +175,8 @@ func write(dir, url string, spec Spec, users []User) error {
 		{SpecFile, append(sb, '\n')},
 		{UsersFile, []byte(JSON(users))},
 	} {
-		if err := replace(filepath.Join(dir, f.name), f.data); err != nil {
-			return err
+		if _, err := private.WriteFile(filepath.Join(dir, f.name), bytes.NewReader(f.data)); err != nil {
+			return fmt.Errorf("security: %w", err)
 		}
 	}
 	return nil
@@ -254,30 +251,6 @@ func newSeed(dir, abs, url string, u User) (string, error) {
 		return "", fmt.Errorf("security: %w", err)
 	}
 	return pub, nil
-}
-
-// replace writes data to path through a temporary file and a rename, so a
-// reader sees the old file or the new one.
-func replace(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("security: %w", err)
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o600)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-		return fmt.Errorf("security: %w", err)
-	}
-	return nil
 }
 
 // Bindings is the session → user bindings a router runs with
@@ -364,8 +337,11 @@ func (b *Bindings) UserOf(session string) (string, bool) {
 // whether it rewrote them. A running server must then reload (router
 // --secure starts after it, and polls users.json).
 func Refresh(dir string) (bool, error) {
-	if _, err := os.Stat(filepath.Join(dir, UsersFile)); errors.Is(err, os.ErrNotExist) {
+	old, err := os.ReadFile(filepath.Join(dir, UsersFile))
+	if errors.Is(err, os.ErrNotExist) {
 		return false, nil // a configuration made by hand: left as it is
+	} else if err != nil {
+		return false, fmt.Errorf("security: %w", err)
 	}
 	spec, err := LoadSpec(dir)
 	if err != nil {
@@ -374,10 +350,6 @@ func Refresh(dir string) (bool, error) {
 	users, err := Users(spec)
 	if err != nil {
 		return false, err
-	}
-	old, err := os.ReadFile(filepath.Join(dir, UsersFile))
-	if err != nil {
-		return false, fmt.Errorf("security: %w", err)
 	}
 	if string(old) == JSON(users) {
 		return false, nil

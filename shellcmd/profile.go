@@ -2,7 +2,6 @@ package shellcmd
 
 import (
 	"fmt"
-	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,10 +18,6 @@ type Profile struct {
 	check func(args []string) ([]Write, error)
 }
 
-// Writer reports whether the program's arguments must be plain (see
-// Plain).
-func (p Profile) Writer() bool { return p.Plain }
-
 // Check returns the files args (the plain arguments after the program's
 // name) make the program write, or an error saying which option is
 // refused and why.
@@ -37,11 +32,6 @@ func (p Profile) Check(args []string) ([]Write, error) {
 func Lookup(name string) (Profile, bool) {
 	p, ok := profiles[name]
 	return p, ok
-}
-
-// Profiles returns the names of the programs that have a profile, sorted.
-func Profiles() []string {
-	return slices.Sorted(maps.Keys(profiles))
 }
 
 // readers write nothing but their standard output and run nothing.

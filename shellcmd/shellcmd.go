@@ -15,27 +15,35 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 )
 
-var (
-	posixParser = syntax.Variant(syntax.LangPOSIX)
-	bashParser  = syntax.Variant(syntax.LangBash)
-)
+// grammars are the two readings of a command: POSIX sh (what /bin/sh,
+// dash, runs) and bash (in case /bin/sh is bash).
+var grammars = []struct {
+	name string
+	opt  syntax.ParserOption
+}{{"sh", syntax.Variant(syntax.LangPOSIX)}, {"bash", syntax.Variant(syntax.LangBash)}}
 
-// Parse parses cmd as POSIX sh (what /bin/sh, dash, runs) and as bash (in
-// case /bin/sh is bash) and returns both trees; a command must pass its
-// checks on both.
-func Parse(cmd string) ([]*syntax.File, error) {
-	var out []*syntax.File
-	for _, v := range []struct {
-		name string
-		opt  syntax.ParserOption
-	}{{"sh", posixParser}, {"bash", bashParser}} {
-		f, err := syntax.NewParser(v.opt).Parse(strings.NewReader(cmd), "")
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", v.name, err)
+// parse parses cmd in both grammars: the trees of those that parse, and
+// the first error, named by its grammar.
+func parse(cmd string) (files []*syntax.File, err error) {
+	for _, g := range grammars {
+		f, perr := syntax.NewParser(g.opt).Parse(strings.NewReader(cmd), "")
+		if perr != nil {
+			err = cmp.Or(err, fmt.Errorf("%s: %w", g.name, perr))
+			continue
 		}
-		out = append(out, f)
+		files = append(files, f)
 	}
-	return out, nil
+	return files, err
+}
+
+// Parse parses cmd as POSIX sh and as bash and returns both trees; a
+// command must pass its checks on both.
+func Parse(cmd string) ([]*syntax.File, error) {
+	files, err := parse(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return files, nil
 }
 
 // Word is a word's value when it has no expansion; Glob says that it has an
@@ -161,18 +169,9 @@ func isNumber(s string) bool { return s != "" && strings.Trim(s, "0123456789") =
 // computed one. A program with no profile adds nothing: its writes cannot
 // be seen. err is set when neither grammar parses cmd.
 func Writes(cmd string) ([]Write, error) {
-	var files []*syntax.File
-	var firstErr error
-	for _, opt := range []syntax.ParserOption{posixParser, bashParser} {
-		f, err := syntax.NewParser(opt).Parse(strings.NewReader(cmd), "")
-		if err != nil {
-			firstErr = cmp.Or(firstErr, err)
-			continue
-		}
-		files = append(files, f)
-	}
+	files, err := parse(cmd)
 	if len(files) == 0 {
-		return nil, firstErr
+		return nil, err
 	}
 	text := func(from, to syntax.Pos) string {
 		a, b := int(from.Offset()), int(to.Offset())
@@ -242,7 +241,7 @@ func callWrites(n *syntax.CallExpr) ([]Write, bool) {
 	}
 	cd := base == "cd" || base == "pushd" || base == "popd"
 	if !static {
-		if p.Writer() {
+		if p.Plain {
 			return []Write{{By: base}}, cd
 		}
 		return nil, cd

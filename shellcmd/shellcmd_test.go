@@ -1,6 +1,7 @@
 package shellcmd
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -75,4 +76,9 @@ func FuzzProfiles(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Profiles returns the names of the programs that have a profile, sorted.
+func Profiles() []string {
+	return slices.Sorted(maps.Keys(profiles))
 }

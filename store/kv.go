@@ -31,11 +31,13 @@ type KV struct {
 	get    string // the leader's message-get subject, "" for direct gets
 	prefix string // "$KV.<bucket>."
 	cas    bool   // writes may go to prefix+key (no domain or API prefix): kvwrite.go
+	acks   acks   // the replies to those writes
 }
 
 // NewKV wraps kv. replicas is the bucket's replica count.
 func NewKV(js jetstream.JetStream, kv jetstream.KeyValue, replicas int) *KV {
 	k := &KV{KeyValue: kv, nc: js.Conn(), prefix: "$KV." + kv.Bucket() + ".", cas: apiPrefix(js) == jetstream.DefaultAPIPrefix}
+	k.acks.nc = k.nc
 	if replicas > 1 {
 		k.get = apiPrefix(js) + "STREAM.MSG.GET.KV_" + kv.Bucket()
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,49 +27,176 @@ import (
 
 // Update writes value to key if its latest revision is revision.
 func (k *KV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
-	if rev, ok := k.casWrite(ctx, key, value, revision); ok {
-		return rev, nil
-	}
-	return k.KeyValue.Update(ctx, key, value, revision)
+	return UpdateWithin(ctx, k, key, value, revision, 0)
 }
 
 // Create writes value to key if it does not exist.
 func (k *KV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	if len(opts) == 0 {
-		if rev, ok := k.casWrite(ctx, key, value, 0); ok {
-			return rev, nil
-		}
+	if len(opts) > 0 {
+		return k.KeyValue.Create(ctx, key, value, opts...)
 	}
-	return k.KeyValue.Create(ctx, key, value, opts...)
+	return CreateWithin(ctx, k, key, value, 0)
 }
 
-// casHeaders are the headers of writes in flight: a core request keeps
-// nothing of its message once sent, so each serves the next write.
-var casHeaders = sync.Pool{New: func() any { return &casHeader{h: nats.Header{}} }}
+// UpdateWithin is kv.Update bounded by within as well as ctx (zero: ctx
+// alone). On a KV the bound costs no context of its own unless the write
+// goes to jetstream: the ledger's claim and record are bounded so on
+// every write call.
+func UpdateWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, revision uint64, within time.Duration) (uint64, error) {
+	return casWithin(ctx, kv, key, value, revision, false, within)
+}
 
-type casHeader struct {
+// CreateWithin is kv.Create bounded as UpdateWithin.
+func CreateWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, within time.Duration) (uint64, error) {
+	return casWithin(ctx, kv, key, value, 0, true, within)
+}
+
+func casWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, revision uint64, create bool, within time.Duration) (uint64, error) {
+	start := time.Now()
+	if k, ok := kv.(*KV); ok {
+		if rev, ok := k.casWrite(ctx, key, value, revision, within); ok {
+			return rev, nil
+		}
+		kv = k.KeyValue
+	}
+	if within > 0 { // a bound that passed fails jetstream's write at once
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, start.Add(within))
+		defer cancel()
+	}
+	if create {
+		return kv.Create(ctx, key, value)
+	}
+	return kv.Update(ctx, key, value, revision)
+}
+
+// casMsg is a write in flight, its message and header with it: nats.go
+// keeps nothing of a message once it is sent, so each serves the next write.
+var casMsgs = sync.Pool{New: func() any { return &casMsg{h: nats.Header{}} }}
+
+type casMsg struct {
+	m   nats.Msg
 	h   nats.Header
 	val [1]string
 }
 
 // casWrite writes value to key at revision (0: the key must not exist) and
 // reports the new revision; ok is false for any outcome but a plain
-// acknowledgement, which the caller then leaves to jetstream.
-func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision uint64) (uint64, bool) {
+// acknowledgement, which the caller then leaves to jetstream. It waits
+// until ctx ends or, when within is set, for that long.
+func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision uint64, within time.Duration) (uint64, bool) {
 	if !k.cas || k.nc == nil || !plainKey(key) || ctx.Err() != nil {
 		return 0, false
 	}
-	ch := casHeaders.Get().(*casHeader)
-	ch.val[0] = strconv.FormatUint(revision, 10)
-	ch.h[jetstream.ExpectedLastSubjSeqHeader] = ch.val[:]
-	resp, err := k.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: k.prefix + key, Header: ch.h, Data: value})
-	clear(ch.h)
-	ch.val[0] = ""
-	casHeaders.Put(ch)
+	w, err := k.acks.await()
 	if err != nil {
 		return 0, false
 	}
+	var resp *nats.Msg
+	defer func() { k.acks.done(w, resp != nil) }()
+	cm := casMsgs.Get().(*casMsg)
+	cm.val[0] = strconv.FormatUint(revision, 10)
+	cm.h[jetstream.ExpectedLastSubjSeqHeader] = cm.val[:]
+	cm.m = nats.Msg{Subject: k.prefix + key, Reply: w.inbox, Header: cm.h, Data: value}
+	err = k.nc.PublishMsg(&cm.m)
+	cm.m = nats.Msg{}
+	clear(cm.h)
+	cm.val[0] = ""
+	casMsgs.Put(cm)
+	if err != nil {
+		return 0, false
+	}
+	if resp = w.wait(ctx, within); resp == nil {
+		return 0, false
+	}
 	return pubAckSeq(resp.Data)
+}
+
+// acks are the replies to a KV's compare-and-set writes, on one
+// subscription of the KV's own (as nats.go's requests share one): a write
+// waits for its acknowledgement on a pooled channel, bounded by the
+// caller's context and a pooled timer, where a request would take a
+// channel, and a bounded one a context and a timer, of its own.
+type acks struct {
+	nc      *nats.Conn
+	once    sync.Once
+	prefix  string // the subscription's inbox, with a trailing dot
+	err     error
+	mu      sync.Mutex
+	seq     uint64
+	waiting map[string]*ackWait
+	free    sync.Pool
+}
+
+// ackWait is one write's wait for its acknowledgement.
+type ackWait struct {
+	inbox string
+	ch    chan *nats.Msg
+}
+
+// await registers a wait, subscribing on first use.
+func (a *acks) await() (*ackWait, error) {
+	a.once.Do(func() {
+		a.prefix = a.nc.NewInbox() + "."
+		a.waiting = map[string]*ackWait{}
+		_, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver)
+	})
+	if a.err != nil {
+		return nil, a.err
+	}
+	w, _ := a.free.Get().(*ackWait)
+	if w == nil {
+		w = &ackWait{ch: make(chan *nats.Msg, 1)}
+	}
+	var buf [64]byte // the inbox and a number: one allocation, the string
+	a.mu.Lock()
+	a.seq++
+	w.inbox = string(strconv.AppendUint(append(buf[:0], a.prefix...), a.seq, 36))
+	a.waiting[w.inbox] = w
+	a.mu.Unlock()
+	return w, nil
+}
+
+// deliver hands a reply to the write that waits for it, once.
+func (a *acks) deliver(m *nats.Msg) {
+	a.mu.Lock()
+	w := a.waiting[m.Subject]
+	delete(a.waiting, m.Subject)
+	a.mu.Unlock()
+	if w != nil {
+		w.ch <- m
+	}
+}
+
+// done ends w's wait, replied when its reply was taken. A wait whose reply
+// may still come (deliver took it from waiting, but it ended first) is
+// not reused.
+func (a *acks) done(w *ackWait, replied bool) {
+	a.mu.Lock()
+	_, waiting := a.waiting[w.inbox]
+	delete(a.waiting, w.inbox)
+	a.mu.Unlock()
+	if waiting || replied {
+		w.inbox = ""
+		a.free.Put(w)
+	}
+}
+
+// wait waits for w's reply until ctx ends or within (when set) passes.
+func (w *ackWait) wait(ctx context.Context, within time.Duration) *nats.Msg {
+	var expired <-chan time.Time
+	if within > 0 {
+		t := startTimer(within)
+		defer stopTimer(t)
+		expired = t.C
+	}
+	select {
+	case m := <-w.ch:
+		return m
+	case <-ctx.Done():
+	case <-expired:
+	}
+	return nil
 }
 
 // plainKey reports whether key is one jetstream's kvs accepts (it matches
@@ -110,4 +238,23 @@ func pubAckSeq(b []byte) (uint64, bool) {
 		return 0, false
 	}
 	return seq, true
+}
+
+// timers are the stopped timers of the waits for acknowledgements (a
+// stopped timer's channel holds nothing, so it can be started again).
+var timers sync.Pool
+
+// startTimer is a timer from the pool that fires after d; stopTimer
+// stops it and puts it back.
+func startTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func stopTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }

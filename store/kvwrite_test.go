@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -111,4 +112,27 @@ func TestCASWritesAreJetStreams(t *testing.T) {
 	if rev, err = kv.Update(ctx, "n", []byte("x"), 0); err != nil || rev != 5 { // revision 0: must not exist
 		t.Fatalf("update of an absent key at 0: %d, %v", rev, err)
 	}
+}
+
+// A write whose wait ended before its reply came does not lend its channel
+// to the next write: the late reply would be taken for that write's.
+func TestAckWaitNotReusedWhileItsReplyMayCome(t *testing.T) {
+	a := &acks{prefix: "_INBOX.t.", waiting: map[string]*ackWait{}}
+	a.once.Do(func() {}) // no subscription: deliver is called by hand
+	w, err := a.await()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	delete(a.waiting, w.inbox) // deliver took it, and is about to send
+	a.mu.Unlock()
+	a.done(w, false)
+	for range 100 {
+		next, _ := a.await()
+		if next == w {
+			t.Fatal("a wait whose reply may still come was reused")
+		}
+		a.done(next, false)
+	}
+	a.deliver(&nats.Msg{Subject: "_INBOX.t.none"}) // no write waits for it: dropped
 }

@@ -72,6 +72,7 @@ type Pending struct {
 	err     error
 	acked   bool // the ack was taken (its channel holds it once)
 	retried bool // Stored published it again
+	ackWait time.Duration
 }
 
 // ID is the message id.
@@ -101,28 +102,32 @@ func (p *Publisher) Publish(m *nats.Msg, id string) *Pending {
 	}
 	m.Header.Set(jetstream.MsgIDHeader, id)
 	ack, err := p.js.PublishMsgAsync(m)
-	return &Pending{msg: m, id: id, ack: ack, err: err}
+	return &Pending{msg: m, id: id, ack: ack, err: err, ackWait: p.cfg.AckWait}
 }
 
-// Acked reports, without waiting, whether the stream has acknowledged
-// every message of ps (mostly so by the time a batch is done), marking
-// those it takes the acknowledgement of: a future's channel holds it once.
-func Acked(ps []*Pending) bool {
-	for _, p := range ps {
-		if p.err != nil || p.ack == nil {
-			return false
-		}
-		if p.acked {
-			continue
-		}
-		select {
-		case <-p.ack.Ok():
-			p.acked = true
-		default:
+// Settled waits, until ctx ends, for the acknowledgements of ps as the
+// first round of Stored does (for at most their AckWait), and reports
+// whether the stream holds every one. A refusal, or an acknowledgement that
+// did not come within AckWait, is kept for Stored, which publishes the
+// message again; the messages still awaited when ctx ends are Stored's to
+// wait for. So a caller can wait in a context it has anyway, and make one
+// for Stored only when something is left.
+func Settled(ctx context.Context, ps []*Pending) bool {
+	for _, x := range ps {
+		if x == nil || x.ack == nil && x.err == nil { // not a Publisher's
 			return false
 		}
 	}
-	return true
+	if len(ps) == 0 {
+		return true
+	}
+	failed := awaitAll(ctx, ps, ps[0].ackWait)
+	for _, x := range failed {
+		if ctx.Err() != nil && x.err == ctx.Err() {
+			x.err = nil
+		}
+	}
+	return len(failed) == 0
 }
 
 // Stored waits until the stream holds every message of ps, publishing
@@ -153,7 +158,7 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 	backoff := 10 * time.Millisecond
 	for len(todo) > 0 {
 		again := todo[:0:0]
-		for _, x := range p.awaitAll(ctx, todo) {
+		for _, x := range awaitAll(ctx, todo, p.cfg.AckWait) {
 			if ctx.Err() != nil || IsFull(x.err) || !IsTransient(x.err) {
 				lost = append(lost, x)
 			} else {
@@ -197,13 +202,16 @@ func Pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// awaitAll waits for the acknowledgements of ps for at most AckWait in
-// all, and returns those that failed, each with its err set.
-func (p *Publisher) awaitAll(ctx context.Context, ps []*Pending) (failed []*Pending) {
-	timer := time.NewTimer(p.cfg.AckWait)
-	defer timer.Stop()
+// awaitAll waits for the acknowledgements of ps not taken yet for at most
+// ackWait in all, and returns those that failed, each with its err set.
+func awaitAll(ctx context.Context, ps []*Pending, ackWait time.Duration) (failed []*Pending) {
+	timer := startTimer(ackWait)
+	defer stopTimer(timer)
 	expired := false
 	for _, x := range ps {
+		if x == nil || x.acked {
+			continue
+		}
 		if x.err == nil {
 			expired, x.err = x.wait(ctx, timer.C, expired)
 			x.acked = x.err == nil

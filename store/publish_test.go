@@ -58,7 +58,7 @@ func streamMsgs(t *testing.T, js jetstream.JetStream) uint64 {
 }
 
 // TestPublisherStored: messages published to a stream are stored once
-// each; Stored returns none lost, Acked then says so without waiting, and
+// each; Stored returns none lost, Settled then says so without waiting, and
 // the health is noted healthy.
 func TestPublisherStored(t *testing.T) {
 	h := &store.Health{}
@@ -68,8 +68,8 @@ func TestPublisherStored(t *testing.T) {
 	if lost := p.Stored(t.Context(), ps); len(lost) > 0 {
 		t.Fatalf("%d lost: %v", len(lost), lost[0].Err())
 	}
-	if !store.Acked(ps) {
-		t.Fatal("Acked = false after Stored")
+	if !store.Settled(t.Context(), ps) {
+		t.Fatal("Settled = false after Stored")
 	}
 	if full, _, _ := h.Full(); full {
 		t.Fatal("health full")
@@ -96,18 +96,8 @@ func TestPublisherRetries(t *testing.T) {
 			t.Fatal("no answer to a publish")
 		}
 	}
-	if store.Acked(ps) {
-		t.Fatal("Acked = true for failed publishes")
-	}
 	create()
-	if lost := p.Stored(t.Context(), ps); len(lost) > 0 {
-		t.Fatalf("%d lost: %v", len(lost), lost[0].Err())
-	}
-	for _, x := range ps {
-		if !x.Retried() {
-			t.Fatalf("%s not retried", x.ID())
-		}
-	}
+	storedAgain(t, p, ps)
 	if got := streamMsgs(t, js); got != 10 {
 		t.Fatalf("%d stored, want 10", got)
 	}
@@ -123,5 +113,43 @@ func TestPublisherLost(t *testing.T) {
 	lost := p.Stored(ctx, ps)
 	if len(lost) != 1 || lost[0].Err() == nil || lost[0].ID() != "id-0" || string(lost[0].Data()) != "x" {
 		t.Fatalf("lost %+v", lost)
+	}
+}
+
+// TestPublisherSettled: Settled waits for the acknowledgements in the
+// caller's context; a refusal is kept for Stored, which publishes again,
+// and a wait whose context ended leaves the message to Stored.
+func TestPublisherSettled(t *testing.T) {
+	p, js, create := publisherOn(t, store.PublisherConfig{})
+	create()
+	if ps := publishN(p, 5); !store.Settled(t.Context(), ps) {
+		t.Fatal("Settled = false with the stream there")
+	}
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	if ps := publishN(p, 1); !store.Settled(ended, ps) && ps[0].Err() != nil {
+		t.Fatalf("a wait whose context ended set %v", ps[0].Err())
+	}
+	if err := js.DeleteStream(t.Context(), "S"); err != nil {
+		t.Fatal(err)
+	}
+	ps := publishN(p, 3)
+	if store.Settled(t.Context(), ps) {
+		t.Fatal("Settled = true without a stream")
+	}
+	create()
+	storedAgain(t, p, ps)
+}
+
+// storedAgain checks that Stored stores ps, each published again.
+func storedAgain(t *testing.T, p *store.Publisher, ps []*store.Pending) {
+	t.Helper()
+	if lost := p.Stored(t.Context(), ps); len(lost) > 0 {
+		t.Fatalf("%d lost: %v", len(lost), lost[0].Err())
+	}
+	for _, x := range ps {
+		if !x.Retried() {
+			t.Fatalf("%s not retried", x.ID())
+		}
 	}
 }

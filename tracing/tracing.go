@@ -24,36 +24,12 @@ const instrumentation = "github.com/toolbus/toolbus"
 
 var propagator = propagation.TraceContext{}
 
-// carrier is a two-field TextMapCarrier over the CloudEvent attributes.
-type carrier struct{ parent, state string }
-
-func (c *carrier) Get(key string) string {
-	switch key {
-	case "traceparent":
-		return c.parent
-	case "tracestate":
-		return c.state
-	}
-	return ""
-}
-
-func (c *carrier) Set(key, value string) {
-	switch key {
-	case "traceparent":
-		c.parent = value
-	case "tracestate":
-		c.state = value
-	}
-}
-
-func (c *carrier) Keys() []string { return []string{"traceparent", "tracestate"} }
-
 // Extract returns ctx carrying the remote span context of traceparent.
 func Extract(ctx context.Context, traceparent, tracestate string) context.Context {
 	if traceparent == "" || !enabled.Load() {
 		return ctx
 	}
-	return propagator.Extract(ctx, &carrier{parent: traceparent, state: tracestate})
+	return propagator.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent, "tracestate": tracestate})
 }
 
 // Inject returns the traceparent and tracestate of ctx's span, or the given
@@ -62,9 +38,9 @@ func Inject(ctx context.Context, fallbackParent, fallbackState string) (string, 
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return fallbackParent, fallbackState
 	}
-	c := &carrier{}
+	c := propagation.MapCarrier{}
 	propagator.Inject(ctx, c)
-	return c.parent, c.state
+	return c["traceparent"], c["tracestate"]
 }
 
 // Span attributes of the GenAI conventions.

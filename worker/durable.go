@@ -43,20 +43,16 @@ func (q workQueue) take(ctx context.Context) {
 			break
 		}
 		w.log.Debug("worker: work consumer not there yet", "tool", t.def.Name, "err", err)
-		select {
-		case <-ctx.Done():
+		if bus.Sleep(ctx, retry) != nil {
 			return
-		case <-time.After(retry):
 		}
 	}
 	ackWait := cons.CachedInfo().Config.AckWait
 	for {
 		if !t.accepted.Load() {
 			// Rejected (or not yet accepted): take no call with this definition.
-			select {
-			case <-ctx.Done():
+			if bus.Sleep(ctx, retry) != nil {
 				return
-			case <-time.After(retry):
 			}
 			continue
 		}
@@ -75,10 +71,8 @@ func (q workQueue) take(ctx context.Context) {
 			}
 			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 				w.log.Debug("worker: work fetch", "tool", t.def.Name, "err", err)
-				select {
-				case <-ctx.Done():
+				if bus.Sleep(ctx, retry) != nil {
 					return
-				case <-time.After(retry):
 				}
 			}
 			continue
@@ -165,13 +159,11 @@ func (r *workReply) result(out *bus.Event) {
 				return
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if bus.Sleep(ctx, delay) != nil {
 			// No router took the result: left unacknowledged, the call is
 			// delivered again, and a delivery past its deadline never runs.
 			r.w.log.Error("worker: durable result not recorded", "tool", r.tool, "call", out.ToolCallID, "err", err)
 			return
-		case <-time.After(delay):
 		}
 	}
 }

@@ -1,3 +1,14 @@
+// Package worker is the runtime that serves tools on the bus: typed tools
+// whose schema is derived from their input type, raw JSON tools for bridged
+// sources, per-tool queue groups so copies share the load, a concurrency
+// limit, progress events, cancellation through the context, heartbeats that
+// keep the tools listed, and a drain on shutdown.
+//
+//	w, _ := worker.New(nc, worker.Config{})
+//	worker.Register(w, bus.ToolDef{Name: "echo", Description: "Echo the text."},
+//		func(ctx context.Context, c *worker.Call, in EchoIn) (string, error) { return in.Text, nil })
+//	_ = w.Start(ctx)
+//	defer w.Stop() // or w.Drain(ctx) with your own deadline
 package worker
 
 import (
@@ -100,7 +111,7 @@ type Worker struct {
 	off    *offload.Offloader
 
 	// The parts: the table of calls accepted, running and cancelled
-	// (calls.go), the registrations and heartbeats (register.go), and the
+	// (calls.go), the registrations and heartbeats (serve.go), and the
 	// executor that runs one call and makes its result (exec.go).
 	calls *callTable
 	reg   *registrar
@@ -589,3 +600,29 @@ func absentIfNull(raw json.RawMessage) json.RawMessage {
 	}
 	return raw
 }
+
+// Observer is told what a worker does, for metrics; metrics.NewWorker
+// returns one that keeps Prometheus metrics. The worker package defines the
+// hook and imports no metrics library: a tool author who wants none links
+// none. Its methods are called from many goroutines at once and must return
+// quickly.
+type Observer interface {
+	// Waiting is called with +1 when a request starts waiting for a free
+	// slot (Config.MaxConcurrent) and with -1 when it gets one.
+	Waiting(delta int)
+	// Running is called with +1 when a call starts running and with -1
+	// when it has ended.
+	Running(delta int)
+	// Finished is called once for every call that ran, with its tool, its
+	// result state (bus.StateSuccess, ...) and how long it ran.
+	Finished(tool, state string, d time.Duration)
+}
+
+// nopObserver is the Observer of a worker configured without one.
+type nopObserver struct{}
+
+func (nopObserver) Waiting(int)                            {}
+func (nopObserver) Running(int)                            {}
+func (nopObserver) Finished(string, string, time.Duration) {}
+
+var _ Observer = nopObserver{}

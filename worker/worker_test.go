@@ -485,7 +485,8 @@ func TestMalformedExec(t *testing.T) {
 	}
 	// The worker still serves, including binary mode.
 	wantText(t, f.exec(t, execEvent(t, "echo", "c1", `{}`), "echo"), bus.StateSuccess, "echo")
-	h, body := bus.EncodeBinary(execEvent(t, "echo", "c2", `{}`))
+	bm := bus.BinaryMsg("", execEvent(t, "echo", "c2", `{}`))
+	h, body := bm.Header, bm.Data
 	wantText(t, execResult(t, f.request(t, &nats.Msg{Subject: f.subj.Workers.Exec("echo"), Header: h, Data: body})), bus.StateSuccess, "echo")
 }
 

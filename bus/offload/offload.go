@@ -13,9 +13,16 @@ package offload
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
+	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,7 +81,7 @@ type Limits struct {
 
 // Offloader stores the large blocks of outputs in one outputs bucket. It is
 // safe for concurrent use. It only publishes to the bucket's subjects
-// (write.go): no JetStream API call, so a writer needs no read permission
+// (put, below): no JetStream API call, so a writer needs no read permission
 // on the store (routers create it, store.Setup).
 type Offloader struct {
 	nc     *nats.Conn
@@ -317,4 +324,233 @@ func preview(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// Ref is a parsed reference to a stored output (protocol 5.9):
+// nats-object://<bucket>/<name>#sha256=<hex>.
+type Ref struct {
+	Bucket string
+	Name   string
+	// Digest is the SHA-256 of the object's bytes as 64 lower-case hex
+	// digits; "" when the reference carries none (not a sealed result's).
+	Digest string
+}
+
+// MaxRefLen bounds a reference's length: a toolbus name is at most about
+// 420 bytes (three 128-byte ids, 32 hex digits, an index).
+const MaxRefLen = 2048
+
+// digestParam starts a reference's fragment: #sha256=<hex>, as package
+// indexes write a download's digest (pip's #sha256=).
+const digestParam = "sha256="
+
+var (
+	validBucket = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
+	validHex    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// String is the reference as a URL; the name is path-escaped (a literal
+// '#' in a name becomes %23, so the first '#' always starts the digest).
+func (r Ref) String() string {
+	s := Scheme + "://" + r.Bucket + "/" + url.PathEscape(r.Name)
+	if r.Digest != "" {
+		s += "#" + digestParam + r.Digest
+	}
+	return s
+}
+
+// Session is the first dot-separated token of the name: the session a
+// toolbus name starts with (a hint for whom to ask; never proof of owner).
+func (r Ref) Session() string {
+	s, _, _ := strings.Cut(r.Name, ".")
+	return s
+}
+
+// ParseRef parses a reference and refuses anything else with a readable
+// error: another scheme, a bad bucket, an empty or badly escaped name, a
+// fragment other than #sha256=<64 lower-case hex digits>, more than
+// MaxRefLen bytes.
+func ParseRef(ref string) (Ref, error) {
+	if len(ref) > MaxRefLen {
+		return Ref{}, fmt.Errorf("reference %q is longer than %d bytes", short(ref), MaxRefLen)
+	}
+	rest, ok := strings.CutPrefix(ref, Scheme+"://")
+	if !ok {
+		return Ref{}, fmt.Errorf("reference %q is not a %s:// URL", short(ref), Scheme)
+	}
+	rest, frag, hasFrag := strings.Cut(rest, "#")
+	bucket, name, ok := strings.Cut(rest, "/")
+	if !ok || !validBucket.MatchString(bucket) {
+		return Ref{}, fmt.Errorf("reference %q does not name a bucket (%s://<bucket>/<name>)", short(ref), Scheme)
+	}
+	name, err := url.PathUnescape(name)
+	if err != nil || name == "" {
+		return Ref{}, fmt.Errorf("reference %q does not name an object (%s://<bucket>/<name>)", short(ref), Scheme)
+	}
+	r := Ref{Bucket: bucket, Name: name}
+	if hasFrag {
+		d, ok := strings.CutPrefix(frag, digestParam)
+		if !ok || !validHex.MatchString(d) {
+			return Ref{}, fmt.Errorf("reference %q: the part after '#' must be %s<64 lower-case hex digits>", short(ref), digestParam)
+		}
+		r.Digest = d
+	}
+	return r, nil
+}
+
+func short(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}
+
+// randomToken is 128 bits from crypto/rand as 32 hex digits: object
+// names and chunk subjects nobody can guess from a neighbour's.
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand.Read)
+	return hex.EncodeToString(b[:])
+}
+
+// metaDigest is the object store's digest value (SHA-256=<base64url>) of
+// a hex digest, and hexDigest the reverse ("" when it is not SHA-256).
+func metaDigest(hexd string) string {
+	b, err := hex.DecodeString(hexd)
+	if err != nil {
+		return ""
+	}
+	return "SHA-256=" + base64.URLEncoding.EncodeToString(b)
+}
+
+func hexDigest(meta string) string {
+	v, ok := strings.CutPrefix(meta, "SHA-256=")
+	if !ok {
+		return ""
+	}
+	b, err := base64.URLEncoding.DecodeString(v)
+	if err != nil {
+		if b, err = base64.RawURLEncoding.DecodeString(v); err != nil {
+			return ""
+		}
+	}
+	if len(b) != sha256.Size {
+		return ""
+	}
+	return hex.EncodeToString(b)
+}
+
+func sumHex(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
+
+// The headers that bind a stored output to its call (protocol 5.9): the
+// session and the call key (<session>.<replyid>.<callid>). A router
+// accepts a result's reference only when they name that call, and serves
+// an object on P.outputs.<session> only when Toolbus-Session names that
+// session.
+const (
+	HeaderSession = "Toolbus-Session"
+	HeaderCall    = "Toolbus-Call"
+)
+
+// ChunkSize is the size of every chunk but the last of an object toolbus
+// stores (the object store's default).
+const ChunkSize = 128 << 10
+
+// window is how many chunks may be published ahead of their
+// acknowledgements: at most 256 KiB queue in the writer's connection
+// ahead of its heartbeats and replies (docs/offload.md, paced writes).
+const window = 2
+
+// Subjects of an object store bucket (the layout of nats.go's object
+// store, so any client reads what toolbus writes).
+func chunkSubject(bucket, token string) string { return "$O." + bucket + ".C." + token }
+func metaSubject(bucket, name string) string {
+	return "$O." + bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+}
+
+// writer stores the objects of one call.
+type writer struct {
+	o            *Offloader
+	session, key string
+}
+
+// put stores data under name, by publishing its chunks then its metadata
+// to the bucket's subjects, and returns its reference block (with the
+// digest). It makes no JetStream API request: a writer needs only publish
+// permission on $O.<bucket>.C.> and $O.<bucket>.M.>. The metadata is
+// published with Nats-Expected-Last-Subject-Sequence 0, so an honest
+// writer never replaces an existing object, and it is the first message
+// on its subject, the one Store.Info reads.
+func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.Block, error) {
+	o := w.o
+	token := randomToken()
+	subj := chunkSubject(o.bucket, token)
+	h := sha256.New()
+	var pending []jetstream.PubAckFuture
+	chunks := 0
+	for off := 0; off < len(data); off += ChunkSize {
+		part := data[off:min(off+ChunkSize, len(data))]
+		h.Write(part)
+		f, err := o.js.PublishMsgAsync(&nats.Msg{Subject: subj, Data: part})
+		if err != nil {
+			return bus.Block{}, o.putError(len(data), err)
+		}
+		chunks++
+		if pending = append(pending, f); len(pending) >= window {
+			if err := await(ctx, pending[0]); err != nil {
+				return bus.Block{}, o.putError(len(data), err)
+			}
+			pending = pending[1:]
+		}
+	}
+	for _, f := range pending {
+		if err := await(ctx, f); err != nil {
+			return bus.Block{}, o.putError(len(data), err)
+		}
+	}
+	digest := sumHex(h)
+	info := jetstream.ObjectInfo{
+		ObjectMeta: jetstream.ObjectMeta{Name: name, Description: "toolbus output",
+			Headers: nats.Header{"Content-Type": []string{media}, HeaderSession: []string{w.session}, HeaderCall: []string{w.key}},
+			Opts:    &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}},
+		Bucket: o.bucket, NUID: token, Size: uint64(len(data)), Chunks: uint32(chunks), Digest: metaDigest(digest),
+	}
+	raw, err := json.Marshal(info)
+	if err != nil {
+		return bus.Block{}, err
+	}
+	// No Nats-Rollup header (nats.go's Put sends one to replace an older
+	// version): the name is new, and a store that refuses rollups
+	// (deny_purge) then keeps every write.
+	m := nats.NewMsg(metaSubject(o.bucket, name))
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	m.Data = raw
+	f, err := o.js.PublishMsgAsync(m)
+	if err == nil {
+		err = await(ctx, f)
+	}
+	if err != nil {
+		return bus.Block{}, o.putError(len(data), err)
+	}
+	ref := Ref{Bucket: o.bucket, Name: name, Digest: digest}
+	return bus.Block{Type: bus.BlockData, MediaType: media, URL: ref.String(), Size: int64(len(data))}, nil
+}
+
+// await waits for one publish's acknowledgement.
+func await(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (o *Offloader) putError(n int, err error) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("the outputs object store %s does not exist (a router creates it at start): %w", o.bucket, err)
+	}
+	return fmt.Errorf("storing %d bytes in %s: %w", n, o.bucket, err)
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // Store reads the outputs bucket from its stream's leader: metadata and
@@ -168,7 +170,7 @@ func (s *Store) chunkAt(ctx context.Context, req msgGetRequest) (*msg, error) {
 // Info reads the metadata of object name from the leader, retrying "not
 // found" for up to NotFoundRetry; ErrNotFound (wrapped) when it is not
 // there, or deleted. It reads the first metadata message on the name's
-// subject, not the last: toolbus writes a name once (write.go), so the
+// subject, not the last: toolbus writes a name once (writer.put), so the
 // first is the writer's. Where the store refuses rollups (deny_purge), a
 // later publish on the subject cannot remove it and an overwrite has no
 // effect at all; where it allows them, a rollup leaves the forgery first,
@@ -182,12 +184,8 @@ func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 		if !errors.Is(err, ErrNotFound) || time.Now().Add(wait).After(deadline) {
 			break
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := bus.Sleep(ctx, wait); err != nil {
+			return nil, err
 		}
 	}
 	if err != nil {

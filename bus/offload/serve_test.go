@@ -165,7 +165,7 @@ func TestServe(t *testing.T) {
 		t.Fatalf("window at the end: %+v %v", c, err)
 	}
 	r, _ := offload.ParseRef(ref.URL)
-	noDigest := offload.URL(r.Bucket, r.Name)
+	noDigest := offload.Ref{Bucket: r.Bucket, Name: r.Name}.String()
 	for _, tc := range []struct {
 		session string
 		g       offload.Get

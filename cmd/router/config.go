@@ -136,23 +136,20 @@ func limitFlags(fs *flag.FlagSet) *limitsConfig {
 
 // override returns l with every value that o sets taken from o.
 func (l limitsConfig) override(o *limitsConfig) limitsConfig {
-	pick := func(dst *duration, v duration) {
-		if v > 0 {
-			*dst = v
-		}
-	}
-	pickB := func(dst *byteSize, v byteSize) {
-		if v > 0 {
-			*dst = v
-		}
-	}
 	pick(&l.EventsMaxAge, o.EventsMaxAge)
-	pickB(&l.EventsMaxBytes, o.EventsMaxBytes)
+	pick(&l.EventsMaxBytes, o.EventsMaxBytes)
 	pick(&l.OutputsTTL, o.OutputsTTL)
-	pickB(&l.OutputsMaxBytes, o.OutputsMaxBytes)
-	pickB(&l.InlineOutput, o.InlineOutput)
-	pickB(&l.MaxOutput, o.MaxOutput)
+	pick(&l.OutputsMaxBytes, o.OutputsMaxBytes)
+	pick(&l.InlineOutput, o.InlineOutput)
+	pick(&l.MaxOutput, o.MaxOutput)
 	return l
+}
+
+// pick sets *dst to v when v is set.
+func pick[T duration | byteSize](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
 }
 
 // apply sets the store's retention from l.

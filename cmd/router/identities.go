@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -57,14 +58,11 @@ func reloadServer(s *server.Server, cfgFile, listen, storeDir string) error {
 	if err != nil {
 		return err
 	}
-	if host == "" {
-		host = "127.0.0.1"
-	}
 	addr, ok := s.Addr().(*net.TCPAddr)
 	if !ok {
 		return fmt.Errorf("the embedded server has no TCP listener")
 	}
-	opts.Host, opts.Port = host, addr.Port
+	opts.Host, opts.Port = cmp.Or(host, "127.0.0.1"), addr.Port
 	opts.JetStream, opts.NoSigs, opts.StoreDir, opts.MaxPayload = true, true, storeDir, 8<<20
 	return s.ReloadOptions(opts)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,14 +185,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// could have it act for itself), so a worker sharing that prefix
 		// never had its registrations acknowledged, and a worker serves
 		// nothing before the first acknowledgement.
-		var bnc *nats.Conn
-		if bnc, err = builtinConn(conn); err != nil {
-			_ = r.Stop(context.WithoutCancel(ctx))
-			return fmt.Errorf("built-in tools: %w", err)
+		bnc, err := builtinConn(conn)
+		if err == nil {
+			defer bnc.Close()
+			w, err = worker.New(bnc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
+				InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		}
-		defer bnc.Close()
-		w, err = worker.New(bnc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
-			InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		if err == nil {
 			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow), ShellTrust: cli.SplitList(*shellTrust), ShellEnv: cli.SplitList(*shellEnv),
 				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Names: *builtinNames, Logger: log}
@@ -227,33 +226,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, w := range r.Unknown() {
 		fmt.Fprintf(stdout, "toolbus: warning: %s (now; `toolbus status` shows the current list)\n", w)
 	}
-	if mcpOpts.listen != "" {
-		// The facade acts with its own login, never the router's.
-		fconn, err := mcpOpts.conn(conn, *secure)
-		var fnc *nats.Conn
-		if err == nil {
-			fnc, err = fconn.Connect("toolbus-mcp", nats.MaxReconnects(-1))
-		}
-		var stopMCP func()
-		if err == nil {
-			if stopMCP, err = serveMCP(ctx, mcpOpts, fnc, *prefix, stdout, log); err != nil {
-				fnc.Close()
-			}
-		}
+	// The MCP facade and the approval inbox act with logins of their own,
+	// never the router's.
+	for _, serve := range []func(context.Context, natsconn.Config, string, string, io.Writer, *slog.Logger) (func(), error){mcpOpts.serve, inboxOpts.serve} {
+		stop, err := serve(ctx, conn, *secure, *prefix, stdout, log)
 		if err != nil {
 			_ = r.Stop(context.WithoutCancel(ctx))
 			return err
 		}
-		defer fnc.Close()
-		defer stopMCP()
-	}
-	if inboxOpts.listen != "" {
-		stopInbox, err := inboxOpts.serve(ctx, conn, *secure, *prefix, stdout, log)
-		if err != nil {
-			_ = r.Stop(context.WithoutCancel(ctx))
-			return err
+		if stop != nil {
+			defer stop()
 		}
-		defer stopInbox()
 	}
 	<-ctx.Done()
 	log.Info("shutting down: draining work in flight", "deadline", drainTimeout)

@@ -9,11 +9,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/private"
 )
 
 // cancelGrace bounds sending the cancel of an interrupted call, and is the
@@ -56,19 +59,16 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		batch.Context = json.RawMessage(*rctx)
 	}
 
-	cl, closeConn, err := cn.dial(ctx)
+	cl, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-	var fol *follower
-	if *wait { // progress and re-parked calls are printed on stderr as they come
-		var stop func()
-		if fol, stop, err = follow(ctx, cl, cn.session, *replyID, len(batch.Calls), stderr); err != nil {
-			return err
-		}
-		defer stop()
+	// With --wait, progress and re-parked calls are printed on stderr as they come.
+	fol, stop, err := follow(ctx, cl, cn.session, *replyID, len(batch.Calls), stderr, *wait)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	opts := []client.CallOption{client.WithReplyID(*replyID)}
 	callCtx := ctx
 	if *timeout > 0 {
@@ -248,4 +248,240 @@ func replyError(r *bus.Reply) error {
 		return &parkedError{n: len(r.Parked)}
 	}
 	return errors.Join(errs...)
+}
+
+// suggestTools prints "did you mean" for every result of r that names an
+// unknown tool, from the tools session's model sees; a listing that fails
+// only loses the hint.
+func suggestTools(ctx context.Context, cl *client.Client, session string, r *bus.Reply, w io.Writer) {
+	var unknown []string
+	for _, res := range r.Results {
+		if res.Error != nil && res.Error.Code == bus.CodeUnknownTool && !slices.Contains(unknown, res.Name) {
+			unknown = append(unknown, res.Name)
+		}
+	}
+	if len(unknown) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	list, err := cl.Tools(ctx, session, "", nil)
+	if err != nil {
+		return
+	}
+	var names []string
+	for _, raw := range list.Tools {
+		if name, _ := toolEntry(raw); name != "" && name != "?" {
+			names = append(names, name)
+		}
+	}
+	for _, name := range unknown {
+		if near := nearest(name, names); len(near) > 0 {
+			fmt.Fprintf(w, "no tool %q: did you mean %s? (toolbus tools lists them)\n", name, strings.Join(near, " or "))
+		} else {
+			fmt.Fprintf(w, "no tool %q in session %s (toolbus tools lists them)\n", name, session)
+		}
+	}
+}
+
+// nearest returns the names closest to name (case-insensitive edit
+// distance at most a third of its length, at least 2), best first, at most 3.
+func nearest(name string, names []string) []string {
+	limit := max(2, len(name)/3)
+	type cand struct {
+		name string
+		d    int
+	}
+	var cs []cand
+	for _, n := range names {
+		if d := editDistance(strings.ToLower(name), strings.ToLower(n)); d <= limit {
+			cs = append(cs, cand{n, d})
+		}
+	}
+	slices.SortStableFunc(cs, func(a, b cand) int { return a.d - b.d })
+	var out []string
+	for _, c := range cs[:min(3, len(cs))] {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("cancel", stderr)
+	wait := fs.Duration("wait", 3*time.Second, "how long to wait for the cancelled calls to report before saying nothing was cancelled")
+	pos, err := parseList(fs, args, "cancel needs a reply id", bus.ValidID, "id %q must match ^[A-Za-z0-9_-]{1,128}$")
+	if err != nil {
+		return err
+	}
+	cl, err := cn.open(ctx, fs)
+	if err != nil {
+		return err
+	}
+	replyID, calls := pos[0], pos[1:]
+	session, err := cancelSession(ctx, cl, fs, cn, replyID)
+	if err != nil {
+		return err
+	}
+	// The cancel itself is fire-and-forget (docs/protocol.md 3.5: an
+	// unknown reply id is a no-op), so watch for the interrupted results
+	// to tell the user whether anything was cancelled.
+	events, err := cl.Watch(ctx, session)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = events.Stop(context.WithoutCancel(ctx)) }()
+	if err := cl.Cancel(ctx, session, replyID, calls...); err != nil {
+		return err
+	}
+	ended, err := awaitInterrupted(ctx, events, replyID, calls, *wait)
+	if err != nil {
+		return err
+	}
+	if len(ended) == 0 {
+		return fmt.Errorf("nothing was cancelled: no call of reply %s in session %s was running or parked (within %v); check the reply id and --session", replyID, session, *wait)
+	}
+	fmt.Fprintf(stdout, "cancelled: %s of reply %s in session %s\n", strings.Join(ended, ", "), replyID, session)
+	return nil
+}
+
+// cancelSession is the session of reply replyID: --session when given,
+// else the one session where a call of the reply is parked, else (a
+// running call, which no list shows) the default session.
+func cancelSession(ctx context.Context, cl *client.Client, fs *flag.FlagSet, cn *conn, replyID string) (string, error) {
+	if cli.Given(fs, "session") {
+		return cn.session, nil
+	}
+	_, parked, err := listParked(ctx, cl, "")
+	if err != nil {
+		return cn.session, nil // a role that may not list: cancel as before
+	}
+	var sessions []string
+	for _, p := range parked {
+		if p.ReplyID == replyID && !slices.Contains(sessions, p.Session) {
+			sessions = append(sessions, p.Session)
+		}
+	}
+	switch len(sessions) {
+	case 0:
+		return cn.session, nil
+	case 1:
+		return sessions[0], nil
+	}
+	return "", fmt.Errorf("reply id %s is ambiguous: calls of it are parked in sessions %s; pick one with --session", replyID, strings.Join(sessions, ", "))
+}
+
+// awaitInterrupted collects the calls of replyID (of calls, or any) that
+// end interrupted, until all of calls have or wait passes with none new.
+func awaitInterrupted(ctx context.Context, events *client.Events, replyID string, calls []string, wait time.Duration) ([]string, error) {
+	want := make(map[string]bool, len(calls))
+	for _, c := range calls {
+		want[c] = true
+	}
+	var ended []string
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ended, ctx.Err()
+		case <-timer.C:
+			return ended, nil
+		case e, ok := <-events.C:
+			if !ok {
+				return ended, nil
+			}
+			if e.ReplyID != replyID {
+				continue
+			}
+			if e.Type == bus.TypeBatchDone { // it carries every result of the batch
+				var done bus.BatchDone
+				if e.DataAs(&done) == nil {
+					for _, r := range done.Results {
+						if r.State == bus.StateInterrupted && (len(calls) == 0 || slices.Contains(calls, r.ID)) && !slices.Contains(ended, r.ID) {
+							ended = append(ended, r.ID)
+						}
+					}
+				}
+				return ended, nil
+			}
+			var r bus.Result
+			if e.Type != bus.TypeCallResult || e.DataAs(&r) != nil || r.State != bus.StateInterrupted || (len(want) > 0 && !want[r.ID]) {
+				continue
+			}
+			ended = append(ended, r.ID)
+			delete(want, r.ID)
+			if len(calls) > 0 && len(want) == 0 {
+				return ended, nil
+			}
+			timer.Reset(wait) // more may follow
+		}
+	}
+}
+
+// runFetch prints (or with -o saves) a stored output: the object a data
+// block's nats-object:// url refers to (protocol 5.9), read through the
+// routers on P.outputs.<session> (the session is the name's first token
+// unless --session says otherwise), or with --direct from the object store
+// itself (operators).
+func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("fetch", stderr)
+	outPath := fs.String("o", "", "write the output to this file instead of stdout")
+	direct := fs.Bool("direct", false, "read the outputs object store itself, not through the routers (operators only)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError(fs, "fetch takes one reference (nats-object://<bucket>/<name>#sha256=<digest>), got %d arguments", len(pos))
+	}
+	cl, err := cn.dial(ctx)
+	if err != nil {
+		return err
+	}
+	var obj *client.Output
+	switch {
+	case *direct:
+		obj, err = cl.Outputs().FetchDirect(ctx, pos[0])
+	case cli.Given(fs, "session"): // else the name's first token is the session
+		obj, err = cl.Outputs().FetchSession(ctx, cn.session, pos[0])
+	default:
+		obj, err = cl.Outputs().Fetch(ctx, pos[0])
+	}
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	if *outPath == "" {
+		_, err = io.Copy(stdout, obj)
+		return err
+	}
+	// Written next to the target and renamed, so a failed fetch (a digest
+	// mismatch, a lost connection) leaves no partial file behind.
+	n, err := private.WriteFile(*outPath, obj)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", pos[0], err)
+	}
+	fmt.Fprintf(stderr, "%d bytes (%s) written to %s\n", n, obj.MediaType, *outPath)
+	return nil
 }

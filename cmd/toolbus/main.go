@@ -26,6 +26,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	osexec "os/exec"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -73,8 +75,8 @@ func init() {
 		{"audit", "[--since 1h] [--session S] [--tool T] [--user U] [--json]", "export the audit trail of tool calls as JSON lines (docs/operations.md)", runAudit},
 		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
 		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR] | agent --session S [--user U] [--dir DIR] | token [--name N] [--user U]", "print the NATS permissions of the toolbus roles for a deployment, add a per-session agent user (docs/security.md), or make an MCP bearer token and its sha256: line (docs/mcp.md)", runSecurity},
-		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", runBench},
-		{"soak", "", "run 2 routers and 3 workers under load with faults and count lost and duplicated calls (--duration, --json)", runSoak},
+		{"bench", "", "measure toolbus against raw NATS request/reply on an embedded server (--quick, --json)", harness("bench")},
+		{"soak", "", "run 2 routers and 3 workers under load with faults and count lost and duplicated calls (--duration, --json)", harness("soak")},
 	}
 }
 
@@ -107,7 +109,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
-	err := c.run(context.WithValue(ctx, abortKey{}, abort), rest, stdout, stderr)
+	st := &runState{abort: abort}
+	err := c.run(context.WithValue(ctx, runKey{}, st), rest, stdout, stderr)
+	for _, nc := range st.conns {
+		nc.Close()
+	}
 	var refused *refusedError
 	if err != nil && errors.As(context.Cause(ctx), &refused) {
 		return refused // the refusal, not the cancelled wait it caused
@@ -131,13 +137,16 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "  %-13s %s\n", "help", "show this text, or 'toolbus help <command>' for a command's flags")
-	fmt.Fprintln(w, "\nEvery command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default \"cli\"),")
-	fmt.Fprintln(w, "and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey,")
-	fmt.Fprintln(w, "--nats-user/--password ($NATS_USER, $NATS_PASSWORD), --token, --tls-ca, --tls-cert, --tls-key, --inbox-prefix")
-	fmt.Fprintln(w, "(docs/security.md). --user is always the toolbus user (the batch's runtime user), never the NATS login: the")
-	fmt.Fprintln(w, "commands that have one use it, audit filters by it, and the others refuse it.")
-	fmt.Fprintln(w, "\nexit status: 0 done (every call succeeded), 1 an error or a call that did not succeed, 3 nothing failed but")
-	fmt.Fprintln(w, "calls are still parked (call and turn without --wait: the commands that answer them are printed), 130 a second interrupt.")
+	fmt.Fprint(w, `
+Every command takes --nats (default $NATS_URL, else nats://127.0.0.1:4222), --prefix and --session (default "cli"),
+and the credentials the nats CLI takes, from the same environment variables: --creds, --nkey,
+--nats-user/--password ($NATS_USER, $NATS_PASSWORD), --token, --tls-ca, --tls-cert, --tls-key, --inbox-prefix
+(docs/security.md). --user is always the toolbus user (the batch's runtime user), never the NATS login: the
+commands that have one use it, audit filters by it, and the others refuse it.
+
+exit status: 0 done (every call succeeded), 1 an error or a call that did not succeed, 3 nothing failed but
+calls are still parked (call and turn without --wait: the commands that answer them are printed), 130 a second interrupt.
+`)
 }
 
 // conn holds the flags every subcommand shares and connects with them.
@@ -172,31 +181,41 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	return fs, cn
 }
 
-// dial connects to NATS and returns a client of the deployment; close ends
-// the connection.
-func (cn *conn) dial(ctx context.Context) (cl *client.Client, close func(), err error) {
+// dial connects to NATS and returns a client of the deployment.
+func (cn *conn) dial(ctx context.Context) (*client.Client, error) {
 	nc, err := cn.connect(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return client.New(nc, client.Config{Prefix: cn.prefix, Source: "toolbus/cli"}), nc.Close, nil
+	return client.New(nc, client.Config{Prefix: cn.prefix, Source: "toolbus/cli"}), nil
 }
 
-// connect connects to NATS with the shared flags (URLs, credentials, TLS).
-// A permissions violation the server reports on it ends the command at
-// once (abortOnRefusal), instead of leaving a request to its timeout.
+// connect connects to NATS with the shared flags (URLs, credentials, TLS);
+// run closes the connection when the command returns. A permissions
+// violation the server reports on it ends the command at once, instead of
+// leaving a request to its timeout.
 func (cn *conn) connect(ctx context.Context) (*nats.Conn, error) {
-	return cn.nats.Connect("toolbus-cli", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
-			if abort, ok := ctx.Value(abortKey{}).(context.CancelCauseFunc); ok {
-				abort(&refusedError{err: err})
-			}
+	st, _ := ctx.Value(runKey{}).(*runState)
+	nc, err := cn.nats.Connect("toolbus-cli", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if st != nil && (errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation")) {
+			st.abort(&refusedError{err: err})
 		}
 	}))
+	if err == nil && st != nil {
+		st.conns = append(st.conns, nc)
+	}
+	return nc, err
 }
 
-// abortKey holds the command's context.CancelCauseFunc (set by run).
-type abortKey struct{}
+// runKey holds the *runState of the command run runs.
+type runKey struct{}
+
+// runState is a running command's abort, which a refusal calls, and the
+// connections it opened, which run closes when it returns.
+type runState struct {
+	abort context.CancelCauseFunc
+	conns []*nats.Conn
+}
 
 // refusedError is a permissions violation that ended a command.
 type refusedError struct{ err error }
@@ -209,13 +228,22 @@ func (e *refusedError) Unwrap() error { return e.err }
 
 // open checks --session (which may be allSessions when the command takes
 // it) and connects: the start of most subcommands.
-func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, func(), error) {
+func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, error) {
 	if !cn.anySession || cn.session != allSessions {
 		if err := checkSession(fs, cn.session); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	return cn.dial(ctx)
+}
+
+// sessionIf is --session, checked, when in says the command looks in it;
+// else "" (every session).
+func (cn *conn) sessionIf(fs *flag.FlagSet, in bool) (string, error) {
+	if !in {
+		return "", nil
+	}
+	return cn.session, checkSession(fs, cn.session)
 }
 
 // parseNone is parse for a command that takes no positional arguments.
@@ -329,4 +357,30 @@ func checkSession(fs *flag.FlagSet, s string) error {
 		return usageError(fs, "--session %q must match ^[A-Za-z0-9_-]{1,128}$", s)
 	}
 	return nil
+}
+
+// harness is the command that runs toolbus-bench's (cmd/toolbus-bench)
+// harness name with its arguments, found next to toolbus, on $PATH, or
+// built from the module (go run ./cmd/toolbus bench): the harnesses are a
+// binary of their own so that this CLI does not link them (docs/router.md
+// "Layout").
+func harness(name string) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		tmp, err := os.MkdirTemp("", "toolbus-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+		ps, _, err := cli.Helpers(ctx, "", tmp, logf, "toolbus-bench")
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		cmd := osexec.CommandContext(ctx, ps[0], append([]string{name}, args...)...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+		// A stop passes on as an interrupt: the harness stops the processes
+		// it started.
+		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+		return cmd.Run()
+	}
 }

@@ -8,13 +8,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/cli"
 )
 
 // listParked returns the parked calls of session ("" for every session) as
@@ -48,18 +52,15 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) == 1 && !bus.ValidID(pos[0]) {
 		return usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", pos[0])
 	}
-	session, where := "", "any session"
-	if !*all && (len(pos) == 0 || sessionGiven(fs)) { // a call id finds its session
-		if err := checkSession(fs, cn.session); err != nil {
-			return err
-		}
-		session, where = cn.session, "session "+cn.session
-	}
-	cl, closeConn, err := cn.dial(ctx)
+	// A call id finds its session.
+	session, err := cn.sessionIf(fs, !*all && (len(pos) == 0 || cli.Given(fs, "session")))
 	if err != nil {
 		return err
 	}
-	defer closeConn()
+	cl, err := cn.dial(ctx)
+	if err != nil {
+		return err
+	}
 	if *history {
 		recs, err := parkedHistory(ctx, cl, session)
 		switch {
@@ -68,7 +69,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		case *asJSON:
 			return writeJSON(stdout, recs)
 		case len(recs) == 0:
-			fmt.Fprintf(stderr, "no answered or ended calls in %s\n", where)
+			fmt.Fprintf(stderr, "no answered or ended calls in %s\n", where(session))
 			return nil
 		}
 		renderHistory(stdout, recs)
@@ -79,13 +80,13 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if len(pos) == 1 {
-		return showParked(stdout, calls, pos[0], where, *asJSON)
+		return showParked(stdout, calls, pos[0], session, *asJSON)
 	}
 	if *asJSON {
 		return writeJSON(stdout, raw)
 	}
 	if len(calls) == 0 {
-		fmt.Fprintf(stderr, "no parked calls in %s\n", where)
+		fmt.Fprintf(stderr, "no parked calls in %s\n", where(session))
 		return nil
 	}
 	renderParked(stdout, calls, time.Now())
@@ -95,15 +96,10 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // showParked prints the parked calls with call id id (one, unless the id
 // is used in several replies), each with the command that answers it; none
 // is a not_parked error.
-func showParked(stdout io.Writer, calls []bus.ParkedCall, id, where string, asJSON bool) error {
-	var found []bus.ParkedCall
-	for _, p := range calls {
-		if p.ID == id {
-			found = append(found, p)
-		}
-	}
-	if len(found) == 0 {
-		return bus.Errorf(bus.CodeNotParked, "no call %s is parked in %s", id, where)
+func showParked(stdout io.Writer, calls []bus.ParkedCall, id, session string, asJSON bool) error {
+	found, err := matching(calls, session, id, "", "")
+	if err != nil {
+		return err
 	}
 	if asJSON {
 		return writeJSON(stdout, map[string]any{"parked": found})
@@ -177,27 +173,11 @@ func findParked(ctx context.Context, cl *client.Client, session, id, replyID, to
 	if err != nil {
 		return bus.ParkedCall{}, err
 	}
-	var found []bus.ParkedCall
-	for _, p := range calls {
-		if p.ID == id && (replyID == "" || p.ReplyID == replyID) && (tool == "" || p.Name == tool) {
-			found = append(found, p)
-		}
+	found, err := matching(calls, session, id, replyID, tool)
+	if err != nil {
+		return bus.ParkedCall{}, err
 	}
-	switch len(found) {
-	case 0:
-		what := ""
-		if replyID != "" {
-			what += " of reply " + replyID
-		}
-		if tool != "" {
-			what += " of tool " + tool
-		}
-		where := "session " + session
-		if session == "" {
-			where = "any session"
-		}
-		return bus.ParkedCall{}, bus.Errorf(bus.CodeNotParked, "no call %s%s is parked in %s", id, what, where)
-	case 1:
+	if len(found) == 1 {
 		return found[0], nil
 	}
 	places := make([]string, len(found))
@@ -214,10 +194,41 @@ func findParked(ctx context.Context, cl *client.Client, session, id, replyID, to
 		id, strings.Join(places, ", "), pick)
 }
 
+// matching returns the calls of calls with call id id, narrowed to replyID
+// and tool when they are not ""; none is a not_parked *bus.Error saying
+// where they were looked for (session, "" for every session).
+func matching(calls []bus.ParkedCall, session, id, replyID, tool string) ([]bus.ParkedCall, error) {
+	var found []bus.ParkedCall
+	for _, p := range calls {
+		if p.ID == id && (replyID == "" || p.ReplyID == replyID) && (tool == "" || p.Name == tool) {
+			found = append(found, p)
+		}
+	}
+	if len(found) > 0 {
+		return found, nil
+	}
+	what := ""
+	if replyID != "" {
+		what += " of reply " + replyID
+	}
+	if tool != "" {
+		what += " of tool " + tool
+	}
+	return nil, bus.Errorf(bus.CodeNotParked, "no call %s%s is parked in %s", id, what, where(session))
+}
+
+// where names session in messages; "" is every session.
+func where(session string) string {
+	if session == "" {
+		return "any session"
+	}
+	return "session " + session
+}
+
 // sessionOf is the session a command looks in: --session when given, else
 // "" (every session: the call id finds its session).
 func sessionOf(fs *flag.FlagSet, cn *conn) string {
-	if sessionGiven(fs) {
+	if cli.Given(fs, "session") {
 		return cn.session
 	}
 	return ""
@@ -234,18 +245,27 @@ func (a *answerTarget) addFlags(fs *flag.FlagSet) {
 	a.tool = fs.String("tool", "", "tool of the call (default: looked up with parked.list)")
 }
 
-// check validates the call id and the flags.
-func (a *answerTarget) check(fs *flag.FlagSet, id string) error {
+// parse parses the command line: n positional arguments, the first a call
+// id (wrong is the error, with the count, for another number), checked
+// with the flags.
+func (a *answerTarget) parse(fs *flag.FlagSet, args []string, n int, wrong string) (pos []string, err error) {
+	if pos, err = parse(fs, args); err != nil {
+		return nil, err
+	}
+	if len(pos) != n {
+		return nil, usageError(fs, wrong, len(pos))
+	}
+	id := pos[0]
 	if !bus.ValidID(id) {
-		return usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
+		return nil, usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
 	}
 	if *a.replyID != "" && !bus.ValidID(*a.replyID) {
-		return usageError(fs, "--reply %q must match ^[A-Za-z0-9_-]{1,128}$", *a.replyID)
+		return nil, usageError(fs, "--reply %q must match ^[A-Za-z0-9_-]{1,128}$", *a.replyID)
 	}
 	if *a.tool != "" && !bus.ValidName(*a.tool) {
-		return usageError(fs, "--tool %q must match ^[A-Za-z0-9_-]{1,64}$", *a.tool)
+		return nil, usageError(fs, "--tool %q must match ^[A-Za-z0-9_-]{1,64}$", *a.tool)
 	}
-	return nil
+	return pos, nil
 }
 
 // resolve returns the parked call to answer: from the flags when session,
@@ -292,27 +312,20 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var target answerTarget
 	target.addFlags(fs)
 	failed := fs.Bool("error", false, "answer with state error: the output says why the tool failed")
-	pos, err := parse(fs, args)
+	pos, err := target.parse(fs, args, 2, "answer takes a call id and the output, got %d arguments")
 	if err != nil {
 		return err
 	}
-	if len(pos) != 2 {
-		return usageError(fs, "answer takes a call id and the output, got %d arguments", len(pos))
-	}
 	id := pos[0]
-	if err := target.check(fs, id); err != nil {
-		return err
-	}
 	if !utf8.ValidString(pos[1]) {
 		// JSON would turn the bytes into U+FFFD: the handler's answer would
 		// not be what it said.
 		return usageError(fs, "the output is not UTF-8 text; send binary data as a data block with base64 data")
 	}
-	cl, closeConn, err := cn.open(ctx, fs)
+	cl, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	p, err := target.resolve(ctx, cl, sessionOf(fs, cn), id, bus.KindExternal, false)
 	if err != nil {
 		return answerError(id, err)
@@ -359,17 +372,11 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	deny := fs.Bool("deny", false, "refuse the call: it ends denied")
 	remember := fs.Bool("remember", false, "add the call's suggested rules to the session, so such calls run without asking")
 	input := fs.String("input", "", "run the call with this JSON input instead (validated again; sent on P.answer.<tool>, which only an open router takes for a confirmation)")
-	pos, err := parse(fs, args)
+	pos, err := target.parse(fs, args, 1, "confirm takes a call id, got %d arguments")
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageError(fs, "confirm takes a call id, got %d arguments", len(pos))
-	}
 	id := pos[0]
-	if err := target.check(fs, id); err != nil {
-		return err
-	}
 	if *deny && *input != "" {
 		return usageError(fs, "--input edits a call that runs; it cannot go with --deny")
 	}
@@ -379,11 +386,10 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *input != "" && !json.Valid([]byte(*input)) {
 		return usageError(fs, "--input %q is not JSON", *input)
 	}
-	cl, closeConn, err := cn.open(ctx, fs)
+	cl, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	// Looked up even with --reply and --tool: the confirmation names the
 	// parked input's digest. A call the list does not show (answered a
 	// moment ago, say) is confirmed as the flags say, so the router's
@@ -420,12 +426,71 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	line := fmt.Sprintf("%s call %s of %s (reply %s, session %s)", verb, id, p.Name, p.ReplyID, p.Session)
 	if len(a.Rules) > 0 {
-		rules := make([]string, len(a.Rules))
-		for i, r := range a.Rules {
-			rules[i] = ruleText(r)
-		}
-		line += "; remembered: " + strings.Join(rules, ", ")
+		line += "; remembered: " + rulesText(a.Rules)
 	}
 	fmt.Fprintln(stdout, line)
 	return nil
+}
+
+// maxHistory bounds the calls parked --history prints (the newest).
+const maxHistory = 1000
+
+// parkedHistory returns the call records of session ("" for all) that no
+// longer wait — answered, done, expired, cancelled — newest last, read from
+// the parked bucket (they stay there for its TTL, 7 days): who answered
+// (answered_by, docs/protocol.md 6.1), when, and the result's state.
+func parkedHistory(ctx context.Context, cl *client.Client, session string) ([]bus.ParkRecord, error) {
+	js, err := jetstream.New(cl.Conn())
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, cl.Subjects().Bucket(bus.BucketParked))
+	if err != nil {
+		return nil, fmt.Errorf("parked --history: %w", err)
+	}
+	filter := "*.*.*"
+	if session != "" {
+		filter = session + ".*.*"
+	}
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("parked --history: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []bus.ParkRecord
+	for e := range w.Updates() {
+		if e == nil {
+			break // the current values are in
+		}
+		var r bus.ParkRecord
+		if json.Unmarshal(e.Value(), &r) != nil || r.Status == bus.ParkParked {
+			continue
+		}
+		out = append(out, r)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	slices.SortFunc(out, func(a, b bus.ParkRecord) int { return a.Created.Compare(b.Created) })
+	if len(out) > maxHistory {
+		out = out[len(out)-maxHistory:]
+	}
+	return out, nil
+}
+
+// renderHistory prints the records as a table.
+func renderHistory(w io.Writer, recs []bus.ParkRecord) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tREPLY\tCALL\tTOOL\tKIND\tSTATUS\tRESULT\tANSWERED BY\tANSWERED AT")
+	for _, r := range recs {
+		res, at := "-", "-"
+		if r.Result != nil {
+			res = r.Result.State
+		}
+		if !r.AnsweredAt.IsZero() {
+			at = r.AnsweredAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Session, r.ReplyID, r.Call.ID, r.Call.Name, r.Kind, r.Status, res, orDash(r.AnsweredBy), at)
+	}
+	_ = tw.Flush()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -107,11 +108,7 @@ func short(s string) string {
 // eventLine is one line of `toolbus watch`: time, session (when withSession),
 // type, tool call id and a summary of the data.
 func eventLine(e *bus.Event, withSession bool) string {
-	at := e.Time
-	if t, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
-		at = t.Local().Format("2006-01-02 15:04:05.000")
-	}
-	fields := []string{at}
+	fields := []string{eventTime(e)}
 	if withSession {
 		fields = append(fields, orDash(e.SessionID))
 	}
@@ -122,12 +119,15 @@ func eventLine(e *bus.Event, withSession bool) string {
 	return strings.Join(fields, " ")
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
+// eventTime is an event's time in local time, to the millisecond.
+func eventTime(e *bus.Event) string {
+	if t, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
+		return t.Local().Format("2006-01-02 15:04:05.000")
 	}
-	return s
+	return e.Time
 }
+
+func orDash(s string) string { return cmp.Or(s, "-") }
 
 // eventSummary summarises an event's data: the state and first text of a
 // result, the sequence number and text of progress, the parked calls, the

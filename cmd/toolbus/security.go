@@ -28,8 +28,7 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return runSecurityToken(args[1:], stdout, stderr)
 	}
 	c, _ := lookup("security")
-	fs := flag.NewFlagSet("toolbus security", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := securityFlagSet("security", fmt.Sprintf("usage: toolbus security %s\n\n%s.", c.args, c.summary), stderr)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	var sessions, handlers listFlag
 	fs.Var(&sessions, "session", "add an agent user confined to this session (repeatable)")
@@ -42,10 +41,6 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	account := fs.String("account", "TOOLBUS", "with --format nsc: the account")
 	out := fs.String("out", "", "generate an nkey per user into this new directory (seeds, .env files, nats-server.conf) and print the block with their public keys; without it, passwords come from the server's environment ($TOOLBUS_<USER>_PASSWORD)")
 	url := fs.String("url", "", "with --out: the NATS URL written into each user's .env file")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolbus security %s\n\n%s.\n\nflags:\n", c.args, c.summary)
-		fs.PrintDefaults()
-	}
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -96,6 +91,18 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return nil
 }
 
+// securityFlagSet is the flag set of `toolbus name`, a security command
+// without the connection flags: its usage is head, then its flags.
+func securityFlagSet(name, head string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), head+"\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
 // listFlag is a repeatable string flag.
 type listFlag []string
 
@@ -108,18 +115,13 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 // toolbus user when --user is given. A router started with --secure DIR
 // (or --identities DIR/users.json) picks it up without a restart.
 func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("toolbus security agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := securityFlagSet("security agent", "usage: toolbus security agent --session S [--user U] [--dir DIR]\n\n"+
+		"Add the agent user session-S to DIR, confined to session S and bound to user U: its nkey seed, .env,\n"+
+		"and DIR's nats-server.conf and users.json rewritten. A router started with --secure DIR picks it up\n"+
+		"without a restart; the shared agent user can then neither act in nor read session S.", stderr)
 	session := fs.String("session", "", "the session the agent user is confined to (required)")
 	user := fs.String("user", "", "the toolbus user the session's batches run as (its per-user skills); empty binds none")
 	dir := fs.String("dir", os.Getenv("TOOLBUS_SECURE"), "the --secure directory (default $TOOLBUS_SECURE)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolbus security agent --session S [--user U] [--dir DIR]\n\n"+
-			"Add the agent user session-S to DIR, confined to session S and bound to user U: its nkey seed, .env,\n"+
-			"and DIR's nats-server.conf and users.json rewritten. A router started with --secure DIR picks it up\n"+
-			"without a restart; the shared agent user can then neither act in nor read session S.\n\nflags:\n")
-		fs.PrintDefaults()
-	}
 	if err := parseNone(fs, args); err != nil {
 		return err
 	}
@@ -155,17 +157,12 @@ func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer
 // for the MCP facade and its sha256: line for the token file
 // (docs/mcp.md), so no plaintext token need be written on the server.
 func runSecurityToken(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("toolbus security token", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := securityFlagSet("security token", "usage: toolbus security token [--name N] [--user U]\n\n"+
+		"Print a new random bearer token for the MCP facade, and the token file entry that holds only its\n"+
+		"SHA-256 (router --mcp-tokens FILE; docs/mcp.md). Give the token to the MCP host as\n"+
+		"\"Authorization: Bearer <token>\"; it is shown once.", stderr)
 	name := fs.String("name", "host", "the entry's name in the token file (for logs)")
 	user := fs.String("user", "", "the toolbus user the entry's calls run as (empty: none)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolbus security token [--name N] [--user U]\n\n"+
-			"Print a new random bearer token for the MCP facade, and the token file entry that holds only its\n"+
-			"SHA-256 (router --mcp-tokens FILE; docs/mcp.md). Give the token to the MCP host as\n"+
-			"\"Authorization: Bearer <token>\"; it is shown once.\n\nflags:\n")
-		fs.PrintDefaults()
-	}
 	if err := parseNone(fs, args); err != nil {
 		return err
 	}

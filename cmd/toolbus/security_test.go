@@ -62,7 +62,7 @@ func TestSecuredDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := builtin.Register(w); err != nil {
+	if err := builtin.RegisterWith(w, builtin.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Start(t.Context()); err != nil {

@@ -34,33 +34,27 @@ func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(rest) != n {
 		return usageError(fs, "skills %s takes %d argument(s), got %d", verb, n, len(rest))
 	}
-	if verb == "push" {
+	switch verb {
+	case "push":
 		// Check before connecting: a broken skill never reaches the bus.
 		s, err := skills.LoadFolder(rest[0])
+		if err == nil {
+			var os jetstream.ObjectStore
+			if os, err = cn.objects(ctx); err != nil {
+				return err
+			}
+			s, err = skills.Push(ctx, os, rest[0], *user)
+		}
 		if err != nil {
 			return fmt.Errorf("not pushed: %w", err)
 		}
-		os, closeConn, err := cn.objects(ctx)
-		if err != nil {
-			return err
-		}
-		defer closeConn()
-		if s, err = skills.Push(ctx, os, rest[0], *user); err != nil {
-			return fmt.Errorf("not pushed: %w", err)
-		}
-		scope := "every user"
-		if *user != "" {
-			scope = "user " + *user
-		}
-		fmt.Fprintf(stdout, "pushed skill %s (%s) for %s: %s\n", s.Name, s.Digest, scope, s.Source)
+		fmt.Fprintf(stdout, "pushed skill %s (%s) for %s: %s\n", s.Name, s.Digest, scopeName(*user), s.Source)
 		return nil
-	}
-	if verb == "rm" {
-		os, closeConn, err := cn.objects(ctx)
+	case "rm":
+		os, err := cn.objects(ctx)
 		if err != nil {
 			return err
 		}
-		defer closeConn()
 		if err := skills.Remove(ctx, os, rest[0], *user); err != nil {
 			if errors.Is(err, skills.ErrNotFound) {
 				return fmt.Errorf("no skill %s in the object store for %s", rest[0], scopeName(*user))
@@ -70,11 +64,10 @@ func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "removed skill %s for %s\n", rest[0], scopeName(*user))
 		return nil
 	}
-	cl, closeConn, err := cn.dial(ctx)
+	cl, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	var list struct {
 		Skills []bus.SkillInfo `json:"skills"`
 	}
@@ -145,21 +138,19 @@ func skillLine(s bus.SkillInfo) string {
 
 // objects connects and opens the deployment's skills object store (the
 // routers create it).
-func (cn *conn) objects(ctx context.Context) (jetstream.ObjectStore, func(), error) {
+func (cn *conn) objects(ctx context.Context) (jetstream.ObjectStore, error) {
 	nc, err := cn.connect(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		nc.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	bucket := bus.NewSubjects(cn.prefix).ObjectStore(bus.ObjectSkills)
 	os, err := js.ObjectStore(ctx, bucket)
 	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("skills object store %s (is a router running with prefix %q?): %w", bucket, cn.prefix, err)
+		return nil, fmt.Errorf("skills object store %s (is a router running with prefix %q?): %w", bucket, cn.prefix, err)
 	}
-	return os, nc.Close, nil
+	return os, nil
 }

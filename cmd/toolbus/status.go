@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,9 +12,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/limits"
 )
 
 // instance is one router or worker found by NATS micro discovery.
@@ -31,11 +36,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	cl, closeConn, err := cn.dial(ctx)
+	cl, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	var st bus.Status
 	if err := cl.Admin(ctx, "status", "", nil, &st); err != nil {
 		return fmt.Errorf("admin status: %w", err)
@@ -61,10 +65,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	slices.SortFunc(found, func(a, b instance) int {
-		if a.Kind != b.Kind {
-			return strings.Compare(a.Kind, b.Kind)
-		}
-		return strings.Compare(a.ID, b.ID)
+		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.ID, b.ID))
 	})
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(map[string]any{"status": st, "instances": found})
@@ -148,4 +149,134 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 			}
 		}
 	}
+}
+
+// runLimits is `toolbus limits`: the routers' admin verb limits (what each
+// rule that counts the tool has used and left for the user and session),
+// or limits.reset.
+func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("limits", stderr)
+	tool := fs.String("tool", "", "the tool (none: every rule)")
+	user := fs.String("user", "", "the toolbus user the counts are for")
+	reset := fs.Bool("reset", false, "forget what the rules (or --rule) counted for the tool, user and session")
+	rule := fs.String("rule", "", "with --reset: only this rule")
+	asJSON := fs.Bool("json", false, "print the reply data as JSON")
+	if err := parseNone(fs, args); err != nil {
+		return err
+	}
+	if *rule != "" && !*reset {
+		return usageError(fs, "--rule goes with --reset")
+	}
+	cl, err := cn.open(ctx, fs)
+	if err != nil {
+		return err
+	}
+	q := map[string]string{"tool": *tool, "user": *user, "session": cn.session}
+	verb := "limits"
+	if *reset {
+		verb, q["rule"] = "limits.reset", *rule
+	}
+	var raw json.RawMessage
+	if err := admin(ctx, cl, verb, "", q, &raw); err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, raw)
+	}
+	if *reset {
+		var r struct {
+			Reset int `json:"reset"`
+		}
+		_ = json.Unmarshal(raw, &r)
+		_, err := fmt.Fprintf(stdout, "reset %d count(s)\n", r.Reset)
+		return err
+	}
+	var list struct {
+		Limits []limits.Usage `json:"limits"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return fmt.Errorf("admin limits: the reply is not a list: %w", err)
+	}
+	return printUsage(stdout, list.Limits)
+}
+
+func printUsage(w io.Writer, us []limits.Usage) error {
+	if len(us) == 0 {
+		_, err := fmt.Fprintln(w, "no quota or rate limit counts these calls")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tKIND\tPER\tUSED\tLEFT\tLIMIT\tRESETS IN")
+	for _, u := range us {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%v\n", u.Rule, u.Kind, u.Per, u.Used, u.Left, u.Limit, (time.Duration(u.ResetMS) * time.Millisecond).Round(time.Second))
+	}
+	return tw.Flush()
+}
+
+// runAudit is `toolbus audit`: the audit trail's records (P_AUDIT) since
+// --since, of one session and tool when given, as JSON lines (--json) or
+// a table. It reads the stream directly with an ordered consumer, as any
+// NATS consumer may (docs/operations.md "Audit to a SIEM").
+func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("audit", stderr)
+	since := fs.Duration("since", time.Hour, "how far back (0: everything kept)")
+	tool := fs.String("tool", "", "only this tool's calls")
+	user := fs.String("user", "", "only the calls of this toolbus user (the batch's runtime user; the NATS login is --nats-user)")
+	asJSON := fs.Bool("json", false, "print the records as JSON lines, as stored")
+	if err := parseNone(fs, args); err != nil {
+		return err
+	}
+	if *since < 0 {
+		return usageError(fs, "--since must not be negative")
+	}
+	session, err := cn.sessionIf(fs, cli.Given(fs, "session")) // else every session
+	if err != nil {
+		return err
+	}
+	cl, err := cn.dial(ctx)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(cl.Conn())
+	if err != nil {
+		return err
+	}
+	f := audit.Filter{Session: session, Tool: *tool}
+	if *since > 0 {
+		f.Since = time.Now().Add(-*since)
+	}
+	var tw *tabwriter.Writer
+	if !*asJSON {
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME\tSESSION\tCALL\tTOOL\tUSER\tDECISION\tBY\tOUTCOME\tMS")
+	}
+	err = audit.Export(ctx, js, cl.Subjects(), f, func(raw json.RawMessage) error {
+		var r audit.Record
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return fmt.Errorf("audit: a record does not decode: %w", err)
+		}
+		if *user != "" && r.User != *user {
+			return nil
+		}
+		if *asJSON {
+			_, err := fmt.Fprintf(stdout, "%s\n", raw)
+			return err
+		}
+		out := r.Outcome.State
+		if r.Outcome.Code != "" {
+			out += " " + r.Outcome.Code
+		}
+		if r.Suppressed > 0 {
+			out += fmt.Sprintf(" (+%d refusals not recorded)", r.Suppressed)
+		}
+		_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Time.Format(time.RFC3339), r.Session, orDash(r.CallID), orDash(r.Tool), r.User, r.Decision.Behavior, orDash(r.Decision.Approver), out, r.DurationMS)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if tw != nil {
+		return tw.Flush()
+	}
+	return nil
 }

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -44,20 +47,16 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	cl, closeConn, err := cn.dial(ctx)
+	cl, err := cn.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	batch := turn.Batch()
-	var fol *follower
-	if *wait {
-		var stop func()
-		if fol, stop, err = follow(ctx, cl, cn.session, *replyID, len(batch.Calls), stderr); err != nil {
-			return err
-		}
-		defer stop()
+	fol, stop, err := follow(ctx, cl, cn.session, *replyID, len(batch.Calls), stderr, *wait)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	reply, err := cl.Call(ctx, cn.session, batch, client.WithReplyID(*replyID))
 	if err != nil {
 		return err
@@ -113,4 +112,177 @@ func readInput(name string, stdin io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("the message is larger than %d bytes", maxTurnInput)
 	}
 	return b, nil
+}
+
+// Exit statuses of toolbus (toolbus help): 0 done, every call succeeded;
+// 1 an error, a usage error or a call that did not succeed; 3 nothing
+// failed but calls are still parked; 130 a second interrupt.
+const exitParked = 3
+
+// parkedError ends call and turn when calls are still parked, waiting for
+// an answer or a confirmation: not a failure, but not done either.
+type parkedError struct{ n int }
+
+func (e *parkedError) Error() string {
+	return fmt.Sprintf("%d call(s) parked, waiting for an answer or a confirmation (the commands above give it; --wait waits for it); exit status %d", e.n, exitParked)
+}
+
+// ExitCode is the exit status cli.Main uses.
+func (e *parkedError) ExitCode() int { return exitParked }
+
+// follower follows one reply's events while a command waits: it prints
+// each call's progress and, for each call that parks (again), the command
+// that answers it, to w; it hands the call.result events to await.
+type follower struct {
+	results chan bus.Result
+	// parked hands the calls of call.parked events to await, which prints
+	// only those whose kind differs from what the reply already said, so
+	// a call's parking is told once (the reply and the event both carry it).
+	parked chan bus.Parked
+	w      io.Writer
+	// list, when set, lists the session's parked calls: a confirmed call
+	// of an external tool parks again for its answer with no event of its
+	// own (docs/protocol.md 3.4: call.parked once per batch), so await
+	// looks every pollEvery and says when a call's kind changed.
+	list func(ctx context.Context) ([]bus.ParkedCall, error)
+}
+
+// pollEvery is how often a wait looks at the parked calls.
+const pollEvery = 2 * time.Second
+
+// follow watches session's events and follows batch replyID in them,
+// before the batch is sent, so that no result is missed; calls is the
+// batch's size (at most one result each, so the hand-over never blocks).
+// stop ends the watch. Without wait (no --wait) it follows nothing.
+func follow(ctx context.Context, cl *client.Client, session, replyID string, calls int, w io.Writer, wait bool) (f *follower, stop func(), err error) {
+	if !wait {
+		return nil, func() {}, nil
+	}
+	events, err := cl.Watch(ctx, session)
+	if err != nil {
+		return nil, nil, err
+	}
+	f = &follower{results: make(chan bus.Result, calls+16), parked: make(chan bus.Parked, calls+16), w: w,
+		list: parkedLister(cl, session, replyID)}
+	go func() {
+		defer close(f.results)
+		for e := range events.C {
+			if e.ReplyID != replyID {
+				continue
+			}
+			switch e.Type {
+			case bus.TypeCallProgress:
+				var p bus.Progress
+				if e.DataAs(&p) == nil {
+					fmt.Fprintf(w, "progress %s #%d: %s\n", e.ToolCallID, p.Seq, blocksText(p.Output))
+				}
+			case bus.TypeCallParked:
+				var p bus.ParkedEvent
+				if e.DataAs(&p) == nil {
+					for _, c := range p.Calls {
+						select {
+						case f.parked <- c:
+						default: // only the news is lost; await also polls
+						}
+					}
+				}
+			case bus.TypeCallResult:
+				var r bus.Result
+				if e.DataAs(&r) == nil {
+					select {
+					case f.results <- r:
+					default: // more results than calls: not ours to wait for
+					}
+				}
+			}
+		}
+	}()
+	return f, func() { _ = events.Stop(context.WithoutCancel(ctx)) }, nil
+}
+
+// await returns the results of the parked calls, in the order they come.
+func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result, error) {
+	waiting := make(map[string]bool, len(parked))
+	kinds := make(map[string]string, len(parked))
+	for _, p := range parked {
+		waiting[p.ID] = true
+		kinds[p.ID] = p.Kind
+	}
+	// moved prints a waiting call whose parked kind changed since it was
+	// last seen (a confirmation given, the call now waits for its answer).
+	moved := func(p bus.ParkedCall) {
+		if waiting[p.ID] && kinds[p.ID] != p.Kind {
+			kinds[p.ID] = p.Kind
+			fmt.Fprintf(f.w, "call %s of %s now waits for %s: %s\n", p.ID, p.Name, kindText(p.Kind), nextCommand(p, false))
+		}
+	}
+	var tick <-chan time.Time
+	if f.list != nil {
+		t := time.NewTicker(pollEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	var out []bus.Result
+	for len(waiting) > 0 {
+		select {
+		case <-ctx.Done():
+			return out, ctx.Err()
+		case <-tick:
+			for _, p := range f.poll(ctx) {
+				moved(p)
+			}
+		case p := <-f.parked:
+			moved(bus.ParkedCall{ID: p.ID, Name: p.Name, Kind: p.Kind})
+		case r, ok := <-f.results:
+			if !ok {
+				return out, errors.New("the event subscription ended")
+			}
+			if waiting[r.ID] {
+				delete(waiting, r.ID)
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
+// poll lists the reply's parked calls; a listing that fails only loses the
+// news (the result still comes as an event).
+func (f *follower) poll(ctx context.Context) []bus.ParkedCall {
+	ctx, cancel := context.WithTimeout(ctx, pollEvery)
+	defer cancel()
+	calls, _ := f.list(ctx)
+	return calls
+}
+
+// parkedCommand is the toolbus command that answers parked call p.
+func parkedCommand(p bus.Parked) string {
+	return nextCommand(bus.ParkedCall{ID: p.ID, Name: p.Name, Kind: p.Kind}, false)
+}
+
+// blocksText is the text of blocks on one line ([kind] for others).
+func blocksText(blocks []bus.Block) string {
+	parts := make([]string, 0, len(blocks))
+	for _, b := range blocks {
+		if b.Type == "text" {
+			parts = append(parts, strings.Join(strings.Fields(b.Text), " "))
+		} else {
+			parts = append(parts, "["+b.Type+"]")
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// parkedLister lists the parked calls of session's reply replyID.
+func parkedLister(cl *client.Client, session, replyID string) func(context.Context) ([]bus.ParkedCall, error) {
+	return func(ctx context.Context) ([]bus.ParkedCall, error) {
+		_, calls, err := listParked(ctx, cl, session)
+		var mine []bus.ParkedCall
+		for _, p := range calls {
+			if p.ReplyID == replyID {
+				mine = append(mine, p)
+			}
+		}
+		return mine, err
+	}
 }

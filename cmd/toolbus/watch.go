@@ -22,11 +22,10 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	all := cn.session == allSessions
-	cl, closeConn, err := cn.open(ctx, fs)
+	cl, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
 	var events *client.Events
 	if *replay {
 		events, err = cl.Replay(ctx, cn.session)
@@ -43,12 +42,12 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *asJSON {
 		line = (*bus.Event).Encode
 	}
-	return printEvents(ctx, stdout, events.C, line)
+	return printEvents(ctx, stdout, events.C, line, errors.New("the event stream ended"))
 }
 
-// printEvents prints one line per event until ctx ends (nil) or the stream
-// closes on its own (an error).
-func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, line func(*bus.Event) ([]byte, error)) error {
+// printEvents prints one line per event (none for a nil line) until ctx
+// ends (nil) or the stream closes on its own (ended).
+func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, line func(*bus.Event) ([]byte, error), ended error) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -58,11 +57,14 @@ func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, lin
 				if ctx.Err() != nil {
 					return nil
 				}
-				return errors.New("the event stream ended")
+				return ended
 			}
 			b, err := line(e)
 			if err != nil {
 				return err
+			}
+			if b == nil {
+				continue // not one to print
 			}
 			if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
 				return err
@@ -113,4 +115,82 @@ func (l *watchLines) of(e *bus.Event, withSession bool) string {
 		}
 	}
 	return out
+}
+
+// allSessions is the --session of watch and watch-handoff that shows every
+// session (conn.anySession).
+const allSessions = "*"
+
+func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cn := newFlagSet("watch-handoff", stderr)
+	sf := fs.Lookup("session")
+	sf.Usage = `only the requests of this session; "*" for every session`
+	sf.DefValue, cn.session, cn.anySession = allSessions, allSessions, true
+	confirm := fs.Bool("confirm", false, "follow the confirmation requests (P.confirm.<tool>) instead of the external ones (P.external.<tool>)")
+	asJSON := fs.Bool("json", false, "print each request as one line of CloudEvent JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError(fs, "watch-handoff takes a tool name (or \"*\" for every tool), got %d arguments", len(pos))
+	}
+	tool := pos[0]
+	if tool != "*" && !bus.ValidName(tool) {
+		return usageError(fs, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$ (or be \"*\")", tool)
+	}
+	cl, err := cn.open(ctx, fs)
+	if err != nil {
+		return err
+	}
+	kind, subject := "external", bus.NewSubjects(cn.prefix).Handoffs.External(tool)
+	if *confirm {
+		kind, subject = "confirm", bus.NewSubjects(cn.prefix).Handoffs.Confirm(tool)
+	}
+	forTool := tool
+	if tool == "*" {
+		forTool = ""
+	}
+	// A router's consumer delivers every call still parked, oldest first,
+	// then what parks: the record is the request until it is answered or
+	// expires, so this shows what was asked while nobody watched.
+	// The router makes it and relays the pulls (P.handoff.<kind>[.<tool>]),
+	// so handlers and approvers need no JetStream permission.
+	ev, err := cl.Parked().Follow(ctx, kind, forTool)
+	if err != nil {
+		return fmt.Errorf("follow %s: %w", subject, err)
+	}
+	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
+	fmt.Fprintf(stderr, "following %s, the calls parked in bucket %s, from the oldest (Ctrl-C to stop)\n", subject, bus.NewSubjects(cn.prefix).Bucket(bus.BucketParked))
+	// Each request as one line: readable, or the CloudEvent as compact JSON.
+	line := func(e *bus.Event) ([]byte, error) {
+		switch {
+		case cn.session != allSessions && e.SessionID != cn.session:
+			return nil, nil
+		case *asJSON:
+			return json.Marshal(e)
+		}
+		return []byte(requestLine(e)), nil
+	}
+	return printEvents(ctx, stdout, ev.C, line, nil)
+}
+
+// requestLine is one line of watch-handoff: time, session, reply id, call
+// id, tool and input; for a confirmation also the reason it asks and the
+// rules --remember would add.
+func requestLine(e *bus.Event) string {
+	head := []string{eventTime(e), orDash(e.SessionID), orDash(e.ReplyID), orDash(e.ToolCallID)}
+	var req bus.HandoffRequest
+	if err := e.DataAs(&req); err != nil {
+		return strings.Join(append(head, e.Type, short(string(e.Data))), " ")
+	}
+	line := strings.Join(append(head, orDash(req.Call.Name), inputText(req.Call.Input)), " ")
+	if e.Type != bus.TypeConfirmReq {
+		return line
+	}
+	line += " — asks: " + orDash(req.Reason)
+	if len(req.SuggestedRules) > 0 {
+		line += "; --remember adds: " + rulesText(req.SuggestedRules)
+	}
+	return line
 }

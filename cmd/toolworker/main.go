@@ -6,9 +6,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer obs.Stop()
 	log := obs.Log
 
-	if *mcpConfig != "" && !flagSet(fs, "demo") {
+	if *mcpConfig != "" && !cli.Given(fs, "demo") {
 		*demo = false
 	}
 	if !*demo && !*withBuiltin && *mcpConfig == "" {
@@ -200,11 +200,8 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		if err := cat.Start(ctx); err != nil {
 			return nil, err
 		}
-		if id == "" {
-			id = w.ID()
-		}
 		// A fresh private directory under the user cache directory.
-		m, err := builtin.SkillsMaterializer(cat, "", "toolworker-"+id+"-", cfg)
+		m, err := builtin.SkillsMaterializer(cat, "", "toolworker-"+cmp.Or(id, w.ID())+"-", cfg)
 		if err != nil {
 			_ = cat.Drain(context.WithoutCancel(ctx))
 			return nil, err
@@ -216,11 +213,4 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		return nil, err
 	}
 	return stop, nil
-}
-
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

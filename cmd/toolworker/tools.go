@@ -160,7 +160,6 @@ type WordCountOut struct {
 	Words int `json:"words"`
 }
 
-// SlowEchoIn is the input of slow_echo.
 // BigTextIn is the input of big_text.
 type BigTextIn struct {
 	KiB int `json:"kib" jsonschema:"minimum=1,maximum=16384,description=Size of the text in KiB (1024 bytes)"`
@@ -181,6 +180,7 @@ func bigText(_ context.Context, _ *worker.Call, in BigTextIn) (string, error) {
 	return b.String()[:in.KiB*1024], nil
 }
 
+// SlowEchoIn is the input of slow_echo.
 type SlowEchoIn struct {
 	Text string `json:"text" jsonschema:"description=The text to send back"`
 	MS   int    `json:"ms" jsonschema:"minimum=0,maximum=120000,description=How long to wait in milliseconds before answering"`

@@ -173,6 +173,13 @@ func GroupedUsage(fs *flag.FlagSet, head string, common map[string]bool, commonT
 	}
 }
 
+// Given reports whether the flag name was set on fs's command line.
+func Given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // FlagNames returns the names of the flags defined on fs.
 func FlagNames(fs *flag.FlagSet) map[string]bool {
 	names := map[string]bool{}

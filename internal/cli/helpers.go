@@ -17,14 +17,22 @@ import (
 // ./cmd/toolbus ...). It returns their paths, in order, and where they came
 // from.
 func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), names ...string) (paths []string, from string, err error) {
-	in := func(d string) ([]string, bool) {
+	// find returns the path look gives each name, unless it finds one not.
+	find := func(look func(name string) (string, bool)) ([]string, bool) {
 		ps := make([]string, len(names))
 		for i, n := range names {
-			if ps[i] = filepath.Join(d, n); !isExecutable(ps[i]) {
+			var ok bool
+			if ps[i], ok = look(n); !ok {
 				return nil, false
 			}
 		}
 		return ps, true
+	}
+	in := func(d string) ([]string, bool) {
+		return find(func(n string) (string, bool) {
+			p := filepath.Join(d, n)
+			return p, isExecutable(p)
+		})
 	}
 	list := strings.Join(names, " and ")
 	if dir != "" {
@@ -38,22 +46,14 @@ func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), na
 			return ps, "next to " + exe, nil
 		}
 	}
-	if ps, ok := onPath(names); ok {
+	onPath := func(n string) (string, bool) {
+		p, err := osexec.LookPath(n)
+		return p, err == nil
+	}
+	if ps, ok := find(onPath); ok {
 		return ps, "$PATH", nil
 	}
 	return build(ctx, tmp, logf, names, list)
-}
-
-func onPath(names []string) ([]string, bool) {
-	ps := make([]string, len(names))
-	for i, n := range names {
-		p, err := osexec.LookPath(n)
-		if err != nil {
-			return nil, false
-		}
-		ps[i] = p
-	}
-	return ps, true
 }
 
 // build builds names from the toolbus module the current directory is in.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -28,11 +29,8 @@ func setupTracing(ctx context.Context, endpoint string, insecure bool, service s
 	if err != nil {
 		return nil, err
 	}
-	if service == "" {
-		service = "toolbus"
-	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
-		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", service))))
+		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", cmp.Or(service, "toolbus")))))
 	tracing.Enable(tp)
 	return tp.Shutdown, nil
 }

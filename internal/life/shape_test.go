@@ -21,8 +21,8 @@ var rootContexts = map[string]string{
 	"internal/life/life.go drain":       "the cleanup window's wait, once the drain's own context has ended",
 	"internal/cli/cli.go Main":          "the commands' shared main: the signal context every run gets",
 	"builtin/interp_linux.go interpret": "the sandbox process's main (toolbus-sandbox), after the re-exec",
-	"builtin/execlist.go gitExecPath":   "a one-shot probe bounded to 10 s inside NewShell, which takes no context; not background work",
-	"bench/child.go runChild":           "a bench child process's main: its signal context",
+	"builtin/shell.go gitExecPath":      "a one-shot probe bounded to 10 s inside NewShell, which takes no context; not background work",
+	"bench/process.go runChild":         "a bench child process's main: its signal context",
 }
 
 // resources are the exported Stop/Close/Drain methods without a context:
@@ -30,7 +30,6 @@ var rootContexts = map[string]string{
 var resources = map[string]string{
 	"bus/offload/read.go Object.Close":             "io.ReadCloser of a stored output",
 	"skills/materialize.go Materializer.Close":     "removes the materialized directory",
-	"builtin/files.go Files.Close":                 "closes the os.Root of the base directory",
 	"mcp/bridge/bounds.go limitedBody.Close":       "an HTTP response body (io.ReadCloser)",
 	"mcp/bridge/transport.go stdioTransport.Close": "mcp-go's transport.Interface: ends the server process's pipes",
 }

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -26,18 +27,18 @@ import (
 // What a bridged server may ask of its client (docs/protocol.md 12): roots,
 // elicitation (form and URL) and sampling. An elicitation becomes a call of
 // the request-scoped external tool mcp__<server>__elicit in the session of
-// the bus call that caused it, so it parks (kind external) and is answered
-// like any parked call; a sampling request becomes a call of the server's
-// sampling_tool, or is refused.
+// the bus call that caused it, so it parks and is answered like any parked
+// call; a sampling request becomes a call of the server's sampling_tool.
 
-// maxQuestions bounds the elicitation and sampling requests of one server
-// waiting at once; more are refused, so a server cannot flood a session
-// with parked calls or the bridge with subscriptions.
-const maxQuestions = 8
-
-// maxElicitRounds bounds how often an elicitation is parked again after an
-// answer whose content did not fit the requested schema.
-const maxElicitRounds = 3
+const (
+	// maxQuestions bounds the elicitation and sampling requests of one
+	// server waiting at once, so a server cannot flood a session with
+	// parked calls or the bridge with subscriptions.
+	maxQuestions = 8
+	// maxElicitRounds bounds how often an elicitation is parked again
+	// after an answer that did not fit the requested schema.
+	maxElicitRounds = 3
+)
 
 // capabilities are the client capabilities the bridge declares.
 func capabilities() mcp.ClientCapabilities {
@@ -52,9 +53,8 @@ func capabilities() mcp.ClientCapabilities {
 	return c
 }
 
-// asker answers a server's requests of the bridge (roots, elicitation,
-// sampling) on behalf of the bus call behind them (origin), asking on the
-// bus through bus.
+// asker answers a server's requests of the bridge on behalf of the bus
+// call behind them (origin).
 type asker struct {
 	s            *Server
 	defaultRoots []string // Config.Roots, when the server has none
@@ -64,7 +64,6 @@ type asker struct {
 	log          *slog.Logger
 }
 
-// askBus is what asking on the bus needs (client.Client).
 type askBus interface {
 	Watch(ctx context.Context, session string) (*client.Events, error)
 	Call(ctx context.Context, session string, b bus.Batch, opts ...client.CallOption) (*bus.Reply, error)
@@ -73,37 +72,20 @@ type askBus interface {
 
 var _ askBus = (*client.Client)(nil)
 
-// clientOptions are the mcp-go client options that answer the server's
-// requests.
 func (a *asker) clientOptions() []mcpclient.ClientOption {
-	return []mcpclient.ClientOption{
-		mcpclient.WithClientCapabilities(capabilities()),
-		mcpclient.WithRootsHandler(rootsFunc(a.roots)),
-		mcpclient.WithElicitationHandler(elicitFunc(a.elicit)),
-		mcpclient.WithSamplingHandler(samplingFunc(a.sample)),
-	}
+	return []mcpclient.ClientOption{mcpclient.WithClientCapabilities(capabilities()),
+		mcpclient.WithRootsHandler(a), mcpclient.WithElicitationHandler(a), mcpclient.WithSamplingHandler(a)}
 }
 
-type (
-	rootsFunc    func(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error)
-	elicitFunc   func(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error)
-	samplingFunc func(context.Context, mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error)
+var (
+	_ mcpclient.RootsHandler       = (*asker)(nil)
+	_ mcpclient.ElicitationHandler = (*asker)(nil)
+	_ mcpclient.SamplingHandler    = (*asker)(nil)
 )
 
-func (f rootsFunc) ListRoots(ctx context.Context, r mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-	return f(ctx, r)
-}
-func (f elicitFunc) Elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
-	return f(ctx, r)
-}
-func (f samplingFunc) CreateMessage(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	return f(ctx, r)
-}
-
-// roots answers roots/list: the server's configured roots, else the
-// bridge's (the worker's --workdir), as file:// URIs. Nothing else of the
-// machine is named.
-func (a *asker) roots(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+// ListRoots answers roots/list: the server's configured roots, else the
+// bridge's (the worker's --workdir), as file:// URIs.
+func (a *asker) ListRoots(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
 	list := a.s.Roots
 	if len(list) == 0 {
 		list = a.defaultRoots
@@ -115,8 +97,6 @@ func (a *asker) roots(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResu
 	return out, nil
 }
 
-// rootOf names a configured root: a file:// URI as it is, a path made
-// absolute and turned into one.
 func rootOf(r string) mcp.Root {
 	if strings.HasPrefix(r, "file://") {
 		u, err := url.Parse(r)
@@ -131,7 +111,7 @@ func rootOf(r string) mcp.Root {
 }
 
 // origin is the bus call (or calls, of one session) a server's request
-// belongs to; done is closed when every one of them has ended.
+// belongs to.
 type origin struct {
 	session string
 	user    json.RawMessage
@@ -172,9 +152,8 @@ func (l *link) origin(ctx context.Context) (*origin, error) {
 	return o, nil
 }
 
-// bound returns ctx cut short when every call of o has ended (a question
-// outlives none of the calls it is asked for), and the earliest of their
-// deadlines, if any.
+// bound returns ctx cut short when every call of o has ended: a question
+// outlives none of the calls it is asked for.
 func (o *origin) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	var mu sync.Mutex
@@ -203,7 +182,6 @@ func (o *origin) bound(ctx context.Context) (context.Context, context.CancelFunc
 // parks as.
 func ElicitName(server string) string { return ToolName(server, "elicit") }
 
-// elicitSchema is the input schema of the elicit tool.
 var elicitSchema = json.RawMessage(`{"type":"object","properties":{` +
 	`"server":{"type":"string"},"user":{},"mode":{"type":"string","enum":["form","url"]},"message":{"type":"string"},` +
 	`"requested_schema":{"type":"object"},"url":{"type":"string"},"elicitation_id":{"type":"string"},` +
@@ -214,15 +192,13 @@ const elicitDescription = "An MCP server asks the user. Answer with a text block
 	`{"action":"accept","content":{...}} (content fits requested_schema), {"action":"decline"} or {"action":"cancel"}; ` +
 	"a bare JSON object is accepted as the content; an error answer declines."
 
-// elicitInput is what the parked elicit call shows its answerer: the
-// question record the facade reads too (bus.Question).
+// elicitInput is what the parked elicit call shows its answerer.
 type elicitInput = bus.Question
 
-// elicit answers elicitation/create: it parks a call of the elicit tool in
+// Elicit answers elicitation/create: it parks a call of the elicit tool in
 // the origin's session and returns the answer, checked against the
-// requested schema (a misfit is parked again, at most maxElicitRounds
-// times, then cancelled).
-func (a *asker) elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+// requested schema (a misfit is parked again, then cancelled).
+func (a *asker) Elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
 	o, err := a.origin(ctx)
 	if err != nil {
 		return nil, err
@@ -231,9 +207,7 @@ func (a *asker) elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.Elic
 	defer done()
 	in := elicitInput{Server: a.s.Name, User: o.user, Mode: r.Params.Mode, Message: r.Params.Message, URL: r.Params.URL,
 		ElicitationID: r.Params.ElicitationID, Calls: o.calls}
-	if in.Mode == "" {
-		in.Mode = mcp.ElicitationModeForm
-	}
+	in.Mode = cmp.Or(in.Mode, mcp.ElicitationModeForm)
 	var schema *schemas.Schema
 	if in.Mode == mcp.ElicitationModeForm && r.Params.RequestedSchema != nil {
 		raw, err := json.Marshal(r.Params.RequestedSchema)
@@ -262,8 +236,8 @@ func (a *asker) elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.Elic
 	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionCancel}}, nil
 }
 
-// elicitAnswer reads an answer to an elicit call; why is not empty when the
-// answer cannot be given to the server.
+// elicitAnswer reads an answer to an elicit call; why: it cannot be given
+// to the server.
 func elicitAnswer(res bus.Result, schema *schemas.Schema) (out *mcp.ElicitationResult, why string) {
 	action := func(a mcp.ElicitationResponseAction, content any) *mcp.ElicitationResult {
 		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: a, Content: content}}
@@ -299,10 +273,8 @@ func elicitAnswer(res bus.Result, schema *schemas.Schema) (out *mcp.ElicitationR
 	if act != mcp.ElicitationResponseActionAccept {
 		return action(act, nil), ""
 	}
-	if schema == nil {
-		if len(content) == 0 {
-			return action(act, nil), ""
-		}
+	if schema == nil && len(content) == 0 {
+		return action(act, nil), ""
 	}
 	if len(content) == 0 {
 		content = json.RawMessage(`{}`)
@@ -326,8 +298,8 @@ func elicitAnswer(res bus.Result, schema *schemas.Schema) (out *mcp.ElicitationR
 	return action(act, c), ""
 }
 
-// answerText is the text of an answer: its text blocks joined, else its
-// first application/json data block decoded.
+// answerText is the text of an answer: its text blocks, else its first
+// application/json data block.
 func answerText(out []bus.Block) string {
 	var parts []string
 	for _, b := range out {
@@ -348,14 +320,12 @@ func answerText(out []bus.Block) string {
 	return ""
 }
 
-// errNoSampling is the refusal of a sampling request by a server that has
-// no sampling_tool.
 var errNoSampling = errors.New("sampling is refused: no sampling_tool is configured for this MCP server in the bridge's config")
 
-// sample answers sampling/createMessage through the server's
-// sampling_tool: a call of that bus tool in the origin's session, with the
-// request's params as input; its text becomes the assistant's message.
-func (a *asker) sample(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+// CreateMessage answers sampling/createMessage with a call of the
+// server's sampling_tool in the origin's session, the request's params as
+// input; its text becomes the assistant's message.
+func (a *asker) CreateMessage(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 	if a.s.SamplingTool == "" {
 		return nil, fmt.Errorf("MCP server %q: %w", a.s.Name, errNoSampling)
 	}
@@ -377,8 +347,7 @@ func (a *asker) sample(ctx context.Context, r mcp.CreateMessageRequest) (*mcp.Cr
 }
 
 // ask runs one call in o's session on the server's behalf and waits for
-// its result (after its park, if it parks) until ctx ends; then the call
-// is cancelled.
+// its result until ctx ends; then the call is cancelled.
 func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request) (bus.Result, error) {
 	select {
 	case a.questions <- struct{}{}:

@@ -36,8 +36,7 @@ const (
 	headBytes = 4 << 10
 )
 
-// cut returns s when it has at most limit bytes, else its first bytes
-// (whole runes) and a note of how much was cut, at most limit bytes in all.
+// cut returns s cut to at most limit bytes (whole runes), saying so.
 func cut(s string, limit int) string {
 	if len(s) <= limit {
 		return s
@@ -50,7 +49,6 @@ func cut(s string, limit int) string {
 	return s[:max(keep, 0)] + note
 }
 
-// tooLarge is the error of a message past the limit.
 func tooLarge(limit int64) error {
 	return fmt.Errorf("the MCP server's message exceeds the bridge's limit of %d bytes; refused", limit)
 }
@@ -76,7 +74,6 @@ func newProgressGate(every time.Duration, send func(string)) *progressGate {
 	return &progressGate{send: send, every: every}
 }
 
-// offer takes one notice.
 func (g *progressGate) offer(text string) {
 	text = cut(text, maxProgressText)
 	g.mu.Lock()
@@ -99,7 +96,6 @@ func (g *progressGate) offer(text string) {
 	g.mu.Unlock()
 }
 
-// flush sends the pending notice.
 func (g *progressGate) flush() {
 	g.mu.Lock()
 	g.timer = nil
@@ -170,7 +166,6 @@ func (l *lineLimiter) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// take handles one chunk of the server's output.
 func (l *lineLimiter) take(b []byte) {
 	for len(b) > 0 && l.err == nil {
 		i := bytes.IndexByte(b, '\n')
@@ -203,7 +198,6 @@ func (l *lineLimiter) take(b []byte) {
 	}
 }
 
-// pass hands on part of the current line.
 func (l *lineLimiter) pass(seg []byte) {
 	l.out = append(l.out, seg...)
 	l.n += int64(len(seg))

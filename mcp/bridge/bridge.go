@@ -12,6 +12,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,18 +54,15 @@ type Config struct {
 	// doubling from one to the other; zero means 100ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
 	// Grace is how long a disconnected server's tools stay registered
-	// while it is reconnected: calls meanwhile wait for the server (within
-	// their own deadline). A server back within Grace with the same tools
-	// changes nothing on the bus; one still down after it has its tools
-	// withdrawn. Zero means 10s; negative withdraws at once.
+	// while it is reconnected (calls meanwhile wait for the server); zero
+	// means 10s, negative withdraws at once.
 	Grace time.Duration
-	// Roots are the roots every server is told (roots/list) unless its
-	// own roots are configured: directories or file:// URIs, typically the
-	// worker's --workdir. None: an empty list.
+	// Roots are the roots every server without its own is told
+	// (roots/list): directories or file:// URIs, typically the worker's
+	// --workdir; none: an empty list.
 	Roots []string
 	// MaxMessage is the largest JSON-RPC message read from a server, in
-	// bytes (a stdio line, an HTTP body, one SSE event); a larger one is
-	// refused while it streams. Zero means DefaultMaxMessage (16 MiB).
+	// bytes; zero means DefaultMaxMessage.
 	MaxMessage int64
 	// Logger receives the bridge's logs; nil discards.
 	Logger *slog.Logger
@@ -89,9 +87,7 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	if err := f.Validate(); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	if cfg.ID == "" {
-		cfg.ID = nuid.Next()
-	}
+	cfg.ID = cmp.Or(cfg.ID, nuid.Next())
 	if !bus.ValidID(cfg.ID) || len(cfg.ID) > 64 {
 		return nil, fmt.Errorf("bridge: id %q must match ^[A-Za-z0-9_-]{1,64}$", cfg.ID)
 	}
@@ -126,9 +122,8 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	return b, nil
 }
 
-// newLink makes server s's link and wires its parts, each over what it
-// needs of the bridge and the link: the one place that knows both
-// (docs/mcp.md "Structure").
+// newLink makes server s's link and wires its parts: the one place that
+// knows both the bridge and the link (docs/mcp.md "Structure").
 func (b *Bridge) newLink(s *Server) *link {
 	log := b.cfg.Logger.With("mcp_server", s.Name)
 	l := &link{nc: b.nc, cfg: b.cfg, groups: b.file.Groups, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*inflight{}}
@@ -156,8 +151,8 @@ func (b *Bridge) Start(ctx context.Context) error {
 }
 
 // Drain disconnects every server and withdraws its tools, waiting for them
-// until ctx ends, then at most a short cleanup (internal/life). It is safe
-// to call twice and concurrently.
+// until ctx ends (internal/life). It is safe to call twice and
+// concurrently.
 func (b *Bridge) Drain(ctx context.Context) error {
 	b.stopOnce.Do(b.unsubscribe)
 	return b.life.Drain(ctx)
@@ -176,22 +171,9 @@ func (b *Bridge) unsubscribe() {
 	b.subs = nil
 }
 
-// Tools returns the bus names of the tools the server named server has
-// registered now (nil while it is not connected), in the server's order.
-func (b *Bridge) Tools(server string) []string {
-	for _, l := range b.links {
-		if l.s.Name == server {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			return slices.Clone(l.names)
-		}
-	}
-	return nil
-}
-
-// link is one server: its connection, its worker, its calls' progress.
-// It owns the connection's lifecycle (connect, list and register, ping,
-// reconnect within the grace); its parts serve what runs over it.
+// link is one server: it owns the connection's lifecycle (connect, list
+// and register, ping, reconnect within the grace); its parts serve what
+// runs over it.
 type link struct {
 	nc     *nats.Conn
 	cfg    Config      // the bridge's
@@ -199,8 +181,8 @@ type link struct {
 	s      *Server
 	log    *slog.Logger
 
-	asks  *asker          // the server's requests: roots, elicitation, sampling (ask.go)
-	res   *resourceServer // the resources verb (resources.go)
+	asks  *asker          // ask.go
+	res   *resourceServer // resources.go
 	calls *caller         // the tools' bus calls (handler, task.go)
 
 	fail, refresh chan struct{}
@@ -217,7 +199,6 @@ type link struct {
 	tr       transport.Interface
 	w        *worker.Worker
 	defs     []bus.ToolDef
-	names    []string
 	gen      int
 	progress map[string]*inflight // progress token → call
 }
@@ -251,7 +232,7 @@ func (l *link) run(ctx context.Context) {
 		connected, err := l.session(ctx)
 		switch {
 		case ctx.Err() != nil || l.cfg.Grace < 0:
-			l.withdraw(ctx)
+			l.stopWorker(ctx)
 		case connected:
 			// The grace period runs from the disconnection; failed
 			// attempts to reconnect do not extend it.
@@ -264,20 +245,17 @@ func (l *link) run(ctx context.Context) {
 			backoff = l.cfg.MinBackoff
 		}
 		l.log.Warn("bridge: MCP server disconnected; reconnecting", "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
-		case <-t.C:
+		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, l.cfg.MaxBackoff)
 	}
 }
 
 // session connects, registers the server's tools and serves until the
-// server fails or ctx ends. connected reports whether it got as far as
-// registering.
+// server fails or ctx ends; connected: it got as far as registering.
 func (l *link) session(ctx context.Context) (connected bool, err error) {
 	tr, err := newTransport(l.s, l.cfg.MaxMessage, slog.New(quiet{l.log.Handler()}))
 	if err != nil {
@@ -325,7 +303,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	if err := l.publish(ctx, cl); err != nil {
 		return false, err
 	}
-	l.log.Info("bridge: MCP server connected", "tools", len(l.names))
+	l.log.Info("bridge: MCP server connected", "tools", len(l.defs))
 	ping := time.NewTicker(l.cfg.Ping)
 	defer ping.Stop()
 	for {
@@ -396,7 +374,7 @@ func (l *link) graceful(ctx context.Context) {
 	})
 }
 
-// wakeLocked wakes the calls waiting for the server (l.mu held).
+// wakeLocked wakes the calls waiting for the server.
 func (l *link) wakeLocked() {
 	if l.wake != nil {
 		close(l.wake)
@@ -430,8 +408,8 @@ func (l *link) connection(ctx context.Context, dead *mcpclient.Client) (*mcpclie
 	}
 }
 
-// publish lists the server's tools and, when their definitions differ from
-// the registered ones, replaces the server's worker.
+// publish lists the server's tools and, when their definitions changed,
+// replaces the server's worker.
 func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	l.pub.Lock()
 	defer l.pub.Unlock()
@@ -479,18 +457,16 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(defs))
 	for _, d := range defs {
 		if err := w.Handle(d, l.calls.handler(d.MCP.Tool, d.MCP.TaskSupport == string(mcp.TaskSupportRequired), d.ReadOnly || d.Idempotent)); err != nil {
 			return err
 		}
-		names = append(names, d.Name)
 	}
 	if err := w.Start(ctx); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	l.mu.Lock()
-	l.w, l.defs, l.names = w, defs, names
+	l.w, l.defs = w, defs
 	l.mu.Unlock()
 	return nil
 }
@@ -501,15 +477,12 @@ func sameDefs(a, b []bus.ToolDef) bool {
 	return string(x) == string(y)
 }
 
-// withdraw stops the server's worker: its tools leave the bus at once.
-func (l *link) withdraw(ctx context.Context) { l.stopWorker(ctx) }
-
 // stopWorker drains the server's worker for at most 30 s, even when ctx
 // (the link's run) has ended.
 func (l *link) stopWorker(ctx context.Context) {
 	l.mu.Lock()
 	w := l.w
-	l.w, l.defs, l.names = nil, nil, nil
+	l.w, l.defs = nil, nil
 	l.wakeLocked()
 	l.mu.Unlock()
 	if w == nil {
@@ -543,8 +516,8 @@ func (l *link) onNotification(n mcp.JSONRPCNotification) {
 	}
 }
 
-// progressText renders an MCP progress notification: its message, then
-// "(progress/total)" or "(progress)".
+// progressText renders an MCP progress notification: "message
+// (progress/total)".
 func progressText(f map[string]any) string {
 	msg, _ := f["message"].(string)
 	p := fmt.Sprint(f["progress"])
@@ -559,14 +532,10 @@ func progressText(f map[string]any) string {
 
 // caller runs the bus calls of a server's tools on its connection.
 type caller struct {
-	s *Server
-	// conn is the server's connection other than dead, waiting while it
-	// is reconnected (link.connection).
-	conn func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface)
-	// track notes a call in flight under its progress token until the
-	// function it returns is called (link.track).
-	track func(token string, f *inflight) (untrack func())
-	lost  func() // the connection failed: reconnect
+	s     *Server
+	conn  func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) // link.connection
+	track func(token string, f *inflight) (untrack func())                                           // link.track
+	lost  func()                                                                                     // the connection failed: reconnect
 	// retry: a read-only or idempotent call cut by a failed connection
 	// runs once more on the new one (Config.Grace > 0).
 	retry bool
@@ -586,9 +555,9 @@ func (l *link) track(token string, f *inflight) (untrack func()) {
 	}
 }
 
-// handler calls the MCP tool named tool, as a task when asTask (task.go).
-// A call that fails because the connection did is made once more on the
-// reconnected server when retry (read-only or idempotent tools).
+// handler calls the MCP tool named tool, as a task when asTask (task.go);
+// when retry, a call cut by a failed connection is made once more on the
+// reconnected server.
 func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 	return func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
 		var args map[string]any
@@ -636,8 +605,8 @@ func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 	}
 }
 
-// failed turns a failed MCP call into its result; lost reports that the
-// connection failed (and l is told so).
+// failed turns a failed MCP call into its result; lost: the connection
+// failed (and cr.lost was called).
 func (cr *caller) failed(ctx context.Context, tr transport.Interface, ids *requestIDs, err error) (_ *bus.ExecResult, lost bool) {
 	// The SSE transport answers a deadline with its own time-out error a
 	// moment before ctx reports it.

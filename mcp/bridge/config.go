@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"regexp"
@@ -98,8 +99,8 @@ func Load(path string) (*File, error) {
 	return f, nil
 }
 
-// Parse decodes a configuration (YAML or JSON, unknown members refused) and
-// validates it.
+// Parse decodes a configuration (YAML or JSON, unknown members refused)
+// and validates it.
 func Parse(b []byte) (*File, error) {
 	f := &File{}
 	if err := yaml.UnmarshalStrict(b, f); err != nil {
@@ -116,9 +117,7 @@ func Parse(b []byte) (*File, error) {
 func (f *File) Validate() error {
 	seen := map[string]bool{}
 	for i := range f.Groups {
-		if f.Groups[i].Scope == "" {
-			f.Groups[i].Scope = bus.ScopeMeta
-		}
+		f.Groups[i].Scope = cmp.Or(f.Groups[i].Scope, bus.ScopeMeta)
 		if !bus.ValidName(f.Groups[i].Name) {
 			return fmt.Errorf("group %q: name must match ^[A-Za-z0-9_-]{1,64}$", f.Groups[i].Name)
 		}
@@ -191,7 +190,6 @@ func (s *Server) validate() error {
 	return nil
 }
 
-// bridged reports whether the server's tool named name is bridged.
 func (s *Server) bridged(name string) bool {
 	if len(s.EnableTools) > 0 && !slices.Contains(s.EnableTools, name) {
 		return false
@@ -206,8 +204,8 @@ func (s *Server) setupTimeout() time.Duration {
 	return min(max(s.timeout, 10*time.Second), 30*time.Second)
 }
 
-// unknownNames returns the names of EnableTools and DisableTools that none
-// of tools has, sorted.
+// unknownNames returns the names of EnableTools and DisableTools that
+// none of tools has.
 func (s *Server) unknownNames(tools []mcp.Tool) []string {
 	have := make(map[string]bool, len(tools))
 	for _, t := range tools {

@@ -2,11 +2,13 @@ package bridge
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -14,7 +16,6 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// maxName is the longest tool name (docs/protocol.md 1).
 const maxName = 64
 
 // ToolName is the bus name of the MCP tool named tool on server:
@@ -67,14 +68,10 @@ func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 		schemas.Output = nil
 	}
 	title := t.Title
-	if title == "" {
-		title = t.Annotations.Title
-	}
+	title = cmp.Or(title, t.Annotations.Title)
 	title = cut(title, MaxTitle)
 	desc := t.Description
-	if desc == "" {
-		desc = title
-	}
+	desc = cmp.Or(desc, title)
 	desc = cut(desc, MaxDescription)
 	ref := &bus.MCPRef{Server: s.Name, Tool: t.Name, Annotations: annotations(t.Annotations)}
 	if t.Execution != nil {
@@ -103,7 +100,6 @@ func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 	return d, nil
 }
 
-// annotations copies an MCP tool's annotations; none at all is nil.
 func annotations(a mcp.ToolAnnotation) *bus.MCPAnnotations {
 	out := bus.MCPAnnotations{Title: cut(a.Title, MaxTitle), ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
 		IdempotentHint: a.IdempotentHint, OpenWorldHint: a.OpenWorldHint}
@@ -140,8 +136,7 @@ func Result(r *mcp.CallToolResult) *bus.ExecResult {
 	return res
 }
 
-// structured returns the result's structuredContent as compact JSON, or
-// nil when it has none.
+// structured returns the result's structuredContent as compact JSON.
 func structured(r *mcp.CallToolResult) []byte {
 	var b []byte
 	if len(r.RawStructuredContent) > 0 && string(r.RawStructuredContent) != "null" {
@@ -161,36 +156,37 @@ func structured(r *mcp.CallToolResult) []byte {
 	return c.Bytes()
 }
 
+// deref returns the value x points to when it is a non-nil pointer to a
+// T (content a Go server built from pointers), else x.
+func deref[T any](x T) T {
+	if v := reflect.ValueOf(x); v.Kind() == reflect.Pointer && !v.IsNil() {
+		if e, ok := v.Elem().Interface().(T); ok {
+			return e
+		}
+	}
+	return x
+}
+
 func block(c mcp.Content) bus.Block {
-	switch v := c.(type) {
+	switch v := deref(c).(type) {
 	case mcp.TextContent:
-		return annotate(bus.Block{Type: bus.BlockText, Text: v.Text}, v.Annotations)
-	case *mcp.TextContent:
 		return annotate(bus.Block{Type: bus.BlockText, Text: v.Text}, v.Annotations)
 	case mcp.ImageContent:
 		return annotate(data(v.MIMEType, v.Data, "image/png"), v.Annotations)
-	case *mcp.ImageContent:
-		return annotate(data(v.MIMEType, v.Data, "image/png"), v.Annotations)
 	case mcp.AudioContent:
-		return annotate(data(v.MIMEType, v.Data, "audio/wav"), v.Annotations)
-	case *mcp.AudioContent:
 		return annotate(data(v.MIMEType, v.Data, "audio/wav"), v.Annotations)
 	case mcp.EmbeddedResource:
 		return annotate(resource(v.Resource), v.Annotations)
-	case *mcp.EmbeddedResource:
-		return annotate(resource(v.Resource), v.Annotations)
 	case mcp.ResourceLink:
 		return resourceLink(v)
-	case *mcp.ResourceLink:
-		return resourceLink(*v)
 	}
 	b, _ := json.Marshal(c)
 	return bus.Block{Type: bus.BlockText, Text: string(b)}
 }
 
 // annotate sets b's annotations from MCP content annotations, leaving out
-// values docs/protocol.md 3.3 does not allow (the router would refuse the whole
-// result for them).
+// values docs/protocol.md 3.3 does not allow (the router would refuse the
+// whole result).
 func annotate(b bus.Block, a *mcp.Annotations) bus.Block {
 	if a == nil {
 		return b
@@ -215,17 +211,13 @@ func annotate(b bus.Block, a *mcp.Annotations) bus.Block {
 }
 
 func data(mediaType, b64, def string) bus.Block {
-	if mediaType == "" {
-		mediaType = def
-	}
+	mediaType = cmp.Or(mediaType, def)
 	return bus.Block{Type: bus.BlockData, MediaType: mediaType, Data: b64}
 }
 
 func resourceLink(l mcp.ResourceLink) bus.Block {
 	mt := l.MIMEType
-	if mt == "" {
-		mt = "application/octet-stream"
-	}
+	mt = cmp.Or(mt, "application/octet-stream")
 	b := bus.Block{Type: bus.BlockData, MediaType: mt, URL: l.URI, Name: l.Name, Title: l.Title, Description: l.Description}
 	if l.Size != nil && *l.Size > 0 {
 		b.Size = *l.Size
@@ -234,16 +226,10 @@ func resourceLink(l mcp.ResourceLink) bus.Block {
 }
 
 func resource(r mcp.ResourceContents) bus.Block {
-	switch v := r.(type) {
+	switch v := deref(r).(type) {
 	case mcp.TextResourceContents:
 		return bus.Block{Type: bus.BlockText, Text: v.Text, URI: v.URI, MediaType: v.MIMEType}
-	case *mcp.TextResourceContents:
-		return bus.Block{Type: bus.BlockText, Text: v.Text, URI: v.URI, MediaType: v.MIMEType}
 	case mcp.BlobResourceContents:
-		b := data(v.MIMEType, v.Blob, "application/octet-stream")
-		b.URI = v.URI
-		return b
-	case *mcp.BlobResourceContents:
 		b := data(v.MIMEType, v.Blob, "application/octet-stream")
 		b.URI = v.URI
 		return b

@@ -35,7 +35,7 @@ func TestAskerRoots(t *testing.T) {
 		{"a relative path made absolute", []string{"work"}, nil, []string{"file://" + filepath.ToSlash(abs)}},
 	} {
 		a := &asker{s: &Server{Name: "s", Roots: tc.server}, defaultRoots: tc.other}
-		res, err := a.roots(t.Context(), mcp.ListRootsRequest{})
+		res, err := a.ListRoots(t.Context(), mcp.ListRootsRequest{})
 		if err != nil || res.Roots == nil || len(res.Roots) != len(tc.want) {
 			t.Errorf("%s: %+v %v", tc.name, res, err)
 			continue
@@ -53,14 +53,14 @@ func TestAskerRoots(t *testing.T) {
 func TestAskerRefusals(t *testing.T) {
 	noOrigin := func(context.Context) (*origin, error) { return nil, errors.New("no call in flight") }
 	a := &asker{s: &Server{Name: "s"}, origin: noOrigin, questions: make(chan struct{}, maxQuestions), log: slog.New(slog.DiscardHandler)}
-	if _, err := a.sample(t.Context(), mcp.CreateMessageRequest{}); !errors.Is(err, errNoSampling) {
+	if _, err := a.CreateMessage(t.Context(), mcp.CreateMessageRequest{}); !errors.Is(err, errNoSampling) {
 		t.Fatalf("sampling without a tool: %v", err)
 	}
 	a.s.SamplingTool = "llm"
-	if _, err := a.sample(t.Context(), mcp.CreateMessageRequest{}); err == nil || !strings.Contains(err.Error(), "no call in flight") {
+	if _, err := a.CreateMessage(t.Context(), mcp.CreateMessageRequest{}); err == nil || !strings.Contains(err.Error(), "no call in flight") {
 		t.Fatalf("sampling with no origin: %v", err)
 	}
-	if _, err := a.elicit(t.Context(), mcp.ElicitationRequest{}); err == nil {
+	if _, err := a.Elicit(t.Context(), mcp.ElicitationRequest{}); err == nil {
 		t.Fatal("an elicitation with no origin was asked")
 	}
 	// Full: the (maxQuestions+1)th question is refused at once.

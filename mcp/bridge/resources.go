@@ -15,9 +15,8 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// Resources (docs/protocol.md 12): the bridge serves its servers' resources on
-// P.resources.<server> (request/reply, queue group P-resources-<server>),
-// so a facade or an agent can list and read them.
+// Resources (docs/protocol.md 12): the bridge serves its servers' resources
+// on P.resources.<server> (queue group P-resources-<server>).
 
 // Event types of the resources verb.
 const (
@@ -27,20 +26,17 @@ const (
 	TypeResourcesContents = "io.toolbus.resources.contents" // data ResourcesContents
 )
 
-// maxReaders bounds a server's resource requests in flight; more are
-// refused with limit_exceeded.
-const maxReaders = 16
-
-// maxResources bounds each list a server's resources/list and
-// resources/templates/list give (the rest is left out, Truncated says so).
-const maxResources = 1000
+const (
+	maxReaders   = 16   // a server's resource requests in flight; more are refused
+	maxResources = 1000 // each list; the rest is left out (Truncated)
+)
 
 // ResourcesSubject is the subject the resources of server are served on.
 func ResourcesSubject(prefix, server string) string {
 	return bus.NewSubjects(prefix).Prefix + ".resources." + server
 }
 
-// ResourcesList is the data of io.toolbus.resources.list: nothing (yet).
+// ResourcesList is the data of io.toolbus.resources.list.
 type ResourcesList struct{}
 
 // ResourcesRead is the data of io.toolbus.resources.read.
@@ -78,26 +74,23 @@ type ResourcesListed struct {
 }
 
 // ResourcesContents is the data of io.toolbus.resources.contents: the
-// resource's contents as blocks (text with uri and media_type, or data
-// with uri), as in tool results.
+// resource's contents as blocks, as in tool results.
 type ResourcesContents struct {
 	Contents []bus.Block `json:"contents"`
 }
 
-// resourceServer serves a server's resources verb (P.resources.<server>)
-// over its connection (conn: link.connection).
+// resourceServer serves a server's resources verb over its connection.
 type resourceServer struct {
 	s          *Server
 	nc         *nats.Conn
-	prefix, id string // Config.Prefix, Config.ID
-	conn       func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface)
-	readers    chan struct{} // a semaphore of maxReaders
+	prefix, id string                                                                                     // Config.Prefix, Config.ID
+	conn       func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) // link.connection
+	readers    chan struct{}                                                                              // a semaphore of maxReaders
 	log        *slog.Logger
 }
 
-// serveResources subscribes the server's resources verb; the
-// subscription lives as long as the bridge, base (the bridge's life) is
-// the parent of every request's context.
+// serveResources subscribes the server's resources verb; base is the
+// parent of every request's context.
 func (rs *resourceServer) serveResources(base context.Context) (*nats.Subscription, error) {
 	subj := ResourcesSubject(rs.prefix, rs.s.Name)
 	queue := bus.NewSubjects(rs.prefix).Prefix + "-resources-" + rs.s.Name
@@ -118,18 +111,12 @@ func (rs *resourceServer) serveResources(base context.Context) (*nats.Subscripti
 
 func (rs *resourceServer) source() string { return "toolbus/bridge/" + rs.id }
 
-// resourceRequest answers one request of the resources verb.
 func (rs *resourceServer) resourceRequest(ctx context.Context, m *nats.Msg) {
 	typ, data, err := rs.resources(ctx, m)
-	if err != nil {
-		var be *bus.Error
-		if !errors.As(err, &be) {
-			be = bus.Errorf(bus.CodeInternal, "%v", err)
-		}
-		_ = bus.RespondError(rs.nc, m, rs.source(), be)
-		return
+	var b []byte
+	if err == nil {
+		b, err = json.Marshal(data)
 	}
-	b, err := json.Marshal(data)
 	if err == nil && int64(len(b)) > rs.nc.MaxPayload()-64<<10 {
 		err = bus.Errorf(bus.CodeLimitExceeded, "the resource is %d bytes, more than a message may carry", len(b))
 	}
@@ -191,8 +178,7 @@ func (rs *resourceServer) resources(ctx context.Context, m *nats.Msg) (string, a
 	return "", nil, bus.Errorf(bus.CodeBadRequest, "the resources verb takes %s or %s, not %q", TypeResourcesList, TypeResourcesRead, e.Type)
 }
 
-// strictData decodes e's data into v, refusing unknown members; no data is
-// an empty object.
+// strictData decodes e's data into v, refusing unknown members.
 func strictData(e *bus.Event, v any) error {
 	if len(e.Data) == 0 || string(e.Data) == "null" {
 		return nil
@@ -205,42 +191,35 @@ func strictData(e *bus.Event, v any) error {
 	return nil
 }
 
-func (rs *resourceServer) listResources(ctx context.Context, cl interface {
-	ListResourcesByPage(context.Context, mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error)
-	ListResourceTemplatesByPage(context.Context, mcp.ListResourceTemplatesRequest) (*mcp.ListResourceTemplatesResult, error)
-}) (*ResourcesListed, error) {
+func (rs *resourceServer) listResources(ctx context.Context, cl *mcpclient.Client) (*ResourcesListed, error) {
 	out := &ResourcesListed{Server: rs.s.Name, Resources: []Resource{}, Templates: []ResourceTemplate{}}
-	var req mcp.ListResourcesRequest
-	for {
-		page, err := cl.ListResourcesByPage(ctx, req)
+	err := listPages(ctx, func(ctx context.Context, cursor mcp.Cursor) (mcp.Cursor, error) {
+		page, err := cl.ListResourcesByPage(ctx, mcp.ListResourcesRequest{PaginatedRequest: mcp.PaginatedRequest{Params: mcp.PaginatedParams{Cursor: cursor}}})
 		if err != nil {
-			return nil, bus.Errorf(bus.CodeToolError, "resources/list: %v", err)
+			return "", bus.Errorf(bus.CodeToolError, "resources/list: %v", err)
 		}
 		for _, r := range page.Resources {
 			if len(out.Resources) == maxResources {
 				out.Truncated = true
-				break
+				return "", nil
 			}
 			out.Resources = append(out.Resources, Resource{Name: ToolName(rs.s.Name, r.Name), URI: r.URI, Title: r.Title,
 				Description: r.Description, MediaType: r.MIMEType, Annotations: annotate(bus.Block{}, r.Annotations).Annotations})
 		}
-		if page.NextCursor == "" || out.Truncated || page.NextCursor == req.Params.Cursor {
-			break
-		}
-		req.Params.Cursor = page.NextCursor
+		return page.NextCursor, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	var treq mcp.ListResourceTemplatesRequest
-	for {
-		page, err := cl.ListResourceTemplatesByPage(ctx, treq)
+	err = listPages(ctx, func(ctx context.Context, cursor mcp.Cursor) (mcp.Cursor, error) {
+		page, err := cl.ListResourceTemplatesByPage(ctx, mcp.ListResourceTemplatesRequest{PaginatedRequest: mcp.PaginatedRequest{Params: mcp.PaginatedParams{Cursor: cursor}}})
 		if err != nil {
-			// Templates are optional: a server without them may refuse.
-			rs.log.Debug("bridge: resources/templates/list", "err", err)
-			break
+			return "", err
 		}
 		for _, t := range page.ResourceTemplates {
 			if len(out.Templates) == maxResources {
 				out.Truncated = true
-				break
+				return "", nil
 			}
 			raw := ""
 			if t.URITemplate != nil && t.URITemplate.Template != nil {
@@ -249,10 +228,24 @@ func (rs *resourceServer) listResources(ctx context.Context, cl interface {
 			out.Templates = append(out.Templates, ResourceTemplate{Name: ToolName(rs.s.Name, t.Name), URITemplate: raw, Title: t.Title,
 				Description: t.Description, MediaType: t.MIMEType, Annotations: annotate(bus.Block{}, t.Annotations).Annotations})
 		}
-		if page.NextCursor == "" || out.Truncated || page.NextCursor == treq.Params.Cursor {
-			break
-		}
-		treq.Params.Cursor = page.NextCursor
+		return page.NextCursor, nil
+	})
+	if err != nil {
+		// Templates are optional: a server without them may refuse.
+		rs.log.Debug("bridge: resources/templates/list", "err", err)
 	}
 	return out, nil
+}
+
+// listPages calls page with each cursor until a page names no next cursor
+// (or the one it was given) or fails.
+func listPages(ctx context.Context, page func(context.Context, mcp.Cursor) (mcp.Cursor, error)) error {
+	var cursor mcp.Cursor
+	for {
+		next, err := page(ctx, cursor)
+		if err != nil || next == "" || next == cursor {
+			return err
+		}
+		cursor = next
+	}
 }

@@ -15,13 +15,12 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// A tool whose server says taskSupport "required" cannot be called
-// without params.task, so the bridge runs it as an MCP task: tools/call
-// with params.task, then tasks/get every poll interval (the server's, else
-// taskPoll) with each new status as a progress event, then tasks/result
-// once the task is done or needs input (tasks/result is where a server
-// delivers the requests it queued for the task, elicitation included). The
-// bus call stays one call; cancelling it sends tasks/cancel.
+// A tool whose server says taskSupport "required" runs as an MCP task:
+// tools/call with params.task, then tasks/get every poll interval with
+// each new status as a progress event, then tasks/result once the task is
+// done or needs input (where a server delivers the requests it queued for
+// the task). The bus call stays one call; cancelling it sends
+// tasks/cancel.
 
 // taskPoll is how often tasks/get is sent when the server names no interval.
 const taskPoll = 500 * time.Millisecond
@@ -29,11 +28,10 @@ const taskPoll = 500 * time.Millisecond
 // callTask runs req as an MCP task on cl through tr.
 func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, tr transport.Interface, req mcp.CallToolRequest, c *worker.Call) (*mcp.CallToolResult, error) {
 	req.Params.Task = &mcp.TaskParams{}
-	// mcp-go's CallTool cannot read a CreateTaskResult (it has no
-	// content), so tools/call goes through the transport with an id of
-	// the bridge's own, which mcp-go's numeric ids never meet.
-	// The creation is not cut short by the call's cancellation: a task
-	// the server made must be known, to be cancelled (below).
+	// mcp-go's CallTool cannot read a CreateTaskResult, so tools/call goes
+	// through the transport with an id of the bridge's own. The creation
+	// is not cut short by the call's cancellation: a task the server made
+	// must be known, to be cancelled.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cr.s.setupTimeout())
 	resp, err := tr.SendRequest(cctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
 		ID: mcp.NewRequestId("toolbus-task-" + nuid.Next()), Method: string(mcp.MethodToolsCall), Params: req.Params})
@@ -50,7 +48,7 @@ func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, tr transpo
 		if res, perr := mcp.ParseCallToolResult(&resp.Result); perr == nil {
 			return res, nil
 		}
-		return nil, fmt.Errorf("tools/call as a task: no task in the answer: %s", truncate(string(resp.Result), 200))
+		return nil, fmt.Errorf("tools/call as a task: no task in the answer: %s", cut(string(resp.Result), 200))
 	}
 	id := created.Task.TaskId
 	done := false
@@ -73,12 +71,10 @@ func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, tr transpo
 		if task.PollInterval != nil && *task.PollInterval > 0 {
 			wait = min(time.Duration(*task.PollInterval)*time.Millisecond, 30*time.Second)
 		}
-		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return nil, ctx.Err()
-		case <-t.C:
+		case <-time.After(wait):
 		}
 		got, err := cl.GetTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: id}})
 		if err != nil {
@@ -97,11 +93,4 @@ func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, tr transpo
 	done = true
 	return &mcp.CallToolResult{Content: res.Content, StructuredContent: res.StructuredContent,
 		IsError: res.IsError || task.Status == mcp.TaskStatusFailed && len(res.Content) == 0}, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

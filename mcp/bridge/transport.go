@@ -50,9 +50,9 @@ func newTransport(s *Server, limit int64, log *slog.Logger) (transport.Interface
 	}
 }
 
-// stdioTransport runs a stdio server itself, so that the server's output is
-// read through a lineLimiter, and speaks to it with mcp-go's transport over
-// the pipes (transport.NewIO): mcp-go reads a whole line whatever its size.
+// stdioTransport runs a stdio server itself, so that its output is read
+// through a lineLimiter (mcp-go reads a whole line whatever its size), and
+// speaks to it with mcp-go's transport over the pipes.
 type stdioTransport struct {
 	*transport.Stdio
 	s   *Server
@@ -85,8 +85,7 @@ func newStdio(s *Server, limit int64, log *slog.Logger) (*stdioTransport, error)
 	return t, nil
 }
 
-// Start starts the server, which lives as long as ctx (or until Close),
-// and then the transport.
+// Start starts the server, which lives as long as ctx (or until Close).
 func (t *stdioTransport) Start(ctx context.Context) error {
 	var env []string
 	for _, k := range slices.Sorted(maps.Keys(t.s.Env)) {
@@ -139,9 +138,8 @@ func (t *stdioTransport) Close() error {
 }
 
 // serverEnv is the environment a stdio server inherits: the worker's,
-// without its NATS connection settings (NATS_*: credentials, tokens, keys),
-// which a third-party server has no use for and must not read. A server's
-// own env may set them again.
+// without its NATS_* settings (credentials, tokens, keys), which a
+// third-party server must not read. A server's own env may set them.
 func serverEnv(environ []string) []string {
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
@@ -215,8 +213,6 @@ func (t *httpTransport) SetRequestHandler(h transport.RequestHandler) {
 	})
 }
 
-// respond posts a JSON-RPC response to a streamable HTTP server, within
-// ctx and 30 s.
 func (t *httpTransport) respond(ctx context.Context, session string, resp *transport.JSONRPCResponse) error {
 	body, err := json.Marshal(resp)
 	if err != nil {
@@ -234,10 +230,10 @@ func (t *httpTransport) respond(ctx context.Context, session string, resp *trans
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set(transport.HeaderKeySessionID, session)
 	}
 	if v, _ := t.version.Load().(string); v != "" {
-		req.Header.Set("Mcp-Protocol-Version", v)
+		req.Header.Set(mcp.HeaderProtocolVersion, v)
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -263,7 +259,7 @@ func (t *httpTransport) RequiresLegacyProtocol() bool {
 }
 
 // cancel sends notifications/cancelled for every request noted in ids,
-// each within 5 s, even when ctx (the cancelled call's) has ended.
+// even when ctx (the cancelled call's) has ended.
 func (t *httpTransport) cancel(ctx context.Context, ids *requestIDs, reason string, log *slog.Logger) {
 	for _, id := range ids.list() {
 		ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -280,8 +276,8 @@ func (t *httpTransport) cancel(ctx context.Context, ids *requestIDs, reason stri
 type requestIDsKey struct{}
 
 // requestIDs notes the JSON-RPC ids of one bus call's MCP requests, and
-// the call itself, so that a request the server sends back on that call's
-// stream (streamable HTTP) is known to be the call's.
+// the call, so that a request the server sends back on that call's stream
+// is known to be the call's.
 type requestIDs struct {
 	call *inflight
 	mu   sync.Mutex

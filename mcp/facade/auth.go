@@ -1,6 +1,10 @@
 package facade
 
 import (
+	"cmp"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,9 +12,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/server"
+	"sigs.k8s.io/yaml"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -31,8 +38,7 @@ const (
 	ConfirmApprovers Confirm = "approvers"
 )
 
-// ParseConfirm parses a policy name; "" is the zero Confirm (the caller's
-// default applies).
+// ParseConfirm parses a policy name; "" is the zero Confirm.
 func ParseConfirm(s string) (Confirm, error) {
 	switch c := Confirm(s); c {
 	case "", ConfirmHostUser, ConfirmApprovers:
@@ -57,11 +63,11 @@ type Identity struct {
 	Confirm Confirm
 }
 
-// Sessions is a list of session ids and "prefix*" patterns.
+// Sessions is a list of session ids and "prefix*" patterns ("*": every
+// session).
 type Sessions []string
 
-// ParseSessions checks each pattern: a session id, or a prefix of one
-// followed by a single "*" (the prefix may be empty: every session).
+// ParseSessions checks each pattern.
 func ParseSessions(patterns []string) (Sessions, error) {
 	for _, p := range patterns {
 		if err := checkPattern(p); err != nil {
@@ -108,9 +114,8 @@ type Authenticator interface {
 // request carries no credentials at all.
 var ErrNoCredentials = errors.New("no bearer token")
 
-// bearer returns the request's bearer token (RFC 6750 2.1: the
-// Authorization header only; tokens in a query string are refused by
-// not being read).
+// bearer returns the request's bearer token: the Authorization header
+// only (RFC 6750 2.1; a token in a query string is never read).
 func bearer(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
@@ -133,8 +138,7 @@ type MetadataProvider interface {
 	MetadataURL() string
 }
 
-// metadataURL returns the RFC 9728 3.1 well-known URL of resource: the
-// well-known path inserted between the host and the resource's path.
+// metadataURL returns the RFC 9728 3.1 well-known URL of resource.
 func metadataURL(resource string) (string, error) {
 	u, err := url.Parse(resource)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
@@ -147,10 +151,8 @@ func metadataURL(resource string) (string, error) {
 	return u.Scheme + "://" + u.Host + server.WellKnownProtectedResourcePath + path, nil
 }
 
-// gatekeeper is the HTTP front's authentication: every request is
-// authenticated and checked against its identity before anything else
-// (docs/mcp.md "Authentication and identity"), and the RFC 9728
-// metadata is served.
+// gatekeeper is the HTTP front's authentication (docs/mcp.md
+// "Authentication and identity").
 type gatekeeper struct {
 	auth       Authenticator // nil: insecure (Config.Insecure was checked)
 	userHeader string
@@ -158,8 +160,7 @@ type gatekeeper struct {
 }
 
 // gate authenticates r and checks the identity against the bus session
-// and the user header; it answers the refusal itself (false) or returns
-// the identity to act for.
+// and the user header; false: it answered the refusal.
 func (f *gatekeeper) gate(w http.ResponseWriter, r *http.Request, session string) (Identity, bool) {
 	claimed := r.Header.Get(f.userHeader)
 	if f.auth == nil { // insecure: Config.Insecure was checked in New
@@ -218,8 +219,8 @@ func (f *gatekeeper) forbidden(w http.ResponseWriter, msg, params string) {
 	writeHTTPError(w, http.StatusForbidden, "forbidden: "+msg)
 }
 
-// writeHTTPError answers a JSON-RPC error object (id null) with status, so
-// that an MCP client shows the reason.
+// writeHTTPError answers a JSON-RPC error (id null) with status, so that
+// an MCP client shows the reason.
 func writeHTTPError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -240,7 +241,7 @@ func quoteSafe(s string) string {
 }
 
 // serveMetadata answers the RFC 9728 metadata at the well-known path and
-// every path below it (the path-suffixed form of a resource with a path).
+// every path below it.
 func (f *gatekeeper) serveMetadata(w http.ResponseWriter, r *http.Request) bool {
 	p := r.URL.Path
 	if p != server.WellKnownProtectedResourcePath && !strings.HasPrefix(p, server.WellKnownProtectedResourcePath+"/") {
@@ -257,8 +258,7 @@ func (f *gatekeeper) serveMetadata(w http.ResponseWriter, r *http.Request) bool 
 
 // CheckListen checks an HTTP facade's address against its authentication:
 // without an Authenticator it serves only with insecure set and only on a
-// loopback address (a host name must be localhost; every address it
-// names is checked).
+// loopback address.
 func CheckListen(addr string, authenticated, insecure bool) error {
 	if authenticated {
 		if insecure {
@@ -287,4 +287,160 @@ func Loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// Tokens authenticates bearer tokens listed in a token file (YAML or
+// JSON, unknown members refused):
+//
+//	tokens:
+//	  - name: alice-laptop          # for logs; default: the entry's position
+//	    token: sha256:9f86d0...     # SHA-256 of the token, hex; or the token itself
+//	    user: alice                 # the user of every call and listing
+//	    sessions: [s1, "dev-*"]     # ids and prefix* patterns; "*" is every session
+//	    confirm: host_user          # or approvers; default: the facade's
+//
+// Only the tokens' SHA-256 are kept in memory. It is safe for concurrent
+// use; Reload reads the file again.
+type Tokens struct {
+	path string
+
+	mu      sync.RWMutex
+	entries []tokenEntry
+}
+
+type tokenEntry struct {
+	name     string
+	hash     [sha256.Size]byte
+	user     string
+	sessions Sessions
+	confirm  Confirm
+}
+
+type tokenFile struct {
+	Tokens []struct {
+		Name     string   `json:"name"`
+		Token    string   `json:"token"`
+		User     string   `json:"user"`
+		Sessions []string `json:"sessions"`
+		Confirm  string   `json:"confirm"`
+	} `json:"tokens"`
+}
+
+// LoadTokens reads the token file at path.
+func LoadTokens(path string) (*Tokens, error) {
+	t := &Tokens{path: path}
+	if err := t.Reload(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Reload reads the file again; on an error the entries already loaded
+// stay.
+func (t *Tokens) Reload() error {
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return fmt.Errorf("facade: tokens: %w", err)
+	}
+	entries, err := parseTokens(t.path, b)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.entries = entries
+	t.mu.Unlock()
+	return nil
+}
+
+// ParseTokens decodes a token file's bytes; name is for errors.
+func ParseTokens(name string, b []byte) (*Tokens, error) {
+	entries, err := parseTokens(name, b)
+	if err != nil {
+		return nil, err
+	}
+	return &Tokens{entries: entries}, nil
+}
+
+// minTokenBytes is the least length of a plaintext token.
+const minTokenBytes = 16
+
+func parseTokens(name string, b []byte) ([]tokenEntry, error) {
+	var f tokenFile
+	if err := yaml.UnmarshalStrict(b, &f); err != nil {
+		return nil, fmt.Errorf("facade: tokens %s: %w", name, err)
+	}
+	if len(f.Tokens) == 0 {
+		return nil, fmt.Errorf("facade: tokens %s: no tokens", name)
+	}
+	out := make([]tokenEntry, 0, len(f.Tokens))
+	seen := map[[sha256.Size]byte]bool{}
+	for i, e := range f.Tokens {
+		en := tokenEntry{name: e.Name, user: e.User}
+		en.name = cmp.Or(en.name, fmt.Sprintf("token %d", i+1))
+		bad := func(format string, a ...any) error {
+			return fmt.Errorf("facade: tokens %s: %s: %s", name, en.name, fmt.Sprintf(format, a...))
+		}
+		if hx, ok := strings.CutPrefix(e.Token, "sha256:"); ok {
+			raw, err := hex.DecodeString(hx)
+			if err != nil || len(raw) != sha256.Size {
+				return nil, bad("sha256: needs 64 hex digits")
+			}
+			copy(en.hash[:], raw)
+		} else {
+			if len(e.Token) < minTokenBytes {
+				return nil, bad("a token needs at least %d characters (or sha256:<hex>)", minTokenBytes)
+			}
+			en.hash = sha256.Sum256([]byte(e.Token))
+		}
+		if seen[en.hash] {
+			return nil, bad("the same token as an earlier entry")
+		}
+		seen[en.hash] = true
+		if e.User == "" {
+			return nil, bad("no user")
+		}
+		if len(e.Sessions) == 0 {
+			return nil, bad("no sessions (\"*\" is every session)")
+		}
+		var err error
+		if en.sessions, err = ParseSessions(e.Sessions); err != nil {
+			return nil, bad("%v", err)
+		}
+		if en.confirm, err = ParseConfirm(e.Confirm); err != nil {
+			return nil, bad("%v", err)
+		}
+		out = append(out, en)
+	}
+	return out, nil
+}
+
+// Authenticate implements Authenticator.
+func (t *Tokens) Authenticate(r *http.Request) (Identity, error) {
+	tok, err := bearer(r)
+	if err != nil {
+		return Identity{}, err
+	}
+	h := sha256.Sum256([]byte(tok))
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	// Every entry is compared, so the time taken says nothing of which
+	// entry (if any) matched.
+	match := -1
+	for i := range t.entries {
+		if subtle.ConstantTimeCompare(h[:], t.entries[i].hash[:]) == 1 {
+			match = i
+		}
+	}
+	if match < 0 {
+		return Identity{}, errors.New("unknown token")
+	}
+	e := t.entries[match]
+	return Identity{Name: e.name, User: e.user, Sessions: e.sessions, Confirm: e.confirm}, nil
+}
+
+// HashToken returns the sha256:<hex> form of token, for a token file that
+// holds no plaintext.
+func HashToken(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return "sha256:" + hex.EncodeToString(h[:])
 }

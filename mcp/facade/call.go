@@ -1,6 +1,7 @@
 package facade
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -18,14 +19,9 @@ import (
 	"github.com/toolbus/toolbus/client"
 )
 
-// call runs a tools/call as a one-call batch of the session. A call that
-// parks is waited for on the session's events until it has a result or
-// its deadline passes: the tool's timeout_ms from the call's start (or
-// ParkWait when longer). Progress events become progress notifications
-// when the client sent a token, and so does the wait, every ProgressEvery.
-// A task-augmented call (a client that supports tasks) runs the same way
-// as a task the client polls (tasks.go): it ends with the call's result,
-// or with the still-parked error at the deadline.
+// call runs a tools/call as a one-call batch of the session (caller.run),
+// or a 2026-07-28 call that may ask its host, or the retry of one
+// (rounds.go).
 func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	if req.Params.RequestState != "" {
 		return s.confirms.resume(ctx, req)
@@ -36,33 +32,28 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	return s.calls.run(ctx, req, runOpts{})
 }
 
-// caller runs a session's tools/call on the bus (calls and
-// cancellation): the one-call batch, the wait for a parked call with its
-// progress notices, and P.cancel when the MCP request ends first. The
-// confirmations it meets are the confirmer's (elicit.go), through
-// mayElicit and confirm.
+// caller runs a session's tools/call on the bus: the one-call batch, the
+// wait for a parked call with its progress notices, and P.cancel when the
+// MCP request ends first. The confirmations it meets are the confirmer's
+// (elicit.go).
 type caller struct {
 	bus           callBus
 	session, user string
 	cfg           callConfig
-	// closing ends when the facade closes (a task's call then goes on).
-	closing context.Context
-	// list is the session's listing (Facade.list), for a tool's timeout_ms.
-	list      listFunc
-	mayElicit func(context.Context) bool
-	confirm   func(ctx context.Context, p bus.Parked, replyID string)
+	closing       context.Context // ends when the facade closes (a task's call then goes on)
+	list          listFunc        // for a tool's timeout_ms
+	mayElicit     func(context.Context) bool
+	confirm       func(ctx context.Context, p bus.Parked, replyID string)
 }
 
-// callBus is what a call needs of the bus (clientBus over client.Client;
-// a fake in parts_test.go).
+// callBus is what a call needs of the bus (a fake in parts_test.go).
 type callBus interface {
 	Watch(ctx context.Context, session string) (events, error)
 	Call(ctx context.Context, session string, b bus.Batch, opts ...client.CallOption) (*bus.Reply, error)
 	Cancel(ctx context.Context, session, replyID string, calls ...string) error
 }
 
-// events is a session's event stream (client.Events): C closes after
-// Stop, or once the watch's context ends.
+// events is a session's event stream (client.Events).
 type events struct {
 	C    <-chan *bus.Event
 	Stop func()
@@ -81,8 +72,7 @@ func (b clientBus) Watch(ctx context.Context, session string) (events, error) {
 	return events{C: ev.C, Stop: func() { _ = ev.Stop(context.WithoutCancel(ctx)) }}, nil
 }
 
-// listFunc lists a session's tools in a format as a user sees them
-// (Facade.list).
+// listFunc is Facade.list.
 type listFunc func(ctx context.Context, session, user, format string) (*bus.ToolsList, error)
 
 // callConfig is the part of Config a call reads.
@@ -93,9 +83,8 @@ type callConfig struct {
 
 // parkFor is how long a parked call is waited for: the tool's timeout
 // (or ParkWait when longer), but no longer than QuietHold for a quiet
-// host, one that can be kept informed neither by progress nor by a task
-// and gives up on its own (60 s in the TypeScript SDK): it is answered
-// before that, and the call stays parked (issue 18).
+// host, one with neither a progress token nor a task, which gives up on
+// its own (issue 18).
 func (c callConfig) parkFor(timeout time.Duration, quiet bool) time.Duration {
 	wait := max(timeout, c.parkWait)
 	if quiet && wait > c.quietHold {
@@ -113,17 +102,18 @@ type runOpts struct {
 	// callID and replyID, when set, are the bus call's (a task's record
 	// names them before the call is sent).
 	callID, replyID string
-	// keep leaves the bus call running when the facade closes (a task:
-	// another facade process learns its end).
-	keep bool
-	// onPark is told the park and how long it is waited for.
-	onPark func(p bus.Parked, until time.Time)
-	// onBackground is told the handle when the call went on as a bus
-	// task (a task's call: tasks_bus.go), before run returns the result.
-	onBackground func(bus.TaskHandle)
+	// keep leaves the bus call running when the facade closes (another
+	// facade process learns its end).
+	keep         bool
+	onPark       func(p bus.Parked, until time.Time)
+	onBackground func(bus.TaskHandle) // the call went on as a bus task (tasks_bus.go)
 }
 
-// run runs the call and waits for its result.
+// run runs the call and waits for its result: a call that parks is
+// waited for on the session's events until it has a result or its
+// deadline passes (parkFor). Progress events become progress
+// notifications when the client sent a token, and so does the wait,
+// every ProgressEvery.
 func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error) {
 	start := time.Now()
 	input, err := json.Marshal(req.GetArguments())
@@ -133,9 +123,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	if req.GetArguments() == nil {
 		input = []byte(`{}`)
 	}
-	if o.callID == "" {
-		o.callID = "mcp-" + nuid.Next()
-	}
+	o.callID = cmp.Or(o.callID, "mcp-"+nuid.Next())
 	result := func(r bus.Result) *mcp.CallToolResult {
 		if h, ok := backgrounded(&r); ok && o.onBackground != nil {
 			o.onBackground(h)
@@ -158,10 +146,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 		return nil, err
 	}
 	defer ev.Stop()
-	replyID := o.replyID
-	if replyID == "" {
-		replyID = client.NewReplyID()
-	}
+	replyID := cmp.Or(o.replyID, client.NewReplyID())
 	opts := []client.CallOption{client.WithReplyID(replyID)}
 	if d, ok := ctx.Deadline(); ok {
 		opts = append(opts, client.WithExpiry(d))
@@ -188,11 +173,10 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				map[string]any{"progressToken": token, "progress": progress, "message": msg})
 		}
 	}
-	// ended ends run when ctx has ended, whichever way run saw it
-	// (interruptOnEnd): the bus call is interrupted too.
+	// ended ends run when ctx has ended, whichever way run saw it.
 	ended := func() (*mcp.CallToolResult, error) {
 		if interruptOnEnd(o.keep, c.closing) {
-			c.interrupt(ctx, replyID)
+			interrupt(ctx, c.bus.Cancel, c.session, replyID)
 			if done != nil {
 				<-done
 			}
@@ -207,8 +191,6 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	for {
 		select {
 		case <-ctx.Done():
-			// The MCP client cancelled (or went away), or the facade
-			// closes (a kept call goes on).
 			return ended()
 		case <-done:
 			done = nil
@@ -222,8 +204,8 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				return mcp.NewToolResultError("Error: " + callErr.Error()), nil
 			}
 			if len(reply.Results) > 0 {
-				// Answered before the reply was sent: the call.parked
-				// event, if the watch holds it, still tells the host.
+				// Answered before the reply: the call.parked event, if
+				// the watch holds it, still tells the host.
 			drain:
 				for !announced {
 					select {
@@ -245,9 +227,8 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			}
 			parked = &reply.Parked[0]
 			if early != nil {
-				// Answered before the reply came in: the host with a
-				// token still hears that the call parked, as it would
-				// have a moment later.
+				// Answered before the reply came in: the host still
+				// hears that the call parked.
 				if !announced {
 					notify(fmt.Sprintf("waited for %s on %s", kindText(parked.Kind), parked.Subject))
 				}
@@ -297,7 +278,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			}
 			if e.Type == bus.TypeCallParked && parked == nil && !announced {
 				// The park, seen before the reply: an answer may finish
-				// the call before the reply says it parked (or in it).
+				// the call before the reply says it parked.
 				announced = announceParked(e, b.Calls[0].ID, notify)
 				continue
 			}
@@ -324,8 +305,8 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	}
 }
 
-// announceParked tells the host through notify that call id parked, when
-// e (a call.parked event) names it; it reports whether it did.
+// announceParked tells the host that call id parked when e (a
+// call.parked event) names it; it reports whether it did.
 func announceParked(e *bus.Event, id string, notify func(string)) bool {
 	var pe bus.ParkedEvent
 	if e.DataAs(&pe) != nil {
@@ -343,25 +324,33 @@ func announceParked(e *bus.Event, id string, notify func(string)) bool {
 // interruptOnEnd reports whether a call whose context ended is
 // interrupted on the bus: always, but for a kept call (a task's) when the
 // facade closes, which stays parked for another process to learn its end.
-// Every way run sees its context end asks it: ctx.Done, client.Call
-// ending with ctx, and the session's watch closing with ctx, whichever
-// the select picks first (the last two used to interrupt a task's call as
-// its facade closed).
+// Every way run sees its context end asks it (ctx.Done, client.Call or
+// the watch ending with ctx: the last two used to interrupt a task's call
+// as its facade closed).
 func interruptOnEnd(keep bool, closing context.Context) bool {
 	return !keep || closing.Err() == nil
 }
 
-// holds returns how long a call of req may last (the tool's timeout_ms,
-// or ParkWait when longer) and how long one request of it is held (no
-// longer than QuietHold for a quiet host: parkFor).
+// interrupt cancels the bus call of reply id replyID (docs/protocol.md
+// 5.4) with cancel (P.cancel) for a call whose MCP request ended: the
+// client cancelled it, went away, or cancelled the task. It uses a
+// context of its own, since ctx has ended.
+func interrupt(ctx context.Context, cancel func(ctx context.Context, session, replyID string, calls ...string) error, session, replyID string) {
+	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer stop()
+	_ = cancel(cctx, session, replyID)
+}
+
+// holds returns how long a call of req may last and how long one request
+// of it is held (parkFor).
 func (c *caller) holds(ctx context.Context, req mcp.CallToolRequest) (call, request time.Duration) {
 	t := c.timeout(ctx, req.Params.Name)
 	quiet := (req.Params.Meta == nil || req.Params.Meta.ProgressToken == nil) && req.Params.Task == nil
 	return c.cfg.parkFor(t, false), c.cfg.parkFor(t, quiet)
 }
 
-// timeout is the tool's timeout_ms as the user's listing of the session
-// has it; bus.DefaultTimeoutMS when the listing fails or lacks the tool.
+// timeout is the tool's timeout_ms in the user's listing;
+// bus.DefaultTimeoutMS when the listing fails or lacks the tool.
 func (c *caller) timeout(ctx context.Context, name string) time.Duration {
 	ms := int64(bus.DefaultTimeoutMS)
 	if list, err := c.list(ctx, c.session, c.user, bus.FormatToolbus); err == nil {
@@ -411,9 +400,7 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			res.Content = append(res.Content, withAnnotations(mcp.NewTextContent(b.Text), b.Annotations))
 		case b.URL != "":
 			name := b.Name
-			if name == "" {
-				name = b.URL
-			}
+			name = cmp.Or(name, b.URL)
 			link := mcp.NewResourceLink(b.URL, name, linkDescription(b), b.MediaType)
 			link.Title = b.Title
 			if b.Size > 0 {
@@ -422,10 +409,9 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			}
 			res.Content = append(res.Content, withAnnotations(link, b.Annotations))
 		case isStructured(b) && res.StructuredContent == nil:
-			// One application/json data block is the tool's structured
-			// output: structuredContent for hosts at 2025-06-18 and later,
-			// and its JSON as text when the result has no text of its own,
-			// for hosts that do not read structuredContent.
+			// The tool's structured output, and its JSON as text when
+			// the result has none, for hosts that do not read
+			// structuredContent.
 			raw, _ := base64.StdEncoding.DecodeString(b.Data)
 			res.StructuredContent = json.RawMessage(raw)
 			if !hasText {
@@ -437,9 +423,7 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			res.Content = append(res.Content, withAnnotations(mcp.NewAudioContent(b.Data, b.MediaType), b.Annotations))
 		default:
 			uri := b.URI
-			if uri == "" {
-				uri = "toolbus:" + r.ID
-			}
+			uri = cmp.Or(uri, "toolbus:"+r.ID)
 			res.Content = append(res.Content, withAnnotations(mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: uri, MIMEType: b.MediaType, Blob: b.Data}), b.Annotations))
 		}
 	}
@@ -452,8 +436,7 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 const ReadOutputTool = "read_output"
 
 // linkDescription is a resource link's description: the block's own, else
-// for a stored output (nats-object://) what it is, its size and digest and
-// how to read it, else its size and how to read it (issue 29, F3).
+// what it is and how to read it (issue 29, F3).
 func linkDescription(b bus.Block) string {
 	if b.Description != "" {
 		return b.Description
@@ -477,16 +460,11 @@ func linkDescription(b bus.Block) string {
 // without a resource URI (the bridge's structuredContent, docs/mcp.md).
 func isStructured(b bus.Block) bool {
 	mt, _, _ := strings.Cut(b.MediaType, ";")
-	return b.Type == bus.BlockData && strings.TrimSpace(mt) == "application/json" && b.Data != "" && b.URI == "" &&
-		json.Valid(mustBase64(b.Data))
-}
-
-func mustBase64(s string) []byte {
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return nil
+	if b.Type != bus.BlockData || strings.TrimSpace(mt) != "application/json" || b.Data == "" || b.URI != "" {
+		return false
 	}
-	return b
+	raw, err := base64.StdEncoding.DecodeString(b.Data)
+	return err == nil && json.Valid(raw)
 }
 
 // withAnnotations sets a bus block's annotations on MCP content.
@@ -507,8 +485,8 @@ func withAnnotations[C mcp.Content](c C, a *bus.Annotations) mcp.Content {
 	return c
 }
 
-// stillParkedText tells the model of a quiet host (no progress token, no
-// task) that its call is waiting on the bus, not lost, and how it goes on.
+// stillParkedText tells the model of a quiet host that its call is
+// waiting on the bus, not lost, and how it goes on.
 func stillParkedText(callID, tool, kind, subject, replyID, session string) string {
 	return fmt.Sprintf("The call %s of tool %s is still waiting for %s. It stays parked on the bus and runs "+
 		"as soon as someone answers it (toolbus parked lists it; the answer goes to %s, reply id %s, session %s); "+

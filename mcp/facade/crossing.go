@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,46 +20,27 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
 
-// maxCrossing bounds a message carried to another facade process: an
-// elicitation answer or a cancel is small; a larger body is answered
-// where it landed, as before.
+// maxCrossing bounds a message carried to another facade process (an
+// elicitation answer or a cancel is small); a larger one is answered
+// where it landed.
 const maxCrossing = 64 << 10
 
-// crossRecord is a message of a 2025-11-25 MCP session carried from the
-// facade process it reached to the one it belongs to, under
-// x.<session>.<user digest>.<MCP session digest>.<nuid> in the facade's
-// bucket: the put publishes it to the subscribers of that key (the
-// process whose tools/call asked the question or is being cancelled),
-// and it is deleted at once.
+// crossRecord is a message of a 2025-11-25 MCP session carried to the
+// facade process it belongs to, under x.<session>.<user digest>.<MCP
+// session digest>.<nuid> in the facade's bucket: the put publishes it to
+// that key's subscribers, and it is deleted at once.
 type crossRecord struct {
 	MCPSession string          `json:"mcp_session"`
 	Version    string          `json:"version,omitempty"`
 	Message    json.RawMessage `json:"message"`
 }
 
-// crossStore is what crossing needs of the facade's bucket (kvStore).
-type crossStore interface {
-	// crossSubject is the subject a carried message's key is published
-	// on ("$KV.<bucket>.<key>").
-	crossSubject(ctx context.Context, key string) (string, error)
-	// carry stores raw under key and deletes it again.
-	carry(ctx context.Context, key string, raw []byte) error
-	putValue(ctx context.Context, key string, raw []byte) error
-	getValue(ctx context.Context, key string) ([]byte, error)
-	// available reports whether the bucket can be reached (a failure is
-	// remembered for a minute).
-	available(ctx context.Context) bool
-}
-
 // clientRecord is what a 2025-11-25 client declared in its initialize,
-// under m.<session>.<user digest>.<MCP session digest>: a process that
-// serves a later request of that MCP session without having seen the
-// initialize reads it, so it knows, as mcp-go on the first process does,
-// that the client may be asked (elicitation) and who it is.
+// under m.<session>.<user digest>.<MCP session digest>, for the
+// processes that serve its later requests (adopt).
 type clientRecord struct {
 	Version      string                 `json:"version"`
 	Capabilities mcp.ClientCapabilities `json:"capabilities"`
@@ -69,36 +49,29 @@ type clientRecord struct {
 
 // crossing carries the messages of a 2025-11-25 MCP session that reach
 // another facade process than the one they belong to (issue 29, F2): a
-// client's answer to an elicitation/create the facade sent (a JSON-RPC
-// response) and its notifications/cancelled of a tools/call. mcp-go
-// keeps both per process (the request waiting for the answer, the
-// request's cancel function), so behind a front without affinity the
-// answer got HTTP 404 and the cancel was dropped. Now the process serving
-// a tools/call of an MCP session follows that session's key prefix in
-// the facade's bucket while it runs, and a process given an answer to
-// another process's request (its id bears that process's tag: idTag) or
-// any cancel puts the message there; the follower hands it to its own
-// mcp-go as if it had been posted to it.
-// Keys name the bus session and the authenticated user, so a message is
-// only ever carried into the same (session, user)'s MCP server.
+// client's answer to an elicitation/create the facade sent and its
+// notifications/cancelled of a tools/call. mcp-go keeps both per process,
+// so behind a front without affinity the answer got HTTP 404 and the
+// cancel was dropped. The process serving a tools/call of an MCP session
+// follows that session's key prefix in the facade's bucket while it runs;
+// a process given an answer to another process's request (idTag) or any
+// cancel puts the message there, and the follower hands it to its own
+// mcp-go. Keys name the bus session and the authenticated user, so a
+// message is only ever carried into the same (session, user)'s server.
 type crossing struct {
 	nc      *nats.Conn
-	store   crossStore
+	store   *kvStore
 	session string
 	user    string
 	local   func() http.Handler // the session's mcp-go streamable HTTP server
 	log     *slog.Logger
 
-	adoptMu sync.Mutex // one adoption at a time
-	mu      sync.Mutex
-	subs    map[string]*crossSub // by MCP session id
-	known   map[string]bool      // MCP sessions registered here (initialised or adopted; at most maxClients)
-	// adopting is the MCP session adopt is initialising (its initialize
-	// is not recorded again).
-	adopting string
-	// tag names the ids of the requests this process's mcp-go server of
-	// the session sends its clients (idTag).
-	tag string
+	adoptMu  sync.Mutex // one adoption at a time
+	mu       sync.Mutex
+	subs     map[string]*crossSub // by MCP session id
+	known    map[string]bool      // MCP sessions initialised or adopted here (at most maxClients)
+	adopting string               // the MCP session adopt initialises (not recorded again)
+	tag      string               // idTag
 }
 
 // maxClients bounds the MCP sessions one crossing remembers as known.
@@ -126,14 +99,13 @@ func (p *posted) response() bool {
 }
 
 // serveHTTP serves every request of a 2025-11-25 (or earlier) MCP
-// session: it names the ids of the requests this process sends the client
-// with its own tag on the way out (tagWriter) and gives an answer bearing
-// another process's tag to that process; it adopts the MCP session when
-// this process does not know it, and carries a notifications/cancelled,
-// and an untagged answer its own mcp-go has no question for, to the
-// process following the session. A tools/call is served following the
-// session's crossings while it runs. It reports false for what is not
-// such a request (no MCP session, 2026-07-28), which the caller serves.
+// session: it tags the ids of the requests this process sends the client
+// (tagWriter), gives an answer bearing another process's tag to that
+// process, adopts an MCP session it does not know, and carries a
+// notifications/cancelled, and an untagged answer its own mcp-go has no
+// question for, to the process following the session; a tools/call
+// follows the session's crossings while it runs. It reports false for a
+// request of no MCP session (2026-07-28), which the caller serves.
 func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	sid := r.Header.Get(server.HeaderKeySessionID)
 	if sid == "" || len(sid) > 256 || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
@@ -188,9 +160,8 @@ func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// carryAnswer carries body, the client's answer to a request another
-// process sent it, to the process following MCP session sid, and answers
-// 202 (503 when it cannot be carried).
+// carryAnswer carries body, the client's answer to another process's
+// request, and answers 202 (503 when it cannot be carried).
 func (x *crossing) carryAnswer(w http.ResponseWriter, r *http.Request, sid string, body []byte) {
 	if err := x.carry(r.Context(), sid, r.Header.Get(mcp.HeaderProtocolVersion), body); err != nil {
 		writeHTTPError(w, http.StatusServiceUnavailable, "facade: the answer could not be passed to the facade process that asked: "+err.Error())
@@ -229,21 +200,17 @@ func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := x.store.putValue(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"), raw); err != nil {
+	if err := x.store.put(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"), raw); err != nil {
 		x.log.Warn("facade: an MCP session's client could not be recorded for the other processes", "session", x.session, "err", err)
 	}
 }
 
-// adopt makes MCP session sid, initialised on another process, one of
-// this process's mcp-go server too, as if its client had initialised it
-// here with what it declared (remember): a synthetic initialize that
-// mcp-go answers under sid (adoptResolver), then
-// notifications/initialized. So every later request of sid here finds
-// the session registered — its capabilities (a confirmation may be put
-// to the client), the requests it is asked on whatever stream (an
-// answer finds its question), its GET stream — exactly as on the
-// process that initialised it. Without the record (an older facade, a
-// bucket out of reach) nothing is adopted.
+// adopt registers MCP session sid, initialised on another process, with
+// this process's mcp-go server as if its client had initialised it here
+// with what it declared (remember): a synthetic initialize that mcp-go
+// answers under sid (adoptResolver), then notifications/initialized. So
+// later requests of sid find its capabilities, their questions and its
+// GET stream here too. Without the record nothing is adopted.
 func (x *crossing) adopt(ctx context.Context, sid string) {
 	x.adoptMu.Lock()
 	defer x.adoptMu.Unlock()
@@ -253,12 +220,8 @@ func (x *crossing) adopt(ctx context.Context, sid string) {
 	if known {
 		return
 	}
-	raw, err := x.store.getValue(ctx, "m"+strings.TrimPrefix(x.crossKey(sid), "x"))
-	if err != nil {
-		return
-	}
 	var rec clientRecord
-	if json.Unmarshal(raw, &rec) != nil || rec.Version == "" {
+	if x.store.get(ctx, "m"+strings.TrimPrefix(x.crossKey(sid), "x"), &rec) != nil || rec.Version == "" {
 		return
 	}
 	init, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": "toolbus-adopt", "method": mcp.MethodInitialize,
@@ -280,8 +243,7 @@ func (x *crossing) adopt(ctx context.Context, sid string) {
 	x.mu.Unlock()
 }
 
-// markKnown records that sid is registered in this process's mcp-go
-// server (initialised or adopted here). Called with x.mu held.
+// markKnown records that sid is registered here. Called with x.mu held.
 func (x *crossing) markKnown(sid string) {
 	if x.known == nil || len(x.known) >= maxClients {
 		x.known = map[string]bool{}
@@ -290,8 +252,8 @@ func (x *crossing) markKnown(sid string) {
 }
 
 // inject serves a message of MCP session sid to this process's mcp-go,
-// as if posted to it; adopting marks it as the initialize that adopts
-// sid. It returns the HTTP status.
+// as if posted to it (adopting: the initialize that adopts sid), and
+// returns the HTTP status.
 func (x *crossing) inject(sid, version string, body []byte, adopting bool) int {
 	req, err := http.NewRequest(http.MethodPost, "/mcp/"+x.session, bytes.NewReader(body))
 	if err != nil {
@@ -312,15 +274,13 @@ func (x *crossing) inject(sid, version string, body []byte, adopting bool) int {
 	return rr.Code
 }
 
-// adoptHeader marks the synthetic initialize of adopt. The facade
-// removes it from every request it is sent (Handler), so only adopt
-// sets it.
+// adoptHeader marks adopt's initialize; Handler removes it from every
+// request it is sent.
 const adoptHeader = "X-Toolbus-Adopt-Session"
 
 // adoptResolver gives mcp-go's streamable HTTP server its session ids:
-// mcp-go's own (generated, not validated, so any process takes any
-// session's requests), except for adopt's initialize, whose id is the
-// adopted session's.
+// generated and not validated (any process takes any session's
+// requests), but adopt's initialize gets the adopted session's.
 type adoptResolver struct{}
 
 func (adoptResolver) ResolveSessionIdManager(r *http.Request) server.SessionIdManager {
@@ -332,7 +292,6 @@ func (adoptResolver) ResolveSessionIdManager(r *http.Request) server.SessionIdMa
 	return &server.StatelessGeneratingSessionIdManager{}
 }
 
-// adoptedID is the session id manager of adopt's initialize.
 type adoptedID string
 
 func (a adoptedID) Generate() string                              { return string(a) }
@@ -345,8 +304,7 @@ func (x *crossing) crossKey(sid string) string {
 	return "x." + x.session + "." + userDigest(x.user) + "." + hex.EncodeToString(d[:16])
 }
 
-// carry puts body (a message of MCP session sid) where the process
-// following sid receives it.
+// carry puts body where the process following MCP session sid gets it.
 func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) error {
 	if len(body) > maxCrossing {
 		return fmt.Errorf("facade: a message of %d bytes is not carried (at most %d)", len(body), maxCrossing)
@@ -357,7 +315,7 @@ func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := x.store.carry(ctx, x.crossKey(sid)+"."+nuid.Next(), raw); err != nil {
+	if err := x.publish(ctx, x.crossKey(sid)+"."+nuid.Next(), raw); err != nil {
 		x.log.Warn("facade: a message of an MCP session could not be carried to another process", "session", x.session, "err", err)
 		return err
 	}
@@ -365,8 +323,7 @@ func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) 
 }
 
 // follow subscribes to sid's crossings (once per MCP session, counted)
-// until the returned stop is called; the subject's lookup is bounded by
-// ctx, the request's, and 10 s.
+// until stop; the lookup is bounded by ctx and 10 s.
 func (x *crossing) follow(ctx context.Context, sid string) (stop func()) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -376,7 +333,7 @@ func (x *crossing) follow(ctx context.Context, sid string) (stop func()) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	subject, err := x.store.crossSubject(ctx, x.crossKey(sid)+".*")
+	subject, err := x.subject(ctx, x.crossKey(sid)+".*")
 	if err == nil {
 		var sub *nats.Subscription
 		sub, err = x.nc.Subscribe(subject, func(m *nats.Msg) { x.deliver(sid, m) })
@@ -410,8 +367,8 @@ func (x *crossing) unfollow(sid string) {
 	}
 }
 
-// deliver hands a carried message to this process's mcp-go, as a POST
-// of MCP session sid.
+// deliver hands a carried message of MCP session sid to this process's
+// mcp-go.
 func (x *crossing) deliver(sid string, m *nats.Msg) {
 	if kvDeleted(m) {
 		return
@@ -436,76 +393,34 @@ func (x *crossing) deliver(sid string, m *nats.Msg) {
 	}
 }
 
-// crossBucket is crossing's view of the facade's bucket (crossStore).
-type crossBucket struct{ st *kvStore }
-
-func (b crossBucket) available(ctx context.Context) bool { return b.st.available(ctx) }
-
-// crossSubject is the subject a write of key is published on.
-func (b crossBucket) crossSubject(ctx context.Context, key string) (string, error) {
-	kv, err := b.st.bucket(ctx)
+// subject is the subject a write of key is published on.
+func (x *crossing) subject(ctx context.Context, key string) (string, error) {
+	kv, err := x.store.bucket(ctx)
 	if err != nil {
 		return "", err
 	}
 	return "$KV." + kv.Bucket() + "." + key, nil
 }
 
-// carry stores raw under key, which publishes it to the key's
-// subscribers, and deletes it again: the record is a message, not state
-// (crossing.go).
-func (b crossBucket) carry(ctx context.Context, key string, raw []byte) error {
-	kv, err := b.st.bucket(ctx)
-	if err != nil {
+// publish stores raw under key, which publishes it to the key's
+// subscribers, and deletes it again: the record is a message, not state.
+func (x *crossing) publish(ctx context.Context, key string, raw []byte) error {
+	if err := x.store.put(ctx, key, raw); err != nil {
 		return err
 	}
-	if _, err := kv.Put(ctx, key, raw); err != nil {
-		return fmt.Errorf("%w: %v", errNoStore, err)
-	}
+	kv, _ := x.store.bucket(ctx)
 	_ = kv.Delete(ctx, key)
 	return nil
 }
 
-// putValue stores raw under key (crossing.go's session records).
-func (b crossBucket) putValue(ctx context.Context, key string, raw []byte) error {
-	kv, err := b.st.bucket(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := kv.Put(ctx, key, raw); err != nil {
-		return fmt.Errorf("%w: %v", errNoStore, err)
-	}
-	return nil
-}
-
-// getValue returns what key holds (errNotFound: nothing).
-func (b crossBucket) getValue(ctx context.Context, key string) ([]byte, error) {
-	kv, err := b.st.bucket(ctx)
-	if err != nil {
-		return nil, err
-	}
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, errNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
-	}
-	return e.Value(), nil
-}
-
-// Ids of the requests the facade sends a client (issue 29, F2). mcp-go
-// numbers them from 1 in each of its servers, so two processes serving
-// one MCP session send the same ids: an answer reaching the other process
-// was taken there by that process's own question of the same id, and two
-// questions asked at once from two processes got each other's answers.
-// Each process's server of a (session, user) has a tag of its own (a
-// NUID), and every request it sends a 2025-11-25 client carries the id
-// "<tag>.<n>" (JSON-RPC allows a string id; every client echoes it);
-// an answer bearing the tag goes back to mcp-go as n, one bearing
-// another tag is carried to the process following the MCP session, which
-// takes only its own.
-
-// idTag is the tag of this process's server of the session.
+// idTag is the tag of this process's server of the session (issue 29,
+// F2). mcp-go numbers the requests it sends a client from 1 in each of
+// its servers, so two processes serving one MCP session sent the same
+// ids, and an answer could be taken by the other process's question of
+// that id. Every request this server sends a 2025-11-25 client carries
+// the id "<tag>.<n>" (JSON-RPC allows a string id); an answer bearing
+// the tag goes back to mcp-go as n, one bearing another tag is carried
+// to the process following the MCP session, which takes only its own.
 func (x *crossing) idTag() string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -543,10 +458,9 @@ func withID(msg []byte, id json.RawMessage) ([]byte, bool) {
 	return out, true
 }
 
-// tagEvent returns the server-sent event ev (its lines and the blank line
-// that ends it) with the id of the request it carries tagged; any other
-// event (a notification, a response, an event too large for a request
-// the facade sends) as it is.
+// tagEvent returns the server-sent event ev with the id of the request it
+// carries tagged; any other event (a notification, a response, one too
+// large for a request the facade sends) as it is.
 func tagEvent(ev []byte, tag string) []byte {
 	start := 0
 	for !bytes.HasPrefix(ev[start:], []byte("data: ")) {
@@ -607,12 +521,10 @@ func (w *tagWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Flush passes the events written on.
 func (w *tagWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
 }
 
-// Unwrap is for http.ResponseController.
 func (w *tagWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -21,31 +21,39 @@ const (
 	choiceDeny        = "deny"
 )
 
-// canElicit reports whether the client of ctx declared elicitation (in
-// 2026-07-28, in the request's _meta).
-func canElicit(ctx context.Context) bool {
+// elicitation is the elicitation capability the client of ctx declared
+// (in 2026-07-28, in the request's _meta); nil when it declared none.
+func elicitation(ctx context.Context) *mcp.ElicitationCapability {
 	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		return info.ClientCapabilities != nil && info.ClientCapabilities.Elicitation != nil
+		if info.ClientCapabilities == nil {
+			return nil
+		}
+		return info.ClientCapabilities.Elicitation
 	}
-	s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
-	return ok && s.GetClientCapabilities().Elicitation != nil
+	if s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok {
+		return s.GetClientCapabilities().Elicitation
+	}
+	return nil
+}
+
+// canElicitURL reports whether the client of ctx declared URL-mode
+// elicitation.
+func canElicitURL(ctx context.Context) bool {
+	e := elicitation(ctx)
+	return e != nil && e.URL != nil
 }
 
 // mayElicit reports whether a confirm park of a call of this session is
-// put to the host's user: only under ConfirmHostUser, and only when the
-// client declared elicitation. Under ConfirmApprovers the host is never
-// asked (the call parks for the approvers), so a host's user cannot
-// confirm at all; under ConfirmHostUser it confirms only the call its own
-// request started (that call's reply id and park), in a session its
-// identity may use, as its own user: never another user's call.
+// put to the host's user: only under ConfirmHostUser, when the client
+// declared elicitation. The host's user then confirms only the call its
+// own request started, as its own user: never another user's call.
 func (c *confirmer) mayElicit(ctx context.Context) bool {
-	return c.policy == ConfirmHostUser && canElicit(ctx)
+	return c.policy == ConfirmHostUser && elicitation(ctx) != nil
 }
 
 // confirmer owns a session's confirmations put to the host's user
 // (docs/mcp.md "Who confirms"): the elicitation up to 2025-11-25, and the
-// 2026-07-28 multi round-trip, whose calls wait for the retry in pending
-// here and in the request states of the facade's bucket (state.go).
+// 2026-07-28 multi round trip (rounds.go).
 type confirmer struct {
 	bus           confirmBus
 	session, user string
@@ -55,25 +63,16 @@ type confirmer struct {
 	// facade (stdio, insecure loopback: one desktop user) offers it; an
 	// authenticated host user confirms one call at a time.
 	remember bool
-	// closing ends when the facade closes; loop runs a goroutine the
-	// facade owns (life.Loop).
-	closing context.Context
-	loop    func(func(context.Context)) bool
-	states  stateStore
-	// await waits for a call's result on the bus (awaitResult); run runs
-	// a call (caller.run).
-	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)
-	run   func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error)
-	log   *slog.Logger
+	closing  context.Context                  // ends when the facade closes
+	loop     func(func(context.Context)) bool // life.Loop
+	states   stateStore
+	await    func(ctx context.Context, session, replyID, callID string) (*bus.Result, error) // awaitResult
+	run      runFunc
+	log      *slog.Logger
 
-	// questions are the bridged servers' questions of a call (relayer);
-	// holds is how long a call may last and one request of it is held
-	// (caller.holds).
 	questions questionSource
-	// cancel interrupts a call on the bus (P.cancel) whose retry the host
-	// gave up on another process than the one running it.
-	cancel func(ctx context.Context, session, replyID string, calls ...string) error
-	holds  func(ctx context.Context, req mcp.CallToolRequest) (call, request time.Duration)
+	cancel    func(ctx context.Context, session, replyID string, calls ...string) error        // P.cancel
+	holds     func(ctx context.Context, req mcp.CallToolRequest) (call, request time.Duration) // caller.holds
 
 	mu      sync.Mutex
 	pending map[string]*round // request state → a call waiting for its host (rounds.go)
@@ -84,7 +83,7 @@ type confirmBus interface {
 	Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error
 }
 
-// stateStore keeps the 2026-07-28 request states (kvStore, state.go).
+// stateStore keeps the 2026-07-28 request states (kvStore, rounds.go).
 type stateStore interface {
 	putState(ctx context.Context, id string, r *stateRecord) error
 	getState(ctx context.Context, session, user, id string) (*stateRecord, error)
@@ -96,21 +95,19 @@ var (
 	_ stateStore = (*kvStore)(nil)
 )
 
-// busy reports whether a call waits for the host user's decision: the
-// session's MCP server is not dropped then.
+// busy reports whether a call waits for the host user (the session's MCP
+// server is not dropped then).
 func (c *confirmer) busy() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.pending) > 0
 }
 
-// confirmPark is a confirm park of a call, with the call's reply id.
+// confirmPark is a confirm park of a call.
 type confirmPark struct {
-	p        bus.Parked
-	replyID  string
-	callID   string
-	started  time.Time // when the call was sent
-	deadline time.Time // how long it is waited for
+	p                 bus.Parked
+	replyID, callID   string
+	started, deadline time.Time
 }
 
 // confirmParams is the elicitation that asks the host's user about p;
@@ -127,10 +124,7 @@ func confirmParams(p bus.Parked, remember bool) mcp.ElicitationParams {
 }
 
 // confirm asks the host's user about a confirm park through elicitation
-// and answers the park with the choice: allow, allow and remember (a rule
-// allowing the tool in this session), or deny. A decline or cancel leaves
-// the park for other approvers; an answer that comes second is ignored,
-// the first answer from anywhere wins.
+// and answers the park with the choice (decide).
 func (c *confirmer) confirm(ctx context.Context, p bus.Parked, replyID string) {
 	req := mcp.ElicitationRequest{Params: confirmParams(p, c.remember)}
 	res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, req)
@@ -140,8 +134,10 @@ func (c *confirmer) confirm(ctx context.Context, p bus.Parked, replyID string) {
 	c.decide(ctx, p, replyID, res)
 }
 
-// decide answers the park with the host user's choice; a decline, a
-// cancel or an unknown choice leaves it to the others.
+// decide answers the park with the host user's choice: allow, allow and
+// remember (a rule allowing the tool in this session), or deny; a
+// decline, a cancel or an unknown choice leaves it to the others. The
+// first answer from anywhere wins.
 func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult) {
 	if res.Action != mcp.ElicitationResponseActionAccept {
 		return

@@ -42,56 +42,46 @@ type Config struct {
 	// ContextHeader is the HTTP header holding the batch's runtime context
 	// as a JSON object; "" means X-Toolbus-Context.
 	ContextHeader string
-	// Poll is how often the listing of a session that has been used is
-	// compared with the bus, besides the watches that trigger a listing at
-	// once (the session's record, tool definitions, groups, workers
-	// arriving or leaving, skills); zero means 2s.
+	// Poll is how often a used session's listing is compared with the
+	// bus, besides the watches that trigger a listing at once; zero means
+	// 2s.
 	Poll time.Duration
 	// ParkWait is the least a parked call holds its tools/call (or task)
 	// open; a call waits up to its tool's timeout_ms, or this when longer.
 	// Zero means no minimum.
 	ParkWait time.Duration
 	// QuietHold is the longest a parked call holds the tools/call of a
-	// host that sent no progress token and runs no task: such hosts give
-	// up on their own (60 s in the TypeScript SDK), so the call is
-	// answered before that with an error result saying it is still
-	// parked, and stays parked on the bus; zero means 45s.
+	// host that sent no progress token and runs no task (such hosts give
+	// up on their own: 60 s in the TypeScript SDK); the call is then
+	// answered that it is still parked, and stays parked; zero means 45s.
 	QuietHold time.Duration
 	// ProgressEvery is how often a parked call sends a progress
-	// notification while it waits (when the client sent a progress
-	// token); zero means 10s.
+	// notification while it waits; zero means 10s.
 	ProgressEvery time.Duration
-	// Auth authenticates every HTTP request (Tokens, OAuth): the
-	// identity's user is the batch's and the listing's, and the request's
-	// bus session must be one the identity may use. Nil serves HTTP only
-	// when Insecure is set.
+	// Auth authenticates every HTTP request (Tokens, OAuth); nil serves
+	// HTTP only when Insecure is set.
 	Auth Authenticator
 	// Insecure serves HTTP without authentication: the user comes from
 	// UserHeader, every session may be used. For a desktop on a loopback
-	// address only (CheckListen); New refuses a Config with neither Auth
-	// nor Insecure.
+	// address only (CheckListen).
 	Insecure bool
 	// Confirm is the confirm policy of identities that name none, and of
 	// stdio and insecure HTTP; "" means ConfirmApprovers.
 	Confirm Confirm
 	// Idle is how long a (session, user) MCP server may go unused before
-	// it is dropped with its polling; zero means 10 minutes.
+	// it is dropped; zero means 10 minutes.
 	Idle time.Duration
-	// MaxSessions bounds the (session, user) MCP servers kept; the least
-	// recently used idle one is dropped for a new one, and a new one is
-	// refused (HTTP 503) when all are busy. Zero means 1000.
+	// MaxSessions bounds the (session, user) MCP servers kept (a new one
+	// is refused, HTTP 503, when all are busy); zero means 1000.
 	MaxSessions int
-	// MaxTasks bounds the MCP task records one (session, user) keeps in
-	// the facade's bucket; a task-augmented call past it is refused. Zero
-	// means DefaultMaxTasks.
+	// MaxTasks bounds the MCP task records one (session, user) keeps;
+	// zero means DefaultMaxTasks.
 	MaxTasks int
-	// Replicas of the facade's bucket when the facade finds none and
-	// creates it (routers create it at start, with the deployment's
-	// replicas); zero means 1.
+	// Replicas of the facade's bucket when the facade creates it (routers
+	// create it at start); zero means 1.
 	Replicas int
 	// MaxResource bounds the bytes of a stored output one resources/read
-	// returns; a larger one is refused with its size. Zero means
-	// DefaultMaxResource.
+	// returns; zero means DefaultMaxResource.
 	MaxResource int64
 	// Logger receives the facade's logs; nil discards.
 	Logger *slog.Logger
@@ -111,28 +101,24 @@ type Facade struct {
 
 	ctx     context.Context // life's Background: ends when the facade drains
 	life    *life.Life
-	gate    *gatekeeper  // the HTTP front's authentication (auth.go)
-	table   *table       // the (session, user) MCP servers kept, and their eviction (table.go)
+	gate    *gatekeeper  // auth.go
+	table   *table       // table.go
 	watch   sync.Once    // starts the listing watch (watchListings)
-	kv      *kvStore     // task records and request states (tasks_store.go)
+	kv      *kvStore     // tasks_store.go
 	tasks   *taskRunners // the tasks this process runs or follows
-	evicted atomic.Int64 // MCP servers dropped, for the tests and measurements
-	listed  atomic.Int64 // listings asked for, for the tests and measurements
+	evicted atomic.Int64 // for the tests and measurements
+	listed  atomic.Int64 // for the tests and measurements
 }
 
-// key names a session's MCP server: the bus session, the user and the
-// confirm policy it was served with.
+// key names a session's MCP server.
 type key struct {
 	session, user string
 	confirm       Confirm
-	// stdio marks the stdio host's server.
-	stdio bool
+	stdio         bool
 }
 
-// New returns a Facade over the deployment cl talks to (its connection
-// and prefix; the facade's events and calls have the source
-// "toolbus/mcp" only when cl was made with it). cl's connection is what
-// every call, listing and answer is published with: give the facade its
+// New returns a Facade over the deployment cl talks to. Every call,
+// listing and answer is published on cl's connection: give the facade its
 // own, logged in as the facade's NATS user (security.RoleFacade), never
 // the router's.
 func New(cl *client.Client, cfg Config) *Facade {
@@ -159,7 +145,7 @@ func New(cl *client.Client, cfg Config) *Facade {
 	return f
 }
 
-// orDefault sets *v to d when it is not positive (a Config's zero value).
+// orDefault sets *v to d when it is not positive.
 func orDefault[T int | int64 | time.Duration](v *T, d T) {
 	if *v <= 0 {
 		*v = d
@@ -167,8 +153,7 @@ func orDefault[T int | int64 | time.Duration](v *T, d T) {
 }
 
 // Drain stops every session's watching and polling, waiting for them until
-// ctx ends, then at most a short cleanup (internal/life). It is safe to
-// call twice and concurrently.
+// ctx ends (internal/life). It is safe to call twice and concurrently.
 func (f *Facade) Drain(ctx context.Context) error { return f.life.Drain(ctx) }
 
 // Closed is closed once Drain has returned.
@@ -178,18 +163,15 @@ type ctxKey int
 
 const contextKey ctxKey = 0
 
-// Handler serves streamable HTTP at /mcp/<session> (also /mcp/<session>/mcp,
-// and /mcp with the session in the X-Toolbus-Session header or the
-// ?session= query parameter); a session id that is not a valid
-// identifier, or another path, gets HTTP 404. Every request
-// is authenticated first (Config.Auth; 401 with a WWW-Authenticate
+// Handler serves streamable HTTP at /mcp/<session> (sessionOf); another
+// path or an invalid session id gets HTTP 404. Every request is
+// authenticated first (Config.Auth; 401 with a WWW-Authenticate
 // challenge), then checked against its identity: a session it may not
 // use, or a user header that is not its user, gets 403 and nothing is
 // published. With an OAuth Auth the RFC 9728 metadata is served at
 // /.well-known/oauth-protected-resource and below. Every revision mcp-go
-// serves works: 2024-11-05 to 2025-11-25 through initialize, and
-// 2026-07-28 (no MCP sessions) through server/discover, because the bus
-// session comes from the path.
+// serves works, 2026-07-28 too (no MCP sessions): the bus session comes
+// from the path.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(adoptHeader) // only the facade's own adoption sets it (crossing.go)
@@ -210,11 +192,7 @@ func (f *Facade) Handler() http.Handler {
 		if !ok {
 			return
 		}
-		policy := ident.Confirm
-		if policy == "" {
-			policy = f.cfg.Confirm
-		}
-		s, err := f.acquire(key{id, ident.User, policy, false})
+		s, err := f.acquire(key{id, ident.User, cmp.Or(ident.Confirm, f.cfg.Confirm), false})
 		if err != nil {
 			if errors.Is(err, errFull) {
 				w.Header().Set("Retry-After", "1")
@@ -256,16 +234,12 @@ const SessionHeader = "X-Toolbus-Session"
 
 // sessionOf returns the bus session a request is for: the path
 // /mcp/<session> (or /mcp/<session>/mcp, as clients that append /mcp
-// make it), else, on /mcp itself, the X-Toolbus-Session header or the
-// ?session= query parameter. ok is false for any other path or an invalid
-// or missing session id.
+// make it), else, on /mcp itself, SessionHeader or ?session=.
 func sessionOf(r *http.Request) (id string, ok bool) {
 	p := r.URL.Path
 	if p == "/mcp" || p == "/mcp/" {
 		id = r.Header.Get(SessionHeader)
-		if id == "" {
-			id = r.URL.Query().Get("session")
-		}
+		id = cmp.Or(id, r.URL.Query().Get("session"))
 		return id, bus.ValidID(id)
 	}
 	rest, found := strings.CutPrefix(p, "/mcp/")
@@ -276,10 +250,10 @@ func sessionOf(r *http.Request) (id string, ok bool) {
 	return rest, bus.ValidID(rest)
 }
 
-// ServeStdio serves the session over stdio (in, out) as user until ctx
-// ends or in closes, with Config.Confirm as its policy. Stdio has no
-// authentication of its own: the identity is the facade's NATS
-// credentials, so it is for a desktop host whose user owns them.
+// ServeStdio serves the session over stdio as user until ctx ends or in
+// closes, with Config.Confirm as its policy. Stdio has no authentication
+// of its own: it is for a desktop host whose user owns the facade's NATS
+// credentials.
 func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in interface {
 	Read([]byte) (int, error)
 }, out interface{ Write([]byte) (int, error) }) error {
@@ -291,8 +265,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 		return err
 	}
 	defer f.release(s)
-	// What the filter started (a tasks/result waiting) ends with the
-	// connection.
+	// A tasks/result the filter started ends with the connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	in2, out2 := interceptStdio(ctx, in, out, s.take) // groups.go, tasks.go
@@ -305,7 +278,7 @@ type session struct {
 	id     string
 	user   string
 	policy Confirm
-	stdio  bool // served over stdio (key.stdio)
+	stdio  bool
 	// noTasks: a facade whose login cannot reach its bucket (a stdio host
 	// on an agent's credentials) offers no MCP tasks; parked calls are
 	// held open with progress instead.
@@ -316,15 +289,15 @@ type session struct {
 	ctx     context.Context
 	cancel  context.CancelFunc // ends its polling (eviction, Close)
 
-	// Its parts, each over what it needs (Facade.wire makes them; the
-	// session itself keeps the tool listing and its calm, calm.go).
-	calls     *caller    // calls and cancellation (call.go)
-	confirms  *confirmer // the host user's confirmations (elicit.go, state.go)
-	questions *relayer   // bridged servers' questions to the host (questions.go)
-	resources *resources // resources/* (resources.go)
-	tasks     *taskFront // tasks/* and task-augmented calls (tasks.go)
+	// Its parts (Facade.wire makes them; the session itself keeps the
+	// tool listing and its calm).
+	calls     *caller    // call.go
+	confirms  *confirmer // elicit.go, rounds.go
+	questions *relayer   // questions.go
+	resources *resources // resources.go
+	tasks     *taskFront // tasks*.go
 	asked     claims     // the questions its hosts are asked (questions.go)
-	cross     *crossing  // 2025-11-25 answers and cancels between processes (crossing.go)
+	cross     *crossing  // crossing.go
 
 	// Guarded by the table's mu.
 	elem   *list.Element
@@ -333,14 +306,13 @@ type session struct {
 
 	mu     sync.Mutex
 	groups string         // the last groups listing, to compare (groups.go)
-	calm   calm           // list changes not yet applied (calm.go)
+	calm   calm           // list changes not yet applied
 	raw    string         // the last listing, to compare
 	order  map[string]int // tool name → position in the listing
 }
 
 // acquire returns k's MCP server, made (and listed once) when there is
-// none, and counts a request on it until release. A new one takes the
-// place of the least recently used idle one when MaxSessions are kept.
+// none, and counts a request on it until release.
 func (f *Facade) acquire(k key) (*session, error) {
 	if s := f.table.use(k); s != nil {
 		return s, nil
@@ -348,9 +320,7 @@ func (f *Facade) acquire(k key) (*session, error) {
 	if f.ctx.Err() != nil {
 		return nil, fmt.Errorf("facade: closed")
 	}
-	// The deployment's watches, the new session's listing: outside the
-	// table's lock, since each is a round trip and other sessions are
-	// served meanwhile.
+	// Round trips, outside the table's lock.
 	f.watchListings()
 	s := f.newSession(k)
 	if err := s.refresh(f.ctx); err != nil {
@@ -369,9 +339,8 @@ func (f *Facade) acquire(k key) (*session, error) {
 const firstWatchWait = 5 * time.Second
 
 // watchListings starts, once, the watch that marks the sessions whose
-// listing may have changed (client.WatchListings: the facade knows no
-// bucket), stopped when the facade drains. What no watch sees, the
-// sessions' poll lists again.
+// listing may have changed (client.WatchListings), stopped when the
+// facade drains. What no watch sees, the sessions' poll lists again.
 func (f *Facade) watchListings() {
 	f.watch.Do(func() {
 		ctx, cancel := context.WithTimeout(f.ctx, firstWatchWait)
@@ -390,8 +359,7 @@ func (f *Facade) release(s *session) { f.table.release(s) }
 // Sessions returns how many (session, user) MCP servers are kept.
 func (f *Facade) Sessions() int { return f.table.len() }
 
-// newSession makes k's MCP server; nothing runs until acquire starts its
-// polling.
+// newSession makes k's MCP server; acquire starts its polling.
 func (f *Facade) newSession(k key) *session {
 	ctx, cancel := context.WithCancel(f.ctx)
 	s := &session{f: f, id: k.session, user: k.user, policy: k.confirm, stdio: k.stdio, noTasks: !f.kv.available(f.ctx), order: map[string]int{}, dirty: make(chan struct{}, 1),
@@ -425,8 +393,7 @@ func (f *Facade) newSession(k key) *session {
 	return s
 }
 
-// questionClient is what the relayer asks of the bus (questionBus): the
-// session's events from the Client, the answers from its parked-call verbs.
+// questionClient is questionBus over a client.
 type questionClient struct {
 	*client.Client
 	client.Parked
@@ -454,10 +421,10 @@ func (f *Facade) wire(s *session) {
 	if s.policy == ConfirmHostUser {
 		s.tasks.confirmParams = func(p bus.Parked) mcp.ElicitationParams { return confirmParams(p, s.confirms.remember) }
 	}
-	s.cross = &crossing{nc: f.nc, store: crossBucket{f.kv}, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
+	s.cross = &crossing{nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 
-// listed reports whether the session lists the tool to its user now.
+// listed reports whether the session lists the tool now.
 func (s *session) listed(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -465,20 +432,18 @@ func (s *session) listed(name string) bool {
 	return ok
 }
 
-// awaitResult waits for a call's result on the bus (tasks.go).
 func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID string) (*bus.Result, error) {
 	return awaitResult(ctx, f.cl, session, replyID, callID)
 }
 
 // settle are the delays after a watched change at which the session is
-// listed again: the routers' caches are fed by the same watches, so the
-// first listing may come before the router has the change.
+// listed again: the first listing may come before the router's cache has
+// the change.
 var settle = []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond}
 
 // poll lists the session again when a watch saw a change (at once and
-// after each settle delay), and every Poll as a fallback for what no
-// watch sees (a worker that vanished without leaving, whose liveness key
-// expired).
+// after each settle delay), and every Poll for what no watch sees (a
+// worker whose liveness key expired).
 func (s *session) poll() {
 	t := time.NewTicker(s.f.cfg.Poll)
 	defer t.Stop()
@@ -494,7 +459,7 @@ func (s *session) poll() {
 		case <-again:
 		}
 		again = nil
-		_ = s.refresh(later(s.ctx)) // a watch or the poll: coalesced (calm.go)
+		_ = s.refresh(later(s.ctx)) // a watch or the poll: coalesced
 		if step++; step < len(settle) {
 			again = time.After(settle[step] - settle[step-1])
 		}
@@ -503,7 +468,7 @@ func (s *session) poll() {
 
 // refresh lists the session's tools for its user and, when they changed,
 // replaces the MCP server's tools (which notifies its clients): at once,
-// or, for a ctx made by later, coalesced (calm.go).
+// or, for a ctx made by later, coalesced (applyLocked).
 func (s *session) refresh(ctx context.Context) error {
 	s.f.listed.Add(1)
 	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
@@ -520,8 +485,8 @@ func (s *session) refresh(ctx context.Context) error {
 	tools := make([]server.ServerTool, 0, len(list.Tools))
 	order := map[string]int{}
 	for i, t := range list.Tools {
-		// The router's MCP format (schemas/export.go), the schemas kept
-		// as they are; _meta holds the tool's groups (groups.go).
+		// The router's MCP format (schemas/export.go), schemas kept as
+		// they are.
 		var l struct {
 			mcp.Tool
 			InputSchema  json.RawMessage `json:"inputSchema"`
@@ -543,13 +508,13 @@ func (s *session) refresh(ctx context.Context) error {
 		order[l.Name] = i
 	}
 	s.raw = string(raw)
-	s.applyLocked(ctx, tools, order) // at once, or coalesced (calm.go)
-	s.groupsChanged(list.Groups)     // groups.go
+	s.applyLocked(ctx, tools, order)
+	s.groupsChanged(list.Groups) // groups.go
 	return nil
 }
 
 // list asks the routers for the session's tools in format, as user sees
-// them (docs/protocol.md 4.1: the query's user selects the user's skills).
+// them (docs/protocol.md 4.1).
 func (f *Facade) list(ctx context.Context, session, user, format string) (*bus.ToolsList, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -577,4 +542,104 @@ func (s *session) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	}
 	slices.SortStableFunc(out, func(a, b mcp.Tool) int { return cmp.Compare(s.order[a.Name], s.order[b.Name]) })
 	return downgradeTools(revisionFrom(ctx), out)
+}
+
+// Calm lists (docs/mcp.md "Calm lists"): a change of a session's listing
+// that a watch or the poll found is applied (SetTools, which notifies the
+// server's clients) on the trailing edge: Calm after the last change and
+// after the previous notification, at most MaxCalm after the burst began.
+// A host's own tools/list (and a new session's first listing) applies a
+// pending change at once: the host never reads a stale list.
+
+// Calm and MaxCalm bound the coalescing of list changes.
+const (
+	Calm    = 250 * time.Millisecond
+	MaxCalm = time.Second
+)
+
+// calm is a session's change not yet applied. Guarded by session.mu.
+type calm struct {
+	tools   []server.ServerTool
+	order   map[string]int
+	pending bool
+	first   time.Time   // the first change not yet applied
+	last    time.Time   // when a change was last applied (a notification sent)
+	timer   *time.Timer // applies the pending change
+	applied string      // the listing the MCP server has (session.raw when set)
+	sent    int         // notifications sent, for the tests
+}
+
+type laterKey struct{}
+
+func later(ctx context.Context) context.Context { return context.WithValue(ctx, laterKey{}, true) }
+
+func isLater(ctx context.Context) bool { v, _ := ctx.Value(laterKey{}).(bool); return v }
+
+// applyLocked takes a changed listing: at once, or, when ctx was made by
+// later, on the trailing edge of its burst.
+func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, order map[string]int) {
+	c := &s.calm
+	c.tools, c.order = tools, order
+	now := time.Now()
+	if s.raw == c.applied && c.sent > 0 {
+		// Back to what the hosts have: nothing to tell them.
+		c.pending = false
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		return
+	}
+	if !isLater(ctx) {
+		s.setLocked(now)
+		return
+	}
+	if !c.pending {
+		c.pending, c.first = true, now
+	}
+	due := laterTime(now.Add(Calm), c.last.Add(Calm))
+	if cap := laterTime(c.first.Add(MaxCalm), c.last.Add(Calm)); due.After(cap) {
+		due = cap
+	}
+	if c.timer == nil {
+		c.timer = time.AfterFunc(time.Until(due), s.applyPending)
+		return
+	}
+	c.timer.Reset(time.Until(due))
+}
+
+func laterTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// setLocked replaces the MCP server's tools with the pending listing.
+func (s *session) setLocked(now time.Time) {
+	c := &s.calm
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.pending, c.last, c.applied = false, now, s.raw
+	s.order = c.order
+	s.mcp.SetTools(c.tools...)
+	c.sent++
+}
+
+func (s *session) applyPending() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.calm.pending || s.ctx.Err() != nil {
+		return
+	}
+	s.setLocked(time.Now())
+}
+
+// flush applies a pending change at once.
+func (s *session) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.calm.pending {
+		s.setLocked(time.Now())
+	}
 }

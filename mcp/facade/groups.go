@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
@@ -30,21 +31,18 @@ const (
 	maxActivate = 256
 )
 
-// groupingCapability is the extension's capability: experimental (as
-// the draft's TypeScript SDK registers it) and as an extension
-// (2026-07-28).
+// groupingCapability is the extension's capability, served experimental
+// (as the draft's TypeScript SDK registers it) and as an extension.
 func groupingCapability() map[string]any {
 	return map[string]any{groupingExtension: map[string]any{"listChanged": true}}
 }
 
-// mcpGroup is a Group of the draft.
 type mcpGroup struct {
 	Name        string         `json:"name"`
 	Description string         `json:"description,omitempty"`
 	Meta        map[string]any `json:"_meta"`
 }
 
-// groupsOf maps the session's groups (bus.ToolsList.Groups) to the draft's.
 func groupsOf(gs []bus.GroupInfo) []mcpGroup {
 	out := make([]mcpGroup, 0, len(gs))
 	for _, g := range gs {
@@ -54,9 +52,8 @@ func groupsOf(gs []bus.GroupInfo) []mcpGroup {
 	return out
 }
 
-// groupsChanged records the session's groups and tells its hosts
-// notifications/groups/list_changed when they changed since the last
-// listing (not on the first). Called with s.mu held.
+// groupsChanged records the session's groups and tells its hosts when
+// they changed since the last listing. Called with s.mu held.
 func (s *session) groupsChanged(gs []bus.GroupInfo) {
 	raw, _ := json.Marshal(gs)
 	if string(raw) == s.groups {
@@ -69,85 +66,64 @@ func (s *session) groupsChanged(gs []bus.GroupInfo) {
 	}
 }
 
-// groupsMessage returns body as a grouping request the facade answers.
-func groupsMessage(body []byte) (*rpcMessage, bool) {
-	var m rpcMessage
-	if json.Unmarshal(body, &m) != nil || m.JSONRPC != mcp.JSONRPC_VERSION || len(m.ID) == 0 || string(m.ID) == "null" {
-		return nil, false
-	}
-	return &m, m.Method == methodGroupsList || m.Method == methodGroupsActivate
-}
-
-// serveOwn answers over HTTP what the facade answers itself (take:
-// grouping requests, task messages); false leaves the request, body
-// intact, to the next handler. The body was bounded and buffered by
-// stampNotification. A task message of an MCP session (up to 2025-11-25)
-// carries its id, for the task's status notifications.
+// serveOwn answers over HTTP what the facade answers itself (take);
+// false leaves the request, body intact, to the next handler. A task
+// message of an MCP session carries its id, for the task's status
+// notifications.
 func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	body, ok := postedBody(r)
 	if !ok {
 		return false
 	}
-	answer, ok := s.take(body)
+	m, answer, ok := s.take(body)
 	if !ok {
 		return false
 	}
 	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.f.cfg.ContextHeader))
-	sid := r.Header.Get(mcpSessionHeader)
+	sid := r.Header.Get(server.HeaderKeySessionID)
 	if sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
 	}
-	if m, ok := taskMessage(body); ok && m.Method == methodSubscriptionsListen {
+	if m.Method == methodSubscriptionsListen {
 		serveStream(ctx, w, m, s.tasks.answer) // tasks_listen.go
 		return true
 	}
 	out := answer(ctx)
 	w.Header().Set("Content-Type", "application/json")
 	if sid != "" {
-		w.Header().Set(mcpSessionHeader, sid)
+		w.Header().Set(server.HeaderKeySessionID, sid)
 	}
 	_, _ = w.Write(out)
 	return true
 }
 
-// groupsAnswer answers a grouping request (groups/list, or
-// toolbus/groups/activate then the list) with its JSON-RPC response, on
-// either transport.
+// groupsAnswer answers a grouping request with its JSON-RPC response.
 func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
-	resp := struct {
-		JSONRPC string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Result  *groupsResult   `json:"result,omitempty"`
-		Error   *rpcError       `json:"error,omitempty"`
-	}{JSONRPC: mcp.JSONRPC_VERSION, ID: m.ID}
 	if m.Method == methodGroupsActivate {
-		resp.Error = s.activate(ctx, m.Params)
-	}
-	if resp.Error == nil {
-		if list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP); err != nil {
-			resp.Error = &rpcError{mcp.INTERNAL_ERROR, err.Error()}
-		} else {
-			resp.Result = &groupsResult{Groups: groupsOf(list.Groups)}
+		if rerr := s.activate(ctx, m.Params); rerr != nil {
+			return response(m.ID, nil, rerr)
 		}
 	}
-	out, _ := json.Marshal(resp)
-	return out
+	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
+	if err != nil {
+		return response(m.ID, nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()})
+	}
+	return response(m.ID, &groupsResult{Groups: groupsOf(list.Groups)}, nil)
 }
 
 // take takes a message the facade answers itself (a grouping request, or
-// a task message when the session offers tasks), a stdio line or an HTTP
-// body, and returns how it is answered; false passes it on to mcp-go.
-func (s *session) take(line []byte) (func(context.Context) []byte, bool) {
-	if m, ok := groupsMessage(line); ok {
-		return func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
+// a task message when the session offers tasks) and returns how it is
+// answered; false passes it on to mcp-go.
+func (s *session) take(line []byte) (*rpcMessage, func(context.Context) []byte, bool) {
+	m, ok := parseRequest(line)
+	switch {
+	case !ok:
+	case m.Method == methodGroupsList || m.Method == methodGroupsActivate:
+		return m, func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
+	case !s.noTasks && isTaskMessage(m):
+		return m, func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
 	}
-	if s.noTasks {
-		return nil, false
-	}
-	if m, ok := taskMessage(line); ok {
-		return func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
-	}
-	return nil, false
+	return nil, nil, false
 }
 
 type groupsResult struct {
@@ -155,8 +131,7 @@ type groupsResult struct {
 }
 
 // activate makes exactly the named groups the active switchable ones: a
-// call of reset_tools on the bus (with its final-state semantics, its
-// checks and its events), as the session's user.
+// call of reset_tools on the bus as the session's user.
 func (s *session) activate(ctx context.Context, params json.RawMessage) *rpcError {
 	var p struct {
 		Groups []string `json:"groups"`

@@ -10,20 +10,15 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// maxBody bounds what one HTTP request to the facade may send: a call's
-// input is at most 1 MiB (docs/protocol.md 13), with room for the
-// envelope.
+// maxBody bounds one HTTP request's body: a call's input is at most
+// 1 MiB (docs/protocol.md 13).
 const maxBody = 4 << 20
 
-// stampNotification gives a 2026-07-28 notification (notifications/cancelled,
-// notifications/progress, ...) that carries the Mcp-Protocol-Version header
-// but no _meta protocol version the version of its header. The revision
-// asks a client to state it in both, but a notification has no reply to
-// carry an error, and the Go SDK treats the 400 it got as a dead
-// connection; a notification is accepted (202) and acted on instead
-// (issue 18). Requests are left alone: a request without the _meta
-// version is still refused, as the revision says. It also bounds the
-// body (maxBody). It reports false when the body could not be read.
+// stampNotification gives a 2026-07-28 notification that carries the
+// Mcp-Protocol-Version header but no _meta protocol version the version
+// of its header: the Go SDK treats the 400 mcp-go answers as a dead
+// connection (issue 18). Requests are left alone. It also bounds and
+// buffers the body; false: it could not be read (answered).
 func stampNotification(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodPost || r.Body == nil {
 		return true
@@ -73,9 +68,8 @@ func stampNotification(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// postedBody reads a POST's body, already bounded and buffered by
-// stampNotification, and puts it back for the next handler; false for
-// any other request or a body that could not be read.
+// postedBody reads a POST's body (buffered by stampNotification) and
+// puts it back for the next handler.
 func postedBody(r *http.Request) ([]byte, bool) {
 	if r.Method != http.MethodPost || r.Body == nil {
 		return nil, false
@@ -83,4 +77,25 @@ func postedBody(r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return body, err == nil
+}
+
+// modernCancel reports whether r is a notifications/cancelled of a
+// 2026-07-28 client over HTTP, which the facade answers 202 itself and
+// drops: without MCP sessions the request id it names is ambiguous, and
+// mcp-go cancelled whichever host's request had that id
+// (TestGoSDKTwoHosts). The revision cancels a request over HTTP by ending
+// its stream, which interrupts the bus call.
+func modernCancel(r *http.Request) bool {
+	if !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
+		return false
+	}
+	body, ok := postedBody(r)
+	if !ok {
+		return false
+	}
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	return json.Unmarshal(body, &msg) == nil && msg.ID == nil && msg.Method == string(mcp.MethodNotificationCancelled)
 }

@@ -19,33 +19,29 @@ import (
 
 // A bridged server's question put to the host (docs/mcp.md "Bridged
 // servers' questions"): while a host that declared elicitation calls a
-// bridged tool mcp__<server>__<tool> under the host_user policy, a
-// question that server parks in the session (a call of
-// mcp__<server>__elicit, docs/protocol.md 12) for the host's own user is
-// put to the host through elicitation, and its answer answers the park.
-// The park stays answerable by `toolbus answer` and approvers meanwhile;
-// the first answer wins. A decline declines; a cancel, an error or a host
-// that cannot show the question leaves it to the others.
+// bridged tool under the host_user policy, a question that server parks
+// in the session (a call of mcp__<server>__elicit, docs/protocol.md 12)
+// for the host's own user is put to the host through elicitation, and its
+// answer answers the park. The park stays answerable by `toolbus answer`
+// and approvers meanwhile; the first answer wins. A cancel, an error or a
+// host that cannot show the question leaves it to the others.
 
-// question is what the bridge's elicit call carries: bus.Question, the
-// record the bridge writes (mcp/bridge elicitInput).
+// question is what the bridge's elicit call carries.
 type question = bus.Question
 
-// relayer puts a session's bridged servers' questions to its host: it
-// watches the session while the host calls a bridged tool, takes the
-// questions meant for the host (take: session.questionFor, which claims
-// them) and answers their parks with the host's choice.
+// relayer puts a session's bridged servers' questions to its host and
+// answers their parks with the host's choice.
 type relayer struct {
 	bus       questionBus
 	session   string
 	user      string
 	mayElicit func(context.Context) bool
-	take      func(p bus.Parked, prefix string) (question, bool)
-	release   func(id string) // a taken question is done with
+	take      func(p bus.Parked, prefix string) (question, bool) // session.questionFor
+	release   func(id string)                                    // a taken question is done with
 	log       *slog.Logger
 }
 
-// questionBus is what relaying questions needs of the bus (client.Client).
+// questionBus is what relaying questions needs of the bus.
 type questionBus interface {
 	Watch(ctx context.Context, session string) (*client.Events, error)
 	Answer(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error
@@ -63,7 +59,6 @@ func (q *relayer) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc
 		if !ok || req.Params.Task != nil || !q.mayElicit(ctx) || server.IsModernRequest(ctx) || server.ServerFromContext(ctx) == nil {
 			return next(ctx, req)
 		}
-		// Watch before the call is made, so its server's question is seen.
 		ev, err := q.bus.Watch(ctx, q.session)
 		if err != nil {
 			return next(ctx, req)
@@ -76,9 +71,9 @@ func (q *relayer) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc
 	}
 }
 
-// bridgedServer is the candidate server of a bridged tool's name
+// bridgedServer is the candidate server prefix of a bridged tool's name
 // (mcp__<server>__<tool>): the question's own server is matched against
-// the name's prefix, so a server whose name holds "__" works too.
+// it, so a server whose name holds "__" works too.
 func bridgedServer(name string) (string, bool) {
 	rest, ok := strings.CutPrefix(name, "mcp__")
 	return rest, ok && strings.Contains(rest, "__")
@@ -87,6 +82,17 @@ func bridgedServer(name string) (string, bool) {
 // relay puts every question of srv parked in the session for the
 // session's user to the host, until ctx ends.
 func (q *relayer) relay(ctx context.Context, ev *client.Events, prefix string, wg *sync.WaitGroup) {
+	eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
+		if qn, ok := q.take(p, prefix); ok {
+			wg.Go(func() { q.askHost(ctx, replyID, p, qn) })
+		}
+		return true
+	})
+}
+
+// eachParked calls fn with every call parked in ev, and the reply id of
+// the batch that parked it, until ctx or ev ends or fn returns false.
+func eachParked(ctx context.Context, ev *client.Events, fn func(replyID string, p bus.Parked) bool) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -95,28 +101,21 @@ func (q *relayer) relay(ctx context.Context, ev *client.Events, prefix string, w
 			if !ok {
 				return
 			}
-			if e.Type != bus.TypeCallParked {
-				continue
-			}
 			var pe bus.ParkedEvent
-			if e.DataAs(&pe) != nil {
+			if e.Type != bus.TypeCallParked || e.DataAs(&pe) != nil {
 				continue
 			}
 			for _, p := range pe.Calls {
-				qn, ok := q.take(p, prefix)
-				if !ok {
-					continue
+				if !fn(e.ReplyID, p) {
+					return
 				}
-				replyID := e.ReplyID
-				wg.Go(func() { q.askHost(ctx, replyID, p, qn) })
 			}
 		}
 	}
 }
 
-// questionFor reports whether p is a question of a server the call's
-// tool name starts with (mcp__<server>__), for the session's user, not
-// yet put to a host; it claims a question it takes.
+// questionFor is parseQuestion for the session's user, claiming the
+// question: false when a host of the session has it already.
 func (s *session) questionFor(p bus.Parked, prefix string) (question, bool) {
 	q, ok := parseQuestion(p, prefix, s.user)
 	return q, ok && s.asked.claim(p.ID)
@@ -140,15 +139,14 @@ func parseQuestion(p bus.Parked, prefix, user string) (question, bool) {
 	return q, true
 }
 
-// claims are the bridged servers' questions a session's hosts are being
-// asked (park ids); the zero value is ready.
+// claims are the park ids of the questions a session's hosts are being
+// asked; the zero value is ready.
 type claims struct {
 	mu  sync.Mutex
 	ids map[string]bool
 }
 
-// claim marks park id as put to a host of this session; false when one
-// already has it, or maxAsked are asked.
+// claim marks park id as asked; false when it is, or maxAsked are.
 func (c *claims) claim(id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -171,8 +169,6 @@ func (c *claims) unclaim(id string) {
 // maxAsked bounds the questions a session's hosts are asked at once.
 const maxAsked = 64
 
-// askHost asks the host of ctx the question and answers park p with its
-// choice.
 func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn question) {
 	defer q.release(p.ID)
 	params, ok := questionParams(qn, canElicitURL(ctx))
@@ -187,8 +183,8 @@ func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn 
 }
 
 // questionParams is the elicitation that puts qn to a host; false when the
-// host cannot show it (a URL question to a host without URL elicitation,
-// a requested schema that is not an object).
+// host cannot show it (a URL question without URL elicitation, a
+// requested schema that is not an object).
 func questionParams(qn question, url bool) (mcp.ElicitationParams, bool) {
 	params := mcp.ElicitationParams{Mode: qn.Mode, Message: questionText(qn), URL: qn.URL, ElicitationID: qn.ElicitationID}
 	switch {
@@ -206,9 +202,9 @@ func questionParams(qn question, url bool) (mcp.ElicitationParams, bool) {
 	return params, true
 }
 
-// hostAnswer is the answer text of the park for the host's response: the
-// action with an accept's content; false for a cancel (or anything else),
-// which leaves the question to `toolbus answer` and the approvers.
+// hostAnswer is the answer text of the park for the host's response;
+// false for a cancel (or anything else), which leaves the question to the
+// others.
 func hostAnswer(res *mcp.ElicitationResult) (string, bool) {
 	if res == nil {
 		return "", false
@@ -227,8 +223,8 @@ func hostAnswer(res *mcp.ElicitationResult) (string, bool) {
 	return string(text), err == nil
 }
 
-// answerQuestion answers the question's park with the host's response
-// (hostAnswer); it reports whether an answer was published.
+// answerQuestion answers the question's park with the host's response;
+// it reports whether an answer was published.
 func (q *relayer) answerQuestion(ctx context.Context, a asked, res *mcp.ElicitationResult) bool {
 	text, ok := hostAnswer(res)
 	if !ok {
@@ -240,18 +236,16 @@ func (q *relayer) answerQuestion(ctx context.Context, a asked, res *mcp.Elicitat
 	return true
 }
 
-// asked is a bridged server's question as a park: the park, the reply id
-// of the bridge's batch that parked it, and the question it carries.
+// asked is a bridged server's question: its park, the reply id of the
+// bridge's batch that parked it, and the question.
 type asked struct {
 	p       bus.Parked
 	replyID string
 	q       question
 }
 
-// questionOf reports whether p is a question of the call callID of tool
-// (mcp__<server>__<name>), for user: parseQuestion's checks, and the
-// question names the call among its asking calls. A 2026-07-28 host is
-// asked only its own call's questions.
+// questionOf is parseQuestion for the call callID of tool: the question
+// names the call among its asking calls.
 func questionOf(p bus.Parked, tool, callID, user string) (question, bool) {
 	prefix, ok := bridgedServer(tool)
 	if !ok {
@@ -262,9 +256,8 @@ func questionOf(p bus.Parked, tool, callID, user string) (question, bool) {
 }
 
 // watchCall returns the questions parked for the call callID of tool, for
-// the session's user, each once, until ctx ends; nil (and no watch) when
-// tool is not a bridged one. The watch is made before it returns, so a
-// question parked afterwards is seen.
+// the session's user, each once, until ctx ends; nil when tool is not a
+// bridged one. The watch is made before it returns.
 func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan asked, error) {
 	if _, ok := bridgedServer(tool); !ok {
 		return nil, nil
@@ -277,54 +270,28 @@ func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan as
 	go func() {
 		defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 		seen := map[string]bool{}
-		for {
-			var e *bus.Event
-			var ok bool
+		eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
+			qn, ok := questionOf(p, tool, callID, q.user)
+			if !ok || seen[p.ID] || len(seen) >= maxAsked {
+				return true
+			}
+			seen[p.ID] = true
 			select {
+			case out <- asked{p: p, replyID: replyID, q: qn}:
+				return true
 			case <-ctx.Done():
-				return
-			case e, ok = <-ev.C:
-				if !ok {
-					return
-				}
+				return false
 			}
-			var pe bus.ParkedEvent
-			if e.Type != bus.TypeCallParked || e.DataAs(&pe) != nil {
-				continue
-			}
-			for _, p := range pe.Calls {
-				qn, ok := questionOf(p, tool, callID, q.user)
-				if !ok || seen[p.ID] || len(seen) >= maxAsked {
-					continue
-				}
-				seen[p.ID] = true
-				select {
-				case out <- asked{p: p, replyID: e.ReplyID, q: qn}:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
+		})
 	}()
 	return out, nil
 }
 
-// questionText is the message the host's user reads: the server's own,
-// naming the server (and why a previous answer was refused).
+// questionText is the message the host's user reads.
 func questionText(q question) string {
 	msg := fmt.Sprintf("The MCP server %s asks: %s", q.Server, q.Message)
 	if q.Refused != "" {
 		msg += " (" + q.Refused + ")"
 	}
 	return msg
-}
-
-// canElicitURL reports whether the client of ctx declared URL-mode
-// elicitation (in 2026-07-28, in the request's _meta).
-func canElicitURL(ctx context.Context) bool {
-	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		return info.ClientCapabilities != nil && info.ClientCapabilities.Elicitation != nil && info.ClientCapabilities.Elicitation.URL != nil
-	}
-	c, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
-	return ok && c.GetClientCapabilities().Elicitation != nil && c.GetClientCapabilities().Elicitation.URL != nil
 }

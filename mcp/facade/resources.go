@@ -1,6 +1,7 @@
 package facade
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -31,23 +32,17 @@ import (
 // read through P.outputs.<session> (docs/protocol.md 5.9).
 
 // DefaultMaxResource bounds what one resources/read of a stored output
-// returns (Config.MaxResource): above it the read is refused with an
-// error naming the size and `toolbus fetch`.
+// returns (Config.MaxResource).
 const DefaultMaxResource = 16 << 20
 
-// maxResourceServers bounds the bridged servers one listing asks.
-const maxResourceServers = 32
+const (
+	maxResourceServers = 32               // the bridged servers one listing asks
+	resourcesBudget    = 10 * time.Second // one listing of every server's resources
+	outputsTemplate    = offload.Scheme + "://{bucket}/{+name}"
+)
 
-// resourcesBudget bounds one listing of every server's resources.
-const resourcesBudget = 10 * time.Second
-
-// outputsTemplate is the URI template of the session's stored outputs.
-const outputsTemplate = offload.Scheme + "://{bucket}/{+name}"
-
-// resources owns a session's resources: the bridged servers' (listed and
-// read through their resources verb) and the stored outputs' template.
-// mcp is set once the MCP server is made (newSession); the hooks read it
-// only when a request comes.
+// resources owns a session's resources. mcp is set once the MCP server is
+// made (newSession); the hooks read it only when a request comes.
 type resources struct {
 	session, user string
 	mcp           *server.MCPServer
@@ -58,7 +53,7 @@ type resources struct {
 	log           *slog.Logger
 }
 
-// outputFetcher reads a session's stored output (client.Client).
+// outputFetcher reads a session's stored output (client.Outputs).
 type outputFetcher interface {
 	FetchSession(ctx context.Context, session, ref string) (*client.Output, error)
 }
@@ -66,8 +61,7 @@ type outputFetcher interface {
 var _ outputFetcher = client.Outputs{}
 
 // options are the server options and hooks of the resources capability:
-// listed and read on demand, no subscriptions, no listChanged (a bridged
-// server's list is asked afresh each time).
+// listed and read on demand, no subscriptions, no listChanged.
 func (s *resources) options(hooks *server.Hooks) []server.ServerOption {
 	hooks.AddBeforeListResources(func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest) { s.syncResources(ctx) })
 	hooks.AddBeforeListResourceTemplates(func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest) {
@@ -91,16 +85,14 @@ func (s *resources) options(hooks *server.Hooks) []server.ServerOption {
 	return []server.ServerOption{server.WithResourceCapabilities(false, false)}
 }
 
-// knowsResource reports whether uri is one of the bridged resources last
-// listed.
 func (s *resources) knowsResource(uri string) bool {
 	_, ok := s.mcp.ListResources()[uri]
 	return ok
 }
 
 // syncResources lists the resources of the session's bridged servers and
-// registers them (and the stored-outputs template) with the MCP server.
-// A server that fails is left out (logged); the others are listed.
+// registers them (and the stored-outputs template) with the MCP server;
+// a server that fails is left out.
 func (s *resources) syncResources(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, resourcesBudget)
 	defer cancel()
@@ -134,8 +126,7 @@ func (s *resources) syncResources(ctx context.Context) {
 }
 
 // bridgedServers are the MCP servers of the tools the session lists to
-// its user (the mcp.server of their definitions), sorted, at most
-// maxResourceServers.
+// its user, sorted, at most maxResourceServers.
 func (s *resources) bridgedServers(ctx context.Context) []string {
 	list, err := s.list(ctx, s.session, s.user, bus.FormatToolbus)
 	if err != nil {
@@ -158,14 +149,13 @@ func (s *resources) bridgedServers(ctx context.Context) []string {
 }
 
 // resourcesVerb asks the bridged servers' resources verb
-// (P.resources.<server>, docs/protocol.md 12) on the facade's connection.
+// (P.resources.<server>, docs/protocol.md 12).
 type resourcesVerb struct {
 	nc     *nats.Conn
 	prefix string
 }
 
-// request sends one request of a bridged server's resources verb and
-// decodes its reply of type want into out.
+// request sends one request and decodes its reply of type want into out.
 func (f resourcesVerb) request(ctx context.Context, srv, typ string, data any, want string, out any) error {
 	e, err := bus.NewEvent(typ, "toolbus/mcp", data)
 	if err != nil {
@@ -203,14 +193,12 @@ func (f resourcesVerb) list(ctx context.Context, srv string) (*bridge.ResourcesL
 	return &l, nil
 }
 
-// readBridged reads a URI of server srv through its resources verb, when
-// the session still lists a tool of srv to its user.
+// readBridged reads a URI of server srv, when the session still lists a
+// tool of srv to its user.
 func (s *resources) readBridged(srv string) server.ResourceHandlerFunc {
 	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 		ctx, cancel := context.WithTimeout(ctx, resourcesBudget)
 		defer cancel()
-		// Checked at each read: the session's listing may have lost the
-		// server since its resources were registered.
 		if !slices.Contains(s.bridgedServers(ctx), srv) {
 			return nil, fmt.Errorf("the MCP server %q is no longer among the session's tools' servers", srv)
 		}
@@ -222,9 +210,7 @@ func (s *resources) readBridged(srv string) server.ResourceHandlerFunc {
 		out := make([]mcp.ResourceContents, 0, len(c.Contents))
 		for _, b := range c.Contents {
 			uri := b.URI
-			if uri == "" {
-				uri = req.Params.URI
-			}
+			uri = cmp.Or(uri, req.Params.URI)
 			if b.Type == bus.BlockText {
 				out = append(out, mcp.TextResourceContents{URI: uri, MIMEType: b.MediaType, Text: b.Text})
 			} else {
@@ -264,20 +250,17 @@ func mcpAnnotations(a *bus.Annotations) *mcp.Annotations {
 	return ann
 }
 
-// outputsTemplate is the session's stored outputs as a resource template.
 func (s *resources) outputsTemplate() server.ServerResourceTemplate {
 	tp := mcp.NewResourceTemplate(outputsTemplate, "toolbus_outputs",
 		mcp.WithTemplateDescription("A stored output of session "+s.session+": the nats-object:// URL of a result's data block, exactly as the result gives it (with #sha256=)."))
 	return server.ServerResourceTemplate{Template: tp, Handler: s.readOutput}
 }
 
-// errOtherSession refuses a stored output that is not the session's.
 var errOtherSession = errors.New("the stored output belongs to another session: this MCP endpoint reads only its own session's outputs")
 
 // readOutput reads a stored output of the session, byte for byte: text
 // for a text media type whose bytes are UTF-8, else a base64 blob. A
-// reference of another session is refused before anything is published;
-// an output larger than MaxResource is refused with its size.
+// reference of another session is refused before anything is published.
 func (s *resources) readOutput(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 	uri := req.Params.URI
 	ref, err := offload.ParseRef(uri)
@@ -301,8 +284,8 @@ func (s *resources) readOutput(ctx context.Context, req mcp.ReadResourceRequest)
 }
 
 // readStored reads a stored output of session whole, with its media
-// type; one above max bytes is refused with its size (what the endpoint
-// does not return: how), before any of it is read.
+// type; one above max bytes is refused with its size before any of it is
+// read (how: what the endpoint does not return).
 func readStored(ctx context.Context, fetch outputFetcher, session, uri string, max int64, how string) ([]byte, string, error) {
 	o, err := fetch.FetchSession(ctx, session, uri)
 	if err != nil {
@@ -323,8 +306,7 @@ func readStored(ctx context.Context, fetch outputFetcher, session, uri string, m
 	return b, o.MediaType, nil
 }
 
-// isTextMedia reports whether a media type is text: text/*, JSON, XML,
-// and their +json / +xml kinds.
+// isTextMedia reports whether a media type is text, JSON or XML.
 func isTextMedia(media string) bool {
 	mt, _, err := mime.ParseMediaType(media)
 	if err != nil {

@@ -41,28 +41,22 @@ const (
 	revLatest
 )
 
+var revisionsByVersion = map[string]revision{mcp.ProtocolVersion20241105: rev20241105, mcp.ProtocolVersion20250326: rev20250326,
+	mcp.ProtocolVersion20250618: rev20250618, mcp.ProtocolVersion20251125: rev20251125}
+
 func revisionOf(version string) revision {
-	switch version {
-	case mcp.ProtocolVersion20241105:
-		return rev20241105
-	case mcp.ProtocolVersion20250326:
-		return rev20250326
-	case mcp.ProtocolVersion20250618:
-		return rev20250618
-	case mcp.ProtocolVersion20251125:
-		return rev20251125
+	if r, ok := revisionsByVersion[version]; ok {
+		return r
 	}
 	return revLatest
 }
 
-// revisionFrom is the revision of the request in ctx (the session's
-// negotiated one, or a 2026-07-28 request's own).
+// revisionFrom is the revision of the request in ctx.
 func revisionFrom(ctx context.Context) revision {
 	return revisionOf(server.RequestProtocolVersion(ctx))
 }
 
-// downgradeTools returns tools as a host at rev can read them: a copy
-// when anything is taken away.
+// downgradeTools returns tools as a host at rev can read them.
 func downgradeTools(rev revision, tools []mcp.Tool) []mcp.Tool {
 	if rev >= rev20251125 {
 		return tools
@@ -82,11 +76,8 @@ func downgradeTools(rev revision, tools []mcp.Tool) []mcp.Tool {
 	return out
 }
 
-// downgradeResult returns res as a host at rev can read it: structured
-// content only from 2025-06-18 (its JSON stays as text when the result
-// has no text of its own: toMCP added it), resource links as text naming
-// the link before 2025-06-18, audio as text naming it before 2025-03-26,
-// lastModified only from 2025-06-18.
+// downgradeResult returns res as a host at rev can read it (the table
+// above; resource links and audio become text naming them).
 func downgradeResult(rev revision, res *mcp.CallToolResult) *mcp.CallToolResult {
 	if res == nil || rev >= rev20250618 {
 		return res
@@ -151,8 +142,7 @@ func audioText(a mcp.AudioContent) string {
 	return fmt.Sprintf("[audio (%s, about %d bytes) left out: this MCP revision has no audio content]", a.MIMEType, n)
 }
 
-// oldAnnotations keeps what 2024-11-05 to 2025-03-26 define (audience,
-// priority); nil when nothing is left.
+// oldAnnotations keeps what 2024-11-05 to 2025-03-26 define.
 func oldAnnotations(a *mcp.Annotations) *mcp.Annotations {
 	if a == nil || (len(a.Audience) == 0 && a.Priority == nil) {
 		return nil
@@ -165,9 +155,8 @@ func withOldAnnotations(t mcp.TextContent, a *mcp.Annotations) mcp.TextContent {
 	return t
 }
 
-// downgradeInit takes away the capabilities a host at the negotiated
-// revision does not know (tasks before 2025-11-25), and elicitation at
-// every revision: it is a client capability, never a server's (F4).
+// downgradeInit takes away the tasks capability before 2025-11-25, and
+// elicitation at every revision: it is a client capability (F4).
 func downgradeInit(res *mcp.InitializeResult) {
 	if res == nil {
 		return
@@ -178,8 +167,6 @@ func downgradeInit(res *mcp.InitializeResult) {
 	}
 }
 
-// downgradeResources drops the resources' and templates' titles and
-// lastModified before 2025-06-18.
 func downgradeResources(rev revision, rs []mcp.Resource, ts []mcp.ResourceTemplate) {
 	if rev >= rev20250618 {
 		return
@@ -195,8 +182,7 @@ func downgradeResources(rev revision, rs []mcp.Resource, ts []mcp.ResourceTempla
 	}
 }
 
-// downgradeMiddleware applies downgradeResult to every tools/call result
-// (so call.go's toMCP stays revision-free).
+// downgradeMiddleware applies downgradeResult to every tools/call result.
 func downgradeMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := next(ctx, req)

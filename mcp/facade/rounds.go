@@ -2,6 +2,7 @@ package facade
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,23 +11,21 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nuid"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/store"
 )
 
 // The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and
 // "Bridged servers' questions reach the host"): that revision has no
-// server-initiated requests, so what a call needs of its host's user —
-// a confirmation of the call, or a question the bridged server of the
-// call asks (a parked mcp__<server>__elicit call for that user, naming
-// this call) — ends the request with an input_required result carrying
-// one elicitation input request and a request state. The bus call goes
-// on meanwhile. The retry brings the answer, which is published on the
-// bus (P.confirm or P.answer), and waits again for the call: its result,
-// or the next round. A request state is 128 random bits, stored in the
-// facade's bucket under the retry's own session and user (state.go), so
-// a retry reaching another facade process is served there, and a state
-// of another session or user, a forged, expired or superseded one finds
-// nothing.
+// server-initiated requests, so what a call needs of its host's user (a
+// confirmation, or its bridged server's question) ends the request with
+// an input_required result carrying one elicitation input request and a
+// request state, while the bus call goes on. The retry brings the answer,
+// which is published on the bus (P.confirm or P.answer), and waits again
+// for the call: its result, or the next round. A request state is stored
+// in the facade's bucket under the retry's own session and user
+// (stateRecord), so any facade process serves the retry.
 
 // Input request keys of the two kinds of rounds.
 const (
@@ -34,15 +33,13 @@ const (
 	inputQuestion = "question"
 )
 
-// ask is what a 2026-07-28 call waits on its host for: a confirm park of
-// the call, or a bridged server's question of it (questions.go).
+// ask is what a 2026-07-28 call waits on its host for: one of the two.
 type ask struct {
 	confirm  *confirmPark
 	question *asked
 }
 
-// questionSource is what rounds need of the bridged servers' questions
-// (relayer, questions.go).
+// questionSource is what rounds need of the relayer.
 type questionSource interface {
 	watchCall(ctx context.Context, tool, callID string) (<-chan asked, error)
 	answerQuestion(ctx context.Context, a asked, res *mcp.ElicitationResult) bool
@@ -63,23 +60,21 @@ type pending struct {
 	state  string // its current request state; guarded by confirmer.mu
 }
 
-// round is one request state of a pending call: what it asked.
+// round is what one request state of a pending call asked.
 type round struct {
 	p *pending
 	a ask
 }
 
 // callModern runs a call of a 2026-07-28 client that declared
-// elicitation: in the background, on the facade's own context, with its
-// confirm parks and its bridged server's questions forwarded as rounds;
-// the first round, if any comes before the call ends, is returned as
-// input_required.
+// elicitation in the background, on the facade's own context; its first
+// round, if one comes before the call ends, is returned as input_required.
 func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	p := &pending{done: make(chan struct{}), base: stateRecord{Session: c.session, User: c.user, Tool: req.Params.Name,
 		CallID: "mcp-" + nuid.Next(), ReplyID: client.NewReplyID(), Started: time.Now()}}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
-	unlink := context.AfterFunc(c.closing, cancel) // Close ends it too
+	unlink := context.AfterFunc(c.closing, cancel)
 	// Watch before the call is made, so its server's first question is seen.
 	questions, err := c.questions.watchCall(rctx, req.Params.Name, p.base.CallID)
 	if err != nil {
@@ -93,8 +88,7 @@ func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*m
 		defer close(p.done)
 		defer unlink()
 		defer cancel()
-		// keep: a facade that closes leaves the call running or parked;
-		// the retry, wherever it lands, goes on with it (state.go).
+		// keep: the retry, wherever it lands, goes on with the call.
 		p.res, p.err = c.run(rctx, req, runOpts{confirm: confirm, keep: true, callID: p.base.CallID, replyID: p.base.ReplyID})
 	}()
 	res, asked, err := c.waitRound(ctx, p, req, nil, nil)
@@ -104,10 +98,9 @@ func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*m
 	return res, err
 }
 
-// waitRound waits for the pending call p for request req: its end, or
-// its next round the host can be asked (asked: the input_required
-// result), until ctx ends (the host gave the request up: the call is
-// cancelled) or timeout fires (late's result).
+// waitRound waits for the pending call p: its end, or its next round the
+// host can be asked (asked), until ctx ends (the host gave the request
+// up: the call is cancelled) or timeout fires (late's result).
 func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolRequest, timeout <-chan time.Time,
 	late func() *mcp.CallToolResult) (res *mcp.CallToolResult, asked bool, err error) {
 	for {
@@ -129,10 +122,8 @@ func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolR
 	}
 }
 
-// settleDeadline gives the pending call its deadline (the tool's
-// timeout_ms from its start, or ParkWait when longer) once it first asks:
-// a call that never asks costs no listing for it. Guarded by the call's
-// rounds: one request of the call at a time reaches it.
+// settleDeadline gives the pending call its deadline once it first asks
+// (a call that never asks costs no listing for it).
 func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.CallToolRequest) {
 	c.mu.Lock()
 	set := !p.base.Deadline.IsZero()
@@ -146,8 +137,7 @@ func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.Call
 	c.mu.Unlock()
 }
 
-// forwardAsks passes a call's confirm parks and questions on as rounds
-// until ctx ends.
+// forwardAsks passes a call's confirm parks and questions on as rounds.
 func forwardAsks(ctx context.Context, confirm <-chan confirmPark, questions <-chan asked, asks chan<- ask) {
 	for {
 		var a ask
@@ -171,8 +161,7 @@ func forwardAsks(ctx context.Context, confirm <-chan confirmPark, questions <-ch
 	}
 }
 
-// hostCan reports whether the host of ctx can be asked a: a URL question
-// only of a host that declared URL elicitation.
+// hostCan reports whether the host of ctx can be asked a.
 func hostCan(ctx context.Context, a ask) bool {
 	if a.question == nil {
 		return true
@@ -181,10 +170,9 @@ func hostCan(ctx context.Context, a ask) bool {
 	return ok
 }
 
-// issue makes a's request state for the pending call (stored, so that any
-// facade process takes the retry; without the bucket this process still
-// does), makes it the call's current one (the previous one is refused
-// from now on), and returns the input_required result asking for a.
+// issue makes a's request state the pending call's current one (stored;
+// without the bucket only this process takes the retry; the previous
+// state is refused from now on) and returns the input_required result.
 func (c *confirmer) issue(ctx context.Context, p *pending, a ask) *mcp.CallToolResult {
 	c.mu.Lock()
 	base := p.base
@@ -224,8 +212,7 @@ func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (stri
 
 func mustParams(p mcp.ElicitationParams, _ bool) mcp.ElicitationParams { return p }
 
-// forget deletes a request state from the bucket (best effort: it
-// expires anyway).
+// forget deletes a request state (best effort: it expires anyway).
 func (c *confirmer) forget(state string) {
 	dctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
 	defer cancel()
@@ -253,8 +240,7 @@ func (c *confirmer) keepResult(p *pending) {
 }
 
 // resume is the retry of a call that asked its host: the answer is
-// published (the first answer wins), and the call is waited for again:
-// its result, or its next round.
+// published (the first answer wins), and the call waited for again.
 func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	c.mu.Lock()
 	rd := c.pending[req.Params.RequestState]
@@ -281,9 +267,9 @@ func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	return res, err
 }
 
-// answer publishes the host's response to round a: a confirmation's
-// decision (P.confirm), a question's answer (P.answer); a response
-// missing, malformed or cancelling publishes nothing.
+// answer publishes the host's response to round a (P.confirm or
+// P.answer); a response missing, malformed or cancelling publishes
+// nothing.
 func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
 	key := inputConfirm
 	if a.question != nil {
@@ -301,15 +287,13 @@ func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
 	}
 }
 
-// unknownState is the answer to a retry whose request state names
-// nothing of this session and user.
 func unknownState(state string) *mcp.CallToolResult {
 	return mcp.NewToolResultError(fmt.Sprintf("The request state %q names no call of this session and user waiting for its host: "+
 		"it ended (answered elsewhere, or past its deadline), it was superseded by a later one, or it was never given here.", state))
 }
 
-// stillRunningText tells the model that the call goes on on the bus
-// after its host answered, and how its result reaches it.
+// stillRunningText tells the model that the call goes on after its host
+// answered, and how its result reaches it.
 func stillRunningText(r stateRecord, session string) string {
 	return fmt.Sprintf("The call %s of tool %s is still running on the bus (reply id %s, session %s): its result will appear "+
 		"in the session's events. Do not call the tool again for this.", r.CallID, r.Tool, r.ReplyID, session)
@@ -318,3 +302,150 @@ func stillRunningText(r stateRecord, session string) string {
 // resultKept is how long the result of a call that asked its host waits
 // for the client's retry once the call has ended.
 const resultKept = time.Minute
+
+// kindQuestion marks a request state asking a bridged server's question.
+const kindQuestion = "question"
+
+// stateRecord is the request state of a 2026-07-28 call waiting for its
+// host's user (rounds.go), stored under r.<session>.<user digest>.<state>
+// in the facade's bucket, so any facade process takes the retry. The key
+// is made from the retry's own session and user, so a state of another
+// session or user, a forged or an expired one, finds nothing.
+type stateRecord struct {
+	Session string     `json:"session"`
+	User    string     `json:"user"`
+	Tool    string     `json:"tool"`
+	CallID  string     `json:"call_id"`
+	ReplyID string     `json:"reply_id"`
+	Park    bus.Parked `json:"park"`
+	// Kind is kindQuestion for a bridged server's question (AskReplyID:
+	// the bridge's batch that parked it); "" for a confirmation.
+	Kind       string    `json:"kind,omitempty"`
+	AskReplyID string    `json:"ask_reply_id,omitempty"`
+	Started    time.Time `json:"started"`
+	Deadline   time.Time `json:"deadline"` // how long the call is waited for
+	Expires    time.Time `json:"expires"`  // the state is refused after this
+}
+
+func stateKey(session, user, id string) string {
+	return "r." + session + "." + userDigest(user) + "." + id
+}
+
+func (st *kvStore) putState(ctx context.Context, id string, r *stateRecord) error {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	raw, _ := json.Marshal(r)
+	if _, err := store.Create(ctx, kv, stateKey(r.Session, r.User, id), raw, store.Bounded); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return nil
+}
+
+func (st *kvStore) deleteState(ctx context.Context, session, user, id string) {
+	if kv, err := st.bucket(ctx); err == nil {
+		_ = kv.Delete(ctx, stateKey(session, user, id))
+	}
+}
+
+// getState returns the (session, user)'s live request state id, else
+// errNotFound.
+func (st *kvStore) getState(ctx context.Context, session, user, id string) (*stateRecord, error) {
+	if !idPattern.MatchString(id) {
+		return nil, errNotFound
+	}
+	var r stateRecord
+	err := st.get(ctx, stateKey(session, user, id), &r)
+	if errors.Is(err, errNoStore) {
+		return nil, err
+	}
+	if err != nil || r.Session != session || r.User != user || time.Now().After(r.Expires) {
+		return nil, errNotFound
+	}
+	return &r, nil
+}
+
+// resumeStored is the retry of a call another facade process (or this
+// one, before a restart) asked its host about: the answer is published,
+// and the call is waited for on the bus until its deadline: its result,
+// or its bridged server's next question, the next round.
+func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	r, err := c.states.getState(ctx, c.session, c.user, req.Params.RequestState)
+	if errors.Is(err, errNotFound) {
+		return unknownState(req.Params.RequestState), nil
+	}
+	if err != nil {
+		return mcp.NewToolResultError("Error: " + err.Error()), nil
+	}
+	_, hold := c.holds(ctx, req)
+	wctx, cancel := context.WithDeadline(ctx, earliest(r.Deadline, time.Now().Add(hold)))
+	defer cancel()
+	// Watch before answering, so the question the answer leads to is seen.
+	next, err := c.questions.watchCall(wctx, r.Tool, r.CallID)
+	if err != nil {
+		c.log.Warn("facade: a bridged server's questions of this call are left to the bus", "tool", r.Tool, "err", err)
+	}
+	a := ask{confirm: &confirmPark{p: r.Park, replyID: r.ReplyID, callID: r.CallID, started: r.Started, deadline: r.Deadline}}
+	if r.Kind == kindQuestion {
+		qn, ok := questionOf(r.Park, r.Tool, r.CallID, c.user)
+		if !ok {
+			return unknownState(req.Params.RequestState), nil
+		}
+		a = ask{question: &asked{p: r.Park, replyID: r.AskReplyID, q: qn}}
+	}
+	c.answer(ctx, a, req.Params.InputResponses)
+	type awaited struct {
+		res *bus.Result
+		err error
+	}
+	done := make(chan awaited, 1)
+	go func() {
+		res, err := c.await(wctx, c.session, r.ReplyID, r.CallID)
+		done <- awaited{res, err}
+	}()
+	for {
+		select {
+		case q := <-next:
+			if !hostCan(ctx, ask{question: &q}) {
+				continue
+			}
+			base := *r
+			base.Kind, base.AskReplyID = "", ""
+			state, nr, res := c.newRound(ctx, base, ask{question: &q})
+			if err := c.states.putState(ctx, state, nr); err != nil {
+				return mcp.NewToolResultError("Error: " + err.Error()), nil
+			}
+			c.forget(req.Params.RequestState)
+			cancel()
+			<-done
+			return res, nil
+		case d := <-done:
+			if d.err == nil {
+				return toMCP(*d.res), nil
+			}
+			if ctx.Err() != nil {
+				// The host gave the retry up: at 2026-07-28 that cancels
+				// the call (docs/mcp.md "Interop").
+				if interruptOnEnd(true, c.closing) {
+					interrupt(ctx, c.cancel, c.session, r.ReplyID)
+				}
+				return nil, ctx.Err()
+			}
+			if wctx.Err() != nil && r.Kind == kindQuestion {
+				return mcp.NewToolResultError(stillRunningText(*r, c.session)), nil
+			}
+			if wctx.Err() != nil {
+				return mcp.NewToolResultError(stillParkedText(r.CallID, r.Tool, r.Park.Kind, r.Park.Subject, r.ReplyID, c.session)), nil
+			}
+			return mcp.NewToolResultError("Error: " + d.err.Error()), nil
+		}
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

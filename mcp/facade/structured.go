@@ -15,32 +15,23 @@ import (
 )
 
 // structurer makes the result of a tool listed with an outputSchema carry
-// structuredContent. MCP (2025-06-18 and later) says such a tool's
-// successful result carries it, and the TypeScript SDK and the Inspector
-// refuse a result without it ("has an output schema but did not return
-// structured content").
+// structuredContent, which MCP (2025-06-18 and later) asks of its
+// successful results, and the TypeScript SDK and the Inspector check.
 //
-//   - A toolbus worker returns its typed output as one JSON text block (a
-//     bridged server's structuredContent arrives as a data block, which
-//     toMCP maps already): a result whose only content is one text block
-//     holding a JSON object gets that object as its structuredContent too
-//     (issue 18).
-//   - A result too large for the bus was offloaded (docs/offload.md): its
-//     JSON is in the session's store, as a link. The facade reads it back
-//     (at most max bytes, the endpoint's MaxResource) and, when it is a
-//     JSON object, returns it inline as structuredContent; the links and
-//     previews stay in the content (issue 29, F1).
-//   - An offloaded result whose JSON is larger than that, or not a JSON
-//     object, cannot carry valid structuredContent: it is returned as an
-//     isError result (which hosts do not check against the schema) saying
-//     why and where the output is, with its previews and links.
+//   - A result whose only content is one text block holding a JSON object
+//     (a toolbus worker's typed output) gets that object (issue 18).
+//   - An offloaded result (docs/offload.md) is read back from the store, at
+//     most max bytes, and a JSON object there is returned inline; the
+//     links and previews stay in the content (issue 29, F1).
+//   - An offloaded result whose JSON is larger, or not an object, is
+//     returned as an isError result (which hosts do not check against the
+//     schema) saying why and where the output is.
 type structurer struct {
 	session string
 	fetch   outputFetcher
 	max     int64
 }
 
-// wrap wraps the handler of a tool listed with an outputSchema.
 func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := h(ctx, req)
@@ -52,9 +43,9 @@ func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	}
 }
 
-// restore sets res.StructuredContent from a stored output it links to
-// when res is a success without structured content; when none serves, a
-// result with stored links becomes an isError result saying why.
+// restore sets res.StructuredContent from a stored output it links to;
+// when none serves, a result with stored links becomes an isError result
+// saying why.
 func (st structurer) restore(ctx context.Context, res *mcp.CallToolResult) {
 	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 {
 		return
@@ -95,15 +86,13 @@ func (st structurer) restore(ctx context.Context, res *mcp.CallToolResult) {
 	res.Content = append([]mcp.Content{mcp.NewTextContent(note)}, res.Content...)
 }
 
-// ours reports whether uri is a stored output of this session.
 func (st structurer) ours(uri string) bool {
 	r, err := offload.ParseRef(uri)
 	return err == nil && r.Session() == st.session && r.Digest != ""
 }
 
-// jsonish reports whether a stored part may hold the JSON object: JSON
-// (the bridge's structuredContent) or plain text (a worker's typed output
-// is one JSON text block, stored as text/plain).
+// jsonish reports whether a stored part may hold the JSON object: JSON,
+// or plain text (a worker's typed output, stored as text/plain).
 func jsonish(media string) bool {
 	mt, _, err := mime.ParseMediaType(media)
 	if err != nil {
@@ -112,9 +101,8 @@ func jsonish(media string) bool {
 	return mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "text/plain"
 }
 
-// structureText sets res.StructuredContent from its text when res is a
-// success without structured content whose one content block is a text
-// holding a JSON object.
+// structureText sets res.StructuredContent from its one text block when
+// that holds a JSON object.
 func structureText(res *mcp.CallToolResult) {
 	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 || len(res.Content) != 1 {
 		return

@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// table is the (session, user) MCP servers a facade keeps: found by key
-// and by bus session (for the watches' changes), bounded by MaxSessions
-// with the least recently used idle one dropped for a new one, and swept
-// of those idle for longer than Idle (docs/mcp.md "Idle eviction").
+// table is the (session, user) MCP servers a facade keeps, by key and by
+// bus session, bounded by MaxSessions (the least recently used idle one
+// makes room) and swept of those idle for longer than Idle (docs/mcp.md
+// "Idle eviction").
 type table struct {
 	closing context.Context // the facade's: nothing is added once it ends
 	idle    time.Duration
@@ -34,7 +34,6 @@ func newTable(closing context.Context, idle time.Duration, max int, evicted *ato
 		byID: map[string]map[*session]struct{}{}, lru: list.New()}
 }
 
-// use counts a request on k's MCP server when there is one.
 func (t *table) use(k key) *session {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -48,8 +47,8 @@ func (t *table) use(k key) *session {
 
 // add keeps s as k's MCP server, counts a request on it and calls start
 // (its polling), all under the lock; it returns the one made meanwhile by
-// another request instead, counted the same. The least recently used idle
-// one makes room when max are kept; errFull when all are busy.
+// another request instead, counted the same, and errFull when max are
+// kept and all are busy.
 func (t *table) add(k key, s *session, start func()) (*session, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -74,7 +73,6 @@ func (t *table) add(k key, s *session, start func()) (*session, error) {
 	return s, nil
 }
 
-// release ends a request counted by use or add.
 func (t *table) release(s *session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -90,14 +88,12 @@ func (t *table) touchLocked(s *session, delta int) {
 }
 
 // busyLocked reports whether s serves a request or holds a call waiting
-// for the host user's decision: it is not dropped then. Tasks are the
-// facade's, not a session's, and survive its MCP server.
+// for its host user: it is not dropped then (tasks are the facade's, and
+// survive it).
 func (t *table) busyLocked(s *session) bool {
 	return s.active > 0 || s.confirms.busy()
 }
 
-// evictOneLocked drops the least recently used idle MCP server; false
-// when all are busy.
 func (t *table) evictOneLocked() bool {
 	for e := t.lru.Back(); e != nil; e = e.Prev() {
 		if s := e.Value.(*session); !t.busyLocked(s) {
@@ -109,8 +105,7 @@ func (t *table) evictOneLocked() bool {
 }
 
 // dropLocked forgets s and stops its polling. A client of it that comes
-// back gets a new one (an MCP session id it held is unknown there: HTTP
-// 404, and the client initialises again, as MCP says).
+// back gets HTTP 404 for its MCP session id, and initialises again.
 func (t *table) dropLocked(s *session) {
 	k := key{s.id, s.user, s.policy, s.stdio}
 	delete(t.sessions, k)
@@ -126,8 +121,6 @@ func (t *table) dropLocked(s *session) {
 	t.evicted.Add(1)
 }
 
-// sweep drops the MCP servers idle for longer than idle, until the
-// facade closes.
 func (t *table) sweep() {
 	every := min(t.idle/2, time.Minute)
 	every = max(every, 10*time.Millisecond)
@@ -158,15 +151,14 @@ func (t *table) dropIdle(now time.Time) {
 	}
 }
 
-// len is how many MCP servers are kept.
 func (t *table) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.sessions)
 }
 
-// changed marks the listings of bus session id (every session when id is
-// "") to be compared with the bus at once.
+// changed marks the listings of bus session id (every one for "") to be
+// compared with the bus at once.
 func (t *table) changed(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -40,32 +40,35 @@ type rpcMessage struct {
 	Params  json.RawMessage `json:"params"`
 }
 
-// taskMessage returns body as a request the facade answers itself: a
-// tasks/* request or a tools/call with params.task.
-func taskMessage(body []byte) (*rpcMessage, bool) {
+// parseRequest returns body as one JSON-RPC request (with an id).
+func parseRequest(body []byte) (*rpcMessage, bool) {
 	var m rpcMessage
 	if json.Unmarshal(body, &m) != nil || m.JSONRPC != mcp.JSONRPC_VERSION || len(m.ID) == 0 || string(m.ID) == "null" {
 		return nil, false
 	}
+	return &m, true
+}
+
+// isTaskMessage reports whether m is a request the facade answers itself:
+// a tasks/* request or a tools/call with params.task.
+func isTaskMessage(m *rpcMessage) bool {
 	switch mcp.MCPMethod(m.Method) {
 	case mcp.MethodTasksGet, mcp.MethodTasksResult, mcp.MethodTasksCancel, mcp.MethodTasksList, methodTasksUpdate:
-		return &m, true
+		return true
 	case mcp.MethodToolsCall:
 		var p struct {
 			Task json.RawMessage `json:"task"`
 		}
-		if json.Unmarshal(m.Params, &p) == nil && len(p.Task) > 0 && string(p.Task) != "null" {
-			return &m, true
-		}
+		return json.Unmarshal(m.Params, &p) == nil && len(p.Task) > 0 && string(p.Task) != "null"
 	case mcp.MethodSubscriptionsListen:
-		return &m, listensForTasks(m.Params) // tasks_listen.go
+		return listensForTasks(m.Params) // tasks_listen.go
 	}
-	return nil, false
+	return false
 }
 
 // modern reports whether the request states the 2026-07-28 revision in
-// its _meta. A tasks/* request without it is answered all the same
-// (mcp-go's client leaves it out, as with notifications: notify.go).
+// its _meta (a tasks/* request without it is answered all the same:
+// mcp-go's client leaves it out).
 func (m *rpcMessage) modern() bool {
 	var p struct {
 		Meta map[string]json.RawMessage `json:"_meta"`
@@ -82,33 +85,22 @@ type rpcError struct {
 	Message string `json:"message"`
 }
 
-// taskFront answers a session's task messages (taskMessage) on both
-// transports: it dispatches them to the records in the facade's bucket
-// (store) and to the tasks this process runs or follows (runners).
+// taskFront answers a session's task messages (isTaskMessage) on both
+// transports, from the records in the facade's bucket (store) and the
+// tasks this process runs or follows (runners).
 type taskFront struct {
-	session, user string
-	store         taskStore
-	runners       *taskRunners
-	cancel        func(ctx context.Context, session, replyID string, calls ...string) error
-	// listed reports whether the session lists a tool to its user now;
-	// run runs a call (caller.run).
-	listed        func(name string) bool
-	run           runFunc
-	contextHeader string
-	// questions are the bridged server's questions of a task's call
-	// (relayer.watchCall), shown in its status message.
-	questions watchFunc
-	// confirmParams is the elicitation of a confirm park put to the
-	// host's user, nil when the host is not asked (policy approvers);
-	// confirm answers the park with the host's response (confirmer.decide).
-	confirmParams func(bus.Parked) mcp.ElicitationParams
-	confirm       func(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult)
-	// answerQuestion answers a bridged server's question with the host's
-	// response (relayer.answerQuestion).
-	answerQuestion func(ctx context.Context, a asked, res *mcp.ElicitationResult) bool
-	// send sends a notification to one MCP session of the session's
-	// mcp-go server (MCPServer.SendNotificationToSpecificClient).
-	send func(sessionID, method string, params map[string]any) error
+	session, user  string
+	store          taskStore
+	runners        *taskRunners
+	cancel         func(ctx context.Context, session, replyID string, calls ...string) error
+	listed         func(name string) bool // session.listed
+	run            runFunc
+	contextHeader  string
+	questions      watchFunc
+	confirmParams  func(bus.Parked) mcp.ElicitationParams                                              // nil: the host is not asked (policy approvers)
+	confirm        func(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult) // confirmer.decide
+	answerQuestion func(ctx context.Context, a asked, res *mcp.ElicitationResult) bool                 // relayer.answerQuestion
+	send           func(sessionID, method string, params map[string]any) error                         // MCPServer.SendNotificationToSpecificClient
 }
 
 // watchFunc yields the bridged server's questions of a call
@@ -122,7 +114,7 @@ type runFunc func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp
 type taskStore interface {
 	createTask(ctx context.Context, r *taskRecord) error
 	listTasks(ctx context.Context, session, user string) ([]*taskRecord, error)
-	getTask(ctx context.Context, session, user, id string) (*taskRecord, uint64, error)
+	getTask(ctx context.Context, session, user, id string) (*taskRecord, error)
 	updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error)
 	watchTask(ctx context.Context, session, user, id string) (*taskRecord, error)
 	watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error)
@@ -133,39 +125,46 @@ var _ taskStore = (*kvStore)(nil)
 // answer answers m with its JSON-RPC response.
 func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 	result, rerr := s.dispatch(ctx, m)
-	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": m.ID}
 	if rerr != nil {
-		resp["error"] = rerr
-		if rerr.Code == codeMissingCapability {
-			resp["error"] = map[string]any{"code": rerr.Code, "message": rerr.Message, "data": missingTasksCapability} // tasks_listen.go
-		}
-	} else {
-		raw, err := json.Marshal(result)
-		var obj map[string]json.RawMessage
-		if err == nil {
-			err = json.Unmarshal(raw, &obj)
-		}
-		if err != nil {
-			resp["error"] = &rpcError{mcp.INTERNAL_ERROR, err.Error()}
-		} else {
-			if m.modern() {
-				kind := mcp.ResultTypeComplete
-				if _, created := result.(*mcp.CreateTaskResult); created {
-					kind = "task" // the 2026-07-28 tasks extension's discriminator
-					// The extension's CreateTaskResult is the Task itself
-					// (Result & Task); mcp-go's clients read it under "task".
-					var task map[string]json.RawMessage
-					if json.Unmarshal(obj["task"], &task) == nil {
-						modernTaskFields(task)
-						for k, v := range task {
-							obj[k] = v
-						}
-					}
+		return response(m.ID, nil, rerr)
+	}
+	raw, err := json.Marshal(result)
+	var obj map[string]json.RawMessage
+	if err == nil {
+		err = json.Unmarshal(raw, &obj)
+	}
+	if err != nil {
+		return response(m.ID, nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()})
+	}
+	if m.modern() {
+		kind := mcp.ResultTypeComplete
+		if _, created := result.(*mcp.CreateTaskResult); created {
+			kind = "task" // the 2026-07-28 tasks extension's discriminator
+			// The extension's CreateTaskResult is the Task itself
+			// (Result & Task); mcp-go's clients read it under "task".
+			var task map[string]json.RawMessage
+			if json.Unmarshal(obj["task"], &task) == nil {
+				modernTaskFields(task)
+				for k, v := range task {
+					obj[k] = v
 				}
-				obj["resultType"], _ = json.Marshal(kind)
 			}
-			resp["result"] = obj
 		}
+		obj["resultType"], _ = json.Marshal(kind)
+	}
+	return response(m.ID, obj, nil)
+}
+
+// response is the JSON-RPC response to request id: result, or rerr.
+func response(id json.RawMessage, result any, rerr *rpcError) []byte {
+	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": id}
+	switch {
+	case rerr != nil && rerr.Code == codeMissingCapability:
+		resp["error"] = map[string]any{"code": rerr.Code, "message": rerr.Message, "data": missingTasksCapability} // tasks_listen.go
+	case rerr != nil:
+		resp["error"] = rerr
+	default:
+		resp["result"] = result
 	}
 	out, _ := json.Marshal(resp)
 	return out
@@ -205,7 +204,7 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 		}
 		return &out, nil
 	case mcp.MethodTasksGet:
-		r, _, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
+		r, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
 		if err != nil {
 			return nil, storeError(err)
 		}
@@ -228,7 +227,7 @@ func storeError(err error) *rpcError {
 	return &rpcError{mcp.INTERNAL_ERROR, err.Error()}
 }
 
-// startTask stores the task's record, starts its call and returns the
+// start stores the task's record, starts its call and returns the
 // CreateTaskResult; a tool that is not listed, or a store that cannot be
 // written, is an error and nothing is published.
 func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *rpcError) {
@@ -251,16 +250,16 @@ func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *r
 	return &mcp.CreateTaskResult{Task: r.task()}, nil
 }
 
-// result waits until the task ends (or the request does) and returns
-// its CallToolResult.
+// result waits until the task (or the request) ends and returns its
+// CallToolResult.
 func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
-	r, _, err := s.store.getTask(ctx, s.session, s.user, id)
+	r, err := s.store.getTask(ctx, s.session, s.user, id)
 	if err != nil {
 		return nil, storeError(err)
 	}
 	if !r.Status.IsTerminal() {
 		s.runners.follow(r)
-		wctx, cancel := context.WithDeadline(ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+		wctx, cancel := context.WithDeadline(ctx, r.expires())
 		r, err = s.store.watchTask(wctx, s.session, s.user, id)
 		cancel()
 		if err != nil {
@@ -293,7 +292,7 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 // first (the first end written wins). A runner that names the bus task
 // after this write finds the record ended and cancels the bus task.
 func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) {
-	r, _, err := s.store.getTask(ctx, s.session, s.user, id)
+	r, err := s.store.getTask(ctx, s.session, s.user, id)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -325,8 +324,8 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 }
 
 // maxFollowers bounds the tasks one facade process follows for others
-// (and the failures it remembers); followRetry is how long a failed
-// follow is not tried again.
+// (and the failures it remembers); a failed follow is not tried again
+// for followRetry.
 const (
 	maxFollowers = 1000
 	followRetry  = 5 * time.Second
@@ -334,10 +333,8 @@ const (
 
 // taskRunners are the tasks this process runs, and those it follows.
 type taskRunners struct {
-	// closing ends when the facade closes; loop runs a goroutine the
-	// facade owns (life.Loop).
-	closing context.Context
-	loop    func(func(context.Context)) bool
+	closing context.Context                  // ends when the facade closes
+	loop    func(func(context.Context)) bool // life.Loop
 	store   taskStore
 	await   func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)
 	// tasks are the bus tasks a task's call may go on as (tasks_bus.go);
@@ -360,9 +357,9 @@ func newTaskRunners(closing context.Context, loop func(func(context.Context)) bo
 }
 
 // run runs the task's call until it ends (then writes its end) or the
-// facade closes: the call goes on, on the bus, and another process
-// learns its end. The call's context is the facade's, never the
-// request's, so neither an HTTP response nor a stdio request ends it.
+// facade closes (the call goes on, and another process learns its end).
+// The call's context is the facade's, never the request's, so neither an
+// HTTP response nor a stdio request ends it.
 func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, h taskHooks) {
 	t.mu.Lock()
 	t.local[r.ID] = struct{}{}
@@ -377,8 +374,6 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 		delete(t.notifiers, r.ID)
 		t.mu.Unlock()
 	}
-	// Closing: the record stays working and another process follows the
-	// call's end on the bus.
 	if !t.loop(func(context.Context) {
 		defer done()
 		onPark := func(p bus.Parked, until time.Time) {
@@ -415,10 +410,8 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	}
 }
 
-// showQuestions writes each question the task's bridged server asks of
-// its call into the record's status message (the status stays working:
-// the facade puts no question through tasks, docs/mcp.md "Not done"),
-// saying where it is answered, until stop.
+// showQuestions makes the task wait for each question its bridged server
+// asks of its call (awaitInput), until stop.
 func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, questions watchFunc) (stop func()) {
 	if questions == nil {
 		return func() {}
@@ -451,8 +444,8 @@ func questionStatus(a asked) string {
 		questionText(a.q), a.p.ID, a.p.Name, a.p.Subject)
 }
 
-// follow learns, for a task this process does not run, the end of its
-// call from the bus, and writes it; at most one follower per task here.
+// follow learns the end of a task this process does not run from the
+// bus, and writes it; at most one follower per task here.
 func (t *taskRunners) follow(r *taskRecord) {
 	t.mu.Lock()
 	_, runs := t.local[r.ID]
@@ -473,7 +466,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 	}
 	if !t.loop(func(context.Context) {
 		defer done()
-		ctx, cancel := context.WithDeadline(t.closing, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+		ctx, cancel := context.WithDeadline(t.closing, r.expires())
 		defer cancel()
 		res, err := t.learnEnd(ctx, r)
 		if err != nil {
@@ -495,8 +488,8 @@ func (t *taskRunners) follow(r *taskRecord) {
 }
 
 // learnEnd waits for the end of task r's call on the bus: its bus task's
-// when the call went on as one (recorded, or said by its result), else
-// its result. A nil result: the record ended meanwhile.
+// when the call went on as one, else its result. A nil result: the record
+// ended meanwhile.
 func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToolResult, error) {
 	if r.BusTask != "" && t.tasks != nil {
 		res, _, err := t.followBus(ctx, r, r.BusTask)
@@ -536,16 +529,16 @@ func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallTo
 	t.notify(rec)
 }
 
-// replayer replays a session's stored events (client.Client).
+// replayer is what awaitResult needs (client.Client).
 type replayer interface {
 	Replay(ctx context.Context, session string) (*client.Events, error)
 }
 
 var _ replayer = (*client.Client)(nil)
 
-// awaitResult waits for the call.result of call callID of batch replyID in
+// awaitResult waits for the result of call callID of batch replyID in
 // session, from the session's stored events on (a router's replay,
-// docs/protocol.md 3.4), so a result published before this began is seen.
+// docs/protocol.md 3.4): one published before this began is seen too.
 func awaitResult(ctx context.Context, cl replayer, session, replyID, callID string) (*bus.Result, error) {
 	ev, err := cl.Replay(ctx, session)
 	if err != nil {
@@ -599,15 +592,11 @@ func resultOf(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
 	return nil, false
 }
 
-// mcpSessionHeader is streamable HTTP's MCP session header.
-const mcpSessionHeader = "Mcp-Session-Id"
-
 // interceptStdio puts the facade's own handling in front of mcp-go's
-// stdio server: lines take takes (task messages, grouping requests:
-// session.take) are answered here (each in its own goroutine:
-// tasks/result waits), the others go on to mcp-go; both write through
-// one lock, one message per write, as mcp-go does.
-func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
+// stdio server: lines take takes (session.take) are answered here, each
+// in its own goroutine (tasks/result waits); the others go on to mcp-go.
+// Both write through one lock, one message per write.
+func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (*rpcMessage, func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	ctx = context.WithValue(ctx, notifySessionKey{}, "stdio") // mcp-go's stdio session
@@ -617,7 +606,7 @@ func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func(
 		for {
 			line, err := br.ReadBytes('\n')
 			if len(bytes.TrimSpace(line)) > 0 {
-				if answer, ok := take(line); ok {
+				if _, answer, ok := take(line); ok {
 					go func() { _, _ = lw.Write(append(answer(ctx), '\n')) }()
 				} else if _, werr := pw.Write(line); werr != nil {
 					return

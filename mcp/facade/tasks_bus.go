@@ -14,18 +14,13 @@ import (
 	"github.com/toolbus/toolbus/client"
 )
 
-// An MCP task is a bus task when its call goes on in the background
-// (docs/protocol.md 5.10): a call of a tool that declares background,
-// past its timeout, returns a result in state "background" with a task
-// handle. The MCP task then follows that bus task to its end instead of
-// ending with the handle: its record names the bus task (BusTask), its
-// status stays working with a message saying so, tasks/get on any
-// process follows the bus task (P.tasks.<session>, wait), and
-// tasks/cancel cancels the bus task (its cancel verb) instead of the
-// batch, which ended at the handoff.
+// An MCP task whose call goes on in the background (docs/protocol.md
+// 5.10: a result in state "background" with a task handle) follows that
+// bus task to its end: its record names the bus task (BusTask), tasks/get
+// on any process follows it (P.tasks.<session>, wait), and tasks/cancel
+// cancels it instead of the batch, which ended at the handoff.
 
-// busTasks are the session's bus tasks as the facade follows and cancels
-// them (client.Client).
+// busTasks is what following bus tasks needs (client.Tasks).
 type busTasks interface {
 	Get(ctx context.Context, session, id string) (bus.Task, error)
 	Wait(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error)
@@ -42,11 +37,10 @@ const (
 	busRetryMax = 5 * time.Second
 )
 
-// awaitBusTask waits until session's bus task id ends, or ctx does, and
+// awaitBusTask waits until session's bus task id (or ctx) ends and
 // returns its result. A wait no router answered is asked again (with a
-// growing pause); a refusal (unknown_task, bad_request) ends it, and so
-// does a task that is not the call of batch replyID's call callID (a
-// handle naming another call of the session is never followed).
+// growing pause); a refusal ends it, and so does a task that is not the
+// call callID of batch replyID.
 func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID string) (*bus.Result, error) {
 	pause := 100 * time.Millisecond
 	for {
@@ -81,9 +75,9 @@ func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID
 	}
 }
 
-// checkBusTask reports whether session's bus task id is task r's call
-// before the record names it (three tries): a handle naming another call
-// of the session is never followed nor cancelled.
+// checkBusTask checks that bus task id is task r's call before the
+// record names it (three tries): a handle naming another call of the
+// session is never followed nor cancelled.
 func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) error {
 	var err error
 	for try := range 3 {
@@ -117,10 +111,8 @@ func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) er
 const HandleMetaKey = "io.toolbus/task"
 
 // backgroundResult makes res, the MCP form of bus result r, a normal
-// (not isError) result when r is a background handle: the call did not
-// fail, it goes on as a bus task, and r's text tells the model the task
-// id and the tools that read, wait for and stop it. The handle is in
-// _meta under HandleMetaKey.
+// (not isError) result with the handle in _meta when r is a background
+// handle: the call did not fail, it goes on as a bus task.
 func backgroundResult(r bus.Result, res *mcp.CallToolResult) {
 	h, ok := backgrounded(&r)
 	if !ok {
@@ -146,10 +138,8 @@ func handleOf(res *mcp.CallToolResult) (bus.TaskHandle, bool) {
 }
 
 // handleWithoutSchema keeps a handle result of a tool listed with an
-// outputSchema isError: the handle cannot be structured content that
-// conforms to an arbitrary schema, and hosts check only successful
-// results against it (docs/mcp.md, the F1 decision: valid
-// structuredContent or none). Its first text says the call did not fail.
+// outputSchema isError, since hosts check only successful results against
+// the schema (docs/mcp.md, F1); its first text says the call did not fail.
 func handleWithoutSchema(res *mcp.CallToolResult) bool {
 	h, ok := handleOf(res)
 	if !ok || res.StructuredContent != nil {
@@ -163,28 +153,23 @@ func handleWithoutSchema(res *mcp.CallToolResult) bool {
 }
 
 // maxStatusOutput bounds the output so far that tasks/get shows in a
-// task's status message (its last bytes). outputEvery is how long a bus
-// task's output read for it serves the next tasks/get (the output verb
-// reads the session's stored events from the task's start: hosts polling
-// every 500 ms must not each cost one), maxOutputCache how many bus
-// tasks' reads a process keeps.
+// task's status message (its last bytes). A bus task's output read serves
+// the tasks/get of outputEvery (the output verb reads the session's
+// stored events: hosts polling every 500 ms must not each cost one);
+// maxOutputCache bounds the reads a process keeps.
 const (
 	maxStatusOutput = 1024
 	outputEvery     = 2 * time.Second
 	maxOutputCache  = 1000
 )
 
-// outputRead is a bus task's output text as last read for tasks/get.
 type outputRead struct {
 	at   time.Time
 	text string
 }
 
-// withOutput returns r's status message with the output so far of the bus
-// task its call goes on as (the bus output verb: the worker's progress),
-// its last maxStatusOutput bytes of text; r's message alone when it names
-// no bus task, the bus task is not its call, or the verb fails. A read
-// younger than outputEvery is reused.
+// withOutput returns r's status message with the output so far of its
+// bus task (readOutput); r's message alone when there is none.
 func (t *taskRunners) withOutput(ctx context.Context, r *taskRecord) string {
 	if t.tasks == nil || r.BusTask == "" || r.Status.IsTerminal() {
 		return r.Message
@@ -211,8 +196,8 @@ func (t *taskRunners) withOutput(ctx context.Context, r *taskRecord) string {
 	return r.Message + "; output so far: " + last.text
 }
 
-// readOutput reads the text of r's bus task's output so far, its last
-// maxStatusOutput bytes; "" when there is none, the bus task is not r's
+// readOutput reads the last maxStatusOutput bytes of the text of r's bus
+// task's output so far; "" when there is none, the bus task is not r's
 // call or the verb fails.
 func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -230,8 +215,7 @@ func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
 	return tail(strings.Join(text, "\n"), maxStatusOutput)
 }
 
-// tail is the last at most n bytes of s, cut at a rune boundary
-// (offload.Suffix) and marked with "…" when cut.
+// tail is the last at most n bytes of s, marked with "…" when cut.
 func tail(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -239,8 +223,6 @@ func tail(s string, n int) string {
 	return "…" + offload.Suffix(s, n)
 }
 
-// backgrounded returns the handle of a result whose call went on as a
-// bus task.
 func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
 	if r == nil || r.State != bus.StateBackground || r.Task == nil || !bus.ValidID(r.Task.ID) {
 		return bus.TaskHandle{}, false
@@ -249,10 +231,9 @@ func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
 }
 
 // followBus records that task r's call goes on as bus task id and waits
-// for the bus task's end (bounded by the record's TTL). live is false
-// when the record had ended already (a tasks/cancel that came before the
-// bus task was recorded: the bus task is cancelled here) or this process
-// has no bus tasks to follow.
+// for its end (within the record's TTL). live is false when the record
+// had ended already (a tasks/cancel before the bus task was recorded: it
+// is cancelled here) or this process has no bus tasks to follow.
 func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (res *mcp.CallToolResult, live bool, err error) {
 	if t.tasks == nil {
 		return nil, false, nil
@@ -273,7 +254,7 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 			t.notify(rec)
 		}
 	}
-	wctx, cancel := context.WithDeadline(ctx, r.Created.Add(time.Duration(r.TTLMS)*time.Millisecond))
+	wctx, cancel := context.WithDeadline(ctx, r.expires())
 	defer cancel()
 	out, err := awaitBusTask(wctx, t.tasks, r.Session, id, r.ReplyID, r.CallID)
 	if err != nil {
@@ -282,8 +263,8 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 	return toMCP(*out), true, nil
 }
 
-// cancelBus cancels session's bus task id (bounded; a failure is logged:
-// the bus task then ends at its own deadline).
+// cancelBus cancels session's bus task id (a failure is logged: it then
+// ends at its own deadline).
 func (t *taskRunners) cancelBus(ctx context.Context, session, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

@@ -70,7 +70,7 @@ func busTaskOf(t *testing.T, p *pair, s, id string) string {
 	t.Helper()
 	var busID string
 	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
-		r, _, err := p.backend[0].kv.getTask(t.Context(), s, "alice", id)
+		r, err := p.backend[0].kv.getTask(t.Context(), s, "alice", id)
 		if err != nil {
 			return err
 		}
@@ -227,7 +227,7 @@ func TestTaskFollowsBusTaskElsewhere(t *testing.T) {
 		t.Fatalf("tasks/get on B: %+v", tk)
 	}
 	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
-		got, _, err := p.backend[1].kv.getTask(t.Context(), s2, "alice", r.ID)
+		got, err := p.backend[1].kv.getTask(t.Context(), s2, "alice", r.ID)
 		if err != nil || got.BusTask != busID || got.Status != mcp.TaskStatusWorking {
 			return fmt.Errorf("the record: %+v %v", got, err)
 		}

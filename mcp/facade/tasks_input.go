@@ -11,30 +11,23 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// The tasks extension's input (io.modelcontextprotocol/tasks, 2026-07-28:
-// "Task Update Requests"): while a task's call waits for its host — a
-// confirm park of the call (policy host_user), or a question its bridged
-// server asked of it — the task is input_required, tasks/get shows the
-// elicitation under inputRequests, and tasks/update answers it with
-// inputResponses keyed the same. The record holds what each key answers
-// (the park and its batch's reply id), so any facade process answers it.
+// The tasks extension's input (2026-07-28, "Task Update Requests"): while
+// a task's call waits for its host (a confirm park under host_user, or its
+// bridged server's question) the task is input_required, tasks/get shows
+// the elicitation under inputRequests, and tasks/update answers it with
+// inputResponses keyed the same. The record holds what each key answers,
+// so any facade process answers it.
 
-// methodTasksUpdate is the extension's tasks/update.
 const methodTasksUpdate = "tasks/update"
 
 // taskInput is one request a task waits for its host to answer.
 type taskInput struct {
-	Kind    string          `json:"kind"` // inputConfirm or inputQuestion
-	Park    bus.Parked      `json:"park"`
-	ReplyID string          `json:"reply_id"`
-	Request json.RawMessage `json:"request"` // {"method": "elicitation/create", "params": ...}
-	// Question is the bridged server's question (Kind inputQuestion).
-	Question *question `json:"question,omitempty"`
+	Kind     string          `json:"kind"` // inputConfirm or inputQuestion
+	Park     bus.Parked      `json:"park"`
+	ReplyID  string          `json:"reply_id"`
+	Request  json.RawMessage `json:"request"`            // {"method": "elicitation/create", "params": ...}
+	Question *question       `json:"question,omitempty"` // Kind inputQuestion
 }
-
-// inputKey is a request's key: unique over the task's life, as the
-// extension asks (a park id is never reused).
-func inputKey(kind, parkID string) string { return kind + "-" + parkID }
 
 // elicitRequest is an inputRequests entry for params.
 func elicitRequest(params mcp.ElicitationParams) json.RawMessage {
@@ -42,8 +35,9 @@ func elicitRequest(params mcp.ElicitationParams) json.RawMessage {
 	return raw
 }
 
-// pendingInput is an input a task starts waiting for, with its key and
-// the task's status message meanwhile.
+// pendingInput is an input a task starts waiting for, with its key
+// (unique over the task's life: a park id is never reused) and the
+// task's status message meanwhile.
 type pendingInput struct {
 	key     string
 	in      taskInput
@@ -64,18 +58,6 @@ func (t *taskRunners) awaitInput(ctx context.Context, r *taskRecord, p pendingIn
 	}
 }
 
-// inputRequests are the outstanding requests of r, as tasks/get shows them.
-func (r *taskRecord) inputRequests() map[string]json.RawMessage {
-	if len(r.Inputs) == 0 {
-		return nil
-	}
-	out := make(map[string]json.RawMessage, len(r.Inputs))
-	for k, in := range r.Inputs {
-		out[k] = in.Request
-	}
-	return out
-}
-
 // detailed is r as tasks/get (and notifications/tasks) show it: the Task,
 // with the extension's inlined members — inputRequests while
 // input_required; for a 2026-07-28 request the result of a completed task,
@@ -84,7 +66,11 @@ func (r *taskRecord) detailed(modern bool) map[string]json.RawMessage {
 	raw, _ := json.Marshal(r.task())
 	var out map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &out)
-	if reqs := r.inputRequests(); reqs != nil && r.Status == mcp.TaskStatusInputRequired {
+	if len(r.Inputs) > 0 && r.Status == mcp.TaskStatusInputRequired {
+		reqs := make(map[string]json.RawMessage, len(r.Inputs))
+		for k, in := range r.Inputs {
+			reqs[k] = in.Request
+		}
 		out["inputRequests"], _ = json.Marshal(reqs)
 	}
 	if !modern {
@@ -102,9 +88,8 @@ func (r *taskRecord) detailed(modern bool) map[string]json.RawMessage {
 	return out
 }
 
-// modernTaskFields adds the extension's names of a Task's TTL and poll
-// interval (ttlMs, pollIntervalMs) beside 2025-11-25's (ttl,
-// pollInterval), which mcp-go's clients read.
+// modernTaskFields adds the extension's ttlMs and pollIntervalMs beside
+// 2025-11-25's ttl and pollInterval, which mcp-go's clients read.
 func modernTaskFields(task map[string]json.RawMessage) {
 	if v, ok := task["ttl"]; ok {
 		task["ttlMs"] = v
@@ -115,10 +100,8 @@ func modernTaskFields(task map[string]json.RawMessage) {
 }
 
 // update answers tasks/update: each response whose key the task waits
-// for is the host's answer (a confirmation's decision, a question's
-// answer); other keys are ignored, as the extension says. The task is
-// working again once nothing is outstanding. The acknowledgement is an
-// empty result.
+// for is the host's answer; other keys are ignored, as the extension
+// says. The task is working again once nothing is outstanding.
 func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *rpcError) {
 	var p struct {
 		TaskID         string                     `json:"taskId"`
@@ -127,7 +110,7 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 	if err := json.Unmarshal(params, &p); err != nil || p.TaskID == "" {
 		return nil, &rpcError{mcp.INVALID_PARAMS, "params.taskId is required"}
 	}
-	r, _, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
+	r, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -172,7 +155,7 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 // confirmation its host's user may give (params: confirmParams).
 func confirmInput(p bus.Parked, replyID string, params mcp.ElicitationParams) pendingInput {
 	in := taskInput{Kind: inputConfirm, Park: p, ReplyID: replyID, Request: elicitRequest(params)}
-	return pendingInput{inputKey(inputConfirm, p.ID), in, fmt.Sprintf("input required: confirm the call of %s (or answer it on %s)", p.Name, p.Subject)}
+	return pendingInput{inputConfirm + "-" + p.ID, in, fmt.Sprintf("input required: confirm the call of %s (or answer it on %s)", p.Name, p.Subject)}
 }
 
 // questionInput is the input a task waits for when its bridged server
@@ -181,12 +164,11 @@ func questionInput(a asked) pendingInput {
 	params, _ := questionParams(a.q, true)
 	q := a.q
 	in := taskInput{Kind: inputQuestion, Park: a.p, ReplyID: a.replyID, Request: elicitRequest(params), Question: &q}
-	return pendingInput{inputKey(inputQuestion, a.p.ID), in, "input required: " + questionStatus(a)}
+	return pendingInput{inputQuestion + "-" + a.p.ID, in, "input required: " + questionStatus(a)}
 }
 
-// taskHooks are what a task's run needs of its session: the call, its
-// bridged server's questions, the confirmation put to the host (nil:
-// not asked) and how to tell the host of a change (nil: it cannot be).
+// taskHooks are what a task's run needs of its session (confirmParams
+// nil: the host is not asked; notify nil: it cannot be told).
 type taskHooks struct {
 	call          runFunc
 	questions     watchFunc
@@ -195,17 +177,14 @@ type taskHooks struct {
 }
 
 // notifySessionKey carries, in a task message's context, the MCP
-// session its client is told of the task's changes on (2025-11-25 over
-// HTTP: its Mcp-Session-Id; stdio: mcp-go's "stdio").
+// session its client is told of the task's changes on.
 type notifySessionKey struct{}
 
 // notifier returns how the client of ctx's task message is told of a
-// task's change (notifications/tasks/status, 2025-11-25), through its
-// MCP session on this process's mcp-go server; nil when it has none
-// (2026-07-28: the extension's notifications/tasks go on
-// subscriptions/listen with taskIds, tasks_listen.go). mcp-go drops the
-// notice when the session is not registered here (HTTP without a GET
-// stream on this process): tasks/get still answers.
+// task's change (notifications/tasks/status, 2025-11-25) through its MCP
+// session; nil when it has none (2026-07-28: tasks_listen.go). mcp-go
+// drops the notice when the session has no stream here: tasks/get still
+// answers.
 func (s *taskFront) notifier(ctx context.Context) func(*taskRecord) {
 	sid, _ := ctx.Value(notifySessionKey{}).(string)
 	if sid == "" || s.send == nil {

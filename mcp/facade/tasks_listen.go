@@ -12,27 +12,21 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// Task status notifications at 2026-07-28 (the Tasks extension, "Task
-// Status Notifications"): a client sends subscriptions/listen with
-// params.notifications.taskIds; the server acknowledges the ids it agreed
-// to, then sends notifications/tasks (the DetailedTask tasks/get would
-// return) on that request's stream whenever one changes. mcp-go v1.2.1
-// serves subscriptions/listen itself but drops taskIds and every
-// notification outside its filter (server/subscriptions.go), so a listen
-// naming task ids is the facade's, whole, on both transports: its
-// acknowledgement names only the task ids (a client asking for other
-// kinds as well opens another listen for them, which mcp-go serves), and
+// Task status notifications at 2026-07-28 (the Tasks extension): a
+// client sends subscriptions/listen with params.notifications.taskIds;
+// the server acknowledges the ids it agreed to, then sends
+// notifications/tasks on that request's stream whenever one changes.
+// mcp-go v1.2.1 drops taskIds, so a listen naming task ids is the
+// facade's, whole, on both transports (its acknowledgement names only the
+// task ids; other kinds take another listen, which mcp-go serves), and
 // the changes come from the records' KV subjects, so any facade process
 // serves it.
 
 const (
 	methodSubscriptionsListen = string(mcp.MethodSubscriptionsListen)
 	methodTaskNotification    = "notifications/tasks"
-	// tasksExtension is the extension's identifier a client declares in
-	// its per-request capabilities.
-	tasksExtension = "io.modelcontextprotocol/tasks"
-	// codeMissingCapability is -32021, Missing Required Client Capability.
-	codeMissingCapability = -32021
+	tasksExtension            = "io.modelcontextprotocol/tasks"
+	codeMissingCapability     = -32021 // Missing Required Client Capability
 	// maxListens bounds the listen streams of tasks one facade process
 	// serves at once; listenReread is how often a stream reads its live
 	// tasks again (a write the subscription dropped, a replica behind).
@@ -43,12 +37,10 @@ const (
 	maxListenIDs = DefaultMaxTasks
 )
 
-// missingTasksCapability is the data of a -32021 error: the extension the
-// request lacks.
+// missingTasksCapability is the data of a -32021 error.
 var missingTasksCapability = map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}}
 
-// listenParams are a subscriptions/listen request's params, as far as the
-// facade reads them.
+// listenParams are what the facade reads of a subscriptions/listen.
 type listenParams struct {
 	Notifications struct {
 		TaskIDs []string `json:"taskIds"`
@@ -56,15 +48,12 @@ type listenParams struct {
 	Meta map[string]json.RawMessage `json:"_meta"`
 }
 
-// listensForTasks reports whether a subscriptions/listen request names
-// task ids (the facade's), rather than only mcp-go's kinds.
+// listensForTasks reports whether a subscriptions/listen names task ids.
 func listensForTasks(params json.RawMessage) bool {
 	var p listenParams
 	return json.Unmarshal(params, &p) == nil && len(p.Notifications.TaskIDs) > 0
 }
 
-// declaresTasks reports whether the request's per-request capabilities
-// declare the Tasks extension.
 func (p *listenParams) declaresTasks() bool {
 	var caps struct {
 		Extensions map[string]json.RawMessage `json:"extensions"`
@@ -77,8 +66,7 @@ func (p *listenParams) declaresTasks() bool {
 }
 
 // streamKey carries, in a request's context, how a message is written on
-// the request's own stream (an HTTP response's SSE events, or the stdio
-// output).
+// the request's own stream (SSE events, or the stdio output).
 type streamKey struct{}
 
 func withStream(ctx context.Context, send func([]byte) error) context.Context {
@@ -113,10 +101,9 @@ func serveStream(ctx context.Context, w http.ResponseWriter, m *rpcMessage, answ
 }
 
 // listen serves a subscriptions/listen naming task ids: it acknowledges
-// the ids that are tasks of this session and user (at most MaxTasks; any
-// other id is left out, as another user's is), sends each one's state at
-// once and again on every change, and ends when all of them ended (or
-// were deleted), the request ends or the facade closes.
+// the ids that are tasks of this session and user (any other is left
+// out), sends each one's state at once and on every change, and ends when
+// all of them ended, the request ends or the facade closes.
 func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) {
 	var p listenParams
 	if err := json.Unmarshal(m.Params, &p); err != nil {
@@ -154,7 +141,7 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		if _, dup := seen[id]; dup || len(agreed) == maxListenIDs {
 			continue
 		}
-		r, _, err := s.store.getTask(ctx, s.session, s.user, id)
+		r, err := s.store.getTask(ctx, s.session, s.user, id)
 		if err != nil {
 			continue // not this session's and user's task (or gone): not agreed
 		}
@@ -211,7 +198,7 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		case <-again.C:
 			for _, id := range agreed {
 				if last := seen[id]; last != nil && !last.Status.IsTerminal() {
-					r, _, err := s.store.getTask(ctx, s.session, s.user, id)
+					r, err := s.store.getTask(ctx, s.session, s.user, id)
 					if err == nil || errors.Is(err, errNotFound) {
 						changed(id, r)
 					}
@@ -222,7 +209,6 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 	return done, nil
 }
 
-// startListen counts a listen stream in, false past maxListens.
 func (t *taskRunners) startListen() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()

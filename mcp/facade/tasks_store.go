@@ -36,8 +36,7 @@ const (
 
 // taskRecord is a task as stored in the bucket, under
 // t.<session>.<user digest>.<task id>: written before the CreateTaskResult
-// is returned, so any facade process answers tasks/get, tasks/result,
-// tasks/cancel and tasks/list for it.
+// is returned, so any facade process answers for it.
 type taskRecord struct {
 	ID      string `json:"id"`
 	Session string `json:"session"`
@@ -50,21 +49,22 @@ type taskRecord struct {
 	BusTask string         `json:"bus_task,omitempty"`
 	Status  mcp.TaskStatus `json:"status"`
 	Message string         `json:"message,omitempty"`
-	// Inputs are what the task waits for its host to answer (status
-	// input_required), by the key its inputRequests show (tasks_input.go).
+	// Inputs are what the task waits for its host to answer, by key
+	// (tasks_input.go).
 	Inputs  map[string]taskInput `json:"inputs,omitempty"`
 	Created time.Time            `json:"created"`
 	Updated time.Time            `json:"updated"`
 	TTLMS   int64                `json:"ttl_ms"`
-	// Result is the final CallToolResult (completed), Error the JSON-RPC
-	// error's message (failed).
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  string          `json:"error,omitempty"`
+	Result  json.RawMessage      `json:"result,omitempty"` // completed
+	Error   string               `json:"error,omitempty"`  // failed: the JSON-RPC error's message
 }
 
-func (r *taskRecord) expired(now time.Time) bool {
-	return now.After(r.Created.Add(time.Duration(r.TTLMS) * time.Millisecond))
+// expires is when the record is dropped (its TTL).
+func (r *taskRecord) expires() time.Time {
+	return r.Created.Add(time.Duration(r.TTLMS) * time.Millisecond)
 }
+
+func (r *taskRecord) expired(now time.Time) bool { return now.After(r.expires()) }
 
 // task is the record as MCP shows it.
 func (r *taskRecord) task() mcp.Task {
@@ -73,8 +73,8 @@ func (r *taskRecord) task() mcp.Task {
 		LastUpdatedAt: r.Updated.UTC().Format(time.RFC3339Nano), TTL: &ttl, PollInterval: &poll}
 }
 
-// idPattern is what a task id and a request state are: 128 random bits
-// in hex. Anything else names nothing and is never made into a key.
+// idPattern is a task id and a request state: 128 random bits in hex.
+// Anything else names nothing and is never made into a key.
 var idPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 func newID() string {
@@ -102,8 +102,8 @@ var errNotFound = errors.New("task not found")
 // kvStore is the facade's bucket, bound on first use (and created with
 // the routers' configuration when none exists yet). Reads of a
 // replicated bucket go to the stream leader and writes are
-// compare-and-set through store's helpers (docs/protocol.md 8), so a
-// process never acts on a record another process has already changed.
+// compare-and-set (docs/protocol.md 8), so a process never acts on a
+// record another process has already changed.
 type kvStore struct {
 	nc       *nats.Conn
 	subj     bus.Subjects
@@ -181,9 +181,9 @@ func (st *kvStore) available(ctx context.Context) bool {
 
 // createTask stores a new record; it fails when the (session, user)
 // already keeps MaxTasks live ones. The count is the (session, user)'s
-// task index, changed by compare-and-set: exact, and the same for every
-// facade process at once (a listing of the keys can miss a record written
-// a moment before, and two processes that each listed would both admit).
+// task index, changed by compare-and-set: exact for every facade process
+// at once (a listing of the keys can miss a record written a moment
+// before).
 func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
@@ -200,7 +200,7 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 		if len(idx.Tasks) >= st.maxTasks {
 			return nil, errTooManyTasks{len(idx.Tasks)}
 		}
-		idx.Tasks = append(idx.Tasks, indexEntry{ID: r.ID, Expires: r.Created.Add(time.Duration(r.TTLMS) * time.Millisecond)})
+		idx.Tasks = append(idx.Tasks, indexEntry{ID: r.ID, Expires: r.expires()})
 		return json.Marshal(&idx)
 	})
 	var full errTooManyTasks
@@ -224,8 +224,7 @@ func (e errTooManyTasks) Error() string {
 	return fmt.Sprintf("facade: %d tasks kept for this session and user (the most); wait for some to expire", e.live)
 }
 
-// taskIndex is the (session, user)'s live tasks: their ids and when
-// each expires.
+// taskIndex is the (session, user)'s live tasks.
 type taskIndex struct {
 	Tasks []indexEntry `json:"tasks"`
 }
@@ -235,12 +234,10 @@ type indexEntry struct {
 	Expires time.Time `json:"expires"`
 }
 
-// prune drops the entries expired at now.
 func (idx *taskIndex) prune(now time.Time) {
 	idx.Tasks = slices.DeleteFunc(idx.Tasks, func(e indexEntry) bool { return !now.Before(e.Expires) })
 }
 
-// indexKey is the key of the (session, user)'s task index.
 func indexKey(session, user string) string { return "i." + session + "." + userDigest(user) }
 
 // taskKeys lists the keys of the (session, user)'s task records (deleted
@@ -277,22 +274,21 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 		return nil, err
 	}
 	// The index names the records a listing may not show yet.
-	if e, err := kv.Get(ctx, indexKey(session, user)); err == nil {
-		var idx taskIndex
-		if json.Unmarshal(e.Value(), &idx) == nil {
-			for _, t := range idx.Tasks {
-				if k := taskKey(session, user, t.ID); !slices.Contains(keys, k) {
-					keys = append(keys, k)
-				}
-			}
+	var idx taskIndex
+	if err := st.get(ctx, indexKey(session, user), &idx); errors.Is(err, errNoStore) {
+		return nil, err
+	} else if err != nil {
+		idx.Tasks = nil // none, or not an index
+	}
+	for _, t := range idx.Tasks {
+		if k := taskKey(session, user, t.ID); !slices.Contains(keys, k) {
+			keys = append(keys, k)
 		}
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	var out []*taskRecord
 	now := time.Now()
 	for _, k := range keys {
-		r, _, err := st.getKey(ctx, kv, k)
+		r, err := st.getKey(ctx, k)
 		if errors.Is(err, errNoStore) { // a record not read is not a record not kept: the bound fails closed
 			return nil, err
 		}
@@ -309,46 +305,69 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	return out, nil
 }
 
-func (st *kvStore) getKey(ctx context.Context, kv *store.KV, key string) (*taskRecord, uint64, error) {
+// get decodes what key holds into v: errNotFound when it holds nothing,
+// errNoStore when the bucket cannot be read, any other error when what it
+// holds is not JSON.
+func (st *kvStore) get(ctx context.Context, key string, v any) error {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, errNotFound
+		return errNotFound
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %v", errNoStore, err)
+		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
-	var r taskRecord
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, 0, fmt.Errorf("facade: task record %s: %w", key, err)
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return fmt.Errorf("facade: record %s: %w", key, err)
 	}
-	return &r, e.Revision(), nil
+	return nil
 }
 
-// getTask returns the (session, user)'s live task id, with its revision.
-func (st *kvStore) getTask(ctx context.Context, session, user, id string) (*taskRecord, uint64, error) {
-	if !idPattern.MatchString(id) {
-		return nil, 0, errNotFound
-	}
+// put stores raw under key.
+func (st *kvStore) put(ctx context.Context, key string, raw []byte) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
-	r, rev, err := st.getKey(ctx, kv, taskKey(session, user, id))
+	if _, err := kv.Put(ctx, key, raw); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return nil
+}
+
+// getKey returns the task record under key.
+func (st *kvStore) getKey(ctx context.Context, key string) (*taskRecord, error) {
+	var r taskRecord
+	if err := st.get(ctx, key, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// getTask returns the (session, user)'s live task id.
+func (st *kvStore) getTask(ctx context.Context, session, user, id string) (*taskRecord, error) {
+	if !idPattern.MatchString(id) {
+		return nil, errNotFound
+	}
+	r, err := st.getKey(ctx, taskKey(session, user, id))
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	// The key names the session and user; the record must agree.
 	if r.Session != session || r.User != user || r.ID != id || r.expired(time.Now()) {
-		return nil, 0, errNotFound
+		return nil, errNotFound
 	}
-	return r, rev, nil
+	return r, nil
 }
 
 // updateTask applies change to the stored record, compare-and-set, unless
-// it is terminal already (the first end wins: a tasks/cancel, or the
-// call's result). It returns the record as stored afterwards.
+// it is terminal already (the first end wins). It returns the record as
+// stored afterwards.
 func (st *kvStore) updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error) {
 	if !idPattern.MatchString(id) {
 		return nil, errNotFound
@@ -392,14 +411,8 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 	return out, nil
 }
 
-// watchTask waits until the record is terminal (or gone), or ctx ends:
-// the (session, user)'s record writes (watchChanges), then its current
-// value.
+// watchTask waits until the record is terminal (or gone), or ctx ends.
 func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*taskRecord, error) {
-	kv, err := st.bucket(ctx)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	changes, err := st.watchChanges(ctx, session, user)
@@ -407,17 +420,15 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 		return nil, err
 	}
 	key := taskKey(session, user, id)
-	switch r, _, err := st.getKey(ctx, kv, key); {
+	switch r, err := st.getKey(ctx, key); {
 	case err != nil:
 		return nil, err // errNotFound: deleted since the caller read it
 	case r.Status.IsTerminal():
 		return r, nil
 	}
-	// The read above may come from a replica behind the leader (direct
-	// get): an end written before the subscription, and so never
-	// delivered on it, shows there only a moment later. Reading again now
-	// and then finds it (TestTasksTwoFacades waited out its minute once
-	// on a loaded machine).
+	// The read above may come from a replica behind the leader: an end
+	// written before the subscription shows there only a moment later.
+	// Reading again now and then finds it (TestTasksTwoFacades).
 	again := time.NewTicker(time.Second)
 	defer again.Stop()
 	for {
@@ -425,7 +436,7 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-again.C:
-			if r, _, err := st.getKey(ctx, kv, key); err == nil && r.Status.IsTerminal() {
+			if r, err := st.getKey(ctx, key); err == nil && r.Status.IsTerminal() {
 				return r, nil
 			} else if errors.Is(err, errNotFound) {
 				return nil, err
@@ -444,18 +455,16 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 	}
 }
 
-// taskChange is one write of a (session, user)'s task record: its new
-// value, or nil when it was deleted.
+// taskChange is one write of a task record (rec nil: deleted).
 type taskChange struct {
 	id  string
 	rec *taskRecord
 }
 
 // watchChanges yields every write of session's and user's task records
-// until ctx ends: a subscription to their keys' subjects (what a write
-// publishes; no KV watch, which would create a consumer). A burst beyond
-// its buffer is dropped by the subscription: callers read the records
-// again now and then.
+// until ctx ends: a subscription to their keys' subjects (no KV watch,
+// which would create a consumer). A burst beyond its buffer is dropped:
+// callers read the records again now and then.
 func (st *kvStore) watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error) {
 	kv, err := st.bucket(ctx)
 	if err != nil {
@@ -499,8 +508,7 @@ func (st *kvStore) watchChanges(ctx context.Context, session, user string) (<-ch
 	return out, nil
 }
 
-// kvDeleted reports whether m, published on a KV key's subject, deletes
-// or purges it.
+// kvDeleted reports whether m, a KV key's write, deletes or purges it.
 func kvDeleted(m *nats.Msg) bool {
 	op := m.Header.Get("KV-Operation")
 	return op == "DEL" || op == "PURGE"

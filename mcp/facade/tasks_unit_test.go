@@ -74,3 +74,13 @@ func FuzzTaskMessage(f *testing.F) {
 		_ = m.modern()
 	})
 }
+
+// taskMessage returns body as a request the facade answers itself
+// (session.take's test of a task message).
+func taskMessage(body []byte) (*rpcMessage, bool) {
+	m, ok := parseRequest(body)
+	if !ok || !isTaskMessage(m) {
+		return nil, false
+	}
+	return m, true
+}

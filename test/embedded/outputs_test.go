@@ -409,7 +409,7 @@ func TestStoredOutputSealed(t *testing.T) {
 		if err != nil || len(ref.Digest) != 64 || !strings.HasPrefix(ref.Name, "sealed.") {
 			t.Fatalf("%s: url %s: %v", tool, stored[0].URL, err)
 		}
-		bare := offload.URL(ref.Bucket, ref.Name)
+		bare := offload.Ref{Bucket: ref.Bucket, Name: ref.Name}.String()
 		if _, err := e.client.Outputs().FetchBytes(testCtx(t), bare); err == nil || !strings.Contains(err.Error(), "#sha256=") {
 			t.Errorf("%s: a url without digest: %v", tool, err)
 		}

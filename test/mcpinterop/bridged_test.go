@@ -14,7 +14,6 @@ import (
 
 	"github.com/toolbus/toolbus/mcp/bridge"
 	"github.com/toolbus/toolbus/mcp/facade"
-	"github.com/toolbus/toolbus/mcp/mcptest"
 	"github.com/toolbus/toolbus/router"
 )
 
@@ -83,7 +82,7 @@ func TestBridgedLargeStructured(t *testing.T) {
 	e := newEnv(t)
 	const lines = 48 << 10 // 64 bytes each: 3 MiB of text, and as much JSON
 	const tool = "mcp__big__big"
-	e.bridge(t, bridge.Server{Name: "big", Transport: bridge.TransportHTTP, URL: mcptest.BigServer(t, lines), Timeout: "60s"},
+	e.bridge(t, bridge.Server{Name: "big", Transport: bridge.TransportHTTP, URL: bigServer(t, lines), Timeout: "60s"},
 		bridge.Config{Heartbeat: time.Second}, tool)
 	p := runNode(t, callJS, e.url("big1"), token, tool, "{}", "summary")
 	if st := p.next(t, "listed"); len(st.Names) != 1 || len(st.Structured) == 0 || string(st.Structured) == "null" {

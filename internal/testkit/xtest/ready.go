@@ -92,10 +92,7 @@ func (r *Readiness) EveryRouter(ctx context.Context, msg func() (*nats.Msg, erro
 				last = err
 			}
 		}
-		t := time.NewTimer(poll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if bus.Sleep(ctx, poll) != nil {
 			var missing []string
 			for id := range r.fleet.serving() {
 				if !ok[id] {
@@ -104,7 +101,6 @@ func (r *Readiness) EveryRouter(ctx context.Context, msg func() (*nats.Msg, erro
 			}
 			slices.Sort(missing)
 			return fmt.Errorf("xtest: routers %s: %w (last: %v)", strings.Join(missing, ", "), ctx.Err(), last)
-		case <-t.C:
 		}
 	}
 }
@@ -194,12 +190,8 @@ func (r *Readiness) waitServed(ctx context.Context) error {
 			if err == nil {
 				break
 			}
-			t := time.NewTimer(poll)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if bus.Sleep(ctx, poll) != nil {
 				return fmt.Errorf("xtest: no router answers on node %d: %w", i, errors.Join(ctx.Err(), err))
-			case <-t.C:
 			}
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/inbox"
 	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/security"
@@ -67,19 +68,31 @@ func (o *mcpOptions) check() error {
 // under --secure, --mcp-nkey/--mcp-creds, or (open NATS only) the
 // router's settings on a connection of its own.
 func (o *mcpOptions) conn(router natsconn.Config, secureDir string) (natsconn.Config, error) {
+	return ownLogin(router, secureDir, security.RoleFacade, o.nkey, o.creds,
+		"--mcp-listen: %s has no facade user (%s): it was generated before the facade had one; generate it again (move the directory away) or give the facade its own login",
+		"--mcp-listen: the facade must not act with the router's credentials; give it its own login (--mcp-nkey or --mcp-creds: the facade user of `toolbus security config`), or use --secure")
+}
+
+// ownLogin is the login of what the router serves beside it (the MCP
+// facade, the approval inbox), never the router's: under --secure the
+// seed of role in secureDir (noSeed, with the directory and the seed, when
+// it has none), else nkey or creds when given, else on open NATS the
+// router's settings on a connection of its own; a router with credentials
+// of its own and nothing else given is refused with shared.
+func ownLogin(router natsconn.Config, secureDir, role, nkey, creds, noSeed, shared string) (natsconn.Config, error) {
 	c := router
 	c.Creds, c.NKey, c.User, c.Password, c.Token, c.InboxPrefix = "", "", "", "", "", ""
 	switch {
 	case secureDir != "":
-		seed := security.SeedFile(secureDir, security.RoleFacade)
+		seed := security.SeedFile(secureDir, role)
 		if _, err := os.Stat(seed); err != nil {
-			return c, fmt.Errorf("--mcp-listen: %s has no facade user (%s): it was generated before the facade had one; generate it again (move the directory away) or give the facade its own login", secureDir, seed)
+			return c, fmt.Errorf(noSeed, secureDir, seed)
 		}
-		c.NKey, c.InboxPrefix = seed, "_INBOX."+security.RoleFacade
-	case o.nkey != "" || o.creds != "":
-		c.NKey, c.Creds, c.InboxPrefix = o.nkey, o.creds, "_INBOX."+security.RoleFacade
+		c.NKey, c.InboxPrefix = seed, "_INBOX."+role
+	case nkey != "" || creds != "":
+		c.NKey, c.Creds, c.InboxPrefix = nkey, creds, "_INBOX."+role
 	case router.Creds != "" || router.NKey != "" || router.User != "" || router.Token != "":
-		return c, errors.New("--mcp-listen: the facade must not act with the router's credentials; give it its own login (--mcp-nkey or --mcp-creds: the facade user of `toolbus security config`), or use --secure")
+		return c, errors.New(shared)
 	default:
 		c = router // open NATS: the same settings, a connection of its own
 		c.InboxPrefix = ""
@@ -132,15 +145,27 @@ func (o *mcpOptions) policy(authenticated bool) (facade.Confirm, error) {
 	return facade.ConfirmHostUser, nil
 }
 
-// serveMCP serves the bus as an MCP server over streamable HTTP at
-// /mcp/<session> on --mcp-listen, on the facade's own connection nc;
-// stop shuts it down.
-func serveMCP(ctx context.Context, o *mcpOptions, nc *nats.Conn, prefix string, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
+// serve serves the bus as an MCP server over streamable HTTP at
+// /mcp/<session> on --mcp-listen, on a connection of the facade's own
+// login (conn); stop shuts it down and closes the connection. Without
+// --mcp-listen it serves nothing and stop is nil.
+func (o *mcpOptions) serve(ctx context.Context, router natsconn.Config, secureDir, prefix string, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
+	if o.listen == "" {
+		return nil, nil
+	}
+	c, err := o.conn(router, secureDir)
+	if err != nil {
+		return nil, err
+	}
 	a, tokens, err := o.auth(ctx)
 	if err != nil {
 		return nil, err
 	}
 	policy, err := o.policy(a != nil)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := c.Connect("toolbus-mcp", nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +177,7 @@ func serveMCP(ctx context.Context, o *mcpOptions, nc *nats.Conn, prefix string, 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		_ = f.Drain(context.WithoutCancel(ctx))
+		nc.Close()
 		return nil, fmt.Errorf("--mcp-listen: %w", err)
 	}
 	hs := &http.Server{Handler: f.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -191,5 +217,73 @@ func serveMCP(ctx context.Context, o *mcpOptions, nc *nats.Conn, prefix string, 
 		<-done
 		<-reloaded
 		_ = f.Drain(ctx)
+		nc.Close()
 	}, nil
 }
+
+// inboxOptions are the --inbox-* flags: the approval inbox served beside
+// the router (docs/inbox.md).
+type inboxOptions struct {
+	listen, token, tokenFile string
+}
+
+func inboxFlags(fs *flag.FlagSet) *inboxOptions {
+	o := &inboxOptions{}
+	fs.StringVar(&o.listen, "inbox-listen", "", "host:port: serve the approval inbox there (docs/inbox.md); beyond loopback it needs --inbox-token or --inbox-token-file")
+	fs.StringVar(&o.token, "inbox-token", "", "the inbox page's token (default: a random one, kept in inbox.token in the --secure directory or the user cache directory's toolbus/, whose path is printed at start)")
+	fs.StringVar(&o.tokenFile, "inbox-token-file", "", "FILE whose first line is the inbox page's token")
+	return o
+}
+
+// conn is the inbox's own login, never the router's: under --secure the
+// approver's (DIR/approver.nk), on open NATS the router's settings on a
+// connection of its own. approver says which.
+func (o *inboxOptions) conn(router natsconn.Config, secureDir string) (c natsconn.Config, approver bool, err error) {
+	c, err = ownLogin(router, secureDir, security.RoleApprover, "", "", "--inbox-listen: %s has no approver user (%s)",
+		"--inbox-listen: the inbox must not answer with the router's credentials; run `toolbus inbox` with the approver's (or operator's) login instead, or use --secure")
+	return c, secureDir != "" && err == nil, err
+}
+
+// serve starts the inbox; stop ends it and its connection. Without
+// --inbox-listen it serves nothing and stop is nil.
+func (o *inboxOptions) serve(ctx context.Context, router natsconn.Config, secureDir, prefix string, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
+	if o.listen == "" {
+		return nil, nil
+	}
+	c, approver, err := o.conn(router, secureDir)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := c.Connect("toolbus-inbox", nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("--inbox-listen: %w", err)
+	}
+	r, err := inbox.Open(ctx, nc, o.listen, o.token, o.tokenFile, inbox.Config{Prefix: prefix, Approver: approver, Logger: log})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	stop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), inboxCloseWait)
+		defer cancel()
+		r.Close(ctx)
+		nc.Close()
+	}
+	if !r.Generated {
+		fmt.Fprintln(stdout, r.Banner())
+		return stop, nil
+	}
+	// A generated token goes to a private file, never to the router's
+	// output (a log collector keeps that).
+	file, err := inbox.SaveToken(secureDir, r.Token())
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("--inbox-listen: %w (or give --inbox-token-file)", err)
+	}
+	fmt.Fprintln(stdout, r.BannerSaved(file))
+	return stop, nil
+}
+
+// inboxCloseWait is how long the inbox's requests under way get on
+// shutdown before open pages lose their connection.
+const inboxCloseWait = 2 * time.Second
