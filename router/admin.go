@@ -117,8 +117,24 @@ func (x *adminVerbs) run(ctx context.Context, verb string, e *bus.Event) (any, e
 		return x.skillsList(), nil
 	case "parked.list":
 		return x.parkedList(e.SessionID), nil
+	case "groups.put":
+		g, err := bus.DecodeGroup(e.Data)
+		if err != nil {
+			return nil, bus.Errorf(bus.CodeBadRequest, "groups.put wants a group definition: %s", strings.TrimPrefix(err.Error(), bus.CodeBadRequest+": "))
+		}
+		if err := x.groups.Put(ctx, g); err != nil {
+			return nil, err
+		}
+		return map[string]any{"group": g.Name}, nil
+	case "limits", "limits.reset":
+		return x.limitsVerb(ctx, verb, e)
+	case "session.get", "session.delete", "session.activate", "session.mode":
+		if e.SessionID == "" {
+			return nil, bus.Errorf(bus.CodeBadRequest, "%s needs the sessionid attribute", verb)
+		}
+		return x.sessionVerb(ctx, verb, e)
 	}
-	return x.sessionVerb(ctx, verb, e)
+	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
 }
 
 // sessionView is the reply of session.get.
@@ -143,27 +159,8 @@ func deleteNamed(ctx context.Context, e *bus.Event, verb, what string, del func(
 	return map[string]any{"deleted": d.Name}, nil
 }
 
-// sessionVerb runs the verbs on groups and sessions.
+// sessionVerb runs the verbs on session e.SessionID.
 func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event) (any, error) {
-	if verb == "groups.put" {
-		g, err := bus.DecodeGroup(e.Data)
-		if err != nil {
-			return nil, bus.Errorf(bus.CodeBadRequest, "groups.put wants a group definition: %s", strings.TrimPrefix(err.Error(), bus.CodeBadRequest+": "))
-		}
-		if err := x.groups.Put(ctx, g); err != nil {
-			return nil, err
-		}
-		return map[string]any{"group": g.Name}, nil
-	}
-	if verb == "limits" || verb == "limits.reset" {
-		return x.limitsVerb(ctx, verb, e)
-	}
-	if !slices.Contains([]string{"session.get", "session.delete", "session.activate", "session.mode"}, verb) {
-		return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
-	}
-	if e.SessionID == "" {
-		return nil, bus.Errorf(bus.CodeBadRequest, "%s needs the sessionid attribute", verb)
-	}
 	var update func(*groups.Session) error
 	switch verb {
 	case "session.get":

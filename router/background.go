@@ -162,22 +162,13 @@ func (b *background) longJob(rec *tasks.Record, tool *registry.Tool, trace [2]st
 
 // handle is the result of a call that went on as task rec.
 func (b *background) handle(c bus.Call, rec *tasks.Record, after time.Duration) bus.Result {
+	// The tools named are builtin.RegisterTasks'.
 	text := fmt.Sprintf("<system-reminder>Tool '%s' is running in background (id=%s) for over %s. "+
 		"Continue with other independent work; its result comes when it finishes. To read its output so far call "+
-		"%s, to wait for it %s, to stop it %s.</system-reminder>", c.Name, rec.ID, after, TaskOutputTool, WaitTasksTool, StopTaskTool)
+		"task_output, to wait for it wait_async_results, to stop it ToolStop.</system-reminder>", c.Name, rec.ID, after)
 	return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateBackground, Output: bus.Text(text),
 		Task: &bus.TaskHandle{ID: rec.ID, State: bus.StateBackground, Subject: b.subj.Tasks(rec.Session)}}
 }
-
-// Names of the built-in task tools (builtin.RegisterTasks), as the handle's
-// text names them: AgentScope's ToolStop (Python) and wait_async_results
-// (Java harness), and toolbus's task_output and list_tasks.
-const (
-	TaskOutputTool = "task_output"
-	WaitTasksTool  = "wait_async_results"
-	StopTaskTool   = "ToolStop"
-	ListTasksTool  = "list_tasks"
-)
 
 func (b *background) track(rec *tasks.Record, cancel context.CancelFunc) {
 	b.mu.Lock()

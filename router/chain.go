@@ -20,7 +20,6 @@ import (
 	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/rcache"
-	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -78,24 +77,20 @@ func chain(last Executor, mws ...Middleware) Executor {
 // guardrails are the middlewares the config turns on; nil when off.
 type guardrails struct {
 	audit  *auditTrail
-	quota  *quotas
-	cache  *resultCache
+	guard  *quotas         // the quotas and the result cache, one middleware; nil when both are off
+	quota  *quotas         // guard when limits are on: it also counts the calls that park (batch.runCalls)
 	limits *limits.Limiter // serves the limits admin verbs
 }
 
 // middlewares is the chain's order: audit outermost (it records what the
-// rest decided), the quotas (which look the cache up first: a hit spends
-// no quota), then the result cache.
+// rest decided), then the quotas and the result cache.
 func (g guardrails) middlewares() []Middleware {
 	var mws []Middleware
 	if g.audit != nil {
 		mws = append(mws, g.audit.wrap)
 	}
-	if g.quota != nil {
-		mws = append(mws, g.quota.wrap)
-	}
-	if g.cache != nil {
-		mws = append(mws, g.cache.wrap)
+	if g.guard != nil {
+		mws = append(mws, g.guard.wrap)
 	}
 	return mws
 }
@@ -122,17 +117,18 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 			return g, err
 		}
 	}
+	q := &quotas{counted: counted, log: log}
 	if cfg.Guard.Cache {
 		c, err := rcache.New(ctx, js, subj, rcache.Config{Replicas: cfg.Store.Replicas, Memory: cfg.Store.Memory, Now: cfg.Guard.Now})
 		if err != nil {
 			return g, fmt.Errorf("router: %w", err)
 		}
-		cached := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_result_cache_lookups_total",
+		q.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolbus_result_cache_lookups_total",
 			Help: "Result cache lookups of cacheable tool calls, by result (hit or miss)."}, []string{"tool", "result"})
-		if cached, err = register(cfg.Metrics, cached); err != nil {
+		if q.lookups, err = register(cfg.Metrics, q.lookups); err != nil {
 			return g, err
 		}
-		g.cache = &resultCache{c: c, lookups: cached}
+		q.cache, g.guard = c, q
 	}
 	if len(cfg.Guard.Limits.Rules) > 0 {
 		lim, err := limits.New(ctx, js, subj, limits.Config{Policy: cfg.Guard.Limits, Replicas: cfg.Store.Replicas,
@@ -140,7 +136,7 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 		if err != nil {
 			return g, fmt.Errorf("router: %w", err)
 		}
-		g.limits, g.quota = lim, &quotas{lim: lim, cache: g.cache, counted: counted, log: log}
+		q.lim, g.limits, g.guard, g.quota = lim, lim, q, q
 	}
 	return g, nil
 }
@@ -180,72 +176,29 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, nil
 }
 
-// resultCache is the result cache middleware: a call of a tool with
-// cache_ttl_ms whose key has a stored result within its TTL is answered
-// with it (docs/protocol.md 3.3), and nothing runs; otherwise the call runs
-// and its result is stored. A miss the quotas looked up (job.looked) is not
-// looked up again.
-type resultCache struct {
-	c       resultStore
-	lookups *prometheus.CounterVec // by tool and hit or miss
+// quotas is the middleware of the quotas and the result cache: each
+// looks a call up once. A call of a tool with cache_ttl_ms whose key has a
+// stored result within its TTL is answered with it (docs/protocol.md 3.3),
+// and nothing runs; otherwise the call runs and its result is stored. A
+// registry tool's call over one of its limits (docs/guardrails.md "When a
+// call counts") ends limit_exceeded with retry_after_ms, and nothing runs;
+// a cache hit is checked as one (limits.Call.CacheHit). A call of a
+// re-sent batch that the ledger or a parked record will answer is not
+// counted again. When the counts cannot be reached the call does not run
+// (fail closed). Calls are counted in call order (job.admit); a call that
+// parks is counted by admitPark when it parks.
+type quotas struct {
+	lim     limiter                // nil: no limits (the cache alone)
+	cache   resultStore            // nil: no result cache
+	lookups *prometheus.CounterVec // the cache's, by tool and hit or miss
+	counted countedPort
+	log     *slog.Logger
 }
 
 // resultStore is what the middleware uses of rcache.Cache.
 type resultStore interface {
 	Get(ctx context.Context, key string) (bus.Result, bool)
 	Put(ctx context.Context, key string, ttl time.Duration, res bus.Result) bool
-}
-
-func (rc *resultCache) wrap(next Executor) Executor {
-	return ExecFunc(func(ctx context.Context, j *job) bus.Result {
-		if !j.runsTool() {
-			return next.Exec(ctx, j)
-		}
-		key := j.cacheKey
-		if !j.looked {
-			var res bus.Result
-			var ok, hit bool
-			if key, res, ok, hit = rc.lookup(ctx, j.tool, j.session, j.user, j.call); !ok {
-				return next.Exec(ctx, j)
-			} else if hit {
-				return res
-			}
-		}
-		res := next.Exec(ctx, j)
-		rc.c.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
-		return res
-	})
-}
-
-// lookup looks call (its input validated) of tool t up in the result
-// cache, and counts the lookup: ok is false for a call the cache does not
-// serve, hit true with the stored result, renamed for this call.
-func (rc *resultCache) lookup(ctx context.Context, t *registry.Tool, session string, user json.RawMessage, call bus.Call) (key string, res bus.Result, ok, hit bool) {
-	key, ok = rcache.Key(&t.Def, session, userOf(user), call.Input)
-	if !ok {
-		return "", bus.Result{}, false, false
-	}
-	if res, hit = rc.c.Get(ctx, key); hit {
-		rc.lookups.WithLabelValues(call.Name, "hit").Inc()
-		res.ID, res.Name = call.ID, call.Name
-		return key, res, true, true
-	}
-	rc.lookups.WithLabelValues(call.Name, "miss").Inc()
-	return key, bus.Result{}, true, false
-}
-
-// quotas is the quota middleware (docs/guardrails.md "When a call
-// counts"): a registry tool's call over one of its limits ends
-// limit_exceeded with retry_after_ms, and nothing runs. A call of a
-// re-sent batch that the ledger or a parked record will answer is not
-// counted again. When the counts cannot be reached the call does not run
-// (fail closed). Calls are counted in call order (job.admit); a call that
-// parks is counted by admitPark when it parks.
-type quotas struct {
-	lim     limiter
-	cache   *resultCache // nil when off: then nothing is looked up here
-	counted countedPort
-	log     *slog.Logger
 }
 
 // limiter is what the quotas use of limits.Limiter.
@@ -261,51 +214,68 @@ type countedPort interface {
 
 func (q *quotas) wrap(next Executor) Executor {
 	return ExecFunc(func(ctx context.Context, j *job) bus.Result {
-		res := q.admit(j)
-		j.admit()
-		if res != nil {
-			return *res
+		if !j.runsTool() || q.lim == nil && j.tool.Def.CacheTTLMS <= 0 {
+			return next.Exec(ctx, j)
 		}
-		return next.Exec(ctx, j)
+		actx, cancel := context.WithTimeout(j.b.ctx, 10*time.Second)
+		key, hit := q.lookup(actx, j)
+		refused := q.admit(actx, j, hit != nil)
+		cancel()
+		j.admit()
+		switch {
+		case refused != nil:
+			return *refused
+		case hit != nil:
+			return *hit
+		}
+		res := next.Exec(ctx, j)
+		if key != "" {
+			q.cache.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
+		}
+		return res
 	})
 }
 
-// admit counts a call that runs now; a result when it does not run. A
-// miss in the result cache is kept on the job, so that the cache stores
-// the call's result without looking it up again.
-func (q *quotas) admit(j *job) *bus.Result {
-	c := j.c
-	if c == nil || !counts(c) {
-		return nil
+// lookup looks j's call (its input validated) up in the result cache, and
+// counts the lookup: key is "" for a call the cache does not serve, hit
+// the stored result, renamed for this call.
+func (q *quotas) lookup(ctx context.Context, j *job) (key string, hit *bus.Result) {
+	if q.cache == nil {
+		return "", nil
 	}
-	t := c.target.Tool
-	ctx, cancel := context.WithTimeout(j.b.ctx, 10*time.Second)
-	defer cancel()
-	call := limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(j.user), Session: j.session}
-	if q.cache != nil && t.Def.CacheTTLMS > 0 {
-		key, res, ok, hit := q.cache.lookup(ctx, t, j.session, j.user, j.call)
-		if hit {
-			call.CacheHit = true
-			if refused := q.check(ctx, c, call); refused != nil {
-				return refused
-			}
-			return &res
-		}
-		j.cacheKey, j.looked = key, ok
+	key, ok := rcache.Key(&j.tool.Def, j.session, userOf(j.user), j.call.Input)
+	if !ok {
+		return "", nil
 	}
-	if !t.Def.ReadOnly && q.counted.counted(ctx, j.key(), false) {
-		return nil
+	if res, ok := q.cache.Get(ctx, key); ok {
+		q.lookups.WithLabelValues(j.call.Name, "hit").Inc()
+		res.ID, res.Name = j.call.ID, j.call.Name
+		return key, &res
 	}
-	return q.check(ctx, c, call)
+	q.lookups.WithLabelValues(j.call.Name, "miss").Inc()
+	return key, nil
 }
 
-// admitPark counts call c of batch b, which parks; a result when it does
-// not park.
-func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
-	if !counts(c) {
+// admit counts j's call, which runs now or is answered from the cache
+// (hit); a result when it does not run.
+func (q *quotas) admit(ctx context.Context, j *job, hit bool) *bus.Result {
+	if q.lim == nil {
 		return nil
 	}
+	d := &j.tool.Def
+	if !hit && !d.ReadOnly && q.counted.counted(ctx, j.key(), false) {
+		return nil
+	}
+	return q.check(ctx, j.c, limits.Call{Tool: d.Name, ReadOnly: d.ReadOnly, User: userOf(j.user), Session: j.session, CacheHit: hit})
+}
+
+// admitPark counts call c of batch b, which parks, when its target is a
+// registry tool; a result when it does not park.
+func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
 	t := c.target.Tool
+	if t == nil || c.target.Skill || c.target.Read {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	if q.counted.counted(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), true) {
@@ -314,27 +284,20 @@ func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
 	return q.check(ctx, c, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
 }
 
-// counts reports whether c's target is a registry tool the quotas count.
-func counts(c *callState) bool {
-	t := c.target
-	return t.Tool != nil && !t.Skill && !t.Read
-}
-
 // check counts call (c's) against the limits: the result of a call they
 // refuse, or that could not be checked; nil when it may go on. The
 // refusing rule travels with the call, for its audit record.
 func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus.Result {
-	t := c.target.Tool
 	ref, err := q.lim.Check(ctx, call)
 	if err != nil {
-		q.log.Warn("router: limits not reachable", "tool", t.Def.Name, "err", err)
+		q.log.Warn("router: limits not reachable", "tool", call.Tool, "err", err)
 		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
-			"ToolUnavailableError: The limits of the tool '%s' cannot be checked right now, so it did not run. Try again shortly.", t.Def.Name)))
+			"ToolUnavailableError: The limits of the tool '%s' cannot be checked right now, so it did not run. Try again shortly.", call.Tool)))
 	}
 	if ref == nil {
 		return nil
 	}
-	res := bus.ErrorResult(c.call, bus.CodeLimitExceeded, ref.Message(t.Def.Name))
+	res := bus.ErrorResult(c.call, bus.CodeLimitExceeded, ref.Message(call.Tool))
 	res.Error.RetryAfterMS = ref.RetryAfterMS()
 	c.limitRule = ref.Rule
 	return &res
@@ -380,16 +343,11 @@ func (a *auditTrail) wrap(next Executor) Executor {
 // (a cancel racing its end) is stored once: the call key is the record's
 // message id.
 func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
-	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: b.session, ReplyID: b.replyID, CallID: c.call.ID,
-		User: userOf(b.data.User), NATSUser: a.natsUser(b.session), Tool: c.call.Name, Outcome: auditOutcome(res)}
+	rec := a.callRecord(b.session, b.replyID, c.call, b.data.User, res, audit.Allow)
 	if !b.start.IsZero() {
 		rec.DurationMS = time.Since(b.start).Milliseconds()
 	}
-	rec.Decision = audit.Decision{Behavior: audit.Allow, Mode: a.sessions.Session(b.session).Mode}
-	code := ""
-	if res.Error != nil {
-		code = res.Error.Code
-	}
+	code := rec.Outcome.Code
 	input := c.input
 	if input == nil {
 		input = c.call.Input
@@ -464,11 +422,9 @@ func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res b
 	if rec.Kind == bus.KindConfirm {
 		behavior = audit.Ask
 	}
-	r := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: rec.Session, ReplyID: rec.ReplyID, CallID: rec.Call.ID,
-		User: userOf(rec.User), NATSUser: a.natsUser(rec.Session), Tool: rec.Call.Name, Outcome: auditOutcome(res),
-		DurationMS: time.Since(rec.Created).Milliseconds(),
-		Decision: audit.Decision{Behavior: behavior, Mode: a.sessions.Session(rec.Session).Mode, Rule: rec.Reason,
-			Approver: rec.AnsweredBy, AnsweredAt: rec.AnsweredAt}}
+	r := a.callRecord(rec.Session, rec.ReplyID, rec.Call, rec.User, res, behavior)
+	r.DurationMS = time.Since(rec.Created).Milliseconds()
+	r.Decision.Rule, r.Decision.Approver, r.Decision.AnsweredAt = rec.Reason, rec.AnsweredBy, rec.AnsweredAt
 	// Stored before the call's result is recorded and its batch goes on
 	// (answers.complete): a parked call ends at a person's pace, so the
 	// round trip is not worth overlapping.
@@ -500,12 +456,16 @@ func (a *auditTrail) natsUser(session string) string {
 	return ""
 }
 
-func auditOutcome(res bus.Result) audit.Outcome {
-	o := audit.Outcome{State: res.State}
+// callRecord is the audit record of call c of session's batch replyID,
+// which ended with res; its decision is behavior in the session's mode.
+func (a *auditTrail) callRecord(session, replyID string, c bus.Call, user json.RawMessage, res bus.Result, behavior string) *audit.Record {
+	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: session, ReplyID: replyID, CallID: c.ID,
+		User: userOf(user), NATSUser: a.natsUser(session), Tool: c.Name, Outcome: audit.Outcome{State: res.State},
+		Decision: audit.Decision{Behavior: behavior, Mode: a.sessions.Session(session).Mode}}
 	if res.Error != nil {
-		o.Code = res.Error.Code
+		rec.Outcome.Code = res.Error.Code
 	}
-	return o
+	return rec
 }
 
 // unboundCaller is the one caller every unbound session's refusals count

@@ -56,7 +56,7 @@ func TestChainOff(t *testing.T) {
 	if got := chain(last, nil, nil); got != Executor(last) {
 		t.Fatalf("chain of nothing is %T, want the executor itself", got)
 	}
-	g := guardrails{audit: &auditTrail{}, cache: &resultCache{}}
+	g := guardrails{audit: &auditTrail{}, guard: &quotas{}}
 	if mws := g.middlewares(); len(mws) != 2 {
 		t.Fatalf("audit and cache on: %d middlewares", len(mws))
 	}
@@ -107,15 +107,17 @@ func (f *fakeStore) Put(_ context.Context, key string, _ time.Duration, res bus.
 	return true
 }
 
-func newFakeCache(hit bool, j *job) (*resultCache, *fakeStore) {
+// newFakeCache gives q a result cache on a fake store, holding j's
+// result when hit.
+func newFakeCache(q *quotas, hit bool, j *job) *fakeStore {
 	st := &fakeStore{m: map[string]bus.Result{}}
-	rc := &resultCache{c: st, lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"tool", "result"})}
+	q.cache, q.lookups = st, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"tool", "result"})
 	if hit {
-		key, _, _, _ := rc.lookup(context.Background(), j.tool, j.session, j.user, j.call)
+		key, _ := q.lookup(context.Background(), j)
 		st.m[key] = bus.Result{State: bus.StateSuccess, Output: bus.Text("cached")}
 		st.gets = 0
 	}
-	return rc, st
+	return st
 }
 
 func TestQuotaMiddleware(t *testing.T) {
@@ -147,8 +149,9 @@ func TestQuotaMiddleware(t *testing.T) {
 			j := jobFor("c1", tc.target)
 			lim := &fakeLimiter{budget: tc.budget, err: tc.err}
 			q := &quotas{lim: lim, counted: fakeCounted(tc.counted), log: discard}
+			st := &fakeStore{}
 			if tc.cache != "" {
-				q.cache, _ = newFakeCache(tc.cache == "hit", j)
+				st = newFakeCache(q, tc.cache == "hit", j)
 			}
 			next := &fakeNext{}
 			res := chain(next, q.wrap).Exec(context.Background(), j)
@@ -164,8 +167,8 @@ func TestQuotaMiddleware(t *testing.T) {
 			if tc.cache == "hit" && (!lim.calls[0].CacheHit || textOf(res.Output) != "cached" || res.ID != "c1") {
 				t.Fatalf("hit: %+v, checked %+v", res, lim.calls[0])
 			}
-			if tc.cache == "miss" && (!j.looked || j.cacheKey == "") {
-				t.Fatal("a miss not kept for the cache")
+			if tc.cache == "miss" && (st.gets != 1 || st.puts != 1) {
+				t.Fatalf("a miss: %d gets, %d puts; want it looked up once and stored", st.gets, st.puts)
 			}
 		})
 	}
@@ -223,31 +226,25 @@ func TestCacheMiddleware(t *testing.T) {
 	cached := groups.Resolved{Tool: tool(t, bus.ToolDef{Name: "lookup", ReadOnly: true, CacheTTLMS: 60_000})}
 	plain := groups.Resolved{Tool: tool(t, bus.ToolDef{Name: "read", ReadOnly: true})}
 	for _, tc := range []struct {
-		name        string
-		target      groups.Resolved
-		hit, looked bool
-		ran         bool
-		gets, puts  int
+		name       string
+		target     groups.Resolved
+		hit        bool
+		ran        bool
+		gets, puts int
 	}{
-		{"a miss runs and is stored", cached, false, false, true, 1, 1},
-		{"a hit answers, nothing runs", cached, true, false, false, 1, 0},
-		{"a miss the quotas looked up is not looked up again", cached, false, true, true, 0, 1},
-		{"a tool without cache_ttl_ms runs, nothing stored", plain, false, false, true, 0, 0},
-		{"a built-in passes", groups.Resolved{Search: true}, false, false, true, 0, 0},
+		{"a miss runs and is stored", cached, false, true, 1, 1},
+		{"a hit answers, nothing runs", cached, true, false, 1, 0},
+		{"a tool without cache_ttl_ms runs, nothing stored", plain, false, true, 0, 0},
+		{"a built-in passes", groups.Resolved{Search: true}, false, true, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := jobFor("c1", tc.target)
-			rc, st := newFakeCache(tc.hit, j)
-			if tc.looked {
-				j.cacheKey, j.looked = "k", true
-			}
+			q := &quotas{}
+			st := newFakeCache(q, tc.hit, j)
 			next := &fakeNext{}
-			res := chain(next, rc.wrap).Exec(context.Background(), j)
+			res := chain(next, q.wrap).Exec(context.Background(), j)
 			if (len(next.ran) == 1) != tc.ran || st.gets != tc.gets || st.puts != tc.puts || res.State != bus.StateSuccess {
 				t.Fatalf("ran %v, %d gets, %d puts, %+v", next.ran, st.gets, st.puts, res)
-			}
-			if tc.looked && st.m["k"].State != bus.StateSuccess {
-				t.Fatal("not stored under the quotas' key")
 			}
 		})
 	}

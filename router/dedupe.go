@@ -91,26 +91,21 @@ type dedupe struct{ *ledger.Ledger }
 // once is the ledger middleware over l: a call that is not read-only runs
 // through next at most once per call key, and its result is recorded.
 func once(l onceRunner) Middleware {
-	return func(next Executor) Executor { return onceExec{l, next} }
+	return func(next Executor) Executor {
+		return ExecFunc(func(ctx context.Context, j *job) bus.Result {
+			def := &j.tool.Def
+			if def.ReadOnly {
+				return next.Exec(ctx, j)
+			}
+			timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
+			return l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return next.Exec(ctx, j) })
+		})
+	}
 }
 
 // onceRunner is what the middleware uses of ledger.Ledger.
 type onceRunner interface {
 	Once(ctx context.Context, c ledger.Call, run func() bus.Result) bus.Result
-}
-
-type onceExec struct {
-	l    onceRunner
-	next Executor
-}
-
-func (x onceExec) Exec(ctx context.Context, j *job) bus.Result {
-	def := &j.tool.Def
-	if def.ReadOnly {
-		return x.next.Exec(ctx, j)
-	}
-	timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
-	return x.l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return x.next.Exec(ctx, j) })
 }
 
 // ledgerCall is what the ledger knows of j, whose run may take timeout.

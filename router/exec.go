@@ -39,8 +39,6 @@ type job struct {
 	b        *batch
 	c        *callState
 	admitted chan struct{} // closed once the quotas counted the call (job.admit); nil when nobody waits
-	cacheKey string        // the result cache's key, when looked is set
-	looked   bool          // the quotas looked the call up in the result cache: a miss
 
 	// A read-only tool's call of one attempt has one context, with the
 	// attempt's deadline (callContext): then until and timeout are that

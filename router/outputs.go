@@ -60,42 +60,38 @@ func (r *outputs) onOutputs(m *nats.Msg) {
 // returns the result with their digests; a reference to an object not this
 // call's own makes it a tool_error, its state patch dropped (protocol 3.3).
 func (r *outputs) sealOutput(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage) {
-	if !hasStored(res.Output) {
+	out, err := r.seal(key, res.Output)
+	if err == nil {
+		res.Output = out
 		return res, patch
 	}
-	ctx, cancel := context.WithTimeout(r.base, outputsBudget)
-	defer cancel()
-	out, err := r.st.Seal(ctx, key, res.Output)
-	if err != nil {
-		var be *offload.BlockError
-		if errors.As(err, &be) {
-			r.log.Warn("router: a result's stored output refused", "session", session, "call", key, "err", err)
-			return bus.ErrorResult(bus.Call{ID: res.ID, Name: res.Name}, bus.CodeToolError,
-				fmt.Sprintf("Error: the tool returned an invalid output block %d: %v", be.Index, be.Err)), nil
-		}
-		return internal(bus.Call{ID: res.ID, Name: res.Name}, fmt.Errorf("checking the stored output: %w", err)), nil
+	if be := (*offload.BlockError)(nil); errors.As(err, &be) {
+		r.log.Warn("router: a result's stored output refused", "session", session, "call", key, "err", err)
+		return bus.ErrorResult(bus.Call{ID: res.ID, Name: res.Name}, bus.CodeToolError,
+			fmt.Sprintf("Error: the tool returned an invalid output block %d: %v", be.Index, be.Err)), nil
 	}
-	res.Output = out
-	return res, patch
+	return internal(bus.Call{ID: res.ID, Name: res.Name}, fmt.Errorf("checking the stored output: %w", err)), nil
 }
 
 // sealAnswer is sealOutput for an external answer: a refused reference is
 // a bad_request and the call stays parked.
 func (r *outputs) sealAnswer(key string, out []bus.Block) ([]bus.Block, error) {
+	sealed, err := r.seal(key, out)
+	if be := (*offload.BlockError)(nil); errors.As(err, &be) {
+		return nil, bus.Errorf(bus.CodeBadRequest, "output[%d]: %v", be.Index, be.Err)
+	}
+	return sealed, err
+}
+
+// seal records the digests of the stored outputs out refers to, for call
+// key; out as it is when it refers to none.
+func (r *outputs) seal(key string, out []bus.Block) ([]bus.Block, error) {
 	if !hasStored(out) {
 		return out, nil
 	}
 	ctx, cancel := context.WithTimeout(r.base, outputsBudget)
 	defer cancel()
-	sealed, err := r.st.Seal(ctx, key, out)
-	if err != nil {
-		var be *offload.BlockError
-		if errors.As(err, &be) {
-			return nil, bus.Errorf(bus.CodeBadRequest, "output[%d]: %v", be.Index, be.Err)
-		}
-		return nil, err
-	}
-	return sealed, nil
+	return r.st.Seal(ctx, key, out)
 }
 
 // hasStored reports whether any block refers to a stored output.

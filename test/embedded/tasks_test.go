@@ -55,7 +55,7 @@ func backgrounded(t *testing.T, r bus.Result) string {
 	if r.State != bus.StateBackground || r.Task == nil || r.Task.ID == "" || r.Task.State != bus.StateBackground {
 		t.Fatalf("want a background handle, got %+v", r)
 	}
-	if !strings.Contains(textOf(r), r.Task.ID) || !strings.Contains(textOf(r), router.WaitTasksTool) {
+	if !strings.Contains(textOf(r), r.Task.ID) || !strings.Contains(textOf(r), builtin.WaitTasksName) {
 		t.Fatalf("the handle's text does not say how to follow it: %q", textOf(r))
 	}
 	return r.Task.ID
