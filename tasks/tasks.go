@@ -331,23 +331,32 @@ func (s *Store) entries(ctx context.Context, filter string, f func(key string, v
 
 // Wait returns session's tasks ids once all of them (any: one of them)
 // ended, or at ctx's end with their state then. An unknown id is an
-// error, before any wait.
+// error, before any wait. ctx's deadline ends the waiting, not the reading:
+// a wait whose deadline passes before its watch starts (a short wait on a
+// busy server, or a wait of 0) still answers, as a poll.
 func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool) ([]*Record, error) {
 	if !bus.ValidID(session) {
 		return nil, unknown(strings.Join(ids, ","))
 	}
 	w, err := s.kv.Watch(ctx, taskKey(session, "*"))
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		return nil, err
 	}
-	defer w.Stop()
+	if w != nil {
+		defer w.Stop()
+	}
+	read, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollBound)
+	defer cancel()
 	cur := map[string]*Record{}
 	for _, id := range ids {
-		r, err := s.Get(ctx, session, id)
+		r, err := s.Get(read, session, id)
 		if err != nil {
 			return nil, err
 		}
 		cur[id] = r
+	}
+	if w == nil {
+		return ordered(cur, ids), nil
 	}
 	for !waitDone(cur, any) {
 		select {
@@ -370,6 +379,9 @@ func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool
 	}
 	return ordered(cur, ids), nil
 }
+
+// pollBound bounds the reads of a wait's current states.
+const pollBound = 10 * time.Second
 
 func waitDone(cur map[string]*Record, any bool) bool {
 	ended := 0

@@ -108,6 +108,25 @@ func TestFirstEndKept(t *testing.T) {
 	}
 }
 
+// TestWaitOfZeroPolls: a wait whose deadline has passed before it starts
+// (a busy server, or a wait of 0) answers with the tasks' states, as a
+// poll, instead of failing with its deadline.
+func TestWaitOfZeroPolls(t *testing.T) {
+	st := newStore(t, tasks.Config{})
+	if err := st.Admit(t.Context(), rec("s1", "z1", "", time.Now().Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	over, cancel := context.WithCancel(t.Context())
+	cancel()
+	got, err := st.Wait(over, "s1", []string{"z1"}, false)
+	if err != nil || len(got) != 1 || got[0].State != bus.StateBackground {
+		t.Fatalf("a wait past its deadline: %v %+v", err, got)
+	}
+	if _, err := st.Wait(over, "s1", []string{"nope"}, false); err == nil {
+		t.Fatal("an unknown id past the deadline: no error")
+	}
+}
+
 // TestWaitAndClaim: a wait returns when its tasks end (any: the first),
 // or at its context's end; a claim takes only a task whose lease ran out,
 // and the old owner's renewal then fails.
