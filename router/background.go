@@ -97,7 +97,17 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 	}
 	rec := b.record(j, start)
 	runCtx, cancel := b.runContext()
-	unlink := context.AfterFunc(ctx, cancel) // a cancel of the batch, until the handoff
+	// A cancel of the batch ends the run, until the handoff. ctx's own
+	// deadline (the call's, with its grace) does not: past the timer below
+	// the call goes on as a task, however late this goroutine gets there.
+	cancelled := make(chan bool, 1)
+	unlink := context.AfterFunc(ctx, func() {
+		by := errors.Is(ctx.Err(), context.Canceled)
+		if by {
+			cancel()
+		}
+		cancelled <- by
+	})
 	done := make(chan bus.Result, 1)
 	if !b.r.life.Loop(func(context.Context) { done <- b.r.tools.runTool(runCtx, b.longJob(rec, j.tool, j.trace)) }) {
 		cancel()
@@ -112,7 +122,7 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 		return res
 	case <-t.C:
 	}
-	if !unlink() { // the batch was cancelled: the run ends interrupted
+	if !unlink() && <-cancelled { // the batch was cancelled: the run ends interrupted
 		return <-done
 	}
 	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
