@@ -7,11 +7,13 @@ package builtin
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -51,6 +53,38 @@ type Config struct {
 	// Names is the profile of the file tools' and the shell's names:
 	// NamesToolbus ("" too) or NamesAgentScope (agentscope.go).
 	Names string
+}
+
+// Flags are the command-line flags of the shell and of the tools' names,
+// which the router and toolworker share (RegisterFlags).
+type Flags struct {
+	allow, env, user, trust, names *string
+	asRoot                         *bool
+}
+
+// RegisterFlags registers the shell's flags and --builtin-names on fs. prog
+// names the command in their help; pre starts each help text (toolworker's
+// "with --builtin: ").
+func RegisterFlags(fs *flag.FlagSet, prog, pre string) *Flags {
+	return &Flags{
+		allow:  fs.String("shell-allow", "", pre+"comma-separated programs the built-in shell may start, checked on the parsed command (default: any; docs/builtin.md says what it is and is not)"),
+		env:    fs.String("shell-env", "", pre+"comma-separated variables of the "+prog+"'s environment the shell's commands get (default: none; PATH passes the "+prog+"'s PATH; NATS_* and TOOLBUS_* are refused)"),
+		user:   fs.String("shell-user", "", pre+"OS user the shell's commands run as (the "+prog+" must run as root; the workdir must be usable by that user); default: nobody when the "+prog+" runs as root"),
+		trust:  fs.String("shell-trust", "", pre+"comma-separated programs the built-in shell may start with ANY arguments, unchecked: trusted with anything (interpreters, build tools, programs with no profile; docs/builtin.md)"),
+		asRoot: fs.Bool("shell-as-root", false, pre+"run the shell's commands as root when the "+prog+" runs as root and --shell-user is not set (default: as nobody); logged as a warning"),
+		names:  fs.String("builtin-names", NamesToolbus, pre+"names of the built-in file tools and shell: toolbus (read_file ... shell) or agentscope (Read, Write, Edit, Glob, Grep, Bash, with AgentScope's input field names)"),
+	}
+}
+
+// Config returns the Config the flags give, serving workdir.
+func (f *Flags) Config(workdir string, log *slog.Logger) Config {
+	return Config{WorkDir: workdir, ShellAllow: cli.SplitList(*f.allow), ShellTrust: cli.SplitList(*f.trust), ShellEnv: cli.SplitList(*f.env),
+		ShellUser: *f.user, ShellAsRoot: *f.asRoot, Names: *f.names, Logger: log}
+}
+
+// ShellSet reports whether any of the shell's flags was given.
+func (f *Flags) ShellSet() bool {
+	return *f.allow != "" || *f.trust != "" || *f.env != "" || *f.user != "" || *f.asRoot
 }
 
 // RegisterWith adds the built-in tools that cfg asks for to w.

@@ -69,6 +69,37 @@ func Flush(ctx context.Context, nc *nats.Conn) error {
 	return nc.FlushWithContext(ctx)
 }
 
+// Listen subscribes to subject and, once the server has the subscription
+// (Flush), hands each message to each in a goroutine of its own until ctx
+// ends or each reports false; then it unsubscribes and calls end. buf
+// messages wait at most; the client drops a burst beyond them.
+func Listen(ctx context.Context, nc *nats.Conn, subject string, buf int, each func(*nats.Msg) bool, end func()) error {
+	msgs := make(chan *nats.Msg, buf)
+	sub, err := nc.ChanSubscribe(subject, msgs)
+	if err != nil {
+		return err
+	}
+	if err := Flush(ctx, nc); err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
+	go func() {
+		defer end()
+		defer func() { _ = sub.Unsubscribe() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-msgs:
+				if !each(m) {
+					return
+				}
+			}
+		}
+	}()
+	return nil
+}
+
 // SendRequest sends e on subject in structured mode and waits for the reply
 // until ctx ends.
 func SendRequest(ctx context.Context, nc *nats.Conn, subject string, e *Event) (*nats.Msg, error) {

@@ -258,31 +258,13 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 	if session != "*" && !bus.ValidID(session) {
 		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q is not valid", session)
 	}
-	msgs := make(chan *nats.Msg, 1024)
-	sub, err := c.nc.ChanSubscribe(c.subj.Events(session), msgs)
-	if err != nil {
-		return nil, fmt.Errorf("client: watch: %w", err)
-	}
-	if err := bus.Flush(ctx, c.nc); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("client: watch: %w", err)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	ev := newEvents(cancel)
-	go func() {
-		defer ev.end()
-		defer func() { _ = sub.Unsubscribe() }()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case m := <-msgs:
-				if !ev.send(ctx, m) {
-					return
-				}
-			}
-		}
-	}()
+	each := func(m *nats.Msg) bool { return ev.send(ctx, m) }
+	if err := bus.Listen(ctx, c.nc, c.subj.Events(session), 1024, each, ev.end); err != nil {
+		cancel()
+		return nil, fmt.Errorf("client: watch: %w", err)
+	}
 	return ev, nil
 }
 

@@ -59,12 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	id := fs.String("id", "", "router instance id (default: random)")
 	configPath := fs.String("config", "", "router config file (YAML or JSON): groups, default permissions, park_ttl")
 	workdir := fs.String("workdir", "", "base directory of the built-in file tools and shell; empty serves neither")
-	shellAllow := fs.String("shell-allow", "", "comma-separated programs the built-in shell may start, checked on the parsed command (default: any; docs/builtin.md says what it is and is not)")
-	shellEnv := fs.String("shell-env", "", "comma-separated variables of the router's environment the shell's commands get (default: none; PATH passes the router's PATH; NATS_* and TOOLBUS_* are refused)")
-	shellUser := fs.String("shell-user", "", "OS user the shell's commands run as (the router must run as root; the workdir must be usable by that user); default: nobody when the router runs as root")
-	shellTrust := fs.String("shell-trust", "", "comma-separated programs the built-in shell may start with ANY arguments, unchecked: trusted with anything (interpreters, build tools, programs with no profile; docs/builtin.md)")
-	shellAsRoot := fs.Bool("shell-as-root", false, "run the shell's commands as root when the router runs as root and --shell-user is not set (default: as nobody); logged as a warning")
-	builtinNames := fs.String("builtin-names", "toolbus", "names of the built-in file tools and shell: toolbus (read_file ... shell) or agentscope (Read, Write, Edit, Glob, Grep, Bash, with AgentScope's input field names)")
+	builtinFlags := builtin.RegisterFlags(fs, "router", "")
 	mcpOpts := mcpFlags(fs)
 	inboxOpts := inboxFlags(fs)
 	var skillDirs dirList
@@ -192,8 +187,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				InlineLimit: int(limits.InlineOutput), MaxOutput: int64(limits.MaxOutput)})
 		}
 		if err == nil {
-			cfg := builtin.Config{WorkDir: *workdir, ShellAllow: cli.SplitList(*shellAllow), ShellTrust: cli.SplitList(*shellTrust), ShellEnv: cli.SplitList(*shellEnv),
-				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Names: *builtinNames, Logger: log}
+			cfg := builtinFlags.Config(*workdir, log)
 			if *workdir != "" {
 				var m *skills.Materializer
 				parent := "" // DATA/skills, or the user cache directory without --data

@@ -36,7 +36,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if err := checkSession(fs, cn.session); err != nil {
+	if err := checkID(fs, "--session", cn.session); err != nil {
 		return err
 	}
 	if *replyID, err = replyIDFlag(fs, *replyID); err != nil {

@@ -230,7 +230,7 @@ func (e *refusedError) Unwrap() error { return e.err }
 // it) and connects: the start of most subcommands.
 func (cn *conn) open(ctx context.Context, fs *flag.FlagSet) (*client.Client, error) {
 	if !cn.anySession || cn.session != allSessions {
-		if err := checkSession(fs, cn.session); err != nil {
+		if err := checkID(fs, "--session", cn.session); err != nil {
 			return nil, err
 		}
 	}
@@ -243,7 +243,7 @@ func (cn *conn) sessionIf(fs *flag.FlagSet, in bool) (string, error) {
 	if !in {
 		return "", nil
 	}
-	return cn.session, checkSession(fs, cn.session)
+	return cn.session, checkID(fs, "--session", cn.session)
 }
 
 // parseNone is parse for a command that takes no positional arguments.
@@ -261,10 +261,7 @@ func replyIDFlag(fs *flag.FlagSet, id string) (string, error) {
 	if id == "" {
 		return client.NewReplyID(), nil
 	}
-	if !bus.ValidID(id) {
-		return "", usageError(fs, "--reply-id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
-	}
-	return id, nil
+	return id, checkID(fs, "--reply-id", id)
 }
 
 // parseList is parse for a command that takes one or more positional
@@ -351,10 +348,11 @@ func usageError(fs *flag.FlagSet, format string, args ...any) error {
 	return fmt.Errorf(format, args...)
 }
 
-// checkSession rejects a session id that cannot be a subject token.
-func checkSession(fs *flag.FlagSet, s string) error {
-	if !bus.ValidID(s) {
-		return usageError(fs, "--session %q must match ^[A-Za-z0-9_-]{1,128}$", s)
+// checkID rejects an id that cannot be a subject token; what names it in
+// the message ("--session", "call id").
+func checkID(fs *flag.FlagSet, what, id string) error {
+	if !bus.ValidID(id) {
+		return usageError(fs, "%s %q must match ^[A-Za-z0-9_-]{1,128}$", what, id)
 	}
 	return nil
 }

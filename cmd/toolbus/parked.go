@@ -49,8 +49,10 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 1 {
 		return usageError(fs, "parked takes at most a call id, got %d arguments", len(pos))
 	}
-	if len(pos) == 1 && !bus.ValidID(pos[0]) {
-		return usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", pos[0])
+	if len(pos) == 1 {
+		if err := checkID(fs, "call id", pos[0]); err != nil {
+			return err
+		}
 	}
 	// A call id finds its session.
 	session, err := cn.sessionIf(fs, !*all && (len(pos) == 0 || cli.Given(fs, "session")))
@@ -255,12 +257,13 @@ func (a *answerTarget) parse(fs *flag.FlagSet, args []string, n int, wrong strin
 	if len(pos) != n {
 		return nil, usageError(fs, wrong, len(pos))
 	}
-	id := pos[0]
-	if !bus.ValidID(id) {
-		return nil, usageError(fs, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", id)
+	if err := checkID(fs, "call id", pos[0]); err != nil {
+		return nil, err
 	}
-	if *a.replyID != "" && !bus.ValidID(*a.replyID) {
-		return nil, usageError(fs, "--reply %q must match ^[A-Za-z0-9_-]{1,128}$", *a.replyID)
+	if *a.replyID != "" {
+		if err := checkID(fs, "--reply", *a.replyID); err != nil {
+			return nil, err
+		}
 	}
 	if *a.tool != "" && !bus.ValidName(*a.tool) {
 		return nil, usageError(fs, "--tool %q must match ^[A-Za-z0-9_-]{1,64}$", *a.tool)

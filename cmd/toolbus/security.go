@@ -125,8 +125,8 @@ func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer
 	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	if !bus.ValidID(*session) {
-		return usageError(fs, "--session %q must match ^[A-Za-z0-9_-]{1,128}$", *session)
+	if err := checkID(fs, "--session", *session); err != nil {
+		return err
 	}
 	if *dir == "" {
 		return usageError(fs, "--dir (or $TOOLBUS_SECURE) names the --secure directory")
@@ -166,8 +166,8 @@ func runSecurityToken(args []string, stdout, stderr io.Writer) error {
 	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	if !bus.ValidID(*name) {
-		return usageError(fs, "--name %q must match ^[A-Za-z0-9_-]{1,128}$", *name)
+	if err := checkID(fs, "--name", *name); err != nil {
+		return err
 	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {

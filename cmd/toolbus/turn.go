@@ -33,7 +33,7 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(pos) != 0 {
 		return usageError(fs, "turn takes no arguments (the message comes from --in or standard input)")
 	}
-	if err := checkSession(fs, cn.session); err != nil {
+	if err := checkID(fs, "--session", cn.session); err != nil {
 		return err
 	}
 	if *replyID, err = replyIDFlag(fs, *replyID); err != nil {

@@ -47,12 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	notesGroup := fs.String("notes-group", "", "put append_note in this tool group instead of basic (define the group on the routers, e.g. examples/skills/router.yaml)")
 	withBuiltin := fs.Bool("builtin", false, "also serve the built-in tools (get_current_time, echo, todo_write; with --workdir the file tools and shell)")
 	workdir := fs.String("workdir", "", "with --builtin: base directory of the file tools and shell; empty serves neither. With --mcp-config: the bridged servers' roots")
-	shellAllow := fs.String("shell-allow", "", "with --builtin: comma-separated programs shell may start, checked on the parsed command (default: any; see docs/builtin.md)")
-	shellEnv := fs.String("shell-env", "", "with --builtin: comma-separated variables of this environment shell's commands get (default: none; NATS_* and TOOLBUS_* are refused)")
-	shellUser := fs.String("shell-user", "", "with --builtin: OS user shell's commands run as (toolworker must run as root; the workdir must be usable by that user); default: nobody when toolworker runs as root")
-	shellTrust := fs.String("shell-trust", "", "with --builtin: comma-separated programs shell may start with ANY arguments, unchecked: trusted with anything (docs/builtin.md)")
-	shellAsRoot := fs.Bool("shell-as-root", false, "with --builtin: run shell's commands as root when toolworker runs as root and --shell-user is not set (default: as nobody)")
-	builtinNames := fs.String("builtin-names", "toolbus", "with --builtin: names of the file tools and shell, toolbus (read_file ... shell) or agentscope (Read, Write, Edit, Glob, Grep, Bash)")
+	builtinFlags := builtin.RegisterFlags(fs, "toolworker", "with --builtin: ")
 	mcpConfig := fs.String("mcp-config", "", "also bridge the MCP servers listed in this YAML or JSON file (docs/mcp.md)")
 	demo := fs.Bool("demo", true, "serve the example tools (off by default with --mcp-config, so bridged servers stand alone)")
 	observe := cli.ObserveFlags(fs)
@@ -111,15 +106,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		names = toolNames
 	}
 	if *withBuiltin {
-		stop, err := registerBuiltin(ctx, nc, w, *prefix, *id, *workdir,
-			builtin.Config{ShellAllow: cli.SplitList(*shellAllow), ShellTrust: cli.SplitList(*shellTrust), ShellEnv: cli.SplitList(*shellEnv),
-				ShellUser: *shellUser, ShellAsRoot: *shellAsRoot, Names: *builtinNames, Logger: log})
+		stop, err := registerBuiltin(ctx, nc, w, *prefix, *id, *workdir, builtinFlags.Config(*workdir, log))
 		if err != nil {
 			return err
 		}
 		defer stop()
 		names = append(slices.Clone(names), "built-in tools")
-	} else if *shellAllow != "" || *shellTrust != "" || *shellEnv != "" || *shellUser != "" || *shellAsRoot || *workdir != "" && *mcpConfig == "" {
+	} else if builtinFlags.ShellSet() || *workdir != "" && *mcpConfig == "" {
 		return fmt.Errorf("--workdir, --shell-allow, --shell-trust, --shell-env, --shell-user and --shell-as-root need --builtin (--workdir also works with --mcp-config)")
 	}
 	if *mcpConfig != "" {

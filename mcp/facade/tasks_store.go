@@ -471,40 +471,26 @@ func (st *kvStore) watchChanges(ctx context.Context, session, user string) (<-ch
 		return nil, err
 	}
 	prefix := "$KV." + kv.Bucket() + "." + taskKey(session, user, "")
-	msgs := make(chan *nats.Msg, 64)
-	sub, err := st.nc.ChanSubscribe(prefix+"*", msgs)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
-	}
-	if err := bus.Flush(ctx, st.nc); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
-	}
 	out := make(chan taskChange, 64)
-	go func() {
-		defer close(out)
-		defer func() { _ = sub.Unsubscribe() }()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case m := <-msgs:
-				c := taskChange{id: strings.TrimPrefix(m.Subject, prefix)}
-				if !kvDeleted(m) {
-					var r taskRecord
-					if json.Unmarshal(m.Data, &r) != nil || r.ID != c.id || r.Session != session || r.User != user {
-						continue
-					}
-					c.rec = &r
-				}
-				select {
-				case out <- c:
-				case <-ctx.Done():
-					return
-				}
+	each := func(m *nats.Msg) bool {
+		c := taskChange{id: strings.TrimPrefix(m.Subject, prefix)}
+		if !kvDeleted(m) {
+			var r taskRecord
+			if json.Unmarshal(m.Data, &r) != nil || r.ID != c.id || r.Session != session || r.User != user {
+				return true
 			}
+			c.rec = &r
 		}
-	}()
+		select {
+		case out <- c:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if err := bus.Listen(ctx, st.nc, prefix+"*", 64, each, func() { close(out) }); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoStore, err)
+	}
 	return out, nil
 }
 
