@@ -135,38 +135,41 @@ func (rd *reading) overtaken(l *liveness, tool string) bool {
 // since the beat was read.
 var errLeft = errors.New("registry: the worker left since its beat was read")
 
-// beatAttempts bounds putBeat's writes: each lost to a write of the same
-// key, which for a live worker is another of its beats.
+// errBeaten says that a beat was not stored: another beat of the worker
+// was stored since it was read.
+var errBeaten = errors.New("registry: another beat was stored first")
+
+// beatAttempts bounds the writes of one beat: each lost to another beat of
+// the same worker (on another router, or read before it on this one).
 const beatAttempts = 4
 
 // putBeat stores value, a beat, at key with compare-and-set on rev, the
-// revision the beat was read against (0: none). When another write got in
-// first and the key now says the worker left, it stores nothing and
-// returns errLeft with that revision; another beat is overwritten, as
-// the next beat of the worker would.
+// revision the beat was read against (0: none), and returns the new
+// revision. When another write got in first, it stores nothing and
+// returns the key's revision now, with errLeft when it says the worker
+// left, errBeaten when it is another beat.
 func putBeat(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, rev uint64) (uint64, error) {
-	var err error
-	for range beatAttempts {
-		var n uint64
-		if rev == 0 {
-			n, err = kv.Create(ctx, key, value)
-		} else {
-			n, err = kv.Update(ctx, key, value, rev)
-		}
-		if !store.IsConflict(err) {
-			return n, err
-		}
-		e, gerr := kv.Get(ctx, key)
-		switch {
-		case store.IsNotFound(gerr):
-			rev = 0 // expired or deleted: Create writes over a delete
-		case gerr != nil:
-			return 0, gerr
-		case bus.DecodeWorkerBeat(e.Value()).Left:
-			return e.Revision(), errLeft
-		default:
-			rev = e.Revision()
-		}
+	var (
+		n   uint64
+		err error
+	)
+	if rev == 0 {
+		n, err = kv.Create(ctx, key, value)
+	} else {
+		n, err = kv.Update(ctx, key, value, rev)
 	}
-	return 0, err
+	if !store.IsConflict(err) {
+		return n, err
+	}
+	e, gerr := kv.Get(ctx, key)
+	switch {
+	case store.IsNotFound(gerr):
+		return 0, errBeaten // expired or deleted: Create writes over a delete
+	case gerr != nil:
+		return 0, gerr
+	case bus.DecodeWorkerBeat(e.Value()).Left:
+		return e.Revision(), errLeft
+	default:
+		return e.Revision(), errBeaten
+	}
 }

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -274,6 +275,60 @@ func TestBeatReadBeforeLeave(t *testing.T) {
 			done()
 			if !l.liveExcept("t", "") || bus.DecodeWorkerBeat(kv.entry("t.w1").Value()).Left {
 				t.Fatal("a worker that beats again after its leave is not back")
+			}
+		})
+	}
+}
+
+// TestBeatsKeepReadOrder: of two beats of one worker read in turn and
+// stored in either order, the later read is what counts and what is
+// stored: the earlier one, stored last or seen by the watch, does not
+// hide a call in flight that only the later one lists.
+func TestBeatsKeepReadOrder(t *testing.T) {
+	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	ctx := t.Context()
+	older, newer := bus.WorkerBeat{InFlight: []string{}}, bus.WorkerBeat{InFlight: []string{"s.r.c"}}
+	for _, olderFirst := range []bool{false, true} {
+		t.Run(fmt.Sprint("older stored first ", olderFirst), func(t *testing.T) {
+			kv := &fakeKV{}
+			l := newLiveness(&now)
+			l.kv = kv
+			l.setBeat("t", "w1", beat{at: now, rev: kv.store("t.w1", older.Encode()), inflight: []string{}}, false)
+			rd1, done1 := l.read("w1", map[string]*bus.WorkerBeat{"t": &older})
+			rd2, done2 := l.read("w1", map[string]*bus.WorkerBeat{"t": &newer})
+			holds := func(when string) {
+				t.Helper()
+				if !l.MayHold("t", "s.r.c") {
+					t.Fatalf("%s: the call listed by the later beat is not held: %+v", when, l.beats["t"]["w1"])
+				}
+			}
+			holds("both read")
+			first, second := rd2, rd1
+			fb, sb := newer, older
+			if olderFirst {
+				first, second, fb, sb = rd1, rd2, older, newer
+			}
+			if err := l.record(ctx, "t", fb, first); err != nil {
+				t.Fatal(err)
+			}
+			holds("one stored")
+			l.applyWorker(kv.entry("t.w1")) // the watch
+			holds("the watch delivered it")
+			if err := l.record(ctx, "t", sb, second); err != nil {
+				t.Fatal(err)
+			}
+			holds("both stored")
+			if got := bus.DecodeWorkerBeat(kv.entry("t.w1").Value()); !slices.Equal(got.InFlight, newer.InFlight) {
+				t.Fatalf("stored %+v, want the later beat", got)
+			}
+			done1()
+			done2()
+			// Once both are applied, the watch counts as ever (another
+			// router's beat).
+			kv.store("t.w1", older.Encode())
+			l.applyWorker(kv.entry("t.w1"))
+			if l.MayHold("t", "s.r.c") {
+				t.Fatal("a later beat seen by the watch does not count")
 			}
 		})
 	}

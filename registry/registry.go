@@ -470,6 +470,7 @@ type beat struct {
 	left     bool     // the worker said it is leaving
 	inflight []string // calls of the tool the worker was running (bus.CallKey); nil: it does not say
 	binary   bool     // the worker takes io.toolbus.exec in binary mode (docs/protocol.md 5.1)
+	read     uint64   // the registration (readOrder) that counted it on this router; 0: the watch
 }
 
 // cutoff is the oldest beat that still makes a worker live.
@@ -557,7 +558,7 @@ func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*readi
 		if bv == nil || (ok && b.left) || leftBefore {
 			continue
 		}
-		b.at, b.inflight, b.binary = now, bv.InFlight, bv.Binary
+		b.at, b.inflight, b.binary, b.read = now, bv.InFlight, bv.Binary, rd.seq
 		l.keep(tool, worker, b)
 	}
 	return rd, func() {
@@ -583,7 +584,18 @@ func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, r
 		return nil
 	}
 	key := tool + "." + worker
-	rev, err := putBeat(ctx, l.kv, key, bv.Encode(), rd.seen[tool].rev)
+	rev, err := rd.seen[tool].rev, error(nil)
+	for range beatAttempts {
+		if rev, err = putBeat(ctx, l.kv, key, bv.Encode(), rev); !errors.Is(err, errBeaten) {
+			break
+		}
+		l.mu.RLock()
+		later := l.beats[tool][worker].read > rd.seq
+		l.mu.RUnlock()
+		if later {
+			return nil // a beat read later is stored, or on its way: it says more
+		}
+	}
 	if errors.Is(err, errLeft) {
 		l.setBeat(tool, worker, beat{rev: rev, left: true}, false)
 		return nil
@@ -604,20 +616,21 @@ func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, r
 		}
 		return fmt.Errorf("registry: liveness %s: %w", key, err)
 	}
-	l.setBeat(tool, worker, beat{at: l.now(), rev: rev, inflight: bv.InFlight, binary: bv.Binary}, false)
+	l.setBeat(tool, worker, beat{at: l.now(), rev: rev, inflight: bv.InFlight, binary: bv.Binary, read: rd.seq}, false)
 	return nil
 }
 
 // sawBeat records a beat that this router took but could not store: the
 // worker is live from now, at the revision the cache holds, unless rd, the
-// registration read (nil: none), was overtaken by a leave.
+// registration read (nil: none), was overtaken by a leave or by a beat
+// read later.
 func (l *liveness) sawBeat(tool, worker string, inflight []string, binary bool, rd *reading) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if rd != nil && rd.overtaken(l, tool) {
+	b := l.beats[tool][worker]
+	if rd != nil && (rd.overtaken(l, tool) || b.read > rd.seq) {
 		return
 	}
-	b := l.beats[tool][worker]
 	b.at, b.left, b.inflight, b.binary = l.now(), false, inflight, binary
 	l.keep(tool, worker, b)
 }
@@ -634,6 +647,14 @@ func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 	if l.order.leaving(worker) {
 		// A beat stored before the leave: the leave is on its way.
 		b.left = true
+	}
+	if old, ok := m[worker]; ok && !b.left && !remove && !old.left && old.read > b.read &&
+		(b.read != 0 || l.order.open[old.read] != nil) {
+		// A beat that this router read later counts already (read),
+		// and is not stored yet or is stored after this one: what it
+		// says is newer. (Calls listed in flight only grow between two
+		// beats, but for calls answered three beats ago.)
+		b.at, b.inflight, b.binary, b.read = old.at, old.inflight, old.binary, old.read
 	}
 	if remove {
 		l.version.Add(1)
