@@ -3,6 +3,7 @@ package builtin
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -237,6 +238,8 @@ type ReadIn struct {
 	Path   string `json:"path"`
 	Offset int    `json:"offset,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
+	// FilePath is Path under AgentScope's names (agentscope.go).
+	FilePath string `json:"file_path,omitempty"`
 }
 
 // Read runs read_file; it returns the text and the state patch.
@@ -309,8 +312,9 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 
 // WriteIn is the input of write_file.
 type WriteIn struct {
-	Path    string `json:"path"`
-	Content string `json:"content"`
+	Path     string `json:"path"`
+	Content  string `json:"content"`
+	FilePath string `json:"file_path,omitempty"` // as ReadIn's
 }
 
 // Write runs write_file against the session state (the read records).
@@ -361,6 +365,7 @@ type EditIn struct {
 	OldString  string `json:"old_string"`
 	NewString  string `json:"new_string"`
 	ReplaceAll bool   `json:"replace_all,omitempty"`
+	FilePath   string `json:"file_path,omitempty"` // as ReadIn's
 }
 
 // Edit runs edit_file against the session state (the read records).
@@ -737,41 +742,57 @@ func patching(c *worker.Call, text string, patch any, err error) (string, error)
 	return text, nil
 }
 
-// fileTools are f's operations as a worker's tools: their definitions
-// and handlers, under toolbus's names (register) or AgentScope's
-// (registerAgentScope, agentscope.go). Files itself is the sandboxed file
-// system, usable without a worker.
-type fileTools struct{ f *Files }
-
-// register registers the file tools under toolbus's names.
-func (t fileTools) register(w *worker.Worker) error {
-	f := t.f
+// registerFiles registers f's operations as a worker's tools under the
+// names profile names (Config.Names): toolbus's, or AgentScope's, whose
+// Read, Write and Edit take the path as file_path. Files itself is the
+// sandboxed file system, usable without a worker.
+func registerFiles(w *worker.Worker, f *Files, names string) error {
+	as := names == NamesAgentScope
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
-	if err := worker.Register(w, fileDef("read_file", "Read a text file, with line numbers (from 1); use offset and limit for long files."+where, readSchema, true, f.base),
-		func(_ context.Context, c *worker.Call, in ReadIn) (string, error) {
-			text, patch, err := f.Read(in)
-			return patching(c, text, patch, err)
-		}); err != nil {
-		return err
+	// def picks the profile's name, description and schema; AgentScope's
+	// rules match file_path.
+	def := func(name, asName, desc, asDesc, schema, asSchema string, readOnly bool) bus.ToolDef {
+		if !as {
+			return fileDef(name, desc+where, schema, readOnly, f.base)
+		}
+		d := fileDef(asName, cmp.Or(asDesc, desc)+where, asSchema, readOnly, f.base)
+		if d.RuleField == "path" {
+			d.RuleField = "file_path"
+		}
+		return d
 	}
-	if err := worker.Register(w, fileDef("write_file", "Write a whole file, creating it (and its directories) when needed. An existing file must have been read with read_file first, unchanged since."+where, writeSchema, false, f.base),
-		func(_ context.Context, c *worker.Call, in WriteIn) (string, error) {
-			text, patch, err := f.Write(c.State, in)
-			return patching(c, text, patch, err)
-		}); err != nil {
-		return err
+	// path is the input's path under the profile's field: the one its
+	// rules matched.
+	path := func(p, fp string) string {
+		if as {
+			return fp
+		}
+		return p
 	}
-	if err := worker.Register(w, fileDef("edit_file", "Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with read_file first, unchanged since."+where, editSchema, false, f.base),
-		func(_ context.Context, c *worker.Call, in EditIn) (string, error) {
-			text, patch, err := f.Edit(c.State, in)
-			return patching(c, text, patch, err)
-		}); err != nil {
-		return err
-	}
-	if err := worker.Register(w, fileDef("list_files", "List files matching a glob (** crosses directories), sorted."+where, listSchema, true, f.base),
-		func(ctx context.Context, _ *worker.Call, in ListIn) (string, error) { return f.List(ctx, in) }); err != nil {
-		return err
-	}
-	return worker.Register(w, fileDef("search_files", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded."+where, searchSchema, true, f.base),
-		func(ctx context.Context, _ *worker.Call, in SearchIn) (string, error) { return f.Search(ctx, in) })
+	return cmp.Or( // the first error
+		worker.Register(w, def("read_file", "Read", "Read a text file, with line numbers (from 1); use offset and limit for long files.", "", readSchema, asReadSchema, true),
+			func(_ context.Context, c *worker.Call, in ReadIn) (string, error) {
+				in.Path = path(in.Path, in.FilePath)
+				text, patch, err := f.Read(in)
+				return patching(c, text, patch, err)
+			}),
+		worker.Register(w, def("write_file", "Write", "Write a whole file, creating it (and its directories) when needed. An existing file must have been read with read_file first, unchanged since.",
+			"Write a whole file, creating it when needed. An existing file must have been read with Read first, unchanged since.", writeSchema, asWriteSchema, false),
+			func(_ context.Context, c *worker.Call, in WriteIn) (string, error) {
+				in.Path = path(in.Path, in.FilePath)
+				text, patch, err := f.Write(c.State, in)
+				return patching(c, text, patch, err)
+			}),
+		worker.Register(w, def("edit_file", "Edit", "Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with read_file first, unchanged since.",
+			"Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with Read first, unchanged since.", editSchema, asEditSchema, false),
+			func(_ context.Context, c *worker.Call, in EditIn) (string, error) {
+				in.Path = path(in.Path, in.FilePath)
+				text, patch, err := f.Edit(c.State, in)
+				return patching(c, text, patch, err)
+			}),
+		worker.Register(w, def("list_files", "Glob", "List files matching a glob (** crosses directories), sorted.", "", listSchema, asGlobSchema, true),
+			func(ctx context.Context, _ *worker.Call, in ListIn) (string, error) { return f.List(ctx, in) }),
+		worker.Register(w, def("search_files", "Grep", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded.", "", searchSchema, asGrepSchema, true),
+			func(ctx context.Context, _ *worker.Call, in SearchIn) (string, error) { return f.Search(ctx, in) }),
+	)
 }
