@@ -70,9 +70,6 @@ func (f *Files) Base() string { return f.base }
 // refused is a refusal; its text is what the model reads.
 func refused(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
-// maxLinks bounds the symlinks one resolution follows (as Linux does).
-const maxLinks = 40
-
 // resolve turns a path of the input into a path relative to the base
 // directory with every symlink that exists resolved (a missing tail is
 // kept as written), refusing anything that leaves the base directory,
@@ -91,76 +88,22 @@ func (f *Files) resolve(tool, p string) (string, error) {
 	if !within(f.base, full) {
 		return "", refused("%s refused: %q is outside the base directory %s", tool, p, f.base)
 	}
-	rel, err := resolveIn(f.root, f.base, f.relOS(full))
-	switch {
-	case errors.Is(err, errEscapes):
+	rel, ok := f.resolveIn(f.relOS(full))
+	if !ok {
 		return "", refused("%s refused: %q resolves (through a symlink) outside the base directory %s", tool, p, f.base)
-	case err != nil:
-		return "", refused("%s refused: %q cannot be resolved: %v", tool, p, err)
 	}
 	return rel, nil
 }
 
-// errEscapes is resolveIn's answer for a path that leaves the root.
-var errEscapes = errors.New("the path leaves the base directory")
-
-// resolveIn resolves the symlinks of rel (relative to root, which is the
-// directory base) component by component through root, without ever
-// following one: a link's target is read (Readlink) and spliced into the
-// rest of the path. An absolute target counts when it names a place
-// inside base. It returns the resolved path relative to root ("." for the
-// root itself), or errEscapes.
-func resolveIn(root *os.Root, base, rel string) (string, error) {
-	rest := splitPath(rel)
-	var cur []string
-	links := 0
-	for len(rest) > 0 {
-		c := rest[0]
-		rest = rest[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			if len(cur) == 0 {
-				return "", errEscapes
-			}
-			cur = cur[:len(cur)-1]
-			continue
-		}
-		cand := filepath.Join(append(slices.Clone(cur), c)...)
-		fi, err := root.Lstat(cand)
-		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-			// Missing (or unreadable): the rest is taken as written; f.root
-			// decides what exists at use.
-			cur = append(cur, c)
-			continue
-		}
-		if links++; links > maxLinks {
-			return "", fmt.Errorf("more than %d symlinks", maxLinks)
-		}
-		target, err := root.Readlink(cand)
-		if err != nil {
-			return "", err
-		}
-		if filepath.IsAbs(target) {
-			target = filepath.Clean(target)
-			if !within(base, target) {
-				return "", errEscapes
-			}
-			r, _ := filepath.Rel(base, target)
-			cur = nil
-			target = r
-		}
-		rest = append(splitPath(target), rest...)
-	}
-	if len(cur) == 0 {
-		return ".", nil
-	}
-	return filepath.Join(cur...), nil
-}
-
-func splitPath(p string) []string {
-	return strings.Split(filepath.ToSlash(p), "/")
+// resolveIn resolves the symlinks of rel (relative to the base directory)
+// as permission rules see them (permission.Resolve: component by
+// component, dangling links followed, a missing tail kept) and returns the
+// result relative to the base directory ("." for itself); false when it
+// lies outside. A link that leaves the base directory and comes back in is
+// left to f.root, which refuses it at use.
+func (f *Files) resolveIn(rel string) (string, bool) {
+	r := permission.Resolve(filepath.Join(f.base, rel))
+	return f.relOS(r), within(f.base, r)
 }
 
 func within(root, p string) bool {
@@ -193,7 +136,7 @@ func (f *Files) abs(p string) string { return filepath.Join(f.base, p) }
 // which write_file and edit_file refuse: git runs programs its config and
 // hooks name, so writing there would hand the agent every command.
 func inGitDir(p string) bool {
-	return slices.ContainsFunc(splitPath(p), func(c string) bool { return strings.EqualFold(c, ".git") })
+	return slices.ContainsFunc(strings.Split(filepath.ToSlash(p), "/"), func(c string) bool { return strings.EqualFold(c, ".git") })
 }
 
 // readRecord is what the session remembers of a file it read or wrote.
@@ -483,8 +426,8 @@ func (f *Files) walk(ctx context.Context, dir string, fn func(p string, fi fs.Fi
 		}
 		real := filepath.FromSlash(p)
 		if d.Type()&fs.ModeSymlink != 0 {
-			r, err := resolveIn(f.root, f.base, real)
-			if err != nil {
+			r, ok := f.resolveIn(real)
+			if !ok {
 				return nil
 			}
 			real = r
@@ -656,7 +599,7 @@ files:
 			return "", stopped("search_files")
 		}
 		open := fl.open
-		if r, err := resolveIn(f.root, f.base, open); err == nil {
+		if r, ok := f.resolveIn(open); ok {
 			open = r
 		}
 		fh, err := f.root.Open(open)

@@ -567,16 +567,16 @@ func (l links) resolve(p string) string {
 	if r, ok := l[p]; ok {
 		return r
 	}
-	r := resolve(p)
+	r := Resolve(p)
 	l[p] = r
 	return r
 }
 
-// resolve returns the absolute path p with every symlink on it followed,
+// Resolve returns the absolute path p with every symlink on it followed,
 // component by component, so that a dangling link (whose target a write
 // would create) is followed too and ".." applies to what a link points at.
 // Components that do not exist are appended as they are.
-func resolve(p string) string {
+func Resolve(p string) string {
 	sep := string(filepath.Separator)
 	vol := filepath.VolumeName(p)
 	root := vol + sep
