@@ -91,7 +91,7 @@ const DrainTimeout = 30 * time.Second
 func (s *Started) Drain(ctx context.Context, drains map[string]func(context.Context) error) {
 	<-ctx.Done()
 	s.Log.Info("shutting down: draining work in flight", "deadline", DrainTimeout)
-	dctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DrainTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for what, drain := range drains {
