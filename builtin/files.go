@@ -564,8 +564,7 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 			return "", refused("search_files refused: the glob %q is not valid: %v", in.Glob, err)
 		}
 	}
-	type file struct{ name, open string }
-	var files []file
+	var files []string
 	if fi.IsDir() {
 		err := f.walk(ctx, root, func(p string, fi fs.FileInfo) bool {
 			r := relTo(root, p)
@@ -579,7 +578,7 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 				}
 			}
 			if fi.Size() <= maxSearchFile {
-				files = append(files, file{p, p})
+				files = append(files, p)
 			}
 			return true
 		})
@@ -587,18 +586,18 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 			return "", stopped("search_files")
 		}
 	} else {
-		files = []file{{root, root}}
+		files = []string{root}
 	}
-	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.name, b.name) })
+	slices.Sort(files)
 	var b strings.Builder
 	n := 0
 	cut := false
 files:
-	for _, fl := range files {
+	for _, name := range files {
 		if ctx.Err() != nil {
 			return "", stopped("search_files")
 		}
-		open := fl.open
+		open := name
 		if r, ok := f.resolveIn(open); ok {
 			open = r
 		}
@@ -622,7 +621,7 @@ files:
 			if utf8.RuneCountInString(s) > 500 {
 				s = string([]rune(s)[:500]) + " [line cut]"
 			}
-			entry := fmt.Sprintf("%s:%d:%s\n", f.rel(fl.name), line, s)
+			entry := fmt.Sprintf("%s:%d:%s\n", f.rel(name), line, s)
 			if n == maxMatches || b.Len()+len(entry) > maxOutputChars {
 				cut = true
 				fh.Close()
