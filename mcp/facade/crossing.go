@@ -194,13 +194,10 @@ func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	if adopted {
 		return
 	}
-	raw, err := json.Marshal(clientRecord{Version: req.Params.ProtocolVersion, Capabilities: req.Params.Capabilities, Info: req.Params.ClientInfo})
-	if err != nil {
-		return
-	}
+	rec := clientRecord{Version: req.Params.ProtocolVersion, Capabilities: req.Params.Capabilities, Info: req.Params.ClientInfo}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := x.store.put(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"), raw); err != nil {
+	if err := x.store.put(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"), rec, false); err != nil {
 		x.log.Warn("facade: an MCP session's client could not be recorded for the other processes", "session", x.session, "err", err)
 	}
 }
@@ -333,7 +330,7 @@ func (x *crossing) follow(ctx context.Context, sid string) (stop func()) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	subject, err := x.subject(ctx, x.crossKey(sid)+".*")
+	subject, err := x.store.subject(ctx, x.crossKey(sid)+".*")
 	if err == nil {
 		var sub *nats.Subscription
 		sub, err = x.nc.Subscribe(subject, func(m *nats.Msg) { x.deliver(sid, m) })
@@ -393,23 +390,13 @@ func (x *crossing) deliver(sid string, m *nats.Msg) {
 	}
 }
 
-// subject is the subject a write of key is published on.
-func (x *crossing) subject(ctx context.Context, key string) (string, error) {
-	kv, err := x.store.bucket(ctx)
-	if err != nil {
-		return "", err
-	}
-	return "$KV." + kv.Bucket() + "." + key, nil
-}
-
 // publish stores raw under key, which publishes it to the key's
 // subscribers, and deletes it again: the record is a message, not state.
-func (x *crossing) publish(ctx context.Context, key string, raw []byte) error {
-	if err := x.store.put(ctx, key, raw); err != nil {
+func (x *crossing) publish(ctx context.Context, key string, raw json.RawMessage) error {
+	if err := x.store.put(ctx, key, raw, false); err != nil {
 		return err
 	}
-	kv, _ := x.store.bucket(ctx)
-	_ = kv.Delete(ctx, key)
+	x.store.delete(ctx, key)
 	return nil
 }
 

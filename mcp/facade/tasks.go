@@ -90,7 +90,7 @@ type rpcError struct {
 // tasks this process runs or follows (runners).
 type taskFront struct {
 	session, user  string
-	store          taskStore
+	store          *kvStore // tasks_store.go
 	runners        *taskRunners
 	cancel         func(ctx context.Context, session, replyID string, calls ...string) error
 	listed         func(name string) bool // session.listed
@@ -109,18 +109,6 @@ type watchFunc func(ctx context.Context, tool, callID string) (<-chan asked, err
 
 // runFunc runs a tools/call on the bus (caller.run).
 type runFunc func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error)
-
-// taskStore keeps the task records (kvStore, tasks_store.go).
-type taskStore interface {
-	createTask(ctx context.Context, r *taskRecord) error
-	listTasks(ctx context.Context, session, user string) ([]*taskRecord, error)
-	getTask(ctx context.Context, session, user, id string) (*taskRecord, error)
-	updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error)
-	watchTask(ctx context.Context, session, user, id string) (*taskRecord, error)
-	watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error)
-}
-
-var _ taskStore = (*kvStore)(nil)
 
 // answer answers m with its JSON-RPC response.
 func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
@@ -335,7 +323,7 @@ const (
 type taskRunners struct {
 	closing context.Context                  // ends when the facade closes
 	loop    func(func(context.Context)) bool // life.Loop
-	store   taskStore
+	store   *kvStore
 	await   func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)
 	// tasks are the bus tasks a task's call may go on as (tasks_bus.go);
 	// nil follows none (the handle is then the task's result).
@@ -351,7 +339,7 @@ type taskRunners struct {
 	outputs   map[string]outputRead        // "<session> <bus task>" → its output as last read for tasks/get
 }
 
-func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,
+func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store *kvStore,
 	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error), bt busTasks, log *slog.Logger) *taskRunners {
 	return &taskRunners{closing: closing, loop: loop, store: store, await: await, tasks: bt, log: log, local: map[string]struct{}{}, notifiers: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
 }

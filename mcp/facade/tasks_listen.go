@@ -3,7 +3,6 @@ package facade
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -154,12 +153,10 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 	if send(ack) != nil {
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "subscriptions/listen: the stream is closed"}
 	}
-	live := 0
 	for _, id := range agreed {
 		r := seen[id]
 		notify(r)
 		if !r.Status.IsTerminal() {
-			live++
 			s.runners.follow(r) // a task nobody runs any more learns its end from the bus
 		}
 	}
@@ -171,7 +168,6 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		}
 		if r == nil { // deleted: nothing more to say
 			seen[id] = nil
-			live--
 			return
 		}
 		if r.Status == last.Status && r.Updated.Equal(last.Updated) {
@@ -179,34 +175,23 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		}
 		seen[id] = r
 		notify(r)
-		if r.Status.IsTerminal() {
-			live--
-		}
 	}
-	done := map[string]any{"_meta": map[string]any{mcp.MetaKeySubscriptionID: m.ID}}
-	again := time.NewTicker(listenReread)
-	defer again.Stop()
-	for live > 0 {
-		select {
-		case <-ctx.Done():
-			return done, nil
-		case c, ok := <-changes:
-			if !ok {
-				return done, nil
-			}
-			changed(c.id, c.rec)
-		case <-again.C:
-			for _, id := range agreed {
-				if last := seen[id]; last != nil && !last.Status.IsTerminal() {
-					r, err := s.store.getTask(ctx, s.session, s.user, id)
-					if err == nil || errors.Is(err, errNotFound) {
-						changed(id, r)
-					}
-				}
+	live := func() []string {
+		var ids []string
+		for _, id := range agreed {
+			if last := seen[id]; last != nil && !last.Status.IsTerminal() {
+				ids = append(ids, id)
 			}
 		}
+		return ids
 	}
-	return done, nil
+	if len(live()) > 0 {
+		s.store.follow(ctx, s.session, s.user, changes, live, func(id string, r *taskRecord) bool {
+			changed(id, r)
+			return len(live()) > 0
+		})
+	}
+	return map[string]any{"_meta": map[string]any{mcp.MetaKeySubscriptionID: m.ID}}, nil
 }
 
 func (t *taskRunners) startListen() bool {
