@@ -413,7 +413,7 @@ func (f *Facade) wire(s *session) {
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, verb: resourcesVerb{nc: f.nc, prefix: f.cl.Subjects().Prefix},
 		fetch: f.cl.Outputs(), maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
 	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
-		run: s.calls.run, contextHeader: f.cfg.ContextHeader, questions: s.questions.watchCall,
+		run: s.calls.run, questions: s.questions.watchCall,
 		confirm: s.confirms.decide, answerQuestion: s.questions.answerQuestion,
 		send: func(sid, method string, params map[string]any) error {
 			return s.mcp.SendNotificationToSpecificClient(sid, method, params)

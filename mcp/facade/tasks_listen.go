@@ -109,7 +109,8 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: err.Error()}
 	}
 	if !p.declaresTasks() {
-		return nil, &rpcError{Code: codeMissingCapability, Message: "Missing required client capability: task notifications need the " + tasksExtension + " extension"}
+		return nil, &rpcError{Code: codeMissingCapability, Message: "Missing required client capability: task notifications need the " + tasksExtension + " extension",
+			Data: missingTasksCapability}
 	}
 	send := streamOf(ctx)
 	if send == nil {
@@ -126,12 +127,11 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 	if err != nil {
 		return nil, storeError(err)
 	}
-	tagged := func(fields map[string]json.RawMessage) map[string]json.RawMessage {
-		fields["_meta"], _ = json.Marshal(map[string]any{mcp.MetaKeySubscriptionID: m.ID})
-		return fields
-	}
+	meta := map[string]any{mcp.MetaKeySubscriptionID: m.ID}
 	notify := func(r *taskRecord) {
-		msg, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": methodTaskNotification, "params": tagged(r.detailed(true))})
+		v := r.detailed(true)
+		v.Meta = meta
+		msg, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": methodTaskNotification, "params": v})
 		_ = send(msg)
 	}
 	seen := map[string]*taskRecord{}
@@ -147,9 +147,8 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		seen[id] = r
 		agreed = append(agreed, id)
 	}
-	ids, _ := json.Marshal(map[string]any{"taskIds": agreed})
 	ack, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": mcp.MethodNotificationSubscriptionsAcknowledged,
-		"params": tagged(map[string]json.RawMessage{"notifications": ids})})
+		"params": map[string]any{"notifications": map[string]any{"taskIds": agreed}, "_meta": meta}})
 	if send(ack) != nil {
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "subscriptions/listen: the stream is closed"}
 	}
@@ -191,7 +190,7 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 			return len(live()) > 0
 		})
 	}
-	return map[string]any{"_meta": map[string]any{mcp.MetaKeySubscriptionID: m.ID}}, nil
+	return map[string]any{"_meta": meta}, nil
 }
 
 func (t *taskRunners) startListen() bool {
