@@ -500,18 +500,11 @@ func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallTo
 	t.notify(rec)
 }
 
-// replayer is what awaitResult needs (client.Client).
-type replayer interface {
-	Replay(ctx context.Context, session string) (*client.Events, error)
-}
-
-var _ replayer = (*client.Client)(nil)
-
 // awaitResult waits for the result of call callID of batch replyID in
 // session, from the session's stored events on (a router's replay,
 // docs/protocol.md 3.4): one published before this began is seen too.
-func awaitResult(ctx context.Context, cl replayer, session, replyID, callID string) (*bus.Result, error) {
-	ev, err := cl.Replay(ctx, session)
+func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID string) (*bus.Result, error) {
+	ev, err := f.cl.Replay(ctx, session)
 	if err != nil {
 		return nil, err
 	}
