@@ -590,22 +590,20 @@ func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, or
 	if !c.pending {
 		c.pending, c.first = true, now
 	}
-	due := laterTime(now.Add(Calm), c.last.Add(Calm))
-	if cap := laterTime(c.first.Add(MaxCalm), c.last.Add(Calm)); due.After(cap) {
+	// Calm after now, at most MaxCalm after the burst began; never sooner
+	// than Calm after the last notification.
+	due := now.Add(Calm)
+	if cap := c.first.Add(MaxCalm); due.After(cap) {
 		due = cap
+	}
+	if next := c.last.Add(Calm); next.After(due) {
+		due = next
 	}
 	if c.timer == nil {
 		c.timer = time.AfterFunc(time.Until(due), s.applyPending)
 		return
 	}
 	c.timer.Reset(time.Until(due))
-}
-
-func laterTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // setLocked replaces the MCP server's tools with the pending listing.

@@ -108,7 +108,7 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 	if err != nil {
 		return response(m.ID, nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
 	}
-	return response(m.ID, &groupsResult{Groups: groupsOf(list.Groups)}, nil)
+	return response(m.ID, map[string]any{"groups": groupsOf(list.Groups)}, nil)
 }
 
 // take takes a message the facade answers itself (a grouping request, or
@@ -124,10 +124,6 @@ func (s *session) take(line []byte) (*rpcMessage, func(context.Context) []byte, 
 		return m, func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
 	}
 	return nil, nil, false
-}
-
-type groupsResult struct {
-	Groups []mcpGroup `json:"groups"`
 }
 
 // activate makes exactly the named groups the active switchable ones: a
