@@ -214,7 +214,7 @@ func mustParams(p mcp.ElicitationParams, _ bool) mcp.ElicitationParams { return 
 func (c *confirmer) forget(state string) {
 	dctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
 	defer cancel()
-	c.states.deleteState(dctx, c.session, c.user, state)
+	c.states.delete(dctx, stateKey(c.session, c.user, state))
 }
 
 // keepResult keeps the result of a call that ended for its retry a
@@ -331,10 +331,6 @@ func stateKey(session, user, id string) string {
 
 func (st *kvStore) putState(ctx context.Context, id string, r *stateRecord) error {
 	return st.put(ctx, stateKey(r.Session, r.User, id), r, true)
-}
-
-func (st *kvStore) deleteState(ctx context.Context, session, user, id string) {
-	st.delete(ctx, stateKey(session, user, id))
 }
 
 // getState returns the (session, user)'s live request state id, else
