@@ -159,22 +159,6 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 			s.runners.follow(r) // a task nobody runs any more learns its end from the bus
 		}
 	}
-	// changed records r as id's state and sends it when it is news.
-	changed := func(id string, r *taskRecord) {
-		last, ok := seen[id]
-		if !ok || last == nil || last.Status.IsTerminal() {
-			return
-		}
-		if r == nil { // deleted: nothing more to say
-			seen[id] = nil
-			return
-		}
-		if r.Status == last.Status && r.Updated.Equal(last.Updated) {
-			return
-		}
-		seen[id] = r
-		notify(r)
-	}
 	live := func() []string {
 		var ids []string
 		for _, id := range agreed {
@@ -185,8 +169,16 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		return ids
 	}
 	if len(live()) > 0 {
+		// What a live task's record holds now is sent when it is news.
 		s.store.follow(ctx, s.session, s.user, changes, live, func(id string, r *taskRecord) bool {
-			changed(id, r)
+			switch last := seen[id]; {
+			case last == nil || last.Status.IsTerminal(): // not agreed, or said all already
+			case r == nil: // deleted: nothing more to say
+				seen[id] = nil
+			case r.Status != last.Status || !r.Updated.Equal(last.Updated):
+				seen[id] = r
+				notify(r)
+			}
 			return len(live()) > 0
 		})
 	}
