@@ -36,38 +36,29 @@ type registrar struct {
 }
 
 func (x *registrar) onRegister(m *nats.Msg) {
-	e, err := x.decode(m, "", bus.TypeRegister)
-	if err != nil {
-		x.reject(m, err)
-		return
-	}
-	var reg bus.Register
-	if err := e.DataAs(&reg); err != nil {
-		x.reject(m, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
-	defer cancel()
-	var groupRejects []bus.Rejection
-	if !reg.Leaving {
-		for _, g := range reg.Groups {
-			if err := x.groups.Put(ctx, g); err != nil {
-				var be *bus.Error
-				if !errors.As(err, &be) {
-					x.reject(m, err)
-					return
+	x.serve(m, "", bus.TypeRegister, bus.TypeRegisterAck, func(e *bus.Event) (any, error) {
+		var reg bus.Register
+		if err := e.DataAs(&reg); err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
+		defer cancel()
+		var groupRejects []bus.Rejection
+		if !reg.Leaving {
+			for _, g := range reg.Groups {
+				if err := x.groups.Put(ctx, g); err != nil {
+					var be *bus.Error
+					if !errors.As(err, &be) {
+						return nil, err
+					}
+					groupRejects = append(groupRejects, bus.Rejection{Name: g.Name, Reason: be.Message})
 				}
-				groupRejects = append(groupRejects, bus.Rejection{Name: g.Name, Reason: be.Message})
 			}
 		}
-	}
-	ack, err := x.reg.Register(ctx, reg)
-	if err != nil {
-		x.reject(m, err)
-		return
-	}
-	ack.Rejected = append(ack.Rejected, groupRejects...)
-	x.respond(m, bus.TypeRegisterAck, ack, "register ack")
+		ack, err := x.reg.Register(ctx, reg)
+		ack.Rejected = append(ack.Rejected, groupRejects...)
+		return ack, err
+	})
 }
 
 // adminVerbs serves P.admin.<verb> (docs/protocol.md 9).
@@ -85,23 +76,14 @@ type adminVerbs struct {
 
 func (x *adminVerbs) onAdmin(m *nats.Msg) {
 	verb, _ := strings.CutPrefix(m.Subject, x.subj.Prefix+".admin.")
-	e, err := x.decode(m, "", bus.TypeAdmin)
-	if err != nil {
-		x.reject(m, err)
-		return
-	}
-	if e.SessionID != "" && !bus.ValidID(e.SessionID) {
-		x.reject(m, bus.Errorf(bus.CodeBadEvent, "sessionid %q is not valid", e.SessionID))
-		return
-	}
-	ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
-	defer cancel()
-	out, err := x.run(ctx, verb, e)
-	if err != nil {
-		x.reject(m, err)
-		return
-	}
-	x.respond(m, bus.TypeAdminReply, out, "admin reply")
+	x.serve(m, "", bus.TypeAdmin, bus.TypeAdminReply, func(e *bus.Event) (any, error) {
+		if e.SessionID != "" && !bus.ValidID(e.SessionID) {
+			return nil, bus.Errorf(bus.CodeBadEvent, "sessionid %q is not valid", e.SessionID)
+		}
+		ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
+		defer cancel()
+		return x.run(ctx, verb, e)
+	})
 }
 
 // run runs one verb of docs/protocol.md section 9.
@@ -317,14 +299,10 @@ func (r *toolsLister) onTools(m *nats.Msg) {
 	if err == nil {
 		list, err = r.list(e.SessionID, q)
 	}
-	if err != nil {
-		if r.refused != nil {
-			r.refused(m, e, err)
-		}
-		r.reject(m, err)
-		return
+	if err != nil && r.refused != nil {
+		r.refused(m, e, err)
 	}
-	r.respond(m, bus.TypeToolsList, list, "tools reply")
+	r.answer(m, bus.TypeToolsList, list, err)
 }
 
 // list builds the tool list a session's model sees.

@@ -342,26 +342,18 @@ type taskVerbs struct{ *background }
 
 // onTasks serves one task verb.
 func (b *taskVerbs) onTasks(m *nats.Msg) {
-	e, err := b.decode(m, "tasks", bus.TypeTaskQuery)
-	var q bus.TaskQuery
-	if err == nil {
-		if uerr := json.Unmarshal(e.Data, &q); uerr != nil {
-			err = bus.Errorf(bus.CodeBadRequest, "a task query is {\"op\", \"ids\", \"timeout_ms\", \"any\"}: %v", uerr)
-		} else {
-			err = checkQuery(&q)
+	b.serve(m, "tasks", bus.TypeTaskQuery, bus.TypeTaskReply, func(e *bus.Event) (any, error) {
+		var q bus.TaskQuery
+		if err := json.Unmarshal(e.Data, &q); err != nil {
+			return nil, bus.Errorf(bus.CodeBadRequest, "a task query is {\"op\", \"ids\", \"timeout_ms\", \"any\"}: %v", err)
 		}
-	}
-	var reply *bus.TaskReply
-	if err == nil {
+		if err := checkQuery(&q); err != nil {
+			return nil, err
+		}
 		ctx, cancel := context.WithTimeout(b.r.base, time.Duration(q.TimeoutMS)*time.Millisecond+10*time.Second)
 		defer cancel()
-		reply, err = b.query(ctx, e.SessionID, q)
-	}
-	if err != nil {
-		b.reject(m, err)
-		return
-	}
-	b.respond(m, bus.TypeTaskReply, reply, "task reply")
+		return b.query(ctx, e.SessionID, q)
+	})
 }
 
 // checkQuery validates a task query and bounds its wait.

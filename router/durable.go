@@ -100,18 +100,9 @@ type durableResults struct {
 }
 
 func (r *durableResults) onResult(m *nats.Msg) {
-	tool, ok := r.subj.Token(m.Subject, "result")
-	if !ok || !bus.ValidName(tool) {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject))
-		return
-	}
-	e, err := r.decode(m, "", bus.TypeExecResult)
+	tool, e, err := r.decodeCall(m, "result", bus.TypeExecResult, "a durable result")
 	if err != nil {
 		r.reject(m, err)
-		return
-	}
-	if !bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(e.ToolCallID) {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "a durable result needs valid sessionid, replyid and toolcallid attributes"))
 		return
 	}
 	call := bus.Call{ID: e.ToolCallID, Name: tool}
@@ -126,9 +117,5 @@ func (r *durableResults) onResult(m *nats.Msg) {
 	// As for a core request: a failure that comes at or past the call's
 	// deadline is its timeout.
 	ack, err := r.led.RecordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout))
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	r.respond(m, bus.TypeExecRecorded, ack, "durable result ack")
+	r.answer(m, bus.TypeExecRecorded, ack, err)
 }

@@ -677,6 +677,42 @@ func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
 	}
 }
 
+// serve is a request's one round: decode m's event (as decode does), run
+// fn on it, and answer with fn's reply as an event of type reply, or with
+// fn's error.
+func (w *wire) serve(m *nats.Msg, kind, typ, reply string, fn func(e *bus.Event) (any, error)) {
+	e, err := w.decode(m, kind, typ)
+	var out any
+	if err == nil {
+		out, err = fn(e)
+	}
+	w.answer(m, reply, out, err)
+}
+
+// answer replies to m with out as an event of type typ, or with err.
+func (w *wire) answer(m *nats.Msg, typ string, out any, err error) {
+	if err != nil {
+		w.reject(m, err)
+		return
+	}
+	w.respond(m, typ, out, typ+" reply")
+}
+
+// decodeCall reads m's event of type typ about one call, on P.<kind>.<tool>
+// (an answer, a durable result): the subject names the tool, the event the
+// call's session, reply and call ids; what names the event in an error.
+func (w *wire) decodeCall(m *nats.Msg, kind, typ, what string) (string, *bus.Event, error) {
+	tool, ok := w.subj.Token(m.Subject, kind)
+	if !ok || kind == "result" && !bus.ValidName(tool) {
+		return "", nil, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject)
+	}
+	e, err := w.decode(m, "", typ)
+	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(e.ToolCallID)) {
+		err = bus.Errorf(bus.CodeBadEvent, "%s needs valid sessionid, replyid and toolcallid attributes", what)
+	}
+	return tool, e, err
+}
+
 // decode reads m's event, checks its type ("": any), and checks that its
 // sessionid matches the subject token of kind (the token becomes the
 // session id when the attribute is absent).
