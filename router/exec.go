@@ -137,7 +137,7 @@ func jobOf(b *batch, c *callState) *job {
 
 // reset runs the built-in reset_tools.
 func (s execStep) reset(ctx context.Context, session string, c *callState) bus.Result {
-	text, err := s.sessions.reset(ctx, session, c.input)
+	text, err := s.sessions.Reset(ctx, session, c.input)
 	if err != nil {
 		return builtinFailed(c.call, err)
 	}
