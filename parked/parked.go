@@ -336,15 +336,13 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
 		}
 	}
-	if cont := carried(rec); cont != nil { // it waited for this call alone: nothing to write
-		report(cont)
-		cont.Results[rec.Call.ID] = res
-		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
-		return cont, true, nil
+	cont, err := carried(rec), error(nil)
+	if cont == nil {
+		cont, err = s.Read.Batch(ctx, rec.Session, rec.ReplyID)
 	}
-	cont, err := s.Read.Batch(ctx, rec.Session, rec.ReplyID)
 	report(cont)
-	if err == nil && cont.last(rec.Call.ID) && s.conts.remove(ctx, cont) {
+	// A carried batch waited for this call alone: nothing to write.
+	if err == nil && (cont.gone || cont.last(rec.Call.ID) && s.conts.remove(ctx, cont)) {
 		cont.Results[rec.Call.ID] = res
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
 		return cont, true, nil

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -48,8 +47,7 @@ type background struct {
 	st  *tasks.Store
 	cfg TasksConfig
 
-	mu      sync.Mutex
-	running map[string]ownedTask // task id → the run this router owns
+	running sync.Map // task id → ownedTask: the runs this router owns
 }
 
 type ownedTask struct {
@@ -71,7 +69,7 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &background{wire: r.wire, r: r, cfg: cfg, running: map[string]ownedTask{},
+	b := &background{wire: r.wire, r: r, cfg: cfg,
 		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser})}
 	verbs := &taskVerbs{b}
 	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), verbs.onTasks, false})
@@ -181,22 +179,7 @@ func (b *background) handle(c bus.Call, rec *tasks.Record, after time.Duration) 
 }
 
 func (b *background) track(rec *tasks.Record, cancel context.CancelFunc) {
-	b.mu.Lock()
-	b.running[rec.ID] = ownedTask{session: rec.Session, cancel: cancel}
-	b.mu.Unlock()
-}
-
-func (b *background) untrack(id string) {
-	b.mu.Lock()
-	delete(b.running, id)
-	b.mu.Unlock()
-}
-
-func (b *background) owned(id string) (ownedTask, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	o, ok := b.running[id]
-	return o, ok
+	b.running.Store(rec.ID, ownedTask{session: rec.Session, cancel: cancel})
 }
 
 // follow waits for rec's run and ends the task with its result; a run cut
@@ -209,7 +192,7 @@ func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan
 		cancel = c
 		res = b.runAgain(ctx, rec)
 	}
-	b.untrack(rec.ID)
+	b.running.Delete(rec.ID)
 	cancel()
 	if lctx.Err() != nil && cutOff(res) {
 		return
@@ -278,13 +261,10 @@ func (b *background) publishDone(rec *tasks.Record) {
 func (b *background) tick(now time.Time) {
 	ctx, cancel := context.WithTimeout(b.r.life.Background(), b.r.cfg.Store.Heartbeat)
 	defer cancel()
-	b.mu.Lock()
-	owned := maps.Clone(b.running)
-	b.mu.Unlock()
 	lease := now.Add(b.r.cfg.Lease)
-	for id, o := range owned {
-		if held, err := b.st.Renew(ctx, o.session, id, b.r.cfg.ID, lease); err == nil && !held {
-			o.cancel()
+	for id, o := range b.running.Range {
+		if held, err := b.st.Renew(ctx, o.(ownedTask).session, id.(string), b.r.cfg.ID, lease); err == nil && !held {
+			o.(ownedTask).cancel()
 		}
 	}
 	running, err := b.st.Running(ctx)
@@ -292,7 +272,7 @@ func (b *background) tick(now time.Time) {
 		return
 	}
 	for _, rec := range running {
-		if _, ok := b.owned(rec.ID); ok || rec.Lease.After(now) {
+		if _, ok := b.running.Load(rec.ID); ok || rec.Lease.After(now) {
 			continue
 		}
 		if got, ok, err := b.st.Claim(ctx, rec.Session, rec.ID, b.r.cfg.ID, now, lease); err == nil && ok {
@@ -332,7 +312,7 @@ func (b *background) resume(rec *tasks.Record) {
 		b.follow(lctx, rec, done, cancel)
 	})
 	if !ok {
-		b.untrack(rec.ID)
+		b.running.Delete(rec.ID)
 		cancel()
 	}
 }
@@ -435,8 +415,8 @@ func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) 
 // stopRun stops a cancelled task's run here when this router owns it
 // (others see it at their next renewal), and at its worker (protocol 3.5).
 func (b *background) stopRun(rec *tasks.Record) {
-	if o, ok := b.owned(rec.ID); ok {
-		o.cancel()
+	if o, ok := b.running.Load(rec.ID); ok {
+		o.(ownedTask).cancel()
 	}
 	e, err := bus.NewEvent(bus.TypeCallCancel, b.source, bus.Cancel{Calls: []string{rec.CallID}})
 	if err != nil {

@@ -71,10 +71,8 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 // core request. The message id is the call key: a publish retried, or a
 // claim taken again after it was abandoned, is one message.
 func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
-	e, err := execEvent(ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
-	if err != nil {
-		return err
-	}
+	var e bus.Event
+	execEventTo(&e, ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
 	m, err := e.Msg(x.subj.Workers.Work(j.call.Name))
 	if err != nil {
 		return err
