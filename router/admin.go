@@ -26,7 +26,6 @@ import (
 // (docs/protocol.md 7.1): the groups they bring, then their tools.
 type registrar struct {
 	*wire
-	base   context.Context
 	groups interface {
 		Put(ctx context.Context, g bus.Group) error
 	}
@@ -64,7 +63,6 @@ func (x *registrar) onRegister(m *nats.Msg) {
 // adminVerbs serves P.admin.<verb> (docs/protocol.md 9).
 type adminVerbs struct {
 	*wire
-	base   context.Context
 	id     string
 	reg    *registry.Registry
 	groups *groups.Store
@@ -276,7 +274,6 @@ func (x *adminVerbs) limitsVerb(ctx context.Context, verb string, e *bus.Event) 
 // toolsLister answers P.tools.<session> (docs/protocol.md 4.1).
 type toolsLister struct {
 	*wire
-	base     context.Context
 	reg      *registry.Registry
 	groups   *groups.Store
 	skills   *routerSkills

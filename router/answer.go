@@ -24,8 +24,6 @@ import (
 // batch resumes when the call was the last one awaited.
 type answers struct {
 	*wire
-	base    context.Context
-	landing func() (context.Context, context.CancelFunc)
 	parked  parkedCalls
 	reg     toolLookup
 	groups  sessionRules

@@ -91,10 +91,9 @@ func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) erro
 // (docs/protocol.md 5.8).
 type durableResults struct {
 	*wire
-	reg     *registry.Registry
-	led     dedupe
-	landing func() (context.Context, context.CancelFunc)
-	seal    func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
+	reg  *registry.Registry
+	led  dedupe
+	seal func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
 }
 
 func (r *durableResults) onResult(m *nats.Msg) {

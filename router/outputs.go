@@ -24,14 +24,13 @@ const outputsBudget = 30 * time.Second
 // outputs is the router's side of the outputs object store.
 type outputs struct {
 	*wire
-	base context.Context
-	st   *offload.Store
-	srv  *offload.Server
+	st  *offload.Store
+	srv *offload.Server
 }
 
-func newOutputs(w *wire, base context.Context, bucket string) *outputs {
+func newOutputs(w *wire, bucket string) *outputs {
 	st := offload.NewStore(w.nc, bucket)
-	return &outputs{wire: w, base: base, st: st, srv: offload.NewServer(st, offload.Window(w.nc.MaxPayload()))}
+	return &outputs{wire: w, st: st, srv: offload.NewServer(st, offload.Window(w.nc.MaxPayload()))}
 }
 
 // onOutputs serves one window of a session's stored output.

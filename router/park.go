@@ -174,7 +174,6 @@ type continuations struct {
 	*wire
 	life    *life.Life
 	pool    *pool.Pool
-	landing func() (context.Context, context.CancelFunc)
 	parked  *parked.Store
 	led     dedupe
 	answers *answers

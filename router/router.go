@@ -145,7 +145,6 @@ type Router struct {
 	*wire // connection, subjects, source, logger, metrics: decode, reject, respond
 	cfg   Config
 	life  *life.Life
-	base  context.Context // life's: the parent of every handler's and batch's context
 	sem   chan struct{}
 	adm   *admission
 	pool  *pool.Pool
@@ -252,7 +251,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 		r.cutCalls = r.batches.callsInFlight()
 		r.cut.Store(true)
 	}})
-	r.base = r.life.Context()
+	w.base, w.landing = r.life.Context(), r.life.Landing
 	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued, queueWait: cfg.QueueWait}
 	r.ids = identities{cfg.Identities}
 	return r, nil
@@ -357,7 +356,7 @@ func (r *Router) build(ctx context.Context) error {
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
 		return err
 	}
-	r.stored = newOutputs(r.wire, r.base, r.subj.ObjectStore(bus.ObjectOutputs))
+	r.stored = newOutputs(r.wire, r.subj.ObjectStore(bus.ObjectOutputs))
 	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}); err != nil {
 		return err
 	}
@@ -374,22 +373,22 @@ func (r *Router) bind() {
 	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
 	r.pipe = r.newPipeline(ev)
 	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
-	r.answers = &answers{wire: r.wire, base: r.base, landing: r.life.Landing, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
+	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: ev.publish, stored: r.events.stored,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
-	r.conts = &continuations{wire: r.wire, life: r.life, pool: r.pool, landing: r.life.Landing, parked: r.parked, led: r.led,
+	r.conts = &continuations{wire: r.wire, life: r.life, pool: r.pool, parked: r.parked, led: r.led,
 		answers: r.answers, fromContinuation: r.pipe.fromContinuation, track: r.batches.track, untrack: r.batches.untrack}
 	r.answers.resume = r.conts.resume
-	reg := &registrar{wire: r.wire, base: r.base, groups: r.groups, reg: r.reg}
-	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
+	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg}
+	admin := &adminVerbs{wire: r.wire, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
-	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.ids.identify,
+	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.ids.identify,
 		refused: func(m *nats.Msg, e *bus.Event, err error) {
 			r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "tools", e, err)
 		}, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
-	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
-	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
+	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, seal: r.stored.sealOutput}
+	replay := &replays{wire: r.wire, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
 	if ids := r.cfg.Identities; ids != nil {
 		replay.bound = func(s string) bool { _, ok := ids.UserOf(s); return ok }
 	}
@@ -650,6 +649,11 @@ type wire struct {
 	source string
 	log    *slog.Logger
 	m      *metrics.Router // set in Start, before the first subscription
+	// base is the router's life's context, the parent of every handler's
+	// and batch's; landing gives the context of a write that must land
+	// (life.Landing, which a drain waits for).
+	base    context.Context
+	landing func() (context.Context, context.CancelFunc)
 }
 
 // reject answers m with an io.toolbus.error.
