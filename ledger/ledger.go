@@ -356,9 +356,7 @@ func (l *Ledger) renewOne(ctx context.Context, key string, c Entry, now time.Tim
 // background: the call did not run, and a re-send must be able to claim it
 // rather than wait for a result that will never come.
 func (l *Ledger) Abandon(key, claim string) {
-	l.writes.Add(1)
-	go func() {
-		defer l.writes.Done()
+	l.writes.Go(func() {
 		ctx, cancel := l.landing()
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -372,7 +370,7 @@ func (l *Ledger) Abandon(key, claim string) {
 		if err != nil {
 			l.log.Error("ledger: abandoned ledger claim not released", "key", key, "err", err)
 		}
-	}()
+	})
 }
 
 // Record stores the result of a claimed call and returns the result the
@@ -409,9 +407,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	}
 	l.pending.put(key, res)
 	landed, id := make(chan struct{}), claim.Claim
-	l.writes.Add(1)
-	go func() {
-		defer l.writes.Done()
+	l.writes.Go(func() {
 		defer close(landed)
 		ctx, cancel := l.landing()
 		defer cancel()
@@ -427,7 +423,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 			l.log.Error("ledger: ledger record failed", "key", key, "err", err)
 		}
 		l.pending.drop(key)
-	}()
+	})
 	if isFull {
 		return res // it lands when space comes back; the agent need not wait for that
 	}

@@ -245,14 +245,21 @@ func (b *background) end(ctx context.Context, rec *tasks.Record, res bus.Result)
 	}
 }
 
+// publishDone says on the session's events that task rec ended.
 func (b *background) publishDone(rec *tasks.Record) {
-	e, err := bus.NewEvent(bus.TypeTaskDone, b.source, rec.Task)
-	if err != nil {
-		return
+	b.publish(b.subj.Events(rec.Session), bus.TypeTaskDone, rec, rec.CallID, rec.Task)
+}
+
+// publish sends an event of typ about task rec's batch, and its call when
+// callID is set, on subject.
+func (b *background) publish(subject, typ string, rec *tasks.Record, callID string, data any) {
+	e, err := bus.NewEvent(typ, b.source, data)
+	if err == nil {
+		e.SessionID, e.ReplyID, e.ToolCallID = rec.Session, rec.ReplyID, callID
+		err = bus.Publish(b.nc, subject, e)
 	}
-	e.SessionID, e.ReplyID, e.ToolCallID = rec.Session, rec.ReplyID, rec.CallID
-	if err := bus.Publish(b.nc, b.subj.Events(rec.Session), e); err != nil {
-		b.log.Warn("router: task.done not published", "task", rec.ID, "err", err)
+	if err != nil {
+		b.log.Warn("router: task event not published", "type", typ, "task", rec.ID, "err", err)
 	}
 }
 
@@ -418,10 +425,5 @@ func (b *background) stopRun(rec *tasks.Record) {
 	if o, ok := b.running.Load(rec.ID); ok {
 		o.(ownedTask).cancel()
 	}
-	e, err := bus.NewEvent(bus.TypeCallCancel, b.source, bus.Cancel{Calls: []string{rec.CallID}})
-	if err != nil {
-		return
-	}
-	e.SessionID, e.ReplyID = rec.Session, rec.ReplyID
-	_ = bus.Publish(b.nc, b.subj.Cancel(rec.Session), e)
+	b.publish(b.subj.Cancel(rec.Session), bus.TypeCallCancel, rec, "", bus.Cancel{Calls: []string{rec.CallID}})
 }
