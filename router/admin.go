@@ -274,10 +274,10 @@ func (x *adminVerbs) limitsVerb(ctx context.Context, verb string, e *bus.Event) 
 // toolsLister answers P.tools.<session> (docs/protocol.md 4.1).
 type toolsLister struct {
 	*wire
-	reg      *registry.Registry
-	groups   *groups.Store
-	skills   *routerSkills
-	identify func(session string, claimed json.RawMessage) (json.RawMessage, error)
+	reg    *registry.Registry
+	groups *groups.Store
+	skills *routerSkills
+	ids    Identities // binds sessions to users (Config.Identities; nil: open)
 	// refused records a refused query in the audit trail.
 	refused func(m *nats.Msg, e *bus.Event, err error)
 	readOut bool // read_output is offered (Guard.ReadOutput)
@@ -290,7 +290,7 @@ func (r *toolsLister) onTools(m *nats.Msg) {
 		err = e.DataAs(&q)
 	}
 	if err == nil {
-		q.User, err = r.identify(e.SessionID, q.User)
+		q.User, err = identify(r.ids, e.SessionID, q.User)
 	}
 	var list *bus.ToolsList
 	if err == nil {

@@ -118,7 +118,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 		t, err = checkTurn(e, r.cfg.Limits)
 	}
 	if err == nil {
-		t.data.User, err = r.ids.identify(t.session, t.data.User)
+		t.data.User, err = identify(r.cfg.Identities, t.session, t.data.User)
 	}
 	if err != nil {
 		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, err)

@@ -166,8 +166,6 @@ type Router struct {
 	conts    *continuations
 	handlers []route
 
-	ids identities // a batch's user (turn.go)
-
 	subs       subscriptions
 	batches    runningBatches     // cancel.go
 	execs      execWatches        // exec requests in flight (exec.go)
@@ -253,7 +251,6 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}})
 	w.base, w.landing = r.life.Context(), r.life.Landing
 	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued, queueWait: cfg.QueueWait}
-	r.ids = identities{cfg.Identities}
 	return r, nil
 }
 
@@ -382,7 +379,7 @@ func (r *Router) bind() {
 	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg}
 	admin := &adminVerbs{wire: r.wire, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
-	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.ids.identify,
+	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, ids: r.cfg.Identities,
 		refused: func(m *nats.Msg, e *bus.Event, err error) {
 			r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "tools", e, err)
 		}, readOut: r.cfg.Guard.ReadOutput}
