@@ -142,7 +142,7 @@ func (l *Limits) defaults() {
 // builds the subsystems, subscribes, dispatches and drains. The handlers
 // are small types with their own dependencies (docs/router.md).
 type Router struct {
-	*wire // connection, subjects, source, logger, metrics: decode, reject, respond
+	*wire // connection, subjects, source, logger, metrics, base context, landing: decode, reject, respond
 	cfg   Config
 	life  *life.Life
 	sem   chan struct{}
