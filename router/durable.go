@@ -26,7 +26,7 @@ type workQueue struct {
 	log    *slog.Logger
 	subj   bus.Subjects
 	js     jetstream.JetStream
-	led    dedupe
+	led    *ledger.Ledger
 	source string // the router's, of the work messages
 }
 
@@ -92,7 +92,7 @@ func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) erro
 type durableResults struct {
 	*wire
 	reg  *registry.Registry
-	led  dedupe
+	led  *ledger.Ledger
 	seal func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/parked"
 )
 
@@ -175,7 +176,7 @@ type continuations struct {
 	life    *life.Life
 	pool    *pool.Pool
 	parked  *parked.Store
-	led     dedupe
+	led     *ledger.Ledger
 	answers *answers
 
 	fromContinuation func(cont *parked.Batch) (*batch, error)

@@ -155,7 +155,7 @@ type Router struct {
 	// sessions decides when a batch's session is read from KV (package session)
 	sessions *session.Revisions
 	parked   *parked.Store
-	led      dedupe
+	led      *ledger.Ledger // the dedupe ledger (docs/protocol.md 3.1)
 	events   *eventSink
 	pipe     *pipeline // the batch pipeline over its ports (ports.go)
 	skills   *routerSkills
@@ -346,8 +346,8 @@ func (r *Router) build(ctx context.Context) error {
 	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
 		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
-	r.led = dedupe{ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
-		Health: r.store.Health, Landing: r.life.Landing})}
+	r.led = ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
+		Health: r.store.Health, Landing: r.life.Landing})
 	// The router stores only what the payload limit forces (outputs.go): its
 	// inline limit is the limit itself, and it never refuses an output.
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
