@@ -373,7 +373,7 @@ func (r *Router) bind() {
 	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: ev.publish, stored: r.events.stored,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
-	r.conts = &continuations{wire: r.wire, life: r.life, pool: r.pool, parked: r.parked, led: r.led,
+	r.conts = &continuations{wire: r.wire, life: r.life, parked: r.parked, led: r.led,
 		answers: r.answers, fromContinuation: r.pipe.fromContinuation, track: r.batches.track, untrack: r.batches.untrack}
 	r.answers.resume = r.conts.resume
 	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg}
