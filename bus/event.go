@@ -508,8 +508,9 @@ func DecodeStructured(b []byte) (*Event, error) {
 // an object or an array, with any whitespace between the tokens. It
 // reports false for anything else, which the general decoder then reads
 // and judges; FuzzDecodeFlat holds the two to the same event. It costs a
-// fraction of the general decoder, and the constant attributes
-// (specversion, datacontenttype, a toolbus type) no allocation.
+// fraction of the general decoder, the constant attributes
+// (specversion, datacontenttype, a toolbus type) no allocation, and the
+// others one in all: they are slices of one string.
 func decodeFlat(b []byte, e *Event) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
@@ -517,6 +518,8 @@ func decodeFlat(b []byte, e *Event) bool {
 	}
 	var seen uint16
 	attrs := e.attrs()
+	var vals [nAttrs][]byte // the attributes that are not constants, in b
+	n := 0
 	for first := true; ; first = false {
 		i = skipSpace(b, i+1)
 		if i >= len(b) {
@@ -561,10 +564,37 @@ func decodeFlat(b []byte, e *Event) bool {
 		if !ok {
 			return false
 		}
-		*attrs[slot] = known(v, knownValues[slot]...)
+		if c, ok := knownValue(v, knownValues[slot]); ok {
+			*attrs[slot] = c
+		} else {
+			vals[slot] = v
+			n += len(v)
+		}
 		i = next - 1
 	}
-	return skipSpace(b, i+1) == len(b)
+	if skipSpace(b, i+1) != len(b) {
+		return false
+	}
+	setStrings(attrs, &vals, n)
+	return true
+}
+
+// setStrings sets each attribute of vals that is set to its value, all of
+// them slices of one new string of n bytes.
+func setStrings(attrs [nAttrs]*string, vals *[nAttrs][]byte, n int) {
+	var all strings.Builder
+	all.Grow(n)
+	for _, v := range vals {
+		all.Write(v)
+	}
+	s := all.String()
+	off := 0
+	for slot, v := range vals {
+		if v != nil {
+			*attrs[slot] = s[off : off+len(v)]
+			off += len(v)
+		}
+	}
 }
 
 // The attributes the decoders read, by slot: the strings, then data.
@@ -637,14 +667,14 @@ var knownValues = [nAttrs][]string{
 	slotContentType: {ContentTypeJSON},
 }
 
-// known returns the one of consts that v spells, else v as a new string.
-func known(v []byte, consts ...string) string {
+// knownValue returns the one of consts that v spells.
+func knownValue(v []byte, consts []string) (string, bool) {
 	for _, c := range consts {
 		if string(v) == c {
-			return c
+			return c, true
 		}
 	}
-	return string(v)
+	return "", false
 }
 
 func skipSpace(b []byte, i int) int {
