@@ -34,7 +34,9 @@ type acks struct {
 	free    sync.Pool
 }
 
-// ackWait is one write's wait for its acknowledgement.
+// ackWait is one write's wait for its acknowledgement. A wait whose reply
+// came is reused with its inbox (one request, one reply); any other takes a
+// new inbox when it is reused, as a late reply may still come to the old.
 type ackWait struct {
 	inbox string
 	ch    chan *nats.Msg
@@ -65,8 +67,10 @@ func (a *acks) await(max int) (*ackWait, error) {
 		a.free.Put(w)
 		return nil, nil
 	}
-	a.seq++
-	w.inbox = string(strconv.AppendUint(append(buf[:0], a.prefix...), a.seq, 36))
+	if w.inbox == "" {
+		a.seq++
+		w.inbox = string(strconv.AppendUint(append(buf[:0], a.prefix...), a.seq, 36))
+	}
 	a.waiting[w.inbox] = w
 	a.mu.Unlock()
 	return w, nil
@@ -86,7 +90,8 @@ func (a *acks) deliver(m *nats.Msg) {
 
 // done ends w's wait, replied when its reply was taken. A wait whose reply
 // may still come (deliver took it from waiting, but it ended first) is
-// not reused.
+// not reused; one that ended before its reply came is reused with a new
+// inbox.
 func (a *acks) done(w *ackWait, replied bool) {
 	a.mu.Lock()
 	_, waiting := a.waiting[w.inbox]
@@ -94,7 +99,9 @@ func (a *acks) done(w *ackWait, replied bool) {
 	a.settle()
 	a.mu.Unlock()
 	if waiting || replied {
-		w.inbox = ""
+		if !replied {
+			w.inbox = ""
+		}
 		a.free.Put(w)
 	}
 }
@@ -128,7 +135,9 @@ func (a *acks) flush(ctx context.Context) error {
 }
 
 // resetOn ends every wait with a nil reply each time the connection starts
-// to reconnect, until it is closed (as jetstream's publisher does).
+// to reconnect, until it is closed (as jetstream's publisher does). Its
+// waiter gives the wait a new inbox (the message may yet be sent, from
+// nats.go's reconnect buffer, and answered).
 func (a *acks) resetOn(status <-chan nats.Status) {
 	for s := range status {
 		if s == nats.CLOSED {

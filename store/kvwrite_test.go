@@ -167,3 +167,31 @@ func TestAckWaitsBoundedAndReset(t *testing.T) {
 		t.Fatal("no wait after the reset")
 	}
 }
+
+// A wait whose reply came keeps its inbox when reused; one that ended
+// before its reply came gets a new one (the late reply goes nowhere).
+func TestAckWaitInboxReuse(t *testing.T) {
+	a := &acks{prefix: "_INBOX.t.", waiting: map[string]*ackWait{}}
+	a.once.Do(func() {}) // no subscription: deliver is called by hand
+	seen := map[string]bool{}
+	for range 100 {
+		w, _ := a.await(0)
+		seen[w.inbox] = true
+		a.deliver(&nats.Msg{Subject: w.inbox})
+		<-w.ch
+		a.done(w, true)
+	}
+	if len(seen) > 75 { // the pool may drop a wait (a GC; the race detector drops a quarter)
+		t.Fatalf("%d inboxes for 100 replied waits", len(seen))
+	}
+	w, _ := a.await(0)
+	old := w.inbox
+	a.done(w, false) // ended before its reply
+	for range 100 {
+		next, _ := a.await(0)
+		if next.inbox == old {
+			t.Fatal("an inbox whose reply may still come was reused")
+		}
+		a.done(next, false)
+	}
+}

@@ -81,9 +81,12 @@ func (x *Pending) waitOwn(ctx context.Context, expiry <-chan time.Time, expired 
 			return true, false, ctx.Err() // still awaited: Stored waits on
 		}
 	}
+	if m == nil { // the connection reconnected: the reply may yet come, to this inbox
+		w.inbox = ""
+	}
 	x.endOwn(true)
 	switch {
-	case m == nil: // the connection reconnected
+	case m == nil:
 		return true, expired, nats.ErrDisconnected
 	case len(m.Data) > 0:
 		if _, plain := pubAckSeq(m.Data); plain {
