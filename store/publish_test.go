@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -61,8 +62,14 @@ func streamMsgs(t *testing.T, js jetstream.JetStream) uint64 {
 // each; Stored returns none lost, Settled then says so without waiting, and
 // the health is noted healthy.
 func TestPublisherStored(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprint("own=", own), func(t *testing.T) { testPublisherStored(t, own) })
+	}
+}
+
+func testPublisherStored(t *testing.T, own bool) {
 	h := &store.Health{}
-	p, js, create := publisherOn(t, store.PublisherConfig{Health: h})
+	p, js, create := publisherOn(t, store.PublisherConfig{Health: h, OwnAcks: own})
 	create()
 	ps := publishN(p, 20)
 	if lost := p.Stored(t.Context(), ps); len(lost) > 0 {
@@ -106,7 +113,13 @@ func TestPublisherRetries(t *testing.T) {
 // TestPublisherLost: a message no stream takes is reported lost with its
 // error within MaxWait, not dropped silently.
 func TestPublisherLost(t *testing.T) {
-	p, _, _ := publisherOn(t, store.PublisherConfig{MaxWait: time.Second})
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprint("own=", own), func(t *testing.T) { testPublisherLost(t, own) })
+	}
+}
+
+func testPublisherLost(t *testing.T, own bool) {
+	p, _, _ := publisherOn(t, store.PublisherConfig{MaxWait: time.Second, OwnAcks: own})
 	ps := publishN(p, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -120,7 +133,13 @@ func TestPublisherLost(t *testing.T) {
 // caller's context; a refusal is kept for Stored, which publishes again,
 // and a wait whose context ended leaves the message to Stored.
 func TestPublisherSettled(t *testing.T) {
-	p, js, create := publisherOn(t, store.PublisherConfig{})
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprint("own=", own), func(t *testing.T) { testPublisherSettled(t, own) })
+	}
+}
+
+func testPublisherSettled(t *testing.T, own bool) {
+	p, js, create := publisherOn(t, store.PublisherConfig{OwnAcks: own})
 	create()
 	if ps := publishN(p, 5); !store.Settled(t.Context(), ps) {
 		t.Fatal("Settled = false with the stream there")
@@ -151,5 +170,40 @@ func storedAgain(t *testing.T, p *store.Publisher, ps []*store.Pending) {
 		if !x.Retried() {
 			t.Fatalf("%s not retried", x.ID())
 		}
+	}
+}
+
+// TestPublisherOwnAcks: with OwnAcks, a first publish is awaited on the
+// publisher's own subscription (no future); one refused (no stream: no
+// responders) goes to jetstream, which reports the refusal as it would
+// have, and Stored then publishes it again and it is stored once. Flush
+// waits for every acknowledgement.
+func TestPublisherOwnAcks(t *testing.T) {
+	p, js, create := publisherOn(t, store.PublisherConfig{OwnAcks: true})
+	ps := publishN(p, 2)
+	for _, x := range ps {
+		if x.Ack() != nil || x.Err() != nil {
+			t.Fatalf("%s: a future (%v) or an error (%v)", x.ID(), x.Ack(), x.Err())
+		}
+	}
+	if store.Settled(t.Context(), ps) {
+		t.Fatal("Settled = true without a stream")
+	}
+	for _, x := range ps {
+		if !errors.Is(x.Err(), jetstream.ErrNoStreamResponse) {
+			t.Fatalf("%s: %v, want jetstream's %v", x.ID(), x.Err(), jetstream.ErrNoStreamResponse)
+		}
+	}
+	create()
+	storedAgain(t, p, ps)
+	ps = publishN(p, 5)
+	if err := p.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !store.Settled(t.Context(), ps) {
+		t.Fatal("Settled = false after Flush")
+	}
+	if got := streamMsgs(t, js); got != 5 { // s.0 to s.4, each once
+		t.Fatalf("%d stored, want 5", got)
 	}
 }
