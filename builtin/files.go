@@ -102,11 +102,12 @@ func (f *Files) resolve(tool, p string) (string, error) {
 // as permission rules see them (permission.Resolve: component by
 // component, dangling links followed, a missing tail kept) and returns the
 // result relative to the base directory ("." for itself); false when it
-// lies outside. A link that leaves the base directory and comes back in is
-// left to f.root, which refuses it at use. It is false too when a
-// component of the result is still a symlink: Resolve stopped (more than
-// 40 links, or a link it could not read) and f.root, which follows up to
-// 8 more, would open a file neither the rules nor inGitDir judged.
+// lies outside. A link that leaves the base directory and comes back in
+// resolves to the place inside it, which is what is opened. It is false
+// too when a component of the result is still a symlink: Resolve stopped
+// (more than 40 links, or a link it could not read) and f.root, which
+// follows up to 8 more, would open a file neither the rules nor inGitDir
+// judged.
 func (f *Files) resolveIn(rel string) (string, bool) {
 	r := permission.Resolve(filepath.Join(f.base, rel))
 	rel = f.relOS(r)
