@@ -133,3 +133,23 @@ func TestAttackSedTrailingE(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackParseHalf: Parse now returns the trees that parse with the
+// first error. A command only bash parses (or only sh) must come with an
+// error, so the allow-list check (which refuses on any error) never judges
+// half of it, while Writes still reports the writes of the half it reads.
+func TestAttackParseHalf(t *testing.T) {
+	for _, cmd := range []string{"cat x > .bashrc; ls <(id)", "cat x > .bashrc; [[ -n $(id) ]]", "cat x > .bashrc; f() ( id ); ls {a,b}; a=(1 2)", "cat x > .bashrc; ls >& y"} {
+		files, err := Parse(cmd)
+		if len(files) == 2 && err == nil {
+			continue // both grammars read it: both are checked
+		}
+		if err == nil {
+			t.Errorf("Parse(%q): %d trees and no error", cmd, len(files))
+		}
+		ws, _ := Writes(cmd)
+		if len(files) > 0 && !slices.ContainsFunc(ws, func(w Write) bool { return w.Path == ".bashrc" }) {
+			t.Errorf("Writes(%q) = %+v, missing .bashrc", cmd, ws)
+		}
+	}
+}
