@@ -67,6 +67,27 @@ func TestBatchReady(t *testing.T) {
 	}
 }
 
+// Every router that finishes a batch names its batch.done alike, and no
+// other batch's: the events stream stores it once by that id.
+func TestDoneID(t *testing.T) {
+	a := newBatch("s1", "r1")
+	taken := &Batch{Session: "s1", ReplyID: "r1", Phase: PhaseResumed, Owner: "other", Results: map[string]bus.Result{"c1": ok("c1")}}
+	if a.DoneID() != taken.DoneID() {
+		t.Fatalf("the same batch has batch.done ids %s and %s", a.DoneID(), taken.DoneID())
+	}
+	if n := len(a.DoneID()); n != 22 {
+		t.Fatalf("id %s has %d characters, want 22", a.DoneID(), n)
+	}
+	seen := map[string]string{a.DoneID(): "s1/r1"}
+	for _, b := range []*Batch{newBatch("s1", "r2"), newBatch("s2", "r1"), newBatch("s1.r", "1"), newBatch("s1", ".r1"), newBatch("", "s1r1")} {
+		k := b.Session + "/" + b.ReplyID
+		if prev, dup := seen[b.DoneID()]; dup {
+			t.Fatalf("batches %s and %s have the same batch.done id", prev, k)
+		}
+		seen[b.DoneID()] = k
+	}
+}
+
 func TestParkBatch(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st)

@@ -10,6 +10,8 @@ package parked
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -480,6 +482,19 @@ func (b *Batch) last(id string) bool {
 		}
 	}
 	return true
+}
+
+// DoneID is the id of the batch's batch.done event, and so its
+// Nats-Msg-Id: derived from the session and reply id, so that every router
+// that finishes the batch (the one that resumed it, and one that took its
+// lapsed lease over, docs/parked.md) sends the same id and the events
+// stream, which de-duplicates by it within the dedupe window, stores one
+// batch.done (docs/protocol.md 3.4, 6.1). Within that window a reply id
+// names one batch (3.1). 22 characters, as a NUID.
+func (b *Batch) DoneID() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "io.toolbus.batch.done\x00%d:%s\x00%s", len(b.Session), b.Session, b.ReplyID)
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
 
 // Key returns the continuation's P_parked key, BatchKey(Session, ReplyID).

@@ -115,7 +115,7 @@ func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
 	buf := append(resultsJSON(b, true, 2), '}')
 	if !readOnlyBatch(b) {
-		s.publish(b, bus.TypeBatchDone, "", json.RawMessage(buf))
+		s.publishID(b, doneID(b), bus.TypeBatchDone, "", json.RawMessage(buf))
 		s.stored(b)
 		return
 	}
@@ -123,6 +123,19 @@ func (s reportStep) done(b *batch) {
 		s.log.Warn("router: event not published", "type", bus.TypeBatchDone, "session", b.session, "err", err)
 	}
 	s.audit.audited(b, s.landing)
+}
+
+// doneID is the id of b's batch.done: a batch that parked has the one its
+// continuation derives, so that every router that finishes it (its owner,
+// and one that took a lapsed lease over after the owner published) sends
+// the same Nats-Msg-Id and the events stream stores batch.done once
+// (docs/protocol.md 3.4, 6.1); any other batch gets a new one, as a re-sent
+// copy's batch.done is stored again (3.1).
+func doneID(b *batch) string {
+	if b.cont == nil {
+		return ""
+	}
+	return b.cont.DoneID()
 }
 
 // readOnlyBatch reports whether b is a new batch that parked nothing, did
@@ -206,7 +219,12 @@ func resultsJSON(b *batch, all bool, spare int) []byte {
 // publish publishes an event about b through the events stream; stored
 // waits for it.
 func (s reportStep) publish(b *batch, typ, callID string, data any) {
-	ev, err := s.events.publish(typ, b.session, b.replyID, callID, b.trace, data)
+	s.publishID(b, "", typ, callID, data)
+}
+
+// publishID is publish with the event's id given ("": a new one).
+func (s reportStep) publishID(b *batch, id, typ, callID string, data any) {
+	ev, err := s.events.publishID(id, typ, b.session, b.replyID, callID, b.trace, data)
 	if err != nil {
 		s.log.Warn("router: event not published", "type", typ, "session", b.session, "err", err)
 		return

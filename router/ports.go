@@ -79,6 +79,8 @@ type eventPort interface {
 	// publish sends an event to the events stream and returns at once;
 	// stored waits for the stream to hold it.
 	publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
+	// publishID is publish with the event's id given ("": a new one).
+	publishID(id, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
 	stored(ctx context.Context, evs []*sentEvent) error
 	// announce sends an event without asking for an acknowledgement
 	// (docs/protocol.md 3.4: a read-only batch's batch.done).
@@ -207,9 +209,16 @@ func (x routerEvents) event(typ, session, replyID, callID string, trace [2]strin
 }
 
 func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
+	return x.publishID("", typ, session, replyID, callID, trace, data)
+}
+
+func (x routerEvents) publishID(id, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
 	var e bus.Event
 	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
 		return nil, err
+	}
+	if id != "" {
+		e.ID = id
 	}
 	m, err := e.StoredMsg(x.subj.Events(session)) // its Nats-Msg-Id the event's id
 	if err != nil {

@@ -107,6 +107,10 @@ func (f *fakeEvents) publish(typ, _, _, callID string, _ [2]string, _ any) (*sen
 	return &sentEvent{}, nil
 }
 
+func (f *fakeEvents) publishID(_, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
+	return f.publish(typ, session, replyID, callID, trace, data)
+}
+
 func (f *fakeEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
 	_, err := f.publish(typ, session, replyID, callID, trace, data)
 	return err

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -117,10 +118,14 @@ func TestClusterConcurrentAnswers(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	// Every batch.done is in the stream, once, with both answers.
+	// Every batch.done is in the stream, once, with both answers: each
+	// stored message counts (stored reads the stream, not a consumer's
+	// deliveries), and who sent it says why when there are two.
 	done := map[string]int{}
+	senders := map[string][]string{}
 	testkit.CheckFor(t, 3*bound, 50*time.Millisecond, func() error {
 		clear(done)
+		clear(senders)
 		evs, err := stored(t, e.nc, "s1")
 		if err != nil {
 			return err
@@ -135,6 +140,7 @@ func TestClusterConcurrentAnswers(t *testing.T) {
 				return fmt.Errorf("batch.done of %s: %s", ev.ReplyID, ev.Data)
 			}
 			done[ev.ReplyID]++
+			senders[ev.ReplyID] = append(senders[ev.ReplyID], ev.Source+" at "+ev.Time+" id "+ev.ID)
 		}
 		if len(done) != batches {
 			return fmt.Errorf("%v: %d of %d batches have their batch.done stored", done, len(done), batches)
@@ -143,8 +149,81 @@ func TestClusterConcurrentAnswers(t *testing.T) {
 	})
 	for reply, n := range done {
 		if n != 1 {
-			t.Errorf("batch %s done %d times", reply, n)
+			t.Errorf("batch %s done %d times: %s", reply, n, strings.Join(senders[reply], "; "))
 		}
+	}
+}
+
+// A router that published a parked batch's batch.done and stopped before
+// it removed the continuation (or whose lease lapsed while it removed it,
+// a stream leader moving) leaves the continuation resumed under a stale
+// lease: another router takes it over and finishes the batch again. The
+// batch still has one batch.done in the stream (docs/protocol.md 3.4:
+// once, when every call has a result): both finishes publish it under the
+// same Nats-Msg-Id, derived from the batch.
+func TestTakeoverAfterBatchDoneStoresItOnce(t *testing.T) {
+	e := newEnv(t, 2)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), "toolbus_parked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reply = "r1"
+	e.callParked(t, "s1", reply, bus.Call{ID: "a", Name: "ext"}, bus.Call{ID: "b", Name: "ext"})
+	entry, err := kv.Get(t.Context(), "s1."+reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cont map[string]any
+	if err := json.Unmarshal(entry.Value(), &cont); err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]any{}
+	for _, id := range []string{"a", "b"} {
+		res := bus.Result{ID: id, Name: "ext", State: bus.StateSuccess, Output: bus.Text(id + reply)}
+		if err := e.client.Parked().Answer(t.Context(), "ext", "s1", reply, id, bus.Answer{State: res.State, Output: res.Output}); err != nil {
+			t.Fatal(err)
+		}
+		results[id] = res
+	}
+	doneCount := func() (int, error) {
+		evs, err := stored(t, e.nc, "s1")
+		n := 0
+		for _, ev := range evs {
+			if ev.Type == bus.TypeBatchDone && ev.ReplyID == reply {
+				n++
+			}
+		}
+		return n, err
+	}
+	gone := func() error {
+		if _, err := kv.Get(t.Context(), "s1."+reply); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("continuation still there (%v)", err)
+		}
+		if n, err := doneCount(); err != nil || n == 0 {
+			return fmt.Errorf("%d batch.done stored (%v)", n, err)
+		}
+		return nil
+	}
+	testkit.CheckFor(t, bound, 10*time.Millisecond, gone)
+	// The continuation as the stopped router left it: every result in,
+	// resumed by it, its lease long stale.
+	cont["results"], cont["phase"], cont["owner"] = results, "resumed", "router-gone"
+	cont["touched"] = time.Now().Add(-time.Hour).UTC()
+	v, err := json.Marshal(cont)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(t.Context(), "s1."+reply, v); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckFor(t, bound, 10*time.Millisecond, gone) // taken over, finished, removed
+	if n, err := doneCount(); err != nil || n != 1 {
+		t.Fatalf("batch.done of %s stored %d times (%v), want once", reply, n, err)
 	}
 }
 
