@@ -140,17 +140,15 @@ func (s *records) absent(seen map[string]bool) []string {
 }
 
 // refresh reads the record of call key and applies it; a record that is
-// gone is dropped. It reports whether the read succeeded.
-func (s *records) refresh(ctx context.Context, key string) bool {
+// gone is dropped, one that cannot be read is kept as it was.
+func (s *records) refresh(ctx context.Context, key string) {
 	e, err := s.kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 		s.drop(key)
-		return true
 	case err != nil:
 		s.log.Warn("inbox: read parked call", "key", key, "err", err)
-		return false
+	default:
+		s.apply(e)
 	}
-	s.apply(e)
-	return true
 }

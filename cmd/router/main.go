@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -232,28 +231,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			defer stop()
 		}
 	}
-	<-ctx.Done()
-	log.Info("shutting down: draining work in flight", "deadline", drainTimeout)
-	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
-	// The router and the built-in worker drain side by side, to one
-	// deadline. A stop by signal is not a failure: what the deadline cut
-	// off is logged with its count, and a re-sent batch recovers it
-	// through the ledger.
-	werr := make(chan error, 1)
-	go func() {
-		if w != nil {
-			werr <- w.Drain(dctx)
-			return
-		}
-		werr <- nil
-	}()
-	if err := r.Drain(dctx); err != nil {
-		log.Warn("router drain deadline passed", "err", err)
+	drains := map[string]func(context.Context) error{"router": r.Drain}
+	if w != nil {
+		drains["built-in tools"] = w.Drain
 	}
-	if err := <-werr; err != nil {
-		log.Warn("built-in tools: drain deadline passed", "err", err)
-	}
+	obs.Drain(ctx, drains)
 	return nil
 }
 
@@ -291,9 +273,6 @@ func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 		strings.Join(names, ", "), dir, dir, dir)
 	return cfgFile, nil
 }
-
-// drainTimeout bounds the drain on shutdown.
-const drainTimeout = 30 * time.Second
 
 // dirList is a repeatable flag of directories.
 type dirList []string

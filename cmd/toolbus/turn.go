@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,7 +64,7 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	results, parked := reply.Results, reply.Parked
 	for _, p := range parked {
-		fmt.Fprintf(stderr, "call %s of %s parked, waiting for %s: %s\n", p.ID, p.Name, kindText(p.Kind), parkedCommand(p))
+		fmt.Fprintf(stderr, "call %s of %s parked, waiting for %s: %s\n", p.ID, p.Name, kindText(p.Kind), nextCommand(bus.ParkedCall{ID: p.ID, Name: p.Name, Kind: p.Kind}, false))
 	}
 	if *wait && len(parked) > 0 {
 		fmt.Fprintf(stderr, "waiting for %d parked call(s)...\n", len(parked))
@@ -140,11 +141,12 @@ type follower struct {
 	// a call's parking is told once (the reply and the event both carry it).
 	parked chan bus.Parked
 	w      io.Writer
-	// list, when set, lists the session's parked calls: a confirmed call
-	// of an external tool parks again for its answer with no event of its
-	// own (docs/protocol.md 3.4: call.parked once per batch), so await
-	// looks every pollEvery and says when a call's kind changed.
-	list func(ctx context.Context) ([]bus.ParkedCall, error)
+	// A confirmed call of an external tool parks again for its answer with
+	// no event of its own (docs/protocol.md 3.4: call.parked once per
+	// batch), so await lists the reply's parked calls every pollEvery
+	// (poll) and says when a call's kind changed.
+	cl               *client.Client
+	session, replyID string
 }
 
 // pollEvery is how often a wait looks at the parked calls.
@@ -163,7 +165,7 @@ func follow(ctx context.Context, cl *client.Client, session, replyID string, cal
 		return nil, nil, err
 	}
 	f = &follower{results: make(chan bus.Result, calls+16), parked: make(chan bus.Parked, calls+16), w: w,
-		list: parkedLister(cl, session, replyID)}
+		cl: cl, session: session, replyID: replyID}
 	go func() {
 		defer close(f.results)
 		for e := range events.C {
@@ -216,18 +218,14 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 			fmt.Fprintf(f.w, "call %s of %s now waits for %s: %s\n", p.ID, p.Name, kindText(p.Kind), nextCommand(p, false))
 		}
 	}
-	var tick <-chan time.Time
-	if f.list != nil {
-		t := time.NewTicker(pollEvery)
-		defer t.Stop()
-		tick = t.C
-	}
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
 	var out []bus.Result
 	for len(waiting) > 0 {
 		select {
 		case <-ctx.Done():
 			return out, ctx.Err()
-		case <-tick:
+		case <-tick.C:
 			for _, p := range f.poll(ctx) {
 				moved(p)
 			}
@@ -251,13 +249,8 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 func (f *follower) poll(ctx context.Context) []bus.ParkedCall {
 	ctx, cancel := context.WithTimeout(ctx, pollEvery)
 	defer cancel()
-	calls, _ := f.list(ctx)
-	return calls
-}
-
-// parkedCommand is the toolbus command that answers parked call p.
-func parkedCommand(p bus.Parked) string {
-	return nextCommand(bus.ParkedCall{ID: p.ID, Name: p.Name, Kind: p.Kind}, false)
+	_, calls, _ := listParked(ctx, f.cl, f.session)
+	return slices.DeleteFunc(calls, func(p bus.ParkedCall) bool { return p.ReplyID != f.replyID })
 }
 
 // blocksText is the text of blocks on one line ([kind] for others).
@@ -271,18 +264,4 @@ func blocksText(blocks []bus.Block) string {
 		}
 	}
 	return strings.Join(parts, " ")
-}
-
-// parkedLister lists the parked calls of session's reply replyID.
-func parkedLister(cl *client.Client, session, replyID string) func(context.Context) ([]bus.ParkedCall, error) {
-	return func(ctx context.Context) ([]bus.ParkedCall, error) {
-		_, calls, err := listParked(ctx, cl, session)
-		var mine []bus.ParkedCall
-		for _, p := range calls {
-			if p.ReplyID == replyID {
-				mine = append(mine, p)
-			}
-		}
-		return mine, err
-	}
 }

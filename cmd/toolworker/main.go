@@ -33,9 +33,6 @@ func main() {
 	cli.Main("toolworker", run)
 }
 
-// drainTimeout bounds the drain on shutdown.
-const drainTimeout = 30 * time.Second
-
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("toolworker", args, stdout, stderr)
 	conn := natsconn.FromEnv()
@@ -133,15 +130,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Info("registered with the routers")
 	case <-ctx.Done():
 	}
-	<-ctx.Done()
-	log.Info("shutting down: draining calls in flight")
-	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
-	// A stop by signal is not a failure: calls cut off by the deadline
-	// (logged, counted) are what a re-sent batch recovers.
-	if err := w.Drain(dctx); err != nil {
-		log.Warn("drain deadline passed", "err", err)
-	}
+	obs.Drain(ctx, map[string]func(context.Context) error{"worker": w.Drain})
 	return nil
 }
 
@@ -165,7 +154,7 @@ func startBridge(ctx context.Context, nc *nats.Conn, path, prefix, id, workdir s
 		return nil, err
 	}
 	return func() {
-		dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		dctx, cancel := context.WithTimeout(context.Background(), cli.DrainTimeout)
 		defer cancel()
 		_ = b.Stop(dctx)
 	}, nil

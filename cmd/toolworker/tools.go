@@ -216,29 +216,6 @@ func (ns *notes) add(n string) int {
 // register adds the example tools to w; append_note stores into ns and,
 // when notesGroup is set, belongs to that group instead of basic.
 func register(w *worker.Worker, ns *notes, notesGroup string) error {
-	err := worker.Register(w, bus.ToolDef{Name: "word_count",
-		Description: "Count the words of a text (runs of characters separated by white space).",
-		ReadOnly:    true, ConcurrencySafe: true, Idempotent: true, MaxAttempts: 2, TimeoutMS: 5000},
-		func(_ context.Context, _ *worker.Call, in WordCountIn) (WordCountOut, error) {
-			return WordCountOut{Words: len(strings.Fields(in.Text))}, nil
-		})
-	if err != nil {
-		return err
-	}
-	err = worker.Register(w, bus.ToolDef{Name: "slow_echo",
-		Description: "Wait the given number of milliseconds, reporting progress every 100 ms, then send the text back.",
-		ReadOnly:    true, ConcurrencySafe: true, Idempotent: true},
-		slowEcho)
-	if err != nil {
-		return err
-	}
-	err = worker.Register(w, bus.ToolDef{Name: "big_text",
-		Description: "Return a text of the given size in KiB (numbered lines); above 1 MiB it comes back as a nats-object:// reference for toolbus fetch.",
-		ReadOnly:    true, ConcurrencySafe: true, Idempotent: true},
-		bigText)
-	if err != nil {
-		return err
-	}
 	// append_note writes, so a re-sent batch must not run it twice; its own
 	// permission check allows it (the note list is harmless), so that it runs
 	// without a confirmation in the default permission mode.
@@ -246,16 +223,28 @@ func register(w *worker.Worker, ns *notes, notesGroup string) error {
 	if notesGroup != "" {
 		groups = []string{notesGroup}
 	}
-	err = worker.Register(w, bus.ToolDef{Name: "append_note",
-		Description: "Append a note to this worker's in-memory list and return how many notes it holds.",
-		ReadOnly:    false, ConcurrencySafe: false, Idempotent: false, Permission: bus.PermissionAllow, Groups: groups},
-		func(_ context.Context, _ *worker.Call, in AppendNoteIn) (AppendNoteOut, error) {
-			return AppendNoteOut{Count: ns.add(in.Note)}, nil
-		})
-	if err != nil {
-		return err
-	}
-	return registerEffects(w)
+	return errors.Join(
+		worker.Register(w, bus.ToolDef{Name: "word_count",
+			Description: "Count the words of a text (runs of characters separated by white space).",
+			ReadOnly:    true, ConcurrencySafe: true, Idempotent: true, MaxAttempts: 2, TimeoutMS: 5000},
+			func(_ context.Context, _ *worker.Call, in WordCountIn) (WordCountOut, error) {
+				return WordCountOut{Words: len(strings.Fields(in.Text))}, nil
+			}),
+		worker.Register(w, bus.ToolDef{Name: "slow_echo",
+			Description: "Wait the given number of milliseconds, reporting progress every 100 ms, then send the text back.",
+			ReadOnly:    true, ConcurrencySafe: true, Idempotent: true},
+			slowEcho),
+		worker.Register(w, bus.ToolDef{Name: "big_text",
+			Description: "Return a text of the given size in KiB (numbered lines); above 1 MiB it comes back as a nats-object:// reference for toolbus fetch.",
+			ReadOnly:    true, ConcurrencySafe: true, Idempotent: true},
+			bigText),
+		worker.Register(w, bus.ToolDef{Name: "append_note",
+			Description: "Append a note to this worker's in-memory list and return how many notes it holds.",
+			ReadOnly:    false, ConcurrencySafe: false, Idempotent: false, Permission: bus.PermissionAllow, Groups: groups},
+			func(_ context.Context, _ *worker.Call, in AppendNoteIn) (AppendNoteOut, error) {
+				return AppendNoteOut{Count: ns.add(in.Note)}, nil
+			}),
+		registerEffects(w))
 }
 
 // slowEcho sleeps in.MS milliseconds, emitting a progress event every

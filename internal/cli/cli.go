@@ -13,7 +13,9 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -77,6 +79,29 @@ func (s *Started) WorkerObserver(slots int) worker.Observer {
 		slots = worker.DefaultMaxConcurrent
 	}
 	return metrics.NewWorker(s.Metrics, slots)
+}
+
+// DrainTimeout bounds a long-running command's drain on shutdown.
+const DrainTimeout = 30 * time.Second
+
+// Drain waits until ctx ends, then runs drains (by what they drain) side
+// by side to one deadline, DrainTimeout. A stop by signal is not a
+// failure: what the deadline cut off is logged with its count, and a
+// re-sent batch recovers it through the ledger.
+func (s *Started) Drain(ctx context.Context, drains map[string]func(context.Context) error) {
+	<-ctx.Done()
+	s.Log.Info("shutting down: draining work in flight", "deadline", DrainTimeout)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DrainTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for what, drain := range drains {
+		wg.Go(func() {
+			if err := drain(dctx); err != nil {
+				s.Log.Warn(what+": drain deadline passed", "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 var _ worker.Observer = (*metrics.Worker)(nil)

@@ -528,7 +528,7 @@ func (a *soakApprover) answer(c *soakCall, via string) {
 	t.mu.Unlock()
 	think := time.Duration(rand.IntN(1000)) * time.Millisecond
 	go func() {
-		sleepCtx(a.ctx, think)
+		_ = bus.Sleep(a.ctx, think)
 		ans, b, try := c.kind.answer(c.id), c.batch, 0
 		err := bench.Poll(a.ctx, soakAnswerFor, 500*time.Millisecond, func() error {
 			try++

@@ -230,7 +230,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 			return
 		}
 		for n := 0; ; n++ {
-			sleepCtx(loadCtx, o.FaultEvery)
+			_ = bus.Sleep(loadCtx, o.FaultEvery)
 			if loadCtx.Err() != nil {
 				return
 			}
@@ -243,7 +243,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	// with a pause of 20 to 200 ms, and finishes the one under way.
 	_, _ = bench.Generate(loadCtx, o.Duration, 0, o.Agents, func(_ context.Context, i int) error {
 		l.batch(ctx, agents[i])
-		sleepCtx(loadCtx, time.Duration(20+agents[i].r.IntN(180))*time.Millisecond)
+		_ = bus.Sleep(loadCtx, time.Duration(20+agents[i].r.IntN(180))*time.Millisecond)
 		return nil
 	})
 	<-fdone
@@ -253,7 +253,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 		if missingBatchDone(t) == 0 {
 			break
 		}
-		sleepCtx(ctx, 200*time.Millisecond)
+		_ = bus.Sleep(ctx, 200*time.Millisecond)
 	}
 	stopRun()
 	logf("stopping the deployment")
@@ -751,7 +751,7 @@ func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down ti
 		id, pid, kerr := p.kill()
 		f.Target = fmt.Sprintf("%s (pid %d, SIGKILL)", id, pid)
 		if err = kerr; err == nil {
-			sleepCtx(ctx, down)
+			_ = bus.Sleep(ctx, down)
 			err = p.start(context.WithoutCancel(ctx))
 		}
 	case "stop_nats_node":
@@ -764,7 +764,7 @@ func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down ti
 			f.Target = fmt.Sprintf("n%d (leader of %s)", node, stream)
 		}
 		d.cluster.StopNode(node)
-		sleepCtx(ctx, 2*down)
+		_ = bus.Sleep(ctx, 2*down)
 		if err = d.cluster.Start(node); err == nil {
 			err = d.cluster.WaitReady(60 * time.Second)
 		}
@@ -781,14 +781,4 @@ func (d *soakDeploy) faultStreams() []string {
 	s := bus.NewSubjects(d.prefix)
 	return []string{"KV_" + s.Bucket(bus.BucketLedger), "KV_" + s.Bucket(bus.BucketParked), s.Stream(bus.StreamEvents),
 		"KV_" + s.Bucket(bus.BucketSessions)}
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
