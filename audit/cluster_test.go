@@ -84,12 +84,14 @@ func contains(raw json.RawMessage, s string) bool { return strings.Contains(stri
 
 // TestExportReadsWhatTheLeaderHolds: on the 3-node cluster (replicas 3),
 // every record Stored reported is exported at once, batch after batch,
-// the leader made to step down before every tenth batch: Export reads
-// through a consumer on any replica, and a replica may not have applied
-// the newest records yet (a record is acknowledged once a majority holds
-// it), so Export reads on until it has what the leader held when it began.
-// Before that, reads right after a reply missed the last records (issue of
-// router.TestAuditDurableOnCluster).
+// the leader made to step down before every tenth batch from the second
+// (the first in the stream's first seconds, while the member first
+// preferred as leader still answers the stream's info from its own state).
+// Export reads through a consumer on any replica, and a replica may not
+// have applied the newest records yet (a record is acknowledged once a
+// majority holds it), so Export reads on until it has the leader's last
+// selected record. Before, reads right after a reply missed the newest
+// records (router.TestAuditDurableOnCluster).
 func TestExportReadsWhatTheLeaderHolds(t *testing.T) {
 	cl := testkit.RunCluster(t)
 	s := bus.NewSubjects(bus.DefaultPrefix)
@@ -105,7 +107,7 @@ func TestExportReadsWhatTheLeaderHolds(t *testing.T) {
 	}
 	const rounds, perRound = 30, 16
 	for r := range rounds {
-		if r%10 == 9 {
+		if r%10 == 1 {
 			if err := reader.Publish("$JS.API.STREAM.LEADER.STEPDOWN."+s.Stream(Stream), nil); err != nil {
 				t.Fatal(err)
 			}

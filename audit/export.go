@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -16,7 +15,7 @@ import (
 )
 
 // exportRetries bounds how often Export asks again while nothing comes: no
-// server answered, or the replica it reads lags the leader (about 5 s in
+// leader answered, or the replica it reads lags the leader (about 5 s in
 // all, counted afresh after each record that comes).
 const exportRetries = 10
 
@@ -31,17 +30,17 @@ type Filter struct {
 }
 
 // Export calls fn with every stored record that f selects, oldest first,
-// and returns once it has seen all that were stored when it started: all
-// that the stream's leader held then. The records come through an ordered
-// consumer, which on a cluster reads the replica it was placed on, and a
-// replica may not have applied the newest records yet (a record is
-// acknowledged once a majority holds it, and the reply follows that). So
-// when the replica has no more, Export asks the leader whether it holds a
-// selected record past the last one seen, and reads again until the
-// replica delivers it.
+// and returns once it has seen all that were stored when it started: up to
+// the last selected record the stream's leader held then. The records come
+// through an ordered consumer, which on a cluster reads the replica it was
+// placed on, and a replica may not have applied the newest records yet (a
+// record is acknowledged once a majority holds it, and the reply follows
+// that); so Export reads on until the replica delivers the leader's last.
+// The stream's info is no bound: in a new stream's first seconds the
+// member first preferred as leader answers it too, from its own state.
 func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter, fn func(json.RawMessage) error) error {
 	e, err := newExport(ctx, js, s, f)
-	if err != nil {
+	if err != nil || e == nil {
 		return err
 	}
 	return e.run(ctx, fn)
@@ -49,20 +48,17 @@ func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filte
 
 // export is one Export's reading.
 type export struct {
-	nc     *nats.Conn
-	get    string // the leader's message-get subject
-	cons   jetstream.Consumer
-	filter string
-	since  time.Time
-	last   uint64 // the leader's last sequence when the export started
-	seen   uint64 // the sequence of the last record read
+	cons jetstream.Consumer
+	last uint64 // the leader's last selected record when the export started
+	seen uint64 // the sequence of the last record read
 }
 
+// newExport returns the export of f's records; nil when there are none.
 func newExport(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter) (*export, error) {
 	name := s.Stream(Stream)
-	stream, err := leaderStream(ctx, js, name)
+	stream, err := js.Stream(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("audit: stream %s: %w", name, err)
 	}
 	session, tool := "*", "*"
 	if f.Session != "" {
@@ -71,35 +67,60 @@ func newExport(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Fi
 	if f.Tool != "" {
 		tool = f.Tool
 	}
-	e := &export{nc: js.Conn(), get: store.APIPrefix(js) + "STREAM.MSG.GET." + name,
-		filter: s.Prefix + "." + kind + "." + session + "." + tool, since: f.Since, last: stream.CachedInfo().State.LastSeq}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.filter}}
+	filter := s.Prefix + "." + kind + "." + session + "." + tool
+	last, at, err := leaderLast(ctx, js, name, filter)
+	if err != nil || last == 0 || at.Before(f.Since) {
+		return nil, err
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
 	if !f.Since.IsZero() {
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &f.Since
 	}
-	if e.cons, err = stream.OrderedConsumer(ctx, cfg); err != nil {
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
 		return nil, fmt.Errorf("audit: consumer: %w", err)
 	}
-	return e, nil
+	return &export{cons: cons, last: last}, nil
 }
 
-// leaderStream looks the stream up. While it elects a leader, a member
-// answers with its own state, which may lack records a majority
-// acknowledged: such an answer is asked again after a moment.
-func leaderStream(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+// leaderLast asks the stream's leader for the sequence and time of its last
+// record on filter (0 when there is none), asking again for a while when
+// no leader answers (the stream electing one).
+func leaderLast(ctx context.Context, js jetstream.JetStream, stream, filter string) (seq uint64, at time.Time, err error) {
+	req, _ := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{filter})
+	subject := store.APIPrefix(js) + "STREAM.MSG.GET." + stream
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Sequence uint64    `json:"seq"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+	}
 	for retries := 1; ; retries++ {
-		stream, err := js.Stream(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("audit: stream %s: %w", name, err)
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := js.Conn().RequestWithContext(actx, subject, req)
+		cancel()
+		if err == nil {
+			resp.Error, resp.Message = nil, nil
+			err = json.Unmarshal(m.Data, &resp)
 		}
-		if c := stream.CachedInfo().Cluster; c == nil || c.Leader != "" {
-			return stream, nil
+		switch {
+		case err == nil && resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+			return 0, time.Time{}, nil
+		case err == nil && resp.Error != nil:
+			err = resp.Error
+		case err == nil && resp.Message == nil:
+			err = errors.New("empty reply")
+		case err == nil:
+			return resp.Message.Sequence, resp.Message.Time, nil
 		}
-		if retries > exportRetries {
-			return nil, fmt.Errorf("audit: stream %s has no leader", name)
+		if !store.IsTransient(err) || retries > exportRetries || ctx.Err() != nil {
+			return 0, time.Time{}, fmt.Errorf("audit: the last record from the leader: %w", err)
 		}
 		if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
-			return nil, err
+			return 0, time.Time{}, err
 		}
 	}
 }
@@ -108,35 +129,20 @@ func leaderStream(ctx context.Context, js jetstream.JetStream, name string) (jet
 func (e *export) run(ctx context.Context, fn func(json.RawMessage) error) error {
 	for retries := 0; e.seen < e.last; {
 		n, err := e.fetch(ctx, fn)
-		if n > 0 {
-			if err != nil {
-				return err
-			}
+		switch {
+		case n > 0 && err != nil:
+			return err
+		case n > 0:
 			retries = 0
-			if n == exportBatch {
-				continue
-			}
-		}
-		if err == nil {
-			// The replica has no more now: has the leader?
-			var more bool
-			more, err = e.leaderHas(ctx)
-			switch {
-			case err == nil && !more:
-				return nil
-			case err == nil && n > 0:
-				continue // read again at once
-			}
-		}
-		// Nothing came though the leader has more, or no server
-		// answered: the replica lags the leader, or the consumer's server
-		// or the leader is not answering yet (a cluster under load, a
-		// leader moving). Ask again after a moment.
-		if err != nil && !store.IsTransient(err) {
+			continue
+		case err != nil && !store.IsTransient(err):
 			return err
 		}
+		// Nothing came: the replica lags the leader, or the consumer's
+		// server is not answering yet (a cluster under load, a leader
+		// moving). Ask again after a moment.
 		if retries++; retries > exportRetries {
-			return cmp.Or(err, fmt.Errorf("audit: the leader holds records up to sequence %d that were not delivered", e.last))
+			return cmp.Or(err, fmt.Errorf("audit: records up to sequence %d not delivered", e.last))
 		}
 		if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 			return err
@@ -172,44 +178,4 @@ func (e *export) fetch(ctx context.Context, fn func(json.RawMessage) error) (int
 		return n, fmt.Errorf("audit: fetch: %w", err)
 	}
 	return n, ctx.Err()
-}
-
-// leaderHas asks the stream's leader whether it holds a selected record
-// past the last one read, up to e.last.
-func (e *export) leaderHas(ctx context.Context) (bool, error) {
-	req := struct {
-		Seq       uint64     `json:"seq,omitempty"`
-		NextFor   string     `json:"next_by_subj"`
-		StartTime *time.Time `json:"start_time,omitempty"`
-	}{Seq: e.seen + 1, NextFor: e.filter}
-	if e.seen == 0 && !e.since.IsZero() {
-		req.Seq, req.StartTime = 0, &e.since
-	}
-	b, err := json.Marshal(req)
-	if err != nil {
-		return false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	m, err := e.nc.RequestWithContext(ctx, e.get, b)
-	if err != nil {
-		return false, fmt.Errorf("audit: leader: %w", err)
-	}
-	var resp struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Sequence uint64 `json:"seq"`
-		} `json:"message"`
-	}
-	switch err := json.Unmarshal(m.Data, &resp); {
-	case err != nil:
-		return false, fmt.Errorf("audit: leader: %w", err)
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return false, nil
-	case resp.Error != nil:
-		return false, fmt.Errorf("audit: leader: %w", resp.Error)
-	case resp.Message == nil:
-		return false, errors.New("audit: leader: empty reply")
-	}
-	return resp.Message.Sequence <= e.last, nil
 }
