@@ -110,14 +110,11 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Names == NamesAgentScope {
-		if err := (fileTools{f}).registerAgentScope(w); err != nil {
-			return err
-		}
-		return sh.registerAgentScope(w)
-	}
-	if err := (fileTools{f}).register(w); err != nil {
+	if err := registerFiles(w, f, cfg.Names); err != nil {
 		return err
+	}
+	if cfg.Names == NamesAgentScope {
+		return sh.registerAgentScope(w)
 	}
 	return sh.register(w)
 }

@@ -3,6 +3,7 @@ package builtin
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,9 +70,6 @@ func (f *Files) Base() string { return f.base }
 // refused is a refusal; its text is what the model reads.
 func refused(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
-// maxLinks bounds the symlinks one resolution follows (as Linux does).
-const maxLinks = 40
-
 // resolve turns a path of the input into a path relative to the base
 // directory with every symlink that exists resolved (a missing tail is
 // kept as written), refusing anything that leaves the base directory,
@@ -90,76 +88,22 @@ func (f *Files) resolve(tool, p string) (string, error) {
 	if !within(f.base, full) {
 		return "", refused("%s refused: %q is outside the base directory %s", tool, p, f.base)
 	}
-	rel, err := resolveIn(f.root, f.base, f.relOS(full))
-	switch {
-	case errors.Is(err, errEscapes):
+	rel, ok := f.resolveIn(f.relOS(full))
+	if !ok {
 		return "", refused("%s refused: %q resolves (through a symlink) outside the base directory %s", tool, p, f.base)
-	case err != nil:
-		return "", refused("%s refused: %q cannot be resolved: %v", tool, p, err)
 	}
 	return rel, nil
 }
 
-// errEscapes is resolveIn's answer for a path that leaves the root.
-var errEscapes = errors.New("the path leaves the base directory")
-
-// resolveIn resolves the symlinks of rel (relative to root, which is the
-// directory base) component by component through root, without ever
-// following one: a link's target is read (Readlink) and spliced into the
-// rest of the path. An absolute target counts when it names a place
-// inside base. It returns the resolved path relative to root ("." for the
-// root itself), or errEscapes.
-func resolveIn(root *os.Root, base, rel string) (string, error) {
-	rest := splitPath(rel)
-	var cur []string
-	links := 0
-	for len(rest) > 0 {
-		c := rest[0]
-		rest = rest[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			if len(cur) == 0 {
-				return "", errEscapes
-			}
-			cur = cur[:len(cur)-1]
-			continue
-		}
-		cand := filepath.Join(append(slices.Clone(cur), c)...)
-		fi, err := root.Lstat(cand)
-		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-			// Missing (or unreadable): the rest is taken as written; f.root
-			// decides what exists at use.
-			cur = append(cur, c)
-			continue
-		}
-		if links++; links > maxLinks {
-			return "", fmt.Errorf("more than %d symlinks", maxLinks)
-		}
-		target, err := root.Readlink(cand)
-		if err != nil {
-			return "", err
-		}
-		if filepath.IsAbs(target) {
-			target = filepath.Clean(target)
-			if !within(base, target) {
-				return "", errEscapes
-			}
-			r, _ := filepath.Rel(base, target)
-			cur = nil
-			target = r
-		}
-		rest = append(splitPath(target), rest...)
-	}
-	if len(cur) == 0 {
-		return ".", nil
-	}
-	return filepath.Join(cur...), nil
-}
-
-func splitPath(p string) []string {
-	return strings.Split(filepath.ToSlash(p), "/")
+// resolveIn resolves the symlinks of rel (relative to the base directory)
+// as permission rules see them (permission.Resolve: component by
+// component, dangling links followed, a missing tail kept) and returns the
+// result relative to the base directory ("." for itself); false when it
+// lies outside. A link that leaves the base directory and comes back in is
+// left to f.root, which refuses it at use.
+func (f *Files) resolveIn(rel string) (string, bool) {
+	r := permission.Resolve(filepath.Join(f.base, rel))
+	return f.relOS(r), within(f.base, r)
 }
 
 func within(root, p string) bool {
@@ -192,7 +136,7 @@ func (f *Files) abs(p string) string { return filepath.Join(f.base, p) }
 // which write_file and edit_file refuse: git runs programs its config and
 // hooks name, so writing there would hand the agent every command.
 func inGitDir(p string) bool {
-	return slices.ContainsFunc(splitPath(p), func(c string) bool { return strings.EqualFold(c, ".git") })
+	return slices.ContainsFunc(strings.Split(filepath.ToSlash(p), "/"), func(c string) bool { return strings.EqualFold(c, ".git") })
 }
 
 // readRecord is what the session remembers of a file it read or wrote.
@@ -237,6 +181,8 @@ type ReadIn struct {
 	Path   string `json:"path"`
 	Offset int    `json:"offset,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
+	// FilePath is Path under AgentScope's names (agentscope.go).
+	FilePath string `json:"file_path,omitempty"`
 }
 
 // Read runs read_file; it returns the text and the state patch.
@@ -309,8 +255,9 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 
 // WriteIn is the input of write_file.
 type WriteIn struct {
-	Path    string `json:"path"`
-	Content string `json:"content"`
+	Path     string `json:"path"`
+	Content  string `json:"content"`
+	FilePath string `json:"file_path,omitempty"` // as ReadIn's
 }
 
 // Write runs write_file against the session state (the read records).
@@ -361,6 +308,7 @@ type EditIn struct {
 	OldString  string `json:"old_string"`
 	NewString  string `json:"new_string"`
 	ReplaceAll bool   `json:"replace_all,omitempty"`
+	FilePath   string `json:"file_path,omitempty"` // as ReadIn's
 }
 
 // Edit runs edit_file against the session state (the read records).
@@ -478,8 +426,8 @@ func (f *Files) walk(ctx context.Context, dir string, fn func(p string, fi fs.Fi
 		}
 		real := filepath.FromSlash(p)
 		if d.Type()&fs.ModeSymlink != 0 {
-			r, err := resolveIn(f.root, f.base, real)
-			if err != nil {
+			r, ok := f.resolveIn(real)
+			if !ok {
 				return nil
 			}
 			real = r
@@ -616,8 +564,7 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 			return "", refused("search_files refused: the glob %q is not valid: %v", in.Glob, err)
 		}
 	}
-	type file struct{ name, open string }
-	var files []file
+	var files []string
 	if fi.IsDir() {
 		err := f.walk(ctx, root, func(p string, fi fs.FileInfo) bool {
 			r := relTo(root, p)
@@ -631,7 +578,7 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 				}
 			}
 			if fi.Size() <= maxSearchFile {
-				files = append(files, file{p, p})
+				files = append(files, p)
 			}
 			return true
 		})
@@ -639,19 +586,19 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 			return "", stopped("search_files")
 		}
 	} else {
-		files = []file{{root, root}}
+		files = []string{root}
 	}
-	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.name, b.name) })
+	slices.Sort(files)
 	var b strings.Builder
 	n := 0
 	cut := false
 files:
-	for _, fl := range files {
+	for _, name := range files {
 		if ctx.Err() != nil {
 			return "", stopped("search_files")
 		}
-		open := fl.open
-		if r, err := resolveIn(f.root, f.base, open); err == nil {
+		open := name
+		if r, ok := f.resolveIn(open); ok {
 			open = r
 		}
 		fh, err := f.root.Open(open)
@@ -674,7 +621,7 @@ files:
 			if utf8.RuneCountInString(s) > 500 {
 				s = string([]rune(s)[:500]) + " [line cut]"
 			}
-			entry := fmt.Sprintf("%s:%d:%s\n", f.rel(fl.name), line, s)
+			entry := fmt.Sprintf("%s:%d:%s\n", f.rel(name), line, s)
 			if n == maxMatches || b.Len()+len(entry) > maxOutputChars {
 				cut = true
 				fh.Close()
@@ -737,41 +684,57 @@ func patching(c *worker.Call, text string, patch any, err error) (string, error)
 	return text, nil
 }
 
-// fileTools are f's operations as a worker's tools: their definitions
-// and handlers, under toolbus's names (register) or AgentScope's
-// (registerAgentScope, agentscope.go). Files itself is the sandboxed file
-// system, usable without a worker.
-type fileTools struct{ f *Files }
-
-// register registers the file tools under toolbus's names.
-func (t fileTools) register(w *worker.Worker) error {
-	f := t.f
+// registerFiles registers f's operations as a worker's tools under the
+// names profile names (Config.Names): toolbus's, or AgentScope's, whose
+// Read, Write and Edit take the path as file_path. Files itself is the
+// sandboxed file system, usable without a worker.
+func registerFiles(w *worker.Worker, f *Files, names string) error {
+	as := names == NamesAgentScope
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
-	if err := worker.Register(w, fileDef("read_file", "Read a text file, with line numbers (from 1); use offset and limit for long files."+where, readSchema, true, f.base),
-		func(_ context.Context, c *worker.Call, in ReadIn) (string, error) {
-			text, patch, err := f.Read(in)
-			return patching(c, text, patch, err)
-		}); err != nil {
-		return err
+	// def picks the profile's name, description and schema; AgentScope's
+	// rules match file_path.
+	def := func(name, asName, desc, asDesc, schema, asSchema string, readOnly bool) bus.ToolDef {
+		if !as {
+			return fileDef(name, desc+where, schema, readOnly, f.base)
+		}
+		d := fileDef(asName, cmp.Or(asDesc, desc)+where, asSchema, readOnly, f.base)
+		if d.RuleField == "path" {
+			d.RuleField = "file_path"
+		}
+		return d
 	}
-	if err := worker.Register(w, fileDef("write_file", "Write a whole file, creating it (and its directories) when needed. An existing file must have been read with read_file first, unchanged since."+where, writeSchema, false, f.base),
-		func(_ context.Context, c *worker.Call, in WriteIn) (string, error) {
-			text, patch, err := f.Write(c.State, in)
-			return patching(c, text, patch, err)
-		}); err != nil {
-		return err
+	// path is the input's path under the profile's field: the one its
+	// rules matched.
+	path := func(p, fp string) string {
+		if as {
+			return fp
+		}
+		return p
 	}
-	if err := worker.Register(w, fileDef("edit_file", "Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with read_file first, unchanged since."+where, editSchema, false, f.base),
-		func(_ context.Context, c *worker.Call, in EditIn) (string, error) {
-			text, patch, err := f.Edit(c.State, in)
-			return patching(c, text, patch, err)
-		}); err != nil {
-		return err
-	}
-	if err := worker.Register(w, fileDef("list_files", "List files matching a glob (** crosses directories), sorted."+where, listSchema, true, f.base),
-		func(ctx context.Context, _ *worker.Call, in ListIn) (string, error) { return f.List(ctx, in) }); err != nil {
-		return err
-	}
-	return worker.Register(w, fileDef("search_files", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded."+where, searchSchema, true, f.base),
-		func(ctx context.Context, _ *worker.Call, in SearchIn) (string, error) { return f.Search(ctx, in) })
+	return cmp.Or( // the first error
+		worker.Register(w, def("read_file", "Read", "Read a text file, with line numbers (from 1); use offset and limit for long files.", "", readSchema, asReadSchema, true),
+			func(_ context.Context, c *worker.Call, in ReadIn) (string, error) {
+				in.Path = path(in.Path, in.FilePath)
+				text, patch, err := f.Read(in)
+				return patching(c, text, patch, err)
+			}),
+		worker.Register(w, def("write_file", "Write", "Write a whole file, creating it (and its directories) when needed. An existing file must have been read with read_file first, unchanged since.",
+			"Write a whole file, creating it when needed. An existing file must have been read with Read first, unchanged since.", writeSchema, asWriteSchema, false),
+			func(_ context.Context, c *worker.Call, in WriteIn) (string, error) {
+				in.Path = path(in.Path, in.FilePath)
+				text, patch, err := f.Write(c.State, in)
+				return patching(c, text, patch, err)
+			}),
+		worker.Register(w, def("edit_file", "Edit", "Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with read_file first, unchanged since.",
+			"Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with Read first, unchanged since.", editSchema, asEditSchema, false),
+			func(_ context.Context, c *worker.Call, in EditIn) (string, error) {
+				in.Path = path(in.Path, in.FilePath)
+				text, patch, err := f.Edit(c.State, in)
+				return patching(c, text, patch, err)
+			}),
+		worker.Register(w, def("list_files", "Glob", "List files matching a glob (** crosses directories), sorted.", "", listSchema, asGlobSchema, true),
+			func(ctx context.Context, _ *worker.Call, in ListIn) (string, error) { return f.List(ctx, in) }),
+		worker.Register(w, def("search_files", "Grep", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded.", "", searchSchema, asGrepSchema, true),
+			func(ctx context.Context, _ *worker.Call, in SearchIn) (string, error) { return f.Search(ctx, in) }),
+	)
 }

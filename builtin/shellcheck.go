@@ -153,23 +153,23 @@ func (c *checker) call(n *syntax.CallExpr) error {
 	if len(n.Args) == 0 {
 		return nil
 	}
-	name, ok := static(n.Args[0])
-	if !ok || name.glob {
+	name, ok := shellcmd.Static(n.Args[0])
+	if !ok || name.Glob {
 		return refused("shell refused: with an allow-list every command name must be written out plainly, not computed or globbed")
 	}
-	if slices.Contains(wrappers, name.value) {
-		return refused("shell refused: %s runs its arguments as another program, which an allow-list cannot check", name.value)
+	if slices.Contains(wrappers, name.Value) {
+		return refused("shell refused: %s runs its arguments as another program, which an allow-list cannot check", name.Value)
 	}
-	if slices.Contains(c.trust, name.value) {
+	if slices.Contains(c.trust, name.Value) {
 		return nil // trusted with anything
 	}
-	if !slices.Contains(c.allow, name.value) {
-		return refused("shell refused: the program %q is not allowed; allowed programs: %s", name.value, strings.Join(append(slices.Clone(c.allow), c.trust...), ", "))
+	if !slices.Contains(c.allow, name.Value) {
+		return refused("shell refused: the program %q is not allowed; allowed programs: %s", name.Value, strings.Join(append(slices.Clone(c.allow), c.trust...), ", "))
 	}
-	prog := filepath.Base(name.value)
+	prog := filepath.Base(name.Value)
 	p, ok := shellcmd.Lookup(prog)
 	if !ok {
-		return refused("shell refused: toolbus has no profile of %s, so an allow-list cannot hold it (the operator may trust it with --shell-trust)", name.value)
+		return refused("shell refused: toolbus has no profile of %s, so an allow-list cannot hold it (the operator may trust it with --shell-trust)", name.Value)
 	}
 	if !p.Plain {
 		return c.profiled(prog, p, n.Args[1:])
@@ -197,8 +197,8 @@ func (c *checker) call(n *syntax.CallExpr) error {
 func (c *checker) profiled(prog string, p shellcmd.Profile, args []*syntax.Word) error {
 	var vals []string
 	for _, a := range args {
-		if w, ok := static(a); ok && !w.glob {
-			vals = append(vals, w.value)
+		if w, ok := shellcmd.Static(a); ok && !w.Glob {
+			vals = append(vals, w.Value)
 		}
 	}
 	return c.writes(p, vals)
@@ -237,19 +237,6 @@ func (c *checker) writable(w shellcmd.Write) error {
 	return nil
 }
 
-// word is a word's value when it has no expansion; glob says that it has
-// an unquoted *, ?, [, { or ~ (which the shell may turn into other words).
-type word struct {
-	value string
-	glob  bool
-}
-
-// static returns w's value when w is made only of literal text and quotes.
-func static(w *syntax.Word) (word, bool) {
-	v, ok := shellcmd.Static(w)
-	return word{value: v.Value, glob: v.Glob}, ok
-}
-
 // staticArgs returns the values of args, refusing an expansion anywhere
 // and a glob before "--" (a file named "-c" or "--upload-pack=x" would
 // become an option).
@@ -257,20 +244,20 @@ func staticArgs(prog string, args []*syntax.Word) ([]string, error) {
 	out := make([]string, 0, len(args))
 	dashes := false
 	for _, a := range args {
-		w, ok := static(a)
+		w, ok := shellcmd.Static(a)
 		if !ok {
 			return nil, refused("shell refused: with an allow-list %s's arguments must be written out plainly (no $, `...` or $(...)); its options decide what it runs", prog)
 		}
-		if w.glob && !dashes {
+		if w.Glob && !dashes {
 			return nil, refused("shell refused: with an allow-list %s's arguments may not hold unquoted *, ?, [, { or ~ before --, since a file name could become an option; quote them or put them after --", prog)
 		}
-		if w.glob && dotGlob(w.value) {
-			return nil, refused("shell refused: with an allow-list %s's arguments may not hold a pattern that can match a name starting with a dot (%s), nor braces or ~; write the names out", prog, w.value)
+		if w.Glob && dotGlob(w.Value) {
+			return nil, refused("shell refused: with an allow-list %s's arguments may not hold a pattern that can match a name starting with a dot (%s), nor braces or ~; write the names out", prog, w.Value)
 		}
-		if w.value == "--" {
+		if w.Value == "--" {
 			dashes = true
 		}
-		out = append(out, w.value)
+		out = append(out, w.Value)
 	}
 	return out, nil
 }

@@ -84,22 +84,28 @@ func Start(cfg Config) (*server.Server, error) {
 		}
 		_ = ln.Close()
 	}
-	opts.MaxPayload = 8 << 20
-	s, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("embedded: nats-server: %w", err)
-	}
-	if cfg.Logs {
-		s.ConfigureLogger()
-	}
-	go s.Start()
 	wait := cfg.ReadyTimeout
 	if wait <= 0 {
 		wait = 10 * time.Second
 	}
+	return serve(opts, cfg.Logs, wait, "nats-server")
+}
+
+// serve starts a server of opts (whose messages may be 8 MiB) and waits
+// until it accepts connections; what names it in errors.
+func serve(opts *server.Options, logs bool, wait time.Duration, what string) (*server.Server, error) {
+	opts.MaxPayload = 8 << 20
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: %s: %w", what, err)
+	}
+	if logs {
+		s.ConfigureLogger()
+	}
+	go s.Start()
 	if !s.ReadyForConnections(wait) {
 		s.Shutdown()
-		return nil, errors.New("embedded: nats-server did not become ready")
+		return nil, fmt.Errorf("embedded: %s did not become ready", what)
 	}
 	return s, nil
 }
@@ -220,7 +226,6 @@ func (c *Cluster) Start(i int) error {
 		JetStream:  true,
 		StoreDir:   filepath.Join(c.cfg.Dir, fmt.Sprintf("n%d", i)),
 		NoSigs:     true,
-		MaxPayload: 8 << 20,
 		Cluster: server.ClusterOpts{
 			Name: c.cfg.Name,
 			Host: "127.0.0.1",
@@ -228,20 +233,9 @@ func (c *Cluster) Start(i int) error {
 		},
 		Routes: routes,
 	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		return fmt.Errorf("embedded: node %d: %w", i, err)
-	}
-	if c.cfg.Logs {
-		s.ConfigureLogger()
-	}
-	go s.Start()
-	if !s.ReadyForConnections(20 * time.Second) {
-		s.Shutdown()
-		return fmt.Errorf("embedded: node %d did not become ready", i)
-	}
+	s, err := serve(opts, c.cfg.Logs, 20*time.Second, fmt.Sprintf("node %d", i))
 	c.nodes[i] = s
-	return nil
+	return err
 }
 
 // Stop ends every node that runs, waiting for their shutdown until ctx

@@ -59,7 +59,7 @@ func TestLedgerLeaseLapses(t *testing.T) {
 	got := make([]bus.Result, 4)
 	for i := range got {
 		wg.Go(func() {
-			got[i], _ = ls[1+i%2].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Hour})
+			got[i], _ = ls[1+i%2].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour})
 		})
 	}
 	wg.Wait()
@@ -96,7 +96,7 @@ func TestLedgerLeaseRenewed(t *testing.T) {
 	_, claim := ls[0].claim(ctx, "s.r.c1", time.Hour)
 	got := make(chan bus.Result, 1)
 	go func() {
-		r, _ := ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Hour})
+		r, _ := ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour})
 		got <- r
 	}()
 	// Renew for ten leases, by the clock: the waiter must not give up.
@@ -137,7 +137,7 @@ func TestLedgerLeaseRetry(t *testing.T) {
 	ls := newTestLedgerLease(t, lease, "dead", "b", "c")
 	ctx := t.Context()
 	_, _ = ls[0].claim(ctx, "s.r.c1", time.Hour)
-	w := waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Hour, retry: true}
+	w := Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour, Retry: true}
 	type out struct {
 		res   bus.Result
 		claim *Entry
@@ -145,7 +145,7 @@ func TestLedgerLeaseRetry(t *testing.T) {
 	outs := make(chan out, 2)
 	for _, l := range ls[1:] {
 		go func() {
-			r, c := l.wait(ctx, "s.r.c1", w)
+			r, c := l.wait(ctx, w)
 			outs <- out{r, c}
 		}()
 	}
@@ -173,7 +173,7 @@ func TestLedgerWaitExpiry(t *testing.T) {
 	ctx := t.Context()
 	_, _ = ls[0].claim(ctx, "s.r.c1", time.Hour)
 	start := time.Now()
-	r, _ := ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Hour, expiry: start.Add(200 * time.Millisecond)})
+	r, _ := ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour, Expiry: start.Add(200 * time.Millisecond)})
 	if r.Error == nil || r.Error.Code != bus.CodeTimeout {
 		t.Fatalf("at the expirytime: %+v", r)
 	}
@@ -280,7 +280,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 				}
 			}
 			died := time.Now()
-			r, _ := waiter.wait(t.Context(), "k", waitFor{call: call, timeout: time.Hour})
+			r, _ := waiter.wait(t.Context(), Call{Key: "k", Call: call, Timeout: time.Hour})
 			took := time.Since(died)
 			if r.Error == nil || r.Error.Code != bus.CodeUnknownOutcome {
 				t.Fatalf("%+v", r)
@@ -301,7 +301,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			kv.refuse = &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}
 			kv.mu.Unlock()
 			start := time.Now()
-			r, _ := waiter.wait(t.Context(), "k", waitFor{call: call, timeout: time.Hour})
+			r, _ := waiter.wait(t.Context(), Call{Key: "k", Call: call, Timeout: time.Hour})
 			if r.Error == nil || r.Error.Code != bus.CodeUnknownOutcome || time.Since(start) > lease+pollEvery(lease) {
 				t.Fatalf("after %v: %+v", time.Since(start), r)
 			}
@@ -317,7 +317,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			waiter := New(kv, Config{Router: "b", Lease: lease})
 			owner.claim(t.Context(), "k", time.Hour)
 			start := time.Now()
-			r, _ := waiter.wait(t.Context(), "k", waitFor{call: call, timeout: time.Hour, expiry: start.Add(4 * time.Second)})
+			r, _ := waiter.wait(t.Context(), Call{Key: "k", Call: call, Timeout: time.Hour, Expiry: start.Add(4 * time.Second)})
 			if r.Error == nil || r.Error.Code != bus.CodeTimeout || time.Since(start) != 4*time.Second {
 				t.Fatalf("after %v: %+v", time.Since(start), r)
 			}
@@ -344,7 +344,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 				cancel()
 			}()
 			start := time.Now()
-			r, _ := waiter.wait(t.Context(), "k", waitFor{call: call, timeout: 2 * time.Hour})
+			r, _ := waiter.wait(t.Context(), Call{Key: "k", Call: call, Timeout: 2 * time.Hour})
 			if textOf(r.Output) != "done" || time.Since(start) < time.Hour {
 				t.Fatalf("after %v: %+v", time.Since(start), r)
 			}

@@ -356,9 +356,7 @@ func (l *Ledger) renewOne(ctx context.Context, key string, c Entry, now time.Tim
 // background: the call did not run, and a re-send must be able to claim it
 // rather than wait for a result that will never come.
 func (l *Ledger) Abandon(key, claim string) {
-	l.writes.Add(1)
-	go func() {
-		defer l.writes.Done()
+	l.writes.Go(func() {
 		ctx, cancel := l.landing()
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -372,7 +370,7 @@ func (l *Ledger) Abandon(key, claim string) {
 		if err != nil {
 			l.log.Error("ledger: abandoned ledger claim not released", "key", key, "err", err)
 		}
-	}()
+	})
 }
 
 // Record stores the result of a claimed call and returns the result the
@@ -409,9 +407,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	}
 	l.pending.put(key, res)
 	landed, id := make(chan struct{}), claim.Claim
-	l.writes.Add(1)
-	go func() {
-		defer l.writes.Done()
+	l.writes.Go(func() {
 		defer close(landed)
 		ctx, cancel := l.landing()
 		defer cancel()
@@ -427,7 +423,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 			l.log.Error("ledger: ledger record failed", "key", key, "err", err)
 		}
 		l.pending.drop(key)
-	}()
+	})
 	if isFull {
 		return res // it lands when space comes back; the agent need not wait for that
 	}
@@ -448,25 +444,6 @@ func (l *Ledger) takenOver(ctx context.Context, key, claim string) (bus.Result, 
 	}
 	l.log.Warn("ledger: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
 	return *le.Result, true
-}
-
-// waitFor is what a duplicate knows of the call it waits for.
-type waitFor struct {
-	call bus.Call
-	// timeout is how long the first run may take; it bounds the wait for
-	// an entry of a router without leases (no Touched).
-	timeout time.Duration
-	// expiry is the re-sent batch's expirytime: the wait ends then, with
-	// the call's timeout. Zero when the batch has none.
-	expiry time.Time
-	// retry: the call may run again (idempotent with max_attempts > 1,
-	// docs/protocol.md 5.6), so a dead router's claim is taken over to run it.
-	retry bool
-	// durable: the work queue still holds the call and any router records
-	// its worker's result (5.8), so a dead router's claim is waited for
-	// until its deadline, and then ends as the timeout its router would
-	// have recorded.
-	durable bool
 }
 
 // stale reports whether the router of a running entry is gone: its lease
@@ -491,11 +468,12 @@ func pollEvery(lease time.Duration) time.Duration {
 // it and its router renews the claim's lease. When the lease is stale
 // (that router died) it ends the call at once: the one re-send whose
 // compare-and-set takes the claim over records unknown_outcome (the call
-// may have run), or runs the call again when w.retry allows (claim is then
+// may have run), or runs the call again when c.Retry allows (claim is then
 // this router's, to run); every other duplicate gets what that one
-// recorded. The wait never outlasts w.expiry. A watch that misses an
+// recorded. The wait never outlasts c.Expiry. A watch that misses an
 // update is covered by reading the entry from the bucket's leader.
-func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Result, claim *Entry) {
+func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry) {
+	key := c.Key
 	if res, ok := l.pending.get(key); ok {
 		l.hits()
 		return res, nil
@@ -508,8 +486,8 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 		updates = watch.Updates()
 	}
 	var expired <-chan time.Time
-	if !w.expiry.IsZero() {
-		t := time.NewTimer(time.Until(w.expiry))
+	if !c.Expiry.IsZero() {
+		t := time.NewTimer(time.Until(c.Expiry))
 		defer t.Stop()
 		expired = t.C
 	}
@@ -524,9 +502,9 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 		var e jetstream.KeyValueEntry
 		select {
 		case <-ctx.Done():
-			return bus.InterruptedResult(w.call), nil
+			return bus.InterruptedResult(c.Call), nil
 		case <-expired:
-			return bus.TimeoutResult(w.call, max(w.expiry.Sub(start), 0).Round(time.Millisecond)), nil
+			return bus.TimeoutResult(c.Call, max(c.Expiry.Sub(start), 0).Round(time.Millisecond)), nil
 		case now := <-poll.C:
 			switch {
 			case reread:
@@ -542,7 +520,7 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 			cancel()
 			switch {
 			case store.IsNotFound(err):
-				return UnknownOutcome(w.call), nil // the entry left the dedupe window unrecorded
+				return UnknownOutcome(c.Call), nil // the entry left the dedupe window unrecorded
 			case err != nil:
 				continue // the expiry, or the entry's deadline, bounds this
 			}
@@ -558,7 +536,7 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 		}
 		var le Entry
 		if json.Unmarshal(e.Value(), &le) != nil {
-			return bus.InternalResult(w.call, fmt.Errorf("ledger entry %s is corrupt", key)), nil
+			return bus.InternalResult(c.Call, fmt.Errorf("ledger entry %s is corrupt", key)), nil
 		}
 		le.rev = e.Revision()
 		now := time.Now()
@@ -572,11 +550,11 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 			return *le.Result, nil
 		case le.State == stateAbandoned:
 			// The first run never happened; it answered unavailable.
-			return Unavailable(w.call), nil
+			return Unavailable(c.Call), nil
 		case !stale(le, now, seen, l.lease):
 			continue
 		}
-		res, claim, ok := l.takeOver(ctx, key, le, w)
+		res, claim, ok := l.takeOver(ctx, key, le, c)
 		if ok {
 			return res, claim
 		}
@@ -588,19 +566,19 @@ func (l *Ledger) wait(ctx context.Context, key string, w waitFor) (res bus.Resul
 // on the revision read, so that of the duplicates that find it stale
 // exactly one decides. ok false: the entry changed first (read it again) or
 // could not be written.
-func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, w waitFor) (bus.Result, *Entry, bool) {
+func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bus.Result, *Entry, bool) {
 	now := time.Now().UTC()
 	next := Entry{Router: l.router, Claim: l.ids.next(), Deadline: le.Deadline}
 	var res bus.Result
 	switch {
-	case w.durable && now.Before(le.Deadline.Add(TimeoutGrace)):
+	case c.Durable && now.Before(le.Deadline.Add(TimeoutGrace)):
 		return bus.Result{}, nil, false // its worker may still report: wait for the deadline
-	case w.durable:
-		res = bus.TimeoutResult(w.call, w.timeout)
-	case w.retry:
-		next.State, next.Touched, next.Deadline = stateRunning, now, now.Add(w.timeout)
+	case c.Durable:
+		res = bus.TimeoutResult(c.Call, c.Timeout)
+	case c.Retry:
+		next.State, next.Touched, next.Deadline = stateRunning, now, now.Add(c.Timeout)
 	default:
-		res = UnknownOutcome(w.call)
+		res = UnknownOutcome(c.Call)
 	}
 	if next.State == "" {
 		next.State, next.Result = stateDone, &res
@@ -614,8 +592,8 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, w waitFor) 
 		// space: the dead router's call may have run, and nothing more
 		// can be known or recorded now.
 		l.log.Warn("ledger: stale ledger claim not taken over: store full", "key", key, "err", err)
-		if next.State == stateRunning || w.durable {
-			res = UnknownOutcome(w.call)
+		if next.State == stateRunning || c.Durable {
+			res = UnknownOutcome(c.Call)
 		}
 		return res, nil, true
 	}
@@ -626,7 +604,7 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, w waitFor) 
 		return bus.Result{}, nil, false
 	}
 	l.log.Warn("ledger: took over a ledger claim whose router stopped renewing its lease", "key", key, "owner", le.Router,
-		"touched", le.Touched, "rerun", w.retry && !w.durable)
+		"touched", le.Touched, "rerun", c.Retry && !c.Durable)
 	if next.State == stateRunning {
 		next.rev = rev
 		l.held.hold(key, next)
@@ -661,8 +639,10 @@ type Call struct {
 	// Retry: the call may run again (idempotent with max_attempts > 1,
 	// docs/protocol.md 5.6), so a dead router's claim is taken over to run it.
 	Retry bool
-	// Durable: the work queue holds the call (5.8); a dead router's claim
-	// is waited for until its deadline.
+	// Durable: the work queue holds the call and any router records its
+	// worker's result (5.8), so a dead router's claim is waited for until
+	// its deadline, and then ends as the timeout its router would have
+	// recorded.
 	Durable bool
 }
 
@@ -691,7 +671,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 		defer l.held.release(key, claim.Claim)
 		return run(claim)
 	case duplicate:
-		res, taken := l.wait(ctx, key, waitFor{call: c.Call, timeout: c.Timeout, expiry: c.Expiry, retry: c.Retry, durable: c.Durable})
+		res, taken := l.wait(ctx, c)
 		if taken != nil {
 			defer l.held.release(key, taken.Claim)
 			return run(*taken)

@@ -53,7 +53,7 @@ func TestLedgerClaimOnce(t *testing.T) {
 	res := bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
 	ls[0].Record(t.Context(), "s.r.c1", claim, res)
 	for _, l := range ls {
-		got := waitRes(l.wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Second}))
+		got := waitRes(l.wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Second}))
 		if got.State != bus.StateSuccess || textOf(got.Output) != "done" {
 			t.Fatalf("router %s waited for %+v", l.router, got)
 		}
@@ -70,7 +70,7 @@ func TestLedgerWaitForRunning(t *testing.T) {
 	var waiting atomic.Bool
 	go func() {
 		waiting.Store(true)
-		got <- waitRes(ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Minute}))
+		got <- waitRes(ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Minute}))
 	}()
 	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
 		if !waiting.Load() {
@@ -107,7 +107,7 @@ func TestLedgerAbandoned(t *testing.T) {
 	if err := json.Unmarshal(e.Value(), &le); err != nil || le.State != stateAbandoned {
 		t.Fatalf("after abandon: %s %v", e.Value(), err)
 	}
-	if r := waitRes(ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeUnavailable {
+	if r := waitRes(ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeUnavailable {
 		t.Fatalf("a wait on an abandoned claim: %+v", r)
 	}
 	if how, _ := ls[1].claim(ctx, "s.r.c1", time.Minute); how != claimed {
@@ -133,13 +133,13 @@ func TestLedgerWaitGivesUp(t *testing.T) {
 	if _, err := ls[0].kv.Create(ctx, "s.r.c1", v); err != nil {
 		t.Fatal(err)
 	}
-	if r := waitRes(ls[1].wait(ctx, "s.r.c1", waitFor{call: bus.Call{ID: "c1", Name: "t"}, timeout: 0})); r.Error == nil || r.Error.Code != bus.CodeUnknownOutcome {
+	if r := waitRes(ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: 0})); r.Error == nil || r.Error.Code != bus.CodeUnknownOutcome {
 		t.Fatalf("a run long past its deadline: %+v", r)
 	}
 	_, _ = ls[0].claim(ctx, "s.r.c2", time.Minute)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if r := waitRes(ls[1].wait(cctx, "s.r.c2", waitFor{call: bus.Call{ID: "c2", Name: "t"}, timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeInterrupted {
+	if r := waitRes(ls[1].wait(cctx, Call{Key: "s.r.c2", Call: bus.Call{ID: "c2", Name: "t"}, Timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeInterrupted {
 		t.Fatalf("a cancelled wait: %+v", r)
 	}
 }

@@ -303,7 +303,7 @@ func TestAnswerDuringTakeOver(t *testing.T) {
 			t.Errorf("answer: %v", err)
 			return
 		}
-		if _, err := a.calls.close(t.Context(), rec.Key(), ok("c1")); err != nil {
+		if _, err := a.calls.end(t.Context(), rec.Key(), bus.ParkAnswered, bus.ParkDone, ok("c1")); err != nil {
 			t.Errorf("close: %v", err)
 		}
 		_, resumed, err = a.conts.complete(t.Context(), "s1", "r1", "c1", ok("c1"))
@@ -413,10 +413,10 @@ func TestTakeOverAnswers(t *testing.T) {
 	if won[0].Owner == "router-c" {
 		winner = c
 	}
-	if _, err := winner.calls.close(t.Context(), rec.Key(), ok("c1")); err != nil {
+	if _, err := winner.calls.end(t.Context(), rec.Key(), bus.ParkAnswered, bus.ParkDone, ok("c1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.calls.close(t.Context(), rec.Key(), ok("c1")); !errors.Is(err, bus.ErrNotParked) {
+	if _, err := a.calls.end(t.Context(), rec.Key(), bus.ParkAnswered, bus.ParkDone, ok("c1")); !errors.Is(err, bus.ErrNotParked) {
 		t.Fatalf("second close: %v, want not_parked", err)
 	}
 }

@@ -243,7 +243,7 @@ func TestMachine(t *testing.T) {
 			if n := m.a.Expire(t.Context(), time.Now().Add(2*ttl)); len(n) != 0 {
 				t.Fatal("a done call expired")
 			}
-			if _, err := m.a.calls.close(t.Context(), key, ok("c1")); err == nil {
+			if _, err := m.a.calls.end(t.Context(), key, bus.ParkAnswered, bus.ParkDone, ok("c1")); err == nil {
 				t.Fatal("a done call closed")
 			}
 			reported := false
@@ -387,7 +387,7 @@ func TestMachine(t *testing.T) {
 			}
 			_, err = m.b.Answer(t.Context(), k1, "deploy", &bus.Answer{Confirmed: &yes}, verdict(Confirmed, bus.Result{}))
 			wantCode(t, err, bus.CodeAlreadyAnswered)
-			_, err = m.b.calls.end(t.Context(), k1, bus.ParkExpired, ok("c1"))
+			_, err = m.b.calls.end(t.Context(), k1, bus.ParkParked, bus.ParkExpired, ok("c1"))
 			wantCode(t, err, bus.CodeAlreadyAnswered) // an answered call does not expire
 			// A fresh lease is not taken over; a stale one is, once.
 			if _, recs := m.b.TakeOver(t.Context(), time.Now().Add(-time.Second)); len(recs) != 0 {

@@ -324,7 +324,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
 	}
 	if rec.Status == bus.ParkAnswered {
-		if _, err := s.calls.close(ctx, rec.Key(), res); err != nil {
+		if _, err := s.calls.end(ctx, rec.Key(), bus.ParkAnswered, bus.ParkDone, res); err != nil {
 			if be := (*bus.Error)(nil); errors.As(err, &be) {
 				return nil, false, err
 			}
@@ -336,15 +336,13 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
 		}
 	}
-	if cont := carried(rec); cont != nil { // it waited for this call alone: nothing to write
-		report(cont)
-		cont.Results[rec.Call.ID] = res
-		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
-		return cont, true, nil
+	cont, err := carried(rec), error(nil)
+	if cont == nil {
+		cont, err = s.Read.Batch(ctx, rec.Session, rec.ReplyID)
 	}
-	cont, err := s.Read.Batch(ctx, rec.Session, rec.ReplyID)
 	report(cont)
-	if err == nil && cont.last(rec.Call.ID) && s.conts.remove(ctx, cont) {
+	// A carried batch waited for this call alone: nothing to write.
+	if err == nil && (cont.gone || cont.last(rec.Call.ID) && s.conts.remove(ctx, cont)) {
 		cont.Results[rec.Call.ID] = res
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
 		return cont, true, nil
@@ -355,14 +353,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 // Expire ends the parked calls whose time is up with a timeout result; it
 // returns those this router ended.
 func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
-	var out []*Record
-	for _, r := range s.calls.expired(now) {
-		res := bus.ErrorResult(r.Call, bus.CodeTimeout, "Tool execution timeout after "+s.cfg.TTL.String())
-		if got, err := s.calls.end(ctx, r.Key(), bus.ParkExpired, res); err == nil {
-			out = append(out, got)
-		}
-	}
-	return out
+	return s.calls.endAll(ctx, s.calls.expired(now), bus.ParkExpired, bus.CodeTimeout, "Tool execution timeout after "+s.cfg.TTL.String())
 }
 
 // Cancel interrupts the calls of a reply (all when ids is empty): it marks
@@ -374,17 +365,8 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 		return nil, nil
 	}
 	err := s.conts.cancel(ctx, session, replyID, ids)
-	var out []*Record
-	for _, r := range recs {
-		if len(ids) > 0 && !slices.Contains(ids, r.Call.ID) {
-			continue
-		}
-		res := bus.ErrorResult(r.Call, bus.CodeInterrupted, bus.InterruptedText)
-		if got, err := s.calls.end(ctx, r.Key(), bus.ParkCancelled, res); err == nil {
-			out = append(out, got)
-		}
-	}
-	return out, err
+	recs = slices.DeleteFunc(recs, func(r *Record) bool { return len(ids) > 0 && !slices.Contains(ids, r.Call.ID) })
+	return s.calls.endAll(ctx, recs, bus.ParkCancelled, bus.CodeInterrupted, bus.InterruptedText), err
 }
 
 // TakeOver claims the work of routers that stopped renewing their leases
@@ -921,21 +903,26 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 // context ends, but not through a full store (store.Policy.RideOutFull).
 var answerPolicy = store.Policy{}
 
-// close records the result made from an answered call's answer.
-func (s *calls) close(ctx context.Context, key string, res bus.Result) (*Record, error) {
-	return s.transition(ctx, key, bus.ParkAnswered, store.UntilLanded, func(r *Record) error {
-		r.Status, r.Result = bus.ParkDone, &res
+// end moves a call from status from to status to with res as its result:
+// answered → done with the result made from its answer, or parked →
+// expired or cancelled without one; one racing router wins.
+func (s *calls) end(ctx context.Context, key string, from, to bus.ParkStatus, res bus.Result) (*Record, error) {
+	return s.transition(ctx, key, from, store.UntilLanded, func(r *Record) error {
+		r.Status, r.Result = to, &res
 		return nil
 	})
 }
 
-// end takes a call out of parked without an answer, to status (expired or
-// cancelled) with res as its result; one racing router wins.
-func (s *calls) end(ctx context.Context, key string, status bus.ParkStatus, res bus.Result) (*Record, error) {
-	return s.transition(ctx, key, bus.ParkParked, store.UntilLanded, func(r *Record) error {
-		r.Status, r.Result = status, &res
-		return nil
-	})
+// endAll ends the parked calls recs, to status, each with the error result
+// of code and text; it returns those this router ended.
+func (s *calls) endAll(ctx context.Context, recs []*Record, status bus.ParkStatus, code, text string) []*Record {
+	var out []*Record
+	for _, r := range recs {
+		if got, err := s.end(ctx, r.Key(), bus.ParkParked, status, bus.ErrorResult(r.Call, code, text)); err == nil {
+			out = append(out, got)
+		}
+	}
+	return out
 }
 
 // change applies fn to the record key with compare-and-set and keeps the

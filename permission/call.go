@@ -7,10 +7,10 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/shellcmd"
 )
 
@@ -102,24 +102,7 @@ func field(input json.RawMessage, name string) (string, bool) {
 		s, ok := m[name].(string)
 		return s, ok
 	}
-	for _, tok := range strings.Split(name[1:], "/") {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		switch x := v.(type) {
-		case map[string]any:
-			var ok bool
-			if v, ok = x[tok]; !ok {
-				return "", false
-			}
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(x) || tok != strconv.Itoa(i) {
-				return "", false
-			}
-			v = x[i]
-		default:
-			return "", false
-		}
-	}
+	v, _ = schemas.Pointer(v, name)
 	s, ok := v.(string)
 	return s, ok
 }
@@ -584,16 +567,16 @@ func (l links) resolve(p string) string {
 	if r, ok := l[p]; ok {
 		return r
 	}
-	r := resolve(p)
+	r := Resolve(p)
 	l[p] = r
 	return r
 }
 
-// resolve returns the absolute path p with every symlink on it followed,
+// Resolve returns the absolute path p with every symlink on it followed,
 // component by component, so that a dangling link (whose target a write
 // would create) is followed too and ".." applies to what a link points at.
 // Components that do not exist are appended as they are.
-func resolve(p string) string {
+func Resolve(p string) string {
 	sep := string(filepath.Separator)
 	vol := filepath.VolumeName(p)
 	root := vol + sep

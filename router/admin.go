@@ -26,7 +26,6 @@ import (
 // (docs/protocol.md 7.1): the groups they bring, then their tools.
 type registrar struct {
 	*wire
-	base   context.Context
 	groups interface {
 		Put(ctx context.Context, g bus.Group) error
 	}
@@ -36,44 +35,34 @@ type registrar struct {
 }
 
 func (x *registrar) onRegister(m *nats.Msg) {
-	e, err := x.decode(m, "", bus.TypeRegister)
-	if err != nil {
-		x.reject(m, err)
-		return
-	}
-	var reg bus.Register
-	if err := e.DataAs(&reg); err != nil {
-		x.reject(m, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
-	defer cancel()
-	var groupRejects []bus.Rejection
-	if !reg.Leaving {
-		for _, g := range reg.Groups {
-			if err := x.groups.Put(ctx, g); err != nil {
-				var be *bus.Error
-				if !errors.As(err, &be) {
-					x.reject(m, err)
-					return
+	x.serve(m, "", bus.TypeRegister, bus.TypeRegisterAck, func(e *bus.Event) (any, error) {
+		var reg bus.Register
+		if err := e.DataAs(&reg); err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
+		defer cancel()
+		var groupRejects []bus.Rejection
+		if !reg.Leaving {
+			for _, g := range reg.Groups {
+				if err := x.groups.Put(ctx, g); err != nil {
+					var be *bus.Error
+					if !errors.As(err, &be) {
+						return nil, err
+					}
+					groupRejects = append(groupRejects, bus.Rejection{Name: g.Name, Reason: be.Message})
 				}
-				groupRejects = append(groupRejects, bus.Rejection{Name: g.Name, Reason: be.Message})
 			}
 		}
-	}
-	ack, err := x.reg.Register(ctx, reg)
-	if err != nil {
-		x.reject(m, err)
-		return
-	}
-	ack.Rejected = append(ack.Rejected, groupRejects...)
-	x.respond(m, bus.TypeRegisterAck, ack, "register ack")
+		ack, err := x.reg.Register(ctx, reg)
+		ack.Rejected = append(ack.Rejected, groupRejects...)
+		return ack, err
+	})
 }
 
 // adminVerbs serves P.admin.<verb> (docs/protocol.md 9).
 type adminVerbs struct {
 	*wire
-	base   context.Context
 	id     string
 	reg    *registry.Registry
 	groups *groups.Store
@@ -85,23 +74,14 @@ type adminVerbs struct {
 
 func (x *adminVerbs) onAdmin(m *nats.Msg) {
 	verb, _ := strings.CutPrefix(m.Subject, x.subj.Prefix+".admin.")
-	e, err := x.decode(m, "", bus.TypeAdmin)
-	if err != nil {
-		x.reject(m, err)
-		return
-	}
-	if e.SessionID != "" && !bus.ValidID(e.SessionID) {
-		x.reject(m, bus.Errorf(bus.CodeBadEvent, "sessionid %q is not valid", e.SessionID))
-		return
-	}
-	ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
-	defer cancel()
-	out, err := x.run(ctx, verb, e)
-	if err != nil {
-		x.reject(m, err)
-		return
-	}
-	x.respond(m, bus.TypeAdminReply, out, "admin reply")
+	x.serve(m, "", bus.TypeAdmin, bus.TypeAdminReply, func(e *bus.Event) (any, error) {
+		if e.SessionID != "" && !bus.ValidID(e.SessionID) {
+			return nil, bus.Errorf(bus.CodeBadEvent, "sessionid %q is not valid", e.SessionID)
+		}
+		ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
+		defer cancel()
+		return x.run(ctx, verb, e)
+	})
 }
 
 // run runs one verb of docs/protocol.md section 9.
@@ -294,11 +274,10 @@ func (x *adminVerbs) limitsVerb(ctx context.Context, verb string, e *bus.Event) 
 // toolsLister answers P.tools.<session> (docs/protocol.md 4.1).
 type toolsLister struct {
 	*wire
-	base     context.Context
-	reg      *registry.Registry
-	groups   *groups.Store
-	skills   *routerSkills
-	identify func(session string, claimed json.RawMessage) (json.RawMessage, error)
+	reg    *registry.Registry
+	groups *groups.Store
+	skills *routerSkills
+	ids    Identities // binds sessions to users (Config.Identities; nil: open)
 	// refused records a refused query in the audit trail.
 	refused func(m *nats.Msg, e *bus.Event, err error)
 	readOut bool // read_output is offered (Guard.ReadOutput)
@@ -311,20 +290,16 @@ func (r *toolsLister) onTools(m *nats.Msg) {
 		err = e.DataAs(&q)
 	}
 	if err == nil {
-		q.User, err = r.identify(e.SessionID, q.User)
+		q.User, err = identify(r.ids, e.SessionID, q.User)
 	}
 	var list *bus.ToolsList
 	if err == nil {
 		list, err = r.list(e.SessionID, q)
 	}
-	if err != nil {
-		if r.refused != nil {
-			r.refused(m, e, err)
-		}
-		r.reject(m, err)
-		return
+	if err != nil && r.refused != nil {
+		r.refused(m, e, err)
 	}
-	r.respond(m, bus.TypeToolsList, list, "tools reply")
+	r.answer(m, bus.TypeToolsList, list, err)
 }
 
 // list builds the tool list a session's model sees.

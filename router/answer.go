@@ -24,8 +24,6 @@ import (
 // batch resumes when the call was the last one awaited.
 type answers struct {
 	*wire
-	base    context.Context
-	landing func() (context.Context, context.CancelFunc)
 	parked  parkedCalls
 	reg     toolLookup
 	groups  sessionRules
@@ -95,22 +93,12 @@ const (
 )
 
 func (r *answers) answer(m *nats.Msg, via string) {
-	tool, ok := r.subj.Token(m.Subject, via)
-	if !ok {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject))
-		return
-	}
-	e, err := r.decode(m, "", bus.TypeAnswer)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	if !bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(e.ToolCallID) {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "an answer needs valid sessionid, replyid and toolcallid attributes"))
-		return
-	}
+	tool, e, err := r.decodeCall(m, via, bus.TypeAnswer, "an answer")
 	var a bus.Answer
-	if err := e.DataAs(&a); err != nil {
+	if err == nil {
+		err = e.DataAs(&a)
+	}
+	if err != nil {
 		r.reject(m, err)
 		return
 	}

@@ -108,9 +108,9 @@ func TestSettle(t *testing.T) {
 				tools.tools["tool"] = tc.tool
 			}
 			runs, resumed := 0, false
-			a := &answers{wire: &wire{log: slog.New(slog.DiscardHandler)}, base: t.Context(),
-				landing: func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) },
-				parked:  pk, reg: tools, groups: fakeRules{}, confirming: &confirmed{},
+			a := &answers{wire: &wire{log: slog.New(slog.DiscardHandler), base: t.Context(),
+				landing: func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }},
+				parked: pk, reg: tools, groups: fakeRules{}, confirming: &confirmed{},
 				publish: func(string, string, string, string, [2]string, any) (*sentEvent, error) { return nil, nil },
 				stored:  func(context.Context, []*sentEvent) error { return nil },
 				runTool: func(context.Context, *job) bus.Result { runs++; return ran },

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -48,8 +47,7 @@ type background struct {
 	st  *tasks.Store
 	cfg TasksConfig
 
-	mu      sync.Mutex
-	running map[string]ownedTask // task id → the run this router owns
+	running sync.Map // task id → ownedTask: the runs this router owns
 }
 
 type ownedTask struct {
@@ -71,7 +69,7 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &background{wire: r.wire, r: r, cfg: cfg, running: map[string]ownedTask{},
+	b := &background{wire: r.wire, r: r, cfg: cfg,
 		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser})}
 	verbs := &taskVerbs{b}
 	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), verbs.onTasks, false})
@@ -181,22 +179,7 @@ func (b *background) handle(c bus.Call, rec *tasks.Record, after time.Duration) 
 }
 
 func (b *background) track(rec *tasks.Record, cancel context.CancelFunc) {
-	b.mu.Lock()
-	b.running[rec.ID] = ownedTask{session: rec.Session, cancel: cancel}
-	b.mu.Unlock()
-}
-
-func (b *background) untrack(id string) {
-	b.mu.Lock()
-	delete(b.running, id)
-	b.mu.Unlock()
-}
-
-func (b *background) owned(id string) (ownedTask, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	o, ok := b.running[id]
-	return o, ok
+	b.running.Store(rec.ID, ownedTask{session: rec.Session, cancel: cancel})
 }
 
 // follow waits for rec's run and ends the task with its result; a run cut
@@ -209,7 +192,7 @@ func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan
 		cancel = c
 		res = b.runAgain(ctx, rec)
 	}
-	b.untrack(rec.ID)
+	b.running.Delete(rec.ID)
 	cancel()
 	if lctx.Err() != nil && cutOff(res) {
 		return
@@ -262,14 +245,21 @@ func (b *background) end(ctx context.Context, rec *tasks.Record, res bus.Result)
 	}
 }
 
+// publishDone says on the session's events that task rec ended.
 func (b *background) publishDone(rec *tasks.Record) {
-	e, err := bus.NewEvent(bus.TypeTaskDone, b.source, rec.Task)
-	if err != nil {
-		return
+	b.publish(b.subj.Events(rec.Session), bus.TypeTaskDone, rec, rec.CallID, rec.Task)
+}
+
+// publish sends an event of typ about task rec's batch, and its call when
+// callID is set, on subject.
+func (b *background) publish(subject, typ string, rec *tasks.Record, callID string, data any) {
+	e, err := bus.NewEvent(typ, b.source, data)
+	if err == nil {
+		e.SessionID, e.ReplyID, e.ToolCallID = rec.Session, rec.ReplyID, callID
+		err = bus.Publish(b.nc, subject, e)
 	}
-	e.SessionID, e.ReplyID, e.ToolCallID = rec.Session, rec.ReplyID, rec.CallID
-	if err := bus.Publish(b.nc, b.subj.Events(rec.Session), e); err != nil {
-		b.log.Warn("router: task.done not published", "task", rec.ID, "err", err)
+	if err != nil {
+		b.log.Warn("router: task event not published", "type", typ, "task", rec.ID, "err", err)
 	}
 }
 
@@ -278,13 +268,10 @@ func (b *background) publishDone(rec *tasks.Record) {
 func (b *background) tick(now time.Time) {
 	ctx, cancel := context.WithTimeout(b.r.life.Background(), b.r.cfg.Store.Heartbeat)
 	defer cancel()
-	b.mu.Lock()
-	owned := maps.Clone(b.running)
-	b.mu.Unlock()
 	lease := now.Add(b.r.cfg.Lease)
-	for id, o := range owned {
-		if held, err := b.st.Renew(ctx, o.session, id, b.r.cfg.ID, lease); err == nil && !held {
-			o.cancel()
+	for id, o := range b.running.Range {
+		if held, err := b.st.Renew(ctx, o.(ownedTask).session, id.(string), b.r.cfg.ID, lease); err == nil && !held {
+			o.(ownedTask).cancel()
 		}
 	}
 	running, err := b.st.Running(ctx)
@@ -292,7 +279,7 @@ func (b *background) tick(now time.Time) {
 		return
 	}
 	for _, rec := range running {
-		if _, ok := b.owned(rec.ID); ok || rec.Lease.After(now) {
+		if _, ok := b.running.Load(rec.ID); ok || rec.Lease.After(now) {
 			continue
 		}
 		if got, ok, err := b.st.Claim(ctx, rec.Session, rec.ID, b.r.cfg.ID, now, lease); err == nil && ok {
@@ -332,7 +319,7 @@ func (b *background) resume(rec *tasks.Record) {
 		b.follow(lctx, rec, done, cancel)
 	})
 	if !ok {
-		b.untrack(rec.ID)
+		b.running.Delete(rec.ID)
 		cancel()
 	}
 }
@@ -342,26 +329,18 @@ type taskVerbs struct{ *background }
 
 // onTasks serves one task verb.
 func (b *taskVerbs) onTasks(m *nats.Msg) {
-	e, err := b.decode(m, "tasks", bus.TypeTaskQuery)
-	var q bus.TaskQuery
-	if err == nil {
-		if uerr := json.Unmarshal(e.Data, &q); uerr != nil {
-			err = bus.Errorf(bus.CodeBadRequest, "a task query is {\"op\", \"ids\", \"timeout_ms\", \"any\"}: %v", uerr)
-		} else {
-			err = checkQuery(&q)
+	b.serve(m, "tasks", bus.TypeTaskQuery, bus.TypeTaskReply, func(e *bus.Event) (any, error) {
+		var q bus.TaskQuery
+		if err := json.Unmarshal(e.Data, &q); err != nil {
+			return nil, bus.Errorf(bus.CodeBadRequest, "a task query is {\"op\", \"ids\", \"timeout_ms\", \"any\"}: %v", err)
 		}
-	}
-	var reply *bus.TaskReply
-	if err == nil {
+		if err := checkQuery(&q); err != nil {
+			return nil, err
+		}
 		ctx, cancel := context.WithTimeout(b.r.base, time.Duration(q.TimeoutMS)*time.Millisecond+10*time.Second)
 		defer cancel()
-		reply, err = b.query(ctx, e.SessionID, q)
-	}
-	if err != nil {
-		b.reject(m, err)
-		return
-	}
-	b.respond(m, bus.TypeTaskReply, reply, "task reply")
+		return b.query(ctx, e.SessionID, q)
+	})
 }
 
 // checkQuery validates a task query and bounds its wait.
@@ -443,13 +422,8 @@ func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) 
 // stopRun stops a cancelled task's run here when this router owns it
 // (others see it at their next renewal), and at its worker (protocol 3.5).
 func (b *background) stopRun(rec *tasks.Record) {
-	if o, ok := b.owned(rec.ID); ok {
-		o.cancel()
+	if o, ok := b.running.Load(rec.ID); ok {
+		o.(ownedTask).cancel()
 	}
-	e, err := bus.NewEvent(bus.TypeCallCancel, b.source, bus.Cancel{Calls: []string{rec.CallID}})
-	if err != nil {
-		return
-	}
-	e.SessionID, e.ReplyID = rec.Session, rec.ReplyID
-	_ = bus.Publish(b.nc, b.subj.Cancel(rec.Session), e)
+	b.publish(b.subj.Cancel(rec.Session), bus.TypeCallCancel, rec, "", bus.Cancel{Calls: []string{rec.CallID}})
 }

@@ -118,7 +118,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 		t, err = checkTurn(e, r.cfg.Limits)
 	}
 	if err == nil {
-		t.data.User, err = r.ids.identify(t.session, t.data.User)
+		t.data.User, err = identify(r.cfg.Identities, t.session, t.data.User)
 	}
 	if err != nil {
 		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, err)
@@ -129,7 +129,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 	r.m.Batches.Inc()
 	r.batches.track(b)
 	defer r.batches.untrack(b)
-	if err := b.p.sessions.touch(b.ctx, b.session); err != nil {
+	if err := b.p.sessions.Touch(b.ctx, b.session); err != nil {
 		r.log.Warn("router: session not touched", "session", b.session, "err", err)
 	}
 	complete := b.run(0)
@@ -166,7 +166,7 @@ func (b *batch) run(start int) bool {
 	if start == 0 && !b.start.IsZero() {
 		rev = b.data.SessionRev
 	}
-	b.p.sessions.snapshot(b.ctx, b.session, rev)
+	b.p.sessions.Snapshot(b.ctx, b.session, rev)
 	b.resolveFrom(start)
 	for i := start; i < len(b.calls); {
 		if b.cutOff() {
@@ -202,7 +202,7 @@ func (b *batch) resolveFrom(i int) { b.p.resolve.from(b, i) }
 // finish at once, the others are decided, then parked or executed. It
 // reports false when calls parked and the batch must wait.
 func (b *batch) runCalls(run []*callState, next int) bool {
-	pc := permissionContext(b.p.sessions.session(b.session))
+	pc := permissionContext(b.p.sessions.Session(b.session))
 	var execs, parks []*callState
 	var specs []parkSpec
 	for _, c := range run {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -52,41 +53,23 @@ func (r *canceller) onCancel(m *nats.Msg) {
 // confirmed holds the cancel functions of the confirmed calls running on
 // this router, which belong to no running batch.
 type confirmed struct {
-	mu    sync.Mutex
-	calls map[string]map[string]context.CancelFunc // batch key → call id → cancel
+	calls sync.Map // call key → context.CancelFunc
 }
 
 // add records a running confirmed call; the function returned forgets it.
 func (x *confirmed) add(session, replyID, callID string, cancel context.CancelFunc) func() {
-	key := parked.BatchKey(session, replyID)
-	x.mu.Lock()
-	if x.calls == nil {
-		x.calls = map[string]map[string]context.CancelFunc{}
-	}
-	if x.calls[key] == nil {
-		x.calls[key] = map[string]context.CancelFunc{}
-	}
-	x.calls[key][callID] = cancel
-	x.mu.Unlock()
-	return func() {
-		cancel()
-		x.mu.Lock()
-		delete(x.calls[key], callID)
-		if len(x.calls[key]) == 0 {
-			delete(x.calls, key)
-		}
-		x.mu.Unlock()
-	}
+	key := bus.CallKey(session, replyID, callID)
+	x.calls.Store(key, cancel)
+	return func() { cancel(); x.calls.Delete(key) }
 }
 
 // cancel cancels the running confirmed calls of a batch named by ids (all
 // when empty).
 func (x *confirmed) cancel(session, replyID string, ids []string) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for id, cancel := range x.calls[parked.BatchKey(session, replyID)] {
-		if len(ids) == 0 || slices.Contains(ids, id) {
-			cancel()
+	batch := parked.BatchKey(session, replyID) + "." // ids have no dots: the prefix is the batch's calls
+	for key, cancel := range x.calls.Range {
+		if id, ok := strings.CutPrefix(key.(string), batch); ok && (len(ids) == 0 || slices.Contains(ids, id)) {
+			cancel.(context.CancelFunc)()
 		}
 	}
 }

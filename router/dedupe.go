@@ -85,9 +85,6 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 	}
 }
 
-// dedupe is the router's side of the dedupe ledger (docs/protocol.md 3.1).
-type dedupe struct{ *ledger.Ledger }
-
 // once is the ledger middleware over l: a call that is not read-only runs
 // through next at most once per call key, and its result is recorded.
 func once(l onceRunner) Middleware {

@@ -26,7 +26,7 @@ type workQueue struct {
 	log    *slog.Logger
 	subj   bus.Subjects
 	js     jetstream.JetStream
-	led    dedupe
+	led    *ledger.Ledger
 	source string // the router's, of the work messages
 }
 
@@ -71,10 +71,8 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 // core request. The message id is the call key: a publish retried, or a
 // claim taken again after it was abandoned, is one message.
 func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
-	e, err := execEvent(ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
-	if err != nil {
-		return err
-	}
+	var e bus.Event
+	execEventTo(&e, ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline)
 	m, err := e.Msg(x.subj.Workers.Work(j.call.Name))
 	if err != nil {
 		return err
@@ -93,25 +91,15 @@ func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) erro
 // (docs/protocol.md 5.8).
 type durableResults struct {
 	*wire
-	reg     *registry.Registry
-	led     dedupe
-	landing func() (context.Context, context.CancelFunc)
-	seal    func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
+	reg  *registry.Registry
+	led  *ledger.Ledger
+	seal func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
 }
 
 func (r *durableResults) onResult(m *nats.Msg) {
-	tool, ok := r.subj.Token(m.Subject, "result")
-	if !ok || !bus.ValidName(tool) {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject))
-		return
-	}
-	e, err := r.decode(m, "", bus.TypeExecResult)
+	tool, e, err := r.decodeCall(m, "result", bus.TypeExecResult, "a durable result")
 	if err != nil {
 		r.reject(m, err)
-		return
-	}
-	if !bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(e.ToolCallID) {
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "a durable result needs valid sessionid, replyid and toolcallid attributes"))
 		return
 	}
 	call := bus.Call{ID: e.ToolCallID, Name: tool}
@@ -126,9 +114,5 @@ func (r *durableResults) onResult(m *nats.Msg) {
 	// As for a core request: a failure that comes at or past the call's
 	// deadline is its timeout.
 	ack, err := r.led.RecordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout))
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	r.respond(m, bus.TypeExecRecorded, ack, "durable result ack")
+	r.answer(m, bus.TypeExecRecorded, ack, err)
 }

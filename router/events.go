@@ -165,7 +165,7 @@ func (s reportStep) reply(b *batch, subject string) {
 	}
 	if err == nil {
 		buf = append(buf, pj...)
-		if rev := s.sessions.revision(b.session); rev > 0 {
+		if rev := s.sessions.Revision(b.session); rev > 0 {
 			buf = strconv.AppendUint(append(buf, `,"sessionrev":`...), rev, 10)
 		}
 		buf = append(buf, '}')

@@ -137,7 +137,7 @@ func jobOf(b *batch, c *callState) *job {
 
 // reset runs the built-in reset_tools.
 func (s execStep) reset(ctx context.Context, session string, c *callState) bus.Result {
-	text, err := s.sessions.reset(ctx, session, c.input)
+	text, err := s.sessions.Reset(ctx, session, c.input)
 	if err != nil {
 		return builtinFailed(c.call, err)
 	}
@@ -300,15 +300,9 @@ func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) 
 	send(m)
 }
 
-// execEvent is the io.toolbus.exec of job j from source (docs/protocol.md
-// 5.1), for a core request and a durable call's work message alike.
-func execEvent(ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time) (*bus.Event, error) {
-	e := new(bus.Event)
-	execEventTo(e, ctx, source, j, req, deadline)
-	return e, nil
-}
-
-// execEventTo is execEvent into e.
+// execEventTo makes e the io.toolbus.exec of job j from source
+// (docs/protocol.md 5.1), for a core request and a durable call's work
+// message alike.
 func execEventTo(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time) {
 	size := 96 + len(req.Call.ID) + len(req.Call.Name) + len(req.Call.Input) + len(req.User) + len(req.Context) + len(req.State)
 	*e = bus.Head(bus.TypeExec, source)

@@ -24,36 +24,26 @@ const outputsBudget = 30 * time.Second
 // outputs is the router's side of the outputs object store.
 type outputs struct {
 	*wire
-	base context.Context
-	st   *offload.Store
-	srv  *offload.Server
+	st  *offload.Store
+	srv *offload.Server
 }
 
-func newOutputs(w *wire, base context.Context, bucket string) *outputs {
+func newOutputs(w *wire, bucket string) *outputs {
 	st := offload.NewStore(w.nc, bucket)
-	return &outputs{wire: w, base: base, st: st, srv: offload.NewServer(st, offload.Window(w.nc.MaxPayload()))}
+	return &outputs{wire: w, st: st, srv: offload.NewServer(st, offload.Window(w.nc.MaxPayload()))}
 }
 
 // onOutputs serves one window of a session's stored output.
 func (r *outputs) onOutputs(m *nats.Msg) {
-	e, err := r.decode(m, "outputs", offload.TypeGet)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	g, err := offload.DecodeGet(e.Data)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.base, outputsBudget)
-	defer cancel()
-	c, err := r.srv.Serve(ctx, e.SessionID, g)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	r.respond(m, offload.TypeChunk, c, "output chunk reply")
+	r.serve(m, "outputs", offload.TypeGet, offload.TypeChunk, func(e *bus.Event) (any, error) {
+		g, err := offload.DecodeGet(e.Data)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(r.base, outputsBudget)
+		defer cancel()
+		return r.srv.Serve(ctx, e.SessionID, g)
+	})
 }
 
 // sealOutput checks the stored outputs a worker's result refers to and

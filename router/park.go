@@ -11,7 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/life"
-	"github.com/toolbus/toolbus/internal/pool"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/parked"
 )
 
@@ -173,10 +173,8 @@ func (s parkStep) settle(b *batch, next int) bool {
 type continuations struct {
 	*wire
 	life    *life.Life
-	pool    *pool.Pool
-	landing func() (context.Context, context.CancelFunc)
 	parked  *parked.Store
-	led     dedupe
+	led     *ledger.Ledger
 	answers *answers
 
 	fromContinuation func(cont *parked.Batch) (*batch, error)
@@ -236,23 +234,14 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	defer cancel()
 	cutoff := now.Add(-lease)
 	conts, answered := r.parked.TakeOver(ctx, cutoff)
-	for _, cont := range conts {
-		if !r.background(func() { r.repair(cont) }) {
+	for _, cont := range conts { // as tracked work: false once the router is closing
+		if !r.life.Go(func(context.Context) { r.repair(cont) }) {
 			r.parked.Release(cont)
 		}
 	}
 	for _, rec := range answered {
-		r.background(func() { r.answers.settleTaken(rec) })
+		r.life.Go(func(context.Context) { r.answers.settleTaken(rec) })
 	}
-}
-
-// background runs fn as tracked work; false when the router is closing.
-func (r *continuations) background(fn func()) bool {
-	if !r.life.Enter() {
-		return false
-	}
-	r.pool.Go(func() { defer r.life.Leave(); fn() })
-	return true
 }
 
 // repair finishes a continuation taken over from a router that died: its

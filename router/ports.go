@@ -20,18 +20,18 @@ import (
 
 // sessionPort is the session as the steps of a batch see it.
 type sessionPort interface {
-	// snapshot makes the session current for a run of a batch: read from
+	// Snapshot makes the session current for a run of a batch: read from
 	// KV unless rev (the batch's sessionrev) lets the cache serve
 	// (package session); the session it returns is what the run decides with.
-	snapshot(ctx context.Context, id string, rev uint64) *groups.Session
-	// session is the session as this router last read or wrote it.
-	session(id string) *groups.Session
-	// revision is the session's KV revision as this router knows it.
-	revision(id string) uint64
-	// touch keeps a session in use from expiring.
-	touch(ctx context.Context, id string) error
-	// reset runs reset_tools.
-	reset(ctx context.Context, id string, input json.RawMessage) (string, error)
+	Snapshot(ctx context.Context, id string, rev uint64) *groups.Session
+	// Session is the session as this router last read or wrote it.
+	Session(id string) *groups.Session
+	// Revision is the session's KV revision as this router knows it.
+	Revision(id string) uint64
+	// Touch keeps a session in use from expiring.
+	Touch(ctx context.Context, id string) error
+	// Reset runs reset_tools.
+	Reset(ctx context.Context, id string, input json.RawMessage) (string, error)
 }
 
 // resolverPort says what a call's name runs in a session.
@@ -120,7 +120,7 @@ func (r *Router) newPipeline(ev routerEvents) *pipeline {
 	if r.outputs != nil {
 		outputs = r.outputs
 	}
-	sessions := routerSessions{cache: r.sessions, groups: r.groups}
+	sessions := routerSessions{r.sessions, r.groups}
 	return &pipeline{
 		sessions: sessions,
 		conts:    parkedPort(r.parked),
@@ -136,23 +136,11 @@ func (r *Router) newPipeline(ev routerEvents) *pipeline {
 	}
 }
 
-// routerSessions is the sessionPort over groups.Store and the session
-// revision cache.
+// routerSessions is the sessionPort over the session revision cache
+// (Snapshot, Revision) and groups.Store (Session, Touch, Reset).
 type routerSessions struct {
-	cache  *session.Revisions
-	groups *groups.Store
-}
-
-func (s routerSessions) snapshot(ctx context.Context, id string, rev uint64) *groups.Session {
-	return s.cache.Snapshot(ctx, id, rev)
-}
-func (s routerSessions) session(id string) *groups.Session { return s.groups.Session(id) }
-func (s routerSessions) revision(id string) uint64         { return s.cache.Revision(id) }
-func (s routerSessions) touch(ctx context.Context, id string) error {
-	return s.groups.Touch(ctx, id)
-}
-func (s routerSessions) reset(ctx context.Context, id string, input json.RawMessage) (string, error) {
-	return s.groups.Reset(ctx, id, input)
+	*session.Revisions
+	*groups.Store
 }
 
 // routerResolver is the resolverPort over groups, registry and skills.

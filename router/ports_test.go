@@ -28,11 +28,11 @@ type fakeSessions struct {
 	resets []string
 }
 
-func (f *fakeSessions) snapshot(context.Context, string, uint64) *groups.Session { return f.sess }
-func (f *fakeSessions) session(string) *groups.Session                           { return f.sess }
-func (f *fakeSessions) revision(string) uint64                                   { return f.rev }
-func (f *fakeSessions) touch(context.Context, string) error                      { return nil }
-func (f *fakeSessions) reset(_ context.Context, _ string, in json.RawMessage) (string, error) {
+func (f *fakeSessions) Snapshot(context.Context, string, uint64) *groups.Session { return f.sess }
+func (f *fakeSessions) Session(string) *groups.Session                           { return f.sess }
+func (f *fakeSessions) Revision(string) uint64                                   { return f.rev }
+func (f *fakeSessions) Touch(context.Context, string) error                      { return nil }
+func (f *fakeSessions) Reset(_ context.Context, _ string, in json.RawMessage) (string, error) {
 	f.resets = append(f.resets, string(in))
 	if strings.Contains(string(in), "bad") {
 		return "", bus.Errorf(bus.CodeInvalidInput, "Invalid group name(s): bad.")

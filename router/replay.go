@@ -81,7 +81,6 @@ func (l *replayLimit) take(session string, now time.Time) bool {
 // decide whose consumers one may read.
 type replays struct {
 	*wire
-	base   context.Context
 	events jetstream.Stream
 	parked jetstream.Stream                 // P_parked's: the handoff is read from it
 	pulls  chan struct{}                    // the handoff pulls relayed at once

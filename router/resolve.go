@@ -29,7 +29,7 @@ type resolveStep struct {
 func (s resolveStep) from(b *batch, i int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	sess := b.p.sessions.session(b.session)
+	sess := b.p.sessions.Session(b.session)
 	var missing []string
 	for _, c := range b.calls[i:] {
 		if c.result == nil {
@@ -50,7 +50,7 @@ func (s resolveStep) from(b *batch, i int) {
 			s.log.Warn("router: tool not read from KV", "tool", name, "err", err)
 		}
 	}
-	sess = b.p.sessions.session(b.session)
+	sess = b.p.sessions.Session(b.session)
 	for _, c := range b.calls[i:] {
 		if c.result == nil && slices.Contains(missing, c.call.Name) {
 			s.one(b, sess, c)

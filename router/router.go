@@ -142,10 +142,9 @@ func (l *Limits) defaults() {
 // builds the subsystems, subscribes, dispatches and drains. The handlers
 // are small types with their own dependencies (docs/router.md).
 type Router struct {
-	*wire // connection, subjects, source, logger, metrics: decode, reject, respond
+	*wire // connection, subjects, source, logger, metrics, base context, landing: decode, reject, respond
 	cfg   Config
 	life  *life.Life
-	base  context.Context // life's: the parent of every handler's and batch's context
 	sem   chan struct{}
 	adm   *admission
 	pool  *pool.Pool
@@ -156,7 +155,7 @@ type Router struct {
 	// sessions decides when a batch's session is read from KV (package session)
 	sessions *session.Revisions
 	parked   *parked.Store
-	led      dedupe
+	led      *ledger.Ledger // the dedupe ledger (docs/protocol.md 3.1)
 	events   *eventSink
 	pipe     *pipeline // the batch pipeline over its ports (ports.go)
 	skills   *routerSkills
@@ -166,8 +165,6 @@ type Router struct {
 	answers  *answers
 	conts    *continuations
 	handlers []route
-
-	ids identities // a batch's user (turn.go)
 
 	subs       subscriptions
 	batches    runningBatches     // cancel.go
@@ -252,9 +249,8 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 		r.cutCalls = r.batches.callsInFlight()
 		r.cut.Store(true)
 	}})
-	r.base = r.life.Context()
+	w.base, w.landing = r.life.Context(), r.life.Landing
 	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued, queueWait: cfg.QueueWait}
-	r.ids = identities{cfg.Identities}
 	return r, nil
 }
 
@@ -350,14 +346,14 @@ func (r *Router) build(ctx context.Context) error {
 	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
 		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
-	r.led = dedupe{ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
-		Health: r.store.Health, Landing: r.life.Landing})}
+	r.led = ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
+		Health: r.store.Health, Landing: r.life.Landing})
 	// The router stores only what the payload limit forces (outputs.go): its
 	// inline limit is the limit itself, and it never refuses an output.
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
 		return err
 	}
-	r.stored = newOutputs(r.wire, r.base, r.subj.ObjectStore(bus.ObjectOutputs))
+	r.stored = newOutputs(r.wire, r.subj.ObjectStore(bus.ObjectOutputs))
 	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}); err != nil {
 		return err
 	}
@@ -374,22 +370,22 @@ func (r *Router) bind() {
 	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
 	r.pipe = r.newPipeline(ev)
 	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
-	r.answers = &answers{wire: r.wire, base: r.base, landing: r.life.Landing, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
+	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: ev.publish, stored: r.events.stored,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
-	r.conts = &continuations{wire: r.wire, life: r.life, pool: r.pool, landing: r.life.Landing, parked: r.parked, led: r.led,
+	r.conts = &continuations{wire: r.wire, life: r.life, parked: r.parked, led: r.led,
 		answers: r.answers, fromContinuation: r.pipe.fromContinuation, track: r.batches.track, untrack: r.batches.untrack}
 	r.answers.resume = r.conts.resume
-	reg := &registrar{wire: r.wire, base: r.base, groups: r.groups, reg: r.reg}
-	admin := &adminVerbs{wire: r.wire, base: r.base, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
+	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg}
+	admin := &adminVerbs{wire: r.wire, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
-	tools := &toolsLister{wire: r.wire, base: r.base, reg: r.reg, groups: r.groups, skills: r.skills, identify: r.ids.identify,
+	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, ids: r.cfg.Identities,
 		refused: func(m *nats.Msg, e *bus.Event, err error) {
 			r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "tools", e, err)
 		}, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
-	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, landing: r.life.Landing, seal: r.stored.sealOutput}
-	replay := &replays{wire: r.wire, base: r.base, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
+	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, seal: r.stored.sealOutput}
+	replay := &replays{wire: r.wire, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
 	if ids := r.cfg.Identities; ids != nil {
 		replay.bound = func(s string) bool { _, ok := ids.UserOf(s); return ok }
 	}
@@ -650,6 +646,11 @@ type wire struct {
 	source string
 	log    *slog.Logger
 	m      *metrics.Router // set in Start, before the first subscription
+	// base is the router's life's context, the parent of every handler's
+	// and batch's; landing gives the context of a write that must land
+	// (life.Landing, which a drain waits for).
+	base    context.Context
+	landing func() (context.Context, context.CancelFunc)
 }
 
 // reject answers m with an io.toolbus.error.
@@ -675,6 +676,42 @@ func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
 	if err := bus.Respond(w.nc, m, w.source, typ, data); err != nil {
 		w.log.Warn("router: "+what+" failed", "err", err)
 	}
+}
+
+// serve is a request's one round: decode m's event (as decode does), run
+// fn on it, and answer with fn's reply as an event of type reply, or with
+// fn's error.
+func (w *wire) serve(m *nats.Msg, kind, typ, reply string, fn func(e *bus.Event) (any, error)) {
+	e, err := w.decode(m, kind, typ)
+	var out any
+	if err == nil {
+		out, err = fn(e)
+	}
+	w.answer(m, reply, out, err)
+}
+
+// answer replies to m with out as an event of type typ, or with err.
+func (w *wire) answer(m *nats.Msg, typ string, out any, err error) {
+	if err != nil {
+		w.reject(m, err)
+		return
+	}
+	w.respond(m, typ, out, typ+" reply")
+}
+
+// decodeCall reads m's event of type typ about one call, on P.<kind>.<tool>
+// (an answer, a durable result): the subject names the tool, the event the
+// call's session, reply and call ids; what names the event in an error.
+func (w *wire) decodeCall(m *nats.Msg, kind, typ, what string) (string, *bus.Event, error) {
+	tool, ok := w.subj.Token(m.Subject, kind)
+	if !ok || kind == "result" && !bus.ValidName(tool) {
+		return "", nil, bus.Errorf(bus.CodeBadEvent, "subject %q does not name a tool", m.Subject)
+	}
+	e, err := w.decode(m, "", typ)
+	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(e.ToolCallID)) {
+		err = bus.Errorf(bus.CodeBadEvent, "%s needs valid sessionid, replyid and toolcallid attributes", what)
+	}
+	return tool, e, err
 }
 
 // decode reads m's event, checks its type ("": any), and checks that its

@@ -89,20 +89,17 @@ type Identities interface {
 	UserOf(session string) (user string, bound bool)
 }
 
-// identities checks a batch's or query's claimed user against the
-// session's credentials (Config.Identities; nil: open router).
-type identities struct{ ids Identities }
-
 // identify returns the user a batch or tools.query of session runs as
-// (docs/protocol.md 3.1). Open, the claim stands. A bound session runs as
+// (docs/protocol.md 3.1), by the session's credentials (ids, from
+// Config.Identities). Open (ids nil), the claim stands. A bound session runs as
 // its bound user (no claim or the same one; another is refused); an
 // unbound session runs as no user, and a claim there is refused, since no
 // credential backs it. A refusal is a denied *bus.Error.
-func (x identities) identify(session string, claimed json.RawMessage) (json.RawMessage, error) {
-	if x.ids == nil {
+func identify(ids Identities, session string, claimed json.RawMessage) (json.RawMessage, error) {
+	if ids == nil {
 		return claimed, nil
 	}
-	user, bound := x.ids.UserOf(session)
+	user, bound := ids.UserOf(session)
 	none := userOf(claimed) == ""
 	switch {
 	case bound && (none || isString(claimed) && userOf(claimed) == user):

@@ -1,10 +1,11 @@
 package schemas
 
 import (
-	"container/list"
 	"crypto/sha256"
 	"sync"
 	"sync/atomic"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // The compile cache: Compile keys every schema by the SHA-256 of its compact
@@ -23,61 +24,50 @@ const (
 type cacheKey [sha256.Size]byte
 
 type cacheEntry struct {
-	key  cacheKey
 	s    *Schema
 	err  error
 	size int
 }
 
+// compileCache is an LRU bounded by entries (simplelru) and by bytes
+// (evicting the oldest until the sum fits).
 type compileCache struct {
-	mu      sync.Mutex
-	ll      *list.List // front: most recent
-	byKey   map[cacheKey]*list.Element
-	bytes   int
-	hits    atomic.Uint64
-	misses  atomic.Uint64
-	entries int
-	maxB    int
+	mu           sync.Mutex
+	lru          *simplelru.LRU[cacheKey, cacheEntry]
+	bytes, maxB  int
+	hits, misses atomic.Uint64
 }
 
 var cache = newCompileCache(CacheEntries, CacheBytes)
 
 func newCompileCache(entries, bytes int) *compileCache {
-	return &compileCache{ll: list.New(), byKey: map[cacheKey]*list.Element{}, entries: entries, maxB: bytes}
+	c := &compileCache{maxB: bytes}
+	c.lru, _ = simplelru.NewLRU(entries, func(_ cacheKey, e cacheEntry) { c.bytes -= e.size })
+	return c
 }
 
 func (c *compileCache) get(k cacheKey) (*Schema, error, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el, ok := c.byKey[k]
+	e, ok := c.lru.Get(k)
 	if !ok {
 		c.misses.Add(1)
 		return nil, nil, false
 	}
 	c.hits.Add(1)
-	c.ll.MoveToFront(el)
-	e := el.Value.(*cacheEntry)
 	return e.s, e.err, true
 }
 
 func (c *compileCache) put(k cacheKey, s *Schema, err error, size int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.byKey[k]; ok {
-		c.ll.MoveToFront(el)
+	if _, ok := c.lru.Get(k); ok || size > c.maxB {
 		return
 	}
-	if size > c.maxB {
-		return
-	}
-	c.byKey[k] = c.ll.PushFront(&cacheEntry{key: k, s: s, err: err, size: size})
+	c.lru.Add(k, cacheEntry{s: s, err: err, size: size})
 	c.bytes += size
-	for c.ll.Len() > c.entries || c.bytes > c.maxB {
-		el := c.ll.Back()
-		e := el.Value.(*cacheEntry)
-		c.ll.Remove(el)
-		delete(c.byKey, e.key)
-		c.bytes -= e.size
+	for c.bytes > c.maxB {
+		c.lru.RemoveOldest()
 	}
 }
 
@@ -85,7 +75,7 @@ func (c *compileCache) put(k cacheKey, s *Schema, err error, size int) {
 // started, and the schemas it holds now.
 func CacheStats() (hits, misses uint64, held int) {
 	cache.mu.Lock()
-	held = cache.ll.Len()
+	held = cache.lru.Len()
 	cache.mu.Unlock()
 	return cache.hits.Load(), cache.misses.Load(), held
 }

@@ -260,23 +260,29 @@ func (s *Schema) lookup(loc string) (any, bool) {
 	if !ok || url != s.base {
 		return nil, false
 	}
-	v := s.doc
-	if frag == "" {
+	return Pointer(s.doc, frag)
+}
+
+// Pointer returns the value at the JSON pointer ptr (RFC 6901: "" is v
+// itself, "/a/0" a member's first item) in the decoded JSON value v.
+func Pointer(v any, ptr string) (any, bool) {
+	if ptr == "" {
 		return v, true
 	}
-	if frag[0] != '/' {
+	if ptr[0] != '/' {
 		return nil, false
 	}
-	for _, tok := range strings.Split(frag[1:], "/") {
+	for _, tok := range strings.Split(ptr[1:], "/") {
 		tok = unescape(tok)
 		switch x := v.(type) {
 		case map[string]any:
+			var ok bool
 			if v, ok = x[tok]; !ok {
 				return nil, false
 			}
 		case []any:
 			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(x) {
+			if err != nil || i < 0 || i >= len(x) || tok != strconv.Itoa(i) {
 				return nil, false
 			}
 			v = x[i]

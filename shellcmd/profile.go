@@ -175,7 +175,8 @@ func suffixValues(args []string) []string {
 
 // getopt splits args into options and operands the way GNU getopt_long
 // does (options anywhere, "--" ends them): short lists the letters that
-// take a value, long the long options that do (a unique prefix of one
+// take a value (a letter followed by '?' takes one only when attached, as
+// sed's -i[SUFFIX]), long the long options that do (a unique prefix of one
 // counts as it, as GNU accepts abbreviations).
 type option struct {
 	name  string // "-x" or "--long" as written (before "=")
@@ -198,12 +199,13 @@ func getopt(args []string, short string, long []string) (opts []option, operands
 		case len(a) > 1 && a[0] == '-':
 			for j := 1; j < len(a); j++ {
 				c := a[j]
-				if strings.IndexByte(short, c) < 0 {
+				k := strings.IndexByte(short, c)
+				if k < 0 || c == '?' {
 					opts = append(opts, option{name: "-" + string(c)})
 					continue
 				}
 				val := a[j+1:]
-				if val == "" && i+1 < len(args) {
+				if optional := k+1 < len(short) && short[k+1] == '?'; val == "" && !optional && i+1 < len(args) {
 					i++
 					val = args[i]
 				}

@@ -9,65 +9,21 @@ import (
 // and W commands, and a script read from a file (-f), which cannot be
 // checked. With -i (--in-place) every file operand is written.
 func checkSed(args []string) ([]Write, error) {
-	var scripts, ops []string
+	var scripts []string
 	inPlace, haveE, follow := false, false, false
 	suffix := "" // -i's backup suffix: GNU sed renames each file to it
 
-	for i := 0; i < len(args); i++ {
-		a := args[i]
+	opts, ops := getopt(args, "efli?", []string{"--expression", "--file", "--line-length"})
+	for _, o := range opts {
 		switch {
-		case a == "--":
-			ops = append(ops, args[i+1:]...)
-			i = len(args)
-		case strings.HasPrefix(a, "--"):
-			name, val, has := strings.Cut(a, "=")
-			switch {
-			case isLong(name, "--expression"):
-				if !has {
-					if i+1 >= len(args) {
-						return nil, refusedf("sed %s needs a script", name)
-					}
-					i++
-					val = args[i]
-				}
-				scripts, haveE = append(scripts, val), true
-			case isLong(name, "--file"):
-				return nil, refusedf("sed %s reads its script from a file, which the check cannot see", name)
-			case isLong(name, "--in-place"):
-				inPlace, suffix = true, val
-			case isLong(name, "--follow-symlinks"):
-				follow = true
-			case isLong(name, "--line-length"):
-				if !has {
-					i++
-				}
-			}
-		case len(a) > 1 && a[0] == '-':
-		letters:
-			for j := 1; j < len(a); j++ {
-				switch a[j] {
-				case 'i':
-					inPlace, suffix = true, a[j+1:]
-					break letters // the rest is the backup suffix
-				case 'f':
-					return nil, refusedf("sed -f reads its script from a file, which the check cannot see")
-				case 'e', 'l':
-					val := a[j+1:]
-					if val == "" {
-						if i+1 >= len(args) {
-							return nil, refusedf("sed -%c needs a value", a[j])
-						}
-						i++
-						val = args[i]
-					}
-					if a[j] == 'e' {
-						scripts, haveE = append(scripts, val), true
-					}
-					break letters
-				}
-			}
-		default:
-			ops = append(ops, a)
+		case o.name == "-e" || isLong(o.name, "--expression"):
+			scripts, haveE = append(scripts, o.value), true
+		case o.name == "-f" || isLong(o.name, "--file"):
+			return nil, refusedf("sed %s reads its script from a file, which the check cannot see", o.name)
+		case o.name == "-i" || isLong(o.name, "--in-place"):
+			inPlace, suffix = true, o.value
+		case isLong(o.name, "--follow-symlinks"):
+			follow = true
 		}
 	}
 	if !haveE {

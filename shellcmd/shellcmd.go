@@ -22,9 +22,10 @@ var grammars = []struct {
 	opt  syntax.ParserOption
 }{{"sh", syntax.Variant(syntax.LangPOSIX)}, {"bash", syntax.Variant(syntax.LangBash)}}
 
-// parse parses cmd in both grammars: the trees of those that parse, and
-// the first error, named by its grammar.
-func parse(cmd string) (files []*syntax.File, err error) {
+// Parse parses cmd as POSIX sh and as bash: the trees of those that parse,
+// and the first error, named by its grammar. The allow-list check wants
+// both trees (err nil); Writes takes what parses.
+func Parse(cmd string) (files []*syntax.File, err error) {
 	for _, g := range grammars {
 		f, perr := syntax.NewParser(g.opt).Parse(strings.NewReader(cmd), "")
 		if perr != nil {
@@ -34,16 +35,6 @@ func parse(cmd string) (files []*syntax.File, err error) {
 		files = append(files, f)
 	}
 	return files, err
-}
-
-// Parse parses cmd as POSIX sh and as bash and returns both trees; a
-// command must pass its checks on both.
-func Parse(cmd string) ([]*syntax.File, error) {
-	files, err := parse(cmd)
-	if err != nil {
-		return nil, err
-	}
-	return files, nil
 }
 
 // Word is a word's value when it has no expansion; Glob says that it has an
@@ -169,7 +160,7 @@ func isNumber(s string) bool { return s != "" && strings.Trim(s, "0123456789") =
 // computed one. A program with no profile adds nothing: its writes cannot
 // be seen. err is set when neither grammar parses cmd.
 func Writes(cmd string) ([]Write, error) {
-	files, err := parse(cmd)
+	files, err := Parse(cmd)
 	if len(files) == 0 {
 		return nil, err
 	}

@@ -42,10 +42,7 @@ type materialized struct {
 // finds there from an earlier run are removed. Use PrivateDir for a fresh
 // root.
 func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
-	if err := os.Mkdir(root, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("skills: materialize: %w", err)
-	}
-	if err := CheckPrivate(root); err != nil {
+	if err := private.Mkdir(root, 0o027, "skills' files"); err != nil {
 		return nil, fmt.Errorf("skills: materialize: %w", err)
 	}
 	entries, _ := os.ReadDir(root)

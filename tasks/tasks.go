@@ -284,7 +284,14 @@ func (s *Store) List(ctx context.Context, session string) ([]*Record, error) {
 	if !bus.ValidID(session) {
 		return nil, nil
 	}
-	return s.scan(ctx, taskKey(session, "*"))
+	var out []*Record
+	err := s.entries(ctx, taskKey(session, "*"), func(_ string, value []byte) {
+		if r, err := decode(value); err == nil {
+			out = append(out, r)
+		}
+	})
+	slices.SortFunc(out, func(a, b *Record) int { return b.Started.Compare(a.Started) })
+	return out, err
 }
 
 // Running returns every running task of the deployment (for takeover),
@@ -300,18 +307,6 @@ func (s *Store) Running(ctx context.Context) ([]*Record, error) {
 			}
 		}
 	})
-	return out, err
-}
-
-// scan returns the records under filter, newest first.
-func (s *Store) scan(ctx context.Context, filter string) ([]*Record, error) {
-	var out []*Record
-	err := s.entries(ctx, filter, func(_ string, value []byte) {
-		if r, err := decode(value); err == nil {
-			out = append(out, r)
-		}
-	})
-	slices.SortFunc(out, func(a, b *Record) int { return b.Started.Compare(a.Started) })
 	return out, err
 }
 

@@ -491,12 +491,16 @@ func idleInPool(stack string) bool {
 	return false
 }
 
+// heapInUse returns the bytes of live objects after two collections:
+// HeapAlloc, not HeapInuse, whose spans also count the fragmentation the
+// allocator keeps, which moves with the load beside the test and not with
+// the sessions.
 func heapInUse() uint64 {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapInuse
+	return m.HeapAlloc
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }

@@ -427,7 +427,11 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			res.Content = append(res.Content, withAnnotations(mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: uri, MIMEType: b.MediaType, Blob: b.Data}), b.Annotations))
 		}
 	}
-	backgroundResult(r, res) // a task handle is not a failure (tasks_bus.go)
+	if h, ok := backgrounded(&r); ok {
+		// Not a failure: the call goes on as a bus task, this is its
+		// handle (tasks_bus.go).
+		res.IsError, res.Meta = false, mcp.NewMetaFromMap(map[string]any{HandleMetaKey: h})
+	}
 	return res
 }
 

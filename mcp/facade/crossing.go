@@ -21,6 +21,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // maxCrossing bounds a message carried to another facade process (an
@@ -78,8 +80,8 @@ type crossing struct {
 const maxClients = 1024
 
 type crossSub struct {
-	n   int
-	sub *nats.Subscription
+	n    int
+	stop context.CancelFunc
 }
 
 // posted is what crossing reads of a POST body.
@@ -194,13 +196,10 @@ func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	if adopted {
 		return
 	}
-	raw, err := json.Marshal(clientRecord{Version: req.Params.ProtocolVersion, Capabilities: req.Params.Capabilities, Info: req.Params.ClientInfo})
-	if err != nil {
-		return
-	}
+	rec := clientRecord{Version: req.Params.ProtocolVersion, Capabilities: req.Params.Capabilities, Info: req.Params.ClientInfo}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := x.store.put(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"), raw); err != nil {
+	if err := x.store.put(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"), rec, false); err != nil {
 		x.log.Warn("facade: an MCP session's client could not be recorded for the other processes", "session", x.session, "err", err)
 	}
 }
@@ -323,47 +322,36 @@ func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) 
 }
 
 // follow subscribes to sid's crossings (once per MCP session, counted)
-// until stop; the lookup is bounded by ctx and 10 s.
+// until stop.
 func (x *crossing) follow(ctx context.Context, sid string) (stop func()) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if cs := x.subs[sid]; cs != nil {
-		cs.n++
-		return func() { x.unfollow(sid) }
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	subject, err := x.subject(ctx, x.crossKey(sid)+".*")
-	if err == nil {
-		var sub *nats.Subscription
-		sub, err = x.nc.Subscribe(subject, func(m *nats.Msg) { x.deliver(sid, m) })
-		if err == nil {
-			err = x.nc.FlushWithContext(ctx)
-			if x.subs == nil {
-				x.subs = map[string]*crossSub{}
-			}
-			x.subs[sid] = &crossSub{n: 1, sub: sub}
-		}
-	}
-	if err != nil {
-		x.log.Warn("facade: an MCP session's messages reaching other processes will not be followed", "session", x.session, "err", err)
-		if x.subs[sid] == nil {
-			return func() {}
-		}
-	}
-	return func() { x.unfollow(sid) }
-}
-
-func (x *crossing) unfollow(sid string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	cs := x.subs[sid]
 	if cs == nil {
-		return
+		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // until the last stop
+		subject, err := x.store.subject(ctx, x.crossKey(sid)+".*")
+		if err == nil {
+			err = bus.Listen(lctx, x.nc, subject, 64, func(m *nats.Msg) bool { x.deliver(sid, m); return true }, func() {})
+		}
+		if err != nil {
+			cancel()
+			x.log.Warn("facade: an MCP session's messages reaching other processes will not be followed", "session", x.session, "err", err)
+			return func() {}
+		}
+		if x.subs == nil {
+			x.subs = map[string]*crossSub{}
+		}
+		cs = &crossSub{stop: cancel}
+		x.subs[sid] = cs
 	}
-	if cs.n--; cs.n == 0 {
-		_ = cs.sub.Unsubscribe()
-		delete(x.subs, sid)
+	cs.n++
+	return func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if cs.n--; cs.n == 0 {
+			cs.stop()
+			delete(x.subs, sid)
+		}
 	}
 }
 
@@ -393,23 +381,13 @@ func (x *crossing) deliver(sid string, m *nats.Msg) {
 	}
 }
 
-// subject is the subject a write of key is published on.
-func (x *crossing) subject(ctx context.Context, key string) (string, error) {
-	kv, err := x.store.bucket(ctx)
-	if err != nil {
-		return "", err
-	}
-	return "$KV." + kv.Bucket() + "." + key, nil
-}
-
 // publish stores raw under key, which publishes it to the key's
 // subscribers, and deletes it again: the record is a message, not state.
-func (x *crossing) publish(ctx context.Context, key string, raw []byte) error {
-	if err := x.store.put(ctx, key, raw); err != nil {
+func (x *crossing) publish(ctx context.Context, key string, raw json.RawMessage) error {
+	if err := x.store.put(ctx, key, raw, false); err != nil {
 		return err
 	}
-	kv, _ := x.store.bucket(ctx)
-	_ = kv.Delete(ctx, key)
+	x.store.delete(ctx, key)
 	return nil
 }
 
@@ -446,16 +424,10 @@ func untagID(id json.RawMessage) (tag string, n json.RawMessage, ok bool) {
 
 // withID returns the JSON-RPC message msg with id as its id.
 func withID(msg []byte, id json.RawMessage) ([]byte, bool) {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(msg, &m) != nil || m == nil {
-		return msg, false
+	if out, ok := withMember(msg, "id", func(json.RawMessage) (json.RawMessage, bool) { return id, true }); ok {
+		return out, true
 	}
-	m["id"] = id
-	out, err := json.Marshal(m)
-	if err != nil {
-		return msg, false
-	}
-	return out, true
+	return msg, false
 }
 
 // tagEvent returns the server-sent event ev with the id of the request it

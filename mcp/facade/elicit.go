@@ -63,9 +63,9 @@ type confirmer struct {
 	// facade (stdio, insecure loopback: one desktop user) offers it; an
 	// authenticated host user confirms one call at a time.
 	remember bool
-	closing  context.Context                  // ends when the facade closes
-	loop     func(func(context.Context)) bool // life.Loop
-	states   stateStore
+	closing  context.Context                                                                 // ends when the facade closes
+	loop     func(func(context.Context)) bool                                                // life.Loop
+	states   *kvStore                                                                        // the request states (rounds.go)
 	await    func(ctx context.Context, session, replyID, callID string) (*bus.Result, error) // awaitResult
 	run      runFunc
 	log      *slog.Logger
@@ -83,17 +83,7 @@ type confirmBus interface {
 	Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error
 }
 
-// stateStore keeps the 2026-07-28 request states (kvStore, rounds.go).
-type stateStore interface {
-	putState(ctx context.Context, id string, r *stateRecord) error
-	getState(ctx context.Context, session, user, id string) (*stateRecord, error)
-	deleteState(ctx context.Context, session, user, id string)
-}
-
-var (
-	_ confirmBus = client.Parked{}
-	_ stateStore = (*kvStore)(nil)
-)
+var _ confirmBus = client.Parked{}
 
 // busy reports whether a call waits for the host user (the session's MCP
 // server is not dropped then).

@@ -12,7 +12,6 @@ package facade
 
 import (
 	"cmp"
-	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -300,7 +299,6 @@ type session struct {
 	cross     *crossing  // crossing.go
 
 	// Guarded by the table's mu.
-	elem   *list.Element
 	active int       // requests (or a stdio connection) being served
 	last   time.Time // when the last one began or ended
 
@@ -410,10 +408,10 @@ func (f *Facade) wire(s *session) {
 	s.confirms.run, s.confirms.holds = s.calls.run, s.calls.holds
 	s.questions = &relayer{bus: questionClient{f.cl, f.cl.Parked()}, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
 	s.confirms.questions, s.confirms.cancel = s.questions, f.cl.Cancel
-	s.resources = &resources{session: s.id, user: s.user, list: f.list, verb: resourcesVerb{nc: f.nc, prefix: f.cl.Subjects().Prefix},
+	s.resources = &resources{session: s.id, user: s.user, list: f.list, nc: f.nc, prefix: f.cl.Subjects().Prefix,
 		fetch: f.cl.Outputs(), maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
 	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
-		run: s.calls.run, contextHeader: f.cfg.ContextHeader, questions: s.questions.watchCall,
+		run: s.calls.run, questions: s.questions.watchCall,
 		confirm: s.confirms.decide, answerQuestion: s.questions.answerQuestion,
 		send: func(sid, method string, params map[string]any) error {
 			return s.mcp.SendNotificationToSpecificClient(sid, method, params)
@@ -430,10 +428,6 @@ func (s *session) listed(name string) bool {
 	defer s.mu.Unlock()
 	_, ok := s.order[name]
 	return ok
-}
-
-func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID string) (*bus.Result, error) {
-	return awaitResult(ctx, f.cl, session, replyID, callID)
 }
 
 // settle are the delays after a watched change at which the session is
@@ -596,22 +590,20 @@ func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, or
 	if !c.pending {
 		c.pending, c.first = true, now
 	}
-	due := laterTime(now.Add(Calm), c.last.Add(Calm))
-	if cap := laterTime(c.first.Add(MaxCalm), c.last.Add(Calm)); due.After(cap) {
+	// Calm after now, at most MaxCalm after the burst began; never sooner
+	// than Calm after the last notification.
+	due := now.Add(Calm)
+	if cap := c.first.Add(MaxCalm); due.After(cap) {
 		due = cap
+	}
+	if next := c.last.Add(Calm); next.After(due) {
+		due = next
 	}
 	if c.timer == nil {
 		c.timer = time.AfterFunc(time.Until(due), s.applyPending)
 		return
 	}
 	c.timer.Reset(time.Until(due))
-}
-
-func laterTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // setLocked replaces the MCP server's tools with the pending listing.

@@ -712,37 +712,7 @@ func TestTask(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ev.Stop(t.Context())
-		startTask := func(tool string) string {
-			t.Helper()
-			// mcp-go's client has no call for a task-augmented tools/call:
-			// send it on the transport.
-			resp, err := c.GetTransport().SendRequest(t.Context(), transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
-				ID: mcp.NewRequestId("task-" + tool), Method: string(mcp.MethodToolsCall),
-				Params: map[string]any{"name": tool, "arguments": map[string]any{}, "task": map[string]any{}}})
-			if err != nil || resp.Error != nil {
-				t.Fatalf("task call: %v %+v", err, resp.Error)
-			}
-			var created mcp.CreateTaskResult
-			if err := json.Unmarshal(resp.Result, &created); err != nil || created.Task.TaskId == "" {
-				t.Fatalf("create task: %s %v", resp.Result, err)
-			}
-			return created.Task.TaskId
-		}
-		wait := func(id string) *mcp.TaskResultResult {
-			t.Helper()
-			ctx, cancel := context.WithTimeout(t.Context(), bound)
-			defer cancel()
-			st, err := c.WaitForTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: id}}, 50*time.Millisecond)
-			if err != nil || st.Status != mcp.TaskStatusCompleted {
-				t.Fatalf("task %s: %+v %v", id, st, err)
-			}
-			res, err := c.TaskResult(ctx, mcp.TaskResultRequest{Params: mcp.TaskResultParams{TaskId: id}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return res
-		}
-		id := startTask("ask_human")
+		id := startTaskOn(t, c, "ask_human")
 		replyID, p := parkedEvent(t, ev, "ask_human")
 		st, err := c.GetTask(t.Context(), mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: id}})
 		if err != nil || st.Status != mcp.TaskStatusWorking {
@@ -751,11 +721,11 @@ func TestTask(t *testing.T) {
 		if err := e.bus.Parked().Answer(t.Context(), "ask_human", s, replyID, p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("answered")}); err != nil {
 			t.Fatal(err)
 		}
-		if r := wait(id); r.IsError || len(r.Content) != 1 || r.Content[0].(mcp.TextContent).Text != "answered" {
+		if r := waitTask(t, c, id); r.IsError || len(r.Content) != 1 || r.Content[0].(mcp.TextContent).Text != "answered" {
 			t.Fatalf("task result %+v", r)
 		}
 		// tasks/cancel cancels the parked call on the bus.
-		id = startTask("ask_human")
+		id = startTaskOn(t, c, "ask_human")
 		_, p = parkedEvent(t, ev, "ask_human")
 		if _, err := c.CancelTask(t.Context(), mcp.CancelTaskRequest{Params: mcp.CancelTaskParams{TaskId: id}}); err != nil {
 			t.Fatal(err)
@@ -770,8 +740,8 @@ func TestTask(t *testing.T) {
 				ended = true
 			}
 		}
-		id = startTask("ask_soon")
-		if r := wait(id); !r.IsError || !strings.Contains(r.Content[0].(mcp.TextContent).Text, "still parked") {
+		id = startTaskOn(t, c, "ask_soon")
+		if r := waitTask(t, c, id); !r.IsError || !strings.Contains(r.Content[0].(mcp.TextContent).Text, "still parked") {
 			t.Fatalf("task past its deadline %+v", r)
 		}
 	}

@@ -106,9 +106,9 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 	}
 	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
 	if err != nil {
-		return response(m.ID, nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()})
+		return response(m.ID, nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
 	}
-	return response(m.ID, &groupsResult{Groups: groupsOf(list.Groups)}, nil)
+	return response(m.ID, map[string]any{"groups": groupsOf(list.Groups)}, nil)
 }
 
 // take takes a message the facade answers itself (a grouping request, or
@@ -126,10 +126,6 @@ func (s *session) take(line []byte) (*rpcMessage, func(context.Context) []byte, 
 	return nil, nil, false
 }
 
-type groupsResult struct {
-	Groups []mcpGroup `json:"groups"`
-}
-
 // activate makes exactly the named groups the active switchable ones: a
 // call of reset_tools on the bus as the session's user.
 func (s *session) activate(ctx context.Context, params json.RawMessage) *rpcError {
@@ -137,15 +133,15 @@ func (s *session) activate(ctx context.Context, params json.RawMessage) *rpcErro
 		Groups []string `json:"groups"`
 	}
 	if len(params) == 0 || json.Unmarshal(params, &p) != nil || p.Groups == nil {
-		return &rpcError{mcp.INVALID_PARAMS, `toolbus/groups/activate: params must be {"groups": [names]}: the groups to be active, every other switchable group inactive`}
+		return &rpcError{Code: mcp.INVALID_PARAMS, Message: `toolbus/groups/activate: params must be {"groups": [names]}: the groups to be active, every other switchable group inactive`}
 	}
 	if len(p.Groups) > maxActivate {
-		return &rpcError{mcp.INVALID_PARAMS, fmt.Sprintf("toolbus/groups/activate: at most %d groups", maxActivate)}
+		return &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("toolbus/groups/activate: at most %d groups", maxActivate)}
 	}
 	args := map[string]any{}
 	for _, g := range p.Groups {
 		if !bus.ValidID(g) {
-			return &rpcError{mcp.INVALID_PARAMS, fmt.Sprintf("toolbus/groups/activate: %q is not a group name", g)}
+			return &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("toolbus/groups/activate: %q is not a group name", g)}
 		}
 		args[g] = true
 	}
@@ -154,7 +150,7 @@ func (s *session) activate(ctx context.Context, params json.RawMessage) *rpcErro
 	req.Params.Arguments = args
 	res, err := s.calls.run(ctx, req, runOpts{})
 	if err != nil {
-		return &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+		return &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()}
 	}
 	if res.IsError {
 		var texts []string
@@ -163,7 +159,7 @@ func (s *session) activate(ctx context.Context, params json.RawMessage) *rpcErro
 				texts = append(texts, t.Text)
 			}
 		}
-		return &rpcError{mcp.INVALID_PARAMS, "toolbus/groups/activate: " + strings.Join(texts, " ")}
+		return &rpcError{Code: mcp.INVALID_PARAMS, Message: "toolbus/groups/activate: " + strings.Join(texts, " ")}
 	}
 	return nil
 }

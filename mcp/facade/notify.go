@@ -33,39 +33,44 @@ func stampNotification(w http.ResponseWriter, r *http.Request) bool {
 	if !mcp.IsModernProtocol(version) {
 		return true
 	}
-	var msg map[string]json.RawMessage
-	if json.Unmarshal(body, &msg) != nil {
-		return true // not one JSON-RPC object (a batch, garbage): mcp-go answers it
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
 	}
-	var method string
-	if _, isRequest := msg["id"]; isRequest || json.Unmarshal(msg["method"], &method) != nil || !strings.HasPrefix(method, "notifications/") {
-		return true
+	if json.Unmarshal(body, &msg) != nil || msg.ID != nil || !strings.HasPrefix(msg.Method, "notifications/") {
+		return true // a request, or not one JSON-RPC object (a batch, garbage): mcp-go answers it
 	}
-	var params map[string]json.RawMessage
-	if raw, ok := msg["params"]; ok && json.Unmarshal(raw, &params) != nil {
-		return true
-	}
-	if params == nil {
-		params = map[string]json.RawMessage{}
-	}
-	var meta map[string]json.RawMessage
-	if raw, ok := params["_meta"]; ok && json.Unmarshal(raw, &meta) != nil {
-		return true
-	}
-	if meta == nil {
-		meta = map[string]json.RawMessage{}
-	}
-	if _, ok := meta[mcp.MetaKeyProtocolVersion]; ok {
-		return true
-	}
-	meta[mcp.MetaKeyProtocolVersion], _ = json.Marshal(version)
-	params["_meta"], _ = json.Marshal(meta)
-	msg["params"], _ = json.Marshal(params)
-	if stamped, err := json.Marshal(msg); err == nil {
+	v, _ := json.Marshal(version)
+	stamped, ok := withMember(body, "params", func(params json.RawMessage) (json.RawMessage, bool) {
+		return withMember(params, "_meta", func(meta json.RawMessage) (json.RawMessage, bool) {
+			return withMember(meta, mcp.MetaKeyProtocolVersion, func(had json.RawMessage) (json.RawMessage, bool) { return v, had == nil })
+		})
+	})
+	if ok {
 		r.Body = io.NopCloser(bytes.NewReader(stamped))
 		r.ContentLength = int64(len(stamped))
 	}
 	return true
+}
+
+// withMember returns the JSON object obj (absent or null: {}) with its
+// member key set to what set makes of it (nil: absent); false when obj is
+// not an object or set declines.
+func withMember(obj json.RawMessage, key string, set func(json.RawMessage) (json.RawMessage, bool)) (json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if obj != nil && json.Unmarshal(obj, &m) != nil {
+		return nil, false
+	}
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	v, ok := set(m[key])
+	if !ok {
+		return nil, false
+	}
+	m[key] = v
+	out, err := json.Marshal(m)
+	return out, err == nil
 }
 
 // postedBody reads a POST's body (buffered by stampNotification) and

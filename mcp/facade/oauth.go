@@ -256,16 +256,9 @@ func (o *OAuth) candidates(ctx context.Context, kid, alg string) []jose.JSONWebK
 func (o *OAuth) matchLocked(kid, alg string) []jose.JSONWebKey {
 	var out []jose.JSONWebKey
 	for _, k := range o.keys {
-		if kid != "" && k.KeyID != kid {
-			continue
+		if (kid == "" || k.KeyID == kid) && (k.Algorithm == "" || k.Algorithm == alg) && keyFits(k.Key, alg) {
+			out = append(out, k)
 		}
-		if k.Algorithm != "" && k.Algorithm != alg {
-			continue
-		}
-		if !keyFits(k.Key, alg) {
-			continue
-		}
-		out = append(out, k)
 	}
 	return out
 }

@@ -47,7 +47,8 @@ type resources struct {
 	session, user string
 	mcp           *server.MCPServer
 	list          listFunc
-	verb          resourcesVerb
+	nc            *nats.Conn // for the resources verb (P.resources.<server>, docs/protocol.md 12)
+	prefix        string
 	fetch         outputFetcher
 	maxResource   int64
 	log           *slog.Logger
@@ -100,8 +101,8 @@ func (s *resources) syncResources(ctx context.Context) {
 	templates := []server.ServerResourceTemplate{s.outputsTemplate()}
 	seen := map[string]bool{}
 	for _, srv := range s.bridgedServers(ctx) {
-		l, err := s.verb.list(ctx, srv)
-		if err != nil {
+		var l bridge.ResourcesListed
+		if err := s.request(ctx, srv, bridge.TypeResourcesList, bridge.ResourcesList{}, bridge.TypeResourcesListed, &l); err != nil {
 			s.log.Debug("facade: resources of a bridged server", "server", srv, "err", err)
 			continue
 		}
@@ -148,15 +149,9 @@ func (s *resources) bridgedServers(ctx context.Context) []string {
 	return out
 }
 
-// resourcesVerb asks the bridged servers' resources verb
-// (P.resources.<server>, docs/protocol.md 12).
-type resourcesVerb struct {
-	nc     *nats.Conn
-	prefix string
-}
-
-// request sends one request and decodes its reply of type want into out.
-func (f resourcesVerb) request(ctx context.Context, srv, typ string, data any, want string, out any) error {
+// request asks srv's resources verb and decodes its reply of type want
+// into out.
+func (s *resources) request(ctx context.Context, srv, typ string, data any, want string, out any) error {
 	e, err := bus.NewEvent(typ, "toolbus/mcp", data)
 	if err != nil {
 		return err
@@ -164,7 +159,7 @@ func (f resourcesVerb) request(ctx context.Context, srv, typ string, data any, w
 	if dl, ok := ctx.Deadline(); ok {
 		e.ExpiryTime = dl.UTC().Format(time.RFC3339Nano)
 	}
-	m, err := bus.SendRequest(ctx, f.nc, bridge.ResourcesSubject(f.prefix, srv), e)
+	m, err := bus.SendRequest(ctx, s.nc, bridge.ResourcesSubject(s.prefix, srv), e)
 	if err != nil {
 		return fmt.Errorf("the resources of MCP server %q: %w", srv, err)
 	}
@@ -185,14 +180,6 @@ func (f resourcesVerb) request(ctx context.Context, srv, typ string, data any, w
 	return r.DataAs(out)
 }
 
-func (f resourcesVerb) list(ctx context.Context, srv string) (*bridge.ResourcesListed, error) {
-	var l bridge.ResourcesListed
-	if err := f.request(ctx, srv, bridge.TypeResourcesList, bridge.ResourcesList{}, bridge.TypeResourcesListed, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
-}
-
 // readBridged reads a URI of server srv, when the session still lists a
 // tool of srv to its user.
 func (s *resources) readBridged(srv string) server.ResourceHandlerFunc {
@@ -203,7 +190,7 @@ func (s *resources) readBridged(srv string) server.ResourceHandlerFunc {
 			return nil, fmt.Errorf("the MCP server %q is no longer among the session's tools' servers", srv)
 		}
 		var c bridge.ResourcesContents
-		if err := s.verb.request(ctx, srv, bridge.TypeResourcesRead, bridge.ResourcesRead{URI: req.Params.URI},
+		if err := s.request(ctx, srv, bridge.TypeResourcesRead, bridge.ResourcesRead{URI: req.Params.URI},
 			bridge.TypeResourcesContents, &c); err != nil {
 			return nil, err
 		}

@@ -2,7 +2,6 @@ package facade
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/store"
 )
 
 // The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and
@@ -216,7 +214,7 @@ func mustParams(p mcp.ElicitationParams, _ bool) mcp.ElicitationParams { return 
 func (c *confirmer) forget(state string) {
 	dctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
 	defer cancel()
-	c.states.deleteState(dctx, c.session, c.user, state)
+	c.states.delete(dctx, stateKey(c.session, c.user, state))
 }
 
 // keepResult keeps the result of a call that ended for its retry a
@@ -332,21 +330,7 @@ func stateKey(session, user, id string) string {
 }
 
 func (st *kvStore) putState(ctx context.Context, id string, r *stateRecord) error {
-	kv, err := st.bucket(ctx)
-	if err != nil {
-		return err
-	}
-	raw, _ := json.Marshal(r)
-	if _, err := store.Create(ctx, kv, stateKey(r.Session, r.User, id), raw, store.Bounded); err != nil {
-		return fmt.Errorf("%w: %v", errNoStore, err)
-	}
-	return nil
-}
-
-func (st *kvStore) deleteState(ctx context.Context, session, user, id string) {
-	if kv, err := st.bucket(ctx); err == nil {
-		_ = kv.Delete(ctx, stateKey(session, user, id))
-	}
+	return st.put(ctx, stateKey(r.Session, r.User, id), r, true)
 }
 
 // getState returns the (session, user)'s live request state id, else

@@ -1,7 +1,6 @@
 package facade
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -10,10 +9,10 @@ import (
 	"time"
 )
 
-// table is the (session, user) MCP servers a facade keeps, by key and by
-// bus session, bounded by MaxSessions (the least recently used idle one
-// makes room) and swept of those idle for longer than Idle (docs/mcp.md
-// "Idle eviction").
+// table is the (session, user) MCP servers a facade keeps, bounded by
+// MaxSessions (the least recently used idle one makes room) and swept of
+// those idle for longer than Idle (docs/mcp.md "Idle eviction"). At most
+// MaxSessions: a scan of them all costs less than keeping an order.
 type table struct {
 	closing context.Context // the facade's: nothing is added once it ends
 	idle    time.Duration
@@ -22,16 +21,13 @@ type table struct {
 
 	mu       sync.Mutex
 	sessions map[key]*session
-	byID     map[string]map[*session]struct{} // bus session → its MCP servers
-	lru      *list.List                       // of *session, most recently used first
 }
 
 // errFull: every kept MCP server is busy and MaxSessions are kept.
 var errFull = errors.New("facade: too many MCP sessions in use; retry later")
 
 func newTable(closing context.Context, idle time.Duration, max int, evicted *atomic.Int64) *table {
-	return &table{closing: closing, idle: idle, max: max, evicted: evicted, sessions: map[key]*session{},
-		byID: map[string]map[*session]struct{}{}, lru: list.New()}
+	return &table{closing: closing, idle: idle, max: max, evicted: evicted, sessions: map[key]*session{}}
 }
 
 func (t *table) use(k key) *session {
@@ -63,11 +59,6 @@ func (t *table) add(k key, s *session, start func()) (*session, error) {
 		return nil, errFull
 	}
 	t.sessions[k] = s
-	if t.byID[k.session] == nil {
-		t.byID[k.session] = map[*session]struct{}{}
-	}
-	t.byID[k.session][s] = struct{}{}
-	s.elem = t.lru.PushFront(s)
 	t.touchLocked(s, 1)
 	start()
 	return s, nil
@@ -82,9 +73,6 @@ func (t *table) release(s *session) {
 func (t *table) touchLocked(s *session, delta int) {
 	s.active += delta
 	s.last = time.Now()
-	if s.elem != nil {
-		t.lru.MoveToFront(s.elem)
-	}
 }
 
 // busyLocked reports whether s serves a request or holds a call waiting
@@ -95,13 +83,16 @@ func (t *table) busyLocked(s *session) bool {
 }
 
 func (t *table) evictOneLocked() bool {
-	for e := t.lru.Back(); e != nil; e = e.Prev() {
-		if s := e.Value.(*session); !t.busyLocked(s) {
-			t.dropLocked(s)
-			return true
+	var lru *session
+	for _, s := range t.sessions {
+		if !t.busyLocked(s) && (lru == nil || s.last.Before(lru.last)) {
+			lru = s
 		}
 	}
-	return false
+	if lru != nil {
+		t.dropLocked(lru)
+	}
+	return lru != nil
 }
 
 // dropLocked forgets s and stops its polling. A client of it that comes
@@ -109,14 +100,6 @@ func (t *table) evictOneLocked() bool {
 func (t *table) dropLocked(s *session) {
 	k := key{s.id, s.user, s.policy, s.stdio}
 	delete(t.sessions, k)
-	if m := t.byID[s.id]; m != nil {
-		delete(m, s)
-		if len(m) == 0 {
-			delete(t.byID, s.id)
-		}
-	}
-	t.lru.Remove(s.elem)
-	s.elem = nil
 	s.cancel()
 	t.evicted.Add(1)
 }
@@ -139,13 +122,8 @@ func (t *table) sweep() {
 func (t *table) dropIdle(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for e := t.lru.Back(); e != nil; {
-		s := e.Value.(*session)
-		e = e.Prev()
-		if now.Sub(s.last) <= t.idle {
-			return // the rest were used more recently
-		}
-		if !t.busyLocked(s) {
+	for _, s := range t.sessions {
+		if now.Sub(s.last) > t.idle && !t.busyLocked(s) {
 			t.dropLocked(s)
 		}
 	}
@@ -168,13 +146,9 @@ func (t *table) changed(id string) {
 		default:
 		}
 	}
-	if id != "" {
-		for s := range t.byID[id] {
+	for _, s := range t.sessions {
+		if id == "" || s.id == id {
 			mark(s)
 		}
-		return
-	}
-	for _, s := range t.sessions {
-		mark(s)
 	}
 }

@@ -80,22 +80,18 @@ func (m *rpcMessage) modern() bool {
 	return json.Unmarshal(p.Meta[mcp.MetaKeyProtocolVersion], &v) == nil && mcp.IsModernProtocol(v)
 }
 
-type rpcError struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
+type rpcError = mcp.JSONRPCErrorDetails
 
 // taskFront answers a session's task messages (isTaskMessage) on both
 // transports, from the records in the facade's bucket (store) and the
 // tasks this process runs or follows (runners).
 type taskFront struct {
 	session, user  string
-	store          taskStore
+	store          *kvStore // tasks_store.go
 	runners        *taskRunners
 	cancel         func(ctx context.Context, session, replyID string, calls ...string) error
 	listed         func(name string) bool // session.listed
 	run            runFunc
-	contextHeader  string
 	questions      watchFunc
 	confirmParams  func(bus.Parked) mcp.ElicitationParams                                              // nil: the host is not asked (policy approvers)
 	confirm        func(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult) // confirmer.decide
@@ -110,18 +106,6 @@ type watchFunc func(ctx context.Context, tool, callID string) (<-chan asked, err
 // runFunc runs a tools/call on the bus (caller.run).
 type runFunc func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error)
 
-// taskStore keeps the task records (kvStore, tasks_store.go).
-type taskStore interface {
-	createTask(ctx context.Context, r *taskRecord) error
-	listTasks(ctx context.Context, session, user string) ([]*taskRecord, error)
-	getTask(ctx context.Context, session, user, id string) (*taskRecord, error)
-	updateTask(ctx context.Context, session, user, id string, change func(*taskRecord)) (*taskRecord, error)
-	watchTask(ctx context.Context, session, user, id string) (*taskRecord, error)
-	watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error)
-}
-
-var _ taskStore = (*kvStore)(nil)
-
 // answer answers m with its JSON-RPC response.
 func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 	result, rerr := s.dispatch(ctx, m)
@@ -134,21 +118,16 @@ func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 		err = json.Unmarshal(raw, &obj)
 	}
 	if err != nil {
-		return response(m.ID, nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()})
+		return response(m.ID, nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
 	}
 	if m.modern() {
 		kind := mcp.ResultTypeComplete
-		if _, created := result.(*mcp.CreateTaskResult); created {
+		if c, created := result.(*mcp.CreateTaskResult); created {
 			kind = "task" // the 2026-07-28 tasks extension's discriminator
 			// The extension's CreateTaskResult is the Task itself
 			// (Result & Task); mcp-go's clients read it under "task".
-			var task map[string]json.RawMessage
-			if json.Unmarshal(obj["task"], &task) == nil {
-				modernTaskFields(task)
-				for k, v := range task {
-					obj[k] = v
-				}
-			}
+			raw, _ := json.Marshal(taskView{Task: c.Task, TTLMs: c.Task.TTL, PollIntervalMs: c.Task.PollInterval})
+			_ = json.Unmarshal(raw, &obj)
 		}
 		obj["resultType"], _ = json.Marshal(kind)
 	}
@@ -158,12 +137,9 @@ func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 // response is the JSON-RPC response to request id: result, or rerr.
 func response(id json.RawMessage, result any, rerr *rpcError) []byte {
 	resp := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": id}
-	switch {
-	case rerr != nil && rerr.Code == codeMissingCapability:
-		resp["error"] = map[string]any{"code": rerr.Code, "message": rerr.Message, "data": missingTasksCapability} // tasks_listen.go
-	case rerr != nil:
+	if rerr != nil {
 		resp["error"] = rerr
-	default:
+	} else {
 		resp["result"] = result
 	}
 	out, _ := json.Marshal(resp)
@@ -182,7 +158,7 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 	}
 	if m.Method != string(mcp.MethodToolsCall) && m.Method != string(mcp.MethodTasksList) {
 		if err := json.Unmarshal(m.Params, &p); err != nil || p.TaskID == "" {
-			return nil, &rpcError{mcp.INVALID_PARAMS, "params.taskId is required"}
+			return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "params.taskId is required"}
 		}
 	}
 	switch mcp.MCPMethod(m.Method) {
@@ -190,7 +166,7 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 		var req mcp.CallToolRequest
 		raw, _ := json.Marshal(m)
 		if err := json.Unmarshal(raw, &req); err != nil {
-			return nil, &rpcError{mcp.INVALID_PARAMS, err.Error()}
+			return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: err.Error()}
 		}
 		return s.start(ctx, req)
 	case mcp.MethodTasksList:
@@ -222,9 +198,9 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 
 func storeError(err error) *rpcError {
 	if errors.Is(err, errNotFound) {
-		return &rpcError{mcp.INVALID_PARAMS, errNotFound.Error()}
+		return &rpcError{Code: mcp.INVALID_PARAMS, Message: errNotFound.Error()}
 	}
-	return &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+	return &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()}
 }
 
 // start stores the task's record, starts its call and returns the
@@ -232,7 +208,7 @@ func storeError(err error) *rpcError {
 // written, is an error and nothing is published.
 func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *rpcError) {
 	if !s.listed(req.Params.Name) {
-		return nil, &rpcError{mcp.INVALID_PARAMS, fmt.Sprintf("tool '%s' not found", req.Params.Name)}
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("tool '%s' not found", req.Params.Name)}
 	}
 	ttl := DefaultTaskTTL
 	if t := req.Params.Task; t != nil && t.TTL != nil && *t.TTL > 0 {
@@ -243,10 +219,10 @@ func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *r
 	r := &taskRecord{ID: newID(), Session: s.session, User: s.user, Tool: req.Params.Name, CallID: "mcp-" + nuid.Next(),
 		ReplyID: client.NewReplyID(), Status: mcp.TaskStatusWorking, Created: now, Updated: now, TTLMS: ttl.Milliseconds()}
 	if err := s.store.createTask(ctx, r); err != nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()}
 	}
 	header, _ := ctx.Value(contextKey).(string)
-	s.runners.run(r, req, header, taskHooks{call: s.run, questions: s.questions, confirmParams: s.confirmParams, notify: s.notifier(ctx)})
+	s.runners.run(r, req, header, s, s.notifier(ctx))
 	return &mcp.CreateTaskResult{Task: r.task()}, nil
 }
 
@@ -264,7 +240,7 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, &rpcError{mcp.REQUEST_INTERRUPTED, ctx.Err().Error()}
+				return nil, &rpcError{Code: mcp.REQUEST_INTERRUPTED, Message: ctx.Err().Error()}
 			}
 			return nil, storeError(err)
 		}
@@ -272,10 +248,10 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 	var out map[string]json.RawMessage
 	switch r.Status {
 	case mcp.TaskStatusFailed:
-		return nil, &rpcError{mcp.INTERNAL_ERROR, r.Error}
+		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: r.Error}
 	case mcp.TaskStatusCompleted:
 		if json.Unmarshal(r.Result, &out) != nil || out == nil {
-			return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: task record without a result"}
+			return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "facade: task record without a result"}
 		}
 	default: // cancelled
 		raw, _ := json.Marshal(mcp.NewToolResultError("The task was cancelled: " + r.Message))
@@ -297,7 +273,7 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 		return nil, storeError(err)
 	}
 	if r.Status.IsTerminal() {
-		return nil, &rpcError{mcp.INVALID_PARAMS, "cannot cancel task in terminal status: " + string(r.Status)}
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "cannot cancel task in terminal status: " + string(r.Status)}
 	}
 	r, err = s.store.updateTask(ctx, s.session, s.user, id, func(r *taskRecord) {
 		r.Status, r.Message = mcp.TaskStatusCancelled, "Task cancelled by request"
@@ -306,7 +282,7 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 		return nil, storeError(err)
 	}
 	if r.Status != mcp.TaskStatusCancelled { // it ended meanwhile
-		return nil, &rpcError{mcp.INVALID_PARAMS, "cannot cancel task in terminal status: " + string(r.Status)}
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "cannot cancel task in terminal status: " + string(r.Status)}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -316,7 +292,7 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 		err = s.cancel(cctx, s.session, r.ReplyID, r.CallID)
 	}
 	if err != nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, "facade: the task is cancelled, but not its call on the bus: " + err.Error()}
+		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "facade: the task is cancelled, but not its call on the bus: " + err.Error()}
 	}
 	s.runners.notify(r)
 	out := mcp.NewCancelTaskResult(r.task())
@@ -335,43 +311,38 @@ const (
 type taskRunners struct {
 	closing context.Context                  // ends when the facade closes
 	loop    func(func(context.Context)) bool // life.Loop
-	store   taskStore
+	store   *kvStore
 	await   func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)
 	// tasks are the bus tasks a task's call may go on as (tasks_bus.go);
 	// nil follows none (the handle is then the task's result).
 	tasks busTasks
 	log   *slog.Logger
 
-	mu        sync.Mutex
-	notifiers map[string]func(*taskRecord) // task id → tells its host of a change (run here)
-	local     map[string]struct{}          // task id → run here
-	followed  map[string]struct{}          // task id → its end learnt here from the bus
-	failed    map[string]time.Time         // task id → when following it last failed
-	listens   int                          // subscriptions/listen streams of tasks served now
-	outputs   map[string]outputRead        // "<session> <bus task>" → its output as last read for tasks/get
+	mu       sync.Mutex
+	local    map[string]func(*taskRecord) // task id → run here, and how its host is told of a change (nil: it cannot be)
+	followed map[string]struct{}          // task id → its end learnt here from the bus
+	failed   map[string]time.Time         // task id → when following it last failed
+	listens  int                          // subscriptions/listen streams of tasks served now
+	outputs  map[string]outputRead        // "<session> <bus task>" → its output as last read for tasks/get
 }
 
-func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store taskStore,
+func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store *kvStore,
 	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error), bt busTasks, log *slog.Logger) *taskRunners {
-	return &taskRunners{closing: closing, loop: loop, store: store, await: await, tasks: bt, log: log, local: map[string]struct{}{}, notifiers: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
+	return &taskRunners{closing: closing, loop: loop, store: store, await: await, tasks: bt, log: log, local: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
 }
 
 // run runs the task's call until it ends (then writes its end) or the
 // facade closes (the call goes on, and another process learns its end).
 // The call's context is the facade's, never the request's, so neither an
 // HTTP response nor a stdio request ends it.
-func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, h taskHooks) {
+func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, h *taskFront, notify func(*taskRecord)) {
 	t.mu.Lock()
-	t.local[r.ID] = struct{}{}
-	if h.notify != nil {
-		t.notifiers[r.ID] = h.notify
-	}
+	t.local[r.ID] = notify
 	t.mu.Unlock()
 	ctx := context.WithValue(t.closing, contextKey, header)
 	done := func() {
 		t.mu.Lock()
 		delete(t.local, r.ID)
-		delete(t.notifiers, r.ID)
 		t.mu.Unlock()
 	}
 	if !t.loop(func(context.Context) {
@@ -391,7 +362,7 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 		stop := t.showQuestions(ctx, r, h.questions)
 		defer stop()
 		var handle *bus.TaskHandle
-		res, err := h.call(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark,
+		res, err := h.run(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark,
 			onBackground: func(th bus.TaskHandle) { handle = &th }})
 		if t.closing.Err() != nil {
 			return
@@ -529,18 +500,11 @@ func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallTo
 	t.notify(rec)
 }
 
-// replayer is what awaitResult needs (client.Client).
-type replayer interface {
-	Replay(ctx context.Context, session string) (*client.Events, error)
-}
-
-var _ replayer = (*client.Client)(nil)
-
 // awaitResult waits for the result of call callID of batch replyID in
 // session, from the session's stored events on (a router's replay,
 // docs/protocol.md 3.4): one published before this began is seen too.
-func awaitResult(ctx context.Context, cl replayer, session, replyID, callID string) (*bus.Result, error) {
-	ev, err := cl.Replay(ctx, session)
+func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID string) (*bus.Result, error) {
+	ev, err := f.cl.Replay(ctx, session)
 	if err != nil {
 		return nil, err
 	}

@@ -110,25 +110,7 @@ func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) er
 // 5.10), for hosts that follow it on the bus.
 const HandleMetaKey = "io.toolbus/task"
 
-// backgroundResult makes res, the MCP form of bus result r, a normal
-// (not isError) result with the handle in _meta when r is a background
-// handle: the call did not fail, it goes on as a bus task.
-func backgroundResult(r bus.Result, res *mcp.CallToolResult) {
-	h, ok := backgrounded(&r)
-	if !ok {
-		return
-	}
-	res.IsError = false
-	if res.Meta == nil {
-		res.Meta = &mcp.Meta{}
-	}
-	if res.Meta.AdditionalFields == nil {
-		res.Meta.AdditionalFields = map[string]any{}
-	}
-	res.Meta.AdditionalFields[HandleMetaKey] = h
-}
-
-// handleOf returns the handle backgroundResult put into res.
+// handleOf returns the handle toMCP put into res.
 func handleOf(res *mcp.CallToolResult) (bus.TaskHandle, bool) {
 	if res == nil || res.Meta == nil {
 		return bus.TaskHandle{}, false

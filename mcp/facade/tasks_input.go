@@ -58,45 +58,40 @@ func (t *taskRunners) awaitInput(ctx context.Context, r *taskRecord, p pendingIn
 	}
 }
 
-// detailed is r as tasks/get (and notifications/tasks) show it: the Task,
-// with the extension's inlined members — inputRequests while
-// input_required; for a 2026-07-28 request the result of a completed task,
-// the error of a failed one, and ttlMs and pollIntervalMs.
-func (r *taskRecord) detailed(modern bool) map[string]json.RawMessage {
-	raw, _ := json.Marshal(r.task())
-	var out map[string]json.RawMessage
-	_ = json.Unmarshal(raw, &out)
-	if len(r.Inputs) > 0 && r.Status == mcp.TaskStatusInputRequired {
-		reqs := make(map[string]json.RawMessage, len(r.Inputs))
-		for k, in := range r.Inputs {
-			reqs[k] = in.Request
-		}
-		out["inputRequests"], _ = json.Marshal(reqs)
-	}
-	if !modern {
-		return out
-	}
-	modernTaskFields(out)
-	switch r.Status {
-	case mcp.TaskStatusCompleted:
-		if len(r.Result) > 0 {
-			out["result"] = r.Result
-		}
-	case mcp.TaskStatusFailed:
-		out["error"], _ = json.Marshal(rpcError{Code: mcp.INTERNAL_ERROR, Message: r.Error})
-	}
-	return out
+// taskView is a task as tasks/get (and notifications/tasks) show it: the
+// Task, with the extension's inlined members — inputRequests while
+// input_required; at 2026-07-28 the result of a completed task, the error
+// of a failed one, and ttlMs and pollIntervalMs beside 2025-11-25's ttl
+// and pollInterval, which mcp-go's clients read.
+type taskView struct {
+	mcp.Task
+	TTLMs          *int64                     `json:"ttlMs,omitempty"`
+	PollIntervalMs *int64                     `json:"pollIntervalMs,omitempty"`
+	InputRequests  map[string]json.RawMessage `json:"inputRequests,omitempty"`
+	Result         json.RawMessage            `json:"result,omitempty"`
+	Error          *rpcError                  `json:"error,omitempty"`
+	Meta           map[string]any             `json:"_meta,omitempty"`
 }
 
-// modernTaskFields adds the extension's ttlMs and pollIntervalMs beside
-// 2025-11-25's ttl and pollInterval, which mcp-go's clients read.
-func modernTaskFields(task map[string]json.RawMessage) {
-	if v, ok := task["ttl"]; ok {
-		task["ttlMs"] = v
+func (r *taskRecord) detailed(modern bool) *taskView {
+	v := &taskView{Task: r.task()}
+	if len(r.Inputs) > 0 && r.Status == mcp.TaskStatusInputRequired {
+		v.InputRequests = make(map[string]json.RawMessage, len(r.Inputs))
+		for k, in := range r.Inputs {
+			v.InputRequests[k] = in.Request
+		}
 	}
-	if v, ok := task["pollInterval"]; ok {
-		task["pollIntervalMs"] = v
+	if !modern {
+		return v
 	}
+	v.TTLMs, v.PollIntervalMs = v.TTL, v.PollInterval
+	switch r.Status {
+	case mcp.TaskStatusCompleted:
+		v.Result = r.Result
+	case mcp.TaskStatusFailed:
+		v.Error = &rpcError{Code: mcp.INTERNAL_ERROR, Message: r.Error}
+	}
+	return v
 }
 
 // update answers tasks/update: each response whose key the task waits
@@ -108,7 +103,7 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 		InputResponses map[string]json.RawMessage `json:"inputResponses"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil || p.TaskID == "" {
-		return nil, &rpcError{mcp.INVALID_PARAMS, "params.taskId is required"}
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "params.taskId is required"}
 	}
 	r, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
 	if err != nil {
@@ -167,15 +162,6 @@ func questionInput(a asked) pendingInput {
 	return pendingInput{inputQuestion + "-" + a.p.ID, in, "input required: " + questionStatus(a)}
 }
 
-// taskHooks are what a task's run needs of its session (confirmParams
-// nil: the host is not asked; notify nil: it cannot be told).
-type taskHooks struct {
-	call          runFunc
-	questions     watchFunc
-	confirmParams func(bus.Parked) mcp.ElicitationParams
-	notify        func(*taskRecord)
-}
-
 // notifySessionKey carries, in a task message's context, the MCP
 // session its client is told of the task's changes on.
 type notifySessionKey struct{}
@@ -191,10 +177,9 @@ func (s *taskFront) notifier(ctx context.Context) func(*taskRecord) {
 		return nil
 	}
 	return func(r *taskRecord) {
-		params := map[string]any{}
-		for k, v := range r.detailed(false) {
-			params[k] = v
-		}
+		var params map[string]any
+		raw, _ := json.Marshal(r.detailed(false))
+		_ = json.Unmarshal(raw, &params)
 		_ = s.send(sid, mcp.MethodNotificationTasksStatus, params)
 	}
 }
@@ -205,7 +190,7 @@ func (t *taskRunners) notify(r *taskRecord) {
 		return
 	}
 	t.mu.Lock()
-	n := t.notifiers[r.ID]
+	n := t.local[r.ID]
 	t.mu.Unlock()
 	if n != nil {
 		n(r)

@@ -187,7 +187,9 @@ func TestDetailedTask(t *testing.T) {
 		{mcp.TaskStatusCompleted, false, nil, []string{"result", "error"}},
 		{mcp.TaskStatusFailed, true, []string{"error"}, []string{"result"}},
 	} {
-		got := base(c.status).detailed(c.modern)
+		var got map[string]json.RawMessage
+		raw, _ := json.Marshal(base(c.status).detailed(c.modern))
+		_ = json.Unmarshal(raw, &got)
 		for _, k := range c.has {
 			if _, ok := got[k]; !ok {
 				t.Errorf("%s modern=%v: no %s in %v", c.status, c.modern, k, got)

@@ -3,7 +3,6 @@ package facade
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -110,7 +109,8 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: err.Error()}
 	}
 	if !p.declaresTasks() {
-		return nil, &rpcError{Code: codeMissingCapability, Message: "Missing required client capability: task notifications need the " + tasksExtension + " extension"}
+		return nil, &rpcError{Code: codeMissingCapability, Message: "Missing required client capability: task notifications need the " + tasksExtension + " extension",
+			Data: missingTasksCapability}
 	}
 	send := streamOf(ctx)
 	if send == nil {
@@ -127,12 +127,11 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 	if err != nil {
 		return nil, storeError(err)
 	}
-	tagged := func(fields map[string]json.RawMessage) map[string]json.RawMessage {
-		fields["_meta"], _ = json.Marshal(map[string]any{mcp.MetaKeySubscriptionID: m.ID})
-		return fields
-	}
+	meta := map[string]any{mcp.MetaKeySubscriptionID: m.ID}
 	notify := func(r *taskRecord) {
-		msg, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": methodTaskNotification, "params": tagged(r.detailed(true))})
+		v := r.detailed(true)
+		v.Meta = meta
+		msg, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": methodTaskNotification, "params": v})
 		_ = send(msg)
 	}
 	seen := map[string]*taskRecord{}
@@ -148,65 +147,42 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		seen[id] = r
 		agreed = append(agreed, id)
 	}
-	ids, _ := json.Marshal(map[string]any{"taskIds": agreed})
 	ack, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": mcp.MethodNotificationSubscriptionsAcknowledged,
-		"params": tagged(map[string]json.RawMessage{"notifications": ids})})
+		"params": map[string]any{"notifications": map[string]any{"taskIds": agreed}, "_meta": meta}})
 	if send(ack) != nil {
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "subscriptions/listen: the stream is closed"}
 	}
-	live := 0
 	for _, id := range agreed {
 		r := seen[id]
 		notify(r)
 		if !r.Status.IsTerminal() {
-			live++
 			s.runners.follow(r) // a task nobody runs any more learns its end from the bus
 		}
 	}
-	// changed records r as id's state and sends it when it is news.
-	changed := func(id string, r *taskRecord) {
-		last, ok := seen[id]
-		if !ok || last == nil || last.Status.IsTerminal() {
-			return
-		}
-		if r == nil { // deleted: nothing more to say
-			seen[id] = nil
-			live--
-			return
-		}
-		if r.Status == last.Status && r.Updated.Equal(last.Updated) {
-			return
-		}
-		seen[id] = r
-		notify(r)
-		if r.Status.IsTerminal() {
-			live--
-		}
-	}
-	done := map[string]any{"_meta": map[string]any{mcp.MetaKeySubscriptionID: m.ID}}
-	again := time.NewTicker(listenReread)
-	defer again.Stop()
-	for live > 0 {
-		select {
-		case <-ctx.Done():
-			return done, nil
-		case c, ok := <-changes:
-			if !ok {
-				return done, nil
-			}
-			changed(c.id, c.rec)
-		case <-again.C:
-			for _, id := range agreed {
-				if last := seen[id]; last != nil && !last.Status.IsTerminal() {
-					r, err := s.store.getTask(ctx, s.session, s.user, id)
-					if err == nil || errors.Is(err, errNotFound) {
-						changed(id, r)
-					}
-				}
+	live := func() []string {
+		var ids []string
+		for _, id := range agreed {
+			if last := seen[id]; last != nil && !last.Status.IsTerminal() {
+				ids = append(ids, id)
 			}
 		}
+		return ids
 	}
-	return done, nil
+	if len(live()) > 0 {
+		// What a live task's record holds now is sent when it is news.
+		s.store.follow(ctx, s.session, s.user, changes, live, func(id string, r *taskRecord) bool {
+			switch last := seen[id]; {
+			case last == nil || last.Status.IsTerminal(): // not agreed, or said all already
+			case r == nil: // deleted: nothing more to say
+				seen[id] = nil
+			case r.Status != last.Status || !r.Updated.Equal(last.Updated):
+				seen[id] = r
+				notify(r)
+			}
+			return len(live()) > 0
+		})
+	}
+	return map[string]any{"_meta": meta}, nil
 }
 
 func (t *taskRunners) startListen() bool {

@@ -113,8 +113,7 @@ type kvStore struct {
 
 	mu     sync.Mutex
 	kv     *store.KV
-	stream jetstream.Stream // the bucket's, for listing keys
-	failed time.Time        // when the bucket was last found out of reach
+	failed time.Time // when the bucket was last found out of reach
 }
 
 func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
@@ -148,11 +147,7 @@ func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
 	if b, ok := status.(*jetstream.KeyValueBucketStatus); ok {
 		replicas = b.StreamInfo().Config.Replicas
 	}
-	stream, err := js.Stream(ctx, "KV_"+cfg.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
-	}
-	st.kv, st.stream = store.NewKV(js, kv, replicas), stream
+	st.kv = store.NewKV(js, kv, replicas)
 	return st.kv, nil
 }
 
@@ -198,31 +193,22 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 		}
 		idx.prune(time.Now())
 		if len(idx.Tasks) >= st.maxTasks {
-			return nil, errTooManyTasks{len(idx.Tasks)}
+			return nil, fmt.Errorf("%w: %d tasks kept for this session and user (the most); wait for some to expire", errTooManyTasks, len(idx.Tasks))
 		}
 		idx.Tasks = append(idx.Tasks, indexEntry{ID: r.ID, Expires: r.expires()})
 		return json.Marshal(&idx)
 	})
-	var full errTooManyTasks
-	if errors.As(err, &full) {
-		return full
+	if errors.Is(err, errTooManyTasks) {
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
-	raw, _ := json.Marshal(r)
-	if _, err := store.Create(ctx, kv, taskKey(r.Session, r.User, r.ID), raw, store.Bounded); err != nil {
-		return fmt.Errorf("%w: %v", errNoStore, err)
-	}
-	return nil
+	return st.put(ctx, taskKey(r.Session, r.User, r.ID), r, true)
 }
 
 // errTooManyTasks: the (session, user) keeps MaxTasks live tasks.
-type errTooManyTasks struct{ live int }
-
-func (e errTooManyTasks) Error() string {
-	return fmt.Sprintf("facade: %d tasks kept for this session and user (the most); wait for some to expire", e.live)
-}
+var errTooManyTasks = errors.New("facade")
 
 // taskIndex is the (session, user)'s live tasks.
 type taskIndex struct {
@@ -240,66 +226,31 @@ func (idx *taskIndex) prune(now time.Time) {
 
 func indexKey(session, user string) string { return "i." + session + "." + userDigest(user) }
 
-// taskKeys lists the keys of the (session, user)'s task records (deleted
-// ones too; getKey tells them): the subjects the bucket's stream holds
-// under them, from the stream's info, not a key listing, which would
-// create a consumer (the facade creates none, docs/security.md).
-func (st *kvStore) taskKeys(ctx context.Context, kv *store.KV, session, user string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	prefix := "$KV." + kv.Bucket() + "."
-	st.mu.Lock()
-	stream := st.stream
-	st.mu.Unlock()
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+"t."+session+"."+userDigest(user)+".*"))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
-	}
-	keys := make([]string, 0, len(info.State.Subjects))
-	for subject := range info.State.Subjects {
-		keys = append(keys, strings.TrimPrefix(subject, prefix))
-	}
-	return keys, nil
-}
-
 // listTasks returns the (session, user)'s live records, oldest first,
-// deleting the expired ones.
+// deleting the expired ones: those its index names (every record is
+// counted there before it is written; a listing of the keys would create
+// a consumer, which the facade never does, docs/security.md).
 func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*taskRecord, error) {
-	kv, err := st.bucket(ctx)
-	if err != nil {
-		return nil, err
-	}
-	keys, err := st.taskKeys(ctx, kv, session, user)
-	if err != nil {
-		return nil, err
-	}
-	// The index names the records a listing may not show yet.
 	var idx taskIndex
 	if err := st.get(ctx, indexKey(session, user), &idx); errors.Is(err, errNoStore) {
 		return nil, err
 	} else if err != nil {
-		idx.Tasks = nil // none, or not an index
-	}
-	for _, t := range idx.Tasks {
-		if k := taskKey(session, user, t.ID); !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
+		return nil, nil // none, or not an index
 	}
 	var out []*taskRecord
 	now := time.Now()
-	for _, k := range keys {
-		r, err := st.getKey(ctx, k)
+	for _, t := range idx.Tasks {
+		if !now.Before(t.Expires) {
+			st.delete(ctx, taskKey(session, user, t.ID))
+			continue
+		}
+		r, err := st.getTask(ctx, session, user, t.ID)
 		if errors.Is(err, errNoStore) { // a record not read is not a record not kept: the bound fails closed
 			return nil, err
 		}
-		if err != nil { // deleted since the listing, or not a record
-			continue
+		if err == nil { // else not written, or not a record
+			out = append(out, r)
 		}
-		if r.expired(now) {
-			_ = kv.Delete(ctx, k)
-			continue
-		}
-		out = append(out, r)
 	}
 	slices.SortStableFunc(out, func(a, b *taskRecord) int { return a.Created.Compare(b.Created) })
 	return out, nil
@@ -328,41 +279,54 @@ func (st *kvStore) get(ctx context.Context, key string, v any) error {
 	return nil
 }
 
-// put stores raw under key.
-func (st *kvStore) put(ctx context.Context, key string, raw []byte) error {
+// put stores v's JSON under key; create only when the key holds nothing.
+func (st *kvStore) put(ctx context.Context, key string, v any, create bool) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := kv.Put(ctx, key, raw); err != nil {
+	raw, _ := json.Marshal(v)
+	if create {
+		_, err = store.Create(ctx, kv, key, raw, store.Bounded)
+	} else {
+		_, err = kv.Put(ctx, key, raw)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	return nil
 }
 
-// getKey returns the task record under key.
-func (st *kvStore) getKey(ctx context.Context, key string) (*taskRecord, error) {
-	var r taskRecord
-	if err := st.get(ctx, key, &r); err != nil {
-		return nil, err
+// delete deletes key, best effort (what it holds expires anyway).
+func (st *kvStore) delete(ctx context.Context, key string) {
+	if kv, err := st.bucket(ctx); err == nil {
+		_ = kv.Delete(ctx, key)
 	}
-	return &r, nil
+}
+
+// subject is the subject a write of key is published on.
+func (st *kvStore) subject(ctx context.Context, key string) (string, error) {
+	kv, err := st.bucket(ctx)
+	if err != nil {
+		return "", err
+	}
+	return "$KV." + kv.Bucket() + "." + key, nil
 }
 
 // getTask returns the (session, user)'s live task id.
 func (st *kvStore) getTask(ctx context.Context, session, user, id string) (*taskRecord, error) {
+	var r taskRecord
 	if !idPattern.MatchString(id) {
 		return nil, errNotFound
 	}
-	r, err := st.getKey(ctx, taskKey(session, user, id))
-	if err != nil {
+	if err := st.get(ctx, taskKey(session, user, id), &r); err != nil {
 		return nil, err
 	}
 	// The key names the session and user; the record must agree.
 	if r.Session != session || r.User != user || r.ID != id || r.expired(time.Now()) {
 		return nil, errNotFound
 	}
-	return r, nil
+	return &r, nil
 }
 
 // updateTask applies change to the stored record, compare-and-set, unless
@@ -419,37 +383,50 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 	if err != nil {
 		return nil, err
 	}
-	key := taskKey(session, user, id)
-	switch r, err := st.getKey(ctx, key); {
-	case err != nil:
-		return nil, err // errNotFound: deleted since the caller read it
+	ended := func(r *taskRecord) bool { return r == nil || r.Status.IsTerminal() }
+	r, err := st.getTask(ctx, session, user, id)
+	if err != nil || ended(r) {
+		return r, err // errNotFound: deleted since the caller read it
+	}
+	st.follow(ctx, session, user, changes, func() []string { return []string{id} }, func(cid string, c *taskRecord) bool {
+		if cid == id {
+			r = c
+		}
+		return !ended(r)
+	})
+	switch {
+	case r == nil:
+		return nil, errNotFound
 	case r.Status.IsTerminal():
 		return r, nil
 	}
-	// The read above may come from a replica behind the leader: an end
-	// written before the subscription shows there only a moment later.
-	// Reading again now and then finds it (TestTasksTwoFacades).
-	again := time.NewTicker(time.Second)
+	return nil, ctx.Err()
+}
+
+// follow calls seen with every write of the (session, user)'s task records
+// (changes, watchChanges'), and with each of ids() read again every
+// listenReread, until seen returns false or ctx or changes end: the
+// subscription drops a burst beyond its buffer, and a read may come from a
+// replica behind the leader, where an end written before the subscription
+// shows only a moment later (TestTasksTwoFacades).
+func (st *kvStore) follow(ctx context.Context, session, user string, changes <-chan taskChange, ids func() []string,
+	seen func(id string, r *taskRecord) bool) {
+	again := time.NewTicker(listenReread)
 	defer again.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-again.C:
-			if r, err := st.getKey(ctx, key); err == nil && r.Status.IsTerminal() {
-				return r, nil
-			} else if errors.Is(err, errNotFound) {
-				return nil, err
-			}
+			return
 		case c, ok := <-changes:
-			switch {
-			case !ok:
-				return nil, ctx.Err()
-			case c.id != id:
-			case c.rec == nil:
-				return nil, errNotFound
-			case c.rec.Status.IsTerminal():
-				return c.rec, nil
+			if !ok || !seen(c.id, c.rec) {
+				return
+			}
+		case <-again.C:
+			for _, id := range ids() {
+				r, err := st.getTask(ctx, session, user, id)
+				if (err == nil || errors.Is(err, errNotFound)) && !seen(id, r) {
+					return
+				}
 			}
 		}
 	}
@@ -466,11 +443,10 @@ type taskChange struct {
 // which would create a consumer). A burst beyond its buffer is dropped:
 // callers read the records again now and then.
 func (st *kvStore) watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error) {
-	kv, err := st.bucket(ctx)
+	prefix, err := st.subject(ctx, taskKey(session, user, ""))
 	if err != nil {
 		return nil, err
 	}
-	prefix := "$KV." + kv.Bucket() + "." + taskKey(session, user, "")
 	out := make(chan taskChange, 64)
 	each := func(m *nats.Msg) bool {
 		c := taskChange{id: strings.TrimPrefix(m.Subject, prefix)}
