@@ -89,6 +89,9 @@ func (f *Files) resolve(tool, p string) (string, error) {
 		return "", refused("%s refused: %q is outside the base directory %s", tool, p, f.base)
 	}
 	rel, ok := f.resolveIn(f.relOS(full))
+	if !ok && within(f.base, f.abs(rel)) {
+		return "", refused("%s refused: %q has more symlinks than can be followed (a loop, or over 40)", tool, p)
+	}
 	if !ok {
 		return "", refused("%s refused: %q resolves (through a symlink) outside the base directory %s", tool, p, f.base)
 	}
@@ -99,11 +102,33 @@ func (f *Files) resolve(tool, p string) (string, error) {
 // as permission rules see them (permission.Resolve: component by
 // component, dangling links followed, a missing tail kept) and returns the
 // result relative to the base directory ("." for itself); false when it
-// lies outside. A link that leaves the base directory and comes back in is
-// left to f.root, which refuses it at use.
+// lies outside. A link that leaves the base directory and comes back in
+// resolves to the place inside it, which is what is opened. It is false
+// too when a component of the result is still a symlink: Resolve stopped
+// (more than 40 links, or a link it could not read) and f.root, which
+// follows up to 8 more, would open a file neither the rules nor inGitDir
+// judged.
 func (f *Files) resolveIn(rel string) (string, bool) {
 	r := permission.Resolve(filepath.Join(f.base, rel))
-	return f.relOS(r), within(f.base, r)
+	rel = f.relOS(r)
+	return rel, within(f.base, r) && !f.linkIn(rel)
+}
+
+// linkIn says whether a component of rel (relative to the base directory,
+// no symlinks expected) is a symlink; a missing component ends the look.
+func (f *Files) linkIn(rel string) bool {
+	p := ""
+	for _, c := range strings.Split(filepath.ToSlash(rel), "/") {
+		p = filepath.Join(p, c)
+		fi, err := f.root.Lstat(p)
+		if err != nil {
+			return false
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func within(root, p string) bool {
@@ -691,50 +716,88 @@ func patching(c *worker.Call, text string, patch any, err error) (string, error)
 func registerFiles(w *worker.Worker, f *Files, names string) error {
 	as := names == NamesAgentScope
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
-	// def picks the profile's name, description and schema; AgentScope's
-	// rules match file_path.
+	// def picks the profile's name, description and schema, and the field
+	// its rules match (asRuleField).
 	def := func(name, asName, desc, asDesc, schema, asSchema string, readOnly bool) bus.ToolDef {
 		if !as {
 			return fileDef(name, desc+where, schema, readOnly, f.base)
 		}
 		d := fileDef(asName, cmp.Or(asDesc, desc)+where, asSchema, readOnly, f.base)
-		if d.RuleField == "path" {
-			d.RuleField = "file_path"
-		}
+		d.RuleField = asRuleField[asName]
 		return d
 	}
 	// path is the input's path under the profile's field: the one its
-	// rules matched.
-	path := func(p, fp string) string {
+	// rules matched, checked against the raw input (rulePath).
+	path := func(c *worker.Call, p, fp string) (string, error) {
 		if as {
-			return fp
+			return fp, rulePath(c.Input, "file_path", fp)
 		}
-		return p
+		return p, rulePath(c.Input, "path", p)
 	}
 	return cmp.Or( // the first error
 		worker.Register(w, def("read_file", "Read", "Read a text file, with line numbers (from 1); use offset and limit for long files.", "", readSchema, asReadSchema, true),
 			func(_ context.Context, c *worker.Call, in ReadIn) (string, error) {
-				in.Path = path(in.Path, in.FilePath)
+				var err error
+				if in.Path, err = path(c, in.Path, in.FilePath); err != nil {
+					return "", err
+				}
 				text, patch, err := f.Read(in)
 				return patching(c, text, patch, err)
 			}),
 		worker.Register(w, def("write_file", "Write", "Write a whole file, creating it (and its directories) when needed. An existing file must have been read with read_file first, unchanged since.",
 			"Write a whole file, creating it when needed. An existing file must have been read with Read first, unchanged since.", writeSchema, asWriteSchema, false),
 			func(_ context.Context, c *worker.Call, in WriteIn) (string, error) {
-				in.Path = path(in.Path, in.FilePath)
+				var err error
+				if in.Path, err = path(c, in.Path, in.FilePath); err != nil {
+					return "", err
+				}
 				text, patch, err := f.Write(c.State, in)
 				return patching(c, text, patch, err)
 			}),
 		worker.Register(w, def("edit_file", "Edit", "Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with read_file first, unchanged since.",
 			"Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with Read first, unchanged since.", editSchema, asEditSchema, false),
 			func(_ context.Context, c *worker.Call, in EditIn) (string, error) {
-				in.Path = path(in.Path, in.FilePath)
+				var err error
+				if in.Path, err = path(c, in.Path, in.FilePath); err != nil {
+					return "", err
+				}
 				text, patch, err := f.Edit(c.State, in)
 				return patching(c, text, patch, err)
 			}),
 		worker.Register(w, def("list_files", "Glob", "List files matching a glob (** crosses directories), sorted.", "", listSchema, asGlobSchema, true),
-			func(ctx context.Context, _ *worker.Call, in ListIn) (string, error) { return f.List(ctx, in) }),
+			func(ctx context.Context, c *worker.Call, in ListIn) (string, error) {
+				if err := rulePath(c.Input, "path", in.Path); err != nil {
+					return "", err
+				}
+				return f.List(ctx, in)
+			}),
 		worker.Register(w, def("search_files", "Grep", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded.", "", searchSchema, asGrepSchema, true),
-			func(ctx context.Context, _ *worker.Call, in SearchIn) (string, error) { return f.Search(ctx, in) }),
+			func(ctx context.Context, c *worker.Call, in SearchIn) (string, error) {
+				if err := rulePath(c.Input, "path", in.Path); err != nil {
+					return "", err
+				}
+				return f.Search(ctx, in)
+			}),
 	)
+}
+
+// asRuleField is the input field AgentScope's rules match, per tool: the
+// one its schema names the path by (Glob and Grep keep path).
+var asRuleField = map[string]string{"Read": "file_path", "Write": "file_path", "Edit": "file_path", "Glob": "path", "Grep": "path"}
+
+// rulePath refuses a call whose decoded path (decoded, as encoding/json
+// filled it) is not the string the permission rules read at the exact key
+// field of the raw input: encoding/json matches keys without regard to
+// case ("PATH", "File_Path" fill the field too) while the rules match the
+// key as written, so an input carrying both would be judged by one path
+// and open another.
+func rulePath(raw json.RawMessage, field, decoded string) error {
+	var m map[string]any
+	if json.Unmarshal(raw, &m) != nil {
+		return nil // the typed decode refused it already, or it is empty
+	}
+	if exact, _ := m[field].(string); exact != decoded {
+		return refused("refused: the input names its path under a key differing from %q only in case; the permission rules judged %q", field, exact)
+	}
+	return nil
 }

@@ -220,7 +220,17 @@ func (e *Event) Encode() ([]byte, error) {
 	if len(e.Data) > 0 && !fastjson.Valid(e.Data) {
 		return nil, fmt.Errorf("bus: encode %s: data is not valid JSON", e.Type)
 	}
-	return e.appendJSON(make([]byte, 0, 256+len(e.Data))), nil
+	return e.appendJSON(make([]byte, 0, e.encodedSize())), nil
+}
+
+// encodedSize is the length of e's encoding when no attribute needs
+// escaping: the attribute names, quotes and commas take at most 224 bytes.
+func (e *Event) encodedSize() int {
+	n := 224 + len(e.Data) + len(e.DataBase64)
+	for _, a := range e.attrs() {
+		n += len(*a)
+	}
+	return n
 }
 
 // appendJSON appends the event in structured JSON mode to b: specversion,
@@ -329,6 +339,36 @@ func (e *Event) msg(subject string, shared bool) (*nats.Msg, error) {
 		m.Header = nats.Header{HeaderContentType: plainHeader[HeaderContentType]}
 	}
 	return m, nil
+}
+
+// StoredMsg is Msg with the Nats-Msg-Id header set to e's id, for a
+// stream that stores the event once however often it is published
+// (store.Publisher sets the same header, and finds it set). The message,
+// its header values and its header map take three allocations.
+func (e *Event) StoredMsg(subject string) (*nats.Msg, error) {
+	b, err := e.Encode()
+	if err != nil {
+		return nil, err
+	}
+	s := &storedMsg{m: nats.Msg{Subject: subject, Data: b, Header: make(nats.Header, 4)}}
+	h := s.m.Header
+	h[HeaderContentType] = plainHeader[HeaderContentType]
+	s.vals[0] = e.ID
+	h[natsMsgID] = s.vals[0:1:1]
+	if e.TraceParent != "" {
+		s.vals[1] = e.TraceParent
+		h[HeaderTraceParent] = s.vals[1:2:2]
+		if e.TraceState != "" {
+			s.vals[2] = e.TraceState
+			h[HeaderTraceState] = s.vals[2:3:3]
+		}
+	}
+	return &s.m, nil
+}
+
+type storedMsg struct {
+	m    nats.Msg
+	vals [3]string // Nats-Msg-Id, traceparent, tracestate
 }
 
 // Send publishes e on subject over nc (core NATS, structured mode, Data
@@ -468,8 +508,9 @@ func DecodeStructured(b []byte) (*Event, error) {
 // an object or an array, with any whitespace between the tokens. It
 // reports false for anything else, which the general decoder then reads
 // and judges; FuzzDecodeFlat holds the two to the same event. It costs a
-// fraction of the general decoder, and the constant attributes
-// (specversion, datacontenttype, a toolbus type) no allocation.
+// fraction of the general decoder, the constant attributes
+// (specversion, datacontenttype, a toolbus type) no allocation, and the
+// others one in all: they are slices of one string.
 func decodeFlat(b []byte, e *Event) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
@@ -477,6 +518,8 @@ func decodeFlat(b []byte, e *Event) bool {
 	}
 	var seen uint16
 	attrs := e.attrs()
+	var vals [nAttrs][]byte // the attributes that are not constants, in b
+	n := 0
 	for first := true; ; first = false {
 		i = skipSpace(b, i+1)
 		if i >= len(b) {
@@ -521,10 +564,37 @@ func decodeFlat(b []byte, e *Event) bool {
 		if !ok {
 			return false
 		}
-		*attrs[slot] = known(v, knownValues[slot]...)
+		if c, ok := knownValue(v, knownValues[slot]); ok {
+			*attrs[slot] = c
+		} else {
+			vals[slot] = v
+			n += len(v)
+		}
 		i = next - 1
 	}
-	return skipSpace(b, i+1) == len(b)
+	if skipSpace(b, i+1) != len(b) {
+		return false
+	}
+	setStrings(attrs, &vals, n)
+	return true
+}
+
+// setStrings sets each attribute of vals that is set to its value, all of
+// them slices of one new string of n bytes.
+func setStrings(attrs [nAttrs]*string, vals *[nAttrs][]byte, n int) {
+	var all strings.Builder
+	all.Grow(n)
+	for _, v := range vals {
+		all.Write(v)
+	}
+	s := all.String()
+	off := 0
+	for slot, v := range vals {
+		if v != nil {
+			*attrs[slot] = s[off : off+len(v)]
+			off += len(v)
+		}
+	}
 }
 
 // The attributes the decoders read, by slot: the strings, then data.
@@ -597,14 +667,14 @@ var knownValues = [nAttrs][]string{
 	slotContentType: {ContentTypeJSON},
 }
 
-// known returns the one of consts that v spells, else v as a new string.
-func known(v []byte, consts ...string) string {
+// knownValue returns the one of consts that v spells.
+func knownValue(v []byte, consts []string) (string, bool) {
 	for _, c := range consts {
 		if string(v) == c {
-			return c
+			return c, true
 		}
 	}
-	return string(v)
+	return "", false
 }
 
 func skipSpace(b []byte, i int) int {

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -155,6 +156,8 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 	if reg.Leaving {
 		return ack, r.leave(ctx, reg.Worker)
 	}
+	rd, done := r.read(reg.Worker, r.repeated(reg))
+	defer done()
 	ack.Rejected = append(ack.Rejected, reg.Refused...)
 	seen := map[string]bool{}
 	for _, d := range reg.Tools {
@@ -184,18 +187,43 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 				return ack, err
 			}
 		}
-		bv := bus.WorkerBeat{Binary: reg.BinaryExec}
-		if reg.InFlight != nil { // the worker reports its calls in flight
-			bv.InFlight = reg.InFlight[name]
-			if bv.InFlight == nil {
-				bv.InFlight = []string{}
-			}
-		}
-		if err := r.record(ctx, name, reg.Worker, bv); err != nil {
+		if err := r.record(ctx, name, beatOf(reg, name), rd); err != nil {
 			return ack, err
 		}
 	}
 	return ack, nil
+}
+
+// repeated returns, for every tool of reg, its beat when the registration
+// repeats the definition the catalog holds (a heartbeat: it is accepted
+// without a write), and nil when it is new or changed, external, or
+// invalid: such a beat counts only once the registration is decided.
+func (r *Registry) repeated(reg bus.Register) map[string]*bus.WorkerBeat {
+	out := make(map[string]*bus.WorkerBeat, len(reg.Tools))
+	for i := range reg.Tools {
+		d := &reg.Tools[i]
+		if _, seen := out[d.Name]; seen {
+			continue
+		}
+		out[d.Name] = nil
+		if t, ok := r.Lookup(d.Name); ok && !t.Def.External && t.Def.Equal(d) {
+			bv := beatOf(reg, d.Name)
+			out[d.Name] = &bv
+		}
+	}
+	return out
+}
+
+// beatOf is reg's P_workers value for tool.
+func beatOf(reg bus.Register, tool string) bus.WorkerBeat {
+	bv := bus.WorkerBeat{Binary: reg.BinaryExec}
+	if reg.InFlight != nil { // the worker reports its calls in flight
+		bv.InFlight = reg.InFlight[tool]
+		if bv.InFlight == nil {
+			bv.InFlight = []string{}
+		}
+	}
+	return bv
 }
 
 // ensureConsumer makes the work consumer of durable tool name once per
@@ -432,6 +460,7 @@ type liveness struct {
 	beats   map[string]map[string]beat // tool → worker → last beat
 	probed  map[string]time.Time       // when probe last listed a tool's workers in KV
 	trouble time.Time                  // when a liveness write last failed
+	order   readOrder                  // the registrations and leaves read, in order (order.go)
 }
 
 // beat is what a router knows of one worker serving one tool.
@@ -441,6 +470,7 @@ type beat struct {
 	left     bool     // the worker said it is leaving
 	inflight []string // calls of the tool the worker was running (bus.CallKey); nil: it does not say
 	binary   bool     // the worker takes io.toolbus.exec in binary mode (docs/protocol.md 5.1)
+	read     uint64   // the registration (readOrder) that counted it on this router; 0: the watch
 }
 
 // cutoff is the oldest beat that still makes a worker live.
@@ -508,13 +538,68 @@ func (l *liveness) BinaryExec(tool string) bool {
 	return n > 0
 }
 
-// record stores one beat of worker for tool and records it. A beat the
+// read counts the beats of a registration of worker as soon as it is
+// read, before any write: beats maps each of its tools to its beat, nil
+// for one that counts only once stored (record). A beat does not count
+// here for a worker that left: its cached beat says so, or this router
+// read its leave (it comes back once a beat is stored). It returns what
+// record needs to keep a leave read later from being undone, and done,
+// to call once the registration is applied.
+func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*reading, func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rd := &reading{worker: worker, seen: make(map[string]seenBeat, len(beats))}
+	l.order.opened(rd)
+	leftBefore := l.order.leftAfter(worker, 0)
+	now := l.now()
+	for tool, bv := range beats {
+		b, ok := l.beats[tool][worker]
+		rd.seen[tool] = seenBeat{rev: b.rev, left: b.left || leftBefore}
+		if bv == nil || (ok && b.left) || leftBefore {
+			continue
+		}
+		b.at, b.inflight, b.binary, b.read = now, bv.InFlight, bv.Binary, rd.seq
+		l.keep(tool, worker, b)
+	}
+	return rd, func() {
+		l.mu.Lock()
+		l.order.closed(rd.seq)
+		l.mu.Unlock()
+	}
+}
+
+// record stores one beat of rd's worker for tool and records it. A beat the
 // bucket refused still counts here (docs/registry.md): the worker is live
 // in this router's cache whatever the bucket took, and a full store is
-// not an error (the router reports it in its status).
-func (l *liveness) record(ctx context.Context, tool, worker string, bv bus.WorkerBeat) error {
+// not an error (the router reports it in its status). A beat read before
+// the worker's leave is dropped: the write is compare-and-set on the
+// revision the cache held when the beat was read, so neither a leave this
+// router read since nor one another router stored is overwritten.
+func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, rd *reading) error {
+	worker := rd.worker
+	l.mu.RLock()
+	overtaken := rd.overtaken(l, tool)
+	l.mu.RUnlock()
+	if overtaken {
+		return nil
+	}
 	key := tool + "." + worker
-	rev, err := l.kv.Put(ctx, key, bv.Encode())
+	rev, err := rd.seen[tool].rev, error(nil)
+	for range beatAttempts {
+		if rev, err = putBeat(ctx, l.kv, key, bv.Encode(), rev); !errors.Is(err, errBeaten) {
+			break
+		}
+		l.mu.RLock()
+		later := l.beats[tool][worker].read > rd.seq
+		l.mu.RUnlock()
+		if later {
+			return nil // a beat read later is stored, or on its way: it says more
+		}
+	}
+	if errors.Is(err, errLeft) {
+		l.setBeat(tool, worker, beat{rev: rev, left: true}, false)
+		return nil
+	}
 	full := l.health.Note(err)
 	if err != nil {
 		// This router saw the beat: the worker is live whatever the
@@ -525,22 +610,27 @@ func (l *liveness) record(ctx context.Context, tool, worker string, bv bus.Worke
 		l.mu.Lock()
 		l.trouble = l.now()
 		l.mu.Unlock()
-		l.sawBeat(tool, worker, bv.InFlight, bv.Binary)
+		l.sawBeat(tool, worker, bv.InFlight, bv.Binary, rd)
 		if full {
 			return nil // the worker is live; the router reports the store full (status)
 		}
 		return fmt.Errorf("registry: liveness %s: %w", key, err)
 	}
-	l.setBeat(tool, worker, beat{at: l.now(), rev: rev, inflight: bv.InFlight, binary: bv.Binary}, false)
+	l.setBeat(tool, worker, beat{at: l.now(), rev: rev, inflight: bv.InFlight, binary: bv.Binary, read: rd.seq}, false)
 	return nil
 }
 
 // sawBeat records a beat that this router took but could not store: the
-// worker is live from now, at the revision the cache holds.
-func (l *liveness) sawBeat(tool, worker string, inflight []string, binary bool) {
+// worker is live from now, at the revision the cache holds, unless rd, the
+// registration read (nil: none), was overtaken by a leave or by a beat
+// read later.
+func (l *liveness) sawBeat(tool, worker string, inflight []string, binary bool, rd *reading) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.beats[tool][worker]
+	if rd != nil && (rd.overtaken(l, tool) || b.read > rd.seq) {
+		return
+	}
 	b.at, b.left, b.inflight, b.binary = l.now(), false, inflight, binary
 	l.keep(tool, worker, b)
 }
@@ -553,6 +643,18 @@ func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 	m := l.beats[tool]
 	if old, ok := m[worker]; ok && old.rev >= b.rev {
 		return
+	}
+	if l.order.leaving(worker) {
+		// A beat stored before the leave: the leave is on its way.
+		b.left = true
+	}
+	if old, ok := m[worker]; ok && !b.left && !remove && !old.left && old.read > b.read &&
+		(b.read != 0 || l.order.open[old.read] != nil) {
+		// A beat that this router read later counts already (read),
+		// and is not stored yet or is stored after this one: what it
+		// says is newer. (Calls listed in flight only grow between two
+		// beats, but for calls answered three beats ago.)
+		b.at, b.inflight, b.binary, b.read = old.at, old.inflight, old.binary, old.read
 	}
 	if remove {
 		l.version.Add(1)
@@ -612,18 +714,35 @@ func (l *liveness) Workers() map[string]int {
 	return out
 }
 
-// leave marks a worker gone at once: its liveness entries are overwritten
-// with a "left" value (not deleted, so that a heartbeat still in flight, with
-// an older revision, cannot bring it back in any router's cache).
+// leave marks a worker gone at once: in the cache as soon as it is read,
+// then in KV, where its liveness entries, and those of the tools of its
+// registrations still being applied, are overwritten with a "left" value
+// (not deleted, so that a heartbeat still in flight, with an older
+// revision, cannot bring it back in any router's cache). Until those
+// writes are stored, no beat brings the worker back in this cache, and a
+// registration read before the leave stores no beat after it (record).
 func (l *liveness) leave(ctx context.Context, worker string) error {
-	l.mu.RLock()
+	l.mu.Lock()
+	seq, reading := l.order.leave(worker)
 	var tools []string
 	for tool, ws := range l.beats {
-		if _, ok := ws[worker]; ok {
+		if b, ok := ws[worker]; ok {
+			tools = append(tools, tool)
+			b.left = true
+			l.keep(tool, worker, b)
+		}
+	}
+	for _, tool := range reading {
+		if !slices.Contains(tools, tool) {
 			tools = append(tools, tool)
 		}
 	}
-	l.mu.RUnlock()
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.order.landed(worker, seq)
+		l.mu.Unlock()
+	}()
 	for _, tool := range tools {
 		rev, err := l.kv.Put(ctx, tool+"."+worker, bus.WorkerLeft)
 		if err != nil {

@@ -27,7 +27,7 @@ type eventSink struct {
 }
 
 func newEventSink(nc *nats.Conn, log *slog.Logger, health *store.Health) (*eventSink, error) {
-	pub, err := store.NewPublisher(nc, store.PublisherConfig{Health: health})
+	pub, err := store.NewPublisher(nc, store.PublisherConfig{Health: health, OwnAcks: true})
 	if err != nil {
 		return nil, fmt.Errorf("router: events: %w", err)
 	}

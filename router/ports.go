@@ -207,11 +207,15 @@ func (x routerEvents) event(typ, session, replyID, callID string, trace [2]strin
 }
 
 func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
-	m, id, err := x.msg(typ, session, replyID, callID, trace, data)
+	var e bus.Event
+	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
+		return nil, err
+	}
+	m, err := e.StoredMsg(x.subj.Events(session)) // its Nats-Msg-Id the event's id
 	if err != nil {
 		return nil, err
 	}
-	return x.sink.publish(m, id), nil
+	return x.sink.publish(m, e.ID), nil
 }
 
 func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {

@@ -42,6 +42,8 @@ type materialized struct {
 // finds there from an earlier run are removed. Use PrivateDir for a fresh
 // root.
 func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
+	// Cleaned, so that a trailing slash does not make Lstat follow a link.
+	root = filepath.Clean(root)
 	if err := private.Mkdir(root, 0o027, "skills' files"); err != nil {
 		return nil, fmt.Errorf("skills: materialize: %w", err)
 	}

@@ -88,7 +88,7 @@ func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision ui
 	if !k.cas || k.nc == nil || !plainKey(key) || ctx.Err() != nil {
 		return 0, false
 	}
-	w, err := k.acks.await()
+	w, err := k.acks.await(0)
 	if err != nil {
 		return 0, false
 	}
@@ -110,93 +110,6 @@ func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision ui
 		return 0, false
 	}
 	return pubAckSeq(resp.Data)
-}
-
-// acks are the replies to a KV's compare-and-set writes, on one
-// subscription of the KV's own (as nats.go's requests share one): a write
-// waits for its acknowledgement on a pooled channel, bounded by the
-// caller's context and a pooled timer, where a request would take a
-// channel, and a bounded one a context and a timer, of its own.
-type acks struct {
-	nc      *nats.Conn
-	once    sync.Once
-	prefix  string // the subscription's inbox, with a trailing dot
-	err     error
-	mu      sync.Mutex
-	seq     uint64
-	waiting map[string]*ackWait
-	free    sync.Pool
-}
-
-// ackWait is one write's wait for its acknowledgement.
-type ackWait struct {
-	inbox string
-	ch    chan *nats.Msg
-}
-
-// await registers a wait, subscribing on first use.
-func (a *acks) await() (*ackWait, error) {
-	a.once.Do(func() {
-		a.prefix = a.nc.NewInbox() + "."
-		a.waiting = map[string]*ackWait{}
-		_, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver)
-	})
-	if a.err != nil {
-		return nil, a.err
-	}
-	w, _ := a.free.Get().(*ackWait)
-	if w == nil {
-		w = &ackWait{ch: make(chan *nats.Msg, 1)}
-	}
-	var buf [64]byte // the inbox and a number: one allocation, the string
-	a.mu.Lock()
-	a.seq++
-	w.inbox = string(strconv.AppendUint(append(buf[:0], a.prefix...), a.seq, 36))
-	a.waiting[w.inbox] = w
-	a.mu.Unlock()
-	return w, nil
-}
-
-// deliver hands a reply to the write that waits for it, once.
-func (a *acks) deliver(m *nats.Msg) {
-	a.mu.Lock()
-	w := a.waiting[m.Subject]
-	delete(a.waiting, m.Subject)
-	a.mu.Unlock()
-	if w != nil {
-		w.ch <- m
-	}
-}
-
-// done ends w's wait, replied when its reply was taken. A wait whose reply
-// may still come (deliver took it from waiting, but it ended first) is
-// not reused.
-func (a *acks) done(w *ackWait, replied bool) {
-	a.mu.Lock()
-	_, waiting := a.waiting[w.inbox]
-	delete(a.waiting, w.inbox)
-	a.mu.Unlock()
-	if waiting || replied {
-		w.inbox = ""
-		a.free.Put(w)
-	}
-}
-
-// wait waits for w's reply until ctx ends or within (when set) passes.
-func (w *ackWait) wait(ctx context.Context, within time.Duration) *nats.Msg {
-	var expired <-chan time.Time
-	if within > 0 {
-		t := startTimer(within)
-		defer stopTimer(t)
-		expired = t.C
-	}
-	select {
-	case m := <-w.ch:
-		return m
-	case <-ctx.Done():
-	case <-expired:
-	}
-	return nil
 }
 
 // plainKey reports whether key is one jetstream's kvs accepts (it matches
@@ -238,23 +151,4 @@ func pubAckSeq(b []byte) (uint64, bool) {
 		return 0, false
 	}
 	return seq, true
-}
-
-// timers are the stopped timers of the waits for acknowledgements (a
-// stopped timer's channel holds nothing, so it can be started again).
-var timers sync.Pool
-
-// startTimer is a timer from the pool that fires after d; stopTimer
-// stops it and puts it back.
-func startTimer(d time.Duration) *time.Timer {
-	if t, ok := timers.Get().(*time.Timer); ok {
-		t.Reset(d)
-		return t
-	}
-	return time.NewTimer(d)
-}
-
-func stopTimer(t *time.Timer) {
-	t.Stop()
-	timers.Put(t)
 }

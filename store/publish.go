@@ -33,6 +33,10 @@ type PublisherConfig struct {
 	MaxWait time.Duration
 	// Health, when set, notes each message's outcome in Stored.
 	Health *Health
+	// OwnAcks: the first publish of each message is awaited on the
+	// publisher's own reply subscription, not through jetstream's
+	// asynchronous publish (ownacks.go); Pending.Ack is then nil.
+	OwnAcks bool
 }
 
 // Publisher publishes messages to a stream asynchronously, each with a
@@ -43,6 +47,7 @@ type PublisherConfig struct {
 type Publisher struct {
 	js  jetstream.JetStream
 	cfg PublisherConfig
+	own *acks // OwnAcks: the replies to first publishes (ownacks.go)
 }
 
 // NewPublisher returns a Publisher through a JetStream context of its own
@@ -58,7 +63,11 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: publisher: %w", err)
 	}
-	return &Publisher{js: js, cfg: cfg}, nil
+	p := &Publisher{js: js, cfg: cfg}
+	if cfg.OwnAcks {
+		p.own = &acks{nc: nc, reset: true}
+	}
+	return p, nil
 }
 
 // JetStream is the publisher's JetStream context (for provisioning the
@@ -74,6 +83,8 @@ type Pending struct {
 	acked   bool // the ack was taken (its channel holds it once)
 	retried bool // Stored published it again
 	ackWait time.Duration
+	own     *ackWait   // OwnAcks: the wait for the first publish's reply, until it ends (ownacks.go)
+	pub     *Publisher // set with own, and kept
 }
 
 // ID is the message id.
@@ -92,7 +103,8 @@ func (p *Pending) Err() error { return p.err }
 func (p *Pending) Retried() bool { return p.retried }
 
 // Ack is the first publish's acknowledgement future; nil when that
-// publish failed at once (Err says why).
+// publish failed at once (Err says why) or, with OwnAcks, was awaited on
+// the publisher's own subscription.
 func (p *Pending) Ack() jetstream.PubAckFuture { return p.ack }
 
 // Publish sends m with message id id and returns at once; Stored waits
@@ -101,9 +113,16 @@ func (p *Publisher) Publish(m *nats.Msg, id string) *Pending {
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	ack, err := p.js.PublishMsgAsync(m)
-	return &Pending{msg: m, id: id, ack: ack, err: err, ackWait: p.cfg.AckWait}
+	if v := m.Header[jetstream.MsgIDHeader]; len(v) != 1 || v[0] != id { // bus.Event.StoredMsg sets it
+		m.Header.Set(jetstream.MsgIDHeader, id)
+	}
+	x := &Pending{msg: m, id: id, ackWait: p.cfg.AckWait}
+	if p.own != nil {
+		p.publishOwn(m, x)
+		return x
+	}
+	x.ack, x.err = p.js.PublishMsgAsync(m)
+	return x
 }
 
 // Settled waits, until ctx ends, for the acknowledgements of ps as the
@@ -115,7 +134,7 @@ func (p *Publisher) Publish(m *nats.Msg, id string) *Pending {
 // for Stored only when something is left.
 func Settled(ctx context.Context, ps []*Pending) bool {
 	for _, x := range ps {
-		if x == nil || x.ack == nil && x.err == nil { // not a Publisher's
+		if x == nil || x.ack == nil && x.err == nil && x.pub == nil { // not a Publisher's
 			return false
 		}
 	}
@@ -246,6 +265,13 @@ func awaitAll(ctx context.Context, ps []*Pending, ackWait time.Duration) (failed
 // wait waits for x's acknowledgement until expiry fires (or fired:
 // expired), or ctx ends.
 func (x *Pending) wait(ctx context.Context, expiry <-chan time.Time, expired bool) (bool, error) {
+	if x.own != nil {
+		ok, exp, err := x.waitOwn(ctx, expiry, expired)
+		if ok {
+			return exp, err
+		}
+		expired = exp // gone to jetstream: wait for its future
+	}
 	if expired {
 		select {
 		case <-x.ack.Ok():
@@ -271,6 +297,11 @@ func (x *Pending) wait(ctx context.Context, expiry <-chan time.Time, expired boo
 // Flush waits until every message published so far is acknowledged, or
 // ctx ends (the asynchronous publishes only: Stored is what retries).
 func (p *Publisher) Flush(ctx context.Context) error {
+	if p.own != nil {
+		if err := p.own.flush(ctx); err != nil {
+			return err
+		}
+	}
 	select {
 	case <-p.js.PublishAsyncComplete():
 		return nil

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -65,8 +66,14 @@ func streamMsgs(t *testing.T, js jetstream.JetStream) uint64 {
 // each; Stored returns none lost, Settled then says so without waiting, and
 // the health is noted healthy.
 func TestPublisherStored(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprint("own=", own), func(t *testing.T) { testPublisherStored(t, own) })
+	}
+}
+
+func testPublisherStored(t *testing.T, own bool) {
 	h := &store.Health{}
-	p, js, create := publisherOn(t, store.PublisherConfig{Health: h})
+	p, js, create := publisherOn(t, store.PublisherConfig{Health: h, OwnAcks: own})
 	create()
 	ps := publishN(p, 20)
 	if lost := p.Stored(t.Context(), ps); len(lost) > 0 {
@@ -110,7 +117,13 @@ func TestPublisherRetries(t *testing.T) {
 // TestPublisherLost: a message no stream takes is reported lost with its
 // error within MaxWait, not dropped silently.
 func TestPublisherLost(t *testing.T) {
-	p, _, _ := publisherOn(t, store.PublisherConfig{MaxWait: time.Second})
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprint("own=", own), func(t *testing.T) { testPublisherLost(t, own) })
+	}
+}
+
+func testPublisherLost(t *testing.T, own bool) {
+	p, _, _ := publisherOn(t, store.PublisherConfig{MaxWait: time.Second, OwnAcks: own})
 	ps := publishN(p, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -124,7 +137,13 @@ func TestPublisherLost(t *testing.T) {
 // caller's context; a refusal is kept for Stored, which publishes again,
 // and a wait whose context ended leaves the message to Stored.
 func TestPublisherSettled(t *testing.T) {
-	p, js, create := publisherOn(t, store.PublisherConfig{})
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprint("own=", own), func(t *testing.T) { testPublisherSettled(t, own) })
+	}
+}
+
+func testPublisherSettled(t *testing.T, own bool) {
+	p, js, create := publisherOn(t, store.PublisherConfig{OwnAcks: own})
 	create()
 	if ps := publishN(p, 5); !store.Settled(t.Context(), ps) {
 		t.Fatal("Settled = false with the stream there")
@@ -233,24 +252,26 @@ func TestPublisherRetriesThroughFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			attempts := faultyStream(t, srv, tc.fault)
-			p, err := store.NewPublisher(testkit.Connect(t, srv), store.PublisherConfig{AckWait: 200 * time.Millisecond, MaxWait: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
 			const n = 10
-			var ps []*store.Pending
-			for i := range n {
-				m := nats.NewMsg(fmt.Sprintf("p.%d", i))
-				m.Data = []byte("x")
-				ps = append(ps, p.Publish(m, fmt.Sprintf("id-%d", i)))
+			for _, own := range []bool{false, true} { // jetstream's futures, then the publisher's own acks
+				p, err := store.NewPublisher(testkit.Connect(t, srv), store.PublisherConfig{AckWait: 200 * time.Millisecond, MaxWait: time.Minute, OwnAcks: own})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ps []*store.Pending
+				for i := range n {
+					m := nats.NewMsg(fmt.Sprintf("p.%d", i))
+					m.Data = []byte("x")
+					ps = append(ps, p.Publish(m, fmt.Sprintf("id-%d-%v", i, own)))
+				}
+				storedAgain(t, p, ps)
 			}
-			storedAgain(t, p, ps)
-			if got := streamMsgs(t, js); got != n {
-				t.Fatalf("%d stored, want %d", got, n)
+			if got := streamMsgs(t, js); got != 2*n {
+				t.Fatalf("%d stored, want %d", got, 2*n)
 			}
 			seen := attempts()
-			if len(seen) != n {
-				t.Errorf("%d message ids reached the stream, want %d", len(seen), n)
+			if len(seen) != 2*n {
+				t.Errorf("%d message ids reached the stream, want %d", len(seen), 2*n)
 			}
 			for id, k := range seen {
 				if k != tc.want {
@@ -258,5 +279,40 @@ func TestPublisherRetriesThroughFaults(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPublisherOwnAcks: with OwnAcks, a first publish is awaited on the
+// publisher's own subscription (no future); one refused (no stream: no
+// responders) goes to jetstream, which reports the refusal as it would
+// have, and Stored then publishes it again and it is stored once. Flush
+// waits for every acknowledgement.
+func TestPublisherOwnAcks(t *testing.T) {
+	p, js, create := publisherOn(t, store.PublisherConfig{OwnAcks: true})
+	ps := publishN(p, 2)
+	for _, x := range ps {
+		if x.Ack() != nil || x.Err() != nil {
+			t.Fatalf("%s: a future (%v) or an error (%v)", x.ID(), x.Ack(), x.Err())
+		}
+	}
+	if store.Settled(t.Context(), ps) {
+		t.Fatal("Settled = true without a stream")
+	}
+	for _, x := range ps {
+		if !errors.Is(x.Err(), jetstream.ErrNoStreamResponse) {
+			t.Fatalf("%s: %v, want jetstream's %v", x.ID(), x.Err(), jetstream.ErrNoStreamResponse)
+		}
+	}
+	create()
+	storedAgain(t, p, ps)
+	ps = publishN(p, 5)
+	if err := p.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !store.Settled(t.Context(), ps) {
+		t.Fatal("Settled = false after Flush")
+	}
+	if got := streamMsgs(t, js); got != 5 { // s.0 to s.4, each once
+		t.Fatalf("%d stored, want 5", got)
 	}
 }

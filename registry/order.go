@@ -1,0 +1,175 @@
+package registry
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
+)
+
+// A beat counts as soon as a router reads it (liveness.read), but is
+// stored in P_workers later, one write per tool, which takes a while on a
+// loaded server; meanwhile the worker may send its leave, and a router
+// may apply the leave first. A leave must win over every beat read before
+// it: this file orders them. On one router, readOrder numbers
+// registrations and leaves as they are read; across routers, the beat's
+// write is compare-and-set on the revision the cache held when it was
+// read (putBeat), so it cannot overwrite a leave stored since.
+
+// readOrder numbers the registrations and leaves a router reads, and keeps
+// each worker's latest leave while a registration read before it is still
+// being applied, or its own writes are. Guarded by liveness.mu.
+type readOrder struct {
+	last   uint64
+	open   map[uint64]*reading  // registrations being applied, by number
+	leaves map[string]leaveMark // worker → its latest leave, while of use
+}
+
+// leaveMark is a leave as read.
+type leaveMark struct {
+	seq     uint64
+	writing bool // its "left" values are not all stored yet
+}
+
+// opened numbers rd, a registration read now, open until closed.
+func (o *readOrder) opened(rd *reading) {
+	if o.open == nil {
+		o.open = map[uint64]*reading{}
+	}
+	o.last++
+	rd.seq = o.last
+	o.open[o.last] = rd
+}
+
+// closed ends the registration numbered seq.
+func (o *readOrder) closed(seq uint64) {
+	delete(o.open, seq)
+	o.prune()
+}
+
+// leave numbers worker's leave read now, writing until landed, and
+// returns the tools of the worker's registrations being applied: their
+// beats may be stored after the leave's writes are sent, when the
+// worker's first beat for a tool, with nothing to overwrite yet.
+func (o *readOrder) leave(worker string) (uint64, []string) {
+	if o.leaves == nil {
+		o.leaves = map[string]leaveMark{}
+	}
+	o.last++
+	o.leaves[worker] = leaveMark{seq: o.last, writing: true}
+	var tools []string
+	for _, rd := range o.open {
+		if rd.worker == worker {
+			for tool := range rd.seen {
+				tools = append(tools, tool)
+			}
+		}
+	}
+	return o.last, tools
+}
+
+// landed ends the writes of worker's leave numbered seq.
+func (o *readOrder) landed(worker string, seq uint64) {
+	if m, ok := o.leaves[worker]; ok && m.seq == seq {
+		m.writing = false
+		o.leaves[worker] = m
+	}
+	o.prune()
+}
+
+// leftAfter reports whether a leave of worker was read after the
+// registration numbered seq (0: at all, as far as it is kept).
+func (o *readOrder) leftAfter(worker string, seq uint64) bool {
+	m, ok := o.leaves[worker]
+	return ok && m.seq > seq
+}
+
+// leaving reports whether worker's leave is read and not yet stored.
+func (o *readOrder) leaving(worker string) bool { return o.leaves[worker].writing }
+
+// prune forgets the leaves that no open registration was read before.
+func (o *readOrder) prune() {
+	if len(o.leaves) == 0 {
+		return
+	}
+	first := o.last + 1
+	for seq := range o.open {
+		first = min(first, seq)
+	}
+	for w, m := range o.leaves {
+		if !m.writing && m.seq < first {
+			delete(o.leaves, w)
+		}
+	}
+}
+
+// reading is one registration as read (liveness.read): its number, and
+// per tool what the cache held of the worker's beat then.
+type reading struct {
+	worker string
+	seq    uint64
+	seen   map[string]seenBeat
+}
+
+// seenBeat is the worker's beat for a tool when a registration was read.
+type seenBeat struct {
+	rev  uint64 // the revision of its key (0: none cached)
+	left bool   // it said the worker left, or this router read its leave
+}
+
+// overtaken reports whether the worker left after rd was read: this router
+// read its leave since, or the cache learnt it since (another router's).
+// The caller holds l.mu.
+func (rd *reading) overtaken(l *liveness, tool string) bool {
+	if l.order.leftAfter(rd.worker, rd.seq) {
+		return true
+	}
+	b, ok := l.beats[tool][rd.worker]
+	return ok && b.left && !rd.seen[tool].left
+}
+
+// errLeft says that a beat was not stored: its key says the worker left
+// since the beat was read.
+var errLeft = errors.New("registry: the worker left since its beat was read")
+
+// errBeaten says that a beat was not stored: another beat of the worker
+// was stored since it was read.
+var errBeaten = errors.New("registry: another beat was stored first")
+
+// beatAttempts bounds the writes of one beat: each lost to another beat of
+// the same worker (on another router, or read before it on this one).
+const beatAttempts = 4
+
+// putBeat stores value, a beat, at key with compare-and-set on rev, the
+// revision the beat was read against (0: none), and returns the new
+// revision. When another write got in first, it stores nothing and
+// returns the key's revision now, with errLeft when it says the worker
+// left, errBeaten when it is another beat.
+func putBeat(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, rev uint64) (uint64, error) {
+	var (
+		n   uint64
+		err error
+	)
+	if rev == 0 {
+		n, err = kv.Create(ctx, key, value)
+	} else {
+		n, err = kv.Update(ctx, key, value, rev)
+	}
+	if !store.IsConflict(err) {
+		return n, err
+	}
+	e, gerr := kv.Get(ctx, key)
+	switch {
+	case store.IsNotFound(gerr):
+		return 0, errBeaten // expired or deleted: Create writes over a delete
+	case gerr != nil:
+		return 0, gerr
+	case bus.DecodeWorkerBeat(e.Value()).Left:
+		return e.Revision(), errLeft
+	default:
+		return e.Revision(), errBeaten
+	}
+}

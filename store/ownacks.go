@@ -1,0 +1,106 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A Publisher with OwnAcks sends a message's first publish itself, with a
+// reply inbox on its own subscription (acks.go, as a KV's compare-and-set
+// writes do), and reads a plain acknowledgement by hand: the same message
+// on the same subject, with the same Nats-Msg-Id, but none of jetstream's
+// asynchronous machinery per message (a future with two channels, a reply
+// token, an ack timer and an encoding/json decode of the acknowledgement:
+// about a dozen allocations per message, most of the router's "JetStream
+// client" time per write call; docs/performance.md, "Session 12"). Any
+// other outcome goes to jetstream:
+//
+//   - an answer other than a plain acknowledgement (an error, no
+//     responders, an acknowledgement it cannot read) publishes the message
+//     again through jetstream's PublishMsgAsync, whose future is then
+//     awaited: the stream stores a message id once, so a refusal is
+//     refused again the same way and the error (and its retries on no
+//     responders) are jetstream's;
+//   - no acknowledgement within the round's AckWait is
+//     jetstream.ErrAsyncPublishTimeout, and a reconnect is
+//     nats.ErrDisconnected, as jetstream reports them; Stored then
+//     publishes again through jetstream as for any failed message;
+//   - a message with a reply subject, or published while MaxPending are
+//     awaited on the publisher's own subscription, goes to jetstream's
+//     PublishMsgAsync at once (so the own waits and jetstream's are each
+//     bounded by MaxPending).
+//
+// A wait whose context ended keeps its registration for Stored, as a
+// future would stay; a message nobody waits for any more keeps it until
+// its reply comes or the connection reconnects (at most MaxPending).
+
+// publishOwn publishes m, whose Nats-Msg-Id is set, with a reply inbox of
+// the publisher's own subscription.
+func (p *Publisher) publishOwn(m *nats.Msg, x *Pending) {
+	var w *ackWait
+	if m.Reply == "" {
+		w, _ = p.own.await(p.cfg.MaxPending)
+	}
+	if w == nil { // full, no subscription, or a reply subject jetstream refuses
+		x.ack, x.err = p.js.PublishMsgAsync(m)
+		return
+	}
+	sent := nats.Msg{Subject: m.Subject, Reply: w.inbox, Header: m.Header, Data: m.Data}
+	if err := p.own.nc.PublishMsg(&sent); err != nil {
+		p.own.done(w, false)
+		x.err = err // as jetstream's PublishMsgAsync returns it: Stored publishes again
+		return
+	}
+	x.own, x.pub = w, p
+}
+
+// waitOwn is wait for a message awaited on the publisher's own
+// subscription. ok is false when the answer was not a plain
+// acknowledgement and the message went to jetstream: x.ack is then the
+// future to wait for, within the same expiry.
+func (x *Pending) waitOwn(ctx context.Context, expiry <-chan time.Time, expired bool) (ok, expiredNow bool, err error) {
+	w := x.own
+	var m *nats.Msg
+	if expired {
+		select {
+		case m = <-w.ch:
+		default:
+			x.endOwn(false)
+			return true, true, jetstream.ErrAsyncPublishTimeout
+		}
+	} else {
+		select {
+		case m = <-w.ch:
+		case <-expiry:
+			x.endOwn(false)
+			return true, true, jetstream.ErrAsyncPublishTimeout
+		case <-ctx.Done():
+			return true, false, ctx.Err() // still awaited: Stored waits on
+		}
+	}
+	if m == nil { // the connection reconnected: the reply may yet come, to this inbox
+		w.inbox = ""
+	}
+	x.endOwn(true)
+	switch {
+	case m == nil:
+		return true, expired, nats.ErrDisconnected
+	case len(m.Data) > 0:
+		if _, plain := pubAckSeq(m.Data); plain {
+			return true, expired, nil
+		}
+	}
+	if x.ack, x.err = x.pub.js.PublishMsgAsync(x.msg); x.err != nil {
+		return true, expired, x.err
+	}
+	return false, expired, nil
+}
+
+// endOwn ends the wait on the publisher's own subscription.
+func (x *Pending) endOwn(replied bool) {
+	x.pub.own.done(x.own, replied)
+	x.own = nil
+}
