@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -287,82 +286,4 @@ func secret(key string, names []string) bool {
 		}
 	}
 	return false
-}
-
-// exportRetries bounds how often Export asks again for a batch nobody
-// answered (about 5 s in all).
-const exportRetries = 10
-
-// fetch passes up to limit records of cons to fn and returns how many.
-func fetch(ctx context.Context, cons jetstream.Consumer, limit int, fn func(json.RawMessage) error) (int, error) {
-	batch, err := cons.Fetch(limit, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		return 0, fmt.Errorf("audit: fetch: %w", err)
-	}
-	n := 0
-	for m := range batch.Messages() {
-		n++
-		if err := fn(m.Data()); err != nil {
-			return n, err
-		}
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-		return n, fmt.Errorf("audit: fetch: %w", err)
-	}
-	return n, ctx.Err()
-}
-
-// Filter selects records for Export; zero fields select all.
-type Filter struct {
-	Since   time.Time
-	Session string
-	Tool    string
-}
-
-// Export calls fn with every stored record that f selects, oldest first,
-// and returns once it has seen all that were stored when it started.
-func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter, fn func(json.RawMessage) error) error {
-	stream, err := js.Stream(ctx, s.Stream(Stream))
-	if err != nil {
-		return fmt.Errorf("audit: stream %s: %w", s.Stream(Stream), err)
-	}
-	session, tool := "*", "*"
-	if f.Session != "" {
-		session = f.Session
-	}
-	if f.Tool != "" {
-		tool = f.Tool
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.Prefix + "." + kind + "." + session + "." + tool}}
-	if !f.Since.IsZero() {
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &f.Since
-	}
-	cons, err := stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("audit: consumer: %w", err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("audit: consumer: %w", err)
-	}
-	left := info.NumPending
-	retries := 0
-	for left > 0 {
-		n, err := fetch(ctx, cons, int(min(left, 256)), fn)
-		left -= uint64(n)
-		switch {
-		case err != nil && n == 0 && errors.Is(err, nats.ErrNoResponders) && retries < exportRetries:
-			// The consumer's server is not answering yet (a cluster
-			// under load, a leader moving): ask again after a moment.
-			retries++
-			if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
-				return err
-			}
-		case err != nil:
-			return err
-		case n == 0:
-			return fmt.Errorf("audit: %d records announced but not delivered", left)
-		}
-	}
-	return nil
 }

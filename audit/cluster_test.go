@@ -81,3 +81,50 @@ func TestWriteExportOnCluster(t *testing.T) {
 }
 
 func contains(raw json.RawMessage, s string) bool { return strings.Contains(string(raw), s) }
+
+// TestExportReadsWhatTheLeaderHolds: on the 3-node cluster (replicas 3),
+// every record Stored reported is exported at once, batch after batch,
+// the leader made to step down before every tenth batch from the second
+// (the first in the stream's first seconds, while the member first
+// preferred as leader still answers the stream's info from its own state).
+// Export reads through a consumer on any replica, and a replica may not
+// have applied the newest records yet (a record is acknowledged once a
+// majority holds it), so Export reads on until it has the leader's last
+// selected record. Before, reads right after a reply missed the newest
+// records (router.TestAuditDurableOnCluster).
+func TestExportReadsWhatTheLeaderHolds(t *testing.T) {
+	cl := testkit.RunCluster(t)
+	s := bus.NewSubjects(bus.DefaultPrefix)
+	nc := testkit.ConnectURL(t, cl.URL(0))
+	tr, err := New(t.Context(), nc, s, Config{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := testkit.ConnectURL(t, cl.URL(1))
+	js, err := jetstream.New(reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds, perRound = 30, 16
+	for r := range rounds {
+		if r%10 == 1 {
+			if err := reader.Publish("$JS.API.STREAM.LEADER.STEPDOWN."+s.Stream(Stream), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var ps []*Pending
+		for i := range perRound {
+			p, err := tr.Write(record("s1", r*perRound+i), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		if lost := tr.Stored(t.Context(), ps); len(lost) > 0 {
+			t.Fatalf("round %d: %d records lost, the first: %v", r, len(lost), lost[0].Err())
+		}
+		if got, doubles := storedCounts(t, js, s); got != (r+1)*perRound || doubles != 0 {
+			t.Fatalf("round %d: %d records exported right after Stored, want %d (%d doubled)", r, got, (r+1)*perRound, doubles)
+		}
+	}
+}

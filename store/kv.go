@@ -36,15 +36,17 @@ type KV struct {
 
 // NewKV wraps kv. replicas is the bucket's replica count.
 func NewKV(js jetstream.JetStream, kv jetstream.KeyValue, replicas int) *KV {
-	k := &KV{KeyValue: kv, nc: js.Conn(), prefix: "$KV." + kv.Bucket() + ".", cas: apiPrefix(js) == jetstream.DefaultAPIPrefix}
+	k := &KV{KeyValue: kv, nc: js.Conn(), prefix: "$KV." + kv.Bucket() + ".", cas: APIPrefix(js) == jetstream.DefaultAPIPrefix}
 	k.acks.nc = k.nc
 	if replicas > 1 {
-		k.get = apiPrefix(js) + "STREAM.MSG.GET.KV_" + kv.Bucket()
+		k.get = APIPrefix(js) + "STREAM.MSG.GET.KV_" + kv.Bucket()
 	}
 	return k
 }
 
-func apiPrefix(js jetstream.JetStream) string {
+// APIPrefix is the subject prefix of js's JetStream API requests, ending
+// in a dot.
+func APIPrefix(js jetstream.JetStream) string {
 	o := js.Options()
 	switch {
 	case o.Domain != "":

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -154,7 +155,8 @@ func Settled(ctx context.Context, ps []*Pending) bool {
 // whose publish failed or whose acknowledgement did not come within
 // AckWait, until ctx ends or MaxWait has passed — but not through a full
 // store (a full account or server refuses a message as long as nobody
-// frees space) nor after an error that is not transient. Messages go in
+// frees space) nor after an error that is not transient ("duplicate
+// message id is in process" is: see codeInProcess). Messages go in
 // rounds: all of a round are published together and share one AckWait,
 // so a leader change that loses every acknowledgement costs one AckWait,
 // not one per message. It returns the messages it could not store, each
@@ -178,7 +180,7 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 	for len(todo) > 0 {
 		again := todo[:0:0]
 		for _, x := range awaitAll(ctx, todo, p.cfg.AckWait) {
-			if ctx.Err() != nil || IsFull(x.err) || !IsTransient(x.err) {
+			if ctx.Err() != nil || !retried(x.err) {
 				lost = append(lost, x)
 			} else {
 				again = append(again, x)
@@ -198,6 +200,24 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 		todo = again
 	}
 	return lost
+}
+
+// codeInProcess is JetStream's "duplicate message id is in process": the
+// stream's leader has proposed a message with the same id and not stored
+// it yet — an earlier publish of this one whose acknowledgement did not
+// come in time. It may still be stored, or be dropped by a leader change,
+// so the answer says nothing yet: asked again later, the stream answers
+// with the first one's sequence (a duplicate), or stores this one.
+const codeInProcess = 10158
+
+// retried reports whether Stored publishes a message that failed with err
+// again: a transient error or one still in process, not a full store.
+func retried(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == codeInProcess {
+		return true
+	}
+	return !IsFull(err) && IsTransient(err)
 }
 
 // note records the outcome of each of ps in the publisher's Health.

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -170,6 +174,111 @@ func storedAgain(t *testing.T, p *store.Publisher, ps []*store.Pending) {
 		if !x.Retried() {
 			t.Fatalf("%s not retried", x.ID())
 		}
+	}
+}
+
+// fate is what faultyStream does with one attempt of a message.
+type fate int
+
+const (
+	forward   fate = iota // to the stream, its answer back
+	drop                  // nowhere (a proposal a leader change dropped)
+	loseAck               // to the stream, its answer lost
+	inProcess             // answered "duplicate message id is in process"
+)
+
+// faultyStream stands between publishers and the stream S on server srv:
+// a message published to p.<x> goes to s.<x> as fault says for its n-th
+// attempt (from 1), counted per message id. It returns the attempts seen
+// per id.
+func faultyStream(t *testing.T, srv *server.Server, fault func(n int) fate) func() map[string]int {
+	t.Helper()
+	nc := testkit.Connect(t, srv)
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	_, err := nc.Subscribe("p.>", func(m *nats.Msg) {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		mu.Lock()
+		attempts[id]++
+		n := attempts[id]
+		mu.Unlock()
+		switch f := fault(n); f {
+		case inProcess:
+			_ = m.Respond([]byte(`{"error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}`))
+		case forward, loseAck:
+			fwd := &nats.Msg{Subject: "s." + strings.TrimPrefix(m.Subject, "p."), Header: m.Header, Data: m.Data}
+			if ack, err := nc.RequestMsg(fwd, 5*time.Second); err == nil && f == forward {
+				_ = m.Respond(ack.Data)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(attempts)
+	}
+}
+
+// TestPublisherRetriesThroughFaults: a message whose first acknowledgement
+// is lost (the stream stored it), or whose first publish was dropped and
+// whose second is answered "duplicate message id is in process" (a leader
+// still holding the dropped proposal's id), is published again with the
+// same message id until the stream answers, and stored exactly once. Before,
+// "in process" counted as a permanent error: Stored gave the message up as
+// lost, and when the first publish had been dropped nothing stored it.
+func TestPublisherRetriesThroughFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(n int) fate
+		want  int // attempts per message
+	}{
+		{"ack lost", func(n int) fate { return []fate{loseAck, forward}[min(n, 2)-1] }, 2},
+		{"dropped then in process", func(n int) fate { return []fate{drop, inProcess, forward}[min(n, 3)-1] }, 3},
+		{"ack lost then in process", func(n int) fate { return []fate{loseAck, inProcess, forward}[min(n, 3)-1] }, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testkit.RunServer(t)
+			js, err := jetstream.New(testkit.Connect(t, srv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Duplicates: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			attempts := faultyStream(t, srv, tc.fault)
+			const n = 10
+			for _, own := range []bool{false, true} { // jetstream's futures, then the publisher's own acks
+				p, err := store.NewPublisher(testkit.Connect(t, srv), store.PublisherConfig{AckWait: 200 * time.Millisecond, MaxWait: time.Minute, OwnAcks: own})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ps []*store.Pending
+				for i := range n {
+					m := nats.NewMsg(fmt.Sprintf("p.%d", i))
+					m.Data = []byte("x")
+					ps = append(ps, p.Publish(m, fmt.Sprintf("id-%d-%v", i, own)))
+				}
+				storedAgain(t, p, ps)
+			}
+			if got := streamMsgs(t, js); got != 2*n {
+				t.Fatalf("%d stored, want %d", got, 2*n)
+			}
+			seen := attempts()
+			if len(seen) != 2*n {
+				t.Errorf("%d message ids reached the stream, want %d", len(seen), 2*n)
+			}
+			for id, k := range seen {
+				if k != tc.want {
+					t.Errorf("%s: %d attempts, want %d", id, k, tc.want)
+				}
+			}
+		})
 	}
 }
 

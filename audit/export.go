@@ -1,0 +1,181 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
+)
+
+// exportRetries bounds how often Export asks again while nothing comes: no
+// leader answered, or the replica it reads lags the leader (about 5 s in
+// all, counted afresh after each record that comes).
+const exportRetries = 10
+
+// exportBatch is how many records one fetch asks for.
+const exportBatch = 256
+
+// Filter selects records for Export; zero fields select all.
+type Filter struct {
+	Since   time.Time
+	Session string
+	Tool    string
+}
+
+// Export calls fn with every stored record that f selects, oldest first,
+// and returns once it has seen all that were stored when it started: up to
+// the last selected record the stream's leader held then. The records come
+// through an ordered consumer, which on a cluster reads the replica it was
+// placed on, and a replica may not have applied the newest records yet (a
+// record is acknowledged once a majority holds it, and the reply follows
+// that); so Export reads on until the replica delivers the leader's last.
+// The stream's info is no bound: in a new stream's first seconds the
+// member first preferred as leader answers it too, from its own state.
+func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter, fn func(json.RawMessage) error) error {
+	e, err := newExport(ctx, js, s, f)
+	if err != nil || e == nil {
+		return err
+	}
+	return e.run(ctx, fn)
+}
+
+// export is one Export's reading.
+type export struct {
+	cons jetstream.Consumer
+	last uint64 // the leader's last selected record when the export started
+	seen uint64 // the sequence of the last record read
+}
+
+// newExport returns the export of f's records; nil when there are none.
+func newExport(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter) (*export, error) {
+	name := s.Stream(Stream)
+	stream, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("audit: stream %s: %w", name, err)
+	}
+	session, tool := "*", "*"
+	if f.Session != "" {
+		session = f.Session
+	}
+	if f.Tool != "" {
+		tool = f.Tool
+	}
+	filter := s.Prefix + "." + kind + "." + session + "." + tool
+	last, at, err := leaderLast(ctx, js, name, filter)
+	if err != nil || last == 0 || at.Before(f.Since) {
+		return nil, err
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	if !f.Since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &f.Since
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("audit: consumer: %w", err)
+	}
+	return &export{cons: cons, last: last}, nil
+}
+
+// leaderLast asks the stream's leader for the sequence and time of its last
+// record on filter (0 when there is none), asking again for a while when
+// no leader answers (the stream electing one).
+func leaderLast(ctx context.Context, js jetstream.JetStream, stream, filter string) (seq uint64, at time.Time, err error) {
+	req, _ := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{filter})
+	subject := store.APIPrefix(js) + "STREAM.MSG.GET." + stream
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Sequence uint64    `json:"seq"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+	}
+	for retries := 1; ; retries++ {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := js.Conn().RequestWithContext(actx, subject, req)
+		cancel()
+		if err == nil {
+			resp.Error, resp.Message = nil, nil
+			err = json.Unmarshal(m.Data, &resp)
+		}
+		switch {
+		case err == nil && resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+			return 0, time.Time{}, nil
+		case err == nil && resp.Error != nil:
+			err = resp.Error
+		case err == nil && resp.Message == nil:
+			err = errors.New("empty reply")
+		case err == nil:
+			return resp.Message.Sequence, resp.Message.Time, nil
+		}
+		if !store.IsTransient(err) || retries > exportRetries || ctx.Err() != nil {
+			return 0, time.Time{}, fmt.Errorf("audit: the last record from the leader: %w", err)
+		}
+		if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
+			return 0, time.Time{}, err
+		}
+	}
+}
+
+// run passes the selected records up to e.last to fn.
+func (e *export) run(ctx context.Context, fn func(json.RawMessage) error) error {
+	for retries := 0; e.seen < e.last; {
+		n, err := e.fetch(ctx, fn)
+		switch {
+		case n > 0 && err != nil:
+			return err
+		case n > 0:
+			retries = 0
+			continue
+		case err != nil && !store.IsTransient(err):
+			return err
+		}
+		// Nothing came: the replica lags the leader, or the consumer's
+		// server is not answering yet (a cluster under load, a leader
+		// moving). Ask again after a moment.
+		if retries++; retries > exportRetries {
+			return cmp.Or(err, fmt.Errorf("audit: records up to sequence %d not delivered", e.last))
+		}
+		if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fetch passes the replica's next records (those up to e.last) to fn and
+// returns how many it read.
+func (e *export) fetch(ctx context.Context, fn func(json.RawMessage) error) (int, error) {
+	batch, err := e.cons.FetchNoWait(exportBatch)
+	if err != nil {
+		return 0, fmt.Errorf("audit: fetch: %w", err)
+	}
+	n := 0
+	for m := range batch.Messages() {
+		n++
+		meta, err := m.Metadata()
+		if err != nil {
+			return n, fmt.Errorf("audit: fetch: %w", err)
+		}
+		if meta.Sequence.Stream > e.last {
+			e.seen = e.last // stored after the export started: all before it came
+			return n, nil
+		}
+		e.seen = meta.Sequence.Stream
+		if err := fn(m.Data()); err != nil {
+			return n, err
+		}
+	}
+	if err := batch.Error(); err != nil {
+		return n, fmt.Errorf("audit: fetch: %w", err)
+	}
+	return n, ctx.Err()
+}
