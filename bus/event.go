@@ -351,19 +351,27 @@ func (e *Event) StoredMsg(subject string) (*nats.Msg, error) {
 		return nil, err
 	}
 	s := &storedMsg{m: nats.Msg{Subject: subject, Data: b, Header: make(nats.Header, 4)}}
-	h := s.m.Header
+	e.fillHeader(s.m.Header, &s.vals, e.ID)
+	return &s.m, nil
+}
+
+// fillHeader sets h's content type, msgID (when set) as Nats-Msg-Id and
+// e's trace context, each value a one-string slice of vals (Nats-Msg-Id,
+// traceparent, tracestate), so the header takes no allocation of its own.
+func (e *Event) fillHeader(h nats.Header, vals *[3]string, msgID string) {
 	h[HeaderContentType] = plainHeader[HeaderContentType]
-	s.vals[0] = e.ID
-	h[natsMsgID] = s.vals[0:1:1]
+	if msgID != "" {
+		vals[0] = msgID
+		h[natsMsgID] = vals[0:1:1]
+	}
 	if e.TraceParent != "" {
-		s.vals[1] = e.TraceParent
-		h[HeaderTraceParent] = s.vals[1:2:2]
+		vals[1] = e.TraceParent
+		h[HeaderTraceParent] = vals[1:2:2]
 		if e.TraceState != "" {
-			s.vals[2] = e.TraceState
-			h[HeaderTraceState] = s.vals[2:3:3]
+			vals[2] = e.TraceState
+			h[HeaderTraceState] = vals[2:3:3]
 		}
 	}
-	return &s.m, nil
 }
 
 type storedMsg struct {
@@ -387,19 +395,7 @@ func Send(nc *nats.Conn, subject string, e *Event, msgID string) error {
 	h := plainHeader
 	if e.TraceParent != "" || msgID != "" {
 		h = s.h
-		h[HeaderContentType] = plainHeader[HeaderContentType]
-		if msgID != "" {
-			s.vals[0] = msgID
-			h[natsMsgID] = s.vals[0:1:1]
-		}
-		if e.TraceParent != "" {
-			s.vals[1] = e.TraceParent
-			h[HeaderTraceParent] = s.vals[1:2:2]
-			if e.TraceState != "" {
-				s.vals[2] = e.TraceState
-				h[HeaderTraceState] = s.vals[2:3:3]
-			}
-		}
+		e.fillHeader(h, &s.vals, msgID)
 	}
 	s.m = nats.Msg{Subject: subject, Header: h, Data: s.b}
 	err := nc.PublishMsg(&s.m)
