@@ -35,13 +35,17 @@ const (
 )
 
 // Files serves the file tools in one base directory. Create it with
-// NewFiles. Every access goes through an os.Root opened on the base
-// directory, so no path, symlink (dangling or not, made by whoever) or
-// race can reach outside it; the resolver only gives the refusals their
-// words and the read records their keys.
+// NewFiles. A path is resolved first (its symlinks followed as the
+// permission rules follow them, refused if it leaves the base directory);
+// the checks judge the result, which is then opened relative to the base
+// directory following no symlink at all (open: openat2 on Linux), so a
+// directory swapped for a link in between is refused, not followed.
+// Elsewhere the open goes through an os.Root opened on the base
+// directory, which no path, symlink or race can leave.
 type Files struct {
 	base string   // absolute, symlinks resolved
-	root *os.Root // every file access goes through it
+	root *os.Root // the base directory: Lstat, and every open but on Linux
+	fd   int      // the base directory's descriptor (Linux; -1 elsewhere)
 }
 
 // NewFiles returns the file tools confined to dir.
@@ -61,7 +65,12 @@ func NewFiles(dir string) (*Files, error) {
 	if err != nil {
 		return nil, fmt.Errorf("builtin: workdir: %w", err)
 	}
-	return &Files{base: real, root: root}, nil
+	fd, err := openBase(real)
+	if err != nil {
+		root.Close()
+		return nil, fmt.Errorf("builtin: workdir: %w", err)
+	}
+	return &Files{base: real, root: root, fd: fd}, nil
 }
 
 // Base returns the base directory (absolute, symlinks resolved).
@@ -73,9 +82,9 @@ func refused(format string, args ...any) error { return fmt.Errorf(format, args.
 // resolve turns a path of the input into a path relative to the base
 // directory with every symlink that exists resolved (a missing tail is
 // kept as written), refusing anything that leaves the base directory,
-// lexically or through a symlink. The result is what the tools hand to
-// f.root, which refuses an escape on its own (a link swapped in after the
-// resolution included); resolve is not the barrier, only its explanation.
+// lexically or through a symlink. The result holds no symlink; it is what
+// the checks judge and what the tools open (f.open), which refuses a
+// symlink that appears on it afterwards.
 func (f *Files) resolve(tool, p string) (string, error) {
 	if strings.ContainsRune(p, 0) {
 		return "", refused("%s refused: the path contains a NUL character", tool)
@@ -216,7 +225,7 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	fh, err := f.root.Open(p)
+	fh, err := f.open(p, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil, refused("read_file refused: %s does not exist", in.Path)
 	}
@@ -295,7 +304,7 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 		return "", nil, refused("write_file refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", in.Path)
 	}
 	mode := fs.FileMode(0o644)
-	fi, err := f.root.Stat(p)
+	fi, err := f.stat(p)
 	switch {
 	case err == nil && fi.IsDir():
 		return "", nil, refused("write_file refused: %s is a directory", in.Path)
@@ -312,7 +321,7 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 		fi = nil
 	}
 	if dir := filepath.Dir(p); dir != "." {
-		if err := f.root.MkdirAll(dir, 0o755); err != nil {
+		if err := f.mkdirs(dir); err != nil {
 			return "", nil, f.fail("write_file refused", in.Path, err)
 		}
 	}
@@ -345,7 +354,7 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	if inGitDir(p) {
 		return "", nil, refused("edit_file refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", in.Path)
 	}
-	fi, err := f.root.Stat(p)
+	fi, err := f.stat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", nil, refused("edit_file refused: %s does not exist; create it with write_file", in.Path)
@@ -367,7 +376,7 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	if err := checkRead("edit_file", in.Path, state, f.abs(p), fi); err != nil {
 		return "", nil, err
 	}
-	data, err := f.root.ReadFile(p)
+	data, err := f.readAll(p, fi)
 	if err != nil {
 		return "", nil, f.fail("edit_file refused", in.Path, err)
 	}
@@ -394,12 +403,35 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	return fmt.Sprintf("Replaced %d occurrence(s) in %s.", n, f.rel(p)), readsPatch(f.abs(p), nfi), nil
 }
 
-// put writes data to p through the root (truncating an existing file)
-// and returns what the file looks like afterwards.
-func (f *Files) put(p string, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
-	fh, err := f.root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+// readAll reads the regular file p that stat described as fi: no more
+// than fi's size plus one byte (the file may have grown since), and
+// refused when it is no longer a regular file or the read goes past that.
+func (f *Files) readAll(p string, fi fs.FileInfo) ([]byte, error) {
+	fh, err := f.open(p, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
+	}
+	defer fh.Close()
+	if now, err := fh.Stat(); err != nil || !now.Mode().IsRegular() {
+		return nil, errChanged
+	}
+	data, err := io.ReadAll(io.LimitReader(fh, fi.Size()+1))
+	if err == nil && int64(len(data)) != fi.Size() {
+		err = errChanged
+	}
+	return data, err
+}
+
+// put writes data to p (truncating an existing file) and returns what the
+// file looks like afterwards; it writes nothing but to a regular file.
+func (f *Files) put(p string, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
+	fh, err := f.open(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() {
+		fh.Close()
+		return nil, errChanged
 	}
 	_, werr := fh.Write(data)
 	fi, serr := fh.Stat()
@@ -412,19 +444,36 @@ func (f *Files) put(p string, data []byte, mode fs.FileMode) (fs.FileInfo, error
 	return fi, werr
 }
 
-// fail words an error of the root: an escape it caught (a symlink that
-// appeared after the resolution) says so, anything else as it is.
+// The errors of an open that a change of the tree after the resolution
+// caused.
+var (
+	// errEscapes: the path now resolves outside the base directory (the
+	// words of os.Root's own refusal, which isEscape reads).
+	errEscapes = errors.New("path escapes from parent")
+	// errSwapped: a symlink appeared on the resolved path.
+	errSwapped = errors.New("a symlink appeared on the resolved path")
+	// errChanged: the file is no longer the regular file judged.
+	errChanged = errors.New("the file changed while it was being opened")
+)
+
+// fail words an error of an open: an escape (a symlink that appeared
+// after the resolution and leads out) or a link swapped in on the judged
+// path says so, anything else as it is.
 func (f *Files) fail(what, shown string, err error) error {
-	if isEscape(err) {
+	switch {
+	case isEscape(err):
 		return refused("%s: %q resolves (through a symlink) outside the base directory %s", what, shown, f.base)
+	case errors.Is(err, errSwapped), errors.Is(err, errChanged):
+		return refused("%s: %q changed after it was checked (a symlink or another kind of file appeared on it); nothing was opened through it, try again", what, shown)
 	}
 	return refused("%s: %v", what, err)
 }
 
-// isEscape says whether err is os.Root refusing a path that leaves it (the
-// error is not exported; its text is stable).
+// isEscape says whether err is an escape: errEscapes, or os.Root
+// refusing a path that leaves it (the error is not exported; its text is
+// stable).
 func isEscape(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
+	return err != nil && (errors.Is(err, errEscapes) || strings.Contains(err.Error(), "path escapes from parent"))
 }
 
 // ListIn is the input of list_files.
@@ -437,39 +486,68 @@ type ListIn struct {
 var errDeadline = errors.New("deadline")
 
 // walk calls fn for every regular file under dir (relative to the base),
-// with its path relative to the base; a symlink counts when it resolves
-// to a regular file inside the base directory, and a symlinked directory
-// is not entered. It stops when fn returns false, and returns errDeadline
-// once ctx is done.
+// with its path relative to the base, depth first in name order. Each
+// directory is opened by its path following no symlink (f.open), so a
+// directory swapped for a link after it was listed is skipped, not
+// entered; a symlinked directory is not entered either. A symlink counts
+// when it resolves to a regular file inside dir: the rules judged dir,
+// not the rest of the base. It stops when fn returns false, and returns
+// errDeadline once ctx is done.
 func (f *Files) walk(ctx context.Context, dir string, fn func(p string, fi fs.FileInfo) bool) error {
-	err := fs.WalkDir(f.root.FS(), filepath.ToSlash(dir), func(p string, d fs.DirEntry, err error) error {
-		if ctx.Err() != nil {
-			return errDeadline
-		}
-		if err != nil || d.IsDir() {
-			return nil // unreadable parts are skipped
-		}
-		real := filepath.FromSlash(p)
-		if d.Type()&fs.ModeSymlink != 0 {
-			r, ok := f.resolveIn(real)
-			if !ok {
-				return nil
-			}
-			real = r
-		}
-		fi, err := f.root.Stat(real)
-		if err != nil || !fi.Mode().IsRegular() {
-			return nil
-		}
-		if !fn(filepath.FromSlash(p), fi) {
-			return fs.SkipAll
-		}
-		return nil
-	})
-	if errors.Is(err, errDeadline) {
+	if err := f.walkIn(ctx, dir, dir, fn); errors.Is(err, errDeadline) {
 		return errDeadline
 	}
 	return nil
+}
+
+// errStop ends a walk that fn ended.
+var errStop = errors.New("stop")
+
+// walkIn walks dir, under the walk's root.
+func (f *Files) walkIn(ctx context.Context, root, dir string, fn func(p string, fi fs.FileInfo) bool) error {
+	if ctx.Err() != nil {
+		return errDeadline
+	}
+	entries, err := f.readDir(dir)
+	if err != nil {
+		return nil // unreadable parts are skipped
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return errDeadline
+		}
+		p := filepath.Join(dir, e.Name())
+		if e.IsDir() {
+			if err := f.walkIn(ctx, root, p, fn); err != nil {
+				return err
+			}
+			continue
+		}
+		real := p
+		if e.Type()&fs.ModeSymlink != 0 {
+			r, ok := f.resolveUnder(root, p)
+			if !ok {
+				continue
+			}
+			real = r
+		}
+		fi, err := f.stat(real)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if !fn(p, fi) {
+			return errStop
+		}
+	}
+	return nil
+}
+
+// resolveUnder is resolveIn, true only when the result lies in root (the
+// directory a walk started from, relative to the base).
+func (f *Files) resolveUnder(root, p string) (string, bool) {
+	r, ok := f.resolveIn(p)
+	return r, ok && (root == "." || r == root || strings.HasPrefix(r, root+string(filepath.Separator)))
 }
 
 // stopped is the refusal of a walk that the call's deadline (or a cancel)
@@ -499,7 +577,7 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if fi, err := f.root.Stat(root); err != nil || !fi.IsDir() {
+	if fi, err := f.stat(root); err != nil || !fi.IsDir() {
 		return "", refused("list_files refused: %s is not a directory", in.Path)
 	}
 	pattern := in.Pattern
@@ -579,7 +657,7 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fi, err := f.root.Stat(root)
+	fi, err := f.stat(root)
 	if err != nil {
 		return "", refused("search_files refused: %s does not exist", in.Path)
 	}
@@ -622,12 +700,16 @@ files:
 		if ctx.Err() != nil {
 			return "", stopped("search_files")
 		}
-		open := name
-		if r, ok := f.resolveIn(open); ok {
-			open = r
+		open, ok := f.resolveUnder(root, name)
+		if !ok {
+			continue
 		}
-		fh, err := f.root.Open(open)
+		fh, err := f.open(open, os.O_RDONLY, 0)
 		if err != nil {
+			continue
+		}
+		if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() {
+			fh.Close()
 			continue
 		}
 		sc := bufio.NewScanner(fh)
