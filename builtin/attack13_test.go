@@ -207,3 +207,42 @@ func TestAttackSwapWithoutOpenat2(t *testing.T) {
 		t.Run(name, test)
 	}
 }
+
+// TestAttackEditGrowth: edit_file with replace_all multiplies the file:
+// a short old_string that appears often, replaced by a long new_string,
+// asks for len(file) + n*(len(new)-len(old)) bytes at once (64 KiB of
+// "a" and 512 bytes each: 32 MiB; 16 MiB and 1 MiB: 16 TiB, a fatal out
+// of memory that no recover catches, in the router when it serves the
+// tools itself). The result must stay within what read_file reads.
+func TestAttackEditGrowth(t *testing.T) {
+	f, base, _ := newFiles(t)
+	mustWrite(t, filepath.Join(base, "big.txt"), strings.Repeat("a", 64<<10))
+	var s session
+	_, patch, err := f.Read(ReadIn{Path: "big.txt"})
+	must(t, err)
+	s.apply(t, patch)
+	_, _, err = f.Edit(s.state, EditIn{Path: "big.txt", OldString: "a", NewString: strings.Repeat("b", 512), ReplaceAll: true})
+	wantRefused(t, err, "more than")
+	if fi, err := os.Stat(filepath.Join(base, "big.txt")); err != nil || fi.Size() != 64<<10 {
+		t.Fatalf("big.txt changed: %v %v", fi, err)
+	}
+	// Shrinking and growing within the bound still work.
+	if _, _, err := f.Edit(s.state, EditIn{Path: "big.txt", OldString: "a", NewString: "bb", ReplaceAll: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAttackSearchBigFile: search_files given a file (not a directory)
+// over 10 MiB read it whole, line by line, with no look at the call's
+// deadline; files over 10 MiB are skipped, named or found.
+func TestAttackSearchBigFile(t *testing.T) {
+	f, base, _ := newFiles(t)
+	p := filepath.Join(base, "big.log")
+	mustWrite(t, p, "match\n")
+	must(t, os.Truncate(p, maxSearchFile+1))
+	out, err := f.Search(t.Context(), SearchIn{Pattern: "match", Path: "big.log"})
+	if strings.Contains(out, "big.log:1:match") {
+		t.Fatalf("search of a file over %d bytes: %q %v", maxSearchFile, out, err)
+	}
+	wantRefused(t, err, "more than")
+}

@@ -388,6 +388,16 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	case n > 1 && !in.ReplaceAll:
 		return "", nil, refused("edit_file refused: old_string appears %d times in %s; give more surrounding text so that it is unique, or set replace_all to replace every occurrence", n, in.Path)
 	}
+	// The edited file stays within what read_file reads, checked before
+	// anything is built: replace_all of a short, frequent old_string by a
+	// long new_string would otherwise ask for n times new_string at once.
+	k := int64(1)
+	if in.ReplaceAll {
+		k = int64(n)
+	}
+	if size := int64(len(text)) + k*(int64(len(in.NewString))-int64(len(in.OldString))); size > maxReadFile {
+		return "", nil, refused("edit_file refused: the edited %s would be %d bytes, more than %d; replace fewer occurrences or shorter text", in.Path, size, maxReadFile)
+	}
 	if in.ReplaceAll {
 		text = strings.ReplaceAll(text, in.OldString, in.NewString)
 	} else {
@@ -689,6 +699,9 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 			return "", stopped("search_files")
 		}
 	} else {
+		if fi.Size() > maxSearchFile {
+			return "", refused("search_files refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxSearchFile)
+		}
 		files = []string{root}
 	}
 	slices.Sort(files)
@@ -708,15 +721,21 @@ files:
 		if err != nil {
 			continue
 		}
-		if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() {
+		if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxSearchFile {
 			fh.Close()
 			continue
 		}
-		sc := bufio.NewScanner(fh)
+		// Bounded however the file grows while it is read; the deadline
+		// is looked at every few thousand lines.
+		sc := bufio.NewScanner(io.LimitReader(fh, maxSearchFile))
 		sc.Buffer(make([]byte, 64<<10), maxSearchFile)
 		line := 0
 		for sc.Scan() {
 			line++
+			if line%4096 == 0 && ctx.Err() != nil {
+				fh.Close()
+				return "", stopped("search_files")
+			}
 			t := sc.Bytes()
 			if bytes.IndexByte(t, 0) >= 0 || !utf8.Valid(t) {
 				break // a binary file
