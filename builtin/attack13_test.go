@@ -246,3 +246,31 @@ func TestAttackSearchBigFile(t *testing.T) {
 	}
 	wantRefused(t, err, "more than")
 }
+
+// TestAttackRedirectWithoutOpenat2: the allow-listed interpreter opens a
+// command's write redirections without following symlinks. Where openat2
+// is missing it fell back to open(O_NOFOLLOW), which guards only the
+// last component: "> g/x" with g a link wrote through it. The fallback now
+// walks every component O_NOFOLLOW.
+func TestAttackRedirectWithoutOpenat2(t *testing.T) {
+	base := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(base, "sub"), 0o755))
+	must(t, os.Symlink("sub", filepath.Join(base, "g")))
+	for _, walk := range []bool{false, true} {
+		forceWalk = walk
+		open := openNoFollow(base)
+		if w, err := open(t.Context(), filepath.Join(base, "g", "x"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644); err == nil {
+			w.Close()
+			t.Errorf("walk %v: a redirection wrote through the symlink g", walk)
+		}
+		if w, err := open(t.Context(), filepath.Join(base, "sub", "y"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+			t.Errorf("walk %v: a plain redirection: %v", walk, err)
+		} else {
+			w.Close()
+		}
+	}
+	forceWalk = false
+	if _, err := os.Stat(filepath.Join(base, "sub", "x")); err == nil {
+		t.Fatal("sub/x was created through g")
+	}
+}

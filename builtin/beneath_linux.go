@@ -40,17 +40,25 @@ func openBase(dir string) (int, error) {
 // write are non-blocking, so that a FIFO answers at once instead of
 // waiting for its other end (only regular files are then used).
 func (f *Files) openFd(p string, flag int, perm fs.FileMode) (int, error) {
-	flag |= unix.O_CLOEXEC | unix.O_NOFOLLOW
 	if flag&unix.O_PATH == 0 {
 		flag |= unix.O_NONBLOCK
 	}
+	return openNoSymlinks(f.fd, p, flag, perm, resolveBeneath)
+}
+
+// openNoSymlinks opens p (relative to dirfd, or absolute) with flag
+// (O_NOFOLLOW and O_CLOEXEC added), following no symlink on any
+// component: openat2 with resolve (which holds RESOLVE_NO_SYMLINKS), or,
+// where the kernel has no openat2, the walk of walkOpen.
+func openNoSymlinks(dirfd int, p string, flag int, perm fs.FileMode, resolve uint64) (int, error) {
+	flag |= unix.O_CLOEXEC | unix.O_NOFOLLOW
 	if !noOpenat2.Load() && !forceWalk {
-		how := unix.OpenHow{Flags: uint64(flag), Resolve: resolveBeneath}
+		how := unix.OpenHow{Flags: uint64(flag), Resolve: resolve}
 		if flag&unix.O_CREAT != 0 {
 			how.Mode = uint64(perm.Perm())
 		}
 		for range 16 { // EAGAIN: a rename raced a scoped lookup; retry
-			fd, err := unix.Openat2(f.fd, p, &how)
+			fd, err := unix.Openat2(dirfd, p, &how)
 			switch err {
 			case unix.EINTR, unix.EAGAIN:
 				continue
@@ -63,16 +71,25 @@ func (f *Files) openFd(p string, flag int, perm fs.FileMode) (int, error) {
 			break
 		}
 	}
-	return f.walkOpen(p, flag, perm)
+	return walkOpen(dirfd, p, flag, perm)
 }
 
 // forceWalk makes every open walk, as on a kernel without openat2 (tests).
 var forceWalk bool
 
-// walkOpen is openFd without openat2: the directories of p opened one by
-// one from the base with O_NOFOLLOW|O_DIRECTORY, then its last component
-// O_NOFOLLOW.
-func (f *Files) walkOpen(p string, flag int, perm fs.FileMode) (int, error) {
+// walkOpen is openNoSymlinks without openat2: the directories of p opened
+// one by one from dirfd (from / when p is absolute) with
+// O_NOFOLLOW|O_DIRECTORY, then its last component with flag, which holds
+// O_NOFOLLOW. A ".." component is refused (EXDEV).
+func walkOpen(dirfd int, p string, flag int, perm fs.FileMode) (int, error) {
+	if strings.HasPrefix(p, "/") {
+		root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(root)
+		dirfd, p = root, strings.TrimLeft(p, "/")
+	}
 	dir, leaf := ".", p
 	if i := strings.LastIndexByte(p, '/'); i >= 0 {
 		dir, leaf = p[:i], p[i+1:]
@@ -80,7 +97,10 @@ func (f *Files) walkOpen(p string, flag int, perm fs.FileMode) (int, error) {
 	if leaf == ".." {
 		return -1, unix.EXDEV
 	}
-	d, err := f.dirFd(dir, false)
+	if leaf == "" {
+		leaf = "."
+	}
+	d, err := dirFd(dirfd, dir, false)
 	if err != nil {
 		return -1, err
 	}
@@ -93,12 +113,12 @@ func (f *Files) walkOpen(p string, flag int, perm fs.FileMode) (int, error) {
 	}
 }
 
-// dirFd opens the directory dir (relative to the base) one component at
-// a time, none followed if it is a symlink; with create, a missing
-// component is made (mode 0755, less the umask) first. The caller closes
-// the descriptor.
-func (f *Files) dirFd(dir string, create bool) (int, error) {
-	cur, err := unix.Openat(f.fd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// dirFd opens the directory dir (relative to dirfd) one component at a
+// time, none followed if it is a symlink; with create, a missing
+// component is made (mode 0755, less the umask) first. A ".." component
+// is refused (EXDEV). The caller closes the descriptor.
+func dirFd(dirfd int, dir string, create bool) (int, error) {
+	cur, err := unix.Openat(dirfd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
@@ -157,7 +177,7 @@ func (f *Files) stat(p string) (fs.FileInfo, error) {
 // mkdirs makes the missing directories of dir (relative to the base),
 // following no symlink.
 func (f *Files) mkdirs(dir string) error {
-	fd, err := f.dirFd(dir, true)
+	fd, err := dirFd(f.fd, dir, true)
 	if err != nil {
 		if err == unix.ELOOP || err == unix.ENOTDIR && f.linkIn(dir) {
 			err = errSwapped
