@@ -39,11 +39,11 @@ func openBase(dir string) (int, error) {
 // flag, never following a symlink on any component. Opens that read or
 // write are non-blocking, so that a FIFO answers at once instead of
 // waiting for its other end (only regular files are then used).
-func (f *Files) openFd(p string, flag int, perm fs.FileMode) (int, error) {
+func (t *tree) openFd(p string, flag int, perm fs.FileMode) (int, error) {
 	if flag&unix.O_PATH == 0 {
 		flag |= unix.O_NONBLOCK
 	}
-	return openNoSymlinks(f.fd, p, flag, perm, resolveBeneath)
+	return openNoSymlinks(t.fd, p, flag, perm, resolveBeneath)
 }
 
 // openNoSymlinks opens p (relative to dirfd, or absolute) with flag
@@ -149,24 +149,24 @@ func dirFd(dirfd int, dir string, create bool) (int, error) {
 // open is openFd as an *os.File. A symlink met on the way (one that
 // appeared after the resolution) is errSwapped, or errEscapes when the
 // path now resolves outside the base directory.
-func (f *Files) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
-	fd, err := f.openFd(p, flag, perm)
+func (t *tree) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
+	fd, err := t.openFd(p, flag, perm)
 	if err != nil {
-		if err == unix.ELOOP || err == unix.EXDEV || err == unix.ENOTDIR && f.linkIn(p) {
+		if err == unix.ELOOP || err == unix.EXDEV || err == unix.ENOTDIR && t.linkIn(p) {
 			err = errSwapped
-			if !within(f.base, permission.Resolve(f.abs(p))) {
+			if !within(t.base, permission.Resolve(t.abs(p))) {
 				err = errEscapes
 			}
 		}
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	return os.NewFile(uintptr(fd), f.abs(p)), nil
+	return os.NewFile(uintptr(fd), t.abs(p)), nil
 }
 
 // stat describes p itself (relative to the base): a symlink swapped in
 // on it is described as a symlink, never followed.
-func (f *Files) stat(p string) (fs.FileInfo, error) {
-	fh, err := f.open(p, unix.O_PATH, 0)
+func (t *tree) stat(p string) (fs.FileInfo, error) {
+	fh, err := t.open(p, unix.O_PATH, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -176,10 +176,10 @@ func (f *Files) stat(p string) (fs.FileInfo, error) {
 
 // mkdirs makes the missing directories of dir (relative to the base),
 // following no symlink.
-func (f *Files) mkdirs(dir string) error {
-	fd, err := dirFd(f.fd, dir, true)
+func (t *tree) mkdirs(dir string) error {
+	fd, err := dirFd(t.fd, dir, true)
 	if err != nil {
-		if err == unix.ELOOP || err == unix.ENOTDIR && f.linkIn(dir) {
+		if err == unix.ELOOP || err == unix.ENOTDIR && t.linkIn(dir) {
 			err = errSwapped
 		}
 		return &os.PathError{Op: "mkdir", Path: dir, Err: err}
@@ -189,8 +189,8 @@ func (f *Files) mkdirs(dir string) error {
 
 // readDir lists the directory dir (relative to the base), opened without
 // following a symlink; unsorted.
-func (f *Files) readDir(dir string) ([]fs.DirEntry, error) {
-	fh, err := f.open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+func (t *tree) readDir(dir string) ([]fs.DirEntry, error) {
+	fh, err := t.open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,14 @@ const (
 // directory swapped for a link in between is refused, not followed.
 // Elsewhere the open goes through an os.Root opened on the base
 // directory, which no path, symlink or race can leave.
-type Files struct {
+type Files struct{ tree }
+
+// tree is the base directory as the file tools see it: where their paths
+// resolve (resolveIn: symlinks followed as the permission rules follow
+// them) and how the results are opened (open, stat, mkdirs, readDir:
+// following no symlink on Linux, beneath_linux.go; through the os.Root
+// elsewhere).
+type tree struct {
 	base string   // absolute, symlinks resolved
 	root *os.Root // the base directory: Lstat, and every open but on Linux
 	fd   int      // the base directory's descriptor (Linux; -1 elsewhere)
@@ -70,7 +77,7 @@ func NewFiles(dir string) (*Files, error) {
 		root.Close()
 		return nil, fmt.Errorf("builtin: workdir: %w", err)
 	}
-	return &Files{base: real, root: root, fd: fd}, nil
+	return &Files{tree{base: real, root: root, fd: fd}}, nil
 }
 
 // Base returns the base directory (absolute, symlinks resolved).
@@ -117,19 +124,19 @@ func (f *Files) resolve(tool, p string) (string, error) {
 // (more than 40 links, or a link it could not read) and f.root, which
 // follows up to 8 more, would open a file neither the rules nor inGitDir
 // judged.
-func (f *Files) resolveIn(rel string) (string, bool) {
-	r := permission.Resolve(filepath.Join(f.base, rel))
-	rel = f.relOS(r)
-	return rel, within(f.base, r) && !f.linkIn(rel)
+func (t *tree) resolveIn(rel string) (string, bool) {
+	r := permission.Resolve(filepath.Join(t.base, rel))
+	rel = t.relOS(r)
+	return rel, within(t.base, r) && !t.linkIn(rel)
 }
 
 // linkIn says whether a component of rel (relative to the base directory,
 // no symlinks expected) is a symlink; a missing component ends the look.
-func (f *Files) linkIn(rel string) bool {
+func (t *tree) linkIn(rel string) bool {
 	p := ""
 	for _, c := range strings.Split(filepath.ToSlash(rel), "/") {
 		p = filepath.Join(p, c)
-		fi, err := f.root.Lstat(p)
+		fi, err := t.root.Lstat(p)
 		if err != nil {
 			return false
 		}
@@ -145,8 +152,8 @@ func within(root, p string) bool {
 }
 
 // relOS is the absolute p (inside the base) relative to the base.
-func (f *Files) relOS(p string) string {
-	r, err := filepath.Rel(f.base, p)
+func (t *tree) relOS(p string) string {
+	r, err := filepath.Rel(t.base, p)
 	if err != nil {
 		return "."
 	}
@@ -164,7 +171,7 @@ func (f *Files) rel(p string) string {
 
 // abs is the absolute form of p, relative to the base directory: the key
 // of its read record.
-func (f *Files) abs(p string) string { return filepath.Join(f.base, p) }
+func (t *tree) abs(p string) string { return filepath.Join(t.base, p) }
 
 // inGitDir says whether the resolved path p lies inside a .git directory,
 // which write_file and edit_file refuse: git runs programs its config and
@@ -555,8 +562,8 @@ func (f *Files) walkIn(ctx context.Context, root, dir string, fn func(p string, 
 
 // resolveUnder is resolveIn, true only when the result lies in root (the
 // directory a walk started from, relative to the base).
-func (f *Files) resolveUnder(root, p string) (string, bool) {
-	r, ok := f.resolveIn(p)
+func (t *tree) resolveUnder(root, p string) (string, bool) {
+	r, ok := t.resolveIn(p)
 	return r, ok && (root == "." || r == root || strings.HasPrefix(r, root+string(filepath.Separator)))
 }
 
