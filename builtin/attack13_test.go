@@ -274,3 +274,32 @@ func TestAttackRedirectWithoutOpenat2(t *testing.T) {
 		t.Fatal("sub/x was created through g")
 	}
 }
+
+// TestAttackHardLinkWrite: a hard link inside the base directory to a
+// file outside it (which an agent can make where fs.protected_hardlinks
+// is 0 and Landlock is missing, or a checkout of a tree that shares
+// inodes), or to .git/config: no path leaves the base and no component
+// is a symlink, yet writing the name writes the other file. write_file
+// and edit_file refuse a file with more than one link.
+func TestAttackHardLinkWrite(t *testing.T) {
+	f, base, outside := newFiles(t)
+	mustWrite(t, filepath.Join(base, ".git", "config"), "[core]\n")
+	must(t, os.Link(outside, filepath.Join(base, "h")))
+	must(t, os.Link(filepath.Join(base, ".git", "config"), filepath.Join(base, "g")))
+	for _, name := range []string{"h", "g"} {
+		var s session
+		_, patch, err := f.Read(ReadIn{Path: name})
+		must(t, err)
+		s.apply(t, patch)
+		_, _, err = f.Write(s.state, WriteIn{Path: name, Content: "[core]\n\tfsmonitor = touch pwned\n"})
+		wantRefused(t, err, "hard links")
+		_, _, err = f.Edit(s.state, EditIn{Path: name, OldString: "[core]", NewString: "[core]\n\tfsmonitor = touch pwned"})
+		wantRefused(t, err, "hard links")
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "secret\n" {
+		t.Fatalf("outside.txt is now %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(base, ".git", "config")); string(b) != "[core]\n" {
+		t.Fatalf(".git/config is now %q", b)
+	}
+}

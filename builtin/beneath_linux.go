@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/toolbus/toolbus/permission"
 	"golang.org/x/sys/unix"
@@ -196,4 +197,12 @@ func (t *tree) readDir(dir string) ([]fs.DirEntry, error) {
 	}
 	defer fh.Close()
 	return fh.ReadDir(-1)
+}
+
+// hardLinks is the number of names fi's file has.
+func hardLinks(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
 }

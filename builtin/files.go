@@ -317,6 +317,8 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 		return "", nil, refused("write_file refused: %s is a directory", in.Path)
 	case err == nil && !fi.Mode().IsRegular():
 		return "", nil, refused("write_file refused: %s is not a regular file", in.Path)
+	case err == nil && hardLinks(fi) > 1:
+		return "", nil, linkedRefusal("write_file", in.Path, fi)
 	case err == nil:
 		if err := checkRead("write_file", in.Path, state, f.abs(p), fi); err != nil {
 			return "", nil, err
@@ -371,6 +373,8 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 		return "", nil, refused("edit_file refused: %s is a directory", in.Path)
 	case !fi.Mode().IsRegular():
 		return "", nil, refused("edit_file refused: %s is not a regular file", in.Path)
+	case hardLinks(fi) > 1:
+		return "", nil, linkedRefusal("edit_file", in.Path, fi)
 	case fi.Size() > maxReadFile:
 		return "", nil, refused("edit_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
 	}
@@ -439,16 +443,29 @@ func (f *Files) readAll(p string, fi fs.FileInfo) ([]byte, error) {
 	return data, err
 }
 
-// put writes data to p (truncating an existing file) and returns what the
-// file looks like afterwards; it writes nothing but to a regular file.
+// linkedRefusal refuses to write a file with more than one hard link:
+// no path leaves the base directory or names .git, yet the write would
+// change the file under its other names, which may.
+func linkedRefusal(tool, shown string, fi fs.FileInfo) error {
+	return refused("%s refused: %s has %d hard links; writing it would change the file under its other names too, which may lie outside the base directory or inside .git", tool, shown, hardLinks(fi))
+}
+
+// put writes data to p (replacing an existing file's content) and returns
+// what the file looks like afterwards. It writes nothing but to a regular
+// file with one link, checked on the descriptor before it truncates, so a
+// FIFO or a hard link made after the checks is not written.
 func (f *Files) put(p string, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
-	fh, err := f.open(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	fh, err := f.open(p, os.O_WRONLY|os.O_CREATE, mode)
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() {
+	if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() || hardLinks(fi) > 1 {
 		fh.Close()
 		return nil, errChanged
+	}
+	if err := fh.Truncate(0); err != nil {
+		fh.Close()
+		return nil, err
 	}
 	_, werr := fh.Write(data)
 	fi, serr := fh.Stat()
