@@ -178,6 +178,11 @@ func (c *checker) call(n *syntax.CallExpr) error {
 	if err != nil {
 		return err
 	}
+	if prog == "split" {
+		if err := splitPrefix(vals); err != nil {
+			return err
+		}
+	}
 	if prog == "git" {
 		if err := c.git(vals); err != nil {
 			return err
@@ -233,6 +238,22 @@ func (c *checker) writable(w shellcmd.Write) error {
 	}
 	if bad {
 		return refused("shell refused: with an allow-list the command may not write %q (%s): %s is protected, since git or a shell reads it as configuration that can run programs", w.Path, w.By, name)
+	}
+	return nil
+}
+
+// splitPrefix refuses a split whose words hold a name starting with a
+// dot: split names its outputs prefix + a generated suffix (a ... z, aa,
+// ab ...), so the prefix ".gi" makes .git and ".bash" .bashrc, names no
+// word holds. Every protected name starts with a dot; a prefix that does
+// not cannot make one. Any such word is refused, not only the prefix
+// operand (--additional-suffix .txt too: write it with =).
+func splitPrefix(vals []string) error {
+	for _, v := range vals {
+		last := v[strings.LastIndexByte(v, '/')+1:]
+		if strings.HasPrefix(last, ".") && last != "." && last != ".." {
+			return refused("shell refused: with an allow-list split's prefix may not start with a dot (%q): the names it makes from it (the prefix and aa, ab ...) can be protected (.gi and t is .git)", v)
+		}
 	}
 	return nil
 }
