@@ -35,3 +35,32 @@ func TestAttackSplitPrefix(t *testing.T) {
 		t.Fatal(".git exists")
 	}
 }
+
+// TestAttackGzipNames: gzip -d takes more suffixes off than the one
+// after the last dot (-gz, -z, _z: ".bashrc-gz" decompresses to
+// .bashrc, ".git-z" to a .git gitfile), and -N restores the name stored
+// in the archive's header, which printf can write (".bashrc" from
+// evil.gz). Both wrote protected names no word held.
+func TestAttackGzipNames(t *testing.T) {
+	dir := t.TempDir()
+	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"gzip", "printf"}})
+	for _, cmd := range []string{
+		"gzip -d .bashrc-gz",
+		"gzip -d .git-z",
+		"gzip -d -- .profile_z",
+		"gzip -d sub/.ENV-GZ",
+		"gzip -dN evil.gz",
+		"gzip -d -N evil.gz",
+		"gzip --decompress --name evil.gz",
+		"gzip -d --na evil.gz",
+	} {
+		if err := s.checkAllowed(cmd); err == nil {
+			t.Errorf("%q accepted", cmd)
+		}
+	}
+	for _, cmd := range []string{"gzip -d x.gz", "gzip -d x-gz", "gzip -9 x", "gzip -dn x.gz", "gzip -c x"} {
+		if err := s.checkAllowed(cmd); err != nil {
+			t.Errorf("%q refused: %v", cmd, err)
+		}
+	}
+}

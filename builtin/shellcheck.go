@@ -183,6 +183,11 @@ func (c *checker) call(n *syntax.CallExpr) error {
 			return err
 		}
 	}
+	if prog == "gzip" {
+		if err := c.gzip(vals); err != nil {
+			return err
+		}
+	}
 	if prog == "git" {
 		if err := c.git(vals); err != nil {
 			return err
@@ -253,6 +258,48 @@ func splitPrefix(vals []string) error {
 		last := v[strings.LastIndexByte(v, '/')+1:]
 		if strings.HasPrefix(last, ".") && last != "." && last != ".." {
 			return refused("shell refused: with an allow-list split's prefix may not start with a dot (%q): the names it makes from it (the prefix and aa, ab ...) can be protected (.gi and t is .git)", v)
+		}
+	}
+	return nil
+}
+
+// gzipSuffixes are the suffixes gzip -d takes off besides the one after
+// the last dot (which the profile derives).
+var gzipSuffixes = []string{"-gz", "-z", "_z"}
+
+// gzip checks the names gzip -d writes that no word holds: an operand
+// less -gz, -z or _z (".bashrc-gz" decompresses to .bashrc), and the name
+// stored in the archive's header, which -N/--name restores (refused: any
+// bytes, printf's included, make a header naming .git).
+func (c *checker) gzip(vals []string) error {
+	dashes := false
+	for i := 0; i < len(vals); i++ {
+		v := vals[i]
+		switch {
+		case !dashes && v == "--":
+			dashes = true
+			continue
+		case !dashes && strings.HasPrefix(v, "--"):
+			if opt, _, _ := strings.Cut(v, "="); longOpt(opt, "--name") {
+				return refused("shell refused: with an allow-list gzip %s is refused: it names the output from the archive's header, which the check cannot see", opt)
+			}
+			continue
+		case !dashes && len(v) > 1 && v[0] == '-':
+			letters, _, attached := strings.Cut(v[1:], "S") // -S takes the rest, or the next word
+			if strings.IndexByte(letters, 'N') >= 0 {
+				return refused("shell refused: with an allow-list gzip -N is refused: it names the output from the archive's header, which the check cannot see")
+			}
+			if attached && v[len(v)-1] == 'S' {
+				i++
+			}
+			continue
+		}
+		for _, suf := range gzipSuffixes {
+			if len(v) > len(suf) && strings.HasSuffix(strings.ToLower(v), suf) {
+				if err := c.writable(shellcmd.Write{Path: v[:len(v)-len(suf)], By: "gzip -d (its output)"}); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
