@@ -121,9 +121,9 @@ func (f *Files) resolve(tool, p string) (string, error) {
 // lies outside. A link that leaves the base directory and comes back in
 // resolves to the place inside it, which is what is opened. It is false
 // too when a component of the result is still a symlink: Resolve stopped
-// (more than 40 links, or a link it could not read) and f.root, which
-// follows up to 8 more, would open a file neither the rules nor inGitDir
-// judged.
+// (more than 40 links, or a link it could not read): the opener refuses
+// the link on Linux, and os.Root, elsewhere, would follow up to 8 more to
+// a file neither the rules nor inGitDir judged.
 func (t *tree) resolveIn(rel string) (string, bool) {
 	r := permission.Resolve(filepath.Join(t.base, rel))
 	rel = t.relOS(r)
