@@ -175,10 +175,13 @@ func TestAttackFIFO(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := f.Read(ReadIn{Path: "fifo"})
+		// search_files of it, and of the directory, answer too.
+		_, _ = f.Search(t.Context(), SearchIn{Pattern: "x", Path: "fifo"})
+		_, _ = f.Search(t.Context(), SearchIn{Pattern: "x"})
 		done <- err
 	}()
-	// A bound on a hang, not a synchronisation: the read answers on its
-	// own or, 10 s later, a writer releases it and the test fails.
+	// A bound on a hang, not a synchronisation: the calls answer on their
+	// own or, 10 s later, a writer releases them and the test fails.
 	select {
 	case err := <-done:
 		wantRefused(t, err, "not a regular file")
