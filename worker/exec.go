@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,15 +32,19 @@ type executor struct {
 	calls  *callTable
 }
 
-// serve checks one exec request, runs the call and answers through rp;
-// key is the call key the worker listed it under ("" when none).
-func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, rp replier) {
+// serve checks one exec request, runs the call as c (zero, the caller's
+// allocation) and answers through rp; key is the call key the worker
+// listed it under ("" when none).
+func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, c *Call, rp replier) {
 	if err == nil && e.Type != bus.TypeExec {
 		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
 	}
 	var req bus.ExecRequest
 	if err == nil {
-		err = e.DataAs(&req)
+		// The call id and the tool name are the event's and the tool's
+		// strings when they spell them; input, user and context are
+		// slices of the message's data, which the call owns.
+		err = e.ExecData(&req, e.ToolCallID, t.def.Name)
 	}
 	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(req.Call.ID)) {
 		err = bus.Errorf(bus.CodeBadEvent, "an exec request needs valid sessionid, replyid and call id")
@@ -70,9 +75,9 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	ctx, span := tracing.StartTool(ctx, trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
 	defer span.End()
 	tp, ts := tracing.Inject(ctx, e.TraceParent, e.TraceState)
-	c := &Call{ID: req.Call.ID, Name: req.Call.Name, SessionID: e.SessionID, ReplyID: e.ReplyID,
-		Input: req.Call.Input, User: absentIfNull(req.User), Context: absentIfNull(req.Context), Attempt: req.Attempt, State: req.State,
-		w: w, stop: stop, traceParent: tp, traceState: ts}
+	c.ID, c.Name, c.SessionID, c.ReplyID = req.Call.ID, req.Call.Name, e.SessionID, e.ReplyID
+	c.Input, c.User, c.Context, c.Attempt, c.State = req.Call.Input, absentIfNull(req.User), absentIfNull(req.Context), req.Attempt, req.State
+	c.w, c.stop, c.traceParent, c.traceState = w, stop, tp, ts
 	if key == "" || e.ToolCallID != req.Call.ID {
 		key = bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
 	}
@@ -116,16 +121,31 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 			"Error: the result of tool '%s' has %d bytes of metadata and state patch, more than the NATS payload limit of %d bytes allows; the state patch was not applied.",
 			t.def.Name, extra, w.nc.MaxPayload()))}
 	}
-	data, err := res.AppendJSON(make([]byte, 0, res.Size()))
+	// The result's data is written in a pooled buffer: both repliers have
+	// sent it when result returns (nats.go copies what it publishes).
+	buf := results.Get().(*[]byte)
+	data, err := res.AppendJSON((*buf)[:0])
 	if err != nil {
 		failed := bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())}
-		data, _ = failed.AppendJSON(nil)
+		data, _ = failed.AppendJSON((*buf)[:0])
 	}
-	out, _ := bus.NewEvent(bus.TypeExecResult, w.source, nil)
-	out.Data = data // set here, not boxed into NewEvent's any
+	out := &c.out
+	*out = bus.Head(bus.TypeExecResult, w.source)
+	out.Data = data
 	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
 	rp.result(out)
+	out.Data = nil
+	if cap(data) <= maxPooledResult {
+		*buf = data
+		results.Put(buf)
+	}
 }
+
+// results are the buffers results are encoded in; one that grew past
+// maxPooledResult (a large output) is let go rather than kept.
+var results = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledResult = 64 << 10
 
 // fit makes a result's output fit the message (offload.Fit): large blocks
 // go to the outputs object store. An output above MaxOutput, or one that
