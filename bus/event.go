@@ -387,6 +387,14 @@ type storedMsg struct {
 // what the router sends per call, where NewEvent, Msg and PublishMsg cost
 // five allocations more.
 func Send(nc *nats.Conn, subject string, e *Event, msgID string) error {
+	return SendWith(subject, e, msgID, nc.PublishMsg)
+}
+
+// SendWith is Send through send, which gets the message (pooled, as
+// Send's) and may set its reply subject: it must not keep the message
+// after it returns (a core publish keeps nothing of it). The client's
+// requests go through it with their own reply subjects.
+func SendWith(subject string, e *Event, msgID string, send func(*nats.Msg) error) error {
 	if len(e.Data) > 0 && !fastjson.Valid(e.Data) {
 		return fmt.Errorf("bus: encode %s: data is not valid JSON", e.Type)
 	}
@@ -398,7 +406,7 @@ func Send(nc *nats.Conn, subject string, e *Event, msgID string) error {
 		e.fillHeader(h, &s.vals, msgID)
 	}
 	s.m = nats.Msg{Subject: subject, Header: h, Data: s.b}
-	err := nc.PublishMsg(&s.m)
+	err := send(&s.m)
 	s.m = nats.Msg{}
 	clear(s.h)
 	s.vals = [3]string{}
@@ -451,51 +459,54 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 	if IsBinary(m.Header) {
 		return decodeBinary(m.Header, m.Data, e)
 	}
-	d, err := DecodeStructured(m.Data)
-	if err != nil {
+	if err := decodeStructured(m.Data, e); err != nil {
+		*e = Event{}
 		return err
 	}
-	*e = *d
 	return nil
 }
 
 // DecodeStructured reads and validates an event in structured JSON mode.
 func DecodeStructured(b []byte) (*Event, error) {
+	e := new(Event)
+	if err := decodeStructured(b, e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// decodeStructured is DecodeStructured into e, which is zero.
+func decodeStructured(b []byte, e *Event) error {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
-		return nil, Errorf(CodeBadEvent, "message is not a JSON CloudEvent")
+		return Errorf(CodeBadEvent, "message is not a JSON CloudEvent")
 	}
-	e := new(Event)
 	if decodeFlat(b, e) {
-		if err := e.Validate(); err != nil {
-			return nil, err
-		}
-		return e, nil
+		return e.Validate()
 	}
-	*e = Event{}
-	if err := fastjson.Unmarshal(b, e); err != nil {
-		return nil, Errorf(CodeBadEvent, "message is not a CloudEvent: %v", err)
+	d := new(Event) // not e: what the general decoder reads into escapes
+	if err := fastjson.Unmarshal(b, d); err != nil {
+		*e = Event{}
+		return Errorf(CodeBadEvent, "message is not a CloudEvent: %v", err)
 	}
+	*e = *d
 	if e.DataBase64 != "" {
 		if len(e.Data) > 0 {
-			return nil, Errorf(CodeBadEvent, "data and data_base64 are both set")
+			return Errorf(CodeBadEvent, "data and data_base64 are both set")
 		}
 		d, err := base64.StdEncoding.DecodeString(e.DataBase64)
 		if err != nil {
-			return nil, Errorf(CodeBadEvent, "data_base64: %v", err)
+			return Errorf(CodeBadEvent, "data_base64: %v", err)
 		}
 		if !json.Valid(d) {
-			return nil, Errorf(CodeBadEvent, "data_base64 does not hold JSON (datacontenttype must be JSON)")
+			return Errorf(CodeBadEvent, "data_base64 does not hold JSON (datacontenttype must be JSON)")
 		}
 		e.Data, e.DataBase64 = d, ""
 	}
 	if isNull(e.Data) {
 		e.Data = nil
 	}
-	if err := e.Validate(); err != nil {
-		return nil, err
-	}
-	return e, nil
+	return e.Validate()
 }
 
 // decodeFlat reads b, a structured event, when it has the plain form

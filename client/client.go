@@ -67,7 +67,7 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	// offload.New fails only on bad jetstream options, and passes none.
 	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
 	return &Client{nc: nc, subj: subj, cfg: cfg, off: off,
-		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout}}
+		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: newReplies(nc)}}
 }
 
 // Dial connects with conn (natsconn.FromEnv() reads the nats CLI's

@@ -25,6 +25,7 @@ type requester struct {
 	source  string
 	timeout time.Duration // Config.Timeout: for requests whose context has no deadline
 	revs    sessionRevs
+	replies *replies // the reply subjects of its requests (inbox.go)
 }
 
 func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (*bus.Event, error) {
@@ -85,8 +86,8 @@ func (c *requester) request(ctx context.Context, subject string, e *bus.Event, w
 		}
 		return fmt.Errorf("client: %s: %w", subject, err)
 	}
-	re, err := bus.Decode(resp)
-	if err != nil {
+	var re bus.Event
+	if err := bus.DecodeTo(resp, &re); err != nil {
 		return fmt.Errorf("client: reply: %w", err)
 	}
 	if re.Type == bus.TypeError {
@@ -110,7 +111,7 @@ func (c *requester) request(ctx context.Context, subject string, e *bus.Event, w
 // until ctx ends, when the last reply is returned.
 func (c *requester) send(ctx context.Context, subject string, e *bus.Event) (*nats.Msg, error) {
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		resp, err := bus.SendRequest(ctx, c.nc, subject, e)
+		resp, err := c.replies.request(ctx, subject, e)
 		if err != nil || !isBusy(resp) {
 			return resp, err
 		}
