@@ -133,12 +133,19 @@ func WithTraceParent(tp string) CallOption { return func(e *bus.Event) { e.Trace
 // results and parked calls. A rejected batch returns a *bus.Error
 // (errors.Is(err, bus.ErrBadRequest) etc).
 func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
-	e, err := c.rq.batchEvent(session, b, opts)
+	buf := batchBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledBatch {
+			batchBufs.Put(buf)
+		}
+	}()
+	e, err := c.rq.batchIn(session, &b, opts, (*buf)[:0])
 	if err != nil {
 		return nil, err
 	}
+	*buf = e.Data[:0] // grown, when it had to
 	var reply bus.Reply
-	if err := c.rq.request(ctx, c.subj.Call(session), e, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
+	if err := c.rq.request(ctx, c.subj.Call(session), &e, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
 		return nil, err
 	}
 	c.rq.revs.saw(session, reply.SessionRev)

@@ -29,23 +29,45 @@ type requester struct {
 }
 
 func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (*bus.Event, error) {
-	if b.SessionRev == 0 {
-		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
-	}
-	data, err := b.AppendJSON(make([]byte, 0, batchSize(&b)))
-	if err != nil {
-		return nil, bus.Errorf(bus.CodeBadRequest, "batch: %v", err)
-	}
-	e, err := c.event(bus.TypeCallBatch, session, nil)
+	e, err := c.batchIn(session, &b, opts, make([]byte, 0, batchSize(&b)))
 	if err != nil {
 		return nil, err
 	}
-	e.Data = data // set here, not boxed into NewEvent's any
-	for _, o := range opts {
-		o(e)
+	return &e, nil
+}
+
+// batchIn is batchEvent with the batch's data appended to buf, the event
+// by value: Call's batch, sent and let go, stays off the heap (an option
+// given works on a copy of its own).
+func (c *requester) batchIn(session string, b *bus.Batch, opts []CallOption, buf []byte) (bus.Event, error) {
+	if b.SessionRev == 0 {
+		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
+	}
+	data, err := b.AppendJSON(buf)
+	if err != nil {
+		return bus.Event{}, bus.Errorf(bus.CodeBadRequest, "batch: %v", err)
+	}
+	if err := checkSession(session); err != nil {
+		return bus.Event{}, err
+	}
+	e := bus.Head(bus.TypeCallBatch, c.source)
+	e.SessionID, e.Data = session, data
+	if len(opts) > 0 {
+		p := new(bus.Event)
+		*p = e
+		for _, o := range opts {
+			o(p)
+		}
+		e = *p
 	}
 	return e, nil
 }
+
+// batchBufs are the buffers Call encodes its batches in, kept while the
+// request is under way; one that grew past maxPooledBatch is let go.
+var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledBatch = 64 << 10
 
 // batchSize is a first guess at the bytes of b's JSON, for a buffer.
 func batchSize(b *bus.Batch) int {
@@ -56,9 +78,17 @@ func batchSize(b *bus.Batch) int {
 	return n
 }
 
-func (c *requester) event(typ, session string, data any) (*bus.Event, error) {
+// checkSession refuses a session id that is set and not valid.
+func checkSession(session string) error {
 	if session != "" && !bus.ValidID(session) {
-		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q must match ^[A-Za-z0-9_-]{1,128}$", session)
+		return bus.Errorf(bus.CodeBadEvent, "session id %q must match ^[A-Za-z0-9_-]{1,128}$", session)
+	}
+	return nil
+}
+
+func (c *requester) event(typ, session string, data any) (*bus.Event, error) {
+	if err := checkSession(session); err != nil {
+		return nil, err
 	}
 	e, err := bus.NewEvent(typ, c.source, data)
 	if err != nil {
