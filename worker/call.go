@@ -29,7 +29,8 @@ type Call struct {
 	State json.RawMessage
 
 	w           *executor
-	stop        func()      // ends the call's context
+	cx          callCtx     // the call's context (callctx.go)
+	stop        func()      // for tests: called at an abort besides cx.stop
 	cancelled   atomic.Bool // an agent cancelled the call (abort)
 	traceParent string
 	traceState  string
@@ -58,6 +59,7 @@ func (c *Call) abort() {
 	if c.stop != nil {
 		c.stop()
 	}
+	c.cx.stop()
 }
 
 // UserString returns User when it is a JSON string, else its JSON text.

@@ -68,16 +68,19 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		return // the drain's deadline passed before the call got a slot: never start it, never answer
 	}
 	// One context per call: the request's deadline, a child of the
-	// worker's base (whose cause, errDrained, it inherits); an agent's
-	// cancel is told apart by Call.cancelled.
-	ctx, stop := callContext(tracing.Extract(w.base, e.TraceParent, e.TraceState), e)
-	defer stop()
-	ctx, span := tracing.StartTool(ctx, trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
+	// worker's base (whose cause, errDrained, it inherits) and of the
+	// call's span; an agent's cancel is told apart by Call.cancelled. It
+	// is made when the handler first looks at it (callctx.go).
+	sctx, span := tracing.StartTool(tracing.Extract(w.base, e.TraceParent, e.TraceState), trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
 	defer span.End()
-	tp, ts := tracing.Inject(ctx, e.TraceParent, e.TraceState)
+	exp, _ := e.Expiry() // checked by Validate when the event was decoded
+	c.cx.init(sctx, exp)
+	ctx := context.Context(&c.cx)
+	defer c.cx.stop()
+	tp, ts := tracing.Inject(sctx, e.TraceParent, e.TraceState)
 	c.ID, c.Name, c.SessionID, c.ReplyID = req.Call.ID, req.Call.Name, e.SessionID, e.ReplyID
 	c.Input, c.User, c.Context, c.Attempt, c.State = req.Call.Input, absentIfNull(req.User), absentIfNull(req.Context), req.Attempt, req.State
-	c.w, c.stop, c.traceParent, c.traceState = w, stop, tp, ts
+	c.w, c.traceParent, c.traceState = w, tp, ts
 	if key == "" || e.ToolCallID != req.Call.ID {
 		key = bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
 	}
@@ -92,7 +95,7 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	if !c.cancelled.Load() {
 		res = w.run(ctx, t, c)
 	}
-	if context.Cause(ctx) == errDrained {
+	if c.cx.cause() == errDrained {
 		// Cut off by the drain's deadline: no answer, as from a worker
 		// that stopped. The routers see the call vanish once this worker
 		// has left: unknown_outcome, or a retry for read-only and
@@ -170,15 +173,6 @@ func (w *executor) fit(ctx context.Context, t *tool, key string, res *bus.ExecRe
 	}
 	w.log.Warn("worker: output not kept", "tool", t.def.Name, "key", key, "err", err)
 	return &bus.ExecResult{State: bus.StateError, Output: bus.Text(msg)}
-}
-
-// callContext is the context of a call: with the request's expiry as
-// deadline when it has one.
-func callContext(parent context.Context, e *bus.Event) (context.Context, context.CancelFunc) {
-	if exp, _ := e.Expiry(); !exp.IsZero() {
-		return context.WithDeadline(parent, exp)
-	}
-	return context.WithCancel(parent)
 }
 
 // run calls the handler, turning panics and errors into error results.
