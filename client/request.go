@@ -117,7 +117,8 @@ func (c *requester) request(ctx context.Context, subject string, e *bus.Event, w
 		return fmt.Errorf("client: %s: %w", subject, err)
 	}
 	var re bus.Event
-	if err := bus.DecodeTo(resp, &re); err != nil {
+	// The reply's data is decoded next (DataAs checks it): read once.
+	if err := bus.DecodeHead(resp, &re); err != nil {
 		return fmt.Errorf("client: reply: %w", err)
 	}
 	if re.Type == bus.TypeError {
