@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -66,8 +67,13 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	subj := bus.NewSubjects(cfg.Prefix)
 	// offload.New fails only on bad jetstream options, and passes none.
 	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
-	return &Client{nc: nc, subj: subj, cfg: cfg, off: off,
-		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: newReplies(nc)}}
+	rep := newReplies(nc)
+	c := &Client{nc: nc, subj: subj, cfg: cfg, off: off,
+		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: rep}}
+	// A Client let go on a connection that lives on leaves no reply
+	// subscription behind.
+	runtime.AddCleanup(c, (*replies).close, rep)
+	return c
 }
 
 // Dial connects with conn (natsconn.FromEnv() reads the nats CLI's

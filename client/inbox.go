@@ -21,18 +21,23 @@ import (
 // Each request's reply subject is <inbox>.<n>, n counting the inbox's
 // requests: a reply that comes after its request gave up (its context
 // ended) is told apart from the next request's and dropped.
+//
+// A Client that is let go without Close (one made by New on a connection
+// that lives on) has its idle inboxes unsubscribed once the collector
+// finds it unreachable (New's runtime.AddCleanup calls close).
 type replies struct {
-	nc   *nats.Conn
-	idle chan *inbox
+	nc *nats.Conn
+
+	mu     sync.Mutex
+	idle   []*inbox
+	closed bool
 }
 
 // maxIdleInboxes bounds the inboxes kept between requests: as many as
 // requests were under way at once, up to this many.
 const maxIdleInboxes = 1024
 
-func newReplies(nc *nats.Conn) *replies {
-	return &replies{nc: nc, idle: make(chan *inbox, maxIdleInboxes)}
-}
+func newReplies(nc *nats.Conn) *replies { return &replies{nc: nc} }
 
 type inbox struct {
 	sub    *nats.Subscription
@@ -49,11 +54,15 @@ type inbox struct {
 const inboxBuffer = 8
 
 func (r *replies) get() (*inbox, error) {
-	select {
-	case in := <-r.idle:
+	r.mu.Lock()
+	if n := len(r.idle); n > 0 {
+		in := r.idle[n-1]
+		r.idle[n-1] = nil
+		r.idle = r.idle[:n-1]
+		r.mu.Unlock()
 		return in, nil
-	default:
 	}
+	r.mu.Unlock()
 	in := &inbox{prefix: r.nc.NewInbox() + ".", msgs: make(chan *nats.Msg, inboxBuffer), gone: make(chan struct{})}
 	// No flush: the server reads the subscription before the request
 	// that follows it on the same connection.
@@ -68,9 +77,23 @@ func (r *replies) get() (*inbox, error) {
 
 // put keeps in for another request, or unsubscribes it when enough are kept.
 func (r *replies) put(in *inbox) {
-	select {
-	case r.idle <- in:
-	default:
+	r.mu.Lock()
+	if len(r.idle) < maxIdleInboxes && !r.closed {
+		r.idle = append(r.idle, in)
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	_ = in.sub.Unsubscribe()
+}
+
+// close unsubscribes the idle inboxes, and those put back later.
+func (r *replies) close() {
+	r.mu.Lock()
+	idle := r.idle
+	r.idle, r.closed = nil, true
+	r.mu.Unlock()
+	for _, in := range idle {
 		_ = in.sub.Unsubscribe()
 	}
 }

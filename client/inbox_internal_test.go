@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -57,6 +59,7 @@ func TestRepliesRequest(t *testing.T) {
 				if len(r.idle) != 1 {
 					t.Fatalf("request %d: %d inboxes kept, want 1", i, len(r.idle))
 				}
+				// (r.idle is read without the lock: no request is under way.)
 			}
 		})
 	}
@@ -110,4 +113,35 @@ func TestRepliesKeepsAtMost(t *testing.T) {
 		t.Fatalf("%d kept; last valid %v, first %v", len(r.idle), ins[len(ins)-1].sub.IsValid(), ins[0].sub.IsValid())
 	}
 	testkit.Recv(t, ins[len(ins)-1].gone, time.Second, "the unsubscribed inbox's end")
+}
+
+// TestClientLetGo: a Client let go without Close leaves no reply
+// subscription on its connection once collected.
+func TestClientLetGo(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc, srv := testkit.Connect(t, s), testkit.Connect(t, s)
+	if _, err := srv.Subscribe("svc", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := nc.NumSubscriptions()
+	func() {
+		c := New(nc, Config{})
+		e, _ := bus.NewEvent(bus.TypeAdmin, "test", struct{}{})
+		if _, err := c.rq.replies.request(t.Context(), "svc", e); err != nil {
+			t.Fatal(err)
+		}
+		if nc.NumSubscriptions() != before+1 {
+			t.Fatalf("%d subscriptions, want %d", nc.NumSubscriptions(), before+1)
+		}
+	}()
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		runtime.GC()
+		if n := nc.NumSubscriptions(); n != before {
+			return fmt.Errorf("%d subscriptions, want %d", n, before)
+		}
+		return nil
+	})
 }
