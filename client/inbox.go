@@ -100,8 +100,9 @@ func (r *replies) close() {
 
 // request sends e to subject and waits for the reply until ctx ends, as
 // nats.Conn.RequestMsgWithContext does (the same errors: ctx's,
-// nats.ErrNoResponders, nats.ErrConnectionClosed).
-func (r *replies) request(ctx context.Context, subject string, e *bus.Event) (*nats.Msg, error) {
+// nats.ErrNoResponders, nats.ErrConnectionClosed). e's data is checked
+// to be JSON unless trusted (bus.SendTrusted).
+func (r *replies) request(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -111,10 +112,15 @@ func (r *replies) request(ctx context.Context, subject string, e *bus.Event) (*n
 	}
 	in.n++
 	reply := in.prefix + strconv.FormatUint(in.n, 36)
-	err = bus.SendWith(subject, e, "", func(m *nats.Msg) error {
+	publish := func(m *nats.Msg) error {
 		m.Reply = reply
 		return r.nc.PublishMsg(m)
-	})
+	}
+	if trusted {
+		err = bus.SendTrusted(subject, e, "", publish)
+	} else {
+		err = bus.SendWith(subject, e, "", publish)
+	}
 	if err != nil {
 		r.put(in)
 		return nil, err

@@ -51,7 +51,7 @@ func TestRepliesRequest(t *testing.T) {
 			}
 			for i := range 3 { // the inbox serves the next request too
 				ctx, cancel := context.WithTimeout(t.Context(), tc.timeout)
-				m, err := r.request(ctx, "svc", e)
+				m, err := r.request(ctx, "svc", e, false)
 				cancel()
 				if !errors.Is(err, tc.err) || err == nil && string(m.Data) != tc.want {
 					t.Fatalf("request %d: %v, %v; want %q, %v", i, m, err, tc.want, tc.err)
@@ -81,7 +81,7 @@ func TestRepliesClosed(t *testing.T) {
 	e, _ := bus.NewEvent(bus.TypeAdmin, "test", struct{}{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.request(t.Context(), "svc", e)
+		_, err := r.request(t.Context(), "svc", e, false)
 		done <- err
 	}()
 	testkit.Recv(t, got, 5*time.Second, "the request")
@@ -89,7 +89,7 @@ func TestRepliesClosed(t *testing.T) {
 	if err := testkit.Recv(t, done, 5*time.Second, "the request's end"); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Fatalf("request on a closed connection: %v", err)
 	}
-	if _, err := r.request(t.Context(), "svc", e); !errors.Is(err, nats.ErrConnectionClosed) {
+	if _, err := r.request(t.Context(), "svc", e, false); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Fatalf("request after close: %v", err)
 	}
 }
@@ -130,7 +130,7 @@ func TestClientLetGo(t *testing.T) {
 	func() {
 		c := New(nc, Config{})
 		e, _ := bus.NewEvent(bus.TypeAdmin, "test", struct{}{})
-		if _, err := c.rq.replies.request(t.Context(), "svc", e); err != nil {
+		if _, err := c.rq.replies.request(t.Context(), "svc", e, true); err != nil {
 			t.Fatal(err)
 		}
 		if nc.NumSubscriptions() != before+1 {

@@ -101,6 +101,13 @@ func (c *requester) event(typ, session string, data any) (*bus.Event, error) {
 // request sends e to subject and decodes a reply of type want into out; an
 // io.toolbus.error reply becomes a *bus.Error.
 func (c *requester) request(ctx context.Context, subject string, e *bus.Event, want string, out any, def time.Duration) error {
+	return c.exchange(ctx, subject, e, false, want, out, def)
+}
+
+// exchange is request; trusted says that e's data is the client's own
+// encoding, valid JSON (Call's batch, bus.Batch.AppendJSON's), which is
+// then not scanned again before it is sent.
+func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
 			def = c.timeout
@@ -109,7 +116,7 @@ func (c *requester) request(ctx context.Context, subject string, e *bus.Event, w
 		ctx, cancel = context.WithTimeout(ctx, def)
 		defer cancel()
 	}
-	resp, err := c.send(ctx, subject, e)
+	resp, err := c.send(ctx, subject, e, trusted)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("client: no router serves %s: %w", subject, err)
@@ -140,9 +147,9 @@ func (c *requester) request(ctx context.Context, subject string, e *bus.Event, w
 // send sends e as a request; a busy reply (docs/protocol.md 1: nothing ran) is
 // retried with the same event after a short, growing, jittered backoff
 // until ctx ends, when the last reply is returned.
-func (c *requester) send(ctx context.Context, subject string, e *bus.Event) (*nats.Msg, error) {
+func (c *requester) send(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		resp, err := c.replies.request(ctx, subject, e)
+		resp, err := c.replies.request(ctx, subject, e, trusted)
 		if err != nil || !isBusy(resp) {
 			return resp, err
 		}
