@@ -492,11 +492,15 @@ type coreReply struct {
 
 func (r *coreReply) result(out *bus.Event) {
 	if r.m.Reply != "" {
-		send := bus.Publish
+		var err error
 		if bus.IsBinary(r.m.Header) { // answered in the mode it was asked in
-			send = bus.PublishBinary
+			err = bus.PublishBinary(r.w.nc, r.m.Reply, out)
+		} else {
+			// The data is ExecResult.AppendJSON's, which checked every raw
+			// member: sent without a second scan, in Send's pooled message.
+			err = bus.SendTrusted(r.m.Reply, out, "", r.w.nc.PublishMsg)
 		}
-		if err := send(r.w.nc, r.m.Reply, out); err != nil {
+		if err != nil {
 			r.w.log.Warn("worker: reply failed", "subject", r.m.Subject, "call", out.ToolCallID, "err", err)
 		}
 	}
