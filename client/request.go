@@ -138,8 +138,11 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 	if re.Type != want {
 		return fmt.Errorf("client: expected %s, got %s", want, re.Type)
 	}
-	if out == nil {
+	switch out := out.(type) {
+	case nil:
 		return nil
+	case *bus.Reply: // Call's: the plain reply in one flat pass
+		return re.ReplyData(out)
 	}
 	return re.DataAs(out)
 }
