@@ -474,18 +474,20 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 }
 
 // DecodeHead is DecodeTo for a caller that owns m's data and decodes the
-// event's data next with a decoder that checks it (DataAs): in structured
-// mode the data of the plain form decodeFlat reads is found, not checked
-// to be JSON, and e.Data is a slice of m.Data, not a copy. It spares a
-// reply one pass over its data and a copy of it. An event whose data is
-// not JSON may decode; its DataAs fails.
+// event's data next with a decoder that checks it (DataAs, ExecData,
+// ReplyData): the data is not checked to be JSON (in binary mode the body,
+// in structured mode the data of the plain form decodeFlat reads, which is
+// then a slice of m.Data, not a copy). It spares a request or a reply one
+// pass over its data. An event whose data is not JSON may decode; the
+// data's decoder then fails.
 func DecodeHead(m *nats.Msg, e *Event) error {
 	*e = Event{}
-	if !IsBinary(m.Header) {
-		b := bytes.TrimSpace(m.Data)
-		if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false) {
-			return e.Validate()
-		}
+	if IsBinary(m.Header) {
+		return decodeBinaryData(m.Header, m.Data, e, false)
+	}
+	b := bytes.TrimSpace(m.Data)
+	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false) {
+		return e.Validate()
 	}
 	return DecodeTo(m, e)
 }
@@ -776,6 +778,12 @@ func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" 
 // decodeBinary reads an event whose attributes are ce- headers (names
 // case-insensitive, values percent-encoded) and whose body is the data.
 func decodeBinary(h nats.Header, body []byte, e *Event) error {
+	return decodeBinaryData(h, body, e, true)
+}
+
+// decodeBinaryData is decodeBinary; with check false the body is not
+// checked to be JSON (DecodeHead).
+func decodeBinaryData(h nats.Header, body []byte, e *Event, check bool) error {
 	e.Data = body
 	attrs := e.attrs()
 	// Header names are read case-insensitively, so two of them may name
@@ -849,7 +857,7 @@ func decodeBinary(h nats.Header, body []byte, e *Event) error {
 	}
 	if len(bytes.TrimSpace(e.Data)) == 0 {
 		e.Data = nil
-	} else if !json.Valid(e.Data) {
+	} else if check && !json.Valid(e.Data) {
 		return Errorf(CodeBadEvent, "binary-mode data is not JSON")
 	}
 	return e.Validate()

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"bytes"
+	"encoding/json"
 	"reflect"
 	"testing"
 
@@ -82,6 +83,16 @@ func checkHead(t *testing.T, b []byte) {
 		t.Fatalf("%q:\nDecodeHead %+v\nDecodeTo   %+v", b, head, full)
 	case ferr != nil && herr == nil && fastjson.Valid(head.Data):
 		t.Fatalf("%q: DecodeHead reads, with JSON data, what DecodeTo refuses: %v", b, ferr)
+	}
+	// The same body in binary mode.
+	h := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"x"}, "ce-source": {"s"}, "ce-type": {TypeExec}, "content-type": {ContentTypeJSON}}
+	herr = DecodeHead(&nats.Msg{Header: h, Data: b}, &head)
+	ferr = DecodeTo(&nats.Msg{Header: h, Data: bytes.Clone(b)}, &full)
+	switch {
+	case ferr == nil && (herr != nil || !reflect.DeepEqual(head, full)):
+		t.Fatalf("%q in binary mode: DecodeHead %+v, %v; DecodeTo %+v", b, head, herr, full)
+	case ferr != nil && herr == nil && json.Valid(head.Data):
+		t.Fatalf("%q in binary mode: DecodeHead reads, with JSON data, what DecodeTo refuses: %v", b, ferr)
 	}
 }
 

@@ -383,7 +383,9 @@ func (w *Worker) onExec(t *tool, r *request) {
 		}
 		return
 	}
-	r.err = bus.DecodeTo(&r.m, &r.e)
+	// The data is checked as it is decoded (executor.serve, ExecData):
+	// not here too.
+	r.err = bus.DecodeHead(&r.m, &r.e)
 	select {
 	case w.sem <- struct{}{}:
 		r.key, r.tracked = w.accept(t, &r.e, r.err)
