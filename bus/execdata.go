@@ -16,8 +16,10 @@ func (e *Event) ExecData(r *ExecRequest, idOf ...string) error {
 	if len(e.Data) > 0 && execFlat(e.Data, r, idOf) {
 		return nil
 	}
-	*r = ExecRequest{}
-	return e.DataAs(r)
+	d := new(ExecRequest) // not r: what DataAs decodes into escapes, and r may be on the stack
+	err := e.DataAs(d)
+	*r = *d
+	return err
 }
 
 // The members of the exec data and of its call, as bits of what was seen.

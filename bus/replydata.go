@@ -18,8 +18,10 @@ func (e *Event) ReplyData(r *Reply) error {
 	if len(e.Data) > 0 && replyFlat(e.Data, r) {
 		return nil
 	}
-	*r = Reply{}
-	return e.DataAs(r)
+	d := new(Reply) // not r: what DataAs decodes into escapes
+	err := e.DataAs(d)
+	*r = *d
+	return err
 }
 
 // Bounds of the flat read: a reply with more results or blocks is read
