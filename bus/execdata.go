@@ -1,6 +1,9 @@
 package bus
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 // ExecData decodes e's data, an io.toolbus.exec's, into r as DataAs does,
 // with the same result and the same errors. The data a router writes
@@ -39,7 +42,8 @@ const (
 func execFlat(b []byte, r *ExecRequest, idOf []string) bool {
 	*r = ExecRequest{}
 	var seen int
-	return flatObject(b, 0, len(b), func(key []byte, v, end int) bool {
+	p := flatParser{b: b}
+	return p.object(func(key []byte) bool {
 		bit := 0
 		var raw *json.RawMessage
 		switch string(key) {
@@ -62,21 +66,23 @@ func execFlat(b []byte, r *ExecRequest, idOf []string) bool {
 		seen |= bit
 		switch bit {
 		case execCall:
-			return callFlat(b, v, end, &r.Call, idOf)
+			return callFlat(&p, &r.Call, idOf)
 		case execAttempt:
-			n, ok := flatInt(b[v:end])
+			d, ok := p.digits()
+			n, isInt := flatInt(d)
 			r.Attempt = n
-			return ok
+			return ok && isInt
 		}
-		*raw = json.RawMessage(b[v:end:end])
-		return true
-	})
+		v, ok := p.raw()
+		*raw = v
+		return ok
+	}) && p.end()
 }
 
-// callFlat reads the call object at b[start:end] into c.
-func callFlat(b []byte, start, end int, c *Call, idOf []string) bool {
+// callFlat reads the call object at p into c.
+func callFlat(p *flatParser, c *Call, idOf []string) bool {
 	var seen int
-	return flatObject(b, start, end, func(key []byte, v, vend int) bool {
+	return p.object(func(key []byte) bool {
 		bit := 0
 		switch string(key) {
 		case "id":
@@ -93,11 +99,12 @@ func callFlat(b []byte, start, end int, c *Call, idOf []string) bool {
 		}
 		seen |= bit
 		if bit == callInput {
-			c.Input = json.RawMessage(b[v:vend:vend])
-			return true
+			v, ok := p.raw()
+			c.Input = v
+			return ok
 		}
-		s, next, ok := flatString(b, v)
-		if !ok || next != vend {
+		s, ok := p.str()
+		if !ok || bytes.IndexByte(s, '\\') >= 0 {
 			return false
 		}
 		str := internedString(s, idOf)
@@ -119,77 +126,6 @@ func internedString(s []byte, known []string) string {
 		}
 	}
 	return string(s)
-}
-
-// flatObject calls member for each member of the object at b[start:end]
-// (nothing but whitespace around it) with its key and the bounds of its
-// value, one of: an object or an array (valid JSON), a string of
-// printable ASCII without escapes, null, true, false or a number. It
-// reports false when the object has another form or member does.
-func flatObject(b []byte, start, end int, member func(key []byte, v, vend int) bool) bool {
-	b = b[:end]
-	i := skipSpace(b, start)
-	if i >= len(b) || b[i] != '{' {
-		return false
-	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return skipSpace(b, i+1) == len(b)
-	}
-	for {
-		key, next, ok := flatString(b, i)
-		if !ok {
-			return false
-		}
-		i = skipSpace(b, next)
-		if i >= len(b) || b[i] != ':' {
-			return false
-		}
-		v := skipSpace(b, i+1)
-		vend, ok := flatScalarOrValue(b, v)
-		if !ok || !member(key, v, vend) {
-			return false
-		}
-		i = skipSpace(b, vend)
-		if i >= len(b) {
-			return false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return skipSpace(b, i+1) == len(b)
-		default:
-			return false
-		}
-	}
-}
-
-// flatScalarOrValue finds the end of the value at b[i] of the forms
-// flatObject takes.
-func flatScalarOrValue(b []byte, i int) (end int, ok bool) {
-	if i >= len(b) {
-		return 0, false
-	}
-	switch c := b[i]; {
-	case c == '{' || c == '[':
-		return flatValue(b, i)
-	case c == '"':
-		_, next, ok := flatString(b, i)
-		return next, ok
-	case c == 'n' || c == 't' || c == 'f' || c == '-' || c >= '0' && c <= '9':
-		j := i
-		for j < len(b) && (b[j] >= 'a' && b[j] <= 'z' || b[j] >= '0' && b[j] <= '9' || b[j] == '-' || b[j] == '+' || b[j] == '.' || b[j] == 'E') {
-			j++
-		}
-		switch string(b[i:j]) {
-		case "null", "true", "false":
-			return j, true
-		}
-		_, isInt := flatInt(b[i:j])
-		return j, isInt
-	}
-	return 0, false
 }
 
 // flatInt reads a JSON integer of at most 9 digits, without sign or
