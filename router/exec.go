@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/replies"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/tracing"
@@ -187,18 +188,13 @@ func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 // in CloudEvents binary mode when every live worker of the tool said it
 // takes it (docs/protocol.md 5.1), else in structured mode.
 type requestReply struct {
-	nc      requester
+	replies *replies.Mux // the router's exec replies (a fresh inbox per request)
 	subj    bus.Subjects
 	source  string
 	workers interface{ BinaryExec(tool string) bool } // every live worker takes binary exec (registry)
 	groups  *groups.Store                             // the agent state, for state_injected tools
 	outputs *outputs                                  // seals the workers' stored outputs
 	watch   *execWatches                              // the watchdog's view of requests in flight
-}
-
-// requester is the part of *nats.Conn an exec request needs.
-type requester interface {
-	RequestMsgWithContext(ctx context.Context, m *nats.Msg) (*nats.Msg, error)
 }
 
 // Exec runs j on the tool's workers.
@@ -255,9 +251,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	}
 	w := x.watch.add(&j.watch, j.call.Name, j.key(), cancel)
 	defer x.watch.remove(w)
-	var resp *nats.Msg
-	var err error
-	x.sendExec(j.call.Name, &e, func(m *nats.Msg) { resp, err = x.nc.RequestMsgWithContext(wctx, m) })
+	resp, err := x.request(wctx, j.call.Name, &e)
 	if err != nil {
 		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
@@ -279,18 +273,50 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	return res, false
 }
 
+// request sends exec event e to tool's queue group and waits for the
+// reply until ctx ends, on the router's reply subscription
+// (internal/replies): the wait's inbox is the request's alone, so a late
+// reply of a request that ended, or a second reply, reaches no other
+// call. The errors are nats.go's request's: ctx's, ErrNoResponders for the
+// server's 503, ErrConnectionClosed.
+func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*nats.Msg, error) {
+	if err := ctx.Err(); err != nil { // nothing is sent for a call that ended
+		return nil, err
+	}
+	w, err := x.replies.Await(0)
+	if err != nil {
+		return nil, err
+	}
+	x.sendExec(tool, e, func(m *nats.Msg) {
+		m.Reply = w.Inbox()
+		err = x.replies.Conn().PublishMsg(m)
+		m.Reply = ""
+	})
+	if err != nil {
+		x.replies.Done(w, false)
+		return nil, err
+	}
+	resp := w.Wait(ctx, 0)
+	x.replies.Done(w, resp != nil)
+	switch {
+	case resp == nil && ctx.Err() != nil:
+		return nil, ctx.Err()
+	case resp == nil:
+		return nil, nats.ErrConnectionClosed
+	case len(resp.Data) == 0 && resp.Header.Get("Status") == "503":
+		return nil, nats.ErrNoResponders
+	}
+	return resp, nil
+}
+
 // sendExec calls send with the message of exec event e to tool's queue
 // group: binary mode when every live worker of the tool takes it, else
-// structured. A binary message's header is reused once send returns (a
-// core request keeps nothing of it).
+// structured. A binary message and its header are reused once send returns
+// (a core publish keeps nothing of it).
 func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
 	subject := x.subj.Workers.Exec(tool)
 	if x.workers != nil && x.workers.BinaryExec(tool) {
-		if _, ok := x.nc.(*nats.Conn); ok {
-			bus.WithBinaryMsg(subject, e, send)
-		} else {
-			send(bus.BinaryMsg(subject, e))
-		}
+		bus.WithBinaryMsg(subject, e, send)
 		return
 	}
 	m, err := e.Msg(subject)
