@@ -20,6 +20,7 @@ package replies
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -56,10 +57,15 @@ type Options struct {
 	// as nats.go's requests fail.
 	EndOnClose bool
 	// KeepInbox: a wait whose reply came keeps its inbox for its next
-	// use. Only for replies that come once per request (JetStream's
-	// acknowledgements): a second reply to a reused inbox would be taken
-	// for the next request's.
+	// use. Only for replies that come once per request from a replier
+	// that is trusted (JetStream's acknowledgements): a second reply to a
+	// reused inbox would be taken for the next request's.
 	KeepInbox bool
+	// Unguessable: each inbox's last token is random (64 bits of
+	// math/rand/v2's ChaCha8), not a sequence number, for replies from
+	// repliers that may publish to any inbox under the prefix (workers:
+	// docs/security.md): one could otherwise answer the next request.
+	Unguessable bool
 }
 
 // New returns a Mux on nc; it subscribes on the first Await.
@@ -111,12 +117,26 @@ func (a *Mux) Await(max int) (*Wait, error) {
 		return nil, nil
 	}
 	if w.inbox == "" || !a.opts.KeepInbox {
-		a.seq++
-		w.inbox = string(strconv.AppendUint(append(buf[:0], a.prefix...), a.seq, 36))
+		w.inbox = a.newInbox(buf[:0])
 	}
 	a.waiting[w.inbox] = w
 	a.mu.Unlock()
 	return w, nil
+}
+
+// newInbox is an inbox no wait has now, built in buf. a.mu is held.
+func (a *Mux) newInbox(buf []byte) string {
+	for {
+		a.seq++
+		n := a.seq
+		if a.opts.Unguessable {
+			n = rand.Uint64()
+		}
+		inbox := string(strconv.AppendUint(append(buf, a.prefix...), n, 36))
+		if _, taken := a.waiting[inbox]; !taken {
+			return inbox
+		}
+	}
 }
 
 func (a *Mux) subscribe() {

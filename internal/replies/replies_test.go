@@ -3,6 +3,8 @@ package replies
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -248,5 +250,22 @@ func TestConcurrentRequests(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// With Unguessable, an inbox says nothing of the next: its last token is
+// not a count (a worker given one inbox could otherwise answer the next
+// request), and no two waits share one.
+func TestUnguessableInboxes(t *testing.T) {
+	a := New(nil, Options{Unguessable: true})
+	seen := map[string]bool{}
+	for i := range 100 {
+		w, _ := a.Await(0)
+		token := strings.TrimPrefix(w.Inbox(), a.prefix)
+		if token == strconv.FormatUint(uint64(i+1), 36) || seen[w.Inbox()] {
+			t.Fatalf("inbox %d: %s", i, w.Inbox())
+		}
+		seen[w.Inbox()] = true
+		a.Done(w, false)
 	}
 }
