@@ -36,6 +36,10 @@ type batch struct {
 
 	sent   []*sentEvent     // events published and not yet known to be stored
 	audits []*audit.Pending // audit records on their way to P_AUDIT (chain.go)
+	// results is the unclosed {"results":[...] of every call, which a
+	// read-only batch's announced batch.done leaves for the reply to
+	// finish (reportStep.done): nil when the reply encodes its own.
+	results []byte
 
 	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published

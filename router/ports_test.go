@@ -96,10 +96,6 @@ type fakeEvents struct {
 	replies []*bus.Event
 }
 
-func (f *fakeEvents) event(typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
-	return newRouterEvent("toolbus/router/test", typ, session, replyID, callID, trace, data)
-}
-
 func (f *fakeEvents) publish(typ, _, _, callID string, _ [2]string, _ any) (*sentEvent, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -111,7 +107,7 @@ func (f *fakeEvents) publishID(_, typ, session, replyID, callID string, trace [2
 	return f.publish(typ, session, replyID, callID, trace, data)
 }
 
-func (f *fakeEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
+func (f *fakeEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
 	_, err := f.publish(typ, session, replyID, callID, trace, data)
 	return err
 }
@@ -123,7 +119,11 @@ func (f *fakeEvents) live(typ, session, replyID, callID string, trace [2]string,
 
 func (f *fakeEvents) stored(context.Context, []*sentEvent) error { return nil }
 
-func (f *fakeEvents) reply(_ string, e *bus.Event) error {
+func (f *fakeEvents) reply(_, typ, session, replyID string, trace [2]string, data json.RawMessage) error {
+	e, err := newRouterEvent("toolbus/router/test", typ, session, replyID, "", trace, data)
+	if err != nil {
+		return err
+	}
 	f.replies = append(f.replies, e)
 	return nil
 }
