@@ -67,3 +67,22 @@ func BenchmarkPublishHeaders(b *testing.B) {
 		}
 	})
 }
+
+// Send's cost per event with the headers of a read-only batch's batch.done
+// (content type and Nats-Msg-Id), one shape after another as the router
+// sends them: the pooled header keeps its keys between messages of one
+// shape. docs/performance.md, "Session 13".
+func BenchmarkSendStored(b *testing.B) {
+	nc := testkit.Connect(b, testkit.RunServer(b))
+	e, err := bus.NewEvent(bus.TypeBatchDone, "toolbus/router/r1", json.RawMessage(`{"results":[{"id":"c1","name":"echo","state":"success","output":[{"type":"text","text":"hi"}]}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.SessionID, e.ReplyID = "s1", "turn-1"
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := bus.Send(nc, "nobody.events.s1", e, e.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

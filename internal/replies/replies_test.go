@@ -269,3 +269,87 @@ func TestUnguessableInboxes(t *testing.T) {
 		a.Done(w, false)
 	}
 }
+
+// A request's wait costs no allocation with KeepInbox, and one (its inbox)
+// without: no channel, timer or registration of its own (what nats.go's
+// request takes per call).
+func TestWaitAllocations(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		want float64
+	}{{Options{KeepInbox: true}, 0}, {Options{}, 1}, {Options{Unguessable: true}, 1}} {
+		a := New(nil, tc.opts)
+		m := &nats.Msg{}
+		got := testing.AllocsPerRun(1000, func() {
+			w, _ := a.Await(0)
+			m.Subject = w.Inbox()
+			a.deliver(m)
+			w.Wait(context.Background(), 0)
+			a.Done(w, true)
+		})
+		if got > tc.want {
+			t.Errorf("%+v: %.1f allocations per wait, want at most %.0f", tc.opts, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkWait is one request's wait on a Mux, its reply delivered by
+// hand: what the router's exec request costs besides the publish.
+func BenchmarkWait(b *testing.B) {
+	a := New(nil, Options{Unguessable: true})
+	m := &nats.Msg{}
+	b.ReportAllocs()
+	for b.Loop() {
+		w, _ := a.Await(0)
+		m.Subject = w.Inbox()
+		a.deliver(m)
+		w.Wait(context.Background(), 0)
+		a.Done(w, true)
+	}
+}
+
+// A request and its reply over a real server, through nats.go's request
+// and through a Mux (fresh unguessable inboxes, as the router's exec): the
+// server and the echoing responder are in both figures alike.
+func BenchmarkRequest(b *testing.B) {
+	s := testkit.RunServer(b)
+	nc := testkit.Connect(b, s)
+	rc := testkit.Connect(b, s)
+	if _, err := rc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		b.Fatal(err)
+	}
+	if err := rc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	data := []byte("ping")
+	b.Run("nats.go", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if _, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: "echo", Data: data}); err != nil {
+				b.Fatal(err)
+			}
+			cancel()
+		}
+	})
+	b.Run("mux", func(b *testing.B) {
+		a := New(nc, Options{EndOnClose: true, Unguessable: true})
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			w, err := a.Await(0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := nc.PublishMsg(&nats.Msg{Subject: "echo", Reply: w.Inbox(), Data: data}); err != nil {
+				b.Fatal(err)
+			}
+			m := w.Wait(ctx, 0)
+			a.Done(w, m != nil)
+			if m == nil {
+				b.Fatal("no reply")
+			}
+			cancel()
+		}
+	})
+}
