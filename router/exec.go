@@ -189,6 +189,7 @@ func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 // takes it (docs/protocol.md 5.1), else in structured mode.
 type requestReply struct {
 	replies *replies.Mux // the router's exec replies (a fresh inbox per request)
+	execs   *execSubjects
 	subj    bus.Subjects
 	source  string
 	workers interface{ BinaryExec(tool string) bool } // every live worker takes binary exec (registry)
@@ -315,7 +316,7 @@ func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*
 // structured. A binary message and its header are reused once send returns
 // (a core publish keeps nothing of it).
 func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
-	subject := x.subj.Workers.Exec(tool)
+	subject := x.execs.of(x.subj.Workers, tool)
 	if x.workers != nil && x.workers.BinaryExec(tool) {
 		bus.WithBinaryMsg(subject, e, send)
 		return
@@ -325,6 +326,37 @@ func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) 
 		m = bus.BinaryMsg(subject, e)
 	}
 	send(m)
+}
+
+// execSubjects keeps P.exec.<tool> by tool name, so that a call's exec
+// request builds no subject string. Tools come and go: past
+// maxExecSubjects names it starts again.
+type execSubjects struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+const maxExecSubjects = 4096
+
+// of is tool's exec subject of w; a nil x builds it.
+func (x *execSubjects) of(w bus.WorkerSubjects, tool string) string {
+	if x == nil {
+		return w.Exec(tool)
+	}
+	x.mu.RLock()
+	s, ok := x.m[tool]
+	x.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = w.Exec(tool)
+	x.mu.Lock()
+	if x.m == nil || len(x.m) >= maxExecSubjects {
+		x.m = make(map[string]string)
+	}
+	x.m[tool] = s
+	x.mu.Unlock()
+	return s
 }
 
 // execEventTo makes e the io.toolbus.exec of job j from source
