@@ -15,8 +15,10 @@ func (e *Event) ExecResultData(xr *ExecResult) error {
 	if decodeExecResultFlat(e.Data, xr) {
 		return nil
 	}
-	*xr = ExecResult{}
-	return e.DataAs(xr)
+	general := new(ExecResult) // not xr: the caller's stays on its stack
+	err := e.DataAs(general)
+	*xr = *general
+	return err
 }
 
 // flatBlock is a block of the plain form: its type and text, in the data.

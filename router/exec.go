@@ -238,8 +238,9 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 			req.State = json.RawMessage(`{}`)
 		}
 	}
-	var e bus.Event // sent and let go: on the stack
-	execEventTo(&e, ctx, x.source, j, req, deadline)
+	var e bus.Event // sent and let go: on the stack, its data in a pooled buffer
+	data := execData.Get().(*[]byte)
+	execEventIn(&e, ctx, x.source, j, req, deadline, (*data)[:0])
 	// The worker's context ends at the deadline; its reply ("context
 	// deadline exceeded") may then race the router's own timer, so the
 	// router waits a little longer and judges by the clock.
@@ -253,6 +254,10 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	w := x.watch.add(&j.watch, j.call.Name, j.key(), cancel)
 	defer x.watch.remove(w)
 	resp, err := x.request(wctx, j.call.Name, &e)
+	if cap(e.Data) <= maxExecData { // sent: nothing holds it any more
+		*data = e.Data[:0]
+		execData.Put(data)
+	}
 	if err != nil {
 		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
@@ -328,6 +333,13 @@ func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) 
 	send(m)
 }
 
+// execData are the buffers of exec requests' data: a request's is free
+// once it is published (a core publish copies it). Past maxExecData a
+// buffer is let go rather than kept by the pool.
+var execData = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxExecData = 64 << 10
+
 // execSubjects keeps P.exec.<tool> by tool name, so that a call's exec
 // request builds no subject string. Tools come and go: past
 // maxExecSubjects names it starts again.
@@ -364,8 +376,13 @@ func (x *execSubjects) of(w bus.WorkerSubjects, tool string) string {
 // message alike.
 func execEventTo(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time) {
 	size := 96 + len(req.Call.ID) + len(req.Call.Name) + len(req.Call.Input) + len(req.User) + len(req.Context) + len(req.State)
+	execEventIn(e, ctx, source, j, req, deadline, make([]byte, 0, size))
+}
+
+// execEventIn is execEventTo with the data appended to buf.
+func execEventIn(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time, buf []byte) {
 	*e = bus.Head(bus.TypeExec, source)
-	e.Data = req.AppendJSON(make([]byte, 0, size))
+	e.Data = req.AppendJSON(buf)
 	e.SessionID, e.ReplyID, e.ToolCallID = j.session, j.replyID, j.call.ID
 	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
 	e.TraceParent, e.TraceState = tracing.Inject(ctx, j.trace[0], j.trace[1])
