@@ -536,17 +536,20 @@ func patchState(ctx context.Context, gs *groups.Store, session string, def *bus.
 
 // execWatch is an exec request in flight, watched for a vanished worker.
 type execWatch struct {
-	tool, key string
-	since     time.Time
-	cancel    context.CancelFunc
-	vanished  atomic.Bool // set by the watchdog before it cancels
+	tool, key  string
+	since      time.Time
+	cancel     context.CancelFunc
+	vanished   atomic.Bool // set by the watchdog before it cancels
+	prev, next *execWatch  // in execWatches' list, under its lock
 }
 
 // execWatches is the set of exec requests in flight, which the watchdog
-// (watchWorkers) ends when their worker vanished.
+// (watchWorkers) ends when their worker vanished: a list through the
+// watches themselves, so that adding and removing one is two pointers,
+// not a map's insert and delete per call.
 type execWatches struct {
-	mu sync.Mutex
-	m  map[*execWatch]struct{}
+	mu   sync.Mutex
+	head *execWatch
 }
 
 // add watches w, the request of tool's call key in flight until cancel.
@@ -554,17 +557,26 @@ func (x *execWatches) add(w *execWatch, tool, key string, cancel context.CancelF
 	w.tool, w.key, w.since, w.cancel = tool, key, time.Now(), cancel
 	w.vanished.Store(false)
 	x.mu.Lock()
-	if x.m == nil {
-		x.m = map[*execWatch]struct{}{}
+	w.prev, w.next = nil, x.head
+	if x.head != nil {
+		x.head.prev = w
 	}
-	x.m[w] = struct{}{}
+	x.head = w
 	x.mu.Unlock()
 	return w
 }
 
 func (x *execWatches) remove(w *execWatch) {
 	x.mu.Lock()
-	delete(x.m, w)
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else if x.head == w {
+		x.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
 	x.mu.Unlock()
 }
 
@@ -581,7 +593,7 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 	}
 	x.mu.Lock()
 	var lost []*execWatch
-	for w := range x.m {
+	for w := x.head; w != nil; w = w.next {
 		if now.Sub(w.since) > 3*hb && !reg.MayHold(w.tool, w.key) {
 			lost = append(lost, w)
 		}

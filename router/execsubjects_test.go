@@ -30,3 +30,35 @@ func TestExecSubjects(t *testing.T) {
 		t.Fatalf("%d subjects kept", len(x.m))
 	}
 }
+
+// The watches in flight are a list: each removal, at the head, in the
+// middle or at the end, leaves exactly the others, and a watch may be
+// added again once removed (a call's next attempt).
+func TestExecWatchesList(t *testing.T) {
+	var x execWatches
+	var ws [4]execWatch
+	list := func() (keys string) {
+		for w := x.head; w != nil; w = w.next {
+			keys += w.key
+		}
+		return keys
+	}
+	for i := range ws {
+		x.add(&ws[i], "t", fmt.Sprint(i), func() {})
+	}
+	for _, step := range []struct {
+		remove int
+		want   string
+	}{{3, "210"}, {1, "20"}, {0, "2"}, {2, ""}} {
+		x.remove(&ws[step.remove])
+		if got := list(); got != step.want {
+			t.Fatalf("after removing %d: %q, want %q", step.remove, got, step.want)
+		}
+	}
+	x.add(&ws[1], "t", "1", func() {})
+	x.add(&ws[2], "t", "2", func() {})
+	x.remove(&ws[2])
+	if got := list(); got != "1" {
+		t.Fatalf("added again: %q", got)
+	}
+}
