@@ -54,6 +54,7 @@ type callState struct {
 	rule      string          // why the permission engine decided as it did (decide), for the audit record
 	limitRule string          // the limit rule that refused the call (quotas.refuse)
 	result    *bus.Result     // set once, when the call finishes
+	settled   bus.Result      // what result points to when settle set it (no allocation of its own)
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
 	cancel    context.CancelFunc
@@ -306,7 +307,8 @@ func (b *batch) settle(c *callState, res bus.Result, outside bool) bool {
 		b.mu.Unlock()
 		return false
 	}
-	c.result = &res
+	c.settled = res
+	c.result = &c.settled
 	b.mu.Unlock()
 	if outside {
 		b.report(c, res)
