@@ -284,8 +284,8 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 // (internal/replies): the wait's inbox is the request's alone, and not
 // guessable from another's, so a late reply of a request that ended, a
 // second reply, or a worker's reply to an inbox it was not given reaches
-// no other call. The errors are nats.go's request's: ctx's, ErrNoResponders for the
-// server's 503, ErrConnectionClosed.
+// no other call. The errors are nats.go's request's: ctx's,
+// ErrNoResponders for the server's 503, ErrConnectionClosed.
 func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil { // nothing is sent for a call that ended
 		return nil, err
