@@ -28,68 +28,35 @@ type flatCall struct {
 // decodeBatchFlat reads b into d when b is in the plain form, and reports
 // whether it was; d is then set in full.
 func decodeBatchFlat(b []byte, d *Batch) bool {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return false
-	}
 	var callsBuf [4]flatCall
 	calls := callsBuf[:0]
 	var user, context, events []byte
 	var rev uint64
-	var seen uint8
-	for first := true; ; first = false {
-		i = skipSpace(b, i+1)
-		if i >= len(b) {
-			return false
-		}
-		if b[i] == '}' {
-			if first {
-				return false
-			}
-			break
-		}
-		if !first {
-			if b[i] != ',' {
-				return false
-			}
-			i = skipSpace(b, i+1)
-		}
-		key, next, ok := flatString(b, i)
-		if !ok {
-			return false
-		}
-		i = skipSpace(b, next)
-		if i >= len(b) || b[i] != ':' {
-			return false
-		}
-		i = skipSpace(b, i+1)
-		var bit uint8
+	seen, end, ok := flatMembers(b, skipSpace(b, 0), func(key []byte, i int) (bit uint8, next int, ok bool) {
 		switch string(key) {
 		case "calls":
-			bit = 1
-			calls, next, ok = flatCalls(b, i, calls)
+			next, ok = flatArray(b, i, func(i int) (int, bool) {
+				c, next, ok := flatCallAt(b, i)
+				calls = append(calls, c)
+				return next, ok
+			})
+			return 1, next, ok
 		case "user":
-			bit = 2
 			user, next, ok = flatRaw(b, i)
+			return 2, next, ok
 		case "context":
-			bit = 4
 			context, next, ok = flatRaw(b, i)
+			return 4, next, ok
 		case "events":
-			bit = 8
 			events, next, ok = flatString(b, i)
+			return 8, next, ok
 		case "sessionrev":
-			bit = 16
 			rev, next, ok = flatUint(b, i)
-		default:
-			return false
+			return 16, next, ok
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		i = next - 1
-	}
-	if skipSpace(b, i+1) != len(b) || seen&1 == 0 {
+		return 0, 0, false
+	})
+	if !ok || skipSpace(b, end) != len(b) || seen&1 == 0 {
 		return false
 	}
 	// The strings in one string, the raw members in one buffer.
@@ -125,98 +92,32 @@ func decodeBatchFlat(b []byte, d *Batch) bool {
 	return true
 }
 
-// flatCalls reads the array of calls at b[i] onto calls (emptied first).
-// next is the index after the array.
-func flatCalls(b []byte, i int, calls []flatCall) (_ []flatCall, next int, ok bool) {
-	if i >= len(b) || b[i] != '[' {
-		return nil, 0, false
-	}
-	calls = calls[:0]
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return calls, i + 1, true
-	}
-	for {
-		var c flatCall
-		if c, i, ok = flatCallAt(b, i); !ok {
-			return nil, 0, false
-		}
-		calls = append(calls, c)
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return nil, 0, false
-		}
-		switch b[i] {
-		case ']':
-			return calls, i + 1, true
-		case ',':
-			i = skipSpace(b, i+1)
-		default:
-			return nil, 0, false
-		}
-	}
-}
-
 // flatCallAt reads the call object at b[i]: an "id" and a "name" (plain
 // strings), an "input" object and "background" true or false, each at
 // most once. next is the index after it.
 func flatCallAt(b []byte, i int) (c flatCall, next int, ok bool) {
-	if i >= len(b) || b[i] != '{' {
-		return c, 0, false
-	}
-	var seen uint8
-	for first := true; ; first = false {
-		i = skipSpace(b, i+1)
-		if i >= len(b) {
-			return c, 0, false
-		}
-		if b[i] == '}' {
-			if first {
-				return c, 0, false
-			}
-			return c, i + 1, true
-		}
-		if !first {
-			if b[i] != ',' {
-				return c, 0, false
-			}
-			i = skipSpace(b, i+1)
-		}
-		key, next, ok := flatString(b, i)
-		if !ok {
-			return c, 0, false
-		}
-		i = skipSpace(b, next)
-		if i >= len(b) || b[i] != ':' {
-			return c, 0, false
-		}
-		i = skipSpace(b, i+1)
-		var bit uint8
+	_, next, ok = flatMembers(b, i, func(key []byte, i int) (bit uint8, next int, ok bool) {
 		switch string(key) {
 		case "id":
-			bit = 1
 			c.id, next, ok = flatString(b, i)
+			return 1, next, ok
 		case "name":
-			bit = 2
 			c.name, next, ok = flatString(b, i)
+			return 2, next, ok
 		case "input":
-			bit = 4
-			if ok = i < len(b) && b[i] == '{'; ok {
-				next, ok = flatValue(b, i)
-				c.input = b[i:max(next, i)]
+			if i >= len(b) || b[i] != '{' {
+				return 0, 0, false
 			}
+			next, ok = flatValue(b, i)
+			c.input = b[i:max(next, i)]
+			return 4, next, ok
 		case "background":
-			bit = 8
 			c.background, next, ok = flatBool(b, i)
-		default:
-			return c, 0, false
+			return 8, next, ok
 		}
-		if !ok || seen&bit != 0 {
-			return c, 0, false
-		}
-		seen |= bit
-		i = next - 1
-	}
+		return 0, 0, false
+	})
+	return c, next, ok
 }
 
 // flatRaw reads the value at b[i] as it is: an object, an array or a

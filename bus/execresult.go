@@ -33,70 +33,39 @@ var (
 // decodeExecResultFlat reads b into xr when b is in the plain form, and
 // reports whether it was; xr is then set in full.
 func decodeExecResultFlat(b []byte, xr *ExecResult) bool {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return false
-	}
 	var state []byte
 	var blocksBuf [4]flatBlock
 	blocks := blocksBuf[:0]
 	var meta, patch json.RawMessage
-	var seen uint8
-	for first := true; ; first = false {
-		i = skipSpace(b, i+1)
-		if i >= len(b) {
-			return false
-		}
-		if b[i] == '}' {
-			if first {
-				return false
-			}
-			break
-		}
-		if !first {
-			if b[i] != ',' {
-				return false
-			}
-			i = skipSpace(b, i+1)
-		}
-		key, next, ok := flatString(b, i)
-		if !ok {
-			return false
-		}
-		i = skipSpace(b, next)
-		if i >= len(b) || b[i] != ':' {
-			return false
-		}
-		i = skipSpace(b, i+1)
-		var bit uint8
+	seen, end, ok := flatMembers(b, skipSpace(b, 0), func(key []byte, i int) (uint8, int, bool) {
 		switch string(key) {
 		case "state":
-			bit = 1
-			state, next, ok = flatString(b, i)
+			v, next, ok := flatString(b, i)
+			state = v
+			return 1, next, ok
 		case "output":
-			bit = 2
-			blocks, next, ok = flatBlocks(b, i, blocks)
-		case "metadata", "state_patch":
-			bit = 4
-			if key[0] == 's' {
-				bit = 8
-			}
-			next, ok = flatValue(b, i)
-			if ok && bit == 4 {
+			next, ok := flatArray(b, i, func(i int) (int, bool) {
+				bl, next, ok := flatTextBlock(b, i)
+				blocks = append(blocks, bl)
+				return next, ok
+			})
+			return 2, next, ok
+		case "metadata":
+			next, ok := flatValue(b, i)
+			if ok {
 				meta = append(json.RawMessage(nil), b[i:next]...)
-			} else if ok {
+			}
+			return 4, next, ok
+		case "state_patch":
+			next, ok := flatValue(b, i)
+			if ok {
 				patch = append(json.RawMessage(nil), b[i:next]...)
 			}
-		default:
-			return false
+			return 8, next, ok
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		i = next - 1
-	}
-	if skipSpace(b, i+1) != len(b) || seen&3 != 3 {
+		return 0, 0, false
+	})
+	if !ok || skipSpace(b, end) != len(b) || seen&3 != 3 {
 		return false
 	}
 	// Every string that is not a constant, as slices of one new string.
@@ -121,83 +90,20 @@ func decodeExecResultFlat(b []byte, xr *ExecResult) bool {
 	return true
 }
 
-// flatBlocks reads the array of blocks at b[i] onto blocks (emptied
-// first): objects with a "type" and, optionally, a "text", both plain
-// strings. next is the index after the array.
-func flatBlocks(b []byte, i int, blocks []flatBlock) (_ []flatBlock, next int, ok bool) {
-	if i >= len(b) || b[i] != '[' {
-		return nil, 0, false
-	}
-	blocks = blocks[:0]
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return blocks, i + 1, true
-	}
-	for {
-		var bl flatBlock
-		if bl, i, ok = flatTextBlock(b, i); !ok {
-			return nil, 0, false
-		}
-		blocks = append(blocks, bl)
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return nil, 0, false
-		}
-		switch b[i] {
-		case ']':
-			return blocks, i + 1, true
-		case ',':
-			i = skipSpace(b, i+1)
-		default:
-			return nil, 0, false
-		}
-	}
-}
-
-// flatTextBlock reads the block object at b[i]; next is the index after it.
+// flatTextBlock reads the block object at b[i]: a "type" and, optionally,
+// a "text", both plain strings. next is the index after it.
 func flatTextBlock(b []byte, i int) (bl flatBlock, next int, ok bool) {
-	if i >= len(b) || b[i] != '{' {
-		return bl, 0, false
-	}
-	var seen uint8
-	for first := true; ; first = false {
-		i = skipSpace(b, i+1)
-		if i >= len(b) {
-			return bl, 0, false
+	seen, next, ok := flatMembers(b, i, func(key []byte, i int) (uint8, int, bool) {
+		v, next, ok := flatString(b, i)
+		switch string(key) {
+		case "type":
+			bl.typ = v
+			return 1, next, ok
+		case "text":
+			bl.text = v
+			return 2, next, ok
 		}
-		if b[i] == '}' {
-			if first || seen&1 == 0 {
-				return bl, 0, false
-			}
-			return bl, i + 1, true
-		}
-		if !first {
-			if b[i] != ',' {
-				return bl, 0, false
-			}
-			i = skipSpace(b, i+1)
-		}
-		key, next, ok := flatString(b, i)
-		if !ok {
-			return bl, 0, false
-		}
-		i = skipSpace(b, next)
-		if i >= len(b) || b[i] != ':' {
-			return bl, 0, false
-		}
-		i = skipSpace(b, i+1)
-		var v []byte
-		if v, next, ok = flatString(b, i); !ok {
-			return bl, 0, false
-		}
-		switch {
-		case string(key) == "type" && seen&1 == 0:
-			bl.typ, seen = v, seen|1
-		case string(key) == "text" && seen&2 == 0:
-			bl.text, seen = v, seen|2
-		default:
-			return bl, 0, false
-		}
-		i = next - 1
-	}
+		return 0, 0, false
+	})
+	return bl, next, ok && seen&1 != 0
 }
