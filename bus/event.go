@@ -410,13 +410,20 @@ func SendTrusted(subject string, e *Event, msgID string, send func(*nats.Msg) er
 	h := plainHeader
 	if e.TraceParent != "" || msgID != "" {
 		h = s.h
-		e.fillHeader(h, &s.vals, msgID)
+		if shape := headerShape(e, msgID); shape == s.shape {
+			// The map already has these keys, each value a slice of
+			// s.vals: only the values are written, no map operation.
+			s.vals = [3]string{msgID, e.TraceParent, e.TraceState}
+		} else {
+			clear(h)
+			e.fillHeader(h, &s.vals, msgID)
+			s.shape = shape
+		}
 	}
 	s.m = nats.Msg{Subject: subject, Header: h, Data: s.b}
 	err := send(&s.m)
 	s.m = nats.Msg{}
-	clear(s.h)
-	s.vals = [3]string{}
+	s.vals = [3]string{} // the values let go; the keys stay for the next of this shape
 	if cap(s.b) <= maxPooledSend {
 		sends.Put(s)
 	}
@@ -431,10 +438,27 @@ const natsMsgID = "Nats-Msg-Id"
 const maxPooledSend = 64 << 10
 
 type sendBuf struct {
-	b    []byte
-	h    nats.Header
-	vals [3]string // Nats-Msg-Id, traceparent, tracestate
-	m    nats.Msg
+	b     []byte
+	h     nats.Header
+	vals  [3]string // Nats-Msg-Id, traceparent, tracestate
+	shape uint8     // which of vals h has keys for (headerShape); 0: none
+	m     nats.Msg
+}
+
+// headerShape says which headers fillHeader sets besides the content type:
+// one bit each for Nats-Msg-Id, traceparent and tracestate.
+func headerShape(e *Event, msgID string) uint8 {
+	var shape uint8 = 8 // the content type: never 0, which is an empty map
+	if msgID != "" {
+		shape |= 1
+	}
+	if e.TraceParent != "" {
+		shape |= 2
+		if e.TraceState != "" {
+			shape |= 4
+		}
+	}
+	return shape
 }
 
 var sends = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, 1024), h: make(nats.Header, 4)} }}
