@@ -9,7 +9,7 @@ import (
 )
 
 // flatParser reads the plain JSON toolbus's senders write (events,
-// ExecData, ReplyData, ExecResultData, BatchData): objects, arrays,
+// the FromEvent of ExecRequest, Reply, ExecResult and Batch): objects, arrays,
 // strings of printable ASCII with the one-character escapes, integers,
 // null, true and false. Each method reports false at anything else, valid
 // JSON or not: the caller then leaves the input to a general decoder. It
