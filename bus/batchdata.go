@@ -13,10 +13,7 @@ func (d *Batch) FromEvent(e *Event) error {
 	if decodeBatchFlat(e.Data, d) {
 		return nil
 	}
-	general := new(Batch) // not d: the caller's stays where it is
-	err := e.DataAs(general)
-	*d = *general
-	return err
+	return dataAs(e, d)
 }
 
 // flatCall is a call of the plain form, in the data.

@@ -18,10 +18,7 @@ func (r *ExecRequest) FromEvent(e *Event, idOf ...string) error {
 	if len(e.Data) > 0 && execFlat(e.Data, r, idOf) {
 		return nil
 	}
-	d := new(ExecRequest) // not r: what DataAs decodes into escapes, and r may be on the stack
-	err := e.DataAs(d)
-	*r = *d
-	return err
+	return dataAs(e, r)
 }
 
 // The members of the exec data, as bits of what was seen.

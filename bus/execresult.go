@@ -15,10 +15,7 @@ func (xr *ExecResult) FromEvent(e *Event) error {
 	if decodeExecResultFlat(e.Data, xr) {
 		return nil
 	}
-	general := new(ExecResult) // not xr: the caller's stays on its stack
-	err := e.DataAs(general)
-	*xr = *general
-	return err
+	return dataAs(e, xr)
 }
 
 // flatBlock is a block of the plain form: its type and text, in the data.

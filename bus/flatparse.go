@@ -257,3 +257,13 @@ func (p *flatParser) value() (end int, ok bool) {
 	}
 	return 0, false
 }
+
+// dataAs is e.DataAs(r) for a plain-form reader's fallback, through a new
+// T: what DataAs decodes into escapes to the heap, and r, the caller's,
+// may be on its stack.
+func dataAs[T any](e *Event, r *T) error {
+	d := new(T)
+	err := e.DataAs(d)
+	*r = *d
+	return err
+}

@@ -14,10 +14,7 @@ func (r *Reply) FromEvent(e *Event) error {
 	if len(e.Data) > 0 && replyFlat(e.Data, r) {
 		return nil
 	}
-	d := new(Reply) // not r: what DataAs decodes into escapes
-	err := e.DataAs(d)
-	*r = *d
-	return err
+	return dataAs(e, r)
 }
 
 // Bounds of the flat read: a reply with more results or blocks is read

@@ -34,37 +34,14 @@ func (r *replies) close() { r.mux.Unsubscribe() }
 // nats.ErrNoResponders, nats.ErrConnectionClosed). e's data is checked
 // to be JSON unless trusted (bus.SendTrusted).
 func (r *replies) request(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	w, err := r.mux.Await(0)
-	if err != nil {
-		return nil, err
-	}
-	publish := func(m *nats.Msg) error {
-		m.Reply = w.Inbox()
-		return r.mux.Conn().PublishMsg(m)
-	}
-	if trusted {
-		err = bus.SendTrusted(subject, e, "", publish)
-	} else {
-		err = bus.SendWith(subject, e, "", publish)
-	}
-	if err != nil {
-		r.mux.Done(w, false)
-		return nil, err
-	}
-	m := w.Wait(ctx, 0)
-	r.mux.Done(w, m != nil)
-	switch {
-	case m != nil && len(m.Data) == 0 && m.Header.Get("Status") == "503":
-		return nil, nats.ErrNoResponders
-	case m != nil:
-		return m, nil
-	case ctx.Err() != nil:
-		return nil, ctx.Err()
-	case r.mux.Conn().IsClosed():
-		return nil, nats.ErrConnectionClosed
-	}
-	return nil, nats.ErrDisconnected
+	return r.mux.Request(ctx, func(inbox string) error {
+		publish := func(m *nats.Msg) error {
+			m.Reply = inbox
+			return r.mux.Conn().PublishMsg(m)
+		}
+		if trusted {
+			return bus.SendTrusted(subject, e, "", publish)
+		}
+		return bus.SendWith(subject, e, "", publish)
+	})
 }

@@ -127,6 +127,37 @@ func (a *Mux) Await(max int) (*Wait, error) {
 	return w, nil
 }
 
+// Request sends a request with send, which publishes it with the reply
+// subject inbox, and waits for its reply until ctx ends, as
+// nats.Conn.RequestMsgWithContext does, with its errors: ctx's,
+// nats.ErrNoResponders for the server's 503, nats.ErrConnectionClosed when
+// the connection closes under it (EndOnClose). Nothing is sent once ctx
+// has ended.
+func (a *Mux) Request(ctx context.Context, send func(inbox string) error) (*nats.Msg, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w, err := a.Await(0)
+	if err != nil {
+		return nil, err
+	}
+	if err := send(w.inbox); err != nil {
+		a.Done(w, false)
+		return nil, err
+	}
+	resp := w.Wait(ctx, 0)
+	a.Done(w, resp != nil)
+	switch {
+	case resp == nil && ctx.Err() != nil:
+		return nil, ctx.Err()
+	case resp == nil:
+		return nil, nats.ErrConnectionClosed
+	case len(resp.Data) == 0 && resp.Header.Get("Status") == "503":
+		return nil, nats.ErrNoResponders
+	}
+	return resp, nil
+}
+
 // newInbox is an inbox no wait has now, built in buf. a.mu is held.
 func (a *Mux) newInbox(buf []byte) string {
 	for {
