@@ -13,10 +13,7 @@ func (d *Batch) FromEvent(e *Event) error {
 	if decodeBatchFlat(e.Data, d) {
 		return nil
 	}
-	general := new(Batch) // not d: the caller's stays where it is
-	err := e.DataAs(general)
-	*d = *general
-	return err
+	return dataAs(e, d)
 }
 
 // flatCall is a call of the plain form, in the data.
@@ -32,31 +29,32 @@ func decodeBatchFlat(b []byte, d *Batch) bool {
 	calls := callsBuf[:0]
 	var user, context, events []byte
 	var rev uint64
-	seen, end, ok := flatMembers(b, skipSpace(b, 0), func(key []byte, i int) (bit uint8, next int, ok bool) {
+	p := flatParser{b: b}
+	seen, ok := p.object(func(key []byte) uint16 {
+		var ok bool
 		switch string(key) {
 		case "calls":
-			next, ok = flatArray(b, i, func(i int) (int, bool) {
-				c, next, ok := flatCallAt(b, i)
+			return 1 * b2u(p.array(func() bool {
+				c, ok := flatCallAt(&p)
 				calls = append(calls, c)
-				return next, ok
-			})
-			return 1, next, ok
+				return ok
+			}))
 		case "user":
-			user, next, ok = flatRaw(b, i)
-			return 2, next, ok
+			user, ok = p.raw(`{["`)
+			return 2 * b2u(ok)
 		case "context":
-			context, next, ok = flatRaw(b, i)
-			return 4, next, ok
+			context, ok = p.raw(`{["`)
+			return 4 * b2u(ok)
 		case "events":
-			events, next, ok = flatString(b, i)
-			return 8, next, ok
+			events, ok = p.plain()
+			return 8 * b2u(ok)
 		case "sessionrev":
-			rev, next, ok = flatUint(b, i)
-			return 16, next, ok
+			rev, ok = p.uint(19)
+			return 16 * b2u(ok)
 		}
-		return 0, 0, false
+		return 0
 	})
-	if !ok || skipSpace(b, end) != len(b) || seen&1 == 0 {
+	if !ok || !p.end() || seen&1 == 0 {
 		return false
 	}
 	// The strings in one string, the raw members in one buffer.
@@ -92,75 +90,27 @@ func decodeBatchFlat(b []byte, d *Batch) bool {
 	return true
 }
 
-// flatCallAt reads the call object at b[i]: an "id" and a "name" (plain
+// flatCallAt reads the call object at p: an "id" and a "name" (plain
 // strings), an "input" object and "background" true or false, each at
-// most once. next is the index after it.
-func flatCallAt(b []byte, i int) (c flatCall, next int, ok bool) {
-	_, next, ok = flatMembers(b, i, func(key []byte, i int) (bit uint8, next int, ok bool) {
+// most once, at least one of them.
+func flatCallAt(p *flatParser) (c flatCall, ok bool) {
+	seen, ok := p.object(func(key []byte) uint16 {
+		var ok bool
 		switch string(key) {
 		case "id":
-			c.id, next, ok = flatString(b, i)
-			return 1, next, ok
+			c.id, ok = p.plain()
+			return 1 * b2u(ok)
 		case "name":
-			c.name, next, ok = flatString(b, i)
-			return 2, next, ok
+			c.name, ok = p.plain()
+			return 2 * b2u(ok)
 		case "input":
-			if i >= len(b) || b[i] != '{' {
-				return 0, 0, false
-			}
-			next, ok = flatValue(b, i)
-			c.input = b[i:max(next, i)]
-			return 4, next, ok
+			c.input, ok = p.raw("{")
+			return 4 * b2u(ok)
 		case "background":
-			c.background, next, ok = flatBool(b, i)
-			return 8, next, ok
+			c.background = p.literal("true")
+			return 8 * b2u(c.background || p.literal("false"))
 		}
-		return 0, 0, false
+		return 0
 	})
-	return c, next, ok
-}
-
-// flatRaw reads the value at b[i] as it is: an object, an array or a
-// plain string. next is the index after it.
-func flatRaw(b []byte, i int) (v []byte, next int, ok bool) {
-	if i < len(b) && b[i] == '"' {
-		if _, next, ok = flatString(b, i); ok {
-			return b[i:next], next, true
-		}
-		return nil, 0, false
-	}
-	if next, ok = flatValue(b, i); !ok {
-		return nil, 0, false
-	}
-	return b[i:next], next, true
-}
-
-// flatBool reads true or false at b[i].
-func flatBool(b []byte, i int) (v bool, next int, ok bool) {
-	switch {
-	case len(b)-i >= 4 && string(b[i:i+4]) == "true":
-		return true, i + 4, true
-	case len(b)-i >= 5 && string(b[i:i+5]) == "false":
-		return false, i + 5, true
-	}
-	return false, 0, false
-}
-
-// flatUint reads an unsigned integer at b[i]: digits without a leading
-// zero (or a lone 0), followed by a delimiter, at most 19 digits.
-func flatUint(b []byte, i int) (v uint64, next int, ok bool) {
-	j := i
-	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-		j++
-	}
-	if j == i || j-i > 19 || b[i] == '0' && j-i > 1 {
-		return 0, 0, false
-	}
-	if j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
-		return 0, 0, false
-	}
-	for _, c := range b[i:j] { // 19 digits fit in a uint64
-		v = v*10 + uint64(c-'0')
-	}
-	return v, j, true
+	return c, ok && seen != 0
 }

@@ -3,8 +3,6 @@ package bus
 import (
 	"reflect"
 	"testing"
-
-	fastjson "github.com/goccy/go-json"
 )
 
 var batchSeeds = []string{
@@ -39,17 +37,7 @@ func FuzzBatchFlat(f *testing.F) {
 
 func checkBatchFlat(t *testing.T, b []byte) {
 	t.Helper()
-	var flat Batch
-	if !decodeBatchFlat(b, &flat) {
-		return
-	}
-	var general Batch
-	if err := fastjson.Unmarshal(b, &general); err != nil {
-		t.Fatalf("the scanner took %q, which the general decoder refuses: %v", b, err)
-	}
-	if !reflect.DeepEqual(flat, general) {
-		t.Fatalf("%q:\nscanner %#v\ngeneral %#v", b, flat, general)
-	}
+	checkScanner(t, b, decodeBatchFlat)
 }
 
 // Which seeds the scanner takes (the plain forms, nothing else), and

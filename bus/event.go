@@ -574,70 +574,35 @@ func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true) }
 // decodeFlatData is decodeFlat; with check false, data is neither checked
 // to be JSON nor copied: e.Data is a slice of b (DecodeHead).
 func decodeFlatData(b []byte, e *Event, check bool) bool {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return false
-	}
-	var seen uint16
 	attrs := e.attrs()
 	var vals [nAttrs][]byte // the attributes that are not constants, in b
 	n := 0
-	for first := true; ; first = false {
-		i = skipSpace(b, i+1)
-		if i >= len(b) {
-			return false
-		}
-		if b[i] == '}' {
-			if first {
-				return false
-			}
-			break
-		}
-		if !first {
-			if b[i] != ',' {
-				return false
-			}
-			i = skipSpace(b, i+1)
-		}
-		key, next, ok := flatString(b, i)
-		if !ok {
-			return false
-		}
-		i = skipSpace(b, next)
-		if i >= len(b) || b[i] != ':' {
-			return false
-		}
-		i = skipSpace(b, i+1)
+	p := flatParser{b: b, unchecked: !check}
+	seen, ok := p.object(func(key []byte) uint16 {
 		slot := attrSlot(string(key))
-		if slot < 0 || seen&(1<<slot) != 0 {
-			return false
+		if slot < 0 {
+			return 0
 		}
-		seen |= 1 << slot
 		if slot == slotData {
-			end, ok := flatEnd(b, i, check)
+			v, ok := p.raw("{[")
 			if !ok {
-				return false
+				return 0
 			}
-			e.Data = b[i:end:end]
+			e.Data = v
 			if check {
-				e.Data = append(json.RawMessage(nil), e.Data...)
+				e.Data = append(json.RawMessage(nil), v...)
 			}
-			i = end - 1
-			continue
-		}
-		v, next, ok := flatString(b, i)
-		if !ok {
-			return false
-		}
-		if c, ok := knownValue(v, knownValues[slot]); ok {
+		} else if v, ok := p.plain(); !ok {
+			return 0
+		} else if c, ok := knownValue(v, knownValues[slot]); ok {
 			*attrs[slot] = c
 		} else {
 			vals[slot] = v
 			n += len(v)
 		}
-		i = next - 1
-	}
-	if skipSpace(b, i+1) != len(b) {
+		return 1 << slot
+	})
+	if !ok || seen == 0 || !p.end() {
 		return false
 	}
 	setStrings(attrs, &vals, n)
@@ -740,62 +705,6 @@ func knownValue(v []byte, consts []string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// flatString reads the JSON string at b[i]: printable ASCII without
-// escapes only. next is the index after its closing quote.
-func flatString(b []byte, i int) (s []byte, next int, ok bool) {
-	if i >= len(b) || b[i] != '"' {
-		return nil, 0, false
-	}
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return b[i+1 : j], j + 1, true
-		case c < 0x20 || c > 0x7e || c == '\\':
-			return nil, 0, false
-		}
-	}
-	return nil, 0, false
-}
-
-// flatValue finds the end of the JSON object or array at b[i] and checks
-// that it is valid JSON; end is the index after it.
-func flatValue(b []byte, i int) (end int, ok bool) { return flatEnd(b, i, true) }
-
-// flatEnd is flatValue, which checks the value only with check.
-func flatEnd(b []byte, i int, check bool) (end int, ok bool) {
-	if i >= len(b) || (b[i] != '{' && b[i] != '[') {
-		return 0, false
-	}
-	depth, in := 0, false
-	for j := i; j < len(b); j++ {
-		c := b[j]
-		switch {
-		case in:
-			if c == '\\' {
-				j++
-			} else if c == '"' {
-				in = false
-			}
-		case c == '"':
-			in = true
-		case c == '{' || c == '[':
-			depth++
-		case c == '}' || c == ']':
-			if depth--; depth == 0 {
-				return j + 1, !check || fastjson.Valid(b[i:j+1])
-			}
-		}
-	}
-	return 0, false
 }
 
 func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" }

@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"bytes"
 	"encoding/json"
 )
 
@@ -19,127 +18,81 @@ func (r *ExecRequest) FromEvent(e *Event, idOf ...string) error {
 	if len(e.Data) > 0 && execFlat(e.Data, r, idOf) {
 		return nil
 	}
-	d := new(ExecRequest) // not r: what DataAs decodes into escapes, and r may be on the stack
-	err := e.DataAs(d)
-	*r = *d
-	return err
+	return dataAs(e, r)
 }
 
-// The members of the exec data and of its call, as bits of what was seen.
+// The members of the exec data, as bits of what was seen.
 const (
 	execCall = 1 << iota
 	execUser
 	execContext
 	execAttempt
 	execState
-	callID
-	callName
-	callInput
 )
 
 // execFlat reads b into r when it has the plain form, reporting false
 // (r then holds anything) for every other input, valid or not.
 func execFlat(b []byte, r *ExecRequest, idOf []string) bool {
 	*r = ExecRequest{}
-	var seen int
 	p := flatParser{b: b}
-	return p.object(func(key []byte) bool {
-		bit := 0
+	_, ok := p.object(func(key []byte) uint16 {
 		var raw *json.RawMessage
+		var bit uint16
 		switch string(key) {
 		case "call":
-			bit = execCall
+			return execCall * b2u(callFlat(&p, &r.Call, idOf))
+		case "attempt":
+			n, ok := p.uint(9)
+			r.Attempt = int(n)
+			return execAttempt * b2u(ok)
 		case "user":
 			bit, raw = execUser, &r.User
 		case "context":
 			bit, raw = execContext, &r.Context
-		case "attempt":
-			bit = execAttempt
 		case "state":
 			bit, raw = execState, &r.State
 		default:
-			return false
+			return 0
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		switch bit {
-		case execCall:
-			return callFlat(&p, &r.Call, idOf)
-		case execAttempt:
-			d, ok := p.digits()
-			n, isInt := flatInt(d)
-			r.Attempt = n
-			return ok && isInt
-		}
-		v, ok := p.raw()
+		v, ok := p.raw(anyValue)
 		*raw = v
-		return ok
-	}) && p.end()
+		return bit * b2u(ok)
+	})
+	return ok && p.end()
+}
+
+// b2u is 1 for true, 0 for false: a member's bit times whether it was read.
+func b2u(ok bool) uint16 {
+	if ok {
+		return 1
+	}
+	return 0
 }
 
 // callFlat reads the call object at p into c.
 func callFlat(p *flatParser, c *Call, idOf []string) bool {
-	var seen int
-	return p.object(func(key []byte) bool {
-		bit := 0
+	_, ok := p.object(func(key []byte) uint16 {
+		if string(key) == "input" {
+			v, ok := p.raw(anyValue)
+			c.Input = v
+			return 4 * b2u(ok)
+		}
+		dst, bit := &c.ID, uint16(1)
 		switch string(key) {
 		case "id":
-			bit = callID
 		case "name":
-			bit = callName
-		case "input":
-			bit = callInput
+			dst, bit = &c.Name, 2
 		default:
-			return false
+			return 0
 		}
-		if seen&bit != 0 {
-			return false
+		s, ok := p.plain()
+		if !ok {
+			return 0
 		}
-		seen |= bit
-		if bit == callInput {
-			v, ok := p.raw()
-			c.Input = v
-			return ok
+		if *dst, ok = knownValue(s, idOf); !ok {
+			*dst = string(s)
 		}
-		s, ok := p.str()
-		if !ok || bytes.IndexByte(s, '\\') >= 0 {
-			return false
-		}
-		str := internedString(s, idOf)
-		if bit == callID {
-			c.ID = str
-		} else {
-			c.Name = str
-		}
-		return true
+		return bit
 	})
-}
-
-// internedString is s as a string: one of known when it spells it, else a
-// new one.
-func internedString(s []byte, known []string) string {
-	for _, k := range known {
-		if string(s) == k {
-			return k
-		}
-	}
-	return string(s)
-}
-
-// flatInt reads a JSON integer of at most 9 digits, without sign or
-// leading zeros (an attempt count): anything else reports false.
-func flatInt(b []byte) (int, bool) {
-	if len(b) == 0 || len(b) > 9 || (b[0] == '0' && len(b) > 1) {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, true
+	return ok
 }

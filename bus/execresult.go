@@ -15,10 +15,7 @@ func (xr *ExecResult) FromEvent(e *Event) error {
 	if decodeExecResultFlat(e.Data, xr) {
 		return nil
 	}
-	general := new(ExecResult) // not xr: the caller's stays on its stack
-	err := e.DataAs(general)
-	*xr = *general
-	return err
+	return dataAs(e, xr)
 }
 
 // flatBlock is a block of the plain form: its type and text, in the data.
@@ -37,35 +34,31 @@ func decodeExecResultFlat(b []byte, xr *ExecResult) bool {
 	var blocksBuf [4]flatBlock
 	blocks := blocksBuf[:0]
 	var meta, patch json.RawMessage
-	seen, end, ok := flatMembers(b, skipSpace(b, 0), func(key []byte, i int) (uint8, int, bool) {
+	p := flatParser{b: b}
+	seen, ok := p.object(func(key []byte) uint16 {
+		var ok bool
 		switch string(key) {
 		case "state":
-			v, next, ok := flatString(b, i)
-			state = v
-			return 1, next, ok
+			state, ok = p.plain()
+			return 1 * b2u(ok)
 		case "output":
-			next, ok := flatArray(b, i, func(i int) (int, bool) {
-				bl, next, ok := flatTextBlock(b, i)
+			return 2 * b2u(p.array(func() bool {
+				bl, ok := flatTextBlock(&p)
 				blocks = append(blocks, bl)
-				return next, ok
-			})
-			return 2, next, ok
+				return ok
+			}))
 		case "metadata":
-			next, ok := flatValue(b, i)
-			if ok {
-				meta = append(json.RawMessage(nil), b[i:next]...)
-			}
-			return 4, next, ok
+			v, ok := p.raw("{[")
+			meta = append(json.RawMessage(nil), v...)
+			return 4 * b2u(ok)
 		case "state_patch":
-			next, ok := flatValue(b, i)
-			if ok {
-				patch = append(json.RawMessage(nil), b[i:next]...)
-			}
-			return 8, next, ok
+			v, ok := p.raw("{[")
+			patch = append(json.RawMessage(nil), v...)
+			return 8 * b2u(ok)
 		}
-		return 0, 0, false
+		return 0
 	})
-	if !ok || skipSpace(b, end) != len(b) || seen&3 != 3 {
+	if !ok || !p.end() || seen&3 != 3 {
 		return false
 	}
 	// Every string that is not a constant, as slices of one new string.
@@ -90,20 +83,20 @@ func decodeExecResultFlat(b []byte, xr *ExecResult) bool {
 	return true
 }
 
-// flatTextBlock reads the block object at b[i]: a "type" and, optionally,
-// a "text", both plain strings. next is the index after it.
-func flatTextBlock(b []byte, i int) (bl flatBlock, next int, ok bool) {
-	seen, next, ok := flatMembers(b, i, func(key []byte, i int) (uint8, int, bool) {
-		v, next, ok := flatString(b, i)
+// flatTextBlock reads the block object at p: a "type" and, optionally, a
+// "text", both plain strings.
+func flatTextBlock(p *flatParser) (bl flatBlock, ok bool) {
+	seen, ok := p.object(func(key []byte) uint16 {
+		v, ok := p.plain()
 		switch string(key) {
 		case "type":
 			bl.typ = v
-			return 1, next, ok
+			return 1 * b2u(ok)
 		case "text":
 			bl.text = v
-			return 2, next, ok
+			return 2 * b2u(ok)
 		}
-		return 0, 0, false
+		return 0
 	})
-	return bl, next, ok && seen&1 != 0
+	return bl, ok && seen&1 != 0
 }

@@ -36,11 +36,18 @@ func FuzzExecResultFlat(f *testing.F) {
 
 func checkExecResultFlat(t *testing.T, b []byte) {
 	t.Helper()
-	var flat ExecResult
-	if !decodeExecResultFlat(b, &flat) {
+	checkScanner(t, b, decodeExecResultFlat)
+}
+
+// checkScanner fails when scan takes b and reads it otherwise than the
+// general decoder.
+func checkScanner[T any](t *testing.T, b []byte, scan func([]byte, *T) bool) {
+	t.Helper()
+	var flat T
+	if !scan(b, &flat) {
 		return
 	}
-	var general ExecResult
+	var general T
 	if err := fastjson.Unmarshal(b, &general); err != nil {
 		t.Fatalf("the scanner took %q, which the general decoder refuses: %v", b, err)
 	}

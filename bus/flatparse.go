@@ -1,18 +1,30 @@
 package bus
 
-import "strings"
+import (
+	"bytes"
+	"math"
+	"strings"
 
-// flatParser reads the plain JSON toolbus's senders write (ExecData,
-// ReplyData): objects, arrays, strings of printable ASCII with the
-// one-character escapes, integers, null, true and false. Each method
-// reports false at anything else, valid JSON or not: the caller then
-// leaves the input to a general decoder.
+	fastjson "github.com/goccy/go-json"
+)
+
+// flatParser reads the plain JSON toolbus's senders write (events,
+// the FromEvent of ExecRequest, Reply, ExecResult and Batch): objects, arrays,
+// strings of printable ASCII with the one-character escapes, integers,
+// null, true and false. Each method reports false at anything else, valid
+// JSON or not: the caller then leaves the input to a general decoder. It
+// reads in place and checks as it goes; nothing it does allocates.
 type flatParser struct {
-	b []byte
-	i int
+	b         []byte
+	i         int
+	unchecked bool // raw leaves objects and arrays unchecked (DecodeHead)
 }
 
-func (p *flatParser) skip() { p.i = skipSpace(p.b, p.i) }
+func (p *flatParser) skip() {
+	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+		p.i++
+	}
+}
 
 // take reads byte c after any whitespace.
 func (p *flatParser) take(c byte) bool {
@@ -39,24 +51,31 @@ func (p *flatParser) literal(w string) bool {
 	return false
 }
 
-// object reads {"key": value, ...}, member reading each value.
-func (p *flatParser) object(member func(key []byte) bool) bool {
+// object reads {"key": value, ...}: member reads the value of the member
+// named key and returns a bit naming the member, 0 to refuse it. A member
+// given twice is refused. seen has the bits of the members read.
+func (p *flatParser) object(member func(key []byte) uint16) (seen uint16, ok bool) {
 	if !p.take('{') {
-		return false
+		return 0, false
 	}
 	if p.take('}') {
-		return true
+		return 0, true
 	}
 	for {
 		key, ok := p.str()
-		if !ok || !p.take(':') || !member(key) {
-			return false
+		if !ok || !p.take(':') {
+			return 0, false
 		}
+		bit := member(key)
+		if bit == 0 || seen&bit != 0 {
+			return 0, false
+		}
+		seen |= bit
 		if p.take('}') {
-			return true
+			return seen, true
 		}
 		if !p.take(',') {
-			return false
+			return 0, false
 		}
 	}
 }
@@ -107,19 +126,34 @@ func (p *flatParser) str() ([]byte, bool) {
 	return nil, false
 }
 
-// digits reads the digits of a JSON integer without sign or fraction.
-func (p *flatParser) digits() ([]byte, bool) {
+// plain reads a string without escapes.
+func (p *flatParser) plain() ([]byte, bool) {
+	s, ok := p.str()
+	return s, ok && bytes.IndexByte(s, '\\') < 0
+}
+
+// uint reads a JSON integer of at most max digits that fits a uint64,
+// without sign, fraction or leading zeros.
+func (p *flatParser) uint(max int) (uint64, bool) {
 	p.skip()
 	j := p.i
 	for j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9' {
 		j++
 	}
-	if j == p.i || j < len(p.b) && (p.b[j] == '.' || p.b[j] == 'e' || p.b[j] == 'E') {
-		return nil, false
-	}
 	d := p.b[p.i:j]
+	if len(d) == 0 || len(d) > max || d[0] == '0' && len(d) > 1 ||
+		j < len(p.b) && (p.b[j] == '.' || p.b[j] == 'e' || p.b[j] == 'E') {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range d {
+		if n > (math.MaxUint64-uint64(c-'0'))/10 {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
 	p.i = j
-	return d, true
+	return n, true
 }
 
 // unescape is the byte a one-character escape \c stands for; 0 for none.
@@ -165,34 +199,71 @@ func unescapedLen(s []byte) int {
 	return n
 }
 
-// raw reads a value and returns it as it is in the data: an object or an
-// array (checked to be JSON), a string without escapes, null, true, false
-// or an integer of at most 9 digits.
-func (p *flatParser) raw() ([]byte, bool) {
+// raw reads a value whose first byte is one of kinds and returns it as it
+// is in the data: an object or an array (checked to be JSON unless
+// p.unchecked), a string without escapes, null, true, false or an integer
+// of at most 9 digits.
+func (p *flatParser) raw(kinds string) ([]byte, bool) {
 	p.skip()
 	start := p.i
-	if p.i >= len(p.b) {
+	if p.i >= len(p.b) || strings.IndexByte(kinds, p.b[p.i]) < 0 {
 		return nil, false
 	}
 	switch c := p.b[p.i]; {
 	case c == '{' || c == '[':
-		end, ok := flatValue(p.b, p.i)
+		end, ok := p.value()
 		if !ok {
 			return nil, false
 		}
 		p.i = end
 	case c == '"':
-		_, next, ok := flatString(p.b, p.i)
-		if !ok {
+		if _, ok := p.plain(); !ok {
 			return nil, false
 		}
-		p.i = next
 	case p.literal("null") || p.literal("true") || p.literal("false"):
 	default:
-		d, ok := p.digits()
-		if _, isInt := flatInt(d); !ok || !isInt {
+		if _, ok := p.uint(9); !ok {
 			return nil, false
 		}
 	}
 	return p.b[start:p.i:p.i], true
+}
+
+// anyValue is raw's kinds for every value it reads.
+const anyValue = `{["ntf0123456789`
+
+// value finds the end of the JSON object or array at p.i; end is the
+// index after it.
+func (p *flatParser) value() (end int, ok bool) {
+	depth, in := 0, false
+	for j := p.i; j < len(p.b); j++ {
+		c := p.b[j]
+		switch {
+		case in:
+			if c == '\\' {
+				j++
+			} else if c == '"' {
+				in = false
+			}
+		case c == '"':
+			in = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth--; depth == 0 {
+				return j + 1, p.unchecked || fastjson.Valid(p.b[p.i:j+1])
+			}
+		}
+	}
+	return 0, false
+}
+
+// dataAs is e.DataAs(r) for a plain-form reader's fallback, through a new
+// T: what DataAs decodes into escapes to the heap, and r, the caller's,
+// may be on its stack.
+func dataAs[T any](e *Event, r *T) error {
+	d := new(T)
+	err := e.DataAs(d)
+	*r = *d
+	return err
 }

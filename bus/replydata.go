@@ -1,10 +1,6 @@
 package bus
 
-import (
-	"bytes"
-	"strconv"
-	"strings"
-)
+import "strings"
 
 // FromEvent decodes e's data, an io.toolbus.call.reply's, into r as
 // DataAs does, with the same result and the same errors. The plain reply
@@ -18,10 +14,7 @@ func (r *Reply) FromEvent(e *Event) error {
 	if len(e.Data) > 0 && replyFlat(e.Data, r) {
 		return nil
 	}
-	d := new(Reply) // not r: what DataAs decodes into escapes
-	err := e.DataAs(d)
-	*r = *d
-	return err
+	return dataAs(e, r)
 }
 
 // Bounds of the flat read: a reply with more results or blocks is read
@@ -50,39 +43,23 @@ func replyFlat(b []byte, r *Reply) bool {
 	var f flatReply
 	p := flatParser{b: b}
 	var rev uint64
-	var seenResults, seenParked, seenRev, parked bool
-	ok := p.object(func(key []byte) bool {
+	var parked bool
+	seen, ok := p.object(func(key []byte) uint16 {
+		var ok bool
 		switch string(key) {
 		case "results":
-			if seenResults {
-				return false
-			}
-			seenResults = true
-			return p.array(func() bool { return f.result(&p) })
+			return 1 * b2u(p.array(func() bool { return f.result(&p) }))
 		case "parked":
-			if seenParked {
-				return false
-			}
-			seenParked = true
 			if p.literal("null") {
-				return true
+				return 2
 			}
 			parked = true
-			return p.array(func() bool { return false }) // only an empty list
+			return 2 * b2u(p.array(func() bool { return false })) // only an empty list
 		case "sessionrev":
-			if seenRev {
-				return false
-			}
-			seenRev = true
-			n, ok := p.digits()
-			if !ok {
-				return false
-			}
-			v, err := strconv.ParseUint(string(n), 10, 64)
-			rev = v
-			return err == nil && (n[0] != '0' || len(n) == 1)
+			rev, ok = p.uint(20)
+			return 4 * b2u(ok)
 		}
-		return false
+		return 0
 	})
 	if !ok || !p.end() {
 		return false
@@ -91,7 +68,7 @@ func replyFlat(b []byte, r *Reply) bool {
 	if parked {
 		r.Parked = []Parked{}
 	}
-	if seenResults {
+	if seen&1 != 0 {
 		f.fill(r)
 	}
 	return true
@@ -103,10 +80,9 @@ func (f *flatReply) result(p *flatParser) bool {
 		return false
 	}
 	res := &f.results[f.nres]
-	var seen int
-	ok := p.object(func(key []byte) bool {
+	seen, ok := p.object(func(key []byte) uint16 {
 		var dst *[]byte
-		bit := 0
+		var bit uint16
 		switch string(key) {
 		case "id":
 			dst, bit = &res.id, 1
@@ -115,21 +91,14 @@ func (f *flatReply) result(p *flatParser) bool {
 		case "state":
 			dst, bit = &res.state, 4
 		case "output":
-			bit = 8
+			return 8 * b2u(p.array(func() bool { return f.block(p) }))
 		default:
-			return false
+			return 0
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		if dst == nil {
-			return p.array(func() bool { return f.block(p) })
-		}
-		s, ok := p.str()
+		s, ok := p.plain() // written as they are (fill)
 		*dst = s
 		f.size += len(s)
-		return ok && bytes.IndexByte(s, '\\') < 0 // written as they are (fill)
+		return bit * b2u(ok)
 	})
 	// goccy leaves a member that is absent as it is: nil output, "" ids.
 	if !ok || seen&8 == 0 {
@@ -145,27 +114,17 @@ func (f *flatReply) block(p *flatParser) bool {
 	if f.nblock == flatBlocks {
 		return false
 	}
-	var seen int
-	ok := p.object(func(key []byte) bool {
+	seen, ok := p.object(func(key []byte) uint16 {
+		s, ok := p.str()
 		switch string(key) {
 		case "type":
-			if seen&1 != 0 {
-				return false
-			}
-			seen |= 1
-			s, ok := p.str()
-			return ok && string(s) == BlockText
+			return 1 * b2u(ok && string(s) == BlockText)
 		case "text":
-			if seen&2 != 0 {
-				return false
-			}
-			seen |= 2
-			s, ok := p.str()
 			f.texts[f.nblock] = s
 			f.size += len(s)
-			return ok
+			return 2 * b2u(ok)
 		}
-		return false
+		return 0
 	})
 	if !ok || seen != 3 {
 		return false

@@ -15,8 +15,8 @@ import (
 )
 
 // The reply inboxes against a server: each case answers the requests
-// its own way and checks what request returns, and that the inbox is
-// kept for the next request or let go.
+// its own way and checks what request returns, and that the reply
+// subscription is kept for the next request.
 func TestRepliesRequest(t *testing.T) {
 	s := testkit.RunServer(t)
 	for _, tc := range []struct {
@@ -49,17 +49,16 @@ func TestRepliesRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range 3 { // the inbox serves the next request too
+			for i := range 3 { // the subscription serves the next request too
 				ctx, cancel := context.WithTimeout(t.Context(), tc.timeout)
 				m, err := r.request(ctx, "svc", e, false)
 				cancel()
 				if !errors.Is(err, tc.err) || err == nil && string(m.Data) != tc.want {
 					t.Fatalf("request %d: %v, %v; want %q, %v", i, m, err, tc.want, tc.err)
 				}
-				if len(r.idle) != 1 {
-					t.Fatalf("request %d: %d inboxes kept, want 1", i, len(r.idle))
+				if n := nc.NumSubscriptions(); n != 1 {
+					t.Fatalf("request %d: %d subscriptions kept, want 1", i, n)
 				}
-				// (r.idle is read without the lock: no request is under way.)
 			}
 		})
 	}
@@ -94,25 +93,53 @@ func TestRepliesClosed(t *testing.T) {
 	}
 }
 
-// TestRepliesKeepsAtMost: inboxes past maxIdleInboxes are unsubscribed.
+// TestRepliesKeepsAtMost: requests under way at once share one reply
+// subscription (the bound on what a Client keeps subscribed), and each
+// gets its own reply.
 func TestRepliesKeepsAtMost(t *testing.T) {
-	nc := testkit.Connect(t, testkit.RunServer(t))
+	s := testkit.RunServer(t)
+	nc, srv := testkit.Connect(t, s), testkit.Connect(t, s)
+	const n = 64
+	held := make(chan *nats.Msg, n)
+	if _, err := srv.Subscribe("svc", func(m *nats.Msg) { held <- m }); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	r := newReplies(nc)
-	var ins []*inbox
-	for range maxIdleInboxes + 2 {
-		in, err := r.get()
+	done := make(chan error, n)
+	for i := range n {
+		go func() {
+			e, err := bus.NewEvent(bus.TypeAdmin, "test", map[string]int{"i": i})
+			if err == nil {
+				var m *nats.Msg
+				if m, err = r.request(t.Context(), "svc", e, false); err == nil && string(m.Data) != string(e.Data) {
+					err = fmt.Errorf("request %d: reply %s", i, m.Data)
+				}
+			}
+			done <- err
+		}()
+	}
+	var ms []*nats.Msg
+	for range n {
+		ms = append(ms, testkit.Recv(t, held, 5*time.Second, "a request"))
+	}
+	if got := nc.NumSubscriptions(); got != 1 {
+		t.Fatalf("%d requests under way on %d subscriptions, want 1", n, got)
+	}
+	for _, m := range ms {
+		e, err := bus.Decode(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ins = append(ins, in)
+		_ = srv.Publish(m.Reply, e.Data)
 	}
-	for _, in := range ins {
-		r.put(in)
+	for range n {
+		if err := testkit.Recv(t, done, 5*time.Second, "a reply"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if len(r.idle) != maxIdleInboxes || ins[len(ins)-1].sub.IsValid() || !ins[0].sub.IsValid() {
-		t.Fatalf("%d kept; last valid %v, first %v", len(r.idle), ins[len(ins)-1].sub.IsValid(), ins[0].sub.IsValid())
-	}
-	testkit.Recv(t, ins[len(ins)-1].gone, time.Second, "the unsubscribed inbox's end")
 }
 
 // TestClientLetGo: a Client let go without Close leaves no reply

@@ -287,33 +287,14 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 // no other call. The errors are nats.go's request's: ctx's,
 // ErrNoResponders for the server's 503, ErrConnectionClosed.
 func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*nats.Msg, error) {
-	if err := ctx.Err(); err != nil { // nothing is sent for a call that ended
-		return nil, err
-	}
-	w, err := x.replies.Await(0)
-	if err != nil {
-		return nil, err
-	}
-	x.sendExec(tool, e, func(m *nats.Msg) {
-		m.Reply = w.Inbox()
-		err = x.replies.Conn().PublishMsg(m)
-		m.Reply = ""
+	return x.replies.Request(ctx, func(inbox string) (err error) {
+		x.sendExec(tool, e, func(m *nats.Msg) {
+			m.Reply = inbox
+			err = x.replies.Conn().PublishMsg(m)
+			m.Reply = ""
+		})
+		return err
 	})
-	if err != nil {
-		x.replies.Done(w, false)
-		return nil, err
-	}
-	resp := w.Wait(ctx, 0)
-	x.replies.Done(w, resp != nil)
-	switch {
-	case resp == nil && ctx.Err() != nil:
-		return nil, ctx.Err()
-	case resp == nil:
-		return nil, nats.ErrConnectionClosed
-	case len(resp.Data) == 0 && resp.Header.Get("Status") == "503":
-		return nil, nats.ErrNoResponders
-	}
-	return resp, nil
 }
 
 // sendExec calls send with the message of exec event e to tool's queue

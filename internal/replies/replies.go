@@ -4,7 +4,8 @@
 // that registered its inbox (a map lookup and a send on a pooled channel,
 // inline in the callback: no goroutine per reply). It is what a KV's
 // compare-and-set writes and a publisher's acknowledgements wait on
-// (package store), and the router's exec requests (router/exec.go).
+// (package store), the router's exec requests (router/exec.go) and a
+// client's (client/inbox.go).
 //
 // Against nats.go's own request (one shared response subscription too),
 // a wait here takes no channel of its own (pooled), no registration under
@@ -41,8 +42,10 @@ type Mux struct {
 	seq     uint64
 	waiting map[string]*Wait
 	idle    chan struct{} // closed once nothing is awaited (Flush)
-	closed  bool          // EndOnClose: the connection closed; no wait registers
+	closed  bool          // EndOnClose: the connection closed, or Close; no wait registers
 	free    sync.Pool
+	sub     *nats.Subscription
+	status  chan nats.Status // what endOn reads (Reset, EndOnClose)
 }
 
 // Options say how a Mux's waits end besides their reply.
@@ -124,6 +127,37 @@ func (a *Mux) Await(max int) (*Wait, error) {
 	return w, nil
 }
 
+// Request sends a request with send, which publishes it with the reply
+// subject inbox, and waits for its reply until ctx ends, as
+// nats.Conn.RequestMsgWithContext does, with its errors: ctx's,
+// nats.ErrNoResponders for the server's 503, nats.ErrConnectionClosed when
+// the connection closes under it (EndOnClose). Nothing is sent once ctx
+// has ended.
+func (a *Mux) Request(ctx context.Context, send func(inbox string) error) (*nats.Msg, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w, err := a.Await(0)
+	if err != nil {
+		return nil, err
+	}
+	if err := send(w.inbox); err != nil {
+		a.Done(w, false)
+		return nil, err
+	}
+	resp := w.Wait(ctx, 0)
+	a.Done(w, resp != nil)
+	switch {
+	case resp == nil && ctx.Err() != nil:
+		return nil, ctx.Err()
+	case resp == nil:
+		return nil, nats.ErrConnectionClosed
+	case len(resp.Data) == 0 && resp.Header.Get("Status") == "503":
+		return nil, nats.ErrNoResponders
+	}
+	return resp, nil
+}
+
 // newInbox is an inbox no wait has now, built in buf. a.mu is held.
 func (a *Mux) newInbox(buf []byte) string {
 	for {
@@ -145,7 +179,7 @@ func (a *Mux) subscribe() {
 		return
 	}
 	a.prefix = a.nc.NewInbox() + "."
-	_, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver)
+	a.sub, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver)
 	if a.err != nil {
 		return
 	}
@@ -154,7 +188,25 @@ func (a *Mux) subscribe() {
 		status = append(status, nats.RECONNECTING)
 	}
 	if a.opts.Reset || a.opts.EndOnClose {
-		go a.endOn(a.nc.StatusChanged(append(status, nats.CLOSED)...))
+		a.status = a.nc.StatusChanged(append(status, nats.CLOSED)...)
+		go a.endOn(a.status)
+	}
+}
+
+// Unsubscribe unsubscribes the Mux and ends its watch of the connection's
+// status (what a Client let go without Close leaves behind); Await then
+// fails with nats.ErrConnectionClosed, and the waits under way wait out
+// their bounds.
+func (a *Mux) Unsubscribe() {
+	a.once.Do(func() {}) // no subscription from now on
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	if a.sub != nil {
+		_ = a.sub.Unsubscribe()
+	}
+	if a.status != nil {
+		a.nc.RemoveStatusListener(a.status)
 	}
 }
 
