@@ -166,7 +166,7 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
 		r.reject(m, bus.Errorf(bus.CodeUnavailable, "consumer for %s: %v", f.what, err))
 		return
 	}
-	ready := bus.ReplayReady{Stream: f.stream.CachedInfo().Config.Name, Consumer: cfg.Name, Idle: replayIdle.String()}
+	ready := bus.ReplayReady{Stream: f.stream.CachedInfo().Config.Name, Consumer: cfg.Name, Idle: replayIdle.String(), Heartbeat: true}
 	r.respond(m, f.ready, ready, "consumer reply")
 }
 
@@ -178,11 +178,9 @@ func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) {
 		r.reject(m, err)
 		return
 	}
-	if q.Batch == 0 {
-		q.Batch = defaultBatch
-	}
-	if q.Batch < 0 || q.Batch > bus.MaxConsumerBatch || q.ExpiresMS < 0 || q.ExpiresMS > bus.MaxConsumerWaitMS {
-		r.reject(m, bus.Errorf(bus.CodeBadRequest, "batch must be 1 to %d and expires_ms 0 to %d", bus.MaxConsumerBatch, bus.MaxConsumerWaitMS))
+	pull, err := pullOf(&q)
+	if err != nil {
+		r.reject(m, err)
 		return
 	}
 	if m.Reply == "" {
@@ -197,16 +195,39 @@ func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) {
 		r.relayHandoff(m, c, q, *f.want)
 		return
 	}
-	stream := c.CachedInfo().Stream
-	pull := struct {
-		Batch   int           `json:"batch"`
-		Expires time.Duration `json:"expires,omitempty"`
-		NoWait  bool          `json:"no_wait,omitempty"`
-	}{Batch: q.Batch, Expires: time.Duration(q.ExpiresMS) * time.Millisecond, NoWait: q.ExpiresMS == 0}
 	body, _ := json.Marshal(pull)
+	stream := c.CachedInfo().Stream
 	if err := r.nc.PublishMsg(&nats.Msg{Subject: jsAPI + "CONSUMER.MSG.NEXT." + stream + "." + q.Consumer, Reply: m.Reply, Data: body}); err != nil {
 		r.reject(m, bus.Errorf(bus.CodeUnavailable, "pull from %s: %v", q.Consumer, err))
 	}
+}
+
+// jsPull is the JetStream pull request (nats-server's
+// JSApiConsumerGetNextRequest) a relayed pull sends.
+type jsPull struct {
+	Batch     int           `json:"batch"`
+	Expires   time.Duration `json:"expires,omitempty"`
+	NoWait    bool          `json:"no_wait,omitempty"`
+	Heartbeat time.Duration `json:"idle_heartbeat,omitempty"`
+}
+
+// pullOf checks q's bounds (docs/protocol.md 3.4), fills in its default
+// batch and returns the JetStream pull it asks for. A heartbeat must leave
+// room for two in the wait (nats-server refuses more) and be no shorter
+// than bus.MinConsumerHeartbeatMS, so that a pull costs at most 60 of them
+// (docs/security.md).
+func pullOf(q *bus.ConsumerNext) (jsPull, error) {
+	if q.Batch == 0 {
+		q.Batch = defaultBatch
+	}
+	if q.Batch < 0 || q.Batch > bus.MaxConsumerBatch || q.ExpiresMS < 0 || q.ExpiresMS > bus.MaxConsumerWaitMS {
+		return jsPull{}, bus.Errorf(bus.CodeBadRequest, "batch must be 1 to %d and expires_ms 0 to %d", bus.MaxConsumerBatch, bus.MaxConsumerWaitMS)
+	}
+	if q.HeartbeatMS != 0 && (q.HeartbeatMS < bus.MinConsumerHeartbeatMS || 2*q.HeartbeatMS > q.ExpiresMS) {
+		return jsPull{}, bus.Errorf(bus.CodeBadRequest, "heartbeat_ms must be %d to half of expires_ms (%d), or absent", bus.MinConsumerHeartbeatMS, q.ExpiresMS)
+	}
+	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	return jsPull{Batch: q.Batch, Expires: ms(q.ExpiresMS), NoWait: q.ExpiresMS == 0, Heartbeat: ms(q.HeartbeatMS)}, nil
 }
 
 // stop deletes a consumer of f.
@@ -338,6 +359,10 @@ const (
 // skipped, so one pull may fetch many times.
 func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) string {
 	deadline := time.Now().Add(time.Duration(q.ExpiresMS) * time.Millisecond)
+	slice, beat := handoffSlice, time.Duration(q.HeartbeatMS)*time.Millisecond
+	if beat > 0 {
+		slice = min(slice, beat) // a heartbeat after each slice that sent nothing
+	}
 	for sent := 0; sent < q.Batch; {
 		if ctx.Err() != nil {
 			return "409" // drained: the follower asks another router
@@ -354,11 +379,12 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 			if left < minHandoffWait {
 				return "408"
 			}
-			batch, err = c.Fetch(ask, jetstream.FetchMaxWait(min(left, handoffSlice)))
+			batch, err = c.Fetch(ask, jetstream.FetchMaxWait(min(left, slice)))
 		}
 		if err != nil {
 			return "409"
 		}
+		before := sent
 		got, lost := 0, false
 		for msg := range batch.Messages() {
 			got++
@@ -384,7 +410,12 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 		case got < ask && q.ExpiresMS == 0:
 			return "404"
 		} // fewer than asked with a wait: the next fetch waits for what is left of it
-
+		if beat > 0 && sent == before && time.Until(deadline) >= minHandoffWait {
+			// An idle heartbeat, as JetStream sends a pull that asked for
+			// one (docs/protocol.md 6.2, 1.9): the follower knows the pull
+			// is alive.
+			_ = r.nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header{"Status": {"100"}, "Description": {"Idle Heartbeat"}}})
+		}
 	}
 	return ""
 }
