@@ -268,9 +268,7 @@ func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 	if !bus.ValidConsumerName(f.kind, name) {
 		return nil, refused
 	}
-	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
-	defer cancel()
-	c, err := f.stream.Consumer(ctx, name)
+	c, err := lookup(r.base, f.stream, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, refused
 	}
@@ -283,6 +281,61 @@ func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 		return nil, refused
 	}
 	return c, nil
+}
+
+// Bounds of a consumer lookup: each try waits lookupTry for an answer, and
+// a consumer without a leader is looked up again every leaderPause, for at
+// most lookupTry; 10 s in all.
+const (
+	lookupTry   = 2 * time.Second
+	leaderPause = 100 * time.Millisecond
+	lookupAll   = 10 * time.Second
+)
+
+// errLeaderless is a consumer that has had no leader for lookupTry.
+var errLeaderless = errors.New("the consumer has no leader")
+
+// lookup is stream's consumer name, looked up again where nats-server
+// leaves a lookup unanswered or its pulls unheard: no server answers the
+// CONSUMER.INFO of a consumer between two leaders (a leader change, a new
+// consumer's first moments on a cluster), and one that has no leader yet
+// is described by a member whose answer names none; a pull relayed then
+// would reach no one (docs/protocol.md 3.4, 1.9). So a follower of 1.8,
+// which cannot tell, gets its pull relayed later or a refusal it acts on,
+// rather than silence.
+func lookup(base context.Context, stream jetstream.Stream, name string) (jetstream.Consumer, error) {
+	ctx, cancel := context.WithTimeout(base, lookupAll)
+	defer cancel()
+	var leaderless time.Time
+	for {
+		try, stop := context.WithTimeout(ctx, lookupTry)
+		c, err := stream.Consumer(try, name)
+		stop()
+		switch {
+		case err == nil && led(c):
+			return c, nil
+		case err == nil:
+			if leaderless.IsZero() {
+				leaderless = time.Now()
+			} else if time.Since(leaderless) >= lookupTry {
+				return nil, errLeaderless
+			}
+			if err := bus.Sleep(ctx, leaderPause); err != nil {
+				return nil, errLeaderless
+			}
+		case (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) && ctx.Err() == nil:
+			// Unanswered: ask again.
+		default:
+			return nil, err
+		}
+	}
+}
+
+// led reports whether c's description names a leader, or is of a single
+// server's consumer (no cluster information).
+func led(c jetstream.Consumer) bool {
+	cl := c.CachedInfo().Cluster
+	return cl == nil || cl.Leader != ""
 }
 
 // maxHandoffPulls bounds the handoff pulls one router relays at once.
