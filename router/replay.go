@@ -87,6 +87,7 @@ type replays struct {
 	work   func(func(context.Context)) bool // runs a relayed pull as tracked work; false once draining
 	limit  replayLimit
 	bound  func(session string) bool // whether a session has its own agent user (nil: open router)
+	heard  heard                     // consumers whose pull subject this router's server knows
 }
 
 // feed is what a request subject grants: consumers of stream filtered on
@@ -191,13 +192,17 @@ func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) {
 		r.reject(m, err)
 		return
 	}
+	subject := jsAPI + "CONSUMER.MSG.NEXT." + c.CachedInfo().Stream + "." + q.Consumer
+	if !r.heard.listens(r.base, r.nc, subject) {
+		r.reject(m, bus.Errorf(bus.CodeUnavailable, "consumer %s takes no pulls now; ask for another", q.Consumer))
+		return
+	}
 	if f.want != nil {
 		r.relayHandoff(m, c, q, *f.want)
 		return
 	}
 	body, _ := json.Marshal(pull)
-	stream := c.CachedInfo().Stream
-	if err := r.nc.PublishMsg(&nats.Msg{Subject: jsAPI + "CONSUMER.MSG.NEXT." + stream + "." + q.Consumer, Reply: m.Reply, Data: body}); err != nil {
+	if err := r.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: m.Reply, Data: body}); err != nil {
 		r.reject(m, bus.Errorf(bus.CodeUnavailable, "pull from %s: %v", q.Consumer, err))
 	}
 }
@@ -336,6 +341,84 @@ func lookup(base context.Context, stream jetstream.Stream, name string) (jetstre
 func led(c jetstream.Consumer) bool {
 	cl := c.CachedInfo().Cluster
 	return cl == nil || cl.Leader != ""
+}
+
+// Bounds of the wait for a consumer's pull subject (heard.listens).
+const (
+	listenWait  = 2 * time.Second
+	listenPause = 50 * time.Millisecond
+	maxHeard    = 4096
+)
+
+// probePull is a pull request JetStream refuses (400: a heartbeat longer
+// than half its wait) before it looks at the consumer's messages or its
+// waiting pulls: asked of a consumer, it takes nothing and changes nothing.
+var probePull = []byte(`{"batch":1,"expires":1000,"idle_heartbeat":1000000}`)
+
+// heard remembers the pull subjects this router's server was seen to have
+// interest in, for replayIdle. The zero value is ready.
+//
+// A router relays a pull with the follower's reply subject, so when its
+// server knows no interest in the pull subject yet (a consumer made moments
+// ago on a cluster, its leader's subscription still on its way over the
+// routes), nats-server answers "no responders" to no one, and the follower
+// hears nothing (docs/protocol.md 3.4, 1.9; test/embedded
+// TestRelayedPullRaceOnCluster saw it in 2 to 4 pulls of 300). So before a
+// consumer's first relay a router asks probePull on its own inbox: any
+// answer but 503 is the consumer leader's, and the pulls relayed after it
+// from this connection go where it went.
+type heard struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+// listens reports whether subject has interest on nc's server, probing
+// every listenPause for at most listenWait unless it was seen within
+// replayIdle; it reports true when a probe goes unanswered (the relay's
+// own heartbeats tell the follower then).
+func (h *heard) listens(base context.Context, nc *nats.Conn, subject string) bool {
+	now := time.Now()
+	h.mu.Lock()
+	t, ok := h.seen[subject]
+	h.mu.Unlock()
+	if ok && now.Sub(t) < replayIdle {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(base, listenWait)
+	defer cancel()
+	for {
+		resp, err := nc.RequestWithContext(ctx, subject, probePull)
+		switch {
+		case err == nil && resp.Header.Get("Status") != "503":
+			h.note(subject, time.Now())
+			return true
+		case err != nil && !errors.Is(err, nats.ErrNoResponders):
+			return true // unanswered, or the router stops: relay, and let the heartbeats tell
+		}
+		if bus.Sleep(ctx, listenPause) != nil {
+			return false
+		}
+	}
+}
+
+// note records subject as heard at now, forgetting what is older than
+// replayIdle once more than maxHeard are kept.
+func (h *heard) note(subject string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen = map[string]time.Time{}
+	}
+	if len(h.seen) >= maxHeard {
+		for s, t := range h.seen {
+			if now.Sub(t) >= replayIdle {
+				delete(h.seen, s)
+			}
+		}
+	}
+	if len(h.seen) < maxHeard {
+		h.seen[subject] = now
+	}
 }
 
 // maxHandoffPulls bounds the handoff pulls one router relays at once.

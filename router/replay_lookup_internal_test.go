@@ -8,7 +8,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // lookupStream answers CONSUMER.INFO as a script says, one answer a try:
@@ -83,5 +86,58 @@ func TestLookup(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestHeardListens: before a consumer's first relayed pull a router waits
+// until its server knows the pull subject (a probe answered by anyone but
+// nats-server's 503 "no responders"), at most listenWait; it remembers a
+// subject it heard (docs/protocol.md 3.4, 1.9).
+func TestHeardListens(t *testing.T) {
+	nc := testkit.Connect(t, testkit.RunServer(t))
+	var probes atomic.Int32
+	answer := func(subject string) *nats.Subscription {
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+			probes.Add(1)
+			if string(m.Data) != string(probePull) {
+				t.Errorf("probe %s", m.Data)
+			}
+			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{"Status": {"400"}, "Description": {"Bad Request - heartbeat value too large"}}})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sub
+	}
+	var h heard
+
+	answer("next.a")
+	if !h.listens(t.Context(), nc, "next.a") || !h.listens(t.Context(), nc, "next.a") || probes.Load() != 1 {
+		t.Fatalf("a listening subject: %d probes, want 1 (then remembered)", probes.Load())
+	}
+
+	start := time.Now()
+	if h.listens(t.Context(), nc, "next.nobody") {
+		t.Fatal("a subject nobody listens to was heard")
+	}
+	if took := time.Since(start); took < listenWait {
+		t.Fatalf("gave up after %v, want %v", took, listenWait)
+	}
+
+	// Interest that comes while the router waits is found.
+	done := make(chan bool)
+	go func() { done <- h.listens(t.Context(), nc, "next.late") }()
+	answer("next.late")
+	if !<-done {
+		t.Fatal("a subject that came to be heard was not")
+	}
+
+	// A subject that has interest but no answer is relayed to: the
+	// follower's heartbeats tell.
+	if _, err := nc.Subscribe("next.silent", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if !h.listens(t.Context(), nc, "next.silent") {
+		t.Fatal("an unanswered probe refused the relay")
 	}
 }
