@@ -276,6 +276,38 @@ async def test_follower_pulls_again_when_a_pull_is_lost(router, client, session)
             await sub.unsubscribe()
 
 
+async def test_idle_follower_keeps_its_consumer(router, client, session, monkeypatch):
+    """Heartbeats reach the Python follower: an idle replay (nothing new stored) keeps its consumer, pulling
+    again only when each pull's wait ends (a 408), never after QUIET. A pass-through hop notes each pull."""
+    monkeypatch.setattr(follow, "WAIT", 2.0)
+    monkeypatch.setattr(follow, "BEAT", 0.5)
+    monkeypatch.setattr(follow, "QUIET", 1.0)
+    prefix = unique("pyidle").lower()
+    loop = asyncio.get_running_loop()
+    pulls: list[tuple[float, str]] = []
+
+    async def forward(m: Any) -> None:
+        e = ev.decode(m.data, m.headers)
+        if e.type == ev.TYPE_CONSUMER_NEXT:
+            pulls.append((loop.time(), e.data["consumer"]))
+        await client.nc.publish("toolbus." + m.subject[len(prefix) + 1:], m.data, reply=m.reply, headers=m.headers)
+
+    sub = await client.nc.subscribe(f"{prefix}.replay.>", cb=forward)
+    try:
+        await client.nc.flush()
+        await echo(client, session, "t1", "stored")
+        hop = toolbus.Client(client.nc, prefix=prefix, source="pytest")
+        async with hop.replay(session) as stored:
+            await stored.until(ev.TYPE_BATCH_DONE, reply_id="t1")
+            await bounded(lambda: len(pulls) >= 4, 30)
+        names = {name for _, name in pulls}
+        gaps = [b[0] - a[0] for a, b in zip(pulls[1:], pulls[2:])]  # between idle pulls: each waited WAIT
+        assert len(names) == 1, pulls
+        assert all(g >= 1.5 for g in gaps), gaps
+    finally:
+        await sub.unsubscribe()
+
+
 async def bounded(cond: Any, within: float) -> None:
     """Bounded polling for a condition the test cannot be told about."""
     loop = asyncio.get_running_loop()

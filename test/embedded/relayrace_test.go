@@ -76,8 +76,11 @@ func TestRelayedPullRaceOnCluster(t *testing.T) {
 			if early {
 				inbox, sub = subscribe()
 			}
-			if _, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Name: name, AckPolicy: jetstream.AckNonePolicy, Replicas: 3, InactiveThreshold: 10 * time.Second}); err != nil {
-				t.Fatal(err)
+			mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err := st.CreateConsumer(mctx, jetstream.ConsumerConfig{Name: name, AckPolicy: jetstream.AckNonePolicy, Replicas: 3, InactiveThreshold: 10 * time.Second})
+			cancel()
+			if err != nil {
+				t.Fatalf("consumer %d: %v", i, err)
 			}
 			if !early {
 				inbox, sub = subscribe()
