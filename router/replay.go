@@ -386,14 +386,19 @@ func (h *heard) listens(base context.Context, nc *nats.Conn, subject string) boo
 	}
 	ctx, cancel := context.WithTimeout(base, listenWait)
 	defer cancel()
+	nobody := false // a probe was answered "no responders"
 	for {
 		resp, err := nc.RequestWithContext(ctx, subject, probePull)
 		switch {
 		case err == nil && resp.Header.Get("Status") != "503":
 			h.note(subject, time.Now())
 			return true
-		case err != nil && !errors.Is(err, nats.ErrNoResponders):
-			return true // unanswered, or the router stops: relay, and let the heartbeats tell
+		case err == nil || errors.Is(err, nats.ErrNoResponders):
+			nobody = true
+		default:
+			// Unanswered until the wait ended, or the router stops: relay
+			// (the follower's heartbeats tell), unless nobody listened.
+			return !nobody
 		}
 		if bus.Sleep(ctx, listenPause) != nil {
 			return false
