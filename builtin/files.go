@@ -35,13 +35,24 @@ const (
 )
 
 // Files serves the file tools in one base directory. Create it with
-// NewFiles. Every access goes through an os.Root opened on the base
-// directory, so no path, symlink (dangling or not, made by whoever) or
-// race can reach outside it; the resolver only gives the refusals their
-// words and the read records their keys.
-type Files struct {
+// NewFiles. A path is resolved first (its symlinks followed as the
+// permission rules follow them, refused if it leaves the base directory);
+// the checks judge the result, which is then opened relative to the base
+// directory following no symlink at all (open: openat2 on Linux), so a
+// directory swapped for a link in between is refused, not followed.
+// Elsewhere the open goes through an os.Root opened on the base
+// directory, which no path, symlink or race can leave.
+type Files struct{ tree }
+
+// tree is the base directory as the file tools see it: where their paths
+// resolve (resolveIn: symlinks followed as the permission rules follow
+// them) and how the results are opened (open, stat, mkdirs, readDir:
+// following no symlink on Linux, beneath_linux.go; through the os.Root
+// elsewhere).
+type tree struct {
 	base string   // absolute, symlinks resolved
-	root *os.Root // every file access goes through it
+	root *os.Root // the base directory: Lstat, and every open but on Linux
+	fd   int      // the base directory's descriptor (Linux; -1 elsewhere)
 }
 
 // NewFiles returns the file tools confined to dir.
@@ -61,7 +72,12 @@ func NewFiles(dir string) (*Files, error) {
 	if err != nil {
 		return nil, fmt.Errorf("builtin: workdir: %w", err)
 	}
-	return &Files{base: real, root: root}, nil
+	fd, err := openBase(real)
+	if err != nil {
+		root.Close()
+		return nil, fmt.Errorf("builtin: workdir: %w", err)
+	}
+	return &Files{tree{base: real, root: root, fd: fd}}, nil
 }
 
 // Base returns the base directory (absolute, symlinks resolved).
@@ -73,9 +89,9 @@ func refused(format string, args ...any) error { return fmt.Errorf(format, args.
 // resolve turns a path of the input into a path relative to the base
 // directory with every symlink that exists resolved (a missing tail is
 // kept as written), refusing anything that leaves the base directory,
-// lexically or through a symlink. The result is what the tools hand to
-// f.root, which refuses an escape on its own (a link swapped in after the
-// resolution included); resolve is not the barrier, only its explanation.
+// lexically or through a symlink. The result holds no symlink; it is what
+// the checks judge and what the tools open (f.open), which refuses a
+// symlink that appears on it afterwards.
 func (f *Files) resolve(tool, p string) (string, error) {
 	if strings.ContainsRune(p, 0) {
 		return "", refused("%s refused: the path contains a NUL character", tool)
@@ -105,22 +121,22 @@ func (f *Files) resolve(tool, p string) (string, error) {
 // lies outside. A link that leaves the base directory and comes back in
 // resolves to the place inside it, which is what is opened. It is false
 // too when a component of the result is still a symlink: Resolve stopped
-// (more than 40 links, or a link it could not read) and f.root, which
-// follows up to 8 more, would open a file neither the rules nor inGitDir
-// judged.
-func (f *Files) resolveIn(rel string) (string, bool) {
-	r := permission.Resolve(filepath.Join(f.base, rel))
-	rel = f.relOS(r)
-	return rel, within(f.base, r) && !f.linkIn(rel)
+// (more than 40 links, or a link it could not read): the opener refuses
+// the link on Linux, and os.Root, elsewhere, would follow up to 8 more to
+// a file neither the rules nor inGitDir judged.
+func (t *tree) resolveIn(rel string) (string, bool) {
+	r := permission.Resolve(filepath.Join(t.base, rel))
+	rel = t.relOS(r)
+	return rel, within(t.base, r) && !t.linkIn(rel)
 }
 
 // linkIn says whether a component of rel (relative to the base directory,
 // no symlinks expected) is a symlink; a missing component ends the look.
-func (f *Files) linkIn(rel string) bool {
+func (t *tree) linkIn(rel string) bool {
 	p := ""
 	for _, c := range strings.Split(filepath.ToSlash(rel), "/") {
 		p = filepath.Join(p, c)
-		fi, err := f.root.Lstat(p)
+		fi, err := t.root.Lstat(p)
 		if err != nil {
 			return false
 		}
@@ -136,8 +152,8 @@ func within(root, p string) bool {
 }
 
 // relOS is the absolute p (inside the base) relative to the base.
-func (f *Files) relOS(p string) string {
-	r, err := filepath.Rel(f.base, p)
+func (t *tree) relOS(p string) string {
+	r, err := filepath.Rel(t.base, p)
 	if err != nil {
 		return "."
 	}
@@ -155,7 +171,7 @@ func (f *Files) rel(p string) string {
 
 // abs is the absolute form of p, relative to the base directory: the key
 // of its read record.
-func (f *Files) abs(p string) string { return filepath.Join(f.base, p) }
+func (t *tree) abs(p string) string { return filepath.Join(t.base, p) }
 
 // inGitDir says whether the resolved path p lies inside a .git directory,
 // which write_file and edit_file refuse: git runs programs its config and
@@ -216,7 +232,7 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	fh, err := f.root.Open(p)
+	fh, err := f.open(p, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil, refused("read_file refused: %s does not exist", in.Path)
 	}
@@ -295,12 +311,14 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 		return "", nil, refused("write_file refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", in.Path)
 	}
 	mode := fs.FileMode(0o644)
-	fi, err := f.root.Stat(p)
+	fi, err := f.stat(p)
 	switch {
 	case err == nil && fi.IsDir():
 		return "", nil, refused("write_file refused: %s is a directory", in.Path)
 	case err == nil && !fi.Mode().IsRegular():
 		return "", nil, refused("write_file refused: %s is not a regular file", in.Path)
+	case err == nil && hardLinks(fi) > 1:
+		return "", nil, linkedRefusal("write_file", in.Path, fi)
 	case err == nil:
 		if err := checkRead("write_file", in.Path, state, f.abs(p), fi); err != nil {
 			return "", nil, err
@@ -312,7 +330,7 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 		fi = nil
 	}
 	if dir := filepath.Dir(p); dir != "." {
-		if err := f.root.MkdirAll(dir, 0o755); err != nil {
+		if err := f.mkdirs(dir); err != nil {
 			return "", nil, f.fail("write_file refused", in.Path, err)
 		}
 	}
@@ -345,7 +363,7 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	if inGitDir(p) {
 		return "", nil, refused("edit_file refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", in.Path)
 	}
-	fi, err := f.root.Stat(p)
+	fi, err := f.stat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", nil, refused("edit_file refused: %s does not exist; create it with write_file", in.Path)
@@ -355,6 +373,8 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 		return "", nil, refused("edit_file refused: %s is a directory", in.Path)
 	case !fi.Mode().IsRegular():
 		return "", nil, refused("edit_file refused: %s is not a regular file", in.Path)
+	case hardLinks(fi) > 1:
+		return "", nil, linkedRefusal("edit_file", in.Path, fi)
 	case fi.Size() > maxReadFile:
 		return "", nil, refused("edit_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
 	}
@@ -367,7 +387,7 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	if err := checkRead("edit_file", in.Path, state, f.abs(p), fi); err != nil {
 		return "", nil, err
 	}
-	data, err := f.root.ReadFile(p)
+	data, err := f.readAll(p, fi)
 	if err != nil {
 		return "", nil, f.fail("edit_file refused", in.Path, err)
 	}
@@ -378,6 +398,16 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 		return "", nil, refused("edit_file refused: old_string was not found in %s; read the file again and copy the text exactly", in.Path)
 	case n > 1 && !in.ReplaceAll:
 		return "", nil, refused("edit_file refused: old_string appears %d times in %s; give more surrounding text so that it is unique, or set replace_all to replace every occurrence", n, in.Path)
+	}
+	// The edited file stays within what read_file reads, checked before
+	// anything is built: replace_all of a short, frequent old_string by a
+	// long new_string would otherwise ask for n times new_string at once.
+	k := int64(1)
+	if in.ReplaceAll {
+		k = int64(n)
+	}
+	if size := int64(len(text)) + k*(int64(len(in.NewString))-int64(len(in.OldString))); size > maxReadFile {
+		return "", nil, refused("edit_file refused: the edited %s would be %d bytes, more than %d; replace fewer occurrences or shorter text", in.Path, size, maxReadFile)
 	}
 	if in.ReplaceAll {
 		text = strings.ReplaceAll(text, in.OldString, in.NewString)
@@ -394,11 +424,47 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	return fmt.Sprintf("Replaced %d occurrence(s) in %s.", n, f.rel(p)), readsPatch(f.abs(p), nfi), nil
 }
 
-// put writes data to p through the root (truncating an existing file)
-// and returns what the file looks like afterwards.
-func (f *Files) put(p string, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
-	fh, err := f.root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+// readAll reads the regular file p that stat described as fi: no more
+// than fi's size plus one byte (the file may have grown since), and
+// refused when it is no longer a regular file or the read goes past that.
+func (f *Files) readAll(p string, fi fs.FileInfo) ([]byte, error) {
+	fh, err := f.open(p, os.O_RDONLY, 0)
 	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	if now, err := fh.Stat(); err != nil || !now.Mode().IsRegular() {
+		return nil, errChanged
+	}
+	data, err := io.ReadAll(io.LimitReader(fh, fi.Size()+1))
+	if err == nil && int64(len(data)) != fi.Size() {
+		err = errChanged
+	}
+	return data, err
+}
+
+// linkedRefusal refuses to write a file with more than one hard link:
+// no path leaves the base directory or names .git, yet the write would
+// change the file under its other names, which may.
+func linkedRefusal(tool, shown string, fi fs.FileInfo) error {
+	return refused("%s refused: %s has %d hard links; writing it would change the file under its other names too, which may lie outside the base directory or inside .git", tool, shown, hardLinks(fi))
+}
+
+// put writes data to p (replacing an existing file's content) and returns
+// what the file looks like afterwards. It writes nothing but to a regular
+// file with one link, checked on the descriptor before it truncates, so a
+// FIFO or a hard link made after the checks is not written.
+func (f *Files) put(p string, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
+	fh, err := f.open(p, os.O_WRONLY|os.O_CREATE, mode)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() || hardLinks(fi) > 1 {
+		fh.Close()
+		return nil, errChanged
+	}
+	if err := fh.Truncate(0); err != nil {
+		fh.Close()
 		return nil, err
 	}
 	_, werr := fh.Write(data)
@@ -412,19 +478,36 @@ func (f *Files) put(p string, data []byte, mode fs.FileMode) (fs.FileInfo, error
 	return fi, werr
 }
 
-// fail words an error of the root: an escape it caught (a symlink that
-// appeared after the resolution) says so, anything else as it is.
+// The errors of an open that a change of the tree after the resolution
+// caused.
+var (
+	// errEscapes: the path now resolves outside the base directory (the
+	// words of os.Root's own refusal, which isEscape reads).
+	errEscapes = errors.New("path escapes from parent")
+	// errSwapped: a symlink appeared on the resolved path.
+	errSwapped = errors.New("a symlink appeared on the resolved path")
+	// errChanged: the file is no longer the regular file judged.
+	errChanged = errors.New("the file changed while it was being opened")
+)
+
+// fail words an error of an open: an escape (a symlink that appeared
+// after the resolution and leads out) or a link swapped in on the judged
+// path says so, anything else as it is.
 func (f *Files) fail(what, shown string, err error) error {
-	if isEscape(err) {
+	switch {
+	case isEscape(err):
 		return refused("%s: %q resolves (through a symlink) outside the base directory %s", what, shown, f.base)
+	case errors.Is(err, errSwapped), errors.Is(err, errChanged):
+		return refused("%s: %q changed after it was checked (a symlink or another kind of file appeared on it); nothing was opened through it, try again", what, shown)
 	}
 	return refused("%s: %v", what, err)
 }
 
-// isEscape says whether err is os.Root refusing a path that leaves it (the
-// error is not exported; its text is stable).
+// isEscape says whether err is an escape: errEscapes, or os.Root
+// refusing a path that leaves it (the error is not exported; its text is
+// stable).
 func isEscape(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
+	return err != nil && (errors.Is(err, errEscapes) || strings.Contains(err.Error(), "path escapes from parent"))
 }
 
 // ListIn is the input of list_files.
@@ -437,39 +520,68 @@ type ListIn struct {
 var errDeadline = errors.New("deadline")
 
 // walk calls fn for every regular file under dir (relative to the base),
-// with its path relative to the base; a symlink counts when it resolves
-// to a regular file inside the base directory, and a symlinked directory
-// is not entered. It stops when fn returns false, and returns errDeadline
-// once ctx is done.
+// with its path relative to the base, depth first in name order. Each
+// directory is opened by its path following no symlink (f.open), so a
+// directory swapped for a link after it was listed is skipped, not
+// entered; a symlinked directory is not entered either. A symlink counts
+// when it resolves to a regular file inside dir: the rules judged dir,
+// not the rest of the base. It stops when fn returns false, and returns
+// errDeadline once ctx is done.
 func (f *Files) walk(ctx context.Context, dir string, fn func(p string, fi fs.FileInfo) bool) error {
-	err := fs.WalkDir(f.root.FS(), filepath.ToSlash(dir), func(p string, d fs.DirEntry, err error) error {
-		if ctx.Err() != nil {
-			return errDeadline
-		}
-		if err != nil || d.IsDir() {
-			return nil // unreadable parts are skipped
-		}
-		real := filepath.FromSlash(p)
-		if d.Type()&fs.ModeSymlink != 0 {
-			r, ok := f.resolveIn(real)
-			if !ok {
-				return nil
-			}
-			real = r
-		}
-		fi, err := f.root.Stat(real)
-		if err != nil || !fi.Mode().IsRegular() {
-			return nil
-		}
-		if !fn(filepath.FromSlash(p), fi) {
-			return fs.SkipAll
-		}
-		return nil
-	})
-	if errors.Is(err, errDeadline) {
+	if err := f.walkIn(ctx, dir, dir, fn); errors.Is(err, errDeadline) {
 		return errDeadline
 	}
 	return nil
+}
+
+// errStop ends a walk that fn ended.
+var errStop = errors.New("stop")
+
+// walkIn walks dir, under the walk's root.
+func (f *Files) walkIn(ctx context.Context, root, dir string, fn func(p string, fi fs.FileInfo) bool) error {
+	if ctx.Err() != nil {
+		return errDeadline
+	}
+	entries, err := f.readDir(dir)
+	if err != nil {
+		return nil // unreadable parts are skipped
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return errDeadline
+		}
+		p := filepath.Join(dir, e.Name())
+		if e.IsDir() {
+			if err := f.walkIn(ctx, root, p, fn); err != nil {
+				return err
+			}
+			continue
+		}
+		real := p
+		if e.Type()&fs.ModeSymlink != 0 {
+			r, ok := f.resolveUnder(root, p)
+			if !ok {
+				continue
+			}
+			real = r
+		}
+		fi, err := f.stat(real)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if !fn(p, fi) {
+			return errStop
+		}
+	}
+	return nil
+}
+
+// resolveUnder is resolveIn, true only when the result lies in root (the
+// directory a walk started from, relative to the base).
+func (t *tree) resolveUnder(root, p string) (string, bool) {
+	r, ok := t.resolveIn(p)
+	return r, ok && (root == "." || r == root || strings.HasPrefix(r, root+string(filepath.Separator)))
 }
 
 // stopped is the refusal of a walk that the call's deadline (or a cancel)
@@ -499,7 +611,7 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if fi, err := f.root.Stat(root); err != nil || !fi.IsDir() {
+	if fi, err := f.stat(root); err != nil || !fi.IsDir() {
 		return "", refused("list_files refused: %s is not a directory", in.Path)
 	}
 	pattern := in.Pattern
@@ -579,7 +691,7 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fi, err := f.root.Stat(root)
+	fi, err := f.stat(root)
 	if err != nil {
 		return "", refused("search_files refused: %s does not exist", in.Path)
 	}
@@ -611,6 +723,9 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 			return "", stopped("search_files")
 		}
 	} else {
+		if fi.Size() > maxSearchFile {
+			return "", refused("search_files refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxSearchFile)
+		}
 		files = []string{root}
 	}
 	slices.Sort(files)
@@ -622,19 +737,29 @@ files:
 		if ctx.Err() != nil {
 			return "", stopped("search_files")
 		}
-		open := name
-		if r, ok := f.resolveIn(open); ok {
-			open = r
+		open, ok := f.resolveUnder(root, name)
+		if !ok {
+			continue
 		}
-		fh, err := f.root.Open(open)
+		fh, err := f.open(open, os.O_RDONLY, 0)
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(fh)
+		if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxSearchFile {
+			fh.Close()
+			continue
+		}
+		// Bounded however the file grows while it is read; the deadline
+		// is looked at every few thousand lines.
+		sc := bufio.NewScanner(io.LimitReader(fh, maxSearchFile))
 		sc.Buffer(make([]byte, 64<<10), maxSearchFile)
 		line := 0
 		for sc.Scan() {
 			line++
+			if line%4096 == 0 && ctx.Err() != nil {
+				fh.Close()
+				return "", stopped("search_files")
+			}
 			t := sc.Bytes()
 			if bytes.IndexByte(t, 0) >= 0 || !utf8.Valid(t) {
 				break // a binary file

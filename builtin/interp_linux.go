@@ -118,10 +118,10 @@ func openNoFollow(base string) interp.OpenHandlerFunc {
 		if name, bad := shellcmd.Protected(rel); bad {
 			return nil, fmt.Errorf("%s: %s is protected (git or a shell reads it as configuration that can run programs)", path, name)
 		}
-		fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: uint64(flag | unix.O_CLOEXEC), Mode: uint64(perm.Perm()), Resolve: unix.RESOLVE_NO_SYMLINKS})
-		if errors.Is(err, unix.ENOSYS) {
-			fd, err = unix.Open(path, flag|unix.O_CLOEXEC|unix.O_NOFOLLOW, uint32(perm.Perm()))
-		}
+		// Without openat2 (ENOSYS, a seccomp EPERM) the same guarantee
+		// comes from a walk opening each component O_NOFOLLOW, not from
+		// O_NOFOLLOW alone, which guards only the last one.
+		fd, err := openNoSymlinks(unix.AT_FDCWD, filepath.Clean(path), flag, perm, unix.RESOLVE_NO_SYMLINKS|unix.RESOLVE_NO_MAGICLINKS)
 		if err != nil {
 			return nil, &os.PathError{Op: "open", Path: path, Err: err}
 		}

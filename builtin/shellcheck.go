@@ -178,6 +178,16 @@ func (c *checker) call(n *syntax.CallExpr) error {
 	if err != nil {
 		return err
 	}
+	if prog == "split" {
+		if err := splitPrefix(vals); err != nil {
+			return err
+		}
+	}
+	if prog == "gzip" {
+		if err := c.gzip(vals); err != nil {
+			return err
+		}
+	}
 	if prog == "git" {
 		if err := c.git(vals); err != nil {
 			return err
@@ -233,6 +243,64 @@ func (c *checker) writable(w shellcmd.Write) error {
 	}
 	if bad {
 		return refused("shell refused: with an allow-list the command may not write %q (%s): %s is protected, since git or a shell reads it as configuration that can run programs", w.Path, w.By, name)
+	}
+	return nil
+}
+
+// splitPrefix refuses a split whose words hold a name starting with a
+// dot: split names its outputs prefix + a generated suffix (a ... z, aa,
+// ab ...), so the prefix ".gi" makes .git and ".bash" .bashrc, names no
+// word holds. Every protected name starts with a dot; a prefix that does
+// not cannot make one. Any such word is refused, not only the prefix
+// operand (--additional-suffix .txt too: write it with =).
+func splitPrefix(vals []string) error {
+	for _, v := range vals {
+		last := v[strings.LastIndexByte(v, '/')+1:]
+		if strings.HasPrefix(last, ".") && last != "." && last != ".." {
+			return refused("shell refused: with an allow-list split's prefix may not start with a dot (%q): the names it makes from it (the prefix and aa, ab ...) can be protected (.gi and t is .git)", v)
+		}
+	}
+	return nil
+}
+
+// gzipSuffixes are the suffixes gzip -d takes off besides the one after
+// the last dot (which the profile derives).
+var gzipSuffixes = []string{"-gz", "-z", "_z"}
+
+// gzip checks the names gzip -d writes that no word holds: an operand
+// less -gz, -z or _z (".bashrc-gz" decompresses to .bashrc), and the name
+// stored in the archive's header, which -N/--name restores (refused: any
+// bytes, printf's included, make a header naming .git).
+func (c *checker) gzip(vals []string) error {
+	dashes := false
+	for i := 0; i < len(vals); i++ {
+		v := vals[i]
+		switch {
+		case !dashes && v == "--":
+			dashes = true
+			continue
+		case !dashes && strings.HasPrefix(v, "--"):
+			if opt, _, _ := strings.Cut(v, "="); longOpt(opt, "--name") {
+				return refused("shell refused: with an allow-list gzip %s is refused: it names the output from the archive's header, which the check cannot see", opt)
+			}
+			continue
+		case !dashes && len(v) > 1 && v[0] == '-':
+			letters, _, attached := strings.Cut(v[1:], "S") // -S takes the rest, or the next word
+			if strings.IndexByte(letters, 'N') >= 0 {
+				return refused("shell refused: with an allow-list gzip -N is refused: it names the output from the archive's header, which the check cannot see")
+			}
+			if attached && v[len(v)-1] == 'S' {
+				i++
+			}
+			continue
+		}
+		for _, suf := range gzipSuffixes {
+			if len(v) > len(suf) && strings.HasSuffix(strings.ToLower(v), suf) {
+				if err := c.writable(shellcmd.Write{Path: v[:len(v)-len(suf)], By: "gzip -d (its output)"}); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	return nil
 }

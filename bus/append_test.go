@@ -183,3 +183,17 @@ func TestAppendJSONCompactsRaw(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchAppendNoAllocation: a batch appended to a buffer large enough
+// takes no allocation; an input that is not JSON is refused by its name.
+func TestBatchAppendNoAllocation(t *testing.T) {
+	b := Batch{Calls: []Call{{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hi"}`)}, {ID: "c2", Name: "echo", Input: json.RawMessage(`{}`)}}, SessionRev: 3}
+	buf := make([]byte, 0, 1024)
+	if n := testing.AllocsPerRun(100, func() { _, _ = b.AppendJSON(buf[:0]) }); n != 0 {
+		t.Errorf("%v allocations", n)
+	}
+	b.Calls[1].Input = json.RawMessage(`{`)
+	if _, err := b.AppendJSON(nil); err == nil || err.Error() != "bus: calls[1].input is not valid JSON" {
+		t.Errorf("error %v", err)
+	}
+}

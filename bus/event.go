@@ -387,21 +387,43 @@ type storedMsg struct {
 // what the router sends per call, where NewEvent, Msg and PublishMsg cost
 // five allocations more.
 func Send(nc *nats.Conn, subject string, e *Event, msgID string) error {
+	return SendWith(subject, e, msgID, nc.PublishMsg)
+}
+
+// SendWith is Send through send, which gets the message (pooled, as
+// Send's) and may set its reply subject: it must not keep the message
+// after it returns (a core publish keeps nothing of it). The client's
+// requests go through it with their own reply subjects.
+func SendWith(subject string, e *Event, msgID string, send func(*nats.Msg) error) error {
 	if len(e.Data) > 0 && !fastjson.Valid(e.Data) {
 		return fmt.Errorf("bus: encode %s: data is not valid JSON", e.Type)
 	}
+	return SendTrusted(subject, e, msgID, send)
+}
+
+// SendTrusted is SendWith for an event whose data its caller made itself
+// (an AppendJSON's, a marshalled value's) and so knows to be JSON: the
+// data is not scanned again. Data that is not JSON goes out as it is.
+func SendTrusted(subject string, e *Event, msgID string, send func(*nats.Msg) error) error {
 	s := sends.Get().(*sendBuf)
 	s.b = e.appendJSON(s.b[:0])
 	h := plainHeader
 	if e.TraceParent != "" || msgID != "" {
 		h = s.h
-		e.fillHeader(h, &s.vals, msgID)
+		if shape := headerShape(e, msgID); shape == s.shape {
+			// The map already has these keys, each value a slice of
+			// s.vals: only the values are written, no map operation.
+			s.vals = [3]string{msgID, e.TraceParent, e.TraceState}
+		} else {
+			clear(h)
+			e.fillHeader(h, &s.vals, msgID)
+			s.shape = shape
+		}
 	}
 	s.m = nats.Msg{Subject: subject, Header: h, Data: s.b}
-	err := nc.PublishMsg(&s.m)
+	err := send(&s.m)
 	s.m = nats.Msg{}
-	clear(s.h)
-	s.vals = [3]string{}
+	s.vals = [3]string{} // the values let go; the keys stay for the next of this shape
 	if cap(s.b) <= maxPooledSend {
 		sends.Put(s)
 	}
@@ -416,10 +438,27 @@ const natsMsgID = "Nats-Msg-Id"
 const maxPooledSend = 64 << 10
 
 type sendBuf struct {
-	b    []byte
-	h    nats.Header
-	vals [3]string // Nats-Msg-Id, traceparent, tracestate
-	m    nats.Msg
+	b     []byte
+	h     nats.Header
+	vals  [3]string // Nats-Msg-Id, traceparent, tracestate
+	shape uint8     // which of vals h has keys for (headerShape); 0: none
+	m     nats.Msg
+}
+
+// headerShape says which headers fillHeader sets besides the content type:
+// one bit each for Nats-Msg-Id, traceparent and tracestate.
+func headerShape(e *Event, msgID string) uint8 {
+	var shape uint8 = 8 // the content type: never 0, which is an empty map
+	if msgID != "" {
+		shape |= 1
+	}
+	if e.TraceParent != "" {
+		shape |= 2
+		if e.TraceState != "" {
+			shape |= 4
+		}
+	}
+	return shape
 }
 
 var sends = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, 1024), h: make(nats.Header, 4)} }}
@@ -451,51 +490,73 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 	if IsBinary(m.Header) {
 		return decodeBinary(m.Header, m.Data, e)
 	}
-	d, err := DecodeStructured(m.Data)
-	if err != nil {
+	if err := decodeStructured(m.Data, e); err != nil {
+		*e = Event{}
 		return err
 	}
-	*e = *d
 	return nil
+}
+
+// DecodeHead is DecodeTo for a caller that owns m's data and decodes the
+// event's data next with a decoder that checks it (DataAs, ExecData,
+// ReplyData): the data is not checked to be JSON (in binary mode the body,
+// in structured mode the data of the plain form decodeFlat reads, which is
+// then a slice of m.Data, not a copy). It spares a request or a reply one
+// pass over its data. An event whose data is not JSON may decode; the
+// data's decoder then fails.
+func DecodeHead(m *nats.Msg, e *Event) error {
+	*e = Event{}
+	if IsBinary(m.Header) {
+		return decodeBinaryData(m.Header, m.Data, e, false)
+	}
+	b := bytes.TrimSpace(m.Data)
+	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false) {
+		return e.Validate()
+	}
+	return DecodeTo(m, e)
 }
 
 // DecodeStructured reads and validates an event in structured JSON mode.
 func DecodeStructured(b []byte) (*Event, error) {
+	e := new(Event)
+	if err := decodeStructured(b, e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// decodeStructured is DecodeStructured into e, which is zero.
+func decodeStructured(b []byte, e *Event) error {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
-		return nil, Errorf(CodeBadEvent, "message is not a JSON CloudEvent")
+		return Errorf(CodeBadEvent, "message is not a JSON CloudEvent")
 	}
-	e := new(Event)
 	if decodeFlat(b, e) {
-		if err := e.Validate(); err != nil {
-			return nil, err
-		}
-		return e, nil
+		return e.Validate()
 	}
-	*e = Event{}
-	if err := fastjson.Unmarshal(b, e); err != nil {
-		return nil, Errorf(CodeBadEvent, "message is not a CloudEvent: %v", err)
+	d := new(Event) // not e: what the general decoder reads into escapes
+	if err := fastjson.Unmarshal(b, d); err != nil {
+		*e = Event{}
+		return Errorf(CodeBadEvent, "message is not a CloudEvent: %v", err)
 	}
+	*e = *d
 	if e.DataBase64 != "" {
 		if len(e.Data) > 0 {
-			return nil, Errorf(CodeBadEvent, "data and data_base64 are both set")
+			return Errorf(CodeBadEvent, "data and data_base64 are both set")
 		}
 		d, err := base64.StdEncoding.DecodeString(e.DataBase64)
 		if err != nil {
-			return nil, Errorf(CodeBadEvent, "data_base64: %v", err)
+			return Errorf(CodeBadEvent, "data_base64: %v", err)
 		}
 		if !json.Valid(d) {
-			return nil, Errorf(CodeBadEvent, "data_base64 does not hold JSON (datacontenttype must be JSON)")
+			return Errorf(CodeBadEvent, "data_base64 does not hold JSON (datacontenttype must be JSON)")
 		}
 		e.Data, e.DataBase64 = d, ""
 	}
 	if isNull(e.Data) {
 		e.Data = nil
 	}
-	if err := e.Validate(); err != nil {
-		return nil, err
-	}
-	return e, nil
+	return e.Validate()
 }
 
 // decodeFlat reads b, a structured event, when it has the plain form
@@ -507,7 +568,11 @@ func DecodeStructured(b []byte) (*Event, error) {
 // fraction of the general decoder, the constant attributes
 // (specversion, datacontenttype, a toolbus type) no allocation, and the
 // others one in all: they are slices of one string.
-func decodeFlat(b []byte, e *Event) bool {
+func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true) }
+
+// decodeFlatData is decodeFlat; with check false, data is neither checked
+// to be JSON nor copied: e.Data is a slice of b (DecodeHead).
+func decodeFlatData(b []byte, e *Event, check bool) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -548,11 +613,14 @@ func decodeFlat(b []byte, e *Event) bool {
 		}
 		seen |= 1 << slot
 		if slot == slotData {
-			end, ok := flatValue(b, i)
+			end, ok := flatEnd(b, i, check)
 			if !ok {
 				return false
 			}
-			e.Data = append(json.RawMessage(nil), b[i:end]...)
+			e.Data = b[i:end:end]
+			if check {
+				e.Data = append(json.RawMessage(nil), e.Data...)
+			}
 			i = end - 1
 			continue
 		}
@@ -699,7 +767,10 @@ func flatString(b []byte, i int) (s []byte, next int, ok bool) {
 
 // flatValue finds the end of the JSON object or array at b[i] and checks
 // that it is valid JSON; end is the index after it.
-func flatValue(b []byte, i int) (end int, ok bool) {
+func flatValue(b []byte, i int) (end int, ok bool) { return flatEnd(b, i, true) }
+
+// flatEnd is flatValue, which checks the value only with check.
+func flatEnd(b []byte, i int, check bool) (end int, ok bool) {
 	if i >= len(b) || (b[i] != '{' && b[i] != '[') {
 		return 0, false
 	}
@@ -719,7 +790,7 @@ func flatValue(b []byte, i int) (end int, ok bool) {
 			depth++
 		case c == '}' || c == ']':
 			if depth--; depth == 0 {
-				return j + 1, fastjson.Valid(b[i : j+1])
+				return j + 1, !check || fastjson.Valid(b[i:j+1])
 			}
 		}
 	}
@@ -731,6 +802,12 @@ func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" 
 // decodeBinary reads an event whose attributes are ce- headers (names
 // case-insensitive, values percent-encoded) and whose body is the data.
 func decodeBinary(h nats.Header, body []byte, e *Event) error {
+	return decodeBinaryData(h, body, e, true)
+}
+
+// decodeBinaryData is decodeBinary; with check false the body is not
+// checked to be JSON (DecodeHead).
+func decodeBinaryData(h nats.Header, body []byte, e *Event, check bool) error {
 	e.Data = body
 	attrs := e.attrs()
 	// Header names are read case-insensitively, so two of them may name
@@ -804,7 +881,7 @@ func decodeBinary(h nats.Header, body []byte, e *Event) error {
 	}
 	if len(bytes.TrimSpace(e.Data)) == 0 {
 		e.Data = nil
-	} else if !json.Valid(e.Data) {
+	} else if check && !json.Valid(e.Data) {
 		return Errorf(CodeBadEvent, "binary-mode data is not JSON")
 	}
 	return e.Validate()

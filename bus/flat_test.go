@@ -1,10 +1,13 @@
 package bus
 
 import (
+	"bytes"
+	"encoding/json"
 	"reflect"
 	"testing"
 
 	fastjson "github.com/goccy/go-json"
+	"github.com/nats-io/nats.go"
 )
 
 var flatSeeds = []string{
@@ -64,4 +67,52 @@ func checkFlat(t *testing.T, b []byte) {
 	if !reflect.DeepEqual(flat, general) {
 		t.Fatalf("%q:\ndecodeFlat %+v\ngeneral    %+v", b, flat, general)
 	}
+}
+
+// DecodeHead reads what DecodeTo reads, the same event; it may take more
+// only when the data is not JSON (it leaves that to the data's decoder).
+func checkHead(t *testing.T, b []byte) {
+	t.Helper()
+	var head, full Event
+	herr := DecodeHead(&nats.Msg{Data: b}, &head)
+	ferr := DecodeTo(&nats.Msg{Data: bytes.Clone(b)}, &full)
+	switch {
+	case ferr == nil && herr != nil:
+		t.Fatalf("%q: DecodeHead refuses what DecodeTo reads: %v", b, herr)
+	case ferr == nil && !reflect.DeepEqual(head, full):
+		t.Fatalf("%q:\nDecodeHead %+v\nDecodeTo   %+v", b, head, full)
+	case ferr != nil && herr == nil && fastjson.Valid(head.Data):
+		t.Fatalf("%q: DecodeHead reads, with JSON data, what DecodeTo refuses: %v", b, ferr)
+	}
+	// The same body in binary mode.
+	h := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"x"}, "ce-source": {"s"}, "ce-type": {TypeExec}, "content-type": {ContentTypeJSON}}
+	herr = DecodeHead(&nats.Msg{Header: h, Data: b}, &head)
+	ferr = DecodeTo(&nats.Msg{Header: h, Data: bytes.Clone(b)}, &full)
+	switch {
+	case ferr == nil && (herr != nil || !reflect.DeepEqual(head, full)):
+		t.Fatalf("%q in binary mode: DecodeHead %+v, %v; DecodeTo %+v", b, head, herr, full)
+	case ferr != nil && herr == nil && json.Valid(head.Data):
+		t.Fatalf("%q in binary mode: DecodeHead reads, with JSON data, what DecodeTo refuses: %v", b, ferr)
+	}
+}
+
+func TestDecodeHeadIsDecodeTo(t *testing.T) {
+	for _, s := range append(flatSeeds, `{"specversion":"1.0","id":"x","source":"s","type":"t","data":{"a":}}`) {
+		checkHead(t, []byte(s))
+	}
+	b := []byte(flatSeeds[0])
+	var e Event
+	if err := DecodeHead(&nats.Msg{Data: b}, &e); err != nil || len(e.Data) == 0 || &e.Data[0] != &b[bytes.Index(b, []byte(`{"calls"`))] {
+		t.Fatalf("DecodeHead: %v, data not a slice of the message's", err)
+	}
+	if err := DecodeHead(&nats.Msg{Data: []byte(`{"specversion":"1.0","id":"x","source":"s","type":"t","data":{"a":}}`)}, &e); err != nil || e.DataAs(new(any)) == nil {
+		t.Fatalf("data that is not JSON: %v, then DataAs succeeds", err)
+	}
+}
+
+func FuzzDecodeHead(f *testing.F) {
+	for _, s := range flatSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkHead(t, b) })
 }

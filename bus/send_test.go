@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +107,46 @@ func TestWithBinaryMsgShapes(t *testing.T) {
 				t.Fatalf("event %d: decoded %+v, sent %+v", i, got, e)
 			}
 		})
+	}
+}
+
+// SendWith checks the data, SendTrusted does not; both hand send the
+// message Send publishes, with the reply subject send sets.
+func TestSendWithAndTrusted(t *testing.T) {
+	for _, tc := range []struct {
+		data    string
+		trusted bool
+		ok      bool
+	}{
+		{`{"a":1}`, false, true},
+		{`{"a":1}`, true, true},
+		{`{"a":`, false, false},
+		{`{"a":`, true, true},
+	} {
+		e := bus.Head(bus.TypeCallBatch, "agent")
+		e.Data = json.RawMessage(tc.data)
+		var got *nats.Msg
+		send := func(m *nats.Msg) error {
+			m.Reply = "r"
+			c := *m
+			c.Data = slices.Clone(m.Data)
+			got = &c
+			return nil
+		}
+		var err error
+		if tc.trusted {
+			err = bus.SendTrusted("s", &e, "", send)
+		} else {
+			err = bus.SendWith("s", &e, "", send)
+		}
+		if (err == nil) != tc.ok {
+			t.Fatalf("%s trusted %v: %v", tc.data, tc.trusted, err)
+		}
+		if err != nil {
+			continue
+		}
+		if got.Subject != "s" || got.Reply != "r" || !strings.Contains(string(got.Data), `"data":`+tc.data+`}`) {
+			t.Fatalf("sent %s to %s, reply %s", got.Data, got.Subject, got.Reply)
+		}
 	}
 }

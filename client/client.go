@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"time"
 
@@ -65,8 +66,13 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	subj := bus.NewSubjects(cfg.Prefix)
 	// offload.New fails only on bad jetstream options, and passes none.
 	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
-	return &Client{nc: nc, subj: subj, cfg: cfg, off: off,
-		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout}}
+	rep := newReplies(nc)
+	c := &Client{nc: nc, subj: subj, cfg: cfg, off: off,
+		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: rep}}
+	// A Client let go on a connection that lives on leaves no reply
+	// subscription behind.
+	runtime.AddCleanup(c, (*replies).close, rep)
+	return c
 }
 
 // Dial connects with conn (natsconn.FromEnv() reads the nats CLI's
@@ -132,12 +138,20 @@ func WithTraceParent(tp string) CallOption { return func(e *bus.Event) { e.Trace
 // results and parked calls. A rejected batch returns a *bus.Error
 // (errors.Is(err, bus.ErrBadRequest) etc).
 func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
-	e, err := c.rq.batchEvent(session, b, opts)
+	buf := batchBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledBatch {
+			batchBufs.Put(buf)
+		}
+	}()
+	e, err := c.rq.batchIn(session, &b, opts, (*buf)[:0])
 	if err != nil {
 		return nil, err
 	}
+	*buf = e.Data[:0] // grown, when it had to
 	var reply bus.Reply
-	if err := c.rq.request(ctx, c.subj.Call(session), e, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
+	trusted := len(opts) == 0 // the data is AppendJSON's, unless an option of the caller's set other data
+	if err := c.rq.exchange(ctx, c.subj.Call(session), &e, trusted, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
 		return nil, err
 	}
 	c.rq.revs.saw(session, reply.SessionRev)

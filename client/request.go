@@ -25,26 +25,49 @@ type requester struct {
 	source  string
 	timeout time.Duration // Config.Timeout: for requests whose context has no deadline
 	revs    sessionRevs
+	replies *replies // the reply subjects of its requests (inbox.go)
 }
 
 func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (*bus.Event, error) {
-	if b.SessionRev == 0 {
-		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
-	}
-	data, err := b.AppendJSON(make([]byte, 0, batchSize(&b)))
-	if err != nil {
-		return nil, bus.Errorf(bus.CodeBadRequest, "batch: %v", err)
-	}
-	e, err := c.event(bus.TypeCallBatch, session, nil)
+	e, err := c.batchIn(session, &b, opts, make([]byte, 0, batchSize(&b)))
 	if err != nil {
 		return nil, err
 	}
-	e.Data = data // set here, not boxed into NewEvent's any
-	for _, o := range opts {
-		o(e)
+	return &e, nil
+}
+
+// batchIn is batchEvent with the batch's data appended to buf, the event
+// by value: Call's batch, sent and let go, stays off the heap (an option
+// given works on a copy of its own).
+func (c *requester) batchIn(session string, b *bus.Batch, opts []CallOption, buf []byte) (bus.Event, error) {
+	if b.SessionRev == 0 {
+		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
+	}
+	data, err := b.AppendJSON(buf)
+	if err != nil {
+		return bus.Event{}, bus.Errorf(bus.CodeBadRequest, "batch: %v", err)
+	}
+	if err := checkSession(session); err != nil {
+		return bus.Event{}, err
+	}
+	e := bus.Head(bus.TypeCallBatch, c.source)
+	e.SessionID, e.Data = session, data
+	if len(opts) > 0 {
+		p := new(bus.Event)
+		*p = e
+		for _, o := range opts {
+			o(p)
+		}
+		e = *p
 	}
 	return e, nil
 }
+
+// batchBufs are the buffers Call encodes its batches in, kept while the
+// request is under way; one that grew past maxPooledBatch is let go.
+var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledBatch = 64 << 10
 
 // batchSize is a first guess at the bytes of b's JSON, for a buffer.
 func batchSize(b *bus.Batch) int {
@@ -55,9 +78,17 @@ func batchSize(b *bus.Batch) int {
 	return n
 }
 
-func (c *requester) event(typ, session string, data any) (*bus.Event, error) {
+// checkSession refuses a session id that is set and not valid.
+func checkSession(session string) error {
 	if session != "" && !bus.ValidID(session) {
-		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q must match ^[A-Za-z0-9_-]{1,128}$", session)
+		return bus.Errorf(bus.CodeBadEvent, "session id %q must match ^[A-Za-z0-9_-]{1,128}$", session)
+	}
+	return nil
+}
+
+func (c *requester) event(typ, session string, data any) (*bus.Event, error) {
+	if err := checkSession(session); err != nil {
+		return nil, err
 	}
 	e, err := bus.NewEvent(typ, c.source, data)
 	if err != nil {
@@ -70,6 +101,13 @@ func (c *requester) event(typ, session string, data any) (*bus.Event, error) {
 // request sends e to subject and decodes a reply of type want into out; an
 // io.toolbus.error reply becomes a *bus.Error.
 func (c *requester) request(ctx context.Context, subject string, e *bus.Event, want string, out any, def time.Duration) error {
+	return c.exchange(ctx, subject, e, false, want, out, def)
+}
+
+// exchange is request; trusted says that e's data is the client's own
+// encoding, valid JSON (Call's batch, bus.Batch.AppendJSON's), which is
+// then not scanned again before it is sent.
+func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
 			def = c.timeout
@@ -78,15 +116,16 @@ func (c *requester) request(ctx context.Context, subject string, e *bus.Event, w
 		ctx, cancel = context.WithTimeout(ctx, def)
 		defer cancel()
 	}
-	resp, err := c.send(ctx, subject, e)
+	resp, err := c.send(ctx, subject, e, trusted)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("client: no router serves %s: %w", subject, err)
 		}
 		return fmt.Errorf("client: %s: %w", subject, err)
 	}
-	re, err := bus.Decode(resp)
-	if err != nil {
+	var re bus.Event
+	// The reply's data is decoded next (DataAs checks it): read once.
+	if err := bus.DecodeHead(resp, &re); err != nil {
 		return fmt.Errorf("client: reply: %w", err)
 	}
 	if re.Type == bus.TypeError {
@@ -99,8 +138,11 @@ func (c *requester) request(ctx context.Context, subject string, e *bus.Event, w
 	if re.Type != want {
 		return fmt.Errorf("client: expected %s, got %s", want, re.Type)
 	}
-	if out == nil {
+	switch out := out.(type) {
+	case nil:
 		return nil
+	case *bus.Reply: // Call's: the plain reply in one flat pass
+		return re.ReplyData(out)
 	}
 	return re.DataAs(out)
 }
@@ -108,9 +150,9 @@ func (c *requester) request(ctx context.Context, subject string, e *bus.Event, w
 // send sends e as a request; a busy reply (docs/protocol.md 1: nothing ran) is
 // retried with the same event after a short, growing, jittered backoff
 // until ctx ends, when the last reply is returned.
-func (c *requester) send(ctx context.Context, subject string, e *bus.Event) (*nats.Msg, error) {
+func (c *requester) send(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		resp, err := bus.SendRequest(ctx, c.nc, subject, e)
+		resp, err := c.replies.request(ctx, subject, e, trusted)
 		if err != nil || !isBusy(resp) {
 			return resp, err
 		}

@@ -36,6 +36,10 @@ type batch struct {
 
 	sent   []*sentEvent     // events published and not yet known to be stored
 	audits []*audit.Pending // audit records on their way to P_AUDIT (chain.go)
+	// results is the unclosed {"results":[...] of every call, which a
+	// read-only batch's announced batch.done leaves for the reply to
+	// finish (reportStep.done): nil when the reply encodes its own.
+	results []byte
 
 	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
@@ -50,6 +54,7 @@ type callState struct {
 	rule      string          // why the permission engine decided as it did (decide), for the audit record
 	limitRule string          // the limit rule that refused the call (quotas.refuse)
 	result    *bus.Result     // set once, when the call finishes
+	settled   bus.Result      // what result points to when settle set it (no allocation of its own)
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
 	cancel    context.CancelFunc
@@ -302,7 +307,8 @@ func (b *batch) settle(c *callState, res bus.Result, outside bool) bool {
 		b.mu.Unlock()
 		return false
 	}
-	c.result = &res
+	c.settled = res
+	c.result = &c.settled
 	b.mu.Unlock()
 	if outside {
 		b.report(c, res)

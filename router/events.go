@@ -113,16 +113,40 @@ func encoded(b *batch, c *callState) json.RawMessage {
 // announced, and nothing waits (docs/protocol.md 3.4).
 func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
-	buf := append(resultsJSON(b, true, 2), '}')
 	if !readOnlyBatch(b) {
+		buf := append(resultsJSON(b, true, 2), '}')
 		s.publishID(b, doneID(b), bus.TypeBatchDone, "", json.RawMessage(buf))
 		s.stored(b)
 		return
 	}
-	if err := s.events.announce(bus.TypeBatchDone, b.session, b.replyID, "", b.trace, json.RawMessage(buf)); err != nil {
+	// Room for the reply's members after the results: the announce
+	// copies the message before it returns, so the reply, which carries
+	// the same results, finishes this buffer instead of encoding them again.
+	buf := append(resultsJSON(b, true, replySpare), '}')
+	if err := s.events.announce(bus.TypeBatchDone, b.session, b.replyID, "", b.trace, buf); err != nil {
 		s.log.Warn("router: event not published", "type", bus.TypeBatchDone, "session", b.session, "err", err)
 	}
+	if finished(b) {
+		b.results = buf[:len(buf)-1]
+	}
 	s.audit.audited(b, s.landing)
+}
+
+// replySpare is the room a reply needs after its results: an empty
+// "parked" and the session's revision.
+const replySpare = 64
+
+// finished reports whether every call of b has its result: the reply's
+// results are then batch.done's.
+func finished(b *batch) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.calls {
+		if c.result == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // doneID is the id of b's batch.done: a batch that parked has the one its
@@ -168,7 +192,11 @@ func readOnlyCall(c *callState) bool {
 // reply sends io.toolbus.call.reply: the finished results in call order,
 // the parked calls, and the session's revision (docs/protocol.md 3.2).
 func (s reportStep) reply(b *batch, subject string) {
-	buf := append(resultsJSON(b, false, 64), `,"parked":`...)
+	buf := b.results
+	if b.results = nil; buf == nil || len(b.parked) > 0 {
+		buf = resultsJSON(b, false, replySpare)
+	}
+	buf = append(buf, `,"parked":`...)
 	var pj []byte
 	var err error
 	if len(b.parked) == 0 {
@@ -182,10 +210,7 @@ func (s reportStep) reply(b *batch, subject string) {
 			buf = strconv.AppendUint(append(buf, `,"sessionrev":`...), rev, 10)
 		}
 		buf = append(buf, '}')
-		var e *bus.Event
-		if e, err = s.events.event(bus.TypeCallReply, b.session, b.replyID, "", b.trace, json.RawMessage(buf)); err == nil {
-			err = s.events.reply(subject, e)
-		}
+		err = s.events.reply(subject, bus.TypeCallReply, b.session, b.replyID, b.trace, buf)
 	}
 	if err != nil {
 		s.log.Warn("router: reply failed", "session", b.session, "reply", b.replyID, "err", err)
@@ -270,9 +295,23 @@ func routerEventTo(e *bus.Event, source, typ, session, replyID, callID string, t
 	if err := e.SetData(data); err != nil {
 		return err
 	}
+	about(e, session, replyID, callID, trace)
+	return nil
+}
+
+// rawEventTo is routerEventTo with data that is JSON already, passed as it
+// is (not boxed into an interface: no allocation).
+func rawEventTo(e *bus.Event, source, typ, session, replyID, callID string, trace [2]string, data json.RawMessage) {
+	*e = bus.Head(typ, source)
+	e.Data = data
+	about(e, session, replyID, callID, trace)
+}
+
+// about sets what event e is about: the session, batch and call, and the
+// batch's trace context.
+func about(e *bus.Event, session, replyID, callID string, trace [2]string) {
 	e.SessionID, e.ReplyID, e.TraceParent, e.TraceState = session, replyID, trace[0], trace[1]
 	if callID != "" {
 		e.Subject, e.ToolCallID = callID, callID
 	}
-	return nil
 }

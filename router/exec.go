@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/replies"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/tracing"
@@ -187,18 +188,14 @@ func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 // in CloudEvents binary mode when every live worker of the tool said it
 // takes it (docs/protocol.md 5.1), else in structured mode.
 type requestReply struct {
-	nc      requester
+	replies *replies.Mux // the router's exec replies (a fresh inbox per request)
+	execs   *execSubjects
 	subj    bus.Subjects
 	source  string
 	workers interface{ BinaryExec(tool string) bool } // every live worker takes binary exec (registry)
 	groups  *groups.Store                             // the agent state, for state_injected tools
 	outputs *outputs                                  // seals the workers' stored outputs
 	watch   *execWatches                              // the watchdog's view of requests in flight
-}
-
-// requester is the part of *nats.Conn an exec request needs.
-type requester interface {
-	RequestMsgWithContext(ctx context.Context, m *nats.Msg) (*nats.Msg, error)
 }
 
 // Exec runs j on the tool's workers.
@@ -241,8 +238,9 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 			req.State = json.RawMessage(`{}`)
 		}
 	}
-	var e bus.Event // sent and let go: on the stack
-	execEventTo(&e, ctx, x.source, j, req, deadline)
+	var e bus.Event // sent and let go: on the stack, its data in a pooled buffer
+	data := execData.Get().(*[]byte)
+	execEventIn(&e, ctx, x.source, j, req, deadline, (*data)[:0])
 	// The worker's context ends at the deadline; its reply ("context
 	// deadline exceeded") may then race the router's own timer, so the
 	// router waits a little longer and judges by the clock.
@@ -255,9 +253,11 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	}
 	w := x.watch.add(&j.watch, j.call.Name, j.key(), cancel)
 	defer x.watch.remove(w)
-	var resp *nats.Msg
-	var err error
-	x.sendExec(j.call.Name, &e, func(m *nats.Msg) { resp, err = x.nc.RequestMsgWithContext(wctx, m) })
+	resp, err := x.request(wctx, j.call.Name, &e)
+	if cap(e.Data) <= maxExecData { // sent: nothing holds it any more
+		*data = e.Data[:0]
+		execData.Put(data)
+	}
 	if err != nil {
 		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
@@ -279,18 +279,51 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	return res, false
 }
 
+// request sends exec event e to tool's queue group and waits for the
+// reply until ctx ends, on the router's reply subscription
+// (internal/replies): the wait's inbox is the request's alone, and not
+// guessable from another's, so a late reply of a request that ended, a
+// second reply, or a worker's reply to an inbox it was not given reaches
+// no other call. The errors are nats.go's request's: ctx's,
+// ErrNoResponders for the server's 503, ErrConnectionClosed.
+func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*nats.Msg, error) {
+	if err := ctx.Err(); err != nil { // nothing is sent for a call that ended
+		return nil, err
+	}
+	w, err := x.replies.Await(0)
+	if err != nil {
+		return nil, err
+	}
+	x.sendExec(tool, e, func(m *nats.Msg) {
+		m.Reply = w.Inbox()
+		err = x.replies.Conn().PublishMsg(m)
+		m.Reply = ""
+	})
+	if err != nil {
+		x.replies.Done(w, false)
+		return nil, err
+	}
+	resp := w.Wait(ctx, 0)
+	x.replies.Done(w, resp != nil)
+	switch {
+	case resp == nil && ctx.Err() != nil:
+		return nil, ctx.Err()
+	case resp == nil:
+		return nil, nats.ErrConnectionClosed
+	case len(resp.Data) == 0 && resp.Header.Get("Status") == "503":
+		return nil, nats.ErrNoResponders
+	}
+	return resp, nil
+}
+
 // sendExec calls send with the message of exec event e to tool's queue
 // group: binary mode when every live worker of the tool takes it, else
-// structured. A binary message's header is reused once send returns (a
-// core request keeps nothing of it).
+// structured. A binary message and its header are reused once send returns
+// (a core publish keeps nothing of it).
 func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
-	subject := x.subj.Workers.Exec(tool)
+	subject := x.execs.of(x.subj.Workers, tool)
 	if x.workers != nil && x.workers.BinaryExec(tool) {
-		if _, ok := x.nc.(*nats.Conn); ok {
-			bus.WithBinaryMsg(subject, e, send)
-		} else {
-			send(bus.BinaryMsg(subject, e))
-		}
+		bus.WithBinaryMsg(subject, e, send)
 		return
 	}
 	m, err := e.Msg(subject)
@@ -300,13 +333,56 @@ func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) 
 	send(m)
 }
 
+// execData are the buffers of exec requests' data: a request's is free
+// once it is published (a core publish copies it). Past maxExecData a
+// buffer is let go rather than kept by the pool.
+var execData = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxExecData = 64 << 10
+
+// execSubjects keeps P.exec.<tool> by tool name, so that a call's exec
+// request builds no subject string. Tools come and go: past
+// maxExecSubjects names it starts again.
+type execSubjects struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+const maxExecSubjects = 4096
+
+// of is tool's exec subject of w; a nil x builds it.
+func (x *execSubjects) of(w bus.WorkerSubjects, tool string) string {
+	if x == nil {
+		return w.Exec(tool)
+	}
+	x.mu.RLock()
+	s, ok := x.m[tool]
+	x.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = w.Exec(tool)
+	x.mu.Lock()
+	if x.m == nil || len(x.m) >= maxExecSubjects {
+		x.m = make(map[string]string)
+	}
+	x.m[tool] = s
+	x.mu.Unlock()
+	return s
+}
+
 // execEventTo makes e the io.toolbus.exec of job j from source
 // (docs/protocol.md 5.1), for a core request and a durable call's work
 // message alike.
 func execEventTo(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time) {
 	size := 96 + len(req.Call.ID) + len(req.Call.Name) + len(req.Call.Input) + len(req.User) + len(req.Context) + len(req.State)
+	execEventIn(e, ctx, source, j, req, deadline, make([]byte, 0, size))
+}
+
+// execEventIn is execEventTo with the data appended to buf.
+func execEventIn(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time, buf []byte) {
 	*e = bus.Head(bus.TypeExec, source)
-	e.Data = req.AppendJSON(make([]byte, 0, size))
+	e.Data = req.AppendJSON(buf)
 	e.SessionID, e.ReplyID, e.ToolCallID = j.session, j.replyID, j.call.ID
 	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
 	e.TraceParent, e.TraceState = tracing.Inject(ctx, j.trace[0], j.trace[1])
@@ -375,7 +451,7 @@ func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessag
 	if e.Type != bus.TypeExecResult {
 		return internal(c, fmt.Errorf("worker replied with %q", e.Type)), nil
 	}
-	if err := e.DataAs(&xr); err != nil {
+	if err := e.ExecResultData(&xr); err != nil {
 		return internal(c, err), nil
 	}
 	if xr.Output == nil {
@@ -460,17 +536,20 @@ func patchState(ctx context.Context, gs *groups.Store, session string, def *bus.
 
 // execWatch is an exec request in flight, watched for a vanished worker.
 type execWatch struct {
-	tool, key string
-	since     time.Time
-	cancel    context.CancelFunc
-	vanished  atomic.Bool // set by the watchdog before it cancels
+	tool, key  string
+	since      time.Time
+	cancel     context.CancelFunc
+	vanished   atomic.Bool // set by the watchdog before it cancels
+	prev, next *execWatch  // in execWatches' list, under its lock
 }
 
 // execWatches is the set of exec requests in flight, which the watchdog
-// (watchWorkers) ends when their worker vanished.
+// (watchWorkers) ends when their worker vanished: a list through the
+// watches themselves, so that adding and removing one is two pointers,
+// not a map's insert and delete per call.
 type execWatches struct {
-	mu sync.Mutex
-	m  map[*execWatch]struct{}
+	mu   sync.Mutex
+	head *execWatch
 }
 
 // add watches w, the request of tool's call key in flight until cancel.
@@ -478,17 +557,26 @@ func (x *execWatches) add(w *execWatch, tool, key string, cancel context.CancelF
 	w.tool, w.key, w.since, w.cancel = tool, key, time.Now(), cancel
 	w.vanished.Store(false)
 	x.mu.Lock()
-	if x.m == nil {
-		x.m = map[*execWatch]struct{}{}
+	w.prev, w.next = nil, x.head
+	if x.head != nil {
+		x.head.prev = w
 	}
-	x.m[w] = struct{}{}
+	x.head = w
 	x.mu.Unlock()
 	return w
 }
 
 func (x *execWatches) remove(w *execWatch) {
 	x.mu.Lock()
-	delete(x.m, w)
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else if x.head == w {
+		x.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
 	x.mu.Unlock()
 }
 
@@ -505,7 +593,7 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 	}
 	x.mu.Lock()
 	var lost []*execWatch
-	for w := range x.m {
+	for w := x.head; w != nil; w = w.next {
 		if now.Sub(w.since) > 3*hb && !reg.MayHold(w.tool, w.key) {
 			lost = append(lost, w)
 		}

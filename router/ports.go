@@ -84,14 +84,13 @@ type eventPort interface {
 	stored(ctx context.Context, evs []*sentEvent) error
 	// announce sends an event without asking for an acknowledgement
 	// (docs/protocol.md 3.4: a read-only batch's batch.done).
-	announce(typ, session, replyID, callID string, trace [2]string, data any) error
+	announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error
 	// live sends an event the events stream refuses, for live
 	// subscribers only (docs/protocol.md 3.4, call.parked).
 	live(typ, session, replyID, callID string, trace [2]string, data any) error
-	// reply sends an event to a reply subject (core NATS).
-	reply(subject string, e *bus.Event) error
-	// event builds an event from this router.
-	event(typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error)
+	// reply sends an event from this router to a reply subject (core
+	// NATS).
+	reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error
 }
 
 // outputPort stores the output of a result that would take the batch's
@@ -204,10 +203,6 @@ type routerEvents struct {
 	sink   *eventSink
 }
 
-func (x routerEvents) event(typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
-	return newRouterEvent(x.source, typ, session, replyID, callID, trace, data)
-}
-
 func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
 	return x.publishID("", typ, session, replyID, callID, trace, data)
 }
@@ -227,11 +222,9 @@ func (x routerEvents) publishID(id, typ, session, replyID, callID string, trace 
 	return x.sink.publish(m, e.ID), nil
 }
 
-func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
+func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
 	var e bus.Event
-	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
-		return err
-	}
+	rawEventTo(&e, x.source, typ, session, replyID, callID, trace, data)
 	return bus.Send(x.nc, x.subj.Events(session), &e, e.ID) // stored once, as a retried publish would be
 }
 
@@ -262,6 +255,8 @@ func (x routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
 	return x.sink.stored(ctx, evs)
 }
 
-func (x routerEvents) reply(subject string, e *bus.Event) error {
-	return bus.Send(x.nc, subject, e, "")
+func (x routerEvents) reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error {
+	var e bus.Event // sent and let go: on the stack
+	rawEventTo(&e, x.source, typ, session, replyID, "", trace, data)
+	return bus.Send(x.nc, subject, &e, "")
 }

@@ -91,13 +91,10 @@ func (f *fakeRunner) readOutput(_ context.Context, _ string, c bus.Call, _ json.
 }
 
 type fakeEvents struct {
-	mu      sync.Mutex
-	types   []string // type:callid of every event published
-	replies []*bus.Event
-}
-
-func (f *fakeEvents) event(typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
-	return newRouterEvent("toolbus/router/test", typ, session, replyID, callID, trace, data)
+	mu        sync.Mutex
+	types     []string // type:callid of every event published
+	replies   []*bus.Event
+	announced []string // the data of every event announced, as it was sent
 }
 
 func (f *fakeEvents) publish(typ, _, _, callID string, _ [2]string, _ any) (*sentEvent, error) {
@@ -111,7 +108,10 @@ func (f *fakeEvents) publishID(_, typ, session, replyID, callID string, trace [2
 	return f.publish(typ, session, replyID, callID, trace, data)
 }
 
-func (f *fakeEvents) announce(typ, session, replyID, callID string, trace [2]string, data any) error {
+func (f *fakeEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
+	f.mu.Lock()
+	f.announced = append(f.announced, string(data)) // a copy: the sender may reuse data once this returns
+	f.mu.Unlock()
 	_, err := f.publish(typ, session, replyID, callID, trace, data)
 	return err
 }
@@ -123,7 +123,11 @@ func (f *fakeEvents) live(typ, session, replyID, callID string, trace [2]string,
 
 func (f *fakeEvents) stored(context.Context, []*sentEvent) error { return nil }
 
-func (f *fakeEvents) reply(_ string, e *bus.Event) error {
+func (f *fakeEvents) reply(_, typ, session, replyID string, trace [2]string, data json.RawMessage) error {
+	e, err := newRouterEvent("toolbus/router/test", typ, session, replyID, "", trace, data)
+	if err != nil {
+		return err
+	}
 	f.replies = append(f.replies, e)
 	return nil
 }
@@ -243,6 +247,18 @@ func TestPipelineEvents(t *testing.T) {
 			}
 			if r.SessionRev != 7 || len(r.Results) != 2 || r.Results[0].State != bus.StateSuccess || r.Results[1].Error.Code != bus.CodeUnknownTool {
 				t.Fatalf("reply %s", f.events.replies[0].Data)
+			}
+			// A read-only batch's announced batch.done and its reply carry the
+			// same results (the reply finishes batch.done's buffer).
+			if announced := tc.events != bus.EventsCalls && !tc.cont; announced != (len(f.events.announced) == 1) {
+				t.Fatalf("announced %d batch.done", len(f.events.announced))
+			}
+			for _, done := range f.events.announced {
+				var d struct{ Results json.RawMessage }
+				var rr struct{ Results json.RawMessage }
+				if json.Unmarshal([]byte(done), &d) != nil || json.Unmarshal(f.events.replies[0].Data, &rr) != nil || string(d.Results) != string(rr.Results) {
+					t.Fatalf("batch.done %s, reply %s", done, f.events.replies[0].Data)
+				}
 			}
 		})
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/pool"
+	"github.com/toolbus/toolbus/internal/replies"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/parked"
@@ -365,7 +366,7 @@ func (r *Router) build(ctx context.Context) error {
 
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
-	r.tools.exec = chain(requestReply{nc: r.nc, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
+	r.tools.exec = chain(requestReply{replies: replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true}), execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
 		once(r.led))
 	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
 	r.pipe = r.newPipeline(ev)

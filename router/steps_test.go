@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,11 @@ var testLimits = Limits{MaxCalls: bus.MaxCalls, MaxInputBytes: 128, MaxParked: 1
 
 func TestCheckTurn(t *testing.T) {
 	many := `{"calls":[` + strings.TrimSuffix(strings.Repeat(`{"id":"c","name":"echo","input":{}},`, bus.MaxCalls+1), ",") + `]}`
+	var ten []string // ten calls, the last with the first's id: found by the map, past 8 calls
+	for i := range 10 {
+		ten = append(ten, fmt.Sprintf(`{"id":"c%d","name":"echo","input":{}}`, i%9))
+	}
+	tenDup := `{"calls":[` + strings.Join(ten, ",") + `]}`
 	for _, tc := range []struct {
 		name   string
 		id     string
@@ -47,6 +53,7 @@ func TestCheckTurn(t *testing.T) {
 		{"too many calls", "r1", many, nil, bus.CodeBadRequest, "at most"},
 		{"bad call id", "r1", `{"calls":[{"id":"c/1","name":"echo","input":{}}]}`, nil, bus.CodeBadEvent, "call id"},
 		{"duplicate call id", "r1", `{"calls":[{"id":"c1","name":"a","input":{}},{"id":"c1","name":"b","input":{}}]}`, nil, bus.CodeBadRequest, "twice"},
+		{"duplicate call id past eight calls", "r1", tenDup, nil, bus.CodeBadRequest, `"c0" appears twice`},
 		{"unknown batch member is read leniently", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}],"extra":1}`, nil, "", ""},
 		{"unknown request member is refused", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}],"request":{"tools":[]}}`, nil, bus.CodeBadRequest, `unknown member "tools"`},
 		{"bad expiry", "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}]}`, func(e *bus.Event) { e.ExpiryTime = "tomorrow" }, bus.CodeBadEvent, "expirytime"},

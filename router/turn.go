@@ -29,7 +29,7 @@ func checkTurn(e *bus.Event, lim Limits) (turn, error) {
 		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
 	}
 	var data bus.Batch
-	if err := e.DataAs(&data); err != nil {
+	if err := e.BatchData(&data); err != nil {
 		return turn{}, err
 	}
 	n := len(data.Calls)
@@ -44,20 +44,42 @@ func checkTurn(e *bus.Event, lim Limits) (turn, error) {
 	default:
 		return turn{}, bus.Errorf(bus.CodeBadRequest, "events %q must be \"batch\" (the default) or \"calls\"", data.Events)
 	}
-	seen := make(map[string]struct{}, n)
-	for _, c := range data.Calls {
+	// A few calls are checked for duplicates against the ones before
+	// them; a map (an allocation) only past that.
+	var seen map[string]struct{}
+	if n > 8 {
+		seen = make(map[string]struct{}, n)
+	}
+	for i, c := range data.Calls {
 		if !bus.ValidID(c.ID) {
 			return turn{}, bus.Errorf(bus.CodeBadEvent, "call id %q must match ^[A-Za-z0-9_-]{1,128}$", c.ID)
 		}
-		if _, dup := seen[c.ID]; dup {
+		if dupCall(data.Calls[:i], seen, c.ID) {
 			return turn{}, bus.Errorf(bus.CodeBadRequest, "call id %q appears twice in the batch", c.ID)
 		}
 		if len(c.Input) > lim.MaxInputBytes {
 			return turn{}, bus.Errorf(bus.CodeBadRequest, "call %s: its input is %d bytes; at most %d are allowed", c.ID, len(c.Input), lim.MaxInputBytes)
 		}
-		seen[c.ID] = struct{}{}
+		if seen != nil {
+			seen[c.ID] = struct{}{}
+		}
 	}
 	return newTurn(e.SessionID, e.ID, [2]string{e.TraceParent, e.TraceState}, e.ExpiryTime, data)
+}
+
+// dupCall reports whether id is the id of one of the calls before it:
+// those in seen when there is a map, else those in before.
+func dupCall(before []bus.Call, seen map[string]struct{}, id string) bool {
+	if seen != nil {
+		_, dup := seen[id]
+		return dup
+	}
+	for _, c := range before {
+		if c.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // newTurn builds a turn from checked parts: a new batch's, or those a

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/replies"
 )
 
 // KV is a bucket whose Get returns the latest acknowledged write.
@@ -28,16 +30,16 @@ import (
 type KV struct {
 	jetstream.KeyValue
 	nc     *nats.Conn
-	get    string // the leader's message-get subject, "" for direct gets
-	prefix string // "$KV.<bucket>."
-	cas    bool   // writes may go to prefix+key (no domain or API prefix): kvwrite.go
-	acks   acks   // the replies to those writes
+	get    string       // the leader's message-get subject, "" for direct gets
+	prefix string       // "$KV.<bucket>."
+	cas    bool         // writes may go to prefix+key (no domain or API prefix): kvwrite.go
+	acks   *replies.Mux // the replies to those writes (internal/replies)
 }
 
 // NewKV wraps kv. replicas is the bucket's replica count.
 func NewKV(js jetstream.JetStream, kv jetstream.KeyValue, replicas int) *KV {
 	k := &KV{KeyValue: kv, nc: js.Conn(), prefix: "$KV." + kv.Bucket() + ".", cas: APIPrefix(js) == jetstream.DefaultAPIPrefix}
-	k.acks.nc = k.nc
+	k.acks = replies.New(k.nc, replies.Options{KeepInbox: true})
 	if replicas > 1 {
 		k.get = APIPrefix(js) + "STREAM.MSG.GET.KV_" + kv.Bucket()
 	}

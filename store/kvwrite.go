@@ -88,16 +88,16 @@ func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision ui
 	if !k.cas || k.nc == nil || !plainKey(key) || ctx.Err() != nil {
 		return 0, false
 	}
-	w, err := k.acks.await(0)
+	w, err := k.acks.Await(0)
 	if err != nil {
 		return 0, false
 	}
 	var resp *nats.Msg
-	defer func() { k.acks.done(w, resp != nil) }()
+	defer func() { k.acks.Done(w, resp != nil) }()
 	cm := casMsgs.Get().(*casMsg)
 	cm.val[0] = strconv.FormatUint(revision, 10)
 	cm.h[jetstream.ExpectedLastSubjSeqHeader] = cm.val[:]
-	cm.m = nats.Msg{Subject: k.prefix + key, Reply: w.inbox, Header: cm.h, Data: value}
+	cm.m = nats.Msg{Subject: k.prefix + key, Reply: w.Inbox(), Header: cm.h, Data: value}
 	err = k.nc.PublishMsg(&cm.m)
 	cm.m = nats.Msg{}
 	clear(cm.h)
@@ -106,7 +106,7 @@ func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision ui
 	if err != nil {
 		return 0, false
 	}
-	if resp = w.wait(ctx, within); resp == nil {
+	if resp = w.Wait(ctx, within); resp == nil {
 		return 0, false
 	}
 	return pubAckSeq(resp.Data)

@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -111,87 +110,5 @@ func TestCASWritesAreJetStreams(t *testing.T) {
 	}
 	if rev, err = kv.Update(ctx, "n", []byte("x"), 0); err != nil || rev != 5 { // revision 0: must not exist
 		t.Fatalf("update of an absent key at 0: %d, %v", rev, err)
-	}
-}
-
-// A write whose wait ended before its reply came does not lend its channel
-// to the next write: the late reply would be taken for that write's.
-func TestAckWaitNotReusedWhileItsReplyMayCome(t *testing.T) {
-	a := &acks{prefix: "_INBOX.t.", waiting: map[string]*ackWait{}}
-	a.once.Do(func() {}) // no subscription: deliver is called by hand
-	w, err := a.await(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.mu.Lock()
-	delete(a.waiting, w.inbox) // deliver took it, and is about to send
-	a.mu.Unlock()
-	a.done(w, false)
-	for range 100 {
-		next, _ := a.await(0)
-		if next == w {
-			t.Fatal("a wait whose reply may still come was reused")
-		}
-		a.done(next, false)
-	}
-	a.deliver(&nats.Msg{Subject: "_INBOX.t.none"}) // no write waits for it: dropped
-}
-
-// A publisher's waits are bounded (await returns none past max), and a
-// reconnect ends each with a nil reply, as it fails jetstream's
-// asynchronous publishes; flush waits until none is left.
-func TestAckWaitsBoundedAndReset(t *testing.T) {
-	a := &acks{prefix: "_INBOX.t.", waiting: map[string]*ackWait{}}
-	a.once.Do(func() {}) // no subscription
-	w1, _ := a.await(2)
-	w2, _ := a.await(2)
-	if w, err := a.await(2); w != nil || err != nil {
-		t.Fatalf("a third wait past 2: %v, %v", w, err)
-	}
-	flushed := make(chan error, 1)
-	go func() { flushed <- a.flush(t.Context()) }()
-	status := make(chan nats.Status, 2)
-	status <- nats.RECONNECTING
-	status <- nats.CLOSED
-	a.resetOn(status)
-	for _, w := range []*ackWait{w1, w2} {
-		if m := <-w.ch; m != nil {
-			t.Fatalf("reset delivered %v", m)
-		}
-		a.done(w, true)
-	}
-	if err := <-flushed; err != nil {
-		t.Fatal(err)
-	}
-	if w, _ := a.await(2); w == nil {
-		t.Fatal("no wait after the reset")
-	}
-}
-
-// A wait whose reply came keeps its inbox when reused; one that ended
-// before its reply came gets a new one (the late reply goes nowhere).
-func TestAckWaitInboxReuse(t *testing.T) {
-	a := &acks{prefix: "_INBOX.t.", waiting: map[string]*ackWait{}}
-	a.once.Do(func() {}) // no subscription: deliver is called by hand
-	seen := map[string]bool{}
-	for range 100 {
-		w, _ := a.await(0)
-		seen[w.inbox] = true
-		a.deliver(&nats.Msg{Subject: w.inbox})
-		<-w.ch
-		a.done(w, true)
-	}
-	if len(seen) > 75 { // the pool may drop a wait (a GC; the race detector drops a quarter)
-		t.Fatalf("%d inboxes for 100 replied waits", len(seen))
-	}
-	w, _ := a.await(0)
-	old := w.inbox
-	a.done(w, false) // ended before its reply
-	for range 100 {
-		next, _ := a.await(0)
-		if next.inbox == old {
-			t.Fatal("an inbox whose reply may still come was reused")
-		}
-		a.done(next, false)
 	}
 }

@@ -6,10 +6,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/replies"
 )
 
 // A Publisher with OwnAcks sends a message's first publish itself, with a
-// reply inbox on its own subscription (acks.go, as a KV's compare-and-set
+// reply inbox on its own subscription (internal/replies, as a KV's compare-and-set
 // writes do), and reads a plain acknowledgement by hand: the same message
 // on the same subject, with the same Nats-Msg-Id, but none of jetstream's
 // asynchronous machinery per message (a future with two channels, a reply
@@ -40,17 +42,17 @@ import (
 // publishOwn publishes m, whose Nats-Msg-Id is set, with a reply inbox of
 // the publisher's own subscription.
 func (p *Publisher) publishOwn(m *nats.Msg, x *Pending) {
-	var w *ackWait
+	var w *replies.Wait
 	if m.Reply == "" {
-		w, _ = p.own.await(p.cfg.MaxPending)
+		w, _ = p.own.Await(p.cfg.MaxPending)
 	}
 	if w == nil { // full, no subscription, or a reply subject jetstream refuses
 		x.ack, x.err = p.js.PublishMsgAsync(m)
 		return
 	}
-	sent := nats.Msg{Subject: m.Subject, Reply: w.inbox, Header: m.Header, Data: m.Data}
-	if err := p.own.nc.PublishMsg(&sent); err != nil {
-		p.own.done(w, false)
+	sent := nats.Msg{Subject: m.Subject, Reply: w.Inbox(), Header: m.Header, Data: m.Data}
+	if err := p.own.Conn().PublishMsg(&sent); err != nil {
+		p.own.Done(w, false)
 		x.err = err // as jetstream's PublishMsgAsync returns it: Stored publishes again
 		return
 	}
@@ -66,14 +68,14 @@ func (x *Pending) waitOwn(ctx context.Context, expiry <-chan time.Time, expired 
 	var m *nats.Msg
 	if expired {
 		select {
-		case m = <-w.ch:
+		case m = <-w.C():
 		default:
 			x.endOwn(false)
 			return true, true, jetstream.ErrAsyncPublishTimeout
 		}
 	} else {
 		select {
-		case m = <-w.ch:
+		case m = <-w.C():
 		case <-expiry:
 			x.endOwn(false)
 			return true, true, jetstream.ErrAsyncPublishTimeout
@@ -82,7 +84,7 @@ func (x *Pending) waitOwn(ctx context.Context, expiry <-chan time.Time, expired 
 		}
 	}
 	if m == nil { // the connection reconnected: the reply may yet come, to this inbox
-		w.inbox = ""
+		w.Forget()
 	}
 	x.endOwn(true)
 	switch {
@@ -101,6 +103,6 @@ func (x *Pending) waitOwn(ctx context.Context, expiry <-chan time.Time, expired 
 
 // endOwn ends the wait on the publisher's own subscription.
 func (x *Pending) endOwn(replied bool) {
-	x.pub.own.done(x.own, replied)
+	x.pub.own.Done(x.own, replied)
 	x.own = nil
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/replies"
 )
 
 // Publisher defaults.
@@ -47,7 +49,7 @@ type PublisherConfig struct {
 type Publisher struct {
 	js  jetstream.JetStream
 	cfg PublisherConfig
-	own *acks // OwnAcks: the replies to first publishes (ownacks.go)
+	own *replies.Mux // OwnAcks: the replies to first publishes (ownacks.go)
 }
 
 // NewPublisher returns a Publisher through a JetStream context of its own
@@ -65,7 +67,7 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
 	}
 	p := &Publisher{js: js, cfg: cfg}
 	if cfg.OwnAcks {
-		p.own = &acks{nc: nc, reset: true}
+		p.own = replies.New(nc, replies.Options{Reset: true, KeepInbox: true})
 	}
 	return p, nil
 }
@@ -83,8 +85,8 @@ type Pending struct {
 	acked   bool // the ack was taken (its channel holds it once)
 	retried bool // Stored published it again
 	ackWait time.Duration
-	own     *ackWait   // OwnAcks: the wait for the first publish's reply, until it ends (ownacks.go)
-	pub     *Publisher // set with own, and kept
+	own     *replies.Wait // OwnAcks: the wait for the first publish's reply, until it ends (ownacks.go)
+	pub     *Publisher    // set with own, and kept
 }
 
 // ID is the message id.
@@ -244,8 +246,8 @@ func Pause(ctx context.Context, d time.Duration) error {
 // awaitAll waits for the acknowledgements of ps not taken yet for at most
 // ackWait in all, and returns those that failed, each with its err set.
 func awaitAll(ctx context.Context, ps []*Pending, ackWait time.Duration) (failed []*Pending) {
-	timer := startTimer(ackWait)
-	defer stopTimer(timer)
+	timer := replies.StartTimer(ackWait)
+	defer replies.StopTimer(timer)
 	expired := false
 	for _, x := range ps {
 		if x == nil || x.acked {
@@ -298,7 +300,7 @@ func (x *Pending) wait(ctx context.Context, expiry <-chan time.Time, expired boo
 // ctx ends (the asynchronous publishes only: Stored is what retries).
 func (p *Publisher) Flush(ctx context.Context) error {
 	if p.own != nil {
-		if err := p.own.flush(ctx); err != nil {
+		if err := p.own.Flush(ctx); err != nil {
 			return err
 		}
 	}

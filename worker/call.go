@@ -29,7 +29,8 @@ type Call struct {
 	State json.RawMessage
 
 	w           *executor
-	stop        func()      // ends the call's context
+	cx          callCtx     // the call's context (callctx.go)
+	stop        func()      // for tests: called at an abort besides cx.stop
 	cancelled   atomic.Bool // an agent cancelled the call (abort)
 	traceParent string
 	traceState  string
@@ -37,6 +38,19 @@ type Call struct {
 	mu    sync.Mutex
 	seq   int
 	patch json.RawMessage
+
+	// The call's usual result, a text block, and the event that carries a
+	// result, kept here: the call is allocated once per request (worker.go).
+	res   bus.ExecResult
+	block [1]bus.Block
+	out   bus.Event
+}
+
+// textResult is a success whose output is the one text block s, in c.
+func (c *Call) textResult(s string) *bus.ExecResult {
+	c.block[0] = bus.Block{Type: bus.BlockText, Text: s}
+	c.res = bus.ExecResult{State: bus.StateSuccess, Output: c.block[:1:1]}
+	return &c.res
 }
 
 // abort ends the call at an agent's cancel.
@@ -45,6 +59,7 @@ func (c *Call) abort() {
 	if c.stop != nil {
 		c.stop()
 	}
+	c.cx.stop()
 }
 
 // UserString returns User when it is a JSON string, else its JSON text.

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"encoding/json"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,19 +27,54 @@ type callTable struct {
 	mu        sync.Mutex
 	inflight  map[string]*Call     // bus.CallKey → call
 	queued    map[string]string    // bus.CallKey → tool, from arrival to reply
-	answered  map[string]answered  // bus.CallKey → tool and when, for linger after its reply
+	answered  answeredRing         // the calls answered last, for linger after their reply
 	cancelled map[string]time.Time // keys of cancels seen lately: bus.CallKey, with an empty call id for a whole reply
 }
 
 func newCallTable(subj bus.Subjects) *callTable {
-	return &callTable{subj: subj, inflight: map[string]*Call{}, queued: map[string]string{}, answered: map[string]answered{},
-		cancelled: map[string]time.Time{}}
+	return &callTable{subj: subj, inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}}
 }
 
-// answered is a call answered at, listed until linger has passed.
+// answered is a call key of tool answered at, listed until linger has passed.
 type answered struct {
-	tool string
-	at   time.Time
+	key, tool string
+	at        time.Time
+}
+
+// answeredRing keeps the last maxAnswered calls answered, oldest first
+// overwritten: a call costs no map operation and no allocation, and the
+// beat, not the call, sorts out what to list (queuedByTool). A key
+// answered twice is in it twice; the beat lists it once.
+type answeredRing struct {
+	all  []answered // at most maxAnswered, allocated at the first answer
+	next int        // where the next answer goes, once all is full
+}
+
+func (r *answeredRing) add(a answered) {
+	if len(r.all) < maxAnswered {
+		if r.all == nil {
+			r.all = make([]answered, 0, maxAnswered)
+		}
+		r.all = append(r.all, a)
+		return
+	}
+	r.all[r.next] = a
+	r.next = (r.next + 1) % maxAnswered
+}
+
+// newestFirst calls each for the answers kept, the newest first, until
+// it reports false.
+func (r *answeredRing) newestFirst(each func(a *answered) bool) {
+	n := len(r.all)
+	newest := n - 1
+	if n == maxAnswered {
+		newest = (r.next - 1 + n) % n // full: next is the oldest
+	}
+	for i := range n {
+		if !each(&r.all[(newest-i+n)%n]) {
+			return
+		}
+	}
 }
 
 // queue lists call key of tool from its arrival; unqueue ends that once
@@ -48,14 +82,16 @@ type answered struct {
 func (ct *callTable) queue(key, tool string) {
 	ct.mu.Lock()
 	ct.queued[key] = tool
-	delete(ct.answered, key)
 	ct.mu.Unlock()
 }
 
 func (ct *callTable) unqueue(key string) {
+	if key == "" {
+		return
+	}
 	ct.mu.Lock()
 	if tool, ok := ct.queued[key]; ok && ct.linger > 0 {
-		ct.answered[key] = answered{tool: tool, at: time.Now()}
+		ct.answered.add(answered{key: key, tool: tool, at: time.Now()}) // under the lock: the ring is in time order
 	}
 	delete(ct.queued, key)
 	ct.mu.Unlock()
@@ -70,7 +106,7 @@ func (ct *callTable) queuedLen() int {
 
 // queuedByTool is the registration's "inflight": per tool, the keys of
 // its calls accepted and not yet answered, and of those answered less
-// than linger ago.
+// than linger ago (at most maxAnswered of these, the newest).
 func (ct *callTable) queuedByTool() map[string][]string {
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
@@ -79,17 +115,17 @@ func (ct *callTable) queuedByTool() map[string][]string {
 		out[tool] = append(out[tool], key)
 	}
 	now := time.Now()
-	for key, a := range ct.answered {
+	listed := map[string]bool{}
+	ct.answered.newestFirst(func(a *answered) bool {
 		if now.Sub(a.at) >= ct.linger {
-			delete(ct.answered, key)
+			return false // and every older one
 		}
-	}
-	if over := len(ct.answered) - maxAnswered; over > 0 {
-		ct.dropOldest(over)
-	}
-	for key, a := range ct.answered {
-		out[a.tool] = append(out[a.tool], key)
-	}
+		if _, queued := ct.queued[a.key]; !queued && !listed[a.key] {
+			listed[a.key] = true
+			out[a.tool] = append(out[a.tool], a.key)
+		}
+		return true
+	})
 	return out
 }
 
@@ -99,18 +135,6 @@ func (ct *callTable) queuedByTool() map[string][]string {
 // would count the worker gone). A dropped key was answered earlier than
 // every listed one, so its reply is the likeliest to have arrived.
 const maxAnswered = 2048
-
-// dropOldest unlists the n answered calls answered first.
-func (ct *callTable) dropOldest(n int) {
-	keys := make([]string, 0, len(ct.answered))
-	for key := range ct.answered {
-		keys = append(keys, key)
-	}
-	slices.SortFunc(keys, func(a, b string) int { return ct.answered[a].at.Compare(ct.answered[b].at) })
-	for _, key := range keys[:n] {
-		delete(ct.answered, key)
-	}
-}
 
 // begin lists c as running under key and reports whether a cancel of it,
 // or of its whole reply, came first (the cancel overtook the request).

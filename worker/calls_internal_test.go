@@ -58,7 +58,12 @@ func TestCallTableLinger(t *testing.T) {
 	}
 	ct.unqueue("s.r.b")
 	ct.mu.Lock()
-	ct.answered["s.r.b"] = answered{tool: "t1", at: time.Now().Add(-2 * time.Hour)}
+	ct.answered.newestFirst(func(a *answered) bool {
+		if a.key == "s.r.b" {
+			a.at = time.Now().Add(-2 * time.Hour)
+		}
+		return true
+	})
 	ct.mu.Unlock()
 	if got := ct.queuedByTool()["t1"]; !slices.Equal(got, []string{"s.r.a"}) {
 		t.Fatalf("after linger: listed %v", got)
@@ -141,7 +146,7 @@ func TestCallTableAnsweredBound(t *testing.T) {
 	base := time.Now().Add(-time.Minute)
 	ct.mu.Lock()
 	for i := range maxAnswered + 500 {
-		ct.answered[fmt.Sprintf("s.r.%d", i)] = answered{tool: "t1", at: base.Add(time.Duration(i) * time.Millisecond)}
+		ct.answered.add(answered{key: fmt.Sprintf("s.r.%d", i), tool: "t1", at: base.Add(time.Duration(i) * time.Millisecond)})
 	}
 	ct.mu.Unlock()
 	got := ct.queuedByTool()["t1"]
@@ -150,5 +155,30 @@ func TestCallTableAnsweredBound(t *testing.T) {
 	}
 	if slices.Contains(got, "s.r.499") || !slices.Contains(got, "s.r.500") || !slices.Contains(got, fmt.Sprintf("s.r.%d", maxAnswered+499)) {
 		t.Fatal("the oldest answered calls were not the ones dropped")
+	}
+}
+
+// TestAnsweredRing: the ring keeps the last maxAnswered answers and
+// gives them newest first, before and after it wraps.
+func TestAnsweredRing(t *testing.T) {
+	for _, n := range []int{0, 1, 5, maxAnswered - 1, maxAnswered, maxAnswered + 1, 3*maxAnswered + 7} {
+		var r answeredRing
+		for i := range n {
+			r.add(answered{key: fmt.Sprint(i)})
+		}
+		var got []string
+		r.newestFirst(func(a *answered) bool { got = append(got, a.key); return true })
+		want := []string{}
+		for i := n - 1; i >= 0 && i >= n-maxAnswered; i-- {
+			want = append(want, fmt.Sprint(i))
+		}
+		if len(got) != len(want) || len(got) > 0 && (got[0] != want[0] || got[len(got)-1] != want[len(want)-1]) || !slices.Equal(got, want) {
+			t.Errorf("%d answers: got %d, newest %v, want %d", n, len(got), got[:min(3, len(got))], len(want))
+		}
+		stopped := 0
+		r.newestFirst(func(*answered) bool { stopped++; return false })
+		if n > 0 && stopped != 1 {
+			t.Errorf("%d answers: %d calls after false", n, stopped)
+		}
 	}
 }

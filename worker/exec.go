@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,15 +32,19 @@ type executor struct {
 	calls  *callTable
 }
 
-// serve checks one exec request, runs the call and answers through rp;
-// key is the call key the worker listed it under ("" when none).
-func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, rp replier) {
+// serve checks one exec request, runs the call as c (zero, the caller's
+// allocation) and answers through rp; key is the call key the worker
+// listed it under ("" when none).
+func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, c *Call, rp replier) {
 	if err == nil && e.Type != bus.TypeExec {
 		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
 	}
 	var req bus.ExecRequest
 	if err == nil {
-		err = e.DataAs(&req)
+		// The call id and the tool name are the event's and the tool's
+		// strings when they spell them; input, user and context are
+		// slices of the message's data, which the call owns.
+		err = e.ExecData(&req, e.ToolCallID, t.def.Name)
 	}
 	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(req.Call.ID)) {
 		err = bus.Errorf(bus.CodeBadEvent, "an exec request needs valid sessionid, replyid and call id")
@@ -63,16 +68,19 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		return // the drain's deadline passed before the call got a slot: never start it, never answer
 	}
 	// One context per call: the request's deadline, a child of the
-	// worker's base (whose cause, errDrained, it inherits); an agent's
-	// cancel is told apart by Call.cancelled.
-	ctx, stop := callContext(tracing.Extract(w.base, e.TraceParent, e.TraceState), e)
-	defer stop()
-	ctx, span := tracing.StartTool(ctx, trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
+	// worker's base (whose cause, errDrained, it inherits) and of the
+	// call's span; an agent's cancel is told apart by Call.cancelled. It
+	// is made when the handler first looks at it (callctx.go).
+	sctx, span := tracing.StartTool(tracing.Extract(w.base, e.TraceParent, e.TraceState), trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
 	defer span.End()
-	tp, ts := tracing.Inject(ctx, e.TraceParent, e.TraceState)
-	c := &Call{ID: req.Call.ID, Name: req.Call.Name, SessionID: e.SessionID, ReplyID: e.ReplyID,
-		Input: req.Call.Input, User: absentIfNull(req.User), Context: absentIfNull(req.Context), Attempt: req.Attempt, State: req.State,
-		w: w, stop: stop, traceParent: tp, traceState: ts}
+	exp, _ := e.Expiry() // checked by Validate when the event was decoded
+	c.cx.init(sctx, exp)
+	ctx := context.Context(&c.cx)
+	defer c.cx.stop()
+	tp, ts := tracing.Inject(sctx, e.TraceParent, e.TraceState)
+	c.ID, c.Name, c.SessionID, c.ReplyID = req.Call.ID, req.Call.Name, e.SessionID, e.ReplyID
+	c.Input, c.User, c.Context, c.Attempt, c.State = req.Call.Input, absentIfNull(req.User), absentIfNull(req.Context), req.Attempt, req.State
+	c.w, c.traceParent, c.traceState = w, tp, ts
 	if key == "" || e.ToolCallID != req.Call.ID {
 		key = bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
 	}
@@ -87,7 +95,7 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	if !c.cancelled.Load() {
 		res = w.run(ctx, t, c)
 	}
-	if context.Cause(ctx) == errDrained {
+	if c.cx.cause() == errDrained {
 		// Cut off by the drain's deadline: no answer, as from a worker
 		// that stopped. The routers see the call vanish once this worker
 		// has left: unknown_outcome, or a retry for read-only and
@@ -116,16 +124,31 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 			"Error: the result of tool '%s' has %d bytes of metadata and state patch, more than the NATS payload limit of %d bytes allows; the state patch was not applied.",
 			t.def.Name, extra, w.nc.MaxPayload()))}
 	}
-	data, err := res.AppendJSON(make([]byte, 0, res.Size()))
+	// The result's data is written in a pooled buffer: both repliers have
+	// sent it when result returns (nats.go copies what it publishes).
+	buf := results.Get().(*[]byte)
+	data, err := res.AppendJSON((*buf)[:0])
 	if err != nil {
 		failed := bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())}
-		data, _ = failed.AppendJSON(nil)
+		data, _ = failed.AppendJSON((*buf)[:0])
 	}
-	out, _ := bus.NewEvent(bus.TypeExecResult, w.source, nil)
-	out.Data = data // set here, not boxed into NewEvent's any
+	out := &c.out
+	*out = bus.Head(bus.TypeExecResult, w.source)
+	out.Data = data
 	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts
 	rp.result(out)
+	out.Data = nil
+	if cap(data) <= maxPooledResult {
+		*buf = data
+		results.Put(buf)
+	}
 }
+
+// results are the buffers results are encoded in; one that grew past
+// maxPooledResult (a large output) is let go rather than kept.
+var results = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledResult = 64 << 10
 
 // fit makes a result's output fit the message (offload.Fit): large blocks
 // go to the outputs object store. An output above MaxOutput, or one that
@@ -150,15 +173,6 @@ func (w *executor) fit(ctx context.Context, t *tool, key string, res *bus.ExecRe
 	}
 	w.log.Warn("worker: output not kept", "tool", t.def.Name, "key", key, "err", err)
 	return &bus.ExecResult{State: bus.StateError, Output: bus.Text(msg)}
-}
-
-// callContext is the context of a call: with the request's expiry as
-// deadline when it has one.
-func callContext(parent context.Context, e *bus.Event) (context.Context, context.CancelFunc) {
-	if exp, _ := e.Expiry(); !exp.IsZero() {
-		return context.WithDeadline(parent, exp)
-	}
-	return context.WithCancel(parent)
 }
 
 // run calls the handler, turning panics and errors into error results.

@@ -37,8 +37,8 @@ func Register[In, Out any](w *Worker, def bus.ToolDef, fn Func[In, Out]) error {
 		if err != nil {
 			return nil, err
 		}
-		if s, ok := any(out).(string); ok { // the usual text, without boxing it
-			return &bus.ExecResult{Output: bus.Text(s)}, nil
+		if s, ok := any(out).(string); ok && c != nil { // the usual text, without boxing it
+			return c.textResult(s), nil
 		}
 		return toResult(out)
 	})

@@ -290,10 +290,10 @@ func (w *Worker) Start(ctx context.Context) error {
 
 // endpointAdder returns what subscribes a tool's exec subject in its
 // queue group, as an endpoint of a micro service, with onExec as handler.
-func endpointAdder(subj bus.Subjects, onExec func(*tool, *nats.Msg)) func(micro.Service, *tool) error {
+func endpointAdder(subj bus.Subjects, onExec func(*tool, *request)) func(micro.Service, *tool) error {
 	return func(svc micro.Service, t *tool) error {
 		h := micro.HandlerFunc(func(req micro.Request) {
-			onExec(t, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()})
+			onExec(t, &request{m: nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()}})
 		})
 		err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(subj.Workers.Exec(t.def.Name)),
 			micro.WithEndpointQueueGroup(subj.Workers.ExecQueue(t.def.Name)),
@@ -345,14 +345,27 @@ func (w *Worker) registration() bus.Register {
 	return reg
 }
 
-func (w *Worker) onExec(t *tool, m *nats.Msg) {
+// request is one exec request from its arrival to its answer, in one
+// allocation: the message, its event as decoded (err when it did not
+// decode), the key it is listed under, and the call it becomes.
+type request struct {
+	m       nats.Msg
+	e       bus.Event
+	err     error
+	key     string
+	tracked bool
+	call    Call
+	reply   coreReply
+}
+
+func (w *Worker) onExec(t *tool, r *request) {
 	// The envelope is read before waiting for a slot, so that a call
 	// waiting for one is already listed in the heartbeats (routers end calls
 	// that no live worker lists as vanished).
 	if !t.accepted.Load() {
 		select {
 		case <-t.decided: // rejected; delivered before the endpoint went
-			w.exec.unserved(t, m)
+			w.exec.unserved(t, &r.m)
 		default: // before the first acknowledgement: wait for it, at most a beat
 			go func() {
 				timer := time.NewTimer(w.cfg.Heartbeat)
@@ -362,19 +375,21 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 				case <-timer.C:
 				}
 				if !t.accepted.Load() {
-					w.exec.unserved(t, m)
+					w.exec.unserved(t, &r.m)
 					return
 				}
-				w.onExec(t, m)
+				w.onExec(t, r)
 			}()
 		}
 		return
 	}
-	e, err := bus.Decode(m)
+	// The data is checked as it is decoded (executor.serve, ExecData):
+	// not here too.
+	r.err = bus.DecodeHead(&r.m, &r.e)
 	select {
 	case w.sem <- struct{}{}:
-		key, tracked := w.accept(t, e, err)
-		w.dispatch(t, m, e, err, key, tracked)
+		r.key, r.tracked = w.accept(t, &r.e, r.err)
+		w.dispatch(t, r)
 		return
 	default:
 	}
@@ -384,32 +399,33 @@ func (w *Worker) onExec(t *tool, m *nats.Msg) {
 	// call's timeout); past maxWaiting it is answered busy at once.
 	if w.waiting.Add(1) > int64(w.maxWaiting) {
 		w.waiting.Add(-1)
-		w.exec.busy(t, m, w.busyN.Add(1), w.cfg.MaxConcurrent, w.maxWaiting)
+		w.exec.busy(t, &r.m, w.busyN.Add(1), w.cfg.MaxConcurrent, w.maxWaiting)
 		return
 	}
-	key, tracked := w.accept(t, e, err)
+	r.key, r.tracked = w.accept(t, &r.e, r.err)
 	w.obs.Waiting(1)
 	go func() {
 		w.sem <- struct{}{}
 		w.waiting.Add(-1)
 		w.obs.Waiting(-1)
-		if err == nil {
-			if exp, _ := e.Expiry(); !exp.IsZero() && time.Now().After(exp) {
+		if r.err == nil {
+			if exp, _ := r.e.Expiry(); !exp.IsZero() && time.Now().After(exp) {
 				// Its deadline passed while it waited: the router has answered
 				// it with a timeout, so running it would be wasted work.
-				w.release(key, tracked)
+				w.release(r.key, r.tracked)
 				return
 			}
 		}
-		w.dispatch(t, m, e, err, key, tracked)
+		w.dispatch(t, r)
 	}()
 }
 
 // dispatch serves one accepted exec request on the pool, in its slot.
-func (w *Worker) dispatch(t *tool, m *nats.Msg, e *bus.Event, err error, key string, tracked bool) {
+func (w *Worker) dispatch(t *tool, r *request) {
 	w.pool.Go(func() {
-		defer w.release(key, tracked)
-		w.exec.serve(t, m, e, err, key, coreReply{w.exec, m})
+		defer w.release(r.key, r.tracked)
+		r.reply = coreReply{w.exec, &r.m}
+		w.exec.serve(t, &r.m, &r.e, r.err, r.key, &r.call, &r.reply)
 	})
 }
 
@@ -476,21 +492,25 @@ type coreReply struct {
 	m *nats.Msg
 }
 
-func (r coreReply) result(out *bus.Event) {
+func (r *coreReply) result(out *bus.Event) {
 	if r.m.Reply != "" {
-		send := bus.Publish
+		var err error
 		if bus.IsBinary(r.m.Header) { // answered in the mode it was asked in
-			send = bus.PublishBinary
+			err = bus.PublishBinary(r.w.nc, r.m.Reply, out)
+		} else {
+			// The data is ExecResult.AppendJSON's, which checked every raw
+			// member: sent without a second scan, in Send's pooled message.
+			err = bus.SendTrusted(r.m.Reply, out, "", r.w.nc.PublishMsg)
 		}
-		if err := send(r.w.nc, r.m.Reply, out); err != nil {
+		if err != nil {
 			r.w.log.Warn("worker: reply failed", "subject", r.m.Subject, "call", out.ToolCallID, "err", err)
 		}
 	}
 }
 
-func (r coreReply) refuse(be *bus.Error) { _ = bus.RespondError(r.w.nc, r.m, r.w.source, be) }
+func (r *coreReply) refuse(be *bus.Error) { _ = bus.RespondError(r.w.nc, r.m, r.w.source, be) }
 
-func (r coreReply) drop() {}
+func (r *coreReply) drop() {}
 
 // errDrained is the cause of a call's context cut off by a drain's deadline.
 var errDrained = life.ErrDeadline

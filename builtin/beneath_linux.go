@@ -1,0 +1,208 @@
+//go:build linux
+
+package builtin
+
+import (
+	"io/fs"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/toolbus/toolbus/permission"
+	"golang.org/x/sys/unix"
+)
+
+// On Linux the file tools open the resolved path (the one the .git check
+// and the rules judged) relative to a descriptor of the base directory
+// with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)
+// and O_NOFOLLOW: the kernel refuses the open (ELOOP) when any component
+// is a symlink at that moment, so a directory swapped for a link after the
+// resolution cannot redirect it, inside the base or out. What was judged
+// is what is opened. A kernel without openat2 (before 5.6: ENOSYS; or a
+// seccomp filter answering EPERM) gets the same guarantee from a walk, one
+// component at a time, each opened O_NOFOLLOW|O_DIRECTORY from the one
+// before. docs/builtin.md ("Paths").
+
+// resolveBeneath are the openat2 resolve flags of every open.
+const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+// noOpenat2 is set once openat2 answered ENOSYS: every open walks.
+var noOpenat2 atomic.Bool
+
+// openBase opens the base directory's descriptor, the start of every
+// open; O_PATH, so it reads nothing and needs no read permission.
+func openBase(dir string) (int, error) {
+	return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+}
+
+// openFd opens p (relative to the base, no symlink expected on it) with
+// flag, never following a symlink on any component. Opens that read or
+// write are non-blocking, so that a FIFO answers at once instead of
+// waiting for its other end (only regular files are then used).
+func (t *tree) openFd(p string, flag int, perm fs.FileMode) (int, error) {
+	if flag&unix.O_PATH == 0 {
+		flag |= unix.O_NONBLOCK
+	}
+	return openNoSymlinks(t.fd, p, flag, perm, resolveBeneath)
+}
+
+// openNoSymlinks opens p (relative to dirfd, or absolute) with flag
+// (O_NOFOLLOW and O_CLOEXEC added), following no symlink on any
+// component: openat2 with resolve (which holds RESOLVE_NO_SYMLINKS), or,
+// where the kernel has no openat2, the walk of walkOpen.
+func openNoSymlinks(dirfd int, p string, flag int, perm fs.FileMode, resolve uint64) (int, error) {
+	flag |= unix.O_CLOEXEC | unix.O_NOFOLLOW
+	if !noOpenat2.Load() && !forceWalk {
+		how := unix.OpenHow{Flags: uint64(flag), Resolve: resolve}
+		if flag&unix.O_CREAT != 0 {
+			how.Mode = uint64(perm.Perm())
+		}
+		for range 16 { // EAGAIN: a rename raced a scoped lookup; retry
+			fd, err := unix.Openat2(dirfd, p, &how)
+			switch err {
+			case unix.EINTR, unix.EAGAIN:
+				continue
+			case unix.ENOSYS:
+				noOpenat2.Store(true)
+			case unix.EPERM, unix.E2BIG: // a seccomp filter, or a struct the kernel does not know
+			default:
+				return fd, err
+			}
+			break
+		}
+	}
+	return walkOpen(dirfd, p, flag, perm)
+}
+
+// forceWalk makes every open walk, as on a kernel without openat2 (tests).
+var forceWalk bool
+
+// walkOpen is openNoSymlinks without openat2: the directories of p opened
+// one by one from dirfd (from / when p is absolute) with
+// O_NOFOLLOW|O_DIRECTORY, then its last component with flag, which holds
+// O_NOFOLLOW. A ".." component is refused (EXDEV).
+func walkOpen(dirfd int, p string, flag int, perm fs.FileMode) (int, error) {
+	if strings.HasPrefix(p, "/") {
+		root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(root)
+		dirfd, p = root, strings.TrimLeft(p, "/")
+	}
+	dir, leaf := ".", p
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		dir, leaf = p[:i], p[i+1:]
+	}
+	if leaf == ".." {
+		return -1, unix.EXDEV
+	}
+	if leaf == "" {
+		leaf = "."
+	}
+	d, err := dirFd(dirfd, dir, false)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(d)
+	for {
+		fd, err := unix.Openat(d, leaf, flag, uint32(perm.Perm()))
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// dirFd opens the directory dir (relative to dirfd) one component at a
+// time, none followed if it is a symlink; with create, a missing
+// component is made (mode 0755, less the umask) first. A ".." component
+// is refused (EXDEV). The caller closes the descriptor.
+func dirFd(dirfd int, dir string, create bool) (int, error) {
+	cur, err := unix.Openat(dirfd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	for _, c := range strings.Split(dir, "/") {
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			unix.Close(cur)
+			return -1, unix.EXDEV
+		}
+		if create {
+			if err := unix.Mkdirat(cur, c, 0o755); err != nil && err != unix.EEXIST {
+				unix.Close(cur)
+				return -1, err
+			}
+		}
+		next, err := unix.Openat(cur, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(cur)
+		if err != nil {
+			return -1, err
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// open is openFd as an *os.File. A symlink met on the way (one that
+// appeared after the resolution) is errSwapped, or errEscapes when the
+// path now resolves outside the base directory.
+func (t *tree) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
+	fd, err := t.openFd(p, flag, perm)
+	if err != nil {
+		if err == unix.ELOOP || err == unix.EXDEV || err == unix.ENOTDIR && t.linkIn(p) {
+			err = errSwapped
+			if !within(t.base, permission.Resolve(t.abs(p))) {
+				err = errEscapes
+			}
+		}
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), t.abs(p)), nil
+}
+
+// stat describes p itself (relative to the base): a symlink swapped in
+// on it is described as a symlink, never followed.
+func (t *tree) stat(p string) (fs.FileInfo, error) {
+	fh, err := t.open(p, unix.O_PATH, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	return fh.Stat()
+}
+
+// mkdirs makes the missing directories of dir (relative to the base),
+// following no symlink.
+func (t *tree) mkdirs(dir string) error {
+	fd, err := dirFd(t.fd, dir, true)
+	if err != nil {
+		if err == unix.ELOOP || err == unix.ENOTDIR && t.linkIn(dir) {
+			err = errSwapped
+		}
+		return &os.PathError{Op: "mkdir", Path: dir, Err: err}
+	}
+	return unix.Close(fd)
+}
+
+// readDir lists the directory dir (relative to the base), opened without
+// following a symlink; unsorted.
+func (t *tree) readDir(dir string) ([]fs.DirEntry, error) {
+	fh, err := t.open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	return fh.ReadDir(-1)
+}
+
+// hardLinks is the number of names fi's file has.
+func hardLinks(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
+}

@@ -1,0 +1,78 @@
+package bus
+
+import (
+	"reflect"
+	"testing"
+
+	fastjson "github.com/goccy/go-json"
+)
+
+var batchSeeds = []string{
+	`{"calls":[{"id":"c1","name":"echo","input":{"text":"hi"}}]}`,
+	`{"calls":[{"id":"c1","name":"echo","input":{"text":"hi"}},{"id":"c2","name":"get","input":{},"background":true}],"user":"alice","context":{"tenant":"acme"},"events":"calls","sessionrev":42}`,
+	`{ "calls" : [ { "name" : "a" , "id" : "b" } ] , "user" : [1, 2] , "sessionrev" : 0 }`,
+	`{"calls":[],"context":"x"}`,
+	`{"calls":[{"id":"c1","name":"echo","input":{"text":"h\u00e9"}}],"user":{"a":"\n"}}`,
+	`{"calls":[{"id":"c1","name":"echo","input":[1]}]}`,
+	`{"calls":[{"id":"c1","name":"echo","background":false,"background":true}]}`,
+	`{"calls":[{"id":"c1","name":"echo"}],"user":null}`,
+	`{"calls":[{"id":"c1","name":"echo"}],"request":{"mode":"default"}}`,
+	`{"calls":[{"id":"c1","name":"echo"}],"sessionrev":01}`,
+	`{"calls":[{"id":"c1","name":"echo"}],"sessionrev":18446744073709551616}`,
+	`{"calls":[{"id":"c1","name":"echo"}],"sessionrev":1.5}`,
+	`{"calls":[{"id":"c1","name":"echo"}],"sessionrev":-1}`,
+	`{"calls":[{"ID":"c1","name":"echo"}]}`,
+	`{"calls":null}`,
+	`{"user":"a"}`,
+	`{"calls":[{"id":"c1","name":"echo"}]} x`,
+	`{"calls":[{"id":"c1","name":"ü"}]}`,
+}
+
+// The plain form's scanner agrees with the general decoder on everything
+// it takes.
+func FuzzBatchFlat(f *testing.F) {
+	for _, s := range batchSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkBatchFlat(t, b) })
+}
+
+func checkBatchFlat(t *testing.T, b []byte) {
+	t.Helper()
+	var flat Batch
+	if !decodeBatchFlat(b, &flat) {
+		return
+	}
+	var general Batch
+	if err := fastjson.Unmarshal(b, &general); err != nil {
+		t.Fatalf("the scanner took %q, which the general decoder refuses: %v", b, err)
+	}
+	if !reflect.DeepEqual(flat, general) {
+		t.Fatalf("%q:\nscanner %#v\ngeneral %#v", b, flat, general)
+	}
+}
+
+// Which seeds the scanner takes (the plain forms, nothing else), and
+// BatchData reads every seed as DataAs does.
+func TestBatchFlat(t *testing.T) {
+	plain := map[string]bool{batchSeeds[0]: true, batchSeeds[1]: true, batchSeeds[2]: true, batchSeeds[3]: true, batchSeeds[4]: true} // raw members keep their escapes, as goccy does
+	for _, s := range batchSeeds {
+		checkBatchFlat(t, []byte(s))
+		var d Batch
+		if got := decodeBatchFlat([]byte(s), &d); got != plain[s] {
+			t.Errorf("%s: scanner took it %v, want %v", s, got, plain[s])
+		}
+		e := Event{Type: TypeCallBatch, Data: []byte(s)}
+		var general Batch
+		errGeneral := e.DataAs(&general)
+		d = Batch{Events: "left over", Calls: []Call{{}}}
+		if err := e.BatchData(&d); (err == nil) != (errGeneral == nil) || err == nil && !reflect.DeepEqual(d, general) {
+			t.Errorf("%s: BatchData %#v, %v; DataAs %#v, %v", s, d, err, general, errGeneral)
+		}
+	}
+	b := []byte(batchSeeds[1])
+	var d Batch
+	if n := testing.AllocsPerRun(100, func() { decodeBatchFlat(b, &d) }); n > 3 {
+		t.Errorf("%.1f allocations for two calls, user and context, want at most 3", n)
+	}
+}

@@ -1,0 +1,285 @@
+// Package replies waits for replies on one subscription of its own: each
+// request a process sends gets a reply inbox under that subscription's
+// wildcard, and the subscription's callback hands each reply to the wait
+// that registered its inbox (a map lookup and a send on a pooled channel,
+// inline in the callback: no goroutine per reply). It is what a KV's
+// compare-and-set writes and a publisher's acknowledgements wait on
+// (package store), and the router's exec requests (router/exec.go).
+//
+// Against nats.go's own request (one shared response subscription too),
+// a wait here takes no channel of its own (pooled), no registration under
+// the connection's lock, and no timer when the caller's context bounds it;
+// a Mux with KeepInbox reuses a replied wait's inbox, so the reply subjects
+// repeat and nats-server's subject cache matches them.
+//
+// A late reply is never taken for another request's: a wait that ended
+// before its reply came takes a new inbox when it is reused (the late reply
+// then goes to no wait and is dropped), and a wait whose reply was on its
+// way when it ended is not reused at all (its channel may hold that reply).
+package replies
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Mux is one reply subscription and the waits registered on it. Its zero
+// value is not usable: make one with New.
+type Mux struct {
+	nc   *nats.Conn
+	opts Options
+	once sync.Once
+	// prefix is the subscription's inbox, with a trailing dot.
+	prefix  string
+	err     error
+	mu      sync.Mutex
+	seq     uint64
+	waiting map[string]*Wait
+	idle    chan struct{} // closed once nothing is awaited (Flush)
+	closed  bool          // EndOnClose: the connection closed; no wait registers
+	free    sync.Pool
+}
+
+// Options say how a Mux's waits end besides their reply.
+type Options struct {
+	// Reset: a reconnect ends every wait with a nil reply, as it fails
+	// jetstream's asynchronous publishes (the replies of the old
+	// connection may never come). Without it a wait waits out its bound,
+	// as a nats.go request does.
+	Reset bool
+	// EndOnClose: the connection's close ends every wait with a nil
+	// reply, and Await fails with nats.ErrConnectionClosed from then on,
+	// as nats.go's requests fail.
+	EndOnClose bool
+	// KeepInbox: a wait whose reply came keeps its inbox for its next
+	// use. Only for replies that come once per request from a replier
+	// that is trusted (JetStream's acknowledgements): a second reply to a
+	// reused inbox would be taken for the next request's.
+	KeepInbox bool
+	// Unguessable: each inbox's last token is random (64 bits of
+	// math/rand/v2's ChaCha8), not a sequence number, for replies from
+	// repliers that may publish to any inbox under the prefix (workers:
+	// docs/security.md): one could otherwise answer the next request.
+	Unguessable bool
+}
+
+// New returns a Mux on nc; it subscribes on the first Await.
+func New(nc *nats.Conn, opts Options) *Mux {
+	return &Mux{nc: nc, opts: opts, waiting: map[string]*Wait{}}
+}
+
+// Conn is the connection the Mux subscribes on.
+func (a *Mux) Conn() *nats.Conn { return a.nc }
+
+// Wait is one request's wait for its reply.
+type Wait struct {
+	inbox string
+	ch    chan *nats.Msg
+}
+
+// Inbox is the reply subject of the wait's request.
+func (w *Wait) Inbox() string { return w.inbox }
+
+// C delivers the reply, once; nil when the connection reconnected (Reset)
+// or closed (EndOnClose).
+func (w *Wait) C() <-chan *nats.Msg { return w.ch }
+
+// Forget says the wait's reply may still come to its inbox (it ended
+// without one, by a reset): when it is reused it takes a new inbox.
+func (w *Wait) Forget() { w.inbox = "" }
+
+// Await registers a wait, subscribing on first use. With max set, it
+// returns nil, and no error, while max waits are registered.
+func (a *Mux) Await(max int) (*Wait, error) {
+	a.once.Do(a.subscribe)
+	if a.err != nil {
+		return nil, a.err
+	}
+	w, _ := a.free.Get().(*Wait)
+	if w == nil {
+		w = &Wait{ch: make(chan *nats.Msg, 1)}
+	}
+	var buf [64]byte // the inbox and a number: one allocation, the string
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		a.free.Put(w)
+		return nil, nats.ErrConnectionClosed
+	}
+	if max > 0 && len(a.waiting) >= max {
+		a.mu.Unlock()
+		a.free.Put(w)
+		return nil, nil
+	}
+	if w.inbox == "" || !a.opts.KeepInbox {
+		w.inbox = a.newInbox(buf[:0])
+	}
+	a.waiting[w.inbox] = w
+	a.mu.Unlock()
+	return w, nil
+}
+
+// newInbox is an inbox no wait has now, built in buf. a.mu is held.
+func (a *Mux) newInbox(buf []byte) string {
+	for {
+		a.seq++
+		n := a.seq
+		if a.opts.Unguessable {
+			n = rand.Uint64()
+		}
+		inbox := string(strconv.AppendUint(append(buf, a.prefix...), n, 36))
+		if _, taken := a.waiting[inbox]; !taken {
+			return inbox
+		}
+	}
+}
+
+func (a *Mux) subscribe() {
+	if a.nc == nil { // a test's Mux: replies are delivered by hand
+		a.prefix = "_INBOX.t."
+		return
+	}
+	a.prefix = a.nc.NewInbox() + "."
+	_, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver)
+	if a.err != nil {
+		return
+	}
+	var status []nats.Status
+	if a.opts.Reset {
+		status = append(status, nats.RECONNECTING)
+	}
+	if a.opts.Reset || a.opts.EndOnClose {
+		go a.endOn(a.nc.StatusChanged(append(status, nats.CLOSED)...))
+	}
+}
+
+// deliver hands a reply to the wait for it, once; a reply that no wait
+// is registered for (late, or not ours) is dropped.
+func (a *Mux) deliver(m *nats.Msg) {
+	a.mu.Lock()
+	w := a.waiting[m.Subject]
+	delete(a.waiting, m.Subject)
+	a.settle()
+	a.mu.Unlock()
+	if w != nil {
+		w.ch <- m
+	}
+}
+
+// Done ends w's wait, replied when its reply was taken from C. A wait
+// whose reply may still come to its channel (deliver took it from
+// waiting, but the wait ended first) is not reused; one that ended before
+// its reply came is reused with a new inbox.
+func (a *Mux) Done(w *Wait, replied bool) {
+	a.mu.Lock()
+	_, waiting := a.waiting[w.inbox]
+	delete(a.waiting, w.inbox)
+	a.settle()
+	a.mu.Unlock()
+	if waiting || replied {
+		if !replied {
+			w.inbox = ""
+		}
+		a.free.Put(w)
+	}
+}
+
+// settle closes idle when nothing is awaited any more. a.mu is held.
+func (a *Mux) settle() {
+	if a.idle != nil && len(a.waiting) == 0 {
+		close(a.idle)
+		a.idle = nil
+	}
+}
+
+// Flush waits until nothing registered so far is awaited, or ctx ends.
+func (a *Mux) Flush(ctx context.Context) error {
+	a.mu.Lock()
+	if len(a.waiting) == 0 {
+		a.mu.Unlock()
+		return nil
+	}
+	if a.idle == nil {
+		a.idle = make(chan struct{})
+	}
+	idle := a.idle
+	a.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// endOn ends every wait with a nil reply each time the connection starts
+// to reconnect (Reset), and when it closes (EndOnClose); it returns once
+// the connection is closed. A wait ended by a reconnect takes a new inbox
+// (its message may yet be sent, from nats.go's reconnect buffer, and
+// answered): its waiter calls Forget.
+func (a *Mux) endOn(status <-chan nats.Status) {
+	for s := range status {
+		closed := s == nats.CLOSED
+		if closed && !a.opts.EndOnClose {
+			return
+		}
+		a.mu.Lock()
+		a.closed = a.closed || closed
+		ws := make([]*Wait, 0, len(a.waiting))
+		for inbox, w := range a.waiting {
+			ws = append(ws, w)
+			delete(a.waiting, inbox)
+		}
+		a.settle()
+		a.mu.Unlock()
+		for _, w := range ws {
+			w.ch <- nil
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+// Wait waits for w's reply until ctx ends or within (when set) passes; nil
+// when none came, or the Mux ended the wait (Reset, EndOnClose).
+func (w *Wait) Wait(ctx context.Context, within time.Duration) *nats.Msg {
+	var expired <-chan time.Time
+	if within > 0 {
+		t := StartTimer(within)
+		defer StopTimer(t)
+		expired = t.C
+	}
+	select {
+	case m := <-w.ch:
+		return m
+	case <-ctx.Done():
+	case <-expired:
+	}
+	return nil
+}
+
+// timers are the stopped timers of the waits (a stopped timer's channel
+// holds nothing, so it can be started again).
+var timers sync.Pool
+
+// StartTimer is a timer from the pool that fires after d; StopTimer
+// stops it and puts it back.
+func StartTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+// StopTimer stops t and puts it back in the pool.
+func StopTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
+}

@@ -1,0 +1,355 @@
+package replies
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/testkit"
+)
+
+// A write whose wait ended before its reply came does not lend its channel
+// to the next write: the late reply would be taken for that write's.
+func TestAckWaitNotReusedWhileItsReplyMayCome(t *testing.T) {
+	a := New(nil, Options{KeepInbox: true}) // no subscription: deliver is called by hand
+	w, err := a.Await(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	delete(a.waiting, w.inbox) // deliver took it, and is about to send
+	a.mu.Unlock()
+	a.Done(w, false)
+	for range 100 {
+		next, _ := a.Await(0)
+		if next == w {
+			t.Fatal("a wait whose reply may still come was reused")
+		}
+		a.Done(next, false)
+	}
+	a.deliver(&nats.Msg{Subject: "_INBOX.t.none"}) // no write waits for it: dropped
+}
+
+// A publisher's waits are bounded (Await returns none past max), and a
+// reconnect ends each with a nil reply, as it fails jetstream's
+// asynchronous publishes; Flush waits until none is left.
+func TestAckWaitsBoundedAndReset(t *testing.T) {
+	a := New(nil, Options{Reset: true, KeepInbox: true}) // no subscription
+	w1, _ := a.Await(2)
+	w2, _ := a.Await(2)
+	if w, err := a.Await(2); w != nil || err != nil {
+		t.Fatalf("a third wait past 2: %v, %v", w, err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- a.Flush(t.Context()) }()
+	status := make(chan nats.Status, 2)
+	status <- nats.RECONNECTING
+	status <- nats.CLOSED
+	a.endOn(status)
+	for _, w := range []*Wait{w1, w2} {
+		if m := <-w.ch; m != nil {
+			t.Fatalf("reset delivered %v", m)
+		}
+		a.Done(w, true)
+	}
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := a.Await(2); w == nil {
+		t.Fatal("no wait after the reset")
+	}
+}
+
+// A wait whose reply came keeps its inbox when reused (KeepInbox); one
+// that ended before its reply came gets a new one (the late reply goes
+// nowhere).
+func TestAckWaitInboxReuse(t *testing.T) {
+	a := New(nil, Options{KeepInbox: true}) // no subscription: deliver is called by hand
+	seen := map[string]bool{}
+	for range 100 {
+		w, _ := a.Await(0)
+		seen[w.inbox] = true
+		a.deliver(&nats.Msg{Subject: w.inbox})
+		<-w.ch
+		a.Done(w, true)
+	}
+	if len(seen) > 75 { // the pool may drop a wait (a GC; the race detector drops a quarter)
+		t.Fatalf("%d inboxes for 100 replied waits", len(seen))
+	}
+	w, _ := a.Await(0)
+	old := w.inbox
+	a.Done(w, false) // ended before its reply
+	for range 100 {
+		next, _ := a.Await(0)
+		if next.inbox == old {
+			t.Fatal("an inbox whose reply may still come was reused")
+		}
+		a.Done(next, false)
+	}
+}
+
+// Without KeepInbox every request has an inbox of its own, replied or not:
+// a second reply to a request (a worker that answers twice) reaches no
+// other request's wait.
+func TestFreshInboxPerRequest(t *testing.T) {
+	a := New(nil, Options{})
+	seen := map[string]bool{}
+	for range 100 {
+		w, _ := a.Await(0)
+		if seen[w.inbox] {
+			t.Fatalf("inbox %s given twice", w.inbox)
+		}
+		seen[w.inbox] = true
+		a.deliver(&nats.Msg{Subject: w.inbox})
+		<-w.ch
+		a.Done(w, true)
+		a.deliver(&nats.Msg{Subject: w.inbox, Data: []byte("again")}) // dropped
+	}
+	if len(a.waiting) != 0 {
+		t.Fatalf("%d waits left", len(a.waiting))
+	}
+}
+
+// The cases of a request's wait, each on a real server: its own reply, a
+// reply to an inbox nobody waits for, a timeout whose late reply must not
+// reach the next request, a context ended, and the connection closed.
+func TestWaitCases(t *testing.T) {
+	s := testkit.RunServer(t)
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, nc *nats.Conn, a *Mux)
+	}{
+		{"own reply", func(t *testing.T, nc *nats.Conn, a *Mux) {
+			w, _ := a.Await(0)
+			if err := nc.Publish(w.Inbox(), []byte("r1")); err != nil {
+				t.Fatal(err)
+			}
+			if m := w.Wait(t.Context(), 5*time.Second); m == nil || string(m.Data) != "r1" {
+				t.Fatalf("got %v", m)
+			}
+			a.Done(w, true)
+		}},
+		{"unknown token", func(t *testing.T, nc *nats.Conn, a *Mux) {
+			w, _ := a.Await(0)
+			if err := nc.Publish(a.prefix+"zzzz", []byte("stray")); err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Publish(w.Inbox(), []byte("mine")); err != nil {
+				t.Fatal(err)
+			}
+			if m := w.Wait(t.Context(), 5*time.Second); m == nil || string(m.Data) != "mine" {
+				t.Fatalf("got %v", m)
+			}
+			a.Done(w, true)
+		}},
+		{"late reply of a timed-out request", func(t *testing.T, nc *nats.Conn, a *Mux) {
+			w1, _ := a.Await(0)
+			old := w1.Inbox()
+			if m := w1.Wait(t.Context(), time.Millisecond); m != nil {
+				t.Fatalf("a reply nobody sent: %v", m)
+			}
+			a.Done(w1, false)
+			w2, _ := a.Await(0)
+			if w2.Inbox() == old {
+				t.Fatal("the timed-out request's inbox was given again")
+			}
+			if err := nc.Publish(old, []byte("late")); err != nil { // the first request's late reply
+				t.Fatal(err)
+			}
+			if err := nc.Publish(w2.Inbox(), []byte("second")); err != nil {
+				t.Fatal(err)
+			}
+			if m := w2.Wait(t.Context(), 5*time.Second); m == nil || string(m.Data) != "second" {
+				t.Fatalf("the second request got %v", m)
+			}
+			a.Done(w2, true)
+		}},
+		{"context ended", func(t *testing.T, nc *nats.Conn, a *Mux) {
+			w, _ := a.Await(0)
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			if m := w.Wait(ctx, 0); m != nil {
+				t.Fatalf("got %v", m)
+			}
+			a.Done(w, false)
+			if len(a.waiting) != 0 {
+				t.Fatal("an ended wait is still registered")
+			}
+		}},
+		{"connection closed", func(t *testing.T, nc *nats.Conn, a *Mux) {
+			w, _ := a.Await(0)
+			nc.Close()
+			if m := w.Wait(t.Context(), 5*time.Second); m != nil {
+				t.Fatalf("got %v", m)
+			}
+			a.Done(w, true)
+			testkit.CheckFor(t, 5*time.Second, time.Millisecond, func() error {
+				if _, err := a.Await(0); err != nats.ErrConnectionClosed {
+					return fmt.Errorf("await after close: %v", err)
+				}
+				return nil
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := testkit.Connect(t, s)
+			a := New(nc, Options{EndOnClose: true})
+			w, err := a.Await(0) // subscribes
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.Done(w, false)
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			tc.run(t, nc, a)
+		})
+	}
+}
+
+// Many requests at once, each answered by a responder that echoes the
+// request: every wait gets its own request's reply.
+func TestConcurrentRequests(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc := testkit.Connect(t, s)
+	if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		t.Fatal(err)
+	}
+	a := New(nc, Options{EndOnClose: true})
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 200 {
+				want := fmt.Sprintf("%d-%d", g, i)
+				w, err := a.Await(0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := nc.PublishMsg(&nats.Msg{Subject: "echo", Reply: w.Inbox(), Data: []byte(want)}); err != nil {
+					errs <- err
+					return
+				}
+				m := w.Wait(t.Context(), 10*time.Second)
+				a.Done(w, m != nil)
+				if m == nil || string(m.Data) != want {
+					errs <- fmt.Errorf("request %s got %v", want, m)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// With Unguessable, an inbox says nothing of the next: its last token is
+// not a count (a worker given one inbox could otherwise answer the next
+// request), and no two waits share one.
+func TestUnguessableInboxes(t *testing.T) {
+	a := New(nil, Options{Unguessable: true})
+	seen := map[string]bool{}
+	for i := range 100 {
+		w, _ := a.Await(0)
+		token := strings.TrimPrefix(w.Inbox(), a.prefix)
+		if token == strconv.FormatUint(uint64(i+1), 36) || seen[w.Inbox()] {
+			t.Fatalf("inbox %d: %s", i, w.Inbox())
+		}
+		seen[w.Inbox()] = true
+		a.Done(w, false)
+	}
+}
+
+// A request's wait costs no allocation with KeepInbox, and one (its inbox)
+// without: no channel, timer or registration of its own (what nats.go's
+// request takes per call).
+func TestWaitAllocations(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		want float64
+	}{{Options{KeepInbox: true}, 0}, {Options{}, 1}, {Options{Unguessable: true}, 1}} {
+		a := New(nil, tc.opts)
+		m := &nats.Msg{}
+		got := testing.AllocsPerRun(1000, func() {
+			w, _ := a.Await(0)
+			m.Subject = w.Inbox()
+			a.deliver(m)
+			w.Wait(context.Background(), 0)
+			a.Done(w, true)
+		})
+		if got > tc.want {
+			t.Errorf("%+v: %.1f allocations per wait, want at most %.0f", tc.opts, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkWait is one request's wait on a Mux, its reply delivered by
+// hand: what the router's exec request costs besides the publish.
+func BenchmarkWait(b *testing.B) {
+	a := New(nil, Options{Unguessable: true})
+	m := &nats.Msg{}
+	b.ReportAllocs()
+	for b.Loop() {
+		w, _ := a.Await(0)
+		m.Subject = w.Inbox()
+		a.deliver(m)
+		w.Wait(context.Background(), 0)
+		a.Done(w, true)
+	}
+}
+
+// A request and its reply over a real server, through nats.go's request
+// and through a Mux (fresh unguessable inboxes, as the router's exec): the
+// server and the echoing responder are in both figures alike.
+func BenchmarkRequest(b *testing.B) {
+	s := testkit.RunServer(b)
+	nc := testkit.Connect(b, s)
+	rc := testkit.Connect(b, s)
+	if _, err := rc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		b.Fatal(err)
+	}
+	if err := rc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	data := []byte("ping")
+	b.Run("nats.go", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if _, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: "echo", Data: data}); err != nil {
+				b.Fatal(err)
+			}
+			cancel()
+		}
+	})
+	b.Run("mux", func(b *testing.B) {
+		a := New(nc, Options{EndOnClose: true, Unguessable: true})
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			w, err := a.Await(0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := nc.PublishMsg(&nats.Msg{Subject: "echo", Reply: w.Inbox(), Data: data}); err != nil {
+				b.Fatal(err)
+			}
+			m := w.Wait(ctx, 0)
+			a.Done(w, m != nil)
+			if m == nil {
+				b.Fatal("no reply")
+			}
+			cancel()
+		}
+	})
+}
