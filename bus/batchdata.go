@@ -2,14 +2,14 @@ package bus
 
 import "encoding/json"
 
-// BatchData reads the event's data, an io.toolbus.call.batch's, into d, as
+// FromEvent reads the event's data, an io.toolbus.call.batch's, into d, as
 // DataAs does. The plain form the SDKs write — calls with an id, a name,
 // an input object and a background flag, user and context as objects,
 // arrays or strings, events and sessionrev, every string plain ASCII
 // without escapes, no request — is read by a small scanner: the calls one
 // allocation, their strings one, the raw members one. Anything else goes
 // to DataAs (FuzzBatchFlat holds the scanner to it).
-func (e *Event) BatchData(d *Batch) error {
+func (d *Batch) FromEvent(e *Event) error {
 	if decodeBatchFlat(e.Data, d) {
 		return nil
 	}

@@ -66,7 +66,7 @@ func TestBatchFlat(t *testing.T) {
 		var general Batch
 		errGeneral := e.DataAs(&general)
 		d = Batch{Events: "left over", Calls: []Call{{}}}
-		if err := e.BatchData(&d); (err == nil) != (errGeneral == nil) || err == nil && !reflect.DeepEqual(d, general) {
+		if err := d.FromEvent(&e); (err == nil) != (errGeneral == nil) || err == nil && !reflect.DeepEqual(d, general) {
 			t.Errorf("%s: BatchData %#v, %v; DataAs %#v, %v", s, d, err, general, errGeneral)
 		}
 	}

@@ -498,8 +498,9 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 }
 
 // DecodeHead is DecodeTo for a caller that owns m's data and decodes the
-// event's data next with a decoder that checks it (DataAs, ExecData,
-// ReplyData): the data is not checked to be JSON (in binary mode the body,
+// event's data next with a decoder that checks it (DataAs, or FromEvent of
+// ExecRequest, ExecResult, Reply or Batch): the data is not checked to be
+// JSON (in binary mode the body,
 // in structured mode the data of the plain form decodeFlat reads, which is
 // then a slice of m.Data, not a copy). It spares a request or a reply one
 // pass over its data. An event whose data is not JSON may decode; the

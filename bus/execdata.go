@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 )
 
-// ExecData decodes e's data, an io.toolbus.exec's, into r as DataAs does,
+// FromEvent decodes e's data, an io.toolbus.exec's, into r as DataAs does,
 // with the same result and the same errors. The data a router writes
 // (docs/protocol.md 5.1: one object of call, user, context, attempt and
 // state, each once; identifiers of printable ASCII without escapes) is
@@ -15,7 +15,7 @@ import (
 // they spell it (the worker passes the event's toolcallid and the tool's
 // name, so the usual request takes no allocation). Anything else is read
 // by DataAs.
-func (e *Event) ExecData(r *ExecRequest, idOf ...string) error {
+func (r *ExecRequest) FromEvent(e *Event, idOf ...string) error {
 	if len(e.Data) > 0 && execFlat(e.Data, r, idOf) {
 		return nil
 	}

@@ -41,7 +41,7 @@ func execDataAgrees(t *testing.T, b []byte) {
 	var want, got ExecRequest
 	e := &Event{Type: TypeExec, Data: b}
 	werr := e.DataAs(&want)
-	gerr := e.ExecData(&got, "c1", "echo")
+	gerr := got.FromEvent(e, "c1", "echo")
 	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
 		t.Fatalf("%s: error %v, DataAs's %v", b, gerr, werr)
 	}
@@ -92,7 +92,7 @@ func TestExecDataFlat(t *testing.T) {
 	e := &Event{Data: b}
 	var r ExecRequest
 	id, name := "c1", "echo"
-	if n := testing.AllocsPerRun(100, func() { _ = e.ExecData(&r, id, name) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _ = r.FromEvent(e, id, name) }); n != 0 {
 		t.Errorf("%v allocations, want 0", n)
 	}
 	if r.Attempt != 3 || string(r.Call.Input) != `{"a":1}` || &r.Call.Input[0] != &b[bytes.Index(b, []byte(`{"a"`))] {

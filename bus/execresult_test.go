@@ -62,7 +62,7 @@ func TestExecResultFlat(t *testing.T) {
 		var general ExecResult
 		errGeneral := e.DataAs(&general)
 		xr = ExecResult{State: "left over", Output: []Block{{}}}
-		if err := e.ExecResultData(&xr); (err == nil) != (errGeneral == nil) || err == nil && !reflect.DeepEqual(xr, general) {
+		if err := xr.FromEvent(&e); (err == nil) != (errGeneral == nil) || err == nil && !reflect.DeepEqual(xr, general) {
 			t.Errorf("%s: ExecResultData %#v, %v; DataAs %#v, %v", s, xr, err, general, errGeneral)
 		}
 	}

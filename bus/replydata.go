@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// ReplyData decodes e's data, an io.toolbus.call.reply's, into r as
+// FromEvent decodes e's data, an io.toolbus.call.reply's, into r as
 // DataAs does, with the same result and the same errors. The plain reply
 // of finished calls (results of an id, a name, a state and text blocks;
 // no parked calls; a session revision) is read by one flat pass: the
@@ -14,7 +14,7 @@ import (
 // each. Anything else (errors, metadata, parked calls, other blocks, a
 // \u escape, a byte past ASCII) is read by DataAs. It checks what it
 // reads, so it serves after DecodeHead, which leaves the data unchecked.
-func (e *Event) ReplyData(r *Reply) error {
+func (r *Reply) FromEvent(e *Event) error {
 	if len(e.Data) > 0 && replyFlat(e.Data, r) {
 		return nil
 	}

@@ -34,7 +34,7 @@ func replyDataAgrees(t *testing.T, b []byte) {
 	var want, got Reply
 	e := &Event{Type: TypeCallReply, Data: b}
 	werr := e.DataAs(&want)
-	gerr := e.ReplyData(&got)
+	gerr := got.FromEvent(e)
 	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
 		t.Fatalf("%s: error %v, DataAs's %v", b, gerr, werr)
 	}
@@ -60,7 +60,7 @@ func TestReplyDataFlat(t *testing.T) {
 	}
 	e := &Event{Data: []byte(replySeeds[0])}
 	var r Reply
-	if n := testing.AllocsPerRun(100, func() { _ = e.ReplyData(&r) }); n != 3 {
+	if n := testing.AllocsPerRun(100, func() { _ = r.FromEvent(e) }); n != 3 {
 		t.Errorf("%v allocations, want 3", n)
 	}
 }

@@ -142,7 +142,7 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 	case nil:
 		return nil
 	case *bus.Reply: // Call's: the plain reply in one flat pass
-		return re.ReplyData(out)
+		return out.FromEvent(&re)
 	}
 	return re.DataAs(out)
 }

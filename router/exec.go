@@ -451,7 +451,7 @@ func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessag
 	if e.Type != bus.TypeExecResult {
 		return internal(c, fmt.Errorf("worker replied with %q", e.Type)), nil
 	}
-	if err := e.ExecResultData(&xr); err != nil {
+	if err := xr.FromEvent(&e); err != nil {
 		return internal(c, err), nil
 	}
 	if xr.Output == nil {

@@ -29,7 +29,7 @@ func checkTurn(e *bus.Event, lim Limits) (turn, error) {
 		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
 	}
 	var data bus.Batch
-	if err := e.BatchData(&data); err != nil {
+	if err := data.FromEvent(e); err != nil {
 		return turn{}, err
 	}
 	n := len(data.Calls)

@@ -44,7 +44,7 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		// The call id and the tool name are the event's and the tool's
 		// strings when they spell them; input, user and context are
 		// slices of the message's data, which the call owns.
-		err = e.ExecData(&req, e.ToolCallID, t.def.Name)
+		err = req.FromEvent(e, e.ToolCallID, t.def.Name)
 	}
 	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(req.Call.ID)) {
 		err = bus.Errorf(bus.CodeBadEvent, "an exec request needs valid sessionid, replyid and call id")
