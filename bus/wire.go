@@ -623,10 +623,16 @@ type Replay struct {
 // ReplayReady is the data of io.toolbus.events.replay.ready: the pull
 // consumer the router made on Stream, filtered on the session's events.
 // It is deleted once nobody pulled from it for Idle.
+//
+// Heartbeat (1.9) says the router honours ConsumerNext.HeartbeatMS: a
+// follower that reads false (a router of 1.8) asks with none and keeps the
+// older rule for a lost consumer (no closing status within the wait plus
+// 10 s).
 type ReplayReady struct {
-	Stream   string `json:"stream"`
-	Consumer string `json:"consumer"`
-	Idle     string `json:"idle"`
+	Stream    string `json:"stream"`
+	Consumer  string `json:"consumer"`
+	Idle      string `json:"idle"`
+	Heartbeat bool   `json:"heartbeat,omitempty"`
 }
 
 // HandoffFollow is the data of io.toolbus.handoff.follow (docs/protocol.md
@@ -643,10 +649,17 @@ type HandoffFollow struct {
 // milliseconds (0 to MaxConsumerWaitMS; zero means answer at once). The
 // router relays the pull to JetStream with the request's reply subject, so
 // the messages and JetStream's closing status come from the server itself.
+//
+// HeartbeatMS (1.9), when set, asks for an idle heartbeat (a message with
+// only a header "Status: 100") every HeartbeatMS milliseconds while the
+// pull waits and sends nothing: MinConsumerHeartbeatMS to ExpiresMS/2. A
+// follower that hears nothing at all within two heartbeats knows its pull
+// was lost on the way (docs/protocol.md 3.4) and pulls again.
 type ConsumerNext struct {
-	Consumer  string `json:"consumer"`
-	Batch     int    `json:"batch,omitempty"`
-	ExpiresMS int64  `json:"expires_ms,omitempty"`
+	Consumer    string `json:"consumer"`
+	Batch       int    `json:"batch,omitempty"`
+	ExpiresMS   int64  `json:"expires_ms,omitempty"`
+	HeartbeatMS int64  `json:"heartbeat_ms,omitempty"`
 }
 
 // ConsumerStop is the data of io.toolbus.consumer.stop: delete the
@@ -657,9 +670,12 @@ type ConsumerStop struct {
 }
 
 // Bounds of a relayed pull (io.toolbus.consumer.next).
+// MinConsumerHeartbeatMS bounds what one pull may cost in heartbeats:
+// at most MaxConsumerWaitMS/MinConsumerHeartbeatMS (60) per pull.
 const (
-	MaxConsumerBatch  = 256
-	MaxConsumerWaitMS = 30_000
+	MaxConsumerBatch       = 256
+	MaxConsumerWaitMS      = 30_000
+	MinConsumerHeartbeatMS = 500
 )
 
 // NewConsumerName returns a router-made consumer's name: kind ("replay",

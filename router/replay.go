@@ -87,6 +87,7 @@ type replays struct {
 	work   func(func(context.Context)) bool // runs a relayed pull as tracked work; false once draining
 	limit  replayLimit
 	bound  func(session string) bool // whether a session has its own agent user (nil: open router)
+	heard  heard                     // consumers whose pull subject this router's server knows
 }
 
 // feed is what a request subject grants: consumers of stream filtered on
@@ -166,7 +167,7 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
 		r.reject(m, bus.Errorf(bus.CodeUnavailable, "consumer for %s: %v", f.what, err))
 		return
 	}
-	ready := bus.ReplayReady{Stream: f.stream.CachedInfo().Config.Name, Consumer: cfg.Name, Idle: replayIdle.String()}
+	ready := bus.ReplayReady{Stream: f.stream.CachedInfo().Config.Name, Consumer: cfg.Name, Idle: replayIdle.String(), Heartbeat: true}
 	r.respond(m, f.ready, ready, "consumer reply")
 }
 
@@ -178,11 +179,9 @@ func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) {
 		r.reject(m, err)
 		return
 	}
-	if q.Batch == 0 {
-		q.Batch = defaultBatch
-	}
-	if q.Batch < 0 || q.Batch > bus.MaxConsumerBatch || q.ExpiresMS < 0 || q.ExpiresMS > bus.MaxConsumerWaitMS {
-		r.reject(m, bus.Errorf(bus.CodeBadRequest, "batch must be 1 to %d and expires_ms 0 to %d", bus.MaxConsumerBatch, bus.MaxConsumerWaitMS))
+	pull, err := pullOf(&q)
+	if err != nil {
+		r.reject(m, err)
 		return
 	}
 	if m.Reply == "" {
@@ -193,20 +192,47 @@ func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) {
 		r.reject(m, err)
 		return
 	}
+	subject := jsAPI + "CONSUMER.MSG.NEXT." + c.CachedInfo().Stream + "." + q.Consumer
+	if !r.heard.listens(r.base, r.nc, subject) {
+		r.reject(m, bus.Errorf(bus.CodeUnavailable, "consumer %s takes no pulls now; ask for another", q.Consumer))
+		return
+	}
 	if f.want != nil {
 		r.relayHandoff(m, c, q, *f.want)
 		return
 	}
-	stream := c.CachedInfo().Stream
-	pull := struct {
-		Batch   int           `json:"batch"`
-		Expires time.Duration `json:"expires,omitempty"`
-		NoWait  bool          `json:"no_wait,omitempty"`
-	}{Batch: q.Batch, Expires: time.Duration(q.ExpiresMS) * time.Millisecond, NoWait: q.ExpiresMS == 0}
 	body, _ := json.Marshal(pull)
-	if err := r.nc.PublishMsg(&nats.Msg{Subject: jsAPI + "CONSUMER.MSG.NEXT." + stream + "." + q.Consumer, Reply: m.Reply, Data: body}); err != nil {
+	if err := r.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: m.Reply, Data: body}); err != nil {
 		r.reject(m, bus.Errorf(bus.CodeUnavailable, "pull from %s: %v", q.Consumer, err))
 	}
+}
+
+// jsPull is the JetStream pull request (nats-server's
+// JSApiConsumerGetNextRequest) a relayed pull sends.
+type jsPull struct {
+	Batch     int           `json:"batch"`
+	Expires   time.Duration `json:"expires,omitempty"`
+	NoWait    bool          `json:"no_wait,omitempty"`
+	Heartbeat time.Duration `json:"idle_heartbeat,omitempty"`
+}
+
+// pullOf checks q's bounds (docs/protocol.md 3.4), fills in its default
+// batch and returns the JetStream pull it asks for. A heartbeat must leave
+// room for two in the wait (nats-server refuses more) and be no shorter
+// than bus.MinConsumerHeartbeatMS, so that a pull costs at most 60 of them
+// (docs/security.md).
+func pullOf(q *bus.ConsumerNext) (jsPull, error) {
+	if q.Batch == 0 {
+		q.Batch = defaultBatch
+	}
+	if q.Batch < 0 || q.Batch > bus.MaxConsumerBatch || q.ExpiresMS < 0 || q.ExpiresMS > bus.MaxConsumerWaitMS {
+		return jsPull{}, bus.Errorf(bus.CodeBadRequest, "batch must be 1 to %d and expires_ms 0 to %d", bus.MaxConsumerBatch, bus.MaxConsumerWaitMS)
+	}
+	if q.HeartbeatMS != 0 && (q.HeartbeatMS < bus.MinConsumerHeartbeatMS || 2*q.HeartbeatMS > q.ExpiresMS) {
+		return jsPull{}, bus.Errorf(bus.CodeBadRequest, "heartbeat_ms must be %d to half of expires_ms (%d), or absent", bus.MinConsumerHeartbeatMS, q.ExpiresMS)
+	}
+	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	return jsPull{Batch: q.Batch, Expires: ms(q.ExpiresMS), NoWait: q.ExpiresMS == 0, Heartbeat: ms(q.HeartbeatMS)}, nil
 }
 
 // stop deletes a consumer of f.
@@ -247,9 +273,7 @@ func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 	if !bus.ValidConsumerName(f.kind, name) {
 		return nil, refused
 	}
-	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
-	defer cancel()
-	c, err := f.stream.Consumer(ctx, name)
+	c, err := lookup(r.base, f.stream, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, refused
 	}
@@ -262,6 +286,144 @@ func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 		return nil, refused
 	}
 	return c, nil
+}
+
+// Bounds of a consumer lookup: each try waits lookupTry for an answer, and
+// a consumer without a leader is looked up again every leaderPause, for at
+// most lookupTry; 10 s in all.
+const (
+	lookupTry   = 2 * time.Second
+	leaderPause = 100 * time.Millisecond
+	lookupAll   = 10 * time.Second
+)
+
+// errLeaderless is a consumer that has had no leader for lookupTry.
+var errLeaderless = errors.New("the consumer has no leader")
+
+// lookup is stream's consumer name, looked up again where nats-server
+// leaves a lookup unanswered or its pulls unheard: no server answers the
+// CONSUMER.INFO of a consumer between two leaders (a leader change, a new
+// consumer's first moments on a cluster), and one that has no leader yet
+// is described by a member whose answer names none; a pull relayed then
+// would reach no one (docs/protocol.md 3.4, 1.9). So a follower of 1.8,
+// which cannot tell, gets its pull relayed later or a refusal it acts on,
+// rather than silence.
+func lookup(base context.Context, stream jetstream.Stream, name string) (jetstream.Consumer, error) {
+	ctx, cancel := context.WithTimeout(base, lookupAll)
+	defer cancel()
+	var leaderless time.Time
+	for {
+		try, stop := context.WithTimeout(ctx, lookupTry)
+		c, err := stream.Consumer(try, name)
+		stop()
+		switch {
+		case err == nil && led(c):
+			return c, nil
+		case err == nil:
+			if leaderless.IsZero() {
+				leaderless = time.Now()
+			} else if time.Since(leaderless) >= lookupTry {
+				return nil, errLeaderless
+			}
+			if err := bus.Sleep(ctx, leaderPause); err != nil {
+				return nil, errLeaderless
+			}
+		case (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) && ctx.Err() == nil:
+			// Unanswered: ask again.
+		default:
+			return nil, err
+		}
+	}
+}
+
+// led reports whether c's description names a leader, or is of a single
+// server's consumer (no cluster information).
+func led(c jetstream.Consumer) bool {
+	cl := c.CachedInfo().Cluster
+	return cl == nil || cl.Leader != ""
+}
+
+// Bounds of the wait for a consumer's pull subject (heard.listens).
+const (
+	listenWait  = 2 * time.Second
+	listenPause = 50 * time.Millisecond
+	maxHeard    = 4096
+)
+
+// probePull is a pull request JetStream refuses (400: a heartbeat longer
+// than half its wait) before it looks at the consumer's messages or its
+// waiting pulls: asked of a consumer, it takes nothing and changes nothing.
+var probePull = []byte(`{"batch":1,"expires":1000,"idle_heartbeat":1000000}`)
+
+// heard remembers the pull subjects this router's server was seen to have
+// interest in, for replayIdle. The zero value is ready.
+//
+// A router relays a pull with the follower's reply subject, so when its
+// server knows no interest in the pull subject yet (a consumer made moments
+// ago on a cluster, its leader's subscription still on its way over the
+// routes), nats-server answers "no responders" to no one, and the follower
+// hears nothing (docs/protocol.md 3.4, 1.9; test/embedded
+// TestRelayedPullRaceOnCluster saw it in 2 to 4 pulls of 300). So before a
+// consumer's first relay a router asks probePull on its own inbox: any
+// answer but 503 is the consumer leader's, and the pulls relayed after it
+// from this connection go where it went.
+type heard struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+// listens reports whether subject has interest on nc's server, probing
+// every listenPause for at most listenWait unless it was seen within
+// replayIdle; it reports true when a probe goes unanswered (the relay's
+// own heartbeats tell the follower then).
+func (h *heard) listens(base context.Context, nc *nats.Conn, subject string) bool {
+	now := time.Now()
+	h.mu.Lock()
+	t, ok := h.seen[subject]
+	h.mu.Unlock()
+	if ok && now.Sub(t) < replayIdle {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(base, listenWait)
+	defer cancel()
+	nobody := false // a probe was answered "no responders"
+	for {
+		resp, err := nc.RequestWithContext(ctx, subject, probePull)
+		switch {
+		case err == nil && resp.Header.Get("Status") != "503":
+			h.note(subject, time.Now())
+			return true
+		case err == nil || errors.Is(err, nats.ErrNoResponders):
+			nobody = true
+		default:
+			// Unanswered until the wait ended, or the router stops: relay
+			// (the follower's heartbeats tell), unless nobody listened.
+			return !nobody
+		}
+		if bus.Sleep(ctx, listenPause) != nil {
+			return false
+		}
+	}
+}
+
+// note records subject as heard at now, forgetting what is older than
+// replayIdle once more than maxHeard are kept.
+func (h *heard) note(subject string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen = map[string]time.Time{}
+	}
+	if len(h.seen) >= maxHeard {
+		for s, t := range h.seen {
+			if now.Sub(t) >= replayIdle {
+				delete(h.seen, s)
+			}
+		}
+	}
+	if len(h.seen) < maxHeard {
+		h.seen[subject] = now
+	}
 }
 
 // maxHandoffPulls bounds the handoff pulls one router relays at once.
@@ -338,6 +500,10 @@ const (
 // skipped, so one pull may fetch many times.
 func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) string {
 	deadline := time.Now().Add(time.Duration(q.ExpiresMS) * time.Millisecond)
+	slice, beat := handoffSlice, time.Duration(q.HeartbeatMS)*time.Millisecond
+	if beat > 0 {
+		slice = min(slice, beat) // a heartbeat after each slice that sent nothing
+	}
 	for sent := 0; sent < q.Batch; {
 		if ctx.Err() != nil {
 			return "409" // drained: the follower asks another router
@@ -354,11 +520,12 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 			if left < minHandoffWait {
 				return "408"
 			}
-			batch, err = c.Fetch(ask, jetstream.FetchMaxWait(min(left, handoffSlice)))
+			batch, err = c.Fetch(ask, jetstream.FetchMaxWait(min(left, slice)))
 		}
 		if err != nil {
 			return "409"
 		}
+		before := sent
 		got, lost := 0, false
 		for msg := range batch.Messages() {
 			got++
@@ -384,7 +551,12 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 		case got < ask && q.ExpiresMS == 0:
 			return "404"
 		} // fewer than asked with a wait: the next fetch waits for what is left of it
-
+		if beat > 0 && sent == before && time.Until(deadline) >= minHandoffWait {
+			// An idle heartbeat, as JetStream sends a pull that asked for
+			// one (docs/protocol.md 6.2, 1.9): the follower knows the pull
+			// is alive.
+			_ = r.nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header{"Status": {"100"}, "Description": {"Idle Heartbeat"}}})
+		}
 	}
 	return ""
 }

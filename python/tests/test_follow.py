@@ -237,6 +237,77 @@ async def test_follower_takes_silence_and_refusal_for_a_lost_consumer(client, mo
         await sub.unsubscribe()
 
 
+async def test_follower_pulls_again_when_a_pull_is_lost(router, client, session):
+    """Protocol 1.9: a pull lost on its way (a relayed pull nobody receives answers no one) costs about
+    QUIET seconds, not WAIT + GRACE. A hop between a client of prefix "pyhop" and the router drops the
+    first io.toolbus.consumer.next on each subject; the follower, whose router said "heartbeat": true,
+    hears no heartbeat within QUIET, pulls again on the same consumer and gets the stored event."""
+    prefix = unique("pyhop").lower()
+    dropped: dict[str, int] = {}
+    asked: list[dict[str, Any]] = []
+
+    async def forward(m: Any) -> None:
+        e = ev.decode(m.data, m.headers)
+        if e.type == ev.TYPE_CONSUMER_NEXT:
+            asked.append(e.data)
+            if not dropped.get(m.subject):
+                dropped[m.subject] = 1
+                return
+        await client.nc.publish("toolbus." + m.subject[len(prefix) + 1:], m.data, reply=m.reply, headers=m.headers)
+
+    subs = [await client.nc.subscribe(f"{prefix}.{verb}.>", cb=forward) for verb in ("replay", "handoff")]
+    try:
+        await client.nc.flush()
+        await echo(client, session, "t1", "stored")
+        hop = toolbus.Client(client.nc, prefix=prefix, source="pytest")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        async with hop.replay(session) as stored:
+            name = stored.consumer
+            e = await stored.until(ev.TYPE_BATCH_DONE, reply_id="t1", timeout=follow.WAIT + follow.GRACE - 1)
+            took = loop.time() - start
+            assert stored.consumer == name  # pulled again on the same consumer, not a new one
+        assert dropped == {hop.subjects.replay(session): 1}
+        assert follow.QUIET <= took < follow.WAIT + follow.GRACE - 1, took
+        assert asked[0]["heartbeat_ms"] == int(follow.BEAT * 1000) and asked[0]["expires_ms"] == int(follow.WAIT * 1000)
+        assert e.sessionid == session
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
+
+
+async def test_idle_follower_keeps_its_consumer(router, client, session, monkeypatch):
+    """Heartbeats reach the Python follower: an idle replay (nothing new stored) keeps its consumer, pulling
+    again only when each pull's wait ends (a 408), never after QUIET. A pass-through hop notes each pull."""
+    monkeypatch.setattr(follow, "WAIT", 2.0)
+    monkeypatch.setattr(follow, "BEAT", 0.5)
+    monkeypatch.setattr(follow, "QUIET", 1.0)
+    prefix = unique("pyidle").lower()
+    loop = asyncio.get_running_loop()
+    pulls: list[tuple[float, str]] = []
+
+    async def forward(m: Any) -> None:
+        e = ev.decode(m.data, m.headers)
+        if e.type == ev.TYPE_CONSUMER_NEXT:
+            pulls.append((loop.time(), e.data["consumer"]))
+        await client.nc.publish("toolbus." + m.subject[len(prefix) + 1:], m.data, reply=m.reply, headers=m.headers)
+
+    sub = await client.nc.subscribe(f"{prefix}.replay.>", cb=forward)
+    try:
+        await client.nc.flush()
+        await echo(client, session, "t1", "stored")
+        hop = toolbus.Client(client.nc, prefix=prefix, source="pytest")
+        async with hop.replay(session) as stored:
+            await stored.until(ev.TYPE_BATCH_DONE, reply_id="t1")
+            await bounded(lambda: len(pulls) >= 4, 30)
+        names = {name for _, name in pulls}
+        gaps = [b[0] - a[0] for a, b in zip(pulls[1:], pulls[2:])]  # between idle pulls: each waited WAIT
+        assert len(names) == 1, pulls
+        assert all(g >= 1.5 for g in gaps), gaps
+    finally:
+        await sub.unsubscribe()
+
+
 async def bounded(cond: Any, within: float) -> None:
     """Bounded polling for a condition the test cannot be told about."""
     loop = asyncio.get_running_loop()

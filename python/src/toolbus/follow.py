@@ -29,16 +29,28 @@ if TYPE_CHECKING:
 
 # Bounds of a relayed pull: how many messages one pull asks for, how long it waits on the server
 # for new ones, and how much longer the follower waits for the server's closing status before it
-# takes the consumer for lost (3.4: "no closing status within the wait plus 10 s"). The same as Go's.
+# takes the consumer for lost when its router sends no heartbeats (a router of 1.8; 3.4: "no closing
+# status within the wait plus 10 s"). The same as Go's.
 BATCH = 256
 WAIT = 5.0
 GRACE = 10.0
+# Heartbeats (3.4, protocol 1.9): of a router whose ready says "heartbeat": true a pull asks for one
+# every BEAT seconds while it waits. A pull that brings nothing at all (no message, heartbeat or
+# status) within QUIET seconds was lost on its way and is sent again on the same consumer; after
+# SILENCES such pulls in a row the consumer is asked for again. The same as Go's.
+BEAT = 1.0
+QUIET = 2 * BEAT
+SILENCES = 3
 # How long the follower waits before asking a router again when asking failed.
 REOPEN_PAUSE = 1.0
 # Events held for the reader before the follower stops pulling (as Go's channel of 1024).
 HIGH_WATER = 1024
 
 _DIGITS = re.compile(r"[0-9]{1,20}")
+
+# What one pull leaves the follower to do: pull again, ask for a new consumer, or stop this one
+# (it went silent) and ask for a new one.
+_KEPT, _LOST, _SILENT = "kept", "lost", "silent"
 
 
 def stream_seq(reply: str | None) -> int | None:
@@ -88,6 +100,16 @@ class FollowStream:
         self._create, self._ready = create, ready
         self._next = start_seq  # the stream sequence wanted next
         self._consumer = ""
+        self._beats = False  # the consumer's router honours heartbeat_ms (its ready said so)
+        # Every pull has its own reply subject <inbox>.<n> under one subscription on <inbox>.*, for
+        # one consumer's life: a pull sent again after a silence may leave the earlier one alive (a
+        # slow router), and what it delivers still arrives (the consumer acks none: each message
+        # comes once, to one pull), while its closing status, told apart by its subject, does not
+        # end the pull sent after it.
+        self._inbox = ""
+        self._sub: Any = None
+        self._pulls = 0  # pulls sent: the last reply subject's <n>
+        self._silent = 0  # pulls in a row that brought nothing
         self._last = 0
         self._q: asyncio.Queue[tuple[int, ev.Event] | None] = asyncio.Queue()
         self._room = asyncio.Event()
@@ -120,7 +142,11 @@ class FollowStream:
         """Ask a router for the consumer (raising its refusal) and start following it."""
         if self._task is not None or self._closed:
             raise ProtocolError("a follow stream starts once", ev.CODE_BAD_REQUEST)
-        await self._open()
+        try:
+            await self._open()
+        except BaseException:
+            await self._unsubscribe()
+            raise
         self._task = asyncio.ensure_future(self._run())
 
     async def aclose(self) -> None:
@@ -167,12 +193,30 @@ class FollowStream:
 
     async def _open(self) -> None:
         """Ask a router for a consumer from the sequence wanted next."""
+        if self._sub is None:
+            self._inbox = self._c.nc.new_inbox()
+            self._sub = await self._c.nc.subscribe(self._inbox + ".*")
         e = ev.Event(self._create, self._c.source, {"start_seq": self._next} if self._next else {}, sessionid=self._session)
         ready = await _rpc.request(self._c.nc, self._subject, e, self._ready, 10)
         if not (isinstance(ready, dict) and isinstance(ready.get("stream"), str) and isinstance(ready.get("consumer"), str)
                 and ready["consumer"]):
             raise ProtocolError(f"{self._ready}: stream and consumer must be strings")
         self._consumer = ready["consumer"]
+        self._beats = ready.get("heartbeat") is True
+        self._silent = 0
+
+    async def _drop(self) -> None:
+        """Forget the consumer and its inbox: what its pulls still deliver goes nowhere."""
+        self._consumer = ""
+        await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - the connection may be gone
+                pass
 
     async def _run(self) -> None:
         """Follow until closed: pull, and ask again when the consumer is lost."""
@@ -190,66 +234,70 @@ class FollowStream:
                 try:
                     kept = await self._pull(min(BATCH, HIGH_WATER - self._q.qsize()))
                 except (nats.errors.Error, OSError):
-                    kept = False
-                if not kept:
-                    self._consumer = ""  # lost: ask again from self._next
+                    kept = _LOST
+                if kept == _SILENT:
+                    await self._stop()  # it may live on, answering no one: the server drops it once idle anyway
+                elif kept == _LOST:
+                    await self._drop()  # ask again from self._next
         finally:
+            await self._unsubscribe()  # the consumer is kept for aclose to stop
             self._q.put_nowait(None)
 
-    async def _pull(self, batch: int) -> bool:
-        """Relay one pull and queue what comes until JetStream's closing status or a full batch.
+    async def _pull(self, batch: int) -> str:
+        """Relay one pull and queue what comes until its closing status, a full batch or its silence.
 
-        Returns False when the consumer is lost: a 409 (or any status but 404, 408 and a heartbeat),
-        a refusal from the router, or no closing status within WAIT + GRACE seconds.
+        Returns _KEPT to pull again; _LOST when the consumer is lost: a 409 (or any status but 404,
+        408 and a heartbeat), a refusal from the router, or (without heartbeats) no closing status
+        within WAIT + GRACE seconds; _SILENT after SILENCES pulls in a row brought nothing within QUIET.
         """
         nc = self._c.nc
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
-        try:
-            e = ev.Event(ev.TYPE_CONSUMER_NEXT, self._c.source,
-                         {"consumer": self._consumer, "batch": batch, "expires_ms": int(WAIT * 1000)}, sessionid=self._session)
-            body, headers = ev.encode_structured(e)
-            await nc.publish(self._subject, body, reply=inbox, headers=headers)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT + GRACE
-            got = 0
-            while got < batch:
-                left = deadline - loop.time()
-                if left <= 0:
-                    return False
-                try:
-                    m = await sub.next_msg(timeout=left)
-                except nats.errors.TimeoutError:
-                    return False
-                status = (m.headers or {}).get("Status", "")
-                if status == "100":  # a heartbeat
-                    continue
-                if status in ("404", "408"):  # none now, or the wait ended: pull again
-                    return True
-                if status:  # 409 consumer deleted, 503 no responders
-                    return False
+        self._pulls += 1
+        reply = f"{self._inbox}.{self._pulls}"
+        data: dict[str, Any] = {"consumer": self._consumer, "batch": batch, "expires_ms": int(WAIT * 1000)}
+        quiet = WAIT + GRACE
+        if self._beats:
+            data["heartbeat_ms"], quiet = int(BEAT * 1000), QUIET
+        e = ev.Event(ev.TYPE_CONSUMER_NEXT, self._c.source, data, sessionid=self._session)
+        body, headers = ev.encode_structured(e)
+        await nc.publish(self._subject, body, reply=reply, headers=headers)
+        mine = self._inbox + "."
+        got = 0
+        while got < batch:
+            try:
+                m = await self._sub.next_msg(timeout=quiet)
+            except nats.errors.TimeoutError:
+                if not self._beats:
+                    return _LOST
+                self._silent += 1
+                return _SILENT if self._silent >= SILENCES else _KEPT  # lost on its way: pull again
+            self._silent = 0  # the consumer answers
+            status = (m.headers or {}).get("Status", "")
+            if status == "100":  # a heartbeat
+                continue
+            e = None
+            if not status:
                 try:
                     e = ev.decode(m.data, m.headers)
                 except ProtocolError:
-                    e = None
-                if m.subject == inbox and (e is None or e.type == ev.TYPE_ERROR):  # the router's refusal
-                    return False
-                got += 1
-                seq = message_seq(m)
-                if seq is not None:
-                    self._next = seq + 1
-                if e is not None:  # not an event: skipped, as the Go client does
-                    self._q.put_nowait((seq or 0, e))
-            return True
-        finally:
-            try:
-                await sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - the connection may be gone
-                pass
+                    pass
+            if status or (m.subject.startswith(mine) and (e is None or e.type == ev.TYPE_ERROR)):
+                if m.subject != reply:  # an earlier pull's end or refusal: this one goes on
+                    continue
+                if status in ("404", "408"):  # none now, or the wait ended: pull again
+                    return _KEPT
+                return _LOST  # 409 consumer deleted, 503 no responders, the router's refusal
+            got += 1
+            seq = message_seq(m)
+            if seq is not None:  # the highest yet: two routers relaying two handoff pulls may deliver out of order
+                self._next = max(self._next, seq + 1)
+            if e is not None:  # not an event: skipped, as the Go client does
+                self._q.put_nowait((seq or 0, e))
+        return _KEPT
 
     async def _stop(self) -> None:
         """Ask the router to delete the consumer (publish, no reply)."""
-        name, self._consumer = self._consumer, ""
+        name = self._consumer
+        await self._drop()
         if not name or self._c.nc.is_closed:
             return
         try:

@@ -1,0 +1,277 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Bounds of the follower's relayed pulls: how many messages one pull asks
+// for, how long it waits on the server for new ones, and how much longer
+// the follower waits for the server's closing status before it takes the
+// consumer for lost when its router sends no heartbeats (1.8 and older).
+const (
+	followBatch = 256
+	followWait  = 5 * time.Second
+	followGrace = 10 * time.Second
+)
+
+// Heartbeats (docs/protocol.md 3.4, 1.9): a pull asks for one every
+// followBeat while it waits. A pull that brings nothing at all (no
+// message, heartbeat or status) within followQuiet was lost on its way
+// (a relayed pull nobody received answers no one) and is sent again on
+// the same consumer; after followSilences such pulls in a row the consumer
+// is asked for again. So a lost pull costs about followQuiet, not
+// followWait+followGrace.
+const (
+	followBeat     = time.Second
+	followQuiet    = 2 * followBeat
+	followSilences = 3
+)
+
+// follower reads a router-made consumer (docs/protocol.md 3.4, 6.2) through
+// its router's verbs on one subject: it asks for the consumer, pulls from
+// it with io.toolbus.consumer.next (the router relays each pull to
+// JetStream with this follower's reply subject, so the messages come from
+// the server itself), asks for another one from the next sequence when it
+// is lost, and stops it at the end. The follower needs no JetStream
+// permission at all.
+//
+// Every pull on a consumer has its own reply subject, <inbox>.<n>, under
+// one subscription on <inbox>.*: a pull sent again after a silence may
+// leave the earlier one alive (a slow router), and whatever it delivers
+// still arrives (the consumer acks none, so each message comes once, to
+// one pull), while its closing status, told apart by its subject, does not
+// end the pull sent after it.
+type follower struct {
+	c        *Client
+	subject  string // P.replay.<session> or P.handoff.<kind>[.<tool>]
+	session  string // the requests' sessionid ("" for handoff)
+	create   string // the type that asks for a consumer
+	ready    string // its reply's type
+	deliver  func(*nats.Msg) bool
+	next     uint64 // the stream sequence wanted next
+	consumer string
+	beats    bool               // the consumer's router honours heartbeat_ms (its ready said so, 1.9)
+	inbox    string             // the pulls' reply subjects are <inbox>.<n>
+	sub      *nats.Subscription // on <inbox>.*, for one consumer's life
+	pulls    int                // pulls sent: the last reply subject's <n>
+	silent   int                // pulls in a row that brought nothing
+}
+
+// open asks a router for a consumer from f.next.
+func (f *follower) open(ctx context.Context) error {
+	if f.sub == nil {
+		f.inbox = f.c.nc.NewInbox()
+		sub, err := f.c.nc.SubscribeSync(f.inbox + ".*")
+		if err != nil {
+			return err
+		}
+		f.sub = sub
+	}
+	e, err := f.c.rq.event(f.create, f.session, bus.Replay{StartSeq: f.next})
+	if err != nil {
+		return err
+	}
+	var ready bus.ReplayReady
+	if err := f.c.rq.request(ctx, f.subject, e, f.ready, &ready, 10*time.Second); err != nil {
+		return err
+	}
+	f.consumer, f.beats, f.silent = ready.Consumer, ready.Heartbeat, 0
+	return nil
+}
+
+// run follows the consumer until ctx ends, then stops it.
+func (f *follower) run(ctx context.Context) {
+	defer f.stop()
+	for ctx.Err() == nil {
+		if f.consumer == "" {
+			if err := f.open(ctx); err != nil {
+				_ = bus.Sleep(ctx, time.Second)
+				continue
+			}
+		}
+		switch err := f.pull(ctx); {
+		case errors.Is(err, errSilent):
+			f.stop() // it may live on, answering no one: the server drops it once idle anyway
+		case err != nil:
+			f.drop() // lost (a node's loss, its idle time): ask again from f.next
+		}
+	}
+}
+
+// errLost says the consumer is gone; errSilent that its pulls went
+// unanswered.
+var (
+	errLost   = errors.New("client: consumer lost")
+	errSilent = errors.New("client: consumer does not answer")
+)
+
+// pull relays one pull and delivers what comes, until its closing status,
+// a full batch, its silence or ctx's end. It returns errLost or errSilent
+// when the consumer must be asked for again.
+func (f *follower) pull(ctx context.Context) error {
+	f.pulls++
+	reply := f.inbox + "." + strconv.Itoa(f.pulls)
+	q := bus.ConsumerNext{Consumer: f.consumer, Batch: followBatch, ExpiresMS: followWait.Milliseconds()}
+	quiet := followWait + followGrace
+	if f.beats {
+		q.HeartbeatMS, quiet = followBeat.Milliseconds(), followQuiet
+	}
+	e, err := f.c.rq.event(bus.TypeConsumerNext, f.session, q)
+	if err != nil {
+		return err
+	}
+	if err := bus.Publish(replyTo{f.c.nc, reply}, f.subject, e); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(quiet)
+	for got := 0; got < followBatch; {
+		m, err := f.recv(ctx, deadline)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, context.DeadlineExceeded):
+			return f.quiet()
+		case err != nil:
+			return errLost // the subscription or the connection is closed
+		}
+		f.silent, deadline = 0, time.Now().Add(quiet) // the consumer answers
+		switch status := m.Header.Get("Status"); {
+		case status == "100": // a heartbeat
+		case status != "" || strings.HasPrefix(m.Subject, f.inbox+".") && refusal(m):
+			if m.Subject != reply {
+				continue // an earlier pull's end or refusal: this one goes on
+			}
+			if status == "404" || status == "408" {
+				return nil // no more now, or the wait ended: pull again
+			}
+			return errLost // 409 consumer deleted, 503 no responders, the router's refusal ...
+		default: // a stored message, or a request the router relays (6.2)
+			got++
+			if seq, ok := seqOf(m); ok {
+				// The highest yet: two routers relaying two pulls of a
+				// handoff consumer may deliver out of order.
+				f.next = max(f.next, seq+1)
+			}
+			if !f.deliver(m) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// recv is the next message on the pulls' inbox, or
+// context.DeadlineExceeded at deadline.
+func (f *follower) recv(ctx context.Context, deadline time.Time) (*nats.Msg, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return f.sub.NextMsgWithContext(ctx)
+}
+
+// quiet is what a pull that brought nothing within its bound means: with
+// heartbeats, it was lost on its way and is sent again, up to
+// followSilences in a row; without, the consumer is lost.
+func (f *follower) quiet() error {
+	if !f.beats {
+		return errLost
+	}
+	if f.silent++; f.silent >= followSilences {
+		return errSilent
+	}
+	return nil
+}
+
+// drop forgets the consumer and its inbox: what its pulls still deliver
+// goes nowhere, and the next consumer starts from f.next.
+func (f *follower) drop() {
+	f.consumer = ""
+	if f.sub != nil {
+		_ = f.sub.Unsubscribe()
+		f.sub = nil
+	}
+}
+
+// stop asks the router to delete the consumer, which the server would
+// drop once idle anyway, and drops it.
+func (f *follower) stop() {
+	if f.consumer != "" {
+		if e, err := f.c.rq.event(bus.TypeConsumerStop, f.session, bus.ConsumerStop{Consumer: f.consumer}); err == nil {
+			_ = bus.Publish(f.c.nc, f.subject, e)
+			_ = f.c.nc.Flush()
+		}
+	}
+	f.drop()
+}
+
+// seqOf is the stream sequence of a message a pull delivered: from its
+// reply subject when JetStream sent it, from its Nats-Sequence header when
+// the router relayed a handoff request (docs/protocol.md 6.2).
+func seqOf(m *nats.Msg) (uint64, bool) {
+	if seq, ok := streamSeq(m.Reply); ok {
+		return seq, true
+	}
+	n, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	return n, err == nil && n > 0
+}
+
+// streamSeq is the stream sequence of a JetStream message's reply subject
+// ($JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>,
+// or with a domain and account hash before the stream).
+func streamSeq(reply string) (uint64, bool) {
+	t := strings.Split(reply, ".")
+	if len(t) < 9 || t[0] != "$JS" || t[1] != "ACK" {
+		return 0, false
+	}
+	i := 5
+	if len(t) > 9 {
+		i = 7 // $JS.ACK.<domain>.<account hash>.<stream>...
+	}
+	n, err := strconv.ParseUint(t[i], 10, 64)
+	return n, err == nil
+}
+
+// refusal reports whether m, which came on a pull's own inbox, is the
+// router's refusal (io.toolbus.error) rather than a handoff request the
+// router relays there (docs/protocol.md 6.2, 1.6).
+func refusal(m *nats.Msg) bool {
+	e, err := bus.Decode(m)
+	return err != nil || e.Type == bus.TypeError
+}
+
+// replyTo publishes with a reply subject.
+type replyTo struct {
+	nc    *nats.Conn
+	reply string
+}
+
+func (p replyTo) PublishMsg(m *nats.Msg) error {
+	m.Reply = p.reply
+	return p.nc.PublishMsg(m)
+}
+
+// start asks for the follower's consumer and follows it, returning its
+// events.
+func (f *follower) start(ctx context.Context) (*Events, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ev := newEvents(cancel)
+	f.deliver = func(m *nats.Msg) bool { return ev.send(ctx, m) }
+	if err := f.open(ctx); err != nil {
+		f.drop()
+		cancel()
+		return nil, err
+	}
+	go func() {
+		f.run(ctx)
+		ev.end()
+	}()
+	return ev, nil
+}
