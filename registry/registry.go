@@ -767,6 +767,15 @@ func (l *liveness) probe(ctx context.Context, tool string) error {
 	if recent {
 		return nil
 	}
+	if kv, ok := l.kv.(leaderLister); ok {
+		// A key listing is an ephemeral consumer, which may sit on a
+		// follower that lacks a beat stored a moment ago (docs/registry.md).
+		entries, err := kv.Latest(ctx, tool+".*")
+		for _, e := range entries {
+			l.applyWorker(e)
+		}
+		return err
+	}
 	keys, err := l.kv.ListKeysFiltered(ctx, tool+".*")
 	if err != nil {
 		return err
@@ -777,4 +786,10 @@ func (l *liveness) probe(ctx context.Context, tool string) error {
 		}
 	}
 	return nil
+}
+
+// leaderLister reads the latest values of a bucket's keys from its stream
+// leader (store.KV).
+type leaderLister interface {
+	Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error)
 }
