@@ -46,15 +46,42 @@ func TestRefreshSeesBeatAFollowerLacks(t *testing.T) {
 	if ack, err := a.Register(t.Context(), bus.Register{Worker: "w1", Tools: []bus.ToolDef{d}}); err != nil || len(ack.Accepted) != 1 {
 		t.Fatalf("register: %+v %v", ack, err)
 	}
-	if err := b.Refresh(t.Context(), "fresh"); err != nil {
+	refreshedLive(t, b, "fresh")
+	// A tool whose workers left: a call finds none live (Refresh reads
+	// KV); a new worker's registration acknowledged a moment later is
+	// seen at once all the same, however recent that call's Refresh.
+	again := d
+	again.Name = "again"
+	if ack, err := a.Register(t.Context(), bus.Register{Worker: "w1", Tools: []bus.ToolDef{again}}); err != nil || len(ack.Accepted) != 1 {
+		t.Fatalf("register: %+v %v", ack, err)
+	}
+	if _, err := a.Register(t.Context(), bus.Register{Worker: "w1", Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
-	tool, ok := b.Lookup("fresh")
+	if err := b.Refresh(t.Context(), "again"); err != nil {
+		t.Fatal(err)
+	}
+	if tool, ok := b.Lookup("again"); !ok || b.Live(tool) {
+		t.Fatalf("after its only worker left, %q is known %v, live", "again", ok)
+	}
+	if ack, err := a.Register(t.Context(), bus.Register{Worker: "w2", Tools: []bus.ToolDef{again}}); err != nil || len(ack.Accepted) != 1 {
+		t.Fatalf("register: %+v %v", ack, err)
+	}
+	refreshedLive(t, b, "again")
+}
+
+// refreshedLive fails t unless r finds a live worker of tool after Refresh.
+func refreshedLive(t *testing.T, r *Registry, name string) {
+	t.Helper()
+	if err := r.Refresh(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	tool, ok := r.Lookup(name)
 	if !ok {
 		t.Fatal("the acknowledged tool is unknown after Refresh")
 	}
-	if !b.Live(tool) {
-		t.Fatal("the acknowledged worker is not live after Refresh: the probe trusted a lagging listing")
+	if !r.Live(tool) {
+		t.Fatal("the acknowledged worker is not live after Refresh")
 	}
 }
 
