@@ -18,7 +18,7 @@ import (
 
 func newLiveness(now *time.Time) *liveness {
 	return &liveness{heartbeat: time.Second, now: func() time.Time { return *now }, version: new(atomic.Uint64),
-		beats: map[string]map[string]beat{}, probed: map[string]time.Time{}}
+		beats: map[string]map[string]beat{}}
 }
 
 func TestLivenessAnswers(t *testing.T) {

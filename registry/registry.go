@@ -83,7 +83,7 @@ func New(st *store.Store, cfg Config) *Registry {
 	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer, consumers: map[string]bool{}, ready: make(chan struct{})}
 	r.catalog = newCatalog(st.Tools, cfg.Logger, &r.version)
 	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: cfg.Now, health: st.Health, version: &r.version,
-		beats: map[string]map[string]beat{}, probed: map[string]time.Time{}}
+		beats: map[string]map[string]beat{}}
 	return r
 }
 
@@ -447,7 +447,7 @@ func (c *catalog) Delete(ctx context.Context, name string) error {
 // liveness is what a router knows of the workers of P_workers: one beat
 // per <tool>.<worker>, by the local clock (docs/registry.md), fed by the
 // watch, by the beats this router stores or could not store, and by a
-// probe of the bucket at most once a heartbeat per tool. Safe for
+// probe of the bucket for a tool it finds without a live worker. Safe for
 // concurrent use.
 type liveness struct {
 	kv        jetstream.KeyValue
@@ -458,7 +458,6 @@ type liveness struct {
 
 	mu      sync.RWMutex
 	beats   map[string]map[string]beat // tool → worker → last beat
-	probed  map[string]time.Time       // when probe last listed a tool's workers in KV
 	trouble time.Time                  // when a liveness write last failed
 	order   readOrder                  // the registrations and leaves read, in order (order.go)
 }
@@ -753,19 +752,19 @@ func (l *liveness) leave(ctx context.Context, worker string) error {
 	return nil
 }
 
-// probe reads the beats of tool's workers from KV into the cache, at most
-// once a heartbeat per tool: listing keys costs the server a consumer, and
-// a tool whose workers are all gone may be called again and again.
+// probe reads the beats of tool's workers from KV into the cache. It
+// runs for every call that the cache finds without a live worker: a
+// registration acknowledged a moment ago through another router must count
+// at once, however recent the previous probe.
 func (l *liveness) probe(ctx context.Context, tool string) error {
-	now := l.now()
-	l.mu.Lock()
-	recent := now.Sub(l.probed[tool]) < l.heartbeat
-	if !recent {
-		l.probed[tool] = now
-	}
-	l.mu.Unlock()
-	if recent {
-		return nil
+	if kv, ok := l.kv.(leaderLister); ok {
+		// A key listing is an ephemeral consumer, which may sit on a
+		// follower that lacks a beat stored a moment ago (docs/registry.md).
+		entries, err := kv.Latest(ctx, tool+".*")
+		for _, e := range entries {
+			l.applyWorker(e)
+		}
+		return err
 	}
 	keys, err := l.kv.ListKeysFiltered(ctx, tool+".*")
 	if err != nil {
@@ -777,4 +776,10 @@ func (l *liveness) probe(ctx context.Context, tool string) error {
 		}
 	}
 	return nil
+}
+
+// leaderLister reads the latest values of a bucket's keys from its stream
+// leader (store.KV).
+type leaderLister interface {
+	Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error)
 }

@@ -31,6 +31,7 @@ type KV struct {
 	jetstream.KeyValue
 	nc     *nats.Conn
 	get    string       // the leader's message-get subject, "" for direct gets
+	msgGet string       // the stream's message-get subject (Latest), whatever the replicas
 	prefix string       // "$KV.<bucket>."
 	cas    bool         // writes may go to prefix+key (no domain or API prefix): kvwrite.go
 	acks   *replies.Mux // the replies to those writes (internal/replies)
@@ -40,8 +41,9 @@ type KV struct {
 func NewKV(js jetstream.JetStream, kv jetstream.KeyValue, replicas int) *KV {
 	k := &KV{KeyValue: kv, nc: js.Conn(), prefix: "$KV." + kv.Bucket() + ".", cas: APIPrefix(js) == jetstream.DefaultAPIPrefix}
 	k.acks = replies.New(k.nc, replies.Options{KeepInbox: true})
+	k.msgGet = APIPrefix(js) + "STREAM.MSG.GET.KV_" + kv.Bucket()
 	if replicas > 1 {
-		k.get = APIPrefix(js) + "STREAM.MSG.GET.KV_" + kv.Bucket()
+		k.get = k.msgGet
 	}
 	return k
 }
@@ -88,16 +90,74 @@ func (k *KV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, erro
 const readBudget = 15 * time.Second
 
 func (k *KV) leaderGet(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	req, _ := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{k.prefix + key})
-	m, err := k.nc.RequestWithContext(ctx, k.get, req)
+	e, err := k.message(ctx, k.get, msgGetRequest{LastBySubject: k.prefix + key}, key)
+	switch {
+	case err != nil:
+		return nil, err
+	case e.op != jetstream.KeyValuePut:
+		return nil, jetstream.ErrKeyNotFound
+	}
+	return e, nil
+}
+
+// Latest returns the latest value of every key matching filter (a key
+// with wildcards), deleted and purged keys left out, read from the stream
+// leader one message at a time. A key listing (ListKeysFiltered) is served
+// by an ephemeral consumer, which a replicated bucket may place on a
+// follower that has not applied the latest acknowledged writes; Latest sees
+// them all. It costs one request per message of the matching keys, plus one.
+func (k *KV) Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error) {
+	var (
+		latest = map[string]*entry{}
+		seq    uint64
+	)
+	for {
+		var e *entry
+		err := Retry(ctx, Policy{Budget: readBudget}, func(ctx context.Context) (err error) { // each attempt bounded
+			e, err = k.message(ctx, k.msgGet, msgGetRequest{Seq: seq, NextBySubject: k.prefix + filter}, filter)
+			if IsNotFound(err) {
+				return permanent{err}
+			}
+			return err
+		})
+		if IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		latest[e.key] = e
+		seq = e.rev + 1
+	}
+	out := make([]jetstream.KeyValueEntry, 0, len(latest))
+	for _, e := range latest {
+		if e.op == jetstream.KeyValuePut {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// msgGetRequest is a request of the stream's message-get API.
+type msgGetRequest struct {
+	Seq           uint64 `json:"seq,omitempty"`
+	LastBySubject string `json:"last_by_subj,omitempty"`
+	NextBySubject string `json:"next_by_subj,omitempty"`
+}
+
+// message asks the message-get API at subject for one message, named name
+// in errors: its entry, whose Operation says whether it is a delete or
+// purge, and whose Revision is its sequence.
+func (k *KV) message(ctx context.Context, subject string, r msgGetRequest, name string) (*entry, error) {
+	req, _ := json.Marshal(r)
+	m, err := k.nc.RequestWithContext(ctx, subject, req)
 	if err != nil {
 		return nil, err
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
+			Subject  string    `json:"subject"`
 			Sequence uint64    `json:"seq"`
 			Header   []byte    `json:"hdrs"`
 			Data     []byte    `json:"data"`
@@ -105,7 +165,7 @@ func (k *KV) leaderGet(ctx context.Context, key string) (jetstream.KeyValueEntry
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("store: get %s: %w", key, err)
+		return nil, fmt.Errorf("store: get %s: %w", name, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
@@ -113,17 +173,20 @@ func (k *KV) leaderGet(ctx context.Context, key string) (jetstream.KeyValueEntry
 	case resp.Error != nil:
 		return nil, resp.Error
 	case resp.Message == nil:
-		return nil, fmt.Errorf("store: get %s: empty reply", key)
+		return nil, fmt.Errorf("store: get %s: empty reply", name)
 	}
-	e := &entry{bucket: k.Bucket(), key: key, value: resp.Message.Data, rev: resp.Message.Sequence,
-		created: resp.Message.Time, op: jetstream.KeyValuePut}
+	e := &entry{bucket: k.Bucket(), key: strings.TrimPrefix(resp.Message.Subject, k.prefix), value: resp.Message.Data,
+		rev: resp.Message.Sequence, created: resp.Message.Time, op: jetstream.KeyValuePut}
 	if len(resp.Message.Header) > 0 {
 		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
 		if err != nil {
-			return nil, fmt.Errorf("store: get %s: %w", key, err)
+			return nil, fmt.Errorf("store: get %s: %w", name, err)
 		}
-		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		switch h.Get("KV-Operation") {
+		case "DEL":
 			return nil, jetstream.ErrKeyNotFound
+		case "PURGE":
+			e.op = jetstream.KeyValuePurge
 		}
 	}
 	return e, nil
