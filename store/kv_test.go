@@ -372,3 +372,35 @@ func TestRetryPermanent(t *testing.T) {
 		})
 	}
 }
+
+// TestLatest: Latest returns each matching key's latest value, read from
+// the stream leader through another node than the writer's, with deleted
+// keys and keys outside the filter left out; no match is no entry and no
+// error.
+func TestLatest(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, ds []deployment) {
+		w, r := ds[0].st.Parked, ds[1].st.Parked
+		for i, kv := range [][2]string{{"t.w.a", "1"}, {"t.w.b", "1"}, {"u.w.a", "1"}, {"t.w.a", "2"}, {"t.w.c", "1"}} {
+			if _, err := w.Put(t.Context(), kv[0], []byte(kv[1])); err != nil {
+				t.Fatalf("put %d: %v", i, err)
+			}
+		}
+		if err := w.Delete(t.Context(), "t.w.b"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.Latest(t.Context(), "t.w.*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		values := map[string]string{}
+		for _, e := range got {
+			values[e.Key()] = string(e.Value())
+		}
+		if len(got) != 2 || values["t.w.a"] != "2" || values["t.w.c"] != "1" {
+			t.Fatalf("Latest(t.w.*) = %v, want t.w.a=2 and t.w.c=1", values)
+		}
+		if none, err := r.Latest(t.Context(), "v.w.*"); err != nil || len(none) != 0 {
+			t.Fatalf("Latest of no key = %v, %v", none, err)
+		}
+	})
+}
