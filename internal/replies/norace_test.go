@@ -1,0 +1,5 @@
+//go:build !race
+
+package replies
+
+const raceEnabled = false
