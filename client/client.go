@@ -177,12 +177,8 @@ func (c *Client) Tools(ctx context.Context, session, format string, req *bus.Req
 // Query is Tools with the whole query: a user (docs/protocol.md 4.1: it selects
 // the user's skills) as well as the format and request.
 func (c *Client) Query(ctx context.Context, session string, q bus.ToolsQuery) (*bus.ToolsList, error) {
-	e, err := c.rq.event(bus.TypeToolsQuery, session, q)
-	if err != nil {
-		return nil, err
-	}
 	var list bus.ToolsList
-	if err := c.rq.request(ctx, c.subj.Tools(session), e, bus.TypeToolsList, &list, 10*time.Second); err != nil {
+	if err := c.rq.ask(ctx, c.subj.Tools(session), bus.TypeToolsQuery, session, q, bus.TypeToolsList, &list, 10*time.Second); err != nil {
 		return nil, err
 	}
 	c.rq.revs.saw(session, list.SessionRev)
@@ -210,11 +206,7 @@ func (c *Client) Admin(ctx context.Context, verb, session string, data, out any)
 	}
 	c.rq.revs.forget(session) // the verb may write the session (and again once it did)
 	defer c.rq.revs.forget(session)
-	e, err := c.rq.event(bus.TypeAdmin, session, data)
-	if err != nil {
-		return err
-	}
-	return c.rq.request(ctx, c.subj.Admin(verb), e, bus.TypeAdminReply, out, 10*time.Second)
+	return c.rq.ask(ctx, c.subj.Admin(verb), bus.TypeAdmin, session, data, bus.TypeAdminReply, out, 10*time.Second)
 }
 
 // Events is a stream of a session's events.
@@ -399,13 +391,9 @@ func (c *Client) Tasks() Tasks { return Tasks{c} }
 // the tasks ended or q.TimeoutMS passed.
 func (t Tasks) Query(ctx context.Context, session string, q bus.TaskQuery) (*bus.TaskReply, error) {
 	c := t.c
-	e, err := c.rq.event(bus.TypeTaskQuery, session, q)
-	if err != nil {
-		return nil, err
-	}
 	var r bus.TaskReply
 	wait := 10*time.Second + time.Duration(min(max(q.TimeoutMS, 0), bus.MaxTaskWaitMS))*time.Millisecond
-	if err := c.rq.request(ctx, c.subj.Tasks(session), e, bus.TypeTaskReply, &r, wait); err != nil {
+	if err := c.rq.ask(ctx, c.subj.Tasks(session), bus.TypeTaskQuery, session, q, bus.TypeTaskReply, &r, wait); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -429,7 +417,12 @@ func (t Tasks) Get(ctx context.Context, session, id string) (bus.Task, error) {
 
 // List lists session's tasks, newest first.
 func (t Tasks) List(ctx context.Context, session string) ([]bus.Task, error) {
-	r, err := t.Query(ctx, session, bus.TaskQuery{Op: bus.TaskList})
+	return t.list(ctx, session, bus.TaskQuery{Op: bus.TaskList})
+}
+
+// list runs q and returns the reply's tasks.
+func (t Tasks) list(ctx context.Context, session string, q bus.TaskQuery) ([]bus.Task, error) {
+	r, err := t.Query(ctx, session, q)
 	if err != nil {
 		return nil, err
 	}
@@ -439,11 +432,7 @@ func (t Tasks) List(ctx context.Context, session string) ([]bus.Task, error) {
 // Wait waits until session's tasks ids all ended (at most timeout,
 // bus.MaxTaskWaitMS), and returns them as they are then.
 func (t Tasks) Wait(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error) {
-	r, err := t.Query(ctx, session, bus.TaskQuery{Op: bus.TaskWait, IDs: ids, TimeoutMS: max(timeout.Milliseconds(), 1)})
-	if err != nil {
-		return nil, err
-	}
-	return r.Tasks, nil
+	return t.list(ctx, session, bus.TaskQuery{Op: bus.TaskWait, IDs: ids, TimeoutMS: max(timeout.Milliseconds(), 1)})
 }
 
 // Cancel ends session's running task id as interrupted and stops its

@@ -76,12 +76,8 @@ func (f *follower) open(ctx context.Context) error {
 		}
 		f.sub = sub
 	}
-	e, err := f.c.rq.event(f.create, f.session, bus.Replay{StartSeq: f.next})
-	if err != nil {
-		return err
-	}
 	var ready bus.ReplayReady
-	if err := f.c.rq.request(ctx, f.subject, e, f.ready, &ready, 10*time.Second); err != nil {
+	if err := f.c.rq.ask(ctx, f.subject, f.create, f.session, bus.Replay{StartSeq: f.next}, f.ready, &ready, 10*time.Second); err != nil {
 		return err
 	}
 	f.consumer, f.beats, f.silent = ready.Consumer, ready.Heartbeat, 0
