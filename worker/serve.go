@@ -229,13 +229,7 @@ func (r *registrar) register(ctx context.Context) {
 		r.log.Warn("worker: registration not acknowledged", "err", err)
 		return
 	}
-	if r.acked != nil {
-		r.acked(ack) // it logs the rejections
-	} else {
-		for _, rej := range ack.Rejected {
-			r.log.Error("worker: tool rejected", "tool", rej.Name, "reason", rej.Reason)
-		}
-	}
+	r.acked(ack) // it logs the rejections
 	r.once.Do(func() { close(r.registered) })
 }
 
