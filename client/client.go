@@ -4,6 +4,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,9 +61,7 @@ type Client struct {
 
 // New returns a Client on nc.
 func New(nc *nats.Conn, cfg Config) *Client {
-	if cfg.Source == "" {
-		cfg.Source = "toolbus/client"
-	}
+	cfg.Source = cmp.Or(cfg.Source, "toolbus/client")
 	subj := bus.NewSubjects(cfg.Prefix)
 	// offload.New fails only on bad jetstream options, and passes none.
 	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
@@ -81,11 +80,7 @@ func New(nc *nats.Conn, cfg Config) *Client {
 //
 //	cl, err := client.Dial(natsconn.FromEnv(), client.Config{Source: "my-agent"})
 func Dial(conn natsconn.Config, cfg Config) (*Client, error) {
-	name := cfg.Source
-	if name == "" {
-		name = "toolbus/client"
-	}
-	nc, err := conn.Connect(name)
+	nc, err := conn.Connect(cmp.Or(cfg.Source, "toolbus/client"))
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}

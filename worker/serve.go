@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,19 +71,11 @@ func (s *serving) start() error {
 // apply takes one acknowledgement: each tool it names becomes accepted or
 // rejected, and the endpoints follow.
 func (s *serving) apply(ack *bus.RegisterAck) {
-	rejected := map[string]string{}
-	for _, r := range ack.Rejected {
-		rejected[r.Name] = r.Reason
-	}
-	accepted := map[string]bool{}
-	for _, n := range ack.Accepted {
-		accepted[n] = true
-	}
 	for _, t := range s.tools {
-		if reason, ok := rejected[t.def.Name]; ok {
-			s.reject(t, reason)
+		if i := slices.IndexFunc(ack.Rejected, func(r bus.Rejection) bool { return r.Name == t.def.Name }); i >= 0 {
+			s.reject(t, ack.Rejected[i].Reason)
 			t.decide()
-		} else if accepted[t.def.Name] {
+		} else if slices.Contains(ack.Accepted, t.def.Name) {
 			t.accepted.Store(true)
 			t.decide()
 		}

@@ -12,11 +12,13 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,9 +150,7 @@ var ErrStarted = errors.New("worker: already started")
 
 // New returns a Worker on nc.
 func New(nc *nats.Conn, cfg Config) (*Worker, error) {
-	if cfg.ID == "" {
-		cfg.ID = nuid.Next()
-	}
+	cfg.ID = cmp.Or(cfg.ID, nuid.Next())
 	if !bus.ValidID(cfg.ID) {
 		return nil, fmt.Errorf("worker: id %q must match ^[A-Za-z0-9_-]{1,128}$", cfg.ID)
 	}
@@ -160,15 +160,9 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = DefaultMaxConcurrent
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Version == "" {
-		cfg.Version = "1.0.0"
-	}
-	if cfg.Observer == nil {
-		cfg.Observer = nopObserver{}
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.Version = cmp.Or(cfg.Version, "1.0.0")
+	cfg.Observer = cmp.Or[Observer](cfg.Observer, nopObserver{})
 	if cfg.InlineLimit < 0 || cfg.MaxOutput < 0 {
 		return nil, fmt.Errorf("worker: InlineLimit and MaxOutput must not be negative")
 	}
@@ -209,10 +203,8 @@ func (w *Worker) Handle(def bus.ToolDef, h Handler) error {
 	if w.started {
 		return ErrStarted
 	}
-	for _, t := range w.tools {
-		if t.def.Name == def.Name {
-			return fmt.Errorf("worker: tool %q added twice", def.Name)
-		}
+	if slices.ContainsFunc(w.tools, func(t *tool) bool { return t.def.Name == def.Name }) {
+		return fmt.Errorf("worker: tool %q added twice", def.Name)
 	}
 	w.tools = append(w.tools, &tool{def: def, h: h, decided: make(chan struct{})})
 	return nil
@@ -246,18 +238,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	// Every tool is an endpoint of this worker's NATS micro service, so
 	// `nats micro ls/info/stats` show the workers and their tools, until a
 	// router rejects it (serve.go).
-	byName := map[string]*tool{}
-	for _, t := range tools {
-		byName[t.def.Name] = t
-	}
 	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, add: endpointAdder(w.subj, w.onExec),
 		cfg: micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
 			Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
 			StatsHandler: func(e *micro.Endpoint) any {
-				t := byName[e.Name]
-				if t == nil {
+				i := slices.IndexFunc(tools, func(t *tool) bool { return t.def.Name == e.Name })
+				if i < 0 {
 					return nil
 				}
+				t := tools[i]
 				st := toolStats{Calls: t.calls.Load(), Errors: t.errors.Load()}
 				if st.Calls > 0 {
 					st.AverageRunMS = float64(t.nanos.Load()) / float64(st.Calls) / 1e6
