@@ -19,11 +19,13 @@ package schemas
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -201,7 +203,7 @@ func (s *Schema) Validate(v any) (details []bus.Detail) {
 	}
 	details = s.leaves(ve, nil)
 	if len(details) == 0 { // never seen; an error must not read as valid
-		details = append(details, bus.Detail{Path: pointer(ve.InstanceLocation), Message: ve.Message})
+		details = append(details, bus.Detail{Path: cmp.Or(ve.InstanceLocation, "/"), Message: ve.Message})
 	}
 	details = sortDetails(details)
 	if len(details) > MaxDetails {
@@ -229,7 +231,7 @@ func (s *Schema) leaves(ve *jsonschema.ValidationError, out []bus.Detail) []bus.
 		}
 		return out
 	}
-	path := pointer(ve.InstanceLocation)
+	path := cmp.Or(ve.InstanceLocation, "/")
 	kw := ve.KeywordLocation[strings.LastIndexByte(ve.KeywordLocation, '/')+1:]
 	switch {
 	case kw == "required" && strings.HasPrefix(ve.Message, "missing properties: "):
@@ -247,7 +249,7 @@ func (s *Schema) leaves(ve *jsonschema.ValidationError, out []bus.Detail) []bus.
 		i := strings.LastIndexByte(ve.InstanceLocation, '/')
 		if i >= 0 {
 			name := unescape(ve.InstanceLocation[i+1:])
-			return append(out, bus.Detail{Path: pointer(ve.InstanceLocation[:i]),
+			return append(out, bus.Detail{Path: cmp.Or(ve.InstanceLocation[:i], "/"),
 				Message: "additional property " + quote(name) + " is not allowed"})
 		}
 	case kw == "enum":
@@ -261,15 +263,6 @@ func (s *Schema) leaves(ve *jsonschema.ValidationError, out []bus.Detail) []bus.
 		}
 	}
 	return append(out, bus.Detail{Path: path, Message: ve.Message})
-}
-
-// pointer returns the validator's instance location as a JSON pointer, "/"
-// for the root.
-func pointer(loc string) string {
-	if loc == "" {
-		return "/"
-	}
-	return loc
 }
 
 // lookup returns the value at the absolute keyword location loc of the
@@ -443,12 +436,7 @@ func checkRefs(v any, nodes *int) error {
 			if !ok {
 				continue
 			}
-			keys := make([]string, 0, len(m))
-			for k := range m {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			for _, k := range keys {
+			for _, k := range slices.Sorted(maps.Keys(m)) {
 				if err := checkRefs(m[k], nodes); err != nil {
 					return err
 				}
