@@ -44,8 +44,8 @@ type Config struct {
 	// bus.DefaultHeartbeat. Routers forget a worker after three missed beats.
 	Heartbeat time.Duration
 	// MaxConcurrent bounds the calls this worker runs at once, across all its
-	// tools; zero means DefaultMaxConcurrent. When every slot is busy, further requests wait in
-	// the subscription's buffer.
+	// tools; zero means DefaultMaxConcurrent. When every slot is busy, further
+	// requests wait for one (at most waitLimit of them; more are answered busy).
 	MaxConcurrent int
 	// Groups are group definitions sent with every registration.
 	Groups []bus.Group
