@@ -140,14 +140,9 @@ func syntaxError(b []byte) error {
 // "\n<path>: <message>" line per detail.
 func InvalidInputMessage(tool string, details []bus.Detail) string {
 	var b strings.Builder
-	b.WriteString("Input validation failed for tool '")
-	b.WriteString(tool)
-	b.WriteString("':")
+	fmt.Fprintf(&b, "Input validation failed for tool '%s':", tool)
 	for _, d := range details {
-		b.WriteByte('\n')
-		b.WriteString(d.Path)
-		b.WriteString(": ")
-		b.WriteString(d.Message)
+		fmt.Fprintf(&b, "\n%s: %s", d.Path, d.Message)
 	}
 	return b.String()
 }
