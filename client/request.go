@@ -100,24 +100,20 @@ func (c *requester) event(typ, session string, data any) (*bus.Event, error) {
 }
 
 // ask sends data as an event of type typ for session to subject and
-// decodes the reply, of type want, into out (request).
+// decodes the reply, of type want, into out (exchange).
 func (c *requester) ask(ctx context.Context, subject, typ, session string, data any, want string, out any, def time.Duration) error {
 	e, err := c.event(typ, session, data)
 	if err != nil {
 		return err
 	}
-	return c.request(ctx, subject, e, want, out, def)
-}
-
-// request sends e to subject and decodes a reply of type want into out; an
-// io.toolbus.error reply becomes a *bus.Error.
-func (c *requester) request(ctx context.Context, subject string, e *bus.Event, want string, out any, def time.Duration) error {
 	return c.exchange(ctx, subject, e, false, want, out, def)
 }
 
-// exchange is request; trusted says that e's data is the client's own
-// encoding, valid JSON (Call's batch, bus.Batch.AppendJSON's), which is
-// then not scanned again before it is sent.
+// exchange sends e to subject and decodes a reply of type want into out;
+// an io.toolbus.error reply becomes a *bus.Error. trusted says that e's
+// data is the client's own encoding, valid JSON (Call's batch,
+// bus.Batch.AppendJSON's), which is then not scanned again before it is
+// sent.
 func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
@@ -198,7 +194,7 @@ func (c *requester) sendAnswer(ctx context.Context, subject, session, replyID, c
 	}
 	e.ReplyID, e.ToolCallID = replyID, callID
 	var ack bus.AnswerAck
-	if err := c.request(ctx, subject, e, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
+	if err := c.exchange(ctx, subject, e, false, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
 		return err
 	}
 	if !ack.Accepted {

@@ -633,5 +633,3 @@ type nopObserver struct{}
 func (nopObserver) Waiting(int)                            {}
 func (nopObserver) Running(int)                            {}
 func (nopObserver) Finished(string, string, time.Duration) {}
-
-var _ Observer = nopObserver{}
