@@ -125,7 +125,11 @@ func (f *follower) pull(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := bus.Publish(replyTo{f.c.nc, reply}, f.subject, e); err != nil {
+	publish := func(m *nats.Msg) error {
+		m.Reply = reply
+		return f.c.nc.PublishMsg(m)
+	}
+	if err := bus.SendWith(f.subject, e, "", publish); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(quiet)
@@ -241,17 +245,6 @@ func streamSeq(reply string) (uint64, bool) {
 func refusal(m *nats.Msg) bool {
 	e, err := bus.Decode(m)
 	return err != nil || e.Type == bus.TypeError
-}
-
-// replyTo publishes with a reply subject.
-type replyTo struct {
-	nc    *nats.Conn
-	reply string
-}
-
-func (p replyTo) PublishMsg(m *nats.Msg) error {
-	m.Reply = p.reply
-	return p.nc.PublishMsg(m)
 }
 
 // start asks for the follower's consumer and follows it, returning its
