@@ -296,14 +296,7 @@ func (d *deployment) addSleepers(ctx context.Context, n int) error {
 		_, err := d.x.AddWorker(ctx, xtest.WorkerSpec{Config: worker.Config{MaxConcurrent: 1}, Setup: func(w *worker.Worker) error {
 			def := bus.ToolDef{Name: toolSleep, Description: "Wait 5 ms (I/O-bound).", ReadOnly: true}
 			return worker.Register(w, def, func(ctx context.Context, _ *worker.Call, in textIn) (string, error) {
-				t := time.NewTimer(sleepFor)
-				defer t.Stop()
-				select {
-				case <-t.C:
-					return in.Text, nil
-				case <-ctx.Done():
-					return "", ctx.Err()
-				}
+				return in.Text, bus.Sleep(ctx, sleepFor)
 			})
 		}})
 		if err != nil {

@@ -69,8 +69,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	builtinFlags := builtin.RegisterFlags(fs, "router", "")
 	mcpOpts := mcpFlags(fs)
 	inboxOpts := inboxFlags(fs)
-	var skillDirs dirList
-	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
+	var skillDirs []string
+	fs.Func("skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)", func(v string) error {
+		if fi, err := os.Stat(v); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%q is not a directory", v)
+		}
+		skillDirs = append(skillDirs, v)
+		return nil
+	})
 	skillViewer := fs.Bool("skill-viewer", false, "also offer AgentScope's Skill viewer tool (input {\"skill\": name}, answers the SKILL.md body) beside load_skill_through_path")
 	limitsFlags := limitFlags(fs)
 	gcPercent := fs.Int("gc-percent", memtune.DefaultGCPercent, "the collector's GOGC unless the environment sets GOGC (docs/operations.md)")
@@ -280,19 +286,6 @@ func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 	fmt.Fprintf(stdout, "toolbus: generated the users %s in %s: each logs in with %s/<user>.nk and its inbox prefix: run `source %s/<user>.env` (bash, zsh, fish) before its commands\n",
 		strings.Join(names, ", "), dir, dir, dir)
 	return cfgFile, nil
-}
-
-// dirList is a repeatable flag of directories.
-type dirList []string
-
-func (d *dirList) String() string { return strings.Join(*d, ",") }
-
-func (d *dirList) Set(v string) error {
-	if fi, err := os.Stat(v); err != nil || !fi.IsDir() {
-		return fmt.Errorf("%q is not a directory", v)
-	}
-	*d = append(*d, v)
-	return nil
 }
 
 // identitiesPoll is how often the router rereads its identities file.

@@ -49,8 +49,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	var st bus.Status
-	if err := cl.Admin(ctx, "status", "", nil, &st); err != nil {
-		return fmt.Errorf("admin status: %w", err)
+	if err := admin(ctx, cl, "status", "", nil, &st); err != nil {
+		return err
 	}
 	var found []instance
 	for _, kind := range []string{"toolbus-router", "toolbus-worker"} {
@@ -141,14 +141,12 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
 		return nil, err
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	var out []micro.Info
 	for {
 		select {
 		case <-ctx.Done():
-			return out, nil
-		case <-timer.C:
 			return out, nil
 		case m := <-ch:
 			var in micro.Info
@@ -301,9 +299,9 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	c, _ := lookup("security")
 	fs := securityFlagSet("security", fmt.Sprintf("usage: toolbus security %s\n\n%s.", c.args, c.summary), stderr)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
-	var sessions, handlers listFlag
-	fs.Var(&sessions, "session", "add an agent user confined to this session (repeatable)")
-	fs.Var(&handlers, "handler", "add an external handler user: NAME=tool,tool (repeatable)")
+	var sessions, handlers []string
+	fs.Func("session", "add an agent user confined to this session (repeatable)", func(v string) error { sessions = append(sessions, v); return nil })
+	fs.Func("handler", "add an external handler user: NAME=tool,tool (repeatable)", func(v string) error { handlers = append(handlers, v); return nil })
 	workerTools := fs.String("worker-tools", "", "confine the worker user to these comma-separated tools (default: every tool)")
 	approverTools := fs.String("approver-tools", "", "confine the approver to these comma-separated tools (default: every tool)")
 	agentAnswers := fs.String("agent-answers", "", "comma-separated request-scoped tools whose parked calls agents may answer (docs/security.md: any session's)")
@@ -373,12 +371,6 @@ func securityFlagSet(name, head string, stderr io.Writer) *flag.FlagSet {
 	}
 	return fs
 }
-
-// listFlag is a repeatable string flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // runSecurityAgent is `toolbus security agent --session S [--user U]
 // [--dir DIR]`: a per-session agent user made on demand in a directory of

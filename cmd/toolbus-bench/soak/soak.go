@@ -134,7 +134,7 @@ const soakMaxProblems = 50
 // Run runs the soak o describes, logging progress through logf, and
 // returns its report; the error is the deployment's, not the counters'.
 func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, error) {
-	bins, from, err := findSoakBinaries(ctx, o.Bin, o.Dir, logf)
+	bins, from, err := cli.Helpers(ctx, o.Bin, o.Dir, logf, "router", "toolworker")
 	if err != nil {
 		return nil, err
 	}
@@ -143,12 +143,8 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	if err != nil {
 		return nil, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			d.stop()
-		}
-	}()
+	stopDeploy := sync.OnceFunc(d.stop)
+	defer stopDeploy()
 	var conns []*nats.Conn
 	defer func() {
 		for _, nc := range conns {
@@ -257,8 +253,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	}
 	stopRun()
 	logf("stopping the deployment")
-	d.stop()
-	stopped = true
+	stopDeploy()
 	counts, err := readEffects(d.effects)
 	if err != nil {
 		return nil, err
@@ -538,13 +533,6 @@ const (
 	// soakStopWait bounds a SIGTERM drain at the end before SIGKILL.
 	soakStopWait = 40 * time.Second
 )
-
-// findSoakBinaries looks for router and toolworker in dir (--bin), next to
-// this executable, on $PATH, and else builds them into tmp; it returns
-// their paths and where they came from (cli.Helpers).
-func findSoakBinaries(ctx context.Context, dir, tmp string, logf func(string, ...any)) ([]string, string, error) {
-	return cli.Helpers(ctx, dir, tmp, logf, "router", "toolworker")
-}
 
 // soakProc is one router or worker slot; each restart is a new generation
 // with its own id (soak-r0-1, soak-w2-3, ...).
