@@ -239,20 +239,22 @@ func SplitList(v string) []string {
 // from.
 func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), names ...string) (paths []string, from string, err error) {
 	// find returns the path look gives each name, unless it finds one not.
-	find := func(look func(name string) (string, bool)) ([]string, bool) {
+	find := func(look func(name string) (string, error)) ([]string, bool) {
 		ps := make([]string, len(names))
 		for i, n := range names {
-			var ok bool
-			if ps[i], ok = look(n); !ok {
+			var err error
+			if ps[i], err = look(n); err != nil {
 				return nil, false
 			}
 		}
 		return ps, true
 	}
 	in := func(d string) ([]string, bool) {
-		return find(func(n string) (string, bool) {
-			p := filepath.Join(d, n)
-			return p, isExecutable(p)
+		return find(func(n string) (string, error) {
+			if p := filepath.Join(d, n); isExecutable(p) {
+				return p, nil
+			}
+			return "", os.ErrNotExist
 		})
 	}
 	list := strings.Join(names, " and ")
@@ -267,11 +269,7 @@ func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), na
 			return ps, "next to " + exe, nil
 		}
 	}
-	onPath := func(n string) (string, bool) {
-		p, err := osexec.LookPath(n)
-		return p, err == nil
-	}
-	if ps, ok := find(onPath); ok {
+	if ps, ok := find(osexec.LookPath); ok {
 		return ps, "$PATH", nil
 	}
 	return build(ctx, tmp, logf, names, list)

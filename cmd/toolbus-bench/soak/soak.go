@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -490,12 +491,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "  errors %v; unknown outcomes whose effect happened %d; missed handoffs %d; effects %d; durable re-runs %d\n",
 		r.Errors, r.UnknownRan, r.HandoffMissed, r.Effects, r.DurableReruns)
 	fmt.Fprintf(w, "  latency p50 %.1f ms, p99 %.1f ms (calls that do not park)\n", r.P50MS, r.P99MS)
-	kinds := make([]string, 0, len(r.ByKind))
-	for k := range r.ByKind {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, name := range kinds {
+	for _, name := range slices.Sorted(maps.Keys(r.ByKind)) {
 		k := r.ByKind[name]
 		fmt.Fprintf(w, "    %-16s calls %6d  completed %6d  succeeded %6d  lost %d  duplicated %d  p50 %7.1f ms  p99 %8.1f ms\n",
 			name, k.Calls, k.Completed, k.Succeeded, k.Lost, k.Duplicated, k.P50MS, k.P99MS)
