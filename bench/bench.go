@@ -181,7 +181,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	_ = opts.defaults(false)
 	start := time.Now()
 	mid := nearest(opts.Callers, 16)
-	rep := newReport(opts, mid)
+	rep := &Report{Workers: map[string]float64{}, Targets: []Target{}, Machine: newMachine(),
+		Config: Config{Setup: newSetup(opts, mid), Rounds: opts.Rounds, Workers: opts.Workers, IOCallers: ioCallers}}
 	logf := opts.Logf
 	slice := max(opts.Duration/time.Duration(opts.Rounds), minSlice)
 	logf("bench: starting nats-server, router, workers and the mcp-go server")
@@ -295,7 +296,8 @@ func RunCross(ctx context.Context, opts Options) (*CrossReport, error) {
 		return nil, err
 	}
 	start := time.Now()
-	rep := newCrossReport(opts)
+	rep := &CrossReport{Layout: crossLayout, Machine: newMachine(),
+		Config: CrossConfig{Setup: newSetup(opts, nearest(opts.Callers, 16)), Runs: opts.Runs}}
 	for i := range opts.Runs {
 		run, err := crossRun(ctx, &opts, rep, i+1, i == opts.Runs-1)
 		if err != nil {

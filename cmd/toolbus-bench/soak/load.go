@@ -183,10 +183,6 @@ type soakTracker struct {
 	handoffMissed int
 }
 
-func newSoakTracker() *soakTracker {
-	return &soakTracker{start: time.Now(), calls: map[string]*soakCall{}, bats: map[string]*soakBatch{}}
-}
-
 func (t *soakTracker) add(b *soakBatch) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

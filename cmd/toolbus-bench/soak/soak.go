@@ -192,7 +192,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	}
 	logf("deployment live: %d routers, %d workers on %s, prefix %s", soakRouters, soakWorkers, d.url, o.Prefix)
 
-	t := newSoakTracker()
+	t := &soakTracker{start: time.Now(), calls: map[string]*soakCall{}, bats: map[string]*soakBatch{}}
 	l := &soakLoad{o: o, t: t, run: fmt.Sprintf("%08x", rand.Uint32())}
 	runCtx, stopRun := context.WithCancel(ctx) // consumers and the approver, until the counting
 	defer stopRun()

@@ -123,9 +123,9 @@ func Run(t testing.TB, cfg Config) *Deployment {
 // between nodes a moment after a router subscribes).
 func Start(ctx context.Context, cfg Config) (d *Deployment, err error) {
 	cfg = cfg.withDefaults()
-	net := newNet(cfg)
-	fleet := newFleet(net, cfg)
-	d = &Deployment{Net: net, Fleet: fleet, Readiness: newReadiness(net, fleet, cfg)}
+	net := &Net{Server: cfg.Server, opts: cfg.Options, wrap: cfg.Around, dir: cfg.Dir}
+	fleet := &Fleet{net: net, router: cfg.Router, subj: bus.NewSubjects(cfg.Router.Prefix), heartbeat: cfg.Heartbeat, bound: cfg.Bound}
+	d = &Deployment{Net: net, Fleet: fleet, Readiness: &Readiness{net: net, fleet: fleet, subj: fleet.subj, bound: cfg.Bound}}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -208,11 +208,6 @@ type Fleet struct {
 
 	mu      sync.Mutex // Routers, RouterConns, workers
 	workers []*worker.Worker
-}
-
-func newFleet(net *Net, cfg Config) *Fleet {
-	return &Fleet{net: net, router: cfg.Router, subj: bus.NewSubjects(cfg.Router.Prefix),
-		heartbeat: cfg.Heartbeat, bound: cfg.Bound}
 }
 
 // Subjects are the deployment's subjects (Config.Router.Prefix).
@@ -354,10 +349,6 @@ type Net struct {
 	next  int // the node of the next connection
 }
 
-func newNet(cfg Config) *Net {
-	return &Net{Server: cfg.Server, opts: cfg.Options, wrap: cfg.Around, dir: cfg.Dir}
-}
-
 // start starts the servers, unless Config.Server gave one; a "" dir
 // becomes a temporary directory that shutdown removes.
 func (n *Net) start(cluster bool) error {
@@ -494,10 +485,6 @@ type Readiness struct {
 
 	mu     sync.Mutex
 	probes []*nats.Conn // one per node, for EveryRouter
-}
-
-func newReadiness(net *Net, fleet *Fleet, cfg Config) *Readiness {
-	return &Readiness{net: net, fleet: fleet, subj: fleet.subj, bound: cfg.Bound}
 }
 
 // Bound is the limit of every wait.
