@@ -394,10 +394,7 @@ func cancelSession(ctx context.Context, cl *client.Client, fs *flag.FlagSet, cn 
 // awaitInterrupted collects the calls of replyID (of calls, or any) that
 // end interrupted, until all of calls have or wait passes with none new.
 func awaitInterrupted(ctx context.Context, events *client.Events, replyID string, calls []string, wait time.Duration) ([]string, error) {
-	want := make(map[string]bool, len(calls))
-	for _, c := range calls {
-		want[c] = true
-	}
+	calls = slices.Compact(slices.Sorted(slices.Values(calls)))
 	var ended []string
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -411,30 +408,28 @@ func awaitInterrupted(ctx context.Context, events *client.Events, replyID string
 			if !ok {
 				return ended, nil
 			}
-			if e.ReplyID != replyID {
-				continue
-			}
-			if e.Type == bus.TypeBatchDone { // it carries every result of the batch
-				var done bus.BatchDone
-				if e.DataAs(&done) == nil {
-					for _, r := range done.Results {
-						if r.State == bus.StateInterrupted && (len(calls) == 0 || slices.Contains(calls, r.ID)) && !slices.Contains(ended, r.ID) {
-							ended = append(ended, r.ID)
-						}
-					}
-				}
-				return ended, nil
-			}
+			var results []bus.Result
 			var r bus.Result
-			if e.Type != bus.TypeCallResult || e.DataAs(&r) != nil || r.State != bus.StateInterrupted || (len(want) > 0 && !want[r.ID]) {
-				continue
+			var done bus.BatchDone
+			switch {
+			case e.ReplyID != replyID:
+			case e.Type == bus.TypeBatchDone && e.DataAs(&done) == nil: // it carries every result of the batch
+				results = done.Results
+			case e.Type == bus.TypeCallResult && e.DataAs(&r) == nil:
+				results = []bus.Result{r}
 			}
-			ended = append(ended, r.ID)
-			delete(want, r.ID)
-			if len(calls) > 0 && len(want) == 0 {
+			n := len(ended)
+			for _, r := range results {
+				if r.State == bus.StateInterrupted && (len(calls) == 0 || slices.Contains(calls, r.ID)) && !slices.Contains(ended, r.ID) {
+					ended = append(ended, r.ID)
+				}
+			}
+			switch {
+			case e.ReplyID == replyID && e.Type == bus.TypeBatchDone, len(calls) > 0 && len(ended) == len(calls):
 				return ended, nil
+			case len(ended) > n:
+				timer.Reset(wait) // more may follow
 			}
-			timer.Reset(wait) // more may follow
 		}
 	}
 }
