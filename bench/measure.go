@@ -294,15 +294,12 @@ func perCallOf(v float64, calls int64) float64 {
 
 // memKB is this process's resident set size and its peak, in kB.
 func memKB() (rss, hwm int64) {
-	p, err := procfs.Self()
-	if err != nil {
-		return 0, 0
+	if p, err := procfs.Self(); err == nil {
+		if st, err := p.NewStatus(); err == nil {
+			return int64(st.VmRSS / 1024), int64(st.VmHWM / 1024)
+		}
 	}
-	st, err := p.NewStatus()
-	if err != nil {
-		return 0, 0
-	}
-	return int64(st.VmRSS / 1024), int64(st.VmHWM / 1024)
+	return 0, 0
 }
 
 // machineBusy is the CPU time every process on the machine has used since
@@ -319,27 +316,21 @@ func machineBusy() time.Duration {
 
 // loadAvg is the 1-minute load average.
 func loadAvg() float64 {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return 0
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if l, err := fs.LoadAvg(); err == nil {
+			return l.Load1
+		}
 	}
-	l, err := fs.LoadAvg()
-	if err != nil {
-		return 0
-	}
-	return l.Load1
+	return 0
 }
 
 func cpuModel() string {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return ""
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if cpus, err := fs.CPUInfo(); err == nil && len(cpus) > 0 {
+			return cpus[0].ModelName
+		}
 	}
-	cpus, err := fs.CPUInfo()
-	if err != nil || len(cpus) == 0 {
-		return ""
-	}
-	return cpus[0].ModelName
+	return ""
 }
 
 // revision is the vcs revision stamped into the binary, if any, "+dirty"

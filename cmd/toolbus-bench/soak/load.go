@@ -446,10 +446,7 @@ func (l *soakLoad) events(ctx context.Context, cl *client.Client) error {
 			}
 		}
 	}()
-	go func() {
-		<-ctx.Done()
-		_ = evs.Stop(context.WithoutCancel(ctx))
-	}()
+	context.AfterFunc(ctx, func() { _ = evs.Stop(context.WithoutCancel(ctx)) })
 	return nil
 }
 
