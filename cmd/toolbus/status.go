@@ -299,9 +299,9 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	c, _ := lookup("security")
 	fs := securityFlagSet("security", fmt.Sprintf("usage: toolbus security %s\n\n%s.", c.args, c.summary), stderr)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
-	var sessions, handlers []string
-	fs.Func("session", "add an agent user confined to this session (repeatable)", func(v string) error { sessions = append(sessions, v); return nil })
-	fs.Func("handler", "add an external handler user: NAME=tool,tool (repeatable)", func(v string) error { handlers = append(handlers, v); return nil })
+	var sessions, handlers listFlag
+	fs.Var(&sessions, "session", "add an agent user confined to this session (repeatable)")
+	fs.Var(&handlers, "handler", "add an external handler user: NAME=tool,tool (repeatable)")
 	workerTools := fs.String("worker-tools", "", "confine the worker user to these comma-separated tools (default: every tool)")
 	approverTools := fs.String("approver-tools", "", "confine the approver to these comma-separated tools (default: every tool)")
 	agentAnswers := fs.String("agent-answers", "", "comma-separated request-scoped tools whose parked calls agents may answer (docs/security.md: any session's)")
@@ -359,6 +359,12 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	return nil
 }
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // securityFlagSet is the flag set of `toolbus name`, a security command
 // without the connection flags: its usage is head, then its flags.

@@ -124,8 +124,10 @@ func Run(t testing.TB, cfg Config) *Deployment {
 func Start(ctx context.Context, cfg Config) (d *Deployment, err error) {
 	cfg = cfg.withDefaults()
 	net := &Net{Server: cfg.Server, opts: cfg.Options, wrap: cfg.Around, dir: cfg.Dir}
-	fleet := &Fleet{net: net, router: cfg.Router, subj: bus.NewSubjects(cfg.Router.Prefix), heartbeat: cfg.Heartbeat, bound: cfg.Bound}
-	d = &Deployment{Net: net, Fleet: fleet, Readiness: &Readiness{net: net, fleet: fleet, subj: fleet.subj, bound: cfg.Bound}}
+	fleet := &Fleet{net: net, router: cfg.Router, subj: bus.NewSubjects(cfg.Router.Prefix),
+		heartbeat: cfg.Heartbeat, bound: cfg.Bound}
+	d = &Deployment{Net: net, Fleet: fleet,
+		Readiness: &Readiness{net: net, fleet: fleet, subj: fleet.subj, bound: cfg.Bound}}
 	defer func() {
 		if err != nil {
 			d.Close()
