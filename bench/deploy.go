@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -98,7 +97,6 @@ type config struct {
 	sessions   int                 // sessions with the bench group active, one per caller
 	mcpClients int                 // > 0: mcp-go's server, and that many clients here
 	profiles   map[string][]string // processes: by role, the only files it may write CPU profiles to
-	stderr     io.Writer           // processes: their logs; nil keeps the last lines only
 }
 
 // deployment is a running config.
@@ -212,7 +210,7 @@ func (d *deployment) start(ctx context.Context, role string, env ...string) (ext
 		if files := d.cfg.profiles[role]; len(files) > 0 {
 			env = append(env, envProfiles+"="+strings.Join(files, string(os.PathListSeparator)))
 		}
-		c, err := StartProcess(ctx, ProcessSpec{Path: d.cfg.exe, Env: env, Log: d.cfg.stderr, Bound: readyBound, Stdin: true,
+		c, err := StartProcess(ctx, ProcessSpec{Path: d.cfg.exe, Env: env, Bound: readyBound, Stdin: true,
 			Ready: func(line string) (string, bool) {
 				rest, ok := strings.CutPrefix(line, childReady)
 				return strings.TrimSpace(rest), ok
