@@ -71,11 +71,15 @@ func (s *serving) start() error {
 // apply takes one acknowledgement: each tool it names becomes accepted or
 // rejected, and the endpoints follow.
 func (s *serving) apply(ack *bus.RegisterAck) {
+	accepted := make(map[string]bool, len(ack.Accepted))
+	for _, n := range ack.Accepted {
+		accepted[n] = true
+	}
 	for _, t := range s.tools {
 		if i := slices.IndexFunc(ack.Rejected, func(r bus.Rejection) bool { return r.Name == t.def.Name }); i >= 0 {
 			s.reject(t, ack.Rejected[i].Reason)
 			t.decide()
-		} else if slices.Contains(ack.Accepted, t.def.Name) {
+		} else if accepted[t.def.Name] {
 			t.accepted.Store(true)
 			t.decide()
 		}

@@ -238,15 +238,18 @@ func (w *Worker) Start(ctx context.Context) error {
 	// Every tool is an endpoint of this worker's NATS micro service, so
 	// `nats micro ls/info/stats` show the workers and their tools, until a
 	// router rejects it (serve.go).
+	byName := map[string]*tool{}
+	for _, t := range tools {
+		byName[t.def.Name] = t
+	}
 	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, add: endpointAdder(w.subj, w.onExec),
 		cfg: micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
 			Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
 			StatsHandler: func(e *micro.Endpoint) any {
-				i := slices.IndexFunc(tools, func(t *tool) bool { return t.def.Name == e.Name })
-				if i < 0 {
+				t := byName[e.Name]
+				if t == nil {
 					return nil
 				}
-				t := tools[i]
 				st := toolStats{Calls: t.calls.Load(), Errors: t.errors.Load()}
 				if st.Calls > 0 {
 					st.AverageRunMS = float64(t.nanos.Load()) / float64(st.Calls) / 1e6
