@@ -212,9 +212,12 @@ type Events struct {
 	done chan struct{} // closed with C
 }
 
-func newEvents(cancel context.CancelFunc) *Events {
+// newEvents returns a stream and the context of its producer, a child of
+// parent that Stop ends.
+func newEvents(parent context.Context) (context.Context, *Events) {
+	ctx, cancel := context.WithCancel(parent)
 	ch := make(chan *bus.Event, 1024)
-	return &Events{C: ch, c: ch, stop: cancel, done: make(chan struct{})}
+	return ctx, &Events{C: ch, c: ch, stop: cancel, done: make(chan struct{})}
 }
 
 // send decodes m and hands the event to C, unless ctx ends first (then it
@@ -258,11 +261,10 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 	if session != "*" && !bus.ValidID(session) {
 		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q is not valid", session)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	ev := newEvents(cancel)
+	ctx, ev := newEvents(ctx)
 	each := func(m *nats.Msg) bool { return ev.send(ctx, m) }
 	if err := bus.Listen(ctx, c.nc, c.subj.Events(session), 1024, each, ev.end); err != nil {
-		cancel()
+		ev.stop()
 		return nil, fmt.Errorf("client: watch: %w", err)
 	}
 	return ev, nil
@@ -287,19 +289,17 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	ev := newEvents(cancel)
+	ctx, ev := newEvents(ctx)
+	var cc jetstream.ConsumeContext
 	cons, err := js.OrderedConsumer(ctx, c.subj.Stream(bus.StreamEvents), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{c.subj.Events(session)}})
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("client: replay: %w", err)
+	if err == nil {
+		cc, err = cons.Consume(func(m jetstream.Msg) {
+			ev.send(ctx, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		})
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		ev.send(ctx, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-	})
 	if err != nil {
-		cancel()
+		ev.stop()
 		return nil, fmt.Errorf("client: replay: %w", err)
 	}
 	go func() {

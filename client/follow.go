@@ -250,12 +250,11 @@ func refusal(m *nats.Msg) bool {
 // start asks for the follower's consumer and follows it, returning its
 // events.
 func (f *follower) start(ctx context.Context) (*Events, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	ev := newEvents(cancel)
+	ctx, ev := newEvents(ctx)
 	f.deliver = func(m *nats.Msg) bool { return ev.send(ctx, m) }
 	if err := f.open(ctx); err != nil {
 		f.drop()
-		cancel()
+		ev.stop()
 		return nil, err
 	}
 	go func() {

@@ -33,12 +33,13 @@ type RejectObserver interface {
 // without it. A rejected tool is registered again every beat with the same
 // definition, and subscribed again once a router accepts it.
 type serving struct {
-	nc    *nats.Conn
-	cfg   micro.Config
-	tools []*tool
-	add   func(svc micro.Service, t *tool) error
-	log   *slog.Logger
-	obs   Observer
+	nc     *nats.Conn
+	cfg    micro.Config
+	tools  []*tool
+	subj   bus.Subjects
+	onExec func(*tool, *request) // the handler of every endpoint
+	log    *slog.Logger
+	obs    Observer
 
 	mu      sync.Mutex
 	svc     micro.Service
@@ -64,6 +65,22 @@ func (s *serving) start() error {
 			return err
 		}
 		s.on[t.def.Name] = true
+	}
+	return nil
+}
+
+// add subscribes t's exec subject in its queue group, as an endpoint of
+// svc.
+func (s *serving) add(svc micro.Service, t *tool) error {
+	h := micro.HandlerFunc(func(req micro.Request) {
+		s.onExec(t, &request{m: nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()}})
+	})
+	err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(s.subj.Workers.Exec(t.def.Name)),
+		micro.WithEndpointQueueGroup(s.subj.Workers.ExecQueue(t.def.Name)),
+		micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
+		micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
+	if err != nil {
+		return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
 	}
 	return nil
 }

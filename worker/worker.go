@@ -242,7 +242,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, t := range tools {
 		byName[t.def.Name] = t
 	}
-	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, add: endpointAdder(w.subj, w.onExec),
+	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, subj: w.subj, onExec: w.onExec,
 		cfg: micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
 			Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
 			StatsHandler: func(e *micro.Endpoint) any {
@@ -278,24 +278,6 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// endpointAdder returns what subscribes a tool's exec subject in its
-// queue group, as an endpoint of a micro service, with onExec as handler.
-func endpointAdder(subj bus.Subjects, onExec func(*tool, *request)) func(micro.Service, *tool) error {
-	return func(svc micro.Service, t *tool) error {
-		h := micro.HandlerFunc(func(req micro.Request) {
-			onExec(t, &request{m: nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()}})
-		})
-		err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(subj.Workers.Exec(t.def.Name)),
-			micro.WithEndpointQueueGroup(subj.Workers.ExecQueue(t.def.Name)),
-			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
-			micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
-		if err != nil {
-			return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
-		}
-		return nil
-	}
 }
 
 // Served returns the names of the tools this worker serves now over core
