@@ -55,7 +55,7 @@ func (c *confirmer) mayElicit(ctx context.Context) bool {
 // (docs/mcp.md "Who confirms"): the elicitation up to 2025-11-25, and the
 // 2026-07-28 multi round trip (rounds.go).
 type confirmer struct {
-	bus           confirmBus
+	bus           client.Parked
 	session, user string
 	policy        Confirm
 	// remember: the host's user may choose "allow and remember". A rule
@@ -63,27 +63,20 @@ type confirmer struct {
 	// facade (stdio, insecure loopback: one desktop user) offers it; an
 	// authenticated host user confirms one call at a time.
 	remember bool
-	closing  context.Context                                                                 // ends when the facade closes
-	loop     func(func(context.Context)) bool                                                // life.Loop
-	states   *kvStore                                                                        // the request states (rounds.go)
-	await    func(ctx context.Context, session, replyID, callID string) (*bus.Result, error) // awaitResult
-	run      runFunc
+	closing  context.Context                                                                            // ends when the facade closes
+	loop     func(func(context.Context)) bool                                                           // life.Loop
+	states   *kvStore                                                                                   // the request states (rounds.go)
+	await    func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)            // awaitResult
+	run      func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error) // caller.run
 	log      *slog.Logger
 
-	questions questionSource
+	questions *relayer
 	cancel    func(ctx context.Context, session, replyID string, calls ...string) error        // P.cancel
 	holds     func(ctx context.Context, req mcp.CallToolRequest) (call, request time.Duration) // caller.holds
 
 	mu      sync.Mutex
 	pending map[string]*round // request state → a call waiting for its host (rounds.go)
 }
-
-// confirmBus is what a confirmation needs of the bus (client.Client).
-type confirmBus interface {
-	Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error
-}
-
-var _ confirmBus = client.Parked{}
 
 // busy reports whether a call waits for the host user (the session's MCP
 // server is not dropped then).

@@ -391,12 +391,6 @@ func (f *Facade) newSession(k key) *session {
 	return s
 }
 
-// questionClient is questionBus over a client.
-type questionClient struct {
-	*client.Client
-	client.Parked
-}
-
 // wire makes s's parts, each over what it needs of the facade and the
 // session: the one place that knows both (docs/mcp.md "Structure").
 func (f *Facade) wire(s *session) {
@@ -406,19 +400,11 @@ func (f *Facade) wire(s *session) {
 		cfg:       callConfig{contextHeader: f.cfg.ContextHeader, parkWait: f.cfg.ParkWait, quietHold: f.cfg.QuietHold, progressEvery: f.cfg.ProgressEvery},
 		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
 	s.confirms.run, s.confirms.holds = s.calls.run, s.calls.holds
-	s.questions = &relayer{bus: questionClient{f.cl, f.cl.Parked()}, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
+	s.questions = &relayer{cl: f.cl, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
 	s.confirms.questions, s.confirms.cancel = s.questions, f.cl.Cancel
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, nc: f.nc, prefix: f.cl.Subjects().Prefix,
 		fetch: f.cl.Outputs(), maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
-	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
-		run: s.calls.run, questions: s.questions.watchCall,
-		confirm: s.confirms.decide, answerQuestion: s.questions.answerQuestion,
-		send: func(sid, method string, params map[string]any) error {
-			return s.mcp.SendNotificationToSpecificClient(sid, method, params)
-		}}
-	if s.policy == ConfirmHostUser {
-		s.tasks.confirmParams = func(p bus.Parked) mcp.ElicitationParams { return confirmParams(p, s.confirms.remember) }
-	}
+	s.tasks = &taskFront{sess: s, session: s.id, user: s.user, store: f.kv, runners: f.tasks}
 	s.cross = &crossing{nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 

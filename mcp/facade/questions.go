@@ -32,7 +32,7 @@ type question = bus.Question
 // relayer puts a session's bridged servers' questions to its host and
 // answers their parks with the host's choice.
 type relayer struct {
-	bus       questionBus
+	cl        *client.Client
 	session   string
 	user      string
 	mayElicit func(context.Context) bool
@@ -40,14 +40,6 @@ type relayer struct {
 	release   func(id string)                                    // a taken question is done with
 	log       *slog.Logger
 }
-
-// questionBus is what relaying questions needs of the bus.
-type questionBus interface {
-	Watch(ctx context.Context, session string) (*client.Events, error)
-	Answer(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error
-}
-
-var _ questionBus = questionClient{}
 
 // middleware relays the questions of a bridged tool's server to the host
 // for as long as the host's call of it runs.
@@ -59,7 +51,7 @@ func (q *relayer) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc
 		if !ok || req.Params.Task != nil || !q.mayElicit(ctx) || server.IsModernRequest(ctx) || server.ServerFromContext(ctx) == nil {
 			return next(ctx, req)
 		}
-		ev, err := q.bus.Watch(ctx, q.session)
+		ev, err := q.cl.Watch(ctx, q.session)
 		if err != nil {
 			return next(ctx, req)
 		}
@@ -230,7 +222,7 @@ func (q *relayer) answerQuestion(ctx context.Context, a asked, res *mcp.Elicitat
 	if !ok {
 		return false
 	}
-	if err := q.bus.Answer(ctx, a.p.Name, q.session, a.replyID, a.p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(text)}); err != nil {
+	if err := q.cl.Parked().Answer(ctx, a.p.Name, q.session, a.replyID, a.p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(text)}); err != nil {
 		q.log.Debug("facade: the host's answer to a bridged server's question not taken", "tool", a.p.Name, "err", err)
 	}
 	return true
@@ -262,7 +254,7 @@ func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan as
 	if _, ok := bridgedServer(tool); !ok {
 		return nil, nil
 	}
-	ev, err := q.bus.Watch(ctx, q.session)
+	ev, err := q.cl.Watch(ctx, q.session)
 	if err != nil {
 		return nil, err
 	}

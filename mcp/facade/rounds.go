@@ -37,14 +37,6 @@ type ask struct {
 	question *asked
 }
 
-// questionSource is what rounds need of the relayer.
-type questionSource interface {
-	watchCall(ctx context.Context, tool, callID string) (<-chan asked, error)
-	answerQuestion(ctx context.Context, a asked, res *mcp.ElicitationResult) bool
-}
-
-var _ questionSource = (*relayer)(nil)
-
 // pending is a call of a 2026-07-28 client that asked its host and goes
 // on meanwhile, until it ends (its result kept for the retry a while) or
 // the facade closes.
@@ -221,9 +213,7 @@ func (c *confirmer) forget(state string) {
 // while, then forgets its request state.
 func (c *confirmer) keepResult(p *pending) {
 	<-p.done
-	select {
-	case <-time.After(resultKept):
-	case <-c.closing.Done():
+	if bus.Sleep(c.closing, resultKept) != nil {
 		// Closing: the stored state stays for another process.
 		c.mu.Lock()
 		delete(c.pending, p.state)

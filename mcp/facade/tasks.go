@@ -86,25 +86,17 @@ type rpcError = mcp.JSONRPCErrorDetails
 // transports, from the records in the facade's bucket (store) and the
 // tasks this process runs or follows (runners).
 type taskFront struct {
-	session, user  string
-	store          *kvStore // tasks_store.go
-	runners        *taskRunners
-	cancel         func(ctx context.Context, session, replyID string, calls ...string) error
-	listed         func(name string) bool // session.listed
-	run            runFunc
-	questions      watchFunc
-	confirmParams  func(bus.Parked) mcp.ElicitationParams                                              // nil: the host is not asked (policy approvers)
-	confirm        func(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult) // confirmer.decide
-	answerQuestion func(ctx context.Context, a asked, res *mcp.ElicitationResult) bool                 // relayer.answerQuestion
-	send           func(sessionID, method string, params map[string]any) error                         // MCPServer.SendNotificationToSpecificClient
+	sess          *session
+	session, user string
+	store         *kvStore // tasks_store.go
+	runners       *taskRunners
 }
 
-// watchFunc yields the bridged server's questions of a call
-// (relayer.watchCall).
-type watchFunc func(ctx context.Context, tool, callID string) (<-chan asked, error)
-
-// runFunc runs a tools/call on the bus (caller.run).
-type runFunc func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error)
+// confirmParams is the elicitation of a confirm park the task's host's
+// user is asked (under host_user only).
+func (s *taskFront) confirmParams(p bus.Parked) mcp.ElicitationParams {
+	return confirmParams(p, s.sess.confirms.remember)
+}
 
 // answer answers m with its JSON-RPC response.
 func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
@@ -207,7 +199,7 @@ func storeError(err error) *rpcError {
 // CreateTaskResult; a tool that is not listed, or a store that cannot be
 // written, is an error and nothing is published.
 func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *rpcError) {
-	if !s.listed(req.Params.Name) {
+	if !s.sess.listed(req.Params.Name) {
 		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("tool '%s' not found", req.Params.Name)}
 	}
 	ttl := DefaultTaskTTL
@@ -289,7 +281,7 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 	if bt := s.runners.tasks; r.BusTask != "" && bt != nil {
 		_, err = bt.Cancel(cctx, s.session, r.BusTask)
 	} else {
-		err = s.cancel(cctx, s.session, r.ReplyID, r.CallID)
+		err = s.sess.f.cl.Cancel(cctx, s.session, r.ReplyID, r.CallID)
 	}
 	if err != nil {
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "facade: the task is cancelled, but not its call on the bus: " + err.Error()}
@@ -348,7 +340,7 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	if !t.loop(func(context.Context) {
 		defer done()
 		onPark := func(p bus.Parked, until time.Time) {
-			if p.Kind == "confirm" && h.confirmParams != nil {
+			if p.Kind == "confirm" && h.sess.policy == ConfirmHostUser {
 				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, h.confirmParams(p)))
 				return
 			}
@@ -359,10 +351,10 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 				t.notify(rec)
 			}
 		}
-		stop := t.showQuestions(ctx, r, h.questions)
+		stop := t.showQuestions(ctx, r, h.sess.questions)
 		defer stop()
 		var handle *bus.TaskHandle
-		res, err := h.run(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark,
+		res, err := h.sess.calls.run(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark,
 			onBackground: func(th bus.TaskHandle) { handle = &th }})
 		if t.closing.Err() != nil {
 			return
@@ -383,12 +375,9 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 
 // showQuestions makes the task wait for each question its bridged server
 // asks of its call (awaitInput), until stop.
-func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, questions watchFunc) (stop func()) {
-	if questions == nil {
-		return func() {}
-	}
+func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, questions *relayer) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	qs, err := questions(ctx, r.Tool, r.CallID)
+	qs, err := questions.watchCall(ctx, r.Tool, r.CallID)
 	if err != nil || qs == nil {
 		cancel()
 		return func() {}

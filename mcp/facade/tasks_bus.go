@@ -56,10 +56,8 @@ func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID
 		case errors.As(err, &be) && (be.Code == bus.CodeUnknownTask || be.Code == bus.CodeBadRequest):
 			return nil, fmt.Errorf("facade: bus task %s: %w", id, err)
 		case err != nil:
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(pause):
+			if err := bus.Sleep(ctx, pause); err != nil {
+				return nil, err
 			}
 			pause = min(2*pause, busRetryMax)
 			continue
@@ -81,12 +79,8 @@ func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID
 func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) error {
 	var err error
 	for try := range 3 {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Duration(try) * 200 * time.Millisecond):
-			}
+		if try > 0 && bus.Sleep(ctx, time.Duration(try)*200*time.Millisecond) != nil {
+			return ctx.Err()
 		}
 		var bt1 bus.Task
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -120,10 +120,10 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 			continue
 		}
 		switch {
-		case in.Kind == inputConfirm && s.confirm != nil:
-			s.confirm(ctx, in.Park, in.ReplyID, &res)
-		case in.Kind == inputQuestion && in.Question != nil && s.answerQuestion != nil:
-			s.answerQuestion(ctx, asked{p: in.Park, replyID: in.ReplyID, q: *in.Question}, &res)
+		case in.Kind == inputConfirm:
+			s.sess.confirms.decide(ctx, in.Park, in.ReplyID, &res)
+		case in.Kind == inputQuestion && in.Question != nil:
+			s.sess.questions.answerQuestion(ctx, asked{p: in.Park, replyID: in.ReplyID, q: *in.Question}, &res)
 		default:
 			continue
 		}
@@ -173,14 +173,14 @@ type notifySessionKey struct{}
 // answers.
 func (s *taskFront) notifier(ctx context.Context) func(*taskRecord) {
 	sid, _ := ctx.Value(notifySessionKey{}).(string)
-	if sid == "" || s.send == nil {
+	if sid == "" {
 		return nil
 	}
 	return func(r *taskRecord) {
 		var params map[string]any
 		raw, _ := json.Marshal(r.detailed(false))
 		_ = json.Unmarshal(raw, &params)
-		_ = s.send(sid, mcp.MethodNotificationTasksStatus, params)
+		_ = s.sess.mcp.SendNotificationToSpecificClient(sid, mcp.MethodNotificationTasksStatus, params)
 	}
 }
 
