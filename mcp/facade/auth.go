@@ -375,8 +375,7 @@ func parseTokens(name string, b []byte) ([]tokenEntry, error) {
 	out := make([]tokenEntry, 0, len(f.Tokens))
 	seen := map[[sha256.Size]byte]bool{}
 	for i, e := range f.Tokens {
-		en := tokenEntry{name: e.Name, user: e.User}
-		en.name = cmp.Or(en.name, fmt.Sprintf("token %d", i+1))
+		en := tokenEntry{name: cmp.Or(e.Name, fmt.Sprintf("token %d", i+1)), user: e.User}
 		bad := func(format string, a ...any) error {
 			return fmt.Errorf("facade: tokens %s: %s: %s", name, en.name, fmt.Sprintf(format, a...))
 		}

@@ -399,13 +399,10 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 		case b.Type == bus.BlockText:
 			res.Content = append(res.Content, withAnnotations(mcp.NewTextContent(b.Text), b.Annotations))
 		case b.URL != "":
-			name := b.Name
-			name = cmp.Or(name, b.URL)
-			link := mcp.NewResourceLink(b.URL, name, linkDescription(b), b.MediaType)
+			link := mcp.NewResourceLink(b.URL, cmp.Or(b.Name, b.URL), linkDescription(b), b.MediaType)
 			link.Title = b.Title
 			if b.Size > 0 {
-				size := b.Size
-				link.Size = &size
+				link.Size = &b.Size
 			}
 			res.Content = append(res.Content, withAnnotations(link, b.Annotations))
 		case isStructured(b) && res.StructuredContent == nil:
@@ -422,8 +419,7 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 		case strings.HasPrefix(b.MediaType, "audio/"):
 			res.Content = append(res.Content, withAnnotations(mcp.NewAudioContent(b.Data, b.MediaType), b.Annotations))
 		default:
-			uri := b.URI
-			uri = cmp.Or(uri, "toolbus:"+r.ID)
+			uri := cmp.Or(b.URI, "toolbus:"+r.ID)
 			res.Content = append(res.Content, withAnnotations(mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: uri, MIMEType: b.MediaType, Blob: b.Data}), b.Annotations))
 		}
 	}

@@ -237,8 +237,7 @@ const SessionHeader = "X-Toolbus-Session"
 func sessionOf(r *http.Request) (id string, ok bool) {
 	p := r.URL.Path
 	if p == "/mcp" || p == "/mcp/" {
-		id = r.Header.Get(SessionHeader)
-		id = cmp.Or(id, r.URL.Query().Get("session"))
+		id = cmp.Or(r.Header.Get(SessionHeader), r.URL.Query().Get("session"))
 		return id, bus.ValidID(id)
 	}
 	rest, found := strings.CutPrefix(p, "/mcp/")

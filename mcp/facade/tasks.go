@@ -344,12 +344,9 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, h.confirmParams(p)))
 				return
 			}
-			rec, err := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+			_, _ = t.update(ctx, r, func(r *taskRecord) {
 				r.Message = fmt.Sprintf("parked: waiting for %s on %s until %s", kindText(p.Kind), p.Subject, until.UTC().Format(time.RFC3339))
 			})
-			if err == nil {
-				t.notify(rec)
-			}
 		}
 		stop := t.showQuestions(ctx, r, h.sess.questions)
 		defer stop()
@@ -470,7 +467,7 @@ func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToo
 func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallToolResult, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+	_, uerr := t.update(ctx, r, func(r *taskRecord) {
 		r.Inputs = nil
 		switch {
 		case err != nil:
@@ -484,9 +481,15 @@ func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallTo
 	})
 	if uerr != nil {
 		t.log.Warn("facade: task end not recorded", "task", r.ID, "err", uerr)
-		return
 	}
+}
+
+// update applies change to task r's record (kvStore.updateTask) and tells
+// its host when it runs here.
+func (t *taskRunners) update(ctx context.Context, r *taskRecord, change func(*taskRecord)) (*taskRecord, error) {
+	rec, err := t.store.updateTask(ctx, r.Session, r.User, r.ID, change)
 	t.notify(rec)
+	return rec, err
 }
 
 // awaitResult waits for the result of call callID of batch replyID in

@@ -46,16 +46,13 @@ type pendingInput struct {
 
 // awaitInput records in the task that it waits for p: input_required.
 func (t *taskRunners) awaitInput(ctx context.Context, r *taskRecord, p pendingInput) {
-	rec, err := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+	_, _ = t.update(ctx, r, func(r *taskRecord) {
 		if r.Inputs == nil {
 			r.Inputs = map[string]taskInput{}
 		}
 		r.Inputs[p.key] = p.in
 		r.Status, r.Message = mcp.TaskStatusInputRequired, p.message
 	})
-	if err == nil {
-		t.notify(rec)
-	}
 }
 
 // taskView is a task as tasks/get (and notifications/tasks) show it: the
@@ -130,7 +127,7 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 		answered = append(answered, key)
 	}
 	if len(answered) > 0 {
-		rec, err := s.store.updateTask(ctx, s.session, s.user, p.TaskID, func(r *taskRecord) {
+		_, err := s.runners.update(ctx, r, func(r *taskRecord) {
 			for _, k := range answered {
 				delete(r.Inputs, k)
 			}
@@ -141,7 +138,6 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 		if err != nil {
 			return nil, storeError(err)
 		}
-		s.runners.notify(rec)
 	}
 	return &mcp.EmptyResult{}, nil
 }
