@@ -85,7 +85,7 @@ func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
 	}
 	if m.Method == methodSubscriptionsListen {
-		serveStream(ctx, w, m, s.tasks.answer) // tasks_listen.go
+		serveStream(ctx, w, m, s.tasks.answer) // tasks_store.go
 		return true
 	}
 	out := answer(ctx)
