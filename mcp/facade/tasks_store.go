@@ -45,7 +45,7 @@ type taskRecord struct {
 	CallID  string `json:"call_id"`  // the bus call
 	ReplyID string `json:"reply_id"` // its batch's reply id
 	// BusTask is the bus task the call went on as (docs/protocol.md
-	// 5.10) once past its timeout; the MCP task follows it (tasks_bus.go).
+	// 5.10) once past its timeout; the MCP task follows it (tasks.go).
 	BusTask string         `json:"bus_task,omitempty"`
 	Status  mcp.TaskStatus `json:"status"`
 	Message string         `json:"message,omitempty"`
