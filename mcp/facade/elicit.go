@@ -572,7 +572,13 @@ type question = bus.Question
 // relayer puts a session's bridged servers' questions to its host and
 // answers their parks with the host's choice.
 type relayer struct {
-	s *session
+	cl        *client.Client
+	session   string
+	user      string
+	mayElicit func(context.Context) bool
+	take      func(p bus.Parked, prefix string) (question, bool) // session.questionFor
+	release   func(id string)                                    // a taken question is done with
+	log       *slog.Logger
 }
 
 // middleware relays the questions of a bridged tool's server to the host
@@ -582,10 +588,10 @@ func (q *relayer) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc
 		srv, ok := bridgedServer(req.Params.Name)
 		// A task-augmented call outlives its request, whose context the
 		// host's elicitation would need: its questions stay on the bus.
-		if !ok || req.Params.Task != nil || !q.s.confirms.mayElicit(ctx) || server.IsModernRequest(ctx) || server.ServerFromContext(ctx) == nil {
+		if !ok || req.Params.Task != nil || !q.mayElicit(ctx) || server.IsModernRequest(ctx) || server.ServerFromContext(ctx) == nil {
 			return next(ctx, req)
 		}
-		ev, err := q.s.f.cl.Watch(ctx, q.s.id)
+		ev, err := q.cl.Watch(ctx, q.session)
 		if err != nil {
 			return next(ctx, req)
 		}
@@ -609,7 +615,7 @@ func bridgedServer(name string) (string, bool) {
 // session's user to the host, until ctx ends.
 func (q *relayer) relay(ctx context.Context, ev *client.Events, prefix string, wg *sync.WaitGroup) {
 	eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
-		if qn, ok := q.s.questionFor(p, prefix); ok {
+		if qn, ok := q.take(p, prefix); ok {
 			wg.Go(func() { q.askHost(ctx, replyID, p, qn) })
 		}
 		return true
@@ -696,7 +702,7 @@ func (c *claims) unclaim(id string) {
 const maxAsked = 64
 
 func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn question) {
-	defer q.s.asked.unclaim(p.ID)
+	defer q.release(p.ID)
 	params, ok := questionParams(qn, canElicitURL(ctx))
 	if !ok {
 		return
@@ -756,8 +762,8 @@ func (q *relayer) answerQuestion(ctx context.Context, a asked, res *mcp.Elicitat
 	if !ok {
 		return false
 	}
-	if err := q.s.f.cl.Parked().Answer(ctx, a.p.Name, q.s.id, a.replyID, a.p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(text)}); err != nil {
-		q.s.f.cfg.Logger.Debug("facade: the host's answer to a bridged server's question not taken", "tool", a.p.Name, "err", err)
+	if err := q.cl.Parked().Answer(ctx, a.p.Name, q.session, a.replyID, a.p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(text)}); err != nil {
+		q.log.Debug("facade: the host's answer to a bridged server's question not taken", "tool", a.p.Name, "err", err)
 	}
 	return true
 }
@@ -788,7 +794,7 @@ func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan as
 	if _, ok := bridgedServer(tool); !ok {
 		return nil, nil
 	}
-	ev, err := q.s.f.cl.Watch(ctx, q.s.id)
+	ev, err := q.cl.Watch(ctx, q.session)
 	if err != nil {
 		return nil, err
 	}
@@ -797,7 +803,7 @@ func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan as
 		defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 		seen := map[string]bool{}
 		eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
-			qn, ok := questionOf(p, tool, callID, q.s.user)
+			qn, ok := questionOf(p, tool, callID, q.user)
 			if !ok || seen[p.ID] || len(seen) >= maxAsked {
 				return true
 			}
