@@ -404,7 +404,11 @@ func (f *Facade) wire(s *session) {
 	s.confirms.questions, s.confirms.cancel = s.questions, f.cl.Cancel
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, nc: f.nc, prefix: f.cl.Subjects().Prefix,
 		fetch: f.cl.Outputs(), maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
-	s.tasks = &taskFront{sess: s, session: s.id, user: s.user, store: f.kv, runners: f.tasks}
+	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cl: f.cl, listed: s.listed,
+		calls: s.calls, confirms: s.confirms, questions: s.questions,
+		send: func(sid, method string, params map[string]any) error {
+			return s.mcp.SendNotificationToSpecificClient(sid, method, params)
+		}}
 	s.cross = &crossing{nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 

@@ -88,16 +88,22 @@ type rpcError = mcp.JSONRPCErrorDetails
 // transports, from the records in the facade's bucket (store) and the
 // tasks this process runs or follows (runners).
 type taskFront struct {
-	sess          *session
 	session, user string
 	store         *kvStore // tasks_store.go
 	runners       *taskRunners
+	cl            *client.Client         // P.cancel
+	listed        func(name string) bool // session.listed
+	// The session's parts a task's call goes through.
+	calls     *caller
+	confirms  *confirmer
+	questions *relayer
+	send      func(sessionID, method string, params map[string]any) error // MCPServer.SendNotificationToSpecificClient
 }
 
 // confirmParams is the elicitation of a confirm park the task's host's
 // user is asked (under host_user only).
 func (s *taskFront) confirmParams(p bus.Parked) mcp.ElicitationParams {
-	return confirmParams(p, s.sess.confirms.remember)
+	return confirmParams(p, s.confirms.remember)
 }
 
 // answer answers m with its JSON-RPC response.
@@ -201,7 +207,7 @@ func storeError(err error) *rpcError {
 // CreateTaskResult; a tool that is not listed, or a store that cannot be
 // written, is an error and nothing is published.
 func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *rpcError) {
-	if !s.sess.listed(req.Params.Name) {
+	if !s.listed(req.Params.Name) {
 		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("tool '%s' not found", req.Params.Name)}
 	}
 	ttl := DefaultTaskTTL
@@ -283,7 +289,7 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 	if bt := s.runners.tasks; r.BusTask != "" && bt != nil {
 		_, err = bt.Cancel(cctx, s.session, r.BusTask)
 	} else {
-		err = s.sess.f.cl.Cancel(cctx, s.session, r.ReplyID, r.CallID)
+		err = s.cl.Cancel(cctx, s.session, r.ReplyID, r.CallID)
 	}
 	if err != nil {
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "facade: the task is cancelled, but not its call on the bus: " + err.Error()}
@@ -342,7 +348,7 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	if !t.loop(func(context.Context) {
 		defer done()
 		onPark := func(p bus.Parked, until time.Time) {
-			if p.Kind == "confirm" && h.sess.policy == ConfirmHostUser {
+			if p.Kind == "confirm" && h.confirms.policy == ConfirmHostUser {
 				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, h.confirmParams(p)))
 				return
 			}
@@ -350,10 +356,10 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 				r.Message = fmt.Sprintf("parked: waiting for %s on %s until %s", kindText(p.Kind), p.Subject, until.UTC().Format(time.RFC3339))
 			})
 		}
-		stop := t.showQuestions(ctx, r, h.sess.questions)
+		stop := t.showQuestions(ctx, r, h.questions)
 		defer stop()
 		var handle *bus.TaskHandle
-		res, err := h.sess.calls.run(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark,
+		res, err := h.calls.run(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark,
 			onBackground: func(th bus.TaskHandle) { handle = &th }})
 		if t.closing.Err() != nil {
 			return
@@ -698,9 +704,9 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 		}
 		switch {
 		case in.Kind == inputConfirm:
-			s.sess.confirms.decide(ctx, in.Park, in.ReplyID, &res)
+			s.confirms.decide(ctx, in.Park, in.ReplyID, &res)
 		case in.Kind == inputQuestion && in.Question != nil:
-			s.sess.questions.answerQuestion(ctx, asked{p: in.Park, replyID: in.ReplyID, q: *in.Question}, &res)
+			s.questions.answerQuestion(ctx, asked{p: in.Park, replyID: in.ReplyID, q: *in.Question}, &res)
 		default:
 			continue
 		}
@@ -756,7 +762,7 @@ func (s *taskFront) notifier(ctx context.Context) func(*taskRecord) {
 		var params map[string]any
 		raw, _ := json.Marshal(r.detailed(false))
 		_ = json.Unmarshal(raw, &params)
-		_ = s.sess.mcp.SendNotificationToSpecificClient(sid, mcp.MethodNotificationTasksStatus, params)
+		_ = s.send(sid, mcp.MethodNotificationTasksStatus, params)
 	}
 }
 
