@@ -27,6 +27,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -409,7 +410,7 @@ func (f *Facade) wire(s *session) {
 		send: func(sid, method string, params map[string]any) error {
 			return s.mcp.SendNotificationToSpecificClient(sid, method, params)
 		}}
-	s.cross = &crossing{nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
+	s.cross = &crossing{tag: nuid.Next(), nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 
 // listed reports whether the session lists the tool now.
