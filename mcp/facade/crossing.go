@@ -326,7 +326,7 @@ func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) 
 	// The put publishes raw to the key's subscribers; the record is a
 	// message, not state, and is deleted again.
 	key := x.crossKey(sid) + "." + nuid.Next()
-	if err := x.store.put(ctx, key, raw, false); err != nil {
+	if err := x.store.put(ctx, key, json.RawMessage(raw), false); err != nil {
 		x.log.Warn("facade: a message of an MCP session could not be carried to another process", "session", x.session, "err", err)
 		return err
 	}

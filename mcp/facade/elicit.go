@@ -325,15 +325,13 @@ func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (stri
 		r.Park, r.Deadline = a.confirm.p, a.confirm.deadline
 		params = confirmParams(a.confirm.p, c.remember)
 	} else {
-		r.Kind, r.Park, r.AskReplyID = kindQuestion, a.question.p, a.question.replyID
-		key, params = inputQuestion, mustParams(questionParams(a.question.q, canElicitURL(ctx)))
+		r.Kind, r.Park, r.AskReplyID, key = kindQuestion, a.question.p, a.question.replyID, inputQuestion
+		params, _ = questionParams(a.question.q, canElicitURL(ctx))
 	}
 	r.Expires = r.Deadline.Add(resultKept)
 	state := newID()
 	return state, &r, server.NewInputRequestBuilder(state).Elicit(key, params).ToolResult()
 }
-
-func mustParams(p mcp.ElicitationParams, _ bool) mcp.ElicitationParams { return p }
 
 // forget deletes a request state (best effort: it expires anyway).
 func (c *confirmer) forget(state string) {
@@ -486,7 +484,9 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 		return mcp.NewToolResultError("Error: " + err.Error()), nil
 	}
 	_, hold := c.holds(ctx, req)
-	wctx, cancel := context.WithDeadline(ctx, earliest(r.Deadline, time.Now().Add(hold)))
+	dctx, cancelDeadline := context.WithDeadline(ctx, r.Deadline)
+	defer cancelDeadline()
+	wctx, cancel := context.WithTimeout(dctx, hold) // whichever comes first
 	defer cancel()
 	// Watch before answering, so the question the answer leads to is seen.
 	next, err := c.questions.watchCall(wctx, r.Tool, r.CallID)
@@ -548,13 +548,6 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 			return mcp.NewToolResultError("Error: " + d.err.Error()), nil
 		}
 	}
-}
-
-func earliest(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 // A bridged server's question put to the host (docs/mcp.md "Bridged

@@ -340,13 +340,7 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	t.local[r.ID] = notify
 	t.mu.Unlock()
 	ctx := context.WithValue(t.closing, contextKey, header)
-	done := func() {
-		t.mu.Lock()
-		delete(t.local, r.ID)
-		t.mu.Unlock()
-	}
-	if !t.loop(func(context.Context) {
-		defer done()
+	spawn(t, t.local, r.ID, func() {
 		onPark := func(p bus.Parked, until time.Time) {
 			if p.Kind == "confirm" && h.confirms.policy == ConfirmHostUser {
 				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, h.confirmParams(p)))
@@ -373,6 +367,20 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 			res, err = bres, berr
 		}
 		t.finish(ctx, r, res, err)
+	})
+}
+
+// spawn runs fn on the facade's loop, then forgets id in set (at once
+// when the facade is closing).
+func spawn[V any](t *taskRunners, set map[string]V, id string, fn func()) {
+	done := func() {
+		t.mu.Lock()
+		delete(set, id)
+		t.mu.Unlock()
+	}
+	if !t.loop(func(context.Context) {
+		defer done()
+		fn()
 	}) {
 		done()
 	}
@@ -424,13 +432,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 	}
 	t.followed[r.ID] = struct{}{}
 	t.mu.Unlock()
-	done := func() {
-		t.mu.Lock()
-		delete(t.followed, r.ID)
-		t.mu.Unlock()
-	}
-	if !t.loop(func(context.Context) {
-		defer done()
+	spawn(t, t.followed, r.ID, func() {
 		ctx, cancel := context.WithDeadline(t.closing, r.expires())
 		defer cancel()
 		res, err := t.learnEnd(ctx, r)
@@ -447,9 +449,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 		if res != nil {
 			t.finish(ctx, r, res, nil)
 		}
-	}) {
-		done()
-	}
+	})
 }
 
 // learnEnd waits for the end of task r's call on the bus: its bus task's
