@@ -282,26 +282,26 @@ func (s *Shell) inside(p string) bool {
 // the command started is gone when Run returns (docs/builtin.md).
 func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error) {
 	if strings.TrimSpace(in.Command) == "" {
-		return "", refused("shell refused: the command is empty")
+		return "", fmt.Errorf("shell refused: the command is empty")
 	}
 	timeout := DefaultShellTimeout
 	if in.TimeoutMS > 0 {
 		timeout = time.Duration(in.TimeoutMS) * time.Millisecond
 	}
 	if timeout > MaxShellTimeout {
-		return "", refused("shell refused: timeout_ms %d is more than 600000", in.TimeoutMS)
+		return "", fmt.Errorf("shell refused: timeout_ms %d is more than 600000", in.TimeoutMS)
 	}
 	if err := s.checkAllowed(in.Command); err != nil {
 		return "", err
 	}
 	tmp, err := os.MkdirTemp("", "toolbus-shell-")
 	if err != nil {
-		return "", refused("shell: the command could not run: %v", err)
+		return "", fmt.Errorf("shell: the command could not run: %v", err)
 	}
 	defer os.RemoveAll(tmp)
 	if s.cred != nil {
 		if err := os.Chown(tmp, s.cred.uid, s.cred.gid); err != nil {
-			return "", refused("shell: the command could not run: %v", err)
+			return "", fmt.Errorf("shell: the command could not run: %v", err)
 		}
 	}
 	env := shellEnv(s.lookup, s.env, s.Dir, tmp, s.restricted())
@@ -316,11 +316,11 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 	var note string
 	if in.Skill != "" {
 		if s.Skills == nil {
-			return "", refused("shell refused: this worker runs no skill scripts")
+			return "", fmt.Errorf("shell refused: this worker runs no skill scripts")
 		}
 		dir, release, err := s.Skills.Acquire(ctx, in.Skill, user)
 		if err != nil {
-			return "", refused("shell refused: skill %q: %v", in.Skill, err)
+			return "", fmt.Errorf("shell refused: skill %q: %v", in.Skill, err)
 		}
 		defer release()
 		spec.Read = []string{dir}
@@ -335,13 +335,13 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 	var ee *exec.ExitError
 	switch {
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return "", refused("shell: the command timed out after %v and was stopped; output so far:\n%s", timeout, out)
+		return "", fmt.Errorf("shell: the command timed out after %v and was stopped; output so far:\n%s", timeout, out)
 	case ctx.Err() != nil:
 		return "", ctx.Err()
 	case err == nil, errors.As(err, &ee):
 		return out, nil
 	default:
-		return "", refused("shell: the command could not run: %v", err)
+		return "", fmt.Errorf("shell: the command could not run: %v", err)
 	}
 }
 

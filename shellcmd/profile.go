@@ -82,8 +82,6 @@ var profiles = func() map[string]Profile {
 	return m
 }()
 
-func refusedf(format string, a ...any) error { return fmt.Errorf(format, a...) }
-
 // everyArg counts every argument but "--" as a file written, and for
 // options also what follows "=" or the letter (-t DIR, --target-directory=DIR).
 func everyArg(prog string) func([]string) ([]Write, error) {
@@ -119,7 +117,7 @@ func refuseLong(prog, full, exact string, check func([]string) ([]Write, error))
 			}
 			name, _, _ := strings.Cut(a, "=")
 			if isLong(name, full) && len(name) > len(exact) && strings.HasPrefix(name, "--") {
-				return nil, refusedf("%s %s runs a program of the caller's choosing", prog, name)
+				return nil, fmt.Errorf("%s %s runs a program of the caller's choosing", prog, name)
 			}
 		}
 		return check(args)
@@ -233,7 +231,7 @@ func isLong(name, full string) bool {
 
 func checkPrintf(args []string) ([]Write, error) {
 	if len(args) > 0 && strings.HasPrefix(args[0], "-v") {
-		return nil, refusedf("printf -v sets a variable, which would reach the programs the command starts")
+		return nil, fmt.Errorf("printf -v sets a variable, which would reach the programs the command starts")
 	}
 	return nil, nil
 }
@@ -242,7 +240,7 @@ func checkFile(args []string) ([]Write, error) {
 	opts, _ := getopt(args, "efFmP", []string{"--exclude", "--exclude-quiet", "--separator", "--magic-file", "--files-from", "--parameter"})
 	for _, o := range opts {
 		if o.name == "-C" || isLong(o.name, "--compile") {
-			return nil, refusedf("file -C writes a compiled magic file")
+			return nil, fmt.Errorf("file -C writes a compiled magic file")
 		}
 	}
 	return nil, nil
@@ -252,9 +250,9 @@ func checkFind(args []string) ([]Write, error) {
 	for _, a := range args {
 		switch a {
 		case "-exec", "-execdir", "-ok", "-okdir":
-			return nil, refusedf("find %s runs other programs", a)
+			return nil, fmt.Errorf("find %s runs other programs", a)
 		case "-fprint", "-fprint0", "-fprintf", "-fls":
-			return nil, refusedf("find %s writes a file of the caller's choosing", a)
+			return nil, fmt.Errorf("find %s writes a file of the caller's choosing", a)
 		}
 	}
 	return nil, nil
@@ -267,7 +265,7 @@ func checkSort(args []string) ([]Write, error) {
 	for _, o := range opts {
 		switch {
 		case isLong(o.name, "--compress-program"):
-			return nil, refusedf("sort --compress-program runs a program of the caller's choosing")
+			return nil, fmt.Errorf("sort --compress-program runs a program of the caller's choosing")
 		case o.name == "-o" || isLong(o.name, "--output"), o.name == "-T" || isLong(o.name, "--temporary-directory"):
 			out = append(out, Write{Path: o.value, By: "sort " + o.name})
 		}
@@ -301,7 +299,7 @@ func checkDate(args []string) ([]Write, error) {
 	opts, _ := getopt(args, "dfrsI", []string{"--date", "--file", "--reference", "--set", "--iso-8601", "--rfc-3339"})
 	for _, o := range opts {
 		if o.name == "-s" || isLong(o.name, "--set") {
-			return nil, refusedf("date %s sets the system clock", o.name)
+			return nil, fmt.Errorf("date %s sets the system clock", o.name)
 		}
 	}
 	return nil, nil

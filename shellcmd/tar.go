@@ -1,6 +1,7 @@
 package shellcmd
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -62,14 +63,14 @@ func checkTar(args []string) ([]Write, error) {
 	for _, o := range opts {
 		switch o.name {
 		case "-I":
-			return nil, refusedf("tar -I runs a program of the caller's choosing")
+			return nil, fmt.Errorf("tar -I runs a program of the caller's choosing")
 		case "-F":
-			return nil, refusedf("tar -F runs a program of the caller's choosing")
+			return nil, fmt.Errorf("tar -F runs a program of the caller's choosing")
 		case "-x":
-			return nil, refusedf("tar -x writes whatever file names the archive holds, which the check cannot see; with an allow-list tar may create, list and compare")
+			return nil, fmt.Errorf("tar -x writes whatever file names the archive holds, which the check cannot see; with an allow-list tar may create, list and compare")
 		case "-f", "-g", "-C":
 			if o.name == "-f" && !force && strings.Contains(o.value, ":") {
-				return nil, refusedf("tar -f %s names a remote archive, which runs rsh (add --force-local for a local file)", o.value)
+				return nil, fmt.Errorf("tar -f %s names a remote archive, which runs rsh (add --force-local for a local file)", o.value)
 			}
 			if o.value != "-" {
 				out = append(out, Write{Path: o.value, By: "tar " + o.name})
@@ -78,13 +79,13 @@ func checkTar(args []string) ([]Write, error) {
 		}
 		for _, r := range tarRefused {
 			if isLong(o.name, r.name) {
-				return nil, refusedf("tar %s %s", o.name, r.why)
+				return nil, fmt.Errorf("tar %s %s", o.name, r.why)
 			}
 		}
 		for _, w := range tarWriting {
 			if isLong(o.name, w) && o.value != "-" {
 				if w == "--file" && !force && strings.Contains(o.value, ":") {
-					return nil, refusedf("tar %s=%s names a remote archive, which runs rsh (add --force-local for a local file)", o.name, o.value)
+					return nil, fmt.Errorf("tar %s=%s names a remote archive, which runs rsh (add --force-local for a local file)", o.name, o.value)
 				}
 				out = append(out, Write{Path: o.value, By: "tar " + o.name})
 			}
@@ -97,13 +98,13 @@ func checkTar(args []string) ([]Write, error) {
 		name, _, _ := strings.Cut(a, "=")
 		for _, r := range tarRefused {
 			if strings.HasPrefix(a, "--") && isLong(name, r.name) {
-				return nil, refusedf("tar %s %s", name, r.why)
+				return nil, fmt.Errorf("tar %s %s", name, r.why)
 			}
 		}
 	}
 	for i, a := range raw {
 		if (i == 0 || strings.HasPrefix(a, "-")) && !strings.HasPrefix(a, "--") && strings.ContainsAny(a, "xIF") {
-			return nil, refusedf("tar %s: -x writes whatever file names the archive holds, -I and -F run a program of the caller's choosing; with an allow-list tar may create, list and compare", a)
+			return nil, fmt.Errorf("tar %s: -x writes whatever file names the archive holds, -I and -F run a program of the caller's choosing; with an allow-list tar may create, list and compare", a)
 		}
 	}
 	return out, nil
