@@ -36,17 +36,6 @@ func openBase(dir string) (int, error) {
 	return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
-// openFd opens p (relative to the base, no symlink expected on it) with
-// flag, never following a symlink on any component. Opens that read or
-// write are non-blocking, so that a FIFO answers at once instead of
-// waiting for its other end (only regular files are then used).
-func (t *tree) openFd(p string, flag int, perm fs.FileMode) (int, error) {
-	if flag&unix.O_PATH == 0 {
-		flag |= unix.O_NONBLOCK
-	}
-	return openNoSymlinks(t.fd, p, flag, perm, resolveBeneath)
-}
-
 // openNoSymlinks opens p (relative to dirfd, or absolute) with flag
 // (O_NOFOLLOW and O_CLOEXEC added), following no symlink on any
 // component: openat2 with resolve (which holds RESOLVE_NO_SYMLINKS), or,
@@ -147,11 +136,18 @@ func dirFd(dirfd int, dir string, create bool) (int, error) {
 	return cur, nil
 }
 
-// open is openFd as an *os.File. A symlink met on the way (one that
-// appeared after the resolution) is errSwapped, or errEscapes when the
-// path now resolves outside the base directory.
+// open opens p (relative to the base, no symlink expected on it) with
+// flag, never following a symlink on any component. A symlink met on the
+// way (one that appeared after the resolution) is errSwapped, or
+// errEscapes when the path now resolves outside the base directory.
+// Opens that read or write are non-blocking, so that a FIFO answers at
+// once instead of waiting for its other end (only regular files are then
+// used).
 func (t *tree) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
-	fd, err := t.openFd(p, flag, perm)
+	if flag&unix.O_PATH == 0 {
+		flag |= unix.O_NONBLOCK
+	}
+	fd, err := openNoSymlinks(t.fd, p, flag, perm, resolveBeneath)
 	if err != nil {
 		if err == unix.ELOOP || err == unix.EXDEV || err == unix.ENOTDIR && t.linkIn(p) {
 			err = errSwapped

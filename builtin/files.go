@@ -300,31 +300,16 @@ type WriteIn struct {
 
 // Write runs write_file against the session state (the read records).
 func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
-	p, err := f.resolve("write_file", in.Path)
+	p, fi, err := f.target("write_file", in.Path)
 	if err != nil {
 		return "", nil, err
 	}
-	if inGitDir(p) {
-		return "", nil, fmt.Errorf("write_file refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", in.Path)
-	}
 	mode := fs.FileMode(0o644)
-	fi, err := f.stat(p)
-	switch {
-	case err == nil && fi.IsDir():
-		return "", nil, fmt.Errorf("write_file refused: %s is a directory", in.Path)
-	case err == nil && !fi.Mode().IsRegular():
-		return "", nil, fmt.Errorf("write_file refused: %s is not a regular file", in.Path)
-	case err == nil && hardLinks(fi) > 1:
-		return "", nil, linkedRefusal("write_file", in.Path, fi)
-	case err == nil:
+	if fi != nil {
 		if err := checkRead("write_file", in.Path, state, f.abs(p), fi); err != nil {
 			return "", nil, err
 		}
 		mode = fi.Mode().Perm()
-	case !errors.Is(err, fs.ErrNotExist):
-		return "", nil, f.fail("write_file refused", in.Path, err)
-	default:
-		fi = nil
 	}
 	if dir := filepath.Dir(p); dir != "." {
 		if err := f.mkdirs(dir); err != nil {
@@ -342,6 +327,35 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 	return fmt.Sprintf("%s %s (%d bytes).", verb, f.rel(p), len(in.Content)), readsPatch(f.abs(p), nfi), nil
 }
 
+// target resolves the path a write or edit names and describes the file
+// there (nil when there is none yet), refusing a path inside .git and
+// anything but a regular file with one link: a hard link leaves no path
+// outside the base directory or in .git, yet writing it would change the
+// file under its other names, which may be.
+func (f *Files) target(tool, shown string) (string, fs.FileInfo, error) {
+	p, err := f.resolve(tool, shown)
+	if err != nil {
+		return "", nil, err
+	}
+	if inGitDir(p) {
+		return "", nil, fmt.Errorf("%s refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", tool, shown)
+	}
+	fi, err := f.stat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return p, nil, nil
+	case err != nil:
+		return "", nil, f.fail(tool+" refused", shown, err)
+	case fi.IsDir():
+		return "", nil, fmt.Errorf("%s refused: %s is a directory", tool, shown)
+	case !fi.Mode().IsRegular():
+		return "", nil, fmt.Errorf("%s refused: %s is not a regular file", tool, shown)
+	case hardLinks(fi) > 1:
+		return "", nil, fmt.Errorf("%s refused: %s has %d hard links; writing it would change the file under its other names too, which may lie outside the base directory or inside .git", tool, shown, hardLinks(fi))
+	}
+	return p, fi, nil
+}
+
 // EditIn is the input of edit_file.
 type EditIn struct {
 	Path       string `json:"path"`
@@ -353,25 +367,12 @@ type EditIn struct {
 
 // Edit runs edit_file against the session state (the read records).
 func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
-	p, err := f.resolve("edit_file", in.Path)
-	if err != nil {
-		return "", nil, err
-	}
-	if inGitDir(p) {
-		return "", nil, fmt.Errorf("edit_file refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", in.Path)
-	}
-	fi, err := f.stat(p)
+	p, fi, err := f.target("edit_file", in.Path)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", nil, fmt.Errorf("edit_file refused: %s does not exist; create it with write_file", in.Path)
 	case err != nil:
-		return "", nil, f.fail("edit_file refused", in.Path, err)
-	case fi.IsDir():
-		return "", nil, fmt.Errorf("edit_file refused: %s is a directory", in.Path)
-	case !fi.Mode().IsRegular():
-		return "", nil, fmt.Errorf("edit_file refused: %s is not a regular file", in.Path)
-	case hardLinks(fi) > 1:
-		return "", nil, linkedRefusal("edit_file", in.Path, fi)
+		return "", nil, err
+	case fi == nil:
+		return "", nil, fmt.Errorf("edit_file refused: %s does not exist; create it with write_file", in.Path)
 	case fi.Size() > maxReadFile:
 		return "", nil, fmt.Errorf("edit_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
 	}
@@ -396,27 +397,18 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	case n > 1 && !in.ReplaceAll:
 		return "", nil, fmt.Errorf("edit_file refused: old_string appears %d times in %s; give more surrounding text so that it is unique, or set replace_all to replace every occurrence", n, in.Path)
 	}
+	if !in.ReplaceAll {
+		n = 1
+	}
 	// The edited file stays within what read_file reads, checked before
 	// anything is built: replace_all of a short, frequent old_string by a
 	// long new_string would otherwise ask for n times new_string at once.
-	k := int64(1)
-	if in.ReplaceAll {
-		k = int64(n)
-	}
-	if size := int64(len(text)) + k*(int64(len(in.NewString))-int64(len(in.OldString))); size > maxReadFile {
+	if size := int64(len(text)) + int64(n)*(int64(len(in.NewString))-int64(len(in.OldString))); size > maxReadFile {
 		return "", nil, fmt.Errorf("edit_file refused: the edited %s would be %d bytes, more than %d; replace fewer occurrences or shorter text", in.Path, size, maxReadFile)
 	}
-	if in.ReplaceAll {
-		text = strings.ReplaceAll(text, in.OldString, in.NewString)
-	} else {
-		text = strings.Replace(text, in.OldString, in.NewString, 1)
-	}
-	nfi, err := f.put(p, []byte(text), fi.Mode().Perm())
+	nfi, err := f.put(p, []byte(strings.Replace(text, in.OldString, in.NewString, n)), fi.Mode().Perm())
 	if err != nil {
 		return "", nil, f.fail("edit_file failed", in.Path, err)
-	}
-	if !in.ReplaceAll {
-		n = 1
 	}
 	return fmt.Sprintf("Replaced %d occurrence(s) in %s.", n, f.rel(p)), readsPatch(f.abs(p), nfi), nil
 }
@@ -438,13 +430,6 @@ func (f *Files) readAll(p string, fi fs.FileInfo) ([]byte, error) {
 		err = errChanged
 	}
 	return data, err
-}
-
-// linkedRefusal refuses to write a file with more than one hard link:
-// no path leaves the base directory or names .git, yet the write would
-// change the file under its other names, which may.
-func linkedRefusal(tool, shown string, fi fs.FileInfo) error {
-	return fmt.Errorf("%s refused: %s has %d hard links; writing it would change the file under its other names too, which may lie outside the base directory or inside .git", tool, shown, hardLinks(fi))
 }
 
 // put writes data to p (replacing an existing file's content) and returns
@@ -578,7 +563,7 @@ func (f *Files) walkIn(ctx context.Context, root, dir string, fn func(p string, 
 // directory a walk started from, relative to the base).
 func (t *tree) resolveUnder(root, p string) (string, bool) {
 	r, ok := t.resolveIn(p)
-	return r, ok && (root == "." || r == root || strings.HasPrefix(r, root+string(filepath.Separator)))
+	return r, ok && (root == "." || within(root, r))
 }
 
 // stopped is the refusal of a walk that the call's deadline (or a cancel)
@@ -590,14 +575,10 @@ func stopped(tool string) error {
 // relTo is p (relative to the base) relative to dir (relative to the
 // base), with /.
 func relTo(dir, p string) string {
-	if dir == "." {
-		return filepath.ToSlash(p)
+	if r, err := filepath.Rel(dir, p); err == nil {
+		p = r
 	}
-	r, err := filepath.Rel(dir, p)
-	if err != nil {
-		return filepath.ToSlash(p)
-	}
-	return filepath.ToSlash(r)
+	return filepath.ToSlash(p)
 }
 
 // List runs list_files: files under path matching pattern (a glob relative

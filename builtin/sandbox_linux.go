@@ -243,15 +243,14 @@ func execStage() int {
 func restrict(spec sandboxSpec) error {
 	cfg := landlock.Config{HandledAccessFS: landlock.V11.HandledAccessFS, Scoped: landlock.V11.Scoped}.BestEffort()
 	read := append(append([]string{}, systemReadDirs...), spec.Read...)
-	if spec.Interp {
-		return cfg.Restrict(execOnlyRules(spec, read)...)
-	}
-	return cfg.Restrict(
-		landlock.RODirs(read...).IgnoreIfMissing(),
-		landlock.RWDirs(spec.Dir, spec.Tmp).WithRefer(),
+	devices := []landlock.Rule{
 		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full").IgnoreIfMissing(),
 		landlock.ROFiles("/dev/urandom", "/dev/random").IgnoreIfMissing(),
-	)
+	}
+	if spec.Interp {
+		return cfg.Restrict(append(devices, execOnlyRules(spec, read)...)...)
+	}
+	return cfg.Restrict(append(devices, landlock.RODirs(read...).IgnoreIfMissing(), landlock.RWDirs(spec.Dir, spec.Tmp).WithRefer())...)
 }
 
 // dropTo switches to spec's user and groups, for good.
@@ -289,8 +288,6 @@ func execOnlyRules(spec sandboxSpec, read []string) []landlock.Rule {
 	rules := []landlock.Rule{
 		landlock.PathAccess(readNoExec, read...).IgnoreIfMissing(),
 		landlock.PathAccess(writeNoExec, spec.Dir, spec.Tmp),
-		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full").IgnoreIfMissing(),
-		landlock.ROFiles("/dev/urandom", "/dev/random").IgnoreIfMissing(),
 	}
 	if len(spec.ExecFiles) > 0 {
 		rules = append(rules, landlock.PathAccess(llsys.AccessFSExecute|llsys.AccessFSReadFile, spec.ExecFiles...).IgnoreIfMissing())

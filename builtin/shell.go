@@ -331,7 +331,7 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 	defer cancel()
 	stdout, stderr := &capped{max: MaxStreamChars}, &capped{max: MaxStreamChars}
 	state, err := s.exec(rctx, spec, env, stdout, stderr)
-	out := note + render(state, stdout, stderr)
+	out := note + fmt.Sprintf("Exit code: %d\nstdout:\n%s\nstderr:\n%s", state.ExitCode(), stdout.text(), stderr.text())
 	var ee *exec.ExitError
 	switch {
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
@@ -365,14 +365,6 @@ func (s *Shell) exec(ctx context.Context, spec sandboxSpec, env []string, stdout
 	return cmd.ProcessState, err
 }
 
-func render(state *os.ProcessState, stdout, stderr *capped) string {
-	code := -1
-	if state != nil {
-		code = state.ExitCode()
-	}
-	return fmt.Sprintf("Exit code: %d\nstdout:\n%s\nstderr:\n%s", code, stdout.text(), stderr.text())
-}
-
 // capped keeps the first max characters written to it and counts the rest.
 type capped struct {
 	max     int
@@ -385,27 +377,16 @@ type capped struct {
 func (c *capped) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := utf8.RuneCount(p)
-	if room := c.max - c.chars; room > 0 {
-		if n <= room {
-			c.buf.Write(p)
-			c.chars += n
-			return len(p), nil
-		}
-		// Keep room characters (a rune split across writes counts once
-		// per part; close enough for a cut).
-		i, k := 0, 0
-		for k < room && i < len(p) {
-			_, size := utf8.DecodeRune(p[i:])
-			i += size
-			k++
-		}
-		c.buf.Write(p[:i])
-		c.chars += k
-		c.dropped += n - k
-		return len(p), nil
+	// Keep what room is left, in characters (a rune split across writes
+	// counts once per part; close enough for a cut).
+	i, k := 0, 0
+	for ; k < c.max-c.chars && i < len(p); k++ {
+		_, size := utf8.DecodeRune(p[i:])
+		i += size
 	}
-	c.dropped += n
+	c.buf.Write(p[:i])
+	c.chars += k
+	c.dropped += utf8.RuneCount(p[i:])
 	return len(p), nil
 }
 
@@ -425,19 +406,6 @@ func (s *Shell) register(w *worker.Worker) error {
 	})
 }
 
-// LookupShellUser resolves a --shell-user name as NewShell does, for a
-// caller that must prepare files for that user (the skills directory).
-func LookupShellUser(name string) (uid, gid int, err error) {
-	c, err := lookupUser(name)
-	if err != nil && name == DefaultShellUser {
-		c, err = defaultCredential(), nil
-	}
-	if err != nil {
-		return 0, 0, err
-	}
-	return c.uid, c.gid, nil
-}
-
 // SkillsMaterializer puts the skills of cat, for the shell of cfg, in a
 // fresh private directory <prefix>... under parent (the user cache
 // directory when ""), readable by the group of the shell's user when
@@ -445,10 +413,14 @@ func LookupShellUser(name string) (uid, gid int, err error) {
 func SkillsMaterializer(cat *skills.Catalogue, parent, prefix string, cfg Config) (*skills.Materializer, error) {
 	gid := -1
 	if u := ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot); u != "" {
-		var err error
-		if _, gid, err = LookupShellUser(u); err != nil {
+		c, err := lookupUser(u)
+		if err != nil && u == DefaultShellUser {
+			c, err = defaultCredential(), nil
+		}
+		if err != nil {
 			return nil, err
 		}
+		gid = c.gid
 	}
 	dir, err := skills.PrivateDir(parent, prefix, gid)
 	if err != nil {
