@@ -179,7 +179,7 @@ func (c *checker) call(n *syntax.CallExpr) error {
 	case "split":
 		err = splitPrefix(vals)
 	case "gzip":
-		err = c.gzip(vals)
+		err = c.writes(shellcmd.GzipHidden, vals)
 	case "git":
 		err = c.git(vals)
 		for _, a := range vals {
@@ -191,13 +191,13 @@ func (c *checker) call(n *syntax.CallExpr) error {
 	if err != nil {
 		return err
 	}
-	return c.writes(p, vals)
+	return c.writes(p.Check, vals)
 }
 
-// writes checks vals against p's profile and refuses a write into a
+// writes checks vals with check (a profile's) and refuses a write into a
 // protected path.
-func (c *checker) writes(p shellcmd.Profile, vals []string) error {
-	writes, err := p.Check(vals)
+func (c *checker) writes(check func([]string) ([]shellcmd.Write, error), vals []string) error {
+	writes, err := check(vals)
 	if err != nil {
 		return fmt.Errorf("shell refused: %v", err)
 	}
@@ -238,48 +238,6 @@ func splitPrefix(vals []string) error {
 		last := v[strings.LastIndexByte(v, '/')+1:]
 		if strings.HasPrefix(last, ".") && last != "." && last != ".." {
 			return fmt.Errorf("shell refused: with an allow-list split's prefix may not start with a dot (%q): the names it makes from it (the prefix and aa, ab ...) can be protected (.gi and t is .git)", v)
-		}
-	}
-	return nil
-}
-
-// gzipSuffixes are the suffixes gzip -d takes off besides the one after
-// the last dot (which the profile derives).
-var gzipSuffixes = []string{"-gz", "-z", "_z"}
-
-// gzip checks the names gzip -d writes that no word holds: an operand
-// less -gz, -z or _z (".bashrc-gz" decompresses to .bashrc), and the name
-// stored in the archive's header, which -N/--name restores (refused: any
-// bytes, printf's included, make a header naming .git).
-func (c *checker) gzip(vals []string) error {
-	dashes := false
-	for i := 0; i < len(vals); i++ {
-		v := vals[i]
-		switch {
-		case !dashes && v == "--":
-			dashes = true
-			continue
-		case !dashes && strings.HasPrefix(v, "--"):
-			if opt, _, _ := strings.Cut(v, "="); longOpt(opt, "--name") {
-				return fmt.Errorf("shell refused: with an allow-list gzip %s is refused: it names the output from the archive's header, which the check cannot see", opt)
-			}
-			continue
-		case !dashes && len(v) > 1 && v[0] == '-':
-			letters, _, attached := strings.Cut(v[1:], "S") // -S takes the rest, or the next word
-			if strings.IndexByte(letters, 'N') >= 0 {
-				return fmt.Errorf("shell refused: with an allow-list gzip -N is refused: it names the output from the archive's header, which the check cannot see")
-			}
-			if attached && v[len(v)-1] == 'S' {
-				i++
-			}
-			continue
-		}
-		for _, suf := range gzipSuffixes {
-			if len(v) > len(suf) && strings.HasSuffix(strings.ToLower(v), suf) {
-				if err := c.writable(shellcmd.Write{Path: v[:len(v)-len(suf)], By: "gzip -d (its output)"}); err != nil {
-					return err
-				}
-			}
 		}
 	}
 	return nil

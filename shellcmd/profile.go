@@ -158,6 +158,34 @@ func derived(prog string, check func([]string) ([]Write, error)) func([]string) 
 	}
 }
 
+// gzipSuffixes are the suffixes gzip -d takes off besides the one after
+// the last dot (which derived strips).
+var gzipSuffixes = []string{"-gz", "-z", "_z"}
+
+// GzipHidden returns the names gzip -d writes that no word holds and that
+// the profile does not derive: an operand less -gz, -z or _z
+// (".bashrc-gz" decompresses to .bashrc). It refuses -N/--name, which
+// restores the name stored in the archive's header (any bytes, printf's
+// included, make a header naming .git). The allow-list check runs it
+// besides gzip's profile.
+func GzipHidden(args []string) ([]Write, error) {
+	opts, ops := getopt(args, "S", nil)
+	for _, o := range opts {
+		if o.name == "-N" || len(o.name) > 3 && isLong(o.name, "--name") {
+			return nil, fmt.Errorf("with an allow-list gzip %s is refused: it names the output from the archive's header, which the check cannot see", o.name)
+		}
+	}
+	var out []Write
+	for _, v := range ops {
+		for _, suf := range gzipSuffixes {
+			if len(v) > len(suf) && strings.HasSuffix(strings.ToLower(v), suf) {
+				out = append(out, Write{Path: v[:len(v)-len(suf)], By: "gzip -d (its output)"})
+			}
+		}
+	}
+	return out, nil
+}
+
 // suffixValues are the values of -S and --suffix in args, as getopt
 // reads them; an empty one adds no name.
 func suffixValues(args []string) []string {
