@@ -56,45 +56,9 @@ func checkTar(args []string) ([]Write, error) {
 		}
 		args = append(conv, rest...)
 	}
-	raw := args
-	opts, _ := getopt(args, tarValued, tarLongValued)
-	force := slices.ContainsFunc(opts, func(o option) bool { return isLong(o.name, "--force-local") })
-	var out []Write
-	for _, o := range opts {
-		switch o.name {
-		case "-I":
-			return nil, fmt.Errorf("tar -I runs a program of the caller's choosing")
-		case "-F":
-			return nil, fmt.Errorf("tar -F runs a program of the caller's choosing")
-		case "-x":
-			return nil, fmt.Errorf("tar -x writes whatever file names the archive holds, which the check cannot see; with an allow-list tar may create, list and compare")
-		case "-f", "-g", "-C":
-			if o.name == "-f" && !force && strings.Contains(o.value, ":") {
-				return nil, fmt.Errorf("tar -f %s names a remote archive, which runs rsh (add --force-local for a local file)", o.value)
-			}
-			if o.value != "-" {
-				out = append(out, Write{Path: o.value, By: "tar " + o.name})
-			}
-			continue
-		}
-		for _, r := range tarRefused {
-			if isLong(o.name, r.name) {
-				return nil, fmt.Errorf("tar %s %s", o.name, r.why)
-			}
-		}
-		for _, w := range tarWriting {
-			if isLong(o.name, w) && o.value != "-" {
-				if w == "--file" && !force && strings.Contains(o.value, ":") {
-					return nil, fmt.Errorf("tar %s=%s names a remote archive, which runs rsh (add --force-local for a local file)", o.name, o.value)
-				}
-				out = append(out, Write{Path: o.value, By: "tar " + o.name})
-			}
-		}
-	}
-	// Whatever takes it as a value, a cluster holding x, I or F is
-	// refused (an old-style "tar 0C -x" reads -x as C's directory; an
-	// error of this reading must not let extraction through).
-	for _, a := range raw {
+	// Whatever takes it as a value, a long option that runs a program or
+	// extracts is refused.
+	for _, a := range args {
 		name, _, _ := strings.Cut(a, "=")
 		for _, r := range tarRefused {
 			if strings.HasPrefix(a, "--") && isLong(name, r.name) {
@@ -102,7 +66,26 @@ func checkTar(args []string) ([]Write, error) {
 			}
 		}
 	}
-	for i, a := range raw {
+	opts, _ := getopt(args, tarValued, tarLongValued)
+	force := slices.ContainsFunc(opts, func(o option) bool { return isLong(o.name, "--force-local") })
+	var out []Write
+	for _, o := range opts {
+		switch {
+		case o.name == "-I" || o.name == "-F":
+			return nil, fmt.Errorf("tar %s runs a program of the caller's choosing", o.name)
+		case o.name == "-x":
+			return nil, fmt.Errorf("tar -x writes whatever file names the archive holds, which the check cannot see; with an allow-list tar may create, list and compare")
+		case o.value == "-" || !slices.Contains([]string{"-f", "-g", "-C"}, o.name) && !slices.ContainsFunc(tarWriting, func(w string) bool { return isLong(o.name, w) }):
+			continue
+		case (o.name == "-f" || isLong(o.name, "--file")) && !force && strings.Contains(o.value, ":"):
+			return nil, fmt.Errorf("tar %s %s names a remote archive, which runs rsh (add --force-local for a local file)", o.name, o.value)
+		}
+		out = append(out, Write{Path: o.value, By: "tar " + o.name})
+	}
+	// A cluster holding x, I or F is refused whatever takes it as a value
+	// (an old-style "tar 0C -x" reads -x as C's directory; an error of this
+	// reading must not let extraction through).
+	for i, a := range args {
 		if (i == 0 || strings.HasPrefix(a, "-")) && !strings.HasPrefix(a, "--") && strings.ContainsAny(a, "xIF") {
 			return nil, fmt.Errorf("tar %s: -x writes whatever file names the archive holds, -I and -F run a program of the caller's choosing; with an allow-list tar may create, list and compare", a)
 		}
