@@ -6,6 +6,7 @@
 package builtin
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -95,9 +96,6 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 	if err := registerBasic(w); err != nil {
 		return err
 	}
-	if err := registerTodo(w); err != nil {
-		return err
-	}
 	if cfg.WorkDir == "" {
 		return nil
 	}
@@ -120,23 +118,23 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 }
 
 func registerBasic(w *worker.Worker) error {
-	err := worker.Register(w, bus.ToolDef{Name: "get_current_time",
-		Description: "Get the current date and time in a time zone.", ReadOnly: true, ConcurrencySafe: true, Idempotent: true, MaxAttempts: 2, TimeoutMS: 5000},
-		func(_ context.Context, _ *worker.Call, in TimeIn) (string, error) {
-			loc := time.Local
-			if in.Timezone != "" {
-				l, err := time.LoadLocation(in.Timezone)
-				if err != nil {
-					return "", fmt.Errorf("unknown time zone %q", in.Timezone)
+	return cmp.Or( // the first error
+		worker.Register(w, bus.ToolDef{Name: "get_current_time",
+			Description: "Get the current date and time in a time zone.", ReadOnly: true, ConcurrencySafe: true, Idempotent: true, MaxAttempts: 2, TimeoutMS: 5000},
+			func(_ context.Context, _ *worker.Call, in TimeIn) (string, error) {
+				loc := time.Local
+				if in.Timezone != "" {
+					l, err := time.LoadLocation(in.Timezone)
+					if err != nil {
+						return "", fmt.Errorf("unknown time zone %q", in.Timezone)
+					}
+					loc = l
 				}
-				loc = l
-			}
-			return time.Now().In(loc).Format(time.RFC3339), nil
-		})
-	if err != nil {
-		return err
-	}
-	return worker.Register(w, bus.ToolDef{Name: "echo", Description: "Send the given text back unchanged.",
-		ReadOnly: true, ConcurrencySafe: true, Idempotent: true, TimeoutMS: 5000},
-		func(_ context.Context, _ *worker.Call, in EchoIn) (string, error) { return in.Text, nil })
+				return time.Now().In(loc).Format(time.RFC3339), nil
+			}),
+		worker.Register(w, bus.ToolDef{Name: "echo", Description: "Send the given text back unchanged.",
+			ReadOnly: true, ConcurrencySafe: true, Idempotent: true, TimeoutMS: 5000},
+			func(_ context.Context, _ *worker.Call, in EchoIn) (string, error) { return in.Text, nil }),
+		registerTodo(w),
+	)
 }

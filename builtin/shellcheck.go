@@ -76,32 +76,21 @@ type checker struct {
 	resolve func(p string) (string, error)
 }
 
-// check parses cmd and checks every command in it; the error is the
-// refusal's text.
+// check parses cmd and walks each tree, checking every node that starts
+// or defines something; the error is the refusal's text.
 func (c *checker) check(cmd string) error {
 	files, err := shellcmd.Parse(cmd)
 	if err != nil {
 		return fmt.Errorf("shell refused: with an allow-list the command must parse as plain POSIX sh (%v)", err)
 	}
 	for _, f := range files {
-		if err := c.file(f); err != nil {
-			return err
-		}
+		syntax.Walk(f, func(n syntax.Node) bool {
+			if err == nil {
+				err = c.node(n)
+			}
+			return err == nil
+		})
 	}
-	return nil
-}
-
-// file walks the whole tree and checks each node that starts or defines
-// something.
-func (c *checker) file(f *syntax.File) error {
-	var err error
-	syntax.Walk(f, func(n syntax.Node) bool {
-		if err != nil {
-			return false
-		}
-		err = c.node(n)
-		return err == nil
-	})
 	return err
 }
 

@@ -25,10 +25,8 @@ type TodoIn struct {
 
 // Todo is one entry of the session's list, as kept in its state.
 type Todo struct {
-	ID       string `json:"id"`
-	Content  string `json:"content"`
-	Status   string `json:"status"`
-	Priority string `json:"priority,omitempty"`
+	ID string `json:"id"`
+	TodoItem
 }
 
 // Todo statuses.
@@ -117,7 +115,7 @@ func WriteTodos(state json.RawMessage, in TodoIn) (string, []Todo, error) {
 			id = strconv.Itoa(next)
 		}
 		taken[id] = true
-		list = append(list, Todo{ID: id, Content: t.Content, Status: t.Status, Priority: t.Priority})
+		list = append(list, Todo{ID: id, TodoItem: t})
 	}
 	return TodoText(list), list, nil
 }

@@ -69,8 +69,9 @@ var profiles = func() map[string]Profile {
 	}
 	m["popd"] = Profile{}
 	m["printf"] = Profile{check: checkPrintf}
-	m["date"] = Profile{check: checkDate}
-	m["file"] = Profile{Plain: true, check: checkFile}
+	m["date"] = Profile{check: refuseOpt("date", "dfrsI", []string{"--date", "--file", "--reference", "--set", "--iso-8601", "--rfc-3339"}, "-s", "--set", "sets the system clock")}
+	m["file"] = Profile{Plain: true, check: refuseOpt("file", "efFmP", []string{"--exclude", "--exclude-quiet", "--separator", "--magic-file", "--files-from", "--parameter"},
+		"-C", "--compile", "writes a compiled magic file")}
 	m["sed"] = Profile{Plain: true, check: checkSed}
 	m["tar"] = Profile{Plain: true, check: checkTar}
 	m["find"] = Profile{Plain: true, check: checkFind}
@@ -264,16 +265,6 @@ func checkPrintf(args []string) ([]Write, error) {
 	return nil, nil
 }
 
-func checkFile(args []string) ([]Write, error) {
-	opts, _ := getopt(args, "efFmP", []string{"--exclude", "--exclude-quiet", "--separator", "--magic-file", "--files-from", "--parameter"})
-	for _, o := range opts {
-		if o.name == "-C" || isLong(o.name, "--compile") {
-			return nil, fmt.Errorf("file -C writes a compiled magic file")
-		}
-	}
-	return nil, nil
-}
-
 func checkFind(args []string) ([]Write, error) {
 	for _, a := range args {
 		switch a {
@@ -323,12 +314,16 @@ func checkDD(args []string) ([]Write, error) {
 	return out, nil
 }
 
-func checkDate(args []string) ([]Write, error) {
-	opts, _ := getopt(args, "dfrsI", []string{"--date", "--file", "--reference", "--set", "--iso-8601", "--rfc-3339"})
-	for _, o := range opts {
-		if o.name == "-s" || isLong(o.name, "--set") {
-			return nil, fmt.Errorf("date %s sets the system clock", o.name)
+// refuseOpt refuses the option -letter or --full (or an abbreviation of
+// it) of a program whose options getopt reads with short and long.
+func refuseOpt(prog, short string, long []string, letter, full, why string) func([]string) ([]Write, error) {
+	return func(args []string) ([]Write, error) {
+		opts, _ := getopt(args, short, long)
+		for _, o := range opts {
+			if o.name == letter || isLong(o.name, full) {
+				return nil, fmt.Errorf("%s %s %s", prog, o.name, why)
+			}
 		}
+		return nil, nil
 	}
-	return nil, nil
 }
