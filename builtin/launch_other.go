@@ -2,18 +2,12 @@
 
 package builtin
 
-import (
-	"context"
-	"os/exec"
-)
+import "os/exec"
 
 const sandboxSupported = false
 
-func launcherCommand(ctx context.Context, spec sandboxSpec) (*exec.Cmd, func()) {
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", spec.Command)
-	direct(cmd, spec)
-	return cmd, func() { killGroup(cmd) }
-}
+// launcherCommand is never called here (sandboxSupported is false).
+var launcherCommand = directCommand
 
 func runLocked(cmd *exec.Cmd) error { return cmd.Run() }
 

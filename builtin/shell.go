@@ -348,21 +348,25 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 // exec runs spec: through the sandbox launcher when this binary has the
 // hook, else /bin/sh directly in its own process group (as spec's user).
 func (s *Shell) exec(ctx context.Context, spec sandboxSpec, env []string, stdout, stderr io.Writer) (*os.ProcessState, error) {
-	var cmd *exec.Cmd
-	after := func() {}
+	start := directCommand
 	if s.launcher {
-		cmd, after = launcherCommand(ctx, spec)
-	} else {
-		cmd = exec.CommandContext(ctx, "/bin/sh", "-c", spec.Command)
-		direct(cmd, spec)
-		after = func() { killGroup(cmd) }
+		start = launcherCommand
 	}
+	cmd, after := start(ctx, spec)
 	cmd.Dir, cmd.Env = spec.Dir, env
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = stdout, stderr, nil
 	cmd.WaitDelay = 5 * time.Second
 	err := runLocked(cmd)
 	after()
 	return cmd.ProcessState, err
+}
+
+// directCommand returns /bin/sh -c spec's command in its own process
+// group, and what to do once it has ended: kill what is left of the group.
+func directCommand(ctx context.Context, spec sandboxSpec) (*exec.Cmd, func()) {
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", spec.Command)
+	direct(cmd, spec)
+	return cmd, func() { killGroup(cmd) }
 }
 
 // capped keeps the first max characters written to it and counts the rest.
