@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"debug/elf"
 	"encoding/json"
@@ -119,10 +120,7 @@ func NewShell(cfg ShellConfig) (*Shell, error) {
 		return nil, err
 	}
 	s := &Shell{Dir: f.Base(), Allow: slices.Clone(cfg.Allow), Trust: slices.Clone(cfg.Trust), Skills: cfg.Skills, env: slices.Clone(cfg.Env), files: f, lookup: os.LookupEnv}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	userName := ShellUserFor(cfg.User, cfg.AsRoot)
 	switch {
 	case userName == DefaultShellUser && cfg.User == "":
@@ -262,20 +260,17 @@ func (s *Shell) checkAllowed(cmd string) error {
 	if !s.restricted() {
 		return nil
 	}
-	c := &checker{allow: s.Allow, trust: s.Trust, inside: s.inside, resolve: func(p string) (string, error) { return s.files.resolve("shell", p) }}
-	return c.check(cmd)
+	resolve := func(p string) (string, error) { return s.files.resolve("shell", p) }
+	inside := func(p string) bool {
+		_, err := resolve(p)
+		return err == nil
+	}
+	return (&checker{allow: s.Allow, trust: s.Trust, inside: inside, resolve: resolve}).check(cmd)
 }
 
 // restricted says whether there is an allow-list (of checked or trusted
 // programs).
 func (s *Shell) restricted() bool { return len(s.Allow)+len(s.Trust) > 0 }
-
-// inside says whether p (relative to the base directory, or absolute)
-// resolves inside the base directory.
-func (s *Shell) inside(p string) bool {
-	_, err := s.files.resolve("shell", p)
-	return err == nil
-}
 
 // Run runs the command; user is the batch's user (for user-scoped skills).
 // A timeout is a refusal whose text holds the output so far. Every process
