@@ -28,24 +28,32 @@ type EchoIn struct {
 	Text string `json:"text" jsonschema:"description=The text to send back"`
 }
 
-// Config says which built-in tools to serve.
+// Config says which built-in tools to serve; NewShell reads its WorkDir
+// and Shell* fields.
 type Config struct {
 	// WorkDir is the base directory of the file tools and the shell; ""
 	// serves neither.
 	WorkDir string
-	// ShellAllow limits the programs shell may start; empty allows any.
+	// ShellAllow limits the programs shell may start (checked on the
+	// parsed command; see docs/builtin.md); empty allows any.
 	ShellAllow []string
 	// ShellEnv names the variables of this process's environment that
-	// shell commands get (ShellConfig.Env); none by default.
+	// shell commands get besides PATH, HOME, TMPDIR, LANG and LC_ALL
+	// (none by default); PATH among them passes this process's PATH
+	// instead of DefaultShellPath. NATS_*, TOOLBUS_* and the variables the
+	// shell sets are refused.
 	ShellEnv []string
-	// ShellTrust are programs shell may start with any arguments
-	// (ShellConfig.Trust).
+	// ShellTrust are programs shell may start with any arguments,
+	// unchecked: the operator trusts them with anything (an interpreter, a
+	// build tool, a program with no profile). They count as allowed.
 	ShellTrust []string
-	// ShellUser, when set, is the OS user shell commands run as; empty: a
-	// root process runs them as DefaultShellUser unless ShellAsRoot.
+	// ShellUser, when set, is the OS user shell commands run as (this
+	// process must run as root, and WorkDir must be usable by that user);
+	// empty: a root process runs them as DefaultShellUser unless
+	// ShellAsRoot.
 	ShellUser string
 	// ShellAsRoot keeps a root process's commands as root without
-	// ShellUser (ShellConfig.AsRoot).
+	// ShellUser (--shell-as-root); NewShell logs a warning.
 	ShellAsRoot bool
 	// Skills, when set, lets shell run skills' scripts (ShellIn.Skill).
 	Skills SkillFiles
@@ -104,7 +112,7 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 		return err
 	}
 	// The shell's settings are checked before anything is registered.
-	sh, err := NewShell(ShellConfig{Dir: f.Base(), Allow: cfg.ShellAllow, Trust: cfg.ShellTrust, Env: cfg.ShellEnv, User: cfg.ShellUser, AsRoot: cfg.ShellAsRoot, Skills: cfg.Skills, Logger: cfg.Logger})
+	sh, err := NewShell(cfg)
 	if err != nil {
 		return err
 	}

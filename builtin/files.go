@@ -682,17 +682,11 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 	var files []string
 	if fi.IsDir() {
 		err := f.walk(ctx, root, func(p string, fi fs.FileInfo) bool {
-			r := relTo(root, p)
-			if in.Glob != "" {
-				target := r
-				if !strings.Contains(in.Glob, "/") {
-					target = path.Base(r)
-				}
-				if !g.match(target) {
-					return true
-				}
+			target := relTo(root, p)
+			if !strings.Contains(in.Glob, "/") {
+				target = path.Base(target)
 			}
-			if fi.Size() <= maxSearchFile {
+			if (in.Glob == "" || g.match(target)) && fi.Size() <= maxSearchFile {
 				files = append(files, p)
 			}
 			return true

@@ -50,36 +50,6 @@ type ShellIn struct {
 	Skill     string `json:"skill,omitempty"`
 }
 
-// ShellConfig configures a Shell; see NewShell.
-type ShellConfig struct {
-	// Dir is the base directory (required).
-	Dir string
-	// Allow limits the programs the command may start (checked on the
-	// parsed command; see docs/builtin.md); empty allows any.
-	Allow []string
-	// Env names the variables of the router's environment the command
-	// gets besides PATH, HOME, TMPDIR, LANG and LC_ALL; PATH among them
-	// passes the router's PATH instead of DefaultShellPath. NATS_*,
-	// TOOLBUS_* and the variables the shell sets are refused.
-	Env []string
-	// Trust are programs the command may start with any arguments,
-	// unchecked: the operator trusts them with anything (an interpreter, a
-	// build tool, a program with no profile). They count as allowed.
-	Trust []string
-	// User, when set, is the OS user the commands run as (the router must
-	// run as root, and Dir must be usable by that user). Empty: a router
-	// running as root runs them as DefaultShellUser, unless AsRoot.
-	User string
-	// AsRoot keeps a root router's commands as root when User is empty
-	// (--shell-as-root); NewShell logs a warning.
-	AsRoot bool
-	// Skills, when set, lets the command run skills' scripts.
-	Skills SkillFiles
-	// Logger gets the line saying whether the kernel sandbox is on; nil
-	// discards it.
-	Logger *slog.Logger
-}
-
 // Shell runs commands in a base directory. Create it with NewShell.
 type Shell struct {
 	Dir    string     // the base directory, absolute and symlinks resolved
@@ -108,22 +78,22 @@ type credential struct {
 // entry that is not a plain program name or that runs other programs
 // (env, xargs, eval ...), an environment name that holds credentials, and
 // a user that does not exist (or that this process cannot switch to).
-func NewShell(cfg ShellConfig) (*Shell, error) {
-	f, err := NewFiles(cfg.Dir)
+func NewShell(cfg Config) (*Shell, error) {
+	f, err := NewFiles(cfg.WorkDir)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAllowList(cfg.Allow, cfg.Trust); err != nil {
+	if err := checkAllowList(cfg.ShellAllow, cfg.ShellTrust); err != nil {
 		return nil, err
 	}
-	if err := checkEnvNames(cfg.Env); err != nil {
+	if err := checkEnvNames(cfg.ShellEnv); err != nil {
 		return nil, err
 	}
-	s := &Shell{Dir: f.Base(), Allow: slices.Clone(cfg.Allow), Trust: slices.Clone(cfg.Trust), Skills: cfg.Skills, env: slices.Clone(cfg.Env), files: f, lookup: os.LookupEnv}
+	s := &Shell{Dir: f.Base(), Allow: slices.Clone(cfg.ShellAllow), Trust: slices.Clone(cfg.ShellTrust), Skills: cfg.Skills, env: slices.Clone(cfg.ShellEnv), files: f, lookup: os.LookupEnv}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	userName := ShellUserFor(cfg.User, cfg.AsRoot)
+	userName := ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot)
 	switch {
-	case userName == DefaultShellUser && cfg.User == "":
+	case userName == DefaultShellUser && cfg.ShellUser == "":
 		s.cred = defaultCredential()
 	case userName != "":
 		if s.cred, err = lookupUser(userName); err != nil {
@@ -152,9 +122,9 @@ func NewShell(cfg ShellConfig) (*Shell, error) {
 	case s.landlock:
 		log.Info("shell: kernel sandbox active (Landlock)", "landlock_abi", abi, "dir", s.Dir, "user", userName)
 	case s.launcher:
-		log.Warn("shell: no kernel sandbox: this kernel has no Landlock, so commands reach every file their user can", "dir", s.Dir, "user", cfg.User)
+		log.Warn("shell: no kernel sandbox: this kernel has no Landlock, so commands reach every file their user can", "dir", s.Dir, "user", cfg.ShellUser)
 	default:
-		log.Warn("shell: no kernel sandbox and no subreaper: the binary does not call builtin.RunSandboxChild or the OS is not Linux; a command's setsid children can outlive it", "dir", s.Dir, "user", cfg.User)
+		log.Warn("shell: no kernel sandbox and no subreaper: the binary does not call builtin.RunSandboxChild or the OS is not Linux; a command's setsid children can outlive it", "dir", s.Dir, "user", cfg.ShellUser)
 	}
 	return s, nil
 }
