@@ -5,6 +5,7 @@ package builtin
 import (
 	"io/fs"
 	"os"
+	"path"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -72,22 +73,11 @@ var forceWalk bool
 // O_NOFOLLOW|O_DIRECTORY, then its last component with flag, which holds
 // O_NOFOLLOW. A ".." component is refused (EXDEV).
 func walkOpen(dirfd int, p string, flag int, perm fs.FileMode) (int, error) {
-	if strings.HasPrefix(p, "/") {
-		root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return -1, err
-		}
-		defer unix.Close(root)
-		dirfd, p = root, strings.TrimLeft(p, "/")
-	}
-	dir, leaf := ".", p
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		dir, leaf = p[:i], p[i+1:]
-	}
-	if leaf == ".." {
+	dir, leaf := path.Split(p)
+	switch leaf {
+	case "..":
 		return -1, unix.EXDEV
-	}
-	if leaf == "" {
+	case "":
 		leaf = "."
 	}
 	d, err := dirFd(dirfd, dir, false)
@@ -103,12 +93,16 @@ func walkOpen(dirfd int, p string, flag int, perm fs.FileMode) (int, error) {
 	}
 }
 
-// dirFd opens the directory dir (relative to dirfd) one component at a
-// time, none followed if it is a symlink; with create, a missing
-// component is made (mode 0755, less the umask) first. A ".." component
-// is refused (EXDEV). The caller closes the descriptor.
+// dirFd opens the directory dir (relative to dirfd, or absolute) one
+// component at a time, none followed if it is a symlink; with create, a
+// missing component is made (mode 0755, less the umask) first. A ".."
+// component is refused (EXDEV). The caller closes the descriptor.
 func dirFd(dirfd int, dir string, create bool) (int, error) {
-	cur, err := unix.Openat(dirfd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	start := "."
+	if strings.HasPrefix(dir, "/") {
+		start = "/"
+	}
+	cur, err := unix.Openat(dirfd, start, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}

@@ -1,9 +1,11 @@
 package builtin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -72,17 +74,14 @@ func WriteTodos(state json.RawMessage, in TodoIn) (string, []Todo, error) {
 		if strings.TrimSpace(t.Content) == "" {
 			return "", nil, fmt.Errorf("todo_write refused: item %d has blank content; nothing was changed", n)
 		}
-		switch t.Status {
-		case TodoPending, TodoCompleted:
-		case TodoInProgress:
-			inProgress++
-		default:
+		if !slices.Contains([]string{TodoPending, TodoInProgress, TodoCompleted}, t.Status) {
 			return "", nil, fmt.Errorf("todo_write refused: item %d has the unknown status %q (use pending, in_progress or completed); nothing was changed", n, t.Status)
 		}
-		switch t.Priority {
-		case "", "high", "medium", "low":
-		default:
+		if !slices.Contains([]string{"", "high", "medium", "low"}, t.Priority) {
 			return "", nil, fmt.Errorf("todo_write refused: item %d has the unknown priority %q (use high, medium or low); nothing was changed", n, t.Priority)
+		}
+		if t.Status == TodoInProgress {
+			inProgress++
 		}
 	}
 	if inProgress > 1 {
@@ -134,13 +133,7 @@ func TodoText(list []Todo) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d open todo(s):", open)
 	for _, t := range list {
-		mark := "[ ]"
-		switch t.Status {
-		case TodoCompleted:
-			mark = "[x]"
-		case TodoInProgress:
-			mark = "[~]"
-		}
+		mark := cmp.Or(map[string]string{TodoInProgress: "[~]", TodoCompleted: "[x]"}[t.Status], "[ ]")
 		fmt.Fprintf(&b, "\n- %s %s", mark, t.Content)
 		if t.Priority != "" {
 			fmt.Fprintf(&b, " (priority: %s)", t.Priority)
