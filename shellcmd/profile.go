@@ -15,18 +15,14 @@ type Profile struct {
 	// plainly (no expansion, no glob): its options decide what it runs or
 	// writes. Programs that only read need not.
 	Plain bool
-	check func(args []string) ([]Write, error)
+	// Check returns the files args (the plain arguments after the
+	// program's name) make the program write, or an error saying which
+	// option is refused and why.
+	Check func(args []string) ([]Write, error)
 }
 
-// Check returns the files args (the plain arguments after the program's
-// name) make the program write, or an error saying which option is
-// refused and why.
-func (p Profile) Check(args []string) ([]Write, error) {
-	if p.check == nil {
-		return nil, nil
-	}
-	return p.check(args)
-}
+// none is the Check of a program that writes nothing but its output.
+func none([]string) ([]Write, error) { return nil, nil }
 
 // Lookup returns the profile of the program with base name name.
 func Lookup(name string) (Profile, bool) {
@@ -52,34 +48,34 @@ var allOperands = []string{
 var profiles = func() map[string]Profile {
 	m := map[string]Profile{}
 	for _, r := range readers {
-		m[r] = Profile{}
+		m[r] = Profile{Check: none}
 	}
 	for _, w := range allOperands {
-		m[w] = Profile{Plain: true, check: derived(w, everyArg(w))}
+		m[w] = Profile{Plain: true, Check: derived(w, everyArg(w))}
 	}
 	// split --filter runs $SHELL -c COMMAND; install --strip-program runs
 	// PROG on each file (issue 26, held-out attack).
-	m["split"] = Profile{Plain: true, check: refuseLong("split", "--filter", "", m["split"].check)}
-	m["install"] = Profile{Plain: true, check: refuseLong("install", "--strip-program", "--strip", m["install"].check)}
+	m["split"] = Profile{Plain: true, Check: refuseLong("split", "--filter", "", m["split"].Check)}
+	m["install"] = Profile{Plain: true, Check: refuseLong("install", "--strip-program", "--strip", m["install"].Check)}
 	// cd and pushd move where relative writes land: their directory is
 	// checked like a write, so it must be plain (a for loop's variable
 	// could otherwise hold .git).
 	for _, d := range []string{"cd", "pushd"} {
-		m[d] = Profile{Plain: true, check: everyArg(d)}
+		m[d] = Profile{Plain: true, Check: everyArg(d)}
 	}
-	m["popd"] = Profile{}
-	m["printf"] = Profile{check: checkPrintf}
-	m["date"] = Profile{check: refuseOpt("date", "dfrsI", []string{"--date", "--file", "--reference", "--set", "--iso-8601", "--rfc-3339"}, "-s", "--set", "sets the system clock")}
-	m["file"] = Profile{Plain: true, check: refuseOpt("file", "efFmP", []string{"--exclude", "--exclude-quiet", "--separator", "--magic-file", "--files-from", "--parameter"},
+	m["popd"] = Profile{Check: none}
+	m["printf"] = Profile{Check: checkPrintf}
+	m["date"] = Profile{Check: refuseOpt("date", "dfrsI", []string{"--date", "--file", "--reference", "--set", "--iso-8601", "--rfc-3339"}, "-s", "--set", "sets the system clock")}
+	m["file"] = Profile{Plain: true, Check: refuseOpt("file", "efFmP", []string{"--exclude", "--exclude-quiet", "--separator", "--magic-file", "--files-from", "--parameter"},
 		"-C", "--compile", "writes a compiled magic file")}
-	m["sed"] = Profile{Plain: true, check: checkSed}
-	m["tar"] = Profile{Plain: true, check: checkTar}
-	m["find"] = Profile{Plain: true, check: checkFind}
-	m["sort"] = Profile{Plain: true, check: checkSort}
-	m["uniq"] = Profile{Plain: true, check: secondOperand("uniq", "fsw", nil)}
-	m["xxd"] = Profile{Plain: true, check: secondOperand("xxd", "cglsoCn", nil)}
-	m["dd"] = Profile{Plain: true, check: checkDD}
-	m["git"] = Profile{Plain: true, check: checkGit}
+	m["sed"] = Profile{Plain: true, Check: checkSed}
+	m["tar"] = Profile{Plain: true, Check: checkTar}
+	m["find"] = Profile{Plain: true, Check: checkFind}
+	m["sort"] = Profile{Plain: true, Check: checkSort}
+	m["uniq"] = Profile{Plain: true, Check: secondOperand("uniq", "fsw", nil)}
+	m["xxd"] = Profile{Plain: true, Check: secondOperand("xxd", "cglsoCn", nil)}
+	m["dd"] = Profile{Plain: true, Check: checkDD}
+	m["git"] = Profile{Plain: true, Check: checkGit}
 	return m
 }()
 

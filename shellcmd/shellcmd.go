@@ -241,9 +241,5 @@ func callWrites(n *syntax.CallExpr) ([]Write, bool) {
 	if err != nil {
 		return []Write{{By: base}}, cd
 	}
-	out := make([]Write, 0, len(targets))
-	for _, t := range targets {
-		out = append(out, Write{Path: t.Path, By: t.By})
-	}
-	return out, cd
+	return targets, cd
 }
