@@ -157,15 +157,9 @@ func reapAll(self int) {
 // killDescendants sends SIGKILL to every process whose chain of parents
 // (read from /proc) leads to self.
 func killDescendants(self int) {
-	for _, pid := range descendants(self) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-}
-
-func descendants(self int) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return
 	}
 	children := map[int][]int{}
 	for _, e := range entries {
@@ -177,17 +171,12 @@ func descendants(self int) []int {
 			children[pp] = append(children[pp], pid)
 		}
 	}
-	var out []int
-	queue := []int{self}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
+	for queue := []int{self}; len(queue) > 0; queue = queue[1:] {
+		for _, c := range children[queue[0]] {
+			_ = syscall.Kill(c, syscall.SIGKILL)
 			queue = append(queue, c)
 		}
 	}
-	return out
 }
 
 // parentOf reads the parent pid from /proc/<pid>/stat (the field after
