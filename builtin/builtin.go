@@ -107,16 +107,13 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 	if cfg.WorkDir == "" {
 		return nil
 	}
-	f, err := NewFiles(cfg.WorkDir)
-	if err != nil {
-		return err
-	}
-	// The shell's settings are checked before anything is registered.
+	// The shell's settings are checked before anything is registered; the
+	// file tools share its base directory.
 	sh, err := NewShell(cfg)
 	if err != nil {
 		return err
 	}
-	if err := registerFiles(w, f, cfg.Names); err != nil {
+	if err := registerFiles(w, sh.files, cfg.Names); err != nil {
 		return err
 	}
 	if cfg.Names == NamesAgentScope {
