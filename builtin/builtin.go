@@ -8,9 +8,13 @@ package builtin
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
@@ -60,7 +64,7 @@ type Config struct {
 	// Logger gets the shell's line about the kernel sandbox; nil discards.
 	Logger *slog.Logger
 	// Names is the profile of the file tools' and the shell's names:
-	// NamesToolbus ("" too) or NamesAgentScope (agentscope.go).
+	// NamesToolbus ("" too) or NamesAgentScope (below).
 	Names string
 }
 
@@ -142,4 +146,189 @@ func registerBasic(w *worker.Worker) error {
 			func(_ context.Context, _ *worker.Call, in EchoIn) (string, error) { return in.Text, nil }),
 		registerTodo(w),
 	)
+}
+
+// The profiles of the built-in tools' names (Config.Names).
+const (
+	// NamesToolbus: read_file, write_file, edit_file, list_files,
+	// search_files and shell (the default).
+	NamesToolbus = "toolbus"
+	// NamesAgentScope: the same tools under AgentScope 2.x's names and input
+	// field names — Read, Write, Edit, Glob, Grep, Bash — for agents whose
+	// prompts and models know those (docs/agentscope.md).
+	NamesAgentScope = "agentscope"
+)
+
+// checkNames refuses an unknown profile.
+func checkNames(n string) error {
+	if n == "" || n == NamesToolbus || n == NamesAgentScope {
+		return nil
+	}
+	return fmt.Errorf("builtin: unknown names profile %q (use %s or %s)", n, NamesToolbus, NamesAgentScope)
+}
+
+// AgentScope's inputs hold the fields of its tools that the built-ins
+// implement (Read, Write and Edit share toolbus's input types, the path
+// as FilePath); the schemas refuse the others (additionalProperties
+// false), so a model that asks for an option these tools lack (Read's
+// pages, Grep's -A) learns it at once instead of being silently ignored.
+
+// AsBashIn is Bash's input; description is a label for people, unused.
+type AsBashIn struct {
+	Command     string `json:"command"`
+	Description string `json:"description,omitempty"`
+	Timeout     int    `json:"timeout,omitempty"`
+}
+
+const (
+	asPath       = `"file_path":{"type":"string","description":"The file, absolute inside the base directory or relative to it."}`
+	asReadSchema = `{"type":"object","properties":{` + asPath + `,` + offsetProp + `,` +
+		`"limit":{"type":"integer","minimum":1,"maximum":2000,"description":"How many lines to read (default 2000)."}},"required":["file_path"],"additionalProperties":false}`
+	asWriteSchema = `{"type":"object","properties":{` + asPath + `,` + contentProp + `},"required":["file_path","content"],"additionalProperties":false}`
+	asEditSchema  = `{"type":"object","properties":{` + asPath + `,` + editProps + `},"required":["file_path","old_string","new_string"],"additionalProperties":false}`
+	asGlobSchema  = `{"type":"object","properties":{"pattern":{"type":"string","description":"A glob relative to path, such as *.go or **/*.md; ** crosses directories."},` +
+		`"path":{"type":"string","description":"The directory to search in (default: the base directory)."}},"required":["pattern"],"additionalProperties":false}`
+	asGrepSchema = `{"type":"object","properties":{` + searchProps + `},"required":["pattern"],"additionalProperties":false}`
+	asBashSchema = `{"type":"object","properties":{"command":{"type":"string","description":"The command to run."},` +
+		`"description":{"type":"string","description":"What the command does, in a few words, for the people watching."},` +
+		`"timeout":{"type":"integer","minimum":0,"maximum":600000,"description":"Milliseconds before the command is stopped (default 120000)."}},"required":["command"],"additionalProperties":false}`
+)
+
+// registerAgentScope registers the shell as AgentScope's Bash (timeout in
+// milliseconds, as AgentScope's; no skill input).
+func (s *Shell) registerAgentScope(w *worker.Worker) error {
+	d := s.def()
+	d.Name, d.InputSchema = "Bash", json.RawMessage(asBashSchema)
+	return worker.Register(w, d, func(ctx context.Context, c *worker.Call, in AsBashIn) (string, error) {
+		return s.Run(ctx, c.UserString(), ShellIn{Command: in.Command, TimeoutMS: in.Timeout})
+	})
+}
+
+// TodoItem is one entry of the input of todo_write.
+type TodoItem struct {
+	Content  string `json:"content"`
+	Status   string `json:"status"`
+	Priority string `json:"priority,omitempty"`
+}
+
+// TodoIn is the input of todo_write.
+type TodoIn struct {
+	Todos []TodoItem `json:"todos"`
+}
+
+// Todo is one entry of the session's list, as kept in its state.
+type Todo struct {
+	ID string `json:"id"`
+	TodoItem
+}
+
+// Todo statuses.
+const (
+	TodoPending    = "pending"
+	TodoInProgress = "in_progress"
+	TodoCompleted  = "completed"
+)
+
+const todoSchema = `{"type":"object","properties":{"todos":{"type":"array","description":"The whole todo list, replacing the current one; an empty list clears it.",` +
+	`"items":{"type":"object","properties":{` +
+	`"content":{"type":"string","description":"What to do: a short imperative sentence."},` +
+	`"status":{"type":"string","description":"pending, in_progress or completed; at most one item is in_progress."},` +
+	`"priority":{"type":"string","description":"high, medium or low (optional)."}},` +
+	`"required":["content","status"]}}},"required":["todos"]}`
+
+var todoDef = bus.ToolDef{Name: "todo_write",
+	Description: "Write the session's todo list: pass the whole list every time (it replaces the current one). Use it to plan multi-step work " +
+		"and to show progress: mark one item in_progress while you work on it and completed as soon as it is done.",
+	InputSchema: json.RawMessage(todoSchema), StateInjected: true, ReadOnly: false, ConcurrencySafe: false,
+	Permission: bus.PermissionAllow, TimeoutMS: 10000}
+
+func registerTodo(w *worker.Worker) error {
+	return worker.Register(w, todoDef, func(_ context.Context, c *worker.Call, in TodoIn) (string, error) {
+		text, list, err := WriteTodos(c.State, in)
+		if err != nil {
+			return "", err
+		}
+		if err := c.PatchState(map[string]any{"todos": list}); err != nil {
+			return "", err
+		}
+		return text, nil
+	})
+}
+
+// WriteTodos checks in against every rule before it changes anything and
+// returns the result text and the new list (an item whose content matches
+// one of the current list, in state's "todos", keeps its id).
+func WriteTodos(state json.RawMessage, in TodoIn) (string, []Todo, error) {
+	inProgress := 0
+	for i, t := range in.Todos {
+		n := i + 1
+		if strings.TrimSpace(t.Content) == "" {
+			return "", nil, fmt.Errorf("todo_write refused: item %d has blank content; nothing was changed", n)
+		}
+		if !slices.Contains([]string{TodoPending, TodoInProgress, TodoCompleted}, t.Status) {
+			return "", nil, fmt.Errorf("todo_write refused: item %d has the unknown status %q (use pending, in_progress or completed); nothing was changed", n, t.Status)
+		}
+		if !slices.Contains([]string{"", "high", "medium", "low"}, t.Priority) {
+			return "", nil, fmt.Errorf("todo_write refused: item %d has the unknown priority %q (use high, medium or low); nothing was changed", n, t.Priority)
+		}
+		if t.Status == TodoInProgress {
+			inProgress++
+		}
+	}
+	if inProgress > 1 {
+		return "", nil, fmt.Errorf("todo_write refused: %d items are in_progress; at most one may be; nothing was changed", inProgress)
+	}
+	var cur struct {
+		Todos []Todo `json:"todos"`
+	}
+	if len(state) > 0 {
+		_ = json.Unmarshal(state, &cur) // a corrupt list is replaced
+	}
+	next := 0
+	for _, t := range cur.Todos {
+		if n, err := strconv.Atoi(t.ID); err == nil && n > next {
+			next = n
+		}
+	}
+	taken := map[string]bool{}
+	list := make([]Todo, 0, len(in.Todos))
+	for _, t := range in.Todos {
+		id := ""
+		for _, old := range cur.Todos {
+			if old.Content == t.Content && !taken[old.ID] {
+				id = old.ID
+				break
+			}
+		}
+		if id == "" {
+			next++
+			id = strconv.Itoa(next)
+		}
+		taken[id] = true
+		list = append(list, Todo{ID: id, TodoItem: t})
+	}
+	return TodoText(list), list, nil
+}
+
+// TodoText is the output of todo_write for list.
+func TodoText(list []Todo) string {
+	if len(list) == 0 {
+		return "Todo list cleared (0 items)."
+	}
+	open := 0
+	for _, t := range list {
+		if t.Status != TodoCompleted {
+			open++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d open todo(s):", open)
+	for _, t := range list {
+		mark := cmp.Or(map[string]string{TodoInProgress: "[~]", TodoCompleted: "[x]"}[t.Status], "[ ]")
+		fmt.Fprintf(&b, "\n- %s %s", mark, t.Content)
+		if t.Priority != "" {
+			fmt.Fprintf(&b, " (priority: %s)", t.Priority)
+		}
+	}
+	return b.String()
 }

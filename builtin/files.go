@@ -219,7 +219,7 @@ type ReadIn struct {
 	Path   string `json:"path"`
 	Offset int    `json:"offset,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
-	// FilePath is Path under AgentScope's names (agentscope.go).
+	// FilePath is Path under AgentScope's names (NamesAgentScope).
 	FilePath string `json:"file_path,omitempty"`
 }
 
