@@ -157,15 +157,6 @@ func (t *tree) relOS(p string) string {
 	return r
 }
 
-// rel is p (relative to the base directory, or absolute inside it)
-// relative to the base directory, with /.
-func (f *Files) rel(p string) string {
-	if filepath.IsAbs(p) {
-		p = f.relOS(p)
-	}
-	return filepath.ToSlash(p)
-}
-
 // abs is the absolute form of p, relative to the base directory: the key
 // of its read record.
 func (t *tree) abs(p string) string { return filepath.Join(t.base, p) }
@@ -324,7 +315,7 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 	if fi != nil {
 		verb = "Wrote"
 	}
-	return fmt.Sprintf("%s %s (%d bytes).", verb, f.rel(p), len(in.Content)), readsPatch(f.abs(p), nfi), nil
+	return fmt.Sprintf("%s %s (%d bytes).", verb, filepath.ToSlash(p), len(in.Content)), readsPatch(f.abs(p), nfi), nil
 }
 
 // target resolves the path a write or edit names and describes the file
@@ -410,7 +401,7 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	if err != nil {
 		return "", nil, f.fail("edit_file failed", in.Path, err)
 	}
-	return fmt.Sprintf("Replaced %d occurrence(s) in %s.", n, f.rel(p)), readsPatch(f.abs(p), nfi), nil
+	return fmt.Sprintf("Replaced %d occurrence(s) in %s.", n, filepath.ToSlash(p)), readsPatch(f.abs(p), nfi), nil
 }
 
 // readAll reads the regular file p that stat described as fi: no more
@@ -608,7 +599,7 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 				more = true
 				return false
 			}
-			out = append(out, f.rel(p))
+			out = append(out, filepath.ToSlash(p))
 		}
 		return true
 	})
@@ -743,7 +734,7 @@ files:
 			if utf8.RuneCountInString(s) > 500 {
 				s = string([]rune(s)[:500]) + " [line cut]"
 			}
-			entry := fmt.Sprintf("%s:%d:%s\n", f.rel(name), line, s)
+			entry := fmt.Sprintf("%s:%d:%s\n", filepath.ToSlash(name), line, s)
 			if n == maxMatches || b.Len()+len(entry) > maxOutputChars {
 				cut = true
 				fh.Close()

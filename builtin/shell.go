@@ -298,13 +298,13 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 	stdout, stderr := &capped{max: MaxStreamChars}, &capped{max: MaxStreamChars}
 	state, err := s.exec(rctx, spec, env, stdout, stderr)
 	out := note + fmt.Sprintf("Exit code: %d\nstdout:\n%s\nstderr:\n%s", state.ExitCode(), stdout.text(), stderr.text())
-	var ee *exec.ExitError
+	_, exited := errors.AsType[*exec.ExitError](err)
 	switch {
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
 		return "", fmt.Errorf("shell: the command timed out after %v and was stopped; output so far:\n%s", timeout, out)
 	case ctx.Err() != nil:
 		return "", ctx.Err()
-	case err == nil, errors.As(err, &ee):
+	case err == nil, exited:
 		return out, nil
 	default:
 		return "", fmt.Errorf("shell: the command could not run: %v", err)

@@ -163,8 +163,7 @@ func blocksText(bs []bus.Block) string {
 // taskErr is the tool error of a refused verb: its message as the model
 // reads it.
 func taskErr(err error) error {
-	var be *bus.Error
-	if errors.As(err, &be) {
+	if be, ok := errors.AsType[*bus.Error](err); ok {
 		return errors.New(be.Message)
 	}
 	return err
