@@ -93,15 +93,12 @@ func launch() int {
 		case <-done:
 		}
 	}()
+	// Reap children until the command is among them (Wait4 fills status
+	// on every return: the command's, or zero on an error).
 	var status syscall.WaitStatus
 	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil || pid == p.Pid {
-			status = ws
+		pid, err := syscall.Wait4(-1, &status, 0, nil)
+		if err != nil && !errors.Is(err, syscall.EINTR) || pid == p.Pid {
 			break
 		}
 	}
