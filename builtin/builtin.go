@@ -120,10 +120,7 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 	if err := registerFiles(w, sh.files, cfg.Names); err != nil {
 		return err
 	}
-	if cfg.Names == NamesAgentScope {
-		return sh.registerAgentScope(w)
-	}
-	return sh.register(w)
+	return sh.register(w, cfg.Names)
 }
 
 func registerBasic(w *worker.Worker) error {
@@ -144,7 +141,16 @@ func registerBasic(w *worker.Worker) error {
 		worker.Register(w, bus.ToolDef{Name: "echo", Description: "Send the given text back unchanged.",
 			ReadOnly: true, ConcurrencySafe: true, Idempotent: true, TimeoutMS: 5000},
 			func(_ context.Context, _ *worker.Call, in EchoIn) (string, error) { return in.Text, nil }),
-		registerTodo(w),
+		worker.Register(w, todoDef, func(_ context.Context, c *worker.Call, in TodoIn) (string, error) {
+			text, list, err := WriteTodos(c.State, in)
+			if err == nil {
+				err = c.PatchState(map[string]any{"todos": list})
+			}
+			if err != nil {
+				return "", err
+			}
+			return text, nil
+		}),
 	)
 }
 
@@ -194,9 +200,15 @@ const (
 		`"timeout":{"type":"integer","minimum":0,"maximum":600000,"description":"Milliseconds before the command is stopped (default 120000)."}},"required":["command"],"additionalProperties":false}`
 )
 
-// registerAgentScope registers the shell as AgentScope's Bash (timeout in
-// milliseconds, as AgentScope's; no skill input).
-func (s *Shell) registerAgentScope(w *worker.Worker) error {
+// register registers the shell under the names profile names: as shell,
+// or as AgentScope's Bash (timeout in milliseconds, as AgentScope's; no
+// skill input).
+func (s *Shell) register(w *worker.Worker, names string) error {
+	if names != NamesAgentScope {
+		return worker.Register(w, s.def(), func(ctx context.Context, c *worker.Call, in ShellIn) (string, error) {
+			return s.Run(ctx, c.UserString(), in)
+		})
+	}
 	d := s.def()
 	d.Name, d.InputSchema = "Bash", json.RawMessage(asBashSchema)
 	return worker.Register(w, d, func(ctx context.Context, c *worker.Call, in AsBashIn) (string, error) {
@@ -241,19 +253,6 @@ var todoDef = bus.ToolDef{Name: "todo_write",
 		"and to show progress: mark one item in_progress while you work on it and completed as soon as it is done.",
 	InputSchema: json.RawMessage(todoSchema), StateInjected: true, ReadOnly: false, ConcurrencySafe: false,
 	Permission: bus.PermissionAllow, TimeoutMS: 10000}
-
-func registerTodo(w *worker.Worker) error {
-	return worker.Register(w, todoDef, func(_ context.Context, c *worker.Call, in TodoIn) (string, error) {
-		text, list, err := WriteTodos(c.State, in)
-		if err != nil {
-			return "", err
-		}
-		if err := c.PatchState(map[string]any{"todos": list}); err != nil {
-			return "", err
-		}
-		return text, nil
-	})
-}
 
 // WriteTodos checks in against every rule before it changes anything and
 // returns the result text and the new list (an item whose content matches

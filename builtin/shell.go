@@ -25,7 +25,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/skills"
-	"github.com/toolbus/toolbus/worker"
 )
 
 // Shell limits (docs/protocol.md 11).
@@ -368,12 +367,6 @@ func (c *capped) text() string {
 		s += fmt.Sprintf("\n[output cut after %d characters; %d more not shown]", c.max, c.dropped)
 	}
 	return s
-}
-
-func (s *Shell) register(w *worker.Worker) error {
-	return worker.Register(w, s.def(), func(ctx context.Context, c *worker.Call, in ShellIn) (string, error) {
-		return s.Run(ctx, c.UserString(), in)
-	})
 }
 
 // SkillsMaterializer puts the skills of cat, for the shell of cfg, in a
