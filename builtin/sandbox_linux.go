@@ -295,7 +295,8 @@ const sandboxSupported = true
 // tells the launcher the router is alive, and kill what is left of its
 // process group (should the launcher itself have been killed).
 func launcherCommand(ctx context.Context, spec sandboxSpec) (*exec.Cmd, func()) {
-	cmd := exec.CommandContext(ctx, "/proc/self/exe", spec.encode())
+	arg, _ := json.Marshal(spec)
+	cmd := exec.CommandContext(ctx, "/proc/self/exe", string(arg))
 	cmd.Args[0] = launcherArg0
 	pr, pw, err := os.Pipe()
 	if err == nil {

@@ -641,11 +641,6 @@ type sandboxSpec struct {
 	Groups    []int    `json:"groups,omitempty"`
 }
 
-func (s sandboxSpec) encode() string {
-	b, _ := json.Marshal(s)
-	return string(b)
-}
-
 // hooked is set once RunSandboxChild has run in this process, which is how
 // the shell knows that re-executing the binary reaches the launcher.
 var hooked atomic.Bool
