@@ -145,16 +145,20 @@ func (p *sedParser) toEnd() {
 	}
 }
 
-// delimited skips text up to the unescaped delimiter d and past it.
-func (p *sedParser) delimited(d byte) error {
+// delimited skips n parts of text, each up to the unescaped delimiter d
+// and past it.
+func (p *sedParser) delimited(d byte, n int) error {
 	for !p.eof() {
 		c := p.peek()
 		p.i++
 		switch {
 		case c == '\\':
 			p.i++
-		case c == d:
+		case c != d:
+		case n == 1:
 			return nil
+		default:
+			n--
 		}
 	}
 	return fmt.Errorf("sed script has an unterminated expression")
@@ -177,7 +181,7 @@ func (p *sedParser) address() error {
 			d = p.peek()
 			p.i++
 		}
-		if err := p.delimited(d); err != nil {
+		if err := p.delimited(d, 1); err != nil {
 			return err
 		}
 		p.skip("IM")
@@ -209,10 +213,7 @@ func (p *sedParser) command() error {
 		}
 		d := p.peek()
 		p.i++
-		if err := p.delimited(d); err != nil {
-			return err
-		}
-		return p.delimited(d)
+		return p.delimited(d, 2)
 	default:
 		return fmt.Errorf("sed command %q is not one the check knows", string(c))
 	}
@@ -225,10 +226,7 @@ func (p *sedParser) substitute() error {
 	}
 	d := p.peek()
 	p.i++
-	if err := p.delimited(d); err != nil {
-		return err
-	}
-	if err := p.delimited(d); err != nil {
+	if err := p.delimited(d, 2); err != nil {
 		return err
 	}
 	for !p.eof() {
