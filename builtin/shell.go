@@ -528,9 +528,7 @@ func execList(names []string, path string) (files, dirs []string) {
 			continue
 		}
 		add(p)
-		for _, extra := range interpreters(p) {
-			add(extra)
-		}
+		add(interpreter(p))
 		if filepath.Base(n) == "git" {
 			if d := gitExecPath(p); d != "" {
 				dirs = append(dirs, d)
@@ -565,26 +563,26 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
-// interpreters returns what the kernel opens to execute the ELF program
+// interpreter returns what the kernel opens to execute the ELF program
 // p: its interpreter (the dynamic loader). A script's #! interpreter is
 // not added: a shell there would let every listed program's
 // configuration start any command through it; the operator lists the
 // interpreter (with --shell-trust) if a script must run.
-func interpreters(p string) []string {
+func interpreter(p string) string {
 	f, err := elf.Open(p)
 	if err != nil {
-		return nil
+		return ""
 	}
 	defer f.Close()
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
 			b := make([]byte, prog.Filesz)
 			if _, err := prog.ReadAt(b, 0); err == nil {
-				return []string{strings.TrimRight(string(b), "\x00")}
+				return strings.TrimRight(string(b), "\x00")
 			}
 		}
 	}
-	return nil
+	return ""
 }
 
 // gitExecPath asks git where its helper programs live (remote helpers
