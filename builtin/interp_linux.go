@@ -53,7 +53,7 @@ func interpret(spec sandboxSpec) int {
 		return cannotRun("%v", err)
 	}
 	err = r.Run(context.Background(), file)
-	if code, ok := interp.IsExitStatus(err); ok {
+	if code, ok := errors.AsType[interp.ExitStatus](err); ok {
 		return int(code)
 	}
 	if err != nil {

@@ -132,7 +132,7 @@ func RedirectWrite(r *syntax.Redirect) (Write, bool) {
 		return Write{}, false
 	}
 	switch r.Op {
-	case syntax.RdrOut, syntax.AppOut, syntax.ClbOut, syntax.RdrInOut, syntax.RdrAll, syntax.AppAll:
+	case syntax.RdrOut, syntax.AppOut, syntax.RdrClob, syntax.RdrInOut, syntax.RdrAll, syntax.AppAll:
 	case syntax.DplOut:
 		if w, ok := Static(r.Word); ok && !w.Glob && (w.Value == "-" || isNumber(w.Value)) {
 			return Write{}, false
