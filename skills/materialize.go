@@ -306,9 +306,6 @@ func LoadDir(dir string) (out []*Skill, errs []error, err error) {
 	}
 	for _, e := range entries {
 		sub := filepath.Join(dir, e.Name())
-		if fi, err := os.Stat(sub); err != nil || !fi.IsDir() {
-			continue
-		}
 		if _, err := os.Stat(filepath.Join(sub, File)); err != nil {
 			continue
 		}

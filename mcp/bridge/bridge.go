@@ -126,7 +126,8 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 // knows both the bridge and the link (docs/mcp.md "Structure").
 func (b *Bridge) newLink(s *Server) *link {
 	log := b.cfg.Logger.With("mcp_server", s.Name)
-	l := &link{nc: b.nc, cfg: b.cfg, groups: b.file.Groups, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*inflight{}}
+	l := &link{nc: b.nc, cfg: b.cfg, groups: b.file.Groups, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1),
+		wake: make(chan struct{}), progress: map[string]*inflight{}}
 	l.asks = &asker{s: s, defaultRoots: b.cfg.Roots, bus: b.client, origin: l.origin, questions: make(chan struct{}, maxQuestions), log: log}
 	l.res = &resourceServer{s: s, nc: b.nc, prefix: b.cfg.Prefix, id: b.cfg.ID, conn: l.connection, readers: make(chan struct{}, maxReaders), log: log}
 	l.calls = &caller{s: s, conn: l.connection, track: l.track, lost: func() { signal(l.fail) }, retry: b.cfg.Grace > 0, log: log}
@@ -204,7 +205,7 @@ type link struct {
 }
 
 // inflight is a bus call being run by the server, with its context and
-// the gate its progress goes through (nil: sent as it comes).
+// the gate its progress goes through.
 type inflight struct {
 	call *worker.Call
 	ctx  context.Context
@@ -376,9 +377,7 @@ func (l *link) graceful(ctx context.Context) {
 
 // wakeLocked wakes the calls waiting for the server.
 func (l *link) wakeLocked() {
-	if l.wake != nil {
-		close(l.wake)
-	}
+	close(l.wake)
 	l.wake = make(chan struct{})
 }
 
@@ -388,11 +387,7 @@ func (l *link) wakeLocked() {
 func (l *link) connection(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) {
 	for {
 		l.mu.Lock()
-		cl, tr, w := l.cl, l.tr, l.w
-		if l.wake == nil {
-			l.wake = make(chan struct{})
-		}
-		wake := l.wake
+		cl, tr, w, wake := l.cl, l.tr, l.w, l.wake
 		l.mu.Unlock()
 		if cl == dead {
 			cl, tr = nil, nil
@@ -439,7 +434,7 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 		defs = append(defs, d)
 	}
 	l.mu.Lock()
-	same := l.w != nil && sameDefs(l.defs, defs)
+	same := l.w != nil && slices.EqualFunc(l.defs, defs, func(a, b bus.ToolDef) bool { return a.Equal(&b) })
 	l.mu.Unlock()
 	if same {
 		return nil
@@ -471,12 +466,6 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	return nil
 }
 
-func sameDefs(a, b []bus.ToolDef) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return string(x) == string(y)
-}
-
 // stopWorker drains the server's worker for at most 30 s, even when ctx
 // (the link's run) has ended.
 func (l *link) stopWorker(ctx context.Context) {
@@ -506,10 +495,6 @@ func (l *link) onNotification(n mcp.JSONRPCNotification) {
 		f := l.progress[token]
 		l.mu.Unlock()
 		if f == nil {
-			return
-		}
-		if f.gate == nil {
-			_ = f.call.Progress(textBlock(progressText(p)))
 			return
 		}
 		f.gate.offer(progressText(p))

@@ -26,28 +26,28 @@ import (
 // whose context ends can be cancelled with notifications/cancelled
 // (mcp-go sends it only over stdio).
 func newTransport(s *Server, limit int64, log *slog.Logger) (transport.Interface, error) {
+	var (
+		t   transport.Interface
+		err error
+	)
 	switch s.Transport {
 	case TransportStdio:
 		return newStdio(s, limit, log)
 	case TransportSSE:
-		t, err := transport.NewSSE(s.URL, transport.WithHeaders(s.Headers), transport.WithSSELogger(log),
+		t, err = transport.NewSSE(s.URL, transport.WithHeaders(s.Headers), transport.WithSSELogger(log),
 			transport.WithHTTPClient(limitClient(limit)),
 			// The tool's own timeout bounds a call, not the transport's 60s.
 			transport.WithResponseTimeout(s.timeout+5*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		return &httpTransport{Interface: t, url: s.URL, headers: s.Headers, log: log}, nil
 	default:
 		// Continuous listening opens the GET stream on which the server's
 		// notifications/tools/list_changed arrives between calls.
-		t, err := transport.NewStreamableHTTP(s.URL, transport.WithHTTPHeaders(s.Headers), transport.WithContinuousListening(),
+		t, err = transport.NewStreamableHTTP(s.URL, transport.WithHTTPHeaders(s.Headers), transport.WithContinuousListening(),
 			transport.WithHTTPBasicClient(limitClient(limit)), transport.WithHTTPLogger(log))
-		if err != nil {
-			return nil, err
-		}
-		return &httpTransport{Interface: t, url: s.URL, headers: s.Headers, log: log}, nil
 	}
+	if err != nil {
+		return nil, err
+	}
+	return &httpTransport{Interface: t, url: s.URL, headers: s.Headers, log: log}, nil
 }
 
 // stdioTransport runs a stdio server itself, so that its output is read
@@ -87,12 +87,11 @@ func newStdio(s *Server, limit int64, log *slog.Logger) (*stdioTransport, error)
 
 // Start starts the server, which lives as long as ctx (or until Close).
 func (t *stdioTransport) Start(ctx context.Context) error {
-	var env []string
-	for _, k := range slices.Sorted(maps.Keys(t.s.Env)) {
-		env = append(env, k+"="+t.s.Env[k])
-	}
 	cmd := exec.CommandContext(ctx, t.s.Command, t.s.Args...)
-	cmd.Env = append(serverEnv(os.Environ()), env...)
+	cmd.Env = serverEnv(os.Environ())
+	for _, k := range slices.Sorted(maps.Keys(t.s.Env)) {
+		cmd.Env = append(cmd.Env, k+"="+t.s.Env[k])
+	}
 	cmd.Dir = t.s.Cwd
 	cmd.Stdin, cmd.Stdout = t.inR, t.outW // stderr: the null device
 	err := cmd.Start()
@@ -141,13 +140,7 @@ func (t *stdioTransport) Close() error {
 // without its NATS_* settings (credentials, tokens, keys), which a
 // third-party server must not read. A server's own env may set them.
 func serverEnv(environ []string) []string {
-	out := make([]string, 0, len(environ))
-	for _, kv := range environ {
-		if !strings.HasPrefix(kv, "NATS_") {
-			out = append(out, kv)
-		}
-	}
-	return out
+	return slices.DeleteFunc(environ, func(kv string) bool { return strings.HasPrefix(kv, "NATS_") })
 }
 
 // httpTransport passes everything to an SSE or streamable HTTP transport
