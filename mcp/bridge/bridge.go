@@ -71,11 +71,7 @@ type Config struct {
 // Bridge connects the servers of a File and serves their tools. Start it
 // once; Stop is safe to call twice.
 type Bridge struct {
-	nc     *nats.Conn
-	client *client.Client // asks on the servers' behalf (ask.go)
-	cfg    Config
-	file   *File
-	links  []*link
+	links []*link
 
 	subs     []*nats.Subscription // the resources verb, one per server
 	life     *life.Life           // the links run as its loops
@@ -115,22 +111,24 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	if cfg.MaxMessage <= 0 {
 		cfg.MaxMessage = DefaultMaxMessage
 	}
-	b := &Bridge{nc: nc, cfg: cfg, file: f, life: life.New(life.Config{Logger: cfg.Logger}), client: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})}
+	b := &Bridge{life: life.New(life.Config{Logger: cfg.Logger})}
+	// The bridge's client asks on the servers' behalf (ask.go).
+	bc := client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})
 	for i := range f.Servers {
-		b.links = append(b.links, b.newLink(&f.Servers[i]))
+		b.links = append(b.links, newLink(nc, bc, cfg, f.Groups, &f.Servers[i]))
 	}
 	return b, nil
 }
 
 // newLink makes server s's link and wires its parts: the one place that
 // knows both the bridge and the link (docs/mcp.md "Structure").
-func (b *Bridge) newLink(s *Server) *link {
-	log := b.cfg.Logger.With("mcp_server", s.Name)
-	l := &link{nc: b.nc, cfg: b.cfg, groups: b.file.Groups, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1),
+func newLink(nc *nats.Conn, bc *client.Client, cfg Config, groups []bus.Group, s *Server) *link {
+	log := cfg.Logger.With("mcp_server", s.Name)
+	l := &link{nc: nc, cfg: cfg, groups: groups, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1),
 		wake: make(chan struct{}), progress: map[string]*inflight{}}
-	l.asks = &asker{s: s, defaultRoots: b.cfg.Roots, bus: b.client, origin: l.origin, questions: make(chan struct{}, maxQuestions), log: log}
-	l.res = &resourceServer{s: s, nc: b.nc, prefix: b.cfg.Prefix, id: b.cfg.ID, conn: l.connection, readers: make(chan struct{}, maxReaders), log: log}
-	l.calls = &caller{s: s, conn: l.connection, track: l.track, lost: func() { signal(l.fail) }, retry: b.cfg.Grace > 0, log: log}
+	l.asks = &asker{s: s, defaultRoots: cfg.Roots, bus: bc, origin: l.origin, questions: make(chan struct{}, maxQuestions), log: log}
+	l.res = &resourceServer{s: s, nc: nc, prefix: cfg.Prefix, id: cfg.ID, conn: l.connection, readers: make(chan struct{}, maxReaders), log: log}
+	l.calls = &caller{s: s, conn: l.connection, track: l.track, lost: func() { signal(l.fail) }, retry: cfg.Grace > 0, log: log}
 	return l
 }
 
