@@ -40,19 +40,6 @@ const (
 	maxElicitRounds = 3
 )
 
-// capabilities are the client capabilities the bridge declares.
-func capabilities() mcp.ClientCapabilities {
-	c := mcp.ClientCapabilities{
-		Sampling:    &mcp.SamplingCapability{},
-		Elicitation: &mcp.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}},
-	}
-	// The roots never change while the bridge runs: no listChanged.
-	c.Roots = &struct {
-		ListChanged bool `json:"listChanged,omitempty"`
-	}{}
-	return c
-}
-
 // asker answers a server's requests of the bridge on behalf of the bus
 // call behind them (origin).
 type asker struct {
@@ -64,8 +51,16 @@ type asker struct {
 	log          *slog.Logger
 }
 
+// clientOptions declare the bridge's client capabilities and answer the
+// server's requests with a. Both elicitation modes are declared; the roots
+// never change while the bridge runs: no listChanged. Sampling is declared
+// by mcp-go for its handler.
 func (a *asker) clientOptions() []mcpclient.ClientOption {
-	return []mcpclient.ClientOption{mcpclient.WithClientCapabilities(capabilities()),
+	c := mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}}}
+	c.Roots = &struct {
+		ListChanged bool `json:"listChanged,omitempty"`
+	}{}
+	return []mcpclient.ClientOption{mcpclient.WithClientCapabilities(c),
 		mcpclient.WithRootsHandler(a), mcpclient.WithElicitationHandler(a), mcpclient.WithSamplingHandler(a)}
 }
 
@@ -221,14 +216,9 @@ func elicitAnswer(res bus.Result, schema *schemas.Schema) (out *mcp.ElicitationR
 	action := func(a mcp.ElicitationResponseAction, content any) *mcp.ElicitationResult {
 		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: a, Content: content}}
 	}
-	switch res.State {
-	case bus.StateSuccess:
-	case bus.StateError:
-		if res.Error == nil || res.Error.Code == bus.CodeToolError {
-			return action(mcp.ElicitationResponseActionDecline, nil), ""
-		}
-		return action(mcp.ElicitationResponseActionCancel, nil), "" // timeout, limit_exceeded ...
-	default: // interrupted, denied
+	if res.State == bus.StateError && (res.Error == nil || res.Error.Code == bus.CodeToolError) {
+		return action(mcp.ElicitationResponseActionDecline, nil), ""
+	} else if res.State != bus.StateSuccess { // timeout, limit_exceeded, interrupted, denied ...
 		return action(mcp.ElicitationResponseActionCancel, nil), ""
 	}
 	text := strings.TrimSpace(answerText(res.Output))
