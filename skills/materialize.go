@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -112,16 +113,12 @@ func CheckPrivate(dir string) error {
 // a release to call when the files are no longer needed. The error says
 // when there is no such skill.
 func (m *Materializer) Acquire(ctx context.Context, name, user string) (string, func(), error) {
-	var s *Skill
-	for _, c := range m.cat.Skills(user) {
-		if c.Name == name {
-			s = c
-			break
-		}
-	}
-	if s == nil {
+	visible := m.cat.Skills(user)
+	i := slices.IndexFunc(visible, func(c *Skill) bool { return c.Name == name })
+	if i < 0 {
 		return "", nil, fmt.Errorf("there is no skill called %q", name)
 	}
+	s := visible[i]
 	m.mu.Lock()
 	e, ok := m.dirs[s.Digest]
 	if !ok {
