@@ -111,7 +111,7 @@ func errSource(err error, fallback string) string {
 
 // run applies the object store's updates until the watch ends.
 func (c *Catalogue) run(ctx context.Context, w jetstream.ObjectWatcher) {
-	initial := true
+	ready := sync.OnceFunc(func() { close(c.ready) }) // at the end of the initial values
 	for {
 		select {
 		case <-ctx.Done():
@@ -121,10 +121,7 @@ func (c *Catalogue) run(ctx context.Context, w jetstream.ObjectWatcher) {
 				return
 			}
 			if info == nil {
-				if initial {
-					initial = false
-					close(c.ready)
-				}
+				ready()
 				continue
 			}
 			c.apply(ctx, info)

@@ -15,7 +15,7 @@ import (
 )
 
 // Materializer puts skills' files on disk for tools that run their
-// scripts: each version goes to its own directory under Root, named by its
+// scripts: each version goes to its own directory under its root, named by its
 // digest, so a script that is running keeps its files when a new version
 // arrives. Concurrent first uses of a version share one write; a directory
 // is removed once no call holds it and it is no longer the current version
@@ -56,9 +56,6 @@ func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
 	}
 	return &Materializer{cat: cat, root: root, dirs: map[string]*materialized{}}, nil
 }
-
-// Root returns the directory the skills are put in.
-func (m *Materializer) Root() string { return m.root }
 
 // Close removes the root and everything in it; Acquire fails after it.
 func (m *Materializer) Close() error { return os.RemoveAll(m.root) }
