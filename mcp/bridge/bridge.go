@@ -195,7 +195,6 @@ type link struct {
 	unknown  []string      // enable_tools/disable_tools names the server lacks
 	epoch    int           // counts disconnections
 	cl       *mcpclient.Client
-	tr       transport.Interface
 	w        *worker.Worker
 	defs     []bus.ToolDef
 	gen      int
@@ -276,7 +275,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	defer func() {
 		l.mu.Lock()
 		if l.cl == cl {
-			l.cl, l.tr = nil, nil
+			l.cl = nil
 			l.wakeLocked()
 		}
 		l.mu.Unlock()
@@ -296,7 +295,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("initialize: %w", err)
 	}
 	l.mu.Lock()
-	l.cl, l.tr = cl, tr
+	l.cl = cl
 	l.wakeLocked()
 	l.mu.Unlock()
 	if err := l.publish(ctx, cl); err != nil {
@@ -379,24 +378,24 @@ func (l *link) wakeLocked() {
 	l.wake = make(chan struct{})
 }
 
-// connection returns the server's client and transport, other than dead,
+// connection returns the server's client, other than dead,
 // waiting while the server is being reconnected with its tools still
 // registered; nil when the tools were withdrawn or ctx ended first.
-func (l *link) connection(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) {
+func (l *link) connection(ctx context.Context, dead *mcpclient.Client) *mcpclient.Client {
 	for {
 		l.mu.Lock()
-		cl, tr, w, wake := l.cl, l.tr, l.w, l.wake
+		cl, w, wake := l.cl, l.w, l.wake
 		l.mu.Unlock()
 		if cl == dead {
-			cl, tr = nil, nil
+			cl = nil
 		}
 		if cl != nil || w == nil {
-			return cl, tr
+			return cl
 		}
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			return nil, nil
+			return nil
 		}
 	}
 }
@@ -516,9 +515,9 @@ func progressText(f map[string]any) string {
 // caller runs the bus calls of a server's tools on its connection.
 type caller struct {
 	s     *Server
-	conn  func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) // link.connection
-	track func(token string, f *inflight) (untrack func())                                           // link.track
-	lost  func()                                                                                     // the connection failed: reconnect
+	conn  func(ctx context.Context, dead *mcpclient.Client) *mcpclient.Client // link.connection
+	track func(token string, f *inflight) (untrack func())                    // link.track
+	lost  func()                                                              // the connection failed: reconnect
 	// retry: a read-only or idempotent call cut by a failed connection
 	// runs once more on the new one (Config.Grace > 0).
 	retry bool
@@ -561,7 +560,7 @@ func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 		req.Params.Meta = &mcp.Meta{ProgressToken: token}
 		var dead *mcpclient.Client
 		for attempt := 0; ; attempt++ {
-			cl, tr := cr.conn(ctx, dead)
+			cl := cr.conn(ctx, dead)
 			if cl == nil {
 				return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", cr.s.Name)), nil
 			}
@@ -571,14 +570,14 @@ func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 				err error
 			)
 			if asTask {
-				res, err = cr.callTask(rctx, cl, tr, req, c)
+				res, err = cr.callTask(rctx, cl, req, c)
 			} else {
 				res, err = cl.CallTool(rctx, req)
 			}
 			if err == nil {
 				return Result(res), nil
 			}
-			out, lost := cr.failed(ctx, tr, ids, err)
+			out, lost := cr.failed(ctx, cl.GetTransport(), ids, err)
 			if lost && retry && attempt == 0 && cr.retry {
 				dead = cl
 				continue

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nats.go"
 
@@ -83,9 +82,9 @@ type ResourcesContents struct {
 type resourceServer struct {
 	s          *Server
 	nc         *nats.Conn
-	prefix, id string                                                                                     // Config.Prefix, Config.ID
-	conn       func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) // link.connection
-	readers    chan struct{}                                                                              // a semaphore of maxReaders
+	prefix, id string                                                              // Config.Prefix, Config.ID
+	conn       func(ctx context.Context, dead *mcpclient.Client) *mcpclient.Client // link.connection
+	readers    chan struct{}                                                       // a semaphore of maxReaders
 	log        *slog.Logger
 }
 
@@ -142,7 +141,7 @@ func (rs *resourceServer) resources(ctx context.Context, m *nats.Msg) (string, a
 		ctx, cancel = context.WithDeadline(ctx, exp)
 		defer cancel()
 	}
-	cl, _ := rs.conn(ctx, nil)
+	cl := rs.conn(ctx, nil)
 	if cl == nil {
 		return "", nil, bus.Errorf(bus.CodeUnavailable, "MCP server %q is not connected", rs.s.Name)
 	}
