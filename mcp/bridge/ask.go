@@ -79,11 +79,8 @@ func (a *asker) ListRoots(context.Context, mcp.ListRootsRequest) (*mcp.ListRoots
 }
 
 func rootOf(r string) mcp.Root {
-	if strings.HasPrefix(r, "file://") {
-		u, err := url.Parse(r)
-		if err == nil {
-			return mcp.Root{URI: r, Name: filepath.Base(u.Path)}
-		}
+	if u, err := url.Parse(r); err == nil && strings.HasPrefix(r, "file://") {
+		return mcp.Root{URI: r, Name: filepath.Base(u.Path)}
 	}
 	if abs, err := filepath.Abs(r); err == nil {
 		r = abs
