@@ -52,85 +52,67 @@ func newTransport(s *Server, limit int64, log *slog.Logger) (transport.Interface
 
 // stdioTransport runs a stdio server itself, so that its output is read
 // through a lineLimiter (mcp-go reads a whole line whatever its size), and
-// speaks to it with mcp-go's transport over the pipes.
+// speaks to it with mcp-go's transport over the command's pipes.
 type stdioTransport struct {
 	*transport.Stdio
-	s   *Server
-	log *slog.Logger
-
-	inR, outW *os.File // the child's ends, closed once it started
-	inW, outR *os.File // ours
-	mu        sync.Mutex
-	cmd       *exec.Cmd
-	exited    chan struct{} // closed once the started child was waited for
+	cmd    *exec.Cmd
+	out    io.Closer     // our end of the server's stdout
+	exited chan struct{} // closed once the started child was waited for
 }
 
 func newStdio(s *Server, limit int64, log *slog.Logger) (*stdioTransport, error) {
-	inR, inW, err := os.Pipe()
+	cmd := exec.Command(s.Command, s.Args...)
+	cmd.Env = serverEnv(os.Environ())
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		cmd.Env = append(cmd.Env, k+"="+s.Env[k])
+	}
+	cmd.Dir = s.Cwd // stderr: the null device
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
+	out, err := cmd.StdoutPipe()
 	if err != nil {
-		inR.Close()
-		inW.Close()
+		in.Close()
 		return nil, err
 	}
-	t := &stdioTransport{s: s, log: log, inR: inR, inW: inW, outR: outR, outW: outW, exited: make(chan struct{})}
-	lim := newLineLimiter(outR, limit, func(what string) {
+	t := &stdioTransport{cmd: cmd, out: out, exited: make(chan struct{})}
+	lim := newLineLimiter(out, limit, func(what string) {
 		log.Error("bridge: the MCP server sent a message past the limit; refused", "what", what, "limit", limit)
 	})
-	t.Stdio = transport.NewIO(lim, inW, io.NopCloser(strings.NewReader("")))
+	t.Stdio = transport.NewIO(lim, in, io.NopCloser(strings.NewReader("")))
 	transport.WithCommandLogger(log)(t.Stdio)
 	return t, nil
 }
 
 // Start starts the server, which lives as long as ctx (or until Close).
 func (t *stdioTransport) Start(ctx context.Context) error {
-	cmd := exec.CommandContext(ctx, t.s.Command, t.s.Args...)
-	cmd.Env = serverEnv(os.Environ())
-	for _, k := range slices.Sorted(maps.Keys(t.s.Env)) {
-		cmd.Env = append(cmd.Env, k+"="+t.s.Env[k])
-	}
-	cmd.Dir = t.s.Cwd
-	cmd.Stdin, cmd.Stdout = t.inR, t.outW // stderr: the null device
-	err := cmd.Start()
-	t.inR.Close()
-	t.outW.Close()
-	if err != nil {
-		t.inW.Close()
-		t.outR.Close()
+	if err := t.cmd.Start(); err != nil {
 		close(t.exited)
 		return fmt.Errorf("failed to start command: %w", err)
 	}
-	t.mu.Lock()
-	t.cmd = cmd
-	t.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { _ = t.cmd.Process.Kill() })
 	go func() {
-		_ = cmd.Wait()
-		t.outR.Close()
+		_ = t.cmd.Wait() // closes the pipes
+		stop()
 		close(t.exited)
 	}()
 	return t.Stdio.Start(ctx)
 }
 
 // Close closes the transport (and so the server's stdin), then gives the
-// server two seconds to exit before it is killed.
+// server two seconds to exit before it is killed. Start and Close are
+// called by the link's session, one after the other.
 func (t *stdioTransport) Close() error {
 	err := t.Stdio.Close()
-	t.mu.Lock()
-	cmd := t.cmd
-	t.mu.Unlock()
-	if cmd == nil {
-		t.inR.Close()
-		t.outW.Close()
-		t.outR.Close()
+	if t.cmd.Process == nil { // never started
+		t.out.Close()
 		return err
 	}
 	select {
 	case <-t.exited:
 	case <-time.After(2 * time.Second):
-		_ = cmd.Process.Kill()
+		_ = t.cmd.Process.Kill()
 		<-t.exited
 	}
 	return err
