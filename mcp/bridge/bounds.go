@@ -64,9 +64,8 @@ type progressGate struct {
 
 	mu      sync.Mutex
 	last    time.Time
-	pending string
-	has     bool
-	timer   *time.Timer
+	pending string      // the latest notice, while timer runs
+	timer   *time.Timer // set while a notice is pending
 	closed  bool
 }
 
@@ -89,7 +88,7 @@ func (g *progressGate) offer(text string) {
 		g.send(text)
 		return
 	}
-	g.pending, g.has = text, true
+	g.pending = text
 	if g.timer == nil {
 		g.timer = time.AfterFunc(g.every-time.Since(g.last), g.flush)
 	}
@@ -99,12 +98,12 @@ func (g *progressGate) offer(text string) {
 func (g *progressGate) flush() {
 	g.mu.Lock()
 	g.timer = nil
-	if g.closed || !g.has {
+	if g.closed {
 		g.mu.Unlock()
 		return
 	}
 	text := g.pending
-	g.pending, g.has, g.last = "", false, time.Now()
+	g.pending, g.last = "", time.Now()
 	g.sendMu.Lock()
 	g.mu.Unlock()
 	defer g.sendMu.Unlock()
