@@ -60,15 +60,8 @@ func newExport(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Fi
 	if err != nil {
 		return nil, fmt.Errorf("audit: stream %s: %w", name, err)
 	}
-	session, tool := "*", "*"
-	if f.Session != "" {
-		session = f.Session
-	}
-	if f.Tool != "" {
-		tool = f.Tool
-	}
-	filter := s.Prefix + "." + kind + "." + session + "." + tool
-	last, at, err := leaderLast(ctx, js, name, filter)
+	filter := s.Prefix + "." + kind + "." + cmp.Or(f.Session, "*") + "." + cmp.Or(f.Tool, "*")
+	last, at, err := leaderLast(ctx, stream, filter)
 	if err != nil || last == 0 || at.Before(f.Since) {
 		return nil, err
 	}
@@ -85,36 +78,18 @@ func newExport(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Fi
 
 // leaderLast asks the stream's leader for the sequence and time of its last
 // record on filter (0 when there is none), asking again for a while when
-// no leader answers (the stream electing one).
-func leaderLast(ctx context.Context, js jetstream.JetStream, stream, filter string) (seq uint64, at time.Time, err error) {
-	req, _ := json.Marshal(struct {
-		LastFor string `json:"last_by_subj"`
-	}{filter})
-	subject := store.APIPrefix(js) + "STREAM.MSG.GET." + stream
-	var resp struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Sequence uint64    `json:"seq"`
-			Time     time.Time `json:"time"`
-		} `json:"message"`
-	}
+// no leader answers (the stream electing one). The audit stream allows no
+// direct gets, so the stream's message get is the leader's.
+func leaderLast(ctx context.Context, stream jetstream.Stream, filter string) (uint64, time.Time, error) {
 	for retries := 1; ; retries++ {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		m, err := js.Conn().RequestWithContext(actx, subject, req)
+		m, err := stream.GetLastMsgForSubject(actx, filter)
 		cancel()
-		if err == nil {
-			resp.Error, resp.Message = nil, nil
-			err = json.Unmarshal(m.Data, &resp)
-		}
 		switch {
-		case err == nil && resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return 0, time.Time{}, nil
-		case err == nil && resp.Error != nil:
-			err = resp.Error
-		case err == nil && resp.Message == nil:
-			err = errors.New("empty reply")
 		case err == nil:
-			return resp.Message.Sequence, resp.Message.Time, nil
+			return m.Sequence, m.Time, nil
 		}
 		if !store.IsTransient(err) || retries > exportRetries || ctx.Err() != nil {
 			return 0, time.Time{}, fmt.Errorf("audit: the last record from the leader: %w", err)

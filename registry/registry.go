@@ -64,8 +64,7 @@ type Registry struct {
 	ready   chan struct{}
 
 	workConsumer func(ctx context.Context, tool string) error // makes a durable tool's work consumer
-	mu           sync.Mutex
-	consumers    map[string]bool // durable tools whose consumer exists, guarded by mu
+	consumers    sync.Map                                     // durable tools whose consumer exists
 }
 
 // New returns a Registry over the store's tools and workers buckets. Call
@@ -80,7 +79,7 @@ func New(st *store.Store, cfg Config) *Registry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer, consumers: map[string]bool{}, ready: make(chan struct{})}
+	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer, ready: make(chan struct{})}
 	r.catalog = newCatalog(st.Tools, cfg.Logger, &r.version)
 	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: cfg.Now, health: st.Health, version: &r.version,
 		beats: map[string]map[string]beat{}}
@@ -229,18 +228,13 @@ func beatOf(reg bus.Register, tool string) bus.WorkerBeat {
 // ensureConsumer makes the work consumer of durable tool name once per
 // router process (CreateOrUpdate is idempotent, so routers racing is fine).
 func (r *Registry) ensureConsumer(ctx context.Context, name string) error {
-	r.mu.Lock()
-	done := r.consumers[name]
-	r.mu.Unlock()
-	if done {
+	if _, done := r.consumers.Load(name); done {
 		return nil
 	}
 	if err := r.workConsumer(ctx, name); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	r.consumers[name] = true
-	r.mu.Unlock()
+	r.consumers.Store(name, true)
 	return nil
 }
 
