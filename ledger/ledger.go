@@ -90,8 +90,8 @@ type Ledger struct {
 	health  *store.Health
 	landing func() (context.Context, context.CancelFunc)
 
-	pending results // recorded results that have not landed yet
-	held    claims  // running claims of this router: their leases are renewed
+	pending sync.Map // key → bus.Result: recorded results that have not landed yet
+	held    claims   // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
 	ids     claimIDs
 }
@@ -134,7 +134,7 @@ func New(kv jetstream.KeyValue, cfg Config) *Ledger {
 		cfg.Landing = life.New(life.Config{LandBudget: landBudget}).Landing
 	}
 	return &Ledger{kv: kv, router: cfg.Router, log: cfg.Logger, hits: cfg.Hits, lease: cfg.Lease, health: cfg.Health, landing: cfg.Landing,
-		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]Entry{}}, ids: claimIDs{prefix: nuid.Next()}}
+		held: claims{m: map[string]Entry{}}, ids: claimIDs{prefix: nuid.Next()}}
 }
 
 // Health is the store health the ledger notes its writes in (may be nil).
@@ -267,31 +267,6 @@ func (c *claims) renewed(key string, claim Entry, rev uint64) {
 	c.mu.Unlock()
 }
 
-// results are the recorded results whose records have not landed yet.
-type results struct {
-	mu sync.Mutex
-	m  map[string]bus.Result
-}
-
-func (r *results) put(key string, res bus.Result) {
-	r.mu.Lock()
-	r.m[key] = res
-	r.mu.Unlock()
-}
-
-func (r *results) drop(key string) {
-	r.mu.Lock()
-	delete(r.m, key)
-	r.mu.Unlock()
-}
-
-func (r *results) get(key string) (bus.Result, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	res, ok := r.m[key]
-	return res, ok
-}
-
 // Renew renews the lease of every running claim this router holds: one
 // compare-and-set per claim on the revision it holds. A claim that moved on
 // (a durable call's result recorded by another router, or a re-send that
@@ -405,7 +380,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 			return other
 		}
 	}
-	l.pending.put(key, res)
+	l.pending.Store(key, res)
 	landed, id := make(chan struct{}), claim.Claim
 	l.writes.Go(func() {
 		defer close(landed)
@@ -422,7 +397,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 		if err != nil {
 			l.log.Error("ledger: ledger record failed", "key", key, "err", err)
 		}
-		l.pending.drop(key)
+		l.pending.Delete(key)
 	})
 	if isFull {
 		return res // it lands when space comes back; the agent need not wait for that
@@ -474,9 +449,9 @@ func pollEvery(lease time.Duration) time.Duration {
 // update is covered by reading the entry from the bucket's leader.
 func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry) {
 	key := c.Key
-	if res, ok := l.pending.get(key); ok {
+	if res, ok := l.pending.Load(key); ok {
 		l.hits()
-		return res, nil
+		return res.(bus.Result), nil
 	}
 	start := time.Now()
 	watch, err := l.kv.Watch(ctx, key)
@@ -662,9 +637,9 @@ func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) bus.Re
 // refuses for want of space answers store full.
 func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.Result) bus.Result {
 	key := c.Key
-	if res, ok := l.pending.get(key); ok {
+	if res, ok := l.pending.Load(key); ok {
 		l.hits()
-		return res
+		return res.(bus.Result)
 	}
 	switch how, claim := l.claim(ctx, key, c.Timeout); how {
 	case claimed:
