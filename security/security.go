@@ -292,13 +292,6 @@ func outputsWrite(s bus.Subjects) []string {
 	return []string{"$O." + b + ".C.>", "$O." + b + ".M.>"}
 }
 
-// outputsRead allows reading the stored outputs of session (a token or
-// "*") through the routers' verb on P.outputs.<session>; it grants nothing
-// on the object store itself.
-func outputsRead(s bus.Subjects, session string) []string {
-	return []string{s.Outputs(session)}
-}
-
 func agent(s bus.Subjects, session string, answers []string) User {
 	name, role, tok := RoleAgent, RoleAgent, "*"
 	if session != "" {
@@ -314,7 +307,9 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	for _, t := range answers {
 		pub = append(pub, s.Handoffs.Answer(t))
 	}
-	pub = append(pub, outputsRead(s, tok)...)
+	// The stored outputs of the session through the routers' verb on
+	// P.outputs.<session>: nothing on the object store itself.
+	pub = append(pub, s.Outputs(tok))
 	if len(answers) > 0 {
 		pub = append(pub, outputsWrite(s)...) // a large answer is stored
 	}
