@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -74,8 +73,8 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	sh := shared{kv: st.Parked, cfg: cfg}
 	s := &Store{cfg: cfg,
 		calls: &calls{shared: sh, handoff: handoff{publish: cfg.Publish, subj: subj, source: cfg.Source, log: cfg.Logger},
-			callCache: newCallCache(st.Parked, cfg.Logger), leases: newLeaseSet[callKey]()},
-		conts: &conts{shared: sh, active: map[string]*Batch{}, leases: newLeaseSet[batchKey]()},
+			callCache: newCallCache(st.Parked, cfg.Logger)},
+		conts: &conts{shared: sh, active: map[string]*Batch{}},
 	}
 	s.Read = Reads{calls: s.calls, conts: s.conts}
 	return s
@@ -1185,37 +1184,24 @@ type (
 	batchKey string
 )
 
-// leaseSet is the set of keys whose lease this router renews.
-type leaseSet[K ~string] struct {
-	mu   sync.Mutex
-	keys map[K]struct{}
-}
+// leaseSet is the set of keys whose lease this router renews; the zero
+// value is empty. Safe for concurrent use.
+type leaseSet[K ~string] struct{ m sync.Map } // K → nil
 
-func newLeaseSet[K ~string]() leaseSet[K] { return leaseSet[K]{keys: map[K]struct{}{}} }
-
-func (l *leaseSet[K]) hold(k K) {
-	l.mu.Lock()
-	l.keys[k] = struct{}{}
-	l.mu.Unlock()
-}
-
-func (l *leaseSet[K]) release(k K) {
-	l.mu.Lock()
-	delete(l.keys, k)
-	l.mu.Unlock()
-}
+func (l *leaseSet[K]) hold(k K)    { l.m.Store(k, nil) }
+func (l *leaseSet[K]) release(k K) { l.m.Delete(k) }
 
 func (l *leaseSet[K]) holds(k K) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, ok := l.keys[k]
+	_, ok := l.m.Load(k)
 	return ok
 }
 
 func (l *leaseSet[K]) held() []K {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Collect(maps.Keys(l.keys))
+	var out []K
+	for k := range l.m.Range {
+		out = append(out, k.(K))
+	}
+	return out
 }
 
 // renew runs touch on every key held and lets go of those that moved on
