@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -172,22 +173,14 @@ func outputOf(format, s string) ([]bus.Block, error) {
 		var blocks []bus.Block
 		bd := json.NewDecoder(strings.NewReader(s))
 		bd.DisallowUnknownFields()
-		if _, isArray := v.([]any); isArray && bd.Decode(&blocks) == nil && len(blocks) > 0 && allTyped(blocks) {
+		if _, isArray := v.([]any); isArray && bd.Decode(&blocks) == nil && len(blocks) > 0 &&
+			!slices.ContainsFunc(blocks, func(b bus.Block) bool { return b.Type == "" }) {
 			return blocks, nil
 		}
 		b, _ := json.Marshal(v)
 		return bus.Text(string(b)), nil
 	}
 	return nil, fmt.Errorf("format must be text or json, got %q", format)
-}
-
-func allTyped(blocks []bus.Block) bool {
-	for _, b := range blocks {
-		if b.Type == "" {
-			return false
-		}
-	}
-	return true
 }
 
 func doneText(it Item, a Act) string {

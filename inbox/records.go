@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -101,10 +102,7 @@ func (s *records) item(e jetstream.KeyValueEntry) (Item, bool) {
 // total count, and the channel closed at the next change.
 func (s *records) snapshot() ([]Item, int, <-chan struct{}) {
 	s.mu.Lock()
-	out := make([]Item, 0, len(s.items))
-	for _, it := range s.items {
-		out = append(out, it)
-	}
+	out := slices.Collect(maps.Values(s.items))
 	ch := s.changed
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b Item) int {

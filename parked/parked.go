@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -563,9 +564,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 			if cur.Owner != s.cfg.Owner || !cur.Active() {
 				return fmt.Errorf("parked: batch %s: %w (taken over by %s)", b.Key(), errNotOwner, cur.Owner)
 			}
-			for id, res := range results {
-				cur.Results[id] = res
-			}
+			maps.Copy(cur.Results, results)
 			cur.Waiting, cur.Next = waiting, next
 			phase(cur)
 			return nil

@@ -119,30 +119,18 @@ func (c *call) matches(r bus.Rule) bool {
 	if !c.ok {
 		return false
 	}
-	whole := behavior(r) == Allow
+	if behavior(r) == Allow { // the whole call: every part of the command, the real path
+		targets := c.targets()
+		return len(targets) > 0 && !slices.ContainsFunc(targets, func(t string) bool { return !c.covers(r.Pattern, t) })
+	}
 	switch c.def.RuleMatcher {
 	case bus.MatcherCommand:
-		if whole {
-			if !c.split || len(c.parts) == 0 {
-				return false
-			}
-			for _, p := range c.parts {
-				if !matchCommand(r.Pattern, p, true) {
-					return false
-				}
-			}
-			return true
-		}
 		return slices.ContainsFunc(c.loose, func(s string) bool { return matchCommand(r.Pattern, s, false) })
 	case bus.MatcherPath:
 		forms := c.patternForms(r.Pattern)
-		match := func(p string) bool {
+		return slices.ContainsFunc(c.paths, func(p string) bool {
 			return slices.ContainsFunc(forms, func(f string) bool { return matchPath(f, p) })
-		}
-		if whole {
-			return len(c.paths) > 0 && match(c.real())
-		}
-		return slices.ContainsFunc(c.paths, match)
+		})
 	}
 	return false
 }

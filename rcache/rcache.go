@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -156,13 +157,9 @@ func (c *Cache) Get(ctx context.Context, key string) (bus.Result, bool) {
 // than MaxEntry are not stored. The first result stored for a key stays
 // until it expires. Errors are ignored: the cache is an optimisation.
 func (c *Cache) Put(ctx context.Context, key string, ttl time.Duration, res bus.Result) bool {
-	if res.State != bus.StateSuccess {
+	if res.State != bus.StateSuccess ||
+		slices.ContainsFunc(res.Output, func(b bus.Block) bool { return strings.HasPrefix(b.URL, "nats-object:") }) {
 		return false
-	}
-	for _, b := range res.Output {
-		if b.URL != "" && strings.HasPrefix(b.URL, "nats-object:") {
-			return false
-		}
 	}
 	now := c.now()
 	b, err := json.Marshal(entry{Stored: now.UnixMilli(), Expires: now.Add(ttl).UnixMilli(), Result: res})
