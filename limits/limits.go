@@ -151,9 +151,6 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	return l, nil
 }
 
-// Rules returns the checked rules. The slice must not be modified.
-func (l *Limiter) Rules() []Rule { return l.rules }
-
 // key is the part of a count's name that tells what it counts per: a
 // digest of the call's values of the rule's dimensions, so any user or
 // tool name makes a valid subject token and KV key.

@@ -158,14 +158,20 @@ func gaugeFunc(name, help string, f func() int) prometheus.GaugeFunc {
 // Since returns the seconds elapsed since t, for histograms.
 func Since(t time.Time) float64 { return time.Since(t).Seconds() }
 
-// Serve exposes reg (with Go and process collectors added) on addr at
-// /metrics until ctx ends. It returns the address listened on.
-func Serve(ctx context.Context, addr string, reg *prometheus.Registry) (string, error) {
+// Expose returns the registry a process registers its metrics on and, when
+// addr is not empty, serves it (with Go and process collectors added) on
+// addr at /metrics until ctx ends, printing where to stdout. With an empty
+// addr it returns nil (metrics stay private).
+func Expose(ctx context.Context, addr, who string, stdout io.Writer) (prometheus.Registerer, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	reg := prometheus.NewRegistry()
 	_ = reg.Register(collectors.NewGoCollector())
 	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", err
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -177,21 +183,6 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry) (string, 
 		_ = srv.Shutdown(sctx)
 	}()
 	go func() { _ = srv.Serve(ln) }() // ends with http.ErrServerClosed at Shutdown
-	return ln.Addr().String(), nil
-}
-
-// Expose returns the registry a process registers its metrics on and, when
-// addr is not empty, serves it on addr until ctx ends, printing where to
-// stdout. With an empty addr it returns nil (metrics stay private).
-func Expose(ctx context.Context, addr, who string, stdout io.Writer) (prometheus.Registerer, error) {
-	if addr == "" {
-		return nil, nil
-	}
-	reg := prometheus.NewRegistry()
-	at, err := Serve(ctx, addr, reg)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, at)
+	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, ln.Addr())
 	return reg, nil
 }
