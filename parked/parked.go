@@ -1203,11 +1203,19 @@ func (l *leaseSet[K]) held() []K {
 	return out
 }
 
-// renew runs touch on every key held and lets go of those that moved on
-// (errNotOwner, or gone); it returns the last other error.
-func (l *leaseSet[K]) renew(touch func(key string) error) (failed error) {
+// renewOwned renews, with compare-and-set, the lease of every record of l
+// that this router still owns (touch renews it and reports whether it
+// does); one that moved on (errNotOwner, or gone) is let go. It returns
+// the last other error.
+func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l *leaseSet[K], p store.Policy, touch func(*T) bool) (failed error) {
 	for _, key := range l.held() {
-		switch err := touch(string(key)); {
+		_, _, err := cas(ctx, kv, string(key), p, errNotOwner, func(v *T) error {
+			if !touch(v) {
+				return errNotOwner
+			}
+			return nil
+		})
+		switch {
 		case err == nil:
 		case errors.Is(err, errNotOwner), store.IsNotFound(err):
 			l.release(key)
@@ -1216,20 +1224,6 @@ func (l *leaseSet[K]) renew(touch func(key string) error) (failed error) {
 		}
 	}
 	return failed
-}
-
-// renewOwned renews, with compare-and-set, the lease of every record of l
-// that this router still owns (touch renews it and reports whether it does).
-func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l *leaseSet[K], p store.Policy, touch func(*T) bool) error {
-	return l.renew(func(key string) error {
-		_, _, err := cas(ctx, kv, key, p, errNotOwner, func(v *T) error {
-			if !touch(v) {
-				return errNotOwner
-			}
-			return nil
-		})
-		return err
-	})
 }
 
 var errNotOwner = errors.New("parked: not the owner")
