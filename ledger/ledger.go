@@ -29,6 +29,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/life"
@@ -273,29 +274,15 @@ func (c *claims) renewed(key string, claim Entry, rev uint64) {
 // found the lease stale and took the claim over) is let go. It runs every
 // heartbeat, beside the renewal of parked batches' and answers' leases.
 func (l *Ledger) Renew(ctx context.Context, now time.Time) error {
-	claims := l.held.all()
 	// Concurrently, a few at a time: a router running thousands of long
 	// calls renews them all within the heartbeat, not one round trip after
-	// another.
-	var (
-		mu     sync.Mutex
-		failed error
-		wg     sync.WaitGroup
-		slots  = make(chan struct{}, renewParallel)
-	)
-	for key, c := range claims {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			if err := l.renewOne(ctx, key, c, now); err != nil {
-				mu.Lock()
-				failed = err
-				mu.Unlock()
-			}
-		})
+	// another. A failed renewal stops none of the others.
+	var g errgroup.Group
+	g.SetLimit(renewParallel)
+	for key, c := range l.held.all() {
+		g.Go(func() error { return l.renewOne(ctx, key, c, now) })
 	}
-	wg.Wait()
-	return failed
+	return g.Wait()
 }
 
 // renewParallel bounds the lease renewals in flight at once.
