@@ -176,12 +176,11 @@ func Expose(ctx context.Context, addr, who string, stdout io.Writer) (prometheus
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
+	context.AfterFunc(ctx, func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
-	}()
+	})
 	go func() { _ = srv.Serve(ln) }() // ends with http.ErrServerClosed at Shutdown
 	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, ln.Addr())
 	return reg, nil

@@ -61,7 +61,6 @@ type Registry struct {
 	cfg     Config
 	version atomic.Uint64 // bumped on every change of either part
 	watches []*store.Watch
-	ready   chan struct{}
 
 	workConsumer func(ctx context.Context, tool string) error // makes a durable tool's work consumer
 	consumers    sync.Map                                     // durable tools whose consumer exists
@@ -79,7 +78,7 @@ func New(st *store.Store, cfg Config) *Registry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer, ready: make(chan struct{})}
+	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer}
 	r.catalog = newCatalog(st.Tools, cfg.Logger, &r.version)
 	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: cfg.Now, health: st.Health, version: &r.version,
 		beats: map[string]map[string]beat{}}
@@ -107,12 +106,8 @@ func (r *Registry) Start(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	close(r.ready)
 	return nil
 }
-
-// Ready is closed once the cache holds the initial values.
-func (r *Registry) Ready() <-chan struct{} { return r.ready }
 
 // Stop ends the watches, waiting for them until ctx ends. It is safe to
 // call twice.
