@@ -98,7 +98,7 @@ func (s *records) item(e jetstream.KeyValueEntry) (Item, bool) {
 	return it, true
 }
 
-// snapshot returns the waiting calls oldest first, at most MaxItems, the
+// snapshot returns the waiting calls oldest first, at most maxItems, the
 // total count, and the channel closed at the next change.
 func (s *records) snapshot() ([]Item, int, <-chan struct{}) {
 	s.mu.Lock()
