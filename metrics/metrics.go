@@ -34,7 +34,7 @@ type Router struct {
 	Inflight   prometheus.Gauge
 }
 
-// RouterSources are read at scrape time.
+// RouterSources are read at scrape time; each is required.
 type RouterSources struct {
 	LiveWorkers func() map[string]int // per tool
 	ParkedNow   func() int
@@ -59,16 +59,9 @@ func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
 	cs := []prometheus.Collector{m.Calls, m.Latency, m.Batches, m.Rejected, m.DedupeHits, m.Parked, m.Answers, m.Inflight,
 		gaugeFunc("toolbus_router_capacity", "MaxInflight: messages the router handles at once before back-pressure.",
 			func() int { return src.Capacity }),
-	}
-	if src.ParkedNow != nil {
-		cs = append(cs, gaugeFunc("toolbus_parked_calls", "Calls parked now.", src.ParkedNow))
-	}
-	if src.Sessions != nil {
-		cs = append(cs, gaugeFunc("toolbus_sessions", "Sessions in the router's cache.", src.Sessions))
-	}
-	if src.LiveWorkers != nil {
-		cs = append(cs, &liveWorkers{f: src.LiveWorkers, desc: prometheus.NewDesc("toolbus_live_workers",
-			"Live workers per tool.", []string{"tool"}, nil)})
+		gaugeFunc("toolbus_parked_calls", "Calls parked now.", src.ParkedNow),
+		gaugeFunc("toolbus_sessions", "Sessions in the router's cache.", src.Sessions),
+		&liveWorkers{f: src.LiveWorkers, desc: prometheus.NewDesc("toolbus_live_workers", "Live workers per tool.", []string{"tool"}, nil)},
 	}
 	register(reg, cs...)
 	return m
