@@ -105,9 +105,7 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 		return nil, errors.New("inbox: a token of at least 16 characters is required")
 	}
 	cfg.Source = cmp.Or(cfg.Source, "toolbus/inbox")
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)

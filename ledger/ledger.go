@@ -16,6 +16,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -125,9 +126,7 @@ func New(kv jetstream.KeyValue, cfg Config) *Ledger {
 	if cfg.Lease <= 0 {
 		cfg.Lease = 3 * bus.DefaultHeartbeat
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Hits == nil {
 		cfg.Hits = func() {}
 	}

@@ -9,6 +9,7 @@
 package parked
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -68,9 +69,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	if cfg.TTL <= 0 {
 		cfg.TTL = DefaultTTL
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	sh := shared{kv: st.Parked, cfg: cfg}
 	s := &Store{cfg: cfg,
 		calls: &calls{shared: sh, handoff: handoff{publish: cfg.Publish, subj: subj, source: cfg.Source, log: cfg.Logger},

@@ -8,6 +8,7 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,9 +73,7 @@ func New(st *store.Store, cfg Config) *Registry {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = bus.DefaultHeartbeat
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
