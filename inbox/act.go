@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -134,10 +135,7 @@ func answerOf(it Item, a Act) (bus.Answer, error) {
 		if it.Kind != bus.KindExternal {
 			return bus.Answer{}, fmt.Errorf("call %s waits for a confirmation: allow or deny it", it.ID)
 		}
-		state := a.State
-		if state == "" {
-			state = bus.StateSuccess
-		}
+		state := cmp.Or(a.State, bus.StateSuccess)
 		if state != bus.StateSuccess && state != bus.StateError {
 			return bus.Answer{}, fmt.Errorf("state must be success or error, got %q", a.State)
 		}

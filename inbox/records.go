@@ -82,10 +82,7 @@ func (s *records) item(e jetstream.KeyValueEntry) (Item, bool) {
 	if r.Status != bus.ParkParked || (r.Kind != bus.KindConfirm && r.Kind != bus.KindExternal) {
 		return Item{}, false
 	}
-	digest := r.InputDigest
-	if digest == "" {
-		digest = bus.InputDigest(r.Call.Input)
-	}
+	digest := cmp.Or(r.InputDigest, bus.InputDigest(r.Call.Input))
 	it := Item{Key: e.Key(), Revision: e.Revision(), Session: r.Session, ReplyID: r.ReplyID, ID: r.Call.ID, Tool: r.Call.Name,
 		Kind: r.Kind, User: r.User, Context: r.Context, Input: r.Call.Input, InputDigest: digest,
 		SuggestedRules: r.SuggestedRules, Reason: r.Reason, Created: r.Created, Expires: r.Expires}

@@ -652,9 +652,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 // refused its record for want of space (docs/protocol.md 3.3, `internal`).
 func StoreFull(c bus.Call, h *store.Health) bus.Result {
 	_, why, _ := h.Full()
-	if why == "" {
-		why = "insufficient resources"
-	}
+	why = cmp.Or(why, "insufficient resources")
 	return bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf(
 		"InternalError: %s: JetStream refused to record the call of tool '%s' (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
 }

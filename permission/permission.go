@@ -89,10 +89,7 @@ func Decide(pc Context, def *bus.ToolDef, input json.RawMessage) Decision {
 	if def == nil {
 		return Decision{Behavior: Deny, Reason: "the tool has no definition"}
 	}
-	mode := pc.Mode
-	if mode == "" {
-		mode = Default
-	}
+	mode := cmp.Or(pc.Mode, Default)
 	if !ValidMode(mode) {
 		return Decision{Behavior: Deny, Reason: fmt.Sprintf("unknown permission mode %q", pc.Mode)}
 	}
