@@ -18,6 +18,7 @@
 package limits
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -569,9 +570,7 @@ func (r *Rule) check() error {
 	}
 	if r.Rate != nil {
 		rt := *r.Rate
-		if rt.Burst == 0 {
-			rt.Burst = rt.Calls
-		}
+		rt.Burst = cmp.Or(rt.Burst, rt.Calls)
 		switch {
 		case rt.Calls <= 0 || rt.IntervalMS <= 0 || rt.Burst <= 0:
 			return fmt.Errorf("limits: rule %s: a rate needs calls > 0, interval_ms > 0 and burst >= 0", r.Name)
@@ -584,9 +583,7 @@ func (r *Rule) check() error {
 	}
 	if r.Budget != nil {
 		b := *r.Budget
-		if b.Cost == 0 {
-			b.Cost = 1
-		}
+		b.Cost = cmp.Or(b.Cost, 1)
 		if b.Units <= 0 || b.Cost < 0 {
 			return fmt.Errorf("limits: rule %s: a budget needs units > 0 and cost >= 0", r.Name)
 		}
