@@ -72,7 +72,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	sh := shared{kv: st.Parked, cfg: cfg}
 	s := &Store{cfg: cfg,
-		calls: &calls{shared: sh, handoff: handoff{publish: cfg.Publish, subj: subj, source: cfg.Source, log: cfg.Logger},
+		calls: &calls{shared: sh, subj: subj,
 			callCache: newCallCache(st.Parked, cfg.Logger)},
 		conts: &conts{shared: sh, active: map[string]*Batch{}},
 	}
@@ -230,7 +230,7 @@ func (c *calls) announce(run Run, recs []*Record) {
 		run.Announce(recs)
 	}
 	for _, r := range recs {
-		c.handoff.live(r)
+		c.live(r)
 	}
 }
 
@@ -770,8 +770,8 @@ type shared struct {
 type calls struct {
 	shared
 	*callCache
-	handoff handoff
-	leases  leaseSet[callKey] // answered calls this router makes the result of
+	subj   bus.Subjects
+	leases leaseSet[callKey] // answered calls this router makes the result of
 }
 
 // watch loads the values of keys into apply and keeps it fed.
@@ -798,7 +798,7 @@ func (s *calls) create(ctx context.Context, r *Record) error {
 	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
 	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
 	// from the tool; an open router still takes it on the old subject.
-	r.Subject, r.InputDigest = s.handoff.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
+	r.Subject, r.InputDigest = s.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -906,7 +906,7 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 	}
 	out.Record = r
 	if out.Verdict == Repark {
-		s.handoff.live(r) // the record, now of kind external, is the new request
+		s.live(r) // the record, now of kind external, is the new request
 	}
 	return out, nil
 }
@@ -987,27 +987,20 @@ func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record
 // Nothing is written for the handoff: the record's next revision replaces
 // the parked one in the stream.
 
-// handoff publishes parked calls' requests for live subscribers.
-type handoff struct {
-	publish func(*nats.Msg) error // nil: no live requests
-	subj    bus.Subjects
-	source  string
-	log     *slog.Logger
-}
-
-// live publishes r's request on P.external.<tool> or P.confirm.<tool>,
-// unless the caller executes the tool itself (request-scoped). A lost
-// publish loses nothing: followers read the record.
-func (h handoff) live(r *Record) {
-	if h.publish == nil || r.RequestScoped {
+// live publishes r's request on P.external.<tool> or P.confirm.<tool>
+// (Config.Publish; none when nil), unless the caller executes the tool
+// itself (request-scoped). A lost publish loses nothing: followers read
+// the record.
+func (s *calls) live(r *Record) {
+	if s.cfg.Publish == nil || r.RequestScoped {
 		return
 	}
-	m, err := requestMsg(r, h.source, h.subj)
+	m, err := requestMsg(r, s.cfg.Source, s.subj)
 	if err == nil {
-		err = h.publish(m)
+		err = s.cfg.Publish(m)
 	}
 	if err != nil {
-		h.log.Debug("parked: live handoff request not published", "key", r.Key(), "err", err)
+		s.cfg.Logger.Debug("parked: live handoff request not published", "key", r.Key(), "err", err)
 	}
 }
 
