@@ -232,7 +232,8 @@ var errRefused = errors.New("limits: refused")
 // rate takes one slot of rule r's rate for key, or refuses with the time
 // until the slot frees.
 func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
-	em, tol := r.Rate.emission(), r.Rate.tolerance()
+	// tol is how far ahead of now the theoretical arrival time may be.
+	em, tol := r.Rate.emission(), r.Rate.emission()*time.Duration(r.Rate.Burst-1)
 	var ref *Refusal
 	nonce := nuid.Next()
 	_, err := store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -522,11 +523,6 @@ type Budget struct {
 // emission is the GCRA's interval between two calls at the steady rate.
 func (r *Rate) emission() time.Duration {
 	return time.Duration(r.IntervalMS) * time.Millisecond / time.Duration(r.Calls)
-}
-
-// tolerance is how far ahead of now the theoretical arrival time may be.
-func (r *Rate) tolerance() time.Duration {
-	return r.emission() * time.Duration(r.Burst-1)
 }
 
 // Check validates the configuration and applies defaults. It changes

@@ -694,15 +694,8 @@ func (c *call) inside(workDirs []string) bool {
 		}
 		dirs = append(dirs, a, c.resolved.resolve(a))
 	}
-	return slices.ContainsFunc(dirs, func(d string) bool { return within(c.real(), d) })
-}
-
-func within(p, dir string) bool {
-	if p == dir {
-		return true
-	}
-	if !strings.HasSuffix(dir, string(filepath.Separator)) {
-		dir += string(filepath.Separator)
-	}
-	return strings.HasPrefix(p, dir)
+	real, sep := c.real(), string(filepath.Separator)
+	return slices.ContainsFunc(dirs, func(d string) bool {
+		return real == d || strings.HasPrefix(real, strings.TrimSuffix(d, sep)+sep)
+	})
 }

@@ -126,15 +126,21 @@ func Users(spec Spec) ([]User, error) {
 		return nil, err
 	}
 	shared := agent(s, "", spec.AgentAnswers)
-	if len(spec.Sessions) > 0 {
-		denySessions(s, &shared, spec.Sessions)
-	}
-	users := []User{router(s), worker(s, spec.WorkerTools), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers)}
+	var sessions []User
 	for _, id := range spec.Sessions {
+		// The session has its own agent user: the shared agent may not
+		// publish in it (calls, tools, cancels, replay requests), and a
+		// wildcard subscription of its gets none of its events
+		// (nats-server checks each delivery against the deny list).
+		p := &shared.Permissions
+		p.PublishDeny = append(p.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id), s.Outputs(id), s.Tasks(id))
+		p.SubscribeDeny = append(p.SubscribeDeny, s.Events(id))
 		u := agent(s, id, spec.AgentAnswers)
 		u.User = spec.Bind[id]
-		users = append(users, u)
+		sessions = append(sessions, u)
 	}
+	users := []User{router(s), worker(s, spec.WorkerTools), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers)}
+	users = append(users, sessions...)
 	for _, h := range spec.Handlers {
 		users = append(users, handler(s, h))
 	}
@@ -317,18 +323,6 @@ func agent(s bus.Subjects, session string, answers []string) User {
 		Publish:   pub,
 		Subscribe: []string{s.Events(tok), inbox(name) + ".>"},
 	}}
-}
-
-// denySessions takes the sessions that have their own agent user away
-// from the shared agent: it may not publish in them (calls, tools,
-// cancels, replay requests), and a wildcard subscription of its gets none
-// of their events (nats-server checks each delivery against the deny
-// list).
-func denySessions(s bus.Subjects, u *User, sessions []string) {
-	for _, id := range sessions {
-		u.Permissions.PublishDeny = append(u.Permissions.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id), s.Outputs(id), s.Tasks(id))
-		u.Permissions.SubscribeDeny = append(u.Permissions.SubscribeDeny, s.Events(id))
-	}
 }
 
 func handler(s bus.Subjects, h Handler) User {
