@@ -260,20 +260,18 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
 	}
-	return nil, func(ctx context.Context) { l.giveBack(ctx, key, em) }, nil
-}
-
-// giveBack returns one slot of a rate taken by a call that did not run.
-func (l *Limiter) giveBack(ctx context.Context, key string, em time.Duration) {
-	_, _ = store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		var g gcra
-		if cur == nil || json.Unmarshal(cur.Value(), &g) != nil {
-			return nil, store.ErrNoChange
-		}
-		g.TAT -= int64(em)
-		g.Nonce = nuid.Next()
-		return json.Marshal(g)
-	})
+	// The undo gives the slot back: the call did not run.
+	return nil, func(ctx context.Context) {
+		_, _ = store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+			var g gcra
+			if cur == nil || json.Unmarshal(cur.Value(), &g) != nil {
+				return nil, store.ErrNoChange
+			}
+			g.TAT -= int64(em)
+			g.Nonce = nuid.Next()
+			return json.Marshal(g)
+		})
+	}, nil
 }
 
 // budget adds the call's cost to rule r's counter for key and today; past

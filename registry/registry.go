@@ -175,10 +175,13 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 		if d != nil && d.Def.External {
 			continue
 		}
-		if d != nil && d.Def.Durable {
-			if err := r.ensureConsumer(ctx, name); err != nil {
+		if _, done := r.consumers.Load(name); d != nil && d.Def.Durable && !done {
+			// The work consumer, made once per router process
+			// (CreateOrUpdate is idempotent, so routers racing is fine).
+			if err := r.workConsumer(ctx, name); err != nil {
 				return ack, err
 			}
+			r.consumers.Store(name, true)
 		}
 		if err := r.record(ctx, name, beatOf(reg, name), rd); err != nil {
 			return ack, err
@@ -217,19 +220,6 @@ func beatOf(reg bus.Register, tool string) bus.WorkerBeat {
 		}
 	}
 	return bv
-}
-
-// ensureConsumer makes the work consumer of durable tool name once per
-// router process (CreateOrUpdate is idempotent, so routers racing is fine).
-func (r *Registry) ensureConsumer(ctx context.Context, name string) error {
-	if _, done := r.consumers.Load(name); done {
-		return nil
-	}
-	if err := r.workConsumer(ctx, name); err != nil {
-		return err
-	}
-	r.consumers.Store(name, true)
-	return nil
 }
 
 // Check returns why d cannot be registered, or "" when it can. It compiles
