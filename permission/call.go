@@ -283,14 +283,6 @@ func (c *call) writeMatches(r bus.Rule) bool {
 	return slices.ContainsFunc(c.writes, func(w *call) bool { return w.matches(r) })
 }
 
-// toolWide reports whether an allow rule without a pattern covers the
-// call's tool: such a rule trusts the tool with anything.
-func toolWide(rules []bus.Rule, def *bus.ToolDef) bool {
-	return slices.ContainsFunc(rules, func(r bus.Rule) bool {
-		return behavior(r) == Allow && r.Pattern == "" && toolMatches(r, def)
-	})
-}
-
 // writesGranted reports whether every write of the command is one that
 // write_file would be allowed to make without asking: by an allow rule of
 // WriteTool, or in accept_edits inside the working directories; a

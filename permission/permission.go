@@ -140,8 +140,12 @@ func (c *call) decide(pc Context, mode string) Decision {
 	}
 	if reason, ok := c.allowed(pc.Rules); ok {
 		// A rule for a program never grants a write that write_file
-		// would ask for.
-		if why, ok := c.writesGranted(pc, mode); !ok && !toolWide(pc.Rules, c.def) {
+		// would ask for; a rule without a pattern trusts the tool with
+		// anything.
+		toolWide := slices.ContainsFunc(pc.Rules, func(r bus.Rule) bool {
+			return behavior(r) == Allow && r.Pattern == "" && toolMatches(r, c.def)
+		})
+		if why, ok := c.writesGranted(pc, mode); !ok && !toolWide {
 			return Decision{Behavior: Ask, Reason: reason + " as a command, but " + why, SuggestedRules: c.suggestWrites(pc.Rules)}
 		}
 		return Decision{Behavior: Allow, Reason: reason}
