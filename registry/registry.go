@@ -175,7 +175,7 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 		if d != nil && d.Def.External {
 			continue
 		}
-		if _, done := r.consumers.Load(name); d != nil && d.Def.Durable && !done {
+		if _, made := r.consumers.Load(name); d != nil && d.Def.Durable && !made {
 			// The work consumer, made once per router process
 			// (CreateOrUpdate is idempotent, so routers racing is fine).
 			if err := r.workConsumer(ctx, name); err != nil {
