@@ -72,8 +72,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	sh := shared{kv: st.Parked, cfg: cfg}
 	s := &Store{cfg: cfg,
-		calls: &calls{shared: sh, subj: subj,
-			callCache: newCallCache(st.Parked, cfg.Logger)},
+		calls: newCalls(sh, subj),
 		conts: &conts{shared: sh, active: map[string]*Batch{}},
 	}
 	s.Read = Reads{calls: s.calls, conts: s.conts}
@@ -766,12 +765,22 @@ type shared struct {
 }
 
 // calls holds the parked call records (keys <session>.<replyid>.<callid>):
-// their transitions, live handoff requests and the watch-fed cache.
+// their transitions, live handoff requests, and the watch-fed cache of the
+// records in status parked and in status answered (whose lease another
+// router may take over), with this router's own writes noted.
 type calls struct {
 	shared
-	*callCache
 	subj   bus.Subjects
 	leases leaseSet[callKey] // answered calls this router makes the result of
+
+	mu       sync.RWMutex
+	parked   *store.Cache[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
+	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
+	watch    *store.Watch
+}
+
+func newCalls(sh shared, subj bus.Subjects) *calls {
+	return &calls{shared: sh, subj: subj, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}}
 }
 
 // watch loads the values of keys into apply and keeps it fed.
@@ -1058,25 +1067,8 @@ func Request(value []byte, w Want, subj bus.Subjects, source string) (*nats.Msg,
 	return m, err == nil
 }
 
-// callCache is the watch-fed cache of the call records in status parked
-// and in status answered (whose lease another router may take over), with
-// this router's own writes noted. Safe for concurrent use.
-type callCache struct {
-	src jetstream.KeyValue // P_parked, watched on keys *.*.*
-	log *slog.Logger
-
-	mu       sync.RWMutex
-	parked   *store.Cache[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
-	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
-	watch    *store.Watch
-}
-
-func newCallCache(kv jetstream.KeyValue, log *slog.Logger) *callCache {
-	return &callCache{src: kv, log: log, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}}
-}
-
-func (c *callCache) start(ctx context.Context) (err error) {
-	c.watch, err = watch(ctx, c.src, "*.*.*", c.apply)
+func (c *calls) start(ctx context.Context) (err error) {
+	c.watch, err = watch(ctx, c.kv, "*.*.*", c.apply)
 	return err
 }
 
@@ -1085,7 +1077,7 @@ func (c *callCache) start(ctx context.Context) (err error) {
 // it as parked again.
 const goneMemory = time.Minute
 
-func (c *callCache) apply(e jetstream.KeyValueEntry) {
+func (c *calls) apply(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	key := e.Key()
@@ -1099,7 +1091,7 @@ func (c *callCache) apply(e jetstream.KeyValueEntry) {
 	}
 	var r Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		c.log.Warn("parked: ignoring bad parked record", "key", key)
+		c.cfg.Logger.Warn("parked: ignoring bad parked record", "key", key)
 		return
 	}
 	r.Rev = e.Revision()
@@ -1119,7 +1111,7 @@ func (c *callCache) apply(e jetstream.KeyValueEntry) {
 
 // note caches a copy of r, which this router just wrote at r.Rev (callers
 // change theirs).
-func (c *callCache) note(key string, r *Record) {
+func (c *calls) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r.Status == bus.ParkParked {
@@ -1129,7 +1121,7 @@ func (c *callCache) note(key string, r *Record) {
 	}
 }
 
-func (c *callCache) list(session, replyID string) []*Record {
+func (c *calls) list(session, replyID string) []*Record {
 	out := c.where(func(r *Record) bool {
 		return (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID)
 	})
@@ -1137,11 +1129,11 @@ func (c *callCache) list(session, replyID string) []*Record {
 	return out
 }
 
-func (c *callCache) expired(now time.Time) []*Record {
+func (c *calls) expired(now time.Time) []*Record {
 	return c.where(func(r *Record) bool { return now.After(r.Expires) })
 }
 
-func (c *callCache) where(keep func(*Record) bool) []*Record {
+func (c *calls) where(keep func(*Record) bool) []*Record {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []*Record
@@ -1155,7 +1147,7 @@ func (c *callCache) where(keep func(*Record) bool) []*Record {
 
 // answeredBefore returns the keys of the answered calls whose lease was
 // last renewed before cutoff.
-func (c *callCache) answeredBefore(cutoff time.Time) []string {
+func (c *calls) answeredBefore(cutoff time.Time) []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var stale []string
