@@ -39,31 +39,15 @@ type Filter struct {
 // The stream's info is no bound: in a new stream's first seconds the
 // member first preferred as leader answers it too, from its own state.
 func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter, fn func(json.RawMessage) error) error {
-	e, err := newExport(ctx, js, s, f)
-	if err != nil || e == nil {
-		return err
-	}
-	return e.run(ctx, fn)
-}
-
-// export is one Export's reading.
-type export struct {
-	cons jetstream.Consumer
-	last uint64 // the leader's last selected record when the export started
-	seen uint64 // the sequence of the last record read
-}
-
-// newExport returns the export of f's records; nil when there are none.
-func newExport(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter) (*export, error) {
 	name := s.Stream(Stream)
 	stream, err := js.Stream(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("audit: stream %s: %w", name, err)
+		return fmt.Errorf("audit: stream %s: %w", name, err)
 	}
 	filter := s.Prefix + "." + kind + "." + cmp.Or(f.Session, "*") + "." + cmp.Or(f.Tool, "*")
 	last, at, err := leaderLast(ctx, stream, filter)
 	if err != nil || last == 0 || at.Before(f.Since) {
-		return nil, err
+		return err // an error, or no selected record
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
 	if !f.Since.IsZero() {
@@ -71,9 +55,16 @@ func newExport(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Fi
 	}
 	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("audit: consumer: %w", err)
+		return fmt.Errorf("audit: consumer: %w", err)
 	}
-	return &export{cons: cons, last: last}, nil
+	return (&export{cons: cons, last: last}).run(ctx, fn)
+}
+
+// export is one Export's reading.
+type export struct {
+	cons jetstream.Consumer
+	last uint64 // the leader's last selected record when the export started
+	seen uint64 // the sequence of the last record read
 }
 
 // leaderLast asks the stream's leader for the sequence and time of its last
