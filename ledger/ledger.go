@@ -356,8 +356,12 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	ctx, cancel := context.WithDeadline(ctx, start.Add(recordWait))
 	defer cancel()
 	if store.IsConflict(err) {
-		if other, ok := l.takenOver(ctx, key, claim.Claim); ok {
-			return other
+		// A re-send that took over the claim recorded the call's answer.
+		e, err := l.kv.Get(ctx, key)
+		var le Entry
+		if err == nil && json.Unmarshal(e.Value(), &le) == nil && le.Claim != claim.Claim && le.State == stateDone && le.Result != nil {
+			l.cfg.Logger.Warn("ledger: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
+			return *le.Result
 		}
 	}
 	l.pending.Store(key, res)
@@ -387,18 +391,6 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	case <-ctx.Done():
 	}
 	return res
-}
-
-// takenOver returns the result recorded in key's entry by the router that
-// took over claim, if one did.
-func (l *Ledger) takenOver(ctx context.Context, key, claim string) (bus.Result, bool) {
-	e, err := l.kv.Get(ctx, key)
-	var le Entry
-	if err != nil || json.Unmarshal(e.Value(), &le) != nil || le.Claim == claim || le.State != stateDone || le.Result == nil {
-		return bus.Result{}, false
-	}
-	l.cfg.Logger.Warn("ledger: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
-	return *le.Result, true
 }
 
 // stale reports whether the router of a running entry is gone: its lease
