@@ -504,12 +504,10 @@ func (b *Batch) Active() bool { return b.Phase == PhaseRunning || b.Phase == Pha
 
 // Ready reports whether every awaited call has its result.
 func (b *Batch) Ready() bool {
-	for _, id := range b.Waiting {
-		if _, ok := b.Results[id]; !ok {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(b.Waiting, func(id string) bool {
+		_, ok := b.Results[id]
+		return !ok
+	})
 }
 
 // IsCancelled reports whether the agent cancelled call id while the batch

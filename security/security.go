@@ -200,10 +200,8 @@ func check(spec Spec) error {
 }
 
 func checkTools(what string, tools []string) error {
-	for _, t := range tools {
-		if !bus.ValidName(t) {
-			return fmt.Errorf("security: %s: tool name %q must match ^[A-Za-z0-9_-]{1,64}$", what, t)
-		}
+	if i := slices.IndexFunc(tools, func(t string) bool { return !bus.ValidName(t) }); i >= 0 {
+		return fmt.Errorf("security: %s: tool name %q must match ^[A-Za-z0-9_-]{1,64}$", what, tools[i])
 	}
 	return nil
 }
