@@ -30,8 +30,7 @@ type answers struct {
 	secured bool // the router binds users by credentials (Config.Identities)
 
 	sealAnswer func(key string, out []bus.Block) ([]bus.Block, error)
-	publish    func(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
-	stored     func(ctx context.Context, evs []*sentEvent) error
+	events     eventPort
 	runTool    func(ctx context.Context, j *job) bus.Result
 	resume     func(cont *parked.Batch)
 	confirming *confirmed
@@ -396,9 +395,9 @@ func (r *answers) complete(rec *parked.Record, res bus.Result) {
 			trace = [2]string{cont.TraceParent, cont.TraceState}
 		}
 		r.audit.recordParked(ctx, rec, res) // the audit trail (chain.go)
-		ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
+		ev, err := r.events.publish("", bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 		if err == nil {
-			err = r.stored(ctx, []*sentEvent{ev})
+			err = r.events.stored(ctx, []*sentEvent{ev})
 		}
 		if err != nil {
 			r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)

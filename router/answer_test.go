@@ -111,8 +111,7 @@ func TestSettle(t *testing.T) {
 			a := &answers{wire: &wire{log: slog.New(slog.DiscardHandler), base: t.Context(),
 				landing: func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }},
 				parked: pk, reg: tools, groups: fakeRules{}, confirming: &confirmed{},
-				publish: func(string, string, string, string, [2]string, any) (*sentEvent, error) { return nil, nil },
-				stored:  func(context.Context, []*sentEvent) error { return nil },
+				events:  &fakeEvents{},
 				runTool: func(context.Context, *job) bus.Result { runs++; return ran },
 				resume:  func(*parked.Batch) { resumed = true },
 			}

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/parked"
@@ -76,11 +74,9 @@ type runnerPort interface {
 // eventPort publishes a session's events through the events stream and
 // sends replies.
 type eventPort interface {
-	// publish sends an event to the events stream and returns at once;
-	// stored waits for the stream to hold it.
-	publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
-	// publishID is publish with the event's id given ("": a new one).
-	publishID(id, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
+	// publish sends an event to the events stream, with its id given ("":
+	// a new one), and returns at once; stored waits for the stream to hold it.
+	publish(id, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
 	stored(ctx context.Context, evs []*sentEvent) error
 	// announce sends an event without asking for an acknowledgement
 	// (docs/protocol.md 3.4: a read-only batch's batch.done).
@@ -116,7 +112,7 @@ type pipeline struct {
 }
 
 // newPipeline wires the batch pipeline from a started Router.
-func (r *Router) newPipeline(ev routerEvents) *pipeline {
+func (r *Router) newPipeline() *pipeline {
 	var outputs outputPort
 	if r.outputs != nil {
 		outputs = r.outputs
@@ -128,7 +124,7 @@ func (r *Router) newPipeline(ev routerEvents) *pipeline {
 		resolve:  resolveStep{tools: routerResolver{r}, health: r.store.Health, log: r.log},
 		exec:     chain(execStep{runner: routerRunner{r}, sessions: sessions}, r.guards.middlewares()...),
 		park:     parkStep{landing: r.life.Landing, conts: parkedPort(r.parked), subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
-		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: ev, sessions: sessions, m: r.m, log: r.log},
+		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: r.events, sessions: sessions, m: r.m, log: r.log},
 		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
 		quota:    r.guards.quota,
 		audit:    r.guards.audit,
@@ -193,70 +189,4 @@ func (x routerRunner) readOutput(ctx context.Context, session string, c bus.Call
 	ctx, cancel := context.WithTimeout(ctx, outputsBudget)
 	defer cancel()
 	return readOutput(ctx, x.r.stored.srv, session, c, input)
-}
-
-// routerEvents is the eventPort over the events sink and the connection.
-type routerEvents struct {
-	nc     *nats.Conn
-	subj   bus.Subjects
-	source string
-	sink   *eventSink
-}
-
-func (x routerEvents) publish(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
-	return x.publishID("", typ, session, replyID, callID, trace, data)
-}
-
-func (x routerEvents) publishID(id, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
-	var e bus.Event
-	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
-		return nil, err
-	}
-	if id != "" {
-		e.ID = id
-	}
-	m, err := e.StoredMsg(x.subj.Events(session)) // its Nats-Msg-Id the event's id
-	if err != nil {
-		return nil, err
-	}
-	return x.sink.publish(m, e.ID), nil
-}
-
-func (x routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
-	var e bus.Event
-	rawEventTo(&e, x.source, typ, session, replyID, callID, trace, data)
-	return bus.Send(x.nc, x.subj.Events(session), &e, e.ID) // stored once, as a retried publish would be
-}
-
-func (x routerEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
-	m, _, err := x.msg(typ, session, replyID, callID, trace, data)
-	if err != nil {
-		return err
-	}
-	if m.Header == nil {
-		m.Header = nats.Header{}
-	}
-	m.Header.Set(bus.HeaderLiveOnly, bus.LiveOnly) // the events stream refuses it
-	return x.nc.PublishMsg(m)
-}
-
-// msg is the message of an event on the session's events subject, and the
-// event's id.
-func (x routerEvents) msg(typ, session, replyID, callID string, trace [2]string, data any) (*nats.Msg, string, error) {
-	var e bus.Event
-	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
-		return nil, "", err
-	}
-	m, err := e.Msg(x.subj.Events(session))
-	return m, e.ID, err
-}
-
-func (x routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
-	return x.sink.stored(ctx, evs)
-}
-
-func (x routerEvents) reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error {
-	var e bus.Event // sent and let go: on the stack
-	rawEventTo(&e, x.source, typ, session, replyID, "", trace, data)
-	return bus.Send(x.nc, subject, &e, "")
 }

@@ -157,8 +157,8 @@ type Router struct {
 	sessions *session.Revisions
 	parked   *parked.Store
 	led      *ledger.Ledger // the dedupe ledger (docs/protocol.md 3.1)
-	events   *eventSink
-	pipe     *pipeline // the batch pipeline over its ports (ports.go)
+	events   *routerEvents  // the events stream and replies (events.go)
+	pipe     *pipeline      // the batch pipeline over its ports (ports.go)
 	skills   *routerSkills
 	guards   guardrails // the middlewares the config turns on (chain.go)
 
@@ -358,7 +358,7 @@ func (r *Router) build(ctx context.Context) error {
 	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}); err != nil {
 		return err
 	}
-	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
+	if r.events, err = newRouterEvents(r.wire, r.store.Health); err != nil {
 		return err
 	}
 	return nil
@@ -368,11 +368,10 @@ func (r *Router) build(ctx context.Context) error {
 func (r *Router) bind() {
 	r.tools.exec = chain(requestReply{replies: replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true}), execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
 		once(r.led))
-	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
-	r.pipe = r.newPipeline(ev)
+	r.pipe = r.newPipeline()
 	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
 	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
-		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: ev.publish, stored: r.events.stored,
+		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, events: r.events,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
 	r.conts = &continuations{wire: r.wire, life: r.life, parked: r.parked, led: r.led,
 		answers: r.answers, fromContinuation: r.pipe.fromContinuation, track: r.batches.track, untrack: r.batches.untrack}
