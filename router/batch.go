@@ -30,7 +30,7 @@ type batch struct {
 	calls    []*callState
 	one      [1]*callState // calls of a batch of one
 	oneState [1]callState
-	key      string // session/reply id, once tracked (cancel.go)
+	key      string // session/reply id, once tracked (runningBatches)
 	// ctx is the router's (pipeline.base): each call has its own context
 	// (callContext), and a context of the batch's own would cost
 	// allocations and end nothing more.
@@ -395,7 +395,7 @@ type parkedStore struct {
 func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read} }
 
 // runnerPort runs what a call resolved to: a tool through its executor
-// (exec.go, durable.go, the ledger), or the skill loader.
+// (exec.go, the ledger), or the skill loader.
 type runnerPort interface {
 	runTool(ctx context.Context, j *job) bus.Result
 	search(ctx context.Context, b *batch, c *callState) bus.Result

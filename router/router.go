@@ -55,7 +55,7 @@ type Config struct {
 	// means 4096. Beyond it a batch or tools query with a reply subject
 	// waits for a slot (at most MaxQueued of them, each at most QueueWait)
 	// and is otherwise answered busy at once; other messages wait in the
-	// subscription (admit.go).
+	// subscription (admission, below).
 	MaxInflight int
 	// MaxQueued bounds the batches and queries waiting for a slot; zero
 	// means MaxInflight.
@@ -158,7 +158,7 @@ type Router struct {
 	parked   *parked.Store
 	led      *ledger.Ledger // the dedupe ledger (docs/protocol.md 3.1)
 	events   *routerEvents  // the events stream and replies (events.go)
-	pipe     *pipeline      // the batch pipeline over its ports (ports.go)
+	pipe     *pipeline      // the batch pipeline over its ports (batch.go)
 	skills   *routerSkills
 	guards   guardrails // the middlewares the config turns on (chain.go)
 
@@ -168,7 +168,7 @@ type Router struct {
 	handlers []route
 
 	subs       subscriptions
-	batches    runningBatches     // cancel.go
+	batches    runningBatches     // batch.go
 	execs      execWatches        // exec requests in flight (exec.go)
 	outputs    *offload.Offloader // stores outputs that would take a batch's messages past the payload limit
 	stored     *outputs           // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
@@ -423,7 +423,7 @@ func (r *Router) loops() {
 	})
 }
 
-// dispatch runs h in its own goroutine, bounded by MaxInflight (admit.go).
+// dispatch runs h in its own goroutine, bounded by MaxInflight (admission).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	if !r.replyAllowed(m.Subject, m.Reply) {
 		// The router answers with its own permissions: a reply subject
