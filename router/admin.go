@@ -26,12 +26,8 @@ import (
 // (docs/protocol.md 7.1): the groups they bring, then their tools.
 type registrar struct {
 	*wire
-	groups interface {
-		Put(ctx context.Context, g bus.Group) error
-	}
-	reg interface {
-		Register(ctx context.Context, reg bus.Register) (bus.RegisterAck, error)
-	}
+	groups *groups.Store
+	reg    *registry.Registry
 }
 
 func (x *registrar) onRegister(m *nats.Msg) {

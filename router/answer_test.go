@@ -99,7 +99,7 @@ func TestSettle(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &parked.Record{Session: "s", ReplyID: "r", Call: call, Kind: tc.kind, Status: bus.ParkAnswered, Answer: &tc.answer}
-			if v, _ := decideAnswer(rec, &tc.answer, tc.tool); v != tc.verdict {
+			if v, _, _ := decideAnswer(rec, &tc.answer, tc.tool); v != tc.verdict {
 				t.Errorf("decideAnswer = %v, want %v", v, tc.verdict)
 			}
 			pk := &fakeParked{cont: cont, getErr: tc.getErr, resume: tc.resume}

@@ -384,8 +384,6 @@ type continuationPort interface {
 	Parked(session, replyID string) []*parked.Record
 }
 
-var _ continuationPort = parkedStore{}
-
 // parkedStore is the parked machine's verbs and reads in one value.
 type parkedStore struct {
 	*parked.Store

@@ -620,20 +620,14 @@ func waitClosed(ctx context.Context, s *nats.Subscription) {
 // leader election or a node's restart, for at most this long.
 const landBudget = 2 * time.Minute
 
-// landing returns the context of a write that ends a call, not tracked by
-// the drain: parent's values, not its cancellation, bounded by landBudget.
-func landing(parent context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(parent), landBudget)
-}
-
 // landingFunc gives the context of a write that must land: the router's
-// life.Landing, which a drain waits for; nil gives an untracked one made
-// from parent (steps under test).
+// life.Landing, which a drain waits for; nil gives an untracked one (steps
+// under test): parent's values, not its cancellation, bounded by landBudget.
 type landingFunc func() (context.Context, context.CancelFunc)
 
 func (f landingFunc) start(parent context.Context) (context.Context, context.CancelFunc) {
 	if f == nil {
-		return landing(parent)
+		return context.WithTimeout(context.WithoutCancel(parent), landBudget)
 	}
 	return f()
 }
