@@ -380,9 +380,7 @@ func (r *Router) bind() {
 	admin := &adminVerbs{wire: r.wire, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, ids: r.cfg.Identities,
-		refused: func(m *nats.Msg, e *bus.Event, err error) {
-			r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "tools", e, err)
-		}, readOut: r.cfg.Guard.ReadOutput}
+		audit: r.guards.audit, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, seal: r.stored.sealOutput}
 	replay := &replays{wire: r.wire, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
