@@ -275,9 +275,14 @@ func (r *Router) Start(ctx context.Context) (err error) {
 		return err
 	}
 	for _, s := range r.handlers {
-		if err := r.subs.add(r.nc, s, r.dispatch); err != nil {
-			return err
+		sub, err := r.nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { r.dispatch(s.h, m, s.shed) })
+		if err != nil {
+			return fmt.Errorf("router: subscribe %s: %w", s.subject, err)
 		}
+		_ = sub.SetPendingLimits(pendingMsgs, pendingLimit)
+		r.subs.mu.Lock()
+		r.subs.list = append(r.subs.list, sub)
+		r.subs.mu.Unlock()
 	}
 	// Routers show up in NATS micro discovery (`nats micro ls`, `toolbus status`).
 	svc, err := micro.AddService(r.nc, micro.Config{Name: "toolbus-router", Version: "1.0.0",
@@ -285,7 +290,9 @@ func (r *Router) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("router: micro service: %w", err)
 	}
-	r.subs.setService(svc)
+	r.subs.mu.Lock()
+	r.subs.svc = svc
+	r.subs.mu.Unlock()
 	if err := bus.Flush(ctx, r.nc); err != nil {
 		return fmt.Errorf("router: flush: %w", err)
 	}
@@ -546,25 +553,6 @@ type subscriptions struct {
 	mu   sync.Mutex
 	list []*nats.Subscription
 	svc  micro.Service
-}
-
-// add subscribes one route, its messages dispatched by dispatch.
-func (x *subscriptions) add(nc *nats.Conn, s route, dispatch func(h func(*nats.Msg), m *nats.Msg, shed bool)) error {
-	sub, err := nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { dispatch(s.h, m, s.shed) })
-	if err != nil {
-		return fmt.Errorf("router: subscribe %s: %w", s.subject, err)
-	}
-	_ = sub.SetPendingLimits(pendingMsgs, pendingLimit)
-	x.mu.Lock()
-	x.list = append(x.list, sub)
-	x.mu.Unlock()
-	return nil
-}
-
-func (x *subscriptions) setService(svc micro.Service) {
-	x.mu.Lock()
-	x.svc = svc
-	x.mu.Unlock()
 }
 
 func (x *subscriptions) all() []*nats.Subscription {
