@@ -365,10 +365,8 @@ func (r *Router) build(ctx context.Context) error {
 	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}); err != nil {
 		return err
 	}
-	if r.events, err = newRouterEvents(r.wire, r.store.Health); err != nil {
-		return err
-	}
-	return nil
+	r.events, err = newRouterEvents(r.wire, r.store.Health)
+	return err
 }
 
 // bind builds the handler types over the subsystems, and the routes.
