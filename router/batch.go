@@ -506,10 +506,7 @@ func (x routerRunner) search(ctx context.Context, b *batch, c *callState) bus.Re
 		}
 	}
 	text, err := r.groups.View(r.reg, sess, b.req).Search(ctx, b.session, c.input, docs)
-	if err != nil {
-		return builtinFailed(c.call, err)
-	}
-	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
+	return builtinResult(c.call, text, err)
 }
 
 func (x routerRunner) loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result {

@@ -117,7 +117,8 @@ func (s execStep) Exec(ctx context.Context, j *job) bus.Result {
 	b, c := j.b, j.c
 	switch t := c.target; {
 	case t.Reset:
-		return s.reset(ctx, b.session, c)
+		text, err := s.sessions.Reset(ctx, b.session, c.input)
+		return builtinResult(c.call, text, err)
 	case t.Skill:
 		return s.runner.loadSkill(ctx, b.session, b.data.User, c.call, c.input)
 	case t.Search:
@@ -138,18 +139,12 @@ func jobOf(b *batch, c *callState) *job {
 	return &c.job
 }
 
-// reset runs the built-in reset_tools.
-func (s execStep) reset(ctx context.Context, session string, c *callState) bus.Result {
-	text, err := s.sessions.Reset(ctx, session, c.input)
-	if err != nil {
-		return builtinFailed(c.call, err)
+// builtinResult is the result of a built-in tool that answered text, or
+// failed with err: its own invalid_input, else internal.
+func builtinResult(c bus.Call, text string, err error) bus.Result {
+	if err == nil {
+		return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text(text)}
 	}
-	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
-}
-
-// builtinFailed is the result of a built-in tool that failed with err:
-// its own invalid_input, else internal.
-func builtinFailed(c bus.Call, err error) bus.Result {
 	var be *bus.Error
 	if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
 		return bus.ErrorResult(c, bus.CodeInvalidInput, be.Message)
