@@ -65,6 +65,7 @@ type Registry struct {
 
 	workConsumer func(ctx context.Context, tool string) error // makes a durable tool's work consumer
 	consumers    sync.Map                                     // durable tools whose consumer exists
+	probes       probes                                       // Refresh's probes, one per tool at a time
 }
 
 // New returns a Registry over the store's tools and workers buckets. Call
@@ -134,7 +135,7 @@ func (r *Registry) Refresh(ctx context.Context, name string) error {
 	if !ok || r.Live(t) {
 		return nil
 	}
-	return r.probe(ctx, name)
+	return r.probes.do(ctx, name, func(ctx context.Context) error { return r.liveness.probe(ctx, name) })
 }
 
 // Register applies one registration or heartbeat: each definition is checked
