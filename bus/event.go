@@ -236,11 +236,10 @@ func (e *Event) encodedSize() int {
 // appendJSON appends the event in structured JSON mode to b: specversion,
 // id, source and type always, every other attribute when set, data last.
 func (e *Event) appendJSON(b []byte) []byte {
-	b = append(b, `{"specversion":`...)
-	b = appendString(b, e.SpecVersion)
-	b = appendString(append(b, `,"id":`...), e.ID)
-	b = appendString(append(b, `,"source":`...), e.Source)
-	b = appendString(append(b, `,"type":`...), e.Type)
+	b = appendField(b, `{"specversion":`, e.SpecVersion)
+	b = appendField(b, `,"id":`, e.ID)
+	b = appendField(b, `,"source":`, e.Source)
+	b = appendField(b, `,"type":`, e.Type)
 	b = appendAttr(b, `,"subject":`, e.Subject)
 	b = appendAttr(b, `,"datacontenttype":`, e.DataContentType)
 	b = appendAttr(b, `,"time":`, e.Time)
@@ -263,8 +262,12 @@ func appendAttr(b []byte, key, v string) []byte {
 	if v == "" {
 		return b
 	}
-	return appendString(append(b, key...), v)
+	return appendField(b, key, v)
 }
+
+// appendField appends key (the member's punctuation and name) and the JSON
+// string v.
+func appendField(b []byte, key, v string) []byte { return appendString(append(b, key...), v) }
 
 const hexDigits = "0123456789abcdef"
 
@@ -472,14 +475,11 @@ var plainHeader = nats.Header{HeaderContentType: {ContentTypeEvent}}
 // Decode reads the event of a NATS message in structured or binary mode and
 // validates it. Errors are bad_event *Errors with a readable message.
 func Decode(m *nats.Msg) (*Event, error) {
-	if IsBinary(m.Header) {
-		e := new(Event)
-		if err := decodeBinary(m.Header, m.Data, e); err != nil {
-			return nil, err
-		}
-		return e, nil
+	e := new(Event)
+	if err := DecodeTo(m, e); err != nil {
+		return nil, err
 	}
-	return DecodeStructured(m.Data)
+	return e, nil
 }
 
 // DecodeTo is Decode into e, which it overwrites: a caller that reads a
@@ -488,7 +488,7 @@ func Decode(m *nats.Msg) (*Event, error) {
 func DecodeTo(m *nats.Msg, e *Event) error {
 	*e = Event{}
 	if IsBinary(m.Header) {
-		return decodeBinary(m.Header, m.Data, e)
+		return decodeBinary(m.Header, m.Data, e, true)
 	}
 	if err := decodeStructured(m.Data, e); err != nil {
 		*e = Event{}
@@ -508,7 +508,7 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 func DecodeHead(m *nats.Msg, e *Event) error {
 	*e = Event{}
 	if IsBinary(m.Header) {
-		return decodeBinaryData(m.Header, m.Data, e, false)
+		return decodeBinary(m.Header, m.Data, e, false)
 	}
 	b := bytes.TrimSpace(m.Data)
 	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false) {
@@ -710,14 +710,9 @@ func knownValue(v []byte, consts []string) (string, bool) {
 func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" }
 
 // decodeBinary reads an event whose attributes are ce- headers (names
-// case-insensitive, values percent-encoded) and whose body is the data.
-func decodeBinary(h nats.Header, body []byte, e *Event) error {
-	return decodeBinaryData(h, body, e, true)
-}
-
-// decodeBinaryData is decodeBinary; with check false the body is not
-// checked to be JSON (DecodeHead).
-func decodeBinaryData(h nats.Header, body []byte, e *Event, check bool) error {
+// case-insensitive, values percent-encoded) and whose body is the data;
+// with check false the body is not checked to be JSON (DecodeHead).
+func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	e.Data = body
 	attrs := e.attrs()
 	// Header names are read case-insensitively, so two of them may name

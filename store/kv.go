@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/replies"
 )
 
@@ -425,12 +426,8 @@ func retry(ctx context.Context, p Policy, attempt func(context.Context) (uint64,
 			// A lost race: try again at once, mostly, with a little jitter.
 			wait = 0
 		}
-		t := time.NewTimer(wait + rand.N(wait/2+time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if bus.Sleep(ctx, wait+rand.N(wait/2+time.Millisecond)) != nil {
 			return 0, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
-		case <-t.C:
 		}
 		wait = min(max(2*wait, 10*time.Millisecond), time.Second)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/replies"
 )
 
@@ -191,7 +192,7 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 		if len(again) == 0 {
 			break
 		}
-		if Pause(ctx, backoff) != nil {
+		if bus.Sleep(ctx, backoff) != nil {
 			return append(lost, again...)
 		}
 		backoff = min(2*backoff, time.Second)
@@ -228,18 +229,6 @@ func (p *Publisher) note(ps []*Pending) {
 		if x != nil {
 			p.cfg.Health.Note(x.err)
 		}
-	}
-}
-
-// Pause waits d, or until ctx ends (its error then).
-func Pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

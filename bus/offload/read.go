@@ -216,50 +216,41 @@ type chunk struct {
 // ErrNotFound. It reads the whole object once.
 func (s *Store) walk(ctx context.Context, info *Info, want string) ([]chunk, error) {
 	var chunks []chunk
-	h := sha256.New()
-	var off int64
-	err := s.chunks(ctx, info, func(m *msg) error {
+	obj := NewObject(int64(info.Size), "", want, s.chunkReader(ctx, info, func(m *msg, off int64) {
 		chunks = append(chunks, chunk{seq: m.seq, off: off, n: len(m.data)})
-		off += int64(len(m.data))
-		h.Write(m.data)
-		return nil
-	})
-	if err != nil {
+	}))
+	if _, err := io.Copy(io.Discard, obj); err != nil {
 		return nil, err
-	}
-	if got := sumHex(h); got != want {
-		return nil, fmt.Errorf("%w: its bytes hash to sha256 %s, not %s", errTampered, got, want)
 	}
 	return chunks, nil
 }
 
-// chunks calls f with each chunk of the object in order, stopping once
-// the object's size is read.
-func (s *Store) chunks(ctx context.Context, info *Info, f func(*msg) error) error {
+// chunkReader is an Object's next for the object info describes: its
+// chunks in order, each checked to be the object's, and no more than its
+// count; seen, when set, is told each chunk and its offset.
+func (s *Store) chunkReader(ctx context.Context, info *Info, seen func(m *msg, off int64)) func(off int64) ([]byte, error) {
 	subj := chunkSubject(s.bucket, info.NUID)
-	var off int64
-	seq := uint64(1)
-	for n := 0; off < int64(info.Size); n++ {
+	seq, n := uint64(1), 0
+	return func(off int64) ([]byte, error) {
 		if n >= int(info.Chunks) {
-			return fmt.Errorf("%w: more than its %d chunks", errTampered, info.Chunks)
+			return nil, fmt.Errorf("%w: more than its %d chunks", errTampered, info.Chunks)
 		}
 		m, err := s.chunkAt(ctx, msgGetRequest{Seq: seq, NextBySubj: subj})
 		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("object %s is incomplete (%d of %d bytes): %w", info.Name, off, info.Size, ErrNotFound)
+			return nil, fmt.Errorf("object %s is incomplete (%d of %d bytes): %w", info.Name, off, info.Size, ErrNotFound)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if m.subject != subj || off+int64(len(m.data)) > int64(info.Size) {
-			return fmt.Errorf("%w: its chunks exceed its %d bytes", errTampered, info.Size)
+		if m.subject != subj {
+			return nil, fmt.Errorf("%w: the store returned a message of %s", errTampered, m.subject)
 		}
-		if err := f(m); err != nil {
-			return err
+		seq, n = m.seq+1, n+1
+		if seen != nil {
+			seen(m, off)
 		}
-		off += int64(len(m.data))
-		seq = m.seq + 1
+		return m.data, nil
 	}
-	return nil
 }
 
 // errTampered is an object whose bytes are not what its reference or its
@@ -351,20 +342,5 @@ func (s *Store) Open(ctx context.Context, ref string) (*Object, error) {
 	if digest == "" {
 		return nil, fmt.Errorf("%s: the object's metadata has no SHA-256 digest", ref)
 	}
-	subj := chunkSubject(s.bucket, info.NUID)
-	seq, n := uint64(1), 0
-	return NewObject(int64(info.Size), info.MediaType(), digest, func(int64) ([]byte, error) {
-		if n >= int(info.Chunks) {
-			return nil, fmt.Errorf("%w: more than its %d chunks", errTampered, info.Chunks)
-		}
-		m, err := s.chunkAt(ctx, msgGetRequest{Seq: seq, NextBySubj: subj})
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", ref, err)
-		}
-		if m.subject != subj {
-			return nil, fmt.Errorf("%s: the store returned a message of %s", ref, m.subject)
-		}
-		seq, n = m.seq+1, n+1
-		return m.data, nil
-	}), nil
+	return NewObject(int64(info.Size), info.MediaType(), digest, s.chunkReader(ctx, info, nil)), nil
 }
