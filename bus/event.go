@@ -146,64 +146,12 @@ func (e *Event) Validate() error {
 		}
 	}
 	if e.Time != "" {
-		if !stampValid(e.Time) {
+		if _, err := time.Parse(time.RFC3339Nano, e.Time); err != nil {
 			return Errorf(CodeBadEvent, "time %q is not RFC 3339", e.Time)
 		}
 	}
 	_, err := e.Expiry()
 	return err
-}
-
-// stampValid reports whether s parses as time.RFC3339Nano; the layout
-// every toolbus sender writes (timeLayout, in UTC) is checked by hand,
-// anything else by time.Parse.
-func stampValid(s string) bool {
-	if len(s) == len("2006-01-02T15:04:05.000Z") && s[23] == 'Z' && s[19] == '.' {
-		if y, mo, d, ok := stampDate(s); ok && stampDigits(s[11:13], s[14:16], s[17:19], s[20:23]) &&
-			s[13] == ':' && s[16] == ':' && s[10] == 'T' {
-			h, mi, sec := atoi2(s[11:13]), atoi2(s[14:16]), atoi2(s[17:19])
-			return d >= 1 && d <= daysIn(mo, y) && h < 24 && mi < 60 && sec < 60
-		}
-	}
-	_, err := time.Parse(time.RFC3339Nano, s)
-	return err == nil
-}
-
-// stampDate reads YYYY-MM-DD at the start of s; ok says the month is 1-12.
-func stampDate(s string) (year, month, day int, ok bool) {
-	if s[4] != '-' || s[7] != '-' || !stampDigits(s[0:4], s[5:7], s[8:10]) {
-		return 0, 0, 0, false
-	}
-	year = atoi2(s[0:2])*100 + atoi2(s[2:4])
-	month, day = atoi2(s[5:7]), atoi2(s[8:10])
-	return year, month, day, month >= 1 && month <= 12
-}
-
-func stampDigits(parts ...string) bool {
-	for _, p := range parts {
-		for i := 0; i < len(p); i++ {
-			if p[i] < '0' || p[i] > '9' {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func atoi2(s string) int { return int(s[0]-'0')*10 + int(s[1]-'0') }
-
-// daysIn is the number of days of month in year (proleptic Gregorian).
-func daysIn(month, year int) int {
-	switch month {
-	case 2:
-		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
-			return 29
-		}
-		return 28
-	case 4, 6, 9, 11:
-		return 30
-	}
-	return 31
 }
 
 func isJSONContentType(ct string) bool {

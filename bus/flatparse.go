@@ -2,7 +2,7 @@ package bus
 
 import (
 	"bytes"
-	"math"
+	"strconv"
 	"strings"
 
 	fastjson "github.com/goccy/go-json"
@@ -145,12 +145,9 @@ func (p *flatParser) uint(max int) (uint64, bool) {
 		j < len(p.b) && (p.b[j] == '.' || p.b[j] == 'e' || p.b[j] == 'E') {
 		return 0, false
 	}
-	var n uint64
-	for _, c := range d {
-		if n > (math.MaxUint64-uint64(c-'0'))/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
+	n, err := strconv.ParseUint(string(d), 10, 64)
+	if err != nil {
+		return 0, false
 	}
 	p.i = j
 	return n, true

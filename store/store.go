@@ -128,20 +128,15 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		kv.cfg.Bucket = s.Bucket(names[i])
 		kv.cfg.Replicas = cfg.Replicas
 		kv.cfg.Storage = storage
-		var h jetstream.KeyValue
-		err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
-			h, err = js.CreateOrUpdateKeyValue(ctx, kv.cfg)
-			return err
-		})
+		h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, kv.cfg) })
 		if err != nil {
 			return nil, fmt.Errorf("store: bucket %s: %w", kv.cfg.Bucket, err)
 		}
 		*kv.dst = NewKV(js, h, cfg.Replicas)
 	}
 	// The MCP facades' tasks and request states (docs/mcp.md).
-	if err := Retry(ctx, Provision, func(ctx context.Context) error {
-		_, err := js.CreateOrUpdateKeyValue(ctx, MCPConfig(s, cfg.Replicas, storage))
-		return err
+	if _, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, MCPConfig(s, cfg.Replicas, storage))
 	}); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketMCP), err)
 	}
@@ -160,9 +155,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	}
 	// The parked records are the handoff (docs/protocol.md 6.2, 1.6): no
 	// stream of requests is made any more.
-	if err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
-		st.ParkedStream, err = js.Stream(ctx, "KV_"+s.Bucket(bus.BucketParked))
-		return err
+	if st.ParkedStream, err = provision(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		return js.Stream(ctx, "KV_"+s.Bucket(bus.BucketParked))
 	}); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketParked), err)
 	}
@@ -211,25 +205,27 @@ func (st *Store) WorkConsumer(ctx context.Context, tool string) error {
 		FilterSubject: st.subj.Workers.Work(tool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: st.workAckWait,
 		MaxAckPending: 4096, MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	err := Retry(ctx, Provision, func(ctx context.Context) error {
-		_, err := st.Work.CreateOrUpdateConsumer(ctx, cfg)
-		return err
-	})
-	if err != nil {
+	if _, err := provision(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return st.Work.CreateOrUpdateConsumer(ctx, cfg) }); err != nil {
 		return fmt.Errorf("store: work consumer for %s: %w", tool, err)
 	}
 	return nil
 }
 
-// createStream creates or updates a stream, riding out a leader election of
-// the cluster's meta layer.
+// createStream creates or updates a stream (provision).
 func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	var st jetstream.Stream
+	return provision(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
+}
+
+// provision returns what create makes, retried with the Provision policy:
+// through a leader election of the cluster's meta layer, and a forming
+// cluster's "insufficient resources".
+func provision[T any](ctx context.Context, create func(context.Context) (T, error)) (T, error) {
+	var v T
 	err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
-		st, err = js.CreateOrUpdateStream(ctx, cfg)
+		v, err = create(ctx)
 		return err
 	})
-	return st, err
+	return v, err
 }
 
 // SkillsStore creates or opens the skills object store.
@@ -237,10 +233,8 @@ func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, re
 	if replicas <= 0 {
 		replicas = 1
 	}
-	var os jetstream.ObjectStore
-	err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
-		os, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectSkills), Replicas: replicas})
-		return err
+	os, err := provision(ctx, func(ctx context.Context) (jetstream.ObjectStore, error) {
+		return js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectSkills), Replicas: replicas})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: object store %s: %w", s.ObjectStore(bus.ObjectSkills), err)
