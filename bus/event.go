@@ -562,15 +562,9 @@ func decodeFlatData(b []byte, e *Event, check bool) bool {
 func setStrings(attrs [nAttrs]*string, vals *[nAttrs][]byte, n int) {
 	var all strings.Builder
 	all.Grow(n)
-	for _, v := range vals {
-		all.Write(v)
-	}
-	s := all.String()
-	off := 0
 	for slot, v := range vals {
 		if v != nil {
-			*attrs[slot] = s[off : off+len(v)]
-			off += len(v)
+			*attrs[slot] = addString(&all, v)
 		}
 	}
 }
