@@ -266,68 +266,107 @@ func appendString(b []byte, s string) []byte {
 // mode, with the content-type header and the trace headers set. The message
 // has its own header, which the caller (or jetstream.PublishMsg) may modify.
 func (e *Event) Msg(subject string) (*nats.Msg, error) {
-	return e.msg(subject, false)
-}
-
-// msg is Msg; with shared, an event without trace context gets the one
-// read-only plainHeader instead of a map of its own. Only the senders of
-// this package use it, with calls that never modify a header.
-func (e *Event) msg(subject string, shared bool) (*nats.Msg, error) {
-	b, err := e.Encode()
-	if err != nil {
-		return nil, err
-	}
-	m := &nats.Msg{Subject: subject, Data: b}
-	switch {
-	case e.TraceParent != "":
-		m.Header = nats.Header{HeaderContentType: plainHeader[HeaderContentType], HeaderTraceParent: {e.TraceParent}}
-		if e.TraceState != "" {
-			m.Header[HeaderTraceState] = []string{e.TraceState}
-		}
-	case shared:
-		m.Header = plainHeader
-	default:
-		m.Header = nats.Header{HeaderContentType: plainHeader[HeaderContentType]}
-	}
-	return m, nil
+	return e.msg(subject, "", false)
 }
 
 // StoredMsg is Msg with the Nats-Msg-Id header set to e's id, for a
 // stream that stores the event once however often it is published
-// (store.Publisher sets the same header, and finds it set). The message,
-// its header values and its header map take three allocations.
+// (store.Publisher sets the same header, and finds it set).
 func (e *Event) StoredMsg(subject string) (*nats.Msg, error) {
+	return e.msg(subject, e.ID, false)
+}
+
+// msg is Msg with msgID, when set, as Nats-Msg-Id. With shared, an event
+// without trace context or msgID gets the one read-only plainHeader
+// instead of a map of its own: only the senders of this package ask for
+// it, with calls that never modify a header. Otherwise the message, its
+// header values and its header map take three allocations.
+func (e *Event) msg(subject, msgID string, shared bool) (*nats.Msg, error) {
 	b, err := e.Encode()
 	if err != nil {
 		return nil, err
 	}
-	s := &storedMsg{m: nats.Msg{Subject: subject, Data: b, Header: make(nats.Header, 4)}}
-	e.fillHeader(s.m.Header, &s.vals, e.ID)
+	if shared && msgID == "" && e.TraceParent == "" {
+		return &nats.Msg{Subject: subject, Header: plainHeader, Data: b}, nil
+	}
+	s := &structuredMsg{}
+	s.h, s.vals = make(nats.Header, 4), s.arr[:]
+	vals := e.eventHeader(msgID)
+	s.fill(eventKeys[:], vals[:])
+	s.m = nats.Msg{Subject: subject, Header: s.h, Data: b}
 	return &s.m, nil
 }
 
-// fillHeader sets h's content type, msgID (when set) as Nats-Msg-Id and
-// e's trace context, each value a one-string slice of vals (Nats-Msg-Id,
-// traceparent, tracestate), so the header takes no allocation of its own.
-func (e *Event) fillHeader(h nats.Header, vals *[3]string, msgID string) {
-	h[HeaderContentType] = plainHeader[HeaderContentType]
-	if msgID != "" {
-		vals[0] = msgID
-		h[natsMsgID] = vals[0:1:1]
+// structuredMsg is a headerBuf of a structured event's message, its values
+// with it.
+type structuredMsg struct {
+	headerBuf
+	arr [len(eventKeys)]string
+}
+
+// eventKeys are the headers of a structured event's message, in the order
+// eventHeader gives their values.
+var eventKeys = [...]string{HeaderContentType, natsMsgID, HeaderTraceParent, HeaderTraceState}
+
+// eventHeader is the value of each of eventKeys for e sent with msgID, ""
+// for a header it does not get (tracestate goes only with traceparent).
+func (e *Event) eventHeader(msgID string) [len(eventKeys)]string {
+	ts := e.TraceState
+	if e.TraceParent == "" {
+		ts = ""
 	}
-	if e.TraceParent != "" {
-		vals[1] = e.TraceParent
-		h[HeaderTraceParent] = vals[1:2:2]
-		if e.TraceState != "" {
-			vals[2] = e.TraceState
-			h[HeaderTraceState] = vals[2:3:3]
+	return [...]string{ContentTypeEvent, msgID, e.TraceParent, ts}
+}
+
+// headerBuf is a message and its header, each value of which is a
+// one-string slice of vals, so the header takes no allocation of its own.
+// Pooled, a header of the shape the previous one had (the same keys set:
+// the exec requests of one router, as a rule) keeps its keys, and only
+// its values are written: no map operation per message.
+type headerBuf struct {
+	m     nats.Msg
+	h     nats.Header
+	vals  []string
+	shape uint16 // which keys h holds; 0: none
+	b     []byte // a structured encoding (SendTrusted)
+}
+
+// fill sets h to keys[i]: vals[i] for each value that is set.
+func (hb *headerBuf) fill(keys, vals []string) {
+	var shape uint16
+	for i, v := range vals {
+		if v != "" {
+			shape |= 1 << i
+		}
+	}
+	fresh := shape != hb.shape
+	if fresh {
+		clear(hb.h)
+		hb.shape = shape
+	}
+	n := 0
+	for i, v := range vals {
+		if v != "" {
+			hb.vals[n] = v
+			if fresh {
+				hb.h[keys[i]] = hb.vals[n : n+1 : n+1]
+			}
+			n++
 		}
 	}
 }
 
-type storedMsg struct {
-	m    nats.Msg
-	vals [3]string // Nats-Msg-Id, traceparent, tracestate
+// send sends hb's message, then lets go of what it holds of the message
+// and the header values (the keys stay, for the next of this shape) and
+// puts hb back in pool.
+func (hb *headerBuf) send(pool *sync.Pool, send func(*nats.Msg) error) error {
+	err := send(&hb.m)
+	hb.m = nats.Msg{}
+	clear(hb.vals)
+	if cap(hb.b) <= maxPooledSend {
+		pool.Put(hb)
+	}
+	return err
 }
 
 // Send publishes e on subject over nc (core NATS, structured mode, Data
@@ -356,29 +395,16 @@ func SendWith(subject string, e *Event, msgID string, send func(*nats.Msg) error
 // (an AppendJSON's, a marshalled value's) and so knows to be JSON: the
 // data is not scanned again. Data that is not JSON goes out as it is.
 func SendTrusted(subject string, e *Event, msgID string, send func(*nats.Msg) error) error {
-	s := sends.Get().(*sendBuf)
+	s := sends.Get().(*headerBuf)
 	s.b = e.appendJSON(s.b[:0])
 	h := plainHeader
 	if e.TraceParent != "" || msgID != "" {
+		vals := e.eventHeader(msgID)
+		s.fill(eventKeys[:], vals[:])
 		h = s.h
-		if shape := headerShape(e, msgID); shape == s.shape {
-			// The map already has these keys, each value a slice of
-			// s.vals: only the values are written, no map operation.
-			s.vals = [3]string{msgID, e.TraceParent, e.TraceState}
-		} else {
-			clear(h)
-			e.fillHeader(h, &s.vals, msgID)
-			s.shape = shape
-		}
 	}
 	s.m = nats.Msg{Subject: subject, Header: h, Data: s.b}
-	err := send(&s.m)
-	s.m = nats.Msg{}
-	s.vals = [3]string{} // the values let go; the keys stay for the next of this shape
-	if cap(s.b) <= maxPooledSend {
-		sends.Put(s)
-	}
-	return err
+	return s.send(&sends, send)
 }
 
 // natsMsgID is JetStream's deduplication header (jetstream.MsgIDHeader).
@@ -388,31 +414,9 @@ const natsMsgID = "Nats-Msg-Id"
 // buffer is let go rather than held by the pool.
 const maxPooledSend = 64 << 10
 
-type sendBuf struct {
-	b     []byte
-	h     nats.Header
-	vals  [3]string // Nats-Msg-Id, traceparent, tracestate
-	shape uint8     // which of vals h has keys for (headerShape); 0: none
-	m     nats.Msg
-}
-
-// headerShape says which headers fillHeader sets besides the content type:
-// one bit each for Nats-Msg-Id, traceparent and tracestate.
-func headerShape(e *Event, msgID string) uint8 {
-	var shape uint8 = 8 // the content type: never 0, which is an empty map
-	if msgID != "" {
-		shape |= 1
-	}
-	if e.TraceParent != "" {
-		shape |= 2
-		if e.TraceState != "" {
-			shape |= 4
-		}
-	}
-	return shape
-}
-
-var sends = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, 1024), h: make(nats.Header, 4)} }}
+var sends = sync.Pool{New: func() any {
+	return &headerBuf{b: make([]byte, 0, 1024), h: make(nats.Header, 4), vals: make([]string, len(eventKeys))}
+}}
 
 // plainHeader is the header of every event without trace context that this
 // package sends itself: nats.Conn's PublishMsg and RequestMsg only read a
