@@ -664,28 +664,11 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	// Header names are read case-insensitively, so two of them may name
 	// the same attribute (ce-id and Ce-Id; content-type and
 	// ce-datacontenttype): with different values that is bad_event, never
-	// a choice that depends on the header map's order.
-	// Few attributes: a slice scanned linearly costs less than two maps;
-	// past 16 an index keeps the scan linear in the headers.
-	type seenAttr struct{ name, header, val string }
-	var seenBuf [16]seenAttr
-	seen := seenBuf[:0]
-	var index map[string]int
-	find := func(name string) (seenAttr, bool) {
-		if index != nil {
-			i, ok := index[name]
-			if !ok {
-				return seenAttr{}, false
-			}
-			return seen[i], true
-		}
-		for _, p := range seen {
-			if p.name == name {
-				return p, true
-			}
-		}
-		return seenAttr{}, false
-	}
+	// a choice that depends on the header map's order. from is the header
+	// that set each attribute of e; other attributes (extensions toolbus
+	// does not read) are kept in others, header and value, to compare.
+	var from [nAttrs]string
+	others := map[string][2]string{} // on the stack while it holds at most 8
 	for k, vs := range h {
 		lk := strings.ToLower(k)
 		var name, v string
@@ -710,24 +693,17 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 			// the bytes into U+FFFD, so the event would change on the way.
 			return Errorf(CodeBadEvent, "header %s is not UTF-8", k)
 		}
-		if p, ok := find(name); ok {
-			if p.val != v {
-				a, b := min(p.header, k), max(p.header, k)
-				return Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
-			}
-			continue
-		}
-		seen = append(seen, seenAttr{name, k, v})
-		if index == nil && len(seen) > 16 {
-			index = make(map[string]int, 2*len(seen))
-			for i, p := range seen {
-				index[p.name] = i
-			}
-		} else if index != nil {
-			index[name] = len(seen) - 1
-		}
+		var prev [2]string // the header that gave name before, and its value
 		if i := attrSlot(name); i >= 0 && i < nAttrs {
-			*attrs[i] = v
+			if prev = [2]string{from[i], *attrs[i]}; prev[0] == "" {
+				from[i], *attrs[i] = k, v
+			}
+		} else if prev = others[name]; prev[0] == "" {
+			others[name] = [2]string{k, v}
+		}
+		if prev[0] != "" && prev[1] != v {
+			a, b := min(prev[0], k), max(prev[0], k)
+			return Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
 		}
 	}
 	if len(bytes.TrimSpace(e.Data)) == 0 {
