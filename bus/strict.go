@@ -131,36 +131,22 @@ func (a *Answer) UnmarshalJSON(b []byte) error {
 // an answer to a call parked as kind does not have: an external answer is
 // {state, output}, a confirmation {confirmed, input, rules}.
 func (a *Answer) CheckKind(kind string) error {
-	var extra string
-	switch kind {
-	case KindConfirm:
-		switch {
-		case a.State != "":
-			extra = "state"
-		case a.Output != nil:
-			extra = "output"
-		}
-	default:
-		switch {
-		case a.Confirmed != nil:
-			extra = "confirmed"
-		case a.Input != nil:
-			extra = "input"
-		case a.Rules != nil:
-			extra = "rules"
-		case a.InputDigest != "":
-			extra = "input_digest"
-		case a.Reason != "":
-			extra = "reason"
+	type member struct {
+		name string
+		set  bool
+	}
+	others, shape := []member{{"state", a.State != ""}, {"output", a.Output != nil}},
+		`a confirmation is {"confirmed", "input_digest", "input", "rules", "reason"}`
+	if kind != KindConfirm {
+		others, shape = []member{{"confirmed", a.Confirmed != nil}, {"input", a.Input != nil}, {"rules", a.Rules != nil},
+			{"input_digest", a.InputDigest != ""}, {"reason", a.Reason != ""}}, `an answer to an external call is {"state", "output"}`
+	}
+	for _, m := range others {
+		if m.set {
+			return Errorf(CodeBadRequest, "answer: unknown member %q (%s)", m.name, shape)
 		}
 	}
-	if extra == "" {
-		return nil
-	}
-	if kind == KindConfirm {
-		return Errorf(CodeBadRequest, "answer: unknown member %q (a confirmation is {\"confirmed\", \"input_digest\", \"input\", \"rules\", \"reason\"})", extra)
-	}
-	return Errorf(CodeBadRequest, "answer: unknown member %q (an answer to an external call is {\"state\", \"output\"})", extra)
+	return nil
 }
 
 // UnmarshalJSON decodes a registration. Its top level is lenient; each

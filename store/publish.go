@@ -170,8 +170,14 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.MaxWait)
 		defer cancel()
 	}
-	if p.cfg.Health != nil {
-		defer func() { p.note(ps) }()
+	if p.cfg.Health != nil { // each message's outcome
+		defer func() {
+			for _, x := range ps {
+				if x != nil {
+					p.cfg.Health.Note(x.err)
+				}
+			}
+		}()
 	}
 	todo := make([]*Pending, 0, len(ps))
 	for _, x := range ps {
@@ -221,15 +227,6 @@ func retried(err error) bool {
 		return true
 	}
 	return !IsFull(err) && IsTransient(err)
-}
-
-// note records the outcome of each of ps in the publisher's Health.
-func (p *Publisher) note(ps []*Pending) {
-	for _, x := range ps {
-		if x != nil {
-			p.cfg.Health.Note(x.err)
-		}
-	}
 }
 
 // awaitAll waits for the acknowledgements of ps not taken yet for at most
