@@ -12,7 +12,6 @@
 package bus
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
@@ -597,12 +596,7 @@ type SkillInfo struct {
 // confirms (docs/protocol.md 6.3): "sha256:" and the lowercase hex SHA-256
 // of the input as the parked record holds it, compacted JSON.
 func InputDigest(input json.RawMessage) string {
-	var buf bytes.Buffer
-	b := []byte(input)
-	if json.Compact(&buf, input) == nil {
-		b = buf.Bytes()
-	}
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256(appendCompact(nil, input))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
