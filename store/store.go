@@ -1,3 +1,9 @@
+// Package store owns the JetStream side of toolbus: creating the buckets and
+// streams of docs/protocol.md section 8, the one compare-and-set helper every
+// read-modify-write goes through (with the conflict codes of single-node and
+// replicated streams and one bounded retry policy), reads that see the
+// latest acknowledged write on a replicated bucket, and the watch that feeds
+// every cache.
 package store
 
 import (
@@ -240,4 +246,18 @@ func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, re
 		return nil, fmt.Errorf("store: object store %s: %w", s.ObjectStore(bus.ObjectSkills), err)
 	}
 	return os, nil
+}
+
+// MCPConfig is the bucket of the MCP facades' task records and 2026-07-28
+// request states (docs/mcp.md), so that any facade process answers
+// tasks/get, tasks/cancel or a retry: kept at most bus.MCPStateMaxAge, one
+// revision per key, values up to 1 MiB (a task's final CallToolResult).
+// Routers create it (Setup); a facade that finds it missing creates it
+// with the same configuration and never updates one that exists.
+func MCPConfig(s bus.Subjects, replicas int, storage jetstream.StorageType) jetstream.KeyValueConfig {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	return jetstream.KeyValueConfig{Bucket: s.Bucket(bus.BucketMCP), Description: "toolbus MCP facade tasks and request states",
+		TTL: bus.MCPStateMaxAge, History: 1, MaxValueSize: 1 << 20, Replicas: replicas, Storage: storage}
 }
