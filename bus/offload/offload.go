@@ -7,7 +7,7 @@
 // seal a result's references to the call (Seal) and to serve reads on
 // P.outputs.<session> (Server), and the client reads back through that
 // verb (or, as an operator, directly: Open). It depends on nats.go's
-// jetstream only.
+// jetstream and on package store (its leader read, store.MsgGet).
 package offload
 
 import (

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
 )
 
 // The read verb of protocol 5.9: an agent asks a router on
@@ -276,14 +277,14 @@ func (sv *Server) read(ctx context.Context, chunks []chunk, off int64, n int) ([
 	out := make([]byte, 0, n)
 	for ; i < len(chunks) && len(out) < n; i++ {
 		c := chunks[i]
-		m, err := sv.st.chunkAt(ctx, msgGetRequest{Seq: c.seq})
+		m, err := sv.st.chunkAt(ctx, store.MsgGetRequest{Seq: c.seq})
 		if err != nil {
 			return nil, err
 		}
-		if len(m.data) != c.n {
+		if len(m.Data) != c.n {
 			return nil, fmt.Errorf("%w: chunk %d changed", errTampered, c.seq)
 		}
-		part := m.data[int(max(off-c.off, 0)):]
+		part := m.Data[int(max(off-c.off, 0)):]
 		out = append(out, part[:min(len(part), n-len(out))]...)
 	}
 	return out, nil
