@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -88,12 +87,6 @@ type Options struct {
 	// (".write" before the extension), the worker process's meanwhile
 	// (".worker").
 	CPUProfile string
-	// Exe is the binary run as each part (it must call RunChild first in
-	// main); "" means this process's own executable.
-	Exe string
-	// ChildStderr receives the processes' logs; nil keeps only the last
-	// lines, for error messages.
-	ChildStderr io.Writer
 }
 
 // ioCallers is the caller count of the I/O-bound tool measurement.
@@ -112,7 +105,7 @@ const (
 // minSlice is the shortest measuring slice.
 const minSlice = 100 * time.Millisecond
 
-func (o *Options) defaults(cross bool) error {
+func (o *Options) defaults(cross bool) {
 	quick, sessions, rounds := 300*time.Millisecond, 1000, o.Rounds
 	if cross {
 		quick, sessions, rounds = time.Second, 10000, 1
@@ -146,14 +139,6 @@ func (o *Options) defaults(cross bool) error {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	if cross && o.Exe == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("bench: cross-process: %w", err)
-		}
-		o.Exe = exe
-	}
-	return nil
 }
 
 func sortedPositive(in []int) []int {
@@ -178,10 +163,11 @@ func nearest(xs []int, want int) int {
 // lowest p50 for latency, the highest throughput (with its CPU time and
 // allocations) for load.
 func Run(ctx context.Context, opts Options) (*Report, error) {
-	_ = opts.defaults(false)
+	opts.defaults(false)
 	start := time.Now()
 	mid := nearest(opts.Callers, 16)
-	rep := newReport(opts, mid)
+	rep := &Report{Workers: map[string]float64{}, Targets: []Target{}, Machine: newMachine(),
+		Config: Config{Setup: newSetup(opts, mid), Rounds: opts.Rounds, Workers: opts.Workers, IOCallers: ioCallers}}
 	logf := opts.Logf
 	slice := max(opts.Duration/time.Duration(opts.Rounds), minSlice)
 	logf("bench: starting nats-server, router, workers and the mcp-go server")
@@ -291,13 +277,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 // on the last run's processes, the optional CPU profiles and the router
 // process's memory with Sessions sessions in KV.
 func RunCross(ctx context.Context, opts Options) (*CrossReport, error) {
-	if err := opts.defaults(true); err != nil {
-		return nil, err
+	opts.defaults(true)
+	// Every part re-executes this binary, whose main calls RunChild first.
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("bench: cross-process: %w", err)
 	}
 	start := time.Now()
-	rep := newCrossReport(opts)
+	rep := &CrossReport{Layout: crossLayout, Machine: newMachine(),
+		Config: CrossConfig{Setup: newSetup(opts, nearest(opts.Callers, 16)), Runs: opts.Runs}}
 	for i := range opts.Runs {
-		run, err := crossRun(ctx, &opts, rep, i+1, i == opts.Runs-1)
+		run, err := crossRun(ctx, &opts, exe, rep, i+1, i == opts.Runs-1)
 		if err != nil {
 			return nil, err
 		}
@@ -309,7 +299,7 @@ func RunCross(ctx context.Context, opts Options) (*CrossReport, error) {
 
 // crossRun is one run on fresh processes; the last one also profiles and
 // measures memory.
-func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last bool) (CrossRun, error) {
+func crossRun(ctx context.Context, opts *Options, exe string, rep *CrossReport, n int, last bool) (CrossRun, error) {
 	top, mid := opts.Callers[len(opts.Callers)-1], nearest(opts.Callers, 16)
 	run := CrossRun{Run: n, LoadAvgStart: loadAvg(), PIDs: map[string]int{}}
 	opts.Logf("bench: run %d: starting nats-server, router, relay forwarder and worker processes", n)
@@ -326,7 +316,7 @@ func crossRun(ctx context.Context, opts *Options, rep *CrossReport, n int, last 
 			}
 		}
 	}
-	d, err := deploy(ctx, config{exe: opts.Exe, sessions: top, mcpClients: mid, profiles: profiles, stderr: opts.ChildStderr})
+	d, err := deploy(ctx, config{exe: exe, sessions: top, mcpClients: mid, profiles: profiles})
 	if err != nil {
 		return run, err
 	}

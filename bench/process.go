@@ -447,12 +447,19 @@ func childRelay(ctx context.Context, url string) (func(context.Context), error) 
 // trivial tools, each on its own connection, and returns once a router
 // acknowledged the registration.
 func childWorker(ctx context.Context, url string) (stop func(context.Context), err error) {
-	var conns []*nats.Conn
+	resp, err := childConnect(url, "responder")
+	if err != nil {
+		return nil, err
+	}
+	wnc, err := childConnect(url, roleWorker)
+	if err != nil {
+		resp.Close()
+		return nil, err
+	}
 	var w *worker.Worker
 	undo := func() {
-		for _, nc := range conns {
-			nc.Close()
-		}
+		resp.Close()
+		wnc.Close()
 	}
 	defer func() {
 		if err != nil {
@@ -462,26 +469,16 @@ func childWorker(ctx context.Context, url string) (stop func(context.Context), e
 			undo()
 		}
 	}()
-	resp, err := childConnect(url, "responder")
-	if err != nil {
-		return nil, err
+	if err = subscribe(resp, rawEcho, "", func(m *nats.Msg) { _ = resp.Publish(m.Reply, m.Data) }); err == nil {
+		err = bus.Flush(ctx, resp)
 	}
-	conns = append(conns, resp)
-	if err = subscribe(resp, rawEcho, "", func(m *nats.Msg) { _ = resp.Publish(m.Reply, m.Data) }); err != nil {
-		return nil, err
+	if err == nil {
+		w, err = worker.New(wnc, worker.Config{Heartbeat: bus.DefaultHeartbeat})
 	}
-	if err = bus.Flush(ctx, resp); err != nil {
-		return nil, err
+	if err == nil {
+		err = registerTrivial(w)
 	}
-	wnc, err := childConnect(url, roleWorker)
-	if err != nil {
-		return nil, err
-	}
-	conns = append(conns, wnc)
-	if w, err = worker.New(wnc, worker.Config{Heartbeat: bus.DefaultHeartbeat}); err != nil {
-		return nil, err
-	}
-	if err = registerTrivial(w); err == nil {
+	if err == nil {
 		err = w.Start(ctx)
 	}
 	if err != nil {

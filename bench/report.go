@@ -312,15 +312,6 @@ func newSetup(o Options, mid int) Setup {
 		Sessions: o.Sessions, Started: time.Now().UTC().Format(time.RFC3339)}
 }
 
-func newReport(o Options, mid int) *Report {
-	return &Report{Workers: map[string]float64{}, Targets: []Target{}, Machine: newMachine(),
-		Config: Config{Setup: newSetup(o, mid), Rounds: o.Rounds, Workers: o.Workers, IOCallers: ioCallers}}
-}
-
-func newCrossReport(o Options) *CrossReport {
-	return &CrossReport{Layout: crossLayout, Machine: newMachine(), Config: CrossConfig{Setup: newSetup(o, nearest(o.Callers, 16)), Runs: o.Runs}}
-}
-
 func ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0

@@ -5,6 +5,7 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,8 +34,6 @@ type Config struct {
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// zero means 10 s.
 	ReadyTimeout time.Duration
-	// Logs, when true, routes the server's own logs to stderr.
-	Logs bool
 }
 
 // Start starts a nats-server with JetStream in this process and waits
@@ -88,19 +87,16 @@ func Start(cfg Config) (*server.Server, error) {
 	if wait <= 0 {
 		wait = 10 * time.Second
 	}
-	return serve(opts, cfg.Logs, wait, "nats-server")
+	return serve(opts, wait, "nats-server")
 }
 
 // serve starts a server of opts (whose messages may be 8 MiB) and waits
 // until it accepts connections; what names it in errors.
-func serve(opts *server.Options, logs bool, wait time.Duration, what string) (*server.Server, error) {
+func serve(opts *server.Options, wait time.Duration, what string) (*server.Server, error) {
 	opts.MaxPayload = 8 << 20
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %s: %w", what, err)
-	}
-	if logs {
-		s.ConfigureLogger()
 	}
 	go s.Start()
 	if !s.ReadyForConnections(wait) {
@@ -112,19 +108,19 @@ func serve(opts *server.Options, logs bool, wait time.Duration, what string) (*s
 
 // ClusterConfig configures a nats-server cluster in this process.
 type ClusterConfig struct {
-	// Nodes is how many servers; zero means 3.
-	Nodes int
 	// Dir holds each node's JetStream store (Dir/n0, Dir/n1, ...); it is
 	// required, so a restarted node finds its data again.
 	Dir string
 	// Name is the cluster's name; "" means "toolbus".
 	Name string
-	// ReadyTimeout bounds the wait for the cluster to elect a JetStream
-	// meta leader; zero means 30 s.
-	ReadyTimeout time.Duration
-	// Logs, when true, routes the servers' own logs to stderr.
-	Logs bool
 }
+
+// clusterNodes is the size of a cluster, clusterReady the bound of the wait
+// for it to elect a JetStream meta leader.
+const (
+	clusterNodes = 3
+	clusterReady = 30 * time.Second
+)
 
 // Cluster is a JetStream cluster of nats-servers on loopback ports, for
 // tests of replicated buckets and streams. A node can be stopped and started
@@ -138,18 +134,10 @@ type Cluster struct {
 	routes  []int            // cluster port of each node
 }
 
-// StartCluster starts cfg.Nodes servers that route to each other and waits
+// StartCluster starts clusterNodes servers that route to each other and waits
 // until JetStream has a meta leader. Stop ends them all.
 func StartCluster(cfg ClusterConfig) (*Cluster, error) {
-	if cfg.Nodes <= 0 {
-		cfg.Nodes = 3
-	}
-	if cfg.Name == "" {
-		cfg.Name = "toolbus"
-	}
-	if cfg.ReadyTimeout <= 0 {
-		cfg.ReadyTimeout = 30 * time.Second
-	}
+	cfg.Name = cmp.Or(cfg.Name, "toolbus")
 	if cfg.Dir == "" {
 		return nil, errors.New("embedded: a cluster needs a store directory")
 	}
@@ -171,8 +159,8 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 }
 
 func startCluster(cfg ClusterConfig) (*Cluster, error) {
-	c := &Cluster{cfg: cfg, nodes: make([]*server.Server, cfg.Nodes)}
-	for range cfg.Nodes {
+	c := &Cluster{cfg: cfg, nodes: make([]*server.Server, clusterNodes)}
+	for range clusterNodes {
 		cp, err := freePort()
 		if err != nil {
 			return nil, err
@@ -183,13 +171,13 @@ func startCluster(cfg ClusterConfig) (*Cluster, error) {
 		}
 		c.clients, c.routes = append(c.clients, cp), append(c.routes, rp)
 	}
-	for i := range cfg.Nodes {
+	for i := range clusterNodes {
 		if err := c.Start(i); err != nil {
 			c.stopNodes()
 			return nil, err
 		}
 	}
-	if err := c.WaitReady(cfg.ReadyTimeout); err != nil {
+	if err := c.WaitReady(clusterReady); err != nil {
 		c.stopNodes()
 		return nil, err
 	}
@@ -233,7 +221,7 @@ func (c *Cluster) Start(i int) error {
 		},
 		Routes: routes,
 	}
-	s, err := serve(opts, c.cfg.Logs, 20*time.Second, fmt.Sprintf("node %d", i))
+	s, err := serve(opts, 20*time.Second, fmt.Sprintf("node %d", i))
 	c.nodes[i] = s
 	return err
 }
@@ -256,7 +244,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 }
 
 func (c *Cluster) stopNodes() {
-	for i := range c.cfg.Nodes {
+	for i := range clusterNodes {
 		c.StopNode(i)
 	}
 }
@@ -282,7 +270,7 @@ func (c *Cluster) Node(i int) *server.Server {
 }
 
 // Nodes returns how many nodes the cluster has.
-func (c *Cluster) Nodes() int { return c.cfg.Nodes }
+func (c *Cluster) Nodes() int { return clusterNodes }
 
 // URL returns the client URL of node i.
 func (c *Cluster) URL(i int) string {
@@ -292,9 +280,9 @@ func (c *Cluster) URL(i int) string {
 // URLs returns every node's client URL, node first first, joined with
 // commas as nats.Connect takes them.
 func (c *Cluster) URLs(first int) string {
-	urls := make([]string, 0, c.cfg.Nodes)
-	for k := range c.cfg.Nodes {
-		urls = append(urls, c.URL((first+k)%c.cfg.Nodes))
+	urls := make([]string, 0, clusterNodes)
+	for k := range clusterNodes {
+		urls = append(urls, c.URL((first+k)%clusterNodes))
 	}
 	return strings.Join(urls, ",")
 }

@@ -3,22 +3,30 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/memtune"
+	"github.com/toolbus/toolbus/internal/private"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
@@ -61,8 +69,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	builtinFlags := builtin.RegisterFlags(fs, "router", "")
 	mcpOpts := mcpFlags(fs)
 	inboxOpts := inboxFlags(fs)
-	var skillDirs dirList
-	fs.Var(&skillDirs, "skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)")
+	var skillDirs []string
+	fs.Func("skills", "a skill folder, or a folder of skill folders, to serve (repeatable; a later one wins on a name clash, the P_skills object store over all)", func(v string) error {
+		if fi, err := os.Stat(v); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%q is not a directory", v)
+		}
+		skillDirs = append(skillDirs, v)
+		return nil
+	})
 	skillViewer := fs.Bool("skill-viewer", false, "also offer AgentScope's Skill viewer tool (input {\"skill\": name}, answers the SKILL.md body) beside load_skill_through_path")
 	limitsFlags := limitFlags(fs)
 	gcPercent := fs.Int("gc-percent", memtune.DefaultGCPercent, "the collector's GOGC unless the environment sets GOGC (docs/operations.md)")
@@ -274,15 +288,141 @@ func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 	return cfgFile, nil
 }
 
-// dirList is a repeatable flag of directories.
-type dirList []string
+// identitiesPoll is how often the router rereads its identities file.
+const identitiesPoll = time.Second
 
-func (d *dirList) String() string { return strings.Join(*d, ",") }
+// watchIdentities rereads file every poll until ctx ends; when it changed,
+// it reloads the embedded server's configuration first (reload, under
+// --secure: the users `toolbus security agent` added, and the shared
+// agent's new deny entries), then the bindings. In that order a session is
+// never bound while the shared agent may still publish in it. A reload
+// that fails is logged and tried again at the next poll.
+func watchIdentities(ctx context.Context, file string, b *security.Bindings, reload func() error, poll time.Duration, log *slog.Logger) {
+	last, _ := os.ReadFile(file)
+	life.Every(ctx, poll, func(time.Time) {
+		cur, err := os.ReadFile(file)
+		if err != nil || bytes.Equal(cur, last) {
+			return
+		}
+		if reload != nil {
+			if err := reload(); err != nil {
+				log.Error("router: the server configuration did not reload; the identities stay as they were", "err", err)
+				return
+			}
+		}
+		if err := b.Load(file); err != nil {
+			log.Error("router: identities not reloaded", "file", file, "err", err)
+			return
+		}
+		last = cur
+		log.Info("router: identities reloaded", "file", file)
+	})
+}
 
-func (d *dirList) Set(v string) error {
-	if fi, err := os.Stat(v); err != nil || !fi.IsDir() {
-		return fmt.Errorf("%q is not a directory", v)
+// reloadServer reloads the embedded server s from cfgFile with the
+// settings embedded.Start gave it (listen address, store, JetStream).
+func reloadServer(s *server.Server, cfgFile, listen, storeDir string) error {
+	opts, err := server.ProcessConfigFile(cfgFile)
+	if err != nil {
+		return fmt.Errorf("nats config %s: %w", cfgFile, err)
 	}
-	*d = append(*d, v)
-	return nil
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return err
+	}
+	addr, ok := s.Addr().(*net.TCPAddr)
+	if !ok {
+		return fmt.Errorf("the embedded server has no TCP listener")
+	}
+	opts.Host, opts.Port = cmp.Or(host, "127.0.0.1"), addr.Port
+	opts.JetStream, opts.NoSigs, opts.StoreDir, opts.MaxPayload = true, true, storeDir, 8<<20
+	return s.ReloadOptions(opts)
+}
+
+// storeWhat names the store in the private package's errors.
+const storeWhat = "the JetStream store (give --data DIR, or remove it)"
+
+// storeDir returns the embedded server's JetStream store directory and
+// makes it. data "" is the default: DIR/toolbus/data-<listen> under the
+// user's cache directory ($XDG_CACHE_HOME, else ~/.cache), one per listen
+// address so two routers on one machine never share a store by accident;
+// it and toolbus/ are made with mode 0700 and refused unless they are
+// directories, not links, of this user that nobody else may reach
+// (docs/security.md). A --data directory is made 0700 when missing; an
+// existing one (links resolved) is refused when another user owns it or
+// may write it.
+func storeDir(data, listen string) (string, error) {
+	if data != "" {
+		return explicitStore(data)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no private default store: %w; give --data DIR", err)
+	}
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		return "", fmt.Errorf("store: %w", err)
+	}
+	dir := filepath.Join(cache, "toolbus")
+	for _, d := range []string{dir, filepath.Join(dir, "data-"+storeName(listen))} {
+		if err := private.Mkdir(d, 0o077, storeWhat); err != nil {
+			return "", fmt.Errorf("store: %w", err)
+		}
+		dir = d
+	}
+	return dir, nil
+}
+
+// storeName is listen as a file name: 127.0.0.1-4222.
+func storeName(listen string) string {
+	return strings.NewReplacer(":", "-", "[", "", "]", "", "/", "-").Replace(listen)
+}
+
+// explicitStore makes or checks a --data directory.
+func explicitStore(data string) (string, error) {
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return "", fmt.Errorf("store %s: %w", data, err)
+	}
+	real, err := filepath.EvalSymlinks(data)
+	if err != nil {
+		return "", fmt.Errorf("store %s: %w", data, err)
+	}
+	if err := private.Check(real, 0o022, storeWhat); err != nil {
+		return "", fmt.Errorf("store: --data %w", err)
+	}
+	if err := private.Ancestors(real, storeWhat); err != nil {
+		return "", fmt.Errorf("store: --data %w", err)
+	}
+	return data, nil
+}
+
+// secureMode makes the --secure directory private: a missing one is made
+// with mode 0700; an existing one that is a link, belongs to another user
+// or that others may write is refused (they could have put a server
+// configuration or a seed there); one that others may only read or enter
+// is set to 0700, and the router says so on out.
+func secureMode(dir string, out io.Writer) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("--secure %s: %w", dir, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("--secure %s: %w", dir, err)
+	}
+	const what = "the roles' credentials (--secure)"
+	if err := private.Check(dir, 0o022, what); err != nil {
+		return fmt.Errorf("refused: %w", err)
+	}
+	if err := private.Ancestors(dir, what); err != nil {
+		return fmt.Errorf("refused: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("--secure %s: %w", dir, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("--secure %s: %w", dir, err)
+		}
+		fmt.Fprintf(out, "toolbus: --secure %s had mode %#o (others could read it); fixed: it is 0700 now\n", dir, perm)
+	}
+	return private.Check(dir, 0o077, what)
 }

@@ -166,36 +166,6 @@ func inputText(in json.RawMessage) string {
 	return b.String()
 }
 
-// findParked finds call id in the parked calls of session ("": of every
-// session, as the call ids a batch's model gave are unique in practice),
-// narrowed to replyID and tool when they are not "". Finding none is a
-// not_parked *bus.Error; finding several asks for --session or --reply.
-func findParked(ctx context.Context, cl *client.Client, session, id, replyID, tool string) (bus.ParkedCall, error) {
-	_, calls, err := listParked(ctx, cl, session)
-	if err != nil {
-		return bus.ParkedCall{}, err
-	}
-	found, err := matching(calls, session, id, replyID, tool)
-	if err != nil {
-		return bus.ParkedCall{}, err
-	}
-	if len(found) == 1 {
-		return found[0], nil
-	}
-	places := make([]string, len(found))
-	sessions := map[string]bool{}
-	for i, p := range found {
-		places[i] = "session " + p.Session + " reply " + p.ReplyID + " (" + p.Name + ")"
-		sessions[p.Session] = true
-	}
-	pick := "--reply"
-	if len(sessions) > 1 {
-		pick = "--session (and --reply if needed)"
-	}
-	return bus.ParkedCall{}, fmt.Errorf("call id %s is ambiguous: it is parked in %s; pick one with %s",
-		id, strings.Join(places, ", "), pick)
-}
-
 // matching returns the calls of calls with call id id, narrowed to replyID
 // and tool when they are not ""; none is a not_parked *bus.Error saying
 // where they were looked for (session, "" for every session).
@@ -279,18 +249,38 @@ func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, session, 
 	if !lookup && session != "" && *a.replyID != "" && *a.tool != "" {
 		return bus.ParkedCall{Session: session, ReplyID: *a.replyID, ID: id, Name: *a.tool, Kind: kind}, nil
 	}
-	p, err := findParked(ctx, cl, session, id, *a.replyID, *a.tool)
+	// Call ids a batch's model gave are unique in practice, so session may
+	// be "" (every session); finding several asks for --session or --reply.
+	_, calls, err := listParked(ctx, cl, session)
 	if err != nil {
-		return p, err
+		return bus.ParkedCall{}, err
 	}
-	if p.Kind != kind {
+	found, err := matching(calls, session, id, *a.replyID, *a.tool)
+	if err != nil {
+		return bus.ParkedCall{}, err
+	}
+	if len(found) > 1 {
+		places := make([]string, len(found))
+		sessions := map[string]bool{}
+		for i, p := range found {
+			places[i] = "session " + p.Session + " reply " + p.ReplyID + " (" + p.Name + ")"
+			sessions[p.Session] = true
+		}
+		pick := "--reply"
+		if len(sessions) > 1 {
+			pick = "--session (and --reply if needed)"
+		}
+		return bus.ParkedCall{}, fmt.Errorf("call id %s is ambiguous: it is parked in %s; pick one with %s",
+			id, strings.Join(places, ", "), pick)
+	}
+	if p := found[0]; p.Kind != kind {
 		how := "toolbus answer"
 		if p.Kind == bus.KindConfirm {
 			how = "toolbus confirm"
 		}
 		return p, fmt.Errorf("call %s of %s is parked for %s, not %s: use %s", id, p.Name, kindText(p.Kind), kindText(kind), how)
 	}
-	return p, nil
+	return found[0], nil
 }
 
 func kindText(kind string) string {

@@ -8,12 +8,17 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -195,4 +200,257 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		return nil, err
 	}
 	return stop, nil
+}
+
+// toolNames lists the example tools in registration order; the effect
+// tools only when $TOOLWORKER_EFFECTS_FILE names their record file.
+var toolNames = append([]string{"word_count", "slow_echo", "append_note", "big_text"}, effectToolNames()...)
+
+// Effect tools: demo tools with a side effect that can be counted, for
+// toolbus soak. Each execution appends one JSON line to the file named by
+// $TOOLWORKER_EFFECTS_FILE (opened for appending, shared by every worker of
+// a soak); without it they are not served.
+const (
+	effectsEnv          = "TOOLWORKER_EFFECTS_FILE"
+	recordEffect        = "record_effect"         // runs at once (permission allow)
+	recordEffectConfirm = "record_effect_confirm" // asks for a confirmation first (permission ask)
+	recordEffectDurable = "record_effect_durable" // durable: through the work queue, idempotent by call key
+)
+
+func effectToolNames() []string {
+	if os.Getenv(effectsEnv) == "" {
+		return nil
+	}
+	return []string{recordEffect, recordEffectConfirm, recordEffectDurable}
+}
+
+// RecordEffectIn is the input of the effect tools.
+type RecordEffectIn struct {
+	Tag      string `json:"tag,omitempty" jsonschema:"description=Any text, copied into the record"`
+	BeforeMS int    `json:"before_ms,omitempty" jsonschema:"minimum=0,maximum=10000,description=Milliseconds to wait before recording"`
+	AfterMS  int    `json:"after_ms,omitempty" jsonschema:"minimum=0,maximum=10000,description=Milliseconds to wait after recording, before answering"`
+}
+
+// EffectRecord is one line of the effects file: one execution of a call.
+type EffectRecord struct {
+	Tool    string `json:"tool"`
+	Key     string `json:"key"` // <session>.<reply id>.<call id>
+	Attempt int    `json:"attempt"`
+	PID     int    `json:"pid"`
+	Tag     string `json:"tag,omitempty"`
+	// Repeat marks a durable call's run after its effect had already
+	// happened (a redelivery): the run did nothing but answer again.
+	Repeat bool   `json:"repeat,omitempty"`
+	At     string `json:"at"`
+}
+
+// effects appends EffectRecords to a file, one write per record, so that
+// records of several processes appending to the same file do not mix.
+// The durable tool's effect is a marker file per call key in dir, created
+// exclusively: that makes it idempotent, as protocol.md 5.8 asks of a
+// durable tool that must not repeat its side effect.
+type effects struct {
+	f   *os.File
+	dir string
+}
+
+// record appends the record of one execution of c; once it returns nil the
+// side effect has happened (it survives a kill of this process).
+func (e *effects) record(c *worker.Call, in RecordEffectIn) error {
+	key := bus.CallKey(c.SessionID, c.ReplyID, c.ID)
+	repeat := false
+	if c.Name == recordEffectDurable {
+		m, err := os.OpenFile(filepath.Join(e.dir, key), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		switch {
+		case errors.Is(err, fs.ErrExist):
+			repeat = true
+		case err != nil:
+			return err
+		default:
+			m.Close()
+		}
+	}
+	line, err := json.Marshal(EffectRecord{Tool: c.Name, Key: key, Attempt: c.Attempt, PID: os.Getpid(),
+		Tag: in.Tag, Repeat: repeat, At: time.Now().UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		return err
+	}
+	_, err = e.f.Write(append(line, '\n'))
+	return err
+}
+
+// registerEffects adds the effect tools when $TOOLWORKER_EFFECTS_FILE is set.
+func registerEffects(w *worker.Worker) error {
+	path := os.Getenv(effectsEnv)
+	if path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("$%s: %w", effectsEnv, err)
+	}
+	e := &effects{f: f, dir: path + ".d"}
+	if err := os.MkdirAll(e.dir, 0o755); err != nil {
+		return fmt.Errorf("$%s: %w", effectsEnv, err)
+	}
+	// The waits widen the windows a kill can hit: before the effect (the
+	// call never ran) and after it (it ran, but its result is lost).
+	wait := func(ctx context.Context, ms int) error {
+		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	run := func(ctx context.Context, c *worker.Call, in RecordEffectIn) (string, error) {
+		if err := wait(ctx, in.BeforeMS); err != nil {
+			return "", fmt.Errorf("%s stopped before recording %s: %w", c.Name, c.ID, err)
+		}
+		if err := e.record(c, in); err != nil {
+			return "", fmt.Errorf("%s did not record %s: %w", c.Name, c.ID, err)
+		}
+		if err := wait(ctx, in.AfterMS); err != nil {
+			return "", fmt.Errorf("%s recorded %s, then stopped: %w", c.Name, c.ID, err)
+		}
+		return "recorded " + c.ID, nil
+	}
+	for _, d := range []struct {
+		name, desc string
+		perm       string
+		durable    bool
+		timeoutMS  int64
+	}{
+		{recordEffect, "Record one execution of this call in the effects file (a countable side effect).", bus.PermissionAllow, false, 10000},
+		{recordEffectConfirm, "Record one execution of this call in the effects file, after a person confirms it.", bus.PermissionAsk, false, 10000},
+		// Long enough for a redelivery after the work consumer's ack_wait.
+		{recordEffectDurable, "Record this call in the effects file once, however often it is delivered (a durable tool).", bus.PermissionAllow, true, 45000},
+	} {
+		if err := worker.Register(w, bus.ToolDef{Name: d.name, Description: d.desc, ConcurrencySafe: true,
+			Permission: d.perm, Durable: d.durable, TimeoutMS: d.timeoutMS}, run); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WordCountIn is the input of word_count.
+type WordCountIn struct {
+	Text string `json:"text" jsonschema:"description=The text whose words are counted"`
+}
+
+// WordCountOut is the output of word_count.
+type WordCountOut struct {
+	Words int `json:"words"`
+}
+
+// BigTextIn is the input of big_text.
+type BigTextIn struct {
+	KiB int `json:"kib" jsonschema:"minimum=1,maximum=16384,description=Size of the text in KiB (1024 bytes)"`
+}
+
+// bigText is kib KiB of numbered lines: an output large enough
+// to be stored in the object store (above 1 MiB) and handed back as a
+// nats-object:// reference, to try toolbus fetch without writing a tool.
+func bigText(_ context.Context, _ *worker.Call, in BigTextIn) (string, error) {
+	if in.KiB < 1 || in.KiB > 16384 {
+		return "", fmt.Errorf("kib must be 1..16384, got %d", in.KiB)
+	}
+	var b strings.Builder
+	b.Grow(in.KiB * 1024)
+	for i := 0; b.Len() < in.KiB*1024; i++ {
+		fmt.Fprintf(&b, "line %08d of big_text\n", i)
+	}
+	return b.String()[:in.KiB*1024], nil
+}
+
+// SlowEchoIn is the input of slow_echo.
+type SlowEchoIn struct {
+	Text string `json:"text" jsonschema:"description=The text to send back"`
+	MS   int    `json:"ms" jsonschema:"minimum=0,maximum=120000,description=How long to wait in milliseconds before answering"`
+}
+
+// AppendNoteIn is the input of append_note.
+type AppendNoteIn struct {
+	Note string `json:"note" jsonschema:"description=The note to store"`
+}
+
+// AppendNoteOut is the output of append_note.
+type AppendNoteOut struct {
+	Count int `json:"count"`
+}
+
+// progressEvery is how often slow_echo reports progress.
+const progressEvery = 100 * time.Millisecond
+
+// notes is the in-memory note list of one worker process.
+type notes struct {
+	mu   sync.Mutex
+	list []string
+}
+
+// add appends n and returns how many notes there are.
+func (ns *notes) add(n string) int {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	ns.list = append(ns.list, n)
+	return len(ns.list)
+}
+
+// register adds the example tools to w; append_note stores into ns and,
+// when notesGroup is set, belongs to that group instead of basic.
+func register(w *worker.Worker, ns *notes, notesGroup string) error {
+	// append_note writes, so a re-sent batch must not run it twice; its own
+	// permission check allows it (the note list is harmless), so that it runs
+	// without a confirmation in the default permission mode.
+	var groups []string
+	if notesGroup != "" {
+		groups = []string{notesGroup}
+	}
+	return errors.Join(
+		worker.Register(w, bus.ToolDef{Name: "word_count",
+			Description: "Count the words of a text (runs of characters separated by white space).",
+			ReadOnly:    true, ConcurrencySafe: true, Idempotent: true, MaxAttempts: 2, TimeoutMS: 5000},
+			func(_ context.Context, _ *worker.Call, in WordCountIn) (WordCountOut, error) {
+				return WordCountOut{Words: len(strings.Fields(in.Text))}, nil
+			}),
+		worker.Register(w, bus.ToolDef{Name: "slow_echo",
+			Description: "Wait the given number of milliseconds, reporting progress every 100 ms, then send the text back.",
+			ReadOnly:    true, ConcurrencySafe: true, Idempotent: true},
+			slowEcho),
+		worker.Register(w, bus.ToolDef{Name: "big_text",
+			Description: "Return a text of the given size in KiB (numbered lines); above 1 MiB it comes back as a nats-object:// reference for toolbus fetch.",
+			ReadOnly:    true, ConcurrencySafe: true, Idempotent: true},
+			bigText),
+		worker.Register(w, bus.ToolDef{Name: "append_note",
+			Description: "Append a note to this worker's in-memory list and return how many notes it holds.",
+			ReadOnly:    false, ConcurrencySafe: false, Idempotent: false, Permission: bus.PermissionAllow, Groups: groups},
+			func(_ context.Context, _ *worker.Call, in AppendNoteIn) (AppendNoteOut, error) {
+				return AppendNoteOut{Count: ns.add(in.Note)}, nil
+			}),
+		registerEffects(w))
+}
+
+// slowEcho sleeps in.MS milliseconds, emitting a progress event every
+// progressEvery, and returns in.Text; it stops early with ctx's error.
+func slowEcho(ctx context.Context, c *worker.Call, in SlowEchoIn) (string, error) {
+	total := time.Duration(in.MS) * time.Millisecond
+	done := time.NewTimer(total)
+	defer done.Stop()
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("slow_echo stopped after %v: %w", time.Since(start).Round(time.Millisecond), context.Cause(ctx))
+		case <-done.C:
+			return in.Text, nil
+		case <-tick.C:
+			elapsed := min(time.Since(start), total).Round(time.Millisecond)
+			_ = c.Progress(bus.Text(fmt.Sprintf("waited %v of %v", elapsed, total))...)
+		}
+	}
 }

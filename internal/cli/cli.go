@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -11,15 +12,22 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	osexec "os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/toolbus/toolbus/metrics"
+	"github.com/toolbus/toolbus/tracing"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -221,4 +229,110 @@ func SplitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// Helpers finds the executables names (other commands of this module, as
+// "router" or "toolbus-bench") in dir when set, else next to this
+// executable, else on $PATH, and else builds them (go build ./cmd/<name>)
+// into tmp when the current directory is inside the toolbus module (go run
+// ./cmd/toolbus ...). It returns their paths, in order, and where they came
+// from.
+func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), names ...string) (paths []string, from string, err error) {
+	// find returns the path look gives each name, unless it finds one not.
+	find := func(look func(name string) (string, error)) ([]string, bool) {
+		ps := make([]string, len(names))
+		for i, n := range names {
+			var err error
+			if ps[i], err = look(n); err != nil {
+				return nil, false
+			}
+		}
+		return ps, true
+	}
+	in := func(d string) ([]string, bool) {
+		return find(func(n string) (string, error) {
+			if p := filepath.Join(d, n); isExecutable(p) {
+				return p, nil
+			}
+			return "", os.ErrNotExist
+		})
+	}
+	list := strings.Join(names, " and ")
+	if dir != "" {
+		if ps, ok := in(dir); ok {
+			return ps, "--bin " + dir, nil
+		}
+		return nil, "", fmt.Errorf("--bin %s: %s must be executables there", dir, list)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if ps, ok := in(filepath.Dir(exe)); ok {
+			return ps, "next to " + exe, nil
+		}
+	}
+	if ps, ok := find(osexec.LookPath); ok {
+		return ps, "$PATH", nil
+	}
+	return build(ctx, tmp, logf, names, list)
+}
+
+// build builds names from the toolbus module the current directory is in.
+func build(ctx context.Context, tmp string, logf func(string, ...any), names []string, list string) ([]string, string, error) {
+	out, err := osexec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	gomod := strings.TrimSpace(string(out))
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		return nil, "", fmt.Errorf("%s not found (--bin DIR, next to this executable, $PATH) and not inside the toolbus module to build them", list)
+	}
+	if mod, err := os.ReadFile(gomod); err != nil || !strings.Contains(string(mod), "module github.com/toolbus/toolbus\n") {
+		return nil, "", fmt.Errorf("%s not found (--bin DIR, next to this executable, $PATH), and %s is not the toolbus module", list, gomod)
+	}
+	bin := filepath.Join(tmp, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return nil, "", err
+	}
+	logf("building %s into %s", list, bin)
+	args := []string{"build", "-o", bin + string(filepath.Separator)}
+	ps := make([]string, len(names))
+	for i, n := range names {
+		args = append(args, "./cmd/"+n)
+		ps[i] = filepath.Join(bin, n)
+	}
+	cmd := osexec.CommandContext(ctx, "go", args...)
+	cmd.Dir = filepath.Dir(gomod)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	for _, p := range ps {
+		if !isExecutable(p) {
+			return nil, "", errors.New("go build made no " + p)
+		}
+	}
+	return ps, "built from " + cmd.Dir, nil
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+// setupTracing installs a global tracer provider exporting to endpoint
+// (host:port) over OTLP/HTTP, plain HTTP when insecure, for the service
+// name. It returns a shutdown function that flushes pending spans. With an
+// empty endpoint it does nothing and tracing stays off. The exporter lives
+// here, in the commands, so that the library packages link none.
+func setupTracing(ctx context.Context, endpoint string, insecure bool, service string) (func(context.Context) error, error) {
+	if endpoint == "" {
+		return func(context.Context) error { return nil }, nil
+	}
+	opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(endpoint)}
+	if insecure {
+		opts = append(opts, otlptracehttp.WithInsecure())
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", cmp.Or(service, "toolbus")))))
+	tracing.Enable(tp)
+	return tp.Shutdown, nil
 }

@@ -183,10 +183,6 @@ type soakTracker struct {
 	handoffMissed int
 }
 
-func newSoakTracker() *soakTracker {
-	return &soakTracker{start: time.Now(), calls: map[string]*soakCall{}, bats: map[string]*soakBatch{}}
-}
-
 func (t *soakTracker) add(b *soakBatch) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -450,10 +446,7 @@ func (l *soakLoad) events(ctx context.Context, cl *client.Client) error {
 			}
 		}
 	}()
-	go func() {
-		<-ctx.Done()
-		_ = evs.Stop(context.WithoutCancel(ctx))
-	}()
+	context.AfterFunc(ctx, func() { _ = evs.Stop(context.WithoutCancel(ctx)) })
 	return nil
 }
 

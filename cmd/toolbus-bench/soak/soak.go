@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -134,7 +135,7 @@ const soakMaxProblems = 50
 // Run runs the soak o describes, logging progress through logf, and
 // returns its report; the error is the deployment's, not the counters'.
 func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, error) {
-	bins, from, err := findSoakBinaries(ctx, o.Bin, o.Dir, logf)
+	bins, from, err := cli.Helpers(ctx, o.Bin, o.Dir, logf, "router", "toolworker")
 	if err != nil {
 		return nil, err
 	}
@@ -143,12 +144,8 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	if err != nil {
 		return nil, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			d.stop()
-		}
-	}()
+	stopDeploy := sync.OnceFunc(d.stop)
+	defer stopDeploy()
 	var conns []*nats.Conn
 	defer func() {
 		for _, nc := range conns {
@@ -195,7 +192,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	}
 	logf("deployment live: %d routers, %d workers on %s, prefix %s", soakRouters, soakWorkers, d.url, o.Prefix)
 
-	t := newSoakTracker()
+	t := &soakTracker{start: time.Now(), calls: map[string]*soakCall{}, bats: map[string]*soakBatch{}}
 	l := &soakLoad{o: o, t: t, run: fmt.Sprintf("%08x", rand.Uint32())}
 	runCtx, stopRun := context.WithCancel(ctx) // consumers and the approver, until the counting
 	defer stopRun()
@@ -257,8 +254,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	}
 	stopRun()
 	logf("stopping the deployment")
-	d.stop()
-	stopped = true
+	stopDeploy()
 	counts, err := readEffects(d.effects)
 	if err != nil {
 		return nil, err
@@ -495,12 +491,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "  errors %v; unknown outcomes whose effect happened %d; missed handoffs %d; effects %d; durable re-runs %d\n",
 		r.Errors, r.UnknownRan, r.HandoffMissed, r.Effects, r.DurableReruns)
 	fmt.Fprintf(w, "  latency p50 %.1f ms, p99 %.1f ms (calls that do not park)\n", r.P50MS, r.P99MS)
-	kinds := make([]string, 0, len(r.ByKind))
-	for k := range r.ByKind {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, name := range kinds {
+	for _, name := range slices.Sorted(maps.Keys(r.ByKind)) {
 		k := r.ByKind[name]
 		fmt.Fprintf(w, "    %-16s calls %6d  completed %6d  succeeded %6d  lost %d  duplicated %d  p50 %7.1f ms  p99 %8.1f ms\n",
 			name, k.Calls, k.Completed, k.Succeeded, k.Lost, k.Duplicated, k.P50MS, k.P99MS)
@@ -538,13 +529,6 @@ const (
 	// soakStopWait bounds a SIGTERM drain at the end before SIGKILL.
 	soakStopWait = 40 * time.Second
 )
-
-// findSoakBinaries looks for router and toolworker in dir (--bin), next to
-// this executable, on $PATH, and else builds them into tmp; it returns
-// their paths and where they came from (cli.Helpers).
-func findSoakBinaries(ctx context.Context, dir, tmp string, logf func(string, ...any)) ([]string, string, error) {
-	return cli.Helpers(ctx, dir, tmp, logf, "router", "toolworker")
-}
 
 // soakProc is one router or worker slot; each restart is a new generation
 // with its own id (soak-r0-1, soak-w2-3, ...).

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/cli"
 )
 
 // TestKinds: every kind of call has a tool, a positive weight and an input
@@ -66,7 +68,7 @@ func TestPercentiles(t *testing.T) {
 
 // TestBinariesFromBin: --bin must hold both executables.
 func TestBinariesFromBin(t *testing.T) {
-	_, _, err := findSoakBinaries(t.Context(), t.TempDir(), t.TempDir(), func(string, ...any) {})
+	_, _, err := cli.Helpers(t.Context(), t.TempDir(), t.TempDir(), func(string, ...any) {}, "router", "toolworker")
 	if err == nil || !strings.Contains(err.Error(), "router and toolworker") {
 		t.Fatalf("err = %v", err)
 	}

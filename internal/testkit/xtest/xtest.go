@@ -25,7 +25,11 @@ package xtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -118,9 +123,11 @@ func Run(t testing.TB, cfg Config) *Deployment {
 // between nodes a moment after a router subscribes).
 func Start(ctx context.Context, cfg Config) (d *Deployment, err error) {
 	cfg = cfg.withDefaults()
-	net := newNet(cfg)
-	fleet := newFleet(net, cfg)
-	d = &Deployment{Net: net, Fleet: fleet, Readiness: newReadiness(net, fleet, cfg)}
+	net := &Net{Server: cfg.Server, opts: cfg.Options, wrap: cfg.Around, dir: cfg.Dir}
+	fleet := &Fleet{net: net, router: cfg.Router, subj: bus.NewSubjects(cfg.Router.Prefix),
+		heartbeat: cfg.Heartbeat, bound: cfg.Bound}
+	d = &Deployment{Net: net, Fleet: fleet,
+		Readiness: &Readiness{net: net, fleet: fleet, subj: fleet.subj, bound: cfg.Bound}}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -203,11 +210,6 @@ type Fleet struct {
 
 	mu      sync.Mutex // Routers, RouterConns, workers
 	workers []*worker.Worker
-}
-
-func newFleet(net *Net, cfg Config) *Fleet {
-	return &Fleet{net: net, router: cfg.Router, subj: bus.NewSubjects(cfg.Router.Prefix),
-		heartbeat: cfg.Heartbeat, bound: cfg.Bound}
 }
 
 // Subjects are the deployment's subjects (Config.Router.Prefix).
@@ -329,4 +331,326 @@ func (f *Fleet) take() ([]*worker.Worker, []*router.Router) {
 	workers := f.workers
 	f.workers = nil
 	return workers, f.Routers
+}
+
+// Net is the NATS side of a deployment: its nats-server (one node or a
+// cluster), its store directory, and every connection it opens. A
+// Deployment embeds it; its fields are for reading.
+type Net struct {
+	Server  *server.Server    // the one node; nil on a cluster
+	Cluster *embedded.Cluster // nil on one node
+
+	opts   []nats.Option // Config.Options
+	wrap   func(ctx context.Context, role string, fn func(context.Context))
+	dir    string // the servers' stores
+	ownSrv bool   // started here: Close stops it
+	ownDir bool   // made here: Close removes it
+
+	mu    sync.Mutex
+	conns []*nats.Conn
+	next  int // the node of the next connection
+}
+
+// start starts the servers, unless Config.Server gave one; a "" dir
+// becomes a temporary directory that shutdown removes.
+func (n *Net) start(cluster bool) error {
+	if n.Server != nil {
+		return nil
+	}
+	if n.dir == "" {
+		dir, err := os.MkdirTemp("", "toolbus-xtest-*")
+		if err != nil {
+			return fmt.Errorf("xtest: store dir: %w", err)
+		}
+		n.dir, n.ownDir = dir, true
+	}
+	n.ownSrv = true
+	var err error
+	if cluster {
+		n.Cluster, err = embedded.StartCluster(embedded.ClusterConfig{Dir: n.dir})
+	} else {
+		n.Server, err = embedded.Start(embedded.Config{StoreDir: n.dir})
+	}
+	if err != nil {
+		return fmt.Errorf("xtest: %w", err)
+	}
+	return nil
+}
+
+// Nodes is the number of nats-server nodes.
+func (n *Net) Nodes() int {
+	if n.Cluster != nil {
+		return n.Cluster.Nodes()
+	}
+	return 1
+}
+
+// URL is the client URL of node i; on a cluster it names every node,
+// node i first.
+func (n *Net) URL(i int) string {
+	if n.Cluster != nil {
+		return n.Cluster.URLs(i % n.Cluster.Nodes())
+	}
+	return n.Server.ClientURL()
+}
+
+// Replicas of the deployment's buckets and streams.
+func (n *Net) Replicas() int {
+	if n.Cluster != nil {
+		return 3
+	}
+	return 1
+}
+
+// around runs fn through Config.Around, if set.
+func (n *Net) around(ctx context.Context, role string, fn func(context.Context)) {
+	if n.wrap == nil {
+		fn(ctx)
+		return
+	}
+	n.wrap(ctx, role, fn)
+}
+
+// Connect opens a connection for role, closed by Close. On a cluster each
+// connection starts on the next node, knows them all, and reconnects
+// forever.
+func (n *Net) Connect(ctx context.Context, role string) (*nats.Conn, error) {
+	n.mu.Lock()
+	node := n.next
+	n.next++
+	n.mu.Unlock()
+	return n.connectNode(ctx, role, node)
+}
+
+// connectTimeout bounds a connection's dial and handshake (INFO, CONNECT,
+// PING/PONG with the in-process server). nats.go's default, 2 s, is too
+// short for a race-built test process and server on a loaded 2-core
+// machine: "connect: read tcp ...: i/o timeout" (TestWorkerVanishesMidCall).
+const connectTimeout = 30 * time.Second
+
+func (n *Net) connectNode(ctx context.Context, role string, node int) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("toolbus-xtest-" + role), nats.Timeout(connectTimeout)}
+	if n.Cluster != nil {
+		opts = append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	}
+	opts = append(opts, n.opts...)
+	var nc *nats.Conn
+	var err error
+	n.around(ctx, role, func(context.Context) { nc, err = nats.Connect(n.URL(node), opts...) })
+	if err != nil {
+		return nil, fmt.Errorf("xtest: connect %s: %w", role, err)
+	}
+	n.mu.Lock()
+	n.conns = append(n.conns, nc)
+	n.mu.Unlock()
+	return nc, nil
+}
+
+// take returns the connections opened so far and forgets them.
+func (n *Net) take() []*nats.Conn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	conns := n.conns
+	n.conns = nil
+	return conns
+}
+
+// shutdown closes conns, then stops the servers and removes the store
+// directory if they were made here.
+func (n *Net) shutdown(conns []*nats.Conn) {
+	for _, nc := range conns {
+		nc.Close()
+	}
+	if n.ownSrv {
+		if n.Cluster != nil {
+			_ = n.Cluster.Stop(context.Background()) // a test kit: no caller context here
+		}
+		if n.Server != nil {
+			n.Server.Shutdown()
+			n.Server.WaitForShutdown()
+		}
+	}
+	if n.ownDir {
+		_ = os.RemoveAll(n.dir)
+	}
+}
+
+// Readiness is how a deployment waits, through the protocol only: it asks
+// the routers of the Fleet, from one connection of the Net per node,
+// until each one that serves gives the answer wanted. A Deployment
+// embeds it.
+type Readiness struct {
+	net   *Net
+	fleet *Fleet
+	subj  bus.Subjects
+	bound time.Duration
+
+	mu     sync.Mutex
+	probes []*nats.Conn // one per node, for EveryRouter
+}
+
+// Bound is the limit of every wait.
+func (r *Readiness) Bound() time.Duration { return r.bound }
+
+// probe returns the prober connection of node i.
+func (r *Readiness) probe(ctx context.Context, i int) (*nats.Conn, error) {
+	r.mu.Lock()
+	if r.probes == nil {
+		r.probes = make([]*nats.Conn, r.net.Nodes())
+	}
+	nc := r.probes[i]
+	r.mu.Unlock()
+	if nc != nil {
+		return nc, nil
+	}
+	nc, err := r.net.connectNode(ctx, RoleClient, i)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.probes[i] = nc
+	r.mu.Unlock()
+	return nc, nil
+}
+
+// forget drops the prober connections (Close closes them with the rest).
+func (r *Readiness) forget() {
+	r.mu.Lock()
+	r.probes = nil
+	r.mu.Unlock()
+}
+
+// poll is how often the waits ask again.
+const poll = 5 * time.Millisecond
+
+// EveryRouter sends the request that msg builds (anything routers answer in
+// queue group P-router: P.admin.<verb>, P.tools.<session>) again and again,
+// from every node, until each router that serves has answered it with an
+// event that check accepts; a router's answers are told apart by their
+// source. An error event is handed to check like any other. It returns the
+// last check error when the bound or ctx ends first. A router that is
+// draining (unsubscribed, not closed yet) never answers: do not wait on one.
+func (r *Readiness) EveryRouter(ctx context.Context, msg func() (*nats.Msg, error), check func(*bus.Event) error) error {
+	ctx, cancel := context.WithTimeout(ctx, r.bound)
+	defer cancel()
+	ok := map[string]bool{}
+	var last error
+	for {
+		want := r.fleet.serving()
+		done := true
+		for id := range want {
+			done = done && ok[id]
+		}
+		if done {
+			return nil
+		}
+		for i := range r.net.Nodes() {
+			if err := r.ask(ctx, i, msg, check, ok); err != nil && ctx.Err() == nil {
+				last = err
+			}
+		}
+		if bus.Sleep(ctx, poll) != nil {
+			var missing []string
+			for id := range r.fleet.serving() {
+				if !ok[id] {
+					missing = append(missing, id)
+				}
+			}
+			slices.Sort(missing)
+			return fmt.Errorf("xtest: routers %s: %w (last: %v)", strings.Join(missing, ", "), ctx.Err(), last)
+		}
+	}
+}
+
+// ask sends one request from node i and records whether its router passed.
+func (r *Readiness) ask(ctx context.Context, i int, msg func() (*nats.Msg, error), check func(*bus.Event) error, ok map[string]bool) error {
+	nc, err := r.probe(ctx, i)
+	if err != nil {
+		return err
+	}
+	m, err := msg()
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := nc.RequestMsgWithContext(rctx, m)
+	if err != nil {
+		return err
+	}
+	e, err := bus.Decode(resp)
+	if err != nil {
+		return err
+	}
+	id := strings.TrimPrefix(e.Source, "toolbus/router/")
+	if err := check(e); err != nil {
+		ok[id] = false
+		return fmt.Errorf("router %s: %w", id, err)
+	}
+	ok[id] = true
+	return nil
+}
+
+// StatusMsg builds a P.admin.status request.
+func (r *Readiness) StatusMsg() (*nats.Msg, error) {
+	e, err := bus.NewEvent(bus.TypeAdmin, "toolbus/xtest", struct{}{})
+	if err != nil {
+		return nil, err
+	}
+	return e.Msg(r.subj.Admin("status"))
+}
+
+// EveryStatus is EveryRouter with P.admin.status: check gets each router's
+// status.
+func (r *Readiness) EveryStatus(ctx context.Context, check func(bus.Status) error) error {
+	return r.EveryRouter(ctx, r.StatusMsg, func(e *bus.Event) error {
+		if e.Type != bus.TypeAdminReply {
+			return fmt.Errorf("status reply %s: %s", e.Type, e.Data)
+		}
+		var st bus.Status
+		if err := e.DataAs(&st); err != nil {
+			return err
+		}
+		return check(st)
+	})
+}
+
+// WaitLive waits until every router that serves reports each named tool
+// live in its P.admin.status.
+func (r *Readiness) WaitLive(ctx context.Context, names ...string) error {
+	return r.EveryStatus(ctx, func(st bus.Status) error { return st.CheckLive(names...) })
+}
+
+// WaitGone waits until no router that serves reports any named tool live.
+func (r *Readiness) WaitGone(ctx context.Context, names ...string) error {
+	return r.EveryStatus(ctx, func(st bus.Status) error {
+		for _, n := range names {
+			if st.Live(n) {
+				return fmt.Errorf("tool %s still live", n)
+			}
+		}
+		return nil
+	})
+}
+
+// waitServed waits, on a cluster, until a request sent on every node finds
+// a router.
+func (r *Readiness) waitServed(ctx context.Context) error {
+	if r.net.Cluster == nil || !r.fleet.started() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.bound)
+	defer cancel()
+	for i := range r.net.Nodes() {
+		for {
+			err := r.ask(ctx, i, r.StatusMsg, func(*bus.Event) error { return nil }, map[string]bool{})
+			if err == nil {
+				break
+			}
+			if bus.Sleep(ctx, poll) != nil {
+				return fmt.Errorf("xtest: no router answers on node %d: %w", i, errors.Join(ctx.Err(), err))
+			}
+		}
+	}
+	return nil
 }
