@@ -84,8 +84,7 @@ func WithBinaryMsg(subject string, e *Event, send func(*nats.Msg)) {
 	vals := binaryAttrs(e)
 	b.fill(binaryKeys[:], vals[:])
 	b.m = nats.Msg{Subject: subject, Header: b.h, Data: e.Data}
-	_ = b.send(&binaryHeaders, func(m *nats.Msg) error {
-		send(m)
-		return nil
-	})
+	send(&b.m)
+	b.done()
+	binaryHeaders.Put(b)
 }

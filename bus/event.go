@@ -328,7 +328,6 @@ type headerBuf struct {
 	h     nats.Header
 	vals  []string
 	shape uint16 // which keys h holds; 0: none
-	b     []byte // a structured encoding (SendTrusted)
 }
 
 // fill sets h to keys[i]: vals[i] for each value that is set.
@@ -356,17 +355,11 @@ func (hb *headerBuf) fill(keys, vals []string) {
 	}
 }
 
-// send sends hb's message, then lets go of what it holds of the message
-// and the header values (the keys stay, for the next of this shape) and
-// puts hb back in pool.
-func (hb *headerBuf) send(pool *sync.Pool, send func(*nats.Msg) error) error {
-	err := send(&hb.m)
+// done lets go of hb's message and header values once it is sent (the
+// keys stay, for the next of this shape).
+func (hb *headerBuf) done() {
 	hb.m = nats.Msg{}
 	clear(hb.vals)
-	if cap(hb.b) <= maxPooledSend {
-		pool.Put(hb)
-	}
-	return err
 }
 
 // Send publishes e on subject over nc (core NATS, structured mode, Data
@@ -395,7 +388,7 @@ func SendWith(subject string, e *Event, msgID string, send func(*nats.Msg) error
 // (an AppendJSON's, a marshalled value's) and so knows to be JSON: the
 // data is not scanned again. Data that is not JSON goes out as it is.
 func SendTrusted(subject string, e *Event, msgID string, send func(*nats.Msg) error) error {
-	s := sends.Get().(*headerBuf)
+	s := sends.Get().(*sendBuf)
 	s.b = e.appendJSON(s.b[:0])
 	h := plainHeader
 	if e.TraceParent != "" || msgID != "" {
@@ -404,7 +397,18 @@ func SendTrusted(subject string, e *Event, msgID string, send func(*nats.Msg) er
 		h = s.h
 	}
 	s.m = nats.Msg{Subject: subject, Header: h, Data: s.b}
-	return s.send(&sends, send)
+	err := send(&s.m)
+	s.done()
+	if cap(s.b) <= maxPooledSend {
+		sends.Put(s)
+	}
+	return err
+}
+
+// sendBuf is SendTrusted's headerBuf with its encoding.
+type sendBuf struct {
+	headerBuf
+	b []byte
 }
 
 // natsMsgID is JetStream's deduplication header (jetstream.MsgIDHeader).
@@ -415,7 +419,7 @@ const natsMsgID = "Nats-Msg-Id"
 const maxPooledSend = 64 << 10
 
 var sends = sync.Pool{New: func() any {
-	return &headerBuf{b: make([]byte, 0, 1024), h: make(nats.Header, 4), vals: make([]string, len(eventKeys))}
+	return &sendBuf{b: make([]byte, 0, 1024), headerBuf: headerBuf{h: make(nats.Header, 4), vals: make([]string, len(eventKeys))}}
 }}
 
 // plainHeader is the header of every event without trace context that this
