@@ -13,11 +13,10 @@ import (
 // data. Trace context is copied into traceparent and tracestate headers
 // as in structured mode. The header is the message's own.
 func BinaryMsg(subject string, e *Event) *nats.Msg {
-	hb := &headerBuf{h: make(nats.Header, 16), vals: make([]string, len(binaryKeys))}
+	h := make(nats.Header, 16)
 	vals := binaryAttrs(e)
-	hb.fill(binaryKeys[:], vals[:])
-	hb.m = nats.Msg{Subject: subject, Header: hb.h, Data: e.Data}
-	return &hb.m
+	fillHeader(h, make([]string, len(binaryKeys)), binaryKeys[:], vals[:])
+	return &nats.Msg{Subject: subject, Header: h, Data: e.Data}
 }
 
 // binaryKeys are the binary mode's headers, in the order binaryAttrs gives

@@ -289,19 +289,13 @@ func (e *Event) msg(subject, msgID string, shared bool) (*nats.Msg, error) {
 	if shared && msgID == "" && e.TraceParent == "" {
 		return &nats.Msg{Subject: subject, Header: plainHeader, Data: b}, nil
 	}
-	s := &structuredMsg{}
-	s.h, s.vals = make(nats.Header, 4), s.arr[:]
+	s := &struct {
+		m    nats.Msg
+		vals [len(eventKeys)]string
+	}{m: nats.Msg{Subject: subject, Header: make(nats.Header, 4), Data: b}}
 	vals := e.eventHeader(msgID)
-	s.fill(eventKeys[:], vals[:])
-	s.m = nats.Msg{Subject: subject, Header: s.h, Data: b}
+	fillHeader(s.m.Header, s.vals[:], eventKeys[:], vals[:])
 	return &s.m, nil
-}
-
-// structuredMsg is a headerBuf of a structured event's message, its values
-// with it.
-type structuredMsg struct {
-	headerBuf
-	arr [len(eventKeys)]string
 }
 
 // eventKeys are the headers of a structured event's message, in the order
@@ -338,17 +332,25 @@ func (hb *headerBuf) fill(keys, vals []string) {
 			shape |= 1 << i
 		}
 	}
-	fresh := shape != hb.shape
-	if fresh {
+	if shape == hb.shape {
+		keys = nil // h has these keys: only the values change
+	} else {
 		clear(hb.h)
 		hb.shape = shape
 	}
+	fillHeader(hb.h, hb.vals, keys, vals)
+}
+
+// fillHeader writes each value of vals that is set into store, in order,
+// and, unless keys is nil, sets h[keys[i]] to its one-string slice of store
+// (with nil keys, h has those keys already, each a slice of store).
+func fillHeader(h nats.Header, store, keys, vals []string) {
 	n := 0
 	for i, v := range vals {
 		if v != "" {
-			hb.vals[n] = v
-			if fresh {
-				hb.h[keys[i]] = hb.vals[n : n+1 : n+1]
+			store[n] = v
+			if keys != nil {
+				h[keys[i]] = store[n : n+1 : n+1]
 			}
 			n++
 		}
