@@ -167,23 +167,15 @@ func (r *Register) UnmarshalJSON(b []byte) error {
 	out.Groups, out.Tools = nil, nil
 	for i, raw := range p.Groups {
 		g, err := DecodeGroup(raw)
-		if err != nil {
-			var be *Error
-			if errors.As(err, &be) {
-				return Errorf(CodeBadRequest, "groups[%d]: %s; nothing was registered", i, be.Message)
-			}
-			return err
+		if err != nil { // a bad_request *Error (decodeStrict)
+			return Errorf(CodeBadRequest, "groups[%d]: %s; nothing was registered", i, err.(*Error).Message)
 		}
 		out.Groups = append(out.Groups, g)
 	}
 	for i, raw := range p.Tools {
 		d, err := DecodeToolDef(raw)
-		if err != nil {
-			reason := err.Error()
-			var be *Error
-			if errors.As(err, &be) {
-				reason = strings.TrimPrefix(be.Message, "tool definition: ")
-			}
+		if err != nil { // a bad_request *Error (decodeStrict, or input_schema missing)
+			reason := strings.TrimPrefix(err.(*Error).Message, "tool definition: ")
 			out.Refused = append(out.Refused, Rejection{Name: nameOf(raw, i), Reason: reason})
 			continue
 		}
