@@ -1,9 +1,7 @@
 package offload
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -56,13 +54,8 @@ func Window(maxPayload int64) int {
 // a missing url or a negative offset or max is a bad_request.
 func DecodeGet(data []byte) (Get, error) {
 	var g Get
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&g); err != nil {
-		return Get{}, bus.Errorf(bus.CodeBadRequest, "output.get: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	if dec.More() {
-		return Get{}, bus.Errorf(bus.CodeBadRequest, "output.get: unexpected data after the value")
+	if err := bus.DecodeStrict(data, &g, "output.get's data", "output.get"); err != nil {
+		return Get{}, err
 	}
 	if g.URL == "" {
 		return Get{}, bus.Errorf(bus.CodeBadRequest, "output.get: url is required")
