@@ -78,10 +78,7 @@ func (k *KV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, erro
 		return e, err
 	}
 	err = Retry(ctx, Policy{Budget: readBudget}, func(ctx context.Context) (err error) {
-		e, err = k.leaderGet(ctx, key)
-		if IsNotFound(err) {
-			return permanent{err}
-		}
+		e, err = k.leaderGet(ctx, key) // not found is neither transient nor a conflict: Retry ends on it
 		return err
 	})
 	return e, err
@@ -116,9 +113,6 @@ func (k *KV) Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEnt
 		var e *entry
 		err := Retry(ctx, Policy{Budget: readBudget}, func(ctx context.Context) (err error) { // each attempt bounded
 			e, err = k.message(ctx, k.msgGet, MsgGetRequest{Seq: seq, NextBySubject: k.prefix + filter})
-			if IsNotFound(err) {
-				return permanent{err}
-			}
 			return err
 		})
 		if IsNotFound(err) {
