@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -256,7 +257,7 @@ func redact(v any, names []string) any {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, val := range x {
-			if secret(k, names) {
+			if slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(k, n) }) {
 				x[k] = "[redacted]"
 			} else {
 				x[k] = redact(val, names)
@@ -277,13 +278,4 @@ func redact(v any, names []string) any {
 		}
 	}
 	return v
-}
-
-func secret(key string, names []string) bool {
-	for _, n := range names {
-		if strings.EqualFold(key, n) {
-			return true
-		}
-	}
-	return false
 }

@@ -39,11 +39,25 @@ type Filter struct {
 // The stream's info is no bound: in a new stream's first seconds the
 // member first preferred as leader answers it too, from its own state.
 func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter, fn func(json.RawMessage) error) error {
-	e, err := newExport(ctx, js, s, f)
-	if err != nil || e == nil {
-		return err
+	name := s.Stream(Stream)
+	stream, err := js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("audit: stream %s: %w", name, err)
 	}
-	return e.run(ctx, fn)
+	filter := s.Prefix + "." + kind + "." + cmp.Or(f.Session, "*") + "." + cmp.Or(f.Tool, "*")
+	last, at, err := leaderLast(ctx, stream, filter)
+	if err != nil || last == 0 || at.Before(f.Since) {
+		return err // an error, or no selected record
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	if !f.Since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &f.Since
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("audit: consumer: %w", err)
+	}
+	return (&export{cons: cons, last: last}).run(ctx, fn)
 }
 
 // export is one Export's reading.
@@ -53,73 +67,25 @@ type export struct {
 	seen uint64 // the sequence of the last record read
 }
 
-// newExport returns the export of f's records; nil when there are none.
-func newExport(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter) (*export, error) {
-	name := s.Stream(Stream)
-	stream, err := js.Stream(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("audit: stream %s: %w", name, err)
-	}
-	session, tool := "*", "*"
-	if f.Session != "" {
-		session = f.Session
-	}
-	if f.Tool != "" {
-		tool = f.Tool
-	}
-	filter := s.Prefix + "." + kind + "." + session + "." + tool
-	last, at, err := leaderLast(ctx, js, name, filter)
-	if err != nil || last == 0 || at.Before(f.Since) {
-		return nil, err
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
-	if !f.Since.IsZero() {
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &f.Since
-	}
-	cons, err := stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("audit: consumer: %w", err)
-	}
-	return &export{cons: cons, last: last}, nil
-}
-
 // leaderLast asks the stream's leader for the sequence and time of its last
 // record on filter (0 when there is none), asking again for a while when
-// no leader answers (the stream electing one).
-func leaderLast(ctx context.Context, js jetstream.JetStream, stream, filter string) (seq uint64, at time.Time, err error) {
-	req, _ := json.Marshal(struct {
-		LastFor string `json:"last_by_subj"`
-	}{filter})
-	subject := store.APIPrefix(js) + "STREAM.MSG.GET." + stream
-	var resp struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Sequence uint64    `json:"seq"`
-			Time     time.Time `json:"time"`
-		} `json:"message"`
-	}
+// no leader answers (the stream electing one). The audit stream allows no
+// direct gets, so the stream's message get is the leader's.
+func leaderLast(ctx context.Context, stream jetstream.Stream, filter string) (uint64, time.Time, error) {
 	for retries := 1; ; retries++ {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		m, err := js.Conn().RequestWithContext(actx, subject, req)
+		m, err := stream.GetLastMsgForSubject(actx, filter)
 		cancel()
-		if err == nil {
-			resp.Error, resp.Message = nil, nil
-			err = json.Unmarshal(m.Data, &resp)
-		}
 		switch {
-		case err == nil && resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return 0, time.Time{}, nil
-		case err == nil && resp.Error != nil:
-			err = resp.Error
-		case err == nil && resp.Message == nil:
-			err = errors.New("empty reply")
 		case err == nil:
-			return resp.Message.Sequence, resp.Message.Time, nil
+			return m.Sequence, m.Time, nil
 		}
 		if !store.IsTransient(err) || retries > exportRetries || ctx.Err() != nil {
 			return 0, time.Time{}, fmt.Errorf("audit: the last record from the leader: %w", err)
 		}
-		if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
+		if err := bus.Sleep(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 			return 0, time.Time{}, err
 		}
 	}
@@ -144,7 +110,7 @@ func (e *export) run(ctx context.Context, fn func(json.RawMessage) error) error 
 		if retries++; retries > exportRetries {
 			return cmp.Or(err, fmt.Errorf("audit: records up to sequence %d not delivered", e.last))
 		}
-		if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
+		if err := bus.Sleep(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 			return err
 		}
 	}

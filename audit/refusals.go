@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"maps"
 	"sync"
 	"time"
 )
@@ -42,7 +43,12 @@ func (r *Refusals) Take(caller string, now time.Time) (record bool, suppressed i
 	w := r.m[caller]
 	if w == nil {
 		if len(r.m) >= maxCallers {
-			r.prune(now)
+			// Drop the callers whose window ended, or every caller
+			// when none did.
+			maps.DeleteFunc(r.m, func(_ string, w *refusalWindow) bool { return now.Sub(w.start) >= RefusalWindow })
+			if len(r.m) >= maxCallers {
+				clear(r.m)
+			}
 		}
 		w = &refusalWindow{start: now}
 		r.m[caller] = w
@@ -57,17 +63,4 @@ func (r *Refusals) Take(caller string, now time.Time) (record bool, suppressed i
 	w.n++
 	suppressed, w.suppressed = w.suppressed, 0
 	return true, suppressed
-}
-
-// prune drops the callers whose window ended, or every caller when none
-// did.
-func (r *Refusals) prune(now time.Time) {
-	for k, w := range r.m {
-		if now.Sub(w.start) >= RefusalWindow {
-			delete(r.m, k)
-		}
-	}
-	if len(r.m) >= maxCallers {
-		clear(r.m)
-	}
 }

@@ -14,7 +14,7 @@ import (
 // dot-name prefix.
 func TestAttackSplitPrefix(t *testing.T) {
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"split"}})
+	s := newShell(t, Config{WorkDir: dir, ShellAllow: []string{"split"}})
 	for _, cmd := range []string{
 		"split -a 1 -l 1 x .gi",
 		"split -a 2 -b 1 x .bash",
@@ -43,7 +43,7 @@ func TestAttackSplitPrefix(t *testing.T) {
 // evil.gz). Both wrote protected names no word held.
 func TestAttackGzipNames(t *testing.T) {
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"gzip", "printf"}})
+	s := newShell(t, Config{WorkDir: dir, ShellAllow: []string{"gzip", "printf"}})
 	for _, cmd := range []string{
 		"gzip -d .bashrc-gz",
 		"gzip -d .git-z",

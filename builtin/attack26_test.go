@@ -12,7 +12,7 @@ import (
 // runs, and the repository's config and hooks are left as they were.
 func TestShellHeldOutAttack26(t *testing.T) {
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "sed", "chmod", "printf", "mkdir", "cat", "gzip", "mv", "cp", "split", "install"}})
+	s := newShell(t, Config{WorkDir: dir, ShellAllow: []string{"git", "sed", "chmod", "printf", "mkdir", "cat", "gzip", "mv", "cp", "split", "install"}})
 	if out, err := s.Run(t.Context(), "", ShellIn{Command: "git init -q r3 && git init -q --bare r5 && mkdir src"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
 		t.Fatalf("setup: %q %v", out, err)
 	}
@@ -96,7 +96,7 @@ func TestShellHeldOutAttack26(t *testing.T) {
 // (core.symlinks=false), so cp finds no directory and .git is unchanged.
 func TestShellNoSymlinkFromContent(t *testing.T) {
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "printf", "cp"}})
+	s := newShell(t, Config{WorkDir: dir, ShellAllow: []string{"git", "printf", "cp"}})
 	if out, err := s.Run(t.Context(), "", ShellIn{Command: "git init -q r3"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
 		t.Fatalf("setup: %q %v", out, err)
 	}

@@ -5,6 +5,7 @@ package builtin
 import (
 	"io/fs"
 	"os"
+	"path"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -34,17 +35,6 @@ var noOpenat2 atomic.Bool
 // open; O_PATH, so it reads nothing and needs no read permission.
 func openBase(dir string) (int, error) {
 	return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-}
-
-// openFd opens p (relative to the base, no symlink expected on it) with
-// flag, never following a symlink on any component. Opens that read or
-// write are non-blocking, so that a FIFO answers at once instead of
-// waiting for its other end (only regular files are then used).
-func (t *tree) openFd(p string, flag int, perm fs.FileMode) (int, error) {
-	if flag&unix.O_PATH == 0 {
-		flag |= unix.O_NONBLOCK
-	}
-	return openNoSymlinks(t.fd, p, flag, perm, resolveBeneath)
 }
 
 // openNoSymlinks opens p (relative to dirfd, or absolute) with flag
@@ -83,22 +73,11 @@ var forceWalk bool
 // O_NOFOLLOW|O_DIRECTORY, then its last component with flag, which holds
 // O_NOFOLLOW. A ".." component is refused (EXDEV).
 func walkOpen(dirfd int, p string, flag int, perm fs.FileMode) (int, error) {
-	if strings.HasPrefix(p, "/") {
-		root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return -1, err
-		}
-		defer unix.Close(root)
-		dirfd, p = root, strings.TrimLeft(p, "/")
-	}
-	dir, leaf := ".", p
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		dir, leaf = p[:i], p[i+1:]
-	}
-	if leaf == ".." {
+	dir, leaf := path.Split(p)
+	switch leaf {
+	case "..":
 		return -1, unix.EXDEV
-	}
-	if leaf == "" {
+	case "":
 		leaf = "."
 	}
 	d, err := dirFd(dirfd, dir, false)
@@ -114,12 +93,16 @@ func walkOpen(dirfd int, p string, flag int, perm fs.FileMode) (int, error) {
 	}
 }
 
-// dirFd opens the directory dir (relative to dirfd) one component at a
-// time, none followed if it is a symlink; with create, a missing
-// component is made (mode 0755, less the umask) first. A ".." component
-// is refused (EXDEV). The caller closes the descriptor.
+// dirFd opens the directory dir (relative to dirfd, or absolute) one
+// component at a time, none followed if it is a symlink; with create, a
+// missing component is made (mode 0755, less the umask) first. A ".."
+// component is refused (EXDEV). The caller closes the descriptor.
 func dirFd(dirfd int, dir string, create bool) (int, error) {
-	cur, err := unix.Openat(dirfd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	start := "."
+	if strings.HasPrefix(dir, "/") {
+		start = "/"
+	}
+	cur, err := unix.Openat(dirfd, start, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
@@ -147,11 +130,18 @@ func dirFd(dirfd int, dir string, create bool) (int, error) {
 	return cur, nil
 }
 
-// open is openFd as an *os.File. A symlink met on the way (one that
-// appeared after the resolution) is errSwapped, or errEscapes when the
-// path now resolves outside the base directory.
+// open opens p (relative to the base, no symlink expected on it) with
+// flag, never following a symlink on any component. A symlink met on the
+// way (one that appeared after the resolution) is errSwapped, or
+// errEscapes when the path now resolves outside the base directory.
+// Opens that read or write are non-blocking, so that a FIFO answers at
+// once instead of waiting for its other end (only regular files are then
+// used).
 func (t *tree) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
-	fd, err := t.openFd(p, flag, perm)
+	if flag&unix.O_PATH == 0 {
+		flag |= unix.O_NONBLOCK
+	}
+	fd, err := openNoSymlinks(t.fd, p, flag, perm, resolveBeneath)
 	if err != nil {
 		if err == unix.ELOOP || err == unix.EXDEV || err == unix.ENOTDIR && t.linkIn(p) {
 			err = errSwapped

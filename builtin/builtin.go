@@ -6,10 +6,15 @@
 package builtin
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
@@ -27,31 +32,39 @@ type EchoIn struct {
 	Text string `json:"text" jsonschema:"description=The text to send back"`
 }
 
-// Config says which built-in tools to serve.
+// Config says which built-in tools to serve; NewShell reads its WorkDir
+// and Shell* fields.
 type Config struct {
 	// WorkDir is the base directory of the file tools and the shell; ""
 	// serves neither.
 	WorkDir string
-	// ShellAllow limits the programs shell may start; empty allows any.
+	// ShellAllow limits the programs shell may start (checked on the
+	// parsed command; see docs/builtin.md); empty allows any.
 	ShellAllow []string
 	// ShellEnv names the variables of this process's environment that
-	// shell commands get (ShellConfig.Env); none by default.
+	// shell commands get besides PATH, HOME, TMPDIR, LANG and LC_ALL
+	// (none by default); PATH among them passes this process's PATH
+	// instead of DefaultShellPath. NATS_*, TOOLBUS_* and the variables the
+	// shell sets are refused.
 	ShellEnv []string
-	// ShellTrust are programs shell may start with any arguments
-	// (ShellConfig.Trust).
+	// ShellTrust are programs shell may start with any arguments,
+	// unchecked: the operator trusts them with anything (an interpreter, a
+	// build tool, a program with no profile). They count as allowed.
 	ShellTrust []string
-	// ShellUser, when set, is the OS user shell commands run as; empty: a
-	// root process runs them as DefaultShellUser unless ShellAsRoot.
+	// ShellUser, when set, is the OS user shell commands run as (this
+	// process must run as root, and WorkDir must be usable by that user);
+	// empty: a root process runs them as DefaultShellUser unless
+	// ShellAsRoot.
 	ShellUser string
 	// ShellAsRoot keeps a root process's commands as root without
-	// ShellUser (ShellConfig.AsRoot).
+	// ShellUser (--shell-as-root); NewShell logs a warning.
 	ShellAsRoot bool
 	// Skills, when set, lets shell run skills' scripts (ShellIn.Skill).
 	Skills SkillFiles
 	// Logger gets the shell's line about the kernel sandbox; nil discards.
 	Logger *slog.Logger
 	// Names is the profile of the file tools' and the shell's names:
-	// NamesToolbus ("" too) or NamesAgentScope (agentscope.go).
+	// NamesToolbus ("" too) or NamesAgentScope (below).
 	Names string
 }
 
@@ -95,48 +108,226 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 	if err := registerBasic(w); err != nil {
 		return err
 	}
-	if err := registerTodo(w); err != nil {
-		return err
-	}
 	if cfg.WorkDir == "" {
 		return nil
 	}
-	f, err := NewFiles(cfg.WorkDir)
+	// The shell's settings are checked before anything is registered; the
+	// file tools share its base directory.
+	sh, err := NewShell(cfg)
 	if err != nil {
 		return err
 	}
-	// The shell's settings are checked before anything is registered.
-	sh, err := NewShell(ShellConfig{Dir: f.Base(), Allow: cfg.ShellAllow, Trust: cfg.ShellTrust, Env: cfg.ShellEnv, User: cfg.ShellUser, AsRoot: cfg.ShellAsRoot, Skills: cfg.Skills, Logger: cfg.Logger})
-	if err != nil {
+	if err := registerFiles(w, sh.files, cfg.Names); err != nil {
 		return err
 	}
-	if err := registerFiles(w, f, cfg.Names); err != nil {
-		return err
-	}
-	if cfg.Names == NamesAgentScope {
-		return sh.registerAgentScope(w)
-	}
-	return sh.register(w)
+	return sh.register(w, cfg.Names)
 }
 
 func registerBasic(w *worker.Worker) error {
-	err := worker.Register(w, bus.ToolDef{Name: "get_current_time",
-		Description: "Get the current date and time in a time zone.", ReadOnly: true, ConcurrencySafe: true, Idempotent: true, MaxAttempts: 2, TimeoutMS: 5000},
-		func(_ context.Context, _ *worker.Call, in TimeIn) (string, error) {
-			loc := time.Local
-			if in.Timezone != "" {
-				l, err := time.LoadLocation(in.Timezone)
-				if err != nil {
-					return "", fmt.Errorf("unknown time zone %q", in.Timezone)
+	return cmp.Or( // the first error
+		worker.Register(w, bus.ToolDef{Name: "get_current_time",
+			Description: "Get the current date and time in a time zone.", ReadOnly: true, ConcurrencySafe: true, Idempotent: true, MaxAttempts: 2, TimeoutMS: 5000},
+			func(_ context.Context, _ *worker.Call, in TimeIn) (string, error) {
+				loc := time.Local
+				if in.Timezone != "" {
+					l, err := time.LoadLocation(in.Timezone)
+					if err != nil {
+						return "", fmt.Errorf("unknown time zone %q", in.Timezone)
+					}
+					loc = l
 				}
-				loc = l
+				return time.Now().In(loc).Format(time.RFC3339), nil
+			}),
+		worker.Register(w, bus.ToolDef{Name: "echo", Description: "Send the given text back unchanged.",
+			ReadOnly: true, ConcurrencySafe: true, Idempotent: true, TimeoutMS: 5000},
+			func(_ context.Context, _ *worker.Call, in EchoIn) (string, error) { return in.Text, nil }),
+		worker.Register(w, todoDef, func(_ context.Context, c *worker.Call, in TodoIn) (string, error) {
+			text, list, err := WriteTodos(c.State, in)
+			if err == nil {
+				err = c.PatchState(map[string]any{"todos": list})
 			}
-			return time.Now().In(loc).Format(time.RFC3339), nil
-		})
-	if err != nil {
-		return err
+			if err != nil {
+				return "", err
+			}
+			return text, nil
+		}),
+	)
+}
+
+// The profiles of the built-in tools' names (Config.Names).
+const (
+	// NamesToolbus: read_file, write_file, edit_file, list_files,
+	// search_files and shell (the default).
+	NamesToolbus = "toolbus"
+	// NamesAgentScope: the same tools under AgentScope 2.x's names and input
+	// field names — Read, Write, Edit, Glob, Grep, Bash — for agents whose
+	// prompts and models know those (docs/agentscope.md).
+	NamesAgentScope = "agentscope"
+)
+
+// checkNames refuses an unknown profile.
+func checkNames(n string) error {
+	if n == "" || n == NamesToolbus || n == NamesAgentScope {
+		return nil
 	}
-	return worker.Register(w, bus.ToolDef{Name: "echo", Description: "Send the given text back unchanged.",
-		ReadOnly: true, ConcurrencySafe: true, Idempotent: true, TimeoutMS: 5000},
-		func(_ context.Context, _ *worker.Call, in EchoIn) (string, error) { return in.Text, nil })
+	return fmt.Errorf("builtin: unknown names profile %q (use %s or %s)", n, NamesToolbus, NamesAgentScope)
+}
+
+// AgentScope's inputs hold the fields of its tools that the built-ins
+// implement (Read, Write and Edit share toolbus's input types, the path
+// as FilePath); the schemas refuse the others (additionalProperties
+// false), so a model that asks for an option these tools lack (Read's
+// pages, Grep's -A) learns it at once instead of being silently ignored.
+
+// AsBashIn is Bash's input; description is a label for people, unused.
+type AsBashIn struct {
+	Command     string `json:"command"`
+	Description string `json:"description,omitempty"`
+	Timeout     int    `json:"timeout,omitempty"`
+}
+
+const (
+	asPath       = `"file_path":{"type":"string","description":"The file, absolute inside the base directory or relative to it."}`
+	asReadSchema = `{"type":"object","properties":{` + asPath + `,` + offsetProp + `,` +
+		`"limit":{"type":"integer","minimum":1,"maximum":2000,"description":"How many lines to read (default 2000)."}},"required":["file_path"],"additionalProperties":false}`
+	asWriteSchema = `{"type":"object","properties":{` + asPath + `,` + contentProp + `},"required":["file_path","content"],"additionalProperties":false}`
+	asEditSchema  = `{"type":"object","properties":{` + asPath + `,` + editProps + `},"required":["file_path","old_string","new_string"],"additionalProperties":false}`
+	asGlobSchema  = `{"type":"object","properties":{"pattern":{"type":"string","description":"A glob relative to path, such as *.go or **/*.md; ** crosses directories."},` +
+		`"path":{"type":"string","description":"The directory to search in (default: the base directory)."}},"required":["pattern"],"additionalProperties":false}`
+	asGrepSchema = `{"type":"object","properties":{` + searchProps + `},"required":["pattern"],"additionalProperties":false}`
+	asBashSchema = `{"type":"object","properties":{"command":{"type":"string","description":"The command to run."},` +
+		`"description":{"type":"string","description":"What the command does, in a few words, for the people watching."},` +
+		`"timeout":{"type":"integer","minimum":0,"maximum":600000,"description":"Milliseconds before the command is stopped (default 120000)."}},"required":["command"],"additionalProperties":false}`
+)
+
+// register registers the shell under the names profile names: as shell,
+// or as AgentScope's Bash (timeout in milliseconds, as AgentScope's; no
+// skill input).
+func (s *Shell) register(w *worker.Worker, names string) error {
+	if names != NamesAgentScope {
+		return worker.Register(w, s.def(), func(ctx context.Context, c *worker.Call, in ShellIn) (string, error) {
+			return s.Run(ctx, c.UserString(), in)
+		})
+	}
+	d := s.def()
+	d.Name, d.InputSchema = "Bash", json.RawMessage(asBashSchema)
+	return worker.Register(w, d, func(ctx context.Context, c *worker.Call, in AsBashIn) (string, error) {
+		return s.Run(ctx, c.UserString(), ShellIn{Command: in.Command, TimeoutMS: in.Timeout})
+	})
+}
+
+// TodoItem is one entry of the input of todo_write.
+type TodoItem struct {
+	Content  string `json:"content"`
+	Status   string `json:"status"`
+	Priority string `json:"priority,omitempty"`
+}
+
+// TodoIn is the input of todo_write.
+type TodoIn struct {
+	Todos []TodoItem `json:"todos"`
+}
+
+// Todo is one entry of the session's list, as kept in its state.
+type Todo struct {
+	ID string `json:"id"`
+	TodoItem
+}
+
+// Todo statuses.
+const (
+	TodoPending    = "pending"
+	TodoInProgress = "in_progress"
+	TodoCompleted  = "completed"
+)
+
+const todoSchema = `{"type":"object","properties":{"todos":{"type":"array","description":"The whole todo list, replacing the current one; an empty list clears it.",` +
+	`"items":{"type":"object","properties":{` +
+	`"content":{"type":"string","description":"What to do: a short imperative sentence."},` +
+	`"status":{"type":"string","description":"pending, in_progress or completed; at most one item is in_progress."},` +
+	`"priority":{"type":"string","description":"high, medium or low (optional)."}},` +
+	`"required":["content","status"]}}},"required":["todos"]}`
+
+var todoDef = bus.ToolDef{Name: "todo_write",
+	Description: "Write the session's todo list: pass the whole list every time (it replaces the current one). Use it to plan multi-step work " +
+		"and to show progress: mark one item in_progress while you work on it and completed as soon as it is done.",
+	InputSchema: json.RawMessage(todoSchema), StateInjected: true, ReadOnly: false, ConcurrencySafe: false,
+	Permission: bus.PermissionAllow, TimeoutMS: 10000}
+
+// WriteTodos checks in against every rule before it changes anything and
+// returns the result text and the new list (an item whose content matches
+// one of the current list, in state's "todos", keeps its id).
+func WriteTodos(state json.RawMessage, in TodoIn) (string, []Todo, error) {
+	inProgress := 0
+	for i, t := range in.Todos {
+		n := i + 1
+		if strings.TrimSpace(t.Content) == "" {
+			return "", nil, fmt.Errorf("todo_write refused: item %d has blank content; nothing was changed", n)
+		}
+		if !slices.Contains([]string{TodoPending, TodoInProgress, TodoCompleted}, t.Status) {
+			return "", nil, fmt.Errorf("todo_write refused: item %d has the unknown status %q (use pending, in_progress or completed); nothing was changed", n, t.Status)
+		}
+		if !slices.Contains([]string{"", "high", "medium", "low"}, t.Priority) {
+			return "", nil, fmt.Errorf("todo_write refused: item %d has the unknown priority %q (use high, medium or low); nothing was changed", n, t.Priority)
+		}
+		if t.Status == TodoInProgress {
+			inProgress++
+		}
+	}
+	if inProgress > 1 {
+		return "", nil, fmt.Errorf("todo_write refused: %d items are in_progress; at most one may be; nothing was changed", inProgress)
+	}
+	var cur struct {
+		Todos []Todo `json:"todos"`
+	}
+	if len(state) > 0 {
+		_ = json.Unmarshal(state, &cur) // a corrupt list is replaced
+	}
+	next := 0
+	for _, t := range cur.Todos {
+		if n, err := strconv.Atoi(t.ID); err == nil && n > next {
+			next = n
+		}
+	}
+	taken := map[string]bool{}
+	list := make([]Todo, 0, len(in.Todos))
+	for _, t := range in.Todos {
+		id := ""
+		for _, old := range cur.Todos {
+			if old.Content == t.Content && !taken[old.ID] {
+				id = old.ID
+				break
+			}
+		}
+		if id == "" {
+			next++
+			id = strconv.Itoa(next)
+		}
+		taken[id] = true
+		list = append(list, Todo{ID: id, TodoItem: t})
+	}
+	return TodoText(list), list, nil
+}
+
+// TodoText is the output of todo_write for list.
+func TodoText(list []Todo) string {
+	if len(list) == 0 {
+		return "Todo list cleared (0 items)."
+	}
+	open := 0
+	for _, t := range list {
+		if t.Status != TodoCompleted {
+			open++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d open todo(s):", open)
+	for _, t := range list {
+		mark := cmp.Or(map[string]string{TodoInProgress: "[~]", TodoCompleted: "[x]"}[t.Status], "[ ]")
+		fmt.Fprintf(&b, "\n- %s %s", mark, t.Content)
+		if t.Priority != "" {
+			fmt.Fprintf(&b, " (priority: %s)", t.Priority)
+		}
+	}
+	return b.String()
 }

@@ -264,15 +264,15 @@ func TestListAndSearch(t *testing.T) {
 	}
 }
 
-func newShell(t *testing.T, cfg ShellConfig) *Shell {
+func newShell(t *testing.T, cfg Config) *Shell {
 	t.Helper()
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = t.TempDir()
 	}
 	// These tests write into root-owned temporary directories; the
 	// default user (not root) has its own test, TestShellNotRootByDefault.
-	if cfg.User == "" {
-		cfg.AsRoot = true
+	if cfg.ShellUser == "" {
+		cfg.ShellAsRoot = true
 	}
 	s, err := NewShell(cfg)
 	if err != nil {
@@ -283,7 +283,7 @@ func newShell(t *testing.T, cfg ShellConfig) *Shell {
 
 func TestShell(t *testing.T) {
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir})
+	s := newShell(t, Config{WorkDir: dir})
 	ctx := context.Background()
 	out, err := s.Run(ctx, "", ShellIn{Command: "pwd; echo oops >&2; exit 3"})
 	real, _ := filepath.EvalSymlinks(dir)
@@ -309,7 +309,7 @@ func TestShell(t *testing.T) {
 	_, err = s.Run(ctx, "", ShellIn{Command: "true", TimeoutMS: 600001})
 	wantRefused(t, err, "more than 600000")
 	// Allow-list.
-	s = newShell(t, ShellConfig{Dir: dir, Allow: []string{"echo", "ls", "git", "/bin/echo"}})
+	s = newShell(t, Config{WorkDir: dir, ShellAllow: []string{"echo", "ls", "git", "/bin/echo"}})
 	if out, err := s.Run(ctx, "", ShellIn{Command: "echo hi && ls | /bin/echo x"}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
 		t.Fatalf("allowed: %q %v", out, err)
 	}

@@ -83,9 +83,6 @@ func NewFiles(dir string) (*Files, error) {
 // Base returns the base directory (absolute, symlinks resolved).
 func (f *Files) Base() string { return f.base }
 
-// refused is a refusal; its text is what the model reads.
-func refused(format string, args ...any) error { return fmt.Errorf(format, args...) }
-
 // resolve turns a path of the input into a path relative to the base
 // directory with every symlink that exists resolved (a missing tail is
 // kept as written), refusing anything that leaves the base directory,
@@ -94,7 +91,7 @@ func refused(format string, args ...any) error { return fmt.Errorf(format, args.
 // symlink that appears on it afterwards.
 func (f *Files) resolve(tool, p string) (string, error) {
 	if strings.ContainsRune(p, 0) {
-		return "", refused("%s refused: the path contains a NUL character", tool)
+		return "", fmt.Errorf("%s refused: the path contains a NUL character", tool)
 	}
 	full := p
 	if !filepath.IsAbs(p) {
@@ -102,14 +99,14 @@ func (f *Files) resolve(tool, p string) (string, error) {
 	}
 	full = filepath.Clean(full)
 	if !within(f.base, full) {
-		return "", refused("%s refused: %q is outside the base directory %s", tool, p, f.base)
+		return "", fmt.Errorf("%s refused: %q is outside the base directory %s", tool, p, f.base)
 	}
 	rel, ok := f.resolveIn(f.relOS(full))
 	if !ok && within(f.base, f.abs(rel)) {
-		return "", refused("%s refused: %q has more symlinks than can be followed (a loop, or over 40)", tool, p)
+		return "", fmt.Errorf("%s refused: %q has more symlinks than can be followed (a loop, or over 40)", tool, p)
 	}
 	if !ok {
-		return "", refused("%s refused: %q resolves (through a symlink) outside the base directory %s", tool, p, f.base)
+		return "", fmt.Errorf("%s refused: %q resolves (through a symlink) outside the base directory %s", tool, p, f.base)
 	}
 	return rel, nil
 }
@@ -160,15 +157,6 @@ func (t *tree) relOS(p string) string {
 	return r
 }
 
-// rel is p (relative to the base directory, or absolute inside it)
-// relative to the base directory, with /.
-func (f *Files) rel(p string) string {
-	if filepath.IsAbs(p) {
-		p = f.relOS(p)
-	}
-	return filepath.ToSlash(p)
-}
-
 // abs is the absolute form of p, relative to the base directory: the key
 // of its read record.
 func (t *tree) abs(p string) string { return filepath.Join(t.base, p) }
@@ -209,10 +197,10 @@ func checkRead(tool, shown string, state json.RawMessage, p string, fi fs.FileIn
 	}
 	rec, ok := st.Reads[p]
 	if !ok {
-		return refused("%s refused: %s exists and has not been read in this session; read it with read_file first", tool, shown)
+		return fmt.Errorf("%s refused: %s exists and has not been read in this session; read it with read_file first", tool, shown)
 	}
 	if rec != recordOf(fi) {
-		return refused("%s refused: %s changed on disk since it was last read (its size or modification time differ); read it again with read_file first", tool, shown)
+		return fmt.Errorf("%s refused: %s changed on disk since it was last read (its size or modification time differ); read it again with read_file first", tool, shown)
 	}
 	return nil
 }
@@ -222,7 +210,7 @@ type ReadIn struct {
 	Path   string `json:"path"`
 	Offset int    `json:"offset,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
-	// FilePath is Path under AgentScope's names (agentscope.go).
+	// FilePath is Path under AgentScope's names (NamesAgentScope).
 	FilePath string `json:"file_path,omitempty"`
 }
 
@@ -234,7 +222,7 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 	}
 	fh, err := f.open(p, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil, refused("read_file refused: %s does not exist", in.Path)
+		return "", nil, fmt.Errorf("read_file refused: %s does not exist", in.Path)
 	}
 	if err != nil {
 		return "", nil, f.fail("read_file refused", in.Path, err)
@@ -243,23 +231,23 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 	fi, err := fh.Stat()
 	switch {
 	case err != nil:
-		return "", nil, refused("read_file refused: %v", err)
+		return "", nil, fmt.Errorf("read_file refused: %v", err)
 	case fi.IsDir():
-		return "", nil, refused("read_file refused: %s is a directory; use list_files", in.Path)
+		return "", nil, fmt.Errorf("read_file refused: %s is a directory; use list_files", in.Path)
 	case !fi.Mode().IsRegular():
-		return "", nil, refused("read_file refused: %s is not a regular file", in.Path)
+		return "", nil, fmt.Errorf("read_file refused: %s is not a regular file", in.Path)
 	case fi.Size() > maxReadFile:
-		return "", nil, refused("read_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
+		return "", nil, fmt.Errorf("read_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
 	}
 	data, err := io.ReadAll(io.LimitReader(fh, maxReadFile+1))
 	if err != nil {
-		return "", nil, refused("read_file refused: %v", err)
+		return "", nil, fmt.Errorf("read_file refused: %v", err)
 	}
 	if len(data) > maxReadFile {
-		return "", nil, refused("read_file refused: %s is more than %d bytes", in.Path, maxReadFile)
+		return "", nil, fmt.Errorf("read_file refused: %s is more than %d bytes", in.Path, maxReadFile)
 	}
 	if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
-		return "", nil, refused("read_file refused: %s is not a UTF-8 text file", in.Path)
+		return "", nil, fmt.Errorf("read_file refused: %s is not a UTF-8 text file", in.Path)
 	}
 	offset, limit := max(in.Offset, 1), in.Limit
 	if limit <= 0 {
@@ -303,31 +291,16 @@ type WriteIn struct {
 
 // Write runs write_file against the session state (the read records).
 func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
-	p, err := f.resolve("write_file", in.Path)
+	p, fi, err := f.target("write_file", in.Path)
 	if err != nil {
 		return "", nil, err
 	}
-	if inGitDir(p) {
-		return "", nil, refused("write_file refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", in.Path)
-	}
 	mode := fs.FileMode(0o644)
-	fi, err := f.stat(p)
-	switch {
-	case err == nil && fi.IsDir():
-		return "", nil, refused("write_file refused: %s is a directory", in.Path)
-	case err == nil && !fi.Mode().IsRegular():
-		return "", nil, refused("write_file refused: %s is not a regular file", in.Path)
-	case err == nil && hardLinks(fi) > 1:
-		return "", nil, linkedRefusal("write_file", in.Path, fi)
-	case err == nil:
+	if fi != nil {
 		if err := checkRead("write_file", in.Path, state, f.abs(p), fi); err != nil {
 			return "", nil, err
 		}
 		mode = fi.Mode().Perm()
-	case !errors.Is(err, fs.ErrNotExist):
-		return "", nil, f.fail("write_file refused", in.Path, err)
-	default:
-		fi = nil
 	}
 	if dir := filepath.Dir(p); dir != "." {
 		if err := f.mkdirs(dir); err != nil {
@@ -342,7 +315,36 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 	if fi != nil {
 		verb = "Wrote"
 	}
-	return fmt.Sprintf("%s %s (%d bytes).", verb, f.rel(p), len(in.Content)), readsPatch(f.abs(p), nfi), nil
+	return fmt.Sprintf("%s %s (%d bytes).", verb, filepath.ToSlash(p), len(in.Content)), readsPatch(f.abs(p), nfi), nil
+}
+
+// target resolves the path a write or edit names and describes the file
+// there (nil when there is none yet), refusing a path inside .git and
+// anything but a regular file with one link: a hard link leaves no path
+// outside the base directory or in .git, yet writing it would change the
+// file under its other names, which may be.
+func (f *Files) target(tool, shown string) (string, fs.FileInfo, error) {
+	p, err := f.resolve(tool, shown)
+	if err != nil {
+		return "", nil, err
+	}
+	if inGitDir(p) {
+		return "", nil, fmt.Errorf("%s refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", tool, shown)
+	}
+	fi, err := f.stat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return p, nil, nil
+	case err != nil:
+		return "", nil, f.fail(tool+" refused", shown, err)
+	case fi.IsDir():
+		return "", nil, fmt.Errorf("%s refused: %s is a directory", tool, shown)
+	case !fi.Mode().IsRegular():
+		return "", nil, fmt.Errorf("%s refused: %s is not a regular file", tool, shown)
+	case hardLinks(fi) > 1:
+		return "", nil, fmt.Errorf("%s refused: %s has %d hard links; writing it would change the file under its other names too, which may lie outside the base directory or inside .git", tool, shown, hardLinks(fi))
+	}
+	return p, fi, nil
 }
 
 // EditIn is the input of edit_file.
@@ -356,33 +358,20 @@ type EditIn struct {
 
 // Edit runs edit_file against the session state (the read records).
 func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
-	p, err := f.resolve("edit_file", in.Path)
-	if err != nil {
-		return "", nil, err
-	}
-	if inGitDir(p) {
-		return "", nil, refused("edit_file refused: %s is inside a .git directory; the file tools do not write git's own files (its config and hooks run programs)", in.Path)
-	}
-	fi, err := f.stat(p)
+	p, fi, err := f.target("edit_file", in.Path)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", nil, refused("edit_file refused: %s does not exist; create it with write_file", in.Path)
 	case err != nil:
-		return "", nil, f.fail("edit_file refused", in.Path, err)
-	case fi.IsDir():
-		return "", nil, refused("edit_file refused: %s is a directory", in.Path)
-	case !fi.Mode().IsRegular():
-		return "", nil, refused("edit_file refused: %s is not a regular file", in.Path)
-	case hardLinks(fi) > 1:
-		return "", nil, linkedRefusal("edit_file", in.Path, fi)
+		return "", nil, err
+	case fi == nil:
+		return "", nil, fmt.Errorf("edit_file refused: %s does not exist; create it with write_file", in.Path)
 	case fi.Size() > maxReadFile:
-		return "", nil, refused("edit_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
+		return "", nil, fmt.Errorf("edit_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
 	}
 	if in.OldString == in.NewString {
-		return "", nil, refused("edit_file refused: old_string and new_string are identical; there is nothing to change")
+		return "", nil, fmt.Errorf("edit_file refused: old_string and new_string are identical; there is nothing to change")
 	}
 	if in.OldString == "" {
-		return "", nil, refused("edit_file refused: old_string is empty; give the exact text to replace")
+		return "", nil, fmt.Errorf("edit_file refused: old_string is empty; give the exact text to replace")
 	}
 	if err := checkRead("edit_file", in.Path, state, f.abs(p), fi); err != nil {
 		return "", nil, err
@@ -395,33 +384,24 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 	n := strings.Count(text, in.OldString)
 	switch {
 	case n == 0:
-		return "", nil, refused("edit_file refused: old_string was not found in %s; read the file again and copy the text exactly", in.Path)
+		return "", nil, fmt.Errorf("edit_file refused: old_string was not found in %s; read the file again and copy the text exactly", in.Path)
 	case n > 1 && !in.ReplaceAll:
-		return "", nil, refused("edit_file refused: old_string appears %d times in %s; give more surrounding text so that it is unique, or set replace_all to replace every occurrence", n, in.Path)
-	}
-	// The edited file stays within what read_file reads, checked before
-	// anything is built: replace_all of a short, frequent old_string by a
-	// long new_string would otherwise ask for n times new_string at once.
-	k := int64(1)
-	if in.ReplaceAll {
-		k = int64(n)
-	}
-	if size := int64(len(text)) + k*(int64(len(in.NewString))-int64(len(in.OldString))); size > maxReadFile {
-		return "", nil, refused("edit_file refused: the edited %s would be %d bytes, more than %d; replace fewer occurrences or shorter text", in.Path, size, maxReadFile)
-	}
-	if in.ReplaceAll {
-		text = strings.ReplaceAll(text, in.OldString, in.NewString)
-	} else {
-		text = strings.Replace(text, in.OldString, in.NewString, 1)
-	}
-	nfi, err := f.put(p, []byte(text), fi.Mode().Perm())
-	if err != nil {
-		return "", nil, f.fail("edit_file failed", in.Path, err)
+		return "", nil, fmt.Errorf("edit_file refused: old_string appears %d times in %s; give more surrounding text so that it is unique, or set replace_all to replace every occurrence", n, in.Path)
 	}
 	if !in.ReplaceAll {
 		n = 1
 	}
-	return fmt.Sprintf("Replaced %d occurrence(s) in %s.", n, f.rel(p)), readsPatch(f.abs(p), nfi), nil
+	// The edited file stays within what read_file reads, checked before
+	// anything is built: replace_all of a short, frequent old_string by a
+	// long new_string would otherwise ask for n times new_string at once.
+	if size := int64(len(text)) + int64(n)*(int64(len(in.NewString))-int64(len(in.OldString))); size > maxReadFile {
+		return "", nil, fmt.Errorf("edit_file refused: the edited %s would be %d bytes, more than %d; replace fewer occurrences or shorter text", in.Path, size, maxReadFile)
+	}
+	nfi, err := f.put(p, []byte(strings.Replace(text, in.OldString, in.NewString, n)), fi.Mode().Perm())
+	if err != nil {
+		return "", nil, f.fail("edit_file failed", in.Path, err)
+	}
+	return fmt.Sprintf("Replaced %d occurrence(s) in %s.", n, filepath.ToSlash(p)), readsPatch(f.abs(p), nfi), nil
 }
 
 // readAll reads the regular file p that stat described as fi: no more
@@ -441,13 +421,6 @@ func (f *Files) readAll(p string, fi fs.FileInfo) ([]byte, error) {
 		err = errChanged
 	}
 	return data, err
-}
-
-// linkedRefusal refuses to write a file with more than one hard link:
-// no path leaves the base directory or names .git, yet the write would
-// change the file under its other names, which may.
-func linkedRefusal(tool, shown string, fi fs.FileInfo) error {
-	return refused("%s refused: %s has %d hard links; writing it would change the file under its other names too, which may lie outside the base directory or inside .git", tool, shown, hardLinks(fi))
 }
 
 // put writes data to p (replacing an existing file's content) and returns
@@ -496,11 +469,11 @@ var (
 func (f *Files) fail(what, shown string, err error) error {
 	switch {
 	case isEscape(err):
-		return refused("%s: %q resolves (through a symlink) outside the base directory %s", what, shown, f.base)
+		return fmt.Errorf("%s: %q resolves (through a symlink) outside the base directory %s", what, shown, f.base)
 	case errors.Is(err, errSwapped), errors.Is(err, errChanged):
-		return refused("%s: %q changed after it was checked (a symlink or another kind of file appeared on it); nothing was opened through it, try again", what, shown)
+		return fmt.Errorf("%s: %q changed after it was checked (a symlink or another kind of file appeared on it); nothing was opened through it, try again", what, shown)
 	}
-	return refused("%s: %v", what, err)
+	return fmt.Errorf("%s: %v", what, err)
 }
 
 // isEscape says whether err is an escape: errEscapes, or os.Root
@@ -581,26 +554,22 @@ func (f *Files) walkIn(ctx context.Context, root, dir string, fn func(p string, 
 // directory a walk started from, relative to the base).
 func (t *tree) resolveUnder(root, p string) (string, bool) {
 	r, ok := t.resolveIn(p)
-	return r, ok && (root == "." || r == root || strings.HasPrefix(r, root+string(filepath.Separator)))
+	return r, ok && (root == "." || within(root, r))
 }
 
 // stopped is the refusal of a walk that the call's deadline (or a cancel)
 // ended.
 func stopped(tool string) error {
-	return refused("%s stopped: the call's time ran out while walking the files; narrow the path or the pattern", tool)
+	return fmt.Errorf("%s stopped: the call's time ran out while walking the files; narrow the path or the pattern", tool)
 }
 
 // relTo is p (relative to the base) relative to dir (relative to the
 // base), with /.
 func relTo(dir, p string) string {
-	if dir == "." {
-		return filepath.ToSlash(p)
+	if r, err := filepath.Rel(dir, p); err == nil {
+		p = r
 	}
-	r, err := filepath.Rel(dir, p)
-	if err != nil {
-		return filepath.ToSlash(p)
-	}
-	return filepath.ToSlash(r)
+	return filepath.ToSlash(p)
 }
 
 // List runs list_files: files under path matching pattern (a glob relative
@@ -612,7 +581,7 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 		return "", err
 	}
 	if fi, err := f.stat(root); err != nil || !fi.IsDir() {
-		return "", refused("list_files refused: %s is not a directory", in.Path)
+		return "", fmt.Errorf("list_files refused: %s is not a directory", in.Path)
 	}
 	pattern := in.Pattern
 	if pattern == "" {
@@ -620,7 +589,7 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 	}
 	g, err := compileGlob(pattern)
 	if err != nil {
-		return "", refused("list_files refused: the pattern %q is not a valid glob: %v", pattern, err)
+		return "", fmt.Errorf("list_files refused: the pattern %q is not a valid glob: %v", pattern, err)
 	}
 	var out []string
 	more := false
@@ -630,7 +599,7 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 				more = true
 				return false
 			}
-			out = append(out, f.rel(p))
+			out = append(out, filepath.ToSlash(p))
 		}
 		return true
 	})
@@ -685,7 +654,7 @@ type SearchIn struct {
 func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 	re, err := regexp.Compile(in.Pattern)
 	if err != nil {
-		return "", refused("search_files refused: the pattern is not an RE2 regular expression: %v", err)
+		return "", fmt.Errorf("search_files refused: the pattern is not an RE2 regular expression: %v", err)
 	}
 	root, err := f.resolve("search_files", in.Path)
 	if err != nil {
@@ -693,28 +662,22 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 	}
 	fi, err := f.stat(root)
 	if err != nil {
-		return "", refused("search_files refused: %s does not exist", in.Path)
+		return "", fmt.Errorf("search_files refused: %s does not exist", in.Path)
 	}
 	var g glob
 	if in.Glob != "" {
 		if g, err = compileGlob(in.Glob); err != nil {
-			return "", refused("search_files refused: the glob %q is not valid: %v", in.Glob, err)
+			return "", fmt.Errorf("search_files refused: the glob %q is not valid: %v", in.Glob, err)
 		}
 	}
 	var files []string
 	if fi.IsDir() {
 		err := f.walk(ctx, root, func(p string, fi fs.FileInfo) bool {
-			r := relTo(root, p)
-			if in.Glob != "" {
-				target := r
-				if !strings.Contains(in.Glob, "/") {
-					target = path.Base(r)
-				}
-				if !g.match(target) {
-					return true
-				}
+			target := relTo(root, p)
+			if !strings.Contains(in.Glob, "/") {
+				target = path.Base(target)
 			}
-			if fi.Size() <= maxSearchFile {
+			if (in.Glob == "" || g.match(target)) && fi.Size() <= maxSearchFile {
 				files = append(files, p)
 			}
 			return true
@@ -724,7 +687,7 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 		}
 	} else {
 		if fi.Size() > maxSearchFile {
-			return "", refused("search_files refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxSearchFile)
+			return "", fmt.Errorf("search_files refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxSearchFile)
 		}
 		files = []string{root}
 	}
@@ -771,7 +734,7 @@ files:
 			if utf8.RuneCountInString(s) > 500 {
 				s = string([]rune(s)[:500]) + " [line cut]"
 			}
-			entry := fmt.Sprintf("%s:%d:%s\n", f.rel(name), line, s)
+			entry := fmt.Sprintf("%s:%d:%s\n", filepath.ToSlash(name), line, s)
 			if n == maxMatches || b.Len()+len(entry) > maxOutputChars {
 				cut = true
 				fh.Close()
@@ -822,18 +785,6 @@ func fileDef(name, desc, schema string, readOnly bool, base string) bus.ToolDef 
 		StateInjected: true, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: base, TimeoutMS: 60000}
 }
 
-// patching is a file tool's answer: its text once its session-state
-// patch (the read records) is applied.
-func patching(c *worker.Call, text string, patch any, err error) (string, error) {
-	if err == nil && patch != nil {
-		err = c.PatchState(patch)
-	}
-	if err != nil {
-		return "", err
-	}
-	return text, nil
-}
-
 // registerFiles registers f's operations as a worker's tools under the
 // names profile names (Config.Names): toolbus's, or AgentScope's, whose
 // Read, Write and Edit take the path as file_path. Files itself is the
@@ -851,59 +802,57 @@ func registerFiles(w *worker.Worker, f *Files, names string) error {
 		d.RuleField = asRuleField[asName]
 		return d
 	}
-	// path is the input's path under the profile's field: the one its
-	// rules matched, checked against the raw input (rulePath).
-	path := func(c *worker.Call, p, fp string) (string, error) {
-		if as {
-			return fp, rulePath(c.Input, "file_path", fp)
-		}
-		return p, rulePath(c.Input, "path", p)
-	}
 	return cmp.Or( // the first error
-		worker.Register(w, def("read_file", "Read", "Read a text file, with line numbers (from 1); use offset and limit for long files.", "", readSchema, asReadSchema, true),
-			func(_ context.Context, c *worker.Call, in ReadIn) (string, error) {
-				var err error
-				if in.Path, err = path(c, in.Path, in.FilePath); err != nil {
-					return "", err
-				}
-				text, patch, err := f.Read(in)
-				return patching(c, text, patch, err)
-			}),
-		worker.Register(w, def("write_file", "Write", "Write a whole file, creating it (and its directories) when needed. An existing file must have been read with read_file first, unchanged since.",
+		fileTool(w, def("read_file", "Read", "Read a text file, with line numbers (from 1); use offset and limit for long files.", "", readSchema, asReadSchema, true),
+			func(in *ReadIn) (*string, string) { return &in.Path, in.FilePath },
+			func(_ context.Context, _ *worker.Call, in ReadIn) (string, any, error) { return f.Read(in) }),
+		fileTool(w, def("write_file", "Write", "Write a whole file, creating it (and its directories) when needed. An existing file must have been read with read_file first, unchanged since.",
 			"Write a whole file, creating it when needed. An existing file must have been read with Read first, unchanged since.", writeSchema, asWriteSchema, false),
-			func(_ context.Context, c *worker.Call, in WriteIn) (string, error) {
-				var err error
-				if in.Path, err = path(c, in.Path, in.FilePath); err != nil {
-					return "", err
-				}
-				text, patch, err := f.Write(c.State, in)
-				return patching(c, text, patch, err)
-			}),
-		worker.Register(w, def("edit_file", "Edit", "Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with read_file first, unchanged since.",
+			func(in *WriteIn) (*string, string) { return &in.Path, in.FilePath },
+			func(_ context.Context, c *worker.Call, in WriteIn) (string, any, error) { return f.Write(c.State, in) }),
+		fileTool(w, def("edit_file", "Edit", "Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with read_file first, unchanged since.",
 			"Replace exact text in a file: old_string must appear exactly once unless replace_all is set. The file must have been read with Read first, unchanged since.", editSchema, asEditSchema, false),
-			func(_ context.Context, c *worker.Call, in EditIn) (string, error) {
-				var err error
-				if in.Path, err = path(c, in.Path, in.FilePath); err != nil {
-					return "", err
-				}
-				text, patch, err := f.Edit(c.State, in)
-				return patching(c, text, patch, err)
+			func(in *EditIn) (*string, string) { return &in.Path, in.FilePath },
+			func(_ context.Context, c *worker.Call, in EditIn) (string, any, error) { return f.Edit(c.State, in) }),
+		fileTool(w, def("list_files", "Glob", "List files matching a glob (** crosses directories), sorted.", "", listSchema, asGlobSchema, true),
+			func(in *ListIn) (*string, string) { return &in.Path, in.Path },
+			func(ctx context.Context, _ *worker.Call, in ListIn) (string, any, error) {
+				text, err := f.List(ctx, in)
+				return text, nil, err
 			}),
-		worker.Register(w, def("list_files", "Glob", "List files matching a glob (** crosses directories), sorted.", "", listSchema, asGlobSchema, true),
-			func(ctx context.Context, c *worker.Call, in ListIn) (string, error) {
-				if err := rulePath(c.Input, "path", in.Path); err != nil {
-					return "", err
-				}
-				return f.List(ctx, in)
-			}),
-		worker.Register(w, def("search_files", "Grep", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded.", "", searchSchema, asGrepSchema, true),
-			func(ctx context.Context, c *worker.Call, in SearchIn) (string, error) {
-				if err := rulePath(c.Input, "path", in.Path); err != nil {
-					return "", err
-				}
-				return f.Search(ctx, in)
+		fileTool(w, def("search_files", "Grep", "Search files for lines matching an RE2 regular expression; prints path:line:text, bounded.", "", searchSchema, asGrepSchema, true),
+			func(in *SearchIn) (*string, string) { return &in.Path, in.Path },
+			func(ctx context.Context, _ *worker.Call, in SearchIn) (string, any, error) {
+				text, err := f.Search(ctx, in)
+				return text, nil, err
 			}),
 	)
+}
+
+// fileTool registers one file tool. paths gives the input's path field
+// and its file_path: under a profile whose rules match file_path the
+// path is taken from it; either way it must be the string the rules read
+// at the definition's rule field (rulePath) before run sees it. The
+// answer is run's text once its session-state patch (the read records)
+// is applied.
+func fileTool[T any](w *worker.Worker, d bus.ToolDef, paths func(*T) (*string, string), run func(context.Context, *worker.Call, T) (string, any, error)) error {
+	return worker.Register(w, d, func(ctx context.Context, c *worker.Call, in T) (string, error) {
+		p, fp := paths(&in)
+		if d.RuleField == "file_path" {
+			*p = fp
+		}
+		if err := rulePath(c.Input, d.RuleField, *p); err != nil {
+			return "", err
+		}
+		text, patch, err := run(ctx, c, in)
+		if err == nil && patch != nil {
+			err = c.PatchState(patch)
+		}
+		if err != nil {
+			return "", err
+		}
+		return text, nil
+	})
 }
 
 // asRuleField is the input field AgentScope's rules match, per tool: the
@@ -922,7 +871,7 @@ func rulePath(raw json.RawMessage, field, decoded string) error {
 		return nil // the typed decode refused it already, or it is empty
 	}
 	if exact, _ := m[field].(string); exact != decoded {
-		return refused("refused: the input names its path under a key differing from %q only in case; the permission rules judged %q", field, exact)
+		return fmt.Errorf("refused: the input names its path under a key differing from %q only in case; the permission rules judged %q", field, exact)
 	}
 	return nil
 }

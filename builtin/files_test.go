@@ -57,7 +57,7 @@ func TestDanglingSymlink(t *testing.T) {
 // still refuse to leave the base directory.
 func TestLinkMadeByTool(t *testing.T) {
 	f, base, outside := newFiles(t)
-	sh := newShell(t, ShellConfig{Dir: base})
+	sh := newShell(t, Config{WorkDir: base})
 	planted := filepath.Join(filepath.Dir(outside), "planted.txt")
 	out, err := sh.Run(t.Context(), "", ShellIn{Command: "ln -s " + outside + " leak && ln -s " + planted + " dangling && ln -s .. up"})
 	if err != nil || !strings.HasPrefix(out, "Exit code: 0") {

@@ -53,7 +53,7 @@ func interpret(spec sandboxSpec) int {
 		return cannotRun("%v", err)
 	}
 	err = r.Run(context.Background(), file)
-	if code, ok := interp.IsExitStatus(err); ok {
+	if code, ok := errors.AsType[interp.ExitStatus](err); ok {
 		return int(code)
 	}
 	if err != nil {
@@ -81,11 +81,11 @@ func execProgram(ctx context.Context, args []string) error {
 		}
 	}
 	err = cmd.Run()
-	var ee *exec.ExitError
+	ee, exited := errors.AsType[*exec.ExitError](err)
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &ee):
+	case exited:
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return interp.ExitStatus(128 + int(ws.Signal()))
 		}

@@ -26,7 +26,7 @@ func TestShellProtectedWrites(t *testing.T) {
 	if err := os.Symlink("r3/.git", filepath.Join(dir, "lnk")); err != nil {
 		t.Fatal(err)
 	}
-	s := newShell(t, ShellConfig{Dir: dir, Allow: protectAllow})
+	s := newShell(t, Config{WorkDir: dir, ShellAllow: protectAllow})
 	for _, cmd := range []string{
 		"cat x > out.txt", "cat x >> sub/new.txt", "echo x 2>/dev/null >&2", "echo x 2>&1 >/dev/null",
 		"cp x y", "mv y z", "sed -i s/a/b/ x", "sed -n 'p;=' x", "sed -e 's/a/b/g;1d' -e '$a\\' x",
@@ -157,7 +157,7 @@ func TestShellGitFilterAttack(t *testing.T) {
 	mustWrite(t, filepath.Join(r3, "config"), "[filter \"x\"]\n\tclean = touch ../pwned-clean\n\tsmudge = touch ../pwned-smudge\n")
 	mustWrite(t, filepath.Join(r3, ".gitattributes"), "* filter=x\n")
 	mustWrite(t, filepath.Join(r3, "c.md"), "c\n")
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git"}})
+	s := newShell(t, Config{WorkDir: dir, ShellAllow: []string{"git"}})
 	cmd := "git -C r3 init && git -C r3 add config && git -C r3 checkout-index -f --prefix=.git/ config && git -C r3 add c.md"
 	_, err := s.Run(t.Context(), "", ShellIn{Command: cmd})
 	wantRefused(t, err, `shell refused: git checkout-index --prefix writes files wherever the prefix leads`)
@@ -177,13 +177,13 @@ func TestShellGitFilterAttack(t *testing.T) {
 // TestShellTrust: a program with no profile is refused on the allow-list
 // and runs with any arguments when trusted.
 func TestShellTrust(t *testing.T) {
-	if _, err := NewShell(ShellConfig{Dir: t.TempDir(), Allow: []string{"sh"}}); err == nil || !strings.Contains(err.Error(), "--shell-trust") {
+	if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellAllow: []string{"sh"}}); err == nil || !strings.Contains(err.Error(), "--shell-trust") {
 		t.Fatalf("sh on the allow-list: %v", err)
 	}
-	if _, err := NewShell(ShellConfig{Dir: t.TempDir(), Trust: []string{"env"}}); err == nil {
+	if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellTrust: []string{"env"}}); err == nil {
 		t.Fatal("env trusted")
 	}
-	s := newShell(t, ShellConfig{Allow: []string{"echo"}, Trust: []string{"sh"}})
+	s := newShell(t, Config{ShellAllow: []string{"echo"}, ShellTrust: []string{"sh"}})
 	out, err := s.Run(t.Context(), "", ShellIn{Command: "sh -c 'echo $((1+1))'"})
 	if err != nil || !strings.HasPrefix(out, "Exit code: 0\nstdout:\n2\n") {
 		t.Fatalf("trusted: %q %v", out, err)
@@ -206,7 +206,7 @@ func TestShellNotRootByDefault(t *testing.T) {
 		}
 	}
 	var logs bytes.Buffer
-	s, err := NewShell(ShellConfig{Dir: dir, Allow: []string{"id", "cat", "echo"}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, err := NewShell(Config{WorkDir: dir, ShellAllow: []string{"id", "cat", "echo"}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestShellNotRootByDefault(t *testing.T) {
 		t.Errorf("warned: %s", logs.String())
 	}
 	logs.Reset()
-	s, err = NewShell(ShellConfig{Dir: dir, AsRoot: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, err = NewShell(Config{WorkDir: dir, ShellAsRoot: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestShellNotRootByDefault(t *testing.T) {
 	}
 	// A base directory the default user cannot write is named at start.
 	logs.Reset()
-	if _, err := NewShell(ShellConfig{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
+	if _, err := NewShell(Config{WorkDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(logs.String(), "not writable by the shell's user") {
@@ -252,7 +252,7 @@ func TestShellNotRootByDefault(t *testing.T) {
 // shell is started, and nothing in the base directory is executable.
 func TestShellKernelRunsOnlyListed(t *testing.T) {
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "cp", "cat"}})
+	s := newShell(t, Config{WorkDir: dir, ShellAllow: []string{"git", "cp", "cat"}})
 	if !s.landlock {
 		t.Skip("no Landlock here")
 	}

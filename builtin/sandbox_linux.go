@@ -4,12 +4,15 @@ package builtin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -90,15 +93,12 @@ func launch() int {
 		case <-done:
 		}
 	}()
+	// Reap children until the command is among them (Wait4 fills status
+	// on every return: the command's, or zero on an error).
 	var status syscall.WaitStatus
 	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil || pid == p.Pid {
-			status = ws
+		pid, err := syscall.Wait4(-1, &status, 0, nil)
+		if err != nil && !errors.Is(err, syscall.EINTR) || pid == p.Pid {
 			break
 		}
 	}
@@ -157,15 +157,9 @@ func reapAll(self int) {
 // killDescendants sends SIGKILL to every process whose chain of parents
 // (read from /proc) leads to self.
 func killDescendants(self int) {
-	for _, pid := range descendants(self) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-}
-
-func descendants(self int) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return
 	}
 	children := map[int][]int{}
 	for _, e := range entries {
@@ -177,17 +171,12 @@ func descendants(self int) []int {
 			children[pp] = append(children[pp], pid)
 		}
 	}
-	var out []int
-	queue := []int{self}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
+	for queue := []int{self}; len(queue) > 0; queue = queue[1:] {
+		for _, c := range children[queue[0]] {
+			_ = syscall.Kill(c, syscall.SIGKILL)
 			queue = append(queue, c)
 		}
 	}
-	return out
 }
 
 // parentOf reads the parent pid from /proc/<pid>/stat (the field after
@@ -243,15 +232,14 @@ func execStage() int {
 func restrict(spec sandboxSpec) error {
 	cfg := landlock.Config{HandledAccessFS: landlock.V11.HandledAccessFS, Scoped: landlock.V11.Scoped}.BestEffort()
 	read := append(append([]string{}, systemReadDirs...), spec.Read...)
-	if spec.Interp {
-		return cfg.Restrict(execOnlyRules(spec, read)...)
-	}
-	return cfg.Restrict(
-		landlock.RODirs(read...).IgnoreIfMissing(),
-		landlock.RWDirs(spec.Dir, spec.Tmp).WithRefer(),
+	devices := []landlock.Rule{
 		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full").IgnoreIfMissing(),
 		landlock.ROFiles("/dev/urandom", "/dev/random").IgnoreIfMissing(),
-	)
+	}
+	if spec.Interp {
+		return cfg.Restrict(append(devices, execOnlyRules(spec, read)...)...)
+	}
+	return cfg.Restrict(append(devices, landlock.RODirs(read...).IgnoreIfMissing(), landlock.RWDirs(spec.Dir, spec.Tmp).WithRefer())...)
 }
 
 // dropTo switches to spec's user and groups, for good.
@@ -289,8 +277,6 @@ func execOnlyRules(spec sandboxSpec, read []string) []landlock.Rule {
 	rules := []landlock.Rule{
 		landlock.PathAccess(readNoExec, read...).IgnoreIfMissing(),
 		landlock.PathAccess(writeNoExec, spec.Dir, spec.Tmp),
-		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full").IgnoreIfMissing(),
-		landlock.ROFiles("/dev/urandom", "/dev/random").IgnoreIfMissing(),
 	}
 	if len(spec.ExecFiles) > 0 {
 		rules = append(rules, landlock.PathAccess(llsys.AccessFSExecute|llsys.AccessFSReadFile, spec.ExecFiles...).IgnoreIfMissing())
@@ -299,4 +285,43 @@ func execOnlyRules(spec sandboxSpec, read []string) []landlock.Rule {
 		rules = append(rules, landlock.PathAccess(llsys.AccessFSExecute|readNoExec, spec.ExecDirs...).IgnoreIfMissing())
 	}
 	return rules
+}
+
+// sandboxSupported: the launcher exists on this OS.
+const sandboxSupported = true
+
+// launcherCommand returns the command that starts spec through the
+// sandbox launcher, and what to do once it has ended: close the pipe that
+// tells the launcher the router is alive, and kill what is left of its
+// process group (should the launcher itself have been killed).
+func launcherCommand(ctx context.Context, spec sandboxSpec) (*exec.Cmd, func()) {
+	arg, _ := json.Marshal(spec)
+	cmd := exec.CommandContext(ctx, "/proc/self/exe", string(arg))
+	cmd.Args[0] = launcherArg0
+	pr, pw, err := os.Pipe()
+	if err == nil {
+		cmd.ExtraFiles = []*os.File{pr}
+	}
+	// Pdeathsig: a router that dies tells the launcher, which then kills
+	// the command's processes (the pipe's EOF says the same).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	// A cancel or timeout asks the launcher to stop; it kills every
+	// descendant and exits; WaitDelay kills it if it does not.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	return cmd, func() {
+		if err == nil {
+			pr.Close()
+			pw.Close()
+		}
+		killGroup(cmd)
+	}
+}
+
+// runLocked runs cmd on a locked OS thread: the parent-death signal fires
+// when the thread that started the child ends, so that thread must live
+// until the child has.
+func runLocked(cmd *exec.Cmd) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return cmd.Run()
 }

@@ -33,7 +33,7 @@ func runShellChild() bool {
 		return false
 	}
 	cmd := os.Getenv(envShellChild + "_CMD")
-	s, err := NewShell(ShellConfig{Dir: dir, AsRoot: true})
+	s, err := NewShell(Config{WorkDir: dir, ShellAsRoot: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -94,7 +94,7 @@ func TestShellEnvironment(t *testing.T) {
 	t.Setenv("PASSED", "yes")
 	t.Setenv("NOT_PASSED", "no")
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir, Env: []string{"PASSED", "MISSING"}})
+	s := newShell(t, Config{WorkDir: dir, ShellEnv: []string{"PASSED", "MISSING"}})
 	out, err := s.Run(t.Context(), "", ShellIn{Command: "env | sort"})
 	if err != nil {
 		t.Fatal(err)
@@ -122,13 +122,13 @@ func TestShellEnvironment(t *testing.T) {
 	}
 	// Credentials cannot be named.
 	for _, names := range [][]string{{"NATS_URL"}, {"nats_nkey"}, {"TOOLBUS_SECRET"}, {"HOME"}, {"GIT_CONFIG_COUNT"}, {"A-B"}, {"OTEL_EXPORTER_OTLP_HEADERS"}} {
-		if _, err := NewShell(ShellConfig{Dir: dir, Env: names}); err == nil {
+		if _, err := NewShell(Config{WorkDir: dir, ShellEnv: names}); err == nil {
 			t.Errorf("--shell-env %v accepted", names)
 		}
 	}
 	// PATH named: the router's own.
 	t.Setenv("PATH", "/usr/bin:/bin:/opt/x")
-	s = newShell(t, ShellConfig{Dir: dir, Env: []string{"PATH"}})
+	s = newShell(t, Config{WorkDir: dir, ShellEnv: []string{"PATH"}})
 	if out, _ := s.Run(t.Context(), "", ShellIn{Command: "echo $PATH"}); !strings.Contains(out, "stdout:\n/usr/bin:/bin:/opt/x\n") {
 		t.Fatalf("PATH: %s", out)
 	}
@@ -136,7 +136,7 @@ func TestShellEnvironment(t *testing.T) {
 
 func TestShellBypassesDoNotRun(t *testing.T) {
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"git", "ls"}})
+	s := newShell(t, Config{WorkDir: dir, ShellAllow: []string{"git", "ls"}})
 	if out, err := s.Run(t.Context(), "", ShellIn{Command: "git init -q ."}); err != nil || !strings.HasPrefix(out, "Exit code: 0") {
 		t.Fatalf("git init: %q %v", out, err)
 	}
@@ -159,7 +159,7 @@ func TestShellBypassesDoNotRun(t *testing.T) {
 
 func TestShellSetsidChildKilledAtEnd(t *testing.T) {
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir})
+	s := newShell(t, Config{WorkDir: dir})
 	needLauncher(t, s)
 	for name, cmd := range map[string]string{
 		"end":     "setsid sh -c 'echo $$ > pid; sleep 2; touch marker' & while [ ! -s pid ]; do sleep 0.01; done",
@@ -185,7 +185,7 @@ func TestShellSetsidChildKilledAtEnd(t *testing.T) {
 
 func TestShellChildrenDieWithTheRouter(t *testing.T) {
 	dir := t.TempDir()
-	if s := newShell(t, ShellConfig{Dir: dir}); !s.launcher {
+	if s := newShell(t, Config{WorkDir: dir}); !s.launcher {
 		t.Skip("no sandbox launcher on this OS")
 	}
 	self, err := os.Executable()
@@ -223,7 +223,7 @@ func TestShellLandlock(t *testing.T) {
 	secret := filepath.Join(elsewhere, "secret")
 	mustWrite(t, secret, "the router's seed\n")
 	dir := t.TempDir()
-	s := newShell(t, ShellConfig{Dir: dir})
+	s := newShell(t, Config{WorkDir: dir})
 	out, err := s.Run(t.Context(), "", ShellIn{Command: "cat " + secret + "; echo x > " + filepath.Join(elsewhere, "new") +
 		"; echo inside > in.txt && cat in.txt; echo tmp > $TMPDIR/t && cat $TMPDIR/t; head -c 1 /etc/passwd; ls /proc/1/ >/dev/null"})
 	if err != nil {
@@ -250,7 +250,7 @@ func TestShellLandlock(t *testing.T) {
 }
 
 func TestShellUser(t *testing.T) {
-	if _, err := NewShell(ShellConfig{Dir: t.TempDir(), User: "no-such-user-toolbus"}); err == nil {
+	if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellUser: "no-such-user-toolbus"}); err == nil {
 		t.Fatal("an unknown --shell-user accepted")
 	}
 	if os.Geteuid() != 0 {
@@ -270,7 +270,7 @@ func TestShellUser(t *testing.T) {
 	if err := os.Chmod(filepath.Join(dir, "root-only"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := newShell(t, ShellConfig{Dir: dir, User: "nobody"})
+	s := newShell(t, Config{WorkDir: dir, ShellUser: "nobody"})
 	out, err := s.Run(t.Context(), "", ShellIn{Command: "id -u; echo hi > mine && ls -n mine | cut -d' ' -f3; cat root-only"})
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +285,7 @@ func TestShellUser(t *testing.T) {
 func BenchmarkShellTrue(b *testing.B) {
 	for _, launcher := range []bool{true, false} {
 		b.Run(fmt.Sprintf("launcher=%v", launcher), func(b *testing.B) {
-			s, err := NewShell(ShellConfig{Dir: b.TempDir(), AsRoot: true})
+			s, err := NewShell(Config{WorkDir: b.TempDir(), ShellAsRoot: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -302,7 +302,7 @@ func BenchmarkShellTrue(b *testing.B) {
 	}
 	// With an allow-list: the interpreter and the narrower Landlock rules.
 	b.Run("allow-list", func(b *testing.B) {
-		s, err := NewShell(ShellConfig{Dir: b.TempDir(), AsRoot: true, Allow: []string{"ls"}})
+		s, err := NewShell(Config{WorkDir: b.TempDir(), ShellAsRoot: true, ShellAllow: []string{"ls"}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -316,7 +316,7 @@ func BenchmarkShellTrue(b *testing.B) {
 
 func TestShellLogsSandbox(t *testing.T) {
 	var b bytes.Buffer
-	s := newShell(t, ShellConfig{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&b, nil))})
+	s := newShell(t, Config{WorkDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&b, nil))})
 	want := "kernel sandbox active (Landlock)"
 	switch {
 	case !s.launcher:

@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"debug/elf"
 	"encoding/json"
@@ -18,12 +19,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/skills"
-	"github.com/toolbus/toolbus/worker"
 )
 
 // Shell limits (docs/protocol.md 11).
@@ -47,36 +48,6 @@ type ShellIn struct {
 	Command   string `json:"command"`
 	TimeoutMS int    `json:"timeout_ms,omitempty"`
 	Skill     string `json:"skill,omitempty"`
-}
-
-// ShellConfig configures a Shell; see NewShell.
-type ShellConfig struct {
-	// Dir is the base directory (required).
-	Dir string
-	// Allow limits the programs the command may start (checked on the
-	// parsed command; see docs/builtin.md); empty allows any.
-	Allow []string
-	// Env names the variables of the router's environment the command
-	// gets besides PATH, HOME, TMPDIR, LANG and LC_ALL; PATH among them
-	// passes the router's PATH instead of DefaultShellPath. NATS_*,
-	// TOOLBUS_* and the variables the shell sets are refused.
-	Env []string
-	// Trust are programs the command may start with any arguments,
-	// unchecked: the operator trusts them with anything (an interpreter, a
-	// build tool, a program with no profile). They count as allowed.
-	Trust []string
-	// User, when set, is the OS user the commands run as (the router must
-	// run as root, and Dir must be usable by that user). Empty: a router
-	// running as root runs them as DefaultShellUser, unless AsRoot.
-	User string
-	// AsRoot keeps a root router's commands as root when User is empty
-	// (--shell-as-root); NewShell logs a warning.
-	AsRoot bool
-	// Skills, when set, lets the command run skills' scripts.
-	Skills SkillFiles
-	// Logger gets the line saying whether the kernel sandbox is on; nil
-	// discards it.
-	Logger *slog.Logger
 }
 
 // Shell runs commands in a base directory. Create it with NewShell.
@@ -107,25 +78,22 @@ type credential struct {
 // entry that is not a plain program name or that runs other programs
 // (env, xargs, eval ...), an environment name that holds credentials, and
 // a user that does not exist (or that this process cannot switch to).
-func NewShell(cfg ShellConfig) (*Shell, error) {
-	f, err := NewFiles(cfg.Dir)
+func NewShell(cfg Config) (*Shell, error) {
+	f, err := NewFiles(cfg.WorkDir)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAllowList(cfg.Allow, cfg.Trust); err != nil {
+	if err := checkAllowList(cfg.ShellAllow, cfg.ShellTrust); err != nil {
 		return nil, err
 	}
-	if err := checkEnvNames(cfg.Env); err != nil {
+	if err := checkEnvNames(cfg.ShellEnv); err != nil {
 		return nil, err
 	}
-	s := &Shell{Dir: f.Base(), Allow: slices.Clone(cfg.Allow), Trust: slices.Clone(cfg.Trust), Skills: cfg.Skills, env: slices.Clone(cfg.Env), files: f, lookup: os.LookupEnv}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	userName := ShellUserFor(cfg.User, cfg.AsRoot)
+	s := &Shell{Dir: f.Base(), Allow: slices.Clone(cfg.ShellAllow), Trust: slices.Clone(cfg.ShellTrust), Skills: cfg.Skills, env: slices.Clone(cfg.ShellEnv), files: f, lookup: os.LookupEnv}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	userName := ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot)
 	switch {
-	case userName == DefaultShellUser && cfg.User == "":
+	case userName == DefaultShellUser && cfg.ShellUser == "":
 		s.cred = defaultCredential()
 	case userName != "":
 		if s.cred, err = lookupUser(userName); err != nil {
@@ -154,9 +122,9 @@ func NewShell(cfg ShellConfig) (*Shell, error) {
 	case s.landlock:
 		log.Info("shell: kernel sandbox active (Landlock)", "landlock_abi", abi, "dir", s.Dir, "user", userName)
 	case s.launcher:
-		log.Warn("shell: no kernel sandbox: this kernel has no Landlock, so commands reach every file their user can", "dir", s.Dir, "user", cfg.User)
+		log.Warn("shell: no kernel sandbox: this kernel has no Landlock, so commands reach every file their user can", "dir", s.Dir, "user", cfg.ShellUser)
 	default:
-		log.Warn("shell: no kernel sandbox and no subreaper: the binary does not call builtin.RunSandboxChild or the OS is not Linux; a command's setsid children can outlive it", "dir", s.Dir, "user", cfg.User)
+		log.Warn("shell: no kernel sandbox and no subreaper: the binary does not call builtin.RunSandboxChild or the OS is not Linux; a command's setsid children can outlive it", "dir", s.Dir, "user", cfg.ShellUser)
 	}
 	return s, nil
 }
@@ -262,46 +230,43 @@ func (s *Shell) checkAllowed(cmd string) error {
 	if !s.restricted() {
 		return nil
 	}
-	c := &checker{allow: s.Allow, trust: s.Trust, inside: s.inside, resolve: func(p string) (string, error) { return s.files.resolve("shell", p) }}
-	return c.check(cmd)
+	resolve := func(p string) (string, error) { return s.files.resolve("shell", p) }
+	inside := func(p string) bool {
+		_, err := resolve(p)
+		return err == nil
+	}
+	return (&checker{allow: s.Allow, trust: s.Trust, inside: inside, resolve: resolve}).check(cmd)
 }
 
 // restricted says whether there is an allow-list (of checked or trusted
 // programs).
 func (s *Shell) restricted() bool { return len(s.Allow)+len(s.Trust) > 0 }
 
-// inside says whether p (relative to the base directory, or absolute)
-// resolves inside the base directory.
-func (s *Shell) inside(p string) bool {
-	_, err := s.files.resolve("shell", p)
-	return err == nil
-}
-
 // Run runs the command; user is the batch's user (for user-scoped skills).
 // A timeout is a refusal whose text holds the output so far. Every process
 // the command started is gone when Run returns (docs/builtin.md).
 func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error) {
 	if strings.TrimSpace(in.Command) == "" {
-		return "", refused("shell refused: the command is empty")
+		return "", fmt.Errorf("shell refused: the command is empty")
 	}
 	timeout := DefaultShellTimeout
 	if in.TimeoutMS > 0 {
 		timeout = time.Duration(in.TimeoutMS) * time.Millisecond
 	}
 	if timeout > MaxShellTimeout {
-		return "", refused("shell refused: timeout_ms %d is more than 600000", in.TimeoutMS)
+		return "", fmt.Errorf("shell refused: timeout_ms %d is more than 600000", in.TimeoutMS)
 	}
 	if err := s.checkAllowed(in.Command); err != nil {
 		return "", err
 	}
 	tmp, err := os.MkdirTemp("", "toolbus-shell-")
 	if err != nil {
-		return "", refused("shell: the command could not run: %v", err)
+		return "", fmt.Errorf("shell: the command could not run: %v", err)
 	}
 	defer os.RemoveAll(tmp)
 	if s.cred != nil {
 		if err := os.Chown(tmp, s.cred.uid, s.cred.gid); err != nil {
-			return "", refused("shell: the command could not run: %v", err)
+			return "", fmt.Errorf("shell: the command could not run: %v", err)
 		}
 	}
 	env := shellEnv(s.lookup, s.env, s.Dir, tmp, s.restricted())
@@ -316,11 +281,11 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 	var note string
 	if in.Skill != "" {
 		if s.Skills == nil {
-			return "", refused("shell refused: this worker runs no skill scripts")
+			return "", fmt.Errorf("shell refused: this worker runs no skill scripts")
 		}
 		dir, release, err := s.Skills.Acquire(ctx, in.Skill, user)
 		if err != nil {
-			return "", refused("shell refused: skill %q: %v", in.Skill, err)
+			return "", fmt.Errorf("shell refused: skill %q: %v", in.Skill, err)
 		}
 		defer release()
 		spec.Read = []string{dir}
@@ -331,32 +296,28 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 	defer cancel()
 	stdout, stderr := &capped{max: MaxStreamChars}, &capped{max: MaxStreamChars}
 	state, err := s.exec(rctx, spec, env, stdout, stderr)
-	out := note + render(state, stdout, stderr)
-	var ee *exec.ExitError
+	out := note + fmt.Sprintf("Exit code: %d\nstdout:\n%s\nstderr:\n%s", state.ExitCode(), stdout.text(), stderr.text())
+	_, exited := errors.AsType[*exec.ExitError](err)
 	switch {
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return "", refused("shell: the command timed out after %v and was stopped; output so far:\n%s", timeout, out)
+		return "", fmt.Errorf("shell: the command timed out after %v and was stopped; output so far:\n%s", timeout, out)
 	case ctx.Err() != nil:
 		return "", ctx.Err()
-	case err == nil, errors.As(err, &ee):
+	case err == nil, exited:
 		return out, nil
 	default:
-		return "", refused("shell: the command could not run: %v", err)
+		return "", fmt.Errorf("shell: the command could not run: %v", err)
 	}
 }
 
 // exec runs spec: through the sandbox launcher when this binary has the
 // hook, else /bin/sh directly in its own process group (as spec's user).
 func (s *Shell) exec(ctx context.Context, spec sandboxSpec, env []string, stdout, stderr io.Writer) (*os.ProcessState, error) {
-	var cmd *exec.Cmd
-	after := func() {}
+	start := directCommand
 	if s.launcher {
-		cmd, after = launcherCommand(ctx, spec)
-	} else {
-		cmd = exec.CommandContext(ctx, "/bin/sh", "-c", spec.Command)
-		direct(cmd, spec)
-		after = func() { killGroup(cmd) }
+		start = launcherCommand
 	}
+	cmd, after := start(ctx, spec)
 	cmd.Dir, cmd.Env = spec.Dir, env
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = stdout, stderr, nil
 	cmd.WaitDelay = 5 * time.Second
@@ -365,12 +326,12 @@ func (s *Shell) exec(ctx context.Context, spec sandboxSpec, env []string, stdout
 	return cmd.ProcessState, err
 }
 
-func render(state *os.ProcessState, stdout, stderr *capped) string {
-	code := -1
-	if state != nil {
-		code = state.ExitCode()
-	}
-	return fmt.Sprintf("Exit code: %d\nstdout:\n%s\nstderr:\n%s", code, stdout.text(), stderr.text())
+// directCommand returns /bin/sh -c spec's command in its own process
+// group, and what to do once it has ended: kill what is left of the group.
+func directCommand(ctx context.Context, spec sandboxSpec) (*exec.Cmd, func()) {
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", spec.Command)
+	direct(cmd, spec)
+	return cmd, func() { killGroup(cmd) }
 }
 
 // capped keeps the first max characters written to it and counts the rest.
@@ -385,27 +346,16 @@ type capped struct {
 func (c *capped) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := utf8.RuneCount(p)
-	if room := c.max - c.chars; room > 0 {
-		if n <= room {
-			c.buf.Write(p)
-			c.chars += n
-			return len(p), nil
-		}
-		// Keep room characters (a rune split across writes counts once
-		// per part; close enough for a cut).
-		i, k := 0, 0
-		for k < room && i < len(p) {
-			_, size := utf8.DecodeRune(p[i:])
-			i += size
-			k++
-		}
-		c.buf.Write(p[:i])
-		c.chars += k
-		c.dropped += n - k
-		return len(p), nil
+	// Keep what room is left, in characters (a rune split across writes
+	// counts once per part; close enough for a cut).
+	i, k := 0, 0
+	for ; k < c.max-c.chars && i < len(p); k++ {
+		_, size := utf8.DecodeRune(p[i:])
+		i += size
 	}
-	c.dropped += n
+	c.buf.Write(p[:i])
+	c.chars += k
+	c.dropped += utf8.RuneCount(p[i:])
 	return len(p), nil
 }
 
@@ -419,25 +369,6 @@ func (c *capped) text() string {
 	return s
 }
 
-func (s *Shell) register(w *worker.Worker) error {
-	return worker.Register(w, s.def(), func(ctx context.Context, c *worker.Call, in ShellIn) (string, error) {
-		return s.Run(ctx, c.UserString(), in)
-	})
-}
-
-// LookupShellUser resolves a --shell-user name as NewShell does, for a
-// caller that must prepare files for that user (the skills directory).
-func LookupShellUser(name string) (uid, gid int, err error) {
-	c, err := lookupUser(name)
-	if err != nil && name == DefaultShellUser {
-		c, err = defaultCredential(), nil
-	}
-	if err != nil {
-		return 0, 0, err
-	}
-	return c.uid, c.gid, nil
-}
-
 // SkillsMaterializer puts the skills of cat, for the shell of cfg, in a
 // fresh private directory <prefix>... under parent (the user cache
 // directory when ""), readable by the group of the shell's user when
@@ -445,10 +376,14 @@ func LookupShellUser(name string) (uid, gid int, err error) {
 func SkillsMaterializer(cat *skills.Catalogue, parent, prefix string, cfg Config) (*skills.Materializer, error) {
 	gid := -1
 	if u := ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot); u != "" {
-		var err error
-		if _, gid, err = LookupShellUser(u); err != nil {
+		c, err := lookupUser(u)
+		if err != nil && u == DefaultShellUser {
+			c, err = defaultCredential(), nil
+		}
+		if err != nil {
 			return nil, err
 		}
+		gid = c.gid
 	}
 	dir, err := skills.PrivateDir(parent, prefix, gid)
 	if err != nil {
@@ -593,9 +528,7 @@ func execList(names []string, path string) (files, dirs []string) {
 			continue
 		}
 		add(p)
-		for _, extra := range interpreters(p) {
-			add(extra)
-		}
+		add(interpreter(p))
 		if filepath.Base(n) == "git" {
 			if d := gitExecPath(p); d != "" {
 				dirs = append(dirs, d)
@@ -630,26 +563,26 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
-// interpreters returns what the kernel opens to execute the ELF program
+// interpreter returns what the kernel opens to execute the ELF program
 // p: its interpreter (the dynamic loader). A script's #! interpreter is
 // not added: a shell there would let every listed program's
 // configuration start any command through it; the operator lists the
 // interpreter (with --shell-trust) if a script must run.
-func interpreters(p string) []string {
+func interpreter(p string) string {
 	f, err := elf.Open(p)
 	if err != nil {
-		return nil
+		return ""
 	}
 	defer f.Close()
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
 			b := make([]byte, prog.Filesz)
 			if _, err := prog.ReadAt(b, 0); err == nil {
-				return []string{strings.TrimRight(string(b), "\x00")}
+				return strings.TrimRight(string(b), "\x00")
 			}
 		}
 	}
-	return nil
+	return ""
 }
 
 // gitExecPath asks git where its helper programs live (remote helpers
@@ -669,3 +602,59 @@ func gitExecPath(git string) string {
 	}
 	return d
 }
+
+// The sandbox launcher (docs/builtin.md, "The sandbox"). On Linux the
+// shell does not start /bin/sh itself: it re-executes its own binary
+// (/proc/self/exe) with argv[0] "toolbus-sandbox". That launcher is a
+// child subreaper, so every process the command starts stays its
+// descendant, whatever setsid or & do; it starts the command (through a
+// second re-execution, "toolbus-sandbox-exec", which applies Landlock,
+// drops to --shell-user and execs /bin/sh -c) and, when the command ends,
+// when it is told to stop (SIGTERM) or when the router dies (the pipe on
+// fd 3 reads EOF, or the parent-death signal), kills every descendant it
+// has before it exits. The router itself is never restricted.
+
+// Argv[0] markers of the two stages.
+const (
+	launcherArg0 = "toolbus-sandbox"
+	execArg0     = "toolbus-sandbox-exec"
+)
+
+// sandboxSpec is what the router tells the launcher, as JSON in argv[1].
+type sandboxSpec struct {
+	Command  string   `json:"command"`
+	Dir      string   `json:"dir"`            // the base directory: read, write, execute
+	Tmp      string   `json:"tmp"`            // the call's TMPDIR: read, write
+	Read     []string `json:"read,omitempty"` // read and execute (system directories, the skill's)
+	Landlock bool     `json:"landlock"`
+	// Interp runs the command with the in-process interpreter instead of
+	// /bin/sh, and (with Landlock) grants the execute right only on
+	// ExecFiles and ExecDirs; Names are the command names it lets run.
+	Interp    bool     `json:"interp,omitempty"`
+	ExecFiles []string `json:"exec_files,omitempty"`
+	ExecDirs  []string `json:"exec_dirs,omitempty"`
+	Names     []string `json:"names,omitempty"`
+	UID       int      `json:"uid"` // -1: keep the router's
+	GID       int      `json:"gid"`
+	Groups    []int    `json:"groups,omitempty"`
+}
+
+// hooked is set once RunSandboxChild has run in this process, which is how
+// the shell knows that re-executing the binary reaches the launcher.
+var hooked atomic.Bool
+
+// RunSandboxChild must be the first thing main (and a test binary's
+// TestMain) calls in a program that serves the shell tool. In the
+// program's own process it only records that the hook is in place and
+// returns; in a process the shell started as its sandbox launcher it runs
+// the launcher and never returns. A program that does not call it still
+// runs shell commands, without the launcher: no kernel sandbox and no
+// subreaper (the shell logs so at start).
+func RunSandboxChild() {
+	runSandboxChild()
+	hooked.Store(true)
+}
+
+// systemReadDirs are the directories a sandboxed command may read and
+// execute from, besides the base directory and the skill's.
+var systemReadDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}

@@ -76,32 +76,21 @@ type checker struct {
 	resolve func(p string) (string, error)
 }
 
-// check parses cmd and checks every command in it; the error is the
-// refusal's text.
+// check parses cmd and walks each tree, checking every node that starts
+// or defines something; the error is the refusal's text.
 func (c *checker) check(cmd string) error {
 	files, err := shellcmd.Parse(cmd)
 	if err != nil {
-		return refused("shell refused: with an allow-list the command must parse as plain POSIX sh (%v)", err)
+		return fmt.Errorf("shell refused: with an allow-list the command must parse as plain POSIX sh (%v)", err)
 	}
 	for _, f := range files {
-		if err := c.file(f); err != nil {
-			return err
-		}
+		syntax.Walk(f, func(n syntax.Node) bool {
+			if err == nil {
+				err = c.node(n)
+			}
+			return err == nil
+		})
 	}
-	return nil
-}
-
-// file walks the whole tree and checks each node that starts or defines
-// something.
-func (c *checker) file(f *syntax.File) error {
-	var err error
-	syntax.Walk(f, func(n syntax.Node) bool {
-		if err != nil {
-			return false
-		}
-		err = c.node(n)
-		return err == nil
-	})
 	return err
 }
 
@@ -114,25 +103,25 @@ func (c *checker) node(n syntax.Node) error {
 		if n.Name != nil {
 			name = n.Name.Value
 		}
-		return refused("shell refused: with an allow-list the command may not define functions (%s)", name)
+		return fmt.Errorf("shell refused: with an allow-list the command may not define functions (%s)", name)
 	case *syntax.DeclClause:
-		return refused("shell refused: with an allow-list the command may not use declare, local, export, readonly or typeset")
+		return fmt.Errorf("shell refused: with an allow-list the command may not use declare, local, export, readonly or typeset")
 	case *syntax.ArithmCmd, *syntax.LetClause, *syntax.TestClause, *syntax.TestDecl, *syntax.CoprocClause:
-		return refused("shell refused: with an allow-list the command may not use bash's (( )), let, [[ ]] or coproc")
+		return fmt.Errorf("shell refused: with an allow-list the command may not use bash's (( )), let, [[ ]] or coproc")
 	case *syntax.SglQuoted:
 		if n.Dollar {
-			return refused("shell refused: with an allow-list the command may not use $'...' quoting")
+			return fmt.Errorf("shell refused: with an allow-list the command may not use $'...' quoting")
 		}
 	case *syntax.DblQuoted:
 		if n.Dollar {
-			return refused(`shell refused: with an allow-list the command may not use $"..." quoting`)
+			return fmt.Errorf(`shell refused: with an allow-list the command may not use $"..." quoting`)
 		}
 	case *syntax.ExtGlob:
-		return refused("shell refused: with an allow-list the command may not use extended globs")
+		return fmt.Errorf("shell refused: with an allow-list the command may not use extended globs")
 	case *syntax.Redirect:
 		if w, ok := shellcmd.RedirectWrite(n); ok {
 			if w.Path == "" {
-				return refused("shell refused: with an allow-list a redirection's target must be written out plainly (no $, glob or ~), so that the check sees which file it writes")
+				return fmt.Errorf("shell refused: with an allow-list a redirection's target must be written out plainly (no $, glob or ~), so that the check sees which file it writes")
 			}
 			return c.writable(w)
 		}
@@ -148,78 +137,58 @@ func (c *checker) call(n *syntax.CallExpr) error {
 		if a := n.Assigns[0]; a != nil && a.Name != nil {
 			name = a.Name.Value
 		}
-		return refused("shell refused: with an allow-list the command may not set variables (%s=...); they would reach the programs it starts", name)
+		return fmt.Errorf("shell refused: with an allow-list the command may not set variables (%s=...); they would reach the programs it starts", name)
 	}
 	if len(n.Args) == 0 {
 		return nil
 	}
 	name, ok := shellcmd.Static(n.Args[0])
 	if !ok || name.Glob {
-		return refused("shell refused: with an allow-list every command name must be written out plainly, not computed or globbed")
+		return fmt.Errorf("shell refused: with an allow-list every command name must be written out plainly, not computed or globbed")
 	}
 	if slices.Contains(wrappers, name.Value) {
-		return refused("shell refused: %s runs its arguments as another program, which an allow-list cannot check", name.Value)
+		return fmt.Errorf("shell refused: %s runs its arguments as another program, which an allow-list cannot check", name.Value)
 	}
 	if slices.Contains(c.trust, name.Value) {
 		return nil // trusted with anything
 	}
 	if !slices.Contains(c.allow, name.Value) {
-		return refused("shell refused: the program %q is not allowed; allowed programs: %s", name.Value, strings.Join(append(slices.Clone(c.allow), c.trust...), ", "))
+		return fmt.Errorf("shell refused: the program %q is not allowed; allowed programs: %s", name.Value, strings.Join(append(slices.Clone(c.allow), c.trust...), ", "))
 	}
 	prog := filepath.Base(name.Value)
 	p, ok := shellcmd.Lookup(prog)
 	if !ok {
-		return refused("shell refused: toolbus has no profile of %s, so an allow-list cannot hold it (the operator may trust it with --shell-trust)", name.Value)
+		return fmt.Errorf("shell refused: toolbus has no profile of %s, so an allow-list cannot hold it (the operator may trust it with --shell-trust)", name.Value)
 	}
-	if !p.Plain {
-		return c.profiled(prog, p, n.Args[1:])
-	}
-	vals, err := staticArgs(prog, n.Args[1:])
+	vals, err := staticArgs(prog, n.Args[1:], p.Plain)
 	if err != nil {
 		return err
 	}
-	if prog == "split" {
-		if err := splitPrefix(vals); err != nil {
-			return err
-		}
-	}
-	if prog == "gzip" {
-		if err := c.gzip(vals); err != nil {
-			return err
-		}
-	}
-	if prog == "git" {
-		if err := c.git(vals); err != nil {
-			return err
-		}
+	switch prog {
+	case "split":
+		err = splitPrefix(vals)
+	case "gzip":
+		err = c.writes(shellcmd.GzipHidden, vals)
+	case "git":
+		err = c.git(vals)
 		for _, a := range vals {
-			if pn, bad := shellcmd.ProtectedArg(a); bad {
-				return refused("shell refused: with an allow-list git may not be given %q: %s is protected (git or a shell reads it as configuration that can run programs)", a, pn)
+			if pn, bad := shellcmd.ProtectedArg(a); bad && err == nil {
+				err = fmt.Errorf("shell refused: with an allow-list git may not be given %q: %s is protected (git or a shell reads it as configuration that can run programs)", a, pn)
 			}
 		}
 	}
-	return c.writes(p, vals)
-}
-
-// profiled checks a program whose arguments need not be plain (readers,
-// cd): its plain arguments go through its profile, the others are left
-// as they are.
-func (c *checker) profiled(prog string, p shellcmd.Profile, args []*syntax.Word) error {
-	var vals []string
-	for _, a := range args {
-		if w, ok := shellcmd.Static(a); ok && !w.Glob {
-			vals = append(vals, w.Value)
-		}
-	}
-	return c.writes(p, vals)
-}
-
-// writes checks vals against p's profile and refuses a write into a
-// protected path.
-func (c *checker) writes(p shellcmd.Profile, vals []string) error {
-	writes, err := p.Check(vals)
 	if err != nil {
-		return refused("shell refused: %v", err)
+		return err
+	}
+	return c.writes(p.Check, vals)
+}
+
+// writes checks vals with check (a profile's) and refuses a write into a
+// protected path.
+func (c *checker) writes(check func([]string) ([]shellcmd.Write, error), vals []string) error {
+	writes, err := check(vals)
+	if err != nil {
+		return fmt.Errorf("shell refused: %v", err)
 	}
 	for _, w := range writes {
 		if err := c.writable(w); err != nil {
@@ -233,7 +202,7 @@ func (c *checker) writes(p shellcmd.Profile, vals []string) error {
 // symlinks that exist now resolved.
 func (c *checker) writable(w shellcmd.Write) error {
 	if w.Path == "" {
-		return refused("shell refused: with an allow-list %s's target must be written out plainly, so that the check sees which file it writes", w.By)
+		return fmt.Errorf("shell refused: with an allow-list %s's target must be written out plainly, so that the check sees which file it writes", w.By)
 	}
 	name, bad := shellcmd.Protected(w.Path)
 	if !bad && c.resolve != nil {
@@ -242,7 +211,7 @@ func (c *checker) writable(w shellcmd.Write) error {
 		}
 	}
 	if bad {
-		return refused("shell refused: with an allow-list the command may not write %q (%s): %s is protected, since git or a shell reads it as configuration that can run programs", w.Path, w.By, name)
+		return fmt.Errorf("shell refused: with an allow-list the command may not write %q (%s): %s is protected, since git or a shell reads it as configuration that can run programs", w.Path, w.By, name)
 	}
 	return nil
 }
@@ -257,49 +226,7 @@ func splitPrefix(vals []string) error {
 	for _, v := range vals {
 		last := v[strings.LastIndexByte(v, '/')+1:]
 		if strings.HasPrefix(last, ".") && last != "." && last != ".." {
-			return refused("shell refused: with an allow-list split's prefix may not start with a dot (%q): the names it makes from it (the prefix and aa, ab ...) can be protected (.gi and t is .git)", v)
-		}
-	}
-	return nil
-}
-
-// gzipSuffixes are the suffixes gzip -d takes off besides the one after
-// the last dot (which the profile derives).
-var gzipSuffixes = []string{"-gz", "-z", "_z"}
-
-// gzip checks the names gzip -d writes that no word holds: an operand
-// less -gz, -z or _z (".bashrc-gz" decompresses to .bashrc), and the name
-// stored in the archive's header, which -N/--name restores (refused: any
-// bytes, printf's included, make a header naming .git).
-func (c *checker) gzip(vals []string) error {
-	dashes := false
-	for i := 0; i < len(vals); i++ {
-		v := vals[i]
-		switch {
-		case !dashes && v == "--":
-			dashes = true
-			continue
-		case !dashes && strings.HasPrefix(v, "--"):
-			if opt, _, _ := strings.Cut(v, "="); longOpt(opt, "--name") {
-				return refused("shell refused: with an allow-list gzip %s is refused: it names the output from the archive's header, which the check cannot see", opt)
-			}
-			continue
-		case !dashes && len(v) > 1 && v[0] == '-':
-			letters, _, attached := strings.Cut(v[1:], "S") // -S takes the rest, or the next word
-			if strings.IndexByte(letters, 'N') >= 0 {
-				return refused("shell refused: with an allow-list gzip -N is refused: it names the output from the archive's header, which the check cannot see")
-			}
-			if attached && v[len(v)-1] == 'S' {
-				i++
-			}
-			continue
-		}
-		for _, suf := range gzipSuffixes {
-			if len(v) > len(suf) && strings.HasSuffix(strings.ToLower(v), suf) {
-				if err := c.writable(shellcmd.Write{Path: v[:len(v)-len(suf)], By: "gzip -d (its output)"}); err != nil {
-					return err
-				}
-			}
+			return fmt.Errorf("shell refused: with an allow-list split's prefix may not start with a dot (%q): the names it makes from it (the prefix and aa, ab ...) can be protected (.gi and t is .git)", v)
 		}
 	}
 	return nil
@@ -307,20 +234,23 @@ func (c *checker) gzip(vals []string) error {
 
 // staticArgs returns the values of args, refusing an expansion anywhere
 // and a glob before "--" (a file named "-c" or "--upload-pack=x" would
-// become an option).
-func staticArgs(prog string, args []*syntax.Word) ([]string, error) {
+// become an option). Unless plain (readers, cd: their arguments need not
+// be plain) an expanded or globbed word is left out instead: only the
+// plain ones go through the program's profile.
+func staticArgs(prog string, args []*syntax.Word, plain bool) ([]string, error) {
 	out := make([]string, 0, len(args))
 	dashes := false
 	for _, a := range args {
 		w, ok := shellcmd.Static(a)
-		if !ok {
-			return nil, refused("shell refused: with an allow-list %s's arguments must be written out plainly (no $, `...` or $(...)); its options decide what it runs", prog)
-		}
-		if w.Glob && !dashes {
-			return nil, refused("shell refused: with an allow-list %s's arguments may not hold unquoted *, ?, [, { or ~ before --, since a file name could become an option; quote them or put them after --", prog)
-		}
-		if w.Glob && dotGlob(w.Value) {
-			return nil, refused("shell refused: with an allow-list %s's arguments may not hold a pattern that can match a name starting with a dot (%s), nor braces or ~; write the names out", prog, w.Value)
+		switch {
+		case !plain && (!ok || w.Glob):
+			continue
+		case !ok:
+			return nil, fmt.Errorf("shell refused: with an allow-list %s's arguments must be written out plainly (no $, `...` or $(...)); its options decide what it runs", prog)
+		case w.Glob && !dashes:
+			return nil, fmt.Errorf("shell refused: with an allow-list %s's arguments may not hold unquoted *, ?, [, { or ~ before --, since a file name could become an option; quote them or put them after --", prog)
+		case w.Glob && dotGlob(w.Value):
+			return nil, fmt.Errorf("shell refused: with an allow-list %s's arguments may not hold a pattern that can match a name starting with a dot (%s), nor braces or ~; write the names out", prog, w.Value)
 		}
 		if w.Value == "--" {
 			dashes = true
@@ -373,7 +303,7 @@ var gitCommands = []string{
 func (c *checker) git(vals []string) error {
 	for _, v := range vals {
 		if strings.Contains(strings.ToLower(v), "ext::") {
-			return refused("shell refused: git's ext:: transport runs programs")
+			return fmt.Errorf("shell refused: git's ext:: transport runs programs")
 		}
 	}
 	i := 0
@@ -381,31 +311,31 @@ func (c *checker) git(vals []string) error {
 		opt, val, hasVal := strings.Cut(vals[i], "=")
 		switch {
 		case strings.HasPrefix(vals[i], "-c") || opt == "--config-env" || opt == "--exec-path":
-			return refused("shell refused: git %s sets configuration or the program path, which can run any program", opt)
+			return fmt.Errorf("shell refused: git %s sets configuration or the program path, which can run any program", opt)
 		case opt == "--git-dir" || opt == "--work-tree" || opt == "--help" || opt == "-h" || opt == "--bare":
 			// An explicit repository could be any directory the agent
 			// filled with a config (--bare makes -C's directory one: a
 			// bare repository whose config, written by the agent, sets
 			// core.worktree to another repository's .git); --help starts
 			// a viewer from config.
-			return refused("shell refused: with an allow-list git %s is refused (git -C <dir> inside the base directory is allowed)", opt)
+			return fmt.Errorf("shell refused: with an allow-list git %s is refused (git -C <dir> inside the base directory is allowed)", opt)
 		case opt == "-C":
 			if !hasVal {
 				if i+1 >= len(vals) {
-					return refused("shell refused: git %s needs a directory", opt)
+					return fmt.Errorf("shell refused: git %s needs a directory", opt)
 				}
 				i++
 				val = vals[i]
 			}
 			if c.inside == nil || !c.inside(val) {
-				return refused("shell refused: git %s %s is outside the base directory", opt, val)
+				return fmt.Errorf("shell refused: git %s %s is outside the base directory", opt, val)
 			}
 			if err := c.writable(shellcmd.Write{Path: val, By: "git -C"}); err != nil {
 				return err
 			}
 		case strings.HasPrefix(vals[i], "-C"):
 			if c.inside == nil || !c.inside(strings.TrimPrefix(vals[i], "-C")) {
-				return refused("shell refused: git %s is outside the base directory", vals[i])
+				return fmt.Errorf("shell refused: git %s is outside the base directory", vals[i])
 			}
 		case opt == "--namespace" || opt == "--super-prefix" || opt == "--attr-source":
 			if !hasVal {
@@ -418,7 +348,7 @@ func (c *checker) git(vals []string) error {
 	}
 	sub, rest := vals[i], vals[i+1:]
 	if !slices.Contains(gitCommands, sub) {
-		return refused("shell refused: %q is not a git command this allow-list lets through (aliases and external git-* programs are refused)", sub)
+		return fmt.Errorf("shell refused: %q is not a git command this allow-list lets through (aliases and external git-* programs are refused)", sub)
 	}
 	return gitSubcommand(sub, rest)
 }
@@ -449,30 +379,30 @@ func gitSubcommand(sub string, args []string) error {
 		opt, _, _ := strings.Cut(a, "=")
 		switch {
 		case longOpt(opt, "--upload-pack") || longOpt(opt, "--receive-pack") || longOpt(opt, "--exec") || longOpt(opt, "--extcmd"):
-			return refused("shell refused: git %s %s runs a program of the caller's choosing", sub, opt)
+			return fmt.Errorf("shell refused: git %s %s runs a program of the caller's choosing", sub, opt)
 		case longOpt(opt, "--help"):
-			return refused("shell refused: git %s --help starts a viewer that config chooses", sub)
+			return fmt.Errorf("shell refused: git %s --help starts a viewer that config chooses", sub)
 		case longOpt(opt, "--template"):
-			return refused("shell refused: git %s --template copies hooks and config from anywhere", sub)
+			return fmt.Errorf("shell refused: git %s --template copies hooks and config from anywhere", sub)
 		case sub == "checkout-index" && longOpt(opt, "--prefix"):
-			return refused("shell refused: git checkout-index --prefix writes files wherever the prefix leads, through symlinks in it too (issue 26 wrote .git/config so)")
+			return fmt.Errorf("shell refused: git checkout-index --prefix writes files wherever the prefix leads, through symlinks in it too (issue 26 wrote .git/config so)")
 		case longOpt(opt, "--separate-git-dir"):
-			return refused("shell refused: git %s %s puts the repository's config where its name does not say .git", sub, opt)
+			return fmt.Errorf("shell refused: git %s %s puts the repository's config where its name does not say .git", sub, opt)
 		case shortOpt(a, 'u') && (sub == "clone" || sub == "ls-remote"):
-			return refused("shell refused: git %s -u runs a program of the caller's choosing", sub)
+			return fmt.Errorf("shell refused: git %s -u runs a program of the caller's choosing", sub)
 		case (shortOpt(a, 'c') || longOpt(opt, "--config")) && remote:
-			return refused("shell refused: git %s %s sets configuration, which can run any program", sub, opt)
+			return fmt.Errorf("shell refused: git %s %s sets configuration, which can run any program", sub, opt)
 		case sub == "grep" && (shortOpt(a, 'O') || longOpt(opt, "--open-files-in-pager")):
-			return refused("shell refused: git grep %s runs a program of the caller's choosing", opt)
+			return fmt.Errorf("shell refused: git grep %s runs a program of the caller's choosing", opt)
 		case shortOpt(a, 'x') && sub == "rebase":
-			return refused("shell refused: git %s %s runs other programs", sub, opt)
+			return fmt.Errorf("shell refused: git %s %s runs other programs", sub, opt)
 		}
 	}
 	switch {
 	case sub == "submodule" && first == "foreach":
-		return refused("shell refused: git submodule foreach runs other programs")
+		return fmt.Errorf("shell refused: git submodule foreach runs other programs")
 	case sub == "bisect" && first == "run":
-		return refused("shell refused: git bisect run runs other programs")
+		return fmt.Errorf("shell refused: git bisect run runs other programs")
 	case sub == "config":
 		return gitConfigRead(args)
 	}
@@ -494,7 +424,7 @@ func gitConfigRead(args []string) error {
 				verb = true
 			}
 		case strings.HasPrefix(a, "-"):
-			return refused("shell refused: git config %s is not a read; with an allow-list git config may only read", a)
+			return fmt.Errorf("shell refused: git config %s is not a read; with an allow-list git config may only read", a)
 		default:
 			pos = append(pos, a)
 		}
@@ -507,5 +437,5 @@ func gitConfigRead(args []string) error {
 	case !verb && len(pos) >= 1 && (pos[0] == "get" || pos[0] == "list") && len(pos) <= 3:
 		return nil
 	}
-	return refused("shell refused: with an allow-list git config may only read (--get, --list, get, list or one key)")
+	return fmt.Errorf("shell refused: with an allow-list git config may only read (--get, --list, get, list or one key)")
 }

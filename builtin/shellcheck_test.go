@@ -15,7 +15,7 @@ func TestShellAllowList(t *testing.T) {
 	if err := os.Symlink("/", filepath.Join(dir, "up")); err != nil {
 		t.Fatal(err)
 	}
-	s := newShell(t, ShellConfig{Dir: dir, Allow: []string{"ls", "echo", "git", "find", "true", "cat"}, Trust: []string{"sh"}})
+	s := newShell(t, Config{WorkDir: dir, ShellAllow: []string{"ls", "echo", "git", "find", "true", "cat"}, ShellTrust: []string{"sh"}})
 	for _, cmd := range []string{
 		"ls -la",
 		"echo hi && ls | cat || true",
@@ -171,11 +171,11 @@ func TestShellAllowList(t *testing.T) {
 
 func TestShellAllowListConfig(t *testing.T) {
 	for _, allow := range [][]string{{"env"}, {"ls", "xargs"}, {"/usr/bin/timeout"}, {"a b"}, {"$X"}, {"../ls"}, {""}, {"sh"}, {"python3"}, {"awk"}} {
-		if _, err := NewShell(ShellConfig{Dir: t.TempDir(), Allow: allow}); err == nil {
+		if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellAllow: allow}); err == nil {
 			t.Errorf("allow-list %q accepted", allow)
 		}
 	}
-	if _, err := NewShell(ShellConfig{Dir: t.TempDir(), Allow: []string{"git", "/usr/bin/ls"}, Trust: []string{"python3", "g++"}}); err != nil {
+	if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellAllow: []string{"git", "/usr/bin/ls"}, ShellTrust: []string{"python3", "g++"}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -44,7 +44,7 @@ type ListTasksIn struct{}
 // on nc (subject prefix prefix, "" for the default) through the task verbs.
 func RegisterTasks(w *worker.Worker, nc *nats.Conn, prefix string) error {
 	c := client.New(nc, client.Config{Source: "toolbus/builtin", Prefix: prefix})
-	defs := []error{
+	return errors.Join(
 		worker.Register(w, bus.ToolDef{Name: TaskOutputName, ReadOnly: true, ConcurrencySafe: true, TimeoutMS: 30000,
 			Description: "Read the output so far of a tool call running in the background, and its result once it finished."},
 			func(ctx context.Context, call *worker.Call, in TaskIDIn) (string, error) {
@@ -87,8 +87,7 @@ func RegisterTasks(w *worker.Worker, nc *nats.Conn, prefix string) error {
 				}
 				return sb.String(), nil
 			}),
-	}
-	return errors.Join(defs...)
+	)
 }
 
 // waitTasks runs wait_async_results.
@@ -164,8 +163,7 @@ func blocksText(bs []bus.Block) string {
 // taskErr is the tool error of a refused verb: its message as the model
 // reads it.
 func taskErr(err error) error {
-	var be *bus.Error
-	if errors.As(err, &be) {
+	if be, ok := errors.AsType[*bus.Error](err); ok {
 		return errors.New(be.Message)
 	}
 	return err

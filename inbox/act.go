@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -133,10 +135,7 @@ func answerOf(it Item, a Act) (bus.Answer, error) {
 		if it.Kind != bus.KindExternal {
 			return bus.Answer{}, fmt.Errorf("call %s waits for a confirmation: allow or deny it", it.ID)
 		}
-		state := a.State
-		if state == "" {
-			state = bus.StateSuccess
-		}
+		state := cmp.Or(a.State, bus.StateSuccess)
 		if state != bus.StateSuccess && state != bus.StateError {
 			return bus.Answer{}, fmt.Errorf("state must be success or error, got %q", a.State)
 		}
@@ -172,22 +171,14 @@ func outputOf(format, s string) ([]bus.Block, error) {
 		var blocks []bus.Block
 		bd := json.NewDecoder(strings.NewReader(s))
 		bd.DisallowUnknownFields()
-		if _, isArray := v.([]any); isArray && bd.Decode(&blocks) == nil && len(blocks) > 0 && allTyped(blocks) {
+		if _, isArray := v.([]any); isArray && bd.Decode(&blocks) == nil && len(blocks) > 0 &&
+			!slices.ContainsFunc(blocks, func(b bus.Block) bool { return b.Type == "" }) {
 			return blocks, nil
 		}
 		b, _ := json.Marshal(v)
 		return bus.Text(string(b)), nil
 	}
 	return nil, fmt.Errorf("format must be text or json, got %q", format)
-}
-
-func allTyped(blocks []bus.Block) bool {
-	for _, b := range blocks {
-		if b.Type == "" {
-			return false
-		}
-	}
-	return true
 }
 
 func doneText(it Item, a Act) string {

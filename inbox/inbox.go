@@ -48,16 +48,15 @@ type Config struct {
 	// Approver says the connection is the approver role: it answers
 	// confirmations only (external calls are listed, not answerable), and
 	// it may not create consumers, so the inbox polls P.admin.parked.list
-	// every PollInterval and reads each new call's record with a direct
-	// get instead of watching the bucket.
+	// every second and reads each new call's record with a direct get
+	// instead of watching the bucket.
 	Approver bool
-	// PollInterval is the approver's polling period; zero means a second.
-	PollInterval time.Duration
-	// MaxItems bounds the calls sent to a page; zero means 500.
-	MaxItems int
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
 }
+
+// maxItems bounds the calls sent to a page.
+const maxItems = 500
 
 // Item is one waiting call as the page shows it.
 type Item struct {
@@ -106,15 +105,7 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 		return nil, errors.New("inbox: a token of at least 16 characters is required")
 	}
 	cfg.Source = cmp.Or(cfg.Source, "toolbus/inbox")
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = time.Second
-	}
-	if cfg.MaxItems <= 0 {
-		cfg.MaxItems = 500
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
@@ -124,7 +115,7 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("inbox: page: %w", err)
 	}
 	return &Server{cl: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: cfg.Source}), js: js,
-		subj: bus.NewSubjects(cfg.Prefix), cfg: cfg, page: page, records: newRecords(cfg.MaxItems, cfg.Approver, cfg.Logger)}, nil
+		subj: bus.NewSubjects(cfg.Prefix), cfg: cfg, page: page, records: newRecords(maxItems, cfg.Approver, cfg.Logger)}, nil
 }
 
 // Start watches the parked records (the call records only, keys
@@ -253,7 +244,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // startPolling loads the waiting calls as the approver may read them, then
-// keeps polling until Stop: P.admin.parked.list every PollInterval, and a
+// keeps polling until Stop: P.admin.parked.list every second, and a
 // direct get of the record of each call that is new or changed (for its
 // revision and user, which the list does not carry).
 func (s *Server) startPolling(ctx context.Context) error {
@@ -264,7 +255,7 @@ func (s *Server) startPolling(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		life.Every(ctx, s.cfg.PollInterval, func(time.Time) {
+		life.Every(ctx, time.Second, func(time.Time) {
 			if err := s.pollOnce(ctx); err != nil && ctx.Err() == nil {
 				s.cfg.Logger.Warn("inbox: parked.list", "err", err)
 			}

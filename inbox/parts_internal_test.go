@@ -130,18 +130,18 @@ func TestRecordsBoundAndAbsent(t *testing.T) {
 }
 
 func TestGateAuthorized(t *testing.T) {
-	g := gate{token: "0123456789abcdef0123"}
+	g := &Server{cfg: Config{Token: "0123456789abcdef0123"}}
 	for _, tc := range []struct {
 		name           string
 		cookie, header string
 		want           bool
 	}{
 		{"none", "", "", false},
-		{"cookie", g.token, "", true},
-		{"header", "", g.token, true},
+		{"cookie", g.cfg.Token, "", true},
+		{"header", "", g.cfg.Token, true},
 		{"wrong cookie", "0123456789abcdef0124", "", false},
 		{"wrong header", "", "x", false},
-		{"prefix only", g.token[:16], "", false},
+		{"prefix only", g.cfg.Token[:16], "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest("GET", "/", nil)
@@ -156,7 +156,7 @@ func TestGateAuthorized(t *testing.T) {
 			}
 		})
 	}
-	if (gate{}).same("") {
+	if (&Server{}).same("") {
 		t.Fatal("an empty token matches an empty gate")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -81,10 +82,7 @@ func (s *records) item(e jetstream.KeyValueEntry) (Item, bool) {
 	if r.Status != bus.ParkParked || (r.Kind != bus.KindConfirm && r.Kind != bus.KindExternal) {
 		return Item{}, false
 	}
-	digest := r.InputDigest
-	if digest == "" {
-		digest = bus.InputDigest(r.Call.Input)
-	}
+	digest := cmp.Or(r.InputDigest, bus.InputDigest(r.Call.Input))
 	it := Item{Key: e.Key(), Revision: e.Revision(), Session: r.Session, ReplyID: r.ReplyID, ID: r.Call.ID, Tool: r.Call.Name,
 		Kind: r.Kind, User: r.User, Context: r.Context, Input: r.Call.Input, InputDigest: digest,
 		SuggestedRules: r.SuggestedRules, Reason: r.Reason, Created: r.Created, Expires: r.Expires}
@@ -97,14 +95,11 @@ func (s *records) item(e jetstream.KeyValueEntry) (Item, bool) {
 	return it, true
 }
 
-// snapshot returns the waiting calls oldest first, at most MaxItems, the
+// snapshot returns the waiting calls oldest first, at most maxItems, the
 // total count, and the channel closed at the next change.
 func (s *records) snapshot() ([]Item, int, <-chan struct{}) {
 	s.mu.Lock()
-	out := make([]Item, 0, len(s.items))
-	for _, it := range s.items {
-		out = append(out, it)
-	}
+	out := slices.Collect(maps.Values(s.items))
 	ch := s.changed
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b Item) int {

@@ -192,14 +192,9 @@ func Loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// gate is the token every request must carry.
-type gate struct{ token string }
-
-// guard checks the token and sets the headers every answer carries.
-func (s *Server) guard(next http.Handler) http.Handler { return gate{token: s.cfg.Token}.wrap(next) }
-
-// wrap is guard for the gate's token.
-func (s gate) wrap(next http.Handler) http.Handler {
+// guard checks the token every request must carry and sets the headers
+// every answer carries.
+func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Cache-Control", "no-store")
@@ -213,7 +208,7 @@ func (s gate) wrap(next http.Handler) http.Handler {
 				return
 			}
 			// The token leaves the address bar (and the history) at once.
-			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.cfg.Token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
@@ -231,13 +226,13 @@ func (s gate) wrap(next http.Handler) http.Handler {
 
 // authorized tells whether r carries the token: in the cookie, or (for a first
 // visit from the printed URL) in the query.
-func (s gate) authorized(r *http.Request) bool {
+func (s *Server) authorized(r *http.Request) bool {
 	if c, err := r.Cookie(CookieName); err == nil && s.same(c.Value) {
 		return true
 	}
 	return s.same(r.Header.Get(TokenHeader))
 }
 
-func (s gate) same(v string) bool {
-	return v != "" && subtle.ConstantTimeCompare([]byte(v), []byte(s.token)) == 1
+func (s *Server) same(v string) bool {
+	return v != "" && subtle.ConstantTimeCompare([]byte(v), []byte(s.cfg.Token)) == 1
 }

@@ -155,7 +155,7 @@ func TestLedgerLeaseRetry(t *testing.T) {
 	}
 	var runner *Ledger
 	for _, l := range ls[1:] {
-		if l.router == first.claim.Router {
+		if l.cfg.Router == first.claim.Router {
 			runner = l
 		}
 	}

@@ -16,6 +16,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/life"
@@ -82,16 +84,11 @@ const (
 // that reaches this router gets it from memory. A claim that cannot be
 // made is answered unavailable (or store full), never run.
 type Ledger struct {
-	kv      jetstream.KeyValue
-	router  string
-	log     *slog.Logger
-	hits    func()
-	lease   time.Duration // a claim not renewed for this long is its dead router's
-	health  *store.Health
-	landing func() (context.Context, context.CancelFunc)
+	kv  jetstream.KeyValue
+	cfg Config
 
-	pending results // recorded results that have not landed yet
-	held    claims  // running claims of this router: their leases are renewed
+	pending sync.Map // key → bus.Result: recorded results that have not landed yet
+	held    claims   // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
 	ids     claimIDs
 }
@@ -124,21 +121,18 @@ func New(kv jetstream.KeyValue, cfg Config) *Ledger {
 	if cfg.Lease <= 0 {
 		cfg.Lease = 3 * bus.DefaultHeartbeat
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Hits == nil {
 		cfg.Hits = func() {}
 	}
 	if cfg.Landing == nil {
 		cfg.Landing = life.New(life.Config{LandBudget: landBudget}).Landing
 	}
-	return &Ledger{kv: kv, router: cfg.Router, log: cfg.Logger, hits: cfg.Hits, lease: cfg.Lease, health: cfg.Health, landing: cfg.Landing,
-		pending: results{m: map[string]bus.Result{}}, held: claims{m: map[string]Entry{}}, ids: claimIDs{prefix: nuid.Next()}}
+	return &Ledger{kv: kv, cfg: cfg, held: claims{m: map[string]Entry{}}, ids: claimIDs{prefix: nuid.Next()}}
 }
 
 // Health is the store health the ledger notes its writes in (may be nil).
-func (l *Ledger) Health() *store.Health { return l.health }
+func (l *Ledger) Health() *store.Health { return l.cfg.Health }
 
 // outcome says how a claim went.
 type outcome int
@@ -154,20 +148,20 @@ const (
 // may take; the claim tells duplicates how long to wait.
 func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (outcome, Entry) {
 	now := time.Now().UTC()
-	me := Entry{State: stateRunning, Router: l.router, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
+	me := Entry{State: stateRunning, Router: l.cfg.Router, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
 	val := encode(&me)
 	// The common case in one round trip: nobody has the key.
 	rev, err := store.CreateWithin(ctx, l.kv, key, val, 5*time.Second)
 	if err == nil {
-		l.health.Note(nil)
+		l.cfg.Health.Note(nil)
 		me.rev = rev
 		l.held.hold(key, me)
 		return claimed, me
 	}
-	if l.health.Note(err) {
+	if l.cfg.Health.Note(err) {
 		// Out of space: every retry would be refused the same way, and
 		// nothing was written (a create that is refused stores nothing).
-		l.log.Warn("ledger: ledger claim refused: store full", "key", key, "err", err)
+		l.cfg.Logger.Warn("ledger: ledger claim refused: store full", "key", key, "err", err)
 		return full, me
 	}
 	cctx, cancel := context.WithTimeout(ctx, claimBudget)
@@ -190,10 +184,10 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
-			l.log.Warn("ledger: ledger claim failed", "key", key, "err", err)
+			l.cfg.Logger.Warn("ledger: ledger claim failed", "key", key, "err", err)
 			l.Abandon(key, me.Claim)
 		}
-		if l.health.Note(err) {
+		if l.cfg.Health.Note(err) {
 			return full, me
 		}
 		return failed, me
@@ -267,60 +261,21 @@ func (c *claims) renewed(key string, claim Entry, rev uint64) {
 	c.mu.Unlock()
 }
 
-// results are the recorded results whose records have not landed yet.
-type results struct {
-	mu sync.Mutex
-	m  map[string]bus.Result
-}
-
-func (r *results) put(key string, res bus.Result) {
-	r.mu.Lock()
-	r.m[key] = res
-	r.mu.Unlock()
-}
-
-func (r *results) drop(key string) {
-	r.mu.Lock()
-	delete(r.m, key)
-	r.mu.Unlock()
-}
-
-func (r *results) get(key string) (bus.Result, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	res, ok := r.m[key]
-	return res, ok
-}
-
 // Renew renews the lease of every running claim this router holds: one
 // compare-and-set per claim on the revision it holds. A claim that moved on
 // (a durable call's result recorded by another router, or a re-send that
 // found the lease stale and took the claim over) is let go. It runs every
 // heartbeat, beside the renewal of parked batches' and answers' leases.
 func (l *Ledger) Renew(ctx context.Context, now time.Time) error {
-	claims := l.held.all()
 	// Concurrently, a few at a time: a router running thousands of long
 	// calls renews them all within the heartbeat, not one round trip after
-	// another.
-	var (
-		mu     sync.Mutex
-		failed error
-		wg     sync.WaitGroup
-		slots  = make(chan struct{}, renewParallel)
-	)
-	for key, c := range claims {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			if err := l.renewOne(ctx, key, c, now); err != nil {
-				mu.Lock()
-				failed = err
-				mu.Unlock()
-			}
-		})
+	// another. A failed renewal stops none of the others.
+	var g errgroup.Group
+	g.SetLimit(renewParallel)
+	for key, c := range l.held.all() {
+		g.Go(func() error { return l.renewOne(ctx, key, c, now) })
 	}
-	wg.Wait()
-	return failed
+	return g.Wait()
 }
 
 // renewParallel bounds the lease renewals in flight at once.
@@ -331,7 +286,7 @@ func (l *Ledger) renewOne(ctx context.Context, key string, c Entry, now time.Tim
 		c.Touched = now.UTC()
 		val := encode(&c)
 		rev, err := l.kv.Update(ctx, key, val, c.rev)
-		l.health.Note(err)
+		l.cfg.Health.Note(err)
 		if err == nil {
 			l.held.renewed(key, c, rev)
 			return nil
@@ -357,7 +312,7 @@ func (l *Ledger) renewOne(ctx context.Context, key string, c Entry, now time.Tim
 // rather than wait for a result that will never come.
 func (l *Ledger) Abandon(key, claim string) {
 	l.writes.Go(func() {
-		ctx, cancel := l.landing()
+		ctx, cancel := l.cfg.Landing()
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 			var le Entry
@@ -368,7 +323,7 @@ func (l *Ledger) Abandon(key, claim string) {
 			return encode(&le), nil
 		})
 		if err != nil {
-			l.log.Error("ledger: abandoned ledger claim not released", "key", key, "err", err)
+			l.cfg.Logger.Error("ledger: abandoned ledger claim not released", "key", key, "err", err)
 		}
 	})
 }
@@ -394,22 +349,26 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	start := time.Now()
 	ctx = context.WithoutCancel(ctx)
 	_, err := store.UpdateWithin(ctx, l.kv, key, val, claim.rev, recordWait)
-	isFull := l.health.Note(err)
+	isFull := l.cfg.Health.Note(err)
 	if err == nil {
 		return res
 	}
 	ctx, cancel := context.WithDeadline(ctx, start.Add(recordWait))
 	defer cancel()
 	if store.IsConflict(err) {
-		if other, ok := l.takenOver(ctx, key, claim.Claim); ok {
-			return other
+		// A re-send that took over the claim recorded the call's answer.
+		e, err := l.kv.Get(ctx, key)
+		var le Entry
+		if err == nil && json.Unmarshal(e.Value(), &le) == nil && le.Claim != claim.Claim && le.State == stateDone && le.Result != nil {
+			l.cfg.Logger.Warn("ledger: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
+			return *le.Result
 		}
 	}
-	l.pending.put(key, res)
+	l.pending.Store(key, res)
 	landed, id := make(chan struct{}), claim.Claim
 	l.writes.Go(func() {
 		defer close(landed)
-		ctx, cancel := l.landing()
+		ctx, cancel := l.cfg.Landing()
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 			var le Entry
@@ -418,11 +377,11 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 			}
 			return val, nil
 		})
-		l.health.Note(err)
+		l.cfg.Health.Note(err)
 		if err != nil {
-			l.log.Error("ledger: ledger record failed", "key", key, "err", err)
+			l.cfg.Logger.Error("ledger: ledger record failed", "key", key, "err", err)
 		}
-		l.pending.drop(key)
+		l.pending.Delete(key)
 	})
 	if isFull {
 		return res // it lands when space comes back; the agent need not wait for that
@@ -432,18 +391,6 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	case <-ctx.Done():
 	}
 	return res
-}
-
-// takenOver returns the result recorded in key's entry by the router that
-// took over claim, if one did.
-func (l *Ledger) takenOver(ctx context.Context, key, claim string) (bus.Result, bool) {
-	e, err := l.kv.Get(ctx, key)
-	var le Entry
-	if err != nil || json.Unmarshal(e.Value(), &le) != nil || le.Claim == claim || le.State != stateDone || le.Result == nil {
-		return bus.Result{}, false
-	}
-	l.log.Warn("ledger: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
-	return *le.Result, true
 }
 
 // stale reports whether the router of a running entry is gone: its lease
@@ -474,9 +421,9 @@ func pollEvery(lease time.Duration) time.Duration {
 // update is covered by reading the entry from the bucket's leader.
 func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry) {
 	key := c.Key
-	if res, ok := l.pending.get(key); ok {
-		l.hits()
-		return res, nil
+	if res, ok := l.pending.Load(key); ok {
+		l.cfg.Hits()
+		return res.(bus.Result), nil
 	}
 	start := time.Now()
 	watch, err := l.kv.Watch(ctx, key)
@@ -491,7 +438,7 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 		defer t.Stop()
 		expired = t.C
 	}
-	poll := time.NewTicker(pollEvery(l.lease))
+	poll := time.NewTicker(pollEvery(l.cfg.Lease))
 	defer poll.Stop()
 	var (
 		last   *Entry  // the entry as last read
@@ -509,10 +456,10 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 			switch {
 			case reread:
 			case last == nil: // the watch has not delivered the entry yet
-				if now.Sub(start) < l.lease {
+				if now.Sub(start) < l.cfg.Lease {
 					continue
 				}
-			case !stale(*last, now, seen, l.lease):
+			case !stale(*last, now, seen, l.cfg.Lease):
 				continue
 			}
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -546,12 +493,12 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 		last, reread = &le, updates == nil
 		switch {
 		case le.State == stateDone && le.Result != nil:
-			l.hits()
+			l.cfg.Hits()
 			return *le.Result, nil
 		case le.State == stateAbandoned:
 			// The first run never happened; it answered unavailable.
 			return Unavailable(c.Call), nil
-		case !stale(le, now, seen, l.lease):
+		case !stale(le, now, seen, l.cfg.Lease):
 			continue
 		}
 		res, claim, ok := l.takeOver(ctx, key, le, c)
@@ -568,7 +515,7 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 // could not be written.
 func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bus.Result, *Entry, bool) {
 	now := time.Now().UTC()
-	next := Entry{Router: l.router, Claim: l.ids.next(), Deadline: le.Deadline}
+	next := Entry{Router: l.cfg.Router, Claim: l.ids.next(), Deadline: le.Deadline}
 	var res bus.Result
 	switch {
 	case c.Durable && now.Before(le.Deadline.Add(TimeoutGrace)):
@@ -587,11 +534,11 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bu
 	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	rev, err := l.kv.Update(uctx, key, val, le.rev)
 	cancel()
-	if l.health.Note(err) {
+	if l.cfg.Health.Note(err) {
 		// The store refuses the takeover, and will until someone frees
 		// space: the dead router's call may have run, and nothing more
 		// can be known or recorded now.
-		l.log.Warn("ledger: stale ledger claim not taken over: store full", "key", key, "err", err)
+		l.cfg.Logger.Warn("ledger: stale ledger claim not taken over: store full", "key", key, "err", err)
 		if next.State == stateRunning || c.Durable {
 			res = UnknownOutcome(c.Call)
 		}
@@ -599,11 +546,11 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bu
 	}
 	if err != nil {
 		if !store.IsConflict(err) {
-			l.log.Warn("ledger: stale ledger claim not taken over", "key", key, "err", err)
+			l.cfg.Logger.Warn("ledger: stale ledger claim not taken over", "key", key, "err", err)
 		}
 		return bus.Result{}, nil, false
 	}
-	l.log.Warn("ledger: took over a ledger claim whose router stopped renewing its lease", "key", key, "owner", le.Router,
+	l.cfg.Logger.Warn("ledger: took over a ledger claim whose router stopped renewing its lease", "key", key, "owner", le.Router,
 		"touched", le.Touched, "rerun", c.Retry && !c.Durable)
 	if next.State == stateRunning {
 		next.rev = rev
@@ -662,9 +609,9 @@ func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) bus.Re
 // refuses for want of space answers store full.
 func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.Result) bus.Result {
 	key := c.Key
-	if res, ok := l.pending.get(key); ok {
-		l.hits()
-		return res
+	if res, ok := l.pending.Load(key); ok {
+		l.cfg.Hits()
+		return res.(bus.Result)
 	}
 	switch how, claim := l.claim(ctx, key, c.Timeout); how {
 	case claimed:
@@ -678,7 +625,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 		}
 		return res
 	case full:
-		return StoreFull(c.Call, l.health)
+		return StoreFull(c.Call, l.cfg.Health)
 	default:
 		if ctx.Err() != nil {
 			return bus.InterruptedResult(c.Call)
@@ -691,9 +638,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 // refused its record for want of space (docs/protocol.md 3.3, `internal`).
 func StoreFull(c bus.Call, h *store.Health) bus.Result {
 	_, why, _ := h.Full()
-	if why == "" {
-		why = "insufficient resources"
-	}
+	why = cmp.Or(why, "insufficient resources")
 	return bus.ErrorResult(c, bus.CodeInternal, fmt.Sprintf(
 		"InternalError: %s: JetStream refused to record the call of tool '%s' (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
 }
@@ -726,7 +671,7 @@ func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
 			}
 			var le Entry
 			if json.Unmarshal(u.Value(), &le) == nil && le.State == stateDone && le.Result != nil {
-				l.hits()
+				l.cfg.Hits()
 				return *le.Result, true
 			}
 		}
@@ -740,7 +685,7 @@ var errRecorded = errors.New("ledger: the call has a result already")
 // has one already (a worker's result got in first): then that one stands
 // and is returned.
 func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
-	ctx, cancel := l.landing()
+	ctx, cancel := l.cfg.Landing()
 	defer cancel()
 	var first *bus.Result
 	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -756,7 +701,7 @@ func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
 	case first != nil:
 		return *first
 	case err != nil:
-		l.log.Error("ledger: durable call's end not recorded", "key", key, "err", err)
+		l.cfg.Logger.Error("ledger: durable call's end not recorded", "key", key, "err", err)
 	}
 	return res
 }

@@ -47,7 +47,7 @@ func TestLedgerClaimOnce(t *testing.T) {
 	}
 	for _, l := range ls {
 		if how, _ := l.claim(ctx, "s.r.c1", time.Second); how != duplicate {
-			t.Fatalf("router %s claimed a held key: %v", l.router, how)
+			t.Fatalf("router %s claimed a held key: %v", l.cfg.Router, how)
 		}
 	}
 	res := bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
@@ -55,7 +55,7 @@ func TestLedgerClaimOnce(t *testing.T) {
 	for _, l := range ls {
 		got := waitRes(l.wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Second}))
 		if got.State != bus.StateSuccess || textOf(got.Output) != "done" {
-			t.Fatalf("router %s waited for %+v", l.router, got)
+			t.Fatalf("router %s waited for %+v", l.cfg.Router, got)
 		}
 	}
 }

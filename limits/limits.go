@@ -18,6 +18,7 @@
 package limits
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -151,9 +152,6 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	return l, nil
 }
 
-// Rules returns the checked rules. The slice must not be modified.
-func (l *Limiter) Rules() []Rule { return l.rules }
-
 // key is the part of a count's name that tells what it counts per: a
 // digest of the call's values of the rule's dimensions, so any user or
 // tool name makes a valid subject token and KV key.
@@ -234,7 +232,8 @@ var errRefused = errors.New("limits: refused")
 // rate takes one slot of rule r's rate for key, or refuses with the time
 // until the slot frees.
 func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
-	em, tol := r.Rate.emission(), r.Rate.tolerance()
+	// tol is how far ahead of now the theoretical arrival time may be.
+	em, tol := r.Rate.emission(), r.Rate.emission()*time.Duration(r.Rate.Burst-1)
 	var ref *Refusal
 	nonce := nuid.Next()
 	_, err := store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -261,20 +260,18 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
 	}
-	return nil, func(ctx context.Context) { l.giveBack(ctx, key, em) }, nil
-}
-
-// giveBack returns one slot of a rate taken by a call that did not run.
-func (l *Limiter) giveBack(ctx context.Context, key string, em time.Duration) {
-	_, _ = store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		var g gcra
-		if cur == nil || json.Unmarshal(cur.Value(), &g) != nil {
-			return nil, store.ErrNoChange
-		}
-		g.TAT -= int64(em)
-		g.Nonce = nuid.Next()
-		return json.Marshal(g)
-	})
+	// The undo gives the slot back: the call did not run.
+	return nil, func(ctx context.Context) {
+		_, _ = store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+			var g gcra
+			if cur == nil || json.Unmarshal(cur.Value(), &g) != nil {
+				return nil, store.ErrNoChange
+			}
+			g.TAT -= int64(em)
+			g.Nonce = nuid.Next()
+			return json.Marshal(g)
+		})
+	}, nil
 }
 
 // budget adds the call's cost to rule r's counter for key and today; past
@@ -526,11 +523,6 @@ func (r *Rate) emission() time.Duration {
 	return time.Duration(r.IntervalMS) * time.Millisecond / time.Duration(r.Calls)
 }
 
-// tolerance is how far ahead of now the theoretical arrival time may be.
-func (r *Rate) tolerance() time.Duration {
-	return r.emission() * time.Duration(r.Burst-1)
-}
-
 // Check validates the configuration and applies defaults. It changes
 // nothing when it returns an error.
 func (c *Policy) Check() error {
@@ -572,9 +564,7 @@ func (r *Rule) check() error {
 	}
 	if r.Rate != nil {
 		rt := *r.Rate
-		if rt.Burst == 0 {
-			rt.Burst = rt.Calls
-		}
+		rt.Burst = cmp.Or(rt.Burst, rt.Calls)
 		switch {
 		case rt.Calls <= 0 || rt.IntervalMS <= 0 || rt.Burst <= 0:
 			return fmt.Errorf("limits: rule %s: a rate needs calls > 0, interval_ms > 0 and burst >= 0", r.Name)
@@ -587,9 +577,7 @@ func (r *Rule) check() error {
 	}
 	if r.Budget != nil {
 		b := *r.Budget
-		if b.Cost == 0 {
-			b.Cost = 1
-		}
+		b.Cost = cmp.Or(b.Cost, 1)
 		if b.Units <= 0 || b.Cost < 0 {
 			return fmt.Errorf("limits: rule %s: a budget needs units > 0 and cost >= 0", r.Name)
 		}

@@ -34,7 +34,7 @@ type Router struct {
 	Inflight   prometheus.Gauge
 }
 
-// RouterSources are read at scrape time.
+// RouterSources are read at scrape time; each is required.
 type RouterSources struct {
 	LiveWorkers func() map[string]int // per tool
 	ParkedNow   func() int
@@ -59,16 +59,9 @@ func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
 	cs := []prometheus.Collector{m.Calls, m.Latency, m.Batches, m.Rejected, m.DedupeHits, m.Parked, m.Answers, m.Inflight,
 		gaugeFunc("toolbus_router_capacity", "MaxInflight: messages the router handles at once before back-pressure.",
 			func() int { return src.Capacity }),
-	}
-	if src.ParkedNow != nil {
-		cs = append(cs, gaugeFunc("toolbus_parked_calls", "Calls parked now.", src.ParkedNow))
-	}
-	if src.Sessions != nil {
-		cs = append(cs, gaugeFunc("toolbus_sessions", "Sessions in the router's cache.", src.Sessions))
-	}
-	if src.LiveWorkers != nil {
-		cs = append(cs, &liveWorkers{f: src.LiveWorkers, desc: prometheus.NewDesc("toolbus_live_workers",
-			"Live workers per tool.", []string{"tool"}, nil)})
+		gaugeFunc("toolbus_parked_calls", "Calls parked now.", src.ParkedNow),
+		gaugeFunc("toolbus_sessions", "Sessions in the router's cache.", src.Sessions),
+		&liveWorkers{f: src.LiveWorkers, desc: prometheus.NewDesc("toolbus_live_workers", "Live workers per tool.", []string{"tool"}, nil)},
 	}
 	register(reg, cs...)
 	return m
@@ -158,40 +151,30 @@ func gaugeFunc(name, help string, f func() int) prometheus.GaugeFunc {
 // Since returns the seconds elapsed since t, for histograms.
 func Since(t time.Time) float64 { return time.Since(t).Seconds() }
 
-// Serve exposes reg (with Go and process collectors added) on addr at
-// /metrics until ctx ends. It returns the address listened on.
-func Serve(ctx context.Context, addr string, reg *prometheus.Registry) (string, error) {
-	_ = reg.Register(collectors.NewGoCollector())
-	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	go func() { _ = srv.Serve(ln) }() // ends with http.ErrServerClosed at Shutdown
-	return ln.Addr().String(), nil
-}
-
 // Expose returns the registry a process registers its metrics on and, when
-// addr is not empty, serves it on addr until ctx ends, printing where to
-// stdout. With an empty addr it returns nil (metrics stay private).
+// addr is not empty, serves it (with Go and process collectors added) on
+// addr at /metrics until ctx ends, printing where to stdout. With an empty
+// addr it returns nil (metrics stay private).
 func Expose(ctx context.Context, addr, who string, stdout io.Writer) (prometheus.Registerer, error) {
 	if addr == "" {
 		return nil, nil
 	}
 	reg := prometheus.NewRegistry()
-	at, err := Serve(ctx, addr, reg)
+	_ = reg.Register(collectors.NewGoCollector())
+	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, at)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	go func() { _ = srv.Serve(ln) }() // ends with http.ErrServerClosed at Shutdown
+	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, ln.Addr())
 	return reg, nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// callCache is tested alone here, without a server.
+// The cache of call records is tested alone here, without a server.
 
 type kvEntry struct {
 	key string
@@ -77,7 +77,7 @@ func TestCallCacheApply(t *testing.T) {
 		}, []string{}, []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCallCache(nil, slog.New(slog.DiscardHandler))
+			c := newCalls(shared{cfg: Config{Logger: slog.New(slog.DiscardHandler)}}, bus.Subjects{})
 			for _, e := range tc.entries(t) {
 				c.apply(e)
 			}
@@ -92,7 +92,7 @@ func TestCallCacheApply(t *testing.T) {
 
 func TestCallCacheNoteAndQueries(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	c := newCallCache(nil, slog.New(slog.DiscardHandler))
+	c := newCalls(shared{cfg: Config{Logger: slog.New(slog.DiscardHandler)}}, bus.Subjects{})
 	for i, r := range []*Record{rec("s1", "r1", "b", bus.ParkParked, t0.Add(2*time.Second)), rec("s1", "r1", "a", bus.ParkParked, t0),
 		rec("s1", "r2", "c", bus.ParkParked, t0.Add(time.Second)), rec("s2", "r1", "d", bus.ParkParked, t0.Add(3*time.Hour))} {
 		r.Rev = uint64(i + 1)

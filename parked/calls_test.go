@@ -584,6 +584,6 @@ func (s *calls) park(ctx context.Context, r *Record) error {
 	if err := s.create(ctx, r); err != nil {
 		return err
 	}
-	s.handoff.live(r)
+	s.live(r)
 	return nil
 }

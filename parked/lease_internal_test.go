@@ -8,7 +8,10 @@ import (
 // The two kinds of key keep their own lease sets: holding a call key never
 // makes a continuation's lease held, nor the other way round.
 func TestLeaseSetsByKind(t *testing.T) {
-	calls, conts := newLeaseSet[callKey](), newLeaseSet[batchKey]()
+	var (
+		calls leaseSet[callKey]
+		conts leaseSet[batchKey]
+	)
 	calls.hold("s.r.c1")
 	conts.hold("s.r")
 	conts.hold("s.r2")

@@ -9,6 +9,7 @@
 package parked
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -68,14 +69,11 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	if cfg.TTL <= 0 {
 		cfg.TTL = DefaultTTL
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	sh := shared{kv: st.Parked, cfg: cfg}
 	s := &Store{cfg: cfg,
-		calls: &calls{shared: sh, handoff: handoff{publish: cfg.Publish, subj: subj, source: cfg.Source, log: cfg.Logger},
-			callCache: newCallCache(st.Parked, cfg.Logger), leases: newLeaseSet[callKey]()},
-		conts: &conts{shared: sh, active: map[string]*Batch{}, leases: newLeaseSet[batchKey]()},
+		calls: newCalls(sh, subj),
+		conts: &conts{shared: sh, active: map[string]*Batch{}},
 	}
 	s.Read = Reads{calls: s.calls, conts: s.conts}
 	return s
@@ -231,7 +229,7 @@ func (c *calls) announce(run Run, recs []*Record) {
 		run.Announce(recs)
 	}
 	for _, r := range recs {
-		c.handoff.live(r)
+		c.live(r)
 	}
 }
 
@@ -506,12 +504,10 @@ func (b *Batch) Active() bool { return b.Phase == PhaseRunning || b.Phase == Pha
 
 // Ready reports whether every awaited call has its result.
 func (b *Batch) Ready() bool {
-	for _, id := range b.Waiting {
-		if _, ok := b.Results[id]; !ok {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(b.Waiting, func(id string) bool {
+		_, ok := b.Results[id]
+		return !ok
+	})
 }
 
 // IsCancelled reports whether the agent cancelled call id while the batch
@@ -564,9 +560,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 			if cur.Owner != s.cfg.Owner || !cur.Active() {
 				return fmt.Errorf("parked: batch %s: %w (taken over by %s)", b.Key(), errNotOwner, cur.Owner)
 			}
-			for id, res := range results {
-				cur.Results[id] = res
-			}
+			maps.Copy(cur.Results, results)
 			cur.Waiting, cur.Next = waiting, next
 			phase(cur)
 			return nil
@@ -769,12 +763,22 @@ type shared struct {
 }
 
 // calls holds the parked call records (keys <session>.<replyid>.<callid>):
-// their transitions, live handoff requests and the watch-fed cache.
+// their transitions, live handoff requests, and the watch-fed cache of the
+// records in status parked and in status answered (whose lease another
+// router may take over), with this router's own writes noted.
 type calls struct {
 	shared
-	*callCache
-	handoff handoff
-	leases  leaseSet[callKey] // answered calls this router makes the result of
+	subj   bus.Subjects
+	leases leaseSet[callKey] // answered calls this router makes the result of
+
+	mu       sync.RWMutex
+	parked   *store.Cache[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
+	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
+	watch    *store.Watch
+}
+
+func newCalls(sh shared, subj bus.Subjects) *calls {
+	return &calls{shared: sh, subj: subj, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}}
 }
 
 // watch loads the values of keys into apply and keeps it fed.
@@ -801,7 +805,7 @@ func (s *calls) create(ctx context.Context, r *Record) error {
 	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
 	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
 	// from the tool; an open router still takes it on the old subject.
-	r.Subject, r.InputDigest = s.handoff.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
+	r.Subject, r.InputDigest = s.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -909,7 +913,7 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 	}
 	out.Record = r
 	if out.Verdict == Repark {
-		s.handoff.live(r) // the record, now of kind external, is the new request
+		s.live(r) // the record, now of kind external, is the new request
 	}
 	return out, nil
 }
@@ -990,27 +994,20 @@ func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record
 // Nothing is written for the handoff: the record's next revision replaces
 // the parked one in the stream.
 
-// handoff publishes parked calls' requests for live subscribers.
-type handoff struct {
-	publish func(*nats.Msg) error // nil: no live requests
-	subj    bus.Subjects
-	source  string
-	log     *slog.Logger
-}
-
-// live publishes r's request on P.external.<tool> or P.confirm.<tool>,
-// unless the caller executes the tool itself (request-scoped). A lost
-// publish loses nothing: followers read the record.
-func (h handoff) live(r *Record) {
-	if h.publish == nil || r.RequestScoped {
+// live publishes r's request on P.external.<tool> or P.confirm.<tool>
+// (Config.Publish; none when nil), unless the caller executes the tool
+// itself (request-scoped). A lost publish loses nothing: followers read
+// the record.
+func (s *calls) live(r *Record) {
+	if s.cfg.Publish == nil || r.RequestScoped {
 		return
 	}
-	m, err := requestMsg(r, h.source, h.subj)
+	m, err := requestMsg(r, s.cfg.Source, s.subj)
 	if err == nil {
-		err = h.publish(m)
+		err = s.cfg.Publish(m)
 	}
 	if err != nil {
-		h.log.Debug("parked: live handoff request not published", "key", r.Key(), "err", err)
+		s.cfg.Logger.Debug("parked: live handoff request not published", "key", r.Key(), "err", err)
 	}
 }
 
@@ -1068,25 +1065,8 @@ func Request(value []byte, w Want, subj bus.Subjects, source string) (*nats.Msg,
 	return m, err == nil
 }
 
-// callCache is the watch-fed cache of the call records in status parked
-// and in status answered (whose lease another router may take over), with
-// this router's own writes noted. Safe for concurrent use.
-type callCache struct {
-	src jetstream.KeyValue // P_parked, watched on keys *.*.*
-	log *slog.Logger
-
-	mu       sync.RWMutex
-	parked   *store.Cache[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
-	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
-	watch    *store.Watch
-}
-
-func newCallCache(kv jetstream.KeyValue, log *slog.Logger) *callCache {
-	return &callCache{src: kv, log: log, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}}
-}
-
-func (c *callCache) start(ctx context.Context) (err error) {
-	c.watch, err = watch(ctx, c.src, "*.*.*", c.apply)
+func (c *calls) start(ctx context.Context) (err error) {
+	c.watch, err = watch(ctx, c.kv, "*.*.*", c.apply)
 	return err
 }
 
@@ -1095,7 +1075,7 @@ func (c *callCache) start(ctx context.Context) (err error) {
 // it as parked again.
 const goneMemory = time.Minute
 
-func (c *callCache) apply(e jetstream.KeyValueEntry) {
+func (c *calls) apply(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	key := e.Key()
@@ -1109,7 +1089,7 @@ func (c *callCache) apply(e jetstream.KeyValueEntry) {
 	}
 	var r Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		c.log.Warn("parked: ignoring bad parked record", "key", key)
+		c.cfg.Logger.Warn("parked: ignoring bad parked record", "key", key)
 		return
 	}
 	r.Rev = e.Revision()
@@ -1129,7 +1109,7 @@ func (c *callCache) apply(e jetstream.KeyValueEntry) {
 
 // note caches a copy of r, which this router just wrote at r.Rev (callers
 // change theirs).
-func (c *callCache) note(key string, r *Record) {
+func (c *calls) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r.Status == bus.ParkParked {
@@ -1139,7 +1119,7 @@ func (c *callCache) note(key string, r *Record) {
 	}
 }
 
-func (c *callCache) list(session, replyID string) []*Record {
+func (c *calls) list(session, replyID string) []*Record {
 	out := c.where(func(r *Record) bool {
 		return (session == "" || r.Session == session) && (replyID == "" || r.ReplyID == replyID)
 	})
@@ -1147,11 +1127,11 @@ func (c *callCache) list(session, replyID string) []*Record {
 	return out
 }
 
-func (c *callCache) expired(now time.Time) []*Record {
+func (c *calls) expired(now time.Time) []*Record {
 	return c.where(func(r *Record) bool { return now.After(r.Expires) })
 }
 
-func (c *callCache) where(keep func(*Record) bool) []*Record {
+func (c *calls) where(keep func(*Record) bool) []*Record {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []*Record
@@ -1165,7 +1145,7 @@ func (c *callCache) where(keep func(*Record) bool) []*Record {
 
 // answeredBefore returns the keys of the answered calls whose lease was
 // last renewed before cutoff.
-func (c *callCache) answeredBefore(cutoff time.Time) []string {
+func (c *calls) answeredBefore(cutoff time.Time) []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var stale []string
@@ -1185,44 +1165,39 @@ type (
 	batchKey string
 )
 
-// leaseSet is the set of keys whose lease this router renews.
-type leaseSet[K ~string] struct {
-	mu   sync.Mutex
-	keys map[K]struct{}
-}
+// leaseSet is the set of keys whose lease this router renews; the zero
+// value is empty. Safe for concurrent use.
+type leaseSet[K ~string] struct{ m sync.Map } // K → nil
 
-func newLeaseSet[K ~string]() leaseSet[K] { return leaseSet[K]{keys: map[K]struct{}{}} }
-
-func (l *leaseSet[K]) hold(k K) {
-	l.mu.Lock()
-	l.keys[k] = struct{}{}
-	l.mu.Unlock()
-}
-
-func (l *leaseSet[K]) release(k K) {
-	l.mu.Lock()
-	delete(l.keys, k)
-	l.mu.Unlock()
-}
+func (l *leaseSet[K]) hold(k K)    { l.m.Store(k, nil) }
+func (l *leaseSet[K]) release(k K) { l.m.Delete(k) }
 
 func (l *leaseSet[K]) holds(k K) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, ok := l.keys[k]
+	_, ok := l.m.Load(k)
 	return ok
 }
 
 func (l *leaseSet[K]) held() []K {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Collect(maps.Keys(l.keys))
+	var out []K
+	for k := range l.m.Range {
+		out = append(out, k.(K))
+	}
+	return out
 }
 
-// renew runs touch on every key held and lets go of those that moved on
-// (errNotOwner, or gone); it returns the last other error.
-func (l *leaseSet[K]) renew(touch func(key string) error) (failed error) {
+// renewOwned renews, with compare-and-set, the lease of every record of l
+// that this router still owns (touch renews it and reports whether it
+// does); one that moved on (errNotOwner, or gone) is let go. It returns
+// the last other error.
+func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l *leaseSet[K], p store.Policy, touch func(*T) bool) (failed error) {
 	for _, key := range l.held() {
-		switch err := touch(string(key)); {
+		_, _, err := cas(ctx, kv, string(key), p, errNotOwner, func(v *T) error {
+			if !touch(v) {
+				return errNotOwner
+			}
+			return nil
+		})
+		switch {
 		case err == nil:
 		case errors.Is(err, errNotOwner), store.IsNotFound(err):
 			l.release(key)
@@ -1231,20 +1206,6 @@ func (l *leaseSet[K]) renew(touch func(key string) error) (failed error) {
 		}
 	}
 	return failed
-}
-
-// renewOwned renews, with compare-and-set, the lease of every record of l
-// that this router still owns (touch renews it and reports whether it does).
-func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l *leaseSet[K], p store.Policy, touch func(*T) bool) error {
-	return l.renew(func(key string) error {
-		_, _, err := cas(ctx, kv, key, p, errNotOwner, func(v *T) error {
-			if !touch(v) {
-				return errNotOwner
-			}
-			return nil
-		})
-		return err
-	})
 }
 
 var errNotOwner = errors.New("parked: not the owner")

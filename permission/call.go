@@ -119,30 +119,18 @@ func (c *call) matches(r bus.Rule) bool {
 	if !c.ok {
 		return false
 	}
-	whole := behavior(r) == Allow
+	if behavior(r) == Allow { // the whole call: every part of the command, the real path
+		targets := c.targets()
+		return len(targets) > 0 && !slices.ContainsFunc(targets, func(t string) bool { return !c.covers(r.Pattern, t) })
+	}
 	switch c.def.RuleMatcher {
 	case bus.MatcherCommand:
-		if whole {
-			if !c.split || len(c.parts) == 0 {
-				return false
-			}
-			for _, p := range c.parts {
-				if !matchCommand(r.Pattern, p, true) {
-					return false
-				}
-			}
-			return true
-		}
 		return slices.ContainsFunc(c.loose, func(s string) bool { return matchCommand(r.Pattern, s, false) })
 	case bus.MatcherPath:
 		forms := c.patternForms(r.Pattern)
-		match := func(p string) bool {
+		return slices.ContainsFunc(c.paths, func(p string) bool {
 			return slices.ContainsFunc(forms, func(f string) bool { return matchPath(f, p) })
-		}
-		if whole {
-			return len(c.paths) > 0 && match(c.real())
-		}
-		return slices.ContainsFunc(c.paths, match)
+		})
 	}
 	return false
 }
@@ -293,14 +281,6 @@ func (c *call) readWrites(workDirs []string) {
 // command's writes, as a rule of WriteTool (or "*").
 func (c *call) writeMatches(r bus.Rule) bool {
 	return slices.ContainsFunc(c.writes, func(w *call) bool { return w.matches(r) })
-}
-
-// toolWide reports whether an allow rule without a pattern covers the
-// call's tool: such a rule trusts the tool with anything.
-func toolWide(rules []bus.Rule, def *bus.ToolDef) bool {
-	return slices.ContainsFunc(rules, func(r bus.Rule) bool {
-		return behavior(r) == Allow && r.Pattern == "" && toolMatches(r, def)
-	})
 }
 
 // writesGranted reports whether every write of the command is one that
@@ -706,15 +686,8 @@ func (c *call) inside(workDirs []string) bool {
 		}
 		dirs = append(dirs, a, c.resolved.resolve(a))
 	}
-	return slices.ContainsFunc(dirs, func(d string) bool { return within(c.real(), d) })
-}
-
-func within(p, dir string) bool {
-	if p == dir {
-		return true
-	}
-	if !strings.HasSuffix(dir, string(filepath.Separator)) {
-		dir += string(filepath.Separator)
-	}
-	return strings.HasPrefix(p, dir)
+	real, sep := c.real(), string(filepath.Separator)
+	return slices.ContainsFunc(dirs, func(d string) bool {
+		return real == d || strings.HasPrefix(real, strings.TrimSuffix(d, sep)+sep)
+	})
 }

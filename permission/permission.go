@@ -15,10 +15,12 @@
 package permission
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -36,13 +38,9 @@ const (
 )
 
 // ValidMode reports whether m is one of the modes.
-func ValidMode(m string) bool {
-	switch m {
-	case Default, AcceptEdits, Explore, Bypass, DontAsk:
-		return true
-	}
-	return false
-}
+func ValidMode(m string) bool { return slices.Contains(modes, m) }
+
+var modes = []string{Default, AcceptEdits, Explore, Bypass, DontAsk}
 
 // Context is a session's permission context.
 type Context struct {
@@ -91,10 +89,7 @@ func Decide(pc Context, def *bus.ToolDef, input json.RawMessage) Decision {
 	if def == nil {
 		return Decision{Behavior: Deny, Reason: "the tool has no definition"}
 	}
-	mode := pc.Mode
-	if mode == "" {
-		mode = Default
-	}
+	mode := cmp.Or(pc.Mode, Default)
 	if !ValidMode(mode) {
 		return Decision{Behavior: Deny, Reason: fmt.Sprintf("unknown permission mode %q", pc.Mode)}
 	}
@@ -107,14 +102,12 @@ func Decide(pc Context, def *bus.ToolDef, input json.RawMessage) Decision {
 }
 
 func (c *call) decide(pc Context, mode string) Decision {
-	for _, r := range pc.Rules {
-		if behavior(r) == Deny && (c.matches(r) || c.writeMatches(r)) {
-			return Decision{Behavior: Deny, Reason: fmt.Sprintf("rule %s denies it", ruleString(r))}
-		}
-	}
-	for _, r := range pc.Rules {
-		if behavior(r) == Ask && (c.matches(r) || c.writeMatches(r)) {
-			return Decision{Behavior: Ask, Reason: fmt.Sprintf("rule %s asks for confirmation", ruleString(r))}
+	// Deny rules first, then ask rules.
+	for _, b := range []struct{ behavior, says string }{{Deny, "denies it"}, {Ask, "asks for confirmation"}} {
+		for _, r := range pc.Rules {
+			if behavior(r) == b.behavior && (c.matches(r) || c.writeMatches(r)) {
+				return Decision{Behavior: b.behavior, Reason: fmt.Sprintf("rule %s %s", ruleString(r), b.says)}
+			}
 		}
 	}
 	if c.def.ReadOnly {
@@ -147,8 +140,12 @@ func (c *call) decide(pc Context, mode string) Decision {
 	}
 	if reason, ok := c.allowed(pc.Rules); ok {
 		// A rule for a program never grants a write that write_file
-		// would ask for.
-		if why, ok := c.writesGranted(pc, mode); !ok && !toolWide(pc.Rules, c.def) {
+		// would ask for; a rule without a pattern trusts the tool with
+		// anything.
+		toolWide := slices.ContainsFunc(pc.Rules, func(r bus.Rule) bool {
+			return behavior(r) == Allow && r.Pattern == "" && toolMatches(r, c.def)
+		})
+		if why, ok := c.writesGranted(pc, mode); !ok && !toolWide {
 			return Decision{Behavior: Ask, Reason: reason + " as a command, but " + why, SuggestedRules: c.suggestWrites(pc.Rules)}
 		}
 		return Decision{Behavior: Allow, Reason: reason}
@@ -218,12 +215,7 @@ func checkPattern(p string) error {
 }
 
 // behavior returns a rule's behavior, "" meaning allow.
-func behavior(r bus.Rule) string {
-	if r.Behavior == "" {
-		return Allow
-	}
-	return r.Behavior
-}
+func behavior(r bus.Rule) string { return cmp.Or(r.Behavior, Allow) }
 
 func toolMatches(r bus.Rule, def *bus.ToolDef) bool {
 	return r.Tool == "*" || r.Tool == def.Name

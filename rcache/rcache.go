@@ -11,8 +11,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -72,9 +72,8 @@ type Config struct {
 // Cache is the result cache. It is safe for concurrent use; every router
 // of a deployment shares its entries.
 type Cache struct {
-	kv           jetstream.KeyValue
-	now          func() time.Time
-	hits, misses atomic.Int64
+	kv  jetstream.KeyValue
+	now func() time.Time
 }
 
 // New creates (or opens) the cache bucket: per-key TTLs, one value per key.
@@ -136,16 +135,13 @@ type entry struct {
 func (c *Cache) Get(ctx context.Context, key string) (bus.Result, bool) {
 	e, err := c.kv.Get(ctx, key)
 	if err != nil {
-		c.misses.Add(1)
 		return bus.Result{}, false
 	}
 	var en entry
 	now := c.now().UnixMilli()
 	if json.Unmarshal(e.Value(), &en) != nil || now >= en.Expires {
-		c.misses.Add(1)
 		return bus.Result{}, false
 	}
-	c.hits.Add(1)
 	res := en.Result
 	res.Metadata = mark(res.Metadata, en.Stored, now-en.Stored)
 	return res, true
@@ -156,13 +152,9 @@ func (c *Cache) Get(ctx context.Context, key string) (bus.Result, bool) {
 // than MaxEntry are not stored. The first result stored for a key stays
 // until it expires. Errors are ignored: the cache is an optimisation.
 func (c *Cache) Put(ctx context.Context, key string, ttl time.Duration, res bus.Result) bool {
-	if res.State != bus.StateSuccess {
+	if res.State != bus.StateSuccess ||
+		slices.ContainsFunc(res.Output, func(b bus.Block) bool { return strings.HasPrefix(b.URL, "nats-object:") }) {
 		return false
-	}
-	for _, b := range res.Output {
-		if b.URL != "" && strings.HasPrefix(b.URL, "nats-object:") {
-			return false
-		}
 	}
 	now := c.now()
 	b, err := json.Marshal(entry{Stored: now.UnixMilli(), Expires: now.Add(ttl).UnixMilli(), Result: res})
@@ -186,9 +178,6 @@ func (c *Cache) Put(ctx context.Context, key string, ttl time.Duration, res bus.
 	}
 	return err == nil
 }
-
-// Stats returns the hits and misses of this process's Get calls.
-func (c *Cache) Stats() (hits, misses int64) { return c.hits.Load(), c.misses.Load() }
 
 // mark adds {"toolbus_cache": {"hit": true, "stored_at": ..., "age_ms": ...}}
 // to a result's metadata object (a new object when there was none; left

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"maps"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -99,11 +100,7 @@ func (o *readOrder) prune() {
 	for seq := range o.open {
 		first = min(first, seq)
 	}
-	for w, m := range o.leaves {
-		if !m.writing && m.seq < first {
-			delete(o.leaves, w)
-		}
-	}
+	maps.DeleteFunc(o.leaves, func(_ string, m leaveMark) bool { return !m.writing && m.seq < first })
 }
 
 // reading is one registration as read (liveness.read): its number, and

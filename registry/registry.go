@@ -8,6 +8,7 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,11 +62,10 @@ type Registry struct {
 	cfg     Config
 	version atomic.Uint64 // bumped on every change of either part
 	watches []*store.Watch
-	ready   chan struct{}
 
 	workConsumer func(ctx context.Context, tool string) error // makes a durable tool's work consumer
-	mu           sync.Mutex
-	consumers    map[string]bool // durable tools whose consumer exists, guarded by mu
+	consumers    sync.Map                                     // durable tools whose consumer exists
+	probes       probes                                       // Refresh's probes, one per tool at a time
 }
 
 // New returns a Registry over the store's tools and workers buckets. Call
@@ -74,13 +74,11 @@ func New(st *store.Store, cfg Config) *Registry {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = bus.DefaultHeartbeat
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer, consumers: map[string]bool{}, ready: make(chan struct{})}
+	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer}
 	r.catalog = newCatalog(st.Tools, cfg.Logger, &r.version)
 	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: cfg.Now, health: st.Health, version: &r.version,
 		beats: map[string]map[string]beat{}}
@@ -108,12 +106,8 @@ func (r *Registry) Start(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	close(r.ready)
 	return nil
 }
-
-// Ready is closed once the cache holds the initial values.
-func (r *Registry) Ready() <-chan struct{} { return r.ready }
 
 // Stop ends the watches, waiting for them until ctx ends. It is safe to
 // call twice.
@@ -141,7 +135,7 @@ func (r *Registry) Refresh(ctx context.Context, name string) error {
 	if !ok || r.Live(t) {
 		return nil
 	}
-	return r.probe(ctx, name)
+	return r.probes.do(ctx, name, func(ctx context.Context) error { return r.liveness.probe(ctx, name) })
 }
 
 // Register applies one registration or heartbeat: each definition is checked
@@ -182,10 +176,13 @@ func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.Register
 		if d != nil && d.Def.External {
 			continue
 		}
-		if d != nil && d.Def.Durable {
-			if err := r.ensureConsumer(ctx, name); err != nil {
+		if _, made := r.consumers.Load(name); d != nil && d.Def.Durable && !made {
+			// The work consumer, made once per router process
+			// (CreateOrUpdate is idempotent, so routers racing is fine).
+			if err := r.workConsumer(ctx, name); err != nil {
 				return ack, err
 			}
+			r.consumers.Store(name, true)
 		}
 		if err := r.record(ctx, name, beatOf(reg, name), rd); err != nil {
 			return ack, err
@@ -224,24 +221,6 @@ func beatOf(reg bus.Register, tool string) bus.WorkerBeat {
 		}
 	}
 	return bv
-}
-
-// ensureConsumer makes the work consumer of durable tool name once per
-// router process (CreateOrUpdate is idempotent, so routers racing is fine).
-func (r *Registry) ensureConsumer(ctx context.Context, name string) error {
-	r.mu.Lock()
-	done := r.consumers[name]
-	r.mu.Unlock()
-	if done {
-		return nil
-	}
-	if err := r.workConsumer(ctx, name); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.consumers[name] = true
-	r.mu.Unlock()
-	return nil
 }
 
 // Check returns why d cannot be registered, or "" when it can. It compiles

@@ -26,12 +26,8 @@ import (
 // (docs/protocol.md 7.1): the groups they bring, then their tools.
 type registrar struct {
 	*wire
-	groups interface {
-		Put(ctx context.Context, g bus.Group) error
-	}
-	reg interface {
-		Register(ctx context.Context, reg bus.Register) (bus.RegisterAck, error)
-	}
+	groups *groups.Store
+	reg    *registry.Registry
 }
 
 func (x *registrar) onRegister(m *nats.Msg) {
@@ -274,13 +270,12 @@ func (x *adminVerbs) limitsVerb(ctx context.Context, verb string, e *bus.Event) 
 // toolsLister answers P.tools.<session> (docs/protocol.md 4.1).
 type toolsLister struct {
 	*wire
-	reg    *registry.Registry
-	groups *groups.Store
-	skills *routerSkills
-	ids    Identities // binds sessions to users (Config.Identities; nil: open)
-	// refused records a refused query in the audit trail.
-	refused func(m *nats.Msg, e *bus.Event, err error)
-	readOut bool // read_output is offered (Guard.ReadOutput)
+	reg     *registry.Registry
+	groups  *groups.Store
+	skills  *routerSkills
+	ids     Identities  // binds sessions to users (Config.Identities; nil: open)
+	audit   *auditTrail // records a refused query; nil when off
+	readOut bool        // read_output is offered (Guard.ReadOutput)
 }
 
 func (r *toolsLister) onTools(m *nats.Msg) {
@@ -296,8 +291,8 @@ func (r *toolsLister) onTools(m *nats.Msg) {
 	if err == nil {
 		list, err = r.list(e.SessionID, q)
 	}
-	if err != nil && r.refused != nil {
-		r.refused(m, e, err)
+	if err != nil {
+		r.audit.refusedRequest(r.base, r.subj, m.Subject, "tools", e, err)
 	}
 	r.answer(m, bus.TypeToolsList, list, err)
 }

@@ -30,8 +30,7 @@ type answers struct {
 	secured bool // the router binds users by credentials (Config.Identities)
 
 	sealAnswer func(key string, out []bus.Block) ([]bus.Block, error)
-	publish    func(typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
-	stored     func(ctx context.Context, evs []*sentEvent) error
+	events     eventPort
 	runTool    func(ctx context.Context, j *job) bus.Result
 	resume     func(cont *parked.Batch)
 	confirming *confirmed
@@ -59,26 +58,20 @@ type sessionRules interface {
 	Session(id string) *groups.Session
 }
 
-var (
-	_ parkedCalls  = parkedStore{}
-	_ toolLookup   = (*registry.Registry)(nil)
-	_ sessionRules = (*groups.Store)(nil)
-)
-
 // decideAnswer is the one decision on an accepted answer a to rec: the
 // answer (or a denial) is the result, a confirmed call of an external tool
 // waits again, or a confirmed call runs here. tool is nil when no longer
-// registered.
-func decideAnswer(rec *parked.Record, a *bus.Answer, tool *registry.Tool) (parked.Verdict, bus.Result) {
+// registered. It never fails (the error is parked.Decide's).
+func decideAnswer(rec *parked.Record, a *bus.Answer, tool *registry.Tool) (parked.Verdict, bus.Result, error) {
 	switch {
 	case rec.Kind != bus.KindConfirm:
-		return parked.Done, answerResult(rec.Call, a)
+		return parked.Done, answerResult(rec.Call, a), nil
 	case !*a.Confirmed:
-		return parked.Done, deniedByUser(rec.Call, a.Reason)
+		return parked.Done, deniedByUser(rec.Call, a.Reason), nil
 	case tool != nil && tool.Def.External:
-		return parked.Repark, bus.Result{}
+		return parked.Repark, bus.Result{}, nil
 	}
-	return parked.Confirmed, bus.Result{}
+	return parked.Confirmed, bus.Result{}, nil
 }
 
 func (r *answers) onAnswer(m *nats.Msg)  { r.answer(m, viaAnswer) }
@@ -116,8 +109,7 @@ func (r *answers) answer(m *nats.Msg, via string) {
 		if via == viaApprove {
 			rec.AnsweredBy += " via " + r.subj.Handoffs.Approve(tool)
 		}
-		v, res := decideAnswer(rec, a, t)
-		return v, res, nil
+		return decideAnswer(rec, a, t)
 	}
 	got, err := r.parked.Answer(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), tool, &a, decide)
 	if err != nil {
@@ -328,7 +320,7 @@ func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
 // stopped before it made the call's result.
 func (r *answers) settleTaken(rec *parked.Record) {
 	tool, _ := r.reg.Lookup(rec.Call.Name)
-	v, res := decideAnswer(rec, rec.Answer, tool)
+	v, res, _ := decideAnswer(rec, rec.Answer, tool)
 	if v == parked.Done { // answered by a router of protocol 1.4, which recorded the result apart
 		rec.Result = &res
 	}
@@ -372,8 +364,7 @@ func (r *answers) confirmCovered(answered *parked.Record) {
 		ctx, cancel := r.landing()
 		got, err := r.parked.Answer(ctx, rec.Key(), rec.Call.Name, &bus.Answer{Confirmed: new(true)},
 			func(rec *parked.Record, a *bus.Answer) (parked.Verdict, bus.Result, error) {
-				v, res := decideAnswer(rec, a, t)
-				return v, res, nil
+				return decideAnswer(rec, a, t)
 			})
 		cancel()
 		if err == nil {
@@ -396,9 +387,9 @@ func (r *answers) complete(rec *parked.Record, res bus.Result) {
 			trace = [2]string{cont.TraceParent, cont.TraceState}
 		}
 		r.audit.recordParked(ctx, rec, res) // the audit trail (chain.go)
-		ev, err := r.publish(bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
+		ev, err := r.events.publish("", bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 		if err == nil {
-			err = r.stored(ctx, []*sentEvent{ev})
+			err = r.events.stored(ctx, []*sentEvent{ev})
 		}
 		if err != nil {
 			r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)

@@ -99,7 +99,7 @@ func TestSettle(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &parked.Record{Session: "s", ReplyID: "r", Call: call, Kind: tc.kind, Status: bus.ParkAnswered, Answer: &tc.answer}
-			if v, _ := decideAnswer(rec, &tc.answer, tc.tool); v != tc.verdict {
+			if v, _, _ := decideAnswer(rec, &tc.answer, tc.tool); v != tc.verdict {
 				t.Errorf("decideAnswer = %v, want %v", v, tc.verdict)
 			}
 			pk := &fakeParked{cont: cont, getErr: tc.getErr, resume: tc.resume}
@@ -111,8 +111,7 @@ func TestSettle(t *testing.T) {
 			a := &answers{wire: &wire{log: slog.New(slog.DiscardHandler), base: t.Context(),
 				landing: func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }},
 				parked: pk, reg: tools, groups: fakeRules{}, confirming: &confirmed{},
-				publish: func(string, string, string, string, [2]string, any) (*sentEvent, error) { return nil, nil },
-				stored:  func(context.Context, []*sentEvent) error { return nil },
+				events:  &fakeEvents{},
 				runTool: func(context.Context, *job) bus.Result { runs++; return ran },
 				resume:  func(*parked.Batch) { resumed = true },
 			}

@@ -241,13 +241,8 @@ func (b *background) end(ctx context.Context, rec *tasks.Record, res bus.Result)
 		return
 	}
 	if ended {
-		b.publishDone(got)
+		b.publish(b.subj.Events(got.Session), bus.TypeTaskDone, got, got.CallID, got.Task)
 	}
-}
-
-// publishDone says on the session's events that task rec ended.
-func (b *background) publishDone(rec *tasks.Record) {
-	b.publish(b.subj.Events(rec.Session), bus.TypeTaskDone, rec, rec.CallID, rec.Task)
 }
 
 // publish sends an event of typ about task rec's batch, and its call when
@@ -399,7 +394,7 @@ func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) 
 		r, ended, cerr := b.st.Cancel(ctx, session, q.IDs[0])
 		if cerr == nil && ended {
 			b.stopRun(r)
-			b.publishDone(r)
+			b.publish(b.subj.Events(r.Session), bus.TypeTaskDone, r, r.CallID, r.Task)
 		}
 		recs, err = []*tasks.Record{r}, cerr
 	case bus.TaskOutput:

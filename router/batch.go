@@ -3,6 +3,10 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +16,8 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/parked"
+	"github.com/toolbus/toolbus/session"
+	"github.com/toolbus/toolbus/skills"
 )
 
 // batch is one model turn in flight on this router: a new batch, or the
@@ -24,7 +30,7 @@ type batch struct {
 	calls    []*callState
 	one      [1]*callState // calls of a batch of one
 	oneState [1]callState
-	key      string // session/reply id, once tracked (cancel.go)
+	key      string // session/reply id, once tracked (runningBatches)
 	// ctx is the router's (pipeline.base): each call has its own context
 	// (callContext), and a context of the batch's own would cost
 	// allocations and end nothing more.
@@ -138,23 +144,15 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.log.Warn("router: session not touched", "session", b.session, "err", err)
 	}
 	complete := b.run(0)
-	if b.cutOff() {
-		b.release()
-		return // no reply: the agent re-sends, and the ledger answers
-	}
 	// Nothing runs here any more: a cancel from now on is for the
 	// continuation (parked and queued calls), which cancelParked handles
 	// once. Left tracked until the reply, the batch would also interrupt
 	// them itself, and each would get two results.
 	r.batches.untrack(b)
-	if complete {
-		b.done()
-	} else {
-		b.stored()
-	}
 	// call.parked and batch.done are in the events stream before the
-	// reply: an agent that reconnects after it finds them there.
-	if m.Reply != "" {
+	// reply: an agent that reconnects after it finds them there. A batch
+	// cut off gets no reply: the agent re-sends, and the ledger answers.
+	if b.finishRest(complete) && m.Reply != "" {
 		b.p.report.reply(b, m.Reply)
 	}
 }
@@ -267,12 +265,8 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		// and the batch goes on.
 		return true
 	}
-	return b.settleRun(next)
+	return b.p.park.settle(b, next) // true when the batch goes on here
 }
-
-// settleRun hands a run with parked calls over to the continuation
-// (parkStep.settle); true when the batch goes on here.
-func (b *batch) settleRun(next int) bool { return b.p.park.settle(b, next) }
 
 // execute runs c through the executor chain and finishes it, unless a
 // cancel finished it first.
@@ -341,10 +335,6 @@ func (b *batch) done() {
 	}
 }
 
-// stored waits until the events stream holds every event the batch has
-// published so far.
-func (b *batch) stored() { b.p.report.stored(b) }
-
 // take returns *s, emptied, under mu.
 func take[T any](mu *sync.Mutex, s *[]T) []T {
 	mu.Lock()
@@ -352,4 +342,317 @@ func take[T any](mu *sync.Mutex, s *[]T) []T {
 	v := *s
 	*s = nil
 	return v
+}
+
+// The ports of the batch pipeline: what a step needs from outside the
+// batch, as small interfaces with fakes (ports_test.go); newPipeline wires
+// them from a running Router (docs/router.md).
+
+// sessionPort is the session as the steps of a batch see it.
+type sessionPort interface {
+	// Snapshot makes the session current for a run of a batch: read from
+	// KV unless rev (the batch's sessionrev) lets the cache serve
+	// (package session); the session it returns is what the run decides with.
+	Snapshot(ctx context.Context, id string, rev uint64) *groups.Session
+	// Session is the session as this router last read or wrote it.
+	Session(id string) *groups.Session
+	// Revision is the session's KV revision as this router knows it.
+	Revision(id string) uint64
+	// Touch keeps a session in use from expiring.
+	Touch(ctx context.Context, id string) error
+	// Reset runs reset_tools.
+	Reset(ctx context.Context, id string, input json.RawMessage) (string, error)
+}
+
+// resolverPort says what a call's name runs in a session.
+type resolverPort interface {
+	// resolve resolves name against the session, the batch's request and
+	// (for skills) its user.
+	resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved
+	// refresh reads a tool from KV into the cache: a registration
+	// acknowledged through another router may not have reached this one.
+	refresh(ctx context.Context, name string) error
+}
+
+// continuationPort is the record of parked calls and batches (parked.Store).
+type continuationPort interface {
+	Park(ctx context.Context, run parked.Run) (parked.Parking, error)
+	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*parked.Batch, bool, error)
+	Finish(ctx context.Context, b *parked.Batch) error
+	Release(b *parked.Batch)
+	Get(ctx context.Context, key string) (*parked.Record, error)
+	Parked(session, replyID string) []*parked.Record
+}
+
+// parkedStore is the parked machine's verbs and reads in one value.
+type parkedStore struct {
+	*parked.Store
+	parked.Reads
+}
+
+func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read} }
+
+// runnerPort runs what a call resolved to: a tool through its executor
+// (exec.go, the ledger), or the skill loader.
+type runnerPort interface {
+	runTool(ctx context.Context, j *job) bus.Result
+	search(ctx context.Context, b *batch, c *callState) bus.Result
+	loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result
+	readOutput(ctx context.Context, session string, c bus.Call, input json.RawMessage) bus.Result
+}
+
+// eventPort publishes a session's events through the events stream and
+// sends replies.
+type eventPort interface {
+	// publish sends an event to the events stream, with its id given ("":
+	// a new one), and returns at once; stored waits for the stream to hold it.
+	publish(id, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
+	stored(ctx context.Context, evs []*sentEvent) error
+	// announce sends an event without asking for an acknowledgement
+	// (docs/protocol.md 3.4: a read-only batch's batch.done).
+	announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error
+	// live sends an event the events stream refuses, for live
+	// subscribers only (docs/protocol.md 3.4, call.parked).
+	live(typ, session, replyID, callID string, trace [2]string, data any) error
+	// reply sends an event from this router to a reply subject (core
+	// NATS).
+	reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error
+}
+
+// outputPort stores the output of a result that would take the batch's
+// aggregate messages past the payload limit (outputs.go).
+type outputPort interface {
+	Fit(ctx context.Context, key string, out []bus.Block, used int, dup bool) ([]bus.Block, error)
+}
+
+// pipeline is the batch pipeline with its ports wired. A batch holds the
+// pipeline, never the Router.
+type pipeline struct {
+	sessions sessionPort
+	conts    continuationPort
+	resolve  resolveStep
+	exec     Executor // the executor chain: the guardrails that are on around execStep (chain.go)
+	park     parkStep
+	report   reportStep
+	fit      fitStep
+	quota    *quotas     // counts calls that park; nil when off (chain.go)
+	audit    *auditTrail // records calls that end outside the chain; nil when off (chain.go)
+	log      *slog.Logger
+	base     context.Context // the parent of every batch's context (the Router's)
+}
+
+// newPipeline wires the batch pipeline from a started Router.
+func (r *Router) newPipeline() *pipeline {
+	var outputs outputPort
+	if r.outputs != nil {
+		outputs = r.outputs
+	}
+	sessions := routerSessions{r.sessions, r.groups}
+	return &pipeline{
+		sessions: sessions,
+		conts:    parkedPort(r.parked),
+		resolve:  resolveStep{tools: routerResolver{r}, health: r.store.Health, log: r.log},
+		exec:     chain(execStep{runner: routerRunner{r}, sessions: sessions}, r.guards.middlewares()...),
+		park:     parkStep{landing: r.life.Landing, conts: parkedPort(r.parked), subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
+		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: r.events, sessions: sessions, m: r.m, log: r.log},
+		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
+		quota:    r.guards.quota,
+		audit:    r.guards.audit,
+		log:      r.log,
+		base:     r.base,
+	}
+}
+
+// routerSessions is the sessionPort over the session revision cache
+// (Snapshot, Revision) and groups.Store (Session, Touch, Reset).
+type routerSessions struct {
+	*session.Revisions
+	*groups.Store
+}
+
+// routerResolver is the resolverPort over groups, registry and skills.
+type routerResolver struct{ r *Router }
+
+func (x routerResolver) resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
+	if t, ok := resolveRead(x.r.cfg.Guard.ReadOutput, req, name); ok {
+		return t
+	}
+	return x.r.skills.resolveName(x.r.groups.View(x.r.reg, sess, req), req, user, name)
+}
+func (x routerResolver) refresh(ctx context.Context, name string) error {
+	return x.r.reg.Refresh(ctx, name)
+}
+
+// routerRunner is the runnerPort over the Router's executors.
+type routerRunner struct{ r *Router }
+
+func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result {
+	if x.r.bg != nil && mayBackground(j) {
+		return x.r.bg.run(ctx, j) // a background task (background.go)
+	}
+	return x.r.tools.runTool(ctx, j)
+}
+
+// search runs the built-in search_tools over what the session and its
+// user could reach, skills included.
+func (x routerRunner) search(ctx context.Context, b *batch, c *callState) bus.Result {
+	r := x.r
+	sess := r.groups.Session(b.session)
+	var docs []groups.SkillDoc
+	if loaderShown(b.req) && r.skills != nil {
+		gs := r.groups.Groups()
+		for _, s := range r.skills.cat.Skills(userOf(b.data.User)) {
+			docs = append(docs, groups.SkillDoc{Name: s.Name, Description: s.Description, Groups: skills.GroupsOf(s.Name, gs)})
+		}
+	}
+	text, err := r.groups.View(r.reg, sess, b.req).Search(ctx, b.session, c.input, docs)
+	return builtinResult(c.call, text, err)
+}
+
+func (x routerRunner) loadSkill(ctx context.Context, session string, user json.RawMessage, c bus.Call, input json.RawMessage) bus.Result {
+	return x.r.skills.loadSkill(ctx, session, user, c, input)
+}
+func (x routerRunner) readOutput(ctx context.Context, session string, c bus.Call, input json.RawMessage) bus.Result {
+	ctx, cancel := context.WithTimeout(ctx, outputsBudget)
+	defer cancel()
+	return readOutput(ctx, x.r.stored.srv, session, c, input)
+}
+
+// canceller takes cancels on P.cancel.<session> (docs/protocol.md 3.5):
+// every router gets each one and ends what it runs of the batch.
+type canceller struct {
+	*wire
+	running    func(key string) *batch
+	confirming *confirmed
+	parked     func(session, replyID string, ids []string) // cancels the batch's parked and queued calls
+}
+
+// onCancel ends the named calls of a batch running on this router: running
+// calls have their exec request abandoned (the worker cancels their context
+// from the same event), and calls not yet started never start. A malformed
+// cancel is answered with io.toolbus.error by every router (the sender
+// reads the first).
+func (r *canceller) onCancel(m *nats.Msg) {
+	e, err := r.decode(m, "cancel", bus.TypeCallCancel)
+	if err == nil && e.ReplyID == "" {
+		err = bus.Errorf(bus.CodeBadEvent, "a cancel needs the replyid of the batch")
+	}
+	var c bus.Cancel
+	if err == nil && len(e.Data) > 0 && string(e.Data) != "null" {
+		if uerr := json.Unmarshal(e.Data, &c); uerr != nil {
+			err = bus.Errorf(bus.CodeBadEvent, "cancel data must be {\"calls\": [call ids]}: %v", uerr)
+		}
+	}
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	if b := r.running(parked.BatchKey(e.SessionID, e.ReplyID)); b != nil {
+		b.interrupt(c.Calls)
+	}
+	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
+	r.parked(e.SessionID, e.ReplyID, c.Calls)
+}
+
+// confirmed holds the cancel functions of the confirmed calls running on
+// this router, which belong to no running batch.
+type confirmed struct {
+	calls sync.Map // call key → context.CancelFunc
+}
+
+// add records a running confirmed call; the function returned forgets it.
+func (x *confirmed) add(session, replyID, callID string, cancel context.CancelFunc) func() {
+	key := bus.CallKey(session, replyID, callID)
+	x.calls.Store(key, cancel)
+	return func() { cancel(); x.calls.Delete(key) }
+}
+
+// cancel cancels the running confirmed calls of a batch named by ids (all
+// when empty).
+func (x *confirmed) cancel(session, replyID string, ids []string) {
+	batch := parked.BatchKey(session, replyID) + "." // ids have no dots: the prefix is the batch's calls
+	for key, cancel := range x.calls.Range {
+		if id, ok := strings.CutPrefix(key.(string), batch); ok && (len(ids) == 0 || slices.Contains(ids, id)) {
+			cancel.(context.CancelFunc)()
+		}
+	}
+}
+
+// interrupt ends the calls named by ids (all when empty) that have no
+// result: their results are set under the lock, so a call that has not
+// started never starts (execute and runCalls check under the same lock),
+// and a running one has its exec request abandoned. The result events are
+// published before batch.done can be (done waits for b.publishing).
+func (b *batch) interrupt(ids []string) {
+	var hit []*callState
+	b.mu.Lock()
+	for _, c := range b.calls {
+		if c.result == nil && (len(ids) == 0 || slices.Contains(ids, c.call.ID)) {
+			if c.cancel != nil {
+				c.cancel()
+			}
+			c.result = ptr(interrupted(c.call))
+			hit = append(hit, c)
+		}
+	}
+	b.publishing.Add(len(hit))
+	b.mu.Unlock()
+	for _, c := range hit {
+		b.report(c, *c.result)
+		b.publishing.Done()
+	}
+}
+
+// runningBatches are the batches running on this router, by session and
+// reply id: what a cancel reaches (docs/protocol.md 3.5) and what a drain
+// counts.
+type runningBatches struct {
+	mu sync.Mutex
+	m  map[string]*batch // sessionid/replyid → running batch
+}
+
+// track makes a batch reachable by cancels; untrack forgets it.
+func (rb *runningBatches) track(b *batch) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	if rb.m == nil {
+		rb.m = map[string]*batch{}
+	}
+	if b.key == "" {
+		b.key = parked.BatchKey(b.session, b.replyID)
+	}
+	rb.m[b.key] = b
+}
+
+func (rb *runningBatches) untrack(b *batch) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	if rb.m[b.key] == b {
+		delete(rb.m, b.key)
+	}
+}
+
+// running returns the batch of key running here, or nil.
+func (rb *runningBatches) running(key string) *batch {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	return rb.m[key]
+}
+
+// callsInFlight counts the calls started here and not finished.
+func (rb *runningBatches) callsInFlight() int {
+	rb.mu.Lock()
+	bs := slices.Collect(maps.Values(rb.m))
+	rb.mu.Unlock()
+	n := 0
+	for _, b := range bs {
+		b.mu.Lock()
+		for _, c := range b.calls {
+			if c.result == nil && c.cancel != nil {
+				n++
+			}
+		}
+		b.mu.Unlock()
+	}
+	return n
 }

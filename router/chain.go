@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/rcache"
@@ -547,4 +548,31 @@ func (a *auditTrail) refusedRequest(ctx context.Context, subj bus.Subjects, subj
 		what = "tools query"
 	}
 	a.refused(ctx, session, replyID, what, err)
+}
+
+// once is the ledger middleware over l: a call that is not read-only runs
+// through next at most once per call key, and its result is recorded.
+func once(l onceRunner) Middleware {
+	return func(next Executor) Executor {
+		return ExecFunc(func(ctx context.Context, j *job) bus.Result {
+			def := &j.tool.Def
+			if def.ReadOnly {
+				return next.Exec(ctx, j)
+			}
+			timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
+			return l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return next.Exec(ctx, j) })
+		})
+	}
+}
+
+// onceRunner is what the middleware uses of ledger.Ledger.
+type onceRunner interface {
+	Once(ctx context.Context, c ledger.Call, run func() bus.Result) bus.Result
+}
+
+// ledgerCall is what the ledger knows of j, whose run may take timeout.
+func ledgerCall(j *job, timeout time.Duration) ledger.Call {
+	def := &j.tool.Def
+	return ledger.Call{Key: j.key(), Call: j.call, Timeout: timeout, Expiry: j.deadline,
+		Retry: def.Idempotent && def.MaxAttempts > 1, Durable: def.Durable}
 }

@@ -16,41 +16,86 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// eventSink publishes session events through JetStream (store.Publisher):
-// an agent that reconnects reads them from P_EVENTS, so an event counts as
-// sent once the stream has acknowledged it. A batch's events cost one wait;
-// a failed publish is retried with the same message id until the caller's
-// context ends. Live subscribers get it whatever the stream answers.
-type eventSink struct {
-	pub *store.Publisher
-	log *slog.Logger
+// routerEvents is the eventPort: session events through JetStream
+// (store.Publisher), so that an agent that reconnects reads them from
+// P_EVENTS and an event counts as sent once the stream has acknowledged it.
+// A batch's events cost one wait; a failed publish is retried with the same
+// message id until the caller's context ends. Live subscribers get it
+// whatever the stream answers. Replies go out on core NATS.
+type routerEvents struct {
+	nc     *nats.Conn
+	subj   bus.Subjects
+	source string
+	pub    *store.Publisher
+	log    *slog.Logger
 }
 
-func newEventSink(nc *nats.Conn, log *slog.Logger, health *store.Health) (*eventSink, error) {
-	pub, err := store.NewPublisher(nc, store.PublisherConfig{Health: health, OwnAcks: true})
+func newRouterEvents(w *wire, health *store.Health) (*routerEvents, error) {
+	pub, err := store.NewPublisher(w.nc, store.PublisherConfig{Health: health, OwnAcks: true})
 	if err != nil {
 		return nil, fmt.Errorf("router: events: %w", err)
 	}
-	return &eventSink{pub: pub, log: log}, nil
+	return &routerEvents{nc: w.nc, subj: w.subj, source: w.source, pub: pub, log: w.log}, nil
 }
 
 // sentEvent is an event on its way to the stream.
 type sentEvent = store.Pending
 
-func (s *eventSink) publish(m *nats.Msg, id string) *sentEvent { return s.pub.Publish(m, id) }
+func (x *routerEvents) publish(id, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
+	var e bus.Event
+	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
+		return nil, err
+	}
+	if id != "" {
+		e.ID = id
+	}
+	m, err := e.StoredMsg(x.subj.Events(session)) // its Nats-Msg-Id the event's id
+	if err != nil {
+		return nil, err
+	}
+	return x.pub.Publish(m, e.ID), nil
+}
 
 // stored waits until the stream holds every event of evs, until ctx ends.
-func (s *eventSink) stored(ctx context.Context, evs []*sentEvent) error {
-	lost := s.pub.Stored(ctx, evs)
+func (x *routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
+	lost := x.pub.Stored(ctx, evs)
 	if len(lost) > 0 && ctx.Err() != nil {
 		return ctx.Err()
 	}
 	var failed error
 	for _, ev := range lost {
-		s.log.Error("router: event not stored", "subject", ev.Msg().Subject, "id", ev.ID(), "err", ev.Err())
+		x.log.Error("router: event not stored", "subject", ev.Msg().Subject, "id", ev.ID(), "err", ev.Err())
 		failed = ev.Err()
 	}
 	return failed
+}
+
+func (x *routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
+	var e bus.Event
+	rawEventTo(&e, x.source, typ, session, replyID, callID, trace, data)
+	return bus.Send(x.nc, x.subj.Events(session), &e, e.ID) // stored once, as a retried publish would be
+}
+
+func (x *routerEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
+	var e bus.Event
+	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
+		return err
+	}
+	m, err := e.Msg(x.subj.Events(session))
+	if err != nil {
+		return err
+	}
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(bus.HeaderLiveOnly, bus.LiveOnly) // the events stream refuses it
+	return x.nc.PublishMsg(m)
+}
+
+func (x *routerEvents) reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error {
+	var e bus.Event // sent and let go: on the stack
+	rawEventTo(&e, x.source, typ, session, replyID, "", trace, data)
+	return bus.Send(x.nc, subject, &e, "")
 }
 
 // reportStep reports a batch's results: each call's io.toolbus.call.result
@@ -69,7 +114,7 @@ type reportStep struct {
 // one, and counts it.
 func (s reportStep) result(b *batch, c *callState, res bus.Result) {
 	if ownEvent(b, res) && !b.cutOff() {
-		s.publish(b, bus.TypeCallResult, c.call.ID, encoded(b, c))
+		s.publish(b, "", bus.TypeCallResult, c.call.ID, encoded(b, c))
 	}
 	if s.m == nil {
 		return
@@ -115,7 +160,7 @@ func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
 	if !readOnlyBatch(b) {
 		buf := append(resultsJSON(b, true, 2), '}')
-		s.publishID(b, doneID(b), bus.TypeBatchDone, "", json.RawMessage(buf))
+		s.publish(b, doneID(b), bus.TypeBatchDone, "", json.RawMessage(buf))
 		s.stored(b)
 		return
 	}
@@ -241,15 +286,10 @@ func resultsJSON(b *batch, all bool, spare int) []byte {
 	return append(buf, ']')
 }
 
-// publish publishes an event about b through the events stream; stored
-// waits for it.
-func (s reportStep) publish(b *batch, typ, callID string, data any) {
-	s.publishID(b, "", typ, callID, data)
-}
-
-// publishID is publish with the event's id given ("": a new one).
-func (s reportStep) publishID(b *batch, id, typ, callID string, data any) {
-	ev, err := s.events.publishID(id, typ, b.session, b.replyID, callID, b.trace, data)
+// publish publishes an event about b through the events stream, with its
+// id given ("": a new one); stored waits for it.
+func (s reportStep) publish(b *batch, id, typ, callID string, data any) {
+	ev, err := s.events.publish(id, typ, b.session, b.replyID, callID, b.trace, data)
 	if err != nil {
 		s.log.Warn("router: event not published", "type", typ, "session", b.session, "err", err)
 		return
@@ -279,24 +319,11 @@ func (s reportStep) stored(b *batch) {
 	_ = s.events.stored(ctx, sent)
 }
 
-// newRouterEvent builds an event about a call or batch from source.
-func newRouterEvent(source, typ, session, replyID, callID string, trace [2]string, data any) (*bus.Event, error) {
-	e := new(bus.Event)
-	if err := routerEventTo(e, source, typ, session, replyID, callID, trace, data); err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-// routerEventTo is newRouterEvent into e: an event sent and let go stays
-// on the sender's stack.
+// routerEventTo makes e an event about a call or batch from source: an
+// event sent and let go stays on the sender's stack.
 func routerEventTo(e *bus.Event, source, typ, session, replyID, callID string, trace [2]string, data any) error {
-	*e = bus.Head(typ, source)
-	if err := e.SetData(data); err != nil {
-		return err
-	}
-	about(e, session, replyID, callID, trace)
-	return nil
+	rawEventTo(e, source, typ, session, replyID, callID, trace, nil)
+	return e.SetData(data)
 }
 
 // rawEventTo is routerEventTo with data that is JSON already, passed as it
@@ -304,12 +331,6 @@ func routerEventTo(e *bus.Event, source, typ, session, replyID, callID string, t
 func rawEventTo(e *bus.Event, source, typ, session, replyID, callID string, trace [2]string, data json.RawMessage) {
 	*e = bus.Head(typ, source)
 	e.Data = data
-	about(e, session, replyID, callID, trace)
-}
-
-// about sets what event e is about: the session, batch and call, and the
-// batch's trace context.
-func about(e *bus.Event, session, replyID, callID string, trace [2]string) {
 	e.SessionID, e.ReplyID, e.TraceParent, e.TraceState = session, replyID, trace[0], trace[1]
 	if callID != "" {
 		e.Subject, e.ToolCallID = callID, callID

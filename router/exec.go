@@ -13,6 +13,7 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/replies"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/tracing"
 )
 
@@ -115,7 +117,8 @@ func (s execStep) Exec(ctx context.Context, j *job) bus.Result {
 	b, c := j.b, j.c
 	switch t := c.target; {
 	case t.Reset:
-		return s.reset(ctx, b.session, c)
+		text, err := s.sessions.Reset(ctx, b.session, c.input)
+		return builtinResult(c.call, text, err)
 	case t.Skill:
 		return s.runner.loadSkill(ctx, b.session, b.data.User, c.call, c.input)
 	case t.Search:
@@ -136,18 +139,12 @@ func jobOf(b *batch, c *callState) *job {
 	return &c.job
 }
 
-// reset runs the built-in reset_tools.
-func (s execStep) reset(ctx context.Context, session string, c *callState) bus.Result {
-	text, err := s.sessions.Reset(ctx, session, c.input)
-	if err != nil {
-		return builtinFailed(c.call, err)
+// builtinResult is the result of a built-in tool that answered text, or
+// failed with err: its own invalid_input, else internal.
+func builtinResult(c bus.Call, text string, err error) bus.Result {
+	if err == nil {
+		return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text(text)}
 	}
-	return bus.Result{ID: c.call.ID, Name: c.call.Name, State: bus.StateSuccess, Output: bus.Text(text)}
-}
-
-// builtinFailed is the result of a built-in tool that failed with err:
-// its own invalid_input, else internal.
-func builtinFailed(c bus.Call, err error) bus.Result {
 	var be *bus.Error
 	if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
 		return bus.ErrorResult(c, bus.CodeInvalidInput, be.Message)
@@ -240,7 +237,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	}
 	var e bus.Event // sent and let go: on the stack, its data in a pooled buffer
 	data := execData.Get().(*[]byte)
-	execEventIn(&e, ctx, x.source, j, req, deadline, (*data)[:0])
+	execEventTo(&e, ctx, x.source, j, req, deadline, (*data)[:0])
 	// The worker's context ends at the deadline; its reply ("context
 	// deadline exceeded") may then race the router's own timer, so the
 	// router waits a little longer and judges by the clock.
@@ -353,15 +350,9 @@ func (x *execSubjects) of(w bus.WorkerSubjects, tool string) string {
 }
 
 // execEventTo makes e the io.toolbus.exec of job j from source
-// (docs/protocol.md 5.1), for a core request and a durable call's work
-// message alike.
-func execEventTo(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time) {
-	size := 96 + len(req.Call.ID) + len(req.Call.Name) + len(req.Call.Input) + len(req.User) + len(req.Context) + len(req.State)
-	execEventIn(e, ctx, source, j, req, deadline, make([]byte, 0, size))
-}
-
-// execEventIn is execEventTo with the data appended to buf.
-func execEventIn(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time, buf []byte) {
+// (docs/protocol.md 5.1), its data appended to buf, for a core request and
+// a durable call's work message alike.
+func execEventTo(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time, buf []byte) {
 	*e = bus.Head(bus.TypeExec, source)
 	e.Data = req.AppendJSON(buf)
 	e.SessionID, e.ReplyID, e.ToolCallID = j.session, j.replyID, j.call.ID
@@ -585,4 +576,106 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 		w.vanished.Store(true)
 		w.cancel()
 	}
+}
+
+// workQueue is the executor of durable tools (docs/protocol.md 5.8): the call
+// is claimed in the ledger, published to the tool's work queue (P_WORK)
+// and taken by one of its workers; the worker sends the result to the
+// routers, one of which records it in the ledger entry, and the router
+// that published the call reads it there. A worker that dies mid-call
+// stops reporting progress and JetStream delivers the call to another
+// worker; the ledger entry takes one result, so the agent never sees two.
+type workQueue struct {
+	log    *slog.Logger
+	subj   bus.Subjects
+	js     jetstream.JetStream
+	led    *ledger.Ledger
+	source string // the router's, of the work messages
+}
+
+// Exec claims j in the ledger and queues it.
+func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
+	l := x.led
+	deadline, timeout := callDeadline(time.Now(), j.tool.Def.TimeoutMS, j.deadline)
+	if timeout <= 0 {
+		return timeoutResult(j.call, 0)
+	}
+	return l.Claimed(ctx, ledgerCall(j, timeout), func(claim ledger.Entry) bus.Result {
+		key := j.key()
+		if err := x.publish(ctx, j, deadline); err != nil {
+			x.log.Warn("router: durable call not queued", "key", key, "err", err)
+			l.Abandon(key, claim.Claim)
+			if l.Health().Note(err) {
+				return ledger.StoreFull(j.call, l.Health())
+			}
+			return ledger.Unavailable(j.call)
+		}
+		wctx, cancel := context.WithDeadline(ctx, deadline.Add(ledger.TimeoutGrace))
+		defer cancel()
+		if res, ok := l.Await(wctx, key); ok {
+			return res
+		}
+		// No result by the deadline, or the call was cancelled or cut off:
+		// the call ends so in the ledger, unless a result got in first; a
+		// later result is refused, and a delivery past the deadline never
+		// runs.
+		end := timeoutResult(j.call, timeout)
+		switch {
+		case context.Cause(ctx) == errDrainDeadline:
+			return ledger.UnknownOutcome(j.call) // the queue still holds it: another router records its result
+		case ctx.Err() != nil:
+			end = interrupted(j.call)
+		}
+		return l.End(key, claim, end)
+	})
+}
+
+// publish puts the call in the tool's work queue, its exec event as for a
+// core request. The message id is the call key: a publish retried, or a
+// claim taken again after it was abandoned, is one message.
+func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
+	var e bus.Event
+	execEventTo(&e, ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline, nil)
+	m, err := e.Msg(x.subj.Workers.Work(j.call.Name))
+	if err != nil {
+		return err
+	}
+	return store.Retry(ctx, store.Bounded, func(ctx context.Context) error {
+		_, err := x.js.PublishMsg(ctx, m, jetstream.WithMsgID(j.key()))
+		return err
+	})
+}
+
+// onResult takes a durable call's result from its worker and records it in
+// the call's ledger entry; the reply tells the worker it may acknowledge
+// the call's message. A result for a call that already has one (an
+// earlier delivery's, a timeout, a cancel) is dropped, and says so.
+// durableResults takes durable calls' results on P.result.<tool>
+// (docs/protocol.md 5.8).
+type durableResults struct {
+	*wire
+	reg  *registry.Registry
+	led  *ledger.Ledger
+	seal func(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage)
+}
+
+func (r *durableResults) onResult(m *nats.Msg) {
+	tool, e, err := r.decodeCall(m, "result", bus.TypeExecResult, "a durable result")
+	if err != nil {
+		r.reject(m, err)
+		return
+	}
+	call := bus.Call{ID: e.ToolCallID, Name: tool}
+	res, _ := execReply(call, m)
+	res, _ = r.seal(e.SessionID, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, nil)
+	var timeout time.Duration
+	if t, ok := r.reg.Lookup(tool); ok {
+		timeout = time.Duration(t.Def.TimeoutMS) * time.Millisecond
+	}
+	ctx, cancel := r.landing()
+	defer cancel()
+	// As for a core request: a failure that comes at or past the call's
+	// deadline is its timeout.
+	ack, err := r.led.RecordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout))
+	r.answer(m, bus.TypeExecRecorded, ack, err)
 }

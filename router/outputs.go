@@ -1,16 +1,25 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
+	"slices"
+	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/schemas"
 )
 
 // Stored outputs per session (protocol 5.9): agents read through the
@@ -86,12 +95,7 @@ func (r *outputs) seal(key string, out []bus.Block) ([]bus.Block, error) {
 
 // hasStored reports whether any block refers to a stored output.
 func hasStored(out []bus.Block) bool {
-	for _, b := range out {
-		if b.Type == bus.BlockData && len(b.URL) > len(offload.Scheme) && b.URL[:len(offload.Scheme)+1] == offload.Scheme+":" {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(out, func(b bus.Block) bool { return b.Type == bus.BlockData && strings.HasPrefix(b.URL, offload.Scheme+":") })
 }
 
 // fitStep keeps a batch's aggregate messages (the reply, batch.done, the
@@ -158,4 +162,258 @@ func (b *batch) takenLocked() int64 {
 		}
 	}
 	return n
+}
+
+// ReadOutputName is the built-in tool that reads a part of one of the
+// session's stored outputs (docs/protocol.md 11), offered when
+// Guard.ReadOutput is set.
+const ReadOutputName = "read_output"
+
+// Bounds of one read_output call.
+const (
+	// ReadOutputMaxBytes is the most bytes one call returns.
+	ReadOutputMaxBytes = 32 << 10
+	// ReadOutputDefaultBytes is what a byte read returns without limit.
+	ReadOutputDefaultBytes = 8 << 10
+	// ReadOutputMaxLines is the most lines one call returns.
+	ReadOutputMaxLines = 2000
+	// ReadOutputDefaultLines is what a line read returns without limit.
+	ReadOutputDefaultLines = 200
+)
+
+const readOutputDescription = "Read a part of a tool output that was too large to show in full (a nats-object:// URL in an " +
+	"earlier result of this session). Give offset (a byte, from 0) or line (from 1), and limit (bytes with offset, at most " +
+	"32768, default 8192; lines with line, at most 2000, default 200). The reply says which part it is and where the next begins."
+
+var readOutputSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"ref":{"type":"string","description":"The output's nats-object:// URL, exactly as the result gave it."},` +
+	`"offset":{"type":"integer","minimum":0,"description":"The first byte to read (default 0)."},` +
+	`"line":{"type":"integer","minimum":1,"description":"The first line to read (1 is the first), instead of offset."},` +
+	`"limit":{"type":"integer","minimum":1,"description":"At most how many bytes (with offset) or lines (with line)."}},` +
+	`"required":["ref"],"additionalProperties":false}`)
+
+// readOutputDef is read_output's definition: read-only, safe beside others.
+func readOutputDef() bus.ToolDef {
+	d := bus.ToolDef{Name: ReadOutputName, Description: readOutputDescription, InputSchema: readOutputSchema,
+		ReadOnly: true, ConcurrencySafe: true}
+	d.Defaults()
+	return d
+}
+
+// readOutputTool is the resolved read_output (its schema compiled once).
+var readOutputTool = sync.OnceValues(func() (*registry.Tool, error) {
+	def := readOutputDef()
+	sc, err := schemas.Compile(def.InputSchema)
+	return &registry.Tool{Def: def, Schema: sc}, err
+})
+
+// readShown reports whether read_output is offered and in a request's view.
+func readShown(on bool, req *groups.Request) bool { return on && shown(req, ReadOutputName) }
+
+// withReadOutput puts read_output into a listing before the request's
+// external tools when it is shown.
+func withReadOutput(on bool, req *groups.Request, defs []bus.ToolDef) []bus.ToolDef {
+	if !readShown(on, req) {
+		return defs
+	}
+	at := len(defs) - len(req.External)
+	return slices.Insert(slices.Clip(defs), at, readOutputDef())
+}
+
+// resolveRead resolves read_output when it is shown; ok is false for any
+// other name.
+func resolveRead(on bool, req *groups.Request, name string) (groups.Resolved, bool) {
+	if name != ReadOutputName || !readShown(on, req) {
+		return groups.Resolved{}, false
+	}
+	t, err := readOutputTool()
+	if err != nil { // cannot happen: the schema is built here
+		return groups.Resolved{Code: bus.CodeInternal, Message: fmt.Sprintf("InternalError: %v", err)}, true
+	}
+	return groups.Resolved{Tool: t, Read: true}, true
+}
+
+// readInput is read_output's input.
+type readInput struct {
+	Ref    string `json:"ref"`
+	Offset *int64 `json:"offset"`
+	Line   *int64 `json:"line"`
+	Limit  *int64 `json:"limit"`
+}
+
+// windows serves windows of a session's stored outputs (offload.Server).
+type windows interface {
+	Serve(ctx context.Context, session string, g offload.Get) (*offload.Chunk, error)
+}
+
+// readOutput runs read_output for session: the session's own outputs only
+// (the server refuses another session's as missing), one bounded range.
+func readOutput(ctx context.Context, w windows, session string, c bus.Call, input json.RawMessage) bus.Result {
+	var in readInput
+	if err := json.Unmarshal(input, &in); err != nil {
+		return bus.ErrorResult(c, bus.CodeInvalidInput, "read_output: "+err.Error())
+	}
+	if in.Offset != nil && in.Line != nil {
+		return bus.ErrorResult(c, bus.CodeInvalidInput, "read_output: give offset or line, not both")
+	}
+	r, err := offload.ParseRef(in.Ref)
+	if err != nil {
+		return bus.ErrorResult(c, bus.CodeInvalidInput, "read_output: "+err.Error())
+	}
+	if r.Session() != session {
+		// Refused before anything is read: the same words as a missing one.
+		return bus.ErrorResult(c, bus.CodeToolError, fmt.Sprintf("read_output: no output %s in this session (it may have expired)", in.Ref))
+	}
+	var text string
+	if in.Line != nil {
+		text, err = readLines(ctx, w, session, in.Ref, *in.Line, clampLimit(in.Limit, ReadOutputDefaultLines, ReadOutputMaxLines))
+	} else {
+		off := int64(0)
+		if in.Offset != nil {
+			off = *in.Offset
+		}
+		text, err = readBytes(ctx, w, session, in.Ref, off, int(clampLimit(in.Limit, ReadOutputDefaultBytes, ReadOutputMaxBytes)))
+	}
+	if err != nil {
+		var be *bus.Error
+		if errors.As(err, &be) {
+			return bus.ErrorResult(c, bus.CodeToolError, "read_output: "+be.Message)
+		}
+		return bus.ErrorResult(c, bus.CodeToolError, "read_output: "+err.Error())
+	}
+	return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text(text)}
+}
+
+func clampLimit(l *int64, def, most int64) int64 {
+	if l == nil || *l <= 0 {
+		return def
+	}
+	return min(*l, most)
+}
+
+// readBytes returns at most n bytes of ref from off, cut at runes, with a
+// header naming them.
+func readBytes(ctx context.Context, w windows, session, ref string, off int64, n int) (string, error) {
+	ch, err := w.Serve(ctx, session, offload.Get{URL: ref, Offset: off, Max: n + utf8.UTFMax})
+	if err != nil {
+		return "", err
+	}
+	if !textual(ch.MediaType) {
+		return "", notText(ch)
+	}
+	data := ch.Data
+	start := 0
+	for start < len(data) && start < utf8.UTFMax && off+int64(start) > 0 && !utf8.RuneStart(data[start]) {
+		start++ // begin at a rune
+	}
+	end := min(len(data), start+n)
+	for end < len(data) && end > start && !utf8.RuneStart(data[end]) {
+		end-- // end at a rune
+	}
+	part := data[start:end]
+	from, to := off+int64(start), off+int64(end)
+	head := fmt.Sprintf("[read_output: bytes %d to %d of %d (sha256 %s)", from, to, ch.Size, ch.Digest)
+	if to < ch.Size {
+		head += fmt.Sprintf("; the next part begins at offset %d]", to)
+	} else {
+		head += "; the end of the output]"
+	}
+	return head + "\n" + strings.ToValidUTF8(string(part), "\uFFFD"), nil
+}
+
+// readLines returns at most n lines of ref from line first (1-based), and
+// never more than ReadOutputMaxBytes, with a header naming them. It reads
+// windows from the start to find the line: a scan bounded by the output's
+// size (at most the offload ceiling).
+func readLines(ctx context.Context, w windows, session, ref string, first, n int64) (string, error) {
+	var (
+		off, line int64 = 0, 1
+		buf       []byte
+		begin     = int64(-1) // offset of the first line wanted
+		got       int64
+		size      int64
+		digest    string
+	)
+	for {
+		ch, err := w.Serve(ctx, session, offload.Get{URL: ref, Offset: off})
+		if err != nil {
+			return "", err
+		}
+		if !textual(ch.MediaType) {
+			return "", notText(ch)
+		}
+		size, digest = ch.Size, ch.Digest
+		data := ch.Data
+		i := 0
+		if begin < 0 {
+			for line < first && i < len(data) {
+				j := bytes.IndexByte(data[i:], '\n')
+				if j < 0 {
+					i = len(data)
+					break
+				}
+				i += j + 1
+				line++
+			}
+			if line == first {
+				begin = off + int64(i)
+			}
+		}
+		if begin >= 0 {
+			for i < len(data) && got < n && len(buf) < ReadOutputMaxBytes {
+				j := bytes.IndexByte(data[i:], '\n')
+				end := len(data)
+				if j >= 0 {
+					end = i + j + 1
+				}
+				take := min(end, i+ReadOutputMaxBytes-len(buf))
+				buf = append(buf, data[i:take]...)
+				if take == end && j >= 0 {
+					got++
+				}
+				i = take
+			}
+		}
+		off += int64(len(data))
+		if off >= size || len(data) == 0 || got >= n || len(buf) >= ReadOutputMaxBytes {
+			break
+		}
+	}
+	if begin < 0 {
+		return "", fmt.Errorf("line %d is past the end of the output (%d lines, %d bytes)", first, line, size)
+	}
+	to := begin + int64(len(buf))
+	// A line cut by the byte bound ends at a rune.
+	for len(buf) > 0 && !utf8.Valid(buf) && to < size {
+		buf, to = buf[:len(buf)-1], to-1
+	}
+	last := first + got - 1
+	if to > begin && buf[len(buf)-1] != '\n' {
+		last++ // a last line without its end (cut, or the output's last)
+	}
+	head := fmt.Sprintf("[read_output: lines %d to %d, bytes %d to %d of %d (sha256 %s)", first, last, begin, to, size, digest)
+	switch {
+	case to >= size:
+		head += "; the end of the output]"
+	case len(buf) > 0 && buf[len(buf)-1] == '\n':
+		head += fmt.Sprintf("; the next part begins at line %d]", last+1)
+	default:
+		head += fmt.Sprintf("; line %d was cut at %d bytes: go on with offset %d]", last, ReadOutputMaxBytes, to)
+	}
+	return head + "\n" + strings.ToValidUTF8(string(buf), "\uFFFD"), nil
+}
+
+func notText(ch *offload.Chunk) error {
+	return fmt.Errorf("the output is %s (%d bytes), not text: read_output reads text only", ch.MediaType, ch.Size)
+}
+
+// textual reports whether a stored output's media type is text: text/*,
+// JSON, XML and their +json / +xml kinds.
+func textual(media string) bool {
+	mt, _, err := mime.ParseMediaType(media)
+	if err != nil {
+		return false
+	}
+	return strings.HasPrefix(mt, "text/") || mt == "application/json" || mt == "application/xml" ||
+		strings.HasSuffix(mt, "+json") || strings.HasSuffix(mt, "+xml")
 }

@@ -177,14 +177,14 @@ type continuations struct {
 	led     *ledger.Ledger
 	answers *answers
 
-	fromContinuation func(cont *parked.Batch) (*batch, error)
-	track, untrack   func(b *batch)
+	pipe    *pipeline
+	batches *runningBatches
 }
 
 // resume runs the rest of a batch whose awaited calls have all finished.
 func (r *continuations) resume(cont *parked.Batch) {
 	if b := r.continuation(cont); b != nil {
-		defer r.untrack(b)
+		defer r.batches.untrack(b)
 		b.finishRest(b.run(cont.Next))
 	}
 }
@@ -192,27 +192,29 @@ func (r *continuations) resume(cont *parked.Batch) {
 // continuation rebuilds and tracks the batch of cont; nil (logged) when
 // unusable.
 func (r *continuations) continuation(cont *parked.Batch) *batch {
-	b, err := r.fromContinuation(cont)
+	b, err := r.pipe.fromContinuation(cont)
 	if err != nil {
 		r.log.Error("router: continuation unusable", "session", cont.Session, "reply", cont.ReplyID, "err", err)
 		r.parked.Release(cont)
 		return nil
 	}
-	r.track(b)
+	r.batches.track(b)
 	return b
 }
 
-// finishRest ends a continuation's run: batch.done when complete, else its
-// events stored; a run cut off by the drain lets the lease go.
-func (b *batch) finishRest(complete bool) {
+// finishRest ends a batch's run: batch.done when complete, else its events
+// stored; a run cut off by the drain lets the lease go, and gets false.
+func (b *batch) finishRest(complete bool) bool {
 	switch {
 	case b.cutOff():
 		b.release()
+		return false
 	case complete:
 		b.done()
 	default:
-		b.stored()
+		b.p.report.stored(b)
 	}
+	return true
 }
 
 // renewLeases renews every lease this router holds (parked, ledger).
@@ -252,7 +254,7 @@ func (r *continuations) repair(cont *parked.Batch) {
 	if b == nil {
 		return
 	}
-	defer r.untrack(b)
+	defer r.batches.untrack(b)
 	b.resolveFrom(0)
 	var wg sync.WaitGroup
 	for _, c := range b.calls[:min(cont.Next, len(b.calls))] {
@@ -270,7 +272,7 @@ func (r *continuations) repair(cont *parked.Batch) {
 		b.release()
 		return
 	}
-	b.finishRest(b.settleRun(cont.Next) && b.run(cont.Next))
+	b.finishRest(b.p.park.settle(b, cont.Next) && b.run(cont.Next))
 }
 
 // sweep expires the parked calls whose time is up.
@@ -293,5 +295,78 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 	}
 	for _, rec := range ended {
 		r.answers.complete(rec, *rec.Result)
+	}
+}
+
+// Dedupe: a batch re-sent with the same (session, reply id) must not run
+// anything twice and must answer what the first copy got. A call that is
+// not read-only has its P_ledger entry (once); a batch that parked, its
+// continuation (parkStep.adopt); a parked call that settled since, its
+// P_parked record (parkStep.reuse). Read-only calls run again.
+
+// reuse finishes, with the result an earlier copy of this batch recorded,
+// each call that copy parked and that has settled since. It returns the
+// calls still to park.
+func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	var keep []*callState
+	var keepSpecs []parkSpec
+	for i, c := range calls {
+		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
+		if err == nil && rec.Status != bus.ParkParked && rec.Result != nil {
+			b.finish(c, *rec.Result)
+			continue
+		}
+		keep, keepSpecs = append(keep, c), append(keepSpecs, specs[i])
+	}
+	return keep, keepSpecs
+}
+
+// adopt fills the batch from cont, the continuation an earlier copy of this
+// batch left (nil: nothing to adopt). Each awaited call is read from KV,
+// not the cache: the earlier copy may still be parking it, and is then
+// described as this copy decided it (spec), as the earlier copy parks it.
+func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, cont *parked.Batch) {
+	if cont == nil {
+		return
+	}
+	mine := make(map[string]parkSpec, len(calls))
+	for i, c := range calls {
+		mine[c.call.ID] = specs[i]
+	}
+	b.mu.Lock()
+	for _, c := range b.calls {
+		if res, ok := cont.Results[c.call.ID]; ok {
+			c.result = &res
+		}
+	}
+	b.mu.Unlock()
+	b.parked = b.parked[:0]
+	for _, c := range b.calls {
+		if !slices.Contains(cont.Waiting, c.call.ID) {
+			continue
+		}
+		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
+		switch {
+		case err == nil && rec.Status == bus.ParkParked:
+			b.parked = append(b.parked, parkedOf(rec))
+		case err == nil && rec.Result != nil:
+			b.mu.Lock()
+			c.result = rec.Result // its event came from the router that settled it
+			b.mu.Unlock()
+		default: // being parked, or answered and not settled yet: it waits
+			spec, ok := mine[c.call.ID]
+			if !ok {
+				spec = parkSpec{kind: bus.KindExternal}
+			}
+			b.parked = append(b.parked, bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: spec.kind,
+				Subject: s.subj.Handoffs.Answer(c.call.Name), SuggestedRules: spec.suggested})
+		}
+	}
+	for _, c := range b.calls[min(cont.Next, len(b.calls)):] {
+		if c.result == nil {
+			b.parked = append(b.parked, s.queued(c))
+		}
 	}
 }

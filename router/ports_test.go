@@ -97,37 +97,31 @@ type fakeEvents struct {
 	announced []string // the data of every event announced, as it was sent
 }
 
-func (f *fakeEvents) publish(typ, _, _, callID string, _ [2]string, _ any) (*sentEvent, error) {
+func (f *fakeEvents) publish(_, typ, _, _, callID string, _ [2]string, _ any) (*sentEvent, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.types = append(f.types, strings.TrimPrefix(typ, "io.toolbus.")+":"+callID)
 	return &sentEvent{}, nil
 }
 
-func (f *fakeEvents) publishID(_, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
-	return f.publish(typ, session, replyID, callID, trace, data)
-}
-
 func (f *fakeEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
 	f.mu.Lock()
 	f.announced = append(f.announced, string(data)) // a copy: the sender may reuse data once this returns
 	f.mu.Unlock()
-	_, err := f.publish(typ, session, replyID, callID, trace, data)
+	_, err := f.publish("", typ, session, replyID, callID, trace, data)
 	return err
 }
 
 func (f *fakeEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
-	_, err := f.publish(typ, session, replyID, callID, trace, data)
+	_, err := f.publish("", typ, session, replyID, callID, trace, data)
 	return err
 }
 
 func (f *fakeEvents) stored(context.Context, []*sentEvent) error { return nil }
 
 func (f *fakeEvents) reply(_, typ, session, replyID string, trace [2]string, data json.RawMessage) error {
-	e, err := newRouterEvent("toolbus/router/test", typ, session, replyID, "", trace, data)
-	if err != nil {
-		return err
-	}
+	e := new(bus.Event)
+	rawEventTo(e, "toolbus/router/test", typ, session, replyID, "", trace, data)
 	f.replies = append(f.replies, e)
 	return nil
 }

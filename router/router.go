@@ -55,7 +55,7 @@ type Config struct {
 	// means 4096. Beyond it a batch or tools query with a reply subject
 	// waits for a slot (at most MaxQueued of them, each at most QueueWait)
 	// and is otherwise answered busy at once; other messages wait in the
-	// subscription (admit.go).
+	// subscription (admission, below).
 	MaxInflight int
 	// MaxQueued bounds the batches and queries waiting for a slot; zero
 	// means MaxInflight.
@@ -157,8 +157,8 @@ type Router struct {
 	sessions *session.Revisions
 	parked   *parked.Store
 	led      *ledger.Ledger // the dedupe ledger (docs/protocol.md 3.1)
-	events   *eventSink
-	pipe     *pipeline // the batch pipeline over its ports (ports.go)
+	events   *routerEvents  // the events stream and replies (events.go)
+	pipe     *pipeline      // the batch pipeline over its ports (batch.go)
 	skills   *routerSkills
 	guards   guardrails // the middlewares the config turns on (chain.go)
 
@@ -168,7 +168,7 @@ type Router struct {
 	handlers []route
 
 	subs       subscriptions
-	batches    runningBatches     // cancel.go
+	batches    runningBatches     // batch.go
 	execs      execWatches        // exec requests in flight (exec.go)
 	outputs    *offload.Offloader // stores outputs that would take a batch's messages past the payload limit
 	stored     *outputs           // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
@@ -275,9 +275,14 @@ func (r *Router) Start(ctx context.Context) (err error) {
 		return err
 	}
 	for _, s := range r.handlers {
-		if err := r.subs.add(r.nc, s, r.dispatch); err != nil {
-			return err
+		sub, err := r.nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { r.dispatch(s.h, m, s.shed) })
+		if err != nil {
+			return fmt.Errorf("router: subscribe %s: %w", s.subject, err)
 		}
+		_ = sub.SetPendingLimits(pendingMsgs, pendingLimit)
+		r.subs.mu.Lock()
+		r.subs.list = append(r.subs.list, sub)
+		r.subs.mu.Unlock()
 	}
 	// Routers show up in NATS micro discovery (`nats micro ls`, `toolbus status`).
 	svc, err := micro.AddService(r.nc, micro.Config{Name: "toolbus-router", Version: "1.0.0",
@@ -285,7 +290,9 @@ func (r *Router) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("router: micro service: %w", err)
 	}
-	r.subs.setService(svc)
+	r.subs.mu.Lock()
+	r.subs.svc = svc
+	r.subs.mu.Unlock()
 	if err := bus.Flush(ctx, r.nc); err != nil {
 		return fmt.Errorf("router: flush: %w", err)
 	}
@@ -358,32 +365,27 @@ func (r *Router) build(ctx context.Context) error {
 	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}); err != nil {
 		return err
 	}
-	if r.events, err = newEventSink(r.nc, r.log, r.store.Health); err != nil {
-		return err
-	}
-	return nil
+	r.events, err = newRouterEvents(r.wire, r.store.Health)
+	return err
 }
 
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
 	r.tools.exec = chain(requestReply{replies: replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true}), execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
 		once(r.led))
-	ev := routerEvents{nc: r.nc, subj: r.subj, source: r.source, sink: r.events}
-	r.pipe = r.newPipeline(ev)
+	r.pipe = r.newPipeline()
 	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
 	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
-		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, publish: ev.publish, stored: r.events.stored,
+		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, events: r.events,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
 	r.conts = &continuations{wire: r.wire, life: r.life, parked: r.parked, led: r.led,
-		answers: r.answers, fromContinuation: r.pipe.fromContinuation, track: r.batches.track, untrack: r.batches.untrack}
+		answers: r.answers, pipe: r.pipe, batches: &r.batches}
 	r.answers.resume = r.conts.resume
 	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg}
 	admin := &adminVerbs{wire: r.wire, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, ids: r.cfg.Identities,
-		refused: func(m *nats.Msg, e *bus.Event, err error) {
-			r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "tools", e, err)
-		}, readOut: r.cfg.Guard.ReadOutput}
+		audit: r.guards.audit, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, seal: r.stored.sealOutput}
 	replay := &replays{wire: r.wire, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
@@ -424,7 +426,7 @@ func (r *Router) loops() {
 	})
 }
 
-// dispatch runs h in its own goroutine, bounded by MaxInflight (admit.go).
+// dispatch runs h in its own goroutine, bounded by MaxInflight (admission).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	if !r.replyAllowed(m.Subject, m.Reply) {
 		// The router answers with its own permissions: a reply subject
@@ -551,25 +553,6 @@ type subscriptions struct {
 	svc  micro.Service
 }
 
-// add subscribes one route, its messages dispatched by dispatch.
-func (x *subscriptions) add(nc *nats.Conn, s route, dispatch func(h func(*nats.Msg), m *nats.Msg, shed bool)) error {
-	sub, err := nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { dispatch(s.h, m, s.shed) })
-	if err != nil {
-		return fmt.Errorf("router: subscribe %s: %w", s.subject, err)
-	}
-	_ = sub.SetPendingLimits(pendingMsgs, pendingLimit)
-	x.mu.Lock()
-	x.list = append(x.list, sub)
-	x.mu.Unlock()
-	return nil
-}
-
-func (x *subscriptions) setService(svc micro.Service) {
-	x.mu.Lock()
-	x.svc = svc
-	x.mu.Unlock()
-}
-
 func (x *subscriptions) all() []*nats.Subscription {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -621,20 +604,14 @@ func waitClosed(ctx context.Context, s *nats.Subscription) {
 // leader election or a node's restart, for at most this long.
 const landBudget = 2 * time.Minute
 
-// landing returns the context of a write that ends a call, not tracked by
-// the drain: parent's values, not its cancellation, bounded by landBudget.
-func landing(parent context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(parent), landBudget)
-}
-
 // landingFunc gives the context of a write that must land: the router's
-// life.Landing, which a drain waits for; nil gives an untracked one made
-// from parent (steps under test).
+// life.Landing, which a drain waits for; nil gives an untracked one (steps
+// under test): parent's values, not its cancellation, bounded by landBudget.
 type landingFunc func() (context.Context, context.CancelFunc)
 
 func (f landingFunc) start(parent context.Context) (context.Context, context.CancelFunc) {
 	if f == nil {
-		return landing(parent)
+		return context.WithTimeout(context.WithoutCancel(parent), landBudget)
 	}
 	return f()
 }
@@ -741,4 +718,108 @@ func (w *wire) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 		return nil, bus.Errorf(bus.CodeBadEvent, "sessionid %q differs from the subject's session %q", e.SessionID, token)
 	}
 	return e, nil
+}
+
+// Admission (docs/protocol.md 1, busy): a message is handled in one of
+// MaxInflight slots. When every slot is taken, a batch or tools query with
+// a reply subject waits for one, at most QueueWait and with at most
+// MaxQueued others; past either it is answered busy at once, from the
+// subscription's callback, so the callback never blocks and the NATS
+// client's pending buffer never fills and drops. Other messages (worker
+// results and registrations, answers, cancels, and batches published
+// without a reply subject, which have nobody to tell) wait for a slot in
+// the callback: back-pressure, as before.
+
+// DefaultQueueWait is Config.QueueWait's default.
+const DefaultQueueWait = 2 * time.Second
+
+// Pending limits of the subscriptions: far above what the callbacks let
+// accumulate, so that the client library's slow-consumer drop (silent to
+// the sender) stays out of reach; a drop is still logged (watchDropped).
+const (
+	pendingMsgs  = 1 << 20
+	pendingLimit = 256 << 20
+)
+
+// admission hands out the router's MaxInflight slots.
+type admission struct {
+	*wire
+	life      *life.Life
+	sem       chan struct{}
+	maxQueued int
+	queueWait time.Duration
+
+	waiting atomic.Int64
+	busy    atomic.Int64 // busy replies sent
+}
+
+// admit takes a slot for m, waiting as described above; false means m was
+// not given one and the caller queues it (wait). shed says whether m is a
+// batch or tools query that may be answered busy.
+func (a *admission) admit(m *nats.Msg, shed bool) bool {
+	select {
+	case a.sem <- struct{}{}:
+		return true
+	default:
+	}
+	if !shed || m.Reply == "" {
+		a.sem <- struct{}{} // back-pressure
+		return true
+	}
+	return false
+}
+
+// wait queues m for a slot, at most queueWait and behind at most maxQueued
+// others, and runs run once it has one; else m is answered busy. The
+// caller's Enter on the life is matched here when run does not run.
+func (a *admission) wait(m *nats.Msg, run func()) {
+	if a.waiting.Add(1) > int64(a.maxQueued) {
+		a.waiting.Add(-1)
+		a.refuse(m)
+		return
+	}
+	go func() {
+		t := time.NewTimer(a.queueWait)
+		defer t.Stop()
+		select {
+		case a.sem <- struct{}{}:
+			a.waiting.Add(-1)
+			if a.life.Draining() { // another router of the queue group takes the re-send
+				<-a.sem
+				a.refuse(m)
+				return
+			}
+			run()
+		case <-t.C:
+			a.waiting.Add(-1)
+			a.refuse(m)
+		}
+	}()
+}
+
+// refuse answers m busy (docs/protocol.md 1) and ends its work.
+func (a *admission) refuse(m *nats.Msg) {
+	a.busy.Add(1)
+	a.m.Rejected.WithLabelValues(bus.CodeBusy).Inc()
+	if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: bus.BusyText}); err != nil {
+		a.log.Warn("router: busy reply failed", "err", err)
+	}
+	a.life.Leave()
+}
+
+// BusyReplies counts the busy replies this router has sent.
+func (r *Router) BusyReplies() int64 { return r.adm.busy.Load() }
+
+// watchDropped logs and counts the messages the NATS client dropped on
+// subs since the last look (last holds the counts seen).
+func (a *admission) watchDropped(subs []*nats.Subscription, last map[*nats.Subscription]int) {
+	for _, s := range subs {
+		n, err := s.Dropped()
+		if err != nil || n <= last[s] {
+			continue
+		}
+		a.log.Error("router: the NATS client dropped messages as a slow consumer; their senders got no reply", "subject", s.Subject, "dropped", n-last[s])
+		a.m.Rejected.WithLabelValues("dropped").Add(float64(n - last[s]))
+		last[s] = n
+	}
 }

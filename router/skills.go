@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
@@ -23,13 +24,11 @@ type routerSkills struct {
 	cat    *skills.Catalogue
 	groups *groups.Store
 	viewer bool // also offer AgentScope's Skill viewer (Config.SkillViewer)
-
-	mu      sync.Mutex
-	schemas map[string]*schemas.Schema // loader schema JSON → compiled
+	// schemas are the compiled loader schemas by their JSON, the
+	// maxLoaderSchemas used last.
+	schemas *lru.Cache[string, *schemas.Schema]
 }
 
-// maxLoaderSchemas bounds the cache of compiled loader schemas; past it
-// the cache starts again.
 const maxLoaderSchemas = 256
 
 func startSkills(ctx context.Context, dirs []string, viewer bool, st *store.Store, gs *groups.Store, log *slog.Logger) (*routerSkills, error) {
@@ -37,7 +36,8 @@ func startSkills(ctx context.Context, dirs []string, viewer bool, st *store.Stor
 	if err := cat.Start(ctx); err != nil {
 		return nil, fmt.Errorf("router: skills: %w", err)
 	}
-	return &routerSkills{cat: cat, groups: gs, viewer: viewer, schemas: map[string]*schemas.Schema{}}, nil
+	sc, _ := lru.New[string, *schemas.Schema](maxLoaderSchemas) // fails only for a size below 1
+	return &routerSkills{cat: cat, groups: gs, viewer: viewer, schemas: sc}, nil
 }
 
 // Skills returns the router's skill catalogue.
@@ -126,20 +126,14 @@ func (s *routerSkills) viewerDef(sv *skills.View, req *groups.Request) (bus.Tool
 }
 
 func (s *routerSkills) schema(raw json.RawMessage) (*schemas.Schema, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sc, ok := s.schemas[string(raw)]; ok {
+	if sc, ok := s.schemas.Get(string(raw)); ok {
 		return sc, nil
 	}
 	sc, err := schemas.Compile(raw)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		s.schemas.Add(string(raw), sc)
 	}
-	if len(s.schemas) >= maxLoaderSchemas {
-		clear(s.schemas)
-	}
-	s.schemas[string(raw)] = sc
-	return sc, nil
+	return sc, err
 }
 
 // loadSkill runs the skill loader (or viewer); a successful load activates,

@@ -79,7 +79,7 @@ func New(docs []Doc) *Index {
 	ix := &Index{postings: map[string][]posting{}, docs: make([]slot, 0, len(docs))}
 	tf := map[string]uint32{}
 	for _, d := range docs {
-		ix.insert(int32(len(ix.docs)), d, tf, true)
+		ix.insert(int32(len(ix.docs)), d, tf)
 	}
 	return ix
 }
@@ -89,11 +89,10 @@ func (ix *Index) Add(d Doc) int {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	id := int32(len(ix.docs))
-	grow := true
 	if n := len(ix.free); n > 0 {
-		id, ix.free, grow = ix.free[n-1], ix.free[:n-1], false
+		id, ix.free = ix.free[n-1], ix.free[:n-1]
 	}
-	ix.insert(id, d, map[string]uint32{}, grow)
+	ix.insert(id, d, map[string]uint32{})
 	return int(id)
 }
 
@@ -116,13 +115,13 @@ func (ix *Index) Replace(id int, d Doc) bool {
 	if !ix.remove(id) {
 		return false
 	}
-	ix.insert(int32(id), d, map[string]uint32{}, false)
+	ix.insert(int32(id), d, map[string]uint32{})
 	return true
 }
 
-// insert indexes d as document id (a new slot at the end when grow, else
-// the free slot id), counting its terms in tf (cleared first).
-func (ix *Index) insert(id int32, d Doc, tf map[string]uint32, grow bool) {
+// insert indexes d as document id (a new slot at the end, or the free
+// slot id), counting its terms in tf (cleared first).
+func (ix *Index) insert(id int32, d Doc, tf map[string]uint32) {
 	clear(tf)
 	var n int64
 	for _, f := range d.Fields {
@@ -137,7 +136,7 @@ func (ix *Index) insert(id int32, d Doc, tf map[string]uint32, grow bool) {
 		ix.postings[t] = append(ix.postings[t], posting{doc: id, tf: c})
 		sl.terms = append(sl.terms, t)
 	}
-	if grow {
+	if int(id) == len(ix.docs) {
 		ix.docs = append(ix.docs, sl)
 	} else {
 		ix.docs[id] = sl

@@ -64,22 +64,12 @@ func AddAgent(dir, session, user string) (Agent, error) {
 // LoadSpec reads the Spec of dir: its spec.json, or for a directory
 // written before there was one, the spec users.json implies.
 func LoadSpec(dir string) (Spec, error) {
-	b, err := os.ReadFile(filepath.Join(dir, SpecFile))
-	if err == nil {
-		var spec Spec
-		if err := json.Unmarshal(b, &spec); err != nil {
-			return Spec{}, fmt.Errorf("security: %s: %w", filepath.Join(dir, SpecFile), err)
-		}
-		return spec, nil
-	}
+	spec, err := readJSON[Spec](filepath.Join(dir, SpecFile))
 	if !errors.Is(err, os.ErrNotExist) {
-		return Spec{}, fmt.Errorf("security: %w", err)
+		return spec, err
 	}
-	users, err := readUsers(filepath.Join(dir, UsersFile))
-	if err != nil {
-		return Spec{}, err
-	}
-	return specOf(users), nil
+	users, err := readJSON[[]User](filepath.Join(dir, UsersFile))
+	return specOf(users), err
 }
 
 // bind binds session to user.
@@ -122,16 +112,17 @@ func specOf(users []User) Spec {
 	return spec
 }
 
-func readUsers(path string) ([]User, error) {
+// readJSON decodes the JSON file path; the zero value on an error.
+func readJSON[T any](path string) (T, error) {
+	var v, zero T
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("security: %w", err)
+		return zero, fmt.Errorf("security: %w", err)
 	}
-	var users []User
-	if err := json.Unmarshal(b, &users); err != nil {
-		return nil, fmt.Errorf("security: %s: %w", path, err)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return zero, fmt.Errorf("security: %s: %w", path, err)
 	}
-	return users, nil
+	return v, nil
 }
 
 // envURL is the NATS_URL the directory's .env files name, if any.

@@ -126,15 +126,21 @@ func Users(spec Spec) ([]User, error) {
 		return nil, err
 	}
 	shared := agent(s, "", spec.AgentAnswers)
-	if len(spec.Sessions) > 0 {
-		denySessions(s, &shared, spec.Sessions)
-	}
-	users := []User{router(s), worker(s, spec.WorkerTools), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers)}
+	var sessions []User
 	for _, id := range spec.Sessions {
+		// The session has its own agent user: the shared agent may not
+		// publish in it (calls, tools, cancels, replay requests), and a
+		// wildcard subscription of its gets none of its events
+		// (nats-server checks each delivery against the deny list).
+		p := &shared.Permissions
+		p.PublishDeny = append(p.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id), s.Outputs(id), s.Tasks(id))
+		p.SubscribeDeny = append(p.SubscribeDeny, s.Events(id))
 		u := agent(s, id, spec.AgentAnswers)
 		u.User = spec.Bind[id]
-		users = append(users, u)
+		sessions = append(sessions, u)
 	}
+	users := []User{router(s), worker(s, spec.WorkerTools), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers)}
+	users = append(users, sessions...)
 	for _, h := range spec.Handlers {
 		users = append(users, handler(s, h))
 	}
@@ -194,10 +200,8 @@ func check(spec Spec) error {
 }
 
 func checkTools(what string, tools []string) error {
-	for _, t := range tools {
-		if !bus.ValidName(t) {
-			return fmt.Errorf("security: %s: tool name %q must match ^[A-Za-z0-9_-]{1,64}$", what, t)
-		}
+	if i := slices.IndexFunc(tools, func(t string) bool { return !bus.ValidName(t) }); i >= 0 {
+		return fmt.Errorf("security: %s: tool name %q must match ^[A-Za-z0-9_-]{1,64}$", what, tools[i])
 	}
 	return nil
 }
@@ -292,13 +296,6 @@ func outputsWrite(s bus.Subjects) []string {
 	return []string{"$O." + b + ".C.>", "$O." + b + ".M.>"}
 }
 
-// outputsRead allows reading the stored outputs of session (a token or
-// "*") through the routers' verb on P.outputs.<session>; it grants nothing
-// on the object store itself.
-func outputsRead(s bus.Subjects, session string) []string {
-	return []string{s.Outputs(session)}
-}
-
 func agent(s bus.Subjects, session string, answers []string) User {
 	name, role, tok := RoleAgent, RoleAgent, "*"
 	if session != "" {
@@ -314,7 +311,9 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	for _, t := range answers {
 		pub = append(pub, s.Handoffs.Answer(t))
 	}
-	pub = append(pub, outputsRead(s, tok)...)
+	// The stored outputs of the session through the routers' verb on
+	// P.outputs.<session>: nothing on the object store itself.
+	pub = append(pub, s.Outputs(tok))
 	if len(answers) > 0 {
 		pub = append(pub, outputsWrite(s)...) // a large answer is stored
 	}
@@ -322,18 +321,6 @@ func agent(s bus.Subjects, session string, answers []string) User {
 		Publish:   pub,
 		Subscribe: []string{s.Events(tok), inbox(name) + ".>"},
 	}}
-}
-
-// denySessions takes the sessions that have their own agent user away
-// from the shared agent: it may not publish in them (calls, tools,
-// cancels, replay requests), and a wildcard subscription of its gets none
-// of their events (nats-server checks each delivery against the deny
-// list).
-func denySessions(s bus.Subjects, u *User, sessions []string) {
-	for _, id := range sessions {
-		u.Permissions.PublishDeny = append(u.Permissions.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id), s.Outputs(id), s.Tasks(id))
-		u.Permissions.SubscribeDeny = append(u.Permissions.SubscribeDeny, s.Events(id))
-	}
 }
 
 func handler(s bus.Subjects, h Handler) User {

@@ -15,18 +15,14 @@ type Profile struct {
 	// plainly (no expansion, no glob): its options decide what it runs or
 	// writes. Programs that only read need not.
 	Plain bool
-	check func(args []string) ([]Write, error)
+	// Check returns the files args (the plain arguments after the
+	// program's name) make the program write, or an error saying which
+	// option is refused and why.
+	Check func(args []string) ([]Write, error)
 }
 
-// Check returns the files args (the plain arguments after the program's
-// name) make the program write, or an error saying which option is
-// refused and why.
-func (p Profile) Check(args []string) ([]Write, error) {
-	if p.check == nil {
-		return nil, nil
-	}
-	return p.check(args)
-}
+// none is the Check of a program that writes nothing but its output.
+func none([]string) ([]Write, error) { return nil, nil }
 
 // Lookup returns the profile of the program with base name name.
 func Lookup(name string) (Profile, bool) {
@@ -52,37 +48,36 @@ var allOperands = []string{
 var profiles = func() map[string]Profile {
 	m := map[string]Profile{}
 	for _, r := range readers {
-		m[r] = Profile{}
+		m[r] = Profile{Check: none}
 	}
 	for _, w := range allOperands {
-		m[w] = Profile{Plain: true, check: derived(w, everyArg(w))}
+		m[w] = Profile{Plain: true, Check: derived(w, everyArg(w))}
 	}
 	// split --filter runs $SHELL -c COMMAND; install --strip-program runs
 	// PROG on each file (issue 26, held-out attack).
-	m["split"] = Profile{Plain: true, check: refuseLong("split", "--filter", "", m["split"].check)}
-	m["install"] = Profile{Plain: true, check: refuseLong("install", "--strip-program", "--strip", m["install"].check)}
+	m["split"] = Profile{Plain: true, Check: refuseLong("split", "--filter", "", m["split"].Check)}
+	m["install"] = Profile{Plain: true, Check: refuseLong("install", "--strip-program", "--strip", m["install"].Check)}
 	// cd and pushd move where relative writes land: their directory is
 	// checked like a write, so it must be plain (a for loop's variable
 	// could otherwise hold .git).
 	for _, d := range []string{"cd", "pushd"} {
-		m[d] = Profile{Plain: true, check: everyArg(d)}
+		m[d] = Profile{Plain: true, Check: everyArg(d)}
 	}
-	m["popd"] = Profile{}
-	m["printf"] = Profile{check: checkPrintf}
-	m["date"] = Profile{check: checkDate}
-	m["file"] = Profile{Plain: true, check: checkFile}
-	m["sed"] = Profile{Plain: true, check: checkSed}
-	m["tar"] = Profile{Plain: true, check: checkTar}
-	m["find"] = Profile{Plain: true, check: checkFind}
-	m["sort"] = Profile{Plain: true, check: checkSort}
-	m["uniq"] = Profile{Plain: true, check: secondOperand("uniq", "fsw", nil)}
-	m["xxd"] = Profile{Plain: true, check: secondOperand("xxd", "cglsoCn", nil)}
-	m["dd"] = Profile{Plain: true, check: checkDD}
-	m["git"] = Profile{Plain: true, check: checkGit}
+	m["popd"] = Profile{Check: none}
+	m["printf"] = Profile{Check: checkPrintf}
+	m["date"] = Profile{Check: refuseOpt("date", "dfrsI", []string{"--date", "--file", "--reference", "--set", "--iso-8601", "--rfc-3339"}, "-s", "--set", "sets the system clock")}
+	m["file"] = Profile{Plain: true, Check: refuseOpt("file", "efFmP", []string{"--exclude", "--exclude-quiet", "--separator", "--magic-file", "--files-from", "--parameter"},
+		"-C", "--compile", "writes a compiled magic file")}
+	m["sed"] = Profile{Plain: true, Check: checkSed}
+	m["tar"] = Profile{Plain: true, Check: checkTar}
+	m["find"] = Profile{Plain: true, Check: checkFind}
+	m["sort"] = Profile{Plain: true, Check: checkSort}
+	m["uniq"] = Profile{Plain: true, Check: secondOperand("uniq", "fsw", nil)}
+	m["xxd"] = Profile{Plain: true, Check: secondOperand("xxd", "cglsoCn", nil)}
+	m["dd"] = Profile{Plain: true, Check: checkDD}
+	m["git"] = Profile{Plain: true, Check: checkGit}
 	return m
 }()
-
-func refusedf(format string, a ...any) error { return fmt.Errorf(format, a...) }
 
 // everyArg counts every argument but "--" as a file written, and for
 // options also what follows "=" or the letter (-t DIR, --target-directory=DIR).
@@ -119,7 +114,7 @@ func refuseLong(prog, full, exact string, check func([]string) ([]Write, error))
 			}
 			name, _, _ := strings.Cut(a, "=")
 			if isLong(name, full) && len(name) > len(exact) && strings.HasPrefix(name, "--") {
-				return nil, refusedf("%s %s runs a program of the caller's choosing", prog, name)
+				return nil, fmt.Errorf("%s %s runs a program of the caller's choosing", prog, name)
 			}
 		}
 		return check(args)
@@ -158,6 +153,34 @@ func derived(prog string, check func([]string) ([]Write, error)) func([]string) 
 		}
 		return out, nil
 	}
+}
+
+// gzipSuffixes are the suffixes gzip -d takes off besides the one after
+// the last dot (which derived strips).
+var gzipSuffixes = []string{"-gz", "-z", "_z"}
+
+// GzipHidden returns the names gzip -d writes that no word holds and that
+// the profile does not derive: an operand less -gz, -z or _z
+// (".bashrc-gz" decompresses to .bashrc). It refuses -N/--name, which
+// restores the name stored in the archive's header (any bytes, printf's
+// included, make a header naming .git). The allow-list check runs it
+// besides gzip's profile.
+func GzipHidden(args []string) ([]Write, error) {
+	opts, ops := getopt(args, "S", nil)
+	for _, o := range opts {
+		if o.name == "-N" || len(o.name) > 3 && isLong(o.name, "--name") {
+			return nil, fmt.Errorf("with an allow-list gzip %s is refused: it names the output from the archive's header, which the check cannot see", o.name)
+		}
+	}
+	var out []Write
+	for _, v := range ops {
+		for _, suf := range gzipSuffixes {
+			if len(v) > len(suf) && strings.HasSuffix(strings.ToLower(v), suf) {
+				out = append(out, Write{Path: v[:len(v)-len(suf)], By: "gzip -d (its output)"})
+			}
+		}
+	}
+	return out, nil
 }
 
 // suffixValues are the values of -S and --suffix in args, as getopt
@@ -233,17 +256,7 @@ func isLong(name, full string) bool {
 
 func checkPrintf(args []string) ([]Write, error) {
 	if len(args) > 0 && strings.HasPrefix(args[0], "-v") {
-		return nil, refusedf("printf -v sets a variable, which would reach the programs the command starts")
-	}
-	return nil, nil
-}
-
-func checkFile(args []string) ([]Write, error) {
-	opts, _ := getopt(args, "efFmP", []string{"--exclude", "--exclude-quiet", "--separator", "--magic-file", "--files-from", "--parameter"})
-	for _, o := range opts {
-		if o.name == "-C" || isLong(o.name, "--compile") {
-			return nil, refusedf("file -C writes a compiled magic file")
-		}
+		return nil, fmt.Errorf("printf -v sets a variable, which would reach the programs the command starts")
 	}
 	return nil, nil
 }
@@ -252,9 +265,9 @@ func checkFind(args []string) ([]Write, error) {
 	for _, a := range args {
 		switch a {
 		case "-exec", "-execdir", "-ok", "-okdir":
-			return nil, refusedf("find %s runs other programs", a)
+			return nil, fmt.Errorf("find %s runs other programs", a)
 		case "-fprint", "-fprint0", "-fprintf", "-fls":
-			return nil, refusedf("find %s writes a file of the caller's choosing", a)
+			return nil, fmt.Errorf("find %s writes a file of the caller's choosing", a)
 		}
 	}
 	return nil, nil
@@ -267,7 +280,7 @@ func checkSort(args []string) ([]Write, error) {
 	for _, o := range opts {
 		switch {
 		case isLong(o.name, "--compress-program"):
-			return nil, refusedf("sort --compress-program runs a program of the caller's choosing")
+			return nil, fmt.Errorf("sort --compress-program runs a program of the caller's choosing")
 		case o.name == "-o" || isLong(o.name, "--output"), o.name == "-T" || isLong(o.name, "--temporary-directory"):
 			out = append(out, Write{Path: o.value, By: "sort " + o.name})
 		}
@@ -297,12 +310,158 @@ func checkDD(args []string) ([]Write, error) {
 	return out, nil
 }
 
-func checkDate(args []string) ([]Write, error) {
-	opts, _ := getopt(args, "dfrsI", []string{"--date", "--file", "--reference", "--set", "--iso-8601", "--rfc-3339"})
-	for _, o := range opts {
-		if o.name == "-s" || isLong(o.name, "--set") {
-			return nil, refusedf("date %s sets the system clock", o.name)
+// refuseOpt refuses the option -letter or --full (or an abbreviation of
+// it) of a program whose options getopt reads with short and long.
+func refuseOpt(prog, short string, long []string, letter, full, why string) func([]string) ([]Write, error) {
+	return func(args []string) ([]Write, error) {
+		opts, _ := getopt(args, short, long)
+		for _, o := range opts {
+			if o.name == letter || isLong(o.name, full) {
+				return nil, fmt.Errorf("%s %s %s", prog, o.name, why)
+			}
+		}
+		return nil, nil
+	}
+}
+
+// gitPathWriters are the git subcommands whose operands name files or
+// directories they write.
+var gitPathWriters = []string{"checkout", "checkout-index", "clone", "init", "mv", "restore", "worktree"}
+
+// checkGit returns the files git's arguments name for writing: the
+// operands of the subcommands above, and the values of --output, -o of
+// format-patch and archive, --output-directory and --prefix. What git
+// writes from a repository's content (a checkout of a commit that holds
+// .bashrc) cannot be seen. The allow-list's own git check
+// (builtin) refuses the options that run programs.
+func checkGit(args []string) ([]Write, error) {
+	i := 0
+	for ; i < len(args) && strings.HasPrefix(args[i], "-"); i++ {
+		opt, _, has := strings.Cut(args[i], "=")
+		if !has && slices.Contains([]string{"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env", "--attr-source"}, opt) {
+			i++
 		}
 	}
-	return nil, nil
+	if i >= len(args) {
+		return nil, nil
+	}
+	sub, rest := args[i], args[i+1:]
+	var out []Write
+	operands := slices.Contains(gitPathWriters, sub)
+	dashes := false
+	for j := 0; j < len(rest); j++ {
+		a := rest[j]
+		if dashes || !strings.HasPrefix(a, "-") {
+			if operands {
+				out = append(out, Write{Path: a, By: "git " + sub})
+			}
+			continue
+		}
+		if a == "--" {
+			dashes = true
+			continue
+		}
+		name, val, has := strings.Cut(a, "=")
+		valued := isLong(name, "--output") || isLong(name, "--output-directory") || isLong(name, "--prefix") ||
+			(name == "-o" && (sub == "format-patch" || sub == "archive"))
+		if !valued {
+			continue
+		}
+		if !has {
+			if j+1 >= len(rest) {
+				continue
+			}
+			j++
+			val = rest[j]
+		}
+		out = append(out, Write{Path: val, By: "git " + sub + " " + name})
+	}
+	return out, nil
+}
+
+// tar's letters that take a value (GNU tar), in old style (tar cf x) and
+// short options.
+const tarValued = "fgCTXIFKNLbHV"
+
+// tarRefused are GNU tar's long options that run programs, and extraction,
+// which writes whatever names the archive holds (.git/config among them).
+var tarRefused = []struct{ name, why string }{
+	{"--use-compress-program", "runs a program of the caller's choosing"},
+	{"--to-command", "runs a program of the caller's choosing"},
+	{"--checkpoint-action", "can run a program of the caller's choosing"},
+	{"--info-script", "runs a program of the caller's choosing"},
+	{"--new-volume-script", "runs a program of the caller's choosing"},
+	{"--rsh-command", "runs a program of the caller's choosing"},
+	{"--rmt-command", "runs a program of the caller's choosing"},
+	{"--extract", "writes whatever file names the archive holds, which the check cannot see; with an allow-list tar may create, list and compare"},
+	{"--get", "writes whatever file names the archive holds, which the check cannot see; with an allow-list tar may create, list and compare"},
+}
+
+// tarWriting are the long options whose value is a file tar writes.
+var tarWriting = []string{"--file", "--listed-incremental", "--index-file", "--volno-file", "--directory"}
+
+// tarLongValued are GNU tar's long options that take a separate value.
+var tarLongValued = []string{"--file", "--listed-incremental", "--index-file", "--volno-file", "--directory",
+	"--files-from", "--exclude-from", "--starting-file", "--newer", "--after-date", "--newer-mtime", "--tape-length",
+	"--blocking-factor", "--format", "--label", "--owner", "--group", "--mode", "--mtime", "--transform", "--xform",
+	"--exclude", "--record-size", "--strip-components", "--use-compress-program", "--to-command",
+	"--checkpoint-action", "--info-script", "--new-volume-script", "--rsh-command", "--rmt-command", "--suffix"}
+
+// checkTar refuses tar's options that run programs (-I, -F, --to-command,
+// --checkpoint-action=exec ...), extraction (-x), and a remote archive
+// (host:file runs rsh); the archive (-f), the incremental snapshot (-g)
+// and -C are files or places it writes.
+func checkTar(args []string) ([]Write, error) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		// Old style: "tar czf out.tgz dir": letters first, their values
+		// follow in order.
+		old := args[0]
+		rest := args[1:]
+		var conv []string
+		for i := 0; i < len(old); i++ {
+			c := old[i]
+			if strings.IndexByte(tarValued, c) >= 0 && len(rest) > 0 {
+				conv = append(conv, "-"+string(c), rest[0])
+				rest = rest[1:]
+				continue
+			}
+			conv = append(conv, "-"+string(c))
+		}
+		args = append(conv, rest...)
+	}
+	// Whatever takes it as a value, a long option that runs a program or
+	// extracts is refused.
+	for _, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		for _, r := range tarRefused {
+			if strings.HasPrefix(a, "--") && isLong(name, r.name) {
+				return nil, fmt.Errorf("tar %s %s", name, r.why)
+			}
+		}
+	}
+	opts, _ := getopt(args, tarValued, tarLongValued)
+	force := slices.ContainsFunc(opts, func(o option) bool { return isLong(o.name, "--force-local") })
+	var out []Write
+	for _, o := range opts {
+		switch {
+		case o.name == "-I" || o.name == "-F":
+			return nil, fmt.Errorf("tar %s runs a program of the caller's choosing", o.name)
+		case o.name == "-x":
+			return nil, fmt.Errorf("tar -x writes whatever file names the archive holds, which the check cannot see; with an allow-list tar may create, list and compare")
+		case o.value == "-" || !slices.Contains([]string{"-f", "-g", "-C"}, o.name) && !slices.ContainsFunc(tarWriting, func(w string) bool { return isLong(o.name, w) }):
+			continue
+		case (o.name == "-f" || isLong(o.name, "--file")) && !force && strings.Contains(o.value, ":"):
+			return nil, fmt.Errorf("tar %s %s names a remote archive, which runs rsh (add --force-local for a local file)", o.name, o.value)
+		}
+		out = append(out, Write{Path: o.value, By: "tar " + o.name})
+	}
+	// A cluster holding x, I or F is refused whatever takes it as a value
+	// (an old-style "tar 0C -x" reads -x as C's directory; an error of this
+	// reading must not let extraction through).
+	for i, a := range args {
+		if (i == 0 || strings.HasPrefix(a, "-")) && !strings.HasPrefix(a, "--") && strings.ContainsAny(a, "xIF") {
+			return nil, fmt.Errorf("tar %s: -x writes whatever file names the archive holds, -I and -F run a program of the caller's choosing; with an allow-list tar may create, list and compare", a)
+		}
+	}
+	return out, nil
 }

@@ -1,6 +1,7 @@
 package shellcmd
 
 import (
+	"fmt"
 	"strings"
 )
 
@@ -19,7 +20,7 @@ func checkSed(args []string) ([]Write, error) {
 		case o.name == "-e" || isLong(o.name, "--expression"):
 			scripts, haveE = append(scripts, o.value), true
 		case o.name == "-f" || isLong(o.name, "--file"):
-			return nil, refusedf("sed %s reads its script from a file, which the check cannot see", o.name)
+			return nil, fmt.Errorf("sed %s reads its script from a file, which the check cannot see", o.name)
 		case o.name == "-i" || isLong(o.name, "--in-place"):
 			inPlace, suffix = true, o.value
 		case isLong(o.name, "--follow-symlinks"):
@@ -28,7 +29,7 @@ func checkSed(args []string) ([]Write, error) {
 	}
 	if !haveE {
 		if len(ops) == 0 {
-			return nil, refusedf("sed has no script")
+			return nil, fmt.Errorf("sed has no script")
 		}
 		scripts, ops = ops[:1], ops[1:]
 	}
@@ -41,7 +42,7 @@ func checkSed(args []string) ([]Write, error) {
 		return nil, nil
 	}
 	if suffix != "" && follow {
-		return nil, refusedf("sed --follow-symlinks with a backup suffix names its backup after the link's target, which the check cannot see")
+		return nil, fmt.Errorf("sed --follow-symlinks with a backup suffix names its backup after the link's target, which the check cannot see")
 	}
 	out := make([]Write, 0, 2*len(ops))
 	for _, o := range ops {
@@ -98,7 +99,7 @@ func sedScript(s string) error {
 			p.skip(" \t")
 		}
 		if p.eof() {
-			return refusedf("sed script ends after an address")
+			return fmt.Errorf("sed script ends after an address")
 		}
 		if err := p.command(); err != nil {
 			return err
@@ -144,19 +145,23 @@ func (p *sedParser) toEnd() {
 	}
 }
 
-// delimited skips text up to the unescaped delimiter d and past it.
-func (p *sedParser) delimited(d byte) error {
+// delimited skips n parts of text, each up to the unescaped delimiter d
+// and past it.
+func (p *sedParser) delimited(d byte, n int) error {
 	for !p.eof() {
 		c := p.peek()
 		p.i++
 		switch {
 		case c == '\\':
 			p.i++
-		case c == d:
+		case c != d:
+		case n == 1:
 			return nil
+		default:
+			n--
 		}
 	}
-	return refusedf("sed script has an unterminated expression")
+	return fmt.Errorf("sed script has an unterminated expression")
 }
 
 func (p *sedParser) address() error {
@@ -171,12 +176,12 @@ func (p *sedParser) address() error {
 		p.i++
 		if c == '\\' {
 			if p.eof() {
-				return refusedf("sed script ends in an address")
+				return fmt.Errorf("sed script ends in an address")
 			}
 			d = p.peek()
 			p.i++
 		}
-		if err := p.delimited(d); err != nil {
+		if err := p.delimited(d, 1); err != nil {
 			return err
 		}
 		p.skip("IM")
@@ -197,51 +202,45 @@ func (p *sedParser) command() error {
 	case 'a', 'i', 'c', 'r', 'R':
 		p.toEOL()
 	case 'w', 'W':
-		return refusedf("sed's %c command writes a file of the caller's choosing", c)
+		return fmt.Errorf("sed's %c command writes a file of the caller's choosing", c)
 	case 'e':
-		return refusedf("sed's e command runs other programs")
+		return fmt.Errorf("sed's e command runs other programs")
 	case 's':
 		return p.substitute()
 	case 'y':
 		if p.eof() {
-			return refusedf("sed script ends in a y command")
+			return fmt.Errorf("sed script ends in a y command")
 		}
 		d := p.peek()
 		p.i++
-		if err := p.delimited(d); err != nil {
-			return err
-		}
-		return p.delimited(d)
+		return p.delimited(d, 2)
 	default:
-		return refusedf("sed command %q is not one the check knows", string(c))
+		return fmt.Errorf("sed command %q is not one the check knows", string(c))
 	}
 	return nil
 }
 
 func (p *sedParser) substitute() error {
 	if p.eof() || p.peek() == '\n' || p.peek() == '\\' {
-		return refusedf("sed s command has no delimiter")
+		return fmt.Errorf("sed s command has no delimiter")
 	}
 	d := p.peek()
 	p.i++
-	if err := p.delimited(d); err != nil {
-		return err
-	}
-	if err := p.delimited(d); err != nil {
+	if err := p.delimited(d, 2); err != nil {
 		return err
 	}
 	for !p.eof() {
 		switch f := p.peek(); {
 		case f == 'e':
-			return refusedf("sed's s///e flag runs the pattern space as a command")
+			return fmt.Errorf("sed's s///e flag runs the pattern space as a command")
 		case f == 'w':
-			return refusedf("sed's s///w flag writes a file of the caller's choosing")
+			return fmt.Errorf("sed's s///w flag writes a file of the caller's choosing")
 		case f == 'g', f == 'p', f == 'i', f == 'I', f == 'm', f == 'M', f >= '0' && f <= '9':
 			p.i++
 		case f == ';', f == '\n', f == '}', f == ' ', f == '\t', f == '#':
 			return nil
 		default:
-			return refusedf("sed s command has the unknown flag %q", string(f))
+			return fmt.Errorf("sed s command has the unknown flag %q", string(f))
 		}
 	}
 	return nil

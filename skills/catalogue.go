@@ -38,12 +38,9 @@ type Catalogue struct {
 	objects map[string]objectSkill // object name → its skill
 	errs    map[string]error       // source (folder or object) → why it is not served
 
-	watch   jetstream.ObjectWatcher
 	started bool
 	life    *life.Life // the watch runs as its loop
 	ready   chan struct{}
-	done    chan struct{}
-	once    sync.Once
 }
 
 type objectSkill struct {
@@ -57,7 +54,7 @@ func NewCatalogue(cfg Config) *Catalogue {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Catalogue{cfg: cfg, log: cfg.Logger, local: map[string]*Skill{}, objects: map[string]objectSkill{},
-		errs: map[string]error{}, ready: make(chan struct{}), done: make(chan struct{}), life: life.New(life.Config{Logger: cfg.Logger})}
+		errs: map[string]error{}, ready: make(chan struct{}), life: life.New(life.Config{Logger: cfg.Logger})}
 }
 
 // Start reads the folders and starts watching the object store; it returns
@@ -83,14 +80,13 @@ func (c *Catalogue) Start(ctx context.Context) error {
 	}
 	if c.cfg.Objects == nil {
 		close(c.ready)
-		close(c.done)
 		return nil
 	}
 	w, err := c.cfg.Objects.Watch(ctx)
 	if err != nil {
 		return fmt.Errorf("skills: watch the object store: %w", err)
 	}
-	c.watch = w
+	c.life.Defer(func(context.Context) error { return w.Stop() })
 	c.life.Loop(func(lctx context.Context) {
 		rctx, cancel := context.WithCancel(ctx) // Start's context, or the drain
 		defer context.AfterFunc(lctx, cancel)()
@@ -115,8 +111,7 @@ func errSource(err error, fallback string) string {
 
 // run applies the object store's updates until the watch ends.
 func (c *Catalogue) run(ctx context.Context, w jetstream.ObjectWatcher) {
-	defer close(c.done)
-	initial := true
+	ready := sync.OnceFunc(func() { close(c.ready) }) // at the end of the initial values
 	for {
 		select {
 		case <-ctx.Done():
@@ -126,10 +121,7 @@ func (c *Catalogue) run(ctx context.Context, w jetstream.ObjectWatcher) {
 				return
 			}
 			if info == nil {
-				if initial {
-					initial = false
-					close(c.ready)
-				}
+				ready()
 				continue
 			}
 			c.apply(ctx, info)
@@ -198,11 +190,6 @@ func (c *Catalogue) Drain(ctx context.Context) error {
 	if !c.started {
 		return nil
 	}
-	c.once.Do(func() {
-		if c.watch != nil {
-			_ = c.watch.Stop()
-		}
-	})
 	return c.life.Drain(ctx)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -14,7 +15,7 @@ import (
 )
 
 // Materializer puts skills' files on disk for tools that run their
-// scripts: each version goes to its own directory under Root, named by its
+// scripts: each version goes to its own directory under its root, named by its
 // digest, so a script that is running keeps its files when a new version
 // arrives. Concurrent first uses of a version share one write; a directory
 // is removed once no call holds it and it is no longer the current version
@@ -55,9 +56,6 @@ func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
 	}
 	return &Materializer{cat: cat, root: root, dirs: map[string]*materialized{}}, nil
 }
-
-// Root returns the directory the skills are put in.
-func (m *Materializer) Root() string { return m.root }
 
 // Close removes the root and everything in it; Acquire fails after it.
 func (m *Materializer) Close() error { return os.RemoveAll(m.root) }
@@ -112,16 +110,12 @@ func CheckPrivate(dir string) error {
 // a release to call when the files are no longer needed. The error says
 // when there is no such skill.
 func (m *Materializer) Acquire(ctx context.Context, name, user string) (string, func(), error) {
-	var s *Skill
-	for _, c := range m.cat.Skills(user) {
-		if c.Name == name {
-			s = c
-			break
-		}
-	}
-	if s == nil {
+	visible := m.cat.Skills(user)
+	i := slices.IndexFunc(visible, func(c *Skill) bool { return c.Name == name })
+	if i < 0 {
 		return "", nil, fmt.Errorf("there is no skill called %q", name)
 	}
+	s := visible[i]
 	m.mu.Lock()
 	e, ok := m.dirs[s.Digest]
 	if !ok {
@@ -306,9 +300,6 @@ func LoadDir(dir string) (out []*Skill, errs []error, err error) {
 	}
 	for _, e := range entries {
 		sub := filepath.Join(dir, e.Name())
-		if fi, err := os.Stat(sub); err != nil || !fi.IsDir() {
-			continue
-		}
 		if _, err := os.Stat(filepath.Join(sub, File)); err != nil {
 			continue
 		}

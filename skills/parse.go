@@ -77,23 +77,19 @@ func Parse(file, folder string, data []byte) (Meta, string, error) {
 	if !ok {
 		return fail("must start with a '---' line that opens the YAML front matter")
 	}
-	var front, body string
-	if strings.HasPrefix(rest, "---\n") || rest == "---" {
-		front, body = "", strings.TrimPrefix(rest, "---")
-	} else {
-		i := strings.Index(rest, "\n---\n")
-		switch {
-		case i >= 0:
-			front, body = rest[:i], rest[i+len("\n---\n"):]
-		case strings.HasSuffix(rest, "\n---"):
-			front, body = rest[:len(rest)-len("\n---")], ""
-		default:
-			if len(rest) > MaxFrontMatter {
-				return fail("front matter is larger than 64 KiB (and has no closing '---' line)")
-			}
-			return fail("front matter has no closing '---' line")
-		}
+	// The front matter ends at the first '---' line, which may be the first
+	// line of rest or its last (without a line end).
+	front, body, closed := strings.Cut("\n"+rest, "\n---\n")
+	if !closed {
+		front, closed = strings.CutSuffix("\n"+rest, "\n---")
 	}
+	switch {
+	case !closed && len(rest) > MaxFrontMatter:
+		return fail("front matter is larger than 64 KiB (and has no closing '---' line)")
+	case !closed:
+		return fail("front matter has no closing '---' line")
+	}
+	front = strings.TrimPrefix(front, "\n") // the line end put in front of rest
 	if len(front) > MaxFrontMatter {
 		return fail("front matter is %d bytes, larger than 64 KiB", len(front))
 	}

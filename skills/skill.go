@@ -79,13 +79,8 @@ func newSkill(folder, where, source string, files map[string][]byte) (*Skill, er
 		return nil, err
 	}
 	s := &Skill{Meta: meta, Body: body, Source: source, files: maps.Clone(files), Digest: Digest(files)}
-	s.resources = append([]string{File}, slices.Sorted(func(yield func(string) bool) {
-		for p := range files {
-			if p != File && !yield(p) {
-				return
-			}
-		}
-	})...)
+	others := slices.DeleteFunc(slices.Sorted(maps.Keys(files)), func(p string) bool { return p == File })
+	s.resources = append([]string{File}, others...)
 	return s, nil
 }
 

@@ -82,23 +82,22 @@ const loaderDescription = "Load an agent skill: its SKILL.md (instructions to re
 // view; false when no skill is visible. It is read-only and, since a load
 // activates groups that change what later calls see, not concurrency-safe.
 func (v *View) LoaderDef() (bus.ToolDef, bool) {
-	return v.toolDef(LoaderName, loaderDescription, func() string {
-		enum, _ := json.Marshal(v.Names())
-		return fmt.Sprintf(`{"type":"object","properties":{"skillId":{"type":"string","enum":%s,"description":"The name of the skill to load."},`+
-			`"path":{"type":"string","description":"The file to read, relative to the skill's folder with /: SKILL.md for the skill's instructions, or a resource path such as scripts/run.sh."}},`+
-			`"required":["skillId","path"]}`, enum)
-	})
+	enum, _ := json.Marshal(v.Names())
+	schema := fmt.Sprintf(`{"type":"object","properties":{"skillId":{"type":"string","enum":%s,"description":"The name of the skill to load."},`+
+		`"path":{"type":"string","description":"The file to read, relative to the skill's folder with /: SKILL.md for the skill's instructions, or a resource path such as scripts/run.sh."}},`+
+		`"required":["skillId","path"]}`, enum)
+	return v.toolDef(LoaderName, loaderDescription, schema)
 }
 
 // toolDef is the definition of one of the view's tools (the loader, the
-// viewer), its input schema made by schema; false when no skill is
+// viewer) with its input schema; false when no skill is
 // visible. Each is read-only, never asked about and, since it activates
 // groups, not concurrency-safe.
-func (v *View) toolDef(name, description string, schema func() string) (bus.ToolDef, bool) {
+func (v *View) toolDef(name, description, schema string) (bus.ToolDef, bool) {
 	if v.Empty() {
 		return bus.ToolDef{}, false
 	}
-	d := bus.ToolDef{Name: name, Description: description, InputSchema: json.RawMessage(schema()),
+	d := bus.ToolDef{Name: name, Description: description, InputSchema: json.RawMessage(schema),
 		ReadOnly: true, ConcurrencySafe: false, Permission: bus.PermissionAllow}
 	d.Defaults()
 	return d, true
@@ -210,7 +209,7 @@ const viewerSchema = `{"type":"object","properties":{"skill":{"type":"string","d
 // when no skill is visible. Like the loader it is read-only, never asked
 // about and, since a view activates groups, not concurrency-safe.
 func (v *View) ViewerDef() (bus.ToolDef, bool) {
-	return v.toolDef(ViewerName, viewerDescription, func() string { return viewerSchema })
+	return v.toolDef(ViewerName, viewerDescription, viewerSchema)
 }
 
 // ViewInput is the input of the Skill viewer.

@@ -48,15 +48,6 @@ type Config struct {
 	MaxPerUser int
 }
 
-func (c *Config) defaults() {
-	if c.MaxPerSession <= 0 {
-		c.MaxPerSession = DefaultMaxPerSession
-	}
-	if c.MaxPerUser <= 0 {
-		c.MaxPerUser = DefaultMaxPerUser
-	}
-}
-
 // Setup creates (or updates) the P_tasks bucket, whose records expire keep
 // (zero: DefaultKeep) after their last write.
 func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas int, keep time.Duration) (jetstream.KeyValue, error) {
@@ -107,7 +98,12 @@ type Store struct {
 
 // New returns the store over kv (from Setup).
 func New(kv jetstream.KeyValue, cfg Config) *Store {
-	cfg.defaults()
+	if cfg.MaxPerSession <= 0 {
+		cfg.MaxPerSession = DefaultMaxPerSession
+	}
+	if cfg.MaxPerUser <= 0 {
+		cfg.MaxPerUser = DefaultMaxPerUser
+	}
 	return &Store{kv: kv, cfg: cfg}
 }
 

@@ -43,11 +43,6 @@ func Inject(ctx context.Context, fallbackParent, fallbackState string) (string, 
 	return c["traceparent"], c["tracestate"]
 }
 
-// Span attributes of the GenAI conventions.
-var (
-	opExecuteTool = attribute.String("gen_ai.operation.name", "execute_tool")
-)
-
 // enabled is set once a provider is installed; until then StartTool costs
 // nothing and traceparent passes through unchanged.
 var enabled atomic.Bool
@@ -68,7 +63,7 @@ func StartTool(ctx context.Context, kind trace.SpanKind, tool, callID, session s
 	}
 	tr := otel.GetTracerProvider().Tracer(instrumentation)
 	return tr.Start(ctx, "execute_tool "+tool, trace.WithSpanKind(kind), trace.WithAttributes(
-		opExecuteTool,
+		attribute.String("gen_ai.operation.name", "execute_tool"),
 		attribute.String("gen_ai.tool.name", tool),
 		attribute.String("gen_ai.tool.call.id", callID),
 		attribute.String("gen_ai.conversation.id", session),

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
@@ -40,48 +40,29 @@ const (
 	maxElicitRounds = 3
 )
 
-// capabilities are the client capabilities the bridge declares.
-func capabilities() mcp.ClientCapabilities {
-	c := mcp.ClientCapabilities{
-		Sampling:    &mcp.SamplingCapability{},
-		Elicitation: &mcp.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}},
-	}
-	// The roots never change while the bridge runs: no listChanged.
-	c.Roots = &struct {
-		ListChanged bool `json:"listChanged,omitempty"`
-	}{}
-	return c
-}
-
 // asker answers a server's requests of the bridge on behalf of the bus
 // call behind them (origin).
 type asker struct {
 	s            *Server
 	defaultRoots []string // Config.Roots, when the server has none
-	bus          askBus
+	bus          *client.Client
 	origin       func(ctx context.Context) (*origin, error) // link.origin
 	questions    chan struct{}                              // a semaphore of maxQuestions
 	log          *slog.Logger
 }
 
-type askBus interface {
-	Watch(ctx context.Context, session string) (*client.Events, error)
-	Call(ctx context.Context, session string, b bus.Batch, opts ...client.CallOption) (*bus.Reply, error)
-	Cancel(ctx context.Context, session, replyID string, calls ...string) error
-}
-
-var _ askBus = (*client.Client)(nil)
-
+// clientOptions declare the bridge's client capabilities and answer the
+// server's requests with a. Both elicitation modes are declared; the roots
+// never change while the bridge runs: no listChanged. Sampling is declared
+// by mcp-go for its handler.
 func (a *asker) clientOptions() []mcpclient.ClientOption {
-	return []mcpclient.ClientOption{mcpclient.WithClientCapabilities(capabilities()),
+	c := mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}}}
+	c.Roots = &struct {
+		ListChanged bool `json:"listChanged,omitempty"`
+	}{}
+	return []mcpclient.ClientOption{mcpclient.WithClientCapabilities(c),
 		mcpclient.WithRootsHandler(a), mcpclient.WithElicitationHandler(a), mcpclient.WithSamplingHandler(a)}
 }
-
-var (
-	_ mcpclient.RootsHandler       = (*asker)(nil)
-	_ mcpclient.ElicitationHandler = (*asker)(nil)
-	_ mcpclient.SamplingHandler    = (*asker)(nil)
-)
 
 // ListRoots answers roots/list: the server's configured roots, else the
 // bridge's (the worker's --workdir), as file:// URIs.
@@ -98,11 +79,8 @@ func (a *asker) ListRoots(context.Context, mcp.ListRootsRequest) (*mcp.ListRoots
 }
 
 func rootOf(r string) mcp.Root {
-	if strings.HasPrefix(r, "file://") {
-		u, err := url.Parse(r)
-		if err == nil {
-			return mcp.Root{URI: r, Name: filepath.Base(u.Path)}
-		}
+	if u, err := url.Parse(r); err == nil && strings.HasPrefix(r, "file://") {
+		return mcp.Root{URI: r, Name: filepath.Base(u.Path)}
 	}
 	if abs, err := filepath.Abs(r); err == nil {
 		r = abs
@@ -156,16 +134,12 @@ func (l *link) origin(ctx context.Context) (*origin, error) {
 // outlives none of the calls it is asked for.
 func (o *origin) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	var mu sync.Mutex
-	left := len(o.ctxs)
+	var left atomic.Int64
+	left.Store(int64(len(o.ctxs)))
 	stops := make([]func() bool, 0, len(o.ctxs))
 	for _, c := range o.ctxs {
 		stops = append(stops, context.AfterFunc(c, func() {
-			mu.Lock()
-			left--
-			last := left == 0
-			mu.Unlock()
-			if last {
+			if left.Add(-1) == 0 {
 				cancel(errors.New("the bus call that asked has ended"))
 			}
 		}))
@@ -192,9 +166,6 @@ const elicitDescription = "An MCP server asks the user. Answer with a text block
 	`{"action":"accept","content":{...}} (content fits requested_schema), {"action":"decline"} or {"action":"cancel"}; ` +
 	"a bare JSON object is accepted as the content; an error answer declines."
 
-// elicitInput is what the parked elicit call shows its answerer.
-type elicitInput = bus.Question
-
 // Elicit answers elicitation/create: it parks a call of the elicit tool in
 // the origin's session and returns the answer, checked against the
 // requested schema (a misfit is parked again, then cancelled).
@@ -205,7 +176,7 @@ func (a *asker) Elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.Elic
 	}
 	ctx, done := o.bound(ctx)
 	defer done()
-	in := elicitInput{Server: a.s.Name, User: o.user, Mode: r.Params.Mode, Message: r.Params.Message, URL: r.Params.URL,
+	in := bus.Question{Server: a.s.Name, User: o.user, Mode: r.Params.Mode, Message: r.Params.Message, URL: r.Params.URL,
 		ElicitationID: r.Params.ElicitationID, Calls: o.calls}
 	in.Mode = cmp.Or(in.Mode, mcp.ElicitationModeForm)
 	var schema *schemas.Schema
@@ -242,14 +213,9 @@ func elicitAnswer(res bus.Result, schema *schemas.Schema) (out *mcp.ElicitationR
 	action := func(a mcp.ElicitationResponseAction, content any) *mcp.ElicitationResult {
 		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: a, Content: content}}
 	}
-	switch res.State {
-	case bus.StateSuccess:
-	case bus.StateError:
-		if res.Error == nil || res.Error.Code == bus.CodeToolError {
-			return action(mcp.ElicitationResponseActionDecline, nil), ""
-		}
-		return action(mcp.ElicitationResponseActionCancel, nil), "" // timeout, limit_exceeded ...
-	default: // interrupted, denied
+	if res.State == bus.StateError && (res.Error == nil || res.Error.Code == bus.CodeToolError) {
+		return action(mcp.ElicitationResponseActionDecline, nil), ""
+	} else if res.State != bus.StateSuccess { // timeout, limit_exceeded, interrupted, denied ...
 		return action(mcp.ElicitationResponseActionCancel, nil), ""
 	}
 	text := strings.TrimSpace(answerText(res.Output))
@@ -355,10 +321,9 @@ func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request
 	default:
 		return bus.Result{}, fmt.Errorf("MCP server %q already has %d questions waiting; refused", a.s.Name, maxQuestions)
 	}
-	cl := a.bus
 	c.ID = "mcp-" + nuid.Next()
 	replyID := client.NewReplyID()
-	ev, err := cl.Watch(ctx, o.session)
+	ev, err := a.bus.Watch(ctx, o.session)
 	if err != nil {
 		return bus.Result{}, err
 	}
@@ -374,11 +339,11 @@ func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request
 			// Withdraw the question: it may have parked even when the
 			// reply did not arrive.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = cl.Cancel(cctx, o.session, replyID, c.ID)
+			_ = a.bus.Cancel(cctx, o.session, replyID, c.ID)
 			cancel()
 		}
 	}()
-	reply, err := cl.Call(ctx, o.session, b, opts...)
+	reply, err := a.bus.Call(ctx, o.session, b, opts...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return bus.Result{}, context.Cause(ctx)

@@ -19,7 +19,7 @@ import (
 type asked struct {
 	replyID string
 	call    bus.Parked
-	input   elicitInput
+	input   bus.Question
 }
 
 // publish publishes a call of tool and returns its events and reply id.

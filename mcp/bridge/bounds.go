@@ -64,9 +64,8 @@ type progressGate struct {
 
 	mu      sync.Mutex
 	last    time.Time
-	pending string
-	has     bool
-	timer   *time.Timer
+	pending string      // the latest notice, while timer runs
+	timer   *time.Timer // set while a notice is pending
 	closed  bool
 }
 
@@ -89,7 +88,7 @@ func (g *progressGate) offer(text string) {
 		g.send(text)
 		return
 	}
-	g.pending, g.has = text, true
+	g.pending = text
 	if g.timer == nil {
 		g.timer = time.AfterFunc(g.every-time.Since(g.last), g.flush)
 	}
@@ -99,12 +98,12 @@ func (g *progressGate) offer(text string) {
 func (g *progressGate) flush() {
 	g.mu.Lock()
 	g.timer = nil
-	if g.closed || !g.has {
+	if g.closed {
 		g.mu.Unlock()
 		return
 	}
 	text := g.pending
-	g.pending, g.has, g.last = "", false, time.Now()
+	g.pending, g.last = "", time.Now()
 	g.sendMu.Lock()
 	g.mu.Unlock()
 	defer g.sendMu.Unlock()
@@ -174,26 +173,20 @@ func (l *lineLimiter) take(b []byte) {
 			seg = b[:i+1]
 		}
 		b = b[len(seg):]
-		if l.skipping {
-			if i >= 0 { // the cut line ends here
-				l.skipping = false
-				l.out = append(l.out, l.instead...)
-				l.instead = nil
+		if !l.skipping {
+			if room := l.limit - l.n; int64(len(seg)) <= room {
+				l.pass(seg)
+				if i >= 0 {
+					l.n, l.head = 0, l.head[:0]
+				}
+				continue
 			}
-			continue
+			l.cutLine(seg[:max(l.limit-l.n, 0)])
 		}
-		if room := l.limit - l.n; int64(len(seg)) > room {
-			l.cutLine(seg[:max(room, 0)])
-			if i >= 0 { // it ended in this chunk after all
-				l.skipping = false
-				l.out = append(l.out, l.instead...)
-				l.instead = nil
-			}
-			continue
-		}
-		l.pass(seg)
-		if i >= 0 {
-			l.n, l.head = 0, l.head[:0]
+		if i >= 0 { // the cut line ends here
+			l.skipping = false
+			l.out = append(l.out, l.instead...)
+			l.instead = nil
 		}
 	}
 }
@@ -302,14 +295,8 @@ type limitedBody struct {
 	err       error
 }
 
-func (b *limitedBody) failed() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.err
-}
-
 // fail records err unless an error is recorded already, and returns the
-// one recorded.
+// one recorded (fail(nil) only reads it).
 func (b *limitedBody) fail(err error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -322,7 +309,7 @@ func (b *limitedBody) fail(err error) error {
 var errBodyClosed = errors.New("body closed")
 
 func (b *limitedBody) Read(p []byte) (int, error) {
-	if err := b.failed(); err != nil {
+	if err := b.fail(nil); err != nil {
 		return 0, err
 	}
 	k, err := b.rc.Read(p)

@@ -71,11 +71,7 @@ type Config struct {
 // Bridge connects the servers of a File and serves their tools. Start it
 // once; Stop is safe to call twice.
 type Bridge struct {
-	nc     *nats.Conn
-	client *client.Client // asks on the servers' behalf (ask.go)
-	cfg    Config
-	file   *File
-	links  []*link
+	links []*link
 
 	subs     []*nats.Subscription // the resources verb, one per server
 	life     *life.Life           // the links run as its loops
@@ -115,21 +111,24 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	if cfg.MaxMessage <= 0 {
 		cfg.MaxMessage = DefaultMaxMessage
 	}
-	b := &Bridge{nc: nc, cfg: cfg, file: f, life: life.New(life.Config{Logger: cfg.Logger}), client: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})}
+	b := &Bridge{life: life.New(life.Config{Logger: cfg.Logger})}
+	// The bridge's client asks on the servers' behalf (ask.go).
+	bc := client.New(nc, client.Config{Prefix: cfg.Prefix, Source: "toolbus/bridge/" + cfg.ID})
 	for i := range f.Servers {
-		b.links = append(b.links, b.newLink(&f.Servers[i]))
+		b.links = append(b.links, newLink(nc, bc, cfg, f.Groups, &f.Servers[i]))
 	}
 	return b, nil
 }
 
 // newLink makes server s's link and wires its parts: the one place that
 // knows both the bridge and the link (docs/mcp.md "Structure").
-func (b *Bridge) newLink(s *Server) *link {
-	log := b.cfg.Logger.With("mcp_server", s.Name)
-	l := &link{nc: b.nc, cfg: b.cfg, groups: b.file.Groups, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1), progress: map[string]*inflight{}}
-	l.asks = &asker{s: s, defaultRoots: b.cfg.Roots, bus: b.client, origin: l.origin, questions: make(chan struct{}, maxQuestions), log: log}
-	l.res = &resourceServer{s: s, nc: b.nc, prefix: b.cfg.Prefix, id: b.cfg.ID, conn: l.connection, readers: make(chan struct{}, maxReaders), log: log}
-	l.calls = &caller{s: s, conn: l.connection, track: l.track, lost: func() { signal(l.fail) }, retry: b.cfg.Grace > 0, log: log}
+func newLink(nc *nats.Conn, bc *client.Client, cfg Config, groups []bus.Group, s *Server) *link {
+	log := cfg.Logger.With("mcp_server", s.Name)
+	l := &link{nc: nc, cfg: cfg, groups: groups, s: s, log: log, fail: make(chan struct{}, 1), refresh: make(chan struct{}, 1),
+		wake: make(chan struct{}), progress: map[string]*inflight{}}
+	l.asks = &asker{s: s, defaultRoots: cfg.Roots, bus: bc, origin: l.origin, questions: make(chan struct{}, maxQuestions), log: log}
+	l.res = &resourceServer{s: s, nc: nc, prefix: cfg.Prefix, id: cfg.ID, conn: l.connection, readers: make(chan struct{}, maxReaders), log: log}
+	l.calls = &caller{s: s, conn: l.connection, track: l.track, lost: func() { signal(l.fail) }, retry: cfg.Grace > 0, log: log}
 	return l
 }
 
@@ -196,7 +195,6 @@ type link struct {
 	unknown  []string      // enable_tools/disable_tools names the server lacks
 	epoch    int           // counts disconnections
 	cl       *mcpclient.Client
-	tr       transport.Interface
 	w        *worker.Worker
 	defs     []bus.ToolDef
 	gen      int
@@ -204,7 +202,7 @@ type link struct {
 }
 
 // inflight is a bus call being run by the server, with its context and
-// the gate its progress goes through (nil: sent as it comes).
+// the gate its progress goes through.
 type inflight struct {
 	call *worker.Call
 	ctx  context.Context
@@ -277,7 +275,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	defer func() {
 		l.mu.Lock()
 		if l.cl == cl {
-			l.cl, l.tr = nil, nil
+			l.cl = nil
 			l.wakeLocked()
 		}
 		l.mu.Unlock()
@@ -297,7 +295,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("initialize: %w", err)
 	}
 	l.mu.Lock()
-	l.cl, l.tr = cl, tr
+	l.cl = cl
 	l.wakeLocked()
 	l.mu.Unlock()
 	if err := l.publish(ctx, cl); err != nil {
@@ -376,34 +374,28 @@ func (l *link) graceful(ctx context.Context) {
 
 // wakeLocked wakes the calls waiting for the server.
 func (l *link) wakeLocked() {
-	if l.wake != nil {
-		close(l.wake)
-	}
+	close(l.wake)
 	l.wake = make(chan struct{})
 }
 
-// connection returns the server's client and transport, other than dead,
+// connection returns the server's client, other than dead,
 // waiting while the server is being reconnected with its tools still
 // registered; nil when the tools were withdrawn or ctx ended first.
-func (l *link) connection(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) {
+func (l *link) connection(ctx context.Context, dead *mcpclient.Client) *mcpclient.Client {
 	for {
 		l.mu.Lock()
-		cl, tr, w := l.cl, l.tr, l.w
-		if l.wake == nil {
-			l.wake = make(chan struct{})
-		}
-		wake := l.wake
+		cl, w, wake := l.cl, l.w, l.wake
 		l.mu.Unlock()
 		if cl == dead {
-			cl, tr = nil, nil
+			cl = nil
 		}
 		if cl != nil || w == nil {
-			return cl, tr
+			return cl
 		}
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			return nil, nil
+			return nil
 		}
 	}
 }
@@ -439,7 +431,7 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 		defs = append(defs, d)
 	}
 	l.mu.Lock()
-	same := l.w != nil && sameDefs(l.defs, defs)
+	same := l.w != nil && slices.EqualFunc(l.defs, defs, func(a, b bus.ToolDef) bool { return a.Equal(&b) })
 	l.mu.Unlock()
 	if same {
 		return nil
@@ -469,12 +461,6 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 	l.w, l.defs = w, defs
 	l.mu.Unlock()
 	return nil
-}
-
-func sameDefs(a, b []bus.ToolDef) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return string(x) == string(y)
 }
 
 // stopWorker drains the server's worker for at most 30 s, even when ctx
@@ -508,10 +494,6 @@ func (l *link) onNotification(n mcp.JSONRPCNotification) {
 		if f == nil {
 			return
 		}
-		if f.gate == nil {
-			_ = f.call.Progress(textBlock(progressText(p)))
-			return
-		}
 		f.gate.offer(progressText(p))
 	}
 }
@@ -533,9 +515,9 @@ func progressText(f map[string]any) string {
 // caller runs the bus calls of a server's tools on its connection.
 type caller struct {
 	s     *Server
-	conn  func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) // link.connection
-	track func(token string, f *inflight) (untrack func())                                           // link.track
-	lost  func()                                                                                     // the connection failed: reconnect
+	conn  func(ctx context.Context, dead *mcpclient.Client) *mcpclient.Client // link.connection
+	track func(token string, f *inflight) (untrack func())                    // link.track
+	lost  func()                                                              // the connection failed: reconnect
 	// retry: a read-only or idempotent call cut by a failed connection
 	// runs once more on the new one (Config.Grace > 0).
 	retry bool
@@ -578,7 +560,7 @@ func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 		req.Params.Meta = &mcp.Meta{ProgressToken: token}
 		var dead *mcpclient.Client
 		for attempt := 0; ; attempt++ {
-			cl, tr := cr.conn(ctx, dead)
+			cl := cr.conn(ctx, dead)
 			if cl == nil {
 				return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", cr.s.Name)), nil
 			}
@@ -588,14 +570,14 @@ func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 				err error
 			)
 			if asTask {
-				res, err = cr.callTask(rctx, cl, tr, req, c)
+				res, err = cr.callTask(rctx, cl, req, c)
 			} else {
 				res, err = cl.CallTool(rctx, req)
 			}
 			if err == nil {
 				return Result(res), nil
 			}
-			out, lost := cr.failed(ctx, tr, ids, err)
+			out, lost := cr.failed(ctx, cl.GetTransport(), ids, err)
 			if lost && retry && attempt == 0 && cr.retry {
 				dead = cl
 				continue

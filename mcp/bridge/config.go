@@ -207,13 +207,9 @@ func (s *Server) setupTimeout() time.Duration {
 // unknownNames returns the names of EnableTools and DisableTools that
 // none of tools has.
 func (s *Server) unknownNames(tools []mcp.Tool) []string {
-	have := make(map[string]bool, len(tools))
-	for _, t := range tools {
-		have[t.Name] = true
-	}
 	var out []string
 	for _, n := range slices.Concat(s.EnableTools, s.DisableTools) {
-		if !have[n] {
+		if !slices.ContainsFunc(tools, func(t mcp.Tool) bool { return t.Name == n }) {
 			out = append(out, n)
 		}
 	}

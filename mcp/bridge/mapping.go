@@ -67,12 +67,8 @@ func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 	if string(schemas.Output) == "null" {
 		schemas.Output = nil
 	}
-	title := t.Title
-	title = cmp.Or(title, t.Annotations.Title)
-	title = cut(title, MaxTitle)
-	desc := t.Description
-	desc = cmp.Or(desc, title)
-	desc = cut(desc, MaxDescription)
+	title := cut(cmp.Or(t.Title, t.Annotations.Title), MaxTitle)
+	desc := cut(cmp.Or(t.Description, title), MaxDescription)
 	ref := &bus.MCPRef{Server: s.Name, Tool: t.Name, Annotations: annotations(t.Annotations)}
 	if t.Execution != nil {
 		ref.TaskSupport = string(t.Execution.TaskSupport)
@@ -138,16 +134,15 @@ func Result(r *mcp.CallToolResult) *bus.ExecResult {
 
 // structured returns the result's structuredContent as compact JSON.
 func structured(r *mcp.CallToolResult) []byte {
-	var b []byte
-	if len(r.RawStructuredContent) > 0 && string(r.RawStructuredContent) != "null" {
-		b = r.RawStructuredContent
-	} else if r.StructuredContent != nil {
+	b := []byte(r.RawStructuredContent)
+	if len(b) == 0 || string(b) == "null" {
+		if r.StructuredContent == nil {
+			return nil
+		}
 		var err error
 		if b, err = json.Marshal(r.StructuredContent); err != nil {
 			return nil
 		}
-	} else {
-		return nil
 	}
 	var c bytes.Buffer
 	if json.Compact(&c, b) != nil {
@@ -211,14 +206,11 @@ func annotate(b bus.Block, a *mcp.Annotations) bus.Block {
 }
 
 func data(mediaType, b64, def string) bus.Block {
-	mediaType = cmp.Or(mediaType, def)
-	return bus.Block{Type: bus.BlockData, MediaType: mediaType, Data: b64}
+	return bus.Block{Type: bus.BlockData, MediaType: cmp.Or(mediaType, def), Data: b64}
 }
 
 func resourceLink(l mcp.ResourceLink) bus.Block {
-	mt := l.MIMEType
-	mt = cmp.Or(mt, "application/octet-stream")
-	b := bus.Block{Type: bus.BlockData, MediaType: mt, URL: l.URI, Name: l.Name, Title: l.Title, Description: l.Description}
+	b := bus.Block{Type: bus.BlockData, MediaType: cmp.Or(l.MIMEType, "application/octet-stream"), URL: l.URI, Name: l.Name, Title: l.Title, Description: l.Description}
 	if l.Size != nil && *l.Size > 0 {
 		b.Size = *l.Size
 	}

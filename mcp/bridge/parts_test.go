@@ -10,7 +10,6 @@ import (
 	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/bus"
@@ -79,7 +78,7 @@ func TestCallerNotConnected(t *testing.T) {
 	tracked := 0
 	c := &caller{
 		s:     &Server{Name: "s"},
-		conn:  func(context.Context, *mcpclient.Client) (*mcpclient.Client, transport.Interface) { return nil, nil },
+		conn:  func(context.Context, *mcpclient.Client) *mcpclient.Client { return nil },
 		track: func(string, *inflight) func() { tracked++; return func() { tracked-- } },
 		lost:  func() { t.Error("lost without a connection") },
 		log:   slog.New(slog.DiscardHandler),

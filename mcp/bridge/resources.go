@@ -8,7 +8,6 @@ import (
 	"log/slog"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nats.go"
 
@@ -83,9 +82,9 @@ type ResourcesContents struct {
 type resourceServer struct {
 	s          *Server
 	nc         *nats.Conn
-	prefix, id string                                                                                     // Config.Prefix, Config.ID
-	conn       func(ctx context.Context, dead *mcpclient.Client) (*mcpclient.Client, transport.Interface) // link.connection
-	readers    chan struct{}                                                                              // a semaphore of maxReaders
+	prefix, id string                                                              // Config.Prefix, Config.ID
+	conn       func(ctx context.Context, dead *mcpclient.Client) *mcpclient.Client // link.connection
+	readers    chan struct{}                                                       // a semaphore of maxReaders
 	log        *slog.Logger
 }
 
@@ -142,7 +141,7 @@ func (rs *resourceServer) resources(ctx context.Context, m *nats.Msg) (string, a
 		ctx, cancel = context.WithDeadline(ctx, exp)
 		defer cancel()
 	}
-	cl, _ := rs.conn(ctx, nil)
+	cl := rs.conn(ctx, nil)
 	if cl == nil {
 		return "", nil, bus.Errorf(bus.CodeUnavailable, "MCP server %q is not connected", rs.s.Name)
 	}
@@ -191,61 +190,40 @@ func strictData(e *bus.Event, v any) error {
 	return nil
 }
 
+// listResources lists the server's resources and resource templates, at
+// most maxResources of each. A server that repeats a page's cursor ends
+// its listing there.
 func (rs *resourceServer) listResources(ctx context.Context, cl *mcpclient.Client) (*ResourcesListed, error) {
 	out := &ResourcesListed{Server: rs.s.Name, Resources: []Resource{}, Templates: []ResourceTemplate{}}
-	err := listPages(ctx, func(ctx context.Context, cursor mcp.Cursor) (mcp.Cursor, error) {
-		page, err := cl.ListResourcesByPage(ctx, mcp.ListResourcesRequest{PaginatedRequest: mcp.PaginatedRequest{Params: mcp.PaginatedParams{Cursor: cursor}}})
-		if err != nil {
-			return "", bus.Errorf(bus.CodeToolError, "resources/list: %v", err)
+	for r, err := range cl.IterResources(ctx, mcp.ListResourcesRequest{}) {
+		if errors.Is(err, mcpclient.ErrRepeatedListCursor) {
+			break
+		} else if err != nil {
+			return nil, bus.Errorf(bus.CodeToolError, "resources/list: %v", err)
 		}
-		for _, r := range page.Resources {
-			if len(out.Resources) == maxResources {
-				out.Truncated = true
-				return "", nil
-			}
-			out.Resources = append(out.Resources, Resource{Name: ToolName(rs.s.Name, r.Name), URI: r.URI, Title: r.Title,
-				Description: r.Description, MediaType: r.MIMEType, Annotations: annotate(bus.Block{}, r.Annotations).Annotations})
+		if len(out.Resources) == maxResources {
+			out.Truncated = true
+			break
 		}
-		return page.NextCursor, nil
-	})
-	if err != nil {
-		return nil, err
+		out.Resources = append(out.Resources, Resource{Name: ToolName(rs.s.Name, r.Name), URI: r.URI, Title: r.Title,
+			Description: r.Description, MediaType: r.MIMEType, Annotations: annotate(bus.Block{}, r.Annotations).Annotations})
 	}
-	err = listPages(ctx, func(ctx context.Context, cursor mcp.Cursor) (mcp.Cursor, error) {
-		page, err := cl.ListResourceTemplatesByPage(ctx, mcp.ListResourceTemplatesRequest{PaginatedRequest: mcp.PaginatedRequest{Params: mcp.PaginatedParams{Cursor: cursor}}})
+	for t, err := range cl.IterResourceTemplates(ctx, mcp.ListResourceTemplatesRequest{}) {
 		if err != nil {
-			return "", err
+			// Templates are optional: a server without them may refuse.
+			rs.log.Debug("bridge: resources/templates/list", "err", err)
+			break
 		}
-		for _, t := range page.ResourceTemplates {
-			if len(out.Templates) == maxResources {
-				out.Truncated = true
-				return "", nil
-			}
-			raw := ""
-			if t.URITemplate != nil && t.URITemplate.Template != nil {
-				raw = t.URITemplate.Raw()
-			}
-			out.Templates = append(out.Templates, ResourceTemplate{Name: ToolName(rs.s.Name, t.Name), URITemplate: raw, Title: t.Title,
-				Description: t.Description, MediaType: t.MIMEType, Annotations: annotate(bus.Block{}, t.Annotations).Annotations})
+		if len(out.Templates) == maxResources {
+			out.Truncated = true
+			break
 		}
-		return page.NextCursor, nil
-	})
-	if err != nil {
-		// Templates are optional: a server without them may refuse.
-		rs.log.Debug("bridge: resources/templates/list", "err", err)
+		raw := ""
+		if t.URITemplate != nil && t.URITemplate.Template != nil {
+			raw = t.URITemplate.Raw()
+		}
+		out.Templates = append(out.Templates, ResourceTemplate{Name: ToolName(rs.s.Name, t.Name), URITemplate: raw, Title: t.Title,
+			Description: t.Description, MediaType: t.MIMEType, Annotations: annotate(bus.Block{}, t.Annotations).Annotations})
 	}
 	return out, nil
-}
-
-// listPages calls page with each cursor until a page names no next cursor
-// (or the one it was given) or fails.
-func listPages(ctx context.Context, page func(context.Context, mcp.Cursor) (mcp.Cursor, error)) error {
-	var cursor mcp.Cursor
-	for {
-		next, err := page(ctx, cursor)
-		if err != nil || next == "" || next == cursor {
-			return err
-		}
-		cursor = next
-	}
 }

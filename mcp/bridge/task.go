@@ -25,15 +25,15 @@ import (
 // taskPoll is how often tasks/get is sent when the server names no interval.
 const taskPoll = 500 * time.Millisecond
 
-// callTask runs req as an MCP task on cl through tr.
-func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, tr transport.Interface, req mcp.CallToolRequest, c *worker.Call) (*mcp.CallToolResult, error) {
+// callTask runs req as an MCP task on cl.
+func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, req mcp.CallToolRequest, c *worker.Call) (*mcp.CallToolResult, error) {
 	req.Params.Task = &mcp.TaskParams{}
 	// mcp-go's CallTool cannot read a CreateTaskResult, so tools/call goes
 	// through the transport with an id of the bridge's own. The creation
 	// is not cut short by the call's cancellation: a task the server made
 	// must be known, to be cancelled.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cr.s.setupTimeout())
-	resp, err := tr.SendRequest(cctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
+	resp, err := cl.GetTransport().SendRequest(cctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
 		ID: mcp.NewRequestId("toolbus-task-" + nuid.Next()), Method: string(mcp.MethodToolsCall), Params: req.Params})
 	cancel()
 	if err != nil {

@@ -26,112 +26,93 @@ import (
 // whose context ends can be cancelled with notifications/cancelled
 // (mcp-go sends it only over stdio).
 func newTransport(s *Server, limit int64, log *slog.Logger) (transport.Interface, error) {
+	var (
+		t   transport.Interface
+		err error
+	)
 	switch s.Transport {
 	case TransportStdio:
 		return newStdio(s, limit, log)
 	case TransportSSE:
-		t, err := transport.NewSSE(s.URL, transport.WithHeaders(s.Headers), transport.WithSSELogger(log),
+		t, err = transport.NewSSE(s.URL, transport.WithHeaders(s.Headers), transport.WithSSELogger(log),
 			transport.WithHTTPClient(limitClient(limit)),
 			// The tool's own timeout bounds a call, not the transport's 60s.
 			transport.WithResponseTimeout(s.timeout+5*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		return &httpTransport{Interface: t, url: s.URL, headers: s.Headers, log: log}, nil
 	default:
 		// Continuous listening opens the GET stream on which the server's
 		// notifications/tools/list_changed arrives between calls.
-		t, err := transport.NewStreamableHTTP(s.URL, transport.WithHTTPHeaders(s.Headers), transport.WithContinuousListening(),
+		t, err = transport.NewStreamableHTTP(s.URL, transport.WithHTTPHeaders(s.Headers), transport.WithContinuousListening(),
 			transport.WithHTTPBasicClient(limitClient(limit)), transport.WithHTTPLogger(log))
-		if err != nil {
-			return nil, err
-		}
-		return &httpTransport{Interface: t, url: s.URL, headers: s.Headers, log: log}, nil
 	}
+	if err != nil {
+		return nil, err
+	}
+	return &httpTransport{Interface: t, url: s.URL, headers: s.Headers, log: log}, nil
 }
 
 // stdioTransport runs a stdio server itself, so that its output is read
 // through a lineLimiter (mcp-go reads a whole line whatever its size), and
-// speaks to it with mcp-go's transport over the pipes.
+// speaks to it with mcp-go's transport over the command's pipes.
 type stdioTransport struct {
 	*transport.Stdio
-	s   *Server
-	log *slog.Logger
-
-	inR, outW *os.File // the child's ends, closed once it started
-	inW, outR *os.File // ours
-	mu        sync.Mutex
-	cmd       *exec.Cmd
-	exited    chan struct{} // closed once the started child was waited for
+	cmd    *exec.Cmd
+	out    io.Closer     // our end of the server's stdout
+	exited chan struct{} // closed once the started child was waited for
 }
 
 func newStdio(s *Server, limit int64, log *slog.Logger) (*stdioTransport, error) {
-	inR, inW, err := os.Pipe()
+	cmd := exec.Command(s.Command, s.Args...)
+	cmd.Env = serverEnv(os.Environ())
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		cmd.Env = append(cmd.Env, k+"="+s.Env[k])
+	}
+	cmd.Dir = s.Cwd // stderr: the null device
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
+	out, err := cmd.StdoutPipe()
 	if err != nil {
-		inR.Close()
-		inW.Close()
+		in.Close()
 		return nil, err
 	}
-	t := &stdioTransport{s: s, log: log, inR: inR, inW: inW, outR: outR, outW: outW, exited: make(chan struct{})}
-	lim := newLineLimiter(outR, limit, func(what string) {
+	t := &stdioTransport{cmd: cmd, out: out, exited: make(chan struct{})}
+	lim := newLineLimiter(out, limit, func(what string) {
 		log.Error("bridge: the MCP server sent a message past the limit; refused", "what", what, "limit", limit)
 	})
-	t.Stdio = transport.NewIO(lim, inW, io.NopCloser(strings.NewReader("")))
+	t.Stdio = transport.NewIO(lim, in, io.NopCloser(strings.NewReader("")))
 	transport.WithCommandLogger(log)(t.Stdio)
 	return t, nil
 }
 
 // Start starts the server, which lives as long as ctx (or until Close).
 func (t *stdioTransport) Start(ctx context.Context) error {
-	var env []string
-	for _, k := range slices.Sorted(maps.Keys(t.s.Env)) {
-		env = append(env, k+"="+t.s.Env[k])
-	}
-	cmd := exec.CommandContext(ctx, t.s.Command, t.s.Args...)
-	cmd.Env = append(serverEnv(os.Environ()), env...)
-	cmd.Dir = t.s.Cwd
-	cmd.Stdin, cmd.Stdout = t.inR, t.outW // stderr: the null device
-	err := cmd.Start()
-	t.inR.Close()
-	t.outW.Close()
-	if err != nil {
-		t.inW.Close()
-		t.outR.Close()
+	if err := t.cmd.Start(); err != nil {
 		close(t.exited)
 		return fmt.Errorf("failed to start command: %w", err)
 	}
-	t.mu.Lock()
-	t.cmd = cmd
-	t.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { _ = t.cmd.Process.Kill() })
 	go func() {
-		_ = cmd.Wait()
-		t.outR.Close()
+		_ = t.cmd.Wait() // closes the pipes
+		stop()
 		close(t.exited)
 	}()
 	return t.Stdio.Start(ctx)
 }
 
 // Close closes the transport (and so the server's stdin), then gives the
-// server two seconds to exit before it is killed.
+// server two seconds to exit before it is killed. Start and Close are
+// called by the link's session, one after the other.
 func (t *stdioTransport) Close() error {
 	err := t.Stdio.Close()
-	t.mu.Lock()
-	cmd := t.cmd
-	t.mu.Unlock()
-	if cmd == nil {
-		t.inR.Close()
-		t.outW.Close()
-		t.outR.Close()
+	if t.cmd.Process == nil { // never started
+		t.out.Close()
 		return err
 	}
 	select {
 	case <-t.exited:
 	case <-time.After(2 * time.Second):
-		_ = cmd.Process.Kill()
+		_ = t.cmd.Process.Kill()
 		<-t.exited
 	}
 	return err
@@ -141,13 +122,7 @@ func (t *stdioTransport) Close() error {
 // without its NATS_* settings (credentials, tokens, keys), which a
 // third-party server must not read. A server's own env may set them.
 func serverEnv(environ []string) []string {
-	out := make([]string, 0, len(environ))
-	for _, kv := range environ {
-		if !strings.HasPrefix(kv, "NATS_") {
-			out = append(out, kv)
-		}
-	}
-	return out
+	return slices.DeleteFunc(environ, func(kv string) bool { return strings.HasPrefix(kv, "NATS_") })
 }
 
 // httpTransport passes everything to an SSE or streamable HTTP transport

@@ -128,16 +128,6 @@ func bearer(r *http.Request) (string, error) {
 	return strings.TrimSpace(tok), nil
 }
 
-// MetadataProvider is an Authenticator that also describes the protected
-// resource (RFC 9728), as OAuth does: its metadata is served at
-// /.well-known/oauth-protected-resource (and every path below it), and
-// 401 answers name it.
-type MetadataProvider interface {
-	Metadata() server.ProtectedResourceMetadataConfig
-	// MetadataURL is the absolute URL of the metadata document.
-	MetadataURL() string
-}
-
 // metadataURL returns the RFC 9728 3.1 well-known URL of resource.
 func metadataURL(resource string) (string, error) {
 	u, err := url.Parse(resource)
@@ -192,8 +182,8 @@ func (f *gatekeeper) challenge(params string) string {
 	if params != "" {
 		parts = append(parts, params)
 	}
-	if m, ok := f.auth.(MetadataProvider); ok {
-		parts = append(parts, `resource_metadata="`+m.MetadataURL()+`"`)
+	if o, ok := f.auth.(*OAuth); ok {
+		parts = append(parts, `resource_metadata="`+o.metaURL+`"`)
 	}
 	if len(parts) == 0 {
 		return `Bearer realm="toolbus"`
@@ -247,12 +237,12 @@ func (f *gatekeeper) serveMetadata(w http.ResponseWriter, r *http.Request) bool 
 	if p != server.WellKnownProtectedResourcePath && !strings.HasPrefix(p, server.WellKnownProtectedResourcePath+"/") {
 		return false
 	}
-	m, ok := f.auth.(MetadataProvider)
+	o, ok := f.auth.(*OAuth)
 	if !ok {
 		http.NotFound(w, r)
 		return true
 	}
-	server.NewProtectedResourceMetadataHandler(m.Metadata()).ServeHTTP(w, r)
+	server.NewProtectedResourceMetadataHandler(o.Metadata()).ServeHTTP(w, r)
 	return true
 }
 
@@ -375,8 +365,7 @@ func parseTokens(name string, b []byte) ([]tokenEntry, error) {
 	out := make([]tokenEntry, 0, len(f.Tokens))
 	seen := map[[sha256.Size]byte]bool{}
 	for i, e := range f.Tokens {
-		en := tokenEntry{name: e.Name, user: e.User}
-		en.name = cmp.Or(en.name, fmt.Sprintf("token %d", i+1))
+		en := tokenEntry{name: cmp.Or(e.Name, fmt.Sprintf("token %d", i+1)), user: e.User}
 		bad := func(format string, a ...any) error {
 			return fmt.Errorf("facade: tokens %s: %s: %s", name, en.name, fmt.Sprintf(format, a...))
 		}

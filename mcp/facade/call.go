@@ -1,11 +1,13 @@
 package facade
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"slices"
 	"strings"
 	"time"
@@ -21,7 +23,7 @@ import (
 
 // call runs a tools/call as a one-call batch of the session (caller.run),
 // or a 2026-07-28 call that may ask its host, or the retry of one
-// (rounds.go).
+// (elicit.go).
 func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	if req.Params.RequestState != "" {
 		return s.confirms.resume(ctx, req)
@@ -106,7 +108,7 @@ type runOpts struct {
 	// facade process learns its end).
 	keep         bool
 	onPark       func(p bus.Parked, until time.Time)
-	onBackground func(bus.TaskHandle) // the call went on as a bus task (tasks_bus.go)
+	onBackground func(bus.TaskHandle) // the call went on as a bus task (tasks.go)
 }
 
 // run runs the call and waits for its result: a call that parks is
@@ -399,13 +401,10 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 		case b.Type == bus.BlockText:
 			res.Content = append(res.Content, withAnnotations(mcp.NewTextContent(b.Text), b.Annotations))
 		case b.URL != "":
-			name := b.Name
-			name = cmp.Or(name, b.URL)
-			link := mcp.NewResourceLink(b.URL, name, linkDescription(b), b.MediaType)
+			link := mcp.NewResourceLink(b.URL, cmp.Or(b.Name, b.URL), linkDescription(b), b.MediaType)
 			link.Title = b.Title
 			if b.Size > 0 {
-				size := b.Size
-				link.Size = &size
+				link.Size = &b.Size
 			}
 			res.Content = append(res.Content, withAnnotations(link, b.Annotations))
 		case isStructured(b) && res.StructuredContent == nil:
@@ -422,14 +421,13 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 		case strings.HasPrefix(b.MediaType, "audio/"):
 			res.Content = append(res.Content, withAnnotations(mcp.NewAudioContent(b.Data, b.MediaType), b.Annotations))
 		default:
-			uri := b.URI
-			uri = cmp.Or(uri, "toolbus:"+r.ID)
+			uri := cmp.Or(b.URI, "toolbus:"+r.ID)
 			res.Content = append(res.Content, withAnnotations(mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: uri, MIMEType: b.MediaType, Blob: b.Data}), b.Annotations))
 		}
 	}
 	if h, ok := backgrounded(&r); ok {
 		// Not a failure: the call goes on as a bus task, this is its
-		// handle (tasks_bus.go).
+		// handle (tasks.go).
 		res.IsError, res.Meta = false, mcp.NewMetaFromMap(map[string]any{HandleMetaKey: h})
 	}
 	return res
@@ -496,4 +494,291 @@ func stillParkedText(callID, tool, kind, subject, replyID, session string) strin
 		"as soon as someone answers it (toolbus parked lists it; the answer goes to %s, reply id %s, session %s); "+
 		"its result then appears in the session's events. Do not call the tool again for this: tell the user "+
 		"what is waiting, and carry on with what does not depend on it.", callID, tool, kindText(kind), subject, replyID, session)
+}
+
+// structurer makes the result of a tool listed with an outputSchema carry
+// structuredContent, which MCP (2025-06-18 and later) asks of its
+// successful results, and the TypeScript SDK and the Inspector check.
+//
+//   - A result whose only content is one text block holding a JSON object
+//     (a toolbus worker's typed output) gets that object (issue 18).
+//   - An offloaded result (docs/offload.md) is read back from the store, at
+//     most max bytes, and a JSON object there is returned inline; the
+//     links and previews stay in the content (issue 29, F1).
+//   - An offloaded result whose JSON is larger, or not an object, is
+//     returned as an isError result (which hosts do not check against the
+//     schema) saying why and where the output is.
+type structurer struct {
+	session string
+	fetch   outputFetcher
+	max     int64
+}
+
+func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := h(ctx, req)
+		if err == nil && res != nil && !handleWithoutSchema(res) {
+			structureText(res)
+			st.restore(ctx, res)
+		}
+		return res, err
+	}
+}
+
+// restore sets res.StructuredContent from a stored output it links to;
+// when none serves, a result with stored links becomes an isError result
+// saying why.
+func (st structurer) restore(ctx context.Context, res *mcp.CallToolResult) {
+	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 {
+		return
+	}
+	var links []mcp.ResourceLink
+	for _, c := range res.Content {
+		if l, ok := c.(mcp.ResourceLink); ok && st.ours(l.URI) {
+			links = append(links, l)
+		}
+	}
+	if len(links) == 0 {
+		return // not offloaded: as the tool returned it
+	}
+	var why []string
+	for _, l := range links {
+		if !jsonish(l.MIMEType) {
+			continue
+		}
+		raw, _, err := readStored(ctx, st.fetch, st.session, l.URI, st.max, "inline")
+		if err != nil {
+			why = append(why, err.Error())
+			continue
+		}
+		raw = bytes.TrimSpace(raw)
+		if len(raw) > 0 && raw[0] == '{' && json.Valid(raw) {
+			res.StructuredContent = json.RawMessage(raw)
+			return
+		}
+		why = append(why, fmt.Sprintf("%s is not a JSON object", l.URI))
+	}
+	if len(why) == 0 {
+		why = append(why, "no stored part of it is JSON")
+	}
+	res.IsError = true
+	note := "The tool's output was too large to send inline and was stored; it cannot be returned as the structured " +
+		"content its output schema describes (" + strings.Join(why, "; ") + "). The call succeeded: the parts below " +
+		"are previews and links; read any range of a stored part with the " + ReadOutputTool + " tool, or whole with resources/read."
+	res.Content = append([]mcp.Content{mcp.NewTextContent(note)}, res.Content...)
+}
+
+func (st structurer) ours(uri string) bool {
+	r, err := offload.ParseRef(uri)
+	return err == nil && r.Session() == st.session && r.Digest != ""
+}
+
+// jsonish reports whether a stored part may hold the JSON object: JSON,
+// or plain text (a worker's typed output, stored as text/plain).
+func jsonish(media string) bool {
+	mt, _, err := mime.ParseMediaType(media)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "text/plain"
+}
+
+// structureText sets res.StructuredContent from its one text block when
+// that holds a JSON object.
+func structureText(res *mcp.CallToolResult) {
+	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 || len(res.Content) != 1 {
+		return
+	}
+	tc, ok := res.Content[0].(mcp.TextContent)
+	if !ok {
+		return
+	}
+	raw := bytes.TrimSpace([]byte(tc.Text))
+	if len(raw) == 0 || raw[0] != '{' || !json.Valid(raw) {
+		return
+	}
+	res.StructuredContent = json.RawMessage(raw)
+}
+
+// Revision downgrade (docs/mcp.md "Revision downgrade"): a host gets only
+// the members and content types its MCP revision defines. The table below
+// is read from the revisions' schema.json / schema.ts
+// (modelcontextprotocol/modelcontextprotocol, schema/<revision>/):
+//
+//	member                                      since
+//	text, image, embedded resource content      2024-11-05
+//	content annotations audience, priority      2024-11-05
+//	audio content                               2025-03-26
+//	tool annotations (title and the hints)      2025-03-26
+//	resource_link content                       2025-06-18
+//	annotations.lastModified                    2025-06-18
+//	tool title, outputSchema; structuredContent 2025-06-18
+//	resource and template title                 2025-06-18
+//	tool execution (taskSupport), icons         2025-11-25
+//	the tasks server capability                 2025-11-25
+//
+// Later revisions (2026-07-28) know everything above.
+
+// revision orders the MCP revisions; an unknown or empty version is taken
+// as the newest (mcp-go negotiates only the ones it knows).
+type revision int
+
+const (
+	rev20241105 revision = iota
+	rev20250326
+	rev20250618
+	rev20251125
+	revLatest
+)
+
+var revisionsByVersion = map[string]revision{mcp.ProtocolVersion20241105: rev20241105, mcp.ProtocolVersion20250326: rev20250326,
+	mcp.ProtocolVersion20250618: rev20250618, mcp.ProtocolVersion20251125: rev20251125}
+
+func revisionOf(version string) revision {
+	if r, ok := revisionsByVersion[version]; ok {
+		return r
+	}
+	return revLatest
+}
+
+// revisionFrom is the revision of the request in ctx.
+func revisionFrom(ctx context.Context) revision {
+	return revisionOf(server.RequestProtocolVersion(ctx))
+}
+
+// downgradeTools returns tools as a host at rev can read them.
+func downgradeTools(rev revision, tools []mcp.Tool) []mcp.Tool {
+	if rev >= rev20251125 {
+		return tools
+	}
+	out := make([]mcp.Tool, len(tools))
+	for i, t := range tools {
+		t.Execution, t.Icons = nil, nil
+		if rev < rev20250618 {
+			t.Title, t.RawOutputSchema, t.OutputSchema, t.Meta = "", nil, mcp.ToolOutputSchema{}, nil
+		}
+		if rev < rev20250326 {
+			// mcp-go always writes "annotations"; empty it is {}.
+			t.Annotations = mcp.ToolAnnotation{}
+		}
+		out[i] = t
+	}
+	return out
+}
+
+// downgradeResult returns res as a host at rev can read it (the table
+// above; resource links and audio become text naming them).
+func downgradeResult(rev revision, res *mcp.CallToolResult) *mcp.CallToolResult {
+	if res == nil || rev >= rev20250618 {
+		return res
+	}
+	out := *res
+	out.StructuredContent = nil
+	out.Content = make([]mcp.Content, 0, len(res.Content))
+	for _, c := range res.Content {
+		out.Content = append(out.Content, downgradeContent(rev, c))
+	}
+	return &out
+}
+
+func downgradeContent(rev revision, c mcp.Content) mcp.Content {
+	switch x := c.(type) {
+	case mcp.ResourceLink:
+		return withOldAnnotations(mcp.NewTextContent(linkText(x)), x.Annotations)
+	case mcp.AudioContent:
+		if rev < rev20250326 {
+			return withOldAnnotations(mcp.NewTextContent(audioText(x)), x.Annotations)
+		}
+		x.Annotations, x.Meta = oldAnnotations(x.Annotations), nil
+		return x
+	case mcp.TextContent:
+		x.Annotations, x.Meta = oldAnnotations(x.Annotations), nil
+		return x
+	case mcp.ImageContent:
+		x.Annotations, x.Meta = oldAnnotations(x.Annotations), nil
+		return x
+	case mcp.EmbeddedResource:
+		x.Annotations, x.Meta = oldAnnotations(x.Annotations), nil
+		return x
+	}
+	return c
+}
+
+// linkText names a resource link for a host that has no resource_link;
+// the URI stands between spaces, so it is copied whole.
+func linkText(l mcp.ResourceLink) string {
+	var parts []string
+	if l.Name != "" && l.Name != l.URI {
+		parts = append(parts, fmt.Sprintf("name %q", l.Name))
+	}
+	if l.MIMEType != "" {
+		parts = append(parts, l.MIMEType)
+	}
+	if l.Size != nil {
+		parts = append(parts, fmt.Sprintf("%d bytes", *l.Size))
+	}
+	s := "[resource " + l.URI
+	if len(parts) > 0 {
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	if l.Description != "" {
+		s += " — " + l.Description
+	}
+	return s + " — read it with resources/read]"
+}
+
+func audioText(a mcp.AudioContent) string {
+	n := base64.StdEncoding.DecodedLen(len(a.Data))
+	return fmt.Sprintf("[audio (%s, about %d bytes) left out: this MCP revision has no audio content]", a.MIMEType, n)
+}
+
+// oldAnnotations keeps what 2024-11-05 to 2025-03-26 define.
+func oldAnnotations(a *mcp.Annotations) *mcp.Annotations {
+	if a == nil || (len(a.Audience) == 0 && a.Priority == nil) {
+		return nil
+	}
+	return &mcp.Annotations{Audience: a.Audience, Priority: a.Priority}
+}
+
+func withOldAnnotations(t mcp.TextContent, a *mcp.Annotations) mcp.TextContent {
+	t.Annotations = oldAnnotations(a)
+	return t
+}
+
+// downgradeInit takes away the tasks capability before 2025-11-25, and
+// elicitation at every revision: it is a client capability (F4).
+func downgradeInit(res *mcp.InitializeResult) {
+	if res == nil {
+		return
+	}
+	res.Capabilities.Elicitation = nil
+	if revisionOf(res.ProtocolVersion) < rev20251125 {
+		res.Capabilities.Tasks = nil
+	}
+}
+
+func downgradeResources(rev revision, rs []mcp.Resource, ts []mcp.ResourceTemplate) {
+	if rev >= rev20250618 {
+		return
+	}
+	old := func(title *string, meta **mcp.Meta, a *mcp.Annotated) {
+		*title, *meta, a.Annotations = "", nil, oldAnnotations(a.Annotations)
+	}
+	for i := range rs {
+		old(&rs[i].Title, &rs[i].Meta, &rs[i].Annotated)
+	}
+	for i := range ts {
+		old(&ts[i].Title, &ts[i].Meta, &ts[i].Annotated)
+	}
+}
+
+// downgradeMiddleware applies downgradeResult to every tools/call result.
+func downgradeMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := next(ctx, req)
+		if err != nil {
+			return res, err
+		}
+		return downgradeResult(revisionFrom(ctx), res), nil
+	}
 }

@@ -56,7 +56,7 @@ type clientRecord struct {
 // so behind a front without affinity the answer got HTTP 404 and the
 // cancel was dropped. The process serving a tools/call of an MCP session
 // follows that session's key prefix in the facade's bucket while it runs;
-// a process given an answer to another process's request (idTag) or any
+// a process given an answer to another process's request (tag) or any
 // cancel puts the message there, and the follower hands it to its own
 // mcp-go. Keys name the bus session and the authenticated user, so a
 // message is only ever carried into the same (session, user)'s server.
@@ -73,7 +73,16 @@ type crossing struct {
 	subs     map[string]*crossSub // by MCP session id
 	known    map[string]bool      // MCP sessions initialised or adopted here (at most maxClients)
 	adopting string               // the MCP session adopt initialises (not recorded again)
-	tag      string               // idTag
+	// tag is this process's server of the session's (issue 29, F2).
+	// mcp-go numbers the requests it sends a client from 1 in each of its
+	// servers, so two processes serving one MCP session sent the same
+	// ids, and an answer could be taken by the other process's question
+	// of that id. Every request this server sends a 2025-11-25 client
+	// carries the id "<tag>.<n>" (JSON-RPC allows a string id); an answer
+	// bearing the tag goes back to mcp-go as n, one bearing another tag is
+	// carried to the process following the MCP session, which takes only
+	// its own.
+	tag string
 }
 
 // maxClients bounds the MCP sessions one crossing remembers as known.
@@ -113,7 +122,7 @@ func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	if sid == "" || len(sid) > 256 || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		return false
 	}
-	w = &tagWriter{ResponseWriter: w, tag: x.idTag()}
+	w = &tagWriter{ResponseWriter: w, tag: x.tag}
 	crosses := x.store.available(r.Context())
 	if crosses && r.Method != http.MethodDelete {
 		x.adopt(r.Context(), sid)
@@ -126,7 +135,7 @@ func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	}
 	version := r.Header.Get(mcp.HeaderProtocolVersion)
 	if tag, n, tagged := untagID(p.ID); tagged && p.response() {
-		if tag != x.idTag() {
+		if tag != x.tag {
 			// Another process asked (or none did): its follower takes it.
 			x.carryAnswer(w, r, sid, body)
 			return true
@@ -314,10 +323,14 @@ func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := x.publish(ctx, x.crossKey(sid)+"."+nuid.Next(), raw); err != nil {
+	// The put publishes raw to the key's subscribers; the record is a
+	// message, not state, and is deleted again.
+	key := x.crossKey(sid) + "." + nuid.Next()
+	if err := x.store.put(ctx, key, json.RawMessage(raw), false); err != nil {
 		x.log.Warn("facade: a message of an MCP session could not be carried to another process", "session", x.session, "err", err)
 		return err
 	}
+	x.store.delete(ctx, key)
 	return nil
 }
 
@@ -372,40 +385,13 @@ func (x *crossing) deliver(sid string, m *nats.Msg) {
 	}
 	if tag, n, tagged := untagID(p.ID); tagged && p.response() {
 		var ok bool
-		if msg, ok = withID(msg, n); tag != x.idTag() || !ok {
+		if msg, ok = withID(msg, n); tag != x.tag || !ok {
 			return // another process's question
 		}
 	}
 	if code := x.inject(sid, rec.Version, msg, false); code >= 400 {
 		x.log.Debug("facade: a carried message was not taken", "session", x.session, "status", code)
 	}
-}
-
-// publish stores raw under key, which publishes it to the key's
-// subscribers, and deletes it again: the record is a message, not state.
-func (x *crossing) publish(ctx context.Context, key string, raw json.RawMessage) error {
-	if err := x.store.put(ctx, key, raw, false); err != nil {
-		return err
-	}
-	x.store.delete(ctx, key)
-	return nil
-}
-
-// idTag is the tag of this process's server of the session (issue 29,
-// F2). mcp-go numbers the requests it sends a client from 1 in each of
-// its servers, so two processes serving one MCP session sent the same
-// ids, and an answer could be taken by the other process's question of
-// that id. Every request this server sends a 2025-11-25 client carries
-// the id "<tag>.<n>" (JSON-RPC allows a string id); an answer bearing
-// the tag goes back to mcp-go as n, one bearing another tag is carried
-// to the process following the MCP session, which takes only its own.
-func (x *crossing) idTag() string {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.tag == "" {
-		x.tag = nuid.Next()
-	}
-	return x.tag
 }
 
 // untagID splits a tagged id ("<tag>.<n>", n a positive decimal number)
@@ -500,3 +486,98 @@ func (w *tagWriter) Flush() {
 }
 
 func (w *tagWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// maxBody bounds one HTTP request's body: a call's input is at most
+// 1 MiB (docs/protocol.md 13).
+const maxBody = 4 << 20
+
+// stampNotification gives a 2026-07-28 notification that carries the
+// Mcp-Protocol-Version header but no _meta protocol version the version
+// of its header: the Go SDK treats the 400 mcp-go answers as a dead
+// connection (issue 18). Requests are left alone. It also bounds and
+// buffers the body; false: it could not be read (answered).
+func stampNotification(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return true
+	}
+	version := r.Header.Get(mcp.HeaderProtocolVersion)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeHTTPError(w, http.StatusRequestEntityTooLarge, "facade: the request body is too large or unreadable")
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if !mcp.IsModernProtocol(version) {
+		return true
+	}
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if json.Unmarshal(body, &msg) != nil || msg.ID != nil || !strings.HasPrefix(msg.Method, "notifications/") {
+		return true // a request, or not one JSON-RPC object (a batch, garbage): mcp-go answers it
+	}
+	v, _ := json.Marshal(version)
+	stamped, ok := withMember(body, "params", func(params json.RawMessage) (json.RawMessage, bool) {
+		return withMember(params, "_meta", func(meta json.RawMessage) (json.RawMessage, bool) {
+			return withMember(meta, mcp.MetaKeyProtocolVersion, func(had json.RawMessage) (json.RawMessage, bool) { return v, had == nil })
+		})
+	})
+	if ok {
+		r.Body = io.NopCloser(bytes.NewReader(stamped))
+		r.ContentLength = int64(len(stamped))
+	}
+	return true
+}
+
+// withMember returns the JSON object obj (absent or null: {}) with its
+// member key set to what set makes of it (nil: absent); false when obj is
+// not an object or set declines.
+func withMember(obj json.RawMessage, key string, set func(json.RawMessage) (json.RawMessage, bool)) (json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if obj != nil && json.Unmarshal(obj, &m) != nil {
+		return nil, false
+	}
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	v, ok := set(m[key])
+	if !ok {
+		return nil, false
+	}
+	m[key] = v
+	out, err := json.Marshal(m)
+	return out, err == nil
+}
+
+// postedBody reads a POST's body (buffered by stampNotification) and
+// puts it back for the next handler.
+func postedBody(r *http.Request) ([]byte, bool) {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return nil, false
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, err == nil
+}
+
+// modernCancel reports whether r is a notifications/cancelled of a
+// 2026-07-28 client over HTTP, which the facade answers 202 itself and
+// drops: without MCP sessions the request id it names is ambiguous, and
+// mcp-go cancelled whichever host's request had that id
+// (TestGoSDKTwoHosts). The revision cancels a request over HTTP by ending
+// its stream, which interrupts the bus call.
+func modernCancel(r *http.Request) bool {
+	if !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
+		return false
+	}
+	body, ok := postedBody(r)
+	if !ok {
+		return false
+	}
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	return json.Unmarshal(body, &msg) == nil && msg.ID == nil && msg.Method == string(mcp.MethodNotificationCancelled)
+}

@@ -2,16 +2,22 @@ package facade
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/mcp/bridge"
 )
 
 // Choices of the confirmation put to the host's user.
@@ -53,9 +59,9 @@ func (c *confirmer) mayElicit(ctx context.Context) bool {
 
 // confirmer owns a session's confirmations put to the host's user
 // (docs/mcp.md "Who confirms"): the elicitation up to 2025-11-25, and the
-// 2026-07-28 multi round trip (rounds.go).
+// 2026-07-28 multi round trip (below).
 type confirmer struct {
-	bus           confirmBus
+	bus           client.Parked
 	session, user string
 	policy        Confirm
 	// remember: the host's user may choose "allow and remember". A rule
@@ -63,27 +69,20 @@ type confirmer struct {
 	// facade (stdio, insecure loopback: one desktop user) offers it; an
 	// authenticated host user confirms one call at a time.
 	remember bool
-	closing  context.Context                                                                 // ends when the facade closes
-	loop     func(func(context.Context)) bool                                                // life.Loop
-	states   *kvStore                                                                        // the request states (rounds.go)
-	await    func(ctx context.Context, session, replyID, callID string) (*bus.Result, error) // awaitResult
-	run      runFunc
+	closing  context.Context                                                                            // ends when the facade closes
+	loop     func(func(context.Context)) bool                                                           // life.Loop
+	states   *kvStore                                                                                   // the request states (stateRecord)
+	await    func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)            // awaitResult
+	run      func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error) // caller.run
 	log      *slog.Logger
 
-	questions questionSource
+	questions *relayer
 	cancel    func(ctx context.Context, session, replyID string, calls ...string) error        // P.cancel
 	holds     func(ctx context.Context, req mcp.CallToolRequest) (call, request time.Duration) // caller.holds
 
 	mu      sync.Mutex
-	pending map[string]*round // request state → a call waiting for its host (rounds.go)
+	pending map[string]*round // request state → a call waiting for its host
 }
-
-// confirmBus is what a confirmation needs of the bus (client.Client).
-type confirmBus interface {
-	Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error
-}
-
-var _ confirmBus = client.Parked{}
 
 // busy reports whether a call waits for the host user (the session's MCP
 // server is not dropped then).
@@ -146,4 +145,678 @@ func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, re
 	if err := c.bus.Confirm(ctx, p.Name, c.session, replyID, p.ID, a); err != nil {
 		c.log.Debug("facade: elicited answer not taken", "tool", p.Name, "err", err)
 	}
+}
+
+// The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and
+// "Bridged servers' questions reach the host"): that revision has no
+// server-initiated requests, so what a call needs of its host's user (a
+// confirmation, or its bridged server's question) ends the request with
+// an input_required result carrying one elicitation input request and a
+// request state, while the bus call goes on. The retry brings the answer,
+// which is published on the bus (P.confirm or P.answer), and waits again
+// for the call: its result, or the next round. A request state is stored
+// in the facade's bucket under the retry's own session and user
+// (stateRecord), so any facade process serves the retry.
+
+// Input request keys of the two kinds of rounds.
+const (
+	inputConfirm  = "confirm"
+	inputQuestion = "question"
+)
+
+// ask is what a 2026-07-28 call waits on its host for: one of the two.
+type ask struct {
+	confirm  *confirmPark
+	question *asked
+}
+
+// pending is a call of a 2026-07-28 client that asked its host and goes
+// on meanwhile, until it ends (its result kept for the retry a while) or
+// the facade closes.
+type pending struct {
+	base   stateRecord // the call: session, user, tool, ids, start, deadline
+	asks   <-chan ask  // the next rounds, as the call meets them
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    *mcp.CallToolResult
+	err    error
+	state  string // its current request state; guarded by confirmer.mu
+}
+
+// round is what one request state of a pending call asked.
+type round struct {
+	p *pending
+	a ask
+}
+
+// callModern runs a call of a 2026-07-28 client that declared
+// elicitation in the background, on the facade's own context; its first
+// round, if one comes before the call ends, is returned as input_required.
+func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	p := &pending{done: make(chan struct{}), base: stateRecord{Session: c.session, User: c.user, Tool: req.Params.Name,
+		CallID: "mcp-" + nuid.Next(), ReplyID: client.NewReplyID(), Started: time.Now()}}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	unlink := context.AfterFunc(c.closing, cancel)
+	// Watch before the call is made, so its server's first question is seen.
+	questions, err := c.questions.watchCall(rctx, req.Params.Name, p.base.CallID)
+	if err != nil {
+		c.log.Warn("facade: a bridged server's questions of this call are left to the bus", "tool", req.Params.Name, "err", err)
+	}
+	confirm := make(chan confirmPark, 1)
+	asks := make(chan ask)
+	p.asks = asks
+	go forwardAsks(rctx, confirm, questions, asks)
+	go func() {
+		defer close(p.done)
+		defer unlink()
+		defer cancel()
+		// keep: the retry, wherever it lands, goes on with the call.
+		p.res, p.err = c.run(rctx, req, runOpts{confirm: confirm, keep: true, callID: p.base.CallID, replyID: p.base.ReplyID})
+	}()
+	res, asked, err := c.waitRound(ctx, p, req, nil, nil)
+	if asked {
+		c.loop(func(context.Context) { c.keepResult(p) })
+	}
+	return res, err
+}
+
+// waitRound waits for the pending call p: its end, or its next round the
+// host can be asked (asked), until ctx ends (the host gave the request
+// up: the call is cancelled) or timeout fires (late's result).
+func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolRequest, timeout <-chan time.Time,
+	late func() *mcp.CallToolResult) (res *mcp.CallToolResult, asked bool, err error) {
+	for {
+		select {
+		case <-p.done:
+			return p.res, false, p.err
+		case <-ctx.Done():
+			p.cancel()
+			<-p.done
+			return nil, false, ctx.Err()
+		case a := <-p.asks:
+			if hostCan(ctx, a) { // else a URL question this host cannot open: left to the bus
+				c.settleDeadline(ctx, p, req)
+				return c.issue(ctx, p, a), true, nil
+			}
+		case <-timeout:
+			return late(), false, nil
+		}
+	}
+}
+
+// settleDeadline gives the pending call its deadline once it first asks
+// (a call that never asks costs no listing for it).
+func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.CallToolRequest) {
+	c.mu.Lock()
+	set := !p.base.Deadline.IsZero()
+	c.mu.Unlock()
+	if set {
+		return
+	}
+	callFor, _ := c.holds(ctx, req)
+	c.mu.Lock()
+	p.base.Deadline = p.base.Started.Add(callFor)
+	c.mu.Unlock()
+}
+
+// forwardAsks passes a call's confirm parks and questions on as rounds.
+func forwardAsks(ctx context.Context, confirm <-chan confirmPark, questions <-chan asked, asks chan<- ask) {
+	for {
+		var a ask
+		select {
+		case <-ctx.Done():
+			return
+		case cp := <-confirm:
+			a.confirm = &cp
+		case q, ok := <-questions:
+			if !ok {
+				questions = nil
+				continue
+			}
+			a.question = &q
+		}
+		select {
+		case asks <- a:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// hostCan reports whether the host of ctx can be asked a.
+func hostCan(ctx context.Context, a ask) bool {
+	if a.question == nil {
+		return true
+	}
+	_, ok := questionParams(a.question.q, canElicitURL(ctx))
+	return ok
+}
+
+// issue makes a's request state the pending call's current one (stored;
+// without the bucket only this process takes the retry; the previous
+// state is refused from now on) and returns the input_required result.
+func (c *confirmer) issue(ctx context.Context, p *pending, a ask) *mcp.CallToolResult {
+	c.mu.Lock()
+	base := p.base
+	c.mu.Unlock()
+	state, r, res := c.newRound(ctx, base, a)
+	if err := c.states.putState(ctx, state, r); err != nil {
+		c.log.Warn("facade: request state kept in this process only", "err", err)
+	}
+	c.mu.Lock()
+	old := p.state
+	p.state = state
+	delete(c.pending, old)
+	c.pending[state] = &round{p: p, a: a}
+	c.mu.Unlock()
+	if old != "" {
+		c.forget(old)
+	}
+	return res
+}
+
+// newRound is the request state, its record and the input_required
+// result of round a of the call base.
+func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (string, *stateRecord, *mcp.CallToolResult) {
+	r := base
+	key, params := inputConfirm, mcp.ElicitationParams{}
+	if a.confirm != nil {
+		r.Park, r.Deadline = a.confirm.p, a.confirm.deadline
+		params = confirmParams(a.confirm.p, c.remember)
+	} else {
+		r.Kind, r.Park, r.AskReplyID, key = kindQuestion, a.question.p, a.question.replyID, inputQuestion
+		params, _ = questionParams(a.question.q, canElicitURL(ctx))
+	}
+	r.Expires = r.Deadline.Add(resultKept)
+	state := newID()
+	return state, &r, server.NewInputRequestBuilder(state).Elicit(key, params).ToolResult()
+}
+
+// forget deletes a request state (best effort: it expires anyway).
+func (c *confirmer) forget(state string) {
+	dctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
+	defer cancel()
+	c.states.delete(dctx, stateKey(c.session, c.user, state))
+}
+
+// keepResult keeps the result of a call that ended for its retry a
+// while, then forgets its request state.
+func (c *confirmer) keepResult(p *pending) {
+	<-p.done
+	if bus.Sleep(c.closing, resultKept) != nil {
+		// Closing: the stored state stays for another process.
+		c.mu.Lock()
+		delete(c.pending, p.state)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Lock()
+	state := p.state
+	delete(c.pending, state)
+	c.mu.Unlock()
+	c.forget(state)
+}
+
+// resume is the retry of a call that asked its host: the answer is
+// published (the first answer wins), and the call waited for again.
+func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	c.mu.Lock()
+	rd := c.pending[req.Params.RequestState]
+	c.mu.Unlock()
+	if rd == nil {
+		return c.resumeStored(ctx, req)
+	}
+	// A state another process superseded (it served a later round) is
+	// gone from the bucket: refused here too.
+	if _, err := c.states.getState(ctx, c.session, c.user, req.Params.RequestState); errors.Is(err, errNotFound) {
+		return unknownState(req.Params.RequestState), nil
+	}
+	p := rd.p
+	c.answer(ctx, rd.a, req.Params.InputResponses)
+	_, hold := c.holds(ctx, req)
+	t := time.NewTimer(hold)
+	defer t.Stop()
+	res, _, err := c.waitRound(ctx, p, req, t.C, func() *mcp.CallToolResult {
+		c.mu.Lock()
+		base := p.base
+		c.mu.Unlock()
+		return mcp.NewToolResultError(stillRunningText(base, c.session))
+	})
+	return res, err
+}
+
+// answer publishes the host's response to round a (P.confirm or
+// P.answer); a response missing, malformed or cancelling publishes
+// nothing.
+func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
+	key := inputConfirm
+	if a.question != nil {
+		key = inputQuestion
+	}
+	res := server.ElicitationResponse(in, key)
+	if res == nil {
+		return
+	}
+	switch {
+	case a.confirm != nil && c.policy == ConfirmHostUser:
+		c.decide(ctx, a.confirm.p, a.confirm.replyID, res)
+	case a.question != nil:
+		c.questions.answerQuestion(ctx, *a.question, res)
+	}
+}
+
+func unknownState(state string) *mcp.CallToolResult {
+	return mcp.NewToolResultError(fmt.Sprintf("The request state %q names no call of this session and user waiting for its host: "+
+		"it ended (answered elsewhere, or past its deadline), it was superseded by a later one, or it was never given here.", state))
+}
+
+// stillRunningText tells the model that the call goes on after its host
+// answered, and how its result reaches it.
+func stillRunningText(r stateRecord, session string) string {
+	return fmt.Sprintf("The call %s of tool %s is still running on the bus (reply id %s, session %s): its result will appear "+
+		"in the session's events. Do not call the tool again for this.", r.CallID, r.Tool, r.ReplyID, session)
+}
+
+// resultKept is how long the result of a call that asked its host waits
+// for the client's retry once the call has ended.
+const resultKept = time.Minute
+
+// kindQuestion marks a request state asking a bridged server's question.
+const kindQuestion = "question"
+
+// stateRecord is the request state of a 2026-07-28 call waiting for its
+// host's user, stored under r.<session>.<user digest>.<state>
+// in the facade's bucket, so any facade process takes the retry. The key
+// is made from the retry's own session and user, so a state of another
+// session or user, a forged or an expired one, finds nothing.
+type stateRecord struct {
+	Session string     `json:"session"`
+	User    string     `json:"user"`
+	Tool    string     `json:"tool"`
+	CallID  string     `json:"call_id"`
+	ReplyID string     `json:"reply_id"`
+	Park    bus.Parked `json:"park"`
+	// Kind is kindQuestion for a bridged server's question (AskReplyID:
+	// the bridge's batch that parked it); "" for a confirmation.
+	Kind       string    `json:"kind,omitempty"`
+	AskReplyID string    `json:"ask_reply_id,omitempty"`
+	Started    time.Time `json:"started"`
+	Deadline   time.Time `json:"deadline"` // how long the call is waited for
+	Expires    time.Time `json:"expires"`  // the state is refused after this
+}
+
+func stateKey(session, user, id string) string {
+	return "r." + session + "." + userDigest(user) + "." + id
+}
+
+func (st *kvStore) putState(ctx context.Context, id string, r *stateRecord) error {
+	return st.put(ctx, stateKey(r.Session, r.User, id), r, true)
+}
+
+// getState returns the (session, user)'s live request state id, else
+// errNotFound.
+func (st *kvStore) getState(ctx context.Context, session, user, id string) (*stateRecord, error) {
+	if !idPattern.MatchString(id) {
+		return nil, errNotFound
+	}
+	var r stateRecord
+	err := st.get(ctx, stateKey(session, user, id), &r)
+	if errors.Is(err, errNoStore) {
+		return nil, err
+	}
+	if err != nil || r.Session != session || r.User != user || time.Now().After(r.Expires) {
+		return nil, errNotFound
+	}
+	return &r, nil
+}
+
+// resumeStored is the retry of a call another facade process (or this
+// one, before a restart) asked its host about: the answer is published,
+// and the call is waited for on the bus until its deadline: its result,
+// or its bridged server's next question, the next round.
+func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	r, err := c.states.getState(ctx, c.session, c.user, req.Params.RequestState)
+	if errors.Is(err, errNotFound) {
+		return unknownState(req.Params.RequestState), nil
+	}
+	if err != nil {
+		return mcp.NewToolResultError("Error: " + err.Error()), nil
+	}
+	_, hold := c.holds(ctx, req)
+	dctx, cancelDeadline := context.WithDeadline(ctx, r.Deadline)
+	defer cancelDeadline()
+	wctx, cancel := context.WithTimeout(dctx, hold) // whichever comes first
+	defer cancel()
+	// Watch before answering, so the question the answer leads to is seen.
+	next, err := c.questions.watchCall(wctx, r.Tool, r.CallID)
+	if err != nil {
+		c.log.Warn("facade: a bridged server's questions of this call are left to the bus", "tool", r.Tool, "err", err)
+	}
+	a := ask{confirm: &confirmPark{p: r.Park, replyID: r.ReplyID, callID: r.CallID, started: r.Started, deadline: r.Deadline}}
+	if r.Kind == kindQuestion {
+		qn, ok := questionOf(r.Park, r.Tool, r.CallID, c.user)
+		if !ok {
+			return unknownState(req.Params.RequestState), nil
+		}
+		a = ask{question: &asked{p: r.Park, replyID: r.AskReplyID, q: qn}}
+	}
+	c.answer(ctx, a, req.Params.InputResponses)
+	type awaited struct {
+		res *bus.Result
+		err error
+	}
+	done := make(chan awaited, 1)
+	go func() {
+		res, err := c.await(wctx, c.session, r.ReplyID, r.CallID)
+		done <- awaited{res, err}
+	}()
+	for {
+		select {
+		case q := <-next:
+			if !hostCan(ctx, ask{question: &q}) {
+				continue
+			}
+			base := *r
+			base.Kind, base.AskReplyID = "", ""
+			state, nr, res := c.newRound(ctx, base, ask{question: &q})
+			if err := c.states.putState(ctx, state, nr); err != nil {
+				return mcp.NewToolResultError("Error: " + err.Error()), nil
+			}
+			c.forget(req.Params.RequestState)
+			cancel()
+			<-done
+			return res, nil
+		case d := <-done:
+			if d.err == nil {
+				return toMCP(*d.res), nil
+			}
+			if ctx.Err() != nil {
+				// The host gave the retry up: at 2026-07-28 that cancels
+				// the call (docs/mcp.md "Interop").
+				if interruptOnEnd(true, c.closing) {
+					interrupt(ctx, c.cancel, c.session, r.ReplyID)
+				}
+				return nil, ctx.Err()
+			}
+			if wctx.Err() != nil && r.Kind == kindQuestion {
+				return mcp.NewToolResultError(stillRunningText(*r, c.session)), nil
+			}
+			if wctx.Err() != nil {
+				return mcp.NewToolResultError(stillParkedText(r.CallID, r.Tool, r.Park.Kind, r.Park.Subject, r.ReplyID, c.session)), nil
+			}
+			return mcp.NewToolResultError("Error: " + d.err.Error()), nil
+		}
+	}
+}
+
+// A bridged server's question put to the host (docs/mcp.md "Bridged
+// servers' questions"): while a host that declared elicitation calls a
+// bridged tool under the host_user policy, a question that server parks
+// in the session (a call of mcp__<server>__elicit, docs/protocol.md 12)
+// for the host's own user is put to the host through elicitation, and its
+// answer answers the park. The park stays answerable by `toolbus answer`
+// and approvers meanwhile; the first answer wins. A cancel, an error or a
+// host that cannot show the question leaves it to the others.
+
+// question is what the bridge's elicit call carries.
+type question = bus.Question
+
+// relayer puts a session's bridged servers' questions to its host and
+// answers their parks with the host's choice.
+type relayer struct {
+	cl        *client.Client
+	session   string
+	user      string
+	mayElicit func(context.Context) bool
+	take      func(p bus.Parked, prefix string) (question, bool) // session.questionFor
+	release   func(id string)                                    // a taken question is done with
+	log       *slog.Logger
+}
+
+// middleware relays the questions of a bridged tool's server to the host
+// for as long as the host's call of it runs.
+func (q *relayer) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		srv, ok := bridgedServer(req.Params.Name)
+		// A task-augmented call outlives its request, whose context the
+		// host's elicitation would need: its questions stay on the bus.
+		if !ok || req.Params.Task != nil || !q.mayElicit(ctx) || server.IsModernRequest(ctx) || server.ServerFromContext(ctx) == nil {
+			return next(ctx, req)
+		}
+		ev, err := q.cl.Watch(ctx, q.session)
+		if err != nil {
+			return next(ctx, req)
+		}
+		rctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { q.relay(rctx, ev, srv, &wg) })
+		defer func() { stop(); _ = ev.Stop(context.WithoutCancel(ctx)); wg.Wait() }()
+		return next(ctx, req)
+	}
+}
+
+// bridgedServer is the candidate server prefix of a bridged tool's name
+// (mcp__<server>__<tool>): the question's own server is matched against
+// it, so a server whose name holds "__" works too.
+func bridgedServer(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, "mcp__")
+	return rest, ok && strings.Contains(rest, "__")
+}
+
+// relay puts every question of srv parked in the session for the
+// session's user to the host, until ctx ends.
+func (q *relayer) relay(ctx context.Context, ev *client.Events, prefix string, wg *sync.WaitGroup) {
+	eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
+		if qn, ok := q.take(p, prefix); ok {
+			wg.Go(func() { q.askHost(ctx, replyID, p, qn) })
+		}
+		return true
+	})
+}
+
+// eachParked calls fn with every call parked in ev, and the reply id of
+// the batch that parked it, until ctx or ev ends or fn returns false.
+func eachParked(ctx context.Context, ev *client.Events, fn func(replyID string, p bus.Parked) bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-ev.C:
+			if !ok {
+				return
+			}
+			var pe bus.ParkedEvent
+			if e.Type != bus.TypeCallParked || e.DataAs(&pe) != nil {
+				continue
+			}
+			for _, p := range pe.Calls {
+				if !fn(e.ReplyID, p) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// questionFor is parseQuestion for the session's user, claiming the
+// question: false when a host of the session has it already.
+func (s *session) questionFor(p bus.Parked, prefix string) (question, bool) {
+	q, ok := parseQuestion(p, prefix, s.user)
+	return q, ok && s.asked.claim(p.ID)
+}
+
+// parseQuestion reports whether p is a question of a server the call's
+// tool name starts with (mcp__<server>__), for user.
+func parseQuestion(p bus.Parked, prefix, user string) (question, bool) {
+	var q question
+	if p.Kind != bus.KindExternal || !strings.HasPrefix(p.Name, "mcp__") || !strings.HasSuffix(p.Name, "__elicit") ||
+		json.Unmarshal(p.Input, &q) != nil || p.Name != bridge.ElicitName(q.Server) || !strings.HasPrefix(prefix, q.Server+"__") {
+		return q, false
+	}
+	var asker string
+	if len(q.User) > 0 && json.Unmarshal(q.User, &asker) != nil {
+		return q, false
+	}
+	if asker != user {
+		return q, false // another user's question: never this host's
+	}
+	return q, true
+}
+
+// claims are the park ids of the questions a session's hosts are being
+// asked; the zero value is ready.
+type claims struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+// claim marks park id as asked; false when it is, or maxAsked are.
+func (c *claims) claim(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ids == nil {
+		c.ids = map[string]bool{}
+	}
+	if c.ids[id] || len(c.ids) >= maxAsked {
+		return false
+	}
+	c.ids[id] = true
+	return true
+}
+
+func (c *claims) unclaim(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.ids, id)
+}
+
+// maxAsked bounds the questions a session's hosts are asked at once.
+const maxAsked = 64
+
+func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn question) {
+	defer q.release(p.ID)
+	params, ok := questionParams(qn, canElicitURL(ctx))
+	if !ok {
+		return
+	}
+	res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: params})
+	if err != nil || res == nil {
+		return
+	}
+	q.answerQuestion(ctx, asked{p: p, replyID: replyID, q: qn}, res)
+}
+
+// questionParams is the elicitation that puts qn to a host; false when the
+// host cannot show it (a URL question without URL elicitation, a
+// requested schema that is not an object).
+func questionParams(qn question, url bool) (mcp.ElicitationParams, bool) {
+	params := mcp.ElicitationParams{Mode: qn.Mode, Message: questionText(qn), URL: qn.URL, ElicitationID: qn.ElicitationID}
+	switch {
+	case qn.Mode == mcp.ElicitationModeURL:
+		return params, url
+	case len(qn.RequestedSchema) > 0:
+		var schema map[string]any
+		if json.Unmarshal(qn.RequestedSchema, &schema) != nil || schema == nil {
+			return params, false
+		}
+		params.RequestedSchema = schema
+	default:
+		params.RequestedSchema = map[string]any{"type": "object"}
+	}
+	return params, true
+}
+
+// hostAnswer is the answer text of the park for the host's response;
+// false for a cancel (or anything else), which leaves the question to the
+// others.
+func hostAnswer(res *mcp.ElicitationResult) (string, bool) {
+	if res == nil {
+		return "", false
+	}
+	answer := map[string]any{"action": string(res.Action)}
+	switch res.Action {
+	case mcp.ElicitationResponseActionAccept:
+		if res.Content != nil {
+			answer["content"] = res.Content
+		}
+	case mcp.ElicitationResponseActionDecline:
+	default:
+		return "", false
+	}
+	text, err := json.Marshal(answer)
+	return string(text), err == nil
+}
+
+// answerQuestion answers the question's park with the host's response;
+// it reports whether an answer was published.
+func (q *relayer) answerQuestion(ctx context.Context, a asked, res *mcp.ElicitationResult) bool {
+	text, ok := hostAnswer(res)
+	if !ok {
+		return false
+	}
+	if err := q.cl.Parked().Answer(ctx, a.p.Name, q.session, a.replyID, a.p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(text)}); err != nil {
+		q.log.Debug("facade: the host's answer to a bridged server's question not taken", "tool", a.p.Name, "err", err)
+	}
+	return true
+}
+
+// asked is a bridged server's question: its park, the reply id of the
+// bridge's batch that parked it, and the question.
+type asked struct {
+	p       bus.Parked
+	replyID string
+	q       question
+}
+
+// questionOf is parseQuestion for the call callID of tool: the question
+// names the call among its asking calls.
+func questionOf(p bus.Parked, tool, callID, user string) (question, bool) {
+	prefix, ok := bridgedServer(tool)
+	if !ok {
+		return question{}, false
+	}
+	q, ok := parseQuestion(p, prefix, user)
+	return q, ok && slices.Contains(q.Calls, callID)
+}
+
+// watchCall returns the questions parked for the call callID of tool, for
+// the session's user, each once, until ctx ends; nil when tool is not a
+// bridged one. The watch is made before it returns.
+func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan asked, error) {
+	if _, ok := bridgedServer(tool); !ok {
+		return nil, nil
+	}
+	ev, err := q.cl.Watch(ctx, q.session)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan asked)
+	go func() {
+		defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
+		seen := map[string]bool{}
+		eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
+			qn, ok := questionOf(p, tool, callID, q.user)
+			if !ok || seen[p.ID] || len(seen) >= maxAsked {
+				return true
+			}
+			seen[p.ID] = true
+			select {
+			case out <- asked{p: p, replyID: replyID, q: qn}:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
+	}()
+	return out, nil
+}
+
+// questionText is the message the host's user reads.
+func questionText(q question) string {
+	msg := fmt.Sprintf("The MCP server %s asks: %s", q.Server, q.Message)
+	if q.Refused != "" {
+		msg += " (" + q.Refused + ")"
+	}
+	return msg
 }

@@ -27,9 +27,11 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/life"
 )
 
@@ -100,8 +102,8 @@ type Facade struct {
 
 	ctx     context.Context // life's Background: ends when the facade drains
 	life    *life.Life
-	gate    *gatekeeper  // auth.go
-	table   *table       // table.go
+	gate    *gatekeeper // auth.go
+	table   *table
 	watch   sync.Once    // starts the listing watch (watchListings)
 	kv      *kvStore     // tasks_store.go
 	tasks   *taskRunners // the tasks this process runs or follows
@@ -237,8 +239,7 @@ const SessionHeader = "X-Toolbus-Session"
 func sessionOf(r *http.Request) (id string, ok bool) {
 	p := r.URL.Path
 	if p == "/mcp" || p == "/mcp/" {
-		id = r.Header.Get(SessionHeader)
-		id = cmp.Or(id, r.URL.Query().Get("session"))
+		id = cmp.Or(r.Header.Get(SessionHeader), r.URL.Query().Get("session"))
 		return id, bus.ValidID(id)
 	}
 	rest, found := strings.CutPrefix(p, "/mcp/")
@@ -267,7 +268,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	// A tasks/result the filter started ends with the connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in2, out2 := interceptStdio(ctx, in, out, s.take) // groups.go, tasks.go
+	in2, out2 := interceptStdio(ctx, in, out, s.take)
 	return server.NewStdioServer(s.mcp).Listen(ctx, in2, out2)
 }
 
@@ -291,11 +292,11 @@ type session struct {
 	// Its parts (Facade.wire makes them; the session itself keeps the
 	// tool listing and its calm).
 	calls     *caller    // call.go
-	confirms  *confirmer // elicit.go, rounds.go
-	questions *relayer   // questions.go
+	confirms  *confirmer // elicit.go
+	questions *relayer
 	resources *resources // resources.go
 	tasks     *taskFront // tasks*.go
-	asked     claims     // the questions its hosts are asked (questions.go)
+	asked     claims     // the questions its hosts are asked
 	cross     *crossing  // crossing.go
 
 	// Guarded by the table's mu.
@@ -303,7 +304,7 @@ type session struct {
 	last   time.Time // when the last one began or ended
 
 	mu     sync.Mutex
-	groups string         // the last groups listing, to compare (groups.go)
+	groups string         // the last groups listing, to compare
 	calm   calm           // list changes not yet applied
 	raw    string         // the last listing, to compare
 	order  map[string]int // tool name → position in the listing
@@ -391,12 +392,6 @@ func (f *Facade) newSession(k key) *session {
 	return s
 }
 
-// questionClient is questionBus over a client.
-type questionClient struct {
-	*client.Client
-	client.Parked
-}
-
 // wire makes s's parts, each over what it needs of the facade and the
 // session: the one place that knows both (docs/mcp.md "Structure").
 func (f *Facade) wire(s *session) {
@@ -406,20 +401,16 @@ func (f *Facade) wire(s *session) {
 		cfg:       callConfig{contextHeader: f.cfg.ContextHeader, parkWait: f.cfg.ParkWait, quietHold: f.cfg.QuietHold, progressEvery: f.cfg.ProgressEvery},
 		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
 	s.confirms.run, s.confirms.holds = s.calls.run, s.calls.holds
-	s.questions = &relayer{bus: questionClient{f.cl, f.cl.Parked()}, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
+	s.questions = &relayer{cl: f.cl, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
 	s.confirms.questions, s.confirms.cancel = s.questions, f.cl.Cancel
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, nc: f.nc, prefix: f.cl.Subjects().Prefix,
 		fetch: f.cl.Outputs(), maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
-	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cancel: f.cl.Cancel, listed: s.listed,
-		run: s.calls.run, questions: s.questions.watchCall,
-		confirm: s.confirms.decide, answerQuestion: s.questions.answerQuestion,
+	s.tasks = &taskFront{session: s.id, user: s.user, store: f.kv, runners: f.tasks, cl: f.cl, listed: s.listed,
+		calls: s.calls, confirms: s.confirms, questions: s.questions,
 		send: func(sid, method string, params map[string]any) error {
 			return s.mcp.SendNotificationToSpecificClient(sid, method, params)
 		}}
-	if s.policy == ConfirmHostUser {
-		s.tasks.confirmParams = func(p bus.Parked) mcp.ElicitationParams { return confirmParams(p, s.confirms.remember) }
-	}
-	s.cross = &crossing{nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
+	s.cross = &crossing{tag: nuid.Next(), nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 
 // listed reports whether the session lists the tool now.
@@ -473,7 +464,7 @@ func (s *session) refresh(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if string(raw) == s.raw {
-		s.groupsChanged(list.Groups) // groups.go
+		s.groupsChanged(list.Groups)
 		return nil
 	}
 	tools := make([]server.ServerTool, 0, len(list.Tools))
@@ -496,14 +487,14 @@ func (s *session) refresh(ctx context.Context) error {
 		}
 		handler := server.ToolHandlerFunc(s.call)
 		if len(l.OutputSchema) > 0 && string(l.OutputSchema) != "null" {
-			handler = structurer{session: s.id, fetch: s.f.cl.Outputs(), max: s.f.cfg.MaxResource}.wrap(handler) // structured.go
+			handler = structurer{session: s.id, fetch: s.f.cl.Outputs(), max: s.f.cfg.MaxResource}.wrap(handler) // call.go
 		}
 		tools = append(tools, server.ServerTool{Tool: tool, Handler: handler})
 		order[l.Name] = i
 	}
 	s.raw = string(raw)
 	s.applyLocked(ctx, tools, order)
-	s.groupsChanged(list.Groups) // groups.go
+	s.groupsChanged(list.Groups)
 	return nil
 }
 
@@ -634,4 +625,298 @@ func (s *session) flush() {
 	if s.calm.pending {
 		s.setLocked(time.Now())
 	}
+}
+
+// table is the (session, user) MCP servers a facade keeps, bounded by
+// MaxSessions (the least recently used idle one makes room) and swept of
+// those idle for longer than Idle (docs/mcp.md "Idle eviction"). At most
+// MaxSessions: a scan of them all costs less than keeping an order.
+type table struct {
+	closing context.Context // the facade's: nothing is added once it ends
+	idle    time.Duration
+	max     int
+	evicted *atomic.Int64 // MCP servers dropped (Facade.evicted)
+
+	mu       sync.Mutex
+	sessions map[key]*session
+}
+
+// errFull: every kept MCP server is busy and MaxSessions are kept.
+var errFull = errors.New("facade: too many MCP sessions in use; retry later")
+
+func newTable(closing context.Context, idle time.Duration, max int, evicted *atomic.Int64) *table {
+	return &table{closing: closing, idle: idle, max: max, evicted: evicted, sessions: map[key]*session{}}
+}
+
+func (t *table) use(k key) *session {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.sessions[k]
+	if !ok {
+		return nil
+	}
+	t.touchLocked(s, 1)
+	return s
+}
+
+// add keeps s as k's MCP server, counts a request on it and calls start
+// (its polling), all under the lock; it returns the one made meanwhile by
+// another request instead, counted the same, and errFull when max are
+// kept and all are busy.
+func (t *table) add(k key, s *session, start func()) (*session, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing.Err() != nil {
+		return nil, fmt.Errorf("facade: closed")
+	}
+	if other, ok := t.sessions[k]; ok {
+		t.touchLocked(other, 1)
+		return other, nil
+	}
+	if len(t.sessions) >= t.max && !t.evictOneLocked() {
+		return nil, errFull
+	}
+	t.sessions[k] = s
+	t.touchLocked(s, 1)
+	start()
+	return s, nil
+}
+
+func (t *table) release(s *session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.touchLocked(s, -1)
+}
+
+func (t *table) touchLocked(s *session, delta int) {
+	s.active += delta
+	s.last = time.Now()
+}
+
+// busyLocked reports whether s serves a request or holds a call waiting
+// for its host user: it is not dropped then (tasks are the facade's, and
+// survive it).
+func (t *table) busyLocked(s *session) bool {
+	return s.active > 0 || s.confirms.busy()
+}
+
+func (t *table) evictOneLocked() bool {
+	var lru *session
+	for _, s := range t.sessions {
+		if !t.busyLocked(s) && (lru == nil || s.last.Before(lru.last)) {
+			lru = s
+		}
+	}
+	if lru != nil {
+		t.dropLocked(lru)
+	}
+	return lru != nil
+}
+
+// dropLocked forgets s and stops its polling. A client of it that comes
+// back gets HTTP 404 for its MCP session id, and initialises again.
+func (t *table) dropLocked(s *session) {
+	k := key{s.id, s.user, s.policy, s.stdio}
+	delete(t.sessions, k)
+	s.cancel()
+	t.evicted.Add(1)
+}
+
+func (t *table) sweep() {
+	every := min(t.idle/2, time.Minute)
+	every = max(every, 10*time.Millisecond)
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-t.closing.Done():
+			return
+		case now := <-tk.C:
+			t.dropIdle(now)
+		}
+	}
+}
+
+func (t *table) dropIdle(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range t.sessions {
+		if now.Sub(s.last) > t.idle && !t.busyLocked(s) {
+			t.dropLocked(s)
+		}
+	}
+}
+
+func (t *table) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sessions)
+}
+
+// changed marks the listings of bus session id (every one for "") to be
+// compared with the bus at once.
+func (t *table) changed(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	mark := func(s *session) {
+		select {
+		case s.dirty <- struct{}{}:
+		default:
+		}
+	}
+	for _, s := range t.sessions {
+		if id == "" || s.id == id {
+			mark(s)
+		}
+	}
+}
+
+// The MCP grouping draft (SEP-2084, extension
+// io.modelcontextprotocol/grouping) served from the session's groups
+// (docs/mcp.md "Groups as MCP groups").
+const (
+	groupingExtension = "io.modelcontextprotocol/grouping"
+	methodGroupsList  = "groups/list"
+	// methodGroupsActivate is toolbus's own (the draft has no activation):
+	// the final set of active groups, reset_tools' semantics.
+	methodGroupsActivate = "toolbus/groups/activate"
+	notifyGroupsChanged  = "notifications/groups/list_changed"
+	// Each group's _meta says whether it is active, and its scope.
+	activeMetaKey = "io.toolbus/active"
+	scopeMetaKey  = "io.toolbus/scope"
+	// maxActivate bounds the groups one activation names.
+	maxActivate = 256
+)
+
+// groupingCapability is the extension's capability, served experimental
+// (as the draft's TypeScript SDK registers it) and as an extension.
+func groupingCapability() map[string]any {
+	return map[string]any{groupingExtension: map[string]any{"listChanged": true}}
+}
+
+type mcpGroup struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description,omitempty"`
+	Meta        map[string]any `json:"_meta"`
+}
+
+func groupsOf(gs []bus.GroupInfo) []mcpGroup {
+	out := make([]mcpGroup, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, mcpGroup{Name: g.Name, Description: g.Description,
+			Meta: map[string]any{activeMetaKey: g.Active, scopeMetaKey: g.Scope}})
+	}
+	return out
+}
+
+// groupsChanged records the session's groups and tells its hosts when
+// they changed since the last listing. Called with s.mu held.
+func (s *session) groupsChanged(gs []bus.GroupInfo) {
+	raw, _ := json.Marshal(gs)
+	if string(raw) == s.groups {
+		return
+	}
+	first := s.groups == ""
+	s.groups = string(raw)
+	if !first && s.mcp != nil {
+		s.mcp.SendNotificationToAllClients(notifyGroupsChanged, nil)
+	}
+}
+
+// serveOwn answers over HTTP what the facade answers itself (take);
+// false leaves the request, body intact, to the next handler. A task
+// message of an MCP session carries its id, for the task's status
+// notifications.
+func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
+	body, ok := postedBody(r)
+	if !ok {
+		return false
+	}
+	m, answer, ok := s.take(body)
+	if !ok {
+		return false
+	}
+	ctx := context.WithValue(r.Context(), contextKey, r.Header.Get(s.f.cfg.ContextHeader))
+	sid := r.Header.Get(server.HeaderKeySessionID)
+	if sid != "" && !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
+		ctx = context.WithValue(ctx, notifySessionKey{}, sid)
+	}
+	if m.Method == methodSubscriptionsListen {
+		serveStream(ctx, w, m, s.tasks.answer) // tasks_store.go
+		return true
+	}
+	out := answer(ctx)
+	w.Header().Set("Content-Type", "application/json")
+	if sid != "" {
+		w.Header().Set(server.HeaderKeySessionID, sid)
+	}
+	_, _ = w.Write(out)
+	return true
+}
+
+// groupsAnswer answers a grouping request with its JSON-RPC response.
+func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
+	if m.Method == methodGroupsActivate {
+		if rerr := s.activate(ctx, m.Params); rerr != nil {
+			return response(m.ID, nil, rerr)
+		}
+	}
+	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
+	if err != nil {
+		return response(m.ID, nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
+	}
+	return response(m.ID, map[string]any{"groups": groupsOf(list.Groups)}, nil)
+}
+
+// take takes a message the facade answers itself (a grouping request, or
+// a task message when the session offers tasks) and returns how it is
+// answered; false passes it on to mcp-go.
+func (s *session) take(line []byte) (*rpcMessage, func(context.Context) []byte, bool) {
+	m, ok := parseRequest(line)
+	switch {
+	case !ok:
+	case m.Method == methodGroupsList || m.Method == methodGroupsActivate:
+		return m, func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
+	case !s.noTasks && isTaskMessage(m):
+		return m, func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
+	}
+	return nil, nil, false
+}
+
+// activate makes exactly the named groups the active switchable ones: a
+// call of reset_tools on the bus as the session's user.
+func (s *session) activate(ctx context.Context, params json.RawMessage) *rpcError {
+	var p struct {
+		Groups []string `json:"groups"`
+	}
+	if len(params) == 0 || json.Unmarshal(params, &p) != nil || p.Groups == nil {
+		return &rpcError{Code: mcp.INVALID_PARAMS, Message: `toolbus/groups/activate: params must be {"groups": [names]}: the groups to be active, every other switchable group inactive`}
+	}
+	if len(p.Groups) > maxActivate {
+		return &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("toolbus/groups/activate: at most %d groups", maxActivate)}
+	}
+	args := map[string]any{}
+	for _, g := range p.Groups {
+		if !bus.ValidID(g) {
+			return &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("toolbus/groups/activate: %q is not a group name", g)}
+		}
+		args[g] = true
+	}
+	req := mcp.CallToolRequest{}
+	req.Params.Name = groups.ResetTools
+	req.Params.Arguments = args
+	res, err := s.calls.run(ctx, req, runOpts{})
+	if err != nil {
+		return &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()}
+	}
+	if res.IsError {
+		var texts []string
+		for _, c := range res.Content {
+			if t, ok := c.(mcp.TextContent); ok {
+				texts = append(texts, t.Text)
+			}
+		}
+		return &rpcError{Code: mcp.INVALID_PARAMS, Message: "toolbus/groups/activate: " + strings.Join(texts, " ")}
+	}
+	return nil
 }

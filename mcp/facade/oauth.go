@@ -76,8 +76,10 @@ const (
 // may use.
 const ScopeSessionPrefix = "toolbus:session:"
 
-// OAuth authenticates bearer JWTs (an Authenticator and a
-// MetadataProvider). It is safe for concurrent use.
+// OAuth authenticates bearer JWTs (an Authenticator) and describes the
+// protected resource (RFC 9728): its metadata is served at
+// /.well-known/oauth-protected-resource (and every path below it), and
+// 401 answers name it (metaURL). It is safe for concurrent use.
 type OAuth struct {
 	cfg     OAuthConfig
 	metaURL string
@@ -136,15 +138,11 @@ func checkJWKSURL(s string) error {
 	return nil
 }
 
-// Metadata implements MetadataProvider: RFC 9728 protected resource
-// metadata.
+// Metadata is the RFC 9728 protected resource metadata.
 func (o *OAuth) Metadata() server.ProtectedResourceMetadataConfig {
 	return server.ProtectedResourceMetadataConfig{Resource: o.cfg.Resource, AuthorizationServers: []string{o.cfg.Issuer},
 		BearerMethodsSupported: []string{"header"}, ResourceName: "toolbus"}
 }
-
-// MetadataURL implements MetadataProvider.
-func (o *OAuth) MetadataURL() string { return o.metaURL }
 
 // Authenticate implements Authenticator: the token must parse as a JWS
 // signed with one of Algorithms by a key of the JWKS (by kid; a token

@@ -196,8 +196,7 @@ func (s *resources) readBridged(srv string) server.ResourceHandlerFunc {
 		}
 		out := make([]mcp.ResourceContents, 0, len(c.Contents))
 		for _, b := range c.Contents {
-			uri := b.URI
-			uri = cmp.Or(uri, req.Params.URI)
+			uri := cmp.Or(b.URI, req.Params.URI)
 			if b.Type == bus.BlockText {
 				out = append(out, mcp.TextResourceContents{URI: uri, MIMEType: b.MediaType, Text: b.Text})
 			} else {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/client"
 )
 
@@ -61,7 +63,7 @@ func isTaskMessage(m *rpcMessage) bool {
 		}
 		return json.Unmarshal(m.Params, &p) == nil && len(p.Task) > 0 && string(p.Task) != "null"
 	case mcp.MethodSubscriptionsListen:
-		return listensForTasks(m.Params) // tasks_listen.go
+		return listensForTasks(m.Params) // tasks_store.go
 	}
 	return false
 }
@@ -86,25 +88,23 @@ type rpcError = mcp.JSONRPCErrorDetails
 // transports, from the records in the facade's bucket (store) and the
 // tasks this process runs or follows (runners).
 type taskFront struct {
-	session, user  string
-	store          *kvStore // tasks_store.go
-	runners        *taskRunners
-	cancel         func(ctx context.Context, session, replyID string, calls ...string) error
-	listed         func(name string) bool // session.listed
-	run            runFunc
-	questions      watchFunc
-	confirmParams  func(bus.Parked) mcp.ElicitationParams                                              // nil: the host is not asked (policy approvers)
-	confirm        func(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult) // confirmer.decide
-	answerQuestion func(ctx context.Context, a asked, res *mcp.ElicitationResult) bool                 // relayer.answerQuestion
-	send           func(sessionID, method string, params map[string]any) error                         // MCPServer.SendNotificationToSpecificClient
+	session, user string
+	store         *kvStore // tasks_store.go
+	runners       *taskRunners
+	cl            *client.Client         // P.cancel
+	listed        func(name string) bool // session.listed
+	// The session's parts a task's call goes through.
+	calls     *caller
+	confirms  *confirmer
+	questions *relayer
+	send      func(sessionID, method string, params map[string]any) error // MCPServer.SendNotificationToSpecificClient
 }
 
-// watchFunc yields the bridged server's questions of a call
-// (relayer.watchCall).
-type watchFunc func(ctx context.Context, tool, callID string) (<-chan asked, error)
-
-// runFunc runs a tools/call on the bus (caller.run).
-type runFunc func(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error)
+// confirmParams is the elicitation of a confirm park the task's host's
+// user is asked (under host_user only).
+func (s *taskFront) confirmParams(p bus.Parked) mcp.ElicitationParams {
+	return confirmParams(p, s.confirms.remember)
+}
 
 // answer answers m with its JSON-RPC response.
 func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
@@ -152,9 +152,9 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 	}
 	switch m.Method {
 	case methodTasksUpdate:
-		return s.update(ctx, m.Params) // tasks_input.go
+		return s.update(ctx, m.Params)
 	case methodSubscriptionsListen:
-		return s.listen(ctx, m) // tasks_listen.go
+		return s.listen(ctx, m) // tasks_store.go
 	}
 	if m.Method != string(mcp.MethodToolsCall) && m.Method != string(mcp.MethodTasksList) {
 		if err := json.Unmarshal(m.Params, &p); err != nil || p.TaskID == "" {
@@ -186,9 +186,9 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 		}
 		if !r.Status.IsTerminal() {
 			s.runners.follow(r)
-			r.Message = s.runners.withOutput(ctx, r) // shown, not stored (tasks_bus.go)
+			r.Message = s.runners.withOutput(ctx, r) // shown, not stored
 		}
-		return r.detailed(m.modern()), nil // tasks_input.go
+		return r.detailed(m.modern()), nil
 	case mcp.MethodTasksResult:
 		return s.result(ctx, p.TaskID)
 	default: // tasks/cancel
@@ -262,7 +262,7 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 }
 
 // cancelTask records the task cancelled, then cancels its call on the
-// bus: its bus task when it went on as one (tasks_bus.go), else the
+// bus: its bus task when it went on as one (followBus), else the
 // batch's call (P.cancel). The record is written first: the run learns
 // its call's interrupted end at once and would otherwise write that end
 // first (the first end written wins). A runner that names the bus task
@@ -289,7 +289,7 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 	if bt := s.runners.tasks; r.BusTask != "" && bt != nil {
 		_, err = bt.Cancel(cctx, s.session, r.BusTask)
 	} else {
-		err = s.cancel(cctx, s.session, r.ReplyID, r.CallID)
+		err = s.cl.Cancel(cctx, s.session, r.ReplyID, r.CallID)
 	}
 	if err != nil {
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "facade: the task is cancelled, but not its call on the bus: " + err.Error()}
@@ -313,7 +313,7 @@ type taskRunners struct {
 	loop    func(func(context.Context)) bool // life.Loop
 	store   *kvStore
 	await   func(ctx context.Context, session, replyID, callID string) (*bus.Result, error)
-	// tasks are the bus tasks a task's call may go on as (tasks_bus.go);
+	// tasks are the bus tasks a task's call may go on as (followBus);
 	// nil follows none (the handle is then the task's result).
 	tasks busTasks
 	log   *slog.Logger
@@ -340,29 +340,20 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	t.local[r.ID] = notify
 	t.mu.Unlock()
 	ctx := context.WithValue(t.closing, contextKey, header)
-	done := func() {
-		t.mu.Lock()
-		delete(t.local, r.ID)
-		t.mu.Unlock()
-	}
-	if !t.loop(func(context.Context) {
-		defer done()
+	spawn(t, t.local, r.ID, func() {
 		onPark := func(p bus.Parked, until time.Time) {
-			if p.Kind == "confirm" && h.confirmParams != nil {
+			if p.Kind == "confirm" && h.confirms.policy == ConfirmHostUser {
 				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, h.confirmParams(p)))
 				return
 			}
-			rec, err := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+			_, _ = t.update(ctx, r, func(r *taskRecord) {
 				r.Message = fmt.Sprintf("parked: waiting for %s on %s until %s", kindText(p.Kind), p.Subject, until.UTC().Format(time.RFC3339))
 			})
-			if err == nil {
-				t.notify(rec)
-			}
 		}
 		stop := t.showQuestions(ctx, r, h.questions)
 		defer stop()
 		var handle *bus.TaskHandle
-		res, err := h.run(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark,
+		res, err := h.calls.run(ctx, req, runOpts{callID: r.CallID, replyID: r.ReplyID, keep: true, onPark: onPark,
 			onBackground: func(th bus.TaskHandle) { handle = &th }})
 		if t.closing.Err() != nil {
 			return
@@ -376,6 +367,20 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 			res, err = bres, berr
 		}
 		t.finish(ctx, r, res, err)
+	})
+}
+
+// spawn runs fn on the facade's loop, then forgets id in set (at once
+// when the facade is closing).
+func spawn[V any](t *taskRunners, set map[string]V, id string, fn func()) {
+	done := func() {
+		t.mu.Lock()
+		delete(set, id)
+		t.mu.Unlock()
+	}
+	if !t.loop(func(context.Context) {
+		defer done()
+		fn()
 	}) {
 		done()
 	}
@@ -383,12 +388,9 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 
 // showQuestions makes the task wait for each question its bridged server
 // asks of its call (awaitInput), until stop.
-func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, questions watchFunc) (stop func()) {
-	if questions == nil {
-		return func() {}
-	}
+func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, questions *relayer) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	qs, err := questions(ctx, r.Tool, r.CallID)
+	qs, err := questions.watchCall(ctx, r.Tool, r.CallID)
 	if err != nil || qs == nil {
 		cancel()
 		return func() {}
@@ -430,13 +432,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 	}
 	t.followed[r.ID] = struct{}{}
 	t.mu.Unlock()
-	done := func() {
-		t.mu.Lock()
-		delete(t.followed, r.ID)
-		t.mu.Unlock()
-	}
-	if !t.loop(func(context.Context) {
-		defer done()
+	spawn(t, t.followed, r.ID, func() {
 		ctx, cancel := context.WithDeadline(t.closing, r.expires())
 		defer cancel()
 		res, err := t.learnEnd(ctx, r)
@@ -453,9 +449,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 		if res != nil {
 			t.finish(ctx, r, res, nil)
 		}
-	}) {
-		done()
-	}
+	})
 }
 
 // learnEnd waits for the end of task r's call on the bus: its bus task's
@@ -481,7 +475,7 @@ func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToo
 func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallToolResult, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+	_, uerr := t.update(ctx, r, func(r *taskRecord) {
 		r.Inputs = nil
 		switch {
 		case err != nil:
@@ -495,9 +489,15 @@ func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallTo
 	})
 	if uerr != nil {
 		t.log.Warn("facade: task end not recorded", "task", r.ID, "err", uerr)
-		return
 	}
+}
+
+// update applies change to task r's record (kvStore.updateTask) and tells
+// its host when it runs here.
+func (t *taskRunners) update(ctx context.Context, r *taskRecord, change func(*taskRecord)) (*taskRecord, error) {
+	rec, err := t.store.updateTask(ctx, r.Session, r.User, r.ID, change)
 	t.notify(rec)
+	return rec, err
 }
 
 // awaitResult waits for the result of call callID of batch replyID in
@@ -595,4 +595,421 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// The tasks extension's input (2026-07-28, "Task Update Requests"): while
+// a task's call waits for its host (a confirm park under host_user, or its
+// bridged server's question) the task is input_required, tasks/get shows
+// the elicitation under inputRequests, and tasks/update answers it with
+// inputResponses keyed the same. The record holds what each key answers,
+// so any facade process answers it.
+
+const methodTasksUpdate = "tasks/update"
+
+// taskInput is one request a task waits for its host to answer.
+type taskInput struct {
+	Kind     string          `json:"kind"` // inputConfirm or inputQuestion
+	Park     bus.Parked      `json:"park"`
+	ReplyID  string          `json:"reply_id"`
+	Request  json.RawMessage `json:"request"`            // {"method": "elicitation/create", "params": ...}
+	Question *question       `json:"question,omitempty"` // Kind inputQuestion
+}
+
+// elicitRequest is an inputRequests entry for params.
+func elicitRequest(params mcp.ElicitationParams) json.RawMessage {
+	raw, _ := json.Marshal(map[string]any{"method": mcp.MethodElicitationCreate, "params": params})
+	return raw
+}
+
+// pendingInput is an input a task starts waiting for, with its key
+// (unique over the task's life: a park id is never reused) and the
+// task's status message meanwhile.
+type pendingInput struct {
+	key     string
+	in      taskInput
+	message string
+}
+
+// awaitInput records in the task that it waits for p: input_required.
+func (t *taskRunners) awaitInput(ctx context.Context, r *taskRecord, p pendingInput) {
+	_, _ = t.update(ctx, r, func(r *taskRecord) {
+		if r.Inputs == nil {
+			r.Inputs = map[string]taskInput{}
+		}
+		r.Inputs[p.key] = p.in
+		r.Status, r.Message = mcp.TaskStatusInputRequired, p.message
+	})
+}
+
+// taskView is a task as tasks/get (and notifications/tasks) show it: the
+// Task, with the extension's inlined members — inputRequests while
+// input_required; at 2026-07-28 the result of a completed task, the error
+// of a failed one, and ttlMs and pollIntervalMs beside 2025-11-25's ttl
+// and pollInterval, which mcp-go's clients read.
+type taskView struct {
+	mcp.Task
+	TTLMs          *int64                     `json:"ttlMs,omitempty"`
+	PollIntervalMs *int64                     `json:"pollIntervalMs,omitempty"`
+	InputRequests  map[string]json.RawMessage `json:"inputRequests,omitempty"`
+	Result         json.RawMessage            `json:"result,omitempty"`
+	Error          *rpcError                  `json:"error,omitempty"`
+	Meta           map[string]any             `json:"_meta,omitempty"`
+}
+
+func (r *taskRecord) detailed(modern bool) *taskView {
+	v := &taskView{Task: r.task()}
+	if len(r.Inputs) > 0 && r.Status == mcp.TaskStatusInputRequired {
+		v.InputRequests = make(map[string]json.RawMessage, len(r.Inputs))
+		for k, in := range r.Inputs {
+			v.InputRequests[k] = in.Request
+		}
+	}
+	if !modern {
+		return v
+	}
+	v.TTLMs, v.PollIntervalMs = v.TTL, v.PollInterval
+	switch r.Status {
+	case mcp.TaskStatusCompleted:
+		v.Result = r.Result
+	case mcp.TaskStatusFailed:
+		v.Error = &rpcError{Code: mcp.INTERNAL_ERROR, Message: r.Error}
+	}
+	return v
+}
+
+// update answers tasks/update: each response whose key the task waits
+// for is the host's answer; other keys are ignored, as the extension
+// says. The task is working again once nothing is outstanding.
+func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *rpcError) {
+	var p struct {
+		TaskID         string                     `json:"taskId"`
+		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil || p.TaskID == "" {
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "params.taskId is required"}
+	}
+	r, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	var answered []string
+	for key, raw := range p.InputResponses {
+		in, ok := r.Inputs[key]
+		if !ok || r.Status != mcp.TaskStatusInputRequired {
+			continue
+		}
+		var res mcp.ElicitationResult
+		if json.Unmarshal(raw, &res) != nil || res.Action == "" {
+			continue
+		}
+		switch {
+		case in.Kind == inputConfirm:
+			s.confirms.decide(ctx, in.Park, in.ReplyID, &res)
+		case in.Kind == inputQuestion && in.Question != nil:
+			s.questions.answerQuestion(ctx, asked{p: in.Park, replyID: in.ReplyID, q: *in.Question}, &res)
+		default:
+			continue
+		}
+		answered = append(answered, key)
+	}
+	if len(answered) > 0 {
+		_, err := s.runners.update(ctx, r, func(r *taskRecord) {
+			for _, k := range answered {
+				delete(r.Inputs, k)
+			}
+			if len(r.Inputs) == 0 && r.Status == mcp.TaskStatusInputRequired {
+				r.Status, r.Message = mcp.TaskStatusWorking, "answered: "+strings.Join(answered, ", ")
+			}
+		})
+		if err != nil {
+			return nil, storeError(err)
+		}
+	}
+	return &mcp.EmptyResult{}, nil
+}
+
+// confirmInput is the input a task waits for when its call parks for a
+// confirmation its host's user may give (params: confirmParams).
+func confirmInput(p bus.Parked, replyID string, params mcp.ElicitationParams) pendingInput {
+	in := taskInput{Kind: inputConfirm, Park: p, ReplyID: replyID, Request: elicitRequest(params)}
+	return pendingInput{inputConfirm + "-" + p.ID, in, fmt.Sprintf("input required: confirm the call of %s (or answer it on %s)", p.Name, p.Subject)}
+}
+
+// questionInput is the input a task waits for when its bridged server
+// asks a.
+func questionInput(a asked) pendingInput {
+	params, _ := questionParams(a.q, true)
+	q := a.q
+	in := taskInput{Kind: inputQuestion, Park: a.p, ReplyID: a.replyID, Request: elicitRequest(params), Question: &q}
+	return pendingInput{inputQuestion + "-" + a.p.ID, in, "input required: " + questionStatus(a)}
+}
+
+// notifySessionKey carries, in a task message's context, the MCP
+// session its client is told of the task's changes on.
+type notifySessionKey struct{}
+
+// notifier returns how the client of ctx's task message is told of a
+// task's change (notifications/tasks/status, 2025-11-25) through its MCP
+// session; nil when it has none (2026-07-28: listen, tasks_store.go). mcp-go
+// drops the notice when the session has no stream here: tasks/get still
+// answers.
+func (s *taskFront) notifier(ctx context.Context) func(*taskRecord) {
+	sid, _ := ctx.Value(notifySessionKey{}).(string)
+	if sid == "" {
+		return nil
+	}
+	return func(r *taskRecord) {
+		var params map[string]any
+		raw, _ := json.Marshal(r.detailed(false))
+		_ = json.Unmarshal(raw, &params)
+		_ = s.send(sid, mcp.MethodNotificationTasksStatus, params)
+	}
+}
+
+// notify tells the host of the task run here that r changed.
+func (t *taskRunners) notify(r *taskRecord) {
+	if r == nil {
+		return
+	}
+	t.mu.Lock()
+	n := t.local[r.ID]
+	t.mu.Unlock()
+	if n != nil {
+		n(r)
+	}
+}
+
+// An MCP task whose call goes on in the background (docs/protocol.md
+// 5.10: a result in state "background" with a task handle) follows that
+// bus task to its end: its record names the bus task (BusTask), tasks/get
+// on any process follows it (P.tasks.<session>, wait), and tasks/cancel
+// cancels it instead of the batch, which ended at the handoff.
+
+// busTasks is what following bus tasks needs (client.Tasks).
+type busTasks interface {
+	Get(ctx context.Context, session, id string) (bus.Task, error)
+	Wait(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error)
+	Cancel(ctx context.Context, session, id string) (bus.Task, error)
+	Output(ctx context.Context, session, id string) (bus.Task, []bus.Block, error)
+}
+
+var _ busTasks = client.Tasks{}
+
+// busWaitEach bounds one wait verb (a router handler held meanwhile);
+// busRetryMax bounds the pause after a wait that got no answer.
+const (
+	busWaitEach = 60 * time.Second
+	busRetryMax = 5 * time.Second
+)
+
+// awaitBusTask waits until session's bus task id (or ctx) ends and
+// returns its result. A wait no router answered is asked again (with a
+// growing pause); a refusal ends it, and so does a task that is not the
+// call callID of batch replyID.
+func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID string) (*bus.Result, error) {
+	pause := 100 * time.Millisecond
+	for {
+		wait := busWaitEach
+		if d, ok := ctx.Deadline(); ok {
+			wait = max(min(wait, time.Until(d)), time.Millisecond)
+		}
+		ts, err := bt.Wait(ctx, session, wait, id)
+		var be *bus.Error
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.As(err, &be) && (be.Code == bus.CodeUnknownTask || be.Code == bus.CodeBadRequest):
+			return nil, fmt.Errorf("facade: bus task %s: %w", id, err)
+		case err != nil:
+			if err := bus.Sleep(ctx, pause); err != nil {
+				return nil, err
+			}
+			pause = min(2*pause, busRetryMax)
+			continue
+		case len(ts) == 1 && (ts[0].ReplyID != replyID || ts[0].CallID != callID):
+			return nil, fmt.Errorf("facade: bus task %s is not the task's call %s", id, callID)
+		case len(ts) == 1 && !ts[0].Running():
+			if ts[0].Result == nil {
+				return nil, fmt.Errorf("facade: bus task %s ended %s without a result", id, ts[0].State)
+			}
+			return ts[0].Result, nil
+		}
+		pause = 100 * time.Millisecond
+	}
+}
+
+// checkBusTask checks that bus task id is task r's call before the
+// record names it (three tries): a handle naming another call of the
+// session is never followed nor cancelled.
+func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) error {
+	var err error
+	for try := range 3 {
+		if try > 0 && bus.Sleep(ctx, time.Duration(try)*200*time.Millisecond) != nil {
+			return ctx.Err()
+		}
+		var bt1 bus.Task
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		bt1, err = bt.Get(cctx, r.Session, id)
+		cancel()
+		var be *bus.Error
+		switch {
+		case err == nil && (bt1.ReplyID != r.ReplyID || bt1.CallID != r.CallID):
+			return fmt.Errorf("facade: bus task %s is not the task's call %s", id, r.CallID)
+		case err == nil:
+			return nil
+		case errors.As(err, &be):
+			return fmt.Errorf("facade: bus task %s: %w", id, err)
+		}
+	}
+	return fmt.Errorf("facade: bus task %s: %w", id, err)
+}
+
+// HandleMetaKey is the _meta member of a tools/call result whose call went
+// on as a bus task: the handle ({"id", "state", "subject"}, docs/protocol.md
+// 5.10), for hosts that follow it on the bus.
+const HandleMetaKey = "io.toolbus/task"
+
+// handleOf returns the handle toMCP put into res.
+func handleOf(res *mcp.CallToolResult) (bus.TaskHandle, bool) {
+	if res == nil || res.Meta == nil {
+		return bus.TaskHandle{}, false
+	}
+	h, ok := res.Meta.AdditionalFields[HandleMetaKey].(bus.TaskHandle)
+	return h, ok
+}
+
+// handleWithoutSchema keeps a handle result of a tool listed with an
+// outputSchema isError, since hosts check only successful results against
+// the schema (docs/mcp.md, F1); its first text says the call did not fail.
+func handleWithoutSchema(res *mcp.CallToolResult) bool {
+	h, ok := handleOf(res)
+	if !ok || res.StructuredContent != nil {
+		return false
+	}
+	res.IsError = true
+	note := fmt.Sprintf("Not a failure: the call goes on in the background as task %s (this result is marked as an error "+
+		"only because a task handle is not the structured content the tool's output schema describes).", h.ID)
+	res.Content = append([]mcp.Content{mcp.NewTextContent(note)}, res.Content...)
+	return true
+}
+
+// maxStatusOutput bounds the output so far that tasks/get shows in a
+// task's status message (its last bytes). A bus task's output read serves
+// the tasks/get of outputEvery (the output verb reads the session's
+// stored events: hosts polling every 500 ms must not each cost one);
+// maxOutputCache bounds the reads a process keeps.
+const (
+	maxStatusOutput = 1024
+	outputEvery     = 2 * time.Second
+	maxOutputCache  = 1000
+)
+
+type outputRead struct {
+	at   time.Time
+	text string
+}
+
+// withOutput returns r's status message with the output so far of its
+// bus task (readOutput); r's message alone when there is none.
+func (t *taskRunners) withOutput(ctx context.Context, r *taskRecord) string {
+	if t.tasks == nil || r.BusTask == "" || r.Status.IsTerminal() {
+		return r.Message
+	}
+	key := r.Session + " " + r.BusTask
+	t.mu.Lock()
+	last, ok := t.outputs[key]
+	t.mu.Unlock()
+	if !ok || time.Since(last.at) >= outputEvery {
+		last = outputRead{at: time.Now(), text: t.readOutput(ctx, r)}
+		t.mu.Lock()
+		if len(t.outputs) >= maxOutputCache {
+			clear(t.outputs)
+		}
+		if t.outputs == nil {
+			t.outputs = map[string]outputRead{}
+		}
+		t.outputs[key] = last
+		t.mu.Unlock()
+	}
+	if last.text == "" {
+		return r.Message
+	}
+	return r.Message + "; output so far: " + last.text
+}
+
+// readOutput reads the last maxStatusOutput bytes of the text of r's bus
+// task's output so far; "" when there is none, the bus task is not r's
+// call or the verb fails.
+func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tk, out, err := t.tasks.Output(cctx, r.Session, r.BusTask)
+	if err != nil || tk.ReplyID != r.ReplyID || tk.CallID != r.CallID {
+		return ""
+	}
+	var text []string
+	for _, b := range out {
+		if b.Type == bus.BlockText && b.Text != "" {
+			text = append(text, b.Text)
+		}
+	}
+	return tail(strings.Join(text, "\n"), maxStatusOutput)
+}
+
+// tail is the last at most n bytes of s, marked with "…" when cut.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + offload.Suffix(s, n)
+}
+
+func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
+	if r == nil || r.State != bus.StateBackground || r.Task == nil || !bus.ValidID(r.Task.ID) {
+		return bus.TaskHandle{}, false
+	}
+	return *r.Task, true
+}
+
+// followBus records that task r's call goes on as bus task id and waits
+// for its end (within the record's TTL). live is false when the record
+// had ended already (a tasks/cancel before the bus task was recorded: it
+// is cancelled here) or this process has no bus tasks to follow.
+func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (res *mcp.CallToolResult, live bool, err error) {
+	if t.tasks == nil {
+		return nil, false, nil
+	}
+	if r.BusTask != id {
+		if err := checkBusTask(ctx, t.tasks, r, id); err != nil {
+			return nil, true, err
+		}
+		rec, uerr := t.store.updateTask(ctx, r.Session, r.User, r.ID, func(r *taskRecord) {
+			r.BusTask = id
+			r.Message = fmt.Sprintf("running in the background as bus task %s (past the tool's timeout)", id)
+		})
+		if uerr == nil && rec.Status.IsTerminal() {
+			t.cancelBus(ctx, r.Session, id)
+			return nil, false, nil
+		}
+		if uerr == nil {
+			t.notify(rec)
+		}
+	}
+	wctx, cancel := context.WithDeadline(ctx, r.expires())
+	defer cancel()
+	out, err := awaitBusTask(wctx, t.tasks, r.Session, id, r.ReplyID, r.CallID)
+	if err != nil {
+		return nil, true, err
+	}
+	return toMCP(*out), true, nil
+}
+
+// cancelBus cancels session's bus task id (a failure is logged: it then
+// ends at its own deadline).
+func (t *taskRunners) cancelBus(ctx context.Context, session, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := t.tasks.Cancel(ctx, session, id); err != nil {
+		t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)
+	}
 }

@@ -5,6 +5,7 @@ package builtin
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 )
 
@@ -28,3 +29,15 @@ func (t *tree) readDir(dir string) ([]fs.DirEntry, error) {
 
 // hardLinks is not read here: every file counts as one link.
 func hardLinks(fs.FileInfo) uint64 { return 1 }
+
+// No sandbox launcher here: the shell starts /bin/sh itself.
+const sandboxSupported = false
+
+// launcherCommand is never called here (sandboxSupported is false).
+var launcherCommand = directCommand
+
+func runLocked(cmd *exec.Cmd) error { return cmd.Run() }
+
+func runSandboxChild() {}
+
+func landlockABI() int { return 0 }

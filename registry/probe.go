@@ -1,0 +1,84 @@
+package registry
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// probeBound is how long one probe of the workers bucket may take once
+// it runs for its callers, whichever of them gives up first.
+const probeBound = 5 * time.Second
+
+// probes coalesces the probes of one tool's workers (liveness.probe):
+// every call that finds a tool without a live worker asks for one, and a
+// burst of such calls (a hostile agent calling a tool whose workers are
+// gone) would otherwise cost the store one read each. A call that comes
+// while a probe of its tool runs waits for it to end and shares the next,
+// which starts only then: so every caller gets a probe that began after
+// it came, and a registration acknowledged before the call counts, as the
+// probe promises, while at most one probe per tool runs and one waits.
+//
+// Rejected: x/sync/singleflight, whose callers share a probe already
+// under way, which may have read the bucket before their registration was
+// stored.
+type probes struct {
+	mu   sync.Mutex
+	runs map[string]*probeRun // tool → the probe running now
+}
+
+// probeRun is one probe and the one after it.
+type probeRun struct {
+	done chan struct{} // closed when err is set
+	err  error
+	next *probeRun // shared by whoever comes while this one runs
+}
+
+// do runs fn for key, or shares a run of it that starts after do was
+// called, and returns its error, or ctx's when ctx ends first. fn gets a
+// context that outlives a caller who gives up, bounded by probeBound.
+func (p *probes) do(ctx context.Context, key string, fn func(context.Context) error) error {
+	p.mu.Lock()
+	if p.runs == nil {
+		p.runs = map[string]*probeRun{}
+	}
+	var r, after *probeRun
+	switch cur := p.runs[key]; {
+	case cur == nil:
+		r = &probeRun{done: make(chan struct{})}
+		p.runs[key] = r
+		go p.run(ctx, key, r, nil, fn)
+	case cur.next == nil:
+		r, after = &probeRun{done: make(chan struct{})}, cur
+		cur.next = r
+		go p.run(ctx, key, r, after, fn)
+	default:
+		r = cur.next
+	}
+	p.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run waits for the probe before it, if any, runs fn, and hands the key
+// to the probe that waits after it.
+func (p *probes) run(ctx context.Context, key string, r, after *probeRun, fn func(context.Context) error) {
+	if after != nil {
+		<-after.done
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeBound)
+	r.err = fn(ctx)
+	cancel()
+	p.mu.Lock()
+	if r.next != nil {
+		p.runs[key] = r.next // its goroutine waits on r.done
+	} else {
+		delete(p.runs, key)
+	}
+	close(r.done)
+	p.mu.Unlock()
+}
