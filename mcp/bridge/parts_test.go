@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +111,31 @@ func TestLinkTrack(t *testing.T) {
 	if _, err := l.origin(t.Context()); err == nil || len(l.progress) != 0 {
 		t.Fatal("untracked call still found")
 	}
+}
+
+// TestStdioClosedUnstarted: a stdio transport closed without being
+// started releases every end of its pipes, the server's too (the
+// transport made them all; before the pipes were the command's, Close
+// closed the four).
+func TestStdioClosedUnstarted(t *testing.T) {
+	open := func() int {
+		e, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(e)
+	}
+	before := open()
+	tr, err := newStdio(&Server{Name: "s", Transport: TransportStdio, Command: "true"}, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := open(); n != before+4 {
+		t.Fatalf("%d descriptors open after newStdio, want %d (two pipes)", n, before+4)
+	}
+	_ = tr.Close()
+	if n := open(); n != before {
+		t.Fatalf("%d descriptors open after Close of a transport never started, want %d", n, before)
+	}
+	runtime.KeepAlive(tr) // no finalizer closes a leaked end before the count
 }

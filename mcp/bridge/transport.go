@@ -74,6 +74,7 @@ func newStdio(s *Server, limit int64, log *slog.Logger) (*stdioTransport, error)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		in.Close()
+		cmd.Stdin.(io.Closer).Close() // the server's end: only Start or Wait would close it
 		return nil, err
 	}
 	t := &stdioTransport{cmd: cmd, out: out, exited: make(chan struct{})}
@@ -105,8 +106,10 @@ func (t *stdioTransport) Start(ctx context.Context) error {
 // called by the link's session, one after the other.
 func (t *stdioTransport) Close() error {
 	err := t.Stdio.Close()
-	if t.cmd.Process == nil { // never started
+	if t.cmd.Process == nil { // never started: the server's ends too (only Start or Wait would close them)
 		t.out.Close()
+		t.cmd.Stdin.(io.Closer).Close()
+		t.cmd.Stdout.(io.Closer).Close()
 		return err
 	}
 	select {
