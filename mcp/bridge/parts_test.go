@@ -139,3 +139,21 @@ func TestStdioClosedUnstarted(t *testing.T) {
 	}
 	runtime.KeepAlive(tr) // no finalizer closes a leaked end before the count
 }
+
+// TestStdioStartEnded: a stdio server is not started for a context that
+// has ended (as exec.CommandContext refused to before the transport
+// used the command's pipes): no third-party process runs for nothing.
+func TestStdioStartEnded(t *testing.T) {
+	tr, err := newStdio(&Server{Name: "s", Transport: TransportStdio, Command: "sleep", Args: []string{"5"}}, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = tr.Start(ctx)
+	started := tr.cmd.Process != nil
+	_ = tr.Close()
+	if err == nil || started {
+		t.Fatalf("Start with an ended context: err %v, server started %v; want an error and no process", err, started)
+	}
+}

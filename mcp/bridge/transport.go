@@ -88,7 +88,11 @@ func newStdio(s *Server, limit int64, log *slog.Logger) (*stdioTransport, error)
 
 // Start starts the server, which lives as long as ctx (or until Close).
 func (t *stdioTransport) Start(ctx context.Context) error {
-	if err := t.cmd.Start(); err != nil {
+	err := ctx.Err() // an ended ctx starts nothing (as exec.CommandContext would not)
+	if err == nil {
+		err = t.cmd.Start()
+	}
+	if err != nil {
 		close(t.exited)
 		return fmt.Errorf("failed to start command: %w", err)
 	}
