@@ -406,27 +406,19 @@ var (
 )
 
 // execReply turns a worker's reply into the call's result, and returns the
-// state patch the worker sent, if any, for the caller to apply.
+// state patch the worker sent, if any, for the caller to apply. The usual
+// reply, an exec result, is read without a pass that checks its data is
+// JSON first (bus.DecodeHead): FromEvent checks it as it reads. Any other
+// reply, or one that fails there, is decoded again in full
+// (execReplyChecked), so that its result reads as it always did.
 func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessage) {
 	var e bus.Event
-	if err := bus.DecodeTo(resp, &e); err != nil {
-		return internal(c, fmt.Errorf("worker reply: %w", err)), nil
-	}
-	if e.Type == bus.TypeError {
-		var be bus.Error
-		_ = e.DataAs(&be)
-		if be.Code == bus.CodeBusy || be.Code == bus.CodeUnavailable {
-			// At capacity, or its definition was rejected: the call never ran.
-			return bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf("ToolUnavailableError: the worker that took the call of '%s' could not run it: %s", c.Name, be.Message)), nil
-		}
-		return internal(c, fmt.Errorf("worker refused the call: %s", be.Error())), nil
-	}
 	var xr bus.ExecResult
-	if e.Type != bus.TypeExecResult {
-		return internal(c, fmt.Errorf("worker replied with %q", e.Type)), nil
-	}
-	if err := xr.FromEvent(&e); err != nil {
-		return internal(c, err), nil
+	if bus.DecodeHead(resp, &e) != nil || e.Type != bus.TypeExecResult || xr.FromEvent(&e) != nil {
+		var refused *bus.Result
+		if xr, refused = execReplyChecked(c, resp); refused != nil {
+			return *refused, nil
+		}
 	}
 	if xr.Output == nil {
 		xr.Output = []bus.Block{}
@@ -452,6 +444,33 @@ func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessag
 		return internal(c, fmt.Errorf("worker returned state %q", xr.State)), patch
 	}
 	return res, patch
+}
+
+// execReplyChecked decodes a worker's reply in full, its data checked to
+// be JSON: the exec result it carries, or the result the call gets instead.
+func execReplyChecked(c bus.Call, resp *nats.Msg) (bus.ExecResult, *bus.Result) {
+	refuse := func(r bus.Result) (bus.ExecResult, *bus.Result) { return bus.ExecResult{}, &r }
+	var e bus.Event
+	if err := bus.DecodeTo(resp, &e); err != nil {
+		return refuse(internal(c, fmt.Errorf("worker reply: %w", err)))
+	}
+	if e.Type == bus.TypeError {
+		var be bus.Error
+		_ = e.DataAs(&be)
+		if be.Code == bus.CodeBusy || be.Code == bus.CodeUnavailable {
+			// At capacity, or its definition was rejected: the call never ran.
+			return refuse(bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf("ToolUnavailableError: the worker that took the call of '%s' could not run it: %s", c.Name, be.Message)))
+		}
+		return refuse(internal(c, fmt.Errorf("worker refused the call: %s", be.Error())))
+	}
+	var xr bus.ExecResult
+	if e.Type != bus.TypeExecResult {
+		return refuse(internal(c, fmt.Errorf("worker replied with %q", e.Type)))
+	}
+	if err := xr.FromEvent(&e); err != nil {
+		return refuse(internal(c, err))
+	}
+	return xr, nil
 }
 
 // toolFailedText is the text of an error result whose tool or handler gave

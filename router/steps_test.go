@@ -1,8 +1,11 @@
 package router
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -317,5 +320,34 @@ func TestCallDeadline(t *testing.T) {
 				t.Fatalf("deadline %v timeout %v, want %v", deadline, timeout, tc.timeout)
 			}
 		})
+	}
+}
+
+// A reply whose data is not JSON gets the result a full decode gives it
+// ("worker reply: ..."), in binary and in structured mode alike, though the
+// usual exec result is read without checking its data first.
+func TestExecReplyDataNotJSON(t *testing.T) {
+	call := bus.Call{ID: "c1", Name: "echo"}
+	e, err := bus.NewEvent(bus.TypeExecResult, "worker", json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var binary *nats.Msg
+	bus.WithBinaryMsg("reply", e, func(m *nats.Msg) {
+		binary = &nats.Msg{Subject: m.Subject, Header: maps.Clone(m.Header), Data: []byte(`{"state":"success","output":[]} x`)}
+	})
+	structured := execMsg(t, bus.TypeExecResult, `{"state":"success","output":[]}`)
+	structured.Data = bytes.Replace(structured.Data, []byte(`"output":[]}`), []byte(`"output":[]} x`), 1)
+	for name, m := range map[string]*nats.Msg{"binary": binary, "structured": structured} {
+		var full bus.Event
+		derr := bus.DecodeTo(m, &full)
+		if derr == nil {
+			t.Fatalf("%s: the message decodes", name)
+		}
+		res, patch := execReply(call, m)
+		want := internal(call, fmt.Errorf("worker reply: %w", derr))
+		if !reflect.DeepEqual(res, want) || patch != nil {
+			t.Fatalf("%s: %+v, want %+v", name, res, want)
+		}
 	}
 }
