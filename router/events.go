@@ -70,10 +70,12 @@ func (x *routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
 	return failed
 }
 
+// announce and reply send data the router made itself (resultsJSON, the
+// parked list it marshalled): it is not scanned again (bus.SendTrusted).
 func (x *routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
 	var e bus.Event
 	rawEventTo(&e, x.source, typ, session, replyID, callID, trace, data)
-	return bus.Send(x.nc, x.subj.Events(session), &e, e.ID) // stored once, as a retried publish would be
+	return bus.SendTrusted(x.subj.Events(session), &e, e.ID, x.nc.PublishMsg) // stored once, as a retried publish would be
 }
 
 func (x *routerEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
@@ -95,7 +97,7 @@ func (x *routerEvents) live(typ, session, replyID, callID string, trace [2]strin
 func (x *routerEvents) reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error {
 	var e bus.Event // sent and let go: on the stack
 	rawEventTo(&e, x.source, typ, session, replyID, "", trace, data)
-	return bus.Send(x.nc, subject, &e, "")
+	return bus.SendTrusted(subject, &e, "", x.nc.PublishMsg)
 }
 
 // reportStep reports a batch's results: each call's io.toolbus.call.result
