@@ -122,11 +122,7 @@ func (c *callState) safe() bool {
 }
 
 func (r *Router) onBatch(m *nats.Msg) {
-	e, err := r.decode(m, "call", bus.TypeCallBatch)
-	var t turn
-	if err == nil {
-		t, err = checkTurn(e, r.cfg.Limits)
-	}
+	e, t, err := r.decodeTurn(m, r.cfg.Limits)
 	if err == nil {
 		t.data.User, err = identify(r.cfg.Identities, t.session, t.data.User)
 	}
@@ -154,6 +150,24 @@ func (r *Router) onBatch(m *nats.Msg) {
 	if b.finishRest(complete) && m.Reply != "" {
 		b.p.report.reply(b, m.Reply)
 	}
+}
+
+// decodeTurn reads and checks batch message m. Its data is checked as
+// checkTurn reads it (Batch.FromEvent), not first: a batch refused so is
+// decoded again in full, its data checked first, so that the error it gets
+// is the one it always got.
+func (w *wire) decodeTurn(m *nats.Msg, lim Limits) (*bus.Event, turn, error) {
+	e, err := w.decodeHead(m, "call", bus.TypeCallBatch)
+	var t turn
+	if err == nil {
+		t, err = checkTurn(e, lim)
+	}
+	if err != nil {
+		if e, err = w.decode(m, "call", bus.TypeCallBatch); err == nil {
+			t, err = checkTurn(e, lim)
+		}
+	}
+	return e, t, err
 }
 
 // run executes the batch from call index start, run after run (nextRun),
