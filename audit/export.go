@@ -85,7 +85,7 @@ func leaderLast(ctx context.Context, stream jetstream.Stream, filter string) (ui
 		if !store.IsTransient(err) || retries > exportRetries || ctx.Err() != nil {
 			return 0, time.Time{}, fmt.Errorf("audit: the last record from the leader: %w", err)
 		}
-		if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
+		if err := bus.Sleep(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 			return 0, time.Time{}, err
 		}
 	}
@@ -110,7 +110,7 @@ func (e *export) run(ctx context.Context, fn func(json.RawMessage) error) error 
 		if retries++; retries > exportRetries {
 			return cmp.Or(err, fmt.Errorf("audit: records up to sequence %d not delivered", e.last))
 		}
-		if err := store.Pause(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
+		if err := bus.Sleep(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -14,10 +14,8 @@ import (
 // writes it without reflection and with a flat stack, so a router
 // goroutine whose stack the collector shrank need not grow it again.
 func (r *ExecRequest) AppendJSON(b []byte) []byte {
-	b = append(b, `{"call":{"id":`...)
-	b = appendString(b, r.Call.ID)
-	b = append(b, `,"name":`...)
-	b = appendString(b, r.Call.Name)
+	b = appendField(b, `{"call":{"id":`, r.Call.ID)
+	b = appendField(b, `,"name":`, r.Call.Name)
 	if len(r.Call.Input) > 0 {
 		b = append(b, `,"input":`...)
 		b = appendCompact(b, r.Call.Input)
@@ -92,34 +90,21 @@ func appendMember(b []byte, key string, raw []byte) ([]byte, error) {
 // ExecRequest.AppendJSON): a result is encoded once per call, for its
 // event, the reply and batch.done alike.
 func (r *Result) AppendJSON(b []byte) ([]byte, error) {
-	b = append(b, `{"id":`...)
-	b = appendString(b, r.ID)
-	b = append(b, `,"name":`...)
-	b = appendString(b, r.Name)
-	b = append(b, `,"state":`...)
-	b = appendString(b, r.State)
+	b = appendField(b, `{"id":`, r.ID)
+	b = appendField(b, `,"name":`, r.Name)
+	b = appendField(b, `,"state":`, r.State)
 	b, err := appendOutput(b, r.Output)
 	if err != nil {
 		return nil, err
 	}
 	if e := r.Error; e != nil {
-		b = append(b, `,"error":{"code":`...)
-		b = appendString(b, e.Code)
-		b = append(b, `,"message":`...)
-		b = appendString(b, e.Message)
+		b = appendField(b, `,"error":{"code":`, e.Code)
+		b = appendField(b, `,"message":`, e.Message)
 		if len(e.Details) > 0 {
-			b = append(b, `,"details":[`...)
-			for i, d := range e.Details {
-				if i > 0 {
-					b = append(b, ',')
-				}
-				b = append(b, `{"path":`...)
-				b = appendString(b, d.Path)
-				b = append(b, `,"message":`...)
-				b = appendString(b, d.Message)
-				b = append(b, '}')
-			}
-			b = append(b, ']')
+			b, _ = appendArray(append(b, `,"details":`...), len(e.Details), func(b []byte, i int) ([]byte, error) {
+				b = appendField(b, `{"path":`, e.Details[i].Path)
+				return append(appendField(b, `,"message":`, e.Details[i].Message), '}'), nil
+			})
 		}
 		if e.RetryAfterMS != 0 {
 			b = append(b, `,"retry_after_ms":`...)
@@ -131,12 +116,9 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 		return nil, err
 	}
 	if t := r.Task; t != nil {
-		b = append(b, `,"task":{"id":`...)
-		b = appendString(b, t.ID)
-		b = append(b, `,"state":`...)
-		b = appendString(b, t.State)
-		b = append(b, `,"subject":`...)
-		b = appendString(b, t.Subject)
+		b = appendField(b, `,"task":{"id":`, t.ID)
+		b = appendField(b, `,"state":`, t.State)
+		b = appendField(b, `,"subject":`, t.Subject)
 		b = append(b, '}')
 	}
 	return append(b, '}'), nil
@@ -145,8 +127,7 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 // AppendJSON appends r as JSON, the value json.Marshal gives (see
 // ExecRequest.AppendJSON): a worker sends one per call.
 func (r *ExecResult) AppendJSON(b []byte) ([]byte, error) {
-	b = append(b, `{"state":`...)
-	b = appendString(b, r.State)
+	b = appendField(b, `{"state":`, r.State)
 	b, err := appendOutput(b, r.Output)
 	if err != nil {
 		return nil, err
@@ -167,13 +148,24 @@ func appendOutput(b []byte, out []Block) ([]byte, error) {
 	if out == nil {
 		return append(b, "null"...), nil
 	}
+	return AppendBlocks(b, out)
+}
+
+// AppendBlocks appends out as a JSON array of blocks, as the encoders of
+// this package write an output.
+func AppendBlocks(b []byte, out []Block) ([]byte, error) {
+	return appendArray(b, len(out), func(b []byte, i int) ([]byte, error) { return out[i].appendJSON(b) })
+}
+
+// appendArray appends a JSON array of n elements, elem appending each.
+func appendArray(b []byte, n int, elem func(b []byte, i int) ([]byte, error)) ([]byte, error) {
 	b = append(b, '[')
-	for i := range out {
+	for i := range n {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = out[i].appendJSON(b); err != nil {
+		if b, err = elem(b, i); err != nil {
 			return nil, err
 		}
 	}
@@ -208,34 +200,27 @@ func AppendJSONString(b []byte, s string) []byte { return appendString(b, s) }
 // that is not JSON is refused, as json.Marshal refuses it.
 func (b *Batch) AppendJSON(out []byte) ([]byte, error) {
 	out = append(out, `{"calls":`...)
+	var err error
 	if b.Calls == nil {
 		out = append(out, "null"...)
-	} else {
-		out = append(out, '[')
-		for i := range b.Calls {
-			c := &b.Calls[i]
-			if i > 0 {
-				out = append(out, ',')
+	} else if out, err = appendArray(out, len(b.Calls), func(out []byte, i int) ([]byte, error) {
+		c := &b.Calls[i]
+		out = appendField(out, `{"id":`, c.ID)
+		out = appendField(out, `,"name":`, c.Name)
+		if len(c.Input) > 0 {
+			out = append(out, `,"input":`...)
+			if !json.Valid(c.Input) { // appendChecked's check, the member named only when it fails
+				return nil, fmt.Errorf("bus: calls[%d].input is not valid JSON", i)
 			}
-			out = append(out, `{"id":`...)
-			out = appendString(out, c.ID)
-			out = append(out, `,"name":`...)
-			out = appendString(out, c.Name)
-			if len(c.Input) > 0 {
-				out = append(out, `,"input":`...)
-				if !json.Valid(c.Input) { // appendChecked's check, the member named only when it fails
-					return nil, fmt.Errorf("bus: calls[%d].input is not valid JSON", i)
-				}
-				out = appendCompact(out, c.Input)
-			}
-			if c.Background {
-				out = append(out, `,"background":true`...)
-			}
-			out = append(out, '}')
+			out = appendCompact(out, c.Input)
 		}
-		out = append(out, ']')
+		if c.Background {
+			out = append(out, `,"background":true`...)
+		}
+		return append(out, '}'), nil
+	}); err != nil {
+		return nil, err
 	}
-	var err error
 	if out, err = appendMember(out, "user", b.User); err != nil {
 		return nil, err
 	}
@@ -251,8 +236,7 @@ func (b *Batch) AppendJSON(out []byte) ([]byte, error) {
 		out = append(out, r...)
 	}
 	if b.Events != "" {
-		out = append(out, `,"events":`...)
-		out = appendString(out, b.Events)
+		out = appendField(out, `,"events":`, b.Events)
 	}
 	if b.SessionRev != 0 {
 		out = append(out, `,"sessionrev":`...)

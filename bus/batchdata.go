@@ -1,6 +1,9 @@
 package bus
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // FromEvent reads the event's data, an io.toolbus.call.batch's, into d, as
 // DataAs does. The plain form the SDKs write — calls with an id, a name,
@@ -63,16 +66,8 @@ func decodeBatchFlat(b []byte, d *Batch) bool {
 		n += len(c.id) + len(c.name)
 		raw += len(c.input)
 	}
-	buf := append(make([]byte, 0, n), events...)
-	for _, c := range calls {
-		buf = append(append(buf, c.id...), c.name...)
-	}
-	all := string(buf)
-	cut := func(v []byte) string {
-		s := all[:len(v)]
-		all = all[len(v):]
-		return s
-	}
+	var all strings.Builder
+	all.Grow(n)
 	raws := make([]byte, 0, raw)
 	take := func(v []byte) json.RawMessage {
 		if v == nil {
@@ -83,9 +78,9 @@ func decodeBatchFlat(b []byte, d *Batch) bool {
 		return raws[off:len(raws):len(raws)]
 	}
 	*d = Batch{Calls: make([]Call, len(calls)), User: take(user), Context: take(context), SessionRev: rev}
-	d.Events = cut(events)
+	d.Events = addString(&all, events)
 	for k, c := range calls {
-		d.Calls[k] = Call{ID: cut(c.id), Name: cut(c.name), Input: take(c.input), Background: c.background}
+		d.Calls[k] = Call{ID: addString(&all, c.id), Name: addString(&all, c.name), Input: take(c.input), Background: c.background}
 	}
 	return true
 }

@@ -14,7 +14,8 @@ import (
 // as in structured mode. The header is the message's own.
 func BinaryMsg(subject string, e *Event) *nats.Msg {
 	h := make(nats.Header, 16)
-	binaryHeader(e, h, make([]string, 0, len(binaryKeys)))
+	vals := binaryAttrs(e)
+	fillHeader(h, make([]string, len(binaryKeys)), binaryKeys[:], vals[:])
 	return &nats.Msg{Subject: subject, Header: h, Data: e.Data}
 }
 
@@ -24,9 +25,9 @@ var binaryKeys = [...]string{"ce-specversion", "ce-id", "ce-source", "ce-type", 
 	"ce-sessionid", "ce-replyid", "ce-toolcallid", "ce-traceparent", "ce-tracestate", "ce-expirytime",
 	HeaderContentType, HeaderTraceParent, HeaderTraceState}
 
-// binaryAttrs returns the value of each of binaryKeys for e ("" for a
-// header it does not get) and the set of those it gets.
-func binaryAttrs(e *Event) (vals [len(binaryKeys)]string, shape uint16) {
+// binaryAttrs returns the value of each of binaryKeys for e, as a header
+// value (headerValue), "" for a header it does not get.
+func binaryAttrs(e *Event) (vals [len(binaryKeys)]string) {
 	ct := e.DataContentType
 	if ct == "" {
 		ct = ContentTypeJSON
@@ -37,25 +38,9 @@ func binaryAttrs(e *Event) (vals [len(binaryKeys)]string, shape uint16) {
 		vals[13], vals[14] = e.TraceParent, e.TraceState
 	}
 	for i, v := range vals {
-		if v != "" {
-			shape |= 1 << i
-		}
+		vals[i] = headerValue(v)
 	}
-	return vals, shape
-}
-
-// binaryHeader sets e's binary-mode header in h, with vals as the one
-// backing array of every header's value; it returns the headers' set
-// (binaryAttrs) and vals as filled.
-func binaryHeader(e *Event, h nats.Header, vals []string) (uint16, []string) {
-	attrs, shape := binaryAttrs(e)
-	for i, v := range attrs {
-		if v != "" {
-			vals = append(vals, headerValue(v))
-			h[binaryKeys[i]] = vals[len(vals)-1 : len(vals) : len(vals)]
-		}
-	}
-	return shape, vals
+	return vals
 }
 
 // headerValue is v as a ce- header value: unchanged when it holds only
@@ -83,22 +68,11 @@ func PublishBinary(p Publisher, subject string, e *Event) error {
 	return err
 }
 
-// binaryHeaders are header maps and value arrays for messages nats.go
-// writes out before its send returns (a core publish or request): used
-// once sent, they serve the next message. A map that holds the headers the
-// next event gets (the same shape: the exec requests of one router, as a
-// rule) keeps its keys, and only the values in vals, which its entries
-// share, are written: no map operation per message.
+// binaryHeaders are the headerBufs of messages nats.go writes out before
+// its send returns (a core publish or request).
 var binaryHeaders = sync.Pool{New: func() any {
-	return &headerBuf{h: make(nats.Header, 16), vals: make([]string, 0, len(binaryKeys))}
+	return &headerBuf{h: make(nats.Header, 16), vals: make([]string, len(binaryKeys))}
 }}
-
-type headerBuf struct {
-	h     nats.Header
-	vals  []string // the values of h's entries, in binaryKeys order
-	shape uint16   // which of binaryKeys h holds; 0: none
-	m     nats.Msg
-}
 
 // WithBinaryMsg calls send with e on subject in binary mode, in a
 // message whose header (and the message itself) is reused once send
@@ -106,20 +80,10 @@ type headerBuf struct {
 // keeps nothing of it; a JetStream publish, which may send it again, does).
 func WithBinaryMsg(subject string, e *Event, send func(*nats.Msg)) {
 	b := binaryHeaders.Get().(*headerBuf)
-	if attrs, shape := binaryAttrs(e); shape == b.shape {
-		n := 0
-		for _, v := range attrs {
-			if v != "" {
-				b.vals[n] = headerValue(v)
-				n++
-			}
-		}
-	} else {
-		clear(b.h)
-		b.shape, b.vals = binaryHeader(e, b.h, b.vals[:0])
-	}
+	vals := binaryAttrs(e)
+	b.fill(binaryKeys[:], vals[:])
 	b.m = nats.Msg{Subject: subject, Header: b.h, Data: e.Data}
 	send(&b.m)
-	b.m = nats.Msg{}
+	b.done()
 	binaryHeaders.Put(b)
 }

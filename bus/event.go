@@ -146,64 +146,12 @@ func (e *Event) Validate() error {
 		}
 	}
 	if e.Time != "" {
-		if !stampValid(e.Time) {
+		if _, err := time.Parse(time.RFC3339Nano, e.Time); err != nil {
 			return Errorf(CodeBadEvent, "time %q is not RFC 3339", e.Time)
 		}
 	}
 	_, err := e.Expiry()
 	return err
-}
-
-// stampValid reports whether s parses as time.RFC3339Nano; the layout
-// every toolbus sender writes (timeLayout, in UTC) is checked by hand,
-// anything else by time.Parse.
-func stampValid(s string) bool {
-	if len(s) == len("2006-01-02T15:04:05.000Z") && s[23] == 'Z' && s[19] == '.' {
-		if y, mo, d, ok := stampDate(s); ok && stampDigits(s[11:13], s[14:16], s[17:19], s[20:23]) &&
-			s[13] == ':' && s[16] == ':' && s[10] == 'T' {
-			h, mi, sec := atoi2(s[11:13]), atoi2(s[14:16]), atoi2(s[17:19])
-			return d >= 1 && d <= daysIn(mo, y) && h < 24 && mi < 60 && sec < 60
-		}
-	}
-	_, err := time.Parse(time.RFC3339Nano, s)
-	return err == nil
-}
-
-// stampDate reads YYYY-MM-DD at the start of s; ok says the month is 1-12.
-func stampDate(s string) (year, month, day int, ok bool) {
-	if s[4] != '-' || s[7] != '-' || !stampDigits(s[0:4], s[5:7], s[8:10]) {
-		return 0, 0, 0, false
-	}
-	year = atoi2(s[0:2])*100 + atoi2(s[2:4])
-	month, day = atoi2(s[5:7]), atoi2(s[8:10])
-	return year, month, day, month >= 1 && month <= 12
-}
-
-func stampDigits(parts ...string) bool {
-	for _, p := range parts {
-		for i := 0; i < len(p); i++ {
-			if p[i] < '0' || p[i] > '9' {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func atoi2(s string) int { return int(s[0]-'0')*10 + int(s[1]-'0') }
-
-// daysIn is the number of days of month in year (proleptic Gregorian).
-func daysIn(month, year int) int {
-	switch month {
-	case 2:
-		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
-			return 29
-		}
-		return 28
-	case 4, 6, 9, 11:
-		return 30
-	}
-	return 31
 }
 
 func isJSONContentType(ct string) bool {
@@ -236,11 +184,10 @@ func (e *Event) encodedSize() int {
 // appendJSON appends the event in structured JSON mode to b: specversion,
 // id, source and type always, every other attribute when set, data last.
 func (e *Event) appendJSON(b []byte) []byte {
-	b = append(b, `{"specversion":`...)
-	b = appendString(b, e.SpecVersion)
-	b = appendString(append(b, `,"id":`...), e.ID)
-	b = appendString(append(b, `,"source":`...), e.Source)
-	b = appendString(append(b, `,"type":`...), e.Type)
+	b = appendField(b, `{"specversion":`, e.SpecVersion)
+	b = appendField(b, `,"id":`, e.ID)
+	b = appendField(b, `,"source":`, e.Source)
+	b = appendField(b, `,"type":`, e.Type)
 	b = appendAttr(b, `,"subject":`, e.Subject)
 	b = appendAttr(b, `,"datacontenttype":`, e.DataContentType)
 	b = appendAttr(b, `,"time":`, e.Time)
@@ -263,8 +210,12 @@ func appendAttr(b []byte, key, v string) []byte {
 	if v == "" {
 		return b
 	}
-	return appendString(append(b, key...), v)
+	return appendField(b, key, v)
 }
+
+// appendField appends key (the member's punctuation and name) and the JSON
+// string v.
+func appendField(b []byte, key, v string) []byte { return appendString(append(b, key...), v) }
 
 const hexDigits = "0123456789abcdef"
 
@@ -315,68 +266,102 @@ func appendString(b []byte, s string) []byte {
 // mode, with the content-type header and the trace headers set. The message
 // has its own header, which the caller (or jetstream.PublishMsg) may modify.
 func (e *Event) Msg(subject string) (*nats.Msg, error) {
-	return e.msg(subject, false)
-}
-
-// msg is Msg; with shared, an event without trace context gets the one
-// read-only plainHeader instead of a map of its own. Only the senders of
-// this package use it, with calls that never modify a header.
-func (e *Event) msg(subject string, shared bool) (*nats.Msg, error) {
-	b, err := e.Encode()
-	if err != nil {
-		return nil, err
-	}
-	m := &nats.Msg{Subject: subject, Data: b}
-	switch {
-	case e.TraceParent != "":
-		m.Header = nats.Header{HeaderContentType: plainHeader[HeaderContentType], HeaderTraceParent: {e.TraceParent}}
-		if e.TraceState != "" {
-			m.Header[HeaderTraceState] = []string{e.TraceState}
-		}
-	case shared:
-		m.Header = plainHeader
-	default:
-		m.Header = nats.Header{HeaderContentType: plainHeader[HeaderContentType]}
-	}
-	return m, nil
+	return e.msg(subject, "", false)
 }
 
 // StoredMsg is Msg with the Nats-Msg-Id header set to e's id, for a
 // stream that stores the event once however often it is published
-// (store.Publisher sets the same header, and finds it set). The message,
-// its header values and its header map take three allocations.
+// (store.Publisher sets the same header, and finds it set).
 func (e *Event) StoredMsg(subject string) (*nats.Msg, error) {
+	return e.msg(subject, e.ID, false)
+}
+
+// msg is Msg with msgID, when set, as Nats-Msg-Id. With shared, an event
+// without trace context or msgID gets the one read-only plainHeader
+// instead of a map of its own: only the senders of this package ask for
+// it, with calls that never modify a header. Otherwise the message, its
+// header values and its header map take three allocations.
+func (e *Event) msg(subject, msgID string, shared bool) (*nats.Msg, error) {
 	b, err := e.Encode()
 	if err != nil {
 		return nil, err
 	}
-	s := &storedMsg{m: nats.Msg{Subject: subject, Data: b, Header: make(nats.Header, 4)}}
-	e.fillHeader(s.m.Header, &s.vals, e.ID)
+	if shared && msgID == "" && e.TraceParent == "" {
+		return &nats.Msg{Subject: subject, Header: plainHeader, Data: b}, nil
+	}
+	s := &struct {
+		m    nats.Msg
+		vals [len(eventKeys)]string
+	}{m: nats.Msg{Subject: subject, Header: make(nats.Header, 4), Data: b}}
+	vals := e.eventHeader(msgID)
+	fillHeader(s.m.Header, s.vals[:], eventKeys[:], vals[:])
 	return &s.m, nil
 }
 
-// fillHeader sets h's content type, msgID (when set) as Nats-Msg-Id and
-// e's trace context, each value a one-string slice of vals (Nats-Msg-Id,
-// traceparent, tracestate), so the header takes no allocation of its own.
-func (e *Event) fillHeader(h nats.Header, vals *[3]string, msgID string) {
-	h[HeaderContentType] = plainHeader[HeaderContentType]
-	if msgID != "" {
-		vals[0] = msgID
-		h[natsMsgID] = vals[0:1:1]
+// eventKeys are the headers of a structured event's message, in the order
+// eventHeader gives their values.
+var eventKeys = [...]string{HeaderContentType, natsMsgID, HeaderTraceParent, HeaderTraceState}
+
+// eventHeader is the value of each of eventKeys for e sent with msgID, ""
+// for a header it does not get (tracestate goes only with traceparent).
+func (e *Event) eventHeader(msgID string) [len(eventKeys)]string {
+	ts := e.TraceState
+	if e.TraceParent == "" {
+		ts = ""
 	}
-	if e.TraceParent != "" {
-		vals[1] = e.TraceParent
-		h[HeaderTraceParent] = vals[1:2:2]
-		if e.TraceState != "" {
-			vals[2] = e.TraceState
-			h[HeaderTraceState] = vals[2:3:3]
+	return [...]string{ContentTypeEvent, msgID, e.TraceParent, ts}
+}
+
+// headerBuf is a message and its header, each value of which is a
+// one-string slice of vals, so the header takes no allocation of its own.
+// Pooled, a header of the shape the previous one had (the same keys set:
+// the exec requests of one router, as a rule) keeps its keys, and only
+// its values are written: no map operation per message.
+type headerBuf struct {
+	m     nats.Msg
+	h     nats.Header
+	vals  []string
+	shape uint16 // which keys h holds; 0: none
+}
+
+// fill sets h to keys[i]: vals[i] for each value that is set.
+func (hb *headerBuf) fill(keys, vals []string) {
+	var shape uint16
+	for i, v := range vals {
+		if v != "" {
+			shape |= 1 << i
+		}
+	}
+	if shape == hb.shape {
+		keys = nil // h has these keys: only the values change
+	} else {
+		clear(hb.h)
+		hb.shape = shape
+	}
+	fillHeader(hb.h, hb.vals, keys, vals)
+}
+
+// fillHeader writes each value of vals that is set into store, in order,
+// and, unless keys is nil, sets h[keys[i]] to its one-string slice of store
+// (with nil keys, h has those keys already, each a slice of store).
+func fillHeader(h nats.Header, store, keys, vals []string) {
+	n := 0
+	for i, v := range vals {
+		if v != "" {
+			store[n] = v
+			if keys != nil {
+				h[keys[i]] = store[n : n+1 : n+1]
+			}
+			n++
 		}
 	}
 }
 
-type storedMsg struct {
-	m    nats.Msg
-	vals [3]string // Nats-Msg-Id, traceparent, tracestate
+// done lets go of hb's message and header values once it is sent (the
+// keys stay, for the next of this shape).
+func (hb *headerBuf) done() {
+	hb.m = nats.Msg{}
+	clear(hb.vals)
 }
 
 // Send publishes e on subject over nc (core NATS, structured mode, Data
@@ -409,25 +394,23 @@ func SendTrusted(subject string, e *Event, msgID string, send func(*nats.Msg) er
 	s.b = e.appendJSON(s.b[:0])
 	h := plainHeader
 	if e.TraceParent != "" || msgID != "" {
+		vals := e.eventHeader(msgID)
+		s.fill(eventKeys[:], vals[:])
 		h = s.h
-		if shape := headerShape(e, msgID); shape == s.shape {
-			// The map already has these keys, each value a slice of
-			// s.vals: only the values are written, no map operation.
-			s.vals = [3]string{msgID, e.TraceParent, e.TraceState}
-		} else {
-			clear(h)
-			e.fillHeader(h, &s.vals, msgID)
-			s.shape = shape
-		}
 	}
 	s.m = nats.Msg{Subject: subject, Header: h, Data: s.b}
 	err := send(&s.m)
-	s.m = nats.Msg{}
-	s.vals = [3]string{} // the values let go; the keys stay for the next of this shape
+	s.done()
 	if cap(s.b) <= maxPooledSend {
 		sends.Put(s)
 	}
 	return err
+}
+
+// sendBuf is SendTrusted's headerBuf with its encoding.
+type sendBuf struct {
+	headerBuf
+	b []byte
 }
 
 // natsMsgID is JetStream's deduplication header (jetstream.MsgIDHeader).
@@ -437,31 +420,9 @@ const natsMsgID = "Nats-Msg-Id"
 // buffer is let go rather than held by the pool.
 const maxPooledSend = 64 << 10
 
-type sendBuf struct {
-	b     []byte
-	h     nats.Header
-	vals  [3]string // Nats-Msg-Id, traceparent, tracestate
-	shape uint8     // which of vals h has keys for (headerShape); 0: none
-	m     nats.Msg
-}
-
-// headerShape says which headers fillHeader sets besides the content type:
-// one bit each for Nats-Msg-Id, traceparent and tracestate.
-func headerShape(e *Event, msgID string) uint8 {
-	var shape uint8 = 8 // the content type: never 0, which is an empty map
-	if msgID != "" {
-		shape |= 1
-	}
-	if e.TraceParent != "" {
-		shape |= 2
-		if e.TraceState != "" {
-			shape |= 4
-		}
-	}
-	return shape
-}
-
-var sends = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, 1024), h: make(nats.Header, 4)} }}
+var sends = sync.Pool{New: func() any {
+	return &sendBuf{b: make([]byte, 0, 1024), headerBuf: headerBuf{h: make(nats.Header, 4), vals: make([]string, len(eventKeys))}}
+}}
 
 // plainHeader is the header of every event without trace context that this
 // package sends itself: nats.Conn's PublishMsg and RequestMsg only read a
@@ -472,14 +433,11 @@ var plainHeader = nats.Header{HeaderContentType: {ContentTypeEvent}}
 // Decode reads the event of a NATS message in structured or binary mode and
 // validates it. Errors are bad_event *Errors with a readable message.
 func Decode(m *nats.Msg) (*Event, error) {
-	if IsBinary(m.Header) {
-		e := new(Event)
-		if err := decodeBinary(m.Header, m.Data, e); err != nil {
-			return nil, err
-		}
-		return e, nil
+	e := new(Event)
+	if err := DecodeTo(m, e); err != nil {
+		return nil, err
 	}
-	return DecodeStructured(m.Data)
+	return e, nil
 }
 
 // DecodeTo is Decode into e, which it overwrites: a caller that reads a
@@ -488,7 +446,7 @@ func Decode(m *nats.Msg) (*Event, error) {
 func DecodeTo(m *nats.Msg, e *Event) error {
 	*e = Event{}
 	if IsBinary(m.Header) {
-		return decodeBinary(m.Header, m.Data, e)
+		return decodeBinary(m.Header, m.Data, e, true)
 	}
 	if err := decodeStructured(m.Data, e); err != nil {
 		*e = Event{}
@@ -508,7 +466,7 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 func DecodeHead(m *nats.Msg, e *Event) error {
 	*e = Event{}
 	if IsBinary(m.Header) {
-		return decodeBinaryData(m.Header, m.Data, e, false)
+		return decodeBinary(m.Header, m.Data, e, false)
 	}
 	b := bytes.TrimSpace(m.Data)
 	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false) {
@@ -614,15 +572,9 @@ func decodeFlatData(b []byte, e *Event, check bool) bool {
 func setStrings(attrs [nAttrs]*string, vals *[nAttrs][]byte, n int) {
 	var all strings.Builder
 	all.Grow(n)
-	for _, v := range vals {
-		all.Write(v)
-	}
-	s := all.String()
-	off := 0
 	for slot, v := range vals {
 		if v != nil {
-			*attrs[slot] = s[off : off+len(v)]
-			off += len(v)
+			*attrs[slot] = addString(&all, v)
 		}
 	}
 }
@@ -710,41 +662,19 @@ func knownValue(v []byte, consts []string) (string, bool) {
 func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" }
 
 // decodeBinary reads an event whose attributes are ce- headers (names
-// case-insensitive, values percent-encoded) and whose body is the data.
-func decodeBinary(h nats.Header, body []byte, e *Event) error {
-	return decodeBinaryData(h, body, e, true)
-}
-
-// decodeBinaryData is decodeBinary; with check false the body is not
-// checked to be JSON (DecodeHead).
-func decodeBinaryData(h nats.Header, body []byte, e *Event, check bool) error {
+// case-insensitive, values percent-encoded) and whose body is the data;
+// with check false the body is not checked to be JSON (DecodeHead).
+func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	e.Data = body
 	attrs := e.attrs()
 	// Header names are read case-insensitively, so two of them may name
 	// the same attribute (ce-id and Ce-Id; content-type and
 	// ce-datacontenttype): with different values that is bad_event, never
-	// a choice that depends on the header map's order.
-	// Few attributes: a slice scanned linearly costs less than two maps;
-	// past 16 an index keeps the scan linear in the headers.
-	type seenAttr struct{ name, header, val string }
-	var seenBuf [16]seenAttr
-	seen := seenBuf[:0]
-	var index map[string]int
-	find := func(name string) (seenAttr, bool) {
-		if index != nil {
-			i, ok := index[name]
-			if !ok {
-				return seenAttr{}, false
-			}
-			return seen[i], true
-		}
-		for _, p := range seen {
-			if p.name == name {
-				return p, true
-			}
-		}
-		return seenAttr{}, false
-	}
+	// a choice that depends on the header map's order. from is the header
+	// that set each attribute of e; other attributes (extensions toolbus
+	// does not read) are kept in others, header and value, to compare.
+	var from [nAttrs]string
+	others := map[string][2]string{} // on the stack while it holds at most 8
 	for k, vs := range h {
 		lk := strings.ToLower(k)
 		var name, v string
@@ -769,24 +699,17 @@ func decodeBinaryData(h nats.Header, body []byte, e *Event, check bool) error {
 			// the bytes into U+FFFD, so the event would change on the way.
 			return Errorf(CodeBadEvent, "header %s is not UTF-8", k)
 		}
-		if p, ok := find(name); ok {
-			if p.val != v {
-				a, b := min(p.header, k), max(p.header, k)
-				return Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
-			}
-			continue
-		}
-		seen = append(seen, seenAttr{name, k, v})
-		if index == nil && len(seen) > 16 {
-			index = make(map[string]int, 2*len(seen))
-			for i, p := range seen {
-				index[p.name] = i
-			}
-		} else if index != nil {
-			index[name] = len(seen) - 1
-		}
+		var prev [2]string // the header that gave name before, and its value
 		if i := attrSlot(name); i >= 0 && i < nAttrs {
-			*attrs[i] = v
+			if prev = [2]string{from[i], *attrs[i]}; prev[0] == "" {
+				from[i], *attrs[i] = k, v
+			}
+		} else if prev = others[name]; prev[0] == "" {
+			others[name] = [2]string{k, v}
+		}
+		if prev[0] != "" && prev[1] != v {
+			a, b := min(prev[0], k), max(prev[0], k)
+			return Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
 		}
 	}
 	if len(bytes.TrimSpace(e.Data)) == 0 {

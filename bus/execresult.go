@@ -68,17 +68,9 @@ func decodeExecResultFlat(b []byte, xr *ExecResult) bool {
 	}
 	var all strings.Builder
 	all.Grow(n)
-	take := func(v []byte, consts []string) string {
-		if c, ok := knownValue(v, consts); ok {
-			return c
-		}
-		off := all.Len()
-		all.Write(v)
-		return all.String()[off:]
-	}
-	*xr = ExecResult{State: take(state, execStates), Output: make([]Block, len(blocks)), Metadata: meta, StatePatch: patch}
+	*xr = ExecResult{State: addKnown(&all, state, execStates), Output: make([]Block, len(blocks)), Metadata: meta, StatePatch: patch}
 	for k, bl := range blocks {
-		xr.Output[k] = Block{Type: take(bl.typ, blockTypes), Text: take(bl.text, nil)}
+		xr.Output[k] = Block{Type: addKnown(&all, bl.typ, blockTypes), Text: addString(&all, bl.text)}
 	}
 	return true
 }

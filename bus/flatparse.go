@@ -2,7 +2,7 @@ package bus
 
 import (
 	"bytes"
-	"math"
+	"strconv"
 	"strings"
 
 	fastjson "github.com/goccy/go-json"
@@ -145,12 +145,9 @@ func (p *flatParser) uint(max int) (uint64, bool) {
 		j < len(p.b) && (p.b[j] == '.' || p.b[j] == 'e' || p.b[j] == 'E') {
 		return 0, false
 	}
-	var n uint64
-	for _, c := range d {
-		if n > (math.MaxUint64-uint64(c-'0'))/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
+	n, err := strconv.ParseUint(string(d), 10, 64)
+	if err != nil {
+		return 0, false
 	}
 	p.i = j
 	return n, true
@@ -175,8 +172,10 @@ func unescape(c byte) byte {
 	return 0
 }
 
-// appendUnescaped writes s, a string str read, with its escapes undone.
-func appendUnescaped(w *strings.Builder, s []byte) {
+// addUnescaped is addString for s, a string str read, with its escapes
+// undone.
+func addUnescaped(w *strings.Builder, s []byte) string {
+	off := w.Len()
 	for i := 0; i < len(s); i++ {
 		if s[i] == '\\' {
 			i++
@@ -185,18 +184,24 @@ func appendUnescaped(w *strings.Builder, s []byte) {
 		}
 		w.WriteByte(s[i])
 	}
+	return w.String()[off:]
 }
 
-// unescapedLen is the length of s, a string str read, unescaped.
-func unescapedLen(s []byte) int {
-	n := len(s)
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' {
-			n--
-			i++
-		}
+// addString writes v to w and returns it as a string that shares w's
+// buffer: the strings of one reader take one allocation when w was grown
+// to hold them all first.
+func addString(w *strings.Builder, v []byte) string {
+	off := w.Len()
+	w.Write(v)
+	return w.String()[off:]
+}
+
+// addKnown is the one of consts that v spells, else addString's.
+func addKnown(w *strings.Builder, v []byte, consts []string) string {
+	if c, ok := knownValue(v, consts); ok {
+		return c
 	}
-	return n
+	return addString(w, v)
 }
 
 // raw reads a value whose first byte is one of kinds and returns it as it

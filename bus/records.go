@@ -33,18 +33,15 @@ func (v WorkerBeat) Encode() []byte {
 	if v.Left {
 		return WorkerLeft
 	}
-	b := []byte{'{'}
-	if v.InFlight != nil {
-		in, _ := json.Marshal(v.InFlight)
-		b = append(append(b, `"inflight":`...), in...)
+	var beat struct {
+		InFlight *[]string `json:"inflight,omitempty"` // a pointer: an empty list is written
+		Binary   bool      `json:"binary,omitempty"`
 	}
-	if v.Binary {
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		b = append(b, `"binary":true`...)
+	if beat.Binary = v.Binary; v.InFlight != nil {
+		beat.InFlight = &v.InFlight
 	}
-	return append(b, '}')
+	b, _ := json.Marshal(beat)
+	return b
 }
 
 // DecodeWorkerBeat reads a P_workers value; a value that is not a beat

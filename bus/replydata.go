@@ -138,22 +138,6 @@ func (f *flatReply) block(p *flatParser) bool {
 func (f *flatReply) fill(r *Reply) {
 	var all strings.Builder
 	all.Grow(f.size)
-	for i := range f.nres {
-		res := &f.results[i]
-		all.Write(res.id)
-		all.Write(res.name)
-		all.Write(res.state)
-	}
-	for _, t := range f.texts[:f.nblock] {
-		appendUnescaped(&all, t)
-	}
-	s := all.String()
-	off := 0
-	next := func(n int) string {
-		v := s[off : off+n]
-		off += n
-		return v
-	}
 	r.Results = make([]Result, f.nres)
 	blocks := []Block{}
 	if f.nblock > 0 {
@@ -161,10 +145,10 @@ func (f *flatReply) fill(r *Reply) {
 	}
 	for i := range f.nres {
 		res := &f.results[i]
-		r.Results[i] = Result{ID: next(len(res.id)), Name: next(len(res.name)), State: internState(next(len(res.state)))}
+		r.Results[i] = Result{ID: addString(&all, res.id), Name: addString(&all, res.name), State: addKnown(&all, res.state, execStates)}
 	}
 	for i, t := range f.texts[:f.nblock] {
-		blocks[i] = Block{Type: BlockText, Text: next(unescapedLen(t))}
+		blocks[i] = Block{Type: BlockText, Text: addUnescaped(&all, t)}
 	}
 	from := 0
 	for i := range f.nres {
@@ -172,14 +156,4 @@ func (f *flatReply) fill(r *Reply) {
 		r.Results[i].Output = blocks[from:to:to]
 		from = to
 	}
-}
-
-// internState is s, or the constant it spells.
-func internState(s string) string {
-	for _, c := range [...]string{StateSuccess, StateError, StateInterrupted} {
-		if s == c {
-			return c
-		}
-	}
-	return s
 }

@@ -18,7 +18,7 @@ var _ Publisher = (*nats.Conn)(nil)
 
 // Publish sends e on subject in structured mode.
 func Publish(p Publisher, subject string, e *Event) error {
-	m, err := e.msg(subject, true)
+	m, err := e.msg(subject, "", true)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func Listen(ctx context.Context, nc *nats.Conn, subject string, buf int, each fu
 // SendRequest sends e on subject in structured mode and waits for the reply
 // until ctx ends.
 func SendRequest(ctx context.Context, nc *nats.Conn, subject string, e *Event) (*nats.Msg, error) {
-	m, err := e.msg(subject, true)
+	m, err := e.msg(subject, "", true)
 	if err != nil {
 		return nil, err
 	}

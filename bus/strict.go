@@ -20,10 +20,12 @@ import (
 // else (CloudEvent attributes, the top level of a batch, a query or a
 // register) stays lenient.
 
-// decodeStrict decodes the JSON object b into v, refusing unknown members.
+// DecodeStrict decodes the JSON object b into v, refusing unknown members
+// (the strict decoding of docs/protocol.md 7.4, which offload's
+// output.get shares).
 // The error is a bad_request *Error: "<noun> must be a JSON object" for
 // another value, else a message that starts with what and names the member.
-func decodeStrict(b []byte, v any, noun, what string) error {
+func DecodeStrict(b []byte, v any, noun, what string) error {
 	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' {
 		return Errorf(CodeBadRequest, "%s must be a JSON object", noun)
 	}
@@ -73,7 +75,7 @@ func jsonKind(t reflect.Type) string {
 func DecodeToolDef(b []byte) (ToolDef, error) {
 	type plain ToolDef
 	p := plain{ConcurrencySafe: true}
-	if err := decodeStrict(b, &p, "a tool definition", "tool definition"); err != nil {
+	if err := DecodeStrict(b, &p, "a tool definition", "tool definition"); err != nil {
 		return ToolDef{}, err
 	}
 	d := ToolDef(p)
@@ -87,7 +89,7 @@ func DecodeToolDef(b []byte) (ToolDef, error) {
 // DecodeGroup decodes one group definition strictly.
 func DecodeGroup(b []byte) (Group, error) {
 	var g Group
-	return g, decodeStrict(b, &g, "a group definition", "group")
+	return g, DecodeStrict(b, &g, "a group definition", "group")
 }
 
 // UnmarshalJSON decodes a request-scoped configuration strictly: an unknown
@@ -98,14 +100,14 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 		MergeMode     string            `json:"merge_mode"`
 		ExternalTools []json.RawMessage `json:"external_tools"`
 	}
-	if err := decodeStrict(b, &p, "request", "request"); err != nil {
+	if err := DecodeStrict(b, &p, "request", "request"); err != nil {
 		return err
 	}
 	out := Request{MergeMode: p.MergeMode}
 	for i, raw := range p.ExternalTools {
 		var t ExternalTool
 		what := fmt.Sprintf("request.external_tools[%d]", i)
-		if err := decodeStrict(raw, &t, what, what); err != nil {
+		if err := DecodeStrict(raw, &t, what, what); err != nil {
 			return err
 		}
 		out.ExternalTools = append(out.ExternalTools, t)
@@ -120,7 +122,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 func (a *Answer) UnmarshalJSON(b []byte) error {
 	type plain Answer
 	var p plain
-	if err := decodeStrict(b, &p, "an answer", "answer"); err != nil {
+	if err := DecodeStrict(b, &p, "an answer", "answer"); err != nil {
 		return err
 	}
 	*a = Answer(p)
@@ -131,36 +133,22 @@ func (a *Answer) UnmarshalJSON(b []byte) error {
 // an answer to a call parked as kind does not have: an external answer is
 // {state, output}, a confirmation {confirmed, input, rules}.
 func (a *Answer) CheckKind(kind string) error {
-	var extra string
-	switch kind {
-	case KindConfirm:
-		switch {
-		case a.State != "":
-			extra = "state"
-		case a.Output != nil:
-			extra = "output"
-		}
-	default:
-		switch {
-		case a.Confirmed != nil:
-			extra = "confirmed"
-		case a.Input != nil:
-			extra = "input"
-		case a.Rules != nil:
-			extra = "rules"
-		case a.InputDigest != "":
-			extra = "input_digest"
-		case a.Reason != "":
-			extra = "reason"
+	type member struct {
+		name string
+		set  bool
+	}
+	others, shape := []member{{"state", a.State != ""}, {"output", a.Output != nil}},
+		`a confirmation is {"confirmed", "input_digest", "input", "rules", "reason"}`
+	if kind != KindConfirm {
+		others, shape = []member{{"confirmed", a.Confirmed != nil}, {"input", a.Input != nil}, {"rules", a.Rules != nil},
+			{"input_digest", a.InputDigest != ""}, {"reason", a.Reason != ""}}, `an answer to an external call is {"state", "output"}`
+	}
+	for _, m := range others {
+		if m.set {
+			return Errorf(CodeBadRequest, "answer: unknown member %q (%s)", m.name, shape)
 		}
 	}
-	if extra == "" {
-		return nil
-	}
-	if kind == KindConfirm {
-		return Errorf(CodeBadRequest, "answer: unknown member %q (a confirmation is {\"confirmed\", \"input_digest\", \"input\", \"rules\", \"reason\"})", extra)
-	}
-	return Errorf(CodeBadRequest, "answer: unknown member %q (an answer to an external call is {\"state\", \"output\"})", extra)
+	return nil
 }
 
 // UnmarshalJSON decodes a registration. Its top level is lenient; each
@@ -181,23 +169,15 @@ func (r *Register) UnmarshalJSON(b []byte) error {
 	out.Groups, out.Tools = nil, nil
 	for i, raw := range p.Groups {
 		g, err := DecodeGroup(raw)
-		if err != nil {
-			var be *Error
-			if errors.As(err, &be) {
-				return Errorf(CodeBadRequest, "groups[%d]: %s; nothing was registered", i, be.Message)
-			}
-			return err
+		if err != nil { // a bad_request *Error (DecodeStrict)
+			return Errorf(CodeBadRequest, "groups[%d]: %s; nothing was registered", i, err.(*Error).Message)
 		}
 		out.Groups = append(out.Groups, g)
 	}
 	for i, raw := range p.Tools {
 		d, err := DecodeToolDef(raw)
-		if err != nil {
-			reason := err.Error()
-			var be *Error
-			if errors.As(err, &be) {
-				reason = strings.TrimPrefix(be.Message, "tool definition: ")
-			}
+		if err != nil { // a bad_request *Error (DecodeStrict, or input_schema missing)
+			reason := strings.TrimPrefix(err.(*Error).Message, "tool definition: ")
 			out.Refused = append(out.Refused, Rejection{Name: nameOf(raw, i), Reason: reason})
 			continue
 		}

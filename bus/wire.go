@@ -12,7 +12,6 @@
 package bus
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
@@ -203,28 +202,21 @@ func (b Block) MarshalJSON() ([]byte, error) {
 
 // appendJSON appends the block as MarshalJSON writes it.
 func (b *Block) appendJSON(out []byte) ([]byte, error) {
-	out = append(out, `{"type":`...)
-	out = appendString(out, b.Type)
+	out = appendField(out, `{"type":`, b.Type)
 	if b.Text != "" || b.Type == BlockText {
-		out = append(out, `,"text":`...)
-		out = appendString(out, b.Text)
+		out = appendField(out, `,"text":`, b.Text)
 	}
-	for _, f := range [...]struct{ key, v string }{{`,"media_type":`, b.MediaType}, {`,"data":`, b.Data}, {`,"url":`, b.URL}} {
-		if f.v != "" {
-			out = append(out, f.key...)
-			out = appendString(out, f.v)
-		}
-	}
+	out = appendAttr(out, `,"media_type":`, b.MediaType)
+	out = appendAttr(out, `,"data":`, b.Data)
+	out = appendAttr(out, `,"url":`, b.URL)
 	if b.Size != 0 {
 		out = append(out, `,"size":`...)
 		out = strconv.AppendInt(out, b.Size, 10)
 	}
-	for _, f := range [...]struct{ key, v string }{{`,"uri":`, b.URI}, {`,"name":`, b.Name}, {`,"title":`, b.Title}, {`,"description":`, b.Description}} {
-		if f.v != "" {
-			out = append(out, f.key...)
-			out = appendString(out, f.v)
-		}
-	}
+	out = appendAttr(out, `,"uri":`, b.URI)
+	out = appendAttr(out, `,"name":`, b.Name)
+	out = appendAttr(out, `,"title":`, b.Title)
+	out = appendAttr(out, `,"description":`, b.Description)
 	if b.Annotations != nil {
 		a, err := json.Marshal(b.Annotations)
 		if err != nil {
@@ -604,12 +596,7 @@ type SkillInfo struct {
 // confirms (docs/protocol.md 6.3): "sha256:" and the lowercase hex SHA-256
 // of the input as the parked record holds it, compacted JSON.
 func InputDigest(input json.RawMessage) string {
-	var buf bytes.Buffer
-	b := []byte(input)
-	if json.Compact(&buf, input) == nil {
-		b = buf.Bytes()
-	}
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256(appendCompact(nil, input))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 

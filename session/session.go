@@ -302,10 +302,8 @@ type Revisions struct {
 	last   uint64            // the newest revision the watch delivered, of any session
 	missed map[string]uint64 // sessions read absent, with last as it was before the read
 	limit  int
-	ready  bool // the watch runs
-
-	stop context.CancelFunc
-	done chan struct{}
+	ready  bool         // the watch started: current while it runs
+	watch  *store.Watch // nil: no watch
 }
 
 // NewRevisions returns the revision view over gs; limit bounds the
@@ -320,7 +318,6 @@ func (s *Revisions) Start(ctx context.Context) error {
 	if s.kv == nil {
 		return nil
 	}
-	ctx, s.stop = context.WithCancel(ctx)
 	// Every write before the watch is one a later read sees: the bucket's
 	// last revision now counts as delivered (missCurrent).
 	if st, err := s.kv.Status(ctx); err == nil {
@@ -328,54 +325,22 @@ func (s *Revisions) Start(ctx context.Context) error {
 			s.last = bs.StreamInfo().State.LastSeq
 		}
 	}
-	w, err := s.kv.Watch(ctx, ">", jetstream.UpdatesOnly(), jetstream.MetaOnly())
-	if err != nil {
-		s.stop()
-		return err
-	}
 	// Deletes and purges come as entries too, at their own revision: the
 	// cached session is then stale, and the next batch reads it gone.
+	w, err := store.WatchKV(ctx, s.kv, ">", func(e jetstream.KeyValueEntry) { s.seen(e.Key(), e.Revision()) },
+		jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
-	s.ready = true
+	s.ready, s.watch = true, w
 	s.mu.Unlock()
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					s.mu.Lock()
-					s.ready = false // no more news: read every batch
-					s.mu.Unlock()
-					return
-				}
-				if e != nil {
-					s.seen(e.Key(), e.Revision())
-				}
-			}
-		}
-	}()
 	return nil
 }
 
 // Stop ends the watch and waits for it until ctx ends; safe to call
 // twice.
-func (s *Revisions) Stop(ctx context.Context) error {
-	if s.stop == nil {
-		return nil
-	}
-	s.stop()
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (s *Revisions) Stop(ctx context.Context) error { return store.StopAll(ctx, s.watch) }
 
 // seen records that session id was written at revision rev.
 func (s *Revisions) seen(id string, rev uint64) {
@@ -398,8 +363,12 @@ func (s *Revisions) seen(id string, rev uint64) {
 func (s *Revisions) current(id string, have uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ready && have >= s.floor && have >= s.newer[id]
+	return s.running() && have >= s.floor && have >= s.newer[id]
 }
+
+// running reports whether the watch runs (no more news once it ended: every
+// batch is read). s.mu is held.
+func (s *Revisions) running() bool { return s.ready && (s.watch == nil || !s.watch.Ended()) }
 
 // Snapshot makes the router's view of session id current for a batch run:
 // a read from KV, unless rev (the batch's sessionrev, 0 when absent) allows
@@ -413,7 +382,7 @@ func (s *Revisions) Snapshot(ctx context.Context, id string, rev uint64) *Sessio
 	ctx, cancel := context.WithTimeout(ctx, sessionReadTimeout)
 	defer cancel()
 	s.mu.Lock()
-	before, ready := s.last, s.ready
+	before, ready := s.last, s.running()
 	s.mu.Unlock()
 	sess, absent := s.groups.Read(ctx, id)
 	if absent && ready {
@@ -442,7 +411,7 @@ func (s *Revisions) missCurrent(id string, asked uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at, ok := s.missed[id]
-	return ok && s.ready && asked > 0 && asked <= s.last && s.floor <= at && s.newer[id] <= at
+	return ok && s.running() && asked > 0 && asked <= s.last && s.floor <= at && s.newer[id] <= at
 }
 
 // sessionReadTimeout bounds one read of a batch's session; past it the

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/replies"
 )
 
@@ -77,10 +78,7 @@ func (k *KV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, erro
 		return e, err
 	}
 	err = Retry(ctx, Policy{Budget: readBudget}, func(ctx context.Context) (err error) {
-		e, err = k.leaderGet(ctx, key)
-		if IsNotFound(err) {
-			return permanent{err}
-		}
+		e, err = k.leaderGet(ctx, key) // not found is neither transient nor a conflict: Retry ends on it
 		return err
 	})
 	return e, err
@@ -90,7 +88,7 @@ func (k *KV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, erro
 const readBudget = 15 * time.Second
 
 func (k *KV) leaderGet(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	e, err := k.message(ctx, k.get, msgGetRequest{LastBySubject: k.prefix + key}, key)
+	e, err := k.message(ctx, k.get, MsgGetRequest{LastBySubject: k.prefix + key})
 	switch {
 	case err != nil:
 		return nil, err
@@ -114,10 +112,7 @@ func (k *KV) Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEnt
 	for {
 		var e *entry
 		err := Retry(ctx, Policy{Budget: readBudget}, func(ctx context.Context) (err error) { // each attempt bounded
-			e, err = k.message(ctx, k.msgGet, msgGetRequest{Seq: seq, NextBySubject: k.prefix + filter}, filter)
-			if IsNotFound(err) {
-				return permanent{err}
-			}
+			e, err = k.message(ctx, k.msgGet, MsgGetRequest{Seq: seq, NextBySubject: k.prefix + filter})
 			return err
 		})
 		if IsNotFound(err) {
@@ -138,49 +133,66 @@ func (k *KV) Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEnt
 	return out, nil
 }
 
-// msgGetRequest is a request of the stream's message-get API.
-type msgGetRequest struct {
+// MsgGetRequest is a request of a stream's message-get API
+// (<API prefix>STREAM.MSG.GET.<stream>, which only the stream's leader
+// answers): the message at Seq, or the last or next (from Seq) on a subject.
+type MsgGetRequest struct {
 	Seq           uint64 `json:"seq,omitempty"`
 	LastBySubject string `json:"last_by_subj,omitempty"`
 	NextBySubject string `json:"next_by_subj,omitempty"`
 }
 
-// message asks the message-get API at subject for one message, named name
-// in errors: its entry, whose Operation says whether it is a delete or
-// purge, and whose Revision is its sequence.
-func (k *KV) message(ctx context.Context, subject string, r msgGetRequest, name string) (*entry, error) {
+// StreamMsg is a message the message-get API returns.
+type StreamMsg struct {
+	Subject  string    `json:"subject"`
+	Sequence uint64    `json:"seq"`
+	Header   []byte    `json:"hdrs"`
+	Data     []byte    `json:"data"`
+	Time     time.Time `json:"time"`
+}
+
+// MsgGet asks the message-get API at subject for one message. A refusal
+// is JetStream's *jetstream.APIError (JSErrCodeMessageNotFound when there
+// is no such message).
+func MsgGet(ctx context.Context, nc *nats.Conn, subject string, r MsgGetRequest) (*StreamMsg, error) {
 	req, _ := json.Marshal(r)
-	m, err := k.nc.RequestWithContext(ctx, subject, req)
+	m, err := nc.RequestWithContext(ctx, subject, req)
 	if err != nil {
 		return nil, err
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Subject  string    `json:"subject"`
-			Sequence uint64    `json:"seq"`
-			Header   []byte    `json:"hdrs"`
-			Data     []byte    `json:"data"`
-			Time     time.Time `json:"time"`
-		} `json:"message"`
+		Message *StreamMsg          `json:"message"`
 	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("store: get %s: %w", name, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, jetstream.ErrKeyNotFound
+	switch err := json.Unmarshal(m.Data, &resp); {
+	case err != nil:
+		return nil, fmt.Errorf("%s: a bad JetStream reply: %w", subject, err)
 	case resp.Error != nil:
 		return nil, resp.Error
 	case resp.Message == nil:
-		return nil, fmt.Errorf("store: get %s: empty reply", name)
+		return nil, fmt.Errorf("%s: an empty JetStream reply", subject)
 	}
-	e := &entry{bucket: k.Bucket(), key: strings.TrimPrefix(resp.Message.Subject, k.prefix), value: resp.Message.Data,
-		rev: resp.Message.Sequence, created: resp.Message.Time, op: jetstream.KeyValuePut}
-	if len(resp.Message.Header) > 0 {
-		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+	return resp.Message, nil
+}
+
+// message asks the message-get API at subject for one message: its entry,
+// whose Operation says whether it is a delete or purge, and whose Revision
+// is its sequence.
+func (k *KV) message(ctx context.Context, subject string, r MsgGetRequest) (*entry, error) {
+	m, err := MsgGet(ctx, k.nc, subject, r)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+		return nil, jetstream.ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	e := &entry{bucket: k.Bucket(), key: strings.TrimPrefix(m.Subject, k.prefix), value: m.Data,
+		rev: m.Sequence, created: m.Time, op: jetstream.KeyValuePut}
+	if len(m.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(m.Header)
 		if err != nil {
-			return nil, fmt.Errorf("store: get %s: %w", name, err)
+			return nil, fmt.Errorf("store: get %s: %w", e.key, err)
 		}
 		switch h.Get("KV-Operation") {
 		case "DEL":
@@ -425,12 +437,8 @@ func retry(ctx context.Context, p Policy, attempt func(context.Context) (uint64,
 			// A lost race: try again at once, mostly, with a little jitter.
 			wait = 0
 		}
-		t := time.NewTimer(wait + rand.N(wait/2+time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if bus.Sleep(ctx, wait+rand.N(wait/2+time.Millisecond)) != nil {
 			return 0, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
-		case <-t.C:
 		}
 		wait = min(max(2*wait, 10*time.Millisecond), time.Second)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/replies"
 )
 
@@ -169,8 +170,14 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.MaxWait)
 		defer cancel()
 	}
-	if p.cfg.Health != nil {
-		defer func() { p.note(ps) }()
+	if p.cfg.Health != nil { // each message's outcome
+		defer func() {
+			for _, x := range ps {
+				if x != nil {
+					p.cfg.Health.Note(x.err)
+				}
+			}
+		}()
 	}
 	todo := make([]*Pending, 0, len(ps))
 	for _, x := range ps {
@@ -191,7 +198,7 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 		if len(again) == 0 {
 			break
 		}
-		if Pause(ctx, backoff) != nil {
+		if bus.Sleep(ctx, backoff) != nil {
 			return append(lost, again...)
 		}
 		backoff = min(2*backoff, time.Second)
@@ -220,27 +227,6 @@ func retried(err error) bool {
 		return true
 	}
 	return !IsFull(err) && IsTransient(err)
-}
-
-// note records the outcome of each of ps in the publisher's Health.
-func (p *Publisher) note(ps []*Pending) {
-	for _, x := range ps {
-		if x != nil {
-			p.cfg.Health.Note(x.err)
-		}
-	}
-}
-
-// Pause waits d, or until ctx ends (its error then).
-func Pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // awaitAll waits for the acknowledgements of ps not taken yet for at most

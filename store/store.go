@@ -1,3 +1,9 @@
+// Package store owns the JetStream side of toolbus: creating the buckets and
+// streams of docs/protocol.md section 8, the one compare-and-set helper every
+// read-modify-write goes through (with the conflict codes of single-node and
+// replicated streams and one bounded retry policy), reads that see the
+// latest acknowledged write on a replicated bucket, and the watch that feeds
+// every cache.
 package store
 
 import (
@@ -128,20 +134,15 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		kv.cfg.Bucket = s.Bucket(names[i])
 		kv.cfg.Replicas = cfg.Replicas
 		kv.cfg.Storage = storage
-		var h jetstream.KeyValue
-		err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
-			h, err = js.CreateOrUpdateKeyValue(ctx, kv.cfg)
-			return err
-		})
+		h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, kv.cfg) })
 		if err != nil {
 			return nil, fmt.Errorf("store: bucket %s: %w", kv.cfg.Bucket, err)
 		}
 		*kv.dst = NewKV(js, h, cfg.Replicas)
 	}
 	// The MCP facades' tasks and request states (docs/mcp.md).
-	if err := Retry(ctx, Provision, func(ctx context.Context) error {
-		_, err := js.CreateOrUpdateKeyValue(ctx, MCPConfig(s, cfg.Replicas, storage))
-		return err
+	if _, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, MCPConfig(s, cfg.Replicas, storage))
 	}); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketMCP), err)
 	}
@@ -160,9 +161,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	}
 	// The parked records are the handoff (docs/protocol.md 6.2, 1.6): no
 	// stream of requests is made any more.
-	if err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
-		st.ParkedStream, err = js.Stream(ctx, "KV_"+s.Bucket(bus.BucketParked))
-		return err
+	if st.ParkedStream, err = provision(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		return js.Stream(ctx, "KV_"+s.Bucket(bus.BucketParked))
 	}); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketParked), err)
 	}
@@ -211,25 +211,27 @@ func (st *Store) WorkConsumer(ctx context.Context, tool string) error {
 		FilterSubject: st.subj.Workers.Work(tool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: st.workAckWait,
 		MaxAckPending: 4096, MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	err := Retry(ctx, Provision, func(ctx context.Context) error {
-		_, err := st.Work.CreateOrUpdateConsumer(ctx, cfg)
-		return err
-	})
-	if err != nil {
+	if _, err := provision(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return st.Work.CreateOrUpdateConsumer(ctx, cfg) }); err != nil {
 		return fmt.Errorf("store: work consumer for %s: %w", tool, err)
 	}
 	return nil
 }
 
-// createStream creates or updates a stream, riding out a leader election of
-// the cluster's meta layer.
+// createStream creates or updates a stream (provision).
 func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	var st jetstream.Stream
+	return provision(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
+}
+
+// provision returns what create makes, retried with the Provision policy:
+// through a leader election of the cluster's meta layer, and a forming
+// cluster's "insufficient resources".
+func provision[T any](ctx context.Context, create func(context.Context) (T, error)) (T, error) {
+	var v T
 	err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
-		st, err = js.CreateOrUpdateStream(ctx, cfg)
+		v, err = create(ctx)
 		return err
 	})
-	return st, err
+	return v, err
 }
 
 // SkillsStore creates or opens the skills object store.
@@ -237,13 +239,25 @@ func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, re
 	if replicas <= 0 {
 		replicas = 1
 	}
-	var os jetstream.ObjectStore
-	err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
-		os, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectSkills), Replicas: replicas})
-		return err
+	os, err := provision(ctx, func(ctx context.Context) (jetstream.ObjectStore, error) {
+		return js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectSkills), Replicas: replicas})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: object store %s: %w", s.ObjectStore(bus.ObjectSkills), err)
 	}
 	return os, nil
+}
+
+// MCPConfig is the bucket of the MCP facades' task records and 2026-07-28
+// request states (docs/mcp.md), so that any facade process answers
+// tasks/get, tasks/cancel or a retry: kept at most bus.MCPStateMaxAge, one
+// revision per key, values up to 1 MiB (a task's final CallToolResult).
+// Routers create it (Setup); a facade that finds it missing creates it
+// with the same configuration and never updates one that exists.
+func MCPConfig(s bus.Subjects, replicas int, storage jetstream.StorageType) jetstream.KeyValueConfig {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	return jetstream.KeyValueConfig{Bucket: s.Bucket(bus.BucketMCP), Description: "toolbus MCP facade tasks and request states",
+		TTL: bus.MCPStateMaxAge, History: 1, MaxValueSize: 1 << 20, Replicas: replicas, Storage: storage}
 }

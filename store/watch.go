@@ -22,8 +22,8 @@ type Watch struct {
 }
 
 // WatchKV starts a Watch. It returns an error when the watch cannot start.
-func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(jetstream.KeyValueEntry)) (*Watch, error) {
-	w, err := kv.Watch(ctx, keys)
+func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(jetstream.KeyValueEntry), opts ...jetstream.WatchOpt) (*Watch, error) {
+	w, err := kv.Watch(ctx, keys, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("store: watch %s %s: %w", kv.Bucket(), keys, err)
 	}
@@ -56,6 +56,17 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func
 
 // Ready is closed once the initial values are loaded.
 func (w *Watch) Ready() <-chan struct{} { return w.ready }
+
+// Ended reports whether the watch has ended (stopped, its context ended, or
+// its updates closed).
+func (w *Watch) Ended() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // StopAll stops every watch of ws that is not nil, each bounded by ctx,
 // and joins their errors.

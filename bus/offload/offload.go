@@ -7,11 +7,10 @@
 // seal a result's references to the call (Seal) and to serve reads on
 // P.outputs.<session> (Server), and the client reads back through that
 // verb (or, as an operator, directly: Open). It depends on nats.go's
-// jetstream only.
+// jetstream and on package store (its leader read, store.MsgGet).
 package offload
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -221,7 +220,7 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 	}
 	if size > limit {
 		// Too many small blocks: keep the whole output as one JSON object.
-		raw, err := jsonArray(out)
+		raw, err := bus.AppendBlocks(nil, out)
 		if err != nil {
 			return nil, err
 		}
@@ -240,23 +239,6 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 		}
 	}
 	return res, nil
-}
-
-func jsonArray(out []bus.Block) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.WriteByte('[')
-	for i, b := range out {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		enc, err := b.MarshalJSON()
-		if err != nil {
-			return nil, err
-		}
-		buf.Write(enc)
-	}
-	buf.WriteByte(']')
-	return buf.Bytes(), nil
 }
 
 // spill stores one block and returns what replaces it.

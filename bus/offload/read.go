@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
 )
 
 // Store reads the outputs bucket from its stream's leader: metadata and
@@ -70,81 +71,40 @@ func (i *Info) MediaType() string { return i.Header("Content-Type") }
 // Digest is the object's SHA-256 in hex ("" when its metadata has none).
 func (i *Info) Digest() string { return hexDigest(i.ObjectInfo.Digest) }
 
-type msgGetRequest struct {
-	Seq        uint64 `json:"seq,omitempty"`
-	LastBySubj string `json:"last_by_subj,omitempty"`
-	NextBySubj string `json:"next_by_subj,omitempty"`
-}
-
-type msgGetResponse struct {
-	Message *struct {
-		Subject string `json:"subject"`
-		Seq     uint64 `json:"seq"`
-		Header  []byte `json:"hdrs,omitempty"`
-		Data    []byte `json:"data,omitempty"`
-	} `json:"message,omitempty"`
-	Error *struct {
-		Code        int    `json:"code"`
-		ErrCode     int    `json:"err_code"`
-		Description string `json:"description"`
-	} `json:"error,omitempty"`
-}
-
-// JetStream's error code for "no message found" and "stream not found".
+// JetStream's error codes for "no message found" and "stream not found".
 const (
 	errCodeNoMessage = 10037
 	errCodeNoStream  = 10059
 )
 
-// msg is one stored message.
-type msg struct {
-	subject string
-	seq     uint64
-	header  []byte
-	data    []byte
-}
-
-// request sends a message-get request to subject, bounded by
-// requestTimeout when ctx has no deadline.
-func (s *Store) request(ctx context.Context, subject string, req msgGetRequest) (*nats.Msg, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
+// bounded is ctx bounded by requestTimeout when it has no deadline.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
-	}
-	return s.nc.RequestWithContext(ctx, subject, body)
+	return context.WithTimeout(ctx, requestTimeout)
 }
 
 // get asks the stream leader for one message; ErrNotFound when there is
 // none.
-func (s *Store) get(ctx context.Context, req msgGetRequest) (*msg, error) {
-	m, err := s.request(ctx, s.api, req)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("the outputs object store %s does not answer (no stream, or no leader): %w", s.bucket, err)
-		}
-		return nil, fmt.Errorf("reading %s: %w", s.bucket, err)
-	}
-	var resp msgGetResponse
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("reading %s: bad JetStream reply: %w", s.bucket, err)
-	}
+func (s *Store) get(ctx context.Context, req store.MsgGetRequest) (*store.StreamMsg, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	m, err := store.MsgGet(ctx, s.nc, s.api, req)
+	var apiErr *jetstream.APIError
 	switch {
-	case resp.Error != nil && resp.Error.ErrCode == errCodeNoMessage:
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("the outputs object store %s does not answer (no stream, or no leader): %w", s.bucket, err)
+	case !errors.As(err, &apiErr) && err != nil:
+		return nil, fmt.Errorf("reading %s: %w", s.bucket, err)
+	case apiErr == nil:
+		return m, nil
+	case apiErr.ErrorCode == errCodeNoMessage:
 		return nil, ErrNotFound
-	case resp.Error != nil && resp.Error.ErrCode == errCodeNoStream:
+	case apiErr.ErrorCode == errCodeNoStream:
 		return nil, fmt.Errorf("the outputs object store %s does not exist: %w", s.bucket, ErrNotFound)
-	case resp.Error != nil:
-		return nil, fmt.Errorf("reading %s: %s (%d)", s.bucket, resp.Error.Description, resp.Error.ErrCode)
-	case resp.Message == nil:
-		return nil, fmt.Errorf("reading %s: an empty JetStream reply", s.bucket)
 	}
-	x := resp.Message
-	return &msg{subject: x.Subject, seq: x.Seq, header: x.Header, data: x.Data}, nil
+	return nil, fmt.Errorf("reading %s: %s (%d)", s.bucket, apiErr.Description, apiErr.ErrorCode)
 }
 
 // chunkAt reads a chunk by sequence (or the next one on subj from seq)
@@ -153,12 +113,15 @@ func (s *Store) get(ctx context.Context, req msgGetRequest) (*msg, error) {
 // safe for a chunk: replicas hold the same log, so a message found is the
 // right one; a replica behind the leader answers "not found", and then the
 // leader is asked.
-func (s *Store) chunkAt(ctx context.Context, req msgGetRequest) (*msg, error) {
-	m, err := s.request(ctx, s.direct, req)
+func (s *Store) chunkAt(ctx context.Context, req store.MsgGetRequest) (*store.StreamMsg, error) {
+	body, _ := json.Marshal(req)
+	rctx, cancel := bounded(ctx)
+	m, err := s.nc.RequestWithContext(rctx, s.direct, body)
+	cancel()
 	if err == nil && m.Header.Get("Status") == "" {
 		seq, perr := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
 		if perr == nil {
-			return &msg{subject: m.Header.Get("Nats-Subject"), seq: seq, data: m.Data}, nil
+			return &store.StreamMsg{Subject: m.Header.Get("Nats-Subject"), Sequence: seq, Data: m.Data}, nil
 		}
 	}
 	if err != nil && ctx.Err() != nil {
@@ -176,11 +139,11 @@ func (s *Store) chunkAt(ctx context.Context, req msgGetRequest) (*msg, error) {
 // effect at all; where it allows them, a rollup leaves the forgery first,
 // and the digest check refuses it.
 func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
-	var m *msg
+	var m *store.StreamMsg
 	var err error
 	deadline := time.Now().Add(NotFoundRetry)
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
-		m, err = s.get(ctx, msgGetRequest{Seq: 1, NextBySubj: metaSubject(s.bucket, name)})
+		m, err = s.get(ctx, store.MsgGetRequest{Seq: 1, NextBySubject: metaSubject(s.bucket, name)})
 		if !errors.Is(err, ErrNotFound) || time.Now().Add(wait).After(deadline) {
 			break
 		}
@@ -192,13 +155,13 @@ func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 		return nil, err
 	}
 	var info Info
-	if err := json.Unmarshal(m.data, &info.ObjectInfo); err != nil {
+	if err := json.Unmarshal(m.Data, &info.ObjectInfo); err != nil {
 		return nil, fmt.Errorf("object %s: bad metadata: %w", name, err)
 	}
 	if info.Deleted || info.Name != name {
 		return nil, ErrNotFound
 	}
-	info.Seq = m.seq
+	info.Seq = m.Sequence
 	return &info, nil
 }
 
@@ -216,50 +179,41 @@ type chunk struct {
 // ErrNotFound. It reads the whole object once.
 func (s *Store) walk(ctx context.Context, info *Info, want string) ([]chunk, error) {
 	var chunks []chunk
-	h := sha256.New()
-	var off int64
-	err := s.chunks(ctx, info, func(m *msg) error {
-		chunks = append(chunks, chunk{seq: m.seq, off: off, n: len(m.data)})
-		off += int64(len(m.data))
-		h.Write(m.data)
-		return nil
-	})
-	if err != nil {
+	obj := NewObject(int64(info.Size), "", want, s.chunkReader(ctx, info, func(m *store.StreamMsg, off int64) {
+		chunks = append(chunks, chunk{seq: m.Sequence, off: off, n: len(m.Data)})
+	}))
+	if _, err := io.Copy(io.Discard, obj); err != nil {
 		return nil, err
-	}
-	if got := sumHex(h); got != want {
-		return nil, fmt.Errorf("%w: its bytes hash to sha256 %s, not %s", errTampered, got, want)
 	}
 	return chunks, nil
 }
 
-// chunks calls f with each chunk of the object in order, stopping once
-// the object's size is read.
-func (s *Store) chunks(ctx context.Context, info *Info, f func(*msg) error) error {
+// chunkReader is an Object's next for the object info describes: its
+// chunks in order, each checked to be the object's, and no more than its
+// count; seen, when set, is told each chunk and its offset.
+func (s *Store) chunkReader(ctx context.Context, info *Info, seen func(m *store.StreamMsg, off int64)) func(off int64) ([]byte, error) {
 	subj := chunkSubject(s.bucket, info.NUID)
-	var off int64
-	seq := uint64(1)
-	for n := 0; off < int64(info.Size); n++ {
+	seq, n := uint64(1), 0
+	return func(off int64) ([]byte, error) {
 		if n >= int(info.Chunks) {
-			return fmt.Errorf("%w: more than its %d chunks", errTampered, info.Chunks)
+			return nil, fmt.Errorf("%w: more than its %d chunks", errTampered, info.Chunks)
 		}
-		m, err := s.chunkAt(ctx, msgGetRequest{Seq: seq, NextBySubj: subj})
+		m, err := s.chunkAt(ctx, store.MsgGetRequest{Seq: seq, NextBySubject: subj})
 		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("object %s is incomplete (%d of %d bytes): %w", info.Name, off, info.Size, ErrNotFound)
+			return nil, fmt.Errorf("object %s is incomplete (%d of %d bytes): %w", info.Name, off, info.Size, ErrNotFound)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if m.subject != subj || off+int64(len(m.data)) > int64(info.Size) {
-			return fmt.Errorf("%w: its chunks exceed its %d bytes", errTampered, info.Size)
+		if m.Subject != subj {
+			return nil, fmt.Errorf("%w: the store returned a message of %s", errTampered, m.Subject)
 		}
-		if err := f(m); err != nil {
-			return err
+		seq, n = m.Sequence+1, n+1
+		if seen != nil {
+			seen(m, off)
 		}
-		off += int64(len(m.data))
-		seq = m.seq + 1
+		return m.Data, nil
 	}
-	return nil
 }
 
 // errTampered is an object whose bytes are not what its reference or its
@@ -351,20 +305,5 @@ func (s *Store) Open(ctx context.Context, ref string) (*Object, error) {
 	if digest == "" {
 		return nil, fmt.Errorf("%s: the object's metadata has no SHA-256 digest", ref)
 	}
-	subj := chunkSubject(s.bucket, info.NUID)
-	seq, n := uint64(1), 0
-	return NewObject(int64(info.Size), info.MediaType(), digest, func(int64) ([]byte, error) {
-		if n >= int(info.Chunks) {
-			return nil, fmt.Errorf("%w: more than its %d chunks", errTampered, info.Chunks)
-		}
-		m, err := s.chunkAt(ctx, msgGetRequest{Seq: seq, NextBySubj: subj})
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", ref, err)
-		}
-		if m.subject != subj {
-			return nil, fmt.Errorf("%s: the store returned a message of %s", ref, m.subject)
-		}
-		seq, n = m.seq+1, n+1
-		return m.data, nil
-	}), nil
+	return NewObject(int64(info.Size), info.MediaType(), digest, s.chunkReader(ctx, info, nil)), nil
 }

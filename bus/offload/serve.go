@@ -1,9 +1,7 @@
 package offload
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -11,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
 )
 
 // The read verb of protocol 5.9: an agent asks a router on
@@ -55,13 +54,8 @@ func Window(maxPayload int64) int {
 // a missing url or a negative offset or max is a bad_request.
 func DecodeGet(data []byte) (Get, error) {
 	var g Get
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&g); err != nil {
-		return Get{}, bus.Errorf(bus.CodeBadRequest, "output.get: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	if dec.More() {
-		return Get{}, bus.Errorf(bus.CodeBadRequest, "output.get: unexpected data after the value")
+	if err := bus.DecodeStrict(data, &g, "output.get's data", "output.get"); err != nil {
+		return Get{}, err
 	}
 	if g.URL == "" {
 		return Get{}, bus.Errorf(bus.CodeBadRequest, "output.get: url is required")
@@ -276,14 +270,14 @@ func (sv *Server) read(ctx context.Context, chunks []chunk, off int64, n int) ([
 	out := make([]byte, 0, n)
 	for ; i < len(chunks) && len(out) < n; i++ {
 		c := chunks[i]
-		m, err := sv.st.chunkAt(ctx, msgGetRequest{Seq: c.seq})
+		m, err := sv.st.chunkAt(ctx, store.MsgGetRequest{Seq: c.seq})
 		if err != nil {
 			return nil, err
 		}
-		if len(m.data) != c.n {
+		if len(m.Data) != c.n {
 			return nil, fmt.Errorf("%w: chunk %d changed", errTampered, c.seq)
 		}
-		part := m.data[int(max(off-c.off, 0)):]
+		part := m.Data[int(max(off-c.off, 0)):]
 		out = append(out, part[:min(len(part), n-len(out))]...)
 	}
 	return out, nil
