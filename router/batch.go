@@ -30,7 +30,6 @@ type batch struct {
 	calls    []*callState
 	one      [1]*callState // calls of a batch of one
 	oneState [1]callState
-	key      string // session/reply id, once tracked (runningBatches)
 	// ctx is the router's (pipeline.base): each call has its own context
 	// (callContext), and a context of the batch's own would cost
 	// allocations and end nothing more.
@@ -123,11 +122,7 @@ func (c *callState) safe() bool {
 }
 
 func (r *Router) onBatch(m *nats.Msg) {
-	e, err := r.decode(m, "call", bus.TypeCallBatch)
-	var t turn
-	if err == nil {
-		t, err = checkTurn(e, r.cfg.Limits)
-	}
+	e, t, err := r.decodeTurn(m, r.cfg.Limits)
 	if err == nil {
 		t.data.User, err = identify(r.cfg.Identities, t.session, t.data.User)
 	}
@@ -155,6 +150,24 @@ func (r *Router) onBatch(m *nats.Msg) {
 	if b.finishRest(complete) && m.Reply != "" {
 		b.p.report.reply(b, m.Reply)
 	}
+}
+
+// decodeTurn reads and checks batch message m. Its data is checked as
+// checkTurn reads it (Batch.FromEvent), not first: a batch refused so is
+// decoded again in full, its data checked first, so that the error it gets
+// is the one it always got.
+func (w *wire) decodeTurn(m *nats.Msg, lim Limits) (*bus.Event, turn, error) {
+	e, err := w.decodeHead(m, "call", bus.TypeCallBatch)
+	var t turn
+	if err == nil {
+		t, err = checkTurn(e, lim)
+	}
+	if err != nil {
+		if e, err = w.decode(m, "call", bus.TypeCallBatch); err == nil {
+			t, err = checkTurn(e, lim)
+		}
+	}
+	return e, t, err
 }
 
 // run executes the batch from call index start, run after run (nextRun),
@@ -522,7 +535,7 @@ func (x routerRunner) readOutput(ctx context.Context, session string, c bus.Call
 // every router gets each one and ends what it runs of the batch.
 type canceller struct {
 	*wire
-	running    func(key string) *batch
+	running    func(session, replyID string) *batch
 	confirming *confirmed
 	parked     func(session, replyID string, ids []string) // cancels the batch's parked and queued calls
 }
@@ -547,7 +560,7 @@ func (r *canceller) onCancel(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	if b := r.running(parked.BatchKey(e.SessionID, e.ReplyID)); b != nil {
+	if b := r.running(e.SessionID, e.ReplyID); b != nil {
 		b.interrupt(c.Calls)
 	}
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
@@ -608,35 +621,36 @@ func (b *batch) interrupt(ids []string) {
 // counts.
 type runningBatches struct {
 	mu sync.Mutex
-	m  map[string]*batch // sessionid/replyid → running batch
+	m  map[batchRef]*batch
 }
+
+// batchRef names a batch by its session and reply id: a map key of the two
+// strings, not their join, costs no allocation per batch.
+type batchRef struct{ session, replyID string }
 
 // track makes a batch reachable by cancels; untrack forgets it.
 func (rb *runningBatches) track(b *batch) {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	if rb.m == nil {
-		rb.m = map[string]*batch{}
+		rb.m = map[batchRef]*batch{}
 	}
-	if b.key == "" {
-		b.key = parked.BatchKey(b.session, b.replyID)
-	}
-	rb.m[b.key] = b
+	rb.m[batchRef{b.session, b.replyID}] = b
 }
 
 func (rb *runningBatches) untrack(b *batch) {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
-	if rb.m[b.key] == b {
-		delete(rb.m, b.key)
+	if k := (batchRef{b.session, b.replyID}); rb.m[k] == b {
+		delete(rb.m, k)
 	}
 }
 
-// running returns the batch of key running here, or nil.
-func (rb *runningBatches) running(key string) *batch {
+// running returns the batch of session and reply id running here, or nil.
+func (rb *runningBatches) running(session, replyID string) *batch {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
-	return rb.m[key]
+	return rb.m[batchRef{session, replyID}]
 }
 
 // callsInFlight counts the calls started here and not finished.

@@ -70,10 +70,12 @@ func (x *routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
 	return failed
 }
 
+// announce and reply send data the router made itself (resultsJSON, the
+// parked list it marshalled): it is not scanned again (bus.SendTrusted).
 func (x *routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
 	var e bus.Event
 	rawEventTo(&e, x.source, typ, session, replyID, callID, trace, data)
-	return bus.Send(x.nc, x.subj.Events(session), &e, e.ID) // stored once, as a retried publish would be
+	return bus.SendTrusted(x.subj.Events(session), &e, e.ID, x.nc.PublishMsg) // stored once, as a retried publish would be
 }
 
 func (x *routerEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
@@ -95,7 +97,7 @@ func (x *routerEvents) live(typ, session, replyID, callID string, trace [2]strin
 func (x *routerEvents) reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error {
 	var e bus.Event // sent and let go: on the stack
 	rawEventTo(&e, x.source, typ, session, replyID, "", trace, data)
-	return bus.Send(x.nc, subject, &e, "")
+	return bus.SendTrusted(subject, &e, "", x.nc.PublishMsg)
 }
 
 // reportStep reports a batch's results: each call's io.toolbus.call.result
@@ -143,14 +145,27 @@ func encoded(b *batch, c *callState) json.RawMessage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if c.raw == nil {
-		raw, err := c.result.AppendJSON(make([]byte, 0, c.result.Size()))
-		if err != nil {
-			in := internal(c.call, err)
-			raw, _ = in.AppendJSON(nil)
-		}
-		c.raw = raw
+		appendEncoded(make([]byte, 0, c.result.Size()), c)
 	}
 	return c.raw
+}
+
+// appendEncoded appends the JSON of c's result to buf. A result not encoded
+// yet is encoded into buf itself and kept as c.raw, a slice of buf capped at
+// its end: nothing writes over bytes a buffer already holds (appends past
+// them only), so c.raw stays valid however buf grows. b.mu is held.
+func appendEncoded(buf []byte, c *callState) []byte {
+	if c.raw != nil {
+		return append(buf, c.raw...)
+	}
+	start := len(buf)
+	out, err := c.result.AppendJSON(buf)
+	if err != nil {
+		in := internal(c.call, err)
+		out, _ = in.AppendJSON(buf[:start])
+	}
+	c.raw = out[start:len(out):len(out)]
+	return out
 }
 
 // done publishes batch.done with every result in call order and waits
@@ -265,10 +280,16 @@ func (s reportStep) reply(b *batch, subject string) {
 // resultsJSON returns {"results":[...] of b's finished calls (all:
 // every call) in call order, unclosed, with room for spare more bytes.
 func resultsJSON(b *batch, all bool, spare int) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	size := len(`{"results":[]`) + spare
 	for _, c := range b.calls {
-		if all || c.result != nil {
-			size += len(encoded(b, c)) + 1
+		switch {
+		case !all && c.result == nil:
+		case c.raw != nil:
+			size += len(c.raw) + 1
+		default:
+			size += c.result.Size() + 1
 		}
 	}
 	buf := append(make([]byte, 0, size), `{"results":[`...)
@@ -280,7 +301,7 @@ func resultsJSON(b *batch, all bool, spare int) []byte {
 		if n > 0 {
 			buf = append(buf, ',')
 		}
-		buf = append(buf, encoded(b, c)...)
+		buf = appendEncoded(buf, c)
 		n++
 	}
 	return append(buf, ']')

@@ -248,7 +248,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 		wctx, cancel = context.WithDeadline(ctx, deadline.Add(ledger.TimeoutGrace))
 		defer cancel()
 	}
-	w := x.watch.add(&j.watch, j.call.Name, j.key(), cancel)
+	w := x.watch.add(&j.watch, j.call.Name, callRef{j.session, j.replyID, j.call.ID}, cancel)
 	defer x.watch.remove(w)
 	resp, err := x.request(wctx, j.call.Name, &e)
 	if cap(e.Data) <= maxExecData { // sent: nothing holds it any more
@@ -259,7 +259,9 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
 	res, patch := execReply(j.call, resp)
-	res, patch = x.outputs.sealOutput(j.session, j.key(), res, patch)
+	if hasStored(res.Output) { // the call's key only then: one allocation less per call
+		res, patch = x.outputs.sealOutput(j.session, j.key(), res, patch)
+	}
 	if patch != nil {
 		if err := patchState(ctx, x.groups, j.session, &j.tool.Def, patch); err != nil {
 			var be *bus.Error
@@ -404,27 +406,19 @@ var (
 )
 
 // execReply turns a worker's reply into the call's result, and returns the
-// state patch the worker sent, if any, for the caller to apply.
+// state patch the worker sent, if any, for the caller to apply. The usual
+// reply, an exec result, is read without a pass that checks its data is
+// JSON first (bus.DecodeHead): FromEvent checks it as it reads. Any other
+// reply, or one that fails there, is decoded again in full
+// (execReplyChecked), so that its result reads as it always did.
 func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessage) {
 	var e bus.Event
-	if err := bus.DecodeTo(resp, &e); err != nil {
-		return internal(c, fmt.Errorf("worker reply: %w", err)), nil
-	}
-	if e.Type == bus.TypeError {
-		var be bus.Error
-		_ = e.DataAs(&be)
-		if be.Code == bus.CodeBusy || be.Code == bus.CodeUnavailable {
-			// At capacity, or its definition was rejected: the call never ran.
-			return bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf("ToolUnavailableError: the worker that took the call of '%s' could not run it: %s", c.Name, be.Message)), nil
-		}
-		return internal(c, fmt.Errorf("worker refused the call: %s", be.Error())), nil
-	}
 	var xr bus.ExecResult
-	if e.Type != bus.TypeExecResult {
-		return internal(c, fmt.Errorf("worker replied with %q", e.Type)), nil
-	}
-	if err := xr.FromEvent(&e); err != nil {
-		return internal(c, err), nil
+	if bus.DecodeHead(resp, &e) != nil || e.Type != bus.TypeExecResult || xr.FromEvent(&e) != nil {
+		var refused *bus.Result
+		if xr, refused = execReplyChecked(c, resp); refused != nil {
+			return *refused, nil
+		}
 	}
 	if xr.Output == nil {
 		xr.Output = []bus.Block{}
@@ -450,6 +444,33 @@ func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessag
 		return internal(c, fmt.Errorf("worker returned state %q", xr.State)), patch
 	}
 	return res, patch
+}
+
+// execReplyChecked decodes a worker's reply in full, its data checked to
+// be JSON: the exec result it carries, or the result the call gets instead.
+func execReplyChecked(c bus.Call, resp *nats.Msg) (bus.ExecResult, *bus.Result) {
+	refuse := func(r bus.Result) (bus.ExecResult, *bus.Result) { return bus.ExecResult{}, &r }
+	var e bus.Event
+	if err := bus.DecodeTo(resp, &e); err != nil {
+		return refuse(internal(c, fmt.Errorf("worker reply: %w", err)))
+	}
+	if e.Type == bus.TypeError {
+		var be bus.Error
+		_ = e.DataAs(&be)
+		if be.Code == bus.CodeBusy || be.Code == bus.CodeUnavailable {
+			// At capacity, or its definition was rejected: the call never ran.
+			return refuse(bus.ErrorResult(c, bus.CodeUnavailable, fmt.Sprintf("ToolUnavailableError: the worker that took the call of '%s' could not run it: %s", c.Name, be.Message)))
+		}
+		return refuse(internal(c, fmt.Errorf("worker refused the call: %s", be.Error())))
+	}
+	var xr bus.ExecResult
+	if e.Type != bus.TypeExecResult {
+		return refuse(internal(c, fmt.Errorf("worker replied with %q", e.Type)))
+	}
+	if err := xr.FromEvent(&e); err != nil {
+		return refuse(internal(c, err))
+	}
+	return xr, nil
 }
 
 // toolFailedText is the text of an error result whose tool or handler gave
@@ -508,7 +529,8 @@ func patchState(ctx context.Context, gs *groups.Store, session string, def *bus.
 
 // execWatch is an exec request in flight, watched for a vanished worker.
 type execWatch struct {
-	tool, key  string
+	tool       string
+	call       callRef // its key built only when the watchdog asks (key)
 	since      time.Time
 	cancel     context.CancelFunc
 	vanished   atomic.Bool // set by the watchdog before it cancels
@@ -524,9 +546,15 @@ type execWatches struct {
 	head *execWatch
 }
 
-// add watches w, the request of tool's call key in flight until cancel.
-func (x *execWatches) add(w *execWatch, tool, key string, cancel context.CancelFunc) *execWatch {
-	w.tool, w.key, w.since, w.cancel = tool, key, time.Now(), cancel
+// callRef names a call: its session, its batch's reply id and its id.
+type callRef struct{ session, replyID, id string }
+
+// key is the call's ledger and P_parked key (bus.CallKey).
+func (c callRef) key() string { return bus.CallKey(c.session, c.replyID, c.id) }
+
+// add watches w, the request of tool's call in flight until cancel.
+func (x *execWatches) add(w *execWatch, tool string, call callRef, cancel context.CancelFunc) *execWatch {
+	w.tool, w.call, w.since, w.cancel = tool, call, time.Now(), cancel
 	w.vanished.Store(false)
 	x.mu.Lock()
 	w.prev, w.next = nil, x.head
@@ -566,13 +594,13 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 	x.mu.Lock()
 	var lost []*execWatch
 	for w := x.head; w != nil; w = w.next {
-		if now.Sub(w.since) > 3*hb && !reg.MayHold(w.tool, w.key) {
+		if now.Sub(w.since) > 3*hb && !reg.MayHold(w.tool, w.call.key()) {
 			lost = append(lost, w)
 		}
 	}
 	x.mu.Unlock()
 	for _, w := range lost {
-		log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.key)
+		log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.call.key())
 		w.vanished.Store(true)
 		w.cancel()
 	}

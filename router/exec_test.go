@@ -48,12 +48,12 @@ func TestExecWatchesList(t *testing.T) {
 	var ws [4]execWatch
 	list := func() (keys string) {
 		for w := x.head; w != nil; w = w.next {
-			keys += w.key
+			keys += w.call.id
 		}
 		return keys
 	}
 	for i := range ws {
-		x.add(&ws[i], "t", fmt.Sprint(i), func() {})
+		x.add(&ws[i], "t", callRef{"s", "r", fmt.Sprint(i)}, func() {})
 	}
 	for _, step := range []struct {
 		remove int
@@ -64,8 +64,8 @@ func TestExecWatchesList(t *testing.T) {
 			t.Fatalf("after removing %d: %q, want %q", step.remove, got, step.want)
 		}
 	}
-	x.add(&ws[1], "t", "1", func() {})
-	x.add(&ws[2], "t", "2", func() {})
+	x.add(&ws[1], "t", callRef{"s", "r", "1"}, func() {})
+	x.add(&ws[2], "t", callRef{"s", "r", "2"}, func() {})
 	x.remove(&ws[2])
 	if got := list(); got != "1" {
 		t.Fatalf("added again: %q", got)

@@ -700,6 +700,22 @@ func (w *wire) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 	if err != nil {
 		return nil, err
 	}
+	return w.checked(m, e, kind, typ)
+}
+
+// decodeHead is decode for a handler that reads the event's data next with
+// a decoder that checks it (bus.DecodeHead): the data is neither checked
+// nor copied first.
+func (w *wire) decodeHead(m *nats.Msg, kind, typ string) (*bus.Event, error) {
+	e := new(bus.Event)
+	if err := bus.DecodeHead(m, e); err != nil {
+		return nil, err
+	}
+	return w.checked(m, e, kind, typ)
+}
+
+// checked is decode's checks of a decoded event e.
+func (w *wire) checked(m *nats.Msg, e *bus.Event, kind, typ string) (*bus.Event, error) {
 	if typ != "" && e.Type != typ {
 		return nil, bus.Errorf(bus.CodeBadEvent, "expected an event of type %s on %s, got %q", typ, m.Subject, e.Type)
 	}

@@ -1,8 +1,10 @@
 package router
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -318,4 +320,90 @@ func TestCallDeadline(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A reply whose data is not JSON gets the result a full decode gives it
+// ("worker reply: ..."), in binary and in structured mode alike, though the
+// usual exec result is read without checking its data first.
+func TestExecReplyDataNotJSON(t *testing.T) {
+	call := bus.Call{ID: "c1", Name: "echo"}
+	e, err := bus.NewEvent(bus.TypeExecResult, "worker", json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var binary *nats.Msg
+	bus.WithBinaryMsg("reply", e, func(m *nats.Msg) {
+		binary = &nats.Msg{Subject: m.Subject, Header: cloneHeader(m.Header), Data: []byte(`{"state":"success","output":[]} x`)}
+	})
+	structured := execMsg(t, bus.TypeExecResult, `{"state":"success","output":[]}`)
+	structured.Data = bytes.Replace(structured.Data, []byte(`"output":[]}`), []byte(`"output":[]} x`), 1)
+	for name, m := range map[string]*nats.Msg{"binary": binary, "structured": structured} {
+		var full bus.Event
+		derr := bus.DecodeTo(m, &full)
+		if derr == nil {
+			t.Fatalf("%s: the message decodes", name)
+		}
+		res, patch := execReply(call, m)
+		want := internal(call, fmt.Errorf("worker reply: %w", derr))
+		if !reflect.DeepEqual(res, want) || patch != nil {
+			t.Fatalf("%s: %+v, want %+v", name, res, want)
+		}
+	}
+}
+
+// A batch message reads as a full decode and checkTurn read it: the same
+// turn, or the same error, though its data is checked only as checkTurn
+// reads it; in binary and structured mode, with data that is not JSON
+// alone or beside a bad reply id.
+func TestDecodeTurnAsBefore(t *testing.T) {
+	w := &wire{subj: bus.NewSubjects("")}
+	subject := w.subj.Call("s1")
+	good := `{"calls":[{"id":"c1","name":"echo","input":{"n":1}}]}`
+	binary := func(id, body string) *nats.Msg {
+		var out *nats.Msg
+		bus.WithBinaryMsg(subject, batchEvent(t, id, good), func(m *nats.Msg) {
+			out = &nats.Msg{Subject: m.Subject, Header: cloneHeader(m.Header), Data: []byte(body)}
+		})
+		return out
+	}
+	structured := func(id, data string) *nats.Msg {
+		m, err := batchEvent(t, id, good).Msg(subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Data = bytes.Replace(m.Data, []byte(good), []byte(data), 1)
+		return m
+	}
+	for name, m := range map[string]*nats.Msg{
+		"binary":                        binary("r1", good),
+		"binary, not JSON":              binary("r1", good+" x"),
+		"binary, not JSON, bad id":      binary("r 1", `{"calls":[{"id":"c1","name":"echo","input":{]}`),
+		"structured":                    structured("r1", good),
+		"structured, not JSON":          structured("r1", `{"calls":[{"id":"c1","name":"echo","input":{]}`),
+		"structured, not JSON, bad id":  structured("r 1", `{"calls":[{"id":"c1","name":"echo","input":{]}`),
+		"structured, bad input, bad id": structured("r 1", `{"calls":[{"id":"c1","name":"echo","input":[]}]}`),
+	} {
+		e, turn, err := w.decodeTurn(m, testLimits)
+		we, werr := w.decode(m, "call", bus.TypeCallBatch)
+		var wturn any
+		if werr == nil {
+			wturn, werr = checkTurn(we, testLimits)
+		}
+		if fmt.Sprint(err) != fmt.Sprint(werr) || (werr == nil) != (name == "binary" || name == "structured") {
+			t.Errorf("%s: error %v, want %v", name, err, werr)
+		}
+		if werr == nil && (!reflect.DeepEqual(turn, wturn) || !reflect.DeepEqual(e, we)) {
+			t.Errorf("%s: %+v, want %+v", name, turn, wturn)
+		}
+	}
+}
+
+// cloneHeader copies h and its values: a binary message's header is
+// pooled, its values too.
+func cloneHeader(h nats.Header) nats.Header {
+	out := nats.Header{}
+	for k, vs := range h {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
 }

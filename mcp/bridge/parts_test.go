@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +110,50 @@ func TestLinkTrack(t *testing.T) {
 	untrack()
 	if _, err := l.origin(t.Context()); err == nil || len(l.progress) != 0 {
 		t.Fatal("untracked call still found")
+	}
+}
+
+// TestStdioClosedUnstarted: a stdio transport closed without being
+// started releases every end of its pipes, the server's too (the
+// transport made them all; before the pipes were the command's, Close
+// closed the four).
+func TestStdioClosedUnstarted(t *testing.T) {
+	open := func() int {
+		e, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(e)
+	}
+	before := open()
+	tr, err := newStdio(&Server{Name: "s", Transport: TransportStdio, Command: "true"}, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := open(); n != before+4 {
+		t.Fatalf("%d descriptors open after newStdio, want %d (two pipes)", n, before+4)
+	}
+	_ = tr.Close()
+	if n := open(); n != before {
+		t.Fatalf("%d descriptors open after Close of a transport never started, want %d", n, before)
+	}
+	runtime.KeepAlive(tr) // no finalizer closes a leaked end before the count
+}
+
+// TestStdioStartEnded: a stdio server is not started for a context that
+// has ended (as exec.CommandContext refused to before the transport
+// used the command's pipes): no third-party process runs for nothing.
+func TestStdioStartEnded(t *testing.T) {
+	tr, err := newStdio(&Server{Name: "s", Transport: TransportStdio, Command: "sleep", Args: []string{"5"}}, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = tr.Start(ctx)
+	started := tr.cmd.Process != nil
+	_ = tr.Close()
+	if err == nil || started {
+		t.Fatalf("Start with an ended context: err %v, server started %v; want an error and no process", err, started)
 	}
 }

@@ -74,6 +74,7 @@ func newStdio(s *Server, limit int64, log *slog.Logger) (*stdioTransport, error)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		in.Close()
+		cmd.Stdin.(io.Closer).Close() // the server's end: only Start or Wait would close it
 		return nil, err
 	}
 	t := &stdioTransport{cmd: cmd, out: out, exited: make(chan struct{})}
@@ -87,7 +88,11 @@ func newStdio(s *Server, limit int64, log *slog.Logger) (*stdioTransport, error)
 
 // Start starts the server, which lives as long as ctx (or until Close).
 func (t *stdioTransport) Start(ctx context.Context) error {
-	if err := t.cmd.Start(); err != nil {
+	err := ctx.Err() // an ended ctx starts nothing (as exec.CommandContext would not)
+	if err == nil {
+		err = t.cmd.Start()
+	}
+	if err != nil {
 		close(t.exited)
 		return fmt.Errorf("failed to start command: %w", err)
 	}
@@ -105,8 +110,10 @@ func (t *stdioTransport) Start(ctx context.Context) error {
 // called by the link's session, one after the other.
 func (t *stdioTransport) Close() error {
 	err := t.Stdio.Close()
-	if t.cmd.Process == nil { // never started
+	if t.cmd.Process == nil { // never started: the server's ends too (only Start or Wait would close them)
 		t.out.Close()
+		t.cmd.Stdin.(io.Closer).Close()
+		t.cmd.Stdout.(io.Closer).Close()
 		return err
 	}
 	select {
