@@ -4,6 +4,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,9 +61,7 @@ type Client struct {
 
 // New returns a Client on nc.
 func New(nc *nats.Conn, cfg Config) *Client {
-	if cfg.Source == "" {
-		cfg.Source = "toolbus/client"
-	}
+	cfg.Source = cmp.Or(cfg.Source, "toolbus/client")
 	subj := bus.NewSubjects(cfg.Prefix)
 	// offload.New fails only on bad jetstream options, and passes none.
 	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
@@ -81,11 +80,7 @@ func New(nc *nats.Conn, cfg Config) *Client {
 //
 //	cl, err := client.Dial(natsconn.FromEnv(), client.Config{Source: "my-agent"})
 func Dial(conn natsconn.Config, cfg Config) (*Client, error) {
-	name := cfg.Source
-	if name == "" {
-		name = "toolbus/client"
-	}
-	nc, err := conn.Connect(name)
+	nc, err := conn.Connect(cmp.Or(cfg.Source, "toolbus/client"))
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -177,12 +172,8 @@ func (c *Client) Tools(ctx context.Context, session, format string, req *bus.Req
 // Query is Tools with the whole query: a user (docs/protocol.md 4.1: it selects
 // the user's skills) as well as the format and request.
 func (c *Client) Query(ctx context.Context, session string, q bus.ToolsQuery) (*bus.ToolsList, error) {
-	e, err := c.rq.event(bus.TypeToolsQuery, session, q)
-	if err != nil {
-		return nil, err
-	}
 	var list bus.ToolsList
-	if err := c.rq.request(ctx, c.subj.Tools(session), e, bus.TypeToolsList, &list, 10*time.Second); err != nil {
+	if err := c.rq.ask(ctx, c.subj.Tools(session), bus.TypeToolsQuery, session, q, bus.TypeToolsList, &list, 10*time.Second); err != nil {
 		return nil, err
 	}
 	c.rq.revs.saw(session, list.SessionRev)
@@ -210,11 +201,7 @@ func (c *Client) Admin(ctx context.Context, verb, session string, data, out any)
 	}
 	c.rq.revs.forget(session) // the verb may write the session (and again once it did)
 	defer c.rq.revs.forget(session)
-	e, err := c.rq.event(bus.TypeAdmin, session, data)
-	if err != nil {
-		return err
-	}
-	return c.rq.request(ctx, c.subj.Admin(verb), e, bus.TypeAdminReply, out, 10*time.Second)
+	return c.rq.ask(ctx, c.subj.Admin(verb), bus.TypeAdmin, session, data, bus.TypeAdminReply, out, 10*time.Second)
 }
 
 // Events is a stream of a session's events.
@@ -225,9 +212,12 @@ type Events struct {
 	done chan struct{} // closed with C
 }
 
-func newEvents(cancel context.CancelFunc) *Events {
+// newEvents returns a stream and the context of its producer, a child of
+// parent that Stop ends.
+func newEvents(parent context.Context) (context.Context, *Events) {
+	ctx, cancel := context.WithCancel(parent)
 	ch := make(chan *bus.Event, 1024)
-	return &Events{C: ch, c: ch, stop: cancel, done: make(chan struct{})}
+	return ctx, &Events{C: ch, c: ch, stop: cancel, done: make(chan struct{})}
 }
 
 // send decodes m and hands the event to C, unless ctx ends first (then it
@@ -271,11 +261,10 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 	if session != "*" && !bus.ValidID(session) {
 		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q is not valid", session)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	ev := newEvents(cancel)
+	ctx, ev := newEvents(ctx)
 	each := func(m *nats.Msg) bool { return ev.send(ctx, m) }
 	if err := bus.Listen(ctx, c.nc, c.subj.Events(session), 1024, each, ev.end); err != nil {
-		cancel()
+		ev.stop()
 		return nil, fmt.Errorf("client: watch: %w", err)
 	}
 	return ev, nil
@@ -300,19 +289,17 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	ev := newEvents(cancel)
+	ctx, ev := newEvents(ctx)
+	var cc jetstream.ConsumeContext
 	cons, err := js.OrderedConsumer(ctx, c.subj.Stream(bus.StreamEvents), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{c.subj.Events(session)}})
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("client: replay: %w", err)
+	if err == nil {
+		cc, err = cons.Consume(func(m jetstream.Msg) {
+			ev.send(ctx, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		})
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		ev.send(ctx, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-	})
 	if err != nil {
-		cancel()
+		ev.stop()
 		return nil, fmt.Errorf("client: replay: %w", err)
 	}
 	go func() {
@@ -399,13 +386,9 @@ func (c *Client) Tasks() Tasks { return Tasks{c} }
 // the tasks ended or q.TimeoutMS passed.
 func (t Tasks) Query(ctx context.Context, session string, q bus.TaskQuery) (*bus.TaskReply, error) {
 	c := t.c
-	e, err := c.rq.event(bus.TypeTaskQuery, session, q)
-	if err != nil {
-		return nil, err
-	}
 	var r bus.TaskReply
 	wait := 10*time.Second + time.Duration(min(max(q.TimeoutMS, 0), bus.MaxTaskWaitMS))*time.Millisecond
-	if err := c.rq.request(ctx, c.subj.Tasks(session), e, bus.TypeTaskReply, &r, wait); err != nil {
+	if err := c.rq.ask(ctx, c.subj.Tasks(session), bus.TypeTaskQuery, session, q, bus.TypeTaskReply, &r, wait); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -429,7 +412,12 @@ func (t Tasks) Get(ctx context.Context, session, id string) (bus.Task, error) {
 
 // List lists session's tasks, newest first.
 func (t Tasks) List(ctx context.Context, session string) ([]bus.Task, error) {
-	r, err := t.Query(ctx, session, bus.TaskQuery{Op: bus.TaskList})
+	return t.list(ctx, session, bus.TaskQuery{Op: bus.TaskList})
+}
+
+// list runs q and returns the reply's tasks.
+func (t Tasks) list(ctx context.Context, session string, q bus.TaskQuery) ([]bus.Task, error) {
+	r, err := t.Query(ctx, session, q)
 	if err != nil {
 		return nil, err
 	}
@@ -439,11 +427,7 @@ func (t Tasks) List(ctx context.Context, session string) ([]bus.Task, error) {
 // Wait waits until session's tasks ids all ended (at most timeout,
 // bus.MaxTaskWaitMS), and returns them as they are then.
 func (t Tasks) Wait(ctx context.Context, session string, timeout time.Duration, ids ...string) ([]bus.Task, error) {
-	r, err := t.Query(ctx, session, bus.TaskQuery{Op: bus.TaskWait, IDs: ids, TimeoutMS: max(timeout.Milliseconds(), 1)})
-	if err != nil {
-		return nil, err
-	}
-	return r.Tasks, nil
+	return t.list(ctx, session, bus.TaskQuery{Op: bus.TaskWait, IDs: ids, TimeoutMS: max(timeout.Milliseconds(), 1)})
 }
 
 // Cancel ends session's running task id as interrupted and stops its

@@ -76,12 +76,8 @@ func (f *follower) open(ctx context.Context) error {
 		}
 		f.sub = sub
 	}
-	e, err := f.c.rq.event(f.create, f.session, bus.Replay{StartSeq: f.next})
-	if err != nil {
-		return err
-	}
 	var ready bus.ReplayReady
-	if err := f.c.rq.request(ctx, f.subject, e, f.ready, &ready, 10*time.Second); err != nil {
+	if err := f.c.rq.ask(ctx, f.subject, f.create, f.session, bus.Replay{StartSeq: f.next}, f.ready, &ready, 10*time.Second); err != nil {
 		return err
 	}
 	f.consumer, f.beats, f.silent = ready.Consumer, ready.Heartbeat, 0
@@ -129,7 +125,11 @@ func (f *follower) pull(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := bus.Publish(replyTo{f.c.nc, reply}, f.subject, e); err != nil {
+	publish := func(m *nats.Msg) error {
+		m.Reply = reply
+		return f.c.nc.PublishMsg(m)
+	}
+	if err := bus.SendWith(f.subject, e, "", publish); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(quiet)
@@ -247,26 +247,14 @@ func refusal(m *nats.Msg) bool {
 	return err != nil || e.Type == bus.TypeError
 }
 
-// replyTo publishes with a reply subject.
-type replyTo struct {
-	nc    *nats.Conn
-	reply string
-}
-
-func (p replyTo) PublishMsg(m *nats.Msg) error {
-	m.Reply = p.reply
-	return p.nc.PublishMsg(m)
-}
-
 // start asks for the follower's consumer and follows it, returning its
 // events.
 func (f *follower) start(ctx context.Context) (*Events, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	ev := newEvents(cancel)
+	ctx, ev := newEvents(ctx)
 	f.deliver = func(m *nats.Msg) bool { return ev.send(ctx, m) }
 	if err := f.open(ctx); err != nil {
 		f.drop()
-		cancel()
+		ev.stop()
 		return nil, err
 	}
 	go func() {

@@ -383,20 +383,10 @@ func (c *Client) Turn(ctx context.Context, session, format string, message []byt
 	if err != nil {
 		return nil, err
 	}
-	if load != nil && activated(reply.Results, load.ID) {
+	if load != nil && slices.ContainsFunc(reply.Results, func(r bus.Result) bool { return r.ID == load.ID && r.State == bus.StateSuccess }) {
 		out.Activated = added
 	}
 	return out, nil
-}
-
-// activated reports whether the call id of results succeeded.
-func activated(results []bus.Result, id string) bool {
-	for _, r := range results {
-		if r.ID == id {
-			return r.State == bus.StateSuccess
-		}
-	}
-	return false
 }
 
 // resultText is what the model reads of a result: its text blocks and a

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
+	waits "github.com/toolbus/toolbus/internal/replies"
 )
 
 // requester is what the Client's verbs share: it makes an event of the
@@ -98,15 +99,21 @@ func (c *requester) event(typ, session string, data any) (*bus.Event, error) {
 	return e, nil
 }
 
-// request sends e to subject and decodes a reply of type want into out; an
-// io.toolbus.error reply becomes a *bus.Error.
-func (c *requester) request(ctx context.Context, subject string, e *bus.Event, want string, out any, def time.Duration) error {
+// ask sends data as an event of type typ for session to subject and
+// decodes the reply, of type want, into out (exchange).
+func (c *requester) ask(ctx context.Context, subject, typ, session string, data any, want string, out any, def time.Duration) error {
+	e, err := c.event(typ, session, data)
+	if err != nil {
+		return err
+	}
 	return c.exchange(ctx, subject, e, false, want, out, def)
 }
 
-// exchange is request; trusted says that e's data is the client's own
-// encoding, valid JSON (Call's batch, bus.Batch.AppendJSON's), which is
-// then not scanned again before it is sent.
+// exchange sends e to subject and decodes a reply of type want into out;
+// an io.toolbus.error reply becomes a *bus.Error. trusted says that e's
+// data is the client's own encoding, valid JSON (Call's batch,
+// bus.Batch.AppendJSON's), which is then not scanned again before it is
+// sent.
 func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
@@ -187,7 +194,7 @@ func (c *requester) sendAnswer(ctx context.Context, subject, session, replyID, c
 	}
 	e.ReplyID, e.ToolCallID = replyID, callID
 	var ack bus.AnswerAck
-	if err := c.request(ctx, subject, e, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
+	if err := c.exchange(ctx, subject, e, false, bus.TypeAnswerAck, &ack, 10*time.Second); err != nil {
 		return err
 	}
 	if !ack.Accepted {
@@ -198,12 +205,8 @@ func (c *requester) sendAnswer(ctx context.Context, subject, session, replyID, c
 
 // window asks a router for the bytes of ref from off.
 func (c *requester) window(ctx context.Context, session, ref string, off int64) (*offload.Chunk, error) {
-	e, err := c.event(offload.TypeGet, session, offload.Get{URL: ref, Offset: off})
-	if err != nil {
-		return nil, err
-	}
 	var ch offload.Chunk
-	if err := c.request(ctx, c.subj.Outputs(session), e, offload.TypeChunk, &ch, 30*time.Second); err != nil {
+	if err := c.ask(ctx, c.subj.Outputs(session), offload.TypeGet, session, offload.Get{URL: ref, Offset: off}, offload.TypeChunk, &ch, 30*time.Second); err != nil {
 		return nil, err
 	}
 	return &ch, nil
@@ -250,4 +253,41 @@ func (s *sessionRevs) forget(session string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.rev, session)
+}
+
+// replies sends the Client's requests and waits for their replies on one
+// reply subscription of its own (internal/replies, as the router's exec
+// requests do): each request a new inbox under it, so a reply that comes
+// after its request gave up (its context ended) goes to no wait and is
+// dropped. Against nats.go's request multiplexer, a wait takes no channel
+// of its own (pooled) and no timer when the context bounds it.
+//
+// A Client that is let go without Close (one made by New on a connection
+// that lives on) has the subscription unsubscribed once the collector
+// finds it unreachable (New's runtime.AddCleanup calls close).
+type replies struct{ mux *waits.Mux }
+
+func newReplies(nc *nats.Conn) *replies {
+	// EndOnClose: a closed connection ends a request at once, with
+	// nats.ErrConnectionClosed, as nats.go's request does.
+	return &replies{mux: waits.New(nc, waits.Options{EndOnClose: true})}
+}
+
+func (r *replies) close() { r.mux.Unsubscribe() }
+
+// request sends e to subject and waits for the reply until ctx ends, as
+// nats.Conn.RequestMsgWithContext does (the same errors: ctx's,
+// nats.ErrNoResponders, nats.ErrConnectionClosed). e's data is checked
+// to be JSON unless trusted (bus.SendTrusted).
+func (r *replies) request(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
+	return r.mux.Request(ctx, func(inbox string) error {
+		publish := func(m *nats.Msg) error {
+			m.Reply = inbox
+			return r.mux.Conn().PublishMsg(m)
+		}
+		if trusted {
+			return bus.SendTrusted(subject, e, "", publish)
+		}
+		return bus.SendWith(subject, e, "", publish)
+	})
 }

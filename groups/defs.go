@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -166,15 +167,7 @@ func (d *definitions) Group(name string) (bus.Group, bool) {
 func (d *definitions) Groups() []bus.Group { return *d.ordered.Load() }
 
 func (d *definitions) hasMeta() bool {
-	if d.searchBasic {
-		return true
-	}
-	for _, g := range d.Groups() {
-		if g.Scope == bus.ScopeMeta {
-			return true
-		}
-	}
-	return false
+	return d.searchBasic || slices.ContainsFunc(d.Groups(), func(g bus.Group) bool { return g.Scope == bus.ScopeMeta })
 }
 
 // metaGroups are the groups the model switches, in registration order;

@@ -224,15 +224,7 @@ func changedGroups(old, cur []bus.Group) map[string]bool {
 
 // inGroups reports whether d is in one of the named groups.
 func inGroups(d *bus.ToolDef, names map[string]bool) bool {
-	if len(names) == 0 {
-		return false
-	}
-	for _, g := range d.Groups {
-		if names[g] {
-			return true
-		}
-	}
-	return false
+	return len(names) > 0 && slices.ContainsFunc(d.Groups, func(g string) bool { return names[g] })
 }
 
 // toolDoc is what a tool is searched by: its name (counted thrice), title
@@ -292,13 +284,9 @@ func viaMeta(groups []bus.Group, names []string) (visible bool, via string, ok b
 // skillReach is reach for a skill: one without groups is always loadable;
 // else through an active group, or a meta group the model may activate.
 func (v *View) skillReach(sk SkillDoc) (visible bool, via string, ok bool) {
-	if len(sk.Groups) == 0 {
+	active := func(g string) bool { return v.sess.IsActive(g) || v.store.pinnedGroup(g) }
+	if len(sk.Groups) == 0 || slices.ContainsFunc(sk.Groups, active) {
 		return true, "", true
-	}
-	for _, g := range sk.Groups {
-		if v.sess.IsActive(g) || v.store.pinnedGroup(g) {
-			return true, "", true
-		}
 	}
 	return viaMeta(v.store.Groups(), sk.Groups)
 }
@@ -420,13 +408,7 @@ func (a *activation) Reset(ctx context.Context, session string, input json.RawMe
 	}
 	meta := a.defs.metaGroups()
 	isMeta := metaIn(meta)
-	var bad []string
-	for _, k := range keys {
-		if !isMeta(k) {
-			bad = append(bad, k)
-		}
-	}
-	if len(bad) > 0 {
+	if bad := slices.DeleteFunc(slices.Clone(keys), isMeta); len(bad) > 0 {
 		names := make([]string, len(meta))
 		for i, g := range meta {
 			names[i] = g.Name

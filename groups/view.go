@@ -72,10 +72,8 @@ func CheckRequest(r *bus.Request) (*Request, error) {
 }
 
 func (r *Request) external(name string) *RequestTool {
-	for _, t := range r.External {
-		if t.Def.Name == name {
-			return t
-		}
+	if i := slices.IndexFunc(r.External, func(t *RequestTool) bool { return t.Def.Name == name }); i >= 0 {
+		return r.External[i]
 	}
 	return nil
 }

@@ -41,28 +41,26 @@ import (
 // evalCap is where the estimates saturate.
 const evalCap = math.MaxInt64 / 4
 
-// graph is the compiled schema as nodes with their in-place and member
-// edges, the nodes in an order where every in-place edge goes forward.
+// The kinds of a node's edges: in place, and how a member subschema
+// applies.
+const (
+	inPlace  = iota // evaluated at the same value (targets repeated for multiplicity)
+	oneProp         // properties: a member gets at most one
+	restProp        // additionalProperties, unevaluatedProperties: members without a property
+	allProp         // patternProperties, propertyNames: possibly every member
+	oneItem         // prefixItems, items as a list: an item gets at most one
+	restItem        // items, additionalItems: the items past the list
+	allItem         // contains, unevaluatedItems
+	edgeKinds
+)
+
+// graph is the compiled schema as nodes with their edges by kind, and an
+// order of the nodes where every in-place edge goes forward.
 type graph struct {
 	nodes []*jsonschema.Schema
 	index map[*jsonschema.Schema]int
-	inPl  [][]int // in-place edges (targets, repeated for multiplicity)
-	mem   []members[int]
-}
-
-// members are the member subschemas of one node, by how they apply: as
-// node indexes (members[int]) or as schemas.
-type members[T any] struct {
-	oneProp  []T // properties: a member gets at most one
-	restProp []T // additionalProperties, unevaluatedProperties: members without a property
-	allProp  []T // patternProperties, propertyNames: possibly every member
-	oneItem  []T // prefixItems, items as a list: an item gets at most one
-	restItem []T // items, additionalItems: the items past the list
-	allItem  []T // contains, unevaluatedItems
-}
-
-func (m *members[T]) edges() []*[]T {
-	return []*[]T{&m.oneProp, &m.restProp, &m.allProp, &m.oneItem, &m.restItem, &m.allItem}
+	edges [][edgeKinds][]int
+	order []int
 }
 
 // buildGraph collects the nodes reachable from root. It refuses more
@@ -81,8 +79,7 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 		}
 		g.index[s] = len(g.nodes)
 		g.nodes = append(g.nodes, s)
-		g.inPl = append(g.inPl, nil)
-		g.mem = append(g.mem, members[int]{})
+		g.edges = append(g.edges, [edgeKinds][]int{})
 		if s.DynamicAnchor != "" || s.RecursiveAnchor {
 			anchors = append(anchors, s)
 		}
@@ -92,26 +89,15 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 		return nil, err
 	}
 	for i := 0; i < len(g.nodes); i++ {
-		inPlace, mem := children(g.nodes[i])
-		for _, c := range inPlace {
-			j, err := add(c)
-			if err != nil {
-				return nil, err
-			}
-			g.inPl[i] = append(g.inPl[i], j)
-		}
-		var idx members[int]
-		dst := idx.edges()
-		for k, list := range mem.edges() {
-			for _, c := range *list {
+		for k, list := range children(g.nodes[i]) {
+			for _, c := range list {
 				j, err := add(c)
 				if err != nil {
 					return nil, err
 				}
-				*dst[k] = append(*dst[k], j)
+				g.edges[i][k] = append(g.edges[i][k], j)
 			}
 		}
-		g.mem[i] = idx
 	}
 	// A dynamic reference may resolve, at run time, to any schema with the
 	// same dynamic anchor (a recursive one to any recursive anchor): an edge
@@ -120,7 +106,7 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 		for _, a := range anchors {
 			if s.DynamicRef != nil && s.DynamicRef.DynamicAnchor != "" && a.DynamicAnchor == s.DynamicRef.DynamicAnchor && a != s.DynamicRef ||
 				s.RecursiveRef != nil && a.RecursiveAnchor && a != s.RecursiveRef {
-				g.inPl[i] = append(g.inPl[i], g.index[a])
+				g.edges[i][inPlace] = append(g.edges[i][inPlace], g.index[a])
 			}
 		}
 	}
@@ -130,114 +116,81 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 	return g, nil
 }
 
-// children returns the in-place and the member subschemas of s.
-func children(s *jsonschema.Schema) (inPlace []*jsonschema.Schema, m members[*jsonschema.Schema]) {
-	one := func(list *[]*jsonschema.Schema, c ...*jsonschema.Schema) {
+// children returns the subschemas of s by edge kind.
+func children(s *jsonschema.Schema) (m [edgeKinds][]*jsonschema.Schema) {
+	one := func(k int, c ...*jsonschema.Schema) {
 		for _, x := range c {
 			if x != nil {
-				*list = append(*list, x)
+				m[k] = append(m[k], x)
 			}
 		}
 	}
-	one(&inPlace, s.Ref, s.RecursiveRef, s.DynamicRef, s.Not, s.If, s.Then, s.Else)
-	one(&inPlace, s.AllOf...)
-	one(&inPlace, s.AnyOf...)
-	one(&inPlace, s.OneOf...)
+	one(inPlace, s.Ref, s.RecursiveRef, s.DynamicRef, s.Not, s.If, s.Then, s.Else)
+	one(inPlace, s.AllOf...)
+	one(inPlace, s.AnyOf...)
+	one(inPlace, s.OneOf...)
 	for _, k := range slices.Sorted(maps.Keys(s.DependentSchemas)) {
-		one(&inPlace, s.DependentSchemas[k])
+		one(inPlace, s.DependentSchemas[k])
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Dependencies)) {
 		if c, ok := s.Dependencies[k].(*jsonschema.Schema); ok {
-			one(&inPlace, c)
+			one(inPlace, c)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Properties)) {
-		one(&m.oneProp, s.Properties[k])
+		one(oneProp, s.Properties[k])
 	}
 	if c, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {
-		one(&m.restProp, c)
+		one(restProp, c)
 	}
-	one(&m.restProp, s.UnevaluatedProperties)
+	one(restProp, s.UnevaluatedProperties)
 	pats := slices.SortedFunc(maps.Values(s.PatternProperties), func(a, b *jsonschema.Schema) int { return strings.Compare(a.Location, b.Location) })
-	one(&m.allProp, pats...)
-	one(&m.allProp, s.PropertyNames)
+	one(allProp, pats...)
+	one(allProp, s.PropertyNames)
 	switch c := s.Items.(type) {
 	case *jsonschema.Schema:
-		one(&m.restItem, c)
+		one(restItem, c)
 	case []*jsonschema.Schema:
-		one(&m.oneItem, c...)
+		one(oneItem, c...)
 	}
-	one(&m.oneItem, s.PrefixItems...)
+	one(oneItem, s.PrefixItems...)
 	if c, ok := s.AdditionalItems.(*jsonschema.Schema); ok {
-		one(&m.restItem, c)
+		one(restItem, c)
 	}
-	one(&m.restItem, s.Items2020)
-	one(&m.allItem, s.Contains, s.UnevaluatedItems, s.ContentSchema)
-	return inPlace, m
+	one(restItem, s.Items2020)
+	one(allItem, s.Contains, s.UnevaluatedItems, s.ContentSchema)
+	return m
 }
 
 // sort orders the nodes so that in-place edges go forward (Kahn's
 // algorithm); a cycle is an error naming one of its schemas.
 func (g *graph) sort() error {
-	n := len(g.nodes)
-	indeg := make([]int, n)
-	for _, es := range g.inPl {
-		for _, j := range es {
+	indeg := make([]int, len(g.nodes))
+	for _, es := range g.edges {
+		for _, j := range es[inPlace] {
 			indeg[j]++
 		}
 	}
-	order := make([]int, 0, n)
-	for i := range n {
-		if indeg[i] == 0 {
-			order = append(order, i)
+	for i, d := range indeg {
+		if d == 0 {
+			g.order = append(g.order, i)
 		}
 	}
-	for k := 0; k < len(order); k++ {
-		for _, j := range g.inPl[order[k]] {
+	for k := 0; k < len(g.order); k++ {
+		for _, j := range g.edges[g.order[k]][inPlace] {
 			if indeg[j]--; indeg[j] == 0 {
-				order = append(order, j)
+				g.order = append(g.order, j)
 			}
 		}
 	}
-	if len(order) < n {
-		for i := range n {
-			if indeg[i] > 0 {
-				loc := g.nodes[i].Location
-				if _, frag, ok := strings.Cut(loc, "#"); ok {
-					loc = "#" + frag
-				}
-				return fmt.Errorf("schemas: schema refers back to itself at %s without descending into the input (validation would never end)", loc)
-			}
-		}
+	if len(g.order) == len(g.nodes) {
+		return nil
 	}
-	pos := make([]int, n)
-	for p, i := range order {
-		pos[i] = p
+	loc := g.nodes[slices.IndexFunc(indeg, func(d int) bool { return d > 0 })].Location
+	if _, frag, ok := strings.Cut(loc, "#"); ok {
+		loc = "#" + frag
 	}
-	remap := func(es []int) []int {
-		out := make([]int, len(es))
-		for k, j := range es {
-			out[k] = pos[j]
-		}
-		return out
-	}
-	nodes := make([]*jsonschema.Schema, n)
-	inPl := make([][]int, n)
-	mem := make([]members[int], n)
-	for i := range n {
-		p := pos[i]
-		nodes[p] = g.nodes[i]
-		inPl[p] = remap(g.inPl[i])
-		src, dst := g.mem[i].edges(), mem[p].edges()
-		for k := range src {
-			*dst[k] = remap(*src[k])
-		}
-	}
-	g.nodes, g.inPl, g.mem = nodes, inPl, mem
-	for i, s := range nodes {
-		g.index[s] = i
-	}
-	return nil
+	return fmt.Errorf("schemas: schema refers back to itself at %s without descending into the input (validation would never end)", loc)
 }
 
 // multipliers returns mult[d] = F(root, d) for d = 0..MaxInputDepth (see
@@ -259,15 +212,14 @@ func (g *graph) multipliers(root *jsonschema.Schema) []int64 {
 		return m
 	}
 	for k := 0; k <= MaxInputDepth; k++ {
-		for i := n - 1; i >= 0; i-- { // in-place children come after their parents
+		for _, i := range slices.Backward(g.order) { // in-place children come after their parents
 			own := int64(1)
-			if k > 0 {
-				m := &g.mem[i]
-				obj := satAdd(max(most(prev, m.oneProp), sum(prev, m.restProp)), sum(prev, m.allProp))
-				arr := satAdd(max(most(prev, m.oneItem), sum(prev, m.restItem)), sum(prev, m.allItem))
+			if e := &g.edges[i]; k > 0 {
+				obj := satAdd(max(most(prev, e[oneProp]), sum(prev, e[restProp])), sum(prev, e[allProp]))
+				arr := satAdd(max(most(prev, e[oneItem]), sum(prev, e[restItem])), sum(prev, e[allItem]))
 				own = max(obj, arr)
 			}
-			cur[i] = satAdd(own, sum(cur, g.inPl[i]))
+			cur[i] = satAdd(own, sum(cur, g.edges[i][inPlace]))
 		}
 		mult[k] = cur[g.index[root]]
 		prev, cur = cur, prev
@@ -308,3 +260,101 @@ func checks(mult []int64, counts []int) int64 {
 
 // budget is the most checks an input of the given number of values may cost.
 func budget(values int) int64 { return EvalBase + EvalFactor*int64(values) }
+
+// Limits of protocol version 1 section 13: they keep the cost of compiling
+// a schema and of validating one input in proportion to their sizes.
+const (
+	// MaxSchemaDepth bounds the nesting of a schema document: objects and
+	// arrays, counted in JSON (a "properties" level is two: the properties
+	// object and the property's schema), the top-level object being 1.
+	MaxSchemaDepth = 64
+	// MaxInputDepth bounds the nesting of a call's input the same way (the
+	// input object itself is 1).
+	MaxInputDepth = 128
+	// MaxSubschemas bounds the subschemas of one schema (objects and
+	// booleans in schema positions, the schema itself included): the
+	// compiler's cost grows with their square (about 150 ms at the limit).
+	MaxSubschemas = 1000
+	// MaxChecksPerValue bounds the subschemas one input value may be
+	// checked against, at any depth up to MaxInputDepth, as the cost model
+	// of cost.go estimates it: references can multiply them without bound.
+	MaxChecksPerValue = 250
+	// The estimated cost of validating one input (cost.go: checks, each
+	// weighted 1 + depth/4, for the location strings the validator builds)
+	// may be at most EvalBase plus EvalFactor per value of the input.
+	EvalBase   = 1_000
+	EvalFactor = 16
+	// MaxDetails bounds the problems one invalid_input result lists; the
+	// last says how many more there were.
+	MaxDetails = 100
+)
+
+// jsonDepth returns the deepest nesting of objects and arrays in b, which
+// must be valid JSON (a scalar is 0), stopping as soon as it passes limit;
+// one pass, no recursion.
+func jsonDepth(b []byte, limit int) int {
+	depth, deepest := 0, 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			depth++
+			if depth > deepest {
+				deepest = depth
+				if deepest > limit {
+					return deepest
+				}
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+// depthError is the message of an input nested deeper than MaxInputDepth;
+// it has no package prefix (it is written for the model).
+func depthError() error {
+	return fmt.Errorf("input nests deeper than %d levels of objects and arrays", MaxInputDepth)
+}
+
+// levels counts the values of a decoded instance at each depth (the root at
+// 0, its members at 1, ...); ok is false when the instance nests deeper than
+// MaxInputDepth. It walks with an explicit stack: no recursion.
+func levels(v any) (counts []int, ok bool) {
+	type item struct {
+		v any
+		d int
+	}
+	stack := []item{{v, 0}}
+	for len(stack) > 0 {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for len(counts) <= it.d {
+			counts = append(counts, 0)
+		}
+		counts[it.d]++
+		switch x := it.v.(type) {
+		case map[string]any: // a container at d is JSON depth d+1
+			if it.d+1 > MaxInputDepth {
+				return counts, false
+			}
+			for _, m := range x {
+				stack = append(stack, item{m, it.d + 1})
+			}
+		case []any:
+			if it.d+1 > MaxInputDepth {
+				return counts, false
+			}
+			for _, m := range x {
+				stack = append(stack, item{m, it.d + 1})
+			}
+		}
+	}
+	return counts, true
+}

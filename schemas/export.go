@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/toolbus/toolbus/bus"
 )
@@ -92,14 +93,13 @@ const GroupsMetaKey = "io.modelcontextprotocol/groups"
 // error; so is a definition whose schema is not valid JSON. The result is
 // never nil.
 func Export(format string, defs []bus.ToolDef) ([]json.RawMessage, error) {
-	render, err := exporter(format)
-	if err != nil {
-		return nil, err
+	if !slices.Contains(formats, format) {
+		return nil, fmt.Errorf("schemas: unknown format %q (want toolbus, openai, openai-responses, anthropic, gemini or mcp)", format)
 	}
 	out := make([]json.RawMessage, 0, len(defs))
 	for i := range defs {
 		d := &defs[i]
-		b, err := marshal(render(d, inputSchema(d)))
+		b, err := marshal(exported(format, d, inputSchema(d)))
 		if err != nil {
 			return nil, fmt.Errorf("schemas: export %q as %s: %w", d.Name, format, err)
 		}
@@ -129,43 +129,33 @@ func marshal(v any) (json.RawMessage, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-func exporter(format string) (func(d *bus.ToolDef, schema json.RawMessage) any, error) {
+var formats = []string{"", bus.FormatToolbus, bus.FormatOpenAI, bus.FormatOpenAIResponses, bus.FormatAnthropic, bus.FormatGemini, bus.FormatMCP}
+
+// exported is d with its input schema in format, one of formats.
+func exported(format string, d *bus.ToolDef, schema json.RawMessage) any {
+	n := named{d.Name, d.Description}
 	switch format {
-	case bus.FormatToolbus, "":
-		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			c := *d
-			c.InputSchema = schema
-			return &c
-		}, nil
 	case bus.FormatOpenAI:
-		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return openAITool{Type: "function", Function: openAIFunction{named{d.Name, d.Description}, schema}}
-		}, nil
+		return openAITool{Type: "function", Function: openAIFunction{n, schema}}
 	case bus.FormatOpenAIResponses:
-		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return openAIResponsesTool{Type: "function", named: named{d.Name, d.Description}, Parameters: schema}
-		}, nil
+		return openAIResponsesTool{Type: "function", named: n, Parameters: schema}
 	case bus.FormatAnthropic:
-		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return anthropicTool{named{d.Name, d.Description}, schema}
-		}, nil
+		return anthropicTool{n, schema}
 	case bus.FormatGemini:
-		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			return geminiFunction{named{d.Name, d.Description}, schema}
-		}, nil
+		return geminiFunction{n, schema}
 	case bus.FormatMCP:
-		return func(d *bus.ToolDef, schema json.RawMessage) any {
-			t := mcpTool{Name: d.Name, Title: d.Title, Description: d.Description, InputSchema: schema, Annotations: mcpHints(d)}
-			if len(d.OutputSchema) > 0 && string(d.OutputSchema) != "null" {
-				t.OutputSchema = d.OutputSchema
-			}
-			if len(d.Groups) > 0 {
-				t.Meta = map[string][]string{GroupsMetaKey: d.Groups}
-			}
-			return t
-		}, nil
+		t := mcpTool{Name: d.Name, Title: d.Title, Description: d.Description, InputSchema: schema, Annotations: mcpHints(d)}
+		if len(d.OutputSchema) > 0 && string(d.OutputSchema) != "null" {
+			t.OutputSchema = d.OutputSchema
+		}
+		if len(d.Groups) > 0 {
+			t.Meta = map[string][]string{GroupsMetaKey: d.Groups}
+		}
+		return t
 	}
-	return nil, fmt.Errorf("schemas: unknown format %q (want toolbus, openai, openai-responses, anthropic, gemini or mcp)", format)
+	c := *d
+	c.InputSchema = schema
+	return &c
 }
 
 // mcpHints are the MCP annotations of d: read_only and idempotent, and
@@ -181,4 +171,86 @@ func mcpHints(d *bus.ToolDef) mcpAnnotations {
 	}
 	h.OpenWorldHint = d.MCP.Annotations.OpenWorldHint
 	return h
+}
+
+// Namespace is a group whose tools are listed deferred: the model sees the
+// group's name and description, and the provider's tool search loads its
+// tools when the model asks for them (docs/protocol.md 4.1, "deferred").
+type Namespace struct {
+	Name        string
+	Description string
+	Tools       []bus.ToolDef
+}
+
+// The provider's tool search tools, as documented (docs/schemas.md,
+// "Deferred tools").
+const (
+	// OpenAIToolSearch is the Responses API's hosted tool search.
+	OpenAIToolSearch = "tool_search"
+	// AnthropicToolSearchType and AnthropicToolSearchName are the
+	// Messages API's BM25 tool search tool.
+	AnthropicToolSearchType = "tool_search_tool_bm25_20251119"
+	AnthropicToolSearchName = "tool_search_tool_bm25"
+	// AnthropicToolSearchBeta is the beta header the Messages API asked
+	// for while the tool search tool was in beta.
+	AnthropicToolSearchBeta = "advanced-tool-use-2025-11-20"
+)
+
+// responsesNamespace is an OpenAI Responses namespace of deferred tools.
+type responsesNamespace struct {
+	Type        string            `json:"type"`
+	Name        string            `json:"name"`
+	Description string            `json:"description"`
+	Tools       []json.RawMessage `json:"tools"`
+}
+
+// ExportDeferred renders defs as Export does, then the namespaces' tools
+// marked deferred and the provider's tool search tool:
+//
+//	"openai-responses": one {"type":"namespace","name","description","tools":[...]}
+//	    per namespace, each tool a function with "defer_loading": true, then
+//	    {"type":"tool_search"};
+//	"anthropic": each namespace's tools with "defer_loading": true, in
+//	    namespace order, then {"type":"tool_search_tool_bm25_20251119","name":"tool_search_tool_bm25"}.
+//
+// Namespaces without tools are left out; without any, the result is
+// Export's. Other formats are an error: their APIs have no deferred tools.
+func ExportDeferred(format string, defs []bus.ToolDef, ns []Namespace) ([]json.RawMessage, error) {
+	if format != bus.FormatOpenAIResponses && format != bus.FormatAnthropic {
+		return nil, fmt.Errorf("schemas: deferred tools are listed in the openai-responses and anthropic formats only, not %q", format)
+	}
+	out, err := Export(format, defs)
+	if err != nil {
+		return nil, err
+	}
+	listed := false
+	for _, n := range ns {
+		if len(n.Tools) == 0 {
+			continue
+		}
+		listed = true
+		items, err := Export(format, n.Tools)
+		if err != nil {
+			return nil, err
+		}
+		for i, b := range items { // each a JSON object: defer_loading added as its last member
+			items[i] = append(b[:len(b)-1:len(b)-1], `,"defer_loading":true}`...)
+		}
+		if format == bus.FormatAnthropic {
+			out = append(out, items...)
+			continue
+		}
+		b, err := marshal(responsesNamespace{Type: "namespace", Name: n.Name, Description: n.Description, Tools: items})
+		if err != nil {
+			return nil, fmt.Errorf("schemas: export namespace %q: %w", n.Name, err)
+		}
+		out = append(out, b)
+	}
+	if !listed {
+		return out, nil
+	}
+	if format == bus.FormatAnthropic {
+		return append(out, json.RawMessage(`{"type":"`+AnthropicToolSearchType+`","name":"`+AnthropicToolSearchName+`"}`)), nil
+	}
+	return append(out, json.RawMessage(`{"type":"`+OpenAIToolSearch+`"}`)), nil
 }

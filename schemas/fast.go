@@ -3,6 +3,7 @@ package schemas
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -27,10 +28,13 @@ type fastNode struct {
 	maxItems   int // -1 when absent
 	// numeric bounds, only with plain-integer values; an instance that is
 	// not a plain integer of at most 15 digits goes to the full validator.
-	bounded          bool
-	min, max         int64
-	hasMin, hasMax   bool
-	exclMin, exclMax bool
+	min, max bound
+}
+
+// bound is a minimum or maximum: v, exclusive or not; unset when !set.
+type bound struct {
+	v         int64
+	set, excl bool
 }
 
 const (
@@ -122,17 +126,8 @@ func buildFast(doc any) *fastNode {
 			if err != nil {
 				return nil
 			}
-			n.bounded = true
-			switch k {
-			case "minimum":
-				n.min, n.hasMin = i, true
-			case "maximum":
-				n.max, n.hasMax = i, true
-			case "exclusiveMinimum":
-				n.min, n.hasMin, n.exclMin = i, true, true
-			case "exclusiveMaximum":
-				n.max, n.hasMax, n.exclMax = i, true, true
-			}
+			b := map[string]*bound{"minimum": &n.min, "maximum": &n.max, "exclusiveMinimum": &n.min, "exclusiveMaximum": &n.max}[k]
+			*b = bound{v: i, set: true, excl: strings.HasPrefix(k, "exclusive")}
 		case k == "minLength", k == "maxLength", k == "minItems", k == "maxItems":
 			num, ok := v.(json.Number)
 			i, err := num.Int64()
@@ -169,7 +164,7 @@ func (n *fastNode) ok(v any) bool {
 		if n.enum != nil {
 			return false
 		}
-		if n.bounded && !n.inBounds(string(x)) {
+		if (n.min.set || n.max.set) && !n.inBounds(string(x)) {
 			return false
 		}
 		if n.types == 0 || n.types&fastNumber != 0 {
@@ -270,9 +265,9 @@ func (n *fastNode) inBounds(s string) bool {
 		return false
 	}
 	switch {
-	case n.hasMin && (i < n.min || n.exclMin && i == n.min):
+	case n.min.set && (i < n.min.v || n.min.excl && i == n.min.v):
 		return false
-	case n.hasMax && (i > n.max || n.exclMax && i == n.max):
+	case n.max.set && (i > n.max.v || n.max.excl && i == n.max.v):
 		return false
 	}
 	return true

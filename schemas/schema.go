@@ -1,16 +1,38 @@
+// Package schemas handles the JSON schemas of tool inputs: it compiles a
+// definition's input_schema once ([Compile]), validates call inputs against it
+// with problems a model can act on ([Schema.Validate], [InvalidInputMessage]),
+// accepts a call's input in the forms models send it ([ParseInput]), derives a
+// schema from a Go type for typed tools ([For]) and renders tool definitions in
+// the listing formats of the providers ([Export]).
+//
+// Compilation fails closed. A schema that is not a JSON object, is not an
+// object schema, does not compile, refers to anything but a same-document
+// "#..." fragment, or is larger than [MaxSchemaBytes] is an error, and nothing
+// is ever fetched: meta-schemas come from the validator's built-in copies and
+// every other URL is refused.
+//
+// Validation uses github.com/santhosh-tekuri/jsonschema/v5 (draft 2020-12 by
+// default, earlier drafts when "$schema" names them); schemas of Go types are
+// derived with github.com/invopop/jsonschema, inlined and stripped of $schema,
+// $id and titles. See docs/schemas.md for the reasons.
 package schemas
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
 	"github.com/toolbus/toolbus/bus"
@@ -90,13 +112,13 @@ func compile(compact []byte) (s *Schema, err error) {
 	if jsonDepth(compact, MaxSchemaDepth) > MaxSchemaDepth {
 		return nil, fmt.Errorf("schemas: schema nests deeper than %d levels of objects and arrays", MaxSchemaDepth)
 	}
-	doc, err := decode(compact)
+	doc, err := decodeInput(compact) // json.Compact checked it: one JSON value
 	if err != nil {
 		return nil, fmt.Errorf("schemas: schema is not valid JSON: %v", err)
 	}
 	m, ok := doc.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("schemas: schema must be a JSON object, got %s", jsonType(doc))
+		return nil, fmt.Errorf("schemas: schema must be a JSON object, got %s", Kind(compact))
 	}
 	if t, ok := m["type"].(string); !ok || t != "object" {
 		got := "none"
@@ -181,7 +203,7 @@ func (s *Schema) Validate(v any) (details []bus.Detail) {
 	}
 	details = s.leaves(ve, nil)
 	if len(details) == 0 { // never seen; an error must not read as valid
-		details = append(details, bus.Detail{Path: pointer(ve.InstanceLocation), Message: ve.Message})
+		details = append(details, bus.Detail{Path: cmp.Or(ve.InstanceLocation, "/"), Message: ve.Message})
 	}
 	details = sortDetails(details)
 	if len(details) > MaxDetails {
@@ -209,7 +231,7 @@ func (s *Schema) leaves(ve *jsonschema.ValidationError, out []bus.Detail) []bus.
 		}
 		return out
 	}
-	path := pointer(ve.InstanceLocation)
+	path := cmp.Or(ve.InstanceLocation, "/")
 	kw := ve.KeywordLocation[strings.LastIndexByte(ve.KeywordLocation, '/')+1:]
 	switch {
 	case kw == "required" && strings.HasPrefix(ve.Message, "missing properties: "):
@@ -227,7 +249,7 @@ func (s *Schema) leaves(ve *jsonschema.ValidationError, out []bus.Detail) []bus.
 		i := strings.LastIndexByte(ve.InstanceLocation, '/')
 		if i >= 0 {
 			name := unescape(ve.InstanceLocation[i+1:])
-			return append(out, bus.Detail{Path: pointer(ve.InstanceLocation[:i]),
+			return append(out, bus.Detail{Path: cmp.Or(ve.InstanceLocation[:i], "/"),
 				Message: "additional property " + quote(name) + " is not allowed"})
 		}
 	case kw == "enum":
@@ -241,15 +263,6 @@ func (s *Schema) leaves(ve *jsonschema.ValidationError, out []bus.Detail) []bus.
 		}
 	}
 	return append(out, bus.Detail{Path: path, Message: ve.Message})
-}
-
-// pointer returns the validator's instance location as a JSON pointer, "/"
-// for the root.
-func pointer(loc string) string {
-	if loc == "" {
-		return "/"
-	}
-	return loc
 }
 
 // lookup returns the value at the absolute keyword location loc of the
@@ -376,39 +389,6 @@ func quote(s string) string {
 	return "'" + q[1:len(q)-1] + "'"
 }
 
-// jsonType names the JSON type of a decoded value.
-func jsonType(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "boolean"
-	case json.Number, float64:
-		return "number"
-	case string:
-		return "string"
-	case []any:
-		return "array"
-	case map[string]any:
-		return "object"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-// decode decodes one JSON value with UseNumber; trailing data is an error.
-func decode(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("unexpected data after the top-level value")
-	}
-	return v, nil
-}
-
 // Keywords whose value is a schema, a map of schemas or a list of schemas, in
 // the drafts the validator knows. checkRefs walks only these, so a "$ref" key
 // inside "default", "enum" or "const" data is not mistaken for a reference.
@@ -456,12 +436,7 @@ func checkRefs(v any, nodes *int) error {
 			if !ok {
 				continue
 			}
-			keys := make([]string, 0, len(m))
-			for k := range m {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			for _, k := range keys {
+			for _, k := range slices.Sorted(maps.Keys(m)) {
 				if err := checkRefs(m[k], nodes); err != nil {
 					return err
 				}
@@ -522,4 +497,76 @@ func (s *Schema) tooCostly(v any) *bus.Detail {
 			"input is too costly to check against this schema: about %s subschema checks for its %d values, more than the limit of %d", count(est), values, max)}
 	}
 	return nil
+}
+
+// The compile cache: Compile keys every schema by the SHA-256 of its compact
+// form and keeps the last results (compiled schemas and refusals alike), so
+// the same schema (a request-scoped tool sent again in every batch, tools
+// sharing a schema, a worker re-registering) is compiled once per process.
+// A Schema is immutable, so one value is shared by every holder.
+const (
+	// CacheEntries bounds the schemas the cache keeps.
+	CacheEntries = 512
+	// CacheBytes bounds the compact bytes of the schemas it keeps (the
+	// compiled form is a small multiple of them).
+	CacheBytes = 8 << 20
+)
+
+type cacheKey [sha256.Size]byte
+
+type cacheEntry struct {
+	s    *Schema
+	err  error
+	size int
+}
+
+// compileCache is an LRU bounded by entries (simplelru) and by bytes
+// (evicting the oldest until the sum fits).
+type compileCache struct {
+	mu           sync.Mutex
+	lru          *simplelru.LRU[cacheKey, cacheEntry]
+	bytes, maxB  int
+	hits, misses atomic.Uint64
+}
+
+var cache = newCompileCache(CacheEntries, CacheBytes)
+
+func newCompileCache(entries, bytes int) *compileCache {
+	c := &compileCache{maxB: bytes}
+	c.lru, _ = simplelru.NewLRU(entries, func(_ cacheKey, e cacheEntry) { c.bytes -= e.size })
+	return c
+}
+
+func (c *compileCache) get(k cacheKey) (*Schema, error, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.lru.Get(k)
+	if !ok {
+		c.misses.Add(1)
+		return nil, nil, false
+	}
+	c.hits.Add(1)
+	return e.s, e.err, true
+}
+
+func (c *compileCache) put(k cacheKey, s *Schema, err error, size int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.lru.Get(k); ok || size > c.maxB {
+		return
+	}
+	c.lru.Add(k, cacheEntry{s: s, err: err, size: size})
+	c.bytes += size
+	for c.bytes > c.maxB {
+		c.lru.RemoveOldest()
+	}
+}
+
+// CacheStats reports the compile cache's hits and misses since the process
+// started, and the schemas it holds now.
+func CacheStats() (hits, misses uint64, held int) {
+	cache.mu.Lock()
+	held = cache.lru.Len()
+	cache.mu.Unlock()
+	return cache.hits.Load(), cache.misses.Load(), held
 }

@@ -1,12 +1,17 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	fastjson "github.com/goccy/go-json"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schemas"
 )
 
 // Call is what a tool receives besides its input: the identifiers of the
@@ -125,3 +130,171 @@ func (c *Call) PatchState(patch any) error {
 	c.mu.Unlock()
 	return nil
 }
+
+// Func is a typed tool: In is decoded from the validated input before it
+// runs; Out becomes the output (see Register).
+type Func[In, Out any] func(ctx context.Context, c *Call, in In) (Out, error)
+
+// Register adds a typed tool to w. The input schema is derived from In unless
+// def.InputSchema is set. Out becomes the output as follows: a string is one
+// text block; a bus.Block or []bus.Block is used as is; a *bus.ExecResult is
+// passed through; anything else is marshalled to JSON in a text block.
+func Register[In, Out any](w *Worker, def bus.ToolDef, fn Func[In, Out]) error {
+	if len(def.InputSchema) == 0 {
+		s, err := schemas.For[In]()
+		if err != nil {
+			return fmt.Errorf("worker: tool %s: %w", def.Name, err)
+		}
+		def.InputSchema = s
+	}
+	return w.Handle(def, func(ctx context.Context, c *Call) (*bus.ExecResult, error) {
+		var in In
+		if len(c.Input) > 0 {
+			if err := fastjson.Unmarshal(c.Input, &in); err != nil {
+				return nil, fmt.Errorf("input does not decode: %w", err)
+			}
+		}
+		out, err := fn(ctx, c, in)
+		if err != nil {
+			return nil, err
+		}
+		if s, ok := any(out).(string); ok && c != nil { // the usual text, without boxing it
+			return c.textResult(s), nil
+		}
+		return toResult(out)
+	})
+}
+
+func toResult(out any) (*bus.ExecResult, error) {
+	switch v := out.(type) {
+	case string:
+		return &bus.ExecResult{Output: bus.Text(v)}, nil
+	case bus.Block:
+		return &bus.ExecResult{Output: []bus.Block{v}}, nil
+	case []bus.Block:
+		return &bus.ExecResult{Output: v}, nil
+	case *bus.ExecResult:
+		return v, nil
+	case nil:
+		return &bus.ExecResult{}, nil
+	}
+	b, err := fastjson.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("output does not encode: %w", err)
+	}
+	return &bus.ExecResult{Output: bus.Text(string(b))}, nil
+}
+
+// callCtx is a call's context: parent's child with the request's expiry
+// as deadline (none when it has none), cancelled by stop. The context
+// itself (context.WithDeadline's, with its timer and its place among the
+// parent's children) is made only when something asks more of it than its
+// deadline: Done, Err, Value (context.Cause asks Value) or a child
+// context. A handler that never looks at its context, the usual small
+// tool, costs neither the allocations nor the timer; one that does sees
+// what it would have seen had the context been made at the start: the
+// same deadline, ended by a stop, by its parent's end (with its cause) or
+// by a deadline that passed, whichever came first. It lives in the call's
+// request (worker.go), so it takes no allocation of its own.
+type callCtx struct {
+	parent   context.Context
+	deadline time.Time // zero: none
+
+	once sync.Once
+	made atomic.Bool
+	ctx  context.Context
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc // set once made
+	stopped bool
+	// stopFirst says the stop came, unmade, before the parent's end and
+	// the deadline: the context is then born cancelled by the stop.
+	stopFirst bool
+}
+
+var _ context.Context = (*callCtx)(nil)
+
+// init makes c parent's child with deadline (zero: none).
+func (c *callCtx) init(parent context.Context, deadline time.Time) {
+	c.parent, c.deadline = parent, deadline
+}
+
+// real is the context itself, made at the first call.
+func (c *callCtx) real() context.Context {
+	c.once.Do(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		parent := c.parent
+		if c.stopFirst {
+			// Not its parent's child: its parent may have ended since,
+			// and the child of an ended parent is born with the parent's
+			// cause. The values are its parent's all the same.
+			parent = context.WithoutCancel(parent)
+		}
+		var ctx context.Context
+		var cancel context.CancelFunc
+		if c.deadline.IsZero() || c.stopFirst {
+			ctx, cancel = context.WithCancel(parent)
+		} else {
+			ctx, cancel = context.WithDeadline(parent, c.deadline)
+		}
+		c.ctx, c.cancel = ctx, cancel
+		stopped := c.stopped
+		if stopped {
+			cancel()
+		}
+		c.made.Store(true)
+	})
+	return c.ctx
+}
+
+// stop ends the context, made or not (a context made later is born ended).
+func (c *callCtx) stop() {
+	c.mu.Lock()
+	if !c.stopped && c.cancel == nil && c.parent != nil {
+		c.stopFirst = c.parent.Err() == nil && (c.deadline.IsZero() || time.Now().Before(c.deadline))
+	}
+	c.stopped = true
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// cause is context.Cause of the context, without making it. Unmade, it
+// is its parent's, or the stop's when that came first; a deadline that
+// passed before the parent ended is not told apart (only the drain's
+// check asks, after the call returned: such a call is then not answered,
+// and its router answered it timeout already).
+func (c *callCtx) cause() error {
+	if c.made.Load() {
+		return context.Cause(c.ctx)
+	}
+	c.mu.Lock()
+	stopFirst := c.stopFirst
+	c.mu.Unlock()
+	if stopFirst {
+		return context.Canceled
+	}
+	return context.Cause(c.parent)
+}
+
+// Deadline is the request's expiry, or the parent's deadline when that
+// is earlier, as context.WithDeadline's.
+func (c *callCtx) Deadline() (time.Time, bool) {
+	pd, ok := c.parent.Deadline()
+	if ok && (c.deadline.IsZero() || pd.Before(c.deadline)) {
+		return pd, true
+	}
+	return c.deadline, !c.deadline.IsZero()
+}
+
+func (c *callCtx) Done() <-chan struct{} { return c.real().Done() }
+
+func (c *callCtx) Err() error { return c.real().Err() }
+
+func (c *callCtx) Value(key any) any { return c.real().Value(key) }
+
+// String names the context as context's own do.
+func (c *callCtx) String() string { return "worker.callCtx" }

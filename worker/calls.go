@@ -184,13 +184,8 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 		}
 	}
 	if len(c.Calls) == 0 {
-		ct.cancelled[bus.CallKey(session, e.ReplyID, "")] = now
-	}
-	for _, id := range c.Calls {
-		ct.cancelled[bus.CallKey(session, e.ReplyID, id)] = now
-	}
-	if len(c.Calls) == 0 {
 		prefix := bus.CallKey(session, e.ReplyID, "") // identifiers hold no dots
+		ct.cancelled[prefix] = now
 		for k, call := range ct.inflight {
 			if len(k) > len(prefix) && strings.HasPrefix(k, prefix) {
 				call.abort()
@@ -199,7 +194,9 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 		return
 	}
 	for _, id := range c.Calls {
-		if call, ok := ct.inflight[bus.CallKey(session, e.ReplyID, id)]; ok {
+		key := bus.CallKey(session, e.ReplyID, id)
+		ct.cancelled[key] = now
+		if call, ok := ct.inflight[key]; ok {
 			call.abort()
 		}
 	}

@@ -34,14 +34,10 @@ func (q workQueue) take(ctx context.Context) {
 		return
 	}
 	// Routers make the tool's consumer when they take its registration.
-	var cons jetstream.Consumer
 	retry := min(max(w.cfg.Heartbeat/10, 50*time.Millisecond), time.Second)
-	for cons == nil {
-		c, err := js.Consumer(ctx, w.subj.Stream(bus.StreamWork), w.subj.Workers.WorkConsumer(t.def.Name))
-		if err == nil {
-			cons = c
-			break
-		}
+	stream, name := w.subj.Stream(bus.StreamWork), w.subj.Workers.WorkConsumer(t.def.Name)
+	cons, err := js.Consumer(ctx, stream, name)
+	for ; err != nil; cons, err = js.Consumer(ctx, stream, name) {
 		w.log.Debug("worker: work consumer not there yet", "tool", t.def.Name, "err", err)
 		if bus.Sleep(ctx, retry) != nil {
 			return

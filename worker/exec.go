@@ -70,7 +70,7 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	// One context per call: the request's deadline, a child of the
 	// worker's base (whose cause, errDrained, it inherits) and of the
 	// call's span; an agent's cancel is told apart by Call.cancelled. It
-	// is made when the handler first looks at it (callctx.go).
+	// is made when the handler first looks at it (call.go).
 	sctx, span := tracing.StartTool(tracing.Extract(w.base, e.TraceParent, e.TraceState), trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
 	defer span.End()
 	exp, _ := e.Expiry() // checked by Validate when the event was decoded

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,12 +33,13 @@ type RejectObserver interface {
 // without it. A rejected tool is registered again every beat with the same
 // definition, and subscribed again once a router accepts it.
 type serving struct {
-	nc    *nats.Conn
-	cfg   micro.Config
-	tools []*tool
-	add   func(svc micro.Service, t *tool) error
-	log   *slog.Logger
-	obs   Observer
+	nc     *nats.Conn
+	cfg    micro.Config
+	tools  []*tool
+	subj   bus.Subjects
+	onExec func(*tool, *request) // the handler of every endpoint
+	log    *slog.Logger
+	obs    Observer
 
 	mu      sync.Mutex
 	svc     micro.Service
@@ -67,20 +69,32 @@ func (s *serving) start() error {
 	return nil
 }
 
+// add subscribes t's exec subject in its queue group, as an endpoint of
+// svc.
+func (s *serving) add(svc micro.Service, t *tool) error {
+	h := micro.HandlerFunc(func(req micro.Request) {
+		s.onExec(t, &request{m: nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()}})
+	})
+	err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(s.subj.Workers.Exec(t.def.Name)),
+		micro.WithEndpointQueueGroup(s.subj.Workers.ExecQueue(t.def.Name)),
+		micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
+		micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
+	if err != nil {
+		return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
+	}
+	return nil
+}
+
 // apply takes one acknowledgement: each tool it names becomes accepted or
 // rejected, and the endpoints follow.
 func (s *serving) apply(ack *bus.RegisterAck) {
-	rejected := map[string]string{}
-	for _, r := range ack.Rejected {
-		rejected[r.Name] = r.Reason
-	}
-	accepted := map[string]bool{}
+	accepted := make(map[string]bool, len(ack.Accepted))
 	for _, n := range ack.Accepted {
 		accepted[n] = true
 	}
 	for _, t := range s.tools {
-		if reason, ok := rejected[t.def.Name]; ok {
-			s.reject(t, reason)
+		if i := slices.IndexFunc(ack.Rejected, func(r bus.Rejection) bool { return r.Name == t.def.Name }); i >= 0 {
+			s.reject(t, ack.Rejected[i].Reason)
 			t.decide()
 		} else if accepted[t.def.Name] {
 			t.accepted.Store(true)
@@ -229,13 +243,7 @@ func (r *registrar) register(ctx context.Context) {
 		r.log.Warn("worker: registration not acknowledged", "err", err)
 		return
 	}
-	if r.acked != nil {
-		r.acked(ack) // it logs the rejections
-	} else {
-		for _, rej := range ack.Rejected {
-			r.log.Error("worker: tool rejected", "tool", rej.Name, "reason", rej.Reason)
-		}
-	}
+	r.acked(ack) // it logs the rejections
 	r.once.Do(func() { close(r.registered) })
 }
 

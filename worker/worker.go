@@ -12,11 +12,13 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,8 +44,8 @@ type Config struct {
 	// bus.DefaultHeartbeat. Routers forget a worker after three missed beats.
 	Heartbeat time.Duration
 	// MaxConcurrent bounds the calls this worker runs at once, across all its
-	// tools; zero means DefaultMaxConcurrent. When every slot is busy, further requests wait in
-	// the subscription's buffer.
+	// tools; zero means DefaultMaxConcurrent. When every slot is busy, further
+	// requests wait for one (at most waitLimit of them; more are answered busy).
 	MaxConcurrent int
 	// Groups are group definitions sent with every registration.
 	Groups []bus.Group
@@ -148,9 +150,7 @@ var ErrStarted = errors.New("worker: already started")
 
 // New returns a Worker on nc.
 func New(nc *nats.Conn, cfg Config) (*Worker, error) {
-	if cfg.ID == "" {
-		cfg.ID = nuid.Next()
-	}
+	cfg.ID = cmp.Or(cfg.ID, nuid.Next())
 	if !bus.ValidID(cfg.ID) {
 		return nil, fmt.Errorf("worker: id %q must match ^[A-Za-z0-9_-]{1,128}$", cfg.ID)
 	}
@@ -160,15 +160,9 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = DefaultMaxConcurrent
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Version == "" {
-		cfg.Version = "1.0.0"
-	}
-	if cfg.Observer == nil {
-		cfg.Observer = nopObserver{}
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.Version = cmp.Or(cfg.Version, "1.0.0")
+	cfg.Observer = cmp.Or[Observer](cfg.Observer, nopObserver{})
 	if cfg.InlineLimit < 0 || cfg.MaxOutput < 0 {
 		return nil, fmt.Errorf("worker: InlineLimit and MaxOutput must not be negative")
 	}
@@ -209,10 +203,8 @@ func (w *Worker) Handle(def bus.ToolDef, h Handler) error {
 	if w.started {
 		return ErrStarted
 	}
-	for _, t := range w.tools {
-		if t.def.Name == def.Name {
-			return fmt.Errorf("worker: tool %q added twice", def.Name)
-		}
+	if slices.ContainsFunc(w.tools, func(t *tool) bool { return t.def.Name == def.Name }) {
+		return fmt.Errorf("worker: tool %q added twice", def.Name)
 	}
 	w.tools = append(w.tools, &tool{def: def, h: h, decided: make(chan struct{})})
 	return nil
@@ -250,7 +242,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, t := range tools {
 		byName[t.def.Name] = t
 	}
-	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, add: endpointAdder(w.subj, w.onExec),
+	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, subj: w.subj, onExec: w.onExec,
 		cfg: micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
 			Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
 			StatsHandler: func(e *micro.Endpoint) any {
@@ -286,24 +278,6 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// endpointAdder returns what subscribes a tool's exec subject in its
-// queue group, as an endpoint of a micro service, with onExec as handler.
-func endpointAdder(subj bus.Subjects, onExec func(*tool, *request)) func(micro.Service, *tool) error {
-	return func(svc micro.Service, t *tool) error {
-		h := micro.HandlerFunc(func(req micro.Request) {
-			onExec(t, &request{m: nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()}})
-		})
-		err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(subj.Workers.Exec(t.def.Name)),
-			micro.WithEndpointQueueGroup(subj.Workers.ExecQueue(t.def.Name)),
-			micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
-			micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
-		if err != nil {
-			return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
-		}
-		return nil
-	}
 }
 
 // Served returns the names of the tools this worker serves now over core
@@ -644,5 +618,3 @@ type nopObserver struct{}
 func (nopObserver) Waiting(int)                            {}
 func (nopObserver) Running(int)                            {}
 func (nopObserver) Finished(string, string, time.Duration) {}
-
-var _ Observer = nopObserver{}
