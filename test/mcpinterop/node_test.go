@@ -206,26 +206,19 @@ func runNode(t *testing.T, path string, args ...string) *nodeProc {
 // next returns the script's next step, which must be want.
 func (p *nodeProc) next(t *testing.T, want string) step {
 	t.Helper()
-	select {
-	case s, ok := <-p.steps:
-		if ok {
-			<-p.raws
-		}
-		if !ok {
-			t.Fatalf("the script ended before %q; stderr: %s", want, p.stderr.String())
-		}
-		if s.Step != want || s.Error != "" {
-			t.Fatalf("step %+v, want %q without error; stderr: %s", s, want, p.stderr.String())
-		}
-		return s
-	case <-time.After(bound):
-		t.Fatalf("no step %q within %s; stderr: %s", want, bound, p.stderr.String())
-		panic("unreachable")
-	}
+	s, _ := p.nextWithin(t, want, bound)
+	return s
 }
 
 // nextRaw is next, returning the step's line as printed.
 func (p *nodeProc) nextRaw(t *testing.T, want string) []byte {
+	t.Helper()
+	_, raw := p.nextWithin(t, want, bound)
+	return raw
+}
+
+// nextWithin is next within d, returning the step and its line.
+func (p *nodeProc) nextWithin(t *testing.T, want string, d time.Duration) (step, []byte) {
 	t.Helper()
 	select {
 	case s, ok := <-p.steps:
@@ -236,9 +229,9 @@ func (p *nodeProc) nextRaw(t *testing.T, want string) []byte {
 		if s.Step != want || s.Error != "" {
 			t.Fatalf("step %s, want %q without error; stderr: %s", raw, want, p.stderr.String())
 		}
-		return raw
-	case <-time.After(bound):
-		t.Fatalf("no step %q within %s; stderr: %s", want, bound, p.stderr.String())
+		return s, raw
+	case <-time.After(d):
+		t.Fatalf("no step %q within %s; stderr: %s", want, d, p.stderr.String())
 		panic("unreachable")
 	}
 }
