@@ -98,3 +98,16 @@ func (g *idGen) append(b []byte) []byte {
 	}
 	return append(b, s[:]...)
 }
+
+// EventsMsg is Events(session) carved out of a shared block, for the
+// subject of a message that is sent and let go (the router names one per
+// call for its events): no allocation of its own. A subject that is kept
+// (a subscription's, a record's) is Events', which holds no block.
+func (s Subjects) EventsMsg(session string) string {
+	l := locals.Get().(*local)
+	subj := l.Make(len(s.p)+len("events.")+len(session), func(b []byte) []byte {
+		return append(append(append(b, s.p...), "events."...), session...)
+	})
+	locals.Put(l)
+	return subj
+}

@@ -121,3 +121,25 @@ func TestHeadAllocations(t *testing.T) {
 		t.Errorf("%.2f allocations per FormatExpiry, want less than one", got)
 	}
 }
+
+// EventsMsg names what Events names, a long session too (an array of its
+// own), without an allocation per subject.
+func TestEventsMsg(t *testing.T) {
+	for _, prefix := range []string{"", "tb", strings.Repeat("p", 100)} {
+		s := NewSubjects(prefix)
+		for _, session := range []string{"s1", strings.Repeat("a", 128)} {
+			if got, want := s.EventsMsg(session), s.Events(session); got != want {
+				t.Errorf("EventsMsg(%q) = %q, want %q", session, got, want)
+			}
+		}
+	}
+	if raceEnabled {
+		return
+	}
+	s := NewSubjects("")
+	var sink string
+	if got := testing.AllocsPerRun(10000, func() { sink = s.EventsMsg("session-1") }); got > 0 {
+		t.Errorf("%.2f allocations per EventsMsg, want less than one", got)
+	}
+	_ = sink
+}
