@@ -143,3 +143,25 @@ func TestEventsMsg(t *testing.T) {
 	}
 	_ = sink
 }
+
+// BenchmarkHead is an event's head: its id and time (and, in parallel,
+// from every P at once).
+func BenchmarkHead(b *testing.B) {
+	var sink Event
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sink = Head(TypeExec, "s")
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				e := Head(TypeExec, "s")
+				_ = e
+			}
+		})
+	})
+	_ = sink
+}
