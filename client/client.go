@@ -69,8 +69,11 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	c := &Client{nc: nc, subj: subj, cfg: cfg, off: off,
 		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: rep}}
 	// A Client let go on a connection that lives on leaves no reply
-	// subscription behind.
-	runtime.AddCleanup(c, (*replies).close, rep)
+	// subscription behind. The cleanup is the requester's, not the
+	// Client's: a request under way holds the requester to its end (send),
+	// while its caller may have let the Client go at the call (a Client
+	// made for one request, or one last used there).
+	runtime.AddCleanup(c.rq, (*replies).close, rep)
 	return c
 }
 

@@ -172,3 +172,71 @@ func TestClientLetGo(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClientLetGoMidRequest: a Client let go while a request of its own
+// is under way (client.New(nc, cfg).Tasks().Wait(...), or a caller whose
+// last use of the Client is that call) is collected, and the request
+// still gets its reply: the reply subscription is kept until the request
+// ends. Before, the Client's cleanup unsubscribed it under the request,
+// which then got no reply until its context ended (the load flake of the
+// embedded TestTaskSurvivesRouterRestart).
+func TestClientLetGoMidRequest(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc, srv := testkit.Connect(t, s), testkit.Connect(t, s)
+	held := make(chan *nats.Msg, 1)
+	if _, err := srv.Subscribe(bus.NewSubjects("").Tasks("s1"), func(m *nats.Msg) { held <- m }); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := nc.NumSubscriptions()
+	collected := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- waitOnce(t.Context(), nc, collected) }()
+	m := testkit.Recv(t, held, 10*time.Second, "the wait's request")
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		runtime.GC()
+		select {
+		case <-collected:
+			return nil
+		default:
+			return errors.New("the Client is not collected")
+		}
+	})
+	if n := nc.NumSubscriptions(); n != before+1 {
+		t.Fatalf("%d subscriptions while the request waits, want %d", n, before+1)
+	}
+	e, err := bus.NewEvent(bus.TypeTaskReply, "test/router", bus.TaskReply{Tasks: []bus.Task{{ID: "t1", State: bus.StateSuccess}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Publish(srv, m.Reply, e); err != nil {
+		t.Fatal(err)
+	}
+	if err := testkit.Recv(t, done, 10*time.Second, "the wait's end"); err != nil {
+		t.Fatalf("the wait of a Client let go: %v", err)
+	}
+	// Once the request ended, nothing holds the reply subscription.
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		runtime.GC()
+		if n := nc.NumSubscriptions(); n != before {
+			return fmt.Errorf("%d subscriptions, want %d", n, before)
+		}
+		return nil
+	})
+}
+
+// waitOnce makes a Client whose last use is one wait on task t1 of
+// session s1; collected is closed once the Client is collected.
+//
+//go:noinline
+func waitOnce(ctx context.Context, nc *nats.Conn, collected chan struct{}) error {
+	c := New(nc, Config{})
+	runtime.AddCleanup(c, func(ch chan struct{}) { close(ch) }, collected)
+	got, err := c.Tasks().Wait(ctx, "s1", time.Minute, "t1")
+	if err == nil && (len(got) != 1 || got[0].State != bus.StateSuccess) {
+		err = fmt.Errorf("wait: %+v", got)
+	}
+	return err
+}

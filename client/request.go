@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -158,6 +159,9 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 // retried with the same event after a short, growing, jittered backoff
 // until ctx ends, when the last reply is returned.
 func (c *requester) send(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
+	// c owns the reply subscription (New's runtime.AddCleanup): it stays
+	// reachable until the reply came, whatever the caller still holds.
+	defer runtime.KeepAlive(c)
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		resp, err := c.replies.request(ctx, subject, e, trusted)
 		if err != nil || !isBusy(resp) {
@@ -264,7 +268,11 @@ func (s *sessionRevs) forget(session string) {
 //
 // A Client that is let go without Close (one made by New on a connection
 // that lives on) has the subscription unsubscribed once the collector
-// finds it unreachable (New's runtime.AddCleanup calls close).
+// finds it and its requests under way gone: the cleanup (New's
+// runtime.AddCleanup calls close) is on the requester, which each request
+// holds until its reply came (send). On the Client, it unsubscribed under
+// a request whose caller had let the Client go at the call, and that
+// request then waited out its context for a reply that was dropped.
 type replies struct{ mux *waits.Mux }
 
 func newReplies(nc *nats.Conn) *replies {

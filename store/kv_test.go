@@ -156,14 +156,21 @@ func TestUpdateManyWriters(t *testing.T) {
 // follower that lags): the test counts them on the leader's API subject.
 func TestReadYourWritesAcrossNodes(t *testing.T) {
 	onBoth(t, 3, func(t *testing.T, ds []deployment) {
+		// One queue group with a member on every connection: a request is
+		// counted once, by the member on the node it came in on, which
+		// knows of it after that connection's flush (a plain subscription
+		// on one node would miss requests through another node until the
+		// route had carried its interest there, as it did under load).
 		var leaderGets atomic.Int64
-		sub, err := ds[0].nc.Subscribe("$JS.API.STREAM.MSG.GET.KV_toolbus_parked", func(*nats.Msg) { leaderGets.Add(1) })
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = sub.Unsubscribe() }()
-		if err := ds[0].nc.Flush(); err != nil {
-			t.Fatal(err)
+		for _, d := range ds {
+			sub, err := d.nc.QueueSubscribe("$JS.API.STREAM.MSG.GET.KV_toolbus_parked", "count", func(*nats.Msg) { leaderGets.Add(1) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+			if err := d.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for i := range 150 {
 			w, r := ds[i%3].st.Parked, ds[(i+1)%3].st.Parked

@@ -202,13 +202,18 @@ func (a *Mux) subscribe() {
 
 // Unsubscribe unsubscribes the Mux and ends its watch of the connection's
 // status (what a Client let go without Close leaves behind); Await then
-// fails with nats.ErrConnectionClosed, and the waits under way wait out
-// their bounds.
+// fails with nats.ErrConnectionClosed, and the waits under way end at once
+// with a nil reply, as on a close (their replies could no longer come: a
+// request must not wait out its bound for nothing).
 func (a *Mux) Unsubscribe() {
 	a.once.Do(func() {}) // no subscription from now on
 	a.mu.Lock()
 	a.closed = true
+	ws := a.takeWaits()
 	a.mu.Unlock()
+	for _, w := range ws {
+		w.ch <- nil
+	}
 	if a.sub != nil {
 		_ = a.sub.Unsubscribe()
 	}
@@ -289,12 +294,7 @@ func (a *Mux) endOn(status <-chan nats.Status) {
 		}
 		a.mu.Lock()
 		a.closed = a.closed || closed
-		ws := make([]*Wait, 0, len(a.waiting))
-		for inbox, w := range a.waiting {
-			ws = append(ws, w)
-			delete(a.waiting, inbox)
-		}
-		a.settle()
+		ws := a.takeWaits()
 		a.mu.Unlock()
 		for _, w := range ws {
 			w.ch <- nil
@@ -341,4 +341,16 @@ func StartTimer(d time.Duration) *time.Timer {
 func StopTimer(t *time.Timer) {
 	t.Stop()
 	timers.Put(t)
+}
+
+// takeWaits removes every wait registered and returns them, for their
+// owner to end each with a nil reply. a.mu is held.
+func (a *Mux) takeWaits() []*Wait {
+	ws := make([]*Wait, 0, len(a.waiting))
+	for inbox, w := range a.waiting {
+		ws = append(ws, w)
+		delete(a.waiting, inbox)
+	}
+	a.settle()
+	return ws
 }

@@ -196,6 +196,21 @@ func TestWaitCases(t *testing.T) {
 				return nil
 			})
 		}},
+		{"unsubscribed under a wait", func(t *testing.T, nc *nats.Conn, a *Mux) {
+			// The wait's reply can no longer come: it ends at once, not
+			// at its bound.
+			w, _ := a.Await(0)
+			a.Unsubscribe()
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			if m := w.Wait(ctx, 0); m != nil || ctx.Err() != nil {
+				t.Fatalf("got %v, %v: the wait outlived its subscription", m, ctx.Err())
+			}
+			a.Done(w, false)
+			if _, err := a.Await(0); err != nats.ErrConnectionClosed {
+				t.Fatalf("await after unsubscribe: %v", err)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := testkit.Connect(t, s)
