@@ -2,7 +2,7 @@ package bus
 
 import (
 	"encoding/json"
-	"strings"
+	"unsafe"
 )
 
 // FromEvent reads the event's data, an io.toolbus.call.batch's, into d, as
@@ -10,7 +10,7 @@ import (
 // an input object and a background flag, user and context as objects,
 // arrays or strings, events and sessionrev, every string plain ASCII
 // without escapes, no request — is read by a small scanner: the calls one
-// allocation, their strings one, the raw members one. Anything else goes
+// allocation, their strings and the raw members one more. Anything else goes
 // to DataAs (FuzzBatchFlat holds the scanner to it).
 func (d *Batch) FromEvent(e *Event) error {
 	if decodeBatchFlat(e.Data, d) {
@@ -60,27 +60,33 @@ func decodeBatchFlat(b []byte, d *Batch) bool {
 	if !ok || !p.end() || seen&1 == 0 {
 		return false
 	}
-	// The strings in one string, the raw members in one buffer.
-	n, raw := len(events), len(user)+len(context)
+	// The strings and the raw members in one buffer: each raw member a
+	// slice of it whose capacity ends where it does (an append to one
+	// reallocates it), each string made of bytes written once, before it
+	// is, and never again (as strings.Builder makes its strings).
+	n := len(events) + len(user) + len(context)
 	for _, c := range calls {
-		n += len(c.id) + len(c.name)
-		raw += len(c.input)
+		n += len(c.id) + len(c.name) + len(c.input)
 	}
-	var all strings.Builder
-	all.Grow(n)
-	raws := make([]byte, 0, raw)
+	buf := make([]byte, 0, n)
 	take := func(v []byte) json.RawMessage {
 		if v == nil {
 			return nil
 		}
-		off := len(raws)
-		raws = append(raws, v...)
-		return raws[off:len(raws):len(raws)]
+		off := len(buf)
+		buf = append(buf, v...)
+		return buf[off:len(buf):len(buf)]
+	}
+	str := func(v []byte) string {
+		if len(v) == 0 {
+			return ""
+		}
+		return unsafe.String(unsafe.SliceData(take(v)), len(v))
 	}
 	*d = Batch{Calls: make([]Call, len(calls)), User: take(user), Context: take(context), SessionRev: rev}
-	d.Events = addString(&all, events)
+	d.Events = str(events)
 	for k, c := range calls {
-		d.Calls[k] = Call{ID: addString(&all, c.id), Name: addString(&all, c.name), Input: take(c.input), Background: c.background}
+		d.Calls[k] = Call{ID: str(c.id), Name: str(c.name), Input: take(c.input), Background: c.background}
 	}
 	return true
 }

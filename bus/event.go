@@ -9,13 +9,11 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	fastjson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
 )
 
 // Event is one CloudEvent 1.0 with the extension attributes toolbus uses.
@@ -52,33 +50,13 @@ func NewEvent(typ, source string, data any) (*Event, error) {
 // makes it (a fresh id, the current time), by value: an event that is sent
 // and let go then stays off the heap.
 func Head(typ, source string) Event {
-	return Event{SpecVersion: SpecVersion, ID: nuid.Next(), Source: source, Type: typ,
-		DataContentType: ContentTypeJSON, Time: now()}
+	id, at := stamp()
+	return Event{SpecVersion: SpecVersion, ID: id, Source: source, Type: typ,
+		DataContentType: ContentTypeJSON, Time: at}
 }
 
 // timeLayout is the layout of the time attribute: RFC 3339, milliseconds.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
-// lastTime caches the formatted time of the current millisecond: the
-// router stamps several events per call, mostly within the same one.
-var lastTime atomic.Pointer[stamp]
-
-type stamp struct {
-	ms int64
-	s  string
-}
-
-// now returns the current UTC time formatted for the time attribute.
-func now() string {
-	t := time.Now().UTC()
-	ms := t.UnixMilli()
-	if st := lastTime.Load(); st != nil && st.ms == ms {
-		return st.s
-	}
-	s := t.Format(timeLayout)
-	lastTime.Store(&stamp{ms: ms, s: s})
-	return s
-}
 
 // SetData marshals v as the event's data.
 func (e *Event) SetData(v any) error {

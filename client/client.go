@@ -163,7 +163,9 @@ func (c *Client) Publish(session string, b bus.Batch, opts ...CallOption) (strin
 	if err != nil {
 		return "", err
 	}
-	return e.ID, bus.Publish(c.nc, c.subj.Call(session), e)
+	// The id is the caller's to keep: a copy, not a slice of the block
+	// Head carves ids from (internal/slab), which it would keep alive.
+	return strings.Clone(e.ID), bus.Publish(c.nc, c.subj.Call(session), e)
 }
 
 // Tools asks which tools the session's model sees, in format (bus.Format*;

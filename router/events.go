@@ -49,7 +49,7 @@ func (x *routerEvents) publish(id, typ, session, replyID, callID string, trace [
 	if id != "" {
 		e.ID = id
 	}
-	m, err := e.StoredMsg(x.subj.Events(session)) // its Nats-Msg-Id the event's id
+	m, err := e.StoredMsg(x.subj.EventsMsg(session)) // its Nats-Msg-Id the event's id
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (x *routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
 func (x *routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
 	var e bus.Event
 	rawEventTo(&e, x.source, typ, session, replyID, callID, trace, data)
-	return bus.SendTrusted(x.subj.Events(session), &e, e.ID, x.nc.PublishMsg) // stored once, as a retried publish would be
+	return bus.SendTrusted(x.subj.EventsMsg(session), &e, e.ID, x.nc.PublishMsg) // stored once, as a retried publish would be
 }
 
 func (x *routerEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {
@@ -83,7 +83,7 @@ func (x *routerEvents) live(typ, session, replyID, callID string, trace [2]strin
 	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
 		return err
 	}
-	m, err := e.Msg(x.subj.Events(session))
+	m, err := e.Msg(x.subj.EventsMsg(session))
 	if err != nil {
 		return err
 	}

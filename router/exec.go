@@ -358,7 +358,7 @@ func execEventTo(e *bus.Event, ctx context.Context, source string, j *job, req b
 	*e = bus.Head(bus.TypeExec, source)
 	e.Data = req.AppendJSON(buf)
 	e.SessionID, e.ReplyID, e.ToolCallID = j.session, j.replyID, j.call.ID
-	e.ExpiryTime = deadline.UTC().Format(time.RFC3339Nano)
+	e.ExpiryTime = bus.FormatExpiry(deadline)
 	e.TraceParent, e.TraceState = tracing.Inject(ctx, j.trace[0], j.trace[1])
 }
 

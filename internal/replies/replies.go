@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/slab"
 )
 
 // Mux is one reply subscription and the waits registered on it. Its zero
@@ -107,7 +109,6 @@ func (a *Mux) Await(max int) (*Wait, error) {
 	if w == nil {
 		w = &Wait{ch: make(chan *nats.Msg, 1)}
 	}
-	var buf [64]byte // the inbox and a number: one allocation, the string
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -120,7 +121,7 @@ func (a *Mux) Await(max int) (*Wait, error) {
 		return nil, nil
 	}
 	if w.inbox == "" || !a.opts.KeepInbox {
-		w.inbox = a.newInbox(buf[:0])
+		w.inbox = a.newInbox()
 	}
 	a.waiting[w.inbox] = w
 	a.mu.Unlock()
@@ -158,20 +159,26 @@ func (a *Mux) Request(ctx context.Context, send func(inbox string) error) (*nats
 	return resp, nil
 }
 
-// newInbox is an inbox no wait has now, built in buf. a.mu is held.
-func (a *Mux) newInbox(buf []byte) string {
+// newInbox is an inbox no wait has now, carved out of a shared block
+// (internal/slab: no allocation of its own). a.mu is held.
+func (a *Mux) newInbox() string {
 	for {
 		a.seq++
 		n := a.seq
 		if a.opts.Unguessable {
 			n = rand.Uint64()
 		}
-		inbox := string(strconv.AppendUint(append(buf, a.prefix...), n, 36))
+		inbox := inboxes.Make(len(a.prefix)+13, func(b []byte) []byte { // 13: base 36 digits of a uint64
+			return strconv.AppendUint(append(b, a.prefix...), n, 36)
+		})
 		if _, taken := a.waiting[inbox]; !taken {
 			return inbox
 		}
 	}
 }
+
+// inboxes are the blocks the inboxes are carved out of.
+var inboxes slab.Pool
 
 func (a *Mux) subscribe() {
 	if a.nc == nil { // a test's Mux: replies are delivered by hand

@@ -1,0 +1,113 @@
+package bus
+
+import (
+	"crypto/rand"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/slab"
+)
+
+// An event's id and time are carved out of shared blocks (internal/slab):
+// Head made three small strings per event before (nuid's id, the time and
+// the cached time's stamp), and the router sends three events per call.
+// Each P keeps its own id generator and cached time beside its block, so
+// none of them takes a lock.
+type local struct {
+	slab.Carver
+	id   idGen
+	ms   int64  // the millisecond time is the formatted time of
+	time string // "" until the first event
+}
+
+var locals = sync.Pool{New: func() any { return new(local) }}
+
+// stamp returns a fresh event id and the current time, formatted as the
+// time attribute (UTC, milliseconds).
+func stamp() (id, at string) {
+	l := locals.Get().(*local)
+	id = l.Make(idLen, l.id.append)
+	t := time.Now().UTC()
+	if ms := t.UnixMilli(); ms != l.ms || l.time == "" {
+		l.ms = ms
+		l.time = l.Make(len(timeLayout)+8, func(b []byte) []byte { return t.AppendFormat(b, timeLayout) })
+	}
+	at = l.time
+	locals.Put(l)
+	return id, at
+}
+
+// FormatExpiry formats t as the expirytime attribute: in UTC, RFC 3339
+// with as many fractional digits as t needs (time.RFC3339Nano), what
+// Event.Expiry parses. The router formats a deadline per exec request.
+func FormatExpiry(t time.Time) string {
+	t = t.UTC()
+	l := locals.Get().(*local)
+	s := l.Make(len(time.RFC3339Nano)+8, func(b []byte) []byte { return t.AppendFormat(b, time.RFC3339Nano) })
+	locals.Put(l)
+	return s
+}
+
+// idGen makes event ids of nuid's form: 22 characters of [0-9A-Za-z], 12
+// of a prefix from crypto/rand and 10 of a sequence that starts at a
+// random point and grows by a random step of 33 to 332 per id, with a new
+// prefix once it overflows. As nuid's, the ids are unique (one generator
+// per P, each with a prefix of its own: 71 random bits) but not secret:
+// the next id of a generator is near its last, and nothing relies on
+// guessing one being hard (docs/security.md: whoever may publish events
+// may forge any).
+type idGen struct {
+	pre      [preLen]byte
+	seq, inc uint64
+}
+
+const (
+	digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	preLen = 12
+	seqLen = 10
+	idLen  = preLen + seqLen
+	maxSeq = 839299365868340224 // 62^10
+	minInc = 33
+	maxInc = 333
+)
+
+// reset draws a new prefix, sequence and step.
+func (g *idGen) reset() {
+	var r [preLen]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24)
+	for i, c := range r {
+		g.pre[i] = digits[int(c)%len(digits)]
+	}
+	g.seq = mrand.Uint64N(maxSeq)
+	g.inc = minInc + mrand.Uint64N(maxInc-minInc)
+}
+
+// append appends the next id to b.
+func (g *idGen) append(b []byte) []byte {
+	if g.inc == 0 { // a new generator
+		g.reset()
+	}
+	if g.seq += g.inc; g.seq >= maxSeq {
+		g.reset()
+	}
+	b = append(b, g.pre[:]...)
+	var s [seqLen]byte
+	for i, n := seqLen-1, g.seq; i >= 0; i, n = i-1, n/uint64(len(digits)) {
+		s[i] = digits[n%uint64(len(digits))]
+	}
+	return append(b, s[:]...)
+}
+
+// EventsMsg is Events(session) carved out of a shared block, for the
+// subject of a message that is sent and let go (the router names one per
+// call for its events): no allocation of its own. A subject that is kept
+// (a subscription's, a record's) is Events', which holds no block.
+func (s Subjects) EventsMsg(session string) string {
+	l := locals.Get().(*local)
+	subj := l.Make(len(s.p)+len("events.")+len(session), func(b []byte) []byte {
+		return append(append(append(b, s.p...), "events."...), session...)
+	})
+	locals.Put(l)
+	return subj
+}
