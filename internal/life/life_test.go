@@ -46,11 +46,14 @@ func TestDrain(t *testing.T) {
 			// A batch whose events cannot be stored (its connection
 			// closed) waits in a landing write: the window that the
 			// work's wait used up bounds the landing's too.
+			landing := make(chan struct{})
 			l.Go(func(context.Context) {
 				ctx, cancel := l.Landing()
 				defer cancel()
+				close(landing)
 				sleepCtx(ctx, time.Hour)
 			})
+			<-landing // the landing write begins before the drain
 		}, cut: true, returns: deadline + cleanup},
 		{name: "a loop stops once the work is done", start: func(l *life.Life) {
 			l.Loop(func(ctx context.Context) { <-ctx.Done() })
