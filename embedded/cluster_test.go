@@ -1,7 +1,9 @@
 package embedded_test
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,9 +38,15 @@ func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := c.WaitHealthy(3 * bound); err != nil {
+		t.Fatal(err)
+	}
 	c.StopNode(leader)
 	if c.Node(leader) != nil {
 		t.Fatal("stopped node still listed")
+	}
+	if err := c.WaitHealthy(100 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("healthy with a node stopped: %v", err)
 	}
 	next, err := c.WaitStreamLeader("KV_b", 3*bound)
 	if err != nil || next == leader {
@@ -51,6 +59,11 @@ func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
 		t.Fatal("a running node started twice")
 	}
 	if err := c.WaitReady(3 * bound); err != nil {
+		t.Fatal(err)
+	}
+	// Healthy once the restarted node has caught up with the stream it
+	// holds a replica of (nats-server's /healthz).
+	if err := c.WaitHealthy(3 * bound); err != nil {
 		t.Fatal(err)
 	}
 	e, err := kv.Get(t.Context(), "k")

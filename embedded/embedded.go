@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -312,6 +313,41 @@ func (c *Cluster) ready() bool {
 		current = current && s.JetStreamIsCurrent()
 	}
 	return peers == running && current
+}
+
+// WaitHealthy waits until every node runs and reports itself healthy as
+// nats-server's /healthz does: JetStream current with its meta leader, and
+// every stream and consumer replica the node holds current with its
+// leader (a node just started is still catching up: until it is, one more
+// node stopped leaves its streams without a quorum, though two of three
+// run). Tests that stop nodes one after another wait for it in between,
+// as an operator's rolling restart waits for /healthz. The error names
+// what was not healthy last.
+func (c *Cluster) WaitHealthy(timeout time.Duration) error {
+	var why string
+	if !waitFor(timeout, func() bool { why = c.unhealthy(); return why == "" }) {
+		return fmt.Errorf("embedded: cluster not healthy after %v: %s", timeout, why)
+	}
+	return nil
+}
+
+// unhealthy says why the cluster is not whole, or "" when it is.
+func (c *Cluster) unhealthy() string {
+	c.mu.Lock()
+	nodes := slices.Clone(c.nodes)
+	c.mu.Unlock()
+	for i, s := range nodes {
+		if s == nil {
+			return fmt.Sprintf("node %d is stopped", i)
+		}
+		if h := s.Healthz(nil); h.Status != "ok" || h.Error != "" {
+			return fmt.Sprintf("node %d: %s", i, cmp.Or(h.Error, h.Status))
+		}
+	}
+	if !c.ready() {
+		return "JetStream's meta group does not count every node as a current peer"
+	}
+	return ""
 }
 
 // waitFor polls ok every 20 ms until it holds (true) or timeout passes.

@@ -594,11 +594,39 @@ type Call struct {
 }
 
 // Once runs run at most once per c.Key within the dedupe window and
-// records its result (Claimed, then Record).
+// records its result (Claimed, then Record). A result that says the call
+// did not run (unavailable: no worker took it) is not recorded: the claim
+// is abandoned (Release), so that a re-send runs the call once a worker
+// can (docs/protocol.md 3.1: "an unavailable result always means nothing
+// ran, and a re-send may run the call"). Recorded, it answered every
+// re-send unavailable for the whole dedupe window, workers live or not.
 func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) bus.Result {
 	return l.Claimed(ctx, c, func(claim Entry) bus.Result {
-		return l.Record(ctx, c.Key, claim, run())
+		res := run()
+		if res.Error != nil && res.Error.Code == bus.CodeUnavailable {
+			l.Release(ctx, c.Key, claim)
+			return res
+		}
+		return l.Record(ctx, c.Key, claim, res)
 	})
+}
+
+// Release abandons this router's claim of key, whose call did not run: a
+// re-send may claim it again, and a duplicate waiting for it gets
+// unavailable. Like Record, it waits up to recordWait for the write to
+// land (so that the agent's re-send finds the claim free, not a claim
+// whose lease it would have to see lapse and then end as unknown_outcome);
+// past that the write goes on in the background (Abandon).
+func (l *Ledger) Release(ctx context.Context, key string, claim Entry) {
+	claim = l.held.current(key, claim)
+	defer l.held.release(key, claim.Claim)
+	gone := claim
+	gone.State = stateAbandoned
+	_, err := store.UpdateWithin(context.WithoutCancel(ctx), l.kv, key, encode(&gone), claim.rev, recordWait)
+	l.cfg.Health.Note(err)
+	if err != nil {
+		l.Abandon(key, claim.Claim)
+	}
 }
 
 // Claimed is the one dedupe decision for a call key: the first claim runs

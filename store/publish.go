@@ -159,7 +159,9 @@ func Settled(ctx context.Context, ps []*Pending) bool {
 // AckWait, until ctx ends or MaxWait has passed — but not through a full
 // store (a full account or server refuses a message as long as nobody
 // frees space) nor after an error that is not transient ("duplicate
-// message id is in process" is: see codeInProcess). Messages go in
+// message id is in process" is: see codeInProcess), nor once the
+// publisher's connection is closed (their Err is then
+// nats.ErrConnectionClosed). Messages go in
 // rounds: all of a round are published together and share one AckWait,
 // so a leader change that loses every acknowledgement costs one AckWait,
 // not one per message. It returns the messages it could not store, each
@@ -197,6 +199,17 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 		}
 		if len(again) == 0 {
 			break
+		}
+		if p.js.Conn().IsClosed() {
+			// Nothing stores them now. Without this they went round
+			// until ctx ended: a first publish through jetstream
+			// after the close fails with an error that wraps none
+			// ("error creating async reply handler: nats: connection
+			// closed"), which looks transient.
+			for _, x := range again {
+				x.err = nats.ErrConnectionClosed
+			}
+			return append(lost, again...)
 		}
 		if bus.Sleep(ctx, backoff) != nil {
 			return append(lost, again...)

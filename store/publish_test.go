@@ -316,3 +316,36 @@ func TestPublisherOwnAcks(t *testing.T) {
 		t.Fatalf("%d stored, want 5", got)
 	}
 }
+
+// TestPublisherConnectionClosed: messages awaited when the publisher's
+// connection closes are lost at once, not published again until the
+// context ends: nothing can store them any more (a router whose connection
+// was cut held its drain for its landing writes' whole budget; the first
+// publish through jetstream failed with an error that wraps none, so
+// "connection closed" looked transient).
+func TestPublisherConnectionClosed(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprint("own=", own), func(t *testing.T) {
+			srv := testkit.RunServer(t)
+			nc := testkit.Connect(t, srv)
+			p, err := store.NewPublisher(nc, store.PublisherConfig{OwnAcks: own})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps := publishN(p, 3) // no stream: nothing acknowledges them
+			nc.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			lost := p.Stored(ctx, ps)
+			if len(lost) != 3 || ctx.Err() != nil {
+				t.Fatalf("lost %d of 3 after %v (context %v)", len(lost), time.Since(start), ctx.Err())
+			}
+			for _, x := range lost {
+				if !errors.Is(x.Err(), nats.ErrConnectionClosed) {
+					t.Errorf("%s lost with %v, want connection closed", x.ID(), x.Err())
+				}
+			}
+		})
+	}
+}

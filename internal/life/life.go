@@ -217,13 +217,27 @@ func (l *Life) drain(ctx context.Context) error {
 	l.mu.Lock()
 	l.draining = true
 	l.mu.Unlock()
-	var cleanup <-chan time.Time // the window that starts when ctx ends
-	window := func() <-chan time.Time {
+	// The window that starts when ctx ends: one for all the waits below.
+	// It is a channel closed when it ends, not a timer's, whose one tick
+	// the first wait that ends on it takes: the waits after it then had no
+	// bound (a batch stuck in a landing write held a drain for the
+	// write's whole budget, two minutes).
+	var (
+		cleanup chan struct{}
+		timer   *time.Timer
+	)
+	window := func() <-chan struct{} {
 		if cleanup == nil {
-			cleanup = time.After(l.cfg.Cleanup)
+			end := make(chan struct{})
+			cleanup, timer = end, time.AfterFunc(l.cfg.Cleanup, func() { close(end) })
 		}
 		return cleanup
 	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	var err error
 	if !wait(ctx, &l.work, nil) {
 		if l.cfg.OnDeadline != nil {
@@ -262,8 +276,8 @@ func (l *Life) drain(ctx context.Context) error {
 }
 
 // wait waits for wg until ctx ends or, when limit is not nil, until it
-// fires; false when wg did not finish.
-func wait(ctx context.Context, wg *sync.WaitGroup, limit <-chan time.Time) bool {
+// is closed; false when wg did not finish.
+func wait(ctx context.Context, wg *sync.WaitGroup, limit <-chan struct{}) bool {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {

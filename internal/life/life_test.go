@@ -42,6 +42,19 @@ func TestDrain(t *testing.T) {
 			ctx, cancel := l.Landing()
 			go func() { defer cancel(); sleepCtx(ctx, time.Hour) }()
 		}, returns: deadline + cleanup},
+		{name: "work waiting on a landing write ends at the window's end", start: func(l *life.Life) {
+			// A batch whose events cannot be stored (its connection
+			// closed) waits in a landing write: the window that the
+			// work's wait used up bounds the landing's too.
+			landing := make(chan struct{})
+			l.Go(func(context.Context) {
+				ctx, cancel := l.Landing()
+				defer cancel()
+				close(landing)
+				sleepCtx(ctx, time.Hour)
+			})
+			<-landing // the landing write begins before the drain
+		}, cut: true, returns: deadline + cleanup},
 		{name: "a loop stops once the work is done", start: func(l *life.Life) {
 			l.Loop(func(ctx context.Context) { <-ctx.Done() })
 			l.Go(func(context.Context) { time.Sleep(time.Second) })

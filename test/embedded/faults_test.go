@@ -287,7 +287,8 @@ func (l *ledgerCheck) saw(key string, r bus.Result) {
 }
 
 // The nodes leading the ledger, the sessions bucket, the parked bucket and
-// the events stream stop, one after the other, then a router dies and a
+// the events stream stop, one after the other (each once the cluster is
+// healthy again after the one before), then a router dies and a
 // worker's connection is cut, while agents call a side-effecting tool and
 // re-send their batches on a time-out: no call
 // runs twice, none whose worker answered turns into unknown_outcome or
@@ -375,6 +376,14 @@ func TestClusterLeaderLossWhileCallsRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := e.cluster.Start(leader); err != nil {
+			t.Fatal(err)
+		}
+		// The next node stops only once this one has caught up, as an
+		// operator's rolling restart waits for /healthz: stopped while
+		// it is still catching up, the streams would have one current
+		// replica of three, no quorum, and every call would wait for
+		// both nodes (docs/operations.md, "Restarting nodes").
+		if err := e.cluster.WaitHealthy(6 * bound); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -127,4 +129,41 @@ func TestLivenessKeptByHeartbeats(t *testing.T) {
 		}
 	}
 	wantSuccess(t, e.call(t, "beats", []bus.Call{{ID: "c1", Name: "steady"}}).Results[0], "pong")
+}
+
+// TestUnavailableReSentRuns: a side-effecting call whose exec request finds
+// no worker (the only one's connection just closed, its liveness not
+// expired yet) is unavailable, and a re-send of the batch once a worker is
+// live runs it (docs/protocol.md 3.1: "an unavailable result always means
+// nothing ran, and a re-send may run the call"): the ledger does not keep
+// the unavailable result as the call's answer.
+func TestUnavailableReSentRuns(t *testing.T) {
+	e := newEnv(t, 1)
+	var ran atomic.Int32
+	side := func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "charge", Description: "Charges once.", Permission: bus.PermissionAllow, InputSchema: objectSchema(`{}`)},
+			func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+				ran.Add(1)
+				return textResult("charged"), nil
+			})
+	}
+	nc := e.connect(t)
+	e.addWorkerOn(nc, side)
+	e.waitLive("charge")
+	nc.Close() // a crash: the router still sees the worker live for three beats
+	calls := []bus.Call{{ID: "c1", Name: "charge"}}
+	r := e.call(t, "resend-1", calls, client.WithReplyID("r1"))
+	wantFailure(t, r.Results[0], bus.StateError, bus.CodeUnavailable, "")
+	e.addWorker(side)
+	e.waitLive("charge")
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		r := e.call(t, "resend-1", calls, client.WithReplyID("r1"))
+		if r.Results[0].State != bus.StateSuccess {
+			return fmt.Errorf("re-send: %s", jsonOf(r.Results[0]))
+		}
+		return nil
+	})
+	if n := ran.Load(); n != 1 {
+		t.Fatalf("ran %d times, want once", n)
+	}
 }
