@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -70,7 +71,10 @@ func writesSince(t *testing.T, e *env, before map[string]uint64) (map[string]uin
 // router gets the batch and the exec result, and no acknowledgement of
 // batch.done, which the events stream still stores.
 func TestReadOnlyBatchAwaitsNoWrite(t *testing.T) {
-	e := newEnv(t, 1)
+	// Heartbeats a minute apart: none of the workers' or the router's beats
+	// (each a few messages to the router) falls among the counted batches,
+	// however long they take under load (at 500 ms they did: 111 > 110).
+	e := startEnvBeat(t, 1, onCluster(t), router.Config{}, time.Minute)
 	e.addWorker(func(w *worker.Worker) {
 		handle(t, w, bus.ToolDef{Name: "quick", ReadOnly: true, ConcurrencySafe: true, InputSchema: objectSchema(`{}`)},
 			func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult("done"), nil })
