@@ -173,7 +173,9 @@ func TestLedgerWaitNotHeldByWatchStop(t *testing.T) {
 	ls[0].Record(ctx, "s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
 
 	got := make(chan bus.Result, 2)
-	go func() { got <- waitRes(b.wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Minute})) }()
+	go func() {
+		got <- waitRes(b.wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Minute}))
+	}()
 	if r := testkit.Recv(t, got, 10*time.Second, "the duplicate's result, its watch's stop held"); textOf(r.Output) != "done" {
 		t.Fatalf("waited for %+v", r)
 	}
