@@ -151,7 +151,9 @@ const (
 )
 
 // claim tries to become the one run of key. timeout is how long the call
-// may take; the claim tells duplicates how long to wait.
+// may take; the claim tells duplicates how long to wait. Its entry is this
+// router's claim, or, for a duplicate, the other claim's entry as read
+// (with its result when that run has recorded one).
 func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (outcome, Entry) {
 	now := time.Now().UTC()
 	me := Entry{State: stateRunning, Router: l.cfg.Router, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
@@ -172,15 +174,17 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 	}
 	cctx, cancel := context.WithTimeout(ctx, claimBudget)
 	defer cancel()
-	var held bool
+	var (
+		held bool
+		seen Entry // the entry another claim holds, as read
+	)
 	rev, err = store.Update(cctx, l.kv, key, store.Policy{Budget: claimBudget}, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		held = false
+		held, seen = false, Entry{}
 		if cur != nil {
-			var le Entry
-			switch err := json.Unmarshal(cur.Value(), &le); {
-			case err == nil && le.Claim == me.Claim:
+			switch err := json.Unmarshal(cur.Value(), &seen); {
+			case err == nil && seen.Claim == me.Claim:
 				return nil, store.ErrNoChange // the first create landed; its ack was lost
-			case err != nil || le.State != stateAbandoned:
+			case err != nil || seen.State != stateAbandoned:
 				held = true
 				return nil, store.ErrNoChange
 			}
@@ -198,7 +202,7 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 		}
 		return failed, me
 	case held:
-		return duplicate, me
+		return duplicate, seen
 	}
 	me.rev = rev
 	l.held.hold(key, me)
@@ -657,6 +661,12 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 		defer l.held.release(key, claim.Claim)
 		return run(claim)
 	case duplicate:
+		if claim.State == stateDone && claim.Result != nil {
+			// The entry read holds the result: no watch to wait on
+			// (a consumer's create and delete through the meta leader).
+			l.cfg.Hits()
+			return *claim.Result
+		}
 		res, taken := l.wait(ctx, c)
 		if taken != nil {
 			defer l.held.release(key, taken.Claim)

@@ -211,3 +211,29 @@ func TestLedgerWaitNotHeldByWatchStop(t *testing.T) {
 		t.Fatalf("%d stops in flight after Stop", n)
 	}
 }
+
+// A duplicate of a call whose result is recorded gets it from the entry its
+// claim read: no watch is opened (each one a consumer created and deleted
+// through the JetStream meta leader, per re-sent call), and the call does
+// not run again.
+func TestDuplicateOfRecordedOpensNoWatch(t *testing.T) {
+	ls := newTestLedger(t, "a")
+	ctx := t.Context()
+	gate := testkit.GateStops(ls[0].kv)
+	t.Cleanup(gate.Open)
+	b := New(gate, Config{Router: "b"})
+	c := Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Minute}
+	ls[0].Once(ctx, c, func() bus.Result {
+		return bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
+	})
+	res := b.Once(ctx, c, func() bus.Result {
+		t.Error("a recorded call ran again")
+		return bus.Result{}
+	})
+	if textOf(res.Output) != "done" {
+		t.Fatalf("duplicate got %+v", res)
+	}
+	if n := len(gate.Stopping) + b.stops.InFlight(); n != 0 {
+		t.Fatalf("the duplicate opened %d watches", n)
+	}
+}
