@@ -234,11 +234,16 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 		if !store.IsConflict(err) {
 			return Parking{}, err
 		}
-		prev := s.Read.carriedBy(ctx, r.Key())
+		var prev *Batch
+		out := Parking{Before: true}
+		if rec, err := s.Read.Get(ctx, r.Key()); err == nil {
+			prev, out.Parked = carried(rec), []*Record{rec}
+		}
 		if prev == nil {
 			prev, _ = s.Read.Batch(ctx, b.Session, b.ReplyID)
 		}
-		return Parking{Before: true, Batch: prev}, nil
+		out.Batch = prev
+		return out, nil
 	}
 	s.calls.announce(run, []*Record{r}, []*Record{r})
 	return Parking{Batch: b, Parked: []*Record{r}}, nil
@@ -250,18 +255,18 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 // or call.parked lists a call as parked only once its record exists
 // (docs/protocol.md 6.1: an answer sent the moment it is listed finds the
 // call parked); whichever copy's create lands first is the record. It
-// returns the records of run's calls that cont waits for, as stored.
+// returns the records of run's calls that cont waits for, as stored. With
+// no cont (it is gone: the batch finished after this copy's create
+// conflicted, or it could not be read) it writes nothing and returns the
+// records of run's calls that exist, which say how each ended.
 func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
-	if cont == nil {
-		return nil
-	}
 	var out, created []*Record
 	for _, r := range run.Calls {
-		if !slices.Contains(cont.Waiting, r.Call.ID) {
+		if cont != nil && !slices.Contains(cont.Waiting, r.Call.ID) {
 			continue
 		}
 		got, err := s.Read.Get(ctx, r.Key())
-		if store.IsNotFound(err) {
+		if cont != nil && store.IsNotFound(err) {
 			if err = s.calls.create(ctx, r); err == nil {
 				got = r
 				created = append(created, r)
@@ -303,15 +308,6 @@ func carried(r *Record) *Batch {
 	}
 	b.gone = true
 	return b
-}
-
-// carriedBy reads the record key and returns the continuation it carries.
-func (s Reads) carriedBy(ctx context.Context, key string) *Batch {
-	r, err := s.Get(ctx, key)
-	if err != nil {
-		return nil
-	}
-	return carried(r)
 }
 
 // Continuation is the continuation of rec's batch: the one rec carries,

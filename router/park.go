@@ -324,20 +324,26 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 }
 
 // adopt fills the batch from got, the continuation an earlier copy of this
-// batch left (nil: nothing to adopt) and the records of this copy's calls
+// batch left (nil: gone, or unreadable) and the records of this copy's calls
 // that it waits for, written by this copy when the earlier one had not yet
 // (parked.Store.join: the reply lists a call as parked once its record
 // exists, docs/protocol.md 6.1). Other awaited calls are read from KV, not
 // the cache; one with no record (the store failed) is described as this
 // copy decided it (spec).
 func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, got parked.Parking) {
-	cont := got.Batch
-	if cont == nil {
-		return
-	}
 	stored := make(map[string]*parked.Record, len(got.Parked))
 	for _, rec := range got.Parked {
 		stored[rec.Call.ID] = rec
+	}
+	cont := got.Batch
+	if cont == nil {
+		// The continuation is gone (the batch finished between this copy's
+		// create and its read) or unreadable: this copy's calls are as
+		// their records say (docs/protocol.md 3.1), none queued.
+		cont = &parked.Batch{Next: len(b.calls)}
+		for _, rec := range got.Parked {
+			cont.Waiting = append(cont.Waiting, rec.Call.ID)
+		}
 	}
 	mine := make(map[string]parkSpec, len(calls))
 	for i, c := range calls {

@@ -128,14 +128,14 @@ func (f *fakeEvents) reply(_, typ, session, replyID string, trace [2]string, dat
 
 type fakeConts struct {
 	parked     []*parked.Record
-	parkBefore bool
+	before     *parked.Parking // what Park answers a re-sent copy (nil: it parks)
 	batches    int
 	settle     func() (*parked.Batch, bool, error)
 }
 
 func (f *fakeConts) Park(_ context.Context, run parked.Run) (parked.Parking, error) {
-	if f.parkBefore {
-		return parked.Parking{Before: true, Batch: &parked.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}}, nil
+	if f.before != nil {
+		return *f.before, nil
 	}
 	f.batches++
 	for _, rec := range run.Calls {
@@ -357,13 +357,29 @@ func TestParkStep(t *testing.T) {
 	})
 	t.Run("parked before", func(t *testing.T) {
 		f := newFakePipeline(t, ext)
-		f.conts.parkBefore = true
+		f.conts.before = &parked.Parking{Before: true, Batch: &parked.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}}
 		b := f.batchOf(t, "", call("p1", "ext"))
 		if b.run(0) || len(f.conts.parked) != 0 {
 			t.Fatalf("a re-sent batch parked again: %d", len(f.conts.parked))
 		}
 		if len(b.parked) != 1 || b.parked[0].ID != "p1" {
 			t.Fatalf("reply's parked %+v", b.parked)
+		}
+	})
+	// The first copy's batch finished between the re-sent copy's conflict
+	// and its read of the continuation: the copy's reply has the result
+	// the call's record holds (docs/protocol.md 3.1), not an empty reply.
+	t.Run("continuation gone", func(t *testing.T) {
+		f := newFakePipeline(t, ext)
+		res := bus.Result{ID: "p1", Name: "ext", State: bus.StateSuccess, Output: bus.Text("answered")}
+		f.conts.before = &parked.Parking{Before: true, Parked: []*parked.Record{
+			{Session: "s1", Call: bus.Call{ID: "p1", Name: "ext"}, Status: bus.ParkDone, Result: &res}}}
+		b := f.batchOf(t, "", call("p1", "ext"))
+		if b.run(0) || len(f.conts.parked) != 0 {
+			t.Fatalf("a re-sent batch parked again: %d", len(f.conts.parked))
+		}
+		if r := b.calls[0].result; len(b.parked) != 0 || r == nil || textOf(r.Output) != "answered" {
+			t.Fatalf("reply's parked %+v, result %+v", b.parked, r)
 		}
 	})
 }
