@@ -251,6 +251,9 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		parks, specs = b.p.park.reuse(b, parks, specs)
 	}
 	if len(parks) > 0 && !b.p.park.park(b, parks, specs, next) {
+		if b.cont != nil {
+			return false // another router took the continuation over: the batch is its
+		}
 		// A re-sent batch found the first one parked. Its reply still
 		// holds every call of this run, finished or parked (docs/protocol.md
 		// 3.2): the calls the first copy may still be running run here

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -129,11 +130,15 @@ func (f *fakeEvents) reply(_, typ, session, replyID string, trace [2]string, dat
 type fakeConts struct {
 	parked     []*parked.Record
 	parkBefore bool
+	parkErr    error // what Park fails with
 	batches    int
 	settle     func() (*parked.Batch, bool, error)
 }
 
 func (f *fakeConts) Park(_ context.Context, run parked.Run) (parked.Parking, error) {
+	if f.parkErr != nil {
+		return parked.Parking{}, f.parkErr
+	}
 	if f.parkBefore {
 		return parked.Parking{Before: true, Batch: &parked.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}}, nil
 	}
@@ -353,6 +358,22 @@ func TestParkStep(t *testing.T) {
 		}
 		if c := b.calls[0].result; c == nil || c.Error == nil || c.Error.Code != bus.CodeLimitExceeded {
 			t.Fatalf("result %+v", c)
+		}
+	})
+	t.Run("taken over", func(t *testing.T) {
+		// A resumed batch parks a call after another router took its
+		// continuation over: that router's batch parks it; this copy stops
+		// with no result for it and no event (docs/protocol.md 6.1).
+		f := newFakePipeline(t, ext, bus.ToolDef{Name: "echo", ReadOnly: true})
+		f.conts.parkErr = fmt.Errorf("parked: batch s1.r1: %w (taken over by router-b)", parked.ErrNotOwner)
+		b := f.batchOf(t, "", call("c1", "echo"), call("p1", "ext"))
+		b.start, b.cont = time.Time{}, &parked.Batch{Session: "s1", ReplyID: "r1", Phase: parked.PhaseResumed, Owner: "router-a", Next: 1}
+		b.calls[0].result = &bus.Result{ID: "c1", Name: "echo", State: bus.StateSuccess}
+		if b.run(1) {
+			t.Fatal("a batch taken over completed")
+		}
+		if b.calls[1].result != nil || len(f.events.types) != 0 || len(f.runner.tools) != 0 {
+			t.Fatalf("result %+v, events %v, runs %v", b.calls[1].result, f.events.types, f.runner.tools)
 		}
 	})
 	t.Run("parked before", func(t *testing.T) {
