@@ -271,6 +271,13 @@ func (r *continuations) repair(cont *parked.Batch) {
 		if c.result != nil || slices.Contains(cont.Waiting, c.call.ID) {
 			continue
 		}
+		if cont.IsCancelled(c.call.ID) {
+			// The agent cancelled it after the dead router started it
+			// (docs/protocol.md 3.5): it ends interrupted and never starts
+			// again, as runCalls ends a cancelled call of a resumed batch.
+			b.finish(c, interrupted(c.call))
+			continue
+		}
 		if c.early != nil {
 			b.finish(c, *c.early)
 			continue

@@ -469,3 +469,21 @@ func TestExecMsgMode(t *testing.T) {
 type binaryWorkers bool
 
 func (b binaryWorkers) BinaryExec(string) bool { return bool(b) }
+
+// TestRepairHonoursCancel: a router that takes over the continuation of a
+// dead router does not run again a call of its last run that the agent
+// cancelled meanwhile (docs/protocol.md 3.5, 6.1): it ends interrupted.
+func TestRepairHonoursCancel(t *testing.T) {
+	f := newFakePipeline(t, bus.ToolDef{Name: "ext", External: true}, bus.ToolDef{Name: "echo", ReadOnly: true, ConcurrencySafe: true})
+	cont := &parked.Batch{Session: "s1", ReplyID: "r1", Data: bus.Batch{Calls: []bus.Call{call("p1", "ext"), call("c2", "echo")}},
+		Results: map[string]bus.Result{"p1": bus.InterruptedResult(call("p1", "ext"))}, Waiting: []string{"p1"}, Next: 2,
+		Phase: parked.PhaseResumed, Owner: "router-b", Cancelled: []string{"*"}}
+	r := &continuations{pipe: f.p, batches: &runningBatches{}}
+	r.repair(cont)
+	if len(f.runner.tools) != 0 {
+		t.Fatalf("a cancelled call ran again: %v", f.runner.tools)
+	}
+	if !slices.Contains(f.events.types, "call.result:c2") {
+		t.Fatalf("no interrupted result for the cancelled call: %v", f.events.types)
+	}
+}
