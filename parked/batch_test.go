@@ -117,6 +117,65 @@ func TestParkBatch(t *testing.T) {
 	}
 }
 
+// Two copies of one batch (a re-send, docs/protocol.md 3.1) park at once.
+// The second finds the first's continuation while the first has written
+// one of its two call records: the second writes the other, so each call
+// it lists as parked has its record (an answer sent on its reply finds the
+// call, 6.1), and publishes that one's request alone. The first then finds
+// the record written and counts the call as parked, not failed.
+func TestCopyParksWhatTheFirstHasNot(t *testing.T) {
+	st := newStore(t)
+	first, firstLive := startLive(t, st, "router-a")
+	second, secondLive := startLive(t, st, "router-b")
+	run := func() Run {
+		b := newBatch("s1", "r1")
+		b.Data.Calls = []bus.Call{{ID: "c1", Name: "deploy"}, {ID: "c2", Name: "deploy"}}
+		return Run{Batch: b, Calls: []*Record{record("s1", "r1", "c1"), record("s1", "r1", "c2")},
+			Results: map[string]bus.Result{}, Next: 2, Alone: true}
+	}
+	r1 := run()
+	// The first copy stalls after its continuation and one record.
+	if err := first.conts.parkBatch(t.Context(), r1.Batch, r1.Results, []string{"c1", "c2"}, r1.Next, r1.Alone); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.calls.create(t.Context(), r1.Calls[0]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := second.Park(t.Context(), run())
+	if err != nil || !got.Before || got.Batch == nil {
+		t.Fatalf("second copy: %+v, %v; want parked before", got, err)
+	}
+	ids := func(recs []*Record) (out []string) {
+		for _, r := range recs {
+			out = append(out, r.Call.ID+":"+string(r.Status))
+		}
+		return out
+	}
+	if want := []string{"c1:parked", "c2:parked"}; !slices.Equal(ids(got.Parked), want) {
+		t.Fatalf("second copy lists %v, want %v", ids(got.Parked), want)
+	}
+	for _, id := range []string{"c1", "c2"} {
+		if r, err := second.Read.Get(t.Context(), bus.CallKey("s1", "r1", id)); err != nil || r.Status != bus.ParkParked {
+			t.Fatalf("record %s after the second copy's reply: %+v, %v", id, r, err)
+		}
+	}
+	if subs := secondLive.subjects(); len(subs) != 1 {
+		t.Fatalf("second copy published %d requests (%v), want 1: c2's, which it wrote", len(subs), subs)
+	}
+	// The first copy goes on: c2's create conflicts with the record the
+	// second wrote, which it counts as parked.
+	out, err := first.parkCalls(t.Context(), Run{Batch: r1.Batch, Calls: r1.Calls[1:], Results: r1.Results, Next: r1.Next, Alone: true})
+	if err != nil || out.Before || len(out.Failed) != 0 || !slices.Equal(ids(out.Parked), []string{"c2:parked"}) {
+		t.Fatalf("first copy after the second: %+v, %v", out, err)
+	}
+	if subs := firstLive.subjects(); len(subs) != 0 {
+		t.Fatalf("first copy published %v for a record it did not write", subs)
+	}
+	if b := phase(t, first, "s1", "r1"); b.Phase != PhaseParked || !slices.Equal(b.Waiting, []string{"c1", "c2"}) {
+		t.Fatalf("continuation after both copies: %+v", b)
+	}
+}
+
 func TestSettle(t *testing.T) {
 	for _, tc := range []struct {
 		name    string

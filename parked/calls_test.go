@@ -112,11 +112,11 @@ func (l *liveLog) subjects() []string {
 	return out
 }
 
-// startLive is start with the live requests recorded.
-func startLive(t *testing.T, st *store.Store) (*Store, *liveLog) {
+// startLive is startAs with the live requests recorded.
+func startLive(t *testing.T, st *store.Store, owner string) (*Store, *liveLog) {
 	t.Helper()
 	l := &liveLog{}
-	s := New(st, subj, Config{TTL: ttl, Owner: "router-a", Source: source, Publish: l.publish})
+	s := New(st, subj, Config{TTL: ttl, Owner: owner, Source: source, Publish: l.publish})
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestPark(t *testing.T) {
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			st := newStore(t)
-			s, live := startLive(t, st)
+			s, live := startLive(t, st, "router-a")
 			r := record("s1", "r1", "c1")
 			r.Kind = tc.kind
 			if tc.kind == bus.KindConfirm {
@@ -239,7 +239,7 @@ func TestConfirmRequestSuggestedRules(t *testing.T) {
 
 func TestParkRequestScoped(t *testing.T) {
 	st := newStore(t)
-	s, live := startLive(t, st)
+	s, live := startLive(t, st, "router-a")
 	r := record("s1", "r1", "c1")
 	r.RequestScoped = true
 	park(t, s, r)
@@ -415,7 +415,7 @@ func TestRacingAnswersOneWins(t *testing.T) {
 // longer see it, followers of the external tool do.
 func TestRepark(t *testing.T) {
 	st := newStore(t)
-	s, live := startLive(t, st)
+	s, live := startLive(t, st, "router-a")
 	r := record("s1", "r1", "c1")
 	r.Kind = bus.KindConfirm
 	park(t, s, r)

@@ -128,8 +128,10 @@ type Run struct {
 
 // Parking is what Park did.
 type Parking struct {
-	// Before: an earlier copy of the batch parked first; nothing was
-	// written and Batch is that copy's continuation (nil: unreadable).
+	// Before: an earlier copy of the batch parked first and Batch is that
+	// copy's continuation (nil: unreadable); of the run's calls it waits
+	// for, Parked has the records as stored, those the earlier copy had
+	// not written yet written now (Store.join).
 	Before bool
 	Batch  *Batch
 	Parked []*Record
@@ -151,19 +153,36 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	err := s.conts.parkBatch(ctx, run.Batch, run.Results, waiting, run.Next, run.Alone)
 	if errors.Is(err, errParkedBefore) {
 		b, _ := s.Read.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
-		return Parking{Before: true, Batch: b}, nil
+		return Parking{Before: true, Batch: b, Parked: s.join(ctx, run, b)}, nil
 	}
 	if err != nil {
 		return Parking{}, err
 	}
+	return s.parkCalls(ctx, run)
+}
+
+// parkCalls writes the records of run's calls, whose continuation is
+// written, then announces them.
+func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 	out := Parking{Batch: run.Batch}
+	var created []*Record
 	for _, r := range run.Calls {
 		err := s.calls.create(ctx, r)
 		if err != nil && store.IsConflict(err) {
-			// A first copy of this batch carried its continuation in this
-			// call's record: that copy is the batch, this one's goes.
-			if prev := s.Read.carriedBy(ctx, r.Key()); prev != nil && s.conts.remove(ctx, run.Batch) {
-				return Parking{Before: true, Batch: prev}, nil
+			prev, rerr := s.Read.Get(ctx, r.Key())
+			switch {
+			case rerr != nil:
+			case carried(prev) != nil:
+				// A first copy of this batch carried its continuation in
+				// this call's record: that copy is the batch, this one's goes.
+				if s.conts.remove(ctx, run.Batch) {
+					return Parking{Before: true, Batch: carried(prev)}, nil
+				}
+			default:
+				// Another copy of this batch, which found this one's
+				// continuation, parked the call first (join): it is parked.
+				out.Parked = append(out.Parked, prev)
+				continue
 			}
 		}
 		if err != nil {
@@ -174,8 +193,9 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 			continue
 		}
 		out.Parked = append(out.Parked, r)
+		created = append(created, r)
 	}
-	s.calls.announce(run, out.Parked)
+	s.calls.announce(run, out.Parked, created)
 	if run.Alone && len(out.Failed) > 0 {
 		// A call that did not park is awaited in vain: the run goes back to
 		// running, and settles with that call's result as any run does.
@@ -220,15 +240,51 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 		}
 		return Parking{Before: true, Batch: prev}, nil
 	}
-	s.calls.announce(run, []*Record{r})
+	s.calls.announce(run, []*Record{r}, []*Record{r})
 	return Parking{Batch: b, Parked: []*Record{r}}, nil
 }
 
-func (c *calls) announce(run Run, recs []*Record) {
-	if run.Announce != nil {
-		run.Announce(recs)
+// join parks, for a copy of a batch that found cont written by an earlier
+// copy, the calls of run that cont waits for and that have no record yet:
+// the earlier copy is still writing them, or died before it did. A reply
+// or call.parked lists a call as parked only once its record exists
+// (docs/protocol.md 6.1: an answer sent the moment it is listed finds the
+// call parked); whichever copy's create lands first is the record. It
+// returns the records of run's calls that cont waits for, as stored.
+func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
+	if cont == nil {
+		return nil
 	}
-	for _, r := range recs {
+	var out, created []*Record
+	for _, r := range run.Calls {
+		if !slices.Contains(cont.Waiting, r.Call.ID) {
+			continue
+		}
+		got, err := s.Read.Get(ctx, r.Key())
+		if store.IsNotFound(err) {
+			if err = s.calls.create(ctx, r); err == nil {
+				got = r
+				created = append(created, r)
+			} else if store.IsConflict(err) {
+				got, err = s.Read.Get(ctx, r.Key())
+			}
+		}
+		if err == nil {
+			out = append(out, got)
+		}
+	}
+	s.calls.announce(Run{}, nil, created)
+	return out
+}
+
+// announce hands run's parked records to run.Announce, then publishes the
+// live handoff requests of those this router created (a record another
+// copy of the batch created has its request from that copy).
+func (c *calls) announce(run Run, parked, created []*Record) {
+	if run.Announce != nil {
+		run.Announce(parked)
+	}
+	for _, r := range created {
 		c.live(r)
 	}
 }

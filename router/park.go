@@ -83,7 +83,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	}
 	if got.Before {
 		b.cont = nil
-		s.adopt(ctx, b, calls, specs, got.Batch)
+		s.adopt(ctx, b, calls, specs, got)
 		return false
 	}
 	b.cont = got.Batch
@@ -340,13 +340,21 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	return keep, keepSpecs
 }
 
-// adopt fills the batch from cont, the continuation an earlier copy of this
-// batch left (nil: nothing to adopt). Each awaited call is read from KV,
-// not the cache: the earlier copy may still be parking it, and is then
-// described as this copy decided it (spec), as the earlier copy parks it.
-func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, cont *parked.Batch) {
+// adopt fills the batch from got, the continuation an earlier copy of this
+// batch left (nil: nothing to adopt) and the records of this copy's calls
+// that it waits for, written by this copy when the earlier one had not yet
+// (parked.Store.join: the reply lists a call as parked once its record
+// exists, docs/protocol.md 6.1). Other awaited calls are read from KV, not
+// the cache; one with no record (the store failed) is described as this
+// copy decided it (spec).
+func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, got parked.Parking) {
+	cont := got.Batch
 	if cont == nil {
 		return
+	}
+	stored := make(map[string]*parked.Record, len(got.Parked))
+	for _, rec := range got.Parked {
+		stored[rec.Call.ID] = rec
 	}
 	mine := make(map[string]parkSpec, len(calls))
 	for i, c := range calls {
@@ -364,7 +372,10 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 		if !slices.Contains(cont.Waiting, c.call.ID) {
 			continue
 		}
-		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
+		rec, err := stored[c.call.ID], error(nil)
+		if rec == nil {
+			rec, err = s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
+		}
 		switch {
 		case err == nil && rec.Status == bus.ParkParked:
 			b.parked = append(b.parked, parkedOf(rec))
@@ -372,7 +383,7 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 			b.mu.Lock()
 			c.result = rec.Result // its event came from the router that settled it
 			b.mu.Unlock()
-		default: // being parked, or answered and not settled yet: it waits
+		default: // answered and not settled yet, or unreadable: it waits
 			spec, ok := mine[c.call.ID]
 			if !ok {
 				spec = parkSpec{kind: bus.KindExternal}

@@ -568,3 +568,40 @@ func TestResentParkedBatch(t *testing.T) {
 	_ = done.DataAs(&bd)
 	checkCallOrder(t, calls, bd.Results)
 }
+
+// Two copies of each batch sent at once (an agent that re-sends, docs/
+// protocol.md 3.1) reach the two routers; whichever reply comes first, its
+// handler answers every call listed as parked the moment it comes. Each
+// answer finds its call parked (6.1) or already answered by the other
+// copy's handler, never not_parked: a copy that adopts the other's
+// continuation lists a call only once its record is written.
+func TestCopiesListOnlyWrittenRecords(t *testing.T) {
+	e := newEnv(t, 2)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	calls := []bus.Call{{ID: "a", Name: "ext"}, {ID: "b", Name: "ext"}, {ID: "c", Name: "ext"}}
+	for i := range 20 {
+		reply := fmt.Sprintf("r%d", i)
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				r, err := e.client.Call(testCtx(t), "s1", bus.Batch{Calls: calls}, client.WithReplyID(reply))
+				// A copy that comes after some answers has their results.
+				if err != nil || len(r.Parked)+len(r.Results) != len(calls) {
+					t.Errorf("batch %s: %v, %s", reply, err, jsonOf(r))
+					return
+				}
+				for _, p := range r.Parked {
+					err := e.answer(t, "ext", "s1", reply, p.ID, bus.Answer{State: "success", Output: bus.Text(p.ID)})
+					var be *bus.Error
+					if err != nil && !(errors.As(err, &be) && be.Code == bus.CodeAlreadyAnswered) {
+						t.Errorf("batch %s: answer %s, listed as parked: %v", reply, p.ID, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+	}
+}
