@@ -639,8 +639,9 @@ func (b *batch) interrupt(ids []string) {
 // re-sent while its first copy still runs, 3.1; a continuation resumed
 // beside a re-sent copy), and a cancel reaches each of them.
 type runningBatches struct {
-	mu sync.Mutex
-	m  map[batchRef][]*batch
+	mu   sync.Mutex
+	m    map[batchRef]*batch   // one copy of each batch: no allocation of its own
+	more map[batchRef][]*batch // the other copies, rare
 }
 
 // batchRef names a batch by its session and reply id: a map key of the two
@@ -652,11 +653,14 @@ func (rb *runningBatches) track(b *batch) {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	if rb.m == nil {
-		rb.m = map[batchRef][]*batch{}
+		rb.m, rb.more = map[batchRef]*batch{}, map[batchRef][]*batch{}
 	}
 	k := batchRef{b.session, b.replyID}
-	if !slices.Contains(rb.m[k], b) {
-		rb.m[k] = append(rb.m[k], b)
+	switch cur, ok := rb.m[k]; {
+	case !ok:
+		rb.m[k] = b
+	case cur != b && !slices.Contains(rb.more[k], b):
+		rb.more[k] = append(rb.more[k], b)
 	}
 }
 
@@ -664,10 +668,24 @@ func (rb *runningBatches) untrack(b *batch) {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	k := batchRef{b.session, b.replyID}
-	if bs := slices.DeleteFunc(rb.m[k], func(x *batch) bool { return x == b }); len(bs) > 0 {
-		rb.m[k] = bs
+	cur, ok := rb.m[k]
+	if !ok {
+		return
+	}
+	more := rb.more[k]
+	if cur == b {
+		if len(more) == 0 {
+			delete(rb.m, k)
+			return
+		}
+		rb.m[k], more = more[0], more[1:]
 	} else {
-		delete(rb.m, k)
+		more = slices.DeleteFunc(more, func(x *batch) bool { return x == b })
+	}
+	if len(more) == 0 {
+		delete(rb.more, k)
+	} else {
+		rb.more[k] = more
 	}
 }
 
@@ -676,13 +694,18 @@ func (rb *runningBatches) untrack(b *batch) {
 func (rb *runningBatches) running(session, replyID string) []*batch {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
-	return slices.Clone(rb.m[batchRef{session, replyID}])
+	k := batchRef{session, replyID}
+	b, ok := rb.m[k]
+	if !ok {
+		return nil
+	}
+	return append([]*batch{b}, rb.more[k]...)
 }
 
 // callsInFlight counts the calls started here and not finished.
 func (rb *runningBatches) callsInFlight() int {
 	rb.mu.Lock()
-	bs := slices.Concat(slices.Collect(maps.Values(rb.m))...)
+	bs := slices.Concat(slices.Collect(maps.Values(rb.m)), slices.Concat(slices.Collect(maps.Values(rb.more))...))
 	rb.mu.Unlock()
 	n := 0
 	for _, b := range bs {

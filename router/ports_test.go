@@ -487,3 +487,30 @@ func TestRepairHonoursCancel(t *testing.T) {
 		t.Fatalf("no interrupted result for the cancelled call: %v", f.events.types)
 	}
 }
+
+// TestRunningBatchesCopies: every copy of one reply id running here is
+// reached (docs/protocol.md 3.1, 3.5), whichever leaves first.
+func TestRunningBatchesCopies(t *testing.T) {
+	f := newFakePipeline(t)
+	a, b, c := f.batchOf(t, "", call("c1", "x")), f.batchOf(t, "", call("c1", "x")), f.batchOf(t, "", call("c1", "x"))
+	var rb runningBatches
+	for _, x := range []*batch{a, b, b, c} {
+		rb.track(x)
+	}
+	if got := rb.running("s1", "r1"); len(got) != 3 || got[0] != a || got[1] != b || got[2] != c {
+		t.Fatalf("running %v", got)
+	}
+	rb.untrack(a) // the first leaves: the others stay reachable
+	if got := rb.running("s1", "r1"); len(got) != 2 || got[0] != b || got[1] != c {
+		t.Fatalf("after the first left: %v", got)
+	}
+	rb.untrack(c)
+	rb.untrack(c)
+	if got := rb.running("s1", "r1"); len(got) != 1 || got[0] != b {
+		t.Fatalf("after the last left: %v", got)
+	}
+	rb.untrack(b)
+	if got := rb.running("s1", "r1"); got != nil || len(rb.m) != 0 || len(rb.more) != 0 {
+		t.Fatalf("after all left: %v %v %v", got, rb.m, rb.more)
+	}
+}
