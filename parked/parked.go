@@ -322,12 +322,21 @@ func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
 // Settle ends the run that parked calls: its results join the continuation,
 // and the batch waits for its answers, or, when every answer came in during
 // the run, this router resumes it (true, the lease held).
+//
+// A run whose continuation another router took over meanwhile (this
+// router's lease lapsed while it ran: docs/protocol.md 6.1) adds its results
+// and changes nothing else: the batch is that router's, which settles it
+// after its repair. Were the phase set here too, both routers could find
+// the batch ready and both resume it.
 func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
 	b, err := s.conts.update(ctx, session, replyID, func(b *Batch) error {
 		for id, res := range results {
 			if _, ok := b.Results[id]; !ok {
 				b.Results[id] = res
 			}
+		}
+		if b.Active() && b.Owner != s.cfg.Owner {
+			return nil // taken over: its new owner settles it
 		}
 		b.Phase, b.Owner = PhaseParked, ""
 		if b.Ready() {
@@ -1261,3 +1270,8 @@ func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l 
 }
 
 var errNotOwner = errors.New("parked: not the owner")
+
+// ErrNotOwner is (errors.Is) the error of Park on a continuation that
+// another router holds: it took the batch over once this router's lease
+// lapsed (docs/protocol.md 6.1), so this router's copy of the batch stops.
+var ErrNotOwner = errNotOwner

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -62,6 +63,15 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 		}
 	}
 	got, err := s.conts.Park(ctx, run)
+	if errors.Is(err, parked.ErrNotOwner) {
+		// Another router took this continuation over (this router's lease
+		// lapsed while it ran, docs/protocol.md 6.1): the batch is its, and
+		// it parks these calls. This copy stops here; ending them internal
+		// would publish call.result events (and at last a batch.done, with
+		// the id that router's will have) for calls that are parked.
+		b.p.log.Warn("router: continuation taken over by another router; this copy stops", "session", b.session, "reply", b.replyID, "err", err)
+		return false
+	}
 	if err != nil {
 		if first {
 			b.cont = nil // nothing was recorded: there is no continuation to settle
@@ -259,6 +269,13 @@ func (r *continuations) repair(cont *parked.Batch) {
 	var wg sync.WaitGroup
 	for _, c := range b.calls[:min(cont.Next, len(b.calls))] {
 		if c.result != nil || slices.Contains(cont.Waiting, c.call.ID) {
+			continue
+		}
+		if cont.IsCancelled(c.call.ID) {
+			// The agent cancelled it after the dead router started it
+			// (docs/protocol.md 3.5): it ends interrupted and never starts
+			// again, as runCalls ends a cancelled call of a resumed batch.
+			b.finish(c, interrupted(c.call))
 			continue
 		}
 		if c.early != nil {
