@@ -442,7 +442,7 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 		// Not watch.Stop: it deletes the watch's consumer and waits for
 		// the reply (store.Stops), up to 5 s on a cluster whose meta
 		// leader moves, and the result is known already.
-		defer l.stops.Stop(watch)
+		defer l.stops.Go(watch)
 		updates = watch.Updates()
 	}
 	var expired <-chan time.Time
@@ -706,7 +706,7 @@ func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
 	if err != nil {
 		return bus.Result{}, false
 	}
-	defer l.stops.Stop(w) // in the background, as wait's
+	defer l.stops.Go(w) // in the background, as wait's
 	for {
 		select {
 		case <-ctx.Done():

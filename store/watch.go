@@ -127,13 +127,13 @@ type Stops struct {
 // MaxStops bounds the watches' stops a Stops runs in the background at once.
 const MaxStops = 256
 
-// Stop stops w: in the background, or, when MaxStops stops are in flight,
+// Go stops w: in the background, or, when MaxStops stops are in flight,
 // before it returns. Its error is discarded, as the callers' deferred
 // stops discarded it: the UNSUB goes out first, so the updates end either
 // way, and an ephemeral consumer whose delete failed is removed by the
 // server once it has had no interest for its inactive threshold
 // (nats-server's default for an ephemeral, 5 s).
-func (s *Stops) Stop(w jetstream.KeyWatcher) {
+func (s *Stops) Go(w jetstream.KeyWatcher) {
 	if s.inFlight.Add(1) > MaxStops {
 		s.inFlight.Add(-1)
 		_ = w.Stop()

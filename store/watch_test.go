@@ -222,7 +222,7 @@ func TestStops(t *testing.T) {
 	returned := make(chan struct{})
 	go func() {
 		for range store.MaxStops {
-			s.Stop(heldWatch{release, make(chan struct{})})
+			s.Go(heldWatch{release, make(chan struct{})})
 		}
 		close(returned)
 	}()
@@ -235,7 +235,7 @@ func TestStops(t *testing.T) {
 	open := make(chan struct{})
 	close(open)
 	extra := heldWatch{open, make(chan struct{})}
-	s.Stop(extra)
+	s.Go(extra)
 	select {
 	case <-extra.stopped:
 	default:
@@ -257,7 +257,7 @@ func TestStops(t *testing.T) {
 		t.Fatalf("after Wait: in flight %d, landed %d", s.InFlight(), landed.Load())
 	}
 	var zero store.Stops // usable as it is
-	zero.Stop(heldWatch{open, make(chan struct{})})
+	zero.Go(heldWatch{open, make(chan struct{})})
 	if err := zero.Wait(t.Context()); err != nil {
 		t.Fatal(err)
 	}

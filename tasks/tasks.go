@@ -346,7 +346,7 @@ func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool
 		// Not w.Stop: it deletes the watch's consumer and waits for the
 		// reply (store.Stops), up to 5 s on a cluster, after the answer
 		// is known.
-		defer s.stops.Stop(w)
+		defer s.stops.Go(w)
 	}
 	read, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollBound)
 	defer cancel()
