@@ -91,6 +91,10 @@ type Ledger struct {
 	held    claims   // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
 	ids     claimIDs
+	// stops stops the watches of waits that have returned (wait, Await):
+	// a watch's stop deletes its consumer, a JetStream API request that
+	// can take 5 s on a cluster, so it runs off the caller's path.
+	stops store.Stops
 }
 
 // Config configures a Ledger; every zero value has a working default.
@@ -107,9 +111,10 @@ type Config struct {
 	// Health is noted with each write's outcome; nil: not noted.
 	Health *store.Health
 	// Landing gives the context of a write that must land (a recorded
-	// result, an abandoned claim); nil means a context of two minutes that
-	// nothing waits for (the Landing of a life.Life of the ledger's own,
-	// never drained).
+	// result, an abandoned claim), and the one a watch's stop holds while
+	// it runs in the background (store.Stops); nil means a context of two
+	// minutes that nothing waits for (the Landing of a life.Life of the
+	// ledger's own, never drained) but Stop.
 	Landing func() (context.Context, context.CancelFunc)
 }
 
@@ -128,7 +133,8 @@ func New(kv jetstream.KeyValue, cfg Config) *Ledger {
 	if cfg.Landing == nil {
 		cfg.Landing = life.New(life.Config{LandBudget: landBudget}).Landing
 	}
-	return &Ledger{kv: kv, cfg: cfg, held: claims{m: map[string]Entry{}}, ids: claimIDs{prefix: nuid.Next()}}
+	return &Ledger{kv: kv, cfg: cfg, held: claims{m: map[string]Entry{}}, ids: claimIDs{prefix: nuid.Next()},
+		stops: store.Stops{Landing: cfg.Landing}}
 }
 
 // Health is the store health the ledger notes its writes in (may be nil).
@@ -145,7 +151,9 @@ const (
 )
 
 // claim tries to become the one run of key. timeout is how long the call
-// may take; the claim tells duplicates how long to wait.
+// may take; the claim tells duplicates how long to wait. Its entry is this
+// router's claim, or, for a duplicate, the other claim's entry as read
+// (with its result when that run has recorded one).
 func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (outcome, Entry) {
 	now := time.Now().UTC()
 	me := Entry{State: stateRunning, Router: l.cfg.Router, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
@@ -166,15 +174,17 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 	}
 	cctx, cancel := context.WithTimeout(ctx, claimBudget)
 	defer cancel()
-	var held bool
+	var (
+		held bool
+		seen Entry // the entry another claim holds, as read
+	)
 	rev, err = store.Update(cctx, l.kv, key, store.Policy{Budget: claimBudget}, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		held = false
+		held, seen = false, Entry{}
 		if cur != nil {
-			var le Entry
-			switch err := json.Unmarshal(cur.Value(), &le); {
-			case err == nil && le.Claim == me.Claim:
+			switch err := json.Unmarshal(cur.Value(), &seen); {
+			case err == nil && seen.Claim == me.Claim:
 				return nil, store.ErrNoChange // the first create landed; its ack was lost
-			case err != nil || le.State != stateAbandoned:
+			case err != nil || seen.State != stateAbandoned:
 				held = true
 				return nil, store.ErrNoChange
 			}
@@ -192,7 +202,7 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (
 		}
 		return failed, me
 	case held:
-		return duplicate, me
+		return duplicate, seen
 	}
 	me.rev = rev
 	l.held.hold(key, me)
@@ -429,7 +439,10 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 	watch, err := l.kv.Watch(ctx, key)
 	var updates <-chan jetstream.KeyValueEntry
 	if err == nil {
-		defer func() { _ = watch.Stop() }()
+		// Not watch.Stop: it deletes the watch's consumer and waits for
+		// the reply (store.Stops), up to 5 s on a cluster whose meta
+		// leader moves, and the result is known already.
+		defer l.stops.Stop(watch)
 		updates = watch.Updates()
 	}
 	var expired <-chan time.Time
@@ -560,16 +573,18 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bu
 	return res, nil, true
 }
 
-// Stop waits until the records in flight have landed or ctx ends.
+// Stop waits until the records in flight have landed and the watches of
+// the waits that returned have stopped, or until ctx ends. A router does not
+// call it: its drain waits for both through Config.Landing.
 func (l *Ledger) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { l.writes.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return errors.New("ledger: records still in flight")
 	}
+	return l.stops.Wait(ctx)
 }
 
 // Call is what the ledger knows of one call.
@@ -646,6 +661,12 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 		defer l.held.release(key, claim.Claim)
 		return run(claim)
 	case duplicate:
+		if claim.State == stateDone && claim.Result != nil {
+			// The entry read holds the result: no watch to wait on
+			// (a consumer's create and delete through the meta leader).
+			l.cfg.Hits()
+			return *claim.Result
+		}
 		res, taken := l.wait(ctx, c)
 		if taken != nil {
 			defer l.held.release(key, taken.Claim)
@@ -685,7 +706,7 @@ func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
 	if err != nil {
 		return bus.Result{}, false
 	}
-	defer func() { _ = w.Stop() }()
+	defer l.stops.Stop(w) // in the background, as wait's
 	for {
 		select {
 		case <-ctx.Done():

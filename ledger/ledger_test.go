@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
@@ -152,4 +154,86 @@ func textOf(blocks []bus.Block) string {
 		s += b.Text
 	}
 	return s
+}
+
+// A duplicate gets a result already recorded without waiting for its
+// watch's stop, a consumer delete that takes up to 5 s on a cluster whose
+// meta leader moves (held here at a gate): the stop runs in the
+// background, counted, and the drain of the life that gives the ledger's
+// Landing waits for it, as Stop does. Await likewise.
+func TestLedgerWaitNotHeldByWatchStop(t *testing.T) {
+	ls := newTestLedger(t, "a")
+	ctx := t.Context()
+	var logs testkit.Buffer
+	lf := life.New(life.Config{Cleanup: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	gate := testkit.GateStops(ls[0].kv)
+	t.Cleanup(gate.Open)
+	b := New(gate, Config{Router: "b", Landing: lf.Landing})
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute)
+	ls[0].Record(ctx, "s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
+
+	got := make(chan bus.Result, 2)
+	go func() {
+		got <- waitRes(b.wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Minute}))
+	}()
+	if r := testkit.Recv(t, got, 10*time.Second, "the duplicate's result, its watch's stop held"); textOf(r.Output) != "done" {
+		t.Fatalf("waited for %+v", r)
+	}
+	go func() {
+		r, _ := b.Await(ctx, "s.r.c1")
+		got <- r
+	}()
+	if r := testkit.Recv(t, got, 10*time.Second, "Await's result, its watch's stop held"); textOf(r.Output) != "done" {
+		t.Fatalf("awaited %+v", r)
+	}
+	for range 2 {
+		testkit.Recv(t, gate.Stopping, 10*time.Second, "a watch's stop")
+	}
+	if n := b.stops.InFlight(); n != 2 {
+		t.Fatalf("%d stops in flight, want 2", n)
+	}
+	over, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.Stop(over); err == nil {
+		t.Fatal("Stop returned nil with two stops in flight")
+	}
+	// A drain whose deadline has passed waits its cleanup window for them,
+	// then says it cut them off.
+	_ = lf.Drain(over)
+	if !strings.Contains(logs.String(), "writes that must land cut off") {
+		t.Fatalf("the drain did not wait for the stops: %q", logs.String())
+	}
+	gate.Open()
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.stops.InFlight(); n != 0 {
+		t.Fatalf("%d stops in flight after Stop", n)
+	}
+}
+
+// A duplicate of a call whose result is recorded gets it from the entry its
+// claim read: no watch is opened (each one a consumer created and deleted
+// through the JetStream meta leader, per re-sent call), and the call does
+// not run again.
+func TestDuplicateOfRecordedOpensNoWatch(t *testing.T) {
+	ls := newTestLedger(t, "a")
+	ctx := t.Context()
+	gate := testkit.GateStops(ls[0].kv)
+	t.Cleanup(gate.Open)
+	b := New(gate, Config{Router: "b"})
+	c := Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Minute}
+	ls[0].Once(ctx, c, func() bus.Result {
+		return bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
+	})
+	res := b.Once(ctx, c, func() bus.Result {
+		t.Error("a recorded call ran again")
+		return bus.Result{}
+	})
+	if textOf(res.Output) != "done" {
+		t.Fatalf("duplicate got %+v", res)
+	}
+	if n := len(gate.Stopping) + b.stops.InFlight(); n != 0 {
+		t.Fatalf("the duplicate opened %d watches", n)
+	}
 }

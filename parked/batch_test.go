@@ -174,6 +174,16 @@ func TestCopyParksWhatTheFirstHasNot(t *testing.T) {
 	if b := phase(t, first, "s1", "r1"); b.Phase != PhaseParked || !slices.Equal(b.Waiting, []string{"c1", "c2"}) {
 		t.Fatalf("continuation after both copies: %+v", b)
 	}
+	// A copy that finds no continuation (the batch finished between its
+	// conflict and its read) writes nothing: it gets the records there are.
+	late := run()
+	late.Calls = append(late.Calls, record("s1", "r1", "c3"))
+	if got := ids(second.join(t.Context(), late, nil)); !slices.Equal(got, []string{"c1:parked", "c2:parked"}) {
+		t.Fatalf("a copy without a continuation read %v", got)
+	}
+	if _, err := second.Read.Get(t.Context(), bus.CallKey("s1", "r1", "c3")); !store.IsNotFound(err) {
+		t.Fatalf("a copy without a continuation wrote a record: %v", err)
+	}
 }
 
 func TestSettle(t *testing.T) {

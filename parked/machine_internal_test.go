@@ -486,6 +486,33 @@ func TestMachine(t *testing.T) {
 			}
 		})
 	})
+	t.Run("a run whose continuation was taken over does not resume it too", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			m := newMachine(t)
+			p := m.park(t, "r1", bus.KindExternal, false, "c1") // router-a's run goes on
+			got, err := m.b.Answer(t.Context(), p.Parked[0].Key(), "deploy", &bus.Answer{State: bus.StateSuccess}, verdict(Done, ok("c1")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, resume, err := m.b.Resume(t.Context(), got.Record, *got.Record.Result, func(*Batch) {}); err != nil || resume {
+				t.Fatalf("a running batch resumed by an answer: %v %v", resume, err)
+			}
+			time.Sleep(time.Minute) // router-a's lease lapses while its run goes on
+			synctest.Wait()
+			if conts, _ := m.b.TakeOver(t.Context(), time.Now().Add(-time.Second)); len(conts) != 1 {
+				t.Fatalf("takeover: %+v", conts)
+			}
+			// router-a's run ends late: its results join the batch, which is
+			// router-b's to settle (docs/protocol.md 6.1), not resumed twice.
+			late, resume, err := m.a.Settle(t.Context(), "s1", "r1", map[string]bus.Result{"x": ok("x")})
+			if err != nil || resume || late.Owner != "router-b" || late.Phase != PhaseResumed || late.Results["x"].ID != "x" {
+				t.Fatalf("the old owner's settle: resume %v, %+v, %v", resume, late, err)
+			}
+			if _, resume, err := m.b.Settle(t.Context(), "s1", "r1", nil); err != nil || !resume {
+				t.Fatalf("the new owner's settle: resume %v, %v", resume, err)
+			}
+		})
+	})
 }
 
 // TestAnswerVerdicts: each verdict is one compare-and-set on the record,

@@ -234,11 +234,16 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 		if !store.IsConflict(err) {
 			return Parking{}, err
 		}
-		prev := s.Read.carriedBy(ctx, r.Key())
+		var prev *Batch
+		out := Parking{Before: true}
+		if rec, err := s.Read.Get(ctx, r.Key()); err == nil {
+			prev, out.Parked = carried(rec), []*Record{rec}
+		}
 		if prev == nil {
 			prev, _ = s.Read.Batch(ctx, b.Session, b.ReplyID)
 		}
-		return Parking{Before: true, Batch: prev}, nil
+		out.Batch = prev
+		return out, nil
 	}
 	s.calls.announce(run, []*Record{r}, []*Record{r})
 	return Parking{Batch: b, Parked: []*Record{r}}, nil
@@ -250,18 +255,18 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 // or call.parked lists a call as parked only once its record exists
 // (docs/protocol.md 6.1: an answer sent the moment it is listed finds the
 // call parked); whichever copy's create lands first is the record. It
-// returns the records of run's calls that cont waits for, as stored.
+// returns the records of run's calls that cont waits for, as stored. With
+// no cont (it is gone: the batch finished after this copy's create
+// conflicted, or it could not be read) it writes nothing and returns the
+// records of run's calls that exist, which say how each ended.
 func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
-	if cont == nil {
-		return nil
-	}
 	var out, created []*Record
 	for _, r := range run.Calls {
-		if !slices.Contains(cont.Waiting, r.Call.ID) {
+		if cont != nil && !slices.Contains(cont.Waiting, r.Call.ID) {
 			continue
 		}
 		got, err := s.Read.Get(ctx, r.Key())
-		if store.IsNotFound(err) {
+		if cont != nil && store.IsNotFound(err) {
 			if err = s.calls.create(ctx, r); err == nil {
 				got = r
 				created = append(created, r)
@@ -305,15 +310,6 @@ func carried(r *Record) *Batch {
 	return b
 }
 
-// carriedBy reads the record key and returns the continuation it carries.
-func (s Reads) carriedBy(ctx context.Context, key string) *Batch {
-	r, err := s.Get(ctx, key)
-	if err != nil {
-		return nil
-	}
-	return carried(r)
-}
-
 // Continuation is the continuation of rec's batch: the one rec carries,
 // or the one under the batch's key.
 func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
@@ -326,12 +322,21 @@ func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
 // Settle ends the run that parked calls: its results join the continuation,
 // and the batch waits for its answers, or, when every answer came in during
 // the run, this router resumes it (true, the lease held).
+//
+// A run whose continuation another router took over meanwhile (this
+// router's lease lapsed while it ran: docs/protocol.md 6.1) adds its results
+// and changes nothing else: the batch is that router's, which settles it
+// after its repair. Were the phase set here too, both routers could find
+// the batch ready and both resume it.
 func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
 	b, err := s.conts.update(ctx, session, replyID, func(b *Batch) error {
 		for id, res := range results {
 			if _, ok := b.Results[id]; !ok {
 				b.Results[id] = res
 			}
+		}
+		if b.Active() && b.Owner != s.cfg.Owner {
+			return nil // taken over: its new owner settles it
 		}
 		b.Phase, b.Owner = PhaseParked, ""
 		if b.Ready() {
@@ -1265,3 +1270,8 @@ func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l 
 }
 
 var errNotOwner = errors.New("parked: not the owner")
+
+// ErrNotOwner is (errors.Is) the error of Park on a continuation that
+// another router holds: it took the batch over once this router's lease
+// lapsed (docs/protocol.md 6.1), so this router's copy of the batch stops.
+var ErrNotOwner = errNotOwner

@@ -251,27 +251,21 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		parks, specs = b.p.park.reuse(b, parks, specs)
 	}
 	if len(parks) > 0 && !b.p.park.park(b, parks, specs, next) {
-		return false // a re-sent batch found the first one parked
-	}
-	if len(execs) == 1 {
-		b.execute(execs[0])
-	} else {
-		// In parallel, each call once the one before it passed the
-		// quotas: the calls of a run are counted in call order.
-		var wg sync.WaitGroup
-		for _, c := range execs {
-			var admitted chan struct{}
-			if b.p.quota != nil {
-				admitted = make(chan struct{})
-				c.admitted = admitted // taken by jobOf, in the call's goroutine
-			}
-			wg.Go(func() { b.execute(c) })
-			if admitted != nil {
-				<-admitted
-			}
+		if b.cont != nil {
+			return false // another router took the continuation over: the batch is its
 		}
-		wg.Wait()
+		// A re-sent batch found the first one parked. Its reply still
+		// holds every call of this run, finished or parked (docs/protocol.md
+		// 3.2): the calls the first copy may still be running run here
+		// too, through the ledger (3.1: one that is not read-only gets the
+		// first run's recorded result, waiting for it), unless the first
+		// copy's continuation had their results or lists them as parked.
+		b.executeAll(slices.DeleteFunc(execs, func(c *callState) bool {
+			return slices.ContainsFunc(b.parked, func(p bus.Parked) bool { return p.ID == c.call.ID })
+		}))
+		return false
 	}
+	b.executeAll(execs)
 	if len(parks) == 0 || b.cont == nil {
 		// Nothing parked (past the session's limit, or the continuation
 		// could not be written): every call of the run has its result,
@@ -279,6 +273,29 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		return true
 	}
 	return b.p.park.settle(b, next) // true when the batch goes on here
+}
+
+// executeAll executes the calls of a run: in parallel, each call once the
+// one before it passed the quotas (the calls of a run are counted in call
+// order).
+func (b *batch) executeAll(execs []*callState) {
+	if len(execs) == 1 {
+		b.execute(execs[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, c := range execs {
+		var admitted chan struct{}
+		if b.p.quota != nil {
+			admitted = make(chan struct{})
+			c.admitted = admitted // taken by jobOf, in the call's goroutine
+		}
+		wg.Go(func() { b.execute(c) })
+		if admitted != nil {
+			<-admitted
+		}
+	}
+	wg.Wait()
 }
 
 // execute runs c through the executor chain and finishes it, unless a
@@ -535,7 +552,7 @@ func (x routerRunner) readOutput(ctx context.Context, session string, c bus.Call
 // every router gets each one and ends what it runs of the batch.
 type canceller struct {
 	*wire
-	running    func(session, replyID string) *batch
+	running    func(session, replyID string) []*batch // every copy of the batch running here
 	confirming *confirmed
 	parked     func(session, replyID string, ids []string) // cancels the batch's parked and queued calls
 }
@@ -560,7 +577,7 @@ func (r *canceller) onCancel(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	if b := r.running(e.SessionID, e.ReplyID); b != nil {
+	for _, b := range r.running(e.SessionID, e.ReplyID) { // each copy of a re-sent batch (3.1, 3.5)
 		b.interrupt(c.Calls)
 	}
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
@@ -618,10 +635,13 @@ func (b *batch) interrupt(ids []string) {
 
 // runningBatches are the batches running on this router, by session and
 // reply id: what a cancel reaches (docs/protocol.md 3.5) and what a drain
-// counts.
+// counts. One reply id may have several copies here at once (a batch
+// re-sent while its first copy still runs, 3.1; a continuation resumed
+// beside a re-sent copy), and a cancel reaches each of them.
 type runningBatches struct {
-	mu sync.Mutex
-	m  map[batchRef]*batch
+	mu   sync.Mutex
+	m    map[batchRef]*batch   // one copy of each batch: no allocation of its own
+	more map[batchRef][]*batch // the other copies, rare
 }
 
 // batchRef names a batch by its session and reply id: a map key of the two
@@ -633,30 +653,59 @@ func (rb *runningBatches) track(b *batch) {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	if rb.m == nil {
-		rb.m = map[batchRef]*batch{}
+		rb.m, rb.more = map[batchRef]*batch{}, map[batchRef][]*batch{}
 	}
-	rb.m[batchRef{b.session, b.replyID}] = b
+	k := batchRef{b.session, b.replyID}
+	switch cur, ok := rb.m[k]; {
+	case !ok:
+		rb.m[k] = b
+	case cur != b && !slices.Contains(rb.more[k], b):
+		rb.more[k] = append(rb.more[k], b)
+	}
 }
 
 func (rb *runningBatches) untrack(b *batch) {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
-	if k := (batchRef{b.session, b.replyID}); rb.m[k] == b {
-		delete(rb.m, k)
+	k := batchRef{b.session, b.replyID}
+	cur, ok := rb.m[k]
+	if !ok {
+		return
+	}
+	more := rb.more[k]
+	if cur == b {
+		if len(more) == 0 {
+			delete(rb.m, k)
+			return
+		}
+		rb.m[k], more = more[0], more[1:]
+	} else {
+		more = slices.DeleteFunc(more, func(x *batch) bool { return x == b })
+	}
+	if len(more) == 0 {
+		delete(rb.more, k)
+	} else {
+		rb.more[k] = more
 	}
 }
 
-// running returns the batch of session and reply id running here, or nil.
-func (rb *runningBatches) running(session, replyID string) *batch {
+// running returns the copies of the batch of session and reply id running
+// here (none: nil).
+func (rb *runningBatches) running(session, replyID string) []*batch {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
-	return rb.m[batchRef{session, replyID}]
+	k := batchRef{session, replyID}
+	b, ok := rb.m[k]
+	if !ok {
+		return nil
+	}
+	return append([]*batch{b}, rb.more[k]...)
 }
 
 // callsInFlight counts the calls started here and not finished.
 func (rb *runningBatches) callsInFlight() int {
 	rb.mu.Lock()
-	bs := slices.Collect(maps.Values(rb.m))
+	bs := slices.Concat(slices.Collect(maps.Values(rb.m)), slices.Concat(slices.Collect(maps.Values(rb.more))...))
 	rb.mu.Unlock()
 	n := 0
 	for _, b := range bs {

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -62,6 +63,15 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 		}
 	}
 	got, err := s.conts.Park(ctx, run)
+	if errors.Is(err, parked.ErrNotOwner) {
+		// Another router took this continuation over (this router's lease
+		// lapsed while it ran, docs/protocol.md 6.1): the batch is its, and
+		// it parks these calls. This copy stops here; ending them internal
+		// would publish call.result events (and at last a batch.done, with
+		// the id that router's will have) for calls that are parked.
+		b.p.log.Warn("router: continuation taken over by another router; this copy stops", "session", b.session, "reply", b.replyID, "err", err)
+		return false
+	}
 	if err != nil {
 		if first {
 			b.cont = nil // nothing was recorded: there is no continuation to settle
@@ -261,6 +271,13 @@ func (r *continuations) repair(cont *parked.Batch) {
 		if c.result != nil || slices.Contains(cont.Waiting, c.call.ID) {
 			continue
 		}
+		if cont.IsCancelled(c.call.ID) {
+			// The agent cancelled it after the dead router started it
+			// (docs/protocol.md 3.5): it ends interrupted and never starts
+			// again, as runCalls ends a cancelled call of a resumed batch.
+			b.finish(c, interrupted(c.call))
+			continue
+		}
 		if c.early != nil {
 			b.finish(c, *c.early)
 			continue
@@ -324,20 +341,26 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 }
 
 // adopt fills the batch from got, the continuation an earlier copy of this
-// batch left (nil: nothing to adopt) and the records of this copy's calls
+// batch left (nil: gone, or unreadable) and the records of this copy's calls
 // that it waits for, written by this copy when the earlier one had not yet
 // (parked.Store.join: the reply lists a call as parked once its record
 // exists, docs/protocol.md 6.1). Other awaited calls are read from KV, not
 // the cache; one with no record (the store failed) is described as this
 // copy decided it (spec).
 func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, got parked.Parking) {
-	cont := got.Batch
-	if cont == nil {
-		return
-	}
 	stored := make(map[string]*parked.Record, len(got.Parked))
 	for _, rec := range got.Parked {
 		stored[rec.Call.ID] = rec
+	}
+	cont := got.Batch
+	if cont == nil {
+		// The continuation is gone (the batch finished between this copy's
+		// create and its read) or unreadable: this copy's calls are as
+		// their records say (docs/protocol.md 3.1), none queued.
+		cont = &parked.Batch{Next: len(b.calls)}
+		for _, rec := range got.Parked {
+			cont.Waiting = append(cont.Waiting, rec.Call.ID)
+		}
 	}
 	mine := make(map[string]parkSpec, len(calls))
 	for i, c := range calls {

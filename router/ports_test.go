@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -127,15 +128,19 @@ func (f *fakeEvents) reply(_, typ, session, replyID string, trace [2]string, dat
 }
 
 type fakeConts struct {
-	parked     []*parked.Record
-	parkBefore bool
-	batches    int
-	settle     func() (*parked.Batch, bool, error)
+	parked  []*parked.Record
+	before  *parked.Parking // what Park answers a re-sent copy (nil: it parks)
+	parkErr error           // what Park fails with
+	batches int
+	settle  func() (*parked.Batch, bool, error)
 }
 
 func (f *fakeConts) Park(_ context.Context, run parked.Run) (parked.Parking, error) {
-	if f.parkBefore {
-		return parked.Parking{Before: true, Batch: &parked.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}}, nil
+	if f.parkErr != nil {
+		return parked.Parking{}, f.parkErr
+	}
+	if f.before != nil {
+		return *f.before, nil
 	}
 	f.batches++
 	for _, rec := range run.Calls {
@@ -355,15 +360,47 @@ func TestParkStep(t *testing.T) {
 			t.Fatalf("result %+v", c)
 		}
 	})
+	t.Run("taken over", func(t *testing.T) {
+		// A resumed batch parks a call after another router took its
+		// continuation over: that router's batch parks it; this copy stops
+		// with no result for it and no event (docs/protocol.md 6.1).
+		f := newFakePipeline(t, ext, bus.ToolDef{Name: "echo", ReadOnly: true})
+		f.conts.parkErr = fmt.Errorf("parked: batch s1.r1: %w (taken over by router-b)", parked.ErrNotOwner)
+		b := f.batchOf(t, "", call("c1", "echo"), call("p1", "ext"))
+		b.start, b.cont = time.Time{}, &parked.Batch{Session: "s1", ReplyID: "r1", Phase: parked.PhaseResumed, Owner: "router-a", Next: 1}
+		b.calls[0].result = &bus.Result{ID: "c1", Name: "echo", State: bus.StateSuccess}
+		if b.run(1) {
+			t.Fatal("a batch taken over completed")
+		}
+		if b.calls[1].result != nil || len(f.events.types) != 0 || len(f.runner.tools) != 0 {
+			t.Fatalf("result %+v, events %v, runs %v", b.calls[1].result, f.events.types, f.runner.tools)
+		}
+	})
 	t.Run("parked before", func(t *testing.T) {
 		f := newFakePipeline(t, ext)
-		f.conts.parkBefore = true
+		f.conts.before = &parked.Parking{Before: true, Batch: &parked.Batch{Results: map[string]bus.Result{}, Waiting: []string{"p1"}, Next: 1}}
 		b := f.batchOf(t, "", call("p1", "ext"))
 		if b.run(0) || len(f.conts.parked) != 0 {
 			t.Fatalf("a re-sent batch parked again: %d", len(f.conts.parked))
 		}
 		if len(b.parked) != 1 || b.parked[0].ID != "p1" {
 			t.Fatalf("reply's parked %+v", b.parked)
+		}
+	})
+	// The first copy's batch finished between the re-sent copy's conflict
+	// and its read of the continuation: the copy's reply has the result
+	// the call's record holds (docs/protocol.md 3.1), not an empty reply.
+	t.Run("continuation gone", func(t *testing.T) {
+		f := newFakePipeline(t, ext)
+		res := bus.Result{ID: "p1", Name: "ext", State: bus.StateSuccess, Output: bus.Text("answered")}
+		f.conts.before = &parked.Parking{Before: true, Parked: []*parked.Record{
+			{Session: "s1", Call: bus.Call{ID: "p1", Name: "ext"}, Status: bus.ParkDone, Result: &res}}}
+		b := f.batchOf(t, "", call("p1", "ext"))
+		if b.run(0) || len(f.conts.parked) != 0 {
+			t.Fatalf("a re-sent batch parked again: %d", len(f.conts.parked))
+		}
+		if r := b.calls[0].result; len(b.parked) != 0 || r == nil || textOf(r.Output) != "answered" {
+			t.Fatalf("reply's parked %+v, result %+v", b.parked, r)
 		}
 	})
 }
@@ -448,3 +485,48 @@ func TestExecMsgMode(t *testing.T) {
 type binaryWorkers bool
 
 func (b binaryWorkers) BinaryExec(string) bool { return bool(b) }
+
+// TestRepairHonoursCancel: a router that takes over the continuation of a
+// dead router does not run again a call of its last run that the agent
+// cancelled meanwhile (docs/protocol.md 3.5, 6.1): it ends interrupted.
+func TestRepairHonoursCancel(t *testing.T) {
+	f := newFakePipeline(t, bus.ToolDef{Name: "ext", External: true}, bus.ToolDef{Name: "echo", ReadOnly: true, ConcurrencySafe: true})
+	cont := &parked.Batch{Session: "s1", ReplyID: "r1", Data: bus.Batch{Calls: []bus.Call{call("p1", "ext"), call("c2", "echo")}},
+		Results: map[string]bus.Result{"p1": bus.InterruptedResult(call("p1", "ext"))}, Waiting: []string{"p1"}, Next: 2,
+		Phase: parked.PhaseResumed, Owner: "router-b", Cancelled: []string{"*"}}
+	r := &continuations{pipe: f.p, batches: &runningBatches{}}
+	r.repair(cont)
+	if len(f.runner.tools) != 0 {
+		t.Fatalf("a cancelled call ran again: %v", f.runner.tools)
+	}
+	if !slices.Contains(f.events.types, "call.result:c2") {
+		t.Fatalf("no interrupted result for the cancelled call: %v", f.events.types)
+	}
+}
+
+// TestRunningBatchesCopies: every copy of one reply id running here is
+// reached (docs/protocol.md 3.1, 3.5), whichever leaves first.
+func TestRunningBatchesCopies(t *testing.T) {
+	f := newFakePipeline(t)
+	a, b, c := f.batchOf(t, "", call("c1", "x")), f.batchOf(t, "", call("c1", "x")), f.batchOf(t, "", call("c1", "x"))
+	var rb runningBatches
+	for _, x := range []*batch{a, b, b, c} {
+		rb.track(x)
+	}
+	if got := rb.running("s1", "r1"); len(got) != 3 || got[0] != a || got[1] != b || got[2] != c {
+		t.Fatalf("running %v", got)
+	}
+	rb.untrack(a) // the first leaves: the others stay reachable
+	if got := rb.running("s1", "r1"); len(got) != 2 || got[0] != b || got[1] != c {
+		t.Fatalf("after the first left: %v", got)
+	}
+	rb.untrack(c)
+	rb.untrack(c)
+	if got := rb.running("s1", "r1"); len(got) != 1 || got[0] != b {
+		t.Fatalf("after the last left: %v", got)
+	}
+	rb.untrack(b)
+	if got := rb.running("s1", "r1"); got != nil || len(rb.m) != 0 || len(rb.more) != 0 {
+		t.Fatalf("after all left: %v %v %v", got, rb.m, rb.more)
+	}
+}

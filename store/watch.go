@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -90,5 +91,78 @@ func (w *Watch) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("store: watch stop: %w", ctx.Err())
+	}
+}
+
+// Stops stops KV watches off their callers' paths: a call whose watch has
+// brought what it waited for returns at once, and the watch's stop goes on
+// in the background. A watch's Stop is not only an unsubscribe: in nats.go
+// v1.55 (jetstream/kv.go) KeyWatcher.Stop is Unsubscribe on the ordered push
+// consumer that the library's legacy JetStream context created for the
+// watch, which sends UNSUB and then, because the library created the
+// consumer (nats.go js.go, jsi.dc), deletes it with a synchronous
+// $JS.API.CONSUMER.DELETE request (nats.go nats.go Subscription.Unsubscribe,
+// js.go deleteConsumer) bounded by that context's default wait, 5 s
+// (js.go defaultRequestWait; jetstream's legacyJetStream sets no MaxWait).
+// On a cluster the delete goes through the JetStream meta leader, so it
+// takes the whole 5 s when the meta leader moves or the reply is lost.
+//
+// The stops in flight are bounded: past MaxStops a stop runs on its
+// caller's goroutine, as a plain Stop would (back-pressure). Each holds a
+// context from Landing while it runs, so a drain of the life that gives it
+// waits for the stops, bounded by the drain; Wait waits for them too. A
+// stop whose connection has closed returns at once (ErrConnectionClosed,
+// discarded): a stop never outlives its connection by more than its
+// request. The zero value is usable: no Landing, MaxStops stops in flight.
+type Stops struct {
+	// Landing, when set, gives the context each background stop holds
+	// while it runs (life.Life.Landing); its cancel is called when the
+	// stop returns.
+	Landing func() (context.Context, context.CancelFunc)
+
+	wg       sync.WaitGroup
+	inFlight atomic.Int64
+}
+
+// MaxStops bounds the watches' stops a Stops runs in the background at once.
+const MaxStops = 256
+
+// Stop stops w: in the background, or, when MaxStops stops are in flight,
+// before it returns. Its error is discarded, as the callers' deferred
+// stops discarded it: the UNSUB goes out first, so the updates end either
+// way, and an ephemeral consumer whose delete failed is removed by the
+// server once it has had no interest for its inactive threshold
+// (nats-server's default for an ephemeral, 5 s).
+func (s *Stops) Stop(w jetstream.KeyWatcher) {
+	if s.inFlight.Add(1) > MaxStops {
+		s.inFlight.Add(-1)
+		_ = w.Stop()
+		return
+	}
+	done := func() {}
+	if s.Landing != nil {
+		_, done = s.Landing()
+	}
+	s.wg.Go(func() {
+		defer s.inFlight.Add(-1)
+		defer done()
+		_ = w.Stop()
+	})
+}
+
+// InFlight is the number of stops running in the background.
+func (s *Stops) InFlight() int { return int(s.inFlight.Load()) }
+
+// Wait waits until the stops in flight have returned, or until ctx ends
+// (then it returns an error; the stops still end on their own, each bounded
+// by its request's wait).
+func (s *Stops) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("store: %d watch stops still in flight: %w", s.InFlight(), ctx.Err())
 	}
 }

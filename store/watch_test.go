@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,5 +193,72 @@ func TestIsNotFoundIsConflict(t *testing.T) {
 	}
 	if !store.IsNotFound(fmt.Errorf("wrapped: %w", jetstream.ErrKeyNotFound)) || !store.IsConflict(fmt.Errorf("wrapped: %w", jetstream.ErrKeyExists)) {
 		t.Error("wrapped sentinels not recognised")
+	}
+}
+
+// heldWatch is a watch whose stop waits until release is closed.
+type heldWatch struct {
+	release chan struct{}
+	stopped chan struct{} // closed when the stop was called
+}
+
+func (w heldWatch) Updates() <-chan jetstream.KeyValueEntry { return nil }
+func (w heldWatch) Stop() error {
+	close(w.stopped)
+	<-w.release
+	return nil
+}
+
+// TestStops: a watch's stop runs in the background, holding a landing
+// context until it returns; past MaxStops in flight the next one runs on
+// its caller's goroutine; Wait waits for them until its context ends.
+func TestStops(t *testing.T) {
+	var landings, landed atomic.Int64
+	s := &store.Stops{Landing: func() (context.Context, context.CancelFunc) {
+		landings.Add(1)
+		return context.Background(), func() { landed.Add(1) }
+	}}
+	release := make(chan struct{})
+	returned := make(chan struct{})
+	go func() {
+		for range store.MaxStops {
+			s.Stop(heldWatch{release, make(chan struct{})})
+		}
+		close(returned)
+	}()
+	testkit.Recv(t, returned, bound, "MaxStops stops held in the background")
+	if s.InFlight() != store.MaxStops || landings.Load() != store.MaxStops || landed.Load() != 0 {
+		t.Fatalf("in flight %d, landings %d, landed %d", s.InFlight(), landings.Load(), landed.Load())
+	}
+	// One more: on the caller's goroutine, so its stop has been called when
+	// Stop returns (this one is not held).
+	open := make(chan struct{})
+	close(open)
+	extra := heldWatch{open, make(chan struct{})}
+	s.Stop(extra)
+	select {
+	case <-extra.stopped:
+	default:
+		t.Fatal("the stop past MaxStops did not run on its caller's goroutine")
+	}
+	if landings.Load() != store.MaxStops {
+		t.Fatalf("a stop run by its caller took a landing context: %d", landings.Load())
+	}
+	over, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := s.Wait(over); err == nil {
+		t.Fatal("Wait returned nil with stops in flight")
+	}
+	close(release)
+	if err := s.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if s.InFlight() != 0 || landed.Load() != store.MaxStops {
+		t.Fatalf("after Wait: in flight %d, landed %d", s.InFlight(), landed.Load())
+	}
+	var zero store.Stops // usable as it is
+	zero.Stop(heldWatch{open, make(chan struct{})})
+	if err := zero.Wait(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }

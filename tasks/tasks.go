@@ -46,6 +46,10 @@ type Config struct {
 	// MaxPerUser bounds the running tasks of one user (the batch's user,
 	// when it has one) over all sessions; zero means DefaultMaxPerUser.
 	MaxPerUser int
+	// Landing gives the context each watch's stop holds while it runs in
+	// the background (Wait; store.Stops), so that a drain waits for it
+	// (the router's life.Landing); nil: nothing but Stop waits for them.
+	Landing func() (context.Context, context.CancelFunc)
 }
 
 // Setup creates (or updates) the P_tasks bucket, whose records expire keep
@@ -92,8 +96,9 @@ var (
 
 // Store is the tasks over one bucket. Its methods are safe for concurrent use.
 type Store struct {
-	kv  jetstream.KeyValue
-	cfg Config
+	kv    jetstream.KeyValue
+	cfg   Config
+	stops store.Stops // the watches of the waits that returned
 }
 
 // New returns the store over kv (from Setup).
@@ -104,8 +109,12 @@ func New(kv jetstream.KeyValue, cfg Config) *Store {
 	if cfg.MaxPerUser <= 0 {
 		cfg.MaxPerUser = DefaultMaxPerUser
 	}
-	return &Store{kv: kv, cfg: cfg}
+	return &Store{kv: kv, cfg: cfg, stops: store.Stops{Landing: cfg.Landing}}
 }
+
+// Stop waits until the watches of the waits that returned have stopped,
+// or until ctx ends (then it returns an error).
+func (s *Store) Stop(ctx context.Context) error { return s.stops.Wait(ctx) }
 
 // UserKey is the bound's key of a batch's user value: "" for none.
 func UserKey(user json.RawMessage) string {
@@ -334,7 +343,10 @@ func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool
 		return nil, err
 	}
 	if w != nil {
-		defer w.Stop()
+		// Not w.Stop: it deletes the watch's consumer and waits for the
+		// reply (store.Stops), up to 5 s on a cluster, after the answer
+		// is known.
+		defer s.stops.Stop(w)
 	}
 	read, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollBound)
 	defer cancel()

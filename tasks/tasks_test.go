@@ -15,6 +15,11 @@ import (
 
 func newStore(t *testing.T, cfg tasks.Config) *tasks.Store {
 	t.Helper()
+	return tasks.New(newKV(t), cfg)
+}
+
+func newKV(t *testing.T) jetstream.KeyValue {
+	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -24,7 +29,7 @@ func newStore(t *testing.T, cfg tasks.Config) *tasks.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tasks.New(kv, cfg)
+	return kv
 }
 
 func rec(session, id, user string, deadline time.Time) *tasks.Record {
@@ -176,4 +181,39 @@ func TestWaitAndClaim(t *testing.T) {
 	if err != nil || len(running) != 1 || running[0].ID != "w1" || running[0].Owner != "b" {
 		t.Fatalf("running: %v %+v", err, running)
 	}
+}
+
+// TestWaitNotHeldByWatchStop: a wait answers without waiting for its
+// watch's stop, a consumer delete that takes up to 5 s on a cluster (held
+// here at a gate); Stop waits for it.
+func TestWaitNotHeldByWatchStop(t *testing.T) {
+	gate := testkit.GateStops(newKV(t))
+	t.Cleanup(gate.Open)
+	st := tasks.New(gate, tasks.Config{})
+	ctx := t.Context()
+	if err := st.Admit(ctx, rec("s1", "g1", "", time.Now().Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Finish(ctx, "s1", "g1", bus.Result{State: bus.StateSuccess}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []*tasks.Record, 1)
+	go func() {
+		r, _ := st.Wait(ctx, "s1", []string{"g1"}, false)
+		done <- r
+	}()
+	if r := testkit.Recv(t, done, 10*time.Second, "the wait's answer, its watch's stop held"); len(r) != 1 || r[0].State != bus.StateSuccess {
+		t.Fatalf("wait: %+v", r)
+	}
+	testkit.Recv(t, gate.Stopping, 10*time.Second, "the watch's stop")
+	over, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := st.Stop(over); err == nil {
+		t.Fatal("Stop returned nil with a stop in flight")
+	}
+	gate.Open()
+	if err := st.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Recv(t, gate.Stopped, 10*time.Second, "the watch's stop returned")
 }

@@ -1,0 +1,139 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// The races of two copies of one batch (docs/protocol.md 3.1: the agent
+// re-sends a batch whose reply did not come within 5 s, so the first copy
+// may still be running when the second arrives).
+
+// sent is the outcome of a batch sent in the background.
+type sent struct {
+	reply *bus.Reply
+	err   error
+}
+
+// sendAsync sends b as session's batch replyID in the background.
+func (e *env) sendAsync(t *testing.T, session, replyID string, calls []bus.Call) <-chan sent {
+	t.Helper()
+	ch := make(chan sent, 1)
+	ctx := testCtx(t)
+	go func() {
+		r, err := e.client.Call(ctx, session, bus.Batch{Calls: calls}, client.WithReplyID(replyID))
+		ch <- sent{r, err}
+	}()
+	return ch
+}
+
+// replyOf waits for the reply of a batch sent with sendAsync.
+func replyOf(t *testing.T, ch <-chan sent, what string) *bus.Reply {
+	t.Helper()
+	select {
+	case s := <-ch:
+		if s.err != nil {
+			t.Fatalf("%s: %v", what, s.err)
+		}
+		return s.reply
+	case <-time.After(bound):
+		t.Fatalf("%s: no reply", what)
+	}
+	return nil
+}
+
+// TestResendWhileFirstRunParks: a copy of a batch that arrives while the
+// first copy's run has parked a call and still runs another finds the
+// first copy's continuation and adopts it; its reply must still hold every
+// call of the run, finished or parked (3.2), not leave out the one the
+// first copy is running (it ran nowhere as far as that reply said). The
+// side-effecting call runs once (3.1).
+func TestResendWhileFirstRunParks(t *testing.T) {
+	e := newEnv(t, 2)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	var sig signals
+	var runs atomic.Int32
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "slow_side", ConcurrencySafe: true}, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			runs.Add(1)
+			sig.fire("started")
+			if !sig.wait(ctx, "release") {
+				return nil, fmt.Errorf("never released")
+			}
+			return textResult("side done"), nil
+		})
+	})
+	e.waitLive("slow_side")
+	calls := []bus.Call{{ID: "c1", Name: "ext"}, {ID: "c2", Name: "slow_side"}}
+	first := e.sendAsync(t, "s1", "r1", calls)
+	// The run parked c1 (its continuation and record are written before
+	// the other calls of the run start) and now runs c2.
+	waitClosed(t, sig.ch("started"), "the first copy's c2 to start")
+	again := e.sendAsync(t, "s1", "r1", calls)
+	e.waitForLedgerWatcher(t) // the re-sent copy waits for c2's record
+	sig.fire("release")
+	for _, r := range []*bus.Reply{replyOf(t, first, "first copy"), replyOf(t, again, "re-sent copy")} {
+		if len(r.Results) != 1 || r.Results[0].ID != "c2" || len(r.Parked) != 1 || r.Parked[0].ID != "c1" {
+			t.Fatalf("a reply must hold c2's result and c1 parked: %s", jsonOf(r))
+		}
+		wantSuccess(t, r.Results[0], "side done")
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("slow_side ran %d times, want 1", n)
+	}
+}
+
+// TestResendThenCancelOnOneRouter: two copies of one batch on the same
+// router (one router, as on a laptop) are both reached by a cancel of the
+// reply id: calls that have not started never start (3.5), in either copy.
+// Before, the router knew only the copy that arrived last, and the first
+// copy went on with its later runs after the cancel: its external call
+// parked, so its reply listed the call as parked while the other copy's
+// said interrupted, and the record waited for an answer that the batch's
+// batch.done (already sent, by the other copy) no longer expected. (A
+// worker's call of the later run would be refused by the worker itself,
+// which remembers the cancel; a call that parks has no worker.)
+func TestResendThenCancelOnOneRouter(t *testing.T) {
+	e := newEnv(t, 1)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	var sig signals
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "slow_unsafe"}, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			sig.fire("started")
+			if !sig.wait(ctx, "release") {
+				return nil, fmt.Errorf("never released")
+			}
+			return textResult("slow done"), nil
+		})
+	})
+	e.waitLive("slow_unsafe")
+	// slow_unsafe runs alone: ext is the batch's next run.
+	calls := []bus.Call{{ID: "c1", Name: "slow_unsafe"}, {ID: "c2", Name: "ext"}}
+	first := e.sendAsync(t, "s1", "r1", calls)
+	waitClosed(t, sig.ch("started"), "the first copy's c1 to start")
+	again := e.sendAsync(t, "s1", "r1", calls)
+	e.waitForLedgerWatcher(t) // the re-sent copy is running too: it waits for c1's record
+	if err := e.client.Cancel(testCtx(t), "s1", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*bus.Reply{replyOf(t, first, "first copy"), replyOf(t, again, "re-sent copy")} {
+		if len(r.Parked) != 0 {
+			t.Fatalf("a call parked after the cancel: %s", jsonOf(r))
+		}
+		checkCallOrder(t, calls, r.Results)
+		wantFailure(t, resultOf(t, r.Results, "c2"), bus.StateInterrupted, bus.CodeInterrupted, bus.InterruptedText)
+	}
+	var list struct {
+		Parked []struct{ ID string } `json:"parked"`
+	}
+	if err := e.client.Admin(t.Context(), "parked.list", "s1", nil, &list); err != nil || len(list.Parked) != 0 {
+		t.Fatalf("parked.list after the cancel: %+v %v", list.Parked, err)
+	}
+}
