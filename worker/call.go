@@ -150,7 +150,10 @@ func Register[In, Out any](w *Worker, def bus.ToolDef, fn Func[In, Out]) error {
 	return w.Handle(def, func(ctx context.Context, c *Call) (*bus.ExecResult, error) {
 		var in In
 		if len(c.Input) > 0 {
-			if err := fastjson.Unmarshal(c.Input, &in); err != nil {
+			// UnmarshalOf decodes into a reused value and copies it to in,
+			// which stays on the stack (Unmarshal's any made it escape: an
+			// allocation per call).
+			if err := fastjson.UnmarshalOf(c.Input, &in); err != nil {
 				return nil, fmt.Errorf("input does not decode: %w", err)
 			}
 		}
