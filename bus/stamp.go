@@ -111,3 +111,14 @@ func (s Subjects) EventsMsg(session string) string {
 	locals.Put(l)
 	return subj
 }
+
+// CallMsg is Call(session) carved as EventsMsg is, for the subject of a
+// batch that is sent and let go (client.Call names one per batch).
+func (s Subjects) CallMsg(session string) string {
+	l := locals.Get().(*local)
+	subj := l.Make(len(s.p)+len("call.")+len(session), func(b []byte) []byte {
+		return append(append(append(b, s.p...), "call."...), session...)
+	})
+	locals.Put(l)
+	return subj
+}
