@@ -67,3 +67,21 @@ func BenchmarkServeExec(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkProgress is one progress event of a running call: one text
+// block published on the session's events subject.
+func BenchmarkProgress(b *testing.B) {
+	nc := testkit.Connect(b, testkit.RunServer(b))
+	w, err := New(nc, Config{ID: "w1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := &Call{ID: "c1", Name: "echo", SessionID: "bench-session-0001", ReplyID: "M3CgXPmzZg1495hoVjoRqG", w: w.exec}
+	blocks := bus.Text("50% done")
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Progress(blocks...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
