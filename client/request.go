@@ -134,8 +134,10 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 		return fmt.Errorf("client: %s: %w", subject, err)
 	}
 	var re bus.Event
-	// The reply's data is decoded next (DataAs checks it): read once.
-	if err := bus.DecodeHead(resp, &re); err != nil {
+	// The reply's data is decoded next (DataAs checks it): read once. Its
+	// attributes are views of the reply's data: re is let go here, and
+	// what the caller keeps (the reply's results, an error) is copied.
+	if err := bus.DecodeHeadView(resp, &re); err != nil {
 		return fmt.Errorf("client: reply: %w", err)
 	}
 	if re.Type == bus.TypeError {
