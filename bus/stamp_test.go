@@ -131,7 +131,7 @@ func TestEventsMsg(t *testing.T) {
 			if got, want := s.EventsMsg(session), s.Events(session); got != want {
 				t.Errorf("EventsMsg(%q) = %q, want %q", session, got, want)
 			}
-			if got, want := s.CallMsg(session), s.Call(session); got != want {
+			if got, want := CallMsg(s, session), s.Call(session); got != want {
 				t.Errorf("CallMsg(%q) = %q, want %q", session, got, want)
 			}
 		}
@@ -144,7 +144,7 @@ func TestEventsMsg(t *testing.T) {
 	if got := testing.AllocsPerRun(10000, func() { sink = s.EventsMsg("session-1") }); got > 0 {
 		t.Errorf("%.2f allocations per EventsMsg, want less than one", got)
 	}
-	if got := testing.AllocsPerRun(10000, func() { sink = s.CallMsg("session-1") }); got > 0 {
+	if got := testing.AllocsPerRun(10000, func() { sink = CallMsg(s, "session-1") }); got > 0 {
 		t.Errorf("%.2f allocations per CallMsg, want less than one", got)
 	}
 	_ = sink
