@@ -141,6 +141,18 @@ func (r *ExecResult) AppendJSON(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// AppendJSON appends p as json.Marshal writes it; an invalid raw member of
+// a block is an error, as for ExecResult.AppendJSON.
+func (p *Progress) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendInt(b, int64(p.Seq), 10)
+	b, err := appendOutput(b, p.Output)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
 // appendOutput appends the "output" member: null for a nil slice, as
 // json.Marshal writes it.
 func appendOutput(b []byte, out []Block) ([]byte, error) {

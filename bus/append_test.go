@@ -105,6 +105,26 @@ func FuzzResultAppendJSON(f *testing.F) {
 	})
 }
 
+// A progress event's data (the worker's Call.Progress) as json.Marshal
+// gives it: null output when there is none, every kind of block.
+func TestProgressAppendJSON(t *testing.T) {
+	prio := 0.5
+	for _, p := range []Progress{
+		{},
+		{Seq: 1, Output: []Block{}},
+		{Seq: 2, Output: Text("50% done\n\"quoted\" <b>\u2028")},
+		{Seq: -3, Output: []Block{{Type: BlockText, Text: "a"}, {Type: BlockData, MediaType: "image/png", Data: "aGk=", Size: 2},
+			{Type: "resource_link", URI: "file:///x", Name: "x", Title: "X", Description: "d",
+				Annotations: &Annotations{Audience: []string{"user"}, Priority: &prio, LastModified: "2026-12-05T02:00:00Z"}}}},
+	} {
+		got, err := p.AppendJSON(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAsMarshal(t, got, &p)
+	}
+}
+
 // A raw member that is not JSON is refused, as json.Marshal refuses it.
 func TestAppendJSONInvalidRaw(t *testing.T) {
 	bad := json.RawMessage(`{"a":`)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	fastjson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
@@ -447,7 +448,24 @@ func DecodeHead(m *nats.Msg, e *Event) error {
 		return decodeBinary(m.Header, m.Data, e, false)
 	}
 	b := bytes.TrimSpace(m.Data)
-	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false) {
+	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, false) {
+		return e.Validate()
+	}
+	return DecodeTo(m, e)
+}
+
+// DecodeHeadView is DecodeHead whose attributes, when the plain form is
+// read, are views of m's data rather than a copy of theirs (no
+// allocation): for a caller that lets the event go once it has read what
+// it keeps (the client's reply, whose results Reply.FromEvent copies),
+// and never changes m.Data. The attributes keep m.Data alive.
+func DecodeHeadView(m *nats.Msg, e *Event) error {
+	*e = Event{}
+	if IsBinary(m.Header) {
+		return decodeBinary(m.Header, m.Data, e, false)
+	}
+	b := bytes.TrimSpace(m.Data)
+	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, true) {
 		return e.Validate()
 	}
 	return DecodeTo(m, e)
@@ -505,11 +523,12 @@ func decodeStructured(b []byte, e *Event) error {
 // fraction of the general decoder, the constant attributes
 // (specversion, datacontenttype, a toolbus type) no allocation, and the
 // others one in all: they are slices of one string.
-func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true) }
+func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true, false) }
 
 // decodeFlatData is decodeFlat; with check false, data is neither checked
-// to be JSON nor copied: e.Data is a slice of b (DecodeHead).
-func decodeFlatData(b []byte, e *Event, check bool) bool {
+// to be JSON nor copied: e.Data is a slice of b (DecodeHead); with view,
+// the attributes are strings over b's bytes (DecodeHeadView).
+func decodeFlatData(b []byte, e *Event, check, view bool) bool {
 	attrs := e.attrs()
 	var vals [nAttrs][]byte // the attributes that are not constants, in b
 	n := 0
@@ -540,6 +559,14 @@ func decodeFlatData(b []byte, e *Event, check bool) bool {
 	})
 	if !ok || seen == 0 || !p.end() {
 		return false
+	}
+	if view {
+		for slot, v := range vals {
+			if v != nil {
+				*attrs[slot] = unsafe.String(unsafe.SliceData(v), len(v))
+			}
+		}
+		return true
 	}
 	setStrings(attrs, &vals, n)
 	return true

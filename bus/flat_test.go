@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	fastjson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
@@ -84,6 +85,11 @@ func checkHead(t *testing.T, b []byte) {
 	case ferr != nil && herr == nil && fastjson.Valid(head.Data):
 		t.Fatalf("%q: DecodeHead reads, with JSON data, what DecodeTo refuses: %v", b, ferr)
 	}
+	// DecodeHeadView reads what DecodeHead reads, views for copies.
+	var view Event
+	if verr := DecodeHeadView(&nats.Msg{Data: bytes.Clone(b)}, &view); (verr == nil) != (herr == nil) || herr == nil && !reflect.DeepEqual(view, head) {
+		t.Fatalf("%q:\nDecodeHeadView %+v, %v\nDecodeHead     %+v, %v", b, view, verr, head, herr)
+	}
 	// The same body in binary mode.
 	h := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"x"}, "ce-source": {"s"}, "ce-type": {TypeExec}, "content-type": {ContentTypeJSON}}
 	herr = DecodeHead(&nats.Msg{Header: h, Data: b}, &head)
@@ -107,6 +113,14 @@ func TestDecodeHeadIsDecodeTo(t *testing.T) {
 	}
 	if err := DecodeHead(&nats.Msg{Data: []byte(`{"specversion":"1.0","id":"x","source":"s","type":"t","data":{"a":}}`)}, &e); err != nil || e.DataAs(new(any)) == nil {
 		t.Fatalf("data that is not JSON: %v, then DataAs succeeds", err)
+	}
+	// A view's attributes are the message's bytes, and cost no allocation.
+	m := &nats.Msg{Data: b}
+	if err := DecodeHeadView(m, &e); err != nil || unsafe.StringData(e.ID) != &b[bytes.Index(b, []byte(e.ID))] {
+		t.Fatalf("DecodeHeadView: %v, id not a view of the message's", err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = DecodeHeadView(m, &e) }); n != 0 && !raceEnabled {
+		t.Errorf("DecodeHeadView: %v allocations, want 0", n)
 	}
 }
 

@@ -133,15 +133,28 @@ func (f *flatReply) block(p *flatParser) bool {
 	return true
 }
 
+// oneResult is the usual reply's one result of one block, in one
+// allocation.
+type oneResult struct {
+	result [1]Result
+	block  [1]Block
+}
+
 // fill makes r's results: their strings slices of one string, their
-// blocks of one array.
+// blocks of one array (the usual one result of one block: both in one
+// oneResult).
 func (f *flatReply) fill(r *Reply) {
 	var all strings.Builder
 	all.Grow(f.size)
-	r.Results = make([]Result, f.nres)
-	blocks := []Block{}
-	if f.nblock > 0 {
-		blocks = make([]Block, f.nblock)
+	var blocks []Block
+	switch {
+	case f.nres == 1 && f.nblock == 1:
+		one := new(oneResult)
+		r.Results, blocks = one.result[:], one.block[:]
+	case f.nblock > 0:
+		r.Results, blocks = make([]Result, f.nres), make([]Block, f.nblock)
+	default:
+		r.Results, blocks = make([]Result, f.nres), []Block{}
 	}
 	for i := range f.nres {
 		res := &f.results[i]

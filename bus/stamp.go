@@ -111,3 +111,15 @@ func (s Subjects) EventsMsg(session string) string {
 	locals.Put(l)
 	return subj
 }
+
+// CallMsg is s.Call(session) carved as EventsMsg is, for the subject of
+// a batch that is sent and let go (client.Call names one per batch). A
+// function, not a method: Subjects keeps to 15 methods (TestMethodsPerType).
+func CallMsg(s Subjects, session string) string {
+	l := locals.Get().(*local)
+	subj := l.Make(len(s.p)+len("call.")+len(session), func(b []byte) []byte {
+		return append(append(append(b, s.p...), "call."...), session...)
+	})
+	locals.Put(l)
+	return subj
+}

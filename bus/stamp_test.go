@@ -122,14 +122,17 @@ func TestHeadAllocations(t *testing.T) {
 	}
 }
 
-// EventsMsg names what Events names, a long session too (an array of its
-// own), without an allocation per subject.
+// EventsMsg and CallMsg name what Events and Call name, a long session
+// too (an array of its own), without an allocation per subject.
 func TestEventsMsg(t *testing.T) {
 	for _, prefix := range []string{"", "tb", strings.Repeat("p", 100)} {
 		s := NewSubjects(prefix)
 		for _, session := range []string{"s1", strings.Repeat("a", 128)} {
 			if got, want := s.EventsMsg(session), s.Events(session); got != want {
 				t.Errorf("EventsMsg(%q) = %q, want %q", session, got, want)
+			}
+			if got, want := CallMsg(s, session), s.Call(session); got != want {
+				t.Errorf("CallMsg(%q) = %q, want %q", session, got, want)
 			}
 		}
 	}
@@ -140,6 +143,9 @@ func TestEventsMsg(t *testing.T) {
 	var sink string
 	if got := testing.AllocsPerRun(10000, func() { sink = s.EventsMsg("session-1") }); got > 0 {
 		t.Errorf("%.2f allocations per EventsMsg, want less than one", got)
+	}
+	if got := testing.AllocsPerRun(10000, func() { sink = CallMsg(s, "session-1") }); got > 0 {
+		t.Errorf("%.2f allocations per CallMsg, want less than one", got)
 	}
 	_ = sink
 }

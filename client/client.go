@@ -149,7 +149,7 @@ func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...
 	*buf = e.Data[:0] // grown, when it had to
 	var reply bus.Reply
 	trusted := len(opts) == 0 // the data is AppendJSON's, unless an option of the caller's set other data
-	if err := c.rq.exchange(ctx, c.subj.Call(session), &e, trusted, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
+	if err := c.rq.exchange(ctx, bus.CallMsg(c.subj, session), &e, trusted, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
 		return nil, err
 	}
 	c.rq.revs.saw(session, reply.SessionRev)

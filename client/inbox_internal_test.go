@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,49 @@ func TestRepliesRequest(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRepliesRequestUntil: a deadline kept by the wait (the exchange's
+// default timeout, without a context made for it) ends a request as a
+// context with that deadline does, and one that has passed sends nothing.
+func TestRepliesRequestUntil(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc, srv := testkit.Connect(t, s), testkit.Connect(t, s)
+	if _, err := srv.Subscribe("svc", func(m *nats.Msg) {
+		if !strings.Contains(string(m.Data), `"q":1`) { // the second request is never answered
+			_ = srv.Publish(m.Reply, []byte("r"))
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r := newReplies(nc)
+	event := func(q int) *bus.Event {
+		e, err := bus.NewEvent(bus.TypeAdmin, "test", struct {
+			Q int `json:"q"`
+		}{q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	if m, err := r.requestUntil(t.Context(), time.Now().Add(10*time.Second), "svc", event(0), false); err != nil || string(m.Data) != "r" {
+		t.Fatalf("answered before its deadline: %v, %v", m, err)
+	}
+	if _, err := r.requestUntil(t.Context(), time.Now().Add(50*time.Millisecond), "svc", event(1), false); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("unanswered: %v, want %v", err, context.DeadlineExceeded)
+	}
+	if _, err := r.requestUntil(t.Context(), time.Now().Add(-time.Millisecond), "svc", event(2), false); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("deadline passed: %v, want %v", err, context.DeadlineExceeded)
+	}
+	if n := nc.Stats().OutMsgs; n != 2 {
+		t.Fatalf("%d requests sent, want 2 (none past its deadline)", n)
+	}
+	if n := nc.NumSubscriptions(); n != 1 {
+		t.Fatalf("%d subscriptions kept, want 1", n)
 	}
 }
 

@@ -116,15 +116,17 @@ func (c *requester) ask(ctx context.Context, subject, typ, session string, data 
 // bus.Batch.AppendJSON's), which is then not scanned again before it is
 // sent.
 func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
+	// Without a deadline of the caller's, the exchange ends after def: a
+	// deadline the wait keeps itself (replies.Mux.RequestUntil), not a
+	// context made for it per request.
+	var until time.Time
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
 			def = c.timeout
 		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, def)
-		defer cancel()
+		until = time.Now().Add(def)
 	}
-	resp, err := c.send(ctx, subject, e, trusted)
+	resp, err := c.send(ctx, until, subject, e, trusted)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("client: no router serves %s: %w", subject, err)
@@ -132,8 +134,10 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 		return fmt.Errorf("client: %s: %w", subject, err)
 	}
 	var re bus.Event
-	// The reply's data is decoded next (DataAs checks it): read once.
-	if err := bus.DecodeHead(resp, &re); err != nil {
+	// The reply's data is decoded next (DataAs checks it): read once. Its
+	// attributes are views of the reply's data: re is let go here, and
+	// what the caller keeps (the reply's results, an error) is copied.
+	if err := bus.DecodeHeadView(resp, &re); err != nil {
 		return fmt.Errorf("client: reply: %w", err)
 	}
 	if re.Type == bus.TypeError {
@@ -157,17 +161,25 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 
 // send sends e as a request; a busy reply (docs/protocol.md 1: nothing ran) is
 // retried with the same event after a short, growing, jittered backoff
-// until ctx ends, when the last reply is returned.
-func (c *requester) send(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
+// until ctx ends or until (when set) passes, when the last reply is
+// returned.
+func (c *requester) send(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
 	// c owns the reply subscription (New's runtime.AddCleanup): it stays
 	// reachable until the reply came, whatever the caller still holds.
 	defer runtime.KeepAlive(c)
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		resp, err := c.replies.request(ctx, subject, e, trusted)
+		resp, err := c.replies.requestUntil(ctx, until, subject, e, trusted)
 		if err != nil || !isBusy(resp) {
 			return resp, err
 		}
-		if bus.Sleep(ctx, backoff/2+rand.N(backoff)) != nil {
+		pause := backoff/2 + rand.N(backoff)
+		if !until.IsZero() {
+			if left := time.Until(until); left < pause {
+				_ = bus.Sleep(ctx, left)
+				return resp, nil
+			}
+		}
+		if bus.Sleep(ctx, pause) != nil {
 			return resp, nil
 		}
 	}
@@ -288,7 +300,13 @@ func (r *replies) close() { r.mux.Unsubscribe() }
 // nats.ErrNoResponders, nats.ErrConnectionClosed). e's data is checked
 // to be JSON unless trusted (bus.SendTrusted).
 func (r *replies) request(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
-	return r.mux.Request(ctx, func(inbox string) error {
+	return r.requestUntil(ctx, time.Time{}, subject, e, trusted)
+}
+
+// requestUntil is request that also ends at until (zero: never), with
+// context.DeadlineExceeded, as it would under a context with that deadline.
+func (r *replies) requestUntil(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
+	return r.mux.RequestUntil(ctx, until, func(inbox string) error {
 		publish := func(m *nats.Msg) error {
 			m.Reply = inbox
 			return r.mux.Conn().PublishMsg(m)

@@ -101,7 +101,7 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	if c.w == nil {
 		return nil
 	}
-	blocks, err := c.w.off.Fit(c.w.base, bus.CallKey(c.SessionID, c.ReplyID, c.ID), blocks, 0, false)
+	blocks, err := c.w.off.Fit(c.w.base, callKey(c.SessionID, c.ReplyID, c.ID), blocks, 0, false)
 	if err != nil {
 		return fmt.Errorf("worker: progress: %w", err)
 	}
@@ -109,12 +109,25 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	e, err := bus.NewEvent(bus.TypeCallProgress, c.w.source, bus.Progress{Seq: seq, Output: blocks})
+	// Encoded as a result is (executor.serve): in a pooled buffer, into
+	// an event on the stack, sent without a second scan on a carved
+	// subject; nats.go has copied it when SendTrusted returns.
+	buf := results.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledResult {
+			results.Put(buf)
+		}
+	}()
+	p := bus.Progress{Seq: seq, Output: blocks}
+	data, err := p.AppendJSON((*buf)[:0])
 	if err != nil {
-		return err
+		return fmt.Errorf("bus: marshal %s data: %w", bus.TypeCallProgress, err)
 	}
+	*buf = data[:0]
+	e := bus.Head(bus.TypeCallProgress, c.w.source)
+	e.Data = data
 	e.Subject, e.SessionID, e.ReplyID, e.ToolCallID, e.TraceParent, e.TraceState = c.ID, c.SessionID, c.ReplyID, c.ID, c.traceParent, c.traceState
-	return bus.Publish(c.w.nc, c.w.subj.Events(c.SessionID), e)
+	return bus.SendTrusted(c.w.subj.EventsMsg(c.SessionID), &e, "", c.w.nc.PublishMsg)
 }
 
 // PatchState sets the JSON merge patch (RFC 7386) that the router applies to
@@ -150,7 +163,10 @@ func Register[In, Out any](w *Worker, def bus.ToolDef, fn Func[In, Out]) error {
 	return w.Handle(def, func(ctx context.Context, c *Call) (*bus.ExecResult, error) {
 		var in In
 		if len(c.Input) > 0 {
-			if err := fastjson.Unmarshal(c.Input, &in); err != nil {
+			// UnmarshalOf decodes into a reused value and copies it to in,
+			// which stays on the stack (Unmarshal's any made it escape: an
+			// allocation per call).
+			if err := fastjson.UnmarshalOf(c.Input, &in); err != nil {
 				return nil, fmt.Errorf("input does not decode: %w", err)
 			}
 		}

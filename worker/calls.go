@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/slab"
 )
 
 // callTable is what the worker knows of its calls: those accepted, from
@@ -33,6 +34,23 @@ type callTable struct {
 
 func newCallTable(subj bus.Subjects) *callTable {
 	return &callTable{subj: subj, inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}}
+}
+
+// keys are the blocks call keys are carved from (callKey).
+var keys slab.Pool
+
+// callKey is bus.CallKey(session, reply, call), carved from a shared
+// block rather than allocated: a dozen keys or so cost one allocation. A
+// key lives until its call is answered and has left the answered ring
+// (at most maxAnswered of them), so the blocks it keeps alive are few.
+func callKey(session, reply, call string) string {
+	return keys.Make(len(session)+len(reply)+len(call)+2, func(b []byte) []byte {
+		b = append(b, session...)
+		b = append(b, '.')
+		b = append(b, reply...)
+		b = append(b, '.')
+		return append(b, call...)
+	})
 }
 
 // answered is a call key of tool answered at, listed until linger has passed.

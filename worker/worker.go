@@ -330,6 +330,8 @@ type request struct {
 	tracked bool
 	call    Call
 	reply   coreReply
+	w       *Worker // set by dispatch, for Run
+	t       *tool
 }
 
 func (w *Worker) onExec(t *tool, r *request) {
@@ -394,13 +396,19 @@ func (w *Worker) onExec(t *tool, r *request) {
 	}()
 }
 
-// dispatch serves one accepted exec request on the pool, in its slot.
+// dispatch serves one accepted exec request on the pool, in its slot:
+// the request is the pool's task (Run), so no closure is made for it.
 func (w *Worker) dispatch(t *tool, r *request) {
-	w.pool.Go(func() {
-		defer w.release(r.key, r.tracked)
-		r.reply = coreReply{w.exec, &r.m}
-		w.exec.serve(t, &r.m, &r.e, r.err, r.key, &r.call, &r.reply)
-	})
+	r.w, r.t = w, t
+	w.pool.Run(r)
+}
+
+// Run serves r on a pool goroutine (dispatch).
+func (r *request) Run() {
+	w := r.w
+	defer w.release(r.key, r.tracked)
+	r.reply = coreReply{w.exec, &r.m}
+	w.exec.serve(r.t, &r.m, &r.e, r.err, r.key, &r.call, &r.reply)
 }
 
 // unserved answers a request of a tool whose definition no router
@@ -437,7 +445,7 @@ type BusyObserver interface {
 func (w *Worker) accept(t *tool, e *bus.Event, err error) (key string, tracked bool) {
 	tracked = w.life.Enter()
 	if err == nil && e.SessionID != "" && e.ReplyID != "" && e.ToolCallID != "" {
-		key = bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID)
+		key = callKey(e.SessionID, e.ReplyID, e.ToolCallID)
 		w.calls.queue(key, t.def.Name)
 	}
 	return key, tracked

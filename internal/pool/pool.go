@@ -21,7 +21,7 @@ const MaxIdle = 256
 
 // Pool is a set of reusable goroutines; the zero value is not usable.
 type Pool struct {
-	tasks chan func()
+	tasks chan Task
 	quit  chan struct{}
 	idle  time.Duration
 	wg    sync.WaitGroup
@@ -31,23 +31,36 @@ type Pool struct {
 
 // New returns a Pool whose goroutines exit after idle without work.
 func New(idle time.Duration) *Pool {
-	return &Pool{tasks: make(chan func()), quit: make(chan struct{}), idle: idle}
+	return &Pool{tasks: make(chan Task), quit: make(chan struct{}), idle: idle}
 }
+
+// Task is what a pool runs. A caller that already has a value per task
+// (a request) gives it as a Task and spares the closure Go would take.
+type Task interface{ Run() }
+
+// funcTask is a func as a Task: a func value fits an interface as it is,
+// so Go takes no allocation of its own.
+type funcTask func()
+
+func (f funcTask) Run() { f() }
 
 // Go runs f on an idle goroutine of the pool, or on a new one. Callers bound
 // the number of tasks in flight themselves.
-func (p *Pool) Go(f func()) {
+func (p *Pool) Go(f func()) { p.Run(funcTask(f)) }
+
+// Run is Go for a Task.
+func (p *Pool) Run(t Task) {
 	select {
-	case p.tasks <- f:
+	case p.tasks <- t:
 	default:
 		p.wg.Add(1)
-		go p.work(f)
+		go p.work(t)
 	}
 }
 
-func (p *Pool) work(f func()) {
+func (p *Pool) work(f Task) {
 	defer p.wg.Done()
-	f()
+	f.Run()
 	t := time.NewTimer(p.idle)
 	defer t.Stop()
 	for {
@@ -58,7 +71,7 @@ func (p *Pool) work(f func()) {
 		select {
 		case f := <-p.tasks:
 			p.idleN.Add(-1)
-			f()
+			f.Run()
 			t.Reset(p.idle)
 		case <-t.C:
 			p.idleN.Add(-1)

@@ -135,8 +135,23 @@ func (a *Mux) Await(max int) (*Wait, error) {
 // the connection closes under it (EndOnClose). Nothing is sent once ctx
 // has ended.
 func (a *Mux) Request(ctx context.Context, send func(inbox string) error) (*nats.Msg, error) {
+	return a.RequestUntil(ctx, time.Time{}, send)
+}
+
+// RequestUntil is Request that also ends at deadline (zero: none), with
+// context.DeadlineExceeded, as Request under a context with that deadline
+// would: a deadline of the caller's own without a context made for it
+// (its allocations, its timer and its place among the parent's children);
+// the wait's timer is a pooled one.
+func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, send func(inbox string) error) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	var within time.Duration
+	if !deadline.IsZero() {
+		if within = time.Until(deadline); within <= 0 {
+			return nil, context.DeadlineExceeded
+		}
 	}
 	w, err := a.Await(0)
 	if err != nil {
@@ -146,11 +161,13 @@ func (a *Mux) Request(ctx context.Context, send func(inbox string) error) (*nats
 		a.Done(w, false)
 		return nil, err
 	}
-	resp := w.Wait(ctx, 0)
+	resp := w.Wait(ctx, within)
 	a.Done(w, resp != nil)
 	switch {
 	case resp == nil && ctx.Err() != nil:
 		return nil, ctx.Err()
+	case resp == nil && !deadline.IsZero() && !time.Now().Before(deadline):
+		return nil, context.DeadlineExceeded
 	case resp == nil:
 		return nil, nats.ErrConnectionClosed
 	case len(resp.Data) == 0 && resp.Header.Get("Status") == "503":
