@@ -587,3 +587,25 @@ func (s *calls) park(ctx context.Context, r *Record) error {
 	s.live(r)
 	return nil
 }
+
+// Another router lists a call parked the moment its record is written
+// (docs/protocol.md 3.4: parked.list has a reply's parked calls by the time
+// the reply is sent, whichever router answers it): ParkedNow brings its
+// watch-fed cache up to the bucket's last write first.
+func TestParkedNowSeesOtherRoutersWrites(t *testing.T) {
+	st := newStore(t)
+	a, b := start(t, st), startAs(t, st, "router-b")
+	for i := range 50 {
+		r := park(t, a, record("s1", fmt.Sprintf("r%d", i), "c1"))
+		got, err := b.Read.ParkedNow(t.Context(), "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(got, func(x *Record) bool { return x.Key() == r.Key() }) {
+			t.Fatalf("write %d: router-b lists %d calls without %s", i, len(got), r.Key())
+		}
+	}
+	if got, err := b.Read.ParkedNow(t.Context(), "s2"); err != nil || len(got) != 0 {
+		t.Fatalf("a session with nothing parked: %d, %v", len(got), err)
+	}
+}

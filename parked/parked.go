@@ -75,6 +75,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 		calls: newCalls(sh, subj),
 		conts: &conts{shared: sh, active: map[string]*Batch{}},
 	}
+	s.calls.last = st.Parked.LastRevision
 	s.Read = Reads{calls: s.calls, conts: s.conts}
 	return s
 }
@@ -457,6 +458,24 @@ func (s *Store) Release(b *Batch) { s.conts.leases.release(batchKey(b.Key())) }
 // id when given, oldest first, from the cache.
 func (s Reads) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
 
+// ParkedNow is Parked once the cache holds every write to the call records
+// of session ("" for all) that the bucket's leader had when it was called,
+// whichever router wrote it (docs/protocol.md 3.4: a reply's parked calls
+// are in parked.list by the time the reply is sent, and any router may
+// answer parked.list). When ctx ends first, or the leader cannot be asked,
+// it lists the cache as it is, with the error.
+func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error) {
+	filter := "*.*.*"
+	if session != "" {
+		filter = session + ".*.*"
+	}
+	rev, err := s.calls.last(ctx, filter)
+	if err == nil && s.calls.watch != nil {
+		err = s.calls.watch.Reached(ctx, rev)
+	}
+	return s.Parked(session, ""), err
+}
+
 // Get reads a call's record (bus.CallKey) from the store.
 func (s Reads) Get(ctx context.Context, key string) (*Record, error) {
 	r, rev, err := read[Record](ctx, s.calls.kv, key)
@@ -836,6 +855,7 @@ type calls struct {
 	parked   *store.Cache[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
 	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
 	watch    *store.Watch
+	last     func(ctx context.Context, filter string) (uint64, error) // store.KV.LastRevision of the bucket
 }
 
 func newCalls(sh shared, subj bus.Subjects) *calls {

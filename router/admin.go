@@ -92,7 +92,7 @@ func (x *adminVerbs) run(ctx context.Context, verb string, e *bus.Event) (any, e
 	case "skills.list":
 		return x.skillsList(), nil
 	case "parked.list":
-		return x.parkedList(e.SessionID), nil
+		return x.parkedList(ctx, e.SessionID), nil
 	case "groups.put":
 		g, err := bus.DecodeGroup(e.Data)
 		if err != nil {
@@ -112,6 +112,10 @@ func (x *adminVerbs) run(ctx context.Context, verb string, e *bus.Event) (any, e
 	}
 	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
 }
+
+// parkedListWait bounds how long parked.list waits for this router's cache
+// of parked calls to catch up with the bucket.
+const parkedListWait = 2 * time.Second
 
 // sessionView is the reply of session.get.
 type sessionView struct {
@@ -194,9 +198,17 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 	return x.sessionView(e.SessionID, sess), nil
 }
 
-// parkedList lists the calls parked in a session (all when "").
-func (x *adminVerbs) parkedList(session string) map[string]any {
-	recs := x.parked.Read.Parked(session, "")
+// parkedList lists the calls parked in a session (all when ""), every one
+// parked before the request included, whichever router parked it: the
+// cache is brought up to the bucket's last write first, for at most
+// parkedListWait (then it lists what it has).
+func (x *adminVerbs) parkedList(ctx context.Context, session string) map[string]any {
+	ctx, cancel := context.WithTimeout(ctx, parkedListWait)
+	defer cancel()
+	recs, err := x.parked.Read.ParkedNow(ctx, session)
+	if err != nil {
+		x.log.Warn("router: parked.list from a cache that may lag", "session", session, "err", err)
+	}
 	out := make([]bus.ParkedCall, len(recs))
 	for i, rec := range recs {
 		out[i] = bus.ParkedCall{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,

@@ -98,6 +98,23 @@ func (k *KV) leaderGet(ctx context.Context, key string) (jetstream.KeyValueEntry
 	return e, nil
 }
 
+// LastRevision is the revision (stream sequence) of the last write to a
+// key matching filter (a key with wildcards), deletes and purges included,
+// as the stream leader holds it; 0 when there is none. A Watch of those
+// keys that has Reached it holds every write the leader had acknowledged
+// when LastRevision was called: read-your-writes for a watch-fed cache.
+func (k *KV) LastRevision(ctx context.Context, filter string) (uint64, error) {
+	m, err := MsgGet(ctx, k.nc, k.msgGet, MsgGetRequest{LastBySubject: k.prefix + filter})
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Sequence, nil
+}
+
 // Latest returns the latest value of every key matching filter (a key
 // with wildcards), deleted and purged keys left out, read from the stream
 // leader one message at a time. A key listing (ListKeysFiltered) is served

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -20,6 +21,16 @@ type Watch struct {
 	done  chan struct{}
 	stop  func() error
 	once  sync.Once
+
+	mu      sync.Mutex
+	applied uint64 // the revision of the last entry applied
+	waiters []reachWaiter
+}
+
+// reachWaiter is a Reached call waiting for a revision.
+type reachWaiter struct {
+	rev  uint64
+	done chan struct{}
 }
 
 // WatchKV starts a Watch. It returns an error when the watch cannot start.
@@ -49,10 +60,61 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func
 					continue
 				}
 				apply(e)
+				cw.reach(e.Revision())
 			}
 		}
 	}()
 	return cw, nil
+}
+
+// reach notes that the entry at rev is applied, and wakes the Reached
+// calls it satisfies.
+func (w *Watch) reach(rev uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.applied = max(w.applied, rev)
+	keep := w.waiters[:0]
+	for _, r := range w.waiters {
+		if r.rev <= w.applied {
+			close(r.done)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	clear(w.waiters[len(keep):])
+	w.waiters = keep
+}
+
+// Reached waits until the watch has applied the entry at revision rev (a
+// stream sequence of the bucket, as KV.LastRevision gives it) or one after
+// it: then every write to its keys up to rev is in the cache it feeds, in
+// stream order. It returns an error when ctx ends or the watch ends first.
+func (w *Watch) Reached(ctx context.Context, rev uint64) error {
+	w.mu.Lock()
+	if w.applied >= rev {
+		w.mu.Unlock()
+		return nil
+	}
+	r := reachWaiter{rev: rev, done: make(chan struct{})}
+	w.waiters = append(w.waiters, r)
+	w.mu.Unlock()
+	select {
+	case <-r.done:
+		return nil
+	case <-w.done:
+		return errors.New("store: the watch ended")
+	case <-ctx.Done():
+		w.mu.Lock()
+		w.waiters = slices.DeleteFunc(w.waiters, func(x reachWaiter) bool { return x.done == r.done })
+		w.mu.Unlock()
+		return fmt.Errorf("store: watch at revision %d of %d: %w", w.appliedRev(), rev, ctx.Err())
+	}
+}
+
+func (w *Watch) appliedRev() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.applied
 }
 
 // Ready is closed once the initial values are loaded.

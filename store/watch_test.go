@@ -262,3 +262,46 @@ func TestStops(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A watch-fed cache reads its own writes: every write the leader had when
+// LastRevision was asked is applied once Reached returns, whichever
+// connection wrote it; a filter nothing matches has revision 0; a watch
+// that ends wakes its waiters with an error.
+func TestWatchReached(t *testing.T) {
+	js, raw := newKV(t)
+	kv := store.NewKV(js, raw, 1)
+	var a applied
+	w, err := store.WatchKV(t.Context(), raw, "a.*", a.apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-w.Ready()
+	if rev, err := kv.LastRevision(t.Context(), "a.*"); err != nil || rev != 0 {
+		t.Fatalf("an empty filter's revision %d, %v", rev, err)
+	}
+	for i := range 50 {
+		put(t, raw, fmt.Sprintf("a.%d", i%7), fmt.Sprint(i))
+		put(t, raw, "b.1", "not watched") // after it: a.* must not wait for it
+		rev, err := kv.LastRevision(t.Context(), "a.*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), bound)
+		err = w.Reached(ctx, rev)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ops := a.get(); ops[len(ops)-1] != fmt.Sprintf("put a.%d=%d", i%7, i) {
+			t.Fatalf("Reached(%d) before the write was applied: %v", rev, ops[len(ops)-1])
+		}
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- w.Reached(t.Context(), 1<<40) }()
+	if err := w.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := testkit.Recv(t, ended, bound, "Reached after the watch stopped"); err == nil {
+		t.Fatal("Reached returned nil for a revision the watch never applied")
+	}
+}
