@@ -236,9 +236,21 @@ func (r *registrar) heartbeat(ctx context.Context) {
 	life.Every(ctx, r.every, func(time.Time) { r.register(context.WithoutCancel(ctx)) })
 }
 
-// register sends one registration and logs its outcome.
+// register sends one registration and logs its outcome. Until one is
+// acknowledged, it waits up to firstRegisterWait for the reply, not one
+// beat: a router stores each new definition in turn (a worker of a hundred
+// tools took seconds on a loaded machine), and a worker that gave up after
+// a beat sent the same registration again every beat, each one stored
+// again beside the others, and was never acknowledged. With no router at
+// all the request fails at once (no responders), so Start does not wait.
 func (r *registrar) register(ctx context.Context) {
-	ack, err := r.send(ctx, r.what())
+	wait := r.every
+	select {
+	case <-r.registered:
+	default:
+		wait = max(wait, firstRegisterWait)
+	}
+	ack, err := r.send(ctx, r.what(), wait)
 	if err != nil {
 		r.log.Warn("worker: registration not acknowledged", "err", err)
 		return
@@ -247,13 +259,17 @@ func (r *registrar) register(ctx context.Context) {
 	r.once.Do(func() { close(r.registered) })
 }
 
-// send sends one registration (or a leave) and returns the acknowledgement.
-func (r *registrar) send(ctx context.Context, reg bus.Register) (*bus.RegisterAck, error) {
+// firstRegisterWait bounds the wait for the first acknowledgement.
+const firstRegisterWait = 10 * time.Second
+
+// send sends one registration (or a leave) and returns the acknowledgement,
+// waiting for it at most wait.
+func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Duration) (*bus.RegisterAck, error) {
 	e, err := bus.NewEvent(bus.TypeRegister, r.source, reg)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.every)
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	resp, err := bus.SendRequest(ctx, r.nc, r.subj.Workers.Register(), e)
 	if err != nil {
