@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -99,7 +100,19 @@ type Store struct {
 	kv    jetstream.KeyValue
 	cfg   Config
 	stops store.Stops // the watches of the waits that returned
+
+	waitMu   sync.Mutex
+	waits    map[string]int // session → its waits open here
+	waitsAll int
 }
+
+// Bounds of the waits a Store holds at once (docs/tasks.md): each holds a
+// KV watch (a JetStream consumer) and, in the router, a handler slot, for
+// up to bus.MaxTaskWaitMS. Past either a wait is refused limit_exceeded.
+const (
+	MaxSessionWaits = 16   // of one session
+	MaxWaits        = 1024 // of all sessions
+)
 
 // New returns the store over kv (from Setup).
 func New(kv jetstream.KeyValue, cfg Config) *Store {
@@ -338,6 +351,10 @@ func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool
 	if !bus.ValidID(session) {
 		return nil, unknown(strings.Join(ids, ","))
 	}
+	if err := s.enterWait(session); err != nil {
+		return nil, err
+	}
+	defer s.leaveWait(session)
 	w, err := s.kv.Watch(ctx, taskKey(session, "*"))
 	if err != nil && ctx.Err() == nil {
 		return nil, err
@@ -381,6 +398,34 @@ func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool
 		}
 	}
 	return ordered(cur, ids), nil
+}
+
+// enterWait counts a wait of session, or refuses it past MaxSessionWaits
+// or MaxWaits.
+func (s *Store) enterWait(session string) error {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.waits[session] >= MaxSessionWaits || s.waitsAll >= MaxWaits {
+		return bus.Errorf(bus.CodeLimitExceeded,
+			"TaskWaitLimitError: this router already holds %d task waits of this session and %d in all (at most %d and %d); try again once one returned",
+			s.waits[session], s.waitsAll, MaxSessionWaits, MaxWaits)
+	}
+	if s.waits == nil {
+		s.waits = map[string]int{}
+	}
+	s.waits[session]++
+	s.waitsAll++
+	return nil
+}
+
+// leaveWait uncounts a wait of session.
+func (s *Store) leaveWait(session string) {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.waits[session]--; s.waits[session] <= 0 {
+		delete(s.waits, session)
+	}
+	s.waitsAll--
 }
 
 // pollBound bounds the reads of a wait's current states.
