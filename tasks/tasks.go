@@ -100,10 +100,14 @@ type Store struct {
 	kv    jetstream.KeyValue
 	cfg   Config
 	stops store.Stops // the watches of the waits that returned
+	waits waits       // the waits open here
+}
 
-	waitMu   sync.Mutex
-	waits    map[string]int // session → its waits open here
-	waitsAll int
+// waits counts the waits a Store holds, per session and in all.
+type waits struct {
+	mu        sync.Mutex
+	bySession map[string]int
+	all       int
 }
 
 // Bounds of the waits a Store holds at once (docs/tasks.md): each holds a
@@ -351,10 +355,10 @@ func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool
 	if !bus.ValidID(session) {
 		return nil, unknown(strings.Join(ids, ","))
 	}
-	if err := s.enterWait(session); err != nil {
+	if err := s.waits.enter(session); err != nil {
 		return nil, err
 	}
-	defer s.leaveWait(session)
+	defer s.waits.leave(session)
 	w, err := s.kv.Watch(ctx, taskKey(session, "*"))
 	if err != nil && ctx.Err() == nil {
 		return nil, err
@@ -400,32 +404,32 @@ func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool
 	return ordered(cur, ids), nil
 }
 
-// enterWait counts a wait of session, or refuses it past MaxSessionWaits
-// or MaxWaits.
-func (s *Store) enterWait(session string) error {
-	s.waitMu.Lock()
-	defer s.waitMu.Unlock()
-	if s.waits[session] >= MaxSessionWaits || s.waitsAll >= MaxWaits {
+// enter counts a wait of session, or refuses it past MaxSessionWaits or
+// MaxWaits.
+func (w *waits) enter(session string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.bySession[session] >= MaxSessionWaits || w.all >= MaxWaits {
 		return bus.Errorf(bus.CodeLimitExceeded,
 			"TaskWaitLimitError: this router already holds %d task waits of this session and %d in all (at most %d and %d); try again once one returned",
-			s.waits[session], s.waitsAll, MaxSessionWaits, MaxWaits)
+			w.bySession[session], w.all, MaxSessionWaits, MaxWaits)
 	}
-	if s.waits == nil {
-		s.waits = map[string]int{}
+	if w.bySession == nil {
+		w.bySession = map[string]int{}
 	}
-	s.waits[session]++
-	s.waitsAll++
+	w.bySession[session]++
+	w.all++
 	return nil
 }
 
-// leaveWait uncounts a wait of session.
-func (s *Store) leaveWait(session string) {
-	s.waitMu.Lock()
-	defer s.waitMu.Unlock()
-	if s.waits[session]--; s.waits[session] <= 0 {
-		delete(s.waits, session)
+// leave uncounts a wait of session.
+func (w *waits) leave(session string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.bySession[session]--; w.bySession[session] <= 0 {
+		delete(w.bySession, session)
 	}
-	s.waitsAll--
+	w.all--
 }
 
 // pollBound bounds the reads of a wait's current states.
