@@ -493,10 +493,20 @@ func (s *Store) Renew(ctx context.Context, session, id, owner string, lease time
 func Output(ctx context.Context, js jetstream.JetStream, stream, subject string, rec *Record, maxBytes int) (out []bus.Block, truncated bool, err error) {
 	start := rec.Started.Add(-time.Second)
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start})
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start, InactiveThreshold: outputIdle})
 	if err != nil {
 		return nil, false, err
 	}
+	// Deleted once read: nats.go leaves an ordered consumer 5 minutes
+	// idle, and the events stream's consumers bound every session's
+	// replays (docs/security.md, TestAttackTaskOutputConsumers).
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = js.DeleteConsumer(dctx, stream, info.Name)
+		}
+	}()
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return nil, false, err
@@ -531,6 +541,10 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 	}
 	return out, truncated, nil
 }
+
+// outputIdle is how long an Output consumer whose delete failed outlives
+// its last read.
+const outputIdle = 10 * time.Second
 
 // progressOf is the blocks of m when it is a progress event of rec's call.
 func progressOf(m jetstream.Msg, rec *Record) []bus.Block {

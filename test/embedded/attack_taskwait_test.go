@@ -78,3 +78,35 @@ func TestAttackTaskWaitFlood(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackTaskOutputConsumers (red team, session 17): each task output
+// verb read the session's events through an ordered consumer on P_EVENTS
+// that it never deleted; nats.go gives such a consumer 5 minutes of
+// inactivity before the server removes it. An agent with any task of its
+// session (kept 24 h after its end) could leave hundreds of consumers on
+// the events stream with cheap requests, and a router refuses every
+// replay once the stream holds 768 (unbound sessions) or 1,024 consumers:
+// every session's replay refused for 5 minutes. The facade's tasks/get
+// reads a task's output every 2 s, so its polling alone piled them up.
+// Output deletes its consumer once it has read.
+func TestAttackTaskOutputConsumers(t *testing.T) {
+	e := newEnv(t, 1)
+	g := newGate(t)
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "slow_output", ReadOnly: true, ConcurrencySafe: true, TimeoutMS: 200, Background: true}, gated(g, nil))
+	})
+	e.waitLive("slow_output")
+	const session = "output-a"
+	id := backgrounded(t, e.call(t, session, []bus.Call{{ID: "c1", Name: "slow_output"}}).Results[0])
+	events := bus.NewSubjects("").Stream(bus.StreamEvents)
+	before := e.consumersOf(t, events)
+	const reads = 16
+	for range reads {
+		if _, _, err := e.client.Tasks().Output(testCtx(t), session, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.consumersOf(t, events); n > before {
+		t.Fatalf("%d task output reads left %d consumers on %s (each lives 5 minutes idle; replays are refused past 768)", reads, n-before, events)
+	}
+}
