@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -99,4 +100,60 @@ func (e *env) consumersOf(t *testing.T, stream string) int {
 		t.Fatal(err)
 	}
 	return info.State.Consumers
+}
+
+// TestAttackCopiesWatchEach (red team, session 17): each copy of a re-sent
+// batch waits for each of its running calls with a KV watch of its own,
+// one JetStream consumer per (copy, call): one agent's copies of one batch
+// of 64 concurrency-safe calls make the router create up to 64 ×
+// MaxInflight (262,144 by default) consumers on the ledger's stream at
+// once, each created and deleted through the meta leader on a cluster.
+// Fix (not small, ledger.wait): the duplicates of one key on a router
+// share one watch (and one poll), each keeping its own expiry and
+// context; a takeover stays one compare-and-set, its result handed to
+// every waiter of the key.
+func TestAttackCopiesWatchEach(t *testing.T) {
+	t.Skip("redteam: every copy of a re-sent batch opens a ledger watch per running call, consumers = copies × calls, bounded only by MaxInflight × 64 (fails on main)")
+	const slots, calls = 8, 16
+	e := startEnv(t, 1, false, router.Config{MaxInflight: slots})
+	g := newGate(t)
+	started := make(chan string, calls)
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "hold_each", ConcurrencySafe: true, TimeoutMS: 120_000}, gated(g, started))
+	})
+	e.waitLive("hold_each")
+	ledger := "KV_" + bus.NewSubjects("").Bucket(bus.BucketLedger)
+	before := e.consumersOf(t, ledger)
+	batch := bus.Batch{}
+	for i := range calls {
+		batch.Calls = append(batch.Calls, bus.Call{ID: fmt.Sprintf("c%d", i), Name: "hold_each"})
+	}
+	replyID := client.NewReplyID()
+	done := make(chan error, slots)
+	for range slots {
+		go func() {
+			_, err := e.client.Call(t.Context(), "copies-a", batch, client.WithReplyID(replyID))
+			done <- err
+		}()
+	}
+	for range calls {
+		<-started
+	}
+	poll, pcancel := context.WithTimeout(t.Context(), bound)
+	defer pcancel()
+	n := e.consumersOf(t, ledger)
+	for ; n < before+(slots-1)*calls; n = e.consumersOf(t, ledger) {
+		if bus.Sleep(poll, 20*time.Millisecond) != nil {
+			break
+		}
+	}
+	g.open()
+	for range slots {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n-before > calls {
+		t.Fatalf("%d copies of one batch of %d running calls held %d consumers on %s; want at most one per call", slots, calls, n-before, ledger)
+	}
 }
