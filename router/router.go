@@ -666,7 +666,16 @@ func (w *wire) reject(m *nats.Msg, err error) {
 // respond answers m with an event of type typ; what names the reply in the
 // log when it fails.
 func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
-	if err := bus.Respond(w.nc, m, w.source, typ, data); err != nil {
+	err := bus.Respond(w.nc, m, w.source, typ, data)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// No message can carry it: the requester hears why rather than
+		// waiting for its timeout (docs/security.md, a parked.list of every
+		// session while one session parked large inputs).
+		w.log.Warn("router: "+what+" over the max payload", "subject", m.Subject)
+		err = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeLimitExceeded,
+			"the reply (%s) is larger than the server's max payload of %d bytes; ask for less (one session, fewer ids)", typ, w.nc.MaxPayload()))
+	}
+	if err != nil {
 		w.log.Warn("router: "+what+" failed", "err", err)
 	}
 }
