@@ -34,6 +34,9 @@ func (f *fakeParked) Resume(_ context.Context, _ *parked.Record, res bus.Result,
 	f.completes = append(f.completes, res)
 	return f.cont, f.resume, nil
 }
+func (f *fakeParked) Mend(context.Context, *parked.Record, bus.Result, func(*parked.Batch)) (*parked.Batch, bool, error) {
+	return nil, false, errors.New("not used")
+}
 func (f *fakeParked) Parked(string, string) []*parked.Record { return nil }
 
 // fakeTools counts registry lookups.
