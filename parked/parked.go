@@ -1326,15 +1326,22 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 			delete(c.answered, key)
 		}
 	}
-	if !endsInBatch(&r) {
-		delete(c.ended, key)
-	} else if _, ok := c.ended[key]; !ok {
-		c.ended[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, seen: time.Now()}
-	}
+	c.noteEnded(key, &r)
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, &r)
 	} else {
 		c.parked.Delete(key, r.Rev)
+	}
+}
+
+// noteEnded notes when r, the record of key, ended a call of a batch with
+// its own continuation (kept from the first time it is seen ending), or
+// drops the note of a record that did not. c.mu is held.
+func (c *calls) noteEnded(key string, r *Record) {
+	if !endsInBatch(r) {
+		delete(c.ended, key)
+	} else if _, ok := c.ended[key]; !ok {
+		c.ended[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, seen: time.Now()}
 	}
 }
 
@@ -1392,6 +1399,7 @@ func (c *calls) later(key string) {
 func (c *calls) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.noteEnded(key, r) // this router may stop before its Resume too
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, new(*r))
 	} else {
