@@ -170,7 +170,7 @@ func TestMend(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			m := newMachine(t)
 			p := m.park(t, "r1", bus.KindExternal, false, "c1", "c2") // router-a's run goes on
-			answer(t, m.b, p.Parked[0].Key())                          // router-b stops before Resume
+			answer(t, m.b, p.Parked[0].Key())                         // router-b stops before Resume
 			carried := m.park(t, "r2", bus.KindExternal, true, "c9").Parked[0]
 			answer(t, m.b, carried.Key()) // and here too
 			synctest.Wait()
