@@ -154,9 +154,19 @@ func strandAndMend(t *testing.T, published bool) {
 
 	// The agent, having lost it all, sends the batch again asking for
 	// every call's event: c1's result comes from its record, under its id.
+	live := e.watch(t, "s1")
 	again, err := e.client.Call(testCtx(t), "s1", bus.Batch{Calls: calls, Events: bus.EventsCalls}, client.WithReplyID(reply))
 	if err != nil || len(again.Results) != 2 || textOf(again.Results[0]) != "answered" {
 		t.Fatalf("re-sent: %s %v", jsonOf(again), err)
+	}
+	var copied *bus.Event
+	for _, ev := range collect(t, live, batchDone(reply)) {
+		if ev.Type == bus.TypeCallResult && ev.ToolCallID == "c1" {
+			copied = ev
+		}
+	}
+	if copied == nil || copied.ID != parked.ResultID("s1", reply, "c1") {
+		t.Fatalf("the copy's call.result of c1: %+v, want the id %s", copied, parked.ResultID("s1", reply, "c1"))
 	}
 	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error {
 		n, _, err := count()
