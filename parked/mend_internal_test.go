@@ -21,7 +21,7 @@ const lease = 15 * time.Second
 func stranded(t *testing.T, s *Store) []string {
 	t.Helper()
 	var keys []string
-	for _, r := range s.Stranded(t.Context(), time.Now().Add(-lease)) {
+	for _, r := range s.Mends.Stranded(t.Context(), time.Now().Add(-lease)) {
 		keys = append(keys, r.Key())
 	}
 	slices.Sort(keys)
@@ -30,9 +30,7 @@ func stranded(t *testing.T, s *Store) []string {
 
 // notes is how many ended calls s still looks after.
 func notes(s *Store) int {
-	s.calls.mu.RLock()
-	defer s.calls.mu.RUnlock()
-	return len(s.calls.ended)
+	return s.calls.ended.len()
 }
 
 // parkQueued parks call c1 of tool deploy, waiting alone, in a batch with a
@@ -73,12 +71,12 @@ func TestMend(t *testing.T) {
 			}
 			rec, _ := m.b.Read.Get(t.Context(), "s1.r1.c1")
 			before, reports := m.kv.writes, 0
-			cont, resume, err := m.b.Mend(t.Context(), rec, *rec.Result, func(*Batch) { reports++ })
+			cont, resume, err := m.b.Mends.Mend(t.Context(), rec, *rec.Result, func(*Batch) { reports++ })
 			if err != nil || resume || reports != 1 || cont.Results["c1"].ID != "c1" || cont.Phase != PhaseParked || m.kv.writes != before+1 {
 				t.Fatalf("mend: %+v resume %v, %d reports, %v, %d writes", cont, resume, reports, err, m.kv.writes-before)
 			}
 			// The other router, late, finds the result in: no event, no write.
-			if cont, resume, err := m.a.Mend(t.Context(), rec, *rec.Result, func(*Batch) { t.Fatal("reported a mended result") }); cont != nil || resume || err != nil || m.kv.writes != before+1 {
+			if cont, resume, err := m.a.Mends.Mend(t.Context(), rec, *rec.Result, func(*Batch) { t.Fatal("reported a mended result") }); cont != nil || resume || err != nil || m.kv.writes != before+1 {
 				t.Fatalf("second mend: %+v %v %v", cont, resume, err)
 			}
 			synctest.Wait()
@@ -104,7 +102,7 @@ func TestMend(t *testing.T) {
 			if got := stranded(t, m.b); len(got) != 1 {
 				t.Fatalf("stranded %v", got)
 			}
-			cont, resume, err := m.b.Mend(t.Context(), rec, *rec.Result, func(*Batch) {})
+			cont, resume, err := m.b.Mends.Mend(t.Context(), rec, *rec.Result, func(*Batch) {})
 			if err != nil || !resume || cont.Phase != PhaseResumed || cont.Owner != "router-b" || cont.Next != 1 || !m.b.conts.leases.holds(batchKey("s1.r1")) {
 				t.Fatalf("mend: %+v resume %v, %v", cont, resume, err)
 			}
@@ -132,12 +130,12 @@ func TestMend(t *testing.T) {
 			}
 			synctest.Wait()
 			time.Sleep(lease + time.Second)
-			got := m.b.Stranded(t.Context(), time.Now().Add(-lease))
+			got := m.b.Mends.Stranded(t.Context(), time.Now().Add(-lease))
 			if len(got) != 2 {
 				t.Fatalf("stranded %d, want the expired and the cancelled call", len(got))
 			}
 			for _, rec := range got {
-				cont, resume, err := m.b.Mend(t.Context(), rec, *rec.Result, func(*Batch) {})
+				cont, resume, err := m.b.Mends.Mend(t.Context(), rec, *rec.Result, func(*Batch) {})
 				if err != nil || !resume {
 					t.Fatalf("mend %s: %v %v", rec.Key(), resume, err)
 				}
@@ -313,7 +311,7 @@ func TestMendRacesResume(t *testing.T) {
 				start   = make(chan struct{})
 			)
 			for k, s := range routers {
-				join := s.Mend
+				join := s.Mends.Mend
 				if k == 0 {
 					join = s.Resume
 				}

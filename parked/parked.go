@@ -56,6 +56,7 @@ type Store struct {
 	conts *conts
 	cfg   Config
 	Read  Reads // reads from the watch-fed cache (Parked) or the store
+	Mends Mends // the results lost between a call's end and its batch
 }
 
 // Reads reads a Store's records and continuations; it writes nothing.
@@ -77,6 +78,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	}
 	s.calls.last = st.Parked.LastRevision
 	s.Read = Reads{calls: s.calls, conts: s.conts}
+	s.Mends = Mends{s: s}
 	return s
 }
 
@@ -412,6 +414,12 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
 }
 
+// Mends completes the batches whose router ended a call and stopped before
+// the call's result joined the batch's continuation (docs/protocol.md 6.1,
+// 1.11): Stranded finds them, Mend completes each. Its zero value is not
+// usable: it is Store.Mends.
+type Mends struct{ s *Store }
+
 // Stranded returns the records of calls that this router saw end (done,
 // expired, cancelled) before cutoff, and whose batch's continuation, as
 // the cache has it, still waits for answers without their result: the
@@ -420,12 +428,13 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 // a call whose result joined its batch costs no read or write, only the
 // note the watch of records made when the call ended, dropped here. A
 // record returned is looked at again a lease later, when Mend failed.
-func (s *Store) Stranded(ctx context.Context, cutoff time.Time) []*Record {
+func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
+	s := m.s
 	var out []*Record
-	for key, n := range s.calls.endedBefore(cutoff) {
+	for key, n := range s.calls.ended.before(cutoff) {
 		switch s.conts.awaits(n) {
 		case awaitNone:
-			s.calls.forget(key)
+			s.calls.ended.forget(key)
 			continue
 		case awaitRunning:
 			continue // its router settles it, or the one that takes it over
@@ -434,16 +443,16 @@ func (s *Store) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 		switch {
 		case err == nil && endsInBatch(rec):
 			out = append(out, rec)
-			s.calls.later(key)
+			s.calls.ended.later(key)
 		case err == nil || store.IsNotFound(err):
-			s.calls.forget(key)
+			s.calls.ended.forget(key)
 		}
 	}
 	return out
 }
 
 // Mend adds the result of rec, a call that another router ended and that
-// stopped before its result joined the batch (Stranded), to the batch's
+// stopped before its result joined the batch (Mends.Stranded), to the batch's
 // continuation, as that router's Resume would have: report runs first,
 // with the continuation as read (the call.result event, whose id
 // ResultID derives, so the stopped router's event, if it got out, and this
@@ -455,7 +464,8 @@ func (s *Store) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 // whose result joined meanwhile, or whose batch moved on or finished,
 // gets nil, false and no error, and report is not run when that is known
 // before.
-func (s *Store) Mend(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
+func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
+	s := m.s
 	if !endsInBatch(rec) {
 		return nil, false, nil
 	}
@@ -704,7 +714,7 @@ type conts struct {
 
 	mu     sync.RWMutex
 	active map[string]*Batch    // continuations running or resumed, for lease takeovers
-	open   map[string]openBatch // every continuation, in brief: what it still waits for (Stranded)
+	open   map[string]openBatch // every continuation, in brief: what it still waits for (Mends.Stranded)
 	leases leaseSet[batchKey]   // continuations this router works on and renews
 	watch  *store.Watch
 }
@@ -997,13 +1007,13 @@ type calls struct {
 	mu       sync.RWMutex
 	parked   *store.Cache[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
 	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
-	ended    map[string]endedCall  // calls of batches with a continuation of their own that ended, until that continuation is seen with their result (Stranded)
+	ended    endings               // calls of batches with a continuation of their own that ended, until that continuation is seen with their result (Mends.Stranded)
 	watch    *store.Watch
 	last     func(ctx context.Context, filter string) (uint64, error) // store.KV.LastRevision of the bucket
 }
 
 func newCalls(sh shared, subj bus.Subjects) *calls {
-	return &calls{shared: sh, subj: subj, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}, ended: map[string]endedCall{}}
+	return &calls{shared: sh, subj: subj, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}, ended: endings{m: map[string]endedCall{}}}
 }
 
 // watch loads the values of keys into apply and keeps it fed.
@@ -1310,7 +1320,7 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		c.parked.Delete(key, e.Revision())
 		delete(c.answered, key)
-		delete(c.ended, key)
+		c.ended.forget(key)
 		return
 	}
 	var r Record
@@ -1326,7 +1336,7 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 			delete(c.answered, key)
 		}
 	}
-	c.noteEnded(key, &r)
+	c.ended.note(key, &r)
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, &r)
 	} else {
@@ -1334,14 +1344,24 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 	}
 }
 
-// noteEnded notes when r, the record of key, ended a call of a batch with
-// its own continuation (kept from the first time it is seen ending), or
-// drops the note of a record that did not. c.mu is held.
-func (c *calls) noteEnded(key string, r *Record) {
+// endings is the calls of batches with a continuation of their own that
+// this router saw end, and when, by record key: what Mends.Stranded looks
+// at. Safe for concurrent use.
+type endings struct {
+	mu sync.Mutex
+	m  map[string]endedCall
+}
+
+// note notes when r, the record of key, ended a call of a batch with its
+// own continuation (kept from the first time it is seen ending), or drops
+// the note of a record that did not.
+func (e *endings) note(key string, r *Record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if !endsInBatch(r) {
-		delete(c.ended, key)
-	} else if _, ok := c.ended[key]; !ok {
-		c.ended[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, seen: time.Now()}
+		delete(e.m, key)
+	} else if _, ok := e.m[key]; !ok {
+		e.m[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, seen: time.Now()}
 	}
 }
 
@@ -1363,13 +1383,12 @@ func endsInBatch(r *Record) bool {
 	return false
 }
 
-// endedBefore returns the keys and notes of the calls seen ending before
-// cutoff.
-func (c *calls) endedBefore(cutoff time.Time) map[string]endedCall {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+// before returns the notes of the calls seen ending before cutoff, by key.
+func (e *endings) before(cutoff time.Time) map[string]endedCall {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	out := map[string]endedCall{}
-	for key, n := range c.ended {
+	for key, n := range e.m {
 		if n.seen.Before(cutoff) {
 			out[key] = n
 		}
@@ -1378,20 +1397,27 @@ func (c *calls) endedBefore(cutoff time.Time) map[string]endedCall {
 }
 
 // forget drops the note of the ended call key.
-func (c *calls) forget(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.ended, key)
+func (e *endings) forget(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.m, key)
 }
 
 // later looks at the ended call key again a lease from now.
-func (c *calls) later(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n, ok := c.ended[key]; ok {
+func (e *endings) later(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n, ok := e.m[key]; ok {
 		n.seen = time.Now()
-		c.ended[key] = n
+		e.m[key] = n
 	}
+}
+
+// len is how many ended calls are noted.
+func (e *endings) len() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.m)
 }
 
 // note caches a copy of r, which this router just wrote at r.Rev (callers
@@ -1399,7 +1425,7 @@ func (c *calls) later(key string) {
 func (c *calls) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.noteEnded(key, r) // this router may stop before its Resume too
+	c.ended.note(key, r) // this router may stop before its Resume too
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, new(*r))
 	} else {

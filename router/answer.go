@@ -379,7 +379,7 @@ func (r *answers) confirmCovered(answered *parked.Record) {
 func (r *answers) complete(rec *parked.Record, res bus.Result) { r.record(rec, res, r.parked.Resume) }
 
 // mend completes, as its router would have, a call that router ended and
-// stopped before its result joined the batch (parked.Store.Stranded,
+// stopped before its result joined the batch (parked.Mends.Stranded,
 // docs/protocol.md 6.1): the same call.result event, by its id, then the
 // result joins the continuation unless it did meanwhile.
 func (r *answers) mend(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Mend) }

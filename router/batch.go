@@ -419,9 +419,10 @@ type continuationPort interface {
 type parkedStore struct {
 	*parked.Store
 	parked.Reads
+	parked.Mends
 }
 
-func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read} }
+func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read, s.Mends} }
 
 // runnerPort runs what a call resolved to: a tool through its executor
 // (exec.go, the ledger), or the skill loader.

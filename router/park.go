@@ -258,7 +258,7 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	}
 	// Calls whose router ended them and stopped before their result
 	// joined the batch (docs/protocol.md 6.1, 1.11).
-	for _, rec := range r.parked.Stranded(ctx, cutoff) {
+	for _, rec := range r.parked.Mends.Stranded(ctx, cutoff) {
 		r.life.Go(func(context.Context) { r.answers.mend(rec) })
 	}
 }
