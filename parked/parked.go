@@ -677,7 +677,7 @@ func (b *Batch) DoneID() string {
 // ResultID is the id of the io.toolbus.call.result of a parked call, and
 // so its Nats-Msg-Id: derived from the session, reply id and call id, so
 // that the router that ended the call and one that mends its batch after
-// that router stopped (Store.Mend), or a re-sent copy of the batch that
+// that router stopped (Mends.Mend), or a re-sent copy of the batch that
 // reads the call's record, send the same id, and the events stream stores
 // the event once within its dedupe window (docs/protocol.md 3.4, 6.1).
 // 22 characters, as a NUID.
