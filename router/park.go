@@ -29,7 +29,10 @@ type parkStep struct {
 // park records b's continuation and parks the calls; false when a copy of
 // the batch parked before (the reply describes its state, nothing runs).
 func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int) bool {
-	if n := len(s.conts.Parked(b.session, "")); n+len(calls) > s.maxParked {
+	// The batch's own parked calls are not counted: they are a first
+	// copy's, which a re-sent copy adopts (docs/protocol.md 3.1); a batch
+	// parks a later run only once its earlier parked calls were answered.
+	if n := len(s.conts.Parked(b.session, "")) - len(s.conts.Parked(b.session, b.replyID)); n+len(calls) > s.maxParked {
 		// Past the session's limit nothing more parks: these calls end
 		// here, and the batch goes on.
 		for _, c := range calls {
