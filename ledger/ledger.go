@@ -95,6 +95,11 @@ type Ledger struct {
 	// a watch's stop deletes its consumer, a JetStream API request that
 	// can take 5 s on a cluster, so it runs off the caller's path.
 	stops store.Stops
+	// waits are the waits of duplicates on this router, by key: one each
+	// (shared), however many duplicates of the key wait.
+	waitsMu sync.Mutex
+	waits   map[string]*shared
+	loops   sync.WaitGroup // the waits' loops
 }
 
 // Config configures a Ledger; every zero value has a working default.
@@ -429,12 +434,151 @@ func pollEvery(lease time.Duration) time.Duration {
 // this router's, to run); every other duplicate gets what that one
 // recorded. The wait never outlasts c.Expiry. A watch that misses an
 // update is covered by reading the entry from the bucket's leader.
-func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry) {
-	key := c.Key
-	if res, ok := l.pending.Load(key); ok {
+//
+// The duplicates of key that wait on this router share one wait (shared):
+// one watch, one poll and at most one takeover's compare-and-set at a
+// time, whose outcome every waiter gets. Each waiter keeps its own ctx and
+// expiry; the watch stops when the outcome is known or its last waiter
+// leaves.
+func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
+	if res, ok := l.pending.Load(c.Key); ok {
 		l.cfg.Hits()
 		return res.(bus.Result), nil
 	}
+	start := time.Now()
+	var expired <-chan time.Time
+	if !c.Expiry.IsZero() {
+		t := time.NewTimer(time.Until(c.Expiry))
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		w := l.join(ctx, c)
+		select {
+		case <-ctx.Done():
+			l.leave(c.Key, w)
+			return bus.InterruptedResult(c.Call), nil
+		case <-expired:
+			l.leave(c.Key, w)
+			return bus.TimeoutResult(c.Call, max(c.Expiry.Sub(start), 0).Round(time.Millisecond)), nil
+		case <-w.done:
+		}
+		if w.claim == nil {
+			l.leave(c.Key, w)
+			if w.hit {
+				l.cfg.Hits()
+			}
+			return w.res, nil
+		}
+		// A takeover to run the call again: one waiter runs it, before it
+		// leaves (a last waiter leaving abandons a claim nobody took).
+		took := w.taken.CompareAndSwap(false, true)
+		l.leave(c.Key, w)
+		if took {
+			return bus.Result{}, w.claim
+		}
+		// Another waiter runs it: wait for its record, on a new watch.
+	}
+}
+
+// shared is the one wait of this router for the record of a key: its
+// duplicates join it (join) and leave it (leave), and its loop (watch)
+// runs while it has waiters and until it has an outcome.
+type shared struct {
+	ctx     context.Context // the first waiter's, without its cancel: the loop's
+	call    Call            // the first waiter's
+	waiters int             // guarded by Ledger.waitsMu
+	quit    chan struct{}   // closed when the last waiter left before the outcome
+	done    chan struct{}   // closed once the outcome below is set
+	res     bus.Result      // the outcome, every waiter's
+	hit     bool            // res is a recorded result (a hit per waiter)
+	claim   *Entry          // a takeover to run the call again: one waiter's
+	taken   atomic.Bool     // claim was given to a waiter, or abandoned
+}
+
+// join returns the wait of c.Key on this router, joined: a live one, or
+// one it starts. A wait that has ended (an outcome, or its last waiter
+// gone) is no longer listed, so a later duplicate starts another.
+func (l *Ledger) join(ctx context.Context, c Call) *shared {
+	l.waitsMu.Lock()
+	defer l.waitsMu.Unlock()
+	if w := l.waits[c.Key]; w != nil {
+		w.waiters++
+		return w
+	}
+	// The loop outlives its first waiter when others joined: it ends on
+	// quit, and its reads and writes are bounded by their own timeouts (a
+	// cancellable context of its own cost three allocations more per wait).
+	w := &shared{ctx: context.WithoutCancel(ctx), call: c, waiters: 1, quit: make(chan struct{}), done: make(chan struct{})}
+	if l.waits == nil {
+		l.waits = map[string]*shared{}
+	}
+	l.waits[c.Key] = w
+	l.loops.Add(1)
+	go l.watch(w)
+	return w
+}
+
+// leave takes a waiter off w. The last one to leave before the outcome
+// ends the loop (its watch stops in the background); the last one to
+// leave after an outcome that is a claim nobody took abandons the claim.
+func (l *Ledger) leave(key string, w *shared) {
+	l.waitsMu.Lock()
+	w.waiters--
+	last := w.waiters == 0
+	ended := isClosed(w.done)
+	if last && !ended && l.waits[key] == w {
+		delete(l.waits, key)
+	}
+	l.waitsMu.Unlock()
+	switch {
+	case !last:
+	case !ended:
+		close(w.quit)
+	case w.claim != nil:
+		l.unclaimed(key, w)
+	}
+}
+
+// end sets w's outcome, and gives it to the waiters it has.
+func (l *Ledger) end(key string, w *shared, res bus.Result, hit bool, claim *Entry) {
+	l.waitsMu.Lock()
+	if l.waits[key] == w {
+		delete(l.waits, key)
+	}
+	w.res, w.hit, w.claim = res, hit, claim
+	close(w.done)
+	none := w.waiters == 0
+	l.waitsMu.Unlock()
+	if none && claim != nil {
+		l.unclaimed(key, w)
+	}
+}
+
+// unclaimed abandons w's claim when no waiter took it to run: the call
+// did not run, and a re-send may claim it again.
+func (l *Ledger) unclaimed(key string, w *shared) {
+	if w.taken.CompareAndSwap(false, true) {
+		l.held.release(key, w.claim.Claim)
+		l.Abandon(key, w.claim.Claim)
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// watch is the loop of w: the old wait's watch, poll and takeover, until an
+// outcome (end) or until its last waiter leaves (quit).
+func (l *Ledger) watch(w *shared) {
+	defer l.loops.Done()
+	ctx, c := w.ctx, w.call
+	key := c.Key
 	start := time.Now()
 	watch, err := l.kv.Watch(ctx, key)
 	var updates <-chan jetstream.KeyValueEntry
@@ -444,12 +588,6 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 		// leader moves, and the result is known already.
 		defer l.stops.Go(watch)
 		updates = watch.Updates()
-	}
-	var expired <-chan time.Time
-	if !c.Expiry.IsZero() {
-		t := time.NewTimer(time.Until(c.Expiry))
-		defer t.Stop()
-		expired = t.C
 	}
 	poll := time.NewTicker(pollEvery(l.cfg.Lease))
 	defer poll.Stop()
@@ -461,10 +599,8 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 	for {
 		var e jetstream.KeyValueEntry
 		select {
-		case <-ctx.Done():
-			return bus.InterruptedResult(c.Call), nil
-		case <-expired:
-			return bus.TimeoutResult(c.Call, max(c.Expiry.Sub(start), 0).Round(time.Millisecond)), nil
+		case <-w.quit:
+			return // every waiter left
 		case now := <-poll.C:
 			switch {
 			case reread:
@@ -480,9 +616,10 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 			cancel()
 			switch {
 			case store.IsNotFound(err):
-				return UnknownOutcome(c.Call), nil // the entry left the dedupe window unrecorded
+				l.end(key, w, UnknownOutcome(c.Call), false, nil) // the entry left the dedupe window unrecorded
+				return
 			case err != nil:
-				continue // the expiry, or the entry's deadline, bounds this
+				continue // the waiters' expiry, or the entry's deadline, bounds this
 			}
 		case u, ok := <-updates:
 			if !ok {
@@ -496,7 +633,8 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 		}
 		var le Entry
 		if json.Unmarshal(e.Value(), &le) != nil {
-			return bus.InternalResult(c.Call, fmt.Errorf("ledger entry %s is corrupt", key)), nil
+			l.end(key, w, bus.InternalResult(c.Call, fmt.Errorf("ledger entry %s is corrupt", key)), false, nil)
+			return
 		}
 		le.rev = e.Revision()
 		now := time.Now()
@@ -506,17 +644,19 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 		last, reread = &le, updates == nil
 		switch {
 		case le.State == stateDone && le.Result != nil:
-			l.cfg.Hits()
-			return *le.Result, nil
+			l.end(key, w, *le.Result, true, nil)
+			return
 		case le.State == stateAbandoned:
 			// The first run never happened; it answered unavailable.
-			return Unavailable(c.Call), nil
+			l.end(key, w, Unavailable(c.Call), false, nil)
+			return
 		case !stale(le, now, seen, l.cfg.Lease):
 			continue
 		}
 		res, claim, ok := l.takeOver(ctx, key, le, c)
 		if ok {
-			return res, claim
+			l.end(key, w, res, false, claim)
+			return
 		}
 		reread = true // lost the race, or the write failed: read again
 	}
@@ -573,8 +713,9 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bu
 	return res, nil, true
 }
 
-// Stop waits until the records in flight have landed and the watches of
-// the waits that returned have stopped, or until ctx ends. A router does not
+// Stop waits until the records in flight have landed, the waits' loops
+// have ended (each ends once its waiters have returned) and their watches
+// have stopped, or until ctx ends. A router does not
 // call it: its drain waits for both through Config.Landing.
 func (l *Ledger) Stop(ctx context.Context) error {
 	done := make(chan struct{})
@@ -583,6 +724,13 @@ func (l *Ledger) Stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		return errors.New("ledger: records still in flight")
+	}
+	loops := make(chan struct{})
+	go func() { l.loops.Wait(); close(loops) }()
+	select {
+	case <-loops:
+	case <-ctx.Done():
+		return errors.New("ledger: waits still running")
 	}
 	return l.stops.Wait(ctx)
 }
