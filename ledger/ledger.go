@@ -507,8 +507,9 @@ func (l *Ledger) join(ctx context.Context, c Call) *shared {
 		return w
 	}
 	// The loop outlives its first waiter when others joined: it ends on
-	// quit, and its reads and writes are bounded by their own timeouts (a
-	// cancellable context of its own cost three allocations more per wait).
+	// quit, and its watch's create, reads and writes are bounded by their
+	// own timeouts (a cancellable context of its own cost three
+	// allocations more per wait).
 	w := &shared{ctx: context.WithoutCancel(ctx), call: c, waiters: 1, quit: make(chan struct{}), done: make(chan struct{})}
 	if l.waits == nil {
 		l.waits = map[string]*shared{}
@@ -580,7 +581,11 @@ func (l *Ledger) watch(w *shared) {
 	ctx, c := w.ctx, w.call
 	key := c.Key
 	start := time.Now()
-	watch, err := l.kv.Watch(ctx, key)
+	// Bounded as the reads are: the loop's context has no deadline, and a
+	// consumer's create whose reply is lost would hold it for good.
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	watch, err := l.kv.Watch(wctx, key)
+	cancel()
 	var updates <-chan jetstream.KeyValueEntry
 	if err == nil {
 		// Not watch.Stop: it deletes the watch's consumer and waits for
