@@ -485,15 +485,15 @@ func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 // duplicates join it (join) and leave it (leave), and its loop (watch)
 // runs while it has waiters and until it has an outcome.
 type shared struct {
-	ctx     context.Context // the first waiter's, without its cancel: the loop's
-	call    Call            // the first waiter's
-	waiters int             // guarded by Ledger.waitsMu
-	quit    chan struct{}   // closed when the last waiter left before the outcome
-	done    chan struct{}   // closed once the outcome below is set
-	res     bus.Result      // the outcome, every waiter's
-	hit     bool            // res is a recorded result (a hit per waiter)
-	claim   *Entry          // a takeover to run the call again: one waiter's
-	taken   atomic.Bool     // claim was given to a waiter, or abandoned
+	ctx     context.Context    // the loop's: the first waiter's values, ended by quit
+	quit    context.CancelFunc // called when the last waiter left before the outcome
+	call    Call               // the first waiter's
+	waiters int                // guarded by Ledger.waitsMu
+	done    chan struct{}      // closed once the outcome below is set
+	res     bus.Result         // the outcome, every waiter's
+	hit     bool               // res is a recorded result (a hit per waiter)
+	claim   *Entry             // a takeover to run the call again: one waiter's
+	taken   atomic.Bool        // claim was given to a waiter, or abandoned
 }
 
 // join returns the wait of c.Key on this router, joined: a live one, or
@@ -506,11 +506,10 @@ func (l *Ledger) join(ctx context.Context, c Call) *shared {
 		w.waiters++
 		return w
 	}
-	// The loop outlives its first waiter when others joined: it ends on
-	// quit, and its watch's create, reads and writes are bounded by their
-	// own timeouts (a cancellable context of its own cost three
-	// allocations more per wait).
-	w := &shared{ctx: context.WithoutCancel(ctx), call: c, waiters: 1, quit: make(chan struct{}), done: make(chan struct{})}
+	// The loop outlives its first waiter when others joined: its context
+	// is its own, ended when its last waiter leaves (the values stay).
+	lctx, quit := context.WithCancel(context.WithoutCancel(ctx))
+	w := &shared{ctx: lctx, quit: quit, call: c, waiters: 1, done: make(chan struct{})}
 	if l.waits == nil {
 		l.waits = map[string]*shared{}
 	}
@@ -535,7 +534,7 @@ func (l *Ledger) leave(key string, w *shared) {
 	switch {
 	case !last:
 	case !ended:
-		close(w.quit)
+		w.quit()
 	case w.claim != nil:
 		l.unclaimed(key, w)
 	}
@@ -581,11 +580,10 @@ func (l *Ledger) watch(w *shared) {
 	ctx, c := w.ctx, w.call
 	key := c.Key
 	start := time.Now()
-	// Bounded as the reads are: the loop's context has no deadline, and a
-	// consumer's create whose reply is lost would hold it for good.
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	watch, err := l.kv.Watch(wctx, key)
-	cancel()
+	// The watch lives as long as ctx: nats.go unsubscribes it when ctx
+	// ends (js.go Subscribe), so ctx is the loop's, ended by the last
+	// waiter's leaving, which ends a create whose reply is lost too.
+	watch, err := l.kv.Watch(ctx, key)
 	var updates <-chan jetstream.KeyValueEntry
 	if err == nil {
 		// Not watch.Stop: it deletes the watch's consumer and waits for
@@ -604,7 +602,7 @@ func (l *Ledger) watch(w *shared) {
 	for {
 		var e jetstream.KeyValueEntry
 		select {
-		case <-w.quit:
+		case <-ctx.Done():
 			return // every waiter left
 		case now := <-poll.C:
 			switch {
