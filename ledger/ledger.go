@@ -95,11 +95,7 @@ type Ledger struct {
 	// a watch's stop deletes its consumer, a JetStream API request that
 	// can take 5 s on a cluster, so it runs off the caller's path.
 	stops store.Stops
-	// waits are the waits of duplicates on this router, by key: one each
-	// (shared), however many duplicates of the key wait.
-	waitsMu sync.Mutex
-	waits   map[string]*shared
-	loops   sync.WaitGroup // the waits' loops
+	waits waits // the waits of duplicates on this router: one per key
 }
 
 // Config configures a Ledger; every zero value has a working default.
@@ -453,18 +449,18 @@ func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 		expired = t.C
 	}
 	for {
-		w := l.join(ctx, c)
+		w := l.waits.join(l, ctx, c)
 		select {
 		case <-ctx.Done():
-			l.leave(c.Key, w)
+			l.waits.leave(l, c.Key, w)
 			return bus.InterruptedResult(c.Call), nil
 		case <-expired:
-			l.leave(c.Key, w)
+			l.waits.leave(l, c.Key, w)
 			return bus.TimeoutResult(c.Call, max(c.Expiry.Sub(start), 0).Round(time.Millisecond)), nil
 		case <-w.done:
 		}
 		if w.claim == nil {
-			l.leave(c.Key, w)
+			l.waits.leave(l, c.Key, w)
 			if w.hit {
 				l.cfg.Hits()
 			}
@@ -473,7 +469,7 @@ func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 		// A takeover to run the call again: one waiter runs it, before it
 		// leaves (a last waiter leaving abandons a claim nobody took).
 		took := w.taken.CompareAndSwap(false, true)
-		l.leave(c.Key, w)
+		l.waits.leave(l, c.Key, w)
 		if took {
 			return bus.Result{}, w.claim
 		}
@@ -481,14 +477,22 @@ func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 	}
 }
 
+// waits are the waits of a router's duplicates, by key: one each (shared),
+// however many duplicates of the key wait.
+type waits struct {
+	mu    sync.Mutex
+	m     map[string]*shared
+	loops sync.WaitGroup // the waits' loops
+}
+
 // shared is the one wait of this router for the record of a key: its
-// duplicates join it (join) and leave it (leave), and its loop (watch)
+// duplicates join it (waits.join) and leave it (waits.leave), and its loop
 // runs while it has waiters and until it has an outcome.
 type shared struct {
 	ctx     context.Context    // the loop's: the first waiter's values, ended by quit
 	quit    context.CancelFunc // called when the last waiter left before the outcome
 	call    Call               // the first waiter's
-	waiters int                // guarded by Ledger.waitsMu
+	waiters int                // guarded by waits.mu
 	done    chan struct{}      // closed once the outcome below is set
 	res     bus.Result         // the outcome, every waiter's
 	hit     bool               // res is a recorded result (a hit per waiter)
@@ -499,10 +503,10 @@ type shared struct {
 // join returns the wait of c.Key on this router, joined: a live one, or
 // one it starts. A wait that has ended (an outcome, or its last waiter
 // gone) is no longer listed, so a later duplicate starts another.
-func (l *Ledger) join(ctx context.Context, c Call) *shared {
-	l.waitsMu.Lock()
-	defer l.waitsMu.Unlock()
-	if w := l.waits[c.Key]; w != nil {
+func (ws *waits) join(l *Ledger, ctx context.Context, c Call) *shared {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if w := ws.m[c.Key]; w != nil {
 		w.waiters++
 		return w
 	}
@@ -510,54 +514,54 @@ func (l *Ledger) join(ctx context.Context, c Call) *shared {
 	// is its own, ended when its last waiter leaves (the values stay).
 	lctx, quit := context.WithCancel(context.WithoutCancel(ctx))
 	w := &shared{ctx: lctx, quit: quit, call: c, waiters: 1, done: make(chan struct{})}
-	if l.waits == nil {
-		l.waits = map[string]*shared{}
+	if ws.m == nil {
+		ws.m = map[string]*shared{}
 	}
-	l.waits[c.Key] = w
-	l.loops.Add(1)
-	go l.watch(w)
+	ws.m[c.Key] = w
+	ws.loops.Add(1)
+	go w.loop(l)
 	return w
 }
 
 // leave takes a waiter off w. The last one to leave before the outcome
 // ends the loop (its watch stops in the background); the last one to
 // leave after an outcome that is a claim nobody took abandons the claim.
-func (l *Ledger) leave(key string, w *shared) {
-	l.waitsMu.Lock()
+func (ws *waits) leave(l *Ledger, key string, w *shared) {
+	ws.mu.Lock()
 	w.waiters--
 	last := w.waiters == 0
 	ended := isClosed(w.done)
-	if last && !ended && l.waits[key] == w {
-		delete(l.waits, key)
+	if last && !ended && ws.m[key] == w {
+		delete(ws.m, key)
 	}
-	l.waitsMu.Unlock()
+	ws.mu.Unlock()
 	switch {
 	case !last:
 	case !ended:
 		w.quit()
 	case w.claim != nil:
-		l.unclaimed(key, w)
+		w.unclaimed(l, key)
 	}
 }
 
 // end sets w's outcome, and gives it to the waiters it has.
-func (l *Ledger) end(key string, w *shared, res bus.Result, hit bool, claim *Entry) {
-	l.waitsMu.Lock()
-	if l.waits[key] == w {
-		delete(l.waits, key)
+func (ws *waits) end(l *Ledger, key string, w *shared, res bus.Result, hit bool, claim *Entry) {
+	ws.mu.Lock()
+	if ws.m[key] == w {
+		delete(ws.m, key)
 	}
 	w.res, w.hit, w.claim = res, hit, claim
 	close(w.done)
 	none := w.waiters == 0
-	l.waitsMu.Unlock()
+	ws.mu.Unlock()
 	if none && claim != nil {
-		l.unclaimed(key, w)
+		w.unclaimed(l, key)
 	}
 }
 
 // unclaimed abandons w's claim when no waiter took it to run: the call
 // did not run, and a re-send may claim it again.
-func (l *Ledger) unclaimed(key string, w *shared) {
+func (w *shared) unclaimed(l *Ledger, key string) {
 	if w.taken.CompareAndSwap(false, true) {
 		l.held.release(key, w.claim.Claim)
 		l.Abandon(key, w.claim.Claim)
@@ -573,10 +577,10 @@ func isClosed(ch chan struct{}) bool {
 	}
 }
 
-// watch is the loop of w: the old wait's watch, poll and takeover, until an
-// outcome (end) or until its last waiter leaves (quit).
-func (l *Ledger) watch(w *shared) {
-	defer l.loops.Done()
+// loop is w's: the watch, poll and takeover of key for its waiters, until
+// an outcome (waits.end) or until its last waiter leaves (quit).
+func (w *shared) loop(l *Ledger) {
+	defer l.waits.loops.Done()
 	ctx, c := w.ctx, w.call
 	key := c.Key
 	start := time.Now()
@@ -619,7 +623,7 @@ func (l *Ledger) watch(w *shared) {
 			cancel()
 			switch {
 			case store.IsNotFound(err):
-				l.end(key, w, UnknownOutcome(c.Call), false, nil) // the entry left the dedupe window unrecorded
+				l.waits.end(l, key, w, UnknownOutcome(c.Call), false, nil) // the entry left the dedupe window unrecorded
 				return
 			case err != nil:
 				continue // the waiters' expiry, or the entry's deadline, bounds this
@@ -636,7 +640,7 @@ func (l *Ledger) watch(w *shared) {
 		}
 		var le Entry
 		if json.Unmarshal(e.Value(), &le) != nil {
-			l.end(key, w, bus.InternalResult(c.Call, fmt.Errorf("ledger entry %s is corrupt", key)), false, nil)
+			l.waits.end(l, key, w, bus.InternalResult(c.Call, fmt.Errorf("ledger entry %s is corrupt", key)), false, nil)
 			return
 		}
 		le.rev = e.Revision()
@@ -647,18 +651,18 @@ func (l *Ledger) watch(w *shared) {
 		last, reread = &le, updates == nil
 		switch {
 		case le.State == stateDone && le.Result != nil:
-			l.end(key, w, *le.Result, true, nil)
+			l.waits.end(l, key, w, *le.Result, true, nil)
 			return
 		case le.State == stateAbandoned:
 			// The first run never happened; it answered unavailable.
-			l.end(key, w, Unavailable(c.Call), false, nil)
+			l.waits.end(l, key, w, Unavailable(c.Call), false, nil)
 			return
 		case !stale(le, now, seen, l.cfg.Lease):
 			continue
 		}
 		res, claim, ok := l.takeOver(ctx, key, le, c)
 		if ok {
-			l.end(key, w, res, false, claim)
+			l.waits.end(l, key, w, res, false, claim)
 			return
 		}
 		reread = true // lost the race, or the write failed: read again
@@ -729,7 +733,7 @@ func (l *Ledger) Stop(ctx context.Context) error {
 		return errors.New("ledger: records still in flight")
 	}
 	loops := make(chan struct{})
-	go func() { l.loops.Wait(); close(loops) }()
+	go func() { l.waits.loops.Wait(); close(loops) }()
 	select {
 	case <-loops:
 	case <-ctx.Done():

@@ -326,9 +326,9 @@ func TestSharedWaitChurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	opened, stopped, _ := kv.counts()
-	l.waitsMu.Lock()
-	left := len(l.waits)
-	l.waitsMu.Unlock()
+	l.waits.mu.Lock()
+	left := len(l.waits.m)
+	l.waits.mu.Unlock()
 	if opened != stopped || left != 0 {
 		t.Fatalf("watches opened %d, stopped %d; %d waits listed", opened, stopped, left)
 	}
