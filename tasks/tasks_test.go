@@ -66,7 +66,7 @@ func TestBounds(t *testing.T) {
 		{"a third live one in s4", rec("s4", "d4", "", later), true},
 	}
 	for _, s := range steps {
-		err := st.Admit(ctx, s.r)
+		_, _, err := st.Admit(ctx, s.r)
 		if s.refused != isCode(err, bus.CodeLimitExceeded) || (!s.refused && err != nil) {
 			t.Fatalf("%s: %v", s.name, err)
 		}
@@ -77,7 +77,7 @@ func TestBounds(t *testing.T) {
 	if _, ended, err := st.Finish(ctx, "s1", "a1", bus.Result{ID: "c-a1", Name: "t", State: bus.StateSuccess}); err != nil || !ended {
 		t.Fatalf("finish: %v %v", ended, err)
 	}
-	if err := st.Admit(ctx, rec("s1", "a4", "u", later)); err != nil {
+	if _, _, err := st.Admit(ctx, rec("s1", "a4", "u", later)); err != nil {
 		t.Fatalf("a slot freed by an end: %v", err)
 	}
 }
@@ -87,7 +87,7 @@ func TestBounds(t *testing.T) {
 func TestFirstEndKept(t *testing.T) {
 	st := newStore(t, tasks.Config{})
 	ctx := t.Context()
-	if err := st.Admit(ctx, rec("s1", "k1", "", time.Now().Add(time.Hour))); err != nil {
+	if _, _, err := st.Admit(ctx, rec("s1", "k1", "", time.Now().Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	r, ended, err := st.Cancel(ctx, "s1", "k1")
@@ -118,7 +118,7 @@ func TestFirstEndKept(t *testing.T) {
 // poll, instead of failing with its deadline.
 func TestWaitOfZeroPolls(t *testing.T) {
 	st := newStore(t, tasks.Config{})
-	if err := st.Admit(t.Context(), rec("s1", "z1", "", time.Now().Add(time.Hour))); err != nil {
+	if _, _, err := st.Admit(t.Context(), rec("s1", "z1", "", time.Now().Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	over, cancel := context.WithCancel(t.Context())
@@ -140,7 +140,7 @@ func TestWaitAndClaim(t *testing.T) {
 	ctx := t.Context()
 	later := time.Now().Add(time.Hour)
 	for _, id := range []string{"w1", "w2"} {
-		if err := st.Admit(ctx, rec("s1", id, "", later)); err != nil {
+		if _, _, err := st.Admit(ctx, rec("s1", id, "", later)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,7 +191,7 @@ func TestWaitNotHeldByWatchStop(t *testing.T) {
 	t.Cleanup(gate.Open)
 	st := tasks.New(gate, tasks.Config{})
 	ctx := t.Context()
-	if err := st.Admit(ctx, rec("s1", "g1", "", time.Now().Add(time.Hour))); err != nil {
+	if _, _, err := st.Admit(ctx, rec("s1", "g1", "", time.Now().Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := st.Finish(ctx, "s1", "g1", bus.Result{State: bus.StateSuccess}); err != nil {
