@@ -123,6 +123,7 @@ type flight struct {
 // ends the wait (the first run goes on); j's own deadline does not, since
 // the outcome comes at the first run's, which is earlier.
 func (b *background) join(ctx context.Context, j *job, f *flight) bus.Result {
+	b.r.m.DedupeHits.Inc()
 	select {
 	case <-f.done:
 	case <-ctx.Done():
@@ -151,8 +152,9 @@ func (b *background) join(ctx context.Context, j *job, f *flight) bus.Result {
 // runFirst is run of the first copy of j on this router, started at start.
 func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.Time, timeout time.Duration) bus.Result {
 	rec := b.record(j, start)
-	if got := b.stored(ctx, rec); got != nil {
-		return b.handle(j.call, got, timeout) // an earlier copy's task: nothing runs
+	if got := b.stored(ctx, rec); got != nil { // an earlier copy's task: nothing runs
+		b.r.m.DedupeHits.Inc()
+		return b.handle(j.call, got, timeout)
 	}
 	runCtx, cancel := b.runContext()
 	// A cancel of the batch ends the run, until the handoff. ctx's own
@@ -197,6 +199,7 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 		return timeoutResult(j.call, timeout)
 	}
 	if !created { // a copy of the call on another router made the task first
+		b.r.m.DedupeHits.Inc()
 		b.drop(j, done, cancel)
 		return b.handle(j.call, got, timeout)
 	}
