@@ -124,6 +124,7 @@ type flight struct {
 // the outcome comes at the first run's, which is earlier.
 func (b *background) join(ctx context.Context, j *job, f *flight) bus.Result {
 	b.r.m.DedupeHits.Inc()
+	b.log.Debug("router: a copy of the call waits for its run here", "call", j.key())
 	select {
 	case <-f.done:
 	case <-ctx.Done():
@@ -137,7 +138,7 @@ func (b *background) join(ctx context.Context, j *job, f *flight) bus.Result {
 		<-f.done
 	}
 	res := f.res // the outcome is shared: copy what a batch may change
-	res.Output = slices.Clone(res.Output)
+	res.Output, res.Metadata = slices.Clone(res.Output), slices.Clone(res.Metadata)
 	if res.Task != nil {
 		h := *res.Task
 		res.Task = &h
@@ -233,6 +234,7 @@ func (b *background) stored(ctx context.Context, rec *tasks.Record) *tasks.Recor
 // the ledger's claim holds, whose result the task's router reads there, so
 // it goes on to its end and its result is dropped here.
 func (b *background) drop(j *job, done <-chan bus.Result, cancel context.CancelFunc) {
+	b.log.Debug("router: another copy of the call made its task first", "call", j.key())
 	if d := &j.tool.Def; d.ReadOnly && !d.Durable {
 		cancel()
 		<-done
