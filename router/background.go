@@ -102,7 +102,9 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 	}
 	f := &flight{done: make(chan struct{})}
 	if first, ok := b.flights.LoadOrStore(j.key(), f); ok {
-		return b.join(ctx, j, first.(*flight))
+		b.r.m.DedupeHits.Inc()
+		b.log.Debug("router: a copy of the call waits for its run here", "call", j.key())
+		return first.(*flight).wait(ctx, j.call)
 	}
 	f.res = b.runFirst(ctx, j, start, deadline, timeout)
 	close(f.done)
@@ -118,13 +120,11 @@ type flight struct {
 	res  bus.Result
 }
 
-// join is the result of copy j of a call that this router runs already:
-// the first run's outcome, without a run of its own. A cancel of j's batch
-// ends the wait (the first run goes on); j's own deadline does not, since
-// the outcome comes at the first run's, which is earlier.
-func (b *background) join(ctx context.Context, j *job, f *flight) bus.Result {
-	b.r.m.DedupeHits.Inc()
-	b.log.Debug("router: a copy of the call waits for its run here", "call", j.key())
+// wait is the result of copy c of the call f runs: f's outcome, without a
+// run of its own. A cancel of c's batch (ctx) ends the wait (the first run
+// goes on); ctx's deadline does not, since the outcome comes at the first
+// run's, which is earlier.
+func (f *flight) wait(ctx context.Context, c bus.Call) bus.Result {
 	select {
 	case <-f.done:
 	case <-ctx.Done():
@@ -132,7 +132,7 @@ func (b *background) join(ctx context.Context, j *job, f *flight) bus.Result {
 			select {
 			case <-f.done:
 			default:
-				return interrupted(j.call)
+				return interrupted(c)
 			}
 		}
 		<-f.done
@@ -153,9 +153,16 @@ func (b *background) join(ctx context.Context, j *job, f *flight) bus.Result {
 // runFirst is run of the first copy of j on this router, started at start.
 func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.Time, timeout time.Duration) bus.Result {
 	rec := b.record(j, start)
-	if got := b.stored(ctx, rec); got != nil { // an earlier copy's task: nothing runs
+	// An earlier copy's task: nothing runs. A read that fails leaves the
+	// copies to meet at Admit.
+	gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+	got, err := b.st.Get(gctx, rec.Session, rec.ID)
+	gcancel()
+	if err == nil {
 		b.r.m.DedupeHits.Inc()
 		return b.handle(j.call, got, timeout)
+	} else if !errors.Is(err, tasks.ErrUnknown) {
+		b.log.Warn("router: background task not read", "task", rec.ID, "err", err)
 	}
 	runCtx, cancel := b.runContext()
 	// A cancel of the batch ends the run, until the handoff. ctx's own
@@ -209,21 +216,6 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 		cancel() // stopping: another router takes the task over
 	}
 	return b.handle(j.call, rec, timeout)
-}
-
-// stored is the task an earlier copy of rec's call made, nil when there is
-// none (or it cannot be read: then the copies meet at Admit).
-func (b *background) stored(ctx context.Context, rec *tasks.Record) *tasks.Record {
-	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	got, err := b.st.Get(gctx, rec.Session, rec.ID)
-	if err != nil {
-		if !errors.Is(err, tasks.ErrUnknown) {
-			b.log.Warn("router: background task not read", "task", rec.ID, "err", err)
-		}
-		return nil
-	}
-	return got
 }
 
 // drop ends this router's part in a run whose call another copy's task

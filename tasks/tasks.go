@@ -153,21 +153,29 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 	if !bus.ValidID(rec.Session) || !bus.ValidID(rec.ID) {
 		return nil, false, bus.Errorf(bus.CodeBadRequest, "tasks: invalid session or task id")
 	}
-	if cur, err := s.existing(ctx, rec); cur != nil || err != nil {
+	if cur, err := found(s.Get(ctx, rec.Session, rec.ID)); cur != nil || err != nil {
 		return cur, false, err
 	}
 	until := rec.Deadline
 	var added []string // the bounds' keys this call counted rec in (not a copy before it)
 	undo := func() { s.release(ctx, rec, added) }
+	// A bound that refuses rec may be full of another copy's task of
+	// rec's id, stored meanwhile: then that task is the answer.
+	refused := func(refusal error) (*Record, bool, error) {
+		if cur, err := found(s.Get(ctx, rec.Session, rec.ID)); cur != nil && err == nil {
+			return cur, false, nil
+		}
+		return nil, false, refusal
+	}
 	if ok, err := s.reserve(ctx, "s."+rec.Session, rec.ID, until, s.cfg.MaxPerSession, "session"); err != nil {
-		return s.refused(ctx, rec, err)
+		return refused(err)
 	} else if ok {
 		added = append(added, "s."+rec.Session)
 	}
 	if rec.UserKey != "" {
 		if ok, err := s.reserve(ctx, "u."+rec.UserKey, rec.ID, until, s.cfg.MaxPerUser, "user"); err != nil {
 			undo()
-			return s.refused(ctx, rec, err)
+			return refused(err)
 		} else if ok {
 			added = append(added, "u."+rec.UserKey)
 		}
@@ -194,22 +202,13 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 	return rec, true, nil
 }
 
-// existing is the session's task of rec's id, nil when there is none.
-func (s *Store) existing(ctx context.Context, rec *Record) (*Record, error) {
-	cur, err := s.Get(ctx, rec.Session, rec.ID)
+// found is a Get's answer as Admit needs it: the task, or nil when there
+// is none.
+func found(r *Record, err error) (*Record, error) {
 	if errors.Is(err, ErrUnknown) {
 		return nil, nil
 	}
-	return cur, err
-}
-
-// refused is Admit's answer to a bound that refused rec: the task of
-// another copy of the call, stored meanwhile, else the refusal.
-func (s *Store) refused(ctx context.Context, rec *Record, refusal error) (*Record, bool, error) {
-	if cur, err := s.existing(ctx, rec); cur != nil && err == nil {
-		return cur, false, nil
-	}
-	return nil, false, refusal
+	return r, err
 }
 
 // reserve counts id against the bound at key, refusing past most; added
