@@ -4,7 +4,8 @@
 // follow it: Get, List, Wait, Cancel and Output. Records live in the
 // P_tasks bucket, so a task outlives the router that started it.
 //
-// Keys: t.<session>.<id> is a task; s.<session> and u.<user key> are the
+// Keys: t.<session>.<id> is a task, its id derived from its call (ID), so
+// that every copy of the call finds it; s.<session> and u.<user key> are the
 // running tasks counted against the session's and the user's bound. A
 // task is always read under the caller's session: another session's task
 // is unknown.
@@ -145,7 +146,8 @@ type index map[string]time.Time
 // Admit stores rec as a new running task, counted against its session's
 // and its user's bound, and returns it with created true. When the
 // session has a task of rec's id already (another copy of the call, whose
-// id is the same: ID) it stores nothing and returns that task, running or
+// id is the same: ID) it stores no task, leaves the counts as that task
+// has them, and returns it, running or
 // ended, with created false: of copies that race, exactly one creates the
 // task, and the bounds count it once. ErrLimit (wrapped) when either bound
 // is full and no such task exists.
@@ -153,9 +155,9 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 	if !bus.ValidID(rec.Session) || !bus.ValidID(rec.ID) {
 		return nil, false, bus.Errorf(bus.CodeBadRequest, "tasks: invalid session or task id")
 	}
-	if cur, err := found(s.Get(ctx, rec.Session, rec.ID)); cur != nil || err != nil {
-		return cur, false, err
-	}
+	// No read first: the router looked for the task before the run, so
+	// one is rare here, and the writes below find it (the count is there
+	// already, or the create conflicts).
 	until := rec.Deadline
 	var added []string // the bounds' keys this call counted rec in (not a copy before it)
 	undo := func() { s.release(ctx, rec, added) }
