@@ -147,10 +147,10 @@ type index map[string]time.Time
 // and its user's bound, and returns it with created true. When the
 // session has a task of rec's id already (another copy of the call, whose
 // id is the same: ID) it stores no task, leaves the counts as that task
-// has them, and returns it, running or
-// ended, with created false: of copies that race, exactly one creates the
-// task, and the bounds count it once. ErrLimit (wrapped) when either bound
-// is full and no such task exists.
+// has them, and returns it, running or ended, with created false: of
+// copies that race, exactly one creates the task, and the bounds count it
+// once. ErrLimit (wrapped) when either bound is full and no such task
+// exists.
 func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bool, err error) {
 	if !bus.ValidID(rec.Session) || !bus.ValidID(rec.ID) {
 		return nil, false, bus.Errorf(bus.CodeBadRequest, "tasks: invalid session or task id")
