@@ -161,12 +161,22 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 	until := rec.Deadline
 	var added []string // the bounds' keys this call counted rec in (not a copy before it)
 	undo := func() { s.release(ctx, rec, added) }
-	// A bound that refuses rec may be full of another copy's task of
-	// rec's id, stored meanwhile: then that task is the answer.
+	// theirs is the answer when another copy's task of rec's id is
+	// stored: the counts made here are that task's (the same id), unless
+	// it ended and freed its own before they were made.
+	theirs := func(cur *Record) (*Record, bool, error) {
+		if !cur.Running() {
+			s.release(ctx, rec, countKeys(rec))
+		}
+		return cur, false, nil
+	}
+	// A bound that refuses rec may be full with another copy's task of
+	// rec's id stored meanwhile: then that task is the answer.
 	refused := func(refusal error) (*Record, bool, error) {
 		if cur, err := found(s.Get(ctx, rec.Session, rec.ID)); cur != nil && err == nil {
-			return cur, false, nil
+			return theirs(cur)
 		}
+		undo()
 		return nil, false, refusal
 	}
 	if ok, err := s.reserve(ctx, "s."+rec.Session, rec.ID, until, s.cfg.MaxPerSession, "session"); err != nil {
@@ -176,7 +186,6 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 	}
 	if rec.UserKey != "" {
 		if ok, err := s.reserve(ctx, "u."+rec.UserKey, rec.ID, until, s.cfg.MaxPerUser, "user"); err != nil {
-			undo()
 			return refused(err)
 		} else if ok {
 			added = append(added, "u."+rec.UserKey)
@@ -188,17 +197,14 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 		return nil, false, err
 	}
 	if _, err := store.Create(ctx, s.kv, taskKey(rec.Session, rec.ID), b, store.Bounded); err != nil {
-		if store.IsConflict(err) { // another copy's task: its counts are the same ids
+		if store.IsConflict(err) {
 			cur, gerr := s.Get(ctx, rec.Session, rec.ID)
 			if gerr != nil {
 				return nil, false, fmt.Errorf("tasks: admit %s: %w", rec.ID, gerr)
 			}
-			if !cur.Running() { // it ended (and freed its counts) before ours were made
-				s.release(ctx, rec, countKeys(rec))
-			}
-			return cur, false, nil
+			return theirs(cur)
 		}
-		undo()
+		undo() // best effort: a copy racing with this one may count on them
 		return nil, false, fmt.Errorf("tasks: admit %s: %w", rec.ID, err)
 	}
 	return rec, true, nil
