@@ -573,6 +573,25 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bu
 	return res, nil, true
 }
 
+// Interrupt records res, the interrupted result of call key that a cancel
+// ended before it started (docs/protocol.md 3.5), as the call's one result,
+// unless the key has an entry already: a re-sent batch (3.1) then gets res
+// from the ledger, as it gets any recorded result, and the call never runs.
+// An entry that exists stands (a run claimed the call first; the cancel
+// reaches that run itself). One create, within the Bounded policy's budget;
+// nothing is written for a call that was never cancelled. It returns the
+// write's error (a conflict is none).
+func (l *Ledger) Interrupt(ctx context.Context, key string, res bus.Result) error {
+	now := time.Now().UTC()
+	e := Entry{State: stateDone, Router: l.cfg.Router, Claim: l.ids.next(), Deadline: now, Result: &res}
+	_, err := store.Create(ctx, l.kv, key, encode(&e), store.Bounded)
+	l.cfg.Health.Note(err)
+	if store.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
 // Stop waits until the records in flight have landed and the watches of
 // the waits that returned have stopped, or until ctx ends. A router does not
 // call it: its drain waits for both through Config.Landing.
