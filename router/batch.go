@@ -453,6 +453,9 @@ type continuationPort interface {
 	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*parked.Batch, bool, error)
 	Finish(ctx context.Context, b *parked.Batch) error
 	Release(b *parked.Batch)
+	// Marks adds to a continuation this router resumed the cancel marks
+	// written since it was read (parked.Store.Marks).
+	Marks(b *parked.Batch)
 	Get(ctx context.Context, key string) (*parked.Record, error)
 	Parked(session, replyID string) []*parked.Record
 }

@@ -83,7 +83,9 @@ func newWindowRig(t *testing.T) *windowRig {
 	f.p.report.events = ev
 	f.p.conts, f.p.park.conts = parkedPort(ps), parkedPort(ps)
 	w := &wire{nc: nc, subj: subj, source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler), base: context.Background(),
-		landing: func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), time.Minute) }}
+		landing: func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Minute)
+		}}
 	rb := &runningBatches{}
 	ans := &answers{wire: w, parked: parkedPort(ps), events: ev, confirming: &confirmed{}}
 	conts := &continuations{wire: w, parked: ps, answers: ans, pipe: f.p, batches: rb}

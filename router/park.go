@@ -212,7 +212,7 @@ func (r *continuations) continuation(cont *parked.Batch) *batch {
 	// A cancel that reached this router between the compare-and-set that
 	// gave it the batch and the track above found no running batch: it
 	// wrote its marks first, and they are read now (docs/protocol.md 3.5).
-	r.parked.Marks(cont)
+	b.p.conts.Marks(cont)
 	return b
 }
 
