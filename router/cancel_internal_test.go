@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/store"
 )
@@ -52,6 +53,7 @@ func (f *resultEvents) result(id string) (bus.Result, bool) {
 // ports faked: what answers.complete and onCancel drive.
 type windowRig struct {
 	f       *fakePipeline
+	ledger  jetstream.KeyValue // P_ledger
 	events  *resultEvents
 	parked  *parked.Store
 	conts   *continuations
@@ -71,6 +73,7 @@ func newWindowRig(t *testing.T) *windowRig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	led := st.Ledger
 	ps := parked.New(st, subj, parked.Config{Owner: "r1", Source: "toolbus/router/r1"})
 	if err := ps.Start(t.Context()); err != nil {
 		t.Fatal(err)
@@ -82,6 +85,7 @@ func newWindowRig(t *testing.T) *windowRig {
 	ev := &resultEvents{results: map[string]bus.Result{}}
 	f.p.report.events = ev
 	f.p.conts, f.p.park.conts = parkedPort(ps), parkedPort(ps)
+	f.p.ledger = ledger.New(led, ledger.Config{Router: "r1"})
 	w := &wire{nc: nc, subj: subj, source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler), base: context.Background(),
 		landing: func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), time.Minute)
@@ -90,7 +94,7 @@ func newWindowRig(t *testing.T) *windowRig {
 	ans := &answers{wire: w, parked: parkedPort(ps), events: ev, confirming: &confirmed{}}
 	conts := &continuations{wire: w, parked: ps, answers: ans, pipe: f.p, batches: rb}
 	ans.resume = conts.resume
-	return &windowRig{f: f, events: ev, parked: ps, conts: conts, batches: rb,
+	return &windowRig{f: f, ledger: led, events: ev, parked: ps, conts: conts, batches: rb,
 		cancels: &canceller{wire: w, running: rb.running, confirming: ans.confirming, parked: conts.cancelParked}}
 }
 
@@ -165,6 +169,14 @@ func TestCancelInResumeWindow(t *testing.T) {
 			res, ok := rig.events.result("c2")
 			if !ok || res.State != bus.StateInterrupted || res.Error == nil || res.Error.Code != bus.CodeInterrupted {
 				t.Fatalf("c2's result %+v (published %v), want interrupted", res, ok)
+			}
+			// A re-sent copy gets the same result from the ledger (3.1).
+			var entry ledger.Entry
+			if e, err := rig.ledger.Get(t.Context(), bus.CallKey("s1", "r1", "c2")); err != nil {
+				t.Fatalf("c2 has no ledger entry: %v", err)
+			} else if err := json.Unmarshal(e.Value(), &entry); err != nil || entry.State != "done" ||
+				entry.Result == nil || entry.Result.State != bus.StateInterrupted {
+				t.Fatalf("c2's ledger entry %s", e.Value())
 			}
 			if _, err := rig.parked.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
 				t.Fatalf("the continuation is left after batch.done: %v", err)
