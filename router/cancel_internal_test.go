@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/ledger"
+	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/store"
 )
@@ -87,6 +88,7 @@ func newWindowRig(t *testing.T) *windowRig {
 	f.p.conts, f.p.park.conts = parkedPort(ps), parkedPort(ps)
 	f.p.ledger = ledger.New(led, ledger.Config{Router: "r1"})
 	w := &wire{nc: nc, subj: subj, source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler), base: context.Background(),
+		m: metrics.NewRouter(nil, metrics.RouterSources{}),
 		landing: func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), time.Minute)
 		}}
@@ -98,15 +100,17 @@ func newWindowRig(t *testing.T) *windowRig {
 		cancels: &canceller{wire: w, running: rb.running, confirming: ans.confirming, parked: conts.cancelParked}}
 }
 
-// cancelMsg is io.toolbus.call.cancel of session s1, reply r1, naming calls.
-func cancelMsg(t *testing.T, calls ...string) *nats.Msg {
+// cancelMsg is io.toolbus.call.cancel of session s1, reply r1, naming
+// calls, sent on P.cancel.<on> (an agent's credentials allow its own
+// session's subject only).
+func cancelMsg(t *testing.T, on string, calls ...string) *nats.Msg {
 	t.Helper()
 	e, err := bus.NewEvent(bus.TypeCallCancel, "test/agent", bus.Cancel{Calls: calls})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.SessionID, e.ReplyID = "s1", "r1"
-	m, err := e.Msg(bus.NewSubjects("").Cancel("s1"))
+	m, err := e.Msg(bus.NewSubjects("").Cancel(on))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,10 +128,15 @@ func cancelMsg(t *testing.T, calls ...string) *nats.Msg {
 func TestCancelInResumeWindow(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
+		on    string   // the session of the cancel's subject
 		calls []string // what the cancel names: the queued call, or every call
 	}{
-		{"the queued call", []string{"c2"}},
-		{"every call", nil},
+		{"the queued call", "s1", []string{"c2"}},
+		{"every call", "s1", nil},
+		// The session is the subject's, which NATS confines to the
+		// agent's own: a cancel naming s1 on s2's subject is refused, and
+		// the call runs.
+		{"from another session", "s2", []string{"c2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rig := newWindowRig(t)
@@ -157,12 +166,18 @@ func TestCancelInResumeWindow(t *testing.T) {
 			if n := len(rig.parked.Read.Parked("s1", "r1")); n != 0 {
 				t.Fatalf("%d calls of the batch still parked", n)
 			}
-			rig.cancels.onCancel(cancelMsg(t, tc.calls...))
+			rig.cancels.onCancel(cancelMsg(t, tc.on, tc.calls...))
 			rig.conts.resume(cont)
 
 			rig.f.runner.mu.Lock()
 			ran := slices.Clone(rig.f.runner.tools)
 			rig.f.runner.mu.Unlock()
+			if tc.on != "s1" {
+				if !slices.Equal(ran, []string{"c2"}) {
+					t.Fatalf("ran %v: another session's cancel stopped s1's call", ran)
+				}
+				return
+			}
 			if slices.Contains(ran, "c2") {
 				t.Fatalf("the cancelled queued call ran (ran %v)", ran)
 			}
