@@ -317,6 +317,9 @@ func (b *batch) execute(c *callState) {
 
 var unavailable = bus.NoWorkerResult
 
+// forestallBudget bounds the ledger writes of one cancel's calls (forestall).
+const forestallBudget = 5 * time.Second
+
 // cancelled ends c, which a cancel named before it started (a queued call
 // or one of a later run, docs/protocol.md 3.5), interrupted: the result is
 // recorded in the ledger first when a re-sent copy of the batch would run
@@ -345,13 +348,17 @@ func (c *callState) ledgered() bool {
 
 // forestall records the interrupted result of calls a cancel ended before
 // they started in the ledger (ledger.Ledger.Interrupt): a call that is
-// not cancelled costs no write. A write that fails leaves a re-send free to
+// not cancelled costs no write. The writes share forestallBudget, so that a
+// ledger without a leader delays the results (and the reply) that long, not
+// a write's budget per call. A write that fails leaves a re-send free to
 // run the call, as before; the agent's result is interrupted either way.
 func (b *batch) forestall(calls []*callState) {
 	if b.p.ledger == nil || len(calls) == 0 {
 		return
 	}
-	ctx, cancel := b.p.report.landing.start(b.ctx)
+	lctx, lcancel := b.p.report.landing.start(b.ctx)
+	defer lcancel()
+	ctx, cancel := context.WithTimeout(lctx, forestallBudget)
 	defer cancel()
 	for _, c := range calls {
 		if err := b.p.ledger.Interrupt(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), interrupted(c.call)); err != nil {
