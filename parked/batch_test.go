@@ -342,7 +342,7 @@ func TestCancelWhileResuming(t *testing.T) {
 	if cont.IsCancelled("c2") {
 		t.Fatal("the batch as read by its resume has a mark written later")
 	}
-	a.Marks(cont)
+	a.Read.Marks(cont)
 	if !cont.IsCancelled("c2") || !phase(t, a, "s1", "r1").IsCancelled("c2") {
 		t.Fatalf("after a's cancel: marks %v", cont.Cancelled)
 	}
@@ -359,7 +359,7 @@ func TestCancelWhileResuming(t *testing.T) {
 		t.Fatal("router b did not mark the continuation")
 	}
 	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
-		if a.Marks(cont); !cont.IsCancelled("c3") {
+		if a.Read.Marks(cont); !cont.IsCancelled("c3") {
 			return fmt.Errorf("marks %v, want c3 from router b", cont.Cancelled)
 		}
 		return nil

@@ -427,7 +427,7 @@ func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 // own writes): also when no call of the batch is parked any more, because
 // the last one was just answered and a router is resuming the batch
 // (docs/protocol.md 3.5). That router reads the marks that landed after its
-// resume with Marks. A reply this router knows nothing of costs no read.
+// resume with Reads.Marks. A reply this router knows nothing of costs no read.
 func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) ([]*Record, error) {
 	recs := s.calls.list(session, replyID)
 	if len(recs) == 0 && !s.conts.knows(BatchKey(session, replyID)) {
@@ -445,7 +445,7 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 // running): a cancel this router handles from then on reaches the running
 // batch, and one it handled before wrote its marks here first, so either
 // way the calls it names never start (docs/protocol.md 3.5).
-func (s *Store) Marks(b *Batch) {
+func (s Reads) Marks(b *Batch) {
 	if b.gone {
 		return // carried, or removed by its last result: nothing of it is left to run
 	}

@@ -326,7 +326,7 @@ const forestallBudget = 5 * time.Second
 // the call through it, so the copy gets it too and the call never runs.
 func (b *batch) cancelled(c *callState) {
 	if c.ledgered() {
-		b.forestall([]*callState{c})
+		forestall(b, []*callState{c})
 	}
 	b.finish(c, interrupted(c.call))
 }
@@ -346,13 +346,15 @@ func (c *callState) ledgered() bool {
 	return t.Tool == nil || !t.Tool.Def.ReadOnly && !t.Tool.Def.External
 }
 
-// forestall records the interrupted result of calls a cancel ended before
-// they started in the ledger (ledger.Ledger.Interrupt): a call that is
-// not cancelled costs no write. The writes share forestallBudget, so that a
-// ledger without a leader delays the results (and the reply) that long, not
-// a write's budget per call. A write that fails leaves a re-send free to
-// run the call, as before; the agent's result is interrupted either way.
-func (b *batch) forestall(calls []*callState) {
+// forestall records in the ledger the interrupted result of calls of b
+// that a cancel ended before they started (ledger.Ledger.Interrupt): a
+// call that is not cancelled costs no write. The writes share
+// forestallBudget, so that a ledger without a leader delays the results
+// (and the reply) that long, not a write's budget per call. A write that
+// fails leaves a re-send free to run the call, as before; the agent's
+// result is interrupted either way. A function, not a method: batch keeps
+// to 15 methods (TestMethodsPerType).
+func forestall(b *batch, calls []*callState) {
 	if b.p.ledger == nil || len(calls) == 0 {
 		return
 	}
@@ -698,7 +700,7 @@ func (b *batch) interrupt(ids []string) {
 	}
 	b.publishing.Add(len(hit))
 	b.mu.Unlock()
-	b.forestall(unstarted) // before the results: batch.done and the reply wait for them
+	forestall(b, unstarted) // before the results: batch.done and the reply wait for them
 	for _, c := range hit {
 		b.report(c, *c.result)
 		b.publishing.Done()
