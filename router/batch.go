@@ -463,7 +463,7 @@ type continuationPort interface {
 	Finish(ctx context.Context, b *parked.Batch) error
 	Release(b *parked.Batch)
 	// Marks adds to a continuation this router resumed the cancel marks
-	// written since it was read (parked.Store.Marks).
+	// written since it was read (parked.Reads.Marks).
 	Marks(b *parked.Batch)
 	Get(ctx context.Context, key string) (*parked.Record, error)
 	Parked(session, replyID string) []*parked.Record
@@ -646,7 +646,7 @@ func (r *canceller) onCancel(m *nats.Msg) {
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
 	r.parked(e.SessionID, e.ReplyID, c.Calls)
 	// Once more: a continuation this router resumed after the first look
-	// and tracked before its marks were read (parked.Store.Marks) did not
+	// and tracked before its marks were read (parked.Reads.Marks) did not
 	// see this cancel's marks, written here only now; it is running now.
 	// A continuation tracked after this look reads them. interrupt ends
 	// only calls without a result, so a copy reached twice is ended once.
