@@ -19,14 +19,14 @@ import (
 // memKV is P_parked in memory: Get, Create, Update, Delete with
 // compare-and-set, and Watch (the current values, the end-of-initial
 // marker, then every change), so that the machine runs inside a
-// testing/synctest bubble. It counts its writes.
+// testing/synctest bubble. It counts its writes and reads.
 type memKV struct {
 	jetstream.KeyValue // the methods the machine does not use: nil, they panic
 	mu                 sync.Mutex
 	rev                uint64
 	vals               map[string]memEntry
 	watchers           []memWatch
-	writes             int
+	writes, gets       int
 }
 
 type memEntry struct {
@@ -59,6 +59,7 @@ func (k *memKV) Bucket() string { return "parked" }
 func (k *memKV) Get(_ context.Context, key string) (jetstream.KeyValueEntry, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.gets++
 	e, ok := k.vals[key]
 	if !ok || e.op != jetstream.KeyValuePut {
 		return nil, jetstream.ErrKeyNotFound

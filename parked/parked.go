@@ -56,6 +56,7 @@ type Store struct {
 	conts *conts
 	cfg   Config
 	Read  Reads // reads from the watch-fed cache (Parked) or the store
+	Mends Mends // the results lost between a call's end and its batch
 }
 
 // Reads reads a Store's records and continuations; it writes nothing.
@@ -73,10 +74,11 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	sh := shared{kv: st.Parked, cfg: cfg}
 	s := &Store{cfg: cfg,
 		calls: newCalls(sh, subj),
-		conts: &conts{shared: sh, active: map[string]*Batch{}, known: store.NewCache[[]string](goneMemory)},
+		conts: &conts{shared: sh, active: map[string]*Batch{}, open: map[string]openBatch{}, known: store.NewCache[[]string](goneMemory)},
 	}
 	s.calls.last = st.Parked.LastRevision
 	s.Read = Reads{calls: s.calls, conts: s.conts}
+	s.Mends = Mends{s: s}
 	return s
 }
 
@@ -412,6 +414,96 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
 }
 
+// Mends completes the batches whose router ended a call and stopped before
+// the call's result joined the batch's continuation (docs/protocol.md 6.1,
+// 1.11): Stranded finds them, Mend completes each. Its zero value is not
+// usable: it is Store.Mends.
+type Mends struct{ s *Store }
+
+// Stranded returns the records of calls that this router saw end (done,
+// expired, cancelled) before cutoff, and whose batch's continuation, as
+// the cache has it, still waits for answers without their result: the
+// router that ended each stopped before its Resume (docs/protocol.md 6.1,
+// 1.11). Mend completes them. It reads each such record from the store;
+// a call whose result joined its batch costs no read or write, only the
+// note the watch of records made when the call ended, dropped here. A
+// record returned is looked at again a lease later, when Mend failed.
+func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
+	s := m.s
+	var out []*Record
+	for key, n := range s.calls.ended.before(cutoff) {
+		switch s.conts.awaits(n) {
+		case awaitNone:
+			s.calls.ended.forget(key)
+			continue
+		case awaitRunning:
+			continue // its router settles it, or the one that takes it over
+		}
+		rec, err := s.Read.Get(ctx, key)
+		switch {
+		case err == nil && endsInBatch(rec):
+			out = append(out, rec)
+			s.calls.ended.later(key)
+		case err == nil || store.IsNotFound(err):
+			s.calls.ended.forget(key)
+		}
+	}
+	return out
+}
+
+// Mend adds the result of rec, a call that another router ended and that
+// stopped before its result joined the batch (Mends.Stranded), to the batch's
+// continuation, as that router's Resume would have: report runs first,
+// with the continuation as read (the call.result event, whose id
+// ResultID derives, so the stopped router's event, if it got out, and this
+// one are stored once), then one compare-and-set adds res if the
+// continuation still waits for answers without it. Of Mend and the call's
+// own Resume, or Mends on several routers, one adds it; the one whose
+// write makes the batch ready resumes it (true, the lease held), under a
+// lease as any resumed batch: Finish removes the continuation. A call
+// whose result joined meanwhile, or whose batch moved on or finished,
+// gets nil, false and no error, and report is not run when that is known
+// before.
+func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
+	s := m.s
+	if !endsInBatch(rec) {
+		return nil, false, nil
+	}
+	cont, err := s.Read.Batch(ctx, rec.Session, rec.ReplyID)
+	if store.IsNotFound(err) || err == nil && !cont.lacks(rec.Call.ID) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	report(cont)
+	var resume bool
+	b, err := s.conts.update(ctx, rec.Session, rec.ReplyID, func(b *Batch) error {
+		resume = false
+		if !b.lacks(rec.Call.ID) {
+			return errMended
+		}
+		b.Results[rec.Call.ID] = res
+		if b.Ready() {
+			claim(b, s.cfg.Owner, PhaseResumed, rec.Call.ID)
+			resume = true
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errMended), store.IsNotFound(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	s.cfg.Logger.Warn("parked: mended a batch whose router stopped before it recorded a result", "key", rec.Key(), "resumed", resume)
+	return b, s.conts.track(b), nil
+}
+
+// errMended: the continuation has the result Mend would add, or no longer
+// waits for it.
+var errMended = errors.New("parked: the result joined its batch")
+
 // Expire ends the parked calls whose time is up with a timeout result; it
 // returns those this router ended.
 func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
@@ -596,6 +688,13 @@ func (b *Batch) last(id string) bool {
 	return true
 }
 
+// lacks reports whether b waits for answers, the result of call id among
+// them, without that result.
+func (b *Batch) lacks(id string) bool {
+	_, has := b.Results[id]
+	return b.Phase == PhaseParked && !has && slices.Contains(b.Waiting, id)
+}
+
 // DoneID is the id of the batch's batch.done event, and so its
 // Nats-Msg-Id: derived from the session and reply id, so that every router
 // that finishes the batch (the one that resumed it, and one that took its
@@ -606,6 +705,19 @@ func (b *Batch) last(id string) bool {
 func (b *Batch) DoneID() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "io.toolbus.batch.done\x00%d:%s\x00%s", len(b.Session), b.Session, b.ReplyID)
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
+}
+
+// ResultID is the id of the io.toolbus.call.result of a parked call, and
+// so its Nats-Msg-Id: derived from the session, reply id and call id, so
+// that the router that ended the call and one that mends its batch after
+// that router stopped (Mends.Mend), or a re-sent copy of the batch that
+// reads the call's record, send the same id, and the events stream stores
+// the event once within its dedupe window (docs/protocol.md 3.4, 6.1).
+// 22 characters, as a NUID.
+func ResultID(session, replyID, callID string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "io.toolbus.call.result\x00%d:%s\x00%d:%s\x00%s", len(session), session, len(replyID), replyID, callID)
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
 
@@ -635,8 +747,9 @@ type conts struct {
 	shared
 
 	mu     sync.RWMutex
-	active map[string]*Batch  // continuations running or resumed, for lease takeovers
-	leases leaseSet[batchKey] // continuations this router works on and renews
+	active map[string]*Batch    // continuations running or resumed, for lease takeovers
+	open   map[string]openBatch // every continuation, in brief: what it still waits for (Mends.Stranded)
+	leases leaseSet[batchKey]   // continuations this router works on and renews
 	// known is every continuation this router knows to exist, with its
 	// cancel marks (Batch.Cancelled): fed by the watch and by this
 	// router's own writes, a tombstone per key removed (kept goneMemory).
@@ -881,14 +994,22 @@ func (s *conts) applyBatch(e jetstream.KeyValueEntry) {
 	} else {
 		s.known.Put(key, e.Revision(), b.Cancelled)
 	}
-	if old, ok := s.active[key]; ok && old.rev >= e.Revision() {
+	if old, ok := s.open[key]; ok && old.rev >= e.Revision() {
 		return
 	}
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(s.active, key)
+		delete(s.open, key)
 		return
 	}
 	b.rev = e.Revision()
+	o := openBatch{rev: b.rev, phase: b.Phase}
+	for _, id := range b.Waiting {
+		if _, ok := b.Results[id]; !ok {
+			o.missing = append(o.missing, id)
+		}
+	}
+	s.open[key] = o
 	if b.Active() {
 		s.active[key] = &b
 	} else {
@@ -908,6 +1029,38 @@ func (s *conts) stale(cutoff time.Time) []*Batch {
 		}
 	}
 	return out
+}
+
+// openBatch is a continuation as Stranded needs it: its phase and the
+// awaited calls without a result.
+type openBatch struct {
+	rev     uint64
+	phase   Phase
+	missing []string
+}
+
+// await is what a continuation, as the cache has it, does about an ended
+// call of its batch.
+type await int
+
+const (
+	awaitNone     await = iota // nothing: its result joined it, the batch moved on or finished, or there is none
+	awaitRunning               // a router runs the batch; look again once it waits for answers
+	awaitStranded              // it waits for answers, this call's among them, without its result
+)
+
+// awaits says what the continuation of n's batch does about n's result.
+func (s *conts) awaits(n endedCall) await {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	o, ok := s.open[BatchKey(n.session, n.replyID)]
+	switch {
+	case !ok || !slices.Contains(o.missing, n.callID):
+		return awaitNone
+	case o.phase != PhaseParked:
+		return awaitRunning
+	}
+	return awaitStranded
 }
 
 // Record is a parked call (bus.ParkRecord: the inbox and the CLI read it
@@ -935,12 +1088,13 @@ type calls struct {
 	mu       sync.RWMutex
 	parked   *store.Cache[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
 	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
+	ended    endings               // calls of batches with a continuation of their own that ended, until that continuation is seen with their result (Mends.Stranded)
 	watch    *store.Watch
 	last     func(ctx context.Context, filter string) (uint64, error) // store.KV.LastRevision of the bucket
 }
 
 func newCalls(sh shared, subj bus.Subjects) *calls {
-	return &calls{shared: sh, subj: subj, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}}
+	return &calls{shared: sh, subj: subj, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}, ended: endings{m: map[string]endedCall{}}}
 }
 
 // watch loads the values of keys into apply and keeps it fed.
@@ -1247,6 +1401,7 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		c.parked.Delete(key, e.Revision())
 		delete(c.answered, key)
+		c.ended.forget(key)
 		return
 	}
 	var r Record
@@ -1262,6 +1417,7 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 			delete(c.answered, key)
 		}
 	}
+	c.ended.note(key, &r)
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, &r)
 	} else {
@@ -1269,11 +1425,88 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 	}
 }
 
+// endings is the calls of batches with a continuation of their own that
+// this router saw end, and when, by record key: what Mends.Stranded looks
+// at. Safe for concurrent use.
+type endings struct {
+	mu sync.Mutex
+	m  map[string]endedCall
+}
+
+// note notes when r, the record of key, ended a call of a batch with its
+// own continuation (kept from the first time it is seen ending), or drops
+// the note of a record that did not.
+func (e *endings) note(key string, r *Record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !endsInBatch(r) {
+		delete(e.m, key)
+	} else if _, ok := e.m[key]; !ok {
+		e.m[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, seen: time.Now()}
+	}
+}
+
+// endedCall is a call of a batch with a continuation of its own that this
+// router's watch saw end, and when.
+type endedCall struct {
+	session, replyID, callID string
+	seen                     time.Time
+}
+
+// endsInBatch reports whether r is a call that ended with its result
+// (done, expired, cancelled) in a batch whose continuation is under the
+// batch's own key, not carried by r.
+func endsInBatch(r *Record) bool {
+	switch r.Status {
+	case bus.ParkDone, bus.ParkExpired, bus.ParkCancelled:
+		return r.Result != nil && len(r.Batch) == 0
+	}
+	return false
+}
+
+// before returns the notes of the calls seen ending before cutoff, by key.
+func (e *endings) before(cutoff time.Time) map[string]endedCall {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]endedCall{}
+	for key, n := range e.m {
+		if n.seen.Before(cutoff) {
+			out[key] = n
+		}
+	}
+	return out
+}
+
+// forget drops the note of the ended call key.
+func (e *endings) forget(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.m, key)
+}
+
+// later looks at the ended call key again a lease from now.
+func (e *endings) later(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n, ok := e.m[key]; ok {
+		n.seen = time.Now()
+		e.m[key] = n
+	}
+}
+
+// len is how many ended calls are noted.
+func (e *endings) len() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.m)
+}
+
 // note caches a copy of r, which this router just wrote at r.Rev (callers
 // change theirs).
 func (c *calls) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.ended.note(key, r) // this router may stop before its Resume too
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, new(*r))
 	} else {

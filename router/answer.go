@@ -41,6 +41,7 @@ type answers struct {
 type parkedCalls interface {
 	Answer(ctx context.Context, key, tool string, a *bus.Answer, decide parked.Decide) (parked.Answered, error)
 	Resume(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
+	Mend(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
 	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
 	Parked(session, replyID string) []*parked.Record
 }
@@ -375,19 +376,31 @@ func (r *answers) confirmCovered(answered *parked.Record) {
 
 // complete reports a parked call's result, records it, and resumes the
 // batch when it was the last one awaited.
-func (r *answers) complete(rec *parked.Record, res bus.Result) {
+func (r *answers) complete(rec *parked.Record, res bus.Result) { r.record(rec, res, r.parked.Resume) }
+
+// mend completes, as its router would have, a call that router ended and
+// stopped before its result joined the batch (parked.Mends.Stranded,
+// docs/protocol.md 6.1): the same call.result event, by its id, then the
+// result joins the continuation unless it did meanwhile.
+func (r *answers) mend(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Mend) }
+
+// record reports rec's result res, has join add it to the batch (Resume,
+// Mend), and resumes the batch when join says so.
+func (r *answers) record(rec *parked.Record, res bus.Result, join func(context.Context, *parked.Record, bus.Result, func(*parked.Batch)) (*parked.Batch, bool, error)) {
 	ctx, cancel := r.landing()
 	defer cancel()
 	// The call.result event goes out before the continuation records the
 	// result, on the connection that records it: whichever router then
-	// publishes batch.done does so after this event was delivered.
+	// publishes batch.done does so after this event was delivered. Its id
+	// is the call's (docs/protocol.md 3.4): a router that mends the batch
+	// after this one stopped sends it again, and the stream stores it once.
 	report := func(cont *parked.Batch) {
 		var trace [2]string
 		if cont != nil {
 			trace = [2]string{cont.TraceParent, cont.TraceState}
 		}
 		r.audit.recordParked(ctx, rec, res) // the audit trail (chain.go)
-		ev, err := r.events.publish("", bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
+		ev, err := r.events.publish(parked.ResultID(rec.Session, rec.ReplyID, rec.Call.ID), bus.TypeCallResult, rec.Session, rec.ReplyID, rec.Call.ID, trace, res)
 		if err == nil {
 			err = r.events.stored(ctx, []*sentEvent{ev})
 		}
@@ -395,7 +408,7 @@ func (r *answers) complete(rec *parked.Record, res bus.Result) {
 			r.log.Warn("router: result event not published", "key", rec.Key(), "err", err)
 		}
 	}
-	cont, resume, err := r.parked.Resume(ctx, rec, res, report)
+	cont, resume, err := join(ctx, rec, res, report)
 	if err != nil {
 		// A bus error: another router made the result (it took the answer
 		// over, or this router's lease lapsed while it ran) and reports it.

@@ -19,6 +19,7 @@ type fakeParked struct {
 	resume    bool
 	gets      int
 	completes []bus.Result
+	mends     []bus.Result
 }
 
 func (f *fakeParked) Answer(context.Context, string, string, *bus.Answer, parked.Decide) (parked.Answered, error) {
@@ -32,6 +33,12 @@ func (f *fakeParked) Resume(_ context.Context, _ *parked.Record, res bus.Result,
 	f.gets++ // Resume reads the continuation for the event's trace and the batch
 	report(f.cont)
 	f.completes = append(f.completes, res)
+	return f.cont, f.resume, nil
+}
+func (f *fakeParked) Mend(_ context.Context, _ *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error) {
+	f.gets++
+	report(f.cont)
+	f.mends = append(f.mends, res)
 	return f.cont, f.resume, nil
 }
 func (f *fakeParked) Parked(string, string) []*parked.Record { return nil }
@@ -137,5 +144,33 @@ func TestSettle(t *testing.T) {
 				t.Errorf("result %s %q, want %s %q", code, textOf(res.Output), tc.code, tc.text)
 			}
 		})
+	}
+}
+
+// A parked call's call.result has the call's derived id (docs/protocol.md
+// 3.4, 1.11), from the router that ended it (complete) as from one that
+// mends its batch (mend), and each resumes the batch when told to.
+func TestResultEventID(t *testing.T) {
+	call := bus.Call{ID: "c1", Name: "tool"}
+	res := bus.Result{ID: "c1", Name: "tool", State: bus.StateSuccess, Output: bus.Text("out")}
+	rec := &parked.Record{Session: "s", ReplyID: "r", Call: call, Kind: bus.KindExternal, Status: bus.ParkDone, Result: &res}
+	for _, mend := range []bool{false, true} {
+		pk := &fakeParked{cont: &parked.Batch{Session: "s", ReplyID: "r"}, resume: true}
+		ev := &fakeEvents{}
+		resumed := 0
+		a := &answers{wire: &wire{log: slog.New(slog.DiscardHandler), base: t.Context(),
+			landing: func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }},
+			parked: pk, events: ev, resume: func(*parked.Batch) { resumed++ }}
+		if mend {
+			a.mend(rec)
+		} else {
+			a.complete(rec, res)
+		}
+		if want := parked.ResultID("s", "r", "c1"); len(ev.ids) != 1 || ev.ids[0] != want || ev.types[0] != "call.result:c1" {
+			t.Fatalf("mend %v: events %v with ids %v, want call.result with %s", mend, ev.types, ev.ids, want)
+		}
+		if resumed != 1 || len(pk.completes)+len(pk.mends) != 1 || mend != (len(pk.mends) == 1) {
+			t.Fatalf("mend %v: resumed %d, %d completes, %d mends", mend, resumed, len(pk.completes), len(pk.mends))
+		}
 	}
 }

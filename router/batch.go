@@ -59,6 +59,7 @@ type callState struct {
 	rule      string          // why the permission engine decided as it did (decide), for the audit record
 	limitRule string          // the limit rule that refused the call (quotas.refuse)
 	result    *bus.Result     // set once, when the call finishes
+	recorded  bool            // result is the call's P_parked record's (parkStep.reuse): its call.result has the call's id (parked.ResultID)
 	settled   bus.Result      // what result points to when settle set it (no allocation of its own)
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
@@ -473,9 +474,10 @@ type continuationPort interface {
 type parkedStore struct {
 	*parked.Store
 	parked.Reads
+	parked.Mends
 }
 
-func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read} }
+func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read, s.Mends} }
 
 // runnerPort runs what a call resolved to: a tool through its executor
 // (exec.go, the ledger), or the skill loader.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/metrics"
+	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -116,7 +117,11 @@ type reportStep struct {
 // one, and counts it.
 func (s reportStep) result(b *batch, c *callState, res bus.Result) {
 	if ownEvent(b, res) && !b.cutOff() {
-		s.publish(b, "", bus.TypeCallResult, c.call.ID, encoded(b, c))
+		id := ""
+		if c.recorded { // the record's result: the event its router sent (docs/protocol.md 3.1, 3.4)
+			id = parked.ResultID(b.session, b.replyID, c.call.ID)
+		}
+		s.publish(b, id, bus.TypeCallResult, c.call.ID, encoded(b, c))
 	}
 	if s.m == nil {
 		return

@@ -244,7 +244,9 @@ func (r *continuations) renewLeases(now time.Time) {
 }
 
 // takeOver repairs continuations whose owner stopped renewing its lease,
-// and settles again the answers whose router died before their result.
+// settles again the answers whose router died before their result, and
+// mends the batches whose router died between a call's end and its
+// result joining the batch.
 func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
 	defer cancel()
@@ -257,6 +259,11 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	}
 	for _, rec := range answered {
 		r.life.Go(func(context.Context) { r.answers.settleTaken(rec) })
+	}
+	// Calls whose router ended them and stopped before their result
+	// joined the batch (docs/protocol.md 6.1, 1.11).
+	for _, rec := range r.parked.Mends.Stranded(ctx, cutoff) {
+		r.life.Go(func(context.Context) { r.answers.mend(rec) })
 	}
 }
 
@@ -336,6 +343,7 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	for i, c := range calls {
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		if err == nil && rec.Status != bus.ParkParked && rec.Result != nil {
+			c.recorded = true // the router that ended it reported it under the call's id (docs/protocol.md 3.1)
 			b.finish(c, *rec.Result)
 			continue
 		}

@@ -94,14 +94,16 @@ func (f *fakeRunner) readOutput(_ context.Context, _ string, c bus.Call, _ json.
 type fakeEvents struct {
 	mu        sync.Mutex
 	types     []string // type:callid of every event published
+	ids       []string // the id each was published with ("": a new one)
 	replies   []*bus.Event
 	announced []string // the data of every event announced, as it was sent
 }
 
-func (f *fakeEvents) publish(_, typ, _, _, callID string, _ [2]string, _ any) (*sentEvent, error) {
+func (f *fakeEvents) publish(id, typ, _, _, callID string, _ [2]string, _ any) (*sentEvent, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.types = append(f.types, strings.TrimPrefix(typ, "io.toolbus.")+":"+callID)
+	f.ids = append(f.ids, id)
 	return &sentEvent{}, nil
 }
 
