@@ -74,7 +74,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	sh := shared{kv: st.Parked, cfg: cfg}
 	s := &Store{cfg: cfg,
 		calls: newCalls(sh, subj),
-		conts: &conts{shared: sh, active: map[string]*Batch{}, open: map[string]openBatch{}, known: store.NewCache[[]string](goneMemory)},
+		conts: &conts{shared: sh, active: map[string]*Batch{}, known: store.NewCache[openBatch](goneMemory)},
 	}
 	s.calls.last = st.Parked.LastRevision
 	s.Read = Reads{calls: s.calls, conts: s.conts}
@@ -544,11 +544,11 @@ func (s Reads) Marks(b *Batch) {
 	s.conts.mu.RLock()
 	defer s.conts.mu.RUnlock()
 	key := b.Key()
-	marks, ok := s.conts.known.Get(key)
+	o, ok := s.conts.known.Get(key)
 	if !ok || s.conts.known.Rev(key) <= b.rev {
 		return
 	}
-	for _, id := range marks {
+	for _, id := range o.cancelled {
 		if !slices.Contains(b.Cancelled, id) {
 			b.Cancelled = append(b.Cancelled, id)
 		}
@@ -747,15 +747,14 @@ type conts struct {
 	shared
 
 	mu     sync.RWMutex
-	active map[string]*Batch    // continuations running or resumed, for lease takeovers
-	open   map[string]openBatch // every continuation, in brief: what it still waits for (Mends.Stranded)
-	leases leaseSet[batchKey]   // continuations this router works on and renews
-	// known is every continuation this router knows to exist, with its
-	// cancel marks (Batch.Cancelled): fed by the watch and by this
-	// router's own writes, a tombstone per key removed (kept goneMemory).
-	// Cancel marks a continuation only when it is known here, and Marks
-	// reads the marks a resumed batch lacks.
-	known *store.Cache[[]string]
+	active map[string]*Batch  // continuations running or resumed, for lease takeovers
+	leases leaseSet[batchKey] // continuations this router works on and renews
+	// known is every continuation this router knows to exist, in brief
+	// (openBatch): fed by the watch and by this router's own writes, a
+	// tombstone per key removed (kept goneMemory). Cancel marks a
+	// continuation only when it is known here, Marks reads the marks a
+	// resumed batch lacks, and Mends.Stranded what it still waits for.
+	known *store.Cache[openBatch]
 	watch *store.Watch
 }
 
@@ -772,7 +771,7 @@ func (s *conts) knows(key string) bool {
 func (s *conts) note(b *Batch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.known.Put(b.Key(), b.rev, slices.Clone(b.Cancelled))
+	s.known.Put(b.Key(), b.rev, brief(b))
 }
 
 // forget records that this router deleted the continuation of key, at
@@ -989,28 +988,16 @@ func (s *conts) applyBatch(e jetstream.KeyValueEntry) {
 	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &b) != nil {
 		return
 	}
-	if e.Operation() != jetstream.KeyValuePut {
-		s.known.Delete(key, e.Revision())
-	} else {
-		s.known.Put(key, e.Revision(), b.Cancelled)
-	}
-	if old, ok := s.open[key]; ok && old.rev >= e.Revision() {
-		return
-	}
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(s.active, key)
-		delete(s.open, key)
-		return
-	}
 	b.rev = e.Revision()
-	o := openBatch{rev: b.rev, phase: b.Phase}
-	for _, id := range b.Waiting {
-		if _, ok := b.Results[id]; !ok {
-			o.missing = append(o.missing, id)
-		}
+	if e.Operation() != jetstream.KeyValuePut {
+		s.known.Delete(key, b.rev)
+	} else {
+		s.known.Put(key, b.rev, brief(&b))
 	}
-	s.open[key] = o
-	if b.Active() {
+	if old, ok := s.active[key]; ok && old.rev >= b.rev {
+		return
+	}
+	if e.Operation() == jetstream.KeyValuePut && b.Active() {
 		s.active[key] = &b
 	} else {
 		delete(s.active, key)
@@ -1031,12 +1018,24 @@ func (s *conts) stale(cutoff time.Time) []*Batch {
 	return out
 }
 
-// openBatch is a continuation as Stranded needs it: its phase and the
-// awaited calls without a result.
+// openBatch is a continuation in brief, as Cancel, Marks and Stranded
+// need it: its phase, the awaited calls without a result, and its cancel
+// marks.
 type openBatch struct {
-	rev     uint64
-	phase   Phase
-	missing []string
+	phase     Phase
+	missing   []string
+	cancelled []string
+}
+
+// brief returns b in brief.
+func brief(b *Batch) openBatch {
+	o := openBatch{phase: b.Phase, cancelled: slices.Clone(b.Cancelled)}
+	for _, id := range b.Waiting {
+		if _, ok := b.Results[id]; !ok {
+			o.missing = append(o.missing, id)
+		}
+	}
+	return o
 }
 
 // await is what a continuation, as the cache has it, does about an ended
@@ -1053,7 +1052,7 @@ const (
 func (s *conts) awaits(n endedCall) await {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	o, ok := s.open[BatchKey(n.session, n.replyID)]
+	o, ok := s.known.Get(BatchKey(n.session, n.replyID))
 	switch {
 	case !ok || !slices.Contains(o.missing, n.callID):
 		return awaitNone
