@@ -29,7 +29,10 @@ type parkStep struct {
 // park records b's continuation and parks the calls; false when a copy of
 // the batch parked before (the reply describes its state, nothing runs).
 func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int) bool {
-	if n := len(s.conts.Parked(b.session, "")); n+len(calls) > s.maxParked {
+	// The batch's own parked calls are not counted: they are a first
+	// copy's, which a re-sent copy adopts (docs/protocol.md 3.1); a batch
+	// parks a later run only once its earlier parked calls were answered.
+	if n := len(s.conts.Parked(b.session, "")) - len(s.conts.Parked(b.session, b.replyID)); n+len(calls) > s.maxParked {
 		// Past the session's limit nothing more parks: these calls end
 		// here, and the batch goes on.
 		for _, c := range calls {
@@ -209,6 +212,10 @@ func (r *continuations) continuation(cont *parked.Batch) *batch {
 		return nil
 	}
 	r.batches.track(b)
+	// A cancel that reached this router between the compare-and-set that
+	// gave it the batch and the track above found no running batch: it
+	// wrote its marks first, and they are read now (docs/protocol.md 3.5).
+	b.p.conts.Marks(cont)
 	return b
 }
 
@@ -282,7 +289,7 @@ func (r *continuations) repair(cont *parked.Batch) {
 			// The agent cancelled it after the dead router started it
 			// (docs/protocol.md 3.5): it ends interrupted and never starts
 			// again, as runCalls ends a cancelled call of a resumed batch.
-			b.finish(c, interrupted(c.call))
+			b.cancelled(c)
 			continue
 		}
 		if c.early != nil {

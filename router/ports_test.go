@@ -162,10 +162,22 @@ func (f *fakeConts) Settle(context.Context, string, string, map[string]bus.Resul
 }
 func (f *fakeConts) Finish(context.Context, *parked.Batch) error { return nil }
 func (f *fakeConts) Release(*parked.Batch)                       {}
+func (f *fakeConts) Marks(*parked.Batch)                         {}
 func (f *fakeConts) Get(context.Context, string) (*parked.Record, error) {
 	return nil, errors.New("not found")
 }
-func (f *fakeConts) Parked(string, string) []*parked.Record { return f.parked }
+func (f *fakeConts) Parked(_, replyID string) []*parked.Record {
+	if replyID == "" {
+		return f.parked
+	}
+	var out []*parked.Record
+	for _, r := range f.parked {
+		if r != nil && r.ReplyID == replyID {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 var _ continuationPort = (*fakeConts)(nil)
 

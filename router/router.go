@@ -147,6 +147,7 @@ type Router struct {
 	cfg   Config
 	life  *life.Life
 	sem   chan struct{}
+	beats chan struct{} // the slots of workers' registrations and heartbeats
 	adm   *admission
 	pool  *pool.Pool
 
@@ -245,7 +246,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}
 	log := cfg.Logger.With("router", cfg.ID)
 	w := &wire{nc: nc, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID, log: log}
-	r := &Router{wire: w, cfg: cfg, sem: make(chan struct{}, cfg.MaxInflight), pool: pool.New(time.Minute)}
+	r := &Router{wire: w, cfg: cfg, sem: make(chan struct{}, cfg.MaxInflight), beats: make(chan struct{}, maxBeats), pool: pool.New(time.Minute)}
 	r.life = life.New(life.Config{Cleanup: drainCleanup, LandBudget: landBudget, Logger: log, OnDeadline: func() {
 		r.cutCalls = r.batches.callsInFlight()
 		r.cut.Store(true)
@@ -445,12 +446,26 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		}
 		return
 	}
-	if !r.adm.admit(m, shed) {
-		r.adm.wait(m, func() { r.handle(h, m) })
+	if m.Subject == r.subj.Workers.Register() {
+		// Slots of their own (docs/security.md): an agent can hold every
+		// MaxInflight slot for minutes (task waits, copies of a batch
+		// waiting for its running call), and a worker whose beats waited
+		// behind them was taken for vanished, its calls ended
+		// unknown_outcome. Back-pressure past maxBeats, as before.
+		r.beats <- struct{}{}
+		r.handle(r.beats, h, m)
 		return
 	}
-	r.handle(h, m)
+	if !r.adm.admit(m, shed) {
+		r.adm.wait(m, func() { r.handle(r.sem, h, m) })
+		return
+	}
+	r.handle(r.sem, h, m)
 }
+
+// maxBeats bounds the registrations and heartbeats a router handles at
+// once, apart from MaxInflight.
+const maxBeats = 256
 
 // replyAllowed reports whether the router may answer on reply: an inbox,
 // never a subject that starts with "$" (the JetStream API, buckets, object
@@ -485,8 +500,8 @@ func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	return true
 }
 
-// handle runs h on m in the slot the caller took.
-func (r *Router) handle(h func(*nats.Msg), m *nats.Msg) {
+// handle runs h on m in the slot the caller took of sem, and gives it back.
+func (r *Router) handle(sem chan struct{}, h func(*nats.Msg), m *nats.Msg) {
 	r.m.Inflight.Inc()
 	r.pool.Go(func() {
 		defer func() {
@@ -495,7 +510,7 @@ func (r *Router) handle(h func(*nats.Msg), m *nats.Msg) {
 				r.log.Error("router: handler panicked", "subject", m.Subject, "panic", p, "stack", string(debug.Stack()))
 				_ = bus.RespondError(r.nc, m, r.source, bus.Errorf(bus.CodeInternal, "router failed on this message"))
 			}
-			<-r.sem
+			<-sem
 			r.life.Leave()
 		}()
 		h(m)
@@ -651,7 +666,16 @@ func (w *wire) reject(m *nats.Msg, err error) {
 // respond answers m with an event of type typ; what names the reply in the
 // log when it fails.
 func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
-	if err := bus.Respond(w.nc, m, w.source, typ, data); err != nil {
+	err := bus.Respond(w.nc, m, w.source, typ, data)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// No message can carry it: the requester hears why rather than
+		// waiting for its timeout (docs/security.md, a parked.list of every
+		// session while one session parked large inputs).
+		w.log.Warn("router: "+what+" over the max payload", "subject", m.Subject)
+		err = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeLimitExceeded,
+			"the reply (%s) is larger than the server's max payload of %d bytes; ask for less (one session, fewer ids)", typ, w.nc.MaxPayload()))
+	}
+	if err != nil {
 		w.log.Warn("router: "+what+" failed", "err", err)
 	}
 }

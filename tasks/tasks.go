@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -100,7 +101,23 @@ type Store struct {
 	kv    jetstream.KeyValue
 	cfg   Config
 	stops store.Stops // the watches of the waits that returned
+	waits waits       // the waits open here
 }
+
+// waits counts the waits a Store holds, per session and in all.
+type waits struct {
+	mu        sync.Mutex
+	bySession map[string]int
+	all       int
+}
+
+// Bounds of the waits a Store holds at once (docs/tasks.md): each holds a
+// KV watch (a JetStream consumer) and, in the router, a handler slot, for
+// up to bus.MaxTaskWaitMS. Past either a wait is refused limit_exceeded.
+const (
+	MaxSessionWaits = 16   // of one session
+	MaxWaits        = 1024 // of all sessions
+)
 
 // New returns the store over kv (from Setup).
 func New(kv jetstream.KeyValue, cfg Config) *Store {
@@ -409,6 +426,10 @@ func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool
 	if !bus.ValidID(session) {
 		return nil, unknown(strings.Join(ids, ","))
 	}
+	if err := s.waits.enter(session); err != nil {
+		return nil, err
+	}
+	defer s.waits.leave(session)
 	w, err := s.kv.Watch(ctx, taskKey(session, "*"))
 	if err != nil && ctx.Err() == nil {
 		return nil, err
@@ -452,6 +473,34 @@ func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool
 		}
 	}
 	return ordered(cur, ids), nil
+}
+
+// enter counts a wait of session, or refuses it past MaxSessionWaits or
+// MaxWaits.
+func (w *waits) enter(session string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.bySession[session] >= MaxSessionWaits || w.all >= MaxWaits {
+		return bus.Errorf(bus.CodeLimitExceeded,
+			"TaskWaitLimitError: this router already holds %d task waits of this session and %d in all (at most %d and %d); try again once one returned",
+			w.bySession[session], w.all, MaxSessionWaits, MaxWaits)
+	}
+	if w.bySession == nil {
+		w.bySession = map[string]int{}
+	}
+	w.bySession[session]++
+	w.all++
+	return nil
+}
+
+// leave uncounts a wait of session.
+func (w *waits) leave(session string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.bySession[session]--; w.bySession[session] <= 0 {
+		delete(w.bySession, session)
+	}
+	w.all--
 }
 
 // pollBound bounds the reads of a wait's current states.
@@ -515,10 +564,20 @@ func (s *Store) Renew(ctx context.Context, session, id, owner string, lease time
 func Output(ctx context.Context, js jetstream.JetStream, stream, subject string, rec *Record, maxBytes int) (out []bus.Block, truncated bool, err error) {
 	start := rec.Started.Add(-time.Second)
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start})
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start, InactiveThreshold: outputIdle})
 	if err != nil {
 		return nil, false, err
 	}
+	// Deleted once read: nats.go leaves an ordered consumer 5 minutes
+	// idle, and the events stream's consumers bound every session's
+	// replays (docs/security.md, TestAttackTaskOutputConsumers).
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = js.DeleteConsumer(dctx, stream, info.Name)
+		}
+	}()
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return nil, false, err
@@ -553,6 +612,10 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 	}
 	return out, truncated, nil
 }
+
+// outputIdle is how long an Output consumer whose delete failed outlives
+// its last read.
+const outputIdle = 10 * time.Second
 
 // progressOf is the blocks of m when it is a progress event of rec's call.
 func progressOf(m jetstream.Msg, rec *Record) []bus.Block {
