@@ -284,7 +284,7 @@ func (l *Ledger) Renew(ctx context.Context, now time.Time) error {
 	var g errgroup.Group
 	g.SetLimit(renewParallel)
 	for key, c := range l.held.all() {
-		g.Go(func() error { return l.renewOne(ctx, key, c, now) })
+		g.Go(func() error { return renewOne(ctx, l, key, c, now) })
 	}
 	return g.Wait()
 }
@@ -292,7 +292,9 @@ func (l *Ledger) Renew(ctx context.Context, now time.Time) error {
 // renewParallel bounds the lease renewals in flight at once.
 const renewParallel = 32
 
-func (l *Ledger) renewOne(ctx context.Context, key string, c Entry, now time.Time) error {
+// renewOne renews l's claim c of key (a function, not a method: Ledger
+// keeps to 15 methods, TestMethodsPerType).
+func renewOne(ctx context.Context, l *Ledger, key string, c Entry, now time.Time) error {
 	for range 2 { // a conflict: read the entry once and try again if it is still ours
 		c.Touched = now.UTC()
 		val := encode(&c)
@@ -718,6 +720,25 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bu
 		return bus.Result{}, &next, true
 	}
 	return res, nil, true
+}
+
+// Interrupt records res, the interrupted result of call key that a cancel
+// ended before it started (docs/protocol.md 3.5), as the call's one result,
+// unless the key has an entry already: a re-sent batch (3.1) then gets res
+// from the ledger, as it gets any recorded result, and the call never runs.
+// An entry that exists stands (a run claimed the call first; the cancel
+// reaches that run itself). One create, within the Bounded policy's budget;
+// nothing is written for a call that was never cancelled. It returns the
+// write's error (a conflict is none).
+func (l *Ledger) Interrupt(ctx context.Context, key string, res bus.Result) error {
+	now := time.Now().UTC()
+	e := Entry{State: stateDone, Router: l.cfg.Router, Claim: l.ids.next(), Deadline: now, Result: &res}
+	_, err := store.Create(ctx, l.kv, key, encode(&e), store.Bounded)
+	l.cfg.Health.Note(err)
+	if store.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 
 // Stop waits until the records in flight have landed, the waits' loops

@@ -237,3 +237,40 @@ func TestDuplicateOfRecordedOpensNoWatch(t *testing.T) {
 		t.Fatalf("the duplicate opened %d watches", n)
 	}
 }
+
+// A call a cancel ended before it started is recorded interrupted, and a
+// re-send gets that result without running it (docs/protocol.md 3.5); a
+// call that a run claimed first keeps its claim and its own result.
+func TestLedgerInterrupt(t *testing.T) {
+	ls := newTestLedger(t, "a", "b")
+	ctx := t.Context()
+	c := bus.Call{ID: "c1", Name: "t"}
+	if err := ls[0].Interrupt(ctx, "s.r.c1", bus.InterruptedResult(c)); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	run := func() bus.Result { runs.Add(1); return bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess} }
+	for _, l := range ls { // a re-send, on either router
+		got := l.Once(ctx, Call{Key: "s.r.c1", Call: c, Timeout: time.Second}, run)
+		if got.State != bus.StateInterrupted || got.Error == nil || got.Error.Code != bus.CodeInterrupted || textOf(got.Output) != bus.InterruptedText {
+			t.Fatalf("router %s: %+v", l.cfg.Router, got)
+		}
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the cancelled call ran %d times", n)
+	}
+
+	// Claimed first: the interrupt changes nothing, the run records its result.
+	how, claim := ls[0].claim(ctx, "s.r.c2", time.Second)
+	if how != claimed {
+		t.Fatalf("claim: %v", how)
+	}
+	if err := ls[1].Interrupt(ctx, "s.r.c2", bus.InterruptedResult(bus.Call{ID: "c2", Name: "t"})); err != nil {
+		t.Fatalf("interrupt of a claimed call: %v", err)
+	}
+	ls[0].Record(ctx, "s.r.c2", claim, bus.Result{ID: "c2", Name: "t", State: bus.StateSuccess, Output: bus.Text("ran")})
+	got := ls[1].Once(ctx, Call{Key: "s.r.c2", Call: bus.Call{ID: "c2", Name: "t"}, Timeout: time.Second}, run)
+	if got.State != bus.StateSuccess || textOf(got.Output) != "ran" || runs.Load() != 0 {
+		t.Fatalf("a re-send of the claimed call got %+v (ran %d)", got, runs.Load())
+	}
+}

@@ -50,7 +50,7 @@ func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
 		Batches:  prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_batches_total", Help: "Batches accepted."}),
 		Rejected: counterVec("toolbus_router_rejected_total", "Messages answered with io.toolbus.error, by code.", "code"),
 		DedupeHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_dedupe_hits_total",
-			Help: "Calls answered from the dedupe ledger instead of running again."}),
+			Help: "Calls answered from the dedupe ledger, or from a background task an earlier copy of the call started, instead of running again."}),
 		Parked:  counterVec("toolbus_router_parked_total", "Calls parked, by kind.", "kind"),
 		Answers: counterVec("toolbus_router_answers_total", "Answers to parked calls, by outcome (accepted or an error code).", "outcome"),
 		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_router_inflight",

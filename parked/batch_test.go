@@ -316,6 +316,70 @@ func TestCancelMarks(t *testing.T) {
 	}
 }
 
+// TestCancelWhileResuming: a cancel that comes once the last awaited call
+// of a batch was answered and a router resumes it (no call of the batch is
+// parked any more, docs/protocol.md 3.5) still marks the continuation: on
+// the router resuming it, and on another that knows it only from its
+// watch. Marks gives the resumed batch the marks written after it was read;
+// a cancel of a reply nobody parked writes nothing.
+func TestCancelWhileResuming(t *testing.T) {
+	st := newStore(t)
+	a, b := startAs(t, st, "router-a"), startAs(t, st, "router-b")
+	parkBatch(t, a, "s1", "r1", "c1")
+	if _, _, err := a.Settle(t.Context(), "s1", "r1", nil); err != nil {
+		t.Fatal(err)
+	}
+	cont, resume, err := a.conts.complete(t.Context(), "s1", "r1", "c1", ok("c1"))
+	if err != nil || !resume {
+		t.Fatalf("complete: %v %v", resume, err)
+	}
+	if n := len(a.Read.Parked("s1", "r1")) + len(b.Read.Parked("s1", "r1")); n != 0 {
+		t.Fatalf("%d calls parked", n)
+	}
+	if _, err := a.Cancel(t.Context(), "s1", "r1", []string{"c2"}); err != nil {
+		t.Fatal(err)
+	}
+	if cont.IsCancelled("c2") {
+		t.Fatal("the batch as read by its resume has a mark written later")
+	}
+	a.Read.Marks(cont)
+	if !cont.IsCancelled("c2") || !phase(t, a, "s1", "r1").IsCancelled("c2") {
+		t.Fatalf("after a's cancel: marks %v", cont.Cancelled)
+	}
+	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+		if !b.conts.knows(BatchKey("s1", "r1")) {
+			return errors.New("router b has not seen the continuation")
+		}
+		return nil
+	})
+	if _, err := b.Cancel(t.Context(), "s1", "r1", []string{"c3"}); err != nil {
+		t.Fatal(err)
+	}
+	if !phase(t, a, "s1", "r1").IsCancelled("c3") {
+		t.Fatal("router b did not mark the continuation")
+	}
+	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+		if a.Read.Marks(cont); !cont.IsCancelled("c3") {
+			return fmt.Errorf("marks %v, want c3 from router b", cont.Cancelled)
+		}
+		return nil
+	})
+
+	if _, err := a.Cancel(t.Context(), "s1", "nobody", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Read.Batch(t.Context(), "s1", "nobody"); !store.IsNotFound(err) {
+		t.Fatalf("a cancel of an unknown reply wrote: %v", err)
+	}
+	// Gone, it is forgotten: a later cancel of the reply reads nothing.
+	if err := a.Finish(t.Context(), cont); err != nil {
+		t.Fatal(err)
+	}
+	if a.conts.knows(BatchKey("s1", "r1")) {
+		t.Fatal("a finished continuation is still known")
+	}
+}
+
 func TestRenewAndTakeOver(t *testing.T) {
 	st := newStore(t)
 	a, b, c := startAs(t, st, "router-a"), startAs(t, st, "router-b"), startAs(t, st, "router-c")

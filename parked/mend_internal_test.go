@@ -204,9 +204,9 @@ func TestAwaits(t *testing.T) {
 		{"parked, waiting for other calls now", &openBatch{phase: PhaseParked, missing: []string{"c7"}}, awaitNone},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &conts{open: map[string]openBatch{}}
+			c := &conts{known: store.NewCache[openBatch](goneMemory)}
 			if tc.cont != nil {
-				c.open["s1.r1"] = *tc.cont
+				c.known.Put("s1.r1", 1, *tc.cont)
 			}
 			if got := c.awaits(n); got != tc.want {
 				t.Fatalf("awaits = %v, want %v", got, tc.want)

@@ -74,7 +74,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	sh := shared{kv: st.Parked, cfg: cfg}
 	s := &Store{cfg: cfg,
 		calls: newCalls(sh, subj),
-		conts: &conts{shared: sh, active: map[string]*Batch{}, open: map[string]openBatch{}},
+		conts: &conts{shared: sh, active: map[string]*Batch{}, known: store.NewCache[openBatch](goneMemory)},
 	}
 	s.calls.last = st.Parked.LastRevision
 	s.Read = Reads{calls: s.calls, conts: s.conts}
@@ -513,14 +513,46 @@ func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 // Cancel interrupts the calls of a reply (all when ids is empty): it marks
 // the continuation so queued calls never run and ends the parked ones as
 // interrupted. It returns the calls this router ended.
+//
+// It marks the continuation whenever this router has a parked call of the
+// reply or knows its continuation (the watch-fed cache, and this router's
+// own writes): also when no call of the batch is parked any more, because
+// the last one was just answered and a router is resuming the batch
+// (docs/protocol.md 3.5). That router reads the marks that landed after its
+// resume with Reads.Marks. A reply this router knows nothing of costs no read.
 func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) ([]*Record, error) {
 	recs := s.calls.list(session, replyID)
-	if len(recs) == 0 {
+	if len(recs) == 0 && !s.conts.knows(BatchKey(session, replyID)) {
 		return nil, nil
 	}
 	err := s.conts.cancel(ctx, session, replyID, ids)
 	recs = slices.DeleteFunc(recs, func(r *Record) bool { return len(ids) > 0 && !slices.Contains(ids, r.Call.ID) })
 	return s.calls.endAll(ctx, recs, bus.ParkCancelled, bus.CodeInterrupted, bus.InterruptedText), err
+}
+
+// Marks adds to b, a continuation this router resumed or took over, the
+// cancel marks of its batch that this router knows of and b lacks: those
+// written after b was read, by this router's Cancel or seen by its watch.
+// The router calls it once the batch is reachable by cancels (tracked as
+// running): a cancel this router handles from then on reaches the running
+// batch, and one it handled before wrote its marks here first, so either
+// way the calls it names never start (docs/protocol.md 3.5).
+func (s Reads) Marks(b *Batch) {
+	if b.gone {
+		return // carried, or removed by its last result: nothing of it is left to run
+	}
+	s.conts.mu.RLock()
+	defer s.conts.mu.RUnlock()
+	key := b.Key()
+	o, ok := s.conts.known.Get(key)
+	if !ok || s.conts.known.Rev(key) <= b.rev {
+		return
+	}
+	for _, id := range o.cancelled {
+		if !slices.Contains(b.Cancelled, id) {
+			b.Cancelled = append(b.Cancelled, id)
+		}
+	}
 }
 
 // TakeOver claims the work of routers that stopped renewing their leases
@@ -536,9 +568,11 @@ func (s *Store) Finish(ctx context.Context, b *Batch) error {
 	if b.gone {
 		return nil
 	}
-	if _, err := store.Delete(ctx, s.conts.kv, b.Key(), store.Bounded); err != nil {
+	rev, err := store.Delete(ctx, s.conts.kv, b.Key(), store.Bounded)
+	if err != nil {
 		return fmt.Errorf("parked: delete batch %s: %w", b.Key(), err)
 	}
+	s.conts.forget(b.Key(), rev)
 	return nil
 }
 
@@ -713,10 +747,39 @@ type conts struct {
 	shared
 
 	mu     sync.RWMutex
-	active map[string]*Batch    // continuations running or resumed, for lease takeovers
-	open   map[string]openBatch // every continuation, in brief: what it still waits for (Mends.Stranded)
-	leases leaseSet[batchKey]   // continuations this router works on and renews
-	watch  *store.Watch
+	active map[string]*Batch  // continuations running or resumed, for lease takeovers
+	leases leaseSet[batchKey] // continuations this router works on and renews
+	// known is every continuation this router knows to exist, in brief
+	// (openBatch): fed by the watch and by this router's own writes, a
+	// tombstone per key removed (kept goneMemory). Cancel marks a
+	// continuation only when it is known here, Marks reads the marks a
+	// resumed batch lacks, and Mends.Stranded what it still waits for.
+	known *store.Cache[openBatch]
+	watch *store.Watch
+}
+
+// knows reports whether the continuation of key exists as far as this
+// router knows.
+func (s *conts) knows(key string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.known.Get(key)
+	return ok
+}
+
+// note records that this router wrote b at its revision.
+func (s *conts) note(b *Batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.known.Put(b.Key(), b.rev, brief(b))
+}
+
+// forget records that this router deleted the continuation of key, at
+// revision rev (0: unknown).
+func (s *conts) forget(key string, rev uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.known.DeleteOwn(key, rev)
 }
 
 // start loads the cache of continuations and keeps it fed.
@@ -779,6 +842,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 		return fmt.Errorf("parked: batch %s: %w", b.Key(), err)
 	}
 	b.rev = rev
+	s.note(b)
 	s.track(b)
 	return nil
 }
@@ -813,14 +877,21 @@ func (s *conts) cancel(ctx context.Context, session, replyID string, ids []strin
 		marks = []string{"*"}
 	}
 	_, err := s.update(ctx, session, replyID, func(b *Batch) error {
+		n := len(b.Cancelled)
 		for _, id := range marks {
 			if !slices.Contains(b.Cancelled, id) {
 				b.Cancelled = append(b.Cancelled, id)
 			}
 		}
+		if len(b.Cancelled) == n {
+			// Every router gets the cancel: the first one's write is
+			// enough, the others read it.
+			return store.ErrNoChange
+		}
 		return nil
 	})
 	if store.IsNotFound(err) {
+		s.forget(BatchKey(session, replyID), 0)
 		return nil
 	}
 	return err
@@ -870,6 +941,9 @@ func (s *conts) remove(ctx context.Context, b *Batch) bool {
 		return err // unknown yet: try again
 	})
 	b.gone = err == nil
+	if b.gone {
+		s.forget(b.Key(), b.rev)
+	}
 	return b.gone
 }
 
@@ -891,6 +965,7 @@ func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Ba
 		return nil, err
 	}
 	b.rev = rev
+	s.note(b)
 	return b, nil
 }
 
@@ -909,27 +984,20 @@ func (s *conts) applyBatch(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := e.Key()
-	if old, ok := s.open[key]; ok && old.rev >= e.Revision() {
-		return
-	}
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(s.active, key)
-		delete(s.open, key)
-		return
-	}
 	var b Batch
-	if err := json.Unmarshal(e.Value(), &b); err != nil {
+	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &b) != nil {
 		return
 	}
 	b.rev = e.Revision()
-	o := openBatch{rev: b.rev, phase: b.Phase}
-	for _, id := range b.Waiting {
-		if _, ok := b.Results[id]; !ok {
-			o.missing = append(o.missing, id)
-		}
+	if e.Operation() != jetstream.KeyValuePut {
+		s.known.Delete(key, b.rev)
+	} else {
+		s.known.Put(key, b.rev, brief(&b))
 	}
-	s.open[key] = o
-	if b.Active() {
+	if old, ok := s.active[key]; ok && old.rev >= b.rev {
+		return
+	}
+	if e.Operation() == jetstream.KeyValuePut && b.Active() {
 		s.active[key] = &b
 	} else {
 		delete(s.active, key)
@@ -950,12 +1018,24 @@ func (s *conts) stale(cutoff time.Time) []*Batch {
 	return out
 }
 
-// openBatch is a continuation as Stranded needs it: its phase and the
-// awaited calls without a result.
+// openBatch is a continuation in brief, as Cancel, Marks and Stranded
+// need it: its phase, the awaited calls without a result, and its cancel
+// marks.
 type openBatch struct {
-	rev     uint64
-	phase   Phase
-	missing []string
+	phase     Phase
+	missing   []string
+	cancelled []string
+}
+
+// brief returns b in brief.
+func brief(b *Batch) openBatch {
+	o := openBatch{phase: b.Phase, cancelled: slices.Clone(b.Cancelled)}
+	for _, id := range b.Waiting {
+		if _, ok := b.Results[id]; !ok {
+			o.missing = append(o.missing, id)
+		}
+	}
+	return o
 }
 
 // await is what a continuation, as the cache has it, does about an ended
@@ -972,7 +1052,7 @@ const (
 func (s *conts) awaits(n endedCall) await {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	o, ok := s.open[BatchKey(n.session, n.replyID)]
+	o, ok := s.known.Get(BatchKey(n.session, n.replyID))
 	switch {
 	case !ok || !slices.Contains(o.missing, n.callID):
 		return awaitNone

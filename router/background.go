@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/life"
@@ -48,6 +48,7 @@ type background struct {
 	cfg TasksConfig
 
 	running sync.Map // task id → ownedTask: the runs this router owns
+	flights sync.Map // call key → *flight: the calls run here before their handoff
 }
 
 type ownedTask struct {
@@ -87,14 +88,82 @@ func mayBackground(j *job) bool {
 }
 
 // run runs j with the task's long deadline and waits up to j's own; past
-// that the call goes on as a task and its handle is the result.
+// that the call goes on as a task and its handle is the result. Copies of
+// the call (a re-sent batch's) meet at the task: one that finds it stored
+// runs nothing and answers its handle; one that arrives while this router
+// runs the call before its handoff waits for that run's outcome (join); of
+// copies on two routers that both reach the handoff, the task's create
+// decides (tasks.Store.Admit) and the other answers the same handle.
 func (b *background) run(ctx context.Context, j *job) bus.Result {
 	start := time.Now()
 	deadline, timeout := callDeadline(start, j.tool.Def.TimeoutMS, j.deadline)
 	if timeout <= 0 {
 		return b.r.tools.runTool(ctx, j)
 	}
+	f := &flight{done: make(chan struct{})}
+	if first, ok := b.flights.LoadOrStore(j.key(), f); ok {
+		b.r.m.DedupeHits.Inc()
+		b.log.Debug("router: a copy of the call waits for its run here", "call", j.key())
+		return first.(*flight).wait(ctx, j.call)
+	}
+	f.res = b.runFirst(ctx, j, start, deadline, timeout)
+	close(f.done)
+	b.flights.CompareAndDelete(j.key(), f)
+	return f.res
+}
+
+// flight is a call this router runs as a possible task until it has its
+// outcome (its result, or the task's handle), for the copies that arrive
+// meanwhile.
+type flight struct {
+	done chan struct{} // closed once res is set
+	res  bus.Result
+}
+
+// wait is the result of copy c of the call f runs: f's outcome, without a
+// run of its own. A cancel of c's batch (ctx) ends the wait (the first run
+// goes on); ctx's deadline does not, since the outcome comes at the first
+// run's, which is earlier.
+func (f *flight) wait(ctx context.Context, c bus.Call) bus.Result {
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.Canceled) {
+			select {
+			case <-f.done:
+			default:
+				return interrupted(c)
+			}
+		}
+		<-f.done
+	}
+	res := f.res // the outcome is shared: copy what a batch may change
+	res.Output, res.Metadata = slices.Clone(res.Output), slices.Clone(res.Metadata)
+	if res.Task != nil {
+		h := *res.Task
+		res.Task = &h
+	}
+	if res.Error != nil {
+		e := *res.Error
+		res.Error = &e
+	}
+	return res
+}
+
+// runFirst is run of the first copy of j on this router, started at start.
+func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.Time, timeout time.Duration) bus.Result {
 	rec := b.record(j, start)
+	// An earlier copy's task: nothing runs. A read that fails leaves the
+	// copies to meet at Admit.
+	gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+	got, err := b.st.Get(gctx, rec.Session, rec.ID)
+	gcancel()
+	if err == nil {
+		b.r.m.DedupeHits.Inc()
+		return b.handle(j.call, got, timeout)
+	} else if !errors.Is(err, tasks.ErrUnknown) {
+		b.log.Warn("router: background task not read", "task", rec.ID, "err", err)
+	}
 	runCtx, cancel := b.runContext()
 	// A cancel of the batch ends the run, until the handoff. ctx's own
 	// deadline (the call's, with its grace) does not: past the timer below
@@ -126,7 +195,8 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 	}
 	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer acancel()
-	if err := b.st.Admit(actx, rec); err != nil {
+	got, created, err := b.st.Admit(actx, rec)
+	if err != nil {
 		cancel()
 		<-done
 		var be *bus.Error
@@ -136,11 +206,36 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 		b.log.Warn("router: background task not stored", "call", j.key(), "err", err)
 		return timeoutResult(j.call, timeout)
 	}
+	if !created { // a copy of the call on another router made the task first
+		b.r.m.DedupeHits.Inc()
+		b.drop(j, done, cancel)
+		return b.handle(j.call, got, timeout)
+	}
 	b.track(rec, cancel)
 	if !b.r.life.Loop(func(lctx context.Context) { b.follow(lctx, rec, done, cancel) }) {
 		cancel() // stopping: another router takes the task over
 	}
 	return b.handle(j.call, rec, timeout)
+}
+
+// drop ends this router's part in a run whose call another copy's task
+// follows. A call outside the ledger (read-only, not durable) is abandoned
+// here: the router stops waiting for it (its worker is not told: a cancel
+// names the call, and would stop the task's run too). A call through the
+// ledger runs once however many copies: this router's run may be the one
+// the ledger's claim holds, whose result the task's router reads there, so
+// it goes on to its end and its result is dropped here.
+func (b *background) drop(j *job, done <-chan bus.Result, cancel context.CancelFunc) {
+	b.log.Debug("router: another copy of the call made its task first", "call", j.key())
+	if d := &j.tool.Def; d.ReadOnly && !d.Durable {
+		cancel()
+		<-done
+		return
+	}
+	if !b.r.life.Loop(func(context.Context) { <-done; cancel() }) {
+		<-done // stopping: the drain's deadline ends the run, as the task's own
+		cancel()
+	}
 }
 
 // runContext is the context of a task's run: cancelled by the task's
@@ -155,7 +250,7 @@ func (b *background) runContext() (context.Context, context.CancelFunc) {
 // record is the task of job j, started at start.
 func (b *background) record(j *job, start time.Time) *tasks.Record {
 	d := &j.tool.Def
-	return &tasks.Record{Task: bus.Task{ID: nuid.Next(), Session: j.session, ReplyID: j.replyID, CallID: j.call.ID,
+	return &tasks.Record{Task: bus.Task{ID: tasks.ID(j.session, j.replyID, j.call.ID), Session: j.session, ReplyID: j.replyID, CallID: j.call.ID,
 		Tool: j.call.Name, State: bus.StateBackground, Started: start.UTC(), Deadline: start.Add(b.cfg.MaxRun).UTC()},
 		Owner: b.r.cfg.ID, Lease: time.Now().Add(b.r.cfg.Lease), Input: j.call.Input, User: j.user, Context: j.context,
 		UserKey: tasks.UserKey(j.user), Rerun: d.ReadOnly || d.Idempotent, Durable: d.Durable, Runs: 1}

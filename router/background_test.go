@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -66,5 +67,40 @@ func TestMayBackground(t *testing.T) {
 		if got := mayBackground(j); got != tt.want {
 			t.Errorf("%+v ask=%v: %v", tt.def, tt.ask, got)
 		}
+	}
+}
+
+// TestFlightWait: a copy waiting for a run on its router gets the run's
+// outcome, a copy of it it may change; a cancel of its own batch ends its
+// wait interrupted; its own deadline does not end the wait.
+func TestFlightWait(t *testing.T) {
+	c := bus.Call{ID: "c1", Name: "slow"}
+	outcome := bus.Result{ID: "c1", Name: "slow", State: bus.StateBackground, Output: bus.Text("running"),
+		Task: &bus.TaskHandle{ID: "t1", State: bus.StateBackground}}
+
+	f := &flight{done: make(chan struct{})}
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	if r := f.wait(cancelled, c); r.Error == nil || r.Error.Code != bus.CodeInterrupted {
+		t.Fatalf("a cancelled copy's wait: %+v", r)
+	}
+
+	expired, stop := context.WithTimeout(t.Context(), 0)
+	defer stop()
+	got := make(chan bus.Result, 1)
+	go func() { got <- f.wait(expired, c) }()
+	<-expired.Done()
+	f.res = outcome
+	close(f.done)
+	r := <-got
+	if r.State != bus.StateBackground || r.Task == nil || r.Task.ID != "t1" {
+		t.Fatalf("a copy past its deadline: %+v", r)
+	}
+	r.Task.State, r.Output[0].Text = "changed", "changed"
+	if outcome.Task.State != bus.StateBackground || outcome.Output[0].Text != "running" {
+		t.Fatalf("a copy's change reached the run's outcome: %+v", outcome)
+	}
+	if r := f.wait(cancelled, c); r.Task == nil || r.Task.ID != "t1" {
+		t.Fatalf("a cancelled copy of a run that ended: %+v", r)
 	}
 }

@@ -229,7 +229,7 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		switch {
 		case finished:
 		case b.cont != nil && b.cont.IsCancelled(c.call.ID):
-			b.finish(c, interrupted(c.call))
+			b.cancelled(c)
 		case c.early != nil:
 			b.finish(c, *c.early)
 		default:
@@ -317,6 +317,58 @@ func (b *batch) execute(c *callState) {
 }
 
 var unavailable = bus.NoWorkerResult
+
+// forestallBudget bounds the ledger writes of one cancel's calls (forestall).
+const forestallBudget = 5 * time.Second
+
+// cancelled ends c, which a cancel named before it started (a queued call
+// or one of a later run, docs/protocol.md 3.5), interrupted: the result is
+// recorded in the ledger first when a re-sent copy of the batch would run
+// the call through it, so the copy gets it too and the call never runs.
+func (b *batch) cancelled(c *callState) {
+	if c.ledgered() {
+		forestall(b, []*callState{c})
+	}
+	b.finish(c, interrupted(c.call))
+}
+
+// ledgered reports whether a re-sent copy of the batch would run c through
+// the ledger (docs/protocol.md 3.1): c resolved to a worker's tool that is
+// not read-only, or is not resolved yet (it may be one). Read-only and
+// external tools, built-ins and request-scoped tools are not ledgered, and
+// a call that cannot run gets its early result again. The caller holds
+// b.mu or runs the batch.
+func (c *callState) ledgered() bool {
+	t := &c.target
+	switch {
+	case c.early != nil, t.Reset, t.Search, t.Read, t.Skill, t.External != nil, t.Code != "":
+		return false
+	}
+	return t.Tool == nil || !t.Tool.Def.ReadOnly && !t.Tool.Def.External
+}
+
+// forestall records in the ledger the interrupted result of calls of b
+// that a cancel ended before they started (ledger.Ledger.Interrupt): a
+// call that is not cancelled costs no write. The writes share
+// forestallBudget, so that a ledger without a leader delays the results
+// (and the reply) that long, not a write's budget per call. A write that
+// fails leaves a re-send free to run the call, as before; the agent's
+// result is interrupted either way. A function, not a method: batch keeps
+// to 15 methods (TestMethodsPerType).
+func forestall(b *batch, calls []*callState) {
+	if b.p.ledger == nil || len(calls) == 0 {
+		return
+	}
+	lctx, lcancel := b.p.report.landing.start(b.ctx)
+	defer lcancel()
+	ctx, cancel := context.WithTimeout(lctx, forestallBudget)
+	defer cancel()
+	for _, c := range calls {
+		if err := b.p.ledger.Interrupt(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), interrupted(c.call)); err != nil {
+			b.p.log.Warn("router: a cancelled call's result not recorded in the ledger; a re-send may run it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
+		}
+	}
+}
 
 // finish ends c, a call that did not run through the executor chain, with
 // res; false when the call already had a result.
@@ -411,6 +463,9 @@ type continuationPort interface {
 	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*parked.Batch, bool, error)
 	Finish(ctx context.Context, b *parked.Batch) error
 	Release(b *parked.Batch)
+	// Marks adds to a continuation this router resumed the cancel marks
+	// written since it was read (parked.Reads.Marks).
+	Marks(b *parked.Batch)
 	Get(ctx context.Context, key string) (*parked.Record, error)
 	Parked(session, replyID string) []*parked.Record
 }
@@ -457,6 +512,12 @@ type outputPort interface {
 	Fit(ctx context.Context, key string, out []bus.Block, used int, dup bool) ([]bus.Block, error)
 }
 
+// cancelLedger is what a batch uses of the ledger itself (ledger.Ledger):
+// the calls it runs go through the executor chain's.
+type cancelLedger interface {
+	Interrupt(ctx context.Context, key string, res bus.Result) error
+}
+
 // pipeline is the batch pipeline with its ports wired. A batch holds the
 // pipeline, never the Router.
 type pipeline struct {
@@ -467,8 +528,9 @@ type pipeline struct {
 	park     parkStep
 	report   reportStep
 	fit      fitStep
-	quota    *quotas     // counts calls that park; nil when off (chain.go)
-	audit    *auditTrail // records calls that end outside the chain; nil when off (chain.go)
+	ledger   cancelLedger // records the results of calls cancelled before they started; nil: none
+	quota    *quotas      // counts calls that park; nil when off (chain.go)
+	audit    *auditTrail  // records calls that end outside the chain; nil when off (chain.go)
 	log      *slog.Logger
 	base     context.Context // the parent of every batch's context (the Router's)
 }
@@ -488,6 +550,7 @@ func (r *Router) newPipeline() *pipeline {
 		park:     parkStep{landing: r.life.Landing, conts: parkedPort(r.parked), subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
 		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: r.events, sessions: sessions, m: r.m, log: r.log},
 		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
+		ledger:   r.led,
 		quota:    r.guards.quota,
 		audit:    r.guards.audit,
 		log:      r.log,
@@ -584,6 +647,14 @@ func (r *canceller) onCancel(m *nats.Msg) {
 	}
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
 	r.parked(e.SessionID, e.ReplyID, c.Calls)
+	// Once more: a continuation this router resumed after the first look
+	// and tracked before its marks were read (parked.Reads.Marks) did not
+	// see this cancel's marks, written here only now; it is running now.
+	// A continuation tracked after this look reads them. interrupt ends
+	// only calls without a result, so a copy reached twice is ended once.
+	for _, b := range r.running(e.SessionID, e.ReplyID) {
+		b.interrupt(c.Calls)
+	}
 }
 
 // confirmed holds the cancel functions of the confirmed calls running on
@@ -616,12 +687,14 @@ func (x *confirmed) cancel(session, replyID string, ids []string) {
 // and a running one has its exec request abandoned. The result events are
 // published before batch.done can be (done waits for b.publishing).
 func (b *batch) interrupt(ids []string) {
-	var hit []*callState
+	var hit, unstarted []*callState
 	b.mu.Lock()
 	for _, c := range b.calls {
 		if c.result == nil && (len(ids) == 0 || slices.Contains(ids, c.call.ID)) {
 			if c.cancel != nil {
 				c.cancel()
+			} else if c.ledgered() {
+				unstarted = append(unstarted, c) // a re-sent copy must not run it either (3.5)
 			}
 			c.result = ptr(interrupted(c.call))
 			hit = append(hit, c)
@@ -629,6 +702,7 @@ func (b *batch) interrupt(ids []string) {
 	}
 	b.publishing.Add(len(hit))
 	b.mu.Unlock()
+	forestall(b, unstarted) // before the results: batch.done and the reply wait for them
 	for _, c := range hit {
 		b.report(c, *c.result)
 		b.publishing.Done()

@@ -212,6 +212,10 @@ func (r *continuations) continuation(cont *parked.Batch) *batch {
 		return nil
 	}
 	r.batches.track(b)
+	// A cancel that reached this router between the compare-and-set that
+	// gave it the batch and the track above found no running batch: it
+	// wrote its marks first, and they are read now (docs/protocol.md 3.5).
+	b.p.conts.Marks(cont)
 	return b
 }
 
@@ -285,7 +289,7 @@ func (r *continuations) repair(cont *parked.Batch) {
 			// The agent cancelled it after the dead router started it
 			// (docs/protocol.md 3.5): it ends interrupted and never starts
 			// again, as runCalls ends a cancelled call of a resumed batch.
-			b.finish(c, interrupted(c.call))
+			b.cancelled(c)
 			continue
 		}
 		if c.early != nil {

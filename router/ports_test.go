@@ -162,6 +162,7 @@ func (f *fakeConts) Settle(context.Context, string, string, map[string]bus.Resul
 }
 func (f *fakeConts) Finish(context.Context, *parked.Batch) error { return nil }
 func (f *fakeConts) Release(*parked.Batch)                       {}
+func (f *fakeConts) Marks(*parked.Batch)                         {}
 func (f *fakeConts) Get(context.Context, string) (*parked.Record, error) {
 	return nil, errors.New("not found")
 }

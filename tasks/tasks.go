@@ -4,7 +4,8 @@
 // follow it: Get, List, Wait, Cancel and Output. Records live in the
 // P_tasks bucket, so a task outlives the router that started it.
 //
-// Keys: t.<session>.<id> is a task; s.<session> and u.<user key> are the
+// Keys: t.<session>.<id> is a task, its id derived from its call (ID), so
+// that every copy of the call finds it; s.<session> and u.<user key> are the
 // running tasks counted against the session's and the user's bound. A
 // task is always read under the caller's session: another session's task
 // is unknown.
@@ -144,50 +145,116 @@ func UserKey(user json.RawMessage) string {
 
 func taskKey(session, id string) string { return "t." + session + "." + id }
 
+// ID is the task id of call callID of session's batch replyID: a digest
+// of the call's key (bus.CallKey), 128 bits of SHA-256 in hex. Every copy
+// of a call (a re-sent batch's, on any router) has the same id, so the
+// task's key is where the copies meet (Admit); calls of other batches or
+// sessions have other ids, so the user's bound, which counts ids over
+// sessions, counts each task once.
+func ID(session, replyID, callID string) string {
+	sum := sha256.Sum256([]byte("toolbus task " + bus.CallKey(session, replyID, callID)))
+	return hex.EncodeToString(sum[:16])
+}
+
 // index is the running tasks counted against one bound: id → when its
 // count lapses (the task's deadline).
 type index map[string]time.Time
 
 // Admit stores rec as a new running task, counted against its session's
-// and its user's bound; ErrLimit (wrapped) when either is full.
-func (s *Store) Admit(ctx context.Context, rec *Record) error {
+// and its user's bound, and returns it with created true. When the
+// session has a task of rec's id already (another copy of the call, whose
+// id is the same: ID) it stores no task, leaves the counts as that task
+// has them, and returns it, running or ended, with created false: of
+// copies that race, exactly one creates the task, and the bounds count it
+// once. ErrLimit (wrapped) when either bound is full and no such task
+// exists.
+func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bool, err error) {
 	if !bus.ValidID(rec.Session) || !bus.ValidID(rec.ID) {
-		return bus.Errorf(bus.CodeBadRequest, "tasks: invalid session or task id")
+		return nil, false, bus.Errorf(bus.CodeBadRequest, "tasks: invalid session or task id")
 	}
+	// No read first: the router looked for the task before the run, so
+	// one is rare here, and the writes below find it (the count is there
+	// already, or the create conflicts).
 	until := rec.Deadline
-	if err := s.reserve(ctx, "s."+rec.Session, rec.ID, until, s.cfg.MaxPerSession, "session"); err != nil {
-		return err
+	var added []string // the bounds' keys this call counted rec in (not a copy before it)
+	undo := func() { s.release(ctx, rec, added) }
+	// theirs is the answer when another copy's task of rec's id is
+	// stored: the counts made here are that task's (the same id), unless
+	// it ended and freed its own before they were made.
+	theirs := func(cur *Record) (*Record, bool, error) {
+		if !cur.Running() {
+			s.release(ctx, rec, countKeys(rec))
+		}
+		return cur, false, nil
+	}
+	// A bound that refuses rec may be full with another copy's task of
+	// rec's id stored meanwhile: then that task is the answer.
+	refused := func(refusal error) (*Record, bool, error) {
+		if cur, err := found(s.Get(ctx, rec.Session, rec.ID)); cur != nil && err == nil {
+			return theirs(cur)
+		}
+		undo()
+		return nil, false, refusal
+	}
+	if ok, err := s.reserve(ctx, "s."+rec.Session, rec.ID, until, s.cfg.MaxPerSession, "session"); err != nil {
+		return refused(err)
+	} else if ok {
+		added = append(added, "s."+rec.Session)
 	}
 	if rec.UserKey != "" {
-		if err := s.reserve(ctx, "u."+rec.UserKey, rec.ID, until, s.cfg.MaxPerUser, "user"); err != nil {
-			s.release(ctx, rec)
-			return err
+		if ok, err := s.reserve(ctx, "u."+rec.UserKey, rec.ID, until, s.cfg.MaxPerUser, "user"); err != nil {
+			return refused(err)
+		} else if ok {
+			added = append(added, "u."+rec.UserKey)
 		}
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		s.release(ctx, rec)
-		return err
+		undo()
+		return nil, false, err
 	}
 	if _, err := store.Create(ctx, s.kv, taskKey(rec.Session, rec.ID), b, store.Bounded); err != nil {
-		s.release(ctx, rec)
-		return fmt.Errorf("tasks: admit %s: %w", rec.ID, err)
+		if store.IsConflict(err) {
+			cur, gerr := s.Get(ctx, rec.Session, rec.ID)
+			if gerr != nil {
+				return nil, false, fmt.Errorf("tasks: admit %s: %w", rec.ID, gerr)
+			}
+			return theirs(cur)
+		}
+		undo() // best effort: a copy racing with this one may count on them
+		return nil, false, fmt.Errorf("tasks: admit %s: %w", rec.ID, err)
 	}
-	return nil
+	return rec, true, nil
 }
 
-// reserve counts id against the bound at key, refusing past most.
-func (s *Store) reserve(ctx context.Context, key, id string, until time.Time, most int, what string) error {
-	_, err := store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+// found is a Get's answer as Admit needs it: the task, or nil when there
+// is none.
+func found(r *Record, err error) (*Record, error) {
+	if errors.Is(err, ErrUnknown) {
+		return nil, nil
+	}
+	return r, err
+}
+
+// reserve counts id against the bound at key, refusing past most; added
+// is false when id was counted there already (a copy of the call got
+// there first), which counts nothing more.
+func (s *Store) reserve(ctx context.Context, key, id string, until time.Time, most int, what string) (added bool, err error) {
+	_, err = store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		ix := readIndex(cur)
+		if _, ok := ix[id]; ok {
+			added = false
+			return nil, store.ErrNoChange
+		}
 		if len(ix) >= most {
 			return nil, bus.Errorf(bus.CodeLimitExceeded,
 				"TaskLimitError: this %s already has %d background tasks running (the most allowed); wait for one or cancel one", what, len(ix))
 		}
 		ix[id] = until
+		added = true
 		return json.Marshal(ix)
 	})
-	return err
+	return added, err
 }
 
 // readIndex decodes an index and drops the lapsed counts.
@@ -205,13 +272,17 @@ func readIndex(cur jetstream.KeyValueEntry) index {
 	return ix
 }
 
-// release frees rec's counts. Best effort: a count not freed lapses at
-// the task's deadline.
-func (s *Store) release(ctx context.Context, rec *Record) {
-	keys := []string{"s." + rec.Session}
-	if rec.UserKey != "" {
-		keys = append(keys, "u."+rec.UserKey)
+// countKeys are the keys of the bounds rec counts against.
+func countKeys(rec *Record) []string {
+	if rec.UserKey == "" {
+		return []string{"s." + rec.Session}
 	}
+	return []string{"s." + rec.Session, "u." + rec.UserKey}
+}
+
+// release frees rec's counts at keys. Best effort: a count not freed
+// lapses at the task's deadline.
+func (s *Store) release(ctx context.Context, rec *Record, keys []string) {
 	for _, key := range keys {
 		_, _ = store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 			ix := readIndex(cur)
@@ -285,7 +356,7 @@ func (s *Store) Finish(ctx context.Context, session, id string, res bus.Result) 
 		return nil
 	})
 	if err == nil && ended {
-		s.release(ctx, rec)
+		s.release(ctx, rec, countKeys(rec))
 	}
 	return rec, ended, err
 }

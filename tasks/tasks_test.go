@@ -3,6 +3,8 @@ package tasks_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,7 +68,7 @@ func TestBounds(t *testing.T) {
 		{"a third live one in s4", rec("s4", "d4", "", later), true},
 	}
 	for _, s := range steps {
-		err := st.Admit(ctx, s.r)
+		_, _, err := st.Admit(ctx, s.r)
 		if s.refused != isCode(err, bus.CodeLimitExceeded) || (!s.refused && err != nil) {
 			t.Fatalf("%s: %v", s.name, err)
 		}
@@ -77,7 +79,7 @@ func TestBounds(t *testing.T) {
 	if _, ended, err := st.Finish(ctx, "s1", "a1", bus.Result{ID: "c-a1", Name: "t", State: bus.StateSuccess}); err != nil || !ended {
 		t.Fatalf("finish: %v %v", ended, err)
 	}
-	if err := st.Admit(ctx, rec("s1", "a4", "u", later)); err != nil {
+	if _, _, err := st.Admit(ctx, rec("s1", "a4", "u", later)); err != nil {
 		t.Fatalf("a slot freed by an end: %v", err)
 	}
 }
@@ -87,7 +89,7 @@ func TestBounds(t *testing.T) {
 func TestFirstEndKept(t *testing.T) {
 	st := newStore(t, tasks.Config{})
 	ctx := t.Context()
-	if err := st.Admit(ctx, rec("s1", "k1", "", time.Now().Add(time.Hour))); err != nil {
+	if _, _, err := st.Admit(ctx, rec("s1", "k1", "", time.Now().Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	r, ended, err := st.Cancel(ctx, "s1", "k1")
@@ -118,7 +120,7 @@ func TestFirstEndKept(t *testing.T) {
 // poll, instead of failing with its deadline.
 func TestWaitOfZeroPolls(t *testing.T) {
 	st := newStore(t, tasks.Config{})
-	if err := st.Admit(t.Context(), rec("s1", "z1", "", time.Now().Add(time.Hour))); err != nil {
+	if _, _, err := st.Admit(t.Context(), rec("s1", "z1", "", time.Now().Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	over, cancel := context.WithCancel(t.Context())
@@ -140,7 +142,7 @@ func TestWaitAndClaim(t *testing.T) {
 	ctx := t.Context()
 	later := time.Now().Add(time.Hour)
 	for _, id := range []string{"w1", "w2"} {
-		if err := st.Admit(ctx, rec("s1", id, "", later)); err != nil {
+		if _, _, err := st.Admit(ctx, rec("s1", id, "", later)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,7 +193,7 @@ func TestWaitNotHeldByWatchStop(t *testing.T) {
 	t.Cleanup(gate.Open)
 	st := tasks.New(gate, tasks.Config{})
 	ctx := t.Context()
-	if err := st.Admit(ctx, rec("s1", "g1", "", time.Now().Add(time.Hour))); err != nil {
+	if _, _, err := st.Admit(ctx, rec("s1", "g1", "", time.Now().Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := st.Finish(ctx, "s1", "g1", bus.Result{State: bus.StateSuccess}); err != nil {
@@ -216,4 +218,115 @@ func TestWaitNotHeldByWatchStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Recv(t, gate.Stopped, 10*time.Second, "the watch's stop returned")
+}
+
+// TestID: a call's task id is the same for every copy of the call, a valid
+// id, and another for another session, batch or call.
+func TestID(t *testing.T) {
+	id := tasks.ID("s1", "r1", "c1")
+	if !bus.ValidID(id) || id != tasks.ID("s1", "r1", "c1") {
+		t.Fatalf("id %q: not valid or not stable", id)
+	}
+	for _, other := range [][3]string{{"s2", "r1", "c1"}, {"s1", "r2", "c1"}, {"s1", "r1", "c2"}, {"s1", "r1c", "1"}} {
+		if tasks.ID(other[0], other[1], other[2]) == id {
+			t.Errorf("%v has the id of s1/r1/c1", other)
+		}
+	}
+}
+
+// barrierKV holds the first two creates of task records until both have
+// arrived: two copies of a call that both passed Admit's look for a task.
+type barrierKV struct {
+	jetstream.KeyValue
+	mu      sync.Mutex
+	arrived int
+	both    chan struct{}
+}
+
+func (b *barrierKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if strings.HasPrefix(key, "t.") {
+		b.mu.Lock()
+		b.arrived++
+		if b.arrived == 2 {
+			close(b.both)
+		}
+		wait := b.arrived <= 2
+		b.mu.Unlock()
+		if wait {
+			select {
+			case <-b.both:
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+	}
+	return b.KeyValue.Create(ctx, key, value, opts...)
+}
+
+// TestAdmitCopies: two copies of a call admitted at once (both past the
+// look for a task, their creates racing) make one task: exactly one
+// creates it, the other gets it; the bounds count it once, so neither is
+// refused at a bound of 1 and an end frees the slot. A copy after the end
+// gets the ended task, even with the session's bound full, and counts
+// nothing.
+func TestAdmitCopies(t *testing.T) {
+	kv := &barrierKV{KeyValue: newKV(t), both: make(chan struct{})}
+	st := tasks.New(kv, tasks.Config{MaxPerSession: 1, MaxPerUser: 1})
+	ctx := t.Context()
+	later := time.Now().Add(time.Hour)
+	id := tasks.ID("s1", "r1", "c1")
+	type admitted struct {
+		got     *tasks.Record
+		created bool
+		err     error
+	}
+	out := make(chan admitted, 2)
+	for _, owner := range []string{"a", "b"} {
+		r := rec("s1", id, "u", later)
+		r.Owner = owner
+		go func() {
+			got, created, err := st.Admit(ctx, r)
+			out <- admitted{got, created, err}
+		}()
+	}
+	var created int
+	var owners []string
+	for range 2 {
+		a := testkit.Recv(t, out, 10*time.Second, "an admit")
+		if a.err != nil || a.got == nil || a.got.ID != id {
+			t.Fatalf("admit: %v %+v", a.err, a.got)
+		}
+		if a.created {
+			created++
+		}
+		owners = append(owners, a.got.Owner)
+	}
+	if created != 1 || owners[0] != owners[1] {
+		t.Fatalf("created %d times; the copies got the tasks of %v", created, owners)
+	}
+	if list, err := st.List(ctx, "s1"); err != nil || len(list) != 1 {
+		t.Fatalf("tasks: %v %+v", err, list)
+	}
+	if _, _, err := st.Admit(ctx, rec("s1", "other1", "", later)); !isCode(err, bus.CodeLimitExceeded) {
+		t.Fatalf("the session's bound of 1 with the task running: %v", err)
+	}
+	if _, ended, err := st.Finish(ctx, "s1", id, bus.Result{State: bus.StateSuccess}); err != nil || !ended {
+		t.Fatalf("finish: %v %v", ended, err)
+	}
+	if _, created, err := st.Admit(ctx, rec("s1", "other2", "u", later)); err != nil || !created {
+		t.Fatalf("the slot after the end: %v %v", created, err)
+	}
+	// The session's and the user's bounds are full now; a late copy of the
+	// ended task gets it and is not refused.
+	late := rec("s1", id, "u", later)
+	got, created2, err := st.Admit(ctx, late)
+	if err != nil || created2 || got.State != bus.StateSuccess {
+		t.Fatalf("a copy after the end: %v %v %+v", err, created2, got)
+	}
+	if _, ended, err := st.Finish(ctx, "s1", "other2", bus.Result{State: bus.StateSuccess}); err != nil || !ended {
+		t.Fatalf("finish: %v %v", ended, err)
+	}
+	if _, created, err := st.Admit(ctx, rec("s1", "other3", "u", later)); err != nil || !created {
+		t.Fatalf("the late copy held a count: %v %v", created, err)
+	}
 }

@@ -2,13 +2,18 @@ package embedded
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -136,4 +141,133 @@ func TestResendThenCancelOnOneRouter(t *testing.T) {
 	if err := e.client.Admin(t.Context(), "parked.list", "s1", nil, &list); err != nil || len(list.Parked) != 0 {
 		t.Fatalf("parked.list after the cancel: %+v %v", list.Parked, err)
 	}
+}
+
+// continuationCancelled reports whether the continuation of session's
+// batch replyID in P_parked marks call as cancelled.
+func continuationCancelled(t *testing.T, e *env, session, replyID, call string) error {
+	t.Helper()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		return err
+	}
+	kv, err := js.KeyValue(t.Context(), "toolbus_parked")
+	if err != nil {
+		return err
+	}
+	v, err := kv.Get(t.Context(), session+"."+replyID)
+	if err != nil {
+		return err
+	}
+	var cont struct {
+		Cancelled []string `json:"cancelled"`
+	}
+	if err := json.Unmarshal(v.Value(), &cont); err != nil {
+		return err
+	}
+	if !slices.Contains(cont.Cancelled, call) {
+		return fmt.Errorf("continuation marks %v cancelled, not %s", cont.Cancelled, call)
+	}
+	return nil
+}
+
+// TestCancelledBeforeStartSurvivesResend: a call that a cancel ended before
+// it started (a queued call, or one of a later run) stays interrupted in a
+// re-sent copy of its batch (docs/protocol.md 3.1, 3.5, 1.11): the copy's
+// reply says interrupted and the worker never runs it. Before, the call had
+// no ledger entry (it never ran), so the copy claimed it and ran it.
+func TestCancelledBeforeStartSurvivesResend(t *testing.T) {
+	e := newEnv(t, 2)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	var sig signals
+	var sideRuns, holdRuns atomic.Int32
+	// side is a side effect that runs alone (not concurrency-safe): it is
+	// queued behind a parked call, or a later run. A worker remembers a
+	// cancel for two minutes and refuses the call itself (3.5), so the copy
+	// is sent once a worker that never heard of the cancel serves side: as
+	// after a worker's restart, or past those two minutes.
+	addSide := func() *worker.Worker {
+		return e.addWorker(func(w *worker.Worker) {
+			handle(t, w, bus.ToolDef{Name: "side"}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+				sideRuns.Add(1)
+				return textResult("side ran"), nil
+			})
+		})
+	}
+	side := addSide()
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "hold"}, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			holdRuns.Add(1)
+			sig.fire(c.ReplyID + "/started")
+			if !sig.wait(ctx, c.ReplyID+"/release") {
+				return nil, fmt.Errorf("never released")
+			}
+			return textResult("held"), nil
+		})
+	})
+	e.waitLive("side", "hold")
+	ev := e.watch(t, "s1")
+
+	// resend sends the batch again and checks its reply: the first call's
+	// result is first, side's is interrupted.
+	resend := func(t *testing.T, replyID, first string, calls []bus.Call) {
+		t.Helper()
+		if err := side.Drain(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		side = addSide()
+		e.waitLive("side")
+		r := replyOf(t, e.sendAsync(t, "s1", replyID, calls), "re-sent copy")
+		if len(r.Parked) != 0 || len(r.Results) != 2 {
+			t.Fatalf("re-sent copy's reply: %s", jsonOf(r))
+		}
+		checkCallOrder(t, calls, r.Results)
+		wantSuccess(t, r.Results[0], first)
+		wantFailure(t, resultOf(t, r.Results, "c2"), bus.StateInterrupted, bus.CodeInterrupted, bus.InterruptedText)
+		if n := sideRuns.Load(); n != 0 {
+			t.Fatalf("the cancelled call ran %d times", n)
+		}
+	}
+
+	t.Run("queued", func(t *testing.T) {
+		calls := []bus.Call{{ID: "c1", Name: "ext"}, {ID: "c2", Name: "side"}}
+		r := e.callParked(t, "s1", "q1", calls...)
+		if len(r.Parked) != 2 || r.Parked[1].Kind != bus.KindQueued {
+			t.Fatalf("reply: %s", jsonOf(r))
+		}
+		if err := e.client.Cancel(testCtx(t), "s1", "q1", "c2"); err != nil {
+			t.Fatal(err)
+		}
+		testkit.CheckFor(t, bound, 5*time.Millisecond, func() error { return continuationCancelled(t, e, "s1", "q1", "c2") })
+		if err := e.answer(t, "ext", "s1", "q1", "c1", bus.Answer{State: "success", Output: bus.Text("picked")}); err != nil {
+			t.Fatal(err)
+		}
+		var bd bus.BatchDone
+		evs := collect(t, ev, batchDone("q1"))
+		if err := evs[len(evs)-1].DataAs(&bd); err != nil {
+			t.Fatal(err)
+		}
+		wantFailure(t, resultOf(t, bd.Results, "c2"), bus.StateInterrupted, bus.CodeInterrupted, bus.InterruptedText)
+		resend(t, "q1", "picked", calls)
+	})
+
+	t.Run("later run", func(t *testing.T) {
+		calls := []bus.Call{{ID: "c1", Name: "hold"}, {ID: "c2", Name: "side"}}
+		first := e.sendAsync(t, "s1", "l1", calls)
+		waitClosed(t, sig.ch("l1/started"), "c1 to start")
+		if err := e.client.Cancel(testCtx(t), "s1", "l1", "c2"); err != nil {
+			t.Fatal(err)
+		}
+		// c2's call.result comes once its result is recorded (the ledger first).
+		collect(t, ev, func(x *bus.Event) bool {
+			return x.Type == bus.TypeCallResult && x.ReplyID == "l1" && x.ToolCallID == "c2"
+		})
+		sig.fire("l1/release")
+		r := replyOf(t, first, "first copy")
+		wantFailure(t, resultOf(t, r.Results, "c2"), bus.StateInterrupted, bus.CodeInterrupted, bus.InterruptedText)
+		resend(t, "l1", "held", calls)
+		if n := holdRuns.Load(); n != 1 {
+			t.Fatalf("c1 ran %d times, want 1", n)
+		}
+	})
 }

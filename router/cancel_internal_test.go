@@ -1,0 +1,201 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/ledger"
+	"github.com/toolbus/toolbus/metrics"
+	"github.com/toolbus/toolbus/parked"
+	"github.com/toolbus/toolbus/store"
+)
+
+// resultEvents is fakeEvents that keeps the result of each call.result.
+type resultEvents struct {
+	fakeEvents
+	rmu     sync.Mutex
+	results map[string]bus.Result
+}
+
+func (f *resultEvents) publish(id, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error) {
+	if typ == bus.TypeCallResult {
+		var res bus.Result
+		raw, ok := data.([]byte)
+		if !ok {
+			raw, _ = json.Marshal(data)
+		}
+		_ = json.Unmarshal(raw, &res)
+		f.rmu.Lock()
+		f.results[callID] = res
+		f.rmu.Unlock()
+	}
+	return f.fakeEvents.publish(id, typ, session, replyID, callID, trace, data)
+}
+
+func (f *resultEvents) result(id string) (bus.Result, bool) {
+	f.rmu.Lock()
+	defer f.rmu.Unlock()
+	r, ok := f.results[id]
+	return r, ok
+}
+
+// windowRig is one router's cancel path and continuations over a real
+// P_parked (nats-server with JetStream), with the batch pipeline's other
+// ports faked: what answers.complete and onCancel drive.
+type windowRig struct {
+	f       *fakePipeline
+	ledger  jetstream.KeyValue // P_ledger
+	events  *resultEvents
+	parked  *parked.Store
+	conts   *continuations
+	cancels *canceller
+	batches *runningBatches
+}
+
+func newWindowRig(t *testing.T) *windowRig {
+	t.Helper()
+	nc := testkit.Connect(t, testkit.RunServer(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := bus.NewSubjects("")
+	st, err := store.Setup(t.Context(), js, subj, store.Config{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	led := st.Ledger
+	ps := parked.New(st, subj, parked.Config{Owner: "r1", Source: "toolbus/router/r1"})
+	if err := ps.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Stop(t, ps.Stop)
+	// ext parks (an external tool); write is a side effect that runs
+	// alone (not concurrency-safe), so it is queued behind ext.
+	f := newFakePipeline(t, bus.ToolDef{Name: "ext", External: true, ConcurrencySafe: true}, bus.ToolDef{Name: "write"})
+	ev := &resultEvents{results: map[string]bus.Result{}}
+	f.p.report.events = ev
+	f.p.conts, f.p.park.conts = parkedPort(ps), parkedPort(ps)
+	f.p.ledger = ledger.New(led, ledger.Config{Router: "r1"})
+	w := &wire{nc: nc, subj: subj, source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler), base: context.Background(),
+		m: metrics.NewRouter(nil, metrics.RouterSources{}),
+		landing: func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Minute)
+		}}
+	rb := &runningBatches{}
+	ans := &answers{wire: w, parked: parkedPort(ps), events: ev, confirming: &confirmed{}}
+	conts := &continuations{wire: w, parked: ps, answers: ans, pipe: f.p, batches: rb}
+	ans.resume = conts.resume
+	return &windowRig{f: f, ledger: led, events: ev, parked: ps, conts: conts, batches: rb,
+		cancels: &canceller{wire: w, running: rb.running, confirming: ans.confirming, parked: conts.cancelParked}}
+}
+
+// cancelMsg is io.toolbus.call.cancel of session s1, reply r1, naming
+// calls, sent on P.cancel.<on> (an agent's credentials allow its own
+// session's subject only).
+func cancelMsg(t *testing.T, on string, calls ...string) *nats.Msg {
+	t.Helper()
+	e, err := bus.NewEvent(bus.TypeCallCancel, "test/agent", bus.Cancel{Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SessionID, e.ReplyID = "s1", "r1"
+	m, err := e.Msg(bus.NewSubjects("").Cancel(on))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestCancelInResumeWindow: a cancel that reaches the router resuming a
+// batch after the compare-and-set that gave it the batch and before the
+// batch is tracked as running (docs/protocol.md 3.5) still keeps the queued
+// call it names from starting. The cancel is delivered in that window
+// exactly: between parked.Store.Resume, which the router's answer ran, and
+// continuations.resume, which tracks the batch, as answers.complete calls
+// them. Before, no router marked the continuation (none had a parked call
+// of the reply any more) and the resumed batch ran the call.
+func TestCancelInResumeWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		on    string   // the session of the cancel's subject
+		calls []string // what the cancel names: the queued call, or every call
+	}{
+		{"the queued call", "s1", []string{"c2"}},
+		{"every call", "s1", nil},
+		// The session is the subject's, which NATS confines to the
+		// agent's own: a cancel naming s1 on s2's subject is refused, and
+		// the call runs.
+		{"from another session", "s2", []string{"c2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rig := newWindowRig(t)
+			b := rig.f.batchOf(t, "", call("c1", "ext"), call("c2", "write"))
+			rig.batches.track(b)
+			if b.run(0) {
+				t.Fatal("the batch did not park")
+			}
+			rig.batches.untrack(b)
+			if !slices.EqualFunc(b.parked, []string{"c1", "c2"}, func(p bus.Parked, id string) bool { return p.ID == id }) ||
+				b.parked[1].Kind != bus.KindQueued {
+				t.Fatalf("parked %+v, want c1 external and c2 queued", b.parked)
+			}
+			got, err := rig.parked.Answer(t.Context(), bus.CallKey("s1", "r1", "c1"), "ext",
+				&bus.Answer{State: bus.StateSuccess, Output: bus.Text("picked")},
+				func(rec *parked.Record, a *bus.Answer) (parked.Verdict, bus.Result, error) {
+					return parked.Done, answerResult(rec.Call, a), nil
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cont, resume, err := rig.parked.Resume(t.Context(), got.Record, *got.Record.Result, func(*parked.Batch) {})
+			if err != nil || !resume {
+				t.Fatalf("resume %v %v", resume, err)
+			}
+			// The window: this router has the batch, nothing tracks it yet.
+			if n := len(rig.parked.Read.Parked("s1", "r1")); n != 0 {
+				t.Fatalf("%d calls of the batch still parked", n)
+			}
+			rig.cancels.onCancel(cancelMsg(t, tc.on, tc.calls...))
+			rig.conts.resume(cont)
+
+			rig.f.runner.mu.Lock()
+			ran := slices.Clone(rig.f.runner.tools)
+			rig.f.runner.mu.Unlock()
+			if tc.on != "s1" {
+				if !slices.Equal(ran, []string{"c2"}) {
+					t.Fatalf("ran %v: another session's cancel stopped s1's call", ran)
+				}
+				return
+			}
+			if slices.Contains(ran, "c2") {
+				t.Fatalf("the cancelled queued call ran (ran %v)", ran)
+			}
+			res, ok := rig.events.result("c2")
+			if !ok || res.State != bus.StateInterrupted || res.Error == nil || res.Error.Code != bus.CodeInterrupted {
+				t.Fatalf("c2's result %+v (published %v), want interrupted", res, ok)
+			}
+			// A re-sent copy gets the same result from the ledger (3.1).
+			var entry ledger.Entry
+			if e, err := rig.ledger.Get(t.Context(), bus.CallKey("s1", "r1", "c2")); err != nil {
+				t.Fatalf("c2 has no ledger entry: %v", err)
+			} else if err := json.Unmarshal(e.Value(), &entry); err != nil || entry.State != "done" ||
+				entry.Result == nil || entry.Result.State != bus.StateInterrupted {
+				t.Fatalf("c2's ledger entry %s", e.Value())
+			}
+			if _, err := rig.parked.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
+				t.Fatalf("the continuation is left after batch.done: %v", err)
+			}
+		})
+	}
+}
