@@ -191,7 +191,10 @@ type fakeKV struct {
 	val                []byte
 	rev                uint64
 	watchers           []chan jetstream.KeyValueEntry
-	refuse             error // when set, every write fails with it
+	refuse             error  // when set, every write fails with it
+	stops              int    // watches stopped
+	updates            int    // compare-and-sets tried (a create is one)
+	beforeUpdate       func() // when set, called (once) before the next compare-and-set
 }
 
 type fakeEntry struct {
@@ -208,10 +211,18 @@ func (e fakeEntry) Created() time.Time              { return time.Now() }
 func (e fakeEntry) Delta() uint64                   { return 0 }
 func (e fakeEntry) Operation() jetstream.KeyValueOp { return jetstream.KeyValuePut }
 
-type fakeWatch struct{ ch chan jetstream.KeyValueEntry }
+type fakeWatch struct {
+	ch chan jetstream.KeyValueEntry
+	k  *fakeKV
+}
 
 func (w fakeWatch) Updates() <-chan jetstream.KeyValueEntry { return w.ch }
-func (w fakeWatch) Stop() error                             { return nil }
+func (w fakeWatch) Stop() error {
+	w.k.mu.Lock()
+	w.k.stops++
+	w.k.mu.Unlock()
+	return nil
+}
 
 func (k *fakeKV) Get(_ context.Context, key string) (jetstream.KeyValueEntry, error) {
 	k.mu.Lock()
@@ -230,7 +241,7 @@ func (k *fakeKV) Watch(_ context.Context, key string, _ ...jetstream.WatchOpt) (
 		ch <- fakeEntry{key, k.val, k.rev}
 	}
 	k.watchers = append(k.watchers, ch)
-	return fakeWatch{ch}, nil
+	return fakeWatch{ch, k}, nil
 }
 
 func (k *fakeKV) Create(ctx context.Context, key string, val []byte, _ ...jetstream.KVCreateOpt) (uint64, error) {
@@ -239,7 +250,15 @@ func (k *fakeKV) Create(ctx context.Context, key string, val []byte, _ ...jetstr
 
 func (k *fakeKV) Update(_ context.Context, key string, val []byte, last uint64) (uint64, error) {
 	k.mu.Lock()
+	hook := k.beforeUpdate
+	k.beforeUpdate = nil
+	k.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.updates++
 	if k.refuse != nil {
 		return 0, k.refuse
 	}

@@ -95,6 +95,7 @@ type Ledger struct {
 	// a watch's stop deletes its consumer, a JetStream API request that
 	// can take 5 s on a cluster, so it runs off the caller's path.
 	stops store.Stops
+	waits waits // the waits of duplicates on this router: one per key
 }
 
 // Config configures a Ledger; every zero value has a working default.
@@ -431,13 +432,163 @@ func pollEvery(lease time.Duration) time.Duration {
 // this router's, to run); every other duplicate gets what that one
 // recorded. The wait never outlasts c.Expiry. A watch that misses an
 // update is covered by reading the entry from the bucket's leader.
-func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry) {
-	key := c.Key
-	if res, ok := l.pending.Load(key); ok {
+//
+// The duplicates of key that wait on this router share one wait (shared):
+// one watch, one poll and at most one takeover's compare-and-set at a
+// time, whose outcome every waiter gets. Each waiter keeps its own ctx and
+// expiry; the watch stops when the outcome is known or its last waiter
+// leaves.
+func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
+	if res, ok := l.pending.Load(c.Key); ok {
 		l.cfg.Hits()
 		return res.(bus.Result), nil
 	}
 	start := time.Now()
+	var expired <-chan time.Time
+	if !c.Expiry.IsZero() {
+		t := time.NewTimer(time.Until(c.Expiry))
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		w := l.waits.join(l, ctx, c)
+		select {
+		case <-ctx.Done():
+			l.waits.leave(l, c.Key, w)
+			return bus.InterruptedResult(c.Call), nil
+		case <-expired:
+			l.waits.leave(l, c.Key, w)
+			return bus.TimeoutResult(c.Call, max(c.Expiry.Sub(start), 0).Round(time.Millisecond)), nil
+		case <-w.done:
+		}
+		if w.claim == nil {
+			l.waits.leave(l, c.Key, w)
+			if w.hit {
+				l.cfg.Hits()
+			}
+			return w.res, nil
+		}
+		// A takeover to run the call again: one waiter runs it, before it
+		// leaves (a last waiter leaving abandons a claim nobody took).
+		took := w.taken.CompareAndSwap(false, true)
+		l.waits.leave(l, c.Key, w)
+		if took {
+			return bus.Result{}, w.claim
+		}
+		// Another waiter runs it: wait for its record, on a new watch.
+	}
+}
+
+// waits are the waits of a router's duplicates, by key: one each (shared),
+// however many duplicates of the key wait.
+type waits struct {
+	mu    sync.Mutex
+	m     map[string]*shared
+	loops sync.WaitGroup // the waits' loops
+}
+
+// shared is the one wait of this router for the record of a key: its
+// duplicates join it (waits.join) and leave it (waits.leave), and its loop
+// runs while it has waiters and until it has an outcome.
+type shared struct {
+	ctx     context.Context    // the loop's: the first waiter's values, ended by quit
+	quit    context.CancelFunc // called when the last waiter left before the outcome
+	call    Call               // the first waiter's
+	waiters int                // guarded by waits.mu
+	done    chan struct{}      // closed once the outcome below is set
+	res     bus.Result         // the outcome, every waiter's
+	hit     bool               // res is a recorded result (a hit per waiter)
+	claim   *Entry             // a takeover to run the call again: one waiter's
+	taken   atomic.Bool        // claim was given to a waiter, or abandoned
+}
+
+// join returns the wait of c.Key on this router, joined: a live one, or
+// one it starts. A wait that has ended (an outcome, or its last waiter
+// gone) is no longer listed, so a later duplicate starts another.
+func (ws *waits) join(l *Ledger, ctx context.Context, c Call) *shared {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if w := ws.m[c.Key]; w != nil {
+		w.waiters++
+		return w
+	}
+	// The loop outlives its first waiter when others joined: its context
+	// is its own, ended when its last waiter leaves (the values stay).
+	lctx, quit := context.WithCancel(context.WithoutCancel(ctx))
+	w := &shared{ctx: lctx, quit: quit, call: c, waiters: 1, done: make(chan struct{})}
+	if ws.m == nil {
+		ws.m = map[string]*shared{}
+	}
+	ws.m[c.Key] = w
+	ws.loops.Add(1)
+	go w.loop(l)
+	return w
+}
+
+// leave takes a waiter off w. The last one to leave before the outcome
+// ends the loop (its watch stops in the background); the last one to
+// leave after an outcome that is a claim nobody took abandons the claim.
+func (ws *waits) leave(l *Ledger, key string, w *shared) {
+	ws.mu.Lock()
+	w.waiters--
+	last := w.waiters == 0
+	ended := isClosed(w.done)
+	if last && !ended && ws.m[key] == w {
+		delete(ws.m, key)
+	}
+	ws.mu.Unlock()
+	switch {
+	case !last:
+	case !ended:
+		w.quit()
+	case w.claim != nil:
+		w.unclaimed(l, key)
+	}
+}
+
+// end sets w's outcome, and gives it to the waiters it has.
+func (ws *waits) end(l *Ledger, key string, w *shared, res bus.Result, hit bool, claim *Entry) {
+	ws.mu.Lock()
+	if ws.m[key] == w {
+		delete(ws.m, key)
+	}
+	w.res, w.hit, w.claim = res, hit, claim
+	close(w.done)
+	none := w.waiters == 0
+	ws.mu.Unlock()
+	if none && claim != nil {
+		w.unclaimed(l, key)
+	}
+}
+
+// unclaimed abandons w's claim when no waiter took it to run: the call
+// did not run, and a re-send may claim it again.
+func (w *shared) unclaimed(l *Ledger, key string) {
+	if w.taken.CompareAndSwap(false, true) {
+		l.held.release(key, w.claim.Claim)
+		l.Abandon(key, w.claim.Claim)
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// loop is w's: the watch, poll and takeover of key for its waiters, until
+// an outcome (waits.end) or until its last waiter leaves (quit).
+func (w *shared) loop(l *Ledger) {
+	defer l.waits.loops.Done()
+	ctx, c := w.ctx, w.call
+	key := c.Key
+	start := time.Now()
+	// The watch lives as long as ctx: nats.go unsubscribes it when ctx
+	// ends (js.go Subscribe), so ctx is the loop's, ended by the last
+	// waiter's leaving, which ends a create whose reply is lost too.
 	watch, err := l.kv.Watch(ctx, key)
 	var updates <-chan jetstream.KeyValueEntry
 	if err == nil {
@@ -446,12 +597,6 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 		// leader moves, and the result is known already.
 		defer l.stops.Go(watch)
 		updates = watch.Updates()
-	}
-	var expired <-chan time.Time
-	if !c.Expiry.IsZero() {
-		t := time.NewTimer(time.Until(c.Expiry))
-		defer t.Stop()
-		expired = t.C
 	}
 	poll := time.NewTicker(pollEvery(l.cfg.Lease))
 	defer poll.Stop()
@@ -464,9 +609,7 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 		var e jetstream.KeyValueEntry
 		select {
 		case <-ctx.Done():
-			return bus.InterruptedResult(c.Call), nil
-		case <-expired:
-			return bus.TimeoutResult(c.Call, max(c.Expiry.Sub(start), 0).Round(time.Millisecond)), nil
+			return // every waiter left
 		case now := <-poll.C:
 			switch {
 			case reread:
@@ -482,9 +625,10 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 			cancel()
 			switch {
 			case store.IsNotFound(err):
-				return UnknownOutcome(c.Call), nil // the entry left the dedupe window unrecorded
+				l.waits.end(l, key, w, UnknownOutcome(c.Call), false, nil) // the entry left the dedupe window unrecorded
+				return
 			case err != nil:
-				continue // the expiry, or the entry's deadline, bounds this
+				continue // the waiters' expiry, or the entry's deadline, bounds this
 			}
 		case u, ok := <-updates:
 			if !ok {
@@ -498,7 +642,8 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 		}
 		var le Entry
 		if json.Unmarshal(e.Value(), &le) != nil {
-			return bus.InternalResult(c.Call, fmt.Errorf("ledger entry %s is corrupt", key)), nil
+			l.waits.end(l, key, w, bus.InternalResult(c.Call, fmt.Errorf("ledger entry %s is corrupt", key)), false, nil)
+			return
 		}
 		le.rev = e.Revision()
 		now := time.Now()
@@ -508,17 +653,19 @@ func (l *Ledger) wait(ctx context.Context, c Call) (res bus.Result, claim *Entry
 		last, reread = &le, updates == nil
 		switch {
 		case le.State == stateDone && le.Result != nil:
-			l.cfg.Hits()
-			return *le.Result, nil
+			l.waits.end(l, key, w, *le.Result, true, nil)
+			return
 		case le.State == stateAbandoned:
 			// The first run never happened; it answered unavailable.
-			return Unavailable(c.Call), nil
+			l.waits.end(l, key, w, Unavailable(c.Call), false, nil)
+			return
 		case !stale(le, now, seen, l.cfg.Lease):
 			continue
 		}
 		res, claim, ok := l.takeOver(ctx, key, le, c)
 		if ok {
-			return res, claim
+			l.waits.end(l, key, w, res, false, claim)
+			return
 		}
 		reread = true // lost the race, or the write failed: read again
 	}
@@ -594,8 +741,9 @@ func (l *Ledger) Interrupt(ctx context.Context, key string, res bus.Result) erro
 	return err
 }
 
-// Stop waits until the records in flight have landed and the watches of
-// the waits that returned have stopped, or until ctx ends. A router does not
+// Stop waits until the records in flight have landed, the waits' loops
+// have ended (each ends once its waiters have returned) and their watches
+// have stopped, or until ctx ends. A router does not
 // call it: its drain waits for both through Config.Landing.
 func (l *Ledger) Stop(ctx context.Context) error {
 	done := make(chan struct{})
@@ -604,6 +752,13 @@ func (l *Ledger) Stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		return errors.New("ledger: records still in flight")
+	}
+	loops := make(chan struct{})
+	go func() { l.waits.loops.Wait(); close(loops) }()
+	select {
+	case <-loops:
+	case <-ctx.Done():
+		return errors.New("ledger: waits still running")
 	}
 	return l.stops.Wait(ctx)
 }

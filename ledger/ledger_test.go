@@ -17,12 +17,12 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-func newTestLedger(t *testing.T, routers ...string) []*Ledger {
+func newTestLedger(t testing.TB, routers ...string) []*Ledger {
 	return newTestLedgerLease(t, 0, routers...)
 }
 
 // newTestLedgerLease is newTestLedger with the routers' lease.
-func newTestLedgerLease(t *testing.T, lease time.Duration, routers ...string) []*Ledger {
+func newTestLedgerLease(t testing.TB, lease time.Duration, routers ...string) []*Ledger {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
 	js, err := jetstream.New(nc)
