@@ -259,7 +259,7 @@ func (d *deployment) startWorker() *login {
 	must(d.t, err)
 	ctx, cancel := context.WithTimeout(d.t.Context(), bound)
 	defer cancel()
-	msg, err := bus.SendRequest(ctx, l.nc, bus.NewSubjects("").Workers.Register(), ev)
+	msg, err := bus.SendRequest(ctx, l.nc, bus.NewSubjects("").Workers.Register("pick"), ev)
 	must(d.t, err)
 	resp, err := bus.Decode(msg)
 	must(d.t, err)
