@@ -222,7 +222,9 @@ func (s *serving) stop() error {
 // and one per tool, on P.register.<tool>, with that tool's definition and
 // calls in flight: NATS permissions confine which tools a worker login may
 // define. The requests of one beat are sent at once and waited for
-// together, so a beat takes one round trip, not one per tool.
+// together, so a beat takes one round trip, not one per tool; those of the
+// first registration go one after another, so that the routers store the
+// tools in the worker's order (listings keep it).
 type registrar struct {
 	nc     *nats.Conn
 	subj   bus.Subjects
@@ -276,7 +278,8 @@ const firstRegisterWait = 10 * time.Second
 
 // send sends reg, a registration or a leave, as the requests of protocol
 // 1.12 (docs/protocol.md 7.1): a leave and each tool's definition on the
-// tool's subject, each group on the group's, all at once, and returns the
+// tool's subject, each group on the group's, all at once (in order until
+// the first registration is acknowledged: ordered), and returns the
 // acknowledgements of the tools merged, waiting for them at most wait. A
 // group's rejection is logged here. err is the first request that failed
 // (ack then holds the others'), nil when every one was acknowledged.
@@ -311,11 +314,21 @@ func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Durati
 		}
 		parts = append(parts, &part{subject: r.subj.Workers.Register(d.Name), reg: one})
 	}
-	var wg sync.WaitGroup
-	for _, p := range parts {
-		wg.Go(func() { p.ack, p.err = r.request(ctx, p.subject, p.reg) })
+	if r.ordered() {
+		// Until every request was acknowledged once, one after another:
+		// routers list tools and groups in the order of their first
+		// registration (docs/protocol.md 7.4), and requests sent at once
+		// are stored in any order.
+		for _, p := range parts {
+			p.ack, p.err = r.request(ctx, p.subject, p.reg)
+		}
+	} else {
+		var wg sync.WaitGroup
+		for _, p := range parts {
+			wg.Go(func() { p.ack, p.err = r.request(ctx, p.subject, p.reg) })
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	ack := &bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
 	var first error
 	for _, p := range parts {
@@ -332,6 +345,17 @@ func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Durati
 		}
 	}
 	return ack, first
+}
+
+// ordered reports whether a registration is sent one request after
+// another: until every request of one was acknowledged (Registered).
+func (r *registrar) ordered() bool {
+	select {
+	case <-r.registered:
+		return false
+	default:
+		return true
+	}
 }
 
 // request sends one registration on subject and returns its

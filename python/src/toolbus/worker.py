@@ -611,9 +611,20 @@ async def _send_register(w: Worker, subject: str, data: dict[str, Any], timeout:
 
 
 async def _send_all(w: Worker, requests: list[tuple[str, dict[str, Any]]], timeout: float) -> dict[str, Any]:
-    """Send the requests of one beat at once (one round trip, not one per tool) and merge the tools'
-    acks; a group's rejection is logged here. Raises the first failure once all have ended."""
-    acks = await asyncio.gather(*(_send_register(w, s, d, timeout) for s, d in requests), return_exceptions=True)
+    """Send the requests of one beat at once (one round trip, not one per tool; in order until the first
+    registration was acknowledged) and merge the tools' acks; a group's rejection is logged here.
+    Raises the first failure when none was acknowledged."""
+    if w.registered.is_set():
+        acks = await asyncio.gather(*(_send_register(w, s, d, timeout) for s, d in requests), return_exceptions=True)
+    else:
+        # The first registration goes one request after another: routers list tools and groups in
+        # the order of their first registration (7.4), and requests sent at once land in any order.
+        acks = []
+        for s, d in requests:
+            try:
+                acks.append(await _send_register(w, s, d, timeout))
+            except Exception as err:  # noqa: BLE001 - reported below, like gather's
+                acks.append(err)
     out: dict[str, Any] = {"accepted": [], "rejected": []}
     failed: BaseException | None = None
     for (subject, data), ack in zip(requests, acks):

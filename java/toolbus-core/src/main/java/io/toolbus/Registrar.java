@@ -10,6 +10,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 
 /**
@@ -30,6 +31,7 @@ final class Registrar {
   private final Duration heartbeat;
   private final Supplier<List<ToolDef>> tools;
   private final CallTable calls;
+  private volatile boolean acknowledged; // every request of a registration was answered once
 
   Registrar(Connection nc, Subjects subj, String id, String source, List<Group> groups, Duration heartbeat,
       Supplier<List<ToolDef>> tools, CallTable calls) {
@@ -88,16 +90,39 @@ final class Registrar {
     }
   }
 
+  /** Waits for f until deadline and hands back f, whatever its outcome (read later by await). */
+  private static CompletableFuture<Message> awaitQuietly(CompletableFuture<Message> f, long deadline) {
+    try {
+      f.get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+    } catch (InterruptedException ie) {
+      Thread.currentThread().interrupt();
+    } catch (Exception e) {
+      // await reports it
+    }
+    return f;
+  }
+
   /**
-   * Sends every request at once, waits for them together until timeout, and merges the tools'
-   * acks; a group's rejection is logged here. Throws the first failure when nothing was
-   * acknowledged; a partial failure is logged and the next beat tries again.
+   * Sends every request at once (one after another until a registration was acknowledged), waits
+   * for them together until timeout, and merges the tools' acks; a group's rejection is logged
+   * here. Throws the first failure when nothing was acknowledged; a partial failure is logged and
+   * the next beat tries again.
    */
   private ObjectNode sendAll(Map<String, ObjectNode> parts, Duration timeout) {
     long deadline = System.nanoTime() + timeout.toNanos();
     Requester rq = new Requester(nc);
     Map<String, CompletableFuture<Message>> sent = new LinkedHashMap<>();
-    parts.forEach((subject, reg) -> sent.put(subject, rq.start(subject, Event.of(Codes.REGISTER, source, reg), deadline)));
+    boolean inOrder = !acknowledged;
+    for (Map.Entry<String, ObjectNode> p : parts.entrySet()) {
+      CompletableFuture<Message> f = rq.start(p.getKey(), Event.of(Codes.REGISTER, source, p.getValue()), deadline);
+      if (inOrder) {
+        // The first registration goes one request after another: routers list tools and groups
+        // in the order of their first registration (7.4), and requests sent at once land in any
+        // order.
+        f = awaitQuietly(f, deadline);
+      }
+      sent.put(p.getKey(), f);
+    }
     ObjectNode ack = Json.MAPPER.createObjectNode();
     ArrayNode accepted = ack.putArray("accepted");
     ArrayNode rejected = ack.putArray("rejected");
@@ -122,6 +147,9 @@ final class Registrar {
       } catch (RuntimeException x) {
         failed = failed == null ? x : failed;
       }
+    }
+    if (failed == null) {
+      acknowledged = true;
     }
     if (failed != null && answered == 0) {
       throw failed;
