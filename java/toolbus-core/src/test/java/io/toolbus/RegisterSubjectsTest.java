@@ -1,7 +1,6 @@
 package io.toolbus;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -31,11 +30,12 @@ class RegisterSubjectsTest {
     String a = "j_reg_a_" + Ids.next();
     String b = "j_reg_b_" + Ids.next();
     String group = "j_reg_g_" + Ids.next();
+    String wid = "j_reg_w_" + Ids.next();
     try (Connection nc = router.connect(); Connection watcher = router.connect()) {
       Subscription shared = watcher.subscribe("toolbus.register");
       Subscription regs = watcher.subscribe("toolbus.register.>");
       watcher.flush(Duration.ofSeconds(10));
-      Worker w = Worker.builder(nc).heartbeat(Duration.ofMillis(200)).group(Group.meta(group, "G.")).build();
+      Worker w = Worker.builder(nc).id(wid).heartbeat(Duration.ofMillis(200)).group(Group.meta(group, "G.")).build();
       w.tool(ToolDef.builder(a).readOnly(true).inputSchema(Map.of("type", "object")).build(), c -> "a");
       w.tool(ToolDef.builder(b).readOnly(true).inputSchema(Map.of("type", "object")).build(), c -> "b");
       JsonNode ack = w.start();
@@ -50,8 +50,8 @@ class RegisterSubjectsTest {
       boolean groupSeen = false;
       for (long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(30); (beatsA < 3 || beatsB < 3 || !groupSeen) && System.nanoTime() < end; ) {
         Message m = regs.nextMessage(Duration.ofSeconds(1));
-        if (m == null) {
-          continue;
+        if (m == null || !wid.equals(Event.decode(m).dataTree().path("worker").asText())) {
+          continue; // the router's built-in tools beat too
         }
         seen.add(m);
         beatsA += m.getSubject().equals("toolbus.register." + a) ? 1 : 0;
@@ -61,7 +61,6 @@ class RegisterSubjectsTest {
       assertTrue(beatsA >= 3 && beatsB >= 3 && groupSeen, "beats " + beatsA + ", " + beatsB + ", group " + groupSeen);
       for (Message m : seen) {
         JsonNode d = Event.decode(m).dataTree();
-        assertEquals(w.id(), d.path("worker").asText());
         if (m.getSubject().startsWith("toolbus.register.group.")) {
           assertEquals(group, d.path("groups").get(0).path("name").asText(), d.toString());
           assertTrue(d.path("tools").isMissingNode(), d.toString());
@@ -82,13 +81,15 @@ class RegisterSubjectsTest {
       TreeSet<String> leaves = new TreeSet<>();
       for (long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(30); leaves.size() < 2 && System.nanoTime() < end; ) {
         Message m = regs.nextMessage(Duration.ofSeconds(1));
-        if (m != null && Event.decode(m).dataTree().path("leaving").asBoolean()) {
+        if (m != null && wid.equals(Event.decode(m).dataTree().path("worker").asText()) && Event.decode(m).dataTree().path("leaving").asBoolean()) {
           assertTrue(Event.decode(m).dataTree().path("tools").isMissingNode());
           leaves.add(m.getSubject());
         }
       }
       assertEquals(new TreeSet<>(List.of("toolbus.register." + a, "toolbus.register." + b)), leaves);
-      assertNull(shared.nextMessage(Duration.ofMillis(1)), "a registration on the shared subject of 1.11");
+      for (Message m = shared.nextMessage(Duration.ofMillis(1)); m != null; m = shared.nextMessage(Duration.ofMillis(1))) {
+        assertTrue(!wid.equals(Event.decode(m).dataTree().path("worker").asText()), "a registration on the shared subject of 1.11");
+      }
       // The router took the leaves: the tool has no live worker.
       Result after = client.call(s, Batch.builder().call("c2", a, Map.of()).build()).results().get(0);
       assertEquals("unavailable", after.code(), after.toString());
