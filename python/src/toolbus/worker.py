@@ -220,7 +220,8 @@ class Worker:
     # ---- registration ----
 
     def registration(self) -> dict[str, Any]:
-        """The ``io.toolbus.register`` data this worker sends every heartbeat (7.1)."""
+        """What this worker says in every heartbeat (7.1), as one ``io.toolbus.register`` data; since
+        protocol 1.12 it travels split per group and tool (``registrations()``)."""
         inflight: dict[str, list[str]] = {}
         for c in self._x._calls.values():
             inflight.setdefault(c.tool, []).append(c.key)
