@@ -93,14 +93,20 @@ nc.subscribe(`${P}.cancel.>`, {
 await nc.flush();
 
 // Each group registers on P.register.group.<group> and each tool on
-// P.register.<tool> (protocol 7.1, 1.12), all at once; a heartbeat is the
-// same requests, sent again.
+// P.register.<tool> (protocol 7.1, 1.12): the first time one after another
+// (routers list tools in the order of their first registration), then all
+// at once; a heartbeat is the same requests, sent again.
 const send = (subject, data) => request(nc, subject, event("io.toolbus.register", source, { worker: id, ...data }));
+let registered = false;
 const register = async () => {
-  const acks = await Promise.all([
-    ...groups.map((g) => send(`${P}.register.group.${g.name}`, { groups: [g] })),
-    ...tools.map((t) => send(`${P}.register.${t.name}`, { tools: [t] })),
-  ]);
+  const requests = [
+    ...groups.map((g) => () => send(`${P}.register.group.${g.name}`, { groups: [g] })),
+    ...tools.map((t) => () => send(`${P}.register.${t.name}`, { tools: [t] })),
+  ];
+  const acks = [];
+  if (registered) acks.push(...(await Promise.all(requests.map((r) => r()))));
+  else for (const r of requests) acks.push(await r());
+  registered = true;
   const toolAcks = acks.slice(groups.length).map((a) => a.data);
   return { accepted: toolAcks.flatMap((a) => a.accepted), rejected: toolAcks.flatMap((a) => a.rejected) };
 };
