@@ -74,7 +74,9 @@ func TestAttackWorkerDefinesOtherTool(t *testing.T) {
 	wk, err := worker.New(w.nc, worker.Config{ID: "w-greet", Heartbeat: testHeartbeat})
 	must(t, err)
 	must(t, wk.Handle(bus.ToolDef{Name: "greet", Description: "Greets.", ReadOnly: true, InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *worker.Call) (*bus.ExecResult, error) { return &bus.ExecResult{Output: bus.Text("hello")}, nil }))
+		func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			return &bus.ExecResult{Output: bus.Text("hello")}, nil
+		}))
 	must(t, wk.Start(t.Context()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
