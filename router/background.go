@@ -79,12 +79,13 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 	return b, nil
 }
 
-// mayBackground: the tool declares it or the call asks, and the tool is
+// mayBackground: the tool declares it, or the call asks and the tool does
+// not refuse it (no_background, 1.12: the ask is ignored), and the tool is
 // neither external, state-injected (its patch would land turns later) nor
 // cached.
 func mayBackground(j *job) bool {
 	d := &j.tool.Def
-	return (d.Background || j.call.Background) && !d.External && !d.StateInjected && d.CacheTTLMS == 0
+	return (d.Background || j.call.Background && !d.NoBackground) && !d.External && !d.StateInjected && d.CacheTTLMS == 0
 }
 
 // run runs j with the task's long deadline and waits up to j's own; past
