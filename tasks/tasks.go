@@ -46,7 +46,8 @@ type Config struct {
 	// DefaultMaxPerSession.
 	MaxPerSession int
 	// MaxPerUser bounds the running tasks of one user (the batch's user,
-	// when it has one) over all sessions; zero means DefaultMaxPerUser.
+	// when it has one) over all sessions, and those of the shared agent
+	// (SharedKey); zero means DefaultMaxPerUser.
 	MaxPerUser int
 	// Landing gives the context each watch's stop holds while it runs in
 	// the background (Wait; store.Stops), so that a drain waits for it
@@ -143,6 +144,13 @@ func UserKey(user json.RawMessage) string {
 	return hex.EncodeToString(sum[:12])
 }
 
+// SharedKey is the bound's key of the tasks of the sessions bound to no
+// user on a router with identities: the shared agent's, which may open
+// any number of sessions, so that its tasks count as one user's
+// (MaxPerUser) over them all. A user's key (UserKey) is 24 hex digits, so
+// never this one.
+const SharedKey = "shared-agent"
+
 func taskKey(session, id string) string { return "t." + session + "." + id }
 
 // ID is the task id of call callID of session's batch replyID: a digest
@@ -202,7 +210,11 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 		added = append(added, "s."+rec.Session)
 	}
 	if rec.UserKey != "" {
-		if ok, err := s.reserve(ctx, "u."+rec.UserKey, rec.ID, until, s.cfg.MaxPerUser, "user"); err != nil {
+		what := "user"
+		if rec.UserKey == SharedKey {
+			what = "shared agent (its sessions bound to no user, together)"
+		}
+		if ok, err := s.reserve(ctx, "u."+rec.UserKey, rec.ID, until, s.cfg.MaxPerUser, what); err != nil {
 			return refused(err)
 		} else if ok {
 			added = append(added, "u."+rec.UserKey)

@@ -375,3 +375,33 @@ func TestListWhileRenewed(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedAgentBound: tasks counted under tasks.SharedKey (the shared
+// agent's sessions, bound to no user, on a router with identities) share
+// the user's bound over every session: a new session does not lift it.
+func TestSharedAgentBound(t *testing.T) {
+	st := newStore(t, tasks.Config{MaxPerSession: 8, MaxPerUser: 2})
+	ctx := t.Context()
+	later := time.Now().Add(time.Hour)
+	shared := func(session, id string) *tasks.Record {
+		r := rec(session, id, "", later)
+		r.UserKey = tasks.SharedKey
+		return r
+	}
+	for _, r := range []*tasks.Record{shared("x1", "a1"), shared("x2", "a2")} {
+		if _, created, err := st.Admit(ctx, r); err != nil || !created {
+			t.Fatalf("admit %s: %v %v", r.ID, created, err)
+		}
+	}
+	_, _, err := st.Admit(ctx, shared("x3", "a3"))
+	if !isCode(err, bus.CodeLimitExceeded) || !strings.Contains(err.Error(), "this shared agent (its sessions bound to no user, together) already has 2 background tasks running") {
+		t.Fatalf("a third session of the shared agent: want its bound, got %v", err)
+	}
+	// A user's tasks and a session without the shared key count apart.
+	if _, created, err := st.Admit(ctx, rec("s1", "b1", "alice", later)); err != nil || !created {
+		t.Fatalf("alice's task beside the shared agent's: %v %v", created, err)
+	}
+	if _, created, err := st.Admit(ctx, rec("x4", "c1", "", later)); err != nil || !created {
+		t.Fatalf("a task counted by its session only: %v %v", created, err)
+	}
+}
