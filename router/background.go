@@ -254,20 +254,20 @@ func (b *background) record(j *job, start time.Time) *tasks.Record {
 	return &tasks.Record{Task: bus.Task{ID: tasks.ID(j.session, j.replyID, j.call.ID), Session: j.session, ReplyID: j.replyID, CallID: j.call.ID,
 		Tool: j.call.Name, State: bus.StateBackground, Started: start.UTC(), Deadline: start.Add(b.cfg.MaxRun).UTC()},
 		Owner: b.r.cfg.ID, Lease: time.Now().Add(b.r.cfg.Lease), Input: j.call.Input, User: j.user, Context: j.context,
-		UserKey: b.userKey(j), Rerun: d.ReadOnly || d.Idempotent, Durable: d.Durable, Runs: 1}
+		UserKey: userKey(b.r.cfg.Identities, j), Rerun: d.ReadOnly || d.Idempotent, Durable: d.Durable, Runs: 1}
 }
 
 // userKey is the key of the bound j's task counts against beside its
-// session's: its user's; on a router with identities, a session bound to
+// session's: its user's; on a router with identities ids, a session bound to
 // no user (the shared agent's, which may open any number of sessions)
 // counts with every other such session under tasks.SharedKey; on an open
 // router a batch without a user counts against its session's bound only
 // (its claim of a user is taken on trust anyway, docs/tasks.md).
-func (b *background) userKey(j *job) string {
+func userKey(ids Identities, j *job) string {
 	if k := tasks.UserKey(j.user); k != "" {
 		return k
 	}
-	if ids := b.r.cfg.Identities; ids != nil {
+	if ids != nil {
 		if _, bound := ids.UserOf(j.session); !bound {
 			return tasks.SharedKey
 		}
