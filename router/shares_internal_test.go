@@ -133,3 +133,22 @@ func TestSharesRace(t *testing.T) {
 		t.Fatalf("at most %d held by a session (share 4); left %v", most, s.held)
 	}
 }
+
+// BenchmarkShares is the cost a batch pays for its session's share: one
+// take and one give, with identities (the pool's look-up) and without.
+func BenchmarkShares(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		ids  Identities
+	}{{"open", nil}, {"identities", bindings{"s1": "alice"}}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := newShares(4096, 0, c.ids)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					sh, _ := s.take("s2")
+					s.give(sh)
+				}
+			})
+		})
+	}
+}
