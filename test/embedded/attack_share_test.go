@@ -113,3 +113,55 @@ func TestAttackSessionTakesEverySlot(t *testing.T) {
 		t.Fatalf("%d runs for %d batches", n, flood)
 	}
 }
+
+// TestSessionShareDropsUnrepliedBatches: batches published without a
+// reply subject past their session's share have nobody to be told busy:
+// they are dropped and counted, never waited for in the subscription's
+// callback (where they would hold every other session's batches behind
+// them), and another session's batch runs.
+func TestSessionShareDropsUnrepliedBatches(t *testing.T) {
+	const slots, extra = 32, 4
+	share := router.DefaultSessionShare(slots)
+	reg := prometheus.NewRegistry()
+	e := startEnv(t, 1, false, router.Config{MaxInflight: slots, Metrics: reg})
+	g := newGate(t)
+	var running atomic.Int32
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "hog_slots", ReadOnly: true, TimeoutMS: 120_000}, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			running.Add(1)
+			select {
+			case <-g.ch:
+				return textResult("hogged"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		handle(t, w, bus.ToolDef{Name: "probe_share", ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			return textResult("probe"), nil
+		})
+	})
+	e.waitLive("hog_slots", "probe_share")
+	const hog = "drop-hog"
+	for range share + extra {
+		ev := newEvent(t, bus.TypeCallBatch, bus.Batch{Calls: []bus.Call{{ID: "c", Name: "hog_slots"}}})
+		ev.SessionID = hog
+		if err := e.nc.PublishMsg(eventMsg(t, bus.NewSubjects("").Call(hog), ev)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refusedKey := `toolbus_router_rejected_total{code="session_share"}`
+	poll, pcancel := context.WithTimeout(t.Context(), bound)
+	defer pcancel()
+	for int(running.Load()) < share || gather(t, reg)[refusedKey] < extra {
+		if bus.Sleep(poll, 20*time.Millisecond) != nil {
+			t.Fatalf("after %s, %d run and %v dropped; want %d and %d", bound, running.Load(), gather(t, reg)[refusedKey], share, extra)
+		}
+	}
+	r := e.call(t, "drop-other", []bus.Call{{ID: "p", Name: "probe_share"}}).Results[0]
+	if r.State != bus.StateSuccess {
+		t.Fatalf("another session's batch: %s %q", r.State, textOf(r))
+	}
+	if n, d := running.Load(), gather(t, reg)[refusedKey]; int(n) != share || d != extra {
+		t.Fatalf("%d run and %v dropped of %d published; want %d and %d", n, d, share+extra, share, extra)
+	}
+}
