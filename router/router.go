@@ -873,13 +873,15 @@ func (a *admission) refuse(m *nats.Msg) {
 // overShare answers m busy because its session (or the sessions bound to
 // no user) hold their share of the slots (shares.go): why is the message.
 // A batch published without a reply subject has nobody to tell: it is
-// dropped and logged (docs/protocol.md 1), never waited for in the
+// dropped and counted (docs/protocol.md 1), never waited for in the
 // subscription's callback, where it would hold every other session's
 // messages behind it.
 func (a *admission) overShare(m *nats.Msg, why string) {
 	a.m.Rejected.WithLabelValues(shareRefused).Inc()
 	if m.Reply == "" {
-		a.log.Warn("router: a batch without a reply subject dropped: its session holds its share of the slots", "subject", m.Subject, "why", why)
+		// Debug, as a refused reply subject: a flood of them must not
+		// flood the log; toolbus_router_rejected_total counts them.
+		a.log.Debug("router: a batch without a reply subject dropped: its session holds its share of the slots", "subject", m.Subject, "why", why)
 	} else {
 		a.busy.Add(1)
 		if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: why}); err != nil {
