@@ -31,22 +31,7 @@ func TestAttackSessionTakesEverySlot(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := startEnv(t, 1, false, router.Config{MaxInflight: slots, Metrics: reg})
 	g := newGate(t)
-	var running atomic.Int32
-	e.addWorker(func(w *worker.Worker) {
-		handle(t, w, bus.ToolDef{Name: "hog_slots", ReadOnly: true, TimeoutMS: 120_000}, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
-			running.Add(1)
-			select {
-			case <-g.ch:
-				return textResult("hogged"), nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		})
-		handle(t, w, bus.ToolDef{Name: "probe_share", ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
-			return textResult("probe"), nil
-		})
-	})
-	e.waitLive("hog_slots", "probe_share")
+	running := hogWorker(t, e, g)
 	const hog, other = "share-hog", "share-other"
 	refusedKey := `toolbus_router_rejected_total{code="session_share"}`
 
@@ -125,22 +110,7 @@ func TestSessionShareDropsUnrepliedBatches(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := startEnv(t, 1, false, router.Config{MaxInflight: slots, Metrics: reg})
 	g := newGate(t)
-	var running atomic.Int32
-	e.addWorker(func(w *worker.Worker) {
-		handle(t, w, bus.ToolDef{Name: "hog_slots", ReadOnly: true, TimeoutMS: 120_000}, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
-			running.Add(1)
-			select {
-			case <-g.ch:
-				return textResult("hogged"), nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		})
-		handle(t, w, bus.ToolDef{Name: "probe_share", ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
-			return textResult("probe"), nil
-		})
-	})
-	e.waitLive("hog_slots", "probe_share")
+	running := hogWorker(t, e, g)
 	const hog = "drop-hog"
 	for range share + extra {
 		ev := newEvent(t, bus.TypeCallBatch, bus.Batch{Calls: []bus.Call{{ID: "c", Name: "hog_slots"}}})
@@ -164,4 +134,27 @@ func TestSessionShareDropsUnrepliedBatches(t *testing.T) {
 	if n, d := running.Load(), gather(t, reg)[refusedKey]; int(n) != share || d != extra {
 		t.Fatalf("%d run and %v dropped of %d published; want %d and %d", n, d, share+extra, share, extra)
 	}
+}
+
+// hogWorker adds a worker of hog_slots, which counts its runs and holds
+// each until g opens, and probe_share, which answers at once.
+func hogWorker(t *testing.T, e *env, g *gate) *atomic.Int32 {
+	t.Helper()
+	running := new(atomic.Int32)
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "hog_slots", ReadOnly: true, TimeoutMS: 120_000}, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			running.Add(1)
+			select {
+			case <-g.ch:
+				return textResult("hogged"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		handle(t, w, bus.ToolDef{Name: "probe_share", ReadOnly: true}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			return textResult("probe"), nil
+		})
+	})
+	e.waitLive("hog_slots", "probe_share")
+	return running
 }

@@ -28,21 +28,8 @@ func TestAttackSharedAgentTasks(t *testing.T) {
 	d := newDeployment(t, func(c *router.Config) { c.Tasks.MaxPerUser = 2 })
 	gate := make(chan struct{})
 	defer close(gate) // before the worker's drain, a cleanup
-	w, err := worker.New(d.conn("worker").nc, worker.Config{Heartbeat: testHeartbeat})
-	must(t, err)
-	must(t, w.Handle(bus.ToolDef{Name: "long_job", Description: "Runs long.", ReadOnly: true, ConcurrencySafe: true, TimeoutMS: 200,
-		Background: true, InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)},
-		func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
-			select {
-			case <-gate:
-				return &bus.ExecResult{Output: bus.Text("done")}, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}))
-	must(t, w.Start(t.Context()))
-	testkit.Stop(t, w.Drain)
-	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
+	gatedWorker(t, d, gate, nil, bus.ToolDef{Name: "long_job", Description: "Runs long.", ReadOnly: true, ConcurrencySafe: true,
+		TimeoutMS: 200, Background: true})
 
 	call := func(cl *client.Client, session string) bus.Result {
 		t.Helper()
@@ -68,6 +55,35 @@ func TestAttackSharedAgentTasks(t *testing.T) {
 	}
 }
 
+// gatedWorker starts a worker of defs (an empty object schema each): a
+// call counts in running (when set) and waits for gate, except a call of
+// "quick", which answers at once.
+func gatedWorker(t *testing.T, d *deployment, gate <-chan struct{}, running *atomic.Int32, defs ...bus.ToolDef) {
+	t.Helper()
+	w, err := worker.New(d.conn("worker").nc, worker.Config{Heartbeat: testHeartbeat})
+	must(t, err)
+	for _, def := range defs {
+		def.InputSchema = json.RawMessage(`{"type":"object","properties":{}}`)
+		must(t, w.Handle(def, func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			if def.Name == "quick" {
+				return &bus.ExecResult{Output: bus.Text("quick")}, nil
+			}
+			if running != nil {
+				running.Add(1)
+			}
+			select {
+			case <-gate:
+				return &bus.ExecResult{Output: bus.Text("done")}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}))
+	}
+	must(t, w.Start(t.Context()))
+	testkit.Stop(t, w.Drain)
+	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
+}
+
 func textOf(r bus.Result) string {
 	var parts []string
 	for _, b := range r.Output {
@@ -89,24 +105,8 @@ func TestAttackSharedAgentSlots(t *testing.T) {
 	gate := make(chan struct{})
 	defer close(gate) // before the worker's drain, a cleanup
 	var running atomic.Int32
-	w, err := worker.New(d.conn("worker").nc, worker.Config{Heartbeat: testHeartbeat})
-	must(t, err)
-	schema := json.RawMessage(`{"type":"object","properties":{}}`)
-	must(t, w.Handle(bus.ToolDef{Name: "hold", Description: "Holds.", ReadOnly: true, ConcurrencySafe: true, TimeoutMS: 120_000, InputSchema: schema},
-		func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
-			running.Add(1)
-			select {
-			case <-gate:
-				return &bus.ExecResult{Output: bus.Text("held")}, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}))
-	must(t, w.Handle(bus.ToolDef{Name: "quick", Description: "Answers.", ReadOnly: true, InputSchema: schema},
-		func(context.Context, *worker.Call) (*bus.ExecResult, error) { return &bus.ExecResult{Output: bus.Text("quick")}, nil }))
-	must(t, w.Start(t.Context()))
-	testkit.Stop(t, w.Drain)
-	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
+	gatedWorker(t, d, gate, &running, bus.ToolDef{Name: "hold", Description: "Holds.", ReadOnly: true, ConcurrencySafe: true, TimeoutMS: 120_000},
+		bus.ToolDef{Name: "quick", Description: "Answers.", ReadOnly: true})
 
 	shared := d.conn("agent").client()
 	ctx, cancel := context.WithCancel(t.Context())
