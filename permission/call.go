@@ -24,7 +24,12 @@ type call struct {
 	// command matcher
 	parts []string // the command split into simple commands, for allow rules
 	split bool     // parts can be trusted: no substitution, quotes closed
-	loose []string // candidates for deny and ask rules: the whole command, then pieces
+	loose []string // candidates for deny and ask rules: the whole command, then pieces (and progs)
+	// progs are the command's programs and computed those no rule can
+	// judge (named at run time, or renamed by an alias), read by programs
+	// only when a deny or ask rule with a pattern needs them (progsRead).
+	progs, computed []string
+	progsRead       bool
 	// The command's writes (shellcmd.Writes): each seen target as a call
 	// of WriteTool, and the text of those computed at run time.
 	writes []*call
@@ -76,6 +81,16 @@ func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
 	return c
 }
 
+// programs returns the command's programs for deny and ask rules, reading
+// them on first use (a parse of the command).
+func (c *call) programs() []string {
+	if !c.progsRead {
+		c.progs, c.computed = programs(c.value)
+		c.progsRead = true
+	}
+	return c.progs
+}
+
 // real is the path the tool will touch: the input path made absolute
 // against the tool's base and resolved through symlinks. Allow rules,
 // accept_edits and suggestions judge it (docs/protocol.md 6.4); deny and
@@ -125,7 +140,8 @@ func (c *call) matches(r bus.Rule) bool {
 	}
 	switch c.def.RuleMatcher {
 	case bus.MatcherCommand:
-		return slices.ContainsFunc(c.loose, func(s string) bool { return matchCommand(r.Pattern, s, false) })
+		match := func(s string) bool { return matchCommand(r.Pattern, s, false) }
+		return slices.ContainsFunc(c.loose, match) || slices.ContainsFunc(c.programs(), match)
 	case bus.MatcherPath:
 		forms := c.patternForms(r.Pattern)
 		return slices.ContainsFunc(c.paths, func(p string) bool {

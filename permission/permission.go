@@ -110,6 +110,9 @@ func (c *call) decide(pc Context, mode string) Decision {
 			}
 		}
 	}
+	if r, ok := c.unjudged(pc.Rules); ok {
+		return Decision{Behavior: Ask, Reason: fmt.Sprintf("rule %s cannot judge %q: its program is named only when it runs", ruleString(r), c.computed[0])}
+	}
 	if c.def.ReadOnly {
 		return Decision{Behavior: Allow, Reason: "tool " + c.def.Name + " is read-only"}
 	}
@@ -215,6 +218,23 @@ func checkPattern(p string) error {
 }
 
 // behavior returns a rule's behavior, "" meaning allow.
+// unjudged returns a deny or ask rule with a pattern for this command tool
+// when the command runs a program that no pattern can judge (programs): the
+// call asks rather than run past the rule (session 18, red team:
+// TestAttackDenyRuleBypass). Without such rules nothing changes.
+func (c *call) unjudged(rules []bus.Rule) (bus.Rule, bool) {
+	if c.def.RuleMatcher != bus.MatcherCommand || !c.ok {
+		return bus.Rule{}, false
+	}
+	for _, r := range rules {
+		if b := behavior(r); (b == Deny || b == Ask) && r.Pattern != "" && toolMatches(r, c.def) {
+			c.programs()
+			return r, len(c.computed) > 0
+		}
+	}
+	return bus.Rule{}, false
+}
+
 func behavior(r bus.Rule) string { return cmp.Or(r.Behavior, Allow) }
 
 func toolMatches(r bus.Rule, def *bus.ToolDef) bool {
