@@ -208,8 +208,10 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 	if !c.ok || (c.def.RuleMatcher != bus.MatcherCommand && c.def.RuleMatcher != bus.MatcherPath) {
 		return []bus.Rule{tool}
 	}
-	if c.def.RuleMatcher == bus.MatcherCommand && !c.split {
-		return nil // no pattern can allow it; a tool-wide rule is too broad to suggest
+	if c.def.RuleMatcher == bus.MatcherCommand && (!c.split || slices.ContainsFunc(c.parts, launches)) {
+		// No pattern can allow it, or the one that would (env:*, bash:*)
+		// allows every program; a tool-wide rule is too broad to suggest.
+		return nil
 	}
 	var out []bus.Rule
 	for _, t := range c.targets() {

@@ -26,6 +26,39 @@ var wrappers = map[string]bool{
 var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true,
 	"mksh": true, "ash": true, "busybox": true, "su": true, "script": true, "fish": true}
 
+// launches reports whether the simple command part starts with an
+// assignment or runs a program that runs its arguments as a command (a
+// wrapper, a shell, eval, source): the rule "<first word>:*" would allow
+// every program, so it is never suggested
+// (session 18, red team: TestAttackLauncherRuleSuggested).
+func launches(part string) bool {
+	f := strings.Fields(part)
+	if len(f) == 0 {
+		return false
+	}
+	if assignment(f[0]) {
+		return true // X=1:* allows "X=1 <any program>"
+	}
+	w := strings.NewReplacer(`'`, "", `"`, "", `\`, "").Replace(f[0])
+	w = w[strings.LastIndexByte(w, '/')+1:]
+	return wrappers[w] || shells[w] || w == "eval" || w == "source" || w == "."
+}
+
+// assignment reports whether a shell word is a variable assignment
+// (NAME=...), which a command may put before its program.
+func assignment(word string) bool {
+	name, _, ok := strings.Cut(word, "=")
+	if !ok || name == "" {
+		return false
+	}
+	for i, r := range name {
+		if r != '_' && !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
 // maxNesting bounds how deep sh -c and eval arguments are read.
 const maxNesting = 4
 
