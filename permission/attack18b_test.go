@@ -49,3 +49,23 @@ func TestAttackLauncherRuleSuggested(t *testing.T) {
 		t.Fatalf("ls -l: %+v", d.SuggestedRules)
 	}
 }
+
+// TestAttackRootRuleSuggested (session 18, red team): a path tool's ask
+// for a file right under the root ("/x", or "../../x" from a shallow
+// working directory) suggested "<dir>/**" with the root as dir: "/**",
+// every path of the machine. A file whose directory is the root gets no
+// suggested rule.
+func TestAttackRootRuleSuggested(t *testing.T) {
+	def := &bus.ToolDef{Name: "write_file", RuleMatcher: bus.MatcherPath, RuleField: "path"}
+	for _, p := range []string{"/x", "../../../../../../../../x", "/tmp/../x"} {
+		in, _ := json.Marshal(map[string]string{"path": p})
+		d := permission.Decide(permission.Context{WorkDirs: []string{t.TempDir()}}, def, in)
+		if d.Behavior != permission.Ask || len(d.SuggestedRules) > 0 {
+			t.Errorf("%q: %s %+v", p, d.Behavior, d.SuggestedRules)
+		}
+	}
+	in, _ := json.Marshal(map[string]string{"path": "/tmp/x"})
+	if d := permission.Decide(permission.Context{}, def, in); len(d.SuggestedRules) != 1 || d.SuggestedRules[0].Pattern != "/tmp/**" {
+		t.Fatalf("/tmp/x: %+v", d.SuggestedRules)
+	}
+}

@@ -224,6 +224,9 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 		if c.def.RuleMatcher == bus.MatcherCommand {
 			pattern = strings.Fields(t)[0] + ":*"
 		} else {
+			if d := filepath.Dir(t); d == filepath.Dir(d) {
+				return nil // "/**" would allow every path (session 18, red team)
+			}
 			dir := escapeGlob(filepath.ToSlash(filepath.Dir(t)))
 			pattern = strings.TrimSuffix(dir, "/") + "/**"
 		}
