@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
@@ -82,5 +84,46 @@ func TestAttackDenyRuleBypass(t *testing.T) {
 		if d := permission.Decide(pc, def, in); d.Behavior == permission.Deny {
 			t.Errorf("%q: %s (%s)", cmd, d.Behavior, d.Reason)
 		}
+	}
+}
+
+// TestAttackDenyRuleCost: reading a command's programs for deny rules
+// must not cost much more than deciding it without them (the parse for
+// its writes), however hostile the command: a wrapper's suffixes, nested
+// -c and eval arguments and find -exec could each make a quadratic amount
+// (a 1 MiB "sh -c x -c x ..." parsed 200,000 times took 4.6 GB). Such a
+// command asks once past the bounds.
+func TestAttackDenyRuleCost(t *testing.T) {
+	def := &bus.ToolDef{Name: "shell", RuleMatcher: bus.MatcherCommand, RuleField: "command"}
+	deny := permission.Context{Mode: permission.Bypass, Rules: []bus.Rule{{Tool: "shell", Pattern: "rm:*", Behavior: permission.Deny}}}
+	open := permission.Context{Mode: permission.Bypass}
+	const n = 256 << 10
+	allocated := func(pc permission.Context, in json.RawMessage) (permission.Decision, uint64) {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		d := permission.Decide(pc, def, in)
+		runtime.ReadMemStats(&m1)
+		return d, m1.TotalAlloc - m0.TotalAlloc
+	}
+	for name, cmd := range map[string]string{
+		"wrapper's arguments": "env " + strings.Repeat("a ", n/2),
+		"wrapper chain":       strings.Repeat("nice ", n/5) + "rm x",
+		"find -exec":          "find . " + strings.Repeat("-exec ", n/6),
+		"eval chain":          strings.Repeat("eval ", n/5) + "rm x",
+		"sh -c":               "sh " + strings.Repeat("-c x ", n/5),
+		"substitutions":       strings.Repeat("echo $(", 2000) + strings.Repeat(")", 2000),
+		"many commands":       strings.Repeat("ls; ", n/4),
+	} {
+		t.Run(name, func(t *testing.T) {
+			in, _ := json.Marshal(map[string]string{"command": cmd})
+			_, base := allocated(open, in)
+			d, cost := allocated(deny, in)
+			if d.Behavior == permission.Allow && strings.Contains(cmd, "rm") {
+				t.Errorf("%s: %s", d.Behavior, d.Reason)
+			}
+			if cost > 3*base+32<<20 {
+				t.Fatalf("deciding with a deny rule allocated %d MiB, without %d MiB", cost>>20, base>>20)
+			}
+		})
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"mvdan.cc/sh/v3/syntax"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/shellcmd"
@@ -28,8 +30,10 @@ type call struct {
 	// progs are the command's programs and computed those no rule can
 	// judge (named at run time, or renamed by an alias), read by programs
 	// only when a deny or ask rule with a pattern needs them (progsRead).
-	progs, computed []string
-	progsRead       bool
+	progs     []string
+	computed  string
+	progsRead bool
+	trees     []*syntax.File // the command's syntax trees (shellcmd.Parse), read once
 	// The command's writes (shellcmd.Writes): each seen target as a call
 	// of WriteTool, and the text of those computed at run time.
 	writes []*call
@@ -85,7 +89,7 @@ func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
 // them on first use (a parse of the command).
 func (c *call) programs() []string {
 	if !c.progsRead {
-		c.progs, c.computed = programs(c.value)
+		c.progs, c.computed = programs(c.value, c.trees)
 		c.progsRead = true
 	}
 	return c.progs
@@ -281,10 +285,11 @@ const WriteTool = "write_file"
 // neither grammar has none that can be seen (and no allow pattern covers
 // it either, as its parts are not trusted).
 func (c *call) readWrites(workDirs []string) {
-	ws, err := shellcmd.Writes(c.value)
-	if err != nil {
+	c.trees, _ = shellcmd.Parse(c.value)
+	if len(c.trees) == 0 {
 		return
 	}
+	ws := shellcmd.WritesOf(c.value, c.trees)
 	def := &bus.ToolDef{Name: WriteTool, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: c.def.PathBase}
 	for _, w := range ws {
 		if w.Path == "" {

@@ -111,7 +111,7 @@ func (c *call) decide(pc Context, mode string) Decision {
 		}
 	}
 	if r, ok := c.unjudged(pc.Rules); ok {
-		return Decision{Behavior: Ask, Reason: fmt.Sprintf("rule %s cannot judge %q: its program is named only when it runs", ruleString(r), c.computed[0])}
+		return Decision{Behavior: Ask, Reason: fmt.Sprintf("rule %s cannot judge %q: its program is named only when it runs", ruleString(r), c.computed)}
 	}
 	if c.def.ReadOnly {
 		return Decision{Behavior: Allow, Reason: "tool " + c.def.Name + " is read-only"}
@@ -229,7 +229,7 @@ func (c *call) unjudged(rules []bus.Rule) (bus.Rule, bool) {
 	for _, r := range rules {
 		if b := behavior(r); (b == Deny || b == Ask) && r.Pattern != "" && toolMatches(r, c.def) {
 			c.programs()
-			return r, len(c.computed) > 0
+			return r, c.computed != ""
 		}
 	}
 	return bus.Rule{}, false

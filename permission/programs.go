@@ -59,8 +59,12 @@ func assignment(word string) bool {
 	return true
 }
 
-// maxNesting bounds how deep sh -c and eval arguments are read.
-const maxNesting = 4
+// maxNesting bounds how deep sh -c and eval arguments are read, and
+// maxParses how many are (each parse costs some kilobytes).
+const (
+	maxNesting = 4
+	maxParses  = 64
+)
 
 // programs returns what deny and ask rules are matched against besides the
 // command's text (looseParts), read from its syntax trees (POSIX sh and
@@ -69,22 +73,50 @@ const maxNesting = 4
 // that runs, its name without a directory ("/bin/rm x" is "rm x") and its
 // words without quotes; the program a wrapper runs ("command rm x", "env
 // X=1 rm x", "xargs rm"); the commands of a shell's -c argument, of eval's
-// arguments and of find's -exec. computed holds the text of the simple
-// commands whose program is known only at run time ("$(echo rm) x",
-// "${RM:-rm} x", "r$'m'"), and of alias definitions, which rename programs
-// for later lines: no deny rule can judge those (session 18, red team).
-func programs(cmd string) (out, computed []string) {
-	var read func(cmd string, depth int)
-	read = func(cmd string, depth int) {
+// arguments and of find's -exec. computed is the text (cut) of the first
+// simple command whose program is known only at run time ("$(echo rm) x",
+// "${RM:-rm} x", "r$'m'"), or of an alias definition, which renames
+// programs for later lines: no deny rule can judge those (session 18, red
+// team); "" when there is none. trees are cmd's (shellcmd.Parse). The
+// candidates together hold at most 8 times the command's bytes (a
+// wrapper's suffixes could make a quadratic amount), and the arguments
+// parsed again (-c, eval) twice, in at most maxParses parses: past
+// either the command counts as computed too (TestAttackDenyRuleCost).
+func programs(cmd string, trees []*syntax.File) (out []string, computed string) {
+	budget := 8*len(cmd) + 4096
+	nested := 2*len(cmd) + 4096 // bytes of -c and eval arguments parsed again
+	parses := maxParses
+	over := false
+	compute := func(s string) {
+		if computed == "" {
+			computed = cut(s)
+		}
+	}
+	var read func(cmd string, files []*syntax.File, depth int)
+	again := func(cmd string, depth int) {
+		if depth > maxNesting {
+			return
+		}
+		if nested -= len(cmd); nested < 0 || parses == 0 {
+			over = true
+			compute(cmd)
+			return
+		}
+		parses--
 		files, _ := shellcmd.Parse(cmd)
+		read(cmd, files, depth)
+	}
+	read = func(cmd string, files []*syntax.File, depth int) {
 		for _, f := range files {
 			syntax.Walk(f, func(n syntax.Node) bool {
 				call, ok := n.(*syntax.CallExpr)
-				if !ok || len(call.Args) == 0 {
-					return true
+				if over || !ok || len(call.Args) == 0 {
+					return !over
 				}
 				words := make([]string, len(call.Args))
 				static := make([]bool, len(call.Args))
+				// rest[i] is the length of words[i:] joined by spaces.
+				rest := make([]int, len(call.Args)+1)
 				for i, a := range call.Args {
 					if w, ok := shellcmd.Static(a); ok {
 						words[i], static[i] = w.Value, !w.Glob
@@ -92,28 +124,36 @@ func programs(cmd string) (out, computed []string) {
 						words[i] = text(cmd, a)
 					}
 				}
+				for i := len(words) - 1; i >= 0; i-- {
+					rest[i] = rest[i+1] + len(words[i]) + 1
+				}
 				if !static[0] {
-					computed = append(computed, text(cmd, call))
+					compute(text(cmd, call))
 					return true
 				}
 				add := func(from int) {
-					if from >= len(words) {
+					if over || from >= len(words) {
+						return
+					}
+					if budget -= rest[from]; budget < 0 {
+						over = true
+						compute(text(cmd, call))
 						return
 					}
 					prog := words[from]
 					prog = prog[strings.LastIndexByte(prog, '/')+1:]
 					out = append(out, normalize(strings.Join(append([]string{prog}, words[from+1:]...), " ")))
 					if from > 0 && !static[from] {
-						computed = append(computed, text(cmd, call))
+						compute(text(cmd, call))
 					}
 				}
 				add(0)
 				name := words[0][strings.LastIndexByte(words[0], '/')+1:]
 				switch {
 				case name == "alias" && len(words) > 1:
-					computed = append(computed, text(cmd, call))
-				case name == "eval" && depth < maxNesting:
-					read(strings.Join(words[1:], " "), depth+1)
+					compute(text(cmd, call))
+				case name == "eval":
+					again(strings.Join(words[1:], " "), depth+1)
 				case name == "find":
 					for i, w := range words {
 						if w == "-exec" || w == "-execdir" || w == "-ok" || w == "-okdir" {
@@ -122,23 +162,31 @@ func programs(cmd string) (out, computed []string) {
 					}
 				}
 				if wrappers[name] {
-					for i := 1; i < len(words); i++ {
+					for i := 1; i < len(words) && !over; i++ {
 						add(i)
 					}
 				}
-				if shells[name] && depth < maxNesting {
-					for i := 1; i+1 < len(words); i++ {
+				if shells[name] {
+					for i := 1; i+1 < len(words) && !over; i++ {
 						if w := words[i]; strings.HasPrefix(w, "-") && !strings.HasPrefix(w, "--") && strings.Contains(w, "c") {
-							read(words[i+1], depth+1)
+							again(words[i+1], depth+1)
 						}
 					}
 				}
-				return true
+				return !over
 			})
 		}
 	}
-	read(cmd, 0)
+	read(cmd, trees, 0)
 	return out, computed
+}
+
+// cut keeps a reason's quote of a command short.
+func cut(s string) string {
+	if len(s) <= 80 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:80], "") + "..."
 }
 
 // text is n's text in cmd.
