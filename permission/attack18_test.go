@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/shellcmd"
 )
 
 // TestAttackDenyRuleBypass (session 18, red team): a session in bypass
@@ -123,6 +124,16 @@ func TestAttackDenyRuleCost(t *testing.T) {
 			}
 			if cost > 3*base+32<<20 {
 				t.Fatalf("deciding with a deny rule allocated %d MiB, without %d MiB", cost>>20, base>>20)
+			}
+			// Without rules a decision costs a few parses (the writes',
+			// the splitter's, the suggestions'), not one per part.
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			_, _ = shellcmd.Parse(cmd)
+			runtime.ReadMemStats(&m1)
+			parse := m1.TotalAlloc - m0.TotalAlloc
+			if _, asked := allocated(permission.Context{}, in); asked > 4*parse+32<<20 {
+				t.Fatalf("deciding without rules allocated %d MiB, parsing %d MiB", asked>>20, parse>>20)
 			}
 		})
 	}
