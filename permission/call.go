@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"mvdan.cc/sh/v3/syntax"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/shellcmd"
@@ -24,16 +22,10 @@ type call struct {
 	ok    bool   // the rule field is present and a string
 
 	// command matcher
-	parts []string // the command split into simple commands, for allow rules
-	split bool     // parts can be trusted: no substitution, quotes closed
-	loose []string // candidates for deny and ask rules: the whole command, then pieces (and progs)
-	// progs are the command's programs and computed those no rule can
-	// judge (named at run time, or renamed by an alias), read by programs
-	// only when a deny or ask rule with a pattern needs them (progsRead).
-	progs     []string
-	computed  string
-	progsRead bool
-	trees     []*syntax.File // the command's syntax trees (shellcmd.Parse), read once
+	parts []string        // the command split into simple commands, for allow rules
+	split bool            // parts can be trusted: no substitution, quotes closed
+	loose []string        // candidates for deny and ask rules: the whole command, then pieces (and progs)
+	progs commandPrograms // its programs, for deny and ask rules
 	// The command's writes (shellcmd.Writes): each seen target as a call
 	// of WriteTool, and the text of those computed at run time.
 	writes []*call
@@ -83,16 +75,6 @@ func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
 		}
 	}
 	return c
-}
-
-// programs returns the command's programs for deny and ask rules, reading
-// them on first use (a parse of the command).
-func (c *call) programs() []string {
-	if !c.progsRead {
-		c.progs, c.computed = programs(c.value, c.trees)
-		c.progsRead = true
-	}
-	return c.progs
 }
 
 // real is the path the tool will touch: the input path made absolute
@@ -145,7 +127,8 @@ func (c *call) matches(r bus.Rule) bool {
 	switch c.def.RuleMatcher {
 	case bus.MatcherCommand:
 		match := func(s string) bool { return matchCommand(r.Pattern, s, false) }
-		return slices.ContainsFunc(c.loose, match) || slices.ContainsFunc(c.programs(), match)
+		progs, _ := c.progs.get(c.value)
+		return slices.ContainsFunc(c.loose, match) || slices.ContainsFunc(progs, match)
 	case bus.MatcherPath:
 		forms := c.patternForms(r.Pattern)
 		return slices.ContainsFunc(c.paths, func(p string) bool {
@@ -285,11 +268,11 @@ const WriteTool = "write_file"
 // neither grammar has none that can be seen (and no allow pattern covers
 // it either, as its parts are not trusted).
 func (c *call) readWrites(workDirs []string) {
-	c.trees, _ = shellcmd.Parse(c.value)
-	if len(c.trees) == 0 {
+	c.progs.trees, _ = shellcmd.Parse(c.value)
+	if len(c.progs.trees) == 0 {
 		return
 	}
-	ws := shellcmd.WritesOf(c.value, c.trees)
+	ws := shellcmd.WritesOf(c.value, c.progs.trees)
 	def := &bus.ToolDef{Name: WriteTool, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: c.def.PathBase}
 	for _, w := range ws {
 		if w.Path == "" {

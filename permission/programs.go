@@ -70,6 +70,26 @@ const (
 	maxParses  = 64
 )
 
+// commandPrograms holds a command's syntax trees (shellcmd.Parse, read once
+// for its writes too) and its programs for deny and ask rules, read from
+// them only when a deny or ask rule with a pattern needs them.
+type commandPrograms struct {
+	trees    []*syntax.File
+	list     []string
+	computed string // a simple command no rule can judge (named at run time, an alias)
+	read     bool
+}
+
+// get returns the programs of cmd and the computed one, reading them on
+// first use.
+func (p *commandPrograms) get(cmd string) ([]string, string) {
+	if !p.read {
+		p.list, p.computed = programs(cmd, p.trees)
+		p.read = true
+	}
+	return p.list, p.computed
+}
+
 // programs returns what deny and ask rules are matched against besides the
 // command's text (looseParts), read from its syntax trees (POSIX sh and
 // bash, shellcmd.Parse): every simple command anywhere in it (inside if,
