@@ -406,12 +406,16 @@ type ToolDef struct {
 	Durable bool `json:"durable,omitempty"`
 	// Background: a call that reaches its timeout goes on as a background
 	// task instead of ending "timeout" (docs/protocol.md 5.10).
-	Background  bool   `json:"background,omitempty"`
-	TimeoutMS   int64  `json:"timeout_ms"`
-	MaxAttempts int    `json:"max_attempts"`
-	Permission  string `json:"permission"`
-	RuleMatcher string `json:"rule_matcher"`
-	RuleField   string `json:"rule_field,omitempty"`
+	Background bool `json:"background,omitempty"`
+	// NoBackground: a call's own "background": true ask is ignored, so
+	// its calls end at TimeoutMS as always (docs/protocol.md 5.10, 7.2;
+	// 1.12). The tool's author keeps its timeout.
+	NoBackground bool   `json:"no_background,omitempty"`
+	TimeoutMS    int64  `json:"timeout_ms"`
+	MaxAttempts  int    `json:"max_attempts"`
+	Permission   string `json:"permission"`
+	RuleMatcher  string `json:"rule_matcher"`
+	RuleField    string `json:"rule_field,omitempty"`
 	// PathBase is the absolute directory a rule_matcher "path" tool
 	// resolves its relative path arguments against (a built-in's
 	// --workdir), so that permission rules judge the file the tool will

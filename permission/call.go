@@ -22,9 +22,10 @@ type call struct {
 	ok    bool   // the rule field is present and a string
 
 	// command matcher
-	parts []string // the command split into simple commands, for allow rules
-	split bool     // parts can be trusted: no substitution, quotes closed
-	loose []string // candidates for deny and ask rules: the whole command, then pieces
+	parts []string        // the command split into simple commands, for allow rules
+	split bool            // parts can be trusted: no substitution, quotes closed
+	loose []string        // candidates for deny and ask rules: the whole command, then pieces (and progs)
+	progs commandPrograms // its programs, for deny and ask rules
 	// The command's writes (shellcmd.Writes): each seen target as a call
 	// of WriteTool, and the text of those computed at run time.
 	writes []*call
@@ -125,7 +126,9 @@ func (c *call) matches(r bus.Rule) bool {
 	}
 	switch c.def.RuleMatcher {
 	case bus.MatcherCommand:
-		return slices.ContainsFunc(c.loose, func(s string) bool { return matchCommand(r.Pattern, s, false) })
+		match := func(s string) bool { return matchCommand(r.Pattern, s, false) }
+		progs, _ := c.progs.get(c.value)
+		return slices.ContainsFunc(c.loose, match) || slices.ContainsFunc(progs, match)
 	case bus.MatcherPath:
 		forms := c.patternForms(r.Pattern)
 		return slices.ContainsFunc(c.paths, func(p string) bool {
@@ -192,8 +195,10 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 	if !c.ok || (c.def.RuleMatcher != bus.MatcherCommand && c.def.RuleMatcher != bus.MatcherPath) {
 		return []bus.Rule{tool}
 	}
-	if c.def.RuleMatcher == bus.MatcherCommand && !c.split {
-		return nil // no pattern can allow it; a tool-wide rule is too broad to suggest
+	if c.def.RuleMatcher == bus.MatcherCommand && (!c.split || slices.ContainsFunc(c.parts, launches)) {
+		// No pattern can allow it, or the one that would (env:*, bash:*)
+		// allows every program; a tool-wide rule is too broad to suggest.
+		return nil
 	}
 	var out []bus.Rule
 	for _, t := range c.targets() {
@@ -206,6 +211,9 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 		if c.def.RuleMatcher == bus.MatcherCommand {
 			pattern = strings.Fields(t)[0] + ":*"
 		} else {
+			if d := filepath.Dir(t); d == filepath.Dir(d) {
+				return nil // "/**" would allow every path (session 18, red team)
+			}
 			dir := escapeGlob(filepath.ToSlash(filepath.Dir(t)))
 			pattern = strings.TrimSuffix(dir, "/") + "/**"
 		}
@@ -260,10 +268,11 @@ const WriteTool = "write_file"
 // neither grammar has none that can be seen (and no allow pattern covers
 // it either, as its parts are not trusted).
 func (c *call) readWrites(workDirs []string) {
-	ws, err := shellcmd.Writes(c.value)
-	if err != nil {
+	c.progs.trees, _ = shellcmd.Parse(c.value)
+	if len(c.progs.trees) == 0 {
 		return
 	}
+	ws := shellcmd.WritesOf(c.value, c.progs.trees)
 	def := &bus.ToolDef{Name: WriteTool, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: c.def.PathBase}
 	for _, w := range ws {
 		if w.Path == "" {

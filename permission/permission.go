@@ -110,6 +110,9 @@ func (c *call) decide(pc Context, mode string) Decision {
 			}
 		}
 	}
+	if r, computed, ok := unjudged(c, pc.Rules); ok {
+		return Decision{Behavior: Ask, Reason: fmt.Sprintf("rule %s cannot judge %q: its program is named only when it runs", ruleString(r), computed)}
+	}
 	if c.def.ReadOnly {
 		return Decision{Behavior: Allow, Reason: "tool " + c.def.Name + " is read-only"}
 	}
@@ -212,6 +215,24 @@ func checkPattern(p string) error {
 		}
 	}
 	return nil
+}
+
+// unjudged returns a deny or ask rule with a pattern for c's command tool
+// when the command runs a program that no pattern can judge (programs),
+// and the command's text that shows it: the call asks rather than run past
+// the rule (session 18, red team: TestAttackDenyRuleBypass). Without such
+// rules nothing changes.
+func unjudged(c *call, rules []bus.Rule) (bus.Rule, string, bool) {
+	if c.def.RuleMatcher != bus.MatcherCommand || !c.ok {
+		return bus.Rule{}, "", false
+	}
+	for _, r := range rules {
+		if b := behavior(r); (b == Deny || b == Ask) && r.Pattern != "" && toolMatches(r, c.def) {
+			_, computed := c.progs.get(c.value)
+			return r, computed, computed != ""
+		}
+	}
+	return bus.Rule{}, "", false
 }
 
 // behavior returns a rule's behavior, "" meaning allow.

@@ -267,6 +267,9 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	if reason := rcache.CheckDef(d); reason != "" {
 		return reason, nil
 	}
+	if d.Background && d.NoBackground {
+		return "background and no_background contradict each other: a tool either goes on in the background past its timeout or never does", nil
+	}
 	if d.Durable && d.External {
 		return "an external tool cannot be durable: its calls already wait, durably, for their handler", nil
 	}

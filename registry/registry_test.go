@@ -170,6 +170,8 @@ func TestRegisterValidation(t *testing.T) {
 		{"bad rule matcher", []bus.ToolDef{def("m1", func(d *bus.ToolDef) { d.RuleMatcher = "regex" })}, nil, "m1", `rule_matcher "regex" must be none, command or path`},
 		{"rule matcher without rule field", []bus.ToolDef{def("m2", func(d *bus.ToolDef) { d.RuleMatcher = bus.MatcherPath })}, nil, "m2", "rule_field is required with rule_matcher path"},
 		{"relative path base", []bus.ToolDef{def("m3", func(d *bus.ToolDef) { d.PathBase = "srv/app" })}, nil, "m3", `path_base "srv/app" must be a clean absolute path`},
+		{"background and no_background", []bus.ToolDef{def("m4", func(d *bus.ToolDef) { d.Background, d.NoBackground = true, true })}, nil, "m4",
+			"background and no_background contradict each other: a tool either goes on in the background past its timeout or never does"},
 		{"duplicate in one registration", []bus.ToolDef{def("dup"), def("dup", described("Another."))}, []string{"dup"}, "dup", "defined twice in one registration"},
 		{"valid and invalid together", []bus.ToolDef{def("bad name"), def("fine")}, []string{"fine"}, "bad name", "must match"},
 	} {

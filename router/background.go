@@ -79,12 +79,13 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 	return b, nil
 }
 
-// mayBackground: the tool declares it or the call asks, and the tool is
+// mayBackground: the tool declares it, or the call asks and the tool does
+// not refuse it (no_background, 1.12: the ask is ignored), and the tool is
 // neither external, state-injected (its patch would land turns later) nor
 // cached.
 func mayBackground(j *job) bool {
 	d := &j.tool.Def
-	return (d.Background || j.call.Background) && !d.External && !d.StateInjected && d.CacheTTLMS == 0
+	return (d.Background || j.call.Background && !d.NoBackground) && !d.External && !d.StateInjected && d.CacheTTLMS == 0
 }
 
 // run runs j with the task's long deadline and waits up to j's own; past
@@ -253,7 +254,25 @@ func (b *background) record(j *job, start time.Time) *tasks.Record {
 	return &tasks.Record{Task: bus.Task{ID: tasks.ID(j.session, j.replyID, j.call.ID), Session: j.session, ReplyID: j.replyID, CallID: j.call.ID,
 		Tool: j.call.Name, State: bus.StateBackground, Started: start.UTC(), Deadline: start.Add(b.cfg.MaxRun).UTC()},
 		Owner: b.r.cfg.ID, Lease: time.Now().Add(b.r.cfg.Lease), Input: j.call.Input, User: j.user, Context: j.context,
-		UserKey: tasks.UserKey(j.user), Rerun: d.ReadOnly || d.Idempotent, Durable: d.Durable, Runs: 1}
+		UserKey: userKey(b.r.cfg.Identities, j), Rerun: d.ReadOnly || d.Idempotent, Durable: d.Durable, Runs: 1}
+}
+
+// userKey is the key of the bound j's task counts against beside its
+// session's: its user's; on a router with identities ids, a session bound to
+// no user (the shared agent's, which may open any number of sessions)
+// counts with every other such session under tasks.SharedKey; on an open
+// router a batch without a user counts against its session's bound only
+// (its claim of a user is taken on trust anyway, docs/tasks.md).
+func userKey(ids Identities, j *job) string {
+	if k := tasks.UserKey(j.user); k != "" {
+		return k
+	}
+	if ids != nil {
+		if _, bound := ids.UserOf(j.session); !bound {
+			return tasks.SharedKey
+		}
+	}
+	return ""
 }
 
 // longJob is rec's call to run until the task's deadline.

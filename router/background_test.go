@@ -61,6 +61,8 @@ func TestMayBackground(t *testing.T) {
 		{def: bus.ToolDef{Background: true, External: true}, want: false},
 		{def: bus.ToolDef{Background: true, StateInjected: true}, ask: true, want: false},
 		{def: bus.ToolDef{ReadOnly: true, CacheTTLMS: 1000}, ask: true, want: false},
+		{def: bus.ToolDef{NoBackground: true}, ask: true, want: false}, // 1.12: the author keeps the timeout
+		{def: bus.ToolDef{NoBackground: true}, want: false},
 	}
 	for _, tt := range tests {
 		j := &job{call: bus.Call{Background: tt.ask}, tool: &registry.Tool{Def: tt.def}}

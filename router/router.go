@@ -58,6 +58,13 @@ type Config struct {
 	// and is otherwise answered busy at once; other messages wait in the
 	// subscription (admission, below).
 	MaxInflight int
+	// MaxSessionInflight bounds the slots one session's batches and tools
+	// queries hold at once (shares.go); past it they are answered busy at
+	// once while other sessions' run. Zero means
+	// DefaultSessionShare(MaxInflight), an eighth but at least 16;
+	// negative means no share. With Identities, the sessions bound to no
+	// user also hold at most three quarters of the slots together.
+	MaxSessionInflight int
 	// MaxQueued bounds the batches and queries waiting for a slot; zero
 	// means MaxInflight.
 	MaxQueued int
@@ -151,13 +158,14 @@ func (l *Limits) defaults() {
 // builds the subsystems, subscribes, dispatches and drains. The handlers
 // are small types with their own dependencies (docs/router.md).
 type Router struct {
-	*wire // connection, subjects, source, logger, metrics, base context, landing: decode, reject, respond
-	cfg   Config
-	life  *life.Life
-	sem   chan struct{}
-	beats chan struct{} // the slots of workers' registrations and heartbeats
-	adm   *admission
-	pool  *pool.Pool
+	*wire  // connection, subjects, source, logger, metrics, base context, landing: decode, reject, respond
+	cfg    Config
+	life   *life.Life
+	sem    chan struct{}
+	beats  chan struct{} // the slots of workers' registrations and heartbeats
+	adm    *admission
+	shares *shares // each session's share of the slots (shares.go)
+	pool   *pool.Pool
 
 	store  *store.Store
 	reg    *registry.Registry
@@ -261,6 +269,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	}})
 	w.base, w.landing = r.life.Context(), r.life.Landing
 	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued, queueWait: cfg.QueueWait}
+	r.shares = newShares(cfg.MaxInflight, cfg.MaxSessionInflight, cfg.Identities)
 	return r, nil
 }
 
@@ -462,14 +471,22 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		// behind them was taken for vanished, its calls ended
 		// unknown_outcome. Back-pressure past maxBeats, as before.
 		r.beats <- struct{}{}
-		r.handle(r.beats, h, m)
+		r.handle(r.beats, h, m, share{})
 		return
+	}
+	var sh share
+	if shed { // a batch or tools query: counted against its session's share
+		var refused string
+		if sh, refused = r.shares.take(sessionOf(m.Subject)); refused != "" {
+			r.adm.overShare(m, refused)
+			return
+		}
 	}
 	if !r.adm.admit(m, shed) {
-		r.adm.wait(m, func() { r.handle(r.sem, h, m) })
+		r.adm.wait(m, func() { r.handle(r.sem, h, m, sh) }, func() { r.shares.give(sh) })
 		return
 	}
-	r.handle(r.sem, h, m)
+	r.handle(r.sem, h, m, sh)
 }
 
 // maxBeats bounds the registrations and heartbeats a router handles at
@@ -519,8 +536,9 @@ func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	return true
 }
 
-// handle runs h on m in the slot the caller took of sem, and gives it back.
-func (r *Router) handle(sem chan struct{}, h func(*nats.Msg), m *nats.Msg) {
+// handle runs h on m in the slot the caller took of sem (and counted in
+// sh), and gives it back.
+func (r *Router) handle(sem chan struct{}, h func(*nats.Msg), m *nats.Msg, sh share) {
 	r.m.Inflight.Inc()
 	r.pool.Go(func() {
 		defer func() {
@@ -530,6 +548,7 @@ func (r *Router) handle(sem chan struct{}, h func(*nats.Msg), m *nats.Msg) {
 				_ = bus.RespondError(r.nc, m, r.source, bus.Errorf(bus.CodeInternal, "router failed on this message"))
 			}
 			<-sem
+			r.shares.give(sh)
 			r.life.Leave()
 		}()
 		h(m)
@@ -832,11 +851,13 @@ func (a *admission) admit(m *nats.Msg, shed bool) bool {
 }
 
 // wait queues m for a slot, at most queueWait and behind at most maxQueued
-// others, and runs run once it has one; else m is answered busy. The
-// caller's Enter on the life is matched here when run does not run.
-func (a *admission) wait(m *nats.Msg, run func()) {
+// others, and runs run once it has one; else m is answered busy, and
+// undone called. The caller's Enter on the life is matched here when run
+// does not run.
+func (a *admission) wait(m *nats.Msg, run, undone func()) {
 	if a.waiting.Add(1) > int64(a.maxQueued) {
 		a.waiting.Add(-1)
+		undone()
 		a.refuse(m)
 		return
 	}
@@ -848,12 +869,14 @@ func (a *admission) wait(m *nats.Msg, run func()) {
 			a.waiting.Add(-1)
 			if a.life.Draining() { // another router of the queue group takes the re-send
 				<-a.sem
+				undone()
 				a.refuse(m)
 				return
 			}
 			run()
 		case <-t.C:
 			a.waiting.Add(-1)
+			undone()
 			a.refuse(m)
 		}
 	}()
@@ -868,6 +891,31 @@ func (a *admission) refuse(m *nats.Msg) {
 	}
 	a.life.Leave()
 }
+
+// overShare answers m busy because its session (or the sessions bound to
+// no user) hold their share of the slots (shares.go): why is the message.
+// A batch published without a reply subject has nobody to tell: it is
+// dropped and counted (docs/protocol.md 1), never waited for in the
+// subscription's callback, where it would hold every other session's
+// messages behind it.
+func (a *admission) overShare(m *nats.Msg, why string) {
+	a.m.Rejected.WithLabelValues(shareRefused).Inc()
+	if m.Reply == "" {
+		// Debug, as a refused reply subject: a flood of them must not
+		// flood the log; toolbus_router_rejected_total counts them.
+		a.log.Debug("router: a batch without a reply subject dropped: its session holds its share of the slots", "subject", m.Subject, "why", why)
+	} else {
+		a.busy.Add(1)
+		if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: why}); err != nil {
+			a.log.Warn("router: busy reply failed", "err", err)
+		}
+	}
+	a.life.Leave()
+}
+
+// shareRefused is toolbus_router_rejected_total's label of the messages
+// refused past a session's share (their reply's code is busy).
+const shareRefused = "session_share"
 
 // BusyReplies counts the busy replies this router has sent.
 func (r *Router) BusyReplies() int64 { return r.adm.busy.Load() }

@@ -165,6 +165,12 @@ func Writes(cmd string) ([]Write, error) {
 	if len(files) == 0 {
 		return nil, err
 	}
+	return WritesOf(cmd, files), nil
+}
+
+// WritesOf is Writes of cmd's trees files (from Parse), for a caller that
+// reads them for more than writes.
+func WritesOf(cmd string, files []*syntax.File) []Write {
 	text := func(from, to syntax.Pos) string {
 		a, b := int(from.Offset()), int(to.Offset())
 		if a < 0 || b > len(cmd) || a > b {
@@ -204,7 +210,7 @@ func Writes(cmd string) ([]Write, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // callWrites returns the writes of one simple command with a profile, and

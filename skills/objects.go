@@ -166,7 +166,7 @@ func Unpack(data []byte) (map[string][]byte, error) {
 	}
 	tr := tar.NewReader(zr)
 	files := map[string][]byte{}
-	total := 0
+	total, entries := 0, 0
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -174,6 +174,12 @@ func Unpack(data []byte) (map[string][]byte, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("skills: unpack: %w", err)
+		}
+		// Every entry counts, directories too: a few MiB of gzip can hold
+		// millions of directory headers, each read on every router that
+		// loads the skill (session 18, red team: TestAttackUnpackEntries).
+		if entries++; entries > 2*MaxFiles {
+			return nil, fmt.Errorf("skills: unpack: more than %d entries", 2*MaxFiles)
 		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:

@@ -46,7 +46,8 @@ type Config struct {
 	// DefaultMaxPerSession.
 	MaxPerSession int
 	// MaxPerUser bounds the running tasks of one user (the batch's user,
-	// when it has one) over all sessions; zero means DefaultMaxPerUser.
+	// when it has one) over all sessions, and those of the shared agent
+	// (SharedKey); zero means DefaultMaxPerUser.
 	MaxPerUser int
 	// Landing gives the context each watch's stop holds while it runs in
 	// the background (Wait; store.Stops), so that a drain waits for it
@@ -69,7 +70,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas
 	if err != nil {
 		return nil, fmt.Errorf("tasks: bucket %s: %w", s.Bucket(BucketName), err)
 	}
-	return kv, nil
+	return store.NewKV(js, kv, max(replicas, 1)), nil
 }
 
 // Record is a task as stored: the task, what it takes to run it again,
@@ -143,6 +144,13 @@ func UserKey(user json.RawMessage) string {
 	return hex.EncodeToString(sum[:12])
 }
 
+// SharedKey is the bound's key of the tasks of the sessions bound to no
+// user on a router with identities: the shared agent's, which may open
+// any number of sessions, so that its tasks count as one user's
+// (MaxPerUser) over them all. A user's key (UserKey) is 24 hex digits, so
+// never this one.
+const SharedKey = "shared-agent"
+
 func taskKey(session, id string) string { return "t." + session + "." + id }
 
 // ID is the task id of call callID of session's batch replyID: a digest
@@ -202,7 +210,11 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 		added = append(added, "s."+rec.Session)
 	}
 	if rec.UserKey != "" {
-		if ok, err := s.reserve(ctx, "u."+rec.UserKey, rec.ID, until, s.cfg.MaxPerUser, "user"); err != nil {
+		what := "user"
+		if rec.UserKey == SharedKey {
+			what = "shared agent (its sessions bound to no user, together)"
+		}
+		if ok, err := s.reserve(ctx, "u."+rec.UserKey, rec.ID, until, s.cfg.MaxPerUser, what); err != nil {
 			return refused(err)
 		} else if ok {
 			added = append(added, "u."+rec.UserKey)
@@ -403,8 +415,27 @@ func (s *Store) Running(ctx context.Context) ([]*Record, error) {
 	return out, err
 }
 
-// entries calls f with each entry under filter that still exists.
+// latest is the exact listing of a store.KV (Setup's bucket).
+type latest interface {
+	Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error)
+}
+
+// entries calls f with each entry under filter that still exists. On
+// Setup's bucket it reads them with message gets (store.KV.Latest), which
+// see every key however they are written meanwhile: a key listing
+// (ListKeysFiltered) ends at nats.go's end-of-initial-values mark, and a
+// task's record is rewritten every heartbeat (its lease), so a listing
+// left out a task rewritten while it ran (17 of 500 lists while two tasks
+// were renewed in a loop; TestListWhileRenewed). A bucket of another type
+// is listed by keys.
 func (s *Store) entries(ctx context.Context, filter string, f func(key string, value []byte)) error {
+	if l, ok := s.kv.(latest); ok {
+		es, err := l.Latest(ctx, filter)
+		for _, e := range es {
+			f(e.Key(), e.Value())
+		}
+		return err
+	}
 	lister, err := s.kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
 		return err

@@ -330,3 +330,78 @@ func TestAdmitCopies(t *testing.T) {
 		t.Fatalf("the late copy held a count: %v %v", created, err)
 	}
 }
+
+// TestListWhileRenewed: a listing holds every task of the session while
+// their records are rewritten (a running task's lease is, every
+// heartbeat). A key listing (ListKeysFiltered) left one out now and then:
+// 17 of 500 lists with two tasks renewed in a loop, and test/embedded
+// TestTaskTools's list_tasks showed one of its two tasks under load.
+func TestListWhileRenewed(t *testing.T) {
+	st := newStore(t, tasks.Config{})
+	ctx := t.Context()
+	later := time.Now().Add(time.Hour)
+	ids := []string{"a1", "a2", "a3"}
+	for _, id := range ids {
+		if _, _, err := st.Admit(ctx, rec("s1", id, "", later)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, id := range ids {
+				if _, err := st.Renew(ctx, "s1", id, "a", time.Now().Add(time.Minute)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	})
+	defer wg.Wait()
+	defer close(stop)
+	for i := range 300 {
+		got, err := st.List(ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(ids) {
+			t.Fatalf("list %d while the tasks are renewed: %d tasks, want %d", i, len(got), len(ids))
+		}
+	}
+}
+
+// TestSharedAgentBound: tasks counted under tasks.SharedKey (the shared
+// agent's sessions, bound to no user, on a router with identities) share
+// the user's bound over every session: a new session does not lift it.
+func TestSharedAgentBound(t *testing.T) {
+	st := newStore(t, tasks.Config{MaxPerSession: 8, MaxPerUser: 2})
+	ctx := t.Context()
+	later := time.Now().Add(time.Hour)
+	shared := func(session, id string) *tasks.Record {
+		r := rec(session, id, "", later)
+		r.UserKey = tasks.SharedKey
+		return r
+	}
+	for _, r := range []*tasks.Record{shared("x1", "a1"), shared("x2", "a2")} {
+		if _, created, err := st.Admit(ctx, r); err != nil || !created {
+			t.Fatalf("admit %s: %v %v", r.ID, created, err)
+		}
+	}
+	_, _, err := st.Admit(ctx, shared("x3", "a3"))
+	if !isCode(err, bus.CodeLimitExceeded) || !strings.Contains(err.Error(), "this shared agent (its sessions bound to no user, together) already has 2 background tasks running") {
+		t.Fatalf("a third session of the shared agent: want its bound, got %v", err)
+	}
+	// A user's tasks and a session without the shared key count apart.
+	if _, created, err := st.Admit(ctx, rec("s1", "b1", "alice", later)); err != nil || !created {
+		t.Fatalf("alice's task beside the shared agent's: %v %v", created, err)
+	}
+	if _, created, err := st.Admit(ctx, rec("x4", "c1", "", later)); err != nil || !created {
+		t.Fatalf("a task counted by its session only: %v %v", created, err)
+	}
+}

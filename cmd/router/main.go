@@ -59,6 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxCalls := fs.Int("max-calls", bus.MaxCalls, "most calls in one batch")
 	maxInput := fs.Int("max-input-bytes", router.DefaultMaxInputBytes, "most bytes of one call's input")
 	maxParked := fs.Int("max-parked", router.DefaultMaxParked, "most calls one session may have waiting for an answer")
+	sessionShare := fs.Int("max-session-inflight", 0, "most batches and tools queries of one session the router handles at once; past it busy (0: an eighth of its 4096 slots, 512; -1: no share)")
 	sessionCache := fs.Int("session-cache", 0, "sessions kept decoded in memory (0: 10000); each batch reads its session from KV anyway")
 	readOutput := fs.Bool("read-output", false, "offer the built-in read_output: a model reads a byte or line range of its session's stored outputs (docs/protocol.md 11)")
 	eventsMemory := fs.Bool("events-memory", false, "keep the session events stream in memory (parked calls, sessions and the ledger stay on disk); only for a new deployment")
@@ -174,7 +175,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ids = bindings
 		go watchIdentities(ctx, *identities, bindings, reload, identitiesPoll, log)
 	}
-	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log, Identities: ids,
+	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log, Identities: ids, MaxSessionInflight: *sessionShare,
 		RefuseSharedRegister: *refuseShared || *secure != "",
 		Store:                storeCfg,
 		SessionCache:         *sessionCache,

@@ -310,9 +310,9 @@ func rulesText(rules []bus.Rule) string {
 func ruleText(r bus.Rule) string {
 	b := cmp.Or(r.Behavior, permission.Allow)
 	if r.Pattern == "" {
-		return b + " " + r.Tool
+		return clean(b + " " + r.Tool)
 	}
-	return b + " " + r.Tool + "(" + r.Pattern + ")"
+	return clean(b + " " + r.Tool + "(" + r.Pattern + ")")
 }
 
 func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -401,9 +401,9 @@ func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *asJSON {
 		return writeJSON(stdout, found)
 	}
-	fmt.Fprintf(stdout, "%s\n  description: %s\n  source: %s\n  digest: %s\n", found.Name, found.Description, found.Source, found.Digest)
+	fmt.Fprintf(stdout, "%s\n  description: %s\n  source: %s\n  digest: %s\n", clean(found.Name), clean(found.Description), clean(found.Source), clean(found.Digest))
 	if found.User != "" {
-		fmt.Fprintf(stdout, "  user: %s\n", found.User)
+		fmt.Fprintf(stdout, "  user: %s\n", clean(found.User))
 	}
 	if len(found.Groups) > 0 {
 		fmt.Fprintf(stdout, "  groups: %s\n", strings.Join(found.Groups, ", "))
@@ -433,8 +433,7 @@ func skillLine(s bus.SkillInfo) string {
 	if len(digest) > 12 {
 		digest = digest[:12]
 	}
-	fmt.Fprintf(&b, "\t%s\t%s\t(%s)", s.Description, s.Source, digest)
-	return b.String()
+	return clean(b.String()) + fmt.Sprintf("\t%s\t%s\t(%s)", clean(s.Description), clean(s.Source), clean(digest))
 }
 
 // objects connects and opens the deployment's skills object store (the

@@ -580,7 +580,7 @@ func renderTools(w io.Writer, l *bus.ToolsList) {
 	if l.SkillsPrompt != "" {
 		fmt.Fprintln(w, "\nskills prompt (for the model's system prompt):")
 		for _, line := range strings.Split(strings.TrimRight(l.SkillsPrompt, "\n"), "\n") {
-			fmt.Fprintln(w, "  "+line)
+			fmt.Fprintln(w, "  "+clean(line))
 		}
 	}
 }
@@ -588,9 +588,9 @@ func renderTools(w io.Writer, l *bus.ToolsList) {
 func toolLine(name, desc string) string {
 	first, _, _ := strings.Cut(strings.TrimSpace(desc), "\n")
 	if first == "" {
-		return name
+		return clean(name)
 	}
-	return name + " — " + first
+	return clean(name + " — " + first)
 }
 
 // groupLine is "  [x] name (scope) — description", [ ] when inactive.
@@ -606,5 +606,5 @@ func groupLine(g bus.GroupInfo) string {
 	if g.Description != "" {
 		line += " — " + g.Description
 	}
-	return line
+	return clean(line)
 }

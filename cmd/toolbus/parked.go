@@ -132,7 +132,7 @@ func renderParked(w io.Writer, calls []bus.ParkedCall, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tREPLY\tCALL\tTOOL\tKIND\tAGE\tINPUT")
 	for _, p := range calls {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Session, p.ReplyID, p.ID, p.Name, p.Kind, age(now.Sub(p.Created)), inputText(p.Input))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(p.Session), clean(p.ReplyID), clean(p.ID), clean(p.Name), clean(p.Kind), age(now.Sub(p.Created)), clean(inputText(p.Input)))
 	}
 	_ = tw.Flush()
 }
@@ -330,7 +330,7 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := cl.Parked().Answer(ctx, p.Name, p.Session, p.ReplyID, id, a); err != nil {
 		return answerError(id, err)
 	}
-	fmt.Fprintf(stdout, "answered call %s of %s (reply %s, session %s): %s\n", id, p.Name, p.ReplyID, p.Session, a.State)
+	fmt.Fprintln(stdout, clean(fmt.Sprintf("answered call %s of %s (reply %s, session %s): %s", id, p.Name, p.ReplyID, p.Session, a.State)))
 	return nil
 }
 
@@ -421,7 +421,7 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(a.Rules) > 0 {
 		line += "; remembered: " + rulesText(a.Rules)
 	}
-	fmt.Fprintln(stdout, line)
+	fmt.Fprintln(stdout, clean(line))
 	return nil
 }
 
@@ -483,7 +483,7 @@ func renderHistory(w io.Writer, recs []bus.ParkRecord) {
 		if !r.AnsweredAt.IsZero() {
 			at = r.AnsweredAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Session, r.ReplyID, r.Call.ID, r.Call.Name, r.Kind, r.Status, res, orDash(r.AnsweredBy), at)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(r.Session), clean(r.ReplyID), clean(r.Call.ID), clean(r.Call.Name), clean(r.Kind), clean(string(r.Status)), clean(res), clean(orDash(r.AnsweredBy)), at)
 	}
 	_ = tw.Flush()
 }

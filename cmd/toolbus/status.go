@@ -275,7 +275,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if r.Suppressed > 0 {
 			out += fmt.Sprintf(" (+%d refusals not recorded)", r.Suppressed)
 		}
-		_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Time.Format(time.RFC3339), r.Session, orDash(r.CallID), orDash(r.Tool), r.User, r.Decision.Behavior, orDash(r.Decision.Approver), out, r.DurationMS)
+		_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Time.Format(time.RFC3339), clean(r.Session), clean(orDash(r.CallID)), clean(orDash(r.Tool)), clean(r.User), clean(r.Decision.Behavior), clean(orDash(r.Decision.Approver)), clean(out), r.DurationMS)
 		return err
 	})
 	if err != nil {

@@ -70,7 +70,7 @@ func printEvents(ctx context.Context, w io.Writer, events <-chan *bus.Event, lin
 			if b == nil {
 				continue // not one to print
 			}
-			if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
+			if _, err := fmt.Fprintf(w, "%s\n", cleanLines(string(b))); err != nil {
 				return err
 			}
 		}

@@ -12,10 +12,18 @@
   const $ = (sel, el) => (el || document).querySelector(sel);
   const list = $("#calls");
 
+  // Control and bidirectional characters are shown as \uXXXX: an input,
+  // reason or rule holding U+202E (right-to-left override) or U+2066..9
+  // was shown reordered, so the page could show other text than the call's
+  // (session 18, red team: TestAttackInboxBidi).
+  const unseen = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  function plain(s) {
+    return String(s).replace(unseen, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+  }
   function el(tag, cls, text) {
     const e = document.createElement(tag);
     if (cls) e.className = cls;
-    if (text !== undefined) e.textContent = text;
+    if (text !== undefined) e.textContent = plain(text);
     return e;
   }
   function pretty(v) {
@@ -39,7 +47,7 @@
 
   function flash(msg, ok) {
     const f = $("#flash");
-    f.textContent = msg;
+    f.textContent = plain(msg);
     f.className = "flash " + (ok ? "ok" : "error");
     f.hidden = false;
   }
@@ -75,7 +83,7 @@
     const r = $(".refusal", card);
     const msg = refusals.get(key);
     r.hidden = !msg;
-    r.textContent = msg ? "Refused: " + msg : "";
+    r.textContent = msg ? "Refused: " + plain(msg) : "";
   }
 
   function chosenRules(card, item) {
@@ -139,7 +147,7 @@
         item.suggested_rules.forEach((r, i) => {
           const l = el("label"), cb = el("input", "rule");
           cb.type = "checkbox"; cb.dataset.i = i; cb.checked = i === 0;
-          l.append(cb, document.createTextNode(" " + ruleText(r)));
+          l.append(cb, document.createTextNode(" " + plain(ruleText(r))));
           rules.append(l);
         });
         body.append(rules);

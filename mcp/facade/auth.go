@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -277,6 +279,54 @@ func Loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// refuseRebound and refuseForm answer a request a web page may have sent
+// on a browser's behalf, and report whether they did. refuseRebound, before
+// anything is read: a request arriving on a loopback connection whose Host
+// is not a loopback name (a page whose name was rebound to 127.0.0.1: DNS
+// rebinding). refuseForm, once the request is authenticated (so a client
+// without credentials still learns how to get some): a POST whose body is
+// not application/json (a cross-site form or no-cors fetch sends text/plain,
+// form or multipart bodies without a CORS preflight, which the facade never
+// grants). mcp-go refuses both too, but the facade answers tasks,
+// task-augmented calls, the groups verbs and carried answers itself, before
+// mcp-go sees the request (session 18, red team:
+// TestAttackBrowserReachesInsecureFacade). It matters where no bearer token
+// is needed (--mcp-insecure on a loopback address, the desktop case): a
+// browser sends no Authorization header of its own.
+func refuseRebound(w http.ResponseWriter, r *http.Request) bool {
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil &&
+		loopbackHost(local.String()) && !loopbackHost(r.Host) {
+		writeHTTPError(w, http.StatusForbidden, fmt.Sprintf("forbidden: the Host %q is not a loopback name on a loopback address (DNS rebinding)", r.Host))
+		return true
+	}
+	return false
+}
+
+func refuseForm(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeHTTPError(w, http.StatusUnsupportedMediaType, "the body of a POST must be application/json")
+		return true
+	}
+	return false
+}
+
+// loopbackHost reports whether a Host header or a host:port address names
+// only this machine (localhost, 127.0.0.0/8, ::1), with or without a port.
+func loopbackHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = strings.Trim(addr, "[]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // Tokens authenticates bearer tokens listed in a token file (YAML or

@@ -179,6 +179,9 @@ func (f *Facade) Handler() http.Handler {
 		if f.gate.serveMetadata(w, r) {
 			return
 		}
+		if refuseRebound(w, r) { // auth.go
+			return
+		}
 		id, ok := sessionOf(r)
 		if !ok {
 			http.NotFound(w, r)
@@ -190,7 +193,7 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		ident, ok := f.gate.gate(w, r, id)
-		if !ok {
+		if !ok || refuseForm(w, r) { // auth.go
 			return
 		}
 		s, err := f.acquire(key{id, ident.User, cmp.Or(ident.Confirm, f.cfg.Confirm), false})

@@ -132,6 +132,19 @@ def test_strict_records():
     assert toolbus.ToolDef.from_json({"name": "x", "input_schema": {"type": "object"}, "timeout_ms": 1.0}).timeout_ms == 1
 
 
+def test_no_background_round_trip():
+    # 1.12: a tool's author refuses a call's background ask (protocol 7.2).
+    d = toolbus.ToolDef.from_json({"name": "x", "input_schema": {"type": "object"}, "no_background": True})
+    assert d.no_background and d.to_json()["no_background"] is True
+    assert "no_background" not in toolbus.ToolDef(name="y", input_schema={"type": "object"}).to_json()
+
+    @toolbus.tool(no_background=True)
+    def strict(a: int) -> int:
+        """Add nothing."""
+        return a
+    assert strict.definition.no_background
+
+
 class Color(enum.Enum):
     RED = "red"
     BLUE = "blue"

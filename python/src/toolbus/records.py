@@ -414,6 +414,7 @@ _TOOLDEF: dict[str, type | None] = {
     "read_only": bool, "concurrency_safe": bool, "idempotent": bool, "external": bool, "state_injected": bool,
     "durable": bool, "timeout_ms": int, "max_attempts": int, "permission": str, "rule_matcher": str,
     "rule_field": str, "path_base": str, "mcp": dict, "cache_ttl_ms": int, "cache_scope": str, "background": bool,
+    "no_background": bool,
 }
 
 
@@ -443,6 +444,7 @@ class ToolDef:
     cache_ttl_ms: int = 0
     cache_scope: str = ""
     background: bool = False  # past its timeout a call goes on as a background task (5.10)
+    no_background: bool = False  # a call's own background ask is ignored: the timeout holds (5.10, 1.12)
 
     @classmethod
     def from_json(cls, obj: Any, what: str = "tool") -> ToolDef:
@@ -491,6 +493,8 @@ class ToolDef:
             out["cache_scope"] = self.cache_scope
         if self.background:
             out["background"] = True
+        if self.no_background:
+            out["no_background"] = True
         return out
 
 

@@ -342,7 +342,7 @@ def tool(fn: Any = None, /, name: str | None = None, description: str | None = N
          timeout: float | None = None, max_attempts: int = 1, permission: str = "passthrough", rule_matcher: str = "none",
          rule_field: str = "", groups: typing.Sequence[str] = (), title: str = "", output_schema: dict[str, Any] | None = None,
          path_base: str = "", cache_ttl: float | None = None, cache_scope: str = "", state_injected: bool = False,
-         background: bool = False) -> Any:
+         background: bool = False, no_background: bool = False) -> Any:
     """Make a function (async or sync) or a class (its ``__call__``) a tool; see python/API.md.
 
     The schema comes from the type hints, the description and parameter texts from the Google
@@ -353,7 +353,8 @@ def tool(fn: Any = None, /, name: str | None = None, description: str | None = N
     opts = dict(read_only=read_only, concurrency_safe=concurrency_safe, idempotent=idempotent, external=external,
                 durable=durable, timeout=timeout, max_attempts=max_attempts, permission=permission, rule_matcher=rule_matcher,
                 rule_field=rule_field, groups=list(groups), title=title, output_schema=output_schema, path_base=path_base,
-                cache_ttl=cache_ttl, cache_scope=cache_scope, state_injected=state_injected, background=background)
+                cache_ttl=cache_ttl, cache_scope=cache_scope, state_injected=state_injected, background=background,
+                no_background=no_background)
 
     def wrap(f: Any) -> Any:
         if isinstance(f, type):
@@ -382,7 +383,7 @@ def tools_of(obj: Any) -> list[Tool]:
         inst = obj() if isinstance(obj, type) else obj
         keep = ("read_only", "concurrency_safe", "idempotent", "external", "durable", "max_attempts", "permission",
                 "rule_matcher", "rule_field", "groups", "title", "output_schema", "path_base", "cache_scope", "state_injected",
-                "background")
+                "background", "no_background")
         bound = _build(inst.__call__, name=proto.name, description=proto.definition.description, skip_first=False,
                        opts={k: getattr(proto.definition, k) for k in keep})
         bound.definition = proto.definition  # the class's own (timeouts and all)

@@ -30,7 +30,8 @@ public record ToolDef(
     JsonNode mcp,
     @JsonProperty("cache_ttl_ms") Long cacheTtlMs,
     @JsonProperty("cache_scope") String cacheScope,
-    Boolean background) {
+    Boolean background,
+    @JsonProperty("no_background") Boolean noBackground) {
 
   public static Builder builder(String name) {
     return new Builder(name);
@@ -51,6 +52,14 @@ public record ToolDef(
   /** Whether a call past its timeout goes on as a background task (docs/protocol.md 5.10). */
   public boolean isBackground() {
     return Boolean.TRUE.equals(background);
+  }
+
+  /**
+   * Whether a call's own background ask is ignored, so its calls end at their timeout
+   * (docs/protocol.md 5.10, 7.2; 1.12).
+   */
+  public boolean isNoBackground() {
+    return Boolean.TRUE.equals(noBackground);
   }
 
   /** Builds a definition; concurrency_safe is true unless said. */
@@ -75,6 +84,7 @@ public record ToolDef(
     private Long cacheTtlMs;
     private String cacheScope;
     private Boolean background;
+    private Boolean noBackground;
 
     private Builder(String name) {
       this.name = Ids.requireName("tool name", name);
@@ -100,6 +110,8 @@ public record ToolDef(
     public Builder cache(long ttlMs, String scope) { cacheTtlMs = ttlMs; cacheScope = scope; return this; }
     /** Past its timeout a call goes on as a background task instead of ending timeout (5.10). */
     public Builder background(boolean v) { background = v ? Boolean.TRUE : null; return this; }
+    /** A call's own background ask is ignored: the tool's timeout holds (5.10, 7.2; 1.12). */
+    public Builder noBackground(boolean v) { noBackground = v ? Boolean.TRUE : null; return this; }
 
     private static JsonNode schema(Object v) {
       if (v == null) {
@@ -117,13 +129,13 @@ public record ToolDef(
       }
       return new ToolDef(name, title, description, inputSchema, outputSchema, groups, readOnly,
           concurrencySafe, idempotent, external, stateInjected, durable, timeoutMs, maxAttempts,
-          permission, ruleMatcher, ruleField, null, null, cacheTtlMs, cacheScope, background);
+          permission, ruleMatcher, ruleField, null, null, cacheTtlMs, cacheScope, background, noBackground);
     }
   }
 
   ToolDef withInputSchema(JsonNode s) {
     return new ToolDef(name, title, description, s, outputSchema, groups, readOnly, concurrencySafe,
         idempotent, external, stateInjected, durable, timeoutMs, maxAttempts, permission, ruleMatcher,
-        ruleField, pathBase, mcp, cacheTtlMs, cacheScope, background);
+        ruleField, pathBase, mcp, cacheTtlMs, cacheScope, background, noBackground);
   }
 }

@@ -66,6 +66,15 @@ class TasksTest {
   }
 
   @Test
+  void noBackgroundOnTheWire() throws Exception {
+    ToolDef d = ToolDef.builder("t").inputSchema("{\"type\":\"object\"}").noBackground(true).build();
+    String text = Json.text(d);
+    assertTrue(text.contains("\"no_background\":true"), text);
+    assertTrue(Json.MAPPER.readValue(text, ToolDef.class).isNoBackground(), text);
+    assertTrue(!Json.text(ToolDef.builder("t").inputSchema("{\"type\":\"object\"}").build()).contains("no_background"));
+  }
+
+  @Test
   void backgroundTasks() throws Exception {
     String s = Router.session();
     JsonNode def = client.tools(s, "toolbus", null, null).tools().stream()

@@ -1,0 +1,223 @@
+package permission
+
+import (
+	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/toolbus/toolbus/shellcmd"
+)
+
+// wrappers run the rest of their command line as a program of its own
+// (after options and, for env, assignments): a deny rule for the program
+// must see it. Each suffix of a wrapper's arguments is a candidate, so
+// their options need not be read (a deny rule matching too much is the
+// safe error).
+var wrappers = map[string]bool{
+	"command": true, "builtin": true, "exec": true, "env": true, "nice": true, "nohup": true,
+	"setsid": true, "stdbuf": true, "timeout": true, "time": true, "sudo": true, "doas": true,
+	"xargs": true, "ionice": true, "chrt": true, "taskset": true, "unbuffer": true, "flock": true,
+	"strace": true, "ltrace": true, "busybox": true, "watch": true, "chroot": true, "runuser": true,
+	"caffeinate": true, "systemd-run": true, "firejail": true, "fakeroot": true, "proot": true,
+	"nsenter": true, "unshare": true, "script": true, "su": true, "parallel": true,
+}
+
+// shells run their -c argument as a command; eval runs its arguments.
+var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true,
+	"mksh": true, "ash": true, "busybox": true, "su": true, "script": true, "fish": true}
+
+// launches reports whether the simple command part starts with an
+// assignment or runs a program that runs its arguments as a command (a
+// wrapper, a shell, eval, source): the rule "<first word>:*" would allow
+// every program, so it is never suggested
+// (session 18, red team: TestAttackLauncherRuleSuggested).
+func launches(part string) bool {
+	f := strings.Fields(part)
+	if len(f) == 0 {
+		return false
+	}
+	if assignment(f[0]) {
+		return true // X=1:* allows "X=1 <any program>"
+	}
+	w := unquoteWord.Replace(f[0])
+	w = w[strings.LastIndexByte(w, '/')+1:]
+	return wrappers[w] || shells[w] || w == "eval" || w == "source" || w == "."
+}
+
+// unquoteWord removes quotes and backslashes from a word (one Replacer:
+// building one per part cost 1.5 GB for a 1 MiB command).
+var unquoteWord = strings.NewReplacer(`'`, "", `"`, "", `\`, "")
+
+// assignment reports whether a shell word is a variable assignment
+// (NAME=...), which a command may put before its program.
+func assignment(word string) bool {
+	name, _, ok := strings.Cut(word, "=")
+	if !ok || name == "" {
+		return false
+	}
+	for i, r := range name {
+		if r != '_' && !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// maxNesting bounds how deep sh -c and eval arguments are read, and
+// maxParses how many are (each parse costs some kilobytes).
+const (
+	maxNesting = 4
+	maxParses  = 64
+)
+
+// commandPrograms holds a command's syntax trees (shellcmd.Parse, read once
+// for its writes too) and its programs for deny and ask rules, read from
+// them only when a deny or ask rule with a pattern needs them.
+type commandPrograms struct {
+	trees    []*syntax.File
+	list     []string
+	computed string // a simple command no rule can judge (named at run time, an alias)
+	read     bool
+}
+
+// get returns the programs of cmd and the computed one, reading them on
+// first use.
+func (p *commandPrograms) get(cmd string) ([]string, string) {
+	if !p.read {
+		p.list, p.computed = programs(cmd, p.trees)
+		p.read = true
+	}
+	return p.list, p.computed
+}
+
+// programs returns what deny and ask rules are matched against besides the
+// command's text (looseParts), read from its syntax trees (POSIX sh and
+// bash, shellcmd.Parse): every simple command anywhere in it (inside if,
+// while, functions, subshells, substitutions, pipelines) as the program
+// that runs, its name without a directory ("/bin/rm x" is "rm x") and its
+// words without quotes; the program a wrapper runs ("command rm x", "env
+// X=1 rm x", "xargs rm"); the commands of a shell's -c argument, of eval's
+// arguments and of find's -exec. computed is the text (cut) of the first
+// simple command whose program is known only at run time ("$(echo rm) x",
+// "${RM:-rm} x", "r$'m'"), or of an alias definition, which renames
+// programs for later lines: no deny rule can judge those (session 18, red
+// team); "" when there is none. trees are cmd's (shellcmd.Parse). The
+// candidates together hold at most 8 times the command's bytes (a
+// wrapper's suffixes could make a quadratic amount), and the arguments
+// parsed again (-c, eval) twice, in at most maxParses parses: past
+// either the command counts as computed too (TestAttackDenyRuleCost).
+func programs(cmd string, trees []*syntax.File) (out []string, computed string) {
+	budget := 8*len(cmd) + 4096
+	nested := 2*len(cmd) + 4096 // bytes of -c and eval arguments parsed again
+	parses := maxParses
+	over := false
+	compute := func(s string) {
+		if computed == "" {
+			computed = cut(s)
+		}
+	}
+	var read func(cmd string, files []*syntax.File, depth int)
+	again := func(cmd string, depth int) {
+		if depth > maxNesting {
+			return
+		}
+		if nested -= len(cmd); nested < 0 || parses == 0 {
+			over = true
+			compute(cmd)
+			return
+		}
+		parses--
+		files, _ := shellcmd.Parse(cmd)
+		read(cmd, files, depth)
+	}
+	read = func(cmd string, files []*syntax.File, depth int) {
+		for _, f := range files {
+			syntax.Walk(f, func(n syntax.Node) bool {
+				call, ok := n.(*syntax.CallExpr)
+				if over || !ok || len(call.Args) == 0 {
+					return !over
+				}
+				words := make([]string, len(call.Args))
+				static := make([]bool, len(call.Args))
+				// rest[i] is the length of words[i:] joined by spaces.
+				rest := make([]int, len(call.Args)+1)
+				for i, a := range call.Args {
+					if w, ok := shellcmd.Static(a); ok {
+						words[i], static[i] = w.Value, !w.Glob
+					} else {
+						words[i] = text(cmd, a)
+					}
+				}
+				for i := len(words) - 1; i >= 0; i-- {
+					rest[i] = rest[i+1] + len(words[i]) + 1
+				}
+				if !static[0] {
+					compute(text(cmd, call))
+					return true
+				}
+				add := func(from int) {
+					if over || from >= len(words) {
+						return
+					}
+					if budget -= rest[from]; budget < 0 {
+						over = true
+						compute(text(cmd, call))
+						return
+					}
+					prog := words[from]
+					prog = prog[strings.LastIndexByte(prog, '/')+1:]
+					out = append(out, normalize(strings.Join(append([]string{prog}, words[from+1:]...), " ")))
+					if from > 0 && !static[from] {
+						compute(text(cmd, call))
+					}
+				}
+				add(0)
+				name := words[0][strings.LastIndexByte(words[0], '/')+1:]
+				switch {
+				case name == "alias" && len(words) > 1:
+					compute(text(cmd, call))
+				case name == "eval":
+					again(strings.Join(words[1:], " "), depth+1)
+				case name == "find":
+					for i, w := range words {
+						if w == "-exec" || w == "-execdir" || w == "-ok" || w == "-okdir" {
+							add(i + 1)
+						}
+					}
+				}
+				if wrappers[name] {
+					for i := 1; i < len(words) && !over; i++ {
+						add(i)
+					}
+				}
+				if shells[name] {
+					for i := 1; i+1 < len(words) && !over; i++ {
+						if w := words[i]; strings.HasPrefix(w, "-") && !strings.HasPrefix(w, "--") && strings.Contains(w, "c") {
+							again(words[i+1], depth+1)
+						}
+					}
+				}
+				return !over
+			})
+		}
+	}
+	read(cmd, trees, 0)
+	return out, computed
+}
+
+// cut keeps a reason's quote of a command short.
+func cut(s string) string {
+	if len(s) <= 80 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:80], "") + "..."
+}
+
+// text is n's text in cmd.
+func text(cmd string, n syntax.Node) string {
+	a, b := int(n.Pos().Offset()), int(n.End().Offset())
+	if a < 0 || b > len(cmd) || a > b {
+		return ""
+	}
+	return cmd[a:b]
+}

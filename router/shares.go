@@ -1,0 +1,114 @@
+package router
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// A session's share of the router's slots (docs/router.md "a session's
+// share"): the batches and tools queries of one session hold at most
+// Config.MaxSessionInflight of the MaxInflight slots at once, and on a
+// router with identities those of the sessions bound to no user (the
+// shared agent's, which may open any number of sessions) hold at most
+// sharedPool of them together. Past either such a message is answered
+// busy at once, before it takes or waits for a slot, so one session (or
+// the shared agent) cannot keep every other session's batches out. Task
+// waits have a bound of their own (16 a session, tasks.MaxSessionWaits);
+// cancels, replays, outputs and the other task verbs are short and are not
+// counted.
+
+// DefaultSessionShare is the share of a router with maxInflight slots when
+// Config.MaxSessionInflight is zero: an eighth of the slots, but at least
+// 16 (all of them on a router of 16 or fewer).
+func DefaultSessionShare(maxInflight int) int {
+	return max(maxInflight/8, min(maxInflight, 16))
+}
+
+// sharedPool is the slots the sessions bound to no user may hold together
+// on a router with identities: three quarters, so the bound sessions keep
+// a quarter (as replays keep 256 of the events stream's 1,024 consumers
+// for them, docs/security.md).
+func sharedPool(maxInflight int) int { return maxInflight - maxInflight/4 }
+
+// shares counts the slots held per session. The zero value counts
+// nothing: every take succeeds.
+type shares struct {
+	most int // of one session; 0: no shares
+	pool int // of the sessions bound to no user together; 0: no pool
+	// bound reports whether a session is bound to a user (nil: no pool).
+	bound func(session string) bool
+
+	mu     sync.Mutex
+	held   map[string]int // session → slots held
+	pooled int            // slots held by sessions bound to no user
+}
+
+// newShares is the shares of a router with maxInflight slots, each
+// session's at most most (negative: no shares), and with identities ids
+// (nil: no pool).
+func newShares(maxInflight, most int, ids Identities) *shares {
+	if most < 0 {
+		return &shares{}
+	}
+	if most == 0 {
+		most = DefaultSessionShare(maxInflight)
+	}
+	s := &shares{most: min(most, maxInflight), held: map[string]int{}}
+	if ids != nil {
+		s.pool = sharedPool(maxInflight)
+		s.bound = func(session string) bool { _, ok := ids.UserOf(session); return ok }
+	}
+	return s
+}
+
+// share is a slot counted against a session's share, given back once.
+type share struct {
+	session string
+	counted bool // against the session's share
+	pooled  bool // and against the unbound sessions' pool
+}
+
+// take counts one slot of session's; refused is "" or why it was refused,
+// the text of the busy reply.
+func (s *shares) take(session string) (sh share, refused string) {
+	if s.most == 0 {
+		return share{}, ""
+	}
+	pooled := s.bound != nil && !s.bound(session)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[session] >= s.most {
+		return share{}, fmt.Sprintf("this session holds its share of the router's slots (%d) and the router took nothing from this message; send it again after a short backoff", s.most)
+	}
+	if pooled && s.pooled >= s.pool {
+		return share{}, fmt.Sprintf("the sessions bound to no user hold their share of the router's slots (%d) and the router took nothing from this message; send it again after a short backoff", s.pool)
+	}
+	s.held[session]++
+	if pooled {
+		s.pooled++
+	}
+	return share{session: session, counted: true, pooled: pooled}, ""
+}
+
+// give gives back the slot sh counted.
+func (s *shares) give(sh share) {
+	if !sh.counted {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.held[sh.session] - 1; n > 0 {
+		s.held[sh.session] = n
+	} else {
+		delete(s.held, sh.session)
+	}
+	if sh.pooled {
+		s.pooled--
+	}
+}
+
+// sessionOf is the session token of a subject P.<verb>.<session>.
+func sessionOf(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
