@@ -642,6 +642,13 @@ func (r *canceller) onCancel(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
+	if c.Task != "" {
+		// A task's cancel (background.stopRun) stops its run at the worker;
+		// the task's record says it ended. A re-sent copy of its batch may
+		// be running here (it gets the task's handle): the cancel is not
+		// its (3.5, 1.12), however late it arrives.
+		return
+	}
 	for _, b := range r.running(e.SessionID, e.ReplyID) { // each copy of a re-sent batch (3.1, 3.5)
 		b.interrupt(c.Calls)
 	}
