@@ -21,6 +21,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -139,6 +140,11 @@ type Parking struct {
 	Batch  *Batch
 	Parked []*Record
 	Failed map[string]error // by call id: the calls that could not park
+	// Differs, with Before: the earlier copy holds other calls than this
+	// one (bus.SameCalls: ids, names, inputs), and this copy is refused
+	// with it: nothing of it parked, none of its records was written
+	// (docs/protocol.md 3.1, 1.12).
+	Differs error
 }
 
 // Park records the run's continuation, then its calls' records, then
@@ -156,7 +162,16 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	err := s.conts.parkBatch(ctx, run.Batch, run.Results, waiting, run.Next, run.Alone)
 	if errors.Is(err, errParkedBefore) {
 		b, _ := s.Read.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
-		return Parking{Before: true, Batch: b, Parked: s.join(ctx, run, b)}, nil
+		if b != nil {
+			if err := bus.SameCalls(b.ReplyID, b.Data.Calls, run.Batch.Data.Calls); err != nil {
+				return Parking{Before: true, Batch: b, Differs: err}, nil
+			}
+		}
+		out := Parking{Before: true, Batch: b, Parked: s.join(ctx, run, b)}
+		if b == nil {
+			out.Differs = sameRecorded(run, out.Parked)
+		}
+		return out, nil
 	}
 	if err != nil {
 		return Parking{}, err
@@ -179,7 +194,14 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 				// A first copy of this batch carried its continuation in
 				// this call's record: that copy is the batch, this one's goes.
 				if s.conts.remove(ctx, run.Batch) {
-					return Parking{Before: true, Batch: carried(prev)}, nil
+					first := carried(prev)
+					differs := bus.SameCalls(first.ReplyID, first.Data.Calls, run.Batch.Data.Calls)
+					if differs != nil {
+						// A copy with other calls: the records it wrote
+						// before this conflict are no call of that batch.
+						s.calls.unpark(ctx, created)
+					}
+					return Parking{Before: true, Batch: first, Differs: differs}, nil
 				}
 			default:
 				// Another copy of this batch, which found this one's
@@ -246,6 +268,14 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 			prev, _ = s.Read.Batch(ctx, b.Session, b.ReplyID)
 		}
 		out.Batch = prev
+		if prev != nil {
+			out.Differs = bus.SameCalls(prev.ReplyID, prev.Data.Calls, b.Data.Calls)
+		} else {
+			out.Differs = sameRecorded(run, out.Parked)
+		}
+		if out.Differs != nil {
+			out.Parked = nil
+		}
 		return out, nil
 	}
 	s.calls.announce(run, []*Record{r}, []*Record{r})
@@ -283,6 +313,35 @@ func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	}
 	s.calls.announce(Run{}, nil, created)
 	return out
+}
+
+// sameRecorded checks, for a copy of a batch whose continuation is gone
+// (the batch finished) or unreadable, the calls of run that have records:
+// each record's call must be the copy's call of that id (bus.SameCalls on
+// the one call). The copy's other calls cannot be checked: the calls of
+// the batch are no longer held anywhere but in the records of those that
+// parked (docs/protocol.md 3.1).
+func sameRecorded(run Run, recs []*Record) error {
+	for _, rec := range recs {
+		for _, c := range run.Batch.Data.Calls {
+			if c.ID == rec.Call.ID {
+				if err := bus.SameCalls(rec.ReplyID, []bus.Call{rec.Call}, []bus.Call{c}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// unpark removes records that a copy refused (Parking.Differs) wrote
+// before it found the batch it is not a copy of; they were not announced.
+func (c *calls) unpark(ctx context.Context, recs []*Record) {
+	for _, r := range recs {
+		if _, err := store.Delete(ctx, c.kv, r.Key(), store.Bounded); err != nil {
+			c.cfg.Logger.Warn("parked: a refused copy's record not removed", "key", r.Key(), "err", err)
+		}
+	}
 }
 
 // announce hands run's parked records to run.Announce, then publishes the
@@ -600,6 +659,30 @@ func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error)
 		err = s.calls.watch.Reached(ctx, rev)
 	}
 	return s.Parked(session, ""), err
+}
+
+// Held returns the record of the first of calls, of the batch of session
+// and reply id, that the cache holds parked; nil when none (the normal
+// path of a new batch: one lookup per call, no allocation). A router
+// compares a batch that finds one with the batch parked under its reply
+// id before it runs any of its calls (docs/protocol.md 3.1, 1.12).
+func (s Reads) Held(session, replyID string, calls []bus.Call) *Record {
+	var buf [192]byte
+	s.calls.mu.RLock()
+	defer s.calls.mu.RUnlock()
+	for _, c := range calls {
+		var key string
+		if n := len(session) + len(replyID) + len(c.ID) + 2; n <= len(buf) {
+			k := append(append(append(append(append(buf[:0], session...), '.'), replyID...), '.'), c.ID...)
+			key = unsafe.String(&k[0], len(k)) // looked up only, never kept
+		} else {
+			key = bus.CallKey(session, replyID, c.ID)
+		}
+		if r, ok := s.calls.parked.Get(key); ok {
+			return r
+		}
+	}
+	return nil
 }
 
 // Get reads a call's record (bus.CallKey) from the store.

@@ -38,6 +38,10 @@ type batch struct {
 
 	cont   *parked.Batch // the continuation record once the batch parked
 	parked []bus.Parked  // what this router parked (and queued) last
+	// refused is the bad_request of a copy re-sent under the reply id of
+	// a batch with other calls (bus.SameCalls, docs/protocol.md 3.1): it
+	// gets that error instead of a reply, and runs nothing more.
+	refused error
 
 	sent   []*sentEvent     // events published and not yet known to be stored
 	audits []*audit.Pending // audit records on their way to P_AUDIT (chain.go)
@@ -134,8 +138,15 @@ func (r *Router) onBatch(m *nats.Msg) {
 	}
 	b := r.pipe.newBatch(t, time.Now())
 	r.m.Batches.Inc()
-	r.batches.track(b)
+	other := r.batches.track(b)
 	defer r.batches.untrack(b)
+	if err := r.pipe.park.sameAs(b, other); err != nil {
+		// A copy with other calls than the batch this router holds under
+		// its reply id: refused before any of its calls runs (3.1).
+		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, err)
+		r.reject(m, err)
+		return
+	}
 	if err := b.p.sessions.Touch(b.ctx, b.session); err != nil {
 		r.log.Warn("router: session not touched", "session", b.session, "err", err)
 	}
@@ -145,6 +156,11 @@ func (r *Router) onBatch(m *nats.Msg) {
 	// once. Left tracked until the reply, the batch would also interrupt
 	// them itself, and each would get two results.
 	r.batches.untrack(b)
+	if b.refused != nil { // a copy with other calls than its batch (docs/protocol.md 3.1)
+		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, b.refused)
+		r.reject(m, b.refused)
+		return
+	}
 	// call.parked and batch.done are in the events stream before the
 	// reply: an agent that reconnects after it finds them there. A batch
 	// cut off gets no reply: the agent re-sends, and the ledger answers.
@@ -249,11 +265,15 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		}
 	}
 	if len(parks) > 0 {
-		parks, specs = b.p.park.reuse(b, parks, specs)
+		if parks, specs = b.p.park.reuse(b, parks, specs); b.refused != nil {
+			return false // a copy with other calls than its batch (3.1): nothing more runs
+		}
 	}
 	if len(parks) > 0 && !b.p.park.park(b, parks, specs, next) {
-		if b.cont != nil {
-			return false // another router took the continuation over: the batch is its
+		if b.cont != nil || b.refused != nil {
+			// Another router took the continuation over: the batch is its;
+			// or this copy is refused, and runs nothing.
+			return false
 		}
 		// A re-sent batch found the first one parked. Its reply still
 		// holds every call of this run, finished or parked (docs/protocol.md
@@ -468,6 +488,10 @@ type continuationPort interface {
 	Marks(b *parked.Batch)
 	Get(ctx context.Context, key string) (*parked.Record, error)
 	Parked(session, replyID string) []*parked.Record
+	// Held is the cached parked record of the first of calls that has
+	// one (parked.Reads.Held); Continuation the batch a record belongs to.
+	Held(session, replyID string, calls []bus.Call) *parked.Record
+	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
 }
 
 // parkedStore is the parked machine's verbs and reads in one value.
@@ -724,8 +748,10 @@ type runningBatches struct {
 // strings, not their join, costs no allocation per batch.
 type batchRef struct{ session, replyID string }
 
-// track makes a batch reachable by cancels; untrack forgets it.
-func (rb *runningBatches) track(b *batch) {
+// track makes a batch reachable by cancels; untrack forgets it. It returns
+// another copy of the batch running here (nil: none), which a re-sent copy
+// is compared with (parkStep.sameAs).
+func (rb *runningBatches) track(b *batch) *batch {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	if rb.m == nil {
@@ -735,8 +761,12 @@ func (rb *runningBatches) track(b *batch) {
 	switch cur, ok := rb.m[k]; {
 	case !ok:
 		rb.m[k] = b
+		return nil
 	case cur != b && !slices.Contains(rb.more[k], b):
 		rb.more[k] = append(rb.more[k], b)
+		return cur
+	default:
+		return nil
 	}
 }
 

@@ -179,6 +179,11 @@ func (f *fakeConts) Parked(_, replyID string) []*parked.Record {
 	return out
 }
 
+func (f *fakeConts) Held(string, string, []bus.Call) *parked.Record { return nil }
+func (f *fakeConts) Continuation(context.Context, *parked.Record) (*parked.Batch, error) {
+	return nil, errors.New("fake: no continuation")
+}
+
 var _ continuationPort = (*fakeConts)(nil)
 
 // fakePipeline wires a pipeline from fakes.
