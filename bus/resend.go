@@ -2,6 +2,8 @@ package bus
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 )
@@ -80,4 +82,27 @@ func CanonicalInput(in json.RawMessage) []byte {
 		return raw
 	}
 	return bytes.TrimRight(out.Bytes(), "\n")
+}
+
+// CallDigest is the digest of a call's tool name and input that the dedupe
+// ledger keeps with the call's claim (docs/protocol.md 3.1, 1.12), so that a
+// re-sent copy of the call with another tool or input is told apart from
+// the call and never gets its result: 22 characters, the first 16 bytes of
+// the SHA-256 of the name, a zero byte and the input compacted. The input is
+// the router's (a string input as the object it holds); two inputs that
+// differ only in the order of their members have different digests.
+func CallDigest(name string, input json.RawMessage) string {
+	var buf [512]byte
+	b := append(append(buf[:0], name...), 0)
+	b = appendCompact(b, input)
+	sum := sha256.Sum256(b)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// OtherCallResult is the result of a call whose key (session, reply id,
+// call id) the ledger holds for a call of another tool or input (CallDigest):
+// it did not run, and it gets no result of that call.
+func OtherCallResult(c Call) Result {
+	return ErrorResult(c, CodeBadRequest, fmt.Sprintf(
+		"BadRequestError: call %s was sent before under this reply id with another tool or input; a re-sent batch must hold the same calls. It did not run here and gets no result of that call: send other calls under a new reply id.", c.ID))
 }

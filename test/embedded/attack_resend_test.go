@@ -108,3 +108,39 @@ func TestAttackResendOtherCallsContinuation(t *testing.T) {
 		t.Fatalf("batch.done: %+v", done.Results)
 	}
 }
+
+// TestAttackResendOtherInput (docs/protocol.md 3.1, 1.12): a copy of a batch
+// that ran, under its reply id, whose call has the same id and another input
+// (or tool), got the first call's recorded result from the ledger on main: a
+// result of another call. The ledger keeps a digest of the call's tool and
+// input with its claim; the copy's call gets bad_request and does not run.
+// A copy with the same call still gets the recorded result.
+func TestAttackResendOtherInput(t *testing.T) {
+	e := newEnv(t, 1)
+	wt := e.addWriteTools(t)
+	const session, replyID = "resend-other-input", "r1"
+	e.setMode(t, session, "bypass")
+	call := func(input string) bus.Result {
+		t.Helper()
+		got, err := e.client.Call(testCtx(t), session, bus.Batch{Calls: []bus.Call{{ID: "w1", Name: "write", Input: json.RawMessage(input)}}},
+			client.WithReplyID(replyID))
+		if err != nil || len(got.Results) != 1 {
+			t.Fatalf("batch with input %s: %+v, %v", input, got, err)
+		}
+		return got.Results[0]
+	}
+	if first := call(`{"v":1}`); first.State != bus.StateSuccess {
+		t.Fatalf("first: %+v", first)
+	}
+	other := call(`{"v":2}`)
+	if other.State != bus.StateError || other.Error == nil || other.Error.Code != bus.CodeBadRequest ||
+		!strings.Contains(other.Error.Message, "another tool or input") {
+		t.Fatalf("a copy with another input got %+v; want bad_request, never the first call's result", other)
+	}
+	if again := call(` {"v": 1} `); again.State != bus.StateSuccess || !strings.Contains(again.Output[0].Text, `{"v":1}`) {
+		t.Fatalf("an equal copy: %+v", again)
+	}
+	if n := wt.runs.Load(); n != 1 {
+		t.Fatalf("write ran %d times, want 1", n)
+	}
+}
