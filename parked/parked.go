@@ -58,6 +58,9 @@ type Store struct {
 	cfg   Config
 	Read  Reads // reads from the watch-fed cache (Parked) or the store
 	Mends Mends // the results lost between a call's end and its batch
+	// Cancels records calls cancelled before they started that a re-sent
+	// copy might park.
+	Cancels Cancels
 }
 
 // Reads reads a Store's records and continuations; it writes nothing.
@@ -80,6 +83,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	s.calls.last = st.Parked.LastRevision
 	s.Read = Reads{calls: s.calls, conts: s.conts}
 	s.Mends = Mends{s: s}
+	s.Cancels = Cancels{s: s}
 	return s
 }
 
@@ -203,6 +207,11 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 					}
 					return Parking{Before: true, Batch: first, Differs: differs}, nil
 				}
+			case prev.Status != bus.ParkParked && prev.Result != nil:
+				// A cancel ended the call before it parked (Cancels.Forestall,
+				// docs/protocol.md 3.5): it did not park, and settles with
+				// its result as any call that could not park.
+				err = errCancelledFirst
 			default:
 				// Another copy of this batch, which found this one's
 				// continuation, parked the call first (join): it is parked.
@@ -590,6 +599,35 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 	return s.calls.endAll(ctx, recs, bus.ParkCancelled, bus.CodeInterrupted, bus.InterruptedText), err
 }
 
+// Cancels records the calls that a cancel ended before they started (a
+// type of its own: Store keeps to 15 methods). Its zero value is not usable:
+// it is Store.Cancels.
+type Cancels struct{ s *Store }
+
+// Forestall records the result of c, a call of the batch of session and
+// reply id that a cancel ended before it started (docs/protocol.md 3.5) and
+// that a re-sent copy of the batch might park (an external tool, a tool that
+// may ask), in a record of its own: status cancelled, kind queued, with res.
+// A copy that would park the call reads that record first (as it reads the
+// record of any call it parks, router parkStep.reuse) and gets res, so
+// nobody is asked again; also after batch.done, when the continuation and
+// its cancel marks are gone. The record is never parked: the handoff, the
+// listings and expiry pass it by. A record the call has already (a copy
+// parked it; the cancel reaches that one) is left as it is.
+func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error {
+	s, now := f.s, time.Now().UTC()
+	r := &Record{Session: session, ReplyID: replyID, Call: c, Kind: bus.KindQueued, Status: bus.ParkCancelled, Result: &res,
+		Subject: s.calls.subj.Handoffs.Answer(c.Name), InputDigest: bus.InputDigest(c.Input), Created: now, Expires: now.Add(s.cfg.TTL)}
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := store.Create(ctx, s.calls.kv, r.Key(), v, store.Bounded); err != nil && !store.IsConflict(err) {
+		return fmt.Errorf("parked: record the cancelled call %s: %w", r.Key(), err)
+	}
+	return nil
+}
+
 // Marks adds to b, a continuation this router resumed or took over, the
 // cancel marks of its batch that this router knows of and b lacks: those
 // written after b was read, by this router's Cancel or seen by its watch.
@@ -879,6 +917,9 @@ func claim(b *Batch, owner string, p Phase, why string) {
 		b.ResumedBy = why
 	}
 }
+
+// errCancelledFirst: a cancel recorded the call's result before it parked.
+var errCancelledFirst = errors.New("parked: the call was cancelled before it parked")
 
 // errParkedBefore: an earlier copy of the batch parked first.
 var errParkedBefore = errors.New("parked: this batch parked before")

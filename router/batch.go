@@ -346,7 +346,7 @@ const forestallBudget = 5 * time.Second
 // recorded in the ledger first when a re-sent copy of the batch would run
 // the call through it, so the copy gets it too and the call never runs.
 func (b *batch) cancelled(c *callState) {
-	if c.ledgered() {
+	if c.ledgered() || c.mayPark() {
 		forestall(b, []*callState{c})
 	}
 	b.finish(c, interrupted(c.call))
@@ -367,8 +367,20 @@ func (c *callState) ledgered() bool {
 	return t.Tool == nil || !t.Tool.Def.ReadOnly && !t.Tool.Def.External
 }
 
-// forestall records in the ledger the interrupted result of calls of b
-// that a cancel ended before they started (ledger.Ledger.Interrupt): a
+// mayPark reports whether a re-sent copy of the batch might park c (an
+// external tool, or any tool the permission engine may ask about,
+// docs/protocol.md 6.1), or c is not resolved yet (it may be one).
+// Built-ins and calls that cannot run never park. The caller holds b.mu or
+// runs the batch.
+func (c *callState) mayPark() bool {
+	t := &c.target
+	return c.early == nil && !t.Reset && !t.Search && !t.Read && !t.Skill && t.Code == ""
+}
+
+// forestall records the interrupted result of calls of b that a cancel
+// ended before they started: in the ledger when a re-sent copy would run
+// the call through it (ledger.Ledger.Interrupt), and in P_parked when a copy
+// might park it (parked.Cancels.Forestall, docs/protocol.md 3.5, 1.12): a
 // call that is not cancelled costs no write. The writes share
 // forestallBudget, so that a ledger without a leader delays the results
 // (and the reply) that long, not a write's budget per call. A write that
@@ -376,7 +388,7 @@ func (c *callState) ledgered() bool {
 // result is interrupted either way. A function, not a method: batch keeps
 // to 15 methods (TestMethodsPerType).
 func forestall(b *batch, calls []*callState) {
-	if b.p.ledger == nil || len(calls) == 0 {
+	if len(calls) == 0 {
 		return
 	}
 	lctx, lcancel := b.p.report.landing.start(b.ctx)
@@ -384,8 +396,22 @@ func forestall(b *batch, calls []*callState) {
 	ctx, cancel := context.WithTimeout(lctx, forestallBudget)
 	defer cancel()
 	for _, c := range calls {
-		if err := b.p.ledger.Interrupt(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), interrupted(c.call)); err != nil {
-			b.p.log.Warn("router: a cancelled call's result not recorded in the ledger; a re-send may run it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
+		if b.p.ledger != nil && c.ledgered() {
+			if err := b.p.ledger.Interrupt(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), interrupted(c.call)); err != nil {
+				b.p.log.Warn("router: a cancelled call's result not recorded in the ledger; a re-send may run it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
+			}
+		}
+		// A copy that would park the call reads its P_parked record, not
+		// the ledger (parkStep.reuse): it gets interrupted there (3.5, 1.12).
+		if c.mayPark() {
+			in := c.input
+			if in == nil {
+				in = c.call.Input
+			}
+			call := bus.Call{ID: c.call.ID, Name: c.call.Name, Input: in}
+			if err := b.p.conts.Forestall(ctx, b.session, b.replyID, call, interrupted(c.call)); err != nil {
+				b.p.log.Warn("router: a cancelled call's result not recorded in P_parked; a re-send may park it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
+			}
 		}
 	}
 }
@@ -492,6 +518,9 @@ type continuationPort interface {
 	// one (parked.Reads.Held); Continuation the batch a record belongs to.
 	Held(session, replyID string, calls []bus.Call) *parked.Record
 	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
+	// Forestall records the result of a call a cancel ended before it
+	// started, which a re-sent copy might park (parked.Cancels.Forestall).
+	Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error
 }
 
 // parkedStore is the parked machine's verbs and reads in one value.
@@ -499,9 +528,10 @@ type parkedStore struct {
 	*parked.Store
 	parked.Reads
 	parked.Mends
+	parked.Cancels
 }
 
-func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read, s.Mends} }
+func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read, s.Mends, s.Cancels} }
 
 // runnerPort runs what a call resolved to: a tool through its executor
 // (exec.go, the ledger), or the skill loader.
@@ -717,8 +747,8 @@ func (b *batch) interrupt(ids []string) {
 		if c.result == nil && (len(ids) == 0 || slices.Contains(ids, c.call.ID)) {
 			if c.cancel != nil {
 				c.cancel()
-			} else if c.ledgered() {
-				unstarted = append(unstarted, c) // a re-sent copy must not run it either (3.5)
+			} else if c.ledgered() || c.mayPark() {
+				unstarted = append(unstarted, c) // a re-sent copy must not run nor park it either (3.5)
 			}
 			c.result = ptr(interrupted(c.call))
 			hit = append(hit, c)

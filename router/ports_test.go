@@ -184,6 +184,8 @@ func (f *fakeConts) Continuation(context.Context, *parked.Record) (*parked.Batch
 	return nil, errors.New("fake: no continuation")
 }
 
+func (f *fakeConts) Forestall(context.Context, string, string, bus.Call, bus.Result) error { return nil }
+
 var _ continuationPort = (*fakeConts)(nil)
 
 // fakePipeline wires a pipeline from fakes.
