@@ -184,7 +184,9 @@ func (f *fakeConts) Continuation(context.Context, *parked.Record) (*parked.Batch
 	return nil, errors.New("fake: no continuation")
 }
 
-func (f *fakeConts) Forestall(context.Context, string, string, bus.Call, bus.Result) error { return nil }
+func (f *fakeConts) Forestall(context.Context, string, string, bus.Call, bus.Result) error {
+	return nil
+}
 
 var _ continuationPort = (*fakeConts)(nil)
 
