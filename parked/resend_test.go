@@ -82,3 +82,23 @@ func TestCopyWithOtherCalls(t *testing.T) {
 		t.Fatalf("an equal copy: %+v, %v", got, err)
 	}
 }
+
+// Reads.Held, asked by every new batch before it runs, costs a lookup per
+// call and no allocation, found or not.
+func TestHeldAllocatesNothing(t *testing.T) {
+	st := newStore(t)
+	s, _ := startLive(t, st, "router-a")
+	park(t, s, record("s1", "r1", "c1"))
+	calls := []bus.Call{{ID: "c0", Name: "deploy"}, {ID: "c1", Name: "deploy"}}
+	if rec := s.Read.Held("s1", "r1", calls); rec == nil || rec.Call.ID != "c1" {
+		t.Fatalf("Held found %+v, want c1's record", rec)
+	}
+	if rec := s.Read.Held("s1", "r2", calls); rec != nil {
+		t.Fatalf("Held found %+v for another reply id", rec)
+	}
+	for _, reply := range []string{"r1", "r2"} {
+		if n := testing.AllocsPerRun(100, func() { s.Read.Held("s1", reply, calls) }); n != 0 {
+			t.Fatalf("Held (reply %s) allocates %v times", reply, n)
+		}
+	}
+}
