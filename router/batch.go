@@ -142,7 +142,10 @@ func (r *Router) onBatch(m *nats.Msg) {
 	defer r.batches.untrack(b)
 	if err := r.pipe.park.sameAs(b, other); err != nil {
 		// A copy with other calls than the batch this router holds under
-		// its reply id: refused before any of its calls runs (3.1).
+		// its reply id: refused before any of its calls runs (3.1). It is
+		// forgotten before the agent hears it: a copy sent next must not
+		// meet it running here.
+		r.batches.untrack(b)
 		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, err)
 		r.reject(m, err)
 		return
