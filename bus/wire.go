@@ -281,6 +281,10 @@ type BatchDone struct {
 // the reply id.
 type Cancel struct {
 	Calls []string `json:"calls,omitempty"`
+	// Task names the background task whose run a router stops (1.12,
+	// docs/protocol.md 3.5): the cancel is for the workers, and routers
+	// leave the batches of its reply id alone.
+	Task string `json:"task,omitempty"`
 }
 
 // ToolsQuery is the data of io.toolbus.tools.query.

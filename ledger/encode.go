@@ -10,7 +10,7 @@ import (
 // hand (a write call puts its entry twice, claim and record, and a
 // recorded entry carries the whole result).
 func encode(e *Entry) []byte {
-	size := 160 + len(e.Router) + len(e.Claim)
+	size := 160 + len(e.Router) + len(e.Claim) + len(e.Call)
 	if e.Result != nil {
 		size += e.Result.Size()
 	}
@@ -22,6 +22,10 @@ func encode(e *Entry) []byte {
 	if e.Claim != "" {
 		b = append(b, `,"claim":`...)
 		b = bus.AppendJSONString(b, e.Claim)
+	}
+	if e.Call != "" {
+		b = append(b, `,"call":`...)
+		b = bus.AppendJSONString(b, e.Call)
 	}
 	b = append(b, `,"deadline":`...)
 	b = appendTime(b, e.Deadline)

@@ -40,9 +40,15 @@ import (
 // Entry is the P_ledger record of one call that is not read-only; the
 // claim a run holds is one too.
 type Entry struct {
-	State    string    `json:"state"` // running, done or abandoned
-	Router   string    `json:"router"`
-	Claim    string    `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
+	State  string `json:"state"` // running, done or abandoned
+	Router string `json:"router"`
+	Claim  string `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
+	// Call is bus.CallDigest of the call's tool and input (1.12): a
+	// duplicate with another is a copy of the batch with another call under
+	// this key, and gets bus.OtherCallResult, never this call's result.
+	// Absent in the entries of routers of 1.11 and before, and in those of
+	// Interrupt.
+	Call     string    `json:"call,omitempty"`
 	Deadline time.Time `json:"deadline"`
 	// Touched is the lease of a running claim: its router renews it every
 	// heartbeat while the call runs (as the lease of an answered parked
@@ -87,7 +93,7 @@ type Ledger struct {
 	kv  jetstream.KeyValue
 	cfg Config
 
-	pending sync.Map // key → bus.Result: recorded results that have not landed yet
+	pending sync.Map // key → pendingResult: recorded results that have not landed yet
 	held    claims   // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
 	ids     claimIDs
@@ -155,9 +161,9 @@ const (
 // may take; the claim tells duplicates how long to wait. Its entry is this
 // router's claim, or, for a duplicate, the other claim's entry as read
 // (with its result when that run has recorded one).
-func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration) (outcome, Entry) {
+func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, digest string) (outcome, Entry) {
 	now := time.Now().UTC()
-	me := Entry{State: stateRunning, Router: l.cfg.Router, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
+	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: digest, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
 	val := encode(&me)
 	// The common case in one round trip: nobody has the key.
 	rev, err := store.CreateWithin(ctx, l.kv, key, val, 5*time.Second)
@@ -377,7 +383,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 			return *le.Result
 		}
 	}
-	l.pending.Store(key, res)
+	l.pending.Store(key, pendingResult{res: res, call: claim.Call})
 	landed, id := make(chan struct{}), claim.Claim
 	l.writes.Go(func() {
 		defer close(landed)
@@ -440,8 +446,7 @@ func pollEvery(lease time.Duration) time.Duration {
 // leaves.
 func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 	if res, ok := l.pending.Load(c.Key); ok {
-		l.cfg.Hits()
-		return res.(bus.Result), nil
+		return recorded(l, c, res.(pendingResult)), nil
 	}
 	start := time.Now()
 	var expired <-chan time.Time
@@ -677,7 +682,7 @@ func (w *shared) loop(l *Ledger) {
 // could not be written.
 func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bus.Result, *Entry, bool) {
 	now := time.Now().UTC()
-	next := Entry{Router: l.cfg.Router, Claim: l.ids.next(), Deadline: le.Deadline}
+	next := Entry{Router: l.cfg.Router, Claim: l.ids.next(), Call: le.Call, Deadline: le.Deadline}
 	var res bus.Result
 	switch {
 	case c.Durable && now.Before(le.Deadline.Add(TimeoutGrace)):
@@ -768,6 +773,10 @@ type Call struct {
 	// Key is the call key (session.replyid.callid), as in P_parked.
 	Key  string
 	Call bus.Call
+	// Digest is bus.CallDigest of the call as the agent sent it (a
+	// confirmed call's parked input, not a person's edit): kept in the
+	// claim, and compared by duplicates. Empty: neither kept nor compared.
+	Digest string
 	// Timeout is how long the run may take; duplicates wait that long for
 	// an entry of a router without leases.
 	Timeout time.Duration
@@ -829,14 +838,16 @@ func (l *Ledger) Release(ctx context.Context, key string, claim Entry) {
 func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.Result) bus.Result {
 	key := c.Key
 	if res, ok := l.pending.Load(key); ok {
-		l.cfg.Hits()
-		return res.(bus.Result)
+		return recorded(l, c, res.(pendingResult))
 	}
-	switch how, claim := l.claim(ctx, key, c.Timeout); how {
+	switch how, claim := l.claim(ctx, key, c.Timeout, c.Digest); how {
 	case claimed:
 		defer l.held.release(key, claim.Claim)
 		return run(claim)
 	case duplicate:
+		if other(c, claim.Call) {
+			return bus.OtherCallResult(c.Call) // another call under this key: no wait, no result of it
+		}
 		if claim.State == stateDone && claim.Result != nil {
 			// The entry read holds the result: no watch to wait on
 			// (a consumer's create and delete through the meta leader).
@@ -858,6 +869,28 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 		return Unavailable(c.Call)
 	}
 }
+
+// pendingResult is a recorded result that has not landed yet, with its
+// claim's call digest.
+type pendingResult struct {
+	res  bus.Result
+	call string
+}
+
+// recorded is what a duplicate c gets from p, a result of l not landed
+// yet: that result, unless p is another call's. A function, not a method:
+// Ledger keeps to 15 methods (internal/life TestMethodsPerType).
+func recorded(l *Ledger, c Call, p pendingResult) bus.Result {
+	if other(c, p.call) {
+		return bus.OtherCallResult(c.Call)
+	}
+	l.cfg.Hits()
+	return p.res
+}
+
+// other reports whether a claim with call digest held is another call than
+// c (docs/protocol.md 3.1, 1.12): both digests known, and different.
+func other(c Call, held string) bool { return c.Digest != "" && held != "" && c.Digest != held }
 
 // StoreFull is the result of a call that did not run because JetStream
 // refused its record for want of space (docs/protocol.md 3.3, `internal`).

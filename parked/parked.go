@@ -21,6 +21,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,6 +58,9 @@ type Store struct {
 	cfg   Config
 	Read  Reads // reads from the watch-fed cache (Parked) or the store
 	Mends Mends // the results lost between a call's end and its batch
+	// Cancels records calls cancelled before they started that a re-sent
+	// copy might park.
+	Cancels Cancels
 }
 
 // Reads reads a Store's records and continuations; it writes nothing.
@@ -79,6 +83,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 	s.calls.last = st.Parked.LastRevision
 	s.Read = Reads{calls: s.calls, conts: s.conts}
 	s.Mends = Mends{s: s}
+	s.Cancels = Cancels{s: s}
 	return s
 }
 
@@ -139,6 +144,11 @@ type Parking struct {
 	Batch  *Batch
 	Parked []*Record
 	Failed map[string]error // by call id: the calls that could not park
+	// Differs, with Before: the earlier copy holds other calls than this
+	// one (bus.SameCalls: ids, names, inputs), and this copy is refused
+	// with it: nothing of it parked, none of its records was written
+	// (docs/protocol.md 3.1, 1.12).
+	Differs error
 }
 
 // Park records the run's continuation, then its calls' records, then
@@ -156,7 +166,16 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	err := s.conts.parkBatch(ctx, run.Batch, run.Results, waiting, run.Next, run.Alone)
 	if errors.Is(err, errParkedBefore) {
 		b, _ := s.Read.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
-		return Parking{Before: true, Batch: b, Parked: s.join(ctx, run, b)}, nil
+		if b != nil {
+			if err := bus.SameCalls(b.ReplyID, b.Data.Calls, run.Batch.Data.Calls); err != nil {
+				return Parking{Before: true, Batch: b, Differs: err}, nil
+			}
+		}
+		out := Parking{Before: true, Batch: b, Parked: s.join(ctx, run, b)}
+		if b == nil {
+			out.Differs = sameRecorded(run, out.Parked)
+		}
+		return out, nil
 	}
 	if err != nil {
 		return Parking{}, err
@@ -179,8 +198,20 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 				// A first copy of this batch carried its continuation in
 				// this call's record: that copy is the batch, this one's goes.
 				if s.conts.remove(ctx, run.Batch) {
-					return Parking{Before: true, Batch: carried(prev)}, nil
+					first := carried(prev)
+					differs := bus.SameCalls(first.ReplyID, first.Data.Calls, run.Batch.Data.Calls)
+					if differs != nil {
+						// A copy with other calls: the records it wrote
+						// before this conflict are no call of that batch.
+						unpark(ctx, s.calls, created)
+					}
+					return Parking{Before: true, Batch: first, Differs: differs}, nil
 				}
+			case prev.Status != bus.ParkParked && prev.Result != nil:
+				// A cancel ended the call before it parked (Cancels.Forestall,
+				// docs/protocol.md 3.5): it did not park, and settles with
+				// its result as any call that could not park.
+				err = errCancelledFirst
 			default:
 				// Another copy of this batch, which found this one's
 				// continuation, parked the call first (join): it is parked.
@@ -246,6 +277,14 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 			prev, _ = s.Read.Batch(ctx, b.Session, b.ReplyID)
 		}
 		out.Batch = prev
+		if prev != nil {
+			out.Differs = bus.SameCalls(prev.ReplyID, prev.Data.Calls, b.Data.Calls)
+		} else {
+			out.Differs = sameRecorded(run, out.Parked)
+		}
+		if out.Differs != nil {
+			out.Parked = nil
+		}
 		return out, nil
 	}
 	s.calls.announce(run, []*Record{r}, []*Record{r})
@@ -283,6 +322,36 @@ func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	}
 	s.calls.announce(Run{}, nil, created)
 	return out
+}
+
+// sameRecorded checks, for a copy of a batch whose continuation is gone
+// (the batch finished) or unreadable, the calls of run that have records:
+// each record's call must be the copy's call of that id (bus.SameCalls on
+// the one call). The copy's other calls cannot be checked: the calls of
+// the batch are no longer held anywhere but in the records of those that
+// parked (docs/protocol.md 3.1).
+func sameRecorded(run Run, recs []*Record) error {
+	for _, rec := range recs {
+		for _, c := range run.Batch.Data.Calls {
+			if c.ID == rec.Call.ID {
+				if err := bus.SameCalls(rec.ReplyID, []bus.Call{rec.Call}, []bus.Call{c}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// unpark removes records that a copy refused (Parking.Differs) wrote
+// before it found the batch it is not a copy of; they were not announced.
+// A function, not a method: calls keeps to 15 methods (TestMethodsPerType).
+func unpark(ctx context.Context, c *calls, recs []*Record) {
+	for _, r := range recs {
+		if _, err := store.Delete(ctx, c.kv, r.Key(), store.Bounded); err != nil {
+			c.cfg.Logger.Warn("parked: a refused copy's record not removed", "key", r.Key(), "err", err)
+		}
+	}
 }
 
 // announce hands run's parked records to run.Announce, then publishes the
@@ -530,6 +599,35 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 	return s.calls.endAll(ctx, recs, bus.ParkCancelled, bus.CodeInterrupted, bus.InterruptedText), err
 }
 
+// Cancels records the calls that a cancel ended before they started (a
+// type of its own: Store keeps to 15 methods). Its zero value is not usable:
+// it is Store.Cancels.
+type Cancels struct{ s *Store }
+
+// Forestall records the result of c, a call of the batch of session and
+// reply id that a cancel ended before it started (docs/protocol.md 3.5) and
+// that a re-sent copy of the batch might park (an external tool, a tool that
+// may ask), in a record of its own: status cancelled, kind queued, with res.
+// A copy that would park the call reads that record first (as it reads the
+// record of any call it parks, router parkStep.reuse) and gets res, so
+// nobody is asked again; also after batch.done, when the continuation and
+// its cancel marks are gone. The record is never parked: the handoff, the
+// listings and expiry pass it by. A record the call has already (a copy
+// parked it; the cancel reaches that one) is left as it is.
+func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error {
+	s, now := f.s, time.Now().UTC()
+	r := &Record{Session: session, ReplyID: replyID, Call: c, Kind: bus.KindQueued, Status: bus.ParkCancelled, Result: &res,
+		Subject: s.calls.subj.Handoffs.Answer(c.Name), InputDigest: bus.InputDigest(c.Input), Created: now, Expires: now.Add(s.cfg.TTL)}
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := store.Create(ctx, s.calls.kv, r.Key(), v, store.Bounded); err != nil && !store.IsConflict(err) {
+		return fmt.Errorf("parked: record the cancelled call %s: %w", r.Key(), err)
+	}
+	return nil
+}
+
 // Marks adds to b, a continuation this router resumed or took over, the
 // cancel marks of its batch that this router knows of and b lacks: those
 // written after b was read, by this router's Cancel or seen by its watch.
@@ -600,6 +698,30 @@ func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error)
 		err = s.calls.watch.Reached(ctx, rev)
 	}
 	return s.Parked(session, ""), err
+}
+
+// Held returns the record of the first of calls, of the batch of session
+// and reply id, that the cache holds parked; nil when none (the normal
+// path of a new batch: one lookup per call, no allocation). A router
+// compares a batch that finds one with the batch parked under its reply
+// id before it runs any of its calls (docs/protocol.md 3.1, 1.12).
+func (s Reads) Held(session, replyID string, calls []bus.Call) *Record {
+	var buf [192]byte
+	s.calls.mu.RLock()
+	defer s.calls.mu.RUnlock()
+	for _, c := range calls {
+		var key string
+		if n := len(session) + len(replyID) + len(c.ID) + 2; n <= len(buf) {
+			k := append(append(append(append(append(buf[:0], session...), '.'), replyID...), '.'), c.ID...)
+			key = unsafe.String(&k[0], len(k)) // looked up only, never kept
+		} else {
+			key = bus.CallKey(session, replyID, c.ID)
+		}
+		if r, ok := s.calls.parked.Get(key); ok {
+			return r
+		}
+	}
+	return nil
 }
 
 // Get reads a call's record (bus.CallKey) from the store.
@@ -795,6 +917,9 @@ func claim(b *Batch, owner string, p Phase, why string) {
 		b.ResumedBy = why
 	}
 }
+
+// errCancelledFirst: a cancel recorded the call's result before it parked.
+var errCancelledFirst = errors.New("parked: the call was cancelled before it parked")
 
 // errParkedBefore: an earlier copy of the batch parked first.
 var errParkedBefore = errors.New("parked: this batch parked before")

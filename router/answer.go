@@ -338,12 +338,12 @@ func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *pa
 	if tool == nil || !r.reg.Live(tool) || !slices.ContainsFunc(t.data.Calls, func(c bus.Call) bool { return c.ID == rec.Call.ID }) {
 		return unavailable(rec.Call)
 	}
-	input := rec.Call.Input
+	input, sent := rec.Call.Input, json.RawMessage(nil)
 	if len(rec.Answer.Input) > 0 {
-		input = rec.Answer.Input
+		input, sent = rec.Answer.Input, rec.Call.Input // the ledger keeps the digest of the call as sent (3.1)
 	}
 	j := &job{session: t.session, replyID: t.replyID, trace: t.trace, deadline: t.deadline, user: t.data.User,
-		context: t.data.Context, call: bus.Call{ID: rec.Call.ID, Name: rec.Call.Name, Input: input}, tool: tool}
+		context: t.data.Context, call: bus.Call{ID: rec.Call.ID, Name: rec.Call.Name, Input: input}, sent: sent, tool: tool}
 	ctx, cancel := context.WithCancel(r.base)
 	defer r.confirming.add(rec.Session, rec.ReplyID, rec.Call.ID, cancel)()
 	return r.runTool(ctx, j)

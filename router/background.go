@@ -535,5 +535,5 @@ func (b *background) stopRun(rec *tasks.Record) {
 	if o, ok := b.running.Load(rec.ID); ok {
 		o.(ownedTask).cancel()
 	}
-	b.publish(b.subj.Cancel(rec.Session), bus.TypeCallCancel, rec, "", bus.Cancel{Calls: []string{rec.CallID}})
+	b.publish(b.subj.Cancel(rec.Session), bus.TypeCallCancel, rec, "", bus.Cancel{Calls: []string{rec.CallID}, Task: rec.ID})
 }

@@ -38,6 +38,10 @@ type batch struct {
 
 	cont   *parked.Batch // the continuation record once the batch parked
 	parked []bus.Parked  // what this router parked (and queued) last
+	// refused is the bad_request of a copy re-sent under the reply id of
+	// a batch with other calls (bus.SameCalls, docs/protocol.md 3.1): it
+	// gets that error instead of a reply, and runs nothing more.
+	refused error
 
 	sent   []*sentEvent     // events published and not yet known to be stored
 	audits []*audit.Pending // audit records on their way to P_AUDIT (chain.go)
@@ -134,8 +138,18 @@ func (r *Router) onBatch(m *nats.Msg) {
 	}
 	b := r.pipe.newBatch(t, time.Now())
 	r.m.Batches.Inc()
-	r.batches.track(b)
+	other := r.batches.track(b)
 	defer r.batches.untrack(b)
+	if err := r.pipe.park.sameAs(b, other); err != nil {
+		// A copy with other calls than the batch this router holds under
+		// its reply id: refused before any of its calls runs (3.1). It is
+		// forgotten before the agent hears it: a copy sent next must not
+		// meet it running here.
+		r.batches.untrack(b)
+		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, err)
+		r.reject(m, err)
+		return
+	}
 	if err := b.p.sessions.Touch(b.ctx, b.session); err != nil {
 		r.log.Warn("router: session not touched", "session", b.session, "err", err)
 	}
@@ -145,6 +159,11 @@ func (r *Router) onBatch(m *nats.Msg) {
 	// once. Left tracked until the reply, the batch would also interrupt
 	// them itself, and each would get two results.
 	r.batches.untrack(b)
+	if b.refused != nil { // a copy with other calls than its batch (docs/protocol.md 3.1)
+		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, b.refused)
+		r.reject(m, b.refused)
+		return
+	}
 	// call.parked and batch.done are in the events stream before the
 	// reply: an agent that reconnects after it finds them there. A batch
 	// cut off gets no reply: the agent re-sends, and the ledger answers.
@@ -249,11 +268,15 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 		}
 	}
 	if len(parks) > 0 {
-		parks, specs = b.p.park.reuse(b, parks, specs)
+		if parks, specs = b.p.park.reuse(b, parks, specs); b.refused != nil {
+			return false // a copy with other calls than its batch (3.1): nothing more runs
+		}
 	}
 	if len(parks) > 0 && !b.p.park.park(b, parks, specs, next) {
-		if b.cont != nil {
-			return false // another router took the continuation over: the batch is its
+		if b.cont != nil || b.refused != nil {
+			// Another router took the continuation over: the batch is its;
+			// or this copy is refused, and runs nothing.
+			return false
 		}
 		// A re-sent batch found the first one parked. Its reply still
 		// holds every call of this run, finished or parked (docs/protocol.md
@@ -326,7 +349,7 @@ const forestallBudget = 5 * time.Second
 // recorded in the ledger first when a re-sent copy of the batch would run
 // the call through it, so the copy gets it too and the call never runs.
 func (b *batch) cancelled(c *callState) {
-	if c.ledgered() {
+	if c.ledgered() || c.mayPark() {
 		forestall(b, []*callState{c})
 	}
 	b.finish(c, interrupted(c.call))
@@ -347,8 +370,20 @@ func (c *callState) ledgered() bool {
 	return t.Tool == nil || !t.Tool.Def.ReadOnly && !t.Tool.Def.External
 }
 
-// forestall records in the ledger the interrupted result of calls of b
-// that a cancel ended before they started (ledger.Ledger.Interrupt): a
+// mayPark reports whether a re-sent copy of the batch might park c (an
+// external tool, or any tool the permission engine may ask about,
+// docs/protocol.md 6.1), or c is not resolved yet (it may be one).
+// Built-ins and calls that cannot run never park. The caller holds b.mu or
+// runs the batch.
+func (c *callState) mayPark() bool {
+	t := &c.target
+	return c.early == nil && !t.Reset && !t.Search && !t.Read && !t.Skill && t.Code == ""
+}
+
+// forestall records the interrupted result of calls of b that a cancel
+// ended before they started: in the ledger when a re-sent copy would run
+// the call through it (ledger.Ledger.Interrupt), and in P_parked when a copy
+// might park it (parked.Cancels.Forestall, docs/protocol.md 3.5, 1.12): a
 // call that is not cancelled costs no write. The writes share
 // forestallBudget, so that a ledger without a leader delays the results
 // (and the reply) that long, not a write's budget per call. A write that
@@ -356,7 +391,7 @@ func (c *callState) ledgered() bool {
 // result is interrupted either way. A function, not a method: batch keeps
 // to 15 methods (TestMethodsPerType).
 func forestall(b *batch, calls []*callState) {
-	if b.p.ledger == nil || len(calls) == 0 {
+	if len(calls) == 0 {
 		return
 	}
 	lctx, lcancel := b.p.report.landing.start(b.ctx)
@@ -364,8 +399,22 @@ func forestall(b *batch, calls []*callState) {
 	ctx, cancel := context.WithTimeout(lctx, forestallBudget)
 	defer cancel()
 	for _, c := range calls {
-		if err := b.p.ledger.Interrupt(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), interrupted(c.call)); err != nil {
-			b.p.log.Warn("router: a cancelled call's result not recorded in the ledger; a re-send may run it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
+		if b.p.ledger != nil && c.ledgered() {
+			if err := b.p.ledger.Interrupt(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), interrupted(c.call)); err != nil {
+				b.p.log.Warn("router: a cancelled call's result not recorded in the ledger; a re-send may run it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
+			}
+		}
+		// A copy that would park the call reads its P_parked record, not
+		// the ledger (parkStep.reuse): it gets interrupted there (3.5, 1.12).
+		if c.mayPark() {
+			in := c.input
+			if in == nil {
+				in = c.call.Input
+			}
+			call := bus.Call{ID: c.call.ID, Name: c.call.Name, Input: in}
+			if err := b.p.conts.Forestall(ctx, b.session, b.replyID, call, interrupted(c.call)); err != nil {
+				b.p.log.Warn("router: a cancelled call's result not recorded in P_parked; a re-send may park it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
+			}
 		}
 	}
 }
@@ -468,6 +517,13 @@ type continuationPort interface {
 	Marks(b *parked.Batch)
 	Get(ctx context.Context, key string) (*parked.Record, error)
 	Parked(session, replyID string) []*parked.Record
+	// Held is the cached parked record of the first of calls that has
+	// one (parked.Reads.Held); Continuation the batch a record belongs to.
+	Held(session, replyID string, calls []bus.Call) *parked.Record
+	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
+	// Forestall records the result of a call a cancel ended before it
+	// started, which a re-sent copy might park (parked.Cancels.Forestall).
+	Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error
 }
 
 // parkedStore is the parked machine's verbs and reads in one value.
@@ -475,9 +531,10 @@ type parkedStore struct {
 	*parked.Store
 	parked.Reads
 	parked.Mends
+	parked.Cancels
 }
 
-func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read, s.Mends} }
+func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read, s.Mends, s.Cancels} }
 
 // runnerPort runs what a call resolved to: a tool through its executor
 // (exec.go, the ledger), or the skill loader.
@@ -642,6 +699,13 @@ func (r *canceller) onCancel(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
+	if c.Task != "" {
+		// A task's cancel (background.stopRun) stops its run at the worker;
+		// the task's record says it ended. A re-sent copy of its batch may
+		// be running here (it gets the task's handle): the cancel is not
+		// its (3.5, 1.12), however late it arrives.
+		return
+	}
 	for _, b := range r.running(e.SessionID, e.ReplyID) { // each copy of a re-sent batch (3.1, 3.5)
 		b.interrupt(c.Calls)
 	}
@@ -693,8 +757,8 @@ func (b *batch) interrupt(ids []string) {
 		if c.result == nil && (len(ids) == 0 || slices.Contains(ids, c.call.ID)) {
 			if c.cancel != nil {
 				c.cancel()
-			} else if c.ledgered() {
-				unstarted = append(unstarted, c) // a re-sent copy must not run it either (3.5)
+			} else if c.ledgered() || c.mayPark() {
+				unstarted = append(unstarted, c) // a re-sent copy must not run nor park it either (3.5)
 			}
 			c.result = ptr(interrupted(c.call))
 			hit = append(hit, c)
@@ -724,8 +788,10 @@ type runningBatches struct {
 // strings, not their join, costs no allocation per batch.
 type batchRef struct{ session, replyID string }
 
-// track makes a batch reachable by cancels; untrack forgets it.
-func (rb *runningBatches) track(b *batch) {
+// track makes a batch reachable by cancels; untrack forgets it. It returns
+// another copy of the batch running here (nil: none), which a re-sent copy
+// is compared with (parkStep.sameAs).
+func (rb *runningBatches) track(b *batch) *batch {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	if rb.m == nil {
@@ -735,8 +801,12 @@ func (rb *runningBatches) track(b *batch) {
 	switch cur, ok := rb.m[k]; {
 	case !ok:
 		rb.m[k] = b
+		return nil
 	case cur != b && !slices.Contains(rb.more[k], b):
 		rb.more[k] = append(rb.more[k], b)
+		return cur
+	default:
+		return nil
 	}
 }
 

@@ -199,3 +199,37 @@ func TestCancelInResumeWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestTaskCancelLeavesBatches: the cancel a router publishes to stop a
+// background task's run at its worker (background.stopRun, naming the task,
+// 1.12) ends nothing of the batches of its reply id on any router: a
+// re-sent copy of the batch running there gets the task's handle, and
+// before, a cancel that reached the router late (under load) ended the
+// copy's call interrupted (test/embedded TestTaskResendAfterCancel). The
+// same cancel without the task ends them, as an agent's does.
+func TestTaskCancelLeavesBatches(t *testing.T) {
+	for _, tc := range []struct {
+		task string
+		want bool // the batch's calls are cancelled
+	}{{"", true}, {"t1", false}} {
+		rig := newWindowRig(t)
+		var reached bool
+		rig.cancels.running = func(session, replyID string) []*batch { reached = true; return nil }
+		rig.cancels.parked = func(session, replyID string, ids []string) { reached = true }
+		stopped := false
+		rig.cancels.confirming.add("s1", "r1", "c1", func() { stopped = true })
+		e, err := bus.NewEvent(bus.TypeCallCancel, "toolbus/router/r2", bus.Cancel{Calls: []string{"c1"}, Task: tc.task})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.SessionID, e.ReplyID = "s1", "r1"
+		m, err := e.Msg(bus.NewSubjects("").Cancel("s1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rig.cancels.onCancel(m)
+		if reached != tc.want || stopped != tc.want {
+			t.Errorf("task %q: batches reached %v, confirmed call stopped %v; want %v", tc.task, reached, stopped, tc.want)
+		}
+	}
+}

@@ -573,6 +573,10 @@ type onceRunner interface {
 // ledgerCall is what the ledger knows of j, whose run may take timeout.
 func ledgerCall(j *job, timeout time.Duration) ledger.Call {
 	def := &j.tool.Def
-	return ledger.Call{Key: j.key(), Call: j.call, Timeout: timeout, Expiry: j.deadline,
+	sent := j.call.Input
+	if j.sent != nil {
+		sent = j.sent
+	}
+	return ledger.Call{Key: j.key(), Call: j.call, Digest: bus.CallDigest(j.call.Name, sent), Timeout: timeout, Expiry: j.deadline,
 		Retry: def.Idempotent && def.MaxAttempts > 1, Durable: def.Durable}
 }

@@ -35,6 +35,7 @@ type job struct {
 	deadline         time.Time       // the batch's expirytime; zero when absent
 	user, context    json.RawMessage // the batch's user and context
 	call             bus.Call        // with its validated input
+	sent             json.RawMessage // the input as the agent sent it when call's is a person's edit (a confirmed call); nil: call's
 	tool             *registry.Tool
 
 	// A batch's call and what the chain's middlewares learn of it on its

@@ -86,6 +86,12 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	}
 	if got.Before {
 		b.cont = nil
+		if got.Differs != nil {
+			// A copy with other calls than the batch parked under its
+			// reply id: refused whole, nothing of it parked (3.1).
+			b.refused = got.Differs
+			return false
+		}
 		s.adopt(ctx, b, calls, specs, got)
 		return false
 	}
@@ -329,6 +335,42 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 	}
 }
 
+// sameAs refuses, before any of its calls runs, a batch re-sent under the
+// reply id of a batch this router holds with other calls (bus.SameCalls,
+// docs/protocol.md 3.1): other, a copy running here (nil: none), or the
+// batch of a call of it that the cache of parked records holds. A new
+// batch costs a lookup per call and no read; only a batch that finds a
+// parked record of its reply id reads that batch's continuation (unless
+// the record carries it). What this router has not seen yet is checked
+// where the copy parks (parked.Parking.Differs) or meets a record (reuse).
+func (s parkStep) sameAs(b *batch, other *batch) error {
+	if other != nil {
+		if err := bus.SameCalls(b.replyID, other.data.Calls, b.data.Calls); err != nil {
+			return err
+		}
+	}
+	rec := s.conts.Held(b.session, b.replyID, b.data.Calls)
+	if rec == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if first, err := s.conts.Continuation(ctx, rec); err == nil {
+		return bus.SameCalls(b.replyID, first.Data.Calls, b.data.Calls)
+	}
+	return sameCall(b, rec)
+}
+
+// sameCall is bus.SameCalls of rec's call and b's call of its id.
+func sameCall(b *batch, rec *parked.Record) error {
+	for _, c := range b.data.Calls {
+		if c.ID == rec.Call.ID {
+			return bus.SameCalls(b.replyID, []bus.Call{rec.Call}, []bus.Call{c})
+		}
+	}
+	return nil
+}
+
 // Dedupe: a batch re-sent with the same (session, reply id) must not run
 // anything twice and must answer what the first copy got. A call that is
 // not read-only has its P_ledger entry (once); a batch that parked, its
@@ -345,6 +387,14 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	var keepSpecs []parkSpec
 	for i, c := range calls {
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
+		if err == nil {
+			if differs := sameCall(b, rec); differs != nil {
+				// Another call under this call's key: this copy is refused
+				// (docs/protocol.md 3.1), it never gets that call's result.
+				b.refused = differs
+				return nil, nil
+			}
+		}
 		if err == nil && rec.Status != bus.ParkParked && rec.Result != nil {
 			c.recorded = true // the router that ended it reported it under the call's id (docs/protocol.md 3.1)
 			b.finish(c, *rec.Result)

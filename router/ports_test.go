@@ -179,6 +179,15 @@ func (f *fakeConts) Parked(_, replyID string) []*parked.Record {
 	return out
 }
 
+func (f *fakeConts) Held(string, string, []bus.Call) *parked.Record { return nil }
+func (f *fakeConts) Continuation(context.Context, *parked.Record) (*parked.Batch, error) {
+	return nil, errors.New("fake: no continuation")
+}
+
+func (f *fakeConts) Forestall(context.Context, string, string, bus.Call, bus.Result) error {
+	return nil
+}
+
 var _ continuationPort = (*fakeConts)(nil)
 
 // fakePipeline wires a pipeline from fakes.

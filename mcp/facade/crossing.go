@@ -208,7 +208,7 @@ func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	rec := clientRecord{Version: req.Params.ProtocolVersion, Capabilities: req.Params.Capabilities, Info: req.Params.ClientInfo}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := x.store.put(ctx, "m"+strings.TrimPrefix(x.crossKey(cs.SessionID()), "x"), rec, false); err != nil {
+	if err := x.store.put(ctx, x.crossKey("m", cs.SessionID()), rec, false); err != nil {
 		x.log.Warn("facade: an MCP session's client could not be recorded for the other processes", "session", x.session, "err", err)
 	}
 }
@@ -229,7 +229,7 @@ func (x *crossing) adopt(ctx context.Context, sid string) {
 		return
 	}
 	var rec clientRecord
-	if x.store.get(ctx, "m"+strings.TrimPrefix(x.crossKey(sid), "x"), &rec) != nil || rec.Version == "" {
+	if x.store.get(ctx, x.crossKey("m", sid), &rec) != nil || rec.Version == "" {
 		return
 	}
 	init, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": "toolbus-adopt", "method": mcp.MethodInitialize,
@@ -306,10 +306,11 @@ func (a adoptedID) Generate() string                              { return strin
 func (adoptedID) Validate(string) (isTerminated bool, err error)  { return false, nil }
 func (adoptedID) Terminate(string) (isNotAllowed bool, err error) { return false, nil }
 
-// crossKey is the key prefix of the (session, user)'s MCP session sid.
-func (x *crossing) crossKey(sid string) string {
+// crossKey is the key of kind (x: the prefix of the carried messages, m:
+// the client record) of the (session, user)'s MCP session sid.
+func (x *crossing) crossKey(kind, sid string) string {
 	d := sha256.Sum256([]byte(sid))
-	return "x." + x.session + "." + userDigest(x.user) + "." + hex.EncodeToString(d[:16])
+	return userKey(kind, x.session, x.user, hex.EncodeToString(d[:16]))
 }
 
 // carry puts body where the process following MCP session sid gets it.
@@ -325,7 +326,7 @@ func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) 
 	defer cancel()
 	// The put publishes raw to the key's subscribers; the record is a
 	// message, not state, and is deleted again.
-	key := x.crossKey(sid) + "." + nuid.Next()
+	key := x.crossKey("x", sid) + "." + nuid.Next()
 	if err := x.store.put(ctx, key, json.RawMessage(raw), false); err != nil {
 		x.log.Warn("facade: a message of an MCP session could not be carried to another process", "session", x.session, "err", err)
 		return err
@@ -342,7 +343,7 @@ func (x *crossing) follow(ctx context.Context, sid string) (stop func()) {
 	cs := x.subs[sid]
 	if cs == nil {
 		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // until the last stop
-		subject, err := x.store.subject(ctx, x.crossKey(sid)+".*")
+		subject, err := x.store.subject(ctx, x.crossKey("x", sid)+".*")
 		if err == nil {
 			err = bus.Listen(lctx, x.nc, subject, 64, func(m *nats.Msg) bool { x.deliver(sid, m); return true }, func() {})
 		}

@@ -337,7 +337,7 @@ func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (stri
 func (c *confirmer) forget(state string) {
 	dctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
 	defer cancel()
-	c.states.delete(dctx, stateKey(c.session, c.user, state))
+	c.states.delete(dctx, userKey("r", c.session, c.user, state))
 }
 
 // keepResult keeps the result of a call that ended for its retry a
@@ -446,12 +446,8 @@ type stateRecord struct {
 	Expires    time.Time `json:"expires"`  // the state is refused after this
 }
 
-func stateKey(session, user, id string) string {
-	return "r." + session + "." + userDigest(user) + "." + id
-}
-
 func (st *kvStore) putState(ctx context.Context, id string, r *stateRecord) error {
-	return st.put(ctx, stateKey(r.Session, r.User, id), r, true)
+	return st.put(ctx, userKey("r", r.Session, r.User, id), r, true)
 }
 
 // getState returns the (session, user)'s live request state id, else
@@ -461,7 +457,7 @@ func (st *kvStore) getState(ctx context.Context, session, user, id string) (*sta
 		return nil, errNotFound
 	}
 	var r stateRecord
-	err := st.get(ctx, stateKey(session, user, id), &r)
+	err := st.get(ctx, userKey("r", session, user, id), &r)
 	if errors.Is(err, errNoStore) {
 		return nil, err
 	}

@@ -89,8 +89,12 @@ func userDigest(user string) string {
 	return hex.EncodeToString(d[:16])
 }
 
-func taskKey(session, user, id string) string {
-	return "t." + session + "." + userDigest(user) + "." + id
+// userKey is the key of a (session, user)'s record of kind in the bucket,
+// <kind>.<session>.<user digest>[.<id>]: t a task, i the tasks' index,
+// r a request state (elicit.go), m an MCP session's client and x its
+// carried messages (crossing.go). An id "" makes the prefix of them all.
+func userKey(kind, session, user string, id ...string) string {
+	return strings.Join(append([]string{kind, session, userDigest(user)}, id...), ".")
 }
 
 // errNoStore: the bucket cannot be reached; nothing was published.
@@ -184,7 +188,7 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	if err != nil {
 		return err
 	}
-	_, err = store.Update(ctx, kv, indexKey(r.Session, r.User), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	_, err = store.Update(ctx, kv, userKey("i", r.Session, r.User), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		var idx taskIndex
 		if cur != nil && len(cur.Value()) > 0 {
 			if err := json.Unmarshal(cur.Value(), &idx); err != nil {
@@ -204,7 +208,7 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
-	return st.put(ctx, taskKey(r.Session, r.User, r.ID), r, true)
+	return st.put(ctx, userKey("t", r.Session, r.User, r.ID), r, true)
 }
 
 // errTooManyTasks: the (session, user) keeps MaxTasks live tasks.
@@ -224,15 +228,13 @@ func (idx *taskIndex) prune(now time.Time) {
 	idx.Tasks = slices.DeleteFunc(idx.Tasks, func(e indexEntry) bool { return !now.Before(e.Expires) })
 }
 
-func indexKey(session, user string) string { return "i." + session + "." + userDigest(user) }
-
 // listTasks returns the (session, user)'s live records, oldest first,
 // deleting the expired ones: those its index names (every record is
 // counted there before it is written; a listing of the keys would create
 // a consumer, which the facade never does, docs/security.md).
 func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*taskRecord, error) {
 	var idx taskIndex
-	if err := st.get(ctx, indexKey(session, user), &idx); errors.Is(err, errNoStore) {
+	if err := st.get(ctx, userKey("i", session, user), &idx); errors.Is(err, errNoStore) {
 		return nil, err
 	} else if err != nil {
 		return nil, nil // none, or not an index
@@ -241,7 +243,7 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	now := time.Now()
 	for _, t := range idx.Tasks {
 		if !now.Before(t.Expires) {
-			st.delete(ctx, taskKey(session, user, t.ID))
+			st.delete(ctx, userKey("t", session, user, t.ID))
 			continue
 		}
 		r, err := st.getTask(ctx, session, user, t.ID)
@@ -319,7 +321,7 @@ func (st *kvStore) getTask(ctx context.Context, session, user, id string) (*task
 	if !idPattern.MatchString(id) {
 		return nil, errNotFound
 	}
-	if err := st.get(ctx, taskKey(session, user, id), &r); err != nil {
+	if err := st.get(ctx, userKey("t", session, user, id), &r); err != nil {
 		return nil, err
 	}
 	// The key names the session and user; the record must agree.
@@ -341,7 +343,7 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 		return nil, err
 	}
 	var out *taskRecord
-	_, err = store.Update(ctx, kv, taskKey(session, user, id), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	_, err = store.Update(ctx, kv, userKey("t", session, user, id), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		if cur == nil {
 			return nil, errNotFound
 		}
@@ -443,7 +445,7 @@ type taskChange struct {
 // which would create a consumer). A burst beyond its buffer is dropped:
 // callers read the records again now and then.
 func (st *kvStore) watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error) {
-	prefix, err := st.subject(ctx, taskKey(session, user, ""))
+	prefix, err := st.subject(ctx, userKey("t", session, user, ""))
 	if err != nil {
 		return nil, err
 	}

@@ -48,11 +48,11 @@ func TestKeys(t *testing.T) {
 		}
 	}
 	// Users are free text; keys stay valid KV keys, one per user.
-	a, b := taskKey("s1", "alice smith.*>", id), taskKey("s1", "bob", id)
+	a, b := userKey("t", "s1", "alice smith.*>", id), userKey("t", "s1", "bob", id)
 	if a == b || strings.ContainsAny(a, " *>") || strings.Count(a, ".") != 3 {
 		t.Fatalf("keys %q %q", a, b)
 	}
-	if stateKey("s1", "alice", id) == taskKey("s1", "alice", id) {
+	if userKey("r", "s1", "alice", id) == userKey("t", "s1", "alice", id) {
 		t.Fatal("a state and a task share a key")
 	}
 }

@@ -271,3 +271,68 @@ func TestCancelledBeforeStartSurvivesResend(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelledQueuedParkSurvivesResend: a call that would park (an
+// external tool, or a tool that asks for a confirmation), queued behind a
+// parked call and cancelled before it started, stays interrupted in a copy
+// of its batch re-sent after batch.done (docs/protocol.md 3.5, 1.12): the
+// copy's reply lists it interrupted, and nobody is asked again. On main the
+// copy parked it again (parking read no ledger, and the call had no record).
+func TestCancelledQueuedParkSurvivesResend(t *testing.T) {
+	e := newEnv(t, 2)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	// ext_alone and ask_alone run alone (not concurrency-safe): queued
+	// behind c1. registerDefs makes its tools concurrency-safe.
+	ev := e.request(t, eventMsg(t, "toolbus.register", newEvent(t, bus.TypeRegister, bus.Register{Worker: "registrar-alone", Tools: []bus.ToolDef{
+		{Name: "ext_alone", External: true, Permission: bus.PermissionAllow, InputSchema: json.RawMessage(`{"type":"object"}`)}}})))
+	var ack bus.RegisterAck
+	if err := ev.DataAs(&ack); err != nil || len(ack.Rejected) > 0 {
+		t.Fatalf("register: %s %v", ev.Data, err)
+	}
+	var askRuns atomic.Int32
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "ask_alone", Permission: bus.PermissionAsk}, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			askRuns.Add(1)
+			return textResult("asked and ran"), nil
+		})
+	})
+	e.waitLive("ext_alone", "ask_alone")
+	events := e.watch(t, "s1")
+	for _, tc := range []struct{ name, tool, kind string }{
+		{"external", "ext_alone", bus.KindExternal},
+		{"confirm", "ask_alone", bus.KindConfirm},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			replyID := "q-" + tc.name
+			calls := []bus.Call{{ID: "c1", Name: "ext"}, {ID: "c2", Name: tc.tool}}
+			r := e.callParked(t, "s1", replyID, calls...)
+			if len(r.Parked) != 2 || r.Parked[1].Kind != bus.KindQueued {
+				t.Fatalf("reply: %s", jsonOf(r))
+			}
+			if err := e.client.Cancel(testCtx(t), "s1", replyID, "c2"); err != nil {
+				t.Fatal(err)
+			}
+			testkit.CheckFor(t, bound, 5*time.Millisecond, func() error { return continuationCancelled(t, e, "s1", replyID, "c2") })
+			if err := e.answer(t, "ext", "s1", replyID, "c1", bus.Answer{State: "success", Output: bus.Text("picked")}); err != nil {
+				t.Fatal(err)
+			}
+			var bd bus.BatchDone
+			evs := collect(t, events, batchDone(replyID))
+			if err := evs[len(evs)-1].DataAs(&bd); err != nil {
+				t.Fatal(err)
+			}
+			wantFailure(t, resultOf(t, bd.Results, "c2"), bus.StateInterrupted, bus.CodeInterrupted, bus.InterruptedText)
+			// The copy, after batch.done: c1 from its record, c2 interrupted,
+			// nothing parked again.
+			again := e.callParked(t, "s1", replyID, calls...)
+			if len(again.Parked) != 0 || len(again.Results) != 2 {
+				t.Fatalf("re-sent copy's reply (%s parked again?): %s", tc.kind, jsonOf(again))
+			}
+			wantSuccess(t, again.Results[0], "picked")
+			wantFailure(t, resultOf(t, again.Results, "c2"), bus.StateInterrupted, bus.CodeInterrupted, bus.InterruptedText)
+		})
+	}
+	if n := askRuns.Load(); n != 0 {
+		t.Fatalf("the cancelled confirm call ran %d times", n)
+	}
+}

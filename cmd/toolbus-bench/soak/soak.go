@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -298,7 +297,7 @@ func waitSoakLive(ctx context.Context, cl *client.Client) error {
 		if len(missing) == 0 {
 			return nil
 		}
-		sort.Strings(missing)
+		slices.Sort(missing)
 		return errors.New("not live: " + strings.Join(missing, ", ") + " (a toolworker without the effect tools of $TOOLWORKER_EFFECTS_FILE is an older build)")
 	})
 	if err != nil {
@@ -333,20 +332,17 @@ func missingBatchDone(t *soakTracker) int {
 	defer t.mu.Unlock()
 	n := 0
 	for _, b := range t.list {
-		if !b.done && batchFinal(b) {
+		if doneMissing(b) {
 			n++
 		}
 	}
 	return n
 }
 
-func batchFinal(b *soakBatch) bool {
-	for _, c := range b.calls {
-		if c.final == nil {
-			return false
-		}
-	}
-	return true
+// doneMissing reports whether every call of b has its final result and no
+// batch.done event came.
+func doneMissing(b *soakBatch) bool {
+	return !b.done && !slices.ContainsFunc(b.calls, func(c *soakCall) bool { return c.final == nil })
 }
 
 // report counts; effects holds the effect records per call key.
@@ -367,7 +363,7 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 		rep.Batches++
 		rep.Resends += max(0, b.sends-1)
 		sessions[b.session] = true
-		if !b.done && batchFinal(b) {
+		if doneMissing(b) {
 			rep.BatchDoneMissing++
 			for _, c := range b.calls {
 				t.problem(rep, c, "its batch completed but no batch.done event came")

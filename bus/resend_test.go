@@ -1,0 +1,50 @@
+package bus
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestSameCalls(t *testing.T) {
+	c := func(id, name, input string) Call { return Call{ID: id, Name: name, Input: json.RawMessage(input)} }
+	first := []Call{c("c1", "a", `{"x":1,"y":"<b>"}`), c("c2", "b", "")}
+	for _, tc := range []struct {
+		name string
+		copy []Call
+		want string // "" for the same calls
+	}{
+		{"same", []Call{c("c1", "a", `{"x":1,"y":"<b>"}`), c("c2", "b", "")}, ""},
+		{"same, encoded again", []Call{c("c1", "a", `{ "y": "\u003cb\u003e", "x": 1 }`), c("c2", "b", `{}`)}, ""},
+		{"same, string input", []Call{c("c1", "a", `"{\"y\":\"<b>\",\"x\":1}"`), c("c2", "b", `"{}"`)}, ""},
+		{"number written otherwise", []Call{c("c1", "a", `{"x":1.0,"y":"<b>"}`), c("c2", "b", "")}, "call c1 (a) has another input"},
+		{"another input", []Call{c("c1", "a", `{"x":2,"y":"<b>"}`), c("c2", "b", "")}, "call c1 (a) has another input"},
+		{"another tool", []Call{c("c1", "z", `{"x":1,"y":"<b>"}`), c("c2", "b", "")}, "call c1 names tool z here and a in that batch"},
+		{"a call more", []Call{first[0], first[1], c("c3", "b", "")}, "call c3 (b) is not in that batch"},
+		{"a call missing", []Call{first[0]}, "call c2 (b), call 2 of that batch, is missing here"},
+		{"another order", []Call{first[1], first[0]}, "call c2 is call 1 here and call 2 in that batch"},
+	} {
+		err := SameCalls("r1", first, tc.copy)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "reply id r1 was sent before with other calls")):
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCallDigest(t *testing.T) {
+	d := CallDigest("write", json.RawMessage(`{"v": 1}`))
+	if len(d) != 22 || d != CallDigest("write", json.RawMessage(`{"v":1}`)) {
+		t.Fatalf("digest %q, or whitespace counted", d)
+	}
+	for _, other := range []string{CallDigest("write", json.RawMessage(`{"v":2}`)), CallDigest("writ", json.RawMessage(`e{"v":1}`))} {
+		if other == d {
+			t.Fatalf("another call has the same digest %q", d)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { CallDigest("write", json.RawMessage(`{"v":1}`)) }); n > 1 {
+		t.Fatalf("CallDigest allocates %v times, want at most 1 (its string)", n)
+	}
+}
