@@ -336,7 +336,7 @@ func (b *batch) execute(c *callState) {
 	}
 	c.cancel = cancel
 	b.mu.Unlock()
-	b.settle(c, b.p.exec.Exec(ctx, j), false) // the chain's audit middleware recorded it
+	b.settle(c, b.p.exec.Exec(ctx, j), chained) // the chain's audit middleware recorded it
 }
 
 var unavailable = bus.NoWorkerResult
@@ -421,25 +421,35 @@ func forestall(b *batch, calls []*callState) {
 
 // finish ends c, a call that did not run through the executor chain, with
 // res; false when the call already had a result.
-func (b *batch) finish(c *callState, res bus.Result) bool { return b.settle(c, res, true) }
+func (b *batch) finish(c *callState, res bus.Result) bool { return b.settle(c, res, outside) }
+
+// settledBy says where a call's result comes from.
+type settledBy uint8
+
+const (
+	chained  settledBy = iota // the executor chain, whose audit middleware records the calls it runs
+	outside                   // not the chain: settle records it in the audit trail
+	fromPark                  // outside, and the call's P_parked record's (parkStep.reuse): its event has the record's id
+)
 
 // settle sets c's result once, fitted, and publishes its
-// io.toolbus.call.result; outside says the call did not run through the
-// chain, whose audit middleware records the calls it runs.
-func (b *batch) settle(c *callState, res bus.Result, outside bool) bool {
+// io.toolbus.call.result. Whether the result is the record's is set with
+// it under the lock: a cancel that ended the call first reports it at once.
+func (b *batch) settle(c *callState, res bus.Result, by settledBy) bool {
 	res = b.p.fit.fit(b, c, res)
 	b.mu.Lock()
 	if c.result != nil {
 		b.mu.Unlock()
 		return false
 	}
+	c.recorded = by == fromPark
 	c.settled = res
 	c.result = &c.settled
 	b.mu.Unlock()
-	if outside {
-		b.report(c, res)
-	} else {
+	if by == chained {
 		b.p.report.result(b, c, res)
+	} else {
+		b.report(c, res)
 	}
 	return true
 }

@@ -396,8 +396,7 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 			}
 		}
 		if err == nil && rec.Status != bus.ParkParked && rec.Result != nil {
-			c.recorded = true // the router that ended it reported it under the call's id (docs/protocol.md 3.1)
-			b.finish(c, *rec.Result)
+			b.settle(c, *rec.Result, fromPark) // the router that ended it reported it under the call's id (docs/protocol.md 3.1)
 			continue
 		}
 		keep, keepSpecs = append(keep, c), append(keepSpecs, specs[i])
