@@ -28,8 +28,9 @@ type Subjects struct {
 }
 
 // WorkerSubjects are the names of registering and executing tools:
-// P.register, P.exec.<tool> and its queue group, and the durable tools'
-// P.work.<tool>, P.result.<tool> and work consumers.
+// P.register.<tool> and P.register.group.<group> (and the shared P.register
+// of protocol 1.11), P.exec.<tool> and its queue group, and the durable
+// tools' P.work.<tool>, P.result.<tool> and work consumers.
 type WorkerSubjects struct{ prefix string }
 
 // HandoffSubjects are the names of docs/protocol.md section 6: the handoff
@@ -48,22 +49,24 @@ func NewSubjects(prefix string) Subjects {
 
 // The subjects of docs/protocol.md section 2, in the table's order: P.<kind>.<token>.
 
-func (s Subjects) Call(session string) string         { return s.p + "call." + session }
-func (s Subjects) Tools(session string) string        { return s.p + "tools." + session }
-func (s Subjects) Cancel(session string) string       { return s.p + "cancel." + session }
-func (s Subjects) Events(session string) string       { return s.p + "events." + session }
-func (w WorkerSubjects) Exec(tool string) string      { return w.prefix + ".exec." + tool }
-func (h HandoffSubjects) External(tool string) string { return h.p + "external." + tool }
-func (h HandoffSubjects) Confirm(tool string) string  { return h.p + "confirm." + tool }
-func (h HandoffSubjects) Answer(tool string) string   { return h.p + "answer." + tool }
-func (h HandoffSubjects) Approve(tool string) string  { return h.p + "approve." + tool }
-func (s Subjects) Replay(session string) string       { return s.p + "replay." + session }
-func (w WorkerSubjects) Register() string             { return w.prefix + ".register" }
-func (s Subjects) Admin(verb string) string           { return s.p + "admin." + verb }
-func (s Subjects) Outputs(session string) string      { return s.p + "outputs." + session }
-func (w WorkerSubjects) Work(tool string) string      { return w.prefix + ".work." + tool }
-func (w WorkerSubjects) Result(tool string) string    { return w.prefix + ".result." + tool }
-func (s Subjects) All(kind string) string             { return s.p + kind + ".>" } // every token of one kind
+func (s Subjects) Call(session string) string          { return s.p + "call." + session }
+func (s Subjects) Tools(session string) string         { return s.p + "tools." + session }
+func (s Subjects) Cancel(session string) string        { return s.p + "cancel." + session }
+func (s Subjects) Events(session string) string        { return s.p + "events." + session }
+func (w WorkerSubjects) Exec(tool string) string       { return w.prefix + ".exec." + tool }
+func (h HandoffSubjects) External(tool string) string  { return h.p + "external." + tool }
+func (h HandoffSubjects) Confirm(tool string) string   { return h.p + "confirm." + tool }
+func (h HandoffSubjects) Answer(tool string) string    { return h.p + "answer." + tool }
+func (h HandoffSubjects) Approve(tool string) string   { return h.p + "approve." + tool }
+func (s Subjects) Replay(session string) string        { return s.p + "replay." + session }
+func (w WorkerSubjects) Register(tool string) string   { return w.prefix + ".register." + tool }
+func (w WorkerSubjects) RegisterGroup(g string) string { return w.prefix + ".register.group." + g }
+func (w WorkerSubjects) SharedRegister() string        { return w.prefix + ".register" } // protocol 1.11
+func (s Subjects) Admin(verb string) string            { return s.p + "admin." + verb }
+func (s Subjects) Outputs(session string) string       { return s.p + "outputs." + session }
+func (w WorkerSubjects) Work(tool string) string       { return w.prefix + ".work." + tool }
+func (w WorkerSubjects) Result(tool string) string     { return w.prefix + ".result." + tool }
+func (s Subjects) All(kind string) string              { return s.p + kind + ".>" } // every token of one kind
 
 // Follow is where a handler or approver asks a router to follow the
 // handoff requests of kind ("external" or "confirm") for tool, or for every
@@ -73,6 +76,35 @@ func (h HandoffSubjects) Follow(kind, tool string) string {
 		return h.p + "handoff." + kind
 	}
 	return h.p + "handoff." + kind + "." + tool
+}
+
+// RegisterGroupToken is the token after P.register of a group's
+// registration subject, P.register.group.<group> (docs/protocol.md 7.1):
+// four tokens, so no tool's P.register.<tool> is one.
+const RegisterGroupToken = "group"
+
+// Registration reads a registration subject (docs/protocol.md 7.1): the
+// tool of P.register.<tool>, or the group of P.register.group.<group>
+// (group true), or shared for P.register itself. ok is false for any
+// other subject, and for a token that is not a valid name.
+func (w WorkerSubjects) Registration(subject string) (name string, group, shared, ok bool) {
+	rest, found := strings.CutPrefix(subject, w.prefix+".register")
+	switch {
+	case !found:
+		return "", false, false, false
+	case rest == "":
+		return "", false, true, true
+	case rest[0] != '.':
+		return "", false, false, false
+	}
+	rest = rest[1:]
+	if g, isGroup := strings.CutPrefix(rest, RegisterGroupToken+"."); isGroup {
+		rest, group = g, true
+	}
+	if !ValidName(rest) {
+		return "", false, false, false
+	}
+	return rest, group, false, true
 }
 
 // Queue groups and the durable tools' work consumers: P-<name>.

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
@@ -26,7 +27,9 @@ func TestSubjectsTable(t *testing.T) {
 		{"Replay", s.Replay("s1"), "toolbus.replay.s1", "replay", "s1"},
 		{"Handoff", s.Handoffs.Follow("confirm", "echo"), "toolbus.handoff.confirm.echo", "", ""},
 		{"HandoffAll", s.Handoffs.Follow("external", ""), "toolbus.handoff.external", "handoff", "external"},
-		{"Register", s.Workers.Register(), "toolbus.register", "", ""},
+		{"Register", s.Workers.Register("echo"), "toolbus.register.echo", "register", "echo"},
+		{"RegisterGroup", s.Workers.RegisterGroup("ops"), "toolbus.register.group.ops", "", ""},
+		{"SharedRegister", s.Workers.SharedRegister(), "toolbus.register", "", ""},
 		{"Admin", s.Admin("tools.delete"), "toolbus.admin.tools.delete", "", ""},
 		{"Outputs", s.Outputs("s1"), "toolbus.outputs.s1", "outputs", "s1"},
 		{"Work", s.Workers.Work("slow"), "toolbus.work.slow", "work", "slow"},
@@ -50,5 +53,37 @@ func TestSubjectsTable(t *testing.T) {
 				t.Fatalf("Token(%q, %q) = %q, %v; want %q", tc.got, tc.kind, tok, ok, tc.token)
 			}
 		})
+	}
+}
+
+// TestRegistrationSubjects pins how a router reads a registration subject
+// (docs/protocol.md 7.1, 1.12): the tool of P.register.<tool>, the group of
+// P.register.group.<group>, the shared P.register of 1.11, and nothing for
+// a subject that names no valid tool or group.
+func TestRegistrationSubjects(t *testing.T) {
+	w := bus.NewSubjects("acme").Workers
+	for _, tc := range []struct {
+		subject, name     string
+		group, shared, ok bool
+	}{
+		{"acme.register.greet", "greet", false, false, true},
+		{"acme.register.group", "group", false, false, true}, // a tool named group
+		{"acme.register.group.ops", "ops", true, false, true},
+		{"acme.register", "", false, true, true},
+		{"acme.registers.greet", "", false, false, false},
+		{"acme.register.greet.x", "", false, false, false},
+		{"acme.register.group.ops.x", "", false, false, false},
+		{"acme.register.*", "", false, false, false},
+		{"acme.register.>", "", false, false, false},
+		{"acme.register.", "", false, false, false},
+		{"acme.register.group.", "", false, false, false},
+		{"acme.register." + strings.Repeat("a", 65), "", false, false, false},
+		{"toolbus.register.greet", "", false, false, false},
+		{"acme.exec.greet", "", false, false, false},
+	} {
+		name, group, shared, ok := w.Registration(tc.subject)
+		if name != tc.name || group != tc.group || shared != tc.shared || ok != tc.ok {
+			t.Errorf("Registration(%q) = %q, %v, %v, %v; want %q, %v, %v, %v", tc.subject, name, group, shared, ok, tc.name, tc.group, tc.shared, tc.ok)
+		}
 	}
 }

@@ -152,7 +152,7 @@ func (e *env) registerExternal(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := ev.Msg(e.x.Subjects().Workers.Register())
+	m, err := ev.Msg(e.x.Subjects().Workers.Register(def.Name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,19 +21,26 @@ import (
 // read (putBeat), so it cannot overwrite a leave stored since.
 
 // readOrder numbers the registrations and leaves a router reads, and keeps
-// each worker's latest leave while a registration read before it is still
-// being applied, or its own writes are. Guarded by liveness.mu.
+// each liveness key's latest leave (a worker's leave of one tool, <tool>.<worker>
+// as in P_workers) while a registration read before it is still being
+// applied, or its own writes are. Since protocol 1.12 a leave names one tool
+// (it came on that tool's registration subject); a leave on the shared
+// subject of 1.11 is one leave of each tool of the worker. Guarded by
+// liveness.mu.
 type readOrder struct {
 	last   uint64
 	open   map[uint64]*reading  // registrations being applied, by number
-	leaves map[string]leaveMark // worker → its latest leave, while of use
+	leaves map[string]leaveMark // <tool>.<worker> → its latest leave, while of use
 }
 
 // leaveMark is a leave as read.
 type leaveMark struct {
 	seq     uint64
-	writing bool // its "left" values are not all stored yet
+	writing bool // its "left" value is not stored yet
 }
+
+// beatKey is the P_workers key of worker's beats for tool.
+func beatKey(tool, worker string) string { return tool + "." + worker }
 
 // opened numbers rd, a registration read now, open until closed.
 func (o *readOrder) opened(rd *reading) {
@@ -51,16 +58,22 @@ func (o *readOrder) closed(seq uint64) {
 	o.prune()
 }
 
-// leave numbers worker's leave read now, writing until landed, and
-// returns the tools of the worker's registrations being applied: their
-// beats may be stored after the leave's writes are sent, when the
-// worker's first beat for a tool, with nothing to overwrite yet.
-func (o *readOrder) leave(worker string) (uint64, []string) {
+// leave numbers worker's leave of tools, read now, writing until landed.
+func (o *readOrder) leave(worker string, tools []string) uint64 {
 	if o.leaves == nil {
 		o.leaves = map[string]leaveMark{}
 	}
 	o.last++
-	o.leaves[worker] = leaveMark{seq: o.last, writing: true}
+	for _, tool := range tools {
+		o.leaves[beatKey(tool, worker)] = leaveMark{seq: o.last, writing: true}
+	}
+	return o.last
+}
+
+// reading returns the tools of worker's registrations being applied: their
+// beats may be stored after a leave's writes are sent, when the worker's
+// first beat for a tool, with nothing to overwrite yet.
+func (o *readOrder) reading(worker string) []string {
 	var tools []string
 	for _, rd := range o.open {
 		if rd.worker == worker {
@@ -69,27 +82,30 @@ func (o *readOrder) leave(worker string) (uint64, []string) {
 			}
 		}
 	}
-	return o.last, tools
+	return tools
 }
 
-// landed ends the writes of worker's leave numbered seq.
-func (o *readOrder) landed(worker string, seq uint64) {
-	if m, ok := o.leaves[worker]; ok && m.seq == seq {
-		m.writing = false
-		o.leaves[worker] = m
+// landed ends the writes of worker's leave of tools numbered seq.
+func (o *readOrder) landed(worker string, tools []string, seq uint64) {
+	for _, tool := range tools {
+		k := beatKey(tool, worker)
+		if m, ok := o.leaves[k]; ok && m.seq == seq {
+			m.writing = false
+			o.leaves[k] = m
+		}
 	}
 	o.prune()
 }
 
-// leftAfter reports whether a leave of worker was read after the
+// leftAfter reports whether a leave of worker's tool was read after the
 // registration numbered seq (0: at all, as far as it is kept).
-func (o *readOrder) leftAfter(worker string, seq uint64) bool {
-	m, ok := o.leaves[worker]
+func (o *readOrder) leftAfter(tool, worker string, seq uint64) bool {
+	m, ok := o.leaves[beatKey(tool, worker)]
 	return ok && m.seq > seq
 }
 
-// leaving reports whether worker's leave is read and not yet stored.
-func (o *readOrder) leaving(worker string) bool { return o.leaves[worker].writing }
+// leaving reports whether a leave of worker's tool is read and not yet stored.
+func (o *readOrder) leaving(tool, worker string) bool { return o.leaves[beatKey(tool, worker)].writing }
 
 // prune forgets the leaves that no open registration was read before.
 func (o *readOrder) prune() {
@@ -121,7 +137,7 @@ type seenBeat struct {
 // read its leave since, or the cache learnt it since (another router's).
 // The caller holds l.mu.
 func (rd *reading) overtaken(l *liveness, tool string) bool {
-	if l.order.leftAfter(rd.worker, rd.seq) {
+	if l.order.leftAfter(tool, rd.worker, rd.seq) {
 		return true
 	}
 	b, ok := l.beats[tool][rd.worker]

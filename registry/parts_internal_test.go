@@ -154,8 +154,8 @@ func TestBeatCountsWhenRead(t *testing.T) {
 			earlier := &reading{worker: "w0"}
 			if tc.left { // kept while a registration read before it is applied
 				l.order.opened(earlier)
-				seq, _ := l.order.leave("w1")
-				l.order.landed("w1", seq)
+				seq := l.order.leave("w1", []string{"t"})
+				l.order.landed("w1", []string{"t"}, seq)
 			}
 			now = t0.Add(2500 * time.Millisecond) // the beat at t0 is nearly stale
 			rd, done := l.read("w1", map[string]*bus.WorkerBeat{"t": tc.bv})
@@ -203,7 +203,7 @@ func TestBeatReadBeforeLeave(t *testing.T) {
 		first  bool // the worker's first registration: nothing cached or stored
 	}{
 		{"leave applied before the write", func(t *testing.T, l *liveness, kv *fakeKV) {
-			if err := l.leave(ctx, "w1"); err != nil {
+			if err := l.leave(ctx, "w1", ""); err != nil {
 				t.Fatal(err)
 			}
 		}, 1, false},
@@ -219,19 +219,19 @@ func TestBeatReadBeforeLeave(t *testing.T) {
 						t.Error("a beat stored before the leave brought the worker back while the leave was written")
 					}
 				}
-				if err := l.leave(ctx, "w1"); err != nil {
+				if err := l.leave(ctx, "w1", ""); err != nil {
 					t.Error(err)
 				}
 			}
 		}, 2, false},
 		{"leave read, then the store refuses the beat", func(t *testing.T, l *liveness, kv *fakeKV) {
-			if err := l.leave(ctx, "w1"); err != nil {
+			if err := l.leave(ctx, "w1", ""); err != nil {
 				t.Fatal(err)
 			}
 			kv.refuse = true
 		}, 1, false},
 		{"leave read before the first write", func(t *testing.T, l *liveness, kv *fakeKV) {
-			if err := l.leave(ctx, "w1"); err != nil {
+			if err := l.leave(ctx, "w1", ""); err != nil {
 				t.Fatal(err)
 			}
 		}, 1, true}, // the leave's write covers the tool

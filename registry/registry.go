@@ -138,17 +138,31 @@ func (r *Registry) Refresh(ctx context.Context, name string) error {
 	return r.probes.do(ctx, name, func(ctx context.Context) error { return r.liveness.probe(ctx, name) })
 }
 
-// Register applies one registration or heartbeat: each definition is checked
-// and stored (only when it changed, with compare-and-set), then the worker's
-// liveness is refreshed for the accepted tools. A leaving worker's liveness is
-// removed at once. Errors reaching KV are returned; rejections are in the ack.
-func (r *Registry) Register(ctx context.Context, reg bus.Register) (bus.RegisterAck, error) {
+// Register applies one registration or heartbeat that came on the
+// registration subject of tool on, P.register.<on>, or on the shared
+// subject of protocol 1.11 when on is Shared (docs/protocol.md 7.1). On a
+// tool's subject only its definition counts (Confine): any other is
+// rejected, and a leave or the calls in flight touch only its liveness.
+// Each definition is checked and stored (only when it changed, with
+// compare-and-set), then the worker's liveness is refreshed for the
+// accepted tools. A leaving worker's liveness is removed at once. Errors
+// reaching KV are returned; rejections are in the ack. Groups are not the
+// registry's: the caller stores those of a registration on Shared.
+func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (bus.RegisterAck, error) {
 	ack := bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
 	if !bus.ValidID(reg.Worker) {
 		return ack, bus.Errorf(bus.CodeBadRequest, "worker id %q must match ^[A-Za-z0-9_-]{1,128}$", reg.Worker)
 	}
+	if on != Shared {
+		if !bus.ValidName(on) {
+			return ack, bus.Errorf(bus.CodeBadRequest, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$", on)
+		}
+		var rejected []bus.Rejection
+		reg, rejected = Confine(on, reg)
+		ack.Rejected = append(ack.Rejected, rejected...)
+	}
 	if reg.Leaving {
-		return ack, r.leave(ctx, reg.Worker)
+		return ack, r.leave(ctx, reg.Worker, on)
 	}
 	rd, done := r.read(reg.Worker, r.repeated(reg))
 	defer done()
@@ -531,9 +545,9 @@ func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*readi
 	defer l.mu.Unlock()
 	rd := &reading{worker: worker, seen: make(map[string]seenBeat, len(beats))}
 	l.order.opened(rd)
-	leftBefore := l.order.leftAfter(worker, 0)
 	now := l.now()
 	for tool, bv := range beats {
+		leftBefore := l.order.leftAfter(tool, worker, 0)
 		b, ok := l.beats[tool][worker]
 		rd.seen[tool] = seenBeat{rev: b.rev, left: b.left || leftBefore}
 		if bv == nil || (ok && b.left) || leftBefore {
@@ -625,7 +639,7 @@ func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 	if old, ok := m[worker]; ok && old.rev >= b.rev {
 		return
 	}
-	if l.order.leaving(worker) {
+	if l.order.leaving(tool, worker) {
 		// A beat stored before the leave: the leave is on its way.
 		b.left = true
 	}
@@ -702,30 +716,41 @@ func (l *liveness) Workers() map[string]int {
 // revision, cannot bring it back in any router's cache). Until those
 // writes are stored, no beat brings the worker back in this cache, and a
 // registration read before the leave stores no beat after it (record).
-func (l *liveness) leave(ctx context.Context, worker string) error {
+// only, when not "", confines the leave to that tool: a leave that came
+// on P.register.<only> (docs/protocol.md 7.1) touches no other tool's
+// liveness, and is written even when this router has not seen the
+// worker's beat for it yet (another router stored it a moment ago).
+func (l *liveness) leave(ctx context.Context, worker, only string) error {
 	l.mu.Lock()
-	seq, reading := l.order.leave(worker)
 	var tools []string
+	if only != "" {
+		tools = []string{only}
+	}
 	for tool, ws := range l.beats {
-		if b, ok := ws[worker]; ok {
+		if _, ok := ws[worker]; ok && only == "" {
 			tools = append(tools, tool)
-			b.left = true
-			l.keep(tool, worker, b)
 		}
 	}
-	for _, tool := range reading {
-		if !slices.Contains(tools, tool) {
+	for _, tool := range l.order.reading(worker) {
+		if !slices.Contains(tools, tool) && only == "" {
 			tools = append(tools, tool)
+		}
+	}
+	seq := l.order.leave(worker, tools)
+	for _, tool := range tools {
+		if b, ok := l.beats[tool][worker]; ok {
+			b.left = true
+			l.keep(tool, worker, b)
 		}
 	}
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
-		l.order.landed(worker, seq)
+		l.order.landed(worker, tools, seq)
 		l.mu.Unlock()
 	}()
 	for _, tool := range tools {
-		rev, err := l.kv.Put(ctx, tool+"."+worker, bus.WorkerLeft)
+		rev, err := l.kv.Put(ctx, beatKey(tool, worker), bus.WorkerLeft)
 		if err != nil {
 			return fmt.Errorf("registry: leave %s.%s: %w", tool, worker, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,38 +23,109 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// registrar takes workers' registrations and heartbeats on P.register
-// (docs/protocol.md 7.1): the groups they bring, then their tools.
+// registrar takes workers' registrations and heartbeats (docs/protocol.md
+// 7.1): a tool's on P.register.<tool>, where only that tool's definition
+// counts and a leave or beat touches only its liveness, a group's on
+// P.register.group.<group>, and, unless refuseShared, those of protocol
+// 1.11 on the shared P.register: the groups they bring, then their tools.
+// NATS permissions confine who may publish on each subject
+// (docs/security.md), so a tool's or group's definition comes only from
+// logins allowed to define it.
 type registrar struct {
 	*wire
-	groups *groups.Store
-	reg    *registry.Registry
+	groups       *groups.Store
+	reg          *registry.Registry
+	refuseShared bool
+	sharedWarned atomic.Int64 // unix ns of the last warning of a refused registration on P.register
 }
 
 func (x *registrar) onRegister(m *nats.Msg) {
+	name, group, shared, ok := x.subj.Workers.Registration(m.Subject)
 	x.serve(m, "", bus.TypeRegister, bus.TypeRegisterAck, func(e *bus.Event) (any, error) {
+		switch {
+		case !ok:
+			return nil, bus.Errorf(bus.CodeBadEvent, "subject %q names no tool or group to register: a tool registers on %s, a group on %s (docs/protocol.md 7.1)",
+				m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
+		case shared && x.refuseShared:
+			x.warnShared(e.Source)
+			return nil, bus.Errorf(bus.CodeBadRequest, "this router takes no registrations on %s, the one subject of protocol 1.11: since 1.12 each tool registers on %s and each group on %s (docs/protocol.md 7.1, 14); update the worker's SDK; nothing was registered",
+				m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
+		}
 		var reg bus.Register
 		if err := e.DataAs(&reg); err != nil {
 			return nil, err
 		}
 		ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
 		defer cancel()
+		if group {
+			return x.defineGroup(ctx, name, reg)
+		}
 		var groupRejects []bus.Rejection
-		if !reg.Leaving {
-			for _, g := range reg.Groups {
-				if err := x.groups.Put(ctx, g); err != nil {
-					var be *bus.Error
-					if !errors.As(err, &be) {
-						return nil, err
-					}
-					groupRejects = append(groupRejects, bus.Rejection{Name: g.Name, Reason: be.Message})
-				}
+		if shared && !reg.Leaving {
+			var err error
+			if groupRejects, err = x.putGroups(ctx, reg.Groups); err != nil {
+				return nil, err
 			}
 		}
-		ack, err := x.reg.Register(ctx, reg)
+		on := registry.Shared
+		if !shared {
+			on = name
+		}
+		ack, err := x.reg.Register(ctx, on, reg)
 		ack.Rejected = append(ack.Rejected, groupRejects...)
 		return ack, err
 	})
+}
+
+// defineGroup stores the group of a registration on its own subject,
+// P.register.group.<name>; anything else it brings is rejected.
+func (x *registrar) defineGroup(ctx context.Context, name string, reg bus.Register) (bus.RegisterAck, error) {
+	ack := bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
+	if !bus.ValidID(reg.Worker) {
+		return ack, bus.Errorf(bus.CodeBadRequest, "worker id %q must match ^[A-Za-z0-9_-]{1,128}$", reg.Worker)
+	}
+	if reg.Leaving {
+		return ack, nil // a group has no liveness
+	}
+	keep, rejected := registry.ConfineGroup(name, reg)
+	ack.Rejected = append(ack.Rejected, rejected...)
+	putRejects, err := x.putGroups(ctx, keep)
+	if err != nil {
+		return ack, err
+	}
+	ack.Rejected = append(ack.Rejected, putRejects...)
+	if len(keep) > 0 && len(putRejects) == 0 {
+		ack.Accepted = append(ack.Accepted, name)
+	}
+	return ack, nil
+}
+
+// putGroups stores gs and returns the rejected ones, or the error of a
+// store that failed.
+func (x *registrar) putGroups(ctx context.Context, gs []bus.Group) ([]bus.Rejection, error) {
+	var rejects []bus.Rejection
+	for _, g := range gs {
+		if err := x.groups.Put(ctx, g); err != nil {
+			var be *bus.Error
+			if !errors.As(err, &be) {
+				return nil, err
+			}
+			rejects = append(rejects, bus.Rejection{Name: g.Name, Reason: be.Message})
+		}
+	}
+	return rejects, nil
+}
+
+// warnShared logs, at most once a minute, that a worker of protocol 1.11
+// registers on the shared subject this router refuses.
+func (x *registrar) warnShared(source string) {
+	now := time.Now().UnixNano()
+	last := x.sharedWarned.Load()
+	if now-last < int64(time.Minute) || !x.sharedWarned.CompareAndSwap(last, now) {
+		return
+	}
+	x.log.Warn("router: refused a registration on the shared subject of protocol 1.11 (--refuse-shared-register): update the worker's SDK to register each tool on P.register.<tool>",
+		"subject", x.subj.Workers.SharedRegister(), "source", source)
 }
 
 // adminVerbs serves P.admin.<verb> (docs/protocol.md 9).

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,6 +93,13 @@ type Config struct {
 	// ParkTTL is how long a call waits for an answer before it expires with
 	// a timeout result; zero means 24 hours.
 	ParkTTL time.Duration
+	// RefuseSharedRegister refuses registrations on the shared subject
+	// P.register of protocol 1.11 (bad_request, saying why) instead of
+	// serving them: set it where NATS permissions confine workers to their
+	// tools' registration subjects (docs/security.md), so a credential
+	// written by hand that still allows P.register defines nothing. Off,
+	// the router serves 1.11 workers as before: any definition on P.register.
+	RefuseSharedRegister bool
 	// Identities, when set, binds sessions to users by their credentials
 	// (docs/security.md): a batch's user comes from them, not the claim,
 	// and confirmations go to P.approve.<tool> only. nil runs the router
@@ -391,7 +399,7 @@ func (r *Router) bind() {
 	r.conts = &continuations{wire: r.wire, life: r.life, parked: r.parked, led: r.led,
 		answers: r.answers, pipe: r.pipe, batches: &r.batches}
 	r.answers.resume = r.conts.resume
-	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg}
+	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg, refuseShared: r.cfg.RefuseSharedRegister}
 	admin := &adminVerbs{wire: r.wire, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, ids: r.cfg.Identities,
@@ -406,7 +414,8 @@ func (r *Router) bind() {
 	r.handlers = []route{
 		{r.subj.All("call"), q, r.onBatch, true},
 		{r.subj.All("tools"), q, tools.onTools, true},
-		{r.subj.Workers.Register(), q, reg.onRegister, false},
+		{r.subj.Workers.SharedRegister(), q, reg.onRegister, false},
+		{r.subj.All("register"), q, reg.onRegister, false}, // P.register.<tool>, P.register.group.<group>
 		{r.subj.All("admin"), q, admin.onAdmin, false},
 		{r.subj.All("answer"), q, r.answers.onAnswer, false},
 		{r.subj.All("approve"), q, r.answers.onApprove, false},
@@ -447,7 +456,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		m.Reply = ""
 	}
 	if !r.life.Enter() {
-		if m.Subject == r.subj.Workers.Register() {
+		if r.isRegistration(m.Subject) {
 			// A draining router still records heartbeats (see drain), on
 			// the subscription's own goroutine: the work it waits for is
 			// the calls in flight.
@@ -455,7 +464,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		}
 		return
 	}
-	if m.Subject == r.subj.Workers.Register() {
+	if r.isRegistration(m.Subject) {
 		// Slots of their own (docs/security.md): an agent can hold every
 		// MaxInflight slot for minutes (task waits, copies of a batch
 		// waiting for its running call), and a worker whose beats waited
@@ -481,8 +490,18 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 }
 
 // maxBeats bounds the registrations and heartbeats a router handles at
-// once, apart from MaxInflight.
+// once, apart from MaxInflight. Since protocol 1.12 a worker sends one per
+// tool each beat (docs/protocol.md 7.1).
 const maxBeats = 256
+
+// isRegistration reports whether subject is a registration subject: the
+// shared P.register, or one under it (P.register.<tool>,
+// P.register.group.<group>).
+func (r *wire) isRegistration(subject string) bool {
+	shared := r.subj.Workers.SharedRegister()
+	rest, ok := strings.CutPrefix(subject, shared)
+	return ok && (rest == "" || rest[0] == '.')
+}
 
 // replyAllowed reports whether the router may answer on reply: an inbox,
 // never a subject that starts with "$" (the JetStream API, buckets, object
@@ -491,12 +510,12 @@ const maxBeats = 256
 // (where workers send results). A router publishes with the widest
 // permissions of the deployment; a reply subject is chosen by the sender.
 // A registration may be answered on the router's own inbox: only workers
-// and routers may publish on P.register, and both may already publish
-// there (a router's in-process worker shares its connection, so its
-// registrations wait on that inbox).
+// and routers may publish on P.register and the subjects under it, and
+// both may already publish there (a router's in-process worker shares its
+// connection, so its registrations wait on that inbox).
 func (r *wire) replyAllowed(subject, reply string) bool {
 	inbox := r.nc.Opts.InboxPrefix
-	if subject == r.subj.Workers.Register() {
+	if r.isRegistration(subject) {
 		inbox = ""
 	}
 	return replyAllowedFor(reply, r.subj.Prefix, inbox)
@@ -560,15 +579,17 @@ func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 // return its result.
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
-		register := r.subs.drain(ctx, r.nc, r.subj.Workers.Register())
+		register := r.subs.drain(ctx, r.nc, r.isRegistration)
 		// Registrations stay served until the work is done: heartbeats
 		// are not new work, and without them (with no other router to
 		// record them) the watchdog would take the workers of the calls
 		// still running for vanished. The unwind drains them first.
 		r.life.Defer(func(ctx context.Context) error {
-			if register != nil {
-				_ = register.Drain()
-				waitClosed(ctx, register)
+			for _, s := range register {
+				_ = s.Drain()
+			}
+			for _, s := range register {
+				waitClosed(ctx, s)
 			}
 			return nil
 		})
@@ -593,10 +614,11 @@ func (x *subscriptions) all() []*nats.Subscription {
 	return x.list
 }
 
-// drain stops the micro service and drains every subscription but the one
-// on keep (the registrations'), which it returns: unsubscribed on the
-// server at once, messages already delivered are still handled.
-func (x *subscriptions) drain(ctx context.Context, nc *nats.Conn, keep string) (kept *nats.Subscription) {
+// drain stops the micro service and drains every subscription but those
+// whose subject keep takes (the registrations'), which it returns:
+// unsubscribed on the server at once, messages already delivered are still
+// handled.
+func (x *subscriptions) drain(ctx context.Context, nc *nats.Conn, keep func(subject string) bool) (kept []*nats.Subscription) {
 	x.mu.Lock()
 	subs, svc := x.list, x.svc
 	x.mu.Unlock()
@@ -604,8 +626,8 @@ func (x *subscriptions) drain(ctx context.Context, nc *nats.Conn, keep string) (
 		_ = svc.Stop()
 	}
 	for _, s := range subs {
-		if s.Subject == keep {
-			kept = s
+		if keep(s.Subject) {
+			kept = append(kept, s)
 			continue
 		}
 		_ = s.Drain()
@@ -614,7 +636,7 @@ func (x *subscriptions) drain(ctx context.Context, nc *nats.Conn, keep string) (
 		_ = bus.Flush(ctx, nc)
 	}
 	for _, s := range subs {
-		if s != kept {
+		if !slices.Contains(kept, s) {
 			waitClosed(ctx, s)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/private"
 )
 
@@ -91,6 +92,12 @@ func specOf(users []User) Spec {
 			}
 		case RoleWorker:
 			spec.WorkerTools = u.Tools
+			groupPrefix := bus.NewSubjects(spec.Prefix).Workers.RegisterGroup("")
+			for _, p := range u.Permissions.Publish {
+				if g, ok := strings.CutPrefix(p, groupPrefix); ok && g != "*" && len(u.Tools) > 0 {
+					spec.WorkerGroups = append(spec.WorkerGroups, g)
+				}
+			}
 		case RoleApprover:
 			spec.ApproverTools = u.Tools
 		case RoleHandler:

@@ -80,7 +80,7 @@ func TestAddAgent(t *testing.T) {
 func TestLoadSpecWithoutSpecFile(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "secure")
 	want := security.Spec{Prefix: "acme", Sessions: []string{"s1"}, Bind: map[string]string{"s1": "alice"},
-		Handlers: []security.Handler{{Name: "h", Tools: []string{"a"}}}, WorkerTools: []string{"w"}, ApproverTools: []string{"p"}, AgentAnswers: []string{"q"}}
+		Handlers: []security.Handler{{Name: "h", Tools: []string{"a"}}}, WorkerTools: []string{"w"}, WorkerGroups: []string{"ops"}, ApproverTools: []string{"p"}, AgentAnswers: []string{"q"}}
 	if _, err := security.Generate(dir, "", want); err != nil {
 		t.Fatal(err)
 	}

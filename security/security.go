@@ -95,8 +95,14 @@ type Spec struct {
 	// Handlers adds one user per external handler.
 	Handlers []Handler `json:"handlers,omitempty"`
 	// WorkerTools, when set, confines the worker user to these tools'
-	// exec subjects; empty serves every tool.
+	// exec and registration subjects (P.exec.<t>, P.register.<t>): it may
+	// serve and define these tools only. Empty serves and defines every
+	// tool.
 	WorkerTools []string `json:"worker_tools,omitempty"`
+	// WorkerGroups are the groups a worker confined by WorkerTools may
+	// define (P.register.group.<g>); empty means none. A worker of every
+	// tool defines every group.
+	WorkerGroups []string `json:"worker_groups,omitempty"`
 	// ApproverTools, when set, confines the approver to these tools'
 	// confirmations; empty means every tool.
 	ApproverTools []string `json:"approver_tools,omitempty"`
@@ -139,7 +145,7 @@ func Users(spec Spec) ([]User, error) {
 		u.User = spec.Bind[id]
 		sessions = append(sessions, u)
 	}
-	users := []User{router(s), worker(s, spec.WorkerTools), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers)}
+	users := []User{router(s), worker(s, spec.WorkerTools, spec.WorkerGroups), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers)}
 	users = append(users, sessions...)
 	for _, h := range spec.Handlers {
 		users = append(users, handler(s, h))
@@ -185,7 +191,10 @@ func check(spec Spec) error {
 			return err
 		}
 	}
-	for what, tools := range map[string][]string{"worker": spec.WorkerTools, "approver": spec.ApproverTools, "agent answers": spec.AgentAnswers,
+	if len(spec.WorkerGroups) > 0 && len(spec.WorkerTools) == 0 {
+		return fmt.Errorf("security: worker groups are for a worker confined to some tools (a worker of every tool defines every group)")
+	}
+	for what, tools := range map[string][]string{"worker": spec.WorkerTools, "worker groups": spec.WorkerGroups, "approver": spec.ApproverTools, "agent answers": spec.AgentAnswers,
 		"facade answers": spec.FacadeAnswers} {
 		if err := checkTools(what, tools); err != nil {
 			return err
@@ -247,7 +256,7 @@ func router(s bus.Subjects) User {
 	}}
 }
 
-func worker(s bus.Subjects, tools []string) User {
+func worker(s bus.Subjects, tools, groups []string) User {
 	// A worker receives exec requests and cancels, registers and beats,
 	// publishes progress, and sends its results to the routers' inboxes
 	// (the exec requests' reply subjects). NATS' allow_responses alone
@@ -273,7 +282,20 @@ func worker(s bus.Subjects, tools []string) User {
 		}
 		return s.Workers.WorkConsumer(t)
 	}
-	pub := []string{s.Workers.Register(), s.All("events"), inbox(RoleRouter) + ".>"}
+	// It registers, beats and leaves on its tools' registration subjects
+	// only (P.register.<t>, docs/protocol.md 7.1): a login confined to some
+	// tools can define no other (an external tool, which has no live worker
+	// to keep its definition, included), nor touch their workers'
+	// liveness. Not the shared P.register of protocol 1.11, where any
+	// definition goes.
+	pub := each(tools, s.Workers.Register)
+	if len(tools) == 0 {
+		pub = append(pub, s.Workers.RegisterGroup("*"))
+	}
+	for _, g := range groups {
+		pub = append(pub, s.Workers.RegisterGroup(g))
+	}
+	pub = append(pub, s.All("events"), inbox(RoleRouter)+".>")
 	pub = append(pub, each(tools, s.Workers.Result)...)
 	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.MSG.NEXT." + work + "." + consumer(t) })...)
 	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.INFO." + work + "." + consumer(t) })...)

@@ -3,6 +3,7 @@ package security_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -76,5 +77,44 @@ func TestNSC(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in\n%s", want, out)
 		}
+	}
+}
+
+// TestWorkerRegistersItsToolsOnly pins the worker user's registration
+// subjects (docs/protocol.md 7.1, 1.12): its tools' P.register.<t> (every
+// tool: P.register.*), the groups it may define (every group for a worker
+// of every tool), and never the shared P.register of 1.11.
+func TestWorkerRegistersItsToolsOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec security.Spec
+		want []string
+	}{
+		{"every tool", security.Spec{}, []string{"toolbus.register.*", "toolbus.register.group.*"}},
+		{"some tools", security.Spec{WorkerTools: []string{"greet", "deploy"}}, []string{"toolbus.register.greet", "toolbus.register.deploy"}},
+		{"some tools and a group", security.Spec{WorkerTools: []string{"greet"}, WorkerGroups: []string{"ops"}}, []string{"toolbus.register.greet", "toolbus.register.group.ops"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			users, err := security.Users(tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, _ := security.Lookup(users, security.RoleWorker)
+			var got []string
+			for _, p := range w.Permissions.Publish {
+				if p == "toolbus.register" || strings.HasPrefix(p, "toolbus.register.") {
+					got = append(got, p)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("registration subjects %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if _, err := security.Users(security.Spec{WorkerGroups: []string{"ops"}}); err == nil {
+		t.Fatal("worker groups without worker tools were taken")
+	}
+	if _, err := security.Users(security.Spec{WorkerTools: []string{"a"}, WorkerGroups: []string{"o.ps"}}); err == nil {
+		t.Fatal("a bad worker group name was taken")
 	}
 }

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const bound = 10 * time.Second
 
 // fixture is one nats-server, a driver connection standing in for the
-// router, and a fake router answering registrations on P.register.
+// router, and a fake router answering registrations on P.register.>.
 type fixture struct {
 	t    *testing.T
 	srv  *server.Server
@@ -37,11 +37,12 @@ type fixture struct {
 	reg  *registrar
 }
 
-// registrar is a fake router on P.register: it records every registration
+// registrar is a fake router on P.register.>: it records every registration
 // and answers with respond (by default: every tool accepted).
 type registrar struct {
 	mu      sync.Mutex
 	regs    []bus.Register
+	on      []string      // the subject of each of regs
 	leaving chan struct{} // closed on the first leaving registration
 	once    sync.Once
 	respond func(bus.Register) (typ string, data any)
@@ -69,6 +70,7 @@ func (r *registrar) handle(nc *nats.Conn) nats.MsgHandler {
 		}
 		r.mu.Lock()
 		r.regs = append(r.regs, reg)
+		r.on = append(r.on, m.Subject)
 		respond := r.respond
 		r.mu.Unlock()
 		if reg.Leaving {
@@ -86,6 +88,14 @@ func (r *registrar) registrations() []bus.Register {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]bus.Register(nil), r.regs...)
+}
+
+// subjects returns the subject of each registration, in the order of
+// registrations.
+func (r *registrar) subjects() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.on...)
 }
 
 func (r *registrar) setRespond(f func(bus.Register) (string, any)) {
@@ -106,11 +116,12 @@ func newFixture(t *testing.T, answer bool) *fixture {
 	return f
 }
 
-// answerRegistrations subscribes the fake router on P.register.
+// answerRegistrations subscribes the fake router on P.register.>: the
+// registrations of each tool and group (docs/protocol.md 7.1).
 func (f *fixture) answerRegistrations() {
 	f.t.Helper()
 	nc := testkit.Connect(f.t, f.srv)
-	if _, err := nc.Subscribe(f.subj.Workers.Register(), f.reg.handle(nc)); err != nil {
+	if _, err := nc.Subscribe(f.subj.All("register"), f.reg.handle(nc)); err != nil {
 		f.t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {

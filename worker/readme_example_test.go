@@ -53,8 +53,9 @@ func Example_readme() {
 }
 
 // Example_externalTool is the README's external tool from Go: its
-// definition is registered with one io.toolbus.register request (no
-// worker runs it), and a person or system answers each parked call.
+// definition is registered with one io.toolbus.register request on the
+// tool's own subject, P.register.<tool> (no worker runs it), and a person
+// or system answers each parked call.
 func Example_externalTool() {
 	register := func(ctx context.Context, nc *nats.Conn) error {
 		def := bus.ToolDef{Name: "approve_po", Description: "A person approves a purchase order.", External: true,
@@ -63,7 +64,7 @@ func Example_externalTool() {
 		if err != nil {
 			return err
 		}
-		m, err := e.Msg(client.New(nc, client.Config{}).Subjects().Workers.Register())
+		m, err := e.Msg(client.New(nc, client.Config{}).Subjects().Workers.Register(def.Name))
 		if err != nil {
 			return err
 		}

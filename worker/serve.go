@@ -1,11 +1,15 @@
 package worker
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -213,7 +217,14 @@ func (s *serving) stop() error {
 
 // registrar registers the worker with the routers: once at Start, again
 // every heartbeat, and the leave of a drain (docs/protocol.md 7.1). what
-// is the registration to send, made fresh for each beat.
+// is the registration to send, made fresh for each beat. Since protocol
+// 1.12 it travels as one request per group, on P.register.group.<group>,
+// and one per tool, on P.register.<tool>, with that tool's definition and
+// calls in flight: NATS permissions confine which tools a worker login may
+// define. The requests of one beat are sent at once and waited for
+// together, so a beat takes one round trip, not one per tool; those of the
+// first registration go one after another, so that the routers store the
+// tools in the worker's order (listings keep it).
 type registrar struct {
 	nc     *nats.Conn
 	subj   bus.Subjects
@@ -223,8 +234,9 @@ type registrar struct {
 	what   func() bus.Register
 	acked  func(*bus.RegisterAck) // told every acknowledgement, before registered closes
 
-	registered chan struct{} // closed at the first acknowledgement
+	registered chan struct{} // closed once every request of a registration was acknowledged
 	once       sync.Once
+	answered   atomic.Bool // a router acknowledged a request of this worker
 }
 
 // heartbeat registers every beat until ctx ends. A registration already
@@ -237,43 +249,131 @@ func (r *registrar) heartbeat(ctx context.Context) {
 }
 
 // register sends one registration and logs its outcome. Until one is
-// acknowledged, it waits up to firstRegisterWait for the reply, not one
+// acknowledged, it waits up to firstRegisterWait for the replies, not one
 // beat: a router stores each new definition in turn (a worker of a hundred
 // tools took seconds on a loaded machine), and a worker that gave up after
 // a beat sent the same registration again every beat, each one stored
 // again beside the others, and was never acknowledged. With no router at
-// all the request fails at once (no responders), so Start does not wait.
+// all the requests fail at once (no responders), so Start does not wait.
 func (r *registrar) register(ctx context.Context) {
 	wait := r.every
-	select {
-	case <-r.registered:
-	default:
+	if !r.answered.Load() {
 		wait = max(wait, firstRegisterWait)
 	}
 	ack, err := r.send(ctx, r.what(), wait)
 	if err != nil {
 		r.log.Warn("worker: registration not acknowledged", "err", err)
-		return
 	}
-	r.acked(ack) // it logs the rejections
-	r.once.Do(func() { close(r.registered) })
+	if len(ack.Accepted) > 0 || len(ack.Rejected) > 0 {
+		r.answered.Store(true)
+		r.acked(ack) // it logs the rejections
+	}
+	if err == nil {
+		r.once.Do(func() { close(r.registered) })
+	}
 }
 
 // firstRegisterWait bounds the wait for the first acknowledgement.
 const firstRegisterWait = 10 * time.Second
 
-// send sends one registration (or a leave) and returns the acknowledgement,
-// waiting for it at most wait.
+// send sends reg, a registration or a leave, as the requests of protocol
+// 1.12 (docs/protocol.md 7.1): a leave and each tool's definition on the
+// tool's subject, each group on the group's, all at once (in order until
+// the first registration is acknowledged: ordered), and returns the
+// acknowledgements of the tools merged, waiting for them at most wait. A
+// group's rejection is logged here. err is the first request that failed
+// (ack then holds the others'), nil when every one was acknowledged.
 func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Duration) (*bus.RegisterAck, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	type part struct {
+		subject string
+		reg     bus.Register
+		group   bool
+		ack     *bus.RegisterAck
+		err     error
+	}
+	var parts []*part
+	if !reg.Leaving {
+		for _, g := range reg.Groups {
+			parts = append(parts, &part{subject: r.subj.Workers.RegisterGroup(g.Name), group: true,
+				reg: bus.Register{Worker: reg.Worker, Groups: []bus.Group{g}}})
+		}
+	}
+	for _, d := range reg.Tools {
+		one := bus.Register{Worker: reg.Worker, Leaving: reg.Leaving}
+		if !reg.Leaving {
+			one.Tools, one.BinaryExec = []bus.ToolDef{d}, reg.BinaryExec
+			if reg.InFlight != nil { // the worker lists its calls: even none
+				keys := reg.InFlight[d.Name]
+				if keys == nil {
+					keys = []string{}
+				}
+				one.InFlight = map[string][]string{d.Name: keys}
+			}
+		}
+		parts = append(parts, &part{subject: r.subj.Workers.Register(d.Name), reg: one})
+	}
+	if r.ordered() {
+		// Until every request was acknowledged once, one after another:
+		// routers list tools and groups in the order of their first
+		// registration (docs/protocol.md 7.4), and requests sent at once
+		// are stored in any order.
+		for _, p := range parts {
+			p.ack, p.err = r.request(ctx, p.subject, p.reg)
+		}
+	} else {
+		var wg sync.WaitGroup
+		for _, p := range parts {
+			wg.Go(func() { p.ack, p.err = r.request(ctx, p.subject, p.reg) })
+		}
+		wg.Wait()
+	}
+	ack := &bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
+	var first error
+	for _, p := range parts {
+		switch {
+		case p.err != nil:
+			first = cmp.Or(first, p.err)
+		case p.group:
+			for _, rj := range p.ack.Rejected {
+				r.log.Error("worker: group rejected by the routers", "group", rj.Name, "reason", rj.Reason)
+			}
+		default:
+			ack.Accepted = append(ack.Accepted, p.ack.Accepted...)
+			ack.Rejected = append(ack.Rejected, p.ack.Rejected...)
+		}
+	}
+	return ack, first
+}
+
+// ordered reports whether a registration is sent one request after
+// another: until every request of one was acknowledged (Registered).
+func (r *registrar) ordered() bool {
+	select {
+	case <-r.registered:
+		return false
+	default:
+		return true
+	}
+}
+
+// request sends one registration on subject and returns its
+// acknowledgement. A request the NATS server refused (the login may not
+// publish there: its credentials do not let it define that tool or group,
+// docs/security.md) times out; the connection's last error says why, and
+// so does the error returned.
+func (r *registrar) request(ctx context.Context, subject string, reg bus.Register) (*bus.RegisterAck, error) {
 	e, err := bus.NewEvent(bus.TypeRegister, r.source, reg)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	resp, err := bus.SendRequest(ctx, r.nc, r.subj.Workers.Register(), e)
+	resp, err := bus.SendRequest(ctx, r.nc, subject, e)
 	if err != nil {
-		return nil, err
+		if le := r.nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) && strings.Contains(le.Error(), `"`+subject+`"`) {
+			return nil, fmt.Errorf("%s: the NATS server refused this login's registration (its credentials do not allow it: --worker-tools, docs/security.md): %w", subject, le)
+		}
+		return nil, fmt.Errorf("%s: %w", subject, err)
 	}
 	re, err := bus.Decode(resp)
 	if err != nil {

@@ -567,7 +567,8 @@ func (w *Worker) drain(ctx context.Context) error {
 	if w.nc.IsConnected() {
 		// Routers stop choosing this worker before its subscriptions go.
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		if _, err := w.reg.send(sctx, bus.Register{Worker: w.cfg.ID, Leaving: true}, w.reg.every); err != nil {
+		leave := bus.Register{Worker: w.cfg.ID, Leaving: true, Tools: w.registration().Tools} // one leave per tool (7.1)
+		if _, err := w.reg.send(sctx, leave, w.reg.every); err != nil {
 			w.log.Debug("worker: leaving not acknowledged", "err", err)
 		}
 		cancel()

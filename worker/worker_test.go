@@ -569,15 +569,26 @@ func TestDrainLetsCallsFinish(t *testing.T) {
 	if err := w.Drain(context.Background()); err != nil {
 		t.Fatalf("second Stop: %v", err)
 	}
-	// The leaving registration names the worker and nothing else.
-	var leaving []bus.Register
-	for _, r := range f.reg.registrations() {
+	// The leave is one per tool, on the tool's subject (protocol 1.12):
+	// it names the worker and nothing else.
+	var (
+		leaving []bus.Register
+		left    []string
+	)
+	on := f.reg.subjects()
+	for i, r := range f.reg.registrations() {
 		if r.Leaving {
-			leaving = append(leaving, r)
+			leaving, left = append(leaving, r), append(left, on[i])
 		}
 	}
-	if len(leaving) != 1 || leaving[0].Worker != "w1" || len(leaving[0].Tools) != 0 {
-		t.Fatalf("leaving registrations %s", jsonOf(leaving))
+	slices.Sort(left)
+	if want := []string{f.subj.Workers.Register("ping"), f.subj.Workers.Register("slow")}; !slices.Equal(left, want) {
+		t.Fatalf("leaves on %v, want %v", left, want)
+	}
+	for _, r := range leaving {
+		if r.Worker != "w1" || len(r.Tools) != 0 {
+			t.Fatalf("leaving registrations %s", jsonOf(leaving))
+		}
 	}
 }
 
@@ -705,9 +716,21 @@ func TestRegistered(t *testing.T) {
 		}
 		return nil
 	})
-	for _, r := range f.reg.registrations() {
-		if r.Worker != "w1" || r.Leaving || jsonOf(r.Groups) != jsonOf(groups) || len(r.Tools) != 2 || r.Tools[0].Name != "a" || r.Tools[1].Name != "b" {
+	// Each group and each tool has a request of its own, on its own
+	// subject (protocol 1.12).
+	on := f.reg.subjects()
+	for i, r := range f.reg.registrations() {
+		if r.Worker != "w1" || r.Leaving {
 			t.Fatalf("registration %s", jsonOf(r))
+		}
+		if on[i] == f.subj.Workers.RegisterGroup("web") {
+			if jsonOf(r.Groups) != jsonOf(groups) || len(r.Tools) != 0 {
+				t.Fatalf("group registration %s", jsonOf(r))
+			}
+			continue
+		}
+		if len(r.Groups) != 0 || len(r.Tools) != 1 || on[i] != f.subj.Workers.Register(r.Tools[0].Name) || r.Tools[0].Name != "a" && r.Tools[0].Name != "b" {
+			t.Fatalf("registration on %s: %s", on[i], jsonOf(r))
 		}
 		if r.Tools[0].TimeoutMS != bus.DefaultTimeoutMS || r.Tools[0].Permission != bus.PermissionPassthrough || r.Tools[0].RuleMatcher != bus.MatcherNone || r.Tools[0].MaxAttempts != 1 {
 			t.Fatalf("defaults not applied: %s", jsonOf(r.Tools[0]))
@@ -722,7 +745,7 @@ func FuzzExec(f *testing.F) {
 	nc := testkit.Connect(f, s)
 	subj := bus.NewSubjects("")
 	reg := &registrar{leaving: make(chan struct{}), respond: acceptAll}
-	if _, err := nc.Subscribe(subj.Workers.Register(), reg.handle(nc)); err != nil {
+	if _, err := nc.Subscribe(subj.All("register"), reg.handle(nc)); err != nil {
 		f.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
@@ -782,7 +805,7 @@ func TestDrainLeavesAfterHeartbeatInFlight(t *testing.T) {
 	f := newFixture(t, false)
 	nc := testkit.Connect(t, f.srv)
 	regs := make(chan *nats.Msg, 16)
-	if _, err := nc.ChanSubscribe(f.subj.Workers.Register(), regs); err != nil {
+	if _, err := nc.ChanSubscribe(f.subj.All("register"), regs); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {

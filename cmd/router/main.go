@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	data := fs.String("data", "", "JetStream store directory of the embedded server (default: a private directory per listen address under the user's cache directory, toolbus/data-<listen>)")
 	natsConfig := fs.String("nats-config", "", "nats-server configuration file for the embedded server (users, permissions, TLS); log in with --nkey, --creds, --user ...")
 	secure := fs.String("secure", "", "DIR: start the embedded server with the toolbus roles' users (docs/security.md): DIR/nats-server.conf, generated with an nkey seed and .env file per role unless it exists")
+	refuseShared := fs.Bool("refuse-shared-register", false, "refuse registrations on P.register, the one subject of protocol 1.11 (workers of 1.12 register each tool on P.register.<tool>): set it where NATS permissions confine workers (docs/security.md); on with --secure")
 	identities := fs.String("identities", "", "FILE: bind sessions to users by their credentials (a users.json, or {\"sessions\": {\"s1\": \"alice\"}}), reread when it changes; --secure uses DIR/users.json (docs/security.md)")
 	conn := natsconn.FromEnv()
 	conn.URLs = "" // the router joins only what --nats names
@@ -175,10 +176,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		go watchIdentities(ctx, *identities, bindings, reload, identitiesPoll, log)
 	}
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log, Identities: ids, MaxSessionInflight: *sessionShare,
-		Store:        storeCfg,
-		SessionCache: *sessionCache,
-		Limits:       router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
-		Groups:       fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
+		RefuseSharedRegister: *refuseShared || *secure != "",
+		Store:                storeCfg,
+		SessionCache:         *sessionCache,
+		Limits:               router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
+		Groups:               fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
 		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: fileCfg.parkTTL, Metrics: reg, Skills: skillDirs, SkillViewer: *skillViewer, Lease: *lease,
 		Guard: router.Guard{Search: fileCfg.Search.Enabled, ReadOutput: *readOutput, Pinned: fileCfg.Search.Pinned, Limits: fileCfg.Quotas, Cache: fileCfg.Cache.Enabled, Audit: fileCfg.Audit.config()}})
 	if err != nil {

@@ -167,7 +167,7 @@ func TestCallWaitSpeaks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := e.Msg(d.client.Subjects().Workers.Register())
+	m, err := e.Msg(d.client.Subjects().Workers.Register(def.Name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func (d *deployment) registerDefs(t *testing.T, defs ...bus.ToolDef) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := e.Msg(d.client.Subjects().Workers.Register())
+	m, err := e.Msg(d.client.Subjects().Workers.SharedRegister()) // several tools in one: the 1.11 subject, still served
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ const source = "js/external-handler";
 const tool = "ask_human";
 const nc = await open();
 
-await request(nc, `${P}.register`, event("io.toolbus.register", source, {
+await request(nc, `${P}.register.${tool}`, event("io.toolbus.register", source, { // the tool's own subject (7.1)
   worker: "js-external", tools: [{
     name: tool, description: "Ask a person a yes/no question.", external: true, permission: "allow",
     input_schema: { type: "object", properties: { question: { type: "string" } }, required: ["question"] },

@@ -92,15 +92,31 @@ nc.subscribe(`${P}.cancel.>`, {
 });
 await nc.flush();
 
-// A heartbeat is the same io.toolbus.register, sent again.
-const register = async () => (await request(nc, `${P}.register`, event("io.toolbus.register", source, { worker: id, groups, tools }))).data;
+// Each group registers on P.register.group.<group> and each tool on
+// P.register.<tool> (protocol 7.1, 1.12): the first time one after another
+// (routers list tools in the order of their first registration), then all
+// at once; a heartbeat is the same requests, sent again.
+const send = (subject, data) => request(nc, subject, event("io.toolbus.register", source, { worker: id, ...data }));
+let registered = false;
+const register = async () => {
+  const requests = [
+    ...groups.map((g) => () => send(`${P}.register.group.${g.name}`, { groups: [g] })),
+    ...tools.map((t) => () => send(`${P}.register.${t.name}`, { tools: [t] })),
+  ];
+  const acks = [];
+  if (registered) acks.push(...(await Promise.all(requests.map((r) => r()))));
+  else for (const r of requests) acks.push(await r());
+  registered = true;
+  const toolAcks = acks.slice(groups.length).map((a) => a.data);
+  return { accepted: toolAcks.flatMap((a) => a.accepted), rejected: toolAcks.flatMap((a) => a.rejected) };
+};
 const ack = await register();
 console.log(JSON.stringify({ ready: id, ...ack }));
 const beat = setInterval(() => register().catch((e) => console.error(`heartbeat: ${e.message}`)), heartbeatMs);
 
 async function leave() {
   clearInterval(beat);
-  await request(nc, `${P}.register`, event("io.toolbus.register", source, { worker: id, leaving: true }));
+  await Promise.all(tools.map((t) => send(`${P}.register.${t.name}`, { leaving: true }))); // one leave per tool
   console.log(JSON.stringify({ left: id }));
   await nc.drain();
   process.exit(0);

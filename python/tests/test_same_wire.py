@@ -34,12 +34,12 @@ async def test_python_worker_matches_go_worker(router, client):
     regs: dict[str, dict] = {}
     nc = await nats.connect(router.url)
 
-    async def on_register(m):
+    async def on_register(m):  # one request per tool (7.1, 1.12): keyed by worker and tool
         e = ev.decode(m.data, m.headers)
         if isinstance(e.data, dict) and not e.data.get("leaving"):
-            regs.setdefault(e.source, e.data)
+            regs.setdefault(e.source + " " + m.subject.removeprefix("toolbus.register."), e.data)
 
-    await nc.subscribe("toolbus.register", cb=on_register)
+    await nc.subscribe("toolbus.register.>", cb=on_register)
     await nc.flush()
     go = subprocess.Popen([str(router.bins["toolworker"]), "--id", "go-wire"], env={**os.environ, "NATS_URL": router.url},
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -55,15 +55,17 @@ async def test_python_worker_matches_go_worker(router, client):
     await w.start()
     try:
         await wait_listed(client, "word_count")
+        go_key, py_key = "toolbus/worker/go-wire word_count", f"toolbus/worker/py-wire {name}"
         for _ in range(300):
-            if "toolbus/worker/go-wire" in regs and "toolbus/worker/py-wire" in regs:
+            if go_key in regs and py_key in regs:
                 break
             await asyncio.sleep(0.1)
-        g, p = regs["toolbus/worker/go-wire"], regs["toolbus/worker/py-wire"]
+        g, p = regs[go_key], regs[py_key]
         assert list(g) == list(p) or set(g) == set(p), (list(g), list(p))
-        assert g["binary_exec"] is p["binary_exec"] is True and g["inflight"] == p["inflight"] == {}
-        gdef = next(t for t in g["tools"] if t["name"] == "word_count")
-        assert set(gdef) == set(p["tools"][0]), (sorted(gdef), sorted(p["tools"][0]))
+        assert g["binary_exec"] is p["binary_exec"] is True
+        assert g["inflight"] == {"word_count": []} and p["inflight"] == {name: []}, (g["inflight"], p["inflight"])
+        assert len(g["tools"]) == len(p["tools"]) == 1
+        assert set(g["tools"][0]) == set(p["tools"][0]), (sorted(g["tools"][0]), sorted(p["tools"][0]))
 
         for mode in ("structured", "binary"):
             answers = []

@@ -371,6 +371,7 @@ func TestRouterSubscriptions(t *testing.T) {
 		"toolbus.approve.> queue=toolbus-router",
 		"toolbus.replay.> queue=toolbus-router",
 		"toolbus.register queue=toolbus-router",
+		"toolbus.register.> queue=toolbus-router",
 		"toolbus.admin.> queue=toolbus-router",
 		"toolbus.cancel.> queue=",
 	} {

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -155,4 +156,43 @@ func TestRegisterBadEnvelope(t *testing.T) {
 	if got := names(t, s.list(t, "s1", nil).Tools); len(got) != 0 {
 		t.Fatalf("a refused registration listed %v", got)
 	}
+}
+
+// TestRegisterOnToolSubject (protocol 1.12, 7.1): a tool registers on
+// P.register.<tool> with its own definition; a definition of another tool
+// or a group there is rejected and changes nothing; a group registers on
+// P.register.group.<group> (accepted names it); a leave there is acked
+// empty, and a subject naming no valid tool is bad_event.
+func TestRegisterOnToolSubject(t *testing.T) {
+	s := start(t)
+	send := func(subject string, data M) *Event {
+		t.Helper()
+		return s.request(t, out{typ: tRegister, data: data, attrs: map[string]string{"source": "toolbus/worker/w-subj"}}.msg(t, subject))
+	}
+	a := decodeAck(t, send(s.subj("register", "subj_a"), M{"worker": "w-subj", "tools": []M{def("subj_a")}, "inflight": M{"subj_a": []string{}}}))
+	if !slices.Equal(a.Accepted, []string{"subj_a"}) || len(a.Rejected) != 0 {
+		t.Fatalf("own definition: %+v", a)
+	}
+	a = decodeAck(t, send(s.subj("register", "subj_a"), M{"worker": "w-subj", "tools": []M{def("subj_b")},
+		"groups": []M{{"name": "subj_g", "description": "G."}}}))
+	if len(a.Accepted) != 0 || len(a.Rejected) != 2 || a.Rejected[0].Name != "subj_b" || a.Rejected[1].Name != "subj_g" {
+		t.Fatalf("another tool's definition and a group on subj_a's subject: %+v", a)
+	}
+	for _, r := range a.Rejected {
+		if !strings.Contains(r.Reason, "subj_a") {
+			t.Errorf("reason %q does not name the subject's tool", r.Reason)
+		}
+	}
+	if got := names(t, s.list(t, "s1", nil).Tools); !slices.Equal(got, []string{"subj_a"}) {
+		t.Fatalf("tools %v, want [subj_a] only", got)
+	}
+	a = decodeAck(t, send(s.subj("register", "group", "subj_g"), M{"worker": "w-subj", "groups": []M{{"name": "subj_g", "description": "G.", "scope": "external"}}}))
+	if !slices.Equal(a.Accepted, []string{"subj_g"}) || len(a.Rejected) != 0 {
+		t.Fatalf("group on its subject: %+v", a)
+	}
+	a = decodeAck(t, send(s.subj("register", "subj_a"), M{"worker": "w-subj", "leaving": true}))
+	if len(a.Accepted) != 0 || len(a.Rejected) != 0 {
+		t.Fatalf("leave: %+v", a)
+	}
+	wantError(t, send(s.subj("register", "a", "b"), M{"worker": "w-subj", "tools": []M{def("a")}}), "bad_event", "")
 }

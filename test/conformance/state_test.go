@@ -87,7 +87,7 @@ func TestCustomPrefix(t *testing.T) {
 	for _, d := range sz.Subs {
 		queues[d.Subject] = d.Queue
 	}
-	for subj, q := range map[string]string{"acme.call.>": "acme-router", "acme.register": "acme-router",
+	for subj, q := range map[string]string{"acme.call.>": "acme-router", "acme.register": "acme-router", "acme.register.>": "acme-router",
 		"acme.tools.>": "acme-router", "acme.answer.>": "acme-router", "acme.admin.>": "acme-router", "acme.cancel.>": ""} {
 		if got, ok := queues[subj]; !ok || got != q {
 			t.Errorf("subscription %s: queue %q (present %v), want %q", subj, got, ok, q)

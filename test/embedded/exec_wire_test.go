@@ -72,7 +72,7 @@ func TestExecWireContract(t *testing.T) {
 			case <-tick.C:
 				ev, err := bus.NewEvent(bus.TypeRegister, "test/fake-worker", json.RawMessage(reg))
 				if err == nil {
-					if m, err := ev.Msg(subj.Workers.Register()); err == nil {
+					if m, err := ev.Msg(subj.Workers.Register("fake")); err == nil {
 						_, _ = e.nc.RequestMsg(m, bound)
 					}
 				}

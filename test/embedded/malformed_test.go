@@ -217,8 +217,8 @@ func TestMalformedOtherSubjects(t *testing.T) {
 		{"tools: wrong type", event(bus.TypeCallBatch, subj.Tools("q1"), "q1", bus.ToolsQuery{}), bus.CodeBadEvent},
 		{"tools: sessionid differs", event(bus.TypeToolsQuery, subj.Tools("q1"), "q2", bus.ToolsQuery{}), bus.CodeBadEvent},
 		{"tools: unknown format", event(bus.TypeToolsQuery, subj.Tools("q1"), "q1", bus.ToolsQuery{Format: "xml"}), bus.CodeBadRequest},
-		{"register: not JSON", func(*testing.T) *nats.Msg { return rawMsg(subj.Workers.Register(), []byte("{{")) }, bus.CodeBadEvent},
-		{"register: wrong type", event(bus.TypeToolsQuery, subj.Workers.Register(), "", bus.Register{Worker: "w1"}), bus.CodeBadEvent},
+		{"register: not JSON", func(*testing.T) *nats.Msg { return rawMsg(subj.Workers.SharedRegister(), []byte("{{")) }, bus.CodeBadEvent},
+		{"register: wrong type", event(bus.TypeToolsQuery, subj.Workers.SharedRegister(), "", bus.Register{Worker: "w1"}), bus.CodeBadEvent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

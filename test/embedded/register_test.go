@@ -17,7 +17,7 @@ import (
 func (e *env) register(t *testing.T, data string) bus.RegisterAck {
 	t.Helper()
 	ev := newEvent(t, bus.TypeRegister, json.RawMessage(data))
-	reply := e.request(t, eventMsg(t, e.client.Subjects().Workers.Register(), ev))
+	reply := e.request(t, eventMsg(t, e.client.Subjects().Workers.SharedRegister(), ev)) // the 1.11 subject, still served
 	if reply.Type != bus.TypeRegisterAck {
 		t.Fatalf("reply %s: %s", reply.Type, reply.Data)
 	}

@@ -271,7 +271,7 @@ func registerExternal(t *testing.T, url, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := e.Msg(client.New(nc, client.Config{}).Subjects().Workers.Register())
+	m, err := e.Msg(client.New(nc, client.Config{}).Subjects().Workers.Register(def.Name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,7 +158,7 @@ func TestFacadeIdentity(t *testing.T) {
 	}
 	fl.noViolations()
 
-	for _, s := range []string{"toolbus.exec.greet", "toolbus.exec.deploy", "toolbus.register", "toolbus.admin.status",
+	for _, s := range []string{"toolbus.exec.greet", "toolbus.exec.deploy", "toolbus.register", "toolbus.register.greet", "toolbus.admin.status",
 		"toolbus.admin.session.mode", "toolbus.admin.parked.list", "toolbus.result.greet", "toolbus.events.s1",
 		"$KV.toolbus_sessions.s1", "$KV.toolbus_tools.greet", "$O.toolbus_skills.C.x", "$JS.API.STREAM.DELETE.TOOLBUS_EVENTS",
 		"$JS.API.STREAM.PURGE.KV_toolbus_sessions", "$JS.API.CONSUMER.CREATE.KV_toolbus_parked.x.$KV.toolbus_parked.>",

@@ -25,7 +25,7 @@ func TestAgentConfined(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
 	a := d.conn("session-s1")
-	for _, s := range []string{"toolbus.exec.greet", "toolbus.exec.deploy", "toolbus.register", "toolbus.admin.status",
+	for _, s := range []string{"toolbus.exec.greet", "toolbus.exec.deploy", "toolbus.register", "toolbus.register.greet", "toolbus.admin.status",
 		"toolbus.admin.session.mode", "toolbus.call.s2", "toolbus.tools.s2", "toolbus.cancel.s2", "toolbus.events.s1",
 		"toolbus.answer.pick", "toolbus.answer.deploy", "toolbus.external.pick", "$KV.toolbus_sessions.s2",
 		"$JS.API.STREAM.DELETE.TOOLBUS_EVENTS", "$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.x"} {
@@ -94,7 +94,7 @@ func shortCtx(t *testing.T) context.Context {
 func TestAgentOfEverySession(t *testing.T) {
 	d := newDeployment(t)
 	a := d.conn("agent")
-	for _, s := range []string{"toolbus.exec.greet", "toolbus.answer.pick", "toolbus.register", "toolbus.admin.status", "toolbus.external.pick"} {
+	for _, s := range []string{"toolbus.exec.greet", "toolbus.answer.pick", "toolbus.register", "toolbus.register.greet", "toolbus.admin.status", "toolbus.external.pick"} {
 		a.denyPublish(s)
 	}
 	for _, s := range []string{"toolbus.exec.>", "toolbus.call.>", "_INBOX.>", "toolbus.confirm.>"} {
@@ -143,14 +143,14 @@ func TestHandlerConfined(t *testing.T) {
 func TestApproverAndOperatorConfined(t *testing.T) {
 	d := newDeployment(t)
 	ap := d.conn("approver")
-	for _, s := range []string{"toolbus.exec.deploy", "toolbus.call.s1", "toolbus.register", "toolbus.admin.session.mode", "toolbus.external.pick"} {
+	for _, s := range []string{"toolbus.exec.deploy", "toolbus.call.s1", "toolbus.register", "toolbus.register.greet", "toolbus.admin.session.mode", "toolbus.external.pick"} {
 		ap.denyPublish(s)
 	}
 	for _, s := range []string{"toolbus.events.>", "toolbus.external.pick", "toolbus.exec.>", "_INBOX.>"} {
 		ap.denySubscribe(s)
 	}
 	op := d.conn("operator")
-	for _, s := range []string{"toolbus.exec.deploy", "toolbus.register", "toolbus.external.pick", "toolbus.events.s1"} {
+	for _, s := range []string{"toolbus.exec.deploy", "toolbus.register", "toolbus.register.greet", "toolbus.external.pick", "toolbus.events.s1"} {
 		op.denyPublish(s)
 	}
 	for _, s := range []string{"toolbus.exec.>", "toolbus.call.>", "_INBOX.>"} {

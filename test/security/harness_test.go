@@ -56,6 +56,12 @@ type deployment struct {
 
 func newDeployment(t *testing.T, configure ...func(*router.Config)) *deployment {
 	t.Helper()
+	return newDeploymentOf(t, spec, configure...)
+}
+
+// newDeploymentOf is newDeployment with the users of spec.
+func newDeploymentOf(t *testing.T, spec security.Spec, configure ...func(*router.Config)) *deployment {
+	t.Helper()
 	dir := t.TempDir()
 	users, err := security.Generate(filepath.Join(dir, "secure"), "", spec)
 	if err != nil {
@@ -220,7 +226,7 @@ func (l *login) noViolations() {
 
 // startWorker logs in as worker and serves greet (read-only) and deploy
 // (asks for a confirmation in the default mode); it also registers the
-// external tool pick, as any registration may.
+// external tool pick on its own subject, as a worker of every tool may.
 func (d *deployment) startWorker() *login {
 	d.t.Helper()
 	l := d.conn("worker")
@@ -259,7 +265,7 @@ func (d *deployment) startWorker() *login {
 	must(d.t, err)
 	ctx, cancel := context.WithTimeout(d.t.Context(), bound)
 	defer cancel()
-	msg, err := bus.SendRequest(ctx, l.nc, bus.NewSubjects("").Workers.Register(), ev)
+	msg, err := bus.SendRequest(ctx, l.nc, bus.NewSubjects("").Workers.Register("pick"), ev)
 	must(d.t, err)
 	resp, err := bus.Decode(msg)
 	must(d.t, err)

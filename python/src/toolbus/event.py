@@ -426,7 +426,9 @@ class Subjects:
     def answer(self, tool: str) -> str: return self._p + "answer." + tool  # noqa: E704
     def approve(self, tool: str) -> str: return self._p + "approve." + tool  # noqa: E704
     def replay(self, session: str) -> str: return self._p + "replay." + session  # noqa: E704
-    def register(self) -> str: return self._p + "register"  # noqa: E704
+    def register(self, tool: str) -> str: return self._p + "register." + tool  # noqa: E704
+    def register_group(self, group: str) -> str: return self._p + "register.group." + group  # noqa: E704
+    def shared_register(self) -> str: return self._p + "register"  # noqa: E704 - protocol 1.11's one subject
 
     def handoff(self, kind: str, tool: str = "") -> str:
         """``P.handoff.<kind>[.<tool>]``: where a handler or approver follows the handoff through a router (6.2)."""

@@ -420,7 +420,7 @@ _TOOLDEF: dict[str, type | None] = {
 
 @dataclass
 class ToolDef:
-    """A tool definition (7.2) with its defaults; ``to_json`` is what goes into ``P.register``."""
+    """A tool definition (7.2) with its defaults; ``to_json`` is what goes into ``P.register.<name>``."""
 
     name: str
     input_schema: dict[str, Any]

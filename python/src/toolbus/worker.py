@@ -189,7 +189,9 @@ class Worker:
         await asyncio.gather(*loops, return_exceptions=True)
         if self.nc.is_connected:
             try:
-                await _send_register(self, {"worker": self.id, "leaving": True, "inflight": None}, 1.0)
+                # One leave per tool, on its subject (7.1): it touches only that tool's liveness.
+                leaves = [(self.subjects.register(n), {"worker": self.id, "leaving": True}) for n in self._tools]
+                await _send_all(self, leaves, 1.0)
             except Exception as err:  # noqa: BLE001 - leaving is best effort
                 self.log.debug("worker: leaving not acknowledged: %s", err)
         for s in self._tools.values():
@@ -218,7 +220,8 @@ class Worker:
     # ---- registration ----
 
     def registration(self) -> dict[str, Any]:
-        """The ``io.toolbus.register`` data this worker sends every heartbeat (7.1)."""
+        """What this worker says in every heartbeat (7.1), as one ``io.toolbus.register`` data; since
+        protocol 1.12 it travels split per group and tool (``registrations()``)."""
         inflight: dict[str, list[str]] = {}
         for c in self._x._calls.values():
             inflight.setdefault(c.tool, []).append(c.key)
@@ -233,9 +236,24 @@ class Worker:
         data["inflight"] = inflight
         return data
 
+    def registrations(self) -> list[tuple[str, dict[str, Any]]]:
+        """The requests of one beat (7.1, protocol 1.12): ``(subject, data)`` for each group on
+        ``P.register.group.<group>`` and each tool on ``P.register.<tool>``, with that tool's definition
+        and calls in flight. NATS permissions confine which of these subjects a login may publish."""
+        reg = self.registration()
+        out: list[tuple[str, dict[str, Any]]] = [
+            (self.subjects.register_group(g["name"]), {"worker": self.id, "groups": [g]}) for g in reg.get("groups", [])]
+        for t in reg.get("tools", []):
+            one: dict[str, Any] = {"worker": self.id, "tools": [t]}
+            if self.binary_exec:
+                one["binary_exec"] = True
+            one["inflight"] = {t["name"]: reg["inflight"].get(t["name"], [])}
+            out.append((self.subjects.register(t["name"]), one))
+        return out
+
     async def _register(self, first: bool = False) -> None:
         try:
-            ack = await _send_register(self, self.registration(), self.heartbeat)
+            ack = await _send_all(self, self.registrations(), self.heartbeat)
         except Exception as err:  # noqa: BLE001 - the next beat tries again
             (self.log.error if first else self.log.warning)("worker %s: registration not acknowledged: %s", self.id, err)
             return
@@ -583,14 +601,48 @@ async def _record(x: _Executor, s: _Served, m: Any, out: ev.Event, deadline: flo
         _stop_beat(m)
 
 
-async def _send_register(w: Worker, data: dict[str, Any], timeout: float) -> dict[str, Any]:
+async def _send_register(w: Worker, subject: str, data: dict[str, Any], timeout: float) -> dict[str, Any]:
     from ._rpc import request
 
     e = ev.Event(ev.TYPE_REGISTER, w.source, data)
-    ack = await request(w.nc, w.subjects.register(), e, ev.TYPE_REGISTER_ACK, timeout)
+    ack = await request(w.nc, subject, e, ev.TYPE_REGISTER_ACK, timeout)
     if not isinstance(ack, dict):
         raise ProtocolError("register.ack: data is not an object")
     return ack
+
+
+async def _send_all(w: Worker, requests: list[tuple[str, dict[str, Any]]], timeout: float) -> dict[str, Any]:
+    """Send the requests of one beat at once (one round trip, not one per tool; in order until the first
+    registration was acknowledged) and merge the tools' acks; a group's rejection is logged here.
+    Raises the first failure when none was acknowledged."""
+    if w.registered.is_set():
+        acks = await asyncio.gather(*(_send_register(w, s, d, timeout) for s, d in requests), return_exceptions=True)
+    else:
+        # The first registration goes one request after another: routers list tools and groups in
+        # the order of their first registration (7.4), and requests sent at once land in any order.
+        acks = []
+        for s, d in requests:
+            try:
+                acks.append(await _send_register(w, s, d, timeout))
+            except Exception as err:  # noqa: BLE001 - reported below, like gather's
+                acks.append(err)
+    out: dict[str, Any] = {"accepted": [], "rejected": []}
+    failed: BaseException | None = None
+    for (subject, data), ack in zip(requests, acks):
+        if isinstance(ack, BaseException):
+            failed = failed or ack
+        elif "groups" in data:
+            for r in ack.get("rejected") or []:
+                if isinstance(r, dict):
+                    w.log.error("worker %s: group %s REJECTED by the router: %s", w.id, r.get("name"), r.get("reason"))
+        else:
+            out["accepted"] += ack.get("accepted") or []
+            out["rejected"] += ack.get("rejected") or []
+    if failed is not None and not out["accepted"] and not out["rejected"]:
+        raise failed
+    if failed is not None:
+        w.log.warning("worker %s: part of a registration not acknowledged: %s", w.id, failed)
+    return out
 
 
 async def _heartbeat(w: Worker) -> None:

@@ -51,12 +51,21 @@ final class Requester {
   }
 
   private Message send(String subject, Event e, long deadline) {
+    return await(subject, start(subject, e, deadline), deadline);
+  }
+
+  /** Sends e to subject without waiting: many requests in flight at once (a worker's beat, 7.1). */
+  CompletableFuture<Message> start(String subject, Event e, long deadline) {
     long left = deadline - System.nanoTime();
     if (left <= 0) {
       throw new BusException(Codes.TIMEOUT, "no reply on " + subject + " before the deadline");
     }
-    Duration d = Duration.ofNanos(left);
-    CompletableFuture<Message> f = nc.requestWithTimeout(e.toMessage(subject, null), d);
+    return nc.requestWithTimeout(e.toMessage(subject, null), Duration.ofNanos(left));
+  }
+
+  /** Waits for the reply of a request start sent, until deadline (System.nanoTime). */
+  static Message await(String subject, CompletableFuture<Message> f, long deadline) {
+    long left = Math.max(0, deadline - System.nanoTime());
     try {
       Message m = f.get(left + TimeUnit.MILLISECONDS.toNanos(500), TimeUnit.NANOSECONDS);
       if (m == null) {

@@ -19,7 +19,9 @@ public record Subjects(String prefix) {
   public String exec(String tool) { return prefix + ".exec." + tool; }
   public String answer(String tool) { return prefix + ".answer." + tool; }
   public String approve(String tool) { return prefix + ".approve." + tool; }
-  public String register() { return prefix + ".register"; }
+  public String register(String tool) { return prefix + ".register." + tool; }
+  public String registerGroup(String group) { return prefix + ".register.group." + group; }
+  public String sharedRegister() { return prefix + ".register"; } // protocol 1.11's one subject
   public String admin(String verb) { return prefix + ".admin." + verb; }
   public String outputs(String session) { return prefix + ".outputs." + session; }
   public String tasks(String session) { return prefix + ".tasks." + session; }

@@ -30,7 +30,7 @@ class WorkerLifeTest {
         release.await(60, TimeUnit.SECONDS);
         return "finished";
       });
-      Subscription beats = watcher.subscribe("toolbus.register");
+      Subscription beats = watcher.subscribe("toolbus.register." + tool); // its own subject (7.1, 1.12)
       watcher.flush(Duration.ofSeconds(10));
       w.start();
       ToolbusClient client = ToolbusClient.builder(watcher).build();

@@ -1,0 +1,79 @@
+package registry
+
+import (
+	"fmt"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Shared is the registration subject of protocol 1.11 for Register: the
+// one subject P.register, on which a registration may define any tool and
+// any group. Since 1.12 each tool registers on its own subject, so that
+// NATS permissions confine which tools a worker login may define
+// (docs/protocol.md 7.1, docs/security.md).
+const Shared = ""
+
+// Confine keeps of reg what may travel on tool's registration subject,
+// P.register.<tool> (docs/protocol.md 7.1): its definition of tool, the
+// calls of tool it lists in flight, and nothing of any other tool or
+// group. Every definition named otherwise, and every group, is returned as
+// a rejection: whoever may publish on tool's subject may define tool, and
+// only it (NATS permissions say who may; docs/security.md).
+func Confine(tool string, reg bus.Register) (bus.Register, []bus.Rejection) {
+	var rejected []bus.Rejection
+	out := reg
+	out.Tools, out.Groups, out.Refused = nil, nil, nil
+	for _, d := range reg.Tools {
+		if d.Name == tool {
+			out.Tools = append(out.Tools, d)
+			continue
+		}
+		rejected = append(rejected, bus.Rejection{Name: d.Name, Reason: fmt.Sprintf(
+			"came on the registration subject of %q: a tool is defined only on its own, P.register.%s (docs/protocol.md 7.1)", tool, d.Name)})
+	}
+	for _, r := range reg.Refused {
+		if r.Name == tool {
+			out.Refused = append(out.Refused, r)
+			continue
+		}
+		rejected = append(rejected, bus.Rejection{Name: r.Name, Reason: fmt.Sprintf(
+			"came on the registration subject of %q: a tool is defined only on its own (docs/protocol.md 7.1); and: %s", tool, r.Reason)})
+	}
+	for _, g := range reg.Groups {
+		rejected = append(rejected, bus.Rejection{Name: g.Name, Reason: fmt.Sprintf(
+			"came on the registration subject of tool %q: a group is defined only on its own, P.register.group.%s (docs/protocol.md 7.1)", tool, g.Name)})
+	}
+	if reg.InFlight != nil {
+		out.InFlight = map[string][]string{}
+		if keys, ok := reg.InFlight[tool]; ok {
+			out.InFlight[tool] = keys
+		}
+	}
+	return out, rejected
+}
+
+// ConfineGroup keeps of reg what may travel on group's registration
+// subject, P.register.group.<group> (docs/protocol.md 7.1): its definition
+// of group. Every other group and every tool is returned as a rejection.
+func ConfineGroup(group string, reg bus.Register) ([]bus.Group, []bus.Rejection) {
+	var (
+		keep     []bus.Group
+		rejected []bus.Rejection
+	)
+	for _, g := range reg.Groups {
+		if g.Name == group {
+			keep = append(keep, g)
+			continue
+		}
+		rejected = append(rejected, bus.Rejection{Name: g.Name, Reason: fmt.Sprintf(
+			"came on the registration subject of group %q: a group is defined only on its own, P.register.group.%s (docs/protocol.md 7.1)", group, g.Name)})
+	}
+	for _, d := range reg.Tools {
+		rejected = append(rejected, bus.Rejection{Name: d.Name, Reason: fmt.Sprintf(
+			"came on the registration subject of group %q: a tool is defined only on its own, P.register.%s (docs/protocol.md 7.1)", group, d.Name)})
+	}
+	for _, r := range reg.Refused {
+		rejected = append(rejected, r)
+	}
+	return keep, rejected
+}
