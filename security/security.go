@@ -103,6 +103,12 @@ type Spec struct {
 	// define (P.register.group.<g>); empty means none. A worker of every
 	// tool defines every group.
 	WorkerGroups []string `json:"worker_groups,omitempty"`
+	// WorkerSharedRegister also lets the worker user publish on P.register,
+	// the one registration subject of protocol 1.11, where any definition
+	// goes: for the window of a rolling update of workers to 1.12 only
+	// (docs/protocol.md 14, 1.12). It reopens the gap the per-tool
+	// subjects close; a router under --secure then serves the subject.
+	WorkerSharedRegister bool `json:"worker_shared_register,omitempty"`
 	// ApproverTools, when set, confines the approver to these tools'
 	// confirmations; empty means every tool.
 	ApproverTools []string `json:"approver_tools,omitempty"`
@@ -145,7 +151,7 @@ func Users(spec Spec) ([]User, error) {
 		u.User = spec.Bind[id]
 		sessions = append(sessions, u)
 	}
-	users := []User{router(s), worker(s, spec.WorkerTools, spec.WorkerGroups), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers)}
+	users := []User{router(s), worker(s, spec.WorkerTools, spec.WorkerGroups, spec.WorkerSharedRegister), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers)}
 	users = append(users, sessions...)
 	for _, h := range spec.Handlers {
 		users = append(users, handler(s, h))
@@ -256,7 +262,7 @@ func router(s bus.Subjects) User {
 	}}
 }
 
-func worker(s bus.Subjects, tools, groups []string) User {
+func worker(s bus.Subjects, tools, groups []string, shared bool) User {
 	// A worker receives exec requests and cancels, registers and beats,
 	// publishes progress, and sends its results to the routers' inboxes
 	// (the exec requests' reply subjects). NATS' allow_responses alone
@@ -294,6 +300,9 @@ func worker(s bus.Subjects, tools, groups []string) User {
 	}
 	for _, g := range groups {
 		pub = append(pub, s.Workers.RegisterGroup(g))
+	}
+	if shared { // the upgrade window of 1.12: workers of 1.11 still register here
+		pub = append(pub, s.Workers.SharedRegister())
 	}
 	pub = append(pub, s.All("events"), inbox(RoleRouter)+".>")
 	pub = append(pub, each(tools, s.Workers.Result)...)

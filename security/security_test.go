@@ -93,6 +93,9 @@ func TestWorkerRegistersItsToolsOnly(t *testing.T) {
 		{"every tool", security.Spec{}, []string{"toolbus.register.*", "toolbus.register.group.*"}},
 		{"some tools", security.Spec{WorkerTools: []string{"greet", "deploy"}}, []string{"toolbus.register.greet", "toolbus.register.deploy"}},
 		{"some tools and a group", security.Spec{WorkerTools: []string{"greet"}, WorkerGroups: []string{"ops"}}, []string{"toolbus.register.greet", "toolbus.register.group.ops"}},
+		// The upgrade window: workers of 1.11 register on the shared subject.
+		{"every tool and the shared subject", security.Spec{WorkerSharedRegister: true}, []string{"toolbus.register.*", "toolbus.register.group.*", "toolbus.register"}},
+		{"some tools and the shared subject", security.Spec{WorkerTools: []string{"greet"}, WorkerSharedRegister: true}, []string{"toolbus.register.greet", "toolbus.register"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			users, err := security.Users(tc.spec)

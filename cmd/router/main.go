@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	data := fs.String("data", "", "JetStream store directory of the embedded server (default: a private directory per listen address under the user's cache directory, toolbus/data-<listen>)")
 	natsConfig := fs.String("nats-config", "", "nats-server configuration file for the embedded server (users, permissions, TLS); log in with --nkey, --creds, --user ...")
 	secure := fs.String("secure", "", "DIR: start the embedded server with the toolbus roles' users (docs/security.md): DIR/nats-server.conf, generated with an nkey seed and .env file per role unless it exists")
-	refuseShared := fs.Bool("refuse-shared-register", false, "refuse registrations on P.register, the one subject of protocol 1.11 (workers of 1.12 register each tool on P.register.<tool>): set it where NATS permissions confine workers (docs/security.md); on with --secure")
+	refuseShared := fs.Bool("refuse-shared-register", false, "refuse registrations on P.register, the one subject of protocol 1.11 (workers of 1.12 register each tool on P.register.<tool>): set it where NATS permissions confine workers (docs/security.md); on with --secure, unless the directory's spec.json lets workers publish there (worker_shared_register, the upgrade window)")
 	identities := fs.String("identities", "", "FILE: bind sessions to users by their credentials (a users.json, or {\"sessions\": {\"s1\": \"alice\"}}), reread when it changes; --secure uses DIR/users.json (docs/security.md)")
 	conn := natsconn.FromEnv()
 	conn.URLs = "" // the router joins only what --nats names
@@ -176,7 +176,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		go watchIdentities(ctx, *identities, bindings, reload, identitiesPoll, log)
 	}
 	r, err := router.New(nc, router.Config{ID: *id, Prefix: *prefix, Logger: log, Identities: ids, MaxSessionInflight: *sessionShare,
-		RefuseSharedRegister: *refuseShared || *secure != "",
+		RefuseSharedRegister: *refuseShared || *secure != "" && !sharedRegister(*secure),
 		Store:                storeCfg,
 		SessionCache:         *sessionCache,
 		Limits:               router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
@@ -289,6 +289,14 @@ func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 	fmt.Fprintf(stdout, "toolbus: generated the users %s in %s: each logs in with %s/<user>.nk and its inbox prefix: run `source %s/<user>.env` (bash, zsh, fish) before its commands\n",
 		strings.Join(names, ", "), dir, dir, dir)
 	return cfgFile, nil
+}
+
+// sharedRegister: the --secure directory's spec lets workers publish on the
+// shared P.register (the upgrade window of protocol 1.12), so its routers
+// serve it.
+func sharedRegister(dir string) bool {
+	spec, err := security.LoadSpec(dir)
+	return err == nil && spec.WorkerSharedRegister
 }
 
 // identitiesPoll is how often the router rereads its identities file.

@@ -304,6 +304,7 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var(&handlers, "handler", "add an external handler user: NAME=tool,tool (repeatable)")
 	workerTools := fs.String("worker-tools", "", "confine the worker user to these comma-separated tools: it serves and defines only them (default: every tool)")
 	workerGroups := fs.String("worker-groups", "", "with --worker-tools: the comma-separated groups the worker may define (default: none)")
+	workerShared := fs.Bool("worker-shared-register", false, "also let the worker publish on P.register, the registration subject of protocol 1.11, while workers are updated to 1.12 (any definition goes there: remove it once every worker is updated)")
 	approverTools := fs.String("approver-tools", "", "confine the approver to these comma-separated tools (default: every tool)")
 	agentAnswers := fs.String("agent-answers", "", "comma-separated request-scoped tools whose parked calls agents may answer (docs/security.md: any session's)")
 	facadeAnswers := fs.String("facade-answers", "", "comma-separated bridged servers' question tools (mcp__<server>__elicit) the MCP facade may answer for its hosts' users")
@@ -319,7 +320,7 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return usageError(fs, "security takes one subcommand, config or agent")
 	}
 	spec := security.Spec{Prefix: *prefix, Sessions: sessions, WorkerTools: cli.SplitList(*workerTools), WorkerGroups: cli.SplitList(*workerGroups),
-		ApproverTools: cli.SplitList(*approverTools), AgentAnswers: cli.SplitList(*agentAnswers),
+		WorkerSharedRegister: *workerShared, ApproverTools: cli.SplitList(*approverTools), AgentAnswers: cli.SplitList(*agentAnswers),
 		FacadeAnswers: cli.SplitList(*facadeAnswers)}
 	for _, h := range handlers {
 		name, tools, ok := strings.Cut(h, "=")
