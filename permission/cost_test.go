@@ -49,3 +49,138 @@ func BenchmarkDecideCommand(b *testing.B) {
 		}
 	}
 }
+
+// allocatedBy returns what one decision allocates.
+func allocatedBy(pc permission.Context, def *bus.ToolDef, in json.RawMessage) (permission.Decision, uint64) {
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	d := permission.Decide(pc, def, in)
+	runtime.ReadMemStats(&m1)
+	return d, m1.TotalAlloc - m0.TotalAlloc
+}
+
+// TestAttackCommandDecisionCost (session 18, red team; session 19): a
+// 1 MiB command ("ls; " 250,000 times) cost its decision 1.0 s of a
+// router core and 288 MB of allocations, since it was parsed twice,
+// split and cut into pieces and suggested rules, all as copies. Now a
+// command longer than MaxCommand is not analysed (it asks, with Safety,
+// unless a deny or ask rule matches its start), and one within it costs
+// about a parse: at most 30 bytes allocated per byte past the bound,
+// and within it a bounded multiple of what parsing it costs.
+func TestAttackCommandDecisionCost(t *testing.T) {
+	def := &bus.ToolDef{Name: "shell", RuleMatcher: bus.MatcherCommand, RuleField: "command"}
+	for _, c := range costContexts {
+		for _, size := range []int{1 << 20, 256 << 10} {
+			cmd := strings.Repeat("ls; ", size/4)
+			in, _ := json.Marshal(map[string]string{"command": cmd})
+			d, cost := allocatedBy(c.pc, def, in)
+			if d.Behavior == permission.Allow || !d.Safety {
+				t.Errorf("%s, %d bytes: %s safety=%v (%s)", c.name, size, d.Behavior, d.Safety, d.Reason)
+			}
+			// The bound's analysis of the start (a deny rule's programs)
+			// is a fixed cost: some MiB.
+			if limit := uint64(30*size) + 16<<20; cost > limit {
+				t.Errorf("%s, %d bytes: allocated %d bytes, %.1f per byte", c.name, size, cost, float64(cost)/float64(size))
+			}
+		}
+	}
+}
+
+// TestLongCommand: past MaxCommand a command asks with Safety whatever
+// allows it (mode, tool, rules), with no suggested rule; dont_ask and
+// explore deny it; a deny or ask rule matching its first MaxCommand
+// bytes still decides. At MaxCommand it is analysed as before.
+func TestLongCommand(t *testing.T) {
+	def := &bus.ToolDef{Name: "shell", RuleMatcher: bus.MatcherCommand, RuleField: "command"}
+	allowing := &bus.ToolDef{Name: "shell", RuleMatcher: bus.MatcherCommand, RuleField: "command", Permission: bus.PermissionAllow}
+	pad := func(n int, head, tail string) string {
+		return head + strings.Repeat("ls; ", (n-len(head)-len(tail))/4) + strings.Repeat(" ", (n-len(head)-len(tail))%4) + tail
+	}
+	at, past := pad(permission.MaxCommand, "", ""), pad(permission.MaxCommand+1, "", "")
+	if len(at) != permission.MaxCommand || len(past) != permission.MaxCommand+1 {
+		t.Fatal("pad")
+	}
+	lsRule := []bus.Rule{allow("shell", "ls:*")}
+	if d := permission.Decide(permission.Context{Rules: lsRule}, def, in("command", at)); d.Behavior != permission.Allow {
+		t.Fatalf("%d bytes: %s (%s), want allow: the bound is past MaxCommand", len(at), d.Behavior, d.Reason)
+	}
+	for _, c := range []struct {
+		name string
+		def  *bus.ToolDef
+		pc   permission.Context
+		cmd  string
+		want string // behavior, "!" for safety
+	}{
+		{"allow rule", def, permission.Context{Rules: lsRule}, past, "ask!"},
+		{"tool-wide rule", def, permission.Context{Rules: []bus.Rule{allow("shell", "")}}, past, "ask!"},
+		{"bypass", def, permission.Context{Mode: permission.Bypass}, past, "ask!"},
+		{"accept_edits", def, permission.Context{Mode: permission.AcceptEdits, WorkDirs: []string{t.TempDir()}}, past, "ask!"},
+		{"tool allows", allowing, permission.Context{}, past, "ask!"},
+		{"no rule", def, permission.Context{}, past, "ask!"},
+		{"dont_ask", def, permission.Context{Mode: permission.DontAsk, Rules: lsRule}, past, "deny!"},
+		{"explore", def, permission.Context{Mode: permission.Explore}, past, "deny"},
+		{"deny rule on the start", def, permission.Context{Mode: permission.Bypass, Rules: []bus.Rule{deny("shell", "rm:*")}},
+			pad(permission.MaxCommand+1, "rm -rf x; ", ""), "deny"},
+		{"deny rule on a program at the start", def, permission.Context{Mode: permission.Bypass, Rules: []bus.Rule{deny("shell", "rm:*")}},
+			pad(permission.MaxCommand+1, "env /bin/rm -rf x; ", ""), "deny"},
+		{"tool-wide deny rule", def, permission.Context{Rules: []bus.Rule{deny("shell", "")}}, past, "deny"},
+		{"ask rule on the start", def, permission.Context{Mode: permission.Bypass, Rules: []bus.Rule{ask("shell", "git push:*")}},
+			pad(permission.MaxCommand+1, "git push; ", ""), "ask"},
+		{"deny rule past the start", def, permission.Context{Mode: permission.Bypass, Rules: []bus.Rule{deny("shell", "rm:*")}},
+			pad(permission.MaxCommand+10, "", "; rm -rf x"), "ask!"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := permission.Decide(c.pc, c.def, in("command", c.cmd))
+			if got := outcome(d); got != c.want {
+				t.Fatalf("%s (%s), want %s", got, d.Reason, c.want)
+			}
+			if len(d.SuggestedRules) > 0 {
+				t.Fatalf("suggested %+v", d.SuggestedRules)
+			}
+			if c.want == "ask!" && !strings.Contains(d.Reason, "longer than the 65536") {
+				t.Fatalf("reason %q", d.Reason)
+			}
+		})
+	}
+	// Matches: no allow pattern covers it; deny rules read its start.
+	if permission.Matches(allow("shell", "ls:*"), def, in("command", past)) {
+		t.Error("an allow rule matches a command past the bound")
+	}
+	if !permission.Matches(deny("shell", "ls:*"), def, in("command", past)) {
+		t.Error("a deny rule does not match the start of a command past the bound")
+	}
+}
+
+// TestDenyRuleCostUnderBound is TestAttackDenyRuleCost for commands just
+// under MaxCommand, which are analysed: reading the programs for a deny
+// rule stays within a few times the decision without it.
+func TestDenyRuleCostUnderBound(t *testing.T) {
+	def := &bus.ToolDef{Name: "shell", RuleMatcher: bus.MatcherCommand, RuleField: "command"}
+	deny := permission.Context{Mode: permission.Bypass, Rules: []bus.Rule{{Tool: "shell", Pattern: "rm:*", Behavior: permission.Deny}}}
+	open := permission.Context{Mode: permission.Bypass}
+	const n = permission.MaxCommand - 64
+	for name, cmd := range map[string]string{
+		"wrapper's arguments": "env " + strings.Repeat("a ", n/2),
+		"wrapper chain":       strings.Repeat("nice ", n/5) + "rm x",
+		"find -exec":          "find . " + strings.Repeat("-exec ", n/6),
+		"eval chain":          strings.Repeat("eval ", n/5) + "rm x",
+		"sh -c":               "sh " + strings.Repeat("-c x ", n/5),
+		"substitutions":       strings.Repeat("echo $(", 2000) + strings.Repeat(")", 2000),
+		"many commands":       strings.Repeat("ls; ", n/4),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if len(cmd) > permission.MaxCommand {
+				t.Fatalf("%d bytes", len(cmd))
+			}
+			in, _ := json.Marshal(map[string]string{"command": cmd})
+			_, base := allocatedBy(open, def, in)
+			d, cost := allocatedBy(deny, def, in)
+			if d.Behavior == permission.Allow && strings.Contains(cmd, "rm") {
+				t.Errorf("%s: %s", d.Behavior, d.Reason)
+			}
+			if cost > 3*base+8<<20 {
+				t.Fatalf("deciding with a deny rule allocated %d KiB, without %d KiB", cost>>10, base>>10)
+			}
+		})
+	}
+}

@@ -38,6 +38,73 @@ func Parse(cmd string) (files []*syntax.File, err error) {
 	return files, err
 }
 
+// ParseReadings returns the distinct trees of Parse: one when the two
+// grammars cannot read cmd differently. When cmd holds none of the text
+// on which mvdan.cc/sh's POSIX and bash grammars part (sameReading), the
+// POSIX parse walks the same lexer and parser paths as the bash one and
+// gives an equal tree, or fails where only POSIX refuses a construct
+// (then Parse too gives the bash tree alone); so cmd is parsed once. A
+// caller that reads the trees for what they run or write sees the same
+// things, each once (TestParseReadings, FuzzParseReadings). err is set
+// when no grammar parses cmd.
+func ParseReadings(cmd string) ([]*syntax.File, error) {
+	if !sameReading(cmd) {
+		files, err := Parse(cmd)
+		if len(files) > 0 {
+			err = nil
+		}
+		return files, err
+	}
+	f, err := syntax.NewParser(grammars[1].opt).Parse(strings.NewReader(cmd), "")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", grammars[1].name, err)
+	}
+	return []*syntax.File{f}, nil
+}
+
+// bashOnly is the text at which mvdan.cc/sh's lexer or parser (v3.14)
+// takes a bash-only path that POSIX sh reads successfully otherwise:
+// tokens (|& $' $" $[ (( ;& <( >( &> <<<), array and index syntax (any
+// [ or ]), parameter expansions (${), a+=, a=( and extended globs
+// (@( !( +( *( ?( ), and a backslash before a line end (which can join a
+// keyword). bashWords are the words that start a bash clause (let,
+// declare ...; [[ is covered by "["). Where the lexer only refuses a
+// construct in POSIX mode (checkLang), the POSIX parse fails and adds
+// nothing, so it needs no entry; these are kept anyway when cheap.
+var (
+	bashOnly  = []string{"[", "]", "|&", "$'", `$"`, "${", "((", ";&", "<(", ">(", "&>", "<<<", "+=", "=(", "@(", "!(", "+(", "*(", "?(", "\\\n", "\\\r"}
+	bashWords = []string{"let", "function", "declare", "local", "export", "readonly", "typeset", "nameref", "time", "coproc", "select"}
+)
+
+// sameReading reports whether cmd holds none of bashOnly and none of
+// bashWords as a word (not between letters, digits or underscores).
+func sameReading(cmd string) bool {
+	for _, s := range bashOnly {
+		if strings.Contains(cmd, s) {
+			return false
+		}
+	}
+	for _, w := range bashWords {
+		for rest, off := cmd, 0; ; {
+			i := strings.Index(rest, w)
+			if i < 0 {
+				break
+			}
+			at := off + i
+			end := at + len(w)
+			if (at == 0 || !wordByte(cmd[at-1])) && (end == len(cmd) || !wordByte(cmd[end])) {
+				return false
+			}
+			rest, off = cmd[at+1:], at+1
+		}
+	}
+	return true
+}
+
+func wordByte(b byte) bool {
+	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
+}
+
 // Word is a word's value when it has no expansion; Glob says that it has an
 // unquoted *, ?, [, { or ~ (which the shell may turn into other words).
 type Word struct {
@@ -49,6 +116,12 @@ type Word struct {
 // (no $, no `...`, no $'...').
 func Static(w *syntax.Word) (Word, bool) {
 	var out Word
+	if len(w.Parts) == 1 {
+		// A plain literal without backslashes is its own value: no copy.
+		if l, ok := w.Parts[0].(*syntax.Lit); ok && strings.IndexByte(l.Value, '\\') < 0 {
+			return Word{Value: l.Value, Glob: strings.ContainsAny(l.Value, "*?[{~")}, true
+		}
+	}
 	var b strings.Builder
 	for _, p := range w.Parts {
 		switch p := p.(type) {
